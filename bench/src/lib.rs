@@ -1,0 +1,2 @@
+//! Warpcore benchmarks: see `benches/`.
+#![forbid(unsafe_code)]

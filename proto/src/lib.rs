@@ -1,0 +1,2 @@
+//! Placeholder; the protocol core lands in the next commits.
+#![forbid(unsafe_code)]
