@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs, on a Debian machine, every system package that building and testing Warpcore
+# needs, and nothing when they are all present already (no `apt-get update` then either).
+#
+#   scripts/install-deps.sh            # build + test dependencies
+#   scripts/install-deps.sh --demo     # only what the demo needs
+#
+# Needs root (or sudo) to install; prints what it does.
+set -euo pipefail
+
+build_pkgs=(pkg-config clang libclang-dev dpdk dpdk-dev libdpdk-dev)
+test_pkgs=(tshark iperf3 qperf socat iproute2)
+pkgs=("${build_pkgs[@]}")
+if [[ "${1:-}" != "--demo" ]]; then
+    pkgs+=("${test_pkgs[@]}")
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$p")
+    fi
+done
+
+if ((${#missing[@]})); then
+    echo "install-deps: installing ${missing[*]}"
+    sudo=""
+    if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+    # tshark asks whether non-root users may capture; answer "no" up front so the install
+    # never waits for input.
+    echo "wireshark-common wireshark-common/install-setuid boolean false" | $sudo debconf-set-selections
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+    echo "install-deps: all system packages present"
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "install-deps: cargo not found; install Rust with rustup (https://rustup.rs) first" >&2
+    exit 1
+fi

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The whole Warpcore test suite: installs what is missing, then runs the format check, clippy
+# with warnings as errors, every cargo test (unit, property, capture and tshark tests), a short
+# smoke run of every fuzz target, and the DPDK/TCP packet-path tests.
+#
+#   scripts/test.sh            # everything
+#   FUZZ_SECONDS=0 scripts/test.sh   # skip the fuzz smoke runs (e.g. while iterating)
+#
+# Exits non-zero on the first failure. CI (.ci/run) runs exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "system packages"
+scripts/install-deps.sh
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "cargo test (workspace)"
+# The tshark judge must run, never be skipped: tell the tests it is required.
+export WARPCORE_REQUIRE_TSHARK=1
+cargo test --workspace
+
+if [[ -x scripts/test-fuzz.sh ]]; then
+    step "fuzz smoke runs"
+    scripts/test-fuzz.sh "${FUZZ_SECONDS:-5}"
+fi
+
+if [[ -x scripts/test-net.sh ]]; then
+    step "packet path: DPDK vdevs, kernel interop, tcpperf"
+    scripts/test-net.sh
+fi
+
+step "all tests passed"
