@@ -14,5 +14,8 @@
 //!   reported apart from protocol violations, which are what makes `iwdump` exit 1.
 #![forbid(unsafe_code)]
 
+pub mod analysis;
 pub mod capture;
+pub mod fpdu;
+pub mod report;
 pub mod tcp;
