@@ -1,0 +1,617 @@
+//! Synthetic captures built with proto's own encoders (MPA frames, segment headers, the
+//! framer with markers and CRC) and etherparse: what the siw captures cannot show (markers,
+//! Terminates, sequence wrap, reordering and loss, link types other than Ethernet, and each
+//! kind of protocol violation iwdump checks for).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use etherparse::PacketBuilder;
+use warpcore_apps::analysis::{Direction, FindingKind, IwarpConnection};
+use warpcore_apps::capture::{Capture, CaptureFormat, Frame, LinkType};
+use warpcore_apps::report::{analyse_capture, render_json, render_text, CaptureReport};
+use warpcore_proto::mpa::framer::{Framer, FramerConfig};
+use warpcore_proto::wire::ddp::DdpBuffer;
+use warpcore_proto::wire::mpa::{EnhancedData, FrameKind, FrameRepr, RtrTypes};
+use warpcore_proto::wire::rdmap::{Opcode, ReadRequestRepr, TerminateRepr};
+use warpcore_proto::wire::segment::{RdmapHeader, Segment, SegmentRepr};
+use warpcore_proto::TerminateCode;
+
+const I: usize = 0;
+const R: usize = 1;
+
+/// How to build the synthetic connection.
+#[derive(Clone)]
+struct Spec {
+    /// M in the Request (the responder must send markers) and in the Reply.
+    markers: [bool; 2],
+    crc: bool,
+    /// Whether the MPA initiator is the TCP client (sent the SYN).
+    initiator_is_client: bool,
+    /// Initial sequence numbers of the initiator and the responder.
+    isn: [u32; 2],
+    /// Largest TCP payload per frame.
+    mss: usize,
+}
+
+impl Default for Spec {
+    fn default() -> Self {
+        Spec {
+            markers: [true, true],
+            crc: true,
+            initiator_is_client: true,
+            isn: [1000, 7_000_000],
+            mss: 700,
+        }
+    }
+}
+
+/// One message: direction and the ULPDUs (already segmented) it consists of.
+struct Msg {
+    dir: usize,
+    ulpdus: Vec<Vec<u8>>,
+}
+
+fn ulpdu(
+    last: bool,
+    buffer: DdpBuffer,
+    opcode: Opcode,
+    header: RdmapHeader,
+    payload: &[u8],
+) -> Vec<u8> {
+    let seg = Segment {
+        repr: SegmentRepr {
+            last,
+            buffer,
+            opcode,
+            header,
+        },
+        payload,
+    };
+    let mut buf = vec![0u8; seg.buffer_len()];
+    seg.emit(&mut buf).unwrap();
+    buf
+}
+
+fn send(dir: usize, msn: u32, len: usize, per_segment: usize) -> Msg {
+    let data: Vec<u8> = (0..len).map(|i| i as u8).collect();
+    let mut chunks: Vec<&[u8]> = data.chunks(per_segment).collect();
+    if chunks.is_empty() {
+        chunks.push(&[]); // a zero-length message is one segment with no payload
+    }
+    let n = chunks.len();
+    let ulpdus = chunks
+        .iter()
+        .enumerate()
+        .map(|(k, c)| {
+            let mo = (k * per_segment) as u32;
+            let buffer = DdpBuffer::Untagged {
+                rsvd_ulp2: 0,
+                qn: 0,
+                msn,
+                mo,
+            };
+            ulpdu(k + 1 == n, buffer, Opcode::Send, RdmapHeader::None, c)
+        })
+        .collect();
+    Msg { dir, ulpdus }
+}
+
+fn tagged(dir: usize, opcode: Opcode, stag: u32, to: u64, len: usize, per_segment: usize) -> Msg {
+    let data = vec![0xA5u8; len];
+    let chunks: Vec<&[u8]> = data.chunks(per_segment).collect();
+    let n = chunks.len();
+    let ulpdus = chunks
+        .iter()
+        .enumerate()
+        .map(|(k, c)| {
+            let buffer = DdpBuffer::Tagged {
+                stag,
+                to: to + (k * per_segment) as u64,
+            };
+            ulpdu(k + 1 == n, buffer, opcode, RdmapHeader::None, c)
+        })
+        .collect();
+    Msg { dir, ulpdus }
+}
+
+fn read_request(dir: usize, msn: u32, sink_stag: u32, sink_to: u64, size: u32) -> Msg {
+    let rr = ReadRequestRepr {
+        sink_stag,
+        sink_to,
+        read_size: size,
+        src_stag: 0x77,
+        src_to: 0x1000,
+    };
+    let buffer = DdpBuffer::Untagged {
+        rsvd_ulp2: 0,
+        qn: 1,
+        msn,
+        mo: 0,
+    };
+    Msg {
+        dir,
+        ulpdus: vec![ulpdu(
+            true,
+            buffer,
+            Opcode::ReadRequest,
+            RdmapHeader::ReadRequest(rr),
+            &[],
+        )],
+    }
+}
+
+fn terminate(dir: usize, code: TerminateCode) -> Msg {
+    let t = TerminateRepr {
+        code,
+        m: false,
+        ddp: None,
+        r_bit: false,
+        rdma: None,
+    };
+    let buffer = DdpBuffer::Untagged {
+        rsvd_ulp2: 0,
+        qn: 2,
+        msn: 1,
+        mo: 0,
+    };
+    Msg {
+        dir,
+        ulpdus: vec![ulpdu(
+            true,
+            buffer,
+            Opcode::Terminate,
+            RdmapHeader::Terminate(t),
+            &[],
+        )],
+    }
+}
+
+/// A conversation without violations: Sends (one multi-segment), a Read, a Write, and a
+/// Terminate from the responder at the end.
+fn clean_messages() -> Vec<Msg> {
+    vec![
+        send(I, 1, 100, 1000),
+        read_request(R, 1, 0x1234, 0x8000, 3000),
+        tagged(I, Opcode::ReadResponse, 0x1234, 0x8000, 3000, 1024),
+        send(R, 1, 2500, 1000),
+        send(I, 2, 0, 1000),
+        tagged(R, Opcode::Write, 0xBEEF, 0xFFFF_FF00, 700, 512),
+        send(I, 3, 40, 1000),
+        terminate(R, TerminateCode::new(0x0, 0x2, 0x06)),
+    ]
+}
+
+fn mac(n: usize) -> [u8; 6] {
+    [2, 0, 0, 0, 0, n as u8 + 1]
+}
+
+fn ip(n: usize) -> [u8; 4] {
+    [10, 0, 0, n as u8 + 1]
+}
+
+/// Builds the capture: handshake (SYN from the TCP client), MPA Request and Reply, then
+/// every message framed by proto's framer and cut into TCP segments of at most `mss`.
+fn build(spec: &Spec, messages: &[Msg]) -> Vec<Frame> {
+    let ports = [40000u16, 5000u16];
+    let client = if spec.initiator_is_client { I } else { R };
+    let mut next_seq = [spec.isn[I].wrapping_add(1), spec.isn[R].wrapping_add(1)];
+    let mut frames = Vec::new();
+    let push = |frames: &mut Vec<Frame>, from: usize, seq: u32, syn: bool, payload: &[u8]| {
+        let to = 1 - from;
+        let mut b = PacketBuilder::ethernet2(mac(from), mac(to))
+            .ipv4(ip(from), ip(to), 64)
+            .tcp(ports[from], ports[to], seq, 65535);
+        // The first SYN carries no ACK; everything else does.
+        if syn {
+            b = b.syn();
+        }
+        if !(syn && frames.is_empty()) {
+            b = b.ack(1);
+        }
+        let mut data = Vec::new();
+        b.write(&mut data, payload).unwrap();
+        let number = frames.len() as u64 + 1;
+        frames.push(Frame {
+            number,
+            timestamp: Duration::from_micros(1_000 * number),
+            link: LinkType::Ethernet,
+            original_len: data.len() as u32,
+            data,
+        });
+    };
+    push(&mut frames, client, spec.isn[client], true, &[]);
+    push(&mut frames, 1 - client, spec.isn[1 - client], true, &[]);
+    let emit = |frames: &mut Vec<Frame>, next_seq: &mut [u32; 2], dir: usize, bytes: &[u8]| {
+        for chunk in bytes.chunks(spec.mss) {
+            push(frames, dir, next_seq[dir], false, chunk);
+            next_seq[dir] = next_seq[dir].wrapping_add(chunk.len() as u32);
+        }
+    };
+    let enhanced = EnhancedData {
+        peer_to_peer: false,
+        rtr: RtrTypes::EMPTY,
+        ird: 4,
+        ord: 4,
+    };
+    for (dir, kind) in [(I, FrameKind::Request), (R, FrameKind::Reply)] {
+        let frame = FrameRepr {
+            kind,
+            markers: spec.markers[dir],
+            crc: spec.crc,
+            reject: false,
+            res: 0,
+            rev: 2,
+            enhanced: Some(enhanced),
+            private_data: b"synthetic",
+        };
+        emit(&mut frames, &mut next_seq, dir, &frame.to_vec());
+    }
+    // The initiator sends markers if the Reply asked for them, the responder if the Request did.
+    let mut framers = [
+        Framer::new(FramerConfig {
+            markers: spec.markers[R],
+            crc: spec.crc,
+            ..Default::default()
+        }),
+        Framer::new(FramerConfig {
+            markers: spec.markers[I],
+            crc: spec.crc,
+            ..Default::default()
+        }),
+    ];
+    for m in messages {
+        let mut bytes = Vec::new();
+        for u in &m.ulpdus {
+            let mut out = vec![0u8; framers[m.dir].fpdu_wire_len(u.len())];
+            let n = framers[m.dir].emit(&[u], &mut out).unwrap();
+            bytes.extend_from_slice(&out[..n]);
+        }
+        emit(&mut frames, &mut next_seq, m.dir, &bytes);
+    }
+    frames
+}
+
+fn renumber(frames: &mut [Frame]) {
+    for (i, f) in frames.iter_mut().enumerate() {
+        f.number = i as u64 + 1;
+    }
+}
+
+fn analyse(frames: Vec<Frame>) -> CaptureReport {
+    let capture = Capture {
+        format: CaptureFormat::Pcap,
+        frames,
+        warnings: Vec::new(),
+    };
+    let report = analyse_capture("synthetic", &capture);
+    // Rendering never fails either.
+    assert!(!render_text(&report, true).is_empty());
+    assert!(render_json(&report, true).starts_with('{'));
+    report
+}
+
+fn only_connection(report: &CaptureReport) -> &IwarpConnection {
+    let conns: Vec<_> = report.iwarp().collect();
+    assert_eq!(conns.len(), 1, "{}", render_text(report, true));
+    conns[0]
+}
+
+fn kinds(report: &CaptureReport) -> Vec<FindingKind> {
+    report.findings().map(|f| f.kind).collect()
+}
+
+/// Segments as (direction, opcode, L, payload length), per direction in stream order;
+/// frame numbers, times and the interleaving of the two directions left out.
+fn shape(c: &IwarpConnection) -> Vec<(Direction, Option<Opcode>, bool, usize)> {
+    let mut v: Vec<_> = c
+        .segments
+        .iter()
+        .map(|s| (s.direction, s.opcode, s.last, s.payload_len))
+        .collect();
+    v.sort_by_key(|s| s.0);
+    v
+}
+
+#[test]
+fn markers_crc_terminate_all_decode() {
+    let report = analyse(build(&Spec::default(), &clean_messages()));
+    assert_eq!(report.violations(), 0, "{}", render_text(&report, true));
+    let c = only_connection(&report);
+    let ng = c.negotiated.as_ref().unwrap();
+    assert!(ng.crc);
+    assert_eq!(ng.markers, [true, true]);
+    let i2r = &c.directions[0];
+    let r2i = &c.directions[1];
+    assert_eq!(i2r.opcodes[&Opcode::Send].segments, 3);
+    assert_eq!(i2r.opcodes[&Opcode::Send].payload_octets, 140);
+    assert_eq!(i2r.opcodes[&Opcode::ReadResponse].segments, 3);
+    assert_eq!(i2r.opcodes[&Opcode::ReadResponse].messages, 1);
+    assert_eq!(r2i.opcodes[&Opcode::Send].segments, 3);
+    assert_eq!(r2i.opcodes[&Opcode::Write].payload_octets, 700);
+    // The Terminate, decoded: RDMAP remote operation, unexpected opcode.
+    assert_eq!(r2i.terminates.len(), 1);
+    assert_eq!(r2i.terminates[0].1.code, TerminateCode::new(0, 2, 6));
+    let text = render_text(&report, false);
+    assert!(text.contains("Terminate in frame"), "{text}");
+    assert!(
+        text.contains(TerminateCode::new(0, 2, 6).description()),
+        "{text}"
+    );
+    assert!(c
+        .segments
+        .iter()
+        .all(|s| s.crc == warpcore_apps::analysis::CrcCheck::Good));
+}
+
+#[test]
+fn markers_in_one_direction_only_and_no_crc() {
+    for markers in [[true, false], [false, true]] {
+        let spec = Spec {
+            markers,
+            crc: false,
+            ..Spec::default()
+        };
+        let report = analyse(build(&spec, &clean_messages()));
+        assert_eq!(report.violations(), 0, "{}", render_text(&report, true));
+        let c = only_connection(&report);
+        assert_eq!(
+            c.negotiated.as_ref().unwrap().markers,
+            [markers[1], markers[0]]
+        );
+        assert_eq!(c.segments.len(), 13);
+    }
+}
+
+#[test]
+fn responder_opened_tcp_and_sequence_wraps() {
+    let spec = Spec {
+        initiator_is_client: false,
+        isn: [u32::MAX - 1500, u32::MAX - 40],
+        ..Spec::default()
+    };
+    let reference = analyse(build(&Spec::default(), &clean_messages()));
+    let report = analyse(build(&spec, &clean_messages()));
+    assert_eq!(report.violations(), 0, "{}", render_text(&report, true));
+    let c = only_connection(&report);
+    assert_eq!(c.initiator_sent_syn, Some(false));
+    assert_eq!(c.initiator, SocketAddr::from(([10, 0, 0, 1], 40000)));
+    assert_eq!(shape(c), shape(only_connection(&reference)));
+}
+
+/// Retransmissions, duplicates and reordering in the capture change nothing.
+#[test]
+fn reordered_and_duplicated_segments() {
+    let frames = build(
+        &Spec {
+            mss: 300,
+            ..Spec::default()
+        },
+        &clean_messages(),
+    );
+    let reference = analyse(frames.clone());
+    let mut mangled = frames.clone();
+    // Swap neighbours, duplicate every fifth frame later on, and repeat an early one at the end.
+    let n = mangled.len();
+    for i in (6..n - 1).step_by(4) {
+        mangled.swap(i, i + 1);
+    }
+    for i in (5..n).step_by(5).rev() {
+        let dup = mangled[i].clone();
+        mangled.insert((i + 3).min(mangled.len()), dup);
+    }
+    mangled.push(frames[7].clone());
+    renumber(&mut mangled);
+    let report = analyse(mangled);
+    assert_eq!(report.violations(), 0, "{}", render_text(&report, true));
+    assert_eq!(
+        shape(only_connection(&report)),
+        shape(only_connection(&reference))
+    );
+}
+
+/// A frame missing from the capture: that direction stops at the gap (a note, not a
+/// violation), and no Read Response is blamed for a Request the capture lost.
+#[test]
+fn lost_frame_is_a_gap_not_a_violation() {
+    let mut frames = build(
+        &Spec {
+            mss: 300,
+            ..Spec::default()
+        },
+        &clean_messages(),
+    );
+    // Drop a frame from the middle of the responder's 2500-octet Send.
+    let victim = frames.len() - 8;
+    frames.remove(victim);
+    renumber(&mut frames);
+    let report = analyse(frames);
+    assert_eq!(report.violations(), 0, "{}", render_text(&report, true));
+    let c = only_connection(&report);
+    assert!(
+        c.notes.iter().any(|n| n.contains("capture gap")),
+        "{:?}",
+        c.notes
+    );
+}
+
+#[test]
+fn other_link_types() {
+    let frames = build(&Spec::default(), &clean_messages());
+    let reference = shape(only_connection(&analyse(frames.clone())));
+    // Raw IP: the Ethernet header removed.
+    let raw: Vec<Frame> = frames
+        .iter()
+        .map(|f| Frame {
+            data: f.data[14..].to_vec(),
+            link: LinkType::RawIp,
+            ..f.clone()
+        })
+        .collect();
+    // Linux cooked capture v1: a 16-octet header ending in the EtherType.
+    let sll: Vec<Frame> = frames
+        .iter()
+        .map(|f| {
+            let mut data = vec![0, 0, 0, 1, 0, 6, 2, 0, 0, 0, 0, 1, 0, 0, 0x08, 0x00];
+            data.extend_from_slice(&f.data[14..]);
+            Frame {
+                data,
+                link: LinkType::LinuxSll,
+                ..f.clone()
+            }
+        })
+        .collect();
+    for frames in [raw, sll] {
+        let report = analyse(frames);
+        assert_eq!(report.violations(), 0);
+        assert_eq!(shape(only_connection(&report)), reference);
+    }
+}
+
+fn violations_of(messages: Vec<Msg>) -> Vec<FindingKind> {
+    kinds(&analyse(build(&Spec::default(), &messages)))
+}
+
+#[test]
+fn msn_out_of_sequence() {
+    // DDP-4.3: MSN starts at 1 and goes up by one per message on each queue.
+    assert_eq!(
+        violations_of(vec![send(I, 1, 10, 100), send(I, 3, 10, 100)]),
+        [FindingKind::MsnSequence]
+    );
+    assert_eq!(
+        violations_of(vec![send(I, 2, 10, 100)]),
+        [FindingKind::MsnSequence]
+    );
+}
+
+#[test]
+fn message_offset_gap() {
+    let mut m = send(I, 1, 300, 100);
+    m.ulpdus.remove(1); // MO jumps from 0..100 to 200
+    assert_eq!(violations_of(vec![m]), [FindingKind::MessageOffset]);
+}
+
+#[test]
+fn tagged_offset_not_contiguous() {
+    let mut m = tagged(I, Opcode::Write, 0x55, 0, 300, 100);
+    m.ulpdus.remove(1);
+    assert_eq!(violations_of(vec![m]), [FindingKind::TaggedOffset]);
+}
+
+#[test]
+fn read_response_without_request_or_mismatched() {
+    assert_eq!(
+        violations_of(vec![tagged(I, Opcode::ReadResponse, 1, 0, 64, 64)]),
+        [FindingKind::ReadResponse]
+    );
+    // Wrong sink STag.
+    assert_eq!(
+        violations_of(vec![
+            read_request(R, 1, 0x10, 0, 64),
+            tagged(I, Opcode::ReadResponse, 0x11, 0, 64, 64)
+        ]),
+        [FindingKind::ReadResponse]
+    );
+    // Wrong size.
+    assert_eq!(
+        violations_of(vec![
+            read_request(R, 1, 0x10, 0, 64),
+            tagged(I, Opcode::ReadResponse, 0x10, 0, 32, 64)
+        ]),
+        [FindingKind::ReadResponse]
+    );
+}
+
+#[test]
+fn more_reads_than_ird() {
+    // IRD 4 on both sides (see `build`): a fifth outstanding Read Request is one too many.
+    let reads = (1..=5)
+        .map(|msn| read_request(R, msn, 0x10, 0, 8))
+        .collect();
+    assert_eq!(violations_of(reads), [FindingKind::IrdExceeded]);
+}
+
+#[test]
+fn fpdu_after_terminate() {
+    let found = violations_of(vec![
+        terminate(I, TerminateCode::new(2, 0, 2)),
+        send(I, 1, 10, 100),
+    ]);
+    assert_eq!(found, [FindingKind::AfterTerminate]);
+}
+
+#[test]
+fn wrong_queue_and_bad_versions() {
+    // A Send on QN 1: proto's segment decoder rejects it (DDP invalid QN).
+    let mut bad_qn = send(I, 1, 10, 100);
+    bad_qn.ulpdus[0][9] = 1; // QN (D+6..D+10) = 1
+    assert_eq!(violations_of(vec![bad_qn]), [FindingKind::UnexpectedOpcode]);
+    let mut v0 = send(I, 1, 10, 100);
+    v0.ulpdus[0][0] &= !0x03; // DDP version 0
+    assert_eq!(violations_of(vec![v0]), [FindingKind::DdpVersion]);
+    let mut rv = send(I, 1, 10, 100);
+    rv.ulpdus[0][1] &= !0xC0; // RDMAP version 0
+    assert_eq!(violations_of(vec![rv]), [FindingKind::RdmapVersion]);
+}
+
+#[test]
+fn corrupted_marker_and_crc() {
+    let frames = build(
+        &Spec {
+            mss: 2000,
+            ..Spec::default()
+        },
+        &clean_messages(),
+    );
+    // The responder's first FPDU-mode octets are its initial marker (FPDUPTR 0); the frame
+    // right after the Reply holds it. Point it somewhere else.
+    let reply_frame = 4; // SYN, SYN-ACK, Request, Reply
+    let mut bad_marker = frames.clone();
+    let f = bad_marker
+        .iter_mut()
+        .skip(reply_frame)
+        .find(|f| f.data[34..36] == [0x13, 0x88])
+        .unwrap();
+    let payload_start = 14 + 20 + 20;
+    f.data[payload_start + 3] = 0x08;
+    let report = analyse(bad_marker);
+    // With CRCs on, the CRC (which covers the marker) fails first (MPA-8-3).
+    assert_eq!(kinds(&report), [FindingKind::CrcError]);
+    let spec = Spec {
+        mss: 2000,
+        crc: false,
+        ..Spec::default()
+    };
+    let mut frames = build(&spec, &clean_messages());
+    let f = frames
+        .iter_mut()
+        .skip(reply_frame)
+        .find(|f| f.data[34..36] == [0x13, 0x88])
+        .unwrap();
+    f.data[payload_start + 3] = 0x08;
+    let report = analyse(frames);
+    assert_eq!(kinds(&report), [FindingKind::MarkerError]);
+    assert_eq!(only_connection(&report).directions[1].marker_errors, 1);
+}
+
+#[test]
+fn malformed_and_missing_startup() {
+    // A Request with PD_Length above 512: malformed startup, a violation.
+    let mut frames = build(&Spec::default(), &[]);
+    let req = &mut frames[2];
+    let at = 14 + 20 + 20 + 18;
+    req.data[at] = 0x02;
+    req.data[at + 1] = 0x01;
+    let report = analyse(frames);
+    assert_eq!(kinds(&report), [FindingKind::MalformedStartup]);
+    // No Reply captured: not a violation, just never reached FPDU mode.
+    let mut frames = build(&Spec::default(), &[]);
+    frames.truncate(3);
+    let report = analyse(frames);
+    assert_eq!(report.violations(), 0);
+    assert!(only_connection(&report)
+        .notes
+        .iter()
+        .any(|n| n.contains("no MPA Reply")));
+}
