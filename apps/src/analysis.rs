@@ -306,6 +306,38 @@ pub struct DirectionReport {
     pub terminates: Vec<(u64, TerminateInfo)>,
 }
 
+/// How a direction's TCP stream ended in the capture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TcpClose {
+    /// Neither FIN nor RST seen (still open, or the capture was cut).
+    Open,
+    /// Closed with a FIN.
+    Fin,
+    /// Reset.
+    Rst,
+}
+
+impl TcpClose {
+    fn of(stream: &Stream) -> TcpClose {
+        if stream.rst {
+            TcpClose::Rst
+        } else if stream.fin {
+            TcpClose::Fin
+        } else {
+            TcpClose::Open
+        }
+    }
+
+    /// "FIN", "RST" or "open".
+    pub const fn label(self) -> &'static str {
+        match self {
+            TcpClose::Open => "open",
+            TcpClose::Fin => "FIN",
+            TcpClose::Rst => "RST",
+        }
+    }
+}
+
 /// Everything found about one TCP connection that used MPA.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IwarpConnection {
@@ -315,6 +347,8 @@ pub struct IwarpConnection {
     pub responder: SocketAddr,
     /// Whether the initiator also sent the TCP SYN (None if the SYN was not captured).
     pub initiator_sent_syn: Option<bool>,
+    /// How each direction's TCP stream ended, by [`Direction::index`].
+    pub closed: [TcpClose; 2],
     /// The Request.
     pub request: StartupFrame,
     /// The Reply, if captured.
@@ -463,6 +497,7 @@ pub fn analyse_connection(conn: &Connection) -> ConnectionReport {
         } else {
             None
         },
+        closed: [TcpClose::of(streams[0]), TcpClose::of(streams[1])],
         request,
         reply: None,
         negotiated: None,
@@ -1110,6 +1145,20 @@ fn check_connection(report: &mut IwarpConnection, segments: &[DecodedSegment]) {
                     }
                 }
             }
+        }
+    }
+    // What the end of the capture leaves open: informative only (a trimmed capture or an
+    // aborted connection), never a violation.
+    for dir in Direction::BOTH {
+        let st = &state[dir.index()];
+        if st.open_tagged.is_some() || !st.open_untagged.is_empty() {
+            notes.push(format!("{dir}: the capture ends inside a message"));
+        }
+        if !st.reads_sent.is_empty() {
+            notes.push(format!(
+                "{dir}: {} Read Request(s) unanswered when the capture ends",
+                st.reads_sent.len()
+            ));
         }
     }
     report.findings.extend(findings);

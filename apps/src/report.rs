@@ -257,8 +257,11 @@ fn render_iwarp(o: &mut String, n: usize, c: &IwarpConnection, start: Duration, 
     };
     let _ = writeln!(
         o,
-        "connection {n}: iWARP {} (initiator) <-> {} (responder){syn}",
-        c.initiator, c.responder
+        "connection {n}: iWARP {} (initiator) <-> {} (responder){syn}; TCP close I>R {} R>I {}",
+        c.initiator,
+        c.responder,
+        c.closed[0].label(),
+        c.closed[1].label()
     );
     let _ = writeln!(o, "  MPA Request {}", describe_frame(&c.request));
     match &c.reply {
@@ -482,6 +485,8 @@ pub fn render_json(r: &CaptureReport, verbose: bool) -> String {
                 j.kv_str("type", "iwarp");
                 j.kv_str("initiator", &ic.initiator.to_string());
                 j.kv_str("responder", &ic.responder.to_string());
+                j.kv_str("close_i2r", ic.closed[0].label());
+                j.kv_str("close_r2i", ic.closed[1].label());
                 json_frame(&mut j, "request", &ic.request);
                 if let Some(rep) = &ic.reply {
                     json_frame(&mut j, "reply", rep);

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use warpcore_apps::analysis::{
-    fpdu_streams, Addressing, CrcCheck, Direction, FindingKind, IwarpConnection, Segment,
+    fpdu_streams, Addressing, CrcCheck, Direction, FindingKind, IwarpConnection, Segment, TcpClose,
 };
-use warpcore_apps::capture::{parse_capture, read_capture_file, Capture};
+use warpcore_apps::capture::{parse_capture, read_capture_file, Capture, CaptureFormat};
 use warpcore_apps::fpdu::{deframe, Deframed, DeframerConfig, FpduEvent};
 use warpcore_apps::report::{analyse_capture, render_json, render_text, CaptureReport};
 use warpcore_apps::tcp::{parse_segment, reassemble};
@@ -219,6 +219,55 @@ fn every_repository_capture_decodes_cleanly() {
     }
     let problems: Vec<String> = files.iter().flat_map(|f| check_clean_capture(f)).collect();
     assert!(problems.is_empty(), "{problems:#?}");
+    // Both container formats are exercised, with sane timestamps (captured in 2025-2026;
+    // a pcapng resolution mix-up would land in 1970 or far in the future).
+    let mut formats = Vec::new();
+    for f in &files {
+        let c = read_capture_file(f).unwrap();
+        formats.push(c.format);
+        let t = c.frames[0].timestamp.as_secs();
+        assert!(
+            (1_700_000_000..1_900_000_000).contains(&t),
+            "{}: timestamp {t}",
+            f.display()
+        );
+        assert!(c.warnings.is_empty(), "{}: {:?}", f.display(), c.warnings);
+    }
+    assert!(formats.contains(&CaptureFormat::Pcap) && formats.contains(&CaptureFormat::PcapNg));
+}
+
+/// The trimmed pcapng copies hold exactly the first 400 frames of the shared pcap originals:
+/// same octets, same timestamps (pcapng's if_tsresol handled).
+#[test]
+fn trimmed_pcapng_copies_match_the_originals() {
+    let shared = shared_dir();
+    if !shared.is_dir() {
+        eprintln!("{} does not exist: comparison skipped", shared.display());
+        return;
+    }
+    for f in captures_in(&data_dir()) {
+        let name = file_name(&f);
+        let Some(stem) = name.strip_suffix("_first400.pcapng") else {
+            continue;
+        };
+        // The mpa2crc originals were themselves trimmed to 1500 packets.
+        let original = [format!("{stem}.pcap"), format!("{stem}_first1500.pcap")]
+            .iter()
+            .map(|n| shared.join(n))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("no original for {name}"));
+        let original = read_capture_file(&original).unwrap();
+        let copy = read_capture_file(&f).unwrap();
+        assert_eq!(copy.format, CaptureFormat::PcapNg);
+        assert_eq!(copy.frames.len(), 400);
+        for (a, b) in copy.frames.iter().zip(&original.frames) {
+            assert_eq!(
+                (a.number, a.timestamp, &a.data),
+                (b.number, b.timestamp, &b.data),
+                "{name}"
+            );
+        }
+    }
 }
 
 /// The shared captures are the untrimmed originals; they exist next to the repository on
@@ -342,6 +391,8 @@ fn rping_message_counts() {
     want.insert((Direction::InitiatorToResponder, Opcode::Send), (1, 1, 16));
     assert_eq!(counts(c), want);
     assert_eq!(report.violations(), 0);
+    // Both sides closed with a FIN (the abort is the application's, not the protocol's).
+    assert_eq!(c.closed, [TcpClose::Fin, TcpClose::Fin]);
 }
 
 /// ib_write_bw -s 65536: 64 KiB Writes in 46 DDP segments each: 45 with ULPDU_Length 1442
@@ -385,11 +436,11 @@ fn check_write_bw(path: &Path, full: bool) {
 #[test]
 fn ib_write_bw_segmentation() {
     check_write_bw(
-        &data_dir().join("siw_mpa2_ib_write_bw_first400.pcap"),
+        &data_dir().join("siw_mpa2_ib_write_bw_first400.pcapng"),
         false,
     );
     check_write_bw(
-        &data_dir().join("siw_mpa2crc_ib_write_bw_first400.pcap"),
+        &data_dir().join("siw_mpa2crc_ib_write_bw_first400.pcapng"),
         false,
     );
     let full = shared_dir().join("siw_mpa2_ib_write_bw.pcap");
