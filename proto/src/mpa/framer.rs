@@ -34,7 +34,7 @@
 
 use core::fmt;
 
-use crate::wire::fpdu::{self, crc32c_append, crc_to_wire, MarkerRepr, MAX_ULPDU_LEN};
+use crate::wire::fpdu::{self, crc32c_append, crc_to_wire, MarkerRepr, MAX_ULPDU_LEN, MIN_MULPDU};
 
 /// Transmit-side settings, fixed when the MPA negotiation completes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,8 +46,9 @@ pub struct FramerConfig {
     /// MPA-4.4-13; any value is valid, MPA-4.1-4). Negotiated CRCs must be generated
     /// (MPA-7.1.1-12); leaving them on is always allowed (MPA-4.4-12).
     pub crc: bool,
-    /// The largest ULPDU accepted (MULPDU, normally [`fpdu::mulpdu`] of the EMSS). Values
-    /// above [`MAX_ULPDU_LEN`] are treated as [`MAX_ULPDU_LEN`] (MPA-3-5).
+    /// The largest ULPDU accepted (MULPDU, normally [`fpdu::mulpdu`] of the EMSS), clamped
+    /// to `128..=64768`: MPA never offers less than 128 (MPA-4.5-6, MPA-4.5-7) nor more than
+    /// 64768 (MPA-3-4, MPA-3-5).
     pub mulpdu: usize,
     /// Stream offset, counted from the first octet of FPDU mode, of the first octet this
     /// framer emits: 0 for a connection that just finished its MPA startup (so the first
@@ -122,7 +123,7 @@ impl Framer {
         Framer {
             markers: config.markers,
             crc: config.crc,
-            mulpdu: config.mulpdu.min(MAX_ULPDU_LEN),
+            mulpdu: clamp_mulpdu(config.mulpdu),
             stream_offset: config.stream_offset,
             fpdus: 0,
             ulpdu_octets: 0,
@@ -146,11 +147,12 @@ impl Framer {
     }
 
     /// Changes MULPDU, e.g. after an EMSS change or to fill the rest of a segment
-    /// (MPA-4.5-3, MPA-4.5-4); clamped to at most 64768 (MPA-3-4). Use
-    /// [`fpdu::mulpdu`] to derive it from an EMSS; values below 128 are honoured as given
-    /// so that a caller may shrink it to the room left in a segment.
+    /// (MPA-4.5-3, MPA-4.5-4), clamped to `128..=64768` (MPA-3-4, MPA-4.5-6, MPA-4.5-7).
+    /// Use [`fpdu::mulpdu`] to derive it from an EMSS. Packing a small FPDU into the room
+    /// left in a segment needs no MULPDU change: check [`fpdu_wire_len`](Self::fpdu_wire_len)
+    /// against the room instead.
     pub fn set_max_ulpdu_len(&mut self, mulpdu: usize) {
-        self.mulpdu = mulpdu.min(MAX_ULPDU_LEN);
+        self.mulpdu = clamp_mulpdu(mulpdu);
     }
 
     /// Sets MULPDU from an effective MSS with the marker-aware formula of mpa-08 §4.5
@@ -256,6 +258,10 @@ impl Framer {
 /// faster over long spans (the `crc32c` crate interleaves three streams over 768 octets and
 /// more), so the CRC runs over blocks of the output rather than over each run.
 const CRC_BLOCK: usize = 16 * 1024;
+
+fn clamp_mulpdu(mulpdu: usize) -> usize {
+    mulpdu.clamp(MIN_MULPDU, MAX_ULPDU_LEN)
+}
 
 /// Copies FPDU content into the output, inserting markers at their stream positions; the
 /// CRC follows the copy block by block over the written output (markers included).
@@ -371,6 +377,10 @@ mod tests {
         assert_eq!(f.fpdus(), 0);
         f.set_max_ulpdu_len(1_000_000);
         assert_eq!(f.max_ulpdu_len(), MAX_ULPDU_LEN);
+        // MPA-4.5-7: never below 128, even for the room left in a segment.
+        f.set_max_ulpdu_len(40);
+        assert_eq!(f.max_ulpdu_len(), MIN_MULPDU);
+        assert_eq!(f.emit(&[&big[..128]], &mut [0u8; 140]), Ok(136));
         f.set_emss(1460);
         assert_eq!(f.max_ulpdu_len(), 1454);
     }
