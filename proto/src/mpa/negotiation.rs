@@ -542,8 +542,9 @@ impl TxQueue {
     }
 }
 
-/// The responder's answer to a Rev 0 or Rev > 2 frame: we speak only IETF Rev 1 and 2
-/// (Rev 0 would mean DDP/RDMAP version 0, which we never send; mpa-08 Appendix C).
+/// Both sides' check of the peer's Rev (MPA-7.1.1-18/19): we work with IETF Rev 1 and 2
+/// only. Rev 0 (RDMA Consortium) would mean DDP/RDMAP version 0, which we never send
+/// (mpa-08 Appendix C); Rev 3 and above are unknown to us.
 fn check_rev(rev: u8) -> Result<(), NegotiationError> {
     if (1..=2).contains(&rev) {
         Ok(())
