@@ -216,6 +216,20 @@ impl DdpReceiver {
         self.queues.get(qn as usize).map(|q| q.expected_msn)
     }
 
+    /// Sets the MSN expected next on `qn` (for tests and for resuming a stream; a normal
+    /// stream never needs it). Fails for a QN outside `0..QUEUE_COUNT` or while a message
+    /// is in progress on the queue.
+    pub fn set_expected_msn(&mut self, qn: u32, msn: u32) -> Result<(), DdpError> {
+        match self.queues.get_mut(qn as usize) {
+            Some(q) if !q.in_progress => {
+                q.expected_msn = msn;
+                Ok(())
+            }
+            Some(_) => Err(DdpError::UntaggedMsnOutOfRange),
+            None => Err(DdpError::UntaggedInvalidQn),
+        }
+    }
+
     /// Validates one DDP segment (a whole MPA ULPDU) in the order of DDP-04 §7.1 and
     /// returns where its payload goes.
     ///
