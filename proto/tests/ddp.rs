@@ -211,6 +211,40 @@ fn wire_formats_vectors_from_the_segmenter() {
     }
 }
 
+/// WIRE-FORMATS §4.4: the ULPDU length of each message kind, as the segmenter builds it
+/// from the RDMAP header length (the RDMAP header rides at the start of the untagged
+/// payload, D+18).
+#[test]
+fn per_message_ulpdu_lengths_4_4() {
+    let mut sender = DdpSender::new();
+    // (control, qn or None for tagged, RDMAP header length, data length, ULPDU length)
+    let table: [(u8, Option<u32>, usize, u32, usize); 10] = [
+        (0x40, None, 0, 100, 14 + 100),    // RDMA Write
+        (0x42, None, 0, 0, 14),            // zero-length Read Response
+        (0x43, Some(0), 0, 100, 18 + 100), // Send
+        (0x43, Some(0), 0, 0, 18),         // zero-length Send
+        (0x41, Some(1), 28, 0, 46),        // Read Request
+        (0x47, Some(2), 4, 0, 22),         // shortest Terminate
+        (0x47, Some(2), 52, 0, 70),        // longest Terminate
+        (0x48, Some(0), 8, 0, 26),         // Immediate Data
+        (0x4A, Some(1), 52, 0, 70),        // Atomic Request
+        (0x4B, Some(3), 12, 0, 30),        // Atomic Response
+    ];
+    for (control, qn, hlen, dlen, ulpdu) in table {
+        let ulp = vec![0x77u8; hlen];
+        let mut s = match qn {
+            None => sender.tagged(control, 1, 0, &ulp, dlen, 1500).unwrap(),
+            Some(qn) => sender.untagged(control, 0, qn, &ulp, dlen, 1500).unwrap(),
+        };
+        let segs = run(&mut s, &vec![0u8; dlen as usize]);
+        assert_eq!(segs.len(), 1);
+        assert_eq!(segs[0].1.len(), ulpdu, "opcode {control:#x}");
+        assert_eq!(segs[0].1[1], control);
+        let d = if qn.is_some() { 18 } else { 14 };
+        assert_eq!(&segs[0].1[d..d + hlen], &ulp[..]);
+    }
+}
+
 /// DDP-4.1-8: reserved bits are not checked on receive.
 #[test]
 fn reserved_control_bits_are_not_checked() {
@@ -689,11 +723,6 @@ fn err_tagged_base_or_bounds() {
         );
         assert_eq!(p.payload_range(), 14..14 + len);
     }
-    // A header cut short cannot say where the payload goes.
-    assert_eq!(
-        reject(&[0x81, 0x40, 0, 0], &mem, &q),
-        DdpError::TaggedBaseOrBounds
-    );
 }
 
 /// DDP-7.1-14: the 64-bit sum of TO and length wraps → 0x1/0x03.
@@ -784,12 +813,6 @@ fn err_untagged_invalid_mo() {
         );
         assert_eq!(e, DdpError::UntaggedInvalidMo, "mo {mo} len {len}");
     }
-    // An empty ULPDU or a header cut short cannot say where the payload goes.
-    assert_eq!(reject(&[], &mem, &q), DdpError::UntaggedInvalidMo);
-    assert_eq!(
-        reject(&[0x41, 0x43, 0, 0], &mem, &q),
-        DdpError::UntaggedInvalidMo
-    );
 }
 
 /// DDP-4.1-6: the L = 1 segment must carry the highest MO; an earlier segment that reached
@@ -838,25 +861,48 @@ fn err_untagged_too_long() {
     assert_eq!(e, DdpError::UntaggedTooLong);
 }
 
-/// `LocalCatastrophic` is a local condition, never a verdict on received bytes: no
-/// segment produces it (checked over every control octet, with and without buffers).
+/// A segment shorter than the header its T bit announces (or empty) has no header to
+/// judge or to copy into the Terminate: 0x1/0x0/0x00 local catastrophic, the one DDP error
+/// whose Terminate carries no DDP header (DDP-6.2.2-1). Checked over every control octet
+/// with DV 1: exactly the short segments get it, and no full-length one does.
 #[test]
-fn local_catastrophic_is_never_a_segment_verdict() {
+fn err_local_catastrophic_for_truncated_header() {
     let mem = ToyMem::with(0, 0, 10);
     let full = ToyQueues::with_buffers(&[(0, 10), (1, 10), (2, 10), (3, 10)]);
     let empty = ToyQueues::with_buffers(&[]);
-    for control in 0..=255u8 {
-        for len in [0usize, 1, 13, 14, 17, 18, 30] {
+    assert_eq!(reject(&[], &mem, &full), DdpError::LocalCatastrophic);
+    assert_eq!(
+        reject(&[0x81, 0x40, 0, 0], &mem, &full),
+        DdpError::LocalCatastrophic
+    );
+    assert_eq!(
+        reject(&[0x41; 17], &mem, &full),
+        DdpError::LocalCatastrophic
+    );
+    assert_eq!(
+        reject(&[0xC1; 13], &mem, &full),
+        DdpError::LocalCatastrophic
+    );
+    for control in (0..=255u8).filter(|c| c & 0x03 == 1) {
+        for len in [1usize, 13, 14, 17, 18, 30] {
             let mut bytes = vec![0u8; len];
-            if let Some(b) = bytes.first_mut() {
-                *b = control;
-            }
+            bytes[0] = control;
+            let need = if control & 0x80 != 0 { 14 } else { 18 };
             for q in [&full, &empty] {
                 let r = DdpReceiver::new(DDP_VERSION).handle_segment(&bytes, &mem, q);
-                assert_ne!(r, Err(DdpError::LocalCatastrophic));
+                assert_eq!(
+                    r == Err(DdpError::LocalCatastrophic),
+                    len < need,
+                    "control {control:#x} len {len}: {r:?}"
+                );
             }
         }
     }
+    assert!(!DdpError::LocalCatastrophic
+        .terminate_code()
+        .decode()
+        .map(|e| e.terminate_headers().ddp)
+        .unwrap());
 }
 
 // --- accepted segments --------------------------------------------------------------------
@@ -1103,6 +1149,13 @@ proptest! {
             repr.emit_into(&mut again).unwrap();
             prop_assert_eq!(again[0], bytes[0] & !0x3C);
             prop_assert_eq!(&again[1..], &bytes[1..repr.buffer_len()]);
+        }
+        // handle_header on a parsed header agrees with handle_segment on the bytes.
+        if let Ok(view) = DdpSegment::new_checked(&bytes[..]) {
+            let repr = DdpRepr::parse(&view).unwrap();
+            let a = DdpReceiver::new(1).handle_segment(&bytes, &Permissive, &Permissive);
+            let b = DdpReceiver::new(1).handle_header(&repr, view.payload_len(), &Permissive, &Permissive);
+            prop_assert_eq!(a, b);
         }
         for version in [0u8, 1] {
             let mut rx = DdpReceiver::new(version);

@@ -6,10 +6,11 @@
 //! traits, so this module stays pure and does the arithmetic and the check order itself.
 //!
 //! ## Check order
-//! 1. Length 0 (no control octet): reported as invalid MO (there is no header to judge).
-//! 2. DV against the stream's version, per model: invalid DDP version (DDP-4.1-10).
-//! 3. Header truncated: tagged → base or bounds, untagged → invalid MO (no error number of
-//!    its own; the fields that locate the payload are missing).
+//! 1. DV against the stream's version, per model: invalid DDP version (DDP-4.1-10).
+//! 2. Shorter than the header the T bit announces (or empty): DDP local catastrophic
+//!    error. No DDP code fits a header that is not there, and this is the one DDP error
+//!    whose Terminate copies no DDP header, which a truncated segment does not have
+//!    (RDMAP-06 Figure 10). `wire::segment` in the RDMAP layer makes the same choice.
 //! 4. Tagged, non-zero length only (DDP-5.2-11): STag valid/associated/placement allowed
 //!    (engine, DDP-7.1-10/11, DDP-8.2-*), TO in range (DDP-7.1-12), 64-bit TO + length does
 //!    not wrap (DDP-7.1-14), TO + length in range (DDP-7.1-13).
@@ -247,43 +248,66 @@ impl DdpReceiver {
         if self.failed.is_some() {
             return Ok(None);
         }
-        match self.validate(segment, tagged, untagged) {
-            Ok(p) => Ok(Some(p)),
-            Err(e) => {
-                self.failed = Some(e);
-                Err(e)
+        // DDP-4.1-10: one version per stream, judged before anything else.
+        if let Some(&control) = segment.first() {
+            let first = [control];
+            let view = DdpSegment::new_unchecked(&first[..]);
+            if view.version() != self.version {
+                return Err(self.fail(if view.tagged() {
+                    DdpError::TaggedInvalidVersion
+                } else {
+                    DdpError::UntaggedInvalidVersion
+                }));
             }
         }
+        let parsed = DdpSegment::new_checked(segment)
+            .and_then(|view| Ok((DdpRepr::parse(&view)?, view.payload_len())));
+        match parsed {
+            Ok((repr, payload_len)) => self.handle_header(&repr, payload_len, tagged, untagged),
+            Err(_) => Err(self.fail(DdpError::LocalCatastrophic)),
+        }
+    }
+
+    /// Like [`handle_segment`](Self::handle_segment), for a caller that has parsed the
+    /// DDP header already (e.g. the RDMAP segment decoder): `payload_len` is the segment
+    /// length minus the DDP header length (any RDMAP header counts as DDP payload). The
+    /// placement's `payload_offset` is the DDP header length.
+    pub fn handle_header<T: TaggedBuffers + ?Sized, U: UntaggedBuffers + ?Sized>(
+        &mut self,
+        repr: &DdpRepr,
+        payload_len: usize,
+        tagged: &T,
+        untagged: &U,
+    ) -> Result<Option<Placement>, DdpError> {
+        if self.failed.is_some() {
+            return Ok(None);
+        }
+        match self.validate(repr, payload_len, tagged, untagged) {
+            Ok(p) => Ok(Some(p)),
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    fn fail(&mut self, e: DdpError) -> DdpError {
+        self.failed = Some(e);
+        e
     }
 
     fn validate<T: TaggedBuffers + ?Sized, U: UntaggedBuffers + ?Sized>(
         &mut self,
-        segment: &[u8],
+        repr: &DdpRepr,
+        payload_len: usize,
         tagged: &T,
         untagged: &U,
     ) -> Result<Placement, DdpError> {
-        if segment.is_empty() {
-            return Err(DdpError::UntaggedInvalidMo);
-        }
-        let view = DdpSegment::new_unchecked(segment);
-        let is_tagged = view.tagged();
-        if view.version() != self.version {
-            return Err(if is_tagged {
+        if repr.version != self.version {
+            return Err(if repr.buffer.is_tagged() {
                 DdpError::TaggedInvalidVersion
             } else {
                 DdpError::UntaggedInvalidVersion
             });
         }
-        let view = DdpSegment::new_checked(segment).map_err(|_| {
-            if is_tagged {
-                DdpError::TaggedBaseOrBounds
-            } else {
-                DdpError::UntaggedInvalidMo
-            }
-        })?;
-        let repr = DdpRepr::parse(&view).map_err(|_| DdpError::LocalCatastrophic)?;
-        let payload_offset = view.header_len();
-        let payload_len = view.payload_len();
+        let payload_offset = repr.header_len();
         match repr.buffer {
             DdpBuffer::Tagged { stag, to } => {
                 if payload_len > 0 {
