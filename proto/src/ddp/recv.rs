@@ -11,13 +11,17 @@
 //!    error. No DDP code fits a header that is not there, and this is the one DDP error
 //!    whose Terminate copies no DDP header, which a truncated segment does not have
 //!    (RDMAP-06 Figure 10). `wire::segment` in the RDMAP layer makes the same choice.
-//! 4. Tagged, non-zero length only (DDP-5.2-11): STag valid/associated/placement allowed
+//! 3. Tagged, non-zero length only (DDP-5.2-11): STag valid/associated/placement allowed
 //!    (engine, DDP-7.1-10/11, DDP-8.2-*), TO in range (DDP-7.1-12), 64-bit TO + length does
-//!    not wrap (DDP-7.1-14), TO + length in range (DDP-7.1-13).
-//! 5. Untagged: QN valid (DDP-7.1-1), MSN is the expected one (DDP-7.1-5), a buffer is
+//!    not wrap (DDP-7.1-14), TO + length in range (DDP-7.1-13). Wrap comes before the end
+//!    bound because a wrapped end cannot be compared; a wrapping segment is reported as
+//!    TO wrap rather than as a bounds violation.
+//! 4. Untagged: QN valid (DDP-7.1-1), MSN is the expected one (DDP-7.1-5), a buffer is
 //!    posted for it (DDP-7.1-2), MO inside the buffer (DDP-7.1-3), MO + length inside the
 //!    buffer and below 2^32 (DDP-7.1-4, DDP-5.2-3), and on L = 1 no earlier segment of the
-//!    message reached further than MO + length (DDP-4.1-6).
+//!    message reached further than MO + length (DDP-4.1-6). The MSN is judged before the
+//!    buffer, unlike the draft's numbering, because the buffer is found by the MSN; Linux
+//!    siw checks in the same order (QN, MSN, MO, length).
 //!
 //! After the first error the receiver is failed: every later segment is dropped silently
 //! (DDP-7.1-17) and [`DdpReceiver::handle_segment`] returns `Ok(None)` for it.
@@ -121,7 +125,7 @@ pub struct TaggedPlacement {
 pub struct UntaggedPlacement {
     /// The octet at D+1 (RDMAP's control octet), for the ULP (DDP-4.3-3).
     pub rsvd_ulp: u8,
-    /// RsvdULP[8:39] (RDMAP's Invalidate STag), from this segment (DDP-4.3-5 allows any).
+    /// RsvdULP\[8:39\] (RDMAP's Invalidate STag), from this segment (DDP-4.3-5 allows any).
     pub rsvd_ulp2: u32,
     /// Queue Number.
     pub qn: u32,

@@ -102,7 +102,7 @@ impl DdpSender {
     /// Starts an untagged message on queue `qn` and consumes its MSN (DDP-4.3-7..9).
     ///
     /// `rsvd_ulp` is the octet at D+1 (RDMAP's control octet) and `rsvd_ulp2` is
-    /// RsvdULP[8:39] (RDMAP's Invalidate STag, or 0); DDP copies both into every segment
+    /// RsvdULP\[8:39\] (RDMAP's Invalidate STag, or 0); DDP copies both into every segment
     /// unchanged (DDP-4.3-2, DDP-4.3-4). The message is `ulp_header` followed by
     /// `payload_len` octets of data. On error no MSN is consumed.
     pub fn untagged(
