@@ -5,8 +5,8 @@
 
 use proptest::prelude::*;
 use warpcore_proto::ddp::{
-    DdpReceiver, DdpSender, Placement, Segment, SegmentError, Segmenter, TaggedBuffers,
-    TaggedFault, TaggedRegion, UntaggedBuffers, MAX_SEGMENT_HEADER_LEN, MAX_ULP_HEADER_LEN,
+    DdpReceiver, DdpSender, Placement, SegmentationError, Segmenter, TaggedBuffers, TaggedFault,
+    TaggedRegion, TxSegment, UntaggedBuffers, MAX_SEGMENT_HEADER_LEN, MAX_ULP_HEADER_LEN,
     QUEUE_COUNT,
 };
 use warpcore_proto::error::DdpError;
@@ -56,7 +56,7 @@ fn segment(repr: &DdpRepr, payload: &[u8]) -> Vec<u8> {
 }
 
 /// Runs a segmenter to the end, returning each segment's descriptor and its ULPDU bytes.
-fn run(seg: &mut Segmenter, data: &[u8]) -> Vec<(Segment, Vec<u8>)> {
+fn run(seg: &mut Segmenter, data: &[u8]) -> Vec<(TxSegment, Vec<u8>)> {
     let mut out = Vec::new();
     let mut hdr = [0u8; MAX_SEGMENT_HEADER_LEN];
     loop {
@@ -439,7 +439,7 @@ fn msn_wraps_to_zero() {
         }
     }
     assert_eq!(msns, [0xFFFF_FFFF, 0, 1]);
-    assert_eq!(sender.set_next_msn(9, 1), Err(SegmentError::InvalidQn));
+    assert_eq!(sender.set_next_msn(9, 1), Err(SegmentationError::InvalidQn));
 }
 
 /// The RDMAP header travels at the start of the untagged payload; MO counts it
@@ -482,7 +482,7 @@ fn mulpdu_change_applies_to_later_segments() {
     let mut hdr = [0u8; MAX_SEGMENT_HEADER_LEN];
     let first = s.next_segment(&mut hdr).unwrap().unwrap();
     assert_eq!(first.payload_len, 100);
-    assert_eq!(s.set_mulpdu(14), Err(SegmentError::MulpduTooSmall));
+    assert_eq!(s.set_mulpdu(14), Err(SegmentationError::MulpduTooSmall));
     s.set_mulpdu(14 + 300).unwrap();
     let rest = run(&mut s, &data);
     let lens: Vec<u32> = rest.iter().map(|(s, _)| s.payload_len).collect();
@@ -497,11 +497,11 @@ fn segmentation_errors() {
     // DDP-5.2-2: MULPDU must leave room for payload.
     assert_eq!(
         sender.untagged(0x43, 0, 0, &[], 10, 18).unwrap_err(),
-        SegmentError::MulpduTooSmall
+        SegmentationError::MulpduTooSmall
     );
     assert_eq!(
         sender.tagged(0x40, 0, 0, &[], 10, 14).unwrap_err(),
-        SegmentError::MulpduTooSmall
+        SegmentationError::MulpduTooSmall
     );
     assert!(sender.tagged(0x40, 0, 0, &[], 10, 15).is_ok());
     // DDP-5.2-3: message shorter than 2^32 (header counts).
@@ -511,22 +511,22 @@ fn segmentation_errors() {
         sender
             .untagged(0x41, 0, 1, &[0; 28], u32::MAX, 1500)
             .unwrap_err(),
-        SegmentError::MessageTooLong
+        SegmentationError::MessageTooLong
     );
     assert_eq!(
         sender.untagged(0x43, 0, 4, &[], 1, 1500).unwrap_err(),
-        SegmentError::InvalidQn
+        SegmentationError::InvalidQn
     );
     assert_eq!(
         sender
             .untagged(0x43, 0, 0, &[0; MAX_ULP_HEADER_LEN + 1], 1, 1500)
             .unwrap_err(),
-        SegmentError::UlpHeaderTooLong
+        SegmentationError::UlpHeaderTooLong
     );
     // DDP-7.1-14 seen from the sender: TO + length must not wrap 64 bits.
     assert_eq!(
         sender.tagged(0x40, 0, u64::MAX, &[], 1, 1500).unwrap_err(),
-        SegmentError::ToWrap
+        SegmentationError::ToWrap
     );
     assert!(sender.tagged(0x40, 0, u64::MAX - 1, &[], 1, 1500).is_ok());
     // A zero-length message at the top of the TO space places nothing: allowed.
@@ -537,7 +537,7 @@ fn segmentation_errors() {
     let mut s = sender.untagged(0x41, 0, 1, &[0; 28], 0, 1500).unwrap();
     assert_eq!(
         s.next_segment(&mut [0u8; 18 + 27]),
-        Err(SegmentError::BufferTooSmall)
+        Err(SegmentationError::BufferTooSmall)
     );
     assert_eq!(s.remaining(), 28);
     assert!(s.next_segment(&mut [0u8; 18 + 28]).unwrap().is_some());

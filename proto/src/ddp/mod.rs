@@ -54,7 +54,7 @@ pub use recv::{
     UntaggedBuffers, UntaggedPlacement,
 };
 pub use send::{
-    DdpSender, Segment, SegmentError, Segmenter, MAX_SEGMENT_HEADER_LEN, MAX_ULP_HEADER_LEN,
+    DdpSender, SegmentationError, Segmenter, TxSegment, MAX_SEGMENT_HEADER_LEN, MAX_ULP_HEADER_LEN,
 };
 
 /// Number of untagged queues DDP keeps state for: QN 0 (Send), 1 (Read and Atomic

@@ -27,7 +27,7 @@ pub const MAX_SEGMENT_HEADER_LEN: usize = MAX_HEADER_LEN + MAX_ULP_HEADER_LEN;
 /// Why a message cannot be segmented. These are local errors (the caller's arguments),
 /// never protocol errors: nothing has been sent and no MSN has been consumed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SegmentError {
+pub enum SegmentationError {
     /// MULPDU leaves no room for a single payload octet after the DDP header, so no message
     /// with data could ever be sent (DDP-5.2-2).
     MulpduTooSmall,
@@ -44,20 +44,20 @@ pub enum SegmentError {
     BufferTooSmall,
 }
 
-impl fmt::Display for SegmentError {
+impl fmt::Display for SegmentationError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            SegmentError::MulpduTooSmall => "MULPDU leaves no room for payload",
-            SegmentError::MessageTooLong => "ULP message is 2^32 octets or longer",
-            SegmentError::InvalidQn => "queue number out of range",
-            SegmentError::UlpHeaderTooLong => "ULP header too long",
-            SegmentError::ToWrap => "initial TO plus message length wraps 64 bits",
-            SegmentError::BufferTooSmall => "header buffer too small",
+            SegmentationError::MulpduTooSmall => "MULPDU leaves no room for payload",
+            SegmentationError::MessageTooLong => "ULP message is 2^32 octets or longer",
+            SegmentationError::InvalidQn => "queue number out of range",
+            SegmentationError::UlpHeaderTooLong => "ULP header too long",
+            SegmentationError::ToWrap => "initial TO plus message length wraps 64 bits",
+            SegmentationError::BufferTooSmall => "header buffer too small",
         })
     }
 }
 
-impl std::error::Error for SegmentError {}
+impl std::error::Error for SegmentationError {}
 
 /// Per-stream DDP send state: the next MSN of each untagged queue.
 ///
@@ -89,12 +89,12 @@ impl DdpSender {
     }
 
     /// Sets the next MSN of `qn` (for tests and for resuming a stream; a normal stream never
-    /// needs it). Returns [`SegmentError::InvalidQn`] for a QN outside `0..QUEUE_COUNT`.
-    pub fn set_next_msn(&mut self, qn: u32, msn: u32) -> Result<(), SegmentError> {
+    /// needs it). Returns [`SegmentationError::InvalidQn`] for a QN outside `0..QUEUE_COUNT`.
+    pub fn set_next_msn(&mut self, qn: u32, msn: u32) -> Result<(), SegmentationError> {
         let slot = self
             .next_msn
             .get_mut(qn as usize)
-            .ok_or(SegmentError::InvalidQn)?;
+            .ok_or(SegmentationError::InvalidQn)?;
         *slot = msn;
         Ok(())
     }
@@ -113,8 +113,8 @@ impl DdpSender {
         ulp_header: &[u8],
         payload_len: u32,
         mulpdu: usize,
-    ) -> Result<Segmenter, SegmentError> {
-        let msn = self.next_msn(qn).ok_or(SegmentError::InvalidQn)?;
+    ) -> Result<Segmenter, SegmentationError> {
+        let msn = self.next_msn(qn).ok_or(SegmentationError::InvalidQn)?;
         let segmenter = Segmenter::new(
             rsvd_ulp,
             DdpBuffer::Untagged {
@@ -142,7 +142,7 @@ impl DdpSender {
         ulp_header: &[u8],
         payload_len: u32,
         mulpdu: usize,
-    ) -> Result<Segmenter, SegmentError> {
+    ) -> Result<Segmenter, SegmentationError> {
         Segmenter::new(
             rsvd_ulp,
             DdpBuffer::Tagged { stag, to },
@@ -158,7 +158,7 @@ impl DdpSender {
 /// The DDP segment (the MPA ULPDU) is the first `header_len` octets of the caller buffer
 /// followed by `payload_len` octets of the message data starting at `payload_offset`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Segment {
+pub struct TxSegment {
     /// The DDP header of this segment (MO or TO already advanced, L set on the last).
     pub repr: DdpRepr,
     /// Octets written into the caller buffer: the DDP header plus the ULP header octets
@@ -170,7 +170,7 @@ pub struct Segment {
     pub payload_len: u32,
 }
 
-impl Segment {
+impl TxSegment {
     /// The segment length the MPA framer puts in ULPDU_Length: header octets plus data.
     pub fn ulpdu_len(&self) -> usize {
         self.header_len + self.payload_len as usize
@@ -210,19 +210,19 @@ impl Segmenter {
         ulp_header: &[u8],
         payload_len: u32,
         mulpdu: usize,
-    ) -> Result<Segmenter, SegmentError> {
+    ) -> Result<Segmenter, SegmentationError> {
         if ulp_header.len() > MAX_ULP_HEADER_LEN {
-            return Err(SegmentError::UlpHeaderTooLong);
+            return Err(SegmentationError::UlpHeaderTooLong);
         }
         check_mulpdu(buffer.header_len(), mulpdu)?;
         // DDP-5.2-3: the ULP message is shorter than 2^32 octets.
         let message_len = u32::try_from(ulp_header.len() as u64 + u64::from(payload_len))
-            .map_err(|_| SegmentError::MessageTooLong)?;
+            .map_err(|_| SegmentationError::MessageTooLong)?;
         if let DdpBuffer::Tagged { to, .. } = buffer {
             // The last octet sits at to + message_len - 1; refuse what the sink would
             // report as TO wrap (the 64-bit sum of TO and length must not wrap, DDP-7.1-14).
             if message_len > 0 && to.checked_add(u64::from(message_len)).is_none() {
-                return Err(SegmentError::ToWrap);
+                return Err(SegmentationError::ToWrap);
             }
         }
         let mut header = [0u8; MAX_ULP_HEADER_LEN];
@@ -241,7 +241,7 @@ impl Segmenter {
 
     /// Changes MULPDU for the segments not yet produced (the LLP may change it at any time,
     /// DDP-3-1; segments already produced are not re-cut, DDP-3-2).
-    pub fn set_mulpdu(&mut self, mulpdu: usize) -> Result<(), SegmentError> {
+    pub fn set_mulpdu(&mut self, mulpdu: usize) -> Result<(), SegmentationError> {
         check_mulpdu(self.buffer.header_len(), mulpdu)?;
         self.mulpdu = mulpdu;
         Ok(())
@@ -286,14 +286,17 @@ impl Segmenter {
 
     /// Produces the next segment: writes its DDP header and the ULP header octets it
     /// carries into `header_buf` and returns where its data comes from. Returns `Ok(None)`
-    /// once the message is done, and [`SegmentError::BufferTooSmall`] (without advancing) if
+    /// once the message is done, and [`SegmentationError::BufferTooSmall`] (without advancing) if
     /// `header_buf` is shorter than [`header_buf_len`](Self::header_buf_len).
-    pub fn next_segment(&mut self, header_buf: &mut [u8]) -> Result<Option<Segment>, SegmentError> {
+    pub fn next_segment(
+        &mut self,
+        header_buf: &mut [u8],
+    ) -> Result<Option<TxSegment>, SegmentationError> {
         if self.done {
             return Ok(None);
         }
         if header_buf.len() < self.header_buf_len() {
-            return Err(SegmentError::BufferTooSmall);
+            return Err(SegmentationError::BufferTooSmall);
         }
         let start = self.offset;
         let chunk = self.chunk_len();
@@ -338,7 +341,7 @@ impl Segmenter {
 
         self.offset = end;
         self.done = last;
-        Ok(Some(Segment {
+        Ok(Some(TxSegment {
             repr,
             header_len: ddp_len + ulp_part.len(),
             payload_offset,
@@ -347,9 +350,9 @@ impl Segmenter {
     }
 }
 
-fn check_mulpdu(header_len: usize, mulpdu: usize) -> Result<(), SegmentError> {
+fn check_mulpdu(header_len: usize, mulpdu: usize) -> Result<(), SegmentationError> {
     if mulpdu <= header_len {
-        Err(SegmentError::MulpduTooSmall)
+        Err(SegmentationError::MulpduTooSmall)
     } else {
         Ok(())
     }
