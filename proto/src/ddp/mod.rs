@@ -20,15 +20,19 @@
 //! while let Some(s) = seg.next_segment(&mut hdr).unwrap() {
 //!     let head = &hdr[..s.header_len];
 //!     let body = &data[s.payload_offset as usize..][..s.payload_len as usize];
-//!     // framer.push_ulpdu(&[head, body]) gathers both into one FPDU.
+//!     // The MPA framer gathers both into one FPDU: framer.emit(&[head, body], out).
 //!     assert!(head.len() + body.len() <= 1500);
 //!     sent += body.len();
 //! }
 //! assert_eq!(sent, 3000);
 //! ```
 //!
-//! [`Segmenter::next_ulpdu_len`] tells the size of the next segment before committing, so
-//! the engine can stop when the TCP transmit buffer is full and resume later.
+//! MULPDU is the framer's `max_ulpdu_len()` (`wire::fpdu::mulpdu`); the framer's minimum of
+//! 128 octets means an RDMAP header (at most 52 octets) always travels whole in the first
+//! segment, although the segmenter would split one correctly. [`Segmenter::next_ulpdu_len`]
+//! tells the size of the next segment before committing (the framer's `fpdu_wire_len` turns
+//! it into transmit space), so the engine can stop when the TCP transmit buffer is full and
+//! resume later with the same [`Segmenter`].
 //!
 //! ## Receive ([`DdpReceiver`])
 //! One [`DdpReceiver`] per stream. For each ULPDU the MPA deframer yields, the engine calls
