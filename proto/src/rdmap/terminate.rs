@@ -3,7 +3,7 @@
 //!
 //! ## What a Terminate we send carries
 //!
-//! It is a complete untagged segment on QN 2 with MSN 1 and MO 0, L = 1, and RsvdULP[8:39]
+//! It is a complete untagged segment on QN 2 with MSN 1 and MO 0, L = 1, and `RsvdULP[8:39]`
 //! zero, as Linux siw sends it (RDMAP-5.4-1, RDMAP-5.4-2, RDMAP-4.1-9; only one Terminate
 //! per stream, so its MSN is always 1). The MPA framer adds length, pad and CRC. Its header
 //! is variable-length: parts that are absent are left out and their flag is clear

@@ -185,14 +185,14 @@ impl std::error::Error for SegmentError {}
 /// The DDP and RDMAP versions are not fields: parsing accepts only 01b and emitting writes
 /// 01b. The reserved bits of both control octets are ignored on receive and sent as zero
 /// (DDP-4.1-8, RDMAP-4.1-8), so `emit` after `parse` reproduces the segment except for
-/// them. For untagged segments the RsvdULP[8:39] field (`DdpBuffer::Untagged::rsvd_ulp2`)
+/// them. For untagged segments the `RsvdULP[8:39]` field (`DdpBuffer::Untagged::rsvd_ulp2`)
 /// holds the Invalidate STag of the invalidating Sends and is kept as received for every
 /// other opcode, where it is ignored (RDMAP-4.1-9, EXT-4.1-3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SegmentRepr {
     /// The DDP L flag: the last segment of the message.
     pub last: bool,
-    /// Buffer model and addressing (STag/TO, or QN/MSN/MO and RsvdULP[8:39]).
+    /// Buffer model and addressing (STag/TO, or QN/MSN/MO and `RsvdULP[8:39]`).
     pub buffer: DdpBuffer,
     /// The RDMAP opcode.
     pub opcode: Opcode,
