@@ -987,8 +987,8 @@ mod reads {
     use super::*;
     use warpcore_proto::rdmap::*;
 
-    const REGION: TaggedRegion = TaggedRegion {
-        base_to: 0x1000,
+    const REGION: AccessRegion = AccessRegion {
+        base: 0x1000,
         len: 0x1000,
         remote_read: true,
         remote_write: false,
@@ -1008,7 +1008,7 @@ mod reads {
     /// Read Response and the source is not validated (the lookup is never called).
     #[test]
     fn zero_size_read_skips_validation() {
-        let plan = handle_read_request(&req(0, u64::MAX), |_| -> Result<TaggedRegion, StagFault> {
+        let plan = handle_read_request(&req(0, u64::MAX), |_| -> Result<AccessRegion, StagFault> {
             panic!("lookup called for a zero-length Read Request")
         })
         .unwrap();
@@ -1071,7 +1071,7 @@ mod reads {
     /// RDMAP-7.2-9..13 with the codes of WIRE-FORMATS §4.5.
     #[test]
     fn source_validation_error_mapping() {
-        let cases: [(Result<TaggedRegion, StagFault>, u32, u64, RdmapError); 7] = [
+        let cases: [(Result<AccessRegion, StagFault>, u32, u64, RdmapError); 7] = [
             (Err(StagFault::Invalid), 1, 0x1000, RdmapError::InvalidStag),
             (
                 Err(StagFault::NotAssociated),
@@ -1080,7 +1080,7 @@ mod reads {
                 RdmapError::StagNotAssociated,
             ),
             (
-                Ok(TaggedRegion {
+                Ok(AccessRegion {
                     remote_read: false,
                     ..REGION
                 }),
@@ -1104,8 +1104,8 @@ mod reads {
         assert!(handle_read_request(&req(0x1000, 0x1000), |_| Ok(REGION)).is_ok());
         assert!(handle_read_request(&req(1, 0x1FFF), |_| Ok(REGION)).is_ok());
         // A range ending exactly at 2^64 does not wrap.
-        let top = TaggedRegion {
-            base_to: u64::MAX - 15,
+        let top = AccessRegion {
+            base: u64::MAX - 15,
             len: 16,
             ..REGION
         };

@@ -6,9 +6,9 @@
 //!
 //! - [`check_inbound`]: per-message receive checks on a decoded segment (RFC 7306 support,
 //!   control messages that must be a single segment).
-//! - [`check_remote_access`] and [`invalidate_error`]: STag checks with the remote
+//! - [`check_remote_access`], [`check_write_access`] and [`invalidate_error`]: STag checks with the remote
 //!   protection error mapping; the STag table itself belongs to the engine, which answers a
-//!   lookup with a [`TaggedRegion`] or a [`StagFault`].
+//!   lookup with an [`AccessRegion`] or a [`StagFault`].
 //! - [`read`]: Read Request validation, the Read Response plan, IRD accounting.
 //! - [`atomic`]: FetchAdd and CmpSwap on a 64-bit word, alignment and AOpCode checks.
 //! - [`terminate`]: Terminate construction from any [`ProtocolError`] plus the offending
@@ -23,7 +23,7 @@ pub mod terminate;
 pub use read::{handle_read_request, InboundReadQueue, ReadResponsePlan};
 pub use terminate::{emit_terminate, terminate_header, Offending, TerminateReport};
 
-use crate::error::{ProtocolError, RdmapError};
+use crate::error::{DdpError, ProtocolError, RdmapError};
 use crate::wire::ddp::DdpBuffer;
 use crate::wire::rdmap::Opcode;
 use crate::wire::segment::SegmentRepr;
@@ -73,11 +73,14 @@ pub fn check_inbound(seg: &SegmentRepr, config: &RdmapConfig) -> Result<(), Prot
     Ok(())
 }
 
-/// What the engine's STag table knows about a tagged buffer that is valid for this stream.
+/// What the engine's STag table knows about a tagged buffer that is valid for this stream:
+/// its legal TO range (as in [`crate::ddp::TaggedRegion`]) and its remote access rights,
+/// which RDMAP checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct TaggedRegion {
-    /// The lowest valid Tagged Offset of the buffer.
-    pub base_to: u64,
+pub struct AccessRegion {
+    /// The lowest legal Tagged Offset of the buffer (0 for zero-based regions, the virtual
+    /// address otherwise).
+    pub base: u64,
     /// The buffer length in octets.
     pub len: u64,
     /// Remote reads (Read Requests, atomics) are allowed.
@@ -119,7 +122,7 @@ pub enum Access {
 /// bounds check so that the bounds arithmetic never wraps. `len == 0` passes checks 4-5
 /// if `to` lies within the buffer or at its end.
 pub fn check_remote_access(
-    lookup: Result<TaggedRegion, StagFault>,
+    lookup: Result<AccessRegion, StagFault>,
     to: u64,
     len: u64,
     access: Access,
@@ -142,12 +145,29 @@ pub fn check_remote_access(
     }
     let start = u128::from(to);
     let end = start + u128::from(len);
-    let base = u128::from(region.base_to);
+    let base = u128::from(region.base);
     let limit = base + u128::from(region.len);
     if start < base || end > limit {
         return Err(RdmapError::BaseOrBounds);
     }
     Ok(())
+}
+
+/// The access check for the target of an inbound RDMA Write (RDMAP-8.1.1-6): the buffer
+/// must allow remote writes.
+///
+/// A Write cannot cause an RDMAP remote protection error (RDMAP-06 Figure 10 lists only
+/// Read Requests and the invalidating Sends), so a violation is a DDP tagged buffer error.
+/// DDP has no code for it (WIRE-FORMATS §3.5, "tagged check 2"); like Linux siw
+/// (`siw_tagged_error` maps a permission failure to invalid STag) we report
+/// [`DdpError::TaggedInvalidStag`], 0x1/0x1/0x00. STag validity and bounds of a Write are
+/// DDP's checks ([`crate::ddp`]).
+pub const fn check_write_access(region: &AccessRegion) -> Result<(), DdpError> {
+    if region.remote_write {
+        Ok(())
+    } else {
+        Err(DdpError::TaggedInvalidStag)
+    }
 }
 
 /// Why a remote invalidation (Send with Invalidate) failed.

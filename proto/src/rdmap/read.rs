@@ -2,7 +2,7 @@
 //! §7.2; RFC 7306 §5.2; WIRE-FORMATS §4.5).
 
 use crate::error::RdmapError;
-use crate::rdmap::{check_remote_access, Access, StagFault, TaggedRegion};
+use crate::rdmap::{check_remote_access, Access, StagFault, AccessRegion};
 use crate::wire::ddp::DdpBuffer;
 use crate::wire::rdmap::{Opcode, ReadRequestRepr};
 use crate::wire::segment::{RdmapHeader, SegmentRepr};
@@ -69,7 +69,7 @@ impl ReadResponsePlan {
 /// ([`crate::rdmap::terminate::terminate_header`]).
 pub fn handle_read_request(
     req: &ReadRequestRepr,
-    lookup: impl FnOnce(u32) -> Result<TaggedRegion, StagFault>,
+    lookup: impl FnOnce(u32) -> Result<AccessRegion, StagFault>,
 ) -> Result<ReadResponsePlan, RdmapError> {
     if req.read_size != 0 {
         check_remote_access(
