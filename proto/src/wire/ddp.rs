@@ -148,7 +148,7 @@ impl<T: AsRef<[u8]>> DdpSegment<T> {
         self.control() & field::DV_MASK
     }
 
-    /// RsvdULP (tagged) or RsvdULP[0:7] (untagged): the octet at D+1, opaque to DDP.
+    /// RsvdULP (tagged) or RsvdULP\[0:7\] (untagged): the octet at D+1, opaque to DDP.
     /// RDMAP keeps its own control octet here.
     pub fn rsvd_ulp(&self) -> u8 {
         self.buffer.as_ref()[field::RSVD_ULP]
@@ -166,7 +166,7 @@ impl<T: AsRef<[u8]>> DdpSegment<T> {
             .then(|| read_u64(self.buffer.as_ref(), field::TO))
     }
 
-    /// RsvdULP[8:39] of an untagged segment (RDMAP's Invalidate STag); `None` if tagged.
+    /// RsvdULP\[8:39\] of an untagged segment (RDMAP's Invalidate STag); `None` if tagged.
     pub fn rsvd_ulp2(&self) -> Option<u32> {
         (!self.tagged()).then(|| read_u32(self.buffer.as_ref(), field::RSVD_ULP2))
     }
@@ -242,7 +242,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> DdpSegment<T> {
         self.update_control(field::DV_MASK, value);
     }
 
-    /// Sets the octet at D+1 (RsvdULP / RsvdULP[0:7]).
+    /// Sets the octet at D+1 (RsvdULP / RsvdULP\[0:7\]).
     pub fn set_rsvd_ulp(&mut self, value: u8) {
         self.data_mut()[field::RSVD_ULP] = value;
     }
@@ -257,7 +257,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> DdpSegment<T> {
         self.data_mut()[field::TO].copy_from_slice(&value.to_be_bytes());
     }
 
-    /// Sets RsvdULP[8:39] (untagged layout, D+2..D+6).
+    /// Sets RsvdULP\[8:39\] (untagged layout, D+2..D+6).
     pub fn set_rsvd_ulp2(&mut self, value: u32) {
         self.data_mut()[field::RSVD_ULP2].copy_from_slice(&value.to_be_bytes());
     }
@@ -311,7 +311,7 @@ pub enum DdpBuffer {
     /// Untagged buffer model (T = 0, DDP-04 §4.3): placement at `mo` in the buffer that
     /// queue `qn` holds for message `msn`.
     Untagged {
-        /// RsvdULP[8:39], opaque to DDP (RDMAP: the Invalidate STag of a Send with
+        /// RsvdULP\[8:39\], opaque to DDP (RDMAP: the Invalidate STag of a Send with
         /// Invalidate, otherwise 0).
         rsvd_ulp2: u32,
         /// Queue Number.
@@ -346,7 +346,7 @@ pub struct DdpRepr {
     pub last: bool,
     /// DV, 2 bits ([`DDP_VERSION`] for this protocol).
     pub version: u8,
-    /// The octet at D+1 (RsvdULP / RsvdULP[0:7]); opaque to DDP, RDMAP's control octet.
+    /// The octet at D+1 (RsvdULP / RsvdULP\[0:7\]); opaque to DDP, RDMAP's control octet.
     pub rsvd_ulp: u8,
     /// Buffer model and addressing fields.
     pub buffer: DdpBuffer,
