@@ -804,6 +804,36 @@ proptest! {
         }
     }
 
+    /// Valid segments with one octet changed and cut at any length never panic the decoder;
+    /// whatever it accepts is the repr it re-emits (reaching the deep checks that random
+    /// octets rarely get past).
+    #[test]
+    fn mutated_segments_never_panic(
+        repr in arb_segment_repr(),
+        at in any::<prop::sample::Index>(),
+        value in any::<u8>(),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let seg = Segment { repr, payload: &[] };
+        let mut b = vec![0u8; seg.buffer_len()];
+        seg.emit(&mut b).unwrap();
+        let i = at.index(b.len());
+        b[i] = value;
+        let b = &b[..cut.index(b.len() + 1)];
+        match Segment::parse(b) {
+            Ok(s) => {
+                let mut out = vec![0u8; s.buffer_len()];
+                prop_assert_eq!(s.emit(&mut out), Ok(b.len()));
+                prop_assert_eq!(Segment::parse(&out), Ok(s));
+            }
+            Err(e) => {
+                // Every failure maps to a Terminate whose code decodes back to it.
+                let pe = e.protocol_error();
+                prop_assert_eq!(pe.terminate_code().decode(), Some(pe));
+            }
+        }
+    }
+
     /// Arbitrary octets never panic the Terminate view; once checked, no accessor panics.
     #[test]
     fn terminate_view_never_panics(b in prop::collection::vec(any::<u8>(), 0..80)) {
@@ -1118,6 +1148,21 @@ mod reads {
             check_remote_access(Ok(REGION), 0x1000, 8, Access::RemoteAtomic),
             Err(RdmapError::AccessRights)
         );
+    }
+
+    /// RDMAP-8.1.1-6: a Write to a buffer without remote write access is a DDP invalid STag
+    /// (siw's mapping; RDMAP protection errors cannot come from a Write).
+    #[test]
+    fn write_access() {
+        assert_eq!(
+            check_write_access(&REGION),
+            Err(DdpError::TaggedInvalidStag)
+        );
+        let rw = AccessRegion {
+            remote_write: true,
+            ..REGION
+        };
+        assert_eq!(check_write_access(&rw), Ok(()));
     }
 
     /// RDMAP-6.1-5, EXT-5.2.2-3: more inbound requests than IRD is an error (siw: 0x0/0x2/0x07).

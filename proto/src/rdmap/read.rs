@@ -2,7 +2,7 @@
 //! §7.2; RFC 7306 §5.2; WIRE-FORMATS §4.5).
 
 use crate::error::RdmapError;
-use crate::rdmap::{check_remote_access, Access, StagFault, AccessRegion};
+use crate::rdmap::{check_remote_access, Access, AccessRegion, StagFault};
 use crate::wire::ddp::DdpBuffer;
 use crate::wire::rdmap::{Opcode, ReadRequestRepr};
 use crate::wire::segment::{RdmapHeader, SegmentRepr};
