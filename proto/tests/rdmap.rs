@@ -1512,6 +1512,12 @@ mod terminates {
         assert_eq!(rep.opcode, Some(Opcode::SendInvalidate));
         assert_eq!(rep.ddp_segment_len, Some(5));
         assert_eq!(rep.read_request, None);
+        let line = rep.to_string();
+        assert!(line.contains("0x1/") || line.contains("type 0x1"), "{line}");
+        assert!(
+            line.contains("Send with Invalidate") && line.contains("msn 9"),
+            "{line}"
+        );
         // With 28 octets of zero fill the view sees an "RDMA header", the report does not.
         b.extend_from_slice(&[0u8; 28]);
         let seg = Segment::parse(&b).unwrap();

@@ -201,3 +201,32 @@ impl TerminateReport {
         }
     }
 }
+
+impl core::fmt::Display for TerminateReport {
+    /// One line for logs and the capture decoder: the code with its meaning, then what the
+    /// copied headers say about the offending message.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}", self.code)?;
+        if let Some(op) = self.opcode {
+            write!(f, "; offending {op}")?;
+        }
+        match self.ddp.map(|d| d.buffer) {
+            Some(DdpBuffer::Tagged { stag, to }) => write!(f, " stag {stag:#x} to {to:#x}")?,
+            Some(DdpBuffer::Untagged { qn, msn, mo, .. }) => {
+                write!(f, " qn {qn} msn {msn} mo {mo}")?
+            }
+            None => {}
+        }
+        if let Some(len) = self.ddp_segment_len {
+            write!(f, " len {len}")?;
+        }
+        if let Some(rr) = self.read_request {
+            write!(
+                f,
+                "; read {} octets from {:#x}@{:#x} to {:#x}@{:#x}",
+                rr.read_size, rr.src_stag, rr.src_to, rr.sink_stag, rr.sink_to
+            )?;
+        }
+        Ok(())
+    }
+}

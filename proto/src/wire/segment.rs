@@ -43,6 +43,11 @@ use crate::wire::rdmap::{
 };
 use crate::wire::{Error, Result};
 
+/// The T bit of the DDP control octet (DDP-04 §4.1).
+const DDP_T_FLAG: u8 = 0x80;
+/// The DV field of the DDP control octet (DDP-04 §4.1).
+const DDP_DV_MASK: u8 = 0x03;
+
 /// The RDMAP header that follows the DDP header, by opcode (RDMAP-4.2-1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RdmapHeader {
@@ -281,8 +286,8 @@ impl<'a> Segment<'a> {
         // 1. DDP version, judged on the first octet alone so that even a truncated segment
         // with a foreign version is reported as such (siw checks DV first, too).
         let ctrl = *ulpdu.first().ok_or(SegmentError::DdpTruncated)?;
-        let tagged = ctrl & 0x80 != 0;
-        if ctrl & 0x03 != DDP_VERSION {
+        let tagged = ctrl & DDP_T_FLAG != 0;
+        if ctrl & DDP_DV_MASK != DDP_VERSION {
             return Err(SegmentError::DdpVersion { tagged });
         }
         // 2. The whole DDP header.
