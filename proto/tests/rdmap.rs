@@ -1513,7 +1513,7 @@ mod terminates {
         assert_eq!(rep.ddp_segment_len, Some(5));
         assert_eq!(rep.read_request, None);
         let line = rep.to_string();
-        assert!(line.contains("0x1/") || line.contains("type 0x1"), "{line}");
+        assert!(line.contains("layer 0x0 type 0x1 code 0x09"), "{line}");
         assert!(
             line.contains("Send with Invalidate") && line.contains("msn 9"),
             "{line}"
