@@ -1053,6 +1053,58 @@ mod atomics {
         }
     }
 
+    /// The full responder check order: AOpCode, alignment, then STag, access and range with
+    /// the remote protection codes (EXT-5.2.1-7, EXT-8.2-4, RDMAP-7.2-9..12 by analogy).
+    #[test]
+    fn handle_atomic_request_order() {
+        use warpcore_proto::rdmap::{AccessRegion, StagFault};
+        let rw = AccessRegion {
+            base: 0x1000,
+            len: 0x100,
+            remote_read: true,
+            remote_write: true,
+        };
+        let ok = AtomicRequestRepr::fetch_add(1, 2, 0x10F8, 1, 0);
+        assert_eq!(
+            handle_atomic_request(&ok, |s| {
+                assert_eq!(s, 2);
+                Ok(rw)
+            }),
+            Ok(AtomicOpcode::FetchAdd)
+        );
+        // The last aligned word is inside, the next one is out of bounds.
+        let out = AtomicRequestRepr::fetch_add(1, 2, 0x1100, 1, 0);
+        assert_eq!(
+            handle_atomic_request(&out, |_| Ok(rw)),
+            Err(RdmapError::BaseOrBounds)
+        );
+        let ro = AccessRegion {
+            remote_write: false,
+            ..rw
+        };
+        assert_eq!(
+            handle_atomic_request(&ok, |_| Ok(ro)),
+            Err(RdmapError::AccessRights)
+        );
+        assert_eq!(
+            handle_atomic_request(&ok, |_| Err(StagFault::Invalid)),
+            Err(RdmapError::InvalidStag)
+        );
+        // Misalignment and a bad AOpCode are found before the lookup.
+        let mis = AtomicRequestRepr::fetch_add(1, 2, 0x1004, 1, 0);
+        assert_eq!(
+            handle_atomic_request(&mis, |_| -> Result<AccessRegion, StagFault> {
+                panic!("lookup before the alignment check")
+            }),
+            Err(RdmapError::CatastrophicStream)
+        );
+        let bad = AtomicRequestRepr { aopcode: 1, ..mis };
+        assert_eq!(
+            handle_atomic_request(&bad, |_| Ok(rw)),
+            Err(RdmapError::UnexpectedOpcode)
+        );
+    }
+
     /// execute dispatches by AOpCode and the response echoes the Request Identifier.
     #[test]
     fn execute_and_respond() {
