@@ -450,6 +450,86 @@ fn vector_terminate_no_matching_rtr() {
     assert_eq!(out.to_vec(), b);
 }
 
+/// The whole FPDUs of WIRE-FORMATS §6.4 (ULPDU_Length, ULPDU, pad, CRC32c low octet first):
+/// our segments, framed by hand, match the published octets including the CRCs. This ties
+/// the decoder's vectors to the ones the framer and Wireshark are checked against.
+#[test]
+fn rtr_and_terminate_fpdus_of_6_4() {
+    fn frame(ulpdu: &[u8]) -> Vec<u8> {
+        let mut f = (ulpdu.len() as u16).to_be_bytes().to_vec();
+        f.extend_from_slice(ulpdu);
+        while f.len() % 4 != 0 {
+            f.push(0);
+        }
+        let crc = crc32c::crc32c(&f);
+        f.extend_from_slice(&crc.to_le_bytes());
+        f
+    }
+    let mut buf = [0u8; 80];
+    let send = SegmentRepr {
+        last: true,
+        buffer: untagged(0, 1, 0),
+        opcode: Opcode::Send,
+        header: RdmapHeader::None,
+    };
+    let n = send.emit(&mut buf).unwrap();
+    assert_eq!(
+        frame(&buf[..n]),
+        hex("00 12 41 43 00 00 00 00 00 00 00 00 00 00 00 01 00 00 00 00 58 7B E8 C4")
+    );
+    let write = SegmentRepr {
+        last: true,
+        buffer: DdpBuffer::Tagged { stag: 0, to: 0 },
+        opcode: Opcode::Write,
+        header: RdmapHeader::None,
+    };
+    let n = write.emit(&mut buf).unwrap();
+    assert_eq!(
+        frame(&buf[..n]),
+        hex("00 0E C1 40 00 00 00 00 00 00 00 00 00 00 00 00 A3 05 72 AB")
+    );
+    let read = SegmentRepr {
+        last: true,
+        buffer: untagged(1, 1, 0),
+        opcode: Opcode::ReadRequest,
+        header: RdmapHeader::ReadRequest(ReadRequestRepr::default()),
+    };
+    let n = read.emit(&mut buf).unwrap();
+    let mut expect = hex("00 2E 41 41 00 00 00 00 00 00 00 01 00 00 00 01 00 00 00 00");
+    expect.extend_from_slice(&[0u8; 28]);
+    expect.extend_from_slice(&hex("F2 C6 DD 3D"));
+    assert_eq!(frame(&buf[..n]), expect);
+    let plan = warpcore_proto::rdmap::handle_read_request(&ReadRequestRepr::default(), |_| {
+        Err(warpcore_proto::rdmap::StagFault::Invalid)
+    })
+    .unwrap();
+    let n = plan.segment(0, 0).emit(&mut buf).unwrap();
+    assert_eq!(
+        frame(&buf[..n]),
+        hex("00 0E C1 42 00 00 00 00 00 00 00 00 00 00 00 00 69 75 D6 CA")
+    );
+    let n = warpcore_proto::rdmap::emit_terminate(MpaError::NoMatchingRtr.into(), None, &mut buf)
+        .unwrap();
+    assert_eq!(
+        frame(&buf[..n]),
+        hex("00 16 41 47 00 00 00 00 00 00 00 02 00 00 00 01 00 00 00 00 20 07 00 00 1B D2 BA BE")
+    );
+}
+
+/// RdmapHeader::emit_into writes just the RDMAP header, for the DDP segmenter.
+#[test]
+fn rdmap_header_emit_into() {
+    let h = RdmapHeader::AtomicResponse(AtomicResponseRepr {
+        orig_request_id: 1,
+        orig_value: 2,
+    });
+    let mut b = [0u8; 12];
+    assert_eq!(h.emit_into(&mut b), Ok(12));
+    assert_eq!(b.to_vec(), hex("00 00 00 01 00 00 00 00 00 00 00 02"));
+    assert_eq!(h.emit_into(&mut b[..11]), Err(Error::Truncated));
+    assert_eq!(RdmapHeader::None.emit_into(&mut []), Ok(0));
+}
+
 /// mpa-08 §4.4 Figure 5 (WIRE-FORMATS §7.4 vector 1): a Send with 24 octets of data.
 #[test]
 fn vector_mpa08_send() {
@@ -804,6 +884,36 @@ proptest! {
         }
     }
 
+    /// Valid segments with one octet changed and cut at any length never panic the decoder;
+    /// whatever it accepts is the repr it re-emits (reaching the deep checks that random
+    /// octets rarely get past).
+    #[test]
+    fn mutated_segments_never_panic(
+        repr in arb_segment_repr(),
+        at in any::<prop::sample::Index>(),
+        value in any::<u8>(),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let seg = Segment { repr, payload: &[] };
+        let mut b = vec![0u8; seg.buffer_len()];
+        seg.emit(&mut b).unwrap();
+        let i = at.index(b.len());
+        b[i] = value;
+        let b = &b[..cut.index(b.len() + 1)];
+        match Segment::parse(b) {
+            Ok(s) => {
+                let mut out = vec![0u8; s.buffer_len()];
+                prop_assert_eq!(s.emit(&mut out), Ok(b.len()));
+                prop_assert_eq!(Segment::parse(&out), Ok(s));
+            }
+            Err(e) => {
+                // Every failure maps to a Terminate whose code decodes back to it.
+                let pe = e.protocol_error();
+                prop_assert_eq!(pe.terminate_code().decode(), Some(pe));
+            }
+        }
+    }
+
     /// Arbitrary octets never panic the Terminate view; once checked, no accessor panics.
     #[test]
     fn terminate_view_never_panics(b in prop::collection::vec(any::<u8>(), 0..80)) {
@@ -812,6 +922,758 @@ proptest! {
             let _ = (v.ddp_header(), v.rdma_header());
             prop_assert!(v.header_len() <= b.len());
             prop_assert!(TerminateRepr::parse(&v).is_ok());
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Atomics (RFC 7306 §5.1; EXT-5.1.1-*, EXT-5.1.2-*, EXT-5.2.1-*, EXT-8.2-4/5)
+// ------------------------------------------------------------------------------------------
+
+mod atomics {
+    use super::*;
+    use warpcore_proto::rdmap::atomic::*;
+
+    /// A literal transcription of the RFC 7306 §5.1.1 bit-serial pseudocode.
+    fn reference_fetch_add(orig: u64, add: u64, mask: u64) -> u64 {
+        let mut carry = 0u64;
+        let mut out = 0u64;
+        for bit in 0..64 {
+            let loc = 1u64 << bit;
+            let sum = carry + ((orig & loc) >> bit) + ((add & loc) >> bit);
+            carry = (sum & 2) >> 1;
+            if sum & 1 != 0 {
+                out |= loc;
+            }
+            carry = u64::from(carry != 0 && mask & loc == 0);
+        }
+        out
+    }
+
+    /// Add Mask 0 is a plain 64-bit add (RFC 7306 §5.1.1), wrapping at 2^64.
+    #[test]
+    fn fetch_add_unmasked() {
+        let mut w = 40u64;
+        assert_eq!(fetch_add(&mut w, 2, 0), 40);
+        assert_eq!(w, 42);
+        let mut w = u64::MAX;
+        assert_eq!(fetch_add(&mut w, 3, 0), u64::MAX);
+        assert_eq!(w, 2);
+        // A carry crosses every byte boundary when nothing is masked.
+        let mut w = 0x00FF_FFFF_FFFF_FFFF;
+        fetch_add(&mut w, 1, 0);
+        assert_eq!(w, 0x0100_0000_0000_0000);
+    }
+
+    /// Eight 8-bit lanes: the MSB of each lane is marked, carries out of a lane are dropped.
+    #[test]
+    fn fetch_add_eight_bit_lanes() {
+        let mask = 0x8080_8080_8080_8080;
+        let mut w = 0xFF01_7F80_00FE_10FF;
+        let orig = fetch_add(&mut w, 0x0101_0180_01FF_F001, mask);
+        assert_eq!(orig, 0xFF01_7F80_00FE_10FF);
+        // Lane by lane: FF+01=00, 01+01=02, 7F+01=80, 80+80=00, 00+01=01, FE+FF=FD,
+        // 10+F0=00, FF+01=00.
+        assert_eq!(w, 0x0002_8000_01FD_0000);
+    }
+
+    /// Four 16-bit lanes and two 32-bit lanes.
+    #[test]
+    fn fetch_add_sixteen_and_thirty_two_bit_lanes() {
+        let mut w = 0xFFFF_0001_8000_7FFF;
+        fetch_add(&mut w, 0x0001_FFFF_8000_0001, 0x8000_8000_8000_8000);
+        assert_eq!(w, 0x0000_0000_0000_8000);
+        let mut w = 0xFFFF_FFFF_0000_0001;
+        fetch_add(&mut w, 0x0000_0002_FFFF_FFFF, 0x8000_0000_8000_0000);
+        assert_eq!(w, 0x0000_0001_0000_0000);
+        // Unequal lanes: one marked bit at 31 splits a 32-bit low lane from a 32-bit high lane.
+        let mut w = 0x0000_0000_FFFF_FFFF;
+        fetch_add(&mut w, 1, 0x0000_0000_8000_0000);
+        assert_eq!(w, 0);
+    }
+
+    /// CmpSwap: full compare and swap, masked compare, masked swap (RFC 7306 §5.1.2,
+    /// EXT-5.1.2-1).
+    #[test]
+    fn cmp_swap_masks() {
+        // Full masks: classic compare-and-swap.
+        let mut w = 5u64;
+        assert_eq!(cmp_swap(&mut w, 9, u64::MAX, 5, u64::MAX), 5);
+        assert_eq!(w, 9);
+        assert_eq!(cmp_swap(&mut w, 1, u64::MAX, 5, u64::MAX), 9);
+        assert_eq!(w, 9, "a failed compare leaves memory unchanged");
+        // Compare only the low byte; swap only the high byte.
+        let mut w = 0x1100_0000_0000_00AB;
+        let orig = cmp_swap(
+            &mut w,
+            0xEE00_0000_0000_0000,
+            0xFF00_0000_0000_0000,
+            0x9999_9999_9999_99AB,
+            0xFF,
+        );
+        assert_eq!(orig, 0x1100_0000_0000_00AB);
+        assert_eq!(w, 0xEE00_0000_0000_00AB);
+        // Compare mask 0 always matches; swap mask 0 changes nothing.
+        let mut w = 7;
+        assert_eq!(cmp_swap(&mut w, 0, 0, 123, 0), 7);
+        assert_eq!(w, 7);
+    }
+
+    /// Misaligned targets: no operation, memory untouched, 0x0/0x2/0x07 (EXT-5.1.1-2/3/4,
+    /// EXT-5.1.2-3..6, EXT-8.2-4, EXT-8.2-5).
+    #[test]
+    fn misaligned_target_is_catastrophic_stream_and_touches_nothing() {
+        for to in [1u64, 2, 4, 7, 0x1004, u64::MAX] {
+            assert_eq!(check_alignment(to), Err(RdmapError::CatastrophicStream));
+            let req = AtomicRequestRepr::fetch_add(1, 2, to, 1, 0);
+            let mut w = 77;
+            assert_eq!(execute(&req, &mut w), Err(RdmapError::CatastrophicStream));
+            assert_eq!(w, 77);
+        }
+        assert_eq!(
+            RdmapError::CatastrophicStream.terminate_code(),
+            TerminateCode::new(0, 2, 0x07)
+        );
+        for to in [0u64, 8, 0x1000, u64::MAX - 7] {
+            assert_eq!(check_alignment(to), Ok(()));
+        }
+    }
+
+    /// Unsupported AOpCodes surface an error (EXT-5.2.1-7); our choice is 0x0/0x2/0x06.
+    #[test]
+    fn unsupported_aopcode() {
+        for aop in [1u8, 3, 4, 0xF] {
+            let req = AtomicRequestRepr {
+                aopcode: aop,
+                ..AtomicRequestRepr::fetch_add(1, 2, 8, 1, 0)
+            };
+            let mut w = 5;
+            assert_eq!(execute(&req, &mut w), Err(RdmapError::UnexpectedOpcode));
+            assert_eq!(w, 5);
+        }
+    }
+
+    /// The full responder check order: AOpCode, alignment, then STag, access and range with
+    /// the remote protection codes (EXT-5.2.1-7, EXT-8.2-4, RDMAP-7.2-9..12 by analogy).
+    #[test]
+    fn handle_atomic_request_order() {
+        use warpcore_proto::rdmap::{AccessRegion, StagFault};
+        let rw = AccessRegion {
+            base: 0x1000,
+            len: 0x100,
+            remote_read: true,
+            remote_write: true,
+        };
+        let ok = AtomicRequestRepr::fetch_add(1, 2, 0x10F8, 1, 0);
+        assert_eq!(
+            handle_atomic_request(&ok, |s| {
+                assert_eq!(s, 2);
+                Ok(rw)
+            }),
+            Ok(AtomicOpcode::FetchAdd)
+        );
+        // The last aligned word is inside, the next one is out of bounds.
+        let out = AtomicRequestRepr::fetch_add(1, 2, 0x1100, 1, 0);
+        assert_eq!(
+            handle_atomic_request(&out, |_| Ok(rw)),
+            Err(RdmapError::BaseOrBounds)
+        );
+        let ro = AccessRegion {
+            remote_write: false,
+            ..rw
+        };
+        assert_eq!(
+            handle_atomic_request(&ok, |_| Ok(ro)),
+            Err(RdmapError::AccessRights)
+        );
+        assert_eq!(
+            handle_atomic_request(&ok, |_| Err(StagFault::Invalid)),
+            Err(RdmapError::InvalidStag)
+        );
+        // Misalignment and a bad AOpCode are found before the lookup.
+        let mis = AtomicRequestRepr::fetch_add(1, 2, 0x1004, 1, 0);
+        assert_eq!(
+            handle_atomic_request(&mis, |_| -> Result<AccessRegion, StagFault> {
+                panic!("lookup before the alignment check")
+            }),
+            Err(RdmapError::CatastrophicStream)
+        );
+        let bad = AtomicRequestRepr { aopcode: 1, ..mis };
+        assert_eq!(
+            handle_atomic_request(&bad, |_| Ok(rw)),
+            Err(RdmapError::UnexpectedOpcode)
+        );
+    }
+
+    /// execute dispatches by AOpCode and the response echoes the Request Identifier.
+    #[test]
+    fn execute_and_respond() {
+        let req = AtomicRequestRepr::fetch_add(0xAB, 2, 16, 10, 0);
+        let mut w = 32;
+        let orig = execute(&req, &mut w).unwrap();
+        assert_eq!((orig, w), (32, 42));
+        assert_eq!(
+            response(&req, orig),
+            AtomicResponseRepr {
+                orig_request_id: 0xAB,
+                orig_value: 32
+            }
+        );
+        let req = AtomicRequestRepr::cmp_swap(1, 2, 16, 100, u64::MAX, 42, u64::MAX);
+        assert_eq!(execute(&req, &mut w), Ok(42));
+        assert_eq!(w, 100);
+    }
+
+    proptest! {
+        #[test]
+        fn masked_add_matches_rfc_pseudocode(a in any::<u64>(), b in any::<u64>(), m in any::<u64>()) {
+            prop_assert_eq!(masked_add(a, b, m), reference_fetch_add(a, b, m));
+        }
+
+        #[test]
+        fn cmp_swap_matches_rfc_pseudocode(o in any::<u64>(), sd in any::<u64>(), sm in any::<u64>(),
+                                           cd in any::<u64>(), cm in any::<u64>()) {
+            let mut w = o;
+            prop_assert_eq!(cmp_swap(&mut w, sd, sm, cd, cm), o);
+            let expect = if (cd ^ o) & cm == 0 { (o & !sm) | (sd & sm) } else { o };
+            prop_assert_eq!(w, expect);
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Read Requests, remote access, IRD (RDMAP-5.2.1-*, RDMAP-6.1-*, RDMAP-7.2-6..13)
+// ------------------------------------------------------------------------------------------
+
+mod reads {
+    use super::*;
+    use warpcore_proto::rdmap::*;
+
+    const REGION: AccessRegion = AccessRegion {
+        base: 0x1000,
+        len: 0x1000,
+        remote_read: true,
+        remote_write: false,
+    };
+
+    fn req(size: u32, src_to: u64) -> ReadRequestRepr {
+        ReadRequestRepr {
+            sink_stag: 0x11,
+            sink_to: 0x5000,
+            read_size: size,
+            src_stag: 0x22,
+            src_to,
+        }
+    }
+
+    /// RDMAP-5.2.1-13, RDMAP-5.2.1-14: a zero-size request is answered with a zero-length
+    /// Read Response and the source is not validated (the lookup is never called).
+    #[test]
+    fn zero_size_read_skips_validation() {
+        let plan = handle_read_request(&req(0, u64::MAX), |_| -> Result<AccessRegion, StagFault> {
+            panic!("lookup called for a zero-length Read Request")
+        })
+        .unwrap();
+        assert_eq!(plan.len, 0);
+        let seg = plan.segment(0, 0);
+        assert!(seg.last);
+        assert_eq!(
+            seg.buffer,
+            DdpBuffer::Tagged {
+                stag: 0x11,
+                to: 0x5000
+            }
+        );
+        let mut out = [0u8; 14];
+        assert_eq!(seg.emit(&mut out), Ok(14));
+        assert_eq!(out[..2], [0xC1, 0x42]);
+    }
+
+    /// RDMAP-4.4-2, RDMAP-5.2.2-1: the Read Response goes to SinkSTag/SinkTO, TO advancing
+    /// per segment, L on the segment that completes RDMARDSZ.
+    #[test]
+    fn read_response_plan_segments() {
+        let plan = handle_read_request(&req(3000, 0x1100), |stag| {
+            assert_eq!(stag, 0x22);
+            Ok(REGION)
+        })
+        .unwrap();
+        assert_eq!(
+            plan,
+            ReadResponsePlan {
+                sink_stag: 0x11,
+                sink_to: 0x5000,
+                src_stag: 0x22,
+                src_to: 0x1100,
+                len: 3000
+            }
+        );
+        let first = plan.segment(0, 1486);
+        assert!(!first.last);
+        assert_eq!(
+            first.buffer,
+            DdpBuffer::Tagged {
+                stag: 0x11,
+                to: 0x5000
+            }
+        );
+        let last = plan.segment(2972, 28);
+        assert!(last.last);
+        assert_eq!(
+            last.buffer,
+            DdpBuffer::Tagged {
+                stag: 0x11,
+                to: 0x5000 + 2972
+            }
+        );
+        assert_eq!(plan.terminated_header(0), req(3000, 0x1100));
+        assert_eq!(plan.terminated_header(1000).read_size, 2000);
+    }
+
+    /// RDMAP-7.2-9..13 with the codes of WIRE-FORMATS §4.5.
+    #[test]
+    fn source_validation_error_mapping() {
+        let cases: [(Result<AccessRegion, StagFault>, u32, u64, RdmapError); 7] = [
+            (Err(StagFault::Invalid), 1, 0x1000, RdmapError::InvalidStag),
+            (
+                Err(StagFault::NotAssociated),
+                1,
+                0x1000,
+                RdmapError::StagNotAssociated,
+            ),
+            (
+                Ok(AccessRegion {
+                    remote_read: false,
+                    ..REGION
+                }),
+                1,
+                0x1000,
+                RdmapError::AccessRights,
+            ),
+            (Ok(REGION), 2, u64::MAX, RdmapError::ToWrap),
+            (Ok(REGION), 1, 0xFFF, RdmapError::BaseOrBounds),
+            (Ok(REGION), 2, 0x1FFF, RdmapError::BaseOrBounds),
+            (Ok(REGION), 1, 0x2000, RdmapError::BaseOrBounds),
+        ];
+        for (lookup, size, to, err) in cases {
+            assert_eq!(
+                handle_read_request(&req(size, to), |_| lookup),
+                Err(err),
+                "{size} at {to:#x}"
+            );
+        }
+        // Exactly the whole buffer is fine, and so is the last octet.
+        assert!(handle_read_request(&req(0x1000, 0x1000), |_| Ok(REGION)).is_ok());
+        assert!(handle_read_request(&req(1, 0x1FFF), |_| Ok(REGION)).is_ok());
+        // A range ending exactly at 2^64 does not wrap.
+        let top = AccessRegion {
+            base: u64::MAX - 15,
+            len: 16,
+            ..REGION
+        };
+        assert_eq!(
+            check_remote_access(Ok(top), u64::MAX - 15, 16, Access::RemoteRead),
+            Ok(())
+        );
+        // Atomics need read and write access.
+        assert_eq!(
+            check_remote_access(Ok(REGION), 0x1000, 8, Access::RemoteAtomic),
+            Err(RdmapError::AccessRights)
+        );
+    }
+
+    /// RDMAP-8.1.1-6: a Write to a buffer without remote write access is a DDP invalid STag
+    /// (siw's mapping; RDMAP protection errors cannot come from a Write).
+    #[test]
+    fn write_access() {
+        assert_eq!(
+            check_write_access(&REGION),
+            Err(DdpError::TaggedInvalidStag)
+        );
+        let rw = AccessRegion {
+            remote_write: true,
+            ..REGION
+        };
+        assert_eq!(check_write_access(&rw), Ok(()));
+    }
+
+    /// RDMAP-6.1-5, EXT-5.2.2-3: more inbound requests than IRD is an error (siw: 0x0/0x2/0x07).
+    #[test]
+    fn ird_enforced() {
+        let mut q = InboundReadQueue::new(2);
+        assert_eq!(q.admit(), Ok(()));
+        assert_eq!(q.admit(), Ok(()));
+        assert_eq!(q.admit(), Err(RdmapError::CatastrophicStream));
+        assert_eq!(q.outstanding(), 2);
+        q.retire();
+        assert_eq!(q.admit(), Ok(()));
+        let mut zero = InboundReadQueue::new(0);
+        assert_eq!(zero.admit(), Err(RdmapError::CatastrophicStream));
+        zero.retire();
+        assert_eq!(zero.outstanding(), 0);
+    }
+
+    /// RDMAP-5.3-11, RDMAP-5.3-12, RDMAP-7.2-4, RDMAP-7.2-5: "STag cannot be invalidated",
+    /// protection or operation flavour.
+    #[test]
+    fn invalidate_errors() {
+        assert_eq!(
+            invalidate_error(InvalidateFault::NotAssociated).terminate_code(),
+            TerminateCode::new(0, 1, 0x09)
+        );
+        assert_eq!(
+            invalidate_error(InvalidateFault::Invalid).terminate_code(),
+            TerminateCode::new(0, 2, 0x09)
+        );
+        assert_eq!(
+            invalidate_error(InvalidateFault::NotInvalidatable).terminate_code(),
+            TerminateCode::new(0, 2, 0x09)
+        );
+    }
+
+    /// RDMAP-7.2-2 / EXT-8.2-2: RFC 7306 opcodes need agreement; control messages must be
+    /// whole in one segment.
+    #[test]
+    fn inbound_checks() {
+        let imm = SegmentRepr {
+            last: true,
+            buffer: untagged(0, 1, 0),
+            opcode: Opcode::ImmediateData,
+            header: RdmapHeader::ImmediateData(ImmediateDataRepr::default()),
+        };
+        let none = RdmapConfig::default();
+        let all = RdmapConfig {
+            atomics: true,
+            immediate_data: true,
+        };
+        assert_eq!(
+            check_inbound(&imm, &none),
+            Err(RdmapError::UnexpectedOpcode.into())
+        );
+        assert_eq!(check_inbound(&imm, &all), Ok(()));
+        let split = SegmentRepr { last: false, ..imm };
+        assert_eq!(
+            check_inbound(&split, &all),
+            Err(RdmapError::CatastrophicStream.into())
+        );
+        let late = SegmentRepr {
+            buffer: untagged(0, 1, 8),
+            ..imm
+        };
+        assert_eq!(
+            check_inbound(&late, &all),
+            Err(RdmapError::CatastrophicStream.into())
+        );
+        let send = SegmentRepr {
+            last: false,
+            buffer: untagged(0, 1, 4096),
+            opcode: Opcode::Send,
+            header: RdmapHeader::None,
+        };
+        assert_eq!(check_inbound(&send, &none), Ok(()));
+        let ares = SegmentRepr {
+            last: true,
+            buffer: untagged(3, 1, 0),
+            opcode: Opcode::AtomicResponse,
+            header: RdmapHeader::AtomicResponse(AtomicResponseRepr::default()),
+        };
+        assert_eq!(
+            check_inbound(
+                &ares,
+                &RdmapConfig {
+                    atomics: false,
+                    immediate_data: true
+                }
+            ),
+            Err(RdmapError::UnexpectedOpcode.into())
+        );
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Terminate construction and decoding (RDMAP-4.8-*, RDMAP-5.4-*, RDMAP-7.1-*, EXT-8.1-*)
+// ------------------------------------------------------------------------------------------
+
+mod terminates {
+    use super::*;
+    use warpcore_proto::rdmap::terminate::*;
+    use warpcore_proto::rdmap::TerminateReport;
+
+    fn all_errors() -> Vec<ProtocolError> {
+        use DdpError as D;
+        use MpaError as M;
+        use RdmapError as R;
+        let r = [
+            R::LocalCatastrophic,
+            R::InvalidStag,
+            R::BaseOrBounds,
+            R::AccessRights,
+            R::StagNotAssociated,
+            R::ToWrap,
+            R::ProtectionCannotInvalidate,
+            R::ProtectionUnspecified,
+            R::InvalidVersion,
+            R::UnexpectedOpcode,
+            R::CatastrophicStream,
+            R::CatastrophicGlobal,
+            R::OperationCannotInvalidate,
+            R::OperationUnspecified,
+        ];
+        let d = [
+            D::LocalCatastrophic,
+            D::TaggedInvalidStag,
+            D::TaggedBaseOrBounds,
+            D::TaggedStagNotAssociated,
+            D::TaggedToWrap,
+            D::TaggedInvalidVersion,
+            D::UntaggedInvalidQn,
+            D::UntaggedNoBuffer,
+            D::UntaggedMsnOutOfRange,
+            D::UntaggedInvalidMo,
+            D::UntaggedTooLong,
+            D::UntaggedInvalidVersion,
+        ];
+        let m = [
+            M::TcpLost,
+            M::CrcMismatch,
+            M::MarkerMismatch,
+            M::InvalidStartupFrame,
+            M::LocalCatastrophic,
+            M::InsufficientIrd,
+            M::NoMatchingRtr,
+        ];
+        r.iter()
+            .map(|&e| e.into())
+            .chain(d.iter().map(|&e| e.into()))
+            .chain(m.iter().map(|&e| e.into()))
+            .collect()
+    }
+
+    /// A tagged Write of 100 octets, an untagged Send with Invalidate of 5 octets and a Read
+    /// Request of 4096 octets, as offending segments.
+    fn write_segment() -> Vec<u8> {
+        let mut b = hex("C1 40 00 00 12 34 00 00 00 00 00 00 80 00");
+        b.extend_from_slice(&[0x5A; 100]);
+        b
+    }
+    fn send_inv_segment() -> Vec<u8> {
+        hex("41 44 00 00 BE EF 00 00 00 00 00 00 00 09 00 00 00 00 01 02 03 04 05")
+    }
+    fn read_request_segment() -> Vec<u8> {
+        hex("41 41 00 00 00 00 00 00 00 01 00 00 00 03 00 00 00 00 \
+             00 00 00 11 00 00 00 00 00 00 50 00 00 00 10 00 \
+             00 00 00 22 00 00 00 00 00 00 18 00")
+    }
+
+    /// WIRE-FORMATS §6.4: the "no matching RTR" Terminate, byte for byte (MPA2-8,
+    /// RDMAP-5.4-2).
+    #[test]
+    fn vector_no_matching_rtr() {
+        let mut buf = [0u8; TERMINATE_SEGMENT_MAX_LEN];
+        let n = emit_terminate(MpaError::NoMatchingRtr.into(), None, &mut buf).unwrap();
+        assert_eq!(
+            buf[..n].to_vec(),
+            hex("41 47 00 00 00 00 00 00 00 02 00 00 00 01 00 00 00 00 20 07 00 00")
+        );
+        // An LLP error carries no header even if an offending segment is given.
+        let w = write_segment();
+        let n = emit_terminate(
+            MpaError::CrcMismatch.into(),
+            Some(&Offending::new(&w)),
+            &mut buf,
+        )
+        .unwrap();
+        assert_eq!(n, 22);
+    }
+
+    /// A DDP error on a tagged Write: M = D = 1, 14-octet copied header, DDP Segment Length =
+    /// payload length as siw sends it (WIRE-FORMATS §4.6.7 item 3), R = 0.
+    #[test]
+    fn ddp_error_on_tagged_write() {
+        let w = write_segment();
+        let mut buf = [0u8; TERMINATE_SEGMENT_MAX_LEN];
+        let n = emit_terminate(
+            DdpError::TaggedBaseOrBounds.into(),
+            Some(&Offending::new(&w)),
+            &mut buf,
+        )
+        .unwrap();
+        let mut expect =
+            hex("41 47 00 00 00 00 00 00 00 02 00 00 00 01 00 00 00 00 11 01 C0 00 00 64");
+        expect.extend_from_slice(&w[..14]);
+        assert_eq!(buf[..n].to_vec(), expect);
+    }
+
+    /// A remote operation error on a Send: untagged 18-octet header, no RDMA header.
+    #[test]
+    fn operation_error_on_send() {
+        let s = send_inv_segment();
+        let t = terminate_header(
+            RdmapError::OperationCannotInvalidate.into(),
+            Some(&Offending::new(&s)),
+        );
+        assert!(t.m && !t.r_bit && t.rdma.is_none());
+        let (len, copied) = t.ddp.unwrap();
+        assert_eq!(len, 5);
+        assert_eq!(copied.as_bytes(), &s[..18]);
+        // A protection error on a Send with Invalidate: R stays clear (RDMAP-4.8-11).
+        let t = terminate_header(
+            RdmapError::ProtectionCannotInvalidate.into(),
+            Some(&Offending::new(&s)),
+        );
+        assert!(t.ddp.is_some() && !t.r_bit && t.rdma.is_none());
+    }
+
+    /// RDMAP-7.1-4, RDMAP-4.8 progress rule: a protection error on a Read Request copies
+    /// both headers, the RDMA header advanced by what was already sent; 4+2+18+28 = 52.
+    #[test]
+    fn protection_error_on_read_request() {
+        let r = read_request_segment();
+        let mut buf = [0u8; TERMINATE_SEGMENT_MAX_LEN];
+        let off = Offending {
+            ulpdu: &r,
+            read_progress: 0x800,
+        };
+        let n = emit_terminate(RdmapError::BaseOrBounds.into(), Some(&off), &mut buf).unwrap();
+        assert_eq!(n, 70);
+        let mut expect =
+            hex("41 47 00 00 00 00 00 00 00 02 00 00 00 01 00 00 00 00 01 01 E0 00 00 00");
+        expect.extend_from_slice(&r[..18]);
+        expect.extend_from_slice(&hex(
+            "00 00 00 11 00 00 00 00 00 00 58 00 00 00 08 00 00 00 00 22 00 00 00 00 00 00 20 00",
+        ));
+        assert_eq!(buf[..n].to_vec(), expect);
+        // A remote operation error on a Read Request carries no RDMA header (Figure 10).
+        let t = terminate_header(RdmapError::CatastrophicStream.into(), Some(&off));
+        assert!(t.ddp.is_some() && t.rdma.is_none() && !t.r_bit);
+    }
+
+    /// No copied header for invalid versions and unexpected opcodes, as siw (WIRE-FORMATS
+    /// §4.6.7 item 4), nor for local errors (RDMAP-7.1-2, EXT-8.1-1).
+    #[test]
+    fn errors_without_copied_headers() {
+        let w = write_segment();
+        for e in [
+            ProtocolError::from(RdmapError::InvalidVersion),
+            RdmapError::UnexpectedOpcode.into(),
+            RdmapError::LocalCatastrophic.into(),
+            DdpError::TaggedInvalidVersion.into(),
+            DdpError::UntaggedInvalidVersion.into(),
+            DdpError::LocalCatastrophic.into(),
+        ] {
+            let t = terminate_header(e, Some(&Offending::new(&w)));
+            assert_eq!(
+                (t.m, t.ddp, t.r_bit, t.rdma),
+                (false, None, false, None),
+                "{e}"
+            );
+            assert_eq!(t.buffer_len(), 4);
+        }
+        // RdmapError::LocalCatastrophic goes out with code 0xFF, as siw sends it.
+        let t = terminate_header(RdmapError::LocalCatastrophic.into(), None);
+        assert_eq!(t.code, TerminateCode::new(0, 0, 0xFF));
+        // An offending segment too short for its DDP header cannot be copied.
+        let t = terminate_header(
+            DdpError::UntaggedNoBuffer.into(),
+            Some(&Offending::new(&w[..3])),
+        );
+        assert!(t.ddp.is_none());
+    }
+
+    /// Build → emit → parse → decode for every ProtocolError, with no, a tagged, an untagged
+    /// and a Read Request offending segment (RDMAP-4.8-*, RDMAP-5.4-5).
+    #[test]
+    fn round_trip_every_error() {
+        let segments = [write_segment(), send_inv_segment(), read_request_segment()];
+        for e in all_errors() {
+            for off in [None, Some(0), Some(1), Some(2)] {
+                let offending = off.map(|i: usize| Offending::new(&segments[i]));
+                let mut buf = [0u8; TERMINATE_SEGMENT_MAX_LEN];
+                let n = emit_terminate(e, offending.as_ref(), &mut buf).unwrap();
+                let seg = Segment::parse(&buf[..n]).unwrap();
+                assert_eq!(seg.repr.buffer, untagged(2, 1, 0));
+                assert!(seg.repr.last && seg.payload.is_empty());
+                let RdmapHeader::Terminate(t) = seg.repr.header else {
+                    panic!("not a Terminate");
+                };
+                assert_eq!(t, terminate_header(e, offending.as_ref()));
+                let report = TerminateReport::decode(&t);
+                assert_eq!(report.error, Some(e), "{e}");
+                if let (Some(o), Some(ddp)) = (offending, report.ddp) {
+                    let orig = Segment::parse(o.ulpdu).unwrap();
+                    assert_eq!(ddp.buffer, orig.repr.buffer, "{e}");
+                    assert_eq!(report.opcode, Some(orig.repr.opcode));
+                    assert_eq!(
+                        usize::from(report.ddp_segment_len.unwrap()),
+                        orig.payload.len()
+                    );
+                    if let RdmapHeader::ReadRequest(rr) = orig.repr.header {
+                        let protection = matches!(
+                            e,
+                            ProtocolError::Rdmap(r) if r.is_protection()
+                        );
+                        assert_eq!(report.read_request, protection.then_some(rr), "{e}");
+                    } else {
+                        assert_eq!(report.read_request, None);
+                    }
+                } else {
+                    assert_eq!((report.ddp, report.read_request), (None, None));
+                }
+            }
+        }
+    }
+
+    /// Linux siw sets R on a protection error for a Send with Invalidate without appending an
+    /// RDMA header; we decode it without inventing one (WIRE-FORMATS §4.6.6), also when zero
+    /// fill follows.
+    #[test]
+    fn decode_siw_r_without_rdma_header() {
+        let s = send_inv_segment();
+        let mut b = hex("41 47 00 00 00 00 00 00 00 02 00 00 00 01 00 00 00 00 01 09 E0 00 00 05");
+        b.extend_from_slice(&s[..18]);
+        let seg = Segment::parse(&b).unwrap();
+        let RdmapHeader::Terminate(t) = seg.repr.header else {
+            panic!()
+        };
+        assert!(t.r_bit && t.rdma.is_none());
+        let rep = TerminateReport::decode(&t);
+        assert_eq!(
+            rep.error,
+            Some(RdmapError::ProtectionCannotInvalidate.into())
+        );
+        assert_eq!(rep.opcode, Some(Opcode::SendInvalidate));
+        assert_eq!(rep.ddp_segment_len, Some(5));
+        assert_eq!(rep.read_request, None);
+        let line = rep.to_string();
+        assert!(line.contains("layer 0x0 type 0x1 code 0x09"), "{line}");
+        assert!(
+            line.contains("Send with Invalidate") && line.contains("msn 9"),
+            "{line}"
+        );
+        // With 28 octets of zero fill the view sees an "RDMA header", the report does not.
+        b.extend_from_slice(&[0u8; 28]);
+        let seg = Segment::parse(&b).unwrap();
+        let RdmapHeader::Terminate(t) = seg.repr.header else {
+            panic!()
+        };
+        assert!(t.rdma.is_some());
+        assert_eq!(TerminateReport::decode(&t).read_request, None);
+    }
+
+    proptest! {
+        /// Any error with any offending octets builds a Terminate that parses back.
+        #[test]
+        fn terminate_from_arbitrary_offending(
+            idx in 0usize..33,
+            ulpdu in prop::collection::vec(any::<u8>(), 0..80),
+            progress in any::<u32>(),
+        ) {
+            let e = all_errors()[idx];
+            let off = Offending { ulpdu: &ulpdu, read_progress: progress };
+            let mut buf = [0u8; TERMINATE_SEGMENT_MAX_LEN];
+            let n = emit_terminate(e, Some(&off), &mut buf).unwrap();
+            let seg = Segment::parse(&buf[..n]).unwrap();
+            prop_assert_eq!(seg.repr.header, RdmapHeader::Terminate(terminate_header(e, Some(&off))));
         }
     }
 }

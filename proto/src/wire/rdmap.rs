@@ -223,7 +223,7 @@ impl Opcode {
         )
     }
 
-    /// True if the untagged DDP header carries an STag to invalidate in RsvdULP[8:39]
+    /// True if the untagged DDP header carries an STag to invalidate in `RsvdULP[8:39]`
     /// (RDMAP-4.1-3); for every other untagged message that field is sent as zero and
     /// ignored on receive (RDMAP-4.1-9, EXT-4.1-3).
     pub const fn is_invalidate(self) -> bool {

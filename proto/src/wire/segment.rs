@@ -43,6 +43,11 @@ use crate::wire::rdmap::{
 };
 use crate::wire::{Error, Result};
 
+/// The T bit of the DDP control octet (DDP-04 §4.1).
+const DDP_T_FLAG: u8 = 0x80;
+/// The DV field of the DDP control octet (DDP-04 §4.1).
+const DDP_DV_MASK: u8 = 0x03;
+
 /// The RDMAP header that follows the DDP header, by opcode (RDMAP-4.2-1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RdmapHeader {
@@ -94,6 +99,16 @@ impl RdmapHeader {
                     Opcode::ImmediateData | Opcode::ImmediateDataSe
                 )
         )
+    }
+
+    /// Writes the header into the start of `buf` and returns its length; fails with
+    /// [`Error::Truncated`] if `buf` is too short. For the send path, which hands the RDMAP
+    /// header octets to the DDP segmenter (`crate::ddp::DdpSender`).
+    pub fn emit_into(&self, buf: &mut [u8]) -> Result<usize> {
+        let len = self.buffer_len();
+        let head = buf.get_mut(..len).ok_or(Error::Truncated)?;
+        self.emit(head);
+        Ok(len)
     }
 
     fn emit(&self, buf: &mut [u8]) {
@@ -185,14 +200,14 @@ impl std::error::Error for SegmentError {}
 /// The DDP and RDMAP versions are not fields: parsing accepts only 01b and emitting writes
 /// 01b. The reserved bits of both control octets are ignored on receive and sent as zero
 /// (DDP-4.1-8, RDMAP-4.1-8), so `emit` after `parse` reproduces the segment except for
-/// them. For untagged segments the RsvdULP[8:39] field (`DdpBuffer::Untagged::rsvd_ulp2`)
+/// them. For untagged segments the `RsvdULP[8:39]` field (`DdpBuffer::Untagged::rsvd_ulp2`)
 /// holds the Invalidate STag of the invalidating Sends and is kept as received for every
 /// other opcode, where it is ignored (RDMAP-4.1-9, EXT-4.1-3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SegmentRepr {
     /// The DDP L flag: the last segment of the message.
     pub last: bool,
-    /// Buffer model and addressing (STag/TO, or QN/MSN/MO and RsvdULP[8:39]).
+    /// Buffer model and addressing (STag/TO, or QN/MSN/MO and `RsvdULP[8:39]`).
     pub buffer: DdpBuffer,
     /// The RDMAP opcode.
     pub opcode: Opcode,
@@ -281,8 +296,8 @@ impl<'a> Segment<'a> {
         // 1. DDP version, judged on the first octet alone so that even a truncated segment
         // with a foreign version is reported as such (siw checks DV first, too).
         let ctrl = *ulpdu.first().ok_or(SegmentError::DdpTruncated)?;
-        let tagged = ctrl & 0x80 != 0;
-        if ctrl & 0x03 != DDP_VERSION {
+        let tagged = ctrl & DDP_T_FLAG != 0;
+        if ctrl & DDP_DV_MASK != DDP_VERSION {
             return Err(SegmentError::DdpVersion { tagged });
         }
         // 2. The whole DDP header.
