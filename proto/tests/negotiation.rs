@@ -1488,3 +1488,47 @@ proptest! {
         prop_assert!(re.len() <= 2);
     }
 }
+
+/// MPA2-6-3, MPA2-10-2/6: a Rev 2 Request without S is an unenhanced Request; the Reply is
+/// unenhanced, at the lower of the two revisions. MPA2-10-7: a Rev 1 responder closes on an
+/// enhanced one.
+#[test]
+fn rev2_request_without_s() {
+    let req = request_frame(2, None);
+    for (own, rev) in [(2u8, 2u8), (1, 1)] {
+        let (_, reply, n) = respond(cfg(own, true, 4, 4), &req);
+        let repr = FrameRepr::parse(&Frame::new_checked(&reply[..]).unwrap()).unwrap();
+        assert_eq!((repr.rev, repr.enhanced), (rev, None));
+        assert_eq!(
+            (n.enhanced, n.peer_ird, n.local_ird, n.local_ord),
+            (false, None, 4, 4)
+        );
+    }
+    let enhanced = request_frame(2, Some(EnhancedData::default()));
+    let mut r = Responder::new(cfg(1, true, 4, 4), now0()).unwrap();
+    r.handle_input(&enhanced);
+    let f = only_failure(events_r(&mut r));
+    assert_eq!(f.error, NegotiationError::EnhancedNotSupported);
+    assert_eq!(f.peer.map(|p| p.ird()), Some(Some(0)));
+}
+
+/// The fences hold until the frames are fully handed to TCP.
+#[test]
+fn fences_wait_for_the_frames_to_leave() {
+    let mut i = Initiator::new(cfg(2, false, 1, 1), now0()).unwrap();
+    let mut r = Responder::new(cfg(2, false, 1, 1), now0()).unwrap();
+    let mut buf = [0u8; 10];
+    let n = i.poll_transmit(&mut buf);
+    assert_eq!(r.handle_input(&buf[..n]), 10);
+    let req = drain(&mut |b| i.poll_transmit(b));
+    assert_eq!(r.handle_input(&req), 14);
+    events_r(&mut r);
+    r.accept(&[]).unwrap();
+    let mut part = [0u8; 23];
+    assert_eq!(r.poll_transmit(&mut part), 23);
+    assert_eq!(r.handle_first_ulpdu(b"anything"), Ok(None));
+    assert!(!r.can_send_fpdus(), "one Reply octet is still queued");
+    assert_eq!(r.poll_transmit(&mut part), 1);
+    assert!(r.can_send_fpdus());
+    assert_eq!(r.poll_transmit(&mut part), 0);
+}

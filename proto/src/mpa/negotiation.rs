@@ -50,7 +50,14 @@
 //!
 //! Both RTR messages that use untagged queues take MSN 1 of their queue (WIRE-FORMATS §6.4),
 //! so the initiator's next message on that queue carries MSN 2 and the responder's DDP must
-//! expect MSN 2 there.
+//! expect MSN 2 there. A Read RTR holds one of the initiator's ORD credits until the
+//! responder's zero-length Read Response comes back; that Response completes no ULP
+//! request. What a Send RTR does to the responder's receive queue is left open by RFC 6581
+//! (WIRE-FORMATS §6.4); the engine decides.
+//!
+//! Choices made where the specifications leave room are described at the items that make
+//! them: [`Initiator::new`] (ORD 1 for a Read RTR offer), `Responder::accept` (Rev and C of
+//! the Reply, RTR marking, IRD raise), [`NegotiationError`] (codes for each failure).
 
 use std::time::{Duration, Instant};
 
@@ -535,8 +542,9 @@ impl TxQueue {
     }
 }
 
-/// The responder's answer to a Rev 0 or Rev > 2 frame: we speak only IETF Rev 1 and 2
-/// (Rev 0 would mean DDP/RDMAP version 0, which we never send; mpa-08 Appendix C).
+/// Both sides' check of the peer's Rev (MPA-7.1.1-18/19): we work with IETF Rev 1 and 2
+/// only. Rev 0 (RDMA Consortium) would mean DDP/RDMAP version 0, which we never send
+/// (mpa-08 Appendix C); Rev 3 and above are unknown to us.
 fn check_rev(rev: u8) -> Result<(), NegotiationError> {
     if (1..=2).contains(&rev) {
         Ok(())
@@ -565,7 +573,14 @@ pub struct Initiator {
 }
 
 impl Initiator {
-    /// Starts the initiator and queues the Request (MPA-7.1.2-1). `now` starts the timer.
+    /// Starts the initiator and queues the Request (MPA-7.1.2-1). `now` starts the timer
+    /// (a timeout too large for `Instant` disables it).
+    ///
+    /// At Rev 2 the Request is enhanced (S = 1) with our IRD/ORD; peer-to-peer sets A and
+    /// the RTR types we can send (MPA2-9.2-1, MPA2-9.2-2), otherwise A = B = C = D = 0
+    /// (MPA2-9.2-12, MPA2-9.2-14). When a Read RTR is offered and our ORD is 0, the Request
+    /// announces ORD 1, as Linux siw does, so that the responder provides the Read credit the
+    /// RTR needs; the negotiated local ORD then starts from 1.
     pub fn new(config: Config, now: Instant) -> Result<Initiator, UsageError> {
         config.validate(Role::Initiator)?;
         let enhanced = (config.rev >= 2).then(|| {
@@ -936,6 +951,20 @@ impl Responder {
 
     /// Accepts the Request with our ULP's private data (MPA-7.1.2-8, MPA-7.1.2-9): queues
     /// the Reply and reports [`Event::Established`].
+    ///
+    /// The Reply:
+    /// - Rev: the lower of ours and the Request's, so a Rev 1 Request gets a Rev 1 Reply
+    ///   (MPA2-6-4); it is enhanced exactly when the Request was (MPA2-10-5, MPA2-10-6).
+    /// - C: set when CRCs will be used, i.e. if we or the initiator want them. C = 1 in
+    ///   either frame turns CRCs on anyway (MPA-7.1.1-12); echoing it keeps initiators happy
+    ///   that refuse a Reply without C after asking for CRCs (siw with `mpa_crc_required`).
+    /// - M: ours (we require markers from the initiator).
+    /// - IRD: the initiator's ORD, capped at ours (0x3FFF rules, MPA2-9.1-11), raised to 1
+    ///   when a Read RTR is marked (MPA2-9.1-3). ORD: ours, capped at the initiator's IRD
+    ///   (MPA2-9.1-4, MPA2-9.1-13).
+    /// - A echoed (MPA2-9.2-4); B/C/D: every offered RTR type we accept (MPA2-9.2-5), or all
+    ///   we accept if none of the offered ones is (MPA2-9.2-8). A Read RTR is accepted only
+    ///   with an IRD of at least 1.
     pub fn accept(&mut self, private_data: &[u8]) -> Result<(), UsageError> {
         let request = self.take_request(private_data)?;
         let plan = self.plan(&request, false);
