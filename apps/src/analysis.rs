@@ -13,6 +13,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use warpcore_proto::mpa::negotiation;
 use warpcore_proto::wire;
 use warpcore_proto::wire::ddp::DdpBuffer;
 use warpcore_proto::wire::mpa::{
@@ -21,7 +22,7 @@ use warpcore_proto::wire::mpa::{
 };
 use warpcore_proto::wire::rdmap::{Opcode, ReadRequestRepr};
 use warpcore_proto::wire::segment::{RdmapHeader, SegmentError};
-use warpcore_proto::TerminateCode;
+use warpcore_proto::{TerminateCode, TerminateReport};
 
 use crate::fpdu::{self, Deframed, DeframerConfig, FpduEvent};
 use crate::tcp::{Connection, Stream};
@@ -184,6 +185,8 @@ pub struct TerminateInfo {
     pub flags: (bool, bool, bool),
     /// The DDP Segment Length field, if D = 1.
     pub ddp_segment_len: Option<u16>,
+    /// proto's decoding of the whole Terminate (reason and the offending message).
+    pub report: TerminateReport,
 }
 
 /// One DDP segment (one FPDU) as decoded.
@@ -222,6 +225,9 @@ pub struct Segment {
 pub enum FindingKind {
     /// An MPA Request or Reply frame is malformed (Terminate 2/0/4).
     MalformedStartup,
+    /// The Reply does not satisfy the Request (RFC 6581: format, A flag, RTR, IRD/ORD), as
+    /// proto's initiator negotiation machine judges it (Terminate 2/0/4, 2/0/6 or 2/0/7).
+    Negotiation,
     /// An FPDU's CRC does not match (Terminate 2/0/2).
     CrcError,
     /// A marker disagrees with the FPDU framing (Terminate 2/0/3).
@@ -255,6 +261,7 @@ impl FindingKind {
     pub const fn name(self) -> &'static str {
         match self {
             FindingKind::MalformedStartup => "malformed-startup",
+            FindingKind::Negotiation => "negotiation",
             FindingKind::CrcError => "crc-error",
             FindingKind::MarkerError => "marker-error",
             FindingKind::MalformedSegment => "malformed-segment",
@@ -557,6 +564,14 @@ pub fn analyse_connection(conn: &Connection) -> ConnectionReport {
             .push("the responder rejected the connection (R = 1)".into());
         return ConnectionReport::Iwarp(Box::new(report));
     }
+    if let Some(Err(e)) = judge_reply(&report.request, &streams[1].data[..reply.len]) {
+        report.findings.push(Finding {
+            kind: FindingKind::Negotiation,
+            direction: Some(Direction::ResponderToInitiator),
+            frame: reply.frame,
+            detail: format!("the MPA Reply does not fit the Request: {e}"),
+        });
+    }
     let req_enh = report.request.enhanced;
     let rep_enh = reply.enhanced;
     let peer_to_peer =
@@ -615,6 +630,41 @@ pub fn analyse_connection(conn: &Connection) -> ConnectionReport {
     check_connection(&mut report, &all);
     report.segments = all.into_iter().map(|s| s.segment).collect();
     ConnectionReport::Iwarp(Box::new(report))
+}
+
+/// Replays the startup through proto's initiator machine, configured as the captured Request
+/// says, and feeds it the captured Reply: the machine decides whether the Reply is one a
+/// conforming initiator accepts (RFC 6581 §9-§10). `None` when the Request cannot be
+/// expressed as an initiator configuration (e.g. Rev 0 or above 2).
+fn judge_reply(
+    request: &StartupFrame,
+    reply: &[u8],
+) -> Option<Result<negotiation::Negotiated, negotiation::NegotiationError>> {
+    let enhanced = request.enhanced;
+    let config = negotiation::Config {
+        rev: request.rev,
+        crc: request.crc,
+        markers: request.markers,
+        markers_supported: true,
+        ird: enhanced.map_or(0, |e| e.ird),
+        ord: enhanced.map_or(0, |e| e.ord),
+        peer_to_peer: enhanced.is_some_and(|e| e.peer_to_peer),
+        rtr: enhanced.map_or(RtrTypes::EMPTY, |e| e.rtr),
+        private_data: Vec::new(),
+        timeout: std::time::Duration::MAX,
+    };
+    // Time plays no part here; any instant will do.
+    let mut machine = negotiation::Initiator::new(config, std::time::Instant::now()).ok()?;
+    let taken = machine.handle_input(reply);
+    if taken < reply.len() {
+        machine.handle_close();
+    }
+    // The first event is the outcome: established, rejected or failed.
+    match machine.poll_event()? {
+        negotiation::Event::Established(n) => Some(Ok(n)),
+        negotiation::Event::Failed(f) => Some(Err(f.error)),
+        negotiation::Event::Rejected(_) | negotiation::Event::Request(_) => None,
+    }
 }
 
 fn other(conn: &Connection, reason: &str, finding: Option<Finding>) -> OtherConnection {
@@ -828,6 +878,7 @@ fn decode_ulpdu(ulpdu: &[u8]) -> Result<Segment, (FindingKind, String)> {
                 code: t.code,
                 flags: (t.m, t.ddp.is_some(), t.r_bit),
                 ddp_segment_len: t.ddp.map(|(len, _)| len),
+                report: TerminateReport::decode(&t),
             }),
         ),
         _ => (None, None),

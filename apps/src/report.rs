@@ -142,7 +142,7 @@ fn rel(t: Duration, start: Duration) -> f64 {
 fn describe_terminate(t: &TerminateInfo) -> String {
     format!(
         "{} (M={} D={} R={})",
-        t.code,
+        t.report,
         u8::from(t.flags.0),
         u8::from(t.flags.1),
         u8::from(t.flags.2)
@@ -527,6 +527,7 @@ pub fn render_json(r: &CaptureReport, verbose: bool) -> String {
                         j.kv_raw("etype", t.code.etype());
                         j.kv_raw("code", t.code.code());
                         j.kv_str("reason", t.code.description());
+                        j.kv_str("report", &t.report.to_string());
                         j.close('}');
                     }
                     j.close(']');

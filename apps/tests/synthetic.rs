@@ -13,7 +13,7 @@ use warpcore_apps::report::{analyse_capture, render_json, render_text, CaptureRe
 use warpcore_proto::mpa::framer::{Framer, FramerConfig};
 use warpcore_proto::wire::ddp::DdpBuffer;
 use warpcore_proto::wire::mpa::{EnhancedData, FrameKind, FrameRepr, RtrTypes};
-use warpcore_proto::wire::rdmap::{Opcode, ReadRequestRepr, TerminateRepr};
+use warpcore_proto::wire::rdmap::{CopiedDdpHeader, Opcode, ReadRequestRepr, TerminateRepr};
 use warpcore_proto::wire::segment::{RdmapHeader, Segment, SegmentRepr};
 use warpcore_proto::TerminateCode;
 
@@ -32,6 +32,8 @@ struct Spec {
     isn: [u32; 2],
     /// Largest TCP payload per frame.
     mss: usize,
+    /// The enhanced data of the Request and of the Reply.
+    enhanced: [EnhancedData; 2],
 }
 
 impl Default for Spec {
@@ -42,6 +44,12 @@ impl Default for Spec {
             initiator_is_client: true,
             isn: [1000, 7_000_000],
             mss: 700,
+            enhanced: [EnhancedData {
+                peer_to_peer: false,
+                rtr: RtrTypes::EMPTY,
+                ird: 4,
+                ord: 4,
+            }; 2],
         }
     }
 }
@@ -99,7 +107,10 @@ fn send(dir: usize, msn: u32, len: usize, per_segment: usize) -> Msg {
 
 fn tagged(dir: usize, opcode: Opcode, stag: u32, to: u64, len: usize, per_segment: usize) -> Msg {
     let data = vec![0xA5u8; len];
-    let chunks: Vec<&[u8]> = data.chunks(per_segment).collect();
+    let mut chunks: Vec<&[u8]> = data.chunks(per_segment).collect();
+    if chunks.is_empty() {
+        chunks.push(&[]);
+    }
     let n = chunks.len();
     let ulpdus = chunks
         .iter()
@@ -228,12 +239,6 @@ fn build(spec: &Spec, messages: &[Msg]) -> Vec<Frame> {
             next_seq[dir] = next_seq[dir].wrapping_add(chunk.len() as u32);
         }
     };
-    let enhanced = EnhancedData {
-        peer_to_peer: false,
-        rtr: RtrTypes::EMPTY,
-        ird: 4,
-        ord: 4,
-    };
     for (dir, kind) in [(I, FrameKind::Request), (R, FrameKind::Reply)] {
         let frame = FrameRepr {
             kind,
@@ -242,7 +247,7 @@ fn build(spec: &Spec, messages: &[Msg]) -> Vec<Frame> {
             reject: false,
             res: 0,
             rev: 2,
-            enhanced: Some(enhanced),
+            enhanced: Some(spec.enhanced[dir]),
             private_data: b"synthetic",
         };
         emit(&mut frames, &mut next_seq, dir, &frame.to_vec());
@@ -614,4 +619,51 @@ fn malformed_and_missing_startup() {
         .notes
         .iter()
         .any(|n| n.contains("no MPA Reply")));
+}
+
+/// RFC 6581 §9: proto's initiator machine judges the Reply against the Request.
+#[test]
+fn reply_that_does_not_fit_the_request() {
+    let p2p = EnhancedData {
+        peer_to_peer: true,
+        rtr: RtrTypes::WRITE,
+        ird: 4,
+        ord: 4,
+    };
+    let cs = EnhancedData {
+        peer_to_peer: false,
+        rtr: RtrTypes::EMPTY,
+        ird: 4,
+        ord: 4,
+    };
+    // The Reply drops the A flag (MPA2-9.2-4).
+    let spec = Spec {
+        enhanced: [p2p, cs],
+        ..Spec::default()
+    };
+    assert_eq!(
+        kinds(&analyse(build(&spec, &[]))),
+        [FindingKind::Negotiation]
+    );
+    // The responder's ORD exceeds the initiator's IRD (MPA2-9.1-8).
+    let greedy = EnhancedData { ord: 8, ..cs };
+    let spec = Spec {
+        enhanced: [cs, greedy],
+        ..Spec::default()
+    };
+    assert_eq!(
+        kinds(&analyse(build(&spec, &[]))),
+        [FindingKind::Negotiation]
+    );
+    // Peer-to-peer done right: the RTR first, then traffic.
+    let spec = Spec {
+        enhanced: [p2p, p2p],
+        ..Spec::default()
+    };
+    let rtr = tagged(I, Opcode::Write, 0, 0, 0, 64);
+    let report = analyse(build(&spec, &[rtr, send(I, 1, 10, 100)]));
+    assert_eq!(report.violations(), 0, "{}", render_text(&report, true));
+    // Peer-to-peer without the RTR first (RFC 6581 §5).
+    let report = analyse(build(&spec, &[send(I, 1, 10, 100)]));
+    assert_eq!(kinds(&report), [FindingKind::Rtr]);
 }
