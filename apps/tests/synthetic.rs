@@ -153,10 +153,13 @@ fn read_request(dir: usize, msn: u32, sink_stag: u32, sink_to: u64, size: u32) -
 }
 
 fn terminate(dir: usize, code: TerminateCode) -> Msg {
+    // Copy the DDP header of an (imaginary) offending Send, as a DDP or RDMAP error does.
+    let offending = send(1 - dir, 7, 16, 100).ulpdus.remove(0);
+    let copied = CopiedDdpHeader::from_segment(&offending).unwrap();
     let t = TerminateRepr {
         code,
-        m: false,
-        ddp: None,
+        m: true,
+        ddp: Some((16, copied)),
         r_bit: false,
         rdma: None,
     };
@@ -341,6 +344,11 @@ fn markers_crc_terminate_all_decode() {
     assert!(text.contains("Terminate in frame"), "{text}");
     assert!(
         text.contains(TerminateCode::new(0, 2, 6).description()),
+        "{text}"
+    );
+    // proto's Terminate report names the offending message from the copied DDP header.
+    assert!(
+        text.contains("offending Send qn 0 msn 7 mo 0 len 16"),
         "{text}"
     );
     assert!(c
