@@ -2,11 +2,18 @@
 //! FPDU stream of each direction and every DDP/RDMAP segment in it, with the protocol
 //! violations found on the way.
 //!
-//! All parsing is `warpcore-proto`'s: the startup frames with [`wire::mpa`], the FPDU
-//! streams with its deframer (see [`crate::fpdu`]), the DDP/RDMAP headers with [`wire::ddp`]
-//! and [`wire::rdmap`]. What this module adds is bookkeeping across segments and across the
+//! All parsing is `warpcore-proto`'s: the startup frames with [`wire::mpa`] (and the Reply
+//! judged by its initiator negotiation machine), the FPDU streams with its deframer (see
+//! [`crate::fpdu`]), every ULPDU with [`wire::segment`], Terminates with
+//! [`TerminateReport`]. What this module adds is bookkeeping across segments and across the
 //! two directions: message sequence numbers per queue, offsets within a message, Read
-//! Requests waiting for their Response, the RTR and MPA fencing rules.
+//! Requests waiting for their Response, the peer-to-peer RTR, and MPA fencing (a note).
+//!
+//! What is a violation and what is not: everything in [`FindingKind`] is a breach of a MUST
+//! of the specifications that a capture shows unambiguously. Capture artefacts (a gap the
+//! capture never filled, a file trimmed mid-message, an unanswered Read at the end) and
+//! behaviour the reference implementation shows (Linux siw's responder does not wait for
+//! the initiator's first FPDU outside peer-to-peer mode, MPA-7.1.2-16) are notes.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
@@ -160,7 +167,7 @@ pub enum Addressing {
         msn: u32,
         /// Message Offset.
         mo: u32,
-        /// RsvdULP[8:39]: the Invalidate STag of the Send-with-Invalidate opcodes.
+        /// `RsvdULP[8:39]`: the Invalidate STag of the Send-with-Invalidate opcodes.
         inv_stag: u32,
     },
 }
@@ -223,14 +230,16 @@ pub struct Segment {
 /// What kind of problem a finding is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FindingKind {
-    /// An MPA Request or Reply frame is malformed (Terminate 2/0/4).
+    /// An MPA Request or Reply frame is malformed (MPA-8-4; Terminate 2/0/4).
     MalformedStartup,
-    /// The Reply does not satisfy the Request (RFC 6581: format, A flag, RTR, IRD/ORD), as
-    /// proto's initiator negotiation machine judges it (Terminate 2/0/4, 2/0/6 or 2/0/7).
+    /// The Reply does not satisfy the Request (MPA2-9.2-4 A echoed, MPA2-9.1-4 responder ORD
+    /// at most the initiator IRD, a common RTR type, MPA2-10-5/6 format), as proto's
+    /// initiator negotiation machine judges it (Terminate 2/0/4, 2/0/6 or 2/0/7).
     Negotiation,
-    /// An FPDU's CRC does not match (Terminate 2/0/2).
+    /// An FPDU's CRC does not match where CRCs were negotiated (MPA-7.1.1-13, MPA-8-2;
+    /// Terminate 2/0/2).
     CrcError,
-    /// A marker disagrees with the FPDU framing (Terminate 2/0/3).
+    /// A marker disagrees with the FPDU framing (MPA-8-3, MPA-8-6; Terminate 2/0/3).
     MarkerError,
     /// An FPDU or DDP segment is malformed (too short for its headers, bad length).
     MalformedSegment,
@@ -240,19 +249,26 @@ pub enum FindingKind {
     RdmapVersion,
     /// Unknown opcode, or an opcode with the wrong buffer model or queue (Terminate 0/2/6).
     UnexpectedOpcode,
-    /// MSN out of sequence on a queue (DDP-4.3, Terminate 1/2/3).
+    /// MSN out of sequence on a queue: the first message is MSN 1, then one more per message,
+    /// the same in every segment of a message (DDP-4.3-7, DDP-4.3-8, DDP-4.3-10).
     MsnSequence,
-    /// Message Offset not contiguous within a message, or not 0 at its start.
+    /// Message Offset not 0 at the start of a message (DDP-4.3-11) or not contiguous within
+    /// it (DDP-5.2-6; in-order emission is DDP-5.3-2, which over one TCP stream holds for
+    /// every implementation we know).
     MessageOffset,
-    /// Tagged Offset not contiguous within a tagged message, or STag changed mid-message.
+    /// Tagged Offset not contiguous within a tagged message (DDP-5.2-8), or the STag changed
+    /// mid-message (DDP-4.2-8).
     TaggedOffset,
-    /// A Read Response with no Read Request outstanding, or not matching it.
+    /// A Read Response with no Read Request outstanding, out of request order, or not
+    /// matching its request's sink STag/TO and size (RDMAP-4.4-2, RDMAP-5.2-1,
+    /// RDMAP-5.5-13, RDMAP-5.2.2-5).
     ReadResponse,
-    /// More Read Requests outstanding than the negotiated IRD allows.
+    /// More Read Requests outstanding than the peer's negotiated IRD (RDMAP-6.1-4,
+    /// RDMAP-6.1-5).
     IrdExceeded,
-    /// Peer-to-peer mode, but the initiator's first FPDU is not an agreed RTR (RFC 6581 §5).
+    /// Peer-to-peer mode, but the initiator's first FPDU is not an agreed RTR (MPA2-5-1).
     Rtr,
-    /// An FPDU followed a Terminate in the same direction.
+    /// An FPDU followed a Terminate in the same direction (RDMAP-5.4-6).
     AfterTerminate,
 }
 
@@ -1010,8 +1026,8 @@ fn check_connection(report: &mut IwarpConnection, segments: &[DecodedSegment]) {
                     }
                 }
                 Direction::ResponderToInitiator => {
-                    // MPA-7.1.2 rule 4 (mpa-08) wants the responder to wait for the
-                    // initiator's first FPDU. Linux siw does not wait outside peer-to-peer
+                    // MPA-7.1.2-16 (mpa-08 §7.1.2 rule 4) wants the responder to wait for
+                    // the initiator's first FPDU. Linux siw does not wait outside peer-to-peer
                     // mode (e.g. ib_write_lat, ucmatose), so this is a note, not a violation.
                     if state[0].first_frame.is_none() {
                         notes.push(format!(
@@ -1150,7 +1166,7 @@ fn check_connection(report: &mut IwarpConnection, segments: &[DecodedSegment]) {
                     }
                     None => {
                         if op == Opcode::ReadResponse && !peer_blind {
-                            // Read Responses answer the peer's Read Requests in order (RDMAP-5.2).
+                            // Read Responses answer the peer's Read Requests in order (RDMAP-5.5-13, RDMAP-4.4-2).
                             let peer = &state[dir.reverse().index()];
                             match peer.reads_sent.front() {
                                 None => find(

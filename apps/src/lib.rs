@@ -13,6 +13,7 @@
 //! - Capture artefacts (a gap the capture never filled, a file trimmed mid-connection) are
 //!   reported apart from protocol violations, which are what makes `iwdump` exit 1.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod analysis;
 pub mod capture;
