@@ -34,6 +34,8 @@ struct Spec {
     mss: usize,
     /// The enhanced data of the Request and of the Reply.
     enhanced: [EnhancedData; 2],
+    /// IPv6 instead of IPv4.
+    ipv6: bool,
 }
 
 impl Default for Spec {
@@ -44,6 +46,7 @@ impl Default for Spec {
             initiator_is_client: true,
             isn: [1000, 7_000_000],
             mss: 700,
+            ipv6: false,
             enhanced: [EnhancedData {
                 peer_to_peer: false,
                 rtr: RtrTypes::EMPTY,
@@ -213,9 +216,19 @@ fn build(spec: &Spec, messages: &[Msg]) -> Vec<Frame> {
     let mut frames = Vec::new();
     let push = |frames: &mut Vec<Frame>, from: usize, seq: u32, syn: bool, payload: &[u8]| {
         let to = 1 - from;
-        let mut b = PacketBuilder::ethernet2(mac(from), mac(to))
-            .ipv4(ip(from), ip(to), 64)
-            .tcp(ports[from], ports[to], seq, 65535);
+        let eth = PacketBuilder::ethernet2(mac(from), mac(to));
+        let ip = if spec.ipv6 {
+            let v6 = |n: usize| {
+                let mut a = [0u8; 16];
+                a[0] = 0xfd;
+                a[15] = n as u8 + 1;
+                a
+            };
+            eth.ipv6(v6(from), v6(to), 64)
+        } else {
+            eth.ipv4(ip(from), ip(to), 64)
+        };
+        let mut b = ip.tcp(ports[from], ports[to], seq, 65535);
         // The first SYN carries no ACK; everything else does.
         if syn {
             b = b.syn();
@@ -474,7 +487,25 @@ fn other_link_types() {
             }
         })
         .collect();
-    for frames in [raw, sll] {
+    // 802.1Q VLAN tag (VID 42) between the MAC addresses and the EtherType.
+    let vlan: Vec<Frame> = frames
+        .iter()
+        .map(|f| {
+            let mut data = f.data[..12].to_vec();
+            data.extend_from_slice(&[0x81, 0x00, 0x00, 42]);
+            data.extend_from_slice(&f.data[12..]);
+            Frame { data, ..f.clone() }
+        })
+        .collect();
+    // IPv6.
+    let v6 = build(
+        &Spec {
+            ipv6: true,
+            ..Spec::default()
+        },
+        &clean_messages(),
+    );
+    for frames in [raw, sll, vlan, v6] {
         let report = analyse(frames);
         assert_eq!(report.violations(), 0);
         assert_eq!(shape(only_connection(&report)), reference);
