@@ -21,6 +21,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use warpcore_proto::mpa::negotiation;
+use warpcore_proto::rdmap::{check_inbound, InboundReadQueue, RdmapConfig, ReadResponsePlan};
 use warpcore_proto::wire;
 use warpcore_proto::wire::ddp::DdpBuffer;
 use warpcore_proto::wire::mpa::{
@@ -872,6 +873,23 @@ fn decode_ulpdu(ulpdu: &[u8]) -> Result<Segment, (FindingKind, String)> {
         (kind, e.to_string())
     })?;
     let repr = seg.repr;
+    // Messages without ULP payload must be whole in one segment (RDMAP-4.2-1). Whether the
+    // RFC 7306 opcodes were agreed is a ULP matter a capture does not show: allow them.
+    let agreed = RdmapConfig {
+        atomics: true,
+        immediate_data: true,
+    };
+    if let Err(e) = check_inbound(&repr, &agreed) {
+        return Err((
+            FindingKind::MalformedSegment,
+            format!(
+                "{}: {} ({})",
+                repr.opcode,
+                e.description(),
+                e.terminate_code()
+            ),
+        ));
+    }
     let addressing = match repr.buffer {
         DdpBuffer::Tagged { stag, to } => Addressing::Tagged { stag, to },
         DdpBuffer::Untagged {
@@ -928,21 +946,21 @@ struct OpenUntagged {
     next_mo: u64,
 }
 
-/// A tagged message being received.
+/// An RDMA Write being received (Read Responses are followed through their plan instead).
 #[derive(Clone, Copy)]
 struct OpenTagged {
     stag: u32,
     next_to: u64,
-    opcode: Opcode,
-    /// Octets so far (for Read Responses, compared with the Read Request's size).
-    len: u64,
 }
 
-/// A Read Request waiting for its Response.
+/// A Read Request waiting for its Response: what proto says the Response must look like,
+/// and how far it has come.
 #[derive(Clone, Copy)]
 struct PendingRead {
-    request: ReadRequestRepr,
+    plan: ReadResponsePlan,
     frame: u64,
+    /// Response octets seen so far.
+    sent: u32,
 }
 
 #[derive(Default)]
@@ -952,8 +970,69 @@ struct DirState {
     open_tagged: Option<OpenTagged>,
     /// Read Requests this direction sent, oldest first.
     reads_sent: VecDeque<PendingRead>,
+    /// The receiver's inbound read queue for those requests, when IRD was negotiated.
+    ird: Option<InboundReadQueue>,
     terminated: Option<u64>,
     first_frame: Option<u64>,
+}
+
+/// Follows a Read Response segment (sent in `dir`) through the plan of the oldest
+/// outstanding Read Request from the other direction: proto's [`ReadResponsePlan::segment`]
+/// gives the STag, TO and L each segment must carry (RDMAP-4.4-2, RDMAP-5.5-13,
+/// RDMAP-5.2.2-5, DDP-5.2-8). Nothing is judged while the capture no longer shows the
+/// requests (`peer_blind`).
+#[allow(clippy::too_many_arguments)]
+fn check_read_response(
+    state: &mut [DirState; 2],
+    dir: Direction,
+    s: &Segment,
+    stag: u32,
+    to: u64,
+    len: u64,
+    peer_blind: bool,
+    find: &mut impl FnMut(FindingKind, String),
+) {
+    let requester = &mut state[dir.reverse().index()];
+    let Some(pending) = requester.reads_sent.front_mut() else {
+        if !peer_blind {
+            find(
+                FindingKind::ReadResponse,
+                "Read Response with no Read Request outstanding".into(),
+            );
+        }
+        return;
+    };
+    let len = u32::try_from(len).unwrap_or(u32::MAX);
+    let expected = pending.plan.segment(pending.sent, len);
+    if let (
+        DdpBuffer::Tagged {
+            stag: e_stag,
+            to: e_to,
+        },
+        false,
+    ) = (expected.buffer, peer_blind)
+    {
+        if (e_stag, e_to, expected.last) != (stag, to, s.last) {
+            find(
+                FindingKind::ReadResponse,
+                format!(
+                    "Read Response segment STag {stag:#010x} TO {to:#x} L={} after {} of {} octets; the Read Request of frame {} calls for STag {e_stag:#010x} TO {e_to:#x} L={}",
+                    u8::from(s.last),
+                    pending.sent,
+                    pending.plan.len,
+                    pending.frame,
+                    u8::from(expected.last)
+                ),
+            );
+        }
+    }
+    pending.sent = pending.sent.saturating_add(len);
+    if s.last {
+        requester.reads_sent.pop_front();
+        if let Some(queue) = requester.ird.as_mut() {
+            queue.retire();
+        }
+    }
 }
 
 /// The IRD the receiver of Read Requests from `dir` announced, if negotiation applies.
@@ -968,10 +1047,10 @@ fn read_limit(report: &IwarpConnection, dir: Direction) -> Option<u16> {
 
 fn check_connection(report: &mut IwarpConnection, segments: &[DecodedSegment]) {
     let mut state: [DirState; 2] = Default::default();
-    let limits = [
-        read_limit(report, Direction::InitiatorToResponder),
-        read_limit(report, Direction::ResponderToInitiator),
-    ];
+    for dir in Direction::BOTH {
+        state[dir.index()].ird =
+            read_limit(report, dir).map(|ird| InboundReadQueue::new(u32::from(ird)));
+    }
     let negotiated = report.negotiated.clone();
     let mut findings = Vec::new();
     let mut notes = Vec::new();
@@ -1109,17 +1188,29 @@ fn check_connection(report: &mut IwarpConnection, segments: &[DecodedSegment]) {
                     );
                 }
                 if let Some(rr) = s.read_request {
+                    // What the responder must send back (RDMAP-4.4-2, RDMAP-5.2.1-10); the
+                    // source STag is not checked here, as an observer knows no STag table.
+                    let plan = ReadResponsePlan {
+                        sink_stag: rr.sink_stag,
+                        sink_to: rr.sink_to,
+                        src_stag: rr.src_stag,
+                        src_to: rr.src_to,
+                        len: rr.read_size,
+                    };
                     st.reads_sent.push_back(PendingRead {
-                        request: rr,
+                        plan,
                         frame: s.frame,
+                        sent: 0,
                     });
-                    if let (Some(limit), false) = (limits[i], peer_blind) {
-                        if st.reads_sent.len() > usize::from(limit) {
+                    // Count it against the receiver's IRD (RDMAP-6.1-5).
+                    if let Some(queue) = st.ird.as_mut() {
+                        if queue.admit().is_err() && !peer_blind {
                             find(
                                 FindingKind::IrdExceeded,
                                 format!(
-                                    "{} Read Requests outstanding, the peer's IRD is {limit}",
-                                    st.reads_sent.len()
+                                    "{} Read Requests outstanding, the peer's IRD is {}",
+                                    queue.outstanding() + 1,
+                                    queue.ird()
                                 ),
                             );
                         }
@@ -1127,90 +1218,34 @@ fn check_connection(report: &mut IwarpConnection, segments: &[DecodedSegment]) {
                 }
             }
             Addressing::Tagged { stag, to } => {
-                if !op.is_tagged() {
-                    find(
-                        FindingKind::UnexpectedOpcode,
-                        format!("{} in a tagged segment", op.name()),
-                    );
+                let len = ds.ddp_payload_len;
+                if op == Opcode::ReadResponse {
+                    check_read_response(&mut state, dir, s, stag, to, len, peer_blind, &mut find);
                     continue;
                 }
-                let len = ds.ddp_payload_len;
                 let st = &mut state[i];
-                let open = match st.open_tagged {
-                    Some(open) => {
-                        if open.opcode != op || open.stag != stag {
-                            find(
-                                FindingKind::TaggedOffset,
-                                format!(
-                                    "{} STag {stag:#010x} while {} STag {:#010x} is incomplete",
-                                    op.name(),
-                                    open.opcode.name(),
-                                    open.stag
-                                ),
-                            );
-                        } else if to != open.next_to {
-                            find(
-                                FindingKind::TaggedOffset,
-                                format!(
-                                    "STag {stag:#010x}: TO {to:#x}, expected {:#x}",
-                                    open.next_to
-                                ),
-                            );
-                        }
-                        OpenTagged {
-                            stag,
-                            next_to: to.wrapping_add(len),
-                            opcode: op,
-                            len: open.len + len,
-                        }
-                    }
-                    None => {
-                        if op == Opcode::ReadResponse && !peer_blind {
-                            // Read Responses answer the peer's Read Requests in order (RDMAP-5.5-13, RDMAP-4.4-2).
-                            let peer = &state[dir.reverse().index()];
-                            match peer.reads_sent.front() {
-                                None => find(
-                                    FindingKind::ReadResponse,
-                                    "Read Response with no Read Request outstanding".into(),
-                                ),
-                                Some(p)
-                                    if p.request.sink_stag != stag || p.request.sink_to != to =>
-                                {
-                                    find(
-                                        FindingKind::ReadResponse,
-                                        format!(
-                                            "Read Response STag {stag:#010x} TO {to:#x} does not match the Read Request of frame {} (sink STag {:#010x} TO {:#x})",
-                                            p.frame, p.request.sink_stag, p.request.sink_to
-                                        ),
-                                    );
-                                }
-                                Some(_) => {}
-                            }
-                        }
-                        OpenTagged {
-                            stag,
-                            next_to: to.wrapping_add(len),
-                            opcode: op,
-                            len,
-                        }
-                    }
-                };
-                let st = &mut state[i];
-                st.open_tagged = if s.last { None } else { Some(open) };
-                if s.last && op == Opcode::ReadResponse {
-                    let peer = &mut state[dir.reverse().index()];
-                    if let Some(p) = peer.reads_sent.pop_front() {
-                        if u64::from(p.request.read_size) != open.len {
-                            find(
-                                FindingKind::ReadResponse,
-                                format!(
-                                    "Read Response of {} octets for a Read Request of {} (frame {})",
-                                    open.len, p.request.read_size, p.frame
-                                ),
-                            );
-                        }
-                    }
+                match st.open_tagged {
+                    Some(open) if open.stag != stag => find(
+                        FindingKind::TaggedOffset,
+                        format!(
+                            "{} STag {stag:#010x} while STag {:#010x} is incomplete",
+                            op.name(),
+                            open.stag
+                        ),
+                    ),
+                    Some(open) if to != open.next_to => find(
+                        FindingKind::TaggedOffset,
+                        format!(
+                            "STag {stag:#010x}: TO {to:#x}, expected {:#x}",
+                            open.next_to
+                        ),
+                    ),
+                    _ => {}
                 }
+                st.open_tagged = (!s.last).then_some(OpenTagged {
+                    stag,
+                    next_to: to.wrapping_add(len),
+                });
             }
         }
     }

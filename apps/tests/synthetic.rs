@@ -594,6 +594,14 @@ fn wrong_queue_and_bad_versions() {
     let mut v0 = send(I, 1, 10, 100);
     v0.ulpdus[0][0] &= !0x03; // DDP version 0
     assert_eq!(violations_of(vec![v0]), [FindingKind::DdpVersion]);
+    // A Read Request that claims to continue (L = 0): messages without ULP payload are
+    // whole in one segment (proto's rdmap::check_inbound, RDMAP-4.2-1).
+    let mut split_read = read_request(R, 1, 0x10, 0, 8);
+    split_read.ulpdus[0][0] &= !0x40;
+    assert_eq!(
+        violations_of(vec![split_read]),
+        [FindingKind::MalformedSegment]
+    );
     let mut rv = send(I, 1, 10, 100);
     rv.ulpdus[0][1] &= !0xC0; // RDMAP version 0
     assert_eq!(violations_of(vec![rv]), [FindingKind::RdmapVersion]);
