@@ -498,9 +498,10 @@ fn check_split(config: DeframerConfig, bytes: &[u8], whole: &Deframed, k: usize,
 #[test]
 fn deframer_is_split_invariant_on_every_capture() {
     const EVERY_SPLIT_UP_TO: usize = 4096;
-    const RANDOM_SPLITS: usize = 8;
+    const RANDOM_SPLITS: usize = 16;
     let mut rng = Rng(0x5EED_1234_ABCD_0001);
     let mut streams = 0;
+    let mut random_splits = 0;
     for path in captures_in(&data_dir()) {
         let capture = read_capture_file(&path).unwrap();
         for conn in reassemble(&capture).connections {
@@ -528,6 +529,7 @@ fn deframer_is_split_invariant_on_every_capture() {
                     check_split(config, bytes, &whole, k, &what);
                 }
                 if bytes.len() > EVERY_SPLIT_UP_TO {
+                    random_splits += RANDOM_SPLITS;
                     for _ in 0..RANDOM_SPLITS {
                         let k = EVERY_SPLIT_UP_TO + rng.below(bytes.len() - EVERY_SPLIT_UP_TO + 1);
                         check_split(config, bytes, &whole, k, &what);
@@ -537,6 +539,7 @@ fn deframer_is_split_invariant_on_every_capture() {
         }
     }
     assert!(streams >= 40, "only {streams} FPDU streams found");
+    assert!(random_splits >= 300, "only {random_splits} random split points");
 }
 
 /// Writes `capture` as a classic pcap file.
