@@ -539,7 +539,10 @@ fn deframer_is_split_invariant_on_every_capture() {
         }
     }
     assert!(streams >= 40, "only {streams} FPDU streams found");
-    assert!(random_splits >= 300, "only {random_splits} random split points");
+    assert!(
+        random_splits >= 300,
+        "only {random_splits} random split points"
+    );
 }
 
 /// Writes `capture` as a classic pcap file.
