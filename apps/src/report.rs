@@ -561,8 +561,10 @@ pub fn render_json(r: &CaptureReport, verbose: bool) -> String {
                         );
                         match s.addressing {
                             Addressing::Tagged { stag, to } => {
-                                j.kv_raw("stag", stag);
-                                j.kv_raw("to", to);
+                                // Hex strings: a 64-bit TO does not fit a JSON number
+                                // exactly (2^53), and STags read better in hex.
+                                j.kv_str("stag", &format!("{stag:#010x}"));
+                                j.kv_str("to", &format!("{to:#018x}"));
                             }
                             Addressing::Untagged { qn, msn, mo, .. } => {
                                 j.kv_raw("qn", qn);

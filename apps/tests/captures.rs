@@ -687,6 +687,11 @@ fn verbose_and_json_output() {
     let json = String::from_utf8(out.stdout).unwrap();
     assert!(json.starts_with('{') && json.trim_end().ends_with('}'));
     assert!(json.contains("\"peer_to_peer\":true"));
+    // The RTR: a zero-length Write to STag 1, TO 0 (hex strings keep 64-bit TOs exact).
+    assert!(
+        json.contains("\"stag\":\"0x00000001\",\"to\":\"0x0000000000000000\""),
+        "{json}"
+    );
     assert_eq!(json.matches("\"opcode\":").count(), 36);
 }
 
