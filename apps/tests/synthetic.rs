@@ -487,6 +487,34 @@ fn other_link_types() {
             }
         })
         .collect();
+    // Linux cooked capture v2: a 20-octet header starting with the EtherType.
+    let sll2: Vec<Frame> = frames
+        .iter()
+        .map(|f| {
+            let mut data = vec![
+                0x08, 0x00, 0, 0, 0, 0, 0, 3, 0, 1, 0, 6, 2, 0, 0, 0, 0, 1, 0, 0,
+            ];
+            data.extend_from_slice(&f.data[14..]);
+            Frame {
+                data,
+                link: LinkType::LinuxSll2,
+                ..f.clone()
+            }
+        })
+        .collect();
+    // BSD loopback: a 4-octet address family (AF_INET = 2, host order) in front of IP.
+    let null: Vec<Frame> = frames
+        .iter()
+        .map(|f| {
+            let mut data = vec![2, 0, 0, 0];
+            data.extend_from_slice(&f.data[14..]);
+            Frame {
+                data,
+                link: LinkType::Null,
+                ..f.clone()
+            }
+        })
+        .collect();
     // 802.1Q VLAN tag (VID 42) between the MAC addresses and the EtherType.
     let vlan: Vec<Frame> = frames
         .iter()
@@ -505,7 +533,7 @@ fn other_link_types() {
         },
         &clean_messages(),
     );
-    for frames in [raw, sll, vlan, v6] {
+    for frames in [raw, sll, sll2, null, vlan, v6] {
         let report = analyse(frames);
         assert_eq!(report.violations(), 0);
         assert_eq!(shape(only_connection(&report)), reference);
