@@ -742,3 +742,35 @@ fn reply_that_does_not_fit_the_request() {
     let report = analyse(build(&spec, &[send(I, 1, 10, 100)]));
     assert_eq!(kinds(&report), [FindingKind::Rtr]);
 }
+
+/// A 4-tuple reused after a reset: the new SYN starts a second connection.
+#[test]
+fn port_reuse_after_reset_is_a_new_connection() {
+    let mut frames = build(&Spec::default(), &clean_messages());
+    let mut rst = Vec::new();
+    PacketBuilder::ethernet2(mac(I), mac(R))
+        .ipv4(ip(I), ip(R), 64)
+        .tcp(40000, 5000, 123, 0)
+        .rst()
+        .write(&mut rst, &[])
+        .unwrap();
+    frames.push(Frame {
+        number: 0,
+        timestamp: Duration::from_secs(1),
+        link: LinkType::Ethernet,
+        original_len: rst.len() as u32,
+        data: rst,
+    });
+    let spec = Spec {
+        isn: [0x8000_0000, 0x1234],
+        ..Spec::default()
+    };
+    frames.extend(build(&spec, &[send(I, 1, 10, 100), send(R, 1, 20, 100)]));
+    renumber(&mut frames);
+    let report = analyse(frames);
+    assert_eq!(report.violations(), 0, "{}", render_text(&report, true));
+    let conns: Vec<_> = report.iwarp().collect();
+    assert_eq!(conns.len(), 2, "{}", render_text(&report, false));
+    assert_eq!(conns[0].closed[0], warpcore_apps::analysis::TcpClose::Rst);
+    assert_eq!(conns[1].segments.len(), 2);
+}
