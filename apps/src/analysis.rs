@@ -1257,8 +1257,12 @@ fn check_connection(report: &mut IwarpConnection, segments: &[DecodedSegment]) {
             notes.push(format!("{dir}: the capture ends inside a message"));
         }
         if !st.reads_sent.is_empty() {
+            let why = match blind[dir.reverse().index()] {
+                Some(f) => format!(" (the responses' direction is not decoded after frame {f})"),
+                None => String::new(),
+            };
             notes.push(format!(
-                "{dir}: {} Read Request(s) unanswered when the capture ends",
+                "{dir}: {} Read Request(s) unanswered when the capture ends{why}",
                 st.reads_sent.len()
             ));
         }
