@@ -15,7 +15,7 @@
 //! behaviour the reference implementation shows (Linux siw's responder does not wait for
 //! the initiator's first FPDU outside peer-to-peer mode, MPA-7.1.2-16) are notes.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -387,6 +387,10 @@ pub struct IwarpConnection {
     /// (deframing stopped on an error, or a capture gap). Checks that pair messages across
     /// the two directions are not made past this point.
     pub blind_after: [Option<u64>; 2],
+    /// FPDUs that could not be decoded (CRC error, malformed segment): direction and frame.
+    /// Decoding goes on after a CRC error, but pairing Reads across the directions is not
+    /// judged after the first of these (the lost FPDU may have been part of a Read).
+    pub lost_fpdus: Vec<(Direction, u64)>,
     /// Protocol violations.
     pub findings: Vec<Finding>,
     /// Things worth knowing that are not protocol violations (capture gaps, trimmed
@@ -528,6 +532,7 @@ pub fn analyse_connection(conn: &Connection) -> ConnectionReport {
         directions: Default::default(),
         segments: Vec::new(),
         blind_after: [None, None],
+        lost_fpdus: Vec::new(),
         findings: Vec::new(),
         notes: Vec::new(),
     };
@@ -748,6 +753,9 @@ struct DecodedSegment {
     /// DDP payload octets (everything after the DDP header, RDMAP header included): what
     /// MO and TO advance by.
     ddp_payload_len: u64,
+    /// The first segment after an FPDU that could not be decoded (CRC error, malformed
+    /// segment): sequence checks re-baseline here instead of blaming this segment.
+    after_hole: bool,
 }
 
 fn decode_direction(
@@ -761,6 +769,7 @@ fn decode_direction(
     let d = &mut report.directions[dir.index()];
     d.fpdu_stream_octets = (stream.data.len() as u64).saturating_sub(start);
     d.trailing_octets = deframed.trailing_octets;
+    let mut after_hole = false;
     for event in &deframed.events {
         let (offset, end) = (start + event.offset(), start + event.end());
         let chunk = stream.chunk_at(end.saturating_sub(1)).copied();
@@ -807,9 +816,12 @@ fn decode_direction(
                             order: out.len(),
                             rtr,
                             ddp_payload_len,
+                            after_hole: std::mem::take(&mut after_hole),
                         });
                     }
                     Err((kind, why)) => {
+                        after_hole = true;
+                        report.lost_fpdus.push((dir, frame));
                         report.findings.push(Finding {
                             kind,
                             direction: Some(dir),
@@ -823,6 +835,8 @@ fn decode_direction(
                 }
             }
             FpduEvent::Error { kind, detail, .. } => {
+                after_hole = true;
+                report.lost_fpdus.push((dir, frame));
                 match kind {
                     FindingKind::MarkerError => d.marker_errors += 1,
                     FindingKind::CrcError => d.crc_errors += 1,
@@ -844,15 +858,31 @@ fn decode_direction(
         };
         report.blind_after[dir.index()] = Some(stop.map_or(0, |c| c.frame));
     }
+    if deframed.resumed > 0 {
+        report.notes.push(format!(
+            "{dir}: decoding resumed at the next FPDU after {} CRC error(s) (an endpoint would have stopped, MPA-8-12)",
+            deframed.resumed
+        ));
+    }
     if deframed.stopped {
         report.notes.push(format!(
             "{dir}: deframing stopped after an unrecoverable error; the rest of the stream is not decoded"
         ));
     } else if deframed.trailing_octets > 0 {
-        report.notes.push(format!(
-            "{dir}: the stream ends {} octets into an FPDU (capture trimmed or connection cut)",
-            deframed.trailing_octets
-        ));
+        // After a resumption that never produced a valid FPDU, the "FPDU" still waiting for
+        // its end is most likely a damaged length read as a huge one.
+        let lost_chain = matches!(deframed.events.last(), Some(FpduEvent::Error { .. }));
+        report.notes.push(if lost_chain {
+            format!(
+                "{dir}: after the CRC error the length chain could not be followed; the last {} octets are not decoded",
+                deframed.trailing_octets
+            )
+        } else {
+            format!(
+                "{dir}: the stream ends {} octets into an FPDU (capture trimmed or connection cut)",
+                deframed.trailing_octets
+            )
+        });
     }
 }
 
@@ -972,6 +1002,8 @@ struct DirState {
     reads_sent: VecDeque<PendingRead>,
     /// The receiver's inbound read queue for those requests, when IRD was negotiated.
     ird: Option<InboundReadQueue>,
+    /// After an undecodable FPDU: the queues whose next segment has re-baselined the MSN.
+    unjudged: Option<HashSet<u32>>,
     terminated: Option<u64>,
     first_frame: Option<u64>,
 }
@@ -1055,12 +1087,23 @@ fn check_connection(report: &mut IwarpConnection, segments: &[DecodedSegment]) {
     let mut findings = Vec::new();
     let mut notes = Vec::new();
     let blind = report.blind_after;
+    // Once an FPDU is lost to a CRC error or a malformed segment, it may have been a Read
+    // Request or part of a Read Response: pairing reads is not judged any more.
+    let first_loss = report.lost_fpdus.iter().map(|&(_, f)| f).min();
     for ds in segments {
         let s = &ds.segment;
         let dir = s.direction;
         let i = dir.index();
+        if ds.after_hole {
+            let st = &mut state[i];
+            st.unjudged = Some(HashSet::new());
+            st.open_untagged.clear();
+            st.open_tagged = None;
+        }
+        let reads_unreliable = first_loss.is_some_and(|f| s.frame >= f);
         // Whether the capture still shows the other direction at this point.
-        let peer_blind = blind[dir.reverse().index()].is_some_and(|f| s.frame > f);
+        let peer_blind =
+            reads_unreliable || blind[dir.reverse().index()].is_some_and(|f| s.frame > f);
         let mut find = |kind: FindingKind, detail: String| {
             findings.push(Finding {
                 kind,
@@ -1140,7 +1183,10 @@ fn check_connection(report: &mut IwarpConnection, segments: &[DecodedSegment]) {
                     continue;
                 }
                 let st = &mut state[i];
+                // The first segment on a queue after a lost FPDU sets the new baseline.
+                let rebaseline = st.unjudged.as_mut().is_some_and(|seen| seen.insert(qn));
                 match st.open_untagged.get(&qn).copied() {
+                    _ if rebaseline => {}
                     Some(open) => {
                         if msn != open.msn {
                             find(

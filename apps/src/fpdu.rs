@@ -25,7 +25,8 @@ pub enum FpduEvent {
         /// does not match is an [`FpduEvent::Error`].)
         crc_ok: Option<bool>,
     },
-    /// The deframer stopped on an error; nothing after it is decoded (MPA-8-12).
+    /// The deframer stopped on an error (MPA-8-12). After a CRC error decoding resumes at
+    /// the next FPDU (see [`deframe`]); after any other error nothing more is decoded.
     Error {
         /// Stream offset where the failing FPDU began.
         offset: u64,
@@ -63,11 +64,17 @@ pub struct Deframed {
     pub trailing_octets: usize,
     /// True if the deframer stopped on an error.
     pub stopped: bool,
+    /// How often decoding resumed after a CRC error with a fresh deframer at the next FPDU.
+    pub resumed: usize,
 }
 
 /// Feeds `chunks` (consecutive pieces of one direction's FPDU-mode stream) to a fresh
 /// deframer and collects what comes out. The result does not depend on how the stream is
 /// split into chunks; the split tests rely on that.
+///
+/// After a CRC error decoding resumes with a new deframer right after the failed FPDU,
+/// unless the previous resumption produced no valid FPDU (then the length chain is lost).
+/// Marker errors and oversized lengths end decoding: the framing itself is in doubt.
 pub fn deframe(config: DeframerConfig, chunks: &[&[u8]]) -> Deframed {
     let mut deframer = Deframer::new(config);
     let mut out = Deframed::default();
@@ -76,6 +83,7 @@ pub fn deframe(config: DeframerConfig, chunks: &[&[u8]]) -> Deframed {
     let base = config.stream_offset;
     let mut fpdu_start = 0u64;
     let mut consumed_total = 0u64;
+    let mut resumed_without_success = false;
     'chunks: for chunk in chunks {
         let mut input = *chunk;
         loop {
@@ -91,6 +99,7 @@ pub fn deframe(config: DeframerConfig, chunks: &[&[u8]]) -> Deframed {
                         crc_ok: config.crc.then_some(true),
                     });
                     fpdu_start = consumed_total;
+                    resumed_without_success = false;
                 }
                 Err(error) => {
                     let fault = deframer.fault();
@@ -103,14 +112,34 @@ pub fn deframe(config: DeframerConfig, chunks: &[&[u8]]) -> Deframed {
                         Some(f) => f.to_string(),
                         None => error.to_string(),
                     };
+                    let end = deframer.stream_offset().wrapping_sub(base);
                     out.events.push(FpduEvent::Error {
                         offset: fpdu_start,
-                        end: deframer.stream_offset().wrapping_sub(base),
+                        end,
                         kind,
                         detail,
                     });
-                    out.stopped = true;
-                    break 'chunks;
+                    // An endpoint stops here (MPA-8-12). An observer can do better after a
+                    // CRC error: the deframer stopped right after that FPDU's CRC field, and
+                    // if only payload or CRC octets were damaged the length chain still
+                    // holds, so a fresh deframer from there decodes the rest. If the length
+                    // field was the damaged part the next FPDU fails too, and we stop.
+                    let resumable =
+                        matches!(fault, Some(DeframeFault::Crc { .. })) && !resumed_without_success;
+                    let used = end.wrapping_sub(consumed_total);
+                    if !resumable || used > input.len() as u64 {
+                        out.stopped = true;
+                        break 'chunks;
+                    }
+                    input = &input[used as usize..];
+                    consumed_total = end;
+                    fpdu_start = end;
+                    deframer = Deframer::new(DeframerConfig {
+                        stream_offset: base + end,
+                        ..config
+                    });
+                    resumed_without_success = true;
+                    out.resumed += 1;
                 }
             }
         }

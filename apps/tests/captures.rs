@@ -615,14 +615,33 @@ fn flipped_crc_is_reported() {
     let c = lib.iwarp().next().unwrap();
     assert_eq!(c.directions[0].crc_errors, 1);
     assert_eq!(c.directions[1].crc_errors, 0);
-    // Everything before the bad FPDU in that direction still decoded.
+    // Every other FPDU of that direction still decoded: iwdump resumes after the bad FPDU.
+    let before = conn
+        .segments
+        .iter()
+        .filter(|s| s.direction == Direction::InitiatorToResponder)
+        .count();
     assert_eq!(
         c.segments
             .iter()
             .filter(|s| s.direction == Direction::InitiatorToResponder)
             .count(),
-        2
+        before - 1
     );
+    // Resuming after the CRC error does not depend on where the stream is split either.
+    let conn = reassemble(&capture).connections.remove(0);
+    let (initiator, fs) = fpdu_streams(&conn).unwrap();
+    let (start, config) = fs.start[0];
+    let bytes = &conn.stream_from(initiator).data[start as usize..];
+    let whole = deframe(config, &[bytes]);
+    assert_eq!(whole.resumed, 1);
+    for k in 0..=bytes.len() {
+        assert_eq!(
+            deframe(config, &[&bytes[..k], &bytes[k..]]),
+            whole,
+            "split at {k}"
+        );
+    }
 
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("iwdump-crc");
     std::fs::create_dir_all(&dir).unwrap();

@@ -658,6 +658,12 @@ fn corrupted_marker_and_crc() {
     let report = analyse(bad_marker);
     // With CRCs on, the CRC (which covers the marker) fails first (MPA-8-3).
     assert_eq!(kinds(&report), [FindingKind::CrcError]);
+    // Decoding resumed after the bad FPDU (the Read Request): the rest of that direction is
+    // all there, and the Read Response it lost its request for is not blamed.
+    let r2i = &only_connection(&report).directions[1];
+    assert_eq!(r2i.opcodes[&Opcode::Send].segments, 3);
+    assert_eq!(r2i.terminates.len(), 1);
+    assert!(!r2i.opcodes.contains_key(&Opcode::ReadRequest));
     let spec = Spec {
         mss: 2000,
         crc: false,
@@ -773,4 +779,47 @@ fn port_reuse_after_reset_is_a_new_connection() {
     assert_eq!(conns.len(), 2, "{}", render_text(&report, false));
     assert_eq!(conns[0].closed[0], warpcore_apps::analysis::TcpClose::Rst);
     assert_eq!(conns[1].segments.len(), 2);
+}
+
+/// A damaged ULPDU_Length breaks the length chain: the CRC fails, and what the resumed
+/// deframer sees next is not taken for FPDUs: decoding of that direction ends there.
+#[test]
+fn damaged_length_stops_after_one_resumption() {
+    let spec = Spec {
+        mss: 4000,
+        markers: [false, false],
+        ..Spec::default()
+    };
+    let mut frames = build(
+        &spec,
+        &[
+            send(I, 1, 100, 1000),
+            send(I, 2, 100, 1000),
+            send(I, 3, 100, 1000),
+        ],
+    );
+    // The first FPDU's ULPDU_Length (118) becomes 114: the CRC is then looked for 4 octets
+    // early.
+    let f = frames
+        .iter_mut()
+        .skip(4)
+        .find(|f| f.data[34..36] == [0x9c, 0x40])
+        .unwrap();
+    let at = 14 + 20 + 20 + 1;
+    assert_eq!(f.data[at], 118);
+    f.data[at] = 114;
+    let report = analyse(frames);
+    let found = kinds(&report);
+    assert_eq!(found[0], FindingKind::CrcError, "{found:?}");
+    assert!(found.len() <= 2, "{found:?}");
+    let c = only_connection(&report);
+    assert!(
+        c.notes
+            .iter()
+            .any(|n| n.contains("deframing stopped") || n.contains("length chain")),
+        "{:?}",
+        c.notes
+    );
+    // Nothing after the damage is taken for a real FPDU.
+    assert!(c.segments.is_empty(), "{:?}", c.segments);
 }
