@@ -1,1 +1,540 @@
-//! (being written)
+//! The MPA receive deframer: TCP byte stream in, validated ULPDUs out.
+//!
+//! Sans-IO and resumable at any byte split: the caller hands over the in-order TCP payload
+//! in whatever chunks it has and calls [`Deframer::poll`] until it yields no ULPDU:
+//!
+//! ```
+//! use warpcore_proto::mpa::deframer::{Deframer, DeframerConfig};
+//!
+//! let mut d = Deframer::new(DeframerConfig { markers: false, crc: false, ..Default::default() });
+//! // Two FPDUs ("ab" and "c", CRC fields unchecked), split in the middle of the second.
+//! let stream = [0, 2, b'a', b'b', 0, 0, 0, 0, 0, 1, b'c', 0, 0, 0, 0, 0];
+//! let mut seen = Vec::new();
+//! for chunk in [&stream[..10], &stream[10..]] {
+//!     let mut input = chunk;
+//!     loop {
+//!         let (consumed, ulpdu) = d.poll(input).expect("valid stream");
+//!         input = &input[consumed..];
+//!         match ulpdu {
+//!             Some(ulpdu) => seen.push(ulpdu.to_vec()),
+//!             None => break, // all of `input` consumed and buffered
+//!         }
+//!     }
+//! }
+//! assert_eq!(seen, [b"ab".to_vec(), b"c".to_vec()]);
+//! ```
+//!
+//! What it does (mpa-08 §4-§6, §8):
+//! - finds FPDU boundaries from the ULPDU_Length chain (MPA-5.2-1, MPA-6-3, MPA-6-4) and
+//!   never depends on TCP segment boundaries (MPA-5.1-5, MPA-A.4-1);
+//! - when this side asked for markers, strips them and checks every marker's FPDUPTR against
+//!   the FPDU start the length chain gives (MPA-4.3-3, MPA-4.3-11, MPA-5.2-2, MPA-8-3,
+//!   MPA-8-6, MPA-8-8), ignoring the reserved field and the two low FPDUPTR bits (MPA-4.2-3,
+//!   MPA-4.2-5);
+//! - when CRCs were negotiated, recomputes the CRC32c over the same octets the sender covered,
+//!   markers included (MPA-4.4-15 to MPA-4.4-21, MPA-6-2); when they were not, it never looks
+//!   at the CRC field (MPA-4.1-4, MPA-7.1.1-11, MPA-7.1.1-14; WIRE-FORMATS §7.2 (c));
+//! - hands out only whole, validated ULPDUs, never markers, length, pad or CRC (MPA-3-8,
+//!   MPA-4.3-12, MPA-4.3-13, MPA-4.3-14, MPA-6-1);
+//! - after the first error it is poisoned: every later `poll` returns the same error and no
+//!   further ULPDU is delivered on this half connection (MPA-8-12). It never closes anything
+//!   itself (MPA-8-13): the caller decides, typically after sending a Terminate with
+//!   [`MpaError::terminate_code`].
+//!
+//! Zero copy: when the ULPDU lies contiguous in the input chunk (no marker inside it) and the
+//! rest of its FPDU (pad, CRC) is in the same chunk, the ULPDU is returned borrowed from the
+//! input ([`Ulpdu::Borrowed`]) and only the CRC pass touches the payload. Otherwise the ULPDU
+//! is assembled in a buffer allocated once at construction ([`Ulpdu::Reassembled`]), with the
+//! CRC computed over each run as it is copied. No allocation happens after construction.
+//!
+//! Error codes: a CRC mismatch is [`MpaError::CrcMismatch`] (code 2). A marker that
+//! disagrees with the length chain is [`MpaError::MarkerMismatch`] (code 3); with CRCs on it
+//! is reported only once the FPDU's CRC has been found valid, as MPA-8-3 defines code 3 for a
+//! valid CRC (a bad CRC wins). A ULPDU_Length above the configured maximum is reported as
+//! [`MpaError::MarkerMismatch`] too, at once: the length chain cannot be followed, which is
+//! a framing error, and MPA has no separate code for it (mpa-08 §8). [`Deframer::fault`]
+//! tells the three cases apart.
+
+use core::fmt;
+use core::ops::Deref;
+
+use crate::error::MpaError;
+use crate::wire::fpdu::{
+    self, crc32c_append, crc_from_wire, Marker, CRC_LEN, MARKER_LEN, MAX_ULPDU_LEN,
+    ULPDU_LENGTH_LEN,
+};
+
+/// Receive-side settings, fixed when the MPA negotiation completes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeframerConfig {
+    /// Expect markers: true iff **this** side asked for them (M = 1 in the frame it sent;
+    /// MPA-7.1.1-7, MPA-7.1.1-8).
+    pub markers: bool,
+    /// Check the CRC: true iff either startup frame had C = 1 (MPA-7.1.1-13). When false the
+    /// CRC field is never checked (MPA-7.1.1-11).
+    pub crc: bool,
+    /// The largest ULPDU_Length accepted, and the size of the reassembly buffer. Normally
+    /// [`MAX_ULPDU_LEN`] (64768, MPA-3-5); values above 65535 (the field's range) are
+    /// treated as 65535.
+    pub max_ulpdu_len: usize,
+    /// Stream offset, counted from the first octet of FPDU mode, of the first octet that will
+    /// be passed in: 0 for a connection that just finished its MPA startup. It places the
+    /// markers (at multiples of 512, MPA-4.3-8); it should be a multiple of 4.
+    pub stream_offset: u64,
+}
+
+impl Default for DeframerConfig {
+    /// Markers off, CRC on (MPA-4.4-5), maximum 64768, offset 0.
+    fn default() -> Self {
+        DeframerConfig {
+            markers: false,
+            crc: true,
+            max_ulpdu_len: MAX_ULPDU_LEN,
+            stream_offset: 0,
+        }
+    }
+}
+
+/// A validated ULPDU (one DDP segment), borrowed from the caller's input when it was
+/// contiguous there, else from the deframer's reassembly buffer. Dereferences to `[u8]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ulpdu<'a, 'b> {
+    /// The ULPDU as it lay in the input chunk (zero copy).
+    Borrowed(&'a [u8]),
+    /// The ULPDU assembled from several chunks or from around markers.
+    Reassembled(&'b [u8]),
+}
+
+impl Ulpdu<'_, '_> {
+    /// The ULPDU octets.
+    #[inline]
+    pub fn as_slice(&self) -> &[u8] {
+        match *self {
+            Ulpdu::Borrowed(s) => s,
+            Ulpdu::Reassembled(s) => s,
+        }
+    }
+
+    /// True if the octets are borrowed from the input (no copy was made).
+    #[inline]
+    pub fn is_borrowed(&self) -> bool {
+        matches!(self, Ulpdu::Borrowed(_))
+    }
+}
+
+impl Deref for Ulpdu<'_, '_> {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl AsRef<[u8]> for Ulpdu<'_, '_> {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+/// What exactly went wrong, for diagnostics (capture decoders, logs). Each maps to the
+/// [`MpaError`] that [`Deframer::poll`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeframeFault {
+    /// The CRC field does not match the covered octets.
+    Crc {
+        /// CRC value in the field (decoded least significant octet first).
+        received: u32,
+        /// CRC computed over the covered octets.
+        computed: u32,
+    },
+    /// A marker's FPDUPTR disagrees with the FPDU start found from the length chain.
+    Marker {
+        /// Stream offset of the marker.
+        marker_offset: u64,
+        /// FPDUPTR the length chain implies (low two bits clear).
+        expected: u16,
+        /// FPDUPTR received (low two bits cleared).
+        received: u16,
+    },
+    /// ULPDU_Length exceeds the configured maximum.
+    UlpduTooLong {
+        /// The received ULPDU_Length.
+        len: u16,
+        /// The configured maximum.
+        max: usize,
+    },
+}
+
+impl DeframeFault {
+    /// The MPA error reported for this fault (see the module documentation for the choice
+    /// of code 3 for an oversized ULPDU_Length).
+    pub const fn mpa_error(self) -> MpaError {
+        match self {
+            DeframeFault::Crc { .. } => MpaError::CrcMismatch,
+            DeframeFault::Marker { .. } | DeframeFault::UlpduTooLong { .. } => {
+                MpaError::MarkerMismatch
+            }
+        }
+    }
+}
+
+impl fmt::Display for DeframeFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            DeframeFault::Crc { received, computed } => write!(
+                f,
+                "MPA CRC mismatch: field {received:#010x}, computed {computed:#010x}"
+            ),
+            DeframeFault::Marker {
+                marker_offset,
+                expected,
+                received,
+            } => write!(
+                f,
+                "MPA marker at stream offset {marker_offset}: FPDUPTR {received:#06x}, \
+                 length chain gives {expected:#06x}"
+            ),
+            DeframeFault::UlpduTooLong { len, max } => {
+                write!(f, "MPA ULPDU_Length {len} exceeds the maximum {max}")
+            }
+        }
+    }
+}
+
+/// Which part of the current FPDU the next (non-marker) octet belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Length,
+    Ulpdu,
+    Pad,
+    Crc,
+}
+
+/// The receive deframer of one half connection.
+pub struct Deframer {
+    markers: bool,
+    crc_on: bool,
+    max_ulpdu_len: usize,
+
+    /// Stream offset of the next input octet.
+    pos: u64,
+    field: Field,
+    /// Octets of `field` received so far.
+    got: usize,
+    len_field: [u8; ULPDU_LENGTH_LEN],
+    ulpdu_len: usize,
+    crc_field: [u8; CRC_LEN],
+    /// CRC32c over the covered octets of the current FPDU so far.
+    crc: u32,
+    /// Stream offset of the current FPDU's ULPDU_Length, once its first octet arrived.
+    fpdu_start: Option<u64>,
+    marker: [u8; MARKER_LEN],
+    /// Octets of the current marker received; nonzero only while a marker is split.
+    marker_got: usize,
+    /// Some octet of the current FPDU (a leading marker included) has been consumed.
+    started: bool,
+    /// A marker of the current FPDU disagreed; reported once the CRC is known to be valid.
+    marker_fault: Option<DeframeFault>,
+    /// Reassembly buffer, `max_ulpdu_len` octets, allocated once.
+    buf: Box<[u8]>,
+
+    fault: Option<DeframeFault>,
+    last_fpdu_offset: u64,
+    fpdus: u64,
+    ulpdu_octets: u64,
+    markers_seen: u64,
+}
+
+impl fmt::Debug for Deframer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Deframer")
+            .field("markers", &self.markers)
+            .field("crc", &self.crc_on)
+            .field("max_ulpdu_len", &self.max_ulpdu_len)
+            .field("stream_offset", &self.pos)
+            .field("field", &self.field)
+            .field("got", &self.got)
+            .field("fault", &self.fault)
+            .field("fpdus", &self.fpdus)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Deframer {
+    /// A deframer for the given settings; allocates the reassembly buffer
+    /// (`max_ulpdu_len` octets) once.
+    pub fn new(config: DeframerConfig) -> Deframer {
+        let max_ulpdu_len = config.max_ulpdu_len.min(u16::MAX as usize);
+        Deframer {
+            markers: config.markers,
+            crc_on: config.crc,
+            max_ulpdu_len,
+            pos: config.stream_offset,
+            field: Field::Length,
+            got: 0,
+            len_field: [0; ULPDU_LENGTH_LEN],
+            ulpdu_len: 0,
+            crc_field: [0; CRC_LEN],
+            crc: 0,
+            fpdu_start: None,
+            marker: [0; MARKER_LEN],
+            marker_got: 0,
+            started: false,
+            marker_fault: None,
+            buf: vec![0u8; max_ulpdu_len].into_boxed_slice(),
+            fault: None,
+            last_fpdu_offset: 0,
+            fpdus: 0,
+            ulpdu_octets: 0,
+            markers_seen: 0,
+        }
+    }
+
+    /// Consumes octets from the front of `input` and returns how many it consumed, plus the
+    /// next whole validated ULPDU if one completed.
+    ///
+    /// Call it again with the rest of the input (`&input[consumed..]`) until it returns
+    /// `None`; `None` means all of `input` was consumed (buffered as part of an incomplete
+    /// FPDU). A returned ULPDU must be used before the next call (it may point into the
+    /// reassembly buffer). After an error every call returns that same error (MPA-8-12).
+    pub fn poll<'a, 'b>(
+        &'b mut self,
+        input: &'a [u8],
+    ) -> Result<(usize, Option<Ulpdu<'a, 'b>>), MpaError> {
+        if let Some(fault) = self.fault {
+            return Err(fault.mpa_error());
+        }
+        let mut i = 0usize;
+        // The ULPDU, if it is being taken from `input` without a copy.
+        let mut borrowed: Option<(usize, usize)> = None;
+        loop {
+            // Fields that are complete (or empty) need no input to move on.
+            if self.field == Field::Ulpdu && self.got == self.ulpdu_len {
+                self.field = Field::Pad;
+                self.got = 0;
+            }
+            if self.field == Field::Pad && self.got == fpdu::pad_len(self.ulpdu_len) {
+                self.field = Field::Crc;
+                self.got = 0;
+            }
+            if self.field == Field::Crc && self.got == CRC_LEN {
+                return self.finish(input, i, borrowed);
+            }
+            if i == input.len() {
+                if let Some((start, len)) = borrowed {
+                    // The FPDU continues in a later chunk: keep the ULPDU before the input
+                    // goes away.
+                    self.buf[..len].copy_from_slice(&input[start..start + len]);
+                }
+                return Ok((i, None));
+            }
+            let rest = &input[i..];
+            self.started = true;
+
+            // A marker, whole or split, wherever it falls (MPA-4.3-8).
+            if self.markers && (self.marker_got > 0 || fpdu::is_marker_offset(self.pos)) {
+                let n = (MARKER_LEN - self.marker_got).min(rest.len());
+                self.marker[self.marker_got..self.marker_got + n].copy_from_slice(&rest[..n]);
+                // Covered unless the CRC field has begun (MPA-4.4-16, MPA-4.4-17).
+                if !(self.field == Field::Crc && self.got > 0) {
+                    self.crc = crc32c_append(self.crc, &rest[..n]);
+                }
+                self.marker_got += n;
+                self.advance(&mut i, n);
+                if self.marker_got == MARKER_LEN {
+                    self.marker_got = 0;
+                    self.check_marker()?;
+                }
+                continue;
+            }
+            // Octets available before the next marker (never 0 here: a due marker was taken
+            // above).
+            let avail = if self.markers {
+                rest.len().min(fpdu::octets_to_next_marker(self.pos))
+            } else {
+                rest.len()
+            };
+
+            match self.field {
+                Field::Length => {
+                    if self.got == 0 {
+                        self.fpdu_start = Some(self.pos);
+                    }
+                    let n = (ULPDU_LENGTH_LEN - self.got).min(avail);
+                    self.len_field[self.got..self.got + n].copy_from_slice(&rest[..n]);
+                    self.crc = crc32c_append(self.crc, &rest[..n]);
+                    self.got += n;
+                    self.advance(&mut i, n);
+                    if self.got == ULPDU_LENGTH_LEN {
+                        let len = u16::from_be_bytes(self.len_field);
+                        if len as usize > self.max_ulpdu_len {
+                            return Err(self.fail(DeframeFault::UlpduTooLong {
+                                len,
+                                max: self.max_ulpdu_len,
+                            }));
+                        }
+                        self.ulpdu_len = len as usize;
+                        self.field = Field::Ulpdu;
+                        self.got = 0;
+                    }
+                }
+                Field::Ulpdu => {
+                    let want = self.ulpdu_len - self.got;
+                    if self.got == 0 && avail >= want {
+                        // Whole ULPDU contiguous in the input: take it in place, one CRC
+                        // pass over the payload and no copy.
+                        self.crc = crc32c_append(self.crc, &rest[..want]);
+                        borrowed = Some((i, want));
+                        self.got = want;
+                        self.advance(&mut i, want);
+                    } else {
+                        // Reassembly: CRC fused with the copy, run by run.
+                        let n = want.min(avail);
+                        let run = &rest[..n];
+                        self.crc = crc32c_append(self.crc, run);
+                        self.buf[self.got..self.got + n].copy_from_slice(run);
+                        self.got += n;
+                        self.advance(&mut i, n);
+                    }
+                }
+                Field::Pad => {
+                    // Pad content is ignored except by the CRC (MPA-4.1-3).
+                    let n = (fpdu::pad_len(self.ulpdu_len) - self.got).min(avail);
+                    self.crc = crc32c_append(self.crc, &rest[..n]);
+                    self.got += n;
+                    self.advance(&mut i, n);
+                }
+                Field::Crc => {
+                    let n = (CRC_LEN - self.got).min(avail);
+                    self.crc_field[self.got..self.got + n].copy_from_slice(&rest[..n]);
+                    self.got += n;
+                    self.advance(&mut i, n);
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn advance(&mut self, i: &mut usize, n: usize) {
+        *i += n;
+        self.pos = self.pos.wrapping_add(n as u64);
+    }
+
+    fn fail(&mut self, fault: DeframeFault) -> MpaError {
+        self.fault = Some(fault);
+        fault.mpa_error()
+    }
+
+    /// Checks a complete marker against the length chain (MPA-8-3, MPA-8-6).
+    fn check_marker(&mut self) -> Result<(), MpaError> {
+        self.markers_seen += 1;
+        let marker_offset = self.pos.wrapping_sub(MARKER_LEN as u64);
+        // A marker in front of ULPDU_Length belongs to that FPDU and must be 0 (MPA-4.3-5,
+        // MPA-4.3-11); any other points back to it (MPA-4.3-3, MPA-4.3-9, MPA-4.3-10).
+        let distance = match self.fpdu_start {
+            Some(start) => marker_offset.wrapping_sub(start),
+            None => 0,
+        };
+        let expected = (distance as u16) & !3;
+        let received = Marker::new_unchecked(&self.marker[..]).fpduptr();
+        if expected != received {
+            let fault = DeframeFault::Marker {
+                marker_offset,
+                expected,
+                received,
+            };
+            if self.crc_on {
+                // Code 3 presumes a valid CRC (MPA-8-3): decide at the end of the FPDU.
+                if self.marker_fault.is_none() {
+                    self.marker_fault = Some(fault);
+                }
+            } else {
+                return Err(self.fail(fault));
+            }
+        }
+        Ok(())
+    }
+
+    /// The CRC field is complete: validate and deliver.
+    fn finish<'a, 'b>(
+        &'b mut self,
+        input: &'a [u8],
+        consumed: usize,
+        borrowed: Option<(usize, usize)>,
+    ) -> Result<(usize, Option<Ulpdu<'a, 'b>>), MpaError> {
+        if self.crc_on {
+            let received = crc_from_wire(self.crc_field);
+            if received != self.crc {
+                return Err(self.fail(DeframeFault::Crc {
+                    received,
+                    computed: self.crc,
+                }));
+            }
+        }
+        if let Some(fault) = self.marker_fault {
+            return Err(self.fail(fault));
+        }
+        let len = self.ulpdu_len;
+        self.last_fpdu_offset = self.fpdu_start.unwrap_or(self.pos);
+        self.fpdus += 1;
+        self.ulpdu_octets += len as u64;
+        self.field = Field::Length;
+        self.got = 0;
+        self.crc = 0;
+        self.fpdu_start = None;
+        self.ulpdu_len = 0;
+        self.started = false;
+        self.marker_fault = None;
+        let ulpdu = match borrowed {
+            Some((start, n)) => Ulpdu::Borrowed(&input[start..start + n]),
+            None => Ulpdu::Reassembled(&self.buf[..len]),
+        };
+        Ok((consumed, Some(ulpdu)))
+    }
+
+    /// Stream offset (from the start of FPDU mode) of the next octet expected.
+    pub fn stream_offset(&self) -> u64 {
+        self.pos
+    }
+
+    /// Stream offset of the ULPDU_Length field of the FPDU most recently delivered (the
+    /// sender's order, MPA-3-10); 0 before the first.
+    pub fn last_fpdu_offset(&self) -> u64 {
+        self.last_fpdu_offset
+    }
+
+    /// FPDUs delivered so far.
+    pub fn fpdus(&self) -> u64 {
+        self.fpdus
+    }
+
+    /// ULPDU octets delivered so far.
+    pub fn ulpdu_octets(&self) -> u64 {
+        self.ulpdu_octets
+    }
+
+    /// Markers received and checked so far.
+    pub fn markers_seen(&self) -> u64 {
+        self.markers_seen
+    }
+
+    /// True if an FPDU is partly received (octets are buffered).
+    pub fn in_fpdu(&self) -> bool {
+        self.started
+    }
+
+    /// The error this deframer is poisoned with, if any.
+    pub fn error(&self) -> Option<MpaError> {
+        self.fault.map(DeframeFault::mpa_error)
+    }
+
+    /// The detailed cause of the error, if any.
+    pub fn fault(&self) -> Option<DeframeFault> {
+        self.fault
+    }
+
+    /// The configured maximum ULPDU_Length.
+    pub fn max_ulpdu_len(&self) -> usize {
+        self.max_ulpdu_len
+    }
+}

@@ -1,1 +1,365 @@
-//! (being written)
+//! The MPA transmit framer: ULPDU in, FPDU (length, ULPDU, pad, markers, CRC) out.
+//!
+//! Sans-IO: the framer owns no buffer. The caller gathers one ULPDU from any number of slices
+//! (typically the DDP/RDMAP header and one or more payload slices) and gives an output buffer,
+//! normally the free space of the TCP socket's transmit buffer. The framer copies the
+//! ULPDU into it exactly once, inserting markers and computing the CRC32c in the same pass
+//! over each copied run (no second pass over the payload).
+//!
+//! Markers depend on the stream position, so the framer tracks the stream offset (counted
+//! from the first octet of FPDU mode, see [`crate::wire::fpdu`]) of everything it emits;
+//! [`Framer::fpdu_wire_len`] tells beforehand exactly how many octets the next FPDU takes.
+//! Every FPDU emitted must therefore actually be sent, in order, on the same half connection.
+//!
+//! ```
+//! use warpcore_proto::mpa::framer::{Framer, FramerConfig};
+//! use warpcore_proto::wire::fpdu;
+//!
+//! let mut framer = Framer::new(FramerConfig {
+//!     markers: false,
+//!     crc: true,
+//!     mulpdu: fpdu::mulpdu(1460, false),
+//!     ..FramerConfig::default()
+//! });
+//! let header = [0x41u8, 0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0];
+//! let payload = b"hello";
+//! let mut out = [0u8; 64];
+//! let need = framer.fpdu_wire_len(header.len() + payload.len());
+//! let written = framer.emit(&[&header, payload], &mut out).unwrap();
+//! assert_eq!(written, need);
+//! ```
+
+use core::fmt;
+
+use crate::wire::fpdu::{self, crc32c_append, crc_to_wire, MarkerRepr, MAX_ULPDU_LEN};
+
+/// Transmit-side settings, fixed when the MPA negotiation completes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FramerConfig {
+    /// Insert markers: true iff the **peer** asked for them (M = 1 in the peer's Request or
+    /// Reply; MPA-7.1.1-7, MPA-7.1.1-8, MPA-7.1.1-9, MPA-7.1.1-10).
+    pub markers: bool,
+    /// Generate the CRC32c. When false the CRC field is sent as zeros (it is still present,
+    /// MPA-4.4-13; any value is valid, MPA-4.1-4). Negotiated CRCs must be generated
+    /// (MPA-7.1.1-12); leaving them on is always allowed (MPA-4.4-12).
+    pub crc: bool,
+    /// The largest ULPDU accepted (MULPDU, normally [`fpdu::mulpdu`] of the EMSS). Values
+    /// above [`MAX_ULPDU_LEN`] are treated as [`MAX_ULPDU_LEN`] (MPA-3-5).
+    pub mulpdu: usize,
+    /// Stream offset, counted from the first octet of FPDU mode, of the first octet this
+    /// framer emits: 0 for a connection that just finished its MPA startup (so the first
+    /// FPDU is preceded by the initial marker, MPA-4.3-7). FPDU mode keeps every FPDU at a
+    /// multiple of 4 octets, so this should be a multiple of 4.
+    pub stream_offset: u64,
+}
+
+impl Default for FramerConfig {
+    /// Markers off, CRC on (the default MPA-4.4-5 requires), MULPDU 64768, offset 0.
+    fn default() -> Self {
+        FramerConfig {
+            markers: false,
+            crc: true,
+            mulpdu: MAX_ULPDU_LEN,
+            stream_offset: 0,
+        }
+    }
+}
+
+/// Why the framer refused to emit an FPDU. Nothing was written and the stream offset did not
+/// move, so the caller may retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FramerError {
+    /// The output buffer is shorter than the FPDU; `needed` octets are required.
+    OutputTooSmall {
+        /// Wire length of the FPDU at the current position.
+        needed: usize,
+    },
+    /// The ULPDU is longer than the current MULPDU or than 64768 octets (MPA-3-5, MPA-3-7).
+    UlpduTooLong {
+        /// Length of the offered ULPDU.
+        len: usize,
+        /// The largest length accepted.
+        max: usize,
+    },
+}
+
+impl fmt::Display for FramerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            FramerError::OutputTooSmall { needed } => {
+                write!(
+                    f,
+                    "MPA framer: output buffer too small ({needed} octets needed)"
+                )
+            }
+            FramerError::UlpduTooLong { len, max } => {
+                write!(f, "MPA framer: ULPDU of {len} octets exceeds MULPDU {max}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for FramerError {}
+
+/// The transmit framer of one half connection.
+#[derive(Debug, Clone)]
+pub struct Framer {
+    markers: bool,
+    crc: bool,
+    mulpdu: usize,
+    stream_offset: u64,
+    fpdus: u64,
+    ulpdu_octets: u64,
+    markers_sent: u64,
+}
+
+impl Framer {
+    /// A framer for the given settings.
+    pub fn new(config: FramerConfig) -> Framer {
+        Framer {
+            markers: config.markers,
+            crc: config.crc,
+            mulpdu: config.mulpdu.min(MAX_ULPDU_LEN),
+            stream_offset: config.stream_offset,
+            fpdus: 0,
+            ulpdu_octets: 0,
+            markers_sent: 0,
+        }
+    }
+
+    /// True if markers are inserted.
+    pub fn markers(&self) -> bool {
+        self.markers
+    }
+
+    /// True if the CRC32c is generated (else the field is zero).
+    pub fn crc(&self) -> bool {
+        self.crc
+    }
+
+    /// The current MULPDU: the largest ULPDU [`emit`](Self::emit) accepts (MPA-3-2).
+    pub fn max_ulpdu_len(&self) -> usize {
+        self.mulpdu
+    }
+
+    /// Changes MULPDU, e.g. after an EMSS change or to fill the rest of a segment
+    /// (MPA-4.5-3, MPA-4.5-4); clamped to at most 64768 (MPA-3-4). Use
+    /// [`fpdu::mulpdu`] to derive it from an EMSS; values below 128 are honoured as given
+    /// so that a caller may shrink it to the room left in a segment.
+    pub fn set_max_ulpdu_len(&mut self, mulpdu: usize) {
+        self.mulpdu = mulpdu.min(MAX_ULPDU_LEN);
+    }
+
+    /// Sets MULPDU from an effective MSS with the marker-aware formula of mpa-08 §4.5
+    /// (MPA-4.5-1, MPA-4.5-2, MPA-4.5-6).
+    pub fn set_emss(&mut self, emss: usize) {
+        self.mulpdu = fpdu::mulpdu(emss, self.markers);
+    }
+
+    /// Stream offset (from the start of FPDU mode) of the next octet to be emitted.
+    pub fn stream_offset(&self) -> u64 {
+        self.stream_offset
+    }
+
+    /// FPDUs emitted so far.
+    pub fn fpdus(&self) -> u64 {
+        self.fpdus
+    }
+
+    /// ULPDU octets emitted so far.
+    pub fn ulpdu_octets(&self) -> u64 {
+        self.ulpdu_octets
+    }
+
+    /// Markers emitted so far.
+    pub fn markers_sent(&self) -> u64 {
+        self.markers_sent
+    }
+
+    /// Exactly how many octets an FPDU carrying `ulpdu_len` ULPDU octets takes if it is the
+    /// next one emitted (markers depend on the current position).
+    pub fn fpdu_wire_len(&self, ulpdu_len: usize) -> usize {
+        fpdu::fpdu_wire_len(self.stream_offset, ulpdu_len, self.markers)
+    }
+
+    /// Frames one ULPDU, gathered from `ulpdu` (its slices concatenated), into the front of
+    /// `out` and returns the number of octets written (= [`fpdu_wire_len`](Self::fpdu_wire_len)).
+    ///
+    /// Writes ULPDU_Length, the ULPDU, zero pad, the CRC (least significant octet first, or
+    /// zeros when CRC is off) and, if markers are on, a marker at every 512th stream octet
+    /// with FPDUPTR pointing back to this FPDU's ULPDU_Length, or 0 for a marker directly in
+    /// front of it (MPA-4.1-1, MPA-4.1-2, MPA-4.3-2, MPA-4.3-3, MPA-4.3-5, MPA-4.3-9,
+    /// MPA-4.3-11, MPA-4.4-15, MPA-4.4-16, MPA-4.4-17, MPA-4.4-18). The CRC is computed
+    /// while copying. Octets of `out` past the FPDU are left untouched.
+    pub fn emit(&mut self, ulpdu: &[&[u8]], out: &mut [u8]) -> Result<usize, FramerError> {
+        let mut len: usize = 0;
+        for part in ulpdu {
+            len = len.saturating_add(part.len());
+        }
+        if len > self.mulpdu {
+            return Err(FramerError::UlpduTooLong {
+                len,
+                max: self.mulpdu,
+            });
+        }
+        let needed = self.fpdu_wire_len(len);
+        let Some(out) = out.get_mut(..needed) else {
+            return Err(FramerError::OutputTooSmall { needed });
+        };
+
+        let mut w = Writer {
+            out,
+            at: 0,
+            pos: self.stream_offset,
+            fpdu_start: None,
+            crc: 0,
+            crc_on: self.crc,
+            markers: self.markers,
+            markers_written: 0,
+        };
+        // `len <= 64768` so it fits the 16-bit field (MPA-3-5).
+        w.put(&(len as u16).to_be_bytes());
+        for part in ulpdu {
+            w.put(part);
+        }
+        w.put(&[0u8; 3][..fpdu::pad_len(len)]);
+        // A marker due right where the CRC starts is still part of this FPDU (MPA-4.4-16).
+        w.marker_if_due();
+        let crc = if self.crc { w.crc } else { 0 };
+        // The CRC field itself is not covered. (With a stream offset that is not a multiple
+        // of 4 a marker could fall inside it; it is then inserted but not covered, exactly
+        // as the deframer expects. Conforming streams never do this.)
+        w.crc_on = false;
+        w.put(&crc_to_wire(crc));
+        let written = w.at;
+        let markers_written = w.markers_written;
+        debug_assert_eq!(written, needed);
+
+        self.stream_offset = self.stream_offset.wrapping_add(written as u64);
+        self.fpdus += 1;
+        self.ulpdu_octets += len as u64;
+        self.markers_sent += markers_written;
+        Ok(written)
+    }
+}
+
+/// Copies FPDU content into the output, inserting markers at their stream positions and
+/// extending the CRC over every run it copies (markers included).
+struct Writer<'o> {
+    out: &'o mut [u8],
+    at: usize,
+    pos: u64,
+    /// Stream offset of this FPDU's ULPDU_Length field, once its first octet is written.
+    fpdu_start: Option<u64>,
+    crc: u32,
+    crc_on: bool,
+    markers: bool,
+    markers_written: u64,
+}
+
+impl Writer<'_> {
+    fn marker_if_due(&mut self) {
+        if !self.markers || !fpdu::is_marker_offset(self.pos) {
+            return;
+        }
+        // FPDUPTR: distance back to ULPDU_Length; 0 if the marker precedes it (MPA-4.3-11).
+        let distance = match self.fpdu_start {
+            Some(start) => self.pos.wrapping_sub(start) as usize,
+            None => 0,
+        };
+        let bytes = MarkerRepr::for_distance(distance).to_bytes();
+        self.raw(&bytes);
+        self.markers_written += 1;
+    }
+
+    fn raw(&mut self, data: &[u8]) {
+        let end = self.at + data.len();
+        self.out[self.at..end].copy_from_slice(data);
+        if self.crc_on {
+            self.crc = crc32c_append(self.crc, data);
+        }
+        self.at = end;
+        self.pos = self.pos.wrapping_add(data.len() as u64);
+    }
+
+    fn put(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            if self.markers {
+                self.marker_if_due();
+            }
+            if self.fpdu_start.is_none() {
+                self.fpdu_start = Some(self.pos);
+            }
+            let run = if self.markers {
+                data.len().min(fpdu::octets_to_next_marker(self.pos).max(1))
+            } else {
+                data.len()
+            };
+            // After a marker the next one is 508 octets away, so `run` is never 0 here;
+            // `max(1)` only guards the arithmetic.
+            let (head, tail) = data.split_at(run);
+            self.raw(head);
+            data = tail;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// WIRE-FORMATS §7.4 vector 1 (mpa-08 Figure 5): first FPDU, leading marker, CRC on.
+    #[test]
+    fn figure_5_first_fpdu_with_leading_marker() {
+        let mut f = Framer::new(FramerConfig {
+            markers: true,
+            ..FramerConfig::default()
+        });
+        let mut ulpdu = [0u8; 42];
+        ulpdu[..2].copy_from_slice(&[0x41, 0x43]);
+        ulpdu[13] = 1; // MSN 1
+        let mut out = [0xEEu8; 60];
+        let n = f.emit(&[&ulpdu[..10], &ulpdu[10..]], &mut out).unwrap();
+        assert_eq!(n, 52);
+        assert_eq!(&out[..6], &[0, 0, 0, 0, 0x00, 0x2a]);
+        assert_eq!(&out[48..52], &[0x52, 0x23, 0x99, 0x83]);
+        assert_eq!(out[52], 0xEE, "nothing written past the FPDU");
+        assert_eq!(f.stream_offset(), 52);
+        assert_eq!(f.markers_sent(), 1);
+    }
+
+    #[test]
+    fn errors_leave_state_untouched() {
+        let mut f = Framer::new(FramerConfig {
+            mulpdu: 200,
+            ..FramerConfig::default()
+        });
+        let big = [0u8; 201];
+        assert_eq!(
+            f.emit(&[&big], &mut [0u8; 400]),
+            Err(FramerError::UlpduTooLong { len: 201, max: 200 })
+        );
+        assert_eq!(
+            f.emit(&[&big[..14]], &mut [0u8; 19]),
+            Err(FramerError::OutputTooSmall { needed: 20 })
+        );
+        assert_eq!(f.stream_offset(), 0);
+        assert_eq!(f.fpdus(), 0);
+        f.set_max_ulpdu_len(1_000_000);
+        assert_eq!(f.max_ulpdu_len(), MAX_ULPDU_LEN);
+        f.set_emss(1460);
+        assert_eq!(f.max_ulpdu_len(), 1454);
+    }
+
+    /// MPA-4.1-4 / MPA-4.4-13: with CRC off the field is present and zero.
+    #[test]
+    fn crc_off_sends_zero_field() {
+        let mut f = Framer::new(FramerConfig {
+            crc: false,
+            ..FramerConfig::default()
+        });
+        let mut out = [0xEEu8; 12];
+        assert_eq!(f.emit(&[b"abc"], &mut out).unwrap(), 12);
+        assert_eq!(out, [0, 3, b'a', b'b', b'c', 0, 0, 0, 0, 0, 0, 0]);
+    }
+}
