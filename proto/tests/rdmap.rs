@@ -450,6 +450,86 @@ fn vector_terminate_no_matching_rtr() {
     assert_eq!(out.to_vec(), b);
 }
 
+/// The whole FPDUs of WIRE-FORMATS §6.4 (ULPDU_Length, ULPDU, pad, CRC32c low octet first):
+/// our segments, framed by hand, match the published octets including the CRCs. This ties
+/// the decoder's vectors to the ones the framer and Wireshark are checked against.
+#[test]
+fn rtr_and_terminate_fpdus_of_6_4() {
+    fn frame(ulpdu: &[u8]) -> Vec<u8> {
+        let mut f = (ulpdu.len() as u16).to_be_bytes().to_vec();
+        f.extend_from_slice(ulpdu);
+        while f.len() % 4 != 0 {
+            f.push(0);
+        }
+        let crc = crc32c::crc32c(&f);
+        f.extend_from_slice(&crc.to_le_bytes());
+        f
+    }
+    let mut buf = [0u8; 80];
+    let send = SegmentRepr {
+        last: true,
+        buffer: untagged(0, 1, 0),
+        opcode: Opcode::Send,
+        header: RdmapHeader::None,
+    };
+    let n = send.emit(&mut buf).unwrap();
+    assert_eq!(
+        frame(&buf[..n]),
+        hex("00 12 41 43 00 00 00 00 00 00 00 00 00 00 00 01 00 00 00 00 58 7B E8 C4")
+    );
+    let write = SegmentRepr {
+        last: true,
+        buffer: DdpBuffer::Tagged { stag: 0, to: 0 },
+        opcode: Opcode::Write,
+        header: RdmapHeader::None,
+    };
+    let n = write.emit(&mut buf).unwrap();
+    assert_eq!(
+        frame(&buf[..n]),
+        hex("00 0E C1 40 00 00 00 00 00 00 00 00 00 00 00 00 A3 05 72 AB")
+    );
+    let read = SegmentRepr {
+        last: true,
+        buffer: untagged(1, 1, 0),
+        opcode: Opcode::ReadRequest,
+        header: RdmapHeader::ReadRequest(ReadRequestRepr::default()),
+    };
+    let n = read.emit(&mut buf).unwrap();
+    let mut expect = hex("00 2E 41 41 00 00 00 00 00 00 00 01 00 00 00 01 00 00 00 00");
+    expect.extend_from_slice(&[0u8; 28]);
+    expect.extend_from_slice(&hex("F2 C6 DD 3D"));
+    assert_eq!(frame(&buf[..n]), expect);
+    let plan = warpcore_proto::rdmap::handle_read_request(&ReadRequestRepr::default(), |_| {
+        Err(warpcore_proto::rdmap::StagFault::Invalid)
+    })
+    .unwrap();
+    let n = plan.segment(0, 0).emit(&mut buf).unwrap();
+    assert_eq!(
+        frame(&buf[..n]),
+        hex("00 0E C1 42 00 00 00 00 00 00 00 00 00 00 00 00 69 75 D6 CA")
+    );
+    let n = warpcore_proto::rdmap::emit_terminate(MpaError::NoMatchingRtr.into(), None, &mut buf)
+        .unwrap();
+    assert_eq!(
+        frame(&buf[..n]),
+        hex("00 16 41 47 00 00 00 00 00 00 00 02 00 00 00 01 00 00 00 00 20 07 00 00 1B D2 BA BE")
+    );
+}
+
+/// RdmapHeader::emit_into writes just the RDMAP header, for the DDP segmenter.
+#[test]
+fn rdmap_header_emit_into() {
+    let h = RdmapHeader::AtomicResponse(AtomicResponseRepr {
+        orig_request_id: 1,
+        orig_value: 2,
+    });
+    let mut b = [0u8; 12];
+    assert_eq!(h.emit_into(&mut b), Ok(12));
+    assert_eq!(b.to_vec(), hex("00 00 00 01 00 00 00 00 00 00 00 02"));
+    assert_eq!(h.emit_into(&mut b[..11]), Err(Error::Truncated));
+    assert_eq!(RdmapHeader::None.emit_into(&mut []), Ok(0));
+}
+
 /// mpa-08 §4.4 Figure 5 (WIRE-FORMATS §7.4 vector 1): a Send with 24 octets of data.
 #[test]
 fn vector_mpa08_send() {
@@ -971,6 +1051,58 @@ mod atomics {
             assert_eq!(execute(&req, &mut w), Err(RdmapError::UnexpectedOpcode));
             assert_eq!(w, 5);
         }
+    }
+
+    /// The full responder check order: AOpCode, alignment, then STag, access and range with
+    /// the remote protection codes (EXT-5.2.1-7, EXT-8.2-4, RDMAP-7.2-9..12 by analogy).
+    #[test]
+    fn handle_atomic_request_order() {
+        use warpcore_proto::rdmap::{AccessRegion, StagFault};
+        let rw = AccessRegion {
+            base: 0x1000,
+            len: 0x100,
+            remote_read: true,
+            remote_write: true,
+        };
+        let ok = AtomicRequestRepr::fetch_add(1, 2, 0x10F8, 1, 0);
+        assert_eq!(
+            handle_atomic_request(&ok, |s| {
+                assert_eq!(s, 2);
+                Ok(rw)
+            }),
+            Ok(AtomicOpcode::FetchAdd)
+        );
+        // The last aligned word is inside, the next one is out of bounds.
+        let out = AtomicRequestRepr::fetch_add(1, 2, 0x1100, 1, 0);
+        assert_eq!(
+            handle_atomic_request(&out, |_| Ok(rw)),
+            Err(RdmapError::BaseOrBounds)
+        );
+        let ro = AccessRegion {
+            remote_write: false,
+            ..rw
+        };
+        assert_eq!(
+            handle_atomic_request(&ok, |_| Ok(ro)),
+            Err(RdmapError::AccessRights)
+        );
+        assert_eq!(
+            handle_atomic_request(&ok, |_| Err(StagFault::Invalid)),
+            Err(RdmapError::InvalidStag)
+        );
+        // Misalignment and a bad AOpCode are found before the lookup.
+        let mis = AtomicRequestRepr::fetch_add(1, 2, 0x1004, 1, 0);
+        assert_eq!(
+            handle_atomic_request(&mis, |_| -> Result<AccessRegion, StagFault> {
+                panic!("lookup before the alignment check")
+            }),
+            Err(RdmapError::CatastrophicStream)
+        );
+        let bad = AtomicRequestRepr { aopcode: 1, ..mis };
+        assert_eq!(
+            handle_atomic_request(&bad, |_| Ok(rw)),
+            Err(RdmapError::UnexpectedOpcode)
+        );
     }
 
     /// execute dispatches by AOpCode and the response echoes the Request Identifier.

@@ -9,6 +9,7 @@
 //! (EXT-5.1.1-3, EXT-5.1.2-3, EXT-5.1.2-4).
 
 use crate::error::RdmapError;
+use crate::rdmap::{check_remote_access, Access, AccessRegion, StagFault};
 use crate::wire::rdmap::{AtomicOpcode, AtomicRequestRepr, AtomicResponseRepr};
 
 /// The alignment RFC 7306 requires of an atomic target: 64 bits (EXT-5.2.1-2).
@@ -82,8 +83,7 @@ pub const fn check_alignment(remote_to: u64) -> Result<(), RdmapError> {
 /// (WIRE-FORMATS §5.2 open point). We report [`RdmapError::UnexpectedOpcode`] (0x0/0x2/0x06):
 /// the sub-opcode is part of the operation code of the message, and "unexpected opcode" is
 /// the defined code whose meaning is closest. STag validity, bounds and access rights
-/// (remote read and write on 8 octets at `remote_to`) are checked by the caller with
-/// [`crate::rdmap::check_remote_access`].
+/// (remote read and write on 8 octets at `remote_to`) follow in [`handle_atomic_request`].
 pub const fn check_request(req: &AtomicRequestRepr) -> Result<AtomicOpcode, RdmapError> {
     let Some(op) = req.op() else {
         return Err(RdmapError::UnexpectedOpcode);
@@ -92,6 +92,29 @@ pub const fn check_request(req: &AtomicRequestRepr) -> Result<AtomicOpcode, Rdma
         Ok(()) => Ok(op),
         Err(e) => Err(e),
     }
+}
+
+/// All responder checks on an inbound Atomic Request before memory is touched, in order:
+/// the AOpCode and the alignment ([`check_request`]), then the target STag, access rights
+/// (remote read and write) and the 8-octet range ([`check_remote_access`], the remote
+/// protection codes of WIRE-FORMATS §4.5). `lookup` resolves the Remote STag against this
+/// stream's STag table. Returns the operation to [`execute`].
+///
+/// IRD accounting is separate ([`crate::rdmap::InboundReadQueue::admit`]; Atomic Requests
+/// share QN 1 with Read Requests, EXT-5.2-1). The Terminate for a failure carries the DDP
+/// header but no RDMA header (EXT-8.1-2; [`crate::rdmap::terminate`]).
+pub fn handle_atomic_request(
+    req: &AtomicRequestRepr,
+    lookup: impl FnOnce(u32) -> Result<AccessRegion, StagFault>,
+) -> Result<AtomicOpcode, RdmapError> {
+    let op = check_request(req)?;
+    check_remote_access(
+        lookup(req.remote_stag),
+        req.remote_to,
+        u64::from(ATOMIC_LEN),
+        Access::RemoteAtomic,
+    )?;
+    Ok(op)
 }
 
 /// Runs the operation of a request on `word` and returns the original value. Call only

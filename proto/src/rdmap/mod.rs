@@ -10,7 +10,8 @@
 //!   protection error mapping; the STag table itself belongs to the engine, which answers a
 //!   lookup with an [`AccessRegion`] or a [`StagFault`].
 //! - [`read`]: Read Request validation, the Read Response plan, IRD accounting.
-//! - [`atomic`]: FetchAdd and CmpSwap on a 64-bit word, alignment and AOpCode checks.
+//! - [`atomic`]: FetchAdd and CmpSwap on a 64-bit word; AOpCode, alignment and target
+//!   checks ([`atomic::handle_atomic_request`]).
 //! - [`terminate`]: Terminate construction from any [`ProtocolError`] plus the offending
 //!   segment, and decoding of a received Terminate for the local user.
 //!

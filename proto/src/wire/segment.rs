@@ -101,6 +101,16 @@ impl RdmapHeader {
         )
     }
 
+    /// Writes the header into the start of `buf` and returns its length; fails with
+    /// [`Error::Truncated`] if `buf` is too short. For the send path, which hands the RDMAP
+    /// header octets to the DDP segmenter (`crate::ddp::DdpSender`).
+    pub fn emit_into(&self, buf: &mut [u8]) -> Result<usize> {
+        let len = self.buffer_len();
+        let head = buf.get_mut(..len).ok_or(Error::Truncated)?;
+        self.emit(head);
+        Ok(len)
+    }
+
     fn emit(&self, buf: &mut [u8]) {
         match self {
             RdmapHeader::None => {}
