@@ -34,7 +34,7 @@ use warpcore_proto::mpa::framer::{Framer, FramerConfig, FramerError};
 use warpcore_proto::mpa::negotiation::{self, Event, Initiator, Phase, Responder};
 use warpcore_proto::rdmap::terminate::TERMINATE_SEGMENT_MAX_LEN;
 use warpcore_proto::rdmap::{
-    self, atomic, Access, AccessRegion, InboundReadQueue, InvalidateFault, Offending, RdmapConfig,
+    self, atomic, AccessRegion, InboundReadQueue, InvalidateFault, Offending, RdmapConfig,
     StagFault, TerminateReport,
 };
 use warpcore_proto::wire::ddp::{DdpRepr, DdpSegment};
@@ -1383,13 +1383,7 @@ fn rdmap_receive(
         }
         RdmapHeader::AtomicRequest(req) => {
             irq.admit()?;
-            atomic::check_request(&req)?;
-            rdmap::check_remote_access(
-                engine.access_region(req.remote_stag),
-                req.remote_to,
-                8,
-                Access::RemoteAtomic,
-            )?;
+            atomic::handle_atomic_request(&req, |stag| engine.access_region(stag))?;
             let r = engine
                 .regions
                 .iter_mut()

@@ -10,7 +10,7 @@ The input layouts are those documented in fuzz/bodies.rs.
     python3 fuzz/make_seeds.py [PCAP_DIR]
 
 Re-running it is idempotent (file names are content hashes). After adding seeds, run the
-targets and `cargo fuzz cmin` as described in bench/README.md's sibling, fuzz/README.md.
+targets and `cargo fuzz cmin` as described in fuzz/README.md.
 """
 
 import hashlib
