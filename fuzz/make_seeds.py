@@ -193,6 +193,9 @@ def main():
         recs = b"".join(bytes([min(len(u) // 3, 255)]) + u[: 3 * min(len(u) // 3, 255)]
                         for u in ulpdus)
         write("deframer", bytes([0x80 | cfg, 0x19]) + recs)
+        # ... and with one damaged octet, CRC left stale (bit 5) or recomputed (bits 5+6).
+        write("deframer", bytes([0xA0 | cfg, 0x23]) + recs)
+        write("deframer", bytes([0xE0 | cfg, 0x47]) + recs)
     # headers: synthetic RFC 7306 and Terminate headers (siw sends none of them).
     write("headers", bytes([4]) + bytes.fromhex("1002c000002a") + send(7, 0)[:18])
     write("headers", bytes([4]) + bytes.fromhex("00012000") + bytes(28))
