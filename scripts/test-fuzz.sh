@@ -21,7 +21,9 @@ fi
 export RUSTC_BOOTSTRAP=1
 targets=$(cd fuzz && cargo fuzz list)
 cd fuzz
-cargo fuzz build -O
+# -O: optimised; -a: debug assertions, which also turn on overflow checks, so that any
+# arithmetic overflow on hostile input is a crash (GUIDE: no input may panic or overflow).
+cargo fuzz build -O -a
 for t in $targets; do
     mkdir -p "corpus/$t"
     # Run on a scratch copy so the smoke run does not grow the committed corpus.
@@ -30,7 +32,7 @@ for t in $targets; do
     echo "test-fuzz: $t for ${secs}s ($(ls "corpus/$t" | wc -l) corpus files)"
     log="$scratch.log"
     set +e
-    cargo fuzz run -O "$t" "$scratch" -- -max_total_time="$secs" >"$log" 2>&1
+    cargo fuzz run -O -a "$t" "$scratch" -- -max_total_time="$secs" >"$log" 2>&1
     status=$?
     set -e
     grep -E "^(#[0-9]+[[:space:]]+DONE|==[0-9]+==|SUMMARY)" "$log" || true
