@@ -6,7 +6,9 @@ use std::collections::VecDeque;
 use smoltcp::phy::{self, Checksum, ChecksumCapabilities, Device, DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
 use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
-use warpcore_dpdk_sys::{Mbuf, Mempool, RxQueue, TxChecksumOffload, TxQueue};
+use warpcore_dpdk_sys::{
+    Direction, Mbuf, Mempool, PcapngWriter, RxQueue, TxChecksumOffload, TxQueue,
+};
 
 use crate::device::{DeviceStats, PollDevice};
 
@@ -58,6 +60,8 @@ pub struct DpdkDevice {
     rx_offload: bool,
     tx_offload: bool,
     stats: DeviceStats,
+    pcapng: Option<PcapngWriter>,
+    tx_recorded: usize,
 }
 
 impl DpdkDevice {
@@ -78,7 +82,20 @@ impl DpdkDevice {
             tx_offload: off.tx_ipv4_checksum && off.tx_tcp_checksum,
             cfg,
             stats: DeviceStats::default(),
+            pcapng: None,
+            tx_recorded: 0,
         }
+    }
+
+    /// Records every received and transmitted frame into `w` (DPDK's pcapng writer) from now
+    /// on. Transmitted frames are recorded when handed to the tx ring.
+    pub fn set_pcapng(&mut self, w: PcapngWriter) {
+        self.pcapng = Some(w);
+    }
+
+    /// Stops capturing and returns the writer (its drop closes the file).
+    pub fn take_pcapng(&mut self) -> Option<PcapngWriter> {
+        self.pcapng.take()
     }
 
     /// Frames queued for the tx ring.
@@ -100,6 +117,12 @@ impl DpdkDevice {
         if self.rx_batch.is_empty() && self.rx_armed {
             self.rx_armed = false;
             self.rx.rx_burst(&mut self.rx_batch, self.cfg.burst);
+            if let Some(w) = &mut self.pcapng {
+                let (port, queue) = (self.rx.port(), self.rx.queue());
+                for m in &self.rx_batch {
+                    w.record(port, queue, m, Direction::Rx);
+                }
+            }
         }
         while let Some(m) = self.rx_batch.pop_front() {
             if self.rx_offload && !rx_checksums_ok(&m) {
@@ -359,7 +382,21 @@ impl PollDevice for DpdkDevice {
         if self.tx_pending.is_empty() {
             return false;
         }
-        self.tx.tx_burst(&mut self.tx_pending) > 0
+        if let Some(w) = &mut self.pcapng {
+            // Record each frame once, before the driver owns it; frames a full ring refused
+            // were recorded by an earlier flush.
+            let (port, queue) = (self.tx.port(), self.tx.queue());
+            for m in &self.tx_pending[self.tx_recorded..] {
+                w.record(port, queue, m, Direction::Tx);
+            }
+            self.tx_recorded = self.tx_pending.len();
+        }
+        let sent = self.tx.tx_burst(&mut self.tx_pending);
+        self.tx_recorded = self.tx_recorded.saturating_sub(sent);
+        if let Some(w) = &mut self.pcapng {
+            w.flush();
+        }
+        sent > 0
     }
 
     fn stats(&self) -> DeviceStats {
