@@ -20,6 +20,7 @@ use std::time::Instant as StdInstant;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use hdrhistogram::Histogram;
 use warpcore_tcp::link::{self, LinkConfig};
+use warpcore_tcp::smoltcp::socket::tcp::State;
 use warpcore_tcp::smoltcp::time::Instant;
 use warpcore_tcp::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
 use warpcore_tcp::{Capture, ConnId, Event, PollDevice, Stack, StackConfig, TcpTuning};
@@ -129,6 +130,9 @@ struct NetArgs {
     /// Print the port's extended statistics at the end.
     #[arg(long)]
     xstats: bool,
+    /// Seconds to wait for the link to come up (e.g. for the memif peer to connect).
+    #[arg(long, default_value_t = 30)]
+    link_wait_s: u64,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -688,9 +692,17 @@ impl Exchange {
         work
     }
 
-    fn done(&self) -> bool {
-        self.error.is_some()
-            || (self.received == self.bytes && self.sent == self.bytes && self.peer_closed)
+    /// Finished when everything was received and everything sent was acknowledged, FIN
+    /// included (TIME-WAIT or CLOSED): leaving earlier could strand unacknowledged bytes.
+    fn done<D: PollDevice>(&self, s: &mut Stack<D>) -> bool {
+        if self.error.is_some() {
+            return true;
+        }
+        let Some(c) = self.conn else {
+            return false;
+        };
+        let acked = matches!(s.state(c), Ok(State::TimeWait | State::Closed));
+        self.received == self.bytes && self.sent == self.bytes && self.peer_closed && acked
     }
 }
 
@@ -805,7 +817,7 @@ fn drive<D: PollDevice>(
             }
             Role::Exchange(x) => {
                 x.step(s);
-                x.done()
+                x.done(s)
             }
         };
         if done {
@@ -950,6 +962,19 @@ mod dpdk_mode {
             )
             .map_err(|e| e.to_string())?;
         port.start().map_err(|e| e.to_string())?;
+        // memif connects (and tap comes up) in DPDK's control thread; start the test once the
+        // link is up so the first SYN is not lost to a link that is still down.
+        let t0 = StdInstant::now();
+        while !port.link_status().map(|l| l.up).unwrap_or(false) {
+            if t0.elapsed() > std::time::Duration::from_secs(net.link_wait_s) {
+                return Err(format!(
+                    "port {}: link still down after {} s",
+                    port.name(),
+                    net.link_wait_s
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let mac = port.mac().map_err(|e| e.to_string())?;
         eprintln!(
             "tcpperf: port {} ({}), mac {:02x?}, mtu {}, offloads {:?}",
