@@ -266,6 +266,12 @@ impl<D: PollDevice> Stack<D> {
         &mut self.device
     }
 
+    /// Drops the stack (every connection with it, without sending anything) and returns the
+    /// device, e.g. to close a capture.
+    pub fn into_device(self) -> D {
+        self.device
+    }
+
     /// Device counters.
     pub fn device_stats(&self) -> DeviceStats {
         self.device.stats()
