@@ -49,14 +49,14 @@ field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" | head -1; }
 echo "== tcpperf over net_memif (two processes, cores 0 and 1)"
 rm -f "$sock"
 "$TCPPERF" server --eal "-l 0 $eal --file-prefix=wcnet-cmps$id" \
-    --vdev "net_memif0,role=server,socket=$sock,socket-abstract=no" \
+    --vdev "net_memif0,role=server,socket=$sock,socket-abstract=no,rsize=12" \
     --ip 198.18.0.1/24 --tests 2 >"$work/server.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.1; done
 [[ -S "$sock" ]] || { echo "compare: memif server socket $sock did not appear" >&2; cat "$work/server.log"; exit 1; }
 client() {
     timeout 300 "$TCPPERF" client --eal "-l 1 $eal --file-prefix=wcnet-cmpc$id" \
-        --vdev "net_memif0,role=client,socket=$sock,socket-abstract=no" \
+        --vdev "net_memif0,role=client,socket=$sock,socket-abstract=no,rsize=12" \
         --ip 198.18.0.2/24 --server 198.18.0.1 "$@"
 }
 client --test rr --size 64 --iterations "$rr_iter" >"$work/rr.log" 2>&1 || { cat "$work/rr.log" "$work/server.log"; exit 1; }
