@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs DPDK 22.11 LTS (runtime, headers, pkg-config file, vdev drivers) and what the
 # bindings need to build (clang/libclang for bindgen, pkg-config), plus the tools the packet-path
-# tests use (iproute2, python3, iperf3, qperf, socat, tshark). Idempotent: when every package is
+# tests use (iproute2, ethtool, python3, iperf3, qperf, socat, tshark). Idempotent: when every package is
 # present it installs nothing and skips `apt-get update`.
 #
 #   scripts/install-dpdk.sh          # build + test packages
@@ -9,7 +9,7 @@
 set -euo pipefail
 
 build_pkgs=(dpdk dpdk-dev libdpdk-dev pkg-config clang libclang-dev)
-test_pkgs=(iproute2 python3 iperf3 qperf socat tshark)
+test_pkgs=(iproute2 ethtool python3 iperf3 qperf socat tshark)
 pkgs=("${build_pkgs[@]}")
 if [[ "${1:-}" != "--build" ]]; then
     pkgs+=("${test_pkgs[@]}")

@@ -44,6 +44,12 @@ case "$cmd" in
         ip -n "$ns" addr add "$cidr" dev "${ns:0:12}-k"
         ip -n "$ns" link set "${ns:0:12}-k" up
         ip -n "$ns" link set "${ns:0:12}-d" up
+        # net_af_packet sees what the kernel hands the veth: with offloads on, that is
+        # unfinished checksums and 64 KB GSO frames. Make the kernel send real frames.
+        for dev in "${ns:0:12}-k" "${ns:0:12}-d"; do
+            ip netns exec "$ns" ethtool -K "$dev" tx off tso off gso off gro off >/dev/null 2>&1 ||
+                die "ethtool could not turn offloads off on $dev (apt-get install ethtool)"
+        done
         echo "${ns:0:12}-d"
         ;;
     destroy)

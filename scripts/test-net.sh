@@ -4,7 +4,8 @@
 #   1. DPDK vdev test between two processes: tcpperf exchange over net_memif, --no-huge
 #      --no-pci, 64 MiB each way byte-exact, with a pcapng capture that tshark must read.
 #   2. Kernel interop: the stack on net_tap inside a private namespace exchanges 16 MiB each way
-#      byte-exact with an ordinary kernel socket (a short Python peer), as client and as server.
+#      byte-exact with an ordinary kernel socket (a short Python peer), as client and as server;
+#      and once more on net_af_packet over a veth pair.
 #   3. A short tcpperf-vs-kernel comparison (scripts/tcpperf-compare.sh --short).
 #
 # (The single-process DPDK test, two net_ring ports moving 64 MiB each way, and the in-memory
@@ -35,10 +36,16 @@ finish() {
     exit
 }
 
+# Idempotent and quick when everything is there; on a fresh machine it installs the tools the
+# tests below use (ethtool, iperf3, qperf, ...).
+if [[ $(id -u) -eq 0 ]]; then
+    scripts/install-dpdk.sh
+fi
+
 prereq=1
 pkg-config --exists libdpdk 2>/dev/null || { missing "libdpdk not installed (scripts/install-dpdk.sh)"; prereq=0; }
 [[ $(id -u) -eq 0 ]] || { missing "not root: namespaces, tap devices and memif need root"; prereq=0; }
-for tool in ip python3 iperf3 qperf; do
+for tool in ip python3 iperf3 qperf ethtool; do
     command -v "$tool" >/dev/null || { missing "$tool not installed (scripts/install-dpdk.sh)"; prereq=0; }
 done
 ((prereq)) || finish
@@ -178,6 +185,23 @@ tap_case() {
 echo "== kernel interop over net_tap in namespace $ns, 16 MiB each way"
 tap_case client
 tap_case server
+
+echo "== kernel interop over a veth pair with net_af_packet, 16 MiB each way"
+scripts/netns.sh create "$ns"
+vdev=$(scripts/netns.sh veth "$ns" 198.18.0.1/24)
+ip netns exec "$ns" python3 "$work/peer.py" server 0.0.0.0 7001 $((16 << 20)) >"$work/peer.log" 2>&1 &
+peer=$!
+for _ in $(seq 1 100); do grep -q listening "$work/peer.log" && break; sleep 0.1; done
+if ip netns exec "$ns" timeout 120 "$tcpperf" exchange \
+    --eal "-l 0 $eal --file-prefix=wcnet-afp$id" --vdev "net_af_packet0,iface=$vdev" \
+    --ip 198.18.0.2/24 --peer 198.18.0.1:7001 --bytes $((16 << 20)) >"$work/afp.log" 2>&1 &&
+    wait "$peer"; then
+    ok "net_af_packet on veth, stack as client vs kernel socket: $(grep -h '^exchange ok' "$work/afp.log")"
+else
+    bad "net_af_packet on veth vs kernel socket"
+    grep -hv '^EAL' "$work/afp.log" "$work/peer.log" || true
+fi
+ip netns del "$ns"
 
 # ------------------------------------------------------------------ 3. short comparison
 echo "== tcpperf vs kernel TCP (short)"
