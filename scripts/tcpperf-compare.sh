@@ -99,6 +99,7 @@ kern_rtt=$(awk '/latency/ {v=$3; u=$4; if (u=="ns") v/=1000; if (u=="ms") v*=100
 echo "RESULT mode=kernel-loopback test=bulk tool=iperf3 gbps=$kern_gbps" | tee -a "${RESULTS:-/dev/null}"
 echo "RESULT mode=kernel-loopback test=rr tool=qperf size=64 rtt_us=$kern_rtt" | tee -a "${RESULTS:-/dev/null}"
 
+load=$(cut -d' ' -f1-3 /proc/loadavg)
 ratio() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print('%.2f' % (a/b) if b else 'n/a')" "$1" "$2"; }
 cat <<TABLE
 
@@ -108,4 +109,5 @@ cat <<TABLE
   kernel loopback              rtt ${kern_rtt} us (qperf x2)     ${kern_gbps} Gbit/s (iperf3)
   memif / kernel               latency x$(ratio "$memif_p50" "$kern_rtt")            throughput x$(ratio "$memif_gbps" "$kern_gbps")
   (goal: latency ratio <= 0.5, throughput ratio >= 1)
+  load average at the end: $load on $(nproc) cores (busy-polling pairs suffer most from other jobs)
 TABLE

@@ -169,6 +169,29 @@ struct TestArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 120)]
     timeout_s: u64,
+    /// Congestion controller of the client's connection.
+    #[arg(long, value_enum, default_value_t = Cc::Cubic)]
+    congestion: Cc,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum Cc {
+    /// No congestion control.
+    None,
+    /// Reno.
+    Reno,
+    /// CUBIC.
+    Cubic,
+}
+
+impl From<Cc> for warpcore_tcp::Congestion {
+    fn from(c: Cc) -> Self {
+        match c {
+            Cc::None => warpcore_tcp::Congestion::None,
+            Cc::Reno => warpcore_tcp::Congestion::Reno,
+            Cc::Cubic => warpcore_tcp::Congestion::Cubic,
+        }
+    }
 }
 
 fn parse_cidr(s: &str) -> Result<Ipv4Cidr, String> {
@@ -272,7 +295,14 @@ impl Client {
         test: TestArgs,
     ) -> Result<Self, String> {
         let conn = s
-            .connect(server, None, &tuning(test.buffer))
+            .connect(
+                server,
+                None,
+                &TcpTuning {
+                    congestion: test.congestion.into(),
+                    ..tuning(test.buffer)
+                },
+            )
             .map_err(|e| e.to_string())?;
         let (kind, param) = match test.test {
             TestKind::Rr => (KIND_RR, test.size),
