@@ -96,6 +96,15 @@ sleep 0.5
 "${run[@]}" qperf -lp "$((port + 1))" "$host" -t "$kern_s" -m 64 tcp_lat >"$work/qperf.log"
 # qperf prints the one-way latency (half the round trip): double it to compare round trips.
 kern_rtt=$(awk '/latency/ {v=$3; u=$4; if (u=="ns") v/=1000; if (u=="ms") v*=1000; printf "%.2f", 2*v}' "$work/qperf.log")
+# The same tcpperf tests over kernel sockets: same protocol, clock and histogram.
+"${run[@]}" "$TCPPERF" kernel-server --listen "$host:$((port + 2))" --tests 2 >"$work/ks.log" 2>&1 &
+pids+=($!)
+sleep 0.3
+"${run[@]}" "$TCPPERF" kernel-client --server "$host:$((port + 2))" --test rr --size 64 --iterations "$rr_iter" >"$work/krr.log"
+"${run[@]}" "$TCPPERF" kernel-client --server "$host:$((port + 2))" --test bulk --bytes "$bulk_bytes" >"$work/kbulk.log"
+result "$work/krr.log" "$work/kbulk.log"
+ktp_p50=$(result "$work/krr.log" | field p50_us)
+ktp_gbps=$(result "$work/kbulk.log" | field gbps)
 echo "RESULT mode=kernel-loopback test=bulk tool=iperf3 gbps=$kern_gbps" | tee -a "${RESULTS:-/dev/null}"
 echo "RESULT mode=kernel-loopback test=rr tool=qperf size=64 rtt_us=$kern_rtt" | tee -a "${RESULTS:-/dev/null}"
 
@@ -103,11 +112,13 @@ load=$(cut -d' ' -f1-3 /proc/loadavg)
 ratio() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print('%.2f' % (a/b) if b else 'n/a')" "$1" "$2"; }
 cat <<TABLE
 
-                               request/response 64 B     bulk throughput
-  tcpperf, net_memif           p50 rtt ${memif_p50} us (p99 ${memif_p99})   ${memif_gbps} Gbit/s
-  tcpperf, in-memory link      p50 rtt ${mem_p50} us              ${mem_gbps} Gbit/s
-  kernel loopback              rtt ${kern_rtt} us (qperf x2)     ${kern_gbps} Gbit/s (iperf3)
-  memif / kernel               latency x$(ratio "$memif_p50" "$kern_rtt")            throughput x$(ratio "$memif_gbps" "$kern_gbps")
+                                  request/response 64 B          bulk throughput
+  tcpperf, net_memif (2 procs)    p50 rtt ${memif_p50} us (p99 ${memif_p99} us)   ${memif_gbps} Gbit/s
+  tcpperf, in-memory link         p50 rtt ${mem_p50} us                  ${mem_gbps} Gbit/s
+  kernel loopback, tcpperf        p50 rtt ${ktp_p50} us                  ${ktp_gbps} Gbit/s
+  kernel loopback, qperf/iperf3   rtt ${kern_rtt} us (qperf x2)          ${kern_gbps} Gbit/s
+  memif / kernel (tcpperf both)   latency x$(ratio "$memif_p50" "$ktp_p50")                  throughput x$(ratio "$memif_gbps" "$ktp_gbps")
+  memif / kernel (qperf, iperf3)  latency x$(ratio "$memif_p50" "$kern_rtt")                  throughput x$(ratio "$memif_gbps" "$kern_gbps")
   (goal: latency ratio <= 0.5, throughput ratio >= 1)
   load average at the end: $load on $(nproc) cores (busy-polling pairs suffer most from other jobs)
 TABLE

@@ -1,6 +1,6 @@
 //! tcpperf: TCP request/response latency and bulk throughput over Warpcore's user-space stack.
 //!
-//! One binary, four modes:
+//! One binary, these modes:
 //!
 //! * `server` / `client`: two processes, each with its own stack on a DPDK port chosen by EAL
 //!   arguments (`--vdev net_memif0,...` between two processes, `--vdev net_tap0,...` towards a
@@ -8,6 +8,8 @@
 //! * `memory`: client and server stacks in one process over the in-memory link (no DPDK).
 //! * `exchange`: a byte-exact bidirectional transfer of a known pattern with any TCP peer (the
 //!   kernel-interop test pairs it with an ordinary kernel socket).
+//! * `kernel-server` / `kernel-client`: the same tests over the kernel's TCP, as a baseline
+//!   measured the same way (or as a kernel peer for a stack on net_tap).
 //!
 //! The client opens each test with a 16-byte header: `WCPF`, the test kind (1 request/response,
 //! 2 bulk) and a parameter (message size or byte count), all big-endian. Results are printed
@@ -80,6 +82,23 @@ enum Mode {
         /// Write the client side's frames to this pcap file.
         #[arg(long)]
         pcap: Option<String>,
+    },
+    /// The server side of the tests over the kernel's TCP (baseline).
+    KernelServer {
+        /// Address to listen on, e.g. 127.0.0.1:5301.
+        #[arg(long)]
+        listen: String,
+        /// Exit after this many test connections (0: serve forever).
+        #[arg(long, default_value_t = 0)]
+        tests: u32,
+    },
+    /// The client side of the tests over the kernel's TCP (baseline).
+    KernelClient {
+        /// Server address, e.g. 127.0.0.1:5301.
+        #[arg(long)]
+        server: String,
+        #[command(flatten)]
+        test: TestArgs,
     },
     /// Byte-exact pattern exchange with any TCP peer (e.g. a kernel socket).
     Exchange {
@@ -435,45 +454,146 @@ impl Client {
             return Err(e.clone());
         }
         match self.test.test {
+            TestKind::Rr => report_rr(label, self.test.size, &self.hist, self.elapsed_s),
+            TestKind::Bulk => report_bulk(label, self.test.bytes, self.elapsed_s),
+        }
+        Ok(())
+    }
+}
+
+fn report_rr(label: &str, size: u64, h: &Histogram<u64>, elapsed_s: f64) {
+    let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    let rate = h.len() as f64 / elapsed_s;
+    println!(
+        "{label}: request/response {size} B x {}: rtt p50 {:.2} us, p90 {:.2} us, p99 {:.2} us, \
+         p99.9 {:.2} us, max {:.2} us, mean {:.2} us ({rate:.0} round trips/s)",
+        h.len(),
+        us(0.5),
+        us(0.9),
+        us(0.99),
+        us(0.999),
+        h.max() as f64 / 1000.0,
+        h.mean() / 1000.0,
+    );
+    println!(
+        "RESULT mode={label} test=rr size={size} count={} p50_us={:.2} p90_us={:.2} p99_us={:.2} \
+         p999_us={:.2} max_us={:.2} mean_us={:.2} rate={rate:.0}",
+        h.len(),
+        us(0.5),
+        us(0.9),
+        us(0.99),
+        us(0.999),
+        h.max() as f64 / 1000.0,
+        h.mean() / 1000.0,
+    );
+}
+
+fn report_bulk(label: &str, bytes: u64, elapsed_s: f64) {
+    let gbps = bytes as f64 * 8.0 / elapsed_s / 1e9;
+    println!("{label}: bulk {bytes} bytes in {elapsed_s:.3} s: {gbps:.3} Gbit/s");
+    println!("RESULT mode={label} test=bulk bytes={bytes} seconds={elapsed_s:.4} gbps={gbps:.3}");
+}
+
+// ---------------------------------------------------------------- kernel TCP, same protocol
+
+/// The same tests over the kernel's TCP (blocking sockets, TCP_NODELAY), for an
+/// apples-to-apples baseline: same protocol, same clock, same histogram.
+mod kernel {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+
+    pub(crate) fn server(addr: &str, tests: u32) -> Result<(), String> {
+        let l = TcpListener::bind(addr).map_err(|e| format!("bind {addr}: {e}"))?;
+        println!("kernel-server: listening on {addr}");
+        let mut served = 0;
+        while tests == 0 || served < tests {
+            let (mut s, _) = l.accept().map_err(|e| e.to_string())?;
+            s.set_nodelay(true).map_err(|e| e.to_string())?;
+            let mut h = [0u8; 16];
+            s.read_exact(&mut h).map_err(|e| e.to_string())?;
+            if &h[..4] != MAGIC {
+                return Err("bad test header".into());
+            }
+            let kind = u32::from_be_bytes(h[4..8].try_into().expect("4 bytes"));
+            let param = u64::from_be_bytes(h[8..16].try_into().expect("8 bytes"));
+            match kind {
+                KIND_RR => {
+                    let mut msg = vec![0u8; param as usize];
+                    while s.read_exact(&mut msg).is_ok() {
+                        s.write_all(&msg).map_err(|e| e.to_string())?;
+                    }
+                }
+                KIND_BULK => {
+                    let mut buf = vec![0u8; 1 << 20];
+                    let mut count = 0u64;
+                    while count < param {
+                        let n = s.read(&mut buf).map_err(|e| e.to_string())?;
+                        if n == 0 {
+                            break;
+                        }
+                        count += n as u64;
+                    }
+                    s.write_all(&count.to_be_bytes())
+                        .map_err(|e| e.to_string())?;
+                    while s.read(&mut buf).map_err(|e| e.to_string())? > 0 {}
+                }
+                _ => return Err(format!("unknown test kind {kind}")),
+            }
+            served += 1;
+        }
+        println!("kernel-server: {served} test connections served");
+        Ok(())
+    }
+
+    pub(crate) fn client(addr: &str, test: &TestArgs) -> Result<(), String> {
+        let mut s = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+        s.set_nodelay(true).map_err(|e| e.to_string())?;
+        let (kind, param) = match test.test {
+            TestKind::Rr => (KIND_RR, test.size),
+            TestKind::Bulk => (KIND_BULK, test.bytes),
+        };
+        let mut h = [0u8; 16];
+        h[..4].copy_from_slice(MAGIC);
+        h[4..8].copy_from_slice(&kind.to_be_bytes());
+        h[8..].copy_from_slice(&param.to_be_bytes());
+        s.write_all(&h).map_err(|e| e.to_string())?;
+        match test.test {
             TestKind::Rr => {
-                let h = &self.hist;
-                let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
-                let rate = self.test.iterations as f64 / self.elapsed_s;
-                println!(
-                    "{label}: request/response {} B x {}: rtt p50 {:.2} us, p90 {:.2} us, p99 {:.2} us, p99.9 {:.2} us, max {:.2} us, mean {:.2} us ({:.0} round trips/s)",
-                    self.test.size,
-                    h.len(),
-                    us(0.5),
-                    us(0.9),
-                    us(0.99),
-                    us(0.999),
-                    h.max() as f64 / 1000.0,
-                    h.mean() / 1000.0,
-                    rate
-                );
-                println!(
-                    "RESULT mode={label} test=rr size={} count={} p50_us={:.2} p90_us={:.2} p99_us={:.2} p999_us={:.2} max_us={:.2} mean_us={:.2} rate={:.0}",
-                    self.test.size,
-                    h.len(),
-                    us(0.5),
-                    us(0.9),
-                    us(0.99),
-                    us(0.999),
-                    h.max() as f64 / 1000.0,
-                    h.mean() / 1000.0,
-                    rate
-                );
+                let mut hist =
+                    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
+                let msg = vec![0x42u8; test.size as usize];
+                let mut reply = vec![0u8; test.size as usize];
+                let mut t_start = StdInstant::now();
+                for i in 0..test.warmup + test.iterations {
+                    if i == test.warmup {
+                        t_start = StdInstant::now();
+                    }
+                    let t = StdInstant::now();
+                    s.write_all(&msg).map_err(|e| e.to_string())?;
+                    s.read_exact(&mut reply).map_err(|e| e.to_string())?;
+                    if i >= test.warmup {
+                        let _ = hist.record((t.elapsed().as_nanos() as u64).max(1));
+                    }
+                }
+                report_rr("kernel", test.size, &hist, t_start.elapsed().as_secs_f64());
             }
             TestKind::Bulk => {
-                let gbps = self.test.bytes as f64 * 8.0 / self.elapsed_s / 1e9;
-                println!(
-                    "{label}: bulk {} bytes in {:.3} s: {:.3} Gbit/s",
-                    self.test.bytes, self.elapsed_s, gbps
-                );
-                println!(
-                    "RESULT mode={label} test=bulk bytes={} seconds={:.4} gbps={:.3}",
-                    self.test.bytes, self.elapsed_s, gbps
-                );
+                let buf = vec![0u8; 1 << 20];
+                let t = StdInstant::now();
+                let mut left = test.bytes;
+                while left > 0 {
+                    let n = left.min(buf.len() as u64) as usize;
+                    s.write_all(&buf[..n]).map_err(|e| e.to_string())?;
+                    left -= n as u64;
+                }
+                let mut r = [0u8; 8];
+                s.read_exact(&mut r).map_err(|e| e.to_string())?;
+                let elapsed = t.elapsed().as_secs_f64();
+                if u64::from_be_bytes(r) != test.bytes {
+                    return Err("server counted a different byte count".into());
+                }
+                report_bulk("kernel", test.bytes, elapsed);
             }
         }
         Ok(())
@@ -1066,6 +1186,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.mode {
         Mode::Memory { test, mtu, pcap } => run_memory(test, mtu, pcap),
+        Mode::KernelServer { listen, tests } => kernel::server(&listen, tests),
+        Mode::KernelClient { server, test } => kernel::client(&server, &test),
         #[cfg(feature = "dpdk")]
         Mode::Server { net, listen, tests } => dpdk_mode::with_stack(
             &net,
