@@ -152,6 +152,12 @@ struct NetArgs {
     /// Print the port's extended statistics at the end.
     #[arg(long)]
     xstats: bool,
+    /// Frames per rx burst (and most frames smoltcp sends per poll).
+    #[arg(long, default_value_t = 64)]
+    burst: usize,
+    /// Frames that may wait for the tx ring before the device pushes back.
+    #[arg(long, default_value_t = 512)]
+    tx_pending: usize,
     /// Seconds to wait for the link to come up (e.g. for the memif peer to connect).
     #[arg(long, default_value_t = 30)]
     link_wait_s: u64,
@@ -167,9 +173,10 @@ enum TestKind {
 
 #[derive(Args, Debug, Clone)]
 struct TestArgs {
-    /// Which test.
-    #[arg(long, value_enum, default_value_t = TestKind::Rr)]
-    test: TestKind,
+    /// Which tests, run one after the other on fresh connections of the same stack
+    /// (e.g. `rr,bulk`).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "rr")]
+    test: Vec<TestKind>,
     /// Request/response message size in bytes.
     #[arg(long, default_value_t = 64)]
     size: u64,
@@ -288,6 +295,7 @@ enum ClientPhase {
 #[derive(Debug)]
 struct Client {
     test: TestArgs,
+    kind: TestKind,
     conn: ConnId,
     phase: ClientPhase,
     header: [u8; 16],
@@ -312,6 +320,7 @@ impl Client {
         s: &mut Stack<D>,
         server: (Ipv4Address, u16),
         test: TestArgs,
+        kind: TestKind,
     ) -> Result<Self, String> {
         let conn = s
             .connect(
@@ -323,17 +332,18 @@ impl Client {
                 },
             )
             .map_err(|e| e.to_string())?;
-        let (kind, param) = match test.test {
+        let (code, param) = match kind {
             TestKind::Rr => (KIND_RR, test.size),
             TestKind::Bulk => (KIND_BULK, test.bytes),
         };
         let mut header = [0u8; 16];
         header[..4].copy_from_slice(MAGIC);
-        header[4..8].copy_from_slice(&kind.to_be_bytes());
+        header[4..8].copy_from_slice(&code.to_be_bytes());
         header[8..].copy_from_slice(&param.to_be_bytes());
         Ok(Client {
             msg: vec![0x42; test.size as usize],
             test,
+            kind,
             conn,
             phase: ClientPhase::Connecting,
             header,
@@ -381,7 +391,7 @@ impl Client {
             self.t_req = StdInstant::now();
             self.t_start = self.t_req;
         }
-        match self.test.test {
+        match self.kind {
             TestKind::Rr => {
                 let size = self.test.size;
                 work |= send_some(s, c, &self.msg, &mut self.msg_sent);
@@ -453,7 +463,7 @@ impl Client {
         if let Some(e) = &self.error {
             return Err(e.clone());
         }
-        match self.test.test {
+        match self.kind {
             TestKind::Rr => report_rr(label, self.test.size, &self.hist, self.elapsed_s),
             TestKind::Bulk => report_bulk(label, self.test.bytes, self.elapsed_s),
         }
@@ -547,18 +557,25 @@ mod kernel {
     }
 
     pub(crate) fn client(addr: &str, test: &TestArgs) -> Result<(), String> {
+        for &kind in &test.test {
+            one(addr, test, kind)?;
+        }
+        Ok(())
+    }
+
+    fn one(addr: &str, test: &TestArgs, kind: TestKind) -> Result<(), String> {
         let mut s = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
         s.set_nodelay(true).map_err(|e| e.to_string())?;
-        let (kind, param) = match test.test {
+        let (code, param) = match kind {
             TestKind::Rr => (KIND_RR, test.size),
             TestKind::Bulk => (KIND_BULK, test.bytes),
         };
         let mut h = [0u8; 16];
         h[..4].copy_from_slice(MAGIC);
-        h[4..8].copy_from_slice(&kind.to_be_bytes());
+        h[4..8].copy_from_slice(&code.to_be_bytes());
         h[8..].copy_from_slice(&param.to_be_bytes());
         s.write_all(&h).map_err(|e| e.to_string())?;
-        match test.test {
+        match kind {
             TestKind::Rr => {
                 let mut hist =
                     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
@@ -863,7 +880,8 @@ impl Exchange {
 
 enum Role {
     Server(Server, u32),
-    Client(Box<Client>),
+    /// The running test, the tests still to run, and the server.
+    Client(Box<Client>, Vec<TestKind>, (Ipv4Address, u16)),
     Exchange(Exchange),
 }
 
@@ -894,7 +912,16 @@ fn make_role<D: PollDevice>(s: &mut Stack<D>, spec: RoleSpec) -> Result<Role, St
             buffer,
             tests,
         } => Role::Server(Server::new(s, port, buffer)?, tests),
-        RoleSpec::Client { server, test } => Role::Client(Box::new(Client::new(s, server, test)?)),
+        RoleSpec::Client { server, test } => {
+            let mut kinds = test.test.clone();
+            kinds.reverse();
+            let first = kinds.pop().ok_or("no test given")?;
+            Role::Client(
+                Box::new(Client::new(s, server, test, first)?),
+                kinds,
+                server,
+            )
+        }
         RoleSpec::Exchange {
             peer,
             listen,
@@ -955,7 +982,7 @@ fn drive<D: PollDevice>(
         while let Some(e) = s.next_event() {
             match &mut role {
                 Role::Server(sv, _) => sv.on_event(s, e),
-                Role::Client(cl) => cl.on_event(e),
+                Role::Client(cl, _, _) => cl.on_event(e),
                 Role::Exchange(x) => x.on_event(s, e),
             }
         }
@@ -964,9 +991,21 @@ fn drive<D: PollDevice>(
                 sv.step(s);
                 *tests > 0 && sv.finished >= *tests
             }
-            Role::Client(cl) => {
+            Role::Client(cl, rest, server) => {
                 cl.step(s);
-                cl.phase == ClientPhase::Finished
+                if cl.phase == ClientPhase::Finished {
+                    // The finished connection closes on its own (FIN already sent).
+                    cl.report(label)?;
+                    match rest.pop() {
+                        Some(kind) => {
+                            **cl = Client::new(s, *server, cl.test.clone(), kind)?;
+                            false
+                        }
+                        None => true,
+                    }
+                } else {
+                    false
+                }
             }
             Role::Exchange(x) => {
                 x.step(s);
@@ -986,7 +1025,7 @@ fn drive<D: PollDevice>(
         }
     }
     match role {
-        Role::Client(cl) => cl.report(label),
+        Role::Client(..) => Ok(()),
         Role::Exchange(x) => match x.error {
             Some(e) => Err(e),
             None => {
@@ -1045,9 +1084,20 @@ fn memory_loop<DA: PollDevice, DB: PollDevice>(
     )
     .map_err(|e| e.to_string())?;
     let deadline = StdInstant::now() + std::time::Duration::from_secs(test.timeout_s);
-    let mut client = Client::new(&mut a, (Ipv4Address::new(198, 18, 0, 2), 5201), test)?;
+    let server_addr = (Ipv4Address::new(198, 18, 0, 2), 5201);
+    let mut kinds = test.test.clone();
+    kinds.reverse();
+    let first = kinds.pop().ok_or("no test given")?;
+    let mut client = Client::new(&mut a, server_addr, test.clone(), first)?;
     let mut spins = 0u32;
-    while client.phase != ClientPhase::Finished {
+    loop {
+        if client.phase == ClientPhase::Finished {
+            client.report("memory")?;
+            match kinds.pop() {
+                Some(kind) => client = Client::new(&mut a, server_addr, test.clone(), kind)?,
+                None => return Ok(()),
+            }
+        }
         let now = clock.now();
         a.poll(now);
         while let Some(e) = a.next_event() {
@@ -1064,7 +1114,6 @@ fn memory_loop<DA: PollDevice, DB: PollDevice>(
             return Err("memory: timed out".into());
         }
     }
-    client.report("memory")
 }
 
 #[cfg(feature = "dpdk")]
@@ -1145,7 +1194,8 @@ mod dpdk_mode {
             pool,
             DpdkDeviceConfig {
                 mtu: usize::from(mtu),
-                ..DpdkDeviceConfig::default()
+                burst: net.burst,
+                tx_pending_max: net.tx_pending,
             },
         );
         if let Some(path) = &net.pcapng {
@@ -1171,6 +1221,11 @@ mod dpdk_mode {
                 res
             }
         };
+        // Stop polling, then linger before the port closes: net_memif in DPDK 22.11 can crash
+        // in rx_burst when the peer disconnects during a burst (its control thread unmaps the
+        // shared regions under the data path), so neither side may be polling when the other
+        // goes away. The side that finishes first is gone before the other stops polling.
+        std::thread::sleep(std::time::Duration::from_millis(300));
         let st = port.stats().map_err(|e| e.to_string())?;
         eprintln!("tcpperf: port stats {st:?}");
         if net.xstats {
