@@ -66,6 +66,7 @@ result "$work/memif.log"
 memif_p50=$(grep -h '^RESULT.*test=rr' "$work/memif.log" | field p50_us)
 memif_p99=$(grep -h '^RESULT.*test=rr' "$work/memif.log" | field p99_us)
 memif_gbps=$(grep -h '^RESULT.*test=bulk' "$work/memif.log" | field gbps)
+memif_cpu=$(grep -h '^RESULT.*test=bulk' "$work/memif.log" | field cpu_share)
 
 echo "== tcpperf over the in-memory link (one process)"
 "$TCPPERF" memory --test rr,bulk --iterations "$rr_iter" --bytes "$bulk_bytes" >"$work/mem.log" 2>&1
@@ -111,7 +112,7 @@ ratio() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); pri
 cat <<TABLE
 
                                   request/response 64 B          bulk throughput
-  tcpperf, net_memif (2 procs)    p50 rtt ${memif_p50} us (p99 ${memif_p99} us)   ${memif_gbps} Gbit/s
+  tcpperf, net_memif (2 procs)    p50 rtt ${memif_p50} us (p99 ${memif_p99} us)   ${memif_gbps} Gbit/s (client got ${memif_cpu} of a core)
   tcpperf, in-memory link         p50 rtt ${mem_p50} us                  ${mem_gbps} Gbit/s
   kernel loopback, tcpperf        p50 rtt ${ktp_p50} us                  ${ktp_gbps} Gbit/s
   kernel loopback, qperf/iperf3   rtt ${kern_rtt} us (qperf x2)          ${kern_gbps} Gbit/s

@@ -311,7 +311,9 @@ struct Client {
     bulk_sent: u64,
     reply: Vec<u8>,
     t_start: StdInstant,
+    cpu_start: f64,
     elapsed_s: f64,
+    cpu_s: f64,
     error: Option<String>,
 }
 
@@ -357,6 +359,8 @@ impl Client {
             reply: Vec::with_capacity(8),
             t_start: StdInstant::now(),
             elapsed_s: 0.0,
+            cpu_start: 0.0,
+            cpu_s: 0.0,
             error: None,
         })
     }
@@ -366,6 +370,7 @@ impl Client {
             Event::Connected(c) if c == self.conn => {
                 self.phase = ClientPhase::Running;
                 self.t_start = StdInstant::now();
+                self.cpu_start = cpu_seconds();
             }
             Event::Reset(c) if c == self.conn => {
                 self.error = Some("connection reset".into());
@@ -390,6 +395,7 @@ impl Client {
             }
             self.t_req = StdInstant::now();
             self.t_start = self.t_req;
+            self.cpu_start = cpu_seconds();
         }
         match self.kind {
             TestKind::Rr => {
@@ -411,9 +417,11 @@ impl Client {
                     self.msg_sent = 0;
                     if self.round == self.test.warmup {
                         self.t_start = StdInstant::now();
+                        self.cpu_start = cpu_seconds();
                     }
                     if self.round >= self.test.warmup + self.test.iterations {
                         self.elapsed_s = self.t_start.elapsed().as_secs_f64();
+                        self.cpu_s = cpu_seconds() - self.cpu_start;
                         let _ = s.close(c);
                         self.phase = ClientPhase::Finished;
                     } else {
@@ -447,6 +455,7 @@ impl Client {
                 }
                 if self.reply.len() == 8 {
                     self.elapsed_s = self.t_start.elapsed().as_secs_f64();
+                    self.cpu_s = cpu_seconds() - self.cpu_start;
                     let got = u64::from_be_bytes(self.reply[..8].try_into().expect("8 bytes"));
                     if got != total {
                         self.error = Some(format!("server counted {got} of {total} bytes"));
@@ -464,14 +473,35 @@ impl Client {
             return Err(e.clone());
         }
         match self.kind {
-            TestKind::Rr => report_rr(label, self.test.size, &self.hist, self.elapsed_s),
-            TestKind::Bulk => report_bulk(label, self.test.bytes, self.elapsed_s),
+            TestKind::Rr => report_rr(
+                label,
+                self.test.size,
+                &self.hist,
+                self.elapsed_s,
+                self.cpu_s,
+            ),
+            TestKind::Bulk => report_bulk(label, self.test.bytes, self.elapsed_s, self.cpu_s),
         }
         Ok(())
     }
 }
 
-fn report_rr(label: &str, size: u64, h: &Histogram<u64>, elapsed_s: f64) {
+/// CPU time (user + system) this process has used, from /proc/self/stat (0 if unreadable).
+/// Busy-polling processes on a shared machine get only part of a core; the CPU share
+/// printed with each result tells how much.
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // Linux reports these in USER_HZ, which is 100 on every mainstream configuration.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn report_rr(label: &str, size: u64, h: &Histogram<u64>, elapsed_s: f64, cpu_s: f64) {
     let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     let rate = h.len() as f64 / elapsed_s;
     println!(
@@ -485,9 +515,10 @@ fn report_rr(label: &str, size: u64, h: &Histogram<u64>, elapsed_s: f64) {
         h.max() as f64 / 1000.0,
         h.mean() / 1000.0,
     );
+    let share = cpu_s / elapsed_s;
     println!(
         "RESULT mode={label} test=rr size={size} count={} p50_us={:.2} p90_us={:.2} p99_us={:.2} \
-         p999_us={:.2} max_us={:.2} mean_us={:.2} rate={rate:.0}",
+         p999_us={:.2} max_us={:.2} mean_us={:.2} rate={rate:.0} cpu_share={share:.2}",
         h.len(),
         us(0.5),
         us(0.9),
@@ -498,10 +529,16 @@ fn report_rr(label: &str, size: u64, h: &Histogram<u64>, elapsed_s: f64) {
     );
 }
 
-fn report_bulk(label: &str, bytes: u64, elapsed_s: f64) {
+fn report_bulk(label: &str, bytes: u64, elapsed_s: f64, cpu_s: f64) {
     let gbps = bytes as f64 * 8.0 / elapsed_s / 1e9;
-    println!("{label}: bulk {bytes} bytes in {elapsed_s:.3} s: {gbps:.3} Gbit/s");
-    println!("RESULT mode={label} test=bulk bytes={bytes} seconds={elapsed_s:.4} gbps={gbps:.3}");
+    let share = cpu_s / elapsed_s;
+    println!(
+        "{label}: bulk {bytes} bytes in {elapsed_s:.3} s: {gbps:.3} Gbit/s (client used {:.0}% of a core)",
+        share * 100.0
+    );
+    println!(
+        "RESULT mode={label} test=bulk bytes={bytes} seconds={elapsed_s:.4} gbps={gbps:.3} cpu_share={share:.2}"
+    );
 }
 
 // ---------------------------------------------------------------- kernel TCP, same protocol
@@ -582,9 +619,11 @@ mod kernel {
                 let msg = vec![0x42u8; test.size as usize];
                 let mut reply = vec![0u8; test.size as usize];
                 let mut t_start = StdInstant::now();
+                let mut cpu0 = cpu_seconds();
                 for i in 0..test.warmup + test.iterations {
                     if i == test.warmup {
                         t_start = StdInstant::now();
+                        cpu0 = cpu_seconds();
                     }
                     let t = StdInstant::now();
                     s.write_all(&msg).map_err(|e| e.to_string())?;
@@ -593,11 +632,13 @@ mod kernel {
                         let _ = hist.record((t.elapsed().as_nanos() as u64).max(1));
                     }
                 }
-                report_rr("kernel", test.size, &hist, t_start.elapsed().as_secs_f64());
+                let elapsed = t_start.elapsed().as_secs_f64();
+                report_rr("kernel", test.size, &hist, elapsed, cpu_seconds() - cpu0);
             }
             TestKind::Bulk => {
                 let buf = vec![0u8; 1 << 20];
                 let t = StdInstant::now();
+                let cpu0 = cpu_seconds();
                 let mut left = test.bytes;
                 while left > 0 {
                     let n = left.min(buf.len() as u64) as usize;
@@ -610,7 +651,7 @@ mod kernel {
                 if u64::from_be_bytes(r) != test.bytes {
                     return Err("server counted a different byte count".into());
                 }
-                report_bulk("kernel", test.bytes, elapsed);
+                report_bulk("kernel", test.bytes, elapsed, cpu_seconds() - cpu0);
             }
         }
         Ok(())
