@@ -485,11 +485,20 @@ impl Port {
         Ok(vals[..count]
             .iter()
             .map(|v| {
-                let nm = &names[v.id as usize % names.len()].name;
-                // SAFETY: DPDK NUL-terminates xstat names within the 64-byte array.
-                let name = unsafe { CStr::from_ptr(nm.as_ptr()) }
-                    .to_string_lossy()
-                    .into_owned();
+                // A value's id indexes the name table; a driver bug must not index out of it.
+                let name = match names.get(v.id as usize) {
+                    Some(n) => {
+                        // DPDK NUL-terminates names inside the 64-byte array; read no further.
+                        let bytes: Vec<u8> = n
+                            .name
+                            .iter()
+                            .take_while(|&&c| c != 0)
+                            .map(|&c| c as u8)
+                            .collect();
+                        String::from_utf8_lossy(&bytes).into_owned()
+                    }
+                    None => format!("xstat{}", v.id),
+                };
                 XStat {
                     name,
                     value: v.value,
