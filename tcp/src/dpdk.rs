@@ -38,9 +38,12 @@ impl Default for DpdkDeviceConfig {
 /// * Receive: [`PollDevice::begin_poll`] arms one `rx_burst` that refills the batch; each
 ///   [`DpdkRxToken`] owns its mbuf and lends its bytes to smoltcp without a copy (a chained
 ///   mbuf is linearised into a scratch buffer first).
-/// * Transmit: each [`DpdkTxToken`] comes with a freshly allocated mbuf that smoltcp writes
-///   into; no token is given when the pool is empty or too many frames wait for the ring, so
-///   the data stays in TCP's buffers. [`PollDevice::flush`] does one `tx_burst`; frames a full
+/// * Transmit: each [`DpdkTxToken`] from `transmit` comes with a freshly allocated mbuf that
+///   smoltcp writes into; no token is given when the pool is empty or too many frames wait
+///   for the ring, so the data stays in TCP's buffers. Receiving never waits for a transmit
+///   buffer (that would deadlock two stacks sharing an exhausted pool): the token paired with
+///   a received frame only carries immediate replies, dropped and counted if no buffer is
+///   free. [`PollDevice::flush`] does one `tx_burst`; frames a full
 ///   ring refused stay queued for the next poll.
 /// * Checksums: where the port offers IPv4/TCP checksum offload, smoltcp skips those
 ///   checksums and the device marks each mbuf for the port (filling the TCP pseudo-header
@@ -324,12 +327,15 @@ impl Device for DpdkDevice {
     type TxToken<'a> = DpdkTxToken<'a>;
 
     fn receive(&mut self, _timestamp: Instant) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
-        // No buffer for a reply, or too much waiting for the ring: leave the frames in the rx
-        // batch or ring for a later poll (back-pressure).
-        if !self.tx_room() || !self.ensure_spare() {
-            return None;
-        }
+        // Receiving is never held back for want of a transmit buffer: received frames free
+        // mbufs, and waiting for a buffer while the peer waits for ours would deadlock two
+        // stacks sharing an exhausted pool. The transmit token of this pair only carries
+        // immediate replies (ARP, RST); if no buffer is free when one is written, that reply is
+        // dropped and counted (tx_dropped), and the protocol repeats it.
         let rx_mbuf = self.take_rx()?;
+        if self.tx_spare.is_none() {
+            self.tx_spare = self.pool.alloc();
+        }
         Some((
             DpdkRxToken {
                 mbuf: rx_mbuf,
