@@ -21,7 +21,7 @@ fn same_thread(c: &mut Criterion) {
         b.iter(|| {
             p.push(black_box(i)).unwrap();
             i += 1;
-            black_box(c.pop())
+            black_box(c.pop().unwrap())
         });
     });
     g.bench_function("array_queue_push_pop", |b| {
@@ -30,7 +30,7 @@ fn same_thread(c: &mut Criterion) {
         b.iter(|| {
             q.push(black_box(i)).unwrap();
             i += 1;
-            black_box(q.pop())
+            black_box(q.pop().unwrap())
         });
     });
     g.throughput(Throughput::Elements(BATCH as u64));

@@ -475,3 +475,56 @@ fn table_and_region_are_send_and_sync() {
     shared::<Region>();
     shared::<Arc<MrTable>>();
 }
+
+/// The guard feeds `warpcore_proto`'s own checks: DDP's tagged range and RDMAP's remote
+/// access check (RDMAP-7.2-9..13) see the same registration the guard places into.
+#[test]
+fn guard_views_feed_the_protocol_checks() {
+    use warpcore_proto::ddp::{TaggedFault, TaggedRegion};
+    use warpcore_proto::rdmap::{check_remote_access, Access as RemoteAccess, StagFault};
+    use warpcore_proto::RdmapError;
+
+    let t = MrTable::new(2);
+    let base = 0x10_0000u64;
+    let s = t
+        .register(region(4096), PD, Access::REMOTE_READ, base)
+        .unwrap();
+    let g = t.lookup(s, PD, Access::empty()).unwrap();
+    assert_eq!(g.tagged_region(), TaggedRegion { base, len: 4096 });
+    let check = |to, len, access| {
+        check_remote_access(
+            t.lookup(s, PD, Access::empty())
+                .map(|g| g.access_region())
+                .map_err(|f| f.stag_fault()),
+            to,
+            len,
+            access,
+        )
+    };
+    assert_eq!(check(base, 4096, RemoteAccess::RemoteRead), Ok(()));
+    assert_eq!(
+        check(base + 1, 4096, RemoteAccess::RemoteRead),
+        Err(RdmapError::BaseOrBounds)
+    );
+    assert_eq!(
+        check(base, 8, RemoteAccess::RemoteAtomic),
+        Err(RdmapError::AccessRights)
+    );
+    let other_pd = t
+        .lookup(s, PdId(99), Access::empty())
+        .map(|g| g.access_region())
+        .map_err(|f| f.stag_fault());
+    assert_eq!(other_pd.unwrap_err(), StagFault::NotAssociated);
+    assert_eq!(
+        LookupFault::WrongPd.tagged_fault(),
+        TaggedFault::NotAssociated
+    );
+    assert_eq!(
+        LookupFault::AccessDenied.tagged_fault(),
+        TaggedFault::InvalidStag
+    );
+    assert_eq!(
+        LookupFault::InvalidStag.rdmap_error(),
+        RdmapError::InvalidStag
+    );
+}

@@ -11,6 +11,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crossbeam::utils::Backoff;
+use warpcore_proto::ddp::TaggedRegion;
+use warpcore_proto::rdmap::AccessRegion;
 
 use super::{Access, BoundsFault, LookupFault, MemError, PdId, Region, Stag};
 
@@ -445,6 +447,28 @@ impl MrGuard<'_> {
     /// Whether the region is empty.
     pub fn is_empty(&self) -> bool {
         self.meta.len == 0
+    }
+
+    /// The registration as `warpcore_proto`'s DDP receiver wants it
+    /// ([`TaggedBuffers::tagged_region`](warpcore_proto::ddp::TaggedBuffers::tagged_region)).
+    pub fn tagged_region(&self) -> TaggedRegion {
+        TaggedRegion {
+            base: self.meta.base_to,
+            len: self.meta.len as u64,
+        }
+    }
+
+    /// The registration as `warpcore_proto::rdmap::check_remote_access` wants it. That
+    /// view has no atomic right (proto asks for remote read and write for an atomic):
+    /// look up Atomic Request targets with [`Access::REMOTE_ATOMIC`] as well and report
+    /// a refusal with [`LookupFault::rdmap_error`].
+    pub fn access_region(&self) -> AccessRegion {
+        AccessRegion {
+            base: self.meta.base_to,
+            len: self.meta.len as u64,
+            remote_read: self.meta.access.contains(Access::REMOTE_READ),
+            remote_write: self.meta.access.contains(Access::REMOTE_WRITE),
+        }
     }
 
     /// The region's first byte, for code that must hand the memory to something that
