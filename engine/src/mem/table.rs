@@ -336,8 +336,9 @@ impl MrTable {
 
     /// Looks up `stag` for an access by a stream of protection domain `pd` that needs the
     /// rights `required` (e.g. [`Access::REMOTE_WRITE`] to place an RDMA Write,
-    /// [`Access::REMOTE_READ`] to answer a Read Request, both plus
-    /// [`Access::REMOTE_ATOMIC`] for an atomic). Checks, in siw's order: the STag is
+    /// [`Access::LOCAL_WRITE`] to place a Read Response into the requester's own sink, as
+    /// siw's `siw_rresp_check` does, [`Access::REMOTE_READ`] to answer a Read Request,
+    /// and [`Access::REMOTE_ATOMIC`] with both remote rights for an atomic). Checks, in siw's order: the STag is
     /// valid (DDP-7.1-10), the PD matches (DDP-8.2-1), the rights suffice (DDP-7.1-11).
     ///
     /// The guard keeps the registration alive; drop it as soon as the segment is placed.
