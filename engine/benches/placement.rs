@@ -62,6 +62,40 @@ fn placement(c: &mut Criterion) {
             });
         });
     }
+    // Two threads placing 64 B segments into the same registration: the cost of sharing
+    // the slot's state word between cores (each lookup and guard drop is an atomic RMW).
+    {
+        let payload = [0x5Au8; 64];
+        let slots = (REGION_LEN / 64) as u64;
+        g.throughput(Throughput::Bytes(64));
+        g.bench_function("lookup_bounds_place_2_threads/64", |b| {
+            b.iter_custom(|iters| {
+                let start = std::sync::Barrier::new(2);
+                std::thread::scope(|s| {
+                    let table = &table;
+                    let start = &start;
+                    let helper = s.spawn(move || {
+                        start.wait();
+                        for i in 0..iters {
+                            let to = base + ((i * 2 + 1) % slots) * 64;
+                            let g = table.lookup(stag, PdId(7), Access::REMOTE_WRITE).unwrap();
+                            g.place_at(to, &payload).unwrap();
+                        }
+                    });
+                    start.wait();
+                    let t0 = std::time::Instant::now();
+                    for i in 0..iters {
+                        let to = base + ((i * 2) % slots) * 64;
+                        let g = table.lookup(stag, PdId(7), Access::REMOTE_WRITE).unwrap();
+                        g.place_at(black_box(to), black_box(&payload)).unwrap();
+                    }
+                    let mine = t0.elapsed();
+                    helper.join().unwrap();
+                    mine
+                })
+            });
+        });
+    }
     g.throughput(Throughput::Elements(1));
     g.bench_function("lookup_only", |b| {
         b.iter(|| {

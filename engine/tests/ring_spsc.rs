@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crossbeam::utils::Backoff;
 use warpcore_engine::ring::spsc::{channel, Consumer, Producer};
 
 /// Smaller loops under Miri, which is orders of magnitude slower.
@@ -331,28 +332,29 @@ const STRESS_ITEMS: usize = if cfg!(debug_assertions) {
 
 /// `n` items across two threads, single and batched, checking order and a checksum of the
 /// values.
-fn stress(n: u64, batched: bool) {
-    let (mut p, mut c): (Producer<u64>, Consumer<u64>) = channel(1024);
+fn stress(n: u64, batched: bool, capacity: usize) {
+    let (mut p, mut c): (Producer<u64>, Consumer<u64>) = channel(capacity);
     let producer = thread::spawn(move || {
         let mut next = 0u64;
         let mut sum = 0u64;
+        // Spin briefly, then yield: the test machine may have fewer cores than threads.
+        let backoff = Backoff::new();
         while next < n {
-            if batched {
+            let pushed = if batched {
                 let end = (next + 37).min(n);
                 let mut it = next..end;
-                let pushed = p.push_batch(&mut it) as u64;
-                for v in next..next + pushed {
-                    sum = sum.wrapping_add(v.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-                }
-                next += pushed;
-                if pushed == 0 {
-                    std::hint::spin_loop();
-                }
-            } else if p.push(next).is_ok() {
-                sum = sum.wrapping_add(next.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-                next += 1;
+                p.push_batch(&mut it) as u64
             } else {
-                std::hint::spin_loop();
+                u64::from(p.push(next).is_ok())
+            };
+            for v in next..next + pushed {
+                sum = sum.wrapping_add(v.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            }
+            next += pushed;
+            if pushed == 0 {
+                backoff.snooze();
+            } else {
+                backoff.reset();
             }
         }
         sum
@@ -360,23 +362,23 @@ fn stress(n: u64, batched: bool) {
     let mut expected = 0u64;
     let mut sum = 0u64;
     let mut buf = Vec::with_capacity(64);
+    let backoff = Backoff::new();
     while expected < n {
-        if batched {
-            buf.clear();
-            if c.pop_batch(&mut buf, 64) == 0 {
-                std::hint::spin_loop();
-            }
-            for &v in &buf {
-                assert_eq!(v, expected, "out of order");
-                sum = sum.wrapping_add(v.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-                expected += 1;
-            }
-        } else if let Some(v) = c.pop() {
+        buf.clear();
+        let got = if batched {
+            c.pop_batch(&mut buf, 64)
+        } else {
+            c.pop().map(|v| buf.push(v)).is_some() as usize
+        };
+        for &v in &buf {
             assert_eq!(v, expected, "out of order");
             sum = sum.wrapping_add(v.wrapping_mul(0x9E37_79B9_7F4A_7C15));
             expected += 1;
+        }
+        if got == 0 {
+            backoff.snooze();
         } else {
-            std::hint::spin_loop();
+            backoff.reset();
         }
     }
     assert_eq!(producer.join().unwrap(), sum);
@@ -385,12 +387,22 @@ fn stress(n: u64, batched: bool) {
 
 #[test]
 fn two_thread_stress_single() {
-    stress(STRESS_ITEMS as u64, false);
+    stress(STRESS_ITEMS as u64, false, 1024);
 }
 
 #[test]
 fn two_thread_stress_batched() {
-    stress(STRESS_ITEMS as u64, true);
+    stress(STRESS_ITEMS as u64, true, 1024);
+}
+
+/// Tiny rings across threads: every push meets a full ring and every pop an empty one,
+/// so the cursor reloads and the full/empty edges are exercised under contention.
+#[test]
+fn two_thread_stress_tiny_rings() {
+    for capacity in [1, 2, 4] {
+        stress(scaled(20_000) as u64, false, capacity);
+        stress(scaled(20_000) as u64, true, capacity);
+    }
 }
 
 /// Boxed items across threads with drops counted: nothing leaks or is freed twice when the
