@@ -106,6 +106,14 @@
 //! that reads bytes a peer is writing at the same moment (a protocol error on its side,
 //! or a hostile peer) reads torn bytes; the engine never lets such a race reach a Rust
 //! reference, a length or a pointer. The table's own metadata is never shared that way.
+//!
+//! # Checking
+//! The tests in `engine/tests/mem_*.rs` and `engine/tests/ring_*.rs` also run under Miri
+//! (loop counts scaled down; `cargo +nightly miri test -p warpcore-engine`, optionally with
+//! `MIRIFLAGS=-Zmiri-many-seeds=0..12` for the threaded ones), AddressSanitizer
+//! (`RUSTFLAGS=-Zsanitizer=address cargo +nightly test --target x86_64-unknown-linux-gnu`)
+//! and ThreadSanitizer (`-Zsanitizer=thread` with `-Zbuild-std`). Run them after any change
+//! to an ordering or an `unsafe` block here.
 #![allow(unsafe_code)]
 
 mod region;
