@@ -1,0 +1,181 @@
+//! The Environment Abstraction Layer: argument builder and one-time initialisation.
+
+use std::ffi::{c_char, c_int, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::{ffi, Error};
+
+/// Set once `rte_eal_init` has been attempted; DPDK does not allow a second call.
+static EAL_STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Builds the EAL argument list.
+///
+/// The defaults suit machines without hugepages or NICs: see [`EalBuilder::no_huge`] and
+/// [`EalBuilder::no_pci`]. Every setter appends exactly the documented argument.
+#[derive(Debug, Clone)]
+pub struct EalBuilder {
+    args: Vec<String>,
+}
+
+impl EalBuilder {
+    /// Starts an argument list whose program name is `program` (EAL's `argv[0]`).
+    pub fn new(program: &str) -> Self {
+        EalBuilder {
+            args: vec![program.to_owned()],
+        }
+    }
+
+    /// `-l <cores>`: the lcore list, e.g. `"0"` or `"0-1"`.
+    pub fn cores(mut self, cores: &str) -> Self {
+        self.args.push("-l".into());
+        self.args.push(cores.into());
+        self
+    }
+
+    /// `--no-huge -m <memory_mb>`: anonymous memory instead of hugepages (not with
+    /// [`EalBuilder::in_memory`]).
+    pub fn no_huge(mut self, memory_mb: u32) -> Self {
+        self.args.push("--no-huge".into());
+        self.args.push("-m".into());
+        self.args.push(memory_mb.to_string());
+        self
+    }
+
+    /// `--in-memory`: hugepages without files on hugetlbfs (needs reserved hugepages).
+    pub fn in_memory(mut self) -> Self {
+        self.args.push("--in-memory".into());
+        self
+    }
+
+    /// `--no-shconf`: no shared configuration (no secondary processes).
+    pub fn no_shconf(mut self) -> Self {
+        self.args.push("--no-shconf".into());
+        self
+    }
+
+    /// `--no-pci`: do not scan the PCI bus.
+    pub fn no_pci(mut self) -> Self {
+        self.args.push("--no-pci".into());
+        self
+    }
+
+    /// `--no-telemetry`: no telemetry socket.
+    pub fn no_telemetry(mut self) -> Self {
+        self.args.push("--no-telemetry".into());
+        self
+    }
+
+    /// `--file-prefix=<prefix>`: keeps runtime files of parallel processes apart.
+    pub fn file_prefix(mut self, prefix: &str) -> Self {
+        self.args.push(format!("--file-prefix={prefix}"));
+        self
+    }
+
+    /// `--vdev=<spec>`: a virtual device such as `net_memif0,role=server,socket=/tmp/x.sock`.
+    pub fn vdev(mut self, spec: &str) -> Self {
+        self.args.push(format!("--vdev={spec}"));
+        self
+    }
+
+    /// `--log-level=<level>`: e.g. `"notice"` or `"pmd.net.memif:debug"`.
+    pub fn log_level(mut self, level: &str) -> Self {
+        self.args.push(format!("--log-level={level}"));
+        self
+    }
+
+    /// Appends one raw argument.
+    pub fn arg(mut self, arg: &str) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Appends raw arguments, e.g. a user-supplied EAL argument string split on whitespace.
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.args
+            .extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    /// The convenient set for tests and machines without hugepages:
+    /// `-l <core> --no-huge -m <memory_mb> --no-shconf --no-pci --no-telemetry
+    /// --file-prefix=<prefix>`.
+    pub fn test_defaults(self, core: u32, memory_mb: u32, prefix: &str) -> Self {
+        self.cores(&core.to_string())
+            .no_huge(memory_mb)
+            .no_shconf()
+            .no_pci()
+            .no_telemetry()
+            .file_prefix(prefix)
+    }
+
+    /// The arguments built so far (including `argv[0]`).
+    pub fn as_args(&self) -> &[String] {
+        &self.args
+    }
+
+    /// Calls `rte_eal_init` with the arguments.
+    ///
+    /// Fails with [`Error::EalAlreadyInitialised`] when called a second time in the process
+    /// (also after a failed first attempt, which DPDK cannot undo), and with
+    /// [`Error::EalInit`] naming the arguments when DPDK rejects them.
+    pub fn init(self) -> Result<Eal, Error> {
+        let cargs = self
+            .args
+            .iter()
+            .map(|a| CString::new(a.as_str()).map_err(|_| Error::NulInArgument(a.clone())))
+            .collect::<Result<Vec<_>, _>>()?;
+        if EAL_STARTED.swap(true, Ordering::SeqCst) {
+            return Err(Error::EalAlreadyInitialised);
+        }
+        // rte_eal_init may permute argv; it gets its own array of pointers. The strings are
+        // leaked on purpose: DPDK may keep pointers into argv for the life of the process.
+        let mut argv: Vec<*mut c_char> = cargs.into_iter().map(CString::into_raw).collect();
+        let argc = c_int::try_from(argv.len()).expect("fewer than 2^31 EAL arguments");
+        // SAFETY: argv holds argc valid NUL-terminated strings that are never freed; the
+        // atomic flag above guarantees this is the only call in the process.
+        let ret = unsafe { ffi::rte_eal_init(argc, argv.as_mut_ptr()) };
+        std::mem::forget(argv);
+        if ret < 0 {
+            return Err(Error::EalInit {
+                args: self.args[1..].join(" "),
+                reason: Error::last_reason(),
+            });
+        }
+        Ok(Eal {
+            args: self.args,
+            _not_send: std::marker::PhantomData,
+        })
+    }
+}
+
+/// Proof that the EAL is initialised. Creating pools and ports takes a reference to it.
+///
+/// It is neither `Send` nor `Sync`: DPDK objects are set up from the thread that
+/// initialised the EAL (the main lcore). The EAL stays up until the process exits.
+#[derive(Debug)]
+pub struct Eal {
+    args: Vec<String>,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl Eal {
+    /// The arguments the EAL was initialised with.
+    pub fn args(&self) -> &[String] {
+        &self.args
+    }
+
+    /// Number of ethdev ports that probed.
+    pub fn port_count(&self) -> u16 {
+        // SAFETY: the EAL is initialised (self exists); the call only reads the port table.
+        unsafe { ffi::rte_eth_dev_count_avail() }
+    }
+
+    /// Whether `rte_eal_init` has been attempted in this process.
+    pub fn is_started() -> bool {
+        EAL_STARTED.load(Ordering::SeqCst)
+    }
+}

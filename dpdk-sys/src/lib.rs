@@ -1,0 +1,101 @@
+//! Bindings to DPDK 22.11 LTS and the safe wrappers Warpcore's packet path is built on.
+//!
+//! # Contract
+//!
+//! * The raw bindings (bindgen output plus a C shim for DPDK's `static inline` hot-path
+//!   functions) live in the private `ffi` module and never leave this crate. Everything
+//!   public is safe to call.
+//! * [`Eal`] is initialised at most once per process; a second attempt returns
+//!   [`Error::EalAlreadyInitialised`]. Every other type needs an [`Eal`] reference to be
+//!   created, so no DPDK object exists before the environment does.
+//! * [`Mempool`]s live until the process exits (DPDK reclaims their memory then). That is what
+//!   makes an [`Mbuf`] sound without a lifetime: the pool it came from can never go away under
+//!   it.
+//! * An [`Mbuf`] owns exactly one packet (possibly a chain of segments). It frees itself on
+//!   drop; a transmit burst consumes it (the driver frees it after sending), and the mbufs a
+//!   full tx ring refused are handed back to the caller, never dropped silently.
+//! * A [`Port`] is configured, started and stopped through its handle; its [`RxQueue`] and
+//!   [`TxQueue`] handles are unique (one owner per queue, as DPDK's lock-free bursts require)
+//!   and keep the device open until the last of them is dropped.
+//! * Set-up failures return an [`Error`] that names the argument, device or queue that failed
+//!   together with DPDK's `rte_errno` text.
+//!
+//! # Invariants checked at compile time
+//!
+//! The per-packet fields (data pointer, segment and packet lengths, next segment) are read in
+//! Rust straight from `struct rte_mbuf`; its size and the offsets used are asserted both here
+//! and in the C shim, so a DPDK with a different layout fails to build rather than misbehave.
+#![allow(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![warn(missing_docs)]
+
+mod eal;
+mod error;
+pub(crate) mod ffi;
+mod mbuf;
+mod mempool;
+mod pcapng;
+mod port;
+mod ring;
+
+pub use eal::{Eal, EalBuilder};
+pub use error::Error;
+pub use mbuf::{Mbuf, TxChecksumOffload};
+pub use mempool::Mempool;
+pub use pcapng::{Direction, PcapngWriter};
+pub use port::{
+    LinkStatus, Offloads, Port, PortConfig, PortInfo, PortStats, RxQueue, TxQueue, XStat,
+};
+pub use ring::RingPortPair;
+
+/// Largest Ethernet payload (IP MTU) the wrappers configure: jumbo frames up to 9000 bytes.
+pub const MTU_MAX: usize = 9000;
+
+/// Reads the time-stamp counter (the clock DPDK's pcapng writer expects for packet stamps).
+///
+/// Only capture uses it; protocol timing takes its clock from the caller.
+pub fn tsc_cycles() -> u64 {
+    // SAFETY: rte_get_tsc_cycles reads a CPU counter; it has no preconditions.
+    unsafe { ffi::wc_tsc_cycles() }
+}
+
+/// The lcore id of the calling thread (`u32::MAX` for threads DPDK did not start).
+pub fn lcore_id() -> u32 {
+    // SAFETY: rte_lcore_id reads a thread-local variable; it has no preconditions.
+    unsafe { ffi::wc_lcore_id() }
+}
+
+/// Returns `rte_errno` of the calling thread.
+pub(crate) fn errno() -> i32 {
+    // SAFETY: reads DPDK's thread-local errno; no preconditions.
+    unsafe { ffi::wc_errno() }
+}
+
+/// The text DPDK gives for an errno value.
+pub(crate) fn strerror(code: i32) -> String {
+    // SAFETY: rte_strerror returns a pointer to a static or thread-local NUL-terminated
+    // string, valid until the next call on this thread; it is copied out at once.
+    unsafe {
+        let p = ffi::rte_strerror(code);
+        if p.is_null() {
+            return format!("errno {code}");
+        }
+        std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+    }
+}
+
+// Layout pins shared with src/shim.c (see the crate docs).
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    use ffi::rte_mbuf;
+    assert!(size_of::<rte_mbuf>() == 128);
+    assert!(offset_of!(rte_mbuf, buf_addr) == 0);
+    assert!(offset_of!(rte_mbuf, data_off) == 16);
+    assert!(offset_of!(rte_mbuf, nb_segs) == 20);
+    assert!(offset_of!(rte_mbuf, port) == 22);
+    assert!(offset_of!(rte_mbuf, ol_flags) == 24);
+    assert!(offset_of!(rte_mbuf, pkt_len) == 36);
+    assert!(offset_of!(rte_mbuf, data_len) == 40);
+    assert!(offset_of!(rte_mbuf, buf_len) == 54);
+    assert!(offset_of!(rte_mbuf, next) == 64);
+};

@@ -1,0 +1,272 @@
+//! Owned packet buffers.
+
+use std::ptr::NonNull;
+
+use crate::{ffi, Mempool};
+
+/// Checksum work a transmitted packet asks the port to do (IPv4 + TCP only, the only
+/// protocols Warpcore sends). The caller must have put the pseudo-header checksum in the TCP
+/// checksum field when `tcp` is set (DPDK's contract for L4 offload).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TxChecksumOffload {
+    /// Ethernet header length in bytes.
+    pub l2_len: u8,
+    /// IPv4 header length in bytes.
+    pub l3_len: u16,
+    /// Let the port fill the IPv4 header checksum.
+    pub ipv4: bool,
+    /// Let the port fill the TCP checksum.
+    pub tcp: bool,
+}
+
+/// One packet in DPDK memory: a chain of one or more `rte_mbuf` segments.
+///
+/// Dropping an `Mbuf` returns all its segments to their pool; transmitting it
+/// ([`crate::TxQueue::tx_burst`]) hands it to the driver. The pool outlives it by construction
+/// (pools are never freed).
+#[derive(Debug)]
+pub struct Mbuf {
+    raw: NonNull<ffi::rte_mbuf>,
+}
+
+// SAFETY: an Mbuf is the unique owner of its segments; DPDK mbufs and their pools may be freed
+// from any thread.
+unsafe impl Send for Mbuf {}
+
+impl Mbuf {
+    /// Allocates an empty mbuf from `pool`; `None` when the pool is exhausted.
+    pub fn alloc(pool: &Mempool) -> Option<Mbuf> {
+        // SAFETY: the pool pointer is valid for the life of the process.
+        let raw = unsafe { ffi::wc_pktmbuf_alloc(pool.as_ptr()) };
+        NonNull::new(raw).map(|raw| Mbuf { raw })
+    }
+
+    /// Copies `data` into a fresh packet, chaining as many segments as the pool's data room
+    /// requires. `None` when the pool runs out (nothing is leaked: partial chains are freed).
+    pub fn from_slice(pool: &Mempool, data: &[u8]) -> Option<Mbuf> {
+        let mut head = Mbuf::alloc(pool)?;
+        let mut rest = data;
+        let first = rest.len().min(head.tailroom());
+        head.append(first)?.copy_from_slice(&rest[..first]);
+        rest = &rest[first..];
+        while !rest.is_empty() {
+            let mut seg = Mbuf::alloc(pool)?;
+            let n = rest.len().min(seg.tailroom());
+            if n == 0 {
+                return None;
+            }
+            seg.append(n)?.copy_from_slice(&rest[..n]);
+            rest = &rest[n..];
+            head.chain(seg).ok()?;
+        }
+        Some(head)
+    }
+
+    /// Takes ownership of a raw mbuf.
+    ///
+    /// # Safety
+    /// `raw` must be a valid packet mbuf (chain) that nothing else owns or frees.
+    pub(crate) unsafe fn from_raw(raw: NonNull<ffi::rte_mbuf>) -> Mbuf {
+        Mbuf { raw }
+    }
+
+    /// Gives up ownership without freeing (the receiver of the pointer frees it).
+    pub(crate) fn into_raw(self) -> NonNull<ffi::rte_mbuf> {
+        let raw = self.raw;
+        std::mem::forget(self);
+        raw
+    }
+
+    /// The raw pointer, still owned by `self`.
+    pub(crate) fn as_raw(&self) -> *mut ffi::rte_mbuf {
+        self.raw.as_ptr()
+    }
+
+    fn seg(&self) -> &ffi::rte_mbuf {
+        // SAFETY: self owns a valid mbuf for its whole life.
+        unsafe { self.raw.as_ref() }
+    }
+
+    /// Total packet length over all segments.
+    pub fn pkt_len(&self) -> usize {
+        self.seg().pkt_len as usize
+    }
+
+    /// Length of the first segment.
+    pub fn data_len(&self) -> usize {
+        self.seg().data_len as usize
+    }
+
+    /// Number of segments in the chain.
+    pub fn nb_segs(&self) -> u16 {
+        self.seg().nb_segs
+    }
+
+    /// Whether the whole packet is in the first segment.
+    pub fn is_contiguous(&self) -> bool {
+        self.seg().next.is_null()
+    }
+
+    /// The port the packet was received on.
+    pub fn port(&self) -> u16 {
+        self.seg().port
+    }
+
+    /// The offload flags (`RTE_MBUF_F_*`).
+    pub fn ol_flags(&self) -> u64 {
+        self.seg().ol_flags
+    }
+
+    /// The driver reported a bad IPv4 header checksum.
+    pub fn rx_ip_checksum_bad(&self) -> bool {
+        self.ol_flags() & u64::from(ffi::RTE_MBUF_F_RX_IP_CKSUM_MASK)
+            == u64::from(ffi::RTE_MBUF_F_RX_IP_CKSUM_BAD)
+    }
+
+    /// The driver verified the IPv4 header checksum.
+    pub fn rx_ip_checksum_good(&self) -> bool {
+        self.ol_flags() & u64::from(ffi::RTE_MBUF_F_RX_IP_CKSUM_MASK)
+            == u64::from(ffi::RTE_MBUF_F_RX_IP_CKSUM_GOOD)
+    }
+
+    /// The driver reported a bad L4 (TCP) checksum.
+    pub fn rx_l4_checksum_bad(&self) -> bool {
+        self.ol_flags() & u64::from(ffi::RTE_MBUF_F_RX_L4_CKSUM_MASK)
+            == u64::from(ffi::RTE_MBUF_F_RX_L4_CKSUM_BAD)
+    }
+
+    /// The driver verified the L4 (TCP) checksum.
+    pub fn rx_l4_checksum_good(&self) -> bool {
+        self.ol_flags() & u64::from(ffi::RTE_MBUF_F_RX_L4_CKSUM_MASK)
+            == u64::from(ffi::RTE_MBUF_F_RX_L4_CKSUM_GOOD)
+    }
+
+    /// Bytes free after the data of the last segment.
+    pub fn tailroom(&self) -> usize {
+        let last = self.last_seg();
+        last.buf_len as usize - last.data_off as usize - last.data_len as usize
+    }
+
+    fn last_seg(&self) -> &ffi::rte_mbuf {
+        let mut m = self.seg();
+        while !m.next.is_null() {
+            // SAFETY: segments of a chain we own are valid mbufs.
+            m = unsafe { &*m.next };
+        }
+        m
+    }
+
+    /// The first segment's data.
+    pub fn data(&self) -> &[u8] {
+        let m = self.seg();
+        // SAFETY: buf_addr + data_off points at data_len initialised bytes inside the buffer
+        // this mbuf owns; the borrow of self keeps them alive and unaliased by &mut.
+        unsafe {
+            std::slice::from_raw_parts(
+                (m.buf_addr as *const u8).add(m.data_off as usize),
+                m.data_len as usize,
+            )
+        }
+    }
+
+    /// The first segment's data, writable.
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in data(); &mut self gives exclusive access to the bytes.
+        unsafe {
+            let m = self.raw.as_mut();
+            std::slice::from_raw_parts_mut(
+                (m.buf_addr as *mut u8).add(m.data_off as usize),
+                m.data_len as usize,
+            )
+        }
+    }
+
+    /// Iterates over the data of every segment.
+    pub fn segments(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let mut cur: *const ffi::rte_mbuf = self.raw.as_ptr();
+        std::iter::from_fn(move || {
+            if cur.is_null() {
+                return None;
+            }
+            // SAFETY: cur is a segment of the chain self owns; see data().
+            unsafe {
+                let m = &*cur;
+                cur = m.next;
+                Some(std::slice::from_raw_parts(
+                    (m.buf_addr as *const u8).add(m.data_off as usize),
+                    m.data_len as usize,
+                ))
+            }
+        })
+    }
+
+    /// Copies the whole packet into `out` (which must hold [`Mbuf::pkt_len`] bytes) and returns
+    /// the number of bytes copied.
+    pub fn copy_to_slice(&self, out: &mut [u8]) -> usize {
+        let mut at = 0;
+        for s in self.segments() {
+            let n = s.len().min(out.len() - at);
+            out[at..at + n].copy_from_slice(&s[..n]);
+            at += n;
+            if at == out.len() {
+                break;
+            }
+        }
+        at
+    }
+
+    /// Grows the last segment by `len` bytes and returns them; `None` if the tailroom is too
+    /// small (the packet is unchanged then).
+    pub fn append(&mut self, len: usize) -> Option<&mut [u8]> {
+        let len16 = u16::try_from(len).ok()?;
+        // SAFETY: self owns the chain; rte_pktmbuf_append returns NULL (changing nothing) or a
+        // pointer to `len` fresh bytes at the end of the last segment.
+        let p = unsafe { ffi::wc_pktmbuf_append(self.raw.as_ptr(), len16) };
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: p points at len writable bytes owned by this mbuf, borrowed through &mut self.
+        Some(unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len) })
+    }
+
+    /// Appends `tail` (a whole packet) as further segments. Fails, giving `tail` back, when
+    /// the chain would exceed DPDK's segment limit.
+    pub fn chain(&mut self, tail: Mbuf) -> Result<(), Mbuf> {
+        let t = tail.raw;
+        // SAFETY: both chains are owned; on success the head owns the tail's segments.
+        let ret = unsafe { ffi::wc_pktmbuf_chain(self.raw.as_ptr(), t.as_ptr()) };
+        if ret == 0 {
+            std::mem::forget(tail);
+            Ok(())
+        } else {
+            Err(tail)
+        }
+    }
+
+    /// Asks the port to compute checksums on transmit (see [`TxChecksumOffload`]).
+    pub fn set_tx_checksum_offload(&mut self, o: TxChecksumOffload) {
+        // SAFETY: exclusive access through &mut self; tx_offload is plain data.
+        let m = unsafe { self.raw.as_mut() };
+        let mut flags = 0u64;
+        if o.ipv4 || o.tcp {
+            flags |= ffi::RTE_MBUF_F_TX_IPV4;
+        }
+        if o.ipv4 {
+            flags |= ffi::RTE_MBUF_F_TX_IP_CKSUM;
+        }
+        if o.tcp {
+            flags |= ffi::RTE_MBUF_F_TX_TCP_CKSUM;
+        }
+        m.ol_flags |= flags;
+        // Bit layout of the tx_offload word: l2_len:7, l3_len:9, l4_len:8, tso_segsz:16.
+        m.__bindgen_anon_3.tx_offload =
+            u64::from(o.l2_len & 0x7f) | (u64::from(o.l3_len & 0x1ff) << 7);
+    }
+}
+
+impl Drop for Mbuf {
+    fn drop(&mut self) {
+        // SAFETY: self owns the chain; rte_pktmbuf_free frees every segment once.
+        unsafe { ffi::wc_pktmbuf_free(self.raw.as_ptr()) }
+    }
+}

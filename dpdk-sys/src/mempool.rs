@@ -1,0 +1,80 @@
+//! Packet buffer pools.
+
+use std::ffi::CString;
+use std::ptr::NonNull;
+
+use crate::{ffi, Eal, Error, Mbuf};
+
+/// A pool of packet mbufs (`rte_pktmbuf_pool_create`).
+///
+/// Pools are never freed: they live until the process exits, so an [`Mbuf`] can never outlive
+/// its pool. Create them once at start-up (house rule 7: no allocation on the data path).
+/// The handle is `Copy` and may be used from any thread (DPDK mempools are thread-safe;
+/// threads without an lcore id bypass the per-core cache).
+#[derive(Debug, Clone, Copy)]
+pub struct Mempool {
+    raw: NonNull<ffi::rte_mempool>,
+    data_room: u16,
+}
+
+// SAFETY: rte_mempool get/put operations are multi-producer/multi-consumer safe, and the pool
+// is never freed, so the pointer stays valid on every thread.
+unsafe impl Send for Mempool {}
+// SAFETY: as above; &Mempool only allows alloc and counting, which are thread-safe.
+unsafe impl Sync for Mempool {}
+
+impl Mempool {
+    /// Default data room per mbuf: 2048 bytes of packet data plus DPDK's 128-byte headroom.
+    pub const DEFAULT_DATA_ROOM: u16 = ffi::RTE_MBUF_DEFAULT_BUF_SIZE as u16;
+
+    /// Creates a pool of `count` mbufs with `data_room` bytes each (headroom included), a
+    /// per-lcore cache of `cache` mbufs, on the NUMA socket of the calling lcore.
+    pub fn new(
+        _eal: &Eal,
+        name: &str,
+        count: u32,
+        cache: u32,
+        data_room: u16,
+    ) -> Result<Self, Error> {
+        let cname = CString::new(name).map_err(|_| Error::NulInArgument(name.into()))?;
+        // SAFETY: the EAL is initialised; cname is a valid C string for the duration of the
+        // call (DPDK copies the name).
+        let raw = unsafe {
+            ffi::rte_pktmbuf_pool_create(
+                cname.as_ptr(),
+                count,
+                cache,
+                0,
+                data_room,
+                ffi::rte_socket_id() as i32,
+            )
+        };
+        let raw = NonNull::new(raw).ok_or_else(|| Error::Mempool {
+            name: name.into(),
+            count,
+            data_room,
+            reason: Error::last_reason(),
+        })?;
+        Ok(Mempool { raw, data_room })
+    }
+
+    /// Allocates one mbuf; `None` when the pool is empty (back-pressure, not an error).
+    pub fn alloc(&self) -> Option<Mbuf> {
+        Mbuf::alloc(self)
+    }
+
+    /// Data room per mbuf, headroom included.
+    pub fn data_room(&self) -> u16 {
+        self.data_room
+    }
+
+    /// Mbufs currently free in the pool (including per-lcore caches).
+    pub fn available(&self) -> u32 {
+        // SAFETY: the pool pointer is valid for the life of the process.
+        unsafe { ffi::rte_mempool_avail_count(self.raw.as_ptr()) }
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut ffi::rte_mempool {
+        self.raw.as_ptr()
+    }
+}

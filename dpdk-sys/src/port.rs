@@ -1,0 +1,650 @@
+//! Ethernet ports (`rte_ethdev`) and their queues.
+
+use std::ffi::{CStr, CString};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use crate::{ffi, Eal, Error, Mbuf, Mempool};
+
+/// Most mbufs one burst call moves (the scratch array of each queue handle).
+pub const BURST_MAX: usize = 256;
+
+/// What a device offers, as reported by `rte_eth_dev_info_get`.
+#[derive(Debug, Clone)]
+pub struct PortInfo {
+    /// Driver name, e.g. `net_memif`.
+    pub driver: String,
+    /// Most rx queues.
+    pub max_rx_queues: u16,
+    /// Most tx queues.
+    pub max_tx_queues: u16,
+    /// Smallest MTU.
+    pub min_mtu: u16,
+    /// Largest MTU.
+    pub max_mtu: u16,
+    /// Largest frame the port receives.
+    pub max_rx_pktlen: u32,
+    /// `RTE_ETH_RX_OFFLOAD_*` the port supports.
+    pub rx_offload_capa: u64,
+    /// `RTE_ETH_TX_OFFLOAD_*` the port supports.
+    pub tx_offload_capa: u64,
+    /// `RTE_ETH_RSS_*` hash types the port supports.
+    pub flow_type_rss_offloads: u64,
+}
+
+/// Offloads enabled on a configured port (the intersection of what was asked and what the
+/// device reports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Offloads {
+    /// The port verifies IPv4 header checksums on receive (flags in each mbuf).
+    pub rx_ipv4_checksum: bool,
+    /// The port verifies TCP checksums on receive.
+    pub rx_tcp_checksum: bool,
+    /// The port fills IPv4 header checksums on transmit.
+    pub tx_ipv4_checksum: bool,
+    /// The port fills TCP checksums on transmit.
+    pub tx_tcp_checksum: bool,
+    /// TCP segmentation offload is enabled.
+    pub tso: bool,
+    /// Receive side scaling spreads flows over the rx queues.
+    pub rss: bool,
+    /// The port accepts chained (multi-segment) mbufs on transmit.
+    pub tx_multi_segs: bool,
+    /// The port may deliver chained mbufs on receive.
+    pub rx_scatter: bool,
+}
+
+/// How to configure a port.
+#[derive(Debug, Clone)]
+pub struct PortConfig {
+    /// Number of rx queues (more than one enables RSS when the port offers it).
+    pub rx_queues: u16,
+    /// Number of tx queues.
+    pub tx_queues: u16,
+    /// Descriptors per rx queue.
+    pub rx_desc: u16,
+    /// Descriptors per tx queue.
+    pub tx_desc: u16,
+    /// IP MTU (the Ethernet payload), up to [`crate::MTU_MAX`]. `None` keeps the default.
+    pub mtu: Option<u16>,
+    /// Ask for checksum offloads (enabled where offered).
+    pub checksum_offload: bool,
+    /// Ask for TCP segmentation offload (enabled where offered).
+    pub tso: bool,
+    /// Put the port in promiscuous mode.
+    pub promiscuous: bool,
+}
+
+impl Default for PortConfig {
+    fn default() -> Self {
+        PortConfig {
+            rx_queues: 1,
+            tx_queues: 1,
+            rx_desc: 1024,
+            tx_desc: 1024,
+            mtu: None,
+            checksum_offload: true,
+            tso: false,
+            promiscuous: true,
+        }
+    }
+}
+
+/// Link state (`rte_eth_link_get_nowait`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkStatus {
+    /// Link is up.
+    pub up: bool,
+    /// Speed in Mbit/s (0 if unknown).
+    pub speed_mbps: u32,
+    /// Full duplex.
+    pub full_duplex: bool,
+}
+
+/// Basic port counters (`rte_eth_stats_get`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PortStats {
+    /// Packets received.
+    pub ipackets: u64,
+    /// Packets sent.
+    pub opackets: u64,
+    /// Bytes received.
+    pub ibytes: u64,
+    /// Bytes sent.
+    pub obytes: u64,
+    /// Packets dropped by the hardware because no rx descriptor was free.
+    pub imissed: u64,
+    /// Erroneous received packets.
+    pub ierrors: u64,
+    /// Failed transmissions.
+    pub oerrors: u64,
+    /// Receive allocation failures.
+    pub rx_nombuf: u64,
+}
+
+/// One extended statistic (`rte_eth_xstats_get`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XStat {
+    /// Driver-defined name.
+    pub name: String,
+    /// Counter value.
+    pub value: u64,
+}
+
+/// The part of a port that queue handles share; closing the device waits for all of them.
+#[derive(Debug)]
+struct PortShared {
+    id: u16,
+    name: String,
+}
+
+impl Drop for PortShared {
+    fn drop(&mut self) {
+        // SAFETY: no queue handle or Port refers to the device any more (they hold this Arc);
+        // stopping an already stopped port and closing it are both allowed.
+        unsafe {
+            ffi::rte_eth_dev_stop(self.id);
+            ffi::rte_eth_dev_close(self.id);
+        }
+    }
+}
+
+/// An ethdev port. Dropping the port and all its queue handles stops and closes the device.
+#[derive(Debug)]
+pub struct Port {
+    shared: Arc<PortShared>,
+    info: PortInfo,
+    offloads: Offloads,
+    rx_taken: Vec<bool>,
+    tx_taken: Vec<bool>,
+}
+
+fn port_name(id: u16) -> String {
+    let mut buf = [0 as std::ffi::c_char; 64];
+    // SAFETY: buf has room for RTE_ETH_NAME_MAX_LEN (64) bytes including the NUL.
+    let ret = unsafe { ffi::rte_eth_dev_get_name_by_port(id, buf.as_mut_ptr()) };
+    if ret != 0 {
+        return format!("port{id}");
+    }
+    // SAFETY: on success buf holds a NUL-terminated string.
+    unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+impl Port {
+    /// Names of all probed ports.
+    pub fn names(eal: &Eal) -> Vec<String> {
+        (0..ffi::RTE_MAX_ETHPORTS as u16)
+            // SAFETY: valid for any port id once the EAL is up.
+            .filter(|&id| unsafe { ffi::rte_eth_dev_is_valid_port(id) } == 1)
+            .map(port_name)
+            .take(eal.port_count() as usize)
+            .collect()
+    }
+
+    /// Opens the port named `name` (a vdev name such as `net_memif0`, or a PCI address).
+    pub fn by_name(eal: &Eal, name: &str) -> Result<Port, Error> {
+        let cname = CString::new(name).map_err(|_| Error::NulInArgument(name.into()))?;
+        let mut id = 0u16;
+        // SAFETY: cname is a valid C string; id is a valid out pointer.
+        let ret = unsafe { ffi::rte_eth_dev_get_port_by_name(cname.as_ptr(), &mut id) };
+        if ret != 0 {
+            return Err(Error::NoSuchPort {
+                name: name.into(),
+                present: Port::names(eal).join(", "),
+            });
+        }
+        Port::from_id(eal, id)
+    }
+
+    /// Opens the port with id `id`.
+    pub fn from_id(eal: &Eal, id: u16) -> Result<Port, Error> {
+        // SAFETY: valid for any id once the EAL is up.
+        if unsafe { ffi::rte_eth_dev_is_valid_port(id) } != 1 {
+            return Err(Error::NoSuchPort {
+                name: format!("port id {id}"),
+                present: Port::names(eal).join(", "),
+            });
+        }
+        let name = port_name(id);
+        let mut di = ffi::rte_eth_dev_info::default();
+        // SAFETY: id is valid; di is a valid out pointer.
+        let ret = unsafe { ffi::rte_eth_dev_info_get(id, &mut di) };
+        if ret != 0 {
+            return Err(Error::Port {
+                port: id,
+                name,
+                op: "rte_eth_dev_info_get".into(),
+                reason: Error::code_reason(ret),
+            });
+        }
+        let driver = if di.driver_name.is_null() {
+            String::new()
+        } else {
+            // SAFETY: driver_name points at the driver's static NUL-terminated name.
+            unsafe { CStr::from_ptr(di.driver_name) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        let info = PortInfo {
+            driver,
+            max_rx_queues: di.max_rx_queues,
+            max_tx_queues: di.max_tx_queues,
+            min_mtu: di.min_mtu,
+            max_mtu: di.max_mtu,
+            max_rx_pktlen: di.max_rx_pktlen,
+            rx_offload_capa: di.rx_offload_capa,
+            tx_offload_capa: di.tx_offload_capa,
+            flow_type_rss_offloads: di.flow_type_rss_offloads,
+        };
+        Ok(Port {
+            shared: Arc::new(PortShared { id, name }),
+            info,
+            offloads: Offloads::default(),
+            rx_taken: Vec::new(),
+            tx_taken: Vec::new(),
+        })
+    }
+
+    /// Port id.
+    pub fn id(&self) -> u16 {
+        self.shared.id
+    }
+
+    /// Device name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// What the device offers.
+    pub fn info(&self) -> &PortInfo {
+        &self.info
+    }
+
+    /// Offloads enabled by [`Port::configure`].
+    pub fn offloads(&self) -> Offloads {
+        self.offloads
+    }
+
+    fn err(&self, op: impl Into<String>, ret: i32) -> Error {
+        Error::Port {
+            port: self.id(),
+            name: self.name().into(),
+            op: op.into(),
+            reason: Error::code_reason(ret),
+        }
+    }
+
+    /// Configures queues, MTU and offloads, and sets the rx queues up to receive into `pool`.
+    /// Returns the offloads actually enabled (requested and offered).
+    pub fn configure(&mut self, cfg: &PortConfig, pool: &Mempool) -> Result<Offloads, Error> {
+        let id = self.id();
+        let rx_capa = self.info.rx_offload_capa;
+        let tx_capa = self.info.tx_offload_capa;
+        let has = |capa: u64, bit: u32| capa & u64::from(bit) != 0;
+        let mut off = Offloads::default();
+        let mut conf = ffi::rte_eth_conf::default();
+        if cfg.checksum_offload {
+            if has(rx_capa, ffi::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM) {
+                conf.rxmode.offloads |= u64::from(ffi::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM);
+                off.rx_ipv4_checksum = true;
+            }
+            if has(rx_capa, ffi::RTE_ETH_RX_OFFLOAD_TCP_CKSUM) {
+                conf.rxmode.offloads |= u64::from(ffi::RTE_ETH_RX_OFFLOAD_TCP_CKSUM);
+                off.rx_tcp_checksum = true;
+            }
+            if has(tx_capa, ffi::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM) {
+                conf.txmode.offloads |= u64::from(ffi::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM);
+                off.tx_ipv4_checksum = true;
+            }
+            if has(tx_capa, ffi::RTE_ETH_TX_OFFLOAD_TCP_CKSUM) {
+                conf.txmode.offloads |= u64::from(ffi::RTE_ETH_TX_OFFLOAD_TCP_CKSUM);
+                off.tx_tcp_checksum = true;
+            }
+        }
+        if cfg.tso && has(tx_capa, ffi::RTE_ETH_TX_OFFLOAD_TCP_TSO) {
+            conf.txmode.offloads |= u64::from(ffi::RTE_ETH_TX_OFFLOAD_TCP_TSO);
+            off.tso = true;
+        }
+        if has(tx_capa, ffi::RTE_ETH_TX_OFFLOAD_MULTI_SEGS) {
+            conf.txmode.offloads |= u64::from(ffi::RTE_ETH_TX_OFFLOAD_MULTI_SEGS);
+            off.tx_multi_segs = true;
+        }
+        if let Some(mtu) = cfg.mtu {
+            conf.rxmode.mtu = u32::from(mtu);
+            let frame = u32::from(mtu) + 18;
+            let room = u32::from(pool.data_room()).saturating_sub(128);
+            if frame > room && has(rx_capa, ffi::RTE_ETH_RX_OFFLOAD_SCATTER) {
+                conf.rxmode.offloads |= u64::from(ffi::RTE_ETH_RX_OFFLOAD_SCATTER);
+                off.rx_scatter = true;
+            }
+        }
+        let rss_hf = self.info.flow_type_rss_offloads
+            & (u64::from(ffi::RTE_ETH_RSS_IP) | u64::from(ffi::RTE_ETH_RSS_TCP));
+        if cfg.rx_queues > 1 && rss_hf != 0 {
+            conf.rxmode.mq_mode = ffi::RTE_ETH_MQ_RX_RSS;
+            conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
+            off.rss = true;
+        }
+        // SAFETY: id is a valid port; conf is a fully initialised configuration.
+        let ret = unsafe { ffi::rte_eth_dev_configure(id, cfg.rx_queues, cfg.tx_queues, &conf) };
+        if ret != 0 {
+            return Err(self.err(
+                format!(
+                    "rte_eth_dev_configure({} rx, {} tx queues, mtu {:?})",
+                    cfg.rx_queues, cfg.tx_queues, cfg.mtu
+                ),
+                ret,
+            ));
+        }
+        let (mut rxd, mut txd) = (cfg.rx_desc, cfg.tx_desc);
+        // SAFETY: valid port; the out pointers are valid.
+        let ret = unsafe { ffi::rte_eth_dev_adjust_nb_rx_tx_desc(id, &mut rxd, &mut txd) };
+        if ret != 0 {
+            return Err(self.err("rte_eth_dev_adjust_nb_rx_tx_desc", ret));
+        }
+        // SAFETY: valid port.
+        let socket = unsafe { ffi::rte_eth_dev_socket_id(id) }.max(0) as u32;
+        for q in 0..cfg.rx_queues {
+            // SAFETY: valid port and queue index; NULL rxconf selects the driver defaults
+            // together with the port-level offloads; the pool lives forever.
+            let ret = unsafe {
+                ffi::rte_eth_rx_queue_setup(id, q, rxd, socket, std::ptr::null(), pool.as_ptr())
+            };
+            if ret != 0 {
+                return Err(self.err(format!("rx queue {q} setup ({rxd} descriptors)"), ret));
+            }
+        }
+        for q in 0..cfg.tx_queues {
+            // SAFETY: valid port and queue index; NULL txconf selects the driver defaults.
+            let ret = unsafe { ffi::rte_eth_tx_queue_setup(id, q, txd, socket, std::ptr::null()) };
+            if ret != 0 {
+                return Err(self.err(format!("tx queue {q} setup ({txd} descriptors)"), ret));
+            }
+        }
+        if cfg.promiscuous {
+            // SAFETY: valid port. Failure is tolerated: several vdevs do not implement it and
+            // receive everything anyway.
+            unsafe { ffi::rte_eth_promiscuous_enable(id) };
+        }
+        self.rx_taken = vec![false; cfg.rx_queues as usize];
+        self.tx_taken = vec![false; cfg.tx_queues as usize];
+        self.offloads = off;
+        Ok(off)
+    }
+
+    /// Starts the device.
+    pub fn start(&mut self) -> Result<(), Error> {
+        // SAFETY: valid, configured port.
+        let ret = unsafe { ffi::rte_eth_dev_start(self.id()) };
+        if ret != 0 {
+            return Err(self.err("rte_eth_dev_start", ret));
+        }
+        Ok(())
+    }
+
+    /// Stops the device (bursts on its queues then move nothing).
+    pub fn stop(&mut self) -> Result<(), Error> {
+        // SAFETY: valid port.
+        let ret = unsafe { ffi::rte_eth_dev_stop(self.id()) };
+        if ret != 0 {
+            return Err(self.err("rte_eth_dev_stop", ret));
+        }
+        Ok(())
+    }
+
+    /// The current MTU.
+    pub fn mtu(&self) -> Result<u16, Error> {
+        let mut mtu = 0u16;
+        // SAFETY: valid port; valid out pointer.
+        let ret = unsafe { ffi::rte_eth_dev_get_mtu(self.id(), &mut mtu) };
+        if ret != 0 {
+            return Err(self.err("rte_eth_dev_get_mtu", ret));
+        }
+        Ok(mtu)
+    }
+
+    /// Changes the MTU.
+    pub fn set_mtu(&mut self, mtu: u16) -> Result<(), Error> {
+        // SAFETY: valid port.
+        let ret = unsafe { ffi::rte_eth_dev_set_mtu(self.id(), mtu) };
+        if ret != 0 {
+            return Err(self.err(format!("rte_eth_dev_set_mtu({mtu})"), ret));
+        }
+        Ok(())
+    }
+
+    /// The port's MAC address.
+    pub fn mac(&self) -> Result<[u8; 6], Error> {
+        let mut a = ffi::rte_ether_addr::default();
+        // SAFETY: valid port; valid out pointer.
+        let ret = unsafe { ffi::rte_eth_macaddr_get(self.id(), &mut a) };
+        if ret != 0 {
+            return Err(self.err("rte_eth_macaddr_get", ret));
+        }
+        Ok(a.addr_bytes)
+    }
+
+    /// Link status without waiting.
+    pub fn link_status(&self) -> Result<LinkStatus, Error> {
+        let mut l = ffi::rte_eth_link::default();
+        // SAFETY: valid port; valid out pointer.
+        let ret = unsafe { ffi::rte_eth_link_get_nowait(self.id(), &mut l) };
+        if ret != 0 {
+            return Err(self.err("rte_eth_link_get_nowait", ret));
+        }
+        Ok(LinkStatus {
+            up: u32::from(l.link_status()) == ffi::RTE_ETH_LINK_UP,
+            speed_mbps: l.link_speed,
+            full_duplex: l.link_duplex() != 0,
+        })
+    }
+
+    /// Basic counters.
+    pub fn stats(&self) -> Result<PortStats, Error> {
+        let mut s = ffi::rte_eth_stats::default();
+        // SAFETY: valid port; valid out pointer.
+        let ret = unsafe { ffi::rte_eth_stats_get(self.id(), &mut s) };
+        if ret != 0 {
+            return Err(self.err("rte_eth_stats_get", ret));
+        }
+        Ok(PortStats {
+            ipackets: s.ipackets,
+            opackets: s.opackets,
+            ibytes: s.ibytes,
+            obytes: s.obytes,
+            imissed: s.imissed,
+            ierrors: s.ierrors,
+            oerrors: s.oerrors,
+            rx_nombuf: s.rx_nombuf,
+        })
+    }
+
+    /// Extended, driver-specific counters.
+    pub fn xstats(&self) -> Result<Vec<XStat>, Error> {
+        let id = self.id();
+        // SAFETY: valid port; a NULL array with size 0 asks for the count.
+        let n = unsafe { ffi::rte_eth_xstats_get_names(id, std::ptr::null_mut(), 0) };
+        if n < 0 {
+            return Err(self.err("rte_eth_xstats_get_names", n));
+        }
+        let mut names = vec![ffi::rte_eth_xstat_name::default(); n as usize];
+        let mut vals = vec![ffi::rte_eth_xstat::default(); n as usize];
+        // SAFETY: both arrays hold n entries.
+        let got = unsafe { ffi::rte_eth_xstats_get_names(id, names.as_mut_ptr(), n as u32) };
+        if got < 0 {
+            return Err(self.err("rte_eth_xstats_get_names", got));
+        }
+        // SAFETY: as above.
+        let got2 = unsafe { ffi::rte_eth_xstats_get(id, vals.as_mut_ptr(), n as u32) };
+        if got2 < 0 {
+            return Err(self.err("rte_eth_xstats_get", got2));
+        }
+        let count = (got.min(got2)) as usize;
+        Ok(vals[..count]
+            .iter()
+            .map(|v| {
+                let nm = &names[v.id as usize % names.len()].name;
+                // SAFETY: DPDK NUL-terminates xstat names within the 64-byte array.
+                let name = unsafe { CStr::from_ptr(nm.as_ptr()) }
+                    .to_string_lossy()
+                    .into_owned();
+                XStat {
+                    name,
+                    value: v.value,
+                }
+            })
+            .collect())
+    }
+
+    /// Resets the basic counters.
+    pub fn reset_stats(&mut self) -> Result<(), Error> {
+        // SAFETY: valid port.
+        let ret = unsafe { ffi::rte_eth_stats_reset(self.id()) };
+        if ret != 0 {
+            return Err(self.err("rte_eth_stats_reset", ret));
+        }
+        Ok(())
+    }
+
+    /// Takes the handle of rx queue `queue` (once per queue).
+    pub fn rx_queue(&mut self, queue: u16) -> Result<RxQueue, Error> {
+        let port = self.id();
+        let slot = self.rx_taken.get_mut(queue as usize).ok_or(Error::Queue {
+            port,
+            kind: "rx",
+            queue,
+            why: "not configured",
+        })?;
+        if std::mem::replace(slot, true) {
+            return Err(Error::Queue {
+                port,
+                kind: "rx",
+                queue,
+                why: "already taken",
+            });
+        }
+        Ok(RxQueue {
+            _shared: Arc::clone(&self.shared),
+            port,
+            queue,
+            scratch: Box::new([std::ptr::null_mut(); BURST_MAX]),
+        })
+    }
+
+    /// Takes the handle of tx queue `queue` (once per queue).
+    pub fn tx_queue(&mut self, queue: u16) -> Result<TxQueue, Error> {
+        let port = self.id();
+        let slot = self.tx_taken.get_mut(queue as usize).ok_or(Error::Queue {
+            port,
+            kind: "tx",
+            queue,
+            why: "not configured",
+        })?;
+        if std::mem::replace(slot, true) {
+            return Err(Error::Queue {
+                port,
+                kind: "tx",
+                queue,
+                why: "already taken",
+            });
+        }
+        Ok(TxQueue {
+            _shared: Arc::clone(&self.shared),
+            port,
+            queue,
+            offloads: self.offloads,
+            scratch: Box::new([std::ptr::null_mut(); BURST_MAX]),
+        })
+    }
+}
+
+/// The unique handle of one rx queue.
+#[derive(Debug)]
+pub struct RxQueue {
+    _shared: Arc<PortShared>,
+    port: u16,
+    queue: u16,
+    scratch: Box<[*mut ffi::rte_mbuf; BURST_MAX]>,
+}
+
+// SAFETY: the handle is the only user of its queue; DPDK allows a queue to be polled from any
+// single thread at a time, and &mut self enforces that.
+unsafe impl Send for RxQueue {}
+
+impl RxQueue {
+    /// Port id.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Queue index.
+    pub fn queue(&self) -> u16 {
+        self.queue
+    }
+
+    /// Receives up to `max` (at most [`BURST_MAX`]) packets, appending them to `out`.
+    /// Returns how many arrived.
+    pub fn rx_burst(&mut self, out: &mut impl Extend<Mbuf>, max: usize) -> usize {
+        let n_max = max.min(BURST_MAX) as u16;
+        // SAFETY: scratch has room for n_max pointers; this handle owns the queue.
+        let n = unsafe { ffi::wc_rx_burst(self.port, self.queue, self.scratch.as_mut_ptr(), n_max) }
+            as usize;
+        out.extend(self.scratch[..n].iter().map(|&p| {
+            // SAFETY: rx_burst returned n valid mbufs whose ownership passes to us.
+            unsafe { Mbuf::from_raw(NonNull::new_unchecked(p)) }
+        }));
+        n
+    }
+}
+
+/// The unique handle of one tx queue.
+#[derive(Debug)]
+pub struct TxQueue {
+    _shared: Arc<PortShared>,
+    port: u16,
+    queue: u16,
+    offloads: Offloads,
+    scratch: Box<[*mut ffi::rte_mbuf; BURST_MAX]>,
+}
+
+// SAFETY: as for RxQueue.
+unsafe impl Send for TxQueue {}
+
+impl TxQueue {
+    /// Port id.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Queue index.
+    pub fn queue(&self) -> u16 {
+        self.queue
+    }
+
+    /// Offloads enabled on the port when this handle was taken.
+    pub fn offloads(&self) -> Offloads {
+        self.offloads
+    }
+
+    /// Transmits packets from the front of `pkts` (at most [`BURST_MAX`] per call). The
+    /// packets the driver took are removed from `pkts` (it frees them once sent); those a full
+    /// ring refused stay in `pkts`, in order, for the next call. Returns the number sent.
+    pub fn tx_burst(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
+        let n = pkts.len().min(BURST_MAX);
+        for (slot, m) in self.scratch.iter_mut().zip(pkts.iter()) {
+            // The pointer is lent to the driver; ownership moves only for the sent prefix.
+            *slot = m.as_raw();
+        }
+        // SAFETY: scratch holds n valid mbufs owned by `pkts`; the driver takes ownership of
+        // the first `sent` of them.
+        let sent =
+            unsafe { ffi::wc_tx_burst(self.port, self.queue, self.scratch.as_mut_ptr(), n as u16) }
+                as usize;
+        for m in pkts.drain(..sent) {
+            let _ = m.into_raw();
+        }
+        sent
+    }
+}

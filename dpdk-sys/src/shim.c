@@ -1,0 +1,69 @@
+/*
+ * Thin C shim over DPDK's `static inline` functions. Each wrapper only forwards its
+ * arguments; the safety contracts are those of the DPDK function it wraps and are restated
+ * at the Rust call sites.
+ */
+#include <stddef.h>
+#include "wrapper.h"
+
+/* The Rust side computes per-packet fields from these offsets (see src/mbuf.rs). */
+_Static_assert(sizeof(struct rte_mbuf) == 128, "rte_mbuf is two cache lines");
+_Static_assert(offsetof(struct rte_mbuf, buf_addr) == 0, "buf_addr offset");
+_Static_assert(offsetof(struct rte_mbuf, data_off) == 16, "data_off offset");
+_Static_assert(offsetof(struct rte_mbuf, nb_segs) == 20, "nb_segs offset");
+_Static_assert(offsetof(struct rte_mbuf, port) == 22, "port offset");
+_Static_assert(offsetof(struct rte_mbuf, ol_flags) == 24, "ol_flags offset");
+_Static_assert(offsetof(struct rte_mbuf, pkt_len) == 36, "pkt_len offset");
+_Static_assert(offsetof(struct rte_mbuf, data_len) == 40, "data_len offset");
+_Static_assert(offsetof(struct rte_mbuf, buf_len) == 54, "buf_len offset");
+_Static_assert(offsetof(struct rte_mbuf, next) == 64, "next offset");
+
+uint16_t wc_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **pkts, uint16_t nb_pkts)
+{
+	return rte_eth_rx_burst(port_id, queue_id, pkts, nb_pkts);
+}
+
+uint16_t wc_tx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **pkts, uint16_t nb_pkts)
+{
+	return rte_eth_tx_burst(port_id, queue_id, pkts, nb_pkts);
+}
+
+struct rte_mbuf *wc_pktmbuf_alloc(struct rte_mempool *mp)
+{
+	return rte_pktmbuf_alloc(mp);
+}
+
+int wc_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned count)
+{
+	return rte_pktmbuf_alloc_bulk(mp, mbufs, count);
+}
+
+void wc_pktmbuf_free(struct rte_mbuf *m)
+{
+	rte_pktmbuf_free(m);
+}
+
+char *wc_pktmbuf_append(struct rte_mbuf *m, uint16_t len)
+{
+	return rte_pktmbuf_append(m, len);
+}
+
+int wc_pktmbuf_chain(struct rte_mbuf *head, struct rte_mbuf *tail)
+{
+	return rte_pktmbuf_chain(head, tail);
+}
+
+unsigned wc_lcore_id(void)
+{
+	return rte_lcore_id();
+}
+
+int wc_errno(void)
+{
+	return rte_errno;
+}
+
+uint64_t wc_tsc_cycles(void)
+{
+	return rte_get_tsc_cycles();
+}

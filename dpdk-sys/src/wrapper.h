@@ -1,0 +1,26 @@
+/* Headers the bindings are generated from (see build.rs). */
+#include <rte_config.h>
+#include <rte_common.h>
+#include <rte_errno.h>
+#include <rte_eal.h>
+#include <rte_lcore.h>
+#include <rte_cycles.h>
+#include <rte_mempool.h>
+#include <rte_mbuf.h>
+#include <rte_ring.h>
+#include <rte_ethdev.h>
+#include <rte_ether.h>
+#include <rte_eth_ring.h>
+#include <rte_pcapng.h>
+
+/* The C shim: DPDK's `static inline` hot-path functions, made callable from Rust. */
+uint16_t wc_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **pkts, uint16_t nb_pkts);
+uint16_t wc_tx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **pkts, uint16_t nb_pkts);
+struct rte_mbuf *wc_pktmbuf_alloc(struct rte_mempool *mp);
+int wc_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned count);
+void wc_pktmbuf_free(struct rte_mbuf *m);
+char *wc_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
+int wc_pktmbuf_chain(struct rte_mbuf *head, struct rte_mbuf *tail);
+unsigned wc_lcore_id(void);
+int wc_errno(void);
+uint64_t wc_tsc_cycles(void);

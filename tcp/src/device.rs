@@ -1,0 +1,37 @@
+//! What the [`crate::Stack`] needs from a device beyond smoltcp's [`Device`] trait.
+
+use smoltcp::phy::Device;
+
+/// A smoltcp [`Device`] that works in polls: [`PollDevice::begin_poll`] before the interface
+/// is polled (a batching device refills its rx batch once per poll) and
+/// [`PollDevice::flush`] after it (a batching device hands its queued frames to the wire in
+/// one burst).
+pub trait PollDevice: Device {
+    /// Called once before each interface poll.
+    fn begin_poll(&mut self) {}
+
+    /// Called once after each interface poll. Returns whether any frame left the device.
+    fn flush(&mut self) -> bool {
+        false
+    }
+
+    /// Counters of the device.
+    fn stats(&self) -> DeviceStats {
+        DeviceStats::default()
+    }
+}
+
+/// Frame counters kept by every device of this crate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceStats {
+    /// Frames handed to smoltcp.
+    pub rx_frames: u64,
+    /// Frames smoltcp produced that went out (or were queued to).
+    pub tx_frames: u64,
+    /// Frames dropped by the device before smoltcp saw them (e.g. bad offloaded checksum).
+    pub rx_dropped: u64,
+    /// Frames lost on transmit (e.g. a chained mbuf could not be completed).
+    pub tx_dropped: u64,
+    /// Times a transmit token was refused (pool empty or tx queue full): back-pressure.
+    pub tx_backpressure: u64,
+}

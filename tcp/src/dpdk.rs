@@ -1,0 +1,368 @@
+//! smoltcp over a DPDK port queue pair: zero-copy receive, transmit straight into mbufs, one
+//! rx burst and one tx burst per poll.
+
+use std::collections::VecDeque;
+
+use smoltcp::phy::{self, Checksum, ChecksumCapabilities, Device, DeviceCapabilities, Medium};
+use smoltcp::time::Instant;
+use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
+use warpcore_dpdk_sys::{Mbuf, Mempool, RxQueue, TxChecksumOffload, TxQueue};
+
+use crate::device::{DeviceStats, PollDevice};
+
+/// Limits of a [`DpdkDevice`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DpdkDeviceConfig {
+    /// IP MTU of the port (Ethernet payload), up to 9000.
+    pub mtu: usize,
+    /// Frames one rx burst fetches and smoltcp may send per poll.
+    pub burst: usize,
+    /// Frames waiting for the tx ring before transmit refuses tokens (back-pressure).
+    pub tx_pending_max: usize,
+}
+
+impl Default for DpdkDeviceConfig {
+    fn default() -> Self {
+        DpdkDeviceConfig {
+            mtu: 1500,
+            burst: 64,
+            tx_pending_max: 512,
+        }
+    }
+}
+
+/// A smoltcp device on one rx queue and one tx queue of a DPDK port.
+///
+/// * Receive: [`PollDevice::begin_poll`] arms one `rx_burst` that refills the batch; each
+///   [`DpdkRxToken`] owns its mbuf and lends its bytes to smoltcp without a copy (a chained
+///   mbuf is linearised into a scratch buffer first).
+/// * Transmit: each [`DpdkTxToken`] carries a freshly allocated mbuf that smoltcp writes into;
+///   no token is given when the pool is empty or too many frames wait for the ring, so the
+///   data stays in TCP's buffers. [`PollDevice::flush`] does one `tx_burst`; frames a full
+///   ring refused stay queued for the next poll.
+/// * Checksums: where the port offers IPv4/TCP checksum offload, smoltcp skips those
+///   checksums and the device marks each mbuf for the port (filling the TCP pseudo-header
+///   sum as DPDK requires); on receive, frames the port flagged bad are dropped and frames it
+///   did not vouch for are verified in software.
+#[derive(Debug)]
+pub struct DpdkDevice {
+    rx: RxQueue,
+    tx: TxQueue,
+    pool: Mempool,
+    cfg: DpdkDeviceConfig,
+    rx_batch: VecDeque<Mbuf>,
+    rx_armed: bool,
+    tx_pending: Vec<Mbuf>,
+    rx_scratch: Vec<u8>,
+    tx_scratch: Vec<u8>,
+    rx_offload: bool,
+    tx_offload: bool,
+    stats: DeviceStats,
+}
+
+impl DpdkDevice {
+    /// Builds the device on a started port's queues. Transmit buffers come from `pool`.
+    pub fn new(rx: RxQueue, tx: TxQueue, pool: Mempool, cfg: DpdkDeviceConfig) -> Self {
+        let off = tx.offloads();
+        let frame_max = cfg.mtu + 14;
+        DpdkDevice {
+            rx,
+            tx,
+            pool,
+            rx_batch: VecDeque::with_capacity(cfg.burst),
+            rx_armed: true,
+            tx_pending: Vec::with_capacity(cfg.tx_pending_max),
+            rx_scratch: vec![0; frame_max.max(2048)],
+            tx_scratch: vec![0; frame_max.max(2048)],
+            rx_offload: off.rx_ipv4_checksum && off.rx_tcp_checksum,
+            tx_offload: off.tx_ipv4_checksum && off.tx_tcp_checksum,
+            cfg,
+            stats: DeviceStats::default(),
+        }
+    }
+
+    /// Frames queued for the tx ring.
+    pub fn tx_pending(&self) -> usize {
+        self.tx_pending.len()
+    }
+
+    /// Whether transmit checksums are offloaded to the port.
+    pub fn tx_checksum_offloaded(&self) -> bool {
+        self.tx_offload
+    }
+
+    /// Whether the port verifies receive checksums.
+    pub fn rx_checksum_offloaded(&self) -> bool {
+        self.rx_offload
+    }
+
+    fn take_rx(&mut self) -> Option<Mbuf> {
+        if self.rx_batch.is_empty() && self.rx_armed {
+            self.rx_armed = false;
+            self.rx.rx_burst(&mut self.rx_batch, self.cfg.burst);
+        }
+        while let Some(m) = self.rx_batch.pop_front() {
+            if self.rx_offload && !rx_checksums_ok(&m) {
+                self.stats.rx_dropped += 1;
+                continue;
+            }
+            self.stats.rx_frames += 1;
+            return Some(m);
+        }
+        None
+    }
+
+    fn tx_room(&mut self) -> bool {
+        if self.tx_pending.len() >= self.cfg.tx_pending_max {
+            self.stats.tx_backpressure += 1;
+            return false;
+        }
+        true
+    }
+}
+
+/// With rx offload on, smoltcp does not check checksums: drop what the port flagged bad and
+/// verify in software what it did not vouch for.
+fn rx_checksums_ok(m: &Mbuf) -> bool {
+    if m.rx_ip_checksum_bad() || m.rx_l4_checksum_bad() {
+        return false;
+    }
+    if m.rx_ip_checksum_good() && m.rx_l4_checksum_good() {
+        return true;
+    }
+    if !m.is_contiguous() {
+        // Chained frames are rare (jumbo frames on small mbufs): copy to verify.
+        let mut v = vec![0; m.pkt_len()];
+        m.copy_to_slice(&mut v);
+        return software_checksums_ok(&v);
+    }
+    software_checksums_ok(m.data())
+}
+
+fn software_checksums_ok(frame: &[u8]) -> bool {
+    let Ok(eth) = EthernetFrame::new_checked(frame) else {
+        return false;
+    };
+    if eth.ethertype() != EthernetProtocol::Ipv4 {
+        return true;
+    }
+    let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
+        return false;
+    };
+    if !ip.verify_checksum() {
+        return false;
+    }
+    if ip.next_header() != IpProtocol::Tcp {
+        return true;
+    }
+    let Ok(tcp) = TcpPacket::new_checked(ip.payload()) else {
+        return false;
+    };
+    tcp.verify_checksum(&ip.src_addr().into(), &ip.dst_addr().into())
+}
+
+/// Prepares an outgoing frame for checksum offload: marks the mbuf and puts the TCP
+/// pseudo-header sum (not inverted) in the TCP checksum field, as DPDK drivers expect.
+fn prepare_tx_offload(m: &mut Mbuf) {
+    let frame = m.data_mut();
+    let Ok(eth) = EthernetFrame::new_checked(&*frame) else {
+        return;
+    };
+    if eth.ethertype() != EthernetProtocol::Ipv4 {
+        return;
+    }
+    let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
+        return;
+    };
+    let ihl = ip.header_len() as usize;
+    let is_tcp = ip.next_header() == IpProtocol::Tcp;
+    let total = ip.total_len() as usize;
+    let (src, dst) = (ip.src_addr().octets(), ip.dst_addr().octets());
+    if is_tcp && total >= ihl + 20 {
+        let tcp_len = (total - ihl) as u32;
+        let mut sum: u32 = 0;
+        for pair in src.chunks(2).chain(dst.chunks(2)) {
+            sum += u32::from(u16::from_be_bytes([pair[0], pair[1]]));
+        }
+        sum += 6 + tcp_len;
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        let at = 14 + ihl + 16;
+        frame[at..at + 2].copy_from_slice(&(sum as u16).to_be_bytes());
+    }
+    m.set_tx_checksum_offload(TxChecksumOffload {
+        l2_len: 14,
+        l3_len: ihl as u16,
+        ipv4: true,
+        tcp: is_tcp,
+    });
+}
+
+/// Receive token: owns the received mbuf.
+#[derive(Debug)]
+pub struct DpdkRxToken<'a> {
+    mbuf: Mbuf,
+    scratch: &'a mut Vec<u8>,
+}
+
+impl phy::RxToken for DpdkRxToken<'_> {
+    fn consume<R, F>(self, f: F) -> R
+    where
+        F: FnOnce(&[u8]) -> R,
+    {
+        if self.mbuf.is_contiguous() {
+            return f(self.mbuf.data());
+        }
+        let len = self.mbuf.pkt_len();
+        if self.scratch.len() < len {
+            self.scratch.resize(len, 0);
+        }
+        self.mbuf.copy_to_slice(&mut self.scratch[..len]);
+        f(&self.scratch[..len])
+        // The mbuf is freed when the token's fields drop here.
+    }
+}
+
+/// Transmit token: carries a fresh mbuf smoltcp writes the frame into.
+#[derive(Debug)]
+pub struct DpdkTxToken<'a> {
+    mbuf: Mbuf,
+    pool: Mempool,
+    pending: &'a mut Vec<Mbuf>,
+    scratch: &'a mut Vec<u8>,
+    offload: bool,
+    stats: &'a mut DeviceStats,
+}
+
+impl phy::TxToken for DpdkTxToken<'_> {
+    fn consume<R, F>(mut self, len: usize, f: F) -> R
+    where
+        F: FnOnce(&mut [u8]) -> R,
+    {
+        if len <= self.mbuf.tailroom() {
+            let r = match self.mbuf.append(len) {
+                Some(buf) => f(buf),
+                None => unreachable!("tailroom checked above"),
+            };
+            if self.offload {
+                prepare_tx_offload(&mut self.mbuf);
+            }
+            self.pending.push(self.mbuf);
+            self.stats.tx_frames += 1;
+            return r;
+        }
+        // A frame larger than one mbuf (jumbo MTU on small mbufs): build it in the scratch
+        // buffer, then copy it into a chain. Checksums are computed in software for these.
+        if self.scratch.len() < len {
+            self.scratch.resize(len, 0);
+        }
+        let r = f(&mut self.scratch[..len]);
+        drop(self.mbuf);
+        match Mbuf::from_slice(&self.pool, &self.scratch[..len]) {
+            Some(m) => {
+                self.pending.push(m);
+                self.stats.tx_frames += 1;
+            }
+            // Pool ran dry mid-chain: TCP retransmits this segment later.
+            None => self.stats.tx_dropped += 1,
+        }
+        r
+    }
+}
+
+impl Device for DpdkDevice {
+    type RxToken<'a> = DpdkRxToken<'a>;
+    type TxToken<'a> = DpdkTxToken<'a>;
+
+    fn receive(&mut self, _timestamp: Instant) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
+        if !self.tx_room() {
+            return None;
+        }
+        let rx_mbuf = self.take_rx()?;
+        let Some(tx_mbuf) = self.pool.alloc() else {
+            // No buffer for a reply: leave the frame for the next poll (back-pressure).
+            self.stats.rx_frames -= 1;
+            self.rx_batch.push_front(rx_mbuf);
+            self.stats.tx_backpressure += 1;
+            return None;
+        };
+        Some((
+            DpdkRxToken {
+                mbuf: rx_mbuf,
+                scratch: &mut self.rx_scratch,
+            },
+            DpdkTxToken {
+                mbuf: tx_mbuf,
+                pool: self.pool,
+                pending: &mut self.tx_pending,
+                scratch: &mut self.tx_scratch,
+                offload: self.tx_offload,
+                stats: &mut self.stats,
+            },
+        ))
+    }
+
+    fn transmit(&mut self, _timestamp: Instant) -> Option<Self::TxToken<'_>> {
+        if !self.tx_room() {
+            return None;
+        }
+        let Some(mbuf) = self.pool.alloc() else {
+            self.stats.tx_backpressure += 1;
+            return None;
+        };
+        Some(DpdkTxToken {
+            mbuf,
+            pool: self.pool,
+            pending: &mut self.tx_pending,
+            scratch: &mut self.tx_scratch,
+            offload: self.tx_offload,
+            stats: &mut self.stats,
+        })
+    }
+
+    fn capabilities(&self) -> DeviceCapabilities {
+        let mut caps = DeviceCapabilities::default();
+        caps.medium = Medium::Ethernet;
+        caps.max_transmission_unit = self.cfg.mtu + 14;
+        caps.max_burst_size = Some(self.cfg.burst);
+        let mut cs = ChecksumCapabilities::default();
+        if self.tx_offload {
+            // smoltcp leaves these to the port on transmit.
+            cs.ipv4 = Checksum::Rx;
+            cs.tcp = Checksum::Rx;
+        }
+        if self.rx_offload {
+            // The device checks (or has the port check) before smoltcp sees the frame.
+            cs.ipv4 = if self.tx_offload {
+                Checksum::None
+            } else {
+                Checksum::Tx
+            };
+            cs.tcp = if self.tx_offload {
+                Checksum::None
+            } else {
+                Checksum::Tx
+            };
+        }
+        caps.checksum = cs;
+        caps
+    }
+}
+
+impl PollDevice for DpdkDevice {
+    fn begin_poll(&mut self) {
+        self.rx_armed = true;
+    }
+
+    fn flush(&mut self) -> bool {
+        if self.tx_pending.is_empty() {
+            return false;
+        }
+        self.tx.tx_burst(&mut self.tx_pending) > 0
+    }
+
+    fn stats(&self) -> DeviceStats {
+        self.stats
+    }
+}

@@ -1,0 +1,39 @@
+//! User-space TCP for Warpcore: smoltcp driven by the engine's clock over a DPDK port, an
+//! in-memory link with seeded fault injection, or either of them wrapped in a pcap capture.
+//!
+//! # Contract
+//!
+//! * Nothing here reads a clock or spawns a thread: every entry point that needs the time
+//!   takes a [`smoltcp::time::Instant`] from its caller, and fault injection draws from a
+//!   seeded generator, so a run over the in-memory link is reproducible from its seed.
+//! * A [`Stack`] owns one device ([`PollDevice`]) and one smoltcp interface. One
+//!   [`Stack::poll`] takes at most one receive batch from the device, runs the timers, queues
+//!   everything the sockets may send and flushes the device once.
+//! * Back-pressure, not loss: when a device has no buffer or its transmit queue is full it
+//!   refuses the token and the bytes stay in the TCP send buffer, to go out on a later poll.
+//! * Untrusted input never panics: malformed frames, unknown EtherTypes, bad checksums and
+//!   segments for unknown connections are dropped or answered with RST by smoltcp.
+//! * Connections are named by [`ConnId`] handles that carry a generation, so a stale handle is
+//!   rejected with [`StackError::UnknownConnection`] instead of reaching a reused slot.
+//! * With the `dpdk` feature (on by default) [`DpdkDevice`] runs the stack on a DPDK queue
+//!   pair; without it the crate builds and runs over the in-memory [`link`] alone.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod capture;
+pub mod device;
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
+pub mod link;
+mod rng;
+pub mod stack;
+
+pub use capture::Capture;
+pub use device::{DeviceStats, PollDevice};
+#[cfg(feature = "dpdk")]
+pub use dpdk::{DpdkDevice, DpdkDeviceConfig};
+pub use link::{Faults, LinkConfig, LinkEnd};
+pub use smoltcp;
+pub use stack::{Congestion, ConnId, Event, ListenerId, Stack, StackConfig, StackError, TcpTuning};
+#[cfg(feature = "dpdk")]
+pub use warpcore_dpdk_sys as dpdk_sys;

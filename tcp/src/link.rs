@@ -1,0 +1,372 @@
+//! An in-memory Ethernet link joining two stacks in one process, with seeded fault injection.
+//!
+//! Each direction is a queue of frames ordered by delivery time. A transmitted frame goes
+//! through the direction's [`Faults`] in this order: loss, corruption (one bit flipped),
+//! rate limit (serialisation time at `rate_bytes_per_s`), latency, reordering (an extra delay
+//! so later frames overtake it) and duplication (a second copy right behind it). All random
+//! choices come from the seed, and all times from the `Instant`s smoltcp passes to the device,
+//! so a run is reproducible.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use smoltcp::phy::{self, Device, DeviceCapabilities, Medium};
+use smoltcp::time::{Duration, Instant};
+
+use crate::device::{DeviceStats, PollDevice};
+use crate::rng::Rng;
+
+const ETH_HEADER: usize = 14;
+
+/// Faults injected on one direction of the link. The default injects none.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Faults {
+    /// Seed of the generator behind every random choice.
+    pub seed: u64,
+    /// Probability that a frame is lost.
+    pub loss: f64,
+    /// Probability that a frame is delivered twice.
+    pub duplicate: f64,
+    /// Probability that a frame is held back by [`Faults::reorder_delay`].
+    pub reorder: f64,
+    /// How long a reordered frame is held back.
+    pub reorder_delay: Duration,
+    /// Probability that one bit of a frame (past its Ethernet header) is flipped.
+    pub corrupt: f64,
+    /// One-way delay added to every frame.
+    pub latency: Duration,
+    /// Serialisation rate in bytes per second (`None`: unlimited).
+    pub rate_bytes_per_s: Option<u64>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            seed: 1,
+            loss: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            reorder_delay: Duration::from_micros(200),
+            corrupt: 0.0,
+            latency: Duration::ZERO,
+            rate_bytes_per_s: None,
+        }
+    }
+}
+
+/// Configuration of an in-memory link.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkConfig {
+    /// IP MTU (Ethernet payload) of both ends, up to 9000.
+    pub mtu: usize,
+    /// Frames a direction holds before transmit refuses tokens (back-pressure).
+    pub queue_frames: usize,
+    /// Most frames smoltcp may send or receive in one burst (advertised as `max_burst_size`).
+    pub max_burst_size: usize,
+    /// Faults from end A to end B.
+    pub faults_ab: Faults,
+    /// Faults from end B to end A.
+    pub faults_ba: Faults,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        LinkConfig {
+            mtu: 1500,
+            queue_frames: 1024,
+            max_burst_size: 64,
+            faults_ab: Faults::default(),
+            faults_ba: Faults {
+                seed: 2,
+                ..Faults::default()
+            },
+        }
+    }
+}
+
+/// Counters of one direction of the link.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultStats {
+    /// Frames offered by the sender.
+    pub sent: u64,
+    /// Frames delivered to the receiver (duplicates included).
+    pub delivered: u64,
+    /// Frames dropped by loss injection.
+    pub lost: u64,
+    /// Frames duplicated.
+    pub duplicated: u64,
+    /// Frames held back for reordering.
+    pub reordered: u64,
+    /// Frames with a flipped bit.
+    pub corrupted: u64,
+}
+
+#[derive(Debug)]
+struct InFlight {
+    at: Instant,
+    seq: u64,
+    frame: Vec<u8>,
+}
+
+impl PartialEq for InFlight {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for InFlight {}
+impl PartialOrd for InFlight {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for InFlight {
+    // Reversed so that BinaryHeap pops the earliest delivery first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// One direction of the link.
+#[derive(Debug)]
+struct Wire {
+    queue: BinaryHeap<InFlight>,
+    free: Vec<Vec<u8>>,
+    faults: Faults,
+    rng: Rng,
+    seq: u64,
+    next_free: Instant,
+    capacity: usize,
+    stats: FaultStats,
+}
+
+impl Wire {
+    fn new(faults: Faults, capacity: usize, frame_max: usize) -> Self {
+        Wire {
+            queue: BinaryHeap::with_capacity(capacity * 2),
+            // Start-up allocation: frame buffers are recycled afterwards.
+            free: (0..capacity)
+                .map(|_| Vec::with_capacity(frame_max))
+                .collect(),
+            rng: Rng::new(faults.seed),
+            faults,
+            seq: 0,
+            next_free: Instant::ZERO,
+            capacity,
+            stats: FaultStats::default(),
+        }
+    }
+
+    fn buffer(&mut self) -> Vec<u8> {
+        self.free.pop().unwrap_or_default()
+    }
+
+    fn push(&mut self, now: Instant, mut frame: Vec<u8>) {
+        self.stats.sent += 1;
+        let f = &self.faults;
+        if self.rng.chance(f.loss) {
+            self.stats.lost += 1;
+            self.free.push(frame);
+            return;
+        }
+        // Corruption spares the Ethernet header: a real link's FCS catches errors there, and
+        // what the stack must survive is damage past it (caught by IP and TCP checksums).
+        if frame.len() > ETH_HEADER && self.rng.chance(f.corrupt) {
+            let bit = self.rng.below((frame.len() - ETH_HEADER) as u64 * 8);
+            frame[ETH_HEADER + (bit / 8) as usize] ^= 1 << (bit % 8);
+            self.stats.corrupted += 1;
+        }
+        let mut at = now;
+        if let Some(rate) = f.rate_bytes_per_s.filter(|&r| r > 0) {
+            let start = if self.next_free > now {
+                self.next_free
+            } else {
+                now
+            };
+            let wire_us = (frame.len() as u64 * 1_000_000).div_ceil(rate);
+            self.next_free = start + Duration::from_micros(wire_us);
+            at = self.next_free;
+        }
+        at += f.latency;
+        if self.rng.chance(f.reorder) {
+            at += f.reorder_delay;
+            self.stats.reordered += 1;
+        }
+        if self.rng.chance(f.duplicate) {
+            self.stats.duplicated += 1;
+            let mut copy = self.buffer();
+            copy.clear();
+            copy.extend_from_slice(&frame);
+            self.seq += 1;
+            self.queue.push(InFlight {
+                at,
+                seq: self.seq,
+                frame: copy,
+            });
+        }
+        self.seq += 1;
+        self.queue.push(InFlight {
+            at,
+            seq: self.seq,
+            frame,
+        });
+    }
+
+    fn pop(&mut self, now: Instant) -> Option<Vec<u8>> {
+        if self.queue.peek().is_some_and(|f| f.at <= now) {
+            self.stats.delivered += 1;
+            return self.queue.pop().map(|f| f.frame);
+        }
+        None
+    }
+}
+
+/// One end of an in-memory link; a smoltcp [`Device`] with Ethernet framing.
+#[derive(Debug)]
+pub struct LinkEnd {
+    tx: Arc<Mutex<Wire>>,
+    rx: Arc<Mutex<Wire>>,
+    mtu: usize,
+    max_burst_size: usize,
+    stats: DeviceStats,
+}
+
+fn lock(w: &Mutex<Wire>) -> MutexGuard<'_, Wire> {
+    // A poisoned lock only means another thread panicked mid-update of plain counters and
+    // queues, which stay structurally valid.
+    w.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Creates the two ends of a link.
+pub fn pair(config: &LinkConfig) -> (LinkEnd, LinkEnd) {
+    let frame_max = config.mtu + 14;
+    let ab = Arc::new(Mutex::new(Wire::new(
+        config.faults_ab.clone(),
+        config.queue_frames,
+        frame_max,
+    )));
+    let ba = Arc::new(Mutex::new(Wire::new(
+        config.faults_ba.clone(),
+        config.queue_frames,
+        frame_max,
+    )));
+    let end = |tx: &Arc<Mutex<Wire>>, rx: &Arc<Mutex<Wire>>| LinkEnd {
+        tx: Arc::clone(tx),
+        rx: Arc::clone(rx),
+        mtu: config.mtu,
+        max_burst_size: config.max_burst_size,
+        stats: DeviceStats::default(),
+    };
+    (end(&ab, &ba), end(&ba, &ab))
+}
+
+impl LinkEnd {
+    /// When the next frame towards this end becomes deliverable (for simulated clocks).
+    pub fn next_delivery(&self) -> Option<Instant> {
+        lock(&self.rx).queue.peek().map(|f| f.at)
+    }
+
+    /// Counters of the direction this end transmits on.
+    pub fn tx_fault_stats(&self) -> FaultStats {
+        lock(&self.tx).stats
+    }
+
+    /// Replaces the faults of the direction this end transmits on (the generator is reseeded).
+    pub fn set_tx_faults(&self, faults: Faults) {
+        let mut w = lock(&self.tx);
+        w.rng = Rng::new(faults.seed);
+        w.faults = faults;
+    }
+}
+
+/// Receive token of a [`LinkEnd`]: owns the frame, recycles its buffer when consumed.
+#[derive(Debug)]
+pub struct LinkRxToken<'a> {
+    frame: Vec<u8>,
+    home: &'a Mutex<Wire>,
+}
+
+impl phy::RxToken for LinkRxToken<'_> {
+    fn consume<R, F>(self, f: F) -> R
+    where
+        F: FnOnce(&[u8]) -> R,
+    {
+        let r = f(&self.frame);
+        lock(self.home).free.push(self.frame);
+        r
+    }
+}
+
+/// Transmit token of a [`LinkEnd`].
+#[derive(Debug)]
+pub struct LinkTxToken<'a> {
+    wire: &'a Mutex<Wire>,
+    now: Instant,
+    stats: &'a mut DeviceStats,
+}
+
+impl phy::TxToken for LinkTxToken<'_> {
+    fn consume<R, F>(self, len: usize, f: F) -> R
+    where
+        F: FnOnce(&mut [u8]) -> R,
+    {
+        let mut buf = lock(self.wire).buffer();
+        buf.clear();
+        buf.resize(len, 0);
+        let r = f(&mut buf);
+        self.stats.tx_frames += 1;
+        lock(self.wire).push(self.now, buf);
+        r
+    }
+}
+
+impl Device for LinkEnd {
+    type RxToken<'a> = LinkRxToken<'a>;
+    type TxToken<'a> = LinkTxToken<'a>;
+
+    fn receive(&mut self, timestamp: Instant) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
+        let frame = lock(&self.rx).pop(timestamp)?;
+        self.stats.rx_frames += 1;
+        Some((
+            LinkRxToken {
+                frame,
+                home: &self.rx,
+            },
+            LinkTxToken {
+                wire: &self.tx,
+                now: timestamp,
+                stats: &mut self.stats,
+            },
+        ))
+    }
+
+    fn transmit(&mut self, timestamp: Instant) -> Option<Self::TxToken<'_>> {
+        let full = {
+            let w = lock(&self.tx);
+            w.queue.len() >= w.capacity
+        };
+        if full {
+            self.stats.tx_backpressure += 1;
+            return None;
+        }
+        Some(LinkTxToken {
+            wire: &self.tx,
+            now: timestamp,
+            stats: &mut self.stats,
+        })
+    }
+
+    fn capabilities(&self) -> DeviceCapabilities {
+        let mut caps = DeviceCapabilities::default();
+        caps.medium = Medium::Ethernet;
+        caps.max_transmission_unit = self.mtu + 14;
+        caps.max_burst_size = Some(self.max_burst_size);
+        caps
+    }
+}
+
+impl PollDevice for LinkEnd {
+    fn stats(&self) -> DeviceStats {
+        self.stats
+    }
+}

@@ -1,0 +1,167 @@
+//! Shared helpers for the integration tests: a byte pattern both ends can check, and a
+//! bidirectional bulk transfer between two stacks driven by one (simulated) clock.
+#![allow(dead_code)]
+
+use smoltcp::time::{Duration, Instant};
+use smoltcp::wire::{Ipv4Address, Ipv4Cidr};
+use warpcore_tcp::{ConnId, Event, PollDevice, Stack, StackConfig, TcpTuning};
+
+/// Byte `i` of the stream salted with `salt`: big-endian 32-bit word counter XOR salt, so a
+/// lost, duplicated or reordered byte range is detected.
+pub fn pattern(salt: u32, i: u64) -> u8 {
+    (((i >> 2) as u32) ^ salt).to_be_bytes()[(i & 3) as usize]
+}
+
+pub const IP_A: Ipv4Address = Ipv4Address::new(198, 18, 0, 1);
+pub const IP_B: Ipv4Address = Ipv4Address::new(198, 18, 0, 2);
+
+pub fn config(mac_last: u8, ip: Ipv4Address) -> StackConfig {
+    StackConfig {
+        mac: [0x02, 0, 0, 0, 0, mac_last],
+        ip: Ipv4Cidr::new(ip, 24),
+        gateway: None,
+        routes: Vec::new(),
+        random_seed: u64::from(mac_last) * 7919,
+        max_connections: 16,
+    }
+}
+
+/// One direction's progress.
+#[derive(Debug, Default)]
+pub struct Flow {
+    pub sent: u64,
+    pub received: u64,
+    pub fin_sent: bool,
+    pub peer_closed: bool,
+}
+
+fn pump(
+    stack: &mut Stack<impl PollDevice>,
+    c: ConnId,
+    f: &mut Flow,
+    total: u64,
+    tx_salt: u32,
+    rx_salt: u32,
+) -> bool {
+    let mut progress = false;
+    while f.sent < total {
+        let off = f.sent;
+        let n = stack
+            .send_with(c, |buf| {
+                let n = buf.len().min((total - off) as usize);
+                for (k, b) in buf[..n].iter_mut().enumerate() {
+                    *b = pattern(tx_salt, off + k as u64);
+                }
+                n
+            })
+            .unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        f.sent += n as u64;
+        progress = true;
+    }
+    if f.sent == total && !f.fin_sent {
+        stack.close(c).expect("close");
+        f.fin_sent = true;
+        progress = true;
+    }
+    loop {
+        let off = f.received;
+        let n = stack
+            .recv_with(c, |data| {
+                for (k, &b) in data.iter().enumerate() {
+                    let want = pattern(rx_salt, off + k as u64);
+                    assert_eq!(b, want, "byte {} of the stream differs", off + k as u64);
+                }
+                data.len()
+            })
+            .unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        f.received += n as u64;
+        progress = true;
+    }
+    progress
+}
+
+/// Moves `total` bytes each way between `a` (client) and `b` (server) and checks every byte.
+/// `next_delivery` tells when the link delivers next (so idle time can be skipped).
+/// Returns the simulated time taken.
+pub fn bidirectional<DA: PollDevice, DB: PollDevice>(
+    a: &mut Stack<DA>,
+    b: &mut Stack<DB>,
+    total: u64,
+    tuning: &TcpTuning,
+    mut clock: impl FnMut(Instant, bool, Option<Instant>) -> Instant,
+    next_delivery: impl Fn(&Stack<DA>, &Stack<DB>) -> Option<Instant>,
+    limit: Duration,
+) -> Duration {
+    let t0 = Instant::ZERO;
+    let mut now = t0;
+    let _l = b.listen(5000, 2, tuning).expect("listen");
+    let ca = a.connect((IP_B, 5000), None, tuning).expect("connect");
+    let mut cb: Option<ConnId> = None;
+    let (mut fa, mut fb) = (Flow::default(), Flow::default());
+    let mut connected = false;
+    let (mut a_closed, mut b_closed) = (false, false);
+    loop {
+        assert!(
+            now - t0 < limit,
+            "transfer did not finish within {limit} (a {fa:?}, b {fb:?})"
+        );
+        let mut work = a.poll(now) | b.poll(now);
+        while let Some(e) = a.next_event() {
+            match e {
+                Event::Connected(_) => connected = true,
+                Event::PeerClosed(_) => fa.peer_closed = true,
+                Event::Reset(_) => panic!("client connection reset: {fa:?}"),
+                Event::Closed(_) => a_closed = true,
+                _ => {}
+            }
+        }
+        while let Some(e) = b.next_event() {
+            match e {
+                Event::Acceptable(id) => {
+                    if let Some(c) = b.accept(id).expect("accept") {
+                        assert!(cb.is_none(), "one connection expected");
+                        cb = Some(c);
+                    }
+                }
+                Event::PeerClosed(_) => fb.peer_closed = true,
+                Event::Reset(_) => panic!("server connection reset: {fb:?}"),
+                Event::Closed(_) => b_closed = true,
+                _ => {}
+            }
+        }
+        if connected {
+            work |= pump(a, ca, &mut fa, total, 0x5a5a_0001, 0xa5a5_0002);
+        }
+        if let Some(c) = cb {
+            work |= pump(b, c, &mut fb, total, 0xa5a5_0002, 0x5a5a_0001);
+        }
+        if fa.received == total && fb.received == total && fa.peer_closed && fb.peer_closed {
+            // Both halves finished; TIME-WAIT and LAST-ACK end on their own.
+            let _ = (a_closed, b_closed);
+            return now - t0;
+        }
+        let mut wake = next_delivery(a, b);
+        for t in [a.poll_at(now), b.poll_at(now)].into_iter().flatten() {
+            wake = Some(wake.map_or(t, |w: Instant| w.min(t)));
+        }
+        now = clock(now, work, wake);
+    }
+}
+
+/// A simulated clock: a small step while busy, a jump to the next deadline while idle.
+pub fn sim_clock(now: Instant, work: bool, wake: Option<Instant>) -> Instant {
+    let step = now + Duration::from_micros(5);
+    if work {
+        return step;
+    }
+    match wake {
+        Some(w) if w > step => w,
+        _ => step,
+    }
+}

@@ -1,0 +1,349 @@
+//! Two stacks over the in-memory link: bulk transfers with and without injected faults,
+//! back-pressure, hostile input and handle hygiene.
+
+mod common;
+
+use common::*;
+use smoltcp::phy::{Device, RxToken, TxToken};
+use smoltcp::time::{Duration, Instant};
+use smoltcp::wire::{
+    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol, IpProtocol,
+    Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
+};
+use warpcore_tcp::link::{self, Faults, LinkConfig, LinkEnd};
+use warpcore_tcp::{Event, Stack, StackError, TcpTuning};
+
+const MIB: u64 = 1 << 20;
+
+fn stacks(cfg: &LinkConfig) -> (Stack<LinkEnd>, Stack<LinkEnd>) {
+    let (ea, eb) = link::pair(cfg);
+    let a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("stack a");
+    let b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("stack b");
+    (a, b)
+}
+
+fn next_delivery(a: &Stack<LinkEnd>, b: &Stack<LinkEnd>) -> Option<Instant> {
+    match (a.device().next_delivery(), b.device().next_delivery()) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, y) => x.or(y),
+    }
+}
+
+#[test]
+fn clean_link_64_mib_each_way() {
+    let (mut a, mut b) = stacks(&LinkConfig::default());
+    let t = bidirectional(
+        &mut a,
+        &mut b,
+        64 * MIB,
+        &TcpTuning::default(),
+        sim_clock,
+        next_delivery,
+        Duration::from_secs(600),
+    );
+    let (sa, sb) = (a.device().tx_fault_stats(), b.device().tx_fault_stats());
+    assert_eq!(sa.lost + sb.lost, 0);
+    // 64 MiB in full-size segments is at least 46k frames each way.
+    assert!(sa.sent > 46_000 && sb.sent > 46_000, "{sa:?} {sb:?}");
+    eprintln!("clean link: {t} simulated, a->b {sa:?}, b->a {sb:?}");
+}
+
+#[test]
+fn lossy_reordering_duplicating_link_64_mib_each_way() {
+    let faults = |seed| Faults {
+        seed,
+        loss: 0.01,
+        duplicate: 0.01,
+        reorder: 0.02,
+        reorder_delay: Duration::from_micros(300),
+        latency: Duration::from_micros(50),
+        ..Faults::default()
+    };
+    let cfg = LinkConfig {
+        faults_ab: faults(0xdead_beef),
+        faults_ba: faults(0x0bad_cafe),
+        ..LinkConfig::default()
+    };
+    let (mut a, mut b) = stacks(&cfg);
+    let t = bidirectional(
+        &mut a,
+        &mut b,
+        64 * MIB,
+        &TcpTuning::default(),
+        sim_clock,
+        next_delivery,
+        Duration::from_secs(3600),
+    );
+    let (sa, sb) = (a.device().tx_fault_stats(), b.device().tx_fault_stats());
+    for s in [sa, sb] {
+        assert!(
+            s.lost > 100 && s.duplicated > 100 && s.reordered > 100,
+            "{s:?}"
+        );
+    }
+    eprintln!("faulty link: {t} simulated, a->b {sa:?}, b->a {sb:?}");
+}
+
+#[test]
+fn corrupting_link_is_caught_by_checksums() {
+    let faults = |seed| Faults {
+        seed,
+        corrupt: 0.02,
+        loss: 0.005,
+        ..Faults::default()
+    };
+    let cfg = LinkConfig {
+        faults_ab: faults(7),
+        faults_ba: faults(8),
+        ..LinkConfig::default()
+    };
+    let (mut a, mut b) = stacks(&cfg);
+    bidirectional(
+        &mut a,
+        &mut b,
+        8 * MIB,
+        &TcpTuning::default(),
+        sim_clock,
+        next_delivery,
+        Duration::from_secs(3600),
+    );
+    let (sa, sb) = (a.device().tx_fault_stats(), b.device().tx_fault_stats());
+    assert!(sa.corrupted > 50 && sb.corrupted > 50, "{sa:?} {sb:?}");
+}
+
+#[test]
+fn rate_limited_jumbo_link_with_backpressure() {
+    let faults = |seed| Faults {
+        seed,
+        latency: Duration::from_micros(100),
+        rate_bytes_per_s: Some(1_250_000_000),
+        ..Faults::default()
+    };
+    let cfg = LinkConfig {
+        mtu: 9000,
+        // A tiny queue: the device must refuse tokens and TCP must keep the data.
+        queue_frames: 8,
+        faults_ab: faults(3),
+        faults_ba: faults(4),
+        ..LinkConfig::default()
+    };
+    let (mut a, mut b) = stacks(&cfg);
+    let t = bidirectional(
+        &mut a,
+        &mut b,
+        16 * MIB,
+        &TcpTuning::default(),
+        sim_clock,
+        next_delivery,
+        Duration::from_secs(600),
+    );
+    assert!(a.device_stats().tx_backpressure > 0);
+    // 16 MiB at 10 Gbit/s takes at least 13.4 ms of link time.
+    assert!(t >= Duration::from_millis(13), "{t}");
+}
+
+/// Writes one raw frame into the link from the "attacker" end.
+fn inject(end: &mut LinkEnd, now: Instant, frame: &[u8]) {
+    end.transmit(now)
+        .expect("room on the link")
+        .consume(frame.len(), |b| b.copy_from_slice(frame));
+}
+
+fn drain(end: &mut LinkEnd, now: Instant) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    while let Some((rx, _tx)) = end.receive(now) {
+        out.push(rx.consume(|f| f.to_vec()));
+    }
+    out
+}
+
+fn tcp_frame(dst_port: u16, control: TcpControl, ack: Option<u32>, bad_checksum: bool) -> Vec<u8> {
+    let ip = Ipv4Repr {
+        src_addr: IP_A,
+        dst_addr: IP_B,
+        next_header: IpProtocol::Tcp,
+        payload_len: 20,
+        hop_limit: 64,
+    };
+    let tcp = TcpRepr {
+        src_port: 40000,
+        dst_port,
+        control,
+        seq_number: TcpSeqNumber(1000),
+        ack_number: ack.map(|a| TcpSeqNumber(a as i32)),
+        window_len: 1000,
+        window_scale: None,
+        max_seg_size: None,
+        sack_permitted: false,
+        sack_ranges: [None, None, None],
+        timestamp: None,
+        payload: &[],
+    };
+    let mut buf = vec![0u8; 14 + 20 + 20];
+    let mut eth = EthernetFrame::new_unchecked(&mut buf);
+    eth.set_dst_addr(EthernetAddress([0x02, 0, 0, 0, 0, 2]));
+    eth.set_src_addr(EthernetAddress([0x02, 0, 0, 0, 0, 1]));
+    eth.set_ethertype(EthernetProtocol::Ipv4);
+    let caps = smoltcp::phy::ChecksumCapabilities::default();
+    let mut ipp = Ipv4Packet::new_unchecked(&mut buf[14..]);
+    ip.emit(&mut ipp, &caps);
+    let mut tp = TcpPacket::new_unchecked(&mut buf[34..]);
+    tcp.emit(&mut tp, &IP_A.into(), &IP_B.into(), &caps);
+    if bad_checksum {
+        buf[34 + 16] ^= 0xff;
+    }
+    buf
+}
+
+#[test]
+fn hostile_frames_are_dropped_or_reset_without_panic() {
+    let (attacker, eb) = link::pair(&LinkConfig::default());
+    let mut attacker = attacker;
+    let mut b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("stack");
+    let _l = b.listen(5000, 1, &TcpTuning::default()).expect("listen");
+    let mut now = Instant::ZERO;
+
+    // Garbage of every length, an unknown EtherType, a truncated IPv4 header.
+    for len in 0..80usize {
+        let junk: Vec<u8> = (0..len).map(|i| (i * 37 + len) as u8).collect();
+        inject(&mut attacker, now, &junk);
+    }
+    let mut unknown = tcp_frame(5000, TcpControl::Syn, None, false);
+    unknown[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
+    inject(&mut attacker, now, &unknown);
+    let truncated = tcp_frame(5000, TcpControl::Syn, None, false);
+    inject(&mut attacker, now, &truncated[..30]);
+    // A SYN with a wrong checksum must be ignored (no SYN-ACK).
+    inject(
+        &mut attacker,
+        now,
+        &tcp_frame(5000, TcpControl::Syn, None, true),
+    );
+    for _ in 0..10 {
+        b.poll(now);
+        now += Duration::from_millis(1);
+    }
+    let replies = drain(&mut attacker, now);
+    assert!(
+        replies.iter().all(|f| {
+            let e = EthernetFrame::new_checked(&f[..]).expect("valid reply");
+            e.ethertype() != EthernetProtocol::Ipv4
+        }),
+        "no TCP reply to garbage or bad checksums"
+    );
+
+    // An ACK for a connection that does not exist gets a RST (after the stack resolved our
+    // address: answer its ARP request and send the ACK again).
+    inject(
+        &mut attacker,
+        now,
+        &tcp_frame(6000, TcpControl::None, Some(77), false),
+    );
+    b.poll(now);
+    for f in drain(&mut attacker, now) {
+        let e = EthernetFrame::new_checked(&f[..]).expect("valid frame");
+        if e.ethertype() == EthernetProtocol::Arp {
+            let req = ArpRepr::parse(&ArpPacket::new_checked(e.payload()).expect("arp"))
+                .expect("arp repr");
+            if let ArpRepr::EthernetIpv4 {
+                source_hardware_addr,
+                source_protocol_addr,
+                ..
+            } = req
+            {
+                let reply = ArpRepr::EthernetIpv4 {
+                    operation: ArpOperation::Reply,
+                    source_hardware_addr: EthernetAddress([0x02, 0, 0, 0, 0, 1]),
+                    source_protocol_addr: IP_A,
+                    target_hardware_addr: source_hardware_addr,
+                    target_protocol_addr: source_protocol_addr,
+                };
+                let mut buf = vec![0u8; 14 + reply.buffer_len()];
+                let mut eth = EthernetFrame::new_unchecked(&mut buf);
+                eth.set_dst_addr(source_hardware_addr);
+                eth.set_src_addr(EthernetAddress([0x02, 0, 0, 0, 0, 1]));
+                eth.set_ethertype(EthernetProtocol::Arp);
+                reply.emit(&mut ArpPacket::new_unchecked(&mut buf[14..]));
+                inject(&mut attacker, now, &buf);
+            }
+        }
+    }
+    b.poll(now);
+    inject(
+        &mut attacker,
+        now,
+        &tcp_frame(6000, TcpControl::None, Some(77), false),
+    );
+    b.poll(now);
+    let replies = drain(&mut attacker, now);
+    let rst = replies
+        .iter()
+        .filter_map(|f| {
+            let e = EthernetFrame::new_checked(&f[..]).ok()?;
+            let ip = Ipv4Packet::new_checked(e.payload()).ok()?;
+            let t = TcpPacket::new_checked(ip.payload()).ok()?;
+            Some((t.rst(), t.seq_number()))
+        })
+        .next();
+    assert_eq!(
+        rst,
+        Some((true, TcpSeqNumber(77))),
+        "RST answers the stray ACK"
+    );
+    assert!(b.next_event().is_none() || matches!(b.next_event(), None | Some(Event::Readable(_))));
+}
+
+#[test]
+fn stale_handles_are_rejected() {
+    let (mut a, mut b) = stacks(&LinkConfig::default());
+    let tuning = TcpTuning {
+        rx_buffer: 4096,
+        tx_buffer: 4096,
+        ..TcpTuning::default()
+    };
+    let _l = b.listen(5000, 1, &tuning).expect("listen");
+    let c = a.connect((IP_B, 5000), None, &tuning).expect("connect");
+    a.release(c).expect("release");
+    assert_eq!(a.send(c, b"x"), Err(StackError::UnknownConnection));
+    let c2 = a
+        .connect((IP_B, 5000), None, &tuning)
+        .expect("connect again");
+    assert_ne!(c, c2, "the reused slot has a new generation");
+    assert_eq!(a.state(c), Err(StackError::UnknownConnection));
+    let mut now = Instant::ZERO;
+    let mut connected = false;
+    for _ in 0..1000 {
+        a.poll(now);
+        b.poll(now);
+        while let Some(e) = a.next_event() {
+            connected |= e == Event::Connected(c2);
+        }
+        if connected {
+            break;
+        }
+        now += Duration::from_micros(100);
+    }
+    assert!(connected);
+}
+
+#[test]
+fn connection_refused_is_reported_as_reset() {
+    let (mut a, mut b) = stacks(&LinkConfig::default());
+    let c = a
+        .connect((IP_B, 7777), None, &TcpTuning::default())
+        .expect("connect");
+    let mut now = Instant::ZERO;
+    let mut reset = false;
+    for _ in 0..1000 {
+        a.poll(now);
+        b.poll(now);
+        while let Some(e) = a.next_event() {
+            reset |= e == Event::Reset(c);
+        }
+        if reset {
+            break;
+        }
+        now += Duration::from_micros(100);
+    }
+    assert!(reset, "RST from a closed port ends the connect");
+}
