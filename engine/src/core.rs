@@ -236,6 +236,21 @@ struct Qp {
     /// Placed octets of the Read Response in progress (for its completion length).
     read_placed: u64,
     disconnect_requested: bool,
+    /// Most Reads ever in flight at once (ORD high-water mark, for tests and stats).
+    orq_high: u32,
+}
+
+/// What the application may inspect about a queue pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpInfo {
+    /// State.
+    pub state: QpState,
+    /// Negotiated IRD.
+    pub ird: u32,
+    /// Negotiated ORD.
+    pub ord: u32,
+    /// Most outbound Reads that were ever in flight at once (never above `ord`).
+    pub reads_in_flight_max: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -583,17 +598,25 @@ impl Qp {
 
     fn remote_terminate(&mut self, report: TerminateReport, ctx: &mut Ctx<'_>) {
         ctx.stats.terminates_rx += 1;
-        // The request the peer refused, if it can be told, completes with its error; the
-        // rest are flushed.
-        let status = if report.code.etype() == 1 && report.code.layer() == 0 {
-            WcStatus::RemoteAccess
-        } else {
-            WcStatus::RemoteOperation
-        };
-        if let Some(e) = self.sq.iter_mut().find(|e| e.status.is_none()) {
-            e.status = Some(status);
+        // A Terminate that names one of our Read Requests fails that Read with the
+        // peer's verdict (RDMAP-06 §4.8 copies the Read Request header); everything
+        // else outstanding is flushed and the decoded Terminate goes to the application.
+        if report.opcode == Some(Opcode::ReadRequest) {
+            let access = report.code.etype() == 1 && report.code.layer() <= 1;
+            let status = if access {
+                WcStatus::RemoteAccess
+            } else {
+                WcStatus::RemoteOperation
+            };
+            if let Some(seq) = self.orq.front().and_then(|o| o.seq) {
+                if let Some(e) = self.entry_mut(seq) {
+                    e.status = Some(status);
+                }
+            }
         }
         self.flush();
+        // The stream is dead: close TCP once the send poller runs (RDMAP-06 §5.4).
+        self.disconnect_requested = true;
         ctx.events.push_back(CmEvent::Error {
             qp: self.id,
             error: ConnError::RemoteTerminate(report),
@@ -1056,6 +1079,7 @@ impl Qp {
                         sink_stag: sink.stag,
                         len: sink.len,
                     });
+                    self.orq_high = self.orq_high.max(self.orq.len() as u32);
                 }
                 s
             }
@@ -1211,6 +1235,7 @@ impl<D: PollDevice> EngineCore<D> {
             conn: None,
             read_placed: 0,
             disconnect_requested: false,
+            orq_high: 0,
         });
         Ok((id, shared))
     }
@@ -1232,6 +1257,19 @@ impl<D: PollDevice> EngineCore<D> {
     pub fn qp_state(&self, id: QpId) -> Result<QpState, EngineError> {
         match self.qps.get(usize::from(id.index)) {
             Some(Some(q)) if q.id == id && id.core == self.core => Ok(q.state),
+            _ => Err(EngineError::UnknownQp),
+        }
+    }
+
+    /// State, negotiated IRD/ORD and the ORD high-water mark of a queue pair.
+    pub fn qp_info(&self, id: QpId) -> Result<QpInfo, EngineError> {
+        match self.qps.get(usize::from(id.index)) {
+            Some(Some(q)) if q.id == id && id.core == self.core => Ok(QpInfo {
+                state: q.state,
+                ird: q.ird.ird(),
+                ord: q.ord,
+                reads_in_flight_max: q.orq_high,
+            }),
             _ => Err(EngineError::UnknownQp),
         }
     }

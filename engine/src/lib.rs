@@ -39,7 +39,7 @@ pub use crate::cm::{
     CmEvent, ConnError, ConnectRequest, Established, ListenerId, MpaParams, RequestId,
 };
 pub use crate::config::{EngineConfig, MAX_SGE};
-pub use crate::core::{validate_recv, validate_send, CoreStats, EngineCore, QpAttr};
+pub use crate::core::{validate_recv, validate_send, CoreStats, EngineCore, QpAttr, QpInfo};
 pub use crate::error::EngineError;
 pub use crate::wr::{
     Completion, CompletionQueue, QpId, QpShared, QpState, RecvWr, SendOp, SendWr, Sge, SgeList,
