@@ -1,1 +1,463 @@
-//! (being written) Single-producer single-consumer rings.
+//! Rings that join application threads to engine cores (GUIDE rule 8).
+//!
+//! [`spsc`] is the single-producer single-consumer ring used for request rings (posted work
+//! requests, application → core) and completion rings (core → application).
+#![allow(unsafe_code)]
+
+pub use spsc::{channel, Consumer, Producer};
+
+/// A bounded single-producer single-consumer ring of power-of-two capacity.
+///
+/// # Design
+/// Two free-running cursors, `head` (next slot to read, written only by the consumer) and
+/// `tail` (next slot to write, written only by the producer), each on its own cache line
+/// ([`CachePadded`]); a slot's index is the cursor masked by `capacity - 1`, and the ring
+/// holds `tail - head` items (wrapping arithmetic, so the cursors may wrap `usize`).
+///
+/// - The producer writes items into slots `[tail, tail + n)`, then publishes them with one
+///   `Release` store of `tail + n`. The consumer's `Acquire` load of `tail` makes the item
+///   writes visible before it reads them.
+/// - The consumer moves items out of slots `[head, head + n)`, then frees the slots with
+///   one `Release` store of `head + n`. The producer's `Acquire` load of `head` orders the
+///   consumer's reads before the producer overwrites the slots.
+/// - Each side keeps a private copy of the other side's cursor and reloads it only when
+///   that copy says the ring is full (producer) or empty (consumer). In the steady state
+///   each side then reads the other's cache line once per lap rather than once per item,
+///   which is what keeps the two cores from bouncing the cursors' lines.
+/// - Batch operations ([`Producer::push_batch`], [`Consumer::pop_batch`]) move many items
+///   per cursor store.
+///
+/// # Lazy doorbell
+/// A consumer about to sleep calls [`Consumer::prepare_idle`], which raises the "consumer
+/// may be idle" flag and then re-checks the ring; it sleeps only if the ring is still
+/// empty. A producer calls [`Producer::doorbell_needed`] after a push (or a batch), which
+/// checks the flag and takes it down: only when it was up does the producer ring the
+/// actual doorbell (unpark, eventfd, ...), like siw's lazy doorbell. The flag store and
+/// the cursor reload on the consumer's side, and the cursor store and the flag load on the
+/// producer's side, are each separated by a `SeqCst` fence, so at least one side sees the
+/// other's write: either the consumer sees the item and does not sleep, or the producer
+/// sees the flag and wakes it. No wake-up is lost.
+///
+/// # Drop
+/// Items still in the ring when both ends are dropped are dropped with the ring. A
+/// [`Producer`] and a [`Consumer`] are `Send` (when `T` is), but neither is `Sync` nor
+/// `Clone`: each end is used by one thread at a time.
+///
+/// [`CachePadded`]: crossbeam::utils::CachePadded
+pub mod spsc {
+    use core::cell::{Cell, UnsafeCell};
+    use core::fmt;
+    use core::marker::PhantomData;
+    use core::mem::MaybeUninit;
+    use core::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use crossbeam::utils::CachePadded;
+
+    struct Shared<T> {
+        /// Next slot to read; written only by the consumer.
+        head: CachePadded<AtomicUsize>,
+        /// Next slot to write; written only by the producer.
+        tail: CachePadded<AtomicUsize>,
+        /// "The consumer may be idle": raised by the consumer before sleeping.
+        idle: CachePadded<AtomicBool>,
+        mask: usize,
+        buf: Box<[UnsafeCell<MaybeUninit<T>>]>,
+    }
+
+    // SAFETY: slots are accessed by at most one thread at a time: slots in
+    // [head, tail) only by the consumer, the others only by the producer, and ownership of
+    // a slot changes hands through the release/acquire pair on `tail` or `head` (module
+    // documentation). Items are moved between threads, so `T: Send` is needed and enough;
+    // no `&T` is ever shared, so `T: Sync` is not.
+    unsafe impl<T: Send> Send for Shared<T> {}
+    // SAFETY: as above.
+    unsafe impl<T: Send> Sync for Shared<T> {}
+
+    impl<T> Shared<T> {
+        #[inline]
+        fn slot(&self, cursor: usize) -> *mut MaybeUninit<T> {
+            // The mask keeps the index in bounds; `get_unchecked` is not worth an unsafe
+            // block here, the compiler removes the bounds check after the mask.
+            self.buf[cursor & self.mask].get()
+        }
+    }
+
+    impl<T> Drop for Shared<T> {
+        fn drop(&mut self) {
+            let head = *self.head.get_mut();
+            let tail = *self.tail.get_mut();
+            let mut c = head;
+            while c != tail {
+                // SAFETY: both ends are gone (we have `&mut self`); slots in [head, tail)
+                // hold initialized items that nobody moved out. Each is dropped once.
+                unsafe { (*self.slot(c)).assume_init_drop() };
+                c = c.wrapping_add(1);
+            }
+        }
+    }
+
+    /// Creates a ring of `capacity` slots.
+    ///
+    /// # Panics
+    /// If `capacity` is not a power of two (0 included). Capacities are configuration,
+    /// checked at start-up (GUIDE rule 7).
+    pub fn channel<T>(capacity: usize) -> (Producer<T>, Consumer<T>) {
+        assert!(
+            capacity.is_power_of_two(),
+            "spsc::channel: capacity must be a power of two, got {capacity}"
+        );
+        let buf = (0..capacity)
+            .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
+            .collect();
+        let shared = Arc::new(Shared {
+            head: CachePadded::new(AtomicUsize::new(0)),
+            tail: CachePadded::new(AtomicUsize::new(0)),
+            idle: CachePadded::new(AtomicBool::new(false)),
+            mask: capacity - 1,
+            buf,
+        });
+        (
+            Producer {
+                shared: shared.clone(),
+                tail: 0,
+                head_cache: 0,
+                _not_sync: PhantomData,
+            },
+            Consumer {
+                shared,
+                head: 0,
+                tail_cache: 0,
+                _not_sync: PhantomData,
+            },
+        )
+    }
+
+    /// The writing end of a ring.
+    pub struct Producer<T> {
+        shared: Arc<Shared<T>>,
+        /// Our cursor; `shared.tail` is its published copy.
+        tail: usize,
+        /// The consumer's cursor as last loaded.
+        head_cache: usize,
+        _not_sync: PhantomData<Cell<()>>,
+    }
+
+    impl<T> Producer<T> {
+        /// Free slots, reloading the consumer's cursor only if the cached one shows fewer
+        /// than `want`.
+        #[inline]
+        fn free(&mut self, want: usize) -> usize {
+            let cap = self.shared.mask + 1;
+            let free = cap - self.tail.wrapping_sub(self.head_cache);
+            if free >= want {
+                return free;
+            }
+            self.head_cache = self.shared.head.load(Ordering::Acquire);
+            cap - self.tail.wrapping_sub(self.head_cache)
+        }
+
+        /// Pushes `value`, or gives it back if the ring is full.
+        #[inline]
+        pub fn push(&mut self, value: T) -> Result<(), T> {
+            if self.free(1) == 0 {
+                return Err(value);
+            }
+            // SAFETY: the slot at `tail` is free (tail - head < capacity, with `head`
+            // acquired, so the consumer is done with it) and only the producer writes it.
+            unsafe { (*self.shared.slot(self.tail)).write(value) };
+            self.tail = self.tail.wrapping_add(1);
+            self.shared.tail.store(self.tail, Ordering::Release);
+            Ok(())
+        }
+
+        /// The same as [`Producer::push`]; the name says that it never waits.
+        #[inline]
+        pub fn try_push(&mut self, value: T) -> Result<(), T> {
+            self.push(value)
+        }
+
+        /// Pushes items taken from `items` until the ring is full or `items` is exhausted,
+        /// publishing them with one cursor store; returns how many were pushed. Never takes
+        /// an item from `items` that it cannot push, so the rest stay in the iterator.
+        pub fn push_batch<I: Iterator<Item = T>>(&mut self, items: &mut I) -> usize {
+            let free = self.free(usize::MAX);
+            let mut n = 0;
+            while n < free {
+                let Some(item) = items.next() else { break };
+                // SAFETY: `tail + n` is one of the `free` slots the consumer released.
+                unsafe { (*self.shared.slot(self.tail.wrapping_add(n))).write(item) };
+                n += 1;
+            }
+            // If `next` panicked above, the items written are not published and leak;
+            // the ring stays consistent.
+            if n > 0 {
+                self.tail = self.tail.wrapping_add(n);
+                self.shared.tail.store(self.tail, Ordering::Release);
+            }
+            n
+        }
+
+        /// Pushes clones of a prefix of `items` (as many as fit) with one cursor store;
+        /// returns how many.
+        pub fn push_slice(&mut self, items: &[T]) -> usize
+        where
+            T: Clone,
+        {
+            self.push_batch(&mut items.iter().cloned())
+        }
+
+        /// Whether the consumer announced it may be idle; takes the announcement down.
+        /// Call after a push or a batch, and ring the real doorbell only on `true`. The
+        /// fence pairs with the one in [`Consumer::prepare_idle`] (module documentation).
+        #[inline]
+        pub fn doorbell_needed(&self) -> bool {
+            fence(Ordering::SeqCst);
+            self.shared.idle.load(Ordering::Relaxed)
+                && self.shared.idle.swap(false, Ordering::Relaxed)
+        }
+
+        /// The number of items in the ring (exact from the producer's side at the moment of
+        /// the load; the consumer may take more at any time).
+        pub fn len(&self) -> usize {
+            self.tail
+                .wrapping_sub(self.shared.head.load(Ordering::Acquire))
+        }
+
+        /// Whether the ring is empty.
+        pub fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+
+        /// Whether the ring is full.
+        pub fn is_full(&self) -> bool {
+            self.len() == self.capacity()
+        }
+
+        /// The number of slots.
+        pub fn capacity(&self) -> usize {
+            self.shared.mask + 1
+        }
+
+        /// Whether the consumer has been dropped (items pushed now will never be read).
+        pub fn is_abandoned(&self) -> bool {
+            Arc::strong_count(&self.shared) == 1
+        }
+    }
+
+    impl<T> fmt::Debug for Producer<T> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("Producer")
+                .field("len", &self.len())
+                .field("capacity", &self.capacity())
+                .finish()
+        }
+    }
+
+    /// The reading end of a ring.
+    pub struct Consumer<T> {
+        shared: Arc<Shared<T>>,
+        /// Our cursor; `shared.head` is its published copy.
+        head: usize,
+        /// The producer's cursor as last loaded.
+        tail_cache: usize,
+        _not_sync: PhantomData<Cell<()>>,
+    }
+
+    impl<T> Consumer<T> {
+        /// Items available, reloading the producer's cursor only if the cached one shows
+        /// fewer than `want`.
+        #[inline]
+        fn available(&mut self, want: usize) -> usize {
+            let n = self.tail_cache.wrapping_sub(self.head);
+            if n >= want {
+                return n;
+            }
+            self.tail_cache = self.shared.tail.load(Ordering::Acquire);
+            self.tail_cache.wrapping_sub(self.head)
+        }
+
+        /// Takes the oldest item, if any.
+        #[inline]
+        pub fn pop(&mut self) -> Option<T> {
+            if self.available(1) == 0 {
+                return None;
+            }
+            // SAFETY: the slot at `head` is in [head, tail) with `tail` acquired, so the
+            // producer initialized it and will not touch it until we release `head`.
+            let value = unsafe { (*self.shared.slot(self.head)).assume_init_read() };
+            self.head = self.head.wrapping_add(1);
+            self.shared.head.store(self.head, Ordering::Release);
+            Some(value)
+        }
+
+        /// Moves up to `max` items, oldest first, into `out` with one cursor store; returns
+        /// how many. If `out` stops consuming early (or panics), the items it did not take
+        /// stay in the ring.
+        pub fn pop_batch<E: Extend<T>>(&mut self, out: &mut E, max: usize) -> usize {
+            let n = self.available(max).min(max);
+            if n == 0 {
+                return 0;
+            }
+            let mut drain = Drain {
+                consumer: self,
+                left: n,
+                taken: 0,
+            };
+            out.extend(&mut drain);
+            drain.taken
+        }
+
+        /// Moves every available item into `out` ([`Consumer::pop_batch`] without a limit).
+        pub fn drain_into<E: Extend<T>>(&mut self, out: &mut E) -> usize {
+            self.pop_batch(out, usize::MAX)
+        }
+
+        /// Raises the "consumer may be idle" flag, then checks the ring again. Returns
+        /// `true` if the ring is still empty: the caller may now sleep, and a producer that
+        /// pushes afterwards will see the flag ([`Producer::doorbell_needed`]). On `false`
+        /// items arrived: the caller should call [`Consumer::clear_idle`] and keep going.
+        pub fn prepare_idle(&mut self) -> bool {
+            self.shared.idle.store(true, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+            self.available(1) == 0
+        }
+
+        /// Takes the idle flag down (after waking, or when [`Consumer::prepare_idle`]
+        /// found items), so producers stop ringing.
+        pub fn clear_idle(&self) {
+            self.shared.idle.store(false, Ordering::Relaxed);
+        }
+
+        /// Whether the idle flag is up (a producer has not rung since it was raised).
+        pub fn is_idle(&self) -> bool {
+            self.shared.idle.load(Ordering::Relaxed)
+        }
+
+        /// The number of items in the ring (exact from the consumer's side at the moment of
+        /// the load; the producer may add more at any time).
+        pub fn len(&self) -> usize {
+            self.shared
+                .tail
+                .load(Ordering::Acquire)
+                .wrapping_sub(self.head)
+        }
+
+        /// Whether the ring is empty.
+        pub fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+
+        /// The number of slots.
+        pub fn capacity(&self) -> usize {
+            self.shared.mask + 1
+        }
+
+        /// Whether the producer has been dropped (no item will arrive after those in the
+        /// ring).
+        pub fn is_abandoned(&self) -> bool {
+            Arc::strong_count(&self.shared) == 1
+        }
+    }
+
+    impl<T> fmt::Debug for Consumer<T> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("Consumer")
+                .field("len", &self.len())
+                .field("capacity", &self.capacity())
+                .finish()
+        }
+    }
+
+    /// Moves items out of the ring for [`Consumer::pop_batch`]; publishes the new head once,
+    /// when dropped, for exactly the items it yielded.
+    struct Drain<'a, T> {
+        consumer: &'a mut Consumer<T>,
+        /// Items still available to yield.
+        left: usize,
+        /// Items yielded so far.
+        taken: usize,
+    }
+
+    impl<T> Iterator for Drain<'_, T> {
+        type Item = T;
+
+        #[inline]
+        fn next(&mut self) -> Option<T> {
+            if self.left == 0 {
+                return None;
+            }
+            let c = self.consumer.head.wrapping_add(self.taken);
+            // SAFETY: `c` is in [head, head + available) with `tail` acquired by
+            // `available`; each slot is read once because `taken` advances.
+            let value = unsafe { (*self.consumer.shared.slot(c)).assume_init_read() };
+            self.taken += 1;
+            self.left -= 1;
+            Some(value)
+        }
+
+        fn size_hint(&self) -> (usize, Option<usize>) {
+            (self.left, Some(self.left))
+        }
+    }
+
+    impl<T> Drop for Drain<'_, T> {
+        fn drop(&mut self) {
+            if self.taken > 0 {
+                let c = &mut *self.consumer;
+                c.head = c.head.wrapping_add(self.taken);
+                c.shared.head.store(c.head, Ordering::Release);
+            }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn fifo_and_edges() {
+            let (mut p, mut c) = channel::<u32>(4);
+            assert!(c.pop().is_none());
+            for i in 0..4 {
+                p.push(i).unwrap();
+            }
+            assert!(p.is_full());
+            assert_eq!(p.push(9), Err(9));
+            assert_eq!(c.pop(), Some(0));
+            p.push(4).unwrap();
+            let mut v = Vec::new();
+            assert_eq!(c.drain_into(&mut v), 4);
+            assert_eq!(v, [1, 2, 3, 4]);
+            assert!(c.is_empty());
+        }
+
+        #[test]
+        fn cursors_may_wrap_usize() {
+            let (mut p, mut c) = channel::<usize>(2);
+            // Start both cursors just below usize::MAX (the ring is empty there).
+            let start = usize::MAX - 2;
+            p.tail = start;
+            p.head_cache = start;
+            p.shared.tail.store(start, Ordering::Relaxed);
+            p.shared.head.store(start, Ordering::Relaxed);
+            c.head = start;
+            c.tail_cache = start;
+            for i in 0..10 {
+                p.push(i).unwrap();
+                p.push(i + 100).unwrap();
+                assert_eq!(p.push(0), Err(0));
+                assert_eq!(c.len(), 2);
+                assert_eq!(c.pop(), Some(i));
+                assert_eq!(c.pop(), Some(i + 100));
+                assert_eq!(c.pop(), None);
+            }
+        }
+
+        #[test]
+        #[should_panic(expected = "power of two")]
+        fn capacity_must_be_power_of_two() {
+            let _ = channel::<u8>(3);
+        }
+    }
+}

@@ -1,1 +1,455 @@
-//! (being written) Registered memory, the MR/STag table and placement.
+//! Registered memory, the STag table and placement into registered memory.
+//!
+//! This module is one of the two places in the engine allowed to use `unsafe` (GUIDE rule 4):
+//! it turns an STag, a protection domain and a Tagged Offset from the network into a copy
+//! into (or out of) memory the application registered, and it guarantees that the copy
+//! never outlives the memory and never leaves the registered range.
+//!
+//! # Pieces
+//! - [`Region`]: registered memory as raw shared memory, a pointer and a length
+//!   (GUIDE rule 5). Engine-allocated ([`Region::allocate`]: page-aligned, zeroed, 2 MiB
+//!   hugepages when the machine has them), an application `Box<[u8]>` handed over
+//!   ([`Region::from_boxed`]) or raw application memory ([`Region::from_raw`], `unsafe`,
+//!   with a written contract). A `Region` never hands out `&mut [u8]`: the application reads
+//!   and writes it with copies ([`Region::read_at`], [`Region::write_at`]), atomics
+//!   ([`Region::atomic_u64_at`]) or the `unsafe` [`Region::as_slice`].
+//! - [`MrTable`]: the fixed-capacity table of memory regions, shared by `Arc` between the
+//!   application threads (which [`register`](MrTable::register) and
+//!   [`deregister`](MrTable::deregister)) and the engine cores (which
+//!   [`lookup`](MrTable::lookup) once per received segment). Lookups take no lock and
+//!   allocate nothing.
+//! - [`MrGuard`]: the result of a successful lookup; it keeps the region mapped for the
+//!   duration of one placement and does the bounds check ([`MrGuard::bounds`]) and the copy
+//!   ([`MrGuard::place`], [`MrGuard::copy_out`], [`MrGuard::atomic`]).
+//! - [`Stag`], [`PdId`], [`Access`]: the handles and rights; [`MemError`] (control path),
+//!   [`LookupFault`] and [`BoundsFault`] (data path, small `Copy` enums mapping to the
+//!   protocol errors of `warpcore-proto`).
+//!
+//! # The hot path
+//! One placement of one DDP segment is one [`MrTable::lookup`] (an index computation, one
+//! load and one atomic increment on the slot's state word, a key/state compare, the PD and
+//! access compares), one bounds check and one `copy_nonoverlapping`, then one atomic
+//! decrement when the guard drops. [`MrGuard::place_at`] does the bounds check and the
+//! copy in one call. Zero-length tagged segments must not be looked up at all: the receiver
+//! validates neither their STag nor their TO (DDP-5.2-11, RDMAP-5.2.1-13).
+//!
+//! # STags
+//! An STag is a 24-bit index and an 8-bit key (GUIDE rule 6). The index names a slot of
+//! the table through a bijection of the 24-bit space chosen per table, and each slot starts
+//! from a pseudo-random key that advances by an odd per-table step at every
+//! re-registration, so that STags are spread over the whole range and are not trivially
+//! predictable (RDMAP-8.1.1-9, RDMAP-8.1.1-10), and so that a stale STag cannot match a
+//! reused slot until the slot has been registered 256 more times. Freed slots go to the
+//! back of a FIFO, so a slot is reused only after every other free slot was, which makes
+//! those 256 re-registrations as far apart as the table allows. Index 0 is never handed
+//! out, so the STag value 0 is never valid.
+//!
+//! # Concurrency protocol
+//! Each slot holds a 64-bit state word and, beside it, the registration's metadata
+//! (pointer, length, base TO, PD, access rights) and the `Arc<Region>` that keeps the
+//! memory alive. The word packs:
+//!
+//! ```text
+//!   63      48 47     40 39     32 31                      0
+//!  +----------+---------+---------+-------------------------+
+//!  |    0     |  state  |   key   |   in-flight guard count |
+//!  +----------+---------+---------+-------------------------+
+//! ```
+//!
+//! with the states `FREE`, `VALID`, `INVALID` (registered but invalidated; issue 5's fast
+//! registration will re-validate it) and `DRAINING` (deregistration waiting for the guards
+//! to drop). Only the thread that owns a registration operation changes the state and key
+//! bits; lookups and guards only change the count.
+//!
+//! - **Lookup** loads the word (`Relaxed`; a cheap early rejection of stale or garbage
+//!   STags that touches no count), then `fetch_add(1, Acquire)`s the count and checks the
+//!   state and key bits of the value the increment returned. The increment and the check
+//!   are one atomic step: if they say `VALID` with the STag's key, the slot cannot leave
+//!   `VALID` before this guard drops, because every leaving transition waits for the count
+//!   to reach zero. If they say anything else, the lookup gives its increment back
+//!   (`fetch_sub(1, Release)`) and fails without reading the metadata. Only after a
+//!   successful check does it read the metadata (plain reads, copied into the guard).
+//! - **Register** pops a free slot (a mutex-protected FIFO; registration is control path),
+//!   writes the metadata and the `Arc<Region>` with plain writes, then publishes
+//!   `VALID | new key` with a `Release` compare-exchange loop that keeps whatever count
+//!   concurrent failing lookups left there. A lookup whose `Acquire` increment reads the
+//!   published value (or any later value: every later change of the word is a
+//!   read-modify-write, which continues the release sequence) therefore sees the metadata.
+//! - **Deregister** (and **invalidate**) compare-exchange `VALID | key` to
+//!   `DRAINING | key` (or `INVALID | key`), which stops new lookups from succeeding, then
+//!   wait (spin, then yield) until an `Acquire` load sees a count of zero. Every guard
+//!   decrements with `Release`, so every placement into the region, and every read of the
+//!   metadata by a guard, happens before that load. Deregistration then takes the
+//!   `Arc<Region>` out of the slot, sets the state to `FREE` (keeping the key, which the
+//!   next registration advances) and pushes the slot on the free list; the mutex orders
+//!   this before the next registration's metadata writes. The `Arc` is dropped last, so
+//!   the memory is unmapped (if this was the last reference) only after no guard can
+//!   touch it: no use after free.
+//! - Between `DRAINING` and the next `VALID`, lookups that raced past the early rejection
+//!   may still increment and decrement the count; they never read the metadata, and the
+//!   registration's compare-exchange preserves their counts.
+//!
+//! A guard must not be held across a call to [`MrTable::deregister`] or
+//! [`MrTable::invalidate`] of the same STag on the same thread: that call would wait for
+//! itself. Leaking a guard (`mem::forget`) makes deregistration of that STag wait forever;
+//! it is never unsound. The count has 32 bits; like `Arc`, a lookup aborts the process
+//! rather than let it overflow into the key.
+//!
+//! # Memory shared with the network
+//! The engine writes received bytes into registered memory while the application may read
+//! it, and a peer may send an RDMA Write at any time. Registered memory is therefore
+//! modelled as memory shared with a device (as DMA buffers are): it is only ever accessed
+//! through raw pointers, by copies and atomics, never through a Rust reference the compiler
+//! could assume unaliased or unchanging (except under the contract of
+//! [`Region::as_slice`]). Applications order their accesses after the engine's through
+//! completions, which the completion rings publish with release/acquire. An application
+//! that reads bytes a peer is writing at the same moment (a protocol error on its side,
+//! or a hostile peer) reads torn bytes; the engine never lets such a race reach a Rust
+//! reference, a length or a pointer. The table's own metadata is never shared that way.
+#![allow(unsafe_code)]
+
+mod region;
+mod table;
+
+use core::fmt;
+use core::ops::{BitAnd, BitOr, BitOrAssign};
+
+use warpcore_proto::error::{DdpError, RdmapError};
+
+pub use region::Region;
+pub use table::{MrGuard, MrTable, MAX_CAPACITY};
+
+/// Access rights of a memory registration (the `IBV_ACCESS_*` flags of rdma-core's
+/// `verbs.h` that iWARP uses). Local read access is always granted.
+///
+/// The rights a registration holds are fixed when it is registered (RDMAP-8.1.1-6);
+/// changing them means deregistering and registering again, which also changes the STag.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Access(u8);
+
+impl Access {
+    /// The engine may write into the region on behalf of local work requests (the sink
+    /// of a Receive or of an RDMA Read Response). Required by `REMOTE_WRITE` and
+    /// `REMOTE_ATOMIC`, as `ibv_reg_mr` requires.
+    pub const LOCAL_WRITE: Access = Access(1 << 0);
+    /// A peer may read the region with RDMA Read Requests (RDMAP-8.1.1-6).
+    pub const REMOTE_READ: Access = Access(1 << 1);
+    /// A peer may write the region with RDMA Writes (RDMAP-8.1.1-6).
+    pub const REMOTE_WRITE: Access = Access(1 << 2);
+    /// A peer may run atomic operations on the region (RFC 7306).
+    pub const REMOTE_ATOMIC: Access = Access(1 << 3);
+    /// Memory windows may be bound to the region (issue 5).
+    pub const MW_BIND: Access = Access(1 << 4);
+
+    const ALL_BITS: u8 = 0x1F;
+
+    /// No rights beyond local read.
+    pub const fn empty() -> Access {
+        Access(0)
+    }
+
+    /// Every right.
+    pub const fn all() -> Access {
+        Access(Self::ALL_BITS)
+    }
+
+    /// The raw bits.
+    pub const fn bits(self) -> u8 {
+        self.0
+    }
+
+    /// The rights named by `bits`, or `None` if `bits` has an undefined bit set.
+    pub const fn from_bits(bits: u8) -> Option<Access> {
+        if bits & !Self::ALL_BITS == 0 {
+            Some(Access(bits))
+        } else {
+            None
+        }
+    }
+
+    /// Whether every right in `other` is also in `self`.
+    pub const fn contains(self, other: Access) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Whether no right is set.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// `self` and `other` together.
+    pub const fn union(self, other: Access) -> Access {
+        Access(self.0 | other.0)
+    }
+
+    /// Whether this set is valid for a registration: remote write and remote atomic access
+    /// need local write access too (`ibv_reg_mr(3)` refuses them otherwise).
+    pub const fn is_valid_for_registration(self) -> bool {
+        let needs_local_write = Self::REMOTE_WRITE.0 | Self::REMOTE_ATOMIC.0;
+        self.0 & needs_local_write == 0 || self.0 & Self::LOCAL_WRITE.0 != 0
+    }
+}
+
+impl BitOr for Access {
+    type Output = Access;
+    fn bitor(self, rhs: Access) -> Access {
+        self.union(rhs)
+    }
+}
+
+impl BitOrAssign for Access {
+    fn bitor_assign(&mut self, rhs: Access) {
+        *self = self.union(rhs);
+    }
+}
+
+impl BitAnd for Access {
+    type Output = Access;
+    fn bitand(self, rhs: Access) -> Access {
+        Access(self.0 & rhs.0)
+    }
+}
+
+impl fmt::Debug for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const NAMES: [(Access, &str); 5] = [
+            (Access::LOCAL_WRITE, "LOCAL_WRITE"),
+            (Access::REMOTE_READ, "REMOTE_READ"),
+            (Access::REMOTE_WRITE, "REMOTE_WRITE"),
+            (Access::REMOTE_ATOMIC, "REMOTE_ATOMIC"),
+            (Access::MW_BIND, "MW_BIND"),
+        ];
+        f.write_str("Access(")?;
+        let mut first = true;
+        for (flag, name) in NAMES {
+            if self.contains(flag) {
+                if !first {
+                    f.write_str(" | ")?;
+                }
+                f.write_str(name)?;
+                first = false;
+            }
+        }
+        if first {
+            f.write_str("empty")?;
+        }
+        f.write_str(")")
+    }
+}
+
+/// A protection domain. A stream may only use STags of its own protection domain
+/// (DDP-8.2-1, DDP-8.3.1-2, RDMAP-8.1.1-2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PdId(pub u32);
+
+/// A steering tag: a 24-bit index naming a slot of the [`MrTable`] and an 8-bit key that
+/// must match the key of the slot's current registration (GUIDE rule 6). The same value is
+/// used as the local key (lkey) of scatter/gather entries and as the remote key on the wire.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Stag(pub u32);
+
+impl Stag {
+    /// The STag with `index` (only its low 24 bits are used) and `key`.
+    pub const fn new(index: u32, key: u8) -> Stag {
+        Stag((index & 0x00FF_FFFF) << 8 | key as u32)
+    }
+
+    /// The 24-bit index.
+    pub const fn index(self) -> u32 {
+        self.0 >> 8
+    }
+
+    /// The 8-bit key.
+    pub const fn key(self) -> u8 {
+        self.0 as u8
+    }
+}
+
+impl fmt::Debug for Stag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Stag({:#010x})", self.0)
+    }
+}
+
+/// Errors of the control path: allocating regions, registering and deregistering them, and
+/// the application's own accessors of a [`Region`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemError {
+    /// Every slot of the table holds a registration.
+    TableFull,
+    /// The STag names no registration (never registered, already deregistered, stale key,
+    /// or deregistration already under way on another thread).
+    InvalidStag,
+    /// The access rights cannot be registered (remote write or atomic without local write).
+    InvalidAccess,
+    /// The registered TO range `[offset_base, offset_base + len)` does not fit below 2^64.
+    ToWrap,
+    /// An accessor's range is not inside the region.
+    OutOfBounds,
+    /// An atomic accessor's address is not 8-aligned.
+    Misaligned,
+    /// The requested alignment is not a power of two, or the length is too large.
+    InvalidLayout,
+    /// The operating system or the allocator refused the memory.
+    AllocFailed,
+}
+
+impl fmt::Display for MemError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MemError::TableFull => "memory region table is full",
+            MemError::InvalidStag => "STag names no memory registration",
+            MemError::InvalidAccess => "remote write or atomic access requires local write access",
+            MemError::ToWrap => "registered tagged offset range wraps the 64-bit space",
+            MemError::OutOfBounds => "range is outside the region",
+            MemError::Misaligned => "atomic access is not 8-byte aligned",
+            MemError::InvalidLayout => "alignment is not a power of two or length is too large",
+            MemError::AllocFailed => "memory allocation failed",
+        })
+    }
+}
+
+impl std::error::Error for MemError {}
+
+/// Why a lookup refused an STag, in the order the checks run (siw's `siw_check_mem` order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LookupFault {
+    /// No valid registration has this STag: unknown index, stale key, invalidated, or being
+    /// deregistered (DDP-7.1-10).
+    InvalidStag,
+    /// The registration belongs to another protection domain (DDP-8.2-1, RDMAP-8.1.1-2).
+    WrongPd,
+    /// The registration does not grant the access asked for (DDP-7.1-11, RDMAP-8.1.1-6).
+    AccessDenied,
+}
+
+impl LookupFault {
+    /// The DDP tagged-buffer error for a fault while placing a tagged segment (RDMA Write,
+    /// Read Response). DDP has no code for missing access rights; like siw we report
+    /// "invalid STag" for it (WIRE-FORMATS §3.5).
+    pub const fn ddp_error(self) -> DdpError {
+        match self {
+            LookupFault::InvalidStag | LookupFault::AccessDenied => DdpError::TaggedInvalidStag,
+            LookupFault::WrongPd => DdpError::TaggedStagNotAssociated,
+        }
+    }
+
+    /// The RDMAP remote protection error for a fault on the source of a Read Request or the
+    /// target of an Atomic Request (RDMAP-7.2-9/10, WIRE-FORMATS §4.5).
+    pub const fn rdmap_error(self) -> RdmapError {
+        match self {
+            LookupFault::InvalidStag => RdmapError::InvalidStag,
+            LookupFault::WrongPd => RdmapError::StagNotAssociated,
+            LookupFault::AccessDenied => RdmapError::AccessRights,
+        }
+    }
+}
+
+impl fmt::Display for LookupFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LookupFault::InvalidStag => "invalid STag",
+            LookupFault::WrongPd => "STag belongs to another protection domain",
+            LookupFault::AccessDenied => "STag does not grant the access",
+        })
+    }
+}
+
+impl std::error::Error for LookupFault {}
+
+/// Why a range is refused by [`MrGuard::bounds`] or the guard's accessors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BoundsFault {
+    /// The 64-bit sum of TO and length wraps (DDP-7.1-14, RDMAP-7.2-13). Checked first,
+    /// because the end of a wrapping range cannot be compared.
+    ToWrap,
+    /// The range starts below the registration's base TO or ends beyond its last octet
+    /// (DDP-7.1-12/13, RDMAP-7.2-11/12, DDP-8.3.1-4).
+    OutOfBounds,
+    /// An atomic target is not 8-aligned in memory (EXT-5.2.1-2). Only
+    /// [`MrGuard::atomic`] reports it.
+    Misaligned,
+}
+
+impl BoundsFault {
+    /// The DDP tagged-buffer error for this fault.
+    pub const fn ddp_error(self) -> DdpError {
+        match self {
+            BoundsFault::ToWrap => DdpError::TaggedToWrap,
+            BoundsFault::OutOfBounds | BoundsFault::Misaligned => DdpError::TaggedBaseOrBounds,
+        }
+    }
+
+    /// The RDMAP error for this fault; a misaligned atomic target is a catastrophic stream
+    /// error, as `warpcore_proto::rdmap::atomic::check_alignment` decides.
+    pub const fn rdmap_error(self) -> RdmapError {
+        match self {
+            BoundsFault::ToWrap => RdmapError::ToWrap,
+            BoundsFault::OutOfBounds => RdmapError::BaseOrBounds,
+            BoundsFault::Misaligned => RdmapError::CatastrophicStream,
+        }
+    }
+}
+
+impl fmt::Display for BoundsFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BoundsFault::ToWrap => "tagged offset plus length wraps",
+            BoundsFault::OutOfBounds => "range is outside the registered region",
+            BoundsFault::Misaligned => "atomic target is not 8-byte aligned",
+        })
+    }
+}
+
+impl std::error::Error for BoundsFault {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stag_packs_index_and_key() {
+        let s = Stag::new(0x00AB_CDEF, 0x42);
+        assert_eq!(s.0, 0xABCD_EF42);
+        assert_eq!(s.index(), 0x00AB_CDEF);
+        assert_eq!(s.key(), 0x42);
+        // Only 24 bits of index survive.
+        assert_eq!(Stag::new(0xFF00_0001, 7).index(), 1);
+    }
+
+    #[test]
+    fn access_flags_compose() {
+        let a = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+        assert!(a.contains(Access::REMOTE_WRITE));
+        assert!(!a.contains(Access::REMOTE_READ));
+        assert!(a.contains(Access::empty()));
+        assert!(a.is_valid_for_registration());
+        assert!(!Access::REMOTE_WRITE.is_valid_for_registration());
+        assert!(!Access::REMOTE_ATOMIC.is_valid_for_registration());
+        assert!(Access::REMOTE_READ.is_valid_for_registration());
+        assert_eq!(Access::from_bits(0x20), None);
+        assert_eq!(Access::from_bits(Access::all().bits()), Some(Access::all()));
+        assert_eq!(
+            format!("{:?}", Access::REMOTE_READ | Access::MW_BIND),
+            "Access(REMOTE_READ | MW_BIND)"
+        );
+        assert_eq!(format!("{:?}", Access::empty()), "Access(empty)");
+    }
+
+    #[test]
+    fn faults_map_to_protocol_errors() {
+        assert_eq!(
+            LookupFault::WrongPd.ddp_error(),
+            DdpError::TaggedStagNotAssociated
+        );
+        assert_eq!(
+            LookupFault::AccessDenied.rdmap_error(),
+            RdmapError::AccessRights
+        );
+        assert_eq!(BoundsFault::ToWrap.ddp_error(), DdpError::TaggedToWrap);
+        assert_eq!(
+            BoundsFault::OutOfBounds.rdmap_error(),
+            RdmapError::BaseOrBounds
+        );
+    }
+}

@@ -1,0 +1,654 @@
+//! [`MrTable`] and [`MrGuard`]: the STag table and placement. The concurrency protocol is
+//! described in the module documentation of [`crate::mem`].
+#![allow(unsafe_code)]
+
+use core::cell::UnsafeCell;
+use core::fmt;
+use core::hash::{BuildHasher, Hasher};
+use core::ptr;
+use core::sync::atomic::{AtomicU64, Ordering};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crossbeam::utils::Backoff;
+
+use super::{Access, BoundsFault, LookupFault, MemError, PdId, Region, Stag};
+
+/// The largest table: index 0 is never handed out, so 2^24 - 1 slots.
+pub const MAX_CAPACITY: usize = (1 << 24) - 1;
+
+const INDEX_MASK: u32 = 0x00FF_FFFF;
+
+// Layout of a slot's state word (module documentation, "Concurrency protocol").
+const COUNT_MASK: u64 = 0xFFFF_FFFF;
+const KEY_SHIFT: u32 = 32;
+const STATE_SHIFT: u32 = 40;
+const TAG_SHIFT: u32 = KEY_SHIFT;
+const FREE: u64 = 0;
+const VALID: u64 = 1;
+const INVALID: u64 = 2;
+const DRAINING: u64 = 3;
+
+/// A guard count this high means guards are being leaked by the billion; stop before the
+/// count could overflow into the key (as `Arc` does for its reference count).
+const GUARD_LIMIT: u64 = 1 << 31;
+
+#[inline]
+fn state_of(word: u64) -> u64 {
+    (word >> STATE_SHIFT) & 0xFF
+}
+
+#[inline]
+fn key_of(word: u64) -> u8 {
+    (word >> KEY_SHIFT) as u8
+}
+
+/// The state and key bits of a word, for one compare against a wanted pair.
+#[inline]
+fn tag_of(word: u64) -> u64 {
+    word >> TAG_SHIFT
+}
+
+#[inline]
+const fn tag(state: u64, key: u8) -> u64 {
+    state << (STATE_SHIFT - TAG_SHIFT) | key as u64
+}
+
+#[inline]
+fn word_with(word: u64, state: u64, key: u8) -> u64 {
+    (word & COUNT_MASK) | state << STATE_SHIFT | (key as u64) << KEY_SHIFT
+}
+
+/// What a guard needs to know about a registration: copied out of the slot at lookup.
+#[derive(Clone, Copy)]
+struct Meta {
+    ptr: *mut u8,
+    len: usize,
+    base_to: u64,
+    pd: PdId,
+    access: Access,
+}
+
+const EMPTY_META: Meta = Meta {
+    ptr: ptr::null_mut(),
+    len: 0,
+    base_to: 0,
+    pd: PdId(0),
+    access: Access::empty(),
+};
+
+/// One registration slot, on its own cache line so that guards on different regions do
+/// not contend.
+#[repr(align(64))]
+struct Slot {
+    word: AtomicU64,
+    /// Written only by the thread that owns the slot's registration while no guard can
+    /// exist (state FREE, popped from the free list); read by lookups after their
+    /// increment observed VALID.
+    meta: UnsafeCell<Meta>,
+    /// Keeps the memory alive while registered. Touched only by register/deregister and
+    /// `Drop`, never by lookups.
+    region: UnsafeCell<Option<Arc<Region>>>,
+}
+
+// SAFETY: the UnsafeCells are accessed according to the protocol in the module
+// documentation: `meta` is written only while the slot is FREE and owned by one
+// registering thread (popped from the mutex-protected free list), and read only by
+// lookups that atomically observed VALID afterwards through an acquire RMW; `region` is
+// only accessed by the registering or deregistering thread that owns the slot's state
+// transition. `Arc<Region>` is Send + Sync.
+unsafe impl Sync for Slot {}
+// SAFETY: the raw pointer in `meta` points into a `Region`, which is Send.
+unsafe impl Send for Slot {}
+
+/// The table of memory registrations: fixed capacity, registration from any thread,
+/// lock-free lookups from the engine cores. Share it with `Arc`.
+pub struct MrTable {
+    /// Slot 0 exists but is never allocated, so that STag index 0 never names a region.
+    slots: Box<[Slot]>,
+    /// Free slot numbers, oldest freed first (preallocated: never grows).
+    free: Mutex<VecDeque<u32>>,
+    /// Odd multiplier of the 24-bit index bijection, and its inverse modulo 2^24.
+    index_mul: u32,
+    index_inv: u32,
+    /// Odd step added to a slot's key at each registration.
+    key_step: u8,
+}
+
+impl MrTable {
+    /// A table for `capacity` registrations, with STag scrambling seeded from the
+    /// operating system's randomness (via `std`'s `RandomState`).
+    ///
+    /// # Panics
+    /// If `capacity` is 0 or above [`MAX_CAPACITY`]; capacities are configuration,
+    /// checked at start-up (GUIDE rule 7).
+    pub fn new(capacity: usize) -> MrTable {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_usize(capacity);
+        MrTable::with_seed(capacity, h.finish())
+    }
+
+    /// A table for `capacity` registrations whose STag values are a function of `seed`
+    /// and of the sequence of operations, for reproducible tests.
+    ///
+    /// # Panics
+    /// As [`MrTable::new`].
+    pub fn with_seed(capacity: usize, seed: u64) -> MrTable {
+        assert!(
+            (1..=MAX_CAPACITY).contains(&capacity),
+            "MrTable capacity must be in 1..={MAX_CAPACITY}, got {capacity}"
+        );
+        let mut rng = SplitMix64(seed);
+        let index_mul = (rng.next() as u32 | 1) & INDEX_MASK;
+        // Newton's iteration doubles the number of correct low bits each step: 5 steps
+        // from 3 correct bits (x = m for odd m) reach 96 > 24.
+        let mut inv = index_mul;
+        for _ in 0..5 {
+            inv = inv.wrapping_mul(2u32.wrapping_sub(index_mul.wrapping_mul(inv)));
+        }
+        let index_inv = inv & INDEX_MASK;
+        debug_assert_eq!(index_mul.wrapping_mul(index_inv) & INDEX_MASK, 1);
+        let key_step = rng.next() as u8 | 1;
+        let slots = (0..=capacity)
+            .map(|_| Slot {
+                // The word holds the key of the last registration; the first registration
+                // adds the step, so start one step behind a pseudo-random key.
+                word: AtomicU64::new(word_with(
+                    0,
+                    FREE,
+                    (rng.next() as u8).wrapping_sub(key_step),
+                )),
+                meta: UnsafeCell::new(EMPTY_META),
+                region: UnsafeCell::new(None),
+            })
+            .collect();
+        let free = (1..=capacity as u32).collect();
+        MrTable {
+            slots,
+            free: Mutex::new(free),
+            index_mul,
+            index_inv,
+            key_step,
+        }
+    }
+
+    /// The number of registrations the table can hold.
+    pub fn capacity(&self) -> usize {
+        self.slots.len() - 1
+    }
+
+    /// The number of slots currently registered (or being deregistered).
+    pub fn registered(&self) -> usize {
+        self.capacity() - self.free_list().len()
+    }
+
+    fn free_list(&self) -> std::sync::MutexGuard<'_, VecDeque<u32>> {
+        // The free list is a plain queue of numbers: a panic while it was locked cannot
+        // leave it inconsistent, so poisoning is ignored.
+        self.free.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    #[inline]
+    fn stag_index(&self, slot: u32) -> u32 {
+        slot.wrapping_mul(self.index_mul) & INDEX_MASK
+    }
+
+    /// The slot an STag names, if it names one that can ever be allocated.
+    #[inline]
+    fn slot_of(&self, stag: Stag) -> Option<&Slot> {
+        let n = stag.index().wrapping_mul(self.index_inv) & INDEX_MASK;
+        if n == 0 {
+            return None;
+        }
+        self.slots.get(n as usize)
+    }
+
+    /// Registers `region` for protection domain `pd` with rights `access`; the region's
+    /// first byte has Tagged Offset `offset_base` (0 for zero-based registrations, the
+    /// virtual address for VA-based ones). Returns the STag, whose key differs from the
+    /// key of every one of the slot's previous 255 registrations (GUIDE rule 6).
+    ///
+    /// Errors: [`MemError::InvalidAccess`] (remote write or atomic without local write),
+    /// [`MemError::ToWrap`] (`offset_base + len` above 2^64 - 1, DDP-7.1-14 would make the
+    /// top of the range unreachable), [`MemError::TableFull`].
+    pub fn register(
+        &self,
+        region: Arc<Region>,
+        pd: PdId,
+        access: Access,
+        offset_base: u64,
+    ) -> Result<Stag, MemError> {
+        if !access.is_valid_for_registration() {
+            return Err(MemError::InvalidAccess);
+        }
+        if offset_base.checked_add(region.len() as u64).is_none() {
+            return Err(MemError::ToWrap);
+        }
+        let n = self.free_list().pop_front().ok_or(MemError::TableFull)?;
+        let slot = &self.slots[n as usize];
+        // SAFETY: slot `n` was on the free list and we popped it, so this thread owns its
+        // registration; its state is FREE, so no lookup reads `meta` (a lookup reads it
+        // only after observing VALID), and the deregistration that freed it observed a
+        // zero guard count (acquire) before pushing it on the free list, which the mutex
+        // orders before this point: every earlier reader is done.
+        unsafe {
+            *slot.meta.get() = Meta {
+                ptr: region.as_ptr(),
+                len: region.len(),
+                base_to: offset_base,
+                pd,
+                access,
+            };
+            *slot.region.get() = Some(region);
+        }
+        let mut key = 0;
+        // Publish: FREE -> VALID with the next key, keeping the count that failing
+        // lookups may be changing concurrently. Release orders the writes above before
+        // the VALID a successful lookup acquires.
+        let _ = slot
+            .word
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
+                debug_assert_eq!(state_of(w), FREE);
+                key = key_of(w).wrapping_add(self.key_step);
+                Some(word_with(w, VALID, key))
+            });
+        Ok(Stag::new(self.stag_index(n), key))
+    }
+
+    /// Moves the slot of `stag` from one of `from` to `to` (keeping key and count) and
+    /// waits until no guard holds it. Returns the slot.
+    fn transition_and_drain(&self, stag: Stag, from: &[u64], to: u64) -> Result<&Slot, MemError> {
+        let slot = self.slot_of(stag).ok_or(MemError::InvalidStag)?;
+        let mut w = slot.word.load(Ordering::Relaxed);
+        loop {
+            if key_of(w) != stag.key() || !from.contains(&state_of(w)) {
+                return Err(MemError::InvalidStag);
+            }
+            match slot.word.compare_exchange_weak(
+                w,
+                word_with(w, to, stag.key()),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(now) => w = now,
+            }
+        }
+        // No new guard can be taken from here on. Wait for the ones in flight: the
+        // acquire load that sees zero synchronizes with every guard's release decrement.
+        let backoff = Backoff::new();
+        while slot.word.load(Ordering::Acquire) & COUNT_MASK != 0 {
+            if backoff.is_completed() {
+                std::thread::yield_now();
+            } else {
+                backoff.snooze();
+            }
+        }
+        Ok(slot)
+    }
+
+    /// Deregisters `stag`: no new lookup succeeds once this starts, and it returns only
+    /// when no placement into the region is in flight (DDP-8.3.1-7, RDMAP-8.1.1-7). The
+    /// table's reference to the region is dropped before returning, after the slot was
+    /// freed. Works on valid and invalidated registrations.
+    ///
+    /// Must not be called by a thread that holds an [`MrGuard`] of the same STag (it
+    /// would wait for itself). [`MemError::InvalidStag`] if `stag` is not registered, or
+    /// another thread is already deregistering it.
+    pub fn deregister(&self, stag: Stag) -> Result<(), MemError> {
+        let slot = self.transition_and_drain(stag, &[VALID, INVALID], DRAINING)?;
+        // SAFETY: the slot is DRAINING with a zero guard count: no guard exists and none
+        // can be created, and only this thread moved it to DRAINING, so it alone owns
+        // the slot's contents until it publishes FREE below.
+        let region = unsafe {
+            *slot.meta.get() = EMPTY_META;
+            (*slot.region.get()).take()
+        };
+        // DRAINING -> FREE, keeping the key (the next registration advances it) and any
+        // count failing lookups hold.
+        let _ = slot
+            .word
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
+                Some(word_with(w, FREE, key_of(w)))
+            });
+        let n = stag.index().wrapping_mul(self.index_inv) & INDEX_MASK;
+        self.free_list().push_back(n);
+        // The memory goes away (if this was the last reference) only now that no guard
+        // can reach it.
+        drop(region);
+        Ok(())
+    }
+
+    /// Invalidates `stag` (Local Invalidate, Send with Invalidate; RDMAP-5.3-12): lookups
+    /// fail with [`LookupFault::InvalidStag`] from the moment this starts, and it returns
+    /// when no placement into the region is in flight. The registration keeps its slot
+    /// and memory until [`MrTable::deregister`]; re-validation with a new key is issue 5's
+    /// fast registration. Checking that the STag belongs to the stream (PD, RDMAP-5.3-11)
+    /// is the caller's, e.g. with a `lookup(stag, pd, Access::empty())` first.
+    ///
+    /// Must not be called by a thread that holds an [`MrGuard`] of the same STag.
+    pub fn invalidate(&self, stag: Stag) -> Result<(), MemError> {
+        self.transition_and_drain(stag, &[VALID], INVALID)
+            .map(|_| ())
+    }
+
+    /// Looks up `stag` for an access by a stream of protection domain `pd` that needs the
+    /// rights `required` (e.g. [`Access::REMOTE_WRITE`] to place an RDMA Write,
+    /// [`Access::REMOTE_READ`] to answer a Read Request, both plus
+    /// [`Access::REMOTE_ATOMIC`] for an atomic). Checks, in siw's order: the STag is
+    /// valid (DDP-7.1-10), the PD matches (DDP-8.2-1), the rights suffice (DDP-7.1-11).
+    ///
+    /// The guard keeps the registration alive; drop it as soon as the segment is placed.
+    /// Lock-free and allocation-free.
+    #[inline]
+    pub fn lookup(
+        &self,
+        stag: Stag,
+        pd: PdId,
+        required: Access,
+    ) -> Result<MrGuard<'_>, LookupFault> {
+        let slot = self.slot_of(stag).ok_or(LookupFault::InvalidStag)?;
+        let want = tag(VALID, stag.key());
+        // Early rejection of stale and garbage STags without touching the count (which
+        // would make a deregistration wait on lookups that are bound to fail).
+        if tag_of(slot.word.load(Ordering::Relaxed)) != want {
+            return Err(LookupFault::InvalidStag);
+        }
+        let old = slot.word.fetch_add(1, Ordering::Acquire);
+        if tag_of(old) != want {
+            slot.word.fetch_sub(1, Ordering::Release);
+            return Err(LookupFault::InvalidStag);
+        }
+        if old & COUNT_MASK >= GUARD_LIMIT {
+            std::process::abort();
+        }
+        // SAFETY: our increment observed VALID with this key, so the registration that
+        // published it happened before (acquire on its release sequence) and the slot
+        // cannot leave VALID (nor `meta` change) until our guard decrements.
+        let meta = unsafe { *slot.meta.get() };
+        let guard = MrGuard { slot, meta, stag };
+        if meta.pd != pd {
+            return Err(LookupFault::WrongPd);
+        }
+        if !meta.access.contains(required) {
+            return Err(LookupFault::AccessDenied);
+        }
+        Ok(guard)
+    }
+
+    /// Looks up a local key for a scatter/gather entry of a posted work request: the PD
+    /// must match, and if the engine will write into the memory (Receive, RDMA Read sink)
+    /// the registration must allow [`Access::LOCAL_WRITE`]. Local read is always allowed.
+    #[inline]
+    pub fn lookup_local(
+        &self,
+        stag: Stag,
+        pd: PdId,
+        need_write: bool,
+    ) -> Result<MrGuard<'_>, LookupFault> {
+        let required = if need_write {
+            Access::LOCAL_WRITE
+        } else {
+            Access::empty()
+        };
+        self.lookup(stag, pd, required)
+    }
+}
+
+impl fmt::Debug for MrTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MrTable")
+            .field("capacity", &self.capacity())
+            .field("registered", &self.registered())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A registration held for one placement: the region cannot be deregistered (nor
+/// invalidated) until the guard drops. Offers the bounds check and the copies.
+///
+/// Offsets taken by [`MrGuard::place`], [`MrGuard::copy_out`] and [`MrGuard::atomic`] are
+/// byte offsets into the region, as [`MrGuard::bounds`] returns them; each accessor checks
+/// its range again (two compares), so no offset can reach outside the region.
+pub struct MrGuard<'a> {
+    slot: &'a Slot,
+    meta: Meta,
+    stag: Stag,
+}
+
+impl MrGuard<'_> {
+    /// The STag this guard was looked up with.
+    pub fn stag(&self) -> Stag {
+        self.stag
+    }
+
+    /// The registration's protection domain.
+    pub fn pd(&self) -> PdId {
+        self.meta.pd
+    }
+
+    /// The registration's rights.
+    pub fn access(&self) -> Access {
+        self.meta.access
+    }
+
+    /// The Tagged Offset of the region's first byte.
+    pub fn base_to(&self) -> u64 {
+        self.meta.base_to
+    }
+
+    /// The region's length in bytes.
+    pub fn len(&self) -> usize {
+        self.meta.len
+    }
+
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.meta.len == 0
+    }
+
+    /// The region's first byte, for code that must hand the memory to something that
+    /// takes a pointer; subject to the region's shared-memory rules.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.meta.ptr
+    }
+
+    /// Checks that `len` bytes at Tagged Offset `to` lie inside the registration and
+    /// returns the byte offset of `to` in the region. `to + len` must not wrap the 64-bit
+    /// space (checked first: [`BoundsFault::ToWrap`], DDP-7.1-14, RDMAP-7.2-13); then
+    /// `to` must not lie below the base and `to + len` not beyond the end
+    /// ([`BoundsFault::OutOfBounds`], DDP-7.1-12/13, RDMAP-7.2-11/12). A zero-length range
+    /// may sit at either edge, including one past the last byte.
+    #[inline]
+    pub fn bounds(&self, to: u64, len: usize) -> Result<usize, BoundsFault> {
+        let end = to.checked_add(len as u64).ok_or(BoundsFault::ToWrap)?;
+        let base = self.meta.base_to;
+        // `base + region len` cannot wrap: registration refuses such ranges.
+        if to < base || end - base > self.meta.len as u64 {
+            return Err(BoundsFault::OutOfBounds);
+        }
+        Ok((to - base) as usize)
+    }
+
+    #[inline]
+    fn range_ok(&self, offset: usize, len: usize) -> bool {
+        offset <= self.meta.len && len <= self.meta.len - offset
+    }
+
+    /// Copies received bytes into the region at byte `offset` (from [`MrGuard::bounds`]).
+    #[inline]
+    pub fn place(&self, offset: usize, data: &[u8]) -> Result<(), BoundsFault> {
+        if !self.range_ok(offset, data.len()) {
+            return Err(BoundsFault::OutOfBounds);
+        }
+        // SAFETY: the range is inside the region (checked above), which the guard keeps
+        // alive and valid for writes. `data` cannot overlap registered memory that may be
+        // written: references into a region exist only under `Region::as_slice`'s
+        // contract, which excludes writes.
+        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), self.meta.ptr.add(offset), data.len()) };
+        Ok(())
+    }
+
+    /// The hot path in one call: [`MrGuard::bounds`] then [`MrGuard::place`] for `data`
+    /// at Tagged Offset `to`, with a single bounds check.
+    #[inline]
+    pub fn place_at(&self, to: u64, data: &[u8]) -> Result<(), BoundsFault> {
+        let offset = self.bounds(to, data.len())?;
+        // SAFETY: `bounds` proved `[offset, offset + data.len())` inside the region, which
+        // the guard keeps alive; `data` does not overlap it (see `place`).
+        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), self.meta.ptr.add(offset), data.len()) };
+        Ok(())
+    }
+
+    /// Copies bytes of the region at byte `offset` into `dst` (the payload of an outgoing
+    /// Read Response, or the gather of a local SGE).
+    #[inline]
+    pub fn copy_out(&self, offset: usize, dst: &mut [u8]) -> Result<(), BoundsFault> {
+        if !self.range_ok(offset, dst.len()) {
+            return Err(BoundsFault::OutOfBounds);
+        }
+        // SAFETY: the range is inside the region, alive and valid for reads; `dst` is a
+        // unique borrow and so is not registered memory (no `&mut` into a region exists).
+        unsafe { ptr::copy_nonoverlapping(self.meta.ptr.add(offset), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// [`MrGuard::bounds`] then [`MrGuard::copy_out`] for `dst.len()` bytes at `to`.
+    #[inline]
+    pub fn copy_out_at(&self, to: u64, dst: &mut [u8]) -> Result<(), BoundsFault> {
+        let offset = self.bounds(to, dst.len())?;
+        // SAFETY: as in `copy_out`, with the range proved by `bounds`.
+        unsafe { ptr::copy_nonoverlapping(self.meta.ptr.add(offset), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// The 8-byte word at byte `offset`, for an RFC 7306 atomic. Its address must be
+    /// 8-aligned ([`BoundsFault::Misaligned`], EXT-5.2.1-2) and it must lie in the region.
+    /// All atomics on registered memory go through `AtomicU64`, so concurrent atomics from
+    /// several cores on the same word are exact.
+    #[inline]
+    pub fn atomic(&self, offset: usize) -> Result<&AtomicU64, BoundsFault> {
+        if !self.range_ok(offset, 8) {
+            return Err(BoundsFault::OutOfBounds);
+        }
+        // SAFETY: in bounds (checked above).
+        let p = unsafe { self.meta.ptr.add(offset) };
+        if p as usize % 8 != 0 {
+            return Err(BoundsFault::Misaligned);
+        }
+        // SAFETY: 8-aligned, inside a region the guard keeps alive for the returned
+        // lifetime (bounded by `&self`); `AtomicU64` permits shared mutation.
+        Ok(unsafe { AtomicU64::from_ptr(p.cast::<u64>()) })
+    }
+}
+
+impl Drop for MrGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // Release: every access this guard made to the region and its metadata happens
+        // before a deregistration's acquire load that sees the count reach zero.
+        self.slot.word.fetch_sub(1, Ordering::Release);
+    }
+}
+
+impl fmt::Debug for MrGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MrGuard")
+            .field("stag", &self.stag)
+            .field("pd", &self.meta.pd)
+            .field("access", &self.meta.access)
+            .field("base_to", &self.meta.base_to)
+            .field("len", &self.meta.len)
+            .finish()
+    }
+}
+
+/// Sebastiano Vigna's SplitMix64: enough to derive the table's scrambling constants and
+/// initial keys from one seed.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn region(len: usize) -> Arc<Region> {
+        Arc::new(Region::allocate(len, 8).unwrap())
+    }
+
+    #[test]
+    fn index_bijection_round_trips() {
+        for seed in [0, 1, 0xDEAD_BEEF, u64::MAX] {
+            let t = MrTable::with_seed(1000, seed);
+            for n in [1u32, 2, 999, 1000] {
+                let s = Stag::new(t.stag_index(n), 0);
+                let slot = t.slot_of(s).unwrap();
+                assert!(ptr::eq(slot, &t.slots[n as usize]));
+            }
+            assert!(t.slot_of(Stag::new(0, 0)).is_none());
+        }
+    }
+
+    #[test]
+    fn stags_of_one_table_are_distinct_and_nonzero() {
+        let t = MrTable::with_seed(64, 7);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..64 {
+            let s = t.register(region(8), PdId(1), Access::empty(), 0).unwrap();
+            assert_ne!(s.0, 0);
+            assert!(seen.insert(s.index()));
+        }
+        assert_eq!(t.registered(), 64);
+        assert_eq!(
+            t.register(region(8), PdId(1), Access::empty(), 0),
+            Err(MemError::TableFull)
+        );
+    }
+
+    #[test]
+    fn key_cycles_through_all_256_values_on_one_slot() {
+        let t = MrTable::with_seed(1, 99);
+        let mut keys = std::collections::HashSet::new();
+        let mut index = None;
+        for _ in 0..256 {
+            let s = t.register(region(1), PdId(0), Access::empty(), 0).unwrap();
+            assert_eq!(*index.get_or_insert(s.index()), s.index());
+            assert!(
+                keys.insert(s.key()),
+                "key repeated within 256 registrations"
+            );
+            t.deregister(s).unwrap();
+        }
+    }
+
+    #[test]
+    fn failed_lookups_leave_no_count() {
+        let t = MrTable::with_seed(2, 3);
+        let s = t
+            .register(region(8), PdId(1), Access::REMOTE_READ, 0)
+            .unwrap();
+        assert_eq!(
+            t.lookup(s, PdId(2), Access::empty()).unwrap_err(),
+            LookupFault::WrongPd
+        );
+        assert_eq!(
+            t.lookup(s, PdId(1), Access::REMOTE_WRITE).unwrap_err(),
+            LookupFault::AccessDenied
+        );
+        let slot = t.slot_of(s).unwrap();
+        assert_eq!(slot.word.load(Ordering::Relaxed) & COUNT_MASK, 0);
+        let g = t.lookup(s, PdId(1), Access::REMOTE_READ).unwrap();
+        assert_eq!(slot.word.load(Ordering::Relaxed) & COUNT_MASK, 1);
+        drop(g);
+        assert_eq!(slot.word.load(Ordering::Relaxed) & COUNT_MASK, 0);
+    }
+}
