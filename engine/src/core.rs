@@ -158,7 +158,7 @@ fn check_sge(mrs: &MrTable, pd: PdId, s: &Sge, write: bool) -> Result<(), Engine
             LookupFault::AccessDenied => EngineError::SgeAccess,
             LookupFault::InvalidStag | LookupFault::WrongPd => EngineError::SgeInvalidStag,
         })?;
-    g.bounds(s.to, u64::from(s.len))
+    g.bounds(s.to, s.len as usize)
         .map_err(|_| EngineError::SgeOutOfBounds)?;
     Ok(())
 }
@@ -344,17 +344,13 @@ fn lookup_fault_tagged(f: LookupFault) -> TaggedFault {
     }
 }
 
-/// The tagged lookup done once per segment, before DDP validation. The region's real bounds
-/// are checked on the guard ([`MrGuard::bounds`]) after DDP's wrap check; DDP is given the
-/// whole TO space so that its own arithmetic never refuses what the guard would accept.
-struct TaggedView(Result<(), TaggedFault>);
+/// The tagged lookup done once per segment, before DDP validation: DDP does the TO range,
+/// wrap and bounds arithmetic on the region it returns (DDP-7.1-10..14).
+struct TaggedView(Result<TaggedRegion, TaggedFault>);
 
 impl TaggedBuffers for TaggedView {
     fn tagged_region(&self, _stag: u32, _rsvd_ulp: u8) -> Result<TaggedRegion, TaggedFault> {
-        self.0.map(|()| TaggedRegion {
-            base: 0,
-            len: u64::MAX,
-        })
+        self.0
     }
 }
 
@@ -376,13 +372,6 @@ impl UntaggedBuffers for UntaggedView {
             qn::TERMINATE => Some(TERMINATE_SEGMENT_MAX_LEN as u64),
             _ => None,
         }
-    }
-}
-
-fn bounds_ddp(f: BoundsFault) -> DdpError {
-    match f {
-        BoundsFault::ToWrap => DdpError::TaggedToWrap,
-        BoundsFault::OutOfBounds => DdpError::TaggedBaseOrBounds,
     }
 }
 
@@ -413,10 +402,8 @@ fn scatter(mrs: &MrTable, pd: PdId, sges: &[Sge], mo: u64, data: &[u8]) -> Resul
             .lookup_local(Stag(s.stag), pd, true)
             .map_err(|_| DdpError::LocalCatastrophic)?;
         let to = s.to.checked_add(off).ok_or(DdpError::LocalCatastrophic)?;
-        let at = g
-            .bounds(to, n as u64)
+        g.place_at(to, &rest[..n])
             .map_err(|_| DdpError::LocalCatastrophic)?;
-        g.place(at, &rest[..n]);
         rest = &rest[n..];
         off = 0;
     }
@@ -448,10 +435,9 @@ fn gather(mrs: &MrTable, pd: PdId, sges: &[Sge], offset: u64, out: &mut [u8]) ->
         let Some(to) = s.to.checked_add(off) else {
             return false;
         };
-        let Ok(at) = g.bounds(to, n as u64) else {
+        if g.copy_out_at(to, &mut out[done..done + n]).is_err() {
             return false;
-        };
-        g.copy_out(at, &mut out[done..done + n]);
+        }
         done += n;
         off = 0;
     }
@@ -819,7 +805,7 @@ impl Qp {
         // One STag lookup per segment: key, protection domain and access here, bounds on
         // the guard below (DDP-7.1-10..14, RDMAP-8.1.1-6).
         let mut guard: Option<MrGuard<'_>> = None;
-        let mut tagged = TaggedView(Ok(()));
+        let mut tagged = TaggedView(Err(TaggedFault::InvalidStag));
         if let warpcore_proto::wire::ddp::DdpBuffer::Tagged { stag, .. } = seg.repr.buffer {
             if !seg.payload.is_empty() {
                 let need = if opcode == Opcode::ReadResponse {
@@ -828,7 +814,13 @@ impl Qp {
                     Access::REMOTE_WRITE
                 };
                 match ctx.mrs.lookup(Stag(stag), self.pd, need) {
-                    Ok(g) => guard = Some(g),
+                    Ok(g) => {
+                        tagged = TaggedView(Ok(TaggedRegion {
+                            base: g.base_to(),
+                            len: g.len() as u64,
+                        }));
+                        guard = Some(g);
+                    }
                     Err(f) => tagged = TaggedView(Err(lookup_fault_tagged(f))),
                 }
             }
@@ -856,8 +848,9 @@ impl Qp {
                     }
                 }
                 if let Some(g) = guard.as_ref() {
-                    let at = g.bounds(p.to, data.len() as u64).map_err(bounds_ddp)?;
-                    g.place(at, data);
+                    // DDP checked the range on this very registration; the guard checks it
+                    // again as it copies, so no octet can land outside the region.
+                    g.place_at(p.to, data).map_err(BoundsFault::ddp_error)?;
                     ctx.stats.placed_octets += data.len() as u64;
                 }
                 if opcode == Opcode::ReadResponse {
@@ -900,7 +893,7 @@ impl Qp {
                         let mut invalidated = None;
                         if let Some(inv) = seg.repr.invalidate_stag() {
                             // RDMAP-5.3-11/12: invalidate the named local STag.
-                            match ctx.mrs.lookup(Stag(inv), self.pd, Access::EMPTY) {
+                            match ctx.mrs.lookup(Stag(inv), self.pd, Access::empty()) {
                                 Ok(_) => {}
                                 Err(LookupFault::WrongPd) => {
                                     return Err(
@@ -936,26 +929,16 @@ impl Qp {
                     };
                     // IRD (RDMAP-6.1-2): a Read beyond it breaks the negotiated ORD.
                     self.ird.admit()?;
-                    let mut bounds = Ok(());
                     let plan = handle_read_request(&rr, |stag| {
-                        match ctx.mrs.lookup(Stag(stag), self.pd, Access::REMOTE_READ) {
-                            Ok(g) => {
-                                bounds = g.bounds(rr.src_to, u64::from(rr.read_size)).map(|_| ());
-                                Ok(AccessRegion {
-                                    base: 0,
-                                    len: u64::MAX,
-                                    remote_read: true,
-                                    remote_write: false,
-                                })
-                            }
-                            Err(LookupFault::AccessDenied) => Ok(AccessRegion {
-                                base: 0,
-                                len: u64::MAX,
-                                remote_read: false,
-                                remote_write: false,
+                        match ctx.mrs.lookup(Stag(stag), self.pd, Access::empty()) {
+                            Ok(g) => Ok(AccessRegion {
+                                base: g.base_to(),
+                                len: g.len() as u64,
+                                remote_read: g.access().contains(Access::REMOTE_READ),
+                                remote_write: g.access().contains(Access::REMOTE_WRITE),
                             }),
                             Err(LookupFault::WrongPd) => Err(StagFault::NotAssociated),
-                            Err(LookupFault::InvalidStag) => Err(StagFault::Invalid),
+                            Err(_) => Err(StagFault::Invalid),
                         }
                     });
                     let plan = match plan {
@@ -965,14 +948,6 @@ impl Qp {
                             return Err(e.into());
                         }
                     };
-                    if let Err(f) = bounds {
-                        self.ird.retire();
-                        return Err(match f {
-                            BoundsFault::ToWrap => RdmapError::ToWrap,
-                            BoundsFault::OutOfBounds => RdmapError::BaseOrBounds,
-                        }
-                        .into());
-                    }
                     self.irq.push_back(plan);
                 }
                 qn::TERMINATE => {
@@ -1940,9 +1915,7 @@ impl<D: PollDevice> EngineCore<D> {
                             .ok()
                             .and_then(|g| {
                                 let to = plan.src_to.checked_add(u64::from(s.payload_offset))?;
-                                let at = g.bounds(to, plen as u64).ok()?;
-                                g.copy_out(at, &mut gbuf[..plen]);
-                                Some(())
+                                g.copy_out_at(to, &mut gbuf[..plen]).ok()
                             })
                             .is_some()
                 }

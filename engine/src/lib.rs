@@ -28,9 +28,6 @@ pub mod cm;
 pub mod config;
 pub mod core;
 pub mod error;
-// TEMPORARY: the safe stand-in for the `mem` branch's module (same names); replaced by
-// `pub mod mem;` when `mem` merges.
-#[path = "standin_mem.rs"]
 pub mod mem;
 pub mod ring;
 pub mod wr;
