@@ -127,14 +127,27 @@ impl Pair {
         Pair::new(&LinkConfig::default(), &EngineConfig::default())
     }
 
-    /// One loop of both cores; the clock advances 50 µs when neither did work.
+    /// One loop of both cores. When neither did work the simulated clock jumps to the next
+    /// thing due (a frame on the link, a TCP timer), at least 10 µs and at most 50 ms on.
     pub fn step(&mut self) -> bool {
         let wa = self.a.core.poll(self.now);
         let wb = self.b.core.poll(self.now);
         self.a.drain();
         self.b.drain();
         if !(wa || wb) {
-            self.now += Duration::from_micros(50);
+            let mut next = self.now + Duration::from_millis(50);
+            for t in [
+                self.a.core.poll_at(),
+                self.b.core.poll_at(),
+                self.a.core.stack().device().next_delivery(),
+                self.b.core.stack().device().next_delivery(),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                next = next.min(t);
+            }
+            self.now = next.max(self.now + Duration::from_micros(10));
         }
         wa || wb
     }
