@@ -47,6 +47,8 @@ pub enum EngineError {
     Mpa(UsageError),
     /// The engine core is gone.
     CoreGone,
+    /// The device (DPDK port, link) could not be set up.
+    Device(String),
 }
 
 impl fmt::Display for EngineError {
@@ -70,6 +72,7 @@ impl fmt::Display for EngineError {
             EngineError::Stack(e) => write!(f, "TCP: {e}"),
             EngineError::Mpa(e) => write!(f, "MPA: {e}"),
             EngineError::CoreGone => f.write_str("engine core stopped"),
+            EngineError::Device(e) => write!(f, "device: {e}"),
         }
     }
 }

@@ -30,6 +30,7 @@ pub mod core;
 pub mod error;
 pub mod mem;
 pub mod ring;
+pub mod runtime;
 pub mod wr;
 
 pub use crate::cm::{

@@ -338,11 +338,14 @@ impl QpShared {
             .is_ok()
     }
 
-    pub(crate) fn release_sq(&self) {
+    /// Gives back a send queue slot: done by the engine when a request retires, and by an
+    /// application thread whose reserved request could not be queued.
+    pub fn release_sq(&self) {
         self.sq_used.fetch_sub(1, Ordering::AcqRel);
     }
 
-    pub(crate) fn release_rq(&self) {
+    /// Gives back a receive queue slot (see [`QpShared::release_sq`]).
+    pub fn release_rq(&self) {
         self.rq_used.fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -1,0 +1,79 @@
+//! Opening contexts on DPDK ports: initialise the EAL once per process
+//! ([`init_eal`]), then turn a port into a [`DpdkPort`] (one rx/tx queue pair per engine
+//! core) and open a [`crate::Context`] on it with [`crate::Device::Dpdk`].
+
+use warpcore_engine::tcp::dpdk_sys::{Eal, EalBuilder, Mempool, Port, PortConfig};
+use warpcore_engine::tcp::{DpdkDevice, DpdkDeviceConfig};
+
+pub use warpcore_engine::tcp::dpdk_sys;
+
+use crate::Error;
+
+/// Initialises the DPDK EAL with `args` (EAL options such as `--no-huge`, `--no-pci`,
+/// `--vdev=net_memif0,...`, `--file-prefix=...`). Once per process.
+pub fn init_eal(program: &str, args: &[String]) -> Result<Eal, Error> {
+    EalBuilder::new(program)
+        .args(args.iter().map(String::as_str))
+        .init()
+        .map_err(|e| Error::Device(e.to_string()))
+}
+
+/// A configured, started DPDK port split into one device per engine core.
+#[derive(Debug)]
+pub struct DpdkPort {
+    devices: Vec<DpdkDevice>,
+    pub(crate) mac: [u8; 6],
+    pub(crate) mtu: usize,
+}
+
+impl DpdkPort {
+    /// Configures and starts the port named `name` (e.g. `net_memif0`) with `queues` rx/tx
+    /// queue pairs (one per engine core; more than one enables RSS where the port has it)
+    /// and a pool of `mbufs` mbufs.
+    pub fn open(eal: &Eal, name: &str, queues: u16, mbufs: u32) -> Result<DpdkPort, Error> {
+        let port = Port::by_name(eal, name).map_err(|e| Error::Device(e.to_string()))?;
+        let pool = Mempool::new(
+            eal,
+            &format!("wc_{name}"),
+            mbufs,
+            256,
+            Mempool::DEFAULT_DATA_ROOM,
+        )
+        .map_err(|e| Error::Device(e.to_string()))?;
+        DpdkPort::from_port(port, pool, queues)
+    }
+
+    /// Configures and starts an already opened port (e.g. one end of a
+    /// [`dpdk_sys::RingPortPair`]) with `queues` queue pairs over `pool`.
+    pub fn from_port(mut port: Port, pool: Mempool, queues: u16) -> Result<DpdkPort, Error> {
+        let dev = |e: dpdk_sys::Error| Error::Device(e.to_string());
+        let cfg = PortConfig {
+            rx_queues: queues,
+            tx_queues: queues,
+            ..PortConfig::default()
+        };
+        port.configure(&cfg, &pool).map_err(dev)?;
+        port.start().map_err(dev)?;
+        let mac = port.mac().map_err(dev)?;
+        let mtu = usize::from(port.mtu().map_err(dev)?).clamp(576, 9000);
+        let mut devices = Vec::new();
+        for q in 0..queues {
+            let rx = port.rx_queue(q).map_err(dev)?;
+            let tx = port.tx_queue(q).map_err(dev)?;
+            devices.push(DpdkDevice::new(
+                rx,
+                tx,
+                pool,
+                DpdkDeviceConfig {
+                    mtu,
+                    ..DpdkDeviceConfig::default()
+                },
+            ));
+        }
+        Ok(DpdkPort { devices, mac, mtu })
+    }
+
+    pub(crate) fn into_devices(self) -> Vec<DpdkDevice> {
+        self.devices
+    }
+}
