@@ -179,3 +179,43 @@ impl Eal {
         EAL_STARTED.load(Ordering::SeqCst)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builder_emits_exactly_the_documented_arguments() {
+        let b = EalBuilder::new("prog")
+            .test_defaults(1, 256, "wcnet-x")
+            .vdev("net_memif0,role=server")
+            .log_level("error")
+            .args("--a  --b".split_whitespace());
+        assert_eq!(
+            b.as_args(),
+            [
+                "prog",
+                "-l",
+                "1",
+                "--no-huge",
+                "-m",
+                "256",
+                "--no-shconf",
+                "--no-pci",
+                "--no-telemetry",
+                "--file-prefix=wcnet-x",
+                "--vdev=net_memif0,role=server",
+                "--log-level=error",
+                "--a",
+                "--b"
+            ]
+        );
+    }
+
+    #[test]
+    fn nul_in_an_argument_is_reported_before_dpdk_is_touched() {
+        let err = EalBuilder::new("prog").arg("bad\0arg").init().unwrap_err();
+        assert!(matches!(err, Error::NulInArgument(ref a) if a == "bad\0arg"));
+        assert!(!Eal::is_started(), "the EAL was not attempted");
+    }
+}

@@ -107,10 +107,17 @@ impl PcapngWriter {
             return;
         }
         let n = self.pending.len() as u16;
-        // SAFETY: pending holds n copies made by rte_pcapng_copy; the call frees them all.
+        // SAFETY: pending holds n copies made by rte_pcapng_copy, valid for the call.
         let ret = unsafe {
             ffi::rte_pcapng_write_packets(self.raw.as_ptr(), self.pending.as_mut_ptr(), n)
         };
+        // DPDK 22.11's header says the copies are freed by the write, but its implementation
+        // (like its own dpdk-dumpcap, which frees them after writing) leaves them to the
+        // caller: without this the pool runs dry after its size in packets (the test checks).
+        for &m in &self.pending {
+            // SAFETY: each copy is owned here and freed exactly once.
+            unsafe { ffi::wc_pktmbuf_free(m) };
+        }
         if ret < 0 {
             self.dropped += u64::from(n);
         } else {

@@ -34,4 +34,8 @@ pub struct DeviceStats {
     pub tx_dropped: u64,
     /// Times a transmit token was refused (pool empty or tx queue full): back-pressure.
     pub tx_backpressure: u64,
+    /// Of those, times the buffer pool was empty.
+    pub tx_pool_empty: u64,
+    /// Flushes in which the tx ring took fewer frames than were waiting.
+    pub tx_ring_full: u64,
 }

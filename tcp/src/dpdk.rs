@@ -6,7 +6,9 @@ use std::collections::VecDeque;
 use smoltcp::phy::{self, Checksum, ChecksumCapabilities, Device, DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
 use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
-use warpcore_dpdk_sys::{Mbuf, Mempool, RxQueue, TxChecksumOffload, TxQueue};
+use warpcore_dpdk_sys::{
+    Direction, Mbuf, Mempool, PcapngWriter, RxQueue, TxChecksumOffload, TxQueue,
+};
 
 use crate::device::{DeviceStats, PollDevice};
 
@@ -36,9 +38,9 @@ impl Default for DpdkDeviceConfig {
 /// * Receive: [`PollDevice::begin_poll`] arms one `rx_burst` that refills the batch; each
 ///   [`DpdkRxToken`] owns its mbuf and lends its bytes to smoltcp without a copy (a chained
 ///   mbuf is linearised into a scratch buffer first).
-/// * Transmit: each [`DpdkTxToken`] carries a freshly allocated mbuf that smoltcp writes into;
-///   no token is given when the pool is empty or too many frames wait for the ring, so the
-///   data stays in TCP's buffers. [`PollDevice::flush`] does one `tx_burst`; frames a full
+/// * Transmit: each [`DpdkTxToken`] comes with a freshly allocated mbuf that smoltcp writes
+///   into; no token is given when the pool is empty or too many frames wait for the ring, so
+///   the data stays in TCP's buffers. [`PollDevice::flush`] does one `tx_burst`; frames a full
 ///   ring refused stay queued for the next poll.
 /// * Checksums: where the port offers IPv4/TCP checksum offload, smoltcp skips those
 ///   checksums and the device marks each mbuf for the port (filling the TCP pseudo-header
@@ -58,6 +60,9 @@ pub struct DpdkDevice {
     rx_offload: bool,
     tx_offload: bool,
     stats: DeviceStats,
+    pcapng: Option<PcapngWriter>,
+    tx_recorded: usize,
+    tx_spare: Option<Mbuf>,
 }
 
 impl DpdkDevice {
@@ -78,7 +83,21 @@ impl DpdkDevice {
             tx_offload: off.tx_ipv4_checksum && off.tx_tcp_checksum,
             cfg,
             stats: DeviceStats::default(),
+            pcapng: None,
+            tx_recorded: 0,
+            tx_spare: None,
         }
+    }
+
+    /// Records every received and transmitted frame into `w` (DPDK's pcapng writer) from now
+    /// on. Transmitted frames are recorded when handed to the tx ring.
+    pub fn set_pcapng(&mut self, w: PcapngWriter) {
+        self.pcapng = Some(w);
+    }
+
+    /// Stops capturing and returns the writer (its drop closes the file).
+    pub fn take_pcapng(&mut self) -> Option<PcapngWriter> {
+        self.pcapng.take()
     }
 
     /// Frames queued for the tx ring.
@@ -100,6 +119,12 @@ impl DpdkDevice {
         if self.rx_batch.is_empty() && self.rx_armed {
             self.rx_armed = false;
             self.rx.rx_burst(&mut self.rx_batch, self.cfg.burst);
+            if let Some(w) = &mut self.pcapng {
+                let (port, queue) = (self.rx.port(), self.rx.queue());
+                for m in &self.rx_batch {
+                    w.record(port, queue, m, Direction::Rx);
+                }
+            }
         }
         while let Some(m) = self.rx_batch.pop_front() {
             if self.rx_offload && !rx_checksums_ok(&m) {
@@ -224,10 +249,12 @@ impl phy::RxToken for DpdkRxToken<'_> {
     }
 }
 
-/// Transmit token: carries a fresh mbuf smoltcp writes the frame into.
+/// Transmit token: smoltcp writes the frame into the device's spare mbuf, which was allocated
+/// before the token was given out (so a token always has a buffer). An unused token leaves
+/// the spare in place for the next one: no allocation per received frame.
 #[derive(Debug)]
 pub struct DpdkTxToken<'a> {
-    mbuf: Mbuf,
+    spare: &'a mut Option<Mbuf>,
     pool: Mempool,
     pending: &'a mut Vec<Mbuf>,
     scratch: &'a mut Vec<u8>,
@@ -236,31 +263,37 @@ pub struct DpdkTxToken<'a> {
 }
 
 impl phy::TxToken for DpdkTxToken<'_> {
-    fn consume<R, F>(mut self, len: usize, f: F) -> R
+    fn consume<R, F>(self, len: usize, f: F) -> R
     where
         F: FnOnce(&mut [u8]) -> R,
     {
-        if len <= self.mbuf.tailroom() {
-            let r = match self.mbuf.append(len) {
-                Some(buf) => f(buf),
-                None => unreachable!("tailroom checked above"),
-            };
-            if self.offload {
-                prepare_tx_offload(&mut self.mbuf);
+        if let Some(mut mbuf) = self.spare.take() {
+            if len <= mbuf.tailroom() {
+                let r = match mbuf.append(len) {
+                    Some(buf) => f(buf),
+                    None => unreachable!("tailroom checked above"),
+                };
+                if self.offload {
+                    prepare_tx_offload(&mut mbuf);
+                }
+                self.pending.push(mbuf);
+                self.stats.tx_frames += 1;
+                return r;
             }
-            self.pending.push(self.mbuf);
-            self.stats.tx_frames += 1;
-            return r;
+            // Too big for one mbuf: the spare stays for the next token.
+            *self.spare = Some(mbuf);
         }
         // A frame larger than one mbuf (jumbo MTU on small mbufs): build it in the scratch
-        // buffer, then copy it into a chain. Checksums are computed in software for these.
+        // buffer, then copy it into a chain (headers are in the first segment).
         if self.scratch.len() < len {
             self.scratch.resize(len, 0);
         }
         let r = f(&mut self.scratch[..len]);
-        drop(self.mbuf);
         match Mbuf::from_slice(&self.pool, &self.scratch[..len]) {
-            Some(m) => {
+            Some(mut m) => {
+                if self.offload {
+                    prepare_tx_offload(&mut m);
+                }
                 self.pending.push(m);
                 self.stats.tx_frames += 1;
             }
@@ -271,29 +304,39 @@ impl phy::TxToken for DpdkTxToken<'_> {
     }
 }
 
+impl DpdkDevice {
+    /// Makes sure a spare mbuf is ready for the next transmit token.
+    fn ensure_spare(&mut self) -> bool {
+        if self.tx_spare.is_none() {
+            self.tx_spare = self.pool.alloc();
+        }
+        if self.tx_spare.is_none() {
+            self.stats.tx_backpressure += 1;
+            self.stats.tx_pool_empty += 1;
+            return false;
+        }
+        true
+    }
+}
+
 impl Device for DpdkDevice {
     type RxToken<'a> = DpdkRxToken<'a>;
     type TxToken<'a> = DpdkTxToken<'a>;
 
     fn receive(&mut self, _timestamp: Instant) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
-        if !self.tx_room() {
+        // No buffer for a reply, or too much waiting for the ring: leave the frames in the rx
+        // batch or ring for a later poll (back-pressure).
+        if !self.tx_room() || !self.ensure_spare() {
             return None;
         }
         let rx_mbuf = self.take_rx()?;
-        let Some(tx_mbuf) = self.pool.alloc() else {
-            // No buffer for a reply: leave the frame for the next poll (back-pressure).
-            self.stats.rx_frames -= 1;
-            self.rx_batch.push_front(rx_mbuf);
-            self.stats.tx_backpressure += 1;
-            return None;
-        };
         Some((
             DpdkRxToken {
                 mbuf: rx_mbuf,
                 scratch: &mut self.rx_scratch,
             },
             DpdkTxToken {
-                mbuf: tx_mbuf,
+                spare: &mut self.tx_spare,
                 pool: self.pool,
                 pending: &mut self.tx_pending,
                 scratch: &mut self.tx_scratch,
@@ -304,15 +347,11 @@ impl Device for DpdkDevice {
     }
 
     fn transmit(&mut self, _timestamp: Instant) -> Option<Self::TxToken<'_>> {
-        if !self.tx_room() {
+        if !self.tx_room() || !self.ensure_spare() {
             return None;
         }
-        let Some(mbuf) = self.pool.alloc() else {
-            self.stats.tx_backpressure += 1;
-            return None;
-        };
         Some(DpdkTxToken {
-            mbuf,
+            spare: &mut self.tx_spare,
             pool: self.pool,
             pending: &mut self.tx_pending,
             scratch: &mut self.tx_scratch,
@@ -359,7 +398,24 @@ impl PollDevice for DpdkDevice {
         if self.tx_pending.is_empty() {
             return false;
         }
-        self.tx.tx_burst(&mut self.tx_pending) > 0
+        if let Some(w) = &mut self.pcapng {
+            // Record each frame once, before the driver owns it; frames a full ring refused
+            // were recorded by an earlier flush.
+            let (port, queue) = (self.tx.port(), self.tx.queue());
+            for m in &self.tx_pending[self.tx_recorded..] {
+                w.record(port, queue, m, Direction::Tx);
+            }
+            self.tx_recorded = self.tx_pending.len();
+        }
+        let sent = self.tx.tx_burst(&mut self.tx_pending);
+        if !self.tx_pending.is_empty() {
+            self.stats.tx_ring_full += 1;
+        }
+        self.tx_recorded = self.tx_recorded.saturating_sub(sent);
+        if let Some(w) = &mut self.pcapng {
+            w.flush();
+        }
+        sent > 0
     }
 
     fn stats(&self) -> DeviceStats {

@@ -370,3 +370,134 @@ impl PollDevice for LinkEnd {
         self.stats
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smoltcp::phy::{RxToken, TxToken};
+
+    fn send(end: &mut LinkEnd, now: Instant, byte: u8) -> bool {
+        match end.transmit(now) {
+            Some(t) => {
+                t.consume(60, |b| b.fill(byte));
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn recv_all(end: &mut LinkEnd, now: Instant) -> Vec<u8> {
+        let mut out = Vec::new();
+        while let Some((rx, _)) = end.receive(now) {
+            out.push(rx.consume(|f| f[0]));
+        }
+        out
+    }
+
+    #[test]
+    fn total_loss_drops_everything_and_counts_it() {
+        let cfg = LinkConfig {
+            faults_ab: Faults {
+                loss: 1.0,
+                ..Faults::default()
+            },
+            ..LinkConfig::default()
+        };
+        let (mut a, mut b) = pair(&cfg);
+        for i in 0..100 {
+            assert!(send(&mut a, Instant::ZERO, i));
+        }
+        assert!(recv_all(&mut b, Instant::ZERO).is_empty());
+        assert_eq!(a.tx_fault_stats().lost, 100);
+    }
+
+    #[test]
+    fn latency_rate_and_reordering_shape_delivery_times() {
+        let cfg = LinkConfig {
+            faults_ab: Faults {
+                latency: Duration::from_micros(100),
+                rate_bytes_per_s: Some(60_000_000), // 60 bytes per microsecond
+                ..Faults::default()
+            },
+            ..LinkConfig::default()
+        };
+        let (mut a, mut b) = pair(&cfg);
+        for i in 0..10 {
+            send(&mut a, Instant::ZERO, i);
+        }
+        // Frame k leaves the wire at (k+1) us and arrives 100 us later.
+        assert_eq!(b.next_delivery(), Some(Instant::from_micros(101)));
+        assert!(recv_all(&mut b, Instant::from_micros(100)).is_empty());
+        assert_eq!(
+            recv_all(&mut b, Instant::from_micros(105)),
+            vec![0, 1, 2, 3, 4]
+        );
+        assert_eq!(
+            recv_all(&mut b, Instant::from_micros(1000)),
+            vec![5, 6, 7, 8, 9]
+        );
+
+        // Every frame held back: a later, unheld frame overtakes it.
+        a.set_tx_faults(Faults {
+            reorder: 1.0,
+            reorder_delay: Duration::from_micros(50),
+            ..Faults::default()
+        });
+        send(&mut a, Instant::from_micros(2000), 1);
+        a.set_tx_faults(Faults::default());
+        send(&mut a, Instant::from_micros(2010), 2);
+        assert_eq!(recv_all(&mut b, Instant::from_micros(3000)), vec![2, 1]);
+    }
+
+    #[test]
+    fn duplication_and_full_queue() {
+        let cfg = LinkConfig {
+            queue_frames: 4,
+            faults_ab: Faults {
+                duplicate: 1.0,
+                ..Faults::default()
+            },
+            ..LinkConfig::default()
+        };
+        let (mut a, mut b) = pair(&cfg);
+        assert!(send(&mut a, Instant::ZERO, 1));
+        assert!(send(&mut a, Instant::ZERO, 2));
+        // Four frames queued (two duplicated): the next token is refused.
+        assert!(!send(&mut a, Instant::ZERO, 3));
+        assert_eq!(a.stats().tx_backpressure, 1);
+        assert_eq!(recv_all(&mut b, Instant::ZERO), vec![1, 1, 2, 2]);
+        assert!(send(&mut a, Instant::ZERO, 3));
+    }
+
+    #[test]
+    fn same_seed_same_faults() {
+        let faults = Faults {
+            seed: 42,
+            loss: 0.3,
+            duplicate: 0.2,
+            corrupt: 0.2,
+            ..Faults::default()
+        };
+        let run = || {
+            let cfg = LinkConfig {
+                faults_ab: faults.clone(),
+                ..LinkConfig::default()
+            };
+            let (mut a, mut b) = pair(&cfg);
+            let mut seen = Vec::new();
+            for i in 0..200u8 {
+                send(&mut a, Instant::ZERO, i);
+                seen.extend(recv_all(&mut b, Instant::ZERO));
+            }
+            (seen, a.tx_fault_stats())
+        };
+        let (s1, f1) = run();
+        let (s2, f2) = run();
+        assert_eq!(s1, s2);
+        assert_eq!(f1, f2);
+        assert!(
+            f1.lost > 30 && f1.duplicated > 15 && f1.corrupted > 15,
+            "{f1:?}"
+        );
+    }
+}

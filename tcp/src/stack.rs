@@ -46,7 +46,8 @@ pub struct TcpTuning {
     pub rx_buffer: usize,
     /// Send buffer in bytes.
     pub tx_buffer: usize,
-    /// Nagle's algorithm (off by default: MPA writes whole FPDUs and wants them out at once).
+    /// Nagle's algorithm (off by default: MPA writes whole FPDUs and wants them out at once,
+    /// MPA-5.1-3).
     pub nagle: bool,
     /// Delayed ACK timeout; `None` acknowledges at the end of every poll that received data.
     pub ack_delay: Option<Duration>,
@@ -94,11 +95,12 @@ pub enum Event {
     Readable(ConnId),
     /// Send buffer space became free.
     Writable(ConnId),
-    /// The peer sent FIN: no more bytes will arrive after those buffered.
+    /// The peer sent FIN: no more bytes will arrive after those buffered (what MPA needs to
+    /// learn a graceful close, MPA-3-12 and MPA-7.2-1).
     PeerClosed(ConnId),
     /// The connection finished closing normally.
     Closed(ConnId),
-    /// The connection was reset by the peer or timed out.
+    /// The connection was reset by the peer or timed out (MPA's error 1, MPA-8-1).
     Reset(ConnId),
 }
 
@@ -266,6 +268,12 @@ impl<D: PollDevice> Stack<D> {
         &mut self.device
     }
 
+    /// Drops the stack (every connection with it, without sending anything) and returns the
+    /// device, e.g. to close a capture.
+    pub fn into_device(self) -> D {
+        self.device
+    }
+
     /// Device counters.
     pub fn device_stats(&self) -> DeviceStats {
         self.device.stats()
@@ -377,7 +385,10 @@ impl<D: PollDevice> Stack<D> {
     }
 
     /// Listens on `port` with `backlog` sockets ready for simultaneous handshakes.
-    /// [`Event::Acceptable`] tells when [`Stack::accept`] has a connection.
+    /// [`Event::Acceptable`] tells when [`Stack::accept`] has a connection. Each socket that
+    /// took a SYN is replaced after the poll; SYNs beyond the free backlog sockets within one
+    /// poll are answered with RST (smoltcp keeps no SYN queue), so size the backlog for the
+    /// burst of connections expected.
     pub fn listen(
         &mut self,
         port: u16,

@@ -347,3 +347,45 @@ fn connection_refused_is_reported_as_reset() {
     }
     assert!(reset, "RST from a closed port ends the connect");
 }
+
+#[test]
+fn capture_wrapper_writes_every_frame_as_pcap() {
+    let (ea, eb) = link::pair(&LinkConfig::default());
+    let cap = warpcore_tcp::Capture::new(ea, Vec::new(), 65535);
+    let mut a = Stack::new(cap, &config(1, IP_A), Instant::ZERO).expect("stack a");
+    let mut b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("stack b");
+    bidirectional(
+        &mut a,
+        &mut b,
+        MIB,
+        &TcpTuning::default(),
+        sim_clock,
+        |_, b| b.device().next_delivery(),
+        Duration::from_secs(60),
+    );
+    let stats = a.device_stats();
+    let (frames, errors) = a.device().captured();
+    assert_eq!(errors, 0);
+    assert_eq!(frames, stats.rx_frames + stats.tx_frames);
+    // Walk the pcap file: global header, then one record per frame.
+    let (_, tmp) = a.into_device().into_parts();
+    assert_eq!(&tmp[..4], &0xa1b2_c3d4u32.to_le_bytes());
+    assert_eq!(u32::from_le_bytes(tmp[20..24].try_into().unwrap()), 1);
+    let mut at = 24;
+    let mut n = 0u64;
+    let mut tcp = 0u64;
+    while at < tmp.len() {
+        let incl = u32::from_le_bytes(tmp[at + 8..at + 12].try_into().unwrap()) as usize;
+        let frame = &tmp[at + 16..at + 16 + incl];
+        let eth = EthernetFrame::new_checked(frame).expect("captured frames are Ethernet");
+        if eth.ethertype() == EthernetProtocol::Ipv4 {
+            let ip = Ipv4Packet::new_checked(eth.payload()).expect("IPv4");
+            tcp += u64::from(ip.next_header() == IpProtocol::Tcp);
+        }
+        at += 16 + incl;
+        n += 1;
+    }
+    assert_eq!(at, tmp.len());
+    assert_eq!(n, frames);
+    assert!(tcp > 1400, "{tcp} TCP frames for 1 MiB each way");
+}

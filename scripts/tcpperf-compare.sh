@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# tcpperf over net_memif between two processes (Warpcore's user-space TCP on DPDK) against
+# kernel TCP over loopback (iperf3 for throughput, qperf tcp_lat for request/response latency),
+# in the same run, plus tcpperf over the in-memory link for reference. Prints a table with the
+# ratios. Kernel tools run on the loopback of a private namespace (wcnet-cmp-*) when root.
+#
+#   scripts/tcpperf-compare.sh            # the long comparison (about 2 minutes)
+#   scripts/tcpperf-compare.sh --short    # the short one scripts/test-net.sh runs (~30 s)
+#
+# Environment: TCPPERF (path of a built tcpperf; default: build it with --release),
+# RESULTS (file to append the RESULT lines to).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+short=0
+[[ "${1:-}" == "--short" ]] && short=1
+if ((short)); then
+    rr_iter=20000 bulk_bytes=$((512 << 20)) kern_s=3
+else
+    rr_iter=200000 bulk_bytes=$((4 << 30)) kern_s=10
+fi
+
+if [[ -z "${TCPPERF:-}" ]]; then
+    cargo build --release -q -p warpcore-apps --bin tcpperf
+    TCPPERF=$root/target/release/tcpperf
+fi
+for tool in iperf3 qperf; do
+    command -v "$tool" >/dev/null || { echo "compare: $tool missing (scripts/install-dpdk.sh)" >&2; exit 1; }
+done
+
+id=$$
+work=$(mktemp -d "/tmp/wcnet-cmp-$id.XXXX")
+sock=$work/memif.sock
+ns=""
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    [[ -n "$ns" ]] && ip netns del "$ns" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+eal="--no-huge -m 512 --no-shconf --no-pci --no-telemetry --log-level=error"
+result() { grep -h '^RESULT' "$@" | tee -a "${RESULTS:-/dev/null}"; }
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" | head -1; }
+
+echo "== tcpperf over net_memif (two processes, cores 0 and 1)"
+rm -f "$sock"
+"$TCPPERF" server --eal "-l 0 $eal --file-prefix=wcnet-cmps$id" \
+    --vdev "net_memif0,role=server,socket=$sock,socket-abstract=no,rsize=12" \
+    --ip 198.18.0.1/24 --tests 2 >"$work/server.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.1; done
+[[ -S "$sock" ]] || { echo "compare: memif server socket $sock did not appear" >&2; cat "$work/server.log"; exit 1; }
+client() {
+    timeout 300 "$TCPPERF" client --eal "-l 1 $eal --file-prefix=wcnet-cmpc$id" \
+        --vdev "net_memif0,role=client,socket=$sock,socket-abstract=no,rsize=12" \
+        --ip 198.18.0.2/24 --server 198.18.0.1 "$@"
+}
+client --test rr --size 64 --iterations "$rr_iter" >"$work/rr.log" 2>&1 || { cat "$work/rr.log" "$work/server.log"; exit 1; }
+client --test bulk --bytes "$bulk_bytes" >"$work/bulk.log" 2>&1 || { cat "$work/bulk.log" "$work/server.log"; exit 1; }
+wait "${pids[0]}" || { cat "$work/server.log"; exit 1; }
+pids=()
+result "$work/rr.log" "$work/bulk.log"
+memif_p50=$(result "$work/rr.log" | field p50_us)
+memif_p99=$(result "$work/rr.log" | field p99_us)
+memif_gbps=$(result "$work/bulk.log" | field gbps)
+
+echo "== tcpperf over the in-memory link (one process)"
+"$TCPPERF" memory --test rr --iterations "$rr_iter" >"$work/mrr.log" 2>&1
+"$TCPPERF" memory --test bulk --bytes "$bulk_bytes" >"$work/mbulk.log" 2>&1
+result "$work/mrr.log" "$work/mbulk.log"
+mem_p50=$(result "$work/mrr.log" | field p50_us)
+mem_gbps=$(result "$work/mbulk.log" | field gbps)
+
+echo "== kernel TCP over loopback (iperf3, qperf tcp_lat)"
+run=()
+host=127.0.0.1
+if [[ $(id -u) -eq 0 ]]; then
+    ns=wcnet-cmp-$id
+    ip netns add "$ns"
+    ip -n "$ns" link set lo up
+    run=(ip netns exec "$ns")
+fi
+port=$((20000 + id % 20000))
+"${run[@]}" iperf3 -s -1 -p "$port" >"$work/iperf3-s.log" 2>&1 &
+pids+=($!)
+sleep 0.5
+"${run[@]}" iperf3 -c "$host" -p "$port" -t "$kern_s" -J >"$work/iperf3.json"
+kern_gbps=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.3f" % (d["end"]["sum_received"]["bits_per_second"]/1e9))' "$work/iperf3.json")
+"${run[@]}" qperf -lp "$((port + 1))" >"$work/qperf-s.log" 2>&1 &
+pids+=($!)
+sleep 0.5
+"${run[@]}" qperf -lp "$((port + 1))" "$host" -t "$kern_s" -m 64 tcp_lat >"$work/qperf.log"
+# qperf prints the one-way latency (half the round trip): double it to compare round trips.
+kern_rtt=$(awk '/latency/ {v=$3; u=$4; if (u=="ns") v/=1000; if (u=="ms") v*=1000; printf "%.2f", 2*v}' "$work/qperf.log")
+echo "RESULT mode=kernel-loopback test=bulk tool=iperf3 gbps=$kern_gbps" | tee -a "${RESULTS:-/dev/null}"
+echo "RESULT mode=kernel-loopback test=rr tool=qperf size=64 rtt_us=$kern_rtt" | tee -a "${RESULTS:-/dev/null}"
+
+load=$(cut -d' ' -f1-3 /proc/loadavg)
+ratio() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print('%.2f' % (a/b) if b else 'n/a')" "$1" "$2"; }
+cat <<TABLE
+
+                               request/response 64 B     bulk throughput
+  tcpperf, net_memif           p50 rtt ${memif_p50} us (p99 ${memif_p99})   ${memif_gbps} Gbit/s
+  tcpperf, in-memory link      p50 rtt ${mem_p50} us              ${mem_gbps} Gbit/s
+  kernel loopback              rtt ${kern_rtt} us (qperf x2)     ${kern_gbps} Gbit/s (iperf3)
+  memif / kernel               latency x$(ratio "$memif_p50" "$kern_rtt")            throughput x$(ratio "$memif_gbps" "$kern_gbps")
+  (goal: latency ratio <= 0.5, throughput ratio >= 1)
+  load average at the end: $load on $(nproc) cores (busy-polling pairs suffer most from other jobs)
+TABLE

@@ -1,0 +1,177 @@
+//! Stack API behaviour over the in-memory link: backlog and accept, events, close sequences,
+//! back-pressure on a full send buffer.
+
+mod common;
+
+use common::*;
+use smoltcp::socket::tcp::State;
+use smoltcp::time::{Duration, Instant};
+use warpcore_tcp::link::{self, LinkConfig, LinkEnd};
+use warpcore_tcp::{ConnId, Event, Stack, StackError, TcpTuning};
+
+fn stacks() -> (Stack<LinkEnd>, Stack<LinkEnd>) {
+    let (ea, eb) = link::pair(&LinkConfig::default());
+    (
+        Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("a"),
+        Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("b"),
+    )
+}
+
+/// Polls both stacks for `steps` steps of 100 us and collects their events.
+fn run(
+    a: &mut Stack<LinkEnd>,
+    b: &mut Stack<LinkEnd>,
+    now: &mut Instant,
+    steps: usize,
+) -> (Vec<Event>, Vec<Event>) {
+    let (mut ea, mut eb) = (Vec::new(), Vec::new());
+    for _ in 0..steps {
+        a.poll(*now);
+        b.poll(*now);
+        ea.extend(std::iter::from_fn(|| a.next_event()));
+        eb.extend(std::iter::from_fn(|| b.next_event()));
+        *now += Duration::from_micros(100);
+    }
+    (ea, eb)
+}
+
+#[test]
+fn backlog_refills_and_excess_syns_are_refused() {
+    let (mut a, mut b) = stacks();
+    let t = TcpTuning::default();
+    let l = b.listen(9000, 2, &t).expect("listen");
+    // Connections arriving over several polls: the backlog refills after each poll.
+    let mut now = Instant::ZERO;
+    let mut accepted = Vec::new();
+    for _ in 0..5 {
+        a.connect((IP_B, 9000), None, &t).expect("connect");
+        let (_, eb) = run(&mut a, &mut b, &mut now, 3);
+        for e in eb {
+            if e == Event::Acceptable(l) {
+                while let Some(c) = b.accept(l).expect("accept") {
+                    accepted.push(c);
+                }
+            }
+        }
+    }
+    assert_eq!(accepted.len(), 5, "accepted {accepted:?}");
+    for c in &accepted {
+        assert_eq!(b.state(*c), Ok(State::Established));
+    }
+
+    // Three SYNs in the same poll against a backlog of one: smoltcp has no SYN queue, so the
+    // surplus is refused with RST (the clients see Reset) rather than left hanging.
+    let l2 = b.listen(9100, 1, &t).expect("listen");
+    let cs: Vec<ConnId> = (0..3)
+        .map(|_| a.connect((IP_B, 9100), None, &t).expect("connect"))
+        .collect();
+    let (ea, _) = run(&mut a, &mut b, &mut now, 5);
+    let connected = cs
+        .iter()
+        .filter(|c| ea.contains(&Event::Connected(**c)))
+        .count();
+    let reset = cs
+        .iter()
+        .filter(|c| ea.contains(&Event::Reset(**c)))
+        .count();
+    assert_eq!((connected, reset), (1, 2), "{ea:?}");
+    assert!(b.accept(l2).expect("accept").is_some());
+}
+
+#[test]
+fn events_follow_data_and_close_in_order() {
+    let (mut a, mut b) = stacks();
+    let t = TcpTuning {
+        rx_buffer: 8192,
+        tx_buffer: 8192,
+        ..TcpTuning::default()
+    };
+    let l = b.listen(9001, 1, &t).expect("listen");
+    let c = a.connect((IP_B, 9001), None, &t).expect("connect");
+    let mut now = Instant::ZERO;
+    let (ea, eb) = run(&mut a, &mut b, &mut now, 5);
+    assert!(ea.contains(&Event::Connected(c)), "{ea:?}");
+    assert!(eb.contains(&Event::Acceptable(l)), "{eb:?}");
+    let s = b.accept(l).expect("accept").expect("one connection");
+    assert_eq!(b.accept(l), Ok(None));
+
+    // Fill the client's send buffer: the rest is refused (0), not lost.
+    let big = vec![7u8; 20_000];
+    let n = a.send(c, &big).expect("send");
+    assert_eq!(n, 8192);
+    assert_eq!(a.send(c, &big[n..]), Ok(0));
+    assert_eq!(a.send_space(c), Ok(0));
+    let (ea, eb) = run(&mut a, &mut b, &mut now, 3);
+    assert!(eb.contains(&Event::Readable(s)), "{eb:?}");
+    let mut buf = vec![0u8; 20_000];
+    let got = b.recv(s, &mut buf).expect("recv");
+    assert_eq!(got, 8192);
+    assert!(buf[..got].iter().all(|&x| x == 7));
+    let (ea2, _) = run(&mut a, &mut b, &mut now, 3);
+    assert!(
+        ea.iter().chain(&ea2).any(|e| *e == Event::Writable(c)),
+        "send space freed by ACKs: {ea:?} {ea2:?}"
+    );
+
+    // Client closes: server sees PeerClosed, reads EOF, closes; both end Closed (not Reset).
+    a.close(c).expect("close");
+    let (_, eb) = run(&mut a, &mut b, &mut now, 3);
+    assert!(eb.contains(&Event::PeerClosed(s)), "{eb:?}");
+    assert!(matches!(
+        b.recv(s, &mut buf),
+        Err(StackError::CannotRecv(_))
+    ));
+    assert!(
+        matches!(b.send(s, b"late reply"), Ok(10)),
+        "half-close: server may still send"
+    );
+    b.close(s).expect("close");
+    let (ea, eb) = run(&mut a, &mut b, &mut now, 10);
+    assert!(eb.contains(&Event::Closed(s)), "{eb:?}");
+    assert!(ea.contains(&Event::PeerClosed(c)), "{ea:?}");
+    let mut tail = [0u8; 32];
+    assert_eq!(a.recv(c, &mut tail), Ok(10));
+    assert_eq!(&tail[..10], b"late reply");
+    assert_eq!(a.state(c), Ok(State::TimeWait));
+    b.release(s).expect("release");
+    assert_eq!(b.state(s), Err(StackError::UnknownConnection));
+}
+
+#[test]
+fn abort_resets_the_peer() {
+    let (mut a, mut b) = stacks();
+    let t = TcpTuning::default();
+    let l = b.listen(9002, 1, &t).expect("listen");
+    let c = a.connect((IP_B, 9002), None, &t).expect("connect");
+    let mut now = Instant::ZERO;
+    run(&mut a, &mut b, &mut now, 5);
+    let s = b.accept(l).expect("accept").expect("connection");
+    a.abort(c).expect("abort");
+    let (ea, eb) = run(&mut a, &mut b, &mut now, 5);
+    assert!(
+        ea.contains(&Event::Closed(c)),
+        "local abort is a close: {ea:?}"
+    );
+    assert!(
+        eb.contains(&Event::Reset(s)),
+        "the peer sees a reset: {eb:?}"
+    );
+}
+
+#[test]
+fn table_limit_is_enforced() {
+    let (mut a, _b) = stacks();
+    let t = TcpTuning {
+        rx_buffer: 1024,
+        tx_buffer: 1024,
+        ..TcpTuning::default()
+    };
+    for _ in 0..16 {
+        a.connect((IP_B, 1), None, &t).expect("within the limit");
+    }
+    assert_eq!(
+        a.connect((IP_B, 1), None, &t),
+        Err(StackError::TableFull(16))
+    );
+    assert_eq!(a.listen(2, 1, &t), Err(StackError::TableFull(16)));
+}
