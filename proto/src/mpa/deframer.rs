@@ -44,8 +44,10 @@
 //! Zero copy: when the ULPDU lies contiguous in the input chunk (no marker inside it) and the
 //! rest of its FPDU (pad, CRC) is in the same chunk, the ULPDU is returned borrowed from the
 //! input ([`Ulpdu::Borrowed`]) and only the CRC pass touches the payload. Otherwise the ULPDU
-//! is assembled in a buffer allocated once at construction ([`Ulpdu::Reassembled`]), with the
-//! CRC computed over each run as it is copied. No allocation happens after construction.
+//! is assembled in a buffer allocated once at construction ([`Ulpdu::Reassembled`]). Either
+//! way the CRC is computed in one call per FPDU and input chunk, over the contiguous covered
+//! span (markers included, since they are covered too), never octet by octet or field by
+//! field. No allocation happens after construction.
 //!
 //! Error codes: a CRC mismatch is [`MpaError::CrcMismatch`] (code 2). A marker that
 //! disagrees with the length chain is [`MpaError::MarkerMismatch`] (code 3); with CRCs on it
@@ -307,6 +309,16 @@ impl Deframer {
         let mut i = 0usize;
         // The ULPDU, if it is being taken from `input` without a copy.
         let mut borrowed: Option<(usize, usize)> = None;
+        // Every stream octet from the FPDU's first octet (a leading marker included) up to
+        // the first octet of its CRC field is covered by the CRC (MPA-4.4-15 to
+        // MPA-4.4-17), markers and all. So the CRC is not computed field by field but over
+        // each contiguous covered span of the input in one call: `covered_from` is where the
+        // pending span starts, `None` once the CRC field has begun.
+        let mut covered_from = if self.field == Field::Crc && self.got > 0 {
+            None
+        } else {
+            Some(0)
+        };
         loop {
             // Fields that are complete (or empty) need no input to move on.
             if self.field == Field::Ulpdu && self.got == self.ulpdu_len {
@@ -321,6 +333,9 @@ impl Deframer {
                 return self.finish(input, i, borrowed);
             }
             if i == input.len() {
+                if let Some(from) = covered_from {
+                    self.crc_span(&input[from..i]);
+                }
                 if let Some((start, len)) = borrowed {
                     // The FPDU continues in a later chunk: keep the ULPDU before the input
                     // goes away.
@@ -334,11 +349,8 @@ impl Deframer {
             // A marker, whole or split, wherever it falls (MPA-4.3-8).
             if self.markers && (self.marker_got > 0 || fpdu::is_marker_offset(self.pos)) {
                 let n = (MARKER_LEN - self.marker_got).min(rest.len());
+                // Covered (through `covered_from`) unless the CRC field has begun.
                 self.marker[self.marker_got..self.marker_got + n].copy_from_slice(&rest[..n]);
-                // Covered unless the CRC field has begun (MPA-4.4-16, MPA-4.4-17).
-                if !(self.field == Field::Crc && self.got > 0) {
-                    self.crc = crc32c_append(self.crc, &rest[..n]);
-                }
                 self.marker_got += n;
                 self.advance(&mut i, n);
                 if self.marker_got == MARKER_LEN {
@@ -362,7 +374,6 @@ impl Deframer {
                     }
                     let n = (ULPDU_LENGTH_LEN - self.got).min(avail);
                     self.len_field[self.got..self.got + n].copy_from_slice(&rest[..n]);
-                    self.crc = crc32c_append(self.crc, &rest[..n]);
                     self.got += n;
                     self.advance(&mut i, n);
                     if self.got == ULPDU_LENGTH_LEN {
@@ -381,18 +392,15 @@ impl Deframer {
                 Field::Ulpdu => {
                     let want = self.ulpdu_len - self.got;
                     if self.got == 0 && avail >= want {
-                        // Whole ULPDU contiguous in the input: take it in place, one CRC
-                        // pass over the payload and no copy.
-                        self.crc = crc32c_append(self.crc, &rest[..want]);
+                        // Whole ULPDU contiguous in the input: take it in place; the CRC
+                        // pass over the covered span is the only pass over the payload.
                         borrowed = Some((i, want));
                         self.got = want;
                         self.advance(&mut i, want);
                     } else {
-                        // Reassembly: CRC fused with the copy, run by run.
+                        // Reassembly: one copy per run between markers or chunk ends.
                         let n = want.min(avail);
-                        let run = &rest[..n];
-                        self.crc = crc32c_append(self.crc, run);
-                        self.buf[self.got..self.got + n].copy_from_slice(run);
+                        self.buf[self.got..self.got + n].copy_from_slice(&rest[..n]);
                         self.got += n;
                         self.advance(&mut i, n);
                     }
@@ -400,17 +408,28 @@ impl Deframer {
                 Field::Pad => {
                     // Pad content is ignored except by the CRC (MPA-4.1-3).
                     let n = (fpdu::pad_len(self.ulpdu_len) - self.got).min(avail);
-                    self.crc = crc32c_append(self.crc, &rest[..n]);
                     self.got += n;
                     self.advance(&mut i, n);
                 }
                 Field::Crc => {
+                    if let Some(from) = covered_from.take() {
+                        self.crc_span(&input[from..i]);
+                    }
                     let n = (CRC_LEN - self.got).min(avail);
                     self.crc_field[self.got..self.got + n].copy_from_slice(&rest[..n]);
                     self.got += n;
                     self.advance(&mut i, n);
                 }
             }
+        }
+    }
+
+    /// Extends the running CRC over covered octets (skipped when CRCs are off: the field is
+    /// never checked then, so there is nothing to compute).
+    #[inline]
+    fn crc_span(&mut self, covered: &[u8]) {
+        if self.crc_on {
+            self.crc = crc32c_append(self.crc, covered);
         }
     }
 

@@ -3,8 +3,11 @@
 //! Sans-IO: the framer owns no buffer. The caller gathers one ULPDU from any number of slices
 //! (typically the DDP/RDMAP header and one or more payload slices) and gives an output buffer,
 //! normally the free space of the TCP socket's transmit buffer. The framer copies the
-//! ULPDU into it exactly once, inserting markers and computing the CRC32c in the same pass
-//! over each copied run (no second pass over the payload).
+//! ULPDU into it exactly once, inserting markers, and computes the CRC32c right behind the
+//! copy, block by block (16 KiB) while the octets are still in cache, so the payload is
+//! never walked a second time from memory. (Markers cut the copy into runs of at most 508
+//! octets; a CRC per run would fall off the `crc32c` crate's fast interleaved path, which
+//! is why the CRC works on blocks of the output, markers included, rather than per run.)
 //!
 //! Markers depend on the stream position, so the framer tracks the stream offset (counted
 //! from the first octet of FPDU mode, see [`crate::wire::fpdu`]) of everything it emits;
@@ -31,7 +34,7 @@
 
 use core::fmt;
 
-use crate::wire::fpdu::{self, crc32c_append, crc_to_wire, MarkerRepr, MAX_ULPDU_LEN};
+use crate::wire::fpdu::{self, crc32c_append, crc_to_wire, MarkerRepr, MAX_ULPDU_LEN, MIN_MULPDU};
 
 /// Transmit-side settings, fixed when the MPA negotiation completes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,8 +46,9 @@ pub struct FramerConfig {
     /// MPA-4.4-13; any value is valid, MPA-4.1-4). Negotiated CRCs must be generated
     /// (MPA-7.1.1-12); leaving them on is always allowed (MPA-4.4-12).
     pub crc: bool,
-    /// The largest ULPDU accepted (MULPDU, normally [`fpdu::mulpdu`] of the EMSS). Values
-    /// above [`MAX_ULPDU_LEN`] are treated as [`MAX_ULPDU_LEN`] (MPA-3-5).
+    /// The largest ULPDU accepted (MULPDU, normally [`fpdu::mulpdu`] of the EMSS), clamped
+    /// to `128..=64768`: MPA never offers less than 128 (MPA-4.5-6, MPA-4.5-7) nor more than
+    /// 64768 (MPA-3-4, MPA-3-5).
     pub mulpdu: usize,
     /// Stream offset, counted from the first octet of FPDU mode, of the first octet this
     /// framer emits: 0 for a connection that just finished its MPA startup (so the first
@@ -119,7 +123,7 @@ impl Framer {
         Framer {
             markers: config.markers,
             crc: config.crc,
-            mulpdu: config.mulpdu.min(MAX_ULPDU_LEN),
+            mulpdu: clamp_mulpdu(config.mulpdu),
             stream_offset: config.stream_offset,
             fpdus: 0,
             ulpdu_octets: 0,
@@ -143,11 +147,12 @@ impl Framer {
     }
 
     /// Changes MULPDU, e.g. after an EMSS change or to fill the rest of a segment
-    /// (MPA-4.5-3, MPA-4.5-4); clamped to at most 64768 (MPA-3-4). Use
-    /// [`fpdu::mulpdu`] to derive it from an EMSS; values below 128 are honoured as given
-    /// so that a caller may shrink it to the room left in a segment.
+    /// (MPA-4.5-3, MPA-4.5-4), clamped to `128..=64768` (MPA-3-4, MPA-4.5-6, MPA-4.5-7).
+    /// Use [`fpdu::mulpdu`] to derive it from an EMSS. Packing a small FPDU into the room
+    /// left in a segment needs no MULPDU change: check [`fpdu_wire_len`](Self::fpdu_wire_len)
+    /// against the room instead.
     pub fn set_max_ulpdu_len(&mut self, mulpdu: usize) {
-        self.mulpdu = mulpdu.min(MAX_ULPDU_LEN);
+        self.mulpdu = clamp_mulpdu(mulpdu);
     }
 
     /// Sets MULPDU from an effective MSS with the marker-aware formula of mpa-08 §4.5
@@ -191,6 +196,9 @@ impl Framer {
     /// front of it (MPA-4.1-1, MPA-4.1-2, MPA-4.3-2, MPA-4.3-3, MPA-4.3-5, MPA-4.3-9,
     /// MPA-4.3-11, MPA-4.4-15, MPA-4.4-16, MPA-4.4-17, MPA-4.4-18). The CRC is computed
     /// while copying. Octets of `out` past the FPDU are left untouched.
+    ///
+    /// The slices may be empty and their number is free; an empty list frames a zero-length
+    /// ULPDU.
     pub fn emit(&mut self, ulpdu: &[&[u8]], out: &mut [u8]) -> Result<usize, FramerError> {
         let mut len: usize = 0;
         for part in ulpdu {
@@ -213,6 +221,7 @@ impl Framer {
             pos: self.stream_offset,
             fpdu_start: None,
             crc: 0,
+            crc_done: 0,
             crc_on: self.crc,
             markers: self.markers,
             markers_written: 0,
@@ -225,6 +234,7 @@ impl Framer {
         w.put(&[0u8; 3][..fpdu::pad_len(len)]);
         // A marker due right where the CRC starts is still part of this FPDU (MPA-4.4-16).
         w.marker_if_due();
+        w.crc_flush();
         let crc = if self.crc { w.crc } else { 0 };
         // The CRC field itself is not covered. (With a stream offset that is not a multiple
         // of 4 a marker could fall inside it; it is then inserted but not covered, exactly
@@ -243,8 +253,18 @@ impl Framer {
     }
 }
 
-/// Copies FPDU content into the output, inserting markers at their stream positions and
-/// extending the CRC over every run it copies (markers included).
+/// Once this many covered octets are pending, the CRC catches up over them while they are
+/// still in cache. Markers cut the copy into runs of at most 508 octets, and CRC32c is much
+/// faster over long spans (the `crc32c` crate interleaves three streams over 768 octets and
+/// more), so the CRC runs over blocks of the output rather than over each run.
+const CRC_BLOCK: usize = 16 * 1024;
+
+fn clamp_mulpdu(mulpdu: usize) -> usize {
+    mulpdu.clamp(MIN_MULPDU, MAX_ULPDU_LEN)
+}
+
+/// Copies FPDU content into the output, inserting markers at their stream positions; the
+/// CRC follows the copy block by block over the written output (markers included).
 struct Writer<'o> {
     out: &'o mut [u8],
     at: usize,
@@ -252,6 +272,8 @@ struct Writer<'o> {
     /// Stream offset of this FPDU's ULPDU_Length field, once its first octet is written.
     fpdu_start: Option<u64>,
     crc: u32,
+    /// Output octets `..crc_done` are already in `crc`.
+    crc_done: usize,
     crc_on: bool,
     markers: bool,
     markers_written: u64,
@@ -275,11 +297,19 @@ impl Writer<'_> {
     fn raw(&mut self, data: &[u8]) {
         let end = self.at + data.len();
         self.out[self.at..end].copy_from_slice(data);
-        if self.crc_on {
-            self.crc = crc32c_append(self.crc, data);
-        }
         self.at = end;
         self.pos = self.pos.wrapping_add(data.len() as u64);
+        if self.at - self.crc_done >= CRC_BLOCK {
+            self.crc_flush();
+        }
+    }
+
+    /// Brings the CRC up to date with everything written so far.
+    fn crc_flush(&mut self) {
+        if self.crc_on {
+            self.crc = crc32c_append(self.crc, &self.out[self.crc_done..self.at]);
+        }
+        self.crc_done = self.at;
     }
 
     fn put(&mut self, mut data: &[u8]) {
@@ -347,6 +377,10 @@ mod tests {
         assert_eq!(f.fpdus(), 0);
         f.set_max_ulpdu_len(1_000_000);
         assert_eq!(f.max_ulpdu_len(), MAX_ULPDU_LEN);
+        // MPA-4.5-7: never below 128, even for the room left in a segment.
+        f.set_max_ulpdu_len(40);
+        assert_eq!(f.max_ulpdu_len(), MIN_MULPDU);
+        assert_eq!(f.emit(&[&big[..128]], &mut [0u8; 140]), Ok(136));
         f.set_emss(1460);
         assert_eq!(f.max_ulpdu_len(), 1454);
     }
