@@ -684,6 +684,7 @@ impl Qp {
                         }
                     }
                     self.flush();
+                    self.disconnect_requested = true;
                     if self.conn.as_ref().is_some_and(|c| c.term.is_some()) {
                         self.set_state(QpState::Terminate);
                     }
@@ -1505,6 +1506,7 @@ impl<D: PollDevice> EngineCore<D> {
         let mut work = false;
         while let Some(ev) = self.stack.next_event() {
             work = true;
+
             match ev {
                 TcpEvent::Acceptable(l) => self.on_acceptable(l),
                 TcpEvent::PeerClosed(c) => {
@@ -1512,21 +1514,13 @@ impl<D: PollDevice> EngineCore<D> {
                         let Some(q) = self.qps[i].as_mut() else {
                             continue;
                         };
+                        // A startup frame may still sit in the receive buffer in front of the
+                        // FIN: the receive poller reads it first and only then tells the
+                        // initiator about the close.
                         if let Some(conn) = q.conn.as_mut() {
                             conn.peer_closed = true;
-                            if let Mpa::Initiator(init) = &mut conn.mpa {
-                                init.handle_close();
-                            }
                         }
-                        if q.state == QpState::Connecting {
-                            let mut ctx = Ctx {
-                                mrs: &self.mrs,
-                                cfg: &self.cfg,
-                                events: &mut self.events,
-                                stats: &mut self.stats,
-                            };
-                            q.drive_initiator(&mut ctx);
-                        } else if q.state == QpState::Rts {
+                        if q.state == QpState::Rts {
                             // The peer closed: drain what we owe, then FIN (RDMAP-06 §6).
                             q.set_state(QpState::Closing);
                         }
@@ -1723,6 +1717,17 @@ impl<D: PollDevice> EngineCore<D> {
                 })
                 .unwrap_or(0);
             work |= n > 0;
+            // The peer closed during the startup and every octet before its FIN is read.
+            let closed_early = q.state == QpState::Connecting
+                && q.conn.as_ref().is_some_and(|c| c.peer_closed)
+                && stack.recv_queue(tcp).unwrap_or(0) == 0;
+            if closed_early {
+                if let Some(Mpa::Initiator(init)) = q.conn.as_mut().map(|c| &mut c.mpa) {
+                    init.handle_close();
+                }
+                q.drive_initiator(&mut ctx);
+                work = true;
+            }
         }
         work
     }

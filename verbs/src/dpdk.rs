@@ -2,7 +2,7 @@
 //! ([`init_eal`]), then turn a port into a [`DpdkPort`] (one rx/tx queue pair per engine
 //! core) and open a [`crate::Context`] on it with [`crate::Device::Dpdk`].
 
-use warpcore_engine::tcp::dpdk_sys::{Eal, EalBuilder, Mempool, Port, PortConfig};
+use warpcore_engine::tcp::dpdk_sys::{Eal, EalBuilder, Mempool, PcapngWriter, Port, PortConfig};
 use warpcore_engine::tcp::{DpdkDevice, DpdkDeviceConfig};
 
 pub use warpcore_engine::tcp::dpdk_sys;
@@ -71,6 +71,17 @@ impl DpdkPort {
             ));
         }
         Ok(DpdkPort { devices, mac, mtu })
+    }
+
+    /// Records every frame of the first queue into a pcapng file at `path` (DPDK's
+    /// `rte_pcapng`); the file is complete once the context is dropped.
+    pub fn capture_pcapng(&mut self, eal: &Eal, path: &str, pool_name: &str) -> Result<(), Error> {
+        let w = PcapngWriter::create(eal, path, pool_name, self.mtu as u32 + 18)
+            .map_err(|e| Error::Device(e.to_string()))?;
+        if let Some(d) = self.devices.first_mut() {
+            d.set_pcapng(w);
+        }
+        Ok(())
     }
 
     pub(crate) fn into_devices(self) -> Vec<DpdkDevice> {

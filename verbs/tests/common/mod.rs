@@ -3,6 +3,8 @@
 //! (two contexts in one process) and net_memif (two processes).
 #![allow(dead_code)]
 
+pub mod judge;
+
 use std::time::Duration;
 
 use warpcore_verbs::*;
@@ -53,16 +55,23 @@ fn expect_wc(cq: &CompletionQueue, wr_id: u64) -> Completion {
     c
 }
 
-/// The server role.
-pub fn server(ctx: &Context) {
+/// The server role; `ready` is called once it listens.
+pub fn server(ctx: &Context, ready: impl FnOnce()) {
     let pd = ctx.alloc_pd();
     let cq = ctx.create_cq(256).unwrap();
     let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
     let mr = pd.alloc_mr(4 * LEN, all).unwrap();
     let src = pattern(LEN, 77);
     mr.write(2 * LEN, &src).unwrap(); // what the client Reads
-    for (i, (params, close)) in rounds().into_iter().enumerate() {
+                                      // Every listener first: the client may run ahead of us.
+    let n = rounds().len() as u16;
+    for (i, (params, _)) in rounds().into_iter().enumerate() {
         ctx.listen(PORT + i as u16, &params).unwrap();
+    }
+    ctx.listen(PORT + n, &MpaParams::default()).unwrap();
+    ctx.listen(PORT + n + 1, &MpaParams::default()).unwrap();
+    ready();
+    for (i, (params, close)) in rounds().into_iter().enumerate() {
         let CmEvent::ConnectRequest(req) = event(ctx) else {
             panic!("expected a connection request")
         };
@@ -134,15 +143,12 @@ pub fn server(ctx: &Context) {
         assert_eq!(qp.state(), QpState::Error);
     }
     // Reject with private data.
-    let n = rounds().len() as u16;
-    ctx.listen(PORT + n, &MpaParams::default()).unwrap();
     let CmEvent::ConnectRequest(req) = event(ctx) else {
         panic!("expected a connection request")
     };
     assert_eq!(req.private_data, b"reject me");
     ctx.reject(&req, b"no thanks").unwrap();
     // A remote access error: the client Reads beyond our region.
-    ctx.listen(PORT + n + 1, &MpaParams::default()).unwrap();
     let CmEvent::ConnectRequest(req) = event(ctx) else {
         panic!("expected a connection request")
     };
