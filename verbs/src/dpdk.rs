@@ -46,6 +46,16 @@ impl DpdkPort {
     /// Configures and starts an already opened port (e.g. one end of a
     /// [`dpdk_sys::RingPortPair`]) with `queues` queue pairs over `pool`.
     pub fn from_port(mut port: Port, pool: Mempool, queues: u16) -> Result<DpdkPort, Error> {
+        // One core per queue needs the connection set-up to choose local ports whose RSS
+        // hash lands on the QP's core (and the port's RSS key to compute it); until that
+        // exists, a multi-queue port would steer some flows to a core that does not own
+        // them, so it is refused.
+        if queues != 1 {
+            return Err(Error::Config(
+                "one queue per port for now: RSS-steered connection set-up is not implemented"
+                    .into(),
+            ));
+        }
         let dev = |e: dpdk_sys::Error| Error::Device(e.to_string());
         let cfg = PortConfig {
             rx_queues: queues,
