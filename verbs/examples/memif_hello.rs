@@ -16,7 +16,7 @@ const PORT: u16 = 7000;
 const WAIT: Duration = Duration::from_secs(30);
 
 fn open(role: &str) -> Result<Context, Error> {
-    let sock = std::env::var("WCENG_SOCK").unwrap_or("/tmp/wceng-example.sock".into());
+    let sock = std::env::var("WCENG_SOCK").unwrap_or_else(|_| "/tmp/wceng-example.sock".into());
     let (lcore, ip, mac) = match role {
         "server" => ("0", [198, 18, 0, 2], 2),
         _ => ("1", [198, 18, 0, 1], 1),
@@ -31,7 +31,7 @@ fn open(role: &str) -> Result<Context, Error> {
         "--no-pci",
         "--no-telemetry",
         "--log-level=error",
-        &format!("--file-prefix=wceng-ex-{role}"),
+        &format!("--file-prefix=wceng-ex-{role}-{}", std::process::id()),
         &format!("--vdev=net_memif0,role={role},socket={sock},socket-abstract=no"),
     ]
     .iter()
