@@ -83,6 +83,28 @@ impl World {
 
 /// A connection from the hand-driven peer, in FPDU mode: (tcp, framer, deframer, qp).
 fn connect(w: &mut World, rq: usize) -> (ConnId, Framer, Deframer, warpcore_engine::QpId) {
+    connect_with(
+        w,
+        rq,
+        nego::Config {
+            ird: 4,
+            ord: 4,
+            ..nego::Config::default()
+        },
+    )
+    .0
+}
+
+/// Connects with the initiator settings `cfg`; also returns the RTR the initiator must send.
+#[allow(clippy::type_complexity)]
+fn connect_with(
+    w: &mut World,
+    rq: usize,
+    cfg: nego::Config,
+) -> (
+    (ConnId, Framer, Deframer, warpcore_engine::QpId),
+    Option<warpcore_engine::proto::wire::mpa::RtrType>,
+) {
     let qp = w
         .engine
         .create_qp(QpAttr {
@@ -104,15 +126,7 @@ fn connect(w: &mut World, rq: usize) -> (ConnId, Framer, Deframer, warpcore_engi
         .peer
         .connect((ip(2), PORT), None, &TcpTuning::default())
         .unwrap();
-    let mut init = Initiator::new(
-        nego::Config {
-            ird: 4,
-            ord: 4,
-            ..nego::Config::default()
-        },
-        std::time::Instant::now(),
-    )
-    .unwrap();
+    let mut init = Initiator::new(cfg, std::time::Instant::now()).unwrap();
     let mut negotiated = None;
     for _ in 0..5000 {
         w.step();
@@ -144,7 +158,7 @@ fn connect(w: &mut World, rq: usize) -> (ConnId, Framer, Deframer, warpcore_engi
         crc: n.crc,
         ..DeframerConfig::default()
     });
-    (tcp, framer, deframer, qp)
+    ((tcp, framer, deframer, qp), n.rtr)
 }
 
 fn send_ulpdus(
@@ -434,5 +448,58 @@ fn random_ulpdus_never_panic() {
             "round {round}: {st:?}"
         );
         let _ = StdDuration::ZERO;
+    }
+}
+
+/// RFC 6581 §9.2, MPA2-5-1: as responder the engine accepts each RTR type a peer may send
+/// first (siw offers them all), consumes it without completing anything (a Send RTR takes
+/// MSN 1 and no receive buffer; a Read RTR is answered with a zero-length Read Response),
+/// and the stream then carries ordinary traffic.
+#[test]
+fn responder_accepts_every_rtr_type() {
+    use warpcore_engine::proto::wire::mpa::{RtrType, RtrTypes};
+    for t in [RtrType::Write, RtrType::Send, RtrType::Read] {
+        let mut w = world();
+        let cfg = nego::Config {
+            peer_to_peer: true,
+            rtr: RtrTypes::only(t),
+            ird: 4,
+            ord: 4,
+            ..nego::Config::default()
+        };
+        let ((tcp, mut framer, mut deframer, qp), rtr) = connect_with(&mut w, 1, cfg);
+        assert_eq!(rtr, Some(t));
+        // The RTR, then a Send with the next MSN on QN 0.
+        let msn = if t == RtrType::Send { 2 } else { 1 };
+        send_ulpdus(
+            &mut w,
+            tcp,
+            &mut framer,
+            &[t.ulpdu().to_vec(), send(msn, b"after rtr")],
+            false,
+        );
+        let mut rx = Vec::new();
+        let mut read_responses = 0;
+        for _ in 0..500 {
+            w.step();
+            let _ = w.peer.recv_with(tcp, |d| {
+                rx.extend_from_slice(d);
+                d.len()
+            });
+            let mut input = &rx[..];
+            while let Ok((n, Some(u))) = deframer.poll(input) {
+                input = &input[n..];
+                let seg = Segment::parse(&u).expect("valid segment from the engine");
+                assert_eq!(seg.repr.opcode, Opcode::ReadResponse, "{t:?}");
+                assert!(seg.payload.is_empty() && seg.repr.last);
+                read_responses += 1;
+            }
+            rx.clear();
+        }
+        assert_eq!(read_responses, usize::from(t == RtrType::Read), "{t:?}");
+        assert_eq!(w.engine.qp_state(qp).unwrap(), QpState::Rts, "{t:?}");
+        let c = w.cq.pop().expect("the Send after the RTR completes");
+        assert_eq!((c.wr_id, c.byte_len), (0, 9), "{t:?}");
+        assert!(w.cq.pop().is_none(), "{t:?}: the RTR completes nothing");
     }
 }
