@@ -18,6 +18,14 @@ pub fn init_eal(program: &str, args: &[String]) -> Result<Eal, Error> {
         .map_err(|e| Error::Device(e.to_string()))
 }
 
+/// Initialises the EAL with `eal_args` (vdevs included, e.g.
+/// `--vdev=net_memif0,role=server,socket=/tmp/x.sock`) and opens the port `port_name` with
+/// one queue: everything a [`crate::Device::Dpdk`] needs for a process with one port.
+pub fn open_port(eal_args: &[String], port_name: &str) -> Result<DpdkPort, Error> {
+    let eal = init_eal("warpcore", eal_args)?;
+    DpdkPort::open(&eal, port_name, 1, 8191)
+}
+
 /// A configured, started DPDK port split into one device per engine core.
 #[derive(Debug)]
 pub struct DpdkPort {
