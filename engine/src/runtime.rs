@@ -239,7 +239,11 @@ pub fn spawn_core<D: PollDevice + 'static>(
                 }
             };
             let _ = ready_tx.send(Ok(()));
-            run_core(core, &c2, &e2, &i2, &s2, &clock, base);
+            let linger = StdDuration::from_millis(core.config().shutdown_linger_ms);
+            let core = run_core(core, &c2, &e2, &i2, &s2, &clock, base);
+            // Stopped polling; keep the device open a while (see `shutdown_linger_ms`).
+            thread::sleep(linger);
+            drop(core);
         })
         .map_err(|e| EngineError::Device(e.to_string()))?;
     let thread = join.thread().clone();
@@ -272,7 +276,7 @@ fn run_core<D: PollDevice>(
     stop: &AtomicBool,
     clock: &Clock,
     base: StdInstant,
-) {
+) -> EngineCore<D> {
     let budget = core.config().command_budget;
     let mut pending: VecDeque<CmEvent> = VecDeque::with_capacity(core.config().event_queue_depth);
     let mut backoff = Backoff::new(2000, 2100, StdDuration::from_micros(200));
@@ -300,6 +304,7 @@ fn run_core<D: PollDevice>(
         }
         backoff.pause(work, idle);
     }
+    core
 }
 
 fn apply<D: PollDevice>(core: &mut EngineCore<D>, cmd: Command) {

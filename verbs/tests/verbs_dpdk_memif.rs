@@ -37,6 +37,8 @@ fn role(role: &str) {
     }
     let mut cfg = Config::new(Device::Dpdk(port), ip);
     cfg.mac = Some([2, 0, 0, 0, 0, mac_last]);
+    // Both processes stop polling before either closes its memif port.
+    cfg.engine.shutdown_linger_ms = 1000;
     let ctx = Context::open(cfg).expect("context");
     if role == "server" {
         common::server(&ctx, || {});
