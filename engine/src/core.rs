@@ -35,8 +35,8 @@ use warpcore_proto::mpa::framer::{Framer, FramerConfig};
 use warpcore_proto::mpa::negotiation::{self as nego, Initiator, Negotiated, Responder};
 use warpcore_proto::rdmap::terminate::TERMINATE_SEGMENT_MAX_LEN;
 use warpcore_proto::rdmap::{
-    check_inbound, emit_terminate, handle_read_request, invalidate_error, AccessRegion,
-    InboundReadQueue, InvalidateFault, Offending, RdmapConfig, ReadResponsePlan, StagFault,
+    check_inbound, emit_terminate, handle_read_request, invalidate_error, InboundReadQueue,
+    InvalidateFault, Offending, RdmapConfig, ReadResponsePlan,
 };
 use warpcore_proto::wire::ddp::DDP_VERSION;
 use warpcore_proto::wire::fpdu::{self, MAX_ULPDU_LEN};
@@ -334,13 +334,6 @@ impl<D: PollDevice> std::fmt::Debug for EngineCore<D> {
             .field("qps", &self.qps.iter().filter(|q| q.is_some()).count())
             .field("stats", &self.stats)
             .finish_non_exhaustive()
-    }
-}
-
-fn lookup_fault_tagged(f: LookupFault) -> TaggedFault {
-    match f {
-        LookupFault::InvalidStag | LookupFault::AccessDenied => TaggedFault::InvalidStag,
-        LookupFault::WrongPd => TaggedFault::NotAssociated,
     }
 }
 
@@ -822,13 +815,10 @@ impl Qp {
                 };
                 match ctx.mrs.lookup(Stag(stag), self.pd, need) {
                     Ok(g) => {
-                        tagged = TaggedView(Ok(TaggedRegion {
-                            base: g.base_to(),
-                            len: g.len() as u64,
-                        }));
+                        tagged = TaggedView(Ok(g.tagged_region()));
                         guard = Some(g);
                     }
-                    Err(f) => tagged = TaggedView(Err(lookup_fault_tagged(f))),
+                    Err(f) => tagged = TaggedView(Err(f.tagged_fault())),
                 }
             }
         }
@@ -940,16 +930,10 @@ impl Qp {
                     // IRD (RDMAP-6.1-2): a Read beyond it breaks the negotiated ORD.
                     self.ird.admit()?;
                     let plan = handle_read_request(&rr, |stag| {
-                        match ctx.mrs.lookup(Stag(stag), self.pd, Access::empty()) {
-                            Ok(g) => Ok(AccessRegion {
-                                base: g.base_to(),
-                                len: g.len() as u64,
-                                remote_read: g.access().contains(Access::REMOTE_READ),
-                                remote_write: g.access().contains(Access::REMOTE_WRITE),
-                            }),
-                            Err(LookupFault::WrongPd) => Err(StagFault::NotAssociated),
-                            Err(_) => Err(StagFault::Invalid),
-                        }
+                        ctx.mrs
+                            .lookup(Stag(stag), self.pd, Access::empty())
+                            .map(|g| g.access_region())
+                            .map_err(LookupFault::stag_fault)
                     });
                     let plan = match plan {
                         Ok(p) => p,
