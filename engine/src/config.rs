@@ -125,6 +125,13 @@ impl EngineConfig {
                 return err(name, "must be at least 1");
             }
         }
+        if !self.event_queue_depth.is_power_of_two() || !self.command_queue_depth.is_power_of_two()
+        {
+            return err(
+                "event/command_queue_depth",
+                "must be powers of two (SPSC rings)",
+            );
+        }
         if self.max_sge > MAX_SGE {
             return err("max_sge", "exceeds MAX_SGE (4)");
         }
