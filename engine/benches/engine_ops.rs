@@ -149,6 +149,7 @@ impl Bench {
                     op,
                     sges: sge(self.sa, slot),
                     signaled: true,
+                    fence: false,
                 };
                 let r = match op {
                     "send" => {

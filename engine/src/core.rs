@@ -989,6 +989,10 @@ impl Qp {
         let _ = cfg;
         let idx = usize::try_from(self.sq_next_seq - self.sq_head_seq).ok()?;
         let e = self.sq.get(idx)?;
+        // Read fence: wait until every earlier Read completed.
+        if e.wr.fence && !self.orq.is_empty() {
+            return None;
+        }
         let len = e.wr.sges.total_len() as u32;
         let seq = self.sq_next_seq;
         let seg = match e.wr.op {

@@ -336,3 +336,32 @@ fn region_deregistered_under_a_posted_send() {
         warpcore_engine::QpState::Error
     );
 }
+
+/// A fenced Write posted after a Read of the same remote memory starts only once the Read
+/// completed, so the Read returns the old bytes (the fence RDMAP-5.5-5 leaves to the ULP).
+#[test]
+fn fenced_write_after_read_sees_old_data() {
+    let mut p = Pair::default_pair();
+    let (qa, _qb) = p.connect();
+    let (ra, sa) = p.a.region(1 << 20, all_access());
+    let (rb, sb) = p.b.region(1 << 20, all_access());
+    rb.write_at(0, &pattern(500_000, 1)).unwrap();
+    ra.write_at(600_000, &pattern(500_000, 2)[..400_000])
+        .unwrap();
+    p.a.core
+        .post_send(qa, send_wr(1, read(sb.0, 0), &[(sa, 0, 400_000)]))
+        .unwrap();
+    let mut w = send_wr(2, write(sb.0, 0), &[(sa, 600_000, 400_000)]);
+    w.fence = true;
+    p.a.core.post_send(qa, w).unwrap();
+    p.run_until(20_000, |p| p.a.completions.len() == 2);
+    assert!(p
+        .a
+        .take_completions()
+        .iter()
+        .all(|c| c.status == WcStatus::Success));
+    assert!(read_region(&ra, 0, 400_000) == pattern(500_000, 1)[..400_000]);
+    // The Write completed at the source; give the sink time to place it.
+    p.run(2000);
+    assert!(read_region(&rb, 0, 400_000) == pattern(500_000, 2)[..400_000]);
+}
