@@ -54,15 +54,18 @@ impl DpdkPort {
     /// Configures and starts an already opened port (e.g. one end of a
     /// [`dpdk_sys::RingPortPair`]) with `queues` queue pairs over `pool`.
     pub fn from_port(mut port: Port, pool: Mempool, queues: u16) -> Result<DpdkPort, Error> {
-        // One core per queue needs the connection set-up to choose local ports whose RSS
-        // hash lands on the QP's core (and the port's RSS key to compute it); until that
-        // exists, a multi-queue port would steer some flows to a core that does not own
-        // them, so it is refused.
-        if queues != 1 {
-            return Err(Error::Config(
-                "one queue per port for now: RSS-steered connection set-up is not implemented"
-                    .into(),
-            ));
+        // One core per queue needs every frame of a connection to arrive on the queue of
+        // the core that owns it. net_memif delivers a frame on the queue index its peer
+        // sent it on, so two processes with the same number of cores pair core k with core
+        // k (a connection set up from core k stays on queue k both ways). On an RSS NIC the
+        // set-up would have to choose local ports whose hash lands on the QP's core; that is
+        // not implemented, so other multi-queue ports are refused.
+        if queues != 1 && port.info().driver != "net_memif" {
+            return Err(Error::Config(format!(
+                "{} queues on a {} port: only net_memif (queue-symmetric) runs several cores;                  RSS-steered connection set-up is not implemented",
+                queues,
+                port.info().driver
+            )));
         }
         let dev = |e: dpdk_sys::Error| Error::Device(e.to_string());
         let cfg = PortConfig {
