@@ -1,2 +1,709 @@
-//! (being written) The Warpcore verbs API.
-#![forbid(unsafe_code)]
+//! # warpcore-verbs: the public API of the Warpcore iWARP engine
+//!
+//! Safe Rust over the engine: a [`Context`] opened from a [`Config`] (device, IP address,
+//! cores), [`ProtectionDomain`]s, [`MemoryRegion`]s, [`QueuePair`]s, [`CompletionQueue`]s
+//! and a connection manager (listen / connect / accept / reject, [`CmEvent`]s).
+//!
+//! ## Quick start
+//!
+//! Two contexts joined by the in-memory link (no DPDK needed), a Send and an RDMA Write:
+//!
+//! ```
+//! use std::time::Duration;
+//! use warpcore_verbs::*;
+//!
+//! # fn main() -> Result<(), Error> {
+//! let (dev_a, dev_b) = link_pair(&LinkConfig::default());
+//! let server = Context::open(Config::new(dev_b, [10, 0, 0, 2]))?;
+//! let client = Context::open(Config::new(dev_a, [10, 0, 0, 1]))?;
+//!
+//! // Server: a receive buffer, a queue pair, a listener.
+//! let spd = server.alloc_pd();
+//! let scq = server.create_cq(64)?;
+//! let smr = spd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+//! let sqp = spd.create_qp(&QpInit::new(&scq, &scq))?;
+//! sqp.post_recv(&RecvWr::new(1, &[smr.sge(0, 64)])?)?;
+//! server.listen(7000, &MpaParams::default())?;
+//!
+//! // Client: connect with private data.
+//! let cpd = client.alloc_pd();
+//! let ccq = client.create_cq(64)?;
+//! let cmr = cpd.alloc_mr(4096, Access::LOCAL_WRITE)?;
+//! let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq))?;
+//! cqp.connect([10, 0, 0, 2], 7000, &MpaParams::default(), b"hi")?;
+//!
+//! // Server accepts the request; both sides see Established.
+//! let req = loop {
+//!     if let Some(CmEvent::ConnectRequest(r)) = server.next_event(Duration::from_secs(5)) {
+//!         break r;
+//!     }
+//! };
+//! server.accept(&req, &sqp, b"welcome")?;
+//! assert!(matches!(client.next_event(Duration::from_secs(5)), Some(CmEvent::Established(_))));
+//!
+//! // A Send, then an RDMA Write into the server's region.
+//! cmr.write(0, b"hello, iWARP")?;
+//! cqp.post_send(&SendWr::new(1, SendOp::Send, &[cmr.sge(0, 12)])?)?;
+//! let wc = scq.wait(Duration::from_secs(5))?;
+//! assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 12));
+//! let write = SendOp::Write { remote_stag: smr.stag(), remote_to: 100 };
+//! cqp.post_send(&SendWr::new(2, write, &[cmr.sge(0, 5)])?)?;
+//! assert_eq!(ccq.wait(Duration::from_secs(5))?.wr_id, 1);
+//! assert_eq!(ccq.wait(Duration::from_secs(5))?.wr_id, 2);
+//! let mut got = [0u8; 12];
+//! smr.read(0, &mut got)?;
+//! assert_eq!(&got, b"hello, iWARP");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## Threads and ownership
+//! Each engine core is a pinned thread that owns its connections; this crate talks to it
+//! only through lock-free queues. Posting a work request validates it on the calling
+//! thread (state, SGEs against the region table, queue depth) and returns a typed
+//! [`Error`] without side effects when it is refused. [`CompletionQueue::wait`] blocks the
+//! calling thread only (spin, then short parks); an engine core never waits for an
+//! application thread.
+//!
+//! ## Registered memory
+//! The network writes into a [`MemoryRegion`] while the application may read it, so no
+//! `&mut [u8]` into it is ever handed out: use [`MemoryRegion::read`]/
+//! [`MemoryRegion::write`] (copies), [`MemoryRegion::atomic_u64`], or the `unsafe`
+//! [`MemoryRegion::as_slice`] whose contract is written there. Order your reads after the
+//! engine's writes through completions.
+// The one `unsafe fn` ([`MemoryRegion::as_slice`]) opts in; everything else is safe.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod error;
+
+use std::collections::VecDeque;
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant as StdInstant};
+
+use warpcore_engine::mem::{MrTable, PdId, Region, Stag};
+use warpcore_engine::runtime::{spawn_core, Clock, Command, CoreHandle, CoreSpec, Reply};
+use warpcore_engine::tcp::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
+use warpcore_engine::tcp::StackConfig;
+use warpcore_engine::{validate_recv, validate_send, QpAttr, QpId, QpShared};
+
+pub use error::Error;
+pub use warpcore_engine::mem::Access;
+pub use warpcore_engine::tcp::link::{Faults, LinkConfig, LinkEnd};
+pub use warpcore_engine::{
+    CmEvent, Completion, ConnError, ConnectRequest, CoreStats, EngineConfig, Established,
+    MpaParams, QpState, SendOp, Sge, WcOpcode, WcStatus, MAX_SGE,
+};
+
+/// The device an engine runs on.
+#[derive(Debug)]
+pub enum Device {
+    /// One end of an in-memory link (tests and examples without DPDK); one engine core.
+    Link(LinkEnd),
+    /// A DPDK port with one queue pair per engine core.
+    #[cfg(feature = "dpdk")]
+    Dpdk(dpdk::DpdkPort),
+}
+
+/// The two ends of an in-memory link, as devices for two contexts in one process.
+pub fn link_pair(cfg: &LinkConfig) -> (Device, Device) {
+    let (a, b) = warpcore_engine::tcp::link::pair(cfg);
+    (Device::Link(a), Device::Link(b))
+}
+
+/// How to open a [`Context`].
+#[derive(Debug)]
+pub struct Config {
+    /// The device.
+    pub device: Device,
+    /// IPv4 address of the interface.
+    pub ip: Ipv4Addr,
+    /// Prefix length of the interface's network.
+    pub prefix_len: u8,
+    /// Default gateway.
+    pub gateway: Option<Ipv4Addr>,
+    /// Ethernet address (`None`: derived from the IP address, or the port's own address).
+    pub mac: Option<[u8; 6]>,
+    /// CPUs to pin the engine cores to, one per core (empty: one unpinned core). A link
+    /// device runs one core; a DPDK port one core per configured queue.
+    pub cpus: Vec<usize>,
+    /// Every limit of the engine.
+    pub engine: EngineConfig,
+}
+
+impl Config {
+    /// A configuration with defaults: /24 network, no gateway, one unpinned core.
+    pub fn new(device: Device, ip: impl Into<Ipv4Addr>) -> Config {
+        Config {
+            device,
+            ip: ip.into(),
+            prefix_len: 24,
+            gateway: None,
+            mac: None,
+            cpus: Vec::new(),
+            engine: EngineConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    cores: Vec<CoreHandle>,
+    mrs: Arc<MrTable>,
+    next_pd: AtomicU32,
+    next_core: AtomicUsize,
+    events: Mutex<VecDeque<CmEvent>>,
+    cfg: EngineConfig,
+}
+
+/// An open engine: its cores, its memory region table and its connection manager.
+/// Cloning is cheap (a shared handle); the engine stops when the last clone and every
+/// object created from it are dropped.
+#[derive(Debug, Clone)]
+pub struct Context {
+    inner: Arc<Inner>,
+}
+
+fn to_smol(ip: Ipv4Addr) -> Ipv4Address {
+    let o = ip.octets();
+    Ipv4Address::new(o[0], o[1], o[2], o[3])
+}
+
+impl Context {
+    /// Opens the device and starts the engine cores.
+    pub fn open(cfg: Config) -> Result<Context, Error> {
+        cfg.engine
+            .validate()
+            .map_err(|e| Error::Config(e.to_string()))?;
+        let o = cfg.ip.octets();
+        #[allow(unused_mut)]
+        let mut stack = StackConfig {
+            mac: cfg.mac.unwrap_or([0x02, 0x57, o[0], o[1], o[2], o[3]]),
+            ip: Ipv4Cidr::new(to_smol(cfg.ip), cfg.prefix_len),
+            gateway: cfg.gateway.map(to_smol),
+            routes: Vec::new(),
+            random_seed: u64::from(u32::from(cfg.ip)) ^ 0x5741_5250,
+            max_connections: cfg.engine.max_connections,
+        };
+        let mrs = Arc::new(MrTable::new(cfg.engine.mr_table_capacity));
+        let clock: Clock = Arc::new(StdInstant::now);
+        let mut cores = Vec::new();
+        match cfg.device {
+            Device::Link(end) => {
+                let spec = CoreSpec {
+                    device: Box::new(move || Ok(end)),
+                    stack: stack.clone(),
+                    cpu: cfg.cpus.first().copied(),
+                };
+                cores.push(spawn_core(
+                    0,
+                    spec,
+                    cfg.engine.clone(),
+                    Arc::clone(&mrs),
+                    clock,
+                )?);
+            }
+            #[cfg(feature = "dpdk")]
+            Device::Dpdk(port) => {
+                if cfg.mac.is_none() {
+                    stack.mac = port.mac;
+                }
+                let mut engine = cfg.engine.clone();
+                engine.mtu = port.mtu;
+                for (i, dev) in port.into_devices().into_iter().enumerate() {
+                    let mut sc = stack.clone();
+                    sc.random_seed ^= i as u64 * 0x9E37_79B9;
+                    let spec = CoreSpec {
+                        device: Box::new(move || Ok(dev)),
+                        stack: sc,
+                        cpu: cfg.cpus.get(i).copied(),
+                    };
+                    cores.push(spawn_core(
+                        i as u16,
+                        spec,
+                        engine.clone(),
+                        Arc::clone(&mrs),
+                        Arc::clone(&clock),
+                    )?);
+                }
+            }
+        }
+        Ok(Context {
+            inner: Arc::new(Inner {
+                cores,
+                mrs,
+                next_pd: AtomicU32::new(1),
+                next_core: AtomicUsize::new(0),
+                events: Mutex::new(VecDeque::new()),
+                cfg: cfg.engine,
+            }),
+        })
+    }
+
+    /// Number of engine cores.
+    pub fn cores(&self) -> usize {
+        self.inner.cores.len()
+    }
+
+    fn call<T>(&self, core: usize, f: impl FnOnce(Reply<T>) -> Command) -> Result<T, Error> {
+        let (tx, rx) = crossbeam::channel::bounded(1);
+        let handle = self.inner.cores.get(core).ok_or(Error::StaleHandle)?;
+        handle.submit(f(tx))?;
+        rx.recv_timeout(Duration::from_secs(30))
+            .map_err(|_| Error::EngineGone)?
+            .map_err(Error::from)
+    }
+
+    /// A new protection domain.
+    pub fn alloc_pd(&self) -> ProtectionDomain {
+        ProtectionDomain {
+            ctx: self.clone(),
+            id: PdId(self.inner.next_pd.fetch_add(1, Ordering::Relaxed)),
+        }
+    }
+
+    /// A completion queue of `depth` entries.
+    pub fn create_cq(&self, depth: usize) -> Result<CompletionQueue, Error> {
+        if depth == 0 || depth > self.inner.cfg.max_cq_depth {
+            return Err(Error::LimitExceeded("cq depth"));
+        }
+        Ok(CompletionQueue {
+            cq: Arc::new(warpcore_engine::CompletionQueue::new(depth)),
+        })
+    }
+
+    /// Listens on `port` on every engine core (with RSS, a SYN reaches any of them).
+    /// Connection requests arrive as [`CmEvent::ConnectRequest`].
+    pub fn listen(&self, port: u16, params: &MpaParams) -> Result<(), Error> {
+        for c in 0..self.cores() {
+            self.call(c, |r| Command::Listen(port, params.clone(), r))?;
+        }
+        Ok(())
+    }
+
+    /// Accepts a connection request on an idle queue pair created on the request's core
+    /// ([`QpInit::core`] = `request.request.core`), with our private data.
+    pub fn accept(
+        &self,
+        request: &ConnectRequest,
+        qp: &QueuePair,
+        private_data: &[u8],
+    ) -> Result<(), Error> {
+        if usize::from(request.request.core) != qp.core {
+            return Err(Error::WrongCore);
+        }
+        self.call(qp.core, |reply| Command::Accept {
+            req: request.request,
+            qp: qp.id,
+            private_data: private_data.to_vec(),
+            ird_ord: None,
+            reply,
+        })
+    }
+
+    /// Rejects a connection request with our private data.
+    pub fn reject(&self, request: &ConnectRequest, private_data: &[u8]) -> Result<(), Error> {
+        let core = usize::from(request.request.core);
+        self.call(core, |r| {
+            Command::Reject(request.request, private_data.to_vec(), r)
+        })
+    }
+
+    /// The next connection manager event of any core, waiting up to `timeout`.
+    pub fn next_event(&self, timeout: Duration) -> Option<CmEvent> {
+        let deadline = StdInstant::now() + timeout;
+        let mut spins = 0u32;
+        loop {
+            {
+                let mut q = self.inner.events.lock().unwrap_or_else(|e| e.into_inner());
+                for c in &self.inner.cores {
+                    while let Some(e) = c.next_event() {
+                        q.push_back(e);
+                    }
+                }
+                if let Some(e) = q.pop_front() {
+                    return Some(e);
+                }
+            }
+            if StdInstant::now() >= deadline {
+                return None;
+            }
+            spins += 1;
+            if spins < 100 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+
+    /// Counters of every engine core.
+    pub fn stats(&self) -> Result<Vec<CoreStats>, Error> {
+        (0..self.cores())
+            .map(|c| self.call(c, Command::Stats))
+            .collect()
+    }
+}
+
+/// A protection domain: memory regions and queue pairs of one domain only see each other
+/// (DDP-8.2-1, RDMAP-8.1.1-2).
+#[derive(Debug, Clone)]
+pub struct ProtectionDomain {
+    ctx: Context,
+    id: PdId,
+}
+
+impl ProtectionDomain {
+    /// Registers `len` octets of engine-allocated memory (zeroed, page-aligned, on 2 MiB
+    /// hugepages when the machine has them) with `access`.
+    pub fn alloc_mr(&self, len: usize, access: Access) -> Result<MemoryRegion, Error> {
+        let r = Region::allocate(len, 4096).map_err(|e| Error::Memory(e.to_string()))?;
+        self.register(Arc::new(r), access)
+    }
+
+    /// Registers application memory handed over as a boxed slice.
+    pub fn register_boxed(&self, buf: Box<[u8]>, access: Access) -> Result<MemoryRegion, Error> {
+        self.register(Arc::new(Region::from_boxed(buf)), access)
+    }
+
+    /// Registers a region (zero-based Tagged Offsets: TO 0 is the region's first octet).
+    pub fn register(&self, region: Arc<Region>, access: Access) -> Result<MemoryRegion, Error> {
+        let stag = self
+            .ctx
+            .inner
+            .mrs
+            .register(Arc::clone(&region), self.id, access, 0)
+            .map_err(|e| Error::Memory(e.to_string()))?;
+        Ok(MemoryRegion {
+            ctx: self.ctx.clone(),
+            region,
+            stag,
+        })
+    }
+
+    /// Creates a reliable-connected queue pair in the idle state.
+    pub fn create_qp(&self, init: &QpInit) -> Result<QueuePair, Error> {
+        let n = self.ctx.cores();
+        let core = match init.core {
+            Some(c) if c < n => c,
+            Some(_) => return Err(Error::WrongCore),
+            None => self.ctx.inner.next_core.fetch_add(1, Ordering::Relaxed) % n,
+        };
+        let attr = QpAttr {
+            pd: self.id,
+            send_cq: Arc::clone(&init.send_cq),
+            recv_cq: Arc::clone(&init.recv_cq),
+            sq_depth: init.sq_depth,
+            rq_depth: init.rq_depth,
+            max_sge: init.max_sge,
+        };
+        let (id, shared) = self.ctx.call(core, |r| Command::CreateQp(attr, r))?;
+        Ok(QueuePair {
+            ctx: self.ctx.clone(),
+            id,
+            shared,
+            core,
+        })
+    }
+}
+
+/// Registered memory. Dropping it deregisters it (waiting until no engine core is placing
+/// into it).
+#[derive(Debug)]
+pub struct MemoryRegion {
+    ctx: Context,
+    region: Arc<Region>,
+    stag: Stag,
+}
+
+impl MemoryRegion {
+    /// The STag, for the peer (RDMA Write/Read targets) and for local SGEs.
+    pub fn stag(&self) -> u32 {
+        self.stag.0
+    }
+
+    /// Length in octets.
+    pub fn len(&self) -> usize {
+        self.region.len()
+    }
+
+    /// True for an empty region.
+    pub fn is_empty(&self) -> bool {
+        self.region.is_empty()
+    }
+
+    /// An SGE of `len` octets at `offset` of this region.
+    pub fn sge(&self, offset: u64, len: u32) -> Sge {
+        Sge {
+            stag: self.stag.0,
+            to: offset,
+            len,
+        }
+    }
+
+    /// Copies `buf.len()` octets out of the region at `offset`.
+    pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<(), Error> {
+        self.region
+            .read_at(offset, buf)
+            .map_err(|e| Error::Memory(e.to_string()))
+    }
+
+    /// Copies `data` into the region at `offset`.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), Error> {
+        self.region
+            .write_at(offset, data)
+            .map_err(|e| Error::Memory(e.to_string()))
+    }
+
+    /// The 64-bit word at `offset` (8-aligned) as an atomic.
+    pub fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64, Error> {
+        self.region
+            .atomic_u64_at(offset)
+            .map_err(|e| Error::Memory(e.to_string()))
+    }
+
+    /// The region's memory as a shared slice.
+    ///
+    /// # Safety
+    /// The engine may write any octet of the region at any time while a peer has access
+    /// (RDMA Write, Read Response, Send placement). The caller must ensure that no such
+    /// write can happen while the slice is alive: either the region grants no remote write
+    /// and no receive, Read sink or Write targeting it is outstanding, or the application
+    /// protocol guarantees the peer is quiescent (e.g. after a completion that the peer
+    /// sends only once it stopped writing). Otherwise the slice would alias memory being
+    /// mutated, which is undefined behaviour.
+    #[allow(unsafe_code)]
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        // The forwarded contract (above) is exactly `Region::as_slice`'s.
+        self.region.as_slice()
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        let _ = self.ctx.inner.mrs.deregister(self.stag);
+    }
+}
+
+/// Attributes of a new queue pair.
+#[derive(Debug, Clone)]
+pub struct QpInit {
+    /// Completion queue of send work requests.
+    pub send_cq: Arc<warpcore_engine::CompletionQueue>,
+    /// Completion queue of receive work requests.
+    pub recv_cq: Arc<warpcore_engine::CompletionQueue>,
+    /// Send queue depth.
+    pub sq_depth: u32,
+    /// Receive queue depth.
+    pub rq_depth: u32,
+    /// SGEs per work request (at most [`MAX_SGE`]).
+    pub max_sge: u32,
+    /// Engine core to create it on (`None`: round robin). A passive side must use the
+    /// connection request's core.
+    pub core: Option<usize>,
+}
+
+impl QpInit {
+    /// Depth 64 both ways, [`MAX_SGE`] SGEs, any core.
+    pub fn new(send_cq: &CompletionQueue, recv_cq: &CompletionQueue) -> QpInit {
+        QpInit {
+            send_cq: Arc::clone(&send_cq.cq),
+            recv_cq: Arc::clone(&recv_cq.cq),
+            sq_depth: 64,
+            rq_depth: 64,
+            max_sge: MAX_SGE as u32,
+            core: None,
+        }
+    }
+}
+
+/// A send work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendWr(warpcore_engine::SendWr);
+
+impl SendWr {
+    /// A signalled request; fails with [`Error::TooManySges`] beyond [`MAX_SGE`].
+    pub fn new(wr_id: u64, op: SendOp, sges: &[Sge]) -> Result<SendWr, Error> {
+        Ok(SendWr(warpcore_engine::SendWr {
+            wr_id,
+            op,
+            sges: warpcore_engine::SgeList::from_slice(sges).ok_or(Error::TooManySges)?,
+            signaled: true,
+            fence: false,
+        }))
+    }
+
+    /// Fences the request: it starts only after every earlier RDMA Read of the queue pair
+    /// completed (RDMAP-5.5-5 gives no implicit fence).
+    pub fn fenced(mut self) -> SendWr {
+        self.0.fence = true;
+        self
+    }
+
+    /// Makes the request unsignalled: no completion on success (errors still complete).
+    pub fn unsignaled(mut self) -> SendWr {
+        self.0.signaled = false;
+        self
+    }
+}
+
+/// A receive work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvWr(warpcore_engine::RecvWr);
+
+impl RecvWr {
+    /// A receive buffer made of `sges`, filled in order.
+    pub fn new(wr_id: u64, sges: &[Sge]) -> Result<RecvWr, Error> {
+        Ok(RecvWr(warpcore_engine::RecvWr {
+            wr_id,
+            sges: warpcore_engine::SgeList::from_slice(sges).ok_or(Error::TooManySges)?,
+        }))
+    }
+}
+
+/// A reliable-connected queue pair. Dropping it aborts its connection and flushes it.
+#[derive(Debug)]
+pub struct QueuePair {
+    ctx: Context,
+    id: QpId,
+    shared: Arc<QpShared>,
+    core: usize,
+}
+
+impl QueuePair {
+    /// The engine's handle (events carry it).
+    pub fn id(&self) -> QpId {
+        self.id
+    }
+
+    /// The engine core that owns it.
+    pub fn core(&self) -> usize {
+        self.core
+    }
+
+    /// The current state.
+    pub fn state(&self) -> QpState {
+        self.shared.state()
+    }
+
+    /// Connects to `addr:port` as MPA initiator with `private_data`.
+    /// [`CmEvent::Established`], [`CmEvent::Rejected`] or [`CmEvent::Error`] follows.
+    pub fn connect(
+        &self,
+        addr: impl Into<Ipv4Addr>,
+        port: u16,
+        params: &MpaParams,
+        private_data: &[u8],
+    ) -> Result<(), Error> {
+        let remote = (to_smol(addr.into()), port);
+        self.ctx.call(self.core, |reply| Command::Connect {
+            qp: self.id,
+            remote,
+            params: params.clone(),
+            private_data: private_data.to_vec(),
+            reply,
+        })
+    }
+
+    /// Posts a send work request. Checked here, on the calling thread: state RTS, SGEs
+    /// inside regions of this protection domain with the needed access, queue not full.
+    pub fn post_send(&self, wr: &SendWr) -> Result<(), Error> {
+        validate_send(&self.shared, &self.ctx.inner.mrs, &wr.0)?;
+        let h = &self.ctx.inner.cores[self.core];
+        h.submit(Command::PostSend(self.id, wr.0))
+            .inspect_err(|_| {
+                self.shared.release_sq();
+            })?;
+        Ok(())
+    }
+
+    /// Posts a receive work request (also before the connection exists).
+    pub fn post_recv(&self, wr: &RecvWr) -> Result<(), Error> {
+        validate_recv(&self.shared, &self.ctx.inner.mrs, &wr.0)?;
+        let h = &self.ctx.inner.cores[self.core];
+        h.submit(Command::PostRecv(self.id, wr.0))
+            .inspect_err(|_| {
+                self.shared.release_rq();
+            })?;
+        Ok(())
+    }
+
+    /// Graceful close: the send queue drains, then FIN; [`CmEvent::Disconnected`] follows.
+    pub fn disconnect(&self) -> Result<(), Error> {
+        self.ctx
+            .call(self.core, |r| Command::Disconnect(self.id, r))
+    }
+
+    /// Abortive close: RST at once; outstanding work requests are flushed.
+    pub fn abort(&self) -> Result<(), Error> {
+        self.ctx.call(self.core, |r| Command::Abort(self.id, r))
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        let (tx, _rx) = crossbeam::channel::bounded(1);
+        if let Some(h) = self.ctx.inner.cores.get(self.core) {
+            let _ = h.submit(Command::DestroyQp(self.id, tx));
+        }
+    }
+}
+
+/// A completion queue, shared by the queue pairs created with it.
+#[derive(Debug, Clone)]
+pub struct CompletionQueue {
+    cq: Arc<warpcore_engine::CompletionQueue>,
+}
+
+impl CompletionQueue {
+    /// Takes up to `out.len()` completions without waiting; returns how many.
+    pub fn poll(&self, out: &mut [Completion]) -> usize {
+        let mut n = 0;
+        while n < out.len() {
+            match self.cq.pop() {
+                Some(c) => {
+                    out[n] = c;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        n
+    }
+
+    /// Takes one completion if there is one.
+    pub fn poll_one(&self) -> Option<Completion> {
+        self.cq.pop()
+    }
+
+    /// Waits up to `timeout` for one completion (spins briefly, then parks in short
+    /// slices; only the calling thread waits).
+    pub fn wait(&self, timeout: Duration) -> Result<Completion, Error> {
+        let deadline = StdInstant::now() + timeout;
+        let mut spins = 0u32;
+        loop {
+            if let Some(c) = self.cq.pop() {
+                return Ok(c);
+            }
+            if StdInstant::now() >= deadline {
+                return Err(Error::Timeout);
+            }
+            spins += 1;
+            if spins < 200 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::park_timeout(Duration::from_micros(20));
+            }
+        }
+    }
+
+    /// Whether a completion was ever lost because the queue was full.
+    pub fn overrun(&self) -> bool {
+        self.cq.overrun()
+    }
+}
+
+#[cfg(feature = "dpdk")]
+pub mod dpdk;

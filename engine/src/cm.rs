@@ -1,0 +1,160 @@
+//! Connection manager vocabulary: parameters of listen/connect/accept, and the events an
+//! engine core reports (established, rejected, disconnected, error).
+
+use core::fmt;
+
+use warpcore_proto::mpa::negotiation::NegotiationError;
+use warpcore_proto::{ProtocolError, TerminateReport};
+use warpcore_tcp::smoltcp::wire::Ipv4Address;
+
+use crate::wr::QpId;
+
+/// Names a listener of one engine core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ListenerId {
+    /// The owning core.
+    pub core: u16,
+    /// Slot.
+    pub index: u32,
+}
+
+/// Names a connection request waiting for accept or reject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RequestId {
+    /// The owning core.
+    pub core: u16,
+    /// Slot.
+    pub index: u32,
+    /// Generation of the slot.
+    pub generation: u32,
+}
+
+/// MPA settings of one side of a connection (mpa-08 §7.1, RFC 6581).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MpaParams {
+    /// MPA revision sent: 1 (RFC 5044) or 2 (RFC 6581, IRD/ORD negotiated).
+    pub rev: u8,
+    /// Ask for CRC32c (used if either side asks, MPA-7.1.1-12).
+    pub crc: bool,
+    /// Require markers from the peer.
+    pub markers: bool,
+    /// Inbound Read Requests we serve at once.
+    pub ird: u16,
+    /// Outbound Read Requests we want in flight.
+    pub ord: u16,
+    /// Initiator at Rev 2: peer-to-peer model with a zero-length Write RTR
+    /// (RFC 6581 §9.2), so the responder may send first.
+    pub peer_to_peer: bool,
+}
+
+impl Default for MpaParams {
+    fn default() -> Self {
+        MpaParams {
+            rev: 2,
+            crc: true,
+            markers: false,
+            ird: 8,
+            ord: 8,
+            peer_to_peer: true,
+        }
+    }
+}
+
+/// What the peer asked for in its MPA Request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectRequest {
+    /// Accept or reject with this handle.
+    pub request: RequestId,
+    /// The listener it arrived on.
+    pub listener: ListenerId,
+    /// The peer's address and port.
+    pub remote: (Ipv4Address, u16),
+    /// The peer's MPA revision.
+    pub rev: u8,
+    /// The peer's IRD (RFC 6581; `None` at Rev 1).
+    pub ird: Option<u16>,
+    /// The peer's ORD (RFC 6581; `None` at Rev 1).
+    pub ord: Option<u16>,
+    /// The peer's private data.
+    pub private_data: Vec<u8>,
+}
+
+/// The result of a successful MPA startup, as the application sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Established {
+    /// The queue pair, now ready to send.
+    pub qp: QpId,
+    /// The MPA revision we sent and the one the peer sent.
+    pub rev: (u8, u8),
+    /// CRC32c is in use.
+    pub crc: bool,
+    /// We insert markers / the peer inserts markers.
+    pub markers: (bool, bool),
+    /// Negotiated IRD (inbound Reads served at once) after RFC 6581 §9.1.
+    pub ird: u16,
+    /// Negotiated ORD (outbound Reads in flight).
+    pub ord: u16,
+    /// The peer's IRD and ORD as sent (Rev 2 only).
+    pub peer_ird_ord: Option<(u16, u16)>,
+    /// The peer's private data.
+    pub private_data: Vec<u8>,
+}
+
+/// Why a connection ended in error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnError {
+    /// The peer sent a Terminate: decoded.
+    RemoteTerminate(TerminateReport),
+    /// We detected a protocol error and sent a Terminate with this error.
+    LocalTerminate(ProtocolError),
+    /// The MPA startup failed.
+    Negotiation(NegotiationError),
+    /// TCP was reset or timed out.
+    TcpLost,
+}
+
+impl fmt::Display for ConnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConnError::RemoteTerminate(r) => write!(f, "peer sent Terminate: {r}"),
+            ConnError::LocalTerminate(e) => {
+                write!(f, "sent Terminate: {}", e.terminate_code())
+            }
+            ConnError::Negotiation(e) => write!(f, "MPA startup failed: {e}"),
+            ConnError::TcpLost => f.write_str("TCP connection reset or timed out"),
+        }
+    }
+}
+
+/// What an engine core reports to the connection manager.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CmEvent {
+    /// A peer's MPA Request arrived on a listener.
+    ConnectRequest(ConnectRequest),
+    /// A QP reached RTS.
+    Established(Established),
+    /// Our MPA Request was rejected; the peer's private data.
+    Rejected {
+        /// The queue pair (now in the error state).
+        qp: QpId,
+        /// The peer's private data.
+        private_data: Vec<u8>,
+    },
+    /// The connection ended: `reset` for an abortive close (RST) by either side, otherwise
+    /// both FINs were exchanged after the send queues drained.
+    Disconnected {
+        /// The queue pair (now in the error state, its work requests flushed).
+        qp: QpId,
+        /// Abortive close.
+        reset: bool,
+    },
+    /// The connection failed (Terminate sent or received, startup failure, TCP lost).
+    Error {
+        /// The queue pair (now in the error state).
+        qp: QpId,
+        /// Why.
+        error: ConnError,
+    },
+    /// A connection request vanished before the application decided (peer gave up).
+    RequestCancelled(RequestId),
+}

@@ -1,0 +1,159 @@
+//! The engine's one validated configuration (GUIDE rule 7): every limit of the data path is
+//! fixed here at start-up and checked once, so nothing on the data path allocates or grows.
+
+use core::fmt;
+
+use warpcore_tcp::TcpTuning;
+
+/// The largest number of SGEs a work request can carry; [`EngineConfig::max_sge`] may be
+/// lower. Work requests keep their SGEs inline, so this bounds their size.
+pub const MAX_SGE: usize = 4;
+
+/// Every limit of an engine core.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Queue pairs per core.
+    pub max_qps: usize,
+    /// Largest send queue depth a QP may ask for.
+    pub max_sq_depth: usize,
+    /// Largest receive queue depth a QP may ask for.
+    pub max_rq_depth: usize,
+    /// SGEs per work request (at most [`MAX_SGE`]).
+    pub max_sge: usize,
+    /// Largest IRD (inbound Read Requests served at once) a QP may negotiate.
+    pub max_ird: u16,
+    /// Largest ORD (outbound Read Requests in flight) a QP may negotiate.
+    pub max_ord: u16,
+    /// Largest completion queue depth.
+    pub max_cq_depth: usize,
+    /// Entries of the memory region table.
+    pub mr_table_capacity: usize,
+    /// Pending connection requests (accepted TCP connections awaiting the ULP).
+    pub max_pending_requests: usize,
+    /// Connection manager events buffered per core.
+    pub event_queue_depth: usize,
+    /// Commands (work requests, CM calls) buffered from application threads per core.
+    pub command_queue_depth: usize,
+    /// Received stream octets one connection may process per loop (receive poller budget).
+    pub rx_budget_bytes: usize,
+    /// FPDUs one connection may emit per loop (send poller budget).
+    pub tx_budget_fpdus: usize,
+    /// Commands taken from the application ring per loop.
+    pub command_budget: usize,
+    /// IP MTU of the device (sets the MSS and thereby MULPDU).
+    pub mtu: usize,
+    /// TCP buffers and behaviour of every connection.
+    pub tcp: TcpTuning,
+    /// How long the MPA startup may take.
+    pub mpa_timeout_ms: u64,
+    /// Most TCP connections per core (listener backlogs included).
+    pub max_connections: usize,
+    /// On shutdown, how long a core keeps its device open after it stopped polling. Two
+    /// processes over DPDK net_memif 22.11 need both sides to stop polling before either
+    /// closes its port (a disconnect during `rx_burst` can crash the peer); 0 elsewhere.
+    pub shutdown_linger_ms: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_qps: 64,
+            max_sq_depth: 1024,
+            max_rq_depth: 1024,
+            max_sge: MAX_SGE,
+            max_ird: 16,
+            max_ord: 16,
+            max_cq_depth: 8192,
+            mr_table_capacity: 4096,
+            max_pending_requests: 16,
+            event_queue_depth: 256,
+            command_queue_depth: 4096,
+            rx_budget_bytes: 256 * 1024,
+            tx_budget_fpdus: 64,
+            command_budget: 256,
+            mtu: 1500,
+            tcp: TcpTuning {
+                rx_buffer: 256 * 1024,
+                tx_buffer: 256 * 1024,
+                ..TcpTuning::default()
+            },
+            mpa_timeout_ms: 10_000,
+            max_connections: 128,
+            shutdown_linger_ms: 0,
+        }
+    }
+}
+
+/// A configuration value out of range: which field and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The offending field.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "engine configuration: {} {}", self.field, self.reason)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl EngineConfig {
+    /// Checks every limit.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |field, reason| Err(ConfigError { field, reason });
+        let nonzero: [(&'static str, usize); 13] = [
+            ("max_qps", self.max_qps),
+            ("max_sq_depth", self.max_sq_depth),
+            ("max_rq_depth", self.max_rq_depth),
+            ("max_sge", self.max_sge),
+            ("max_cq_depth", self.max_cq_depth),
+            ("mr_table_capacity", self.mr_table_capacity),
+            ("max_pending_requests", self.max_pending_requests),
+            ("event_queue_depth", self.event_queue_depth),
+            ("command_queue_depth", self.command_queue_depth),
+            ("rx_budget_bytes", self.rx_budget_bytes),
+            ("tx_budget_fpdus", self.tx_budget_fpdus),
+            ("command_budget", self.command_budget),
+            ("max_connections", self.max_connections),
+        ];
+        for (name, v) in nonzero {
+            if v == 0 {
+                return err(name, "must be at least 1");
+            }
+        }
+        if !self.event_queue_depth.is_power_of_two() || !self.command_queue_depth.is_power_of_two()
+        {
+            return err(
+                "event/command_queue_depth",
+                "must be powers of two (SPSC rings)",
+            );
+        }
+        if self.max_sge > MAX_SGE {
+            return err("max_sge", "exceeds MAX_SGE (4)");
+        }
+        // RFC 6581 §9.1: IRD/ORD are 14-bit fields and 0x3FFF means "not negotiated".
+        if self.max_ird >= 0x3FFF || self.max_ord >= 0x3FFF {
+            return err("max_ird/max_ord", "must be below 0x3FFF");
+        }
+        if !(576..=9000).contains(&self.mtu) {
+            return err("mtu", "must be between 576 and 9000");
+        }
+        if self.tcp.tx_buffer < 2 * 65536 || self.tcp.rx_buffer < 2 * 65536 {
+            return err("tcp", "buffers must hold two maximal FPDUs (128 KiB)");
+        }
+        if self.max_connections < self.max_qps.min(2) {
+            return err("max_connections", "must allow at least two connections");
+        }
+        Ok(())
+    }
+
+    /// The effective MSS of a connection: MTU minus the IPv4 and TCP headers (smoltcp sends
+    /// no TCP options on data segments by default).
+    pub fn emss(&self) -> usize {
+        self.mtu - 40
+    }
+}

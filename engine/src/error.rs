@@ -1,0 +1,92 @@
+//! Local errors of the engine: misuse by the application, refused before anything changes.
+
+use core::fmt;
+
+use warpcore_proto::mpa::negotiation::UsageError;
+use warpcore_tcp::StackError;
+
+use crate::wr::QpState;
+
+/// Why an engine call was refused. Nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EngineError {
+    /// The QP handle is stale or unknown.
+    UnknownQp,
+    /// The connection request handle is stale or unknown.
+    UnknownRequest,
+    /// The listener handle is unknown.
+    UnknownListener,
+    /// The QP is in the wrong state for this call.
+    InvalidState(QpState),
+    /// The send or receive queue is full.
+    QueueFull,
+    /// More SGEs than the QP allows.
+    TooManySges,
+    /// An SGE names no valid region of this protection domain.
+    SgeInvalidStag,
+    /// An SGE's region lacks the access the operation needs (local write for receive
+    /// buffers and Read sinks).
+    SgeAccess,
+    /// An SGE reaches outside its region.
+    SgeOutOfBounds,
+    /// The message is longer than 2^32 - 1 octets.
+    MessageTooLong,
+    /// An RDMA Read needs exactly one local SGE (one Data Sink STag, RDMAP-06 §5.2.1).
+    ReadSgeCount,
+    /// The negotiated ORD is 0: this QP cannot issue RDMA Reads.
+    NoReadCredits,
+    /// A requested size exceeds the configured limit.
+    LimitExceeded(&'static str),
+    /// A table is full.
+    TableFull(&'static str),
+    /// The QP already has a connection.
+    AlreadyConnected,
+    /// The TCP stack refused.
+    Stack(StackError),
+    /// The MPA parameters are not allowed.
+    Mpa(UsageError),
+    /// The engine core is gone.
+    CoreGone,
+    /// The device (DPDK port, link) could not be set up.
+    Device(String),
+}
+
+impl fmt::Display for EngineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EngineError::UnknownQp => f.write_str("unknown queue pair"),
+            EngineError::UnknownRequest => f.write_str("unknown connection request"),
+            EngineError::UnknownListener => f.write_str("unknown listener"),
+            EngineError::InvalidState(s) => write!(f, "queue pair in state {s:?}"),
+            EngineError::QueueFull => f.write_str("queue full"),
+            EngineError::TooManySges => f.write_str("too many SGEs"),
+            EngineError::SgeInvalidStag => f.write_str("SGE names no valid region"),
+            EngineError::SgeAccess => f.write_str("SGE region lacks the needed access"),
+            EngineError::SgeOutOfBounds => f.write_str("SGE outside its region"),
+            EngineError::MessageTooLong => f.write_str("message longer than 2^32-1 octets"),
+            EngineError::ReadSgeCount => f.write_str("an RDMA Read takes exactly one SGE"),
+            EngineError::NoReadCredits => f.write_str("ORD is 0: no RDMA Reads possible"),
+            EngineError::LimitExceeded(w) => write!(f, "{w} exceeds the configured limit"),
+            EngineError::TableFull(w) => write!(f, "{w} table full"),
+            EngineError::AlreadyConnected => f.write_str("queue pair already connected"),
+            EngineError::Stack(e) => write!(f, "TCP: {e}"),
+            EngineError::Mpa(e) => write!(f, "MPA: {e}"),
+            EngineError::CoreGone => f.write_str("engine core stopped"),
+            EngineError::Device(e) => write!(f, "device: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for EngineError {}
+
+impl From<StackError> for EngineError {
+    fn from(e: StackError) -> Self {
+        EngineError::Stack(e)
+    }
+}
+
+impl From<UsageError> for EngineError {
+    fn from(e: UsageError) -> Self {
+        EngineError::Mpa(e)
+    }
+}

@@ -1,0 +1,351 @@
+//! Engine core threads: one pinned thread per [`EngineCore`], joined to application threads
+//! only by lock-free queues (GUIDE rule 8).
+//!
+//! - **Commands in**: one SPSC ring per core ([`crate::ring::spsc`]). Several application
+//!   threads may post to QPs of one core, so the producer end sits behind a mutex taken
+//!   by application threads only; the core's consumer end is lock-free. Work requests
+//!   arrive already validated and with their queue slot reserved ([`crate::validate_send`]),
+//!   so the core never answers them; control calls (create QP, connect, accept, ...) carry a
+//!   one-slot reply channel the core fills with `try_send`, never waiting.
+//! - **Events out**: one SPSC ring per core of [`CmEvent`]s (the core produces; the
+//!   consumer end sits behind the context's mutex). Completions go straight into the
+//!   [`crate::CompletionQueue`]s, which several cores may share (MPMC).
+//! - **Idle back-off** lives in [`Backoff`], the one place a core slows down: spin, then
+//!   yield, then park for at most 200 µs. Before parking the core raises the ring's idle
+//!   flag ([`crate::ring::Consumer::prepare_idle`]); a producer unparks it only when that
+//!   flag was up ([`crate::ring::Producer::doorbell_needed`], siw's lazy doorbell). An
+//!   engine core never blocks on an application thread, and the doorbell never blocks.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle, Thread};
+use std::time::{Duration as StdDuration, Instant as StdInstant};
+
+use std::sync::Mutex;
+
+use crossbeam::channel::Sender;
+use warpcore_tcp::smoltcp::time::Instant;
+use warpcore_tcp::smoltcp::wire::Ipv4Address;
+use warpcore_tcp::{PollDevice, StackConfig};
+
+use crate::cm::{CmEvent, ListenerId, MpaParams, RequestId};
+use crate::config::EngineConfig;
+use crate::core::{EngineCore, QpAttr};
+use crate::error::EngineError;
+use crate::mem::MrTable;
+use crate::ring::{channel, Consumer, Producer};
+use crate::wr::{QpId, QpShared, RecvWr, SendWr};
+
+/// A reply slot for a control call.
+pub type Reply<T> = Sender<Result<T, EngineError>>;
+
+/// What an application thread asks of an engine core.
+#[derive(Debug)]
+pub enum Command {
+    /// Create a queue pair.
+    CreateQp(QpAttr, Reply<(QpId, Arc<QpShared>)>),
+    /// Destroy a queue pair.
+    DestroyQp(QpId, Reply<()>),
+    /// A send work request, validated and reserved by [`crate::validate_send`].
+    PostSend(QpId, SendWr),
+    /// A receive work request, validated and reserved by [`crate::validate_recv`].
+    PostRecv(QpId, RecvWr),
+    /// Connect a queue pair.
+    Connect {
+        /// The queue pair.
+        qp: QpId,
+        /// Peer address and port.
+        remote: (Ipv4Address, u16),
+        /// MPA settings.
+        params: MpaParams,
+        /// Private data of the MPA Request.
+        private_data: Vec<u8>,
+        /// Reply.
+        reply: Reply<()>,
+    },
+    /// Listen on a port.
+    Listen(u16, MpaParams, Reply<ListenerId>),
+    /// Accept a request on a queue pair.
+    Accept {
+        /// The request.
+        req: RequestId,
+        /// The queue pair.
+        qp: QpId,
+        /// Private data of the MPA Reply.
+        private_data: Vec<u8>,
+        /// IRD/ORD override.
+        ird_ord: Option<(u16, u16)>,
+        /// Reply.
+        reply: Reply<()>,
+    },
+    /// Reject a request.
+    Reject(RequestId, Vec<u8>, Reply<()>),
+    /// Graceful close.
+    Disconnect(QpId, Reply<()>),
+    /// Abortive close.
+    Abort(QpId, Reply<()>),
+    /// The core's counters.
+    Stats(Reply<crate::core::CoreStats>),
+}
+
+/// The idle back-off of an engine core: the one place it slows down.
+#[derive(Debug)]
+pub struct Backoff {
+    idle_loops: u32,
+    spin: u32,
+    yield_until: u32,
+    park: StdDuration,
+}
+
+impl Backoff {
+    /// Spin `spin` idle loops, yield until `yield_until`, then park up to `park`.
+    pub fn new(spin: u32, yield_until: u32, park: StdDuration) -> Backoff {
+        Backoff {
+            idle_loops: 0,
+            spin,
+            yield_until,
+            park,
+        }
+    }
+
+    /// Called once per loop with whether any poller did work; parks only when the command
+    /// ring is still empty after its idle flag went up.
+    fn pause<T>(&mut self, work: bool, commands: &mut Consumer<T>) {
+        if work {
+            self.idle_loops = 0;
+            return;
+        }
+        self.idle_loops = self.idle_loops.saturating_add(1);
+        if self.idle_loops < self.spin {
+            std::hint::spin_loop();
+        } else if self.idle_loops < self.yield_until {
+            thread::yield_now();
+        } else {
+            if commands.prepare_idle() {
+                thread::park_timeout(self.park);
+            }
+            commands.clear_idle();
+        }
+    }
+}
+
+/// A running engine core, seen from application threads.
+#[derive(Debug)]
+pub struct CoreHandle {
+    commands: Mutex<Producer<Command>>,
+    events: Mutex<Consumer<CmEvent>>,
+    stop: Arc<AtomicBool>,
+    thread: Thread,
+    join: Option<JoinHandle<()>>,
+}
+
+impl CoreHandle {
+    /// Queues a command and rings the doorbell if the core may be idle. Fails (returning
+    /// nothing queued) when the command queue is full or the core stopped.
+    pub fn submit(&self, cmd: Command) -> Result<(), EngineError> {
+        match &self.join {
+            Some(j) if !j.is_finished() => {}
+            _ => return Err(EngineError::CoreGone),
+        }
+        let mut p = self.commands.lock().unwrap_or_else(|e| e.into_inner());
+        p.push(cmd)
+            .map_err(|_| EngineError::LimitExceeded("command_queue_depth"))?;
+        if p.doorbell_needed() {
+            self.thread.unpark();
+        }
+        Ok(())
+    }
+
+    /// Takes the oldest event of this core.
+    pub fn next_event(&self) -> Option<CmEvent> {
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.unpark();
+        if let Some(j) = self.join.take() {
+            let _ = j.join();
+        }
+    }
+}
+
+impl Drop for CoreHandle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// How to start one engine core.
+pub struct CoreSpec<D> {
+    /// Builds the device on the core's own thread (DPDK queues are per-lcore objects).
+    pub device: Box<dyn FnOnce() -> Result<D, String> + Send>,
+    /// IP configuration of the core's stack.
+    pub stack: StackConfig,
+    /// CPU to pin the thread to (`None`: not pinned).
+    pub cpu: Option<usize>,
+}
+
+impl<D> std::fmt::Debug for CoreSpec<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CoreSpec")
+            .field("stack", &self.stack)
+            .field("cpu", &self.cpu)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A wall clock for the cores, provided by the layer above (GUIDE rule 3: nothing in the
+/// engine reads a clock on its own).
+pub type Clock = Arc<dyn Fn() -> StdInstant + Send + Sync>;
+
+/// Starts core number `index` on its own thread and returns its handle once the device and
+/// the stack are up.
+pub fn spawn_core<D: PollDevice + 'static>(
+    index: u16,
+    spec: CoreSpec<D>,
+    cfg: EngineConfig,
+    mrs: Arc<MrTable>,
+    clock: Clock,
+) -> Result<CoreHandle, EngineError> {
+    let (commands, mut c2) = channel::<Command>(cfg.command_queue_depth);
+    let (mut e2, events) = channel::<CmEvent>(cfg.event_queue_depth);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = crossbeam::channel::bounded::<Result<(), EngineError>>(1);
+    let s2 = Arc::clone(&stop);
+    let join = thread::Builder::new()
+        .name(format!("warpcore-core{index}"))
+        .spawn(move || {
+            if let Some(cpu) = spec.cpu {
+                // Pinning failure is not fatal (e.g. a restricted cpuset in CI).
+                let _ = core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
+            }
+            let base = clock();
+            let device = match (spec.device)() {
+                Ok(d) => d,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(EngineError::Device(e)));
+                    return;
+                }
+            };
+            let core = EngineCore::new(index, device, &spec.stack, cfg, mrs, base, Instant::ZERO);
+            let core = match core {
+                Ok(c) => c,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            };
+            let _ = ready_tx.send(Ok(()));
+            let linger = StdDuration::from_millis(core.config().shutdown_linger_ms);
+            let core = run_core(core, &mut c2, &mut e2, &s2, &clock, base);
+            // Stopped polling; keep the device open a while (see `shutdown_linger_ms`).
+            thread::sleep(linger);
+            drop(core);
+        })
+        .map_err(|e| EngineError::Device(e.to_string()))?;
+    let thread = join.thread().clone();
+    match ready_rx.recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            let _ = join.join();
+            return Err(e);
+        }
+        Err(_) => {
+            let _ = join.join();
+            return Err(EngineError::CoreGone);
+        }
+    }
+    Ok(CoreHandle {
+        commands: Mutex::new(commands),
+        events: Mutex::new(events),
+        stop,
+        thread,
+        join: Some(join),
+    })
+}
+
+fn run_core<D: PollDevice>(
+    mut core: EngineCore<D>,
+    commands: &mut Consumer<Command>,
+    events: &mut Producer<CmEvent>,
+    stop: &AtomicBool,
+    clock: &Clock,
+    base: StdInstant,
+) -> EngineCore<D> {
+    let budget = core.config().command_budget;
+    let mut pending: VecDeque<CmEvent> = VecDeque::with_capacity(core.config().event_queue_depth);
+    let mut backoff = Backoff::new(2000, 2100, StdDuration::from_micros(200));
+    while !stop.load(Ordering::Relaxed) {
+        let now = Instant::from_micros(clock().duration_since(base).as_micros() as i64);
+        let mut work = false;
+        // Poller 0: application rings, bounded.
+        for _ in 0..budget {
+            let Some(cmd) = commands.pop() else { break };
+            work = true;
+            apply(&mut core, cmd);
+        }
+        // Pollers 1-7 (rx, tcp events, requests, receive, timers, send, tx flush).
+        work |= core.poll(now);
+        // Events out; an event the application has no room for waits here, never lost.
+        while let Some(ev) = core.next_event() {
+            pending.push_back(ev);
+        }
+        while let Some(ev) = pending.pop_front() {
+            if let Err(ev) = events.push(ev) {
+                pending.push_front(ev);
+                break;
+            }
+            work = true;
+        }
+        backoff.pause(work, commands);
+    }
+    core
+}
+
+fn apply<D: PollDevice>(core: &mut EngineCore<D>, cmd: Command) {
+    match cmd {
+        Command::CreateQp(attr, r) => {
+            let _ = r.try_send(core.create_qp(attr));
+        }
+        Command::DestroyQp(qp, r) => {
+            let _ = r.try_send(core.destroy_qp(qp));
+        }
+        Command::PostSend(qp, wr) => core.post_send_reserved(qp, wr),
+        Command::PostRecv(qp, wr) => core.post_recv_reserved(qp, wr),
+        Command::Connect {
+            qp,
+            remote,
+            params,
+            private_data,
+            reply,
+        } => {
+            let _ = reply.try_send(core.connect(qp, remote, &params, &private_data));
+        }
+        Command::Listen(port, params, r) => {
+            let _ = r.try_send(core.listen(port, params));
+        }
+        Command::Accept {
+            req,
+            qp,
+            private_data,
+            ird_ord,
+            reply,
+        } => {
+            let _ = reply.try_send(core.accept(req, qp, &private_data, ird_ord));
+        }
+        Command::Reject(req, pd, r) => {
+            let _ = r.try_send(core.reject(req, &pd));
+        }
+        Command::Disconnect(qp, r) => {
+            let _ = r.try_send(core.disconnect(qp));
+        }
+        Command::Abort(qp, r) => {
+            let _ = r.try_send(core.abort(qp));
+        }
+        Command::Stats(r) => {
+            let _ = r.try_send(Ok(core.stats()));
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! Work requests, completions, completion queues and the handles that name engine objects
+//! across threads (GUIDE rule 6).
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+
+use crossbeam::queue::ArrayQueue;
+
+use crate::config::MAX_SGE;
+use crate::mem::PdId;
+
+/// Names a queue pair: the engine core that owns it, its slot and the slot's generation, so
+/// a stale handle never reaches a reused slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QpId {
+    /// The owning engine core.
+    pub core: u16,
+    /// Slot in the core's QP table.
+    pub index: u16,
+    /// Generation of the slot.
+    pub generation: u32,
+}
+
+impl QpId {
+    /// The QP number shown to users and peers (core, slot and generation folded together).
+    pub fn qpn(self) -> u32 {
+        (u32::from(self.core) << 24) | (u32::from(self.index) << 12) | (self.generation & 0xFFF)
+    }
+}
+
+/// One scatter/gather element: `len` octets at Tagged Offset `to` of the local region
+/// `stag` (the lkey).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sge {
+    /// The region.
+    pub stag: u32,
+    /// Offset in the region's TO space.
+    pub to: u64,
+    /// Length in octets.
+    pub len: u32,
+}
+
+/// Up to [`MAX_SGE`] SGEs, stored inline (no allocation per work request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SgeList {
+    sges: [Sge; MAX_SGE],
+    len: u8,
+}
+
+impl SgeList {
+    /// An empty list (a zero-length message).
+    pub const fn new() -> SgeList {
+        SgeList {
+            sges: [Sge {
+                stag: 0,
+                to: 0,
+                len: 0,
+            }; MAX_SGE],
+            len: 0,
+        }
+    }
+
+    /// A list of the given SGEs; `None` if there are more than [`MAX_SGE`].
+    pub fn from_slice(sges: &[Sge]) -> Option<SgeList> {
+        if sges.len() > MAX_SGE {
+            return None;
+        }
+        let mut l = SgeList::new();
+        l.sges[..sges.len()].copy_from_slice(sges);
+        l.len = sges.len() as u8;
+        Some(l)
+    }
+
+    /// The SGEs.
+    pub fn as_slice(&self) -> &[Sge] {
+        &self.sges[..usize::from(self.len)]
+    }
+
+    /// Total length in octets (saturating; the post checks reject > u32::MAX).
+    pub fn total_len(&self) -> u64 {
+        self.as_slice().iter().map(|s| u64::from(s.len)).sum()
+    }
+}
+
+/// What a send queue work request does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendOp {
+    /// Send (RDMAP opcode 0x3).
+    Send,
+    /// Send with Solicited Event (0x5).
+    SendSe,
+    /// Send with Invalidate of the peer's STag (0x4).
+    SendInvalidate {
+        /// STag the peer invalidates.
+        stag: u32,
+    },
+    /// Send with Solicited Event and Invalidate (0x6).
+    SendSeInvalidate {
+        /// STag the peer invalidates.
+        stag: u32,
+    },
+    /// RDMA Write into the peer's region.
+    Write {
+        /// The peer's STag.
+        remote_stag: u32,
+        /// The peer's Tagged Offset.
+        remote_to: u64,
+    },
+    /// RDMA Read from the peer's region into the (single) local SGE.
+    Read {
+        /// The peer's STag (Data Source).
+        remote_stag: u32,
+        /// The peer's Tagged Offset.
+        remote_to: u64,
+    },
+}
+
+/// A send queue work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendWr {
+    /// The caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// The operation.
+    pub op: SendOp,
+    /// Local buffers: the data of a Send/Write, the sink of a Read (exactly one SGE; an
+    /// empty list only for a zero-length Read).
+    pub sges: SgeList,
+    /// Produce a completion on success (errors always complete).
+    pub signaled: bool,
+    /// Read fence: start this request only after every earlier RDMA Read completed (its
+    /// Read Response placed), so e.g. a Write after a Read of the same remote memory cannot
+    /// change what the Read returns (RDMAP-5.5-5 gives no implicit fence).
+    pub fence: bool,
+}
+
+/// A receive queue work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvWr {
+    /// The caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// Where an incoming Send's payload goes, in order.
+    pub sges: SgeList,
+}
+
+/// Kind of a completed work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WcOpcode {
+    /// A Send of any kind.
+    Send,
+    /// An RDMA Write.
+    Write,
+    /// An RDMA Read.
+    Read,
+    /// A received Send.
+    Recv,
+}
+
+/// Outcome of a work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WcStatus {
+    /// Done.
+    Success,
+    /// Flushed: the QP went to the error state before the request completed.
+    FlushErr,
+    /// A local SGE was not usable when the engine came to it (region deregistered).
+    LocalProtection,
+    /// The received message was longer than the posted buffers.
+    LocalLength,
+    /// The peer reported a remote access error in a Terminate.
+    RemoteAccess,
+    /// The peer reported another error in a Terminate, or the stream failed.
+    RemoteOperation,
+    /// This side detected a protocol error and terminated the stream.
+    Fatal,
+}
+
+/// One completion entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The work request's identifier.
+    pub wr_id: u64,
+    /// The queue pair.
+    pub qp: QpId,
+    /// What completed.
+    pub opcode: WcOpcode,
+    /// How it ended.
+    pub status: WcStatus,
+    /// Octets received (receives) or transferred (Reads, Writes, Sends).
+    pub byte_len: u32,
+    /// A received Send carried the Solicited Event flag.
+    pub solicited: bool,
+    /// A received Send with Invalidate invalidated this local STag.
+    pub invalidated: Option<u32>,
+}
+
+/// A completion queue: filled by engine cores, drained by application threads. Several QPs,
+/// possibly on several cores, may share one (a bounded lock-free MPMC queue).
+#[derive(Debug)]
+pub struct CompletionQueue {
+    ring: ArrayQueue<Completion>,
+    overrun: AtomicBool,
+}
+
+impl CompletionQueue {
+    /// A queue of `depth` entries (allocated now, never again).
+    pub fn new(depth: usize) -> CompletionQueue {
+        CompletionQueue {
+            ring: ArrayQueue::new(depth.max(1)),
+            overrun: AtomicBool::new(false),
+        }
+    }
+
+    /// Engine side: appends a completion; on overrun the entry is lost and the overrun
+    /// flag is raised (the engine never waits for the application).
+    pub fn push(&self, c: Completion) {
+        if self.ring.push(c).is_err() {
+            self.overrun.store(true, Ordering::Release);
+        }
+    }
+
+    /// Takes the oldest completion.
+    pub fn pop(&self) -> Option<Completion> {
+        self.ring.pop()
+    }
+
+    /// Entries waiting.
+    pub fn len(&self) -> usize {
+        self.ring.len()
+    }
+
+    /// No entries waiting.
+    pub fn is_empty(&self) -> bool {
+        self.ring.is_empty()
+    }
+
+    /// Capacity.
+    pub fn capacity(&self) -> usize {
+        self.ring.capacity()
+    }
+
+    /// Whether a completion was ever lost because the queue was full.
+    pub fn overrun(&self) -> bool {
+        self.overrun.load(Ordering::Acquire)
+    }
+}
+
+/// State of a queue pair (RDMAP-06 §6 / the iWARP verbs QP states).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum QpState {
+    /// Created, not connected: receives may be posted.
+    Idle = 0,
+    /// TCP and MPA set-up in progress.
+    Connecting = 1,
+    /// Ready to send: FPDU mode on an established stream.
+    Rts = 2,
+    /// Graceful close in progress: no new sends, the send queue drains, then FIN.
+    Closing = 3,
+    /// A Terminate is being sent or was received; the stream is dead.
+    Terminate = 4,
+    /// Error: every outstanding and newly posted request completes with a flush error.
+    Error = 5,
+}
+
+impl QpState {
+    fn from_u8(v: u8) -> QpState {
+        match v {
+            0 => QpState::Idle,
+            1 => QpState::Connecting,
+            2 => QpState::Rts,
+            3 => QpState::Closing,
+            4 => QpState::Terminate,
+            _ => QpState::Error,
+        }
+    }
+}
+
+/// The part of a QP that application threads read without asking the engine core: state
+/// and queue occupancy, so local misuse is refused at once, before anything is queued.
+#[derive(Debug)]
+pub struct QpShared {
+    state: AtomicU8,
+    sq_used: AtomicU32,
+    rq_used: AtomicU32,
+    /// Send queue depth.
+    pub sq_depth: u32,
+    /// Receive queue depth.
+    pub rq_depth: u32,
+    /// SGEs per work request.
+    pub max_sge: u32,
+    /// The protection domain.
+    pub pd: PdId,
+}
+
+impl QpShared {
+    /// Shared state of a new QP.
+    pub fn new(pd: PdId, sq_depth: u32, rq_depth: u32, max_sge: u32) -> QpShared {
+        QpShared {
+            state: AtomicU8::new(QpState::Idle as u8),
+            sq_used: AtomicU32::new(0),
+            rq_used: AtomicU32::new(0),
+            sq_depth,
+            rq_depth,
+            max_sge,
+            pd,
+        }
+    }
+
+    /// The current state.
+    pub fn state(&self) -> QpState {
+        QpState::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn set_state(&self, s: QpState) {
+        self.state.store(s as u8, Ordering::Release);
+    }
+
+    /// Work requests on the send queue not yet retired.
+    pub fn sq_used(&self) -> u32 {
+        self.sq_used.load(Ordering::Acquire)
+    }
+
+    /// Work requests on the receive queue not yet retired.
+    pub fn rq_used(&self) -> u32 {
+        self.rq_used.load(Ordering::Acquire)
+    }
+
+    /// Reserves one send queue slot; false if the queue is full.
+    pub fn reserve_sq(&self) -> bool {
+        self.sq_used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                (u < self.sq_depth).then_some(u + 1)
+            })
+            .is_ok()
+    }
+
+    /// Reserves one receive queue slot; false if the queue is full.
+    pub fn reserve_rq(&self) -> bool {
+        self.rq_used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                (u < self.rq_depth).then_some(u + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives back a send queue slot: done by the engine when a request retires, and by an
+    /// application thread whose reserved request could not be queued.
+    pub fn release_sq(&self) {
+        self.sq_used.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Gives back a receive queue slot (see [`QpShared::release_sq`]).
+    pub fn release_rq(&self) {
+        self.rq_used.fetch_sub(1, Ordering::AcqRel);
+    }
+}

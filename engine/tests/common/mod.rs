@@ -1,0 +1,256 @@
+//! Two engine cores joined by the in-memory link, stepped alternately with a simulated
+//! clock (no threads): the deterministic harness of the engine tests.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Instant as StdInstant;
+
+use warpcore_engine::mem::{Access, MrTable, PdId, Region, Stag};
+use warpcore_engine::tcp::link::{self, LinkConfig, LinkEnd};
+use warpcore_engine::tcp::smoltcp::time::{Duration, Instant};
+use warpcore_engine::tcp::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
+use warpcore_engine::tcp::StackConfig;
+use warpcore_engine::{
+    CmEvent, Completion, CompletionQueue, EngineConfig, EngineCore, MpaParams, QpAttr, QpId,
+    RecvWr, SendOp, SendWr, Sge, SgeList,
+};
+
+pub const PD: PdId = PdId(1);
+pub const PORT: u16 = 4791;
+
+pub fn ip(n: u8) -> Ipv4Address {
+    Ipv4Address::new(10, 0, 0, n)
+}
+
+pub struct Side {
+    pub core: EngineCore<LinkEnd>,
+    pub mrs: Arc<MrTable>,
+    pub cq: Arc<CompletionQueue>,
+    pub events: Vec<CmEvent>,
+    pub completions: Vec<Completion>,
+}
+
+impl Side {
+    fn new(n: u8, end: LinkEnd, cfg: &EngineConfig, base: StdInstant) -> Side {
+        let mrs = Arc::new(MrTable::new(cfg.mr_table_capacity));
+        let sc = StackConfig {
+            mac: [2, 0, 0, 0, 0, n],
+            ip: Ipv4Cidr::new(ip(n), 24),
+            gateway: None,
+            routes: Vec::new(),
+            random_seed: u64::from(n) * 7919,
+            max_connections: cfg.max_connections,
+        };
+        let core = EngineCore::new(
+            u16::from(n) - 1,
+            end,
+            &sc,
+            cfg.clone(),
+            Arc::clone(&mrs),
+            base,
+            Instant::ZERO,
+        )
+        .expect("core");
+        Side {
+            core,
+            mrs,
+            cq: Arc::new(CompletionQueue::new(4096)),
+            events: Vec::new(),
+            completions: Vec::new(),
+        }
+    }
+
+    pub fn qp(&mut self, depth: u32) -> QpId {
+        self.core
+            .create_qp(QpAttr {
+                pd: PD,
+                send_cq: Arc::clone(&self.cq),
+                recv_cq: Arc::clone(&self.cq),
+                sq_depth: depth,
+                rq_depth: depth,
+                max_sge: 4,
+            })
+            .expect("qp")
+            .0
+    }
+
+    /// Registers `len` zeroed octets with `access`; returns the region and its STag.
+    pub fn region(&self, len: usize, access: Access) -> (Arc<Region>, Stag) {
+        let r = Arc::new(Region::allocate(len, 4096).expect("alloc"));
+        let s = self
+            .mrs
+            .register(Arc::clone(&r), PD, access, 0)
+            .expect("register");
+        (r, s)
+    }
+
+    fn drain(&mut self) {
+        while let Some(e) = self.core.next_event() {
+            self.events.push(e);
+        }
+        while let Some(c) = self.cq.pop() {
+            self.completions.push(c);
+        }
+    }
+
+    pub fn take_events(&mut self) -> Vec<CmEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    pub fn take_completions(&mut self) -> Vec<Completion> {
+        std::mem::take(&mut self.completions)
+    }
+}
+
+pub struct Pair {
+    pub a: Side,
+    pub b: Side,
+    pub now: Instant,
+}
+
+pub fn all_access() -> Access {
+    Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE
+}
+
+impl Pair {
+    pub fn new(link_cfg: &LinkConfig, cfg: &EngineConfig) -> Pair {
+        let (ea, eb) = link::pair(link_cfg);
+        let base = StdInstant::now();
+        Pair {
+            a: Side::new(1, ea, cfg, base),
+            b: Side::new(2, eb, cfg, base),
+            now: Instant::ZERO,
+        }
+    }
+
+    pub fn default_pair() -> Pair {
+        Pair::new(&LinkConfig::default(), &EngineConfig::default())
+    }
+
+    /// One loop of both cores. When neither did work the simulated clock jumps to the next
+    /// thing due (a frame on the link, a TCP timer), at least 10 µs and at most 50 ms on.
+    pub fn step(&mut self) -> bool {
+        let wa = self.a.core.poll(self.now);
+        let wb = self.b.core.poll(self.now);
+        self.a.drain();
+        self.b.drain();
+        if !(wa || wb) {
+            let mut next = self.now + Duration::from_millis(50);
+            for t in [
+                self.a.core.poll_at(),
+                self.b.core.poll_at(),
+                self.a.core.stack().device().next_delivery(),
+                self.b.core.stack().device().next_delivery(),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                next = next.min(t);
+            }
+            self.now = next.max(self.now + Duration::from_micros(10));
+        }
+        wa || wb
+    }
+
+    /// Steps until `done` holds; panics after `max` steps.
+    pub fn run_until(&mut self, max: usize, mut done: impl FnMut(&mut Pair) -> bool) {
+        for _ in 0..max {
+            if done(self) {
+                return;
+            }
+            self.step();
+        }
+        panic!("condition not reached after {max} steps");
+    }
+
+    /// Steps `n` times.
+    pub fn run(&mut self, n: usize) {
+        for _ in 0..n {
+            self.step();
+        }
+    }
+
+    /// Listens on B, connects A to it with `params` on both sides, accepts; returns the two
+    /// QPs in RTS.
+    pub fn connect_with(&mut self, pa: &MpaParams, pb: &MpaParams, depth: u32) -> (QpId, QpId) {
+        let qa = self.a.qp(depth);
+        let qb = self.b.qp(depth);
+        self.b.core.listen(PORT, pb.clone()).expect("listen");
+        self.a
+            .core
+            .connect(qa, (ip(2), PORT), pa, b"hello from a")
+            .expect("connect");
+        let mut req = None;
+        self.run_until(2000, |p| {
+            for e in p.b.take_events() {
+                if let CmEvent::ConnectRequest(r) = e {
+                    req = Some(r);
+                }
+            }
+            req.is_some()
+        });
+        let req = req.expect("request");
+        assert_eq!(req.private_data, b"hello from a");
+        self.b
+            .core
+            .accept(req.request, qb, b"hello from b", None)
+            .expect("accept");
+        let mut est = (false, false);
+        self.run_until(2000, |p| {
+            for e in p.a.take_events() {
+                if let CmEvent::Established(x) = e {
+                    assert_eq!(x.private_data, b"hello from b");
+                    est.0 = true;
+                }
+            }
+            for e in p.b.take_events() {
+                if let CmEvent::Established(_) = e {
+                    est.1 = true;
+                }
+            }
+            est.0 && est.1
+        });
+        (qa, qb)
+    }
+
+    pub fn connect(&mut self) -> (QpId, QpId) {
+        self.connect_with(&MpaParams::default(), &MpaParams::default(), 64)
+    }
+}
+
+pub fn sges(list: &[(Stag, u64, u32)]) -> SgeList {
+    let v: Vec<Sge> = list
+        .iter()
+        .map(|&(s, to, len)| Sge { stag: s.0, to, len })
+        .collect();
+    SgeList::from_slice(&v).expect("sges")
+}
+
+pub fn send_wr(wr_id: u64, op: SendOp, list: &[(Stag, u64, u32)]) -> SendWr {
+    SendWr {
+        wr_id,
+        op,
+        sges: sges(list),
+        signaled: true,
+        fence: false,
+    }
+}
+
+pub fn recv_wr(wr_id: u64, list: &[(Stag, u64, u32)]) -> RecvWr {
+    RecvWr {
+        wr_id,
+        sges: sges(list),
+    }
+}
+
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+pub fn read_region(r: &Region, off: usize, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    r.read_at(off, &mut v).expect("read_at");
+    v
+}

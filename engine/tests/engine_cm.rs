@@ -1,0 +1,396 @@
+//! Connection manager, teardown and error paths between two engine cores over the
+//! in-memory link: MPA Rev 1/2 with CRC on/off and markers, RFC 6581 IRD/ORD, reject with
+//! private data, graceful and abortive close, Terminates and flushes.
+
+mod common;
+
+use common::*;
+use warpcore_engine::{CmEvent, ConnError, MpaParams, QpState, SendOp, WcOpcode, WcStatus};
+
+fn exchange(p: &mut Pair, qa: warpcore_engine::QpId, qb: warpcore_engine::QpId) {
+    let (ra, sa) = p.a.region(1 << 16, all_access());
+    let (rb, sb) = p.b.region(1 << 16, all_access());
+    let data = pattern(40_000, 5);
+    ra.write_at(0, &data).unwrap();
+    p.b.core
+        .post_recv(qb, recv_wr(1, &[(sb, 0, 40_000)]))
+        .unwrap();
+    p.a.core
+        .post_send(qa, send_wr(1, SendOp::Send, &[(sa, 0, 40_000)]))
+        .unwrap();
+    // B sends first on the reverse direction too (peer-to-peer lifts the fence at once;
+    // client-server waits for A's first FPDU, MPA-7.1.2-16).
+    p.a.core
+        .post_recv(qa, recv_wr(2, &[(sa, 50_000, 100)]))
+        .unwrap();
+    rb.write_at(60_000, b"reply").unwrap();
+    p.b.core
+        .post_send(qb, send_wr(2, SendOp::Send, &[(sb, 60_000, 5)]))
+        .unwrap();
+    p.run_until(5000, |p| {
+        p.a.completions.len() == 2 && p.b.completions.len() == 2
+    });
+    assert_eq!(read_region(&rb, 0, 40_000), data);
+    assert_eq!(read_region(&ra, 50_000, 5), b"reply");
+    assert!(p
+        .a
+        .take_completions()
+        .iter()
+        .all(|c| c.status == WcStatus::Success));
+    assert!(p
+        .b
+        .take_completions()
+        .iter()
+        .all(|c| c.status == WcStatus::Success));
+}
+
+/// MPA-7.1.1-12/13 (CRC if either side asks), MPA2-6-4 (Rev 2 responder answers Rev 1),
+/// MPA-7.1.1-7/8 (markers per direction): every combination carries data byte-exact.
+#[test]
+fn rev_crc_marker_matrix() {
+    for (rev_a, rev_b) in [(1u8, 1u8), (1, 2), (2, 2)] {
+        for (crc_a, crc_b) in [(false, false), (true, false), (false, true), (true, true)] {
+            for markers in [false, true] {
+                let mut p = Pair::default_pair();
+                let pa = MpaParams {
+                    rev: rev_a,
+                    crc: crc_a,
+                    markers,
+                    peer_to_peer: rev_a >= 2,
+                    ..Default::default()
+                };
+                let pb = MpaParams {
+                    rev: rev_b,
+                    crc: crc_b,
+                    markers: false,
+                    ..Default::default()
+                };
+                let (qa, qb) = p.connect_with(&pa, &pb, 16);
+                exchange(&mut p, qa, qb);
+                let sa = p.a.core.stats();
+                assert!(sa.fpdus_rx > 0 && sa.terminates_rx == 0 && sa.terminates_tx == 0);
+            }
+        }
+    }
+}
+
+/// RFC 6581 §9.1: IRD/ORD are negotiated and reported on both sides.
+#[test]
+fn ird_ord_negotiation_reported() {
+    let mut p = Pair::default_pair();
+    let qa = p.a.qp(8);
+    let qb = p.b.qp(8);
+    let pa = MpaParams {
+        ird: 3,
+        ord: 5,
+        ..Default::default()
+    };
+    let pb = MpaParams {
+        ird: 4,
+        ord: 2,
+        ..Default::default()
+    };
+    p.b.core.listen(PORT, pb).unwrap();
+    p.a.core.connect(qa, (ip(2), PORT), &pa, b"").unwrap();
+    let mut req = None;
+    p.run_until(2000, |p| {
+        req = p.b.take_events().into_iter().find_map(|e| match e {
+            CmEvent::ConnectRequest(r) => Some(r),
+            _ => None,
+        });
+        req.is_some()
+    });
+    let req = req.unwrap();
+    assert_eq!((req.rev, req.ird, req.ord), (2, Some(3), Some(5)));
+    p.b.core.accept(req.request, qb, b"", None).unwrap();
+    let mut ea = None;
+    let mut eb = None;
+    p.run_until(2000, |p| {
+        for e in p.a.take_events() {
+            if let CmEvent::Established(x) = e {
+                ea = Some(x);
+            }
+        }
+        for e in p.b.take_events() {
+            if let CmEvent::Established(x) = e {
+                eb = Some(x);
+            }
+        }
+        ea.is_some() && eb.is_some()
+    });
+    let (ea, eb) = (ea.unwrap(), eb.unwrap());
+    // Responder: IRD = min(initiator ORD 5, ours 4) = 4; ORD = min(ours 2, initiator IRD 3).
+    assert_eq!((eb.ird, eb.ord), (4, 2));
+    // Initiator: IRD = responder's ORD 2; ORD = min(5, responder IRD 4).
+    assert_eq!((ea.ird, ea.ord), (2, 4));
+    assert_eq!(ea.peer_ird_ord, Some((4, 2)));
+}
+
+/// MPA-7.1.2-5/6/14: a reject carries private data back; the initiator's QP goes to the
+/// error state with its receives flushed; TCP closes.
+#[test]
+fn reject_with_private_data() {
+    for rev in [1u8, 2] {
+        let mut p = Pair::default_pair();
+        let qa = p.a.qp(8);
+        let (_ra, sa) = p.a.region(4096, all_access());
+        p.a.core.post_recv(qa, recv_wr(5, &[(sa, 0, 64)])).unwrap();
+        let params = MpaParams {
+            rev,
+            peer_to_peer: rev >= 2,
+            ..Default::default()
+        };
+        p.b.core.listen(PORT, params.clone()).unwrap();
+        p.a.core
+            .connect(qa, (ip(2), PORT), &params, b"let me in")
+            .unwrap();
+        let mut req = None;
+        p.run_until(2000, |p| {
+            req = p.b.take_events().into_iter().find_map(|e| match e {
+                CmEvent::ConnectRequest(r) => Some(r),
+                _ => None,
+            });
+            req.is_some()
+        });
+        p.b.core.reject(req.unwrap().request, b"go away").unwrap();
+        let mut rejected = None;
+        p.run_until(2000, |p| {
+            for e in p.a.take_events() {
+                if let CmEvent::Rejected { private_data, .. } = e {
+                    rejected = Some(private_data);
+                }
+            }
+            rejected.is_some()
+        });
+        assert_eq!(rejected.unwrap(), b"go away");
+        assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Error);
+        let c = p.a.take_completions();
+        assert_eq!((c[0].wr_id, c[0].status), (5, WcStatus::FlushErr));
+        p.run(200);
+    }
+}
+
+/// Graceful close (RDMAP-06 §6): the send queue drains before FIN, both sides see
+/// Disconnected without reset, outstanding receives are flushed.
+#[test]
+fn graceful_close_drains_then_fin() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (ra, sa) = p.a.region(1 << 20, all_access());
+    let (rb, sb) = p.b.region(1 << 20, all_access());
+    let data = pattern(500_000, 1);
+    ra.write_at(0, &data).unwrap();
+    p.b.core
+        .post_recv(qb, recv_wr(1, &[(sb, 0, 500_000)]))
+        .unwrap();
+    p.b.core.post_recv(qb, recv_wr(2, &[(sb, 0, 10)])).unwrap();
+    p.a.core
+        .post_recv(qa, recv_wr(3, &[(sa, 600_000, 10)]))
+        .unwrap();
+    p.a.core
+        .post_send(qa, send_wr(1, SendOp::Send, &[(sa, 0, 500_000)]))
+        .unwrap();
+    p.a.core.disconnect(qa).unwrap();
+    // Closing: no new sends.
+    assert_eq!(
+        p.a.core.post_send(qa, send_wr(9, SendOp::Send, &[])),
+        Err(warpcore_engine::EngineError::InvalidState(QpState::Closing))
+    );
+    let mut da = None;
+    let mut db = None;
+    p.run_until(20_000, |p| {
+        for e in p.a.take_events() {
+            if let CmEvent::Disconnected { reset, .. } = e {
+                da = Some(reset);
+            }
+        }
+        for e in p.b.take_events() {
+            if let CmEvent::Disconnected { reset, .. } = e {
+                db = Some(reset);
+            }
+        }
+        da.is_some() && db.is_some()
+    });
+    assert_eq!((da, db), (Some(false), Some(false)));
+    assert_eq!(read_region(&rb, 0, 500_000), data);
+    let cb: Vec<_> =
+        p.b.take_completions()
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect();
+    assert_eq!(cb, [(1, WcStatus::Success), (2, WcStatus::FlushErr)]);
+    let ca: Vec<_> =
+        p.a.take_completions()
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect();
+    assert_eq!(ca, [(1, WcStatus::Success), (3, WcStatus::FlushErr)]);
+    assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Error);
+    assert_eq!(p.b.core.qp_state(qb).unwrap(), QpState::Error);
+}
+
+/// Abortive close: RST; both sides flush and see Disconnected with reset.
+#[test]
+fn abortive_close_resets_both_sides() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (_ra, sa) = p.a.region(4096, all_access());
+    let (_rb, sb) = p.b.region(4096, all_access());
+    p.a.core.post_recv(qa, recv_wr(1, &[(sa, 0, 10)])).unwrap();
+    p.b.core.post_recv(qb, recv_wr(2, &[(sb, 0, 10)])).unwrap();
+    p.a.core.abort(qa).unwrap();
+    let mut db = None;
+    p.run_until(2000, |p| {
+        for e in p.b.take_events() {
+            if let CmEvent::Disconnected { reset, .. } = e {
+                db = Some(reset);
+            }
+        }
+        db.is_some()
+    });
+    assert_eq!(db, Some(true));
+    assert!(p
+        .a
+        .take_events()
+        .iter()
+        .any(|e| matches!(e, CmEvent::Disconnected { reset: true, .. })));
+    assert_eq!(p.a.take_completions()[0].status, WcStatus::FlushErr);
+    assert_eq!(p.b.take_completions()[0].status, WcStatus::FlushErr);
+}
+
+/// RDMAP-7.2-9/13 (remote protection error on a Read Request), RDMAP-06 §4.8: a Read of
+/// a range outside the peer's region earns a Terminate 0/1/1 with the Read Request header;
+/// the requester's Read completes with a remote access error, later requests are flushed,
+/// both QPs go to the error state and report the decoded Terminate.
+#[test]
+fn remote_access_error_terminates_and_flushes_both_sides() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (_ra, sa) = p.a.region(1 << 16, all_access());
+    let (_rb, sb) = p.b.region(4096, all_access());
+    p.b.core.post_recv(qb, recv_wr(77, &[(sb, 0, 10)])).unwrap();
+    p.a.core
+        .post_send(
+            qa,
+            send_wr(
+                1,
+                SendOp::Read {
+                    remote_stag: sb.0,
+                    remote_to: 4000,
+                },
+                &[(sa, 0, 200)],
+            ),
+        )
+        .unwrap();
+    p.a.core
+        .post_send(qa, send_wr(2, SendOp::Send, &[(sa, 0, 5)]))
+        .unwrap();
+    p.run_until(3000, |p| {
+        p.a.events
+            .iter()
+            .any(|e| matches!(e, CmEvent::Error { .. }))
+            && p.b
+                .events
+                .iter()
+                .any(|e| matches!(e, CmEvent::Error { .. }))
+    });
+    let ea = p.a.take_events();
+    let eb = p.b.take_events();
+    let Some(CmEvent::Error {
+        error: ConnError::RemoteTerminate(rep),
+        ..
+    }) = ea.iter().find(|e| matches!(e, CmEvent::Error { .. }))
+    else {
+        panic!("{ea:?}")
+    };
+    assert_eq!(
+        (rep.code.layer(), rep.code.etype(), rep.code.code()),
+        (0, 1, 1)
+    );
+    let rr = rep.read_request.expect("Read Request header copied");
+    assert_eq!((rr.src_stag, rr.src_to, rr.read_size), (sb.0, 4000, 200));
+    assert!(eb.iter().any(|e| matches!(
+        e,
+        CmEvent::Error {
+            error: ConnError::LocalTerminate(_),
+            ..
+        }
+    )));
+    let ca = p.a.take_completions();
+    // The Send may have been handed to TCP before the Terminate arrived (then it completed
+    // successfully, as in siw); the Read is always the one refused.
+    assert_eq!(
+        (ca[0].wr_id, ca[0].opcode, ca[0].status),
+        (1, WcOpcode::Read, WcStatus::RemoteAccess)
+    );
+    let cb = p.b.take_completions();
+    assert_eq!(
+        cb.iter().find(|c| c.wr_id == 77).map(|c| c.status),
+        Some(WcStatus::FlushErr)
+    );
+    assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Error);
+    assert_ne!(p.b.core.qp_state(qb).unwrap(), QpState::Rts);
+    p.run(300);
+    assert_eq!(p.b.core.qp_state(qb).unwrap(), QpState::Error);
+    assert_eq!(p.b.core.stats().terminates_tx, 1);
+}
+
+/// DDP-7.1-2: a Send with no receive posted earns a Terminate 1/2/2 (no buffer).
+#[test]
+fn send_without_receive_buffer_terminates() {
+    let mut p = Pair::default_pair();
+    let (qa, _qb) = p.connect();
+    let (_ra, sa) = p.a.region(4096, all_access());
+    p.a.core
+        .post_send(qa, send_wr(1, SendOp::Send, &[(sa, 0, 5)]))
+        .unwrap();
+    p.run_until(3000, |p| {
+        p.a.events
+            .iter()
+            .any(|e| matches!(e, CmEvent::Error { .. }))
+    });
+    let ea = p.a.take_events();
+    let Some(CmEvent::Error {
+        error: ConnError::RemoteTerminate(rep),
+        ..
+    }) = ea.first()
+    else {
+        panic!("{ea:?}")
+    };
+    assert_eq!(
+        (rep.code.layer(), rep.code.etype(), rep.code.code()),
+        (1, 2, 2)
+    );
+}
+
+/// A Send longer than the posted buffer: DDP-7.1-4 "message too long" Terminate (1/2/5).
+#[test]
+fn send_longer_than_buffer_terminates() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (_ra, sa) = p.a.region(4096, all_access());
+    let (_rb, sb) = p.b.region(4096, all_access());
+    p.b.core.post_recv(qb, recv_wr(1, &[(sb, 0, 10)])).unwrap();
+    p.a.core
+        .post_send(qa, send_wr(1, SendOp::Send, &[(sa, 0, 11)]))
+        .unwrap();
+    p.run_until(3000, |p| {
+        p.a.events
+            .iter()
+            .any(|e| matches!(e, CmEvent::Error { .. }))
+    });
+    let ea = p.a.take_events();
+    let Some(CmEvent::Error {
+        error: ConnError::RemoteTerminate(rep),
+        ..
+    }) = ea.first()
+    else {
+        panic!("{ea:?}")
+    };
+    assert_eq!(
+        (rep.code.layer(), rep.code.etype(), rep.code.code()),
+        (1, 2, 5)
+    );
+    let cb = p.b.take_completions();
+    assert_eq!((cb[0].wr_id, cb[0].status), (1, WcStatus::FlushErr));
+}

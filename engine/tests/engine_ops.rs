@@ -1,0 +1,367 @@
+//! Send, Write and Read end to end between two engine cores over the in-memory link.
+
+mod common;
+
+use common::*;
+use warpcore_engine::mem::Access;
+use warpcore_engine::{SendOp, WcOpcode, WcStatus};
+
+/// RDMAP-5.3-1, DDP-5.4-1: a Send lands in the posted receive buffer, byte for byte, and
+/// both sides complete.
+#[test]
+fn send_write_read_end_to_end() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (ra, sa) = p.a.region(1 << 20, all_access());
+    let (rb, sb) = p.b.region(1 << 20, all_access());
+    let data = pattern(100_000, 3);
+    ra.write_at(0, &data).unwrap();
+    p.b.core
+        .post_recv(qb, recv_wr(7, &[(sb, 0, 200_000)]))
+        .unwrap();
+    p.a.core
+        .post_send(qa, send_wr(1, SendOp::Send, &[(sa, 0, 100_000)]))
+        .unwrap();
+    p.run_until(5000, |p| {
+        p.a.completions.len() == 1 && p.b.completions.len() == 1
+    });
+    let ca = p.a.take_completions();
+    let cb = p.b.take_completions();
+    assert_eq!(ca[0].status, WcStatus::Success);
+    assert_eq!(cb[0].wr_id, 7);
+    assert_eq!(cb[0].opcode, WcOpcode::Recv);
+    assert_eq!(cb[0].byte_len, 100_000);
+    assert_eq!(read_region(&rb, 0, 100_000), data);
+
+    // RDMA Write into B at 300000, then Read it back into A at 500000.
+    p.a.core
+        .post_send(
+            qa,
+            send_wr(
+                2,
+                SendOp::Write {
+                    remote_stag: sb.0,
+                    remote_to: 300_000,
+                },
+                &[(sa, 0, 50_000), (sa, 60_000, 40_000)],
+            ),
+        )
+        .unwrap();
+    p.a.core
+        .post_send(
+            qa,
+            send_wr(
+                3,
+                SendOp::Read {
+                    remote_stag: sb.0,
+                    remote_to: 300_000,
+                },
+                &[(sa, 500_000, 90_000)],
+            ),
+        )
+        .unwrap();
+    p.run_until(5000, |p| p.a.completions.len() == 2);
+    let ca = p.a.take_completions();
+    assert_eq!((ca[0].wr_id, ca[0].status), (2, WcStatus::Success));
+    assert_eq!(
+        (ca[1].wr_id, ca[1].status, ca[1].byte_len),
+        (3, WcStatus::Success, 90_000)
+    );
+    let mut expect = data[..50_000].to_vec();
+    expect.extend_from_slice(&data[60_000..100_000]);
+    assert_eq!(read_region(&rb, 300_000, 90_000), expect);
+    assert_eq!(read_region(&ra, 500_000, 90_000), expect);
+    let _ = Access::LOCAL_WRITE;
+}
+
+fn write(remote_stag: u32, remote_to: u64) -> SendOp {
+    SendOp::Write {
+        remote_stag,
+        remote_to,
+    }
+}
+
+fn read(remote_stag: u32, remote_to: u64) -> SendOp {
+    SendOp::Read {
+        remote_stag,
+        remote_to,
+    }
+}
+
+/// RDMAP-5.3-2/3 (solicited event), RDMAP-5.3-11 (Send with Invalidate): every Send type
+/// arrives, reports its flags, and the invalidating ones invalidate the named STag, after
+/// which a Write to it is refused with a Terminate.
+#[test]
+fn send_types_solicited_and_invalidate() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (ra, sa) = p.a.region(4096, all_access());
+    let (_rb, sb) = p.b.region(4096, all_access());
+    let (_rx1, inv1) = p.b.region(4096, all_access());
+    let (_rx2, inv2) = p.b.region(4096, all_access());
+    ra.write_at(0, b"abcdefgh").unwrap();
+    for i in 0..4 {
+        p.b.core
+            .post_recv(qb, recv_wr(10 + i, &[(sb, 1024 * i, 1024)]))
+            .unwrap();
+    }
+    let ops = [
+        SendOp::Send,
+        SendOp::SendSe,
+        SendOp::SendInvalidate { stag: inv1.0 },
+        SendOp::SendSeInvalidate { stag: inv2.0 },
+    ];
+    for (i, op) in ops.into_iter().enumerate() {
+        p.a.core
+            .post_send(qa, send_wr(i as u64, op, &[(sa, 0, 8)]))
+            .unwrap();
+    }
+    p.run_until(3000, |p| {
+        p.b.completions.len() == 4 && p.a.completions.len() == 4
+    });
+    let cb = p.b.take_completions();
+    let flags: Vec<_> = cb
+        .iter()
+        .map(|c| (c.wr_id, c.status, c.byte_len, c.solicited, c.invalidated))
+        .collect();
+    assert_eq!(
+        flags,
+        vec![
+            (10, WcStatus::Success, 8, false, None),
+            (11, WcStatus::Success, 8, true, None),
+            (12, WcStatus::Success, 8, false, Some(inv1.0)),
+            (13, WcStatus::Success, 8, true, Some(inv2.0)),
+        ]
+    );
+    // The invalidated STag no longer accepts placement: DDP invalid STag (DDP-7.1-10).
+    assert!(p.b.mrs.lookup(inv1, PD, Access::REMOTE_WRITE).is_err());
+    p.a.core
+        .post_send(qa, send_wr(9, write(inv1.0, 0), &[(sa, 0, 8)]))
+        .unwrap();
+    p.run_until(3000, |p| {
+        p.a.events
+            .iter()
+            .any(|e| matches!(e, warpcore_engine::CmEvent::Error { .. }))
+    });
+    let ev = p.a.take_events();
+    let warpcore_engine::CmEvent::Error {
+        error: warpcore_engine::ConnError::RemoteTerminate(rep),
+        ..
+    } = &ev[0]
+    else {
+        panic!("expected a remote Terminate, got {ev:?}")
+    };
+    assert_eq!(
+        (rep.code.layer(), rep.code.etype(), rep.code.code()),
+        (1, 1, 0)
+    );
+}
+
+/// DDP-5.2-9, RDMAP-5.2.1-13: zero-length Send, Write and Read all complete.
+#[test]
+fn zero_length_operations() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (_ra, sa) = p.a.region(4096, all_access());
+    let (_rb, sb) = p.b.region(4096, all_access());
+    p.b.core.post_recv(qb, recv_wr(1, &[])).unwrap();
+    p.a.core
+        .post_send(qa, send_wr(1, SendOp::Send, &[]))
+        .unwrap();
+    p.a.core
+        .post_send(qa, send_wr(2, write(sb.0, 0), &[]))
+        .unwrap();
+    p.a.core
+        .post_send(qa, send_wr(3, read(sb.0, 0), &[(sa, 0, 0)]))
+        .unwrap();
+    p.a.core.post_send(qa, send_wr(4, read(0, 0), &[])).unwrap();
+    p.run_until(3000, |p| {
+        p.a.completions.len() == 4 && p.b.completions.len() == 1
+    });
+    let ca = p.a.take_completions();
+    assert!(ca
+        .iter()
+        .all(|c| c.status == WcStatus::Success && c.byte_len == 0));
+    assert_eq!(
+        ca.iter().map(|c| c.opcode).collect::<Vec<_>>(),
+        [
+            WcOpcode::Send,
+            WcOpcode::Write,
+            WcOpcode::Read,
+            WcOpcode::Read
+        ]
+    );
+    let cb = p.b.take_completions();
+    assert_eq!((cb[0].wr_id, cb[0].byte_len), (1, 0));
+}
+
+/// RDMAP-6.1-1 (ORD), RDMAP-5.5 ordering: many Reads outstanding, interleaved with
+/// unsignalled Writes; completions come in submission order, unsignalled requests retire
+/// silently, and every Read returns the right bytes.
+#[test]
+fn many_reads_ord_enforced_and_ordered_completions() {
+    let mut p = Pair::default_pair();
+    let small = warpcore_engine::MpaParams {
+        ird: 2,
+        ord: 2,
+        ..Default::default()
+    };
+    let (qa, qb) = p.connect_with(&small, &small, 64);
+    let (ra, sa) = p.a.region(1 << 20, all_access());
+    let (rb, sb) = p.b.region(1 << 20, all_access());
+    let src = pattern(1 << 20, 9);
+    rb.write_at(0, &src).unwrap();
+    let mut expect_ids = Vec::new();
+    for i in 0..12u64 {
+        let off = i * 20_000;
+        p.a.core
+            .post_send(qa, send_wr(100 + i, read(sb.0, off), &[(sa, off, 20_000)]))
+            .unwrap();
+        expect_ids.push(100 + i);
+        let mut w = send_wr(200 + i, write(sb.0, 600_000 + off), &[(sa, 900_000, 10)]);
+        w.signaled = i % 3 == 0;
+        if w.signaled {
+            expect_ids.push(200 + i);
+        }
+        p.a.core.post_send(qa, w).unwrap();
+    }
+    p.run_until(20_000, |p| p.a.completions.len() == expect_ids.len());
+    let ca = p.a.take_completions();
+    assert!(ca.iter().all(|c| c.status == WcStatus::Success));
+    assert_eq!(ca.iter().map(|c| c.wr_id).collect::<Vec<_>>(), expect_ids);
+    assert_eq!(read_region(&ra, 0, 240_000), src[..240_000]);
+    let ia = p.a.core.qp_info(qa).unwrap();
+    let ib = p.b.core.qp_info(qb).unwrap();
+    assert_eq!((ia.ord, ib.ird), (2, 2));
+    assert_eq!(ia.reads_in_flight_max, 2, "ORD caps the Reads in flight");
+}
+
+/// Local misuse is refused with a typed error and changes nothing (RDMAP-06 §8.2 local
+/// checks): wrong state, bad SGEs, a full queue.
+#[test]
+fn local_misuse_is_refused_without_side_effects() {
+    use warpcore_engine::EngineError as E;
+    let mut p = Pair::default_pair();
+    let idle = p.a.qp(2);
+    let (_ra, sa) = p.a.region(4096, all_access());
+    let (_ro, ro) = p.a.region(4096, Access::REMOTE_READ);
+    assert_eq!(
+        p.a.core
+            .post_send(idle, send_wr(1, SendOp::Send, &[(sa, 0, 8)])),
+        Err(E::InvalidState(warpcore_engine::QpState::Idle))
+    );
+    let (qa, _qb) = p.connect_with(&Default::default(), &Default::default(), 2);
+    let cases = [
+        (
+            send_wr(1, SendOp::Send, &[(sa, 4000, 200)]),
+            E::SgeOutOfBounds,
+        ),
+        (
+            send_wr(
+                1,
+                SendOp::Send,
+                &[(warpcore_engine::mem::Stag(0x7777), 0, 1)],
+            ),
+            E::SgeInvalidStag,
+        ),
+        (send_wr(1, read(1, 0), &[(ro, 0, 8)]), E::SgeAccess),
+        (
+            send_wr(1, read(1, 0), &[(sa, 0, 8), (sa, 8, 8)]),
+            E::ReadSgeCount,
+        ),
+    ];
+    for (wr, err) in cases {
+        assert_eq!(p.a.core.post_send(qa, wr), Err(err));
+    }
+    assert_eq!(
+        p.a.core.post_recv(qa, recv_wr(1, &[(ro, 0, 8)])),
+        Err(E::SgeAccess)
+    );
+    let five = [(sa, 0, 1); 5];
+    let too_many: Vec<_> = five.to_vec();
+    assert!(warpcore_engine::SgeList::from_slice(
+        &too_many
+            .iter()
+            .map(|&(s, to, len)| warpcore_engine::Sge { stag: s.0, to, len })
+            .collect::<Vec<_>>()
+    )
+    .is_none());
+    // Depth 2: the third post is refused while two are outstanding.
+    p.a.core
+        .post_send(qa, send_wr(1, write(1, 0), &[(sa, 0, 8)]))
+        .unwrap();
+    p.a.core
+        .post_send(qa, send_wr(2, write(1, 0), &[(sa, 0, 8)]))
+        .unwrap();
+    assert_eq!(
+        p.a.core
+            .post_send(qa, send_wr(3, write(1, 0), &[(sa, 0, 8)])),
+        Err(E::QueueFull)
+    );
+    assert!(p.a.completions.is_empty());
+}
+
+/// A region deregistered while a posted Send still names it: the request completes with a
+/// local protection error, the stream ends with an RDMAP local catastrophic Terminate
+/// (0/0/FF, RDMAP-7.1-2: an error while building an outgoing message), and the peer is told.
+#[test]
+fn region_deregistered_under_a_posted_send() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (_ra, sa) = p.a.region(4096, all_access());
+    let (_rb, sb) = p.b.region(4096, all_access());
+    p.b.core.post_recv(qb, recv_wr(1, &[(sb, 0, 64)])).unwrap();
+    p.a.core
+        .post_send(qa, send_wr(7, SendOp::Send, &[(sa, 0, 64)]))
+        .unwrap();
+    p.a.mrs.deregister(sa).unwrap();
+    p.run_until(3000, |p| {
+        p.b.events
+            .iter()
+            .any(|e| matches!(e, warpcore_engine::CmEvent::Error { .. }))
+    });
+    let ca = p.a.take_completions();
+    assert_eq!((ca[0].wr_id, ca[0].status), (7, WcStatus::LocalProtection));
+    let eb = p.b.take_events();
+    let Some(warpcore_engine::CmEvent::Error {
+        error: warpcore_engine::ConnError::RemoteTerminate(rep),
+        ..
+    }) = eb.first()
+    else {
+        panic!("{eb:?}")
+    };
+    assert_eq!((rep.code.layer(), rep.code.etype()), (0, 0));
+    assert_eq!(
+        p.a.core.qp_state(qa).unwrap(),
+        warpcore_engine::QpState::Error
+    );
+}
+
+/// A fenced Write posted after a Read of the same remote memory starts only once the Read
+/// completed, so the Read returns the old bytes (the fence RDMAP-5.5-5 leaves to the ULP).
+#[test]
+fn fenced_write_after_read_sees_old_data() {
+    let mut p = Pair::default_pair();
+    let (qa, _qb) = p.connect();
+    let (ra, sa) = p.a.region(1 << 20, all_access());
+    let (rb, sb) = p.b.region(1 << 20, all_access());
+    rb.write_at(0, &pattern(500_000, 1)).unwrap();
+    ra.write_at(600_000, &pattern(500_000, 2)[..400_000])
+        .unwrap();
+    p.a.core
+        .post_send(qa, send_wr(1, read(sb.0, 0), &[(sa, 0, 400_000)]))
+        .unwrap();
+    let mut w = send_wr(2, write(sb.0, 0), &[(sa, 600_000, 400_000)]);
+    w.fence = true;
+    p.a.core.post_send(qa, w).unwrap();
+    p.run_until(20_000, |p| p.a.completions.len() == 2);
+    assert!(p
+        .a
+        .take_completions()
+        .iter()
+        .all(|c| c.status == WcStatus::Success));
+    assert!(read_region(&ra, 0, 400_000) == pattern(500_000, 1)[..400_000]);
+    // The Write completed at the source; give the sink time to place it.
+    p.run(2000);
+    assert!(read_region(&rb, 0, 400_000) == pattern(500_000, 2)[..400_000]);
+}

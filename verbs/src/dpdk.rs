@@ -1,0 +1,111 @@
+//! Opening contexts on DPDK ports: initialise the EAL once per process
+//! ([`init_eal`]), then turn a port into a [`DpdkPort`] (one rx/tx queue pair per engine
+//! core) and open a [`crate::Context`] on it with [`crate::Device::Dpdk`].
+
+use warpcore_engine::tcp::dpdk_sys::{Eal, EalBuilder, Mempool, PcapngWriter, Port, PortConfig};
+use warpcore_engine::tcp::{DpdkDevice, DpdkDeviceConfig};
+
+pub use warpcore_engine::tcp::dpdk_sys;
+
+use crate::Error;
+
+/// Initialises the DPDK EAL with `args` (EAL options such as `--no-huge`, `--no-pci`,
+/// `--vdev=net_memif0,...`, `--file-prefix=...`). Once per process.
+pub fn init_eal(program: &str, args: &[String]) -> Result<Eal, Error> {
+    EalBuilder::new(program)
+        .args(args.iter().map(String::as_str))
+        .init()
+        .map_err(|e| Error::Device(e.to_string()))
+}
+
+/// Initialises the EAL with `eal_args` (vdevs included, e.g.
+/// `--vdev=net_memif0,role=server,socket=/tmp/x.sock`) and opens the port `port_name` with
+/// one queue: everything a [`crate::Device::Dpdk`] needs for a process with one port.
+pub fn open_port(eal_args: &[String], port_name: &str) -> Result<DpdkPort, Error> {
+    let eal = init_eal("warpcore", eal_args)?;
+    DpdkPort::open(&eal, port_name, 1, 8191)
+}
+
+/// A configured, started DPDK port split into one device per engine core.
+#[derive(Debug)]
+pub struct DpdkPort {
+    devices: Vec<DpdkDevice>,
+    pub(crate) mac: [u8; 6],
+    pub(crate) mtu: usize,
+}
+
+impl DpdkPort {
+    /// Configures and starts the port named `name` (e.g. `net_memif0`) with `queues` rx/tx
+    /// queue pairs (one per engine core; more than one enables RSS where the port has it)
+    /// and a pool of `mbufs` mbufs.
+    pub fn open(eal: &Eal, name: &str, queues: u16, mbufs: u32) -> Result<DpdkPort, Error> {
+        let port = Port::by_name(eal, name).map_err(|e| Error::Device(e.to_string()))?;
+        let pool = Mempool::new(
+            eal,
+            &format!("wc_{name}"),
+            mbufs,
+            256,
+            Mempool::DEFAULT_DATA_ROOM,
+        )
+        .map_err(|e| Error::Device(e.to_string()))?;
+        DpdkPort::from_port(port, pool, queues)
+    }
+
+    /// Configures and starts an already opened port (e.g. one end of a
+    /// [`dpdk_sys::RingPortPair`]) with `queues` queue pairs over `pool`.
+    pub fn from_port(mut port: Port, pool: Mempool, queues: u16) -> Result<DpdkPort, Error> {
+        // One core per queue needs every frame of a connection to arrive on the queue of
+        // the core that owns it. net_memif delivers a frame on the queue index its peer
+        // sent it on, so two processes with the same number of cores pair core k with core
+        // k (a connection set up from core k stays on queue k both ways). On an RSS NIC the
+        // set-up would have to choose local ports whose hash lands on the QP's core; that is
+        // not implemented, so other multi-queue ports are refused.
+        if queues != 1 && port.info().driver != "net_memif" {
+            return Err(Error::Config(format!(
+                "{} queues on a {} port: only net_memif (queue-symmetric) runs several cores;                  RSS-steered connection set-up is not implemented",
+                queues,
+                port.info().driver
+            )));
+        }
+        let dev = |e: dpdk_sys::Error| Error::Device(e.to_string());
+        let cfg = PortConfig {
+            rx_queues: queues,
+            tx_queues: queues,
+            ..PortConfig::default()
+        };
+        port.configure(&cfg, &pool).map_err(dev)?;
+        port.start().map_err(dev)?;
+        let mac = port.mac().map_err(dev)?;
+        let mtu = usize::from(port.mtu().map_err(dev)?).clamp(576, 9000);
+        let mut devices = Vec::new();
+        for q in 0..queues {
+            let rx = port.rx_queue(q).map_err(dev)?;
+            let tx = port.tx_queue(q).map_err(dev)?;
+            devices.push(DpdkDevice::new(
+                rx,
+                tx,
+                pool,
+                DpdkDeviceConfig {
+                    mtu,
+                    ..DpdkDeviceConfig::default()
+                },
+            ));
+        }
+        Ok(DpdkPort { devices, mac, mtu })
+    }
+
+    /// Records every frame of the first queue into a pcapng file at `path` (DPDK's
+    /// `rte_pcapng`); the file is complete once the context is dropped.
+    pub fn capture_pcapng(&mut self, eal: &Eal, path: &str, pool_name: &str) -> Result<(), Error> {
+        let w = PcapngWriter::create(eal, path, pool_name, self.mtu as u32 + 18)
+            .map_err(|e| Error::Device(e.to_string()))?;
+        if let Some(d) = self.devices.first_mut() {
+            d.set_pcapng(w);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn into_devices(self) -> Vec<DpdkDevice> {
+        self.devices
+    }
+}

@@ -1,0 +1,94 @@
+//! The one error type of the verbs API: one variant per way an operation can fail.
+
+use warpcore_engine::{EngineError, QpState};
+
+/// Why a verbs call failed. Nothing changed when a call returns an error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The configuration is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The device could not be opened (DPDK EAL or port set-up, link).
+    #[error("device: {0}")]
+    Device(String),
+    /// The queue pair is in the wrong state for this call.
+    #[error("queue pair in state {0:?}")]
+    InvalidState(QpState),
+    /// The send or receive queue is full.
+    #[error("work queue full")]
+    QueueFull,
+    /// More SGEs than the queue pair allows.
+    #[error("too many scatter/gather elements")]
+    TooManySges,
+    /// An SGE names no memory region of this protection domain.
+    #[error("SGE names no memory region of this protection domain")]
+    SgeInvalidStag,
+    /// An SGE's region lacks the access the operation needs.
+    #[error("SGE region lacks the needed access")]
+    SgeAccess,
+    /// An SGE reaches outside its memory region.
+    #[error("SGE outside its memory region")]
+    SgeOutOfBounds,
+    /// The message is longer than 2^32 - 1 octets.
+    #[error("message too long")]
+    MessageTooLong,
+    /// An RDMA Read takes exactly one local SGE.
+    #[error("an RDMA Read takes exactly one local SGE")]
+    ReadSgeCount,
+    /// The connection has no RDMA Read credits (ORD 0).
+    #[error("ORD is 0: no RDMA Reads possible")]
+    NoReadCredits,
+    /// A size exceeds the configured limit.
+    #[error("{0} exceeds the configured limit")]
+    LimitExceeded(&'static str),
+    /// A table (queue pairs, memory regions, requests) is full.
+    #[error("{0} table full")]
+    TableFull(&'static str),
+    /// The handle is stale (the object was destroyed) or belongs to another context.
+    #[error("stale or foreign handle")]
+    StaleHandle,
+    /// The memory region could not be registered or accessed.
+    #[error("memory: {0}")]
+    Memory(String),
+    /// TCP refused (address in use, no route, ...).
+    #[error("TCP: {0}")]
+    Tcp(String),
+    /// The MPA parameters are not allowed (revision, private data length, IRD/ORD).
+    #[error("MPA parameters: {0}")]
+    Mpa(String),
+    /// The queue pair lives on another engine core than the connection request.
+    #[error("queue pair and connection request are on different engine cores")]
+    WrongCore,
+    /// Waiting timed out.
+    #[error("timed out")]
+    Timeout,
+    /// The engine stopped.
+    #[error("engine stopped")]
+    EngineGone,
+}
+
+impl From<EngineError> for Error {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::UnknownQp | EngineError::UnknownRequest | EngineError::UnknownListener => {
+                Error::StaleHandle
+            }
+            EngineError::InvalidState(s) => Error::InvalidState(s),
+            EngineError::QueueFull => Error::QueueFull,
+            EngineError::TooManySges => Error::TooManySges,
+            EngineError::SgeInvalidStag => Error::SgeInvalidStag,
+            EngineError::SgeAccess => Error::SgeAccess,
+            EngineError::SgeOutOfBounds => Error::SgeOutOfBounds,
+            EngineError::MessageTooLong => Error::MessageTooLong,
+            EngineError::ReadSgeCount => Error::ReadSgeCount,
+            EngineError::NoReadCredits => Error::NoReadCredits,
+            EngineError::LimitExceeded(w) => Error::LimitExceeded(w),
+            EngineError::TableFull(w) => Error::TableFull(w),
+            EngineError::AlreadyConnected => Error::InvalidState(QpState::Connecting),
+            EngineError::Stack(e) => Error::Tcp(e.to_string()),
+            EngineError::Mpa(e) => Error::Mpa(e.to_string()),
+            EngineError::CoreGone => Error::EngineGone,
+            EngineError::Device(e) => Error::Device(e),
+        }
+    }
+}

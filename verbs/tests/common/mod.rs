@@ -1,0 +1,333 @@
+//! The core verbs suite, split into a server role and a client role that only talk over the
+//! network, so the same script runs over the in-memory link (two threads), DPDK net_ring
+//! (two contexts in one process) and net_memif (two processes).
+#![allow(dead_code)]
+
+pub mod judge;
+
+use std::time::Duration;
+
+use warpcore_verbs::*;
+
+pub const PORT: u16 = 7100;
+const T: Duration = Duration::from_secs(20);
+const LEN: usize = 64 * 1024;
+
+/// The MPA settings of each connection round (RDMAP over MPA Rev 2 with CRC and the
+/// peer-to-peer RTR; Rev 1 without CRC, client-server; Rev 2 without CRC with markers).
+pub fn rounds() -> Vec<(MpaParams, &'static str)> {
+    vec![
+        (MpaParams::default(), "graceful"),
+        (
+            MpaParams {
+                rev: 1,
+                crc: false,
+                peer_to_peer: false,
+                ..MpaParams::default()
+            },
+            "abort",
+        ),
+        (
+            MpaParams {
+                crc: false,
+                markers: true,
+                ..MpaParams::default()
+            },
+            "server-closes",
+        ),
+    ]
+}
+
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed) ^ (i >> 8) as u8)
+        .collect()
+}
+
+fn event(ctx: &Context) -> CmEvent {
+    ctx.next_event(T).expect("connection manager event")
+}
+
+fn expect_wc(cq: &CompletionQueue, wr_id: u64) -> Completion {
+    let c = cq.wait(T).expect("completion");
+    assert_eq!(c.wr_id, wr_id, "{c:?}");
+    assert_eq!(c.status, WcStatus::Success, "{c:?}");
+    c
+}
+
+/// The server role; `ready` is called once it listens.
+pub fn server(ctx: &Context, ready: impl FnOnce()) {
+    let pd = ctx.alloc_pd();
+    let cq = ctx.create_cq(256).unwrap();
+    let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let mr = pd.alloc_mr(4 * LEN, all).unwrap();
+    let src = pattern(LEN, 77);
+    mr.write(2 * LEN, &src).unwrap(); // what the client Reads
+                                      // Every listener first: the client may run ahead of us.
+    let n = rounds().len() as u16;
+    for (i, (params, _)) in rounds().into_iter().enumerate() {
+        ctx.listen(PORT + i as u16, &params).unwrap();
+    }
+    ctx.listen(PORT + n, &MpaParams::default()).unwrap();
+    ctx.listen(PORT + n + 1, &MpaParams::default()).unwrap();
+    ready();
+    let mut cores_seen = std::collections::BTreeSet::new();
+    for (i, (params, close)) in rounds().into_iter().enumerate() {
+        let CmEvent::ConnectRequest(req) = event(ctx) else {
+            panic!("expected a connection request")
+        };
+        assert_eq!(req.private_data, format!("round {i}").as_bytes());
+        assert_eq!(req.rev, params.rev);
+        cores_seen.insert(req.request.core);
+        let mut init = QpInit::new(&cq, &cq);
+        init.core = Some(usize::from(req.request.core));
+        let qp = pd.create_qp(&init).unwrap();
+        // Receives before accepting: two Sends, one Send with SE, a zero-length Send, the
+        // final Send after the Write.
+        for (wr_id, off, len) in [
+            (1u64, 0u64, 40_000u32),
+            (2, 40_000, 100),
+            (3, 41_000, 0),
+            (4, 42_000, 16),
+        ] {
+            qp.post_recv(
+                &RecvWr::new(
+                    wr_id,
+                    &[
+                        mr.sge(off, len / 2),
+                        mr.sge(off + u64::from(len / 2), len - len / 2),
+                    ],
+                )
+                .unwrap(),
+            )
+            .unwrap();
+        }
+        let mut pd_bytes = mr.stag().to_be_bytes().to_vec();
+        pd_bytes.extend_from_slice(b"srv");
+        ctx.accept(&req, &qp, &pd_bytes).unwrap();
+        let CmEvent::Established(est) = event(ctx) else {
+            panic!("expected Established")
+        };
+        assert_eq!(est.qp, qp.id());
+        assert_eq!(est.private_data, format!("round {i}").as_bytes());
+        assert_eq!(est.crc, params.crc);
+        let c = expect_wc(&cq, 1);
+        assert_eq!(c.byte_len, 40_000);
+        let mut got = vec![0u8; 40_000];
+        mr.read(0, &mut got).unwrap();
+        assert!(got == pattern(40_000, i as u8), "Send payload differs");
+        let c = expect_wc(&cq, 2);
+        assert!(c.solicited && c.byte_len == 100);
+        assert_eq!(expect_wc(&cq, 3).byte_len, 0);
+        expect_wc(&cq, 4);
+        // The final Send follows the Write on the same stream: the Write is placed.
+        let mut w = vec![0u8; LEN];
+        mr.read(LEN, &mut w).unwrap();
+        assert!(
+            w == pattern(LEN, 100 + i as u8),
+            "RDMA Write payload differs"
+        );
+        // Answer, then close as the round says.
+        mr.write(3 * LEN, b"server done").unwrap();
+        qp.post_send(&SendWr::new(9, SendOp::Send, &[mr.sge(3 * LEN as u64, 11)]).unwrap())
+            .unwrap();
+        expect_wc(&cq, 9);
+        if close == "server-closes" {
+            qp.disconnect().unwrap();
+        }
+        match event(ctx) {
+            CmEvent::Disconnected { qp: q, reset } => {
+                assert_eq!(q, qp.id());
+                assert_eq!(reset, close == "abort");
+            }
+            e => panic!("expected Disconnected, got {e:?}"),
+        }
+        assert_eq!(qp.state(), QpState::Error);
+    }
+    // Reject with private data.
+    let CmEvent::ConnectRequest(req) = event(ctx) else {
+        panic!("expected a connection request")
+    };
+    assert_eq!(req.private_data, b"reject me");
+    ctx.reject(&req, b"no thanks").unwrap();
+    // A remote access error: the client Reads beyond our region.
+    let CmEvent::ConnectRequest(req) = event(ctx) else {
+        panic!("expected a connection request")
+    };
+    let mut init = QpInit::new(&cq, &cq);
+    init.core = Some(usize::from(req.request.core));
+    let qp = pd.create_qp(&init).unwrap();
+    qp.post_recv(&RecvWr::new(50, &[mr.sge(0, 8)]).unwrap())
+        .unwrap();
+    ctx.accept(&req, &qp, &mr.stag().to_be_bytes()).unwrap();
+    assert!(matches!(event(ctx), CmEvent::Established(_)));
+    match event(ctx) {
+        CmEvent::Error {
+            error: ConnError::LocalTerminate(e),
+            ..
+        } => assert_eq!(e.terminate_code().layer(), 0),
+        e => panic!("expected our Terminate, got {e:?}"),
+    }
+    let c = cq.wait(T).unwrap();
+    assert_eq!((c.wr_id, c.status), (50, WcStatus::FlushErr));
+    // With several engine cores the connections were spread over them (each owned by the
+    // core its frames arrive at).
+    assert_eq!(
+        cores_seen.len(),
+        ctx.cores().min(rounds().len()),
+        "{cores_seen:?}"
+    );
+}
+
+/// The client role.
+pub fn client(ctx: &Context, server_ip: [u8; 4]) {
+    let pd = ctx.alloc_pd();
+    let cq = ctx.create_cq(256).unwrap();
+    let mr = pd.alloc_mr(4 * LEN, Access::LOCAL_WRITE).unwrap();
+    for (i, (params, close)) in rounds().into_iter().enumerate() {
+        // The server (another process over memif) may not be reachable yet: a refused or
+        // timed-out connect is retried on a fresh queue pair.
+        let (qp, est) = loop {
+            let qp = pd.create_qp(&QpInit::new(&cq, &cq)).unwrap();
+            qp.post_recv(&RecvWr::new(20, &[mr.sge(3 * LEN as u64, 64)]).unwrap())
+                .unwrap();
+            qp.connect(
+                server_ip,
+                PORT + i as u16,
+                &params,
+                format!("round {i}").as_bytes(),
+            )
+            .unwrap();
+            match event(ctx) {
+                CmEvent::Established(e) => break (qp, e),
+                CmEvent::Error {
+                    error: ConnError::TcpLost,
+                    ..
+                } if i == 0 => {
+                    let c = cq.wait(T).unwrap();
+                    assert_eq!(c.status, WcStatus::FlushErr);
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                e => panic!("expected Established, got {e:?}"),
+            }
+        };
+        assert_eq!(&est.private_data[4..], b"srv");
+        let stag = u32::from_be_bytes(est.private_data[..4].try_into().unwrap());
+        let _ = (close, stag);
+        // Local misuse: typed errors, nothing changes.
+        assert_eq!(
+            qp.post_send(
+                &SendWr::new(99, SendOp::Send, &[mr.sge(4 * LEN as u64 - 10, 20)]).unwrap()
+            ),
+            Err(Error::SgeOutOfBounds)
+        );
+        mr.write(0, &pattern(40_000, i as u8)).unwrap();
+        mr.write(LEN, &pattern(LEN, 100 + i as u8)).unwrap();
+        let s = |o: u64, l: u32| mr.sge(o, l);
+        qp.post_send(&SendWr::new(1, SendOp::Send, &[s(0, 10_000), s(10_000, 30_000)]).unwrap())
+            .unwrap();
+        qp.post_send(&SendWr::new(2, SendOp::SendSe, &[s(0, 100)]).unwrap())
+            .unwrap();
+        qp.post_send(&SendWr::new(3, SendOp::Send, &[]).unwrap().unsignaled())
+            .unwrap();
+        let write = SendOp::Write {
+            remote_stag: stag,
+            remote_to: LEN as u64,
+        };
+        qp.post_send(&SendWr::new(4, write, &[s(LEN as u64, LEN as u32)]).unwrap())
+            .unwrap();
+        // Zero-length Write and Read, then Reads of the server's pattern, several at once.
+        let zw = SendOp::Write {
+            remote_stag: stag,
+            remote_to: 0,
+        };
+        qp.post_send(&SendWr::new(5, zw, &[]).unwrap()).unwrap();
+        let zr = SendOp::Read {
+            remote_stag: stag,
+            remote_to: 0,
+        };
+        qp.post_send(&SendWr::new(6, zr, &[s(0, 0)]).unwrap())
+            .unwrap();
+        for k in 0..4u64 {
+            let rd = SendOp::Read {
+                remote_stag: stag,
+                remote_to: 2 * LEN as u64 + k * (LEN as u64 / 4),
+            };
+            qp.post_send(
+                &SendWr::new(
+                    10 + k,
+                    rd,
+                    &[s(2 * LEN as u64 + k * (LEN as u64 / 4), LEN as u32 / 4)],
+                )
+                .unwrap(),
+            )
+            .unwrap();
+        }
+        qp.post_send(&SendWr::new(7, SendOp::Send, &[s(0, 16)]).unwrap())
+            .unwrap();
+        for id in [1, 2, 4, 5, 6, 10, 11, 12, 13, 7] {
+            expect_wc(&cq, id);
+        }
+        let mut got = vec![0u8; LEN];
+        mr.read(2 * LEN, &mut got).unwrap();
+        assert!(got == pattern(LEN, 77), "RDMA Read data differs");
+        let c = expect_wc(&cq, 20);
+        let mut reply = [0u8; 11];
+        mr.read(3 * LEN, &mut reply).unwrap();
+        assert_eq!((c.byte_len, &reply), (11, b"server done"));
+        match close {
+            "graceful" => qp.disconnect().unwrap(),
+            "abort" => qp.abort().unwrap(),
+            _ => {}
+        }
+        match event(ctx) {
+            CmEvent::Disconnected { qp: q, reset } => {
+                assert_eq!(q, qp.id());
+                assert_eq!(reset, close == "abort");
+            }
+            e => panic!("expected Disconnected, got {e:?}"),
+        }
+        assert_eq!(
+            qp.post_send(&SendWr::new(98, SendOp::Send, &[]).unwrap()),
+            Err(Error::InvalidState(QpState::Error))
+        );
+    }
+    let n = rounds().len() as u16;
+    // Rejected with private data.
+    let qp = pd.create_qp(&QpInit::new(&cq, &cq)).unwrap();
+    connect_retrying(ctx, &qp, server_ip, PORT + n, b"reject me");
+    match event(ctx) {
+        CmEvent::Rejected { private_data, .. } => assert_eq!(private_data, b"no thanks"),
+        e => panic!("expected Rejected, got {e:?}"),
+    }
+    // Remote access error: a Read beyond the server's region (RDMAP-7.2-12).
+    let qp = pd.create_qp(&QpInit::new(&cq, &cq)).unwrap();
+    connect_retrying(ctx, &qp, server_ip, PORT + n + 1, b"");
+    let CmEvent::Established(est) = event(ctx) else {
+        panic!("expected Established")
+    };
+    let stag = u32::from_be_bytes(est.private_data[..4].try_into().unwrap());
+    let rd = SendOp::Read {
+        remote_stag: stag,
+        remote_to: 4 * LEN as u64 - 8,
+    };
+    qp.post_send(&SendWr::new(30, rd, &[mr.sge(0, 64)]).unwrap())
+        .unwrap();
+    match event(ctx) {
+        CmEvent::Error {
+            error: ConnError::RemoteTerminate(rep),
+            ..
+        } => assert_eq!(
+            (rep.code.layer(), rep.code.etype(), rep.code.code()),
+            (0, 1, 1)
+        ),
+        e => panic!("expected the peer's Terminate, got {e:?}"),
+    }
+    let c = cq.wait(T).unwrap();
+    assert_eq!((c.wr_id, c.status), (30, WcStatus::RemoteAccess));
+}
+
+fn connect_retrying(ctx: &Context, qp: &QueuePair, ip: [u8; 4], port: u16, pd: &[u8]) {
+    qp.connect(ip, port, &MpaParams::default(), pd).unwrap();
+    let _ = ctx;
+}
