@@ -72,6 +72,21 @@ fn dpdk_wrappers_end_to_end() {
     );
     let err = Port::by_name(&eal, "net_wcnet_missing").expect_err("no such port");
     assert!(err.to_string().contains("net_wcnet_missing"), "{err}");
+    // A set-up failure names the port, the device and the operation.
+    let err = a
+        .configure(
+            &PortConfig {
+                rx_queues: 64,
+                ..PortConfig::default()
+            },
+            &pool,
+        )
+        .expect_err("net_ring has far fewer than 64 rx queues");
+    let text = err.to_string();
+    assert!(
+        text.contains(a.name()) && text.contains("rte_eth_dev_configure(64 rx"),
+        "{text}"
+    );
     for p in [&mut a, &mut b] {
         p.configure(&PortConfig::default(), &pool)
             .expect("configure");
