@@ -21,9 +21,11 @@ pub use spsc::{channel, Consumer, Producer};
 ///   one `Release` store of `head + n`. The producer's `Acquire` load of `head` orders the
 ///   consumer's reads before the producer overwrites the slots.
 /// - Each side keeps a private copy of the other side's cursor and reloads it only when
-///   that copy says the ring is full (producer) or empty (consumer). In the steady state
-///   each side then reads the other's cache line once per lap rather than once per item,
-///   which is what keeps the two cores from bouncing the cursors' lines.
+///   that copy says the ring is full (producer) or empty (consumer). A consumer that
+///   finds `k` items pending then reads the producer's cache line once for those `k`
+///   items rather than once per item (and the producer likewise for free slots), which is
+///   what keeps the two cores from bouncing the cursors' lines while the ring is neither
+///   nearly empty nor nearly full.
 /// - Batch operations ([`Producer::push_batch`], [`Consumer::pop_batch`]) move many items
 ///   per cursor store.
 ///
