@@ -427,11 +427,23 @@ impl ProtocolError {
     /// RDMAP-06 Figure 10 (RDMAP-4.8-*): none for local catastrophic and LLP errors; the DDP
     /// header for DDP errors and RDMAP remote operation/protection errors; additionally the
     /// Read Request header for remote protection errors caused by a Read Request.
+    ///
+    /// Exception, as Linux siw does (WIRE-FORMATS §4.6.7 item 4): an invalid DDP or RDMAP
+    /// version and an unexpected opcode copy no header, because the layout of the offending
+    /// segment is then unknown (its header may not even be as long as a DDP header).
     pub const fn terminate_headers(self) -> TerminateHeaders {
         let (ddp, rdma) = match self {
-            ProtocolError::Rdmap(RdmapError::LocalCatastrophic) => (false, false),
+            ProtocolError::Rdmap(
+                RdmapError::LocalCatastrophic
+                | RdmapError::InvalidVersion
+                | RdmapError::UnexpectedOpcode,
+            ) => (false, false),
             ProtocolError::Rdmap(e) => (true, e.is_protection()),
-            ProtocolError::Ddp(DdpError::LocalCatastrophic) => (false, false),
+            ProtocolError::Ddp(
+                DdpError::LocalCatastrophic
+                | DdpError::TaggedInvalidVersion
+                | DdpError::UntaggedInvalidVersion,
+            ) => (false, false),
             ProtocolError::Ddp(_) => (true, false),
             ProtocolError::Mpa(_) => (false, false),
         };
@@ -622,8 +634,17 @@ mod tests {
     fn terminate_headers_follow_figure_10() {
         let h = ProtocolError::from(RdmapError::AccessRights).terminate_headers();
         assert!(h.ddp && h.rdma_if_read_request);
-        let h = ProtocolError::from(RdmapError::UnexpectedOpcode).terminate_headers();
+        let h = ProtocolError::from(RdmapError::CatastrophicStream).terminate_headers();
         assert!(h.ddp && !h.rdma_if_read_request);
+        // Version and opcode errors copy nothing: the segment's layout is unknown (siw).
+        for e in [
+            ProtocolError::from(RdmapError::UnexpectedOpcode),
+            ProtocolError::from(RdmapError::InvalidVersion),
+            ProtocolError::from(DdpError::TaggedInvalidVersion),
+            ProtocolError::from(DdpError::UntaggedInvalidVersion),
+        ] {
+            assert!(!e.terminate_headers().ddp, "{e}");
+        }
         let h = ProtocolError::from(DdpError::UntaggedNoBuffer).terminate_headers();
         assert!(h.ddp && !h.rdma_if_read_request);
         let h = ProtocolError::from(MpaError::CrcMismatch).terminate_headers();

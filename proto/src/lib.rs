@@ -30,4 +30,9 @@ pub mod mpa;
 pub mod rdmap;
 pub mod wire;
 
+pub use ddp::{DdpReceiver, DdpSender, Placement};
 pub use error::{DdpError, Layer, MpaError, ProtocolError, RdmapError, TerminateCode};
+pub use mpa::deframer::{DeframeFault, Deframer, DeframerConfig, Ulpdu};
+pub use mpa::framer::{Framer, FramerConfig, FramerError};
+pub use rdmap::TerminateReport;
+pub use wire::segment::{Segment, SegmentError, SegmentRepr};

@@ -37,7 +37,7 @@
 //!   without a header in that case; our parser tolerates it ([`crate::wire::rdmap::Terminate`]).
 //!   RFC 7306 messages never get an RDMA header (EXT-8.1-2).
 
-use crate::error::{DdpError, ProtocolError, RdmapError, TerminateCode};
+use crate::error::{ProtocolError, TerminateCode};
 use crate::wire::ddp::{DdpBuffer, DdpRepr, DdpSegment};
 use crate::wire::rdmap::{
     qn, Control, CopiedDdpHeader, Opcode, ReadRequestRepr, TerminateRepr, RDMAP_VERSION,
@@ -70,16 +70,6 @@ impl<'a> Offending<'a> {
     }
 }
 
-/// True for the errors whose Terminate copies no header because the offending segment's
-/// layout is unknown (siw's rule, WIRE-FORMATS §4.6.7 item 4).
-const fn layout_unknown(error: ProtocolError) -> bool {
-    matches!(
-        error,
-        ProtocolError::Rdmap(RdmapError::InvalidVersion | RdmapError::UnexpectedOpcode)
-            | ProtocolError::Ddp(DdpError::TaggedInvalidVersion | DdpError::UntaggedInvalidVersion)
-    )
-}
-
 /// The opcode of a segment, if its RDMAP control octet is valid.
 fn offending_opcode(ctrl: Control) -> Option<Opcode> {
     if ctrl.rv() == RDMAP_VERSION {
@@ -104,7 +94,7 @@ pub fn terminate_header(error: ProtocolError, offending: Option<&Offending<'_>>)
     let Some(off) = offending else {
         return repr;
     };
-    if !want.ddp || layout_unknown(error) {
+    if !want.ddp {
         return repr;
     }
     let Ok(copied) = CopiedDdpHeader::from_segment(off.ulpdu) else {

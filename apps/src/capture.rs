@@ -1,0 +1,332 @@
+//! Reading capture files: classic pcap and pcapng, whatever their byte order and timestamp
+//! resolution, into a flat list of link-layer frames.
+//!
+//! The whole file is read into memory and parsed with `pcap-file`'s slice parsers, so a
+//! damaged or truncated file yields every frame before the damage plus a warning, never a
+//! panic. Link types other than the ones in [`LinkType`] are kept as `Other` and skipped by
+//! the TCP layer (with a count in the report).
+
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use pcap_file::pcap::PcapParser;
+use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
+use pcap_file::pcapng::{Block, PcapNgParser};
+use pcap_file::{DataLink, PcapError};
+
+/// The link-layer framing of a captured frame, as far as this tool decodes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LinkType {
+    /// Ethernet II, optionally with 802.1Q/802.1ad VLAN tags (DLT_EN10MB).
+    Ethernet,
+    /// Linux "cooked" capture v1 (DLT_LINUX_SLL, 16-octet header), e.g. `tcpdump -i any`.
+    LinuxSll,
+    /// Linux "cooked" capture v2 (DLT_LINUX_SLL2, 20-octet header).
+    LinuxSll2,
+    /// Raw IPv4 or IPv6, version taken from the first nibble (DLT_RAW, DLT_IPV4, DLT_IPV6).
+    RawIp,
+    /// BSD loopback: a 4-octet address family in host byte order, then IP (DLT_NULL).
+    Null,
+    /// Anything else: the frame is kept but not decoded.
+    Other(u32),
+}
+
+impl LinkType {
+    fn from_datalink(link: DataLink) -> Self {
+        match link {
+            DataLink::ETHERNET => LinkType::Ethernet,
+            DataLink::LINUX_SLL => LinkType::LinuxSll,
+            DataLink::LINUX_SLL2 => LinkType::LinuxSll2,
+            DataLink::RAW | DataLink::IPV4 | DataLink::IPV6 => LinkType::RawIp,
+            DataLink::NULL | DataLink::LOOP => LinkType::Null,
+            other => LinkType::Other(u32::from(other)),
+        }
+    }
+}
+
+/// The container format a capture file was recognised as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaptureFormat {
+    /// Classic libpcap format (either byte order, micro- or nanosecond timestamps).
+    Pcap,
+    /// pcapng (any number of sections and interfaces).
+    PcapNg,
+}
+
+/// One captured frame.
+#[derive(Clone, Debug)]
+pub struct Frame {
+    /// Frame number as Wireshark counts it: 1 for the first frame of the file.
+    pub number: u64,
+    /// Capture time since the Unix epoch.
+    pub timestamp: Duration,
+    /// How to decode `data`.
+    pub link: LinkType,
+    /// The captured octets (possibly fewer than were on the wire, see `original_len`).
+    pub data: Vec<u8>,
+    /// Length of the frame on the wire.
+    pub original_len: u32,
+}
+
+/// A capture file read into memory.
+#[derive(Clone, Debug)]
+pub struct Capture {
+    /// The container format.
+    pub format: CaptureFormat,
+    /// Every frame that could be read, in file order.
+    pub frames: Vec<Frame>,
+    /// Problems with the container that did not stop reading (e.g. a truncated last record).
+    pub warnings: Vec<String>,
+}
+
+/// Why a capture could not be read at all.
+#[derive(Debug)]
+pub enum CaptureError {
+    /// The file could not be opened or read.
+    Io(std::io::Error),
+    /// The file is neither pcap nor pcapng (or its file header is damaged).
+    NotACapture(String),
+}
+
+impl fmt::Display for CaptureError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CaptureError::Io(e) => write!(f, "{e}"),
+            CaptureError::NotACapture(why) => write!(f, "not a pcap or pcapng capture: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for CaptureError {}
+
+/// Magic numbers of the classic pcap header in both byte orders and both resolutions.
+const PCAP_MAGICS: [[u8; 4]; 4] = [
+    [0xD4, 0xC3, 0xB2, 0xA1],
+    [0xA1, 0xB2, 0xC3, 0xD4],
+    [0x4D, 0x3C, 0xB2, 0xA1],
+    [0xA1, 0xB2, 0x3C, 0x4D],
+];
+/// Block type of a pcapng Section Header Block (the same in both byte orders).
+const PCAPNG_MAGIC: [u8; 4] = [0x0A, 0x0D, 0x0D, 0x0A];
+
+/// Reads a capture file from disk. See [`parse_capture`].
+pub fn read_capture_file(path: &Path) -> Result<Capture, CaptureError> {
+    let bytes = std::fs::read(path).map_err(CaptureError::Io)?;
+    parse_capture(&bytes)
+}
+
+/// Parses the bytes of a pcap or pcapng file. Frames after a damaged record are lost and a
+/// warning says where reading stopped; a file whose header is not a capture header is an
+/// error.
+pub fn parse_capture(bytes: &[u8]) -> Result<Capture, CaptureError> {
+    let magic = bytes.get(..4).ok_or_else(|| {
+        CaptureError::NotACapture(format!("file is only {} octets long", bytes.len()))
+    })?;
+    if PCAP_MAGICS.iter().any(|m| m == magic) {
+        parse_pcap(bytes)
+    } else if magic == PCAPNG_MAGIC {
+        parse_pcapng(bytes)
+    } else {
+        Err(CaptureError::NotACapture(format!(
+            "unknown magic number {:02x}{:02x}{:02x}{:02x}",
+            magic[0], magic[1], magic[2], magic[3]
+        )))
+    }
+}
+
+fn describe(e: &PcapError) -> String {
+    match e {
+        PcapError::IncompleteBuffer => "the file ends in the middle of a record".to_string(),
+        other => other.to_string(),
+    }
+}
+
+fn parse_pcap(bytes: &[u8]) -> Result<Capture, CaptureError> {
+    let (mut rest, parser) = PcapParser::new(bytes)
+        .map_err(|e| CaptureError::NotACapture(format!("bad pcap header: {}", describe(&e))))?;
+    let link = LinkType::from_datalink(parser.header().datalink);
+    let mut capture = Capture {
+        format: CaptureFormat::Pcap,
+        frames: Vec::new(),
+        warnings: Vec::new(),
+    };
+    while !rest.is_empty() {
+        match parser.next_packet(rest) {
+            Ok((next, packet)) => {
+                rest = next;
+                let number = capture.frames.len() as u64 + 1;
+                capture.frames.push(Frame {
+                    number,
+                    timestamp: packet.timestamp,
+                    link,
+                    data: packet.data.into_owned(),
+                    original_len: packet.orig_len,
+                });
+            }
+            Err(e) => {
+                capture.warnings.push(format!(
+                    "capture file damaged after frame {}: {}; the rest is ignored",
+                    capture.frames.len(),
+                    describe(&e)
+                ));
+                break;
+            }
+        }
+    }
+    Ok(capture)
+}
+
+/// Per-interface facts a pcapng Enhanced Packet Block needs to be interpreted.
+#[derive(Clone, Copy)]
+struct Interface {
+    link: LinkType,
+    /// Timestamp units per second.
+    units_per_sec: u64,
+}
+
+fn interface_of(
+    idb: &pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock<'_>,
+) -> Interface {
+    // The default resolution is microseconds; if_tsresol gives a power of 10, or of 2 when
+    // its top bit is set (pcapng spec section 4.2).
+    let mut units_per_sec = 1_000_000u64;
+    for opt in &idb.options {
+        if let InterfaceDescriptionOption::IfTsResol(r) = opt {
+            let exp = u32::from(r & 0x7F);
+            units_per_sec = if r & 0x80 != 0 {
+                1u64.checked_shl(exp).unwrap_or(0)
+            } else {
+                10u64.checked_pow(exp).unwrap_or(0)
+            };
+        }
+    }
+    Interface {
+        link: LinkType::from_datalink(idb.linktype),
+        units_per_sec,
+    }
+}
+
+fn timestamp_from_units(units: u64, units_per_sec: u64) -> Duration {
+    if units_per_sec == 0 {
+        return Duration::ZERO;
+    }
+    let secs = units / units_per_sec;
+    let frac = units % units_per_sec;
+    let nanos = (u128::from(frac) * 1_000_000_000 / u128::from(units_per_sec)) as u32;
+    Duration::new(secs, nanos)
+}
+
+fn parse_pcapng(bytes: &[u8]) -> Result<Capture, CaptureError> {
+    let (mut rest, mut parser) = PcapNgParser::new(bytes)
+        .map_err(|e| CaptureError::NotACapture(format!("bad pcapng header: {}", describe(&e))))?;
+    let mut capture = Capture {
+        format: CaptureFormat::PcapNg,
+        frames: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let mut interfaces: Vec<Interface> = Vec::new();
+    while !rest.is_empty() {
+        let block = match parser.next_block(rest) {
+            Ok((next, block)) => {
+                rest = next;
+                block
+            }
+            Err(e) => {
+                capture.warnings.push(format!(
+                    "capture file damaged after frame {}: {}; the rest is ignored",
+                    capture.frames.len(),
+                    describe(&e)
+                ));
+                break;
+            }
+        };
+        let number = capture.frames.len() as u64 + 1;
+        match block {
+            // A new section starts a new interface list.
+            Block::SectionHeader(_) => interfaces.clear(),
+            Block::InterfaceDescription(idb) => interfaces.push(interface_of(&idb)),
+            Block::EnhancedPacket(epb) => {
+                let Some(iface) = usize::try_from(epb.interface_id)
+                    .ok()
+                    .and_then(|i| interfaces.get(i).copied())
+                else {
+                    capture.warnings.push(format!(
+                        "frame {number}: unknown interface {}; frame skipped",
+                        epb.interface_id
+                    ));
+                    continue;
+                };
+                // pcap-file 2 hands the raw 64-bit timestamp over as nanoseconds whatever
+                // the interface resolution; undo that and apply if_tsresol ourselves.
+                let units = u64::try_from(epb.timestamp.as_nanos()).unwrap_or(u64::MAX);
+                capture.frames.push(Frame {
+                    number,
+                    timestamp: timestamp_from_units(units, iface.units_per_sec),
+                    link: iface.link,
+                    data: epb.data.into_owned(),
+                    original_len: epb.original_len,
+                });
+            }
+            Block::SimplePacket(spb) => {
+                let Some(iface) = interfaces.first().copied() else {
+                    capture
+                        .warnings
+                        .push(format!("frame {number}: no interface; skipped"));
+                    continue;
+                };
+                capture.frames.push(Frame {
+                    number,
+                    timestamp: Duration::ZERO,
+                    link: iface.link,
+                    data: spb.data.into_owned(),
+                    original_len: spb.original_len,
+                });
+            }
+            Block::Packet(pb) => {
+                let Some(iface) = interfaces.get(usize::from(pb.interface_id)).copied() else {
+                    capture
+                        .warnings
+                        .push(format!("frame {number}: unknown interface; skipped"));
+                    continue;
+                };
+                capture.frames.push(Frame {
+                    number,
+                    timestamp: timestamp_from_units(pb.timestamp, iface.units_per_sec),
+                    link: iface.link,
+                    data: pb.data.into_owned(),
+                    original_len: pb.original_len,
+                });
+            }
+            _ => {}
+        }
+    }
+    Ok(capture)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamp_resolutions() {
+        assert_eq!(
+            timestamp_from_units(1_500_000, 1_000_000),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(timestamp_from_units(3, 2), Duration::from_millis(1500));
+        assert_eq!(timestamp_from_units(5, 0), Duration::ZERO);
+    }
+
+    #[test]
+    fn rejects_non_captures() {
+        assert!(matches!(
+            parse_capture(b""),
+            Err(CaptureError::NotACapture(_))
+        ));
+        assert!(matches!(
+            parse_capture(b"hello world"),
+            Err(CaptureError::NotACapture(_))
+        ));
+    }
+}

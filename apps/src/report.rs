@@ -1,0 +1,589 @@
+//! Whole-capture analysis and its two renderings: a human summary (optionally one line per
+//! DDP segment) and JSON.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use warpcore_proto::wire::mpa::{EnhancedData, RtrTypes};
+
+use crate::analysis::{
+    analyse_connection, Addressing, ConnectionReport, CrcCheck, Direction, Finding,
+    IwarpConnection, OtherConnection, Segment, StartupFrame, TerminateInfo,
+};
+use crate::capture::{Capture, CaptureFormat};
+use crate::tcp::reassemble;
+
+/// The analysis of one capture file.
+#[derive(Clone, Debug)]
+pub struct CaptureReport {
+    /// The file name as given.
+    pub name: String,
+    /// Container format.
+    pub format: CaptureFormat,
+    /// Frames in the file.
+    pub frames: usize,
+    /// Frames that were not decodable TCP.
+    pub non_tcp_frames: u64,
+    /// Capture time of the first frame (times in the report are relative to it).
+    pub start: Duration,
+    /// Problems with the container itself.
+    pub warnings: Vec<String>,
+    /// One entry per TCP connection, in order of appearance.
+    pub connections: Vec<ConnectionReport>,
+}
+
+impl CaptureReport {
+    /// Every protocol violation in the capture.
+    pub fn findings(&self) -> impl Iterator<Item = &Finding> {
+        self.connections.iter().flat_map(|c| match c {
+            ConnectionReport::Iwarp(i) => i.findings.iter().collect::<Vec<_>>(),
+            ConnectionReport::Other(o) => o.finding.iter().collect(),
+        })
+    }
+
+    /// The number of protocol violations (what decides `iwdump`'s exit status).
+    pub fn violations(&self) -> usize {
+        self.findings().count()
+    }
+
+    /// The iWARP connections.
+    pub fn iwarp(&self) -> impl Iterator<Item = &IwarpConnection> {
+        self.connections.iter().filter_map(|c| match c {
+            ConnectionReport::Iwarp(i) => Some(&**i),
+            ConnectionReport::Other(_) => None,
+        })
+    }
+}
+
+/// Reassembles and analyses every connection of a capture.
+pub fn analyse_capture(name: &str, capture: &Capture) -> CaptureReport {
+    let tcp = reassemble(capture);
+    CaptureReport {
+        name: name.to_string(),
+        format: capture.format,
+        frames: capture.frames.len(),
+        non_tcp_frames: tcp.non_tcp_frames,
+        start: capture
+            .frames
+            .first()
+            .map_or(Duration::ZERO, |f| f.timestamp),
+        warnings: capture.warnings.clone(),
+        connections: tcp.connections.iter().map(analyse_connection).collect(),
+    }
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+fn rtr_list(t: RtrTypes) -> String {
+    let names: Vec<&str> = t
+        .iter()
+        .map(|r| match r {
+            warpcore_proto::wire::mpa::RtrType::Send => "Send",
+            warpcore_proto::wire::mpa::RtrType::Write => "Write",
+            warpcore_proto::wire::mpa::RtrType::Read => "Read",
+        })
+        .collect();
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join("+")
+    }
+}
+
+fn ird_ord(v: u16) -> String {
+    if v == warpcore_proto::wire::mpa::IRD_ORD_NO_NEGOTIATION {
+        "0x3FFF (no negotiation)".into()
+    } else {
+        v.to_string()
+    }
+}
+
+fn describe_frame(f: &StartupFrame) -> String {
+    let mut s = format!(
+        "frame {}: Rev {}, M={} C={} R={}",
+        f.frame,
+        f.rev,
+        u8::from(f.markers),
+        u8::from(f.crc),
+        u8::from(f.reject)
+    );
+    match f.enhanced {
+        Some(EnhancedData {
+            peer_to_peer,
+            rtr,
+            ird,
+            ord,
+        }) => {
+            let _ = write!(
+                s,
+                ", IRD {} ORD {}, P2P {}, RTR {}",
+                ird_ord(ird),
+                ird_ord(ord),
+                if peer_to_peer { "yes" } else { "no" },
+                rtr_list(rtr)
+            );
+        }
+        None => s.push_str(", no enhanced data"),
+    }
+    let _ = write!(s, ", {} octets of ULP private data", f.ulp_private_data_len);
+    s
+}
+
+fn rel(t: Duration, start: Duration) -> f64 {
+    t.saturating_sub(start).as_secs_f64()
+}
+
+fn describe_terminate(t: &TerminateInfo) -> String {
+    format!(
+        "{} (M={} D={} R={})",
+        t.report,
+        u8::from(t.flags.0),
+        u8::from(t.flags.1),
+        u8::from(t.flags.2)
+    )
+}
+
+/// One line per segment for `-v`.
+pub fn segment_line(s: &Segment, start: Duration) -> String {
+    let op = s.opcode.map_or_else(
+        || format!("opcode {:#x}", s.opcode_raw),
+        |o| o.name().to_string(),
+    );
+    let mut line = format!(
+        "{:>7} {:>11.6} {} {:<26}",
+        s.frame,
+        rel(s.timestamp, start),
+        s.direction,
+        op
+    );
+    match s.addressing {
+        Addressing::Tagged { stag, to } => {
+            let _ = write!(line, " STag {stag:#010x} TO {to:#x}");
+        }
+        Addressing::Untagged {
+            qn,
+            msn,
+            mo,
+            inv_stag,
+        } => {
+            let _ = write!(line, " QN {qn} MSN {msn} MO {mo}");
+            if inv_stag != 0 {
+                let _ = write!(line, " InvSTag {inv_stag:#010x}");
+            }
+        }
+    }
+    let _ = write!(line, " len {} L={}", s.payload_len, u8::from(s.last));
+    if let Some(rr) = s.read_request {
+        let _ = write!(
+            line,
+            " [sink {:#010x}@{:#x} size {} src {:#010x}@{:#x}]",
+            rr.sink_stag, rr.sink_to, rr.read_size, rr.src_stag, rr.src_to
+        );
+    }
+    if let Some(t) = s.terminate {
+        let _ = write!(line, " [{}]", describe_terminate(&t));
+    }
+    match s.crc {
+        CrcCheck::Good => line.push_str(" crc ok"),
+        CrcCheck::Bad => line.push_str(" CRC BAD"),
+        CrcCheck::NotChecked => {}
+    }
+    line
+}
+
+/// The human-readable report: a summary per connection, and with `verbose` one line per
+/// DDP segment.
+pub fn render_text(r: &CaptureReport, verbose: bool) -> String {
+    let mut o = String::new();
+    let iwarp = r.iwarp().count();
+    let _ = writeln!(
+        o,
+        "{}: {}, {} frames, {} TCP connection(s), {} iWARP",
+        r.name,
+        match r.format {
+            CaptureFormat::Pcap => "pcap",
+            CaptureFormat::PcapNg => "pcapng",
+        },
+        r.frames,
+        r.connections.len(),
+        iwarp
+    );
+    for w in &r.warnings {
+        let _ = writeln!(o, "  warning: {w}");
+    }
+    for (n, c) in r.connections.iter().enumerate() {
+        match c {
+            ConnectionReport::Other(oc) => render_other(&mut o, n + 1, oc),
+            ConnectionReport::Iwarp(ic) => render_iwarp(&mut o, n + 1, ic, r.start, verbose),
+        }
+    }
+    let v = r.violations();
+    let _ = writeln!(
+        o,
+        "{}: {} protocol violation{}",
+        r.name,
+        if v == 0 {
+            "no".to_string()
+        } else {
+            v.to_string()
+        },
+        if v == 1 { "" } else { "s" }
+    );
+    o
+}
+
+fn render_other(o: &mut String, n: usize, c: &OtherConnection) {
+    let _ = writeln!(
+        o,
+        "connection {n}: {} -> {} (TCP, not iWARP: {}; {} / {} octets)",
+        c.client, c.server, c.reason, c.to_server_octets, c.to_client_octets
+    );
+    if let Some(f) = &c.finding {
+        let _ = writeln!(o, "  VIOLATION frame {}: {}", f.frame, f.detail);
+    }
+}
+
+fn render_iwarp(o: &mut String, n: usize, c: &IwarpConnection, start: Duration, verbose: bool) {
+    let syn = match c.initiator_sent_syn {
+        Some(true) => ", initiator opened TCP",
+        Some(false) => ", responder opened TCP",
+        None => ", TCP handshake not captured",
+    };
+    let _ = writeln!(
+        o,
+        "connection {n}: iWARP {} (initiator) <-> {} (responder){syn}; TCP close I>R {} R>I {}",
+        c.initiator,
+        c.responder,
+        c.closed[0].label(),
+        c.closed[1].label()
+    );
+    let _ = writeln!(o, "  MPA Request {}", describe_frame(&c.request));
+    match &c.reply {
+        Some(r) => {
+            let _ = writeln!(o, "  MPA Reply   {}", describe_frame(r));
+        }
+        None => {
+            let _ = writeln!(o, "  MPA Reply   not captured");
+        }
+    }
+    if let (Some(ng), Some(reply)) = (&c.negotiated, &c.reply) {
+        let ird_ord_of = |f: &StartupFrame| {
+            f.enhanced.map_or("-".to_string(), |e| {
+                format!("{}/{}", ird_ord(e.ird), ird_ord(e.ord))
+            })
+        };
+        let rtr = if ng.peer_to_peer {
+            format!(
+                "P2P yes, RTR offered {} supported {} sent {}",
+                rtr_list(ng.rtr_offered),
+                rtr_list(ng.rtr_supported),
+                ng.rtr_sent.map_or("none", |r| match r {
+                    warpcore_proto::wire::mpa::RtrType::Send => "Send",
+                    warpcore_proto::wire::mpa::RtrType::Write => "Write",
+                    warpcore_proto::wire::mpa::RtrType::Read => "Read",
+                })
+            )
+        } else {
+            "P2P no".to_string()
+        };
+        let _ = writeln!(
+            o,
+            "  negotiated: Rev I>R {} R>I {}; CRC {}; markers I>R {} R>I {}; IRD/ORD initiator {} responder {}; {rtr}",
+            c.request.rev,
+            reply.rev,
+            on_off(ng.crc),
+            on_off(ng.markers[0]),
+            on_off(ng.markers[1]),
+            ird_ord_of(&c.request),
+            ird_ord_of(reply),
+        );
+    }
+    for dir in Direction::BOTH {
+        let d = &c.directions[dir.index()];
+        let fpdus: u64 =
+            d.opcodes.values().map(|s| s.segments).sum::<u64>() + d.unknown_opcode_segments;
+        let _ = writeln!(
+            o,
+            "  {dir}: {fpdus} FPDUs in {} octets; CRC errors {}, marker errors {}",
+            d.fpdu_stream_octets, d.crc_errors, d.marker_errors
+        );
+        for (op, s) in &d.opcodes {
+            let _ = writeln!(
+                o,
+                "      {:<26} {:>6} segments {:>6} messages {:>10} payload octets",
+                op.name(),
+                s.segments,
+                s.messages,
+                s.payload_octets
+            );
+        }
+        if d.unknown_opcode_segments > 0 {
+            let _ = writeln!(
+                o,
+                "      {:<26} {:>6} segments",
+                "undefined opcode", d.unknown_opcode_segments
+            );
+        }
+        for (frame, t) in &d.terminates {
+            let _ = writeln!(
+                o,
+                "      Terminate in frame {frame}: {}",
+                describe_terminate(t)
+            );
+        }
+    }
+    for note in &c.notes {
+        let _ = writeln!(o, "  note: {note}");
+    }
+    for f in &c.findings {
+        let _ = writeln!(
+            o,
+            "  VIOLATION [{}] frame {} {}: {}",
+            f.kind.name(),
+            f.frame,
+            f.direction.map_or("", |d| d.label()),
+            f.detail
+        );
+    }
+    if verbose {
+        let _ = writeln!(
+            o,
+            "  {:>7} {:>11} dir {:<26} fields",
+            "frame", "time", "opcode"
+        );
+        for s in &c.segments {
+            let _ = writeln!(o, "  {}", segment_line(s, start));
+        }
+    }
+}
+
+/// A minimal JSON writer (the report is small; no serde needed).
+struct Json(String);
+
+impl Json {
+    fn str(&mut self, s: &str) {
+        self.0.push('"');
+        for ch in s.chars() {
+            match ch {
+                '"' => self.0.push_str("\\\""),
+                '\\' => self.0.push_str("\\\\"),
+                '\n' => self.0.push_str("\\n"),
+                c if (c as u32) < 0x20 => {
+                    let _ = write!(self.0, "\\u{:04x}", c as u32);
+                }
+                c => self.0.push(c),
+            }
+        }
+        self.0.push('"');
+    }
+    fn key(&mut self, k: &str) {
+        if !self.0.ends_with('{') && !self.0.ends_with('[') {
+            self.0.push(',');
+        }
+        self.str(k);
+        self.0.push(':');
+    }
+    fn kv_str(&mut self, k: &str, v: &str) {
+        self.key(k);
+        self.str(v);
+    }
+    fn kv_raw(&mut self, k: &str, v: impl std::fmt::Display) {
+        self.key(k);
+        let _ = write!(self.0, "{v}");
+    }
+    fn open(&mut self, k: Option<&str>, c: char) {
+        match k {
+            Some(k) => self.key(k),
+            None => self.sep(),
+        }
+        self.0.push(c);
+    }
+    fn sep(&mut self) {
+        if !self.0.is_empty()
+            && !self.0.ends_with('{')
+            && !self.0.ends_with('[')
+            && !self.0.ends_with(':')
+        {
+            self.0.push(',');
+        }
+    }
+    fn close(&mut self, c: char) {
+        self.0.push(c);
+    }
+}
+
+fn json_frame(j: &mut Json, k: &str, f: &StartupFrame) {
+    j.open(Some(k), '{');
+    j.kv_raw("frame", f.frame);
+    j.kv_raw("rev", f.rev);
+    j.kv_raw("markers", f.markers);
+    j.kv_raw("crc", f.crc);
+    j.kv_raw("reject", f.reject);
+    j.kv_raw("ulp_private_data_len", f.ulp_private_data_len);
+    if let Some(e) = f.enhanced {
+        j.kv_raw("ird", e.ird);
+        j.kv_raw("ord", e.ord);
+        j.kv_raw("peer_to_peer", e.peer_to_peer);
+        j.kv_str("rtr", &rtr_list(e.rtr));
+    }
+    j.close('}');
+}
+
+fn json_finding(j: &mut Json, f: &Finding) {
+    j.open(None, '{');
+    j.kv_str("kind", f.kind.name());
+    j.kv_raw("frame", f.frame);
+    if let Some(d) = f.direction {
+        j.kv_str("direction", d.label());
+    }
+    j.kv_str("detail", &f.detail);
+    j.close('}');
+}
+
+/// The report as one JSON object. With `verbose`, every segment is included.
+pub fn render_json(r: &CaptureReport, verbose: bool) -> String {
+    let mut j = Json(String::new());
+    j.open(None, '{');
+    j.kv_str("file", &r.name);
+    j.kv_str(
+        "format",
+        match r.format {
+            CaptureFormat::Pcap => "pcap",
+            CaptureFormat::PcapNg => "pcapng",
+        },
+    );
+    j.kv_raw("frames", r.frames);
+    j.kv_raw("violations", r.violations());
+    j.open(Some("warnings"), '[');
+    for w in &r.warnings {
+        j.sep();
+        j.str(w);
+    }
+    j.close(']');
+    j.open(Some("connections"), '[');
+    for c in &r.connections {
+        j.open(None, '{');
+        match c {
+            ConnectionReport::Other(oc) => {
+                j.kv_str("type", "tcp");
+                j.kv_str("client", &oc.client.to_string());
+                j.kv_str("server", &oc.server.to_string());
+                j.kv_str("reason", &oc.reason);
+                j.open(Some("findings"), '[');
+                if let Some(f) = &oc.finding {
+                    json_finding(&mut j, f);
+                }
+                j.close(']');
+            }
+            ConnectionReport::Iwarp(ic) => {
+                j.kv_str("type", "iwarp");
+                j.kv_str("initiator", &ic.initiator.to_string());
+                j.kv_str("responder", &ic.responder.to_string());
+                j.kv_str("close_i2r", ic.closed[0].label());
+                j.kv_str("close_r2i", ic.closed[1].label());
+                json_frame(&mut j, "request", &ic.request);
+                if let Some(rep) = &ic.reply {
+                    json_frame(&mut j, "reply", rep);
+                }
+                if let Some(ng) = &ic.negotiated {
+                    j.open(Some("negotiated"), '{');
+                    j.kv_raw("crc", ng.crc);
+                    j.kv_raw("markers_i2r", ng.markers[0]);
+                    j.kv_raw("markers_r2i", ng.markers[1]);
+                    j.kv_raw("peer_to_peer", ng.peer_to_peer);
+                    j.kv_str(
+                        "rtr_sent",
+                        &ng.rtr_sent.map_or("none".into(), |r| format!("{r:?}")),
+                    );
+                    j.close('}');
+                }
+                j.open(Some("directions"), '{');
+                for dir in Direction::BOTH {
+                    let d = &ic.directions[dir.index()];
+                    j.open(Some(dir.label()), '{');
+                    j.kv_raw("fpdu_stream_octets", d.fpdu_stream_octets);
+                    j.kv_raw("crc_errors", d.crc_errors);
+                    j.kv_raw("marker_errors", d.marker_errors);
+                    j.open(Some("opcodes"), '{');
+                    for (op, s) in &d.opcodes {
+                        j.open(Some(op.name()), '{');
+                        j.kv_raw("segments", s.segments);
+                        j.kv_raw("messages", s.messages);
+                        j.kv_raw("payload_octets", s.payload_octets);
+                        j.close('}');
+                    }
+                    j.close('}');
+                    j.open(Some("terminates"), '[');
+                    for (frame, t) in &d.terminates {
+                        j.open(None, '{');
+                        j.kv_raw("frame", frame);
+                        j.kv_raw("layer", t.code.layer());
+                        j.kv_raw("etype", t.code.etype());
+                        j.kv_raw("code", t.code.code());
+                        j.kv_str("reason", t.code.description());
+                        j.kv_str("report", &t.report.to_string());
+                        j.close('}');
+                    }
+                    j.close(']');
+                    j.close('}');
+                }
+                j.close('}');
+                j.open(Some("notes"), '[');
+                for n in &ic.notes {
+                    j.sep();
+                    j.str(n);
+                }
+                j.close(']');
+                j.open(Some("findings"), '[');
+                for f in &ic.findings {
+                    json_finding(&mut j, f);
+                }
+                j.close(']');
+                if verbose {
+                    j.open(Some("segments"), '[');
+                    for s in &ic.segments {
+                        j.open(None, '{');
+                        j.kv_raw("frame", s.frame);
+                        j.kv_raw("time", format!("{:.6}", rel(s.timestamp, r.start)));
+                        j.kv_str("direction", s.direction.label());
+                        j.kv_str(
+                            "opcode",
+                            &s.opcode.map_or_else(
+                                || format!("{:#x}", s.opcode_raw),
+                                |o| o.name().to_string(),
+                            ),
+                        );
+                        match s.addressing {
+                            Addressing::Tagged { stag, to } => {
+                                // Hex strings: a 64-bit TO does not fit a JSON number
+                                // exactly (2^53), and STags read better in hex.
+                                j.kv_str("stag", &format!("{stag:#010x}"));
+                                j.kv_str("to", &format!("{to:#018x}"));
+                            }
+                            Addressing::Untagged { qn, msn, mo, .. } => {
+                                j.kv_raw("qn", qn);
+                                j.kv_raw("msn", msn);
+                                j.kv_raw("mo", mo);
+                            }
+                        }
+                        j.kv_raw("ulpdu_len", s.ulpdu_len);
+                        j.kv_raw("payload_len", s.payload_len);
+                        j.kv_raw("last", s.last);
+                        j.close('}');
+                    }
+                    j.close(']');
+                }
+            }
+        }
+        j.close('}');
+    }
+    j.close(']');
+    j.close('}');
+    j.0
+}

@@ -1,0 +1,460 @@
+//! TCP: pulling segments out of captured frames and reassembling each direction of each
+//! connection into the byte stream the receiving TCP delivered.
+//!
+//! Reassembly works on 64-bit stream offsets derived from 32-bit sequence numbers relative
+//! to the next expected octet, so sequence wrap is transparent. Retransmitted and
+//! overlapping data is dropped (the first copy wins), out-of-order segments wait in a
+//! buffer until the hole before them fills, and a hole that never fills ends the usable
+//! stream at that point (recorded as a [`Gap`]): everything after it is unknown to us.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use etherparse::{EtherType, LaxNetSlice, LaxSlicedPacket, TransportSlice};
+
+use crate::capture::{Capture, Frame, LinkType};
+
+/// One TCP segment taken out of a frame.
+#[derive(Clone, Debug)]
+pub struct TcpSegment<'a> {
+    /// Sender's address and port.
+    pub src: SocketAddr,
+    /// Receiver's address and port.
+    pub dst: SocketAddr,
+    /// Sequence number of the first octet (of the SYN, if set).
+    pub seq: u32,
+    /// SYN flag.
+    pub syn: bool,
+    /// ACK flag.
+    pub ack: bool,
+    /// FIN flag.
+    pub fin: bool,
+    /// RST flag.
+    pub rst: bool,
+    /// The captured payload octets (fewer than sent if the frame was cut by the snap length).
+    pub payload: &'a [u8],
+}
+
+/// Decodes the link, IP and TCP headers of a frame. Returns `None` for anything that is not
+/// an unfragmented TCP segment over IPv4/IPv6 (ARP, UDP, fragments, damaged headers...).
+pub fn parse_segment(link: LinkType, data: &[u8]) -> Option<TcpSegment<'_>> {
+    let packet = match link {
+        LinkType::Ethernet => LaxSlicedPacket::from_ethernet(data).ok()?,
+        LinkType::RawIp => LaxSlicedPacket::from_ip(data).ok()?,
+        LinkType::LinuxSll => {
+            // 16-octet header; the protocol (an EtherType) is in the last two octets.
+            let proto = u16::from_be_bytes([*data.get(14)?, *data.get(15)?]);
+            LaxSlicedPacket::from_ether_type(EtherType(proto), data.get(16..)?)
+        }
+        LinkType::LinuxSll2 => {
+            // 20-octet header; the protocol is in the first two octets.
+            let proto = u16::from_be_bytes([*data.first()?, *data.get(1)?]);
+            LaxSlicedPacket::from_ether_type(EtherType(proto), data.get(20..)?)
+        }
+        LinkType::Null => LaxSlicedPacket::from_ip(data.get(4..)?).ok()?,
+        LinkType::Other(_) => return None,
+    };
+    let (src_ip, dst_ip, fragmented) = match packet.net.as_ref()? {
+        LaxNetSlice::Ipv4(ip) => {
+            let h = ip.header();
+            (
+                IpAddr::from(h.source_addr()),
+                IpAddr::from(h.destination_addr()),
+                ip.payload().fragmented,
+            )
+        }
+        LaxNetSlice::Ipv6(ip) => {
+            let h = ip.header();
+            (
+                IpAddr::from(h.source_addr()),
+                IpAddr::from(h.destination_addr()),
+                ip.payload().fragmented,
+            )
+        }
+        LaxNetSlice::Arp(_) => return None,
+    };
+    if fragmented {
+        return None;
+    }
+    let TransportSlice::Tcp(tcp) = packet.transport? else {
+        return None;
+    };
+    Some(TcpSegment {
+        src: SocketAddr::new(src_ip, tcp.source_port()),
+        dst: SocketAddr::new(dst_ip, tcp.destination_port()),
+        seq: tcp.sequence_number(),
+        syn: tcp.syn(),
+        ack: tcp.ack(),
+        fin: tcp.fin(),
+        rst: tcp.rst(),
+        payload: tcp.payload(),
+    })
+}
+
+/// Where a run of stream octets came from: the frame that delivered the octet at `offset`
+/// (and those after it, up to the next chunk).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chunk {
+    /// Stream offset of the first octet this frame contributed.
+    pub offset: u64,
+    /// Capture time of the frame.
+    pub timestamp: Duration,
+    /// Frame number (1-based).
+    pub frame: u64,
+}
+
+/// A hole in a stream that no later segment filled: the stream is known only up to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gap {
+    /// TCP sequence number of the first missing octet.
+    pub seq: u32,
+    /// Stream offset of the first missing octet (= length of the usable stream).
+    pub offset: u64,
+    /// Octets seen beyond the hole that had to be discarded.
+    pub discarded_octets: u64,
+}
+
+/// One direction of a TCP connection, reassembled.
+#[derive(Clone, Debug, Default)]
+pub struct Stream {
+    /// The in-order octets, from the first octet after the SYN (or the first one seen).
+    pub data: Vec<u8>,
+    /// Which frame delivered which part of `data`, in increasing offset order.
+    pub chunks: Vec<Chunk>,
+    /// Sequence number of `data[0]`.
+    pub base_seq: u32,
+    /// Whether the SYN of this direction was seen (otherwise the capture started late).
+    pub syn: bool,
+    /// Whether a FIN was seen (at its proper place in the stream).
+    pub fin: bool,
+    /// Whether an RST was seen.
+    pub rst: bool,
+    /// Number of segments that carried only already-received octets.
+    pub retransmitted_segments: u64,
+    /// Number of segments that arrived ahead of a hole and had to wait.
+    pub out_of_order_segments: u64,
+    /// A hole that never filled, if any.
+    pub gap: Option<Gap>,
+    /// Segments that arrived after the first octet of data, if the capture began mid-stream.
+    started: bool,
+    /// Segments beyond a hole, by stream offset: (payload, timestamp, frame).
+    pending: BTreeMap<u64, (Vec<u8>, Duration, u64)>,
+    /// Stream offset of a FIN that arrived before the data in front of it.
+    fin_offset: Option<u64>,
+}
+
+impl Stream {
+    /// The sequence number of the octet at `offset`.
+    pub fn seq_at(&self, offset: u64) -> u32 {
+        self.base_seq.wrapping_add(offset as u32)
+    }
+
+    /// The chunk (frame and time) that delivered the octet at `offset`.
+    pub fn chunk_at(&self, offset: u64) -> Option<&Chunk> {
+        let i = self.chunks.partition_point(|c| c.offset <= offset);
+        self.chunks.get(i.checked_sub(1)?)
+    }
+
+    /// Maps a sequence number to a stream offset, assuming it lies within 2^31 octets of the
+    /// next expected one (TCP's own window assumption), which makes sequence wrap harmless.
+    fn offset_of(&self, seq: u32) -> i128 {
+        let next = self.data.len() as u64;
+        let delta = seq.wrapping_sub(self.seq_at(next)) as i32;
+        i128::from(next) + i128::from(delta)
+    }
+
+    fn handle(&mut self, seg: &TcpSegment<'_>, timestamp: Duration, frame: u64) {
+        if seg.rst {
+            self.rst = true;
+        }
+        let mut seq = seg.seq;
+        if seg.syn {
+            seq = seq.wrapping_add(1);
+            if !self.started || (self.data.is_empty() && self.pending.is_empty()) {
+                self.base_seq = seq;
+                self.started = true;
+                self.syn = true;
+            }
+        }
+        if !self.started {
+            if seg.payload.is_empty() && !seg.fin {
+                return;
+            }
+            // The capture began after the SYN: start at the first octet we see.
+            self.base_seq = seq;
+            self.started = true;
+        }
+        let start = self.offset_of(seq);
+        let end = start + seg.payload.len() as i128;
+        if seg.fin && end >= 0 {
+            self.fin_offset = Some(end as u64);
+        }
+        if seg.payload.is_empty() {
+            self.check_fin();
+            return;
+        }
+        let next = self.data.len() as i128;
+        if end <= next {
+            self.retransmitted_segments += 1;
+        } else if start <= next {
+            let skip = (next - start) as usize;
+            self.append(&seg.payload[skip..], timestamp, frame);
+            self.drain_pending();
+        } else {
+            self.out_of_order_segments += 1;
+            let key = start as u64;
+            let longer = self
+                .pending
+                .get(&key)
+                .map_or(true, |(p, _, _)| p.len() < seg.payload.len());
+            if longer {
+                self.pending
+                    .insert(key, (seg.payload.to_vec(), timestamp, frame));
+            }
+        }
+        self.check_fin();
+    }
+
+    fn append(&mut self, octets: &[u8], timestamp: Duration, frame: u64) {
+        if octets.is_empty() {
+            return;
+        }
+        self.chunks.push(Chunk {
+            offset: self.data.len() as u64,
+            timestamp,
+            frame,
+        });
+        self.data.extend_from_slice(octets);
+    }
+
+    fn drain_pending(&mut self) {
+        while let Some(entry) = self.pending.first_entry() {
+            let start = *entry.key();
+            let next = self.data.len() as u64;
+            if start > next {
+                break;
+            }
+            let (payload, timestamp, frame) = entry.remove();
+            let end = start + payload.len() as u64;
+            if end > next {
+                self.append(&payload[(next - start) as usize..], timestamp, frame);
+            }
+        }
+    }
+
+    fn check_fin(&mut self) {
+        if self.fin_offset == Some(self.data.len() as u64) {
+            self.fin = true;
+        }
+    }
+
+    /// Ends reassembly: anything still waiting behind a hole is discarded and recorded.
+    fn finish(&mut self) {
+        if !self.pending.is_empty() {
+            let offset = self.data.len() as u64;
+            let discarded = self.pending.values().map(|(p, _, _)| p.len() as u64).sum();
+            self.gap = Some(Gap {
+                seq: self.seq_at(offset),
+                offset,
+                discarded_octets: discarded,
+            });
+            self.pending.clear();
+        }
+    }
+}
+
+/// A TCP connection and its two reassembled directions.
+#[derive(Clone, Debug)]
+pub struct Connection {
+    /// The side that sent the first SYN (without ACK), or the sender of the first segment
+    /// seen if the capture began after the handshake.
+    pub client: SocketAddr,
+    /// The other side.
+    pub server: SocketAddr,
+    /// Client to server.
+    pub to_server: Stream,
+    /// Server to client.
+    pub to_client: Stream,
+    /// Time of the first segment seen.
+    pub first_timestamp: Duration,
+    /// Frame number of the first segment seen.
+    pub first_frame: u64,
+}
+
+impl Connection {
+    /// The stream sent by `sender` (which must be `client` or `server`).
+    pub fn stream_from(&self, sender: SocketAddr) -> &Stream {
+        if sender == self.client {
+            &self.to_server
+        } else {
+            &self.to_client
+        }
+    }
+}
+
+/// All TCP connections of a capture, reassembled.
+#[derive(Clone, Debug, Default)]
+pub struct TcpCapture {
+    /// Connections in the order their first segment appeared.
+    pub connections: Vec<Connection>,
+    /// Frames that held no TCP segment we could decode (other protocols, damaged headers).
+    pub non_tcp_frames: u64,
+}
+
+/// Reassembles every TCP connection in a capture.
+pub fn reassemble(capture: &Capture) -> TcpCapture {
+    let mut out = TcpCapture::default();
+    // Both directions of a connection map to the same index; a new SYN on a 4-tuple whose
+    // connection already closed starts a new connection (port reuse).
+    let mut index: HashMap<(SocketAddr, SocketAddr), usize> = HashMap::new();
+    for Frame {
+        number,
+        timestamp,
+        link,
+        data,
+        ..
+    } in &capture.frames
+    {
+        let Some(seg) = parse_segment(*link, data) else {
+            out.non_tcp_frames += 1;
+            continue;
+        };
+        let key = if seg.src <= seg.dst {
+            (seg.src, seg.dst)
+        } else {
+            (seg.dst, seg.src)
+        };
+        let reuse = |c: &Connection| {
+            seg.syn
+                && !seg.ack
+                && c.client == seg.src
+                && (c.to_server.fin || c.to_server.rst || c.to_client.rst)
+                && c.to_server.seq_at(0) != seg.seq.wrapping_add(1)
+        };
+        let i = match index.get(&key) {
+            Some(&i) if !reuse(&out.connections[i]) => i,
+            _ => {
+                // The SYN sender is the client; without a SYN, a pure SYN+ACK tells us the
+                // server; otherwise guess the first sender.
+                let (client, server) = if seg.syn && seg.ack {
+                    (seg.dst, seg.src)
+                } else {
+                    (seg.src, seg.dst)
+                };
+                out.connections.push(Connection {
+                    client,
+                    server,
+                    to_server: Stream::default(),
+                    to_client: Stream::default(),
+                    first_timestamp: *timestamp,
+                    first_frame: *number,
+                });
+                index.insert(key, out.connections.len() - 1);
+                out.connections.len() - 1
+            }
+        };
+        let conn = &mut out.connections[i];
+        let stream = if seg.src == conn.client {
+            &mut conn.to_server
+        } else {
+            &mut conn.to_client
+        };
+        stream.handle(&seg, *timestamp, *number);
+    }
+    for c in &mut out.connections {
+        c.to_server.finish();
+        c.to_client.finish();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seg(seq: u32, payload: &[u8]) -> TcpSegment<'_> {
+        TcpSegment {
+            src: "10.0.0.1:1".parse().unwrap(),
+            dst: "10.0.0.2:2".parse().unwrap(),
+            seq,
+            syn: false,
+            ack: true,
+            fin: false,
+            rst: false,
+            payload,
+        }
+    }
+
+    fn syn(seq: u32) -> TcpSegment<'static> {
+        TcpSegment {
+            syn: true,
+            ack: false,
+            ..seg(seq, b"")
+        }
+    }
+
+    #[test]
+    fn in_order_with_wrap() {
+        let mut s = Stream::default();
+        s.handle(&syn(u32::MAX - 2), Duration::ZERO, 1);
+        s.handle(&seg(u32::MAX - 1, b"ab"), Duration::ZERO, 2);
+        s.handle(&seg(0, b"cd"), Duration::ZERO, 3);
+        s.finish();
+        assert_eq!(s.data, b"abcd");
+        assert_eq!(s.gap, None);
+        assert_eq!(s.chunk_at(3).unwrap().frame, 3);
+    }
+
+    #[test]
+    fn retransmission_overlap_and_reorder() {
+        let mut s = Stream::default();
+        s.handle(&syn(99), Duration::ZERO, 1);
+        s.handle(&seg(100, b"abc"), Duration::ZERO, 2);
+        s.handle(&seg(106, b"ghi"), Duration::ZERO, 3); // ahead of a hole
+        s.handle(&seg(100, b"abc"), Duration::ZERO, 4); // pure retransmission
+        s.handle(&seg(102, b"cdef"), Duration::ZERO, 5); // overlaps both sides
+        s.handle(&seg(108, b"ijk"), Duration::ZERO, 6);
+        s.finish();
+        assert_eq!(s.data, b"abcdefghijk");
+        assert_eq!(s.retransmitted_segments, 1);
+        assert_eq!(s.out_of_order_segments, 1);
+        assert_eq!(s.gap, None);
+    }
+
+    #[test]
+    fn unfilled_gap_is_reported() {
+        let mut s = Stream::default();
+        s.handle(&syn(0), Duration::ZERO, 1);
+        s.handle(&seg(1, b"ab"), Duration::ZERO, 2);
+        s.handle(&seg(5, b"xyz"), Duration::ZERO, 3);
+        s.finish();
+        assert_eq!(s.data, b"ab");
+        assert_eq!(
+            s.gap,
+            Some(Gap {
+                seq: 3,
+                offset: 2,
+                discarded_octets: 3
+            })
+        );
+    }
+
+    #[test]
+    fn fin_after_reordered_data() {
+        let mut s = Stream::default();
+        s.handle(&syn(0), Duration::ZERO, 1);
+        s.handle(
+            &TcpSegment {
+                fin: true,
+                ..seg(3, b"c")
+            },
+            Duration::ZERO,
+            2,
+        );
+        assert!(!s.fin);
+        s.handle(&seg(1, b"ab"), Duration::ZERO, 3);
+        assert!(s.fin);
+        assert_eq!(s.data, b"abc");
+    }
+}

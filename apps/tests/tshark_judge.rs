@@ -1,0 +1,171 @@
+//! An independent judge of iwdump's decoding: Wireshark's iWARP dissectors on the same
+//! captures. For a representative set of the siw captures (every mode, tagged and untagged,
+//! multi-segment messages, several FPDUs in one frame, pcap and pcapng) every DDP segment
+//! iwdump decodes must match tshark's, field by field: frame, opcode, L, STag and TO, or QN,
+//! MSN and MO; and where CRCs were negotiated tshark must have checked every one as good.
+//!
+//! `rpcordma` is disabled: its heuristic claims plain Send payloads (see
+//! `shared/interop/pcaps/README.md`). If tshark is missing the test fails when
+//! `WARPCORE_REQUIRE_TSHARK` is set (as `scripts/test.sh` does) and is skipped otherwise.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use warpcore_apps::analysis::Addressing;
+use warpcore_apps::capture::read_capture_file;
+use warpcore_apps::report::analyse_capture;
+
+const FILES: [&str; 9] = [
+    "siw_mpa1_rping.pcap",
+    "siw_mpa2_rping.pcap",
+    "siw_mpa2crc_rping.pcap",
+    "siw_mpa2p2p_rping.pcap",
+    "siw_mpa1_ib_read_lat.pcap",
+    "siw_mpa2crc_ib_write_lat.pcap",
+    "siw_mpa2p2p_ib_read_lat.pcap",
+    "siw_mpa2_ib_send_bw_first400.pcapng",
+    "siw_mpa2crc_ib_read_bw_first400.pcapng",
+];
+
+fn tshark_available() -> bool {
+    Command::new("tshark")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// One DDP segment as text, in the same shape from both decoders.
+fn row(frame: u64, opcode: u8, last: bool, fields: &str) -> String {
+    format!("{frame} op {opcode:#x} L={} {fields}", u8::from(last))
+}
+
+/// Starts tshark on a capture (all files run at once: tshark's start-up dominates).
+fn spawn_tshark(path: &Path) -> std::process::Child {
+    Command::new("tshark")
+        .arg("-r")
+        .arg(path)
+        .args([
+            "--disable-protocol",
+            "rpcordma",
+            "-Y",
+            "iwarp_ddp",
+            "-T",
+            "fields",
+        ])
+        .args(["-E", "separator=/t", "-E", "aggregator=|"])
+        .args([
+            "-e",
+            "frame.number",
+            "-e",
+            "iwarp_rdma.opcode",
+            "-e",
+            "iwarp_ddp.last_flag",
+        ])
+        .args(["-e", "iwarp_ddp.stag", "-e", "iwarp_ddp.tagged_offset"])
+        .args([
+            "-e",
+            "iwarp_ddp.qn",
+            "-e",
+            "iwarp_ddp.msn",
+            "-e",
+            "iwarp_ddp.mo",
+        ])
+        .args(["-e", "iwarp_mpa.crc_check"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run tshark")
+}
+
+/// tshark's segments, one row each, plus the number of CRCs it checked as good.
+fn tshark_rows(child: std::process::Child) -> (Vec<String>, usize) {
+    let out = child.wait_with_output().expect("wait for tshark");
+    assert!(
+        out.status.success(),
+        "tshark failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut rows = Vec::new();
+    let mut good_crcs = 0;
+    for line in text.lines() {
+        let cols: Vec<&str> = line.split('\t').collect();
+        let col = |i: usize| -> Vec<&str> {
+            cols.get(i).map_or(Vec::new(), |c| {
+                c.split('|').filter(|v| !v.is_empty()).collect()
+            })
+        };
+        let frame: u64 = cols[0].parse().unwrap();
+        let (ops, lasts) = (col(1), col(2));
+        let (stags, tos) = (col(3), col(4));
+        let (qns, msns, mos) = (col(5), col(6), col(7));
+        good_crcs += col(8).len();
+        // Several FPDUs in one frame: tshark lists each field's values in FPDU order, tagged
+        // and untagged fields separately.
+        let (mut t, mut u) = (0, 0);
+        for (k, op) in ops.iter().enumerate() {
+            let opcode = u8::from_str_radix(op.trim_start_matches("0x"), 16).unwrap();
+            let last = matches!(lasts[k], "1" | "True");
+            let fields = if matches!(opcode, 0x0 | 0x2) {
+                let to = u64::from_str_radix(tos[t].trim_start_matches("0x"), 16).unwrap();
+                let s = format!("stag {} to {to:#x}", stags[t]);
+                t += 1;
+                s
+            } else {
+                let s = format!("qn {} msn {} mo {}", qns[u], msns[u], mos[u]);
+                u += 1;
+                s
+            };
+            rows.push(row(frame, opcode, last, &fields));
+        }
+    }
+    (rows, good_crcs)
+}
+
+#[test]
+fn tshark_agrees_with_iwdump_on_every_segment() {
+    if !tshark_available() {
+        assert!(
+            std::env::var_os("WARPCORE_REQUIRE_TSHARK").is_none(),
+            "tshark is required (WARPCORE_REQUIRE_TSHARK is set) but not installed"
+        );
+        eprintln!("SKIPPED: tshark not installed (apt-get install tshark)");
+        return;
+    }
+    let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let children: Vec<_> = FILES
+        .iter()
+        .map(|name| spawn_tshark(&data.join(name)))
+        .collect();
+    for (name, child) in FILES.into_iter().zip(children) {
+        let path = data.join(name);
+        let capture = read_capture_file(&path).unwrap();
+        let report = analyse_capture(name, &capture);
+        assert_eq!(report.violations(), 0, "{name}");
+        let mut ours = Vec::new();
+        for c in report.iwarp() {
+            for s in &c.segments {
+                let fields = match s.addressing {
+                    Addressing::Tagged { stag, to } => format!("stag {stag:#010x} to {to:#x}"),
+                    Addressing::Untagged { qn, msn, mo, .. } => {
+                        format!("qn {qn} msn {msn} mo {mo}")
+                    }
+                };
+                ours.push(row(s.frame, s.opcode_raw, s.last, &fields));
+            }
+        }
+        // Same frame order; within a frame, stream order (one direction per frame).
+        ours.sort_by_key(|r| r.split(' ').next().unwrap().parse::<u64>().unwrap());
+        let (theirs, good_crcs) = tshark_rows(child);
+        assert!(!ours.is_empty(), "{name}: nothing decoded");
+        assert_eq!(ours, theirs, "{name}: iwdump and tshark disagree");
+        if name.contains("mpa2crc") {
+            assert_eq!(good_crcs, ours.len(), "{name}: CRCs tshark checked as good");
+        } else {
+            assert_eq!(
+                good_crcs, 0,
+                "{name}: tshark checked CRCs that were not negotiated"
+            );
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! (being written) Registered memory, the MR/STag table and placement.

@@ -1,0 +1,2 @@
+//! (being written) The Warpcore verbs API.
+#![forbid(unsafe_code)]
