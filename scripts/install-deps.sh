@@ -9,7 +9,7 @@
 set -euo pipefail
 
 build_pkgs=(pkg-config clang libclang-dev dpdk dpdk-dev libdpdk-dev)
-test_pkgs=(tshark iperf3 qperf socat iproute2)
+test_pkgs=(tshark iperf3 qperf socat iproute2 ethtool python3)
 pkgs=("${build_pkgs[@]}")
 if [[ "${1:-}" != "--demo" ]]; then
     pkgs+=("${test_pkgs[@]}")

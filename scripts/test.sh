@@ -27,14 +27,13 @@ step "cargo test (workspace)"
 export WARPCORE_REQUIRE_TSHARK=1
 cargo test --workspace
 
-if [[ -x scripts/test-fuzz.sh ]]; then
-    step "fuzz smoke runs"
-    scripts/test-fuzz.sh "${FUZZ_SECONDS:-5}"
-fi
+step "fuzz smoke runs"
+scripts/test-fuzz.sh "${FUZZ_SECONDS:-5}"
 
-if [[ -x scripts/test-net.sh ]]; then
-    step "packet path: DPDK vdevs, kernel interop, tcpperf"
-    scripts/test-net.sh
-fi
+step "packet path: DPDK vdevs, kernel interop, tcpperf"
+scripts/test-net.sh
+
+step "engine: the memif example between two processes"
+scripts/test-engine.sh
 
 step "all tests passed"
