@@ -48,6 +48,10 @@ pub struct EngineConfig {
     pub mpa_timeout_ms: u64,
     /// Most TCP connections per core (listener backlogs included).
     pub max_connections: usize,
+    /// On shutdown, how long a core keeps its device open after it stopped polling. Two
+    /// processes over DPDK net_memif 22.11 need both sides to stop polling before either
+    /// closes its port (a disconnect during `rx_burst` can crash the peer); 0 elsewhere.
+    pub shutdown_linger_ms: u64,
 }
 
 impl Default for EngineConfig {
@@ -75,6 +79,7 @@ impl Default for EngineConfig {
             },
             mpa_timeout_ms: 10_000,
             max_connections: 128,
+            shutdown_linger_ms: 0,
         }
     }
 }
@@ -119,6 +124,13 @@ impl EngineConfig {
             if v == 0 {
                 return err(name, "must be at least 1");
             }
+        }
+        if !self.event_queue_depth.is_power_of_two() || !self.command_queue_depth.is_power_of_two()
+        {
+            return err(
+                "event/command_queue_depth",
+                "must be powers of two (SPSC rings)",
+            );
         }
         if self.max_sge > MAX_SGE {
             return err("max_sge", "exceeds MAX_SGE (4)");

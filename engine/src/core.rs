@@ -35,8 +35,8 @@ use warpcore_proto::mpa::framer::{Framer, FramerConfig};
 use warpcore_proto::mpa::negotiation::{self as nego, Initiator, Negotiated, Responder};
 use warpcore_proto::rdmap::terminate::TERMINATE_SEGMENT_MAX_LEN;
 use warpcore_proto::rdmap::{
-    check_inbound, emit_terminate, handle_read_request, invalidate_error, AccessRegion,
-    InboundReadQueue, InvalidateFault, Offending, RdmapConfig, ReadResponsePlan, StagFault,
+    check_inbound, emit_terminate, handle_read_request, invalidate_error, InboundReadQueue,
+    InvalidateFault, Offending, RdmapConfig, ReadResponsePlan,
 };
 use warpcore_proto::wire::ddp::DDP_VERSION;
 use warpcore_proto::wire::fpdu::{self, MAX_ULPDU_LEN};
@@ -337,13 +337,6 @@ impl<D: PollDevice> std::fmt::Debug for EngineCore<D> {
     }
 }
 
-fn lookup_fault_tagged(f: LookupFault) -> TaggedFault {
-    match f {
-        LookupFault::InvalidStag | LookupFault::AccessDenied => TaggedFault::InvalidStag,
-        LookupFault::WrongPd => TaggedFault::NotAssociated,
-    }
-}
-
 /// The tagged lookup done once per segment, before DDP validation: DDP does the TO range,
 /// wrap and bounds arithmetic on the region it returns (DDP-7.1-10..14).
 struct TaggedView(Result<TaggedRegion, TaggedFault>);
@@ -505,8 +498,9 @@ impl Qp {
         });
     }
 
-    /// Retires done requests from the head of the send queue, in order (RDMAP-06 §5.5:
-    /// completions in submission order; unsignalled successes retire without an entry).
+    /// Retires done requests from the head of the send queue, in order: operations complete
+    /// in submission order (RDMAP-5.5-8), a Read only once its Read Response was delivered
+    /// (RDMAP-5.5-12); unsignalled successes retire without an entry.
     fn retire_sq(&mut self) -> bool {
         let mut any = false;
         while let Some(e) = self.sq.front() {
@@ -533,7 +527,8 @@ impl Qp {
     }
 
     /// Moves to the error state and flushes every outstanding work request: those not done
-    /// complete with [`WcStatus::FlushErr`] (done ones keep their status), in queue order.
+    /// complete with [`WcStatus::FlushErr`] (done ones keep their status), in queue order
+    /// (RDMAP-6.2.1-2: after a Terminate everything outstanding completes in error).
     fn flush(&mut self) {
         self.set_state(QpState::Error);
         for e in self.sq.iter_mut() {
@@ -561,8 +556,11 @@ impl Qp {
     }
 
     /// A protocol error found here: queue the Terminate the specs prescribe (RDMAP-06
-    /// §4.8, §7.1; DDP-7.1-15/16; MPA-8-*), flush, report. The Terminate goes out on the
-    /// next send poll, ahead of everything else, then TCP is closed.
+    /// §4.8, §7.1; RDMAP-6.2.1-1, RDMAP-7.1-3/4; DDP-7.1-15/16; MPA-8-*), flush, report
+    /// to the local ULP (RDMAP-7.1-1). The Terminate goes out on the next send poll, ahead of
+    /// everything else and as the stream's last message (RDMAP-5.4-6); then TCP is closed
+    /// gracefully so that it arrives (RDMAP-6.2.1-4). Only the first error is reported
+    /// (RDMAP-7.1-5): later calls do nothing.
     fn fail_local(&mut self, err: ProtocolError, offending: Option<&[u8]>, ctx: &mut Ctx<'_>) {
         if matches!(self.state, QpState::Terminate | QpState::Error) {
             return;
@@ -804,7 +802,8 @@ impl Qp {
         check_inbound(&seg.repr, &RdmapConfig::default())?;
         let opcode = seg.repr.opcode;
         // One STag lookup per segment: key, protection domain and access here, bounds on
-        // the guard below (DDP-7.1-10..14, RDMAP-8.1.1-6).
+        // the guard below (DDP-7.1-10..14, DDP-8.2-1, RDMAP-8.1.1-6). Zero-length tagged
+        // segments are not looked up at all (DDP-5.2-11).
         let mut guard: Option<MrGuard<'_>> = None;
         let mut tagged = TaggedView(Err(TaggedFault::InvalidStag));
         if let warpcore_proto::wire::ddp::DdpBuffer::Tagged { stag, .. } = seg.repr.buffer {
@@ -816,13 +815,10 @@ impl Qp {
                 };
                 match ctx.mrs.lookup(Stag(stag), self.pd, need) {
                     Ok(g) => {
-                        tagged = TaggedView(Ok(TaggedRegion {
-                            base: g.base_to(),
-                            len: g.len() as u64,
-                        }));
+                        tagged = TaggedView(Ok(g.tagged_region()));
                         guard = Some(g);
                     }
-                    Err(f) => tagged = TaggedView(Err(lookup_fault_tagged(f))),
+                    Err(f) => tagged = TaggedView(Err(f.tagged_fault())),
                 }
             }
         }
@@ -838,7 +834,8 @@ impl Qp {
                     .get(p.payload_offset..p.payload_offset + p.payload_len)
                     .unwrap_or(&[]);
                 if opcode == Opcode::ReadResponse {
-                    // Read Responses answer our Reads in order (RDMAP-06 §5.2.2).
+                    // Read Responses answer our Reads in order (RDMAP-5.2.2-4, RDMAP-5.5-13);
+                    // the optional STag check of RDMAP-5.2.2-5 is made.
                     let head = self
                         .orq
                         .front()
@@ -910,6 +907,8 @@ impl Qp {
                             }
                             invalidated = Some(inv);
                         }
+                        // Delivered once, in MSN order, after DDP delivery (RDMAP-5.5-2,
+                        // RDMAP-5.5-9, DDP-5.4-1).
                         if let Some(r) = self.rq.pop_front() {
                             self.shared.release_rq();
                             self.recv_cq.push(Completion {
@@ -931,16 +930,10 @@ impl Qp {
                     // IRD (RDMAP-6.1-2): a Read beyond it breaks the negotiated ORD.
                     self.ird.admit()?;
                     let plan = handle_read_request(&rr, |stag| {
-                        match ctx.mrs.lookup(Stag(stag), self.pd, Access::empty()) {
-                            Ok(g) => Ok(AccessRegion {
-                                base: g.base_to(),
-                                len: g.len() as u64,
-                                remote_read: g.access().contains(Access::REMOTE_READ),
-                                remote_write: g.access().contains(Access::REMOTE_WRITE),
-                            }),
-                            Err(LookupFault::WrongPd) => Err(StagFault::NotAssociated),
-                            Err(_) => Err(StagFault::Invalid),
-                        }
+                        ctx.mrs
+                            .lookup(Stag(stag), self.pd, Access::empty())
+                            .map(|g| g.access_region())
+                            .map_err(LookupFault::stag_fault)
                     });
                     let plan = match plan {
                         Ok(p) => p,
@@ -955,6 +948,8 @@ impl Qp {
                     let RdmapHeader::Terminate(t) = seg.repr.header else {
                         return Err(RdmapError::UnexpectedOpcode.into());
                     };
+                    // Delivered to the ULP decoded (RDMAP-5.4-5); we stop sending
+                    // (RDMAP-5.4-7) and close.
                     return Err(RxFault::RemoteTerminate(TerminateReport::decode(&t)));
                 }
                 _ => return Err(DdpError::UntaggedInvalidQn.into()),
@@ -973,7 +968,10 @@ impl Qp {
         }
     }
 
-    /// Starts the next message: Read Responses first, then the send queue in order.
+    /// Starts the next message: Read Responses first, in the order of their requests
+    /// (RDMAP-5.2.2-4, RDMAP-5.5-13), then the send queue in posting order (RDMAP-5.5-6).
+    /// A Read Response reads its source as it is sent, which may be after later Writes were
+    /// placed (RDMAP-5.5-5 allows it; a requester that needs otherwise fences).
     fn start_next(&mut self, cfg: &EngineConfig) -> Option<TxMsg> {
         let conn = self.conn.as_mut()?;
         let mulpdu = conn.framer.as_ref()?.max_ulpdu_len();
@@ -991,6 +989,10 @@ impl Qp {
         let _ = cfg;
         let idx = usize::try_from(self.sq_next_seq - self.sq_head_seq).ok()?;
         let e = self.sq.get(idx)?;
+        // Read fence: wait until every earlier Read completed.
+        if e.wr.fence && !self.orq.is_empty() {
+            return None;
+        }
         let len = e.wr.sges.total_len() as u32;
         let seq = self.sq_next_seq;
         let seg = match e.wr.op {

@@ -77,9 +77,9 @@ pub mod spsc {
     impl<T> Shared<T> {
         #[inline]
         fn slot(&self, cursor: usize) -> *mut MaybeUninit<T> {
-            // The mask keeps the index in bounds; `get_unchecked` is not worth an unsafe
-            // block here, the compiler removes the bounds check after the mask.
-            self.buf[cursor & self.mask].get()
+            // SAFETY: `mask == buf.len() - 1` with `buf.len()` a power of two, so the
+            // masked index is in bounds.
+            unsafe { self.buf.get_unchecked(cursor & self.mask) }.get()
         }
     }
 

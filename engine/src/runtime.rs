@@ -1,17 +1,20 @@
 //! Engine core threads: one pinned thread per [`EngineCore`], joined to application threads
 //! only by lock-free queues (GUIDE rule 8).
 //!
-//! - **Commands in**: a bounded MPMC queue per core (crossbeam `ArrayQueue`; several
-//!   application threads may post to QPs of one core). Work requests arrive already
-//!   validated and with their queue slot reserved ([`crate::validate_send`]), so the core
-//!   never answers them; control calls (create QP, connect, accept, ...) carry a one-slot
-//!   reply channel the core fills with `try_send`, never waiting.
-//! - **Events out**: a bounded queue per core of [`CmEvent`]s; completions go straight into
-//!   the [`crate::CompletionQueue`]s.
+//! - **Commands in**: one SPSC ring per core ([`crate::ring::spsc`]). Several application
+//!   threads may post to QPs of one core, so the producer end sits behind a mutex taken
+//!   by application threads only; the core's consumer end is lock-free. Work requests
+//!   arrive already validated and with their queue slot reserved ([`crate::validate_send`]),
+//!   so the core never answers them; control calls (create QP, connect, accept, ...) carry a
+//!   one-slot reply channel the core fills with `try_send`, never waiting.
+//! - **Events out**: one SPSC ring per core of [`CmEvent`]s (the core produces; the
+//!   consumer end sits behind the context's mutex). Completions go straight into the
+//!   [`crate::CompletionQueue`]s, which several cores may share (MPMC).
 //! - **Idle back-off** lives in [`Backoff`], the one place a core slows down: spin, then
-//!   yield, then park for at most `park_us`. A producer rings the doorbell (unparks the
-//!   core) only when the core said it may be idle (siw's lazy doorbell). An engine core
-//!   never blocks on an application thread, and the doorbell never blocks either.
+//!   yield, then park for at most 200 µs. Before parking the core raises the ring's idle
+//!   flag ([`crate::ring::Consumer::prepare_idle`]); a producer unparks it only when that
+//!   flag was up ([`crate::ring::Producer::doorbell_needed`], siw's lazy doorbell). An
+//!   engine core never blocks on an application thread, and the doorbell never blocks.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,8 +22,9 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle, Thread};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
+use std::sync::Mutex;
+
 use crossbeam::channel::Sender;
-use crossbeam::queue::ArrayQueue;
 use warpcore_tcp::smoltcp::time::Instant;
 use warpcore_tcp::smoltcp::wire::Ipv4Address;
 use warpcore_tcp::{PollDevice, StackConfig};
@@ -30,6 +34,7 @@ use crate::config::EngineConfig;
 use crate::core::{EngineCore, QpAttr};
 use crate::error::EngineError;
 use crate::mem::MrTable;
+use crate::ring::{channel, Consumer, Producer};
 use crate::wr::{QpId, QpShared, RecvWr, SendWr};
 
 /// A reply slot for a control call.
@@ -104,9 +109,9 @@ impl Backoff {
         }
     }
 
-    /// Called once per loop with whether any poller did work. Returns true when the core
-    /// is about to park (the caller has set its idle flag before calling).
-    fn pause(&mut self, work: bool, idle: &AtomicBool) {
+    /// Called once per loop with whether any poller did work; parks only when the command
+    /// ring is still empty after its idle flag went up.
+    fn pause<T>(&mut self, work: bool, commands: &mut Consumer<T>) {
         if work {
             self.idle_loops = 0;
             return;
@@ -117,9 +122,10 @@ impl Backoff {
         } else if self.idle_loops < self.yield_until {
             thread::yield_now();
         } else {
-            idle.store(true, Ordering::SeqCst);
-            thread::park_timeout(self.park);
-            idle.store(false, Ordering::SeqCst);
+            if commands.prepare_idle() {
+                thread::park_timeout(self.park);
+            }
+            commands.clear_idle();
         }
     }
 }
@@ -127,9 +133,8 @@ impl Backoff {
 /// A running engine core, seen from application threads.
 #[derive(Debug)]
 pub struct CoreHandle {
-    commands: Arc<ArrayQueue<Command>>,
-    events: Arc<ArrayQueue<CmEvent>>,
-    idle: Arc<AtomicBool>,
+    commands: Mutex<Producer<Command>>,
+    events: Mutex<Consumer<CmEvent>>,
     stop: Arc<AtomicBool>,
     thread: Thread,
     join: Option<JoinHandle<()>>,
@@ -143,10 +148,10 @@ impl CoreHandle {
             Some(j) if !j.is_finished() => {}
             _ => return Err(EngineError::CoreGone),
         }
-        self.commands
-            .push(cmd)
+        let mut p = self.commands.lock().unwrap_or_else(|e| e.into_inner());
+        p.push(cmd)
             .map_err(|_| EngineError::LimitExceeded("command_queue_depth"))?;
-        if self.idle.load(Ordering::SeqCst) {
+        if p.doorbell_needed() {
             self.thread.unpark();
         }
         Ok(())
@@ -154,7 +159,7 @@ impl CoreHandle {
 
     /// Takes the oldest event of this core.
     pub fn next_event(&self) -> Option<CmEvent> {
-        self.events.pop()
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).pop()
     }
 
     fn shutdown(&mut self) {
@@ -204,17 +209,11 @@ pub fn spawn_core<D: PollDevice + 'static>(
     mrs: Arc<MrTable>,
     clock: Clock,
 ) -> Result<CoreHandle, EngineError> {
-    let commands = Arc::new(ArrayQueue::new(cfg.command_queue_depth));
-    let events = Arc::new(ArrayQueue::new(cfg.event_queue_depth));
-    let idle = Arc::new(AtomicBool::new(false));
+    let (commands, mut c2) = channel::<Command>(cfg.command_queue_depth);
+    let (mut e2, events) = channel::<CmEvent>(cfg.event_queue_depth);
     let stop = Arc::new(AtomicBool::new(false));
     let (ready_tx, ready_rx) = crossbeam::channel::bounded::<Result<(), EngineError>>(1);
-    let (c2, e2, i2, s2) = (
-        Arc::clone(&commands),
-        Arc::clone(&events),
-        Arc::clone(&idle),
-        Arc::clone(&stop),
-    );
+    let s2 = Arc::clone(&stop);
     let join = thread::Builder::new()
         .name(format!("warpcore-core{index}"))
         .spawn(move || {
@@ -239,7 +238,11 @@ pub fn spawn_core<D: PollDevice + 'static>(
                 }
             };
             let _ = ready_tx.send(Ok(()));
-            run_core(core, &c2, &e2, &i2, &s2, &clock, base);
+            let linger = StdDuration::from_millis(core.config().shutdown_linger_ms);
+            let core = run_core(core, &mut c2, &mut e2, &s2, &clock, base);
+            // Stopped polling; keep the device open a while (see `shutdown_linger_ms`).
+            thread::sleep(linger);
+            drop(core);
         })
         .map_err(|e| EngineError::Device(e.to_string()))?;
     let thread = join.thread().clone();
@@ -255,9 +258,8 @@ pub fn spawn_core<D: PollDevice + 'static>(
         }
     }
     Ok(CoreHandle {
-        commands,
-        events,
-        idle,
+        commands: Mutex::new(commands),
+        events: Mutex::new(events),
         stop,
         thread,
         join: Some(join),
@@ -266,13 +268,12 @@ pub fn spawn_core<D: PollDevice + 'static>(
 
 fn run_core<D: PollDevice>(
     mut core: EngineCore<D>,
-    commands: &ArrayQueue<Command>,
-    events: &ArrayQueue<CmEvent>,
-    idle: &AtomicBool,
+    commands: &mut Consumer<Command>,
+    events: &mut Producer<CmEvent>,
     stop: &AtomicBool,
     clock: &Clock,
     base: StdInstant,
-) {
+) -> EngineCore<D> {
     let budget = core.config().command_budget;
     let mut pending: VecDeque<CmEvent> = VecDeque::with_capacity(core.config().event_queue_depth);
     let mut backoff = Backoff::new(2000, 2100, StdDuration::from_micros(200));
@@ -298,8 +299,9 @@ fn run_core<D: PollDevice>(
             }
             work = true;
         }
-        backoff.pause(work, idle);
+        backoff.pause(work, commands);
     }
+    core
 }
 
 fn apply<D: PollDevice>(core: &mut EngineCore<D>, cmd: Command) {

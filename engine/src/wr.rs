@@ -126,6 +126,10 @@ pub struct SendWr {
     pub sges: SgeList,
     /// Produce a completion on success (errors always complete).
     pub signaled: bool,
+    /// Read fence: start this request only after every earlier RDMA Read completed (its
+    /// Read Response placed), so e.g. a Write after a Read of the same remote memory cannot
+    /// change what the Read returns (RDMAP-5.5-5 gives no implicit fence).
+    pub fence: bool,
 }
 
 /// A receive queue work request.

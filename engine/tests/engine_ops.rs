@@ -300,3 +300,68 @@ fn local_misuse_is_refused_without_side_effects() {
     );
     assert!(p.a.completions.is_empty());
 }
+
+/// A region deregistered while a posted Send still names it: the request completes with a
+/// local protection error, the stream ends with an RDMAP local catastrophic Terminate
+/// (0/0/FF, RDMAP-7.1-2: an error while building an outgoing message), and the peer is told.
+#[test]
+fn region_deregistered_under_a_posted_send() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (_ra, sa) = p.a.region(4096, all_access());
+    let (_rb, sb) = p.b.region(4096, all_access());
+    p.b.core.post_recv(qb, recv_wr(1, &[(sb, 0, 64)])).unwrap();
+    p.a.core
+        .post_send(qa, send_wr(7, SendOp::Send, &[(sa, 0, 64)]))
+        .unwrap();
+    p.a.mrs.deregister(sa).unwrap();
+    p.run_until(3000, |p| {
+        p.b.events
+            .iter()
+            .any(|e| matches!(e, warpcore_engine::CmEvent::Error { .. }))
+    });
+    let ca = p.a.take_completions();
+    assert_eq!((ca[0].wr_id, ca[0].status), (7, WcStatus::LocalProtection));
+    let eb = p.b.take_events();
+    let Some(warpcore_engine::CmEvent::Error {
+        error: warpcore_engine::ConnError::RemoteTerminate(rep),
+        ..
+    }) = eb.first()
+    else {
+        panic!("{eb:?}")
+    };
+    assert_eq!((rep.code.layer(), rep.code.etype()), (0, 0));
+    assert_eq!(
+        p.a.core.qp_state(qa).unwrap(),
+        warpcore_engine::QpState::Error
+    );
+}
+
+/// A fenced Write posted after a Read of the same remote memory starts only once the Read
+/// completed, so the Read returns the old bytes (the fence RDMAP-5.5-5 leaves to the ULP).
+#[test]
+fn fenced_write_after_read_sees_old_data() {
+    let mut p = Pair::default_pair();
+    let (qa, _qb) = p.connect();
+    let (ra, sa) = p.a.region(1 << 20, all_access());
+    let (rb, sb) = p.b.region(1 << 20, all_access());
+    rb.write_at(0, &pattern(500_000, 1)).unwrap();
+    ra.write_at(600_000, &pattern(500_000, 2)[..400_000])
+        .unwrap();
+    p.a.core
+        .post_send(qa, send_wr(1, read(sb.0, 0), &[(sa, 0, 400_000)]))
+        .unwrap();
+    let mut w = send_wr(2, write(sb.0, 0), &[(sa, 600_000, 400_000)]);
+    w.fence = true;
+    p.a.core.post_send(qa, w).unwrap();
+    p.run_until(20_000, |p| p.a.completions.len() == 2);
+    assert!(p
+        .a
+        .take_completions()
+        .iter()
+        .all(|c| c.status == WcStatus::Success));
+    assert!(read_region(&ra, 0, 400_000) == pattern(500_000, 1)[..400_000]);
+    // The Write completed at the source; give the sink time to place it.
+    p.run(2000);
+    assert!(read_region(&rb, 0, 400_000) == pattern(500_000, 2)[..400_000]);
+}

@@ -16,7 +16,7 @@ const PORT: u16 = 7000;
 const WAIT: Duration = Duration::from_secs(30);
 
 fn open(role: &str) -> Result<Context, Error> {
-    let sock = std::env::var("WCENG_SOCK").unwrap_or("/tmp/wceng-example.sock".into());
+    let sock = std::env::var("WCENG_SOCK").unwrap_or_else(|_| "/tmp/wceng-example.sock".into());
     let (lcore, ip, mac) = match role {
         "server" => ("0", [198, 18, 0, 2], 2),
         _ => ("1", [198, 18, 0, 1], 1),
@@ -31,7 +31,7 @@ fn open(role: &str) -> Result<Context, Error> {
         "--no-pci",
         "--no-telemetry",
         "--log-level=error",
-        &format!("--file-prefix=wceng-ex-{role}"),
+        &format!("--file-prefix=wceng-ex-{role}-{}", std::process::id()),
         &format!("--vdev=net_memif0,role={role},socket={sock},socket-abstract=no"),
     ]
     .iter()
@@ -41,6 +41,9 @@ fn open(role: &str) -> Result<Context, Error> {
     let port = DpdkPort::open(&eal, "net_memif0", 1, 8191)?;
     let mut cfg = Config::new(Device::Dpdk(port), ip);
     cfg.mac = Some([2, 0, 0, 0, 0, mac]);
+    // Stop polling before closing the memif port, so the peer never sees a disconnect in
+    // the middle of its rx burst (net_memif in DPDK 22.11 can crash then).
+    cfg.engine.shutdown_linger_ms = 500;
     Context::open(cfg)
 }
 

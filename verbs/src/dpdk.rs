@@ -18,6 +18,14 @@ pub fn init_eal(program: &str, args: &[String]) -> Result<Eal, Error> {
         .map_err(|e| Error::Device(e.to_string()))
 }
 
+/// Initialises the EAL with `eal_args` (vdevs included, e.g.
+/// `--vdev=net_memif0,role=server,socket=/tmp/x.sock`) and opens the port `port_name` with
+/// one queue: everything a [`crate::Device::Dpdk`] needs for a process with one port.
+pub fn open_port(eal_args: &[String], port_name: &str) -> Result<DpdkPort, Error> {
+    let eal = init_eal("warpcore", eal_args)?;
+    DpdkPort::open(&eal, port_name, 1, 8191)
+}
+
 /// A configured, started DPDK port split into one device per engine core.
 #[derive(Debug)]
 pub struct DpdkPort {
@@ -46,6 +54,19 @@ impl DpdkPort {
     /// Configures and starts an already opened port (e.g. one end of a
     /// [`dpdk_sys::RingPortPair`]) with `queues` queue pairs over `pool`.
     pub fn from_port(mut port: Port, pool: Mempool, queues: u16) -> Result<DpdkPort, Error> {
+        // One core per queue needs every frame of a connection to arrive on the queue of
+        // the core that owns it. net_memif delivers a frame on the queue index its peer
+        // sent it on, so two processes with the same number of cores pair core k with core
+        // k (a connection set up from core k stays on queue k both ways). On an RSS NIC the
+        // set-up would have to choose local ports whose hash lands on the QP's core; that is
+        // not implemented, so other multi-queue ports are refused.
+        if queues != 1 && port.info().driver != "net_memif" {
+            return Err(Error::Config(format!(
+                "{} queues on a {} port: only net_memif (queue-symmetric) runs several cores;                  RSS-steered connection set-up is not implemented",
+                queues,
+                port.info().driver
+            )));
+        }
         let dev = |e: dpdk_sys::Error| Error::Device(e.to_string());
         let cfg = PortConfig {
             rx_queues: queues,

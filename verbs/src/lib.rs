@@ -531,7 +531,15 @@ impl SendWr {
             op,
             sges: warpcore_engine::SgeList::from_slice(sges).ok_or(Error::TooManySges)?,
             signaled: true,
+            fence: false,
         }))
+    }
+
+    /// Fences the request: it starts only after every earlier RDMA Read of the queue pair
+    /// completed (RDMAP-5.5-5 gives no implicit fence).
+    pub fn fenced(mut self) -> SendWr {
+        self.0.fence = true;
+        self
     }
 
     /// Makes the request unsignalled: no completion on success (errors still complete).

@@ -30,13 +30,19 @@ fn role(role: &str) {
         .log_level("error")
         .init()
         .expect("EAL");
-    let mut port = DpdkPort::open(&eal, "net_memif0", 1, 8191).expect("memif port");
+    let queues: u16 = std::env::var("WCENG_MEMIF_QUEUES")
+        .ok()
+        .and_then(|q| q.parse().ok())
+        .unwrap_or(1);
+    let mut port = DpdkPort::open(&eal, "net_memif0", queues, 8191).expect("memif port");
     if let Ok(cap) = std::env::var("WCENG_MEMIF_CAPTURE") {
         port.capture_pcapng(&eal, &cap, "wceng_memif_cap")
             .expect("pcapng");
     }
     let mut cfg = Config::new(Device::Dpdk(port), ip);
     cfg.mac = Some([2, 0, 0, 0, 0, mac_last]);
+    // Both processes stop polling before either closes its memif port.
+    cfg.engine.shutdown_linger_ms = 1000;
     let ctx = Context::open(cfg).expect("context");
     if role == "server" {
         common::server(&ctx, || {});
@@ -45,9 +51,17 @@ fn role(role: &str) {
     }
 }
 
-fn spawn(role: &str, sock: &str, id: &str, capture: Option<&str>) -> Child {
+fn spawn(
+    name: &str,
+    role: &str,
+    sock: &str,
+    id: &str,
+    capture: Option<&str>,
+    queues: u16,
+) -> Child {
     let mut c = Command::new(std::env::current_exe().expect("test binary"));
-    c.args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+    c.args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env("WCENG_MEMIF_QUEUES", queues.to_string())
         .env("WCENG_MEMIF_ROLE", role)
         .env("WCENG_MEMIF_SOCK", sock)
         .env("WCENG_MEMIF_ID", id);
@@ -73,19 +87,31 @@ fn wait(child: &mut Child, deadline: Instant) -> bool {
 
 #[test]
 fn core_suite_over_net_memif_two_processes() {
+    run(NAME, 1);
+}
+
+/// Two engine cores per process: net_memif delivers each frame on the queue index the peer
+/// sent it on, so client core k talks to server core k; the client's queue pairs alternate
+/// between its cores and the server accepts each request on the core it arrived at.
+#[test]
+fn core_suite_over_net_memif_two_cores_per_process() {
+    run("core_suite_over_net_memif_two_cores_per_process", 2);
+}
+
+fn run(name: &str, queues: u16) {
     if let Ok(r) = std::env::var("WCENG_MEMIF_ROLE") {
         role(&r);
         return;
     }
-    let id = std::process::id().to_string();
+    let id = format!("{}q{queues}", std::process::id());
     let dir = std::env::temp_dir().join(format!("wceng-memif-{id}"));
     std::fs::create_dir_all(&dir).unwrap();
     let sock = dir.join("wceng.sock");
     let cap = dir.join("memif.pcapng");
     let (sock, cap_s) = (sock.to_str().unwrap(), cap.to_str().unwrap());
-    let mut server = spawn("server", sock, &id, Some(cap_s));
+    let mut server = spawn(name, "server", sock, &id, Some(cap_s), queues);
     std::thread::sleep(Duration::from_millis(300));
-    let mut client = spawn("client", sock, &id, None);
+    let mut client = spawn(name, "client", sock, &id, None, queues);
     let deadline = Instant::now() + Duration::from_secs(120);
     let client_ok = wait(&mut client, deadline);
     let server_ok = wait(&mut server, deadline);

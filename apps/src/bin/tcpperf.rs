@@ -1,6 +1,6 @@
 //! tcpperf: TCP request/response latency and bulk throughput over Warpcore's user-space stack.
 //!
-//! One binary, four modes:
+//! One binary, these modes:
 //!
 //! * `server` / `client`: two processes, each with its own stack on a DPDK port chosen by EAL
 //!   arguments (`--vdev net_memif0,...` between two processes, `--vdev net_tap0,...` towards a
@@ -8,6 +8,8 @@
 //! * `memory`: client and server stacks in one process over the in-memory link (no DPDK).
 //! * `exchange`: a byte-exact bidirectional transfer of a known pattern with any TCP peer (the
 //!   kernel-interop test pairs it with an ordinary kernel socket).
+//! * `kernel-server` / `kernel-client`: the same tests over the kernel's TCP, as a baseline
+//!   measured the same way (or as a kernel peer for a stack on net_tap).
 //!
 //! The client opens each test with a 16-byte header: `WCPF`, the test kind (1 request/response,
 //! 2 bulk) and a parameter (message size or byte count), all big-endian. Results are printed
@@ -81,6 +83,23 @@ enum Mode {
         #[arg(long)]
         pcap: Option<String>,
     },
+    /// The server side of the tests over the kernel's TCP (baseline).
+    KernelServer {
+        /// Address to listen on, e.g. 127.0.0.1:5301.
+        #[arg(long)]
+        listen: String,
+        /// Exit after this many test connections (0: serve forever).
+        #[arg(long, default_value_t = 0)]
+        tests: u32,
+    },
+    /// The client side of the tests over the kernel's TCP (baseline).
+    KernelClient {
+        /// Server address, e.g. 127.0.0.1:5301.
+        #[arg(long)]
+        server: String,
+        #[command(flatten)]
+        test: TestArgs,
+    },
     /// Byte-exact pattern exchange with any TCP peer (e.g. a kernel socket).
     Exchange {
         #[command(flatten)]
@@ -133,6 +152,12 @@ struct NetArgs {
     /// Print the port's extended statistics at the end.
     #[arg(long)]
     xstats: bool,
+    /// Frames per rx burst (and most frames smoltcp sends per poll).
+    #[arg(long, default_value_t = 64)]
+    burst: usize,
+    /// Frames that may wait for the tx ring before the device pushes back.
+    #[arg(long, default_value_t = 512)]
+    tx_pending: usize,
     /// Seconds to wait for the link to come up (e.g. for the memif peer to connect).
     #[arg(long, default_value_t = 30)]
     link_wait_s: u64,
@@ -148,9 +173,10 @@ enum TestKind {
 
 #[derive(Args, Debug, Clone)]
 struct TestArgs {
-    /// Which test.
-    #[arg(long, value_enum, default_value_t = TestKind::Rr)]
-    test: TestKind,
+    /// Which tests, run one after the other on fresh connections of the same stack
+    /// (e.g. `rr,bulk`).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "rr")]
+    test: Vec<TestKind>,
     /// Request/response message size in bytes.
     #[arg(long, default_value_t = 64)]
     size: u64,
@@ -269,6 +295,7 @@ enum ClientPhase {
 #[derive(Debug)]
 struct Client {
     test: TestArgs,
+    kind: TestKind,
     conn: ConnId,
     phase: ClientPhase,
     header: [u8; 16],
@@ -284,7 +311,9 @@ struct Client {
     bulk_sent: u64,
     reply: Vec<u8>,
     t_start: StdInstant,
+    cpu_start: f64,
     elapsed_s: f64,
+    cpu_s: f64,
     error: Option<String>,
 }
 
@@ -293,6 +322,7 @@ impl Client {
         s: &mut Stack<D>,
         server: (Ipv4Address, u16),
         test: TestArgs,
+        kind: TestKind,
     ) -> Result<Self, String> {
         let conn = s
             .connect(
@@ -304,17 +334,18 @@ impl Client {
                 },
             )
             .map_err(|e| e.to_string())?;
-        let (kind, param) = match test.test {
+        let (code, param) = match kind {
             TestKind::Rr => (KIND_RR, test.size),
             TestKind::Bulk => (KIND_BULK, test.bytes),
         };
         let mut header = [0u8; 16];
         header[..4].copy_from_slice(MAGIC);
-        header[4..8].copy_from_slice(&kind.to_be_bytes());
+        header[4..8].copy_from_slice(&code.to_be_bytes());
         header[8..].copy_from_slice(&param.to_be_bytes());
         Ok(Client {
             msg: vec![0x42; test.size as usize],
             test,
+            kind,
             conn,
             phase: ClientPhase::Connecting,
             header,
@@ -328,6 +359,8 @@ impl Client {
             reply: Vec::with_capacity(8),
             t_start: StdInstant::now(),
             elapsed_s: 0.0,
+            cpu_start: 0.0,
+            cpu_s: 0.0,
             error: None,
         })
     }
@@ -337,6 +370,7 @@ impl Client {
             Event::Connected(c) if c == self.conn => {
                 self.phase = ClientPhase::Running;
                 self.t_start = StdInstant::now();
+                self.cpu_start = cpu_seconds();
             }
             Event::Reset(c) if c == self.conn => {
                 self.error = Some("connection reset".into());
@@ -361,8 +395,9 @@ impl Client {
             }
             self.t_req = StdInstant::now();
             self.t_start = self.t_req;
+            self.cpu_start = cpu_seconds();
         }
-        match self.test.test {
+        match self.kind {
             TestKind::Rr => {
                 let size = self.test.size;
                 work |= send_some(s, c, &self.msg, &mut self.msg_sent);
@@ -382,9 +417,11 @@ impl Client {
                     self.msg_sent = 0;
                     if self.round == self.test.warmup {
                         self.t_start = StdInstant::now();
+                        self.cpu_start = cpu_seconds();
                     }
                     if self.round >= self.test.warmup + self.test.iterations {
                         self.elapsed_s = self.t_start.elapsed().as_secs_f64();
+                        self.cpu_s = cpu_seconds() - self.cpu_start;
                         let _ = s.close(c);
                         self.phase = ClientPhase::Finished;
                     } else {
@@ -418,6 +455,7 @@ impl Client {
                 }
                 if self.reply.len() == 8 {
                     self.elapsed_s = self.t_start.elapsed().as_secs_f64();
+                    self.cpu_s = cpu_seconds() - self.cpu_start;
                     let got = u64::from_be_bytes(self.reply[..8].try_into().expect("8 bytes"));
                     if got != total {
                         self.error = Some(format!("server counted {got} of {total} bytes"));
@@ -434,46 +472,186 @@ impl Client {
         if let Some(e) = &self.error {
             return Err(e.clone());
         }
-        match self.test.test {
+        match self.kind {
+            TestKind::Rr => report_rr(
+                label,
+                self.test.size,
+                &self.hist,
+                self.elapsed_s,
+                self.cpu_s,
+            ),
+            TestKind::Bulk => report_bulk(label, self.test.bytes, self.elapsed_s, self.cpu_s),
+        }
+        Ok(())
+    }
+}
+
+/// CPU time (user + system) this process has used, from /proc/self/stat (0 if unreadable).
+/// Busy-polling processes on a shared machine get only part of a core; the CPU share
+/// printed with each result tells how much.
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // Linux reports these in USER_HZ, which is 100 on every mainstream configuration.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn report_rr(label: &str, size: u64, h: &Histogram<u64>, elapsed_s: f64, cpu_s: f64) {
+    let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    let rate = h.len() as f64 / elapsed_s;
+    println!(
+        "{label}: request/response {size} B x {}: rtt p50 {:.2} us, p90 {:.2} us, p99 {:.2} us, \
+         p99.9 {:.2} us, max {:.2} us, mean {:.2} us ({rate:.0} round trips/s)",
+        h.len(),
+        us(0.5),
+        us(0.9),
+        us(0.99),
+        us(0.999),
+        h.max() as f64 / 1000.0,
+        h.mean() / 1000.0,
+    );
+    let share = cpu_s / elapsed_s;
+    println!(
+        "RESULT mode={label} test=rr size={size} count={} p50_us={:.2} p90_us={:.2} p99_us={:.2} \
+         p999_us={:.2} max_us={:.2} mean_us={:.2} rate={rate:.0} cpu_share={share:.2}",
+        h.len(),
+        us(0.5),
+        us(0.9),
+        us(0.99),
+        us(0.999),
+        h.max() as f64 / 1000.0,
+        h.mean() / 1000.0,
+    );
+}
+
+fn report_bulk(label: &str, bytes: u64, elapsed_s: f64, cpu_s: f64) {
+    let gbps = bytes as f64 * 8.0 / elapsed_s / 1e9;
+    let share = cpu_s / elapsed_s;
+    println!(
+        "{label}: bulk {bytes} bytes in {elapsed_s:.3} s: {gbps:.3} Gbit/s (client used {:.0}% of a core)",
+        share * 100.0
+    );
+    println!(
+        "RESULT mode={label} test=bulk bytes={bytes} seconds={elapsed_s:.4} gbps={gbps:.3} cpu_share={share:.2}"
+    );
+}
+
+// ---------------------------------------------------------------- kernel TCP, same protocol
+
+/// The same tests over the kernel's TCP (blocking sockets, TCP_NODELAY), for an
+/// apples-to-apples baseline: same protocol, same clock, same histogram.
+mod kernel {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+
+    pub(crate) fn server(addr: &str, tests: u32) -> Result<(), String> {
+        let l = TcpListener::bind(addr).map_err(|e| format!("bind {addr}: {e}"))?;
+        println!("kernel-server: listening on {addr}");
+        let mut served = 0;
+        while tests == 0 || served < tests {
+            let (mut s, _) = l.accept().map_err(|e| e.to_string())?;
+            s.set_nodelay(true).map_err(|e| e.to_string())?;
+            let mut h = [0u8; 16];
+            s.read_exact(&mut h).map_err(|e| e.to_string())?;
+            if &h[..4] != MAGIC {
+                return Err("bad test header".into());
+            }
+            let kind = u32::from_be_bytes(h[4..8].try_into().expect("4 bytes"));
+            let param = u64::from_be_bytes(h[8..16].try_into().expect("8 bytes"));
+            match kind {
+                KIND_RR => {
+                    let mut msg = vec![0u8; param as usize];
+                    while s.read_exact(&mut msg).is_ok() {
+                        s.write_all(&msg).map_err(|e| e.to_string())?;
+                    }
+                }
+                KIND_BULK => {
+                    let mut buf = vec![0u8; 1 << 20];
+                    let mut count = 0u64;
+                    while count < param {
+                        let n = s.read(&mut buf).map_err(|e| e.to_string())?;
+                        if n == 0 {
+                            break;
+                        }
+                        count += n as u64;
+                    }
+                    s.write_all(&count.to_be_bytes())
+                        .map_err(|e| e.to_string())?;
+                    while s.read(&mut buf).map_err(|e| e.to_string())? > 0 {}
+                }
+                _ => return Err(format!("unknown test kind {kind}")),
+            }
+            served += 1;
+        }
+        println!("kernel-server: {served} test connections served");
+        Ok(())
+    }
+
+    pub(crate) fn client(addr: &str, test: &TestArgs) -> Result<(), String> {
+        for &kind in &test.test {
+            one(addr, test, kind)?;
+        }
+        Ok(())
+    }
+
+    fn one(addr: &str, test: &TestArgs, kind: TestKind) -> Result<(), String> {
+        let mut s = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+        s.set_nodelay(true).map_err(|e| e.to_string())?;
+        let (code, param) = match kind {
+            TestKind::Rr => (KIND_RR, test.size),
+            TestKind::Bulk => (KIND_BULK, test.bytes),
+        };
+        let mut h = [0u8; 16];
+        h[..4].copy_from_slice(MAGIC);
+        h[4..8].copy_from_slice(&code.to_be_bytes());
+        h[8..].copy_from_slice(&param.to_be_bytes());
+        s.write_all(&h).map_err(|e| e.to_string())?;
+        match kind {
             TestKind::Rr => {
-                let h = &self.hist;
-                let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
-                let rate = self.test.iterations as f64 / self.elapsed_s;
-                println!(
-                    "{label}: request/response {} B x {}: rtt p50 {:.2} us, p90 {:.2} us, p99 {:.2} us, p99.9 {:.2} us, max {:.2} us, mean {:.2} us ({:.0} round trips/s)",
-                    self.test.size,
-                    h.len(),
-                    us(0.5),
-                    us(0.9),
-                    us(0.99),
-                    us(0.999),
-                    h.max() as f64 / 1000.0,
-                    h.mean() / 1000.0,
-                    rate
-                );
-                println!(
-                    "RESULT mode={label} test=rr size={} count={} p50_us={:.2} p90_us={:.2} p99_us={:.2} p999_us={:.2} max_us={:.2} mean_us={:.2} rate={:.0}",
-                    self.test.size,
-                    h.len(),
-                    us(0.5),
-                    us(0.9),
-                    us(0.99),
-                    us(0.999),
-                    h.max() as f64 / 1000.0,
-                    h.mean() / 1000.0,
-                    rate
-                );
+                let mut hist =
+                    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
+                let msg = vec![0x42u8; test.size as usize];
+                let mut reply = vec![0u8; test.size as usize];
+                let mut t_start = StdInstant::now();
+                let mut cpu0 = cpu_seconds();
+                for i in 0..test.warmup + test.iterations {
+                    if i == test.warmup {
+                        t_start = StdInstant::now();
+                        cpu0 = cpu_seconds();
+                    }
+                    let t = StdInstant::now();
+                    s.write_all(&msg).map_err(|e| e.to_string())?;
+                    s.read_exact(&mut reply).map_err(|e| e.to_string())?;
+                    if i >= test.warmup {
+                        let _ = hist.record((t.elapsed().as_nanos() as u64).max(1));
+                    }
+                }
+                let elapsed = t_start.elapsed().as_secs_f64();
+                report_rr("kernel", test.size, &hist, elapsed, cpu_seconds() - cpu0);
             }
             TestKind::Bulk => {
-                let gbps = self.test.bytes as f64 * 8.0 / self.elapsed_s / 1e9;
-                println!(
-                    "{label}: bulk {} bytes in {:.3} s: {:.3} Gbit/s",
-                    self.test.bytes, self.elapsed_s, gbps
-                );
-                println!(
-                    "RESULT mode={label} test=bulk bytes={} seconds={:.4} gbps={:.3}",
-                    self.test.bytes, self.elapsed_s, gbps
-                );
+                let buf = vec![0u8; 1 << 20];
+                let t = StdInstant::now();
+                let cpu0 = cpu_seconds();
+                let mut left = test.bytes;
+                while left > 0 {
+                    let n = left.min(buf.len() as u64) as usize;
+                    s.write_all(&buf[..n]).map_err(|e| e.to_string())?;
+                    left -= n as u64;
+                }
+                let mut r = [0u8; 8];
+                s.read_exact(&mut r).map_err(|e| e.to_string())?;
+                let elapsed = t.elapsed().as_secs_f64();
+                if u64::from_be_bytes(r) != test.bytes {
+                    return Err("server counted a different byte count".into());
+                }
+                report_bulk("kernel", test.bytes, elapsed, cpu_seconds() - cpu0);
             }
         }
         Ok(())
@@ -743,7 +921,8 @@ impl Exchange {
 
 enum Role {
     Server(Server, u32),
-    Client(Box<Client>),
+    /// The running test, the tests still to run, and the server.
+    Client(Box<Client>, Vec<TestKind>, (Ipv4Address, u16)),
     Exchange(Exchange),
 }
 
@@ -774,7 +953,16 @@ fn make_role<D: PollDevice>(s: &mut Stack<D>, spec: RoleSpec) -> Result<Role, St
             buffer,
             tests,
         } => Role::Server(Server::new(s, port, buffer)?, tests),
-        RoleSpec::Client { server, test } => Role::Client(Box::new(Client::new(s, server, test)?)),
+        RoleSpec::Client { server, test } => {
+            let mut kinds = test.test.clone();
+            kinds.reverse();
+            let first = kinds.pop().ok_or("no test given")?;
+            Role::Client(
+                Box::new(Client::new(s, server, test, first)?),
+                kinds,
+                server,
+            )
+        }
         RoleSpec::Exchange {
             peer,
             listen,
@@ -835,7 +1023,7 @@ fn drive<D: PollDevice>(
         while let Some(e) = s.next_event() {
             match &mut role {
                 Role::Server(sv, _) => sv.on_event(s, e),
-                Role::Client(cl) => cl.on_event(e),
+                Role::Client(cl, _, _) => cl.on_event(e),
                 Role::Exchange(x) => x.on_event(s, e),
             }
         }
@@ -844,9 +1032,21 @@ fn drive<D: PollDevice>(
                 sv.step(s);
                 *tests > 0 && sv.finished >= *tests
             }
-            Role::Client(cl) => {
+            Role::Client(cl, rest, server) => {
                 cl.step(s);
-                cl.phase == ClientPhase::Finished
+                if cl.phase == ClientPhase::Finished {
+                    // The finished connection closes on its own (FIN already sent).
+                    cl.report(label)?;
+                    match rest.pop() {
+                        Some(kind) => {
+                            **cl = Client::new(s, *server, cl.test.clone(), kind)?;
+                            false
+                        }
+                        None => true,
+                    }
+                } else {
+                    false
+                }
             }
             Role::Exchange(x) => {
                 x.step(s);
@@ -866,7 +1066,7 @@ fn drive<D: PollDevice>(
         }
     }
     match role {
-        Role::Client(cl) => cl.report(label),
+        Role::Client(..) => Ok(()),
         Role::Exchange(x) => match x.error {
             Some(e) => Err(e),
             None => {
@@ -925,9 +1125,20 @@ fn memory_loop<DA: PollDevice, DB: PollDevice>(
     )
     .map_err(|e| e.to_string())?;
     let deadline = StdInstant::now() + std::time::Duration::from_secs(test.timeout_s);
-    let mut client = Client::new(&mut a, (Ipv4Address::new(198, 18, 0, 2), 5201), test)?;
+    let server_addr = (Ipv4Address::new(198, 18, 0, 2), 5201);
+    let mut kinds = test.test.clone();
+    kinds.reverse();
+    let first = kinds.pop().ok_or("no test given")?;
+    let mut client = Client::new(&mut a, server_addr, test.clone(), first)?;
     let mut spins = 0u32;
-    while client.phase != ClientPhase::Finished {
+    loop {
+        if client.phase == ClientPhase::Finished {
+            client.report("memory")?;
+            match kinds.pop() {
+                Some(kind) => client = Client::new(&mut a, server_addr, test.clone(), kind)?,
+                None => return Ok(()),
+            }
+        }
         let now = clock.now();
         a.poll(now);
         while let Some(e) = a.next_event() {
@@ -944,7 +1155,6 @@ fn memory_loop<DA: PollDevice, DB: PollDevice>(
             return Err("memory: timed out".into());
         }
     }
-    client.report("memory")
 }
 
 #[cfg(feature = "dpdk")]
@@ -1025,7 +1235,8 @@ mod dpdk_mode {
             pool,
             DpdkDeviceConfig {
                 mtu: usize::from(mtu),
-                ..DpdkDeviceConfig::default()
+                burst: net.burst,
+                tx_pending_max: net.tx_pending,
             },
         );
         if let Some(path) = &net.pcapng {
@@ -1051,6 +1262,11 @@ mod dpdk_mode {
                 res
             }
         };
+        // Stop polling, then linger before the port closes: net_memif in DPDK 22.11 can crash
+        // in rx_burst when the peer disconnects during a burst (its control thread unmaps the
+        // shared regions under the data path), so neither side may be polling when the other
+        // goes away. The side that finishes first is gone before the other stops polling.
+        std::thread::sleep(std::time::Duration::from_millis(300));
         let st = port.stats().map_err(|e| e.to_string())?;
         eprintln!("tcpperf: port stats {st:?}");
         if net.xstats {
@@ -1066,6 +1282,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.mode {
         Mode::Memory { test, mtu, pcap } => run_memory(test, mtu, pcap),
+        Mode::KernelServer { listen, tests } => kernel::server(&listen, tests),
+        Mode::KernelClient { server, test } => kernel::client(&server, &test),
         #[cfg(feature = "dpdk")]
         Mode::Server { net, listen, tests } => dpdk_mode::with_stack(
             &net,

@@ -114,7 +114,9 @@ mod table;
 use core::fmt;
 use core::ops::{BitAnd, BitOr, BitOrAssign};
 
+use warpcore_proto::ddp::TaggedFault;
 use warpcore_proto::error::{DdpError, RdmapError};
+use warpcore_proto::rdmap::StagFault;
 
 pub use region::Region;
 pub use table::{MrGuard, MrTable, MAX_CAPACITY};
@@ -341,6 +343,29 @@ impl LookupFault {
             LookupFault::InvalidStag => RdmapError::InvalidStag,
             LookupFault::WrongPd => RdmapError::StagNotAssociated,
             LookupFault::AccessDenied => RdmapError::AccessRights,
+        }
+    }
+}
+
+impl LookupFault {
+    /// The fault as `warpcore_proto`'s DDP receiver takes it from
+    /// [`TaggedBuffers`](warpcore_proto::ddp::TaggedBuffers) (missing rights are "invalid
+    /// STag", as in [`LookupFault::ddp_error`]).
+    pub const fn tagged_fault(self) -> TaggedFault {
+        match self {
+            LookupFault::InvalidStag | LookupFault::AccessDenied => TaggedFault::InvalidStag,
+            LookupFault::WrongPd => TaggedFault::NotAssociated,
+        }
+    }
+
+    /// The fault as `warpcore_proto::rdmap::check_remote_access` takes it. That function
+    /// checks the rights itself from an `AccessRegion` ([`MrGuard::access_region`]), so
+    /// look up with [`Access::empty()`] for it; `AccessDenied` maps to `Invalid` should it
+    /// occur anyway.
+    pub const fn stag_fault(self) -> StagFault {
+        match self {
+            LookupFault::InvalidStag | LookupFault::AccessDenied => StagFault::Invalid,
+            LookupFault::WrongPd => StagFault::NotAssociated,
         }
     }
 }

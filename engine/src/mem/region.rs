@@ -81,7 +81,8 @@ impl Region {
         let page = page_size();
         #[cfg(target_os = "linux")]
         {
-            if len >= HUGE_PAGE_LEN && align <= HUGE_PAGE_LEN {
+            // Miri interprets ordinary anonymous mappings but not hugetlb ones.
+            if len >= HUGE_PAGE_LEN && align <= HUGE_PAGE_LEN && !cfg!(miri) {
                 if let Some(r) = Self::mmap(len, HUGE_PAGE_LEN, true) {
                     return Ok(r);
                 }
@@ -130,7 +131,7 @@ impl Region {
         if p == libc::MAP_FAILED {
             return None;
         }
-        if !huge {
+        if !huge && !cfg!(miri) {
             // SAFETY: advice on a mapping we just created and own; failures (old kernels,
             // THP disabled, MADV_POPULATE_WRITE unknown before Linux 5.14) only lose an
             // optimisation and are ignored on purpose.

@@ -11,6 +11,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crossbeam::utils::Backoff;
+use warpcore_proto::ddp::TaggedRegion;
+use warpcore_proto::rdmap::AccessRegion;
 
 use super::{Access, BoundsFault, LookupFault, MemError, PdId, Region, Stag};
 
@@ -334,8 +336,9 @@ impl MrTable {
 
     /// Looks up `stag` for an access by a stream of protection domain `pd` that needs the
     /// rights `required` (e.g. [`Access::REMOTE_WRITE`] to place an RDMA Write,
-    /// [`Access::REMOTE_READ`] to answer a Read Request, both plus
-    /// [`Access::REMOTE_ATOMIC`] for an atomic). Checks, in siw's order: the STag is
+    /// [`Access::LOCAL_WRITE`] to place a Read Response into the requester's own sink, as
+    /// siw's `siw_rresp_check` does, [`Access::REMOTE_READ`] to answer a Read Request,
+    /// and [`Access::REMOTE_ATOMIC`] with both remote rights for an atomic). Checks, in siw's order: the STag is
     /// valid (DDP-7.1-10), the PD matches (DDP-8.2-1), the rights suffice (DDP-7.1-11).
     ///
     /// The guard keeps the registration alive; drop it as soon as the segment is placed.
@@ -445,6 +448,28 @@ impl MrGuard<'_> {
     /// Whether the region is empty.
     pub fn is_empty(&self) -> bool {
         self.meta.len == 0
+    }
+
+    /// The registration as `warpcore_proto`'s DDP receiver wants it
+    /// ([`TaggedBuffers::tagged_region`](warpcore_proto::ddp::TaggedBuffers::tagged_region)).
+    pub fn tagged_region(&self) -> TaggedRegion {
+        TaggedRegion {
+            base: self.meta.base_to,
+            len: self.meta.len as u64,
+        }
+    }
+
+    /// The registration as `warpcore_proto::rdmap::check_remote_access` wants it. That
+    /// view has no atomic right (proto asks for remote read and write for an atomic):
+    /// look up Atomic Request targets with [`Access::REMOTE_ATOMIC`] as well and report
+    /// a refusal with [`LookupFault::rdmap_error`].
+    pub fn access_region(&self) -> AccessRegion {
+        AccessRegion {
+            base: self.meta.base_to,
+            len: self.meta.len as u64,
+            remote_read: self.meta.access.contains(Access::REMOTE_READ),
+            remote_write: self.meta.access.contains(Access::REMOTE_WRITE),
+        }
     }
 
     /// The region's first byte, for code that must hand the memory to something that

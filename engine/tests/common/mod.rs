@@ -232,6 +232,7 @@ pub fn send_wr(wr_id: u64, op: SendOp, list: &[(Stag, u64, u32)]) -> SendWr {
         op,
         sges: sges(list),
         signaled: true,
+        fence: false,
     }
 }
 

@@ -71,12 +71,14 @@ pub fn server(ctx: &Context, ready: impl FnOnce()) {
     ctx.listen(PORT + n, &MpaParams::default()).unwrap();
     ctx.listen(PORT + n + 1, &MpaParams::default()).unwrap();
     ready();
+    let mut cores_seen = std::collections::BTreeSet::new();
     for (i, (params, close)) in rounds().into_iter().enumerate() {
         let CmEvent::ConnectRequest(req) = event(ctx) else {
             panic!("expected a connection request")
         };
         assert_eq!(req.private_data, format!("round {i}").as_bytes());
         assert_eq!(req.rev, params.rev);
+        cores_seen.insert(req.request.core);
         let mut init = QpInit::new(&cq, &cq);
         init.core = Some(usize::from(req.request.core));
         let qp = pd.create_qp(&init).unwrap();
@@ -168,6 +170,13 @@ pub fn server(ctx: &Context, ready: impl FnOnce()) {
     }
     let c = cq.wait(T).unwrap();
     assert_eq!((c.wr_id, c.status), (50, WcStatus::FlushErr));
+    // With several engine cores the connections were spread over them (each owned by the
+    // core its frames arrive at).
+    assert_eq!(
+        cores_seen.len(),
+        ctx.cores().min(rounds().len()),
+        "{cores_seen:?}"
+    );
 }
 
 /// The client role.

@@ -1,0 +1,505 @@
+//! A hand-driven iWARP peer (proto's MPA initiator and framer over a raw TCP stack) sends
+//! hostile FPDUs to an engine core: each must earn the Terminate the specs prescribe, move
+//! the QP to the error state and report the error, never panic, never touch memory outside
+//! a registered region; random ULPDUs likewise never panic the engine.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration as StdDuration, Instant as StdInstant};
+
+use common::{all_access, ip, PD, PORT};
+use warpcore_engine::mem::{MrTable, Region, Stag};
+use warpcore_engine::proto::mpa::deframer::{Deframer, DeframerConfig};
+use warpcore_engine::proto::mpa::framer::{Framer, FramerConfig};
+use warpcore_engine::proto::mpa::negotiation::{self as nego, Initiator};
+use warpcore_engine::proto::wire::ddp::DdpBuffer;
+use warpcore_engine::proto::wire::fpdu;
+use warpcore_engine::proto::wire::rdmap::{Opcode, ReadRequestRepr};
+use warpcore_engine::proto::wire::segment::{RdmapHeader, Segment, SegmentRepr};
+use warpcore_engine::tcp::link::{self, LinkConfig, LinkEnd};
+use warpcore_engine::tcp::smoltcp::time::{Duration, Instant};
+use warpcore_engine::tcp::smoltcp::wire::Ipv4Cidr;
+use warpcore_engine::tcp::{ConnId, Stack, StackConfig, TcpTuning};
+use warpcore_engine::{
+    CmEvent, CompletionQueue, ConnError, EngineConfig, EngineCore, MpaParams, QpAttr, QpState,
+};
+
+struct World {
+    peer: Stack<LinkEnd>,
+    engine: EngineCore<LinkEnd>,
+    mrs: Arc<MrTable>,
+    cq: Arc<CompletionQueue>,
+    stag: Stag,
+    region: Arc<Region>,
+    now: Instant,
+}
+
+fn world() -> World {
+    let (ea, eb) = link::pair(&LinkConfig::default());
+    let sc = |n: u8| StackConfig {
+        mac: [2, 0, 0, 0, 0, n],
+        ip: Ipv4Cidr::new(ip(n), 24),
+        gateway: None,
+        routes: Vec::new(),
+        random_seed: u64::from(n),
+        max_connections: 16,
+    };
+    let peer = Stack::new(ea, &sc(1), Instant::ZERO).unwrap();
+    let mrs = Arc::new(MrTable::new(64));
+    let mut engine = EngineCore::new(
+        1,
+        eb,
+        &sc(2),
+        EngineConfig::default(),
+        Arc::clone(&mrs),
+        StdInstant::now(),
+        Instant::ZERO,
+    )
+    .unwrap();
+    engine.listen(PORT, MpaParams::default()).unwrap();
+    let region = Arc::new(Region::allocate(4096, 4096).unwrap());
+    let stag = mrs
+        .register(Arc::clone(&region), PD, all_access(), 0)
+        .unwrap();
+    World {
+        peer,
+        engine,
+        mrs,
+        cq: Arc::new(CompletionQueue::new(256)),
+        stag,
+        region,
+        now: Instant::ZERO,
+    }
+}
+
+impl World {
+    fn step(&mut self) {
+        self.peer.poll(self.now);
+        self.engine.poll(self.now);
+        self.now += Duration::from_micros(100);
+    }
+}
+
+/// A connection from the hand-driven peer, in FPDU mode: (tcp, framer, deframer, qp).
+fn connect(w: &mut World, rq: usize) -> (ConnId, Framer, Deframer, warpcore_engine::QpId) {
+    connect_with(
+        w,
+        rq,
+        nego::Config {
+            ird: 4,
+            ord: 4,
+            ..nego::Config::default()
+        },
+    )
+    .0
+}
+
+/// Connects with the initiator settings `cfg`; also returns the RTR the initiator must send.
+#[allow(clippy::type_complexity)]
+fn connect_with(
+    w: &mut World,
+    rq: usize,
+    cfg: nego::Config,
+) -> (
+    (ConnId, Framer, Deframer, warpcore_engine::QpId),
+    Option<warpcore_engine::proto::wire::mpa::RtrType>,
+) {
+    let qp = w
+        .engine
+        .create_qp(QpAttr {
+            pd: PD,
+            send_cq: Arc::clone(&w.cq),
+            recv_cq: Arc::clone(&w.cq),
+            sq_depth: 8,
+            rq_depth: 8,
+            max_sge: 1,
+        })
+        .unwrap()
+        .0;
+    for i in 0..rq {
+        w.engine
+            .post_recv(qp, common::recv_wr(i as u64, &[(w.stag, 0, 64)]))
+            .unwrap();
+    }
+    let tcp = w
+        .peer
+        .connect((ip(2), PORT), None, &TcpTuning::default())
+        .unwrap();
+    let mut init = Initiator::new(cfg, std::time::Instant::now()).unwrap();
+    let mut negotiated = None;
+    for _ in 0..5000 {
+        w.step();
+        let _ = w.peer.send_with(tcp, |b| init.poll_transmit(b));
+        let _ = w.peer.recv_with(tcp, |d| init.handle_input(d));
+        while let Some(e) = init.poll_event() {
+            if let nego::Event::Established(n) = e {
+                negotiated = Some(n);
+            }
+        }
+        while let Some(e) = w.engine.next_event() {
+            if let CmEvent::ConnectRequest(r) = e {
+                w.engine.accept(r.request, qp, b"", None).unwrap();
+            }
+        }
+        if negotiated.is_some() && w.engine.qp_state(qp).unwrap() == QpState::Rts {
+            break;
+        }
+    }
+    let n = negotiated.expect("negotiated");
+    let framer = Framer::new(FramerConfig {
+        markers: n.markers_tx,
+        crc: n.crc,
+        mulpdu: fpdu::mulpdu(1460, n.markers_tx),
+        stream_offset: 0,
+    });
+    let deframer = Deframer::new(DeframerConfig {
+        markers: n.markers_rx,
+        crc: n.crc,
+        ..DeframerConfig::default()
+    });
+    ((tcp, framer, deframer, qp), n.rtr)
+}
+
+fn send_ulpdus(
+    w: &mut World,
+    tcp: ConnId,
+    framer: &mut Framer,
+    ulpdus: &[Vec<u8>],
+    corrupt_crc: bool,
+) {
+    let mut bytes = Vec::new();
+    for u in ulpdus {
+        let mut out = vec![0u8; framer.fpdu_wire_len(u.len())];
+        let n = framer.emit(&[u], &mut out).unwrap();
+        if corrupt_crc {
+            out[n - 1] ^= 0x55;
+        }
+        bytes.extend_from_slice(&out[..n]);
+    }
+    let mut off = 0;
+    while off < bytes.len() {
+        off += w.peer.send(tcp, &bytes[off..]).unwrap();
+        w.step();
+    }
+}
+
+/// Runs until the engine's Terminate arrives at the peer; returns its (layer, etype, code).
+fn terminate_from_engine(w: &mut World, tcp: ConnId, d: &mut Deframer) -> (u8, u8, u8) {
+    let mut rx = Vec::new();
+    for _ in 0..5000 {
+        w.step();
+        let _ = w.peer.recv_with(tcp, |data| {
+            rx.extend_from_slice(data);
+            data.len()
+        });
+        let mut input = &rx[..];
+        while let Ok((n, Some(u))) = d.poll(input) {
+            input = &input[n..];
+            if let Ok(seg) = Segment::parse(&u) {
+                if let RdmapHeader::Terminate(t) = seg.repr.header {
+                    let c = t.code;
+                    return (c.layer(), c.etype(), c.code());
+                }
+            }
+        }
+        rx.clear();
+    }
+    panic!("no Terminate from the engine")
+}
+
+fn expect_terminate(
+    name: &str,
+    ulpdus: impl FnOnce(u32) -> Vec<Vec<u8>>,
+    corrupt: bool,
+    rq: usize,
+    want: (u8, u8, u8),
+) {
+    let mut w = world();
+    let (tcp, mut framer, mut deframer, qp) = connect(&mut w, rq);
+    let ulpdus = ulpdus(w.stag.0);
+    send_ulpdus(&mut w, tcp, &mut framer, &ulpdus, corrupt);
+    let got = terminate_from_engine(&mut w, tcp, &mut deframer);
+    assert_eq!(got, want, "{name}: Terminate code");
+    for _ in 0..50 {
+        w.step();
+    }
+    assert_eq!(w.engine.qp_state(qp).unwrap(), QpState::Error, "{name}");
+    let mut reported = false;
+    while let Some(e) = w.engine.next_event() {
+        if let CmEvent::Error {
+            error: ConnError::LocalTerminate(e),
+            ..
+        } = e
+        {
+            let c = e.terminate_code();
+            assert_eq!((c.layer(), c.etype(), c.code()), want, "{name}: reported");
+            reported = true;
+        }
+    }
+    assert!(reported, "{name}: error reported to the application");
+    // Every posted receive was flushed.
+    let mut flushed = 0;
+    while let Some(c) = w.cq.pop() {
+        assert_eq!(c.status, warpcore_engine::WcStatus::FlushErr);
+        flushed += 1;
+    }
+    assert_eq!(flushed, rq, "{name}: receives flushed");
+    // Nothing outside the region was touched, and the region is intact where no valid
+    // placement happened.
+    let mut buf = [0u8; 16];
+    w.region.read_at(4080, &mut buf).unwrap();
+    assert_eq!(buf, [0u8; 16], "{name}");
+    let _ = &w.mrs;
+}
+
+fn seg(repr: SegmentRepr, payload: &[u8]) -> Vec<u8> {
+    let s = Segment { repr, payload };
+    let mut v = vec![0u8; s.buffer_len()];
+    s.emit(&mut v).unwrap();
+    v
+}
+
+fn write(stag: u32, to: u64, payload: &[u8]) -> Vec<u8> {
+    seg(
+        SegmentRepr {
+            last: true,
+            buffer: DdpBuffer::Tagged { stag, to },
+            opcode: Opcode::Write,
+            header: RdmapHeader::None,
+        },
+        payload,
+    )
+}
+
+fn send(msn: u32, payload: &[u8]) -> Vec<u8> {
+    seg(
+        SegmentRepr {
+            last: true,
+            buffer: DdpBuffer::Untagged {
+                rsvd_ulp2: 0,
+                qn: 0,
+                msn,
+                mo: 0,
+            },
+            opcode: Opcode::Send,
+            header: RdmapHeader::None,
+        },
+        payload,
+    )
+}
+
+fn read_req(msn: u32, src_stag: u32, src_to: u64, len: u32) -> Vec<u8> {
+    seg(
+        SegmentRepr {
+            last: true,
+            buffer: DdpBuffer::Untagged {
+                rsvd_ulp2: 0,
+                qn: 1,
+                msn,
+                mo: 0,
+            },
+            opcode: Opcode::ReadRequest,
+            header: RdmapHeader::ReadRequest(ReadRequestRepr {
+                sink_stag: 0x100,
+                sink_to: 0,
+                read_size: len,
+                src_stag,
+                src_to,
+            }),
+        },
+        &[],
+    )
+}
+
+/// DDP-7.1-10: a Write to an unknown STag → 1/1/00.
+#[test]
+fn write_to_invalid_stag() {
+    expect_terminate(
+        "invalid stag",
+        |s| vec![write(s ^ 0x100, 0, b"x")],
+        false,
+        1,
+        (1, 1, 0),
+    );
+}
+
+/// DDP-7.1-13: a Write past the end of the region → 1/1/01, nothing placed.
+#[test]
+fn write_out_of_bounds() {
+    expect_terminate(
+        "bounds",
+        |s| vec![write(s, 4090, &[0xAA; 32])],
+        false,
+        1,
+        (1, 1, 1),
+    );
+}
+
+/// A Write whose TO + length wraps the 64-bit space: DDP checks the TO against the
+/// region first (DDP-7.1-12, proto's order), so a zero-based region reports base or bounds,
+/// 1/1/01, before the wrap check (DDP-7.1-14) could apply.
+#[test]
+fn write_to_wrap() {
+    expect_terminate(
+        "wrap",
+        |s| vec![write(s, u64::MAX - 2, &[1; 8])],
+        false,
+        1,
+        (1, 1, 1),
+    );
+}
+
+/// DDP-7.1-2: a Send with no receive posted → 1/2/02.
+#[test]
+fn send_without_buffer() {
+    expect_terminate("no buffer", |_| vec![send(1, b"hi")], false, 0, (1, 2, 2));
+}
+
+/// DDP-7.1-5: a Send with the wrong MSN → 1/2/03.
+#[test]
+fn send_with_wrong_msn() {
+    expect_terminate("msn", |_| vec![send(7, b"hi")], false, 1, (1, 2, 3));
+}
+
+/// MPA-8-*: a bad CRC → 2/0/02.
+#[test]
+fn bad_crc() {
+    expect_terminate("crc", |_| vec![send(1, b"hi")], true, 1, (2, 0, 2));
+}
+
+/// RDMAP-7.2-2: an undefined opcode → 0/2/06.
+#[test]
+fn undefined_opcode() {
+    let mut u = send(1, b"hi");
+    u[1] = (u[1] & 0xF0) | 0x0C;
+    expect_terminate("opcode", |_| vec![u], false, 1, (0, 2, 6));
+}
+
+/// RDMAP-7.2-9: a Read Request for an invalid source STag → 0/1/00.
+#[test]
+fn read_request_invalid_stag() {
+    expect_terminate(
+        "read stag",
+        |s| vec![read_req(1, s ^ 0x100, 0, 8)],
+        false,
+        1,
+        (0, 1, 0),
+    );
+}
+
+/// RDMAP-6.1-2: more Read Requests than the negotiated IRD → 0/2/07 (siw's code).
+#[test]
+fn read_requests_beyond_ird() {
+    let reqs = |s| (1..=6).map(|m| read_req(m, s, 0, 8)).collect();
+    expect_terminate("ird", reqs, false, 1, (0, 2, 7));
+}
+
+/// A Read Response nobody asked for → 0/2/06.
+#[test]
+fn unsolicited_read_response() {
+    let u = |s| {
+        vec![seg(
+            SegmentRepr {
+                last: true,
+                buffer: DdpBuffer::Tagged { stag: s, to: 0 },
+                opcode: Opcode::ReadResponse,
+                header: RdmapHeader::None,
+            },
+            b"data",
+        )]
+    };
+    expect_terminate("unsolicited", u, false, 1, (0, 2, 6));
+}
+
+/// Seeded random ULPDUs (valid framing, garbage content) never panic the engine, never
+/// write outside the region, and the QP ends in RTS or (after a Terminate) in the error
+/// state.
+#[test]
+fn random_ulpdus_never_panic() {
+    let mut x = 0x1234_5678_9abc_def1u64;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for round in 0..40 {
+        let mut w = world();
+        let (tcp, mut framer, _d, qp) = connect(&mut w, 2);
+        let mut ulpdus = Vec::new();
+        for _ in 0..(rnd() % 4 + 1) {
+            let len = (rnd() % 80) as usize;
+            let mut u: Vec<u8> = (0..len).map(|_| rnd() as u8).collect();
+            // Half of them look like DDP/RDMAP version 1 so they get past the first checks.
+            if round % 2 == 0 && u.len() > 2 {
+                u[0] = (u[0] & 0xFC) | 1;
+                u[1] = (u[1] & 0x3F) | 0x40;
+            }
+            ulpdus.push(u);
+        }
+        send_ulpdus(&mut w, tcp, &mut framer, &ulpdus, false);
+        for _ in 0..200 {
+            w.step();
+        }
+        let st = w.engine.qp_state(qp).unwrap();
+        assert!(
+            matches!(st, QpState::Rts | QpState::Error),
+            "round {round}: {st:?}"
+        );
+        let _ = StdDuration::ZERO;
+    }
+}
+
+/// RFC 6581 §9.2, MPA2-5-1: as responder the engine accepts each RTR type a peer may send
+/// first (siw offers them all), consumes it without completing anything (a Send RTR takes
+/// MSN 1 and no receive buffer; a Read RTR is answered with a zero-length Read Response),
+/// and the stream then carries ordinary traffic.
+#[test]
+fn responder_accepts_every_rtr_type() {
+    use warpcore_engine::proto::wire::mpa::{RtrType, RtrTypes};
+    for t in [RtrType::Write, RtrType::Send, RtrType::Read] {
+        let mut w = world();
+        let cfg = nego::Config {
+            peer_to_peer: true,
+            rtr: RtrTypes::only(t),
+            ird: 4,
+            ord: 4,
+            ..nego::Config::default()
+        };
+        let ((tcp, mut framer, mut deframer, qp), rtr) = connect_with(&mut w, 1, cfg);
+        assert_eq!(rtr, Some(t));
+        // The RTR, then a Send with the next MSN on QN 0.
+        let msn = if t == RtrType::Send { 2 } else { 1 };
+        send_ulpdus(
+            &mut w,
+            tcp,
+            &mut framer,
+            &[t.ulpdu().to_vec(), send(msn, b"after rtr")],
+            false,
+        );
+        let mut rx = Vec::new();
+        let mut read_responses = 0;
+        for _ in 0..500 {
+            w.step();
+            let _ = w.peer.recv_with(tcp, |d| {
+                rx.extend_from_slice(d);
+                d.len()
+            });
+            let mut input = &rx[..];
+            while let Ok((n, Some(u))) = deframer.poll(input) {
+                input = &input[n..];
+                let seg = Segment::parse(&u).expect("valid segment from the engine");
+                assert_eq!(seg.repr.opcode, Opcode::ReadResponse, "{t:?}");
+                assert!(seg.payload.is_empty() && seg.repr.last);
+                read_responses += 1;
+            }
+            rx.clear();
+        }
+        assert_eq!(read_responses, usize::from(t == RtrType::Read), "{t:?}");
+        assert_eq!(w.engine.qp_state(qp).unwrap(), QpState::Rts, "{t:?}");
+        let c = w.cq.pop().expect("the Send after the RTR completes");
+        assert_eq!((c.wr_id, c.byte_len), (0, 9), "{t:?}");
+        assert!(w.cq.pop().is_none(), "{t:?}: the RTR completes nothing");
+    }
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Engine and verbs checks beyond `cargo test --workspace` (which already runs the in-memory
+# suites, the hostile-peer tests, the DPDK net_ring suite in one process and the net_memif
+# suite between two processes, each capture judged by iwdump and tshark):
+#
+#   the memif_hello example, server and client as two processes over net_memif
+#   (--no-huge --no-pci), must print the Send, the RDMA Write and the RDMA Read.
+#
+# `ENGINE_RELEASE=1` also reruns the engine and verbs suites in release mode (a few minutes
+# of extra build on 2 cores).
+#
+# Every step is bounded in time; names carry the process id (memif socket in a private temp
+# directory, --file-prefix=wceng-ex-*). Exits non-zero on the first failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+if [[ "${ENGINE_RELEASE:-0}" == 1 ]]; then
+    step "engine + verbs suites (release, tshark required)"
+    WARPCORE_REQUIRE_TSHARK=1 timeout 900 cargo test --release -p warpcore-engine -p warpcore-verbs
+fi
+
+step "memif_hello example: two processes over net_memif"
+timeout 600 cargo build -p warpcore-verbs --example memif_hello
+dir=$(mktemp -d /tmp/wceng-example.XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+export WCENG_SOCK="$dir/memif.sock"
+ex=target/debug/examples/memif_hello
+timeout 90 "$ex" server >"$dir/server.log" 2>&1 &
+server=$!
+sleep 0.5
+if ! timeout 90 "$ex" client >"$dir/client.log" 2>&1; then
+    echo "client failed:"; cat "$dir/client.log"; kill "$server" 2>/dev/null || true; exit 1
+fi
+if ! wait "$server"; then
+    echo "server failed:"; cat "$dir/server.log"; exit 1
+fi
+cat "$dir/server.log" "$dir/client.log"
+grep -q 'server: Send arrived: "hello from the client"' "$dir/server.log"
+grep -q 'server: RDMA Write arrived: "written by RDMA Write"' "$dir/server.log"
+grep -q 'client: RDMA Read returned: "greetings from the server"' "$dir/client.log"
+
+step "engine tests passed"
