@@ -272,8 +272,8 @@ fn server_role(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result
         println!("************************************");
     }
     let (mut conns, lay, hello) = run::accept(&ep.ctx, cli.port, mpa, cli.test.index(), None)?;
-    let peer_ip = Ipv4Addr::new(0, 0, 0, 0);
     let _ = hello;
+    let peer_ip = conns[0].peer_ip.unwrap_or(Ipv4Addr::UNSPECIFIED);
     if print {
         println!("{}", report::banner(cli, &info(ep, &conns[0], peer_ip)));
     }
@@ -319,7 +319,7 @@ fn server_role(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result
         println!(
             " Served {phases} size(s) of {}{}",
             test.name(),
-            if lay.verify {
+            if lay.verify && test.is_bw() {
                 format!("; verified {checked} messages here, {errors} mismatches")
             } else {
                 String::new()

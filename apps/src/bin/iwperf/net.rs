@@ -75,7 +75,7 @@ pub fn vdevs(cli: &Cli) -> Vec<String> {
             "server"
         };
         v.push(format!(
-            "net_memif0,role={role},socket={},socket-abstract=no",
+            "net_memif0,role={role},socket={},socket-abstract=no,rsize=12",
             sock.display()
         ));
     }

@@ -118,6 +118,8 @@ pub struct Conn {
     ctrl: MemoryRegion,
     /// The peer's hello.
     pub peer: Hello,
+    /// The peer's address (server side).
+    pub peer_ip: Option<std::net::Ipv4Addr>,
     /// What the connection negotiated.
     pub est: Option<Established>,
     lay: Layout,
@@ -230,6 +232,7 @@ impl Conn {
             src: r.src,
             ctrl: r.ctrl,
             peer,
+            peer_ip: None,
             est: None,
             lay,
             peer_salt: if server { CLIENT_SALT } else { SERVER_SALT },
@@ -624,6 +627,7 @@ pub fn accept(
                     ..h
                 };
                 let mut c = Conn::new(r, h, lay, true);
+                c.peer_ip = Some(req.remote.0);
                 for _ in 0..lay.rq {
                     c.post_recv()?;
                 }
