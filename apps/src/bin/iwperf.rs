@@ -244,11 +244,20 @@ fn client_role(cli: &Cli, ep: &Endpoint, server: Ipv4Addr, mpa: &MpaParams) -> R
     if cli.verify {
         println!(" Data verification: {checked} messages checked, {errors} mismatches");
     }
+    conns[0].send_ctrl(wire::Ctrl::new(wire::Kind::Bye, 0, 0), timeout)?;
     for c in &conns {
         let _ = c.qp.disconnect();
     }
-    // Let the disconnects go out before the engine stops.
-    let _ = ep.ctx.next_event(Duration::from_millis(200));
+    // Let the Bye and the FINs go out before the engine stops.
+    let t0 = std::time::Instant::now();
+    let mut closed = 0;
+    while closed < conns.len() && t0.elapsed() < Duration::from_secs(2) {
+        if let Some(warpcore_verbs::CmEvent::Disconnected { .. }) =
+            ep.ctx.next_event(Duration::from_millis(100))
+        {
+            closed += 1;
+        }
+    }
     if let Some(p) = &cli.json {
         report::write_json(p, cli, &bi, &outs)?;
     }
@@ -284,6 +293,7 @@ fn server_role(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result
         let static_peer = static_pattern(&lay, wire::CLIENT_SALT);
         loop {
             let start = match conns[0].wait_ctrl(Duration::from_secs(24 * 3600)) {
+                Ok(x) if x.kind == wire::Kind::Bye => break,
                 Ok(x) => x,
                 Err(e) if e.contains("closed") => break,
                 Err(e) => return Err(e),
@@ -315,6 +325,10 @@ fn server_role(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result
     } else {
         phases = tests::server_lat(&mut conns, test, lay.verify)?;
     }
+    for c in &conns {
+        let _ = c.qp.disconnect();
+    }
+    let _ = ep.ctx.next_event(Duration::from_millis(100));
     if print {
         println!(
             " Served {phases} size(s) of {}{}",

@@ -102,18 +102,24 @@ pub fn check_memif_socket(vdev: &str) -> Result<(), String> {
     if !path.exists() {
         return Ok(());
     }
-    match std::os::unix::net::UnixStream::connect(path) {
-        Ok(_) => Err(format!(
-            "memif socket {sock} is busy: another process serves it (an iwperf server \
+    // memif listens on a SOCK_SEQPACKET socket, which std cannot connect to; the kernel's
+    // table of Unix sockets says whether a process still listens on the path
+    // (flag __SO_ACCEPTCON, 0x10000).
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    let live = table.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() >= 8 && f[7] == sock && f[3] == "00010000"
+    });
+    if live {
+        return Err(format!(
+            "memif socket {sock} is busy: another process listens on it (an iwperf server \
              already running?); stop it or pick another socket path"
-        )),
-        Err(_) => {
-            std::fs::remove_file(path)
-                .map_err(|e| format!("cannot remove stale memif socket {sock}: {e}"))?;
-            eprintln!("iwperf: removed stale memif socket {sock}");
-            Ok(())
-        }
+        ));
     }
+    std::fs::remove_file(path)
+        .map_err(|e| format!("cannot remove stale memif socket {sock}: {e}"))?;
+    eprintln!("iwperf: removed stale memif socket {sock}");
+    Ok(())
 }
 
 fn hugepages_free() -> u64 {
@@ -247,9 +253,7 @@ mod dpdk {
     fn init(cli: &Cli, role: &str, main_cpu: Option<usize>) -> Result<(), String> {
         let args = eal_args(cli, role, main_cpu);
         for v in vdevs(cli) {
-            if cli.server.is_none() {
-                check_memif_socket(&v)?;
-            }
+            check_memif_socket(&v)?;
         }
         let eal = EalBuilder::new("iwperf")
             .args(args.iter())

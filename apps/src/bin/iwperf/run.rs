@@ -374,6 +374,14 @@ impl Conn {
             }
             Recv::Data
         };
+        if let Recv::Ctrl(Ctrl {
+            kind: crate::wire::Kind::Bye,
+            ..
+        }) = out
+        {
+            // The peer is closing: nothing more to receive or to credit.
+            return Ok(Some(out));
+        }
         self.consumed += 1;
         self.post_recv()?;
         if self.lay.test.is_send() {

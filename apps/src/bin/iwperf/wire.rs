@@ -97,6 +97,9 @@ pub enum Kind {
     /// Server: `v0` = verification errors, `v1` = messages it verified; with `-b` its own
     /// sending figures follow in a `Done` first.
     Result = 4,
+    /// Client: the session is over; the server closes and exits (a FIN alone can be lost
+    /// when the client's process, and with it a memif link, goes away first).
+    Bye = 5,
 }
 
 /// A decoded control message.
@@ -167,6 +170,7 @@ impl Ctrl {
             2 => Kind::Ready,
             3 => Kind::Done,
             4 => Kind::Result,
+            5 => Kind::Bye,
             _ => return None,
         };
         let v =
