@@ -165,17 +165,18 @@ fn raw(
             // Echo ping-pong frames (first octet of the payload 1), count blast frames (2),
             // and answer a blast's end marker (3) with the count.
             let (mut blast, mut first, mut last) = (0u64, None::<Instant>, Instant::now());
-            let idle = Instant::now();
+            let mut idle = Instant::now();
             let mut seen_any = false;
             loop {
                 inb.clear();
                 if rx.rx_burst(&mut inb, 32) == 0 {
-                    if seen_any && idle.elapsed() > Duration::from_secs(120) {
-                        return Ok(());
+                    if seen_any && idle.elapsed() > Duration::from_secs(10) {
+                        return Err("the driver went quiet for 10 s".into());
                     }
                     continue;
                 }
                 seen_any = true;
+                idle = Instant::now();
                 for m in inb.drain(..) {
                     match m.data().get(14).copied() {
                         Some(1) => out.push(m),
@@ -238,11 +239,20 @@ fn raw(
                 "RESULT raw_pingpong size={size} half_rtt_p50_us={:.2} p99_us={:.2} p999_us={:.2} samples={}",
                 q(0.5), q(0.99), q(0.999), h.len()
             );
-            // Tell the echo side to finish.
+            // Tell the echo side to finish, and wait for its answer: a frame still in the
+            // ring when this process exits would be lost with the memif link.
             let mut end = frame.clone();
             end[14] = 3;
             out.push(Mbuf::from_slice(&pool, &end).ok_or("pool empty")?);
             send(&mut tx, &mut out);
+            let tw = Instant::now();
+            while tw.elapsed() < Duration::from_secs(2) {
+                inb.clear();
+                rx.rx_burst(&mut inb, 32);
+                if inb.iter().any(|m| m.data().get(14) == Some(&3)) {
+                    break;
+                }
+            }
             if let Some(p) = hdr_log {
                 write_log(p, &intervals)?;
             }
