@@ -538,7 +538,10 @@ pub fn connect(
             }
             c.qp.connect(server, port, mpa, &pd_bytes).map_err(e2s)?;
             let left = timeout.saturating_sub(t0.elapsed());
-            match mpa_of(ctx.next_event(left.min(Duration::from_secs(3)))) {
+            // Wait for this attempt's outcome as long as the timeout allows: abandoning a
+            // slow MPA exchange and retrying could leave the server holding a connection
+            // for a QP index twice. A refused connection reports an error at once.
+            match mpa_of(ctx.next_event(left)) {
                 Ok(est) => {
                     c.peer = Hello::decode(&est.private_data).ok_or(
                         "the peer is not an iwperf server (no iwperf hello in its MPA Reply)",
