@@ -400,6 +400,7 @@ impl ProtectionDomain {
             max_sge: init.max_sge,
         };
         let (id, shared) = self.ctx.call(core, |r| Command::CreateQp(attr, r))?;
+        shared.set_rfc7306(init.rfc7306);
         Ok(QueuePair {
             ctx: self.ctx.clone(),
             id,
@@ -503,6 +504,12 @@ pub struct QpInit {
     /// Engine core to create it on (`None`: round robin). A passive side must use the
     /// connection request's core.
     pub core: Option<usize>,
+    /// Use RFC 7306 (atomics, Write with Immediate, Immediate Data) on this connection.
+    /// MPA has no bit for it, so both sides must agree out of band (EXT-1.1-1). On by
+    /// default (Warpcore peers); turn it off towards siw: then posting an RFC 7306
+    /// operation fails with [`Error::NotSupported`] and an inbound RFC 7306 message is
+    /// answered with Terminate 0/2/06.
+    pub rfc7306: bool,
 }
 
 impl QpInit {
@@ -515,6 +522,7 @@ impl QpInit {
             rq_depth: 64,
             max_sge: MAX_SGE as u32,
             core: None,
+            rfc7306: true,
         }
     }
 }
