@@ -707,6 +707,45 @@ impl CompletionQueue {
         }
     }
 
+    /// Solicited-event wait (the `ibv_req_notify_cq(solicited_only)` form): waits up to
+    /// `timeout` until a *solicited* completion arrives, i.e. a receive of a message that
+    /// carried the Solicited Event flag (Send with SE, Immediate Data with SE; RDMAP-5.3-*,
+    /// EXT-6.3-*) or any completion in error (errors always notify, as in ibverbs). Every
+    /// completion taken on the way is appended to `out` in queue order, so none is lost;
+    /// returns the index in `out` of the one that ended the wait, or [`Error::Timeout`]
+    /// (with whatever arrived meanwhile in `out`).
+    pub fn wait_solicited(
+        &self,
+        timeout: Duration,
+        out: &mut Vec<Completion>,
+    ) -> Result<usize, Error> {
+        let deadline = StdInstant::now() + timeout;
+        let mut spins = 0u32;
+        loop {
+            let mut took = false;
+            while let Some(c) = self.cq.pop() {
+                took = true;
+                let notify = c.solicited || c.status != WcStatus::Success;
+                out.push(c);
+                if notify {
+                    return Ok(out.len() - 1);
+                }
+            }
+            if took {
+                spins = 0;
+            }
+            if StdInstant::now() >= deadline {
+                return Err(Error::Timeout);
+            }
+            spins += 1;
+            if spins < 200 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::park_timeout(Duration::from_micros(20));
+            }
+        }
+    }
+
     /// Whether a completion was ever lost because the queue was full.
     pub fn overrun(&self) -> bool {
         self.cq.overrun()

@@ -146,3 +146,59 @@ fn rfc7306_off_is_refused_at_post_time() {
     ));
     assert_eq!(cqp.state(), QpState::Rts);
 }
+
+/// RDMAP-5.3-*, EXT-6.3-*: the solicited-event wait returns at the first solicited receive
+/// (here an Immediate Data with SE after two unsolicited messages), keeping the earlier
+/// completions; without one it times out with what arrived.
+#[test]
+fn wait_solicited_returns_at_the_solicited_receive() {
+    let (dev_a, dev_b) = link_pair(&LinkConfig::default());
+    let server = Context::open(Config::new(dev_b, [10, 0, 0, 2])).unwrap();
+    let client = Context::open(Config::new(dev_a, [10, 0, 0, 1])).unwrap();
+    let spd = server.alloc_pd();
+    let scq = server.create_cq(16).unwrap();
+    let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
+    for i in 0..4 {
+        sqp.post_recv(&RecvWr::new(i, &[]).unwrap()).unwrap();
+    }
+    server.listen(7308, &MpaParams::default()).unwrap();
+    let cpd = client.alloc_pd();
+    let ccq = client.create_cq(16).unwrap();
+    let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
+    cqp.connect([10, 0, 0, 2], 7308, &MpaParams::default(), b"")
+        .unwrap();
+    let req = loop {
+        if let Some(CmEvent::ConnectRequest(r)) = server.next_event(T) {
+            break r;
+        }
+    };
+    server.accept(&req, &sqp, b"").unwrap();
+    assert!(matches!(
+        client.next_event(T),
+        Some(CmEvent::Established(_))
+    ));
+    let imm = |imm, solicited| SendOp::Immediate { imm, solicited };
+    cqp.post_send(&SendWr::new(1, SendOp::Send, &[]).unwrap())
+        .unwrap();
+    cqp.post_send(&SendWr::new(2, imm(5, false), &[]).unwrap())
+        .unwrap();
+    cqp.post_send(&SendWr::new(3, imm(6, true), &[]).unwrap())
+        .unwrap();
+    let mut out = Vec::new();
+    let at = scq.wait_solicited(T, &mut out).unwrap();
+    assert_eq!(at, 2);
+    let got: Vec<_> = out.iter().map(|c| (c.wr_id, c.solicited, c.imm)).collect();
+    assert_eq!(
+        got,
+        vec![(0, false, None), (1, false, Some(5)), (2, true, Some(6))]
+    );
+    cqp.post_send(&SendWr::new(4, SendOp::Send, &[]).unwrap())
+        .unwrap();
+    out.clear();
+    assert!(matches!(
+        scq.wait_solicited(Duration::from_millis(300), &mut out),
+        Err(Error::Timeout)
+    ));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].wr_id, 3);
+}
