@@ -25,8 +25,8 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use warpcore_proto::ddp::{
-    DdpReceiver, DdpSender, Placement, SegmentationError, TaggedBuffers, TaggedFault, TaggedRegion,
-    UntaggedBuffers, MAX_SEGMENT_HEADER_LEN, QUEUE_COUNT,
+    DdpReceiver, DdpSender, Placement, TaggedBuffers, TaggedFault, TaggedRegion, UntaggedBuffers,
+    MAX_SEGMENT_HEADER_LEN, QUEUE_COUNT,
 };
 use warpcore_proto::error::{DdpError, MpaError, ProtocolError};
 use warpcore_proto::mpa::deframer::{DeframeFault, Deframer, DeframerConfig};
@@ -1305,35 +1305,6 @@ fn toy_engine(c: &[u8; DDP_CONFIG_LEN]) -> (ToyEngine, RdmapConfig, u32) {
 /// into a Terminate, which must decode back to the same error; after a DDP error every
 /// later segment must be dropped silently (DDP-7.1-17).
 pub fn ddp_receive(data: &[u8]) {
-    ddp_receive_with(data, Strictness::TolerateKnownBugs);
-}
-
-/// [`ddp_receive`] without tolerance for the known bugs listed at [`Strictness`]: the
-/// replay of their reproducers (`fuzz/corpus/ddp_receive/bug-*`) fails until they are fixed.
-pub fn ddp_receive_strict(data: &[u8]) {
-    ddp_receive_with(data, Strictness::Strict);
-}
-
-/// Whether a body tolerates the known, reported bugs of other modules, so that fuzzing (and
-/// the CI smoke run) keeps looking for new ones instead of finding the same crash again.
-/// Each tolerated bug has a reproducer `fuzz/corpus/<target>/bug-*` that
-/// `proto/tests/fuzz_corpus.rs` replays with the strict body in an `#[ignore]`d test.
-/// Remove the tolerance together with the `#[ignore]` once the bug is fixed.
-///
-/// Known bugs:
-/// 1. `bug-read-response-sink-to-wrap`: `rdmap::handle_read_request` accepts a Read Request
-///    whose Data Sink TO plus RDMARDSZ wraps 2^64, but `DdpSender::tagged` refuses to
-///    segment the Read Response (`SegmentationError::ToWrap`), so a valid-looking request
-///    cannot be answered (RDMAP-5.2.1-10) and no Terminate code is defined for it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Strictness {
-    /// Every property holds, known bugs included.
-    Strict,
-    /// The known bugs above are tolerated (their symptom is skipped, nothing else).
-    TolerateKnownBugs,
-}
-
-fn ddp_receive_with(data: &[u8], strictness: Strictness) {
     let Some((cfg, mut rest)) = data.split_first_chunk::<DDP_CONFIG_LEN>() else {
         return;
     };
@@ -1368,9 +1339,7 @@ fn ddp_receive_with(data: &[u8], strictness: Strictness) {
                 place(&mut engine, seg, &p);
                 match decoded {
                     Err(e) => Some(e.protocol_error()),
-                    Ok(s) => {
-                        rdmap_receive(&mut engine, &rdmap_config, &mut irq, &s, strictness).err()
-                    }
+                    Ok(s) => rdmap_receive(&mut engine, &rdmap_config, &mut irq, &s).err(),
                 }
             }
         };
@@ -1451,7 +1420,6 @@ fn rdmap_receive(
     config: &RdmapConfig,
     irq: &mut InboundReadQueue,
     seg: &Segment<'_>,
-    strictness: Strictness,
 ) -> Result<(), ProtocolError> {
     rdmap::check_inbound(&seg.repr, config)?;
     match seg.repr.header {
@@ -1498,13 +1466,6 @@ fn rdmap_receive(
                 );
                 let mut segmenter = match segmenter {
                     Ok(s) => s,
-                    // Known bug 1 (see `Strictness`).
-                    Err(SegmentationError::ToWrap)
-                        if strictness == Strictness::TolerateKnownBugs =>
-                    {
-                        irq.retire();
-                        return Ok(());
-                    }
                     Err(e) => panic!(
                         "a Read Request that rdmap accepted cannot be answered: {e:?} \
                          (sink TO {:#x}, RDMARDSZ {})",

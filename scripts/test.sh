@@ -36,4 +36,7 @@ scripts/test-net.sh
 step "engine: the memif example between two processes"
 scripts/test-engine.sh
 
+step "iwperf: every test over net_memif between two processes, both directions, verified"
+scripts/test-iwperf.sh
+
 step "all tests passed"

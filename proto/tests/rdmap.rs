@@ -1265,7 +1265,8 @@ mod reads {
         // Exactly the whole buffer is fine, and so is the last octet.
         assert!(handle_read_request(&req(0x1000, 0x1000), |_| Ok(REGION)).is_ok());
         assert!(handle_read_request(&req(1, 0x1FFF), |_| Ok(REGION)).is_ok());
-        // A range ending exactly at 2^64 does not wrap.
+        // DDP-7.1-14: a range ending exactly at 2^64 wraps (the 64-bit sum is 0), for RDMAP
+        // as for DDP (`to_range_wraps`), so the layers never disagree about it.
         let top = AccessRegion {
             base: u64::MAX - 15,
             len: 16,
@@ -1273,8 +1274,24 @@ mod reads {
         };
         assert_eq!(
             check_remote_access(Ok(top), u64::MAX - 15, 16, Access::RemoteRead),
+            Err(RdmapError::ToWrap)
+        );
+        assert_eq!(
+            check_remote_access(Ok(top), u64::MAX - 15, 15, Access::RemoteRead),
             Ok(())
         );
+        // RDMAP-5.2.1-10, DDP-7.1-14: a valid source but a Data Sink range that wraps can
+        // never be answered with a Read Response; refused as TO wrap (found by fuzzing).
+        let mut wrapping_sink = req(2, 0x1000);
+        wrapping_sink.sink_to = u64::MAX;
+        assert_eq!(
+            handle_read_request(&wrapping_sink, |_| Ok(REGION)),
+            Err(RdmapError::ToWrap)
+        );
+        // A zero-length read is answered whatever its sink TO (RDMAP-5.2.1-11).
+        let mut zero = req(0, 0);
+        zero.sink_to = u64::MAX;
+        assert!(handle_read_request(&zero, |_| Ok(REGION)).is_ok());
         // Atomics need read and write access.
         assert_eq!(
             check_remote_access(Ok(REGION), 0x1000, 8, Access::RemoteAtomic),

@@ -419,7 +419,7 @@ fn check_tagged<T: TaggedBuffers + ?Sized>(
     }
     // DDP-7.1-14: the 64-bit sum of TO and length must not wrap. Checked before the end
     // bound because the end cannot be computed when it wraps.
-    if to.checked_add(len).is_none() {
+    if crate::rdmap::to_range_wraps(to, len) {
         return Err(DdpError::TaggedToWrap);
     }
     // DDP-7.1-13: TO + length inside the range (rel < region.len, so no overflow).

@@ -221,7 +221,7 @@ impl Segmenter {
         if let DdpBuffer::Tagged { to, .. } = buffer {
             // The last octet sits at to + message_len - 1; refuse what the sink would
             // report as TO wrap (the 64-bit sum of TO and length must not wrap, DDP-7.1-14).
-            if message_len > 0 && to.checked_add(u64::from(message_len)).is_none() {
+            if crate::rdmap::to_range_wraps(to, u64::from(message_len)) {
                 return Err(SegmentationError::ToWrap);
             }
         }

@@ -214,6 +214,13 @@ impl Framer {
         let Some(out) = out.get_mut(..needed) else {
             return Err(FramerError::OutputTooSmall { needed });
         };
+        if needed == fpdu::fpdu_len(len) {
+            // No marker falls inside this FPDU (always so with markers off): write the
+            // fields in place and take the CRC in one pass over the covered octets, without
+            // the per-slice marker bookkeeping of `Writer`.
+            self.emit_plain(ulpdu, len, out);
+            return Ok(needed);
+        }
 
         let mut w = Writer {
             out,
@@ -261,6 +268,26 @@ const CRC_BLOCK: usize = 16 * 1024;
 
 fn clamp_mulpdu(mulpdu: usize) -> usize {
     mulpdu.clamp(MIN_MULPDU, MAX_ULPDU_LEN)
+}
+
+impl Framer {
+    /// The marker-free case of [`Framer::emit`]: `out` is exactly the FPDU
+    /// (`fpdu_len(len)` octets) and no marker position falls inside it.
+    fn emit_plain(&mut self, ulpdu: &[&[u8]], len: usize, out: &mut [u8]) {
+        let (covered, crc_field) = out.split_at_mut(out.len() - fpdu::CRC_LEN);
+        covered[..2].copy_from_slice(&(len as u16).to_be_bytes());
+        let mut at = 2;
+        for part in ulpdu {
+            covered[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        covered[at..].fill(0); // pad (MPA-4.1-2)
+        let crc = if self.crc { fpdu::crc32c(covered) } else { 0 };
+        crc_field.copy_from_slice(&crc_to_wire(crc));
+        self.stream_offset = self.stream_offset.wrapping_add(out.len() as u64);
+        self.fpdus += 1;
+        self.ulpdu_octets += len as u64;
+    }
 }
 
 /// Copies FPDU content into the output, inserting markers at their stream positions; the

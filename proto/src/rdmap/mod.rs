@@ -140,8 +140,9 @@ pub fn check_remote_access(
     if !allowed {
         return Err(RdmapError::AccessRights);
     }
-    // The last octet touched is to + len - 1; a range ending exactly at 2^64 does not wrap.
-    if len > 0 && to.checked_add(len - 1).is_none() {
+    // DDP-7.1-14 / RDMAP-7.2: the 64-bit sum of TO and length must not wrap. The same
+    // definition as DDP's (`crate::ddp`), so that a range RDMAP accepts is one DDP can carry.
+    if to_range_wraps(to, len) {
         return Err(RdmapError::ToWrap);
     }
     let start = u128::from(to);
@@ -152,6 +153,13 @@ pub fn check_remote_access(
         return Err(RdmapError::BaseOrBounds);
     }
     Ok(())
+}
+
+/// True when the 64-bit sum of `to` and `len` wraps (DDP-7.1-14): the one definition of
+/// "TO wrap" used by RDMAP's checks, the Read Request sink check and DDP segmentation, so the
+/// layers never disagree about a range ending exactly at 2^64 (it wraps: the sum is 0).
+pub const fn to_range_wraps(to: u64, len: u64) -> bool {
+    to.checked_add(len).is_none()
 }
 
 /// The access check for the target of an inbound RDMA Write (RDMAP-8.1.1-6): the buffer

@@ -78,6 +78,15 @@ pub fn handle_read_request(
             u64::from(req.read_size),
             Access::RemoteRead,
         )?;
+        // The Read Response goes to SinkTO .. SinkTO + RDMARDSZ in the requester's buffer.
+        // The responder does not validate the sink STag (RDMAP-5.2.1-12), but a sink range
+        // whose 64-bit sum wraps can never be carried by DDP (DDP-7.1-14): answering is
+        // impossible (RDMAP-5.2.1-10), so the request is refused as a remote protection
+        // TO wrap, with the Read Request header copied into the Terminate. Found by the
+        // `ddp_receive` fuzz target (fuzz/corpus/ddp_receive/bug-read-response-sink-to-wrap).
+        if super::to_range_wraps(req.sink_to, u64::from(req.read_size)) {
+            return Err(RdmapError::ToWrap);
+        }
     }
     Ok(ReadResponsePlan {
         sink_stag: req.sink_stag,

@@ -1,0 +1,345 @@
+//! `iwperf`: perftest-style RDMA benchmarks (`write_lat`, `write_bw`, `read_lat`, `read_bw`,
+//! `send_lat`, `send_bw`) over Warpcore's user-space iWARP engine.
+//!
+//! One binary, two roles as in perftest: without an address it is the server; with the
+//! server's address it is the client. `--loopback` runs both in one process. The output is
+//! perftest's banner and table, followed by an HdrHistogram percentile block. See
+//! docs/iwperf.md for the options, the in-band exchange format and the measurements.
+#![forbid(unsafe_code)]
+
+#[path = "iwperf/cli.rs"]
+mod cli;
+#[path = "iwperf/net.rs"]
+mod net;
+#[path = "iwperf/pcapng.rs"]
+mod pcapng;
+#[path = "iwperf/report.rs"]
+mod report;
+#[path = "iwperf/run.rs"]
+mod run;
+#[path = "iwperf/tests.rs"]
+mod tests;
+#[path = "iwperf/wire.rs"]
+mod wire;
+
+use std::net::Ipv4Addr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use warpcore_verbs::MpaParams;
+
+use cli::{Cli, OnOff, P2p, TestName};
+use net::{Endpoint, Opened};
+use report::{BannerInfo, LINE};
+use run::{Conn, Layout};
+use tests::{Outcome, Phase};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    if let Err(e) = cli.validate() {
+        eprintln!("iwperf: {e}");
+        return ExitCode::from(2);
+    }
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("iwperf: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn mpa_params(cli: &Cli) -> MpaParams {
+    MpaParams {
+        rev: cli.mpa_rev,
+        crc: cli.crc == OnOff::On,
+        markers: cli.markers == OnOff::On,
+        ird: 16,
+        ord: 16,
+        peer_to_peer: cli.mpa_rev == 2 && cli.p2p == P2p::Write,
+    }
+}
+
+fn run(cli: &Cli) -> Result<(), String> {
+    let opened = net::open(cli)?;
+    let mpa = mpa_params(cli);
+    let r = match opened {
+        Opened::Single(ep) => {
+            if let Some(server) = cli.server {
+                client_role(cli, &ep, server, &mpa)
+            } else {
+                server_role(cli, &ep, &mpa, true)
+            }
+        }
+        Opened::Pair(s, c) => std::thread::scope(|sc| {
+            let server = sc.spawn(|| server_role(cli, &s, &mpa, false));
+            let r = client_role(cli, &c, s.ip, &mpa);
+            let rs = server
+                .join()
+                .unwrap_or_else(|_| Err("server thread panicked".into()));
+            r.and(rs)
+        }),
+    };
+    // The engines are stopped now (their threads joined): the capture is complete.
+    if let Some(cap) = &cli.capture {
+        let raw = net::raw_capture_path(cap);
+        if raw.exists() {
+            let n = pcapng::clean(&raw, cap)?;
+            let _ = std::fs::remove_file(&raw);
+            eprintln!("iwperf: {n} packets captured to {}", cap.display());
+        }
+    }
+    r
+}
+
+fn mpa_line(c: &Conn) -> String {
+    match &c.est {
+        Some(e) => format!(
+            "Rev {}/{}, CRC {}, markers {}/{}, IRD {} ORD {}, p2p {}",
+            e.rev.0,
+            e.rev.1,
+            if e.crc { "on" } else { "off" },
+            if e.markers.0 { "on" } else { "off" },
+            if e.markers.1 { "on" } else { "off" },
+            e.ird,
+            e.ord,
+            if e.peer_ird_ord.is_some() && e.rev.0 == 2 {
+                "negotiated"
+            } else {
+                "n/a"
+            }
+        ),
+        None => "?".into(),
+    }
+}
+
+fn info(ep: &Endpoint, c: &Conn, peer_ip: Ipv4Addr) -> BannerInfo {
+    BannerInfo {
+        device: ep.device.clone(),
+        mtu: ep.mtu,
+        mpa: mpa_line(c),
+        local: format!(
+            "IP {} QPN {:#08x} STag {:#010x} VAddr 0x000000 Len {}",
+            ep.ip,
+            c.qp.id().qpn(),
+            c.data.stag(),
+            c.data.len()
+        ),
+        remote: format!(
+            "IP {} STag {:#010x} VAddr 0x000000 Len {}",
+            peer_ip, c.peer.data_stag, c.peer.data_len
+        ),
+    }
+}
+
+fn static_pattern(lay: &Layout, salt: u64) -> Vec<u8> {
+    if !lay.test.is_read() {
+        return Vec::new();
+    }
+    let mut v = vec![0u8; lay.data_len as usize];
+    wire::fill(&mut v, salt, 0);
+    v
+}
+
+fn hdr_table(test: TestName, outs: &[Outcome]) -> String {
+    let mut s = format!(
+        " HdrHistogram percentiles [usec], {}\n",
+        report::hdr_what(test)
+    );
+    s += " #bytes        p50        p90        p99      p99.9     p99.99        max    samples\n";
+    for o in outs {
+        let q = |p: f64| o.hist.value_at_quantile(p) as f64 / 1000.0;
+        s += &format!(
+            " {:<8} {:>8.2}   {:>8.2}   {:>8.2}   {:>8.2}   {:>8.2}   {:>8.2}   {:>8}\n",
+            o.size,
+            q(0.5),
+            q(0.9),
+            q(0.99),
+            q(0.999),
+            q(0.9999),
+            o.hist.max() as f64 / 1000.0,
+            o.hist.len()
+        );
+    }
+    s.pop();
+    s
+}
+
+fn client_role(cli: &Cli, ep: &Endpoint, server: Ipv4Addr, mpa: &MpaParams) -> Result<(), String> {
+    let test = cli.test;
+    let sizes = cli.sizes();
+    let max = sizes.iter().copied().max().unwrap_or(2);
+    let lay = Layout::new(test, max, u64::from(cli.tx_depth()), cli.verify, cli.bidir);
+    let timeout = Duration::from_secs(cli.timeout);
+    let mut conns = run::connect(
+        &ep.ctx,
+        server,
+        cli.port,
+        mpa,
+        lay,
+        cli.qps,
+        test.index(),
+        timeout,
+    )?;
+    let bi = info(ep, &conns[0], server);
+    println!("{}", report::banner(cli, &bi));
+    println!(
+        "{}",
+        if test.is_bw() {
+            report::bw_header(cli.report_gbits)
+        } else {
+            report::LAT_HEADER.to_string()
+        }
+    );
+    let static_peer = static_pattern(&lay, wire::SERVER_SALT);
+    let progress = cli.all || cli.duration.is_some();
+    let mut outs = Vec::new();
+    for &size in &sizes {
+        let ph = Phase {
+            size,
+            iters: cli.iters(),
+            duration: cli.duration.map(Duration::from_secs_f64),
+            stall: timeout,
+            progress,
+        };
+        let o = if test.is_bw() {
+            tests::bw_phase(
+                &mut conns,
+                test,
+                &ph,
+                true,
+                true,
+                cli.bidir,
+                cli.verify,
+                &static_peer,
+            )?
+        } else {
+            tests::client_lat(&mut conns, test, &ph, cli.verify, &static_peer)?
+        };
+        if test.is_bw() {
+            println!("{}", report::bw_row(&o, cli.report_gbits));
+        } else {
+            let st = report::lat_stats(&o.samples);
+            println!("{}", report::lat_row(o.size, o.iters, &st));
+        }
+        outs.push(o);
+    }
+    println!("{LINE}");
+    println!("{}", hdr_table(test, &outs));
+    println!("{LINE}");
+    let (checked, errors) = outs
+        .iter()
+        .fold((0, 0), |a, o| (a.0 + o.verified, a.1 + o.errors));
+    if cli.verify {
+        println!(" Data verification: {checked} messages checked, {errors} mismatches");
+    }
+    conns[0].send_ctrl(wire::Ctrl::new(wire::Kind::Bye, 0, 0), timeout)?;
+    for c in &conns {
+        let _ = c.qp.disconnect();
+    }
+    // Let the Bye and the FINs go out before the engine stops.
+    let t0 = std::time::Instant::now();
+    let mut closed = 0;
+    while closed < conns.len() && t0.elapsed() < Duration::from_secs(2) {
+        if let Some(warpcore_verbs::CmEvent::Disconnected { .. }) =
+            ep.ctx.next_event(Duration::from_millis(100))
+        {
+            closed += 1;
+        }
+    }
+    if let Some(p) = &cli.json {
+        report::write_json(p, cli, &bi, &outs)?;
+    }
+    if let Some(p) = &cli.hdr_log {
+        report::write_hdr_log(p, cli, &outs)?;
+    }
+    if errors > 0 {
+        let first = outs.iter().find_map(|o| o.first_error.clone());
+        return Err(format!(
+            "data verification failed: {errors} mismatches{}",
+            first.map(|f| format!(" (first: {f})")).unwrap_or_default()
+        ));
+    }
+    Ok(())
+}
+
+fn server_role(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result<(), String> {
+    if print {
+        println!("\n************************************");
+        println!("* Waiting for client to connect... *");
+        println!("************************************");
+    }
+    let (mut conns, lay, hello) = run::accept(&ep.ctx, cli.port, mpa, cli.test.index(), None)?;
+    let _ = hello;
+    let peer_ip = conns[0].peer_ip.unwrap_or(Ipv4Addr::UNSPECIFIED);
+    if print {
+        println!("{}", report::banner(cli, &info(ep, &conns[0], peer_ip)));
+    }
+    let test = lay.test;
+    let timeout = Duration::from_secs(cli.timeout);
+    let (mut phases, mut checked, mut errors) = (0u64, 0u64, 0u64);
+    if test.is_bw() {
+        let static_peer = static_pattern(&lay, wire::CLIENT_SALT);
+        loop {
+            let start = match conns[0].wait_ctrl(Duration::from_secs(24 * 3600)) {
+                Ok(x) if x.kind == wire::Kind::Bye => break,
+                Ok(x) => x,
+                Err(e) if e.contains("closed") => break,
+                Err(e) => return Err(e),
+            };
+            if start.kind != wire::Kind::Start {
+                return Err(format!("expected Start, got {:?}", start.kind));
+            }
+            let ph = Phase {
+                size: start.size,
+                iters: start.iters,
+                duration: (start.duration_ns > 0).then(|| Duration::from_nanos(start.duration_ns)),
+                stall: timeout,
+                progress: false,
+            };
+            let o = tests::bw_phase(
+                &mut conns,
+                test,
+                &ph,
+                false,
+                lay.bidir,
+                true,
+                lay.verify,
+                &static_peer,
+            )?;
+            phases += 1;
+            checked += o.verified;
+            errors += o.errors;
+        }
+    } else {
+        phases = tests::server_lat(&mut conns, test, lay.verify)?;
+    }
+    for c in &conns {
+        let _ = c.qp.disconnect();
+    }
+    let _ = ep.ctx.next_event(Duration::from_millis(100));
+    if print {
+        println!(
+            " Served {phases} size(s) of {}{}",
+            test.name(),
+            if lay.verify && test.is_bw() {
+                format!("; verified {checked} messages here, {errors} mismatches")
+            } else {
+                String::new()
+            }
+        );
+        println!("{LINE}");
+    }
+    Ok(())
+}

@@ -1,0 +1,99 @@
+//! `--capture`: DPDK 22.11's `rte_pcapng` writes block options that the pcap-file crate
+//! behind `iwdump` refuses, so iwperf rewrites the file at exit as plain pcapng: the
+//! section header, each interface description with only its timestamp resolution, and each
+//! enhanced packet block without options. Wireshark reads both forms.
+
+use std::path::Path;
+
+const SHB: u32 = 0x0A0D_0D0A;
+const IDB: u32 = 1;
+const EPB: u32 = 6;
+
+fn u32_at(b: &[u8], i: usize, le: bool) -> Option<u32> {
+    let a: [u8; 4] = b.get(i..i + 4)?.try_into().ok()?;
+    Some(if le {
+        u32::from_le_bytes(a)
+    } else {
+        u32::from_be_bytes(a)
+    })
+}
+
+fn block(out: &mut Vec<u8>, ty: u32, body: &[u8]) {
+    let pad = (4 - body.len() % 4) % 4;
+    let total = (12 + body.len() + pad) as u32;
+    out.extend_from_slice(&ty.to_le_bytes());
+    out.extend_from_slice(&total.to_le_bytes());
+    out.extend_from_slice(body);
+    out.resize(out.len() + pad, 0);
+    out.extend_from_slice(&total.to_le_bytes());
+}
+
+/// Rewrites the pcapng file `raw` as a plain pcapng file `out`; returns the packet count.
+pub fn clean(raw: &Path, out: &Path) -> Result<u64, String> {
+    let b = std::fs::read(raw).map_err(|e| format!("{}: {e}", raw.display()))?;
+    let mut o = Vec::with_capacity(b.len());
+    let mut i = 0usize;
+    let mut le = true;
+    let mut packets = 0u64;
+    while i + 12 <= b.len() {
+        let ty = u32_at(&b, i, le).ok_or("truncated block")?;
+        if ty == SHB {
+            le = b.get(i + 8..i + 12) == Some(&[0x4D, 0x3C, 0x2B, 0x1A][..]);
+        }
+        let len = u32_at(&b, i + 4, le).ok_or("truncated block")? as usize;
+        if len < 12 || i + len > b.len() {
+            break; // a block cut short by an interrupted run ends the file
+        }
+        let body = &b[i + 8..i + len - 4];
+        match ty {
+            SHB => {
+                let mut s = Vec::new();
+                s.extend_from_slice(&0x1A2B_3C4Du32.to_le_bytes());
+                s.extend_from_slice(&1u16.to_le_bytes());
+                s.extend_from_slice(&0u16.to_le_bytes());
+                s.extend_from_slice(&u64::MAX.to_le_bytes());
+                block(&mut o, SHB, &s);
+            }
+            IDB if body.len() >= 8 => {
+                let link = u16::from_le_bytes([body[0], body[1]]);
+                let snap = u32_at(body, 4, le).unwrap_or(0);
+                let mut s = Vec::new();
+                s.extend_from_slice(&link.to_le_bytes());
+                s.extend_from_slice(&0u16.to_le_bytes());
+                s.extend_from_slice(&snap.to_le_bytes());
+                // Keep if_tsresol (option 9): DPDK stamps in nanoseconds.
+                let mut j = 8;
+                while j + 4 <= body.len() {
+                    let code = u16::from_le_bytes([body[j], body[j + 1]]);
+                    let olen = usize::from(u16::from_le_bytes([body[j + 2], body[j + 3]]));
+                    if code == 0 || j + 4 + olen > body.len() {
+                        break;
+                    }
+                    if code == 9 && olen == 1 {
+                        s.extend_from_slice(&[9, 0, 1, 0, body[j + 4], 0, 0, 0]);
+                    }
+                    j += 4 + olen.div_ceil(4) * 4;
+                }
+                s.extend_from_slice(&[0, 0, 0, 0]);
+                block(&mut o, IDB, &s);
+            }
+            EPB if body.len() >= 20 => {
+                let cap = u32_at(body, 12, le).unwrap_or(0) as usize;
+                if 20 + cap > body.len() {
+                    break;
+                }
+                let mut s = Vec::with_capacity(20 + cap);
+                for k in 0..5 {
+                    s.extend_from_slice(&u32_at(body, k * 4, le).unwrap_or(0).to_le_bytes());
+                }
+                s.extend_from_slice(&body[20..20 + cap]);
+                block(&mut o, EPB, &s);
+                packets += 1;
+            }
+            _ => {}
+        }
+        i += len;
+    }
+    std::fs::write(out, o).map_err(|e| format!("{}: {e}", out.display()))?;
+    Ok(packets)
+}

@@ -1,0 +1,665 @@
+//! Connections and the test loops of both roles.
+//!
+//! Each QP has three regions per side: `data` (the peer's RDMA Write target, RDMA Read
+//! source, or the Send sink), `src` (our Write/Send source and Read sink) and `ctrl` (control
+//! receive slots, control send slots and the credit word). Latency tests ping-pong one
+//! message at a time; bandwidth tests keep up to `-t` work requests in flight per QP.
+//! Sends are flow-controlled by credits: a receiver RDMA-Writes the number of receives it
+//! has re-posted into the sender's credit word, since an iWARP Send without a posted
+//! receive is a fatal error (no RNR retry as in InfiniBand).
+
+use std::time::{Duration, Instant};
+
+use warpcore_verbs::{
+    Access, CmEvent, CompletionQueue, Context, Established, MemoryRegion, MpaParams,
+    ProtectionDomain, QpInit, QueuePair, RecvWr, SendOp, SendWr, WcOpcode, WcStatus,
+};
+
+use crate::cli::TestName;
+use crate::wire::{self, Ctrl, Hello, CLIENT_SALT, CTRL_LEN, SERVER_SALT};
+
+const CTRL_RECV_SLOTS: u64 = 8;
+const CTRL_SEND_OFF: u64 = 1024;
+const CTRL_SEND_SLOTS: u64 = 4;
+const CREDIT_SRC_OFF: usize = 1536;
+const CREDIT_OFF: usize = 2048;
+const MARGIN: u64 = 8192;
+
+/// What both sides derive identically from the client's hello.
+#[derive(Debug, Clone, Copy)]
+pub struct Layout {
+    /// Test.
+    pub test: TestName,
+    /// Largest message size of the run.
+    pub max_size: u64,
+    /// Work requests in flight per QP (bandwidth tests).
+    pub tx_depth: u64,
+    /// Verify data.
+    pub verify: bool,
+    /// Bidirectional.
+    pub bidir: bool,
+    /// Length of the data and src regions.
+    pub data_len: u64,
+    /// Receive slot stride (send tests).
+    pub stride: u64,
+    /// Distinct receive slots (send tests).
+    pub distinct: u64,
+    /// Receives kept posted.
+    pub rq: u64,
+}
+
+impl Layout {
+    /// The layout of a run.
+    pub fn new(test: TestName, max_size: u64, tx_depth: u64, verify: bool, bidir: bool) -> Self {
+        let slots = tx_depth.max(3);
+        let cap = (32u64 << 20).max(3 * max_size);
+        let data_len = (max_size * slots).min(cap).max(64 << 10) + MARGIN;
+        let stride = max_size.max(CTRL_LEN as u64).div_ceil(64) * 64;
+        let distinct = ((data_len - MARGIN) / stride).max(1);
+        let rq = if test.is_send() {
+            let want = if test.is_bw() {
+                (tx_depth * 2).clamp(16, 512)
+            } else {
+                16
+            };
+            if verify {
+                want.min(distinct)
+            } else {
+                want
+            }
+        } else {
+            CTRL_RECV_SLOTS
+        };
+        Layout {
+            test,
+            max_size,
+            tx_depth,
+            verify,
+            bidir,
+            data_len,
+            stride,
+            distinct,
+            rq,
+        }
+    }
+
+    /// Write/Read slots for messages of `size` octets.
+    pub fn slots(&self, size: u64) -> u64 {
+        ((self.data_len - MARGIN) / size.max(1))
+            .min(self.tx_depth)
+            .max(1)
+    }
+
+    /// Remote offset of Read `i` (shifted per iteration so that a stale sink shows).
+    pub fn read_offset(&self, size: u64, i: u64) -> u64 {
+        (i % self.slots(size)) * size + (i % 64) * 64
+    }
+}
+
+/// A received message.
+#[derive(Debug)]
+pub enum Recv {
+    /// A send test's data message (already verified, receive re-posted).
+    Data,
+    /// A control message.
+    Ctrl(Ctrl),
+}
+
+/// One connected QP and its regions.
+pub struct Conn {
+    /// The queue pair.
+    pub qp: QueuePair,
+    scq: CompletionQueue,
+    rcq: CompletionQueue,
+    /// Peer's RDMA target / Read source.
+    pub data: MemoryRegion,
+    /// Our source / Read sink.
+    pub src: MemoryRegion,
+    ctrl: MemoryRegion,
+    /// The peer's hello.
+    pub peer: Hello,
+    /// The peer's address (server side).
+    pub peer_ip: Option<std::net::Ipv4Addr>,
+    /// What the connection negotiated.
+    pub est: Option<Established>,
+    lay: Layout,
+    peer_salt: u64,
+    recv_posted: u64,
+    consumed: u64,
+    credit_sent: u64,
+    sent: u64,
+    ctrl_sent: u64,
+    data_rx: u64,
+    /// Verification errors seen on this QP.
+    pub errors: u64,
+    /// Messages verified on this QP.
+    pub verified: u64,
+    /// The first verification error, for the report.
+    pub first_error: Option<String>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Conn(qp {:?})", self.qp.id())
+    }
+}
+
+fn status_err(op: WcOpcode, s: WcStatus) -> String {
+    format!("{op:?} work request completed with {s:?} (the connection failed)")
+}
+
+fn e2s(e: warpcore_verbs::Error) -> String {
+    e.to_string()
+}
+
+/// Spin briefly, then yield: two busy-polling processes and their engine threads share
+/// few CPUs on small machines.
+#[derive(Debug, Default)]
+pub struct Spin(u32);
+
+impl Spin {
+    /// Work was found.
+    pub fn reset(&mut self) {
+        self.0 = 0;
+    }
+    /// Nothing to do this time.
+    pub fn pause(&mut self) {
+        self.0 = self.0.saturating_add(1);
+        if self.0 < 512 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+struct Regions {
+    data: MemoryRegion,
+    src: MemoryRegion,
+    ctrl: MemoryRegion,
+    qp: QueuePair,
+    scq: CompletionQueue,
+    rcq: CompletionQueue,
+}
+
+fn regions(
+    pd: &ProtectionDomain,
+    ctx: &Context,
+    lay: &Layout,
+    core: Option<usize>,
+) -> Result<Regions, String> {
+    let remote = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let data = pd.alloc_mr(lay.data_len as usize, remote).map_err(e2s)?;
+    let src = pd
+        .alloc_mr(lay.data_len as usize, Access::LOCAL_WRITE)
+        .map_err(e2s)?;
+    let ctrl = pd.alloc_mr(4096, remote).map_err(e2s)?;
+    let scq = ctx.create_cq(4096).map_err(e2s)?;
+    let rcq = ctx.create_cq(4096).map_err(e2s)?;
+    let mut init = QpInit::new(&scq, &rcq);
+    init.sq_depth = (lay.tx_depth as u32 + 16).min(1024);
+    init.rq_depth = (lay.rq as u32 + 4).min(1024);
+    init.core = core;
+    let qp = pd.create_qp(&init).map_err(e2s)?;
+    if lay.test.is_read() {
+        // A static pattern the reader checks at every (shifted) offset.
+        let salt = if core.is_some() {
+            SERVER_SALT
+        } else {
+            CLIENT_SALT
+        };
+        let mut buf = vec![0u8; lay.data_len as usize];
+        wire::fill(&mut buf, salt, 0);
+        data.write(0, &buf).map_err(e2s)?;
+    }
+    Ok(Regions {
+        data,
+        src,
+        ctrl,
+        qp,
+        scq,
+        rcq,
+    })
+}
+
+impl Conn {
+    fn new(r: Regions, peer: Hello, lay: Layout, server: bool) -> Conn {
+        Conn {
+            qp: r.qp,
+            scq: r.scq,
+            rcq: r.rcq,
+            data: r.data,
+            src: r.src,
+            ctrl: r.ctrl,
+            peer,
+            peer_ip: None,
+            est: None,
+            lay,
+            peer_salt: if server { CLIENT_SALT } else { SERVER_SALT },
+            recv_posted: 0,
+            consumed: 0,
+            credit_sent: 0,
+            sent: 0,
+            ctrl_sent: 0,
+            data_rx: 0,
+            errors: 0,
+            verified: 0,
+            first_error: None,
+        }
+    }
+
+    fn recv_wr(
+        lay: &Layout,
+        k: u64,
+        data: &MemoryRegion,
+        ctrl: &MemoryRegion,
+    ) -> Result<RecvWr, String> {
+        let sge = if lay.test.is_send() {
+            data.sge((k % lay.distinct) * lay.stride, lay.stride as u32)
+        } else {
+            ctrl.sge((k % CTRL_RECV_SLOTS) * CTRL_LEN as u64, CTRL_LEN as u32)
+        };
+        RecvWr::new(k, &[sge]).map_err(e2s)
+    }
+
+    fn post_recv(&mut self) -> Result<(), String> {
+        let wr = Conn::recv_wr(&self.lay, self.recv_posted, &self.data, &self.ctrl)?;
+        self.qp.post_recv(&wr).map_err(e2s)?;
+        self.recv_posted += 1;
+        Ok(())
+    }
+
+    /// The peer's receives we may still consume (send tests).
+    fn credit_left(&self) -> u64 {
+        let seen = u64::from_le(
+            self.ctrl
+                .atomic_u64(CREDIT_OFF)
+                .map(|a| a.load(std::sync::atomic::Ordering::Acquire))
+                .unwrap_or(0),
+        );
+        (seen + self.lay.rq).saturating_sub(self.sent)
+    }
+
+    fn post_send(&mut self, wr: &SendWr) -> Result<(), String> {
+        let mut spin = Spin::default();
+        loop {
+            match self.qp.post_send(wr) {
+                Ok(()) => return Ok(()),
+                Err(warpcore_verbs::Error::QueueFull) => {
+                    self.check_send_errors()?;
+                    spin.pause()
+                }
+                Err(e) => return Err(format!("post: {e}")),
+            }
+        }
+    }
+
+    fn check_send_errors(&self) -> Result<(), String> {
+        // Only unsignalled requests are posted where this is called, so any entry is an error.
+        if let Some(c) = self.scq.poll_one() {
+            if c.status != WcStatus::Success {
+                return Err(status_err(c.opcode, c.status));
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends a control message (Send with Solicited Event).
+    pub fn send_ctrl(&mut self, c: Ctrl, deadline: Duration) -> Result<(), String> {
+        if self.lay.test.is_send() {
+            self.wait_credit(deadline)?;
+        }
+        let off = CTRL_SEND_OFF + (self.ctrl_sent % CTRL_SEND_SLOTS) * CTRL_LEN as u64;
+        self.ctrl.write(off as usize, &c.encode()).map_err(e2s)?;
+        let wr = SendWr::new(
+            u64::MAX,
+            SendOp::SendSe,
+            &[self.ctrl.sge(off, CTRL_LEN as u32)],
+        )
+        .map_err(e2s)?
+        .unsignaled();
+        self.post_send(&wr)?;
+        self.ctrl_sent += 1;
+        self.sent += 1;
+        Ok(())
+    }
+
+    fn wait_credit(&mut self, timeout: Duration) -> Result<(), String> {
+        let t0 = Instant::now();
+        let mut spin = Spin::default();
+        while self.credit_left() == 0 {
+            // Keep consuming so that both sides' credits move even when both wait.
+            if t0.elapsed() > timeout {
+                return Err("no send credit from the peer (it stopped receiving)".into());
+            }
+            spin.pause();
+        }
+        Ok(())
+    }
+
+    /// Takes one received message if there is one: verifies a data message, re-posts the
+    /// receive and returns credit.
+    pub fn poll_recv(&mut self) -> Result<Option<Recv>, String> {
+        let Some(c) = self.rcq.poll_one() else {
+            return Ok(None);
+        };
+        if c.status != WcStatus::Success {
+            return Err(if c.status == WcStatus::FlushErr {
+                "the peer closed the connection".into()
+            } else {
+                status_err(c.opcode, c.status)
+            });
+        }
+        let k = c.wr_id;
+        let (mr, off) = if self.lay.test.is_send() {
+            (&self.data, (k % self.lay.distinct) * self.lay.stride)
+        } else {
+            (&self.ctrl, (k % CTRL_RECV_SLOTS) * CTRL_LEN as u64)
+        };
+        let out = if !self.lay.test.is_send() || c.solicited {
+            let mut b = [0u8; CTRL_LEN];
+            let n = (c.byte_len as usize).min(CTRL_LEN);
+            mr.read(off as usize, &mut b[..n]).map_err(e2s)?;
+            Recv::Ctrl(Ctrl::decode(&b).ok_or("malformed control message from the peer")?)
+        } else {
+            let i = self.data_rx;
+            self.data_rx += 1;
+            if self.lay.verify {
+                let len = c.byte_len as usize;
+                let mut got = vec![0u8; len];
+                let mut want = vec![0u8; len];
+                mr.read(off as usize, &mut got).map_err(e2s)?;
+                wire::fill(&mut want, self.peer_salt, i);
+                self.check(i, &got, &want);
+            }
+            Recv::Data
+        };
+        if let Recv::Ctrl(Ctrl {
+            kind: crate::wire::Kind::Bye,
+            ..
+        }) = out
+        {
+            // The peer is closing: nothing more to receive or to credit.
+            return Ok(Some(out));
+        }
+        self.consumed += 1;
+        self.post_recv()?;
+        if self.lay.test.is_send() {
+            self.return_credit()?;
+        }
+        Ok(Some(out))
+    }
+
+    fn return_credit(&mut self) -> Result<(), String> {
+        let every = (self.lay.rq / 4).max(1);
+        if self.consumed - self.credit_sent < every {
+            return Ok(());
+        }
+        self.credit_sent = self.consumed;
+        self.ctrl
+            .atomic_u64(CREDIT_SRC_OFF)
+            .map_err(e2s)?
+            .store(self.consumed.to_le(), std::sync::atomic::Ordering::Release);
+        let wr = SendWr::new(
+            u64::MAX - 1,
+            SendOp::Write {
+                remote_stag: self.peer.ctrl_stag,
+                remote_to: CREDIT_OFF as u64,
+            },
+            &[self.ctrl.sge(CREDIT_SRC_OFF as u64, 8)],
+        )
+        .map_err(e2s)?
+        .unsignaled();
+        self.post_send(&wr)
+    }
+
+    /// Counts a data Send against the peer's credit.
+    pub fn note_data_sent(&mut self) {
+        self.sent += 1;
+    }
+
+    /// Whether the peer has a receive posted for one more Send.
+    pub fn credit_available(&self) -> bool {
+        self.credit_left() > 0
+    }
+
+    /// The next send completion.
+    pub fn poll_send(&self) -> Option<warpcore_verbs::Completion> {
+        self.scq.poll_one()
+    }
+
+    /// Where only unsignalled requests are outstanding, any send completion is an error.
+    pub fn poll_send_error(&self) -> Option<String> {
+        self.check_send_errors().err()
+    }
+
+    /// The run's layout.
+    pub fn layout(&self) -> &Layout {
+        &self.lay
+    }
+
+    /// Starts counting verification afresh (per phase).
+    pub fn reset_counts(&mut self) {
+        self.errors = 0;
+        self.verified = 0;
+    }
+
+    /// Records a verification outcome.
+    pub fn check(&mut self, i: u64, got: &[u8], want: &[u8]) {
+        self.verified += 1;
+        if got != want {
+            self.errors += 1;
+            if self.first_error.is_none() {
+                let at = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(0);
+                self.first_error = Some(format!(
+                    "message {i} ({} octets): octet {at} is {:#04x}, expected {:#04x}",
+                    want.len(),
+                    got[at],
+                    want[at]
+                ));
+            }
+        }
+    }
+
+    /// Waits for the next control message, consuming (and verifying) data on the way.
+    pub fn wait_ctrl(&mut self, timeout: Duration) -> Result<Ctrl, String> {
+        let t0 = Instant::now();
+        let mut spin = Spin::default();
+        loop {
+            match self.poll_recv()? {
+                Some(Recv::Ctrl(c)) => return Ok(c),
+                Some(Recv::Data) => spin.reset(),
+                None => {
+                    if t0.elapsed() > timeout {
+                        return Err(format!(
+                            "the peer did not answer within {} s",
+                            timeout.as_secs()
+                        ));
+                    }
+                    spin.pause()
+                }
+            }
+        }
+    }
+}
+
+fn mpa_of(ev: Option<CmEvent>) -> Result<Established, Option<String>> {
+    match ev {
+        Some(CmEvent::Established(e)) => Ok(e),
+        Some(CmEvent::Rejected { private_data, .. }) => Err(Some(format!(
+            "the server rejected the connection: {}",
+            String::from_utf8_lossy(&private_data)
+        ))),
+        Some(CmEvent::Error { error, .. }) => Err(Some(format!("connection failed: {error}"))),
+        _ => Err(None),
+    }
+}
+
+/// Client: connects `qps` QPs to the server, retrying while nobody answers.
+#[allow(clippy::too_many_arguments)]
+pub fn connect(
+    ctx: &Context,
+    server: std::net::Ipv4Addr,
+    port: u16,
+    mpa: &MpaParams,
+    lay: Layout,
+    qps: u16,
+    test_index: u8,
+    timeout: Duration,
+) -> Result<Vec<Conn>, String> {
+    let pd = ctx.alloc_pd();
+    let mut conns = Vec::new();
+    let t0 = Instant::now();
+    for qi in 0..qps {
+        loop {
+            let r = regions(&pd, ctx, &lay, None)?;
+            let mut flags = 0;
+            if lay.verify {
+                flags |= wire::FLAG_VERIFY;
+            }
+            if lay.bidir {
+                flags |= wire::FLAG_BIDIR;
+            }
+            let hello = Hello {
+                test: test_index,
+                flags,
+                qp_index: qi,
+                qps,
+                tx_depth: lay.tx_depth as u32,
+                data_stag: r.data.stag(),
+                data_len: lay.data_len,
+                ctrl_stag: r.ctrl.stag(),
+            };
+            let mut pd_bytes = hello.encode().to_vec();
+            pd_bytes.extend_from_slice(&(lay.max_size as u32).to_be_bytes());
+            let mut c = Conn::new(r, Hello::default(), lay, false);
+            for _ in 0..lay.rq {
+                c.post_recv()?;
+            }
+            c.qp.connect(server, port, mpa, &pd_bytes).map_err(e2s)?;
+            let left = timeout.saturating_sub(t0.elapsed());
+            // Wait for this attempt's outcome as long as the timeout allows: abandoning a
+            // slow MPA exchange and retrying could leave the server holding a connection
+            // for a QP index twice. A refused connection reports an error at once.
+            match mpa_of(ctx.next_event(left)) {
+                Ok(est) => {
+                    c.peer = Hello::decode(&est.private_data).ok_or(
+                        "the peer is not an iwperf server (no iwperf hello in its MPA Reply)",
+                    )?;
+                    c.est = Some(est);
+                    conns.push(c);
+                    break;
+                }
+                Err(Some(e)) if e.contains("rejected") => return Err(e),
+                Err(_) if t0.elapsed() < timeout => {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "no iwperf server answered at {server}:{port} within {} s{} (is the \
+                         server running on the same link, with the same -p?)",
+                        timeout.as_secs(),
+                        e.map(|e| format!(" ({e})")).unwrap_or_default()
+                    ))
+                }
+            }
+        }
+    }
+    Ok(conns)
+}
+
+/// Server: waits for the client's `qps` connections and accepts them. Returns the layout
+/// the client asked for and the test it named.
+pub fn accept(
+    ctx: &Context,
+    port: u16,
+    mpa: &MpaParams,
+    expect_test: u8,
+    timeout: Option<Duration>,
+) -> Result<(Vec<Conn>, Layout, Hello), String> {
+    ctx.listen(port, mpa)
+        .map_err(|e| format!("cannot listen on TCP port {port}: {e} (port busy?)"))?;
+    let pd = ctx.alloc_pd();
+    let mut conns = Vec::new();
+    let mut first: Option<(Layout, Hello)> = None;
+    let t0 = Instant::now();
+    let mut pending: Vec<Conn> = Vec::new();
+    loop {
+        if let Some((_, h)) = &first {
+            if conns.len() == usize::from(h.qps) {
+                break;
+            }
+        }
+        if let Some(t) = timeout {
+            if t0.elapsed() > t {
+                return Err(format!("no client connected within {} s", t.as_secs()));
+            }
+        }
+        let Some(ev) = ctx.next_event(Duration::from_millis(200)) else {
+            continue;
+        };
+        match ev {
+            CmEvent::ConnectRequest(req) => {
+                let Some(h) = Hello::decode(&req.private_data) else {
+                    let _ = ctx.reject(&req, b"not an iwperf client");
+                    continue;
+                };
+                if h.test != expect_test {
+                    let _ = ctx.reject(
+                        &req,
+                        format!(
+                            "test mismatch: this server runs {}",
+                            TestName::ALL[usize::from(expect_test)].name()
+                        )
+                        .as_bytes(),
+                    );
+                    continue;
+                }
+                let max_size = req
+                    .private_data
+                    .get(Hello::LEN..Hello::LEN + 4)
+                    .map(|b| u32::from_be_bytes(b.try_into().unwrap_or_default()))
+                    .unwrap_or(0) as u64;
+                let lay = Layout::new(
+                    TestName::ALL[usize::from(h.test)],
+                    max_size.max(1),
+                    u64::from(h.tx_depth).max(1),
+                    h.flags & wire::FLAG_VERIFY != 0,
+                    h.flags & wire::FLAG_BIDIR != 0,
+                );
+                if first.is_none() {
+                    first = Some((lay, h));
+                }
+                let r = regions(&pd, ctx, &lay, Some(usize::from(req.request.core)))?;
+                let mine = Hello {
+                    data_stag: r.data.stag(),
+                    data_len: lay.data_len,
+                    ctrl_stag: r.ctrl.stag(),
+                    ..h
+                };
+                let mut c = Conn::new(r, h, lay, true);
+                c.peer_ip = Some(req.remote.0);
+                for _ in 0..lay.rq {
+                    c.post_recv()?;
+                }
+                ctx.accept(&req, &c.qp, &mine.encode()).map_err(e2s)?;
+                pending.push(c);
+            }
+            CmEvent::Established(est) => {
+                let Some(pos) = pending.iter().position(|c| c.qp.id() == est.qp) else {
+                    continue;
+                };
+                let mut c = pending.remove(pos);
+                c.est = Some(est);
+                conns.push(c);
+            }
+            CmEvent::Error { error, .. } => {
+                eprintln!("iwperf: a connection attempt failed: {error}");
+            }
+            _ => {}
+        }
+    }
+    conns.sort_by_key(|c| c.peer.qp_index);
+    let (lay, h) = first.expect("at least one connection");
+    Ok((conns, lay, h))
+}

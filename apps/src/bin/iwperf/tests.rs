@@ -1,0 +1,732 @@
+//! The measurement loops: one phase (one message size) of a latency or bandwidth test, for
+//! the client (which drives) and the server (which answers).
+
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use warpcore_verbs::{SendOp, SendWr, WcOpcode, WcStatus};
+
+use crate::run::{Conn, Recv, Spin};
+use crate::wire::{self, Ctrl, Kind, CLIENT_SALT, SERVER_SALT};
+
+/// How long a phase runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Phase {
+    /// Message size.
+    pub size: u64,
+    /// Iterations (per QP for bandwidth tests); ignored with a duration.
+    pub iters: u64,
+    /// Run for this long instead.
+    pub duration: Option<Duration>,
+    /// Give up after this long without progress.
+    pub stall: Duration,
+    /// Print a progress line every second.
+    pub progress: bool,
+}
+
+/// One histogram interval for `--hdr-log`.
+#[derive(Debug)]
+pub struct Interval {
+    /// Start, relative to the phase start.
+    pub start: Duration,
+    /// Length.
+    pub len: Duration,
+    /// Samples of the interval (ns).
+    pub hist: Histogram<u64>,
+}
+
+/// What a phase measured.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Message size.
+    pub size: u64,
+    /// Iterations done (latency) or messages completed by us (bandwidth).
+    pub iters: u64,
+    /// Latency samples in ns (latency tests), in order.
+    pub samples: Vec<u64>,
+    /// The whole phase's histogram (ns): latency samples, or post-to-completion times.
+    pub hist: Histogram<u64>,
+    /// Per-second intervals.
+    pub intervals: Vec<Interval>,
+    /// Bytes we moved (bandwidth tests).
+    pub bytes: u64,
+    /// Seconds from the first post to the last completion.
+    pub secs: f64,
+    /// Peak bytes per second over 10 ms windows.
+    pub peak_bps: f64,
+    /// The peer's figures (bidirectional): bytes, seconds, peak, messages.
+    pub peer: Option<(u64, f64, f64, u64)>,
+    /// Messages verified (both sides) and mismatches found.
+    pub verified: u64,
+    /// Mismatches.
+    pub errors: u64,
+    /// The first mismatch.
+    pub first_error: Option<String>,
+}
+
+fn hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("histogram bounds")
+}
+
+struct Rec {
+    hist: Histogram<u64>,
+    interval: Histogram<u64>,
+    t0: Instant,
+    istart: Instant,
+    intervals: Vec<Interval>,
+}
+
+impl Rec {
+    fn new() -> Rec {
+        let now = Instant::now();
+        Rec {
+            hist: hist(),
+            interval: hist(),
+            t0: now,
+            istart: now,
+            intervals: Vec::new(),
+        }
+    }
+    fn record(&mut self, ns: u64) {
+        let _ = self.hist.record(ns.max(1));
+        let _ = self.interval.record(ns.max(1));
+    }
+    /// Closes the interval once a second (or at the end); returns whether it did.
+    fn tick(&mut self, force: bool) -> bool {
+        let now = Instant::now();
+        if !force && now - self.istart < Duration::from_secs(1) {
+            return false;
+        }
+        let h = std::mem::replace(&mut self.interval, hist());
+        if !h.is_empty() {
+            self.intervals.push(Interval {
+                start: self.istart - self.t0,
+                len: now - self.istart,
+                hist: h,
+            });
+        }
+        self.istart = now;
+        true
+    }
+}
+
+fn progress(size: u64, t0: Instant, what: &str) {
+    use std::io::IsTerminal;
+    let line = format!(
+        "[iwperf] {size} B: {:6.1} s  {what}",
+        t0.elapsed().as_secs_f64()
+    );
+    if std::io::stderr().is_terminal() {
+        eprint!("\r{line}\x1b[K");
+    } else {
+        eprintln!("{line}");
+    }
+}
+
+fn end_progress(on: bool) {
+    use std::io::IsTerminal;
+    if on && std::io::stderr().is_terminal() {
+        eprintln!();
+    }
+}
+
+fn post(c: &mut Conn, wr: &SendWr, stall: Duration) -> Result<(), String> {
+    let t0 = Instant::now();
+    let mut spin = Spin::default();
+    loop {
+        match c.qp.post_send(wr) {
+            Ok(()) => return Ok(()),
+            Err(warpcore_verbs::Error::QueueFull) if t0.elapsed() < stall => spin.pause(),
+            Err(e) => return Err(format!("post: {e}")),
+        }
+    }
+}
+
+fn done(i: u64, t0: Instant, ph: &Phase) -> bool {
+    match ph.duration {
+        Some(d) => t0.elapsed() >= d,
+        None => i >= ph.iters,
+    }
+}
+
+fn start_phase(conns: &mut [Conn], ph: &Phase, client: bool) -> Result<(), String> {
+    // write_lat detects arrival by the last octet: clear it first.
+    for c in conns.iter_mut() {
+        if c.layout().test == crate::cli::TestName::WriteLat {
+            c.data
+                .write(ph.size as usize - 1, &[0])
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    if client {
+        let mut s = Ctrl::new(Kind::Start, ph.size, ph.iters);
+        s.duration_ns = ph.duration.map(|d| d.as_nanos() as u64).unwrap_or(0);
+        conns[0].send_ctrl(s, ph.stall)?;
+        let r = conns[0].wait_ctrl(ph.stall)?;
+        if r.kind != Kind::Ready {
+            return Err(format!("expected Ready from the server, got {:?}", r.kind));
+        }
+    }
+    Ok(())
+}
+
+fn outcome(size: u64, rec: Rec) -> Outcome {
+    Outcome {
+        size,
+        iters: 0,
+        samples: Vec::new(),
+        hist: rec.hist,
+        intervals: rec.intervals,
+        bytes: 0,
+        secs: 0.0,
+        peak_bps: 0.0,
+        peer: None,
+        verified: 0,
+        errors: 0,
+        first_error: None,
+    }
+}
+
+fn poll_mem(c: &Conn, off: usize, want: u8) -> Result<bool, String> {
+    let mut b = [0u8; 1];
+    c.data.read(off, &mut b).map_err(|e| e.to_string())?;
+    Ok(b[0] == want)
+}
+
+fn stage(c: &Conn, size: u64, salt: u64, i: u64, verify: bool, tagged: bool) -> Result<(), String> {
+    let s = size as usize;
+    if verify {
+        let mut buf = vec![0u8; s];
+        wire::fill(&mut buf, salt, i);
+        if tagged {
+            buf[s - 1] = wire::tag(i);
+        }
+        c.src.write(0, &buf).map_err(|e| e.to_string())
+    } else if tagged {
+        c.src
+            .write(s - 1, &[wire::tag(i)])
+            .map_err(|e| e.to_string())
+    } else {
+        Ok(())
+    }
+}
+
+fn verify_tagged(c: &mut Conn, size: u64, salt: u64, i: u64) -> Result<(), String> {
+    let s = size as usize;
+    let mut got = vec![0u8; s];
+    let mut want = vec![0u8; s];
+    wire::fill(&mut want, salt, i);
+    want[s - 1] = wire::tag(i);
+    // The tag octet can become visible while the engine is still copying the rest of the
+    // last segment (memcpy does not store in address order), so a mismatch is read again
+    // for a moment before it counts: placement finishes within microseconds.
+    let t0 = Instant::now();
+    loop {
+        c.data.read(0, &mut got).map_err(|e| e.to_string())?;
+        if got == want || t0.elapsed() > Duration::from_millis(20) {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    c.check(i, &got, &want);
+    Ok(())
+}
+
+/// Client side of one latency phase (`write_lat`, `read_lat`, `send_lat`) on QP 0.
+pub fn client_lat(
+    conns: &mut [Conn],
+    test: crate::cli::TestName,
+    ph: &Phase,
+    verify: bool,
+    static_server: &[u8],
+) -> Result<Outcome, String> {
+    use crate::cli::TestName as T;
+    start_phase(conns, ph, true)?;
+    let c = &mut conns[0];
+    let size = ph.size;
+    let s = size as usize;
+    let mut rec = Rec::new();
+    let mut samples = Vec::with_capacity(ph.iters.min(10_000_000) as usize);
+    let t_start = Instant::now();
+    let mut i = 0u64;
+    let mut spin = Spin::default();
+    while !done(i, t_start, ph) {
+        let t0;
+        match test {
+            T::WriteLat => {
+                stage(c, size, CLIENT_SALT, i, verify, true)?;
+                let wr = SendWr::new(
+                    i,
+                    SendOp::Write {
+                        remote_stag: c.peer.data_stag,
+                        remote_to: 0,
+                    },
+                    &[c.src.sge(0, s as u32)],
+                )
+                .map_err(|e| e.to_string())?
+                .unsignaled();
+                t0 = Instant::now();
+                post(c, &wr, ph.stall)?;
+                while !poll_mem(c, s - 1, wire::tag(i))? {
+                    check_stall(c, t0, ph.stall)?;
+                    spin.pause();
+                }
+                let ns = t0.elapsed().as_nanos() as u64 / 2;
+                samples.push(ns);
+                rec.record(ns);
+                if verify {
+                    verify_tagged(c, size, SERVER_SALT, i)?;
+                }
+            }
+            T::ReadLat => {
+                let ro = (i % 64) * 64;
+                let wr = SendWr::new(
+                    i,
+                    SendOp::Read {
+                        remote_stag: c.peer.data_stag,
+                        remote_to: ro,
+                    },
+                    &[c.src.sge(0, s as u32)],
+                )
+                .map_err(|e| e.to_string())?;
+                t0 = Instant::now();
+                post(c, &wr, ph.stall)?;
+                let wc = wait_send(c, t0, ph.stall, &mut spin)?;
+                if wc != WcOpcode::Read {
+                    return Err(format!("unexpected completion {wc:?}"));
+                }
+                let ns = t0.elapsed().as_nanos() as u64;
+                samples.push(ns);
+                rec.record(ns);
+                if verify {
+                    let mut got = vec![0u8; s];
+                    c.src.read(0, &mut got).map_err(|e| e.to_string())?;
+                    let r = ro as usize;
+                    c.check(i, &got, &static_server[r..r + s]);
+                }
+            }
+            T::SendLat => {
+                stage(c, size, CLIENT_SALT, i, verify, false)?;
+                let wr = SendWr::new(i, SendOp::Send, &[c.src.sge(0, s as u32)])
+                    .map_err(|e| e.to_string())?
+                    .unsignaled();
+                t0 = Instant::now();
+                post(c, &wr, ph.stall)?;
+                note_sent(c);
+                loop {
+                    match c.poll_recv()? {
+                        Some(Recv::Data) => break,
+                        Some(Recv::Ctrl(x)) => {
+                            return Err(format!("unexpected control message {:?}", x.kind))
+                        }
+                        None => {
+                            check_stall(c, t0, ph.stall)?;
+                            spin.pause()
+                        }
+                    }
+                }
+                let ns = t0.elapsed().as_nanos() as u64 / 2;
+                samples.push(ns);
+                rec.record(ns);
+            }
+            _ => unreachable!("latency tests only"),
+        }
+        spin.reset();
+        i += 1;
+        if rec.tick(false) && ph.progress {
+            let p50 = rec.hist.value_at_quantile(0.5) as f64 / 1000.0;
+            progress(size, t_start, &format!("{i} iterations, p50 {p50:.2} us"));
+        }
+    }
+    end_progress(ph.progress);
+    rec.tick(true);
+    let secs = t_start.elapsed().as_secs_f64();
+    let mut d = Ctrl::new(Kind::Done, size, i);
+    d.v0 = (secs * 1e9) as u64;
+    c.send_ctrl(d, ph.stall)?;
+    let r = c.wait_ctrl(ph.stall)?;
+    if r.kind != Kind::Result {
+        return Err(format!("expected Result from the server, got {:?}", r.kind));
+    }
+    let mut o = outcome(size, rec);
+    o.iters = i;
+    o.samples = samples;
+    o.secs = secs;
+    o.verified = c.verified + r.v3;
+    o.errors = c.errors + r.v0;
+    o.first_error = c.first_error.take();
+    c.reset_counts();
+    Ok(o)
+}
+
+fn note_sent(c: &mut Conn) {
+    c.note_data_sent();
+}
+
+fn check_stall(c: &Conn, t0: Instant, stall: Duration) -> Result<(), String> {
+    if let Some(wc) = c.poll_send_error() {
+        return Err(wc);
+    }
+    if t0.elapsed() > stall {
+        return Err(format!(
+            "no answer from the peer for {} s (did it exit?)",
+            stall.as_secs()
+        ));
+    }
+    Ok(())
+}
+
+fn wait_send(c: &Conn, t0: Instant, stall: Duration, spin: &mut Spin) -> Result<WcOpcode, String> {
+    loop {
+        if let Some(wc) = c.poll_send() {
+            if wc.status != WcStatus::Success {
+                return Err(format!("{:?} completed with {:?}", wc.opcode, wc.status));
+            }
+            return Ok(wc.opcode);
+        }
+        if t0.elapsed() > stall {
+            return Err(format!("no completion for {} s", stall.as_secs()));
+        }
+        spin.pause();
+    }
+}
+
+/// Server side of a latency test: answers phases until the client disconnects.
+pub fn server_lat(
+    conns: &mut [Conn],
+    test: crate::cli::TestName,
+    verify: bool,
+) -> Result<u64, String> {
+    use crate::cli::TestName as T;
+    let mut phases = 0;
+    loop {
+        let c = &mut conns[0];
+        let start = match c.wait_ctrl(Duration::from_secs(24 * 3600)) {
+            Ok(x) if x.kind == Kind::Bye => return Ok(phases),
+            Ok(x) => x,
+            Err(e) if e.contains("closed") => return Ok(phases),
+            Err(e) => return Err(e),
+        };
+        if start.kind != Kind::Start {
+            return Err(format!("expected Start, got {:?}", start.kind));
+        }
+        let size = start.size;
+        let s = size as usize;
+        let ph = Phase {
+            size,
+            iters: start.iters,
+            duration: None,
+            stall: Duration::from_secs(60),
+            progress: false,
+        };
+        start_phase(conns, &ph, false)?;
+        let c = &mut conns[0];
+        c.send_ctrl(Ctrl::new(Kind::Ready, size, 0), ph.stall)?;
+        let mut i = 0u64;
+        let mut spin = Spin::default();
+        let (v0, v1) = (c.errors, c.verified);
+        loop {
+            if test == T::WriteLat && poll_mem(c, s - 1, wire::tag(i))? {
+                if verify {
+                    verify_tagged(c, size, CLIENT_SALT, i)?;
+                }
+                stage(c, size, SERVER_SALT, i, verify, true)?;
+                let wr = SendWr::new(
+                    i,
+                    SendOp::Write {
+                        remote_stag: c.peer.data_stag,
+                        remote_to: 0,
+                    },
+                    &[c.src.sge(0, s as u32)],
+                )
+                .map_err(|e| e.to_string())?
+                .unsignaled();
+                post(c, &wr, ph.stall)?;
+                i += 1;
+                spin.reset();
+                continue;
+            }
+            match c.poll_recv()? {
+                Some(Recv::Data) => {
+                    // send_lat: answer with our message i.
+                    stage(c, size, SERVER_SALT, i, verify, false)?;
+                    let wr = SendWr::new(i, SendOp::Send, &[c.src.sge(0, s as u32)])
+                        .map_err(|e| e.to_string())?
+                        .unsignaled();
+                    post(c, &wr, ph.stall)?;
+                    c.note_data_sent();
+                    i += 1;
+                    spin.reset();
+                }
+                Some(Recv::Ctrl(x)) if x.kind == Kind::Done => break,
+                Some(Recv::Ctrl(x)) => return Err(format!("unexpected {:?}", x.kind)),
+                None => {
+                    if let Some(e) = c.poll_send_error() {
+                        return Err(e);
+                    }
+                    spin.pause()
+                }
+            }
+        }
+        let mut r = Ctrl::new(Kind::Result, size, i);
+        r.v0 = c.errors - v0;
+        r.v3 = c.verified - v1;
+        c.send_ctrl(r, ph.stall)?;
+        phases += 1;
+    }
+}
+
+/// Per-QP sender state of a bandwidth phase.
+#[derive(Debug, Default)]
+struct Tx {
+    posted: u64,
+    completed: u64,
+    done_sent: bool,
+    peer_done: Option<u64>,
+    times: Vec<Option<Instant>>,
+}
+
+/// One bandwidth phase on either side. `sending`: we post data (client always, server
+/// with `-b`); the peer's `Done` on every QP ends our receiving part.
+#[allow(clippy::too_many_arguments)]
+pub fn bw_phase(
+    conns: &mut [Conn],
+    test: crate::cli::TestName,
+    ph: &Phase,
+    client: bool,
+    sending: bool,
+    peer_sending: bool,
+    verify: bool,
+    static_peer: &[u8],
+) -> Result<Outcome, String> {
+    use crate::cli::TestName as T;
+    start_phase(conns, ph, client)?;
+    if !client {
+        conns[0].send_ctrl(Ctrl::new(Kind::Ready, ph.size, 0), ph.stall)?;
+    }
+    let size = ph.size;
+    let s = size as usize;
+    let (salt, _peer_salt) = if client {
+        (CLIENT_SALT, SERVER_SALT)
+    } else {
+        (SERVER_SALT, CLIENT_SALT)
+    };
+    let slots = conns[0].layout().slots(size);
+    let mut window = conns[0].layout().tx_depth.min(slots).max(1);
+    if test == T::ReadBw {
+        window = window.min(u64::from(conns[0].est.as_ref().map(|e| e.ord).unwrap_or(1)).max(1));
+    }
+    let mut tx: Vec<Tx> = conns
+        .iter()
+        .map(|_| Tx {
+            times: vec![None; window as usize],
+            done_sent: !sending,
+            ..Tx::default()
+        })
+        .collect();
+    let mut rec = Rec::new();
+    let t_start = Instant::now();
+    let mut last_progress = Instant::now();
+    let mut last_sample = (Instant::now(), 0u64);
+    let mut peak = 0.0f64;
+    let mut bytes = 0u64;
+    let mut t_last = t_start;
+    let mut spin = Spin::default();
+    let mut last_work = Instant::now();
+    let mut stop = false;
+    let mut early: Option<Ctrl> = None;
+    loop {
+        let mut work = false;
+        if sending && !stop && done(tx.iter().map(|t| t.posted).min().unwrap_or(0), t_start, ph) {
+            stop = true;
+        }
+        for (qi, c) in conns.iter_mut().enumerate() {
+            let t = &mut tx[qi];
+            if sending && !t.done_sent {
+                while !stop
+                    && t.posted - t.completed < window
+                    && (test != T::SendBw || c.credit_available())
+                    && (ph.duration.is_some() || t.posted < ph.iters)
+                {
+                    let i = t.posted;
+                    let slot = (i % slots) * size;
+                    let op = match test {
+                        T::WriteBw => SendOp::Write {
+                            remote_stag: c.peer.data_stag,
+                            remote_to: slot,
+                        },
+                        T::ReadBw => SendOp::Read {
+                            remote_stag: c.peer.data_stag,
+                            remote_to: c.layout().read_offset(size, i),
+                        },
+                        _ => SendOp::Send,
+                    };
+                    if verify && test != T::ReadBw {
+                        let mut buf = vec![0u8; s];
+                        wire::fill(&mut buf, salt, i);
+                        c.src
+                            .write(slot as usize, &buf)
+                            .map_err(|e| e.to_string())?;
+                    }
+                    let wr = SendWr::new(i, op, &[c.src.sge(slot, s as u32)])
+                        .map_err(|e| e.to_string())?;
+                    match c.qp.post_send(&wr) {
+                        Ok(()) => {}
+                        Err(warpcore_verbs::Error::QueueFull) => break,
+                        Err(e) => return Err(format!("post: {e}")),
+                    }
+                    if test == T::SendBw {
+                        c.note_data_sent();
+                    }
+                    t.times[(i % window) as usize] = Some(Instant::now());
+                    t.posted += 1;
+                    work = true;
+                }
+                while let Some(wc) = c.poll_send() {
+                    if wc.status != WcStatus::Success {
+                        return Err(format!("{:?} completed with {:?}", wc.opcode, wc.status));
+                    }
+                    if wc.wr_id >= u64::MAX - 1 {
+                        continue;
+                    }
+                    let i = wc.wr_id;
+                    if let Some(t0) = t.times[(i % window) as usize].take() {
+                        rec.record(t0.elapsed().as_nanos() as u64);
+                    }
+                    if verify && test == T::ReadBw {
+                        let slot = ((i % slots) * size) as usize;
+                        let ro = c.layout().read_offset(size, i) as usize;
+                        let mut got = vec![0u8; s];
+                        c.src.read(slot, &mut got).map_err(|e| e.to_string())?;
+                        c.check(i, &got, &static_peer[ro..ro + s]);
+                    }
+                    t.completed += 1;
+                    bytes += size;
+                    t_last = Instant::now();
+                    work = true;
+                }
+                let finished = (stop || (ph.duration.is_none() && t.posted >= ph.iters))
+                    && t.completed == t.posted;
+                if finished && (test != T::SendBw || c.credit_available()) {
+                    let mut d = Ctrl::new(Kind::Done, size, t.posted);
+                    d.v0 = (t_last - t_start).as_nanos() as u64;
+                    c.send_ctrl(d, ph.stall)?;
+                    t.done_sent = true;
+                    work = true;
+                }
+            }
+            while let Some(r) = c.poll_recv()? {
+                work = true;
+                match r {
+                    Recv::Data => {}
+                    Recv::Ctrl(x) if x.kind == Kind::Done => t.peer_done = Some(x.iters),
+                    // With -b the server's Result can follow its Done in one drain.
+                    Recv::Ctrl(x) if client && x.kind == Kind::Result => early = Some(x),
+                    Recv::Ctrl(x) => return Err(format!("unexpected {:?} mid-run", x.kind)),
+                }
+            }
+        }
+        let now = Instant::now();
+        if now - last_sample.0 >= Duration::from_millis(10) {
+            let dt = (now - last_sample.0).as_secs_f64();
+            if bytes > 0 && now - t_start > Duration::from_millis(10) {
+                peak = peak.max((bytes - last_sample.1) as f64 / dt);
+            }
+            last_sample = (now, bytes);
+        }
+        if rec.tick(false) && ph.progress && sending {
+            let _ = last_progress;
+            last_progress = now;
+            progress(
+                size,
+                t_start,
+                &format!(
+                    "{:.1} MB/s",
+                    bytes as f64 / (t_last - t_start).as_secs_f64().max(1e-9) / 1048576.0
+                ),
+            );
+        }
+        let all_sent = tx.iter().all(|t| t.done_sent);
+        let all_peer = !peer_sending || tx.iter().all(|t| t.peer_done.is_some());
+        if all_sent && all_peer {
+            break;
+        }
+        if work {
+            last_work = now;
+            spin.reset();
+        } else {
+            if now - last_work > ph.stall {
+                return Err(format!(
+                    "no progress for {} s (the peer stopped?)",
+                    ph.stall.as_secs()
+                ));
+            }
+            if !sending {
+                for c in conns.iter() {
+                    if let Some(e) = c.poll_send_error() {
+                        return Err(e);
+                    }
+                }
+            }
+            spin.pause();
+        }
+    }
+    end_progress(ph.progress && sending);
+    rec.tick(true);
+    // Final-slot check of RDMA Writes: each slot holds the last message written into it.
+    if verify && test == T::WriteBw && peer_sending {
+        for (qi, c) in conns.iter_mut().enumerate() {
+            let n = tx[qi].peer_done.unwrap_or(0);
+            let psalt = if client { SERVER_SALT } else { CLIENT_SALT };
+            for j in 0..slots.min(n) {
+                let last = j + ((n - 1 - j) / slots) * slots;
+                let mut got = vec![0u8; s];
+                let mut want = vec![0u8; s];
+                c.data
+                    .read((j * size) as usize, &mut got)
+                    .map_err(|e| e.to_string())?;
+                wire::fill(&mut want, psalt, last);
+                c.check(last, &got, &want);
+            }
+        }
+    }
+    let msgs: u64 = tx.iter().map(|t| t.completed).sum();
+    let secs = (t_last - t_start).as_secs_f64();
+    let mut o = outcome(size, rec);
+    o.iters = msgs;
+    o.bytes = bytes;
+    o.secs = secs;
+    o.peak_bps = if peak > 0.0 {
+        peak
+    } else {
+        bytes as f64 / secs.max(1e-9)
+    };
+    o.verified = conns.iter().map(|c| c.verified).sum();
+    o.errors = conns.iter().map(|c| c.errors).sum();
+    o.first_error = conns.iter_mut().find_map(|c| c.first_error.take());
+    if client {
+        let r = match early {
+            Some(r) => r,
+            None => conns[0].wait_ctrl(ph.stall)?,
+        };
+        if r.kind != Kind::Result {
+            return Err(format!("expected Result, got {:?}", r.kind));
+        }
+        o.verified += r.v3;
+        o.errors += r.v0;
+        if peer_sending {
+            o.peer = Some((r.iters * size, r.v1 as f64 / 1e9, r.v2 as f64, r.iters));
+        }
+    } else {
+        let mut r = Ctrl::new(Kind::Result, size, msgs);
+        r.v0 = o.errors;
+        r.v1 = (secs * 1e9) as u64;
+        r.v2 = o.peak_bps as u64;
+        r.v3 = o.verified;
+        conns[0].send_ctrl(r, ph.stall)?;
+    }
+    for c in conns.iter_mut() {
+        c.reset_counts();
+    }
+    Ok(o)
+}

@@ -1,0 +1,483 @@
+//! `wcbench`: the helper of `bench/compare.sh`: the bounds iwperf is compared with, and the
+//! report's plot.
+//!
+//! * `copy`: single-core `memcpy` and `crc32c` throughput for given sizes;
+//! * `raw`: a raw DPDK packet ping-pong and a packet blast over any vdev (net_memif between
+//!   two processes in the comparison): no TCP, no iWARP, the floor under iwperf's figures;
+//! * `plot`: latency percentile curves (PNG) from HdrHistogram interval logs.
+#![forbid(unsafe_code)]
+
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use hdrhistogram::Histogram;
+
+#[derive(Parser, Debug)]
+#[command(name = "wcbench")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// memcpy and crc32c throughput on one core.
+    Copy {
+        /// Sizes in bytes, comma separated.
+        #[arg(long, default_value = "64,65536")]
+        sizes: String,
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 0.5)]
+        secs: f64,
+    },
+    /// Raw Ethernet frames over a DPDK port: ping-pong or blast.
+    Raw {
+        /// `echo` (answer every frame, count blasts) or `pingpong` / `blast` (drive).
+        #[arg(long)]
+        mode: String,
+        /// The vdev, e.g. net_memif0,role=server,socket=/tmp/x.sock,socket-abstract=no.
+        #[arg(long)]
+        vdev: String,
+        /// Frame size in bytes (with the Ethernet header, without FCS).
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+        /// Frames.
+        #[arg(long, default_value_t = 100_000)]
+        count: u64,
+        /// HdrHistogram interval log of the half round trips (pingpong).
+        #[arg(long)]
+        hdr_log: Option<String>,
+    },
+    /// Latency percentile curves from HdrHistogram interval logs: LABEL=FILE ...
+    Plot {
+        /// Output PNG.
+        #[arg(long)]
+        out: String,
+        /// Title.
+        #[arg(long, default_value = "Latency by percentile")]
+        title: String,
+        /// LABEL=FILE pairs.
+        series: Vec<String>,
+    },
+}
+
+fn hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("bounds")
+}
+
+fn copy(sizes: &str, secs: f64) {
+    for s in sizes.split(',') {
+        let size: usize = s.parse().expect("size");
+        let src = vec![0x5au8; size];
+        let mut dst = vec![0u8; size];
+        let (mut n, t0) = (0u64, Instant::now());
+        while t0.elapsed().as_secs_f64() < secs {
+            for _ in 0..64 {
+                dst.copy_from_slice(std::hint::black_box(&src));
+                std::hint::black_box(&mut dst);
+            }
+            n += 64;
+        }
+        let mc = (n * size as u64) as f64 / t0.elapsed().as_secs_f64();
+        let (mut n, t0, mut acc) = (0u64, Instant::now(), 0u32);
+        while t0.elapsed().as_secs_f64() < secs {
+            for _ in 0..64 {
+                acc ^= crc32c::crc32c(std::hint::black_box(&src));
+            }
+            n += 64;
+        }
+        std::hint::black_box(acc);
+        let cr = (n * size as u64) as f64 / t0.elapsed().as_secs_f64();
+        println!(
+            "RESULT copy size={size} memcpy_gbps={:.2} crc32c_gbps={:.2}",
+            mc * 8.0 / 1e9,
+            cr * 8.0 / 1e9
+        );
+    }
+}
+
+#[cfg(feature = "dpdk")]
+fn raw(
+    mode: &str,
+    vdev: &str,
+    size: usize,
+    count: u64,
+    hdr_log: Option<&str>,
+) -> Result<(), String> {
+    use warpcore_dpdk_sys::{EalBuilder, Mbuf, Mempool, Port, PortConfig};
+    // One CPU each, so that the two busy-polling processes never share one.
+    let (role, cpu) = if mode == "echo" {
+        ("s", "0")
+    } else {
+        ("c", "1")
+    };
+    let eal = EalBuilder::new("wcbench")
+        .args(["-l", cpu])
+        .args([
+            "--no-huge",
+            "-m",
+            "256",
+            "--no-shconf",
+            "--no-pci",
+            "--no-telemetry",
+            "--log-level=error",
+        ])
+        .args([format!(
+            "--file-prefix=wcbench-{role}-{}",
+            std::process::id()
+        )])
+        .vdev(vdev)
+        .init()
+        .map_err(|e| e.to_string())?;
+    let pool = Mempool::new(&eal, "wcbench", 16383, 256, Mempool::DEFAULT_DATA_ROOM)
+        .map_err(|e| e.to_string())?;
+    let mut port = Port::from_id(&eal, 0).map_err(|e| e.to_string())?;
+    port.configure(&PortConfig::default(), &pool)
+        .map_err(|e| e.to_string())?;
+    port.start().map_err(|e| e.to_string())?;
+    let t0 = Instant::now();
+    while !port.link_status().map(|l| l.up).unwrap_or(false) {
+        if t0.elapsed() > Duration::from_secs(30) {
+            return Err("link down after 30 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut rx = port.rx_queue(0).map_err(|e| e.to_string())?;
+    let mut tx = port.tx_queue(0).map_err(|e| e.to_string())?;
+    let mut frame = vec![0u8; size.max(60)];
+    frame[..6].copy_from_slice(&[0xff; 6]);
+    frame[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
+    frame[12..14].copy_from_slice(&[0x88, 0xb5]); // IEEE local experimental EtherType
+    let mut inb: Vec<Mbuf> = Vec::with_capacity(64);
+    let mut out: Vec<Mbuf> = Vec::with_capacity(64);
+    let send = |tx: &mut warpcore_dpdk_sys::TxQueue, out: &mut Vec<Mbuf>| {
+        let t0 = Instant::now();
+        while !out.is_empty() && t0.elapsed() < Duration::from_secs(2) {
+            tx.tx_burst(out);
+        }
+        if !out.is_empty() {
+            eprintln!("wcbench: tx ring refuses frames");
+            out.clear();
+        }
+    };
+    match mode {
+        "echo" => {
+            // Echo ping-pong frames (first octet of the payload 1), count blast frames (2),
+            // and answer a blast's end marker (3) with the count.
+            let (mut blast, mut first, mut last) = (0u64, None::<Instant>, Instant::now());
+            let mut idle = Instant::now();
+            let mut seen_any = false;
+            loop {
+                inb.clear();
+                if rx.rx_burst(&mut inb, 32) == 0 {
+                    if seen_any && idle.elapsed() > Duration::from_secs(10) {
+                        return Err("the driver went quiet for 10 s".into());
+                    }
+                    continue;
+                }
+                seen_any = true;
+                idle = Instant::now();
+                for m in inb.drain(..) {
+                    match m.data().get(14).copied() {
+                        Some(1) => out.push(m),
+                        Some(2) => {
+                            blast += 1;
+                            first.get_or_insert_with(Instant::now);
+                            last = Instant::now();
+                        }
+                        Some(3) => {
+                            let secs = first.map(|f| (last - f).as_secs_f64()).unwrap_or(0.0);
+                            let mut r = frame.clone();
+                            r[14] = 3;
+                            r[15..23].copy_from_slice(&blast.to_be_bytes());
+                            r[23..31].copy_from_slice(&secs.to_bits().to_be_bytes());
+                            out.push(Mbuf::from_slice(&pool, &r).ok_or("pool empty")?);
+                            send(&mut tx, &mut out);
+                            return Ok(());
+                        }
+                        _ => {}
+                    }
+                }
+                send(&mut tx, &mut out);
+            }
+        }
+        "pingpong" => {
+            frame[14] = 1;
+            let mut h = hist();
+            let mut intervals: Vec<(Duration, Duration, Histogram<u64>)> = Vec::new();
+            let (mut ih, mut istart) = (hist(), Instant::now());
+            let start = Instant::now();
+            let warm = count / 10;
+            for i in 0..count + warm {
+                let t = Instant::now();
+                out.push(Mbuf::from_slice(&pool, &frame).ok_or("pool empty")?);
+                send(&mut tx, &mut out);
+                inb.clear();
+                let tw = Instant::now();
+                while rx.rx_burst(&mut inb, 1) == 0 {
+                    if tw.elapsed() > Duration::from_secs(5) {
+                        return Err("no echo for 5 s: is the echo side running?".into());
+                    }
+                }
+                let half = t.elapsed().as_nanos() as u64 / 2;
+                if i >= warm {
+                    let _ = h.record(half.max(1));
+                    let _ = ih.record(half.max(1));
+                }
+                if istart.elapsed() > Duration::from_secs(1) {
+                    intervals.push((
+                        istart - start,
+                        istart.elapsed(),
+                        std::mem::replace(&mut ih, hist()),
+                    ));
+                    istart = Instant::now();
+                }
+            }
+            intervals.push((istart - start, istart.elapsed(), ih));
+            let q = |p: f64| h.value_at_quantile(p) as f64 / 1000.0;
+            println!(
+                "RESULT raw_pingpong size={size} half_rtt_p50_us={:.2} p99_us={:.2} p999_us={:.2} samples={}",
+                q(0.5), q(0.99), q(0.999), h.len()
+            );
+            // Tell the echo side to finish, and wait for its answer: a frame still in the
+            // ring when this process exits would be lost with the memif link.
+            let mut end = frame.clone();
+            end[14] = 3;
+            out.push(Mbuf::from_slice(&pool, &end).ok_or("pool empty")?);
+            send(&mut tx, &mut out);
+            let tw = Instant::now();
+            while tw.elapsed() < Duration::from_secs(2) {
+                inb.clear();
+                rx.rx_burst(&mut inb, 32);
+                if inb.iter().any(|m| m.data().get(14) == Some(&3)) {
+                    break;
+                }
+            }
+            if let Some(p) = hdr_log {
+                write_log(p, &intervals)?;
+            }
+            Ok(())
+        }
+        "blast" => {
+            frame[14] = 2;
+            let t0 = Instant::now();
+            let mut sent = 0u64;
+            while sent < count {
+                while out.len() < 32 && sent + (out.len() as u64) < count {
+                    match Mbuf::from_slice(&pool, &frame) {
+                        Some(m) => out.push(m),
+                        None => break,
+                    }
+                }
+                let before = out.len();
+                tx.tx_burst(&mut out);
+                sent += (before - out.len()) as u64;
+                inb.clear();
+                rx.rx_burst(&mut inb, 32);
+            }
+            let send_secs = t0.elapsed().as_secs_f64();
+            std::thread::sleep(Duration::from_millis(200));
+            let mut end = frame.clone();
+            end[14] = 3;
+            out.push(Mbuf::from_slice(&pool, &end).ok_or("pool empty")?);
+            send(&mut tx, &mut out);
+            let tw = Instant::now();
+            loop {
+                inb.clear();
+                rx.rx_burst(&mut inb, 32);
+                if let Some(m) = inb.iter().find(|m| m.data().get(14) == Some(&3)) {
+                    let d = m.data();
+                    let got = u64::from_be_bytes(d[15..23].try_into().unwrap_or_default());
+                    let secs = f64::from_bits(u64::from_be_bytes(
+                        d[23..31].try_into().unwrap_or_default(),
+                    ));
+                    let secs = if secs > 0.0 { secs } else { send_secs };
+                    println!(
+                        "RESULT raw_blast size={size} sent={sent} received={got} mpps={:.3} gbps={:.3}",
+                        got as f64 / secs / 1e6,
+                        (got * size as u64) as f64 * 8.0 / secs / 1e9
+                    );
+                    return Ok(());
+                }
+                if tw.elapsed() > Duration::from_secs(5) {
+                    return Err("the echo side did not report".into());
+                }
+            }
+        }
+        m => Err(format!("unknown mode {m}")),
+    }
+}
+
+#[cfg(not(feature = "dpdk"))]
+fn raw(_: &str, _: &str, _: usize, _: u64, _: Option<&str>) -> Result<(), String> {
+    Err("wcbench was built without DPDK".into())
+}
+
+#[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
+fn write_log(path: &str, intervals: &[(Duration, Duration, Histogram<u64>)]) -> Result<(), String> {
+    use hdrhistogram::serialization::interval_log::IntervalLogWriterBuilder;
+    use hdrhistogram::serialization::V2DeflateSerializer;
+    let mut f = std::fs::File::create(path).map_err(|e| e.to_string())?;
+    let mut ser = V2DeflateSerializer::new();
+    let mut w = IntervalLogWriterBuilder::new()
+        .with_base_time(std::time::SystemTime::now())
+        .with_max_value_divisor(1000.0)
+        .begin_log_with(&mut f, &mut ser)
+        .map_err(|e| e.to_string())?;
+    for (s, l, h) in intervals {
+        if !h.is_empty() {
+            w.write_histogram(h, *s, *l, None)
+                .map_err(|e| format!("{e:?}"))?;
+        }
+    }
+    Ok(())
+}
+
+fn read_log(path: &str) -> Result<Histogram<u64>, String> {
+    use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+    use hdrhistogram::serialization::Deserializer;
+    let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+    let mut total = hist();
+    let mut de = Deserializer::new();
+    for e in IntervalLogIterator::new(&bytes) {
+        if let Ok(LogEntry::Interval(iv)) = e {
+            let raw = base64_decode(iv.encoded_histogram())?;
+            let h: Histogram<u64> = de
+                .deserialize(&mut std::io::Cursor::new(raw))
+                .map_err(|e| format!("{path}: {e:?}"))?;
+            total.add(&h).map_err(|e| format!("{e:?}"))?;
+        }
+    }
+    Ok(total)
+}
+
+fn base64_decode(s: &str) -> Result<Vec<u8>, String> {
+    let val = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0);
+    for &c in s.as_bytes() {
+        if c == b'=' {
+            break;
+        }
+        let v = val(c).ok_or("bad base64")?;
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    Ok(out)
+}
+
+fn plot(out: &str, title: &str, series: &[String]) -> Result<(), String> {
+    use plotters::prelude::*;
+    let font = ["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"]
+        .iter()
+        .find_map(|p| std::fs::read(p).ok())
+        .ok_or("no DejaVuSans.ttf (apt install fonts-dejavu-core)")?;
+    plotters::style::register_font(
+        "sans-serif",
+        FontStyle::Normal,
+        Box::leak(font.into_boxed_slice()),
+    )
+    .map_err(|_| "font")?;
+    // x: percentile as -log10(1 - p) (0 = p0, 1 = p90, 2 = p99, 3 = p99.9, 4 = p99.99).
+    let mut curves = Vec::new();
+    let mut ymax = 1.0f64;
+    for s in series {
+        let (label, file) = s.split_once('=').ok_or("series must be LABEL=FILE")?;
+        let h = read_log(file)?;
+        if h.is_empty() {
+            continue;
+        }
+        let pts: Vec<(f64, f64)> = (0..=400)
+            .map(|k| {
+                let x = k as f64 / 100.0;
+                let p = 1.0 - 10f64.powf(-x);
+                (x, h.value_at_quantile(p) as f64 / 1000.0)
+            })
+            .collect();
+        ymax = pts.iter().map(|p| p.1).fold(ymax, f64::max);
+        curves.push((label.to_string(), pts));
+    }
+    let root = BitMapBackend::new(out, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let mut c = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .margin_right(40)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..4f64, (0.01f64..ymax * 1.2).log_scale())
+        .map_err(|e| e.to_string())?;
+    c.configure_mesh()
+        .x_desc("percentile")
+        .y_desc("latency [usec] (log)")
+        .x_labels(5)
+        .x_label_formatter(&|x| match if (x - x.round()).abs() < 0.01 {
+            x.round() as i32
+        } else {
+            -1
+        } {
+            0 => "p0".into(),
+            1 => "p90".into(),
+            2 => "p99".into(),
+            3 => "p99.9".into(),
+            4 => "p99.99".into(),
+            _ => String::new(),
+        })
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    let colors = [RED, BLUE, GREEN, MAGENTA, BLACK];
+    for (i, (label, pts)) in curves.into_iter().enumerate() {
+        let col = colors[i % colors.len()];
+        c.draw_series(LineSeries::new(pts, col.stroke_width(2)))
+            .map_err(|e| e.to_string())?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
+    }
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let r = match &cli.cmd {
+        Cmd::Copy { sizes, secs } => {
+            copy(sizes, *secs);
+            Ok(())
+        }
+        Cmd::Raw {
+            mode,
+            vdev,
+            size,
+            count,
+            hdr_log,
+        } => raw(mode, vdev, *size, *count, hdr_log.as_deref()),
+        Cmd::Plot { out, title, series } => plot(out, title, series),
+    };
+    match r {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("wcbench: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
