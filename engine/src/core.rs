@@ -207,7 +207,7 @@ struct OrqEntry {
 }
 
 /// An inbound request on QN 1 owed a response, in arrival order (RDMAP-5.5-13; RFC 7306
-/// responses go out in request order too, EXT-5.2-*).
+/// responses go out in request order too, EXT-5.2.2-6).
 #[derive(Debug, Clone, Copy)]
 enum Inbound {
     Read(ReadResponsePlan),
@@ -405,7 +405,7 @@ impl UntaggedBuffers for UntaggedView {
             qn::SEND => self.rq_head_len,
             qn::READ_REQUEST => Some(64),
             qn::TERMINATE => Some(TERMINATE_SEGMENT_MAX_LEN as u64),
-            // The requester keeps room for every outstanding response: ORD bounds them.
+            // The requester keeps room for every outstanding response: ORD bounds them (EXT-5.2.2-4).
             qn::ATOMIC_RESPONSE if self.rfc7306 => Some(64),
             _ => None,
         }
@@ -891,7 +891,7 @@ impl Qp {
             }
         }
         // Immediate Data consumes a receive buffer whatever its length: the 8 octets go
-        // into the completion, not into the buffer (EXT-6.3-*; departure in docs/engine.md).
+        // into the completion, not into the buffer (EXT-6.3-2; departure in docs/engine.md).
         let untagged = UntaggedView {
             rq_head_len: self.rq.front().map(|r| {
                 if immediate {
@@ -957,7 +957,7 @@ impl Qp {
                         return Err(RdmapError::UnexpectedOpcode.into());
                     };
                     // One message in one segment (check_inbound); it completes the head
-                    // receive in MSN order with the value (EXT-6.3-*, RDMAP-5.5-2).
+                    // receive in MSN order with the value (EXT-6.3-2, EXT-6.3-3, RDMAP-5.5-2).
                     if p.message_len.is_some() {
                         if let Some(r) = self.rq.pop_front() {
                             self.shared.release_rq();
@@ -1055,7 +1055,7 @@ impl Qp {
                         return Err(e.into());
                     }
                     // Executed when its turn comes to be answered, after every earlier
-                    // Read Response was read (responses in request order, EXT-5.2-*).
+                    // Read Response was read (responses in request order, EXT-5.2.2-6).
                     self.irq.push_back(Inbound::Atomic(ar));
                 }
                 qn::ATOMIC_RESPONSE => {
@@ -1161,7 +1161,7 @@ impl Qp {
             }
             Some(Inbound::Atomic(req)) => {
                 // Executed now, in request order after every earlier Read Response was
-                // read (EXT-5.2-*), atomically against every other atomic through this
+                // read (EXT-5.2.2-6), atomically against every other atomic through this
                 // engine on the same word (EXT-5-1, EXT-5.3-1): a compare-exchange loop
                 // on the word's AtomicU64, which holds the value in host byte order
                 // (EXT-5.1.1-1: the target memory's order; operands are big-endian on

@@ -158,7 +158,7 @@ pub enum SendOp {
     },
     /// RFC 7306 Immediate Data (opcode 0x8) or Immediate Data with Solicited Event (0x9):
     /// exactly 8 octets, `imm` big-endian on the wire, that consume one receive buffer of
-    /// the peer and are reported in its completion (EXT-6.3-*). Takes no local SGE.
+    /// the peer and are reported in its completion (EXT-6.3-2, EXT-6.3-4). Takes no local SGE.
     Immediate {
         /// The immediate value.
         imm: u64,
