@@ -33,6 +33,7 @@ use warpcore_proto::error::{DdpError, MpaError, ProtocolError, RdmapError};
 use warpcore_proto::mpa::deframer::{Deframer, DeframerConfig};
 use warpcore_proto::mpa::framer::{Framer, FramerConfig};
 use warpcore_proto::mpa::negotiation::{self as nego, Initiator, Negotiated, Responder};
+use warpcore_proto::rdmap::atomic::{self as ext_atomic, handle_atomic_request};
 use warpcore_proto::rdmap::terminate::TERMINATE_SEGMENT_MAX_LEN;
 use warpcore_proto::rdmap::{
     check_inbound, emit_terminate, handle_read_request, invalidate_error, InboundReadQueue,
@@ -41,7 +42,10 @@ use warpcore_proto::rdmap::{
 use warpcore_proto::wire::ddp::DDP_VERSION;
 use warpcore_proto::wire::fpdu::{self, MAX_ULPDU_LEN};
 use warpcore_proto::wire::mpa::{RtrType, RtrTypes};
-use warpcore_proto::wire::rdmap::{qn, Control, Opcode, ReadRequest, ReadRequestRepr};
+use warpcore_proto::wire::rdmap::{
+    qn, AtomicRequest, AtomicRequestRepr, AtomicResponse, Control, ImmediateData,
+    ImmediateDataRepr, Opcode, ReadRequest, ReadRequestRepr,
+};
 use warpcore_proto::wire::segment::{RdmapHeader, Segment};
 use warpcore_proto::TerminateReport;
 use warpcore_tcp::smoltcp::socket::tcp::State as TcpState;
@@ -112,10 +116,24 @@ pub fn validate_send(shared: &QpShared, mrs: &MrTable, wr: &SendWr) -> Result<()
     if sges.len() > shared.max_sge as usize {
         return Err(EngineError::TooManySges);
     }
+    // RFC 7306 operations only on connections that use it (EXT-1.1-1): refused here,
+    // typed, before anything reaches the wire.
+    if wr.op.is_rfc7306() && !shared.rfc7306() {
+        return Err(EngineError::NotSupported("RFC 7306"));
+    }
     let is_read = matches!(wr.op, SendOp::Read { .. });
     if is_read && sges.len() > 1 {
         return Err(EngineError::ReadSgeCount);
     }
+    // An atomic returns the original 8-octet word into at most one local SGE of exactly
+    // 8 octets (EXT-5.2.2-*; as ibverbs' atomic SGE); Immediate Data carries no payload.
+    if wr.op.is_atomic() && (sges.len() > 1 || sges.first().is_some_and(|s| s.len != 8)) {
+        return Err(EngineError::AtomicSge);
+    }
+    if matches!(wr.op, SendOp::Immediate { .. }) && wr.sges.total_len() != 0 {
+        return Err(EngineError::MessageTooLong);
+    }
+    let is_read = is_read || wr.op.is_atomic();
     if wr.sges.total_len() > u64::from(u32::MAX) {
         return Err(EngineError::MessageTooLong);
     }
@@ -169,6 +187,10 @@ struct SqEntry {
     /// `Some` once the request is done (its completion is due when it reaches the head).
     status: Option<WcStatus>,
     byte_len: u32,
+    /// Messages of this request started (a Write with Immediate sends two).
+    stage: u8,
+    /// The original value an atomic returned.
+    atomic_orig: Option<u64>,
 }
 
 /// An outstanding outbound Read (ORD accounting, RDMAP-06 §5.2): its Read Responses come
@@ -179,12 +201,25 @@ struct OrqEntry {
     seq: Option<u64>,
     sink_stag: u32,
     len: u32,
+    /// `Some(request id)` for an RFC 7306 Atomic Request (answered on QN 3; Reads and
+    /// Atomics share ORD, EXT-5.2-1), `None` for a Read.
+    atomic: Option<u32>,
+}
+
+/// An inbound request on QN 1 owed a response, in arrival order (RDMAP-5.5-13; RFC 7306
+/// responses go out in request order too, EXT-5.2.2-6).
+#[derive(Debug, Clone, Copy)]
+enum Inbound {
+    Read(ReadResponsePlan),
+    Atomic(AtomicRequestRepr),
 }
 
 #[derive(Debug)]
 enum TxSrc {
     Sq(u64),
     ReadResp(ReadResponsePlan),
+    /// A header-only response (Atomic Response): no payload, retires an IRD credit.
+    AtomicResp,
 }
 
 #[derive(Debug)]
@@ -229,7 +264,7 @@ struct Qp {
     rq: VecDeque<RecvWr>,
     orq: VecDeque<OrqEntry>,
     ord: u32,
-    irq: VecDeque<ReadResponsePlan>,
+    irq: VecDeque<Inbound>,
     ird: InboundReadQueue,
     tx: Option<TxMsg>,
     conn: Option<Conn>,
@@ -238,6 +273,11 @@ struct Qp {
     disconnect_requested: bool,
     /// Most Reads ever in flight at once (ORD high-water mark, for tests and stats).
     orq_high: u32,
+    /// RFC 7306 in use on this connection (from [`QpShared::rfc7306`] at connect/accept).
+    rfc7306: bool,
+    /// A local error found while starting a message (an atomic target gone), reported by
+    /// the send poller.
+    tx_fault: Option<ProtocolError>,
 }
 
 /// What the application may inspect about a queue pair.
@@ -352,17 +392,21 @@ impl TaggedBuffers for TaggedView {
 /// (Atomic Responses) is not a queue without RFC 7306 atomics.
 struct UntaggedView {
     rq_head_len: Option<u64>,
+    /// QN 3 is a queue when RFC 7306 is in use (EXT-5.2-2).
+    rfc7306: bool,
 }
 
 impl UntaggedBuffers for UntaggedView {
     fn queue_valid(&self, qn: u32) -> bool {
-        qn <= qn::TERMINATE
+        qn <= qn::TERMINATE || (self.rfc7306 && qn == qn::ATOMIC_RESPONSE)
     }
     fn buffer_len(&self, q: u32, _msn: u32) -> Option<u64> {
         match q {
             qn::SEND => self.rq_head_len,
             qn::READ_REQUEST => Some(64),
             qn::TERMINATE => Some(TERMINATE_SEGMENT_MAX_LEN as u64),
+            // The requester keeps room for every outstanding response: ORD bounds them (EXT-5.2.2-4).
+            qn::ATOMIC_RESPONSE if self.rfc7306 => Some(64),
             _ => None,
         }
     }
@@ -485,6 +529,10 @@ impl Qp {
         let opcode = match e.wr.op {
             SendOp::Write { .. } => WcOpcode::Write,
             SendOp::Read { .. } => WcOpcode::Read,
+            SendOp::AtomicFetchAdd { .. } => WcOpcode::AtomicFetchAdd,
+            SendOp::AtomicCmpSwap { .. } => WcOpcode::AtomicCmpSwap,
+            SendOp::WriteWithImm { .. } => WcOpcode::WriteWithImm,
+            SendOp::Immediate { .. } => WcOpcode::Immediate,
             _ => WcOpcode::Send,
         };
         self.send_cq.push(Completion {
@@ -495,6 +543,12 @@ impl Qp {
             byte_len: e.byte_len,
             solicited: false,
             invalidated: None,
+            imm: None,
+            atomic_orig: if status == WcStatus::Success {
+                e.atomic_orig
+            } else {
+                None
+            },
         });
     }
 
@@ -547,6 +601,8 @@ impl Qp {
                 byte_len: 0,
                 solicited: false,
                 invalidated: None,
+                imm: None,
+                atomic_orig: None,
             });
             self.shared.release_rq();
         }
@@ -585,7 +641,10 @@ impl Qp {
         // A Terminate that names one of our Read Requests fails that Read with the
         // peer's verdict (RDMAP-06 §4.8 copies the Read Request header); everything
         // else outstanding is flushed and the decoded Terminate goes to the application.
-        if report.opcode == Some(Opcode::ReadRequest) {
+        if matches!(
+            report.opcode,
+            Some(Opcode::ReadRequest | Opcode::AtomicRequest)
+        ) {
             let access = report.code.etype() == 1 && report.code.layer() <= 1;
             let status = if access {
                 WcStatus::RemoteAccess
@@ -627,6 +686,8 @@ impl Qp {
         self.ird = InboundReadQueue::new(clamp_ird_ord(n.local_ird, cfg.max_ird));
         self.ord = clamp_ird_ord(n.local_ord, cfg.max_ord);
         conn.rtr_pending = n.rtr;
+        // RFC 7306 is agreed out of band (no MPA bit): fixed for the connection now.
+        self.rfc7306 = self.shared.rfc7306();
     }
 
     fn established_event(&self, n: &Negotiated) -> CmEvent {
@@ -785,13 +846,13 @@ impl Qp {
                     if let Ok(seg) = Segment::parse(ulpdu) {
                         if let RdmapHeader::ReadRequest(rr) = seg.repr.header {
                             self.ird.admit()?;
-                            self.irq.push_back(ReadResponsePlan {
+                            self.irq.push_back(Inbound::Read(ReadResponsePlan {
                                 sink_stag: rr.sink_stag,
                                 sink_to: rr.sink_to,
                                 src_stag: rr.src_stag,
                                 src_to: rr.src_to,
                                 len: 0,
-                            });
+                            }));
                         }
                     }
                     return Ok(());
@@ -799,8 +860,15 @@ impl Qp {
             }
         }
         let seg = Segment::parse(ulpdu).map_err(|e| e.protocol_error())?;
-        check_inbound(&seg.repr, &RdmapConfig::default())?;
+        // RFC 7306 opcodes only where the connection uses RFC 7306; otherwise 0/2/06 as for
+        // an RFC 5040 receiver (EXT-8.2-2, EXT-1.1-1).
+        let rdmap_cfg = RdmapConfig {
+            atomics: self.rfc7306,
+            immediate_data: self.rfc7306,
+        };
+        check_inbound(&seg.repr, &rdmap_cfg)?;
         let opcode = seg.repr.opcode;
+        let immediate = matches!(opcode, Opcode::ImmediateData | Opcode::ImmediateDataSe);
         // One STag lookup per segment: key, protection domain and access here, bounds on
         // the guard below (DDP-7.1-10..14, DDP-8.2-1, RDMAP-8.1.1-6). Zero-length tagged
         // segments are not looked up at all (DDP-5.2-11).
@@ -822,8 +890,17 @@ impl Qp {
                 }
             }
         }
+        // Immediate Data consumes a receive buffer whatever its length: the 8 octets go
+        // into the completion, not into the buffer (EXT-6.3-2; departure in docs/engine.md).
         let untagged = UntaggedView {
-            rq_head_len: self.rq.front().map(|r| r.sges.total_len()),
+            rq_head_len: self.rq.front().map(|r| {
+                if immediate {
+                    r.sges.total_len().max(8)
+                } else {
+                    r.sges.total_len()
+                }
+            }),
+            rfc7306: self.rfc7306,
         };
         let Some(placement) = conn.ddp_rx.handle_segment(ulpdu, &tagged, &untagged)? else {
             return Ok(());
@@ -840,6 +917,7 @@ impl Qp {
                         .orq
                         .front()
                         .copied()
+                        .filter(|h| h.atomic.is_none())
                         .ok_or(RdmapError::UnexpectedOpcode)?;
                     if !data.is_empty() && p.stag != head.sink_stag {
                         return Err(DdpError::TaggedInvalidStag.into());
@@ -874,6 +952,29 @@ impl Qp {
                 }
             }
             Placement::Untagged(p) => match p.qn {
+                qn::SEND if immediate => {
+                    let RdmapHeader::ImmediateData(h) = seg.repr.header else {
+                        return Err(RdmapError::UnexpectedOpcode.into());
+                    };
+                    // One message in one segment (check_inbound); it completes the head
+                    // receive in MSN order with the value (EXT-6.3-2, EXT-6.3-3, RDMAP-5.5-2).
+                    if p.message_len.is_some() {
+                        if let Some(r) = self.rq.pop_front() {
+                            self.shared.release_rq();
+                            self.recv_cq.push(Completion {
+                                wr_id: r.wr_id,
+                                qp: self.id,
+                                opcode: WcOpcode::RecvImm,
+                                status: WcStatus::Success,
+                                byte_len: 0,
+                                solicited: opcode == Opcode::ImmediateDataSe,
+                                invalidated: None,
+                                imm: Some(u64::from_be_bytes(h.data)),
+                                atomic_orig: None,
+                            });
+                        }
+                    }
+                }
                 qn::SEND => {
                     let data = ulpdu
                         .get(p.payload_offset..p.payload_offset + p.payload_len)
@@ -919,9 +1020,80 @@ impl Qp {
                                 byte_len: len,
                                 solicited: opcode.is_solicited(),
                                 invalidated,
+                                imm: None,
+                                atomic_orig: None,
                             });
                         }
                     }
+                }
+                qn::READ_REQUEST if opcode == Opcode::AtomicRequest => {
+                    let RdmapHeader::AtomicRequest(ar) = seg.repr.header else {
+                        return Err(RdmapError::UnexpectedOpcode.into());
+                    };
+                    // Atomic Requests count against IRD next to Read Requests (EXT-5.2-1).
+                    self.ird.admit()?;
+                    // AOpCode, alignment (0/2/07, EXT-5.2.1-2), STag, bounds, then the
+                    // REMOTE_ATOMIC right: a region grants atomics only with it, so the
+                    // right stands for both remote rights proto's check asks for.
+                    let pd = self.pd;
+                    let checked = handle_atomic_request(&ar, |stag| {
+                        let g = ctx
+                            .mrs
+                            .lookup(Stag(stag), pd, Access::empty())
+                            .map_err(LookupFault::stag_fault)?;
+                        let atomic_ok = ctx
+                            .mrs
+                            .lookup(Stag(stag), pd, Access::REMOTE_ATOMIC)
+                            .is_ok();
+                        let mut a = g.access_region();
+                        a.remote_read = atomic_ok;
+                        a.remote_write = atomic_ok;
+                        Ok(a)
+                    });
+                    if let Err(e) = checked {
+                        self.ird.retire();
+                        return Err(e.into());
+                    }
+                    // Executed when its turn comes to be answered, after every earlier
+                    // Read Response was read (responses in request order, EXT-5.2.2-6).
+                    self.irq.push_back(Inbound::Atomic(ar));
+                }
+                qn::ATOMIC_RESPONSE => {
+                    let RdmapHeader::AtomicResponse(resp) = seg.repr.header else {
+                        return Err(RdmapError::UnexpectedOpcode.into());
+                    };
+                    // Responses come back in request order, Reads and Atomics together;
+                    // one that answers nothing outstanding is an unexpected opcode (as an
+                    // unsolicited Read Response, departure 3).
+                    let head = self.orq.front().copied();
+                    let Some(head) = head.filter(|h| h.atomic == Some(resp.orig_request_id)) else {
+                        return Err(RdmapError::UnexpectedOpcode.into());
+                    };
+                    self.orq.pop_front();
+                    let orig = resp.orig_value;
+                    if let Some(seq) = head.seq {
+                        let sink = self
+                            .entry_mut(seq)
+                            .and_then(|e| e.wr.sges.as_slice().first().copied());
+                        let mut status = WcStatus::Success;
+                        if let Some(s) = sink {
+                            // The original value into the local SGE in host byte order,
+                            // as ibverbs returns it.
+                            let ok = ctx
+                                .mrs
+                                .lookup_local(Stag(s.stag), self.pd, true)
+                                .ok()
+                                .is_some_and(|g| g.place_at(s.to, &orig.to_ne_bytes()).is_ok());
+                            if !ok {
+                                status = WcStatus::LocalProtection;
+                            }
+                        }
+                        if let Some(e) = self.entry_mut(seq) {
+                            e.status = Some(status);
+                            e.atomic_orig = Some(orig);
+                        }
+                    }
+                    self.retire_sq();
                 }
                 qn::READ_REQUEST => {
                     let RdmapHeader::ReadRequest(rr) = seg.repr.header else {
@@ -942,7 +1114,7 @@ impl Qp {
                             return Err(e.into());
                         }
                     };
-                    self.irq.push_back(plan);
+                    self.irq.push_back(Inbound::Read(plan));
                 }
                 qn::TERMINATE => {
                     let RdmapHeader::Terminate(t) = seg.repr.header else {
@@ -972,19 +1144,78 @@ impl Qp {
     /// (RDMAP-5.2.2-4, RDMAP-5.5-13), then the send queue in posting order (RDMAP-5.5-6).
     /// A Read Response reads its source as it is sent, which may be after later Writes were
     /// placed (RDMAP-5.5-5 allows it; a requester that needs otherwise fences).
-    fn start_next(&mut self, cfg: &EngineConfig) -> Option<TxMsg> {
+    fn start_next(&mut self, cfg: &EngineConfig, mrs: &MrTable) -> Option<TxMsg> {
         let conn = self.conn.as_mut()?;
         let mulpdu = conn.framer.as_ref()?.max_ulpdu_len();
-        if let Some(plan) = self.irq.pop_front() {
-            let ctrl = Control::new(Opcode::ReadResponse).0;
-            let seg = conn
-                .ddp_tx
-                .tagged(ctrl, plan.sink_stag, plan.sink_to, &[], plan.len, mulpdu)
-                .ok()?;
-            return Some(TxMsg {
-                seg,
-                src: TxSrc::ReadResp(plan),
-            });
+        match self.irq.pop_front() {
+            Some(Inbound::Read(plan)) => {
+                let ctrl = Control::new(Opcode::ReadResponse).0;
+                let seg = conn
+                    .ddp_tx
+                    .tagged(ctrl, plan.sink_stag, plan.sink_to, &[], plan.len, mulpdu)
+                    .ok()?;
+                return Some(TxMsg {
+                    seg,
+                    src: TxSrc::ReadResp(plan),
+                });
+            }
+            Some(Inbound::Atomic(req)) => {
+                // Executed now, in request order after every earlier Read Response was
+                // read (EXT-5.2.2-6), atomically against every other atomic through this
+                // engine on the same word (EXT-5-1, EXT-5.3-1): a compare-exchange loop
+                // on the word's AtomicU64, which holds the value in host byte order
+                // (EXT-5.1.1-1: the target memory's order; operands are big-endian on
+                // the wire only).
+                let orig = mrs
+                    .lookup(Stag(req.remote_stag), self.pd, Access::REMOTE_ATOMIC)
+                    .ok()
+                    .and_then(|g| {
+                        let off = g.bounds(req.remote_to, 8).ok()?;
+                        let w = g.atomic(off).ok()?;
+                        let mut cur = w.load(std::sync::atomic::Ordering::Acquire);
+                        loop {
+                            let mut new = cur;
+                            ext_atomic::execute(&req, &mut new).ok()?;
+                            if new == cur {
+                                // CmpSwap miss (or a no-op): nothing to store.
+                                return Some(cur);
+                            }
+                            match w.compare_exchange_weak(
+                                cur,
+                                new,
+                                std::sync::atomic::Ordering::AcqRel,
+                                std::sync::atomic::Ordering::Acquire,
+                            ) {
+                                Ok(_) => return Some(cur),
+                                Err(v) => cur = v,
+                            }
+                        }
+                    });
+                let Some(orig) = orig else {
+                    // The region went away since the request was checked.
+                    self.tx_fault = Some(ProtocolError::Rdmap(RdmapError::LocalCatastrophic));
+                    return None;
+                };
+                let mut hdr = [0u8; 12];
+                ext_atomic::response(&req, orig)
+                    .emit(&mut AtomicResponse::new_unchecked(&mut hdr[..]));
+                let seg = conn
+                    .ddp_tx
+                    .untagged(
+                        Control::new(Opcode::AtomicResponse).0,
+                        0,
+                        qn::ATOMIC_RESPONSE,
+                        &hdr,
+                        0,
+                        mulpdu,
+                    )
+                    .ok()?;
+                return Some(TxMsg {
+                    seg,
+                    src: TxSrc::AtomicResp,
+                });
+            }
+            None => {}
         }
         let _ = cfg;
         let idx = usize::try_from(self.sq_next_seq - self.sq_head_seq).ok()?;
@@ -995,7 +1226,93 @@ impl Qp {
         }
         let len = e.wr.sges.total_len() as u32;
         let seq = self.sq_next_seq;
+        let stage = e.stage;
+        // A Write with Immediate is two messages; the request stays at the send position
+        // until its second (Immediate Data) has started.
+        let mut advance = true;
         let seg = match e.wr.op {
+            SendOp::WriteWithImm {
+                remote_stag,
+                remote_to,
+                ..
+            } if stage == 0 => {
+                advance = false;
+                conn.ddp_tx.tagged(
+                    Control::new(Opcode::Write).0,
+                    remote_stag,
+                    remote_to,
+                    &[],
+                    len,
+                    mulpdu,
+                )
+            }
+            SendOp::WriteWithImm { imm, .. } | SendOp::Immediate { imm, .. } => {
+                let op = match e.wr.op {
+                    SendOp::Immediate {
+                        solicited: true, ..
+                    } => Opcode::ImmediateDataSe,
+                    _ => Opcode::ImmediateData,
+                };
+                let mut hdr = [0u8; 8];
+                ImmediateDataRepr {
+                    data: imm.to_be_bytes(),
+                }
+                .emit(&mut ImmediateData::new_unchecked(&mut hdr[..]));
+                conn.ddp_tx
+                    .untagged(Control::new(op).0, 0, qn::SEND, &hdr, 0, mulpdu)
+            }
+            SendOp::AtomicFetchAdd { .. } | SendOp::AtomicCmpSwap { .. } => {
+                // ORD bounds Reads and Atomics together (EXT-5.2-1): the queue waits.
+                if self.orq.len() as u32 >= self.ord {
+                    return None;
+                }
+                let id = seq as u32;
+                let req = match e.wr.op {
+                    SendOp::AtomicFetchAdd {
+                        remote_stag,
+                        remote_to,
+                        add,
+                        add_mask,
+                    } => AtomicRequestRepr::fetch_add(id, remote_stag, remote_to, add, add_mask),
+                    SendOp::AtomicCmpSwap {
+                        remote_stag,
+                        remote_to,
+                        compare,
+                        compare_mask,
+                        swap,
+                        swap_mask,
+                    } => AtomicRequestRepr::cmp_swap(
+                        id,
+                        remote_stag,
+                        remote_to,
+                        swap,
+                        swap_mask,
+                        compare,
+                        compare_mask,
+                    ),
+                    _ => return None,
+                };
+                let mut hdr = [0u8; 52];
+                req.emit(&mut AtomicRequest::new_unchecked(&mut hdr[..]));
+                let s = conn.ddp_tx.untagged(
+                    Control::new(Opcode::AtomicRequest).0,
+                    0,
+                    qn::READ_REQUEST,
+                    &hdr,
+                    0,
+                    mulpdu,
+                );
+                if s.is_ok() {
+                    self.orq.push_back(OrqEntry {
+                        seq: Some(seq),
+                        sink_stag: 0,
+                        len: 8,
+                        atomic: Some(id),
+                    });
+                    self.orq_high = self.orq_high.max(self.orq.len() as u32);
+                }
+                s
+            }
             SendOp::Send | SendOp::SendSe => {
                 let op = if e.wr.op == SendOp::Send {
                     Opcode::Send
@@ -1056,13 +1373,19 @@ impl Qp {
                         seq: Some(seq),
                         sink_stag: sink.stag,
                         len: sink.len,
+                        atomic: None,
                     });
                     self.orq_high = self.orq_high.max(self.orq.len() as u32);
                 }
                 s
             }
         };
-        self.sq_next_seq += 1;
+        if let Some(e) = self.entry_mut(seq) {
+            e.stage += 1;
+        }
+        if advance {
+            self.sq_next_seq += 1;
+        }
         match seg {
             Ok(seg) => Some(TxMsg {
                 seg,
@@ -1070,6 +1393,9 @@ impl Qp {
             }),
             Err(_) => {
                 // A request the segmenter refuses (TO + length wraps) fails locally.
+                if !advance {
+                    self.sq_next_seq += 1;
+                }
                 if let Some(e) = self.entry_mut(seq) {
                     e.status = Some(WcStatus::LocalProtection);
                 }
@@ -1214,6 +1540,8 @@ impl<D: PollDevice> EngineCore<D> {
             read_placed: 0,
             disconnect_requested: false,
             orq_high: 0,
+            rfc7306: true,
+            tx_fault: None,
         });
         Ok((id, shared))
     }
@@ -1257,14 +1585,20 @@ impl<D: PollDevice> EngineCore<D> {
         let mrs = Arc::clone(&self.mrs);
         let q = self.qp_mut(id)?;
         validate_send(&q.shared, &mrs, &wr)?;
-        if matches!(wr.op, SendOp::Read { .. }) && q.ord == 0 {
+        if (matches!(wr.op, SendOp::Read { .. }) || wr.op.is_atomic()) && q.ord == 0 {
             q.shared.release_sq();
             return Err(EngineError::NoReadCredits);
+        }
+        if wr.op.is_rfc7306() && !q.rfc7306 {
+            q.shared.release_sq();
+            return Err(EngineError::NotSupported("RFC 7306"));
         }
         q.sq.push_back(SqEntry {
             wr,
             status: None,
             byte_len: wr.sges.total_len() as u32,
+            stage: 0,
+            atomic_orig: None,
         });
         Ok(())
     }
@@ -1274,11 +1608,16 @@ impl<D: PollDevice> EngineCore<D> {
     /// completes with a flush error.
     pub fn post_send_reserved(&mut self, id: QpId, wr: SendWr) {
         let Ok(q) = self.qp_mut(id) else { return };
-        let bad_read = matches!(wr.op, SendOp::Read { .. }) && q.ord == 0;
+        let bad_read = (matches!(wr.op, SendOp::Read { .. }) || wr.op.is_atomic()) && q.ord == 0;
+        // The application may have changed the QP's RFC 7306 flag after the connection
+        // fixed it: such a request is not sent.
+        let bad_ext = wr.op.is_rfc7306() && !q.rfc7306;
         let e = SqEntry {
             wr,
-            status: (q.state != QpState::Rts || bad_read).then_some(WcStatus::FlushErr),
+            status: (q.state != QpState::Rts || bad_read || bad_ext).then_some(WcStatus::FlushErr),
             byte_len: wr.sges.total_len() as u32,
+            stage: 0,
+            atomic_orig: None,
         };
         q.sq.push_back(e);
         if q.state != QpState::Rts {
@@ -1857,6 +2196,7 @@ impl<D: PollDevice> EngineCore<D> {
                         seq: None,
                         sink_stag: 0,
                         len: 0,
+                        atomic: None,
                     });
                 }
                 RtrType::Write => {}
@@ -1877,7 +2217,17 @@ impl<D: PollDevice> EngineCore<D> {
         let mut fpdus = 0;
         while fpdus < cfg.tx_budget_fpdus {
             if q.tx.is_none() {
-                q.tx = q.start_next(cfg);
+                q.tx = q.start_next(cfg, mrs);
+                if let Some(err) = q.tx_fault.take() {
+                    let mut ctx = Ctx {
+                        mrs,
+                        cfg,
+                        events,
+                        stats,
+                    };
+                    q.fail_local(err, None, &mut ctx);
+                    return true;
+                }
                 if q.tx.is_none() {
                     break;
                 }
@@ -1915,6 +2265,7 @@ impl<D: PollDevice> EngineCore<D> {
                         None => false,
                     }
                 }
+                TxSrc::AtomicResp => true,
                 TxSrc::ReadResp(plan) => {
                     plen == 0
                         || mrs
@@ -1965,16 +2316,20 @@ impl<D: PollDevice> EngineCore<D> {
                 let done = q.tx.take();
                 match done.map(|m| m.src) {
                     Some(TxSrc::Sq(seq)) => {
-                        let is_read = q
-                            .entry_mut(seq)
-                            .is_some_and(|e| matches!(e.wr.op, SendOp::Read { .. }));
-                        if !is_read {
+                        // Reads and Atomics complete when their response arrives; a Write
+                        // with Immediate when its second message is out.
+                        let pending = q.entry_mut(seq).is_some_and(|e| {
+                            matches!(e.wr.op, SendOp::Read { .. })
+                                || e.wr.op.is_atomic()
+                                || (matches!(e.wr.op, SendOp::WriteWithImm { .. }) && e.stage < 2)
+                        });
+                        if !pending {
                             if let Some(e) = q.entry_mut(seq) {
-                                e.status = Some(WcStatus::Success);
+                                e.status.get_or_insert(WcStatus::Success);
                             }
                         }
                     }
-                    Some(TxSrc::ReadResp(_)) => q.ird.retire(),
+                    Some(TxSrc::ReadResp(_)) | Some(TxSrc::AtomicResp) => q.ird.retire(),
                     None => {}
                 }
             }

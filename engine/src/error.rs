@@ -35,6 +35,12 @@ pub enum EngineError {
     ReadSgeCount,
     /// The negotiated ORD is 0: this QP cannot issue RDMA Reads.
     NoReadCredits,
+    /// The connection does not use the named extension (RFC 7306 atomics and Immediate
+    /// Data are off for this QP, e.g. towards siw): EXT-1.1-1, nothing is sent.
+    NotSupported(&'static str),
+    /// An atomic takes no local SGE or one of exactly 8 octets with local write access
+    /// (the original value is written there).
+    AtomicSge,
     /// A requested size exceeds the configured limit.
     LimitExceeded(&'static str),
     /// A table is full.
@@ -66,6 +72,8 @@ impl fmt::Display for EngineError {
             EngineError::MessageTooLong => f.write_str("message longer than 2^32-1 octets"),
             EngineError::ReadSgeCount => f.write_str("an RDMA Read takes exactly one SGE"),
             EngineError::NoReadCredits => f.write_str("ORD is 0: no RDMA Reads possible"),
+            EngineError::NotSupported(w) => write!(f, "{w} not enabled on this connection"),
+            EngineError::AtomicSge => f.write_str("an atomic takes no SGE or one of 8 octets"),
             EngineError::LimitExceeded(w) => write!(f, "{w} exceeds the configured limit"),
             EngineError::TableFull(w) => write!(f, "{w} table full"),
             EngineError::AlreadyConnected => f.write_str("queue pair already connected"),

@@ -112,6 +112,80 @@ pub enum SendOp {
         /// The peer's Tagged Offset.
         remote_to: u64,
     },
+    /// RFC 7306 masked FetchAdd on the 64-bit word at `remote_to` (8-aligned, EXT-5.2.1-2)
+    /// of the peer's region, which needs `REMOTE_ATOMIC` access. The original value comes
+    /// back in [`Completion::atomic_orig`] and, if the request has one local SGE (exactly 8
+    /// octets, local write), is written there in host byte order. `add_mask` marks lane
+    /// ends (0: a plain 64-bit add; RFC 7306 §5.1.1).
+    AtomicFetchAdd {
+        /// The peer's STag.
+        remote_stag: u32,
+        /// The peer's Tagged Offset of the word.
+        remote_to: u64,
+        /// Add Data.
+        add: u64,
+        /// Add Mask.
+        add_mask: u64,
+    },
+    /// RFC 7306 masked CmpSwap: if `(compare ^ word) & compare_mask == 0` the bits of
+    /// `swap_mask` are replaced by those of `swap` (all ones masks: the plain form;
+    /// RFC 7306 §5.1.2). The original value is returned as for
+    /// [`SendOp::AtomicFetchAdd`].
+    AtomicCmpSwap {
+        /// The peer's STag.
+        remote_stag: u32,
+        /// The peer's Tagged Offset of the word.
+        remote_to: u64,
+        /// Compare Data.
+        compare: u64,
+        /// Compare Mask.
+        compare_mask: u64,
+        /// Swap Data.
+        swap: u64,
+        /// Swap Mask.
+        swap_mask: u64,
+    },
+    /// RDMA Write followed by an RFC 7306 Immediate Data message carrying `imm` (sent
+    /// big-endian, EXT-6.3-5): the peer's receive completes with [`WcOpcode::RecvImm`]
+    /// once the written data is placed (the Write precedes it on the stream).
+    WriteWithImm {
+        /// The peer's STag.
+        remote_stag: u32,
+        /// The peer's Tagged Offset.
+        remote_to: u64,
+        /// The immediate value.
+        imm: u64,
+    },
+    /// RFC 7306 Immediate Data (opcode 0x8) or Immediate Data with Solicited Event (0x9):
+    /// exactly 8 octets, `imm` big-endian on the wire, that consume one receive buffer of
+    /// the peer and are reported in its completion (EXT-6.3-2, EXT-6.3-4). Takes no local SGE.
+    Immediate {
+        /// The immediate value.
+        imm: u64,
+        /// Set the Solicited Event flag (opcode 0x9).
+        solicited: bool,
+    },
+}
+
+impl SendOp {
+    /// An RFC 7306 operation: refused unless the connection uses RFC 7306 (EXT-1.1-1).
+    pub fn is_rfc7306(&self) -> bool {
+        matches!(
+            self,
+            SendOp::AtomicFetchAdd { .. }
+                | SendOp::AtomicCmpSwap { .. }
+                | SendOp::WriteWithImm { .. }
+                | SendOp::Immediate { .. }
+        )
+    }
+
+    /// An atomic (a request answered on QN 3 that counts against ORD like a Read).
+    pub fn is_atomic(&self) -> bool {
+        matches!(
+            self,
+            SendOp::AtomicFetchAdd { .. } | SendOp::AtomicCmpSwap { .. }
+        )
+    }
 }
 
 /// A send queue work request.
@@ -152,6 +226,17 @@ pub enum WcOpcode {
     Read,
     /// A received Send.
     Recv,
+    /// An RFC 7306 FetchAdd (the original value in [`Completion::atomic_orig`]).
+    AtomicFetchAdd,
+    /// An RFC 7306 CmpSwap (the original value in [`Completion::atomic_orig`]).
+    AtomicCmpSwap,
+    /// An RDMA Write with Immediate Data.
+    WriteWithImm,
+    /// An Immediate Data message sent.
+    Immediate,
+    /// A received Immediate Data message (from an Immediate or a Write with Immediate):
+    /// the value is in [`Completion::imm`], `byte_len` is 0.
+    RecvImm,
 }
 
 /// Outcome of a work request.
@@ -190,6 +275,10 @@ pub struct Completion {
     pub solicited: bool,
     /// A received Send with Invalidate invalidated this local STag.
     pub invalidated: Option<u32>,
+    /// The immediate value of a received Immediate Data message ([`WcOpcode::RecvImm`]).
+    pub imm: Option<u64>,
+    /// The original value of the target word of a successful atomic.
+    pub atomic_orig: Option<u64>,
 }
 
 /// A completion queue: filled by engine cores, drained by application threads. Several QPs,
@@ -279,6 +368,7 @@ impl QpState {
 #[derive(Debug)]
 pub struct QpShared {
     state: AtomicU8,
+    rfc7306: AtomicBool,
     sq_used: AtomicU32,
     rq_used: AtomicU32,
     /// Send queue depth.
@@ -296,6 +386,7 @@ impl QpShared {
     pub fn new(pd: PdId, sq_depth: u32, rq_depth: u32, max_sge: u32) -> QpShared {
         QpShared {
             state: AtomicU8::new(QpState::Idle as u8),
+            rfc7306: AtomicBool::new(true),
             sq_used: AtomicU32::new(0),
             rq_used: AtomicU32::new(0),
             sq_depth,
@@ -308,6 +399,19 @@ impl QpShared {
     /// The current state.
     pub fn state(&self) -> QpState {
         QpState::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    /// Whether the connection uses RFC 7306 (atomics, Immediate Data; EXT-1.1-1). There
+    /// is no MPA negotiation for it: both ULPs must agree out of band. On by default (our
+    /// own peers); turn it off before connecting towards a peer without it (siw).
+    pub fn rfc7306(&self) -> bool {
+        self.rfc7306.load(Ordering::Acquire)
+    }
+
+    /// Sets [`QpShared::rfc7306`]; the engine reads it once when the QP connects or is
+    /// accepted, so later changes do not affect a running connection.
+    pub fn set_rfc7306(&self, on: bool) {
+        self.rfc7306.store(on, Ordering::Release);
     }
 
     pub(crate) fn set_state(&self, s: QpState) {

@@ -15,7 +15,9 @@ use warpcore_engine::proto::mpa::framer::{Framer, FramerConfig};
 use warpcore_engine::proto::mpa::negotiation::{self as nego, Initiator};
 use warpcore_engine::proto::wire::ddp::DdpBuffer;
 use warpcore_engine::proto::wire::fpdu;
-use warpcore_engine::proto::wire::rdmap::{Opcode, ReadRequestRepr};
+use warpcore_engine::proto::wire::rdmap::{
+    AtomicRequestRepr, AtomicResponseRepr, Opcode, ReadRequestRepr,
+};
 use warpcore_engine::proto::wire::segment::{RdmapHeader, Segment, SegmentRepr};
 use warpcore_engine::tcp::link::{self, LinkConfig, LinkEnd};
 use warpcore_engine::tcp::smoltcp::time::{Duration, Instant};
@@ -393,6 +395,62 @@ fn read_request_invalid_stag() {
 fn read_requests_beyond_ird() {
     let reqs = |s| (1..=6).map(|m| read_req(m, s, 0, 8)).collect();
     expect_terminate("ird", reqs, false, 1, (0, 2, 7));
+}
+
+fn atomic_req(msn: u32, stag: u32, to: u64) -> Vec<u8> {
+    seg(
+        SegmentRepr {
+            last: true,
+            buffer: DdpBuffer::Untagged {
+                rsvd_ulp2: 0,
+                qn: 1,
+                msn,
+                mo: 0,
+            },
+            opcode: Opcode::AtomicRequest,
+            header: RdmapHeader::AtomicRequest(AtomicRequestRepr::fetch_add(msn, stag, to, 1, 0)),
+        },
+        &[],
+    )
+}
+
+/// EXT-5.2-1, RDMAP-6.1-2: Atomic Requests count against IRD next to Read Requests: with
+/// IRD = 4 Reads outstanding, an Atomic Request → 0/2/07 as a fifth Read would (the IRD
+/// check comes before the target's, which here lacks REMOTE_ATOMIC and would be 0/1/2).
+#[test]
+fn atomic_and_read_requests_beyond_ird() {
+    let reqs = |s| {
+        let mut v: Vec<Vec<u8>> = (1..=4).map(|m| read_req(m, s, 0, 8)).collect();
+        v.push(atomic_req(5, s, 0));
+        v
+    };
+    expect_terminate("ird-atomic", reqs, false, 1, (0, 2, 7));
+}
+
+/// EXT-5.2.2-*: an Atomic Response nobody asked for → 0/2/06 (as an unsolicited Read
+/// Response).
+#[test]
+fn unsolicited_atomic_response() {
+    let u = |_| {
+        vec![seg(
+            SegmentRepr {
+                last: true,
+                buffer: DdpBuffer::Untagged {
+                    rsvd_ulp2: 0,
+                    qn: 3,
+                    msn: 1,
+                    mo: 0,
+                },
+                opcode: Opcode::AtomicResponse,
+                header: RdmapHeader::AtomicResponse(AtomicResponseRepr {
+                    orig_request_id: 1,
+                    orig_value: 5,
+                }),
+            },
+            &[],
+        )]
+    };
+    expect_terminate("unsolicited-atomic", u, false, 1, (0, 2, 6));
 }
 
 /// A Read Response nobody asked for → 0/2/06.

@@ -1,4 +1,5 @@
-//! A seeded random workload of Writes, Reads and Sends between two engine cores over the
+//! A seeded random workload of Writes, Reads, Sends and the RFC 7306 operations (FetchAdd,
+//! CmpSwap, Immediate Data, Write with Immediate; EXT-5.*, EXT-6.*) between two engine cores over the
 //! in-memory link with 1% loss, reordering and duplication in both directions, verified
 //! byte for byte against a model of every memory region and receive buffer (GUIDE §4
 //! step 5).
@@ -43,6 +44,16 @@ enum Op {
         slot: usize,
         data: Vec<u8>,
     },
+    /// FetchAdd or CmpSwap on B's atomic word; `orig` is the model's value before it.
+    Atomic {
+        orig: u64,
+    },
+    /// Immediate Data (with or without SE), or a Write with Immediate when `write` is set.
+    Imm {
+        imm: u64,
+        solicited: bool,
+        write: Option<(usize, Vec<u8>)>,
+    },
 }
 
 fn faults(seed: u64) -> Faults {
@@ -77,6 +88,11 @@ fn run(seed: u64, crc: bool, rev: u8) {
     let (a_sink, s_sink) = p.a.region(OPS * SLOT, all_access());
     let (b_w, s_w) = p.b.region(W, all_access());
     let (b_rx, s_rx) = p.b.region(OPS * SLOT, all_access());
+    let (b_atomic, s_atomic) = p.b.region(
+        4096,
+        all_access() | warpcore_engine::mem::Access::REMOTE_ATOMIC,
+    );
+    let mut word = 0u64;
     let mut rng = Rng(seed | 1);
     let mut model = vec![0u8; W];
     for batch in 0..40 {
@@ -97,7 +113,82 @@ fn run(seed: u64, crc: bool, rev: u8) {
                 (W / 2, 0)
             };
             let len = len.min(W / 2);
-            let op = match rng.below(3) {
+            let op = match rng.below(5) {
+                3 => {
+                    let orig = word;
+                    if rng.below(2) == 0 {
+                        let add = rng.next();
+                        let mask = if rng.below(2) == 0 { 0 } else { rng.next() };
+                        word = warpcore_engine::proto::rdmap::atomic::masked_add(word, add, mask);
+                        let wr_id = (batch * 100 + i) as u64;
+                        let op = SendOp::AtomicFetchAdd {
+                            remote_stag: s_atomic.0,
+                            remote_to: 8,
+                            add,
+                            add_mask: mask,
+                        };
+                        p.a.core
+                            .post_send(qa, send_wr(wr_id, op, &[(s_sink, (i * SLOT) as u64, 8)]))
+                            .unwrap();
+                    } else {
+                        // Compare against the right value half of the time.
+                        let compare = if rng.below(2) == 0 { word } else { rng.next() };
+                        let swap = rng.next();
+                        if compare == word {
+                            word = swap;
+                        }
+                        let op = SendOp::AtomicCmpSwap {
+                            remote_stag: s_atomic.0,
+                            remote_to: 8,
+                            compare,
+                            compare_mask: u64::MAX,
+                            swap,
+                            swap_mask: u64::MAX,
+                        };
+                        let wr_id = (batch * 100 + i) as u64;
+                        p.a.core
+                            .post_send(qa, send_wr(wr_id, op, &[(s_sink, (i * SLOT) as u64, 8)]))
+                            .unwrap();
+                    }
+                    ops.push(Op::Atomic { orig });
+                    continue;
+                }
+                4 => {
+                    let imm = rng.next();
+                    let solicited = rng.below(2) == 0;
+                    let write = (rng.below(2) == 0).then(|| {
+                        let to = wbase + rng.below((W / 2 - len) as u64 + 1) as usize;
+                        let data = rng.bytes(len);
+                        model[to..to + len].copy_from_slice(&data);
+                        (to, data)
+                    });
+                    let wr_id = (batch * 100 + i) as u64;
+                    p.b.core
+                        .post_recv(qb, recv_wr(wr_id, &[(s_rx, (i * SLOT) as u64, 8)]))
+                        .unwrap();
+                    let wr = match &write {
+                        Some((to, data)) => {
+                            a_src.write_at(i * SLOT, data).unwrap();
+                            send_wr(
+                                wr_id,
+                                SendOp::WriteWithImm {
+                                    remote_stag: s_w.0,
+                                    remote_to: *to as u64,
+                                    imm,
+                                },
+                                &[(s_src, (i * SLOT) as u64, data.len() as u32)],
+                            )
+                        }
+                        None => send_wr(wr_id, SendOp::Immediate { imm, solicited }, &[]),
+                    };
+                    p.a.core.post_send(qa, wr).unwrap();
+                    ops.push(Op::Imm {
+                        imm,
+                        solicited: solicited && write.is_none(),
+                        write,
+                    });
+                    continue;
+                }
                 0 => {
                     let to = wbase + rng.below((W / 2 - len) as u64 + 1) as usize;
                     let data = rng.bytes(len);
@@ -139,6 +230,7 @@ fn run(seed: u64, crc: bool, rev: u8) {
                     },
                     &[(s_sink, *sink as u64, *len as u32)],
                 ),
+                Op::Atomic { .. } | Op::Imm { .. } => unreachable!("posted above"),
                 Op::Send { slot, data } => {
                     // Split across two SGEs to exercise gathering.
                     a_src.write_at(*slot, data).unwrap();
@@ -159,7 +251,10 @@ fn run(seed: u64, crc: bool, rev: u8) {
             p.a.core.post_send(qa, wr).unwrap();
             ops.push(op);
         }
-        let sends = ops.iter().filter(|o| matches!(o, Op::Send { .. })).count();
+        let sends = ops
+            .iter()
+            .filter(|o| matches!(o, Op::Send { .. } | Op::Imm { .. }))
+            .count();
         p.run_until(400_000, |p| {
             p.a.completions.len() == OPS && p.b.completions.len() == sends
         });
@@ -195,6 +290,28 @@ fn run(seed: u64, crc: bool, rev: u8) {
                     );
                 }
                 Op::Write { .. } => {}
+                Op::Atomic { orig } => {
+                    assert_eq!(ca[i].atomic_orig, Some(*orig), "atomic {i}");
+                    assert_eq!(read_region(&a_sink, i * SLOT, 8), orig.to_ne_bytes());
+                }
+                Op::Imm {
+                    imm,
+                    solicited,
+                    write,
+                } => {
+                    let sent = if write.is_some() {
+                        WcOpcode::WriteWithImm
+                    } else {
+                        WcOpcode::Immediate
+                    };
+                    assert_eq!(ca[i].opcode, sent);
+                    let c = recvs.next().expect("receive completion");
+                    assert_eq!(c.wr_id, (batch * 100 + i) as u64);
+                    assert_eq!(
+                        (c.opcode, c.imm, c.solicited),
+                        (WcOpcode::RecvImm, Some(*imm), *solicited)
+                    );
+                }
             }
         }
         // Writes complete at the source when handed to TCP; a Read behind them on the same
@@ -222,6 +339,13 @@ fn run(seed: u64, crc: bool, rev: u8) {
     assert!(
         read_region(&a_sink, 0, W) == model,
         "final Read differs from the model"
+    );
+    assert_eq!(
+        b_atomic
+            .atomic_u64_at(8)
+            .unwrap()
+            .load(std::sync::atomic::Ordering::SeqCst),
+        word
     );
     let st = p.a.core.stack().device().tx_fault_stats();
     assert!(

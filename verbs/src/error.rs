@@ -38,6 +38,13 @@ pub enum Error {
     /// The connection has no RDMA Read credits (ORD 0).
     #[error("ORD is 0: no RDMA Reads possible")]
     NoReadCredits,
+    /// The connection does not use this extension (RFC 7306 atomics and Immediate Data
+    /// are off for the queue pair: [`crate::QpInit::rfc7306`]).
+    #[error("{0} not enabled on this connection")]
+    NotSupported(&'static str),
+    /// An atomic takes no local SGE or one SGE of exactly 8 octets with local write access.
+    #[error("an atomic takes no local SGE or one of 8 octets")]
+    AtomicSge,
     /// A size exceeds the configured limit.
     #[error("{0} exceeds the configured limit")]
     LimitExceeded(&'static str),
@@ -82,6 +89,8 @@ impl From<EngineError> for Error {
             EngineError::MessageTooLong => Error::MessageTooLong,
             EngineError::ReadSgeCount => Error::ReadSgeCount,
             EngineError::NoReadCredits => Error::NoReadCredits,
+            EngineError::NotSupported(w) => Error::NotSupported(w),
+            EngineError::AtomicSge => Error::AtomicSge,
             EngineError::LimitExceeded(w) => Error::LimitExceeded(w),
             EngineError::TableFull(w) => Error::TableFull(w),
             EngineError::AlreadyConnected => Error::InvalidState(QpState::Connecting),

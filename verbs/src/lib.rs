@@ -400,6 +400,7 @@ impl ProtectionDomain {
             max_sge: init.max_sge,
         };
         let (id, shared) = self.ctx.call(core, |r| Command::CreateQp(attr, r))?;
+        shared.set_rfc7306(init.rfc7306);
         Ok(QueuePair {
             ctx: self.ctx.clone(),
             id,
@@ -503,6 +504,12 @@ pub struct QpInit {
     /// Engine core to create it on (`None`: round robin). A passive side must use the
     /// connection request's core.
     pub core: Option<usize>,
+    /// Use RFC 7306 (atomics, Write with Immediate, Immediate Data) on this connection.
+    /// MPA has no bit for it, so both sides must agree out of band (EXT-1.1-1). On by
+    /// default (Warpcore peers); turn it off towards siw: then posting an RFC 7306
+    /// operation fails with [`Error::NotSupported`] and an inbound RFC 7306 message is
+    /// answered with Terminate 0/2/06.
+    pub rfc7306: bool,
 }
 
 impl QpInit {
@@ -515,6 +522,7 @@ impl QpInit {
             rq_depth: 64,
             max_sge: MAX_SGE as u32,
             core: None,
+            rfc7306: true,
         }
     }
 }
@@ -686,6 +694,45 @@ impl CompletionQueue {
         loop {
             if let Some(c) = self.cq.pop() {
                 return Ok(c);
+            }
+            if StdInstant::now() >= deadline {
+                return Err(Error::Timeout);
+            }
+            spins += 1;
+            if spins < 200 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::park_timeout(Duration::from_micros(20));
+            }
+        }
+    }
+
+    /// Solicited-event wait (the `ibv_req_notify_cq(solicited_only)` form): waits up to
+    /// `timeout` until a *solicited* completion arrives, i.e. a receive of a message that
+    /// carried the Solicited Event flag (Send with SE, Immediate Data with SE; RDMAP-5.3-*,
+    /// EXT-6.3-*) or any completion in error (errors always notify, as in ibverbs). Every
+    /// completion taken on the way is appended to `out` in queue order, so none is lost;
+    /// returns the index in `out` of the one that ended the wait, or [`Error::Timeout`]
+    /// (with whatever arrived meanwhile in `out`).
+    pub fn wait_solicited(
+        &self,
+        timeout: Duration,
+        out: &mut Vec<Completion>,
+    ) -> Result<usize, Error> {
+        let deadline = StdInstant::now() + timeout;
+        let mut spins = 0u32;
+        loop {
+            let mut took = false;
+            while let Some(c) = self.cq.pop() {
+                took = true;
+                let notify = c.solicited || c.status != WcStatus::Success;
+                out.push(c);
+                if notify {
+                    return Ok(out.len() - 1);
+                }
+            }
+            if took {
+                spins = 0;
             }
             if StdInstant::now() >= deadline {
                 return Err(Error::Timeout);

@@ -59,7 +59,8 @@ fn expect_wc(cq: &CompletionQueue, wr_id: u64) -> Completion {
 pub fn server(ctx: &Context, ready: impl FnOnce()) {
     let pd = ctx.alloc_pd();
     let cq = ctx.create_cq(256).unwrap();
-    let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let all =
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     let mr = pd.alloc_mr(4 * LEN, all).unwrap();
     let src = pattern(LEN, 77);
     mr.write(2 * LEN, &src).unwrap(); // what the client Reads
@@ -84,10 +85,12 @@ pub fn server(ctx: &Context, ready: impl FnOnce()) {
         let qp = pd.create_qp(&init).unwrap();
         // Receives before accepting: two Sends, one Send with SE, a zero-length Send, the
         // final Send after the Write.
+        // Receive 5 takes the Immediate Data of the Write with Immediate (RFC 7306).
         for (wr_id, off, len) in [
             (1u64, 0u64, 40_000u32),
             (2, 40_000, 100),
             (3, 41_000, 0),
+            (5, 43_000, 0),
             (4, 42_000, 16),
         ] {
             qp.post_recv(
@@ -119,7 +122,27 @@ pub fn server(ctx: &Context, ready: impl FnOnce()) {
         let c = expect_wc(&cq, 2);
         assert!(c.solicited && c.byte_len == 100);
         assert_eq!(expect_wc(&cq, 3).byte_len, 0);
+        // EXT-6.3-*: the Write with Immediate's value, its data placed before it.
+        let c = expect_wc(&cq, 5);
+        assert_eq!(
+            (c.opcode, c.imm),
+            (WcOpcode::RecvImm, Some(0x7306 + i as u64))
+        );
+        let mut w = [0u8; 64];
+        mr.read(44_000, &mut w).unwrap();
+        assert!(
+            w[..] == pattern(64, i as u8)[..],
+            "Write with Immediate data differs"
+        );
         expect_wc(&cq, 4);
+        // EXT-5.1.1-*: one FetchAdd of 1 per round on the word at 48_000. It executes
+        // when its response is due, which may be just after the final Send was placed.
+        let word = mr.atomic_u64(48_000).unwrap();
+        let t0 = std::time::Instant::now();
+        while word.load(std::sync::atomic::Ordering::SeqCst) != i as u64 + 1 {
+            assert!(t0.elapsed() < T, "FetchAdd not executed");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         // The final Send follows the Write on the same stream: the Write is placed.
         let mut w = vec![0u8; LEN];
         mr.read(LEN, &mut w).unwrap();
@@ -263,10 +286,28 @@ pub fn client(ctx: &Context, server_ip: [u8; 4]) {
             )
             .unwrap();
         }
+        // RFC 7306: a Write with Immediate and a FetchAdd (in the captures too).
+        let wi = SendOp::WriteWithImm {
+            remote_stag: stag,
+            remote_to: 44_000,
+            imm: 0x7306 + i as u64,
+        };
+        qp.post_send(&SendWr::new(8, wi, &[s(0, 64)]).unwrap())
+            .unwrap();
+        let fa = SendOp::AtomicFetchAdd {
+            remote_stag: stag,
+            remote_to: 48_000,
+            add: 1,
+            add_mask: 0,
+        };
+        qp.post_send(&SendWr::new(14, fa, &[]).unwrap()).unwrap();
         qp.post_send(&SendWr::new(7, SendOp::Send, &[s(0, 16)]).unwrap())
             .unwrap();
-        for id in [1, 2, 4, 5, 6, 10, 11, 12, 13, 7] {
-            expect_wc(&cq, id);
+        for id in [1, 2, 4, 5, 6, 10, 11, 12, 13, 8, 14, 7] {
+            let c = expect_wc(&cq, id);
+            if id == 14 {
+                assert_eq!(c.atomic_orig, Some(i as u64));
+            }
         }
         let mut got = vec![0u8; LEN];
         mr.read(2 * LEN, &mut got).unwrap();

@@ -1,0 +1,204 @@
+//! RFC 7306 through the verbs API with engine threads over the in-memory link: a masked
+//! FetchAdd and a CmpSwap (original values returned), a Write with Immediate (data placed,
+//! the value in the receiver's completion), an Immediate Data with SE, and the typed
+//! refusal on a queue pair with RFC 7306 off (EXT-1.1-1, EXT-5.*, EXT-6.*).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use warpcore_verbs::*;
+
+const T: Duration = Duration::from_secs(10);
+
+#[test]
+fn atomics_and_immediate_data_over_verbs() {
+    let (dev_a, dev_b) = link_pair(&LinkConfig::default());
+    let server = Context::open(Config::new(dev_b, [10, 0, 0, 2])).unwrap();
+    let client = Context::open(Config::new(dev_a, [10, 0, 0, 1])).unwrap();
+
+    let spd = server.alloc_pd();
+    let scq = server.create_cq(64).unwrap();
+    let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC;
+    let smr = spd.alloc_mr(4096, access).unwrap();
+    let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
+    sqp.post_recv(&RecvWr::new(1, &[smr.sge(2048, 16)]).unwrap())
+        .unwrap();
+    sqp.post_recv(&RecvWr::new(2, &[]).unwrap()).unwrap();
+    server.listen(7306, &MpaParams::default()).unwrap();
+
+    let cpd = client.alloc_pd();
+    let ccq = client.create_cq(64).unwrap();
+    let cmr = cpd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
+    cqp.connect([10, 0, 0, 2], 7306, &MpaParams::default(), b"")
+        .unwrap();
+    let req = loop {
+        if let Some(CmEvent::ConnectRequest(r)) = server.next_event(T) {
+            break r;
+        }
+    };
+    server.accept(&req, &sqp, b"").unwrap();
+    assert!(matches!(
+        client.next_event(T),
+        Some(CmEvent::Established(_))
+    ));
+
+    smr.atomic_u64(8)
+        .unwrap()
+        .store(0x00FF_00FF_00FF_00FF, Ordering::SeqCst);
+    // Masked FetchAdd on 16-bit lanes: no carry crosses a lane end (RFC 7306 §5.1.1).
+    let fa = SendOp::AtomicFetchAdd {
+        remote_stag: smr.stag(),
+        remote_to: 8,
+        add: 0x0001_0001_0001_0001,
+        add_mask: 0x8000_8000_8000_8000,
+    };
+    cqp.post_send(&SendWr::new(10, fa, &[cmr.sge(0, 8)]).unwrap())
+        .unwrap();
+    let c = ccq.wait(T).unwrap();
+    assert_eq!((c.wr_id, c.status), (10, WcStatus::Success));
+    assert_eq!(c.opcode, WcOpcode::AtomicFetchAdd);
+    assert_eq!(c.atomic_orig, Some(0x00FF_00FF_00FF_00FF));
+    let mut b = [0u8; 8];
+    cmr.read(0, &mut b).unwrap();
+    assert_eq!(u64::from_ne_bytes(b), 0x00FF_00FF_00FF_00FF);
+    assert_eq!(
+        smr.atomic_u64(8).unwrap().load(Ordering::SeqCst),
+        0x0100_0100_0100_0100
+    );
+    let cs = SendOp::AtomicCmpSwap {
+        remote_stag: smr.stag(),
+        remote_to: 8,
+        compare: 0x0100_0100_0100_0100,
+        compare_mask: u64::MAX,
+        swap: 42,
+        swap_mask: u64::MAX,
+    };
+    cqp.post_send(&SendWr::new(11, cs, &[]).unwrap()).unwrap();
+    let c = ccq.wait(T).unwrap();
+    assert_eq!(c.atomic_orig, Some(0x0100_0100_0100_0100));
+    assert_eq!(smr.atomic_u64(8).unwrap().load(Ordering::SeqCst), 42);
+
+    // Write with Immediate, then Immediate Data with SE.
+    cmr.write(100, b"written with imm").unwrap();
+    let wi = SendOp::WriteWithImm {
+        remote_stag: smr.stag(),
+        remote_to: 1000,
+        imm: 0xFEED,
+    };
+    cqp.post_send(&SendWr::new(12, wi, &[cmr.sge(100, 16)]).unwrap())
+        .unwrap();
+    let im = SendOp::Immediate {
+        imm: 7,
+        solicited: true,
+    };
+    cqp.post_send(&SendWr::new(13, im, &[]).unwrap()).unwrap();
+    assert_eq!(ccq.wait(T).unwrap().opcode, WcOpcode::WriteWithImm);
+    assert_eq!(ccq.wait(T).unwrap().opcode, WcOpcode::Immediate);
+    let r = scq.wait(T).unwrap();
+    assert_eq!(
+        (r.wr_id, r.opcode, r.imm, r.solicited),
+        (1, WcOpcode::RecvImm, Some(0xFEED), false)
+    );
+    let mut got = [0u8; 16];
+    smr.read(1000, &mut got).unwrap();
+    assert_eq!(&got, b"written with imm");
+    let r = scq.wait(T).unwrap();
+    assert_eq!(
+        (r.wr_id, r.opcode, r.imm, r.solicited),
+        (2, WcOpcode::RecvImm, Some(7), true)
+    );
+}
+
+#[test]
+fn rfc7306_off_is_refused_at_post_time() {
+    let (dev_a, dev_b) = link_pair(&LinkConfig::default());
+    let server = Context::open(Config::new(dev_b, [10, 0, 0, 2])).unwrap();
+    let client = Context::open(Config::new(dev_a, [10, 0, 0, 1])).unwrap();
+    let spd = server.alloc_pd();
+    let scq = server.create_cq(16).unwrap();
+    let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
+    server.listen(7307, &MpaParams::default()).unwrap();
+    let cpd = client.alloc_pd();
+    let ccq = client.create_cq(16).unwrap();
+    let mut init = QpInit::new(&ccq, &ccq);
+    init.rfc7306 = false;
+    let cqp = cpd.create_qp(&init).unwrap();
+    cqp.connect([10, 0, 0, 2], 7307, &MpaParams::default(), b"")
+        .unwrap();
+    let req = loop {
+        if let Some(CmEvent::ConnectRequest(r)) = server.next_event(T) {
+            break r;
+        }
+    };
+    server.accept(&req, &sqp, b"").unwrap();
+    assert!(matches!(
+        client.next_event(T),
+        Some(CmEvent::Established(_))
+    ));
+    let im = SendOp::Immediate {
+        imm: 7,
+        solicited: false,
+    };
+    assert!(matches!(
+        cqp.post_send(&SendWr::new(1, im, &[]).unwrap()),
+        Err(Error::NotSupported(_))
+    ));
+    assert_eq!(cqp.state(), QpState::Rts);
+}
+
+/// RDMAP-5.3-*, EXT-6.3-*: the solicited-event wait returns at the first solicited receive
+/// (here an Immediate Data with SE after two unsolicited messages), keeping the earlier
+/// completions; without one it times out with what arrived.
+#[test]
+fn wait_solicited_returns_at_the_solicited_receive() {
+    let (dev_a, dev_b) = link_pair(&LinkConfig::default());
+    let server = Context::open(Config::new(dev_b, [10, 0, 0, 2])).unwrap();
+    let client = Context::open(Config::new(dev_a, [10, 0, 0, 1])).unwrap();
+    let spd = server.alloc_pd();
+    let scq = server.create_cq(16).unwrap();
+    let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
+    for i in 0..4 {
+        sqp.post_recv(&RecvWr::new(i, &[]).unwrap()).unwrap();
+    }
+    server.listen(7308, &MpaParams::default()).unwrap();
+    let cpd = client.alloc_pd();
+    let ccq = client.create_cq(16).unwrap();
+    let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
+    cqp.connect([10, 0, 0, 2], 7308, &MpaParams::default(), b"")
+        .unwrap();
+    let req = loop {
+        if let Some(CmEvent::ConnectRequest(r)) = server.next_event(T) {
+            break r;
+        }
+    };
+    server.accept(&req, &sqp, b"").unwrap();
+    assert!(matches!(
+        client.next_event(T),
+        Some(CmEvent::Established(_))
+    ));
+    let imm = |imm, solicited| SendOp::Immediate { imm, solicited };
+    cqp.post_send(&SendWr::new(1, SendOp::Send, &[]).unwrap())
+        .unwrap();
+    cqp.post_send(&SendWr::new(2, imm(5, false), &[]).unwrap())
+        .unwrap();
+    cqp.post_send(&SendWr::new(3, imm(6, true), &[]).unwrap())
+        .unwrap();
+    let mut out = Vec::new();
+    let at = scq.wait_solicited(T, &mut out).unwrap();
+    assert_eq!(at, 2);
+    let got: Vec<_> = out.iter().map(|c| (c.wr_id, c.solicited, c.imm)).collect();
+    assert_eq!(
+        got,
+        vec![(0, false, None), (1, false, Some(5)), (2, true, Some(6))]
+    );
+    cqp.post_send(&SendWr::new(4, SendOp::Send, &[]).unwrap())
+        .unwrap();
+    out.clear();
+    assert!(matches!(
+        scq.wait_solicited(Duration::from_millis(300), &mut out),
+        Err(Error::Timeout)
+    ));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].wr_id, 3);
+}
