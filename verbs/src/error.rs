@@ -45,6 +45,9 @@ pub enum Error {
     /// An atomic takes no local SGE or one SGE of exactly 8 octets with local write access.
     #[error("an atomic takes no local SGE or one of 8 octets")]
     AtomicSge,
+    /// Inline data was given to an operation that takes none (a Read or an atomic).
+    #[error("inline data with a Read or an atomic")]
+    InvalidInline,
     /// A size exceeds the configured limit.
     #[error("{0} exceeds the configured limit")]
     LimitExceeded(&'static str),

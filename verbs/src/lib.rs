@@ -399,6 +399,20 @@ impl ProtectionDomain {
             rq_depth: init.rq_depth,
             max_sge: init.max_sge,
         };
+        // The inline arena: one slot of `max_inline` octets per send queue entry, in this
+        // protection domain, registered before the QP exists so a failure changes nothing.
+        let inline = if init.max_inline > 0 {
+            let slot = init.max_inline as usize;
+            let mr = self.alloc_mr(slot * init.sq_depth.max(1) as usize, Access::LOCAL_WRITE)?;
+            Some(InlineArena {
+                mr,
+                slot,
+                slots: init.sq_depth.max(1) as u64,
+                next: Mutex::new(0),
+            })
+        } else {
+            None
+        };
         let (id, shared) = self.ctx.call(core, |r| Command::CreateQp(attr, r))?;
         shared.set_rfc7306(init.rfc7306);
         Ok(QueuePair {
@@ -406,6 +420,7 @@ impl ProtectionDomain {
             id,
             shared,
             core,
+            inline,
         })
     }
 }
@@ -510,6 +525,9 @@ pub struct QpInit {
     /// operation fails with [`Error::NotSupported`] and an inbound RFC 7306 message is
     /// answered with Terminate 0/2/06.
     pub rfc7306: bool,
+    /// Largest inline payload ([`QueuePair::post_send_inline`]); the queue pair keeps
+    /// `sq_depth * max_inline` octets of registered memory for it (0: no inline sends).
+    pub max_inline: u32,
 }
 
 impl QpInit {
@@ -523,6 +541,7 @@ impl QpInit {
             max_sge: MAX_SGE as u32,
             core: None,
             rfc7306: true,
+            max_inline: 256,
         }
     }
 }
@@ -578,6 +597,21 @@ pub struct QueuePair {
     id: QpId,
     shared: Arc<QpShared>,
     core: usize,
+    inline: Option<InlineArena>,
+}
+
+/// Registered memory holding inline payloads: slot `k % slots` belongs to the k-th inline
+/// request. A slot is overwritten only after its send queue slot was reserved again, and
+/// since requests retire in order and at most `slots` are outstanding, its previous request
+/// has retired (its data was gathered) by then.
+#[derive(Debug)]
+struct InlineArena {
+    mr: MemoryRegion,
+    slot: usize,
+    slots: u64,
+    /// Inline requests queued so far; held while one is reserved, copied and queued so
+    /// that slot order is queue order.
+    next: Mutex<u64>,
 }
 
 impl QueuePair {
@@ -624,6 +658,46 @@ impl QueuePair {
             .inspect_err(|_| {
                 self.shared.release_sq();
             })?;
+        Ok(())
+    }
+
+    /// Posts a signalled Send, Write, Write with Immediate or Immediate whose payload is
+    /// `data`, copied now into the queue pair's inline arena: the caller may reuse `data`
+    /// (and need not register it) as soon as this returns. At most
+    /// [`QpInit::max_inline`] octets ([`Error::LimitExceeded`] beyond); Reads and atomics
+    /// take no inline data ([`Error::InvalidInline`]).
+    pub fn post_send_inline(&self, wr_id: u64, op: SendOp, data: &[u8]) -> Result<(), Error> {
+        let Some(a) = self.inline.as_ref() else {
+            return Err(Error::LimitExceeded("inline data"));
+        };
+        if data.len() > a.slot {
+            return Err(Error::LimitExceeded("inline data"));
+        }
+        if matches!(op, SendOp::Read { .. }) || op.is_atomic() {
+            return Err(Error::InvalidInline);
+        }
+        let mut next = a.next.lock().unwrap_or_else(|e| e.into_inner());
+        let off = (*next % a.slots) as usize * a.slot;
+        let sges = if data.is_empty() || matches!(op, SendOp::Immediate { .. }) {
+            Vec::new()
+        } else {
+            vec![a.mr.sge(off as u64, data.len() as u32)]
+        };
+        let wr = SendWr::new(wr_id, op, &sges)?;
+        // Reserve first: only then is the slot's previous request known to be retired.
+        validate_send(&self.shared, &self.ctx.inner.mrs, &wr.0)?;
+        if !sges.is_empty() {
+            if let Err(e) = a.mr.write(off, data) {
+                self.shared.release_sq();
+                return Err(e);
+            }
+        }
+        let h = &self.ctx.inner.cores[self.core];
+        h.submit(Command::PostSend(self.id, wr.0))
+            .inspect_err(|_| {
+                self.shared.release_sq();
+            })?;
+        *next += 1;
         Ok(())
     }
 

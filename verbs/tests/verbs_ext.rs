@@ -202,3 +202,94 @@ fn wait_solicited_returns_at_the_solicited_receive() {
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].wr_id, 3);
 }
+
+/// Inline sends: the payload is copied at post time, so the caller's buffer is reused at
+/// once; more inline requests than the send queue depth go through the arena's slots in
+/// turn, every payload byte-exact at the receiver; oversize and Read refusals.
+#[test]
+fn inline_sends_copy_at_post_time() {
+    let (dev_a, dev_b) = link_pair(&LinkConfig::default());
+    let server = Context::open(Config::new(dev_b, [10, 0, 0, 2])).unwrap();
+    let client = Context::open(Config::new(dev_a, [10, 0, 0, 1])).unwrap();
+    let spd = server.alloc_pd();
+    let scq = server.create_cq(512).unwrap();
+    let smr = spd.alloc_mr(200 * 64, Access::LOCAL_WRITE).unwrap();
+    let mut sinit = QpInit::new(&scq, &scq);
+    sinit.rq_depth = 256;
+    let sqp = spd.create_qp(&sinit).unwrap();
+    server.listen(7309, &MpaParams::default()).unwrap();
+    let cpd = client.alloc_pd();
+    let ccq = client.create_cq(512).unwrap();
+    let mut init = QpInit::new(&ccq, &ccq);
+    init.sq_depth = 8;
+    init.max_inline = 64;
+    let cqp = cpd.create_qp(&init).unwrap();
+    cqp.connect([10, 0, 0, 2], 7309, &MpaParams::default(), b"")
+        .unwrap();
+    let req = loop {
+        if let Some(CmEvent::ConnectRequest(r)) = server.next_event(T) {
+            break r;
+        }
+    };
+    server.accept(&req, &sqp, b"").unwrap();
+    assert!(matches!(
+        client.next_event(T),
+        Some(CmEvent::Established(_))
+    ));
+    assert_eq!(
+        cqp.post_send_inline(1, SendOp::Send, &[0u8; 65]),
+        Err(Error::LimitExceeded("inline data"))
+    );
+    let rd = SendOp::Read {
+        remote_stag: 1,
+        remote_to: 0,
+    };
+    assert_eq!(
+        cqp.post_send_inline(1, rd, &[0u8; 8]),
+        Err(Error::InvalidInline)
+    );
+    const N: u64 = 200;
+    let mut posted_recv = 0u64;
+    let mut buf = [0u8; 64];
+    let mut done = 0u64;
+    for i in 0..N {
+        while posted_recv < N && posted_recv < i + 16 {
+            let o = posted_recv * 64;
+            sqp.post_recv(&RecvWr::new(posted_recv, &[smr.sge(o, 64)]).unwrap())
+                .unwrap();
+            posted_recv += 1;
+        }
+        // The same stack buffer every time, overwritten right after the post returns.
+        let len = (i % 64 + 1) as usize;
+        for (k, b) in buf.iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(7).wrapping_add(k as u8);
+        }
+        loop {
+            match cqp.post_send_inline(i, SendOp::Send, &buf[..len]) {
+                Ok(()) => break,
+                Err(Error::QueueFull) => {
+                    let c = ccq.wait(T).unwrap();
+                    assert_eq!((c.wr_id, c.status), (done, WcStatus::Success));
+                    done += 1;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        buf.fill(0xEE);
+    }
+    while done < N {
+        assert_eq!(ccq.wait(T).unwrap().wr_id, done);
+        done += 1;
+    }
+    for i in 0..N {
+        let c = scq.wait(T).unwrap();
+        let len = (i % 64 + 1) as usize;
+        assert_eq!((c.wr_id, c.byte_len as usize), (i, len));
+        let mut got = vec![0u8; len];
+        smr.read(i as usize * 64, &mut got).unwrap();
+        let want: Vec<u8> = (0..len)
+            .map(|k| (i as u8).wrapping_mul(7).wrapping_add(k as u8))
+            .collect();
+        assert_eq!(got, want, "inline send {i}");
+    }
+}
