@@ -21,9 +21,9 @@ pub enum TestName {
     SendLat,
     /// Send/Receive bandwidth.
     SendBw,
-    /// Atomic (FetchAdd/CmpSwap) latency: needs RFC 7306 verbs (issue 5).
+    /// Atomic (FetchAdd/CmpSwap) latency: not wired to the RFC 7306 verbs yet (issue 5).
     AtomicLat,
-    /// Atomic bandwidth: needs RFC 7306 verbs (issue 5).
+    /// Atomic bandwidth: not wired to the RFC 7306 verbs yet (issue 5).
     AtomicBw,
 }
 
@@ -255,15 +255,15 @@ impl Cli {
     pub fn validate(&self) -> Result<(), String> {
         if matches!(self.test, TestName::AtomicLat | TestName::AtomicBw) {
             return Err(format!(
-                "{} is not supported yet (issue 5): RFC 7306 atomics (FetchAdd, CmpSwap) are \
-                 not in the verbs API",
+                "{} is not supported yet (issue 5): iwperf does not drive the RFC 7306 atomics \
+                 (FetchAdd, CmpSwap) of the verbs API yet",
                 self.test.name()
             ));
         }
         if self.write_with_imm {
             return Err(
-                "--write_with_imm is not supported yet (issue 5): RFC 7306 RDMA Write \
-                        with Immediate Data is not in the verbs API"
+                "--write_with_imm is not supported yet (issue 5): iwperf does not drive the \
+                        verbs API's RDMA Write with Immediate Data (RFC 7306) yet"
                     .into(),
             );
         }
