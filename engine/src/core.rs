@@ -1546,14 +1546,21 @@ impl<D: PollDevice> EngineCore<D> {
         Ok((id, shared))
     }
 
-    /// Destroys a queue pair: its connection is aborted, its work requests are flushed.
+    /// Destroys a queue pair: its work requests are flushed and its connection is aborted —
+    /// unless a graceful close is already under way (a Terminate or a FIN went out), in which
+    /// case TCP finishes that close on its own. An RST there could overtake the Terminate at
+    /// the peer: a peer stack that receives the Terminate and the RST in one burst drops the
+    /// unread Terminate with its receive buffer, and the peer's user would see a bare reset
+    /// instead of the error report RDMAP-5.4/RDMAP-7.1 require.
     pub fn destroy_qp(&mut self, id: QpId) -> Result<(), EngineError> {
         let q = self.qp_mut(id)?;
         q.flush();
         let conn = q.conn.take();
         self.qps[usize::from(id.index)] = None;
         if let Some(c) = conn {
-            let _ = self.stack.abort(c.tcp);
+            if !c.fin_sent {
+                let _ = self.stack.abort(c.tcp);
+            }
             self.zombies.push(c.tcp);
         }
         Ok(())
