@@ -570,6 +570,13 @@ impl Qp {
         any
     }
 
+    /// Records an outstanding Read or Atomic Request (ORD, RDMAP-6.1-1, EXT-5.2-1), in the
+    /// order its response must come back, and the high-water mark of the queue.
+    fn push_outstanding(&mut self, entry: OrqEntry) {
+        self.orq.push_back(entry);
+        self.orq_high = self.orq_high.max(self.orq.len() as u32);
+    }
+
     fn entry_mut(&mut self, seq: u64) -> Option<&mut SqEntry> {
         let i = seq.checked_sub(self.sq_head_seq)?;
         self.sq.get_mut(usize::try_from(i).ok()?)
@@ -1303,13 +1310,12 @@ impl Qp {
                     mulpdu,
                 );
                 if s.is_ok() {
-                    self.orq.push_back(OrqEntry {
+                    self.push_outstanding(OrqEntry {
                         seq: Some(seq),
                         sink_stag: 0,
                         len: 8,
                         atomic: Some(id),
                     });
-                    self.orq_high = self.orq_high.max(self.orq.len() as u32);
                 }
                 s
             }
@@ -1369,13 +1375,12 @@ impl Qp {
                     mulpdu,
                 );
                 if s.is_ok() {
-                    self.orq.push_back(OrqEntry {
+                    self.push_outstanding(OrqEntry {
                         seq: Some(seq),
                         sink_stag: sink.stag,
                         len: sink.len,
                         atomic: None,
                     });
-                    self.orq_high = self.orq_high.max(self.orq.len() as u32);
                 }
                 s
             }
