@@ -56,5 +56,8 @@ cat "$dir/server.log" "$dir/client.log"
 grep -q 'server: Send arrived: "hello from the client"' "$dir/server.log"
 grep -q 'server: RDMA Write arrived: "written by RDMA Write"' "$dir/server.log"
 grep -q 'client: RDMA Read returned: "greetings from the server"' "$dir/client.log"
+grep -q 'server: Write with Immediate arrived: "written with an immediate", immediate 0xc0ffee (RecvImm)' "$dir/server.log"
+grep -q 'server: counter after the FetchAdd: 42' "$dir/server.log"
+grep -q 'client: FetchAdd returned the counter.s old value 41' "$dir/client.log"
 
 step "engine tests passed"
