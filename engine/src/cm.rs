@@ -180,4 +180,15 @@ pub enum CmEvent {
     },
     /// A connection request vanished before the application decided (peer gave up).
     RequestCancelled(RequestId),
+    /// MPA itself rejected a peer's Request before it reached the application (a Reply
+    /// with R = 1 went back): today only when the Request requires markers and this
+    /// listener's `MpaParams::markers_supported` is off (MPA-4.3-1, MPA-7.1.1-10).
+    RequestRefused {
+        /// The listener it arrived on.
+        listener: ListenerId,
+        /// The peer's address and port.
+        remote: (Ipv4Address, u16),
+        /// Why: [`NegotiationError::MarkersUnsupported`].
+        error: NegotiationError,
+    },
 }

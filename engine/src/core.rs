@@ -2020,7 +2020,22 @@ impl<D: PollDevice> EngineCore<D> {
                                         private_data: peer.private_data,
                                     }));
                             }
-                            nego::Event::Rejected(_) => r.phase = ReqPhase::Rejecting,
+                            nego::Event::Rejected(rej) => {
+                                // MPA refused the Request on its own (markers we cannot
+                                // send): the Reply with R = 1 goes out, and our user is
+                                // told, typed, so neither side waits in silence.
+                                if rej.reason == nego::RejectReason::MarkersUnsupported {
+                                    self.events.push_back(CmEvent::RequestRefused {
+                                        listener: ListenerId {
+                                            core: self.core,
+                                            index: r.listener,
+                                        },
+                                        remote: r.remote,
+                                        error: nego::NegotiationError::MarkersUnsupported,
+                                    });
+                                }
+                                r.phase = ReqPhase::Rejecting;
+                            }
                             nego::Event::Failed(_) => {
                                 let _ = self.stack.close(r.tcp);
                                 r.phase = ReqPhase::Closing;

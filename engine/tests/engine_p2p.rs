@@ -7,6 +7,7 @@
 mod common;
 
 use common::*;
+use warpcore_engine::proto::mpa::negotiation::NegotiationError;
 use warpcore_engine::tcp::link::{Faults, LinkConfig};
 use warpcore_engine::tcp::smoltcp::time::Duration;
 use warpcore_engine::{
@@ -273,10 +274,7 @@ fn rtr_mismatch_is_a_clean_terminate_2_0_07() {
             let Outcome::Failed(ConnError::Negotiation(e)) = oi else {
                 panic!("{offer:?}/{accept:?}: initiator {oi:?}");
             };
-            assert_eq!(
-                e,
-                warpcore_engine::proto::mpa::negotiation::NegotiationError::NoMatchingRtr
-            );
+            assert_eq!(e, NegotiationError::NoMatchingRtr);
             let Some(Outcome::Failed(ConnError::RemoteTerminate(rep))) = or else {
                 panic!("{offer:?}/{accept:?}: responder {or:?}");
             };
@@ -562,10 +560,11 @@ fn markers_both_ways_under_loss_and_reorder() {
 
 /// MPA-4.3-1, MPA-7.1.1-10: requesting markers from a peer that will not send them. As
 /// initiator (the responder refuses): MPA rejects the Request without asking its user
-/// (Reply with R = 1); the initiator's user gets `Rejected`, its QP is in the error state,
-/// the responder's user never sees a request. As responder (the initiator refuses): the
-/// initiator fails with `MarkersUnsupported` and closes; the responder's user gets a typed
-/// error. Never a hang.
+/// (Reply with R = 1); the initiator's user gets `Rejected` and its QP is in the error
+/// state, the responder's user gets `RequestRefused { MarkersUnsupported }`. As responder
+/// (the initiator refuses): the initiator fails with `MarkersUnsupported` and closes (it
+/// cannot frame a Terminate the responder could read); the responder, still fenced, gets
+/// `Error { Negotiation(PeerClosed) }`. Never a hang.
 #[test]
 fn markers_refused_is_a_clean_rejection() {
     // The responder refuses to insert markers the initiator requires.
@@ -578,9 +577,27 @@ fn markers_refused_is_a_clean_rejection() {
         markers_supported: false,
         ..Default::default()
     };
-    let (qi, _qr, oi, or) = attempt(&mut p, false, &pi, &pr);
-    assert!(matches!(oi, Outcome::Rejected), "{oi:?}");
-    assert!(or.is_none(), "the responder's user saw {or:?}");
+    let qi = p.a.qp(16);
+    p.b.core.listen(PORT, pr).expect("listen");
+    p.a.core
+        .connect(qi, (ip(2), PORT), &pi, b"")
+        .expect("connect");
+    let (mut ea, mut eb) = (Vec::new(), Vec::new());
+    p.run_until(5000, |p| {
+        ea.extend(p.a.take_events());
+        eb.extend(p.b.take_events());
+        !ea.is_empty() && !eb.is_empty()
+    });
+    assert!(matches!(ea[..], [CmEvent::Rejected { .. }]), "{ea:?}");
+    // The responder's user never sees a request to decide on, but is told it was refused.
+    let [CmEvent::RequestRefused { remote, error, .. }] = &eb[..] else {
+        panic!("responder {eb:?}");
+    };
+    assert_eq!(
+        (remote.0, *error),
+        (ip(1), NegotiationError::MarkersUnsupported)
+    );
+    p.run(300);
     assert_eq!(p.a.core.qp_state(qi).unwrap(), QpState::Error);
 
     // The initiator refuses to insert markers the responder requires.
@@ -597,19 +614,13 @@ fn markers_refused_is_a_clean_rejection() {
     let Outcome::Failed(ConnError::Negotiation(e)) = oi else {
         panic!("initiator {oi:?}");
     };
-    assert_eq!(
-        e,
-        warpcore_engine::proto::mpa::negotiation::NegotiationError::MarkersUnsupported
-    );
+    assert_eq!(e, NegotiationError::MarkersUnsupported);
     // The responder accepted, then the initiator closed before its first FPDU: a typed
     // startup failure, not a Closing that waits forever for the fence to lift.
     let Some(Outcome::Failed(ConnError::Negotiation(e))) = or else {
         panic!("responder {or:?}");
     };
-    assert_eq!(
-        e,
-        warpcore_engine::proto::mpa::negotiation::NegotiationError::PeerClosed
-    );
+    assert_eq!(e, NegotiationError::PeerClosed);
     p.run(500);
     assert_eq!(p.a.core.qp_state(qi).unwrap(), QpState::Error);
     assert_eq!(p.b.core.qp_state(qr).unwrap(), QpState::Error);
