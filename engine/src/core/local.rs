@@ -19,7 +19,9 @@ use crate::error::EngineError;
 use crate::mem::{MemError, MrTable, PdId, Stag};
 use crate::wr::{SendOp, SendWr, WcStatus};
 
-/// Post-time checks of a local operation (see the module documentation).
+/// Post-time checks of a local operation (see the module documentation). They look at
+/// the slot an STag names, not its key: the requests queued before this one may rebind or
+/// re-register it under a new key before it runs.
 pub(super) fn check_local_op(pd: PdId, mrs: &MrTable, wr: &SendWr) -> Result<(), EngineError> {
     if !wr.sges.as_slice().is_empty() {
         return Err(EngineError::TooManySges);
@@ -54,7 +56,7 @@ pub(super) fn check_local_op(pd: PdId, mrs: &MrTable, wr: &SendWr) -> Result<(),
                 mrs.check_fast_reg(Stag(stag), Stag(mr), pd, mr_to, len, base_to, access)
             }
         }
-        SendOp::LocalInvalidate { stag } => match mrs.stag_info(Stag(stag)) {
+        SendOp::LocalInvalidate { stag } => match mrs.slot_info(Stag(stag)) {
             None => Err(MemError::InvalidStag),
             Some((_, p)) if p != pd => Err(MemError::WrongPd),
             Some(_) => Ok(()),

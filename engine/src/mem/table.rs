@@ -461,7 +461,7 @@ impl MrTable {
     /// Local Invalidate by a queue pair of protection domain `pd`: any valid STag of the
     /// domain (a window of either type, a fast registration, an ordinary region).
     pub fn invalidate_local(&self, stag: Stag, pd: PdId) -> Result<(), MemError> {
-        let (_, spd) = self.stag_info(stag).ok_or(MemError::InvalidStag)?;
+        let (_, spd) = self.slot_info(stag).ok_or(MemError::InvalidStag)?;
         if spd != pd {
             return Err(MemError::WrongPd);
         }
@@ -514,6 +514,18 @@ impl MrTable {
         let slot = self.slot_of(stag)?;
         let w = slot.word.load(Ordering::Acquire);
         if key_of(w) != stag.key() || state_of(w) == FREE {
+            return None;
+        }
+        Some(info_of(slot.info.load(Ordering::Relaxed)))
+    }
+
+    /// The kind and protection domain of the allocation in the slot `stag`'s index names,
+    /// whatever its key and state (but free): what a work request posted now may check,
+    /// since the requests queued before it may change the key (a bind, a fast
+    /// registration) before it runs. Execution checks the key.
+    pub fn slot_info(&self, stag: Stag) -> Option<(StagKind, PdId)> {
+        let slot = self.slot_of(stag)?;
+        if state_of(slot.word.load(Ordering::Acquire)) == FREE {
             return None;
         }
         Some(info_of(slot.info.load(Ordering::Relaxed)))
@@ -620,7 +632,7 @@ impl MrTable {
         len: u64,
         access: Access,
     ) -> Result<(MwType, MrGuard<'_>, usize, usize), MemError> {
-        let (kind, wpd) = self.stag_info(mw).ok_or(MemError::InvalidStag)?;
+        let (kind, wpd) = self.slot_info(mw).ok_or(MemError::InvalidStag)?;
         let StagKind::Window(ty) = kind else {
             return Err(MemError::WrongKind);
         };
@@ -727,7 +739,7 @@ impl MrTable {
         base_to: u64,
         access: Access,
     ) -> Result<(MrGuard<'_>, usize, usize), MemError> {
-        let (kind, spd) = self.stag_info(stag).ok_or(MemError::InvalidStag)?;
+        let (kind, spd) = self.slot_info(stag).ok_or(MemError::InvalidStag)?;
         if kind != StagKind::FastReg {
             return Err(MemError::WrongKind);
         }
