@@ -2252,6 +2252,21 @@ impl<D: PollDevice> EngineCore<D> {
             }
             work = true;
         }
+        // Binds, fast registrations and Local Invalidates at the sending position need no
+        // FPDU: they run even while MPA fencing holds FPDUs back (module `local`).
+        if q.tx.is_none() {
+            q.run_local_ops(mrs);
+            if let Some(err) = q.tx_fault.take() {
+                let mut ctx = Ctx {
+                    mrs,
+                    cfg,
+                    events,
+                    stats,
+                };
+                q.fail_local(err, None, &mut ctx);
+                return true;
+            }
+        }
         if !q.can_send_fpdus() {
             return work;
         }
