@@ -9,8 +9,8 @@
 //! completes on the QP's receive completion queue with the QP's id in
 //! [`Completion::qp`](crate::Completion::qp), in the QP's MSN order. When the shared queue
 //! is empty the message earns the Terminate of a QP with no posted receive: DDP untagged
-//! "no buffer", layer DDP, type 0x2, code 0x02 (DDP-7.1-6, [`DdpError::UntaggedNoBuffer`]
-//! (warpcore_proto::error::DdpError)).
+//! "no buffer", layer DDP, type 0x2, code 0x02 (DDP-7.1-6,
+//! [`DdpError::UntaggedNoBuffer`](warpcore_proto::error::DdpError::UntaggedNoBuffer)).
 //!
 //! A QP that goes to the error state flushes only the buffer it claimed (its message is
 //! lost); the others stay in the shared queue for the other QPs (as an SRQ's WQEs do in

@@ -56,10 +56,19 @@
 //!  +----------+---------+---------+-------------------------+
 //! ```
 //!
-//! with the states `FREE`, `VALID`, `INVALID` (registered but invalidated; issue 5's fast
-//! registration will re-validate it) and `DRAINING` (deregistration waiting for the guards
-//! to drop). Only the thread that owns a registration operation changes the state and key
-//! bits; lookups and guards only change the count.
+//! with the states `FREE`, `VALID`, `INVALID` (allocated or registered but invalidated: a
+//! memory window before its bind, a fast-registration STag before its registration, an
+//! invalidated STag), `DRAINING` (deregistration waiting for the guards to drop) and
+//! `BUSY` (one thread binding a window, fast-registering or invalidating: like `DRAINING`,
+//! it waits for the guards to drop and then alone writes the metadata and the `Arc<Region>`
+//! before publishing `VALID` or `INVALID` with `Release`). Only the thread that owns a
+//! registration operation changes the state and key bits; lookups and guards only change
+//! the count. Beside the word, a slot keeps the kind and PD of its allocation in an atomic
+//! (written while owned) for typed refusals without a guard, and the number of windows
+//! bound to it (a region with bound windows is neither deregistered nor invalidated; a
+//! bind increments it while holding a guard on the region, so a deregistration that
+//! drained the region's guards sees every bind that succeeded, and restores the previous
+//! state if one raced in).
 //!
 //! - **Lookup** loads the word (`Relaxed`; a cheap early rejection of stale or garbage
 //!   STags that touches no count), then `fetch_add(1, Acquire)`s the count and checks the
@@ -75,8 +84,8 @@
 //!   concurrent failing lookups left there. A lookup whose `Acquire` increment reads the
 //!   published value (or any later value: every later change of the word is a
 //!   read-modify-write, which continues the release sequence) therefore sees the metadata.
-//! - **Deregister** (and **invalidate**) compare-exchange `VALID | key` to
-//!   `DRAINING | key` (or `INVALID | key`), which stops new lookups from succeeding, then
+//! - **Deregister** (and **invalidate**, **bind**, **fast registration**) compare-exchange
+//!   `VALID | key` (or `INVALID | key`) to `DRAINING | key` (or `BUSY | key`), which stops new lookups from succeeding, then
 //!   wait (spin, then yield) until an `Acquire` load sees a count of zero. Every guard
 //!   decrements with `Release`, so every placement into the region, and every read of the
 //!   metadata by a guard, happens before that load. Deregistration then takes the
