@@ -37,7 +37,7 @@ use warpcore_proto::rdmap::atomic::{self as ext_atomic, handle_atomic_request};
 use warpcore_proto::rdmap::terminate::TERMINATE_SEGMENT_MAX_LEN;
 use warpcore_proto::rdmap::{
     check_inbound, emit_terminate, handle_read_request, invalidate_error, InboundReadQueue,
-    InvalidateFault, Offending, RdmapConfig, ReadResponsePlan,
+    Offending, RdmapConfig, ReadResponsePlan,
 };
 use warpcore_proto::wire::ddp::DDP_VERSION;
 use warpcore_proto::wire::fpdu::{self, MAX_ULPDU_LEN};
@@ -63,6 +63,8 @@ use crate::wr::{
     Completion, CompletionQueue, QpId, QpShared, QpState, RecvWr, SendOp, SendWr, Sge, WcOpcode,
     WcStatus,
 };
+
+mod local;
 
 /// Largest FPDU on the wire: a maximal ULPDU with length, pad, CRC and markers.
 const FPDU_SCRATCH_LEN: usize = MAX_ULPDU_LEN + 2 + 3 + 4 + 4 * (MAX_ULPDU_LEN / 512 + 2);
@@ -116,6 +118,11 @@ pub fn validate_send(shared: &QpShared, mrs: &MrTable, wr: &SendWr) -> Result<()
     if sges.len() > shared.max_sge as usize {
         return Err(EngineError::TooManySges);
     }
+    // Binds, fast registrations and Local Invalidates: what does not depend on the STag
+    // states they will meet when executed (module `local`).
+    if wr.op.is_local() {
+        local::check_local_op(shared.pd, mrs, wr)?;
+    }
     // RFC 7306 operations only on connections that use it (EXT-1.1-1): refused here,
     // typed, before anything reaches the wire.
     if wr.op.is_rfc7306() && !shared.rfc7306() {
@@ -153,6 +160,9 @@ pub fn validate_recv(shared: &QpShared, mrs: &MrTable, wr: &RecvWr) -> Result<()
     if !matches!(st, QpState::Idle | QpState::Connecting | QpState::Rts) {
         return Err(EngineError::InvalidState(st));
     }
+    if shared.srq().is_some() {
+        return Err(EngineError::UsesSrq);
+    }
     let sges = wr.sges.as_slice();
     if sges.len() > shared.max_sge as usize {
         return Err(EngineError::TooManySges);
@@ -174,7 +184,9 @@ fn check_sge(mrs: &MrTable, pd: PdId, s: &Sge, write: bool) -> Result<(), Engine
         .lookup_local(Stag(s.stag), pd, write)
         .map_err(|f| match f {
             LookupFault::AccessDenied => EngineError::SgeAccess,
-            LookupFault::InvalidStag | LookupFault::WrongPd => EngineError::SgeInvalidStag,
+            LookupFault::InvalidStag | LookupFault::WrongPd | LookupFault::WrongQp => {
+                EngineError::SgeInvalidStag
+            }
         })?;
     g.bounds(s.to, s.len as usize)
         .map_err(|_| EngineError::SgeOutOfBounds)?;
@@ -543,6 +555,9 @@ impl Qp {
             SendOp::AtomicCmpSwap { .. } => WcOpcode::AtomicCmpSwap,
             SendOp::WriteWithImm { .. } => WcOpcode::WriteWithImm,
             SendOp::Immediate { .. } => WcOpcode::Immediate,
+            SendOp::BindMw { .. } => WcOpcode::BindMw,
+            SendOp::FastReg { .. } => WcOpcode::FastReg,
+            SendOp::LocalInvalidate { .. } => WcOpcode::LocalInvalidate,
             _ => WcOpcode::Send,
         };
         self.send_cq.push(Completion {
@@ -894,6 +909,18 @@ impl Qp {
             immediate_data: self.rfc7306,
         };
         check_inbound(&seg.repr, &rdmap_cfg)?;
+        // A QP on a shared receive queue claims the oldest buffer there for a message on
+        // QN 0 when it holds none (module `srq`); none there: no buffer, as below.
+        if self.rq.is_empty() {
+            if let warpcore_proto::wire::ddp::DdpBuffer::Untagged { qn: qn::SEND, .. } =
+                seg.repr.buffer
+            {
+                if let Some(wr) = self.shared.srq().and_then(|q| q.claim()) {
+                    self.shared.claim_rq();
+                    self.rq.push_back(wr);
+                }
+            }
+        }
         let opcode = seg.repr.opcode;
         let immediate = matches!(opcode, Opcode::ImmediateData | Opcode::ImmediateDataSe);
         // One STag lookup per segment: key, protection domain and access here, bounds on
@@ -908,7 +935,10 @@ impl Qp {
                 } else {
                     Access::REMOTE_WRITE
                 };
-                match ctx.mrs.lookup(Stag(stag), self.pd, need) {
+                match ctx
+                    .mrs
+                    .lookup_remote(Stag(stag), self.pd, self.id.stream(), need)
+                {
                     Ok(g) => {
                         tagged = TaggedView(Ok(g.tagged_region()));
                         guard = Some(g);
@@ -1018,21 +1048,12 @@ impl Qp {
                     if let Some(len) = p.message_len {
                         let mut invalidated = None;
                         if let Some(inv) = seg.repr.invalidate_stag() {
-                            // RDMAP-5.3-11/12: invalidate the named local STag.
-                            match ctx.mrs.lookup(Stag(inv), self.pd, Access::empty()) {
-                                Ok(_) => {}
-                                Err(LookupFault::WrongPd) => {
-                                    return Err(
-                                        invalidate_error(InvalidateFault::NotAssociated).into()
-                                    )
-                                }
-                                Err(_) => {
-                                    return Err(invalidate_error(InvalidateFault::Invalid).into())
-                                }
-                            }
-                            if ctx.mrs.invalidate(Stag(inv)).is_err() {
-                                return Err(invalidate_error(InvalidateFault::Invalid).into());
-                            }
+                            // RDMAP-5.3-11/12, RDMAP-7.2-4/5, RDMAP-8.1.1-8: invalidate the
+                            // named local STag if it is valid, of this stream and one a
+                            // peer may invalidate (`MrTable::invalidate_remote`).
+                            ctx.mrs
+                                .invalidate_remote(Stag(inv), self.pd, self.id.stream())
+                                .map_err(invalidate_error)?;
                             invalidated = Some(inv);
                         }
                         // Delivered once, in MSN order, after DDP delivery (RDMAP-5.5-2,
@@ -1063,15 +1084,13 @@ impl Qp {
                     // REMOTE_ATOMIC right: a region grants atomics only with it, so the
                     // right stands for both remote rights proto's check asks for.
                     let pd = self.pd;
+                    let stream = self.id.stream();
                     let checked = handle_atomic_request(&ar, |stag| {
                         let g = ctx
                             .mrs
-                            .lookup(Stag(stag), pd, Access::empty())
+                            .lookup_remote(Stag(stag), pd, stream, Access::empty())
                             .map_err(LookupFault::stag_fault)?;
-                        let atomic_ok = ctx
-                            .mrs
-                            .lookup(Stag(stag), pd, Access::REMOTE_ATOMIC)
-                            .is_ok();
+                        let atomic_ok = g.access().contains(Access::REMOTE_ATOMIC);
                         let mut a = g.access_region();
                         a.remote_read = atomic_ok;
                         a.remote_write = atomic_ok;
@@ -1130,7 +1149,7 @@ impl Qp {
                     self.ird.admit()?;
                     let plan = handle_read_request(&rr, |stag| {
                         ctx.mrs
-                            .lookup(Stag(stag), self.pd, Access::empty())
+                            .lookup_remote(Stag(stag), self.pd, self.id.stream(), Access::empty())
                             .map(|g| g.access_region())
                             .map_err(LookupFault::stag_fault)
                     });
@@ -1172,6 +1191,12 @@ impl Qp {
     /// A Read Response reads its source as it is sent, which may be after later Writes were
     /// placed (RDMAP-5.5-5 allows it; a requester that needs otherwise fences).
     fn start_next(&mut self, cfg: &EngineConfig, mrs: &MrTable) -> Option<TxMsg> {
+        // Binds, fast registrations and Local Invalidates at the sending position run
+        // here, in order, without a message (module `local`).
+        self.run_local_ops(mrs);
+        if self.tx_fault.is_some() {
+            return None;
+        }
         let conn = self.conn.as_mut()?;
         let mulpdu = conn.framer.as_ref()?.max_ulpdu_len();
         match self.irq.pop_front() {
@@ -1194,7 +1219,12 @@ impl Qp {
                 // (EXT-5.1.1-1: the target memory's order; operands are big-endian on
                 // the wire only).
                 let orig = mrs
-                    .lookup(Stag(req.remote_stag), self.pd, Access::REMOTE_ATOMIC)
+                    .lookup_remote(
+                        Stag(req.remote_stag),
+                        self.pd,
+                        self.id.stream(),
+                        Access::REMOTE_ATOMIC,
+                    )
                     .ok()
                     .and_then(|g| {
                         let off = g.bounds(req.remote_to, 8).ok()?;
@@ -1258,6 +1288,10 @@ impl Qp {
         // until its second (Immediate Data) has started.
         let mut advance = true;
         let seg = match e.wr.op {
+            // A local operation still here waits for its fence (`run_local_ops`).
+            SendOp::BindMw { .. } | SendOp::FastReg { .. } | SendOp::LocalInvalidate { .. } => {
+                return None
+            }
             SendOp::WriteWithImm {
                 remote_stag,
                 remote_to,
@@ -2277,6 +2311,21 @@ impl<D: PollDevice> EngineCore<D> {
             }
             work = true;
         }
+        // Binds, fast registrations and Local Invalidates at the sending position need no
+        // FPDU: they run even while MPA fencing holds FPDUs back (module `local`).
+        if q.tx.is_none() {
+            q.run_local_ops(mrs);
+            if let Some(err) = q.tx_fault.take() {
+                let mut ctx = Ctx {
+                    mrs,
+                    cfg,
+                    events,
+                    stats,
+                };
+                q.fail_local(err, None, &mut ctx);
+                return true;
+            }
+        }
         if !q.can_send_fpdus() {
             return work;
         }
@@ -2340,7 +2389,12 @@ impl<D: PollDevice> EngineCore<D> {
                 TxSrc::ReadResp(plan) => {
                     plen == 0
                         || mrs
-                            .lookup(Stag(plan.src_stag), q.pd, Access::REMOTE_READ)
+                            .lookup_remote(
+                                Stag(plan.src_stag),
+                                q.pd,
+                                q.id.stream(),
+                                Access::REMOTE_READ,
+                            )
                             .ok()
                             .and_then(|g| {
                                 let to = plan.src_to.checked_add(u64::from(s.payload_offset))?;

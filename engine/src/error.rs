@@ -55,6 +55,12 @@ pub enum EngineError {
     CoreGone,
     /// The device (DPDK port, link) could not be set up.
     Device(String),
+    /// A memory window, fast registration or invalidation was refused (what was wrong is
+    /// in the [`MemError`](crate::mem::MemError)).
+    Memory(crate::mem::MemError),
+    /// The QP takes its receives from a shared receive queue (post there), or a shared
+    /// receive queue cannot be attached (already attached, receives already posted).
+    UsesSrq,
 }
 
 impl fmt::Display for EngineError {
@@ -81,6 +87,8 @@ impl fmt::Display for EngineError {
             EngineError::Mpa(e) => write!(f, "MPA: {e}"),
             EngineError::CoreGone => f.write_str("engine core stopped"),
             EngineError::Device(e) => write!(f, "device: {e}"),
+            EngineError::Memory(e) => write!(f, "memory: {e}"),
+            EngineError::UsesSrq => f.write_str("queue pair uses a shared receive queue"),
         }
     }
 }

@@ -31,6 +31,7 @@ pub mod error;
 pub mod mem;
 pub mod ring;
 pub mod runtime;
+pub mod srq;
 pub mod wr;
 
 pub use crate::cm::{
@@ -40,6 +41,7 @@ pub use crate::cm::{
 pub use crate::config::{EngineConfig, MAX_SGE};
 pub use crate::core::{validate_recv, validate_send, CoreStats, EngineCore, QpAttr, QpInfo};
 pub use crate::error::EngineError;
+pub use crate::srq::SharedRq;
 pub use crate::wr::{
     Completion, CompletionQueue, QpId, QpShared, QpState, RecvWr, SendOp, SendWr, Sge, SgeList,
     WcOpcode, WcStatus,

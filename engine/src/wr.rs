@@ -2,11 +2,13 @@
 //! across threads (GUIDE rule 6).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use crossbeam::queue::ArrayQueue;
 
 use crate::config::MAX_SGE;
-use crate::mem::PdId;
+use crate::mem::{Access, PdId, StreamId};
+use crate::srq::SharedRq;
 
 /// Names a queue pair: the engine core that owns it, its slot and the slot's generation, so
 /// a stale handle never reaches a reused slot.
@@ -24,6 +26,12 @@ impl QpId {
     /// The QP number shown to users and peers (core, slot and generation folded together).
     pub fn qpn(self) -> u32 {
         (u32::from(self.core) << 24) | (u32::from(self.index) << 12) | (self.generation & 0xFFF)
+    }
+
+    /// The stream identity type 2 memory windows are bound to: the whole handle, so a
+    /// window bound to a destroyed QP never matches the QP that reuses its slot.
+    pub fn stream(self) -> StreamId {
+        (u64::from(self.core) << 48) | (u64::from(self.index) << 32) | u64::from(self.generation)
     }
 }
 
@@ -165,6 +173,56 @@ pub enum SendOp {
         /// Set the Solicited Event flag (opcode 0x9).
         solicited: bool,
     },
+    /// Bind memory window `mw` (its current STag, from
+    /// [`MrTable::alloc_mw`](crate::mem::MrTable::alloc_mw) or its last bind) to `len`
+    /// octets at Tagged Offset `to` of the local region `mr` (the window uses the region's
+    /// TOs) with `access` (remote rights only), under the new key `new_key`: the window's
+    /// STag becomes `Stag::new(mw.index(), new_key)`. A type 2 window is bound to this QP.
+    /// Executed in send queue order when it reaches the head of the sending position
+    /// (later requests, e.g. a Send advertising the window, see it bound); nothing goes on
+    /// the wire. Takes no SGE. Completes with [`WcOpcode::BindMw`].
+    BindMw {
+        /// The window's current STag.
+        mw: u32,
+        /// The key of its new STag (differs from the current key).
+        new_key: u8,
+        /// The region (lkey) the window opens.
+        mr: u32,
+        /// First Tagged Offset of the window, in the region's TO space.
+        to: u64,
+        /// Length in octets.
+        len: u64,
+        /// Rights the window grants (a subset of `Access::WINDOW_RIGHTS`).
+        access: Access,
+    },
+    /// Fast registration: make the invalid fast-registration STag `stag` valid under the
+    /// new key `new_key` over `len` octets at Tagged Offset `mr_to` of the local region
+    /// `mr`, the first of which gets Tagged Offset `base_to`, with `access`. Executed in
+    /// send queue order like [`SendOp::BindMw`]; completes with [`WcOpcode::FastReg`].
+    FastReg {
+        /// The fast-registration STag (current key).
+        stag: u32,
+        /// The key of its new STag (differs from the current key).
+        new_key: u8,
+        /// The region providing the memory.
+        mr: u32,
+        /// Where in the region's TO space the memory starts.
+        mr_to: u64,
+        /// Length in octets.
+        len: u64,
+        /// Tagged Offset of the first octet under the new STag.
+        base_to: u64,
+        /// Rights of the new registration.
+        access: Access,
+    },
+    /// Local Invalidate of a local STag of this QP's protection domain (a window, a fast
+    /// registration or a region), in send queue order; with `fence` it also waits for
+    /// earlier RDMA Reads (whose responses may still land in the STag's memory).
+    /// Completes with [`WcOpcode::LocalInvalidate`].
+    LocalInvalidate {
+        /// The STag to invalidate.
+        stag: u32,
+    },
 }
 
 impl SendOp {
@@ -176,6 +234,15 @@ impl SendOp {
                 | SendOp::AtomicCmpSwap { .. }
                 | SendOp::WriteWithImm { .. }
                 | SendOp::Immediate { .. }
+        )
+    }
+
+    /// A memory operation executed locally in send queue order (bind, fast registration,
+    /// Local Invalidate): nothing goes on the wire.
+    pub fn is_local(&self) -> bool {
+        matches!(
+            self,
+            SendOp::BindMw { .. } | SendOp::FastReg { .. } | SendOp::LocalInvalidate { .. }
         )
     }
 
@@ -237,6 +304,12 @@ pub enum WcOpcode {
     /// A received Immediate Data message (from an Immediate or a Write with Immediate):
     /// the value is in [`Completion::imm`], `byte_len` is 0.
     RecvImm,
+    /// A memory window bound ([`SendOp::BindMw`]).
+    BindMw,
+    /// A fast registration done ([`SendOp::FastReg`]).
+    FastReg,
+    /// A Local Invalidate done ([`SendOp::LocalInvalidate`]).
+    LocalInvalidate,
 }
 
 /// Outcome of a work request.
@@ -246,7 +319,9 @@ pub enum WcStatus {
     Success,
     /// Flushed: the QP went to the error state before the request completed.
     FlushErr,
-    /// A local SGE was not usable when the engine came to it (region deregistered).
+    /// A local SGE was not usable when the engine came to it (region deregistered), or a
+    /// bind, fast registration or Local Invalidate failed when it was executed (the STag
+    /// was not in the state it needs then); the QP then goes to the error state.
     LocalProtection,
     /// The received message was longer than the posted buffers.
     LocalLength,
@@ -379,6 +454,8 @@ pub struct QpShared {
     pub max_sge: u32,
     /// The protection domain.
     pub pd: PdId,
+    /// The shared receive queue this QP takes its receive buffers from, if any.
+    srq: OnceLock<Arc<SharedRq>>,
 }
 
 impl QpShared {
@@ -393,7 +470,37 @@ impl QpShared {
             rq_depth,
             max_sge,
             pd,
+            srq: OnceLock::new(),
         }
+    }
+
+    /// Makes the QP take its receive buffers from `srq` (several QPs may share one, on
+    /// any engine cores). Only while the QP is idle, with no receive posted, once, and with
+    /// the same protection domain; then [`validate_recv`](crate::validate_recv) refuses
+    /// receives posted to the QP itself ([`EngineError::UsesSrq`](crate::EngineError)).
+    pub fn attach_srq(&self, srq: Arc<SharedRq>) -> Result<(), crate::EngineError> {
+        let st = self.state();
+        if st != QpState::Idle {
+            return Err(crate::EngineError::InvalidState(st));
+        }
+        if srq.pd() != self.pd {
+            return Err(crate::EngineError::Memory(crate::mem::MemError::WrongPd));
+        }
+        if self.rq_used() != 0 {
+            return Err(crate::EngineError::UsesSrq);
+        }
+        self.srq.set(srq).map_err(|_| crate::EngineError::UsesSrq)
+    }
+
+    /// The shared receive queue, if one is attached.
+    pub fn srq(&self) -> Option<&Arc<SharedRq>> {
+        self.srq.get()
+    }
+
+    /// Counts a receive buffer the engine claimed from the shared receive queue as this
+    /// QP's (released like any receive when it completes or is flushed).
+    pub(crate) fn claim_rq(&self) {
+        self.rq_used.fetch_add(1, Ordering::AcqRel);
     }
 
     /// The current state.

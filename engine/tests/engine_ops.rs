@@ -97,8 +97,9 @@ fn send_types_solicited_and_invalidate() {
     let (qa, qb) = p.connect();
     let (ra, sa) = p.a.region(4096, all_access());
     let (_rb, sb) = p.b.region(4096, all_access());
-    let (_rx1, inv1) = p.b.region(4096, all_access());
-    let (_rx2, inv2) = p.b.region(4096, all_access());
+    // RDMAP-8.1.1-8: a region a peer may invalidate is registered for it.
+    let (_rx1, inv1) = p.b.region(4096, all_access() | Access::REMOTE_INVALIDATE);
+    let (_rx2, inv2) = p.b.region(4096, all_access() | Access::REMOTE_INVALIDATE);
     ra.write_at(0, b"abcdefgh").unwrap();
     for i in 0..4 {
         p.b.core

@@ -75,6 +75,14 @@ pub enum Error {
     /// The engine stopped.
     #[error("engine stopped")]
     EngineGone,
+    /// A memory window, fast registration or invalidation was refused; the
+    /// [`MemError`](warpcore_engine::mem::MemError) says what was wrong.
+    #[error("memory: {0}")]
+    Stag(warpcore_engine::mem::MemError),
+    /// The queue pair takes its receives from a shared receive queue (post there), or a
+    /// shared receive queue cannot be attached to it.
+    #[error("queue pair uses a shared receive queue")]
+    UsesSrq,
 }
 
 impl From<EngineError> for Error {
@@ -101,6 +109,8 @@ impl From<EngineError> for Error {
             EngineError::Mpa(e) => Error::Mpa(e.to_string()),
             EngineError::CoreGone => Error::EngineGone,
             EngineError::Device(e) => Error::Device(e),
+            EngineError::Memory(e) => Error::Stag(e),
+            EngineError::UsesSrq => Error::UsesSrq,
         }
     }
 }

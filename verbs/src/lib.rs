@@ -87,10 +87,10 @@ use warpcore_engine::mem::{MrTable, PdId, Region, Stag};
 use warpcore_engine::runtime::{spawn_core, Clock, Command, CoreHandle, CoreSpec, Reply};
 use warpcore_engine::tcp::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
 use warpcore_engine::tcp::StackConfig;
-use warpcore_engine::{validate_recv, validate_send, QpAttr, QpId, QpShared};
+use warpcore_engine::{validate_recv, validate_send, QpAttr, QpId, QpShared, SharedRq};
 
 pub use error::Error;
-pub use warpcore_engine::mem::Access;
+pub use warpcore_engine::mem::{Access, MemError, MwType};
 pub use warpcore_engine::tcp::link::{Faults, LinkConfig, LinkEnd};
 pub use warpcore_engine::{
     CmEvent, Completion, ConnError, ConnectRequest, CoreStats, EngineConfig, Established,
@@ -383,8 +383,62 @@ impl ProtectionDomain {
         })
     }
 
+    /// Allocates a memory window (`ibv_alloc_mw`), invalid until bound with
+    /// [`QueuePair::post_bind_mw`].
+    pub fn alloc_mw(&self, ty: MwType) -> Result<MemoryWindow, Error> {
+        let stag = self
+            .ctx
+            .inner
+            .mrs
+            .alloc_mw(self.id, ty)
+            .map_err(Error::Stag)?;
+        Ok(MemoryWindow {
+            ctx: self.ctx.clone(),
+            pd: self.id,
+            ty,
+            stag: Mutex::new(stag),
+        })
+    }
+
+    /// Allocates a fast-registration STag, invalid until made valid with
+    /// [`QueuePair::post_fast_reg`].
+    pub fn alloc_fast_reg(&self) -> Result<FastRegMr, Error> {
+        let stag = self
+            .ctx
+            .inner
+            .mrs
+            .alloc_fast_reg(self.id)
+            .map_err(Error::Stag)?;
+        Ok(FastRegMr {
+            ctx: self.ctx.clone(),
+            pd: self.id,
+            stag: Mutex::new(stag),
+        })
+    }
+
+    /// A shared receive queue of `depth` buffers of at most `max_sge` SGEs each, for the
+    /// queue pairs of this domain created with [`QpInit::with_srq`].
+    pub fn create_srq(&self, depth: u32, max_sge: u32) -> Result<SharedReceiveQueue, Error> {
+        let cfg = &self.ctx.inner.cfg;
+        if depth == 0 || depth as usize > cfg.max_rq_depth {
+            return Err(Error::LimitExceeded("srq depth"));
+        }
+        if max_sge as usize > MAX_SGE {
+            return Err(Error::LimitExceeded("srq sges"));
+        }
+        Ok(SharedReceiveQueue {
+            ctx: self.ctx.clone(),
+            srq: Arc::new(SharedRq::new(self.id, depth, max_sge)),
+        })
+    }
+
     /// Creates a reliable-connected queue pair in the idle state.
     pub fn create_qp(&self, init: &QpInit) -> Result<QueuePair, Error> {
+        if let Some(srq) = &init.srq {
+            if srq.srq.pd() != self.id {
+                return Err(Error::Stag(MemError::WrongPd));
+            }
+        }
         let n = self.ctx.cores();
         let core = match init.core {
             Some(c) if c < n => c,
@@ -415,13 +469,152 @@ impl ProtectionDomain {
         };
         let (id, shared) = self.ctx.call(core, |r| Command::CreateQp(attr, r))?;
         shared.set_rfc7306(init.rfc7306);
-        Ok(QueuePair {
+        let qp = QueuePair {
             ctx: self.ctx.clone(),
             id,
-            shared,
+            shared: Arc::clone(&shared),
             core,
-            inline,
-        })
+            inline: None,
+        };
+        if let Some(srq) = &init.srq {
+            // On failure `qp` drops and destroys the new QP.
+            shared.attach_srq(Arc::clone(&srq.srq))?;
+        }
+        let mut qp = qp;
+        qp.inline = inline;
+        Ok(qp)
+    }
+}
+
+/// A memory window (see [`ProtectionDomain::alloc_mw`]): an STag of its own that opens a
+/// part of a [`MemoryRegion`] (with [`Access::MW_BIND`]) to the peer, with its own rights
+/// and bounds, bound and rebound by Bind work requests on a queue pair, each time under a
+/// new key. A type 2 window serves only the queue pair that bound it, and its peer may
+/// invalidate it with a Send with Invalidate. Dropping it deallocates it.
+#[derive(Debug)]
+pub struct MemoryWindow {
+    ctx: Context,
+    pd: PdId,
+    ty: MwType,
+    /// The STag as of the last bind posted.
+    stag: Mutex<Stag>,
+}
+
+impl MemoryWindow {
+    /// The STag as of the last bind posted (what the peer uses once that bind executed).
+    pub fn stag(&self) -> u32 {
+        self.stag.lock().unwrap_or_else(|e| e.into_inner()).0
+    }
+
+    /// The window type.
+    pub fn mw_type(&self) -> MwType {
+        self.ty
+    }
+
+    /// Whether the window is currently bound (valid): false before the first bind, after
+    /// an invalidation (local, or remote by a Send with Invalidate) and while a posted
+    /// bind has not executed yet.
+    pub fn is_bound(&self) -> bool {
+        self.ctx.inner.mrs.is_valid(Stag(self.stag()))
+    }
+}
+
+impl Drop for MemoryWindow {
+    fn drop(&mut self) {
+        let s = *self.stag.lock().unwrap_or_else(|e| e.into_inner());
+        // A bind that failed when executed left the previous key.
+        if self.ctx.inner.mrs.deregister(s).is_err() {
+            let _ = self
+                .ctx
+                .inner
+                .mrs
+                .deregister(Stag::new(s.index(), s.key().wrapping_sub(1)));
+        }
+        let _ = self.pd;
+    }
+}
+
+/// A fast-registration STag (see [`ProtectionDomain::alloc_fast_reg`]): made valid over a
+/// part of a [`MemoryRegion`] by a Fast-Register work request
+/// ([`QueuePair::post_fast_reg`]), each time under a new key, and invalidated by a Local
+/// Invalidate or by the peer's Send with Invalidate. Dropping it frees it.
+#[derive(Debug)]
+pub struct FastRegMr {
+    ctx: Context,
+    pd: PdId,
+    stag: Mutex<Stag>,
+}
+
+impl FastRegMr {
+    /// The STag as of the last fast registration posted.
+    pub fn stag(&self) -> u32 {
+        self.stag.lock().unwrap_or_else(|e| e.into_inner()).0
+    }
+
+    /// Whether the STag is currently valid.
+    pub fn is_valid(&self) -> bool {
+        self.ctx.inner.mrs.is_valid(Stag(self.stag()))
+    }
+}
+
+impl Drop for FastRegMr {
+    fn drop(&mut self) {
+        let s = *self.stag.lock().unwrap_or_else(|e| e.into_inner());
+        if self.ctx.inner.mrs.deregister(s).is_err() {
+            let _ = self
+                .ctx
+                .inner
+                .mrs
+                .deregister(Stag::new(s.index(), s.key().wrapping_sub(1)));
+        }
+        let _ = self.pd;
+    }
+}
+
+/// A shared receive queue (see [`ProtectionDomain::create_srq`]): queue pairs created with
+/// [`QpInit::with_srq`], on any engine cores, take their receive buffers from it; each
+/// completion goes to the receiving queue pair's receive completion queue and names it in
+/// [`Completion::qp`]. A message that finds it empty is answered like one that finds no
+/// posted receive: Terminate "no buffer" (DDP untagged 0x2/0x02), the QP to the error state.
+#[derive(Debug, Clone)]
+pub struct SharedReceiveQueue {
+    ctx: Context,
+    srq: Arc<SharedRq>,
+}
+
+impl SharedReceiveQueue {
+    /// Posts a receive buffer (checked here: SGEs of this domain with local write, at most
+    /// the queue's SGE count, queue not full).
+    pub fn post_recv(&self, wr: &RecvWr) -> Result<(), Error> {
+        self.srq.post(&self.ctx.inner.mrs, &wr.0)?;
+        Ok(())
+    }
+
+    /// Buffers waiting.
+    pub fn len(&self) -> usize {
+        self.srq.len()
+    }
+
+    /// No buffer waiting.
+    pub fn is_empty(&self) -> bool {
+        self.srq.is_empty()
+    }
+
+    /// Depth.
+    pub fn depth(&self) -> u32 {
+        self.srq.depth()
+    }
+
+    /// Arms the low-water mark: once fewer than `limit` buffers wait,
+    /// [`SharedReceiveQueue::limit_reached`] turns true (0 disarms).
+    pub fn arm_limit(&self, limit: u32) -> Result<(), Error> {
+        self.srq.arm_limit(limit)?;
+        Ok(())
+    }
+
+    /// Whether the armed limit was reached.
+    pub fn limit_reached(&self) -> bool {
+        self.srq.limit_reached()
     }
 }
 
@@ -528,6 +721,9 @@ pub struct QpInit {
     /// Largest inline payload ([`QueuePair::post_send_inline`]); the queue pair keeps
     /// `sq_depth * max_inline` octets of registered memory for it (0: no inline sends).
     pub max_inline: u32,
+    /// The shared receive queue to take receive buffers from (`None`: the QP's own receive
+    /// queue of `rq_depth`). Its queue pairs may be on any engine cores.
+    pub srq: Option<SharedReceiveQueue>,
 }
 
 impl QpInit {
@@ -542,7 +738,15 @@ impl QpInit {
             core: None,
             rfc7306: true,
             max_inline: 256,
+            srq: None,
         }
+    }
+
+    /// The same, taking receive buffers from `srq` (then [`QueuePair::post_recv`] is
+    /// refused with [`Error::UsesSrq`]).
+    pub fn with_srq(mut self, srq: &SharedReceiveQueue) -> QpInit {
+        self.srq = Some(srq.clone());
+        self
     }
 }
 
@@ -699,6 +903,77 @@ impl QueuePair {
             })?;
         *next += 1;
         Ok(())
+    }
+
+    /// Posts a Bind work request ([`SendOp::BindMw`]): when it executes, in send queue
+    /// order, `mw` opens `len` octets at `offset` of `mr` (which needs
+    /// [`Access::MW_BIND`]; write and atomic rights need [`Access::LOCAL_WRITE`] on it)
+    /// with `access` (remote rights only), under a new key; a type 2 window is bound to
+    /// this queue pair. Returns the window's new STag (also [`MemoryWindow::stag`]), which
+    /// a request posted after this one may advertise. Checked here: typed
+    /// [`Error::Stag`] errors for the wrong kind or domain, rights, bounds.
+    pub fn post_bind_mw(
+        &self,
+        wr_id: u64,
+        mw: &MemoryWindow,
+        mr: &MemoryRegion,
+        offset: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<u32, Error> {
+        let mut cur = mw.stag.lock().unwrap_or_else(|e| e.into_inner());
+        let new_key = cur.key().wrapping_add(1);
+        let op = SendOp::BindMw {
+            mw: cur.0,
+            new_key,
+            mr: mr.stag.0,
+            to: offset,
+            len,
+            access,
+        };
+        self.post_send(&SendWr::new(wr_id, op, &[])?)?;
+        *cur = Stag::new(cur.index(), new_key);
+        Ok(cur.0)
+    }
+
+    /// Posts a Fast-Register work request ([`SendOp::FastReg`]): when it executes, the
+    /// (invalid) STag of `fr` becomes valid under a new key over `len` octets at `offset`
+    /// of `mr`, zero-based (TO 0 is the octet at `offset`), with `access`. Returns the new
+    /// STag (also [`FastRegMr::stag`]).
+    pub fn post_fast_reg(
+        &self,
+        wr_id: u64,
+        fr: &FastRegMr,
+        mr: &MemoryRegion,
+        offset: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<u32, Error> {
+        let mut cur = fr.stag.lock().unwrap_or_else(|e| e.into_inner());
+        let new_key = cur.key().wrapping_add(1);
+        let op = SendOp::FastReg {
+            stag: cur.0,
+            new_key,
+            mr: mr.stag.0,
+            mr_to: offset,
+            len,
+            base_to: 0,
+            access,
+        };
+        self.post_send(&SendWr::new(wr_id, op, &[])?)?;
+        *cur = Stag::new(cur.index(), new_key);
+        Ok(cur.0)
+    }
+
+    /// Posts a Local Invalidate of `stag` (a window, fast registration or region of this
+    /// domain), executed in send queue order ([`SendOp::LocalInvalidate`]); `fenced`
+    /// makes it wait for earlier RDMA Reads too.
+    pub fn post_local_invalidate(&self, wr_id: u64, stag: u32, fenced: bool) -> Result<(), Error> {
+        let mut wr = SendWr::new(wr_id, SendOp::LocalInvalidate { stag }, &[])?;
+        if fenced {
+            wr = wr.fenced();
+        }
+        self.post_send(&wr)
     }
 
     /// Posts a receive work request (also before the connection exists).

@@ -30,6 +30,11 @@ fn all() -> Access {
     Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC
 }
 
+/// Remote rights a window may grant.
+fn window_rights() -> Access {
+    Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC
+}
+
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed) ^ (i >> 9) as u8)
@@ -47,6 +52,8 @@ fn contents(mr: &MemoryRegion) -> Vec<u8> {
 struct Env {
     a: Context,
     b: Context,
+    apd: ProtectionDomain,
+    bpd: ProtectionDomain,
     acq: CompletionQueue,
     bcq: CompletionQueue,
     aqp: QueuePair,
@@ -93,6 +100,8 @@ impl Env {
         let mut env = Env {
             a,
             b,
+            apd,
+            bpd,
             acq,
             bcq,
             aqp,
@@ -109,6 +118,33 @@ impl Env {
         }
         env.snapshot = env.regions().into_iter().map(contents).collect();
         env
+    }
+
+    /// A second connection between the same two users (same PDs and CQs), up.
+    fn second_connection(&self) -> (QueuePair, QueuePair) {
+        let bqp = self
+            .bpd
+            .create_qp(&QpInit::new(&self.bcq, &self.bcq))
+            .unwrap();
+        let aqp = self
+            .apd
+            .create_qp(&QpInit::new(&self.acq, &self.acq))
+            .unwrap();
+        self.b.listen(PORT + 1, &MpaParams::default()).unwrap();
+        aqp.connect([10, 0, 0, 2], PORT + 1, &MpaParams::default(), b"")
+            .unwrap();
+        let req = loop {
+            match self.b.next_event(T) {
+                Some(CmEvent::ConnectRequest(r)) => break r,
+                Some(_) => {}
+                None => panic!("no connection request"),
+            }
+        };
+        self.b.accept(&req, &bqp, b"").unwrap();
+        for ctx in [&self.a, &self.b] {
+            assert!(matches!(ctx.next_event(T), Some(CmEvent::Established(_))));
+        }
+        (aqp, bqp)
     }
 
     fn default_with(target_access: Access) -> Env {
@@ -397,50 +433,19 @@ fn past_the_end() {
     );
 }
 
-/// DDP-7.1-12: a Write whose Tagged Offset lies before the start of the region. Verbs
-/// regions are zero-based (TO 0 is the first octet), so a TO below the base is one that
-/// wraps: TO 2^64 - 16 for 32 octets would cover the 16 octets before TO 0 and the first
-/// 16. An honest requester never sends that (the engine fails such a Write locally), so
-/// the hand-driven peer does. DDP checks the TO against the registered range first
-/// (DDP-7.1-12, before the wrap check DDP-7.1-14) → 1/1/01 base or bounds; nothing placed.
-#[test]
-fn before_the_start() {
-    hostile_case(
-        "before-the-start",
-        |stag| vec![security_support::write(stag, u64::MAX - 15, &[0xEE; 32])],
-        false,
-        (1, 1, 1),
-    );
-}
-
-/// RDMAP-5.3-11/12, DDP-7.1-10: the requester invalidates the responder's STag with a
-/// Send with Invalidate (legitimately: same stream, same PD), then Writes through it:
-/// the invalidated STag is refused → 1/1/00. The Send's receive completes with the
-/// invalidated STag before the error.
+/// DDP-7.1-10, RDMAP-5.3-12: the responder's user invalidates its region's STag (Local
+/// Invalidate); a Write through the invalidated STag is refused → 1/1/00.
 #[test]
 fn invalidated_stag() {
     let env = Env::default_with(all());
     env.bqp
-        .post_recv(&RecvWr::new(7, &[env.guard.sge(0, 16)]).unwrap())
+        .post_local_invalidate(7, env.target.stag(), false)
         .unwrap();
-    // The Send places 8 octets into the guard region's receive buffer: expected, so the
-    // snapshot is taken again after it.
-    let mut env = env;
-    env.post(
-        1,
-        SendOp::SendInvalidate {
-            stag: env.target.stag(),
-        },
-        &[env.amr.sge(0, 8)],
-    );
-    let c = env.acq.wait(T).unwrap();
-    assert_eq!((c.wr_id, c.status), (1, WcStatus::Success));
-    let r = env.bcq.wait(T).unwrap();
+    let c = env.bcq.wait(T).unwrap();
     assert_eq!(
-        (r.wr_id, r.status, r.invalidated),
-        (7, WcStatus::Success, Some(env.target.stag()))
+        (c.wr_id, c.opcode, c.status),
+        (7, WcOpcode::LocalInvalidate, WcStatus::Success)
     );
-    env.snapshot = env.regions().into_iter().map(contents).collect();
     case(
         "invalidated-stag",
         env,
@@ -450,38 +455,103 @@ fn invalidated_stag() {
     );
 }
 
-/// RDMAP-5.3-11/12, RDMAP-7.2-5: a Send with Invalidate naming an STag that does not
-/// belong to this stream (a region of another protection domain of the responder) may
-/// not be invalidated → RDMAP remote protection 0/1/09 "STag cannot be invalidated"
-/// (proto's `invalidate_error(NotAssociated)`); the receive is flushed, not completed,
-/// and the named region stays valid and untouched. The Send's payload is placed into the
-/// posted receive buffer before the Invalidate STag is checked at the last segment (as
-/// siw does; a flushed receive's buffer is undefined in ibverbs), so that buffer is the
-/// one range allowed to change (departure 18).
+/// DDP-7.1-12: a Write through a memory window at a Tagged Offset before the window's
+/// start. The window opens octets 1024..2048 of the target region, addressed with the
+/// region's own TOs (departure 20), and the Write starts at TO 1000 → 1/1/01; the region
+/// below the window is untouched too.
+#[test]
+fn before_the_start() {
+    let env = Env::default_with(all() | Access::MW_BIND);
+    let mw = env.bpd.alloc_mw(MwType::Type1).unwrap();
+    let w = env
+        .bqp
+        .post_bind_mw(7, &mw, &env.target, 1024, 1024, window_rights())
+        .unwrap();
+    let c = env.bcq.wait(T).unwrap();
+    assert_eq!((c.opcode, c.status), (WcOpcode::BindMw, WcStatus::Success));
+    case(
+        "before-the-start",
+        env,
+        |e| e.post(1, write_op(w, 1000), &[e.amr.sge(0, 64)]),
+        (1, 1, 1),
+        &[WRITE_OK],
+    );
+    drop(mw);
+}
+
+/// DDP-7.1-12/14: a Write whose Tagged Offset wraps the 64-bit space (2^64 - 16 for 32
+/// octets, the 16 octets "before" TO 0 of a zero-based region). An honest requester
+/// never sends it, so the hand-driven peer does; DDP checks the TO against the range
+/// first → 1/1/01, nothing placed.
+#[test]
+fn to_wraps_below_the_base() {
+    hostile_case(
+        "to-wraps",
+        |stag| vec![security_support::write(stag, u64::MAX - 15, &[0xEE; 32])],
+        false,
+        (1, 1, 1),
+    );
+}
+
+/// DDP-8.2-1, RDMAP-8.1.1-*: a type 2 window bound to another queue pair of the responder
+/// (a second connection between the same two users) is refused on this one → 1/1/02 (not
+/// associated with the stream); the other connection stays up.
+#[test]
+fn window_bound_to_another_qp() {
+    let env = Env::default_with(all() | Access::MW_BIND);
+    let (aqp2, bqp2) = env.second_connection();
+    let mw = env.bpd.alloc_mw(MwType::Type2).unwrap();
+    let w = bqp2
+        .post_bind_mw(7, &mw, &env.target, 0, TARGET_LEN as u64, window_rights())
+        .unwrap();
+    let c = env.bcq.wait(T).unwrap();
+    assert_eq!((c.opcode, c.status), (WcOpcode::BindMw, WcStatus::Success));
+    case(
+        "window-of-another-qp",
+        env,
+        |e| e.post(1, write_op(w, 0), &[e.amr.sge(0, 64)]),
+        (1, 1, 2),
+        &[WRITE_OK],
+    );
+    assert_eq!((aqp2.state(), bqp2.state()), (QpState::Rts, QpState::Rts));
+    drop(mw);
+}
+
+/// RDMAP-5.3-12, RDMAP-8.1.1-8: a Send with Invalidate naming a valid STag of this
+/// stream's PD that may not be invalidated by a peer (a region registered without
+/// `REMOTE_INVALIDATE`, usable by every stream of the PD; departure 18) → RDMAP remote
+/// operation 0/2/09 "STag cannot be invalidated"; the region stays valid and untouched,
+/// the receive is flushed. The Send's payload is placed into the posted receive buffer
+/// before the Invalidate STag is checked at the last segment (departure 24), so that
+/// buffer is the one range allowed to change.
+#[test]
+fn send_invalidate_not_invalidatable() {
+    send_invalidate_case("send-inv-not-allowed", false, (0, 2, 9));
+}
+
+/// RDMAP-5.3-11, RDMAP-7.2-5: a Send with Invalidate naming an STag of another protection
+/// domain (not associated with this stream) → RDMAP remote protection 0/1/09.
 #[test]
 fn send_invalidate_foreign_stag() {
+    send_invalidate_case("send-inv-foreign-stag", true, (0, 1, 9));
+}
+
+fn send_invalidate_case(name: &str, foreign: bool, want: (u8, u8, u8)) {
     let env = Env::default_with(all());
     env.bqp
         .post_recv(&RecvWr::new(7, &[env.guard.sge(0, 16)]).unwrap())
         .unwrap();
-    env.post(
-        1,
-        SendOp::SendInvalidate {
-            stag: env.other_pd.stag(),
-        },
-        &[env.amr.sge(0, 8)],
-    );
+    let stag = if foreign {
+        env.other_pd.stag()
+    } else {
+        env.target.stag()
+    };
+    env.post(1, SendOp::SendInvalidate { stag }, &[env.amr.sge(0, 8)]);
     let seen = observe(&env, &[(WcOpcode::Send, WcStatus::Success)]);
-    assert_eq!(seen.term, stag_cannot_be_invalidated());
+    assert_eq!(seen.term, want, "{name}");
     let payload = env.snapshot[0][..8].to_vec();
     let u = env.untouched_except(Some((0..8, &payload)));
-    line("send-inv-foreign-stag", &seen, u);
-}
-
-fn stag_cannot_be_invalidated() -> (u8, u8, u8) {
-    use warpcore_engine::proto::rdmap::{invalidate_error, InvalidateFault};
-    let e = invalidate_error(InvalidateFault::NotAssociated);
-    code3(warpcore_engine::proto::ProtocolError::Rdmap(e).terminate_code())
+    line(name, &seen, u);
 }
 
 /// EXT-5.2.1-2: an atomic on a word that is not 8-aligned → 0/2/07 (siw's reading of

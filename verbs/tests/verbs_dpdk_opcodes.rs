@@ -51,9 +51,14 @@ fn every_opcode(client: &Context, server: &Context, port: u16, params: &MpaParam
     let spd = server.alloc_pd();
     let scq = server.create_cq(256).unwrap();
     let smr = spd.alloc_mr(64 * 1024, all()).unwrap();
-    // Two regions the client invalidates remotely (RDMAP-5.3-11/12).
-    let inv1 = spd.alloc_mr(4096, all()).unwrap();
-    let inv2 = spd.alloc_mr(4096, all()).unwrap();
+    // Two regions the client invalidates remotely (RDMAP-5.3-11/12; a peer may invalidate
+    // an ordinary region only if it was registered for that, RDMAP-8.1.1-8).
+    let inv1 = spd
+        .alloc_mr(4096, all() | Access::REMOTE_INVALIDATE)
+        .unwrap();
+    let inv2 = spd
+        .alloc_mr(4096, all() | Access::REMOTE_INVALIDATE)
+        .unwrap();
     let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
     for k in 0..8u64 {
         sqp.post_recv(&RecvWr::new(100 + k, &[smr.sge(32 * 1024 + k * 1024, 1024)]).unwrap())

@@ -56,10 +56,19 @@
 //!  +----------+---------+---------+-------------------------+
 //! ```
 //!
-//! with the states `FREE`, `VALID`, `INVALID` (registered but invalidated; issue 5's fast
-//! registration will re-validate it) and `DRAINING` (deregistration waiting for the guards
-//! to drop). Only the thread that owns a registration operation changes the state and key
-//! bits; lookups and guards only change the count.
+//! with the states `FREE`, `VALID`, `INVALID` (allocated or registered but invalidated: a
+//! memory window before its bind, a fast-registration STag before its registration, an
+//! invalidated STag), `DRAINING` (deregistration waiting for the guards to drop) and
+//! `BUSY` (one thread binding a window, fast-registering or invalidating: like `DRAINING`,
+//! it waits for the guards to drop and then alone writes the metadata and the `Arc<Region>`
+//! before publishing `VALID` or `INVALID` with `Release`). Only the thread that owns a
+//! registration operation changes the state and key bits; lookups and guards only change
+//! the count. Beside the word, a slot keeps the kind and PD of its allocation in an atomic
+//! (written while owned) for typed refusals without a guard, and the number of windows
+//! bound to it (a region with bound windows is neither deregistered nor invalidated; a
+//! bind increments it while holding a guard on the region, so a deregistration that
+//! drained the region's guards sees every bind that succeeded, and restores the previous
+//! state if one raced in).
 //!
 //! - **Lookup** loads the word (`Relaxed`; a cheap early rejection of stale or garbage
 //!   STags that touches no count), then `fetch_add(1, Acquire)`s the count and checks the
@@ -75,8 +84,8 @@
 //!   concurrent failing lookups left there. A lookup whose `Acquire` increment reads the
 //!   published value (or any later value: every later change of the word is a
 //!   read-modify-write, which continues the release sequence) therefore sees the metadata.
-//! - **Deregister** (and **invalidate**) compare-exchange `VALID | key` to
-//!   `DRAINING | key` (or `INVALID | key`), which stops new lookups from succeeding, then
+//! - **Deregister** (and **invalidate**, **bind**, **fast registration**) compare-exchange
+//!   `VALID | key` (or `INVALID | key`) to `DRAINING | key` (or `BUSY | key`), which stops new lookups from succeeding, then
 //!   wait (spin, then yield) until an `Acquire` load sees a count of zero. Every guard
 //!   decrements with `Release`, so every placement into the region, and every read of the
 //!   metadata by a guard, happens before that load. Deregistration then takes the
@@ -129,6 +138,10 @@ use warpcore_proto::rdmap::StagFault;
 pub use region::Region;
 pub use table::{MrGuard, MrTable, MAX_CAPACITY};
 
+/// Identifies the stream (queue pair) a type 2 memory window is bound to: an opaque value
+/// the engine derives from the queue pair's handle, unique among live queue pairs.
+pub type StreamId = u64;
+
 /// Access rights of a memory registration (the `IBV_ACCESS_*` flags of rdma-core's
 /// `verbs.h` that iWARP uses). Local read access is always granted.
 ///
@@ -148,10 +161,20 @@ impl Access {
     pub const REMOTE_WRITE: Access = Access(1 << 2);
     /// A peer may run atomic operations on the region (RFC 7306).
     pub const REMOTE_ATOMIC: Access = Access(1 << 3);
-    /// Memory windows may be bound to the region (issue 5).
+    /// Memory windows may be bound to the region ([`MrTable::bind_mw`]).
     pub const MW_BIND: Access = Access(1 << 4);
+    /// A peer may invalidate the STag with a Send with Invalidate (RDMAP-5.3-11/12). An
+    /// ordinary registration is usable by every stream of its protection domain, and a
+    /// peer must not invalidate an STag shared by several streams (RDMAP-8.1.1-8): grant
+    /// this only to a registration one stream uses. Fast-registered STags and type 2
+    /// windows bound to the stream are remotely invalidatable without it.
+    pub const REMOTE_INVALIDATE: Access = Access(1 << 5);
 
-    const ALL_BITS: u8 = 0x1F;
+    /// The rights a memory window can grant (the remote ones).
+    pub const WINDOW_RIGHTS: Access =
+        Access(Self::REMOTE_READ.0 | Self::REMOTE_WRITE.0 | Self::REMOTE_ATOMIC.0);
+
+    const ALL_BITS: u8 = 0x3F;
 
     /// No rights beyond local read.
     pub const fn empty() -> Access {
@@ -222,12 +245,13 @@ impl BitAnd for Access {
 
 impl fmt::Debug for Access {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const NAMES: [(Access, &str); 5] = [
+        const NAMES: [(Access, &str); 6] = [
             (Access::LOCAL_WRITE, "LOCAL_WRITE"),
             (Access::REMOTE_READ, "REMOTE_READ"),
             (Access::REMOTE_WRITE, "REMOTE_WRITE"),
             (Access::REMOTE_ATOMIC, "REMOTE_ATOMIC"),
             (Access::MW_BIND, "MW_BIND"),
+            (Access::REMOTE_INVALIDATE, "REMOTE_INVALIDATE"),
         ];
         f.write_str("Access(")?;
         let mut first = true;
@@ -245,6 +269,28 @@ impl fmt::Debug for Access {
         }
         f.write_str(")")
     }
+}
+
+/// The two memory window types of the verbs (as `IBV_MW_TYPE_1/2`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MwType {
+    /// Bound to the protection domain: any stream of the PD may use it; never remotely
+    /// invalidatable, since several streams share it (RDMAP-8.1.1-8).
+    Type1,
+    /// Bound to the queue pair whose Bind work request bound it: only that stream may use
+    /// it (DDP-8.2-2, DDP-8.3-3), and its peer may invalidate it (RDMAP-5.3-11/12).
+    Type2,
+}
+
+/// What an STag names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StagKind {
+    /// An ordinary registration ([`MrTable::register`]).
+    Mr,
+    /// A fast-registration STag ([`MrTable::alloc_fast_reg`]).
+    FastReg,
+    /// A memory window ([`MrTable::alloc_mw`]).
+    Window(MwType),
 }
 
 /// A protection domain. A stream may only use STags of its own protection domain
@@ -302,6 +348,26 @@ pub enum MemError {
     InvalidLayout,
     /// The operating system or the allocator refused the memory.
     AllocFailed,
+    /// The STag is not of the kind the operation needs (binding something that is not a
+    /// memory window, fast-registering something that is not a fast-registration STag,
+    /// windows or fast registrations over something that is not an ordinary region).
+    WrongKind,
+    /// The STag belongs to another protection domain than the one asking.
+    WrongPd,
+    /// Memory windows are bound to the region: invalidate or deallocate them first.
+    Busy,
+    /// The new key of a bind or fast registration equals the current one (a stale STag
+    /// would match again).
+    SameKey,
+    /// A fast registration needs an invalid (allocated or invalidated) STag.
+    StillValid,
+    /// The region lacks [`Access::MW_BIND`].
+    BindNotAllowed,
+    /// The rights asked for a window or a fast registration are not allowed: a window
+    /// grants only remote rights, and write or atomic rights need a region with local write.
+    WindowAccess,
+    /// A type 2 window is bound by a queue pair's Bind work request, never without one.
+    NoQueuePair,
 }
 
 impl fmt::Display for MemError {
@@ -315,6 +381,14 @@ impl fmt::Display for MemError {
             MemError::Misaligned => "atomic access is not 8-byte aligned",
             MemError::InvalidLayout => "alignment is not a power of two or length is too large",
             MemError::AllocFailed => "memory allocation failed",
+            MemError::WrongKind => "STag is not of the kind the operation needs",
+            MemError::WrongPd => "STag belongs to another protection domain",
+            MemError::Busy => "memory windows are bound to the region",
+            MemError::SameKey => "new STag key equals the current key",
+            MemError::StillValid => "fast registration needs an invalid STag",
+            MemError::BindNotAllowed => "region does not allow memory window binding",
+            MemError::WindowAccess => "rights not allowed for this window or registration",
+            MemError::NoQueuePair => "a type 2 window must be bound through a queue pair",
         })
     }
 }
@@ -331,6 +405,9 @@ pub enum LookupFault {
     WrongPd,
     /// The registration does not grant the access asked for (DDP-7.1-11, RDMAP-8.1.1-6).
     AccessDenied,
+    /// A type 2 memory window bound to another stream (queue pair): "STag not associated
+    /// with this stream" (DDP-8.2-2, DDP-8.3.1-3, RDMAP-8.1.1-3).
+    WrongQp,
 }
 
 impl LookupFault {
@@ -340,7 +417,7 @@ impl LookupFault {
     pub const fn ddp_error(self) -> DdpError {
         match self {
             LookupFault::InvalidStag | LookupFault::AccessDenied => DdpError::TaggedInvalidStag,
-            LookupFault::WrongPd => DdpError::TaggedStagNotAssociated,
+            LookupFault::WrongPd | LookupFault::WrongQp => DdpError::TaggedStagNotAssociated,
         }
     }
 
@@ -349,7 +426,7 @@ impl LookupFault {
     pub const fn rdmap_error(self) -> RdmapError {
         match self {
             LookupFault::InvalidStag => RdmapError::InvalidStag,
-            LookupFault::WrongPd => RdmapError::StagNotAssociated,
+            LookupFault::WrongPd | LookupFault::WrongQp => RdmapError::StagNotAssociated,
             LookupFault::AccessDenied => RdmapError::AccessRights,
         }
     }
@@ -362,7 +439,7 @@ impl LookupFault {
     pub const fn tagged_fault(self) -> TaggedFault {
         match self {
             LookupFault::InvalidStag | LookupFault::AccessDenied => TaggedFault::InvalidStag,
-            LookupFault::WrongPd => TaggedFault::NotAssociated,
+            LookupFault::WrongPd | LookupFault::WrongQp => TaggedFault::NotAssociated,
         }
     }
 
@@ -373,7 +450,7 @@ impl LookupFault {
     pub const fn stag_fault(self) -> StagFault {
         match self {
             LookupFault::InvalidStag | LookupFault::AccessDenied => StagFault::Invalid,
-            LookupFault::WrongPd => StagFault::NotAssociated,
+            LookupFault::WrongPd | LookupFault::WrongQp => StagFault::NotAssociated,
         }
     }
 }
@@ -384,6 +461,7 @@ impl fmt::Display for LookupFault {
             LookupFault::InvalidStag => "invalid STag",
             LookupFault::WrongPd => "STag belongs to another protection domain",
             LookupFault::AccessDenied => "STag does not grant the access",
+            LookupFault::WrongQp => "memory window is bound to another queue pair",
         })
     }
 }
@@ -460,7 +538,7 @@ mod tests {
         assert!(!Access::REMOTE_WRITE.is_valid_for_registration());
         assert!(!Access::REMOTE_ATOMIC.is_valid_for_registration());
         assert!(Access::REMOTE_READ.is_valid_for_registration());
-        assert_eq!(Access::from_bits(0x20), None);
+        assert_eq!(Access::from_bits(0x40), None);
         assert_eq!(Access::from_bits(Access::all().bits()), Some(Access::all()));
         assert_eq!(
             format!("{:?}", Access::REMOTE_READ | Access::MW_BIND),

@@ -14,7 +14,11 @@ use crossbeam::utils::Backoff;
 use warpcore_proto::ddp::TaggedRegion;
 use warpcore_proto::rdmap::AccessRegion;
 
-use super::{Access, BoundsFault, LookupFault, MemError, PdId, Region, Stag};
+use warpcore_proto::rdmap::InvalidateFault;
+
+use super::{
+    Access, BoundsFault, LookupFault, MemError, MwType, PdId, Region, Stag, StagKind, StreamId,
+};
 
 /// The largest table: index 0 is never handed out, so 2^24 - 1 slots.
 pub const MAX_CAPACITY: usize = (1 << 24) - 1;
@@ -30,6 +34,10 @@ const FREE: u64 = 0;
 const VALID: u64 = 1;
 const INVALID: u64 = 2;
 const DRAINING: u64 = 3;
+/// Owned by one thread that is binding, fast-registering or invalidating the slot: like
+/// DRAINING, no lookup succeeds, and the owner alone touches `meta` and `region` once the
+/// guard count drained to zero.
+const BUSY: u64 = 4;
 
 /// A guard count this high means guards are being leaked by the billion; stop before the
 /// count could overflow into the key (as `Arc` does for its reference count).
@@ -69,6 +77,12 @@ struct Meta {
     base_to: u64,
     pd: PdId,
     access: Access,
+    kind: StagKind,
+    /// The stream a bound type 2 window belongs to.
+    qp: Option<StreamId>,
+    /// Slot number of the region a window is bound to (0: not bound). While it is
+    /// nonzero the parent's `binds` counts this window.
+    parent: u32,
 }
 
 const EMPTY_META: Meta = Meta {
@@ -77,7 +91,32 @@ const EMPTY_META: Meta = Meta {
     base_to: 0,
     pd: PdId(0),
     access: Access::empty(),
+    kind: StagKind::Mr,
+    qp: None,
+    parent: 0,
 };
+
+/// `Slot::info`: the kind (low 8 bits) and protection domain (next 32) of the slot's
+/// current allocation, readable without a guard for early, typed refusals.
+fn info_word(kind: StagKind, pd: PdId) -> u64 {
+    let k = match kind {
+        StagKind::Mr => 0u64,
+        StagKind::FastReg => 1,
+        StagKind::Window(MwType::Type1) => 2,
+        StagKind::Window(MwType::Type2) => 3,
+    };
+    k | u64::from(pd.0) << 8
+}
+
+fn info_of(w: u64) -> (StagKind, PdId) {
+    let kind = match w & 0xFF {
+        0 => StagKind::Mr,
+        1 => StagKind::FastReg,
+        2 => StagKind::Window(MwType::Type1),
+        _ => StagKind::Window(MwType::Type2),
+    };
+    (kind, PdId((w >> 8) as u32))
+}
 
 /// One registration slot, on its own cache line so that guards on different regions do
 /// not contend.
@@ -88,17 +127,23 @@ struct Slot {
     /// exist (state FREE, popped from the free list); read by lookups after their
     /// increment observed VALID.
     meta: UnsafeCell<Meta>,
-    /// Keeps the memory alive while registered. Touched only by register/deregister and
-    /// `Drop`, never by lookups.
+    /// Keeps the memory alive while registered. Written only by the thread that owns the
+    /// slot (FREE popped from the free list, DRAINING or BUSY with a drained count); read
+    /// by a guard holder (which excludes every writer).
     region: UnsafeCell<Option<Arc<Region>>>,
+    /// Kind and PD of the allocation ([`info_word`]), written while the slot is owned.
+    info: AtomicU64,
+    /// Memory windows currently bound to this region: it cannot be deregistered or
+    /// invalidated while any is (as `ibv_dereg_mr` refuses with bound windows).
+    binds: std::sync::atomic::AtomicU32,
 }
 
 // SAFETY: the UnsafeCells are accessed according to the protocol in the module
-// documentation: `meta` is written only while the slot is FREE and owned by one
-// registering thread (popped from the mutex-protected free list), and read only by
-// lookups that atomically observed VALID afterwards through an acquire RMW; `region` is
-// only accessed by the registering or deregistering thread that owns the slot's state
-// transition. `Arc<Region>` is Send + Sync.
+// documentation: `meta` and `region` are written only by the one thread that owns the
+// slot (FREE and popped from the mutex-protected free list, or moved by its own CAS to
+// DRAINING or BUSY and then drained of guards), and read only by that owner or by
+// lookups that atomically observed VALID afterwards through an acquire RMW (whose count
+// keeps every owner out until they release it). `Arc<Region>` is Send + Sync.
 unsafe impl Sync for Slot {}
 // SAFETY: the raw pointer in `meta` points into a `Region`, which is Send.
 unsafe impl Send for Slot {}
@@ -162,6 +207,8 @@ impl MrTable {
                 )),
                 meta: UnsafeCell::new(EMPTY_META),
                 region: UnsafeCell::new(None),
+                info: AtomicU64::new(0),
+                binds: std::sync::atomic::AtomicU32::new(0),
             })
             .collect();
         let free = (1..=capacity as u32).collect();
@@ -240,9 +287,12 @@ impl MrTable {
                 base_to: offset_base,
                 pd,
                 access,
+                ..EMPTY_META
             };
             *slot.region.get() = Some(region);
         }
+        slot.info
+            .store(info_word(StagKind::Mr, pd), Ordering::Relaxed);
         let mut key = 0;
         // Publish: FREE -> VALID with the next key, keeping the count that failing
         // lookups may be changing concurrently. Release orders the writes above before
@@ -258,11 +308,16 @@ impl MrTable {
     }
 
     /// Moves the slot of `stag` from one of `from` to `to` (keeping key and count) and
-    /// waits until no guard holds it. Returns the slot.
-    fn transition_and_drain(&self, stag: Stag, from: &[u64], to: u64) -> Result<&Slot, MemError> {
+    /// waits until no guard holds it. Returns the slot and the state it was in.
+    fn transition_and_drain(
+        &self,
+        stag: Stag,
+        from: &[u64],
+        to: u64,
+    ) -> Result<(&Slot, u64), MemError> {
         let slot = self.slot_of(stag).ok_or(MemError::InvalidStag)?;
         let mut w = slot.word.load(Ordering::Relaxed);
-        loop {
+        let prev = loop {
             if key_of(w) != stag.key() || !from.contains(&state_of(w)) {
                 return Err(MemError::InvalidStag);
             }
@@ -272,10 +327,10 @@ impl MrTable {
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => break,
+                Ok(_) => break state_of(w),
                 Err(now) => w = now,
             }
-        }
+        };
         // No new guard can be taken from here on. Wait for the ones in flight: the
         // acquire load that sees zero synchronizes with every guard's release decrement.
         let backoff = Backoff::new();
@@ -286,7 +341,32 @@ impl MrTable {
                 backoff.snooze();
             }
         }
-        Ok(slot)
+        Ok((slot, prev))
+    }
+
+    /// Publishes `state` with `key` on a slot this thread owns (DRAINING or BUSY), keeping
+    /// the count failing lookups may hold. Release orders the owner's writes before any
+    /// lookup that acquires the new state.
+    fn publish(slot: &Slot, state: u64, key: u8) {
+        let _ = slot
+            .word
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
+                Some(word_with(w, state, key))
+            });
+    }
+
+    fn slot_number(&self, stag: Stag) -> u32 {
+        stag.index().wrapping_mul(self.index_inv) & INDEX_MASK
+    }
+
+    /// Ends a window's binding (owner only): the parent region's count drops.
+    fn unbind_parent(&self, meta: &mut Meta) {
+        if meta.parent != 0 {
+            if let Some(p) = self.slots.get(meta.parent as usize) {
+                p.binds.fetch_sub(1, Ordering::AcqRel);
+            }
+            meta.parent = 0;
+        }
     }
 
     /// Deregisters `stag`: no new lookup succeeds once this starts, and it returns only
@@ -298,12 +378,26 @@ impl MrTable {
     /// would wait for itself). [`MemError::InvalidStag`] if `stag` is not registered, or
     /// another thread is already deregistering it.
     pub fn deregister(&self, stag: Stag) -> Result<(), MemError> {
-        let slot = self.transition_and_drain(stag, &[VALID, INVALID], DRAINING)?;
+        // A region with bound windows stays (as `ibv_dereg_mr` refuses): checked before
+        // and, against a bind that raced in, after taking the slot.
+        if self
+            .slot_of(stag)
+            .is_some_and(|s| s.binds.load(Ordering::Acquire) != 0)
+        {
+            return Err(MemError::Busy);
+        }
+        let (slot, prev) = self.transition_and_drain(stag, &[VALID, INVALID], DRAINING)?;
+        if slot.binds.load(Ordering::Acquire) != 0 {
+            Self::publish(slot, prev, stag.key());
+            return Err(MemError::Busy);
+        }
         // SAFETY: the slot is DRAINING with a zero guard count: no guard exists and none
         // can be created, and only this thread moved it to DRAINING, so it alone owns
         // the slot's contents until it publishes FREE below.
         let region = unsafe {
-            *slot.meta.get() = EMPTY_META;
+            let meta = &mut *slot.meta.get();
+            self.unbind_parent(meta);
+            *meta = EMPTY_META;
             (*slot.region.get()).take()
         };
         // DRAINING -> FREE, keeping the key (the next registration advances it) and any
@@ -313,7 +407,7 @@ impl MrTable {
             .fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
                 Some(word_with(w, FREE, key_of(w)))
             });
-        let n = stag.index().wrapping_mul(self.index_inv) & INDEX_MASK;
+        let n = self.slot_number(stag);
         self.free_list().push_back(n);
         // The memory goes away (if this was the last reference) only now that no guard
         // can reach it.
@@ -321,17 +415,410 @@ impl MrTable {
         Ok(())
     }
 
-    /// Invalidates `stag` (Local Invalidate, Send with Invalidate; RDMAP-5.3-12): lookups
-    /// fail with [`LookupFault::InvalidStag`] from the moment this starts, and it returns
-    /// when no placement into the region is in flight. The registration keeps its slot
-    /// and memory until [`MrTable::deregister`]; re-validation with a new key is issue 5's
-    /// fast registration. Checking that the STag belongs to the stream (PD, RDMAP-5.3-11)
-    /// is the caller's, e.g. with a `lookup(stag, pd, Access::empty())` first.
+    /// Invalidates `stag` (the table-level operation under Local Invalidate and Send with
+    /// Invalidate; RDMAP-5.3-12): lookups fail with [`LookupFault::InvalidStag`] from the
+    /// moment this starts, and it returns when no placement into the memory is in flight
+    /// (DDP-8.3.1-7). An ordinary registration keeps its slot and memory until
+    /// [`MrTable::deregister`]; a window or fast registration lets go of its memory and
+    /// can be bound or fast-registered again with a new key. A region with bound windows
+    /// is refused ([`MemError::Busy`]). Checking who may invalidate is the caller's:
+    /// [`MrTable::invalidate_local`], [`MrTable::invalidate_remote`].
     ///
     /// Must not be called by a thread that holds an [`MrGuard`] of the same STag.
     pub fn invalidate(&self, stag: Stag) -> Result<(), MemError> {
-        self.transition_and_drain(stag, &[VALID], INVALID)
+        if self
+            .slot_of(stag)
+            .is_some_and(|s| s.binds.load(Ordering::Acquire) != 0)
+        {
+            return Err(MemError::Busy);
+        }
+        let (slot, _) = self.transition_and_drain(stag, &[VALID], BUSY)?;
+        if slot.binds.load(Ordering::Acquire) != 0 {
+            Self::publish(slot, VALID, stag.key());
+            return Err(MemError::Busy);
+        }
+        // SAFETY: BUSY with a drained count, moved there by this thread: it owns the slot.
+        let old = unsafe {
+            let meta = &mut *slot.meta.get();
+            if meta.kind == StagKind::Mr {
+                None
+            } else {
+                self.unbind_parent(meta);
+                let (kind, pd) = (meta.kind, meta.pd);
+                *meta = Meta {
+                    kind,
+                    pd,
+                    ..EMPTY_META
+                };
+                (*slot.region.get()).take()
+            }
+        };
+        Self::publish(slot, INVALID, stag.key());
+        drop(old);
+        Ok(())
+    }
+
+    /// Local Invalidate by a queue pair of protection domain `pd`: any valid STag of the
+    /// domain (a window of either type, a fast registration, an ordinary region).
+    pub fn invalidate_local(&self, stag: Stag, pd: PdId) -> Result<(), MemError> {
+        let (_, spd) = self.slot_info(stag).ok_or(MemError::InvalidStag)?;
+        if spd != pd {
+            return Err(MemError::WrongPd);
+        }
+        self.invalidate(stag)
+    }
+
+    /// A peer's invalidation through a Send with (SE and) Invalidate arriving on stream
+    /// `stream` of protection domain `pd` (RDMAP-5.3-11/12, RDMAP-7.2-4/5): the STag must
+    /// be valid ([`InvalidateFault::Invalid`]), of this PD and, for a type 2 window, bound
+    /// to this stream ([`InvalidateFault::NotAssociated`]); and it must be one a peer may
+    /// invalidate ([`InvalidateFault::NotInvalidatable`]): a fast registration, a type 2
+    /// window, or a region registered with [`Access::REMOTE_INVALIDATE`] and no bound
+    /// window. Type 1 windows and other regions are shared by the streams of the PD
+    /// (RDMAP-8.1.1-8).
+    pub fn invalidate_remote(
+        &self,
+        stag: Stag,
+        pd: PdId,
+        stream: StreamId,
+    ) -> Result<(), InvalidateFault> {
+        {
+            let g = self
+                .lookup_in(stag, pd, Some(stream), Access::empty())
+                .map_err(|f| match f {
+                    LookupFault::WrongPd | LookupFault::WrongQp => InvalidateFault::NotAssociated,
+                    LookupFault::InvalidStag | LookupFault::AccessDenied => {
+                        InvalidateFault::Invalid
+                    }
+                })?;
+            let allowed = match g.meta.kind {
+                StagKind::Mr => g.meta.access.contains(Access::REMOTE_INVALIDATE),
+                StagKind::FastReg | StagKind::Window(MwType::Type2) => true,
+                StagKind::Window(MwType::Type1) => false,
+            };
+            if !allowed {
+                return Err(InvalidateFault::NotInvalidatable);
+            }
+        }
+        // The key checked above is checked again by the transition: a rebind in between
+        // changes the key and fails it.
+        self.invalidate(stag).map_err(|e| match e {
+            MemError::Busy => InvalidateFault::NotInvalidatable,
+            _ => InvalidateFault::Invalid,
+        })
+    }
+
+    /// The kind and protection domain of the allocation `stag` names (any state but
+    /// free, key matching), for early typed refusals; `None` if it names none.
+    pub fn stag_info(&self, stag: Stag) -> Option<(StagKind, PdId)> {
+        let slot = self.slot_of(stag)?;
+        let w = slot.word.load(Ordering::Acquire);
+        if key_of(w) != stag.key() || state_of(w) == FREE {
+            return None;
+        }
+        Some(info_of(slot.info.load(Ordering::Relaxed)))
+    }
+
+    /// The kind and protection domain of the allocation in the slot `stag`'s index names,
+    /// whatever its key and state (but free): what a work request posted now may check,
+    /// since the requests queued before it may change the key (a bind, a fast
+    /// registration) before it runs. Execution checks the key.
+    pub fn slot_info(&self, stag: Stag) -> Option<(StagKind, PdId)> {
+        let slot = self.slot_of(stag)?;
+        if state_of(slot.word.load(Ordering::Acquire)) == FREE {
+            return None;
+        }
+        Some(info_of(slot.info.load(Ordering::Relaxed)))
+    }
+
+    /// Whether `stag` is currently valid (usable by lookups).
+    pub fn is_valid(&self, stag: Stag) -> bool {
+        self.slot_of(stag)
+            .is_some_and(|s| tag_of(s.word.load(Ordering::Acquire)) == tag(VALID, stag.key()))
+    }
+
+    fn alloc_invalid(&self, kind: StagKind, pd: PdId) -> Result<Stag, MemError> {
+        let n = self.free_list().pop_front().ok_or(MemError::TableFull)?;
+        let slot = &self.slots[n as usize];
+        // SAFETY: popped from the free list: owned, FREE, drained (as in `register`).
+        unsafe {
+            *slot.meta.get() = Meta {
+                pd,
+                kind,
+                ..EMPTY_META
+            };
+            *slot.region.get() = None;
+        }
+        slot.info.store(info_word(kind, pd), Ordering::Relaxed);
+        let mut key = 0;
+        let _ = slot
+            .word
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
+                key = key_of(w).wrapping_add(self.key_step);
+                Some(word_with(w, INVALID, key))
+            });
+        Ok(Stag::new(self.stag_index(n), key))
+    }
+
+    /// Allocates a memory window of protection domain `pd` (`ibv_alloc_mw`): an STag in
+    /// the invalid state until a Bind work request binds it ([`MrTable::bind_mw`]).
+    /// Deallocate it with [`MrTable::deregister`].
+    pub fn alloc_mw(&self, pd: PdId, ty: MwType) -> Result<Stag, MemError> {
+        self.alloc_invalid(StagKind::Window(ty), pd)
+    }
+
+    /// Allocates a fast-registration STag of `pd` (`ibv_alloc_mr(IB_MR_TYPE_MEM_REG)`):
+    /// invalid until a Fast-Register work request makes it valid
+    /// ([`MrTable::fast_register`]). Free it with [`MrTable::deregister`].
+    pub fn alloc_fast_reg(&self, pd: PdId) -> Result<Stag, MemError> {
+        self.alloc_invalid(StagKind::FastReg, pd)
+    }
+
+    /// The region under a bind or fast registration: an ordinary registration of `pd`
+    /// that needs `need`, and the byte offset of `[to, to + len)` in it.
+    fn source(
+        &self,
+        mr: Stag,
+        pd: PdId,
+        need: Access,
+        to: u64,
+        len: u64,
+    ) -> Result<(MrGuard<'_>, usize, usize), MemError> {
+        let g = self
+            .lookup_in(mr, pd, None, Access::empty())
+            .map_err(|f| match f {
+                LookupFault::WrongPd => MemError::WrongPd,
+                _ => MemError::InvalidStag,
+            })?;
+        if g.meta.kind != StagKind::Mr {
+            return Err(MemError::WrongKind);
+        }
+        if need.contains(Access::MW_BIND) && !g.meta.access.contains(Access::MW_BIND) {
+            return Err(MemError::BindNotAllowed);
+        }
+        if !g.meta.access.contains(need) {
+            return Err(MemError::WindowAccess);
+        }
+        let len = usize::try_from(len).map_err(|_| MemError::OutOfBounds)?;
+        let off = g.bounds(to, len).map_err(|f| match f {
+            BoundsFault::ToWrap => MemError::ToWrap,
+            _ => MemError::OutOfBounds,
+        })?;
+        Ok((g, off, len))
+    }
+
+    /// The checks of a bind that do not depend on state (done again by
+    /// [`MrTable::bind_mw`]): `mw` is a window of `pd`, `access` only remote rights
+    /// (write and atomic need a region with local write, as `ibv_bind_mw` does), `mr` an
+    /// ordinary region of `pd` with [`Access::MW_BIND`] containing `[to, to + len)`.
+    pub fn check_bind(
+        &self,
+        mw: Stag,
+        mr: Stag,
+        pd: PdId,
+        to: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<(), MemError> {
+        self.bind_source(mw, mr, pd, to, len, access).map(|_| ())
+    }
+
+    fn bind_source(
+        &self,
+        mw: Stag,
+        mr: Stag,
+        pd: PdId,
+        to: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<(MwType, MrGuard<'_>, usize, usize), MemError> {
+        let (kind, wpd) = self.slot_info(mw).ok_or(MemError::InvalidStag)?;
+        let StagKind::Window(ty) = kind else {
+            return Err(MemError::WrongKind);
+        };
+        if wpd != pd {
+            return Err(MemError::WrongPd);
+        }
+        if !Access::WINDOW_RIGHTS.contains(access) {
+            return Err(MemError::WindowAccess);
+        }
+        let mut need = Access::MW_BIND;
+        if access.contains(Access::REMOTE_WRITE) || access.contains(Access::REMOTE_ATOMIC) {
+            need |= Access::LOCAL_WRITE;
+        }
+        let (g, off, len) = self.source(mr, pd, need, to, len)?;
+        Ok((ty, g, off, len))
+    }
+
+    /// Binds window `mw` (its current STag) to `[to, to + len)` of region `mr` (TOs of the
+    /// region's space; the window uses the same TOs) with `access`, under the new key
+    /// `new_key` (different from the current one, so the old STag never matches again),
+    /// and returns the window's new STag. A type 2 window is bound to `stream`, whose
+    /// Bind work request this is (DDP-8.3-3); a type 1 window to the PD. Binding a bound
+    /// window rebinds it (the old binding ends first). Runs on the engine core that
+    /// executes the Bind work request, in send queue order.
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind_mw(
+        &self,
+        mw: Stag,
+        new_key: u8,
+        mr: Stag,
+        pd: PdId,
+        to: u64,
+        len: u64,
+        access: Access,
+        stream: Option<StreamId>,
+    ) -> Result<Stag, MemError> {
+        if new_key == mw.key() {
+            return Err(MemError::SameKey);
+        }
+        let (ty, g, off, len) = self.bind_source(mw, mr, pd, to, len, access)?;
+        if ty == MwType::Type2 && stream.is_none() {
+            return Err(MemError::NoQueuePair);
+        }
+        let (slot, prev) = self.transition_and_drain(mw, &[VALID, INVALID], BUSY)?;
+        // SAFETY: BUSY with a drained count, moved there by this thread: it owns `meta`
+        // and `region`. The parent's region is read under its guard `g`, which keeps
+        // every writer of the parent's slot out.
+        let old = unsafe {
+            let meta = &mut *slot.meta.get();
+            if meta.kind != StagKind::Window(ty) || meta.pd != pd {
+                // Deallocated and reallocated since `bind_source` looked.
+                Self::publish(slot, prev, mw.key());
+                return Err(MemError::WrongKind);
+            }
+            self.unbind_parent(meta);
+            let parent = self.slot_number(mr);
+            self.slots[parent as usize]
+                .binds
+                .fetch_add(1, Ordering::AcqRel);
+            *meta = Meta {
+                ptr: g.meta.ptr.add(off),
+                len,
+                base_to: to,
+                pd,
+                access,
+                kind: StagKind::Window(ty),
+                qp: if ty == MwType::Type2 { stream } else { None },
+                parent,
+            };
+            let region = (*g.slot.region.get()).clone();
+            core::mem::replace(&mut *slot.region.get(), region)
+        };
+        Self::publish(slot, VALID, new_key);
+        drop(g);
+        drop(old);
+        Ok(Stag::new(mw.index(), new_key))
+    }
+
+    /// The checks of a fast registration that do not depend on state (done again by
+    /// [`MrTable::fast_register`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn check_fast_reg(
+        &self,
+        stag: Stag,
+        mr: Stag,
+        pd: PdId,
+        mr_to: u64,
+        len: u64,
+        base_to: u64,
+        access: Access,
+    ) -> Result<(), MemError> {
+        self.fast_reg_source(stag, mr, pd, mr_to, len, base_to, access)
             .map(|_| ())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn fast_reg_source(
+        &self,
+        stag: Stag,
+        mr: Stag,
+        pd: PdId,
+        mr_to: u64,
+        len: u64,
+        base_to: u64,
+        access: Access,
+    ) -> Result<(MrGuard<'_>, usize, usize), MemError> {
+        let (kind, spd) = self.slot_info(stag).ok_or(MemError::InvalidStag)?;
+        if kind != StagKind::FastReg {
+            return Err(MemError::WrongKind);
+        }
+        if spd != pd {
+            return Err(MemError::WrongPd);
+        }
+        if !access.is_valid_for_registration() || access.contains(Access::MW_BIND) {
+            return Err(MemError::WindowAccess);
+        }
+        if base_to.checked_add(len).is_none() {
+            return Err(MemError::ToWrap);
+        }
+        let writes = Access::LOCAL_WRITE.0 | Access::REMOTE_WRITE.0 | Access::REMOTE_ATOMIC.0;
+        let need = if access.0 & writes != 0 {
+            Access::LOCAL_WRITE
+        } else {
+            Access::empty()
+        };
+        self.source(mr, pd, need, mr_to, len)
+    }
+
+    /// Fast registration (the Fast-Register work request): makes the invalid STag
+    /// `stag` (allocated by [`MrTable::alloc_fast_reg`] or invalidated since) valid under
+    /// the new key `new_key` over `len` octets at `mr_to` of the ordinary region `mr` (the
+    /// memory; write rights need a region with local write), whose first octet gets Tagged
+    /// Offset `base_to`, with `access`. Returns the new STag. A valid STag is refused
+    /// ([`MemError::StillValid`]): invalidate it first.
+    #[allow(clippy::too_many_arguments)]
+    pub fn fast_register(
+        &self,
+        stag: Stag,
+        new_key: u8,
+        mr: Stag,
+        pd: PdId,
+        mr_to: u64,
+        len: u64,
+        base_to: u64,
+        access: Access,
+    ) -> Result<Stag, MemError> {
+        if new_key == stag.key() {
+            return Err(MemError::SameKey);
+        }
+        let (g, off, len) = self.fast_reg_source(stag, mr, pd, mr_to, len, base_to, access)?;
+        if self.is_valid(stag) {
+            return Err(MemError::StillValid);
+        }
+        let (slot, prev) = self
+            .transition_and_drain(stag, &[INVALID], BUSY)
+            .map_err(|_| {
+                if self.is_valid(stag) {
+                    MemError::StillValid
+                } else {
+                    MemError::InvalidStag
+                }
+            })?;
+        // SAFETY: as in `bind_mw`.
+        let old = unsafe {
+            let meta = &mut *slot.meta.get();
+            if meta.kind != StagKind::FastReg || meta.pd != pd {
+                Self::publish(slot, prev, stag.key());
+                return Err(MemError::WrongKind);
+            }
+            *meta = Meta {
+                ptr: g.meta.ptr.add(off),
+                len,
+                base_to,
+                pd,
+                access,
+                kind: StagKind::FastReg,
+                qp: None,
+                parent: 0,
+            };
+            let region = (*g.slot.region.get()).clone();
+            core::mem::replace(&mut *slot.region.get(), region)
+        };
+        Self::publish(slot, VALID, new_key);
+        drop(g);
+        drop(old);
+        Ok(Stag::new(stag.index(), new_key))
     }
 
     /// Looks up `stag` for an access by a stream of protection domain `pd` that needs the
@@ -343,11 +830,39 @@ impl MrTable {
     ///
     /// The guard keeps the registration alive; drop it as soon as the segment is placed.
     /// Lock-free and allocation-free.
+    ///
+    /// A type 2 window bound to a queue pair is refused here ([`LookupFault::WrongQp`]):
+    /// remote accesses of a stream use [`MrTable::lookup_remote`].
     #[inline]
     pub fn lookup(
         &self,
         stag: Stag,
         pd: PdId,
+        required: Access,
+    ) -> Result<MrGuard<'_>, LookupFault> {
+        self.lookup_in(stag, pd, None, required)
+    }
+
+    /// [`MrTable::lookup`] for an access by the peer of stream `stream`: a type 2 window
+    /// must be bound to that stream ([`LookupFault::WrongQp`], checked after the PD,
+    /// DDP-8.2-2, RDMAP-8.1.1-3).
+    #[inline]
+    pub fn lookup_remote(
+        &self,
+        stag: Stag,
+        pd: PdId,
+        stream: StreamId,
+        required: Access,
+    ) -> Result<MrGuard<'_>, LookupFault> {
+        self.lookup_in(stag, pd, Some(stream), required)
+    }
+
+    #[inline]
+    fn lookup_in(
+        &self,
+        stag: Stag,
+        pd: PdId,
+        stream: Option<StreamId>,
         required: Access,
     ) -> Result<MrGuard<'_>, LookupFault> {
         let slot = self.slot_of(stag).ok_or(LookupFault::InvalidStag)?;
@@ -373,6 +888,9 @@ impl MrTable {
         if meta.pd != pd {
             return Err(LookupFault::WrongPd);
         }
+        if meta.qp.is_some() && meta.qp != stream {
+            return Err(LookupFault::WrongQp);
+        }
         if !meta.access.contains(required) {
             return Err(LookupFault::AccessDenied);
         }
@@ -382,6 +900,7 @@ impl MrTable {
     /// Looks up a local key for a scatter/gather entry of a posted work request: the PD
     /// must match, and if the engine will write into the memory (Receive, RDMA Read sink)
     /// the registration must allow [`Access::LOCAL_WRITE`]. Local read is always allowed.
+    /// A memory window is never a local key ([`LookupFault::AccessDenied`]).
     #[inline]
     pub fn lookup_local(
         &self,
@@ -394,7 +913,11 @@ impl MrTable {
         } else {
             Access::empty()
         };
-        self.lookup(stag, pd, required)
+        let g = self.lookup_in(stag, pd, None, required)?;
+        if matches!(g.meta.kind, StagKind::Window(_)) {
+            return Err(LookupFault::AccessDenied);
+        }
+        Ok(g)
     }
 }
 
@@ -433,6 +956,11 @@ impl MrGuard<'_> {
     /// The registration's rights.
     pub fn access(&self) -> Access {
         self.meta.access
+    }
+
+    /// What the STag names.
+    pub fn kind(&self) -> StagKind {
+        self.meta.kind
     }
 
     /// The Tagged Offset of the region's first byte.

@@ -1,0 +1,147 @@
+//! Send queue work requests that run locally, in send queue order, without a message:
+//! memory window binds, fast registrations and Local Invalidates (issue 5; docs/engine.md,
+//! "Memory windows, fast registration, invalidation").
+//!
+//! Each runs when it reaches the sending position: every earlier request has started and
+//! been framed whole, so a later Send that advertises the STag is framed only after the
+//! STag is valid. With `fence` it also waits for earlier RDMA Reads and atomics. What does
+//! not depend on STag states is checked at post time ([`check_local_op`]), with a typed
+//! error; what does (a fast registration of an STag still valid, a bind whose region was
+//! deregistered meanwhile) fails at execution: the request completes with
+//! [`WcStatus::LocalProtection`] and the QP goes to the error state as for any request
+//! that fails locally (a Terminate "local catastrophic" to the peer, later requests
+//! flushed), as in the verbs, where a failed bind moves the QP to the error state.
+
+use warpcore_proto::error::{ProtocolError, RdmapError};
+
+use super::Qp;
+use crate::error::EngineError;
+use crate::mem::{MemError, MrTable, PdId, Stag};
+use crate::wr::{SendOp, SendWr, WcStatus};
+
+/// Post-time checks of a local operation (see the module documentation). They look at
+/// the slot an STag names, not its key: the requests queued before this one may rebind or
+/// re-register it under a new key before it runs.
+pub(super) fn check_local_op(pd: PdId, mrs: &MrTable, wr: &SendWr) -> Result<(), EngineError> {
+    if !wr.sges.as_slice().is_empty() {
+        return Err(EngineError::TooManySges);
+    }
+    let r = match wr.op {
+        SendOp::BindMw {
+            mw,
+            new_key,
+            mr,
+            to,
+            len,
+            access,
+        } => {
+            if Stag(mw).key() == new_key {
+                Err(MemError::SameKey)
+            } else {
+                mrs.check_bind(Stag(mw), Stag(mr), pd, to, len, access)
+            }
+        }
+        SendOp::FastReg {
+            stag,
+            new_key,
+            mr,
+            mr_to,
+            len,
+            base_to,
+            access,
+        } => {
+            if Stag(stag).key() == new_key {
+                Err(MemError::SameKey)
+            } else {
+                mrs.check_fast_reg(Stag(stag), Stag(mr), pd, mr_to, len, base_to, access)
+            }
+        }
+        SendOp::LocalInvalidate { stag } => match mrs.slot_info(Stag(stag)) {
+            None => Err(MemError::InvalidStag),
+            Some((_, p)) if p != pd => Err(MemError::WrongPd),
+            Some(_) => Ok(()),
+        },
+        _ => Ok(()),
+    };
+    r.map_err(EngineError::Memory)
+}
+
+/// Runs one local operation for the QP of `pd` and stream `stream`.
+fn execute(mrs: &MrTable, pd: PdId, stream: u64, op: &SendOp) -> Result<(), MemError> {
+    match *op {
+        SendOp::BindMw {
+            mw,
+            new_key,
+            mr,
+            to,
+            len,
+            access,
+        } => mrs
+            .bind_mw(
+                Stag(mw),
+                new_key,
+                Stag(mr),
+                pd,
+                to,
+                len,
+                access,
+                Some(stream),
+            )
+            .map(|_| ()),
+        SendOp::FastReg {
+            stag,
+            new_key,
+            mr,
+            mr_to,
+            len,
+            base_to,
+            access,
+        } => mrs
+            .fast_register(
+                Stag(stag),
+                new_key,
+                Stag(mr),
+                pd,
+                mr_to,
+                len,
+                base_to,
+                access,
+            )
+            .map(|_| ()),
+        SendOp::LocalInvalidate { stag } => mrs.invalidate_local(Stag(stag), pd),
+        _ => Ok(()),
+    }
+}
+
+impl Qp {
+    /// Runs the local operations at the sending position, in order, until a message or a
+    /// fence stops it; a failure sets `tx_fault` (module documentation).
+    pub(super) fn run_local_ops(&mut self, mrs: &MrTable) {
+        let mut any = false;
+        while let Ok(idx) = usize::try_from(self.sq_next_seq - self.sq_head_seq) {
+            let Some(e) = self.sq.get(idx) else { break };
+            if !e.wr.op.is_local() || (e.wr.fence && !self.orq.is_empty()) {
+                break;
+            }
+            let result = execute(mrs, self.pd, self.id.stream(), &e.wr.op);
+            let seq = self.sq_next_seq;
+            self.sq_next_seq += 1;
+            any = true;
+            let status = if result.is_ok() {
+                WcStatus::Success
+            } else {
+                WcStatus::LocalProtection
+            };
+            if let Some(e) = self.entry_mut(seq) {
+                e.status = Some(status);
+            }
+            if result.is_err() {
+                self.tx_fault = Some(ProtocolError::Rdmap(RdmapError::LocalCatastrophic));
+                break;
+            }
+        }
+        if any {
+            self.retire_sq();
+        }
+    }
+}

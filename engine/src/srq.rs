@@ -1,0 +1,139 @@
+//! Shared receive queues: several queue pairs, on any engine cores, drain one queue of
+//! receive buffers (`ibv_create_srq`).
+//!
+//! The queue is a bounded lock-free MPMC queue: application threads post to it directly
+//! (validated on the posting thread, as a QP's receives are), and an engine core *claims*
+//! the oldest buffer for a queue pair when the first segment of a new untagged message on
+//! QN 0 (a Send of any kind, Immediate Data) arrives and the QP holds no claimed buffer.
+//! From then on the buffer is that QP's: the message's later segments land in it, and it
+//! completes on the QP's receive completion queue with the QP's id in
+//! [`Completion::qp`](crate::Completion::qp), in the QP's MSN order. When the shared queue
+//! is empty the message earns the Terminate of a QP with no posted receive: DDP untagged
+//! "no buffer", layer DDP, type 0x2, code 0x02 (DDP-7.1-6,
+//! [`DdpError::UntaggedNoBuffer`](warpcore_proto::error::DdpError::UntaggedNoBuffer)).
+//!
+//! A QP that goes to the error state flushes only the buffer it claimed (its message is
+//! lost); the others stay in the shared queue for the other QPs (as an SRQ's WQEs do in
+//! the verbs).
+//!
+//! The limit event of the verbs (`IBV_EVENT_SRQ_LIMIT_REACHED`) is a flag here: arm it
+//! with [`SharedRq::arm_limit`]; the first claim that leaves fewer buffers than the limit
+//! raises [`SharedRq::limit_reached`] and disarms it.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use crossbeam::queue::ArrayQueue;
+
+use crate::error::EngineError;
+use crate::mem::{LookupFault, MrTable, PdId, Stag};
+use crate::wr::RecvWr;
+
+/// A shared receive queue (see the module documentation). Share it with `Arc`.
+#[derive(Debug)]
+pub struct SharedRq {
+    queue: ArrayQueue<RecvWr>,
+    pd: PdId,
+    max_sge: u32,
+    /// 0: not armed.
+    limit: AtomicU32,
+    limit_reached: AtomicBool,
+}
+
+impl SharedRq {
+    /// A queue of `depth` receive buffers of at most `max_sge` SGEs each, in protection
+    /// domain `pd` (the QPs that use it must be of the same one).
+    pub fn new(pd: PdId, depth: u32, max_sge: u32) -> SharedRq {
+        SharedRq {
+            queue: ArrayQueue::new(depth.max(1) as usize),
+            pd,
+            max_sge,
+            limit: AtomicU32::new(0),
+            limit_reached: AtomicBool::new(false),
+        }
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> PdId {
+        self.pd
+    }
+
+    /// Depth.
+    pub fn depth(&self) -> u32 {
+        self.queue.capacity() as u32
+    }
+
+    /// SGEs per receive.
+    pub fn max_sge(&self) -> u32 {
+        self.max_sge
+    }
+
+    /// Receive buffers waiting (not yet claimed by a QP).
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// No buffer waiting.
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Posts a receive buffer: its SGEs must be regions of the queue's PD with local write
+    /// access, inside their regions ([`EngineError::SgeInvalidStag`],
+    /// [`EngineError::SgeAccess`], [`EngineError::SgeOutOfBounds`]), at most `max_sge` of
+    /// them ([`EngineError::TooManySges`]); [`EngineError::QueueFull`] when the queue
+    /// holds `depth` buffers. Nothing changes on error.
+    pub fn post(&self, mrs: &MrTable, wr: &RecvWr) -> Result<(), EngineError> {
+        let sges = wr.sges.as_slice();
+        if sges.len() > self.max_sge as usize {
+            return Err(EngineError::TooManySges);
+        }
+        if wr.sges.total_len() > u64::from(u32::MAX) {
+            return Err(EngineError::MessageTooLong);
+        }
+        for s in sges {
+            let g = mrs
+                .lookup_local(Stag(s.stag), self.pd, true)
+                .map_err(|f| match f {
+                    LookupFault::AccessDenied => EngineError::SgeAccess,
+                    _ => EngineError::SgeInvalidStag,
+                })?;
+            g.bounds(s.to, s.len as usize)
+                .map_err(|_| EngineError::SgeOutOfBounds)?;
+        }
+        self.queue.push(*wr).map_err(|_| EngineError::QueueFull)
+    }
+
+    /// Arms the limit: the first claim that leaves fewer than `limit` buffers raises
+    /// [`SharedRq::limit_reached`] (0 disarms). [`EngineError::LimitExceeded`] above the
+    /// depth.
+    pub fn arm_limit(&self, limit: u32) -> Result<(), EngineError> {
+        if limit > self.depth() {
+            return Err(EngineError::LimitExceeded("srq limit"));
+        }
+        self.limit_reached.store(false, Ordering::Release);
+        self.limit.store(limit, Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether the armed limit was reached since it was armed (the flag stays until the
+    /// next [`SharedRq::arm_limit`]).
+    pub fn limit_reached(&self) -> bool {
+        self.limit_reached.load(Ordering::Acquire)
+    }
+
+    /// Engine side: takes the oldest buffer for a QP.
+    pub(crate) fn claim(&self) -> Option<RecvWr> {
+        let wr = self.queue.pop()?;
+        let limit = self.limit.load(Ordering::Acquire);
+        if limit != 0
+            && self.queue.len() < limit as usize
+            && self
+                .limit
+                .compare_exchange(limit, 0, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            self.limit_reached.store(true, Ordering::Release);
+        }
+        Some(wr)
+    }
+}

@@ -1,0 +1,774 @@
+//! Memory windows, fast registration, Local Invalidate and remote invalidation, end to end
+//! between two engine cores over the in-memory link: each STag rule of RDMAP/DDP and what
+//! a violation earns on the wire (layer, type, code), the QP states, and that no octet
+//! moved where it must not.
+
+mod common;
+mod engine_mw_common;
+
+use common::*;
+use engine_mw_common::*;
+use warpcore_engine::mem::{Access, MemError, MwType, PdId, Stag};
+use warpcore_engine::{EngineError, QpState, SendOp, WcOpcode, WcStatus};
+
+const WINDOW_ALL: Access = Access::WINDOW_RIGHTS;
+
+fn bind_op(mw: Stag, mr: Stag, to: u64, len: u64, access: Access) -> SendOp {
+    SendOp::BindMw {
+        mw: mw.0,
+        new_key: mw.key().wrapping_add(1),
+        mr: mr.0,
+        to,
+        len,
+        access,
+    }
+}
+
+/// Binds `mw` through B's `qb` and waits for the bind's completion; returns the new STag.
+fn bind(
+    p: &mut Pair,
+    qb: warpcore_engine::QpId,
+    mw: Stag,
+    mr: Stag,
+    to: u64,
+    len: u64,
+    access: Access,
+) -> Stag {
+    p.b.core
+        .post_send(qb, op_wr(900, bind_op(mw, mr, to, len, access)))
+        .unwrap();
+    let c = wait_completion(p, true, 900, WcOpcode::BindMw);
+    assert_eq!(c.status, WcStatus::Success);
+    next(mw)
+}
+
+fn region_b(p: &Pair) -> (std::sync::Arc<warpcore_engine::mem::Region>, Stag) {
+    // The region itself grants no remote right: the window's rights are its own.
+    p.b.region(4096, Access::LOCAL_WRITE | Access::MW_BIND)
+}
+
+fn read_b(r: &warpcore_engine::mem::Region, off: usize, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    r.read_at(off, &mut v).unwrap();
+    v
+}
+
+/// DDP-8.3-3, RDMAP-8.1.1-6: a type 2 window bound by a Bind request on the send queue
+/// serves Write, Read and atomics with its own rights over its own range of the region;
+/// an access past its end (inside the region) is refused: DDP-7.1-13, 1/1/01.
+#[test]
+fn type2_window_serves_write_read_atomic_inside_its_bounds() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (rb, mr) = region_b(&p);
+    let (ra, sa) = p.a.region(4096, all_access());
+    let mw = p.b.mrs.alloc_mw(PD, MwType::Type2).unwrap();
+    assert!(!p.b.mrs.is_valid(mw));
+    let w = bind(&mut p, qb, mw, mr, 1024, 1024, WINDOW_ALL);
+    assert!(p.b.mrs.is_valid(w) && !p.b.mrs.is_valid(mw));
+    let data = pattern(16, 3);
+    ra.write_at(0, &data).unwrap();
+    let ops = [
+        (
+            1,
+            SendOp::Write {
+                remote_stag: w.0,
+                remote_to: 1124,
+            },
+            vec![(sa, 0, 16)],
+        ),
+        (
+            2,
+            SendOp::Read {
+                remote_stag: w.0,
+                remote_to: 1124,
+            },
+            vec![(sa, 512, 16)],
+        ),
+        (
+            3,
+            SendOp::AtomicFetchAdd {
+                remote_stag: w.0,
+                remote_to: 1032,
+                add: 5,
+                add_mask: 0,
+            },
+            vec![(sa, 1024, 8)],
+        ),
+    ];
+    for (id, op, sg) in ops {
+        p.a.core.post_send(qa, send_wr(id, op, &sg)).unwrap();
+    }
+    p.run_until(5000, |p| p.a.completions.len() == 3);
+    let st: Vec<_> =
+        p.a.take_completions()
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect();
+    assert_eq!(
+        st,
+        vec![
+            (1, WcStatus::Success),
+            (2, WcStatus::Success),
+            (3, WcStatus::Success)
+        ]
+    );
+    assert_eq!(read_b(&rb, 1124, 16), data);
+    let mut back = [0u8; 16];
+    ra.read_at(512, &mut back).unwrap();
+    assert_eq!(&back[..], &data[..]);
+    assert_eq!(
+        u64::from_ne_bytes(read_b(&rb, 1032, 8).try_into().unwrap()),
+        5
+    );
+    // Past the window's end, though inside the region: base or bounds.
+    p.a.core
+        .post_send(
+            qa,
+            send_wr(
+                4,
+                SendOp::Write {
+                    remote_stag: w.0,
+                    remote_to: 2040,
+                },
+                &[(sa, 0, 16)],
+            ),
+        )
+        .unwrap();
+    assert_eq!(expect_terminate(&mut p, qa, qb), (1, 1, 1));
+    assert_eq!(
+        read_b(&rb, 2040, 16),
+        vec![0u8; 16],
+        "nothing placed past the window"
+    );
+    assert_eq!(p.b.core.qp_state(qb).unwrap(), QpState::Error);
+    // Before the window's start too (fresh connection).
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (rb, mr) = region_b(&p);
+    let (_ra, sa) = p.a.region(4096, all_access());
+    let mw = p.b.mrs.alloc_mw(PD, MwType::Type2).unwrap();
+    let w = bind(&mut p, qb, mw, mr, 1024, 1024, WINDOW_ALL);
+    p.a.core
+        .post_send(
+            qa,
+            send_wr(
+                5,
+                SendOp::Write {
+                    remote_stag: w.0,
+                    remote_to: 1016,
+                },
+                &[(sa, 0, 16)],
+            ),
+        )
+        .unwrap();
+    assert_eq!(expect_terminate(&mut p, qa, qb), (1, 1, 1));
+    assert_eq!(read_b(&rb, 1016, 16), vec![0u8; 16]);
+}
+
+/// RDMAP-8.1.1-6: a read-only window refuses a Write (DDP has no access code: invalid
+/// STag, 1/1/00) and an atomic (RDMAP remote protection, access rights, 0/1/02).
+#[test]
+fn window_rights_are_its_own() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (rb, mr) = region_b(&p);
+    let (_ra, sa) = p.a.region(4096, all_access());
+    let mw = p.b.mrs.alloc_mw(PD, MwType::Type2).unwrap();
+    let w = bind(&mut p, qb, mw, mr, 0, 4096, Access::REMOTE_READ);
+    p.a.core
+        .post_send(
+            qa,
+            send_wr(
+                1,
+                SendOp::Read {
+                    remote_stag: w.0,
+                    remote_to: 0,
+                },
+                &[(sa, 0, 64)],
+            ),
+        )
+        .unwrap();
+    assert_eq!(
+        wait_completion(&mut p, false, 1, WcOpcode::Read).status,
+        WcStatus::Success
+    );
+    p.a.core
+        .post_send(
+            qa,
+            send_wr(
+                2,
+                SendOp::Write {
+                    remote_stag: w.0,
+                    remote_to: 0,
+                },
+                &[(sa, 0, 64)],
+            ),
+        )
+        .unwrap();
+    assert_eq!(expect_terminate(&mut p, qa, qb), (1, 1, 0));
+    assert_eq!(read_b(&rb, 0, 64), vec![0u8; 64]);
+
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (rb, mr) = region_b(&p);
+    let (_ra, sa) = p.a.region(4096, all_access());
+    let mw = p.b.mrs.alloc_mw(PD, MwType::Type2).unwrap();
+    let w = bind(
+        &mut p,
+        qb,
+        mw,
+        mr,
+        0,
+        4096,
+        Access::REMOTE_READ | Access::REMOTE_WRITE,
+    );
+    let op = SendOp::AtomicFetchAdd {
+        remote_stag: w.0,
+        remote_to: 8,
+        add: 1,
+        add_mask: 0,
+    };
+    p.a.core
+        .post_send(qa, send_wr(3, op, &[(sa, 0, 8)]))
+        .unwrap();
+    assert_eq!(expect_terminate(&mut p, qa, qb), (0, 1, 2));
+    assert_eq!(read_b(&rb, 8, 8), vec![0u8; 8]);
+}
+
+/// DDP-8.2-2, DDP-8.3.1-3, RDMAP-8.1.1-3: a type 2 window bound to one QP is refused on
+/// another stream of the same PD: a Write with DDP "STag not associated with the stream"
+/// (1/1/02), a Read with RDMAP 0/1/03. A type 1 window serves every stream of its PD.
+#[test]
+fn type2_window_bound_to_another_qp_is_refused() {
+    let mut p = Pair::default_pair();
+    let q = pairs(&mut p, 2);
+    let (rb, mr) = region_b(&p);
+    let (_ra, sa) = p.a.region(4096, all_access());
+    let mw = p.b.mrs.alloc_mw(PD, MwType::Type2).unwrap();
+    let w = bind(&mut p, q[0].1, mw, mr, 0, 4096, WINDOW_ALL);
+    p.a.core
+        .post_send(
+            q[1].0,
+            send_wr(
+                1,
+                SendOp::Write {
+                    remote_stag: w.0,
+                    remote_to: 0,
+                },
+                &[(sa, 0, 32)],
+            ),
+        )
+        .unwrap();
+    assert_eq!(expect_terminate(&mut p, q[1].0, q[1].1), (1, 1, 2));
+    assert_eq!(read_b(&rb, 0, 32), vec![0u8; 32]);
+    // The QP the window is bound to is untouched and still uses it.
+    assert_eq!(p.b.core.qp_state(q[0].1).unwrap(), QpState::Rts);
+    p.a.core
+        .post_send(
+            q[0].0,
+            send_wr(
+                2,
+                SendOp::Write {
+                    remote_stag: w.0,
+                    remote_to: 0,
+                },
+                &[(sa, 0, 32)],
+            ),
+        )
+        .unwrap();
+    assert_eq!(
+        wait_completion(&mut p, false, 2, WcOpcode::Write).status,
+        WcStatus::Success
+    );
+
+    let mut p = Pair::default_pair();
+    let q = pairs(&mut p, 2);
+    let (_rb, mr) = region_b(&p);
+    let (_ra, sa) = p.a.region(4096, all_access());
+    let mw = p.b.mrs.alloc_mw(PD, MwType::Type2).unwrap();
+    let w = bind(&mut p, q[0].1, mw, mr, 0, 4096, WINDOW_ALL);
+    p.a.core
+        .post_send(
+            q[1].0,
+            send_wr(
+                3,
+                SendOp::Read {
+                    remote_stag: w.0,
+                    remote_to: 0,
+                },
+                &[(sa, 0, 32)],
+            ),
+        )
+        .unwrap();
+    assert_eq!(expect_terminate(&mut p, q[1].0, q[1].1), (0, 1, 3));
+
+    // Type 1: bound through one QP, used through the other.
+    let mut p = Pair::default_pair();
+    let q = pairs(&mut p, 2);
+    let (rb, mr) = region_b(&p);
+    let (ra, sa) = p.a.region(4096, all_access());
+    ra.write_at(0, &pattern(32, 9)).unwrap();
+    let mw = p.b.mrs.alloc_mw(PD, MwType::Type1).unwrap();
+    let w = bind(&mut p, q[0].1, mw, mr, 0, 4096, WINDOW_ALL);
+    p.a.core
+        .post_send(
+            q[1].0,
+            send_wr(
+                4,
+                SendOp::Write {
+                    remote_stag: w.0,
+                    remote_to: 64,
+                },
+                &[(sa, 0, 32)],
+            ),
+        )
+        .unwrap();
+    assert_eq!(
+        wait_completion(&mut p, false, 4, WcOpcode::Write).status,
+        WcStatus::Success
+    );
+    assert_eq!(read_b(&rb, 64, 32), pattern(32, 9));
+}
+
+/// RDMAP-5.3-11/12: a type 2 window is invalidated by a Local Invalidate and by its
+/// stream's peer (the receive completion names it); afterwards the STag is refused
+/// (DDP-7.1-10, 1/1/00), and a rebind with a new key revives the window while the old
+/// STag stays dead (key rotation).
+#[test]
+fn window_invalidation_local_and_remote() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (rb, mr) = region_b(&p);
+    let (_rx, rxs) = p.b.region(4096, all_access());
+    let (ra, sa) = p.a.region(4096, all_access());
+    ra.write_at(0, &pattern(64, 1)).unwrap();
+    let mw = p.b.mrs.alloc_mw(PD, MwType::Type2).unwrap();
+    let w1 = bind(&mut p, qb, mw, mr, 0, 4096, WINDOW_ALL);
+    // Remote: a Send with Invalidate on the window's own stream.
+    p.b.core
+        .post_recv(qb, recv_wr(10, &[(rxs, 0, 64)]))
+        .unwrap();
+    p.a.core
+        .post_send(
+            qa,
+            send_wr(1, SendOp::SendInvalidate { stag: w1.0 }, &[(sa, 0, 8)]),
+        )
+        .unwrap();
+    let c = wait_completion(&mut p, true, 10, WcOpcode::Recv);
+    assert_eq!(
+        (c.status, c.invalidated, c.qp),
+        (WcStatus::Success, Some(w1.0), qb)
+    );
+    assert!(!p.b.mrs.is_valid(w1));
+    // Rebind under the next key; the STag before it stays invalid.
+    let w2 = bind(&mut p, qb, w1, mr, 0, 2048, WINDOW_ALL);
+    assert_ne!(w2, w1);
+    p.a.core
+        .post_send(
+            qa,
+            send_wr(
+                2,
+                SendOp::Write {
+                    remote_stag: w2.0,
+                    remote_to: 0,
+                },
+                &[(sa, 0, 64)],
+            ),
+        )
+        .unwrap();
+    assert_eq!(
+        wait_completion(&mut p, false, 2, WcOpcode::Write).status,
+        WcStatus::Success
+    );
+    assert_eq!(read_b(&rb, 0, 64), pattern(64, 1));
+    // Local Invalidate, in send queue order.
+    p.b.core
+        .post_send(qb, op_wr(20, SendOp::LocalInvalidate { stag: w2.0 }))
+        .unwrap();
+    assert_eq!(
+        wait_completion(&mut p, true, 20, WcOpcode::LocalInvalidate).status,
+        WcStatus::Success
+    );
+    assert!(!p.b.mrs.is_valid(w2));
+    ra.write_at(0, &pattern(64, 2)).unwrap();
+    p.a.core
+        .post_send(
+            qa,
+            send_wr(
+                3,
+                SendOp::Write {
+                    remote_stag: w2.0,
+                    remote_to: 0,
+                },
+                &[(sa, 0, 64)],
+            ),
+        )
+        .unwrap();
+    assert_eq!(expect_terminate(&mut p, qa, qb), (1, 1, 0));
+    assert_eq!(
+        read_b(&rb, 0, 64),
+        pattern(64, 1),
+        "nothing placed after invalidation"
+    );
+}
+
+/// Sends a Send with Invalidate of `stag` from `qa` to `qb` (a receive posted) and returns
+/// the Terminate it earns.
+fn invalidate_refused(
+    p: &mut Pair,
+    qa: warpcore_engine::QpId,
+    qb: warpcore_engine::QpId,
+    stag: Stag,
+) -> (u8, u8, u8) {
+    let (_rx, rxs) = p.b.region(4096, all_access());
+    let (_ra, sa) = p.a.region(4096, all_access());
+    p.b.core
+        .post_recv(qb, recv_wr(10, &[(rxs, 0, 64)]))
+        .unwrap();
+    p.a.core
+        .post_send(
+            qa,
+            send_wr(1, SendOp::SendSeInvalidate { stag: stag.0 }, &[(sa, 0, 8)]),
+        )
+        .unwrap();
+    let t = expect_terminate(p, qa, qb);
+    assert_eq!(p.b.core.qp_state(qb).unwrap(), QpState::Error);
+    t
+}
+
+/// RDMAP-5.3-12, RDMAP-7.2-4/5, RDMAP-8.1.1-8: a Send with Invalidate naming an STag a peer
+/// may not invalidate earns "STag cannot be invalidated": remote operation 0/2/09 for an
+/// invalid STag, a region registered without REMOTE_INVALIDATE, a type 1 window and a
+/// region with a bound window; remote protection 0/1/09 for an STag of another PD or a
+/// window bound to another QP. The STag stays valid.
+#[test]
+fn send_with_invalidate_refusals() {
+    // A region without the right.
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (_r, s) = p.b.region(4096, all_access());
+    assert_eq!(invalidate_refused(&mut p, qa, qb, s), (0, 2, 9));
+    assert!(p.b.mrs.is_valid(s));
+    // Invalid: never allocated, and invalidated already.
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    assert_eq!(
+        invalidate_refused(&mut p, qa, qb, Stag(0x1234_5678)),
+        (0, 2, 9)
+    );
+    // A type 1 window.
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (_rb, mr) = region_b(&p);
+    let mw = p.b.mrs.alloc_mw(PD, MwType::Type1).unwrap();
+    let w = bind(&mut p, qb, mw, mr, 0, 64, WINDOW_ALL);
+    assert_eq!(invalidate_refused(&mut p, qa, qb, w), (0, 2, 9));
+    assert!(p.b.mrs.is_valid(w));
+    // A region with REMOTE_INVALIDATE but a window bound to it.
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (_rb, mr) = p.b.region(
+        4096,
+        Access::LOCAL_WRITE | Access::MW_BIND | Access::REMOTE_INVALIDATE,
+    );
+    let mw = p.b.mrs.alloc_mw(PD, MwType::Type2).unwrap();
+    let _w = bind(&mut p, qb, mw, mr, 0, 64, WINDOW_ALL);
+    assert_eq!(invalidate_refused(&mut p, qa, qb, mr), (0, 2, 9));
+    assert!(p.b.mrs.is_valid(mr));
+    // Another protection domain.
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let r = std::sync::Arc::new(warpcore_engine::mem::Region::allocate(64, 8).unwrap());
+    let other =
+        p.b.mrs
+            .register(r, PdId(7), all_access() | Access::REMOTE_INVALIDATE, 0)
+            .unwrap();
+    assert_eq!(invalidate_refused(&mut p, qa, qb, other), (0, 1, 9));
+    assert!(p.b.mrs.is_valid(other));
+    // A window bound to another QP.
+    let mut p = Pair::default_pair();
+    let q = pairs(&mut p, 2);
+    let (_rb, mr) = region_b(&p);
+    let mw = p.b.mrs.alloc_mw(PD, MwType::Type2).unwrap();
+    let w = bind(&mut p, q[0].1, mw, mr, 0, 64, WINDOW_ALL);
+    assert_eq!(invalidate_refused(&mut p, q[1].0, q[1].1, w), (0, 1, 9));
+    assert!(p.b.mrs.is_valid(w));
+    assert_eq!(p.b.core.qp_state(q[0].1).unwrap(), QpState::Rts);
+}
+
+/// Fast registration: an allocated STag is invalid (a Write to it: 1/1/00) until a
+/// Fast-Register request makes it valid over part of a region with its own TO base and
+/// rights under a new key; Local Invalidate ends it; a second fast registration with the
+/// next key revives it and the previous STag never matches again.
+#[test]
+fn fast_registration_cycle_and_stale_keys() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (rb, mr) = p.b.region(4096, Access::LOCAL_WRITE);
+    let (ra, sa) = p.a.region(4096, all_access());
+    let fr = p.b.mrs.alloc_fast_reg(PD).unwrap();
+    assert!(!p.b.mrs.is_valid(fr));
+    let fr_op = |stag: Stag, mr_to: u64, len: u64, base_to: u64| SendOp::FastReg {
+        stag: stag.0,
+        new_key: stag.key().wrapping_add(1),
+        mr: mr.0,
+        mr_to,
+        len,
+        base_to,
+        access: Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+    };
+    p.b.core
+        .post_send(qb, op_wr(30, fr_op(fr, 512, 1024, 0x10000)))
+        .unwrap();
+    assert_eq!(
+        wait_completion(&mut p, true, 30, WcOpcode::FastReg).status,
+        WcStatus::Success
+    );
+    let f1 = next(fr);
+    ra.write_at(0, &pattern(32, 4)).unwrap();
+    p.a.core
+        .post_send(
+            qa,
+            send_wr(
+                1,
+                SendOp::Write {
+                    remote_stag: f1.0,
+                    remote_to: 0x10008,
+                },
+                &[(sa, 0, 32)],
+            ),
+        )
+        .unwrap();
+    p.a.core
+        .post_send(
+            qa,
+            send_wr(
+                2,
+                SendOp::Read {
+                    remote_stag: f1.0,
+                    remote_to: 0x10008,
+                },
+                &[(sa, 100, 32)],
+            ),
+        )
+        .unwrap();
+    p.run_until(5000, |p| p.a.completions.len() == 2);
+    assert!(p
+        .a
+        .take_completions()
+        .iter()
+        .all(|c| c.status == WcStatus::Success));
+    assert_eq!(read_b(&rb, 520, 32), pattern(32, 4));
+    let mut back = [0u8; 32];
+    ra.read_at(100, &mut back).unwrap();
+    assert_eq!(back.to_vec(), pattern(32, 4));
+    // Local Invalidate, then a new registration at the start of the region, next key.
+    p.b.core
+        .post_send(qb, op_wr(31, SendOp::LocalInvalidate { stag: f1.0 }))
+        .unwrap();
+    p.b.core
+        .post_send(qb, op_wr(32, fr_op(f1, 0, 64, 0)))
+        .unwrap();
+    wait_completion(&mut p, true, 32, WcOpcode::FastReg);
+    let f2 = next(f1);
+    assert!(p.b.mrs.is_valid(f2) && !p.b.mrs.is_valid(f1));
+    p.a.core
+        .post_send(
+            qa,
+            send_wr(
+                3,
+                SendOp::Write {
+                    remote_stag: f2.0,
+                    remote_to: 0,
+                },
+                &[(sa, 0, 32)],
+            ),
+        )
+        .unwrap();
+    assert_eq!(
+        wait_completion(&mut p, false, 3, WcOpcode::Write).status,
+        WcStatus::Success
+    );
+    assert_eq!(read_b(&rb, 0, 32), pattern(32, 4));
+    // The stale STag of the first registration: invalid STag, nothing placed.
+    ra.write_at(0, &pattern(32, 5)).unwrap();
+    p.a.core
+        .post_send(
+            qa,
+            send_wr(
+                4,
+                SendOp::Write {
+                    remote_stag: f1.0,
+                    remote_to: 0x10008,
+                },
+                &[(sa, 0, 32)],
+            ),
+        )
+        .unwrap();
+    assert_eq!(expect_terminate(&mut p, qa, qb), (1, 1, 0));
+    assert_eq!(read_b(&rb, 520, 32), pattern(32, 4));
+    assert_eq!(read_b(&rb, 0, 32), pattern(32, 4));
+}
+
+/// A fast registration of an STag that is still valid fails when executed: the request
+/// completes with a local protection error, later requests are flushed and the QP goes
+/// to the error state (a Terminate reaches the peer).
+#[test]
+fn fast_registration_of_a_valid_stag_fails_the_qp() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (_rb, mr) = p.b.region(4096, Access::LOCAL_WRITE);
+    let fr = p.b.mrs.alloc_fast_reg(PD).unwrap();
+    let op = |s: Stag| SendOp::FastReg {
+        stag: s.0,
+        new_key: s.key().wrapping_add(1),
+        mr: mr.0,
+        mr_to: 0,
+        len: 64,
+        base_to: 0,
+        access: Access::REMOTE_READ,
+    };
+    p.b.core.post_send(qb, op_wr(1, op(fr))).unwrap();
+    p.b.core.post_send(qb, op_wr(2, op(next(fr)))).unwrap();
+    p.b.core
+        .post_send(qb, op_wr(3, SendOp::LocalInvalidate { stag: next(fr).0 }))
+        .unwrap();
+    p.run_until(5000, |p| {
+        p.b.completions.len() == 3 && remote_term(&p.a.events, qa).is_some()
+    });
+    let st: Vec<_> =
+        p.b.take_completions()
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect();
+    assert_eq!(
+        st,
+        vec![
+            (1, WcStatus::Success),
+            (2, WcStatus::LocalProtection),
+            (3, WcStatus::FlushErr)
+        ]
+    );
+    assert_eq!(p.b.core.qp_state(qb).unwrap(), QpState::Error);
+    assert!(p.b.mrs.is_valid(next(fr)), "the first registration stands");
+}
+
+/// Local misuse is refused at post time with a typed error, and nothing is queued.
+#[test]
+fn local_operations_are_checked_at_post_time() {
+    let mut p = Pair::default_pair();
+    let (_qa, qb) = p.connect();
+    let (_r, plain) = p.b.region(4096, Access::LOCAL_WRITE);
+    let (_r2, bindable) = region_b(&p);
+    let (_r3, read_only) = p.b.region(4096, Access::MW_BIND);
+    let mw = p.b.mrs.alloc_mw(PD, MwType::Type2).unwrap();
+    let fr = p.b.mrs.alloc_fast_reg(PD).unwrap();
+    let other_pd = p.b.mrs.alloc_mw(PdId(9), MwType::Type2).unwrap();
+    let mem = |e: MemError| Err(EngineError::Memory(e));
+    let cases = [
+        (
+            bind_op(plain, bindable, 0, 64, WINDOW_ALL),
+            mem(MemError::WrongKind),
+        ),
+        (
+            bind_op(fr, bindable, 0, 64, WINDOW_ALL),
+            mem(MemError::WrongKind),
+        ),
+        (
+            bind_op(mw, plain, 0, 64, WINDOW_ALL),
+            mem(MemError::BindNotAllowed),
+        ),
+        (
+            bind_op(mw, bindable, 4000, 200, WINDOW_ALL),
+            mem(MemError::OutOfBounds),
+        ),
+        (
+            bind_op(mw, bindable, 0, 64, Access::LOCAL_WRITE),
+            mem(MemError::WindowAccess),
+        ),
+        (
+            bind_op(mw, read_only, 0, 64, Access::REMOTE_WRITE),
+            mem(MemError::WindowAccess),
+        ),
+        (
+            bind_op(other_pd, bindable, 0, 64, WINDOW_ALL),
+            mem(MemError::WrongPd),
+        ),
+        // An unbound window is no valid region.
+        (
+            bind_op(mw, mw, 0, 64, WINDOW_ALL),
+            mem(MemError::InvalidStag),
+        ),
+        (
+            SendOp::BindMw {
+                mw: mw.0,
+                new_key: mw.key(),
+                mr: bindable.0,
+                to: 0,
+                len: 8,
+                access: WINDOW_ALL,
+            },
+            mem(MemError::SameKey),
+        ),
+        (
+            SendOp::FastReg {
+                stag: plain.0,
+                new_key: 1,
+                mr: plain.0,
+                mr_to: 0,
+                len: 8,
+                base_to: 0,
+                access: Access::REMOTE_READ,
+            },
+            mem(MemError::WrongKind),
+        ),
+        (
+            SendOp::FastReg {
+                stag: fr.0,
+                new_key: fr.key().wrapping_add(1),
+                mr: read_only.0,
+                mr_to: 0,
+                len: 8,
+                base_to: 0,
+                access: Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+            },
+            mem(MemError::WindowAccess),
+        ),
+        (
+            SendOp::FastReg {
+                stag: fr.0,
+                new_key: fr.key().wrapping_add(1),
+                mr: plain.0,
+                mr_to: 0,
+                len: 8,
+                base_to: u64::MAX - 4,
+                access: Access::REMOTE_READ,
+            },
+            mem(MemError::ToWrap),
+        ),
+        (
+            SendOp::LocalInvalidate { stag: 0x0BAD_0000 },
+            mem(MemError::InvalidStag),
+        ),
+        (
+            SendOp::LocalInvalidate { stag: other_pd.0 },
+            mem(MemError::WrongPd),
+        ),
+    ];
+    for (i, (op, want)) in cases.into_iter().enumerate() {
+        assert_eq!(
+            p.b.core.post_send(qb, op_wr(i as u64, op)),
+            want,
+            "case {i}: {op:?}"
+        );
+    }
+    // A local operation takes no SGE.
+    let with_sge = send_wr(99, SendOp::LocalInvalidate { stag: mw.0 }, &[(plain, 0, 8)]);
+    assert_eq!(
+        p.b.core.post_send(qb, with_sge),
+        Err(EngineError::TooManySges)
+    );
+    p.run(50);
+    assert!(p.b.take_completions().is_empty(), "nothing was queued");
+}

@@ -1,0 +1,201 @@
+//! The STag table's window and fast-registration rules without an engine: states, keys,
+//! streams, and the region a window holds.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use warpcore_engine::mem::{
+    Access, LookupFault, MemError, MrTable, MwType, PdId, Region, Stag, StagKind,
+};
+use warpcore_engine::proto::rdmap::InvalidateFault;
+
+const PD: PdId = PdId(1);
+
+fn table_with_region(access: Access) -> (MrTable, Arc<Region>, Stag) {
+    let t = MrTable::with_seed(16, 5);
+    let r = Arc::new(Region::allocate(4096, 64).unwrap());
+    let s = t.register(Arc::clone(&r), PD, access, 0).unwrap();
+    (t, r, s)
+}
+
+/// As `ibv_dereg_mr` refuses a region with bound windows, so does the table (and an
+/// invalidation of it); once the window is invalidated or deallocated it goes.
+#[test]
+fn region_with_bound_window_stays_until_the_window_goes() {
+    let (t, _r, mr) = table_with_region(Access::LOCAL_WRITE | Access::MW_BIND);
+    let mw = t.alloc_mw(PD, MwType::Type2).unwrap();
+    assert_eq!(t.stag_info(mw), Some((StagKind::Window(MwType::Type2), PD)));
+    let w = t
+        .bind_mw(
+            mw,
+            mw.key() ^ 1,
+            mr,
+            PD,
+            64,
+            64,
+            Access::REMOTE_WRITE,
+            Some(7),
+        )
+        .unwrap();
+    assert_eq!(t.deregister(mr), Err(MemError::Busy));
+    assert_eq!(t.invalidate(mr), Err(MemError::Busy));
+    assert!(t.is_valid(mr), "a refused deregistration changes nothing");
+    t.invalidate_local(w, PD).unwrap();
+    t.deregister(mr).unwrap();
+    // The window can no longer be bound to the region that is gone.
+    assert_eq!(
+        t.bind_mw(w, w.key() ^ 1, mr, PD, 0, 8, Access::REMOTE_READ, Some(7)),
+        Err(MemError::InvalidStag)
+    );
+    t.deregister(w).unwrap();
+    assert_eq!(t.registered(), 0);
+}
+
+/// A rebind ends the old binding: the first region is free to go.
+#[test]
+fn rebinding_moves_the_window() {
+    let t = MrTable::with_seed(16, 6);
+    let r1 = Arc::new(Region::allocate(256, 64).unwrap());
+    let r2 = Arc::new(Region::allocate(256, 64).unwrap());
+    let a = Access::LOCAL_WRITE | Access::MW_BIND;
+    let m1 = t.register(r1, PD, a, 0).unwrap();
+    let m2 = t.register(r2, PD, a, 0).unwrap();
+    let mw = t.alloc_mw(PD, MwType::Type1).unwrap();
+    let w1 = t
+        .bind_mw(mw, mw.key() ^ 1, m1, PD, 0, 256, Access::REMOTE_READ, None)
+        .unwrap();
+    let w2 = t
+        .bind_mw(w1, w1.key() ^ 1, m2, PD, 0, 256, Access::REMOTE_READ, None)
+        .unwrap();
+    assert!(!t.is_valid(w1) && t.is_valid(w2));
+    t.deregister(m1).unwrap();
+    assert_eq!(t.deregister(m2), Err(MemError::Busy));
+    t.deregister(w2).unwrap();
+    t.deregister(m2).unwrap();
+}
+
+/// Stream scoping (DDP-8.2-2): a type 2 window answers only its stream; a type 1 window
+/// any stream of the PD; neither is a local key; neither answers another PD.
+#[test]
+fn window_lookups_by_stream_pd_and_kind() {
+    let (t, _r, mr) = table_with_region(Access::LOCAL_WRITE | Access::MW_BIND);
+    let m2 = t.alloc_mw(PD, MwType::Type2).unwrap();
+    let w2 = t
+        .bind_mw(
+            m2,
+            m2.key() ^ 1,
+            mr,
+            PD,
+            0,
+            128,
+            Access::WINDOW_RIGHTS,
+            Some(1),
+        )
+        .unwrap();
+    assert!(t.lookup_remote(w2, PD, 1, Access::REMOTE_WRITE).is_ok());
+    assert_eq!(
+        t.lookup_remote(w2, PD, 2, Access::REMOTE_WRITE)
+            .unwrap_err(),
+        LookupFault::WrongQp
+    );
+    assert_eq!(
+        t.lookup(w2, PD, Access::empty()).unwrap_err(),
+        LookupFault::WrongQp
+    );
+    assert_eq!(
+        t.lookup_remote(w2, PdId(2), 1, Access::empty())
+            .unwrap_err(),
+        LookupFault::WrongPd
+    );
+    let m1 = t.alloc_mw(PD, MwType::Type1).unwrap();
+    let w1 = t
+        .bind_mw(m1, m1.key() ^ 1, mr, PD, 0, 128, Access::REMOTE_READ, None)
+        .unwrap();
+    assert!(t.lookup_remote(w1, PD, 1, Access::REMOTE_READ).is_ok());
+    assert!(t.lookup_remote(w1, PD, 2, Access::REMOTE_READ).is_ok());
+    assert_eq!(
+        t.lookup_remote(w1, PD, 2, Access::REMOTE_WRITE)
+            .unwrap_err(),
+        LookupFault::AccessDenied
+    );
+    assert_eq!(
+        t.lookup_local(w1, PD, false).unwrap_err(),
+        LookupFault::AccessDenied
+    );
+    // Remote invalidation: type 1 never, type 2 only from its stream.
+    assert_eq!(
+        t.invalidate_remote(w1, PD, 1),
+        Err(InvalidateFault::NotInvalidatable)
+    );
+    assert_eq!(
+        t.invalidate_remote(w2, PD, 2),
+        Err(InvalidateFault::NotAssociated)
+    );
+    assert_eq!(t.invalidate_remote(w2, PD, 1), Ok(()));
+    assert_eq!(
+        t.invalidate_remote(w2, PD, 1),
+        Err(InvalidateFault::Invalid)
+    );
+    // A type 2 window needs a stream.
+    assert_eq!(
+        t.bind_mw(w2, w2.key() ^ 1, mr, PD, 0, 8, Access::REMOTE_READ, None),
+        Err(MemError::NoQueuePair)
+    );
+}
+
+/// Key rotation: 255 fast registrations in a row with the next key each give 255
+/// distinct STags, and at each step only the newest matches.
+#[test]
+fn fast_registration_keys_rotate() {
+    let (t, r, mr) = table_with_region(Access::LOCAL_WRITE);
+    r.write_at(100, b"fastreg").unwrap();
+    let mut s = t.alloc_fast_reg(PD).unwrap();
+    let mut seen = HashSet::new();
+    let mut old = Vec::new();
+    for _ in 0..255 {
+        let n = t
+            .fast_register(
+                s,
+                s.key().wrapping_add(1),
+                mr,
+                PD,
+                96,
+                32,
+                0,
+                Access::REMOTE_READ,
+            )
+            .unwrap();
+        assert!(seen.insert(n));
+        assert_eq!(
+            t.fast_register(
+                n,
+                n.key().wrapping_add(1),
+                mr,
+                PD,
+                0,
+                8,
+                0,
+                Access::REMOTE_READ
+            ),
+            Err(MemError::StillValid)
+        );
+        let g = t.lookup_remote(n, PD, 3, Access::REMOTE_READ).unwrap();
+        let mut got = [0u8; 7];
+        g.copy_out_at(4, &mut got).unwrap();
+        assert_eq!(&got, b"fastreg");
+        drop(g);
+        for o in &old {
+            assert_eq!(
+                t.lookup(*o, PD, Access::empty()).unwrap_err(),
+                LookupFault::InvalidStag
+            );
+        }
+        t.invalidate_local(n, PD).unwrap();
+        old.push(n);
+        s = n;
+    }
+    assert_eq!(
+        t.fast_register(s, s.key(), mr, PD, 0, 8, 0, Access::REMOTE_READ),
+        Err(MemError::SameKey)
+    );
+}

@@ -1,0 +1,181 @@
+//! Shared receive queues: several QPs of one engine core drain one queue of receive
+//! buffers; completions name the receiving QP; an empty queue earns the "no buffer"
+//! Terminate for the QP whose message found it empty, and only that QP.
+
+mod common;
+mod engine_mw_common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use common::*;
+use engine_mw_common::*;
+use warpcore_engine::mem::{Access, MemError, PdId};
+use warpcore_engine::{EngineError, QpId, QpState, SendOp, SharedRq, WcOpcode, WcStatus};
+
+/// B's QPs all on one SRQ, each connected to one of A's.
+fn srq_rig(n: usize, depth: u32) -> (Pair, Arc<SharedRq>, Vec<(QpId, QpId)>) {
+    let mut p = Pair::default_pair();
+    let srq = Arc::new(SharedRq::new(PD, depth, 2));
+    let mut out = Vec::new();
+    for i in 0..n {
+        let qa = p.a.qp(64);
+        let (qb, shared) = qp_b(&mut p);
+        shared.attach_srq(Arc::clone(&srq)).unwrap();
+        connect_qps(&mut p, qa, qb, PORT + 20 + i as u16);
+        out.push((qa, qb));
+    }
+    (p, srq, out)
+}
+
+/// Messages of several QPs, some of many segments, sent interleaved: each lands whole in
+/// the buffer its QP claimed, completes on that QP (`Completion::qp`) in the QP's order,
+/// and the queue's limit event fires when it runs low.
+#[test]
+fn several_qps_drain_one_queue() {
+    let (mut p, srq, q) = srq_rig(3, 8);
+    let (rb, sb) = p.b.region(8 * 8192, Access::LOCAL_WRITE);
+    for i in 0..8u64 {
+        // Two SGEs per buffer: 4096 + 4096 octets.
+        let wr = recv_wr(i, &[(sb, i * 8192, 4096), (sb, i * 8192 + 4096, 4096)]);
+        srq.post(&p.b.mrs, &wr).unwrap();
+    }
+    assert_eq!(srq.len(), 8);
+    srq.arm_limit(3).unwrap();
+    let (ra, sa) = p.a.region(3 * 2 * 8192, all_access());
+    // QP k sends two messages: 5000 + 1000k octets (several segments) and 17 octets.
+    let mut sent: HashMap<(QpId, u32), Vec<u8>> = HashMap::new();
+    for round in 0..2u64 {
+        for (k, &(qa, qb)) in q.iter().enumerate() {
+            let len = if round == 0 { 5000 + 1000 * k } else { 17 };
+            let off = (k as u64 * 2 + round) * 8192;
+            let data = pattern(len, (k * 2) as u8 + round as u8);
+            ra.write_at(off as usize, &data).unwrap();
+            sent.insert((qb, round as u32), data);
+            p.a.core
+                .post_send(qa, send_wr(round, SendOp::Send, &[(sa, off, len as u32)]))
+                .unwrap();
+        }
+    }
+    p.run_until(20_000, |p| p.b.completions.len() == 6);
+    let mut per_qp: HashMap<QpId, u32> = HashMap::new();
+    for c in p.b.take_completions() {
+        assert_eq!((c.opcode, c.status), (WcOpcode::Recv, WcStatus::Success));
+        let round = per_qp.entry(c.qp).or_default();
+        let want = &sent[&(c.qp, *round)];
+        *round += 1;
+        assert_eq!(c.byte_len as usize, want.len());
+        let mut got = vec![0u8; want.len()];
+        rb.read_at(c.wr_id as usize * 8192, &mut got).unwrap();
+        assert_eq!(&got, want, "buffer {} of {:?}", c.wr_id, c.qp);
+    }
+    assert_eq!(per_qp.len(), 3);
+    assert_eq!(srq.len(), 2);
+    assert!(srq.limit_reached());
+    for &(_, qb) in &q {
+        assert_eq!(p.b.core.qp_state(qb).unwrap(), QpState::Rts);
+    }
+}
+
+/// DDP-7.1-6 (untagged "no buffer", 1/2/02): a message that finds the shared queue empty
+/// terminates its own stream only; the other QPs carry on with later buffers.
+#[test]
+fn empty_queue_terminates_only_the_receiving_qp() {
+    let (mut p, srq, q) = srq_rig(2, 4);
+    let (rb, sb) = p.b.region(4096, Access::LOCAL_WRITE);
+    let (ra, sa) = p.a.region(4096, all_access());
+    ra.write_at(0, &pattern(64, 7)).unwrap();
+    srq.post(&p.b.mrs, &recv_wr(1, &[(sb, 0, 64)])).unwrap();
+    p.a.core
+        .post_send(q[0].0, send_wr(1, SendOp::Send, &[(sa, 0, 64)]))
+        .unwrap();
+    let c = wait_completion(&mut p, true, 1, WcOpcode::Recv);
+    assert_eq!((c.qp, c.byte_len), (q[0].1, 64));
+    assert!(srq.is_empty());
+    p.a.core
+        .post_send(q[1].0, send_wr(2, SendOp::Send, &[(sa, 0, 64)]))
+        .unwrap();
+    assert_eq!(expect_terminate(&mut p, q[1].0, q[1].1), (1, 2, 2));
+    assert_eq!(p.b.core.qp_state(q[1].1).unwrap(), QpState::Error);
+    assert_eq!(p.b.core.qp_state(q[0].1).unwrap(), QpState::Rts);
+    // Immediate Data consumes a shared buffer too; the surviving QP gets it.
+    srq.post(&p.b.mrs, &recv_wr(2, &[(sb, 1024, 64)])).unwrap();
+    p.a.core
+        .post_send(
+            q[0].0,
+            send_wr(
+                3,
+                SendOp::Immediate {
+                    imm: 0xABCD,
+                    solicited: true,
+                },
+                &[],
+            ),
+        )
+        .unwrap();
+    let c = wait_completion(&mut p, true, 2, WcOpcode::RecvImm);
+    assert_eq!((c.qp, c.imm, c.solicited), (q[0].1, Some(0xABCD), true));
+    let mut untouched = [0u8; 64];
+    rb.read_at(1024, &mut untouched).unwrap();
+    assert_eq!(untouched, [0u8; 64]);
+}
+
+/// Local misuse: typed errors, nothing changes.
+#[test]
+fn srq_limits_and_misuse() {
+    let mut p = Pair::default_pair();
+    let (_r, s) = p.b.region(4096, Access::LOCAL_WRITE);
+    let (_r2, ro) = p.b.region(4096, Access::REMOTE_READ);
+    let srq = Arc::new(SharedRq::new(PD, 2, 1));
+    assert_eq!(
+        srq.post(&p.b.mrs, &recv_wr(1, &[(s, 0, 8), (s, 8, 8)])),
+        Err(EngineError::TooManySges)
+    );
+    assert_eq!(
+        srq.post(&p.b.mrs, &recv_wr(1, &[(ro, 0, 8)])),
+        Err(EngineError::SgeAccess)
+    );
+    assert_eq!(
+        srq.post(&p.b.mrs, &recv_wr(1, &[(s, 4090, 8)])),
+        Err(EngineError::SgeOutOfBounds)
+    );
+    srq.post(&p.b.mrs, &recv_wr(1, &[(s, 0, 8)])).unwrap();
+    srq.post(&p.b.mrs, &recv_wr(2, &[(s, 8, 8)])).unwrap();
+    assert_eq!(
+        srq.post(&p.b.mrs, &recv_wr(3, &[(s, 16, 8)])),
+        Err(EngineError::QueueFull)
+    );
+    assert_eq!(
+        srq.arm_limit(3),
+        Err(EngineError::LimitExceeded("srq limit"))
+    );
+    // Attaching: same PD, idle, no receive posted, once.
+    let (qb, shared) = qp_b(&mut p);
+    let other = Arc::new(SharedRq::new(PdId(5), 2, 1));
+    assert_eq!(
+        shared.attach_srq(other),
+        Err(EngineError::Memory(MemError::WrongPd))
+    );
+    shared.attach_srq(Arc::clone(&srq)).unwrap();
+    assert_eq!(
+        shared.attach_srq(Arc::clone(&srq)),
+        Err(EngineError::UsesSrq)
+    );
+    let (qb2, shared2) = qp_b(&mut p);
+    p.b.core.post_recv(qb2, recv_wr(9, &[(s, 0, 8)])).unwrap();
+    assert_eq!(
+        shared2.attach_srq(Arc::clone(&srq)),
+        Err(EngineError::UsesSrq)
+    );
+    // A QP on the SRQ takes no receive of its own.
+    let qa = p.a.qp(8);
+    connect_qps(&mut p, qa, qb, PORT + 40);
+    assert_eq!(
+        p.b.core.post_recv(qb, recv_wr(4, &[(s, 0, 8)])),
+        Err(EngineError::UsesSrq)
+    );
+    assert_eq!(
+        shared.attach_srq(srq),
+        Err(EngineError::InvalidState(QpState::Rts))
+    );
+}

@@ -1,0 +1,194 @@
+//! Memory windows, fast registration and invalidation through the verbs API with engine
+//! threads over the in-memory link: the server binds a type 2 window with a Bind request
+//! and advertises its STag in a Send queued right behind it; the client writes and reads
+//! through it and invalidates it with a Send with Invalidate; then a fast registration,
+//! a Local Invalidate and the typed post-time refusals.
+
+use std::time::Duration;
+
+use warpcore_verbs::*;
+
+const T: Duration = Duration::from_secs(10);
+
+fn wc(cq: &CompletionQueue, wr_id: u64, opcode: WcOpcode) -> Completion {
+    let c = cq.wait(T).unwrap();
+    assert_eq!(
+        (c.wr_id, c.opcode, c.status),
+        (wr_id, opcode, WcStatus::Success),
+        "{c:?}"
+    );
+    c
+}
+
+#[test]
+fn windows_and_fast_registration_over_verbs() {
+    let (dev_a, dev_b) = link_pair(&LinkConfig::default());
+    let server = Context::open(Config::new(dev_b, [10, 0, 0, 2])).unwrap();
+    let client = Context::open(Config::new(dev_a, [10, 0, 0, 1])).unwrap();
+
+    let spd = server.alloc_pd();
+    let scq = server.create_cq(64).unwrap();
+    // Local rights only: remote access goes through the window.
+    let smr = spd
+        .alloc_mr(8192, Access::LOCAL_WRITE | Access::MW_BIND)
+        .unwrap();
+    let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
+    sqp.post_recv(&RecvWr::new(1, &[smr.sge(0, 64)]).unwrap())
+        .unwrap();
+    server.listen(7400, &MpaParams::default()).unwrap();
+
+    let cpd = client.alloc_pd();
+    let ccq = client.create_cq(64).unwrap();
+    let cmr = cpd.alloc_mr(8192, Access::LOCAL_WRITE).unwrap();
+    let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
+    for i in 0..3 {
+        cqp.post_recv(&RecvWr::new(100 + i, &[cmr.sge(4096 + 64 * i, 64)]).unwrap())
+            .unwrap();
+    }
+    cqp.connect([10, 0, 0, 2], 7400, &MpaParams::default(), b"")
+        .unwrap();
+    let req = loop {
+        if let Some(CmEvent::ConnectRequest(r)) = server.next_event(T) {
+            break r;
+        }
+    };
+    server.accept(&req, &sqp, b"").unwrap();
+    assert!(matches!(
+        client.next_event(T),
+        Some(CmEvent::Established(_))
+    ));
+
+    // Bind, then advertise in the same send queue: the Send goes out after the bind ran.
+    let mw = spd.alloc_mw(MwType::Type2).unwrap();
+    assert!(!mw.is_bound());
+    let w = sqp
+        .post_bind_mw(
+            10,
+            &mw,
+            &smr,
+            1024,
+            2048,
+            Access::REMOTE_WRITE | Access::REMOTE_READ,
+        )
+        .unwrap();
+    assert_eq!(w, mw.stag());
+    smr.write(6000, &w.to_be_bytes()).unwrap();
+    sqp.post_send(&SendWr::new(11, SendOp::Send, &[smr.sge(6000, 4)]).unwrap())
+        .unwrap();
+    wc(&scq, 10, WcOpcode::BindMw);
+    wc(&scq, 11, WcOpcode::Send);
+    assert!(mw.is_bound());
+    wc(&ccq, 100, WcOpcode::Recv);
+    let mut got = [0u8; 4];
+    cmr.read(4096, &mut got).unwrap();
+    let stag = u32::from_be_bytes(got);
+    assert_eq!(stag, w);
+
+    // Write and Read through the window.
+    cmr.write(0, b"through the window").unwrap();
+    let write = SendOp::Write {
+        remote_stag: stag,
+        remote_to: 1500,
+    };
+    cqp.post_send(&SendWr::new(20, write, &[cmr.sge(0, 18)]).unwrap())
+        .unwrap();
+    let read = SendOp::Read {
+        remote_stag: stag,
+        remote_to: 1500,
+    };
+    cqp.post_send(&SendWr::new(21, read, &[cmr.sge(512, 18)]).unwrap())
+        .unwrap();
+    wc(&ccq, 20, WcOpcode::Write);
+    wc(&ccq, 21, WcOpcode::Read);
+    let mut back = [0u8; 18];
+    cmr.read(512, &mut back).unwrap();
+    assert_eq!(&back, b"through the window");
+    smr.read(1500, &mut back).unwrap();
+    assert_eq!(&back, b"through the window");
+
+    // The client invalidates the window it was given; the server's receive names it.
+    cqp.post_send(&SendWr::new(22, SendOp::SendInvalidate { stag }, &[cmr.sge(0, 4)]).unwrap())
+        .unwrap();
+    wc(&ccq, 22, WcOpcode::Send);
+    let c = wc(&scq, 1, WcOpcode::Recv);
+    assert_eq!(c.invalidated, Some(stag));
+    assert!(!mw.is_bound());
+
+    // Fast registration of 256 octets at 4096 of the region, advertised, written by the
+    // client, then invalidated locally; the posted requests run in order.
+    let fr = spd.alloc_fast_reg().unwrap();
+    let f = sqp
+        .post_fast_reg(
+            30,
+            &fr,
+            &smr,
+            4096,
+            256,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+        )
+        .unwrap();
+    smr.write(6000, &f.to_be_bytes()).unwrap();
+    sqp.post_send(&SendWr::new(31, SendOp::Send, &[smr.sge(6000, 4)]).unwrap())
+        .unwrap();
+    wc(&scq, 30, WcOpcode::FastReg);
+    wc(&scq, 31, WcOpcode::Send);
+    wc(&ccq, 101, WcOpcode::Recv);
+    cmr.read(4096 + 64, &mut got).unwrap();
+    assert_eq!(u32::from_be_bytes(got), f);
+    assert!(fr.is_valid());
+    let write = SendOp::Write {
+        remote_stag: f,
+        remote_to: 8,
+    };
+    cqp.post_send(&SendWr::new(32, write, &[cmr.sge(0, 18)]).unwrap())
+        .unwrap();
+    wc(&ccq, 32, WcOpcode::Write);
+    // A Write completes when sent; the Read behind it returns once it was placed.
+    let read = SendOp::Read {
+        remote_stag: f,
+        remote_to: 8,
+    };
+    cqp.post_send(&SendWr::new(35, read, &[cmr.sge(1024, 18)]).unwrap())
+        .unwrap();
+    wc(&ccq, 35, WcOpcode::Read);
+    smr.read(4096 + 8, &mut back).unwrap();
+    assert_eq!(&back, b"through the window");
+    sqp.post_local_invalidate(33, f, true).unwrap();
+    wc(&scq, 33, WcOpcode::LocalInvalidate);
+    assert!(!fr.is_valid());
+    // A second registration gets a new key: the old STag never matches again.
+    let f2 = sqp
+        .post_fast_reg(34, &fr, &smr, 0, 64, Access::REMOTE_READ)
+        .unwrap();
+    wc(&scq, 34, WcOpcode::FastReg);
+    assert_ne!(f2, f);
+    assert!(fr.is_valid());
+
+    // Typed refusals at post time, nothing queued.
+    let plain = spd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    assert_eq!(
+        sqp.post_bind_mw(40, &mw, &plain, 0, 8, Access::REMOTE_READ),
+        Err(Error::Stag(MemError::BindNotAllowed))
+    );
+    assert_eq!(
+        sqp.post_bind_mw(41, &mw, &smr, 8000, 1000, Access::REMOTE_READ),
+        Err(Error::Stag(MemError::OutOfBounds))
+    );
+    assert_eq!(
+        sqp.post_local_invalidate(42, 0x00AB_CD00, false),
+        Err(Error::Stag(MemError::InvalidStag))
+    );
+    let other = client.alloc_pd().alloc_mw(MwType::Type2).unwrap();
+    assert_eq!(
+        cqp.post_bind_mw(43, &other, &cmr, 0, 8, Access::REMOTE_READ),
+        Err(Error::Stag(MemError::WrongPd))
+    );
+    // The region stays while a window is bound to it: dropping it is refused by the table
+    // (the window keeps the memory alive either way).
+    let w3 = sqp
+        .post_bind_mw(44, &mw, &smr, 0, 64, Access::REMOTE_READ)
+        .unwrap();
+    wc(&scq, 44, WcOpcode::BindMw);
+    assert_eq!(w3, mw.stag());
+    assert!(scq.poll_one().is_none());
+}
