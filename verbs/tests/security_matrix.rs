@@ -217,9 +217,14 @@ fn wait_state(qp: &QueuePair, want: QpState) -> QpState {
     qp.state()
 }
 
-fn drain(cq: &CompletionQueue) -> Vec<Completion> {
-    std::thread::sleep(Duration::from_millis(20));
+/// Takes at least `n` completions (waiting for them), then whatever else arrives within
+/// 20 ms (so an unexpected extra one is seen).
+fn drain(cq: &CompletionQueue, n: usize) -> Vec<Completion> {
     let mut out = Vec::new();
+    while out.len() < n {
+        out.push(cq.wait(T).expect("completion"));
+    }
+    std::thread::sleep(Duration::from_millis(20));
     while let Some(c) = cq.poll_one() {
         out.push(c);
     }
@@ -256,10 +261,10 @@ fn observe(env: &Env, want_wc: &[(WcOpcode, WcStatus)]) -> Seen {
     let ra = wait_state(&env.aqp, QpState::Error);
     let rb = wait_state(&env.bqp, QpState::Error);
     assert_eq!((ra, rb), (QpState::Error, QpState::Error));
-    let ca = drain(&env.acq);
+    let ca = drain(&env.acq, want_wc.len());
     let got: Vec<_> = ca.iter().map(|c| (c.opcode, c.status)).collect();
     assert_eq!(got, want_wc, "requester completions");
-    let cb = drain(&env.bcq);
+    let cb = drain(&env.bcq, 0);
     assert!(
         cb.iter().all(|c| c.status == WcStatus::FlushErr),
         "responder completions {cb:?}"
@@ -617,7 +622,7 @@ fn observe_reads(env: &Env) -> Seen {
     let ra = wait_state(&env.aqp, QpState::Error);
     let rb = wait_state(&env.bqp, QpState::Error);
     assert_eq!((ra, rb), (QpState::Error, QpState::Error));
-    let ca = drain(&env.acq);
+    let ca = drain(&env.acq, 4);
     assert_eq!(ca.len(), 4);
     assert_eq!(ca[0].status, WcStatus::RemoteOperation);
     assert!(ca[1..].iter().all(|c| c.status == WcStatus::FlushErr));
@@ -712,7 +717,7 @@ fn hostile_case(
     peer.idle(Duration::from_millis(20));
     let rb = wait_state(&bqp, QpState::Error);
     assert_eq!(rb, QpState::Error);
-    let cb = drain(&bcq);
+    let cb = drain(&bcq, 1);
     let got: Vec<_> = cb.iter().map(|c| (c.wr_id, c.status)).collect();
     assert_eq!(got, [(7, WcStatus::FlushErr)], "{name}");
     assert_eq!(
