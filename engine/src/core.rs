@@ -863,9 +863,11 @@ impl Qp {
         // An initiator that finds no RTR in common sends a Terminate instead of an RTR
         // (MPA2-9.2-10/11): it is decoded below like any Terminate, so our user learns the
         // peer's verdict rather than seeing us answer a Terminate with a Terminate.
-        let is_terminate =
-            Segment::parse(ulpdu).is_ok_and(|s| matches!(s.repr.header, RdmapHeader::Terminate(_)));
-        if is_terminate && matches!(conn.mpa, Mpa::Responder(_)) {
+        // Parsed here only while the fence holds (the first ULPDU), not per FPDU.
+        if matches!(conn.mpa, Mpa::Responder(_))
+            && Segment::parse(ulpdu)
+                .is_ok_and(|s| matches!(s.repr.header, RdmapHeader::Terminate(_)))
+        {
             conn.mpa = Mpa::Done;
         }
         if let Mpa::Responder(r) = &mut conn.mpa {
