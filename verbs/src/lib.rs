@@ -1,7 +1,8 @@
 //! # warpcore-verbs: the public API of the Warpcore iWARP engine
 //!
 //! Safe Rust over the engine: a [`Context`] opened from a [`Config`] (device, IP address,
-//! cores), [`ProtectionDomain`]s, [`MemoryRegion`]s, [`QueuePair`]s, [`CompletionQueue`]s
+//! cores), [`ProtectionDomain`]s, [`MemoryRegion`]s, [`MemoryWindow`]s and fast-registration
+//! STags ([`FastRegMr`]), [`QueuePair`]s, [`SharedReceiveQueue`]s, [`CompletionQueue`]s
 //! and a connection manager (listen / connect / accept / reject, [`CmEvent`]s).
 //!
 //! ## Quick start
