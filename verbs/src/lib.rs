@@ -870,7 +870,8 @@ impl QueuePair {
     /// `data`, copied now into the queue pair's inline arena: the caller may reuse `data`
     /// (and need not register it) as soon as this returns. At most
     /// [`QpInit::max_inline`] octets ([`Error::LimitExceeded`] beyond); Reads and atomics
-    /// take no inline data ([`Error::InvalidInline`]).
+    /// take no inline data, nor do binds, fast registrations and Local Invalidates
+    /// ([`Error::InvalidInline`]).
     pub fn post_send_inline(&self, wr_id: u64, op: SendOp, data: &[u8]) -> Result<(), Error> {
         let Some(a) = self.inline.as_ref() else {
             return Err(Error::LimitExceeded("inline data"));
@@ -878,7 +879,7 @@ impl QueuePair {
         if data.len() > a.slot {
             return Err(Error::LimitExceeded("inline data"));
         }
-        if matches!(op, SendOp::Read { .. }) || op.is_atomic() {
+        if matches!(op, SendOp::Read { .. }) || op.is_atomic() || op.is_local() {
             return Err(Error::InvalidInline);
         }
         let mut next = a.next.lock().unwrap_or_else(|e| e.into_inner());
