@@ -143,6 +143,11 @@ fn window_lookups_by_stream_pd_and_kind() {
         t.bind_mw(w2, w2.key() ^ 1, mr, PD, 0, 8, Access::REMOTE_READ, None),
         Err(MemError::NoQueuePair)
     );
+    // Stream 0 is "no stream": it would open a type 2 window to every stream.
+    assert_eq!(
+        t.bind_mw(w2, w2.key() ^ 1, mr, PD, 0, 8, Access::REMOTE_READ, Some(0)),
+        Err(MemError::NoQueuePair)
+    );
 }
 
 /// Key rotation: 255 fast registrations in a row with the next key each give 255
