@@ -395,7 +395,6 @@ impl ProtectionDomain {
             .map_err(Error::Stag)?;
         Ok(MemoryWindow {
             ctx: self.ctx.clone(),
-            pd: self.id,
             ty,
             stag: Mutex::new(stag),
         })
@@ -412,7 +411,6 @@ impl ProtectionDomain {
             .map_err(Error::Stag)?;
         Ok(FastRegMr {
             ctx: self.ctx.clone(),
-            pd: self.id,
             stag: Mutex::new(stag),
         })
     }
@@ -495,7 +493,6 @@ impl ProtectionDomain {
 #[derive(Debug)]
 pub struct MemoryWindow {
     ctx: Context,
-    pd: PdId,
     ty: MwType,
     /// The STag as of the last bind posted.
     stag: Mutex<Stag>,
@@ -531,7 +528,6 @@ impl Drop for MemoryWindow {
                 .mrs
                 .deregister(Stag::new(s.index(), s.key().wrapping_sub(1)));
         }
-        let _ = self.pd;
     }
 }
 
@@ -542,7 +538,6 @@ impl Drop for MemoryWindow {
 #[derive(Debug)]
 pub struct FastRegMr {
     ctx: Context,
-    pd: PdId,
     stag: Mutex<Stag>,
 }
 
@@ -568,7 +563,6 @@ impl Drop for FastRegMr {
                 .mrs
                 .deregister(Stag::new(s.index(), s.key().wrapping_sub(1)));
         }
-        let _ = self.pd;
     }
 }
 
