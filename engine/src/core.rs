@@ -1195,7 +1195,7 @@ impl Qp {
     fn start_next(&mut self, cfg: &EngineConfig, mrs: &MrTable) -> Option<TxMsg> {
         // Binds, fast registrations and Local Invalidates at the sending position run
         // here, in order, without a message (module `local`).
-        self.run_local_ops(mrs);
+        let _ = self.run_local_ops(mrs);
         if self.tx_fault.is_some() {
             return None;
         }
@@ -2316,7 +2316,7 @@ impl<D: PollDevice> EngineCore<D> {
         // Binds, fast registrations and Local Invalidates at the sending position need no
         // FPDU: they run even while MPA fencing holds FPDUs back (module `local`).
         if q.tx.is_none() {
-            q.run_local_ops(mrs);
+            work |= q.run_local_ops(mrs);
             if let Some(err) = q.tx_fault.take() {
                 let mut ctx = Ctx {
                     mrs,

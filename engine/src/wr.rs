@@ -29,9 +29,13 @@ impl QpId {
     }
 
     /// The stream identity type 2 memory windows are bound to: the whole handle, so a
-    /// window bound to a destroyed QP never matches the QP that reuses its slot.
+    /// window bound to a destroyed QP never matches the QP that reuses its slot; never 0
+    /// (bit 63 set; cores are numbered below 2^15).
     pub fn stream(self) -> StreamId {
-        (u64::from(self.core) << 48) | (u64::from(self.index) << 32) | u64::from(self.generation)
+        1 << 63
+            | (u64::from(self.core) << 48)
+            | (u64::from(self.index) << 32)
+            | u64::from(self.generation)
     }
 }
 

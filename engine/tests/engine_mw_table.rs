@@ -2,7 +2,9 @@
 //! streams, and the region a window holds.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::thread;
 
 use warpcore_engine::mem::{
     Access, LookupFault, MemError, MrTable, MwType, PdId, Region, Stag, StagKind,
@@ -141,6 +143,11 @@ fn window_lookups_by_stream_pd_and_kind() {
         t.bind_mw(w2, w2.key() ^ 1, mr, PD, 0, 8, Access::REMOTE_READ, None),
         Err(MemError::NoQueuePair)
     );
+    // Stream 0 is "no stream": it would open a type 2 window to every stream.
+    assert_eq!(
+        t.bind_mw(w2, w2.key() ^ 1, mr, PD, 0, 8, Access::REMOTE_READ, Some(0)),
+        Err(MemError::NoQueuePair)
+    );
 }
 
 /// Key rotation: 255 fast registrations in a row with the next key each give 255
@@ -198,4 +205,113 @@ fn fast_registration_keys_rotate() {
         t.fast_register(s, s.key(), mr, PD, 0, 8, 0, Access::REMOTE_READ),
         Err(MemError::SameKey)
     );
+}
+
+/// Smaller loops under Miri (`cargo +nightly miri test -p warpcore-engine --test
+/// engine_mw_table`).
+const fn scaled(n: usize) -> usize {
+    if cfg!(miri) {
+        n / 100 + 2
+    } else {
+        n
+    }
+}
+
+/// One thread binds a window to moving quarters of a region and invalidates it, while two
+/// threads look it up and write through it: every guard they get sees a whole binding
+/// (base and length of one quarter) and writes inside it; afterwards the region goes only
+/// once the window is unbound. Run under Miri and the sanitizers with the other `mem`
+/// tests.
+#[test]
+fn binds_invalidations_and_lookups_race_safely() {
+    let t = Arc::new(MrTable::with_seed(8, 11));
+    let r = Arc::new(Region::allocate(4096, 64).unwrap());
+    let mr = t
+        .register(Arc::clone(&r), PD, Access::LOCAL_WRITE | Access::MW_BIND, 0)
+        .unwrap();
+    let mw = t.alloc_mw(PD, MwType::Type1).unwrap();
+    let cur = Arc::new(AtomicU32::new(mw.0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let placed = Arc::new(AtomicUsize::new(0));
+    let placers: Vec<_> = (0..2u8)
+        .map(|k| {
+            let (t, cur, stop) = (Arc::clone(&t), Arc::clone(&cur), Arc::clone(&stop));
+            let placed = Arc::clone(&placed);
+            thread::spawn(move || {
+                while !stop.load(Ordering::Acquire) {
+                    let s = Stag(cur.load(Ordering::Acquire));
+                    match t.lookup_remote(s, PD, 1, Access::REMOTE_WRITE) {
+                        Ok(g) => {
+                            assert_eq!(g.len(), 1024);
+                            assert_eq!(g.base_to() % 1024, 0);
+                            assert_eq!(g.kind(), StagKind::Window(MwType::Type1));
+                            let to = g.base_to() + u64::from(k) * 8;
+                            g.place_at(to, &[k + 1; 8]).unwrap();
+                            assert_eq!(
+                                g.place_at(g.base_to() + 1020, &[0; 8]),
+                                Err(warpcore_engine::mem::BoundsFault::OutOfBounds)
+                            );
+                            placed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(LookupFault::InvalidStag) => {}
+                        Err(e) => panic!("{e:?}"),
+                    }
+                    thread::yield_now();
+                }
+            })
+        })
+        .collect();
+    let mut s = mw;
+    // At least the scaled count of rounds, and until the placers got through a few times.
+    let mut i = 0;
+    while i < scaled(2000) || (placed.load(Ordering::Relaxed) < 20 && i < 1_000_000) {
+        i += 1;
+        let quarter = (i % 4) as u64 * 1024;
+        s = t
+            .bind_mw(
+                s,
+                s.key().wrapping_add(1),
+                mr,
+                PD,
+                quarter,
+                1024,
+                Access::REMOTE_WRITE,
+                None,
+            )
+            .unwrap();
+        cur.store(s.0, Ordering::Release);
+        if i % 3 == 0 {
+            t.invalidate_local(s, PD).unwrap();
+        }
+        if i % 3 != 0 && i % 10 == 1 {
+            // Bound: the region refuses to go, and stays valid.
+            assert_eq!(t.deregister(mr), Err(MemError::Busy));
+            assert!(t.is_valid(mr));
+        }
+        if i % 16 == 0 {
+            thread::yield_now();
+        }
+    }
+    assert!(placed.load(Ordering::Relaxed) >= 20);
+    stop.store(true, Ordering::Release);
+    for p in placers {
+        p.join().unwrap();
+    }
+    // Only the two threads' octets were ever written, each inside a quarter.
+    let mut all = vec![0u8; 4096];
+    r.read_at(0, &mut all).unwrap();
+    for (i, b) in all.iter().enumerate() {
+        let expect_some = i % 1024 < 16;
+        assert!(
+            *b == 0 || (expect_some && *b == (i % 1024 / 8) as u8 + 1),
+            "octet {i} = {b}"
+        );
+    }
+    if t.is_valid(s) {
+        assert_eq!(t.deregister(mr), Err(MemError::Busy));
+        t.invalidate_local(s, PD).unwrap();
+    }
+    t.deregister(mr).unwrap();
+    t.deregister(s).unwrap();
+    assert_eq!(t.registered(), 0);
 }

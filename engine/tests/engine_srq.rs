@@ -179,3 +179,148 @@ fn srq_limits_and_misuse() {
         Err(EngineError::InvalidState(QpState::Rts))
     );
 }
+
+/// One shared receive queue drained by QPs of two engine cores (B1, B2, sharing the region
+/// table and a completion queue), each connected over its own link: nothing in the queue is
+/// per core, so this is allowed, and each completion names its QP.
+#[test]
+fn qps_of_two_cores_drain_one_queue() {
+    use std::time::Instant as StdInstant;
+    use warpcore_engine::mem::{MrTable, Region};
+    use warpcore_engine::tcp::link::{self, LinkConfig, LinkEnd};
+    use warpcore_engine::tcp::smoltcp::time::{Duration, Instant};
+    use warpcore_engine::tcp::smoltcp::wire::Ipv4Cidr;
+    use warpcore_engine::tcp::StackConfig;
+    use warpcore_engine::{CmEvent, CompletionQueue, EngineConfig, EngineCore, MpaParams, QpAttr};
+
+    let cfg = EngineConfig::default();
+    let base = StdInstant::now();
+    let core = |n: u8, idx: u16, end: LinkEnd, mrs: &Arc<MrTable>| {
+        let sc = StackConfig {
+            mac: [2, 0, 0, 0, 0, n],
+            ip: Ipv4Cidr::new(ip(n), 24),
+            gateway: None,
+            routes: Vec::new(),
+            random_seed: u64::from(n) * 31,
+            max_connections: 8,
+        };
+        EngineCore::new(
+            idx,
+            end,
+            &sc,
+            cfg.clone(),
+            Arc::clone(mrs),
+            base,
+            Instant::ZERO,
+        )
+        .unwrap()
+    };
+    let mrs_a = Arc::new(MrTable::new(64));
+    let mrs_b = Arc::new(MrTable::new(64));
+    let (l1a, l1b) = link::pair(&LinkConfig::default());
+    let (l2a, l2b) = link::pair(&LinkConfig::default());
+    // A1 (10.0.0.1) - B1 (10.0.0.2) on one link, A2 (10.0.0.3) - B2 (10.0.0.4) on another.
+    let mut cores = [
+        core(1, 0, l1a, &mrs_a),
+        core(2, 0, l1b, &mrs_b),
+        core(3, 1, l2a, &mrs_a),
+        core(4, 1, l2b, &mrs_b),
+    ];
+    let cq_a = Arc::new(CompletionQueue::new(64));
+    let cq_b = Arc::new(CompletionQueue::new(64));
+    let srq = Arc::new(SharedRq::new(PD, 8, 1));
+    let attr = |cq: &Arc<CompletionQueue>| QpAttr {
+        pd: PD,
+        send_cq: Arc::clone(cq),
+        recv_cq: Arc::clone(cq),
+        sq_depth: 16,
+        rq_depth: 16,
+        max_sge: 1,
+    };
+    let mut now = Instant::ZERO;
+    let mut step = |cores: &mut [EngineCore<LinkEnd>; 4]| {
+        for c in cores.iter_mut() {
+            c.poll(now);
+        }
+        now += Duration::from_micros(50);
+    };
+    let mut qps = Vec::new();
+    for (a, b) in [(0usize, 1usize), (2, 3)] {
+        let (qa, _) = cores[a].create_qp(attr(&cq_a)).unwrap();
+        let (qb, shared) = cores[b].create_qp(attr(&cq_b)).unwrap();
+        shared.attach_srq(Arc::clone(&srq)).unwrap();
+        cores[b].listen(PORT, MpaParams::default()).unwrap();
+        let peer = ip(b as u8 + 1);
+        cores[a]
+            .connect(qa, (peer, PORT), &MpaParams::default(), b"")
+            .unwrap();
+        let mut established = 0;
+        for _ in 0..20_000 {
+            step(&mut cores);
+            while let Some(e) = cores[b].next_event() {
+                if let CmEvent::ConnectRequest(r) = e {
+                    cores[b].accept(r.request, qb, b"", None).unwrap();
+                }
+            }
+            while let Some(e) = cores[a].next_event() {
+                if matches!(e, CmEvent::Established(_)) {
+                    established += 1;
+                }
+            }
+            if established == 1 && cores[b].qp_state(qb).unwrap() == QpState::Rts {
+                break;
+            }
+        }
+        assert_eq!(cores[b].qp_state(qb).unwrap(), QpState::Rts);
+        qps.push((a, qa, qb));
+    }
+    let rb = Arc::new(Region::allocate(8 * 256, 64).unwrap());
+    let sb = mrs_b
+        .register(Arc::clone(&rb), PD, Access::LOCAL_WRITE, 0)
+        .unwrap();
+    for i in 0..4u64 {
+        srq.post(&mrs_b, &recv_wr(i, &[(sb, i * 256, 256)]))
+            .unwrap();
+    }
+    let ra = Arc::new(Region::allocate(256, 64).unwrap());
+    let sa = mrs_a
+        .register(Arc::clone(&ra), PD, all_access(), 0)
+        .unwrap();
+    ra.write_at(0, &pattern(256, 5)).unwrap();
+    // Two Sends from each side: 40 octets over B1's QP, 70 over B2's.
+    for round in 0..2u64 {
+        for (k, &(a, qa, _)) in qps.iter().enumerate() {
+            let len = 40 + 30 * k as u32;
+            cores[a]
+                .post_send(qa, send_wr(round, SendOp::Send, &[(sa, 0, len)]))
+                .unwrap();
+        }
+    }
+    let mut got = Vec::new();
+    for _ in 0..20_000 {
+        step(&mut cores);
+        while let Some(c) = cq_b.pop() {
+            got.push(c);
+        }
+        if got.len() == 4 {
+            break;
+        }
+    }
+    assert_eq!(got.len(), 4, "{got:?}");
+    let mut buffers = std::collections::HashSet::new();
+    for c in &got {
+        assert_eq!((c.status, c.opcode), (WcStatus::Success, WcOpcode::Recv));
+        let k = qps
+            .iter()
+            .position(|q| q.2 == c.qp)
+            .expect("one of the QPs");
+        assert_eq!(c.qp.core, k as u16, "completion names the QP of its core");
+        let len = 40 + 30 * k;
+        assert_eq!(c.byte_len as usize, len);
+        let mut v = vec![0u8; len];
+        rb.read_at(c.wr_id as usize * 256, &mut v).unwrap();
+        assert_eq!(v, pattern(len, 5));
+        assert!(buffers.insert(c.wr_id), "a buffer used twice");
+    }
+    assert!(srq.is_empty());
+}

@@ -1,7 +1,8 @@
 //! # warpcore-verbs: the public API of the Warpcore iWARP engine
 //!
 //! Safe Rust over the engine: a [`Context`] opened from a [`Config`] (device, IP address,
-//! cores), [`ProtectionDomain`]s, [`MemoryRegion`]s, [`QueuePair`]s, [`CompletionQueue`]s
+//! cores), [`ProtectionDomain`]s, [`MemoryRegion`]s, [`MemoryWindow`]s and fast-registration
+//! STags ([`FastRegMr`]), [`QueuePair`]s, [`SharedReceiveQueue`]s, [`CompletionQueue`]s
 //! and a connection manager (listen / connect / accept / reject, [`CmEvent`]s).
 //!
 //! ## Quick start
@@ -394,7 +395,6 @@ impl ProtectionDomain {
             .map_err(Error::Stag)?;
         Ok(MemoryWindow {
             ctx: self.ctx.clone(),
-            pd: self.id,
             ty,
             stag: Mutex::new(stag),
         })
@@ -411,7 +411,6 @@ impl ProtectionDomain {
             .map_err(Error::Stag)?;
         Ok(FastRegMr {
             ctx: self.ctx.clone(),
-            pd: self.id,
             stag: Mutex::new(stag),
         })
     }
@@ -494,7 +493,6 @@ impl ProtectionDomain {
 #[derive(Debug)]
 pub struct MemoryWindow {
     ctx: Context,
-    pd: PdId,
     ty: MwType,
     /// The STag as of the last bind posted.
     stag: Mutex<Stag>,
@@ -530,7 +528,6 @@ impl Drop for MemoryWindow {
                 .mrs
                 .deregister(Stag::new(s.index(), s.key().wrapping_sub(1)));
         }
-        let _ = self.pd;
     }
 }
 
@@ -541,7 +538,6 @@ impl Drop for MemoryWindow {
 #[derive(Debug)]
 pub struct FastRegMr {
     ctx: Context,
-    pd: PdId,
     stag: Mutex<Stag>,
 }
 
@@ -567,7 +563,6 @@ impl Drop for FastRegMr {
                 .mrs
                 .deregister(Stag::new(s.index(), s.key().wrapping_sub(1)));
         }
-        let _ = self.pd;
     }
 }
 
@@ -869,7 +864,8 @@ impl QueuePair {
     /// `data`, copied now into the queue pair's inline arena: the caller may reuse `data`
     /// (and need not register it) as soon as this returns. At most
     /// [`QpInit::max_inline`] octets ([`Error::LimitExceeded`] beyond); Reads and atomics
-    /// take no inline data ([`Error::InvalidInline`]).
+    /// take no inline data, nor do binds, fast registrations and Local Invalidates
+    /// ([`Error::InvalidInline`]).
     pub fn post_send_inline(&self, wr_id: u64, op: SendOp, data: &[u8]) -> Result<(), Error> {
         let Some(a) = self.inline.as_ref() else {
             return Err(Error::LimitExceeded("inline data"));
@@ -877,7 +873,7 @@ impl QueuePair {
         if data.len() > a.slot {
             return Err(Error::LimitExceeded("inline data"));
         }
-        if matches!(op, SendOp::Read { .. }) || op.is_atomic() {
+        if matches!(op, SendOp::Read { .. }) || op.is_atomic() || op.is_local() {
             return Err(Error::InvalidInline);
         }
         let mut next = a.next.lock().unwrap_or_else(|e| e.into_inner());

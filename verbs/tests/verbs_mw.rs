@@ -190,5 +190,9 @@ fn windows_and_fast_registration_over_verbs() {
         .unwrap();
     wc(&scq, 44, WcOpcode::BindMw);
     assert_eq!(w3, mw.stag());
+    assert_eq!(
+        sqp.post_send_inline(45, SendOp::LocalInvalidate { stag: w3 }, b"x"),
+        Err(Error::InvalidInline)
+    );
     assert!(scq.poll_one().is_none());
 }

@@ -115,8 +115,9 @@ fn execute(mrs: &MrTable, pd: PdId, stream: u64, op: &SendOp) -> Result<(), MemE
 
 impl Qp {
     /// Runs the local operations at the sending position, in order, until a message or a
-    /// fence stops it; a failure sets `tx_fault` (module documentation).
-    pub(super) fn run_local_ops(&mut self, mrs: &MrTable) {
+    /// fence stops it; a failure sets `tx_fault` (module documentation). Returns whether
+    /// any ran.
+    pub(super) fn run_local_ops(&mut self, mrs: &MrTable) -> bool {
         let mut any = false;
         while let Ok(idx) = usize::try_from(self.sq_next_seq - self.sq_head_seq) {
             let Some(e) = self.sq.get(idx) else { break };
@@ -143,5 +144,6 @@ impl Qp {
         if any {
             self.retire_sq();
         }
+        any
     }
 }

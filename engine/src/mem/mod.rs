@@ -138,8 +138,10 @@ use warpcore_proto::rdmap::StagFault;
 pub use region::Region;
 pub use table::{MrGuard, MrTable, MAX_CAPACITY};
 
-/// Identifies the stream (queue pair) a type 2 memory window is bound to: an opaque value
-/// the engine derives from the queue pair's handle, unique among live queue pairs.
+/// Identifies the stream (queue pair) a type 2 memory window is bound to: an opaque,
+/// nonzero value the engine derives from the queue pair's handle, unique among live queue
+/// pairs (0 means "no stream": a window bound with it would serve every stream, so
+/// [`MrTable::bind_mw`] refuses 0 for a type 2 window).
 pub type StreamId = u64;
 
 /// Access rights of a memory registration (the `IBV_ACCESS_*` flags of rdma-core's

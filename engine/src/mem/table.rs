@@ -78,8 +78,9 @@ struct Meta {
     pd: PdId,
     access: Access,
     kind: StagKind,
-    /// The stream a bound type 2 window belongs to.
-    qp: Option<StreamId>,
+    /// The stream a bound type 2 window belongs to; 0 for none (stream identities are
+    /// nonzero), so the data path pays one compare for it.
+    qp: StreamId,
     /// Slot number of the region a window is bound to (0: not bound). While it is
     /// nonzero the parent's `binds` counts this window.
     parent: u32,
@@ -92,7 +93,7 @@ const EMPTY_META: Meta = Meta {
     pd: PdId(0),
     access: Access::empty(),
     kind: StagKind::Mr,
-    qp: None,
+    qp: 0,
     parent: 0,
 };
 
@@ -484,7 +485,7 @@ impl MrTable {
     ) -> Result<(), InvalidateFault> {
         {
             let g = self
-                .lookup_in(stag, pd, Some(stream), Access::empty())
+                .lookup_in(stag, pd, stream, Access::empty())
                 .map_err(|f| match f {
                     LookupFault::WrongPd | LookupFault::WrongQp => InvalidateFault::NotAssociated,
                     LookupFault::InvalidStag | LookupFault::AccessDenied => {
@@ -585,7 +586,7 @@ impl MrTable {
         len: u64,
     ) -> Result<(MrGuard<'_>, usize, usize), MemError> {
         let g = self
-            .lookup_in(mr, pd, None, Access::empty())
+            .lookup_in(mr, pd, 0, Access::empty())
             .map_err(|f| match f {
                 LookupFault::WrongPd => MemError::WrongPd,
                 _ => MemError::InvalidStag,
@@ -673,7 +674,8 @@ impl MrTable {
             return Err(MemError::SameKey);
         }
         let (ty, g, off, len) = self.bind_source(mw, mr, pd, to, len, access)?;
-        if ty == MwType::Type2 && stream.is_none() {
+        let stream = stream.unwrap_or(0);
+        if ty == MwType::Type2 && stream == 0 {
             return Err(MemError::NoQueuePair);
         }
         let (slot, prev) = self.transition_and_drain(mw, &[VALID, INVALID], BUSY)?;
@@ -699,7 +701,7 @@ impl MrTable {
                 pd,
                 access,
                 kind: StagKind::Window(ty),
-                qp: if ty == MwType::Type2 { stream } else { None },
+                qp: if ty == MwType::Type2 { stream } else { 0 },
                 parent,
             };
             let region = (*g.slot.region.get()).clone();
@@ -809,7 +811,7 @@ impl MrTable {
                 pd,
                 access,
                 kind: StagKind::FastReg,
-                qp: None,
+                qp: 0,
                 parent: 0,
             };
             let region = (*g.slot.region.get()).clone();
@@ -840,7 +842,7 @@ impl MrTable {
         pd: PdId,
         required: Access,
     ) -> Result<MrGuard<'_>, LookupFault> {
-        self.lookup_in(stag, pd, None, required)
+        self.lookup_in(stag, pd, 0, required)
     }
 
     /// [`MrTable::lookup`] for an access by the peer of stream `stream`: a type 2 window
@@ -854,7 +856,7 @@ impl MrTable {
         stream: StreamId,
         required: Access,
     ) -> Result<MrGuard<'_>, LookupFault> {
-        self.lookup_in(stag, pd, Some(stream), required)
+        self.lookup_in(stag, pd, stream, required)
     }
 
     #[inline]
@@ -862,7 +864,7 @@ impl MrTable {
         &self,
         stag: Stag,
         pd: PdId,
-        stream: Option<StreamId>,
+        stream: StreamId,
         required: Access,
     ) -> Result<MrGuard<'_>, LookupFault> {
         let slot = self.slot_of(stag).ok_or(LookupFault::InvalidStag)?;
@@ -888,7 +890,7 @@ impl MrTable {
         if meta.pd != pd {
             return Err(LookupFault::WrongPd);
         }
-        if meta.qp.is_some() && meta.qp != stream {
+        if meta.qp != 0 && meta.qp != stream {
             return Err(LookupFault::WrongQp);
         }
         if !meta.access.contains(required) {
@@ -913,7 +915,7 @@ impl MrTable {
         } else {
             Access::empty()
         };
-        let g = self.lookup_in(stag, pd, None, required)?;
+        let g = self.lookup_in(stag, pd, 0, required)?;
         if matches!(g.meta.kind, StagKind::Window(_)) {
             return Err(LookupFault::AccessDenied);
         }
