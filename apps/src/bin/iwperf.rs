@@ -177,10 +177,29 @@ fn hdr_table(test: TestName, outs: &[Outcome]) -> String {
 }
 
 fn client_role(cli: &Cli, ep: &Endpoint, server: Ipv4Addr, mpa: &MpaParams) -> Result<(), String> {
+    run::drive_on_this_thread(&ep.ctx);
+    let r = client_run(cli, ep, server, mpa);
+    run::stop_driving();
+    r
+}
+
+fn client_run(cli: &Cli, ep: &Endpoint, server: Ipv4Addr, mpa: &MpaParams) -> Result<(), String> {
     let test = cli.test;
     let sizes = cli.sizes();
     let max = sizes.iter().copied().max().unwrap_or(2);
-    let lay = Layout::new(test, max, u64::from(cli.tx_depth()), cli.verify, cli.bidir);
+    let opts = run::Opts {
+        imm: cli.write_with_imm,
+        cmp_swap: cli.atomic_type == cli::AtomicType::CmpAndSwap,
+        inline: cli.inline_size,
+    };
+    let lay = Layout::new(
+        test,
+        max,
+        u64::from(cli.tx_depth()),
+        cli.verify,
+        cli.bidir,
+        opts,
+    );
     let timeout = Duration::from_secs(cli.timeout);
     let mut conns = run::connect(
         &ep.ctx,
@@ -275,6 +294,13 @@ fn client_role(cli: &Cli, ep: &Endpoint, server: Ipv4Addr, mpa: &MpaParams) -> R
 }
 
 fn server_role(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result<(), String> {
+    run::drive_on_this_thread(&ep.ctx);
+    let r = server_run(cli, ep, mpa, print);
+    run::stop_driving();
+    r
+}
+
+fn server_run(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result<(), String> {
     if print {
         println!("\n************************************");
         println!("* Waiting for client to connect... *");

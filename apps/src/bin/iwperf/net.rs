@@ -5,9 +5,9 @@
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
-use warpcore_verbs::{link_pair, Config, Context, Device, LinkConfig};
+use warpcore_verbs::{link_pair, Config, Context, Device, Drive, LinkConfig};
 
-use crate::cli::{Cli, Loopback};
+use crate::cli::{Cli, Loopback, PollMode};
 
 /// Address of the server side when `--ip` is not given (RFC 2544 benchmarking range).
 pub const SERVER_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
@@ -39,6 +39,15 @@ pub enum Opened {
     Single(Endpoint),
     /// Two engines in this process: (server, client).
     Pair(Endpoint, Endpoint),
+}
+
+/// Who runs the engine cores, from `--poll-mode`.
+pub fn drive(cli: &Cli) -> Drive {
+    match cli.poll_mode {
+        PollMode::Caller => Drive::Caller,
+        PollMode::Busy => Drive::BusyPoll,
+        PollMode::Thread => Drive::Thread,
+    }
 }
 
 /// Parses a CPU list such as `0,2-3`.
@@ -216,8 +225,10 @@ fn open_link_pair(cli: &Cli, cpus: &[usize]) -> Result<Opened, String> {
     let (a, b) = link_pair(&LinkConfig::default());
     let mut cs = Config::new(b, cli.ip.unwrap_or(SERVER_IP));
     cs.cpus = cpus.to_vec();
+    cs.drive = drive(cli);
     let mut cc = Config::new(a, CLIENT_IP);
     cc.cpus = cpus.to_vec();
+    cc.drive = drive(cli);
     let mtu = cs.engine.mtu;
     let server = Context::open(cs).map_err(|e| format!("engine: {e}"))?;
     let client = Context::open(cc).map_err(|e| format!("engine: {e}"))?;
@@ -339,6 +350,7 @@ mod dpdk {
         // memif ports have random MACs per run; fixed ones make captures comparable.
         cfg.mac = Some([2, 0x57, 0x43, 0, 0, ip.octets()[3]]);
         cfg.cpus = cpus.to_vec();
+        cfg.drive = drive(cli);
         let mtu = 1500;
         let ctx = Context::open(cfg).map_err(|e| format!("engine: {e}"))?;
         Ok(Opened::Single(Endpoint {
@@ -375,9 +387,11 @@ mod dpdk {
         let mut cc = Config::new(Device::Dpdk(pa), CLIENT_IP);
         cc.mac = Some([2, 0x57, 0x43, 0, 0, 1]);
         cc.cpus = cpus.to_vec();
+        cc.drive = drive(cli);
         let mut cs = Config::new(Device::Dpdk(pb), sip);
         cs.mac = Some([2, 0x57, 0x43, 0, 0, 2]);
         cs.cpus = cpus.to_vec();
+        cs.drive = drive(cli);
         let client = Context::open(cc).map_err(|e| format!("engine: {e}"))?;
         let server = Context::open(cs).map_err(|e| format!("engine: {e}"))?;
         Ok(Opened::Pair(
