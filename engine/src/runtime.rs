@@ -26,7 +26,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::{self, JoinHandle, Thread};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
@@ -344,6 +344,16 @@ impl<D> std::fmt::Debug for CoreSpec<D> {
 /// engine reads a clock on its own).
 pub type Clock = Arc<dyn Fn() -> StdInstant + Send + Sync>;
 
+/// The instant every core of this process counts its `now` from. One origin for all: two
+/// engines joined by the in-memory link stamp each frame with the sender's `now` and
+/// deliver it once the receiver's `now` reaches the stamp, so with an origin per core a
+/// core started later saw every frame of an earlier one late by the gap between their
+/// starts (milliseconds: an RDMA Read over the link took ~5.7 ms instead of microseconds).
+fn time_origin(clock: &Clock) -> StdInstant {
+    static ORIGIN: OnceLock<StdInstant> = OnceLock::new();
+    *ORIGIN.get_or_init(|| clock())
+}
+
 /// Starts core number `index`: on its own thread, returning its handle once the device and
 /// the stack are up; or, for [`Drive::Caller`], on this thread, returning a handle whose
 /// [`CoreHandle::progress`] runs the loop.
@@ -358,16 +368,15 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
     let (e2, events) = channel::<CmEvent>(cfg.event_queue_depth);
     let pending = VecDeque::with_capacity(cfg.event_queue_depth);
     let build = move |device: D, cfg: EngineConfig, clock: Clock| {
-        let base = clock();
-        EngineCore::new(index, device, &spec.stack, cfg, mrs, base, Instant::ZERO).map(|core| {
-            CoreLoop {
-                core,
-                commands: c2,
-                events: e2,
-                pending,
-                clock,
-                base,
-            }
+        let base = time_origin(&clock);
+        let now = Instant::from_micros(clock().saturating_duration_since(base).as_micros() as i64);
+        EngineCore::new(index, device, &spec.stack, cfg, mrs, base, now).map(|core| CoreLoop {
+            core,
+            commands: c2,
+            events: e2,
+            pending,
+            clock,
+            base,
         })
     };
     if spec.drive == Drive::Caller {
