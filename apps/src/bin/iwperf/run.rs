@@ -219,12 +219,20 @@ impl Spin {
     }
     /// Nothing to do this time.
     pub fn pause(&mut self) {
-        if DRIVEN.with(|d| d.borrow().as_ref().is_some_and(Context::progress)) {
-            self.0 = 0;
-            return;
-        }
+        // Caller-driven, this thread is the engine: it polls like perftest (and like any
+        // DPDK lcore) and yields only after a long idle stretch (about a millisecond), so
+        // a message that arrives while it waits is seen at once, not after another
+        // process's time slice. With engine threads, it yields early to let them run.
+        let limit = match DRIVEN.with(|d| d.borrow().as_ref().map(Context::progress)) {
+            Some(true) => {
+                self.0 = 0;
+                return;
+            }
+            Some(false) => 20_000,
+            None => 512,
+        };
         self.0 = self.0.saturating_add(1);
-        if self.0 < 512 {
+        if self.0 < limit {
             std::hint::spin_loop();
         } else {
             std::thread::yield_now();
