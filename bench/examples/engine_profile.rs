@@ -10,7 +10,8 @@
 //! Two caller-driven contexts ([`Drive::Caller`]) joined by the in-memory link, one MPA
 //! connection (Rev 2, CRC on), then `COUNT` messages of `SIZE` octets with up to `DEPTH`
 //! (default 128) in flight, every completion taken: `write` (RDMA Write), `send`
-//! (Send/Receive, receives re-posted), `read` (RDMA Read). One thread runs both engines in
+//! (Send/Receive, receives re-posted), `read` (RDMA Read); `idle` runs `COUNT` loops of
+//! both cores with nothing to do. One thread runs both engines in
 //! turn, so nothing idles on a lock or a scheduler and the work per message is the same on
 //! every run: the difference between two counts divided by the difference in messages is
 //! the instructions per message of both sides together (poster, both engines, both TCP
@@ -31,6 +32,16 @@ fn main() {
     cs.drive = Drive::Caller;
     let mut cc = Config::new(da, [10, 0, 0, 1]);
     cc.drive = Drive::Caller;
+    // WC_MAX_QPS: the QP table size (the pollers walk it every loop).
+    if let Some(n) = std::env::var("WC_MAX_QPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        for c in [&mut cs, &mut cc] {
+            c.engine.max_qps = n;
+            c.engine.max_pending_requests = c.engine.max_pending_requests.min(n);
+        }
+    }
     let server = Context::open(cs).expect("server engine");
     let client = Context::open(cc).expect("client engine");
     let both = || {
@@ -75,6 +86,14 @@ fn main() {
         if let Some(CmEvent::Established(_)) = client.next_event(Duration::ZERO) {
             break;
         }
+    }
+    if what == "idle" {
+        // The cost of an idle loop of both cores (a busy-polling thread's floor).
+        for _ in 0..count {
+            both();
+        }
+        println!("idle: {count} loops of both cores");
+        return;
     }
     let (mut posted, mut done, mut received) = (0u64, 0u64, 0u64);
     while done < count || (what == "send" && received < count) {
