@@ -102,6 +102,13 @@ pair "write_lat --write_with_imm" server write_lat --write_with_imm -s 64 -n "$i
 pair "write_bw --write_with_imm -b swapped memif roles" client write_bw --write_with_imm -b -s 8192 -n "$((iters * 4))"
 pair "write_lat -I 64" client write_lat -I 64 -s 64 -n "$iters"
 pair "send_bw -I 256 -b" server send_bw -I 256 -b -s 256 -n "$((iters * 4))"
+# RFC 6581 peer-to-peer: the client sends the RTR type asked for first (the server accepts
+# all three).
+pair "write_bw --p2p send" server write_bw --p2p send -s 4096 -n "$iters"
+grep -q "p2p Send RTR" "$work/client.log" || bad "write_bw --p2p send (banner)"
+pair "read_lat --p2p read swapped memif roles" client read_lat --p2p read -s 64 -n "$iters"
+grep -q "p2p Read RTR" "$work/client.log" || bad "read_lat --p2p read (banner)"
+grep -q "p2p Read RTR (responder)" "$work/server.log" || bad "read_lat --p2p read (server banner)"
 # The three ways to run the engine core.
 server_args=(--poll-mode busy)
 pair "write_lat --poll-mode busy" server write_lat --poll-mode busy -s 64 -n "$iters"

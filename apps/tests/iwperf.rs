@@ -161,8 +161,15 @@ fn refusals_are_clear_and_non_zero() {
             "bandwidth tests",
         ),
         (
-            vec!["write_bw", "--p2p", "send", "--loopback=link"],
-            "rdma write rtr",
+            vec![
+                "write_bw",
+                "--p2p",
+                "send",
+                "--mpa-rev",
+                "1",
+                "--loopback=link",
+            ],
+            "needs --mpa-rev 2",
         ),
         (
             vec!["write_lat", "--cores", "x", "--loopback=link"],
@@ -285,6 +292,32 @@ fn poll_modes_all_run() {
         assert!(o.status.success(), "{mode}: {out}\n{err}");
         assert!(out.contains(" 0 mismatches"), "{mode}: {out}");
         assert!(out.contains(&format!(" Poll mode       : {mode}")), "{out}");
+    }
+}
+
+#[test]
+fn every_rtr_type_connects_and_runs() {
+    // RFC 6581: the client offers the one RTR type asked for and sends it first; the
+    // server accepts all three. `none`: no peer-to-peer negotiation.
+    for (p2p, want) in [
+        ("none", "p2p off"),
+        ("write", "p2p Write RTR"),
+        ("send", "p2p Send RTR"),
+        ("read", "p2p Read RTR"),
+    ] {
+        let o = iwperf(&[
+            "send_lat",
+            "--loopback=link",
+            "--p2p",
+            p2p,
+            "-n",
+            "20",
+            "--verify",
+        ]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{p2p}: {out}\n{err}");
+        assert!(out.contains(want), "{p2p}: {out}");
+        assert!(out.contains(" 0 mismatches"), "{p2p}: {out}");
     }
 }
 

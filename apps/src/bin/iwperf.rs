@@ -27,7 +27,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use warpcore_verbs::MpaParams;
+use warpcore_verbs::{MpaParams, RtrType, RtrTypes};
 
 use cli::{Cli, OnOff, P2p, TestName};
 use net::{Endpoint, Opened};
@@ -67,7 +67,14 @@ fn mpa_params(cli: &Cli) -> MpaParams {
         markers: cli.markers == OnOff::On,
         ird: 16,
         ord: 16,
-        peer_to_peer: cli.mpa_rev == 2 && cli.p2p == P2p::Write,
+        peer_to_peer: cli.mpa_rev == 2 && cli.p2p != P2p::None,
+        // As initiator, the one RTR type asked for (RFC 6581 §9.2); as responder (the
+        // server), every type is accepted (the default).
+        rtr_offer: match cli.p2p {
+            P2p::Send => RtrTypes::SEND,
+            P2p::Read => RtrTypes::READ,
+            _ => RtrTypes::WRITE,
+        },
         ..MpaParams::default()
     }
 }
@@ -115,13 +122,24 @@ fn mpa_line(c: &Conn) -> String {
             if e.markers.1 { "on" } else { "off" },
             e.ird,
             e.ord,
-            if e.peer_ird_ord.is_some() && e.rev.0 == 2 {
-                "negotiated"
-            } else {
-                "n/a"
+            match (e.rtr, e.rtr_accepted) {
+                (Some(t), _) => format!("{} RTR", rtr_name(t)),
+                (None, a) if a != RtrTypes::EMPTY => format!(
+                    "{} RTR (responder)",
+                    a.iter().map(rtr_name).collect::<Vec<_>>().join("/")
+                ),
+                _ => "off".into(),
             }
         ),
         None => "?".into(),
+    }
+}
+
+fn rtr_name(t: RtrType) -> &'static str {
+    match t {
+        RtrType::Send => "Send",
+        RtrType::Write => "Write",
+        RtrType::Read => "Read",
     }
 }
 

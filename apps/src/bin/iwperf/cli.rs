@@ -220,7 +220,8 @@ pub struct Cli {
     /// MPA revision.
     #[arg(long = "mpa-rev", default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
     pub mpa_rev: u8,
-    /// RFC 6581 peer-to-peer mode (RTR message type).
+    /// RFC 6581 peer-to-peer mode: the RTR message the client (initiator) offers and sends
+    /// first; the server accepts all three.
     #[arg(long, value_enum, default_value_t = P2p::Write)]
     pub p2p: P2p,
     /// RDMA Write with Immediate Data (RFC 7306) in the write tests: the receiver learns of
@@ -358,14 +359,6 @@ impl Cli {
         }
         if self.mpa_rev == 1 && self.p2p != P2p::None && self.p2p != P2p::Write {
             return Err("--p2p needs --mpa-rev 2".into());
-        }
-        if matches!(self.p2p, P2p::Send | P2p::Read) {
-            return Err(format!(
-                "--p2p {:?}: the verbs API only offers the zero-length RDMA Write RTR; use \
-                 --p2p write or none",
-                self.p2p
-            )
-            .to_lowercase());
         }
         if self.loopback.is_some() && self.server.is_some() {
             return Err("--loopback runs both sides: give no server address".into());
