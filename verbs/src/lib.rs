@@ -63,7 +63,9 @@
 //! thread (state, SGEs against the region table, queue depth) and returns a typed
 //! [`Error`] without side effects when it is refused. [`CompletionQueue::wait`] blocks the
 //! calling thread only (spin, then short parks); an engine core never waits for an
-//! application thread.
+//! application thread. With [`Config::drive`] = [`Drive::Caller`] there are no core threads:
+//! the application threads run the cores whenever they poll, wait or call (see
+//! [`Context::progress`]).
 //!
 //! ## Registered memory
 //! The network writes into a [`MemoryRegion`] while the application may read it, so no
