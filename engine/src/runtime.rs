@@ -257,14 +257,28 @@ impl CoreHandle {
             }
         }
         let mut p = self.commands.lock().unwrap_or_else(|e| e.into_inner());
-        p.push(cmd)
-            .map_err(|_| EngineError::LimitExceeded("command_queue_depth"))?;
-        if let Runner::Thread { thread, .. } = &self.runner {
-            if p.doorbell_needed() {
-                thread.unpark();
+        let cmd = match p.push(cmd) {
+            Ok(()) => {
+                if let Runner::Thread { thread, .. } = &self.runner {
+                    if p.doorbell_needed() {
+                        thread.unpark();
+                    }
+                }
+                return Ok(());
+            }
+            Err(cmd) => cmd,
+        };
+        // A full ring of a caller-driven core drains only when someone runs it: run it once
+        // (it takes up to `command_budget` commands) and try again.
+        drop(p);
+        if self.caller_driven() {
+            self.progress();
+            let mut p = self.commands.lock().unwrap_or_else(|e| e.into_inner());
+            if p.push(cmd).is_ok() {
+                return Ok(());
             }
         }
-        Ok(())
+        Err(EngineError::LimitExceeded("command_queue_depth"))
     }
 
     /// Takes the oldest event of this core.

@@ -143,3 +143,82 @@ fn caller_driven_core_runs_only_when_polled() {
         Some(CmEvent::ConnectRequest(_))
     ));
 }
+
+/// One thread can run two caller-driven engines (what `bench/examples/engine_profile` does),
+/// and posting more requests than a caller-driven core's command ring holds runs the core
+/// to make room instead of failing.
+#[test]
+fn one_thread_runs_two_caller_driven_engines_past_a_full_command_ring() {
+    let (da, db) = link_pair(&LinkConfig::default());
+    let mut cs = Config::new(db, [10, 0, 0, 2]);
+    cs.drive = Drive::Caller;
+    let mut cc = Config::new(da, [10, 0, 0, 1]);
+    cc.drive = Drive::Caller;
+    cc.engine.command_queue_depth = 8;
+    let server = Context::open(cs).unwrap();
+    let client = Context::open(cc).unwrap();
+    let both = || client.progress() | server.progress();
+    let spd = server.alloc_pd();
+    let scq = server.create_cq(64).unwrap();
+    let smr = spd
+        .alloc_mr(1 << 16, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
+    server.listen(7304, &MpaParams::default()).unwrap();
+    let cpd = client.alloc_pd();
+    let ccq = client.create_cq(256).unwrap();
+    let cmr = cpd.alloc_mr(1 << 16, Access::LOCAL_WRITE).unwrap();
+    let mut init = QpInit::new(&ccq, &ccq);
+    init.sq_depth = 128;
+    let cqp = cpd.create_qp(&init).unwrap();
+    cqp.connect([10, 0, 0, 2], 7304, &MpaParams::default(), b"")
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let req = loop {
+        assert!(t0.elapsed() < T);
+        both();
+        if let Some(CmEvent::ConnectRequest(r)) = server.next_event(Duration::ZERO) {
+            break r;
+        }
+    };
+    server.accept(&req, &sqp, b"").unwrap();
+    while !matches!(
+        client.next_event(Duration::ZERO),
+        Some(CmEvent::Established(_))
+    ) {
+        assert!(t0.elapsed() < T);
+        both();
+    }
+    // 100 Writes back to back through a ring of 8 commands, without polling in between.
+    for k in 0..100u64 {
+        cmr.write(k as usize * 64, &pattern(64, k as u8)).unwrap();
+        let op = SendOp::Write {
+            remote_stag: smr.stag(),
+            remote_to: k * 64,
+        };
+        cqp.post_send(&SendWr::new(k, op, &[cmr.sge(k * 64, 64)]).unwrap())
+            .unwrap();
+    }
+    let mut done = 0;
+    while done < 100 {
+        assert!(t0.elapsed() < T, "{done} of 100 completed");
+        server.progress();
+        if let Some(wc) = ccq.poll_one() {
+            assert_eq!((wc.wr_id, wc.status), (done, WcStatus::Success));
+            done += 1;
+        }
+    }
+    // RDMAP orders the Writes; give the server a few loops to place the last one.
+    let mut got = vec![0u8; 64];
+    while t0.elapsed() < T {
+        both();
+        smr.read(99 * 64, &mut got).unwrap();
+        if got == pattern(64, 99) {
+            break;
+        }
+    }
+    for k in 0..100u64 {
+        smr.read(k as usize * 64, &mut got).unwrap();
+        assert_eq!(got, pattern(64, k as u8), "write {k}");
+    }
+}
