@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # One-run comparison on this machine, written up as Markdown with a latency percentile plot:
-#   * iwperf write_lat (64 B) and write_bw (64 KiB) between two processes over net_memif;
+#   * iwperf write_lat (64 B), write_bw (64 KiB) and the 64 B Write message rate between two
+#     processes over net_memif, each process one thread that also runs its engine core
+#     (--poll-mode caller, iwperf's default), plus write_lat with engine threads
+#     (--poll-mode thread, the verbs library's default) for the before/after;
 #   * kernel TCP over loopback: qperf tcp_lat / tcp_bw and iperf3;
 #   * the bounds: a raw DPDK frame ping-pong and frame blast over the same vdev (no TCP, no
 #     iWARP), and single-core memcpy and crc32c throughput for the same sizes.
 #
 #   bench/compare.sh [OUT_DIR]        # default bench/out; about two minutes
 #
-# Environment: LAT_ITERS (default 20000), BW_ITERS (default 20000), KERNEL_SECS (default 3).
+# Environment: LAT_ITERS (default 20000), BW_ITERS (default 20000), RATE_ITERS (default
+# 300000), THREAD_LAT_ITERS (default 300), KERNEL_SECS (default 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -16,6 +20,8 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 lat_iters=${LAT_ITERS:-20000}
 bw_iters=${BW_ITERS:-20000}
+rate_iters=${RATE_ITERS:-300000}
+thread_lat_iters=${THREAD_LAT_ITERS:-300}
 ksecs=${KERNEL_SECS:-3}
 cmdline="bench/compare.sh $*"
 
@@ -38,23 +44,31 @@ trap cleanup EXIT
 t0=$SECONDS
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
-# iwperf TEST ARGS...: server on CPU 0, client on CPU 1 (each process: application thread and
-# engine core share its CPU), over a fresh memif socket.
+# iw TEST ARGS...: server on CPU 0, client on CPU 1 (each process: one thread runs the
+# application and its engine core, unless $mode says otherwise), over a fresh memif socket.
+mode=caller
 iw() {
     local test=$1
     shift
     rm -f "$sock"
-    "$iwperf" "$test" --memif "$sock" --cores 0 >"$work/server-$test.log" 2>&1 &
+    "$iwperf" "$test" --memif "$sock" --cores 0 --poll-mode "$mode" >"$work/server-$test.log" 2>&1 &
     local sp=$!
     pids+=("$sp")
     for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
-    timeout 150 "$iwperf" "$test" --memif "$sock" 198.18.0.2 --cores 1 "$@" | tee "$work/client-$test.log"
+    timeout 150 "$iwperf" "$test" --memif "$sock" 198.18.0.2 --cores 1 --poll-mode "$mode" "$@" \
+        | tee "$work/client-$test.log"
     wait "$sp"
 }
 echo "== iwperf write_lat 64 B over net_memif"
 iw write_lat -s 64 -n "$lat_iters" --json "$work/write_lat.json" --hdr-log "$out/iwperf_write_lat_64.hlog"
 echo "== iwperf write_bw 64 KiB over net_memif"
 iw write_bw -s 65536 -n "$bw_iters" --report_gbits --json "$work/write_bw.json"
+echo "== iwperf write_bw 64 B (message rate) over net_memif"
+iw write_bw -s 64 -n "$rate_iters" --json "$work/write_rate.json"
+echo "== iwperf write_lat 64 B with engine threads (--poll-mode thread), for comparison"
+mode=thread
+iw write_lat -s 64 -n "$thread_lat_iters" --json "$work/write_lat_thread.json"
+mode=caller
 
 # raw MODE ARGS...: echo side on CPU 0, driver on CPU 1, over a fresh memif socket.
 raw() {
@@ -99,6 +113,8 @@ work, out, cmd, lb, la, secs = sys.argv[1:]
 def js(n): return json.load(open(os.path.join(work, n)))
 lat = js("write_lat.json")["results"][0]
 bw = js("write_bw.json")["results"][0]
+rate = js("write_rate.json")["results"][0]
+lat_thr = js("write_lat_thread.json")["results"][0]
 raw = open(os.path.join(work, "raw.txt")).read()
 def field(text, key):
     m = re.search(r"\b%s=([0-9.]+)" % key, text)
@@ -120,6 +136,10 @@ k_iperf = ip["end"]["sum_received"]["bits_per_second"] / 1e9
 iw_lat = lat["lat_usec"]["t_typical"]
 iw_p99 = lat["lat_usec"]["p99"]
 iw_bw = bw["bw"]["average"]
+iw_bw_peak = bw["bw"]["peak"]
+iw_rate = rate["bw"]["msg_rate_mpps"]
+thr_lat = lat_thr["lat_usec"]["t_typical"]
+thr_p99 = lat_thr["lat_usec"]["p99"]
 raw_p50 = field(raw, "half_rtt_p50_us")
 raw_p99 = field(raw, "p99_us")
 raw_gbps = field(raw, "gbps")
@@ -134,10 +154,11 @@ md.append("| what | median | p99 | iwperf median / this |\n|---|---|---|---|")
 md.append("| iwperf write_lat over net_memif (iWARP, 2 processes) | %.2f | %.2f | 1.00 |" % (iw_lat, iw_p99))
 md.append("| raw DPDK frame ping-pong over net_memif (bound) | %.2f | %.2f | %s |" % (raw_p50, raw_p99, r(iw_lat, raw_p50)))
 md.append("| kernel TCP loopback, qperf tcp_lat (mean) | %.2f | | %s |" % (k_lat, r(iw_lat, k_lat)))
+md.append("| iwperf write_lat with engine threads (`--poll-mode thread`, %s iterations) | %.2f | %.2f | %s |" % (lat_thr["iterations"], thr_lat, thr_p99, r(iw_lat, thr_lat)))
 md.append("")
 md.append("## Throughput (Gbit/s)\n")
 md.append("| what | Gbit/s | this / iwperf |\n|---|---|---|")
-md.append("| iwperf write_bw 64 KiB over net_memif (iWARP, 2 processes) | %.2f | 1.00 |" % iw_bw)
+md.append("| iwperf write_bw 64 KiB over net_memif (iWARP, 2 processes; peak over 10 ms: %.2f) | %.2f | 1.00 |" % (iw_bw_peak, iw_bw))
 md.append("| raw DPDK 1514-byte frame blast over net_memif (bound; %.3f Mpps) | %.2f | %s |" % (raw_mpps, raw_gbps, r(raw_gbps, iw_bw)))
 md.append("| kernel TCP loopback, qperf tcp_bw 64 KiB | %.2f | %s |" % (k_bw, r(k_bw, iw_bw)))
 md.append("| kernel TCP loopback, iperf3 | %.2f | %s |" % (k_iperf, r(k_iperf, iw_bw)))
@@ -145,11 +166,25 @@ for size in sorted(cp):
     md.append("| single-core memcpy, %d B (bound) | %.2f | %s |" % (size, cp[size][0], r(cp[size][0], iw_bw)))
     md.append("| single-core crc32c, %d B (bound) | %.2f | %s |" % (size, cp[size][1], r(cp[size][1], iw_bw)))
 md.append("")
+md.append("## Message rate\n")
+md.append("| what | M msgs/s |\n|---|---|")
+md.append("| iwperf write_bw 64 B, one engine core per side | %.3f |" % iw_rate)
+md.append("")
+def verdict(ok): return "met" if ok else "**missed**"
+t_lat = min(0.2 * k_lat, 2 * raw_p50)
+md.append("## Targets (issue 6)\n")
+md.append("| target | measured | verdict |\n|---|---|---|")
+md.append("| 64 B write_lat median <= 0.2x tcp_lat (%.2f us) and <= 2x raw ping-pong (%.2f us) | %.2f us (%s x tcp_lat, %s x raw) | %s |" % (
+    0.2 * k_lat, 2 * raw_p50, iw_lat, r(iw_lat, k_lat), r(iw_lat, raw_p50), verdict(iw_lat <= t_lat)))
+md.append("| 64 KiB write_bw >= 1.0x tcp_bw (%.2f Gbit/s), one engine core per side | %.2f Gbit/s (%s x) | %s |" % (
+    k_bw, iw_bw, r(iw_bw, k_bw), verdict(iw_bw >= k_bw)))
+md.append("| 64 B Write message rate >= 2 M msgs/s per engine core | %.3f M/s | %s |" % (iw_rate, verdict(iw_rate >= 2.0)))
+md.append("")
 if os.path.exists(os.path.join(out, "latency_percentiles.png")):
     md.append("## Latency by percentile\n\n![latency percentiles](latency_percentiles.png)\n")
     md.append("HdrHistogram interval logs: `iwperf_write_lat_64.hlog`, `raw_pingpong_64.hlog`.\n")
 md.append("## How\n")
-md.append("* iwperf: server `--cores 0`, client `--cores 1` (each process's application thread and engine core share one CPU), `--memif` (4096-slot rings), no hugepages, MPA Rev 2 with CRC, one QP; write_bw with 128 Writes in flight.")
+md.append("* iwperf: server `--cores 0`, client `--cores 1`, `--poll-mode caller` (each process is one busy-polling thread that runs the application and its engine core, as perftest and DPDK applications run), `--memif` (4096-slot rings), no hugepages, MPA Rev 2 with CRC, one QP; write_bw with 128 Writes in flight. The `--poll-mode thread` row runs an engine thread next to the application thread in each process (4 threads on 2 CPUs).")
 md.append("* raw bound: `wcbench raw` sends Ethernet frames (EtherType 0x88B5) through the same vdev, echo side on CPU 0, driver on CPU 1.")
 md.append("* kernel: `qperf -t %s -m 64 127.0.0.1 tcp_lat`, `qperf -m 65536 tcp_bw`, `iperf3 -t %s` on 127.0.0.1." % (os.environ.get("KERNEL_SECS", "3"), os.environ.get("KERNEL_SECS", "3")))
 md.append("* memcpy/crc32c: `wcbench copy` (the crc32c crate, SSE4.2), one thread.\n")

@@ -40,8 +40,9 @@ run() {
     rm -f "$sock"
     local extra=()
     if [[ "$test" == write_lat ]]; then extra=(--capture "$work/write_lat.pcapng"); fi
-    # One CPU per process (application thread and engine core share it), so the two
-    # busy-polling processes never compete for one CPU.
+    # One CPU per process, each process one busy-polling thread that runs the application
+    # and its engine core (iwperf's default --poll-mode caller), so the two processes never
+    # compete for one CPU and no hand-off waits for the scheduler.
     "$iwperf" "$test" --memif "$sock" --cores 0 "${extra[@]}" >"$work/server-$test.log" 2>&1 &
     server_pid=$!
     for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.05; done

@@ -5,8 +5,9 @@
 #           ping-pong, so both ways);
 #   pass 2: roles swapped (the iwperf server is the memif client) and the bandwidth tests
 #           run bidirectionally (-b), so data flows both ways at once.
-# Then the error paths users hit: atomics (issue 5), a missing server, a busy memif socket,
-# bad EAL arguments. Exits non-zero on the first failure; prints "N passed, N failed".
+# Then RFC 7306 (atomics of both types, Write with Immediate Data), inline posts and the
+# three poll modes, and the error paths users hit: a refused option, a missing server, a
+# busy memif socket, bad EAL arguments. Exits non-zero on the first failure; prints "N passed, N failed".
 #
 #   scripts/test-iwperf.sh          # about a minute
 #   IWPERF=target/debug/iwperf scripts/test-iwperf.sh
@@ -37,6 +38,7 @@ bad() {
     exit 1
 }
 
+server_args=()
 # pair NAME SERVER_MEMIF_ROLE TEST ARGS...: server and client processes; both must exit 0
 # and the client must report zero verification mismatches.
 pair() {
@@ -45,7 +47,7 @@ pair() {
     local crole=client
     [[ $srole == client ]] && crole=server
     rm -f "$sock" "$work"/*.log
-    local server_cmd=("$IWPERF" "$test" --timeout 20
+    local server_cmd=("$IWPERF" "$test" --timeout 20 "${server_args[@]}"
         --vdev "net_memif0,role=$srole,socket=$sock,socket-abstract=no")
     local client_cmd=("$IWPERF" "$test" 198.18.0.2 --verify --timeout 20
         --vdev "net_memif0,role=$crole,socket=$sock,socket-abstract=no" "$@")
@@ -90,6 +92,29 @@ for t in write_bw read_bw send_bw; do
     pair "$t -b swapped memif roles" client "$t" -b -s 8192 -n "$((iters * 4))"
 done
 pair "write_bw -q 2 -t 16" server write_bw -q 2 -t 16 -s 1000 -n "$iters"
+# RFC 7306: atomics (each original value and the final counter word checked), Writes with
+# Immediate Data (immediate values and data checked), and inline posts (-I), both ways.
+for ty in FETCH_AND_ADD CMP_AND_SWAP; do
+    pair "atomic_lat -A $ty" server atomic_lat -A "$ty" -n "$iters"
+    pair "atomic_bw -A $ty swapped memif roles" client atomic_bw -A "$ty" -q 2 -n "$((iters * 4))"
+done
+pair "write_lat --write_with_imm" server write_lat --write_with_imm -s 64 -n "$iters"
+pair "write_bw --write_with_imm -b swapped memif roles" client write_bw --write_with_imm -b -s 8192 -n "$((iters * 4))"
+pair "write_lat -I 64" client write_lat -I 64 -s 64 -n "$iters"
+pair "send_bw -I 256 -b" server send_bw -I 256 -b -s 256 -n "$((iters * 4))"
+# RFC 6581 peer-to-peer: the client sends the RTR type asked for first (the server accepts
+# all three).
+pair "write_bw --p2p send" server write_bw --p2p send -s 4096 -n "$iters"
+grep -q "p2p Send RTR" "$work/client.log" || bad "write_bw --p2p send (banner)"
+pair "read_lat --p2p read swapped memif roles" client read_lat --p2p read -s 64 -n "$iters"
+grep -q "p2p Read RTR" "$work/client.log" || bad "read_lat --p2p read (banner)"
+grep -q "p2p Read RTR (responder)" "$work/server.log" || bad "read_lat --p2p read (server banner)"
+# The three ways to run the engine core.
+server_args=(--poll-mode busy)
+pair "write_lat --poll-mode busy" server write_lat --poll-mode busy -s 64 -n "$iters"
+server_args=(--poll-mode thread)
+pair "send_bw --poll-mode thread" client send_bw --poll-mode thread -s 4096 -n "$iters"
+server_args=()
 
 # Error paths: each must exit non-zero with a clear message.
 expect_fail() {
@@ -105,9 +130,7 @@ expect_fail() {
         bad "$name (rc $rc)"
     fi
 }
-expect_fail "atomic_lat refused" "not supported yet (issue 5)" "$IWPERF" atomic_lat --loopback
-expect_fail "atomic_bw refused" "not supported yet (issue 5)" "$IWPERF" atomic_bw --loopback
-expect_fail "--write_with_imm refused" "not supported yet (issue 5)" "$IWPERF" write_lat --write_with_imm --loopback
+expect_fail "atomics on 16 octets refused" "-s 8 only" "$IWPERF" atomic_lat -s 16 --loopback
 rm -f "$sock"
 expect_fail "missing server" "no iwperf server answered" "$IWPERF" write_lat 198.18.0.2 --timeout 3 \
     --vdev "net_memif0,role=server,socket=$sock,socket-abstract=no"

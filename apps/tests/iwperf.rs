@@ -135,16 +135,25 @@ fn all_sizes_run_in_order() {
 fn refusals_are_clear_and_non_zero() {
     for (args, want) in [
         (
-            vec!["atomic_lat", "--loopback=link"],
-            "not supported yet (issue 5)",
+            vec!["atomic_lat", "-s", "16", "--loopback=link"],
+            "-s 8 only",
+        ),
+        (vec!["atomic_bw", "-a", "--loopback=link"], "-s 8 only"),
+        (
+            vec!["read_lat", "--write_with_imm", "--loopback=link"],
+            "applies to write_lat and write_bw",
         ),
         (
-            vec!["atomic_bw", "--loopback=link"],
-            "not supported yet (issue 5)",
+            vec!["read_bw", "-I", "64", "--loopback=link"],
+            "-I applies to write and send tests",
         ),
         (
-            vec!["write_lat", "--write_with_imm", "--loopback=link"],
-            "not supported yet (issue 5)",
+            vec!["write_lat", "-I", "9000", "--loopback=link"],
+            "at most 4096",
+        ),
+        (
+            vec!["atomic_lat", "-A", "SWAP", "--loopback=link"],
+            "invalid value",
         ),
         (vec!["write_lat", "-q", "2", "--loopback=link"], "one QP"),
         (
@@ -152,8 +161,15 @@ fn refusals_are_clear_and_non_zero() {
             "bandwidth tests",
         ),
         (
-            vec!["write_bw", "--p2p", "send", "--loopback=link"],
-            "rdma write rtr",
+            vec![
+                "write_bw",
+                "--p2p",
+                "send",
+                "--mpa-rev",
+                "1",
+                "--loopback=link",
+            ],
+            "needs --mpa-rev 2",
         ),
         (
             vec!["write_lat", "--cores", "x", "--loopback=link"],
@@ -172,6 +188,136 @@ fn refusals_are_clear_and_non_zero() {
             err.to_lowercase().contains(&want.to_lowercase()),
             "{args:?}: {err}"
         );
+    }
+}
+
+/// The verification count of a run's output.
+fn checked(out: &str) -> u64 {
+    out.split(" Data verification: ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .expect("verification line")
+}
+
+#[test]
+fn atomics_return_every_counter_value_and_leave_the_sum() {
+    // Each atomic's original value (completion and 8-octet sink) is checked, then the
+    // server checks its counter word: 2 checks per atomic plus 1 per QP.
+    for (test, ty, extra, checks) in [
+        ("atomic_lat", "FETCH_AND_ADD", vec![], 2 * 30 + 1),
+        ("atomic_lat", "CMP_AND_SWAP", vec![], 2 * 30 + 1),
+        (
+            "atomic_bw",
+            "FETCH_AND_ADD",
+            vec!["-q", "2"],
+            2 * 2 * 30 + 2,
+        ),
+        ("atomic_bw", "CMP_AND_SWAP", vec!["-t", "8"], 2 * 30 + 1),
+    ] {
+        let mut args = vec![test, "--loopback=link", "-A", ty, "-n", "30", "--verify"];
+        args.extend(extra);
+        let o = iwperf(&args);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{args:?}: {out}\n{err}");
+        assert!(out.contains(" Atomic type     : "), "{out}");
+        assert!(out.contains(ty), "{out}");
+        assert!(out.contains(" 0 mismatches"), "{args:?}: {out}");
+        assert_eq!(checked(&out), checks, "{args:?}: {out}");
+        let first = if test == "atomic_lat" {
+            row_after(&out, " #bytes #iterations")
+        } else {
+            row_after(&out, " #bytes     #iterations")
+        };
+        assert_eq!(first[0], "8", "{first:?}");
+    }
+}
+
+#[test]
+fn write_with_immediate_and_inline_runs_verify() {
+    for args in [
+        vec!["write_lat", "--write_with_imm", "-s", "100", "-n", "30"],
+        vec![
+            "write_bw",
+            "--write_with_imm",
+            "-s",
+            "2048",
+            "-n",
+            "300",
+            "-b",
+        ],
+        vec!["write_lat", "-I", "128", "-s", "64", "-n", "30"],
+        vec!["send_lat", "-I", "128", "-s", "100", "-n", "30"],
+        vec!["send_bw", "-I", "256", "-s", "256", "-n", "300"],
+        vec![
+            "write_bw",
+            "-I",
+            "64",
+            "--write_with_imm",
+            "-s",
+            "64",
+            "-n",
+            "300",
+        ],
+    ] {
+        let mut a = args.clone();
+        a.extend(["--loopback=link", "--verify"]);
+        let o = iwperf(&a);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{a:?}: {out}\n{err}");
+        assert!(out.contains(" 0 mismatches"), "{a:?}: {out}");
+        assert!(checked(&out) > 0, "{a:?}: {out}");
+        if let Some(i) = a.iter().position(|x| *x == "-I") {
+            assert!(
+                out.contains(&format!(" Max inline data : {}[B]", a[i + 1])),
+                "{out}"
+            );
+        }
+    }
+}
+
+#[test]
+fn poll_modes_all_run() {
+    for mode in ["caller", "busy", "thread"] {
+        let o = iwperf(&[
+            "write_lat",
+            "--loopback=link",
+            "--poll-mode",
+            mode,
+            "-n",
+            "20",
+            "--verify",
+        ]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{mode}: {out}\n{err}");
+        assert!(out.contains(" 0 mismatches"), "{mode}: {out}");
+        assert!(out.contains(&format!(" Poll mode       : {mode}")), "{out}");
+    }
+}
+
+#[test]
+fn every_rtr_type_connects_and_runs() {
+    // RFC 6581: the client offers the one RTR type asked for and sends it first; the
+    // server accepts all three. `none`: no peer-to-peer negotiation.
+    for (p2p, want) in [
+        ("none", "p2p off"),
+        ("write", "p2p Write RTR"),
+        ("send", "p2p Send RTR"),
+        ("read", "p2p Read RTR"),
+    ] {
+        let o = iwperf(&[
+            "send_lat",
+            "--loopback=link",
+            "--p2p",
+            p2p,
+            "-n",
+            "20",
+            "--verify",
+        ]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{p2p}: {out}\n{err}");
+        assert!(out.contains(want), "{p2p}: {out}");
+        assert!(out.contains(" 0 mismatches"), "{p2p}: {out}");
     }
 }
 

@@ -15,10 +15,18 @@
 //!   flag ([`crate::ring::Consumer::prepare_idle`]); a producer unparks it only when that
 //!   flag was up ([`crate::ring::Producer::doorbell_needed`], siw's lazy doorbell). An
 //!   engine core never blocks on an application thread, and the doorbell never blocks.
+//! - **Three ways to drive a core** ([`Drive`]): its own thread with that back-off (the
+//!   default), its own thread that never parks ([`Drive::BusyPoll`]), or no thread at all
+//!   ([`Drive::Caller`]): the application thread runs the core's loop itself through
+//!   [`CoreHandle::progress`] (run to completion, as a DPDK application's lcore does). The
+//!   loop is the same (`CoreLoop::step`) in all three; only who calls it differs. On a
+//!   machine with fewer CPUs than runnable threads, the caller-driven mode saves the
+//!   scheduler wake-up that every hand-off between an application thread and its core's
+//!   thread otherwise costs.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::{self, JoinHandle, Thread};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
@@ -109,6 +117,13 @@ impl Backoff {
         }
     }
 
+    /// Never parks: spin `spin` idle loops, then yield to other runnable threads (the
+    /// [`Drive::BusyPoll`] back-off; the core answers within one loop of a post, and a
+    /// CPU shared with other threads still gets their share).
+    pub fn busy(spin: u32) -> Backoff {
+        Backoff::new(spin, u32::MAX, StdDuration::ZERO)
+    }
+
     /// Called once per loop with whether any poller did work; parks only when the command
     /// ring is still empty after its idle flag went up.
     fn pause<T>(&mut self, work: bool, commands: &mut Consumer<T>) {
@@ -119,7 +134,7 @@ impl Backoff {
         self.idle_loops = self.idle_loops.saturating_add(1);
         if self.idle_loops < self.spin {
             std::hint::spin_loop();
-        } else if self.idle_loops < self.yield_until {
+        } else if self.idle_loops < self.yield_until || self.park.is_zero() {
             thread::yield_now();
         } else {
             if commands.prepare_idle() {
@@ -130,31 +145,140 @@ impl Backoff {
     }
 }
 
+/// How an engine core is driven.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Drive {
+    /// Its own (pinned) thread; idle, it spins, yields, then parks up to 200 µs until a
+    /// producer rings the doorbell ([`Backoff`]).
+    #[default]
+    Thread,
+    /// Its own (pinned) thread that never parks: spins, then yields when idle. Lowest
+    /// latency when the core has a CPU of its own; costs that CPU.
+    BusyPoll,
+    /// No thread: the core runs one loop each time an application thread calls
+    /// [`CoreHandle::progress`] (the verbs layer calls it from completion-queue polls,
+    /// event waits and control calls). Nothing happens on the core between such calls,
+    /// TCP timers included, so the application must keep polling while it expects
+    /// traffic. Several threads may call it; one runs the loop, the others return at once.
+    Caller,
+}
+
+/// One engine core and its queues: the body of the core's loop, whoever runs it.
+struct CoreLoop<D: PollDevice> {
+    core: EngineCore<D>,
+    commands: Consumer<Command>,
+    events: Producer<CmEvent>,
+    pending: VecDeque<CmEvent>,
+    clock: Clock,
+    base: StdInstant,
+}
+
+impl<D: PollDevice> CoreLoop<D> {
+    /// One loop of the core: application commands (bounded), the core's pollers, events
+    /// out. Returns whether anything was done.
+    fn step(&mut self) -> bool {
+        let now = Instant::from_micros((self.clock)().duration_since(self.base).as_micros() as i64);
+        let mut work = false;
+        // Poller 0: application rings, bounded.
+        for _ in 0..self.core.config().command_budget {
+            let Some(cmd) = self.commands.pop() else {
+                break;
+            };
+            work = true;
+            apply(&mut self.core, cmd);
+        }
+        // Pollers 1-7 (rx, tcp events, requests, receive, timers, send, tx flush).
+        work |= self.core.poll(now);
+        // Events out; an event the application has no room for waits here, never lost.
+        while let Some(ev) = self.core.next_event() {
+            self.pending.push_back(ev);
+        }
+        while let Some(ev) = self.pending.pop_front() {
+            if let Err(ev) = self.events.push(ev) {
+                self.pending.push_front(ev);
+                break;
+            }
+            work = true;
+        }
+        work
+    }
+}
+
+/// A caller-driven core, its device type erased.
+trait Step: Send {
+    fn step(&mut self) -> bool;
+    fn linger(&self) -> StdDuration;
+}
+
+impl<D: PollDevice + Send> Step for CoreLoop<D> {
+    fn step(&mut self) -> bool {
+        CoreLoop::step(self)
+    }
+    fn linger(&self) -> StdDuration {
+        StdDuration::from_millis(self.core.config().shutdown_linger_ms)
+    }
+}
+
+enum Runner {
+    Thread {
+        stop: Arc<AtomicBool>,
+        thread: Thread,
+        join: Option<JoinHandle<()>>,
+    },
+    /// `None` once shut down.
+    Caller(Mutex<Option<Box<dyn Step>>>),
+}
+
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Runner::Thread { thread, .. } => write!(f, "Thread({:?})", thread.name()),
+            Runner::Caller(_) => write!(f, "Caller"),
+        }
+    }
+}
+
 /// A running engine core, seen from application threads.
 #[derive(Debug)]
 pub struct CoreHandle {
     commands: Mutex<Producer<Command>>,
     events: Mutex<Consumer<CmEvent>>,
-    stop: Arc<AtomicBool>,
-    thread: Thread,
-    join: Option<JoinHandle<()>>,
+    runner: Runner,
 }
 
 impl CoreHandle {
     /// Queues a command and rings the doorbell if the core may be idle. Fails (returning
     /// nothing queued) when the command queue is full or the core stopped.
     pub fn submit(&self, cmd: Command) -> Result<(), EngineError> {
-        match &self.join {
-            Some(j) if !j.is_finished() => {}
-            _ => return Err(EngineError::CoreGone),
+        if let Runner::Thread { join, .. } = &self.runner {
+            match join {
+                Some(j) if !j.is_finished() => {}
+                _ => return Err(EngineError::CoreGone),
+            }
         }
         let mut p = self.commands.lock().unwrap_or_else(|e| e.into_inner());
-        p.push(cmd)
-            .map_err(|_| EngineError::LimitExceeded("command_queue_depth"))?;
-        if p.doorbell_needed() {
-            self.thread.unpark();
+        let cmd = match p.push(cmd) {
+            Ok(()) => {
+                if let Runner::Thread { thread, .. } = &self.runner {
+                    if p.doorbell_needed() {
+                        thread.unpark();
+                    }
+                }
+                return Ok(());
+            }
+            Err(cmd) => cmd,
+        };
+        // A full ring of a caller-driven core drains only when someone runs it: run it once
+        // (it takes up to `command_budget` commands) and try again.
+        drop(p);
+        if self.caller_driven() {
+            self.progress();
+            let mut p = self.commands.lock().unwrap_or_else(|e| e.into_inner());
+            if p.push(cmd).is_ok() {
+                return Ok(());
+            }
         }
-        Ok(())
+        Err(EngineError::LimitExceeded("command_queue_depth"))
     }
 
     /// Takes the oldest event of this core.
@@ -162,11 +286,41 @@ impl CoreHandle {
         self.events.lock().unwrap_or_else(|e| e.into_inner()).pop()
     }
 
+    /// Whether the core is caller-driven ([`Drive::Caller`]).
+    pub fn caller_driven(&self) -> bool {
+        matches!(self.runner, Runner::Caller(_))
+    }
+
+    /// Runs one loop of a caller-driven core on this thread and returns whether it did
+    /// any work. Returns `false` at once for a core with its own thread, or when another
+    /// thread is running this core's loop right now.
+    pub fn progress(&self) -> bool {
+        match &self.runner {
+            Runner::Caller(m) => match m.try_lock() {
+                Ok(mut g) => g.as_mut().is_some_and(|s| s.step()),
+                Err(_) => false,
+            },
+            Runner::Thread { .. } => false,
+        }
+    }
+
     fn shutdown(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        self.thread.unpark();
-        if let Some(j) = self.join.take() {
-            let _ = j.join();
+        match &mut self.runner {
+            Runner::Thread { stop, thread, join } => {
+                stop.store(true, Ordering::SeqCst);
+                thread.unpark();
+                if let Some(j) = join.take() {
+                    let _ = j.join();
+                }
+            }
+            Runner::Caller(m) => {
+                let core = m.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some(core) = core {
+                    // As a core thread does: stop polling, keep the device open a while.
+                    thread::sleep(core.linger());
+                    drop(core);
+                }
+            }
         }
     }
 }
@@ -183,8 +337,11 @@ pub struct CoreSpec<D> {
     pub device: Box<dyn FnOnce() -> Result<D, String> + Send>,
     /// IP configuration of the core's stack.
     pub stack: StackConfig,
-    /// CPU to pin the thread to (`None`: not pinned).
+    /// CPU to pin the thread to (`None`: not pinned; ignored by [`Drive::Caller`], whose
+    /// core runs on whichever thread calls it).
     pub cpu: Option<usize>,
+    /// Who runs the core's loop.
+    pub drive: Drive,
 }
 
 impl<D> std::fmt::Debug for CoreSpec<D> {
@@ -192,6 +349,7 @@ impl<D> std::fmt::Debug for CoreSpec<D> {
         f.debug_struct("CoreSpec")
             .field("stack", &self.stack)
             .field("cpu", &self.cpu)
+            .field("drive", &self.drive)
             .finish_non_exhaustive()
     }
 }
@@ -200,49 +358,88 @@ impl<D> std::fmt::Debug for CoreSpec<D> {
 /// engine reads a clock on its own).
 pub type Clock = Arc<dyn Fn() -> StdInstant + Send + Sync>;
 
-/// Starts core number `index` on its own thread and returns its handle once the device and
-/// the stack are up.
-pub fn spawn_core<D: PollDevice + 'static>(
+/// The instant every core of this process counts its `now` from. One origin for all: two
+/// engines joined by the in-memory link stamp each frame with the sender's `now` and
+/// deliver it once the receiver's `now` reaches the stamp, so with an origin per core a
+/// core started later saw every frame of an earlier one late by the gap between their
+/// starts (milliseconds: an RDMA Read over the link took ~5.7 ms instead of microseconds).
+fn time_origin(clock: &Clock) -> StdInstant {
+    static ORIGIN: OnceLock<StdInstant> = OnceLock::new();
+    *ORIGIN.get_or_init(|| clock())
+}
+
+/// Starts core number `index`: on its own thread, returning its handle once the device and
+/// the stack are up; or, for [`Drive::Caller`], on this thread, returning a handle whose
+/// [`CoreHandle::progress`] runs the loop.
+pub fn spawn_core<D: PollDevice + Send + 'static>(
     index: u16,
     spec: CoreSpec<D>,
     cfg: EngineConfig,
     mrs: Arc<MrTable>,
     clock: Clock,
 ) -> Result<CoreHandle, EngineError> {
-    let (commands, mut c2) = channel::<Command>(cfg.command_queue_depth);
-    let (mut e2, events) = channel::<CmEvent>(cfg.event_queue_depth);
+    let (commands, c2) = channel::<Command>(cfg.command_queue_depth);
+    let (e2, events) = channel::<CmEvent>(cfg.event_queue_depth);
+    let pending = VecDeque::with_capacity(cfg.event_queue_depth);
+    let build = move |device: D, cfg: EngineConfig, clock: Clock| {
+        let base = time_origin(&clock);
+        let now = Instant::from_micros(clock().saturating_duration_since(base).as_micros() as i64);
+        EngineCore::new(index, device, &spec.stack, cfg, mrs, base, now).map(|core| CoreLoop {
+            core,
+            commands: c2,
+            events: e2,
+            pending,
+            clock,
+            base,
+        })
+    };
+    if spec.drive == Drive::Caller {
+        let device = (spec.device)().map_err(EngineError::Device)?;
+        let lp = build(device, cfg, clock)?;
+        return Ok(CoreHandle {
+            commands: Mutex::new(commands),
+            events: Mutex::new(events),
+            runner: Runner::Caller(Mutex::new(Some(Box::new(lp)))),
+        });
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let (ready_tx, ready_rx) = crossbeam::channel::bounded::<Result<(), EngineError>>(1);
     let s2 = Arc::clone(&stop);
+    let (cpu, device, drive) = (spec.cpu, spec.device, spec.drive);
     let join = thread::Builder::new()
         .name(format!("warpcore-core{index}"))
         .spawn(move || {
-            if let Some(cpu) = spec.cpu {
+            if let Some(cpu) = cpu {
                 // Pinning failure is not fatal (e.g. a restricted cpuset in CI).
                 let _ = core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
             }
-            let base = clock();
-            let device = match (spec.device)() {
+            let device = match device() {
                 Ok(d) => d,
                 Err(e) => {
                     let _ = ready_tx.send(Err(EngineError::Device(e)));
                     return;
                 }
             };
-            let core = EngineCore::new(index, device, &spec.stack, cfg, mrs, base, Instant::ZERO);
-            let core = match core {
-                Ok(c) => c,
+            let mut lp = match build(device, cfg, clock) {
+                Ok(l) => l,
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
                     return;
                 }
             };
             let _ = ready_tx.send(Ok(()));
-            let linger = StdDuration::from_millis(core.config().shutdown_linger_ms);
-            let core = run_core(core, &mut c2, &mut e2, &s2, &clock, base);
+            let linger = StdDuration::from_millis(lp.core.config().shutdown_linger_ms);
+            let mut backoff = match drive {
+                Drive::BusyPoll => Backoff::busy(2000),
+                _ => Backoff::new(2000, 2100, StdDuration::from_micros(200)),
+            };
+            while !s2.load(Ordering::Relaxed) {
+                let work = lp.step();
+                backoff.pause(work, &mut lp.commands);
+            }
             // Stopped polling; keep the device open a while (see `shutdown_linger_ms`).
             thread::sleep(linger);
-            drop(core);
+            drop(lp);
         })
         .map_err(|e| EngineError::Device(e.to_string()))?;
     let thread = join.thread().clone();
@@ -260,48 +457,12 @@ pub fn spawn_core<D: PollDevice + 'static>(
     Ok(CoreHandle {
         commands: Mutex::new(commands),
         events: Mutex::new(events),
-        stop,
-        thread,
-        join: Some(join),
+        runner: Runner::Thread {
+            stop,
+            thread,
+            join: Some(join),
+        },
     })
-}
-
-fn run_core<D: PollDevice>(
-    mut core: EngineCore<D>,
-    commands: &mut Consumer<Command>,
-    events: &mut Producer<CmEvent>,
-    stop: &AtomicBool,
-    clock: &Clock,
-    base: StdInstant,
-) -> EngineCore<D> {
-    let budget = core.config().command_budget;
-    let mut pending: VecDeque<CmEvent> = VecDeque::with_capacity(core.config().event_queue_depth);
-    let mut backoff = Backoff::new(2000, 2100, StdDuration::from_micros(200));
-    while !stop.load(Ordering::Relaxed) {
-        let now = Instant::from_micros(clock().duration_since(base).as_micros() as i64);
-        let mut work = false;
-        // Poller 0: application rings, bounded.
-        for _ in 0..budget {
-            let Some(cmd) = commands.pop() else { break };
-            work = true;
-            apply(&mut core, cmd);
-        }
-        // Pollers 1-7 (rx, tcp events, requests, receive, timers, send, tx flush).
-        work |= core.poll(now);
-        // Events out; an event the application has no room for waits here, never lost.
-        while let Some(ev) = core.next_event() {
-            pending.push_back(ev);
-        }
-        while let Some(ev) = pending.pop_front() {
-            if let Err(ev) = events.push(ev) {
-                pending.push_front(ev);
-                break;
-            }
-            work = true;
-        }
-        backoff.pause(work, commands);
-    }
-    core
 }
 
 fn apply<D: PollDevice>(core: &mut EngineCore<D>, cmd: Command) {

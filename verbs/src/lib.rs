@@ -64,7 +64,9 @@
 //! thread (state, SGEs against the region table, queue depth) and returns a typed
 //! [`Error`] without side effects when it is refused. [`CompletionQueue::wait`] blocks the
 //! calling thread only (spin, then short parks); an engine core never waits for an
-//! application thread.
+//! application thread. With [`Config::drive`] = [`Drive::Caller`] there are no core threads:
+//! the application threads run the cores whenever they poll, wait or call (see
+//! [`Context::progress`]).
 //!
 //! ## Registered memory
 //! The network writes into a [`MemoryRegion`] while the application may read it, so no
@@ -77,6 +79,7 @@
 #![warn(missing_docs)]
 
 mod error;
+mod polled;
 
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
@@ -85,6 +88,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant as StdInstant};
 
 use warpcore_engine::mem::{MrTable, PdId, Region, Stag};
+pub use warpcore_engine::runtime::Drive;
 use warpcore_engine::runtime::{spawn_core, Clock, Command, CoreHandle, CoreSpec, Reply};
 use warpcore_engine::tcp::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
 use warpcore_engine::tcp::StackConfig;
@@ -132,6 +136,9 @@ pub struct Config {
     pub cpus: Vec<usize>,
     /// Every limit of the engine.
     pub engine: EngineConfig,
+    /// Who runs the engine cores' loops: their own threads (default), busy-polling
+    /// threads, or the application's threads ([`Drive::Caller`], see [`Context::progress`]).
+    pub drive: Drive,
 }
 
 impl Config {
@@ -145,6 +152,7 @@ impl Config {
             mac: None,
             cpus: Vec::new(),
             engine: EngineConfig::default(),
+            drive: Drive::default(),
         }
     }
 }
@@ -197,6 +205,7 @@ impl Context {
                     device: Box::new(move || Ok(end)),
                     stack: stack.clone(),
                     cpu: cfg.cpus.first().copied(),
+                    drive: cfg.drive,
                 };
                 cores.push(spawn_core(
                     0,
@@ -220,6 +229,7 @@ impl Context {
                         device: Box::new(move || Ok(dev)),
                         stack: sc,
                         cpu: cfg.cpus.get(i).copied(),
+                        drive: cfg.drive,
                     };
                     cores.push(spawn_core(
                         i as u16,
@@ -252,9 +262,15 @@ impl Context {
         let (tx, rx) = crossbeam::channel::bounded(1);
         let handle = self.inner.cores.get(core).ok_or(Error::StaleHandle)?;
         handle.submit(f(tx))?;
-        rx.recv_timeout(Duration::from_secs(30))
-            .map_err(|_| Error::EngineGone)?
-            .map_err(Error::from)
+        polled::wait_reply(handle, &rx)?.map_err(Error::from)
+    }
+
+    /// Runs one loop of every caller-driven engine core on this thread ([`Drive::Caller`])
+    /// and returns whether any did work; does nothing for cores with their own threads.
+    /// Completion-queue polls, event waits and control calls call it themselves; call it
+    /// when waiting otherwise (e.g. spinning on a word an RDMA Write will change).
+    pub fn progress(&self) -> bool {
+        polled::progress(&self.inner.cores)
     }
 
     /// A new protection domain.
@@ -272,6 +288,7 @@ impl Context {
         }
         Ok(CompletionQueue {
             cq: Arc::new(warpcore_engine::CompletionQueue::new(depth)),
+            driver: polled::Driver::of(self),
         })
     }
 
@@ -317,6 +334,7 @@ impl Context {
         let deadline = StdInstant::now() + timeout;
         let mut spins = 0u32;
         loop {
+            self.progress();
             {
                 let mut q = self.inner.events.lock().unwrap_or_else(|e| e.into_inner());
                 for c in &self.inner.cores {
@@ -1008,6 +1026,8 @@ impl Drop for QueuePair {
 #[derive(Debug, Clone)]
 pub struct CompletionQueue {
     cq: Arc<warpcore_engine::CompletionQueue>,
+    /// The caller-driven context that created it (its polls run that context's cores).
+    driver: polled::Driver,
 }
 
 impl CompletionQueue {
@@ -1015,7 +1035,7 @@ impl CompletionQueue {
     pub fn poll(&self, out: &mut [Completion]) -> usize {
         let mut n = 0;
         while n < out.len() {
-            match self.cq.pop() {
+            match self.driver.pop(&self.cq) {
                 Some(c) => {
                     out[n] = c;
                     n += 1;
@@ -1028,7 +1048,7 @@ impl CompletionQueue {
 
     /// Takes one completion if there is one.
     pub fn poll_one(&self) -> Option<Completion> {
-        self.cq.pop()
+        self.driver.pop(&self.cq)
     }
 
     /// Waits up to `timeout` for one completion (spins briefly, then parks in short
@@ -1037,18 +1057,14 @@ impl CompletionQueue {
         let deadline = StdInstant::now() + timeout;
         let mut spins = 0u32;
         loop {
-            if let Some(c) = self.cq.pop() {
+            if let Some(c) = self.driver.pop(&self.cq) {
                 return Ok(c);
             }
             if StdInstant::now() >= deadline {
                 return Err(Error::Timeout);
             }
             spins += 1;
-            if spins < 200 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::park_timeout(Duration::from_micros(20));
-            }
+            self.driver.pause(spins);
         }
     }
 
@@ -1068,7 +1084,7 @@ impl CompletionQueue {
         let mut spins = 0u32;
         loop {
             let mut took = false;
-            while let Some(c) = self.cq.pop() {
+            while let Some(c) = self.driver.pop(&self.cq) {
                 took = true;
                 let notify = c.solicited || c.status != WcStatus::Success;
                 out.push(c);
@@ -1083,11 +1099,7 @@ impl CompletionQueue {
                 return Err(Error::Timeout);
             }
             spins += 1;
-            if spins < 200 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::park_timeout(Duration::from_micros(20));
-            }
+            self.driver.pause(spins);
         }
     }
 

@@ -27,7 +27,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use warpcore_verbs::MpaParams;
+use warpcore_verbs::{MpaParams, RtrType, RtrTypes};
 
 use cli::{Cli, OnOff, P2p, TestName};
 use net::{Endpoint, Opened};
@@ -67,7 +67,14 @@ fn mpa_params(cli: &Cli) -> MpaParams {
         markers: cli.markers == OnOff::On,
         ird: 16,
         ord: 16,
-        peer_to_peer: cli.mpa_rev == 2 && cli.p2p == P2p::Write,
+        peer_to_peer: cli.mpa_rev == 2 && cli.p2p != P2p::None,
+        // As initiator, the one RTR type asked for (RFC 6581 §9.2); as responder (the
+        // server), every type is accepted (the default).
+        rtr_offer: match cli.p2p {
+            P2p::Send => RtrTypes::SEND,
+            P2p::Read => RtrTypes::READ,
+            _ => RtrTypes::WRITE,
+        },
         ..MpaParams::default()
     }
 }
@@ -115,13 +122,24 @@ fn mpa_line(c: &Conn) -> String {
             if e.markers.1 { "on" } else { "off" },
             e.ird,
             e.ord,
-            if e.peer_ird_ord.is_some() && e.rev.0 == 2 {
-                "negotiated"
-            } else {
-                "n/a"
+            match (e.rtr, e.rtr_accepted) {
+                (Some(t), _) => format!("{} RTR", rtr_name(t)),
+                (None, a) if a != RtrTypes::EMPTY => format!(
+                    "{} RTR (responder)",
+                    a.iter().map(rtr_name).collect::<Vec<_>>().join("/")
+                ),
+                _ => "off".into(),
             }
         ),
         None => "?".into(),
+    }
+}
+
+fn rtr_name(t: RtrType) -> &'static str {
+    match t {
+        RtrType::Send => "Send",
+        RtrType::Write => "Write",
+        RtrType::Read => "Read",
     }
 }
 
@@ -178,10 +196,29 @@ fn hdr_table(test: TestName, outs: &[Outcome]) -> String {
 }
 
 fn client_role(cli: &Cli, ep: &Endpoint, server: Ipv4Addr, mpa: &MpaParams) -> Result<(), String> {
+    run::drive_on_this_thread(&ep.ctx);
+    let r = client_run(cli, ep, server, mpa);
+    run::stop_driving();
+    r
+}
+
+fn client_run(cli: &Cli, ep: &Endpoint, server: Ipv4Addr, mpa: &MpaParams) -> Result<(), String> {
     let test = cli.test;
     let sizes = cli.sizes();
     let max = sizes.iter().copied().max().unwrap_or(2);
-    let lay = Layout::new(test, max, u64::from(cli.tx_depth()), cli.verify, cli.bidir);
+    let opts = run::Opts {
+        imm: cli.write_with_imm,
+        cmp_swap: cli.atomic_type == cli::AtomicType::CmpAndSwap,
+        inline: cli.inline_size,
+    };
+    let lay = Layout::new(
+        test,
+        max,
+        u64::from(cli.tx_depth()),
+        cli.verify,
+        cli.bidir,
+        opts,
+    );
     let timeout = Duration::from_secs(cli.timeout);
     let mut conns = run::connect(
         &ep.ctx,
@@ -276,6 +313,13 @@ fn client_role(cli: &Cli, ep: &Endpoint, server: Ipv4Addr, mpa: &MpaParams) -> R
 }
 
 fn server_role(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result<(), String> {
+    run::drive_on_this_thread(&ep.ctx);
+    let r = server_run(cli, ep, mpa, print);
+    run::stop_driving();
+    r
+}
+
+fn server_run(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result<(), String> {
     if print {
         println!("\n************************************");
         println!("* Waiting for client to connect... *");

@@ -21,9 +21,9 @@ pub enum TestName {
     SendLat,
     /// Send/Receive bandwidth.
     SendBw,
-    /// Atomic (FetchAdd/CmpSwap) latency: not wired to the RFC 7306 verbs yet (issue 5).
+    /// RFC 7306 atomic (FetchAdd or CmpSwap, `-A`) latency (full round trip).
     AtomicLat,
-    /// Atomic bandwidth: not wired to the RFC 7306 verbs yet (issue 5).
+    /// RFC 7306 atomic (FetchAdd or CmpSwap, `-A`) bandwidth.
     AtomicBw,
 }
 
@@ -90,7 +90,31 @@ impl TestName {
     pub fn is_read(self) -> bool {
         matches!(self, TestName::ReadLat | TestName::ReadBw)
     }
+
+    /// An atomic test.
+    pub fn is_atomic(self) -> bool {
+        matches!(self, TestName::AtomicLat | TestName::AtomicBw)
+    }
+
+    /// An RDMA Write test.
+    pub fn is_write(self) -> bool {
+        matches!(self, TestName::WriteLat | TestName::WriteBw)
+    }
 }
+
+/// perftest's `-A` atomic types.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtomicType {
+    /// FetchAdd of 1 on the server's 64-bit counter.
+    #[value(name = "FETCH_AND_ADD")]
+    FetchAndAdd,
+    /// CmpSwap of the counter's expected value with its successor.
+    #[value(name = "CMP_AND_SWAP")]
+    CmpAndSwap,
+}
+
+/// Largest `-I`.
+pub const MAX_INLINE: u32 = 4096;
 
 /// `on` / `off`.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +136,19 @@ pub enum P2p {
     Write,
     /// Zero-length RDMA Read RTR.
     Read,
+}
+
+/// Who runs the engine core's loop (`--poll-mode`).
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PollMode {
+    /// Run to completion: no engine thread; the application thread runs the engine core
+    /// itself while it polls (one busy thread per process, as perftest's).
+    Caller,
+    /// An engine thread that spins and yields when idle but never parks.
+    Busy,
+    /// An engine thread that spins, yields, then parks up to 200 us when idle (the verbs
+    /// library's default; frees the CPU, costs a wake-up per hand-off).
+    Thread,
 }
 
 /// Which loopback.
@@ -158,9 +195,13 @@ pub struct Cli {
     /// Work requests in flight per QP (default 128 for bandwidth tests, 1 for latency).
     #[arg(short = 't', long = "tx-depth")]
     pub tx_depth: Option<u32>,
-    /// Max inline data (accepted for perftest compatibility; the engine always copies).
+    /// Max inline data: messages up to this size are posted with `post_send_inline`
+    /// (copied at post time; write and send tests, both sides).
     #[arg(short = 'I', long = "inline_size", default_value_t = 0)]
     pub inline_size: u32,
+    /// Atomic type of the atomic tests.
+    #[arg(short = 'A', long = "atomic_type", value_enum, default_value_t = AtomicType::FetchAndAdd)]
+    pub atomic_type: AtomicType,
     /// Bidirectional bandwidth test.
     #[arg(short = 'b', long = "bidirectional")]
     pub bidir: bool,
@@ -179,10 +220,13 @@ pub struct Cli {
     /// MPA revision.
     #[arg(long = "mpa-rev", default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
     pub mpa_rev: u8,
-    /// RFC 6581 peer-to-peer mode (RTR message type).
+    /// RFC 6581 peer-to-peer mode: the RTR message the client (initiator) offers and sends
+    /// first; the server accepts all three.
     #[arg(long, value_enum, default_value_t = P2p::Write)]
     pub p2p: P2p,
-    /// RDMA Write with Immediate Data (RFC 7306; not supported yet).
+    /// RDMA Write with Immediate Data (RFC 7306) in the write tests: the receiver learns of
+    /// each message from its receive completion (and the immediate value) instead of
+    /// polling memory.
     #[arg(long = "write_with_imm")]
     pub write_with_imm: bool,
     /// Check every received octet against the sender's per-iteration pattern.
@@ -194,9 +238,15 @@ pub struct Cli {
     /// Write an HdrHistogram interval log (one histogram per second and size) to this file.
     #[arg(long = "hdr-log")]
     pub hdr_log: Option<PathBuf>,
-    /// CPUs: the first runs the application thread, the others the engine core(s).
+    /// CPUs: the first runs the application thread, the others the engine core(s) (with
+    /// --poll-mode caller, the application thread runs them: one CPU per engine core).
     #[arg(long)]
     pub cores: Option<String>,
+    /// Who runs the engine core: the application thread while it polls (caller, one
+    /// thread per process), or an engine thread that never parks (busy) or parks when
+    /// idle (thread).
+    #[arg(long = "poll-mode", value_enum, default_value_t = PollMode::Caller)]
+    pub poll_mode: PollMode,
     /// Record this side's traffic as pcapng (Wireshark, iwdump).
     #[arg(long)]
     pub capture: Option<PathBuf>,
@@ -233,9 +283,13 @@ impl Cli {
         if self.all {
             (1..=23).map(|e| 1u64 << e).collect()
         } else {
-            vec![self
-                .size
-                .unwrap_or(if self.test.is_bw() { 65536 } else { 2 })]
+            vec![self.size.unwrap_or(if self.test.is_atomic() {
+                8
+            } else if self.test.is_bw() {
+                65536
+            } else {
+                2
+            })]
         }
     }
 
@@ -253,19 +307,26 @@ impl Cli {
 
     /// Refuses what cannot run, with the reason.
     pub fn validate(&self) -> Result<(), String> {
-        if matches!(self.test, TestName::AtomicLat | TestName::AtomicBw) {
+        if self.test.is_atomic() && (self.all || self.size.is_some_and(|s| s != 8)) {
             return Err(format!(
-                "{} is not supported yet (issue 5): iwperf does not drive the RFC 7306 atomics \
-                 (FetchAdd, CmpSwap) of the verbs API yet",
+                "{}: atomics work on one 64-bit word: -s 8 only (no -a)",
                 self.test.name()
             ));
         }
-        if self.write_with_imm {
-            return Err(
-                "--write_with_imm is not supported yet (issue 5): iwperf does not drive the \
-                        verbs API's RDMA Write with Immediate Data (RFC 7306) yet"
-                    .into(),
-            );
+        if self.write_with_imm && !self.test.is_write() {
+            return Err("--write_with_imm applies to write_lat and write_bw".into());
+        }
+        if self.inline_size > 0 && !(self.test.is_write() || self.test.is_send()) {
+            return Err(format!(
+                "-I applies to write and send tests ({} carries no payload to inline)",
+                self.test.name()
+            ));
+        }
+        if self.inline_size > MAX_INLINE {
+            return Err(format!(
+                "-I {}: at most {MAX_INLINE} octets inline",
+                self.inline_size
+            ));
         }
         if let Some(s) = self.size {
             if s == 0 || s > 1 << 31 {
@@ -298,14 +359,6 @@ impl Cli {
         }
         if self.mpa_rev == 1 && self.p2p != P2p::None && self.p2p != P2p::Write {
             return Err("--p2p needs --mpa-rev 2".into());
-        }
-        if matches!(self.p2p, P2p::Send | P2p::Read) {
-            return Err(format!(
-                "--p2p {:?}: the verbs API only offers the zero-length RDMA Write RTR; use \
-                 --p2p write or none",
-                self.p2p
-            )
-            .to_lowercase());
         }
         if self.loopback.is_some() && self.server.is_some() {
             return Err("--loopback runs both sides: give no server address".into());

@@ -46,6 +46,24 @@ pub fn banner(cli: &Cli, b: &BannerInfo) -> String {
     s += &format!(" Mtu             : {}[B]\n", b.mtu);
     s += " Link type       : Ethernet\n";
     s += &format!(" Max inline data : {}[B]\n", cli.inline_size);
+    if cli.test.is_atomic() {
+        let ty = match cli.atomic_type {
+            crate::cli::AtomicType::FetchAndAdd => "FETCH_AND_ADD",
+            crate::cli::AtomicType::CmpAndSwap => "CMP_AND_SWAP",
+        };
+        s += &format!(" Atomic type     : {ty}\n");
+    }
+    if cli.write_with_imm {
+        s += " Write with imm  : ON\n";
+    }
+    s += &format!(
+        " Poll mode       : {}\n",
+        match cli.poll_mode {
+            crate::cli::PollMode::Caller => "caller",
+            crate::cli::PollMode::Busy => "busy",
+            crate::cli::PollMode::Thread => "thread",
+        }
+    );
     s += " rdma_cm QPs\t : ON\n";
     s += " Data ex. method : rdma_cm\n";
     s += &format!(" MPA             : {}\n", b.mpa);

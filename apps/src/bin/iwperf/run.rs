@@ -46,23 +46,43 @@ pub struct Layout {
     pub distinct: u64,
     /// Receives kept posted.
     pub rq: u64,
+    /// The options that change what goes on the wire.
+    pub opts: Opts,
+}
+
+/// Options of a run both sides must know (carried in the hello).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Opts {
+    /// Write tests use RDMA Write with Immediate Data.
+    pub imm: bool,
+    /// Atomic tests use CmpSwap (else FetchAdd).
+    pub cmp_swap: bool,
+    /// Messages up to this size are posted inline.
+    pub inline: u32,
 }
 
 impl Layout {
     /// The layout of a run.
-    pub fn new(test: TestName, max_size: u64, tx_depth: u64, verify: bool, bidir: bool) -> Self {
+    pub fn new(
+        test: TestName,
+        max_size: u64,
+        tx_depth: u64,
+        verify: bool,
+        bidir: bool,
+        opts: Opts,
+    ) -> Self {
         let slots = tx_depth.max(3);
         let cap = (32u64 << 20).max(3 * max_size);
         let data_len = (max_size * slots).min(cap).max(64 << 10) + MARGIN;
         let stride = max_size.max(CTRL_LEN as u64).div_ceil(64) * 64;
         let distinct = ((data_len - MARGIN) / stride).max(1);
-        let rq = if test.is_send() {
+        let rq = if test.is_send() || opts.imm {
             let want = if test.is_bw() {
                 (tx_depth * 2).clamp(16, 512)
             } else {
                 16
             };
-            if verify {
+            if verify && test.is_send() {
                 want.min(distinct)
             } else {
                 want
@@ -80,7 +100,19 @@ impl Layout {
             stride,
             distinct,
             rq,
+            opts,
         }
+    }
+
+    /// Data messages consume the peer's receives, so the sender needs its credit: Sends,
+    /// and RDMA Writes with Immediate Data.
+    pub fn credits(&self) -> bool {
+        self.test.is_send() || self.opts.imm
+    }
+
+    /// Whether a message of `size` octets goes inline.
+    pub fn inline(&self, size: u64) -> bool {
+        size <= u64::from(self.opts.inline)
     }
 
     /// Write/Read slots for messages of `size` octets.
@@ -101,6 +133,8 @@ impl Layout {
 pub enum Recv {
     /// A send test's data message (already verified, receive re-posted).
     Data,
+    /// The immediate data of RDMA Write number `.0` (its value checked, receive re-posted).
+    Imm(u64),
     /// A control message.
     Ctrl(Ctrl),
 }
@@ -136,6 +170,10 @@ pub struct Conn {
     pub verified: u64,
     /// The first verification error, for the report.
     pub first_error: Option<String>,
+    /// Atomics executed on the server's counter word of this QP in earlier phases.
+    pub atomics: u64,
+    /// Staging buffer of inline posts.
+    pub scratch: Vec<u8>,
 }
 
 impl std::fmt::Debug for Conn {
@@ -152,8 +190,25 @@ fn e2s(e: warpcore_verbs::Error) -> String {
     e.to_string()
 }
 
-/// Spin briefly, then yield: two busy-polling processes and their engine threads share
-/// few CPUs on small machines.
+thread_local! {
+    /// The caller-driven engine this thread runs (`--poll-mode caller`), if any.
+    static DRIVEN: std::cell::RefCell<Option<Context>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Makes this thread run `ctx`'s engine cores whenever it waits ([`Spin::pause`]); the
+/// completion-queue polls of a caller-driven context run them on their own.
+pub fn drive_on_this_thread(ctx: &Context) {
+    DRIVEN.with(|d| *d.borrow_mut() = Some(ctx.clone()));
+}
+
+/// Stops running an engine on this thread (before the context is dropped).
+pub fn stop_driving() {
+    DRIVEN.with(|d| *d.borrow_mut() = None);
+}
+
+/// What a waiting loop does when it found nothing: run the caller-driven engine if this
+/// thread has one, spin briefly, then yield (two busy-polling processes, and their engine
+/// threads in threaded mode, share few CPUs on small machines).
 #[derive(Debug, Default)]
 pub struct Spin(u32);
 
@@ -164,8 +219,20 @@ impl Spin {
     }
     /// Nothing to do this time.
     pub fn pause(&mut self) {
+        // Caller-driven, this thread is the engine: it polls like perftest (and like any
+        // DPDK lcore) and yields only after a long idle stretch (about a millisecond), so
+        // a message that arrives while it waits is seen at once, not after another
+        // process's time slice. With engine threads, it yields early to let them run.
+        let limit = match DRIVEN.with(|d| d.borrow().as_ref().map(Context::progress)) {
+            Some(true) => {
+                self.0 = 0;
+                return;
+            }
+            Some(false) => 20_000,
+            None => 512,
+        };
         self.0 = self.0.saturating_add(1);
-        if self.0 < 512 {
+        if self.0 < limit {
             std::hint::spin_loop();
         } else {
             std::thread::yield_now();
@@ -189,7 +256,14 @@ fn regions(
     core: Option<usize>,
 ) -> Result<Regions, String> {
     let remote = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
-    let data = pd.alloc_mr(lay.data_len as usize, remote).map_err(e2s)?;
+    let data_access = if lay.test.is_atomic() {
+        remote | Access::REMOTE_ATOMIC
+    } else {
+        remote
+    };
+    let data = pd
+        .alloc_mr(lay.data_len as usize, data_access)
+        .map_err(e2s)?;
     let src = pd
         .alloc_mr(lay.data_len as usize, Access::LOCAL_WRITE)
         .map_err(e2s)?;
@@ -200,6 +274,7 @@ fn regions(
     init.sq_depth = (lay.tx_depth as u32 + 16).min(1024);
     init.rq_depth = (lay.rq as u32 + 4).min(1024);
     init.core = core;
+    init.max_inline = init.max_inline.max(lay.opts.inline);
     let qp = pd.create_qp(&init).map_err(e2s)?;
     if lay.test.is_read() {
         // A static pattern the reader checks at every (shifted) offset.
@@ -245,6 +320,8 @@ impl Conn {
             errors: 0,
             verified: 0,
             first_error: None,
+            atomics: 0,
+            scratch: Vec::new(),
         }
     }
 
@@ -306,7 +383,7 @@ impl Conn {
 
     /// Sends a control message (Send with Solicited Event).
     pub fn send_ctrl(&mut self, c: Ctrl, deadline: Duration) -> Result<(), String> {
-        if self.lay.test.is_send() {
+        if self.lay.credits() {
             self.wait_credit(deadline)?;
         }
         let off = CTRL_SEND_OFF + (self.ctrl_sent % CTRL_SEND_SLOTS) * CTRL_LEN as u64;
@@ -356,7 +433,20 @@ impl Conn {
         } else {
             (&self.ctrl, (k % CTRL_RECV_SLOTS) * CTRL_LEN as u64)
         };
-        let out = if !self.lay.test.is_send() || c.solicited {
+        let out = if c.opcode == WcOpcode::RecvImm {
+            // An RDMA Write with Immediate Data: its data is placed before the immediate
+            // completes; the value is the sender's message number.
+            let i = self.data_rx;
+            self.data_rx += 1;
+            self.verified += 1;
+            if c.imm != Some(i) {
+                self.errors += 1;
+                if self.first_error.is_none() {
+                    self.first_error = Some(format!("immediate data {:?}, expected {i}", c.imm));
+                }
+            }
+            Recv::Imm(i)
+        } else if !self.lay.test.is_send() || c.solicited {
             let mut b = [0u8; CTRL_LEN];
             let n = (c.byte_len as usize).min(CTRL_LEN);
             mr.read(off as usize, &mut b[..n]).map_err(e2s)?;
@@ -384,7 +474,7 @@ impl Conn {
         }
         self.consumed += 1;
         self.post_recv()?;
-        if self.lay.test.is_send() {
+        if self.lay.credits() {
             self.return_credit()?;
         }
         Ok(Some(out))
@@ -428,6 +518,17 @@ impl Conn {
         self.scq.poll_one()
     }
 
+    /// Takes the send completions of signalled requests a latency loop does not wait for
+    /// (inline posts); fails on an error completion.
+    pub fn drain_send(&self) -> Result<(), String> {
+        while let Some(c) = self.scq.poll_one() {
+            if c.status != WcStatus::Success {
+                return Err(status_err(c.opcode, c.status));
+            }
+        }
+        Ok(())
+    }
+
     /// Where only unsignalled requests are outstanding, any send completion is an error.
     pub fn poll_send_error(&self) -> Option<String> {
         self.check_send_errors().err()
@@ -442,6 +543,17 @@ impl Conn {
     pub fn reset_counts(&mut self) {
         self.errors = 0;
         self.verified = 0;
+    }
+
+    /// Records the check of one value (an atomic's original value, the counter word).
+    pub fn check_value(&mut self, what: &str, got: u64, want: u64) {
+        self.verified += 1;
+        if got != want {
+            self.errors += 1;
+            if self.first_error.is_none() {
+                self.first_error = Some(format!("{what} is {got}, expected {want}"));
+            }
+        }
     }
 
     /// Records a verification outcome.
@@ -468,7 +580,7 @@ impl Conn {
         loop {
             match self.poll_recv()? {
                 Some(Recv::Ctrl(c)) => return Ok(c),
-                Some(Recv::Data) => spin.reset(),
+                Some(Recv::Data | Recv::Imm(_)) => spin.reset(),
                 None => {
                     if t0.elapsed() > timeout {
                         return Err(format!(
@@ -520,6 +632,12 @@ pub fn connect(
             if lay.bidir {
                 flags |= wire::FLAG_BIDIR;
             }
+            if lay.opts.imm {
+                flags |= wire::FLAG_IMM;
+            }
+            if lay.opts.cmp_swap {
+                flags |= wire::FLAG_CMP_SWAP;
+            }
             let hello = Hello {
                 test: test_index,
                 flags,
@@ -529,6 +647,7 @@ pub fn connect(
                 data_stag: r.data.stag(),
                 data_len: lay.data_len,
                 ctrl_stag: r.ctrl.stag(),
+                inline: lay.opts.inline,
             };
             let mut pd_bytes = hello.encode().to_vec();
             pd_bytes.extend_from_slice(&(lay.max_size as u32).to_be_bytes());
@@ -626,6 +745,11 @@ pub fn accept(
                     u64::from(h.tx_depth).max(1),
                     h.flags & wire::FLAG_VERIFY != 0,
                     h.flags & wire::FLAG_BIDIR != 0,
+                    Opts {
+                        imm: h.flags & wire::FLAG_IMM != 0,
+                        cmp_swap: h.flags & wire::FLAG_CMP_SWAP != 0,
+                        inline: h.inline.min(crate::cli::MAX_INLINE),
+                    },
                 );
                 if first.is_none() {
                     first = Some((lay, h));

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use warpcore_verbs::{SendOp, SendWr, WcOpcode, WcStatus};
+use warpcore_verbs::{Completion, SendOp, SendWr, WcOpcode, WcStatus};
 
 use crate::run::{Conn, Recv, Spin};
 use crate::wire::{self, Ctrl, Kind, CLIENT_SALT, SERVER_SALT};
@@ -142,6 +142,119 @@ fn post(c: &mut Conn, wr: &SendWr, stall: Duration) -> Result<(), String> {
     }
 }
 
+/// Posts data message `wr_id` (`len` octets at `off` of our source region, already staged)
+/// with `op`: inline (copied at post time, always signalled) when the layout says so,
+/// otherwise from the registered source.
+fn try_post_data(
+    c: &mut Conn,
+    wr_id: u64,
+    op: SendOp,
+    off: u64,
+    len: u64,
+    signaled: bool,
+) -> Result<(), warpcore_verbs::Error> {
+    if c.layout().inline(len) {
+        let mut buf = std::mem::take(&mut c.scratch);
+        buf.resize(len as usize, 0);
+        let r = c
+            .src
+            .read(off as usize, &mut buf)
+            .and_then(|()| c.qp.post_send_inline(wr_id, op, &buf));
+        c.scratch = buf;
+        r
+    } else {
+        let wr = SendWr::new(wr_id, op, &[c.src.sge(off, len as u32)])?;
+        c.qp.post_send(&if signaled { wr } else { wr.unsignaled() })
+    }
+}
+
+/// A latency test's data message: posted unsignalled (waiting while the send queue is
+/// full); an inline post's completion is taken at once.
+fn post_data(c: &mut Conn, i: u64, op: SendOp, len: u64, stall: Duration) -> Result<(), String> {
+    let t0 = Instant::now();
+    let mut spin = Spin::default();
+    loop {
+        match try_post_data(c, i, op, 0, len, false) {
+            Ok(()) => break,
+            Err(warpcore_verbs::Error::QueueFull) if t0.elapsed() < stall => {
+                c.drain_send()?;
+                spin.pause()
+            }
+            Err(e) => return Err(format!("post: {e}")),
+        }
+    }
+    if c.layout().inline(len) {
+        c.drain_send()?;
+    }
+    Ok(())
+}
+
+/// The atomic of iteration `i` on the peer's counter word (offset 0 of its data region):
+/// FetchAdd 1, or CmpSwap of the value the counter must hold now with its successor, so
+/// that every atomic returns (and a CmpSwap succeeds on) `atomics + i`.
+fn atomic_op(c: &Conn, i: u64) -> SendOp {
+    let want = c.atomics + i;
+    if c.layout().opts.cmp_swap {
+        SendOp::AtomicCmpSwap {
+            remote_stag: c.peer.data_stag,
+            remote_to: 0,
+            compare: want,
+            compare_mask: u64::MAX,
+            swap: want + 1,
+            swap_mask: u64::MAX,
+        }
+    } else {
+        SendOp::AtomicFetchAdd {
+            remote_stag: c.peer.data_stag,
+            remote_to: 0,
+            add: 1,
+            add_mask: 0,
+        }
+    }
+}
+
+/// Checks atomic `i`'s original value, in its completion and in its 8-octet sink at `off`
+/// of our source region (host order).
+fn check_atomic(c: &mut Conn, i: u64, wc: &Completion, off: u64) -> Result<(), String> {
+    let want = c.atomics + i;
+    c.check_value(
+        &format!("atomic {i}'s original value"),
+        wc.atomic_orig.unwrap_or(u64::MAX),
+        want,
+    );
+    let mut b = [0u8; 8];
+    c.src
+        .read(off as usize, &mut b)
+        .map_err(|e| e.to_string())?;
+    c.check_value(&format!("atomic {i}'s sink"), u64::from_ne_bytes(b), want);
+    Ok(())
+}
+
+/// Server: the counter word after the peer's `n` atomics of this phase.
+fn check_counter(c: &mut Conn, n: u64) -> Result<(), String> {
+    let want = c.atomics + n;
+    let got = c
+        .data
+        .atomic_u64(0)
+        .map_err(|e| e.to_string())?
+        .load(std::sync::atomic::Ordering::Acquire);
+    c.check_value("the counter word", got, want);
+    c.atomics = want;
+    Ok(())
+}
+
+/// Checks a data message that carries no tag (send tests, Writes with Immediate Data)
+/// against the sender's pattern.
+fn verify_plain(c: &mut Conn, size: u64, salt: u64, i: u64) -> Result<(), String> {
+    let s = size as usize;
+    let mut got = vec![0u8; s];
+    let mut want = vec![0u8; s];
+    wire::fill(&mut want, salt, i);
+    c.data.read(0, &mut got).map_err(|e| e.to_string())?;
+    c.check(i, &got, &want);
+    Ok(())
+}
+
 fn done(i: u64, t0: Instant, ph: &Phase) -> bool {
     match ph.duration {
         Some(d) => t0.elapsed() >= d,
@@ -253,22 +366,35 @@ pub fn client_lat(
     while !done(i, t_start, ph) {
         let t0;
         match test {
+            T::WriteLat if c.layout().opts.imm => {
+                stage(c, size, CLIENT_SALT, i, verify, false)?;
+                let op = SendOp::WriteWithImm {
+                    remote_stag: c.peer.data_stag,
+                    remote_to: 0,
+                    imm: i,
+                };
+                t0 = Instant::now();
+                post_data(c, i, op, size, ph.stall)?;
+                note_sent(c);
+                wait_data(c, t0, ph.stall, &mut spin)?;
+                let ns = t0.elapsed().as_nanos() as u64 / 2;
+                samples.push(ns);
+                rec.record(ns);
+                if verify {
+                    verify_plain(c, size, SERVER_SALT, i)?;
+                }
+            }
             T::WriteLat => {
                 stage(c, size, CLIENT_SALT, i, verify, true)?;
-                let wr = SendWr::new(
-                    i,
-                    SendOp::Write {
-                        remote_stag: c.peer.data_stag,
-                        remote_to: 0,
-                    },
-                    &[c.src.sge(0, s as u32)],
-                )
-                .map_err(|e| e.to_string())?
-                .unsignaled();
+                let op = SendOp::Write {
+                    remote_stag: c.peer.data_stag,
+                    remote_to: 0,
+                };
                 t0 = Instant::now();
-                post(c, &wr, ph.stall)?;
+                post_data(c, i, op, size, ph.stall)?;
+                let mut n = 0;
                 while !poll_mem(c, s - 1, wire::tag(i))? {
-                    check_stall(c, t0, ph.stall)?;
+                    check_stall_sometimes(c, t0, ph.stall, &mut n)?;
                     spin.pause();
                 }
                 let ns = t0.elapsed().as_nanos() as u64 / 2;
@@ -276,6 +402,19 @@ pub fn client_lat(
                 rec.record(ns);
                 if verify {
                     verify_tagged(c, size, SERVER_SALT, i)?;
+                }
+            }
+            T::AtomicLat => {
+                let wr = SendWr::new(i, atomic_op(c, i), &[c.src.sge(0, 8)])
+                    .map_err(|e| e.to_string())?;
+                t0 = Instant::now();
+                post(c, &wr, ph.stall)?;
+                let wc = wait_send(c, t0, ph.stall, &mut spin)?;
+                let ns = t0.elapsed().as_nanos() as u64;
+                samples.push(ns);
+                rec.record(ns);
+                if verify {
+                    check_atomic(c, i, &wc, 0)?;
                 }
             }
             T::ReadLat => {
@@ -292,8 +431,8 @@ pub fn client_lat(
                 t0 = Instant::now();
                 post(c, &wr, ph.stall)?;
                 let wc = wait_send(c, t0, ph.stall, &mut spin)?;
-                if wc != WcOpcode::Read {
-                    return Err(format!("unexpected completion {wc:?}"));
+                if wc.opcode != WcOpcode::Read {
+                    return Err(format!("unexpected completion {:?}", wc.opcode));
                 }
                 let ns = t0.elapsed().as_nanos() as u64;
                 samples.push(ns);
@@ -307,24 +446,10 @@ pub fn client_lat(
             }
             T::SendLat => {
                 stage(c, size, CLIENT_SALT, i, verify, false)?;
-                let wr = SendWr::new(i, SendOp::Send, &[c.src.sge(0, s as u32)])
-                    .map_err(|e| e.to_string())?
-                    .unsignaled();
                 t0 = Instant::now();
-                post(c, &wr, ph.stall)?;
+                post_data(c, i, SendOp::Send, size, ph.stall)?;
                 note_sent(c);
-                loop {
-                    match c.poll_recv()? {
-                        Some(Recv::Data) => break,
-                        Some(Recv::Ctrl(x)) => {
-                            return Err(format!("unexpected control message {:?}", x.kind))
-                        }
-                        None => {
-                            check_stall(c, t0, ph.stall)?;
-                            spin.pause()
-                        }
-                    }
-                }
+                wait_data(c, t0, ph.stall, &mut spin)?;
                 let ns = t0.elapsed().as_nanos() as u64 / 2;
                 samples.push(ns);
                 rec.record(ns);
@@ -356,11 +481,46 @@ pub fn client_lat(
     o.errors = c.errors + r.v0;
     o.first_error = c.first_error.take();
     c.reset_counts();
+    if test == T::AtomicLat {
+        c.atomics += i;
+    }
     Ok(o)
+}
+
+/// Waits for the peer's next data message (a Send, or a Write's immediate data).
+fn wait_data(c: &mut Conn, t0: Instant, stall: Duration, spin: &mut Spin) -> Result<(), String> {
+    let mut n = 0;
+    loop {
+        // Caller-driven, an empty receive queue poll runs the engine itself.
+        match c.poll_recv()? {
+            Some(Recv::Data | Recv::Imm(_)) => return Ok(()),
+            Some(Recv::Ctrl(x)) => return Err(format!("unexpected control message {:?}", x.kind)),
+            None => {
+                check_stall_sometimes(c, t0, stall, &mut n)?;
+                spin.pause()
+            }
+        }
+    }
 }
 
 fn note_sent(c: &mut Conn) {
     c.note_data_sent();
+}
+
+/// [`check_stall`] once every 256 calls: each check reads the clock and polls the send
+/// queue (which, caller-driven, runs the engine once more), and a waiting loop spins
+/// millions of times.
+fn check_stall_sometimes(
+    c: &Conn,
+    t0: Instant,
+    stall: Duration,
+    n: &mut u32,
+) -> Result<(), String> {
+    *n = n.wrapping_add(1);
+    if *n % 256 == 0 {
+        check_stall(c, t0, stall)?;
+    }
+    Ok(())
 }
 
 fn check_stall(c: &Conn, t0: Instant, stall: Duration) -> Result<(), String> {
@@ -376,15 +536,22 @@ fn check_stall(c: &Conn, t0: Instant, stall: Duration) -> Result<(), String> {
     Ok(())
 }
 
-fn wait_send(c: &Conn, t0: Instant, stall: Duration, spin: &mut Spin) -> Result<WcOpcode, String> {
+fn wait_send(
+    c: &Conn,
+    t0: Instant,
+    stall: Duration,
+    spin: &mut Spin,
+) -> Result<Completion, String> {
+    let mut n = 0u32;
     loop {
         if let Some(wc) = c.poll_send() {
             if wc.status != WcStatus::Success {
                 return Err(format!("{:?} completed with {:?}", wc.opcode, wc.status));
             }
-            return Ok(wc.opcode);
+            return Ok(wc);
         }
-        if t0.elapsed() > stall {
+        n = n.wrapping_add(1);
+        if n % 256 == 0 && t0.elapsed() > stall {
             return Err(format!("no completion for {} s", stall.as_secs()));
         }
         spin.pause();
@@ -424,24 +591,20 @@ pub fn server_lat(
         c.send_ctrl(Ctrl::new(Kind::Ready, size, 0), ph.stall)?;
         let mut i = 0u64;
         let mut spin = Spin::default();
+        let imm = c.layout().opts.imm;
+        let mut idle = 0u32;
         let (v0, v1) = (c.errors, c.verified);
         loop {
-            if test == T::WriteLat && poll_mem(c, s - 1, wire::tag(i))? {
+            if test == T::WriteLat && !imm && poll_mem(c, s - 1, wire::tag(i))? {
                 if verify {
                     verify_tagged(c, size, CLIENT_SALT, i)?;
                 }
                 stage(c, size, SERVER_SALT, i, verify, true)?;
-                let wr = SendWr::new(
-                    i,
-                    SendOp::Write {
-                        remote_stag: c.peer.data_stag,
-                        remote_to: 0,
-                    },
-                    &[c.src.sge(0, s as u32)],
-                )
-                .map_err(|e| e.to_string())?
-                .unsignaled();
-                post(c, &wr, ph.stall)?;
+                let op = SendOp::Write {
+                    remote_stag: c.peer.data_stag,
+                    remote_to: 0,
+                };
+                post_data(c, i, op, size, ph.stall)?;
                 i += 1;
                 spin.reset();
                 continue;
@@ -450,19 +613,45 @@ pub fn server_lat(
                 Some(Recv::Data) => {
                     // send_lat: answer with our message i.
                     stage(c, size, SERVER_SALT, i, verify, false)?;
-                    let wr = SendWr::new(i, SendOp::Send, &[c.src.sge(0, s as u32)])
-                        .map_err(|e| e.to_string())?
-                        .unsignaled();
-                    post(c, &wr, ph.stall)?;
+                    post_data(c, i, SendOp::Send, size, ph.stall)?;
                     c.note_data_sent();
                     i += 1;
                     spin.reset();
                 }
-                Some(Recv::Ctrl(x)) if x.kind == Kind::Done => break,
+                Some(Recv::Imm(k)) => {
+                    // write_lat with immediate data: the Write is placed; answer in kind.
+                    if verify {
+                        verify_plain(c, size, CLIENT_SALT, k)?;
+                    }
+                    stage(c, size, SERVER_SALT, i, verify, false)?;
+                    let op = SendOp::WriteWithImm {
+                        remote_stag: c.peer.data_stag,
+                        remote_to: 0,
+                        imm: i,
+                    };
+                    post_data(c, i, op, size, ph.stall)?;
+                    c.note_data_sent();
+                    i += 1;
+                    spin.reset();
+                }
+                Some(Recv::Ctrl(x)) if x.kind == Kind::Done => {
+                    if test == T::AtomicLat {
+                        i = x.iters;
+                        if verify {
+                            check_counter(c, x.iters)?;
+                        } else {
+                            c.atomics += x.iters;
+                        }
+                    }
+                    break;
+                }
                 Some(Recv::Ctrl(x)) => return Err(format!("unexpected {:?}", x.kind)),
                 None => {
-                    if let Some(e) = c.poll_send_error() {
-                        return Err(e);
+                    idle = idle.wrapping_add(1);
+                    if idle % 256 == 0 {
+                        if let Some(e) = c.poll_send_error() {
+                            return Err(e);
+                        }
                     }
                     spin.pause()
                 }
@@ -513,7 +702,7 @@ pub fn bw_phase(
     };
     let slots = conns[0].layout().slots(size);
     let mut window = conns[0].layout().tx_depth.min(slots).max(1);
-    if test == T::ReadBw {
+    if test == T::ReadBw || test == T::AtomicBw {
         window = window.min(u64::from(conns[0].est.as_ref().map(|e| e.ord).unwrap_or(1)).max(1));
     }
     let mut tx: Vec<Tx> = conns
@@ -537,6 +726,10 @@ pub fn bw_phase(
     let mut early: Option<Ctrl> = None;
     loop {
         let mut work = false;
+        // One clock read for this round's posts, one (at the first) for its completions:
+        // per-message reads cost more than the engine's work on a 64 B message.
+        let round = Instant::now();
+        let mut completed_at: Option<Instant> = None;
         if sending && !stop && done(tx.iter().map(|t| t.posted).min().unwrap_or(0), t_start, ph) {
             stop = true;
         }
@@ -545,12 +738,17 @@ pub fn bw_phase(
             if sending && !t.done_sent {
                 while !stop
                     && t.posted - t.completed < window
-                    && (test != T::SendBw || c.credit_available())
+                    && (!c.layout().credits() || c.credit_available())
                     && (ph.duration.is_some() || t.posted < ph.iters)
                 {
                     let i = t.posted;
                     let slot = (i % slots) * size;
                     let op = match test {
+                        T::WriteBw if c.layout().opts.imm => SendOp::WriteWithImm {
+                            remote_stag: c.peer.data_stag,
+                            remote_to: slot,
+                            imm: i,
+                        },
                         T::WriteBw => SendOp::Write {
                             remote_stag: c.peer.data_stag,
                             remote_to: slot,
@@ -559,26 +757,31 @@ pub fn bw_phase(
                             remote_stag: c.peer.data_stag,
                             remote_to: c.layout().read_offset(size, i),
                         },
+                        T::AtomicBw => atomic_op(c, i),
                         _ => SendOp::Send,
                     };
-                    if verify && test != T::ReadBw {
+                    if verify && (test == T::WriteBw || test == T::SendBw) {
                         let mut buf = vec![0u8; s];
                         wire::fill(&mut buf, salt, i);
                         c.src
                             .write(slot as usize, &buf)
                             .map_err(|e| e.to_string())?;
                     }
-                    let wr = SendWr::new(i, op, &[c.src.sge(slot, s as u32)])
-                        .map_err(|e| e.to_string())?;
-                    match c.qp.post_send(&wr) {
+                    let r = if test == T::WriteBw || test == T::SendBw {
+                        try_post_data(c, i, op, slot, size, true)
+                    } else {
+                        SendWr::new(i, op, &[c.src.sge(slot, s as u32)])
+                            .and_then(|wr| c.qp.post_send(&wr))
+                    };
+                    match r {
                         Ok(()) => {}
                         Err(warpcore_verbs::Error::QueueFull) => break,
                         Err(e) => return Err(format!("post: {e}")),
                     }
-                    if test == T::SendBw {
+                    if c.layout().credits() {
                         c.note_data_sent();
                     }
-                    t.times[(i % window) as usize] = Some(Instant::now());
+                    t.times[(i % window) as usize] = Some(round);
                     t.posted += 1;
                     work = true;
                 }
@@ -590,8 +793,9 @@ pub fn bw_phase(
                         continue;
                     }
                     let i = wc.wr_id;
+                    let now = *completed_at.get_or_insert_with(Instant::now);
                     if let Some(t0) = t.times[(i % window) as usize].take() {
-                        rec.record(t0.elapsed().as_nanos() as u64);
+                        rec.record((now - t0).as_nanos() as u64);
                     }
                     if verify && test == T::ReadBw {
                         let slot = ((i % slots) * size) as usize;
@@ -600,14 +804,17 @@ pub fn bw_phase(
                         c.src.read(slot, &mut got).map_err(|e| e.to_string())?;
                         c.check(i, &got, &static_peer[ro..ro + s]);
                     }
+                    if verify && test == T::AtomicBw {
+                        check_atomic(c, i, &wc, (i % slots) * size)?;
+                    }
                     t.completed += 1;
                     bytes += size;
-                    t_last = Instant::now();
+                    t_last = now;
                     work = true;
                 }
                 let finished = (stop || (ph.duration.is_none() && t.posted >= ph.iters))
                     && t.completed == t.posted;
-                if finished && (test != T::SendBw || c.credit_available()) {
+                if finished && (!c.layout().credits() || c.credit_available()) {
                     let mut d = Ctrl::new(Kind::Done, size, t.posted);
                     d.v0 = (t_last - t_start).as_nanos() as u64;
                     c.send_ctrl(d, ph.stall)?;
@@ -618,7 +825,7 @@ pub fn bw_phase(
             while let Some(r) = c.poll_recv()? {
                 work = true;
                 match r {
-                    Recv::Data => {}
+                    Recv::Data | Recv::Imm(_) => {}
                     Recv::Ctrl(x) if x.kind == Kind::Done => t.peer_done = Some(x.iters),
                     // With -b the server's Result can follow its Done in one drain.
                     Recv::Ctrl(x) if client && x.kind == Kind::Result => early = Some(x),
@@ -687,6 +894,18 @@ pub fn bw_phase(
                     .map_err(|e| e.to_string())?;
                 wire::fill(&mut want, psalt, last);
                 c.check(last, &got, &want);
+            }
+        }
+    }
+    // Atomics: the counter word holds exactly what the peer's atomics added.
+    if test == T::AtomicBw {
+        for (qi, c) in conns.iter_mut().enumerate() {
+            if client {
+                c.atomics += tx[qi].completed;
+            } else if verify {
+                check_counter(c, tx[qi].peer_done.unwrap_or(0))?;
+            } else {
+                c.atomics += tx[qi].peer_done.unwrap_or(0);
             }
         }
     }

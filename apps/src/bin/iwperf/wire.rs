@@ -2,7 +2,7 @@
 //!
 //! * **Hello** (36 octets, big-endian) in the MPA Request private data (client to server)
 //!   and in the MPA Reply private data (server to client): `"IWPF"`, version, test, flags,
-//!   reserved, QP index, QP count, TX depth, data STag, data length, control STag, reserved.
+//!   reserved, QP index, QP count, TX depth, data STag, data length, control STag, inline size.
 //!   It replaces perftest's TCP socket exchange of QPN/PSN/RKey/VAddr.
 //! * **Control messages** (64 octets) as Sends with the Solicited Event flag (so a receiver
 //!   can tell them from a send test's data Sends): `"IWPF"`, kind, size, iterations,
@@ -21,6 +21,10 @@ pub const CTRL_LEN: usize = 64;
 pub const FLAG_VERIFY: u8 = 1;
 /// Hello flag: bidirectional bandwidth test.
 pub const FLAG_BIDIR: u8 = 2;
+/// Hello flag: write tests use RDMA Write with Immediate Data.
+pub const FLAG_IMM: u8 = 4;
+/// Hello flag: atomic tests use CmpSwap (else FetchAdd).
+pub const FLAG_CMP_SWAP: u8 = 8;
 
 /// The buffers one side offers the other, plus the run's parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -41,6 +45,8 @@ pub struct Hello {
     pub data_len: u64,
     /// STag of the control region (the credit word is written there).
     pub ctrl_stag: u32,
+    /// `-I`: messages up to this size are posted inline (both sides).
+    pub inline: u32,
 }
 
 impl Hello {
@@ -60,6 +66,7 @@ impl Hello {
         b[16..20].copy_from_slice(&self.data_stag.to_be_bytes());
         b[20..28].copy_from_slice(&self.data_len.to_be_bytes());
         b[28..32].copy_from_slice(&self.ctrl_stag.to_be_bytes());
+        b[32..36].copy_from_slice(&self.inline.to_be_bytes());
         b
     }
 
@@ -79,6 +86,7 @@ impl Hello {
             data_stag: u32_at(16),
             data_len: u64::from_be_bytes(b[20..28].try_into().unwrap_or_default()),
             ctrl_stag: u32_at(28),
+            inline: u32_at(32),
         })
     }
 }
@@ -228,13 +236,14 @@ mod tests {
     fn hello_and_ctrl_round_trip() {
         let h = Hello {
             test: 3,
-            flags: FLAG_VERIFY,
+            flags: FLAG_VERIFY | FLAG_IMM,
             qp_index: 1,
             qps: 2,
             tx_depth: 128,
             data_stag: 0x1234_5678,
             data_len: 1 << 33,
             ctrl_stag: 0x9abc_def0,
+            inline: 220,
         };
         assert_eq!(Hello::decode(&h.encode()), Some(h));
         assert_eq!(

@@ -1,0 +1,139 @@
+//! A fixed-work, single-threaded driver of two whole engines for profiling the cost per
+//! message under callgrind (instruction counts do not depend on the load of a shared
+//! machine; see `bench/README.md`):
+//!
+//! ```sh
+//! cargo build --profile bench -p warpcore-bench --example engine_profile
+//! valgrind --tool=callgrind target/release/examples/engine_profile write 64 20000
+//! ```
+//!
+//! Two caller-driven contexts ([`Drive::Caller`]) joined by the in-memory link, one MPA
+//! connection (Rev 2, CRC on), then `COUNT` messages of `SIZE` octets with up to `DEPTH`
+//! (default 128) in flight, every completion taken: `write` (RDMA Write), `send`
+//! (Send/Receive, receives re-posted), `read` (RDMA Read); `idle` runs `COUNT` loops of
+//! both cores with nothing to do. One thread runs both engines in
+//! turn, so nothing idles on a lock or a scheduler and the work per message is the same on
+//! every run: the difference between two counts divided by the difference in messages is
+//! the instructions per message of both sides together (poster, both engines, both TCP
+//! stacks, completion handling), without the DPDK driver.
+
+use std::time::Duration;
+
+use warpcore_verbs::*;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let what = args.next().unwrap_or_else(|| "write".into());
+    let size: u32 = args.next().and_then(|s| s.parse().ok()).unwrap_or(64);
+    let count: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(10_000);
+    let depth: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(128);
+    let (da, db) = link_pair(&LinkConfig::default());
+    let mut cs = Config::new(db, [10, 0, 0, 2]);
+    cs.drive = Drive::Caller;
+    let mut cc = Config::new(da, [10, 0, 0, 1]);
+    cc.drive = Drive::Caller;
+    // WC_MAX_QPS: the QP table size (the pollers walk it every loop).
+    if let Some(n) = std::env::var("WC_MAX_QPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        for c in [&mut cs, &mut cc] {
+            c.engine.max_qps = n;
+            c.engine.max_pending_requests = c.engine.max_pending_requests.min(n);
+        }
+    }
+    let server = Context::open(cs).expect("server engine");
+    let client = Context::open(cc).expect("client engine");
+    let both = || {
+        let a = client.progress();
+        let b = server.progress();
+        a | b
+    };
+    let len = (size as usize).max(1) * depth as usize;
+    let remote = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let spd = server.alloc_pd();
+    let scq = server.create_cq(4096).expect("cq");
+    let smr = spd.alloc_mr(len, remote).expect("mr");
+    let mut si = QpInit::new(&scq, &scq);
+    si.sq_depth = depth as u32 + 8;
+    si.rq_depth = depth as u32 + 8;
+    let sqp = spd.create_qp(&si).expect("qp");
+    let recv = |k: u64| {
+        let wr = RecvWr::new(k, &[smr.sge((k % depth) * u64::from(size), size)]).expect("wr");
+        sqp.post_recv(&wr).expect("post_recv");
+    };
+    if what == "send" {
+        (0..depth).for_each(recv);
+    }
+    server.listen(9000, &MpaParams::default()).expect("listen");
+    let cpd = client.alloc_pd();
+    let ccq = client.create_cq(4096).expect("cq");
+    let cmr = cpd.alloc_mr(len, remote).expect("mr");
+    let mut ci = QpInit::new(&ccq, &ccq);
+    ci.sq_depth = depth as u32 + 8;
+    let cqp = cpd.create_qp(&ci).expect("qp");
+    cqp.connect([10, 0, 0, 2], 9000, &MpaParams::default(), b"")
+        .expect("connect");
+    let req = loop {
+        both();
+        if let Some(CmEvent::ConnectRequest(r)) = server.next_event(Duration::ZERO) {
+            break r;
+        }
+    };
+    server.accept(&req, &sqp, b"").expect("accept");
+    loop {
+        both();
+        if let Some(CmEvent::Established(_)) = client.next_event(Duration::ZERO) {
+            break;
+        }
+    }
+    if what == "idle" {
+        // The cost of an idle loop of both cores (a busy-polling thread's floor).
+        for _ in 0..count {
+            both();
+        }
+        println!("idle: {count} loops of both cores");
+        return;
+    }
+    let (mut posted, mut done, mut received) = (0u64, 0u64, 0u64);
+    while done < count || (what == "send" && received < count) {
+        // Sends also wait for the receiver's re-posted buffers (a Send without a posted
+        // receive is fatal in iWARP).
+        while posted < count
+            && posted - done < depth
+            && (what != "send" || posted < received + depth)
+        {
+            let off = (posted % depth) * u64::from(size);
+            let op = match what.as_str() {
+                "write" => SendOp::Write {
+                    remote_stag: smr.stag(),
+                    remote_to: off,
+                },
+                "read" => SendOp::Read {
+                    remote_stag: smr.stag(),
+                    remote_to: off,
+                },
+                _ => SendOp::Send,
+            };
+            let wr = SendWr::new(posted, op, &[cmr.sge(off, size)]).expect("wr");
+            match cqp.post_send(&wr) {
+                Ok(()) => posted += 1,
+                Err(Error::QueueFull) => break,
+                Err(e) => panic!("post_send: {e}"),
+            }
+        }
+        both();
+        while let Some(c) = ccq.poll_one() {
+            assert_eq!(c.status, WcStatus::Success, "{c:?}");
+            done += 1;
+        }
+        while let Some(c) = scq.poll_one() {
+            assert_eq!(c.status, WcStatus::Success, "{c:?}");
+            received += 1;
+            if received + depth <= count {
+                recv(received + depth - 1);
+            }
+        }
+    }
+    println!("{what} {size} B: {done} completed, {received} received");
+}

@@ -1,0 +1,81 @@
+//! The caller-driven mode ([`crate::Drive::Caller`]): engine cores without threads of their
+//! own, run by the application threads that wait on them.
+//!
+//! Every place where the verbs layer waits for an engine core runs the core's loop instead
+//! of waiting for another thread to: completion-queue polls ([`Driver::pop`]), connection
+//! manager waits ([`crate::Context::next_event`]) and control calls ([`wait_reply`]). With
+//! cores on their own threads all of this reduces to what it was: a pop, a channel wait.
+
+use std::time::{Duration, Instant};
+
+use crossbeam::channel::Receiver;
+use warpcore_engine::runtime::CoreHandle;
+use warpcore_engine::{Completion, CompletionQueue};
+
+use crate::{Context, Error};
+
+/// Runs one loop of each caller-driven core; whether any did work.
+pub(crate) fn progress(cores: &[CoreHandle]) -> bool {
+    let mut work = false;
+    for c in cores {
+        work |= c.progress();
+    }
+    work
+}
+
+/// How long a control call waits for its reply.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Waits for a control call's reply, running the core meanwhile if it is caller-driven.
+pub(crate) fn wait_reply<T>(core: &CoreHandle, rx: &Receiver<T>) -> Result<T, Error> {
+    if !core.caller_driven() {
+        return rx.recv_timeout(CALL_TIMEOUT).map_err(|_| Error::EngineGone);
+    }
+    let deadline = Instant::now() + CALL_TIMEOUT;
+    loop {
+        core.progress();
+        if let Ok(r) = rx.try_recv() {
+            return Ok(r);
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::EngineGone);
+        }
+    }
+}
+
+/// What a completion queue runs when it finds itself empty: the caller-driven context that
+/// created it, or nothing.
+#[derive(Debug, Clone)]
+pub(crate) struct Driver(Option<Context>);
+
+impl Driver {
+    /// The driver of completion queues created by `ctx`.
+    pub(crate) fn of(ctx: &Context) -> Driver {
+        let caller = ctx.inner.cores.iter().any(CoreHandle::caller_driven);
+        Driver(caller.then(|| ctx.clone()))
+    }
+
+    /// Takes a completion; when there is none and the cores are caller-driven, runs them
+    /// once and looks again. A full queue is drained without running the cores.
+    pub(crate) fn pop(&self, cq: &CompletionQueue) -> Option<Completion> {
+        if let Some(c) = cq.pop() {
+            return Some(c);
+        }
+        match &self.0 {
+            Some(ctx) if ctx.progress() => cq.pop(),
+            _ => None,
+        }
+    }
+
+    /// The idle step of a blocking wait after `spins` empty polls: spin, then park in short
+    /// slices; caller-driven, never park (nothing else runs the cores), only yield.
+    pub(crate) fn pause(&self, spins: u32) {
+        if spins < 200 {
+            std::hint::spin_loop();
+        } else if self.0.is_some() {
+            std::thread::yield_now();
+        } else {
+            std::thread::park_timeout(Duration::from_micros(20));
+        }
+    }
+}

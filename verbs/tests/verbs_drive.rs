@@ -1,0 +1,224 @@
+//! The three ways to drive an engine core ([`Drive`]): each side of a connection over the
+//! in-memory link runs on its own application thread, and a Send, RDMA Writes and an RDMA
+//! Read arrive byte for byte, in the caller-driven mode (no engine threads: the threads
+//! that poll run the cores), in busy-poll mode, and with the default threads.
+
+use std::time::Duration;
+
+use warpcore_verbs::*;
+
+const T: Duration = Duration::from_secs(10);
+
+fn pattern(len: usize, salt: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ salt)
+        .collect()
+}
+
+fn run(drive: Drive, port: u16) {
+    let (da, db) = link_pair(&LinkConfig::default());
+    let mut cs = Config::new(db, [10, 0, 0, 2]);
+    cs.drive = drive;
+    let mut cc = Config::new(da, [10, 0, 0, 1]);
+    cc.drive = drive;
+    let server = Context::open(cs).unwrap();
+    let client = Context::open(cc).unwrap();
+    // The server's Read source and Write target.
+    let spd = server.alloc_pd();
+    let scq = server.create_cq(256).unwrap();
+    let remote = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let smr = spd.alloc_mr(1 << 16, remote).unwrap();
+    smr.write(32768, &pattern(4096, 0x5a)).unwrap();
+    let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
+    sqp.post_recv(&RecvWr::new(7, &[smr.sge(0, 4096)]).unwrap())
+        .unwrap();
+    server.listen(port, &MpaParams::default()).unwrap();
+    let stag = smr.stag();
+    std::thread::scope(|s| {
+        let srv = s.spawn(|| {
+            let Some(CmEvent::ConnectRequest(req)) = server.next_event(T) else {
+                panic!("no connection request")
+            };
+            server.accept(&req, &sqp, b"").unwrap();
+            // The Send (its completion), then the last Write's word: both need this
+            // thread to run the server's core in the caller-driven mode.
+            let wc = scq.wait(T).unwrap();
+            assert_eq!(
+                (wc.wr_id, wc.status, wc.byte_len),
+                (7, WcStatus::Success, 3000)
+            );
+            let mut got = vec![0u8; 3000];
+            smr.read(0, &mut got).unwrap();
+            assert_eq!(got, pattern(3000, 1));
+            let t0 = std::time::Instant::now();
+            let mut last = [0u8; 1];
+            while last[0] != 0xee {
+                assert!(t0.elapsed() < T, "the last Write never arrived");
+                server.progress();
+                smr.read(16383, &mut last).unwrap();
+            }
+            let mut got = vec![0u8; 8192];
+            smr.read(8192, &mut got).unwrap();
+            let mut want = pattern(8192, 2);
+            want[8191] = 0xee;
+            assert_eq!(got, want);
+            // Stay up (and keep running the core) until the client has read.
+            while !matches!(server.next_event(T), Some(CmEvent::Disconnected { .. })) {}
+        });
+        let cpd = client.alloc_pd();
+        let ccq = client.create_cq(256).unwrap();
+        let cmr = cpd.alloc_mr(1 << 16, Access::LOCAL_WRITE).unwrap();
+        let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
+        cqp.connect([10, 0, 0, 2], port, &MpaParams::default(), b"")
+            .unwrap();
+        assert!(matches!(
+            client.next_event(T),
+            Some(CmEvent::Established(_))
+        ));
+        cmr.write(0, &pattern(3000, 1)).unwrap();
+        cqp.post_send(&SendWr::new(1, SendOp::Send, &[cmr.sge(0, 3000)]).unwrap())
+            .unwrap();
+        let mut w = pattern(8192, 2);
+        w[8191] = 0xee;
+        cmr.write(8192, &w).unwrap();
+        let write = SendOp::Write {
+            remote_stag: stag,
+            remote_to: 8192,
+        };
+        cqp.post_send(&SendWr::new(2, write, &[cmr.sge(8192, 8192)]).unwrap())
+            .unwrap();
+        let read = SendOp::Read {
+            remote_stag: stag,
+            remote_to: 32768,
+        };
+        cqp.post_send(&SendWr::new(3, read, &[cmr.sge(32768, 4096)]).unwrap())
+            .unwrap();
+        for id in 1..=3 {
+            let wc = ccq.wait(T).unwrap();
+            assert_eq!((wc.wr_id, wc.status), (id, WcStatus::Success));
+        }
+        let mut got = vec![0u8; 4096];
+        cmr.read(32768, &mut got).unwrap();
+        assert_eq!(got, pattern(4096, 0x5a));
+        cqp.disconnect().unwrap();
+        while !matches!(client.next_event(T), Some(CmEvent::Disconnected { .. })) {}
+        srv.join().unwrap();
+    });
+}
+
+#[test]
+fn caller_driven_cores() {
+    run(Drive::Caller, 7300);
+}
+
+#[test]
+fn busy_polling_core_threads() {
+    run(Drive::BusyPoll, 7301);
+}
+
+#[test]
+fn parking_core_threads() {
+    run(Drive::Thread, 7302);
+}
+
+/// A caller-driven context does nothing between calls: with nobody polling the server, a
+/// client's connection attempt is not answered; once the server polls, it is.
+#[test]
+fn caller_driven_core_runs_only_when_polled() {
+    let (da, db) = link_pair(&LinkConfig::default());
+    let mut cs = Config::new(db, [10, 0, 0, 2]);
+    cs.drive = Drive::Caller;
+    let server = Context::open(cs).unwrap();
+    let client = Context::open(Config::new(da, [10, 0, 0, 1])).unwrap();
+    server.listen(7303, &MpaParams::default()).unwrap();
+    let cpd = client.alloc_pd();
+    let ccq = client.create_cq(16).unwrap();
+    let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
+    cqp.connect([10, 0, 0, 2], 7303, &MpaParams::default(), b"")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(client.next_event(Duration::from_millis(100)).is_none());
+    assert!(matches!(
+        server.next_event(T),
+        Some(CmEvent::ConnectRequest(_))
+    ));
+}
+
+/// One thread can run two caller-driven engines (what `bench/examples/engine_profile` does),
+/// and posting more requests than a caller-driven core's command ring holds runs the core
+/// to make room instead of failing.
+#[test]
+fn one_thread_runs_two_caller_driven_engines_past_a_full_command_ring() {
+    let (da, db) = link_pair(&LinkConfig::default());
+    let mut cs = Config::new(db, [10, 0, 0, 2]);
+    cs.drive = Drive::Caller;
+    let mut cc = Config::new(da, [10, 0, 0, 1]);
+    cc.drive = Drive::Caller;
+    cc.engine.command_queue_depth = 8;
+    let server = Context::open(cs).unwrap();
+    let client = Context::open(cc).unwrap();
+    let both = || client.progress() | server.progress();
+    let spd = server.alloc_pd();
+    let scq = server.create_cq(64).unwrap();
+    let smr = spd
+        .alloc_mr(1 << 16, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
+    server.listen(7304, &MpaParams::default()).unwrap();
+    let cpd = client.alloc_pd();
+    let ccq = client.create_cq(256).unwrap();
+    let cmr = cpd.alloc_mr(1 << 16, Access::LOCAL_WRITE).unwrap();
+    let mut init = QpInit::new(&ccq, &ccq);
+    init.sq_depth = 128;
+    let cqp = cpd.create_qp(&init).unwrap();
+    cqp.connect([10, 0, 0, 2], 7304, &MpaParams::default(), b"")
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let req = loop {
+        assert!(t0.elapsed() < T);
+        both();
+        if let Some(CmEvent::ConnectRequest(r)) = server.next_event(Duration::ZERO) {
+            break r;
+        }
+    };
+    server.accept(&req, &sqp, b"").unwrap();
+    while !matches!(
+        client.next_event(Duration::ZERO),
+        Some(CmEvent::Established(_))
+    ) {
+        assert!(t0.elapsed() < T);
+        both();
+    }
+    // 100 Writes back to back through a ring of 8 commands, without polling in between.
+    for k in 0..100u64 {
+        cmr.write(k as usize * 64, &pattern(64, k as u8)).unwrap();
+        let op = SendOp::Write {
+            remote_stag: smr.stag(),
+            remote_to: k * 64,
+        };
+        cqp.post_send(&SendWr::new(k, op, &[cmr.sge(k * 64, 64)]).unwrap())
+            .unwrap();
+    }
+    let mut done = 0;
+    while done < 100 {
+        assert!(t0.elapsed() < T, "{done} of 100 completed");
+        server.progress();
+        if let Some(wc) = ccq.poll_one() {
+            assert_eq!((wc.wr_id, wc.status), (done, WcStatus::Success));
+            done += 1;
+        }
+    }
+    // RDMAP orders the Writes; give the server a few loops to place the last one.
+    let mut got = vec![0u8; 64];
+    while t0.elapsed() < T {
+        both();
+        smr.read(99 * 64, &mut got).unwrap();
+        if got == pattern(64, 99) {
+            break;
+        }
+    }
+    for k in 0..100u64 {
+        smr.read(k as usize * 64, &mut got).unwrap();
+        assert_eq!(got, pattern(64, k as u8), "write {k}");
+    }
+}
