@@ -3,8 +3,11 @@
 # suites, the hostile-peer tests, the DPDK net_ring suite in one process and the net_memif
 # suite between two processes, each capture judged by iwdump and tshark):
 #
+#   the security matrix (verbs/tests/security_matrix.rs), rerun with --nocapture so its
+#   one line per case (Terminate, QP states, local reports, untouched memory) shows here;
 #   the memif_hello example, server and client as two processes over net_memif
-#   (--no-huge --no-pci), must print the Send, the RDMA Write and the RDMA Read.
+#   (--no-huge --no-pci), must print the Send, the RDMA Write, the RDMA Read, the Write
+#   with Immediate and the FetchAdd.
 #
 # `ENGINE_RELEASE=1` also reruns the engine and verbs suites in release mode (a few minutes
 # of extra build on 2 cores).
@@ -19,6 +22,19 @@ step() { printf '\n==> %s\n' "$*"; }
 if [[ "${ENGINE_RELEASE:-0}" == 1 ]]; then
     step "engine + verbs suites (release, tshark required)"
     WARPCORE_REQUIRE_TSHARK=1 timeout 900 cargo test --release -p warpcore-engine -p warpcore-verbs
+fi
+
+step "security matrix (one line per case)"
+matrix=$(mktemp /tmp/wceng-matrix.XXXXXX)
+if ! timeout 600 cargo test -p warpcore-verbs --test security_matrix -- --nocapture \
+    --test-threads=2 >"$matrix" 2>&1; then
+    cat "$matrix"; rm -f "$matrix"; exit 1
+fi
+grep '^security:' "$matrix" | sort
+lines=$(grep -c '^security:' "$matrix" || true)
+rm -f "$matrix"
+if (( lines < 16 )); then
+    echo "security matrix: only $lines case lines"; exit 1
 fi
 
 step "memif_hello example: two processes over net_memif"
@@ -40,5 +56,8 @@ cat "$dir/server.log" "$dir/client.log"
 grep -q 'server: Send arrived: "hello from the client"' "$dir/server.log"
 grep -q 'server: RDMA Write arrived: "written by RDMA Write"' "$dir/server.log"
 grep -q 'client: RDMA Read returned: "greetings from the server"' "$dir/client.log"
+grep -q 'server: Write with Immediate arrived: "written with an immediate", immediate 0xc0ffee (RecvImm)' "$dir/server.log"
+grep -q 'server: counter after the FetchAdd: 42' "$dir/server.log"
+grep -q 'client: FetchAdd returned the counter.s old value 41' "$dir/client.log"
 
 step "engine tests passed"

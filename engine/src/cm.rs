@@ -4,6 +4,7 @@
 use core::fmt;
 
 use warpcore_proto::mpa::negotiation::NegotiationError;
+pub use warpcore_proto::wire::mpa::{RtrType, RtrTypes};
 use warpcore_proto::{ProtocolError, TerminateReport};
 use warpcore_tcp::smoltcp::wire::Ipv4Address;
 
@@ -36,15 +37,28 @@ pub struct MpaParams {
     pub rev: u8,
     /// Ask for CRC32c (used if either side asks, MPA-7.1.1-12).
     pub crc: bool,
-    /// Require markers from the peer.
+    /// Require markers from the peer (MPA-7.1.1-7/8).
     pub markers: bool,
-    /// Inbound Read Requests we serve at once.
+    /// Whether we insert markers when the peer requires them (MPA-4.3-1). Off: a responder
+    /// rejects a Request with M = 1 (the initiator sees [`CmEvent::Rejected`]), an
+    /// initiator fails on a Reply with M = 1 ([`NegotiationError::MarkersUnsupported`]).
+    pub markers_supported: bool,
+    /// Inbound Read Requests we serve at once. 0x3FFF: not negotiated (RFC 6581 §9.1,
+    /// MPA2-9.1-11..14): the peer's matching value is left alone and ours is our
+    /// configured maximum (`EngineConfig::max_ird`), the ULP being responsible.
     pub ird: u16,
-    /// Outbound Read Requests we want in flight.
+    /// Outbound Read Requests we want in flight; 0x3FFF as for `ird` (`max_ord`).
     pub ord: u16,
-    /// Initiator at Rev 2: peer-to-peer model with a zero-length Write RTR
-    /// (RFC 6581 §9.2), so the responder may send first.
+    /// Initiator at Rev 2: peer-to-peer model with a zero-length RTR (RFC 6581 §9.2), so
+    /// the responder may send first.
     pub peer_to_peer: bool,
+    /// Initiator in the peer-to-peer model: the RTR types we offer (MPA2-9.2-2). Of the
+    /// ones the responder marks we send Write, else Send, else Read (MPA2-9.2-9); none in
+    /// common fails the connection with Terminate 2/0/07 (MPA2-9.2-10/11). Default: Write.
+    pub rtr_offer: RtrTypes,
+    /// Responder: the RTR types we accept as the initiator's first FPDU (MPA2-9.2-3,
+    /// MPA2-9.2-5); must not be empty at Rev 2. Default: all three.
+    pub rtr_accept: RtrTypes,
 }
 
 impl Default for MpaParams {
@@ -53,9 +67,12 @@ impl Default for MpaParams {
             rev: 2,
             crc: true,
             markers: false,
+            markers_supported: true,
             ird: 8,
             ord: 8,
             peer_to_peer: true,
+            rtr_offer: RtrTypes::WRITE,
+            rtr_accept: RtrTypes::ALL,
         }
     }
 }
@@ -96,6 +113,12 @@ pub struct Established {
     pub ord: u16,
     /// The peer's IRD and ORD as sent (Rev 2 only).
     pub peer_ird_ord: Option<(u16, u16)>,
+    /// Peer-to-peer model: as initiator, the RTR we send first (MPA2-9.2-9); as responder,
+    /// `None` (the types we marked are in `rtr_accepted`).
+    pub rtr: Option<RtrType>,
+    /// Peer-to-peer responder: the RTR types we marked in the Reply and accept as the
+    /// initiator's first FPDU; empty otherwise.
+    pub rtr_accepted: RtrTypes,
     /// The peer's private data.
     pub private_data: Vec<u8>,
 }
@@ -157,4 +180,15 @@ pub enum CmEvent {
     },
     /// A connection request vanished before the application decided (peer gave up).
     RequestCancelled(RequestId),
+    /// MPA itself rejected a peer's Request before it reached the application (a Reply
+    /// with R = 1 went back): today only when the Request requires markers and this
+    /// listener's `MpaParams::markers_supported` is off (MPA-4.3-1, MPA-7.1.1-10).
+    RequestRefused {
+        /// The listener it arrived on.
+        listener: ListenerId,
+        /// The peer's address and port.
+        remote: (Ipv4Address, u16),
+        /// Why: [`NegotiationError::MarkersUnsupported`].
+        error: NegotiationError,
+    },
 }

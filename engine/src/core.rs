@@ -41,7 +41,7 @@ use warpcore_proto::rdmap::{
 };
 use warpcore_proto::wire::ddp::DDP_VERSION;
 use warpcore_proto::wire::fpdu::{self, MAX_ULPDU_LEN};
-use warpcore_proto::wire::mpa::{RtrType, RtrTypes};
+use warpcore_proto::wire::mpa::{RtrType, IRD_ORD_NO_NEGOTIATION};
 use warpcore_proto::wire::rdmap::{
     qn, AtomicRequest, AtomicRequestRepr, AtomicResponse, Control, ImmediateData,
     ImmediateDataRepr, Opcode, ReadRequest, ReadRequestRepr,
@@ -412,6 +412,16 @@ impl UntaggedBuffers for UntaggedView {
     }
 }
 
+/// The IRD/ORD we announce: at most our configured limit, except 0x3FFF ("not negotiated",
+/// RFC 6581 §9.1), which goes on the wire as is.
+fn clamp_offer(v: u16, max: u16) -> u16 {
+    if v >= IRD_ORD_NO_NEGOTIATION {
+        IRD_ORD_NO_NEGOTIATION
+    } else {
+        v.min(max)
+    }
+}
+
 fn clamp_ird_ord(v: u16, max: u16) -> u32 {
     // 0x3FFF: not negotiated, left to the ULP (RFC 6581 §9.1); we use our limit.
     if v >= 0x3FFF {
@@ -706,6 +716,8 @@ impl Qp {
             ird: self.ird.ird() as u16,
             ord: self.ord as u16,
             peer_ird_ord: n.peer_ird.zip(n.peer_ord),
+            rtr: n.rtr,
+            rtr_accepted: n.rtr_accepted,
             private_data: n.peer_private_data.clone(),
         })
     }
@@ -833,6 +845,14 @@ impl Qp {
                 MpaError::LocalCatastrophic,
             )))?;
         // MPA fencing and the peer-to-peer RTR (MPA-7.1.2-16, MPA2-5-1).
+        // An initiator that finds no RTR in common sends a Terminate instead of an RTR
+        // (MPA2-9.2-10/11): it is decoded below like any Terminate, so our user learns the
+        // peer's verdict rather than seeing us answer a Terminate with a Terminate.
+        let is_terminate =
+            Segment::parse(ulpdu).is_ok_and(|s| matches!(s.repr.header, RdmapHeader::Terminate(_)));
+        if is_terminate && matches!(conn.mpa, Mpa::Responder(_)) {
+            conn.mpa = Mpa::Done;
+        }
         if let Mpa::Responder(r) = &mut conn.mpa {
             let first = r
                 .handle_first_ulpdu(ulpdu)
@@ -1661,16 +1681,12 @@ impl<D: PollDevice> EngineCore<D> {
             rev: p.rev,
             crc: p.crc,
             markers: p.markers,
-            markers_supported: true,
-            ird: p.ird.min(self.cfg.max_ird),
-            ord: p.ord.min(self.cfg.max_ord),
+            markers_supported: p.markers_supported,
+            ird: clamp_offer(p.ird, self.cfg.max_ird),
+            ord: clamp_offer(p.ord, self.cfg.max_ord),
             peer_to_peer: initiator && p.peer_to_peer && p.rev >= 2,
-            // An initiator offers the zero-length Write RTR; a responder accepts all three.
-            rtr: if initiator {
-                RtrTypes::WRITE
-            } else {
-                RtrTypes::WRITE.union(RtrTypes::SEND).union(RtrTypes::READ)
-            },
+            // An initiator offers the RTR types chosen; a responder accepts the ones chosen.
+            rtr: if initiator { p.rtr_offer } else { p.rtr_accept },
             private_data,
             timeout: StdDuration::from_millis(self.cfg.mpa_timeout_ms),
         }
@@ -1749,7 +1765,7 @@ impl<D: PollDevice> EngineCore<D> {
         let r = self.req_mut(req)?;
         if let Some((ird, ord)) = ird_ord {
             r.responder
-                .set_ird_ord(ird.min(max_ird), ord.min(max_ord))?;
+                .set_ird_ord(clamp_offer(ird, max_ird), clamp_offer(ord, max_ord))?;
         }
         r.responder.accept(private_data)?;
         let Some(r) = self.requests[req.index as usize].take() else {
@@ -1870,10 +1886,14 @@ impl<D: PollDevice> EngineCore<D> {
                         // A startup frame may still sit in the receive buffer in front of the
                         // FIN: the receive poller reads it first and only then tells the
                         // initiator about the close.
+                        let mut fenced = false;
                         if let Some(conn) = q.conn.as_mut() {
                             conn.peer_closed = true;
+                            fenced = matches!(conn.mpa, Mpa::Responder(_));
                         }
-                        if q.state == QpState::Rts {
+                        // A responder still fenced: the receive poller decides once every
+                        // octet before the FIN is read (it may be the RTR or a Terminate).
+                        if q.state == QpState::Rts && !fenced {
                             // The peer closed: drain what we owe, then FIN (RDMAP-06 §6).
                             q.set_state(QpState::Closing);
                         }
@@ -2000,7 +2020,22 @@ impl<D: PollDevice> EngineCore<D> {
                                         private_data: peer.private_data,
                                     }));
                             }
-                            nego::Event::Rejected(_) => r.phase = ReqPhase::Rejecting,
+                            nego::Event::Rejected(rej) => {
+                                // MPA refused the Request on its own (markers we cannot
+                                // send): the Reply with R = 1 goes out, and our user is
+                                // told, typed, so neither side waits in silence.
+                                if rej.reason == nego::RejectReason::MarkersUnsupported {
+                                    self.events.push_back(CmEvent::RequestRefused {
+                                        listener: ListenerId {
+                                            core: self.core,
+                                            index: r.listener,
+                                        },
+                                        remote: r.remote,
+                                        error: nego::NegotiationError::MarkersUnsupported,
+                                    });
+                                }
+                                r.phase = ReqPhase::Rejecting;
+                            }
                             nego::Event::Failed(_) => {
                                 let _ = self.stack.close(r.tcp);
                                 r.phase = ReqPhase::Closing;
@@ -2079,6 +2114,30 @@ impl<D: PollDevice> EngineCore<D> {
                     init.handle_close();
                 }
                 q.drive_initiator(&mut ctx);
+                work = true;
+            }
+            // The initiator closed before its first FPDU (e.g. it cannot send the markers
+            // we require, MPA-7.1.1-10) and everything before its FIN was read: the startup
+            // never completed and we may send nothing (MPA-7.1.2-16), so fail it, typed,
+            // and close, rather than wait in Closing for a fence that cannot lift.
+            let closed_in_rts = q.state == QpState::Rts
+                && q.conn.as_ref().is_some_and(|c| c.peer_closed)
+                && stack.recv_queue(tcp).unwrap_or(0) == 0;
+            let fenced = q
+                .conn
+                .as_ref()
+                .is_some_and(|c| matches!(c.mpa, Mpa::Responder(_)));
+            if closed_in_rts && !fenced {
+                // The RTR came with the FIN: drain what we owe, then FIN (RDMAP-06 §6).
+                q.set_state(QpState::Closing);
+            } else if closed_in_rts {
+                q.flush();
+                q.disconnect_requested = true;
+                q.set_state(QpState::Error);
+                ctx.events.push_back(CmEvent::Error {
+                    qp: q.id,
+                    error: ConnError::Negotiation(nego::NegotiationError::PeerClosed),
+                });
                 work = true;
             }
         }

@@ -34,7 +34,8 @@ pub mod runtime;
 pub mod wr;
 
 pub use crate::cm::{
-    CmEvent, ConnError, ConnectRequest, Established, ListenerId, MpaParams, RequestId,
+    CmEvent, ConnError, ConnectRequest, Established, ListenerId, MpaParams, RequestId, RtrType,
+    RtrTypes,
 };
 pub use crate::config::{EngineConfig, MAX_SGE};
 pub use crate::core::{validate_recv, validate_send, CoreStats, EngineCore, QpAttr, QpInfo};

@@ -1,5 +1,8 @@
-//! Server and client over DPDK net_memif between two processes: a Send, an RDMA Write and
-//! an RDMA Read, printing what arrived.
+//! Server and client over DPDK net_memif between two processes: a Send, an RDMA Write, an
+//! RDMA Read, a Write with Immediate (RFC 7306: the data lands in the server's region and
+//! the 64-bit immediate value arrives in its receive completion) and a FetchAdd (the
+//! server's counter goes up by one and the client gets the value it had), printing what
+//! happened.
 //!
 //!     cargo run --release -p warpcore-verbs --example memif_hello -- server &
 //!     cargo run --release -p warpcore-verbs --example memif_hello -- client
@@ -7,6 +10,7 @@
 //! Both run without hugepages or PCI devices (`--no-huge --no-pci`); the memif socket is
 //! /tmp/wceng-example.sock (or the path in `WCENG_SOCK`).
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use warpcore_verbs::dpdk::{init_eal, DpdkPort};
@@ -57,10 +61,13 @@ fn server() -> Result<(), Error> {
     let ctx = open("server")?;
     let pd = ctx.alloc_pd();
     let cq = ctx.create_cq(64)?;
-    // Receive buffer at 0, RDMA Write target at 1024, RDMA Read source at 2048.
-    let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    // Receive buffers at 0 and 64, RDMA Write target at 1024, Write with Immediate target
+    // at 1536, RDMA Read source at 2048, a 64-bit counter for FetchAdd at 3072 (8-aligned).
+    let access =
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     let mr = pd.alloc_mr(4096, access)?;
     mr.write(2048, b"greetings from the server")?;
+    mr.atomic_u64(3072)?.store(41, Ordering::SeqCst);
     ctx.listen(PORT, &MpaParams::default())?;
     println!("server: listening on 198.18.0.2:{PORT}");
     let Some(CmEvent::ConnectRequest(req)) = ctx.next_event(Duration::from_secs(120)) else {
@@ -75,6 +82,8 @@ fn server() -> Result<(), Error> {
     let qp = pd.create_qp(&init)?;
     qp.post_recv(&RecvWr::new(1, &[mr.sge(0, 64)])?)?;
     qp.post_recv(&RecvWr::new(2, &[mr.sge(64, 64)])?)?;
+    // The Immediate Data of the Write with Immediate consumes a receive (no data placed).
+    qp.post_recv(&RecvWr::new(3, &[])?)?;
     // Tell the client our STag in the accept's private data.
     ctx.accept(&req, &qp, &mr.stag().to_be_bytes())?;
     let wc = cq.wait(WAIT)?;
@@ -82,8 +91,19 @@ fn server() -> Result<(), Error> {
         "server: Send arrived: {:?}",
         text(&mr, 0, wc.byte_len as usize)?
     );
-    cq.wait(WAIT)?; // the client's last Send: its Write and Read are done
+    let wc = cq.wait(WAIT)?;
+    println!(
+        "server: Write with Immediate arrived: {:?}, immediate {:#x} ({:?})",
+        text(&mr, 1536, 25)?,
+        wc.imm.unwrap_or_default(),
+        wc.opcode
+    );
+    cq.wait(WAIT)?; // the client's last Send: its Write, Read and FetchAdd are done
     println!("server: RDMA Write arrived: {:?}", text(&mr, 1024, 21)?);
+    println!(
+        "server: counter after the FetchAdd: {}",
+        mr.atomic_u64(3072)?.load(Ordering::SeqCst)
+    );
     match ctx.next_event(WAIT) {
         Some(CmEvent::Established(_)) => {}
         e => println!("server: {e:?}"),
@@ -129,8 +149,22 @@ fn client() -> Result<(), Error> {
         remote_to: 2048,
     };
     qp.post_send(&SendWr::new(3, read, &[mr.sge(200, 25)])?)?;
-    qp.post_send(&SendWr::new(4, SendOp::Send, &[])?)?;
-    for _ in 0..4 {
+    mr.write(300, b"written with an immediate")?;
+    let write_imm = SendOp::WriteWithImm {
+        remote_stag: stag,
+        remote_to: 1536,
+        imm: 0xC0FFEE,
+    };
+    qp.post_send(&SendWr::new(4, write_imm, &[mr.sge(300, 25)])?)?;
+    let fetch_add = SendOp::AtomicFetchAdd {
+        remote_stag: stag,
+        remote_to: 3072,
+        add: 1,
+        add_mask: 0,
+    };
+    qp.post_send(&SendWr::new(5, fetch_add, &[mr.sge(400, 8)])?)?;
+    qp.post_send(&SendWr::new(6, SendOp::Send, &[])?)?;
+    for _ in 0..6 {
         let wc = cq.wait(WAIT)?;
         println!(
             "client: completion {} {:?} {:?}",
@@ -138,6 +172,10 @@ fn client() -> Result<(), Error> {
         );
     }
     println!("client: RDMA Read returned: {:?}", text(&mr, 200, 25)?);
+    println!(
+        "client: FetchAdd returned the counter's old value {}",
+        mr.atomic_u64(400)?.load(Ordering::SeqCst)
+    );
     qp.disconnect()?;
     println!("client: {:?}", ctx.next_event(WAIT));
     Ok(())

@@ -94,7 +94,7 @@ pub use warpcore_engine::mem::Access;
 pub use warpcore_engine::tcp::link::{Faults, LinkConfig, LinkEnd};
 pub use warpcore_engine::{
     CmEvent, Completion, ConnError, ConnectRequest, CoreStats, EngineConfig, Established,
-    MpaParams, QpState, SendOp, Sge, WcOpcode, WcStatus, MAX_SGE,
+    MpaParams, QpState, RtrType, RtrTypes, SendOp, Sge, WcOpcode, WcStatus, MAX_SGE,
 };
 
 /// The device an engine runs on.

@@ -68,6 +68,7 @@ fn mpa_params(cli: &Cli) -> MpaParams {
         ird: 16,
         ord: 16,
         peer_to_peer: cli.mpa_rev == 2 && cli.p2p == P2p::Write,
+        ..MpaParams::default()
     }
 }
 

@@ -1,0 +1,687 @@
+//! The security matrix (issue 5): one test per hostile or mistaken remote access, through
+//! the verbs API with engine threads over the in-memory link. A requester (context A, or a
+//! hand-driven hostile peer where no honest engine would send the fault) faults against a
+//! responder (context B). Each case checks
+//! * the Terminate (layer, type, code) as received by the faulting side,
+//! * the queue pair state on both sides (both end in `Error`),
+//! * what each user is told: the requester's completions and `CmEvent::Error`
+//!   (`RemoteTerminate`), the responder's `CmEvent::Error` (`LocalTerminate` with the same
+//!   code) and its flushed receives,
+//! * that no byte changed in any registered region of either side (the target region
+//!   included: every request here is refused before placement),
+//!
+//! and prints one line, e.g.
+//! `security: unknown-stag  Terminate 1/1/00 (...) requester=Error responder=Error ...`.
+//! `scripts/test-engine.sh` runs it with `--nocapture` so the lines show in the suite.
+
+mod security_support;
+
+use std::time::{Duration, Instant};
+
+use security_support::Hostile;
+use warpcore_verbs::*;
+
+const T: Duration = Duration::from_secs(10);
+const PORT: u16 = 7400;
+const REQ_LEN: usize = 64 * 1024;
+const TARGET_LEN: usize = 4096;
+
+fn all() -> Access {
+    Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed) ^ (i >> 9) as u8)
+        .collect()
+}
+
+fn contents(mr: &MemoryRegion) -> Vec<u8> {
+    let mut v = vec![0u8; mr.len()];
+    mr.read(0, &mut v).unwrap();
+    v
+}
+
+/// Two connected contexts and the regions of one case. The regions are filled with
+/// patterns before the fault and compared afterwards.
+struct Env {
+    a: Context,
+    b: Context,
+    acq: CompletionQueue,
+    bcq: CompletionQueue,
+    aqp: QueuePair,
+    bqp: QueuePair,
+    /// The requester's buffers (all access).
+    amr: MemoryRegion,
+    /// The responder's target region (access per case).
+    target: MemoryRegion,
+    /// A neighbouring region of the responder (all access).
+    guard: MemoryRegion,
+    /// A region of the responder in another protection domain (all access).
+    other_pd: MemoryRegion,
+    _bpd2: ProtectionDomain,
+    snapshot: Vec<Vec<u8>>,
+}
+
+impl Env {
+    fn new(target_access: Access, pa: &MpaParams, pb: &MpaParams) -> Env {
+        let (da, db) = link_pair(&LinkConfig::default());
+        let b = Context::open(Config::new(db, [10, 0, 0, 2])).unwrap();
+        let a = Context::open(Config::new(da, [10, 0, 0, 1])).unwrap();
+        let (apd, bpd, bpd2) = (a.alloc_pd(), b.alloc_pd(), b.alloc_pd());
+        let acq = a.create_cq(256).unwrap();
+        let bcq = b.create_cq(256).unwrap();
+        let amr = apd.alloc_mr(REQ_LEN, all()).unwrap();
+        let target = bpd.alloc_mr(TARGET_LEN, target_access).unwrap();
+        let guard = bpd.alloc_mr(TARGET_LEN, all()).unwrap();
+        let other_pd = bpd2.alloc_mr(TARGET_LEN, all()).unwrap();
+        let bqp = bpd.create_qp(&QpInit::new(&bcq, &bcq)).unwrap();
+        let aqp = apd.create_qp(&QpInit::new(&acq, &acq)).unwrap();
+        b.listen(PORT, pb).unwrap();
+        aqp.connect([10, 0, 0, 2], PORT, pa, b"").unwrap();
+        let req = loop {
+            match b.next_event(T) {
+                Some(CmEvent::ConnectRequest(r)) => break r,
+                Some(_) => {}
+                None => panic!("no connection request"),
+            }
+        };
+        b.accept(&req, &bqp, b"").unwrap();
+        for ctx in [&a, &b] {
+            assert!(matches!(ctx.next_event(T), Some(CmEvent::Established(_))));
+        }
+        let mut env = Env {
+            a,
+            b,
+            acq,
+            bcq,
+            aqp,
+            bqp,
+            amr,
+            target,
+            guard,
+            other_pd,
+            _bpd2: bpd2,
+            snapshot: Vec::new(),
+        };
+        for (k, mr) in env.regions().into_iter().enumerate() {
+            mr.write(0, &pattern(mr.len(), k as u8 + 1)).unwrap();
+        }
+        env.snapshot = env.regions().into_iter().map(contents).collect();
+        env
+    }
+
+    fn default_with(target_access: Access) -> Env {
+        Env::new(target_access, &MpaParams::default(), &MpaParams::default())
+    }
+
+    fn regions(&self) -> [&MemoryRegion; 4] {
+        [&self.amr, &self.target, &self.guard, &self.other_pd]
+    }
+
+    fn post(&self, wr_id: u64, op: SendOp, sges: &[Sge]) {
+        self.aqp
+            .post_send(&SendWr::new(wr_id, op, sges).unwrap())
+            .unwrap();
+    }
+
+    /// Checks that no byte of any region changed; "ok" or a panic naming the region.
+    fn untouched(&self) -> &'static str {
+        self.untouched_except(None)
+    }
+
+    /// As [`Env::untouched`], except that the guard region's `range` must hold `bytes`.
+    fn untouched_except(&self, except: Option<(std::ops::Range<usize>, &[u8])>) -> &'static str {
+        let names = ["requester", "target", "guard", "other-pd"];
+        for ((mr, before), name) in self.regions().into_iter().zip(&self.snapshot).zip(names) {
+            let mut want = before.clone();
+            if let (Some((r, bytes)), "guard") = (&except, name) {
+                want[r.clone()].copy_from_slice(bytes);
+            }
+            let now = contents(mr);
+            if let Some(i) = now.iter().zip(&want).position(|(x, y)| x != y) {
+                panic!("{name} region changed at offset {i}");
+            }
+        }
+        if except.is_some() {
+            "outside-the-receive-buffer"
+        } else {
+            "ok"
+        }
+    }
+}
+
+/// The decoded outcome of one case.
+struct Seen {
+    term: (u8, u8, u8),
+    desc: &'static str,
+    requester: String,
+    responder: QpState,
+    local: String,
+    remote: String,
+}
+
+fn error_event(ctx: &Context) -> ConnError {
+    let deadline = Instant::now() + T;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match ctx.next_event(left) {
+            Some(CmEvent::Error { error, .. }) => return error,
+            Some(_) => {}
+            None => panic!("no CmEvent::Error"),
+        }
+    }
+}
+
+fn wait_state(qp: &QueuePair, want: QpState) -> QpState {
+    let deadline = Instant::now() + T;
+    while qp.state() != want && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    qp.state()
+}
+
+fn drain(cq: &CompletionQueue) -> Vec<Completion> {
+    std::thread::sleep(Duration::from_millis(20));
+    let mut out = Vec::new();
+    while let Some(c) = cq.poll_one() {
+        out.push(c);
+    }
+    out
+}
+
+fn wcs(v: &[Completion]) -> String {
+    let parts: Vec<String> = v
+        .iter()
+        .map(|c| format!("{:?}:{:?}", c.opcode, c.status))
+        .collect();
+    format!("[{}]", parts.join(","))
+}
+
+fn code3(c: warpcore_engine::proto::TerminateCode) -> (u8, u8, u8) {
+    (c.layer(), c.etype(), c.code())
+}
+
+/// Waits for both sides' reports after the requester faulted; checks the responder's
+/// `LocalTerminate` names the same code as the Terminate the requester received, both QPs
+/// in `Error`, and the requester's completions (`want_wc`: opcode and status of each, in
+/// order).
+fn observe(env: &Env, want_wc: &[(WcOpcode, WcStatus)]) -> Seen {
+    let ea = error_event(&env.a);
+    let eb = error_event(&env.b);
+    let ConnError::RemoteTerminate(rep) = ea else {
+        panic!("requester: {ea:?}")
+    };
+    let ConnError::LocalTerminate(sent) = eb else {
+        panic!("responder: {eb:?}")
+    };
+    let term = code3(rep.code);
+    assert_eq!(code3(sent.terminate_code()), term, "sent vs received code");
+    let ra = wait_state(&env.aqp, QpState::Error);
+    let rb = wait_state(&env.bqp, QpState::Error);
+    assert_eq!((ra, rb), (QpState::Error, QpState::Error));
+    let ca = drain(&env.acq);
+    let got: Vec<_> = ca.iter().map(|c| (c.opcode, c.status)).collect();
+    assert_eq!(got, want_wc, "requester completions");
+    let cb = drain(&env.bcq);
+    assert!(
+        cb.iter().all(|c| c.status == WcStatus::FlushErr),
+        "responder completions {cb:?}"
+    );
+    Seen {
+        term,
+        desc: rep.code.description(),
+        requester: format!("{ra:?}"),
+        responder: rb,
+        local: format!("{} + RemoteTerminate", wcs(&ca)),
+        remote: format!("LocalTerminate + rq{}", wcs(&cb)),
+    }
+}
+
+fn line(name: &str, s: &Seen, untouched: &str) {
+    let (l, t, c) = s.term;
+    println!(
+        "security: {name:<26} Terminate {l}/{t}/{c:02X} ({}) requester={} responder={:?} local={} remote={} untouched={untouched}",
+        s.desc, s.requester, s.responder, s.local, s.remote
+    );
+}
+
+/// Runs one two-context case: `fault` posts the offending request(s) on A.
+fn case(
+    name: &str,
+    env: Env,
+    fault: impl FnOnce(&Env),
+    want: (u8, u8, u8),
+    want_wc: &[(WcOpcode, WcStatus)],
+) {
+    fault(&env);
+    let seen = observe(&env, want_wc);
+    assert_eq!(seen.term, want, "{name}");
+    let u = env.untouched();
+    line(name, &seen, u);
+}
+
+fn write_op(stag: u32, to: u64) -> SendOp {
+    SendOp::Write {
+        remote_stag: stag,
+        remote_to: to,
+    }
+}
+
+fn read_op(stag: u32, to: u64) -> SendOp {
+    SendOp::Read {
+        remote_stag: stag,
+        remote_to: to,
+    }
+}
+
+const WRITE_OK: (WcOpcode, WcStatus) = (WcOpcode::Write, WcStatus::Success);
+
+/// DDP-7.1-10: a tagged message to an STag that was never registered → DDP 1/1/00. The
+/// Write itself completed at the requester when handed to TCP (departure 1); the error
+/// reaches the user as the decoded Terminate.
+#[test]
+fn unknown_stag() {
+    let env = Env::default_with(all());
+    case(
+        "unknown-stag",
+        env,
+        |e| {
+            let s = e.amr.sge(0, 64);
+            e.post(1, write_op(0x00AB_CD00, 0), &[s]);
+        },
+        (1, 1, 0),
+        &[WRITE_OK],
+    );
+}
+
+/// DDP-7.1-10, GUIDE rule 6: the STag's index is right but its 8-bit key is not (a stale
+/// STag) → 1/1/00.
+#[test]
+fn wrong_key() {
+    let env = Env::default_with(all());
+    case(
+        "wrong-key",
+        env,
+        |e| {
+            let s = e.target.stag();
+            let stale = (s & !0xFF) | ((s + 1) & 0xFF);
+            e.post(1, write_op(stale, 0), &[e.amr.sge(0, 64)]);
+        },
+        (1, 1, 0),
+        &[WRITE_OK],
+    );
+}
+
+/// DDP-8.2-1, RDMAP-8.1.1-*: an STag registered in another protection domain than the
+/// responder's QP → 1/1/02 (STag not associated with the DDP stream).
+#[test]
+fn stag_of_another_pd() {
+    let env = Env::default_with(all());
+    case(
+        "stag-of-another-pd",
+        env,
+        |e| e.post(1, write_op(e.other_pd.stag(), 0), &[e.amr.sge(0, 64)]),
+        (1, 1, 2),
+        &[WRITE_OK],
+    );
+}
+
+/// DDP-7.1-11: a Write into a region without remote write access. DDP has no "access
+/// rights" code for tagged buffers, so the engine answers 1/1/00 (invalid STag), exactly
+/// as siw does (`siw_tagged_error(E_ACCESS_PERM)`).
+#[test]
+fn no_write_access() {
+    let env = Env::default_with(Access::LOCAL_WRITE | Access::REMOTE_READ);
+    case(
+        "no-write-access",
+        env,
+        |e| e.post(1, write_op(e.target.stag(), 0), &[e.amr.sge(0, 64)]),
+        (1, 1, 0),
+        &[WRITE_OK],
+    );
+}
+
+/// RDMAP-7.2-9: a Read Request for a region without remote read access → RDMAP remote
+/// protection 0/1/02 (access rights); the Read completes with a remote access error.
+#[test]
+fn no_read_access() {
+    let env = Env::default_with(Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    case(
+        "no-read-access",
+        env,
+        |e| e.post(1, read_op(e.target.stag(), 0), &[e.amr.sge(0, 64)]),
+        (0, 1, 2),
+        &[(WcOpcode::Read, WcStatus::RemoteAccess)],
+    );
+}
+
+/// EXT-5.2.1-*, departure 14: an atomic on a region without REMOTE_ATOMIC → 0/1/02.
+#[test]
+fn no_atomic_access() {
+    let env = Env::default_with(Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ);
+    case(
+        "no-atomic-access",
+        env,
+        |e| {
+            let op = SendOp::AtomicFetchAdd {
+                remote_stag: e.target.stag(),
+                remote_to: 0,
+                add: 1,
+                add_mask: 0,
+            };
+            e.post(1, op, &[e.amr.sge(0, 8)]);
+        },
+        (0, 1, 2),
+        &[(WcOpcode::AtomicFetchAdd, WcStatus::RemoteAccess)],
+    );
+}
+
+/// DDP-7.1-13: a Write that starts inside the region and runs past its end → 1/1/01;
+/// nothing placed, not even the part inside the region.
+#[test]
+fn past_the_end() {
+    let env = Env::default_with(all());
+    case(
+        "past-the-end",
+        env,
+        |e| {
+            e.post(
+                1,
+                write_op(e.target.stag(), TARGET_LEN as u64 - 16),
+                &[e.amr.sge(0, 32)],
+            );
+        },
+        (1, 1, 1),
+        &[WRITE_OK],
+    );
+}
+
+/// DDP-7.1-12: a Write whose Tagged Offset lies before the start of the region. Verbs
+/// regions are zero-based (TO 0 is the first octet), so a TO below the base is one that
+/// wraps: TO 2^64 - 16 for 32 octets would cover the 16 octets before TO 0 and the first
+/// 16. An honest requester never sends that (the engine fails such a Write locally), so
+/// the hand-driven peer does. DDP checks the TO against the registered range first
+/// (DDP-7.1-12, before the wrap check DDP-7.1-14) → 1/1/01 base or bounds; nothing placed.
+#[test]
+fn before_the_start() {
+    hostile_case(
+        "before-the-start",
+        |stag| vec![security_support::write(stag, u64::MAX - 15, &[0xEE; 32])],
+        false,
+        (1, 1, 1),
+    );
+}
+
+/// RDMAP-5.3-11/12, DDP-7.1-10: the requester invalidates the responder's STag with a
+/// Send with Invalidate (legitimately: same stream, same PD), then Writes through it:
+/// the invalidated STag is refused → 1/1/00. The Send's receive completes with the
+/// invalidated STag before the error.
+#[test]
+fn invalidated_stag() {
+    let env = Env::default_with(all());
+    env.bqp
+        .post_recv(&RecvWr::new(7, &[env.guard.sge(0, 16)]).unwrap())
+        .unwrap();
+    // The Send places 8 octets into the guard region's receive buffer: expected, so the
+    // snapshot is taken again after it.
+    let mut env = env;
+    env.post(
+        1,
+        SendOp::SendInvalidate {
+            stag: env.target.stag(),
+        },
+        &[env.amr.sge(0, 8)],
+    );
+    let c = env.acq.wait(T).unwrap();
+    assert_eq!((c.wr_id, c.status), (1, WcStatus::Success));
+    let r = env.bcq.wait(T).unwrap();
+    assert_eq!(
+        (r.wr_id, r.status, r.invalidated),
+        (7, WcStatus::Success, Some(env.target.stag()))
+    );
+    env.snapshot = env.regions().into_iter().map(contents).collect();
+    case(
+        "invalidated-stag",
+        env,
+        |e| e.post(2, write_op(e.target.stag(), 0), &[e.amr.sge(0, 64)]),
+        (1, 1, 0),
+        &[WRITE_OK],
+    );
+}
+
+/// RDMAP-5.3-11/12, RDMAP-7.2-5: a Send with Invalidate naming an STag that does not
+/// belong to this stream (a region of another protection domain of the responder) may
+/// not be invalidated → RDMAP remote protection 0/1/09 "STag cannot be invalidated"
+/// (proto's `invalidate_error(NotAssociated)`); the receive is flushed, not completed,
+/// and the named region stays valid and untouched. The Send's payload is placed into the
+/// posted receive buffer before the Invalidate STag is checked at the last segment (as
+/// siw does; a flushed receive's buffer is undefined in ibverbs), so that buffer is the
+/// one range allowed to change (departure 18).
+#[test]
+fn send_invalidate_foreign_stag() {
+    let env = Env::default_with(all());
+    env.bqp
+        .post_recv(&RecvWr::new(7, &[env.guard.sge(0, 16)]).unwrap())
+        .unwrap();
+    env.post(
+        1,
+        SendOp::SendInvalidate {
+            stag: env.other_pd.stag(),
+        },
+        &[env.amr.sge(0, 8)],
+    );
+    let seen = observe(&env, &[(WcOpcode::Send, WcStatus::Success)]);
+    assert_eq!(seen.term, stag_cannot_be_invalidated());
+    let payload = env.snapshot[0][..8].to_vec();
+    let u = env.untouched_except(Some((0..8, &payload)));
+    line("send-inv-foreign-stag", &seen, u);
+}
+
+fn stag_cannot_be_invalidated() -> (u8, u8, u8) {
+    use warpcore_engine::proto::rdmap::{invalidate_error, InvalidateFault};
+    let e = invalidate_error(InvalidateFault::NotAssociated);
+    code3(warpcore_engine::proto::ProtocolError::Rdmap(e).terminate_code())
+}
+
+/// EXT-5.2.1-2: an atomic on a word that is not 8-aligned → 0/2/07 (siw's reading of
+/// RFC 7306's "invalid request"); the word is untouched.
+#[test]
+fn misaligned_atomic() {
+    let env = Env::default_with(all());
+    case(
+        "misaligned-atomic",
+        env,
+        |e| {
+            let op = SendOp::AtomicCmpSwap {
+                remote_stag: e.target.stag(),
+                remote_to: 12,
+                compare: 0,
+                compare_mask: 0,
+                swap: u64::MAX,
+                swap_mask: u64::MAX,
+            };
+            e.post(1, op, &[e.amr.sge(0, 8)]);
+        },
+        (0, 2, 7),
+        &[(WcOpcode::AtomicCmpSwap, WcStatus::RemoteOperation)],
+    );
+}
+
+/// RDMAP-6.1-2, RFC 6581 §9.1: the requester did not negotiate its ORD (0x3FFF, so it
+/// runs at its maximum, 16) and the responder's IRD is 2: the third Read in flight earns
+/// 0/2/07. The first Read is the one named by the Terminate; every Read fails.
+#[test]
+fn reads_beyond_ird() {
+    let pa = MpaParams {
+        ord: 0x3FFF,
+        ..MpaParams::default()
+    };
+    let pb = MpaParams {
+        ird: 2,
+        ..MpaParams::default()
+    };
+    let env = Env::new(all(), &pa, &pb);
+    let reads = |e: &Env| {
+        for k in 0..4u64 {
+            e.post(k, read_op(e.target.stag(), 0), &[e.amr.sge(k * 64, 64)]);
+        }
+    };
+    reads(&env);
+    let seen = observe_reads(&env);
+    assert_eq!(seen.term, (0, 2, 7));
+    let u = env.untouched();
+    line("reads-beyond-ird", &seen, u);
+}
+
+/// Like `observe` but the Reads' outcomes depend on how far the responder got: the Read
+/// named by the Terminate fails with a remote operation error, every other one is
+/// flushed; none succeeds (the responder sends the Terminate before any Read Response).
+fn observe_reads(env: &Env) -> Seen {
+    let ea = error_event(&env.a);
+    let eb = error_event(&env.b);
+    let (ConnError::RemoteTerminate(rep), ConnError::LocalTerminate(sent)) = (&ea, &eb) else {
+        panic!("{ea:?} / {eb:?}")
+    };
+    assert_eq!(code3(sent.terminate_code()), code3(rep.code));
+    let ra = wait_state(&env.aqp, QpState::Error);
+    let rb = wait_state(&env.bqp, QpState::Error);
+    assert_eq!((ra, rb), (QpState::Error, QpState::Error));
+    let ca = drain(&env.acq);
+    assert_eq!(ca.len(), 4);
+    assert_eq!(ca[0].status, WcStatus::RemoteOperation);
+    assert!(ca[1..].iter().all(|c| c.status == WcStatus::FlushErr));
+    Seen {
+        term: code3(rep.code),
+        desc: rep.code.description(),
+        requester: format!("{ra:?}"),
+        responder: rb,
+        local: format!("{} + RemoteTerminate", wcs(&ca)),
+        remote: "LocalTerminate".into(),
+    }
+}
+
+/// DDP-7.1-2: a Send when the responder posted no receive → 1/2/02.
+#[test]
+fn send_without_receive() {
+    let env = Env::default_with(all());
+    case(
+        "send-no-receive",
+        env,
+        |e| e.post(1, SendOp::Send, &[e.amr.sge(0, 8)]),
+        (1, 2, 2),
+        &[(WcOpcode::Send, WcStatus::Success)],
+    );
+}
+
+/// DDP-7.1-4: a Send longer than the posted receive buffer → 1/2/05; nothing placed, the
+/// receive is flushed.
+#[test]
+fn send_longer_than_buffer() {
+    let env = Env::default_with(all());
+    env.bqp
+        .post_recv(&RecvWr::new(7, &[env.guard.sge(100, 10)]).unwrap())
+        .unwrap();
+    case(
+        "send-too-long",
+        env,
+        |e| e.post(1, SendOp::Send, &[e.amr.sge(0, 11)]),
+        (1, 2, 5),
+        &[(WcOpcode::Send, WcStatus::Success)],
+    );
+}
+
+/// A responder (context B) attacked by the hand-driven peer: connects, posts one receive
+/// into the guard region, sends the ULPDUs `ulpdus` builds from the guard's STag, and checks the Terminate, B's state,
+/// report and flushed receives, and that no byte of B's regions changed.
+fn hostile_case(
+    name: &str,
+    ulpdus: impl FnOnce(u32) -> Vec<Vec<u8>>,
+    corrupt_crc: bool,
+    want: (u8, u8, u8),
+) {
+    let (da, db) = link_pair(&LinkConfig::default());
+    let Device::Link(ea) = da else {
+        unreachable!("link_pair gives link devices")
+    };
+    let b = Context::open(Config::new(db, [10, 0, 0, 2])).unwrap();
+    let bpd = b.alloc_pd();
+    let bcq = b.create_cq(64).unwrap();
+    let guard = bpd.alloc_mr(TARGET_LEN, all()).unwrap();
+    guard.write(0, &pattern(TARGET_LEN, 9)).unwrap();
+    let before = contents(&guard);
+    let bqp = bpd.create_qp(&QpInit::new(&bcq, &bcq)).unwrap();
+    bqp.post_recv(&RecvWr::new(7, &[guard.sge(0, 64)]).unwrap())
+        .unwrap();
+    b.listen(PORT, &MpaParams::default()).unwrap();
+    let mut peer = Hostile::new(ea, 1);
+    peer.connect(2, PORT, || match b.next_event(Duration::from_millis(1)) {
+        Some(CmEvent::ConnectRequest(r)) => {
+            b.accept(&r, &bqp, b"").unwrap();
+            true
+        }
+        _ => false,
+    });
+    // The peer is the initiator in the client-server model: its first FPDU is the fault.
+    peer.send_ulpdus(&ulpdus(guard.stag()), corrupt_crc);
+    let term = peer.terminate();
+    assert_eq!(term, want, "{name}");
+    let deadline = Instant::now() + T;
+    let eb = loop {
+        peer.idle(Duration::from_millis(1));
+        match b.next_event(Duration::from_millis(1)) {
+            Some(CmEvent::Error { error, .. }) => break error,
+            Some(_) => {}
+            None => assert!(Instant::now() < deadline, "{name}: no error event"),
+        }
+    };
+    let ConnError::LocalTerminate(sent) = eb else {
+        panic!("{name}: {eb:?}")
+    };
+    assert_eq!(code3(sent.terminate_code()), want);
+    peer.idle(Duration::from_millis(20));
+    let rb = wait_state(&bqp, QpState::Error);
+    assert_eq!(rb, QpState::Error);
+    let cb = drain(&bcq);
+    let got: Vec<_> = cb.iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(got, [(7, WcStatus::FlushErr)], "{name}");
+    assert_eq!(
+        contents(&guard),
+        before,
+        "{name}: the receive buffer changed"
+    );
+    let code = warpcore_engine::proto::TerminateCode::new(want.0, want.1, want.2);
+    let seen = Seen {
+        term: want,
+        desc: code.description(),
+        requester: "hostile-peer".into(),
+        responder: rb,
+        local: "(peer got the Terminate, then FIN)".into(),
+        remote: format!("LocalTerminate + rq{}", wcs(&cb)),
+    };
+    line(name, &seen, "ok");
+}
+
+/// DDP-7.1-5: an untagged message whose MSN is not the expected one (7 instead of 1) →
+/// 1/2/03 (MSN range). No honest engine sends it: the hand-driven peer does.
+#[test]
+fn msn_out_of_range() {
+    hostile_case(
+        "msn-out-of-range",
+        |_| vec![security_support::send(7, b"hi")],
+        false,
+        (1, 2, 3),
+    );
+}
+
+/// MPA-8-*: an FPDU with a bad CRC32c → MPA 2/0/02; the FPDU is not trusted, nothing
+/// placed (its payload would have fitted the posted receive).
+#[test]
+fn crc_error() {
+    hostile_case(
+        "crc-error",
+        |_| vec![security_support::send(1, b"hi")],
+        true,
+        (2, 0, 2),
+    );
+}
