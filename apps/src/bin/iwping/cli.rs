@@ -5,8 +5,36 @@ use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
 use clap::Parser;
+use warpcore_verbs::{RtrType, RtrTypes};
 
 use crate::wire::{MAX_SIZE, MIN_SIZE};
+
+/// One RTR type on the command line (RFC 6581 §9.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RtrArg {
+    /// Zero-length RDMA Write.
+    Write,
+    /// Zero-length RDMA Read Request.
+    Read,
+    /// Zero-length Send.
+    Send,
+}
+
+impl Cli {
+    /// `--rtr` as a set, or `default` when not given.
+    pub fn rtr_types(&self, default: RtrTypes) -> RtrTypes {
+        if self.rtr.is_empty() {
+            return default;
+        }
+        self.rtr.iter().fold(RtrTypes::EMPTY, |s, r| {
+            s.with(match r {
+                RtrArg::Write => RtrType::Write,
+                RtrArg::Read => RtrType::Read,
+                RtrArg::Send => RtrType::Send,
+            })
+        })
+    }
+}
 
 /// What to get wrong on purpose, to provoke a Terminate from the peer or from us.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -77,6 +105,11 @@ pub struct Cli {
     /// Client at Rev 2: ask for the peer-to-peer model (RFC 6581 RTR).
     #[arg(long)]
     pub p2p: bool,
+    /// RTR types (comma list of write, read, send): the client offers them with --p2p
+    /// (default write), the server accepts them (default all three) and marks them in its
+    /// Reply.
+    #[arg(long, value_delimiter = ',')]
+    pub rtr: Vec<RtrArg>,
     /// Require markers from the peer (siw refuses: a clean rejection is the expected end).
     #[arg(long)]
     pub markers: bool,
@@ -92,6 +125,13 @@ pub struct Cli {
     /// Client: seconds to keep retrying a refused connection (the server may still boot).
     #[arg(long, default_value_t = 0)]
     pub retry: u64,
+    /// Client: milliseconds to wait after the connection is established before the first
+    /// Send. Linux siw as responder sends its MPA Reply before it hooks the socket to the
+    /// QP (siw_accept: siw_send_mpareqrep, then siw_qp_socket_assoc), and ignores data that
+    /// arrives in between, so an FPDU sent at once can sit unread (docs/interop.md). rping
+    /// leaves the same gap naturally (its event thread wakes the main thread first).
+    #[arg(long, default_value_t = 100)]
+    pub settle_ms: u64,
     /// Provoke a remote access error on purpose (Terminate tests).
     #[arg(long, value_enum)]
     pub fault: Option<Fault>,

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use warpcore_verbs::{
     Access, CmEvent, CompletionQueue, ConnError, Context, Established, MemoryRegion, MpaParams,
-    ProtectionDomain, QpInit, QueuePair, RecvWr, SendOp, SendWr, WcOpcode, WcStatus,
+    ProtectionDomain, QpInit, QueuePair, RecvWr, RtrTypes, SendOp, SendWr, WcOpcode, WcStatus,
 };
 
 use crate::cli::{Cli, Fault};
@@ -31,7 +31,7 @@ pub enum Failure {
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Failure::Rejected(s) => write!(f, "connection rejected: {s}"),
+            Failure::Rejected(s) => write!(f, "MPA startup failed or rejected: {s}"),
             Failure::Terminated(s) => write!(f, "connection terminated: {s}"),
             Failure::Other(s) => f.write_str(s),
         }
@@ -51,6 +51,10 @@ pub fn mpa_params(cli: &Cli) -> MpaParams {
         ird: cli.ird_ord,
         ord: cli.ird_ord,
         peer_to_peer: cli.p2p,
+        // Markers are part of our engine: we insert them when the peer asks.
+        markers_supported: true,
+        rtr_offer: cli.rtr_types(RtrTypes::WRITE),
+        rtr_accept: cli.rtr_types(RtrTypes::ALL),
     }
 }
 
@@ -169,6 +173,10 @@ impl Side<'_> {
         let deadline = Instant::now() + self.timeout;
         loop {
             while let Some(wc) = self.cq.poll_one() {
+                if wc.qp != self.qp.id() {
+                    // Flushed work requests of an earlier, refused connection attempt.
+                    continue;
+                }
                 if wc.status == WcStatus::FlushErr {
                     // The QP left RTS: the connection event says whether that was a
                     // disconnect or an error.
@@ -253,7 +261,8 @@ fn make_side<'a>(
 
 fn report_established(e: &Established) {
     eprintln!(
-        "iwping: connected: MPA rev {}/{}, CRC {}, markers {}/{}, IRD {} ORD {}, peer IRD/ORD {:?}",
+        "iwping: connected: MPA rev {}/{}, CRC {}, markers {}/{}, IRD {} ORD {}, peer IRD/ORD {:?}, \
+         RTR sent {:?}, RTR accepted {:?}",
         e.rev.0,
         e.rev.1,
         if e.crc { "on" } else { "off" },
@@ -261,7 +270,9 @@ fn report_established(e: &Established) {
         e.markers.1,
         e.ird,
         e.ord,
-        e.peer_ird_ord
+        e.peer_ird_ord,
+        e.rtr,
+        e.rtr_accepted
     );
 }
 
@@ -312,6 +323,7 @@ pub fn client(ctx: &Context, cli: &Cli, server: Ipv4Addr) -> Result<u64, Failure
             None => return Err(Failure::Other("connection timed out".into())),
         }
     };
+    std::thread::sleep(Duration::from_millis(cli.settle_ms));
     let mut ping = 0u64;
     while cli.count == 0 || ping < cli.count {
         let want = pattern(ping, size);
@@ -383,6 +395,12 @@ pub fn server(ctx: &Context, cli: &Cli) -> Result<u64, Failure> {
     let req = loop {
         match ctx.next_event(Duration::from_secs(cli.timeout)) {
             Some(CmEvent::ConnectRequest(r)) => break r,
+            Some(CmEvent::RequestRefused { remote, error, .. }) => {
+                return Err(Failure::Rejected(format!(
+                    "refused the request of {}:{}: {error}",
+                    remote.0, remote.1
+                )))
+            }
             Some(e) => eprintln!("iwping: event {e:?}"),
             None => return Err(Failure::Other("no connection request".into())),
         }
