@@ -3,7 +3,7 @@
 #
 #   scripts/interop-siw.sh                     # every mode, every test, both directions
 #   scripts/interop-siw.sh --modes "mpa2 mpa2crc" --tests "rping terminate"
-#   scripts/interop-siw.sh --short             # rping (+ ib_write_bw with iwperf --perftest) in mpa2
+#   scripts/interop-siw.sh --short             # rping only, both directions, mpa2 (~1 min)
 #
 # Builds the siw VM once (../shared/interop/siw-vm/build.sh, cached under /var/tmp/siw-vm),
 # then boots ONE VM per mode (siw module parameters on its kernel command line) that runs
@@ -29,14 +29,14 @@ SIWVM=${SIWVM:-$(cd "$root/../.." 2>/dev/null && pwd)/shared/interop/siw-vm}
 NS=${IWTEST_NS:-iwtest}
 OUT=${OUT:-/var/tmp/warpcore-interop/$(date -u +%Y%m%d-%H%M%S)}
 MODES="mpa2 mpa2crc mpa1 p2p"
-TESTS="rping terminate markers perftest"
+TESTS="rping terminate markers"
 SHORT=
 KEEP=
 while [ $# -gt 0 ]; do
     case $1 in
         --modes) MODES=$2; shift ;;
         --tests) TESTS=$2; shift ;;
-        --short) SHORT=1; MODES=mpa2; TESTS="rping perftest-short" ;;
+        --short) SHORT=1; MODES=mpa2; TESTS="rping" ;;
         --keep) KEEP=1 ;;
         -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         *) echo "interop-siw: unknown option $1" >&2; exit 2 ;;
@@ -48,7 +48,6 @@ for t in tshark qemu-system-x86_64 ethtool; do
     command -v $t >/dev/null || { echo "interop-siw: $t missing" >&2; exit 2; }
 done
 mkdir -p "$OUT"
-t0=$(date +%s)
 VM_IP=198.18.0.11 OUR_IP=198.18.0.2 VMTAP=wcsiwA VETH=wcv0
 TS="tshark -n --disable-protocol rpcordma"
 
@@ -76,9 +75,10 @@ done
 
 ROWS=()
 FAILS=0
+NA=0
 row() { # row TEST MODE DIR VERDICT REASON
     ROWS+=("$(printf '%-16s %-8s %-12s %-5s %s' "$1" "$2" "$3" "$4" "$5")")
-    [ "$4" = pass ] || FAILS=$((FAILS + 1))
+    case $4 in pass) ;; n/a) NA=$((NA + 1)) ;; *) FAILS=$((FAILS + 1)) ;; esac
 }
 
 # ---- test plan: one line per test, in the order the VM runs them:
@@ -88,7 +88,9 @@ plan_for() { # plan_for MODE -> lines on stdout
     local mode=$1 ours="" kv=""
     case $mode in
         mpa1) ours="--mpa-rev 1" ;;
-        mpa2crc) ;;
+        # siw's mpa_crc_required does not make a siw responder set C (siw_cm.c only keeps
+        # the C the initiator sent), so our client asks for CRC itself.
+        mpa2crc) ours="--crc" ;;
     esac
     local p2pc="" ; [ "$mode" = p2p ] && p2pc="--p2p"
     for t in $TESTS; do
@@ -178,6 +180,16 @@ judge() { # judge NAME DIR MODE OURLOG OURRC GUESTSECTION PCAP VMCMD OURARGS -> 
     local res
     res=$(sed -n 's/.*=== RESULT .* rc=\([0-9]*\).*/\1/p' "$gs")
     [ -n "$res" ] || why="$why; siw side never finished"
+    # siw at MPA Rev 1 keeps ORD 0, so rping -s cannot even post its RDMA Read: nothing of
+    # ours to test in that direction. Not a pass: shown as n/a, provided we ended cleanly.
+    if [ "$mode" = mpa1 ] && [ "$dir" = client ] && grep -q 'post send error -1' "$gs"; then
+        if [ "$rc" = 1 ] && grep -q 'server disconnected' "$log" && [ "$malformed" = 0 ] && [ "$dump" = 0 ]; then
+            echo "n/a|siw limitation: rping -s cannot post its RDMA Read at MPA Rev 1 (siw ORD 0, 'post send error -1'); we saw the close cleanly; $cap"
+        else
+            echo "fail|siw could not Read at Rev 1 and we did not end cleanly (exit $rc)$why"
+        fi
+        return
+    fi
     case ${name%%-*} in
     rping)
         local n; n=$(grep -o -- '-C [0-9]*' <<<"$ourargs" | cut -d' ' -f2)
@@ -195,7 +207,7 @@ judge() { # judge NAME DIR MODE OURLOG OURRC GUESTSECTION PCAP VMCMD OURARGS -> 
             [ "$res" = 0 ] || why="$why; rping -c exit $res"
         fi
         [ "$term_us$term_vm" = 00 ] || why="$why; unexpected Terminate"
-        local rtr; rtr=$(grep -m1 -o 'RTR sent [A-Za-z()]*, RTR accepted [A-Za-z()|]*' "$log")
+        local rtr; rtr=$(grep -m1 -o 'RTR sent .*' "$log")
         [[ $mode == p2p ]] && cap="$cap; $rtr"
         [ -z "$why" ] && why="$n pings validated both ends; $cap"
         ;;
@@ -285,10 +297,9 @@ for m in $MODES; do
     run_mode "$m"
 done
 
-t1=$(date +%s)
 echo
 echo "== interop with Linux siw ($(uname -m), VM kernel 6.1 siw, rdma-core 44): results in $OUT"
 printf '%-16s %-8s %-12s %-5s %s\n' test mode direction result reason
 printf '%s\n' "${ROWS[@]}"
-echo "== ${#ROWS[@]} rows, $FAILS failed, $((t1 - t0)) s"
+echo "== ${#ROWS[@]} rows: $((${#ROWS[@]} - FAILS - NA)) passed, $FAILS failed, $NA n/a (siw cannot run that case); $SECONDS s"
 [ "$FAILS" = 0 ]

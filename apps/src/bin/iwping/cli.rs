@@ -49,7 +49,7 @@ pub enum Fault {
 /// rping: buffer advertisement Sends, an RDMA Read of the client's start buffer, an RDMA
 /// Write of the result back, validation of the data pattern).
 #[derive(Debug, Parser)]
-#[command(name = "iwping", version)]
+#[command(name = "iwping", version, disable_version_flag = true)]
 pub struct Cli {
     /// Server side: listen on -p and serve one client until it disconnects.
     #[arg(short = 's', conflicts_with = "client")]
@@ -191,5 +191,28 @@ impl Cli {
             .try_into()
             .map_err(|_| format!("--mac: bad address {s:?}"))?;
         Ok(Some(m))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_line_is_consistent() {
+        // rping's -V (validate) replaces clap's short version flag.
+        Cli::command().debug_assert();
+        let c = Cli::try_parse_from(["iwping", "-s", "-a", "198.18.0.2", "-V", "-vv", "-S", "26"])
+            .unwrap();
+        assert!(c.validate && c.server);
+        assert_eq!((c.verbose, c.size, c.port), (2, 26, 7174));
+        assert_eq!(c.local().unwrap(), ("198.18.0.2".parse().unwrap(), 24));
+        let c =
+            Cli::try_parse_from(["iwping", "-c", "-a", "1.2.3.4", "--rtr", "read,send"]).unwrap();
+        assert_eq!(
+            c.rtr_types(RtrTypes::WRITE),
+            RtrTypes::READ.union(RtrTypes::SEND)
+        );
     }
 }
