@@ -217,7 +217,7 @@ judge() { # judge NAME DIR MODE OURLOG OURRC GUESTSECTION PCAP VMCMD OURARGS -> 
             [ "$rc" = 3 ] && grep -q 'sent Terminate' "$log" || why="$why; iwping exit $rc, no 'sent Terminate' report"
             [ "$term_us" -ge 1 ] || why="$why; no Terminate from us on the wire"
             grep -q -E 'cq completion failed|error|DISCONNECT' "$gs" || why="$why; rping -s reported nothing"
-            local tr; tr=$(grep -m1 -o 'sent Terminate: .*' "$log" | cut -c1-70)
+            local tr; tr=$(grep -m1 -o 'sent Terminate: .*' "$log" | cut -c1-100)
             [ -z "$why" ] && why="we sent Terminate (${tr#sent Terminate: }), rping -s: $(grep -m1 -o -E 'cq completion failed status [0-9]+|DISCONNECT' "$gs"); $cap"
         else
             [ "$rc" = 3 ] && grep -q 'peer sent Terminate' "$log" || why="$why; iwping exit $rc, no 'peer sent Terminate' report"
@@ -239,7 +239,7 @@ judge() { # judge NAME DIR MODE OURLOG OURRC GUESTSECTION PCAP VMCMD OURARGS -> 
         else
             [ "$rc" != 0 ] && [ "$rc" != 124 ] || why="$why; iwping exit $rc"
             [ "$res" != 0 ] || why="$why; rping -c exit 0"
-            [ -z "$why" ] && why="we required markers, siw could not: $(grep -m1 -o -E 'connection [a-z]+: .*' "$log" | cut -c1-60); rping -c: $(grep -m1 -o -E 'cma event [A-Z_]+|connect error|cq completion failed' "$gs"); $cap"
+            [ -z "$why" ] && why="we required markers, siw could not: $(grep -m1 -o -E 'MPA startup failed or rejected: .*' "$log" | cut -d: -f2- | cut -c1-60); rping -c: $(grep -m1 -o -E 'cma event [A-Z_]+|connect error|cq completion failed' "$gs"); $cap"
         fi
         ;;
     esac
