@@ -3,7 +3,7 @@
 #
 #   scripts/interop-siw.sh                     # every mode, every test, both directions
 #   scripts/interop-siw.sh --modes "mpa2 mpa2crc" --tests "rping terminate"
-#   scripts/interop-siw.sh --short             # rping only, both directions, mpa2 (~1 min)
+#   scripts/interop-siw.sh --short             # rping both directions + ib_write_bw, mpa2 (~1.5 min)
 #
 # Builds the siw VM once (../shared/interop/siw-vm/build.sh, cached under /var/tmp/siw-vm),
 # then boots ONE VM per mode (siw module parameters on its kernel command line) that runs
@@ -29,14 +29,14 @@ SIWVM=${SIWVM:-$(cd "$root/../.." 2>/dev/null && pwd)/shared/interop/siw-vm}
 NS=${IWTEST_NS:-iwtest}
 OUT=${OUT:-/var/tmp/warpcore-interop/$(date -u +%Y%m%d-%H%M%S)}
 MODES="mpa2 mpa2crc mpa1 p2p"
-TESTS="rping terminate markers"
+TESTS="rping perftest terminate markers"
 SHORT=
 KEEP=
 while [ $# -gt 0 ]; do
     case $1 in
         --modes) MODES=$2; shift ;;
         --tests) TESTS=$2; shift ;;
-        --short) SHORT=1; MODES=mpa2; TESTS="rping" ;;
+        --short) SHORT=1; MODES=mpa2; TESTS="rping perftest-short" ;;
         --keep) KEEP=1 ;;
         -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         *) echo "interop-siw: unknown option $1" >&2; exit 2 ;;
@@ -67,6 +67,10 @@ cleanup() {
 trap cleanup EXIT
 "$SIWVM/net.sh" up "$NS"
 "$SIWVM/net.sh" veth "$VETH" "$NS"
+# One Ethernet address for every run of ours: iwperf fixes 02:57:43:00:00:<last octet>,
+# iwping takes the port's (the veth's). A different one per process would leave the VM's
+# ARP cache pointing at the previous process for a minute.
+ip -n "$NS" link set "$VETH" address 02:57:43:00:00:02
 # net_af_packet gets what the kernel hands the veth: no GSO super-frames, no partial checksums.
 for d in "$VETH" "$VETH-br"; do
     ip netns exec "$NS" ethtool -K "$d" tx off tso off gso off gro off >/dev/null 2>&1
@@ -93,6 +97,7 @@ plan_for() { # plan_for MODE -> lines on stdout
         mpa2crc) ours="--crc" ;;
     esac
     local p2pc="" ; [ "$mode" = p2p ] && p2pc="--p2p"
+    local pcrc="--crc off" ; [ "$mode" = mpa2crc ] && pcrc="--crc on"
     for t in $TESTS; do
         case $t in
         rping)
@@ -105,6 +110,19 @@ plan_for() { # plan_for MODE -> lines on stdout
                 echo "rping-rtr-write server 7183 |rping -c -V -C 3 -a $OUR_IP -p 7183|-s -p 7183 -C 3 -V --rtr write"
                 echo "rping-rtr-read server 7184 |rping -c -V -C 3 -a $OUR_IP -p 7184|-s -p 7184 -C 3 -V --rtr read"
             fi
+            ;;
+        perftest|perftest-short)
+            # perftest -R in the VM against iwperf --perftest (server role only)
+            echo "ib_write_bw server 18518 |ib_write_bw -R -p 18518 -n 50 -s 65536 $OUR_IP|@iwperf write_bw --perftest -p 18518 $pcrc"
+            [ "$t" = perftest-short ] && continue
+            # MPA Rev 1 has no IRD/ORD exchange: the Read depth is agreed out of band, so
+            # perftest is told our IRD (16) instead of pipelining up to its default.
+            local outs=""; [ "$mode" = mpa1 ] && outs="-o 16"
+            echo "ib_read_bw server 18519 |ib_read_bw -R -p 18519 -n 50 -s 65536 $outs $OUR_IP|@iwperf read_bw --perftest -p 18519 $pcrc"
+            echo "ib_read_lat server 18517 |ib_read_lat -R -p 18517 -n 200 $OUR_IP|@iwperf read_lat --perftest -p 18517 $pcrc"
+            echo "ib_send_bw server 18520 |ib_send_bw -R -p 18520 -n 50 -s 65536 $OUR_IP|@iwperf send_bw --perftest -p 18520 $pcrc"
+            echo "ib_send_lat server 18515 |ib_send_lat -R -p 18515 -n 200 $OUR_IP|@iwperf send_lat --perftest -p 18515 $pcrc"
+            echo "ib_write_lat server 18516 |ib_write_lat -R -p 18516 -n 200 $OUR_IP|@iwperf write_lat --perftest -p 18516 $pcrc"
             ;;
         terminate)
             echo "terminate client 7176 |rping -s -v -V -a $VM_IP -p 7176|-c -a $VM_IP -p 7176 -C 1 --fault bad-rkey $ours $p2pc"
@@ -146,7 +164,7 @@ guest_script() { # guest_script PLANFILE
         else
             cat <<EOF
 i=0; while :; do sleep 2; timeout $t $vmcmd </dev/null >/tmp/o.txt 2>&1; rc=\$?; cat /tmp/o.txt; i=\$((i+1))
-  grep -q -E 'error -?111|connect error|unreachable|ADDR_ERROR' /tmp/o.txt || break; [ \$i -ge $tries ] && break; done
+  grep -q -E 'error -?111|connect error|unreachable|ADDR_ERROR|Unable to perform rdma_client|Failed to connect' /tmp/o.txt || break; [ \$i -ge $tries ] && break; done
 echo "=== RESULT $name $dir rc=\$rc"
 EOF
         fi
@@ -191,6 +209,14 @@ judge() { # judge NAME DIR MODE OURLOG OURRC GUESTSECTION PCAP VMCMD OURARGS -> 
         return
     fi
     case ${name%%-*} in
+    ib_write_bw|ib_read_bw|ib_read_lat|ib_send_bw|ib_send_lat|ib_write_lat)
+        [ "$rc" = 0 ] && grep -q 'client done' "$log" || why="$why; iwperf exit $rc: $(grep -m1 'iwperf: .*error.*' "$log" | cut -c1-100)"
+        [ "$res" = 0 ] || why="$why; $name exit $res"
+        local line; line=$(grep -m1 -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' "$gs" | tr -s ' \t' ' ')
+        [ -n "$line" ] || why="$why; $name printed no result line"
+        [ "$term_us$term_vm" = 00 ] || why="$why; unexpected Terminate"
+        [ -z "$why" ] && why="perftest -R ran: '${line# }' (2 rdma_cm connections); $cap"
+        ;;
     rping)
         local n; n=$(grep -o -- '-C [0-9]*' <<<"$ourargs" | cut -d' ' -f2)
         local verbose=; [[ " $vmcmd " == *" -v "* ]] && verbose=1
@@ -267,9 +293,14 @@ run_mode() { # run_mode MODE
         local name=$1 tdir=$2 log="$dir/$1-$2.log" rc
         i=$((i + 1))
         local retry=""; [ "$tdir" = client ] && retry="--retry 60"
-        # The first client test waits for the VM to boot (~12 s under TCG).
-        timeout 120 ip netns exec "$NS" "$IWPING" --vdev "net_af_packet0,iface=$VETH" \
-            --ip "$OUR_IP/24" --timeout 45 $retry $ourargs >"$log" 2>&1 </dev/null
+        if [[ $ourargs == @iwperf* ]]; then
+            timeout 120 ip netns exec "$NS" "$IWPERF" ${ourargs#@iwperf } --vdev "net_af_packet0,iface=$VETH" \
+                --ip "$OUR_IP" --timeout 60 >"$log" 2>&1 </dev/null
+        else
+            # The first client test waits for the VM to boot (~12 s under TCG).
+            timeout 120 ip netns exec "$NS" "$IWPING" --vdev "net_af_packet0,iface=$VETH" \
+                --ip "$OUR_IP/24" --timeout 45 $retry $ourargs >"$log" 2>&1 </dev/null
+        fi
         rc=$?
         echo "$rc" >"$log.rc"
         printf '   %-16s ours=%-7s exit %s\n' "$name" "$tdir" "$rc"

@@ -13,10 +13,14 @@
 //! are zero-based). perftest sends the dest again as a barrier around the measurement; we
 //! answer each time the same way.
 //!
-//! Only the tests where the server side is passive on the wire work this way: the client's
-//! RDMA Writes land in our region, its RDMA Reads are served by the engine. `*_lat` Write
-//! and Send ping-pongs and `send_bw` need the server to act per iteration and are refused.
-//! The client role is not implemented.
+//! On the test connection: `write_bw`, `read_bw`, `read_lat` need nothing from us (the
+//! client's Writes land in our region, its Reads are served by the engine); for `send_bw`
+//! we keep receives posted; for `send_lat` we answer each received message with a Send of
+//! the same length; for `write_lat` we watch the last octet of the client's Write in our
+//! region (perftest puts its iteration counter there) and Write the same counter back to the
+//! buffer the client advertised in its `pingpong_dest`. Message size: `-s` (must match the
+//! client's; default 2 for latency, 65536 for bandwidth tests). The client role is not
+//! implemented.
 
 use std::time::{Duration, Instant};
 
@@ -39,15 +43,39 @@ const REGION_LEN: usize = 64 << 20;
 
 /// Whether `--perftest` can serve this test.
 pub fn supported(t: TestName) -> bool {
-    matches!(t, TestName::WriteBw | TestName::ReadBw | TestName::ReadLat)
+    matches!(
+        t,
+        TestName::WriteBw
+            | TestName::ReadBw
+            | TestName::ReadLat
+            | TestName::SendBw
+            | TestName::SendLat
+            | TestName::WriteLat
+    )
+}
+
+/// Receives kept posted on the test connection of the Send tests (perftest's default
+/// rx depth is 512, its tx depth 128: the client never has more in flight).
+const TEST_RECVS: u64 = 512;
+/// Where our outgoing test data lives in the region (the first half receives).
+const TX_AREA: u64 = (REGION_LEN / 2) as u64;
+
+/// The client's `pingpong_dest` (rkey, vaddr), when a message is one.
+fn client_dest(msg: &[u8]) -> Option<(u32, u64)> {
+    let be32 = |i: usize| u32::from_be_bytes([msg[i], msg[i + 1], msg[i + 2], msg[i + 3]]);
+    if msg.len() != DEST_LEN || (be32(4) == 0 && be32(8) == 0 && be32(16) == 0) {
+        return None;
+    }
+    let mut v = [0u8; 8];
+    v.copy_from_slice(&msg[24..32]);
+    Some((be32(16), u64::from_be_bytes(v)))
 }
 
 /// Our answer to a received exchange message: the same octets, except for a
 /// `pingpong_dest` naming the client's QP, which we answer with our own region.
 fn answer(msg: &[u8], stag: u32) -> Vec<u8> {
     let mut out = msg.to_vec();
-    let be32 = |i: usize| u32::from_be_bytes([msg[i], msg[i + 1], msg[i + 2], msg[i + 3]]);
-    if msg.len() == DEST_LEN && (be32(4) != 0 || be32(8) != 0 || be32(16) != 0) {
+    if client_dest(msg).is_some() {
         // out_reads and qpn stay as the client's (it only reads them back for its banner),
         // rkey and vaddr are ours; PSN 0 (iWARP has none); the GID is echoed.
         out[12..16].copy_from_slice(&0u32.to_be_bytes());
@@ -105,8 +133,7 @@ fn accept(ctx: &Context, timeout: Duration) -> Result<Exchange, String> {
 pub fn serve(cli: &Cli, ep: &Endpoint, mpa: &MpaParams) -> Result<(), String> {
     if !supported(cli.test) {
         return Err(format!(
-            "--perftest serves write_bw, read_bw and read_lat only (the server is passive on \
-             the wire there); {} needs per-iteration server work that is not implemented",
+            "--perftest serves write_bw/lat, read_bw/lat and send_bw/lat; {} is not one of them",
             cli.test.name()
         ));
     }
@@ -135,7 +162,31 @@ pub fn serve(cli: &Cli, ep: &Endpoint, mpa: &MpaParams) -> Result<(), String> {
     let mut test: Option<(QueuePair, CompletionQueue)> = None;
     let mut steps = 0u32;
     let mut deadline = Instant::now() + timeout;
+    let size = cli.sizes().first().copied().unwrap_or(2);
+    if size > TX_AREA / TEST_RECVS {
+        return Err(format!(
+            "--perftest: -s {size} is larger than {}",
+            TX_AREA / TEST_RECVS
+        ));
+    }
+    let slot = if cli.test == TestName::WriteLat {
+        size
+    } else {
+        TX_AREA / TEST_RECVS
+    };
+    let mut peer: Option<(u32, u64)> = None;
+    let mut next_count: u8 = 1;
+    let mut echoed = 0u64;
     loop {
+        if let Some((qp, cq)) = &test {
+            if let Some(n) =
+                drive_test(cli.test, qp, cq, &region, slot, size, peer, &mut next_count)?
+            {
+                echoed += n;
+                deadline = Instant::now() + timeout;
+                continue;
+            }
+        }
         if let Some(wc) = xchg.cq.poll_one() {
             if wc.qp != xchg.qp.id() {
                 continue;
@@ -148,6 +199,9 @@ pub fn serve(cli: &Cli, ep: &Endpoint, mpa: &MpaParams) -> Result<(), String> {
                     xchg.rx
                         .read(at as usize, &mut msg)
                         .map_err(|e| e.to_string())?;
+                    if peer.is_none() {
+                        peer = client_dest(&msg);
+                    }
                     let reply = answer(&msg, region.stag());
                     xchg.tx.write(0, &reply).map_err(|e| e.to_string())?;
                     let wr = RecvWr::new(wc.wr_id, &[xchg.rx.sge(at, MSG_MAX)])
@@ -173,7 +227,16 @@ pub fn serve(cli: &Cli, ep: &Endpoint, mpa: &MpaParams) -> Result<(), String> {
                 let mut init = QpInit::new(&cq, &cq);
                 init.core = Some(usize::from(r.request.core));
                 init.rfc7306 = false;
+                init.rq_depth = TEST_RECVS as u32;
+                init.sq_depth = 256;
                 let qp = pd.create_qp(&init).map_err(|e| e.to_string())?;
+                if matches!(cli.test, TestName::SendBw | TestName::SendLat) {
+                    for i in 0..TEST_RECVS {
+                        let wr = RecvWr::new(i, &[region.sge(i * slot, slot as u32)])
+                            .map_err(|e| e.to_string())?;
+                        qp.post_recv(&wr).map_err(|e| e.to_string())?;
+                    }
+                }
                 eprintln!(
                     "iwperf: perftest: test connection from {}:{} (IRD {:?} ORD {:?})",
                     r.remote.0, r.remote.1, r.ird, r.ord
@@ -205,8 +268,68 @@ pub fn serve(cli: &Cli, ep: &Endpoint, mpa: &MpaParams) -> Result<(), String> {
             }
         }
     }
-    eprintln!("iwperf: perftest: client done after {steps} exchange messages");
+    eprintln!(
+        "iwperf: perftest: client done after {steps} exchange messages, {echoed} test \
+         messages answered"
+    );
     Ok(())
+}
+
+/// One step of our side of the test connection; `Some(n)` when it did something (n
+/// messages answered), `None` when idle.
+#[allow(clippy::too_many_arguments)]
+fn drive_test(
+    test: TestName,
+    qp: &QueuePair,
+    cq: &CompletionQueue,
+    region: &MemoryRegion,
+    slot: u64,
+    size: u64,
+    peer: Option<(u32, u64)>,
+    next_count: &mut u8,
+) -> Result<Option<u64>, String> {
+    let err = |e: warpcore_verbs::Error| e.to_string();
+    if let Some(wc) = cq.poll_one() {
+        match (wc.status, wc.opcode) {
+            (WcStatus::Success, WcOpcode::Recv) => {
+                let wr = RecvWr::new(wc.wr_id, &[region.sge(wc.wr_id * slot, slot as u32)])
+                    .map_err(err)?;
+                qp.post_recv(&wr).map_err(err)?;
+                if test == TestName::SendLat {
+                    let send = SendWr::new(1, SendOp::Send, &[region.sge(TX_AREA, wc.byte_len)])
+                        .map_err(err)?;
+                    qp.post_send(&send).map_err(err)?;
+                    return Ok(Some(1));
+                }
+                return Ok(Some(0));
+            }
+            (WcStatus::Success, _) | (WcStatus::FlushErr, _) => return Ok(Some(0)),
+            (s, op) => return Err(format!("perftest test QP: {op:?} completed with {s:?}")),
+        }
+    }
+    if test == TestName::WriteLat {
+        // perftest's write_lat: the client Writes `size` octets whose last one is its
+        // counter (mod 256) and waits for ours in the buffer it advertised.
+        let Some((rkey, vaddr)) = peer else {
+            return Ok(None);
+        };
+        let mut last = [0u8; 1];
+        region.read(size as usize - 1, &mut last).map_err(err)?;
+        if last[0] == *next_count {
+            region
+                .write((TX_AREA + size - 1) as usize, &[*next_count])
+                .map_err(err)?;
+            let write = SendOp::Write {
+                remote_stag: rkey,
+                remote_to: vaddr,
+            };
+            let wr = SendWr::new(2, write, &[region.sge(TX_AREA, size as u32)]).map_err(err)?;
+            qp.post_send(&wr).map_err(err)?;
+            *next_count = next_count.wrapping_add(1);
+            return Ok(Some(1));
+        }
+    }
+    Ok(None)
 }
 
 #[cfg(test)]
@@ -236,6 +359,8 @@ mod tests {
         ] {
             assert_eq!(answer(m, 7), m);
         }
-        assert!(supported(TestName::WriteBw) && !supported(TestName::WriteLat));
+        assert!(supported(TestName::WriteBw) && supported(TestName::WriteLat));
+        assert_eq!(client_dest(&dest), Some((0x9473_6e00, 0x7f5d_0aed_5000)));
+        assert_eq!(client_dest(&[0u8; DEST_LEN]), None);
     }
 }
