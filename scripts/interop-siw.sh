@@ -122,7 +122,7 @@ plan_for() { # plan_for MODE -> lines on stdout
             echo "ib_read_lat server 18517 |ib_read_lat -R -p 18517 -n 200 $OUR_IP|@iwperf read_lat --perftest -p 18517 $pcrc"
             echo "ib_send_bw server 18520 |ib_send_bw -R -p 18520 -n 50 -s 65536 $OUR_IP|@iwperf send_bw --perftest -p 18520 $pcrc"
             echo "ib_send_lat server 18515 |ib_send_lat -R -p 18515 -n 200 $OUR_IP|@iwperf send_lat --perftest -p 18515 $pcrc"
-            echo "ib_write_lat server 18516 |ib_write_lat -R -p 18516 -n 200 $OUR_IP|@iwperf write_lat --perftest -p 18516 $pcrc"
+            echo "ib_write_lat server 18516 |ib_write_lat -R -p 18516 -n 200 $OUR_IP|@iwperf write_lat --perftest -p 18516 -n 200 $pcrc"
             ;;
         terminate)
             echo "terminate client 7176 |rping -s -v -V -a $VM_IP -p 7176|-c -a $VM_IP -p 7176 -C 1 --fault bad-rkey $ours $p2pc"

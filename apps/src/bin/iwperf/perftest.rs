@@ -18,8 +18,9 @@
 //! we keep receives posted; for `send_lat` we answer each received message with a Send of
 //! the same length; for `write_lat` we watch the last octet of the client's Write in our
 //! region (perftest puts its iteration counter there) and Write the same counter back to the
-//! buffer the client advertised in its `pingpong_dest`. Message size: `-s` (must match the
-//! client's; default 2 for latency, 65536 for bandwidth tests). The client role is not
+//! buffer the client advertised in its `pingpong_dest` (we Write first, as perftest's
+//! server does). Message size `-s` and, for `write_lat`, the count `-n` must match the
+//! client's (defaults 2 and 1000 as perftest's). The client role is not
 //! implemented.
 
 use std::time::{Duration, Instant};
@@ -175,13 +176,23 @@ pub fn serve(cli: &Cli, ep: &Endpoint, mpa: &MpaParams) -> Result<(), String> {
         TX_AREA / TEST_RECVS
     };
     let mut peer: Option<(u32, u64)> = None;
-    let mut next_count: u8 = 1;
+    // write_lat: Writes sent so far, of the client's -n (iwperf's -n must match it).
+    let mut sent: u64 = 0;
+    let iters = cli.iters();
+    let mut test_ready = false;
     let mut echoed = 0u64;
     loop {
         if let Some((qp, cq)) = &test {
-            if let Some(n) =
-                drive_test(cli.test, qp, cq, &region, slot, size, peer, &mut next_count)?
-            {
+            if let Some(n) = drive_test(
+                cli.test,
+                qp,
+                cq,
+                &region,
+                slot,
+                size,
+                peer.filter(|_| test_ready),
+                (&mut sent, iters),
+            )? {
                 echoed += n;
                 deadline = Instant::now() + timeout;
                 continue;
@@ -248,7 +259,12 @@ pub fn serve(cli: &Cli, ep: &Endpoint, mpa: &MpaParams) -> Result<(), String> {
             Some(CmEvent::Error { qp, error }) => {
                 return Err(format!("perftest: connection {qp:?} failed: {error}"))
             }
-            Some(CmEvent::Established(_)) | Some(CmEvent::Disconnected { .. }) => {}
+            Some(CmEvent::Established(e)) => {
+                if test.as_ref().is_some_and(|(qp, _)| qp.id() == e.qp) {
+                    test_ready = true;
+                }
+            }
+            Some(CmEvent::Disconnected { .. }) => {}
             Some(e) => eprintln!("iwperf: perftest: event {e:?}"),
             None => {
                 if Instant::now() > deadline {
@@ -286,7 +302,7 @@ fn drive_test(
     slot: u64,
     size: u64,
     peer: Option<(u32, u64)>,
-    next_count: &mut u8,
+    (sent, iters): (&mut u64, u64),
 ) -> Result<Option<u64>, String> {
     let err = |e: warpcore_verbs::Error| e.to_string();
     if let Some(wc) = cq.poll_one() {
@@ -308,26 +324,33 @@ fn drive_test(
         }
     }
     if test == TestName::WriteLat {
-        // perftest's write_lat: the client Writes `size` octets whose last one is its
-        // counter (mod 256) and waits for ours in the buffer it advertised.
+        // perftest's write_lat: the server Writes first; each side then waits until the last
+        // octet of its buffer holds the peer's counter (mod 256) before Writing its next one
+        // (`run_iter_lat_write`). We Write counter k + 1 once the client's k arrived.
         let Some((rkey, vaddr)) = peer else {
             return Ok(None);
         };
-        let mut last = [0u8; 1];
-        region.read(size as usize - 1, &mut last).map_err(err)?;
-        if last[0] == *next_count {
-            region
-                .write((TX_AREA + size - 1) as usize, &[*next_count])
-                .map_err(err)?;
-            let write = SendOp::Write {
-                remote_stag: rkey,
-                remote_to: vaddr,
-            };
-            let wr = SendWr::new(2, write, &[region.sge(TX_AREA, size as u32)]).map_err(err)?;
-            qp.post_send(&wr).map_err(err)?;
-            *next_count = next_count.wrapping_add(1);
-            return Ok(Some(1));
+        if *sent >= iters {
+            return Ok(None);
         }
+        if *sent > 0 {
+            let mut last = [0u8; 1];
+            region.read(size as usize - 1, &mut last).map_err(err)?;
+            if last[0] != *sent as u8 {
+                return Ok(None);
+            }
+        }
+        *sent += 1;
+        region
+            .write((TX_AREA + size - 1) as usize, &[*sent as u8])
+            .map_err(err)?;
+        let write = SendOp::Write {
+            remote_stag: rkey,
+            remote_to: vaddr,
+        };
+        let wr = SendWr::new(2, write, &[region.sge(TX_AREA, size as u32)]).map_err(err)?;
+        qp.post_send(&wr).map_err(err)?;
+        return Ok(Some(1));
     }
     Ok(None)
 }
