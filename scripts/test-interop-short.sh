@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The short interop check against Linux siw, for scripts/test.sh: rping both directions in
-# MPA Rev 2 default mode (one VM boot, about 1 min on 2 cores under TCG). Runs only where it
+# The short interop check against Linux siw, for scripts/test.sh: rping both directions and
+# ib_write_bw -R against iwperf --perftest, MPA Rev 2 default mode (one VM boot, about 1.5 min
+# on 2 cores under TCG). Runs only where it
 # can: root, /dev/net/tun, qemu-system-x86_64, tshark and the siw-vm scripts present;
 # otherwise it says why and exits 0 (skipped). Any failed row exits non-zero.
 #

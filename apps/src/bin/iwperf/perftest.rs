@@ -14,8 +14,7 @@
 //! answer each time the same way.
 //!
 //! On the test connection: `write_bw`, `read_bw`, `read_lat` need nothing from us (the
-//! client's Writes land in our region, its Reads are served by the engine); for `send_bw`
-//! we keep receives posted; for `send_lat` we answer each received message with a Send of
+//! client's Writes land in our region, its Reads are served by the engine); for `send_lat` we answer each received message with a Send of
 //! the same length; for `write_lat` we watch the last octet of the client's Write in our
 //! region (perftest puts its iteration counter there) and Write the same counter back to the
 //! buffer the client advertised in its `pingpong_dest` (we Write first, as perftest's
@@ -46,10 +45,11 @@ const REGION_LEN: usize = 64 << 20;
 pub fn supported(t: TestName) -> bool {
     matches!(
         t,
+        // send_bw is not here: against siw's ib_send_bw -R the client stalls after the
+        // exchange (not understood yet; docs/interop.md).
         TestName::WriteBw
             | TestName::ReadBw
             | TestName::ReadLat
-            | TestName::SendBw
             | TestName::SendLat
             | TestName::WriteLat
     )
@@ -134,7 +134,7 @@ fn accept(ctx: &Context, timeout: Duration) -> Result<Exchange, String> {
 pub fn serve(cli: &Cli, ep: &Endpoint, mpa: &MpaParams) -> Result<(), String> {
     if !supported(cli.test) {
         return Err(format!(
-            "--perftest serves write_bw/lat, read_bw/lat and send_bw/lat; {} is not one of them",
+            "--perftest serves write_bw/lat, read_bw/lat and send_lat; {} is not one of them",
             cli.test.name()
         ));
     }
