@@ -7,7 +7,8 @@
 #
 # Builds the siw VM once (../shared/interop/siw-vm/build.sh, cached under /var/tmp/siw-vm),
 # then boots ONE VM per mode (siw module parameters on its kernel command line) that runs
-# rdma-core's tools in a fixed sequence, while our engine (iwping / iwperf on net_af_packet
+# rping and perftest's ib_* -R in a fixed sequence, while our engine (iwping, and
+# iwperf --perftest as perftest's server; both on net_af_packet
 # over a veth port of the VM's bridge, address 198.18.0.2) plays the other side of each test
 # in the same order. Every VM boot is captured with tshark on the VM's bridge port; each
 # test's TCP port is split out and judged by iwdump (no protocol violation) and by tshark
