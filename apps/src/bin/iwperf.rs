@@ -13,6 +13,8 @@ mod cli;
 mod net;
 #[path = "iwperf/pcapng.rs"]
 mod pcapng;
+#[path = "iwperf/perftest.rs"]
+mod perftest;
 #[path = "iwperf/report.rs"]
 mod report;
 #[path = "iwperf/run.rs"]
@@ -86,6 +88,8 @@ fn run(cli: &Cli) -> Result<(), String> {
         Opened::Single(ep) => {
             if let Some(server) = cli.server {
                 client_role(cli, &ep, server, &mpa)
+            } else if cli.perftest {
+                perftest::serve(cli, &ep, &mpa)
             } else {
                 server_role(cli, &ep, &mpa, true)
             }

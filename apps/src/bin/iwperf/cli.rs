@@ -208,6 +208,10 @@ pub struct Cli {
     /// Report bandwidth in Gbit/s instead of MiB/s.
     #[arg(long = "report_gbits")]
     pub report_gbits: bool,
+    /// Server: answer linux-rdma/perftest `-R` clients (ib_write_bw, ib_read_bw,
+    /// ib_read_lat) instead of iwperf ones (see apps/src/bin/iwperf/perftest.rs).
+    #[arg(long)]
+    pub perftest: bool,
     /// TCP port of the server.
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     pub port: u16,

@@ -1,0 +1,89 @@
+//! `iwping`: an rping-compatible client and server over Warpcore's user-space iWARP engine.
+//!
+//! Same exchange and options as rdma-core's `rping` (`-s`/`-c`, `-a`, `-p`, `-C`, `-S`, `-v`,
+//! `-V`), so it runs against the real tool on a Linux soft-iWARP (siw) machine in either
+//! role; plus the engine's device (`--vdev`), addressing (`--ip`, `--gateway`) and MPA
+//! settings (`--crc`, `--mpa-rev`, `--p2p`, `--markers`), `--capture`, and `--fault` to
+//! provoke a Terminate on purpose. See docs/interop.md.
+//!
+//! Exit status: 0 all pings done; 1 failure; 2 usage; 3 the connection ended with a
+//! Terminate (sent or received); 4 the MPA Request was rejected / the startup failed.
+#![forbid(unsafe_code)]
+
+#[path = "iwping/cli.rs"]
+mod cli;
+#[path = "iwping/net.rs"]
+mod net;
+#[path = "iwperf/pcapng.rs"]
+mod pcapng;
+#[path = "iwping/session.rs"]
+mod session;
+#[path = "iwping/wire.rs"]
+mod wire;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use cli::Cli;
+use session::Failure;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    if let Err(e) = cli.validate() {
+        eprintln!("iwping: {e}");
+        return ExitCode::from(2);
+    }
+    let engine = match net::open(&cli) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("iwping: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let r = match (cli.server, cli.addr) {
+        (false, Some(server)) => session::client(&engine.ctx, &cli, server),
+        _ => session::server(&engine.ctx, &cli),
+    };
+    // Stop the engine (joins its threads) so the capture is complete before it is cleaned.
+    drop(engine);
+    if let Some(cap) = &cli.capture {
+        let raw = net::raw_capture_path(cap);
+        match pcapng::clean(&raw, cap) {
+            Ok(n) => {
+                let _ = std::fs::remove_file(&raw);
+                eprintln!("iwping: {n} frames captured to {}", cap.display());
+            }
+            Err(e) => eprintln!("iwping: --capture: {e}"),
+        }
+    }
+    let role = if cli.server { "server" } else { "client" };
+    match r {
+        Ok(n) => {
+            eprintln!("iwping: {role}: {n} pings done");
+            if cli.count != 0 && n != cli.count {
+                eprintln!("iwping: {role}: expected {} pings", cli.count);
+                return ExitCode::FAILURE;
+            }
+            ExitCode::SUCCESS
+        }
+        Err(f) => {
+            eprintln!("iwping: {role}: {f}");
+            ExitCode::from(match f {
+                Failure::Terminated(_) => 3,
+                Failure::Rejected(_) => 4,
+                Failure::Other(_) => 1,
+            })
+        }
+    }
+}

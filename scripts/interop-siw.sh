@@ -1,0 +1,341 @@
+#!/usr/bin/env bash
+# Interoperability matrix against Linux soft-iWARP (siw) in a QEMU VM (root only).
+#
+#   scripts/interop-siw.sh                     # every mode, every test, both directions
+#   scripts/interop-siw.sh --modes "mpa2 mpa2crc" --tests "rping terminate"
+#   scripts/interop-siw.sh --short             # rping both directions + ib_write_bw, mpa2 (~1.5 min)
+#
+# Builds the siw VM once (../shared/interop/siw-vm/build.sh, cached under /var/tmp/siw-vm),
+# then boots ONE VM per mode (siw module parameters on its kernel command line) that runs
+# rping and perftest's ib_* -R in a fixed sequence, while our engine (iwping, and
+# iwperf --perftest as perftest's server; both on net_af_packet
+# over a veth port of the VM's bridge, address 198.18.0.2) plays the other side of each test
+# in the same order. Every VM boot is captured with tshark on the VM's bridge port; each
+# test's TCP port is split out and judged by iwdump (no protocol violation) and by tshark
+# (--disable-protocol rpcordma: zero malformed frames; with CRC negotiated, every CRC
+# checked good). Prints one table "test x mode x direction -> pass/fail + reason" and exits
+# non-zero if any row fails. Modes:
+#   mpa2     siw defaults: MPA Rev 2, no CRC, client-server (also: our markers request)
+#   mpa2crc  siw.mpa_crc_required=1
+#   mpa1     siw.mpa_version=1 (we speak Rev 1 as client; our Rev 2 server accepts Rev 1)
+#   p2p      siw.peer_to_peer=1: RFC 6581 RTR; our client offers Write, then Read; our
+#            server accepts Write only, then Read only (siw offers both)
+# Directions: "ours=client" (siw is the server, in the VM) and "ours=server".
+# Env: SIWVM (VM scripts dir), IWTEST_NS (namespace, default iwtest), OUT (results dir).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+SIWVM=${SIWVM:-$(cd "$root/../.." 2>/dev/null && pwd)/shared/interop/siw-vm}
+[ -x "$SIWVM/run.sh" ] || SIWVM=/work/shared/interop/siw-vm
+NS=${IWTEST_NS:-iwtest}
+OUT=${OUT:-/var/tmp/warpcore-interop/$(date -u +%Y%m%d-%H%M%S)}
+MODES="mpa2 mpa2crc mpa1 p2p"
+TESTS="rping perftest terminate markers"
+SHORT=
+KEEP=
+while [ $# -gt 0 ]; do
+    case $1 in
+        --modes) MODES=$2; shift ;;
+        --tests) TESTS=$2; shift ;;
+        --short) SHORT=1; MODES=mpa2; TESTS="rping perftest-short" ;;
+        --keep) KEEP=1 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        *) echo "interop-siw: unknown option $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+[ "$(id -u)" = 0 ] || { echo "interop-siw: needs root (namespaces, tap devices)" >&2; exit 2; }
+for t in tshark qemu-system-x86_64 ethtool; do
+    command -v $t >/dev/null || { echo "interop-siw: $t missing" >&2; exit 2; }
+done
+mkdir -p "$OUT"
+VM_IP=198.18.0.11 OUR_IP=198.18.0.2 VMTAP=wcsiwA VETH=wcv0
+TS="tshark -n --disable-protocol rpcordma"
+
+echo "== building iwping, iwperf, iwdump (release)"
+cargo build --release -q -p warpcore-apps --bin iwping --bin iwperf --bin iwdump || exit 1
+IWPING=$root/target/release/iwping IWPERF=$root/target/release/iwperf IWDUMP=$root/target/release/iwdump
+if [ ! -e /var/tmp/siw-vm/vmlinuz ] || [ ! -e /var/tmp/siw-vm/initramfs.cpio.gz ]; then
+    echo "== building the siw VM (once)"
+    "$SIWVM/build.sh" >"$OUT/build.log" 2>&1 || { echo "VM build failed, see $OUT/build.log"; exit 1; }
+fi
+
+cleanup() {
+    [ -n "${TSPID:-}" ] && kill "$TSPID" 2>/dev/null
+    [ -n "${VMPID:-}" ] && kill "$VMPID" 2>/dev/null
+    [ -z "$KEEP" ] && "$SIWVM/net.sh" down "$NS"
+}
+trap cleanup EXIT
+"$SIWVM/net.sh" up "$NS"
+"$SIWVM/net.sh" veth "$VETH" "$NS"
+# One Ethernet address for every run of ours: iwperf fixes 02:57:43:00:00:<last octet>,
+# iwping takes the port's (the veth's). A different one per process would leave the VM's
+# ARP cache pointing at the previous process for a minute.
+ip -n "$NS" link set "$VETH" address 02:57:43:00:00:02
+# net_af_packet gets what the kernel hands the veth: no GSO super-frames, no partial checksums.
+for d in "$VETH" "$VETH-br"; do
+    ip netns exec "$NS" ethtool -K "$d" tx off tso off gso off gro off >/dev/null 2>&1
+done
+"$SIWVM/net.sh" tap "$VMTAP" "$NS"
+
+ROWS=()
+FAILS=0
+NA=0
+row() { # row TEST MODE DIR VERDICT REASON
+    ROWS+=("$(printf '%-16s %-8s %-12s %-5s %s' "$1" "$2" "$3" "$4" "$5")")
+    case $4 in pass) ;; n/a) NA=$((NA + 1)) ;; *) FAILS=$((FAILS + 1)) ;; esac
+}
+
+# ---- test plan: one line per test, in the order the VM runs them:
+#   NAME DIR PORT VMCMD OURARGS
+# DIR: client = ours is the client (VM runs the server), server = ours is the server.
+plan_for() { # plan_for MODE -> lines on stdout
+    local mode=$1 ours="" kv=""
+    case $mode in
+        mpa1) ours="--mpa-rev 1" ;;
+        # siw's mpa_crc_required does not make a siw responder set C (siw_cm.c only keeps
+        # the C the initiator sent), so our client asks for CRC itself.
+        mpa2crc) ours="--crc" ;;
+    esac
+    local p2pc="" ; [ "$mode" = p2p ] && p2pc="--p2p"
+    local pcrc="--crc off" ; [ "$mode" = mpa2crc ] && pcrc="--crc on"
+    for t in $TESTS; do
+        case $t in
+        rping)
+            echo "rping client 7174 |rping -s -v -V -a $VM_IP -p 7174|-c -a $VM_IP -p 7174 -C 5 -S 64 -v -V $ours $p2pc"
+            echo "rping server 7175 |rping -c -v -V -C 5 -S 64 -a $OUR_IP -p 7175|-s -p 7175 -C 5 -v -V $ours"
+            echo "rping-16k client 7180 |rping -s -S 16000 -a $VM_IP -p 7180|-c -a $VM_IP -p 7180 -C 3 -S 16000 -V $ours $p2pc"
+            echo "rping-16k server 7181 |rping -c -V -C 3 -S 16000 -a $OUR_IP -p 7181|-s -p 7181 -C 3 -V $ours"
+            if [ "$mode" = p2p ]; then
+                echo "rping-rtr-read client 7182 |rping -s -v -V -a $VM_IP -p 7182|-c -a $VM_IP -p 7182 -C 3 -V --p2p --rtr read"
+                echo "rping-rtr-write server 7183 |rping -c -V -C 3 -a $OUR_IP -p 7183|-s -p 7183 -C 3 -V --rtr write"
+                echo "rping-rtr-read server 7184 |rping -c -V -C 3 -a $OUR_IP -p 7184|-s -p 7184 -C 3 -V --rtr read"
+            fi
+            ;;
+        perftest|perftest-short)
+            # perftest -R in the VM against iwperf --perftest (server role only)
+            echo "ib_write_bw server 18518 |ib_write_bw -R -p 18518 -n 50 -s 65536 $OUR_IP|@iwperf write_bw --perftest -p 18518 $pcrc"
+            [ "$t" = perftest-short ] && continue
+            # MPA Rev 1 has no IRD/ORD exchange: the Read depth is agreed out of band, so
+            # perftest is told our IRD (16) instead of pipelining up to its default.
+            local outs=""; [ "$mode" = mpa1 ] && outs="-o 16"
+            echo "ib_read_bw server 18519 |ib_read_bw -R -p 18519 -n 50 -s 65536 $outs $OUR_IP|@iwperf read_bw --perftest -p 18519 $pcrc"
+            echo "ib_read_lat server 18517 |ib_read_lat -R -p 18517 -n 200 $OUR_IP|@iwperf read_lat --perftest -p 18517 $pcrc"
+            echo "ib_send_lat server 18515 |ib_send_lat -R -p 18515 -n 200 $OUR_IP|@iwperf send_lat --perftest -p 18515 $pcrc"
+            # perftest's write_lat server Writes first: a client-server responder may not
+            # (MPA-7.1.2-16), so only the peer-to-peer model can run it (docs/interop.md).
+            [ "$mode" = p2p ] && echo "ib_write_lat server 18516 |ib_write_lat -R -p 18516 -n 200 $OUR_IP|@iwperf write_lat --perftest -p 18516 -n 200 $pcrc"
+            ;;
+        terminate)
+            echo "terminate client 7176 |rping -s -v -V -a $VM_IP -p 7176|-c -a $VM_IP -p 7176 -C 1 --fault bad-rkey $ours $p2pc"
+            echo "terminate server 7177 |rping -c -v -V -C 1 -a $OUR_IP -p 7177|-s -p 7177 --fault bad-rkey $ours"
+            ;;
+        markers)
+            [ "$mode" = mpa2 ] || continue
+            # siw never sees a request it accepts: its rping -s gives up after 12 s
+            echo "markers client 7178 |rping -s -a $VM_IP -p 7178|-c -a $VM_IP -p 7178 -C 1 --markers|t=12"
+            # siw's rping -c reports the failed startup as REJECTED: no retry
+            echo "markers server 7179 |rping -c -C 1 -a $OUR_IP -p 7179|-s -p 7179 --markers|noretry"
+            ;;
+        esac
+    done
+}
+
+kargs_of() {
+    case $1 in
+        mpa2) echo "" ;;
+        mpa2crc) echo "siw.mpa_crc_required=1" ;;
+        mpa1) echo "siw.mpa_version=1" ;;
+        p2p) echo "siw.peer_to_peer=1" ;;
+    esac
+}
+
+# The guest script: servers wait at most 40 s for their client (a test that hangs must not
+# hang the VM); clients retry while our server is not listening yet (RST: "REJECTED, error
+# -111" / "connect error"), at most 10 times.
+guest_script() { # guest_script PLANFILE
+    echo 'sleep 1'
+    while IFS='|' read -r head vmcmd ourargs opts; do
+        set -- $head
+        local name=$1 dir=$2 t=40 tries=10
+        [[ $opts == t=* ]] && t=${opts#t=}
+        [[ $opts == noretry ]] && tries=1
+        echo "echo '=== BEGIN $name $dir'"
+        if [ "$dir" = client ]; then
+            echo "timeout $t $vmcmd </dev/null 2>&1; echo \"=== RESULT $name $dir rc=\$?\""
+        else
+            cat <<EOF
+i=0; while :; do sleep 2; timeout $t $vmcmd </dev/null >/tmp/o.txt 2>&1; rc=\$?; cat /tmp/o.txt; i=\$((i+1))
+  grep -q -E 'error -?111|connect error|unreachable|ADDR_ERROR|Unable to perform rdma_client|Failed to connect' /tmp/o.txt || break; [ \$i -ge $tries ] && break; done
+echo "=== RESULT $name $dir rc=\$rc"
+EOF
+        fi
+    done <"$1"
+    echo "echo '=== ALL DONE'"
+}
+
+# ---- judging one test
+count() { grep -c -- "$2" "$1" 2>/dev/null || true; }
+
+judge() { # judge NAME DIR MODE OURLOG OURRC GUESTSECTION PCAP VMCMD OURARGS -> verdict|reason
+    local name=$1 dir=$2 mode=$3 log=$4 rc=$5 gs=$6 pcap=$7 vmcmd=$8 ourargs=$9 why=""
+    local frames malformed badcrc goodcrc term_us term_vm dump
+    frames=$($TS -r "$pcap" 2>/dev/null | wc -l)
+    malformed=$($TS -r "$pcap" -Y _ws.malformed 2>/dev/null | wc -l)
+    badcrc=$($TS -r "$pcap" -Y iwarp_mpa.crc -V 2>/dev/null | grep -c 'Bad CRC')
+    goodcrc=$($TS -r "$pcap" -Y iwarp_mpa.crc_check -T fields -e iwarp_mpa.crc_check 2>/dev/null | tr ',' '\n' | grep -c .)
+    term_us=$($TS -r "$pcap" -Y "iwarp_rdma.opcode==7 && ip.src==$OUR_IP" 2>/dev/null | wc -l)
+    term_vm=$($TS -r "$pcap" -Y "iwarp_rdma.opcode==7 && ip.src==$VM_IP" 2>/dev/null | wc -l)
+    "$IWDUMP" "$pcap" >"$pcap.iwdump" 2>&1
+    dump=$?
+    local cap="frames $frames"
+    [ "$frames" -gt 0 ] || why="$why; nothing captured"
+    [ "$malformed" = 0 ] || why="$why; tshark: $malformed malformed"
+    [ "$dump" = 0 ] || why="$why; iwdump: $(grep -m1 -i -E 'violation|error' "$pcap.iwdump")"
+    [ "$badcrc" = 0 ] || why="$why; $badcrc bad CRCs"
+    if [ "$mode" = mpa2crc ] && [ "${name%%-*}" != markers ]; then
+        [ "$goodcrc" -gt 0 ] || why="$why; CRC negotiated but no CRC checked good"
+        cap="$cap, $goodcrc CRCs good"
+    fi
+    local res
+    res=$(sed -n 's/.*=== RESULT .* rc=\([0-9]*\).*/\1/p' "$gs")
+    [ -n "$res" ] || why="$why; siw side never finished"
+    # siw at MPA Rev 1 keeps ORD 0, so rping -s cannot even post its RDMA Read: nothing of
+    # ours to test in that direction. Not a pass: shown as n/a, provided we ended cleanly.
+    if [ "$mode" = mpa1 ] && [ "$dir" = client ] && grep -q 'post send error -1' "$gs"; then
+        if [ "$rc" = 1 ] && grep -q 'server disconnected' "$log" && [ "$malformed" = 0 ] && [ "$dump" = 0 ]; then
+            echo "n/a|siw limitation: rping -s cannot post its RDMA Read at MPA Rev 1 (siw ORD 0, 'post send error -1'); we saw the close cleanly; $cap"
+        else
+            echo "fail|siw could not Read at Rev 1 and we did not end cleanly (exit $rc)$why"
+        fi
+        return
+    fi
+    case ${name%%-*} in
+    ib_write_bw|ib_read_bw|ib_read_lat|ib_send_bw|ib_send_lat|ib_write_lat)
+        [ "$rc" = 0 ] && grep -q 'client done' "$log" || why="$why; iwperf exit $rc: $(grep -m1 'iwperf: .*error.*' "$log" | cut -c1-100)"
+        [ "$res" = 0 ] || why="$why; $name exit $res"
+        local line; line=$(grep -m1 -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' "$gs" | tr -s ' \t' ' ')
+        [ -n "$line" ] || why="$why; $name printed no result line"
+        [ "$term_us$term_vm" = 00 ] || why="$why; unexpected Terminate"
+        [ -z "$why" ] && why="perftest -R ran: '${line# }' (2 rdma_cm connections); $cap"
+        ;;
+    rping)
+        local n; n=$(grep -o -- '-C [0-9]*' <<<"$ourargs" | cut -d' ' -f2)
+        local verbose=; [[ " $vmcmd " == *" -v "* ]] && verbose=1
+        [ "$rc" = 0 ] || why="$why; iwping exit $rc: $(grep -m1 'iwping: [a-z]*: ' "$log" | cut -c1-120)"
+        if [ "$dir" = client ]; then
+            # we validated the echo of every ping (-V); rping -s shows what it Read (-v)
+            local got; got=$(count "$gs" 'server ping data')
+            [ -z "$verbose" ] || [ "$got" = "$n" ] || why="$why; rping -s showed $got pings, not $n"
+        else
+            # we validated what we Read against rping's pattern (-V); rping -c validates the echo
+            grep -q -E 'data mismatch|failed|error' "$gs" && why="$why; rping -c: $(grep -m1 -E 'data mismatch|failed|error' "$gs")"
+            local got; got=$(count "$gs" '^ping data')
+            [ -z "$verbose" ] || [ "$got" = "$n" ] || why="$why; rping -c showed $got pings, not $n"
+            [ "$res" = 0 ] || why="$why; rping -c exit $res"
+        fi
+        [ "$term_us$term_vm" = 00 ] || why="$why; unexpected Terminate"
+        local rtr; rtr=$(grep -m1 -o 'RTR sent .*' "$log")
+        [[ $mode == p2p ]] && cap="$cap; $rtr"
+        [ -z "$why" ] && why="$n pings validated both ends; $cap"
+        ;;
+    terminate)
+        if [ "$dir" = client ]; then
+            # siw's Read Request names our bogus STag: we answer with a Terminate.
+            [ "$rc" = 3 ] && grep -q 'sent Terminate' "$log" || why="$why; iwping exit $rc, no 'sent Terminate' report"
+            [ "$term_us" -ge 1 ] || why="$why; no Terminate from us on the wire"
+            grep -q -E 'cq completion failed|error|DISCONNECT' "$gs" || why="$why; rping -s reported nothing"
+            local tr; tr=$(grep -m1 -o 'sent Terminate: .*' "$log" | cut -c1-100)
+            [ -z "$why" ] && why="we sent Terminate (${tr#sent Terminate: }), rping -s: $(grep -m1 -o -E 'cq completion failed status [0-9]+|DISCONNECT' "$gs"); $cap"
+        else
+            [ "$rc" = 3 ] && grep -q 'peer sent Terminate' "$log" || why="$why; iwping exit $rc, no 'peer sent Terminate' report"
+            [ "$term_vm" -ge 1 ] || why="$why; no Terminate from siw on the wire"
+            grep -q -E 'cq completion failed|error|DISCONNECT' "$gs" || why="$why; rping -c reported nothing"
+            local tr; tr=$(grep -m1 -o 'peer sent Terminate: .*' "$log" | cut -c1-80)
+            [ -z "$why" ] && why="siw sent Terminate (${tr#peer sent Terminate: }), rping -c: $(grep -m1 -o -E 'cq completion failed status [0-9]+|DISCONNECT' "$gs"); $cap"
+        fi
+        ;;
+    markers)
+        local data
+        data=$($TS -r "$pcap" -Y iwarp_rdma 2>/dev/null | wc -l)
+        [ "$data" = 0 ] || why="$why; $data RDMAP frames after a markers request"
+        if [ "$dir" = client ]; then
+            [ "$rc" = 4 ] && grep -q 'rejected' "$log" || why="$why; iwping exit $rc, no rejection reported"
+            local rej; rej=$($TS -r "$pcap" -Y "iwarp_mpa.rep && iwarp_mpa.rej_flag==1 && ip.src==$VM_IP" 2>/dev/null | wc -l)
+            [ "$rej" -ge 1 ] || why="$why; siw sent no MPA Reply with R=1"
+            [ -z "$why" ] && why="siw rejected M=1 (Reply R=1), iwping reported it (exit 4); $cap"
+        else
+            [ "$rc" != 0 ] && [ "$rc" != 124 ] || why="$why; iwping exit $rc"
+            [ "$res" != 0 ] || why="$why; rping -c exit 0"
+            [ -z "$why" ] && why="we required markers, siw could not: $(grep -m1 -o -E 'MPA startup failed or rejected: .*' "$log" | cut -d: -f2- | cut -c1-60); rping -c: $(grep -m1 -o -E 'cma event [A-Z_]+|connect error|cq completion failed' "$gs"); $cap"
+        fi
+        ;;
+    esac
+    if [[ $why == \;* ]]; then echo "fail|${why#; }"; else echo "pass|$why"; fi
+}
+
+run_mode() { # run_mode MODE
+    local mode=$1
+    local dir="$OUT/$mode"
+    mkdir -p "$dir"
+    plan_for "$mode" >"$dir/plan.txt"
+    [ -s "$dir/plan.txt" ] || return 0
+    guest_script "$dir/plan.txt" >"$dir/guest.sh"
+    local kargs; kargs=$(kargs_of "$mode")
+    echo "== mode $mode (siw: ${kargs:-defaults}): $(wc -l <"$dir/plan.txt") tests, one VM"
+    ip netns exec "$NS" tshark -i "$VMTAP" -w "$dir/all.pcap" -q >"$dir/tshark.log" 2>&1 &
+    TSPID=$!
+    sleep 1
+    nice "$SIWVM/run.sh" -n "$NS" -t "$VMTAP" -i "$VM_IP/24" -T 900 -l "$dir/vm.log" \
+        ${kargs:+-k "$kargs"} -f "$dir/guest.sh" >"$dir/run.log" 2>&1 &
+    VMPID=$!
+    local i=0
+    while IFS='|' read -r head vmcmd ourargs opts; do
+        set -- $head
+        local name=$1 tdir=$2 log="$dir/$1-$2.log" rc
+        i=$((i + 1))
+        local retry=""; [ "$tdir" = client ] && retry="--retry 60"
+        if [[ $ourargs == @iwperf* ]]; then
+            timeout 120 ip netns exec "$NS" "$IWPERF" ${ourargs#@iwperf } --vdev "net_af_packet0,iface=$VETH" \
+                --ip "$OUR_IP" --timeout 60 >"$log" 2>&1 </dev/null
+        else
+            # The first client test waits for the VM to boot (~12 s under TCG).
+            timeout 120 ip netns exec "$NS" "$IWPING" --vdev "net_af_packet0,iface=$VETH" \
+                --ip "$OUR_IP/24" --timeout 45 $retry $ourargs >"$log" 2>&1 </dev/null
+        fi
+        rc=$?
+        echo "$rc" >"$log.rc"
+        printf '   %-16s ours=%-7s exit %s\n' "$name" "$tdir" "$rc"
+    done < <(cat "$dir/plan.txt")
+    # Let the VM finish its sequence and power off.
+    local w=0
+    while kill -0 "$VMPID" 2>/dev/null && [ $w -lt 120 ]; do
+        grep -q '=== ALL DONE' "$dir/vm.log" 2>/dev/null && sleep 3 && break
+        sleep 1; w=$((w + 1))
+    done
+    kill "$VMPID" 2>/dev/null; wait "$VMPID" 2>/dev/null; VMPID=
+    sleep 1; kill "$TSPID" 2>/dev/null; wait "$TSPID" 2>/dev/null; TSPID=
+    while IFS='|' read -r head vmcmd ourargs opts; do
+        set -- $head
+        local name=$1 tdir=$2 port=$3 log="$dir/$1-$2.log"
+        local gs="$dir/$name-$tdir.guest"
+        awk -v b="=== BEGIN $name $tdir" 'index($0,b)==1{on=1} on{print} on && /=== RESULT/{exit}' "$dir/vm.log" >"$gs"
+        $TS -r "$dir/all.pcap" -Y "tcp.port==$port" -w "$dir/$name-$tdir.pcap" 2>/dev/null
+        local v; v=$(judge "$name" "$tdir" "$mode" "$log" "$(cat "$log.rc")" "$gs" "$dir/$name-$tdir.pcap" "$vmcmd" "$ourargs")
+        row "$name" "$mode" "ours=$tdir" "${v%%|*}" "${v#*|}"
+    done < <(cat "$dir/plan.txt")
+    if [[ " $TESTS " == *" perftest "* ]] && [ "$mode" != p2p ]; then
+        row ib_write_lat "$mode" ours=server n/a "not run: perftest's server Writes first, which MPA-7.1.2-16 forbids a client-server responder (siw does it anyway); runs in p2p"
+    fi
+}
+
+for m in $MODES; do
+    run_mode "$m"
+done
+
+echo
+echo "== interop with Linux siw ($(uname -m), VM kernel 6.1 siw, rdma-core 44): results in $OUT"
+printf '%-16s %-8s %-12s %-5s %s\n' test mode direction result reason
+printf '%s\n' "${ROWS[@]}"
+echo "== ${#ROWS[@]} rows: $((${#ROWS[@]} - FAILS - NA)) passed, $FAILS failed, $NA n/a (siw cannot run that case); $SECONDS s"
+[ "$FAILS" = 0 ]
