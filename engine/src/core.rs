@@ -365,6 +365,9 @@ pub struct EngineCore<D: PollDevice> {
     stack: Stack<D>,
     mrs: Arc<MrTable>,
     qps: Vec<Option<Qp>>,
+    /// Indices of the occupied slots of `qps`, ascending: the pollers walk only these, so
+    /// a loop costs the same whatever the table's size.
+    live: Vec<usize>,
     generations: Vec<u32>,
     listeners: Vec<Listener>,
     requests: Vec<Option<PendingReq>>,
@@ -1486,6 +1489,7 @@ impl<D: PollDevice> EngineCore<D> {
         Ok(EngineCore {
             core,
             qps: (0..cfg.max_qps).map(|_| None).collect(),
+            live: Vec::with_capacity(cfg.max_qps),
             generations: vec![0; cfg.max_qps],
             listeners: Vec::with_capacity(8),
             requests: (0..cfg.max_pending_requests).map(|_| None).collect(),
@@ -1604,6 +1608,9 @@ impl<D: PollDevice> EngineCore<D> {
             rfc7306: true,
             tx_fault: None,
         });
+        if let Err(at) = self.live.binary_search(&index) {
+            self.live.insert(at, index);
+        }
         Ok((id, shared))
     }
 
@@ -1618,6 +1625,7 @@ impl<D: PollDevice> EngineCore<D> {
         q.flush();
         let conn = q.conn.take();
         self.qps[usize::from(id.index)] = None;
+        self.live.retain(|&i| i != usize::from(id.index));
         if let Some(c) = conn {
             if !c.fin_sent {
                 let _ = self.stack.abort(c.tcp);
@@ -1885,13 +1893,18 @@ impl<D: PollDevice> EngineCore<D> {
         self.stats.loops += 1;
         let mut work = self.stack.poll(now);
         work |= self.poll_tcp_events();
-        work |= self.poll_requests();
-        work |= self.poll_rx();
-        work |= self.poll_timers();
-        work |= self.poll_tx();
-        work |= self.stack.poll(now);
-        work |= self.poll_tcp_events();
-        work
+        let mut engine = self.poll_requests();
+        engine |= self.poll_rx();
+        engine |= self.poll_timers();
+        engine |= self.poll_tx();
+        // Whatever the pollers queued (FPDUs, startup frames, FINs, window updates after a
+        // read) goes out in the same loop; when none did anything, nothing was queued and
+        // the second pass of the stack would only repeat the first.
+        if engine {
+            self.stack.poll(now);
+            self.poll_tcp_events();
+        }
+        work | engine
     }
 
     /// When the core next needs a poll without new input (for simulated clocks).
@@ -2122,9 +2135,13 @@ impl<D: PollDevice> EngineCore<D> {
             cfg,
             events,
             stats,
+            live,
             ..
         } = self;
-        for q in qps.iter_mut().flatten() {
+        for &i in live.iter() {
+            let Some(q) = qps[i].as_mut() else {
+                continue;
+            };
             let Some(tcp) = q.conn.as_ref().map(|c| c.tcp) else {
                 continue;
             };
@@ -2134,13 +2151,19 @@ impl<D: PollDevice> EngineCore<D> {
                 events,
                 stats,
             };
-            let n = stack
-                .recv_with(tcp, |data| {
-                    let data = &data[..data.len().min(budget)];
-                    q.consume(data, &mut ctx)
-                })
-                .unwrap_or(0);
-            work |= n > 0;
+            // No new octets: consuming nothing would change nothing (the deframer keeps
+            // partial FPDUs itself; startup timeouts and closes have their own steps below
+            // and in `poll_timers`).
+            let queued = stack.recv_queue(tcp).unwrap_or(0);
+            if queued > 0 {
+                let n = stack
+                    .recv_with(tcp, |data| {
+                        let data = &data[..data.len().min(budget)];
+                        q.consume(data, &mut ctx)
+                    })
+                    .unwrap_or(0);
+                work |= n > 0;
+            }
             // The peer closed during the startup and every octet before its FIN is read.
             let closed_early = q.state == QpState::Connecting
                 && q.conn.as_ref().is_some_and(|c| c.peer_closed)
@@ -2188,10 +2211,14 @@ impl<D: PollDevice> EngineCore<D> {
             cfg,
             events,
             stats,
+            live,
             ..
         } = self;
         let mut work = false;
-        for q in qps.iter_mut().flatten() {
+        for &i in live.iter() {
+            let Some(q) = qps[i].as_mut() else {
+                continue;
+            };
             let fired = match q.conn.as_mut().map(|c| &mut c.mpa) {
                 Some(Mpa::Initiator(i)) if i.poll_timeout().is_some_and(|t| t <= now_std) => {
                     i.handle_timeout(now_std);
@@ -2215,8 +2242,9 @@ impl<D: PollDevice> EngineCore<D> {
 
     fn poll_tx(&mut self) -> bool {
         let mut work = false;
-        for i in 0..self.qps.len() {
-            work |= self.tx_qp(i);
+        // `tx_qp` never creates nor destroys a QP, so `live` stays as it is.
+        for k in 0..self.live.len() {
+            work |= self.tx_qp(self.live[k]);
         }
         work
     }
