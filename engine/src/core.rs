@@ -549,6 +549,60 @@ fn send_fpdu<D: PollDevice>(
     true
 }
 
+/// Frames the ULPDU `hdr` + `plen` payload octets, which `fill` copies out of registered
+/// memory, into the connection's TCP send buffer. When no marker falls inside the FPDU and
+/// the buffer's free space is contiguous, `fill` writes the payload straight into the send
+/// buffer at its place in the FPDU and the framer writes the fields and the CRC around it
+/// ([`Framer::emit_in_place`]): one copy of the payload. Otherwise the payload is gathered
+/// into `gbuf` first and framed by [`send_fpdu`]. `Ok(false)`: no room, nothing changed;
+/// `Err(())`: `fill` failed (the local region went away), nothing sent.
+#[allow(clippy::too_many_arguments)]
+fn send_fpdu_from<D: PollDevice>(
+    stack: &mut Stack<D>,
+    tcp: ConnId,
+    framer: &mut Framer,
+    hdr: &[u8],
+    plen: usize,
+    fill: &mut dyn FnMut(&mut [u8]) -> bool,
+    gbuf: &mut [u8],
+    scratch: &mut [u8],
+) -> Result<bool, ()> {
+    let ulen = hdr.len() + plen;
+    let need = framer.fpdu_wire_len(ulen);
+    if need == fpdu::fpdu_len(ulen) {
+        let at = fpdu::ULPDU_LENGTH_LEN + hdr.len();
+        let mut failed = false;
+        let direct = stack.send_with(tcp, |buf| {
+            if buf.len() < need {
+                return 0;
+            }
+            if !fill(&mut buf[at..at + plen]) {
+                failed = true;
+                return 0;
+            }
+            match framer.emit_in_place(hdr, plen, buf) {
+                Ok(Some(n)) => n,
+                _ => 0,
+            }
+        });
+        if failed {
+            return Err(());
+        }
+        match direct {
+            Ok(n) if n == need => return Ok(true),
+            Ok(0) => {}
+            _ => return Ok(false),
+        }
+    }
+    let Some(g) = gbuf.get_mut(..plen) else {
+        return Err(());
+    };
+    if !fill(g) {
+        return Err(());
+    }
+    Ok(send_fpdu(stack, tcp, framer, hdr, g, scratch))
+}
+
 impl Qp {
     fn complete_send(&self, e: &SqEntry, status: WcStatus) {
         let opcode = match e.wr.op {
@@ -2401,38 +2455,42 @@ impl<D: PollDevice> EngineCore<D> {
                 continue;
             };
             let plen = s.payload_len as usize;
-            let ok = match &msg.src {
-                TxSrc::Sq(seq) => {
-                    let idx = (*seq - q.sq_head_seq) as usize;
-                    match q.sq.get(idx) {
-                        Some(e) => gather(
-                            mrs,
-                            q.pd,
-                            e.wr.sges.as_slice(),
-                            u64::from(s.payload_offset),
-                            &mut gbuf[..plen],
-                        ),
+            let off = u64::from(s.payload_offset);
+            let (sq, sq_head, pd, stream) = (&q.sq, q.sq_head_seq, q.pd, q.id.stream());
+            let src = &msg.src;
+            // Copies this segment's payload out of registered memory into `dst`; false if
+            // the local region went away.
+            let mut fill = |dst: &mut [u8]| -> bool {
+                match src {
+                    TxSrc::Sq(seq) => match sq.get((*seq - sq_head) as usize) {
+                        Some(e) => gather(mrs, pd, e.wr.sges.as_slice(), off, dst),
                         None => false,
+                    },
+                    TxSrc::AtomicResp => true,
+                    TxSrc::ReadResp(plan) => {
+                        dst.is_empty()
+                            || mrs
+                                .lookup_remote(Stag(plan.src_stag), pd, stream, Access::REMOTE_READ)
+                                .ok()
+                                .and_then(|g| {
+                                    let to = plan.src_to.checked_add(off)?;
+                                    g.copy_out_at(to, dst).ok()
+                                })
+                                .is_some()
                     }
                 }
-                TxSrc::AtomicResp => true,
-                TxSrc::ReadResp(plan) => {
-                    plen == 0
-                        || mrs
-                            .lookup_remote(
-                                Stag(plan.src_stag),
-                                q.pd,
-                                q.id.stream(),
-                                Access::REMOTE_READ,
-                            )
-                            .ok()
-                            .and_then(|g| {
-                                let to = plan.src_to.checked_add(u64::from(s.payload_offset))?;
-                                g.copy_out_at(to, &mut gbuf[..plen]).ok()
-                            })
-                            .is_some()
-                }
             };
+            let sent = send_fpdu_from(
+                stack,
+                tcp,
+                framer,
+                &hdr[..s.header_len],
+                plen,
+                &mut fill,
+                gbuf,
+                fbuf,
+            );
+            let ok = sent.is_ok();
             if !ok {
                 // The local region went away under a posted request or a Read being
                 // answered: a local catastrophic error for the stream.
@@ -2454,16 +2512,8 @@ impl<D: PollDevice> EngineCore<D> {
                 );
                 return true;
             }
-            let sent = send_fpdu(
-                stack,
-                tcp,
-                framer,
-                &hdr[..s.header_len],
-                &gbuf[..plen],
-                fbuf,
-            );
             // Space was checked before the segment was cut, so this always succeeds.
-            debug_assert!(sent);
+            debug_assert!(matches!(sent, Ok(true)));
             fpdus += 1;
             stats.fpdus_tx += 1;
             work = true;
