@@ -676,7 +676,7 @@ pub fn connect(
                 Err(e) => {
                     return Err(format!(
                         "no iwperf server answered at {server}:{port} within {} s{} (is the \
-                         server running on the same link, with the same -p?)",
+                         server running on the same link, with the same -p and --no-csum?)",
                         timeout.as_secs(),
                         e.map(|e| format!(" ({e})")).unwrap_or_default()
                     ))
