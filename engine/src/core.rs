@@ -16,7 +16,10 @@
 //! 6. **send**: per connection at most `tx_budget_fpdus` FPDUs: the Terminate if one is due,
 //!    the RTR, Read Responses (inbound Read queue first), then the send queue in order, with
 //!    ORD enforced; each FPDU is framed straight into the TCP send buffer.
-//! 7. **tx flush**: a second [`Stack::poll`] turns what was queued into frames, one flush.
+//! 7. **tx flush**: a second [`Stack::poll`] turns what was queued into frames, one flush;
+//!    skipped when no poller of this loop did anything.
+//!
+//! The pollers visit only the occupied QP slots, and receive only connections with new octets.
 //!
 //! Commands from application threads (the rings of [`crate::runtime`]) are applied between
 //! loops through the same methods tests call directly ([`EngineCore::post_send`], ...).
