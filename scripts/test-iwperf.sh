@@ -114,6 +114,9 @@ server_args=(--poll-mode busy)
 pair "write_lat --poll-mode busy" server write_lat --poll-mode busy -s 64 -n "$iters"
 server_args=(--poll-mode thread)
 pair "send_bw --poll-mode thread" client send_bw --poll-mode thread -s 4096 -n "$iters"
+# No IPv4/TCP checksums on memif when both sides say so (byte-exact under --verify).
+server_args=(--no-csum)
+pair "write_bw -b --no-csum" server write_bw -b --no-csum -s 65536 -n "$iters"
 server_args=()
 
 # Error paths: each must exit non-zero with a clear message.
@@ -134,6 +137,8 @@ expect_fail "atomics on 16 octets refused" "-s 8 only" "$IWPERF" atomic_lat -s 1
 rm -f "$sock"
 expect_fail "missing server" "no iwperf server answered" "$IWPERF" write_lat 198.18.0.2 --timeout 3 \
     --vdev "net_memif0,role=server,socket=$sock,socket-abstract=no"
+expect_fail "--no-csum refused off memif" "net_memif port between two processes only" \
+    "$IWPERF" write_lat --loopback --no-csum
 expect_fail "bad EAL arguments" "EAL initialisation failed" "$IWPERF" write_lat --vdev "net_nosuchdriver0"
 # A live memif server on the socket: a second server must refuse it, not steal it.
 rm -f "$sock"

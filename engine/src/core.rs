@@ -16,7 +16,10 @@
 //! 6. **send**: per connection at most `tx_budget_fpdus` FPDUs: the Terminate if one is due,
 //!    the RTR, Read Responses (inbound Read queue first), then the send queue in order, with
 //!    ORD enforced; each FPDU is framed straight into the TCP send buffer.
-//! 7. **tx flush**: a second [`Stack::poll`] turns what was queued into frames, one flush.
+//! 7. **tx flush**: a second [`Stack::poll`] turns what was queued into frames, one flush;
+//!    skipped when no poller of this loop did anything.
+//!
+//! The pollers visit only the occupied QP slots, and receive only connections with new octets.
 //!
 //! Commands from application threads (the rings of [`crate::runtime`]) are applied between
 //! loops through the same methods tests call directly ([`EngineCore::post_send`], ...).
@@ -365,6 +368,9 @@ pub struct EngineCore<D: PollDevice> {
     stack: Stack<D>,
     mrs: Arc<MrTable>,
     qps: Vec<Option<Qp>>,
+    /// Indices of the occupied slots of `qps`, ascending: the pollers walk only these, so
+    /// a loop costs the same whatever the table's size.
+    live: Vec<usize>,
     generations: Vec<u32>,
     listeners: Vec<Listener>,
     requests: Vec<Option<PendingReq>>,
@@ -544,6 +550,60 @@ fn send_fpdu<D: PollDevice>(
     // The space was checked above, so the FPDU always goes in whole.
     debug_assert_eq!(off, n);
     true
+}
+
+/// Frames the ULPDU `hdr` + `plen` payload octets, which `fill` copies out of registered
+/// memory, into the connection's TCP send buffer. When no marker falls inside the FPDU and
+/// the buffer's free space is contiguous, `fill` writes the payload straight into the send
+/// buffer at its place in the FPDU and the framer writes the fields and the CRC around it
+/// ([`Framer::emit_in_place`]): one copy of the payload. Otherwise the payload is gathered
+/// into `gbuf` first and framed by [`send_fpdu`]. `Ok(false)`: no room, nothing changed;
+/// `Err(())`: `fill` failed (the local region went away), nothing sent.
+#[allow(clippy::too_many_arguments)]
+fn send_fpdu_from<D: PollDevice>(
+    stack: &mut Stack<D>,
+    tcp: ConnId,
+    framer: &mut Framer,
+    hdr: &[u8],
+    plen: usize,
+    fill: &mut dyn FnMut(&mut [u8]) -> bool,
+    gbuf: &mut [u8],
+    scratch: &mut [u8],
+) -> Result<bool, ()> {
+    let ulen = hdr.len() + plen;
+    let need = framer.fpdu_wire_len(ulen);
+    if need == fpdu::fpdu_len(ulen) {
+        let at = fpdu::ULPDU_LENGTH_LEN + hdr.len();
+        let mut failed = false;
+        let direct = stack.send_with(tcp, |buf| {
+            if buf.len() < need {
+                return 0;
+            }
+            if !fill(&mut buf[at..at + plen]) {
+                failed = true;
+                return 0;
+            }
+            match framer.emit_in_place(hdr, plen, buf) {
+                Ok(Some(n)) => n,
+                _ => 0,
+            }
+        });
+        if failed {
+            return Err(());
+        }
+        match direct {
+            Ok(n) if n == need => return Ok(true),
+            Ok(0) => {}
+            _ => return Ok(false),
+        }
+    }
+    let Some(g) = gbuf.get_mut(..plen) else {
+        return Err(());
+    };
+    if !fill(g) {
+        return Err(());
+    }
+    Ok(send_fpdu(stack, tcp, framer, hdr, g, scratch))
 }
 
 impl Qp {
@@ -1486,6 +1546,7 @@ impl<D: PollDevice> EngineCore<D> {
         Ok(EngineCore {
             core,
             qps: (0..cfg.max_qps).map(|_| None).collect(),
+            live: Vec::with_capacity(cfg.max_qps),
             generations: vec![0; cfg.max_qps],
             listeners: Vec::with_capacity(8),
             requests: (0..cfg.max_pending_requests).map(|_| None).collect(),
@@ -1604,6 +1665,9 @@ impl<D: PollDevice> EngineCore<D> {
             rfc7306: true,
             tx_fault: None,
         });
+        if let Err(at) = self.live.binary_search(&index) {
+            self.live.insert(at, index);
+        }
         Ok((id, shared))
     }
 
@@ -1618,6 +1682,7 @@ impl<D: PollDevice> EngineCore<D> {
         q.flush();
         let conn = q.conn.take();
         self.qps[usize::from(id.index)] = None;
+        self.live.retain(|&i| i != usize::from(id.index));
         if let Some(c) = conn {
             if !c.fin_sent {
                 let _ = self.stack.abort(c.tcp);
@@ -1885,13 +1950,18 @@ impl<D: PollDevice> EngineCore<D> {
         self.stats.loops += 1;
         let mut work = self.stack.poll(now);
         work |= self.poll_tcp_events();
-        work |= self.poll_requests();
-        work |= self.poll_rx();
-        work |= self.poll_timers();
-        work |= self.poll_tx();
-        work |= self.stack.poll(now);
-        work |= self.poll_tcp_events();
-        work
+        let mut engine = self.poll_requests();
+        engine |= self.poll_rx();
+        engine |= self.poll_timers();
+        engine |= self.poll_tx();
+        // Whatever the pollers queued (FPDUs, startup frames, FINs, window updates after a
+        // read) goes out in the same loop; when none did anything, nothing was queued and
+        // the second pass of the stack would only repeat the first.
+        if engine {
+            self.stack.poll(now);
+            self.poll_tcp_events();
+        }
+        work | engine
     }
 
     /// When the core next needs a poll without new input (for simulated clocks).
@@ -2122,9 +2192,13 @@ impl<D: PollDevice> EngineCore<D> {
             cfg,
             events,
             stats,
+            live,
             ..
         } = self;
-        for q in qps.iter_mut().flatten() {
+        for &i in live.iter() {
+            let Some(q) = qps[i].as_mut() else {
+                continue;
+            };
             let Some(tcp) = q.conn.as_ref().map(|c| c.tcp) else {
                 continue;
             };
@@ -2134,13 +2208,19 @@ impl<D: PollDevice> EngineCore<D> {
                 events,
                 stats,
             };
-            let n = stack
-                .recv_with(tcp, |data| {
-                    let data = &data[..data.len().min(budget)];
-                    q.consume(data, &mut ctx)
-                })
-                .unwrap_or(0);
-            work |= n > 0;
+            // No new octets: consuming nothing would change nothing (the deframer keeps
+            // partial FPDUs itself; startup timeouts and closes have their own steps below
+            // and in `poll_timers`).
+            let queued = stack.recv_queue(tcp).unwrap_or(0);
+            if queued > 0 {
+                let n = stack
+                    .recv_with(tcp, |data| {
+                        let data = &data[..data.len().min(budget)];
+                        q.consume(data, &mut ctx)
+                    })
+                    .unwrap_or(0);
+                work |= n > 0;
+            }
             // The peer closed during the startup and every octet before its FIN is read.
             let closed_early = q.state == QpState::Connecting
                 && q.conn.as_ref().is_some_and(|c| c.peer_closed)
@@ -2188,10 +2268,14 @@ impl<D: PollDevice> EngineCore<D> {
             cfg,
             events,
             stats,
+            live,
             ..
         } = self;
         let mut work = false;
-        for q in qps.iter_mut().flatten() {
+        for &i in live.iter() {
+            let Some(q) = qps[i].as_mut() else {
+                continue;
+            };
             let fired = match q.conn.as_mut().map(|c| &mut c.mpa) {
                 Some(Mpa::Initiator(i)) if i.poll_timeout().is_some_and(|t| t <= now_std) => {
                     i.handle_timeout(now_std);
@@ -2215,8 +2299,9 @@ impl<D: PollDevice> EngineCore<D> {
 
     fn poll_tx(&mut self) -> bool {
         let mut work = false;
-        for i in 0..self.qps.len() {
-            work |= self.tx_qp(i);
+        // `tx_qp` never creates nor destroys a QP, so `live` stays as it is.
+        for k in 0..self.live.len() {
+            work |= self.tx_qp(self.live[k]);
         }
         work
     }
@@ -2373,38 +2458,42 @@ impl<D: PollDevice> EngineCore<D> {
                 continue;
             };
             let plen = s.payload_len as usize;
-            let ok = match &msg.src {
-                TxSrc::Sq(seq) => {
-                    let idx = (*seq - q.sq_head_seq) as usize;
-                    match q.sq.get(idx) {
-                        Some(e) => gather(
-                            mrs,
-                            q.pd,
-                            e.wr.sges.as_slice(),
-                            u64::from(s.payload_offset),
-                            &mut gbuf[..plen],
-                        ),
+            let off = u64::from(s.payload_offset);
+            let (sq, sq_head, pd, stream) = (&q.sq, q.sq_head_seq, q.pd, q.id.stream());
+            let src = &msg.src;
+            // Copies this segment's payload out of registered memory into `dst`; false if
+            // the local region went away.
+            let mut fill = |dst: &mut [u8]| -> bool {
+                match src {
+                    TxSrc::Sq(seq) => match sq.get((*seq - sq_head) as usize) {
+                        Some(e) => gather(mrs, pd, e.wr.sges.as_slice(), off, dst),
                         None => false,
+                    },
+                    TxSrc::AtomicResp => true,
+                    TxSrc::ReadResp(plan) => {
+                        dst.is_empty()
+                            || mrs
+                                .lookup_remote(Stag(plan.src_stag), pd, stream, Access::REMOTE_READ)
+                                .ok()
+                                .and_then(|g| {
+                                    let to = plan.src_to.checked_add(off)?;
+                                    g.copy_out_at(to, dst).ok()
+                                })
+                                .is_some()
                     }
                 }
-                TxSrc::AtomicResp => true,
-                TxSrc::ReadResp(plan) => {
-                    plen == 0
-                        || mrs
-                            .lookup_remote(
-                                Stag(plan.src_stag),
-                                q.pd,
-                                q.id.stream(),
-                                Access::REMOTE_READ,
-                            )
-                            .ok()
-                            .and_then(|g| {
-                                let to = plan.src_to.checked_add(u64::from(s.payload_offset))?;
-                                g.copy_out_at(to, &mut gbuf[..plen]).ok()
-                            })
-                            .is_some()
-                }
             };
+            let sent = send_fpdu_from(
+                stack,
+                tcp,
+                framer,
+                &hdr[..s.header_len],
+                plen,
+                &mut fill,
+                gbuf,
+                fbuf,
+            );
+            let ok = sent.is_ok();
             if !ok {
                 // The local region went away under a posted request or a Read being
                 // answered: a local catastrophic error for the stream.
@@ -2426,16 +2515,8 @@ impl<D: PollDevice> EngineCore<D> {
                 );
                 return true;
             }
-            let sent = send_fpdu(
-                stack,
-                tcp,
-                framer,
-                &hdr[..s.header_len],
-                &gbuf[..plen],
-                fbuf,
-            );
             // Space was checked before the segment was cut, so this always succeeds.
-            debug_assert!(sent);
+            debug_assert!(matches!(sent, Ok(true)));
             fpdus += 1;
             stats.fpdus_tx += 1;
             work = true;

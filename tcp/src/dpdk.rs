@@ -62,6 +62,8 @@ pub struct DpdkDevice {
     tx_scratch: Vec<u8>,
     rx_offload: bool,
     tx_offload: bool,
+    /// Neither compute nor verify IPv4/TCP checksums ([`DpdkDevice::skip_checksums`]).
+    no_checksums: bool,
     stats: DeviceStats,
     pcapng: Option<PcapngWriter>,
     tx_recorded: usize,
@@ -84,6 +86,7 @@ impl DpdkDevice {
             tx_scratch: vec![0; frame_max.max(2048)],
             rx_offload: off.rx_ipv4_checksum && off.rx_tcp_checksum,
             tx_offload: off.tx_ipv4_checksum && off.tx_tcp_checksum,
+            no_checksums: false,
             cfg,
             stats: DeviceStats::default(),
             pcapng: None,
@@ -116,6 +119,25 @@ impl DpdkDevice {
     /// Whether the port verifies receive checksums.
     pub fn rx_checksum_offloaded(&self) -> bool {
         self.rx_offload
+    }
+
+    /// From now on, neither computes IPv4/TCP checksums on transmit (the fields go out as
+    /// zero) nor verifies them on receive, in software or through the port.
+    ///
+    /// Only for a link that cannot corrupt a frame and whose both ends agree: two processes
+    /// of ours over net_memif shared memory, the way the kernel's loopback skips checksums.
+    /// A peer that still verifies drops every frame from this side (its connection
+    /// attempts time out); nothing on a real wire (NIC, tap, af_packet) may use it, which
+    /// the callers enforce (`warpcore_verbs::dpdk::DpdkPort::skip_checksums`).
+    pub fn skip_checksums(&mut self) {
+        self.no_checksums = true;
+        self.rx_offload = false;
+        self.tx_offload = false;
+    }
+
+    /// Whether checksums are skipped ([`DpdkDevice::skip_checksums`]).
+    pub fn checksums_skipped(&self) -> bool {
+        self.no_checksums
     }
 
     fn take_rx(&mut self) -> Option<Mbuf> {
@@ -372,6 +394,10 @@ impl Device for DpdkDevice {
         caps.max_transmission_unit = self.cfg.mtu + 14;
         caps.max_burst_size = Some(self.cfg.burst);
         let mut cs = ChecksumCapabilities::default();
+        if self.no_checksums {
+            cs.ipv4 = Checksum::None;
+            cs.tcp = Checksum::None;
+        }
         if self.tx_offload {
             // smoltcp leaves these to the port on transmit.
             cs.ipv4 = Checksum::Rx;

@@ -30,6 +30,7 @@ pub fn open_port(eal_args: &[String], port_name: &str) -> Result<DpdkPort, Error
 #[derive(Debug)]
 pub struct DpdkPort {
     devices: Vec<DpdkDevice>,
+    driver: String,
     pub(crate) mac: [u8; 6],
     pub(crate) mtu: usize,
 }
@@ -91,7 +92,12 @@ impl DpdkPort {
                 },
             ));
         }
-        Ok(DpdkPort { devices, mac, mtu })
+        Ok(DpdkPort {
+            devices,
+            driver: port.info().driver.clone(),
+            mac,
+            mtu,
+        })
     }
 
     /// Records every frame of the first queue into a pcapng file at `path` (DPDK's
@@ -101,6 +107,24 @@ impl DpdkPort {
             .map_err(|e| Error::Device(e.to_string()))?;
         if let Some(d) = self.devices.first_mut() {
             d.set_pcapng(w);
+        }
+        Ok(())
+    }
+
+    /// Stops computing and verifying IPv4/TCP checksums on every queue of this port
+    /// ([`DpdkDevice::skip_checksums`]). Refused on anything but net_memif: memif is shared
+    /// memory between two processes (no wire, nothing can corrupt a frame), like the
+    /// kernel's loopback, which skips checksums too. Both ends must do it, or the end that
+    /// still verifies drops every frame of the other.
+    pub fn skip_checksums(&mut self) -> Result<(), Error> {
+        if self.driver != "net_memif" {
+            return Err(Error::Config(format!(
+                "checksums may only be skipped on net_memif, not on a {} port",
+                self.driver
+            )));
+        }
+        for d in &mut self.devices {
+            d.skip_checksums();
         }
         Ok(())
     }

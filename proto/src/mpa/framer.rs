@@ -260,6 +260,52 @@ impl Framer {
     }
 }
 
+impl Framer {
+    /// Frames the ULPDU `hdr` followed by `payload_len` octets that the caller has already
+    /// written in place, at `out[2 + hdr.len()..][..payload_len]` (right behind the
+    /// ULPDU_Length field and the header): writes ULPDU_Length, the header, the pad and the
+    /// CRC around the payload and returns the FPDU's length, exactly as [`Framer::emit`]
+    /// would have framed the same octets (MPA-4.1-1, MPA-4.1-2, MPA-4.4-15).
+    ///
+    /// This lets a sender copy the payload once, from wherever it lives straight into the
+    /// transmit buffer, instead of gathering it into a slice first. It applies only when
+    /// no marker falls inside the FPDU (always so with markers off); otherwise, and on any
+    /// error, it returns `Ok(None)` or the error having changed nothing, and the caller
+    /// uses [`Framer::emit`] (the payload positions then depend on the markers).
+    pub fn emit_in_place(
+        &mut self,
+        hdr: &[u8],
+        payload_len: usize,
+        out: &mut [u8],
+    ) -> Result<Option<usize>, FramerError> {
+        let len = hdr.len().saturating_add(payload_len);
+        if len > self.mulpdu {
+            return Err(FramerError::UlpduTooLong {
+                len,
+                max: self.mulpdu,
+            });
+        }
+        let needed = self.fpdu_wire_len(len);
+        if needed != fpdu::fpdu_len(len) {
+            return Ok(None);
+        }
+        let Some(out) = out.get_mut(..needed) else {
+            return Err(FramerError::OutputTooSmall { needed });
+        };
+        let (covered, crc_field) = out.split_at_mut(needed - fpdu::CRC_LEN);
+        // `len <= 64768` so it fits the 16-bit field (MPA-3-5).
+        covered[..2].copy_from_slice(&(len as u16).to_be_bytes());
+        covered[2..2 + hdr.len()].copy_from_slice(hdr);
+        covered[2 + len..].fill(0); // pad (MPA-4.1-2)
+        let crc = if self.crc { fpdu::crc32c(covered) } else { 0 };
+        crc_field.copy_from_slice(&crc_to_wire(crc));
+        self.stream_offset = self.stream_offset.wrapping_add(needed as u64);
+        self.fpdus += 1;
+        self.ulpdu_octets += len as u64;
+        Ok(Some(needed))
+    }
+}
+
 /// Once this many covered octets are pending, the CRC catches up over them while they are
 /// still in cache. Markers cut the copy into runs of at most 508 octets, and CRC32c is much
 /// faster over long spans (the `crc32c` crate interleaves three streams over 768 octets and
@@ -383,6 +429,47 @@ mod tests {
         assert_eq!(out[52], 0xEE, "nothing written past the FPDU");
         assert_eq!(f.stream_offset(), 52);
         assert_eq!(f.markers_sent(), 1);
+    }
+
+    /// `emit_in_place` writes exactly what `emit` writes, CRC on and off, markers off and
+    /// on (where no marker falls inside), and declines, changing nothing, when one would.
+    #[test]
+    fn emit_in_place_matches_emit() {
+        for (markers, crc) in [(false, true), (false, false), (true, true), (true, false)] {
+            let cfg = FramerConfig {
+                markers,
+                crc,
+                ..FramerConfig::default()
+            };
+            let (mut a, mut b) = (Framer::new(cfg), Framer::new(cfg));
+            let hdr: Vec<u8> = (0..14u8).collect();
+            let mut declined = 0;
+            for plen in [0usize, 1, 3, 64, 100, 250, 491, 700, 1440] {
+                let payload: Vec<u8> = (0..plen).map(|i| (i * 7 + plen) as u8).collect();
+                let mut want = vec![0xEEu8; 2000];
+                let mut got = vec![0xEEu8; 2000];
+                got[2 + hdr.len()..][..plen].copy_from_slice(&payload);
+                let before = b.stream_offset();
+                match b.emit_in_place(&hdr, plen, &mut got).unwrap() {
+                    Some(n) => {
+                        let m = a.emit(&[&hdr, &payload], &mut want).unwrap();
+                        assert_eq!(n, m);
+                        assert_eq!(got, want, "markers {markers} crc {crc} len {plen}");
+                    }
+                    None => {
+                        assert!(markers);
+                        assert_eq!(b.stream_offset(), before);
+                        declined += 1;
+                        // Both framers send this one the ordinary way.
+                        a.emit(&[&hdr, &payload], &mut want).unwrap();
+                        b.emit(&[&hdr, &payload], &mut got).unwrap();
+                    }
+                }
+                assert_eq!(a.stream_offset(), b.stream_offset());
+                assert_eq!(a.fpdus(), b.fpdus());
+            }
+            assert_eq!(declined > 0, markers, "markers {markers}");
+        }
     }
 
     #[test]

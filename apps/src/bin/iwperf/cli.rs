@@ -261,6 +261,12 @@ pub struct Cli {
     /// server, client role for the client).
     #[arg(long)]
     pub memif: Option<PathBuf>,
+    /// Skip IPv4/TCP checksums (send zero, verify nothing), as the kernel's loopback does.
+    /// net_memif only (shared memory between two processes, no wire; refused on any other
+    /// port), and BOTH sides must give it: a side that still verifies drops every frame of
+    /// this one, so the client's connect times out.
+    #[arg(long = "no-csum")]
+    pub no_csum: bool,
     /// A NIC by PCI address (EAL -a ADDR; the port is named by it).
     #[arg(long)]
     pub pci: Option<String>,

@@ -207,6 +207,9 @@ pub fn open(cli: &Cli) -> Result<Opened, String> {
         1 => cpus.clone(),
         _ => cpus[1..].to_vec(),
     };
+    if cli.no_csum && cli.loopback.is_some() {
+        return Err("--no-csum applies to a net_memif port between two processes only".into());
+    }
     match cli.loopback {
         Some(Loopback::Link) => open_link_pair(cli, &engine_cpus),
         #[cfg(feature = "dpdk")]
@@ -350,6 +353,10 @@ mod dpdk {
             .map_err(|e| format!("DPDK port: {e}"))?;
             DpdkPort::from_port(p, pool, queues).map_err(|e| format!("DPDK port set-up: {e}"))
         })?;
+        if cli.no_csum {
+            port.skip_checksums()
+                .map_err(|e| format!("--no-csum: {e}"))?;
+        }
         if let Some(c) = &cli.capture {
             let raw = raw_capture_path(c);
             with_eal(|eal| {

@@ -212,6 +212,11 @@ pub fn stop_driving() {
 #[derive(Debug, Default)]
 pub struct Spin(u32);
 
+fn spin_pause() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("IWPERF_SPIN_PAUSE").is_some_and(|v| v == "1"))
+}
+
 impl Spin {
     /// Work was found.
     pub fn reset(&mut self) {
@@ -233,7 +238,11 @@ impl Spin {
         };
         self.0 = self.0.saturating_add(1);
         if self.0 < limit {
-            std::hint::spin_loop();
+            // Caller-driven, the engine poll just made is the wait; a PAUSE on top only
+            // delays noticing the next message (IWPERF_SPIN_PAUSE=1 restores it, to compare).
+            if limit != 20_000 || spin_pause() {
+                std::hint::spin_loop();
+            }
         } else {
             std::thread::yield_now();
         }
@@ -676,7 +685,7 @@ pub fn connect(
                 Err(e) => {
                     return Err(format!(
                         "no iwperf server answered at {server}:{port} within {} s{} (is the \
-                         server running on the same link, with the same -p?)",
+                         server running on the same link, with the same -p and --no-csum?)",
                         timeout.as_secs(),
                         e.map(|e| format!(" ({e})")).unwrap_or_default()
                     ))
