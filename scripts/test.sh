@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole Warpcore test suite: installs what is missing, then runs the format check, clippy
 # with warnings as errors, every cargo test (unit, property, capture and tshark tests), a short
-# smoke run of every fuzz target, and the DPDK/TCP packet-path tests.
+# smoke run of every fuzz target, the DPDK/TCP packet-path tests, the engine, iwperf and
+# the short interop check against Linux siw in a QEMU VM (skipped where it cannot run).
 #
 #   scripts/test.sh            # everything
 #   FUZZ_SECONDS=0 scripts/test.sh   # skip the fuzz smoke runs (e.g. while iterating)
@@ -38,5 +39,8 @@ scripts/test-engine.sh
 
 step "iwperf: every test over net_memif between two processes, both directions, verified"
 scripts/test-iwperf.sh
+
+step "interop: rping both ways and ib_write_bw against Linux siw in a QEMU VM (short subset)"
+scripts/test-interop-short.sh
 
 step "all tests passed"
