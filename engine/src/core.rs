@@ -1039,6 +1039,16 @@ impl Qp {
                         .get(p.payload_offset..p.payload_offset + p.payload_len)
                         .unwrap_or(&[]);
                     let head = self.rq.front().ok_or(DdpError::UntaggedNoBuffer)?;
+                    let inv_stag = seg.repr.invalidate_stag();
+                    if let Some(inv) = inv_stag {
+                        // RDMAP-5.3-11/12, RDMAP-7.2-4/5, RDMAP-8.1.1-8: every segment
+                        // carries the Invalidate STag (RDMAP-4.1-3); it is checked before
+                        // the segment is placed, so a refused Send with Invalidate places
+                        // nothing (the security matrix).
+                        ctx.mrs
+                            .check_invalidate_remote(Stag(inv), self.pd, self.id.stream())
+                            .map_err(invalidate_error)?;
+                    }
                     scatter(
                         ctx.mrs,
                         self.pd,
@@ -1049,10 +1059,12 @@ impl Qp {
                     ctx.stats.placed_octets += data.len() as u64;
                     if let Some(len) = p.message_len {
                         let mut invalidated = None;
-                        if let Some(inv) = seg.repr.invalidate_stag() {
-                            // RDMAP-5.3-11/12, RDMAP-7.2-4/5, RDMAP-8.1.1-8: invalidate the
-                            // named local STag if it is valid, of this stream and one a
-                            // peer may invalidate (`MrTable::invalidate_remote`).
+                        if let Some(inv) = inv_stag {
+                            // Invalidated at delivery, checked again: a local operation
+                            // (Local Invalidate, bind, deregistration) may have changed the
+                            // STag since the check above; then the Terminate goes out now
+                            // and the placed payload is flushed with the receive
+                            // (`MrTable::invalidate_remote`; docs/engine.md departure 24).
                             ctx.mrs
                                 .invalidate_remote(Stag(inv), self.pd, self.id.stream())
                                 .map_err(invalidate_error)?;
