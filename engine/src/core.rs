@@ -36,8 +36,8 @@ use warpcore_proto::mpa::negotiation::{self as nego, Initiator, Negotiated, Resp
 use warpcore_proto::rdmap::atomic::{self as ext_atomic, handle_atomic_request};
 use warpcore_proto::rdmap::terminate::TERMINATE_SEGMENT_MAX_LEN;
 use warpcore_proto::rdmap::{
-    check_inbound, emit_terminate, handle_read_request, invalidate_error, InboundReadQueue,
-    Offending, RdmapConfig, ReadResponsePlan,
+    check_inbound, emit_terminate, handle_read_request, invalidate_error, to_range_wraps,
+    InboundReadQueue, Offending, RdmapConfig, ReadResponsePlan,
 };
 use warpcore_proto::wire::ddp::DDP_VERSION;
 use warpcore_proto::wire::fpdu::{self, MAX_ULPDU_LEN};
@@ -143,6 +143,26 @@ pub fn validate_send(shared: &QpShared, mrs: &MrTable, wr: &SendWr) -> Result<()
     let is_read = is_read || wr.op.is_atomic();
     if wr.sges.total_len() > u64::from(u32::MAX) {
         return Err(EngineError::MessageTooLong);
+    }
+    // The remote range [TO, TO + length) must not wrap the 64-bit TO space: the Data Sink
+    // would refuse it (DDP-7.1-14, RDMAP-7.2-13) and our segmenter cannot frame it, so it
+    // is refused here, typed, rather than failing at transmit. An atomic's range is its
+    // 8-octet word.
+    let remote_to = match wr.op {
+        SendOp::Write { remote_to, .. }
+        | SendOp::WriteWithImm { remote_to, .. }
+        | SendOp::Read { remote_to, .. }
+        | SendOp::AtomicFetchAdd { remote_to, .. }
+        | SendOp::AtomicCmpSwap { remote_to, .. } => Some(remote_to),
+        _ => None,
+    };
+    let remote_len = if wr.op.is_atomic() {
+        8
+    } else {
+        wr.sges.total_len()
+    };
+    if remote_to.is_some_and(|to| to_range_wraps(to, remote_len)) {
+        return Err(EngineError::RemoteToWrap);
     }
     for s in sges {
         check_sge(mrs, shared.pd, s, is_read)?;
@@ -1152,6 +1172,12 @@ impl Qp {
                             e.status = Some(status);
                             e.atomic_orig = Some(orig);
                         }
+                        // The local SGE's region went away under the posted atomic: the
+                        // stream ends with a local catastrophic Terminate (departure 8),
+                        // the atomic keeps its local protection completion.
+                        if status != WcStatus::Success {
+                            return Err(RdmapError::LocalCatastrophic.into());
+                        }
                     }
                     self.retire_sq();
                 }
@@ -1465,13 +1491,18 @@ impl Qp {
                 src: TxSrc::Sq(seq),
             }),
             Err(_) => {
-                // A request the segmenter refuses (TO + length wraps) fails locally.
+                // A request the segmenter refuses: `validate_send` refuses every such
+                // request at post time (TO + length wrapping, `EngineError::RemoteToWrap`;
+                // lengths), so this is a broken invariant, not a peer's doing. It fails as a
+                // local error does (departure 8): a local protection completion, a local
+                // catastrophic Terminate (0/0/FF) to the peer, later requests flushed.
                 if !advance {
                     self.sq_next_seq += 1;
                 }
                 if let Some(e) = self.entry_mut(seq) {
                     e.status = Some(WcStatus::LocalProtection);
                 }
+                self.tx_fault = Some(ProtocolError::Rdmap(RdmapError::LocalCatastrophic));
                 None
             }
         }
