@@ -965,6 +965,22 @@ impl Qp {
                         tagged = TaggedView(Ok(g.tagged_region()));
                         guard = Some(g);
                     }
+                    Err(_)
+                        if opcode == Opcode::ReadResponse
+                            && self
+                                .orq
+                                .front()
+                                .is_some_and(|h| h.atomic.is_none() && h.sink_stag == stag) =>
+                    {
+                        // The sink of our own Read went away under it (deregistered or
+                        // invalidated locally): a local fault, not the peer's (departure 8).
+                        if let Some(seq) = self.orq.front().and_then(|h| h.seq) {
+                            if let Some(e) = self.entry_mut(seq) {
+                                e.status = Some(WcStatus::LocalProtection);
+                            }
+                        }
+                        return Err(RdmapError::LocalCatastrophic.into());
+                    }
                     Err(f) => tagged = TaggedView(Err(f.tagged_fault())),
                 }
             }

@@ -5,7 +5,7 @@
 //!   queued; should one reach the sending position anyway (handed over without
 //!   `validate_send`), it completes with a local protection error and the peer gets a
 //!   local catastrophic Terminate (0/0/FF);
-//! * an atomic whose local SGE's region is deregistered in flight (departure 8).
+//! * a Read or an atomic whose local SGE's region is deregistered in flight (departure 8).
 
 mod common;
 mod engine_mw_common;
@@ -236,4 +236,41 @@ fn atomic_response_without_its_sink_fails_with_a_terminate() {
     assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Error);
     // The peer executed the atomic before the response went out.
     assert_eq!(read_region(&rb, 0, 8), 5u64.to_ne_bytes());
+}
+
+/// Departure 8 for a Read: its local sink region is deregistered while the Read is in
+/// flight. The Read Response names our own sink STag, so the failed lookup is our fault,
+/// not the peer's: the Read completes with a local protection error and the peer gets a
+/// local catastrophic Terminate (0/0/FF), not DDP's "invalid STag" (1/1/00).
+#[test]
+fn read_response_without_its_sink_fails_with_a_local_terminate() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (_rs, sink) = p.a.region(4096, all_access());
+    let (_rb, sb) = p.b.region(4096, all_access());
+    p.a.core
+        .post_send(
+            qa,
+            send_wr(
+                1,
+                SendOp::Read {
+                    remote_stag: sb.0,
+                    remote_to: 0,
+                },
+                &[(sink, 0, 64)],
+            ),
+        )
+        .unwrap();
+    p.a.mrs.deregister(sink).unwrap();
+    let c = wait_completion(&mut p, false, 1, WcOpcode::Read);
+    assert_eq!(c.status, WcStatus::LocalProtection);
+    let mut t = None;
+    let mut local = false;
+    p.run_until(5000, |p| {
+        t = t.or(remote_term(&p.b.events, qb));
+        local |= local_term(&p.a.events, qa);
+        t.is_some() && local
+    });
+    assert_eq!(t, Some((0, 0, 0xFF)));
+    assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Error);
 }
