@@ -39,8 +39,8 @@ use warpcore_proto::mpa::negotiation::{self as nego, Initiator, Negotiated, Resp
 use warpcore_proto::rdmap::atomic::{self as ext_atomic, handle_atomic_request};
 use warpcore_proto::rdmap::terminate::TERMINATE_SEGMENT_MAX_LEN;
 use warpcore_proto::rdmap::{
-    check_inbound, emit_terminate, handle_read_request, invalidate_error, InboundReadQueue,
-    Offending, RdmapConfig, ReadResponsePlan,
+    check_inbound, emit_terminate, handle_read_request, invalidate_error, to_range_wraps,
+    InboundReadQueue, Offending, RdmapConfig, ReadResponsePlan,
 };
 use warpcore_proto::wire::ddp::DDP_VERSION;
 use warpcore_proto::wire::fpdu::{self, MAX_ULPDU_LEN};
@@ -146,6 +146,26 @@ pub fn validate_send(shared: &QpShared, mrs: &MrTable, wr: &SendWr) -> Result<()
     let is_read = is_read || wr.op.is_atomic();
     if wr.sges.total_len() > u64::from(u32::MAX) {
         return Err(EngineError::MessageTooLong);
+    }
+    // The remote range [TO, TO + length) must not wrap the 64-bit TO space: the Data Sink
+    // would refuse it (DDP-7.1-14, RDMAP-7.2-13) and our segmenter cannot frame it, so it
+    // is refused here, typed, rather than failing at transmit. An atomic's range is its
+    // 8-octet word.
+    let remote_to = match wr.op {
+        SendOp::Write { remote_to, .. }
+        | SendOp::WriteWithImm { remote_to, .. }
+        | SendOp::Read { remote_to, .. }
+        | SendOp::AtomicFetchAdd { remote_to, .. }
+        | SendOp::AtomicCmpSwap { remote_to, .. } => Some(remote_to),
+        _ => None,
+    };
+    let remote_len = if wr.op.is_atomic() {
+        8
+    } else {
+        wr.sges.total_len()
+    };
+    if remote_to.is_some_and(|to| to_range_wraps(to, remote_len)) {
+        return Err(EngineError::RemoteToWrap);
     }
     for s in sges {
         check_sge(mrs, shared.pd, s, is_read)?;
@@ -1005,6 +1025,22 @@ impl Qp {
                         tagged = TaggedView(Ok(g.tagged_region()));
                         guard = Some(g);
                     }
+                    Err(_)
+                        if opcode == Opcode::ReadResponse
+                            && self
+                                .orq
+                                .front()
+                                .is_some_and(|h| h.atomic.is_none() && h.sink_stag == stag) =>
+                    {
+                        // The sink of our own Read went away under it (deregistered or
+                        // invalidated locally): a local fault, not the peer's (departure 8).
+                        if let Some(seq) = self.orq.front().and_then(|h| h.seq) {
+                            if let Some(e) = self.entry_mut(seq) {
+                                e.status = Some(WcStatus::LocalProtection);
+                            }
+                        }
+                        return Err(RdmapError::LocalCatastrophic.into());
+                    }
                     Err(f) => tagged = TaggedView(Err(f.tagged_fault())),
                 }
             }
@@ -1099,6 +1135,16 @@ impl Qp {
                         .get(p.payload_offset..p.payload_offset + p.payload_len)
                         .unwrap_or(&[]);
                     let head = self.rq.front().ok_or(DdpError::UntaggedNoBuffer)?;
+                    let inv_stag = seg.repr.invalidate_stag();
+                    if let Some(inv) = inv_stag {
+                        // RDMAP-5.3-11/12, RDMAP-7.2-4/5, RDMAP-8.1.1-8: every segment
+                        // carries the Invalidate STag (RDMAP-4.1-3); it is checked before
+                        // the segment is placed, so a refused Send with Invalidate places
+                        // nothing (the security matrix).
+                        ctx.mrs
+                            .check_invalidate_remote(Stag(inv), self.pd, self.id.stream())
+                            .map_err(invalidate_error)?;
+                    }
                     scatter(
                         ctx.mrs,
                         self.pd,
@@ -1109,10 +1155,12 @@ impl Qp {
                     ctx.stats.placed_octets += data.len() as u64;
                     if let Some(len) = p.message_len {
                         let mut invalidated = None;
-                        if let Some(inv) = seg.repr.invalidate_stag() {
-                            // RDMAP-5.3-11/12, RDMAP-7.2-4/5, RDMAP-8.1.1-8: invalidate the
-                            // named local STag if it is valid, of this stream and one a
-                            // peer may invalidate (`MrTable::invalidate_remote`).
+                        if let Some(inv) = inv_stag {
+                            // Invalidated at delivery, checked again: a local operation
+                            // (Local Invalidate, bind, deregistration) may have changed the
+                            // STag since the check above; then the Terminate goes out now
+                            // and the placed payload is flushed with the receive
+                            // (`MrTable::invalidate_remote`; docs/engine.md departure 24).
                             ctx.mrs
                                 .invalidate_remote(Stag(inv), self.pd, self.id.stream())
                                 .map_err(invalidate_error)?;
@@ -1199,6 +1247,12 @@ impl Qp {
                         if let Some(e) = self.entry_mut(seq) {
                             e.status = Some(status);
                             e.atomic_orig = Some(orig);
+                        }
+                        // The local SGE's region went away under the posted atomic: the
+                        // stream ends with a local catastrophic Terminate (departure 8),
+                        // the atomic keeps its local protection completion.
+                        if status != WcStatus::Success {
+                            return Err(RdmapError::LocalCatastrophic.into());
                         }
                     }
                     self.retire_sq();
@@ -1513,13 +1567,18 @@ impl Qp {
                 src: TxSrc::Sq(seq),
             }),
             Err(_) => {
-                // A request the segmenter refuses (TO + length wraps) fails locally.
+                // A request the segmenter refuses: `validate_send` refuses every such
+                // request at post time (TO + length wrapping, `EngineError::RemoteToWrap`;
+                // lengths), so this is a broken invariant, not a peer's doing. It fails as a
+                // local error does (departure 8): a local protection completion, a local
+                // catastrophic Terminate (0/0/FF) to the peer, later requests flushed.
                 if !advance {
                     self.sq_next_seq += 1;
                 }
                 if let Some(e) = self.entry_mut(seq) {
                     e.status = Some(WcStatus::LocalProtection);
                 }
+                self.tx_fault = Some(ProtocolError::Rdmap(RdmapError::LocalCatastrophic));
                 None
             }
         }

@@ -61,6 +61,10 @@ pub enum EngineError {
     /// The QP takes its receives from a shared receive queue (post there), or a shared
     /// receive queue cannot be attached (already attached, receives already posted).
     UsesSrq,
+    /// A Write, Read or atomic whose remote Tagged Offset plus length wraps the 64-bit TO
+    /// space: no Data Sink could accept it (DDP-7.1-14), so it is refused before it is
+    /// queued.
+    RemoteToWrap,
 }
 
 impl fmt::Display for EngineError {
@@ -89,6 +93,7 @@ impl fmt::Display for EngineError {
             EngineError::Device(e) => write!(f, "device: {e}"),
             EngineError::Memory(e) => write!(f, "memory: {e}"),
             EngineError::UsesSrq => f.write_str("queue pair uses a shared receive queue"),
+            EngineError::RemoteToWrap => f.write_str("remote tagged offset plus length wraps 2^64"),
         }
     }
 }

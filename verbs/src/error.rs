@@ -83,6 +83,10 @@ pub enum Error {
     /// shared receive queue cannot be attached to it.
     #[error("queue pair uses a shared receive queue")]
     UsesSrq,
+    /// A Write, Read or atomic whose remote tagged offset plus length wraps 2^64 (no peer
+    /// could accept it, DDP-7.1-14).
+    #[error("remote tagged offset plus length wraps 2^64")]
+    RemoteToWrap,
 }
 
 impl From<EngineError> for Error {
@@ -111,6 +115,7 @@ impl From<EngineError> for Error {
             EngineError::Device(e) => Error::Device(e),
             EngineError::Memory(e) => Error::Stag(e),
             EngineError::UsesSrq => Error::UsesSrq,
+            EngineError::RemoteToWrap => Error::RemoteToWrap,
         }
     }
 }

@@ -163,27 +163,14 @@ impl Env {
 
     /// Checks that no byte of any region changed; "ok" or a panic naming the region.
     fn untouched(&self) -> &'static str {
-        self.untouched_except(None)
-    }
-
-    /// As [`Env::untouched`], except that the guard region's `range` must hold `bytes`.
-    fn untouched_except(&self, except: Option<(std::ops::Range<usize>, &[u8])>) -> &'static str {
         let names = ["requester", "target", "guard", "other-pd"];
         for ((mr, before), name) in self.regions().into_iter().zip(&self.snapshot).zip(names) {
-            let mut want = before.clone();
-            if let (Some((r, bytes)), "guard") = (&except, name) {
-                want[r.clone()].copy_from_slice(bytes);
-            }
             let now = contents(mr);
-            if let Some(i) = now.iter().zip(&want).position(|(x, y)| x != y) {
+            if let Some(i) = now.iter().zip(before).position(|(x, y)| x != y) {
                 panic!("{name} region changed at offset {i}");
             }
         }
-        if except.is_some() {
-            "outside-the-receive-buffer"
-        } else {
-            "ok"
-        }
+        "ok"
     }
 }
 
@@ -526,9 +513,8 @@ fn window_bound_to_another_qp() {
 /// stream's PD that may not be invalidated by a peer (a region registered without
 /// `REMOTE_INVALIDATE`, usable by every stream of the PD; departure 18) → RDMAP remote
 /// operation 0/2/09 "STag cannot be invalidated"; the region stays valid and untouched,
-/// the receive is flushed. The Send's payload is placed into the posted receive buffer
-/// before the Invalidate STag is checked at the last segment (departure 24), so that
-/// buffer is the one range allowed to change.
+/// the receive is flushed. The Invalidate STag is checked before the first segment is
+/// placed (departure 24), so the posted receive buffer is untouched too.
 #[test]
 fn send_invalidate_not_invalidatable() {
     send_invalidate_case("send-inv-not-allowed", false, (0, 2, 9));
@@ -541,21 +527,22 @@ fn send_invalidate_foreign_stag() {
     send_invalidate_case("send-inv-foreign-stag", true, (0, 1, 9));
 }
 
+/// The Send is 3000 octets, several segments (MULPDU < 1500 on the link): refused at the
+/// first, no octet of any lands in the receive buffer (the guard region's first 4000).
 fn send_invalidate_case(name: &str, foreign: bool, want: (u8, u8, u8)) {
     let env = Env::default_with(all());
     env.bqp
-        .post_recv(&RecvWr::new(7, &[env.guard.sge(0, 16)]).unwrap())
+        .post_recv(&RecvWr::new(7, &[env.guard.sge(0, 4000)]).unwrap())
         .unwrap();
     let stag = if foreign {
         env.other_pd.stag()
     } else {
         env.target.stag()
     };
-    env.post(1, SendOp::SendInvalidate { stag }, &[env.amr.sge(0, 8)]);
+    env.post(1, SendOp::SendInvalidate { stag }, &[env.amr.sge(0, 3000)]);
     let seen = observe(&env, &[(WcOpcode::Send, WcStatus::Success)]);
     assert_eq!(seen.term, want, "{name}");
-    let payload = env.snapshot[0][..8].to_vec();
-    let u = env.untouched_except(Some((0..8, &payload)));
+    let u = env.untouched();
     line(name, &seen, u);
 }
 
@@ -759,4 +746,110 @@ fn crc_error() {
         true,
         (2, 0, 2),
     );
+}
+
+/// Departure 24's second half: the Invalidate STag is checked before each segment is
+/// placed and again when the last one delivers the message. Here the responder's user
+/// invalidates the STag (Local Invalidate) after the first of two segments was placed and
+/// checked: the last segment earns 0/2/09 (RDMAP-7.2-4, the STag is no longer valid), the
+/// receive is flushed, the first segment's octets stay in its buffer (nothing of the last
+/// is placed) and no other byte changed.
+#[test]
+fn send_invalidate_revoked_between_segments() {
+    let name = "send-inv-revoked-midway";
+    let (da, db) = link_pair(&LinkConfig::default());
+    let Device::Link(ea) = da else {
+        unreachable!("link_pair gives link devices")
+    };
+    let b = Context::open(Config::new(db, [10, 0, 0, 2])).unwrap();
+    let bpd = b.alloc_pd();
+    let bcq = b.create_cq(64).unwrap();
+    let guard = bpd.alloc_mr(TARGET_LEN, all()).unwrap();
+    let target = bpd
+        .alloc_mr(TARGET_LEN, all() | Access::REMOTE_INVALIDATE)
+        .unwrap();
+    guard.write(0, &pattern(TARGET_LEN, 9)).unwrap();
+    target.write(0, &pattern(TARGET_LEN, 10)).unwrap();
+    let (g0, t0) = (contents(&guard), contents(&target));
+    let bqp = bpd.create_qp(&QpInit::new(&bcq, &bcq)).unwrap();
+    bqp.post_recv(&RecvWr::new(7, &[guard.sge(0, 64)]).unwrap())
+        .unwrap();
+    b.listen(PORT, &MpaParams::default()).unwrap();
+    let mut peer = Hostile::new(ea, 1);
+    peer.connect(2, PORT, || match b.next_event(Duration::from_millis(1)) {
+        Some(CmEvent::ConnectRequest(r)) => {
+            b.accept(&r, &bqp, b"").unwrap();
+            true
+        }
+        _ => false,
+    });
+    let stag = target.stag();
+    let first = pattern(32, 77);
+    peer.send_ulpdus(
+        &[security_support::send_invalidate(1, 0, false, stag, &first)],
+        false,
+    );
+    let deadline = Instant::now() + T;
+    while contents(&guard)[..32] != first[..] {
+        assert!(
+            Instant::now() < deadline,
+            "{name}: first segment not placed"
+        );
+        peer.idle(Duration::from_millis(1));
+    }
+    bqp.post_local_invalidate(8, stag, false).unwrap();
+    let c = loop {
+        peer.idle(Duration::from_millis(1));
+        if let Some(c) = bcq.poll_one() {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "{name}: no Local Invalidate");
+    };
+    assert_eq!(
+        (c.wr_id, c.opcode, c.status),
+        (8, WcOpcode::LocalInvalidate, WcStatus::Success)
+    );
+    peer.send_ulpdus(
+        &[security_support::send_invalidate(
+            1,
+            32,
+            true,
+            stag,
+            &pattern(32, 78),
+        )],
+        false,
+    );
+    let want = (0, 2, 9);
+    assert_eq!(peer.terminate(), want, "{name}");
+    let eb = loop {
+        peer.idle(Duration::from_millis(1));
+        match b.next_event(Duration::from_millis(1)) {
+            Some(CmEvent::Error { error, .. }) => break error,
+            Some(_) => {}
+            None => assert!(Instant::now() < deadline, "{name}: no error event"),
+        }
+    };
+    let ConnError::LocalTerminate(sent) = eb else {
+        panic!("{name}: {eb:?}")
+    };
+    assert_eq!(code3(sent.terminate_code()), want);
+    peer.idle(Duration::from_millis(20));
+    let rb = wait_state(&bqp, QpState::Error);
+    let cb = drain(&bcq, 1);
+    let got: Vec<_> = cb.iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(got, [(7, WcStatus::FlushErr)], "{name}");
+    let mut want_guard = g0;
+    want_guard[..32].copy_from_slice(&first);
+    assert!(contents(&guard) == want_guard, "{name}: guard region");
+    assert!(contents(&target) == t0, "{name}: target region changed");
+    let code = warpcore_engine::proto::TerminateCode::new(want.0, want.1, want.2);
+    let seen = Seen {
+        term: want,
+        desc: code.description(),
+        requester: "hostile-peer".into(),
+        responder: rb,
+        local: "(peer got the Terminate, then FIN)".into(),
+        remote: format!("LocalTerminate + rq{}", wcs(&cb)),
+    };
+    line(name, &seen, "ok-but-first-segment-in-flushed-receive");
 }

@@ -483,30 +483,42 @@ impl MrTable {
         pd: PdId,
         stream: StreamId,
     ) -> Result<(), InvalidateFault> {
-        {
-            let g = self
-                .lookup_in(stag, pd, stream, Access::empty())
-                .map_err(|f| match f {
-                    LookupFault::WrongPd | LookupFault::WrongQp => InvalidateFault::NotAssociated,
-                    LookupFault::InvalidStag | LookupFault::AccessDenied => {
-                        InvalidateFault::Invalid
-                    }
-                })?;
-            let allowed = match g.meta.kind {
-                StagKind::Mr => g.meta.access.contains(Access::REMOTE_INVALIDATE),
-                StagKind::FastReg | StagKind::Window(MwType::Type2) => true,
-                StagKind::Window(MwType::Type1) => false,
-            };
-            if !allowed {
-                return Err(InvalidateFault::NotInvalidatable);
-            }
-        }
-        // The key checked above is checked again by the transition: a rebind in between
-        // changes the key and fails it.
+        self.check_invalidate_remote(stag, pd, stream)?;
+        // The key checked above is checked again by the transition: a rebind or an
+        // invalidation in between changes the key or the state and fails it.
         self.invalidate(stag).map_err(|e| match e {
             MemError::Busy => InvalidateFault::NotInvalidatable,
             _ => InvalidateFault::Invalid,
         })
+    }
+
+    /// The checks of [`MrTable::invalidate_remote`] without the invalidation: whether a
+    /// peer on stream `stream` of protection domain `pd` may invalidate `stag` now. The
+    /// receive path runs it before it places any octet of a Send with Invalidate, so a
+    /// refused one changes no byte (RDMAP-5.3-11/12, RDMAP-7.2-4/5, RDMAP-8.1.1-8); the
+    /// state may change before the invalidation itself, which checks again.
+    pub fn check_invalidate_remote(
+        &self,
+        stag: Stag,
+        pd: PdId,
+        stream: StreamId,
+    ) -> Result<(), InvalidateFault> {
+        let g = self
+            .lookup_in(stag, pd, stream, Access::empty())
+            .map_err(|f| match f {
+                LookupFault::WrongPd | LookupFault::WrongQp => InvalidateFault::NotAssociated,
+                LookupFault::InvalidStag | LookupFault::AccessDenied => InvalidateFault::Invalid,
+            })?;
+        let allowed = match g.meta.kind {
+            StagKind::Mr => g.meta.access.contains(Access::REMOTE_INVALIDATE),
+            StagKind::FastReg | StagKind::Window(MwType::Type2) => true,
+            StagKind::Window(MwType::Type1) => false,
+        };
+        // A region with bound windows cannot be invalidated (`invalidate`: Busy).
+        if !allowed || g.slot.binds.load(Ordering::Acquire) != 0 {
+            return Err(InvalidateFault::NotInvalidatable);
+        }
+        Ok(())
     }
 
     /// The kind and protection domain of the allocation `stag` names (any state but
@@ -1183,6 +1195,58 @@ mod tests {
             );
             t.deregister(s).unwrap();
         }
+    }
+
+    /// The check-only form answers as the invalidation would, changes nothing and leaves
+    /// no count; a state change between the check and the invalidation is caught by the
+    /// latter (RDMAP-5.3-11/12, RDMAP-7.2-4/5, RDMAP-8.1.1-8).
+    #[test]
+    fn check_invalidate_remote_matches_invalidate_remote() {
+        let t = MrTable::with_seed(8, 5);
+        let pd = PdId(1);
+        let open = t
+            .register(
+                region(64),
+                pd,
+                Access::REMOTE_INVALIDATE | Access::MW_BIND,
+                0,
+            )
+            .unwrap();
+        let shared = t.register(region(64), pd, Access::REMOTE_READ, 0).unwrap();
+        assert_eq!(
+            t.check_invalidate_remote(shared, pd, 1),
+            Err(InvalidateFault::NotInvalidatable)
+        );
+        assert_eq!(
+            t.check_invalidate_remote(open, PdId(2), 1),
+            Err(InvalidateFault::NotAssociated)
+        );
+        let w = t.alloc_mw(pd, MwType::Type2).unwrap();
+        let w = t
+            .bind_mw(w, w.key() ^ 1, open, pd, 0, 8, Access::REMOTE_READ, Some(3))
+            .unwrap();
+        // A region with a bound window, a window of another stream.
+        assert_eq!(
+            t.check_invalidate_remote(open, pd, 3),
+            Err(InvalidateFault::NotInvalidatable)
+        );
+        assert_eq!(
+            t.check_invalidate_remote(w, pd, 4),
+            Err(InvalidateFault::NotAssociated)
+        );
+        assert_eq!(t.check_invalidate_remote(w, pd, 3), Ok(()));
+        assert!(t.is_valid(w), "a check invalidates nothing");
+        let slot = t.slot_of(w).unwrap();
+        assert_eq!(slot.word.load(Ordering::Relaxed) & COUNT_MASK, 0);
+        // Checked, then invalidated locally before delivery: the invalidation refuses.
+        t.invalidate(w).unwrap();
+        assert_eq!(t.invalidate_remote(w, pd, 3), Err(InvalidateFault::Invalid));
+        assert_eq!(t.check_invalidate_remote(open, pd, 3), Ok(()));
+        assert_eq!(t.invalidate_remote(open, pd, 3), Ok(()));
+        assert_eq!(
+            t.check_invalidate_remote(open, pd, 3),
+            Err(InvalidateFault::Invalid)
+        );
     }
 
     #[test]

@@ -209,3 +209,22 @@ pub fn write(stag: u32, to: u64, payload: &[u8]) -> Vec<u8> {
         payload,
     )
 }
+
+/// One segment of a Send with Invalidate of `stag` on QN 0: message `msn`, offset `mo`,
+/// `last` for the L = 1 segment. Every segment carries the Invalidate STag (RDMAP-4.1-3).
+pub fn send_invalidate(msn: u32, mo: u32, last: bool, stag: u32, payload: &[u8]) -> Vec<u8> {
+    seg(
+        SegmentRepr {
+            last,
+            buffer: DdpBuffer::Untagged {
+                rsvd_ulp2: stag,
+                qn: 0,
+                msn,
+                mo,
+            },
+            opcode: Opcode::SendInvalidate,
+            header: RdmapHeader::None,
+        },
+        payload,
+    )
+}

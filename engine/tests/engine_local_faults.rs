@@ -1,0 +1,276 @@
+//! Local faults of posted requests, each typed at post time or ending the stream with the
+//! Terminate the specs prescribe, never a silent drop or a bare reset:
+//! * a request whose remote range wraps the 64-bit Tagged Offset space (DDP-7.1-14,
+//!   RDMAP-7.2-13) is refused at post time with `EngineError::RemoteToWrap`, nothing
+//!   queued; should one reach the sending position anyway (handed over without
+//!   `validate_send`), it completes with a local protection error and the peer gets a
+//!   local catastrophic Terminate (0/0/FF);
+//! * a Read or an atomic whose local SGE's region is deregistered in flight (departure 8).
+
+mod common;
+mod engine_mw_common;
+
+use std::sync::Arc;
+
+use common::*;
+use engine_mw_common::*;
+use warpcore_engine::mem::{Access, Region};
+use warpcore_engine::{EngineError, QpAttr, QpId, QpShared, QpState, SendOp, WcOpcode, WcStatus};
+
+/// A QP of depth 16 with RFC 7306 on, and its shared state.
+fn qp(side: &mut Side) -> (QpId, Arc<QpShared>) {
+    let (id, shared) = side
+        .core
+        .create_qp(QpAttr {
+            pd: PD,
+            send_cq: Arc::clone(&side.cq),
+            recv_cq: Arc::clone(&side.cq),
+            sq_depth: 16,
+            rq_depth: 16,
+            max_sge: 4,
+        })
+        .expect("qp");
+    shared.set_rfc7306(true);
+    (id, shared)
+}
+
+fn write(remote_to: u64) -> SendOp {
+    SendOp::Write {
+        remote_stag: 0x1234,
+        remote_to,
+    }
+}
+
+#[test]
+fn remote_to_wrap_is_refused_at_post_time() {
+    let mut p = Pair::default_pair();
+    let (qa, sa_shared) = qp(&mut p.a);
+    let (qb, _) = qp(&mut p.b);
+    connect_qps(&mut p, qa, qb, PORT);
+    let (ra, sa) = p.a.region(4096, all_access());
+    // B's region sits at the top of the TO space: TOs [2^64 - 1 - 4096, 2^64 - 1).
+    let base = u64::MAX - 4096;
+    let rb = Arc::new(Region::allocate(4096, 4096).unwrap());
+    let sb =
+        p.b.mrs
+            .register(Arc::clone(&rb), PD, all_access(), base)
+            .unwrap();
+    let top = u64::MAX - 64;
+    let refused = [
+        // TO + length = 2^64: wraps (proto's `to_range_wraps`, the sink's DDP-7.1-14).
+        send_wr(1, write(top + 1), &[(sa, 0, 64)]),
+        send_wr(2, write(u64::MAX), &[(sa, 0, 1)]),
+        send_wr(
+            3,
+            SendOp::WriteWithImm {
+                remote_stag: 0x1234,
+                remote_to: top + 1,
+                imm: 7,
+            },
+            &[(sa, 0, 64)],
+        ),
+        send_wr(
+            4,
+            SendOp::Read {
+                remote_stag: 0x1234,
+                remote_to: top,
+            },
+            &[(sa, 0, 65)],
+        ),
+        send_wr(
+            5,
+            SendOp::AtomicFetchAdd {
+                remote_stag: 0x1234,
+                remote_to: u64::MAX - 7,
+                add: 1,
+                add_mask: 0,
+            },
+            &[(sa, 0, 8)],
+        ),
+        send_wr(
+            6,
+            SendOp::AtomicCmpSwap {
+                remote_stag: 0x1234,
+                remote_to: u64::MAX - 3,
+                compare: 0,
+                compare_mask: u64::MAX,
+                swap: 1,
+                swap_mask: u64::MAX,
+            },
+            &[(sa, 0, 8)],
+        ),
+    ];
+    for wr in refused {
+        assert_eq!(
+            p.a.core.post_send(qa, wr),
+            Err(EngineError::RemoteToWrap),
+            "wr {}",
+            wr.wr_id
+        );
+    }
+    // Nothing was queued or reserved: the whole queue depth is still free.
+    for _ in 0..16 {
+        assert!(sa_shared.reserve_sq());
+    }
+    for _ in 0..16 {
+        sa_shared.release_sq();
+    }
+    // A range whose sum is 2^64 - 1 is the highest allowed, and zero-length ones are
+    // allowed anywhere: both go out, and the Write lands in B's region.
+    ra.write_at(0, &pattern(64, 3)).unwrap();
+    let accepted = [
+        send_wr(
+            10,
+            SendOp::Write {
+                remote_stag: sb.0,
+                remote_to: top,
+            },
+            &[(sa, 0, 64)],
+        ),
+        send_wr(
+            11,
+            SendOp::Write {
+                remote_stag: sb.0,
+                remote_to: u64::MAX,
+            },
+            &[],
+        ),
+    ];
+    for wr in accepted {
+        assert_eq!(p.a.core.post_send(qa, wr), Ok(()), "wr {}", wr.wr_id);
+    }
+    for id in [10, 11] {
+        assert_eq!(
+            wait_completion(&mut p, false, id, WcOpcode::Write).status,
+            WcStatus::Success
+        );
+    }
+    assert_eq!(read_region(&rb, 4096 - 64, 64), pattern(64, 3));
+    assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Rts);
+    assert_eq!(p.b.core.qp_state(qb).unwrap(), QpState::Rts);
+}
+
+/// A wrapping Write that skipped `validate_send` (handed over as already validated, the
+/// path of application threads) reaches the segmenter, which refuses it: the request
+/// completes with a local protection error, the peer gets a local catastrophic Terminate
+/// (0/0/FF, departure 8), both QPs end in the error state and later requests flush. B's
+/// region is untouched.
+#[test]
+fn an_unvalidated_wrapping_request_fails_with_a_terminate() {
+    let mut p = Pair::default_pair();
+    let (qa, sa_shared) = qp(&mut p.a);
+    let (qb, _) = qp(&mut p.b);
+    connect_qps(&mut p, qa, qb, PORT);
+    let (_ra, sa) = p.a.region(4096, all_access());
+    let (rb, sb) = p.b.region(4096, all_access());
+    assert!(sa_shared.reserve_sq() && sa_shared.reserve_sq());
+    p.a.core
+        .post_send_reserved(qa, send_wr(1, write(u64::MAX - 10), &[(sa, 0, 64)]));
+    p.a.core.post_send_reserved(
+        qa,
+        send_wr(
+            2,
+            SendOp::Write {
+                remote_stag: sb.0,
+                remote_to: 0,
+            },
+            &[(sa, 0, 64)],
+        ),
+    );
+    let c = wait_completion(&mut p, false, 1, WcOpcode::Write);
+    assert_eq!(c.status, WcStatus::LocalProtection);
+    let c = wait_completion(&mut p, false, 2, WcOpcode::Write);
+    assert_eq!(c.status, WcStatus::FlushErr);
+    // B received the Terminate A sent (A's LocalTerminate is the other half).
+    let mut t = None;
+    let mut local = false;
+    p.run_until(5000, |p| {
+        t = t.or(remote_term(&p.b.events, qb));
+        local |= local_term(&p.a.events, qa);
+        t.is_some() && local
+    });
+    assert_eq!(t, Some((0, 0, 0xFF)));
+    assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Error);
+    p.run_until(5000, |p| p.b.core.qp_state(qb).unwrap() == QpState::Error);
+    assert_eq!(read_region(&rb, 0, 4096), vec![0u8; 4096]);
+}
+
+/// Departure 8 for an atomic: the region of its local SGE is deregistered while the
+/// atomic is in flight, so the original value has nowhere to go when the Atomic Response
+/// arrives: the atomic completes with a local protection error and the stream ends with a
+/// local catastrophic Terminate (0/0/FF) to the peer, as for any local region loss.
+#[test]
+fn atomic_response_without_its_sink_fails_with_a_terminate() {
+    let mut p = Pair::default_pair();
+    let (qa, _) = qp(&mut p.a);
+    let (qb, _) = qp(&mut p.b);
+    connect_qps(&mut p, qa, qb, PORT);
+    let (_rs, sink) = p.a.region(4096, all_access());
+    let (rb, sb) = p.b.region(4096, all_access() | Access::REMOTE_ATOMIC);
+    p.a.core
+        .post_send(
+            qa,
+            send_wr(
+                1,
+                SendOp::AtomicFetchAdd {
+                    remote_stag: sb.0,
+                    remote_to: 0,
+                    add: 5,
+                    add_mask: 0,
+                },
+                &[(sink, 0, 8)],
+            ),
+        )
+        .unwrap();
+    p.a.mrs.deregister(sink).unwrap();
+    let c = wait_completion(&mut p, false, 1, WcOpcode::AtomicFetchAdd);
+    assert_eq!(c.status, WcStatus::LocalProtection);
+    let mut t = None;
+    let mut local = false;
+    p.run_until(5000, |p| {
+        t = t.or(remote_term(&p.b.events, qb));
+        local |= local_term(&p.a.events, qa);
+        t.is_some() && local
+    });
+    assert_eq!(t, Some((0, 0, 0xFF)));
+    assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Error);
+    // The peer executed the atomic before the response went out.
+    assert_eq!(read_region(&rb, 0, 8), 5u64.to_ne_bytes());
+}
+
+/// Departure 8 for a Read: its local sink region is deregistered while the Read is in
+/// flight. The Read Response names our own sink STag, so the failed lookup is our fault,
+/// not the peer's: the Read completes with a local protection error and the peer gets a
+/// local catastrophic Terminate (0/0/FF), not DDP's "invalid STag" (1/1/00).
+#[test]
+fn read_response_without_its_sink_fails_with_a_local_terminate() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (_rs, sink) = p.a.region(4096, all_access());
+    let (_rb, sb) = p.b.region(4096, all_access());
+    p.a.core
+        .post_send(
+            qa,
+            send_wr(
+                1,
+                SendOp::Read {
+                    remote_stag: sb.0,
+                    remote_to: 0,
+                },
+                &[(sink, 0, 64)],
+            ),
+        )
+        .unwrap();
+    p.a.mrs.deregister(sink).unwrap();
+    let c = wait_completion(&mut p, false, 1, WcOpcode::Read);
+    assert_eq!(c.status, WcStatus::LocalProtection);
+    let mut t = None;
+    let mut local = false;
+    p.run_until(5000, |p| {
+        t = t.or(remote_term(&p.b.events, qb));
+        local |= local_term(&p.a.events, qa);
+        t.is_some() && local
+    });
+    assert_eq!(t, Some((0, 0, 0xFF)));
+    assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Error);
+}

@@ -1,0 +1,83 @@
+//! A local user's request whose remote range wraps the 64-bit Tagged Offset space gets a
+//! typed error at post time (`Error::RemoteToWrap`, DDP-7.1-14, RDMAP-7.2-13), nothing is
+//! queued, and the connection stays up.
+
+use std::time::Duration;
+
+use warpcore_verbs::*;
+
+const T: Duration = Duration::from_secs(10);
+
+#[test]
+fn remote_to_wrap_is_a_typed_post_error() {
+    let (da, db) = link_pair(&LinkConfig::default());
+    let b = Context::open(Config::new(db, [10, 0, 0, 2])).unwrap();
+    let a = Context::open(Config::new(da, [10, 0, 0, 1])).unwrap();
+    let (apd, bpd) = (a.alloc_pd(), b.alloc_pd());
+    let acq = a.create_cq(64).unwrap();
+    let bcq = b.create_cq(64).unwrap();
+    let amr = apd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let bmr = bpd
+        .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let bqp = bpd.create_qp(&QpInit::new(&bcq, &bcq)).unwrap();
+    let aqp = apd.create_qp(&QpInit::new(&acq, &acq)).unwrap();
+    b.listen(7460, &MpaParams::default()).unwrap();
+    aqp.connect([10, 0, 0, 2], 7460, &MpaParams::default(), b"")
+        .unwrap();
+    let req = loop {
+        match b.next_event(T) {
+            Some(CmEvent::ConnectRequest(r)) => break r,
+            Some(_) => {}
+            None => panic!("no connection request"),
+        }
+    };
+    b.accept(&req, &bqp, b"").unwrap();
+    for ctx in [&a, &b] {
+        assert!(matches!(ctx.next_event(T), Some(CmEvent::Established(_))));
+    }
+    for op in [
+        SendOp::Write {
+            remote_stag: bmr.stag(),
+            remote_to: u64::MAX - 10,
+        },
+        SendOp::Read {
+            remote_stag: bmr.stag(),
+            remote_to: u64::MAX - 63,
+        },
+    ] {
+        let e = aqp
+            .post_send(&SendWr::new(1, op, &[amr.sge(0, 64)]).unwrap())
+            .unwrap_err();
+        assert_eq!(e, Error::RemoteToWrap);
+        assert_eq!(e.to_string(), "remote tagged offset plus length wraps 2^64");
+    }
+    assert!(acq.poll_one().is_none(), "nothing was queued");
+    amr.write(0, b"still up").unwrap();
+    aqp.post_send(
+        &SendWr::new(
+            2,
+            SendOp::Write {
+                remote_stag: bmr.stag(),
+                remote_to: 0,
+            },
+            &[amr.sge(0, 8)],
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let c = acq.wait(T).unwrap();
+    assert_eq!((c.wr_id, c.status), (2, WcStatus::Success));
+    // Completed once in TCP's send buffer (departure 1): wait for it to land.
+    let deadline = std::time::Instant::now() + T;
+    let mut got = [0u8; 8];
+    while &got != b"still up" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the Write never landed"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+        bmr.read(0, &mut got).unwrap();
+    }
+    assert_eq!((aqp.state(), bqp.state()), (QpState::Rts, QpState::Rts));
+}
