@@ -33,8 +33,11 @@ fn atomics_and_immediate_data_over_verbs() {
     cqp.connect([10, 0, 0, 2], 7306, &MpaParams::default(), b"")
         .unwrap();
     let req = loop {
-        if let Some(CmEvent::ConnectRequest(r)) = server.next_event(T) {
-            break r;
+        // Bounded: a lost request must fail the test, not hang it.
+        match server.next_event(T) {
+            Some(CmEvent::ConnectRequest(r)) => break r,
+            Some(_) => {}
+            None => panic!("no connection request within {:?}", T),
         }
     };
     server.accept(&req, &sqp, b"").unwrap();
@@ -127,8 +130,11 @@ fn rfc7306_off_is_refused_at_post_time() {
     cqp.connect([10, 0, 0, 2], 7307, &MpaParams::default(), b"")
         .unwrap();
     let req = loop {
-        if let Some(CmEvent::ConnectRequest(r)) = server.next_event(T) {
-            break r;
+        // Bounded: a lost request must fail the test, not hang it.
+        match server.next_event(T) {
+            Some(CmEvent::ConnectRequest(r)) => break r,
+            Some(_) => {}
+            None => panic!("no connection request within {:?}", T),
         }
     };
     server.accept(&req, &sqp, b"").unwrap();
@@ -168,8 +174,11 @@ fn wait_solicited_returns_at_the_solicited_receive() {
     cqp.connect([10, 0, 0, 2], 7308, &MpaParams::default(), b"")
         .unwrap();
     let req = loop {
-        if let Some(CmEvent::ConnectRequest(r)) = server.next_event(T) {
-            break r;
+        // Bounded: a lost request must fail the test, not hang it.
+        match server.next_event(T) {
+            Some(CmEvent::ConnectRequest(r)) => break r,
+            Some(_) => {}
+            None => panic!("no connection request within {:?}", T),
         }
     };
     server.accept(&req, &sqp, b"").unwrap();
@@ -227,8 +236,11 @@ fn inline_sends_copy_at_post_time() {
     cqp.connect([10, 0, 0, 2], 7309, &MpaParams::default(), b"")
         .unwrap();
     let req = loop {
-        if let Some(CmEvent::ConnectRequest(r)) = server.next_event(T) {
-            break r;
+        // Bounded: a lost request must fail the test, not hang it.
+        match server.next_event(T) {
+            Some(CmEvent::ConnectRequest(r)) => break r,
+            Some(_) => {}
+            None => panic!("no connection request within {:?}", T),
         }
     };
     server.accept(&req, &sqp, b"").unwrap();

@@ -48,8 +48,11 @@ fn windows_and_fast_registration_over_verbs() {
     cqp.connect([10, 0, 0, 2], 7400, &MpaParams::default(), b"")
         .unwrap();
     let req = loop {
-        if let Some(CmEvent::ConnectRequest(r)) = server.next_event(T) {
-            break r;
+        // Bounded: a lost request must fail the test, not hang it.
+        match server.next_event(T) {
+            Some(CmEvent::ConnectRequest(r)) => break r,
+            Some(_) => {}
+            None => panic!("no connection request within {:?}", T),
         }
     };
     server.accept(&req, &sqp, b"").unwrap();

@@ -52,14 +52,19 @@ fn two_queue_pairs_share_one_receive_queue() {
         cqp.connect([10, 0, 0, 2], 7500, &MpaParams::default(), b"")
             .unwrap();
         let req = loop {
-            if let Some(CmEvent::ConnectRequest(r)) = server.next_event(T) {
-                break r;
+            // Bounded: a lost request must fail the test, not hang it.
+            match server.next_event(T) {
+                Some(CmEvent::ConnectRequest(r)) => break r,
+                Some(_) => {}
+                None => panic!("no connection request within {:?}", T),
             }
         };
         server.accept(&req, sqp, b"").unwrap();
         loop {
-            if let Some(CmEvent::Established(_)) = client.next_event(T) {
-                break;
+            match client.next_event(T) {
+                Some(CmEvent::Established(_)) => break,
+                Some(_) => {}
+                None => panic!("not established within {:?}", T),
             }
         }
         cqps.push(cqp);
