@@ -723,6 +723,16 @@ impl Qp {
         self.tx = None;
     }
 
+    /// A local failure found while starting work at the sending position (`tx_fault`):
+    /// fail the QP with it as [`Self::fail_local`] does. Returns whether there was one.
+    fn fail_tx_fault(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        let Some(err) = self.tx_fault.take() else {
+            return false;
+        };
+        self.fail_local(err, None, ctx);
+        true
+    }
+
     /// A protocol error found here: queue the Terminate the specs prescribe (RDMAP-06
     /// §4.8, §7.1; RDMAP-6.2.1-1, RDMAP-7.1-3/4; DDP-7.1-15/16; MPA-8-*), flush, report
     /// to the local ULP (RDMAP-7.1-1). The Terminate goes out on the next send poll, ahead of
@@ -2461,14 +2471,13 @@ impl<D: PollDevice> EngineCore<D> {
         // FPDU: they run even while MPA fencing holds FPDUs back (module `local`).
         if q.tx.is_none() {
             work |= q.run_local_ops(mrs);
-            if let Some(err) = q.tx_fault.take() {
-                let mut ctx = Ctx {
-                    mrs,
-                    cfg,
-                    events,
-                    stats,
-                };
-                q.fail_local(err, None, &mut ctx);
+            let mut ctx = Ctx {
+                mrs,
+                cfg,
+                events,
+                stats,
+            };
+            if q.fail_tx_fault(&mut ctx) {
                 return true;
             }
         }
@@ -2484,14 +2493,13 @@ impl<D: PollDevice> EngineCore<D> {
         while fpdus < cfg.tx_budget_fpdus {
             if q.tx.is_none() {
                 q.tx = q.start_next(cfg, mrs);
-                if let Some(err) = q.tx_fault.take() {
-                    let mut ctx = Ctx {
-                        mrs,
-                        cfg,
-                        events,
-                        stats,
-                    };
-                    q.fail_local(err, None, &mut ctx);
+                let mut ctx = Ctx {
+                    mrs,
+                    cfg,
+                    events,
+                    stats,
+                };
+                if q.fail_tx_fault(&mut ctx) {
                     return true;
                 }
                 if q.tx.is_none() {

@@ -535,17 +535,22 @@ impl MemoryWindow {
     }
 }
 
+/// Frees the STag of a dropped [`MemoryWindow`] or [`FastRegMr`]: `stag` is the one as of
+/// the last bind or fast registration posted; one that failed when executed left the
+/// previous key, so that one is freed instead.
+fn free_posted_stag(ctx: &Context, stag: &Mutex<Stag>) {
+    let s = *stag.lock().unwrap_or_else(|e| e.into_inner());
+    if ctx.inner.mrs.deregister(s).is_err() {
+        let _ = ctx
+            .inner
+            .mrs
+            .deregister(Stag::new(s.index(), s.key().wrapping_sub(1)));
+    }
+}
+
 impl Drop for MemoryWindow {
     fn drop(&mut self) {
-        let s = *self.stag.lock().unwrap_or_else(|e| e.into_inner());
-        // A bind that failed when executed left the previous key.
-        if self.ctx.inner.mrs.deregister(s).is_err() {
-            let _ = self
-                .ctx
-                .inner
-                .mrs
-                .deregister(Stag::new(s.index(), s.key().wrapping_sub(1)));
-        }
+        free_posted_stag(&self.ctx, &self.stag);
     }
 }
 
@@ -573,14 +578,7 @@ impl FastRegMr {
 
 impl Drop for FastRegMr {
     fn drop(&mut self) {
-        let s = *self.stag.lock().unwrap_or_else(|e| e.into_inner());
-        if self.ctx.inner.mrs.deregister(s).is_err() {
-            let _ = self
-                .ctx
-                .inner
-                .mrs
-                .deregister(Stag::new(s.index(), s.key().wrapping_sub(1)));
-        }
+        free_posted_stag(&self.ctx, &self.stag);
     }
 }
 
