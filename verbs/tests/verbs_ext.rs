@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use warpcore_verbs::*;
 
+mod common;
+
 const T: Duration = Duration::from_secs(10);
 
 #[test]
 fn atomics_and_immediate_data_over_verbs() {
-    let (dev_a, dev_b) = link_pair(&LinkConfig::default());
-    let server = Context::open(Config::new(dev_b, [10, 0, 0, 2])).unwrap();
-    let client = Context::open(Config::new(dev_a, [10, 0, 0, 1])).unwrap();
+    let (server, client) = common::link_contexts();
 
     let spd = server.alloc_pd();
     let scq = server.create_cq(64).unwrap();
@@ -30,21 +30,7 @@ fn atomics_and_immediate_data_over_verbs() {
     let ccq = client.create_cq(64).unwrap();
     let cmr = cpd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
-    cqp.connect([10, 0, 0, 2], 7306, &MpaParams::default(), b"")
-        .unwrap();
-    let req = loop {
-        // Bounded: a lost request must fail the test, not hang it.
-        match server.next_event(T) {
-            Some(CmEvent::ConnectRequest(r)) => break r,
-            Some(_) => {}
-            None => panic!("no connection request within {:?}", T),
-        }
-    };
-    server.accept(&req, &sqp, b"").unwrap();
-    assert!(matches!(
-        client.next_event(T),
-        Some(CmEvent::Established(_))
-    ));
+    common::connect_accept(&server, &sqp, &client, &cqp, 7306);
 
     smr.atomic_u64(8)
         .unwrap()
@@ -115,9 +101,7 @@ fn atomics_and_immediate_data_over_verbs() {
 
 #[test]
 fn rfc7306_off_is_refused_at_post_time() {
-    let (dev_a, dev_b) = link_pair(&LinkConfig::default());
-    let server = Context::open(Config::new(dev_b, [10, 0, 0, 2])).unwrap();
-    let client = Context::open(Config::new(dev_a, [10, 0, 0, 1])).unwrap();
+    let (server, client) = common::link_contexts();
     let spd = server.alloc_pd();
     let scq = server.create_cq(16).unwrap();
     let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
@@ -127,21 +111,7 @@ fn rfc7306_off_is_refused_at_post_time() {
     let mut init = QpInit::new(&ccq, &ccq);
     init.rfc7306 = false;
     let cqp = cpd.create_qp(&init).unwrap();
-    cqp.connect([10, 0, 0, 2], 7307, &MpaParams::default(), b"")
-        .unwrap();
-    let req = loop {
-        // Bounded: a lost request must fail the test, not hang it.
-        match server.next_event(T) {
-            Some(CmEvent::ConnectRequest(r)) => break r,
-            Some(_) => {}
-            None => panic!("no connection request within {:?}", T),
-        }
-    };
-    server.accept(&req, &sqp, b"").unwrap();
-    assert!(matches!(
-        client.next_event(T),
-        Some(CmEvent::Established(_))
-    ));
+    common::connect_accept(&server, &sqp, &client, &cqp, 7307);
     let im = SendOp::Immediate {
         imm: 7,
         solicited: false,
@@ -158,9 +128,7 @@ fn rfc7306_off_is_refused_at_post_time() {
 /// completions; without one it times out with what arrived.
 #[test]
 fn wait_solicited_returns_at_the_solicited_receive() {
-    let (dev_a, dev_b) = link_pair(&LinkConfig::default());
-    let server = Context::open(Config::new(dev_b, [10, 0, 0, 2])).unwrap();
-    let client = Context::open(Config::new(dev_a, [10, 0, 0, 1])).unwrap();
+    let (server, client) = common::link_contexts();
     let spd = server.alloc_pd();
     let scq = server.create_cq(16).unwrap();
     let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
@@ -171,21 +139,7 @@ fn wait_solicited_returns_at_the_solicited_receive() {
     let cpd = client.alloc_pd();
     let ccq = client.create_cq(16).unwrap();
     let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
-    cqp.connect([10, 0, 0, 2], 7308, &MpaParams::default(), b"")
-        .unwrap();
-    let req = loop {
-        // Bounded: a lost request must fail the test, not hang it.
-        match server.next_event(T) {
-            Some(CmEvent::ConnectRequest(r)) => break r,
-            Some(_) => {}
-            None => panic!("no connection request within {:?}", T),
-        }
-    };
-    server.accept(&req, &sqp, b"").unwrap();
-    assert!(matches!(
-        client.next_event(T),
-        Some(CmEvent::Established(_))
-    ));
+    common::connect_accept(&server, &sqp, &client, &cqp, 7308);
     let imm = |imm, solicited| SendOp::Immediate { imm, solicited };
     cqp.post_send(&SendWr::new(1, SendOp::Send, &[]).unwrap())
         .unwrap();
@@ -217,9 +171,7 @@ fn wait_solicited_returns_at_the_solicited_receive() {
 /// turn, every payload byte-exact at the receiver; oversize and Read refusals.
 #[test]
 fn inline_sends_copy_at_post_time() {
-    let (dev_a, dev_b) = link_pair(&LinkConfig::default());
-    let server = Context::open(Config::new(dev_b, [10, 0, 0, 2])).unwrap();
-    let client = Context::open(Config::new(dev_a, [10, 0, 0, 1])).unwrap();
+    let (server, client) = common::link_contexts();
     let spd = server.alloc_pd();
     let scq = server.create_cq(512).unwrap();
     let smr = spd.alloc_mr(200 * 64, Access::LOCAL_WRITE).unwrap();
@@ -233,21 +185,7 @@ fn inline_sends_copy_at_post_time() {
     init.sq_depth = 8;
     init.max_inline = 64;
     let cqp = cpd.create_qp(&init).unwrap();
-    cqp.connect([10, 0, 0, 2], 7309, &MpaParams::default(), b"")
-        .unwrap();
-    let req = loop {
-        // Bounded: a lost request must fail the test, not hang it.
-        match server.next_event(T) {
-            Some(CmEvent::ConnectRequest(r)) => break r,
-            Some(_) => {}
-            None => panic!("no connection request within {:?}", T),
-        }
-    };
-    server.accept(&req, &sqp, b"").unwrap();
-    assert!(matches!(
-        client.next_event(T),
-        Some(CmEvent::Established(_))
-    ));
+    common::connect_accept(&server, &sqp, &client, &cqp, 7309);
     assert_eq!(
         cqp.post_send_inline(1, SendOp::Send, &[0u8; 65]),
         Err(Error::LimitExceeded("inline data"))

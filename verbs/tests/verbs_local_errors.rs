@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use warpcore_verbs::*;
 
+mod common;
+
 const T: Duration = Duration::from_secs(10);
 
 #[test]
 fn remote_to_wrap_is_a_typed_post_error() {
-    let (da, db) = link_pair(&LinkConfig::default());
-    let b = Context::open(Config::new(db, [10, 0, 0, 2])).unwrap();
-    let a = Context::open(Config::new(da, [10, 0, 0, 1])).unwrap();
+    let (b, a) = common::link_contexts();
     let (apd, bpd) = (a.alloc_pd(), b.alloc_pd());
     let acq = a.create_cq(64).unwrap();
     let bcq = b.create_cq(64).unwrap();
@@ -23,19 +23,8 @@ fn remote_to_wrap_is_a_typed_post_error() {
     let bqp = bpd.create_qp(&QpInit::new(&bcq, &bcq)).unwrap();
     let aqp = apd.create_qp(&QpInit::new(&acq, &acq)).unwrap();
     b.listen(7460, &MpaParams::default()).unwrap();
-    aqp.connect([10, 0, 0, 2], 7460, &MpaParams::default(), b"")
-        .unwrap();
-    let req = loop {
-        match b.next_event(T) {
-            Some(CmEvent::ConnectRequest(r)) => break r,
-            Some(_) => {}
-            None => panic!("no connection request"),
-        }
-    };
-    b.accept(&req, &bqp, b"").unwrap();
-    for ctx in [&a, &b] {
-        assert!(matches!(ctx.next_event(T), Some(CmEvent::Established(_))));
-    }
+    common::connect_accept(&b, &bqp, &a, &aqp, 7460);
+    assert!(matches!(b.next_event(T), Some(CmEvent::Established(_))));
     for op in [
         SendOp::Write {
             remote_stag: bmr.stag(),

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use warpcore_verbs::*;
 
+mod common;
+
 const T: Duration = Duration::from_secs(10);
 
 fn wc(cq: &CompletionQueue, wr_id: u64, opcode: WcOpcode) -> Completion {
@@ -22,9 +24,7 @@ fn wc(cq: &CompletionQueue, wr_id: u64, opcode: WcOpcode) -> Completion {
 
 #[test]
 fn windows_and_fast_registration_over_verbs() {
-    let (dev_a, dev_b) = link_pair(&LinkConfig::default());
-    let server = Context::open(Config::new(dev_b, [10, 0, 0, 2])).unwrap();
-    let client = Context::open(Config::new(dev_a, [10, 0, 0, 1])).unwrap();
+    let (server, client) = common::link_contexts();
 
     let spd = server.alloc_pd();
     let scq = server.create_cq(64).unwrap();
@@ -45,21 +45,7 @@ fn windows_and_fast_registration_over_verbs() {
         cqp.post_recv(&RecvWr::new(100 + i, &[cmr.sge(4096 + 64 * i, 64)]).unwrap())
             .unwrap();
     }
-    cqp.connect([10, 0, 0, 2], 7400, &MpaParams::default(), b"")
-        .unwrap();
-    let req = loop {
-        // Bounded: a lost request must fail the test, not hang it.
-        match server.next_event(T) {
-            Some(CmEvent::ConnectRequest(r)) => break r,
-            Some(_) => {}
-            None => panic!("no connection request within {:?}", T),
-        }
-    };
-    server.accept(&req, &sqp, b"").unwrap();
-    assert!(matches!(
-        client.next_event(T),
-        Some(CmEvent::Established(_))
-    ));
+    common::connect_accept(&server, &sqp, &client, &cqp, 7400);
 
     // Bind, then advertise in the same send queue: the Send goes out after the bind ran.
     let mw = spd.alloc_mw(MwType::Type2).unwrap();

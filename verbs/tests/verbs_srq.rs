@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use warpcore_verbs::*;
 
+mod common;
+
 const T: Duration = Duration::from_secs(10);
 
 #[test]
 fn two_queue_pairs_share_one_receive_queue() {
-    let (dev_a, dev_b) = link_pair(&LinkConfig::default());
-    let server = Context::open(Config::new(dev_b, [10, 0, 0, 2])).unwrap();
-    let client = Context::open(Config::new(dev_a, [10, 0, 0, 1])).unwrap();
+    let (server, client) = common::link_contexts();
 
     let spd = server.alloc_pd();
     let scq = server.create_cq(64).unwrap();
@@ -49,24 +49,7 @@ fn two_queue_pairs_share_one_receive_queue() {
     let mut cqps = Vec::new();
     for sqp in &sqps {
         let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
-        cqp.connect([10, 0, 0, 2], 7500, &MpaParams::default(), b"")
-            .unwrap();
-        let req = loop {
-            // Bounded: a lost request must fail the test, not hang it.
-            match server.next_event(T) {
-                Some(CmEvent::ConnectRequest(r)) => break r,
-                Some(_) => {}
-                None => panic!("no connection request within {:?}", T),
-            }
-        };
-        server.accept(&req, sqp, b"").unwrap();
-        loop {
-            match client.next_event(T) {
-                Some(CmEvent::Established(_)) => break,
-                Some(_) => {}
-                None => panic!("not established within {:?}", T),
-            }
-        }
+        common::connect_accept(&server, sqp, &client, &cqp, 7500);
         cqps.push(cqp);
     }
     // Three Sends from each client QP, alternating; lengths tell them apart.

@@ -372,3 +372,41 @@ fn connect_retrying(ctx: &Context, qp: &QueuePair, ip: [u8; 4], port: u16, pd: &
     qp.connect(ip, port, &MpaParams::default(), pd).unwrap();
     let _ = ctx;
 }
+
+/// How long the set-up helpers below wait for each connection manager event.
+const CM_WAIT: Duration = Duration::from_secs(10);
+
+/// Two contexts with engine threads over the in-memory link: (server at 10.0.0.2, client
+/// at 10.0.0.1).
+pub fn link_contexts() -> (Context, Context) {
+    let (dev_a, dev_b) = link_pair(&LinkConfig::default());
+    let server = Context::open(Config::new(dev_b, [10, 0, 0, 2])).unwrap();
+    let client = Context::open(Config::new(dev_a, [10, 0, 0, 1])).unwrap();
+    (server, client)
+}
+
+/// Connects the client's `cqp` to the server's listener on `port` (default MPA settings,
+/// no private data), accepts the request on `sqp` and checks that the client's next event
+/// is Established. Bounded: a lost request fails the test instead of hanging it.
+pub fn connect_accept(
+    server: &Context,
+    sqp: &QueuePair,
+    client: &Context,
+    cqp: &QueuePair,
+    port: u16,
+) {
+    cqp.connect([10, 0, 0, 2], port, &MpaParams::default(), b"")
+        .unwrap();
+    let req = loop {
+        match server.next_event(CM_WAIT) {
+            Some(CmEvent::ConnectRequest(r)) => break r,
+            Some(_) => {}
+            None => panic!("no connection request within {CM_WAIT:?}"),
+        }
+    };
+    server.accept(&req, sqp, b"").unwrap();
+    assert!(matches!(
+        client.next_event(CM_WAIT),
+        Some(CmEvent::Established(_))
+    ));
+}
