@@ -53,38 +53,88 @@ fn read_b(r: &warpcore_engine::mem::Region, off: usize, len: usize) -> Vec<u8> {
     v
 }
 
-/// DDP-8.3-3, RDMAP-8.1.1-6: a type 2 window bound by a Bind request on the send queue
-/// serves Write, Read and atomics with its own rights over its own range of the region;
-/// an access past its end (inside the region) is refused: DDP-7.1-13, 1/1/01.
-#[test]
-fn type2_window_serves_write_read_atomic_inside_its_bounds() {
+/// A connected QP pair (`qa` on A, `qb` on B), B's region for windows (`rb`, `mr`), A's
+/// region with every right (`ra`, `sa`) and a type 2 window `mw` on B, not bound yet.
+struct WindowCase {
+    p: Pair,
+    qa: warpcore_engine::QpId,
+    qb: warpcore_engine::QpId,
+    rb: std::sync::Arc<warpcore_engine::mem::Region>,
+    mr: Stag,
+    ra: std::sync::Arc<warpcore_engine::mem::Region>,
+    sa: Stag,
+    mw: Stag,
+}
+
+fn window_case() -> WindowCase {
     let mut p = Pair::default_pair();
     let (qa, qb) = p.connect();
     let (rb, mr) = region_b(&p);
     let (ra, sa) = p.a.region(4096, all_access());
     let mw = p.b.mrs.alloc_mw(PD, MwType::Type2).unwrap();
+    WindowCase {
+        p,
+        qa,
+        qb,
+        rb,
+        mr,
+        ra,
+        sa,
+        mw,
+    }
+}
+
+/// A Write to `remote_to` of the STag `remote_stag`.
+fn write_op(remote_stag: u32, remote_to: u64) -> SendOp {
+    SendOp::Write {
+        remote_stag,
+        remote_to,
+    }
+}
+
+/// A Read from `remote_to` of the STag `remote_stag`.
+fn read_op(remote_stag: u32, remote_to: u64) -> SendOp {
+    SendOp::Read {
+        remote_stag,
+        remote_to,
+    }
+}
+
+/// Posts a signalled request with `list` on A's `qa`.
+fn post_a(
+    p: &mut Pair,
+    qa: warpcore_engine::QpId,
+    wr_id: u64,
+    op: SendOp,
+    list: &[(Stag, u64, u32)],
+) {
+    p.a.core.post_send(qa, send_wr(wr_id, op, list)).unwrap();
+}
+
+/// DDP-8.3-3, RDMAP-8.1.1-6: a type 2 window bound by a Bind request on the send queue
+/// serves Write, Read and atomics with its own rights over its own range of the region;
+/// an access past its end (inside the region) is refused: DDP-7.1-13, 1/1/01.
+#[test]
+fn type2_window_serves_write_read_atomic_inside_its_bounds() {
+    let WindowCase {
+        mut p,
+        qa,
+        qb,
+        rb,
+        mr,
+        ra,
+        sa,
+        mw,
+        ..
+    } = window_case();
     assert!(!p.b.mrs.is_valid(mw));
     let w = bind(&mut p, qb, mw, mr, 1024, 1024, WINDOW_ALL);
     assert!(p.b.mrs.is_valid(w) && !p.b.mrs.is_valid(mw));
     let data = pattern(16, 3);
     ra.write_at(0, &data).unwrap();
     let ops = [
-        (
-            1,
-            SendOp::Write {
-                remote_stag: w.0,
-                remote_to: 1124,
-            },
-            vec![(sa, 0, 16)],
-        ),
-        (
-            2,
-            SendOp::Read {
-                remote_stag: w.0,
-                remote_to: 1124,
-            },
-            vec![(sa, 512, 16)],
-        ),
+        (1, write_op(w.0, 1124), vec![(sa, 0, 16)]),
+        (2, read_op(w.0, 1124), vec![(sa, 512, 16)]),
         (
             3,
             SendOp::AtomicFetchAdd {
@@ -122,19 +172,7 @@ fn type2_window_serves_write_read_atomic_inside_its_bounds() {
         5
     );
     // Past the window's end, though inside the region: base or bounds.
-    p.a.core
-        .post_send(
-            qa,
-            send_wr(
-                4,
-                SendOp::Write {
-                    remote_stag: w.0,
-                    remote_to: 2040,
-                },
-                &[(sa, 0, 16)],
-            ),
-        )
-        .unwrap();
+    post_a(&mut p, qa, 4, write_op(w.0, 2040), &[(sa, 0, 16)]);
     assert_eq!(expect_terminate(&mut p, qa, qb), (1, 1, 1));
     assert_eq!(
         read_b(&rb, 2040, 16),
@@ -143,25 +181,18 @@ fn type2_window_serves_write_read_atomic_inside_its_bounds() {
     );
     assert_eq!(p.b.core.qp_state(qb).unwrap(), QpState::Error);
     // Before the window's start too (fresh connection).
-    let mut p = Pair::default_pair();
-    let (qa, qb) = p.connect();
-    let (rb, mr) = region_b(&p);
-    let (_ra, sa) = p.a.region(4096, all_access());
-    let mw = p.b.mrs.alloc_mw(PD, MwType::Type2).unwrap();
+    let WindowCase {
+        mut p,
+        qa,
+        qb,
+        rb,
+        mr,
+        sa,
+        mw,
+        ..
+    } = window_case();
     let w = bind(&mut p, qb, mw, mr, 1024, 1024, WINDOW_ALL);
-    p.a.core
-        .post_send(
-            qa,
-            send_wr(
-                5,
-                SendOp::Write {
-                    remote_stag: w.0,
-                    remote_to: 1016,
-                },
-                &[(sa, 0, 16)],
-            ),
-        )
-        .unwrap();
+    post_a(&mut p, qa, 5, write_op(w.0, 1016), &[(sa, 0, 16)]);
     assert_eq!(expect_terminate(&mut p, qa, qb), (1, 1, 1));
     assert_eq!(read_b(&rb, 1016, 16), vec![0u8; 16]);
 }
@@ -170,50 +201,36 @@ fn type2_window_serves_write_read_atomic_inside_its_bounds() {
 /// STag, 1/1/00) and an atomic (RDMAP remote protection, access rights, 0/1/02).
 #[test]
 fn window_rights_are_its_own() {
-    let mut p = Pair::default_pair();
-    let (qa, qb) = p.connect();
-    let (rb, mr) = region_b(&p);
-    let (_ra, sa) = p.a.region(4096, all_access());
-    let mw = p.b.mrs.alloc_mw(PD, MwType::Type2).unwrap();
+    let WindowCase {
+        mut p,
+        qa,
+        qb,
+        rb,
+        mr,
+        sa,
+        mw,
+        ..
+    } = window_case();
     let w = bind(&mut p, qb, mw, mr, 0, 4096, Access::REMOTE_READ);
-    p.a.core
-        .post_send(
-            qa,
-            send_wr(
-                1,
-                SendOp::Read {
-                    remote_stag: w.0,
-                    remote_to: 0,
-                },
-                &[(sa, 0, 64)],
-            ),
-        )
-        .unwrap();
+    post_a(&mut p, qa, 1, read_op(w.0, 0), &[(sa, 0, 64)]);
     assert_eq!(
         wait_completion(&mut p, false, 1, WcOpcode::Read).status,
         WcStatus::Success
     );
-    p.a.core
-        .post_send(
-            qa,
-            send_wr(
-                2,
-                SendOp::Write {
-                    remote_stag: w.0,
-                    remote_to: 0,
-                },
-                &[(sa, 0, 64)],
-            ),
-        )
-        .unwrap();
+    post_a(&mut p, qa, 2, write_op(w.0, 0), &[(sa, 0, 64)]);
     assert_eq!(expect_terminate(&mut p, qa, qb), (1, 1, 0));
     assert_eq!(read_b(&rb, 0, 64), vec![0u8; 64]);
 
-    let mut p = Pair::default_pair();
-    let (qa, qb) = p.connect();
-    let (rb, mr) = region_b(&p);
-    let (_ra, sa) = p.a.region(4096, all_access());
-    let mw = p.b.mrs.alloc_mw(PD, MwType::Type2).unwrap();
+    let WindowCase {
+        mut p,
+        qa,
+        qb,
+        rb,
+        mr,
+        sa,
+        mw,
+        ..
+    } = window_case();
     let w = bind(
         &mut p,
         qb,
@@ -247,36 +264,12 @@ fn type2_window_bound_to_another_qp_is_refused() {
     let (_ra, sa) = p.a.region(4096, all_access());
     let mw = p.b.mrs.alloc_mw(PD, MwType::Type2).unwrap();
     let w = bind(&mut p, q[0].1, mw, mr, 0, 4096, WINDOW_ALL);
-    p.a.core
-        .post_send(
-            q[1].0,
-            send_wr(
-                1,
-                SendOp::Write {
-                    remote_stag: w.0,
-                    remote_to: 0,
-                },
-                &[(sa, 0, 32)],
-            ),
-        )
-        .unwrap();
+    post_a(&mut p, q[1].0, 1, write_op(w.0, 0), &[(sa, 0, 32)]);
     assert_eq!(expect_terminate(&mut p, q[1].0, q[1].1), (1, 1, 2));
     assert_eq!(read_b(&rb, 0, 32), vec![0u8; 32]);
     // The QP the window is bound to is untouched and still uses it.
     assert_eq!(p.b.core.qp_state(q[0].1).unwrap(), QpState::Rts);
-    p.a.core
-        .post_send(
-            q[0].0,
-            send_wr(
-                2,
-                SendOp::Write {
-                    remote_stag: w.0,
-                    remote_to: 0,
-                },
-                &[(sa, 0, 32)],
-            ),
-        )
-        .unwrap();
+    post_a(&mut p, q[0].0, 2, write_op(w.0, 0), &[(sa, 0, 32)]);
     assert_eq!(
         wait_completion(&mut p, false, 2, WcOpcode::Write).status,
         WcStatus::Success
@@ -288,19 +281,7 @@ fn type2_window_bound_to_another_qp_is_refused() {
     let (_ra, sa) = p.a.region(4096, all_access());
     let mw = p.b.mrs.alloc_mw(PD, MwType::Type2).unwrap();
     let w = bind(&mut p, q[0].1, mw, mr, 0, 4096, WINDOW_ALL);
-    p.a.core
-        .post_send(
-            q[1].0,
-            send_wr(
-                3,
-                SendOp::Read {
-                    remote_stag: w.0,
-                    remote_to: 0,
-                },
-                &[(sa, 0, 32)],
-            ),
-        )
-        .unwrap();
+    post_a(&mut p, q[1].0, 3, read_op(w.0, 0), &[(sa, 0, 32)]);
     assert_eq!(expect_terminate(&mut p, q[1].0, q[1].1), (0, 1, 3));
 
     // Type 1: bound through one QP, used through the other.
@@ -311,19 +292,7 @@ fn type2_window_bound_to_another_qp_is_refused() {
     ra.write_at(0, &pattern(32, 9)).unwrap();
     let mw = p.b.mrs.alloc_mw(PD, MwType::Type1).unwrap();
     let w = bind(&mut p, q[0].1, mw, mr, 0, 4096, WINDOW_ALL);
-    p.a.core
-        .post_send(
-            q[1].0,
-            send_wr(
-                4,
-                SendOp::Write {
-                    remote_stag: w.0,
-                    remote_to: 64,
-                },
-                &[(sa, 0, 32)],
-            ),
-        )
-        .unwrap();
+    post_a(&mut p, q[1].0, 4, write_op(w.0, 64), &[(sa, 0, 32)]);
     assert_eq!(
         wait_completion(&mut p, false, 4, WcOpcode::Write).status,
         WcStatus::Success
@@ -364,19 +333,7 @@ fn window_invalidation_local_and_remote() {
     // Rebind under the next key; the STag before it stays invalid.
     let w2 = bind(&mut p, qb, w1, mr, 0, 2048, WINDOW_ALL);
     assert_ne!(w2, w1);
-    p.a.core
-        .post_send(
-            qa,
-            send_wr(
-                2,
-                SendOp::Write {
-                    remote_stag: w2.0,
-                    remote_to: 0,
-                },
-                &[(sa, 0, 64)],
-            ),
-        )
-        .unwrap();
+    post_a(&mut p, qa, 2, write_op(w2.0, 0), &[(sa, 0, 64)]);
     assert_eq!(
         wait_completion(&mut p, false, 2, WcOpcode::Write).status,
         WcStatus::Success
@@ -392,19 +349,7 @@ fn window_invalidation_local_and_remote() {
     );
     assert!(!p.b.mrs.is_valid(w2));
     ra.write_at(0, &pattern(64, 2)).unwrap();
-    p.a.core
-        .post_send(
-            qa,
-            send_wr(
-                3,
-                SendOp::Write {
-                    remote_stag: w2.0,
-                    remote_to: 0,
-                },
-                &[(sa, 0, 64)],
-            ),
-        )
-        .unwrap();
+    post_a(&mut p, qa, 3, write_op(w2.0, 0), &[(sa, 0, 64)]);
     assert_eq!(expect_terminate(&mut p, qa, qb), (1, 1, 0));
     assert_eq!(
         read_b(&rb, 0, 64),
@@ -527,32 +472,8 @@ fn fast_registration_cycle_and_stale_keys() {
     );
     let f1 = next(fr);
     ra.write_at(0, &pattern(32, 4)).unwrap();
-    p.a.core
-        .post_send(
-            qa,
-            send_wr(
-                1,
-                SendOp::Write {
-                    remote_stag: f1.0,
-                    remote_to: 0x10008,
-                },
-                &[(sa, 0, 32)],
-            ),
-        )
-        .unwrap();
-    p.a.core
-        .post_send(
-            qa,
-            send_wr(
-                2,
-                SendOp::Read {
-                    remote_stag: f1.0,
-                    remote_to: 0x10008,
-                },
-                &[(sa, 100, 32)],
-            ),
-        )
-        .unwrap();
+    post_a(&mut p, qa, 1, write_op(f1.0, 0x10008), &[(sa, 0, 32)]);
+    post_a(&mut p, qa, 2, read_op(f1.0, 0x10008), &[(sa, 100, 32)]);
     p.run_until(5000, |p| p.a.completions.len() == 2);
     assert!(p
         .a
@@ -573,19 +494,7 @@ fn fast_registration_cycle_and_stale_keys() {
     wait_completion(&mut p, true, 32, WcOpcode::FastReg);
     let f2 = next(f1);
     assert!(p.b.mrs.is_valid(f2) && !p.b.mrs.is_valid(f1));
-    p.a.core
-        .post_send(
-            qa,
-            send_wr(
-                3,
-                SendOp::Write {
-                    remote_stag: f2.0,
-                    remote_to: 0,
-                },
-                &[(sa, 0, 32)],
-            ),
-        )
-        .unwrap();
+    post_a(&mut p, qa, 3, write_op(f2.0, 0), &[(sa, 0, 32)]);
     assert_eq!(
         wait_completion(&mut p, false, 3, WcOpcode::Write).status,
         WcStatus::Success
@@ -593,19 +502,7 @@ fn fast_registration_cycle_and_stale_keys() {
     assert_eq!(read_b(&rb, 0, 32), pattern(32, 4));
     // The stale STag of the first registration: invalid STag, nothing placed.
     ra.write_at(0, &pattern(32, 5)).unwrap();
-    p.a.core
-        .post_send(
-            qa,
-            send_wr(
-                4,
-                SendOp::Write {
-                    remote_stag: f1.0,
-                    remote_to: 0x10008,
-                },
-                &[(sa, 0, 32)],
-            ),
-        )
-        .unwrap();
+    post_a(&mut p, qa, 4, write_op(f1.0, 0x10008), &[(sa, 0, 32)]);
     assert_eq!(expect_terminate(&mut p, qa, qb), (1, 1, 0));
     assert_eq!(read_b(&rb, 520, 32), pattern(32, 4));
     assert_eq!(read_b(&rb, 0, 32), pattern(32, 4));
