@@ -182,14 +182,7 @@ fn an_unvalidated_wrapping_request_fails_with_a_terminate() {
     let c = wait_completion(&mut p, false, 2, WcOpcode::Write);
     assert_eq!(c.status, WcStatus::FlushErr);
     // B received the Terminate A sent (A's LocalTerminate is the other half).
-    let mut t = None;
-    let mut local = false;
-    p.run_until(5000, |p| {
-        t = t.or(remote_term(&p.b.events, qb));
-        local |= local_term(&p.a.events, qa);
-        t.is_some() && local
-    });
-    assert_eq!(t, Some((0, 0, 0xFF)));
+    assert_eq!(expect_terminate_from_a(&mut p, qa, qb), (0, 0, 0xFF));
     assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Error);
     p.run_until(5000, |p| p.b.core.qp_state(qb).unwrap() == QpState::Error);
     assert_eq!(read_region(&rb, 0, 4096), vec![0u8; 4096]);
@@ -225,14 +218,7 @@ fn atomic_response_without_its_sink_fails_with_a_terminate() {
     p.a.mrs.deregister(sink).unwrap();
     let c = wait_completion(&mut p, false, 1, WcOpcode::AtomicFetchAdd);
     assert_eq!(c.status, WcStatus::LocalProtection);
-    let mut t = None;
-    let mut local = false;
-    p.run_until(5000, |p| {
-        t = t.or(remote_term(&p.b.events, qb));
-        local |= local_term(&p.a.events, qa);
-        t.is_some() && local
-    });
-    assert_eq!(t, Some((0, 0, 0xFF)));
+    assert_eq!(expect_terminate_from_a(&mut p, qa, qb), (0, 0, 0xFF));
     assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Error);
     // The peer executed the atomic before the response went out.
     assert_eq!(read_region(&rb, 0, 8), 5u64.to_ne_bytes());
@@ -264,13 +250,6 @@ fn read_response_without_its_sink_fails_with_a_local_terminate() {
     p.a.mrs.deregister(sink).unwrap();
     let c = wait_completion(&mut p, false, 1, WcOpcode::Read);
     assert_eq!(c.status, WcStatus::LocalProtection);
-    let mut t = None;
-    let mut local = false;
-    p.run_until(5000, |p| {
-        t = t.or(remote_term(&p.b.events, qb));
-        local |= local_term(&p.a.events, qa);
-        t.is_some() && local
-    });
-    assert_eq!(t, Some((0, 0, 0xFF)));
+    assert_eq!(expect_terminate_from_a(&mut p, qa, qb), (0, 0, 0xFF));
     assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Error);
 }

@@ -117,6 +117,19 @@ pub fn expect_terminate(p: &mut Pair, qa: QpId, qb: QpId) -> (u8, u8, u8) {
     t.expect("terminate")
 }
 
+/// The other way round: runs until B's `qb` received a Terminate and A's `qa` reported
+/// sending it; returns the Terminate's (layer, type, code).
+pub fn expect_terminate_from_a(p: &mut Pair, qa: QpId, qb: QpId) -> (u8, u8, u8) {
+    let mut t = None;
+    let mut local = false;
+    p.run_until(5000, |p| {
+        t = t.or(remote_term(&p.b.events, qb));
+        local |= local_term(&p.a.events, qa);
+        t.is_some() && local
+    });
+    t.expect("terminate")
+}
+
 /// Runs until a completion of `opcode` with `wr_id` is on `side`'s list; returns it.
 pub fn wait_completion(p: &mut Pair, on_b: bool, wr_id: u64, opcode: WcOpcode) -> Completion {
     let mut got = None;
