@@ -285,24 +285,8 @@ fn remote_access_error_terminates_and_flushes_both_sides() {
     p.a.core
         .post_send(qa, send_wr(2, SendOp::Send, &[(sa, 0, 5)]))
         .unwrap();
-    p.run_until(3000, |p| {
-        p.a.events
-            .iter()
-            .any(|e| matches!(e, CmEvent::Error { .. }))
-            && p.b
-                .events
-                .iter()
-                .any(|e| matches!(e, CmEvent::Error { .. }))
-    });
-    let ea = p.a.take_events();
-    let eb = p.b.take_events();
-    let Some(CmEvent::Error {
-        error: ConnError::RemoteTerminate(rep),
-        ..
-    }) = ea.iter().find(|e| matches!(e, CmEvent::Error { .. }))
-    else {
-        panic!("{ea:?}")
-    };
+    let (ea, eb) = p.run_until_both_fail(3000);
+    let rep = received_terminate(&ea);
     assert_eq!(
         (rep.code.layer(), rep.code.etype(), rep.code.code()),
         (0, 1, 1)

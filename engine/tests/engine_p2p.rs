@@ -404,28 +404,13 @@ fn more_reads_than_negotiated_ird_terminate() {
             assert_eq!(p.b.core.stats().terminates_tx, 0);
             continue;
         }
-        p.run_until(5000, |p| {
-            p.a.events
-                .iter()
-                .any(|e| matches!(e, CmEvent::Error { .. }))
-                && p.b
-                    .events
-                    .iter()
-                    .any(|e| matches!(e, CmEvent::Error { .. }))
-        });
-        let ea = p.a.take_events();
-        let Some(CmEvent::Error {
-            error: ConnError::RemoteTerminate(rep),
-            ..
-        }) = ea.iter().find(|e| matches!(e, CmEvent::Error { .. }))
-        else {
-            panic!("{ea:?}")
-        };
+        let (ea, eb) = p.run_until_both_fail(5000);
+        let rep = received_terminate(&ea);
         assert_eq!(
             (rep.code.layer(), rep.code.etype(), rep.code.code()),
             (0, 2, 7)
         );
-        assert!(p.b.take_events().iter().any(|e| matches!(
+        assert!(eb.iter().any(|e| matches!(
             e,
             CmEvent::Error {
                 error: ConnError::LocalTerminate(_),

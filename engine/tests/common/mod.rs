@@ -6,13 +6,14 @@ use std::sync::Arc;
 use std::time::Instant as StdInstant;
 
 use warpcore_engine::mem::{Access, MrTable, PdId, Region, Stag};
+use warpcore_engine::proto::TerminateReport;
 use warpcore_engine::tcp::link::{self, LinkConfig, LinkEnd};
 use warpcore_engine::tcp::smoltcp::time::{Duration, Instant};
 use warpcore_engine::tcp::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
 use warpcore_engine::tcp::StackConfig;
 use warpcore_engine::{
-    CmEvent, Completion, CompletionQueue, EngineConfig, EngineCore, MpaParams, QpAttr, QpId,
-    RecvWr, SendOp, SendWr, Sge, SgeList,
+    CmEvent, Completion, CompletionQueue, ConnError, EngineConfig, EngineCore, MpaParams, QpAttr,
+    QpId, RecvWr, SendOp, SendWr, Sge, SgeList,
 };
 
 pub const PD: PdId = PdId(1);
@@ -163,6 +164,14 @@ impl Pair {
         panic!("condition not reached after {max} steps");
     }
 
+    /// Steps (at most `max` times) until both sides reported an error; returns the events
+    /// of A and of B, taken.
+    pub fn run_until_both_fail(&mut self, max: usize) -> (Vec<CmEvent>, Vec<CmEvent>) {
+        let failed = |ev: &[CmEvent]| ev.iter().any(|e| matches!(e, CmEvent::Error { .. }));
+        self.run_until(max, |p| failed(&p.a.events) && failed(&p.b.events));
+        (self.a.take_events(), self.b.take_events())
+    }
+
     /// Steps `n` times.
     pub fn run(&mut self, n: usize) {
         for _ in 0..n {
@@ -247,6 +256,19 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
+}
+
+/// The Terminate from the peer that the first error among `events` reports; panics with
+/// the events if that error is another one.
+pub fn received_terminate(events: &[CmEvent]) -> &TerminateReport {
+    let Some(CmEvent::Error {
+        error: ConnError::RemoteTerminate(rep),
+        ..
+    }) = events.iter().find(|e| matches!(e, CmEvent::Error { .. }))
+    else {
+        panic!("{events:?}")
+    };
+    rep
 }
 
 pub fn read_region(r: &Region, off: usize, len: usize) -> Vec<u8> {
