@@ -48,18 +48,8 @@ fn connect_ext(p: &mut Pair, a_on: bool, b_on: bool, params: &MpaParams) -> (QpI
     p.a.core
         .connect(qa, (ip(2), PORT), params, b"")
         .expect("connect");
-    let mut req = None;
-    p.run_until(2000, |p| {
-        for e in p.b.take_events() {
-            if let CmEvent::ConnectRequest(r) = e {
-                req = Some(r);
-            }
-        }
-        req.is_some()
-    });
-    p.b.core
-        .accept(req.expect("request").request, qb, b"", None)
-        .expect("accept");
+    let req = p.wait_request();
+    p.b.core.accept(req.request, qb, b"", None).expect("accept");
     p.run_until(2000, |p| {
         p.a.core.qp_state(qa) == Ok(QpState::Rts) && p.b.core.qp_state(qb) == Ok(QpState::Rts)
     });

@@ -12,8 +12,8 @@ use warpcore_engine::tcp::smoltcp::time::{Duration, Instant};
 use warpcore_engine::tcp::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
 use warpcore_engine::tcp::StackConfig;
 use warpcore_engine::{
-    CmEvent, Completion, CompletionQueue, ConnError, EngineConfig, EngineCore, MpaParams, QpAttr,
-    QpId, RecvWr, SendOp, SendWr, Sge, SgeList,
+    CmEvent, Completion, CompletionQueue, ConnError, ConnectRequest, EngineConfig, EngineCore,
+    MpaParams, QpAttr, QpId, RecvWr, SendOp, SendWr, Sge, SgeList,
 };
 
 pub const PD: PdId = PdId(1);
@@ -179,6 +179,20 @@ impl Pair {
         }
     }
 
+    /// Steps until B has a connection request (taking B's events); returns it.
+    pub fn wait_request(&mut self) -> ConnectRequest {
+        let mut req = None;
+        self.run_until(2000, |p| {
+            for e in p.b.take_events() {
+                if let CmEvent::ConnectRequest(r) = e {
+                    req = Some(r);
+                }
+            }
+            req.is_some()
+        });
+        req.expect("request")
+    }
+
     /// Listens on B, connects A to it with `params` on both sides, accepts; returns the two
     /// QPs in RTS.
     pub fn connect_with(&mut self, pa: &MpaParams, pb: &MpaParams, depth: u32) -> (QpId, QpId) {
@@ -189,16 +203,7 @@ impl Pair {
             .core
             .connect(qa, (ip(2), PORT), pa, b"hello from a")
             .expect("connect");
-        let mut req = None;
-        self.run_until(2000, |p| {
-            for e in p.b.take_events() {
-                if let CmEvent::ConnectRequest(r) = e {
-                    req = Some(r);
-                }
-            }
-            req.is_some()
-        });
-        let req = req.expect("request");
+        let req = self.wait_request();
         assert_eq!(req.private_data, b"hello from a");
         self.b
             .core

@@ -17,17 +17,9 @@ pub fn connect_qps(p: &mut Pair, qa: QpId, qb: QpId, port: u16) {
     p.a.core
         .connect(qa, (ip(2), port), &MpaParams::default(), b"a")
         .expect("connect");
-    let mut req = None;
-    p.run_until(2000, |p| {
-        for e in p.b.take_events() {
-            if let CmEvent::ConnectRequest(r) = e {
-                req = Some(r);
-            }
-        }
-        req.is_some()
-    });
+    let req = p.wait_request();
     p.b.core
-        .accept(req.expect("request").request, qb, b"b", None)
+        .accept(req.request, qb, b"b", None)
         .expect("accept");
     let mut est = (false, false);
     p.run_until(2000, |p| {
