@@ -19,8 +19,6 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use warpcore_engine::proto::wire::rdmap::Opcode;
-use warpcore_verbs::dpdk::dpdk_sys::{EalBuilder, Mempool, RingPortPair};
-use warpcore_verbs::dpdk::DpdkPort;
 use warpcore_verbs::*;
 
 const T: Duration = Duration::from_secs(20);
@@ -354,32 +352,7 @@ fn tshark_rows(path: &Path) -> Vec<[Vec<u64>; 6]> {
 
 #[test]
 fn windows_fast_registration_invalidation_and_srq_over_net_ring() {
-    let pid = std::process::id();
-    let eal = EalBuilder::new("verbs_mem")
-        .test_defaults(0, 512, &format!("wceng-mem-{pid}"))
-        .log_level("error")
-        .init()
-        .expect("EAL with --no-huge --no-pci");
-    let pool = Mempool::new(
-        &eal,
-        "wceng_mem_pool",
-        8191,
-        256,
-        Mempool::DEFAULT_DATA_ROOM,
-    )
-    .expect("pool");
-    let RingPortPair { a, b } = RingPortPair::new(&eal, "wcmem", 2048).expect("ring ports");
-    let mut pa = DpdkPort::from_port(a, pool, 1).expect("port a");
-    let pb = DpdkPort::from_port(b, pool, 1).expect("port b");
-    let dir = std::env::temp_dir().join(format!("wceng-mem-{pid}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cap = dir.join("mem.pcapng");
-    pa.capture_pcapng(&eal, cap.to_str().unwrap(), "wceng_mem_cap")
-        .expect("pcapng");
-    let mut ca = Config::new(Device::Dpdk(pa), [198, 18, 0, 1]);
-    ca.mac = Some([2, 0, 0, 0, 0, 1]);
-    let mut cb = Config::new(Device::Dpdk(pb), [198, 18, 0, 2]);
-    cb.mac = Some([2, 0, 0, 0, 0, 2]);
+    let (_eal, ca, cb, cap) = common::ring::ring_pair("mem");
     let expect = {
         let client = Context::open(ca).expect("context a");
         let server = Context::open(cb).expect("context b");
@@ -406,7 +379,7 @@ fn windows_fast_registration_invalidation_and_srq_over_net_ring() {
             std::env::var_os("WARPCORE_REQUIRE_TSHARK").is_none(),
             "tshark is required"
         );
-        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(cap.parent().unwrap());
         return;
     }
     let rows = tshark_rows(&cap);
@@ -438,5 +411,5 @@ fn windows_fast_registration_invalidation_and_srq_over_net_ring() {
         "mem: window {w:#010x} Write/Read, fast registration {f:#010x} invalidated by Send with Invalidate, SRQ drained by two QPs, Terminate 1/1/00; iwdump and tshark agree ({} iWARP frames)",
         rows.len()
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(cap.parent().unwrap());
 }

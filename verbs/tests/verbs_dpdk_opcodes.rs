@@ -18,8 +18,6 @@ use std::process::Command;
 use std::time::Duration;
 
 use warpcore_engine::proto::wire::rdmap::Opcode;
-use warpcore_verbs::dpdk::dpdk_sys::{EalBuilder, Mempool, RingPortPair};
-use warpcore_verbs::dpdk::DpdkPort;
 use warpcore_verbs::*;
 
 const T: Duration = Duration::from_secs(20);
@@ -327,32 +325,7 @@ fn tshark_opcodes(path: &Path) -> (BTreeMap<u32, BTreeSet<u8>>, usize) {
 
 #[test]
 fn every_opcode_over_net_ring_markers_off_and_on() {
-    let pid = std::process::id();
-    let eal = EalBuilder::new("verbs_opcodes")
-        .test_defaults(0, 512, &format!("wceng-ops-{pid}"))
-        .log_level("error")
-        .init()
-        .expect("EAL with --no-huge --no-pci");
-    let pool = Mempool::new(
-        &eal,
-        "wceng_ops_pool",
-        8191,
-        256,
-        Mempool::DEFAULT_DATA_ROOM,
-    )
-    .expect("pool");
-    let RingPortPair { a, b } = RingPortPair::new(&eal, "wcops", 2048).expect("ring ports");
-    let mut pa = DpdkPort::from_port(a, pool, 1).expect("port a");
-    let pb = DpdkPort::from_port(b, pool, 1).expect("port b");
-    let dir = std::env::temp_dir().join(format!("wceng-ops-{pid}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cap = dir.join("opcodes.pcapng");
-    pa.capture_pcapng(&eal, cap.to_str().unwrap(), "wceng_ops_cap")
-        .expect("pcapng");
-    let mut ca = Config::new(Device::Dpdk(pa), [198, 18, 0, 1]);
-    ca.mac = Some([2, 0, 0, 0, 0, 1]);
-    let mut cb = Config::new(Device::Dpdk(pb), [198, 18, 0, 2]);
-    cb.mac = Some([2, 0, 0, 0, 0, 2]);
+    let (_eal, ca, cb, cap) = common::ring::ring_pair("ops");
     {
         let client = Context::open(ca).expect("context a");
         let server = Context::open(cb).expect("context b");
@@ -396,5 +369,5 @@ fn every_opcode_over_net_ring_markers_off_and_on() {
             "tshark is required"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(cap.parent().unwrap());
 }

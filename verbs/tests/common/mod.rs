@@ -4,6 +4,8 @@
 #![allow(dead_code)]
 
 pub mod judge;
+#[cfg(feature = "dpdk")]
+pub mod ring;
 
 use std::time::Duration;
 
