@@ -725,11 +725,23 @@ impl Qp {
 
     /// A local failure found while starting work at the sending position (`tx_fault`):
     /// fail the QP with it as [`Self::fail_local`] does. Returns whether there was one.
-    fn fail_tx_fault(&mut self, ctx: &mut Ctx<'_>) -> bool {
+    fn fail_tx_fault(
+        &mut self,
+        mrs: &MrTable,
+        cfg: &EngineConfig,
+        events: &mut VecDeque<CmEvent>,
+        stats: &mut CoreStats,
+    ) -> bool {
         let Some(err) = self.tx_fault.take() else {
             return false;
         };
-        self.fail_local(err, None, ctx);
+        let mut ctx = Ctx {
+            mrs,
+            cfg,
+            events,
+            stats,
+        };
+        self.fail_local(err, None, &mut ctx);
         true
     }
 
@@ -2471,13 +2483,7 @@ impl<D: PollDevice> EngineCore<D> {
         // FPDU: they run even while MPA fencing holds FPDUs back (module `local`).
         if q.tx.is_none() {
             work |= q.run_local_ops(mrs);
-            let mut ctx = Ctx {
-                mrs,
-                cfg,
-                events,
-                stats,
-            };
-            if q.fail_tx_fault(&mut ctx) {
+            if q.fail_tx_fault(mrs, cfg, events, stats) {
                 return true;
             }
         }
@@ -2493,13 +2499,7 @@ impl<D: PollDevice> EngineCore<D> {
         while fpdus < cfg.tx_budget_fpdus {
             if q.tx.is_none() {
                 q.tx = q.start_next(cfg, mrs);
-                let mut ctx = Ctx {
-                    mrs,
-                    cfg,
-                    events,
-                    stats,
-                };
-                if q.fail_tx_fault(&mut ctx) {
+                if q.fail_tx_fault(mrs, cfg, events, stats) {
                     return true;
                 }
                 if q.tx.is_none() {
