@@ -69,14 +69,7 @@ fn remote_to_wrap_is_refused_at_post_time() {
             },
             &[(sa, 0, 64)],
         ),
-        send_wr(
-            4,
-            SendOp::Read {
-                remote_stag: 0x1234,
-                remote_to: top,
-            },
-            &[(sa, 0, 65)],
-        ),
+        send_wr(4, read_op(0x1234, top), &[(sa, 0, 65)]),
         send_wr(
             5,
             SendOp::AtomicFetchAdd {
@@ -200,21 +193,18 @@ fn atomic_response_without_its_sink_fails_with_a_terminate() {
     connect_qps(&mut p, qa, qb, PORT);
     let (_rs, sink) = p.a.region(4096, all_access());
     let (rb, sb) = p.b.region(4096, all_access() | Access::REMOTE_ATOMIC);
-    p.a.core
-        .post_send(
-            qa,
-            send_wr(
-                1,
-                SendOp::AtomicFetchAdd {
-                    remote_stag: sb.0,
-                    remote_to: 0,
-                    add: 5,
-                    add_mask: 0,
-                },
-                &[(sink, 0, 8)],
-            ),
-        )
-        .unwrap();
+    post_a(
+        &mut p,
+        qa,
+        1,
+        SendOp::AtomicFetchAdd {
+            remote_stag: sb.0,
+            remote_to: 0,
+            add: 5,
+            add_mask: 0,
+        },
+        &[(sink, 0, 8)],
+    );
     p.a.mrs.deregister(sink).unwrap();
     let c = wait_completion(&mut p, false, 1, WcOpcode::AtomicFetchAdd);
     assert_eq!(c.status, WcStatus::LocalProtection);
@@ -234,19 +224,7 @@ fn read_response_without_its_sink_fails_with_a_local_terminate() {
     let (qa, qb) = p.connect();
     let (_rs, sink) = p.a.region(4096, all_access());
     let (_rb, sb) = p.b.region(4096, all_access());
-    p.a.core
-        .post_send(
-            qa,
-            send_wr(
-                1,
-                SendOp::Read {
-                    remote_stag: sb.0,
-                    remote_to: 0,
-                },
-                &[(sink, 0, 64)],
-            ),
-        )
-        .unwrap();
+    post_a(&mut p, qa, 1, read_op(sb.0, 0), &[(sink, 0, 64)]);
     p.a.mrs.deregister(sink).unwrap();
     let c = wait_completion(&mut p, false, 1, WcOpcode::Read);
     assert_eq!(c.status, WcStatus::LocalProtection);

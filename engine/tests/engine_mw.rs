@@ -84,33 +84,6 @@ fn window_case() -> WindowCase {
     }
 }
 
-/// A Write to `remote_to` of the STag `remote_stag`.
-fn write_op(remote_stag: u32, remote_to: u64) -> SendOp {
-    SendOp::Write {
-        remote_stag,
-        remote_to,
-    }
-}
-
-/// A Read from `remote_to` of the STag `remote_stag`.
-fn read_op(remote_stag: u32, remote_to: u64) -> SendOp {
-    SendOp::Read {
-        remote_stag,
-        remote_to,
-    }
-}
-
-/// Posts a signalled request with `list` on A's `qa`.
-fn post_a(
-    p: &mut Pair,
-    qa: warpcore_engine::QpId,
-    wr_id: u64,
-    op: SendOp,
-    list: &[(Stag, u64, u32)],
-) {
-    p.a.core.post_send(qa, send_wr(wr_id, op, list)).unwrap();
-}
-
 /// DDP-8.3-3, RDMAP-8.1.1-6: a type 2 window bound by a Bind request on the send queue
 /// serves Write, Read and atomics with its own rights over its own range of the region;
 /// an access past its end (inside the region) is refused: DDP-7.1-13, 1/1/01.

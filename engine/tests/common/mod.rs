@@ -250,6 +250,27 @@ pub fn send_wr(wr_id: u64, op: SendOp, list: &[(Stag, u64, u32)]) -> SendWr {
     }
 }
 
+/// A Write to `remote_to` of the STag `remote_stag`.
+pub fn write_op(remote_stag: u32, remote_to: u64) -> SendOp {
+    SendOp::Write {
+        remote_stag,
+        remote_to,
+    }
+}
+
+/// A Read from `remote_to` of the STag `remote_stag`.
+pub fn read_op(remote_stag: u32, remote_to: u64) -> SendOp {
+    SendOp::Read {
+        remote_stag,
+        remote_to,
+    }
+}
+
+/// Posts a signalled request with `list` on A's `qa`.
+pub fn post_a(p: &mut Pair, qa: QpId, wr_id: u64, op: SendOp, list: &[(Stag, u64, u32)]) {
+    p.a.core.post_send(qa, send_wr(wr_id, op, list)).unwrap();
+}
+
 pub fn recv_wr(wr_id: u64, list: &[(Stag, u64, u32)]) -> RecvWr {
     RecvWr {
         wr_id,

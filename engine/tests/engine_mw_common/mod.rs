@@ -99,24 +99,28 @@ pub fn local_term(events: &[CmEvent], qp: QpId) -> bool {
 /// Runs until A's `qa` received a Terminate and B's `qb` reported sending it; returns the
 /// Terminate's (layer, type, code).
 pub fn expect_terminate(p: &mut Pair, qa: QpId, qb: QpId) -> (u8, u8, u8) {
-    let mut t = None;
-    let mut local = false;
-    p.run_until(5000, |p| {
-        t = t.or(remote_term(&p.a.events, qa));
-        local |= local_term(&p.b.events, qb);
-        t.is_some() && local
-    });
-    t.expect("terminate")
+    terminate_between(p, true, qa, qb)
 }
 
 /// The other way round: runs until B's `qb` received a Terminate and A's `qa` reported
 /// sending it; returns the Terminate's (layer, type, code).
 pub fn expect_terminate_from_a(p: &mut Pair, qa: QpId, qb: QpId) -> (u8, u8, u8) {
+    terminate_between(p, false, qa, qb)
+}
+
+/// Runs until one side's QP received a Terminate (A's `qa` if `a_receives`, else B's `qb`)
+/// and the other's reported sending it; returns the Terminate's (layer, type, code).
+fn terminate_between(p: &mut Pair, a_receives: bool, qa: QpId, qb: QpId) -> (u8, u8, u8) {
     let mut t = None;
     let mut local = false;
     p.run_until(5000, |p| {
-        t = t.or(remote_term(&p.b.events, qb));
-        local |= local_term(&p.a.events, qa);
+        let (rx, tx) = if a_receives {
+            ((&p.a.events, qa), (&p.b.events, qb))
+        } else {
+            ((&p.b.events, qb), (&p.a.events, qa))
+        };
+        t = t.or(remote_term(rx.0, rx.1));
+        local |= local_term(tx.0, tx.1);
         t.is_some() && local
     });
     t.expect("terminate")
