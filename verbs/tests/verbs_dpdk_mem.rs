@@ -275,15 +275,7 @@ fn run(client: &Context, server: &Context) -> Expect {
 
 /// iwdump's view: the opcodes of every connection together and the Terminates' codes.
 fn iwdump_view(path: &Path) -> (BTreeSet<u8>, Vec<(u8, u8, u8)>) {
-    let pcap = path.with_extension("pcap");
-    assert!(Command::new("editcap")
-        .args(["-F", "pcap"])
-        .arg(path)
-        .arg(&pcap)
-        .status()
-        .is_ok_and(|s| s.success()));
-    let cap = warpcore_apps::capture::read_capture_file(&pcap).expect("read capture");
-    let report = warpcore_apps::report::analyse_capture("mem", &cap);
+    let report = common::judge::iwdump_report(path, "mem");
     let mut ops = BTreeSet::new();
     let mut terms = Vec::new();
     for c in report.iwarp() {

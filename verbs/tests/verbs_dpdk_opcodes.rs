@@ -249,15 +249,7 @@ fn every_opcode(client: &Context, server: &Context, port: u16, params: &MpaParam
 /// The opcodes iwdump decoded per connection (both directions), keyed by whether the
 /// connection used markers.
 fn iwdump_opcodes(path: &Path) -> BTreeMap<bool, BTreeSet<u8>> {
-    let pcap = path.with_extension("pcap");
-    assert!(Command::new("editcap")
-        .args(["-F", "pcap"])
-        .arg(path)
-        .arg(&pcap)
-        .status()
-        .is_ok_and(|s| s.success()));
-    let cap = warpcore_apps::capture::read_capture_file(&pcap).expect("read capture");
-    let report = warpcore_apps::report::analyse_capture("opcodes", &cap);
+    let report = common::judge::iwdump_report(path, "opcodes");
     let mut out = BTreeMap::new();
     for c in report.iwarp() {
         let n = c.negotiated.as_ref().expect("negotiated");

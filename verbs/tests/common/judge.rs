@@ -86,3 +86,17 @@ pub fn judge_capture(path: &Path) {
         path.display()
     );
 }
+
+/// iwdump's report (named `name`) of the pcapng capture at `path`, rewritten as classic
+/// pcap by editcap first (see [`judge_capture`]); editcap must succeed.
+pub fn iwdump_report(path: &Path, name: &str) -> warpcore_apps::report::CaptureReport {
+    let pcap = path.with_extension("pcap");
+    assert!(Command::new("editcap")
+        .args(["-F", "pcap"])
+        .arg(path)
+        .arg(&pcap)
+        .status()
+        .is_ok_and(|s| s.success()));
+    let cap = warpcore_apps::capture::read_capture_file(&pcap).expect("read capture");
+    warpcore_apps::report::analyse_capture(name, &cap)
+}
