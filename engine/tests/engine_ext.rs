@@ -16,8 +16,8 @@ use warpcore_engine::tcp::smoltcp::time::Instant;
 use warpcore_engine::tcp::smoltcp::wire::Ipv4Cidr;
 use warpcore_engine::tcp::StackConfig;
 use warpcore_engine::{
-    CmEvent, CompletionQueue, ConnError, EngineConfig, EngineCore, EngineError, MpaParams, QpAttr,
-    QpId, QpState, SendOp, WcOpcode, WcStatus,
+    CmEvent, CompletionQueue, ConnError, EngineConfig, EngineCore, EngineError, MpaParams, QpId,
+    QpState, SendOp, WcOpcode, WcStatus,
 };
 
 fn atomic_access() -> Access {
@@ -25,17 +25,7 @@ fn atomic_access() -> Access {
 }
 
 fn qp_ext(side: &mut Side, depth: u32, rfc7306: bool) -> QpId {
-    let (id, shared) = side
-        .core
-        .create_qp(QpAttr {
-            pd: PD,
-            send_cq: Arc::clone(&side.cq),
-            recv_cq: Arc::clone(&side.cq),
-            sq_depth: depth,
-            rq_depth: depth,
-            max_sge: 4,
-        })
-        .expect("qp");
+    let (id, shared) = side.qp_shared(depth);
     shared.set_rfc7306(rfc7306);
     id
 }

@@ -15,21 +15,11 @@ use std::sync::Arc;
 use common::*;
 use engine_mw_common::*;
 use warpcore_engine::mem::{Access, Region};
-use warpcore_engine::{EngineError, QpAttr, QpId, QpShared, QpState, SendOp, WcOpcode, WcStatus};
+use warpcore_engine::{EngineError, QpId, QpShared, QpState, SendOp, WcOpcode, WcStatus};
 
 /// A QP of depth 16 with RFC 7306 on, and its shared state.
 fn qp(side: &mut Side) -> (QpId, Arc<QpShared>) {
-    let (id, shared) = side
-        .core
-        .create_qp(QpAttr {
-            pd: PD,
-            send_cq: Arc::clone(&side.cq),
-            recv_cq: Arc::clone(&side.cq),
-            sq_depth: 16,
-            rq_depth: 16,
-            max_sge: 4,
-        })
-        .expect("qp");
+    let (id, shared) = side.qp_shared(16);
     shared.set_rfc7306(true);
     (id, shared)
 }

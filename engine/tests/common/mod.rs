@@ -13,7 +13,7 @@ use warpcore_engine::tcp::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
 use warpcore_engine::tcp::StackConfig;
 use warpcore_engine::{
     CmEvent, Completion, CompletionQueue, ConnError, ConnectRequest, EngineConfig, EngineCore,
-    MpaParams, QpAttr, QpId, RecvWr, SendOp, SendWr, Sge, SgeList,
+    MpaParams, QpAttr, QpId, QpShared, RecvWr, SendOp, SendWr, Sge, SgeList,
 };
 
 pub const PD: PdId = PdId(1);
@@ -62,6 +62,12 @@ impl Side {
     }
 
     pub fn qp(&mut self, depth: u32) -> QpId {
+        self.qp_shared(depth).0
+    }
+
+    /// The same QP with its shared state (to turn RFC 7306 on or off, attach a shared
+    /// receive queue).
+    pub fn qp_shared(&mut self, depth: u32) -> (QpId, Arc<QpShared>) {
         self.core
             .create_qp(QpAttr {
                 pd: PD,
@@ -72,7 +78,6 @@ impl Side {
                 max_sge: 4,
             })
             .expect("qp")
-            .0
     }
 
     /// Registers `len` zeroed octets with `access`; returns the region and its STag.

@@ -4,11 +4,10 @@
 
 use std::sync::Arc;
 
-use crate::common::{ip, Pair, PD, PORT};
+use crate::common::{ip, Pair, PORT};
 use warpcore_engine::mem::Stag;
 use warpcore_engine::{
-    CmEvent, Completion, ConnError, MpaParams, QpAttr, QpId, QpShared, SendOp, SendWr, SgeList,
-    WcOpcode,
+    CmEvent, Completion, ConnError, MpaParams, QpId, QpShared, SendOp, SendWr, SgeList, WcOpcode,
 };
 
 /// Connects the idle QPs `qa` (on A) and `qb` (on B) through a listener on `port`.
@@ -37,17 +36,7 @@ pub fn connect_qps(p: &mut Pair, qa: QpId, qb: QpId, port: u16) {
 
 /// A QP of depth 64 on B with its shared state (to attach a shared receive queue).
 pub fn qp_b(p: &mut Pair) -> (QpId, Arc<QpShared>) {
-    let cq = Arc::clone(&p.b.cq);
-    p.b.core
-        .create_qp(QpAttr {
-            pd: PD,
-            send_cq: Arc::clone(&cq),
-            recv_cq: cq,
-            sq_depth: 64,
-            rq_depth: 64,
-            max_sge: 4,
-        })
-        .expect("qp")
+    p.b.qp_shared(64)
 }
 
 /// `n` connected QP pairs: `(A's, B's)`.
