@@ -355,6 +355,419 @@ fn drive_test(
     Ok(None)
 }
 
+/// perftest's version string as its 6.x clients send it (16 octets, NUL padded).
+const VERSION: &[u8; 16] = b"6.06\0\0\0\0\0\0\0\0\0\0\0\0";
+
+/// Our `pingpong_dest`: out_reads, a QP number, our region's STag at address 0.
+fn our_dest(out_reads: u32, stag: u32) -> [u8; DEST_LEN] {
+    let mut d = [0u8; DEST_LEN];
+    d[4..8].copy_from_slice(&out_reads.to_be_bytes());
+    d[8..12].copy_from_slice(&1u32.to_be_bytes());
+    d[16..20].copy_from_slice(&stag.to_be_bytes());
+    d
+}
+
+/// The exchange connection, client side: each step Sends ours and Receives the server's.
+struct ClientXchg {
+    x: Exchange,
+    timeout: Duration,
+}
+
+impl ClientXchg {
+    fn step(&self, msg: &[u8]) -> Result<Vec<u8>, String> {
+        let x = &self.x;
+        x.tx.write(0, msg).map_err(|e| e.to_string())?;
+        let send = SendWr::new(1000, SendOp::Send, &[x.tx.sge(0, msg.len() as u32)])
+            .map_err(|e| e.to_string())?;
+        x.qp.post_send(&send).map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            match x.cq.poll_one() {
+                Some(wc) if wc.status != WcStatus::Success => {
+                    return Err(format!(
+                        "perftest exchange: {:?} completed with {:?}",
+                        wc.opcode, wc.status
+                    ))
+                }
+                Some(wc) if wc.opcode == WcOpcode::Recv => {
+                    let n = (wc.byte_len as usize).min(MSG_MAX as usize);
+                    let at = wc.wr_id * u64::from(MSG_MAX);
+                    let mut m = vec![0u8; n];
+                    x.rx.read(at as usize, &mut m).map_err(|e| e.to_string())?;
+                    let wr = RecvWr::new(wc.wr_id, &[x.rx.sge(at, MSG_MAX)])
+                        .map_err(|e| e.to_string())?;
+                    x.qp.post_recv(&wr).map_err(|e| e.to_string())?;
+                    return Ok(m);
+                }
+                Some(_) => {}
+                None if Instant::now() > deadline => {
+                    return Err("perftest exchange: the server did not answer".into())
+                }
+                None => std::thread::sleep(Duration::from_micros(50)),
+            }
+        }
+    }
+}
+
+/// Connects one QP to `server:port`, retrying (with a fresh QP) while nobody listens.
+fn connect_qp(
+    ctx: &Context,
+    pd: &warpcore_verbs::ProtectionDomain,
+    server: std::net::Ipv4Addr,
+    port: u16,
+    params: &MpaParams,
+    timeout: Duration,
+    recvs: &dyn Fn(&QueuePair) -> Result<(), String>,
+) -> Result<(QueuePair, CompletionQueue), String> {
+    let t0 = Instant::now();
+    loop {
+        let cq = ctx.create_cq(1024).map_err(|e| e.to_string())?;
+        let mut init = QpInit::new(&cq, &cq);
+        init.rfc7306 = false;
+        init.rq_depth = TEST_RECVS as u32;
+        init.sq_depth = 256;
+        let qp = pd.create_qp(&init).map_err(|e| e.to_string())?;
+        recvs(&qp)?;
+        qp.connect(server, port, params, &[])
+            .map_err(|e| e.to_string())?;
+        match ctx.next_event(timeout.saturating_sub(t0.elapsed())) {
+            Some(CmEvent::Established(e)) => {
+                eprintln!(
+                    "iwperf: perftest: connected to {server}:{port} (IRD {} ORD {})",
+                    e.ird, e.ord
+                );
+                return Ok((qp, cq));
+            }
+            Some(CmEvent::Rejected { .. }) => {
+                return Err(format!("perftest: {server}:{port} rejected the connection"))
+            }
+            ev if t0.elapsed() < timeout => {
+                if let Some(e) = ev {
+                    eprintln!("iwperf: perftest: {e:?}, retrying");
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            _ => return Err(format!("perftest: no server at {server}:{port}")),
+        }
+    }
+}
+
+/// Client: runs the test against a linux-rdma/perftest `-R` server (`ib_write_bw -R` and
+/// friends): the exchange connection (we Send each step first, the server answers), the
+/// test connection, the test, the closing exchange.
+pub fn client(
+    cli: &Cli,
+    ep: &Endpoint,
+    server: std::net::Ipv4Addr,
+    mpa: &MpaParams,
+) -> Result<(), String> {
+    if !matches!(
+        cli.test,
+        TestName::WriteBw
+            | TestName::ReadBw
+            | TestName::SendBw
+            | TestName::WriteLat
+            | TestName::ReadLat
+            | TestName::SendLat
+    ) {
+        return Err(format!(
+            "--perftest runs write/read/send _bw/_lat; {} is not one of them",
+            cli.test.name()
+        ));
+    }
+    let ctx = &ep.ctx;
+    let timeout = Duration::from_secs(cli.timeout);
+    let mut params = mpa.clone();
+    params.ird = 128;
+    params.ord = 128;
+    let pd = ctx.alloc_pd();
+    let rx = pd
+        .alloc_mr(MSG_MAX as usize * RECVS as usize, Access::LOCAL_WRITE)
+        .map_err(|e| e.to_string())?;
+    let tx = pd
+        .alloc_mr(MSG_MAX as usize, Access::LOCAL_WRITE)
+        .map_err(|e| e.to_string())?;
+    let post_x = |qp: &QueuePair| -> Result<(), String> {
+        for i in 0..RECVS {
+            let wr = RecvWr::new(i, &[rx.sge(i * u64::from(MSG_MAX), MSG_MAX)])
+                .map_err(|e| e.to_string())?;
+            qp.post_recv(&wr).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    };
+    let (qp, cq) = connect_qp(ctx, &pd, server, cli.port, &params, timeout, &post_x)?;
+    let x = ClientXchg {
+        x: Exchange { qp, cq, rx, tx },
+        timeout,
+    };
+    // perftest's server posts its first receive only after rdma_cm told it the connection is
+    // up; a Send that arrives before that is lost to siw (seen: the server never answered
+    // our version string and flushed after its timeout). perftest's own client is slower
+    // than that; we wait a moment instead.
+    std::thread::sleep(Duration::from_millis(300));
+    // perftest's opening steps (exchange_versions, check_sys_data, check_mtu, then an
+    // all-zero dest): the server answers each with its own value.
+    let v = x.step(VERSION)?;
+    eprintln!(
+        "iwperf: perftest: server version {}",
+        String::from_utf8_lossy(&v).trim_end_matches('\0')
+    );
+    x.step(&4096u32.to_be_bytes())?;
+    x.step(&64u32.to_be_bytes())?;
+    x.step(b"3\0")?;
+    x.step(&[0u8; DEST_LEN])?;
+    let size = cli.sizes().first().copied().unwrap_or(2);
+    let iters = cli.iters();
+    if size > TX_AREA / TEST_RECVS {
+        return Err(format!(
+            "--perftest: -s {size} is larger than {}",
+            TX_AREA / TEST_RECVS
+        ));
+    }
+    let region = pd
+        .alloc_mr(
+            REGION_LEN,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+        )
+        .map_err(|e| e.to_string())?;
+    let slot = TX_AREA / TEST_RECVS;
+    let sends = matches!(cli.test, TestName::SendBw | TestName::SendLat);
+    let post_t = |qp: &QueuePair| -> Result<(), String> {
+        if sends {
+            for i in 0..TEST_RECVS {
+                let wr = RecvWr::new(i, &[region.sge(i * slot, slot as u32)])
+                    .map_err(|e| e.to_string())?;
+                qp.post_recv(&wr).map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    };
+    let (tqp, tcq) = connect_qp(ctx, &pd, server, cli.port, &params, timeout, &post_t)?;
+    x.step(&[0u8; DEST_LEN])?;
+    let reads = matches!(cli.test, TestName::ReadBw | TestName::ReadLat);
+    let me = our_dest(if reads { 128 } else { 1 }, region.stag());
+    let mut peer = None;
+    // The barrier dests before the test: three in write_bw/read_bw, four in the others
+    // (send_bw adds one after its receives are posted, the latency tests one more); as in
+    // siw-to-siw captures (../shared/interop/pcaps/siw_mpa2_ib_*.pcap).
+    let pre = if matches!(cli.test, TestName::WriteBw | TestName::ReadBw) {
+        3
+    } else {
+        4
+    };
+    for _ in 0..pre {
+        peer = client_dest(&x.step(&me)?);
+    }
+    let (rkey, vaddr) = peer.ok_or("perftest: the server sent no pingpong_dest")?;
+    let t = TestConn {
+        qp: &tqp,
+        cq: &tcq,
+        region: &region,
+        slot,
+        timeout,
+    };
+    let t0 = Instant::now();
+    let lat = match cli.test {
+        TestName::WriteBw | TestName::ReadBw | TestName::SendBw => {
+            t.bw(cli.test, size, iters, rkey, vaddr)?;
+            None
+        }
+        _ => Some(t.lat(cli.test, size, iters, rkey, vaddr)?),
+    };
+    let secs = t0.elapsed().as_secs_f64().max(1e-9);
+    match lat {
+        None if cli.test == TestName::SendBw => {
+            let mb = (size * iters) as f64 / secs / f64::from(1u32 << 20);
+            let rate = iters as f64 / secs / 1e6;
+            println!(" #bytes     #iterations    BW average[MB/sec]   MsgRate[Mpps]");
+            println!(" {size:<10} {iters:<10}     {mb:<12.2}         {rate:.6}");
+            // send_bw closes with one dest and no report exchange.
+            x.step(&me)?;
+        }
+        None => {
+            let mb = (size * iters) as f64 / secs / f64::from(1u32 << 20);
+            let rate = iters as f64 / secs / 1e6;
+            println!(" #bytes     #iterations    BW average[MB/sec]   MsgRate[Mpps]");
+            println!(" {size:<10} {iters:<10}     {mb:<12.2}         {rate:.6}");
+            // xchg_bw_reports: size, iterations, peak and average BW, message rate.
+            x.step(&me)?;
+            for v in [size, iters, mb.to_bits(), mb.to_bits(), rate.to_bits()] {
+                x.step(&v.to_be_bytes())?;
+            }
+            x.step(&me)?;
+        }
+        Some(mut us) => {
+            us.sort_by(f64::total_cmp);
+            let avg = us.iter().sum::<f64>() / us.len().max(1) as f64;
+            let (min, typ, max) = (us[0], us[us.len() / 2], us[us.len() - 1]);
+            println!(
+                " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]"
+            );
+            println!(" {size:<6} {iters:<10}     {min:<10.2}     {max:<10.2}   {typ:<10.2}       {avg:.2}");
+            // perftest's latency tests close with one more dest (write_lat with none).
+            if cli.test != TestName::WriteLat {
+                x.step(&me)?;
+            }
+        }
+    }
+    // As perftest's client: close the test connection, let the server close the exchange
+    // (closing it ourselves right after the last step made siw's server fail its last
+    // Send completion, status 2).
+    let _ = tqp.disconnect();
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        match ctx.next_event(Duration::from_millis(100)) {
+            Some(CmEvent::Disconnected { qp, .. }) if qp == x.x.qp.id() => break,
+            _ => {}
+        }
+    }
+    let _ = x.x.qp.disconnect();
+    std::thread::sleep(Duration::from_millis(200));
+    eprintln!("iwperf: perftest: client done ({iters} iterations of {size} octets)");
+    Ok(())
+}
+
+/// The test connection, client side.
+struct TestConn<'a> {
+    qp: &'a QueuePair,
+    cq: &'a CompletionQueue,
+    region: &'a MemoryRegion,
+    slot: u64,
+    timeout: Duration,
+}
+
+impl TestConn<'_> {
+    /// The next completion (successful), or an error.
+    fn wait(&self) -> Result<warpcore_verbs::Completion, String> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            if let Some(wc) = self.cq.poll_one() {
+                if wc.status != WcStatus::Success {
+                    return Err(format!(
+                        "perftest test QP: {:?} completed with {:?}",
+                        wc.opcode, wc.status
+                    ));
+                }
+                if wc.opcode == WcOpcode::Recv {
+                    let wr = RecvWr::new(
+                        wc.wr_id,
+                        &[self.region.sge(wc.wr_id * self.slot, self.slot as u32)],
+                    )
+                    .map_err(|e| e.to_string())?;
+                    self.qp.post_recv(&wr).map_err(|e| e.to_string())?;
+                }
+                return Ok(wc);
+            }
+            if Instant::now() > deadline {
+                return Err("perftest test QP: nothing completed in time".into());
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    fn op(&self, test: TestName, rkey: u32, vaddr: u64) -> SendOp {
+        match test {
+            TestName::ReadBw | TestName::ReadLat => SendOp::Read {
+                remote_stag: rkey,
+                remote_to: vaddr,
+            },
+            TestName::SendBw | TestName::SendLat => SendOp::Send,
+            _ => SendOp::Write {
+                remote_stag: rkey,
+                remote_to: vaddr,
+            },
+        }
+    }
+
+    /// Bandwidth: `iters` operations, at most a window in flight (Reads: the IRD we
+    /// assume of a siw responder, 16).
+    fn bw(
+        &self,
+        test: TestName,
+        size: u64,
+        iters: u64,
+        rkey: u32,
+        vaddr: u64,
+    ) -> Result<(), String> {
+        let window = if test == TestName::ReadBw { 16 } else { 64 };
+        let (mut posted, mut done) = (0u64, 0u64);
+        while done < iters {
+            while posted < iters && posted - done < window {
+                let wr = SendWr::new(
+                    posted,
+                    self.op(test, rkey, vaddr),
+                    &[self.region.sge(TX_AREA, size as u32)],
+                )
+                .map_err(|e| e.to_string())?;
+                self.qp.post_send(&wr).map_err(|e| e.to_string())?;
+                posted += 1;
+            }
+            if self.wait()?.opcode != WcOpcode::Recv {
+                done += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Latency: one operation at a time; returns each round trip in microseconds.
+    /// send_lat: we Send, the server answers with a Send. write_lat: the server Writes
+    /// first; we answer counter k (last octet of our buffer) with k.
+    fn lat(
+        &self,
+        test: TestName,
+        size: u64,
+        iters: u64,
+        rkey: u32,
+        vaddr: u64,
+    ) -> Result<Vec<f64>, String> {
+        let mut us = Vec::with_capacity(iters as usize);
+        let deadline = Instant::now() + self.timeout;
+        for k in 1..=iters {
+            let t0 = Instant::now();
+            if test == TestName::WriteLat {
+                let mut last = [0u8; 1];
+                loop {
+                    self.region
+                        .read(size as usize - 1, &mut last)
+                        .map_err(|e| e.to_string())?;
+                    if last[0] == k as u8 {
+                        break;
+                    }
+                    if Instant::now() > deadline {
+                        return Err(format!("perftest write_lat: no Write {k} from the server"));
+                    }
+                    while let Some(wc) = self.cq.poll_one() {
+                        if wc.status != WcStatus::Success {
+                            return Err(format!(
+                                "perftest test QP: {:?} {:?}",
+                                wc.opcode, wc.status
+                            ));
+                        }
+                    }
+                }
+                self.region
+                    .write((TX_AREA + size - 1) as usize, &[k as u8])
+                    .map_err(|e| e.to_string())?;
+            }
+            let wr = SendWr::new(
+                k,
+                self.op(test, rkey, vaddr),
+                &[self.region.sge(TX_AREA, size as u32)],
+            )
+            .map_err(|e| e.to_string())?;
+            self.qp.post_send(&wr).map_err(|e| e.to_string())?;
+            // Read and Write: their completion; Send: its completion and the answer.
+            let mut need = if test == TestName::SendLat { 2 } else { 1 };
+            while need > 0 {
+                self.wait()?;
+                need -= 1;
+            }
+            us.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        Ok(us)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
