@@ -3,12 +3,13 @@
 #
 #   scripts/interop-siw.sh                     # every mode, every test, both directions
 #   scripts/interop-siw.sh --modes "mpa2 mpa2crc" --tests "rping terminate"
+#   scripts/interop-siw.sh --tests perftest-client   # or perftest-server: one direction of perftest
 #   scripts/interop-siw.sh --short             # rping both directions + ib_write_bw, mpa2 (~1.5 min)
 #
 # Builds the siw VM once (../shared/interop/siw-vm/build.sh, cached under /var/tmp/siw-vm),
 # then boots ONE VM per mode (siw module parameters on its kernel command line) that runs
 # rping and perftest's ib_* -R in a fixed sequence, while our engine (iwping, and
-# iwperf --perftest as perftest's server; both on net_af_packet
+# iwperf --perftest as perftest's server and as its client; both on net_af_packet
 # over a veth port of the VM's bridge, address 198.18.0.2) plays the other side of each test
 # in the same order. Every VM boot is captured with tshark on the VM's bridge port; each
 # test's TCP port is split out and judged by iwdump (no protocol violation) and by tshark
@@ -39,7 +40,7 @@ while [ $# -gt 0 ]; do
         --tests) TESTS=$2; shift ;;
         --short) SHORT=1; MODES=mpa2; TESTS="rping perftest-short" ;;
         --keep) KEEP=1 ;;
-        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
         *) echo "interop-siw: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -98,6 +99,7 @@ perftest_server_rows() { # perftest_server_rows MODE PCRC: perftest's clients in
     local outs=""; [ "$mode" = mpa1 ] && outs="-o 16"
     echo "ib_read_bw server 18519 |ib_read_bw -R -p 18519 -n 50 -s 65536 $outs $OUR_IP|@iwperf read_bw --perftest -p 18519 $pcrc"
     echo "ib_read_lat server 18517 |ib_read_lat -R -p 18517 -n 200 $OUR_IP|@iwperf read_lat --perftest -p 18517 $pcrc"
+    echo "ib_send_bw server 18526 |ib_send_bw -R -p 18526 -n 50 -s 65536 $OUR_IP|@iwperf send_bw --perftest -p 18526 $pcrc"
     echo "ib_send_lat server 18515 |ib_send_lat -R -p 18515 -n 200 $OUR_IP|@iwperf send_lat --perftest -p 18515 $pcrc"
     # perftest's write_lat server Writes first: a client-server responder may not
     # (MPA-7.1.2-16), so only the peer-to-peer model can run it (docs/interop.md).
@@ -131,12 +133,13 @@ plan_for() { # plan_for MODE -> lines on stdout
                 echo "rping-rtr-read server 7184 |rping -c -V -C 3 -a $OUR_IP -p 7184|-s -p 7184 -C 3 -V --rtr read"
             fi
             ;;
-        perftest|perftest-short|perftest-client)
+        perftest|perftest-short|perftest-client|perftest-server)
             # perftest -R in the VM against iwperf --perftest: first ours = server
             # (perftest's client in the VM), then ours = client (perftest's server in the VM).
             [ "$t" = perftest-client ] || echo "ib_write_bw server 18518 |ib_write_bw -R -p 18518 -n 50 -s 65536 $OUR_IP|@iwperf write_bw --perftest -p 18518 $pcrc"
             [ "$t" = perftest-short ] && continue
             [ "$t" = perftest-client ] || perftest_server_rows "$mode" "$pcrc"
+            [ "$t" = perftest-server ] && continue
             # Our client: MPA Rev as the mode says, RTR only in p2p (a Write RTR).
             local pc="$pcrc --p2p none"
             [ "$mode" = mpa1 ] && pc="$pc --mpa-rev 1"
@@ -238,7 +241,7 @@ judge() { # judge NAME DIR MODE OURLOG OURRC GUESTSECTION PCAP VMCMD OURARGS -> 
     ib_write_bw|ib_read_bw|ib_read_lat|ib_send_bw|ib_send_lat|ib_write_lat)
         [ "$rc" = 0 ] && grep -q 'client done' "$log" || why="$why; iwperf exit $rc: $(grep -m1 'iwperf: .*error.*' "$log" | cut -c1-100)"
         [ "$res" = 0 ] || why="$why; $name exit $res"
-        local line; line=$(grep -m1 -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' "$gs" | tr -s ' \t' ' ')
+        local line; line=$(grep -m1 -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' "$gs" | tr -d '\r' | tr -s ' \t' ' ')
         # perftest's latency servers print no result: ours (the client) does
         [ -n "$line" ] || [ "$dir" != client ] || line=$(grep -m1 -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' "$log" | tr -s ' \t' ' ')
         [ -n "$line" ] || why="$why; $name printed no result line"

@@ -1,26 +1,36 @@
-//! `--perftest` (server role): answer linux-rdma/perftest's `-R` (rdma_cm) clients, e.g.
-//! `ib_write_bw -R`, `ib_read_bw -R`, `ib_read_lat -R` run against this process.
+//! `--perftest`: talk to linux-rdma/perftest's `-R` (rdma_cm) tools. Without an address we
+//! answer their clients (`ib_write_bw -R ADDR` and friends run against this process); with
+//! one we are the client of their servers (`ib_write_bw -R` waiting in the peer).
 //!
 //! perftest with `-R` opens two rdma_cm connections to the test port: the first carries its
 //! own parameter exchange (Send/Recv), the second is the test QP. Each exchange step is
 //! symmetric: the client Sends its value, the server Receives it and Sends its own back
 //! (`ctx_xchg_data` in perftest's src/perftest_communication.c). Most steps are values both
 //! sides must agree on (version string, sizes, MTU, GID compatibility, the reports at the
-//! end), so we answer with the value the client sent. The one step that carries *our*
-//! resources is `struct pingpong_dest` (56 octets, big endian: lid, out_reads, qpn, psn,
-//! rkey, 4 octets padding, vaddr, 16-octet GID, srqn, gid_index; perftest's
+//! end), so as server we answer with the value the client sent. The one step that carries
+//! *our* resources is `struct pingpong_dest` (56 octets, big endian: lid, out_reads, qpn,
+//! psn, rkey, 4 octets padding, vaddr, 16-octet GID, srqn, gid_index; perftest's
 //! `rdma_write_keys`): there we answer with our test region's STag and address 0 (regions
 //! are zero-based). perftest sends the dest again as a barrier around the measurement; we
 //! answer each time the same way.
 //!
-//! On the test connection: `write_bw`, `read_bw`, `read_lat` need nothing from us (the
-//! client's Writes land in our region, its Reads are served by the engine); for `send_lat` we answer each received message with a Send of
-//! the same length; for `write_lat` we watch the last octet of the client's Write in our
-//! region (perftest puts its iteration counter there) and Write the same counter back to the
-//! buffer the client advertised in its `pingpong_dest` (we Write first, as perftest's
-//! server does). Message size `-s` and, for `write_lat`, the count `-n` must match the
-//! client's (defaults 2 and 1000 as perftest's). The client role is not
-//! implemented.
+//! Server, on the test connection: `write_bw`, `read_bw`, `read_lat` need nothing from us
+//! (the client's Writes land in our region, its Reads are served by the engine); for
+//! `send_lat` we answer each received message with a Send of the same length; for
+//! `send_bw` we RDMA Write perftest's credit (our count of completed receives) to the
+//! client's dest after each receive, as iWARP has no receiver-not-ready flow control and
+//! perftest's client waits for it; for `write_lat` we watch the last octet of the client's
+//! Write in our region (perftest puts its iteration counter there) and Write the same
+//! counter back to the buffer the client advertised in its `pingpong_dest` (we Write first,
+//! as perftest's server does). Message size `-s` and, for `write_lat`, the count `-n` must
+//! match the client's (defaults 2 and 1000 as perftest's).
+//!
+//! Client: the same exchange with us Sending first, in the order siw-to-siw captures show
+//! (../shared/interop/pcaps/siw_mpa2_ib_*.pcap); then the test with the server's dest
+//! (Writes, Reads, Sends; `write_lat` answers the server's counter; `send_lat` waits for
+//! the server's Send), then the closing steps (`write_bw`/`read_bw`: dest, the five report
+//! values size, iterations, peak and average MB/s, message rate; the others: one dest;
+//! `write_lat` none). `-s` and `-n` must match the server's.
 
 use std::time::{Duration, Instant};
 
@@ -45,9 +55,8 @@ const REGION_LEN: usize = 64 << 20;
 pub fn supported(t: TestName) -> bool {
     matches!(
         t,
-        // send_bw is not here: against siw's ib_send_bw -R the client stalls after the
-        // exchange (not understood yet; docs/interop.md).
         TestName::WriteBw
+            | TestName::SendBw
             | TestName::ReadBw
             | TestName::ReadLat
             | TestName::SendLat
@@ -190,7 +199,7 @@ pub fn serve(cli: &Cli, ep: &Endpoint, mpa: &MpaParams) -> Result<(), String> {
                 &region,
                 slot,
                 size,
-                peer.filter(|_| test_ready),
+                peer.filter(|_| test_ready || cli.test == TestName::SendBw),
                 (&mut sent, iters),
             )? {
                 echoed += n;
@@ -311,6 +320,28 @@ fn drive_test(
                 let wr = RecvWr::new(wc.wr_id, &[region.sge(wc.wr_id * slot, slot as u32)])
                     .map_err(err)?;
                 qp.post_recv(&wr).map_err(err)?;
+                if test == TestName::SendBw {
+                    // perftest's credits: iWARP has no receiver-not-ready flow control, so
+                    // perftest's send_bw server RDMA Writes its count of completed receives
+                    // (a host-order u32) to the buffer the client's pingpong_dest names;
+                    // the client stops sending while it is a receive queue ahead of it. We
+                    // credit every receive (perftest every rx_depth / 3 and at the end).
+                    let Some((rkey, vaddr)) = peer else {
+                        return Err("perftest send_bw: a Send before the client's dest".into());
+                    };
+                    *sent += 1;
+                    let at = TX_AREA + (*sent % 64) * 8;
+                    region
+                        .write(at as usize, &(*sent as u32).to_le_bytes())
+                        .map_err(err)?;
+                    let write = SendOp::Write {
+                        remote_stag: rkey,
+                        remote_to: vaddr,
+                    };
+                    let wr = SendWr::new(3, write, &[region.sge(at, 4)]).map_err(err)?;
+                    qp.post_send(&wr).map_err(err)?;
+                    return Ok(Some(1));
+                }
                 if test == TestName::SendLat {
                     let send = SendWr::new(1, SendOp::Send, &[region.sge(TX_AREA, wc.byte_len)])
                         .map_err(err)?;
