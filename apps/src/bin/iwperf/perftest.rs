@@ -830,4 +830,17 @@ mod tests {
         assert_eq!(client_dest(&dest), Some((0x9473_6e00, 0x7f5d_0aed_5000)));
         assert_eq!(client_dest(&[0u8; DEST_LEN]), None);
     }
+
+    #[test]
+    fn our_client_dest_is_read_back_as_a_dest_and_answered_by_our_server() {
+        // What our client sends is what a perftest server parses as rkey/vaddr (and what
+        // our own server recognises as a client's dest).
+        let d = our_dest(128, 0xdead_be00);
+        assert_eq!(client_dest(&d), Some((0xdead_be00, 0)));
+        assert_eq!(&d[4..8], &128u32.to_be_bytes());
+        let a = answer(&d, 0x0102_0300);
+        assert_eq!(client_dest(&a), Some((0x0102_0300, 0)));
+        assert_eq!(VERSION.len(), 16);
+        assert!(supported(TestName::SendBw) && !supported(TestName::AtomicLat));
+    }
 }
