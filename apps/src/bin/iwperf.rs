@@ -86,7 +86,9 @@ fn run(cli: &Cli) -> Result<(), String> {
     let mpa = mpa_params(cli);
     let r = match opened {
         Opened::Single(ep) => {
-            if let Some(server) = cli.server {
+            if let Some(server) = cli.server.filter(|_| cli.perftest) {
+                perftest::client(cli, &ep, server, &mpa)
+            } else if let Some(server) = cli.server {
                 client_role(cli, &ep, server, &mpa)
             } else if cli.perftest {
                 perftest::serve(cli, &ep, &mpa)

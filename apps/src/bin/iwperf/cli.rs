@@ -208,8 +208,9 @@ pub struct Cli {
     /// Report bandwidth in Gbit/s instead of MiB/s.
     #[arg(long = "report_gbits")]
     pub report_gbits: bool,
-    /// Server: answer linux-rdma/perftest `-R` clients (ib_write_bw, ib_read_bw,
-    /// ib_read_lat) instead of iwperf ones (see apps/src/bin/iwperf/perftest.rs).
+    /// Talk to linux-rdma/perftest `-R` peers instead of iwperf ones: as server, answer
+    /// its clients; with an address, be the client of its server (`ib_*_bw/lat -R`;
+    /// see apps/src/bin/iwperf/perftest.rs).
     #[arg(long)]
     pub perftest: bool,
     /// TCP port of the server.

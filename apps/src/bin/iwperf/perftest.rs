@@ -1,26 +1,36 @@
-//! `--perftest` (server role): answer linux-rdma/perftest's `-R` (rdma_cm) clients, e.g.
-//! `ib_write_bw -R`, `ib_read_bw -R`, `ib_read_lat -R` run against this process.
+//! `--perftest`: talk to linux-rdma/perftest's `-R` (rdma_cm) tools. Without an address we
+//! answer their clients (`ib_write_bw -R ADDR` and friends run against this process); with
+//! one we are the client of their servers (`ib_write_bw -R` waiting in the peer).
 //!
 //! perftest with `-R` opens two rdma_cm connections to the test port: the first carries its
 //! own parameter exchange (Send/Recv), the second is the test QP. Each exchange step is
 //! symmetric: the client Sends its value, the server Receives it and Sends its own back
 //! (`ctx_xchg_data` in perftest's src/perftest_communication.c). Most steps are values both
 //! sides must agree on (version string, sizes, MTU, GID compatibility, the reports at the
-//! end), so we answer with the value the client sent. The one step that carries *our*
-//! resources is `struct pingpong_dest` (56 octets, big endian: lid, out_reads, qpn, psn,
-//! rkey, 4 octets padding, vaddr, 16-octet GID, srqn, gid_index; perftest's
+//! end), so as server we answer with the value the client sent. The one step that carries
+//! *our* resources is `struct pingpong_dest` (56 octets, big endian: lid, out_reads, qpn,
+//! psn, rkey, 4 octets padding, vaddr, 16-octet GID, srqn, gid_index; perftest's
 //! `rdma_write_keys`): there we answer with our test region's STag and address 0 (regions
 //! are zero-based). perftest sends the dest again as a barrier around the measurement; we
 //! answer each time the same way.
 //!
-//! On the test connection: `write_bw`, `read_bw`, `read_lat` need nothing from us (the
-//! client's Writes land in our region, its Reads are served by the engine); for `send_lat` we answer each received message with a Send of
-//! the same length; for `write_lat` we watch the last octet of the client's Write in our
-//! region (perftest puts its iteration counter there) and Write the same counter back to the
-//! buffer the client advertised in its `pingpong_dest` (we Write first, as perftest's
-//! server does). Message size `-s` and, for `write_lat`, the count `-n` must match the
-//! client's (defaults 2 and 1000 as perftest's). The client role is not
-//! implemented.
+//! Server, on the test connection: `write_bw`, `read_bw`, `read_lat` need nothing from us
+//! (the client's Writes land in our region, its Reads are served by the engine); for
+//! `send_lat` we answer each received message with a Send of the same length; for
+//! `send_bw` we RDMA Write perftest's credit (our count of completed receives) to the
+//! client's dest after each receive, as iWARP has no receiver-not-ready flow control and
+//! perftest's client waits for it; for `write_lat` we watch the last octet of the client's
+//! Write in our region (perftest puts its iteration counter there) and Write the same
+//! counter back to the buffer the client advertised in its `pingpong_dest` (we Write first,
+//! as perftest's server does). Message size `-s` and, for `write_lat`, the count `-n` must
+//! match the client's (defaults 2 and 1000 as perftest's).
+//!
+//! Client: the same exchange with us Sending first, in the order siw-to-siw captures show
+//! (../shared/interop/pcaps/siw_mpa2_ib_*.pcap); then the test with the server's dest
+//! (Writes, Reads, Sends; `write_lat` answers the server's counter; `send_lat` waits for
+//! the server's Send), then the closing steps (`write_bw`/`read_bw`: dest, the five report
+//! values size, iterations, peak and average MB/s, message rate; the others: one dest;
+//! `write_lat` none). `-s` and `-n` must match the server's.
 
 use std::time::{Duration, Instant};
 
@@ -45,9 +55,8 @@ const REGION_LEN: usize = 64 << 20;
 pub fn supported(t: TestName) -> bool {
     matches!(
         t,
-        // send_bw is not here: against siw's ib_send_bw -R the client stalls after the
-        // exchange (not understood yet; docs/interop.md).
         TestName::WriteBw
+            | TestName::SendBw
             | TestName::ReadBw
             | TestName::ReadLat
             | TestName::SendLat
@@ -190,7 +199,7 @@ pub fn serve(cli: &Cli, ep: &Endpoint, mpa: &MpaParams) -> Result<(), String> {
                 &region,
                 slot,
                 size,
-                peer.filter(|_| test_ready),
+                peer.filter(|_| test_ready || cli.test == TestName::SendBw),
                 (&mut sent, iters),
             )? {
                 echoed += n;
@@ -311,6 +320,28 @@ fn drive_test(
                 let wr = RecvWr::new(wc.wr_id, &[region.sge(wc.wr_id * slot, slot as u32)])
                     .map_err(err)?;
                 qp.post_recv(&wr).map_err(err)?;
+                if test == TestName::SendBw {
+                    // perftest's credits: iWARP has no receiver-not-ready flow control, so
+                    // perftest's send_bw server RDMA Writes its count of completed receives
+                    // (a host-order u32) to the buffer the client's pingpong_dest names;
+                    // the client stops sending while it is a receive queue ahead of it. We
+                    // credit every receive (perftest every rx_depth / 3 and at the end).
+                    let Some((rkey, vaddr)) = peer else {
+                        return Err("perftest send_bw: a Send before the client's dest".into());
+                    };
+                    *sent += 1;
+                    let at = TX_AREA + (*sent % 64) * 8;
+                    region
+                        .write(at as usize, &(*sent as u32).to_le_bytes())
+                        .map_err(err)?;
+                    let write = SendOp::Write {
+                        remote_stag: rkey,
+                        remote_to: vaddr,
+                    };
+                    let wr = SendWr::new(3, write, &[region.sge(at, 4)]).map_err(err)?;
+                    qp.post_send(&wr).map_err(err)?;
+                    return Ok(Some(1));
+                }
                 if test == TestName::SendLat {
                     let send = SendWr::new(1, SendOp::Send, &[region.sge(TX_AREA, wc.byte_len)])
                         .map_err(err)?;
@@ -355,6 +386,419 @@ fn drive_test(
     Ok(None)
 }
 
+/// perftest's version string as its 6.x clients send it (16 octets, NUL padded).
+const VERSION: &[u8; 16] = b"6.06\0\0\0\0\0\0\0\0\0\0\0\0";
+
+/// Our `pingpong_dest`: out_reads, a QP number, our region's STag at address 0.
+fn our_dest(out_reads: u32, stag: u32) -> [u8; DEST_LEN] {
+    let mut d = [0u8; DEST_LEN];
+    d[4..8].copy_from_slice(&out_reads.to_be_bytes());
+    d[8..12].copy_from_slice(&1u32.to_be_bytes());
+    d[16..20].copy_from_slice(&stag.to_be_bytes());
+    d
+}
+
+/// The exchange connection, client side: each step Sends ours and Receives the server's.
+struct ClientXchg {
+    x: Exchange,
+    timeout: Duration,
+}
+
+impl ClientXchg {
+    fn step(&self, msg: &[u8]) -> Result<Vec<u8>, String> {
+        let x = &self.x;
+        x.tx.write(0, msg).map_err(|e| e.to_string())?;
+        let send = SendWr::new(1000, SendOp::Send, &[x.tx.sge(0, msg.len() as u32)])
+            .map_err(|e| e.to_string())?;
+        x.qp.post_send(&send).map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            match x.cq.poll_one() {
+                Some(wc) if wc.status != WcStatus::Success => {
+                    return Err(format!(
+                        "perftest exchange: {:?} completed with {:?}",
+                        wc.opcode, wc.status
+                    ))
+                }
+                Some(wc) if wc.opcode == WcOpcode::Recv => {
+                    let n = (wc.byte_len as usize).min(MSG_MAX as usize);
+                    let at = wc.wr_id * u64::from(MSG_MAX);
+                    let mut m = vec![0u8; n];
+                    x.rx.read(at as usize, &mut m).map_err(|e| e.to_string())?;
+                    let wr = RecvWr::new(wc.wr_id, &[x.rx.sge(at, MSG_MAX)])
+                        .map_err(|e| e.to_string())?;
+                    x.qp.post_recv(&wr).map_err(|e| e.to_string())?;
+                    return Ok(m);
+                }
+                Some(_) => {}
+                None if Instant::now() > deadline => {
+                    return Err("perftest exchange: the server did not answer".into())
+                }
+                None => std::thread::sleep(Duration::from_micros(50)),
+            }
+        }
+    }
+}
+
+/// Connects one QP to `server:port`, retrying (with a fresh QP) while nobody listens.
+fn connect_qp(
+    ctx: &Context,
+    pd: &warpcore_verbs::ProtectionDomain,
+    server: std::net::Ipv4Addr,
+    port: u16,
+    params: &MpaParams,
+    timeout: Duration,
+    recvs: &dyn Fn(&QueuePair) -> Result<(), String>,
+) -> Result<(QueuePair, CompletionQueue), String> {
+    let t0 = Instant::now();
+    loop {
+        let cq = ctx.create_cq(1024).map_err(|e| e.to_string())?;
+        let mut init = QpInit::new(&cq, &cq);
+        init.rfc7306 = false;
+        init.rq_depth = TEST_RECVS as u32;
+        init.sq_depth = 256;
+        let qp = pd.create_qp(&init).map_err(|e| e.to_string())?;
+        recvs(&qp)?;
+        qp.connect(server, port, params, &[])
+            .map_err(|e| e.to_string())?;
+        match ctx.next_event(timeout.saturating_sub(t0.elapsed())) {
+            Some(CmEvent::Established(e)) => {
+                eprintln!(
+                    "iwperf: perftest: connected to {server}:{port} (IRD {} ORD {})",
+                    e.ird, e.ord
+                );
+                return Ok((qp, cq));
+            }
+            Some(CmEvent::Rejected { .. }) => {
+                return Err(format!("perftest: {server}:{port} rejected the connection"))
+            }
+            ev if t0.elapsed() < timeout => {
+                if let Some(e) = ev {
+                    eprintln!("iwperf: perftest: {e:?}, retrying");
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            _ => return Err(format!("perftest: no server at {server}:{port}")),
+        }
+    }
+}
+
+/// Client: runs the test against a linux-rdma/perftest `-R` server (`ib_write_bw -R` and
+/// friends): the exchange connection (we Send each step first, the server answers), the
+/// test connection, the test, the closing exchange.
+pub fn client(
+    cli: &Cli,
+    ep: &Endpoint,
+    server: std::net::Ipv4Addr,
+    mpa: &MpaParams,
+) -> Result<(), String> {
+    if !matches!(
+        cli.test,
+        TestName::WriteBw
+            | TestName::ReadBw
+            | TestName::SendBw
+            | TestName::WriteLat
+            | TestName::ReadLat
+            | TestName::SendLat
+    ) {
+        return Err(format!(
+            "--perftest runs write/read/send _bw/_lat; {} is not one of them",
+            cli.test.name()
+        ));
+    }
+    let ctx = &ep.ctx;
+    let timeout = Duration::from_secs(cli.timeout);
+    let mut params = mpa.clone();
+    params.ird = 128;
+    params.ord = 128;
+    let pd = ctx.alloc_pd();
+    let rx = pd
+        .alloc_mr(MSG_MAX as usize * RECVS as usize, Access::LOCAL_WRITE)
+        .map_err(|e| e.to_string())?;
+    let tx = pd
+        .alloc_mr(MSG_MAX as usize, Access::LOCAL_WRITE)
+        .map_err(|e| e.to_string())?;
+    let post_x = |qp: &QueuePair| -> Result<(), String> {
+        for i in 0..RECVS {
+            let wr = RecvWr::new(i, &[rx.sge(i * u64::from(MSG_MAX), MSG_MAX)])
+                .map_err(|e| e.to_string())?;
+            qp.post_recv(&wr).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    };
+    let (qp, cq) = connect_qp(ctx, &pd, server, cli.port, &params, timeout, &post_x)?;
+    let x = ClientXchg {
+        x: Exchange { qp, cq, rx, tx },
+        timeout,
+    };
+    // perftest's server posts its first receive only after rdma_cm told it the connection is
+    // up; a Send that arrives before that is lost to siw (seen: the server never answered
+    // our version string and flushed after its timeout). perftest's own client is slower
+    // than that; we wait a moment instead.
+    std::thread::sleep(Duration::from_millis(300));
+    // perftest's opening steps (exchange_versions, check_sys_data, check_mtu, then an
+    // all-zero dest): the server answers each with its own value.
+    let v = x.step(VERSION)?;
+    eprintln!(
+        "iwperf: perftest: server version {}",
+        String::from_utf8_lossy(&v).trim_end_matches('\0')
+    );
+    x.step(&4096u32.to_be_bytes())?;
+    x.step(&64u32.to_be_bytes())?;
+    x.step(b"3\0")?;
+    x.step(&[0u8; DEST_LEN])?;
+    let size = cli.sizes().first().copied().unwrap_or(2);
+    let iters = cli.iters();
+    if size > TX_AREA / TEST_RECVS {
+        return Err(format!(
+            "--perftest: -s {size} is larger than {}",
+            TX_AREA / TEST_RECVS
+        ));
+    }
+    let region = pd
+        .alloc_mr(
+            REGION_LEN,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+        )
+        .map_err(|e| e.to_string())?;
+    let slot = TX_AREA / TEST_RECVS;
+    let sends = matches!(cli.test, TestName::SendBw | TestName::SendLat);
+    let post_t = |qp: &QueuePair| -> Result<(), String> {
+        if sends {
+            for i in 0..TEST_RECVS {
+                let wr = RecvWr::new(i, &[region.sge(i * slot, slot as u32)])
+                    .map_err(|e| e.to_string())?;
+                qp.post_recv(&wr).map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    };
+    let (tqp, tcq) = connect_qp(ctx, &pd, server, cli.port, &params, timeout, &post_t)?;
+    x.step(&[0u8; DEST_LEN])?;
+    let reads = matches!(cli.test, TestName::ReadBw | TestName::ReadLat);
+    let me = our_dest(if reads { 128 } else { 1 }, region.stag());
+    let mut peer = None;
+    // The barrier dests before the test: three in write_bw/read_bw, four in the others
+    // (send_bw adds one after its receives are posted, the latency tests one more); as in
+    // siw-to-siw captures (../shared/interop/pcaps/siw_mpa2_ib_*.pcap).
+    let pre = if matches!(cli.test, TestName::WriteBw | TestName::ReadBw) {
+        3
+    } else {
+        4
+    };
+    for _ in 0..pre {
+        peer = client_dest(&x.step(&me)?);
+    }
+    let (rkey, vaddr) = peer.ok_or("perftest: the server sent no pingpong_dest")?;
+    let t = TestConn {
+        qp: &tqp,
+        cq: &tcq,
+        region: &region,
+        slot,
+        timeout,
+    };
+    let t0 = Instant::now();
+    let lat = match cli.test {
+        TestName::WriteBw | TestName::ReadBw | TestName::SendBw => {
+            t.bw(cli.test, size, iters, rkey, vaddr)?;
+            None
+        }
+        _ => Some(t.lat(cli.test, size, iters, rkey, vaddr)?),
+    };
+    let secs = t0.elapsed().as_secs_f64().max(1e-9);
+    match lat {
+        None if cli.test == TestName::SendBw => {
+            let mb = (size * iters) as f64 / secs / f64::from(1u32 << 20);
+            let rate = iters as f64 / secs / 1e6;
+            println!(" #bytes     #iterations    BW average[MB/sec]   MsgRate[Mpps]");
+            println!(" {size:<10} {iters:<10}     {mb:<12.2}         {rate:.6}");
+            // send_bw closes with one dest and no report exchange.
+            x.step(&me)?;
+        }
+        None => {
+            let mb = (size * iters) as f64 / secs / f64::from(1u32 << 20);
+            let rate = iters as f64 / secs / 1e6;
+            println!(" #bytes     #iterations    BW average[MB/sec]   MsgRate[Mpps]");
+            println!(" {size:<10} {iters:<10}     {mb:<12.2}         {rate:.6}");
+            // xchg_bw_reports: size, iterations, peak and average BW, message rate.
+            x.step(&me)?;
+            for v in [size, iters, mb.to_bits(), mb.to_bits(), rate.to_bits()] {
+                x.step(&v.to_be_bytes())?;
+            }
+            x.step(&me)?;
+        }
+        Some(mut us) => {
+            us.sort_by(f64::total_cmp);
+            let avg = us.iter().sum::<f64>() / us.len().max(1) as f64;
+            let (min, typ, max) = (us[0], us[us.len() / 2], us[us.len() - 1]);
+            println!(
+                " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]"
+            );
+            println!(" {size:<6} {iters:<10}     {min:<10.2}     {max:<10.2}   {typ:<10.2}       {avg:.2}");
+            // perftest's latency tests close with one more dest (write_lat with none).
+            if cli.test != TestName::WriteLat {
+                x.step(&me)?;
+            }
+        }
+    }
+    // As perftest's client: close the test connection, let the server close the exchange
+    // (closing it ourselves right after the last step made siw's server fail its last
+    // Send completion, status 2).
+    let _ = tqp.disconnect();
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        match ctx.next_event(Duration::from_millis(100)) {
+            Some(CmEvent::Disconnected { qp, .. }) if qp == x.x.qp.id() => break,
+            _ => {}
+        }
+    }
+    let _ = x.x.qp.disconnect();
+    std::thread::sleep(Duration::from_millis(200));
+    eprintln!("iwperf: perftest: client done ({iters} iterations of {size} octets)");
+    Ok(())
+}
+
+/// The test connection, client side.
+struct TestConn<'a> {
+    qp: &'a QueuePair,
+    cq: &'a CompletionQueue,
+    region: &'a MemoryRegion,
+    slot: u64,
+    timeout: Duration,
+}
+
+impl TestConn<'_> {
+    /// The next completion (successful), or an error.
+    fn wait(&self) -> Result<warpcore_verbs::Completion, String> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            if let Some(wc) = self.cq.poll_one() {
+                if wc.status != WcStatus::Success {
+                    return Err(format!(
+                        "perftest test QP: {:?} completed with {:?}",
+                        wc.opcode, wc.status
+                    ));
+                }
+                if wc.opcode == WcOpcode::Recv {
+                    let wr = RecvWr::new(
+                        wc.wr_id,
+                        &[self.region.sge(wc.wr_id * self.slot, self.slot as u32)],
+                    )
+                    .map_err(|e| e.to_string())?;
+                    self.qp.post_recv(&wr).map_err(|e| e.to_string())?;
+                }
+                return Ok(wc);
+            }
+            if Instant::now() > deadline {
+                return Err("perftest test QP: nothing completed in time".into());
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    fn op(&self, test: TestName, rkey: u32, vaddr: u64) -> SendOp {
+        match test {
+            TestName::ReadBw | TestName::ReadLat => SendOp::Read {
+                remote_stag: rkey,
+                remote_to: vaddr,
+            },
+            TestName::SendBw | TestName::SendLat => SendOp::Send,
+            _ => SendOp::Write {
+                remote_stag: rkey,
+                remote_to: vaddr,
+            },
+        }
+    }
+
+    /// Bandwidth: `iters` operations, at most a window in flight (Reads: the IRD we
+    /// assume of a siw responder, 16).
+    fn bw(
+        &self,
+        test: TestName,
+        size: u64,
+        iters: u64,
+        rkey: u32,
+        vaddr: u64,
+    ) -> Result<(), String> {
+        let window = if test == TestName::ReadBw { 16 } else { 64 };
+        let (mut posted, mut done) = (0u64, 0u64);
+        while done < iters {
+            while posted < iters && posted - done < window {
+                let wr = SendWr::new(
+                    posted,
+                    self.op(test, rkey, vaddr),
+                    &[self.region.sge(TX_AREA, size as u32)],
+                )
+                .map_err(|e| e.to_string())?;
+                self.qp.post_send(&wr).map_err(|e| e.to_string())?;
+                posted += 1;
+            }
+            if self.wait()?.opcode != WcOpcode::Recv {
+                done += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Latency: one operation at a time; returns each round trip in microseconds.
+    /// send_lat: we Send, the server answers with a Send. write_lat: the server Writes
+    /// first; we answer counter k (last octet of our buffer) with k.
+    fn lat(
+        &self,
+        test: TestName,
+        size: u64,
+        iters: u64,
+        rkey: u32,
+        vaddr: u64,
+    ) -> Result<Vec<f64>, String> {
+        let mut us = Vec::with_capacity(iters as usize);
+        let deadline = Instant::now() + self.timeout;
+        for k in 1..=iters {
+            let t0 = Instant::now();
+            if test == TestName::WriteLat {
+                let mut last = [0u8; 1];
+                loop {
+                    self.region
+                        .read(size as usize - 1, &mut last)
+                        .map_err(|e| e.to_string())?;
+                    if last[0] == k as u8 {
+                        break;
+                    }
+                    if Instant::now() > deadline {
+                        return Err(format!("perftest write_lat: no Write {k} from the server"));
+                    }
+                    while let Some(wc) = self.cq.poll_one() {
+                        if wc.status != WcStatus::Success {
+                            return Err(format!(
+                                "perftest test QP: {:?} {:?}",
+                                wc.opcode, wc.status
+                            ));
+                        }
+                    }
+                }
+                self.region
+                    .write((TX_AREA + size - 1) as usize, &[k as u8])
+                    .map_err(|e| e.to_string())?;
+            }
+            let wr = SendWr::new(
+                k,
+                self.op(test, rkey, vaddr),
+                &[self.region.sge(TX_AREA, size as u32)],
+            )
+            .map_err(|e| e.to_string())?;
+            self.qp.post_send(&wr).map_err(|e| e.to_string())?;
+            // Read and Write: their completion; Send: its completion and the answer.
+            let mut need = if test == TestName::SendLat { 2 } else { 1 };
+            while need > 0 {
+                self.wait()?;
+                need -= 1;
+            }
+            us.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        Ok(us)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -385,5 +829,18 @@ mod tests {
         assert!(supported(TestName::WriteBw) && supported(TestName::WriteLat));
         assert_eq!(client_dest(&dest), Some((0x9473_6e00, 0x7f5d_0aed_5000)));
         assert_eq!(client_dest(&[0u8; DEST_LEN]), None);
+    }
+
+    #[test]
+    fn our_client_dest_is_read_back_as_a_dest_and_answered_by_our_server() {
+        // What our client sends is what a perftest server parses as rkey/vaddr (and what
+        // our own server recognises as a client's dest).
+        let d = our_dest(128, 0xdead_be00);
+        assert_eq!(client_dest(&d), Some((0xdead_be00, 0)));
+        assert_eq!(&d[4..8], &128u32.to_be_bytes());
+        let a = answer(&d, 0x0102_0300);
+        assert_eq!(client_dest(&a), Some((0x0102_0300, 0)));
+        assert_eq!(VERSION.len(), 16);
+        assert!(supported(TestName::SendBw) && !supported(TestName::AtomicLat));
     }
 }
