@@ -72,9 +72,16 @@ struct Env {
 
 impl Env {
     fn new(target_access: Access, pa: &MpaParams, pb: &MpaParams) -> Env {
+        Env::with_drive_a(target_access, pa, pb, Drive::Thread)
+    }
+
+    /// `new`, with the requester's engine core run as `drive_a` says.
+    fn with_drive_a(target_access: Access, pa: &MpaParams, pb: &MpaParams, drive_a: Drive) -> Env {
         let (da, db) = link_pair(&LinkConfig::default());
         let b = Context::open(Config::new(db, [10, 0, 0, 2])).unwrap();
-        let a = Context::open(Config::new(da, [10, 0, 0, 1])).unwrap();
+        let mut ca = Config::new(da, [10, 0, 0, 1]);
+        ca.drive = drive_a;
+        let a = Context::open(ca).unwrap();
         let (apd, bpd, bpd2) = (a.alloc_pd(), b.alloc_pd(), b.alloc_pd());
         let acq = a.create_cq(256).unwrap();
         let bcq = b.create_cq(256).unwrap();
@@ -86,11 +93,14 @@ impl Env {
         let aqp = apd.create_qp(&QpInit::new(&acq, &acq)).unwrap();
         b.listen(PORT, pb).unwrap();
         aqp.connect([10, 0, 0, 2], PORT, pa, b"").unwrap();
+        // A caller-driven A sends nothing unless its thread runs it: drive it while B waits.
+        let deadline = Instant::now() + T;
         let req = loop {
-            match b.next_event(T) {
+            a.progress();
+            match b.next_event(Duration::from_millis(1)) {
                 Some(CmEvent::ConnectRequest(r)) => break r,
                 Some(_) => {}
-                None => panic!("no connection request"),
+                None => assert!(Instant::now() < deadline, "no connection request"),
             }
         };
         b.accept(&req, &bqp, b"").unwrap();
@@ -583,7 +593,11 @@ fn reads_beyond_ird() {
         ird: 2,
         ..MpaParams::default()
     };
-    let env = Env::new(all(), &pa, &pb);
+    // The requester's core runs on this thread (Drive::Caller), so all four Requests are
+    // queued before its first loop sends them together: with an engine thread of its own
+    // the first Request could go out alone and be answered before the third arrived, and
+    // the IRD would never be exceeded (seen once on a loaded machine).
+    let env = Env::with_drive_a(all(), &pa, &pb, Drive::Caller);
     let reads = |e: &Env| {
         for k in 0..4u64 {
             e.post(k, read_op(e.target.stag(), 0), &[e.amr.sge(k * 64, 64)]);
