@@ -51,7 +51,15 @@ const RECVS: u64 = 8;
 /// Our test region: perftest's client keeps its accesses within a few buffers of `-s`.
 const REGION_LEN: usize = 64 << 20;
 
-/// Whether `--perftest` can serve this test.
+/// The error for a test `--perftest` does not speak, in either role.
+fn unsupported(t: TestName) -> String {
+    format!(
+        "--perftest runs write/read/send _bw/_lat; {} is not one of them",
+        t.name()
+    )
+}
+
+/// Whether `--perftest` speaks this test, as server and as client.
 pub fn supported(t: TestName) -> bool {
     matches!(
         t,
@@ -142,10 +150,7 @@ fn accept(ctx: &Context, timeout: Duration) -> Result<Exchange, String> {
 /// test (passive on our side), and the exchange until the client closes.
 pub fn serve(cli: &Cli, ep: &Endpoint, mpa: &MpaParams) -> Result<(), String> {
     if !supported(cli.test) {
-        return Err(format!(
-            "--perftest serves write_bw/lat, read_bw/lat and send_lat; {} is not one of them",
-            cli.test.name()
-        ));
+        return Err(unsupported(cli.test));
     }
     let ctx = &ep.ctx;
     let timeout = Duration::from_secs(cli.timeout);
@@ -492,19 +497,8 @@ pub fn client(
     server: std::net::Ipv4Addr,
     mpa: &MpaParams,
 ) -> Result<(), String> {
-    if !matches!(
-        cli.test,
-        TestName::WriteBw
-            | TestName::ReadBw
-            | TestName::SendBw
-            | TestName::WriteLat
-            | TestName::ReadLat
-            | TestName::SendLat
-    ) {
-        return Err(format!(
-            "--perftest runs write/read/send _bw/_lat; {} is not one of them",
-            cli.test.name()
-        ));
+    if !supported(cli.test) {
+        return Err(unsupported(cli.test));
     }
     let ctx = &ep.ctx;
     let timeout = Duration::from_secs(cli.timeout);
