@@ -210,8 +210,11 @@ judge() { # judge NAME DIR MODE OURLOG OURRC GUESTSECTION PCAP VMCMD OURARGS -> 
     local frames malformed badcrc goodcrc term_us term_vm dump
     frames=$($TS -r "$pcap" 2>/dev/null | wc -l)
     malformed=$($TS -r "$pcap" -Y _ws.malformed 2>/dev/null | wc -l)
-    badcrc=$($TS -r "$pcap" -Y iwarp_mpa.crc -V 2>/dev/null | grep -c 'Bad CRC')
-    goodcrc=$($TS -r "$pcap" -Y iwarp_mpa.crc_check -T fields -e iwarp_mpa.crc_check 2>/dev/null | tr ',' '\n' | grep -c .)
+    # CRC verdicts from tshark's own words: iwarp_mpa.crc_check is present for good and bad
+    # CRCs alike (counting it counts CRCs seen), and no display filter selects a bad one.
+    $TS -r "$pcap" -V >"$pcap.V" 2>/dev/null
+    badcrc=$(grep -c 'Bad CRC32' "$pcap.V")
+    goodcrc=$(grep -c '(Good CRC32)' "$pcap.V")
     term_us=$($TS -r "$pcap" -Y "iwarp_rdma.opcode==7 && ip.src==$OUR_IP" 2>/dev/null | wc -l)
     term_vm=$($TS -r "$pcap" -Y "iwarp_rdma.opcode==7 && ip.src==$VM_IP" 2>/dev/null | wc -l)
     "$IWDUMP" "$pcap" >"$pcap.iwdump" 2>&1
@@ -223,7 +226,7 @@ judge() { # judge NAME DIR MODE OURLOG OURRC GUESTSECTION PCAP VMCMD OURARGS -> 
     [ "$badcrc" = 0 ] || why="$why; $badcrc bad CRCs"
     if [ "$mode" = mpa2crc ] && [ "${name%%-*}" != markers ]; then
         [ "$goodcrc" -gt 0 ] || why="$why; CRC negotiated but no CRC checked good"
-        cap="$cap, $goodcrc CRCs good"
+        cap="$cap, CRCs $goodcrc good $badcrc bad"
     fi
     local res
     res=$(sed -n 's/.*=== RESULT .* rc=\([0-9]*\).*/\1/p' "$gs")

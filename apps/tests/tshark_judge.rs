@@ -4,6 +4,11 @@
 //! iwdump decodes must match tshark's, field by field: frame, opcode, L, STag and TO, or QN,
 //! MSN and MO; and where CRCs were negotiated tshark must have checked every one as good.
 //!
+//! CRC verdicts come from tshark's own words in `-V` output ("Good CRC32" / "Bad CRC32"):
+//! the `iwarp_mpa.crc_check` field is present for good and bad CRCs alike, so counting it
+//! counts CRCs seen, not CRCs found good. `planted_flipped_octet_is_caught` shows the judge
+//! fails on a capture with one flipped FPDU octet.
+//!
 //! `rpcordma` is disabled: its heuristic claims plain Send payloads (see
 //! `shared/interop/pcaps/README.md`). If tshark is missing the test fails when
 //! `WARPCORE_REQUIRE_TSHARK` is set (as `scripts/test.sh` does) and is skipped otherwise.
@@ -39,6 +44,22 @@ fn row(frame: u64, opcode: u8, last: bool, fields: &str) -> String {
     format!("{frame} op {opcode:#x} L={} {fields}", u8::from(last))
 }
 
+/// tshark's CRC verdicts on a capture: (good, bad, malformed frames), read from `-V`.
+fn crc_verdicts(path: &Path) -> (usize, usize, usize) {
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(path)
+        .args(["--disable-protocol", "rpcordma", "-V"])
+        .output()
+        .expect("run tshark -V");
+    assert!(out.status.success(), "tshark -V failed on {path:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let good = text.matches("(Good CRC32)").count();
+    let bad = text.matches("Bad CRC32").count();
+    let malformed = text.matches("[Malformed Packet").count();
+    (good, bad, malformed)
+}
+
 /// Starts tshark on a capture (all files run at once: tshark's start-up dominates).
 fn spawn_tshark(path: &Path) -> std::process::Child {
     Command::new("tshark")
@@ -70,15 +91,14 @@ fn spawn_tshark(path: &Path) -> std::process::Child {
             "-e",
             "iwarp_ddp.mo",
         ])
-        .args(["-e", "iwarp_mpa.crc_check"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("run tshark")
 }
 
-/// tshark's segments, one row each, plus the number of CRCs it checked as good.
-fn tshark_rows(child: std::process::Child) -> (Vec<String>, usize) {
+/// tshark's segments, one row each.
+fn tshark_rows(child: std::process::Child) -> Vec<String> {
     let out = child.wait_with_output().expect("wait for tshark");
     assert!(
         out.status.success(),
@@ -87,7 +107,6 @@ fn tshark_rows(child: std::process::Child) -> (Vec<String>, usize) {
     );
     let text = String::from_utf8(out.stdout).unwrap();
     let mut rows = Vec::new();
-    let mut good_crcs = 0;
     for line in text.lines() {
         let cols: Vec<&str> = line.split('\t').collect();
         let col = |i: usize| -> Vec<&str> {
@@ -99,7 +118,6 @@ fn tshark_rows(child: std::process::Child) -> (Vec<String>, usize) {
         let (ops, lasts) = (col(1), col(2));
         let (stags, tos) = (col(3), col(4));
         let (qns, msns, mos) = (col(5), col(6), col(7));
-        good_crcs += col(8).len();
         // Several FPDUs in one frame: tshark lists each field's values in FPDU order, tagged
         // and untagged fields separately.
         let (mut t, mut u) = (0, 0);
@@ -119,7 +137,7 @@ fn tshark_rows(child: std::process::Child) -> (Vec<String>, usize) {
             rows.push(row(frame, opcode, last, &fields));
         }
     }
-    (rows, good_crcs)
+    rows
 }
 
 #[test]
@@ -156,7 +174,10 @@ fn tshark_agrees_with_iwdump_on_every_segment() {
         }
         // Same frame order; within a frame, stream order (one direction per frame).
         ours.sort_by_key(|r| r.split(' ').next().unwrap().parse::<u64>().unwrap());
-        let (theirs, good_crcs) = tshark_rows(child);
+        let theirs = tshark_rows(child);
+        let (good_crcs, bad_crcs, malformed) = crc_verdicts(&path);
+        assert_eq!(malformed, 0, "{name}: tshark found malformed frames");
+        assert_eq!(bad_crcs, 0, "{name}: tshark found bad CRCs");
         assert!(!ours.is_empty(), "{name}: nothing decoded");
         assert_eq!(ours, theirs, "{name}: iwdump and tshark disagree");
         if name.contains("mpa2crc") {
@@ -168,4 +189,50 @@ fn tshark_agrees_with_iwdump_on_every_segment() {
             );
         }
     }
+}
+
+/// The judge must be able to fail: the same siw capture with one octet of one FPDU's ULPDU
+/// flipped must show exactly one bad CRC (and one fewer good one), and iwdump must report it.
+#[test]
+fn planted_flipped_octet_is_caught() {
+    if !tshark_available() {
+        assert!(
+            std::env::var_os("WARPCORE_REQUIRE_TSHARK").is_none(),
+            "tshark is required (WARPCORE_REQUIRE_TSHARK is set) but not installed"
+        );
+        eprintln!("SKIPPED: tshark not installed (apt-get install tshark)");
+        return;
+    }
+    let name = "siw_mpa2crc_rping.pcap";
+    let clean = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name);
+    let (good, bad, _) = crc_verdicts(&clean);
+    assert!(good > 0, "clean capture: no good CRC seen");
+    assert_eq!(bad, 0, "clean capture judged bad");
+
+    // Classic pcap: 24-octet file header, 16-octet record headers (incl_len at +8). Flip an
+    // octet 10 from the end of frame 9, an RDMA Send's FPDU (inside its ULPDU, before the CRC).
+    let mut bytes = std::fs::read(&clean).unwrap();
+    let (mut off, mut n) = (24usize, 0);
+    loop {
+        let incl = u32::from_le_bytes(bytes[off + 8..off + 12].try_into().unwrap()) as usize;
+        n += 1;
+        if n == 9 {
+            bytes[off + 16 + incl - 10] ^= 0xff;
+            break;
+        }
+        off += 16 + incl;
+    }
+    let dir = std::env::temp_dir().join(format!("wc-tshark-judge-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let planted = dir.join(name);
+    std::fs::write(&planted, &bytes).unwrap();
+    let (pgood, pbad, _) = crc_verdicts(&planted);
+    let capture = read_capture_file(&planted).unwrap();
+    let report = analyse_capture(name, &capture);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(pbad, 1, "tshark judge missed the flipped octet");
+    assert_eq!(pgood, good - 1, "the flipped FPDU still counted as good");
+    assert!(report.violations() > 0, "iwdump missed the flipped octet");
 }

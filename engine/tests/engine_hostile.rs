@@ -247,12 +247,36 @@ fn expect_terminate(
         flushed += 1;
     }
     assert_eq!(flushed, rq, "{name}: receives flushed");
-    // Nothing outside the region was touched, and the region is intact where no valid
-    // placement happened.
-    let mut buf = [0u8; 16];
-    w.region.read_at(4080, &mut buf).unwrap();
-    assert_eq!(buf, [0u8; 16], "{name}");
+    // Nothing was placed: the region, zeroed at registration, is still all zeros, from
+    // offset 0 (where these attacks would write) to its end.
+    assert_eq!(first_changed(&w.region), None, "{name}: octet placed");
     let _ = &w.mrs;
+}
+
+/// The first octet of a region that is no longer zero, or `None` if all are. This is the
+/// "nothing placed" judge of the hostile cases above.
+fn first_changed(region: &Region) -> Option<usize> {
+    let mut buf = vec![0u8; region.len()];
+    region.read_at(0, &mut buf).unwrap();
+    buf.iter().position(|&b| b != 0)
+}
+
+/// The "nothing placed" judge must be able to fail: one octet written at offset 0 (where a
+/// hostile Write would land) and one at the last octet are both caught; a clean region passes.
+#[test]
+fn planted_placement_at_offset_0_is_caught() {
+    let clean = Region::allocate(4096, 4096).unwrap();
+    assert_eq!(first_changed(&clean), None, "clean region judged dirty");
+    let hit = Region::allocate(4096, 4096).unwrap();
+    hit.write_at(0, &[0xAB]).unwrap();
+    assert_eq!(first_changed(&hit), Some(0), "placement at offset 0 missed");
+    let tail = Region::allocate(4096, 4096).unwrap();
+    tail.write_at(4095, &[1]).unwrap();
+    assert_eq!(
+        first_changed(&tail),
+        Some(4095),
+        "placement at the last octet missed"
+    );
 }
 
 fn seg(repr: SegmentRepr, payload: &[u8]) -> Vec<u8> {
