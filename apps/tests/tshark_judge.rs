@@ -39,6 +39,20 @@ fn tshark_available() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// Whether tshark can run; without it the test fails when `WARPCORE_REQUIRE_TSHARK` is set
+/// and is skipped (saying so) otherwise.
+fn tshark_or_skip() -> bool {
+    if tshark_available() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("WARPCORE_REQUIRE_TSHARK").is_none(),
+        "tshark is required (WARPCORE_REQUIRE_TSHARK is set) but not installed"
+    );
+    eprintln!("SKIPPED: tshark not installed (apt-get install tshark)");
+    false
+}
+
 /// One DDP segment as text, in the same shape from both decoders.
 fn row(frame: u64, opcode: u8, last: bool, fields: &str) -> String {
     format!("{frame} op {opcode:#x} L={} {fields}", u8::from(last))
@@ -142,12 +156,7 @@ fn tshark_rows(child: std::process::Child) -> Vec<String> {
 
 #[test]
 fn tshark_agrees_with_iwdump_on_every_segment() {
-    if !tshark_available() {
-        assert!(
-            std::env::var_os("WARPCORE_REQUIRE_TSHARK").is_none(),
-            "tshark is required (WARPCORE_REQUIRE_TSHARK is set) but not installed"
-        );
-        eprintln!("SKIPPED: tshark not installed (apt-get install tshark)");
+    if !tshark_or_skip() {
         return;
     }
     let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data");
@@ -195,12 +204,7 @@ fn tshark_agrees_with_iwdump_on_every_segment() {
 /// flipped must show exactly one bad CRC (and one fewer good one), and iwdump must report it.
 #[test]
 fn planted_flipped_octet_is_caught() {
-    if !tshark_available() {
-        assert!(
-            std::env::var_os("WARPCORE_REQUIRE_TSHARK").is_none(),
-            "tshark is required (WARPCORE_REQUIRE_TSHARK is set) but not installed"
-        );
-        eprintln!("SKIPPED: tshark not installed (apt-get install tshark)");
+    if !tshark_or_skip() {
         return;
     }
     let name = "siw_mpa2crc_rping.pcap";
