@@ -131,6 +131,9 @@ pub struct XStat {
     pub value: u64,
 }
 
+/// How long dropping a port waits for the EAL interrupt thread to close it.
+const CLOSE_TIMEOUT_MS: u32 = 5000;
+
 /// The part of a port that queue handles share; closing the device waits for all of them.
 #[derive(Debug)]
 struct PortShared {
@@ -140,11 +143,18 @@ struct PortShared {
 
 impl Drop for PortShared {
     fn drop(&mut self) {
+        // Stop and close on the EAL interrupt thread, serialised with the drivers' own event
+        // handlers there (net_memif closes its end there when the peer closes first; two
+        // concurrent closes in one process could crash it). See `wc_eth_dev_close_serialized`.
         // SAFETY: no queue handle or Port refers to the device any more (they hold this Arc);
-        // stopping an already stopped port and closing it are both allowed.
-        unsafe {
-            ffi::rte_eth_dev_stop(self.id);
-            ffi::rte_eth_dev_close(self.id);
+        // stopping an already stopped port and closing it are both allowed, and the shim only
+        // passes the port id to rte_eth_dev_stop/rte_eth_dev_close.
+        let r = unsafe { ffi::wc_eth_dev_close_serialized(self.id, CLOSE_TIMEOUT_MS) };
+        if r < 0 {
+            eprintln!(
+                "dpdk-sys: port {} ({}): the EAL interrupt thread did not close it within {} ms",
+                self.id, self.name, CLOSE_TIMEOUT_MS
+            );
         }
     }
 }

@@ -3,7 +3,10 @@
  * arguments; the safety contracts are those of the DPDK function it wraps and are restated
  * at the Rust call sites.
  */
+#include <stdatomic.h>
 #include <stddef.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include "wrapper.h"
 
 /* The Rust side computes per-packet fields from these offsets (see src/mbuf.rs). */
@@ -66,4 +69,65 @@ int wc_errno(void)
 uint64_t wc_tsc_cycles(void)
 {
 	return rte_get_tsc_cycles();
+}
+
+/*
+ * Closing a port on the EAL interrupt thread.
+ *
+ * Some drivers handle their peer's events on the interrupt thread: net_memif (DPDK 22.11)
+ * runs memif_disconnect() there when the peer process closes its end, and
+ * rte_eth_dev_close() runs memif_disconnect() on the calling thread. When both ends close at
+ * about the same time the two calls race in one process (both unmap the shared regions and
+ * free the control channel) and the process can crash on exit. An alarm callback runs on the
+ * interrupt thread, so a close done there is serialised with every driver event handler.
+ */
+struct wc_close_req {
+	uint16_t port_id;
+	atomic_int done;
+};
+
+static void wc_close_cb(void *arg)
+{
+	struct wc_close_req *r = arg;
+
+	rte_eth_dev_stop(r->port_id);
+	rte_eth_dev_close(r->port_id);
+	atomic_store(&r->done, 1);
+}
+
+/*
+ * Returns 0 once the port was stopped and closed on the interrupt thread, 1 if it was
+ * closed on the calling thread (called from the interrupt thread itself, or the alarm could
+ * not be set), -1 if the interrupt thread did not run the close within timeout_ms (the
+ * request is then left to it: its memory is deliberately not freed).
+ */
+int wc_eth_dev_close_serialized(uint16_t port_id, unsigned timeout_ms)
+{
+	struct wc_close_req *r;
+	unsigned waited_us = 0;
+
+	if (rte_thread_is_intr()) {
+		rte_eth_dev_stop(port_id);
+		rte_eth_dev_close(port_id);
+		return 1;
+	}
+	r = malloc(sizeof(*r));
+	if (r != NULL) {
+		r->port_id = port_id;
+		atomic_init(&r->done, 0);
+	}
+	if (r == NULL || rte_eal_alarm_set(1, wc_close_cb, r) != 0) {
+		free(r);
+		rte_eth_dev_stop(port_id);
+		rte_eth_dev_close(port_id);
+		return 1;
+	}
+	while (!atomic_load(&r->done)) {
+		if (waited_us >= timeout_ms * 1000u)
+			return -1;
+		usleep(200);
+		waited_us += 200;
+	}
+	free(r);
+	return 0;
 }

@@ -12,6 +12,8 @@
 #include <rte_ether.h>
 #include <rte_eth_ring.h>
 #include <rte_pcapng.h>
+#include <rte_alarm.h>
+#include <rte_interrupts.h>
 
 /* The C shim: DPDK's `static inline` hot-path functions, made callable from Rust. */
 uint16_t wc_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **pkts, uint16_t nb_pkts);
@@ -24,3 +26,5 @@ int wc_pktmbuf_chain(struct rte_mbuf *head, struct rte_mbuf *tail);
 unsigned wc_lcore_id(void);
 int wc_errno(void);
 uint64_t wc_tsc_cycles(void);
+/* Stops and closes a port on the EAL interrupt thread (see shim.c). */
+int wc_eth_dev_close_serialized(uint16_t port_id, unsigned timeout_ms);
