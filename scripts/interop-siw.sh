@@ -203,26 +203,25 @@ EOF
 }
 
 # ---- judging one test
+# capture_verdict: tshark's and iwdump's verdicts on a capture (also shown catching planted
+# defects by scripts/test-judges.sh).
+# shellcheck source=lib/capture-verdict.sh
+. "$root/scripts/lib/capture-verdict.sh"
 count() { grep -c -- "$2" "$1" 2>/dev/null || true; }
 
 judge() { # judge NAME DIR MODE OURLOG OURRC GUESTSECTION PCAP VMCMD OURARGS -> verdict|reason
     local name=$1 dir=$2 mode=$3 log=$4 rc=$5 gs=$6 pcap=$7 vmcmd=$8 ourargs=$9 why=""
-    local frames malformed badcrc goodcrc term_us term_vm dump
-    frames=$($TS -r "$pcap" 2>/dev/null | wc -l)
-    malformed=$($TS -r "$pcap" -Y _ws.malformed 2>/dev/null | wc -l)
-    # CRC verdicts from tshark's own words: iwarp_mpa.crc_check is present for good and bad
-    # CRCs alike (counting it counts CRCs seen), and no display filter selects a bad one.
-    $TS -r "$pcap" -V >"$pcap.V" 2>/dev/null
-    badcrc=$(grep -c 'Bad CRC32' "$pcap.V")
-    goodcrc=$(grep -c '(Good CRC32)' "$pcap.V")
+    local frames malformed experr badcrc goodcrc term_us term_vm dump
+    capture_verdict "$pcap"
+    frames=$CV_FRAMES malformed=$CV_MALFORMED experr=$CV_EXPERT
+    badcrc=$CV_BAD goodcrc=$CV_GOOD dump=$CV_IWDUMP
     term_us=$($TS -r "$pcap" -Y "iwarp_rdma.opcode==7 && ip.src==$OUR_IP" 2>/dev/null | wc -l)
     term_vm=$($TS -r "$pcap" -Y "iwarp_rdma.opcode==7 && ip.src==$VM_IP" 2>/dev/null | wc -l)
-    "$IWDUMP" "$pcap" >"$pcap.iwdump" 2>&1
-    dump=$?
     local cap="frames $frames"
     [ "$frames" -gt 0 ] || why="$why; nothing captured"
     [ "$malformed" = 0 ] || why="$why; tshark: $malformed malformed"
-    [ "$dump" = 0 ] || why="$why; iwdump: $(grep -m1 -i -E 'violation|error' "$pcap.iwdump")"
+    [ "$experr" = 0 ] || why="$why; tshark: $experr frames with expert errors"
+    [ "$dump" = 0 ] || why="$why; iwdump: $(grep -m1 'VIOLATION' "$pcap.iwdump" || tail -n1 "$pcap.iwdump")"
     [ "$badcrc" = 0 ] || why="$why; $badcrc bad CRCs"
     if [ "$mode" = mpa2crc ] && [ "${name%%-*}" != markers ]; then
         [ "$goodcrc" -gt 0 ] || why="$why; CRC negotiated but no CRC checked good"
