@@ -23,6 +23,10 @@ cargo fmt --all -- --check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "cargo build --no-default-features (the engine without DPDK)"
+# Protocol, TCP, engine and verbs must build and run over the in-memory link alone.
+cargo build -p warpcore-proto -p warpcore-tcp -p warpcore-engine -p warpcore-verbs --no-default-features
+
 step "cargo test (workspace)"
 # The tshark judge must run, never be skipped: tell the tests it is required.
 export WARPCORE_REQUIRE_TSHARK=1

@@ -23,6 +23,7 @@
 // Unsafe code is allowed only in the modules that opt in (`mem` placement, `ring`), each
 // block with a `// SAFETY:` comment (GUIDE rule 4).
 #![deny(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod cm;
 pub mod config;

@@ -23,6 +23,7 @@
 //!
 //! Requirement IDs such as `DDP-7.1-3` refer to `shared/specs/REQUIREMENTS.md`.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod ddp;
 pub mod error;
