@@ -15,7 +15,11 @@ pub fn init_eal(program: &str, args: &[String]) -> Result<Eal, Error> {
     EalBuilder::new(program)
         .args(args.iter().map(String::as_str))
         .init()
-        .map_err(|e| Error::Device(e.to_string()))
+        .map_err(dpdk)
+}
+
+fn dpdk(e: dpdk_sys::Error) -> Error {
+    Error::Dpdk(crate::DpdkError(std::sync::Arc::new(e)))
 }
 
 /// Initialises the EAL with `eal_args` (vdevs included, e.g.
@@ -40,7 +44,7 @@ impl DpdkPort {
     /// queue pairs (one per engine core; more than one enables RSS where the port has it)
     /// and a pool of `mbufs` mbufs.
     pub fn open(eal: &Eal, name: &str, queues: u16, mbufs: u32) -> Result<DpdkPort, Error> {
-        let port = Port::by_name(eal, name).map_err(|e| Error::Device(e.to_string()))?;
+        let port = Port::by_name(eal, name).map_err(dpdk)?;
         let pool = Mempool::new(
             eal,
             &format!("wc_{name}"),
@@ -48,7 +52,7 @@ impl DpdkPort {
             256,
             Mempool::DEFAULT_DATA_ROOM,
         )
-        .map_err(|e| Error::Device(e.to_string()))?;
+        .map_err(dpdk)?;
         DpdkPort::from_port(port, pool, queues)
     }
 
@@ -62,13 +66,14 @@ impl DpdkPort {
         // set-up would have to choose local ports whose hash lands on the QP's core; that is
         // not implemented, so other multi-queue ports are refused.
         if queues != 1 && port.info().driver != "net_memif" {
-            return Err(Error::Config(format!(
-                "{} queues on a {} port: only net_memif (queue-symmetric) runs several cores;                  RSS-steered connection set-up is not implemented",
-                queues,
-                port.info().driver
-            )));
+            return Err(Error::PortUnsupported {
+                driver: port.info().driver.clone(),
+                what: "run several engine cores (one queue each)",
+                why: "only net_memif is queue-symmetric; RSS-steered connection set-up is not \
+                      implemented",
+            });
         }
-        let dev = |e: dpdk_sys::Error| Error::Device(e.to_string());
+        let dev = dpdk;
         let cfg = PortConfig {
             rx_queues: queues,
             tx_queues: queues,
@@ -103,8 +108,7 @@ impl DpdkPort {
     /// Records every frame of the first queue into a pcapng file at `path` (DPDK's
     /// `rte_pcapng`); the file is complete once the context is dropped.
     pub fn capture_pcapng(&mut self, eal: &Eal, path: &str, pool_name: &str) -> Result<(), Error> {
-        let w = PcapngWriter::create(eal, path, pool_name, self.mtu as u32 + 18)
-            .map_err(|e| Error::Device(e.to_string()))?;
+        let w = PcapngWriter::create(eal, path, pool_name, self.mtu as u32 + 18).map_err(dpdk)?;
         if let Some(d) = self.devices.first_mut() {
             d.set_pcapng(w);
         }
@@ -118,10 +122,11 @@ impl DpdkPort {
     /// still verifies drops every frame of the other.
     pub fn skip_checksums(&mut self) -> Result<(), Error> {
         if self.driver != "net_memif" {
-            return Err(Error::Config(format!(
-                "checksums may only be skipped on net_memif, not on a {} port",
-                self.driver
-            )));
+            return Err(Error::PortUnsupported {
+                driver: self.driver.clone(),
+                what: "skip IPv4/TCP checksums",
+                why: "only net_memif is shared memory that nothing can corrupt",
+            });
         }
         for d in &mut self.devices {
             d.skip_checksums();

@@ -1,16 +1,40 @@
-//! The one error type of the verbs API: one variant per way an operation can fail.
+//! The one error type of the verbs API: one variant per way an operation can fail, each
+//! naming what was wrong; errors of the layers below are kept as typed sources
+//! ([`std::error::Error::source`]), never flattened into text. The message repeats the
+//! source's, so printing an `Error` alone says everything.
 
+use warpcore_engine::config::ConfigError;
+use warpcore_engine::mem::MemError;
+use warpcore_engine::proto::mpa::negotiation::UsageError;
+use warpcore_engine::tcp::StackError;
 use warpcore_engine::{EngineError, QpState};
 
 /// Why a verbs call failed. Nothing changed when a call returns an error.
+///
+/// More variants may come (`#[non_exhaustive]`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
-    /// The configuration is invalid.
+    /// The engine configuration is invalid: which field and why.
     #[error("invalid configuration: {0}")]
-    Config(String),
-    /// The device could not be opened (DPDK EAL or port set-up, link).
-    #[error("device: {0}")]
-    Device(String),
+    Config(#[source] ConfigError),
+    /// The port cannot run the way it was asked to.
+    #[error("a {driver} port cannot {what}: {why}")]
+    PortUnsupported {
+        /// The port's DPDK driver (e.g. `net_tap`).
+        driver: String,
+        /// What was asked of it.
+        what: &'static str,
+        /// Why it cannot.
+        why: &'static str,
+    },
+    /// DPDK refused to set up the EAL, a mempool, a port, a queue or a capture.
+    #[cfg(feature = "dpdk")]
+    #[error("DPDK: {0}")]
+    Dpdk(#[source] DpdkError),
+    /// An engine core could not be started on its device.
+    #[error("{0}")]
+    Device(#[source] EngineError),
     /// The queue pair is in the wrong state for this call.
     #[error("queue pair in state {0:?}")]
     InvalidState(QpState),
@@ -57,15 +81,15 @@ pub enum Error {
     /// The handle is stale (the object was destroyed) or belongs to another context.
     #[error("stale or foreign handle")]
     StaleHandle,
-    /// The memory region could not be registered or accessed.
-    #[error("memory: {0}")]
-    Memory(String),
+    /// The memory region could not be allocated, registered or accessed.
+    #[error("memory region: {0}")]
+    Memory(#[source] MemError),
     /// TCP refused (address in use, no route, ...).
     #[error("TCP: {0}")]
-    Tcp(String),
+    Tcp(#[source] StackError),
     /// The MPA parameters are not allowed (revision, private data length, IRD/ORD).
     #[error("MPA parameters: {0}")]
-    Mpa(String),
+    Mpa(#[source] UsageError),
     /// The queue pair lives on another engine core than the connection request.
     #[error("queue pair and connection request are on different engine cores")]
     WrongCore,
@@ -109,13 +133,30 @@ impl From<EngineError> for Error {
             EngineError::LimitExceeded(w) => Error::LimitExceeded(w),
             EngineError::TableFull(w) => Error::TableFull(w),
             EngineError::AlreadyConnected => Error::InvalidState(QpState::Connecting),
-            EngineError::Stack(e) => Error::Tcp(e.to_string()),
-            EngineError::Mpa(e) => Error::Mpa(e.to_string()),
+            EngineError::Stack(e) => Error::Tcp(e),
+            EngineError::Mpa(e) => Error::Mpa(e),
             EngineError::CoreGone => Error::EngineGone,
-            EngineError::Device(e) => Error::Device(e),
+            e @ EngineError::Device(_) => Error::Device(e),
             EngineError::Memory(e) => Error::Stag(e),
             EngineError::UsesSrq => Error::UsesSrq,
             EngineError::RemoteToWrap => Error::RemoteToWrap,
         }
     }
 }
+
+/// A DPDK set-up error ([`dpdk_sys::Error`](crate::dpdk::dpdk_sys::Error)), shared so that
+/// [`Error`] stays `Clone`. Two are equal when they say the same.
+#[cfg(feature = "dpdk")]
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(transparent)]
+pub struct DpdkError(pub std::sync::Arc<crate::dpdk::dpdk_sys::Error>);
+
+#[cfg(feature = "dpdk")]
+impl PartialEq for DpdkError {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0) || self.0.to_string() == other.0.to_string()
+    }
+}
+
+#[cfg(feature = "dpdk")]
+impl Eq for DpdkError {}

@@ -94,9 +94,14 @@ use warpcore_engine::tcp::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
 use warpcore_engine::tcp::StackConfig;
 use warpcore_engine::{validate_recv, validate_send, QpAttr, QpId, QpShared, SharedRq};
 
+#[cfg(feature = "dpdk")]
+pub use error::DpdkError;
 pub use error::Error;
+pub use warpcore_engine::config::ConfigError;
 pub use warpcore_engine::mem::{Access, MemError, MwType};
+pub use warpcore_engine::proto::mpa::negotiation::UsageError as MpaUsageError;
 pub use warpcore_engine::tcp::link::{Faults, LinkConfig, LinkEnd};
+pub use warpcore_engine::tcp::StackError;
 pub use warpcore_engine::{
     CmEvent, Completion, ConnError, ConnectRequest, CoreStats, EngineConfig, Established,
     MpaParams, QpState, RtrType, RtrTypes, SendOp, Sge, WcOpcode, WcStatus, MAX_SGE,
@@ -183,9 +188,7 @@ fn to_smol(ip: Ipv4Addr) -> Ipv4Address {
 impl Context {
     /// Opens the device and starts the engine cores.
     pub fn open(cfg: Config) -> Result<Context, Error> {
-        cfg.engine
-            .validate()
-            .map_err(|e| Error::Config(e.to_string()))?;
+        cfg.engine.validate().map_err(Error::Config)?;
         let o = cfg.ip.octets();
         #[allow(unused_mut)]
         let mut stack = StackConfig {
@@ -378,7 +381,7 @@ impl ProtectionDomain {
     /// Registers `len` octets of engine-allocated memory (zeroed, page-aligned, on 2 MiB
     /// hugepages when the machine has them) with `access`.
     pub fn alloc_mr(&self, len: usize, access: Access) -> Result<MemoryRegion, Error> {
-        let r = Region::allocate(len, 4096).map_err(|e| Error::Memory(e.to_string()))?;
+        let r = Region::allocate(len, 4096).map_err(Error::Memory)?;
         self.register(Arc::new(r), access)
     }
 
@@ -394,7 +397,7 @@ impl ProtectionDomain {
             .inner
             .mrs
             .register(Arc::clone(&region), self.id, access, 0)
-            .map_err(|e| Error::Memory(e.to_string()))?;
+            .map_err(Error::Memory)?;
         Ok(MemoryRegion {
             ctx: self.ctx.clone(),
             region,
@@ -665,23 +668,17 @@ impl MemoryRegion {
 
     /// Copies `buf.len()` octets out of the region at `offset`.
     pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<(), Error> {
-        self.region
-            .read_at(offset, buf)
-            .map_err(|e| Error::Memory(e.to_string()))
+        self.region.read_at(offset, buf).map_err(Error::Memory)
     }
 
     /// Copies `data` into the region at `offset`.
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), Error> {
-        self.region
-            .write_at(offset, data)
-            .map_err(|e| Error::Memory(e.to_string()))
+        self.region.write_at(offset, data).map_err(Error::Memory)
     }
 
     /// The 64-bit word at `offset` (8-aligned) as an atomic.
     pub fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64, Error> {
-        self.region
-            .atomic_u64_at(offset)
-            .map_err(|e| Error::Memory(e.to_string()))
+        self.region.atomic_u64_at(offset).map_err(Error::Memory)
     }
 
     /// The region's memory as a shared slice.

@@ -70,3 +70,35 @@ fn remote_to_wrap_is_a_typed_post_error() {
     }
     assert_eq!((aqp.state(), bqp.state()), (QpState::Rts, QpState::Rts));
 }
+
+/// Errors of the layers below stay typed: the verbs error names the field or the fault and
+/// keeps the engine's error as its source, and its message repeats the source's.
+#[test]
+fn lower_layer_errors_are_kept_as_typed_sources() {
+    use std::error::Error as _;
+
+    // A configuration the engine refuses: which field, and why.
+    let (dev, _peer) = link_pair(&LinkConfig::default());
+    let mut cfg = Config::new(dev, [10, 0, 0, 9]);
+    cfg.engine.max_qps = 0;
+    let e = Context::open(cfg).unwrap_err();
+    let Error::Config(ConfigError { field, .. }) = &e else {
+        panic!("expected Error::Config, got {e:?}");
+    };
+    assert_eq!(*field, "max_qps");
+    let src = e.source().expect("the engine's ConfigError is the source");
+    assert!(src.downcast_ref::<ConfigError>().is_some());
+    assert!(e.to_string().contains("max_qps"), "{e}");
+
+    // An accessor outside the region: the region's own fault, as a source.
+    let (b, _a) = common::link_contexts();
+    let mr = b.alloc_pd().alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let e = mr.write(60, &[0; 8]).unwrap_err();
+    assert_eq!(e, Error::Memory(MemError::OutOfBounds));
+    assert_eq!(
+        e.source().and_then(|s| s.downcast_ref::<MemError>()),
+        Some(&MemError::OutOfBounds)
+    );
+    let e = mr.atomic_u64(4).unwrap_err();
+    assert_eq!(e, Error::Memory(MemError::Misaligned));
+}
