@@ -1,0 +1,170 @@
+//! The application's commands, as the rings of [`crate::runtime`] deliver them (tests call
+//! them directly): queue pairs created, destroyed and inspected, work requests posted.
+
+use super::*;
+
+impl<D: PollDevice> EngineCore<D> {
+    /// Creates a queue pair in the idle state.
+    pub fn create_qp(&mut self, attr: QpAttr) -> Result<(QpId, Arc<QpShared>), EngineError> {
+        if attr.sq_depth as usize > self.cfg.max_sq_depth || attr.sq_depth == 0 {
+            return Err(EngineError::LimitExceeded("sq_depth"));
+        }
+        if attr.rq_depth as usize > self.cfg.max_rq_depth || attr.rq_depth == 0 {
+            return Err(EngineError::LimitExceeded("rq_depth"));
+        }
+        if attr.max_sge as usize > self.cfg.max_sge {
+            return Err(EngineError::LimitExceeded("max_sge"));
+        }
+        let index = self
+            .qps
+            .iter()
+            .position(Option::is_none)
+            .ok_or(EngineError::TableFull("queue pair"))?;
+        self.generations[index] = self.generations[index].wrapping_add(1);
+        let id = QpId {
+            core: self.core,
+            index: index as u16,
+            generation: self.generations[index],
+        };
+        let shared = Arc::new(QpShared::new(
+            attr.pd,
+            attr.sq_depth,
+            attr.rq_depth,
+            attr.max_sge,
+        ));
+        let max_ird = usize::from(self.cfg.max_ird);
+        self.qps[index] = Some(Qp {
+            id,
+            shared: Arc::clone(&shared),
+            pd: attr.pd,
+            send_cq: attr.send_cq,
+            recv_cq: attr.recv_cq,
+            state: QpState::Idle,
+            sq: VecDeque::with_capacity(attr.sq_depth as usize),
+            sq_head_seq: 0,
+            sq_next_seq: 0,
+            rq: VecDeque::with_capacity(attr.rq_depth as usize),
+            orq: VecDeque::with_capacity(usize::from(self.cfg.max_ord) + 1),
+            ord: 0,
+            irq: VecDeque::with_capacity(max_ird + 1),
+            ird: InboundReadQueue::new(0),
+            tx: None,
+            conn: None,
+            read_placed: 0,
+            disconnect_requested: false,
+            orq_high: 0,
+            rfc7306: true,
+            tx_fault: None,
+        });
+        if let Err(at) = self.live.binary_search(&index) {
+            self.live.insert(at, index);
+        }
+        Ok((id, shared))
+    }
+
+    /// Destroys a queue pair: its work requests are flushed and its connection is aborted —
+    /// unless a graceful close is already under way (a Terminate or a FIN went out), in which
+    /// case TCP finishes that close on its own. An RST there could overtake the Terminate at
+    /// the peer: a peer stack that receives the Terminate and the RST in one burst drops the
+    /// unread Terminate with its receive buffer, and the peer's user would see a bare reset
+    /// instead of the error report RDMAP-5.4/RDMAP-7.1 require.
+    pub fn destroy_qp(&mut self, id: QpId) -> Result<(), EngineError> {
+        let q = self.qp_mut(id)?;
+        q.flush();
+        let conn = q.conn.take();
+        self.qps[usize::from(id.index)] = None;
+        self.live.retain(|&i| i != usize::from(id.index));
+        if let Some(c) = conn {
+            if !c.fin_sent {
+                let _ = self.stack.abort(c.tcp);
+            }
+            self.zombies.push(c.tcp);
+        }
+        Ok(())
+    }
+
+    /// The state of a queue pair.
+    pub fn qp_state(&self, id: QpId) -> Result<QpState, EngineError> {
+        match self.qps.get(usize::from(id.index)) {
+            Some(Some(q)) if q.id == id && id.core == self.core => Ok(q.state),
+            _ => Err(EngineError::UnknownQp),
+        }
+    }
+
+    /// State, negotiated IRD/ORD and the ORD high-water mark of a queue pair.
+    pub fn qp_info(&self, id: QpId) -> Result<QpInfo, EngineError> {
+        match self.qps.get(usize::from(id.index)) {
+            Some(Some(q)) if q.id == id && id.core == self.core => Ok(QpInfo {
+                state: q.state,
+                ird: q.ird.ird(),
+                ord: q.ord,
+                reads_in_flight_max: q.orq_high,
+            }),
+            _ => Err(EngineError::UnknownQp),
+        }
+    }
+
+    /// Posts a send queue work request (validated; nothing changes on error).
+    pub fn post_send(&mut self, id: QpId, wr: SendWr) -> Result<(), EngineError> {
+        let mrs = Arc::clone(&self.mrs);
+        let q = self.qp_mut(id)?;
+        validate_send(&q.shared, &mrs, &wr)?;
+        if (matches!(wr.op, SendOp::Read { .. }) || wr.op.is_atomic()) && q.ord == 0 {
+            q.shared.release_sq();
+            return Err(EngineError::NoReadCredits);
+        }
+        if wr.op.is_rfc7306() && !q.rfc7306 {
+            q.shared.release_sq();
+            return Err(EngineError::NotSupported("RFC 7306"));
+        }
+        q.sq.push_back(SqEntry {
+            wr,
+            status: None,
+            byte_len: wr.sges.total_len() as u32,
+            stage: 0,
+            atomic_orig: None,
+        });
+        Ok(())
+    }
+
+    /// Takes a send work request already validated (and its slot reserved) by an
+    /// application thread with [`validate_send`]. If the QP left RTS meanwhile the request
+    /// completes with a flush error.
+    pub fn post_send_reserved(&mut self, id: QpId, wr: SendWr) {
+        let Ok(q) = self.qp_mut(id) else { return };
+        let bad_read = (matches!(wr.op, SendOp::Read { .. }) || wr.op.is_atomic()) && q.ord == 0;
+        // The application may have changed the QP's RFC 7306 flag after the connection
+        // fixed it: such a request is not sent.
+        let bad_ext = wr.op.is_rfc7306() && !q.rfc7306;
+        let e = SqEntry {
+            wr,
+            status: (q.state != QpState::Rts || bad_read || bad_ext).then_some(WcStatus::FlushErr),
+            byte_len: wr.sges.total_len() as u32,
+            stage: 0,
+            atomic_orig: None,
+        };
+        q.sq.push_back(e);
+        if q.state != QpState::Rts {
+            q.sq_next_seq = q.sq_head_seq + q.sq.len() as u64;
+            q.retire_sq();
+        }
+    }
+
+    /// Posts a receive work request (validated; nothing changes on error).
+    pub fn post_recv(&mut self, id: QpId, wr: RecvWr) -> Result<(), EngineError> {
+        let mrs = Arc::clone(&self.mrs);
+        let q = self.qp_mut(id)?;
+        validate_recv(&q.shared, &mrs, &wr)?;
+        q.rq.push_back(wr);
+        Ok(())
+    }
+
+    /// Takes a receive work request validated by an application thread ([`validate_recv`]).
+    pub fn post_recv_reserved(&mut self, id: QpId, wr: RecvWr) {
+        let Ok(q) = self.qp_mut(id) else { return };
+        q.rq.push_back(wr);
+        if q.state == QpState::Error {
+            q.flush();
+        }
+    }
+}

@@ -1,0 +1,544 @@
+//! Connection management: MPA startup in both roles (the initiator's `connect`, the
+//! responder's `listen` / `accept` / `reject`, MPA Requests read by the requests poller),
+//! TCP events (accepted connections, FIN, RST), the startup timers, and teardown
+//! (`disconnect`, `abort`).
+
+use super::*;
+
+/// The IRD/ORD we announce: at most our configured limit, except 0x3FFF ("not negotiated",
+/// RFC 6581 §9.1), which goes on the wire as is.
+pub(super) fn clamp_offer(v: u16, max: u16) -> u16 {
+    if v >= IRD_ORD_NO_NEGOTIATION {
+        IRD_ORD_NO_NEGOTIATION
+    } else {
+        v.min(max)
+    }
+}
+
+pub(super) fn clamp_ird_ord(v: u16, max: u16) -> u32 {
+    // 0x3FFF: not negotiated, left to the ULP (RFC 6581 §9.1); we use our limit.
+    if v >= 0x3FFF {
+        u32::from(max)
+    } else {
+        u32::from(v.min(max))
+    }
+}
+
+impl Qp {
+    pub(super) fn setup_fpdu_mode(&mut self, n: &Negotiated, cfg: &EngineConfig) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        conn.framer = Some(Framer::new(FramerConfig {
+            markers: n.markers_tx,
+            crc: n.crc,
+            mulpdu: fpdu::mulpdu(cfg.emss(), n.markers_tx),
+            // Markers count from the first octet of FPDU mode (mpa-08 §7.1.2 rule 7).
+            stream_offset: 0,
+        }));
+        conn.deframer = Some(Deframer::new(DeframerConfig {
+            markers: n.markers_rx,
+            crc: n.crc,
+            max_ulpdu_len: MAX_ULPDU_LEN,
+            stream_offset: 0,
+        }));
+        self.ird = InboundReadQueue::new(clamp_ird_ord(n.local_ird, cfg.max_ird));
+        self.ord = clamp_ird_ord(n.local_ord, cfg.max_ord);
+        conn.rtr_pending = n.rtr;
+        // RFC 7306 is agreed out of band (no MPA bit): fixed for the connection now.
+        self.rfc7306 = self.shared.rfc7306();
+    }
+
+    pub(super) fn established_event(&self, n: &Negotiated) -> CmEvent {
+        CmEvent::Established(Established {
+            qp: self.id,
+            rev: (n.rev_sent, n.rev_received),
+            crc: n.crc,
+            markers: (n.markers_tx, n.markers_rx),
+            ird: self.ird.ird() as u16,
+            ord: self.ord as u16,
+            peer_ird_ord: n.peer_ird.zip(n.peer_ord),
+            rtr: n.rtr,
+            rtr_accepted: n.rtr_accepted,
+            private_data: n.peer_private_data.clone(),
+        })
+    }
+
+    /// Drains the initiator's events (after input or a timeout).
+    pub(super) fn drive_initiator(&mut self, ctx: &mut Ctx<'_>) {
+        loop {
+            let ev = match self.conn.as_mut().map(|c| &mut c.mpa) {
+                Some(Mpa::Initiator(i)) => i.poll_event(),
+                _ => None,
+            };
+            let Some(ev) = ev else { break };
+            match ev {
+                nego::Event::Established(n) => {
+                    self.setup_fpdu_mode(&n, ctx.cfg);
+                    self.set_state(QpState::Rts);
+                    ctx.events.push_back(self.established_event(&n));
+                }
+                nego::Event::Rejected(r) => {
+                    self.flush();
+                    ctx.events.push_back(CmEvent::Rejected {
+                        qp: self.id,
+                        private_data: r.peer.private_data,
+                    });
+                    if let Some(c) = self.conn.as_mut() {
+                        c.mpa = Mpa::Done;
+                        c.fin_sent = false;
+                    }
+                    self.disconnect_requested = true;
+                }
+                nego::Event::Failed(f) => {
+                    if let Some(n) = f.terminate.as_ref() {
+                        self.setup_fpdu_mode(n, ctx.cfg);
+                        if let Some(c) = self.conn.as_mut() {
+                            let mut buf = [0u8; TERM_FPDU_MAX];
+                            let err = ProtocolError::Mpa(f.error.mpa_error());
+                            if let Ok(len) = emit_terminate(err, None, &mut buf) {
+                                c.term = Some((buf, len));
+                            }
+                            c.rtr_pending = None;
+                            c.mpa = Mpa::Done;
+                        }
+                    }
+                    self.flush();
+                    self.disconnect_requested = true;
+                    if self.conn.as_ref().is_some_and(|c| c.term.is_some()) {
+                        self.set_state(QpState::Terminate);
+                    }
+                    ctx.events.push_back(CmEvent::Error {
+                        qp: self.id,
+                        error: ConnError::Negotiation(f.error),
+                    });
+                }
+                nego::Event::Request(_) => {}
+            }
+        }
+    }
+}
+
+impl<D: PollDevice> EngineCore<D> {
+    pub(super) fn mpa_config(
+        &self,
+        p: &MpaParams,
+        private_data: Vec<u8>,
+        initiator: bool,
+    ) -> nego::Config {
+        nego::Config {
+            rev: p.rev,
+            crc: p.crc,
+            markers: p.markers,
+            markers_supported: p.markers_supported,
+            ird: clamp_offer(p.ird, self.cfg.max_ird),
+            ord: clamp_offer(p.ord, self.cfg.max_ord),
+            peer_to_peer: initiator && p.peer_to_peer && p.rev >= 2,
+            // An initiator offers the RTR types chosen; a responder accepts the ones chosen.
+            rtr: if initiator { p.rtr_offer } else { p.rtr_accept },
+            private_data,
+            timeout: StdDuration::from_millis(self.cfg.mpa_timeout_ms),
+        }
+    }
+
+    /// Connects an idle queue pair to `remote` as MPA initiator with `private_data`.
+    /// [`CmEvent::Established`], [`CmEvent::Rejected`] or [`CmEvent::Error`] follows.
+    pub fn connect(
+        &mut self,
+        id: QpId,
+        remote: (Ipv4Address, u16),
+        params: &MpaParams,
+        private_data: &[u8],
+    ) -> Result<(), EngineError> {
+        let config = self.mpa_config(params, private_data.to_vec(), true);
+        let now_std = self.now_std();
+        let st = self.qp_mut(id)?.state;
+        if st != QpState::Idle {
+            return Err(EngineError::InvalidState(st));
+        }
+        let init = Initiator::new(config, now_std)?;
+        let tcp = self.stack.connect(remote, None, &self.cfg.tcp)?;
+        let q = self.qp_mut(id)?;
+        q.conn = Some(Conn {
+            tcp,
+            mpa: Mpa::Initiator(Box::new(init)),
+            framer: None,
+            deframer: None,
+            ddp_tx: DdpSender::new(),
+            ddp_rx: DdpReceiver::new(DDP_VERSION),
+            rtr_pending: None,
+            fin_sent: false,
+            peer_closed: false,
+            term: None,
+        });
+        q.set_state(QpState::Connecting);
+        Ok(())
+    }
+
+    /// Listens on `port`; connection requests arrive as [`CmEvent::ConnectRequest`].
+    pub fn listen(&mut self, port: u16, params: MpaParams) -> Result<ListenerId, EngineError> {
+        let backlog = self.cfg.max_pending_requests.min(4);
+        let tcp = self.stack.listen(port, backlog, &self.cfg.tcp)?;
+        self.listeners.push(Listener { tcp, params });
+        Ok(ListenerId {
+            core: self.core,
+            index: (self.listeners.len() - 1) as u32,
+        })
+    }
+
+    pub(super) fn req_mut(&mut self, id: RequestId) -> Result<&mut PendingReq, EngineError> {
+        let i = id.index as usize;
+        if id.core != self.core || self.req_generations.get(i) != Some(&id.generation) {
+            return Err(EngineError::UnknownRequest);
+        }
+        match self.requests.get_mut(i) {
+            Some(Some(r)) if r.phase == ReqPhase::Waiting => Ok(r),
+            _ => Err(EngineError::UnknownRequest),
+        }
+    }
+
+    /// Accepts a connection request on an idle queue pair with our private data (optionally
+    /// overriding IRD/ORD). [`CmEvent::Established`] follows at once.
+    pub fn accept(
+        &mut self,
+        req: RequestId,
+        id: QpId,
+        private_data: &[u8],
+        ird_ord: Option<(u16, u16)>,
+    ) -> Result<(), EngineError> {
+        let (max_ird, max_ord) = (self.cfg.max_ird, self.cfg.max_ord);
+        let st = self.qp_mut(id)?.state;
+        if st != QpState::Idle {
+            return Err(EngineError::InvalidState(st));
+        }
+        let r = self.req_mut(req)?;
+        if let Some((ird, ord)) = ird_ord {
+            r.responder
+                .set_ird_ord(clamp_offer(ird, max_ird), clamp_offer(ord, max_ord))?;
+        }
+        r.responder.accept(private_data)?;
+        let Some(r) = self.requests[req.index as usize].take() else {
+            return Err(EngineError::UnknownRequest);
+        };
+        let mut responder = r.responder;
+        let cfg = self.cfg.clone();
+        let q = self.qp_mut(id)?;
+        let mut negotiated = None;
+        while let Some(ev) = responder.poll_event() {
+            if let nego::Event::Established(n) = ev {
+                negotiated = Some(n);
+            }
+        }
+        q.conn = Some(Conn {
+            tcp: r.tcp,
+            mpa: Mpa::Responder(responder),
+            framer: None,
+            deframer: None,
+            ddp_tx: DdpSender::new(),
+            ddp_rx: DdpReceiver::new(DDP_VERSION),
+            rtr_pending: None,
+            fin_sent: false,
+            peer_closed: false,
+            term: None,
+        });
+        if let Some(n) = negotiated {
+            q.setup_fpdu_mode(&n, &cfg);
+            q.set_state(QpState::Rts);
+            let ev = q.established_event(&n);
+            self.events.push_back(ev);
+        }
+        Ok(())
+    }
+
+    /// Rejects a connection request with our private data (MPA Reply with R = 1, then
+    /// FIN).
+    pub fn reject(&mut self, req: RequestId, private_data: &[u8]) -> Result<(), EngineError> {
+        let r = self.req_mut(req)?;
+        r.responder.reject(private_data)?;
+        while r.responder.poll_event().is_some() {}
+        r.phase = ReqPhase::Rejecting;
+        Ok(())
+    }
+
+    /// Graceful close: no new sends; the send queue and inbound Reads drain, then FIN.
+    /// [`CmEvent::Disconnected`] follows once both sides closed.
+    pub fn disconnect(&mut self, id: QpId) -> Result<(), EngineError> {
+        let q = self.qp_mut(id)?;
+        match q.state {
+            QpState::Rts => {
+                q.set_state(QpState::Closing);
+                q.disconnect_requested = true;
+                Ok(())
+            }
+            QpState::Closing => Ok(()),
+            s => Err(EngineError::InvalidState(s)),
+        }
+    }
+
+    /// Abortive close: RST at once, everything outstanding is flushed.
+    pub fn abort(&mut self, id: QpId) -> Result<(), EngineError> {
+        let q = self.qp_mut(id)?;
+        let Some(c) = q.conn.take() else {
+            return Err(EngineError::InvalidState(q.state));
+        };
+        q.flush();
+        let qid = q.id;
+        let _ = self.stack.abort(c.tcp);
+        self.zombies.push(c.tcp);
+        self.events.push_back(CmEvent::Disconnected {
+            qp: qid,
+            reset: true,
+        });
+        Ok(())
+    }
+
+    pub(super) fn find_qp(&self, tcp: ConnId) -> Option<usize> {
+        self.qps.iter().position(|q| {
+            q.as_ref()
+                .and_then(|q| q.conn.as_ref())
+                .is_some_and(|c| c.tcp == tcp)
+        })
+    }
+
+    pub(super) fn poll_tcp_events(&mut self) -> bool {
+        let mut work = false;
+        while let Some(ev) = self.stack.next_event() {
+            work = true;
+
+            match ev {
+                TcpEvent::Acceptable(l) => self.on_acceptable(l),
+                TcpEvent::PeerClosed(c) => {
+                    if let Some(i) = self.find_qp(c) {
+                        let Some(q) = self.qps[i].as_mut() else {
+                            continue;
+                        };
+                        // A startup frame may still sit in the receive buffer in front of the
+                        // FIN: the receive poller reads it first and only then tells the
+                        // initiator about the close.
+                        let mut fenced = false;
+                        if let Some(conn) = q.conn.as_mut() {
+                            conn.peer_closed = true;
+                            fenced = matches!(conn.mpa, Mpa::Responder(_));
+                        }
+                        // A responder still fenced: the receive poller decides once every
+                        // octet before the FIN is read (it may be the RTR or a Terminate).
+                        if q.state == QpState::Rts && !fenced {
+                            // The peer closed: drain what we owe, then FIN (RDMAP-06 §6).
+                            q.set_state(QpState::Closing);
+                        }
+                    }
+                }
+                TcpEvent::Closed(c) | TcpEvent::Reset(c) => {
+                    let reset = matches!(ev, TcpEvent::Reset(_));
+                    if let Some(i) = self.find_qp(c) {
+                        let Some(q) = self.qps[i].as_mut() else {
+                            continue;
+                        };
+                        let conn = q.conn.take();
+                        let was = q.state;
+                        q.flush();
+                        if let Some(conn) = conn {
+                            let _ = self.stack.release(conn.tcp);
+                            if was == QpState::Connecting {
+                                self.events.push_back(CmEvent::Error {
+                                    qp: q.id,
+                                    error: ConnError::TcpLost,
+                                });
+                            } else if !matches!(was, QpState::Error | QpState::Terminate) {
+                                self.events
+                                    .push_back(CmEvent::Disconnected { qp: q.id, reset });
+                            }
+                        }
+                    } else if let Some(p) = self.zombies.iter().position(|z| *z == c) {
+                        let z = self.zombies.swap_remove(p);
+                        let _ = self.stack.release(z);
+                    } else {
+                        self.cancel_request(c);
+                    }
+                }
+                TcpEvent::Connected(_) | TcpEvent::Readable(_) | TcpEvent::Writable(_) => {}
+            }
+        }
+        work
+    }
+
+    pub(super) fn cancel_request(&mut self, tcp: ConnId) {
+        for i in 0..self.requests.len() {
+            if self.requests[i].as_ref().is_some_and(|r| r.tcp == tcp) {
+                if let Some(r) = self.requests[i].take() {
+                    let _ = self.stack.release(r.tcp);
+                    if r.phase == ReqPhase::Waiting {
+                        self.events.push_back(CmEvent::RequestCancelled(RequestId {
+                            core: self.core,
+                            index: i as u32,
+                            generation: self.req_generations[i],
+                        }));
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_acceptable(&mut self, l: warpcore_tcp::ListenerId) {
+        let Some(li) = self.listeners.iter().position(|x| x.tcp == l) else {
+            return;
+        };
+        while let Ok(Some(tcp)) = self.stack.accept(l) {
+            let params = self.listeners[li].params.clone();
+            let config = self.mpa_config(&params, Vec::new(), false);
+            let slot = self.requests.iter().position(Option::is_none);
+            let responder = Responder::new(config, self.now_std());
+            let (Some(slot), Ok(responder)) = (slot, responder) else {
+                // No room for another pending request: refuse with RST.
+                let _ = self.stack.release(tcp);
+                continue;
+            };
+            let remote = match self.stack.endpoints(tcp) {
+                Ok((_, Some(ep))) => match ep.addr {
+                    warpcore_tcp::smoltcp::wire::IpAddress::Ipv4(a) => (a, ep.port),
+                },
+                _ => (Ipv4Address::UNSPECIFIED, 0),
+            };
+            self.req_generations[slot] = self.req_generations[slot].wrapping_add(1);
+            self.requests[slot] = Some(PendingReq {
+                tcp,
+                responder: Box::new(responder),
+                listener: li as u32,
+                phase: ReqPhase::Reading,
+                remote,
+            });
+        }
+    }
+
+    pub(super) fn poll_requests(&mut self) -> bool {
+        let mut work = false;
+        let now_std = self.now_std();
+        for i in 0..self.requests.len() {
+            let Some(r) = self.requests[i].as_mut() else {
+                continue;
+            };
+            match r.phase {
+                ReqPhase::Reading => {
+                    let resp = &mut r.responder;
+                    let n = self
+                        .stack
+                        .recv_with(r.tcp, |d| resp.handle_input(d))
+                        .unwrap_or(0);
+                    work |= n > 0;
+                    r.responder.handle_timeout(now_std);
+                    while let Some(ev) = r.responder.poll_event() {
+                        work = true;
+                        match ev {
+                            nego::Event::Request(peer) => {
+                                r.phase = ReqPhase::Waiting;
+                                self.events
+                                    .push_back(CmEvent::ConnectRequest(ConnectRequest {
+                                        request: RequestId {
+                                            core: self.core,
+                                            index: i as u32,
+                                            generation: self.req_generations[i],
+                                        },
+                                        listener: ListenerId {
+                                            core: self.core,
+                                            index: r.listener,
+                                        },
+                                        remote: r.remote,
+                                        rev: peer.rev,
+                                        ird: peer.ird(),
+                                        ord: peer.ord(),
+                                        private_data: peer.private_data,
+                                    }));
+                            }
+                            nego::Event::Rejected(rej) => {
+                                // MPA refused the Request on its own (markers we cannot
+                                // send): the Reply with R = 1 goes out, and our user is
+                                // told, typed, so neither side waits in silence.
+                                if rej.reason == nego::RejectReason::MarkersUnsupported {
+                                    self.events.push_back(CmEvent::RequestRefused {
+                                        listener: ListenerId {
+                                            core: self.core,
+                                            index: r.listener,
+                                        },
+                                        remote: r.remote,
+                                        error: nego::NegotiationError::MarkersUnsupported,
+                                    });
+                                }
+                                r.phase = ReqPhase::Rejecting;
+                            }
+                            nego::Event::Failed(_) => {
+                                let _ = self.stack.close(r.tcp);
+                                r.phase = ReqPhase::Closing;
+                            }
+                            nego::Event::Established(_) => {}
+                        }
+                    }
+                }
+                ReqPhase::Rejecting => {
+                    let resp = &mut r.responder;
+                    let n = self
+                        .stack
+                        .send_with(r.tcp, |b| resp.poll_transmit(b))
+                        .unwrap_or(0);
+                    if n == 0 {
+                        // The Reply is in TCP's hands; close after it (MPA-7.1.2-7 leaves
+                        // the choice to the ULP; siw closes too).
+                        let _ = self.stack.close(r.tcp);
+                        r.phase = ReqPhase::Closing;
+                    }
+                    work = true;
+                }
+                ReqPhase::Closing => {
+                    let _ = self.stack.recv_with(r.tcp, |d| d.len());
+                    let done = match self.stack.state(r.tcp) {
+                        Ok(s) => matches!(s, TcpState::Closed | TcpState::TimeWait),
+                        Err(_) => true,
+                    };
+                    if done {
+                        let _ = self.stack.release(r.tcp);
+                        self.requests[i] = None;
+                        work = true;
+                    }
+                }
+                ReqPhase::Waiting => {}
+            }
+        }
+        work
+    }
+
+    pub(super) fn poll_timers(&mut self) -> bool {
+        let now_std = self.now_std();
+        let EngineCore {
+            qps,
+            mrs,
+            cfg,
+            events,
+            stats,
+            live,
+            ..
+        } = self;
+        let mut work = false;
+        for &i in live.iter() {
+            let Some(q) = qps[i].as_mut() else {
+                continue;
+            };
+            let fired = match q.conn.as_mut().map(|c| &mut c.mpa) {
+                Some(Mpa::Initiator(i)) if i.poll_timeout().is_some_and(|t| t <= now_std) => {
+                    i.handle_timeout(now_std);
+                    true
+                }
+                _ => false,
+            };
+            if fired {
+                work = true;
+                let mut ctx = Ctx {
+                    mrs,
+                    cfg,
+                    events,
+                    stats,
+                };
+                q.drive_initiator(&mut ctx);
+            }
+        }
+        work
+    }
+}

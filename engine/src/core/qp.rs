@@ -1,0 +1,185 @@
+//! The state of one queue pair: send-queue retirement in order, completions, the move to
+//! the error state with its flush, and the two ways a stream fails: a local protocol error
+//! (our Terminate) and a remote Terminate.
+
+use super::*;
+
+impl Qp {
+    pub(super) fn complete_send(&self, e: &SqEntry, status: WcStatus) {
+        let opcode = match e.wr.op {
+            SendOp::Write { .. } => WcOpcode::Write,
+            SendOp::Read { .. } => WcOpcode::Read,
+            SendOp::AtomicFetchAdd { .. } => WcOpcode::AtomicFetchAdd,
+            SendOp::AtomicCmpSwap { .. } => WcOpcode::AtomicCmpSwap,
+            SendOp::WriteWithImm { .. } => WcOpcode::WriteWithImm,
+            SendOp::Immediate { .. } => WcOpcode::Immediate,
+            SendOp::BindMw { .. } => WcOpcode::BindMw,
+            SendOp::FastReg { .. } => WcOpcode::FastReg,
+            SendOp::LocalInvalidate { .. } => WcOpcode::LocalInvalidate,
+            _ => WcOpcode::Send,
+        };
+        self.send_cq.push(Completion {
+            wr_id: e.wr.wr_id,
+            qp: self.id,
+            opcode,
+            status,
+            byte_len: e.byte_len,
+            solicited: false,
+            invalidated: None,
+            imm: None,
+            atomic_orig: if status == WcStatus::Success {
+                e.atomic_orig
+            } else {
+                None
+            },
+        });
+    }
+
+    /// Retires done requests from the head of the send queue, in order: operations complete
+    /// in submission order (RDMAP-5.5-8), a Read only once its Read Response was delivered
+    /// (RDMAP-5.5-12); unsignalled successes retire without an entry.
+    pub(super) fn retire_sq(&mut self) -> bool {
+        let mut any = false;
+        while let Some(e) = self.sq.front() {
+            let Some(status) = e.status else { break };
+            if e.wr.signaled || status != WcStatus::Success {
+                self.complete_send(e, status);
+            }
+            self.sq.pop_front();
+            self.sq_head_seq += 1;
+            self.shared.release_sq();
+            any = true;
+        }
+        any
+    }
+
+    /// Records an outstanding Read or Atomic Request (ORD, RDMAP-6.1-1, EXT-5.2-1), in the
+    /// order its response must come back, and the high-water mark of the queue.
+    pub(super) fn push_outstanding(&mut self, entry: OrqEntry) {
+        self.orq.push_back(entry);
+        self.orq_high = self.orq_high.max(self.orq.len() as u32);
+    }
+
+    pub(super) fn entry_mut(&mut self, seq: u64) -> Option<&mut SqEntry> {
+        let i = seq.checked_sub(self.sq_head_seq)?;
+        self.sq.get_mut(usize::try_from(i).ok()?)
+    }
+
+    pub(super) fn set_state(&mut self, s: QpState) {
+        self.state = s;
+        self.shared.set_state(s);
+    }
+
+    /// Moves to the error state and flushes every outstanding work request: those not done
+    /// complete with [`WcStatus::FlushErr`] (done ones keep their status), in queue order
+    /// (RDMAP-6.2.1-2: after a Terminate everything outstanding completes in error).
+    pub(super) fn flush(&mut self) {
+        self.set_state(QpState::Error);
+        for e in self.sq.iter_mut() {
+            if e.status.is_none() {
+                e.status = Some(WcStatus::FlushErr);
+            }
+        }
+        self.retire_sq();
+        self.sq_next_seq = self.sq_head_seq;
+        while let Some(r) = self.rq.pop_front() {
+            self.recv_cq.push(Completion {
+                wr_id: r.wr_id,
+                qp: self.id,
+                opcode: WcOpcode::Recv,
+                status: WcStatus::FlushErr,
+                byte_len: 0,
+                solicited: false,
+                invalidated: None,
+                imm: None,
+                atomic_orig: None,
+            });
+            self.shared.release_rq();
+        }
+        self.orq.clear();
+        self.irq.clear();
+        self.tx = None;
+    }
+
+    /// A local failure found while starting work at the sending position (`tx_fault`):
+    /// fail the QP with it as [`Self::fail_local`] does. Returns whether there was one.
+    pub(super) fn fail_tx_fault(
+        &mut self,
+        mrs: &MrTable,
+        cfg: &EngineConfig,
+        events: &mut VecDeque<CmEvent>,
+        stats: &mut CoreStats,
+    ) -> bool {
+        let Some(err) = self.tx_fault.take() else {
+            return false;
+        };
+        let mut ctx = Ctx {
+            mrs,
+            cfg,
+            events,
+            stats,
+        };
+        self.fail_local(err, None, &mut ctx);
+        true
+    }
+
+    /// A protocol error found here: queue the Terminate the specs prescribe (RDMAP-06
+    /// §4.8, §7.1; RDMAP-6.2.1-1, RDMAP-7.1-3/4; DDP-7.1-15/16; MPA-8-*), flush, report
+    /// to the local ULP (RDMAP-7.1-1). The Terminate goes out on the next send poll, ahead of
+    /// everything else and as the stream's last message (RDMAP-5.4-6); then TCP is closed
+    /// gracefully so that it arrives (RDMAP-6.2.1-4). Only the first error is reported
+    /// (RDMAP-7.1-5): later calls do nothing.
+    pub(super) fn fail_local(
+        &mut self,
+        err: ProtocolError,
+        offending: Option<&[u8]>,
+        ctx: &mut Ctx<'_>,
+    ) {
+        if matches!(self.state, QpState::Terminate | QpState::Error) {
+            return;
+        }
+        if let Some(conn) = self.conn.as_mut() {
+            let mut buf = [0u8; TERM_FPDU_MAX];
+            let off = offending.map(Offending::new);
+            if let Ok(n) = emit_terminate(err, off.as_ref(), &mut buf) {
+                conn.term = Some((buf, n));
+            }
+        }
+        self.flush();
+        self.set_state(QpState::Terminate);
+        ctx.events.push_back(CmEvent::Error {
+            qp: self.id,
+            error: ConnError::LocalTerminate(err),
+        });
+    }
+
+    pub(super) fn remote_terminate(&mut self, report: TerminateReport, ctx: &mut Ctx<'_>) {
+        ctx.stats.terminates_rx += 1;
+        // A Terminate that names one of our Read Requests fails that Read with the
+        // peer's verdict (RDMAP-06 §4.8 copies the Read Request header); everything
+        // else outstanding is flushed and the decoded Terminate goes to the application.
+        if matches!(
+            report.opcode,
+            Some(Opcode::ReadRequest | Opcode::AtomicRequest)
+        ) {
+            let access = report.code.etype() == 1 && report.code.layer() <= 1;
+            let status = if access {
+                WcStatus::RemoteAccess
+            } else {
+                WcStatus::RemoteOperation
+            };
+            if let Some(seq) = self.orq.front().and_then(|o| o.seq) {
+                if let Some(e) = self.entry_mut(seq) {
+                    e.status = Some(status);
+                }
+            }
+        }
+        self.flush();
+        // The stream is dead: close TCP once the send poller runs (RDMAP-06 §5.4).
+        self.disconnect_requested = true;
+        ctx.events.push_back(CmEvent::Error {
+            qp: self.id,
+            error: ConnError::RemoteTerminate(report),
+        });
+    }
+}

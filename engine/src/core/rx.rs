@@ -1,0 +1,583 @@
+//! The receive path: `poll_rx` hands each connection's new in-order octets to
+//! [`Qp::consume`] (MPA frames during startup, then the deframer), which hands each ULPDU to
+//! [`Qp::rx_ulpdu`]: RDMAP checks, one STag lookup, DDP validation, then placement into
+//! registered memory (tagged: [`crate::mem::MrGuard::place_at`]; untagged: [`scatter`] over
+//! the head receive's SGEs), Read and Atomic Requests queued for the transmit path, and
+//! completions in MSN order.
+
+use super::*;
+
+/// The tagged lookup done once per segment, before DDP validation: DDP does the TO range,
+/// wrap and bounds arithmetic on the region it returns (DDP-7.1-10..14).
+struct TaggedView(Result<TaggedRegion, TaggedFault>);
+
+impl TaggedBuffers for TaggedView {
+    fn tagged_region(&self, _stag: u32, _rsvd_ulp: u8) -> Result<TaggedRegion, TaggedFault> {
+        self.0
+    }
+}
+
+/// The untagged queues of a stream as DDP sees them: QN 0 is the receive queue, QN 1 the
+/// inbound Read Request slots (IRD is accounted by RDMAP), QN 2 the Terminate slot. QN 3
+/// (Atomic Responses) is not a queue without RFC 7306 atomics.
+struct UntaggedView {
+    rq_head_len: Option<u64>,
+    /// QN 3 is a queue when RFC 7306 is in use (EXT-5.2-2).
+    rfc7306: bool,
+}
+
+impl UntaggedBuffers for UntaggedView {
+    fn queue_valid(&self, qn: u32) -> bool {
+        qn <= qn::TERMINATE || (self.rfc7306 && qn == qn::ATOMIC_RESPONSE)
+    }
+    fn buffer_len(&self, q: u32, _msn: u32) -> Option<u64> {
+        match q {
+            qn::SEND => self.rq_head_len,
+            qn::READ_REQUEST => Some(64),
+            qn::TERMINATE => Some(TERMINATE_SEGMENT_MAX_LEN as u64),
+            // The requester keeps room for every outstanding response: ORD bounds them (EXT-5.2.2-4).
+            qn::ATOMIC_RESPONSE if self.rfc7306 => Some(64),
+            _ => None,
+        }
+    }
+}
+
+/// Scatters `data` at message offset `mo` over the SGEs of a receive buffer.
+pub(super) fn scatter(
+    mrs: &MrTable,
+    pd: PdId,
+    sges: &[Sge],
+    mo: u64,
+    data: &[u8],
+) -> Result<(), DdpError> {
+    let mut off = mo;
+    let mut rest = data;
+    for s in sges {
+        if rest.is_empty() {
+            break;
+        }
+        let l = u64::from(s.len);
+        if off >= l {
+            off -= l;
+            continue;
+        }
+        let n = (l - off).min(rest.len() as u64) as usize;
+        let g = mrs
+            .lookup_local(Stag(s.stag), pd, true)
+            .map_err(|_| DdpError::LocalCatastrophic)?;
+        let to = s.to.checked_add(off).ok_or(DdpError::LocalCatastrophic)?;
+        g.place_at(to, &rest[..n])
+            .map_err(|_| DdpError::LocalCatastrophic)?;
+        rest = &rest[n..];
+        off = 0;
+    }
+    if rest.is_empty() {
+        Ok(())
+    } else {
+        // DDP checked MO + length against the buffer length; this cannot happen.
+        Err(DdpError::UntaggedTooLong)
+    }
+}
+
+impl Qp {
+    /// Consumes received stream octets: MPA startup frames, then FPDUs. Returns how many
+    /// octets were consumed.
+    pub(super) fn consume(&mut self, data: &[u8], ctx: &mut Ctx<'_>) -> usize {
+        let mut used = 0;
+        if let Some(Mpa::Initiator(i)) = self.conn.as_mut().map(|c| &mut c.mpa) {
+            if i.phase() == nego::Phase::AwaitingFrame {
+                used += i.handle_input(data);
+                self.drive_initiator(ctx);
+            }
+        }
+        if !matches!(self.state, QpState::Rts | QpState::Closing) {
+            // Nothing more is delivered after a Terminate or an error (DDP-7.1-17): the
+            // octets are dropped so that TCP keeps its window open while it closes.
+            return if matches!(self.state, QpState::Terminate | QpState::Error) {
+                data.len()
+            } else {
+                used
+            };
+        }
+        let Some(mut d) = self.conn.as_mut().and_then(|c| c.deframer.take()) else {
+            return used;
+        };
+        loop {
+            match d.poll(&data[used..]) {
+                Ok((n, Some(ulpdu))) => {
+                    used += n;
+                    ctx.stats.fpdus_rx += 1;
+                    match self.rx_ulpdu(&ulpdu, ctx) {
+                        Ok(()) => {}
+                        Err(RxFault::Protocol(e)) => {
+                            self.fail_local(e, Some(&ulpdu), ctx);
+                            used = data.len();
+                            break;
+                        }
+                        Err(RxFault::RemoteTerminate(r)) => {
+                            self.remote_terminate(r, ctx);
+                            used = data.len();
+                            break;
+                        }
+                    }
+                }
+                Ok((n, None)) => {
+                    used += n;
+                    break;
+                }
+                Err(e) => {
+                    // CRC or marker error (MPA-8-*): Terminate with the MPA code, no copied
+                    // header (the FPDU is not trustworthy).
+                    self.fail_local(ProtocolError::Mpa(e), None, ctx);
+                    used = data.len();
+                    break;
+                }
+            }
+        }
+        if let Some(c) = self.conn.as_mut() {
+            c.deframer = Some(d);
+        }
+        used
+    }
+
+    /// Validates and places one ULPDU (one DDP segment).
+    pub(super) fn rx_ulpdu(&mut self, ulpdu: &[u8], ctx: &mut Ctx<'_>) -> Result<(), RxFault> {
+        let conn = self
+            .conn
+            .as_mut()
+            .ok_or(RxFault::Protocol(ProtocolError::Mpa(
+                MpaError::LocalCatastrophic,
+            )))?;
+        // MPA fencing and the peer-to-peer RTR (MPA-7.1.2-16, MPA2-5-1).
+        // An initiator that finds no RTR in common sends a Terminate instead of an RTR
+        // (MPA2-9.2-10/11): it is decoded below like any Terminate, so our user learns the
+        // peer's verdict rather than seeing us answer a Terminate with a Terminate.
+        // Parsed here only while the fence holds (the first ULPDU), not per FPDU.
+        if matches!(conn.mpa, Mpa::Responder(_))
+            && Segment::parse(ulpdu)
+                .is_ok_and(|s| matches!(s.repr.header, RdmapHeader::Terminate(_)))
+        {
+            conn.mpa = Mpa::Done;
+        }
+        if let Mpa::Responder(r) = &mut conn.mpa {
+            let first = r
+                .handle_first_ulpdu(ulpdu)
+                .map_err(|e| ProtocolError::Mpa(e.mpa_error()))?;
+            conn.mpa = Mpa::Done;
+            match first {
+                None => {}
+                Some(RtrType::Write) => return Ok(()),
+                Some(RtrType::Send) => {
+                    // The Send RTR took MSN 1 of QN 0 and consumes no receive buffer.
+                    let _ = conn.ddp_rx.set_expected_msn(qn::SEND, 2);
+                    return Ok(());
+                }
+                Some(RtrType::Read) => {
+                    // The Read RTR takes MSN 1 of QN 1 and one IRD credit; it is answered
+                    // with a zero-length Read Response (RFC 6581 §9.2).
+                    let _ = conn.ddp_rx.set_expected_msn(qn::READ_REQUEST, 2);
+                    if let Ok(seg) = Segment::parse(ulpdu) {
+                        if let RdmapHeader::ReadRequest(rr) = seg.repr.header {
+                            self.ird.admit()?;
+                            self.irq.push_back(Inbound::Read(ReadResponsePlan {
+                                sink_stag: rr.sink_stag,
+                                sink_to: rr.sink_to,
+                                src_stag: rr.src_stag,
+                                src_to: rr.src_to,
+                                len: 0,
+                            }));
+                        }
+                    }
+                    return Ok(());
+                }
+            }
+        }
+        let seg = Segment::parse(ulpdu).map_err(|e| e.protocol_error())?;
+        // RFC 7306 opcodes only where the connection uses RFC 7306; otherwise 0/2/06 as for
+        // an RFC 5040 receiver (EXT-8.2-2, EXT-1.1-1).
+        let rdmap_cfg = RdmapConfig {
+            atomics: self.rfc7306,
+            immediate_data: self.rfc7306,
+        };
+        check_inbound(&seg.repr, &rdmap_cfg)?;
+        // A QP on a shared receive queue claims the oldest buffer there for a message on
+        // QN 0 when it holds none (module `srq`); none there: no buffer, as below.
+        if self.rq.is_empty() {
+            if let warpcore_proto::wire::ddp::DdpBuffer::Untagged { qn: qn::SEND, .. } =
+                seg.repr.buffer
+            {
+                if let Some(wr) = self.shared.srq().and_then(|q| q.claim()) {
+                    self.shared.claim_rq();
+                    self.rq.push_back(wr);
+                }
+            }
+        }
+        let opcode = seg.repr.opcode;
+        let immediate = matches!(opcode, Opcode::ImmediateData | Opcode::ImmediateDataSe);
+        // One STag lookup per segment: key, protection domain and access here, bounds on
+        // the guard below (DDP-7.1-10..14, DDP-8.2-1, RDMAP-8.1.1-6). Zero-length tagged
+        // segments are not looked up at all (DDP-5.2-11).
+        let mut guard: Option<MrGuard<'_>> = None;
+        let mut tagged = TaggedView(Err(TaggedFault::InvalidStag));
+        if let warpcore_proto::wire::ddp::DdpBuffer::Tagged { stag, .. } = seg.repr.buffer {
+            if !seg.payload.is_empty() {
+                let need = if opcode == Opcode::ReadResponse {
+                    Access::LOCAL_WRITE
+                } else {
+                    Access::REMOTE_WRITE
+                };
+                match ctx
+                    .mrs
+                    .lookup_remote(Stag(stag), self.pd, self.id.stream(), need)
+                {
+                    Ok(g) => {
+                        tagged = TaggedView(Ok(g.tagged_region()));
+                        guard = Some(g);
+                    }
+                    Err(_)
+                        if opcode == Opcode::ReadResponse
+                            && self
+                                .orq
+                                .front()
+                                .is_some_and(|h| h.atomic.is_none() && h.sink_stag == stag) =>
+                    {
+                        // The sink of our own Read went away under it (deregistered or
+                        // invalidated locally): a local fault, not the peer's (departure 8).
+                        if let Some(seq) = self.orq.front().and_then(|h| h.seq) {
+                            if let Some(e) = self.entry_mut(seq) {
+                                e.status = Some(WcStatus::LocalProtection);
+                            }
+                        }
+                        return Err(RdmapError::LocalCatastrophic.into());
+                    }
+                    Err(f) => tagged = TaggedView(Err(f.tagged_fault())),
+                }
+            }
+        }
+        // Immediate Data consumes a receive buffer whatever its length: the 8 octets go
+        // into the completion, not into the buffer (EXT-6.3-2; departure in docs/engine.md).
+        let untagged = UntaggedView {
+            rq_head_len: self.rq.front().map(|r| {
+                if immediate {
+                    r.sges.total_len().max(8)
+                } else {
+                    r.sges.total_len()
+                }
+            }),
+            rfc7306: self.rfc7306,
+        };
+        let Some(placement) = conn.ddp_rx.handle_segment(ulpdu, &tagged, &untagged)? else {
+            return Ok(());
+        };
+        match placement {
+            Placement::Tagged(p) => {
+                let data = ulpdu
+                    .get(p.payload_offset..p.payload_offset + p.payload_len)
+                    .unwrap_or(&[]);
+                if opcode == Opcode::ReadResponse {
+                    // Read Responses answer our Reads in order (RDMAP-5.2.2-4, RDMAP-5.5-13);
+                    // the optional STag check of RDMAP-5.2.2-5 is made.
+                    let head = self
+                        .orq
+                        .front()
+                        .copied()
+                        .filter(|h| h.atomic.is_none())
+                        .ok_or(RdmapError::UnexpectedOpcode)?;
+                    if !data.is_empty() && p.stag != head.sink_stag {
+                        return Err(DdpError::TaggedInvalidStag.into());
+                    }
+                }
+                if let Some(g) = guard.as_ref() {
+                    // DDP checked the range on this very registration; the guard checks it
+                    // again as it copies, so no octet can land outside the region.
+                    g.place_at(p.to, data).map_err(BoundsFault::ddp_error)?;
+                    ctx.stats.placed_octets += data.len() as u64;
+                }
+                if opcode == Opcode::ReadResponse {
+                    self.read_placed += data.len() as u64;
+                    if p.last {
+                        if let Some(head) = self.orq.pop_front() {
+                            let placed = self.read_placed;
+                            self.read_placed = 0;
+                            if let Some(seq) = head.seq {
+                                let complete = placed == u64::from(head.len);
+                                if let Some(e) = self.entry_mut(seq) {
+                                    e.byte_len = placed as u32;
+                                    e.status = Some(if complete {
+                                        WcStatus::Success
+                                    } else {
+                                        WcStatus::RemoteOperation
+                                    });
+                                }
+                            }
+                            self.retire_sq();
+                        }
+                    }
+                }
+            }
+            Placement::Untagged(p) => match p.qn {
+                qn::SEND if immediate => {
+                    let RdmapHeader::ImmediateData(h) = seg.repr.header else {
+                        return Err(RdmapError::UnexpectedOpcode.into());
+                    };
+                    // One message in one segment (check_inbound); it completes the head
+                    // receive in MSN order with the value (EXT-6.3-2, EXT-6.3-3, RDMAP-5.5-2).
+                    if p.message_len.is_some() {
+                        if let Some(r) = self.rq.pop_front() {
+                            self.shared.release_rq();
+                            self.recv_cq.push(Completion {
+                                wr_id: r.wr_id,
+                                qp: self.id,
+                                opcode: WcOpcode::RecvImm,
+                                status: WcStatus::Success,
+                                byte_len: 0,
+                                solicited: opcode == Opcode::ImmediateDataSe,
+                                invalidated: None,
+                                imm: Some(u64::from_be_bytes(h.data)),
+                                atomic_orig: None,
+                            });
+                        }
+                    }
+                }
+                qn::SEND => {
+                    let data = ulpdu
+                        .get(p.payload_offset..p.payload_offset + p.payload_len)
+                        .unwrap_or(&[]);
+                    let head = self.rq.front().ok_or(DdpError::UntaggedNoBuffer)?;
+                    let inv_stag = seg.repr.invalidate_stag();
+                    if let Some(inv) = inv_stag {
+                        // RDMAP-5.3-11/12, RDMAP-7.2-4/5, RDMAP-8.1.1-8: every segment
+                        // carries the Invalidate STag (RDMAP-4.1-3); it is checked before
+                        // the segment is placed, so a refused Send with Invalidate places
+                        // nothing (the security matrix).
+                        ctx.mrs
+                            .check_invalidate_remote(Stag(inv), self.pd, self.id.stream())
+                            .map_err(invalidate_error)?;
+                    }
+                    scatter(
+                        ctx.mrs,
+                        self.pd,
+                        head.sges.as_slice(),
+                        u64::from(p.mo),
+                        data,
+                    )?;
+                    ctx.stats.placed_octets += data.len() as u64;
+                    if let Some(len) = p.message_len {
+                        let mut invalidated = None;
+                        if let Some(inv) = inv_stag {
+                            // Invalidated at delivery, checked again: a local operation
+                            // (Local Invalidate, bind, deregistration) may have changed the
+                            // STag since the check above; then the Terminate goes out now
+                            // and the placed payload is flushed with the receive
+                            // (`MrTable::invalidate_remote`; docs/engine.md departure 24).
+                            ctx.mrs
+                                .invalidate_remote(Stag(inv), self.pd, self.id.stream())
+                                .map_err(invalidate_error)?;
+                            invalidated = Some(inv);
+                        }
+                        // Delivered once, in MSN order, after DDP delivery (RDMAP-5.5-2,
+                        // RDMAP-5.5-9, DDP-5.4-1).
+                        if let Some(r) = self.rq.pop_front() {
+                            self.shared.release_rq();
+                            self.recv_cq.push(Completion {
+                                wr_id: r.wr_id,
+                                qp: self.id,
+                                opcode: WcOpcode::Recv,
+                                status: WcStatus::Success,
+                                byte_len: len,
+                                solicited: opcode.is_solicited(),
+                                invalidated,
+                                imm: None,
+                                atomic_orig: None,
+                            });
+                        }
+                    }
+                }
+                qn::READ_REQUEST if opcode == Opcode::AtomicRequest => {
+                    let RdmapHeader::AtomicRequest(ar) = seg.repr.header else {
+                        return Err(RdmapError::UnexpectedOpcode.into());
+                    };
+                    // Atomic Requests count against IRD next to Read Requests (EXT-5.2-1).
+                    self.ird.admit()?;
+                    // AOpCode, alignment (0/2/07, EXT-5.2.1-2), STag, bounds, then the
+                    // REMOTE_ATOMIC right: a region grants atomics only with it, so the
+                    // right stands for both remote rights proto's check asks for.
+                    let pd = self.pd;
+                    let stream = self.id.stream();
+                    let checked = handle_atomic_request(&ar, |stag| {
+                        let g = ctx
+                            .mrs
+                            .lookup_remote(Stag(stag), pd, stream, Access::empty())
+                            .map_err(LookupFault::stag_fault)?;
+                        let atomic_ok = g.access().contains(Access::REMOTE_ATOMIC);
+                        let mut a = g.access_region();
+                        a.remote_read = atomic_ok;
+                        a.remote_write = atomic_ok;
+                        Ok(a)
+                    });
+                    if let Err(e) = checked {
+                        self.ird.retire();
+                        return Err(e.into());
+                    }
+                    // Executed when its turn comes to be answered, after every earlier
+                    // Read Response was read (responses in request order, EXT-5.2.2-6).
+                    self.irq.push_back(Inbound::Atomic(ar));
+                }
+                qn::ATOMIC_RESPONSE => {
+                    let RdmapHeader::AtomicResponse(resp) = seg.repr.header else {
+                        return Err(RdmapError::UnexpectedOpcode.into());
+                    };
+                    // Responses come back in request order, Reads and Atomics together;
+                    // one that answers nothing outstanding is an unexpected opcode (as an
+                    // unsolicited Read Response, departure 3).
+                    let head = self.orq.front().copied();
+                    let Some(head) = head.filter(|h| h.atomic == Some(resp.orig_request_id)) else {
+                        return Err(RdmapError::UnexpectedOpcode.into());
+                    };
+                    self.orq.pop_front();
+                    let orig = resp.orig_value;
+                    if let Some(seq) = head.seq {
+                        let sink = self
+                            .entry_mut(seq)
+                            .and_then(|e| e.wr.sges.as_slice().first().copied());
+                        let mut status = WcStatus::Success;
+                        if let Some(s) = sink {
+                            // The original value into the local SGE in host byte order,
+                            // as ibverbs returns it.
+                            let ok = ctx
+                                .mrs
+                                .lookup_local(Stag(s.stag), self.pd, true)
+                                .ok()
+                                .is_some_and(|g| g.place_at(s.to, &orig.to_ne_bytes()).is_ok());
+                            if !ok {
+                                status = WcStatus::LocalProtection;
+                            }
+                        }
+                        if let Some(e) = self.entry_mut(seq) {
+                            e.status = Some(status);
+                            e.atomic_orig = Some(orig);
+                        }
+                        // The local SGE's region went away under the posted atomic: the
+                        // stream ends with a local catastrophic Terminate (departure 8),
+                        // the atomic keeps its local protection completion.
+                        if status != WcStatus::Success {
+                            return Err(RdmapError::LocalCatastrophic.into());
+                        }
+                    }
+                    self.retire_sq();
+                }
+                qn::READ_REQUEST => {
+                    let RdmapHeader::ReadRequest(rr) = seg.repr.header else {
+                        return Err(RdmapError::UnexpectedOpcode.into());
+                    };
+                    // IRD (RDMAP-6.1-2): a Read beyond it breaks the negotiated ORD.
+                    self.ird.admit()?;
+                    let plan = handle_read_request(&rr, |stag| {
+                        ctx.mrs
+                            .lookup_remote(Stag(stag), self.pd, self.id.stream(), Access::empty())
+                            .map(|g| g.access_region())
+                            .map_err(LookupFault::stag_fault)
+                    });
+                    let plan = match plan {
+                        Ok(p) => p,
+                        Err(e) => {
+                            self.ird.retire();
+                            return Err(e.into());
+                        }
+                    };
+                    self.irq.push_back(Inbound::Read(plan));
+                }
+                qn::TERMINATE => {
+                    let RdmapHeader::Terminate(t) = seg.repr.header else {
+                        return Err(RdmapError::UnexpectedOpcode.into());
+                    };
+                    // Delivered to the ULP decoded (RDMAP-5.4-5); we stop sending
+                    // (RDMAP-5.4-7) and close.
+                    return Err(RxFault::RemoteTerminate(TerminateReport::decode(&t)));
+                }
+                _ => return Err(DdpError::UntaggedInvalidQn.into()),
+            },
+        }
+        Ok(())
+    }
+}
+
+impl<D: PollDevice> EngineCore<D> {
+    pub(super) fn poll_rx(&mut self) -> bool {
+        let mut work = false;
+        let budget = self.cfg.rx_budget_bytes;
+        let EngineCore {
+            stack,
+            qps,
+            mrs,
+            cfg,
+            events,
+            stats,
+            live,
+            ..
+        } = self;
+        for &i in live.iter() {
+            let Some(q) = qps[i].as_mut() else {
+                continue;
+            };
+            let Some(tcp) = q.conn.as_ref().map(|c| c.tcp) else {
+                continue;
+            };
+            let mut ctx = Ctx {
+                mrs,
+                cfg,
+                events,
+                stats,
+            };
+            // No new octets: consuming nothing would change nothing (the deframer keeps
+            // partial FPDUs itself; startup timeouts and closes have their own steps below
+            // and in `poll_timers`).
+            let queued = stack.recv_queue(tcp).unwrap_or(0);
+            if queued > 0 {
+                let n = stack
+                    .recv_with(tcp, |data| {
+                        let data = &data[..data.len().min(budget)];
+                        q.consume(data, &mut ctx)
+                    })
+                    .unwrap_or(0);
+                work |= n > 0;
+            }
+            // The peer closed during the startup and every octet before its FIN is read.
+            let closed_early = q.state == QpState::Connecting
+                && q.conn.as_ref().is_some_and(|c| c.peer_closed)
+                && stack.recv_queue(tcp).unwrap_or(0) == 0;
+            if closed_early {
+                if let Some(Mpa::Initiator(init)) = q.conn.as_mut().map(|c| &mut c.mpa) {
+                    init.handle_close();
+                }
+                q.drive_initiator(&mut ctx);
+                work = true;
+            }
+            // The initiator closed before its first FPDU (e.g. it cannot send the markers
+            // we require, MPA-7.1.1-10) and everything before its FIN was read: the startup
+            // never completed and we may send nothing (MPA-7.1.2-16), so fail it, typed,
+            // and close, rather than wait in Closing for a fence that cannot lift.
+            let closed_in_rts = q.state == QpState::Rts
+                && q.conn.as_ref().is_some_and(|c| c.peer_closed)
+                && stack.recv_queue(tcp).unwrap_or(0) == 0;
+            let fenced = q
+                .conn
+                .as_ref()
+                .is_some_and(|c| matches!(c.mpa, Mpa::Responder(_)));
+            if closed_in_rts && !fenced {
+                // The RTR came with the FIN: drain what we owe, then FIN (RDMAP-06 §6).
+                q.set_state(QpState::Closing);
+            } else if closed_in_rts {
+                q.flush();
+                q.disconnect_requested = true;
+                q.set_state(QpState::Error);
+                ctx.events.push_back(CmEvent::Error {
+                    qp: q.id,
+                    error: ConnError::Negotiation(nego::NegotiationError::PeerClosed),
+                });
+                work = true;
+            }
+        }
+        work
+    }
+}

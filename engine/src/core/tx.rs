@@ -1,0 +1,686 @@
+//! The transmit path: `poll_tx` visits each connection; `tx_qp` sends, within the FPDU
+//! budget, the Terminate if one is due, the RTR, then messages that [`Qp::start_next`] picks
+//! (Read and Atomic Responses first, then the send queue in order, ORD enforced), each
+//! segmented by DDP and framed by MPA straight into the TCP send buffer ([`send_fpdu`],
+//! [`send_fpdu_from`], payload gathered from registered memory by [`gather`]).
+
+use super::*;
+
+/// Gathers `out.len()` octets at message offset `offset` from the SGEs of a send request.
+pub(super) fn gather(mrs: &MrTable, pd: PdId, sges: &[Sge], offset: u64, out: &mut [u8]) -> bool {
+    let mut off = offset;
+    let mut done = 0usize;
+    for s in sges {
+        if done == out.len() {
+            break;
+        }
+        let l = u64::from(s.len);
+        if off >= l {
+            off -= l;
+            continue;
+        }
+        let n = (l - off).min((out.len() - done) as u64) as usize;
+        let Ok(g) = mrs.lookup_local(Stag(s.stag), pd, false) else {
+            return false;
+        };
+        let Some(to) = s.to.checked_add(off) else {
+            return false;
+        };
+        if g.copy_out_at(to, &mut out[done..done + n]).is_err() {
+            return false;
+        }
+        done += n;
+        off = 0;
+    }
+    done == out.len()
+}
+
+/// Frames one ULPDU (`hdr` then `payload`) into the connection's TCP send buffer: straight
+/// into the buffer when the free space is contiguous, through `scratch` when it wraps.
+/// Returns false, having changed nothing, when the send buffer lacks room.
+pub(super) fn send_fpdu<D: PollDevice>(
+    stack: &mut Stack<D>,
+    tcp: ConnId,
+    framer: &mut Framer,
+    hdr: &[u8],
+    payload: &[u8],
+    scratch: &mut [u8],
+) -> bool {
+    let need = framer.fpdu_wire_len(hdr.len() + payload.len());
+    match stack.send_space(tcp) {
+        Ok(s) if s >= need => {}
+        _ => return false,
+    }
+    let direct = stack.send_with(tcp, |buf| {
+        if buf.len() >= need {
+            framer.emit(&[hdr, payload], buf).unwrap_or(0)
+        } else {
+            0
+        }
+    });
+    match direct {
+        Ok(n) if n == need => return true,
+        Ok(0) => {}
+        _ => return false,
+    }
+    let Ok(n) = framer.emit(&[hdr, payload], scratch) else {
+        return false;
+    };
+    let mut off = 0;
+    while off < n {
+        match stack.send(tcp, &scratch[off..n]) {
+            Ok(k) if k > 0 => off += k,
+            _ => break,
+        }
+    }
+    // The space was checked above, so the FPDU always goes in whole.
+    debug_assert_eq!(off, n);
+    true
+}
+
+/// Frames the ULPDU `hdr` + `plen` payload octets, which `fill` copies out of registered
+/// memory, into the connection's TCP send buffer. When no marker falls inside the FPDU and
+/// the buffer's free space is contiguous, `fill` writes the payload straight into the send
+/// buffer at its place in the FPDU and the framer writes the fields and the CRC around it
+/// ([`Framer::emit_in_place`]): one copy of the payload. Otherwise the payload is gathered
+/// into `gbuf` first and framed by [`send_fpdu`]. `Ok(false)`: no room, nothing changed;
+/// `Err(())`: `fill` failed (the local region went away), nothing sent.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn send_fpdu_from<D: PollDevice>(
+    stack: &mut Stack<D>,
+    tcp: ConnId,
+    framer: &mut Framer,
+    hdr: &[u8],
+    plen: usize,
+    fill: &mut dyn FnMut(&mut [u8]) -> bool,
+    gbuf: &mut [u8],
+    scratch: &mut [u8],
+) -> Result<bool, ()> {
+    let ulen = hdr.len() + plen;
+    let need = framer.fpdu_wire_len(ulen);
+    if need == fpdu::fpdu_len(ulen) {
+        let at = fpdu::ULPDU_LENGTH_LEN + hdr.len();
+        let mut failed = false;
+        let direct = stack.send_with(tcp, |buf| {
+            if buf.len() < need {
+                return 0;
+            }
+            if !fill(&mut buf[at..at + plen]) {
+                failed = true;
+                return 0;
+            }
+            match framer.emit_in_place(hdr, plen, buf) {
+                Ok(Some(n)) => n,
+                _ => 0,
+            }
+        });
+        if failed {
+            return Err(());
+        }
+        match direct {
+            Ok(n) if n == need => return Ok(true),
+            Ok(0) => {}
+            _ => return Ok(false),
+        }
+    }
+    let Some(g) = gbuf.get_mut(..plen) else {
+        return Err(());
+    };
+    if !fill(g) {
+        return Err(());
+    }
+    Ok(send_fpdu(stack, tcp, framer, hdr, g, scratch))
+}
+
+impl Qp {
+    /// Whether FPDUs other than the RTR may go out now (MPA2-5-1, MPA-7.1.2-16).
+    pub(super) fn can_send_fpdus(&self) -> bool {
+        match self.conn.as_ref().map(|c| &c.mpa) {
+            Some(Mpa::Done) => true,
+            Some(Mpa::Initiator(i)) => i.can_send_fpdus(),
+            Some(Mpa::Responder(r)) => r.can_send_fpdus(),
+            None => false,
+        }
+    }
+
+    /// Starts the next message: Read Responses first, in the order of their requests
+    /// (RDMAP-5.2.2-4, RDMAP-5.5-13), then the send queue in posting order (RDMAP-5.5-6).
+    /// A Read Response reads its source as it is sent, which may be after later Writes were
+    /// placed (RDMAP-5.5-5 allows it; a requester that needs otherwise fences).
+    pub(super) fn start_next(&mut self, cfg: &EngineConfig, mrs: &MrTable) -> Option<TxMsg> {
+        // Binds, fast registrations and Local Invalidates at the sending position run
+        // here, in order, without a message (module `local`).
+        let _ = self.run_local_ops(mrs);
+        if self.tx_fault.is_some() {
+            return None;
+        }
+        let conn = self.conn.as_mut()?;
+        let mulpdu = conn.framer.as_ref()?.max_ulpdu_len();
+        match self.irq.pop_front() {
+            Some(Inbound::Read(plan)) => {
+                let ctrl = Control::new(Opcode::ReadResponse).0;
+                let seg = conn
+                    .ddp_tx
+                    .tagged(ctrl, plan.sink_stag, plan.sink_to, &[], plan.len, mulpdu)
+                    .ok()?;
+                return Some(TxMsg {
+                    seg,
+                    src: TxSrc::ReadResp(plan),
+                });
+            }
+            Some(Inbound::Atomic(req)) => {
+                // Executed now, in request order after every earlier Read Response was
+                // read (EXT-5.2.2-6), atomically against every other atomic through this
+                // engine on the same word (EXT-5-1, EXT-5.3-1): a compare-exchange loop
+                // on the word's AtomicU64, which holds the value in host byte order
+                // (EXT-5.1.1-1: the target memory's order; operands are big-endian on
+                // the wire only).
+                let orig = mrs
+                    .lookup_remote(
+                        Stag(req.remote_stag),
+                        self.pd,
+                        self.id.stream(),
+                        Access::REMOTE_ATOMIC,
+                    )
+                    .ok()
+                    .and_then(|g| {
+                        let off = g.bounds(req.remote_to, 8).ok()?;
+                        let w = g.atomic(off).ok()?;
+                        let mut cur = w.load(std::sync::atomic::Ordering::Acquire);
+                        loop {
+                            let mut new = cur;
+                            ext_atomic::execute(&req, &mut new).ok()?;
+                            if new == cur {
+                                // CmpSwap miss (or a no-op): nothing to store.
+                                return Some(cur);
+                            }
+                            match w.compare_exchange_weak(
+                                cur,
+                                new,
+                                std::sync::atomic::Ordering::AcqRel,
+                                std::sync::atomic::Ordering::Acquire,
+                            ) {
+                                Ok(_) => return Some(cur),
+                                Err(v) => cur = v,
+                            }
+                        }
+                    });
+                let Some(orig) = orig else {
+                    // The region went away since the request was checked.
+                    self.tx_fault = Some(ProtocolError::Rdmap(RdmapError::LocalCatastrophic));
+                    return None;
+                };
+                let mut hdr = [0u8; 12];
+                ext_atomic::response(&req, orig)
+                    .emit(&mut AtomicResponse::new_unchecked(&mut hdr[..]));
+                let seg = conn
+                    .ddp_tx
+                    .untagged(
+                        Control::new(Opcode::AtomicResponse).0,
+                        0,
+                        qn::ATOMIC_RESPONSE,
+                        &hdr,
+                        0,
+                        mulpdu,
+                    )
+                    .ok()?;
+                return Some(TxMsg {
+                    seg,
+                    src: TxSrc::AtomicResp,
+                });
+            }
+            None => {}
+        }
+        let _ = cfg;
+        let idx = usize::try_from(self.sq_next_seq - self.sq_head_seq).ok()?;
+        let e = self.sq.get(idx)?;
+        // Read fence: wait until every earlier Read completed.
+        if e.wr.fence && !self.orq.is_empty() {
+            return None;
+        }
+        let len = e.wr.sges.total_len() as u32;
+        let seq = self.sq_next_seq;
+        let stage = e.stage;
+        // A Write with Immediate is two messages; the request stays at the send position
+        // until its second (Immediate Data) has started.
+        let mut advance = true;
+        let seg = match e.wr.op {
+            // A local operation still here waits for its fence (`run_local_ops`).
+            SendOp::BindMw { .. } | SendOp::FastReg { .. } | SendOp::LocalInvalidate { .. } => {
+                return None
+            }
+            SendOp::WriteWithImm {
+                remote_stag,
+                remote_to,
+                ..
+            } if stage == 0 => {
+                advance = false;
+                conn.ddp_tx.tagged(
+                    Control::new(Opcode::Write).0,
+                    remote_stag,
+                    remote_to,
+                    &[],
+                    len,
+                    mulpdu,
+                )
+            }
+            SendOp::WriteWithImm { imm, .. } | SendOp::Immediate { imm, .. } => {
+                let op = match e.wr.op {
+                    SendOp::Immediate {
+                        solicited: true, ..
+                    } => Opcode::ImmediateDataSe,
+                    _ => Opcode::ImmediateData,
+                };
+                let mut hdr = [0u8; 8];
+                ImmediateDataRepr {
+                    data: imm.to_be_bytes(),
+                }
+                .emit(&mut ImmediateData::new_unchecked(&mut hdr[..]));
+                conn.ddp_tx
+                    .untagged(Control::new(op).0, 0, qn::SEND, &hdr, 0, mulpdu)
+            }
+            SendOp::AtomicFetchAdd { .. } | SendOp::AtomicCmpSwap { .. } => {
+                // ORD bounds Reads and Atomics together (EXT-5.2-1): the queue waits.
+                if self.orq.len() as u32 >= self.ord {
+                    return None;
+                }
+                let id = seq as u32;
+                let req = match e.wr.op {
+                    SendOp::AtomicFetchAdd {
+                        remote_stag,
+                        remote_to,
+                        add,
+                        add_mask,
+                    } => AtomicRequestRepr::fetch_add(id, remote_stag, remote_to, add, add_mask),
+                    SendOp::AtomicCmpSwap {
+                        remote_stag,
+                        remote_to,
+                        compare,
+                        compare_mask,
+                        swap,
+                        swap_mask,
+                    } => AtomicRequestRepr::cmp_swap(
+                        id,
+                        remote_stag,
+                        remote_to,
+                        swap,
+                        swap_mask,
+                        compare,
+                        compare_mask,
+                    ),
+                    _ => return None,
+                };
+                let mut hdr = [0u8; 52];
+                req.emit(&mut AtomicRequest::new_unchecked(&mut hdr[..]));
+                let s = conn.ddp_tx.untagged(
+                    Control::new(Opcode::AtomicRequest).0,
+                    0,
+                    qn::READ_REQUEST,
+                    &hdr,
+                    0,
+                    mulpdu,
+                );
+                if s.is_ok() {
+                    self.push_outstanding(OrqEntry {
+                        seq: Some(seq),
+                        sink_stag: 0,
+                        len: 8,
+                        atomic: Some(id),
+                    });
+                }
+                s
+            }
+            SendOp::Send | SendOp::SendSe => {
+                let op = if e.wr.op == SendOp::Send {
+                    Opcode::Send
+                } else {
+                    Opcode::SendSe
+                };
+                conn.ddp_tx
+                    .untagged(Control::new(op).0, 0, qn::SEND, &[], len, mulpdu)
+            }
+            SendOp::SendInvalidate { stag } | SendOp::SendSeInvalidate { stag } => {
+                let op = if matches!(e.wr.op, SendOp::SendInvalidate { .. }) {
+                    Opcode::SendInvalidate
+                } else {
+                    Opcode::SendSeInvalidate
+                };
+                conn.ddp_tx
+                    .untagged(Control::new(op).0, stag, qn::SEND, &[], len, mulpdu)
+            }
+            SendOp::Write {
+                remote_stag,
+                remote_to,
+            } => conn.ddp_tx.tagged(
+                Control::new(Opcode::Write).0,
+                remote_stag,
+                remote_to,
+                &[],
+                len,
+                mulpdu,
+            ),
+            SendOp::Read {
+                remote_stag,
+                remote_to,
+            } => {
+                // ORD (RDMAP-6.1-1): at most `ord` Reads in flight; the send queue waits.
+                if self.orq.len() as u32 >= self.ord {
+                    return None;
+                }
+                let sink = e.wr.sges.as_slice().first().copied().unwrap_or_default();
+                let rr = ReadRequestRepr {
+                    sink_stag: sink.stag,
+                    sink_to: sink.to,
+                    read_size: sink.len,
+                    src_stag: remote_stag,
+                    src_to: remote_to,
+                };
+                let mut hdr = [0u8; 28];
+                rr.emit(&mut ReadRequest::new_unchecked(&mut hdr[..]));
+                let s = conn.ddp_tx.untagged(
+                    Control::new(Opcode::ReadRequest).0,
+                    0,
+                    qn::READ_REQUEST,
+                    &hdr,
+                    0,
+                    mulpdu,
+                );
+                if s.is_ok() {
+                    self.push_outstanding(OrqEntry {
+                        seq: Some(seq),
+                        sink_stag: sink.stag,
+                        len: sink.len,
+                        atomic: None,
+                    });
+                }
+                s
+            }
+        };
+        if let Some(e) = self.entry_mut(seq) {
+            e.stage += 1;
+        }
+        if advance {
+            self.sq_next_seq += 1;
+        }
+        match seg {
+            Ok(seg) => Some(TxMsg {
+                seg,
+                src: TxSrc::Sq(seq),
+            }),
+            Err(_) => {
+                // A request the segmenter refuses: `validate_send` refuses every such
+                // request at post time (TO + length wrapping, `EngineError::RemoteToWrap`;
+                // lengths), so this is a broken invariant, not a peer's doing. It fails as a
+                // local error does (departure 8): a local protection completion, a local
+                // catastrophic Terminate (0/0/FF) to the peer, later requests flushed.
+                if !advance {
+                    self.sq_next_seq += 1;
+                }
+                if let Some(e) = self.entry_mut(seq) {
+                    e.status = Some(WcStatus::LocalProtection);
+                }
+                self.tx_fault = Some(ProtocolError::Rdmap(RdmapError::LocalCatastrophic));
+                None
+            }
+        }
+    }
+}
+
+impl<D: PollDevice> EngineCore<D> {
+    pub(super) fn poll_tx(&mut self) -> bool {
+        let mut work = false;
+        // `tx_qp` never creates nor destroys a QP, so `live` stays as it is.
+        for k in 0..self.live.len() {
+            work |= self.tx_qp(self.live[k]);
+        }
+        work
+    }
+
+    pub(super) fn tx_qp(&mut self, i: usize) -> bool {
+        let EngineCore {
+            stack,
+            qps,
+            mrs,
+            cfg,
+            events,
+            stats,
+            gather: gbuf,
+            fpdu: fbuf,
+            zombies,
+            ..
+        } = self;
+        let Some(q) = qps[i].as_mut() else {
+            return false;
+        };
+        let Some(conn) = q.conn.as_mut() else {
+            return false;
+        };
+        let tcp = conn.tcp;
+        let mut work = false;
+        // MPA startup frames.
+        match &mut conn.mpa {
+            Mpa::Initiator(init) if init.phase() == nego::Phase::AwaitingFrame => {
+                work |= stack.send_with(tcp, |b| init.poll_transmit(b)).unwrap_or(0) > 0;
+                return work;
+            }
+            Mpa::Initiator(init) => {
+                work |= stack.send_with(tcp, |b| init.poll_transmit(b)).unwrap_or(0) > 0;
+            }
+            Mpa::Responder(r) => {
+                work |= stack.send_with(tcp, |b| r.poll_transmit(b)).unwrap_or(0) > 0;
+            }
+            Mpa::Done => {}
+        }
+        // A rejected or failed startup: close once the frames are out.
+        if q.state == QpState::Error && q.disconnect_requested && !conn.fin_sent {
+            let _ = stack.close(tcp);
+            conn.fin_sent = true;
+            return true;
+        }
+        // The Terminate goes first, at an FPDU boundary; then TCP closes.
+        if let Some((buf, len)) = conn.term {
+            let Some(framer) = conn.framer.as_mut() else {
+                conn.term = None;
+                let _ = stack.close(tcp);
+                return true;
+            };
+            if send_fpdu(stack, tcp, framer, &buf[..len], &[], fbuf) {
+                conn.term = None;
+                stats.terminates_tx += 1;
+                stats.fpdus_tx += 1;
+                let _ = stack.close(tcp);
+                conn.fin_sent = true;
+                q.set_state(QpState::Error);
+                return true;
+            }
+            return work;
+        }
+        if !matches!(q.state, QpState::Rts | QpState::Closing) {
+            return work;
+        }
+        // The initiator's RTR is its first FPDU (MPA2-5-1).
+        if let Some(t) = conn.rtr_pending {
+            let Some(framer) = conn.framer.as_mut() else {
+                return work;
+            };
+            if !send_fpdu(stack, tcp, framer, t.ulpdu(), &[], fbuf) {
+                return work;
+            }
+            stats.fpdus_tx += 1;
+            conn.rtr_pending = None;
+            match t {
+                RtrType::Send => {
+                    let _ = conn.ddp_tx.set_next_msn(qn::SEND, 2);
+                }
+                RtrType::Read => {
+                    let _ = conn.ddp_tx.set_next_msn(qn::READ_REQUEST, 2);
+                    q.orq.push_back(OrqEntry {
+                        seq: None,
+                        sink_stag: 0,
+                        len: 0,
+                        atomic: None,
+                    });
+                }
+                RtrType::Write => {}
+            }
+            if let Mpa::Initiator(init) = &mut conn.mpa {
+                init.handle_rtr_sent();
+            }
+            work = true;
+        }
+        // Binds, fast registrations and Local Invalidates at the sending position need no
+        // FPDU: they run even while MPA fencing holds FPDUs back (module `local`).
+        if q.tx.is_none() {
+            work |= q.run_local_ops(mrs);
+            if q.fail_tx_fault(mrs, cfg, events, stats) {
+                return true;
+            }
+        }
+        if !q.can_send_fpdus() {
+            return work;
+        }
+        if let Some(c) = q.conn.as_mut() {
+            if matches!(c.mpa, Mpa::Initiator(_)) {
+                c.mpa = Mpa::Done;
+            }
+        }
+        let mut fpdus = 0;
+        while fpdus < cfg.tx_budget_fpdus {
+            if q.tx.is_none() {
+                q.tx = q.start_next(cfg, mrs);
+                if q.fail_tx_fault(mrs, cfg, events, stats) {
+                    return true;
+                }
+                if q.tx.is_none() {
+                    break;
+                }
+            }
+            let Some(conn) = q.conn.as_mut() else { break };
+            let Some(framer) = conn.framer.as_mut() else {
+                break;
+            };
+            let Some(msg) = q.tx.as_mut() else { break };
+            let Some(ulpdu_len) = msg.seg.next_ulpdu_len() else {
+                q.tx = None;
+                continue;
+            };
+            let need = framer.fpdu_wire_len(ulpdu_len);
+            if stack.send_space(tcp).unwrap_or(0) < need {
+                break;
+            }
+            let mut hdr = [0u8; MAX_SEGMENT_HEADER_LEN];
+            let Ok(Some(s)) = msg.seg.next_segment(&mut hdr) else {
+                q.tx = None;
+                continue;
+            };
+            let plen = s.payload_len as usize;
+            let off = u64::from(s.payload_offset);
+            let (sq, sq_head, pd, stream) = (&q.sq, q.sq_head_seq, q.pd, q.id.stream());
+            let src = &msg.src;
+            // Copies this segment's payload out of registered memory into `dst`; false if
+            // the local region went away.
+            let mut fill = |dst: &mut [u8]| -> bool {
+                match src {
+                    TxSrc::Sq(seq) => match sq.get((*seq - sq_head) as usize) {
+                        Some(e) => gather(mrs, pd, e.wr.sges.as_slice(), off, dst),
+                        None => false,
+                    },
+                    TxSrc::AtomicResp => true,
+                    TxSrc::ReadResp(plan) => {
+                        dst.is_empty()
+                            || mrs
+                                .lookup_remote(Stag(plan.src_stag), pd, stream, Access::REMOTE_READ)
+                                .ok()
+                                .and_then(|g| {
+                                    let to = plan.src_to.checked_add(off)?;
+                                    g.copy_out_at(to, dst).ok()
+                                })
+                                .is_some()
+                    }
+                }
+            };
+            let sent = send_fpdu_from(
+                stack,
+                tcp,
+                framer,
+                &hdr[..s.header_len],
+                plen,
+                &mut fill,
+                gbuf,
+                fbuf,
+            );
+            let ok = sent.is_ok();
+            if !ok {
+                // The local region went away under a posted request or a Read being
+                // answered: a local catastrophic error for the stream.
+                let mut ctx = Ctx {
+                    mrs,
+                    cfg,
+                    events,
+                    stats,
+                };
+                if let TxSrc::Sq(seq) = msg.src {
+                    if let Some(e) = q.entry_mut(seq) {
+                        e.status = Some(WcStatus::LocalProtection);
+                    }
+                }
+                q.fail_local(
+                    ProtocolError::Rdmap(RdmapError::LocalCatastrophic),
+                    None,
+                    &mut ctx,
+                );
+                return true;
+            }
+            // Space was checked before the segment was cut, so this always succeeds.
+            debug_assert!(matches!(sent, Ok(true)));
+            fpdus += 1;
+            stats.fpdus_tx += 1;
+            work = true;
+            if msg.seg.is_done() {
+                let done = q.tx.take();
+                match done.map(|m| m.src) {
+                    Some(TxSrc::Sq(seq)) => {
+                        // Reads and Atomics complete when their response arrives; a Write
+                        // with Immediate when its second message is out.
+                        let pending = q.entry_mut(seq).is_some_and(|e| {
+                            matches!(e.wr.op, SendOp::Read { .. })
+                                || e.wr.op.is_atomic()
+                                || (matches!(e.wr.op, SendOp::WriteWithImm { .. }) && e.stage < 2)
+                        });
+                        if !pending {
+                            if let Some(e) = q.entry_mut(seq) {
+                                e.status.get_or_insert(WcStatus::Success);
+                            }
+                        }
+                    }
+                    Some(TxSrc::ReadResp(_)) | Some(TxSrc::AtomicResp) => q.ird.retire(),
+                    None => {}
+                }
+            }
+        }
+        work |= q.retire_sq();
+        // Graceful close: once nothing is owed, FIN (RDMAP-06 §6; the peer drains too).
+        let drained = q.tx.is_none() && q.irq.is_empty() && q.sq.is_empty() && q.orq.is_empty();
+        if q.state == QpState::Closing && drained {
+            let qid = q.id;
+            if let Some(c) = q.conn.as_mut() {
+                if !c.fin_sent {
+                    let _ = stack.close(tcp);
+                    c.fin_sent = true;
+                    work = true;
+                }
+                if c.peer_closed {
+                    q.flush();
+                    if let Some(c) = q.conn.take() {
+                        zombies.push(c.tcp);
+                    }
+                    events.push_back(CmEvent::Disconnected {
+                        qp: qid,
+                        reset: false,
+                    });
+                }
+            }
+        }
+        work
+    }
+}
