@@ -13,13 +13,14 @@
 #   scripts/check-paths.sh DIR       # the git work tree at DIR (the tests plant files there)
 #
 # Prints every offending line as FILE:LINE: TEXT and exits 1; exits 0 when there is none,
-# 2 when DIR is not a git work tree.
+# 2 when DIR is not the top directory of a git work tree.
 set -uo pipefail
 
 dir=${1:-$(dirname "$0")/..}
 cd "$dir" || exit 2
-git rev-parse --is-inside-work-tree >/dev/null 2>&1 || {
-    echo "check-paths: $dir is not a git work tree (the check reads git ls-files)" >&2
+top=$(git rev-parse --show-toplevel 2>/dev/null)
+[ -n "$top" ] && [ "$top" = "$(pwd -P)" ] || {
+    echo "check-paths: $dir is not the top of a git work tree (the check reads git ls-files)" >&2
     exit 2
 }
 
