@@ -57,7 +57,10 @@ TS="tshark -n --disable-protocol rpcordma"
 
 echo "== building iwping, iwperf, iwdump (release)"
 cargo build --release -q -p warpcore-apps --bin iwping --bin iwperf --bin iwdump || exit 1
-IWPING=$root/target/release/iwping IWPERF=$root/target/release/iwperf IWDUMP=$root/target/release/iwdump
+# Where cargo put them: $CARGO_TARGET_DIR (relative to the checkout, as cargo reads it here)
+# when set, else target/.
+case ${CARGO_TARGET_DIR:-target} in /*) tgt=${CARGO_TARGET_DIR} ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac
+IWPING=$tgt/release/iwping IWPERF=$tgt/release/iwperf IWDUMP=$tgt/release/iwdump
 if [ ! -e "$SIWVM_DIR/vmlinuz" ] || [ ! -e "$SIWVM_DIR/initramfs.cpio.gz" ]; then
     echo "== building the siw VM (once)"
     "$SIWVM/build.sh" >"$OUT/build.log" 2>&1 || { echo "VM build failed, see $OUT/build.log"; exit 1; }
