@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Writes the seed inputs of the cargo-fuzz corpora (fuzz/corpus/<target>/seed-*).
 
-Seeds are real traffic where we have it: the Linux siw captures in
-/work/shared/interop/pcaps (TCP streams reassembled by tshark's "follow"), plus the mpa-08
+Seeds are real traffic where we have it: the Linux siw captures in the repository's
+interop/pcaps (TCP streams reassembled by tshark's "follow"), plus the mpa-08
 test vectors and streams framed with markers by an independent Python framer written here
 (so the Rust deframer is seeded with marker streams that our own framer did not make).
 The input layouts are those documented in fuzz/bodies.rs.
 
-    python3 fuzz/make_seeds.py [PCAP_DIR]
+    python3 fuzz/make_seeds.py [PCAP_DIR]    # PCAP_DIR defaults to interop/pcaps
 
 Re-running it is idempotent (file names are content hashes). After adding seeds, run the
 targets and `cargo fuzz cmin` as described in fuzz/README.md.
@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-PCAPS = sys.argv[1] if len(sys.argv) > 1 else "/work/shared/interop/pcaps"
+PCAPS = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "..", "interop", "pcaps")
 MAX_STREAM = 6000  # keep seeds small: libFuzzer's max_len follows the largest seed
 
 # --- CRC32c (Castagnoli, reflected), independent of the Rust crate -----------------------

@@ -10,7 +10,7 @@ set -euo pipefail
 
 build_pkgs=(pkg-config clang libclang-dev dpdk dpdk-dev libdpdk-dev)
 # qemu-system-x86, kmod, cpio, binutils, make: the Linux siw VM of the interop check
-# (scripts/test-interop-short.sh, ../shared/interop/siw-vm/build.sh).
+# (scripts/test-interop-short.sh, interop/siw-vm/build.sh).
 test_pkgs=(tshark iperf3 qperf socat iproute2 ethtool python3 qemu-system-x86 kmod cpio binutils make)
 pkgs=("${build_pkgs[@]}")
 if [[ "${1:-}" != "--demo" ]]; then

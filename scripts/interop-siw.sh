@@ -6,7 +6,7 @@
 #   scripts/interop-siw.sh --tests perftest-client   # or perftest-server: one direction of perftest
 #   scripts/interop-siw.sh --short             # rping both directions + ib_write_bw, mpa2 (~1.5 min)
 #
-# Builds the siw VM once (../shared/interop/siw-vm/build.sh, cached under /var/tmp/siw-vm),
+# Builds the siw VM once (interop/siw-vm/build.sh, cached under $SIWVM_DIR, default /var/tmp/siw-vm),
 # then boots ONE VM per mode (siw module parameters on its kernel command line) that runs
 # rping and perftest's ib_* -R in a fixed sequence, while our engine (iwping, and
 # iwperf --perftest as perftest's server and as its client; both on net_af_packet
@@ -22,12 +22,14 @@
 #   p2p      siw.peer_to_peer=1: RFC 6581 RTR; our client offers Write, then Read; our
 #            server accepts Write only, then Read only (siw offers both)
 # Directions: "ours=client" (siw is the server, in the VM) and "ours=server".
-# Env: SIWVM (VM scripts dir), IWTEST_NS (namespace, default iwtest), OUT (results dir).
+# Env: SIWVM (VM scripts dir, default interop/siw-vm of this checkout), SIWVM_DIR (VM build
+# cache), IWTEST_NS (namespace, default iwtest), OUT (results dir).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-SIWVM=${SIWVM:-$(cd "$root/../.." 2>/dev/null && pwd)/shared/interop/siw-vm}
-[ -x "$SIWVM/run.sh" ] || SIWVM=/work/shared/interop/siw-vm
+SIWVM=${SIWVM:-$root/interop/siw-vm}
+[ -x "$SIWVM/run.sh" ] || { echo "interop-siw: the siw VM rig is missing: no $SIWVM/run.sh" >&2; exit 2; }
+export SIWVM_DIR=${SIWVM_DIR:-/var/tmp/siw-vm}
 NS=${IWTEST_NS:-iwtest}
 OUT=${OUT:-/var/tmp/warpcore-interop/$(date -u +%Y%m%d-%H%M%S)}
 MODES="mpa2 mpa2crc mpa1 p2p"
@@ -40,7 +42,7 @@ while [ $# -gt 0 ]; do
         --tests) TESTS=$2; shift ;;
         --short) SHORT=1; MODES=mpa2; TESTS="rping perftest-short" ;;
         --keep) KEEP=1 ;;
-        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
         *) echo "interop-siw: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -55,8 +57,11 @@ TS="tshark -n --disable-protocol rpcordma"
 
 echo "== building iwping, iwperf, iwdump (release)"
 cargo build --release -q -p warpcore-apps --bin iwping --bin iwperf --bin iwdump || exit 1
-IWPING=$root/target/release/iwping IWPERF=$root/target/release/iwperf IWDUMP=$root/target/release/iwdump
-if [ ! -e /var/tmp/siw-vm/vmlinuz ] || [ ! -e /var/tmp/siw-vm/initramfs.cpio.gz ]; then
+# Where cargo put them: $CARGO_TARGET_DIR (relative to the checkout, as cargo reads it here)
+# when set, else target/.
+case ${CARGO_TARGET_DIR:-target} in /*) tgt=${CARGO_TARGET_DIR} ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac
+IWPING=$tgt/release/iwping IWPERF=$tgt/release/iwperf IWDUMP=$tgt/release/iwdump
+if [ ! -e "$SIWVM_DIR/vmlinuz" ] || [ ! -e "$SIWVM_DIR/initramfs.cpio.gz" ]; then
     echo "== building the siw VM (once)"
     "$SIWVM/build.sh" >"$OUT/build.log" 2>&1 || { echo "VM build failed, see $OUT/build.log"; exit 1; }
 fi

@@ -1,7 +1,7 @@
-//! Capture tests: every siw capture in `tests/data` decoded by the library and by the
-//! `iwdump` binary, with the negotiated parameters and message counts the captures are known
-//! to hold (see `tests/data/README.md`), the deframer split at every byte position, a
-//! corrupted CRC, and damaged files.
+//! Capture tests: every siw capture in the repository's `interop/pcaps` decoded by the
+//! library and by the `iwdump` binary, with the negotiated parameters and message counts the
+//! captures are known to hold (see `interop/pcaps/README.md`), the deframer split at every
+//! byte position, a corrupted CRC, and damaged files.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,18 +16,10 @@ use warpcore_apps::report::{analyse_capture, render_json, render_text, CaptureRe
 use warpcore_apps::tcp::{parse_segment, reassemble};
 use warpcore_proto::wire::rdmap::Opcode;
 
+/// The siw reference captures, untrimmed originals and trimmed pcapng copies side by side,
+/// in the checkout itself (`interop/pcaps`): every test here runs from a plain clone.
 fn data_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data")
-}
-
-/// The untrimmed shared captures: `$WARPCORE_SHARED_PCAPS`, else `../shared/interop/pcaps`
-/// next to the repository root (present on developer machines and in CI, not in a plain
-/// clone).
-fn shared_dir() -> PathBuf {
-    match std::env::var_os("WARPCORE_SHARED_PCAPS") {
-        Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/interop/pcaps"),
-    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../interop/pcaps")
 }
 
 fn captures_in(dir: &Path) -> Vec<PathBuf> {
@@ -201,11 +193,22 @@ fn check_clean_capture(path: &Path) -> Vec<String> {
     problems
 }
 
+/// The untrimmed bandwidth captures: the large originals the trimmed pcapng copies were cut
+/// from. They must be present (a missing one fails, it is not skipped).
+const ORIGINALS: [&str; 6] = [
+    "siw_mpa2_ib_read_bw.pcap",
+    "siw_mpa2_ib_send_bw.pcap",
+    "siw_mpa2_ib_write_bw.pcap",
+    "siw_mpa2crc_ib_read_bw_first1500.pcap",
+    "siw_mpa2crc_ib_send_bw_first1500.pcap",
+    "siw_mpa2crc_ib_write_bw_first1500.pcap",
+];
+
 #[test]
 fn every_repository_capture_decodes_cleanly() {
     let files = captures_in(&data_dir());
-    assert!(files.len() >= 20, "test data missing: {files:?}");
-    // At least one full small capture of every mode.
+    assert!(files.len() >= 28, "test data missing: {files:?}");
+    // At least one full small capture of every mode, and every untrimmed original.
     for mode in [
         "siw_mpa1_rping",
         "siw_mpa2_rping",
@@ -216,6 +219,9 @@ fn every_repository_capture_decodes_cleanly() {
             files.iter().any(|f| file_name(f).starts_with(mode)),
             "{mode} missing"
         );
+    }
+    for name in ORIGINALS {
+        assert!(files.iter().any(|f| file_name(f) == name), "{name} missing");
     }
     let problems: Vec<String> = files.iter().flat_map(|f| check_clean_capture(f)).collect();
     assert!(problems.is_empty(), "{problems:#?}");
@@ -236,16 +242,13 @@ fn every_repository_capture_decodes_cleanly() {
     assert!(formats.contains(&CaptureFormat::Pcap) && formats.contains(&CaptureFormat::PcapNg));
 }
 
-/// The trimmed pcapng copies hold exactly the first 400 frames of the shared pcap originals:
-/// same octets, same timestamps (pcapng's if_tsresol handled).
+/// The trimmed pcapng copies hold exactly the first 400 frames of the pcap originals beside
+/// them: same octets, same timestamps (pcapng's if_tsresol handled).
 #[test]
 fn trimmed_pcapng_copies_match_the_originals() {
-    let shared = shared_dir();
-    if !shared.is_dir() {
-        eprintln!("{} does not exist: comparison skipped", shared.display());
-        return;
-    }
-    for f in captures_in(&data_dir()) {
+    let dir = data_dir();
+    let mut compared = 0;
+    for f in captures_in(&dir) {
         let name = file_name(&f);
         let Some(stem) = name.strip_suffix("_first400.pcapng") else {
             continue;
@@ -253,7 +256,7 @@ fn trimmed_pcapng_copies_match_the_originals() {
         // The mpa2crc originals were themselves trimmed to 1500 packets.
         let original = [format!("{stem}.pcap"), format!("{stem}_first1500.pcap")]
             .iter()
-            .map(|n| shared.join(n))
+            .map(|n| dir.join(n))
             .find(|p| p.exists())
             .unwrap_or_else(|| panic!("no original for {name}"));
         let original = read_capture_file(&original).unwrap();
@@ -267,25 +270,9 @@ fn trimmed_pcapng_copies_match_the_originals() {
                 "{name}"
             );
         }
+        compared += 1;
     }
-}
-
-/// The shared captures are the untrimmed originals; they exist next to the repository on
-/// developer machines and in CI, but not in a plain clone.
-#[test]
-fn every_shared_capture_decodes_cleanly() {
-    let shared = shared_dir();
-    if !shared.is_dir() {
-        eprintln!(
-            "{} does not exist: only the repository copies in tests/data are checked",
-            shared.display()
-        );
-        return;
-    }
-    let files = captures_in(&shared);
-    assert!(!files.is_empty(), "no captures in {}", shared.display());
-    let problems: Vec<String> = files.iter().flat_map(|f| check_clean_capture(f)).collect();
-    assert!(problems.is_empty(), "{problems:#?}");
+    assert_eq!(compared, ORIGINALS.len(), "trimmed copies compared");
 }
 
 type Counts = BTreeMap<(Direction, Opcode), (u64, u64, u64)>;
@@ -443,10 +430,7 @@ fn ib_write_bw_segmentation() {
         &data_dir().join("siw_mpa2crc_ib_write_bw_first400.pcapng"),
         false,
     );
-    let full = shared_dir().join("siw_mpa2_ib_write_bw.pcap");
-    if full.exists() {
-        check_write_bw(&full, true);
-    }
+    check_write_bw(&data_dir().join("siw_mpa2_ib_write_bw.pcap"), true);
 }
 
 /// A small deterministic generator for the split points (xorshift64*).

@@ -10,7 +10,7 @@
 //! fails on a capture with one flipped FPDU octet.
 //!
 //! `rpcordma` is disabled: its heuristic claims plain Send payloads (see
-//! `shared/interop/pcaps/README.md`). If tshark is missing the test fails when
+//! `interop/pcaps/README.md`). If tshark is missing the test fails when
 //! `WARPCORE_REQUIRE_TSHARK` is set (as `scripts/test.sh` does) and is skipped otherwise.
 
 use std::path::{Path, PathBuf};
@@ -31,6 +31,11 @@ const FILES: [&str; 9] = [
     "siw_mpa2_ib_send_bw_first400.pcapng",
     "siw_mpa2crc_ib_read_bw_first400.pcapng",
 ];
+
+/// The siw reference captures, in the checkout (`interop/pcaps`).
+fn pcaps_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../interop/pcaps")
+}
 
 fn tshark_available() -> bool {
     Command::new("tshark")
@@ -159,7 +164,7 @@ fn tshark_agrees_with_iwdump_on_every_segment() {
     if !tshark_or_skip() {
         return;
     }
-    let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let data = pcaps_dir();
     let children: Vec<_> = FILES
         .iter()
         .map(|name| spawn_tshark(&data.join(name)))
@@ -208,9 +213,7 @@ fn planted_flipped_octet_is_caught() {
         return;
     }
     let name = "siw_mpa2crc_rping.pcap";
-    let clean = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(name);
+    let clean = pcaps_dir().join(name);
     let (good, bad, _) = crc_verdicts(&clean);
     assert!(good > 0, "clean capture: no good CRC seen");
     assert_eq!(bad, 0, "clean capture judged bad");

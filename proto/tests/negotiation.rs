@@ -23,7 +23,7 @@ fn hex(s: &str) -> Vec<u8> {
         .collect()
 }
 
-// Octets copied from /work/shared/interop/pcaps (tshark -T fields -e tcp.payload).
+// Octets copied from the siw captures in interop/pcaps (tshark -T fields -e tcp.payload).
 /// siw_mpa2_rping.pcap: Rev 2, flags 0x10 (S only), IRD/ORD 1/1.
 const SIW_MPA2_REQ_1_1: &str = "4d504120494420526571204672616d651002000400010001";
 const SIW_MPA2_REP_1_1: &str = "4d504120494420526570204672616d651002000400010001";

@@ -13,7 +13,7 @@
 //! - every marker we inserted recognised, with the FPDUPTR we computed.
 //!
 //! `rpcordma` is disabled: its heuristic claims plain Send payloads and reports them as
-//! malformed RPC (see `shared/interop/pcaps/README.md`).
+//! malformed RPC (see `interop/pcaps/README.md`).
 //!
 //! If tshark is missing the test fails when `WARPCORE_REQUIRE_TSHARK` is set (as
 //! `scripts/test.sh` does) and is skipped with a message otherwise.

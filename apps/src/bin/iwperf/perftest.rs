@@ -26,7 +26,7 @@
 //! match the client's (defaults 2 and 1000 as perftest's).
 //!
 //! Client: the same exchange with us Sending first, in the order siw-to-siw captures show
-//! (../shared/interop/pcaps/siw_mpa2_ib_*.pcap); then the test with the server's dest
+//! (interop/pcaps/siw_mpa2_ib_*.pcap); then the test with the server's dest
 //! (Writes, Reads, Sends; `write_lat` answers the server's counter; `send_lat` waits for
 //! the server's Send), then the closing steps (`write_bw`/`read_bw`: dest, the five report
 //! values size, iterations, peak and average MB/s, message rate; the others: one dest;
@@ -574,7 +574,7 @@ pub fn client(
     let mut peer = None;
     // The barrier dests before the test: three in write_bw/read_bw, four in the others
     // (send_bw adds one after its receives are posted, the latency tests one more); as in
-    // siw-to-siw captures (../shared/interop/pcaps/siw_mpa2_ib_*.pcap).
+    // siw-to-siw captures (interop/pcaps/siw_mpa2_ib_*.pcap).
     let pre = if matches!(cli.test, TestName::WriteBw | TestName::ReadBw) {
         3
     } else {
