@@ -31,13 +31,13 @@ trap 'rm -rf "$work"' EXIT
 
 # ---- the capture judges (shared with scripts/interop-siw.sh)
 cargo build -q -p warpcore-apps --bin iwdump
-IWDUMP=$root/target/debug/iwdump
+IWDUMP=${CARGO_TARGET_DIR:-$root/target}/debug/iwdump
 TS="tshark -n --disable-protocol rpcordma"
 # shellcheck source=lib/capture-verdict.sh
 . scripts/lib/capture-verdict.sh
 
 # A real siw-to-siw rping capture, MPA Rev 2 with CRC: 35 FPDUs, every CRC good.
-src=apps/tests/data/siw_mpa2crc_rping.pcap
+src=interop/pcaps/siw_mpa2crc_rping.pcap
 [ -f "$src" ] || { echo "test-judges: $src is missing" >&2; exit 1; }
 cp "$src" "$work/clean.pcap"
 # Frame 9 is the server's Read Request (MPA length 46, then DDP/RDMAP, then the CRC).

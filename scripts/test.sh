@@ -2,7 +2,8 @@
 # The whole Warpcore test suite: installs what is missing, then runs the format check, clippy
 # with warnings as errors, every cargo test (unit, property, capture and tshark tests), a short
 # smoke run of every fuzz target, the DPDK/TCP packet-path tests, the engine, iwperf and
-# the short interop check against Linux siw in a QEMU VM (skipped where it cannot run).
+# the short interop check against Linux siw in a QEMU VM (fails where the machine cannot run it
+# unless WARPCORE_SKIP_SIW=1 says to skip it, and always when the rig is missing).
 #
 #   scripts/test.sh            # everything
 #   FUZZ_SECONDS=0 scripts/test.sh   # skip the fuzz smoke runs (e.g. while iterating)
