@@ -6,6 +6,7 @@
 //! completions in MSN order.
 
 use super::*;
+use warpcore_proto::ddp::{TaggedPlacement, UntaggedPlacement};
 
 /// The tagged lookup done once per segment, before DDP validation: DDP does the TO range,
 /// wrap and bounds arithmetic on the region it returns (DDP-7.1-10..14).
@@ -140,57 +141,14 @@ impl Qp {
         used
     }
 
-    /// Validates and places one ULPDU (one DDP segment).
+    /// Validates and places one ULPDU (one DDP segment): a fenced responder's first ULPDU
+    /// ([`Self::rx_fenced`]), then RDMAP's checks, the STag lookup ([`Self::rx_lookup`]),
+    /// DDP's validation, and the handler of the segment's buffer: [`Self::rx_tagged`], or
+    /// one per untagged queue (QN 0 Sends and Immediate Data, QN 1 Read and Atomic
+    /// Requests, QN 2 Terminates, QN 3 Atomic Responses).
     pub(super) fn rx_ulpdu(&mut self, ulpdu: &[u8], ctx: &mut Ctx<'_>) -> Result<(), RxFault> {
-        let conn = self
-            .conn
-            .as_mut()
-            .ok_or(RxFault::Protocol(ProtocolError::Mpa(
-                MpaError::LocalCatastrophic,
-            )))?;
-        // MPA fencing and the peer-to-peer RTR (MPA-7.1.2-16, MPA2-5-1).
-        // An initiator that finds no RTR in common sends a Terminate instead of an RTR
-        // (MPA2-9.2-10/11): it is decoded below like any Terminate, so our user learns the
-        // peer's verdict rather than seeing us answer a Terminate with a Terminate.
-        // Parsed here only while the fence holds (the first ULPDU), not per FPDU.
-        if matches!(conn.mpa, Mpa::Responder(_))
-            && Segment::parse(ulpdu)
-                .is_ok_and(|s| matches!(s.repr.header, RdmapHeader::Terminate(_)))
-        {
-            conn.mpa = Mpa::Done;
-        }
-        if let Mpa::Responder(r) = &mut conn.mpa {
-            let first = r
-                .handle_first_ulpdu(ulpdu)
-                .map_err(|e| ProtocolError::Mpa(e.mpa_error()))?;
-            conn.mpa = Mpa::Done;
-            match first {
-                None => {}
-                Some(RtrType::Write) => return Ok(()),
-                Some(RtrType::Send) => {
-                    // The Send RTR took MSN 1 of QN 0 and consumes no receive buffer.
-                    let _ = conn.ddp_rx.set_expected_msn(qn::SEND, 2);
-                    return Ok(());
-                }
-                Some(RtrType::Read) => {
-                    // The Read RTR takes MSN 1 of QN 1 and one IRD credit; it is answered
-                    // with a zero-length Read Response (RFC 6581 §9.2).
-                    let _ = conn.ddp_rx.set_expected_msn(qn::READ_REQUEST, 2);
-                    if let Ok(seg) = Segment::parse(ulpdu) {
-                        if let RdmapHeader::ReadRequest(rr) = seg.repr.header {
-                            self.ird.admit()?;
-                            self.irq.push_back(Inbound::Read(ReadResponsePlan {
-                                sink_stag: rr.sink_stag,
-                                sink_to: rr.sink_to,
-                                src_stag: rr.src_stag,
-                                src_to: rr.src_to,
-                                len: 0,
-                            }));
-                        }
-                    }
-                    return Ok(());
-                }
-            }
+        if self.rx_fenced(ulpdu)? {
+            return Ok(());
         }
         let seg = Segment::parse(ulpdu).map_err(|e| e.protocol_error())?;
         // RFC 7306 opcodes only where the connection uses RFC 7306; otherwise 0/2/06 as for
@@ -214,46 +172,7 @@ impl Qp {
         }
         let opcode = seg.repr.opcode;
         let immediate = matches!(opcode, Opcode::ImmediateData | Opcode::ImmediateDataSe);
-        // One STag lookup per segment: key, protection domain and access here, bounds on
-        // the guard below (DDP-7.1-10..14, DDP-8.2-1, RDMAP-8.1.1-6). Zero-length tagged
-        // segments are not looked up at all (DDP-5.2-11).
-        let mut guard: Option<MrGuard<'_>> = None;
-        let mut tagged = TaggedView(Err(TaggedFault::InvalidStag));
-        if let warpcore_proto::wire::ddp::DdpBuffer::Tagged { stag, .. } = seg.repr.buffer {
-            if !seg.payload.is_empty() {
-                let need = if opcode == Opcode::ReadResponse {
-                    Access::LOCAL_WRITE
-                } else {
-                    Access::REMOTE_WRITE
-                };
-                match ctx
-                    .mrs
-                    .lookup_remote(Stag(stag), self.pd, self.id.stream(), need)
-                {
-                    Ok(g) => {
-                        tagged = TaggedView(Ok(g.tagged_region()));
-                        guard = Some(g);
-                    }
-                    Err(_)
-                        if opcode == Opcode::ReadResponse
-                            && self
-                                .orq
-                                .front()
-                                .is_some_and(|h| h.atomic.is_none() && h.sink_stag == stag) =>
-                    {
-                        // The sink of our own Read went away under it (deregistered or
-                        // invalidated locally): a local fault, not the peer's (departure 8).
-                        if let Some(seq) = self.orq.front().and_then(|h| h.seq) {
-                            if let Some(e) = self.entry_mut(seq) {
-                                e.status = Some(WcStatus::LocalProtection);
-                            }
-                        }
-                        return Err(RdmapError::LocalCatastrophic.into());
-                    }
-                    Err(f) => tagged = TaggedView(Err(f.tagged_fault())),
-                }
-            }
-        }
+        let (guard, tagged) = self.rx_lookup(&seg, ctx.mrs)?;
         // Immediate Data consumes a receive buffer whatever its length: the 8 octets go
         // into the completion, not into the buffer (EXT-6.3-2; departure in docs/engine.md).
         let untagged = UntaggedView {
@@ -266,238 +185,395 @@ impl Qp {
             }),
             rfc7306: self.rfc7306,
         };
+        let conn = self
+            .conn
+            .as_mut()
+            .ok_or(RxFault::Protocol(ProtocolError::Mpa(
+                MpaError::LocalCatastrophic,
+            )))?;
         let Some(placement) = conn.ddp_rx.handle_segment(ulpdu, &tagged, &untagged)? else {
             return Ok(());
         };
         match placement {
-            Placement::Tagged(p) => {
-                let data = ulpdu
-                    .get(p.payload_offset..p.payload_offset + p.payload_len)
-                    .unwrap_or(&[]);
-                if opcode == Opcode::ReadResponse {
-                    // Read Responses answer our Reads in order (RDMAP-5.2.2-4, RDMAP-5.5-13);
-                    // the optional STag check of RDMAP-5.2.2-5 is made.
-                    let head = self
-                        .orq
-                        .front()
-                        .copied()
-                        .filter(|h| h.atomic.is_none())
-                        .ok_or(RdmapError::UnexpectedOpcode)?;
-                    if !data.is_empty() && p.stag != head.sink_stag {
-                        return Err(DdpError::TaggedInvalidStag.into());
-                    }
-                }
-                if let Some(g) = guard.as_ref() {
-                    // DDP checked the range on this very registration; the guard checks it
-                    // again as it copies, so no octet can land outside the region.
-                    g.place_at(p.to, data).map_err(BoundsFault::ddp_error)?;
-                    ctx.stats.placed_octets += data.len() as u64;
-                }
-                if opcode == Opcode::ReadResponse {
-                    self.read_placed += data.len() as u64;
-                    if p.last {
-                        if let Some(head) = self.orq.pop_front() {
-                            let placed = self.read_placed;
-                            self.read_placed = 0;
-                            if let Some(seq) = head.seq {
-                                let complete = placed == u64::from(head.len);
-                                if let Some(e) = self.entry_mut(seq) {
-                                    e.byte_len = placed as u32;
-                                    e.status = Some(if complete {
-                                        WcStatus::Success
-                                    } else {
-                                        WcStatus::RemoteOperation
-                                    });
-                                }
-                            }
-                            self.retire_sq();
-                        }
-                    }
-                }
-            }
+            Placement::Tagged(p) => self.rx_tagged(ulpdu, &p, opcode, guard.as_ref(), ctx),
             Placement::Untagged(p) => match p.qn {
-                qn::SEND if immediate => {
-                    let RdmapHeader::ImmediateData(h) = seg.repr.header else {
-                        return Err(RdmapError::UnexpectedOpcode.into());
-                    };
-                    // One message in one segment (check_inbound); it completes the head
-                    // receive in MSN order with the value (EXT-6.3-2, EXT-6.3-3, RDMAP-5.5-2).
-                    if p.message_len.is_some() {
-                        if let Some(r) = self.rq.pop_front() {
-                            self.shared.release_rq();
-                            self.recv_cq.push(Completion {
-                                wr_id: r.wr_id,
-                                qp: self.id,
-                                opcode: WcOpcode::RecvImm,
-                                status: WcStatus::Success,
-                                byte_len: 0,
-                                solicited: opcode == Opcode::ImmediateDataSe,
-                                invalidated: None,
-                                imm: Some(u64::from_be_bytes(h.data)),
-                                atomic_orig: None,
-                            });
-                        }
-                    }
-                }
-                qn::SEND => {
-                    let data = ulpdu
-                        .get(p.payload_offset..p.payload_offset + p.payload_len)
-                        .unwrap_or(&[]);
-                    let head = self.rq.front().ok_or(DdpError::UntaggedNoBuffer)?;
-                    let inv_stag = seg.repr.invalidate_stag();
-                    if let Some(inv) = inv_stag {
-                        // RDMAP-5.3-11/12, RDMAP-7.2-4/5, RDMAP-8.1.1-8: every segment
-                        // carries the Invalidate STag (RDMAP-4.1-3); it is checked before
-                        // the segment is placed, so a refused Send with Invalidate places
-                        // nothing (the security matrix).
-                        ctx.mrs
-                            .check_invalidate_remote(Stag(inv), self.pd, self.id.stream())
-                            .map_err(invalidate_error)?;
-                    }
-                    scatter(
-                        ctx.mrs,
-                        self.pd,
-                        head.sges.as_slice(),
-                        u64::from(p.mo),
-                        data,
-                    )?;
-                    ctx.stats.placed_octets += data.len() as u64;
-                    if let Some(len) = p.message_len {
-                        let mut invalidated = None;
-                        if let Some(inv) = inv_stag {
-                            // Invalidated at delivery, checked again: a local operation
-                            // (Local Invalidate, bind, deregistration) may have changed the
-                            // STag since the check above; then the Terminate goes out now
-                            // and the placed payload is flushed with the receive
-                            // (`MrTable::invalidate_remote`; docs/engine.md departure 24).
-                            ctx.mrs
-                                .invalidate_remote(Stag(inv), self.pd, self.id.stream())
-                                .map_err(invalidate_error)?;
-                            invalidated = Some(inv);
-                        }
-                        // Delivered once, in MSN order, after DDP delivery (RDMAP-5.5-2,
-                        // RDMAP-5.5-9, DDP-5.4-1).
-                        if let Some(r) = self.rq.pop_front() {
-                            self.shared.release_rq();
-                            self.recv_cq.push(Completion {
-                                wr_id: r.wr_id,
-                                qp: self.id,
-                                opcode: WcOpcode::Recv,
-                                status: WcStatus::Success,
-                                byte_len: len,
-                                solicited: opcode.is_solicited(),
-                                invalidated,
-                                imm: None,
-                                atomic_orig: None,
-                            });
-                        }
-                    }
-                }
+                qn::SEND if immediate => self.rx_immediate(&seg, &p),
+                qn::SEND => self.rx_send(ulpdu, &seg, &p, ctx),
                 qn::READ_REQUEST if opcode == Opcode::AtomicRequest => {
-                    let RdmapHeader::AtomicRequest(ar) = seg.repr.header else {
-                        return Err(RdmapError::UnexpectedOpcode.into());
-                    };
-                    // Atomic Requests count against IRD next to Read Requests (EXT-5.2-1).
-                    self.ird.admit()?;
-                    // AOpCode, alignment (0/2/07, EXT-5.2.1-2), STag, bounds, then the
-                    // REMOTE_ATOMIC right: a region grants atomics only with it, so the
-                    // right stands for both remote rights proto's check asks for.
-                    let pd = self.pd;
-                    let stream = self.id.stream();
-                    let checked = handle_atomic_request(&ar, |stag| {
-                        let g = ctx
-                            .mrs
-                            .lookup_remote(Stag(stag), pd, stream, Access::empty())
-                            .map_err(LookupFault::stag_fault)?;
-                        let atomic_ok = g.access().contains(Access::REMOTE_ATOMIC);
-                        let mut a = g.access_region();
-                        a.remote_read = atomic_ok;
-                        a.remote_write = atomic_ok;
-                        Ok(a)
-                    });
-                    if let Err(e) = checked {
-                        self.ird.retire();
-                        return Err(e.into());
-                    }
-                    // Executed when its turn comes to be answered, after every earlier
-                    // Read Response was read (responses in request order, EXT-5.2.2-6).
-                    self.irq.push_back(Inbound::Atomic(ar));
+                    self.rx_atomic_request(&seg, ctx)
                 }
-                qn::ATOMIC_RESPONSE => {
-                    let RdmapHeader::AtomicResponse(resp) = seg.repr.header else {
-                        return Err(RdmapError::UnexpectedOpcode.into());
-                    };
-                    // Responses come back in request order, Reads and Atomics together;
-                    // one that answers nothing outstanding is an unexpected opcode (as an
-                    // unsolicited Read Response, departure 3).
-                    let head = self.orq.front().copied();
-                    let Some(head) = head.filter(|h| h.atomic == Some(resp.orig_request_id)) else {
-                        return Err(RdmapError::UnexpectedOpcode.into());
-                    };
-                    self.orq.pop_front();
-                    let orig = resp.orig_value;
-                    if let Some(seq) = head.seq {
-                        let sink = self
-                            .entry_mut(seq)
-                            .and_then(|e| e.wr.sges.as_slice().first().copied());
-                        let mut status = WcStatus::Success;
-                        if let Some(s) = sink {
-                            // The original value into the local SGE in host byte order,
-                            // as ibverbs returns it.
-                            let ok = ctx
-                                .mrs
-                                .lookup_local(Stag(s.stag), self.pd, true)
-                                .ok()
-                                .is_some_and(|g| g.place_at(s.to, &orig.to_ne_bytes()).is_ok());
-                            if !ok {
-                                status = WcStatus::LocalProtection;
-                            }
-                        }
-                        if let Some(e) = self.entry_mut(seq) {
-                            e.status = Some(status);
-                            e.atomic_orig = Some(orig);
-                        }
-                        // The local SGE's region went away under the posted atomic: the
-                        // stream ends with a local catastrophic Terminate (departure 8),
-                        // the atomic keeps its local protection completion.
-                        if status != WcStatus::Success {
-                            return Err(RdmapError::LocalCatastrophic.into());
-                        }
-                    }
-                    self.retire_sq();
-                }
-                qn::READ_REQUEST => {
-                    let RdmapHeader::ReadRequest(rr) = seg.repr.header else {
-                        return Err(RdmapError::UnexpectedOpcode.into());
-                    };
-                    // IRD (RDMAP-6.1-2): a Read beyond it breaks the negotiated ORD.
-                    self.ird.admit()?;
-                    let plan = handle_read_request(&rr, |stag| {
-                        ctx.mrs
-                            .lookup_remote(Stag(stag), self.pd, self.id.stream(), Access::empty())
-                            .map(|g| g.access_region())
-                            .map_err(LookupFault::stag_fault)
-                    });
-                    let plan = match plan {
-                        Ok(p) => p,
-                        Err(e) => {
-                            self.ird.retire();
-                            return Err(e.into());
-                        }
-                    };
-                    self.irq.push_back(Inbound::Read(plan));
-                }
+                qn::ATOMIC_RESPONSE => self.rx_atomic_response(&seg, ctx),
+                qn::READ_REQUEST => self.rx_read_request(&seg, ctx),
                 qn::TERMINATE => {
                     let RdmapHeader::Terminate(t) = seg.repr.header else {
                         return Err(RdmapError::UnexpectedOpcode.into());
                     };
                     // Delivered to the ULP decoded (RDMAP-5.4-5); we stop sending
                     // (RDMAP-5.4-7) and close.
-                    return Err(RxFault::RemoteTerminate(TerminateReport::decode(&t)));
+                    Err(RxFault::RemoteTerminate(TerminateReport::decode(&t)))
                 }
-                _ => return Err(DdpError::UntaggedInvalidQn.into()),
+                _ => Err(DdpError::UntaggedInvalidQn.into()),
             },
         }
+    }
+
+    /// MPA fencing and the peer-to-peer RTR (MPA-7.1.2-16, MPA2-5-1) on a responder's first
+    /// ULPDU. Returns whether the ULPDU was the RTR and is consumed.
+    ///
+    /// An initiator that finds no RTR in common sends a Terminate instead of an RTR
+    /// (MPA2-9.2-10/11): it is decoded like any Terminate, so our user learns the peer's
+    /// verdict rather than seeing us answer a Terminate with a Terminate. Parsed here only
+    /// while the fence holds (the first ULPDU), not per FPDU.
+    #[inline(always)]
+    fn rx_fenced(&mut self, ulpdu: &[u8]) -> Result<bool, RxFault> {
+        let conn = self
+            .conn
+            .as_mut()
+            .ok_or(RxFault::Protocol(ProtocolError::Mpa(
+                MpaError::LocalCatastrophic,
+            )))?;
+        if matches!(conn.mpa, Mpa::Responder(_))
+            && Segment::parse(ulpdu)
+                .is_ok_and(|s| matches!(s.repr.header, RdmapHeader::Terminate(_)))
+        {
+            conn.mpa = Mpa::Done;
+        }
+        let Mpa::Responder(r) = &mut conn.mpa else {
+            return Ok(false);
+        };
+        let first = r
+            .handle_first_ulpdu(ulpdu)
+            .map_err(|e| ProtocolError::Mpa(e.mpa_error()))?;
+        conn.mpa = Mpa::Done;
+        match first {
+            None => Ok(false),
+            Some(RtrType::Write) => Ok(true),
+            Some(RtrType::Send) => {
+                // The Send RTR took MSN 1 of QN 0 and consumes no receive buffer.
+                let _ = conn.ddp_rx.set_expected_msn(qn::SEND, 2);
+                Ok(true)
+            }
+            Some(RtrType::Read) => {
+                // The Read RTR takes MSN 1 of QN 1 and one IRD credit; it is answered
+                // with a zero-length Read Response (RFC 6581 §9.2).
+                let _ = conn.ddp_rx.set_expected_msn(qn::READ_REQUEST, 2);
+                if let Ok(seg) = Segment::parse(ulpdu) {
+                    if let RdmapHeader::ReadRequest(rr) = seg.repr.header {
+                        self.ird.admit()?;
+                        self.irq.push_back(Inbound::Read(ReadResponsePlan {
+                            sink_stag: rr.sink_stag,
+                            sink_to: rr.sink_to,
+                            src_stag: rr.src_stag,
+                            src_to: rr.src_to,
+                            len: 0,
+                        }));
+                    }
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// The one STag lookup per segment: key, protection domain and access here, bounds on
+    /// the guard when placing (DDP-7.1-10..14, DDP-8.2-1, RDMAP-8.1.1-6). Zero-length tagged
+    /// segments are not looked up at all (DDP-5.2-11). A lookup fault is DDP's to report
+    /// (through the view), except for our own Read whose sink went away under it.
+    #[inline(always)]
+    fn rx_lookup<'m>(
+        &mut self,
+        seg: &Segment<'_>,
+        mrs: &'m MrTable,
+    ) -> Result<(Option<MrGuard<'m>>, TaggedView), RxFault> {
+        let warpcore_proto::wire::ddp::DdpBuffer::Tagged { stag, .. } = seg.repr.buffer else {
+            return Ok((None, TaggedView(Err(TaggedFault::InvalidStag))));
+        };
+        if seg.payload.is_empty() {
+            return Ok((None, TaggedView(Err(TaggedFault::InvalidStag))));
+        }
+        let opcode = seg.repr.opcode;
+        let need = if opcode == Opcode::ReadResponse {
+            Access::LOCAL_WRITE
+        } else {
+            Access::REMOTE_WRITE
+        };
+        match mrs.lookup_remote(Stag(stag), self.pd, self.id.stream(), need) {
+            Ok(g) => {
+                let view = TaggedView(Ok(g.tagged_region()));
+                Ok((Some(g), view))
+            }
+            Err(_)
+                if opcode == Opcode::ReadResponse
+                    && self
+                        .orq
+                        .front()
+                        .is_some_and(|h| h.atomic.is_none() && h.sink_stag == stag) =>
+            {
+                // The sink of our own Read went away under it (deregistered or
+                // invalidated locally): a local fault, not the peer's (departure 8).
+                if let Some(seq) = self.orq.front().and_then(|h| h.seq) {
+                    if let Some(e) = self.entry_mut(seq) {
+                        e.status = Some(WcStatus::LocalProtection);
+                    }
+                }
+                Err(RdmapError::LocalCatastrophic.into())
+            }
+            Err(f) => Ok((None, TaggedView(Err(f.tagged_fault())))),
+        }
+    }
+
+    /// A tagged segment DDP accepted: an RDMA Write (with or without Immediate) or a Read
+    /// Response, placed at its tagged offset through the lookup's guard.
+    #[inline(always)]
+    fn rx_tagged(
+        &mut self,
+        ulpdu: &[u8],
+        p: &TaggedPlacement,
+        opcode: Opcode,
+        guard: Option<&MrGuard<'_>>,
+        ctx: &mut Ctx<'_>,
+    ) -> Result<(), RxFault> {
+        let data = ulpdu
+            .get(p.payload_offset..p.payload_offset + p.payload_len)
+            .unwrap_or(&[]);
+        if opcode == Opcode::ReadResponse {
+            // Read Responses answer our Reads in order (RDMAP-5.2.2-4, RDMAP-5.5-13);
+            // the optional STag check of RDMAP-5.2.2-5 is made.
+            let head = self
+                .orq
+                .front()
+                .copied()
+                .filter(|h| h.atomic.is_none())
+                .ok_or(RdmapError::UnexpectedOpcode)?;
+            if !data.is_empty() && p.stag != head.sink_stag {
+                return Err(DdpError::TaggedInvalidStag.into());
+            }
+        }
+        if let Some(g) = guard {
+            // DDP checked the range on this very registration; the guard checks it
+            // again as it copies, so no octet can land outside the region.
+            g.place_at(p.to, data).map_err(BoundsFault::ddp_error)?;
+            ctx.stats.placed_octets += data.len() as u64;
+        }
+        if opcode == Opcode::ReadResponse {
+            self.read_placed += data.len() as u64;
+            if p.last {
+                if let Some(head) = self.orq.pop_front() {
+                    let placed = self.read_placed;
+                    self.read_placed = 0;
+                    if let Some(seq) = head.seq {
+                        let complete = placed == u64::from(head.len);
+                        if let Some(e) = self.entry_mut(seq) {
+                            e.byte_len = placed as u32;
+                            e.status = Some(if complete {
+                                WcStatus::Success
+                            } else {
+                                WcStatus::RemoteOperation
+                            });
+                        }
+                    }
+                    self.retire_sq();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Immediate Data on QN 0: one message in one segment (check_inbound); it completes the
+    /// head receive in MSN order with the value (EXT-6.3-2, EXT-6.3-3, RDMAP-5.5-2).
+    #[inline(always)]
+    fn rx_immediate(&mut self, seg: &Segment<'_>, p: &UntaggedPlacement) -> Result<(), RxFault> {
+        let RdmapHeader::ImmediateData(h) = seg.repr.header else {
+            return Err(RdmapError::UnexpectedOpcode.into());
+        };
+        if p.message_len.is_some() {
+            if let Some(r) = self.rq.pop_front() {
+                self.shared.release_rq();
+                self.recv_cq.push(Completion {
+                    wr_id: r.wr_id,
+                    qp: self.id,
+                    opcode: WcOpcode::RecvImm,
+                    status: WcStatus::Success,
+                    byte_len: 0,
+                    solicited: seg.repr.opcode == Opcode::ImmediateDataSe,
+                    invalidated: None,
+                    imm: Some(u64::from_be_bytes(h.data)),
+                    atomic_orig: None,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A Send segment on QN 0 (with or without Invalidate, Solicited Event): scattered over
+    /// the head receive's SGEs at its message offset; the last one completes the receive.
+    #[inline(always)]
+    fn rx_send(
+        &mut self,
+        ulpdu: &[u8],
+        seg: &Segment<'_>,
+        p: &UntaggedPlacement,
+        ctx: &mut Ctx<'_>,
+    ) -> Result<(), RxFault> {
+        let data = ulpdu
+            .get(p.payload_offset..p.payload_offset + p.payload_len)
+            .unwrap_or(&[]);
+        let head = self.rq.front().ok_or(DdpError::UntaggedNoBuffer)?;
+        let inv_stag = seg.repr.invalidate_stag();
+        if let Some(inv) = inv_stag {
+            // RDMAP-5.3-11/12, RDMAP-7.2-4/5, RDMAP-8.1.1-8: every segment
+            // carries the Invalidate STag (RDMAP-4.1-3); it is checked before
+            // the segment is placed, so a refused Send with Invalidate places
+            // nothing (the security matrix).
+            ctx.mrs
+                .check_invalidate_remote(Stag(inv), self.pd, self.id.stream())
+                .map_err(invalidate_error)?;
+        }
+        scatter(
+            ctx.mrs,
+            self.pd,
+            head.sges.as_slice(),
+            u64::from(p.mo),
+            data,
+        )?;
+        ctx.stats.placed_octets += data.len() as u64;
+        if let Some(len) = p.message_len {
+            let mut invalidated = None;
+            if let Some(inv) = inv_stag {
+                // Invalidated at delivery, checked again: a local operation
+                // (Local Invalidate, bind, deregistration) may have changed the
+                // STag since the check above; then the Terminate goes out now
+                // and the placed payload is flushed with the receive
+                // (`MrTable::invalidate_remote`; docs/engine.md departure 24).
+                ctx.mrs
+                    .invalidate_remote(Stag(inv), self.pd, self.id.stream())
+                    .map_err(invalidate_error)?;
+                invalidated = Some(inv);
+            }
+            // Delivered once, in MSN order, after DDP delivery (RDMAP-5.5-2,
+            // RDMAP-5.5-9, DDP-5.4-1).
+            if let Some(r) = self.rq.pop_front() {
+                self.shared.release_rq();
+                self.recv_cq.push(Completion {
+                    wr_id: r.wr_id,
+                    qp: self.id,
+                    opcode: WcOpcode::Recv,
+                    status: WcStatus::Success,
+                    byte_len: len,
+                    solicited: seg.repr.opcode.is_solicited(),
+                    invalidated,
+                    imm: None,
+                    atomic_orig: None,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// An Atomic Request on QN 1: admitted under IRD, checked, and queued to be executed
+    /// when its turn to be answered comes.
+    #[inline(always)]
+    fn rx_atomic_request(&mut self, seg: &Segment<'_>, ctx: &mut Ctx<'_>) -> Result<(), RxFault> {
+        let RdmapHeader::AtomicRequest(ar) = seg.repr.header else {
+            return Err(RdmapError::UnexpectedOpcode.into());
+        };
+        // Atomic Requests count against IRD next to Read Requests (EXT-5.2-1).
+        self.ird.admit()?;
+        // AOpCode, alignment (0/2/07, EXT-5.2.1-2), STag, bounds, then the
+        // REMOTE_ATOMIC right: a region grants atomics only with it, so the
+        // right stands for both remote rights proto's check asks for.
+        let pd = self.pd;
+        let stream = self.id.stream();
+        let checked = handle_atomic_request(&ar, |stag| {
+            let g = ctx
+                .mrs
+                .lookup_remote(Stag(stag), pd, stream, Access::empty())
+                .map_err(LookupFault::stag_fault)?;
+            let atomic_ok = g.access().contains(Access::REMOTE_ATOMIC);
+            let mut a = g.access_region();
+            a.remote_read = atomic_ok;
+            a.remote_write = atomic_ok;
+            Ok(a)
+        });
+        if let Err(e) = checked {
+            self.ird.retire();
+            return Err(e.into());
+        }
+        // Executed when its turn comes to be answered, after every earlier
+        // Read Response was read (responses in request order, EXT-5.2.2-6).
+        self.irq.push_back(Inbound::Atomic(ar));
+        Ok(())
+    }
+
+    /// An Atomic Response on QN 3: answers the head of the outstanding queue; the original
+    /// value goes into the atomic's local SGE and the atomic completes in order.
+    #[inline(always)]
+    fn rx_atomic_response(&mut self, seg: &Segment<'_>, ctx: &mut Ctx<'_>) -> Result<(), RxFault> {
+        let RdmapHeader::AtomicResponse(resp) = seg.repr.header else {
+            return Err(RdmapError::UnexpectedOpcode.into());
+        };
+        // Responses come back in request order, Reads and Atomics together;
+        // one that answers nothing outstanding is an unexpected opcode (as an
+        // unsolicited Read Response, departure 3).
+        let head = self.orq.front().copied();
+        let Some(head) = head.filter(|h| h.atomic == Some(resp.orig_request_id)) else {
+            return Err(RdmapError::UnexpectedOpcode.into());
+        };
+        self.orq.pop_front();
+        let orig = resp.orig_value;
+        if let Some(seq) = head.seq {
+            let sink = self
+                .entry_mut(seq)
+                .and_then(|e| e.wr.sges.as_slice().first().copied());
+            let mut status = WcStatus::Success;
+            if let Some(s) = sink {
+                // The original value into the local SGE in host byte order,
+                // as ibverbs returns it.
+                let ok = ctx
+                    .mrs
+                    .lookup_local(Stag(s.stag), self.pd, true)
+                    .ok()
+                    .is_some_and(|g| g.place_at(s.to, &orig.to_ne_bytes()).is_ok());
+                if !ok {
+                    status = WcStatus::LocalProtection;
+                }
+            }
+            if let Some(e) = self.entry_mut(seq) {
+                e.status = Some(status);
+                e.atomic_orig = Some(orig);
+            }
+            // The local SGE's region went away under the posted atomic: the
+            // stream ends with a local catastrophic Terminate (departure 8),
+            // the atomic keeps its local protection completion.
+            if status != WcStatus::Success {
+                return Err(RdmapError::LocalCatastrophic.into());
+            }
+        }
+        self.retire_sq();
+        Ok(())
+    }
+
+    /// A Read Request on QN 1: admitted under IRD (RDMAP-6.1-2: a Read beyond it breaks the
+    /// negotiated ORD), its source checked, and queued for a Read Response.
+    #[inline(always)]
+    fn rx_read_request(&mut self, seg: &Segment<'_>, ctx: &mut Ctx<'_>) -> Result<(), RxFault> {
+        let RdmapHeader::ReadRequest(rr) = seg.repr.header else {
+            return Err(RdmapError::UnexpectedOpcode.into());
+        };
+        self.ird.admit()?;
+        let plan = handle_read_request(&rr, |stag| {
+            ctx.mrs
+                .lookup_remote(Stag(stag), self.pd, self.id.stream(), Access::empty())
+                .map(|g| g.access_region())
+                .map_err(LookupFault::stag_fault)
+        });
+        let plan = match plan {
+            Ok(p) => p,
+            Err(e) => {
+                self.ird.retire();
+                return Err(e.into());
+            }
+        };
+        self.irq.push_back(Inbound::Read(plan));
         Ok(())
     }
 }
