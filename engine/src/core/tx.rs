@@ -154,84 +154,71 @@ impl Qp {
         if self.tx_fault.is_some() {
             return None;
         }
-        let conn = self.conn.as_mut()?;
-        let mulpdu = conn.framer.as_ref()?.max_ulpdu_len();
-        match self.irq.pop_front() {
-            Some(Inbound::Read(plan)) => {
-                let ctrl = Control::new(Opcode::ReadResponse).0;
-                let seg = conn
-                    .ddp_tx
-                    .tagged(ctrl, plan.sink_stag, plan.sink_to, &[], plan.len, mulpdu)
-                    .ok()?;
-                return Some(TxMsg {
-                    seg,
-                    src: TxSrc::ReadResp(plan),
-                });
-            }
-            Some(Inbound::Atomic(req)) => {
-                // Executed now, in request order after every earlier Read Response was
-                // read (EXT-5.2.2-6), atomically against every other atomic through this
-                // engine on the same word (EXT-5-1, EXT-5.3-1): a compare-exchange loop
-                // on the word's AtomicU64, which holds the value in host byte order
-                // (EXT-5.1.1-1: the target memory's order; operands are big-endian on
-                // the wire only).
-                let orig = mrs
-                    .lookup_remote(
-                        Stag(req.remote_stag),
-                        self.pd,
-                        self.id.stream(),
-                        Access::REMOTE_ATOMIC,
-                    )
-                    .ok()
-                    .and_then(|g| {
-                        let off = g.bounds(req.remote_to, 8).ok()?;
-                        let w = g.atomic(off).ok()?;
-                        let mut cur = w.load(std::sync::atomic::Ordering::Acquire);
-                        loop {
-                            let mut new = cur;
-                            ext_atomic::execute(&req, &mut new).ok()?;
-                            if new == cur {
-                                // CmpSwap miss (or a no-op): nothing to store.
-                                return Some(cur);
-                            }
-                            match w.compare_exchange_weak(
-                                cur,
-                                new,
-                                std::sync::atomic::Ordering::AcqRel,
-                                std::sync::atomic::Ordering::Acquire,
-                            ) {
-                                Ok(_) => return Some(cur),
-                                Err(v) => cur = v,
-                            }
-                        }
-                    });
-                let Some(orig) = orig else {
-                    // The region went away since the request was checked.
-                    self.tx_fault = Some(ProtocolError::Rdmap(RdmapError::LocalCatastrophic));
-                    return None;
-                };
-                let mut hdr = [0u8; 12];
-                ext_atomic::response(&req, orig)
-                    .emit(&mut AtomicResponse::new_unchecked(&mut hdr[..]));
-                let seg = conn
-                    .ddp_tx
-                    .untagged(
-                        Control::new(Opcode::AtomicResponse).0,
-                        0,
-                        qn::ATOMIC_RESPONSE,
-                        &hdr,
-                        0,
-                        mulpdu,
-                    )
-                    .ok()?;
-                return Some(TxMsg {
-                    seg,
-                    src: TxSrc::AtomicResp,
-                });
-            }
-            None => {}
-        }
         let _ = cfg;
+        let mulpdu = self.conn.as_ref()?.framer.as_ref()?.max_ulpdu_len();
+        match self.irq.pop_front() {
+            Some(Inbound::Read(plan)) => self.start_read_response(plan, mulpdu),
+            Some(Inbound::Atomic(req)) => self.start_atomic_response(&req, mrs, mulpdu),
+            None => self.start_sq(mulpdu),
+        }
+    }
+
+    /// A Read Response: a tagged message to the requester's sink, read from our source as
+    /// it is sent.
+    #[inline(always)]
+    fn start_read_response(&mut self, plan: ReadResponsePlan, mulpdu: usize) -> Option<TxMsg> {
+        let conn = self.conn.as_mut()?;
+        let ctrl = Control::new(Opcode::ReadResponse).0;
+        let seg = conn
+            .ddp_tx
+            .tagged(ctrl, plan.sink_stag, plan.sink_to, &[], plan.len, mulpdu)
+            .ok()?;
+        Some(TxMsg {
+            seg,
+            src: TxSrc::ReadResp(plan),
+        })
+    }
+
+    /// An Atomic Response: the atomic is executed now ([`execute_atomic`]) and its original
+    /// value goes back on QN 3.
+    #[inline(always)]
+    fn start_atomic_response(
+        &mut self,
+        req: &AtomicRequestRepr,
+        mrs: &MrTable,
+        mulpdu: usize,
+    ) -> Option<TxMsg> {
+        let Some(orig) = execute_atomic(req, mrs, self.pd, self.id.stream()) else {
+            // The region went away since the request was checked.
+            self.tx_fault = Some(ProtocolError::Rdmap(RdmapError::LocalCatastrophic));
+            return None;
+        };
+        let mut hdr = [0u8; 12];
+        ext_atomic::response(req, orig).emit(&mut AtomicResponse::new_unchecked(&mut hdr[..]));
+        let conn = self.conn.as_mut()?;
+        let seg = conn
+            .ddp_tx
+            .untagged(
+                Control::new(Opcode::AtomicResponse).0,
+                0,
+                qn::ATOMIC_RESPONSE,
+                &hdr,
+                0,
+                mulpdu,
+            )
+            .ok()?;
+        Some(TxMsg {
+            seg,
+            src: TxSrc::AtomicResp,
+        })
+    }
+
+    /// The request at the send position: its message started (segmenter set up, Reads and
+    /// Atomics recorded as outstanding under ORD), or `None` while it must wait (a fence,
+    /// ORD, a local operation).
+    #[inline(always)]
+    fn start_sq(&mut self, mulpdu: usize) -> Option<TxMsg> {
+        let conn = self.conn.as_mut()?;
         let idx = usize::try_from(self.sq_next_seq - self.sq_head_seq).ok()?;
         let e = self.sq.get(idx)?;
         // Read fence: wait until every earlier Read completed.
@@ -271,11 +258,7 @@ impl Qp {
                     } => Opcode::ImmediateDataSe,
                     _ => Opcode::ImmediateData,
                 };
-                let mut hdr = [0u8; 8];
-                ImmediateDataRepr {
-                    data: imm.to_be_bytes(),
-                }
-                .emit(&mut ImmediateData::new_unchecked(&mut hdr[..]));
+                let hdr = immediate_header(imm);
                 conn.ddp_tx
                     .untagged(Control::new(op).0, 0, qn::SEND, &hdr, 0, mulpdu)
             }
@@ -285,33 +268,7 @@ impl Qp {
                     return None;
                 }
                 let id = seq as u32;
-                let req = match e.wr.op {
-                    SendOp::AtomicFetchAdd {
-                        remote_stag,
-                        remote_to,
-                        add,
-                        add_mask,
-                    } => AtomicRequestRepr::fetch_add(id, remote_stag, remote_to, add, add_mask),
-                    SendOp::AtomicCmpSwap {
-                        remote_stag,
-                        remote_to,
-                        compare,
-                        compare_mask,
-                        swap,
-                        swap_mask,
-                    } => AtomicRequestRepr::cmp_swap(
-                        id,
-                        remote_stag,
-                        remote_to,
-                        swap,
-                        swap_mask,
-                        compare,
-                        compare_mask,
-                    ),
-                    _ => return None,
-                };
-                let mut hdr = [0u8; 52];
-                req.emit(&mut AtomicRequest::new_unchecked(&mut hdr[..]));
+                let hdr = atomic_request_header(&e.wr.op, id)?;
                 let s = conn.ddp_tx.untagged(
                     Control::new(Opcode::AtomicRequest).0,
                     0,
@@ -368,15 +325,7 @@ impl Qp {
                     return None;
                 }
                 let sink = e.wr.sges.as_slice().first().copied().unwrap_or_default();
-                let rr = ReadRequestRepr {
-                    sink_stag: sink.stag,
-                    sink_to: sink.to,
-                    read_size: sink.len,
-                    src_stag: remote_stag,
-                    src_to: remote_to,
-                };
-                let mut hdr = [0u8; 28];
-                rr.emit(&mut ReadRequest::new_unchecked(&mut hdr[..]));
+                let hdr = read_request_header(sink, remote_stag, remote_to);
                 let s = conn.ddp_tx.untagged(
                     Control::new(Opcode::ReadRequest).0,
                     0,
@@ -408,22 +357,115 @@ impl Qp {
                 src: TxSrc::Sq(seq),
             }),
             Err(_) => {
-                // A request the segmenter refuses: `validate_send` refuses every such
-                // request at post time (TO + length wrapping, `EngineError::RemoteToWrap`;
-                // lengths), so this is a broken invariant, not a peer's doing. It fails as a
-                // local error does (departure 8): a local protection completion, a local
-                // catastrophic Terminate (0/0/FF) to the peer, later requests flushed.
-                if !advance {
-                    self.sq_next_seq += 1;
-                }
-                if let Some(e) = self.entry_mut(seq) {
-                    e.status = Some(WcStatus::LocalProtection);
-                }
-                self.tx_fault = Some(ProtocolError::Rdmap(RdmapError::LocalCatastrophic));
+                self.fail_unsegmentable(seq, advance);
                 None
             }
         }
     }
+
+    /// A request the segmenter refuses: `validate_send` refuses every such request at post
+    /// time (TO + length wrapping, `EngineError::RemoteToWrap`; lengths), so this is a broken
+    /// invariant, not a peer's doing. It fails as a local error does (departure 8): a local
+    /// protection completion, a local catastrophic Terminate (0/0/FF) to the peer, later
+    /// requests flushed.
+    fn fail_unsegmentable(&mut self, seq: u64, advanced: bool) {
+        if !advanced {
+            self.sq_next_seq += 1;
+        }
+        if let Some(e) = self.entry_mut(seq) {
+            e.status = Some(WcStatus::LocalProtection);
+        }
+        self.tx_fault = Some(ProtocolError::Rdmap(RdmapError::LocalCatastrophic));
+    }
+}
+
+/// Executes an inbound atomic now, in request order after every earlier Read Response was
+/// read (EXT-5.2.2-6), atomically against every other atomic through this engine on the
+/// same word (EXT-5-1, EXT-5.3-1): a compare-exchange loop on the word's AtomicU64, which
+/// holds the value in host byte order (EXT-5.1.1-1: the target memory's order; operands are
+/// big-endian on the wire only). Returns the original value, or `None` if the region went
+/// away since the request was checked.
+fn execute_atomic(req: &AtomicRequestRepr, mrs: &MrTable, pd: PdId, stream: u64) -> Option<u64> {
+    let g = mrs
+        .lookup_remote(Stag(req.remote_stag), pd, stream, Access::REMOTE_ATOMIC)
+        .ok()?;
+    let off = g.bounds(req.remote_to, 8).ok()?;
+    let w = g.atomic(off).ok()?;
+    let mut cur = w.load(std::sync::atomic::Ordering::Acquire);
+    loop {
+        let mut new = cur;
+        ext_atomic::execute(req, &mut new).ok()?;
+        if new == cur {
+            // CmpSwap miss (or a no-op): nothing to store.
+            return Some(cur);
+        }
+        match w.compare_exchange_weak(
+            cur,
+            new,
+            std::sync::atomic::Ordering::AcqRel,
+            std::sync::atomic::Ordering::Acquire,
+        ) {
+            Ok(_) => return Some(cur),
+            Err(v) => cur = v,
+        }
+    }
+}
+
+/// The RDMAP header of Immediate Data (RFC 7306): the 8 octets, big-endian.
+fn immediate_header(imm: u64) -> [u8; 8] {
+    let mut hdr = [0u8; 8];
+    ImmediateDataRepr {
+        data: imm.to_be_bytes(),
+    }
+    .emit(&mut ImmediateData::new_unchecked(&mut hdr[..]));
+    hdr
+}
+
+/// The RDMAP header of an Atomic Request (RFC 7306) for a FetchAdd or CmpSwap request;
+/// `None` for any other operation.
+fn atomic_request_header(op: &SendOp, id: u32) -> Option<[u8; 52]> {
+    let req = match *op {
+        SendOp::AtomicFetchAdd {
+            remote_stag,
+            remote_to,
+            add,
+            add_mask,
+        } => AtomicRequestRepr::fetch_add(id, remote_stag, remote_to, add, add_mask),
+        SendOp::AtomicCmpSwap {
+            remote_stag,
+            remote_to,
+            compare,
+            compare_mask,
+            swap,
+            swap_mask,
+        } => AtomicRequestRepr::cmp_swap(
+            id,
+            remote_stag,
+            remote_to,
+            swap,
+            swap_mask,
+            compare,
+            compare_mask,
+        ),
+        _ => return None,
+    };
+    let mut hdr = [0u8; 52];
+    req.emit(&mut AtomicRequest::new_unchecked(&mut hdr[..]));
+    Some(hdr)
+}
+
+/// The RDMAP header of a Read Request: our sink (the local SGE) and the peer's source.
+fn read_request_header(sink: Sge, src_stag: u32, src_to: u64) -> [u8; 28] {
+    let rr = ReadRequestRepr {
+        sink_stag: sink.stag,
+        sink_to: sink.to,
+        read_size: sink.len,
+        src_stag,
+        src_to,
+    };
+    let mut hdr = [0u8; 28];
+    rr.emit(&mut ReadRequest::new_unchecked(&mut hdr[..]));
+    hdr
 }
 
 impl<D: PollDevice> EngineCore<D> {
