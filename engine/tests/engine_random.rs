@@ -6,10 +6,11 @@
 //! source and sink, B's target, receive and atomic regions) is compared with the model,
 //! receive-buffer tails beyond what a message placed and the atomic region around its word
 //! included; `comparison_catches_one_changed_octet_in_each_area` shows the comparison
-//! fails on a single changed octet in each kind of area it covers. Writes and Reads go to the target region through its own STag or through a
-//! type 2 memory window over it that B rebinds (new key) between batches; the window is
-//! invalidated now and then by a Send with Invalidate from A (the receive completion
-//! names it) or a Local Invalidate on B, and the STags it had are checked dead.
+//! fails on a single changed octet in each kind of area it covers. Writes and Reads go to
+//! the target region through its own STag or through a type 2 memory window over it that B
+//! rebinds (new key) between batches; the window is invalidated now and then by a Send with
+//! Invalidate from A (the receive completion names it) or a Local Invalidate on B, and the
+//! STags it had are checked dead.
 
 mod common;
 
