@@ -281,8 +281,7 @@ impl Env {
             self.amr.sge(8192, 256),
         );
         let mut want_a = vec![(961, WcOpcode::Write, WcStatus::Success)];
-        if !self.target_valid {
-        } else if self.target_access.contains(Access::REMOTE_WRITE) {
+        if self.target_valid && self.target_access.contains(Access::REMOTE_WRITE) {
             let to_target = pattern(128, 0xB2);
             self.amr.write(12288, &to_target).unwrap();
             put(&mut want, 0, 12288, &to_target);
@@ -293,7 +292,7 @@ impl Env {
                 self.amr.sge(12288, 128),
             );
             want_a.push((962, WcOpcode::Write, WcStatus::Success));
-        } else {
+        } else if self.target_valid {
             let back = want[1][1536..1664].to_vec();
             put(&mut want, 0, 16384, &back);
             post(
@@ -839,13 +838,7 @@ fn hostile_case(
         .unwrap();
     b.listen(PORT, &MpaParams::default()).unwrap();
     let mut peer = Hostile::new(ea, 1);
-    peer.connect(2, PORT, || match b.next_event(Duration::from_millis(1)) {
-        Some(CmEvent::ConnectRequest(r)) => {
-            b.accept(&r, &bqp, b"").unwrap();
-            true
-        }
-        _ => false,
-    });
+    hostile_connect(&mut peer, &b, &bqp);
     // The peer is the initiator in the client-server model: its first FPDU is the fault.
     peer.send_ulpdus(&ulpdus(guard.stag()), corrupt_crc);
     let term = peer.terminate();
@@ -887,6 +880,37 @@ fn hostile_case(
     line(name, &seen, "ok", usable);
 }
 
+/// The hand-driven peer connects to B's listener on `PORT`; B accepts on `bqp`. If the
+/// startup fails, B's connection manager events and `bqp`'s state are printed before the
+/// panic goes on.
+fn hostile_connect(peer: &mut Hostile, b: &Context, bqp: &QueuePair) {
+    let mut seen = Vec::new();
+    let up = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        peer.connect(2, PORT, || match b.next_event(Duration::from_millis(1)) {
+            Some(CmEvent::ConnectRequest(r)) => {
+                let res = b.accept(&r, bqp, b"");
+                seen.push(format!("ConnectRequest {r:?} -> accept {res:?}"));
+                res.is_ok()
+            }
+            Some(e) => {
+                seen.push(format!("{e:?}"));
+                false
+            }
+            None => false,
+        })
+    }));
+    if let Err(e) = up {
+        while let Some(e) = b.next_event(Duration::from_millis(1)) {
+            seen.push(format!("later: {e:?}"));
+        }
+        eprintln!(
+            "hostile peer's startup failed; B's events: {seen:#?}; B's QP {:?}",
+            bqp.state()
+        );
+        std::panic::resume_unwind(e);
+    }
+}
+
 /// After the Terminate the responder's guard region stays usable: the peer connects again
 /// (a new TCP connection and MPA startup, accepted on a new QP of the same PD and CQ) and,
 /// honest this time, Writes 256 octets into the guard region at 512 and Sends 100 into a
@@ -904,32 +928,7 @@ fn hostile_usable(
     let bqp = bpd.create_qp(&QpInit::new(bcq, bcq)).unwrap();
     bqp.post_recv(&RecvWr::new(950, &[guard.sge(3072, 256)]).unwrap())
         .unwrap();
-    // B's events while the peer connects again, shown if the startup fails.
-    let mut seen = Vec::new();
-    let up = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        peer.connect(2, PORT, || match b.next_event(Duration::from_millis(1)) {
-            Some(CmEvent::ConnectRequest(r)) => {
-                let res = b.accept(&r, &bqp, b"");
-                seen.push(format!("ConnectRequest {r:?} -> accept {res:?}"));
-                true
-            }
-            Some(e) => {
-                seen.push(format!("{e:?}"));
-                false
-            }
-            None => false,
-        })
-    }));
-    if let Err(e) = up {
-        while let Some(e) = b.next_event(Duration::from_millis(1)) {
-            seen.push(format!("later: {e:?}"));
-        }
-        eprintln!(
-            "usable: the peer's new connection failed; B's events: {seen:#?}, qp {:?}",
-            bqp.state()
-        );
-        std::panic::resume_unwind(e);
-    }
+    hostile_connect(peer, b, &bqp);
     let written = pattern(256, 0xA1);
     let sent = pattern(100, 0xC3);
     peer.send_ulpdus(
@@ -1022,13 +1021,7 @@ fn send_invalidate_revoked_between_segments() {
         .unwrap();
     b.listen(PORT, &MpaParams::default()).unwrap();
     let mut peer = Hostile::new(ea, 1);
-    peer.connect(2, PORT, || match b.next_event(Duration::from_millis(1)) {
-        Some(CmEvent::ConnectRequest(r)) => {
-            b.accept(&r, &bqp, b"").unwrap();
-            true
-        }
-        _ => false,
-    });
+    hostile_connect(&mut peer, &b, &bqp);
     let stag = target.stag();
     let first = pattern(32, 77);
     peer.send_ulpdus(
