@@ -1,38 +1,74 @@
 #!/usr/bin/env bash
-# One-run comparison on this machine, written up as Markdown with a latency percentile plot:
+# One-run comparison on this machine, written up as Markdown with a latency percentile plot.
+# Every figure is compared like for like: every process of every tool is confined with
+# `taskset` to the same CPUs (server or echo side on CPU 0, client or driver on CPU 1;
+# single-thread bounds on CPU 1), latency is compared median with median (half round
+# trips), the same warm-up (none) is dropped by iwperf and the kernel baseline, and the
+# report states for every row the tool, the CPUs and the statistic.
+#
 #   * iwperf write_lat (64 B), write_bw (64 KiB) and the 64 B Write message rate between two
 #     processes over net_memif, each process one thread that also runs its engine core
 #     (--poll-mode caller, iwperf's default), plus write_lat with engine threads
 #     (--poll-mode thread, the verbs library's default) for the before/after, and write_lat
 #     and write_bw again with --no-csum on both sides (no IPv4/TCP checksums on memif, as the
 #     kernel's loopback computes none);
-#   * kernel TCP over loopback: qperf tcp_lat / tcp_bw and iperf3;
+#   * kernel TCP over loopback: tcpperf's kernel mode (the baseline of the ratios: a 64 B
+#     ping-pong with percentiles from the same HdrHistogram as iwperf's, and a bulk transfer
+#     of the same byte count as iwperf's write_bw), plus qperf tcp_lat / tcp_bw and iperf3
+#     for reference (their own statistics, stated in the report);
 #   * the bounds: a raw DPDK frame ping-pong and frame blast over the same vdev (no TCP, no
 #     iWARP), and single-core memcpy and crc32c throughput for the same sizes.
 #
-#   bench/compare.sh [OUT_DIR]        # default bench/out; about two minutes
+#   bench/compare.sh [--short] [OUT_DIR]   # default bench/out; about 30-60 s (--short: ~15 s)
+#   bench/compare.sh --help
 #
-# Environment: LAT_ITERS (default 20000), BW_ITERS (default 20000), RATE_ITERS (default
-# 300000), THREAD_LAT_ITERS (default 300), KERNEL_SECS (default 3).
+# Environment (defaults; with --short a tenth of each count, 100 threaded-mode iterations
+# and 1 s for qperf and iperf3): LAT_ITERS (20000), BW_ITERS (20000), RATE_ITERS (300000),
+# THREAD_LAT_ITERS (300), KERNEL_SECS (3).
 set -euo pipefail
+short=0
+args=()
+for a in "$@"; do
+    case "$a" in
+        --short) short=1 ;;
+        -h | --help)
+            sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+            exit 0
+            ;;
+        *) args+=("$a") ;;
+    esac
+done
 cd "$(dirname "$0")/.."
 root=$(pwd)
-out=${1:-bench/out}
+out=${args[0]:-bench/out}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-lat_iters=${LAT_ITERS:-20000}
-bw_iters=${BW_ITERS:-20000}
-rate_iters=${RATE_ITERS:-300000}
-thread_lat_iters=${THREAD_LAT_ITERS:-300}
-ksecs=${KERNEL_SECS:-3}
+if [[ $short == 1 ]]; then
+    lat_iters=${LAT_ITERS:-2000}
+    bw_iters=${BW_ITERS:-2000}
+    rate_iters=${RATE_ITERS:-30000}
+    thread_lat_iters=${THREAD_LAT_ITERS:-100}
+    ksecs=${KERNEL_SECS:-1}
+else
+    lat_iters=${LAT_ITERS:-20000}
+    bw_iters=${BW_ITERS:-20000}
+    rate_iters=${RATE_ITERS:-300000}
+    thread_lat_iters=${THREAD_LAT_ITERS:-300}
+    ksecs=${KERNEL_SECS:-3}
+fi
 cmdline="bench/compare.sh $*"
+# The CPUs of every two-process measurement: server (or echo side) and client (or driver).
+cpu_s=0
+cpu_c=1
 
-for tool in qperf iperf3 python3; do
+for tool in qperf iperf3 python3 taskset ss; do
     command -v "$tool" >/dev/null || { echo "compare: $tool missing (scripts/install-deps.sh)" >&2; exit 1; }
 done
-cargo build --release -q -p warpcore-apps --bin iwperf
+(($(nproc) >= 2)) || { echo "compare: needs CPUs $cpu_s and $cpu_c" >&2; exit 1; }
+cargo build --release -q -p warpcore-apps --bin iwperf --bin tcpperf
 cargo build --release -q -p warpcore-bench --bin wcbench
 iwperf=$root/target/release/iwperf
+tcpperf=$root/target/release/tcpperf
 wcbench=$root/target/release/wcbench
 
 work=$(mktemp -d /tmp/wc-compare.XXXXXX)
@@ -46,20 +82,33 @@ trap cleanup EXIT
 t0=$SECONDS
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
-# iw TEST ARGS...: server on CPU 0, client on CPU 1 (each process: one thread runs the
-# application and its engine core, unless $mode says otherwise), over a fresh memif socket.
+# Waits (up to 5 s) for a TCP listener on port $1 (without connecting to it: a probe would
+# count as a test connection for tcpperf and iperf3 -1).
+wait_port() {
+    for _ in $(seq 1 100); do
+        [[ -n $(ss -Hltn "sport = :$1") ]] && return 0
+        sleep 0.05
+    done
+    echo "compare: nothing listens on port $1" >&2
+    return 1
+}
+
+# iw TEST ARGS...: server on CPU 0, client on CPU 1 (each process confined there with
+# taskset, its engine core pinned there with --cores; one thread runs the application and
+# its engine core, unless $mode says otherwise), over a fresh memif socket.
 mode=caller
 csum=()
 iw() {
     local test=$1
     shift
     rm -f "$sock"
-    "$iwperf" "$test" --memif "$sock" --cores 0 --poll-mode "$mode" "${csum[@]}" >"$work/server-$test.log" 2>&1 &
+    taskset -c "$cpu_s" "$iwperf" "$test" --memif "$sock" --cores "$cpu_s" --poll-mode "$mode" "${csum[@]}" \
+        >"$work/server-$test.log" 2>&1 &
     local sp=$!
     pids+=("$sp")
     for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
-    timeout 150 "$iwperf" "$test" --memif "$sock" 198.18.0.2 --cores 1 --poll-mode "$mode" "${csum[@]}" "$@" \
-        | tee "$work/client-$test.log"
+    timeout 150 taskset -c "$cpu_c" "$iwperf" "$test" --memif "$sock" 198.18.0.2 --cores "$cpu_c" \
+        --poll-mode "$mode" "${csum[@]}" "$@" | tee "$work/client-$test.log"
     wait "$sp"
 }
 echo "== iwperf write_lat 64 B over net_memif"
@@ -78,34 +127,49 @@ iw write_lat -s 64 -n "$lat_iters" --json "$work/write_lat_nocsum.json"
 iw write_bw -s 65536 -n "$bw_iters" --report_gbits --json "$work/write_bw_nocsum.json"
 csum=()
 
-# raw MODE ARGS...: echo side on CPU 0, driver on CPU 1, over a fresh memif socket.
+# raw MODE ARGS...: echo side on CPU 0, driver on CPU 1 (wcbench pins itself with EAL -l;
+# taskset confines its other threads too), over a fresh memif socket.
 raw() {
     rm -f "$sock"
-    "$wcbench" raw --mode echo --vdev "net_memif0,role=server,socket=$sock,socket-abstract=no,rsize=12" \
-        >"$work/echo.log" 2>&1 &
+    taskset -c "$cpu_s" "$wcbench" raw --mode echo \
+        --vdev "net_memif0,role=server,socket=$sock,socket-abstract=no,rsize=12" >"$work/echo.log" 2>&1 &
     local ep=$!
     pids+=("$ep")
     for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
-    timeout 120 "$wcbench" raw --vdev "net_memif0,role=client,socket=$sock,socket-abstract=no,rsize=12" "$@" \
-        | tee -a "$work/raw.txt"
+    timeout 120 taskset -c "$cpu_c" "$wcbench" raw \
+        --vdev "net_memif0,role=client,socket=$sock,socket-abstract=no,rsize=12" "$@" | tee -a "$work/raw.txt"
     wait "$ep" || true
 }
 echo "== raw DPDK frames over net_memif (no TCP, no iWARP)"
 raw --mode pingpong --size 64 --count "$lat_iters" --hdr-log "$out/raw_pingpong_64.hlog"
 raw --mode blast --size 1514 --count 2000000
 
-echo "== single core memcpy and crc32c"
-"$wcbench" copy --sizes 64,65536 | tee "$work/copy.txt"
+echo "== single core memcpy and crc32c (CPU $cpu_c)"
+taskset -c "$cpu_c" "$wcbench" copy --sizes 64,65536 | tee "$work/copy.txt"
 
-echo "== kernel TCP over loopback: qperf and iperf3 (${ksecs} s each)"
-qperf >/dev/null 2>&1 &
+echo "== kernel TCP over loopback: tcpperf kernel mode (the baseline), server CPU $cpu_s, client CPU $cpu_c"
+# The same counts as iwperf's and nothing dropped at the start (--warmup 0), as iwperf
+# drops nothing: a 64 B ping-pong of $lat_iters round trips, and a bulk transfer of the
+# bytes iwperf's 64 KiB write_bw moves.
+kport=5302
+taskset -c "$cpu_s" "$tcpperf" kernel-server --listen "127.0.0.1:$kport" --tests 2 >"$work/tcpperf-server.log" 2>&1 &
 pids+=($!)
-iperf3 -s -1 -p 5299 >/dev/null 2>&1 &
+wait_port "$kport"
+taskset -c "$cpu_c" "$tcpperf" kernel-client --server "127.0.0.1:$kport" --test rr --size 64 \
+    --iterations "$lat_iters" --warmup 0 | tee "$work/tcpperf_rr.txt"
+taskset -c "$cpu_c" "$tcpperf" kernel-client --server "127.0.0.1:$kport" --test bulk \
+    --bytes $((bw_iters * 65536)) | tee "$work/tcpperf_bulk.txt"
+
+echo "== kernel TCP over loopback: qperf and iperf3 (${ksecs} s each), server CPU $cpu_s, client CPU $cpu_c"
+taskset -c "$cpu_s" qperf >/dev/null 2>&1 &
 pids+=($!)
-sleep 0.5
-qperf -t "$ksecs" -m 64 127.0.0.1 tcp_lat | tee "$work/qperf_lat.txt"
-qperf -t "$ksecs" -m 65536 127.0.0.1 tcp_bw | tee "$work/qperf_bw.txt"
-iperf3 -c 127.0.0.1 -p 5299 -t "$ksecs" -J >"$work/iperf3.json"
+taskset -c "$cpu_s" iperf3 -s -1 -p 5299 >/dev/null 2>&1 &
+pids+=($!)
+wait_port 19765
+wait_port 5299
+taskset -c "$cpu_c" qperf -t "$ksecs" -m 64 127.0.0.1 tcp_lat | tee "$work/qperf_lat.txt"
+taskset -c "$cpu_c" qperf -t "$ksecs" -m 65536 127.0.0.1 tcp_bw | tee "$work/qperf_bw.txt"
+taskset -c "$cpu_c" iperf3 -c 127.0.0.1 -p 5299 -t "$ksecs" -J >"$work/iperf3.json"
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 echo "== plot and report"
@@ -115,99 +179,141 @@ echo "== plot and report"
     "raw DPDK frame ping-pong=$out/raw_pingpong_64.hlog" \
     || echo "compare: plot failed (report written without it)" >&2
 
-python3 - "$work" "$out" "$cmdline" "$load_before" "$load_after" "$((SECONDS - t0))" <<'PY'
+python3 - "$work" "$out" "$cmdline" "$load_before" "$load_after" "$((SECONDS - t0))" \
+    "$cpu_s" "$cpu_c" "$lat_iters" "$bw_iters" "$rate_iters" "$thread_lat_iters" "$ksecs" <<'PY'
 import json, re, sys, os, datetime, platform
-work, out, cmd, lb, la, secs = sys.argv[1:]
+(work, out, cmd, lb, la, secs, cs, cc, lat_n, bw_n, rate_n, thr_n, ksecs) = sys.argv[1:]
+lat_n, bw_n, rate_n, thr_n = int(lat_n), int(bw_n), int(rate_n), int(thr_n)
+nan = float("nan")
 def js(n): return json.load(open(os.path.join(work, n)))
+def num(x):
+    return float(x) if isinstance(x, (int, float)) else nan
+def field(text, key):
+    m = re.search(r"\b%s=([0-9.]+)" % re.escape(key), text)
+    return float(m.group(1)) if m else nan
+def text(n): return open(os.path.join(work, n)).read()
+
 lat = js("write_lat.json")["results"][0]
 bw = js("write_bw.json")["results"][0]
 rate = js("write_rate.json")["results"][0]
 lat_thr = js("write_lat_thread.json")["results"][0]
 lat_nc = js("write_lat_nocsum.json")["results"][0]
 bw_nc = js("write_bw_nocsum.json")["results"][0]
-raw = open(os.path.join(work, "raw.txt")).read()
-def field(text, key):
-    m = re.search(r"\b%s=([0-9.]+)" % key, text)
-    return float(m.group(1)) if m else float("nan")
-copy = open(os.path.join(work, "copy.txt")).read().splitlines()
+raw = text("raw.txt")
+copy = text("copy.txt").splitlines()
 cp = {int(field(l, "size")): (field(l, "memcpy_gbps"), field(l, "crc32c_gbps")) for l in copy if l.startswith("RESULT")}
+rr = text("tcpperf_rr.txt")
+bulk = text("tcpperf_bulk.txt")
 def qperf(name, key):
-    t = open(os.path.join(work, name)).read()
+    t = text(name)
     m = re.search(r"%s\s*=\s*([0-9.]+)\s*(\S+)" % key, t)
-    if not m: return float("nan")
+    if not m: return nan
     v, u = float(m.group(1)), m.group(2)
     scale = {"us": 1, "ms": 1000, "ns": 0.001, "sec": 1e6,
-             "GB/sec": 8, "MB/sec": 0.008, "KB/sec": 8e-6}.get(u, float("nan"))
+             "GB/sec": 8, "MB/sec": 0.008, "KB/sec": 8e-6}.get(u, nan)
     return v * scale
-k_lat = qperf("qperf_lat.txt", "latency")          # us, half round trip
-k_bw = qperf("qperf_bw.txt", "bw")                 # Gbit/s
 ip = js("iperf3.json")
+
+# iwperf: the HdrHistogram of every half round trip of the run (iwperf drops none).
+def hdr(r, q): return num(r.get("hdr_usec", {}).get(q))
+iw_p50, iw_p99 = hdr(lat, "p50"), hdr(lat, "p99")
+nc_p50, nc_p99 = hdr(lat_nc, "p50"), hdr(lat_nc, "p99")
+thr_p50, thr_p99 = hdr(lat_thr, "p50"), hdr(lat_thr, "p99")
+# tcpperf kernel mode: HdrHistogram of full round trips (warm-up 0): halved.
+k_count = int(field(rr, "count")) if field(rr, "count") == field(rr, "count") else 0
+k_p50, k_p99 = field(rr, "p50_us") / 2, field(rr, "p99_us") / 2
+k_bulk = field(bulk, "gbps")
+k_bulk_bytes = field(bulk, "bytes")
+q_lat = qperf("qperf_lat.txt", "latency")      # us, qperf's one-way figure: mean RTT / 2
+q_bw = qperf("qperf_bw.txt", "bw")             # Gbit/s
 k_iperf = ip["end"]["sum_received"]["bits_per_second"] / 1e9
-iw_lat = lat["lat_usec"]["t_typical"]
-iw_p99 = lat["lat_usec"]["p99"]
-iw_bw = bw["bw"]["average"]
-iw_bw_peak = bw["bw"]["peak"]
-iw_rate = rate["bw"]["msg_rate_mpps"]
-nc_lat = lat_nc["lat_usec"]["t_typical"]
-nc_p99 = lat_nc["lat_usec"]["p99"]
-nc_bw = bw_nc["bw"]["average"]
-nc_bw_peak = bw_nc["bw"]["peak"]
-thr_lat = lat_thr["lat_usec"]["t_typical"]
-thr_p99 = lat_thr["lat_usec"]["p99"]
 raw_p50 = field(raw, "half_rtt_p50_us")
 raw_p99 = field(raw, "p99_us")
+raw_n = field(raw, "samples")
 raw_gbps = field(raw, "gbps")
 raw_mpps = field(raw, "mpps")
+def bwf(r, k): return num(r.get("bw", {}).get(k))
+iw_bw, iw_peak = bwf(bw, "average"), bwf(bw, "peak")
+nc_bw, nc_peak = bwf(bw_nc, "average"), bwf(bw_nc, "peak")
+iw_rate = bwf(rate, "msg_rate_mpps")
+
+def f(x, d=2): return ("%%.%df" % d) % x if x == x else "n/a"
 def r(a, b): return "%.3g" % (a / b) if b and b == b and a == a else "n/a"
+two = "server %s, client %s" % (cs, cc)
+iwcmd = "iwperf (`--memif`, `--cores`, `--poll-mode caller`)"
 md = []
 md.append("# Warpcore comparison report\n")
 md.append("Generated %s UTC on %s (%s), %d CPUs, in %s s.  \nCommand: `%s`  \nLoad average before/after: %s / %s (other jobs share this machine; see docs/iwperf.md)\n" % (
-    datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"), platform.node(), platform.machine(), os.cpu_count(), secs, cmd, lb, la))
+    datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"), platform.node(), platform.machine(), os.cpu_count(), secs, cmd, lb, la))
+md.append("Every process runs under `taskset -c` on the CPUs named in its row (two-process rows: server or echo side on CPU %s, client or driver on CPU %s). "
+          "Latency figures are half round trips in microseconds; ratios compare median with median. iwperf and the kernel baseline (tcpperf) drop no warm-up: "
+          "every round trip of the run is counted, from the first.\n" % (cs, cc))
 md.append("## Latency, 64 B (half round trip, microseconds)\n")
-md.append("| what | median | p99 | iwperf median / this |\n|---|---|---|---|")
-md.append("| iwperf write_lat over net_memif (iWARP, 2 processes) | %.2f | %.2f | 1.00 |" % (iw_lat, iw_p99))
-md.append("| raw DPDK frame ping-pong over net_memif (bound) | %.2f | %.2f | %s |" % (raw_p50, raw_p99, r(iw_lat, raw_p50)))
-md.append("| kernel TCP loopback, qperf tcp_lat (mean) | %.2f | | %s |" % (k_lat, r(iw_lat, k_lat)))
-md.append("| iwperf write_lat `--no-csum` on both sides (no IPv4/TCP checksums, like kernel loopback) | %.2f | %.2f | %s |" % (nc_lat, nc_p99, r(iw_lat, nc_lat)))
-md.append("| iwperf write_lat with engine threads (`--poll-mode thread`, %s iterations) | %.2f | %.2f | %s |" % (lat_thr["iterations"], thr_lat, thr_p99, r(iw_lat, thr_lat)))
+md.append("| figure | tool | CPUs | statistic | value |\n|---|---|---|---|---|")
+def lrow(fig, tool, cpus, stat, v): md.append("| %s | %s | %s | %s | %s |" % (fig, tool, cpus, stat, f(v)))
+lrow("iWARP RDMA Write over net_memif, 2 processes", iwcmd + " write_lat -s 64", two, "median (HdrHistogram p50) of %d half round trips, none dropped" % lat_n, iw_p50)
+lrow("same", "same", two, "p99 of the same samples", iw_p99)
+lrow("kernel TCP over loopback, 2 processes (baseline)", "tcpperf kernel-server / kernel-client `--test rr --size 64 --warmup 0`", two, "median (HdrHistogram p50) of %d round trips / 2, none dropped" % k_count, k_p50)
+lrow("same", "same", two, "p99 of the same samples / 2", k_p99)
+lrow("kernel TCP over loopback (reference)", "qperf `-m 64 tcp_lat`", two, "mean over %s s (qperf's latency: mean round trip / 2), none dropped" % ksecs, q_lat)
+lrow("raw DPDK frame ping-pong over net_memif (bound)", "wcbench raw --mode pingpong --size 64", "echo %s, driver %s" % (cs, cc), "median (HdrHistogram p50) of %s half round trips after the first %d dropped (wcbench's fixed warm-up, a tenth)" % (f(raw_n, 0), lat_n // 10), raw_p50)
+lrow("same", "same", "echo %s, driver %s" % (cs, cc), "p99 of the same samples", raw_p99)
+lrow("iWARP RDMA Write, `--no-csum` on both sides (no IPv4/TCP checksums, like kernel loopback)", iwcmd + " write_lat -s 64 --no-csum", two, "median (HdrHistogram p50) of %d half round trips, none dropped" % lat_n, nc_p50)
+lrow("same", "same", two, "p99 of the same samples", nc_p99)
+lrow("iWARP RDMA Write with engine threads (2 threads per process on its one CPU)", "iwperf (`--poll-mode thread`) write_lat -s 64", two, "median (HdrHistogram p50) of %d half round trips, none dropped" % thr_n, thr_p50)
+lrow("same", "same", two, "p99 of the same samples", thr_p99)
+md.append("")
+md.append("| ratio (median / median) | value |\n|---|---|")
+md.append("| iwperf write_lat / kernel TCP (tcpperf) | %s |" % r(iw_p50, k_p50))
+md.append("| iwperf write_lat / raw ping-pong | %s |" % r(iw_p50, raw_p50))
+md.append("| iwperf write_lat `--no-csum` / kernel TCP (tcpperf) | %s |" % r(nc_p50, k_p50))
 md.append("")
 md.append("## Throughput (Gbit/s)\n")
-md.append("| what | Gbit/s | this / iwperf |\n|---|---|---|")
-md.append("| iwperf write_bw 64 KiB over net_memif (iWARP, 2 processes; peak over 10 ms: %.2f) | %.2f | 1.00 |" % (iw_bw_peak, iw_bw))
-md.append("| iwperf write_bw 64 KiB `--no-csum` on both sides (peak over 10 ms: %.2f) | %.2f | %s |" % (nc_bw_peak, nc_bw, r(nc_bw, iw_bw)))
-md.append("| raw DPDK 1514-byte frame blast over net_memif (bound; %.3f Mpps) | %.2f | %s |" % (raw_mpps, raw_gbps, r(raw_gbps, iw_bw)))
-md.append("| kernel TCP loopback, qperf tcp_bw 64 KiB | %.2f | %s |" % (k_bw, r(k_bw, iw_bw)))
-md.append("| kernel TCP loopback, iperf3 | %.2f | %s |" % (k_iperf, r(k_iperf, iw_bw)))
+md.append("| figure | tool | CPUs | statistic | value |\n|---|---|---|---|---|")
+moved = "%d x 64 KiB = %d bytes" % (bw_n, bw_n * 65536)
+lrow("iWARP RDMA Write 64 KiB over net_memif, 2 processes, one engine core each", iwcmd + " write_bw -s 65536", two, "bytes / seconds of the whole run (%s, 128 Writes in flight), none dropped" % moved, iw_bw)
+lrow("same", "same", two, "peak: highest 10 ms interval of the same run", iw_peak)
+lrow("same, `--no-csum` on both sides", iwcmd + " write_bw -s 65536 --no-csum", two, "bytes / seconds of the whole run (%s), none dropped" % moved, nc_bw)
+lrow("same", "same", two, "peak: highest 10 ms interval of the same run", nc_peak)
+lrow("kernel TCP over loopback, 2 processes (baseline)", "tcpperf kernel-server / kernel-client `--test bulk`", two, "bytes / seconds of the whole transfer (%s bytes, the same count), none dropped" % f(k_bulk_bytes, 0), k_bulk)
+lrow("kernel TCP over loopback (reference)", "qperf `-m 65536 tcp_bw`", two, "qperf's bandwidth over %s s, none dropped" % ksecs, q_bw)
+lrow("kernel TCP over loopback (reference)", "iperf3 `-t %s`" % ksecs, two, "received bits / %s s (`sum_received`), none omitted" % ksecs, k_iperf)
+lrow("raw DPDK 1514-byte frame blast over net_memif (bound; %s Mpps)" % f(raw_mpps, 3), "wcbench raw --mode blast --size 1514 --count 2000000", "echo %s, driver %s" % (cs, cc), "frames received x 1514 B / seconds of the blast", raw_gbps)
 for size in sorted(cp):
-    md.append("| single-core memcpy, %d B (bound) | %.2f | %s |" % (size, cp[size][0], r(cp[size][0], iw_bw)))
-    md.append("| single-core crc32c, %d B (bound) | %.2f | %s |" % (size, cp[size][1], r(cp[size][1], iw_bw)))
+    lrow("single-core memcpy, %d B (bound)" % size, "wcbench copy", "%s (one thread)" % cc, "bytes copied / 0.5 s", cp[size][0])
+    lrow("single-core crc32c, %d B (bound)" % size, "wcbench copy (crc32c crate, SSE4.2)", "%s (one thread)" % cc, "bytes summed / 0.5 s", cp[size][1])
+md.append("")
+md.append("| ratio (whole-run average / whole-run average) | value |\n|---|---|")
+md.append("| iwperf write_bw / kernel TCP bulk (tcpperf, same byte count) | %s |" % r(iw_bw, k_bulk))
+md.append("| iwperf write_bw `--no-csum` / kernel TCP bulk (tcpperf) | %s |" % r(nc_bw, k_bulk))
 md.append("")
 md.append("## Message rate\n")
-md.append("| what | M msgs/s |\n|---|---|")
-md.append("| iwperf write_bw 64 B, one engine core per side | %.3f |" % iw_rate)
+md.append("| figure | tool | CPUs | statistic | value |\n|---|---|---|---|---|")
+md.append("| 64 B RDMA Writes, one engine core per side | %s write_bw -s 64 | %s | messages / seconds of the whole run (%d Writes), none dropped | %s M msgs/s |" % (iwcmd, two, rate_n, f(iw_rate, 3)))
 md.append("")
 def verdict(ok): return "met" if ok else "**missed**"
-t_lat = min(0.2 * k_lat, 2 * raw_p50)
+t_lat = min(0.2 * k_p50, 2 * raw_p50)
 md.append("## Targets (issue 6)\n")
+md.append("Baselines: kernel TCP is tcpperf's kernel mode above (median for latency, the same byte count for bandwidth), on the same CPUs.\n")
 md.append("| target | measured | verdict |\n|---|---|---|")
-md.append("| 64 B write_lat median <= 0.2x tcp_lat (%.2f us) and <= 2x raw ping-pong (%.2f us) | %.2f us (%s x tcp_lat, %s x raw) | %s |" % (
-    0.2 * k_lat, 2 * raw_p50, iw_lat, r(iw_lat, k_lat), r(iw_lat, raw_p50), verdict(iw_lat <= t_lat)))
-md.append("| 64 KiB write_bw >= 1.0x tcp_bw (%.2f Gbit/s), one engine core per side | %.2f Gbit/s (%s x) | %s |" % (
-    k_bw, iw_bw, r(iw_bw, k_bw), verdict(iw_bw >= k_bw)))
-md.append("| same, `--no-csum` (checksums skipped as on kernel loopback) | %.2f us (%s x tcp_lat, %s x raw) | %s |" % (
-    nc_lat, r(nc_lat, k_lat), r(nc_lat, raw_p50), verdict(nc_lat <= t_lat)))
-md.append("| 64 KiB write_bw >= 1.0x tcp_bw, `--no-csum` | %.2f Gbit/s (%s x) | %s |" % (
-    nc_bw, r(nc_bw, k_bw), verdict(nc_bw >= k_bw)))
-md.append("| 64 B Write message rate >= 2 M msgs/s per engine core | %.3f M/s | %s |" % (iw_rate, verdict(iw_rate >= 2.0)))
+md.append("| 64 B write_lat median <= 0.2x kernel TCP median (%s us) and <= 2x raw ping-pong median (%s us) | %s us (%s x kernel, %s x raw) | %s |" % (
+    f(0.2 * k_p50), f(2 * raw_p50), f(iw_p50), r(iw_p50, k_p50), r(iw_p50, raw_p50), verdict(iw_p50 <= t_lat)))
+md.append("| same, `--no-csum` (checksums skipped as on kernel loopback) | %s us (%s x kernel, %s x raw) | %s |" % (
+    f(nc_p50), r(nc_p50, k_p50), r(nc_p50, raw_p50), verdict(nc_p50 <= t_lat)))
+md.append("| 64 KiB write_bw >= 1.0x kernel TCP bulk (%s Gbit/s), one engine core per side | %s Gbit/s (%s x) | %s |" % (
+    f(k_bulk), f(iw_bw), r(iw_bw, k_bulk), verdict(iw_bw >= k_bulk)))
+md.append("| same, `--no-csum` | %s Gbit/s (%s x) | %s |" % (f(nc_bw), r(nc_bw, k_bulk), verdict(nc_bw >= k_bulk)))
+md.append("| 64 B Write message rate >= 2 M msgs/s per engine core | %s M/s | %s |" % (f(iw_rate, 3), verdict(iw_rate >= 2.0)))
 md.append("")
 if os.path.exists(os.path.join(out, "latency_percentiles.png")):
     md.append("## Latency by percentile\n\n![latency percentiles](latency_percentiles.png)\n")
     md.append("HdrHistogram interval logs: `iwperf_write_lat_64.hlog`, `raw_pingpong_64.hlog`.\n")
 md.append("## How\n")
-md.append("* iwperf: server `--cores 0`, client `--cores 1`, `--poll-mode caller` (each process is one busy-polling thread that runs the application and its engine core, as perftest and DPDK applications run), `--memif` (4096-slot rings), no hugepages, MPA Rev 2 with CRC, one QP; write_bw with 128 Writes in flight. The `--poll-mode thread` row runs an engine thread next to the application thread in each process (4 threads on 2 CPUs).")
-md.append("* raw bound: `wcbench raw` sends Ethernet frames (EtherType 0x88B5) through the same vdev, echo side on CPU 0, driver on CPU 1.")
-md.append("* kernel: `qperf -t %s -m 64 127.0.0.1 tcp_lat`, `qperf -m 65536 tcp_bw`, `iperf3 -t %s` on 127.0.0.1." % (os.environ.get("KERNEL_SECS", "3"), os.environ.get("KERNEL_SECS", "3")))
-md.append("* memcpy/crc32c: `wcbench copy` (the crc32c crate, SSE4.2), one thread.\n")
+md.append("* iwperf: server `taskset -c %s iwperf ... --cores %s`, client `taskset -c %s iwperf ... --cores %s`, `--poll-mode caller` (each process is one busy-polling thread that runs the application and its engine core, as perftest and DPDK applications run), `--memif` (4096-slot rings), no hugepages, MPA Rev 2 with CRC, one QP; write_bw with 128 Writes in flight. The `--poll-mode thread` row runs an engine thread next to the application thread in each process, both on the process's one CPU. Latency statistics come from iwperf's `--json` `hdr_usec` (an HdrHistogram of every half round trip, 3 significant digits)." % (cs, cs, cc, cc))
+md.append("* kernel baseline: `taskset -c %s tcpperf kernel-server`, `taskset -c %s tcpperf kernel-client --test rr --size 64 --iterations %d --warmup 0` and `--test bulk --bytes %d` on 127.0.0.1 (blocking sockets, TCP_NODELAY; the same HdrHistogram as iwperf's, of full round trips, halved here)." % (cs, cc, lat_n, bw_n * 65536))
+md.append("* kernel reference: `taskset -c %s qperf` / `taskset -c %s qperf -t %s -m 64 127.0.0.1 tcp_lat` and `-m 65536 tcp_bw`; `taskset -c %s iperf3 -s`, `taskset -c %s iperf3 -t %s`. Their statistics are their own (means over the run), so they are not used in the ratios." % (cs, cc, ksecs, cs, cc, ksecs))
+md.append("* raw bound: `wcbench raw` sends Ethernet frames (EtherType 0x88B5) through the same vdev, echo side on CPU %s, driver on CPU %s (EAL `-l`, and taskset). Its ping-pong drops the first tenth of its round trips (fixed in wcbench); the others drop none." % (cs, cc))
+md.append("* memcpy/crc32c: `taskset -c %s wcbench copy` (the crc32c crate, SSE4.2), one thread.\n" % cc)
 open(os.path.join(out, "report.md"), "w").write("\n".join(md) + "\n")
 print("\n".join(md))
 PY

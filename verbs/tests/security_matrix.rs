@@ -6,12 +6,18 @@
 //! * the queue pair state on both sides (both end in `Error`),
 //! * what each user is told: the requester's completions and `CmEvent::Error`
 //!   (`RemoteTerminate`), the responder's `CmEvent::Error` (`LocalTerminate` with the same
-//!   code) and its flushed receives,
+//!   code) and its flushed receives, each list exact (work request ids, opcodes, statuses,
+//!   count; every case but `send-no-receive` has a receive posted on the responder, so a
+//!   flush is checked),
 //! * that no byte changed in any registered region of either side (the target region
 //!   included: every request here is refused before placement),
+//! * that the regions stay usable: a fresh connection between the same users (same PDs,
+//!   CQs and regions) moves data into the target region (or reads it, where the case's
+//!   target grants no remote write) and into the guard region by Write and by Send, each
+//!   verified, with every other octet of every region still as before,
 //!
 //! and prints one line, e.g.
-//! `security: unknown-stag  Terminate 1/1/00 (...) requester=Error responder=Error ...`.
+//! `security: unknown-stag  Terminate 1/1/00 (...) requester=Error responder=Error ... usable=ok`.
 //! `scripts/test-engine.sh` runs it with `--nocapture` so the lines show in the suite.
 
 mod security_support;
@@ -68,7 +74,17 @@ struct Env {
     other_pd: MemoryRegion,
     _bpd2: ProtectionDomain,
     snapshot: Vec<Vec<u8>>,
+    /// The target region's access, and whether its STag is still valid (a case may
+    /// invalidate it): what the usability check may do with it.
+    target_access: Access,
+    target_valid: bool,
+    /// The receives posted on the responder's QP, in order: all must be flushed.
+    rq: Vec<u64>,
 }
+
+/// The receive the tagged cases post on the responder (guard octets 2048..2560), so that
+/// the flush of the receive queue is checked in every case.
+const RECV_ID: u64 = 900;
 
 impl Env {
     fn new(target_access: Access, pa: &MpaParams, pb: &MpaParams) -> Env {
@@ -122,6 +138,9 @@ impl Env {
             other_pd,
             _bpd2: bpd2,
             snapshot: Vec::new(),
+            target_access,
+            target_valid: true,
+            rq: Vec::new(),
         };
         for (k, mr) in env.regions().into_iter().enumerate() {
             mr.write(0, &pattern(mr.len(), k as u8 + 1)).unwrap();
@@ -132,6 +151,14 @@ impl Env {
 
     /// A second connection between the same two users (same PDs and CQs), up.
     fn second_connection(&self) -> (QueuePair, QueuePair) {
+        self.b.listen(PORT + 1, &MpaParams::default()).unwrap();
+        self.connection(PORT + 1)
+    }
+
+    /// A new connection between the same two users (same PDs and CQs) to B's listener on
+    /// `port`, up. Events of earlier connections (their teardown) are passed over; A's core
+    /// is run here in case it is caller-driven.
+    fn connection(&self, port: u16) -> (QueuePair, QueuePair) {
         let bqp = self
             .bpd
             .create_qp(&QpInit::new(&self.bcq, &self.bcq))
@@ -140,25 +167,60 @@ impl Env {
             .apd
             .create_qp(&QpInit::new(&self.acq, &self.acq))
             .unwrap();
-        self.b.listen(PORT + 1, &MpaParams::default()).unwrap();
-        aqp.connect([10, 0, 0, 2], PORT + 1, &MpaParams::default(), b"")
+        aqp.connect([10, 0, 0, 2], port, &MpaParams::default(), b"")
             .unwrap();
+        let deadline = Instant::now() + T;
         let req = loop {
-            match self.b.next_event(T) {
+            self.a.progress();
+            match self.b.next_event(Duration::from_millis(1)) {
                 Some(CmEvent::ConnectRequest(r)) => break r,
                 Some(_) => {}
-                None => panic!("no connection request"),
+                None => assert!(Instant::now() < deadline, "no connection request"),
             }
         };
         self.b.accept(&req, &bqp, b"").unwrap();
-        for ctx in [&self.a, &self.b] {
-            assert!(matches!(ctx.next_event(T), Some(CmEvent::Established(_))));
+        for (ctx, qp) in [(&self.a, &aqp), (&self.b, &bqp)] {
+            loop {
+                self.a.progress();
+                match ctx.next_event(Duration::from_millis(1)) {
+                    Some(CmEvent::Established(e)) if e.qp == qp.id() => break,
+                    Some(CmEvent::Error { qp: q, error }) if q == qp.id() => {
+                        panic!("new connection failed: {error:?}")
+                    }
+                    Some(_) => {}
+                    None => assert!(Instant::now() < deadline, "new connection not up"),
+                }
+            }
         }
         (aqp, bqp)
     }
 
+    /// An environment whose responder has one receive posted ([`RECV_ID`]).
     fn default_with(target_access: Access) -> Env {
+        let mut env = Env::bare(target_access);
+        env.post_recv(RECV_ID, 2048, 512);
+        env
+    }
+
+    /// An environment with no receive posted (the Send cases post their own).
+    fn bare(target_access: Access) -> Env {
         Env::new(target_access, &MpaParams::default(), &MpaParams::default())
+    }
+
+    /// Posts a receive of guard octets `off..off + len` on the responder's QP.
+    fn post_recv(&mut self, wr_id: u64, off: u64, len: u32) {
+        self.bqp
+            .post_recv(&RecvWr::new(wr_id, &[self.guard.sge(off, len)]).unwrap())
+            .unwrap();
+        self.rq.push(wr_id);
+    }
+
+    /// The responder's receives, each flushed, in order.
+    fn flushed(&self) -> Vec<(u64, WcOpcode, WcStatus)> {
+        self.rq
+            .iter()
+            .map(|&id| (id, WcOpcode::Recv, WcStatus::FlushErr))
+            .collect()
     }
 
     fn regions(&self) -> [&MemoryRegion; 4] {
@@ -173,13 +235,96 @@ impl Env {
 
     /// Checks that no byte of any region changed; "ok" or a panic naming the region.
     fn untouched(&self) -> &'static str {
+        self.regions_are(&self.snapshot, "changed");
+        "ok"
+    }
+
+    /// Checks every octet of every region against `want`; panics naming the first
+    /// difference.
+    fn regions_are(&self, want: &[Vec<u8>], what: &str) {
         let names = ["requester", "target", "guard", "other-pd"];
-        for ((mr, before), name) in self.regions().into_iter().zip(&self.snapshot).zip(names) {
+        for ((mr, want), name) in self.regions().into_iter().zip(want).zip(names) {
             let now = contents(mr);
-            if let Some(i) = now.iter().zip(before).position(|(x, y)| x != y) {
-                panic!("{name} region changed at offset {i}");
+            assert_eq!(now.len(), want.len());
+            if let Some(i) = now.iter().zip(want).position(|(x, y)| x != y) {
+                panic!("{name} region {what} at offset {i}");
             }
         }
+    }
+
+    /// After the Terminate the regions stay usable: a fresh connection (to B's listener on
+    /// `PORT`, same PDs, CQs and regions) Writes 256 octets into the guard region, Writes
+    /// 128 into the target region (or Reads them back when the target grants no remote
+    /// write; nothing when its STag was invalidated), and Sends 100 into a 256-octet receive
+    /// in the guard region. Every completion is checked exactly, and every octet of every
+    /// region must then be the snapshot with just those changes (the receive's tail, the
+    /// flushed receive's buffer and all else untouched). "ok" or a panic.
+    fn usable(&self) -> &'static str {
+        let (aqp, bqp) = self.connection(PORT);
+        let mut want = self.snapshot.clone();
+        let put = |want: &mut Vec<Vec<u8>>, k: usize, off: usize, data: &[u8]| {
+            want[k][off..off + data.len()].copy_from_slice(data);
+        };
+        bqp.post_recv(&RecvWr::new(950, &[self.guard.sge(3072, 256)]).unwrap())
+            .unwrap();
+        let post = |wr_id: u64, op: SendOp, sge: Sge| {
+            aqp.post_send(&SendWr::new(wr_id, op, &[sge]).unwrap())
+                .unwrap();
+        };
+        let to_guard = pattern(256, 0xA1);
+        self.amr.write(8192, &to_guard).unwrap();
+        put(&mut want, 0, 8192, &to_guard);
+        put(&mut want, 2, 512, &to_guard);
+        post(
+            961,
+            write_op(self.guard.stag(), 512),
+            self.amr.sge(8192, 256),
+        );
+        let mut want_a = vec![(961, WcOpcode::Write, WcStatus::Success)];
+        if self.target_valid && self.target_access.contains(Access::REMOTE_WRITE) {
+            let to_target = pattern(128, 0xB2);
+            self.amr.write(12288, &to_target).unwrap();
+            put(&mut want, 0, 12288, &to_target);
+            put(&mut want, 1, 1536, &to_target);
+            post(
+                962,
+                write_op(self.target.stag(), 1536),
+                self.amr.sge(12288, 128),
+            );
+            want_a.push((962, WcOpcode::Write, WcStatus::Success));
+        } else if self.target_valid {
+            let back = want[1][1536..1664].to_vec();
+            put(&mut want, 0, 16384, &back);
+            post(
+                962,
+                read_op(self.target.stag(), 1536),
+                self.amr.sge(16384, 128),
+            );
+            want_a.push((962, WcOpcode::Read, WcStatus::Success));
+        }
+        let sent = pattern(100, 0xC3);
+        self.amr.write(20480, &sent).unwrap();
+        put(&mut want, 0, 20480, &sent);
+        put(&mut want, 2, 3072, &sent);
+        post(963, SendOp::Send, self.amr.sge(20480, 100));
+        want_a.push((963, WcOpcode::Send, WcStatus::Success));
+        // The Send follows the Writes on the stream: its receive completing means they
+        // were placed. A's core is run meanwhile in case it is caller-driven.
+        let cb = drain_driving(&self.a, &self.bcq, 1);
+        let got: Vec<_> = cb
+            .iter()
+            .map(|c| (c.wr_id, c.opcode, c.status, c.byte_len))
+            .collect();
+        assert_eq!(
+            got,
+            [(950, WcOpcode::Recv, WcStatus::Success, 100)],
+            "usable: responder"
+        );
+        let ca = drain(&self.acq, want_a.len());
+        let got: Vec<_> = ca.iter().map(|c| (c.wr_id, c.opcode, c.status)).collect();
+        assert_eq!(got, want_a, "usable: requester");
+        self.regions_are(&want, "wrong after the fresh connection's transfers");
+        assert_eq!((aqp.state(), bqp.state()), (QpState::Rts, QpState::Rts));
         "ok"
     }
 }
@@ -228,6 +373,24 @@ fn drain(cq: &CompletionQueue, n: usize) -> Vec<Completion> {
     out
 }
 
+/// `drain`, running `ctx`'s caller-driven cores while it waits (for a completion queue of
+/// the other context, whose completions depend on `ctx` sending).
+fn drain_driving(ctx: &Context, cq: &CompletionQueue, n: usize) -> Vec<Completion> {
+    let mut out = Vec::new();
+    let deadline = Instant::now() + T;
+    while out.len() < n {
+        assert!(Instant::now() < deadline, "no completion");
+        ctx.progress();
+        out.extend(cq.poll_one());
+    }
+    let end = Instant::now() + Duration::from_millis(20);
+    while Instant::now() < end {
+        ctx.progress();
+        out.extend(cq.poll_one());
+    }
+    out
+}
+
 fn wcs(v: &[Completion]) -> String {
     let parts: Vec<String> = v
         .iter()
@@ -242,9 +405,10 @@ fn code3(c: warpcore_engine::proto::TerminateCode) -> (u8, u8, u8) {
 
 /// Waits for both sides' reports after the requester faulted; checks the responder's
 /// `LocalTerminate` names the same code as the Terminate the requester received, both QPs
-/// in `Error`, and the requester's completions (`want_wc`: opcode and status of each, in
-/// order).
-fn observe(env: &Env, want_wc: &[(WcOpcode, WcStatus)]) -> Seen {
+/// in `Error`, the requester's completions (`want_wc`: work request id, opcode and status
+/// of each, in order, and no other) and the responder's: exactly its posted receives,
+/// flushed in order (RDMAP-6.2.1-2).
+fn observe(env: &Env, want_wc: &[(u64, WcOpcode, WcStatus)]) -> Seen {
     let ea = error_event(&env.a);
     let eb = error_event(&env.b);
     let ConnError::RemoteTerminate(rep) = ea else {
@@ -259,13 +423,12 @@ fn observe(env: &Env, want_wc: &[(WcOpcode, WcStatus)]) -> Seen {
     let rb = wait_state(&env.bqp, QpState::Error);
     assert_eq!((ra, rb), (QpState::Error, QpState::Error));
     let ca = drain(&env.acq, want_wc.len());
-    let got: Vec<_> = ca.iter().map(|c| (c.opcode, c.status)).collect();
+    let got: Vec<_> = ca.iter().map(|c| (c.wr_id, c.opcode, c.status)).collect();
     assert_eq!(got, want_wc, "requester completions");
-    let cb = drain(&env.bcq, 0);
-    assert!(
-        cb.iter().all(|c| c.status == WcStatus::FlushErr),
-        "responder completions {cb:?}"
-    );
+    let want_rq = env.flushed();
+    let cb = drain(&env.bcq, want_rq.len());
+    let got: Vec<_> = cb.iter().map(|c| (c.wr_id, c.opcode, c.status)).collect();
+    assert_eq!(got, want_rq, "responder completions (flushed receives)");
     Seen {
         term,
         desc: rep.code.description(),
@@ -276,10 +439,10 @@ fn observe(env: &Env, want_wc: &[(WcOpcode, WcStatus)]) -> Seen {
     }
 }
 
-fn line(name: &str, s: &Seen, untouched: &str) {
+fn line(name: &str, s: &Seen, untouched: &str, usable: &str) {
     let (l, t, c) = s.term;
     println!(
-        "security: {name:<26} Terminate {l}/{t}/{c:02X} ({}) requester={} responder={:?} local={} remote={} untouched={untouched}",
+        "security: {name:<26} Terminate {l}/{t}/{c:02X} ({}) requester={} responder={:?} local={} remote={} untouched={untouched} usable={usable}",
         s.desc, s.requester, s.responder, s.local, s.remote
     );
 }
@@ -290,13 +453,14 @@ fn case(
     env: Env,
     fault: impl FnOnce(&Env),
     want: (u8, u8, u8),
-    want_wc: &[(WcOpcode, WcStatus)],
+    want_wc: &[(u64, WcOpcode, WcStatus)],
 ) {
     fault(&env);
     let seen = observe(&env, want_wc);
     assert_eq!(seen.term, want, "{name}");
     let u = env.untouched();
-    line(name, &seen, u);
+    let usable = env.usable();
+    line(name, &seen, u, usable);
 }
 
 fn write_op(stag: u32, to: u64) -> SendOp {
@@ -313,7 +477,8 @@ fn read_op(stag: u32, to: u64) -> SendOp {
     }
 }
 
-const WRITE_OK: (WcOpcode, WcStatus) = (WcOpcode::Write, WcStatus::Success);
+/// The faulting Write (work request 1) completed at the requester when handed to TCP.
+const WRITE_OK: (u64, WcOpcode, WcStatus) = (1, WcOpcode::Write, WcStatus::Success);
 
 /// DDP-7.1-10: a tagged message to an STag that was never registered → DDP 1/1/00. The
 /// Write itself completed at the requester when handed to TCP (departure 1); the error
@@ -390,7 +555,7 @@ fn no_read_access() {
         env,
         |e| e.post(1, read_op(e.target.stag(), 0), &[e.amr.sge(0, 64)]),
         (0, 1, 2),
-        &[(WcOpcode::Read, WcStatus::RemoteAccess)],
+        &[(1, WcOpcode::Read, WcStatus::RemoteAccess)],
     );
 }
 
@@ -411,7 +576,7 @@ fn no_atomic_access() {
             e.post(1, op, &[e.amr.sge(0, 8)]);
         },
         (0, 1, 2),
-        &[(WcOpcode::AtomicFetchAdd, WcStatus::RemoteAccess)],
+        &[(1, WcOpcode::AtomicFetchAdd, WcStatus::RemoteAccess)],
     );
 }
 
@@ -439,7 +604,7 @@ fn past_the_end() {
 /// Invalidate); a Write through the invalidated STag is refused → 1/1/00.
 #[test]
 fn invalidated_stag() {
-    let env = Env::default_with(all());
+    let mut env = Env::default_with(all());
     env.bqp
         .post_local_invalidate(7, env.target.stag(), false)
         .unwrap();
@@ -448,12 +613,13 @@ fn invalidated_stag() {
         (c.wr_id, c.opcode, c.status),
         (7, WcOpcode::LocalInvalidate, WcStatus::Success)
     );
+    env.target_valid = false;
     case(
         "invalidated-stag",
         env,
         |e| e.post(2, write_op(e.target.stag(), 0), &[e.amr.sge(0, 64)]),
         (1, 1, 0),
-        &[WRITE_OK],
+        &[(2, WcOpcode::Write, WcStatus::Success)],
     );
 }
 
@@ -540,20 +706,19 @@ fn send_invalidate_foreign_stag() {
 /// The Send is 3000 octets, several segments (MULPDU < 1500 on the link): refused at the
 /// first, no octet of any lands in the receive buffer (the guard region's first 4000).
 fn send_invalidate_case(name: &str, foreign: bool, want: (u8, u8, u8)) {
-    let env = Env::default_with(all());
-    env.bqp
-        .post_recv(&RecvWr::new(7, &[env.guard.sge(0, 4000)]).unwrap())
-        .unwrap();
+    let mut env = Env::bare(all());
+    env.post_recv(7, 0, 4000);
     let stag = if foreign {
         env.other_pd.stag()
     } else {
         env.target.stag()
     };
     env.post(1, SendOp::SendInvalidate { stag }, &[env.amr.sge(0, 3000)]);
-    let seen = observe(&env, &[(WcOpcode::Send, WcStatus::Success)]);
+    let seen = observe(&env, &[(1, WcOpcode::Send, WcStatus::Success)]);
     assert_eq!(seen.term, want, "{name}");
     let u = env.untouched();
-    line(name, &seen, u);
+    let usable = env.usable();
+    line(name, &seen, u, usable);
 }
 
 /// EXT-5.2.1-2: an atomic on a word that is not 8-aligned → 0/2/07 (siw's reading of
@@ -576,7 +741,7 @@ fn misaligned_atomic() {
             e.post(1, op, &[e.amr.sge(0, 8)]);
         },
         (0, 2, 7),
-        &[(WcOpcode::AtomicCmpSwap, WcStatus::RemoteOperation)],
+        &[(1, WcOpcode::AtomicCmpSwap, WcStatus::RemoteOperation)],
     );
 }
 
@@ -597,56 +762,40 @@ fn reads_beyond_ird() {
     // queued before its first loop sends them together: with an engine thread of its own
     // the first Request could go out alone and be answered before the third arrived, and
     // the IRD would never be exceeded (seen once on a loaded machine).
-    let env = Env::with_drive_a(all(), &pa, &pb, Drive::Caller);
-    let reads = |e: &Env| {
-        for k in 0..4u64 {
-            e.post(k, read_op(e.target.stag(), 0), &[e.amr.sge(k * 64, 64)]);
-        }
-    };
-    reads(&env);
-    let seen = observe_reads(&env);
-    assert_eq!(seen.term, (0, 2, 7));
-    let u = env.untouched();
-    line("reads-beyond-ird", &seen, u);
+    let mut env = Env::with_drive_a(all(), &pa, &pb, Drive::Caller);
+    env.post_recv(RECV_ID, 2048, 512);
+    // The Read named by the Terminate (the first) fails with a remote operation error,
+    // the three behind it are flushed; none succeeds (the responder sends the Terminate
+    // before any Read Response).
+    case(
+        "reads-beyond-ird",
+        env,
+        |e| {
+            for k in 0..4u64 {
+                e.post(k, read_op(e.target.stag(), 0), &[e.amr.sge(k * 64, 64)]);
+            }
+        },
+        (0, 2, 7),
+        &[
+            (0, WcOpcode::Read, WcStatus::RemoteOperation),
+            (1, WcOpcode::Read, WcStatus::FlushErr),
+            (2, WcOpcode::Read, WcStatus::FlushErr),
+            (3, WcOpcode::Read, WcStatus::FlushErr),
+        ],
+    );
 }
 
-/// Like `observe` but the Reads' outcomes depend on how far the responder got: the Read
-/// named by the Terminate fails with a remote operation error, every other one is
-/// flushed; none succeeds (the responder sends the Terminate before any Read Response).
-fn observe_reads(env: &Env) -> Seen {
-    let ea = error_event(&env.a);
-    let eb = error_event(&env.b);
-    let (ConnError::RemoteTerminate(rep), ConnError::LocalTerminate(sent)) = (&ea, &eb) else {
-        panic!("{ea:?} / {eb:?}")
-    };
-    assert_eq!(code3(sent.terminate_code()), code3(rep.code));
-    let ra = wait_state(&env.aqp, QpState::Error);
-    let rb = wait_state(&env.bqp, QpState::Error);
-    assert_eq!((ra, rb), (QpState::Error, QpState::Error));
-    let ca = drain(&env.acq, 4);
-    assert_eq!(ca.len(), 4);
-    assert_eq!(ca[0].status, WcStatus::RemoteOperation);
-    assert!(ca[1..].iter().all(|c| c.status == WcStatus::FlushErr));
-    Seen {
-        term: code3(rep.code),
-        desc: rep.code.description(),
-        requester: format!("{ra:?}"),
-        responder: rb,
-        local: format!("{} + RemoteTerminate", wcs(&ca)),
-        remote: "LocalTerminate".into(),
-    }
-}
-
-/// DDP-7.1-2: a Send when the responder posted no receive → 1/2/02.
+/// DDP-7.1-2: a Send when the responder posted no receive → 1/2/02. The one case with
+/// no receive to flush: the responder's completion queue must stay exactly empty.
 #[test]
 fn send_without_receive() {
-    let env = Env::default_with(all());
+    let env = Env::bare(all());
     case(
         "send-no-receive",
         env,
         |e| e.post(1, SendOp::Send, &[e.amr.sge(0, 8)]),
         (1, 2, 2),
-        &[(WcOpcode::Send, WcStatus::Success)],
+        &[(1, WcOpcode::Send, WcStatus::Success)],
     );
 }
 
@@ -654,16 +803,14 @@ fn send_without_receive() {
 /// receive is flushed.
 #[test]
 fn send_longer_than_buffer() {
-    let env = Env::default_with(all());
-    env.bqp
-        .post_recv(&RecvWr::new(7, &[env.guard.sge(100, 10)]).unwrap())
-        .unwrap();
+    let mut env = Env::bare(all());
+    env.post_recv(7, 100, 10);
     case(
         "send-too-long",
         env,
         |e| e.post(1, SendOp::Send, &[e.amr.sge(0, 11)]),
         (1, 2, 5),
-        &[(WcOpcode::Send, WcStatus::Success)],
+        &[(1, WcOpcode::Send, WcStatus::Success)],
     );
 }
 
@@ -691,13 +838,7 @@ fn hostile_case(
         .unwrap();
     b.listen(PORT, &MpaParams::default()).unwrap();
     let mut peer = Hostile::new(ea, 1);
-    peer.connect(2, PORT, || match b.next_event(Duration::from_millis(1)) {
-        Some(CmEvent::ConnectRequest(r)) => {
-            b.accept(&r, &bqp, b"").unwrap();
-            true
-        }
-        _ => false,
-    });
+    hostile_connect(&mut peer, &b, &bqp);
     // The peer is the initiator in the client-server model: its first FPDU is the fault.
     peer.send_ulpdus(&ulpdus(guard.stag()), corrupt_crc);
     let term = peer.terminate();
@@ -726,6 +867,7 @@ fn hostile_case(
         before,
         "{name}: the receive buffer changed"
     );
+    let usable = hostile_usable(&mut peer, &b, &bpd, &bcq, &guard, &before);
     let code = warpcore_engine::proto::TerminateCode::new(want.0, want.1, want.2);
     let seen = Seen {
         term: want,
@@ -735,7 +877,96 @@ fn hostile_case(
         local: "(peer got the Terminate, then FIN)".into(),
         remote: format!("LocalTerminate + rq{}", wcs(&cb)),
     };
-    line(name, &seen, "ok");
+    line(name, &seen, "ok", usable);
+}
+
+/// The hand-driven peer connects to B's listener on `PORT`; B accepts on `bqp`. If the
+/// startup fails, B's connection manager events and `bqp`'s state are printed before the
+/// panic goes on.
+fn hostile_connect(peer: &mut Hostile, b: &Context, bqp: &QueuePair) {
+    let mut seen = Vec::new();
+    let up = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        peer.connect(2, PORT, || match b.next_event(Duration::from_millis(1)) {
+            Some(CmEvent::ConnectRequest(r)) => {
+                let res = b.accept(&r, bqp, b"");
+                seen.push(format!("ConnectRequest {r:?} -> accept {res:?}"));
+                res.is_ok()
+            }
+            Some(e) => {
+                seen.push(format!("{e:?}"));
+                false
+            }
+            None => false,
+        })
+    }));
+    if let Err(e) = up {
+        while let Some(e) = b.next_event(Duration::from_millis(1)) {
+            seen.push(format!("later: {e:?}"));
+        }
+        eprintln!(
+            "hostile peer's startup failed; B's events: {seen:#?}; B's QP {:?}",
+            bqp.state()
+        );
+        std::panic::resume_unwind(e);
+    }
+}
+
+/// After the Terminate the responder's guard region stays usable: the peer connects again
+/// (a new TCP connection and MPA startup, accepted on a new QP of the same PD and CQ) and,
+/// honest this time, Writes 256 octets into the guard region at 512 and Sends 100 into a
+/// 256-octet receive at 3072 (MSN 1 of the new stream). The receive must complete exactly
+/// (id, opcode, status, length, nothing else), and the guard region must be `before` with
+/// just those octets changed (the receive's tail included). "ok" or a panic.
+fn hostile_usable(
+    peer: &mut Hostile,
+    b: &Context,
+    bpd: &ProtectionDomain,
+    bcq: &CompletionQueue,
+    guard: &MemoryRegion,
+    before: &[u8],
+) -> &'static str {
+    let bqp = bpd.create_qp(&QpInit::new(bcq, bcq)).unwrap();
+    bqp.post_recv(&RecvWr::new(950, &[guard.sge(3072, 256)]).unwrap())
+        .unwrap();
+    hostile_connect(peer, b, &bqp);
+    let written = pattern(256, 0xA1);
+    let sent = pattern(100, 0xC3);
+    peer.send_ulpdus(
+        &[
+            security_support::write(guard.stag(), 512, &written),
+            security_support::send(1, &sent),
+        ],
+        false,
+    );
+    let deadline = Instant::now() + T;
+    let mut cb = Vec::new();
+    while cb.is_empty() {
+        assert!(Instant::now() < deadline, "usable: no receive completion");
+        peer.idle(Duration::from_millis(1));
+        cb.extend(bcq.poll_one());
+    }
+    peer.idle(Duration::from_millis(20));
+    while let Some(c) = bcq.poll_one() {
+        cb.push(c);
+    }
+    let got: Vec<_> = cb
+        .iter()
+        .map(|c| (c.wr_id, c.opcode, c.status, c.byte_len))
+        .collect();
+    assert_eq!(
+        got,
+        [(950, WcOpcode::Recv, WcStatus::Success, 100)],
+        "usable"
+    );
+    let mut want = before.to_vec();
+    want[512..768].copy_from_slice(&written);
+    want[3072..3172].copy_from_slice(&sent);
+    let now = contents(guard);
+    if let Some(i) = now.iter().zip(&want).position(|(x, y)| x != y) {
+        panic!("usable: guard region wrong at offset {i} after the new connection's transfers");
+    }
+    assert_eq!(bqp.state(), QpState::Rts);
+    "ok"
 }
 
 /// DDP-7.1-5: an untagged message whose MSN is not the expected one (7 instead of 1) →
@@ -790,13 +1021,7 @@ fn send_invalidate_revoked_between_segments() {
         .unwrap();
     b.listen(PORT, &MpaParams::default()).unwrap();
     let mut peer = Hostile::new(ea, 1);
-    peer.connect(2, PORT, || match b.next_event(Duration::from_millis(1)) {
-        Some(CmEvent::ConnectRequest(r)) => {
-            b.accept(&r, &bqp, b"").unwrap();
-            true
-        }
-        _ => false,
-    });
+    hostile_connect(&mut peer, &b, &bqp);
     let stag = target.stag();
     let first = pattern(32, 77);
     peer.send_ulpdus(
@@ -856,6 +1081,8 @@ fn send_invalidate_revoked_between_segments() {
     want_guard[..32].copy_from_slice(&first);
     assert!(contents(&guard) == want_guard, "{name}: guard region");
     assert!(contents(&target) == t0, "{name}: target region changed");
+    let usable = hostile_usable(&mut peer, &b, &bpd, &bcq, &guard, &want_guard);
+    assert!(contents(&target) == t0, "{name}: target region changed");
     let code = warpcore_engine::proto::TerminateCode::new(want.0, want.1, want.2);
     let seen = Seen {
         term: want,
@@ -865,5 +1092,10 @@ fn send_invalidate_revoked_between_segments() {
         local: "(peer got the Terminate, then FIN)".into(),
         remote: format!("LocalTerminate + rq{}", wcs(&cb)),
     };
-    line(name, &seen, "ok-but-first-segment-in-flushed-receive");
+    line(
+        name,
+        &seen,
+        "ok-but-first-segment-in-flushed-receive",
+        usable,
+    );
 }
