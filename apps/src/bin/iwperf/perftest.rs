@@ -41,6 +41,7 @@ use warpcore_verbs::{
 
 use crate::cli::{Cli, TestName};
 use crate::net::Endpoint;
+use crate::report;
 
 /// Size of perftest's `struct pingpong_dest` on the wire.
 const DEST_LEN: usize = 56;
@@ -591,44 +592,40 @@ pub fn client(
         slot,
         timeout,
     };
-    let t0 = Instant::now();
-    let lat = match cli.test {
+    match cli.test {
         TestName::WriteBw | TestName::ReadBw | TestName::SendBw => {
-            t.bw(cli.test, size, iters, rkey, vaddr)?;
-            None
-        }
-        _ => Some(t.lat(cli.test, size, iters, rkey, vaddr)?),
-    };
-    let secs = t0.elapsed().as_secs_f64().max(1e-9);
-    match lat {
-        None if cli.test == TestName::SendBw => {
-            let mb = (size * iters) as f64 / secs / f64::from(1u32 << 20);
-            let rate = iters as f64 / secs / 1e6;
-            println!(" #bytes     #iterations    BW average[MB/sec]   MsgRate[Mpps]");
-            println!(" {size:<10} {iters:<10}     {mb:<12.2}         {rate:.6}");
-            // send_bw closes with one dest and no report exchange.
-            x.step(&me)?;
-        }
-        None => {
-            let mb = (size * iters) as f64 / secs / f64::from(1u32 << 20);
-            let rate = iters as f64 / secs / 1e6;
-            println!(" #bytes     #iterations    BW average[MB/sec]   MsgRate[Mpps]");
-            println!(" {size:<10} {iters:<10}     {mb:<12.2}         {rate:.6}");
-            // xchg_bw_reports: size, iterations, peak and average BW, message rate.
-            x.step(&me)?;
-            for v in [size, iters, mb.to_bits(), mb.to_bits(), rate.to_bits()] {
-                x.step(&v.to_be_bytes())?;
+            let (posted, completed) = t.bw(cli.test, size, iters, rkey, vaddr)?;
+            let bw = BwReport::of(size, &posted, &completed);
+            println!("{}", report::bw_header(false));
+            println!("{}", bw.row(size, iters));
+            if cli.test == TestName::SendBw {
+                // send_bw closes with one dest and no report exchange.
+                x.step(&me)?;
+            } else {
+                // xchg_bw_reports: size, iterations, peak and average BW, message rate. A
+                // peak perftest would not compute (over 20000 iterations) goes as its 0.
+                x.step(&me)?;
+                let peak = bw.peak_mb.unwrap_or(0.0);
+                for v in [
+                    size,
+                    iters,
+                    peak.to_bits(),
+                    bw.avg_mb.to_bits(),
+                    bw.rate_mpps.to_bits(),
+                ] {
+                    x.step(&v.to_be_bytes())?;
+                }
+                x.step(&me)?;
             }
-            x.step(&me)?;
         }
-        Some(mut us) => {
-            us.sort_by(f64::total_cmp);
-            let avg = us.iter().sum::<f64>() / us.len().max(1) as f64;
-            let (min, typ, max) = (us[0], us[us.len() / 2], us[us.len() - 1]);
-            println!(
-                " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]"
-            );
-            println!(" {size:<6} {iters:<10}     {min:<10.2}     {max:<10.2}   {typ:<10.2}       {avg:.2}");
+        _ => {
+            let posted = t.lat(cli.test, size, iters, rkey, vaddr)?;
+            // perftest's LAT samples: the intervals between consecutive posts (each one
+            // round trip of the ping-pong, or one Read), iters - 1 of them.
+            let deltas: Vec<u64> = posted.windows(2).map(|w| w[1] - w[0]).collect();
+            let st = report::lat_stats(&deltas, report::rtt_factor(cli.test));
+            println!("{}", report::LAT_HEADER);
+            println!("{}", report::lat_row(size, iters, st.as_ref()));
             // perftest's latency tests close with one more dest (write_lat with none).
             if cli.test != TestName::WriteLat {
                 x.step(&me)?;
@@ -650,6 +647,47 @@ pub fn client(
     std::thread::sleep(Duration::from_millis(200));
     eprintln!("iwperf: perftest: client done ({iters} iterations of {size} octets)");
     Ok(())
+}
+
+/// The bandwidth figures of a `--perftest` client run, as perftest's `print_report_bw`
+/// computes them (MB = 2^20 octets).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct BwReport {
+    /// perftest's peak ([`report::perftest_opt_delta_ns`]); `None` where perftest has none.
+    peak_mb: Option<f64>,
+    /// Octets over the time from the first post to the last completion.
+    avg_mb: f64,
+    /// Messages per microsecond over the same time.
+    rate_mpps: f64,
+}
+
+impl BwReport {
+    fn of(size: u64, tposted: &[u64], tcompleted: &[u64]) -> BwReport {
+        let n = tcompleted.len() as f64;
+        let span = match (tposted.first(), tcompleted.last()) {
+            (Some(&a), Some(&b)) if b > a => (b - a) as f64 / 1e9,
+            _ => f64::NAN,
+        };
+        let mb = f64::from(1u32 << 20);
+        BwReport {
+            peak_mb: report::perftest_opt_delta_ns(tposted, tcompleted)
+                .filter(|&d| d > 0)
+                .map(|d| size as f64 * 1e9 / d as f64 / mb),
+            avg_mb: size as f64 * n / span / mb,
+            rate_mpps: n / span / 1e6,
+        }
+    }
+
+    fn row(&self, size: u64, iters: u64) -> String {
+        format!(
+            " {:<7}    {:<7}          {:<7}            {:<7.2}\t\t   {:<7.6}",
+            size,
+            iters,
+            report::or_na(self.peak_mb),
+            self.avg_mb,
+            self.rate_mpps
+        )
+    }
 }
 
 /// The test connection, client side.
@@ -705,7 +743,8 @@ impl TestConn<'_> {
     }
 
     /// Bandwidth: `iters` operations, at most a window in flight (Reads: the IRD we
-    /// assume of a siw responder, 16).
+    /// assume of a siw responder, 16). Returns each operation's post and completion time
+    /// (ns from the first post), as perftest's `tposted` / `tcompleted`.
     fn bw(
         &self,
         test: TestName,
@@ -713,9 +752,13 @@ impl TestConn<'_> {
         iters: u64,
         rkey: u32,
         vaddr: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(Vec<u64>, Vec<u64>), String> {
         let window = if test == TestName::ReadBw { 16 } else { 64 };
         let (mut posted, mut done) = (0u64, 0u64);
+        let origin = Instant::now();
+        let ns = || origin.elapsed().as_nanos() as u64;
+        let mut tposted = Vec::with_capacity(iters as usize);
+        let mut tcompleted = Vec::with_capacity(iters as usize);
         while done < iters {
             while posted < iters && posted - done < window {
                 let wr = SendWr::new(
@@ -724,19 +767,22 @@ impl TestConn<'_> {
                     &[self.region.sge(TX_AREA, size as u32)],
                 )
                 .map_err(|e| e.to_string())?;
+                tposted.push(ns());
                 self.qp.post_send(&wr).map_err(|e| e.to_string())?;
                 posted += 1;
             }
             if self.wait()?.opcode != WcOpcode::Recv {
+                tcompleted.push(ns());
                 done += 1;
             }
         }
-        Ok(())
+        Ok((tposted, tcompleted))
     }
 
-    /// Latency: one operation at a time; returns each round trip in microseconds.
-    /// send_lat: we Send, the server answers with a Send. write_lat: the server Writes
-    /// first; we answer counter k (last octet of our buffer) with k.
+    /// Latency: one operation at a time; returns each post's time (ns from the first), taken
+    /// right before the post as perftest's `tposted`. send_lat: we Send, the server answers
+    /// with a Send. write_lat: the server Writes first; we answer counter k (last octet of
+    /// our buffer) with k.
     fn lat(
         &self,
         test: TestName,
@@ -744,11 +790,11 @@ impl TestConn<'_> {
         iters: u64,
         rkey: u32,
         vaddr: u64,
-    ) -> Result<Vec<f64>, String> {
-        let mut us = Vec::with_capacity(iters as usize);
+    ) -> Result<Vec<u64>, String> {
+        let mut tposted = Vec::with_capacity(iters as usize);
         let deadline = Instant::now() + self.timeout;
+        let origin = Instant::now();
         for k in 1..=iters {
-            let t0 = Instant::now();
             if test == TestName::WriteLat {
                 let mut last = [0u8; 1];
                 loop {
@@ -780,6 +826,7 @@ impl TestConn<'_> {
                 &[self.region.sge(TX_AREA, size as u32)],
             )
             .map_err(|e| e.to_string())?;
+            tposted.push(origin.elapsed().as_nanos() as u64);
             self.qp.post_send(&wr).map_err(|e| e.to_string())?;
             // Read and Write: their completion; Send: its completion and the answer.
             let mut need = if test == TestName::SendLat { 2 } else { 1 };
@@ -787,9 +834,8 @@ impl TestConn<'_> {
                 self.wait()?;
                 need -= 1;
             }
-            us.push(t0.elapsed().as_secs_f64() * 1e6);
         }
-        Ok(us)
+        Ok(tposted)
     }
 }
 
