@@ -478,12 +478,11 @@ impl Cli {
         if self.duration.is_some() {
             return refuse("-D", "it runs by iterations only (-n, matching the peer's)");
         }
-        if self.all {
+        if self.all && self.test.is_send() {
             return refuse(
                 "-a",
-                "perftest's run over every size repeats test-specific exchange steps per \
-                 size that --perftest does not speak; run one -s at a time (2 to 65536 \
-                 octets), matching the peer's -s",
+                "perftest's send tests run sizes up to 8 MiB, and --perftest's receive slots \
+                 hold 64 KiB; run one -s at a time (2 to 65536 octets), matching the peer's",
             );
         }
         if self.inline_size > 0 {

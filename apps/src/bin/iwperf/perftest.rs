@@ -178,22 +178,16 @@ pub fn serve(cli: &Cli, ep: &Endpoint, mpa: &MpaParams) -> Result<(), String> {
     let mut test: Option<(QueuePair, CompletionQueue)> = None;
     let mut steps = 0u32;
     let mut deadline = Instant::now() + timeout;
-    let size = cli.sizes().first().copied().unwrap_or(2);
-    if size > TX_AREA / TEST_RECVS {
-        return Err(format!(
-            "--perftest: -s {size} is larger than {}",
-            TX_AREA / TEST_RECVS
-        ));
-    }
-    let slot = if cli.test == TestName::WriteLat {
-        size
-    } else {
-        TX_AREA / TEST_RECVS
-    };
+    let sizes = run_sizes(cli)?;
+    let slot = TX_AREA / TEST_RECVS;
     let mut peer: Option<(u32, u64)> = None;
-    // write_lat: Writes sent so far, of the client's -n (iwperf's -n must match it).
-    let mut sent: u64 = 0;
-    let iters = cli.iters();
+    // write_lat: where we are in the client's sizes and -n (iwperf's must match them).
+    let mut wl = WriteLat {
+        sizes,
+        at: 0,
+        sent: 0,
+        iters: cli.iters(),
+    };
     let mut test_ready = false;
     let mut echoed = 0u64;
     loop {
@@ -204,9 +198,8 @@ pub fn serve(cli: &Cli, ep: &Endpoint, mpa: &MpaParams) -> Result<(), String> {
                 cq,
                 &region,
                 slot,
-                size,
                 peer.filter(|_| test_ready || cli.test == TestName::SendBw),
-                (&mut sent, iters),
+                &mut wl,
             )? {
                 echoed += n;
                 deadline = Instant::now() + timeout;
@@ -306,19 +299,53 @@ pub fn serve(cli: &Cli, ep: &Endpoint, mpa: &MpaParams) -> Result<(), String> {
     Ok(())
 }
 
+/// The largest message `--perftest` handles in `test`: the Send tests' receive slots are
+/// 64 KiB (512 of them, perftest's rx depth, in half the region); Writes and Reads go up to
+/// perftest's `MAX_SIZE`, 8 MiB.
+fn size_limit(test: TestName) -> u64 {
+    if matches!(test, TestName::SendBw | TestName::SendLat) {
+        TX_AREA / TEST_RECVS
+    } else {
+        1 << 23
+    }
+}
+
+/// The sizes of a `--perftest` run: `-s`, or with `-a` perftest's run over all sizes, every
+/// power of two from 2 to 2^23 (`for (i = 1; i < 24; ++i) size = 1 << i`).
+fn run_sizes(cli: &Cli) -> Result<Vec<u64>, String> {
+    let sizes = cli.sizes();
+    let limit = size_limit(cli.test);
+    match sizes.iter().find(|&&s| s > limit) {
+        Some(s) => Err(format!(
+            "--perftest {}: -s {s} is larger than {limit}",
+            cli.test.name()
+        )),
+        None => Ok(sizes),
+    }
+}
+
+/// Our side of perftest's write_lat as its server: the current size (of `-s`, or every size
+/// with `-a`) and the Writes sent of it.
+#[derive(Debug)]
+struct WriteLat {
+    sizes: Vec<u64>,
+    at: usize,
+    sent: u64,
+    iters: u64,
+}
+
 /// One step of our side of the test connection; `Some(n)` when it did something (n
 /// messages answered), `None` when idle.
-#[allow(clippy::too_many_arguments)]
 fn drive_test(
     test: TestName,
     qp: &QueuePair,
     cq: &CompletionQueue,
     region: &MemoryRegion,
     slot: u64,
-    size: u64,
     peer: Option<(u32, u64)>,
-    (sent, iters): (&mut u64, u64),
+    wl: &mut WriteLat,
 ) -> Result<Option<u64>, String> {
+    let sent = &mut wl.sent;
     let err = |e: warpcore_verbs::Error| e.to_string();
     if let Some(wc) = cq.poll_one() {
         match (wc.status, wc.opcode) {
@@ -367,8 +394,21 @@ fn drive_test(
         let Some((rkey, vaddr)) = peer else {
             return Ok(None);
         };
-        if *sent >= iters {
-            return Ok(None);
+        let mut size = wl.sizes[wl.at];
+        if *sent >= wl.iters {
+            // All of this size sent. With -a, perftest's next size starts (with our Write,
+            // again) once the client's last counter of this one arrived.
+            if wl.at + 1 >= wl.sizes.len() {
+                return Ok(None);
+            }
+            let mut last = [0u8; 1];
+            region.read(size as usize - 1, &mut last).map_err(err)?;
+            if last[0] != wl.iters as u8 {
+                return Ok(None);
+            }
+            wl.at += 1;
+            *sent = 0;
+            size = wl.sizes[wl.at];
         }
         if *sent > 0 {
             let mut last = [0u8; 1];
@@ -542,14 +582,8 @@ pub fn client(
     x.step(&64u32.to_be_bytes())?;
     x.step(b"3\0")?;
     x.step(&[0u8; DEST_LEN])?;
-    let size = cli.sizes().first().copied().unwrap_or(2);
+    let sizes = run_sizes(cli)?;
     let iters = cli.iters();
-    if size > TX_AREA / TEST_RECVS {
-        return Err(format!(
-            "--perftest: -s {size} is larger than {}",
-            TX_AREA / TEST_RECVS
-        ));
-    }
     let region = pd
         .alloc_mr(
             REGION_LEN,
@@ -594,10 +628,17 @@ pub fn client(
     };
     match cli.test {
         TestName::WriteBw | TestName::ReadBw | TestName::SendBw => {
-            let (posted, completed) = t.bw(cli.test, size, iters, rkey, vaddr)?;
-            let bw = BwReport::of(size, &posted, &completed);
+            // perftest's -a runs the sizes back to back (no exchange between them in
+            // write_bw and read_bw) and reports the last one in xchg_bw_reports.
             println!("{}", report::bw_header(false));
-            println!("{}", bw.row(size, iters));
+            let mut last = None;
+            for &size in &sizes {
+                let (posted, completed) = t.bw(cli.test, size, iters, rkey, vaddr)?;
+                let bw = BwReport::of(size, &posted, &completed);
+                println!("{}", bw.row(size, iters));
+                last = Some((size, bw));
+            }
+            let (size, bw) = last.ok_or("no size to run")?;
             if cli.test == TestName::SendBw {
                 // send_bw closes with one dest and no report exchange.
                 x.step(&me)?;
@@ -619,13 +660,17 @@ pub fn client(
             }
         }
         _ => {
-            let posted = t.lat(cli.test, size, iters, rkey, vaddr)?;
-            // perftest's LAT samples: the intervals between consecutive posts (each one
-            // round trip of the ping-pong, or one Read), iters - 1 of them.
-            let deltas: Vec<u64> = posted.windows(2).map(|w| w[1] - w[0]).collect();
-            let st = report::lat_stats(&deltas, report::rtt_factor(cli.test));
             println!("{}", report::LAT_HEADER);
-            println!("{}", report::lat_row(size, iters, st.as_ref()));
+            // With -a, perftest's read_lat and write_lat run the sizes back to back with no
+            // exchange between them (write_lat's server Writes first again at each size).
+            for &size in &sizes {
+                let posted = t.lat(cli.test, size, iters, rkey, vaddr)?;
+                // perftest's LAT samples: the intervals between consecutive posts (each one
+                // round trip of the ping-pong, or one Read), iters - 1 of them.
+                let deltas: Vec<u64> = posted.windows(2).map(|w| w[1] - w[0]).collect();
+                let st = report::lat_stats(&deltas, report::rtt_factor(cli.test));
+                println!("{}", report::lat_row(size, iters, st.as_ref()));
+            }
             // perftest's latency tests close with one more dest (write_lat with none).
             if cli.test != TestName::WriteLat {
                 x.step(&me)?;
@@ -645,7 +690,12 @@ pub fn client(
     }
     let _ = x.x.qp.disconnect();
     std::thread::sleep(Duration::from_millis(200));
-    eprintln!("iwperf: perftest: client done ({iters} iterations of {size} octets)");
+    eprintln!(
+        "iwperf: perftest: client done ({iters} iterations of {} size(s), {} to {} octets)",
+        sizes.len(),
+        sizes.first().copied().unwrap_or(0),
+        sizes.last().copied().unwrap_or(0)
+    );
     Ok(())
 }
 
