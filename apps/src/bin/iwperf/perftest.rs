@@ -22,15 +22,16 @@
 //! perftest's client waits for it; for `write_lat` we watch the last octet of the client's
 //! Write in our region (perftest puts its iteration counter there) and Write the same
 //! counter back to the buffer the client advertised in its `pingpong_dest` (we Write first,
-//! as perftest's server does). Message size `-s` and, for `write_lat`, the count `-n` must
-//! match the client's (defaults 2 and 1000 as perftest's).
+//! as perftest's server does). Message size `-s` (or `-a`) and, for `write_lat`, the count `-n`
+//! must match the client's (defaults 2 and 1000 as perftest's).
 //!
 //! Client: the same exchange with us Sending first, in the order siw-to-siw captures show
 //! (../shared/interop/pcaps/siw_mpa2_ib_*.pcap); then the test with the server's dest
 //! (Writes, Reads, Sends; `write_lat` answers the server's counter; `send_lat` waits for
 //! the server's Send), then the closing steps (`write_bw`/`read_bw`: dest, the five report
 //! values size, iterations, peak and average MB/s, message rate; the others: one dest;
-//! `write_lat` none). `-s` and `-n` must match the server's.
+//! `write_lat` none). `-s` (or `-a`: every size from 2 to 2^23 in the write and read tests) and
+//! `-n` must match the server's. Options it cannot honour are refused (`Cli::validate`).
 
 use std::time::{Duration, Instant};
 
