@@ -40,7 +40,9 @@ bad() {
 
 server_args=()
 # pair NAME SERVER_MEMIF_ROLE TEST ARGS...: server and client processes; both must exit 0
-# and the client must report zero verification mismatches.
+# and the client must end with "verify: ok, N messages checked", N > 0 (a mismatch, or
+# nothing checked, prints "verify: FAILED: ..." and exits 3; scripts/judges/verify.sh shows
+# planted defects caught).
 pair() {
     local name=$1 srole=$2 test=$3
     shift 3
@@ -77,7 +79,8 @@ pair() {
         bad "$name (server)"
     fi
     server_pid=""
-    grep -q " 0 mismatches" "$work/client.log" || bad "$name (no verification line)"
+    grep -Eq "^verify: ok, [1-9][0-9]* messages checked$" "$work/client.log" \
+        || bad "$name (no clean verification line)"
     grep -q "#bytes" "$work/client.log" || bad "$name (no table)"
     grep -q "HdrHistogram percentiles" "$work/client.log" || bad "$name (no histogram)"
     ok "$name: $(grep -m1 -A1 '#bytes' "$work/client.log" | tail -1 | tr -s ' \t' ' ')"
@@ -134,6 +137,8 @@ expect_fail() {
     fi
 }
 expect_fail "atomics on 16 octets refused" "-s 8 only" "$IWPERF" atomic_lat -s 16 --loopback
+expect_fail "--perftest refuses what it cannot honour" "--perftest cannot honour -b" \
+    "$IWPERF" write_bw --perftest -b
 rm -f "$sock"
 expect_fail "missing server" "no iwperf server answered" "$IWPERF" write_lat 198.18.0.2 --timeout 3 \
     --vdev "net_memif0,role=server,socket=$sock,socket-abstract=no"

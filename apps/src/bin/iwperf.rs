@@ -54,10 +54,32 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     match run(&cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(Verdict::Clean) => ExitCode::SUCCESS,
+        // The `verify: FAILED:` line is printed already.
+        Ok(Verdict::VerifyFailed) => ExitCode::from(3),
         Err(e) => {
             eprintln!("iwperf: error: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// How a run that completed ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Nothing failed (and, under `--verify`, something was checked).
+    Clean,
+    /// `--verify` found a mismatch, or checked nothing (exit status 3).
+    VerifyFailed,
+}
+
+impl Verdict {
+    /// Both sides' verdicts (loopback): failed if either failed.
+    fn and(self, other: Verdict) -> Verdict {
+        if self == Verdict::Clean {
+            other
+        } else {
+            self
         }
     }
 }
@@ -81,17 +103,17 @@ fn mpa_params(cli: &Cli) -> MpaParams {
     }
 }
 
-fn run(cli: &Cli) -> Result<(), String> {
+fn run(cli: &Cli) -> Result<Verdict, String> {
     let opened = net::open(cli)?;
     let mpa = mpa_params(cli);
     let r = match opened {
         Opened::Single(ep) => {
             if let Some(server) = cli.server.filter(|_| cli.perftest) {
-                perftest::client(cli, &ep, server, &mpa)
+                perftest::client(cli, &ep, server, &mpa).map(|()| Verdict::Clean)
             } else if let Some(server) = cli.server {
                 client_role(cli, &ep, server, &mpa)
             } else if cli.perftest {
-                perftest::serve(cli, &ep, &mpa)
+                perftest::serve(cli, &ep, &mpa).map(|()| Verdict::Clean)
             } else {
                 server_role(cli, &ep, &mpa, true)
             }
@@ -102,7 +124,12 @@ fn run(cli: &Cli) -> Result<(), String> {
             let rs = server
                 .join()
                 .unwrap_or_else(|_| Err("server thread panicked".into()));
-            r.and(rs)
+            // Both verdicts: the client printed the verify line (with the server's first
+            // mismatch, which the server reported to it).
+            match (r, rs) {
+                (Ok(a), Ok(b)) => Ok(a.and(b)),
+                (Err(e), _) | (_, Err(e)) => Err(e),
+            }
         }),
     };
     // The engines are stopped now (their threads joined): the capture is complete.
@@ -201,14 +228,24 @@ fn hdr_table(test: TestName, outs: &[Outcome]) -> String {
     s
 }
 
-fn client_role(cli: &Cli, ep: &Endpoint, server: Ipv4Addr, mpa: &MpaParams) -> Result<(), String> {
+fn client_role(
+    cli: &Cli,
+    ep: &Endpoint,
+    server: Ipv4Addr,
+    mpa: &MpaParams,
+) -> Result<Verdict, String> {
     run::drive_on_this_thread(&ep.ctx);
     let r = client_run(cli, ep, server, mpa);
     run::stop_driving();
     r
 }
 
-fn client_run(cli: &Cli, ep: &Endpoint, server: Ipv4Addr, mpa: &MpaParams) -> Result<(), String> {
+fn client_run(
+    cli: &Cli,
+    ep: &Endpoint,
+    server: Ipv4Addr,
+    mpa: &MpaParams,
+) -> Result<Verdict, String> {
     let test = cli.test;
     let sizes = cli.sizes();
     let max = sizes.iter().copied().max().unwrap_or(2);
@@ -267,15 +304,23 @@ fn client_run(cli: &Cli, ep: &Endpoint, server: Ipv4Addr, mpa: &MpaParams) -> Re
                 cli.bidir,
                 cli.verify,
                 &static_peer,
+                cli.inject_defect,
             )?
         } else {
-            tests::client_lat(&mut conns, test, &ph, cli.verify, &static_peer)?
+            tests::client_lat(
+                &mut conns,
+                test,
+                &ph,
+                cli.verify,
+                &static_peer,
+                cli.inject_defect,
+            )?
         };
         if test.is_bw() {
             println!("{}", report::bw_row(&o, cli.report_gbits));
         } else {
-            let st = report::lat_stats(&o.samples);
-            println!("{}", report::lat_row(o.size, o.iters, &st));
+            let st = report::lat_stats(&o.samples, report::rtt_factor(test));
+            println!("{}", report::lat_row(o.size, o.iters, st.as_ref()));
         }
         outs.push(o);
     }
@@ -285,9 +330,18 @@ fn client_run(cli: &Cli, ep: &Endpoint, server: Ipv4Addr, mpa: &MpaParams) -> Re
     let (checked, errors) = outs
         .iter()
         .fold((0, 0), |a, o| (a.0 + o.verified, a.1 + o.errors));
-    if cli.verify {
-        println!(" Data verification: {checked} messages checked, {errors} mismatches");
-    }
+    let verdict = if cli.verify {
+        let first = outs.iter().find_map(|o| o.first_error);
+        let line = verify_line(test, checked, errors, first);
+        println!("{line}");
+        if line.starts_with("verify: ok") {
+            Verdict::Clean
+        } else {
+            Verdict::VerifyFailed
+        }
+    } else {
+        Verdict::Clean
+    };
     conns[0].send_ctrl(wire::Ctrl::new(wire::Kind::Bye, 0, 0), timeout)?;
     for c in &conns {
         let _ = c.qp.disconnect();
@@ -308,24 +362,36 @@ fn client_run(cli: &Cli, ep: &Endpoint, server: Ipv4Addr, mpa: &MpaParams) -> Re
     if let Some(p) = &cli.hdr_log {
         report::write_hdr_log(p, cli, &outs)?;
     }
-    if errors > 0 {
-        let first = outs.iter().find_map(|o| o.first_error.clone());
-        return Err(format!(
-            "data verification failed: {errors} mismatches{}",
-            first.map(|f| format!(" (first: {f})")).unwrap_or_default()
-        ));
-    }
-    Ok(())
+    Ok(verdict)
 }
 
-fn server_role(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result<(), String> {
+/// The one line `--verify` ends with: `verify: ok, N messages checked` only when something
+/// was checked and nothing differed; otherwise `verify: FAILED: <test>: ...` naming the
+/// first mismatch (message number and what differed), or saying that nothing was checked.
+fn verify_line(test: TestName, checked: u64, errors: u64, first: Option<run::Mismatch>) -> String {
+    let t = test.name();
+    if errors > 0 {
+        match first {
+            Some(m) => format!("verify: FAILED: {t}: {m}; {errors} of {checked} checks failed"),
+            None => format!(
+                "verify: FAILED: {t}: {errors} of {checked} checks failed (no detail reported)"
+            ),
+        }
+    } else if checked == 0 {
+        format!("verify: FAILED: {t}: 0 messages checked (--verify checked nothing)")
+    } else {
+        format!("verify: ok, {checked} messages checked")
+    }
+}
+
+fn server_role(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result<Verdict, String> {
     run::drive_on_this_thread(&ep.ctx);
     let r = server_run(cli, ep, mpa, print);
     run::stop_driving();
     r
 }
 
-fn server_run(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result<(), String> {
+fn server_run(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result<Verdict, String> {
     if print {
         println!("\n************************************");
         println!("* Waiting for client to connect... *");
@@ -340,6 +406,7 @@ fn server_run(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result<
     let test = lay.test;
     let timeout = Duration::from_secs(cli.timeout);
     let (mut phases, mut checked, mut errors) = (0u64, 0u64, 0u64);
+    let mut first: Option<run::Mismatch> = None;
     if test.is_bw() {
         let static_peer = static_pattern(&lay, wire::CLIENT_SALT);
         loop {
@@ -368,13 +435,18 @@ fn server_run(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result<
                 true,
                 lay.verify,
                 &static_peer,
+                None,
             )?;
             phases += 1;
             checked += o.verified;
             errors += o.errors;
+            first = first.or(o.first_error);
         }
     } else {
         phases = tests::server_lat(&mut conns, test, lay.verify)?;
+        checked = conns[0].verified;
+        errors = conns[0].errors;
+        first = conns[0].first_error;
     }
     for c in &conns {
         let _ = c.qp.disconnect();
@@ -392,5 +464,14 @@ fn server_run(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result<
         );
         println!("{LINE}");
     }
-    Ok(())
+    // The checks made here failed: this side exits with 3 as well (the client printed the
+    // same first mismatch, which it was sent). Nothing checked here is no failure of its
+    // own: in read tests the client does all the checking.
+    if lay.verify && errors > 0 {
+        if print {
+            println!("{}", verify_line(test, checked, errors, first));
+        }
+        return Ok(Verdict::VerifyFailed);
+    }
+    Ok(Verdict::Clean)
 }

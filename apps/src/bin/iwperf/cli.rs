@@ -151,6 +151,54 @@ pub enum PollMode {
     Thread,
 }
 
+/// `--inject-defect`: a testing aid that plants one defect on the sending side so that
+/// `--verify` can be shown to catch it.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+#[value(rename_all = "kebab-case")]
+pub enum Defect {
+    /// Flip one octet (octet 7, or octet 0 of messages up to 8 octets) of message 3 after
+    /// its verification pattern was written (write_bw: of the last message written into
+    /// message 3's slot, the one the receiver checks).
+    CorruptOctet,
+    /// Post Send number 3 one octet shorter than the message size (send tests).
+    ShortSend,
+}
+
+/// The message `--inject-defect` spoils.
+pub const DEFECT_MSG: u64 = 3;
+
+impl Defect {
+    /// The octet `corrupt-octet` flips in a message of `size` octets (never write_lat's tag,
+    /// the last octet, since size >= 2).
+    pub fn octet(size: u64) -> u64 {
+        if size > 8 {
+            7
+        } else {
+            0
+        }
+    }
+
+    /// The message number the defect lands on: message 3, except that write_bw checks
+    /// only the last message written into each of its `slots` slots, so there it is the
+    /// last of `iters` messages that lands in message 3's slot.
+    pub fn message(test: TestName, iters: u64, slots: u64) -> u64 {
+        if test == TestName::WriteBw && iters > DEFECT_MSG {
+            let slots = slots.max(1);
+            DEFECT_MSG + ((iters - 1 - DEFECT_MSG) / slots) * slots
+        } else {
+            DEFECT_MSG
+        }
+    }
+
+    /// Command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Defect::CorruptOctet => "corrupt-octet",
+            Defect::ShortSend => "short-send",
+        }
+    }
+}
+
 /// Which loopback.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Loopback {
@@ -234,9 +282,17 @@ pub struct Cli {
     /// polling memory.
     #[arg(long = "write_with_imm")]
     pub write_with_imm: bool,
-    /// Check every received octet against the sender's per-iteration pattern.
+    /// Check every received octet against the sender's per-iteration pattern (and every
+    /// received Send's length). A clean run prints `verify: ok, N messages checked`; a
+    /// failed check, or nothing checked, prints `verify: FAILED: ...` and exits with 3.
     #[arg(long)]
     pub verify: bool,
+    /// TESTING AID, not a benchmark option: plant one defect on the sending side (the
+    /// client) for --verify to catch. corrupt-octet flips one octet of message 3 after its
+    /// pattern was written (write/send tests); short-send posts Send 3 one octet short
+    /// (send tests). Needs --verify and -n 4 or more; the run must then fail with exit 3.
+    #[arg(long = "inject-defect", value_enum)]
+    pub inject_defect: Option<Defect>,
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -318,6 +374,12 @@ impl Cli {
 
     /// Refuses what cannot run, with the reason.
     pub fn validate(&self) -> Result<(), String> {
+        if self.perftest {
+            self.validate_perftest()?;
+        }
+        if let Some(d) = self.inject_defect {
+            self.validate_defect(d)?;
+        }
         if self.test.is_atomic() && (self.all || self.size.is_some_and(|s| s != 8)) {
             return Err(format!(
                 "{}: atomics work on one 64-bit word: -s 8 only (no -a)",
@@ -375,5 +437,153 @@ impl Cli {
             return Err("--loopback runs both sides: give no server address".into());
         }
         Ok(())
+    }
+
+    /// `--perftest` talks to linux-rdma/perftest peers with their own exchange: every option
+    /// it cannot carry out is refused rather than ignored.
+    fn validate_perftest(&self) -> Result<(), String> {
+        let refuse = |opt: &str, why: &str| Err(format!("--perftest cannot honour {opt}: {why}"));
+        if self.verify {
+            return refuse(
+                "--verify",
+                "perftest's peers send their own buffer contents, not iwperf's pattern, so \
+                 there is nothing to check against",
+            );
+        }
+        if self.inject_defect.is_some() {
+            return refuse(
+                "--inject-defect",
+                "it plants a defect for iwperf's --verify, which --perftest has not",
+            );
+        }
+        if self.bidir {
+            return refuse(
+                "-b",
+                "perftest's bidirectional exchange (run_iter_bi, duplex reports) is not spoken",
+            );
+        }
+        if self.qps != 1 {
+            return refuse(
+                "-q",
+                "it opens one test connection (perftest's default -q 1)",
+            );
+        }
+        if let Some(t) = self.tx_depth {
+            return refuse(
+                &format!("-t {t}"),
+                "its window is fixed (64 Writes or Sends, 16 Reads in flight; one at a time \
+                 in latency tests)",
+            );
+        }
+        if self.duration.is_some() {
+            return refuse("-D", "it runs by iterations only (-n, matching the peer's)");
+        }
+        if self.all && self.test.is_send() {
+            return refuse(
+                "-a",
+                "perftest's send tests run sizes up to 8 MiB, and --perftest's receive slots \
+                 hold 64 KiB; run one -s at a time (2 to 65536 octets), matching the peer's",
+            );
+        }
+        if self.inline_size > 0 {
+            return refuse("-I", "it posts every message from registered memory");
+        }
+        if self.write_with_imm {
+            return refuse(
+                "--write_with_imm",
+                "it speaks plain RDMA Writes (perftest's write tests without it)",
+            );
+        }
+        if self.report_gbits {
+            return refuse("--report_gbits", "it prints perftest's MB/sec table only");
+        }
+        if self.json.is_some() {
+            return refuse(
+                "--json",
+                "it prints perftest's table only (no iwperf result file)",
+            );
+        }
+        if self.hdr_log.is_some() {
+            return refuse(
+                "--hdr-log",
+                "it keeps no HdrHistogram (perftest's statistics only)",
+            );
+        }
+        if self.loopback.is_some() {
+            return refuse(
+                "--loopback",
+                "its peer is a perftest process on the network, not a second iwperf engine",
+            );
+        }
+        Ok(())
+    }
+
+    /// `--inject-defect` needs a run where the defect is sent and checked.
+    fn validate_defect(&self, d: Defect) -> Result<(), String> {
+        let name = d.name();
+        if !self.verify {
+            return Err(format!(
+                "--inject-defect {name} plants a defect for --verify to catch: give --verify"
+            ));
+        }
+        if self.server.is_none() && self.loopback.is_none() {
+            return Err(format!(
+                "--inject-defect {name} acts on the sending side: give it to the client (the \
+                 side with the server's address, or --loopback)"
+            ));
+        }
+        match d {
+            Defect::CorruptOctet if !(self.test.is_write() || self.test.is_send()) => {
+                return Err(format!(
+                    "--inject-defect corrupt-octet applies to write and send tests ({} sends \
+                     no data of the client's)",
+                    self.test.name()
+                ))
+            }
+            Defect::ShortSend if !self.test.is_send() => {
+                return Err(format!(
+                    "--inject-defect short-send applies to send_lat and send_bw ({} posts no \
+                     Sends of data)",
+                    self.test.name()
+                ))
+            }
+            _ => {}
+        }
+        if self.all || self.duration.is_some() {
+            return Err(format!(
+                "--inject-defect {name} spoils message {DEFECT_MSG} of one size run by \
+                 iterations: no -a or -D"
+            ));
+        }
+        if self.iters() <= DEFECT_MSG {
+            return Err(format!(
+                "--inject-defect {name} spoils message {DEFECT_MSG}: give -n {} or more",
+                DEFECT_MSG + 1
+            ));
+        }
+        if self.sizes().first().copied().unwrap_or(0) < 2 {
+            return Err(format!(
+                "--inject-defect {name} needs messages of at least 2 octets"
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defect_lands_on_a_message_the_receiver_checks() {
+        // write_bw checks the last message of each slot: with 4 slots and 10 messages,
+        // slot 3 holds 3, then 7 (11 is past the end), so message 7 carries the defect.
+        assert_eq!(Defect::message(TestName::WriteBw, 10, 4), 7);
+        // Fewer messages than slots: message 3 is its slot's last.
+        assert_eq!(Defect::message(TestName::WriteBw, 100, 128), 3);
+        // Send tests check every message.
+        assert_eq!(Defect::message(TestName::SendBw, 10_000, 4), 3);
+        assert_eq!(Defect::octet(65536), 7);
+        assert_eq!(Defect::octet(2), 0);
     }
 }

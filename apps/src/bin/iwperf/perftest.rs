@@ -22,15 +22,16 @@
 //! perftest's client waits for it; for `write_lat` we watch the last octet of the client's
 //! Write in our region (perftest puts its iteration counter there) and Write the same
 //! counter back to the buffer the client advertised in its `pingpong_dest` (we Write first,
-//! as perftest's server does). Message size `-s` and, for `write_lat`, the count `-n` must
-//! match the client's (defaults 2 and 1000 as perftest's).
+//! as perftest's server does). Message size `-s` (or `-a`) and, for `write_lat`, the count `-n`
+//! must match the client's (defaults 2 and 1000 as perftest's).
 //!
 //! Client: the same exchange with us Sending first, in the order siw-to-siw captures show
 //! (interop/pcaps/siw_mpa2_ib_*.pcap); then the test with the server's dest
 //! (Writes, Reads, Sends; `write_lat` answers the server's counter; `send_lat` waits for
 //! the server's Send), then the closing steps (`write_bw`/`read_bw`: dest, the five report
 //! values size, iterations, peak and average MB/s, message rate; the others: one dest;
-//! `write_lat` none). `-s` and `-n` must match the server's.
+//! `write_lat` none). `-s` (or `-a`: every size from 2 to 2^23 in the write and read tests) and
+//! `-n` must match the server's. Options it cannot honour are refused (`Cli::validate`).
 
 use std::time::{Duration, Instant};
 
@@ -41,6 +42,7 @@ use warpcore_verbs::{
 
 use crate::cli::{Cli, TestName};
 use crate::net::Endpoint;
+use crate::report;
 
 /// Size of perftest's `struct pingpong_dest` on the wire.
 const DEST_LEN: usize = 56;
@@ -177,22 +179,16 @@ pub fn serve(cli: &Cli, ep: &Endpoint, mpa: &MpaParams) -> Result<(), String> {
     let mut test: Option<(QueuePair, CompletionQueue)> = None;
     let mut steps = 0u32;
     let mut deadline = Instant::now() + timeout;
-    let size = cli.sizes().first().copied().unwrap_or(2);
-    if size > TX_AREA / TEST_RECVS {
-        return Err(format!(
-            "--perftest: -s {size} is larger than {}",
-            TX_AREA / TEST_RECVS
-        ));
-    }
-    let slot = if cli.test == TestName::WriteLat {
-        size
-    } else {
-        TX_AREA / TEST_RECVS
-    };
+    let sizes = run_sizes(cli)?;
+    let slot = TX_AREA / TEST_RECVS;
     let mut peer: Option<(u32, u64)> = None;
-    // write_lat: Writes sent so far, of the client's -n (iwperf's -n must match it).
-    let mut sent: u64 = 0;
-    let iters = cli.iters();
+    // write_lat: where we are in the client's sizes and -n (iwperf's must match them).
+    let mut wl = WriteLat {
+        sizes,
+        at: 0,
+        sent: 0,
+        iters: cli.iters(),
+    };
     let mut test_ready = false;
     let mut echoed = 0u64;
     loop {
@@ -203,9 +199,8 @@ pub fn serve(cli: &Cli, ep: &Endpoint, mpa: &MpaParams) -> Result<(), String> {
                 cq,
                 &region,
                 slot,
-                size,
                 peer.filter(|_| test_ready || cli.test == TestName::SendBw),
-                (&mut sent, iters),
+                &mut wl,
             )? {
                 echoed += n;
                 deadline = Instant::now() + timeout;
@@ -305,19 +300,53 @@ pub fn serve(cli: &Cli, ep: &Endpoint, mpa: &MpaParams) -> Result<(), String> {
     Ok(())
 }
 
+/// The largest message `--perftest` handles in `test`: the Send tests' receive slots are
+/// 64 KiB (512 of them, perftest's rx depth, in half the region); Writes and Reads go up to
+/// perftest's `MAX_SIZE`, 8 MiB.
+fn size_limit(test: TestName) -> u64 {
+    if matches!(test, TestName::SendBw | TestName::SendLat) {
+        TX_AREA / TEST_RECVS
+    } else {
+        1 << 23
+    }
+}
+
+/// The sizes of a `--perftest` run: `-s`, or with `-a` perftest's run over all sizes, every
+/// power of two from 2 to 2^23 (`for (i = 1; i < 24; ++i) size = 1 << i`).
+fn run_sizes(cli: &Cli) -> Result<Vec<u64>, String> {
+    let sizes = cli.sizes();
+    let limit = size_limit(cli.test);
+    match sizes.iter().find(|&&s| s > limit) {
+        Some(s) => Err(format!(
+            "--perftest {}: -s {s} is larger than {limit}",
+            cli.test.name()
+        )),
+        None => Ok(sizes),
+    }
+}
+
+/// Our side of perftest's write_lat as its server: the current size (of `-s`, or every size
+/// with `-a`) and the Writes sent of it.
+#[derive(Debug)]
+struct WriteLat {
+    sizes: Vec<u64>,
+    at: usize,
+    sent: u64,
+    iters: u64,
+}
+
 /// One step of our side of the test connection; `Some(n)` when it did something (n
 /// messages answered), `None` when idle.
-#[allow(clippy::too_many_arguments)]
 fn drive_test(
     test: TestName,
     qp: &QueuePair,
     cq: &CompletionQueue,
     region: &MemoryRegion,
     slot: u64,
-    size: u64,
     peer: Option<(u32, u64)>,
-    (sent, iters): (&mut u64, u64),
+    wl: &mut WriteLat,
 ) -> Result<Option<u64>, String> {
+    let sent = &mut wl.sent;
     let err = |e: warpcore_verbs::Error| e.to_string();
     if let Some(wc) = cq.poll_one() {
         match (wc.status, wc.opcode) {
@@ -366,8 +395,21 @@ fn drive_test(
         let Some((rkey, vaddr)) = peer else {
             return Ok(None);
         };
-        if *sent >= iters {
-            return Ok(None);
+        let mut size = wl.sizes[wl.at];
+        if *sent >= wl.iters {
+            // All of this size sent. With -a, perftest's next size starts (with our Write,
+            // again) once the client's last counter of this one arrived.
+            if wl.at + 1 >= wl.sizes.len() {
+                return Ok(None);
+            }
+            let mut last = [0u8; 1];
+            region.read(size as usize - 1, &mut last).map_err(err)?;
+            if last[0] != wl.iters as u8 {
+                return Ok(None);
+            }
+            wl.at += 1;
+            *sent = 0;
+            size = wl.sizes[wl.at];
         }
         if *sent > 0 {
             let mut last = [0u8; 1];
@@ -541,14 +583,8 @@ pub fn client(
     x.step(&64u32.to_be_bytes())?;
     x.step(b"3\0")?;
     x.step(&[0u8; DEST_LEN])?;
-    let size = cli.sizes().first().copied().unwrap_or(2);
+    let sizes = run_sizes(cli)?;
     let iters = cli.iters();
-    if size > TX_AREA / TEST_RECVS {
-        return Err(format!(
-            "--perftest: -s {size} is larger than {}",
-            TX_AREA / TEST_RECVS
-        ));
-    }
     let region = pd
         .alloc_mr(
             REGION_LEN,
@@ -591,44 +627,51 @@ pub fn client(
         slot,
         timeout,
     };
-    let t0 = Instant::now();
-    let lat = match cli.test {
+    match cli.test {
         TestName::WriteBw | TestName::ReadBw | TestName::SendBw => {
-            t.bw(cli.test, size, iters, rkey, vaddr)?;
-            None
-        }
-        _ => Some(t.lat(cli.test, size, iters, rkey, vaddr)?),
-    };
-    let secs = t0.elapsed().as_secs_f64().max(1e-9);
-    match lat {
-        None if cli.test == TestName::SendBw => {
-            let mb = (size * iters) as f64 / secs / f64::from(1u32 << 20);
-            let rate = iters as f64 / secs / 1e6;
-            println!(" #bytes     #iterations    BW average[MB/sec]   MsgRate[Mpps]");
-            println!(" {size:<10} {iters:<10}     {mb:<12.2}         {rate:.6}");
-            // send_bw closes with one dest and no report exchange.
-            x.step(&me)?;
-        }
-        None => {
-            let mb = (size * iters) as f64 / secs / f64::from(1u32 << 20);
-            let rate = iters as f64 / secs / 1e6;
-            println!(" #bytes     #iterations    BW average[MB/sec]   MsgRate[Mpps]");
-            println!(" {size:<10} {iters:<10}     {mb:<12.2}         {rate:.6}");
-            // xchg_bw_reports: size, iterations, peak and average BW, message rate.
-            x.step(&me)?;
-            for v in [size, iters, mb.to_bits(), mb.to_bits(), rate.to_bits()] {
-                x.step(&v.to_be_bytes())?;
+            // perftest's -a runs the sizes back to back (no exchange between them in
+            // write_bw and read_bw) and reports the last one in xchg_bw_reports.
+            println!("{}", report::bw_header(false));
+            let mut last = None;
+            for &size in &sizes {
+                let (posted, completed) = t.bw(cli.test, size, iters, rkey, vaddr)?;
+                let bw = BwReport::of(size, &posted, &completed);
+                println!("{}", bw.row(size, iters));
+                last = Some((size, bw));
             }
-            x.step(&me)?;
+            let (size, bw) = last.ok_or("no size to run")?;
+            if cli.test == TestName::SendBw {
+                // send_bw closes with one dest and no report exchange.
+                x.step(&me)?;
+            } else {
+                // xchg_bw_reports: size, iterations, peak and average BW, message rate. A
+                // peak perftest would not compute (over 20000 iterations) goes as its 0.
+                x.step(&me)?;
+                let peak = bw.peak_mb.unwrap_or(0.0);
+                for v in [
+                    size,
+                    iters,
+                    peak.to_bits(),
+                    bw.avg_mb.to_bits(),
+                    bw.rate_mpps.to_bits(),
+                ] {
+                    x.step(&v.to_be_bytes())?;
+                }
+                x.step(&me)?;
+            }
         }
-        Some(mut us) => {
-            us.sort_by(f64::total_cmp);
-            let avg = us.iter().sum::<f64>() / us.len().max(1) as f64;
-            let (min, typ, max) = (us[0], us[us.len() / 2], us[us.len() - 1]);
-            println!(
-                " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]"
-            );
-            println!(" {size:<6} {iters:<10}     {min:<10.2}     {max:<10.2}   {typ:<10.2}       {avg:.2}");
+        _ => {
+            println!("{}", report::LAT_HEADER);
+            // With -a, perftest's read_lat and write_lat run the sizes back to back with no
+            // exchange between them (write_lat's server Writes first again at each size).
+            for &size in &sizes {
+                let posted = t.lat(cli.test, size, iters, rkey, vaddr)?;
+                // perftest's LAT samples: the intervals between consecutive posts (each one
+                // round trip of the ping-pong, or one Read), iters - 1 of them.
+                let deltas: Vec<u64> = posted.windows(2).map(|w| w[1] - w[0]).collect();
+                let st = report::lat_stats(&deltas, report::rtt_factor(cli.test));
+                println!("{}", report::lat_row(size, iters, st.as_ref()));
+            }
             // perftest's latency tests close with one more dest (write_lat with none).
             if cli.test != TestName::WriteLat {
                 x.step(&me)?;
@@ -648,8 +691,54 @@ pub fn client(
     }
     let _ = x.x.qp.disconnect();
     std::thread::sleep(Duration::from_millis(200));
-    eprintln!("iwperf: perftest: client done ({iters} iterations of {size} octets)");
+    eprintln!(
+        "iwperf: perftest: client done ({iters} iterations of {} size(s), {} to {} octets)",
+        sizes.len(),
+        sizes.first().copied().unwrap_or(0),
+        sizes.last().copied().unwrap_or(0)
+    );
     Ok(())
+}
+
+/// The bandwidth figures of a `--perftest` client run, as perftest's `print_report_bw`
+/// computes them (MB = 2^20 octets).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct BwReport {
+    /// perftest's peak ([`report::perftest_opt_delta_ns`]); `None` where perftest has none.
+    peak_mb: Option<f64>,
+    /// Octets over the time from the first post to the last completion.
+    avg_mb: f64,
+    /// Messages per microsecond over the same time.
+    rate_mpps: f64,
+}
+
+impl BwReport {
+    fn of(size: u64, tposted: &[u64], tcompleted: &[u64]) -> BwReport {
+        let n = tcompleted.len() as f64;
+        let span = match (tposted.first(), tcompleted.last()) {
+            (Some(&a), Some(&b)) if b > a => (b - a) as f64 / 1e9,
+            _ => f64::NAN,
+        };
+        let mb = f64::from(1u32 << 20);
+        BwReport {
+            peak_mb: report::perftest_opt_delta_ns(tposted, tcompleted)
+                .filter(|&d| d > 0)
+                .map(|d| size as f64 * 1e9 / d as f64 / mb),
+            avg_mb: size as f64 * n / span / mb,
+            rate_mpps: n / span / 1e6,
+        }
+    }
+
+    fn row(&self, size: u64, iters: u64) -> String {
+        format!(
+            " {:<7}    {:<7}          {:<7}            {:<7.2}\t\t   {:<7.6}",
+            size,
+            iters,
+            report::or_na(self.peak_mb),
+            self.avg_mb,
+            self.rate_mpps
+        )
+    }
 }
 
 /// The test connection, client side.
@@ -705,7 +794,8 @@ impl TestConn<'_> {
     }
 
     /// Bandwidth: `iters` operations, at most a window in flight (Reads: the IRD we
-    /// assume of a siw responder, 16).
+    /// assume of a siw responder, 16). Returns each operation's post and completion time
+    /// (ns from the first post), as perftest's `tposted` / `tcompleted`.
     fn bw(
         &self,
         test: TestName,
@@ -713,9 +803,13 @@ impl TestConn<'_> {
         iters: u64,
         rkey: u32,
         vaddr: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(Vec<u64>, Vec<u64>), String> {
         let window = if test == TestName::ReadBw { 16 } else { 64 };
         let (mut posted, mut done) = (0u64, 0u64);
+        let origin = Instant::now();
+        let ns = || origin.elapsed().as_nanos() as u64;
+        let mut tposted = Vec::with_capacity(iters as usize);
+        let mut tcompleted = Vec::with_capacity(iters as usize);
         while done < iters {
             while posted < iters && posted - done < window {
                 let wr = SendWr::new(
@@ -724,19 +818,22 @@ impl TestConn<'_> {
                     &[self.region.sge(TX_AREA, size as u32)],
                 )
                 .map_err(|e| e.to_string())?;
+                tposted.push(ns());
                 self.qp.post_send(&wr).map_err(|e| e.to_string())?;
                 posted += 1;
             }
             if self.wait()?.opcode != WcOpcode::Recv {
+                tcompleted.push(ns());
                 done += 1;
             }
         }
-        Ok(())
+        Ok((tposted, tcompleted))
     }
 
-    /// Latency: one operation at a time; returns each round trip in microseconds.
-    /// send_lat: we Send, the server answers with a Send. write_lat: the server Writes
-    /// first; we answer counter k (last octet of our buffer) with k.
+    /// Latency: one operation at a time; returns each post's time (ns from the first), taken
+    /// right before the post as perftest's `tposted`. send_lat: we Send, the server answers
+    /// with a Send. write_lat: the server Writes first; we answer counter k (last octet of
+    /// our buffer) with k.
     fn lat(
         &self,
         test: TestName,
@@ -744,11 +841,11 @@ impl TestConn<'_> {
         iters: u64,
         rkey: u32,
         vaddr: u64,
-    ) -> Result<Vec<f64>, String> {
-        let mut us = Vec::with_capacity(iters as usize);
+    ) -> Result<Vec<u64>, String> {
+        let mut tposted = Vec::with_capacity(iters as usize);
         let deadline = Instant::now() + self.timeout;
+        let origin = Instant::now();
         for k in 1..=iters {
-            let t0 = Instant::now();
             if test == TestName::WriteLat {
                 let mut last = [0u8; 1];
                 loop {
@@ -780,6 +877,7 @@ impl TestConn<'_> {
                 &[self.region.sge(TX_AREA, size as u32)],
             )
             .map_err(|e| e.to_string())?;
+            tposted.push(origin.elapsed().as_nanos() as u64);
             self.qp.post_send(&wr).map_err(|e| e.to_string())?;
             // Read and Write: their completion; Send: its completion and the answer.
             let mut need = if test == TestName::SendLat { 2 } else { 1 };
@@ -787,9 +885,8 @@ impl TestConn<'_> {
                 self.wait()?;
                 need -= 1;
             }
-            us.push(t0.elapsed().as_secs_f64() * 1e6);
         }
-        Ok(us)
+        Ok(tposted)
     }
 }
 

@@ -128,6 +128,176 @@ impl Layout {
     }
 }
 
+/// What differed in a failed check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Differ {
+    /// A data octet at `at` held `got` instead of `want`.
+    Octet {
+        /// Offset in the message.
+        at: u64,
+        /// The sender's pattern.
+        want: u8,
+        /// What arrived.
+        got: u8,
+    },
+    /// A Send arrived with `got` octets instead of the message size `want`.
+    Length {
+        /// Received length.
+        got: u64,
+        /// Message size.
+        want: u64,
+    },
+    /// A value (immediate data, an atomic's original value, the counter word) differed.
+    Value {
+        /// Which value.
+        what: ValueKind,
+        /// What was seen.
+        got: u64,
+        /// What should have been.
+        want: u64,
+    },
+}
+
+/// The values a run checks besides data octets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueKind {
+    /// An RDMA Write with Immediate Data's immediate value.
+    Imm,
+    /// An atomic's original value in its completion.
+    AtomicOrig,
+    /// An atomic's original value in its 8-octet sink.
+    AtomicSink,
+    /// The server's counter word after the atomics of a phase.
+    Counter,
+}
+
+impl ValueKind {
+    fn code(self) -> u64 {
+        match self {
+            ValueKind::Imm => 3,
+            ValueKind::AtomicOrig => 4,
+            ValueKind::AtomicSink => 5,
+            ValueKind::Counter => 6,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            ValueKind::Imm => "immediate data",
+            ValueKind::AtomicOrig => "original value (completion)",
+            ValueKind::AtomicSink => "original value (sink)",
+            ValueKind::Counter => "counter word",
+        }
+    }
+}
+
+/// The first failed check of a run: which message, what differed, and whether the peer
+/// found it (reported in a `Mismatch` control message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mismatch {
+    /// Message number (per QP, from 0); for the counter word, the atomics counted.
+    pub msg: u64,
+    /// Message size.
+    pub size: u64,
+    /// What differed.
+    pub what: Differ,
+    /// Found by the peer (the server, seen from the client).
+    pub by_peer: bool,
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.what {
+            Differ::Octet { at, want, got } => write!(
+                f,
+                "message {} ({} octets): octet {at} is {got:#04x}, expected {want:#04x}",
+                self.msg, self.size
+            ),
+            Differ::Length { got, want } => write!(
+                f,
+                "message {}: received length {got} octets, expected {want}",
+                self.msg
+            ),
+            Differ::Value {
+                what: ValueKind::Counter,
+                got,
+                want,
+            } => write!(
+                f,
+                "counter word after {} atomics is {got}, expected {want}",
+                self.msg
+            ),
+            Differ::Value { what, got, want } => write!(
+                f,
+                "message {}: {} is {got}, expected {want}",
+                self.msg,
+                what.name()
+            ),
+        }?;
+        if self.by_peer {
+            write!(f, " (found by the server)")?;
+        }
+        Ok(())
+    }
+}
+
+impl Mismatch {
+    /// The control message that reports it to the peer.
+    pub fn to_ctrl(self) -> Ctrl {
+        let mut c = Ctrl::new(wire::Kind::Mismatch, self.size, self.msg);
+        match self.what {
+            Differ::Octet { at, want, got } => {
+                c.duration_ns = 1;
+                c.v0 = at;
+                c.v1 = u64::from(want);
+                c.v2 = u64::from(got);
+            }
+            Differ::Length { got, want } => {
+                c.duration_ns = 2;
+                c.v0 = got;
+                c.v1 = want;
+            }
+            Differ::Value { what, got, want } => {
+                c.duration_ns = what.code();
+                c.v0 = got;
+                c.v1 = want;
+            }
+        }
+        c
+    }
+
+    /// Decodes the peer's report; `None` for an unknown code (reported as malformed).
+    pub fn from_ctrl(c: &Ctrl) -> Option<Mismatch> {
+        let value = |what| Differ::Value {
+            what,
+            got: c.v0,
+            want: c.v1,
+        };
+        let what = match c.duration_ns {
+            1 => Differ::Octet {
+                at: c.v0,
+                want: u8::try_from(c.v1).ok()?,
+                got: u8::try_from(c.v2).ok()?,
+            },
+            2 => Differ::Length {
+                got: c.v0,
+                want: c.v1,
+            },
+            3 => value(ValueKind::Imm),
+            4 => value(ValueKind::AtomicOrig),
+            5 => value(ValueKind::AtomicSink),
+            6 => value(ValueKind::Counter),
+            _ => return None,
+        };
+        Some(Mismatch {
+            msg: c.iters,
+            size: c.size,
+            what,
+            by_peer: true,
+        })
+    }
+}
+
 /// A received message.
 #[derive(Debug)]
 pub enum Recv {
@@ -169,7 +339,9 @@ pub struct Conn {
     /// Messages verified on this QP.
     pub verified: u64,
     /// The first verification error, for the report.
-    pub first_error: Option<String>,
+    pub first_error: Option<Mismatch>,
+    /// Size of the current phase's messages (a received Send must have exactly this length).
+    pub msg_size: u64,
     /// Atomics executed on the server's counter word of this QP in earlier phases.
     pub atomics: u64,
     /// Staging buffer of inline posts.
@@ -329,6 +501,7 @@ impl Conn {
             errors: 0,
             verified: 0,
             first_error: None,
+            msg_size: 0,
             atomics: 0,
             scratch: Vec::new(),
         }
@@ -447,13 +620,7 @@ impl Conn {
             // completes; the value is the sender's message number.
             let i = self.data_rx;
             self.data_rx += 1;
-            self.verified += 1;
-            if c.imm != Some(i) {
-                self.errors += 1;
-                if self.first_error.is_none() {
-                    self.first_error = Some(format!("immediate data {:?}, expected {i}", c.imm));
-                }
-            }
+            self.check_value(i, ValueKind::Imm, c.imm.unwrap_or(u64::MAX), i);
             Recv::Imm(i)
         } else if !self.lay.test.is_send() || c.solicited {
             let mut b = [0u8; CTRL_LEN];
@@ -464,12 +631,26 @@ impl Conn {
             let i = self.data_rx;
             self.data_rx += 1;
             if self.lay.verify {
-                let len = c.byte_len as usize;
-                let mut got = vec![0u8; len];
-                let mut want = vec![0u8; len];
-                mr.read(off as usize, &mut got).map_err(e2s)?;
-                wire::fill(&mut want, self.peer_salt, i);
-                self.check(i, &got, &want);
+                // A Send must carry exactly the message size: a short (or long) one is a
+                // failed check of its own, before its octets are compared.
+                let len = u64::from(c.byte_len);
+                if len != self.msg_size {
+                    self.fail(Mismatch {
+                        msg: i,
+                        size: self.msg_size,
+                        what: Differ::Length {
+                            got: len,
+                            want: self.msg_size,
+                        },
+                        by_peer: false,
+                    });
+                } else {
+                    let mut got = vec![0u8; len as usize];
+                    let mut want = vec![0u8; len as usize];
+                    mr.read(off as usize, &mut got).map_err(e2s)?;
+                    wire::fill(&mut want, self.peer_salt, i);
+                    self.check(i, &got, &want);
+                }
             }
             Recv::Data
         };
@@ -554,31 +735,55 @@ impl Conn {
         self.verified = 0;
     }
 
-    /// Records the check of one value (an atomic's original value, the counter word).
-    pub fn check_value(&mut self, what: &str, got: u64, want: u64) {
+    /// Records one failed check (counted as checked).
+    fn fail(&mut self, m: Mismatch) {
         self.verified += 1;
-        if got != want {
-            self.errors += 1;
-            if self.first_error.is_none() {
-                self.first_error = Some(format!("{what} is {got}, expected {want}"));
-            }
+        self.errors += 1;
+        if self.first_error.is_none() {
+            self.first_error = Some(m);
         }
     }
 
-    /// Records a verification outcome.
-    pub fn check(&mut self, i: u64, got: &[u8], want: &[u8]) {
-        self.verified += 1;
+    /// Records the check of one value of message `i` (an immediate value, an atomic's
+    /// original value, the counter word).
+    pub fn check_value(&mut self, i: u64, what: ValueKind, got: u64, want: u64) {
         if got != want {
-            self.errors += 1;
-            if self.first_error.is_none() {
-                let at = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(0);
-                self.first_error = Some(format!(
-                    "message {i} ({} octets): octet {at} is {:#04x}, expected {:#04x}",
-                    want.len(),
-                    got[at],
-                    want[at]
-                ));
-            }
+            self.fail(Mismatch {
+                msg: i,
+                size: self.msg_size,
+                what: Differ::Value { what, got, want },
+                by_peer: false,
+            });
+        } else {
+            self.verified += 1;
+        }
+    }
+
+    /// Records the check of message `i`'s octets against the sender's pattern.
+    pub fn check(&mut self, i: u64, got: &[u8], want: &[u8]) {
+        if got.len() != want.len() {
+            self.fail(Mismatch {
+                msg: i,
+                size: want.len() as u64,
+                what: Differ::Length {
+                    got: got.len() as u64,
+                    want: want.len() as u64,
+                },
+                by_peer: false,
+            });
+        } else if let Some(at) = got.iter().zip(want).position(|(a, b)| a != b) {
+            self.fail(Mismatch {
+                msg: i,
+                size: want.len() as u64,
+                what: Differ::Octet {
+                    at: at as u64,
+                    want: want[at],
+                    got: got[at],
+                },
+                by_peer: false,
+            });
+        } else {
+            self.verified += 1;
         }
     }
 
@@ -795,4 +1000,55 @@ pub fn accept(
     conns.sort_by_key(|c| c.peer.qp_index);
     let (lay, h) = first.expect("at least one connection");
     Ok((conns, lay, h))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mismatch_reports_survive_the_wire_and_name_the_message() {
+        let cases = [
+            (
+                Differ::Octet {
+                    at: 7,
+                    want: 0x5a,
+                    got: 0xa5,
+                },
+                "message 3 (65536 octets): octet 7 is 0xa5, expected 0x5a",
+            ),
+            (
+                Differ::Length {
+                    got: 65535,
+                    want: 65536,
+                },
+                "message 3: received length 65535 octets, expected 65536",
+            ),
+            (
+                Differ::Value {
+                    what: ValueKind::Imm,
+                    got: 9,
+                    want: 3,
+                },
+                "message 3: immediate data is 9, expected 3",
+            ),
+        ];
+        for (what, text) in cases {
+            let m = Mismatch {
+                msg: 3,
+                size: 65536,
+                what,
+                by_peer: false,
+            };
+            assert_eq!(m.to_string(), text);
+            let c = Ctrl::decode(&m.to_ctrl().encode()).unwrap();
+            let back = Mismatch::from_ctrl(&c).unwrap();
+            assert_eq!(back, Mismatch { by_peer: true, ..m });
+            assert!(back.to_string().ends_with("(found by the server)"));
+        }
+        // An unknown code is refused, not guessed.
+        let mut c = Ctrl::new(wire::Kind::Mismatch, 1, 1);
+        c.duration_ns = 99;
+        assert_eq!(Mismatch::from_ctrl(&c), None);
+    }
 }

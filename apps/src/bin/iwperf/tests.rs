@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use warpcore_verbs::{Completion, SendOp, SendWr, WcOpcode, WcStatus};
 
-use crate::run::{Conn, Recv, Spin};
+use crate::cli::{Defect, DEFECT_MSG};
+use crate::report::{rtt_factor, PeakMeter, PEAK_WINDOW};
+use crate::run::{Conn, Mismatch, Recv, Spin, ValueKind};
 use crate::wire::{self, Ctrl, Kind, CLIENT_SALT, SERVER_SALT};
 
 /// How long a phase runs.
@@ -42,7 +44,8 @@ pub struct Outcome {
     pub size: u64,
     /// Iterations done (latency) or messages completed by us (bandwidth).
     pub iters: u64,
-    /// Latency samples in ns (latency tests), in order.
+    /// Latency samples in ns (latency tests), in order: each iteration's full interval
+    /// from post to the answer (the statistics divide by perftest's `rtt_factor`).
     pub samples: Vec<u64>,
     /// The whole phase's histogram (ns): latency samples, or post-to-completion times.
     pub hist: Histogram<u64>,
@@ -52,16 +55,17 @@ pub struct Outcome {
     pub bytes: u64,
     /// Seconds from the first post to the last completion.
     pub secs: f64,
-    /// Peak bytes per second over 10 ms windows.
-    pub peak_bps: f64,
+    /// Peak bytes per second: the best window of at least 10 ms ([`PeakMeter`]); `None`
+    /// when the phase closed no window.
+    pub peak_bps: Option<f64>,
     /// The peer's figures (bidirectional): bytes, seconds, peak, messages.
-    pub peer: Option<(u64, f64, f64, u64)>,
+    pub peer: Option<(u64, f64, Option<f64>, u64)>,
     /// Messages verified (both sides) and mismatches found.
     pub verified: u64,
     /// Mismatches.
     pub errors: u64,
-    /// The first mismatch.
-    pub first_error: Option<String>,
+    /// The first mismatch (ours, else the one the server reported).
+    pub first_error: Option<Mismatch>,
 }
 
 fn hist() -> Histogram<u64> {
@@ -218,7 +222,8 @@ fn atomic_op(c: &Conn, i: u64) -> SendOp {
 fn check_atomic(c: &mut Conn, i: u64, wc: &Completion, off: u64) -> Result<(), String> {
     let want = c.atomics + i;
     c.check_value(
-        &format!("atomic {i}'s original value"),
+        i,
+        ValueKind::AtomicOrig,
         wc.atomic_orig.unwrap_or(u64::MAX),
         want,
     );
@@ -226,7 +231,7 @@ fn check_atomic(c: &mut Conn, i: u64, wc: &Completion, off: u64) -> Result<(), S
     c.src
         .read(off as usize, &mut b)
         .map_err(|e| e.to_string())?;
-    c.check_value(&format!("atomic {i}'s sink"), u64::from_ne_bytes(b), want);
+    c.check_value(i, ValueKind::AtomicSink, u64::from_ne_bytes(b), want);
     Ok(())
 }
 
@@ -238,7 +243,7 @@ fn check_counter(c: &mut Conn, n: u64) -> Result<(), String> {
         .atomic_u64(0)
         .map_err(|e| e.to_string())?
         .load(std::sync::atomic::Ordering::Acquire);
-    c.check_value("the counter word", got, want);
+    c.check_value(n, ValueKind::Counter, got, want);
     c.atomics = want;
     Ok(())
 }
@@ -265,6 +270,7 @@ fn done(i: u64, t0: Instant, ph: &Phase) -> bool {
 fn start_phase(conns: &mut [Conn], ph: &Phase, client: bool) -> Result<(), String> {
     // write_lat detects arrival by the last octet: clear it first.
     for c in conns.iter_mut() {
+        c.msg_size = ph.size;
         if c.layout().test == crate::cli::TestName::WriteLat {
             c.data
                 .write(ph.size as usize - 1, &[0])
@@ -292,7 +298,7 @@ fn outcome(size: u64, rec: Rec) -> Outcome {
         intervals: rec.intervals,
         bytes: 0,
         secs: 0.0,
-        peak_bps: 0.0,
+        peak_bps: None,
         peer: None,
         verified: 0,
         errors: 0,
@@ -306,13 +312,27 @@ fn poll_mem(c: &Conn, off: usize, want: u8) -> Result<bool, String> {
     Ok(b[0] == want)
 }
 
-fn stage(c: &Conn, size: u64, salt: u64, i: u64, verify: bool, tagged: bool) -> Result<(), String> {
+/// Writes message `i` into our source region: its pattern under `--verify` (with octet
+/// `flip` inverted afterwards when `--inject-defect corrupt-octet` targets it), and the tag
+/// octet of write_lat.
+fn stage(
+    c: &Conn,
+    size: u64,
+    salt: u64,
+    i: u64,
+    verify: bool,
+    tagged: bool,
+    flip: Option<u64>,
+) -> Result<(), String> {
     let s = size as usize;
     if verify {
         let mut buf = vec![0u8; s];
         wire::fill(&mut buf, salt, i);
         if tagged {
             buf[s - 1] = wire::tag(i);
+        }
+        if let Some(at) = flip {
+            buf[at as usize] ^= 0xff;
         }
         c.src.write(0, &buf).map_err(|e| e.to_string())
     } else if tagged {
@@ -352,12 +372,26 @@ pub fn client_lat(
     ph: &Phase,
     verify: bool,
     static_server: &[u8],
+    defect: Option<Defect>,
 ) -> Result<Outcome, String> {
     use crate::cli::TestName as T;
     start_phase(conns, ph, true)?;
     let c = &mut conns[0];
     let size = ph.size;
     let s = size as usize;
+    // Samples hold full intervals; the histogram holds what the table prints (half the
+    // round trip of the ping-pong tests, as perftest).
+    let rtt = rtt_factor(test);
+    let flip = |i: u64| {
+        (defect == Some(Defect::CorruptOctet) && i == DEFECT_MSG).then(|| Defect::octet(size))
+    };
+    let send_len = |i: u64| {
+        if defect == Some(Defect::ShortSend) && i == DEFECT_MSG {
+            size - 1
+        } else {
+            size
+        }
+    };
     let mut rec = Rec::new();
     let mut samples = Vec::with_capacity(ph.iters.min(10_000_000) as usize);
     let t_start = Instant::now();
@@ -367,7 +401,7 @@ pub fn client_lat(
         let t0;
         match test {
             T::WriteLat if c.layout().opts.imm => {
-                stage(c, size, CLIENT_SALT, i, verify, false)?;
+                stage(c, size, CLIENT_SALT, i, verify, false, flip(i))?;
                 let op = SendOp::WriteWithImm {
                     remote_stag: c.peer.data_stag,
                     remote_to: 0,
@@ -377,15 +411,15 @@ pub fn client_lat(
                 post_data(c, i, op, size, ph.stall)?;
                 note_sent(c);
                 wait_data(c, t0, ph.stall, &mut spin)?;
-                let ns = t0.elapsed().as_nanos() as u64 / 2;
+                let ns = t0.elapsed().as_nanos() as u64;
                 samples.push(ns);
-                rec.record(ns);
+                rec.record(ns / rtt);
                 if verify {
                     verify_plain(c, size, SERVER_SALT, i)?;
                 }
             }
             T::WriteLat => {
-                stage(c, size, CLIENT_SALT, i, verify, true)?;
+                stage(c, size, CLIENT_SALT, i, verify, true, flip(i))?;
                 let op = SendOp::Write {
                     remote_stag: c.peer.data_stag,
                     remote_to: 0,
@@ -397,9 +431,9 @@ pub fn client_lat(
                     check_stall_sometimes(c, t0, ph.stall, &mut n)?;
                     spin.pause();
                 }
-                let ns = t0.elapsed().as_nanos() as u64 / 2;
+                let ns = t0.elapsed().as_nanos() as u64;
                 samples.push(ns);
-                rec.record(ns);
+                rec.record(ns / rtt);
                 if verify {
                     verify_tagged(c, size, SERVER_SALT, i)?;
                 }
@@ -412,7 +446,7 @@ pub fn client_lat(
                 let wc = wait_send(c, t0, ph.stall, &mut spin)?;
                 let ns = t0.elapsed().as_nanos() as u64;
                 samples.push(ns);
-                rec.record(ns);
+                rec.record(ns / rtt);
                 if verify {
                     check_atomic(c, i, &wc, 0)?;
                 }
@@ -436,7 +470,7 @@ pub fn client_lat(
                 }
                 let ns = t0.elapsed().as_nanos() as u64;
                 samples.push(ns);
-                rec.record(ns);
+                rec.record(ns / rtt);
                 if verify {
                     let mut got = vec![0u8; s];
                     c.src.read(0, &mut got).map_err(|e| e.to_string())?;
@@ -445,14 +479,14 @@ pub fn client_lat(
                 }
             }
             T::SendLat => {
-                stage(c, size, CLIENT_SALT, i, verify, false)?;
+                stage(c, size, CLIENT_SALT, i, verify, false, flip(i))?;
                 t0 = Instant::now();
-                post_data(c, i, SendOp::Send, size, ph.stall)?;
+                post_data(c, i, SendOp::Send, send_len(i), ph.stall)?;
                 note_sent(c);
                 wait_data(c, t0, ph.stall, &mut spin)?;
-                let ns = t0.elapsed().as_nanos() as u64 / 2;
+                let ns = t0.elapsed().as_nanos() as u64;
                 samples.push(ns);
-                rec.record(ns);
+                rec.record(ns / rtt);
             }
             _ => unreachable!("latency tests only"),
         }
@@ -469,22 +503,52 @@ pub fn client_lat(
     let mut d = Ctrl::new(Kind::Done, size, i);
     d.v0 = (secs * 1e9) as u64;
     c.send_ctrl(d, ph.stall)?;
-    let r = c.wait_ctrl(ph.stall)?;
-    if r.kind != Kind::Result {
-        return Err(format!("expected Result from the server, got {:?}", r.kind));
-    }
+    let (r, peer_first) = wait_result(c, None, ph.stall)?;
     let mut o = outcome(size, rec);
     o.iters = i;
     o.samples = samples;
     o.secs = secs;
     o.verified = c.verified + r.v3;
     o.errors = c.errors + r.v0;
-    o.first_error = c.first_error.take();
+    o.first_error = c.first_error.take().or(peer_first);
     c.reset_counts();
     if test == T::AtomicLat {
         c.atomics += i;
     }
     Ok(o)
+}
+
+/// Client: the server's `Result` of a phase (`early` if it came already), and the first
+/// mismatch it reported in a `Mismatch` before it.
+fn wait_result(
+    c: &mut Conn,
+    early: Option<(Ctrl, Option<Mismatch>)>,
+    stall: Duration,
+) -> Result<(Ctrl, Option<Mismatch>), String> {
+    if let Some(e) = early {
+        return Ok(e);
+    }
+    let mut first = None;
+    loop {
+        let r = c.wait_ctrl(stall)?;
+        match r.kind {
+            Kind::Result => return Ok((r, first)),
+            Kind::Mismatch => {
+                let m =
+                    Mismatch::from_ctrl(&r).ok_or("malformed Mismatch report from the server")?;
+                first.get_or_insert(m);
+            }
+            k => return Err(format!("expected Result from the server, got {k:?}")),
+        }
+    }
+}
+
+/// Server: reports the phase's first mismatch (if any) to the client before its Result.
+fn report_mismatch(c: &mut Conn, m: Option<Mismatch>, stall: Duration) -> Result<(), String> {
+    match m {
+        Some(m) => c.send_ctrl(m.to_ctrl(), stall),
+        None => Ok(()),
+    }
 }
 
 /// Waits for the peer's next data message (a Send, or a Write's immediate data).
@@ -594,12 +658,14 @@ pub fn server_lat(
         let imm = c.layout().opts.imm;
         let mut idle = 0u32;
         let (v0, v1) = (c.errors, c.verified);
+        // This phase's first mismatch is reported to the client; the run's first stays.
+        let prior = c.first_error.take();
         loop {
             if test == T::WriteLat && !imm && poll_mem(c, s - 1, wire::tag(i))? {
                 if verify {
                     verify_tagged(c, size, CLIENT_SALT, i)?;
                 }
-                stage(c, size, SERVER_SALT, i, verify, true)?;
+                stage(c, size, SERVER_SALT, i, verify, true, None)?;
                 let op = SendOp::Write {
                     remote_stag: c.peer.data_stag,
                     remote_to: 0,
@@ -612,7 +678,7 @@ pub fn server_lat(
             match c.poll_recv()? {
                 Some(Recv::Data) => {
                     // send_lat: answer with our message i.
-                    stage(c, size, SERVER_SALT, i, verify, false)?;
+                    stage(c, size, SERVER_SALT, i, verify, false, None)?;
                     post_data(c, i, SendOp::Send, size, ph.stall)?;
                     c.note_data_sent();
                     i += 1;
@@ -623,7 +689,7 @@ pub fn server_lat(
                     if verify {
                         verify_plain(c, size, CLIENT_SALT, k)?;
                     }
-                    stage(c, size, SERVER_SALT, i, verify, false)?;
+                    stage(c, size, SERVER_SALT, i, verify, false, None)?;
                     let op = SendOp::WriteWithImm {
                         remote_stag: c.peer.data_stag,
                         remote_to: 0,
@@ -657,6 +723,9 @@ pub fn server_lat(
                 }
             }
         }
+        let this = c.first_error;
+        report_mismatch(c, this, ph.stall)?;
+        c.first_error = prior.or(this);
         let mut r = Ctrl::new(Kind::Result, size, i);
         r.v0 = c.errors - v0;
         r.v3 = c.verified - v1;
@@ -664,6 +733,9 @@ pub fn server_lat(
         phases += 1;
     }
 }
+
+/// The server's `Result` peak when it measured none.
+const NO_PEAK: u64 = u64::MAX;
 
 /// Per-QP sender state of a bandwidth phase.
 #[derive(Debug, Default)]
@@ -687,6 +759,7 @@ pub fn bw_phase(
     peer_sending: bool,
     verify: bool,
     static_peer: &[u8],
+    defect: Option<Defect>,
 ) -> Result<Outcome, String> {
     use crate::cli::TestName as T;
     start_phase(conns, ph, client)?;
@@ -705,6 +778,8 @@ pub fn bw_phase(
     if test == T::ReadBw || test == T::AtomicBw {
         window = window.min(u64::from(conns[0].est.as_ref().map(|e| e.ord).unwrap_or(1)).max(1));
     }
+    // --inject-defect (client, QP 0 only): the message it spoils.
+    let defect_at = defect.map(|d| (d, Defect::message(test, ph.iters, slots)));
     let mut tx: Vec<Tx> = conns
         .iter()
         .map(|_| Tx {
@@ -716,14 +791,14 @@ pub fn bw_phase(
     let mut rec = Rec::new();
     let t_start = Instant::now();
     let mut last_progress = Instant::now();
-    let mut last_sample = (Instant::now(), 0u64);
-    let mut peak = 0.0f64;
+    let mut meter = PeakMeter::new(PEAK_WINDOW);
     let mut bytes = 0u64;
     let mut t_last = t_start;
     let mut spin = Spin::default();
     let mut last_work = Instant::now();
     let mut stop = false;
-    let mut early: Option<Ctrl> = None;
+    let mut early: Option<(Ctrl, Option<Mismatch>)> = None;
+    let mut peer_first: Option<Mismatch> = None;
     loop {
         let mut work = false;
         // One clock read for this round's posts, one (at the first) for its completions:
@@ -760,15 +835,25 @@ pub fn bw_phase(
                         T::AtomicBw => atomic_op(c, i),
                         _ => SendOp::Send,
                     };
+                    let spoil = defect_at.filter(|&(_, m)| qi == 0 && m == i).map(|d| d.0);
                     if verify && (test == T::WriteBw || test == T::SendBw) {
                         let mut buf = vec![0u8; s];
                         wire::fill(&mut buf, salt, i);
+                        if spoil == Some(Defect::CorruptOctet) {
+                            // After the pattern was written, as a corrupting path would.
+                            buf[Defect::octet(size) as usize] ^= 0xff;
+                        }
                         c.src
                             .write(slot as usize, &buf)
                             .map_err(|e| e.to_string())?;
                     }
+                    let len = if spoil == Some(Defect::ShortSend) {
+                        size - 1
+                    } else {
+                        size
+                    };
                     let r = if test == T::WriteBw || test == T::SendBw {
-                        try_post_data(c, i, op, slot, size, true)
+                        try_post_data(c, i, op, slot, len, true)
                     } else {
                         SendWr::new(i, op, &[c.src.sge(slot, s as u32)])
                             .and_then(|wr| c.qp.post_send(&wr))
@@ -827,20 +912,22 @@ pub fn bw_phase(
                 match r {
                     Recv::Data | Recv::Imm(_) => {}
                     Recv::Ctrl(x) if x.kind == Kind::Done => t.peer_done = Some(x.iters),
-                    // With -b the server's Result can follow its Done in one drain.
-                    Recv::Ctrl(x) if client && x.kind == Kind::Result => early = Some(x),
+                    // With -b the server's Result (after its Mismatch, if it found one) can
+                    // follow its Done in one drain.
+                    Recv::Ctrl(x) if client && x.kind == Kind::Mismatch => {
+                        let m = Mismatch::from_ctrl(&x)
+                            .ok_or("malformed Mismatch report from the server")?;
+                        peer_first.get_or_insert(m);
+                    }
+                    Recv::Ctrl(x) if client && x.kind == Kind::Result => {
+                        early = Some((x, peer_first.take()))
+                    }
                     Recv::Ctrl(x) => return Err(format!("unexpected {:?} mid-run", x.kind)),
                 }
             }
         }
         let now = Instant::now();
-        if now - last_sample.0 >= Duration::from_millis(10) {
-            let dt = (now - last_sample.0).as_secs_f64();
-            if bytes > 0 && now - t_start > Duration::from_millis(10) {
-                peak = peak.max((bytes - last_sample.1) as f64 / dt);
-            }
-            last_sample = (now, bytes);
-        }
+        meter.observe(now - t_start, bytes);
         if rec.tick(false) && ph.progress && sending {
             let _ = last_progress;
             last_progress = now;
@@ -915,32 +1002,26 @@ pub fn bw_phase(
     o.iters = msgs;
     o.bytes = bytes;
     o.secs = secs;
-    o.peak_bps = if peak > 0.0 {
-        peak
-    } else {
-        bytes as f64 / secs.max(1e-9)
-    };
+    // Only what a closed window measured: no window, no peak (never the average).
+    o.peak_bps = meter.peak();
     o.verified = conns.iter().map(|c| c.verified).sum();
     o.errors = conns.iter().map(|c| c.errors).sum();
     o.first_error = conns.iter_mut().find_map(|c| c.first_error.take());
     if client {
-        let r = match early {
-            Some(r) => r,
-            None => conns[0].wait_ctrl(ph.stall)?,
-        };
-        if r.kind != Kind::Result {
-            return Err(format!("expected Result, got {:?}", r.kind));
-        }
+        let (r, peer_first) = wait_result(&mut conns[0], early, ph.stall)?;
         o.verified += r.v3;
         o.errors += r.v0;
+        o.first_error = o.first_error.or(peer_first);
         if peer_sending {
-            o.peer = Some((r.iters * size, r.v1 as f64 / 1e9, r.v2 as f64, r.iters));
+            let peak = (r.v2 != NO_PEAK).then_some(r.v2 as f64);
+            o.peer = Some((r.iters * size, r.v1 as f64 / 1e9, peak, r.iters));
         }
     } else {
+        report_mismatch(&mut conns[0], o.first_error, ph.stall)?;
         let mut r = Ctrl::new(Kind::Result, size, msgs);
         r.v0 = o.errors;
         r.v1 = (secs * 1e9) as u64;
-        r.v2 = o.peak_bps as u64;
+        r.v2 = o.peak_bps.map_or(NO_PEAK, |p| p as u64);
         r.v3 = o.verified;
         conns[0].send_ctrl(r, ph.stall)?;
     }

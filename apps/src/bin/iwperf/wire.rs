@@ -108,6 +108,12 @@ pub enum Kind {
     /// Client: the session is over; the server closes and exits (a FIN alone can be lost
     /// when the client's process, and with it a memif link, goes away first).
     Bye = 5,
+    /// Server, before its `Result` when a check of this size failed: the first mismatch
+    /// (`iters` = message number, `duration_ns` = what differed: 1 an octet, `v0` offset,
+    /// `v1` expected, `v2` received; 2 a Send's length, `v0` received, `v1` expected; 3..6 a
+    /// value (immediate, atomic original in completion / sink, counter word), `v0` seen,
+    /// `v1` expected).
+    Mismatch = 6,
 }
 
 /// A decoded control message.
@@ -179,6 +185,7 @@ impl Ctrl {
             3 => Kind::Done,
             4 => Kind::Result,
             5 => Kind::Bye,
+            6 => Kind::Mismatch,
             _ => return None,
         };
         let v =
