@@ -363,7 +363,12 @@ pub type Clock = Arc<dyn Fn() -> StdInstant + Send + Sync>;
 /// deliver it once the receiver's `now` reaches the stamp, so with an origin per core a
 /// core started later saw every frame of an earlier one late by the gap between their
 /// starts (milliseconds: an RDMA Read over the link took ~5.7 ms instead of microseconds).
-fn time_origin(clock: &Clock) -> StdInstant {
+///
+/// Anything else that drives a stack over the in-memory link next to engine cores (a test's
+/// scripted peer) must count its time from the same origin, or every frame between it and
+/// the cores arrives late by the gap between their starts: the first call, by a core or
+/// not, fixes the origin from `clock`.
+pub fn time_origin(clock: &Clock) -> StdInstant {
     static ORIGIN: OnceLock<StdInstant> = OnceLock::new();
     *ORIGIN.get_or_init(|| clock())
 }

@@ -42,7 +42,13 @@ impl Hostile {
         };
         Hostile {
             stack: Stack::new(end, &sc, Instant::ZERO).expect("stack"),
-            start: StdInstant::now(),
+            // The engine cores' origin: the in-memory link delivers a frame once the
+            // receiver's clock reaches the sender's stamp, so a peer counting from its own
+            // creation would see every frame of the cores late by the gap between the two
+            // origins (seconds, late in a long test binary: the startup then timed out).
+            start: warpcore_engine::runtime::time_origin(
+                &(std::sync::Arc::new(StdInstant::now) as warpcore_engine::runtime::Clock),
+            ),
             tcp: None,
             framer: None,
             deframer: None,
