@@ -12,8 +12,9 @@
 #
 # Judges: the capture verdicts of scripts/lib/capture-verdict.sh (what the siw interop matrix
 # judges every row with: tshark's CRC verdicts, malformed frames and expert errors, and
-# iwdump), the tshark judge test, the hostile-peer placement check, the engine_random model
-# comparison, iwperf --verify (scripts/judges/verify.sh).
+# iwdump), the tshark judge test, the engine_random model comparison, the machine-path check,
+# the hostile-peer placement check, iwperf --verify (scripts/judges/verify.sh). The engine
+# receive fuzz target's planted bounds defect is shown caught by scripts/test-fuzz.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -104,6 +105,13 @@ cargo_judge() { # cargo_judge JUDGE DEFECT CLEAN PACKAGE TEST NAME
 }
 cargo_judge "tshark judge test" "one flipped FPDU octet" "siw_mpa2crc_rping" \
     warpcore-apps tshark_judge planted_flipped_octet_is_caught
+cargo_judge "engine_random model comparison" \
+    "one flipped octet in each area (receive tails, atomic region, Read sink past 64 KiB, source, target)" \
+    "an end-of-run copy equal to the model" warpcore-engine engine_random \
+    comparison_catches_one_changed_octet_in_each_area
+cargo_judge "machine-path check" "planted /work/, /home/, /root/, /check/, /Users/ paths" \
+    "system and relative paths, binary and untracked files" warpcore-apps repo_paths \
+    planted_machine_paths_are_caught_and_system_paths_are_not
 cargo_judge "hostile-peer nothing-placed check" "an octet placed at offset 0 and at the last octet" \
     "an untouched region" warpcore-engine engine_hostile planted_placement_at_offset_0_is_caught
 

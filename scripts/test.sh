@@ -45,6 +45,9 @@ scripts/test-engine.sh
 step "iwperf: every test over net_memif between two processes, both directions, verified"
 scripts/test-iwperf.sh
 
+step "judges: every judge catches a planted defect and passes a clean input"
+scripts/test-judges.sh
+
 step "interop: rping both ways and ib_write_bw against Linux siw in a QEMU VM (short subset)"
 scripts/test-interop-short.sh
 
