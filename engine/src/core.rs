@@ -42,27 +42,40 @@
 //!      ─ poll_tcp_events, poll_requests            (connect: new connections, MPA Requests)
 //!      ─ poll_rx                                    (rx: connections with new octets)
 //!          └ Qp::consume      MPA startup frames (initiator), then Deframer::poll per FPDU
-//!              └ Qp::rx_ulpdu fencing / RTR, check_inbound (RDMAP), one STag lookup
-//!                             (MrTable::lookup_remote), DdpReceiver::handle_segment, then
-//!                             tagged: MrGuard::place_at; Read Response: ORQ head, retire_sq
-//!                             untagged QN 0: scatter into the head receive, RQ completion
-//!                             QN 1: Read / Atomic Request admitted under IRD -> irq
-//!                             QN 2: Terminate -> Qp::remote_terminate
-//!                             QN 3: Atomic Response -> ORQ head, retire_sq
-//!                errors ─ Qp::fail_local (Terminate queued, flush)   (qp)
+//!              └ Qp::rx_ulpdu
+//!                  ├ rx_fenced           a fenced responder's first ULPDU (the RTR)
+//!                  ├ check_inbound       RDMAP's checks; an SRQ buffer claimed if needed
+//!                  ├ rx_lookup           the one STag lookup (MrTable::lookup_remote)
+//!                  ├ DdpReceiver::handle_segment
+//!                  └ rx_tagged           Write / Read Response: MrGuard::place_at, ORQ head
+//!                    rx_send             QN 0: scatter into the head receive, completion
+//!                    rx_immediate        QN 0: Immediate Data completes the head receive
+//!                    rx_read_request     QN 1: admitted under IRD -> irq
+//!                    rx_atomic_request   QN 1: admitted under IRD -> irq
+//!                    Terminate           QN 2: Qp::remote_terminate           (qp)
+//!                    rx_atomic_response  QN 3: ORQ head, original value, retire_sq
+//!                errors ─ Qp::fail_local (Terminate queued, flush)           (qp)
 //! ```
 //! # The transmit path, by function
 //! ```text
 //! poll ─ poll_timers                               (connect: MPA timeouts)
 //!      ─ poll_tx                                   (tx: every live QP)
-//!          └ tx_qp          Terminate if due, RTR, then per FPDU within tx_budget_fpdus:
-//!              └ Qp::start_next   run_local_ops (local), then irq (Read/Atomic Responses),
-//!                                 then the send queue in order, ORD enforced -> TxMsg
-//!              └ Segmenter::next_segment (DDP) -> send_fpdu_from / send_fpdu: framed (MPA, CRC) into
-//!                the TCP send buffer, payload gathered from registered memory (gather)
-//!          └ Qp::retire_sq, graceful close (FIN once drained)
+//!          └ tx_qp
+//!              ├ Qp::tx_control     startup frames, failed-startup close, tx_terminate,
+//!              │                    tx_rtr, run_local_ops (local), the MPA fence
+//!              ├ Qp::tx_fpdus       per FPDU within tx_budget_fpdus:
+//!              │   ├ Qp::start_next     run_local_ops, then start_read_response /
+//!              │   │                    start_atomic_response (execute_atomic) / start_sq
+//!              │   ├ Segmenter::next_segment (DDP) -> send_fpdu_from / send_fpdu: framed
+//!              │   │   (MPA, CRC) into the TCP send buffer, payload from gather
+//!              │   └ Qp::tx_message_done
+//!              ├ Qp::retire_sq      completions in order
+//!              └ Qp::tx_close_if_drained   FIN once nothing is owed, Disconnected
 //!      ─ stack.poll (tx flush), skipped when nothing was done
 //! ```
+//!
+//! The per-connection steps borrow the core's `Ctx` (region table, configuration, events,
+//! counters), a field lent with one borrow next to the QP table and the stack.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -313,20 +326,21 @@ impl From<RdmapError> for RxFault {
     }
 }
 
-/// Shared references the per-connection pollers need next to the QP itself.
-struct Ctx<'a> {
-    mrs: &'a MrTable,
-    cfg: &'a EngineConfig,
-    events: &'a mut VecDeque<CmEvent>,
-    stats: &'a mut CoreStats,
+/// What the per-connection steps need of their core next to the QP itself: a field of
+/// [`EngineCore`], so that the pollers lend it with one borrow (disjoint from the QP table
+/// and the stack) instead of assembling references at every call site.
+struct Ctx {
+    mrs: Arc<MrTable>,
+    cfg: EngineConfig,
+    events: VecDeque<CmEvent>,
+    stats: CoreStats,
 }
 
 /// One engine core over a device `D`: see the module documentation.
 pub struct EngineCore<D: PollDevice> {
     core: u16,
-    cfg: EngineConfig,
     stack: Stack<D>,
-    mrs: Arc<MrTable>,
+    ctx: Ctx,
     qps: Vec<Option<Qp>>,
     /// Indices of the occupied slots of `qps`, ascending: the pollers walk only these, so
     /// a loop costs the same whatever the table's size.
@@ -337,12 +351,10 @@ pub struct EngineCore<D: PollDevice> {
     req_generations: Vec<u32>,
     /// TCP connections whose QP is gone, released once TCP finished closing.
     zombies: Vec<ConnId>,
-    events: VecDeque<CmEvent>,
     clock_base: StdInstant,
     now: Instant,
     gather: Box<[u8]>,
     fpdu: Box<[u8]>,
-    stats: CoreStats,
 }
 
 impl<D: PollDevice> std::fmt::Debug for EngineCore<D> {
@@ -350,7 +362,7 @@ impl<D: PollDevice> std::fmt::Debug for EngineCore<D> {
         f.debug_struct("EngineCore")
             .field("core", &self.core)
             .field("qps", &self.qps.iter().filter(|q| q.is_some()).count())
-            .field("stats", &self.stats)
+            .field("stats", &self.ctx.stats)
             .finish_non_exhaustive()
     }
 }
@@ -381,15 +393,17 @@ impl<D: PollDevice> EngineCore<D> {
             requests: (0..cfg.max_pending_requests).map(|_| None).collect(),
             req_generations: vec![0; cfg.max_pending_requests],
             zombies: Vec::with_capacity(cfg.max_connections),
-            events: VecDeque::with_capacity(cfg.event_queue_depth),
             clock_base,
             now,
             gather: vec![0u8; MAX_ULPDU_LEN].into_boxed_slice(),
             fpdu: vec![0u8; FPDU_SCRATCH_LEN].into_boxed_slice(),
-            stats: CoreStats::default(),
-            cfg,
             stack,
-            mrs,
+            ctx: Ctx {
+                events: VecDeque::with_capacity(cfg.event_queue_depth),
+                stats: CoreStats::default(),
+                cfg,
+                mrs,
+            },
         })
     }
 
@@ -400,17 +414,17 @@ impl<D: PollDevice> EngineCore<D> {
 
     /// The configuration.
     pub fn config(&self) -> &EngineConfig {
-        &self.cfg
+        &self.ctx.cfg
     }
 
     /// The region table.
     pub fn mrs(&self) -> &Arc<MrTable> {
-        &self.mrs
+        &self.ctx.mrs
     }
 
     /// Counters.
     pub fn stats(&self) -> CoreStats {
-        self.stats
+        self.ctx.stats
     }
 
     /// The TCP stack (for device access and counters).
@@ -425,7 +439,7 @@ impl<D: PollDevice> EngineCore<D> {
 
     /// Takes the oldest connection manager event.
     pub fn next_event(&mut self) -> Option<CmEvent> {
-        self.events.pop_front()
+        self.ctx.events.pop_front()
     }
 
     fn now_std(&self) -> StdInstant {
@@ -445,7 +459,7 @@ impl<D: PollDevice> EngineCore<D> {
     /// Runs one loop of the pollers at time `now`; returns whether any did work.
     pub fn poll(&mut self, now: Instant) -> bool {
         self.now = now;
-        self.stats.loops += 1;
+        self.ctx.stats.loops += 1;
         let mut work = self.stack.poll(now);
         work |= self.poll_tcp_events();
         let mut engine = self.poll_requests();

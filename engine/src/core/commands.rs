@@ -6,13 +6,13 @@ use super::*;
 impl<D: PollDevice> EngineCore<D> {
     /// Creates a queue pair in the idle state.
     pub fn create_qp(&mut self, attr: QpAttr) -> Result<(QpId, Arc<QpShared>), EngineError> {
-        if attr.sq_depth as usize > self.cfg.max_sq_depth || attr.sq_depth == 0 {
+        if attr.sq_depth as usize > self.ctx.cfg.max_sq_depth || attr.sq_depth == 0 {
             return Err(EngineError::LimitExceeded("sq_depth"));
         }
-        if attr.rq_depth as usize > self.cfg.max_rq_depth || attr.rq_depth == 0 {
+        if attr.rq_depth as usize > self.ctx.cfg.max_rq_depth || attr.rq_depth == 0 {
             return Err(EngineError::LimitExceeded("rq_depth"));
         }
-        if attr.max_sge as usize > self.cfg.max_sge {
+        if attr.max_sge as usize > self.ctx.cfg.max_sge {
             return Err(EngineError::LimitExceeded("max_sge"));
         }
         let index = self
@@ -32,7 +32,7 @@ impl<D: PollDevice> EngineCore<D> {
             attr.rq_depth,
             attr.max_sge,
         ));
-        let max_ird = usize::from(self.cfg.max_ird);
+        let max_ird = usize::from(self.ctx.cfg.max_ird);
         self.qps[index] = Some(Qp {
             id,
             shared: Arc::clone(&shared),
@@ -44,7 +44,7 @@ impl<D: PollDevice> EngineCore<D> {
             sq_head_seq: 0,
             sq_next_seq: 0,
             rq: VecDeque::with_capacity(attr.rq_depth as usize),
-            orq: VecDeque::with_capacity(usize::from(self.cfg.max_ord) + 1),
+            orq: VecDeque::with_capacity(usize::from(self.ctx.cfg.max_ord) + 1),
             ord: 0,
             irq: VecDeque::with_capacity(max_ird + 1),
             ird: InboundReadQueue::new(0),
@@ -106,7 +106,7 @@ impl<D: PollDevice> EngineCore<D> {
 
     /// Posts a send queue work request (validated; nothing changes on error).
     pub fn post_send(&mut self, id: QpId, wr: SendWr) -> Result<(), EngineError> {
-        let mrs = Arc::clone(&self.mrs);
+        let mrs = Arc::clone(&self.ctx.mrs);
         let q = self.qp_mut(id)?;
         validate_send(&q.shared, &mrs, &wr)?;
         if (matches!(wr.op, SendOp::Read { .. }) || wr.op.is_atomic()) && q.ord == 0 {
@@ -152,7 +152,7 @@ impl<D: PollDevice> EngineCore<D> {
 
     /// Posts a receive work request (validated; nothing changes on error).
     pub fn post_recv(&mut self, id: QpId, wr: RecvWr) -> Result<(), EngineError> {
-        let mrs = Arc::clone(&self.mrs);
+        let mrs = Arc::clone(&self.ctx.mrs);
         let q = self.qp_mut(id)?;
         validate_recv(&q.shared, &mrs, &wr)?;
         q.rq.push_back(wr);

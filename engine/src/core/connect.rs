@@ -65,7 +65,7 @@ impl Qp {
     }
 
     /// Drains the initiator's events (after input or a timeout).
-    pub(super) fn drive_initiator(&mut self, ctx: &mut Ctx<'_>) {
+    pub(super) fn drive_initiator(&mut self, ctx: &mut Ctx) {
         loop {
             let ev = match self.conn.as_mut().map(|c| &mut c.mpa) {
                 Some(Mpa::Initiator(i)) => i.poll_event(),
@@ -74,7 +74,7 @@ impl Qp {
             let Some(ev) = ev else { break };
             match ev {
                 nego::Event::Established(n) => {
-                    self.setup_fpdu_mode(&n, ctx.cfg);
+                    self.setup_fpdu_mode(&n, &ctx.cfg);
                     self.set_state(QpState::Rts);
                     ctx.events.push_back(self.established_event(&n));
                 }
@@ -92,7 +92,7 @@ impl Qp {
                 }
                 nego::Event::Failed(f) => {
                     if let Some(n) = f.terminate.as_ref() {
-                        self.setup_fpdu_mode(n, ctx.cfg);
+                        self.setup_fpdu_mode(n, &ctx.cfg);
                         if let Some(c) = self.conn.as_mut() {
                             let mut buf = [0u8; TERM_FPDU_MAX];
                             let err = ProtocolError::Mpa(f.error.mpa_error());
@@ -131,13 +131,13 @@ impl<D: PollDevice> EngineCore<D> {
             crc: p.crc,
             markers: p.markers,
             markers_supported: p.markers_supported,
-            ird: clamp_offer(p.ird, self.cfg.max_ird),
-            ord: clamp_offer(p.ord, self.cfg.max_ord),
+            ird: clamp_offer(p.ird, self.ctx.cfg.max_ird),
+            ord: clamp_offer(p.ord, self.ctx.cfg.max_ord),
             peer_to_peer: initiator && p.peer_to_peer && p.rev >= 2,
             // An initiator offers the RTR types chosen; a responder accepts the ones chosen.
             rtr: if initiator { p.rtr_offer } else { p.rtr_accept },
             private_data,
-            timeout: StdDuration::from_millis(self.cfg.mpa_timeout_ms),
+            timeout: StdDuration::from_millis(self.ctx.cfg.mpa_timeout_ms),
         }
     }
 
@@ -157,7 +157,7 @@ impl<D: PollDevice> EngineCore<D> {
             return Err(EngineError::InvalidState(st));
         }
         let init = Initiator::new(config, now_std)?;
-        let tcp = self.stack.connect(remote, None, &self.cfg.tcp)?;
+        let tcp = self.stack.connect(remote, None, &self.ctx.cfg.tcp)?;
         let q = self.qp_mut(id)?;
         q.conn = Some(Conn {
             tcp,
@@ -177,8 +177,8 @@ impl<D: PollDevice> EngineCore<D> {
 
     /// Listens on `port`; connection requests arrive as [`CmEvent::ConnectRequest`].
     pub fn listen(&mut self, port: u16, params: MpaParams) -> Result<ListenerId, EngineError> {
-        let backlog = self.cfg.max_pending_requests.min(4);
-        let tcp = self.stack.listen(port, backlog, &self.cfg.tcp)?;
+        let backlog = self.ctx.cfg.max_pending_requests.min(4);
+        let tcp = self.stack.listen(port, backlog, &self.ctx.cfg.tcp)?;
         self.listeners.push(Listener { tcp, params });
         Ok(ListenerId {
             core: self.core,
@@ -206,7 +206,7 @@ impl<D: PollDevice> EngineCore<D> {
         private_data: &[u8],
         ird_ord: Option<(u16, u16)>,
     ) -> Result<(), EngineError> {
-        let (max_ird, max_ord) = (self.cfg.max_ird, self.cfg.max_ord);
+        let (max_ird, max_ord) = (self.ctx.cfg.max_ird, self.ctx.cfg.max_ord);
         let st = self.qp_mut(id)?.state;
         if st != QpState::Idle {
             return Err(EngineError::InvalidState(st));
@@ -221,7 +221,7 @@ impl<D: PollDevice> EngineCore<D> {
             return Err(EngineError::UnknownRequest);
         };
         let mut responder = r.responder;
-        let cfg = self.cfg.clone();
+        let cfg = self.ctx.cfg.clone();
         let q = self.qp_mut(id)?;
         let mut negotiated = None;
         while let Some(ev) = responder.poll_event() {
@@ -245,7 +245,7 @@ impl<D: PollDevice> EngineCore<D> {
             q.setup_fpdu_mode(&n, &cfg);
             q.set_state(QpState::Rts);
             let ev = q.established_event(&n);
-            self.events.push_back(ev);
+            self.ctx.events.push_back(ev);
         }
         Ok(())
     }
@@ -285,7 +285,7 @@ impl<D: PollDevice> EngineCore<D> {
         let qid = q.id;
         let _ = self.stack.abort(c.tcp);
         self.zombies.push(c.tcp);
-        self.events.push_back(CmEvent::Disconnected {
+        self.ctx.events.push_back(CmEvent::Disconnected {
             qp: qid,
             reset: true,
         });
@@ -340,12 +340,13 @@ impl<D: PollDevice> EngineCore<D> {
                         if let Some(conn) = conn {
                             let _ = self.stack.release(conn.tcp);
                             if was == QpState::Connecting {
-                                self.events.push_back(CmEvent::Error {
+                                self.ctx.events.push_back(CmEvent::Error {
                                     qp: q.id,
                                     error: ConnError::TcpLost,
                                 });
                             } else if !matches!(was, QpState::Error | QpState::Terminate) {
-                                self.events
+                                self.ctx
+                                    .events
                                     .push_back(CmEvent::Disconnected { qp: q.id, reset });
                             }
                         }
@@ -368,11 +369,13 @@ impl<D: PollDevice> EngineCore<D> {
                 if let Some(r) = self.requests[i].take() {
                     let _ = self.stack.release(r.tcp);
                     if r.phase == ReqPhase::Waiting {
-                        self.events.push_back(CmEvent::RequestCancelled(RequestId {
-                            core: self.core,
-                            index: i as u32,
-                            generation: self.req_generations[i],
-                        }));
+                        self.ctx
+                            .events
+                            .push_back(CmEvent::RequestCancelled(RequestId {
+                                core: self.core,
+                                index: i as u32,
+                                generation: self.req_generations[i],
+                            }));
                     }
                 }
             }
@@ -431,8 +434,8 @@ impl<D: PollDevice> EngineCore<D> {
                         match ev {
                             nego::Event::Request(peer) => {
                                 r.phase = ReqPhase::Waiting;
-                                self.events
-                                    .push_back(CmEvent::ConnectRequest(ConnectRequest {
+                                self.ctx.events.push_back(CmEvent::ConnectRequest(
+                                    ConnectRequest {
                                         request: RequestId {
                                             core: self.core,
                                             index: i as u32,
@@ -447,14 +450,15 @@ impl<D: PollDevice> EngineCore<D> {
                                         ird: peer.ird(),
                                         ord: peer.ord(),
                                         private_data: peer.private_data,
-                                    }));
+                                    },
+                                ));
                             }
                             nego::Event::Rejected(rej) => {
                                 // MPA refused the Request on its own (markers we cannot
                                 // send): the Reply with R = 1 goes out, and our user is
                                 // told, typed, so neither side waits in silence.
                                 if rej.reason == nego::RejectReason::MarkersUnsupported {
-                                    self.events.push_back(CmEvent::RequestRefused {
+                                    self.ctx.events.push_back(CmEvent::RequestRefused {
                                         listener: ListenerId {
                                             core: self.core,
                                             index: r.listener,
@@ -507,15 +511,7 @@ impl<D: PollDevice> EngineCore<D> {
 
     pub(super) fn poll_timers(&mut self) -> bool {
         let now_std = self.now_std();
-        let EngineCore {
-            qps,
-            mrs,
-            cfg,
-            events,
-            stats,
-            live,
-            ..
-        } = self;
+        let EngineCore { qps, ctx, live, .. } = self;
         let mut work = false;
         for &i in live.iter() {
             let Some(q) = qps[i].as_mut() else {
@@ -530,13 +526,7 @@ impl<D: PollDevice> EngineCore<D> {
             };
             if fired {
                 work = true;
-                let mut ctx = Ctx {
-                    mrs,
-                    cfg,
-                    events,
-                    stats,
-                };
-                q.drive_initiator(&mut ctx);
+                q.drive_initiator(ctx);
             }
         }
         work

@@ -103,23 +103,11 @@ impl Qp {
 
     /// A local failure found while starting work at the sending position (`tx_fault`):
     /// fail the QP with it as [`Self::fail_local`] does. Returns whether there was one.
-    pub(super) fn fail_tx_fault(
-        &mut self,
-        mrs: &MrTable,
-        cfg: &EngineConfig,
-        events: &mut VecDeque<CmEvent>,
-        stats: &mut CoreStats,
-    ) -> bool {
+    pub(super) fn fail_tx_fault(&mut self, ctx: &mut Ctx) -> bool {
         let Some(err) = self.tx_fault.take() else {
             return false;
         };
-        let mut ctx = Ctx {
-            mrs,
-            cfg,
-            events,
-            stats,
-        };
-        self.fail_local(err, None, &mut ctx);
+        self.fail_local(err, None, ctx);
         true
     }
 
@@ -133,7 +121,7 @@ impl Qp {
         &mut self,
         err: ProtocolError,
         offending: Option<&[u8]>,
-        ctx: &mut Ctx<'_>,
+        ctx: &mut Ctx,
     ) {
         if matches!(self.state, QpState::Terminate | QpState::Error) {
             return;
@@ -153,7 +141,7 @@ impl Qp {
         });
     }
 
-    pub(super) fn remote_terminate(&mut self, report: TerminateReport, ctx: &mut Ctx<'_>) {
+    pub(super) fn remote_terminate(&mut self, report: TerminateReport, ctx: &mut Ctx) {
         ctx.stats.terminates_rx += 1;
         // A Terminate that names one of our Read Requests fails that Read with the
         // peer's verdict (RDMAP-06 §4.8 copies the Read Request header); everything

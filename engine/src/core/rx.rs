@@ -83,7 +83,7 @@ pub(super) fn scatter(
 impl Qp {
     /// Consumes received stream octets: MPA startup frames, then FPDUs. Returns how many
     /// octets were consumed.
-    pub(super) fn consume(&mut self, data: &[u8], ctx: &mut Ctx<'_>) -> usize {
+    pub(super) fn consume(&mut self, data: &[u8], ctx: &mut Ctx) -> usize {
         let mut used = 0;
         if let Some(Mpa::Initiator(i)) = self.conn.as_mut().map(|c| &mut c.mpa) {
             if i.phase() == nego::Phase::AwaitingFrame {
@@ -146,7 +146,7 @@ impl Qp {
     /// DDP's validation, and the handler of the segment's buffer: [`Self::rx_tagged`], or
     /// one per untagged queue (QN 0 Sends and Immediate Data, QN 1 Read and Atomic
     /// Requests, QN 2 Terminates, QN 3 Atomic Responses).
-    pub(super) fn rx_ulpdu(&mut self, ulpdu: &[u8], ctx: &mut Ctx<'_>) -> Result<(), RxFault> {
+    pub(super) fn rx_ulpdu(&mut self, ulpdu: &[u8], ctx: &mut Ctx) -> Result<(), RxFault> {
         if self.rx_fenced(ulpdu)? {
             return Ok(());
         }
@@ -172,7 +172,11 @@ impl Qp {
         }
         let opcode = seg.repr.opcode;
         let immediate = matches!(opcode, Opcode::ImmediateData | Opcode::ImmediateDataSe);
-        let (guard, tagged) = self.rx_lookup(&seg, ctx.mrs)?;
+        // The handlers borrow the core's parts apart: the region table (the STag lookup's
+        // guard lives on it) and the counters.
+        let Ctx { mrs, stats, .. } = ctx;
+        let mrs: &MrTable = mrs;
+        let (guard, tagged) = self.rx_lookup(&seg, mrs)?;
         // Immediate Data consumes a receive buffer whatever its length: the 8 octets go
         // into the completion, not into the buffer (EXT-6.3-2; departure in docs/engine.md).
         let untagged = UntaggedView {
@@ -195,15 +199,15 @@ impl Qp {
             return Ok(());
         };
         match placement {
-            Placement::Tagged(p) => self.rx_tagged(ulpdu, &p, opcode, guard.as_ref(), ctx),
+            Placement::Tagged(p) => self.rx_tagged(ulpdu, &p, opcode, guard.as_ref(), stats),
             Placement::Untagged(p) => match p.qn {
                 qn::SEND if immediate => self.rx_immediate(&seg, &p),
-                qn::SEND => self.rx_send(ulpdu, &seg, &p, ctx),
+                qn::SEND => self.rx_send(ulpdu, &seg, &p, mrs, stats),
                 qn::READ_REQUEST if opcode == Opcode::AtomicRequest => {
-                    self.rx_atomic_request(&seg, ctx)
+                    self.rx_atomic_request(&seg, mrs)
                 }
-                qn::ATOMIC_RESPONSE => self.rx_atomic_response(&seg, ctx),
-                qn::READ_REQUEST => self.rx_read_request(&seg, ctx),
+                qn::ATOMIC_RESPONSE => self.rx_atomic_response(&seg, mrs),
+                qn::READ_REQUEST => self.rx_read_request(&seg, mrs),
                 qn::TERMINATE => {
                     let RdmapHeader::Terminate(t) = seg.repr.header else {
                         return Err(RdmapError::UnexpectedOpcode.into());
@@ -330,7 +334,7 @@ impl Qp {
         p: &TaggedPlacement,
         opcode: Opcode,
         guard: Option<&MrGuard<'_>>,
-        ctx: &mut Ctx<'_>,
+        stats: &mut CoreStats,
     ) -> Result<(), RxFault> {
         let data = ulpdu
             .get(p.payload_offset..p.payload_offset + p.payload_len)
@@ -352,7 +356,7 @@ impl Qp {
             // DDP checked the range on this very registration; the guard checks it
             // again as it copies, so no octet can land outside the region.
             g.place_at(p.to, data).map_err(BoundsFault::ddp_error)?;
-            ctx.stats.placed_octets += data.len() as u64;
+            stats.placed_octets += data.len() as u64;
         }
         if opcode == Opcode::ReadResponse {
             self.read_placed += data.len() as u64;
@@ -412,7 +416,8 @@ impl Qp {
         ulpdu: &[u8],
         seg: &Segment<'_>,
         p: &UntaggedPlacement,
-        ctx: &mut Ctx<'_>,
+        mrs: &MrTable,
+        stats: &mut CoreStats,
     ) -> Result<(), RxFault> {
         let data = ulpdu
             .get(p.payload_offset..p.payload_offset + p.payload_len)
@@ -424,18 +429,11 @@ impl Qp {
             // carries the Invalidate STag (RDMAP-4.1-3); it is checked before
             // the segment is placed, so a refused Send with Invalidate places
             // nothing (the security matrix).
-            ctx.mrs
-                .check_invalidate_remote(Stag(inv), self.pd, self.id.stream())
+            mrs.check_invalidate_remote(Stag(inv), self.pd, self.id.stream())
                 .map_err(invalidate_error)?;
         }
-        scatter(
-            ctx.mrs,
-            self.pd,
-            head.sges.as_slice(),
-            u64::from(p.mo),
-            data,
-        )?;
-        ctx.stats.placed_octets += data.len() as u64;
+        scatter(mrs, self.pd, head.sges.as_slice(), u64::from(p.mo), data)?;
+        stats.placed_octets += data.len() as u64;
         if let Some(len) = p.message_len {
             let mut invalidated = None;
             if let Some(inv) = inv_stag {
@@ -444,8 +442,7 @@ impl Qp {
                 // STag since the check above; then the Terminate goes out now
                 // and the placed payload is flushed with the receive
                 // (`MrTable::invalidate_remote`; docs/engine.md departure 24).
-                ctx.mrs
-                    .invalidate_remote(Stag(inv), self.pd, self.id.stream())
+                mrs.invalidate_remote(Stag(inv), self.pd, self.id.stream())
                     .map_err(invalidate_error)?;
                 invalidated = Some(inv);
             }
@@ -472,7 +469,7 @@ impl Qp {
     /// An Atomic Request on QN 1: admitted under IRD, checked, and queued to be executed
     /// when its turn to be answered comes.
     #[inline(always)]
-    fn rx_atomic_request(&mut self, seg: &Segment<'_>, ctx: &mut Ctx<'_>) -> Result<(), RxFault> {
+    fn rx_atomic_request(&mut self, seg: &Segment<'_>, mrs: &MrTable) -> Result<(), RxFault> {
         let RdmapHeader::AtomicRequest(ar) = seg.repr.header else {
             return Err(RdmapError::UnexpectedOpcode.into());
         };
@@ -484,8 +481,7 @@ impl Qp {
         let pd = self.pd;
         let stream = self.id.stream();
         let checked = handle_atomic_request(&ar, |stag| {
-            let g = ctx
-                .mrs
+            let g = mrs
                 .lookup_remote(Stag(stag), pd, stream, Access::empty())
                 .map_err(LookupFault::stag_fault)?;
             let atomic_ok = g.access().contains(Access::REMOTE_ATOMIC);
@@ -507,7 +503,7 @@ impl Qp {
     /// An Atomic Response on QN 3: answers the head of the outstanding queue; the original
     /// value goes into the atomic's local SGE and the atomic completes in order.
     #[inline(always)]
-    fn rx_atomic_response(&mut self, seg: &Segment<'_>, ctx: &mut Ctx<'_>) -> Result<(), RxFault> {
+    fn rx_atomic_response(&mut self, seg: &Segment<'_>, mrs: &MrTable) -> Result<(), RxFault> {
         let RdmapHeader::AtomicResponse(resp) = seg.repr.header else {
             return Err(RdmapError::UnexpectedOpcode.into());
         };
@@ -528,8 +524,7 @@ impl Qp {
             if let Some(s) = sink {
                 // The original value into the local SGE in host byte order,
                 // as ibverbs returns it.
-                let ok = ctx
-                    .mrs
+                let ok = mrs
                     .lookup_local(Stag(s.stag), self.pd, true)
                     .ok()
                     .is_some_and(|g| g.place_at(s.to, &orig.to_ne_bytes()).is_ok());
@@ -555,14 +550,13 @@ impl Qp {
     /// A Read Request on QN 1: admitted under IRD (RDMAP-6.1-2: a Read beyond it breaks the
     /// negotiated ORD), its source checked, and queued for a Read Response.
     #[inline(always)]
-    fn rx_read_request(&mut self, seg: &Segment<'_>, ctx: &mut Ctx<'_>) -> Result<(), RxFault> {
+    fn rx_read_request(&mut self, seg: &Segment<'_>, mrs: &MrTable) -> Result<(), RxFault> {
         let RdmapHeader::ReadRequest(rr) = seg.repr.header else {
             return Err(RdmapError::UnexpectedOpcode.into());
         };
         self.ird.admit()?;
         let plan = handle_read_request(&rr, |stag| {
-            ctx.mrs
-                .lookup_remote(Stag(stag), self.pd, self.id.stream(), Access::empty())
+            mrs.lookup_remote(Stag(stag), self.pd, self.id.stream(), Access::empty())
                 .map(|g| g.access_region())
                 .map_err(LookupFault::stag_fault)
         });
@@ -581,14 +575,11 @@ impl Qp {
 impl<D: PollDevice> EngineCore<D> {
     pub(super) fn poll_rx(&mut self) -> bool {
         let mut work = false;
-        let budget = self.cfg.rx_budget_bytes;
+        let budget = self.ctx.cfg.rx_budget_bytes;
         let EngineCore {
             stack,
             qps,
-            mrs,
-            cfg,
-            events,
-            stats,
+            ctx,
             live,
             ..
         } = self;
@@ -599,12 +590,6 @@ impl<D: PollDevice> EngineCore<D> {
             let Some(tcp) = q.conn.as_ref().map(|c| c.tcp) else {
                 continue;
             };
-            let mut ctx = Ctx {
-                mrs,
-                cfg,
-                events,
-                stats,
-            };
             // No new octets: consuming nothing would change nothing (the deframer keeps
             // partial FPDUs itself; startup timeouts and closes have their own steps below
             // and in `poll_timers`).
@@ -613,7 +598,7 @@ impl<D: PollDevice> EngineCore<D> {
                 let n = stack
                     .recv_with(tcp, |data| {
                         let data = &data[..data.len().min(budget)];
-                        q.consume(data, &mut ctx)
+                        q.consume(data, ctx)
                     })
                     .unwrap_or(0);
                 work |= n > 0;
@@ -626,7 +611,7 @@ impl<D: PollDevice> EngineCore<D> {
                 if let Some(Mpa::Initiator(init)) = q.conn.as_mut().map(|c| &mut c.mpa) {
                     init.handle_close();
                 }
-                q.drive_initiator(&mut ctx);
+                q.drive_initiator(ctx);
                 work = true;
             }
             // The initiator closed before its first FPDU (e.g. it cannot send the markers

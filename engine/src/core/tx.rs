@@ -5,6 +5,7 @@
 //! [`send_fpdu_from`], payload gathered from registered memory by [`gather`]).
 
 use super::*;
+use std::ops::ControlFlow;
 
 /// Gathers `out.len()` octets at message offset `offset` from the SGEs of a send request.
 pub(super) fn gather(mrs: &MrTable, pd: PdId, sges: &[Sge], offset: u64, out: &mut [u8]) -> bool {
@@ -478,32 +479,60 @@ impl<D: PollDevice> EngineCore<D> {
         work
     }
 
+    /// The transmit steps of QP slot `i`, in order: MPA startup frames, the close of a failed
+    /// startup, the Terminate, the RTR, local operations, then FPDUs within the budget
+    /// ([`Qp::tx_fpdus`]), retirement, and the graceful close once nothing is owed.
     pub(super) fn tx_qp(&mut self, i: usize) -> bool {
         let EngineCore {
             stack,
             qps,
-            mrs,
-            cfg,
-            events,
-            stats,
-            gather: gbuf,
-            fpdu: fbuf,
+            ctx,
+            gather,
+            fpdu,
             zombies,
             ..
         } = self;
         let Some(q) = qps[i].as_mut() else {
             return false;
         };
-        let Some(conn) = q.conn.as_mut() else {
+        let Some(tcp) = q.conn.as_ref().map(|c| c.tcp) else {
             return false;
         };
-        let tcp = conn.tcp;
+        let mut work = match q.tx_control(stack, tcp, ctx, fpdu) {
+            ControlFlow::Break(w) => return w,
+            ControlFlow::Continue(w) => w,
+        };
+        match q.tx_fpdus(stack, tcp, ctx, gather, fpdu) {
+            ControlFlow::Break(w) => return w,
+            ControlFlow::Continue(w) => work |= w,
+        }
+        work |= q.retire_sq();
+        work |= q.tx_close_if_drained(stack, tcp, ctx, zombies);
+        work
+    }
+}
+
+impl Qp {
+    /// Everything before the FPDUs: MPA startup frames, the close of a rejected or failed
+    /// startup, the Terminate (first, then TCP closes), the initiator's RTR, and the local
+    /// operations at the sending position. `Break(work)` ends this QP's turn.
+    #[inline(always)]
+    fn tx_control<D: PollDevice>(
+        &mut self,
+        stack: &mut Stack<D>,
+        tcp: ConnId,
+        ctx: &mut Ctx,
+        fbuf: &mut [u8],
+    ) -> ControlFlow<bool, bool> {
+        let Some(conn) = self.conn.as_mut() else {
+            return ControlFlow::Break(false);
+        };
         let mut work = false;
         // MPA startup frames.
         match &mut conn.mpa {
             Mpa::Initiator(init) if init.phase() == nego::Phase::AwaitingFrame => {
                 work |= stack.send_with(tcp, |b| init.poll_transmit(b)).unwrap_or(0) > 0;
-                return work;
+                return ControlFlow::Break(work);
             }
             Mpa::Initiator(init) => {
                 work |= stack.send_with(tcp, |b| init.poll_transmit(b)).unwrap_or(0) > 0;
@@ -514,96 +543,155 @@ impl<D: PollDevice> EngineCore<D> {
             Mpa::Done => {}
         }
         // A rejected or failed startup: close once the frames are out.
-        if q.state == QpState::Error && q.disconnect_requested && !conn.fin_sent {
+        if self.state == QpState::Error && self.disconnect_requested && !conn.fin_sent {
             let _ = stack.close(tcp);
             conn.fin_sent = true;
-            return true;
+            return ControlFlow::Break(true);
         }
         // The Terminate goes first, at an FPDU boundary; then TCP closes.
-        if let Some((buf, len)) = conn.term {
-            let Some(framer) = conn.framer.as_mut() else {
-                conn.term = None;
-                let _ = stack.close(tcp);
-                return true;
-            };
-            if send_fpdu(stack, tcp, framer, &buf[..len], &[], fbuf) {
-                conn.term = None;
-                stats.terminates_tx += 1;
-                stats.fpdus_tx += 1;
-                let _ = stack.close(tcp);
-                conn.fin_sent = true;
-                q.set_state(QpState::Error);
-                return true;
-            }
-            return work;
+        if conn.term.is_some() {
+            return ControlFlow::Break(self.tx_terminate(stack, tcp, ctx, fbuf) || work);
         }
-        if !matches!(q.state, QpState::Rts | QpState::Closing) {
-            return work;
+        if !matches!(self.state, QpState::Rts | QpState::Closing) {
+            return ControlFlow::Break(work);
         }
         // The initiator's RTR is its first FPDU (MPA2-5-1).
-        if let Some(t) = conn.rtr_pending {
-            let Some(framer) = conn.framer.as_mut() else {
-                return work;
-            };
-            if !send_fpdu(stack, tcp, framer, t.ulpdu(), &[], fbuf) {
-                return work;
-            }
-            stats.fpdus_tx += 1;
-            conn.rtr_pending = None;
-            match t {
-                RtrType::Send => {
-                    let _ = conn.ddp_tx.set_next_msn(qn::SEND, 2);
-                }
-                RtrType::Read => {
-                    let _ = conn.ddp_tx.set_next_msn(qn::READ_REQUEST, 2);
-                    q.orq.push_back(OrqEntry {
-                        seq: None,
-                        sink_stag: 0,
-                        len: 0,
-                        atomic: None,
-                    });
-                }
-                RtrType::Write => {}
-            }
-            if let Mpa::Initiator(init) = &mut conn.mpa {
-                init.handle_rtr_sent();
+        if conn.rtr_pending.is_some() {
+            if !self.tx_rtr(stack, tcp, ctx, fbuf) {
+                return ControlFlow::Break(work);
             }
             work = true;
         }
         // Binds, fast registrations and Local Invalidates at the sending position need no
         // FPDU: they run even while MPA fencing holds FPDUs back (module `local`).
-        if q.tx.is_none() {
-            work |= q.run_local_ops(mrs);
-            if q.fail_tx_fault(mrs, cfg, events, stats) {
-                return true;
+        if self.tx.is_none() {
+            work |= self.run_local_ops(&ctx.mrs);
+            if self.fail_tx_fault(ctx) {
+                return ControlFlow::Break(true);
             }
         }
-        if !q.can_send_fpdus() {
-            return work;
+        if !self.can_send_fpdus() {
+            return ControlFlow::Break(work);
         }
-        if let Some(c) = q.conn.as_mut() {
+        if let Some(c) = self.conn.as_mut() {
             if matches!(c.mpa, Mpa::Initiator(_)) {
                 c.mpa = Mpa::Done;
             }
         }
+        ControlFlow::Continue(work)
+    }
+
+    /// Sends the queued Terminate as the stream's last FPDU and closes TCP. Returns whether
+    /// anything changed (false: no room yet).
+    fn tx_terminate<D: PollDevice>(
+        &mut self,
+        stack: &mut Stack<D>,
+        tcp: ConnId,
+        ctx: &mut Ctx,
+        fbuf: &mut [u8],
+    ) -> bool {
+        let Some(conn) = self.conn.as_mut() else {
+            return false;
+        };
+        let Some((buf, len)) = conn.term else {
+            return false;
+        };
+        let Some(framer) = conn.framer.as_mut() else {
+            conn.term = None;
+            let _ = stack.close(tcp);
+            return true;
+        };
+        if !send_fpdu(stack, tcp, framer, &buf[..len], &[], fbuf) {
+            return false;
+        }
+        conn.term = None;
+        ctx.stats.terminates_tx += 1;
+        ctx.stats.fpdus_tx += 1;
+        let _ = stack.close(tcp);
+        conn.fin_sent = true;
+        self.set_state(QpState::Error);
+        true
+    }
+
+    /// Sends the initiator's pending RTR (MPA2-5-1) and accounts for it: a Send RTR takes
+    /// MSN 1 of QN 0, a Read RTR MSN 1 of QN 1 and an ORD slot for its zero-length Read
+    /// Response. Returns false, nothing changed, when there is no room yet.
+    fn tx_rtr<D: PollDevice>(
+        &mut self,
+        stack: &mut Stack<D>,
+        tcp: ConnId,
+        ctx: &mut Ctx,
+        fbuf: &mut [u8],
+    ) -> bool {
+        let Some(conn) = self.conn.as_mut() else {
+            return false;
+        };
+        let Some(t) = conn.rtr_pending else {
+            return false;
+        };
+        let Some(framer) = conn.framer.as_mut() else {
+            return false;
+        };
+        if !send_fpdu(stack, tcp, framer, t.ulpdu(), &[], fbuf) {
+            return false;
+        }
+        ctx.stats.fpdus_tx += 1;
+        conn.rtr_pending = None;
+        match t {
+            RtrType::Send => {
+                let _ = conn.ddp_tx.set_next_msn(qn::SEND, 2);
+            }
+            RtrType::Read => {
+                let _ = conn.ddp_tx.set_next_msn(qn::READ_REQUEST, 2);
+                self.orq.push_back(OrqEntry {
+                    seq: None,
+                    sink_stag: 0,
+                    len: 0,
+                    atomic: None,
+                });
+            }
+            RtrType::Write => {}
+        }
+        if let Some(Mpa::Initiator(init)) = self.conn.as_mut().map(|c| &mut c.mpa) {
+            init.handle_rtr_sent();
+        }
+        true
+    }
+
+    /// Up to `tx_budget_fpdus` FPDUs: messages started by [`Self::start_next`], cut into
+    /// segments by DDP, each framed into the TCP send buffer with its payload copied out of
+    /// registered memory ([`send_fpdu_from`]); a finished message updates its request
+    /// ([`Self::tx_message_done`]). `Break(true)`: the QP failed.
+    #[inline(always)]
+    fn tx_fpdus<D: PollDevice>(
+        &mut self,
+        stack: &mut Stack<D>,
+        tcp: ConnId,
+        ctx: &mut Ctx,
+        gbuf: &mut [u8],
+        fbuf: &mut [u8],
+    ) -> ControlFlow<bool, bool> {
+        let mut work = false;
         let mut fpdus = 0;
-        while fpdus < cfg.tx_budget_fpdus {
-            if q.tx.is_none() {
-                q.tx = q.start_next(cfg, mrs);
-                if q.fail_tx_fault(mrs, cfg, events, stats) {
-                    return true;
+        while fpdus < ctx.cfg.tx_budget_fpdus {
+            if self.tx.is_none() {
+                self.tx = self.start_next(&ctx.cfg, &ctx.mrs);
+                if self.fail_tx_fault(ctx) {
+                    return ControlFlow::Break(true);
                 }
-                if q.tx.is_none() {
+                if self.tx.is_none() {
                     break;
                 }
             }
-            let Some(conn) = q.conn.as_mut() else { break };
+            let Some(conn) = self.conn.as_mut() else {
+                break;
+            };
             let Some(framer) = conn.framer.as_mut() else {
                 break;
             };
-            let Some(msg) = q.tx.as_mut() else { break };
+            let Some(msg) = self.tx.as_mut() else { break };
             let Some(ulpdu_len) = msg.seg.next_ulpdu_len() else {
-                q.tx = None;
+                self.tx = None;
                 continue;
             };
             let need = framer.fpdu_wire_len(ulpdu_len);
@@ -612,13 +700,14 @@ impl<D: PollDevice> EngineCore<D> {
             }
             let mut hdr = [0u8; MAX_SEGMENT_HEADER_LEN];
             let Ok(Some(s)) = msg.seg.next_segment(&mut hdr) else {
-                q.tx = None;
+                self.tx = None;
                 continue;
             };
             let plen = s.payload_len as usize;
             let off = u64::from(s.payload_offset);
-            let (sq, sq_head, pd, stream) = (&q.sq, q.sq_head_seq, q.pd, q.id.stream());
+            let (sq, sq_head, pd, stream) = (&self.sq, self.sq_head_seq, self.pd, self.id.stream());
             let src = &msg.src;
+            let mrs: &MrTable = &ctx.mrs;
             // Copies this segment's payload out of registered memory into `dst`; false if
             // the local region went away.
             let mut fill = |dst: &mut [u8]| -> bool {
@@ -651,76 +740,90 @@ impl<D: PollDevice> EngineCore<D> {
                 gbuf,
                 fbuf,
             );
-            let ok = sent.is_ok();
-            if !ok {
+            if sent.is_err() {
                 // The local region went away under a posted request or a Read being
                 // answered: a local catastrophic error for the stream.
-                let mut ctx = Ctx {
-                    mrs,
-                    cfg,
-                    events,
-                    stats,
-                };
                 if let TxSrc::Sq(seq) = msg.src {
-                    if let Some(e) = q.entry_mut(seq) {
+                    if let Some(e) = self.entry_mut(seq) {
                         e.status = Some(WcStatus::LocalProtection);
                     }
                 }
-                q.fail_local(
+                self.fail_local(
                     ProtocolError::Rdmap(RdmapError::LocalCatastrophic),
                     None,
-                    &mut ctx,
+                    ctx,
                 );
-                return true;
+                return ControlFlow::Break(true);
             }
             // Space was checked before the segment was cut, so this always succeeds.
             debug_assert!(matches!(sent, Ok(true)));
             fpdus += 1;
-            stats.fpdus_tx += 1;
+            ctx.stats.fpdus_tx += 1;
             work = true;
             if msg.seg.is_done() {
-                let done = q.tx.take();
-                match done.map(|m| m.src) {
-                    Some(TxSrc::Sq(seq)) => {
-                        // Reads and Atomics complete when their response arrives; a Write
-                        // with Immediate when its second message is out.
-                        let pending = q.entry_mut(seq).is_some_and(|e| {
-                            matches!(e.wr.op, SendOp::Read { .. })
-                                || e.wr.op.is_atomic()
-                                || (matches!(e.wr.op, SendOp::WriteWithImm { .. }) && e.stage < 2)
-                        });
-                        if !pending {
-                            if let Some(e) = q.entry_mut(seq) {
-                                e.status.get_or_insert(WcStatus::Success);
-                            }
-                        }
-                    }
-                    Some(TxSrc::ReadResp(_)) | Some(TxSrc::AtomicResp) => q.ird.retire(),
-                    None => {}
-                }
+                self.tx_message_done();
             }
         }
-        work |= q.retire_sq();
-        // Graceful close: once nothing is owed, FIN (RDMAP-06 §6; the peer drains too).
-        let drained = q.tx.is_none() && q.irq.is_empty() && q.sq.is_empty() && q.orq.is_empty();
-        if q.state == QpState::Closing && drained {
-            let qid = q.id;
-            if let Some(c) = q.conn.as_mut() {
-                if !c.fin_sent {
-                    let _ = stack.close(tcp);
-                    c.fin_sent = true;
-                    work = true;
-                }
-                if c.peer_closed {
-                    q.flush();
-                    if let Some(c) = q.conn.take() {
-                        zombies.push(c.tcp);
+        ControlFlow::Continue(work)
+    }
+
+    /// The message at `tx` is out whole: a Send or Write is done (it completes when the
+    /// requests before it did); Reads and Atomics complete when their response arrives, a
+    /// Write with Immediate when its second message is out; a Read or Atomic Response frees
+    /// its IRD slot.
+    #[inline(always)]
+    fn tx_message_done(&mut self) {
+        let done = self.tx.take();
+        match done.map(|m| m.src) {
+            Some(TxSrc::Sq(seq)) => {
+                let pending = self.entry_mut(seq).is_some_and(|e| {
+                    matches!(e.wr.op, SendOp::Read { .. })
+                        || e.wr.op.is_atomic()
+                        || (matches!(e.wr.op, SendOp::WriteWithImm { .. }) && e.stage < 2)
+                });
+                if !pending {
+                    if let Some(e) = self.entry_mut(seq) {
+                        e.status.get_or_insert(WcStatus::Success);
                     }
-                    events.push_back(CmEvent::Disconnected {
-                        qp: qid,
-                        reset: false,
-                    });
                 }
+            }
+            Some(TxSrc::ReadResp(_)) | Some(TxSrc::AtomicResp) => self.ird.retire(),
+            None => {}
+        }
+    }
+
+    /// Graceful close: once nothing is owed, FIN (RDMAP-06 §6; the peer drains too); once
+    /// the peer closed as well, the QP is flushed, its TCP connection handed to the zombies
+    /// and [`CmEvent::Disconnected`] reported.
+    fn tx_close_if_drained<D: PollDevice>(
+        &mut self,
+        stack: &mut Stack<D>,
+        tcp: ConnId,
+        ctx: &mut Ctx,
+        zombies: &mut Vec<ConnId>,
+    ) -> bool {
+        let drained =
+            self.tx.is_none() && self.irq.is_empty() && self.sq.is_empty() && self.orq.is_empty();
+        if self.state != QpState::Closing || !drained {
+            return false;
+        }
+        let mut work = false;
+        let qid = self.id;
+        if let Some(c) = self.conn.as_mut() {
+            if !c.fin_sent {
+                let _ = stack.close(tcp);
+                c.fin_sent = true;
+                work = true;
+            }
+            if c.peer_closed {
+                self.flush();
+                if let Some(c) = self.conn.take() {
+                    zombies.push(c.tcp);
+                }
+                ctx.events.push_back(CmEvent::Disconnected {
+                    qp: qid,
+                    reset: false,
+                });
             }
         }
         work
