@@ -552,7 +552,12 @@ struct World {
 impl World {
     fn new(setup: &Setup) -> Result<World, Violation> {
         let fail = |what: &str| Violation::Setup(what.to_string());
-        let (a, b) = link::pair(&LinkConfig::default());
+        // Small queues and one backlog socket: every input builds a new world, and the
+        // default link preallocates a thousand frames per direction.
+        let (a, b) = link::pair(&LinkConfig {
+            queue_frames: 128,
+            ..LinkConfig::default()
+        });
         let tuning = TcpTuning {
             rx_buffer: 128 * 1024,
             tx_buffer: 128 * 1024,
@@ -573,7 +578,7 @@ impl World {
             max_rq_depth: 16,
             max_cq_depth: 64,
             mr_table_capacity: 16,
-            max_pending_requests: 2,
+            max_pending_requests: 1,
             event_queue_depth: 64,
             command_queue_depth: 64,
             max_connections: 2,
