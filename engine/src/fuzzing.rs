@@ -35,6 +35,7 @@
 //!    Terminate), every posted receive and send completed exactly once (flushed at the
 //!    latest, RDMAP-6.2.1-2); otherwise no work request completed twice, none was flushed
 //!    while the QP stayed usable; at most one error is reported (RDMAP-7.1-5).
+//! 6. The world goes quiet soon after the stream ends (no livelock).
 //!
 //! With the test-only feature `planted-bounds-defect` the tagged bounds check lets a
 //! segment reach past its region's end; invariant 2 must catch it ([`planted_defect_input`]).
@@ -78,8 +79,12 @@ pub const GUARD_LEN: usize = 128;
 pub const MR_SEED: u64 = 0x15_f0_22;
 /// Largest payload a structured segment carries (keeps one input cheap).
 const MAX_PAYLOAD: usize = 3000;
-/// Steps after which a run stops even if the world is not quiet (nothing here needs more).
+/// Steps spent sending the stream at most (a long stream cut into one-octet segments is
+/// sent up to there; the rest is dropped).
 const MAX_STEPS: usize = 4000;
+/// Steps the world gets to become quiet after the stream: 50 ms of simulated time, far
+/// below TCP's timers, so a world still busy then is a livelock (a violation).
+const MAX_QUIET_STEPS: usize = 500;
 
 /// Index of each region in [`REGIONS`].
 pub const RW: usize = 0;
@@ -1076,13 +1081,19 @@ impl World {
             let _ = self.peer.close(self.tcp);
         }
         let mut quiet = 0;
-        while quiet < 3 && steps < MAX_STEPS {
+        let mut settle = 0;
+        while quiet < 3 {
+            if settle == MAX_QUIET_STEPS {
+                return Err(Violation::State(format!(
+                    "still busy {MAX_QUIET_STEPS} steps after the stream ended (livelock)"
+                )));
+            }
             if self.step() {
                 quiet = 0;
             } else {
                 quiet += 1;
             }
-            steps += 1;
+            settle += 1;
         }
         self.finish()
     }
