@@ -13,9 +13,11 @@
 //!   repr (and, where the format keeps every bit, to the same octets).
 //! - [`negotiation`]: the MPA initiator and responder fed arbitrary peer bytes in arbitrary
 //!   chunks (whole and chunked must agree), and the two machines talking to each other.
-//! - [`ddp_receive`]: DDP receive validation and the RDMAP receive checks against a toy
-//!   engine whose memory accesses are bounds-checked slices, so a validation that lets a
-//!   bad placement through panics.
+//! - [`ddp_receive`]: proto's DDP receive validation and RDMAP receive checks against a
+//!   table of buffer descriptions (no memory): every placement, Read source and atomic
+//!   target they accept must lie inside what they were told. The engine's own receive path
+//!   (its dispatch, placement into registered memory, Terminates and QP state) is fuzzed by
+//!   the `engine_rx` target through `warpcore_engine::fuzzing`, not by a copy here.
 //!
 //! Input layouts are documented at each body; the seed corpora follow them.
 // Each includer uses every body, but not every helper is used by every includer.
@@ -1174,25 +1176,35 @@ fn pair(init_cfg: u8, resp_cfg: u8, io: u8, decision: u8, now: Instant) {
 // ddp_receive
 // ---------------------------------------------------------------------------------------------
 
-/// One registered buffer of the toy engine. Its memory is a plain `Vec`, so any placement
-/// that DDP or RDMAP let through outside it panics on the slice index.
+/// One registered buffer as DDP and RDMAP are told about it: a TO range and rights, no
+/// memory (the engine's placement into real memory is `engine_rx`'s business).
 #[derive(Debug, Clone)]
 struct ToyRegion {
     stag: u32,
     base: u64,
-    mem: Vec<u8>,
+    len: u64,
     remote_read: bool,
     remote_write: bool,
 }
 
-/// The toy engine: two regions and a few posted receive buffers per untagged queue.
+impl ToyRegion {
+    /// Whether `len` octets at `to` lie inside the region (no wrap).
+    fn contains(&self, to: u64, len: u64) -> bool {
+        to.checked_sub(self.base)
+            .and_then(|off| off.checked_add(len))
+            .is_some_and(|end| end <= self.len)
+    }
+}
+
+/// The buffer table proto is checked against: two regions and the lengths of a few posted
+/// receive buffers per untagged queue.
 #[derive(Debug)]
 struct ToyEngine {
     regions: Vec<ToyRegion>,
     /// STags that exist but belong to another stream.
     foreign_stag: u32,
     queue_mask: u8,
-    posted: [VecDeque<Vec<u8>>; QUEUE_COUNT],
+    posted: [VecDeque<u64>; QUEUE_COUNT],
 }
 
 impl ToyEngine {
@@ -1206,17 +1218,10 @@ impl ToyEngine {
             .ok_or(StagFault::Invalid)
     }
 
-    fn region_mut(&mut self, stag: u32) -> &mut ToyRegion {
-        self.regions
-            .iter_mut()
-            .find(|r| r.stag == stag)
-            .expect("placement into a validated STag")
-    }
-
     fn access_region(&self, stag: u32) -> Result<AccessRegion, StagFault> {
         self.region(stag).map(|r| AccessRegion {
             base: r.base,
-            len: r.mem.len() as u64,
+            len: r.len,
             remote_read: r.remote_read,
             remote_write: r.remote_write,
         })
@@ -1228,7 +1233,7 @@ impl TaggedBuffers for ToyEngine {
         match self.region(stag) {
             Ok(r) => Ok(TaggedRegion {
                 base: r.base,
-                len: r.mem.len() as u64,
+                len: r.len,
             }),
             Err(StagFault::NotAssociated) => Err(TaggedFault::NotAssociated),
             Err(StagFault::Invalid) => Err(TaggedFault::InvalidStag),
@@ -1242,10 +1247,7 @@ impl UntaggedBuffers for ToyEngine {
     }
 
     fn buffer_len(&self, qn: u32, _msn: u32) -> Option<u64> {
-        self.posted
-            .get(qn as usize)?
-            .front()
-            .map(|b| b.len() as u64)
+        self.posted.get(qn as usize)?.front().copied()
     }
 }
 
@@ -1267,19 +1269,19 @@ fn toy_engine(c: &[u8; DDP_CONFIG_LEN]) -> (ToyEngine, RdmapConfig, u32) {
     let a = ToyRegion {
         stag,
         base: be_u64(&c[5..13]),
-        mem: vec![0u8; be_u64(&c[13..15]) as usize],
+        len: be_u64(&c[13..15]),
         remote_read: c[0] & 0x40 != 0,
         remote_write: c[0] & 0x80 != 0,
     };
     let b = ToyRegion {
         stag: stag ^ 0x80,
         base: 0,
-        mem: vec![0u8; 64],
+        len: 64,
         remote_read: true,
         remote_write: true,
     };
-    let buf_len = be_u64(&c[15..17]) as usize;
-    let posted = core::array::from_fn(|_| (0..4).map(|_| vec![0u8; buf_len]).collect());
+    let buf_len = be_u64(&c[15..17]);
+    let posted = core::array::from_fn(|_| (0..4).map(|_| buf_len).collect());
     let engine = ToyEngine {
         regions: vec![a, b],
         foreign_stag: stag ^ 0x40,
@@ -1293,15 +1295,15 @@ fn toy_engine(c: &[u8; DDP_CONFIG_LEN]) -> (ToyEngine, RdmapConfig, u32) {
     (engine, config, u32::from(c[17]))
 }
 
-/// Fuzz body for DDP receive validation and the RDMAP receive checks.
+/// Fuzz body for proto's DDP receive validation and RDMAP receive checks.
 ///
 /// Input: an 18-octet configuration ([`toy_engine`]) followed by segments, each
 /// `[len_hi, len_lo, octets...]` (a ULPDU as the deframer yields it; the last one may be
-/// short). Each segment goes through `DdpReceiver::handle_segment`; a placement is carried
-/// out into the toy engine's memory (so an out-of-bounds placement panics), then the
-/// segment is decoded with `Segment::parse` and the RDMAP checks run on it (inbound
-/// checks, Write access, Read Request handling with IRD accounting and the Read Response
-/// plan, atomics executed on region memory, remote invalidation). The first error is turned
+/// short). Each segment goes through `DdpReceiver::handle_segment`; a placement it returns
+/// must lie inside the region or posted buffer it was told about, then the segment is
+/// decoded with `Segment::parse` and proto's RDMAP checks run on it (inbound checks, Write
+/// access, Read Request handling with IRD accounting and the Read Response plan, atomic
+/// requests and their execution on a word, remote invalidation). The first error is turned
 /// into a Terminate, which must decode back to the same error; after a DDP error every
 /// later segment must be dropped silently (DDP-7.1-17).
 pub fn ddp_receive(data: &[u8]) {
@@ -1336,7 +1338,7 @@ pub fn ddp_receive(data: &[u8]) {
             }
             Ok(None) => panic!("Ok(None) from a receiver that has not failed"),
             Ok(Some(p)) => {
-                place(&mut engine, seg, &p);
+                check_placement(&mut engine, seg, &p);
                 match decoded {
                     Err(e) => Some(e.protocol_error()),
                     Ok(s) => rdmap_receive(&mut engine, &rdmap_config, &mut irq, &s).err(),
@@ -1380,34 +1382,37 @@ fn check_ddp_vs_decoder(
     }
 }
 
-/// Carries out a placement into the toy engine's memory (slice indexing panics if DDP let
-/// an out-of-bounds placement through) and pops the receive buffer of a finished message.
-fn place(engine: &mut ToyEngine, seg: &[u8], p: &Placement) {
+/// A placement DDP returned must lie inside the region or the posted buffer it names; the
+/// receive buffer of a finished message is popped.
+fn check_placement(engine: &mut ToyEngine, seg: &[u8], p: &Placement) {
     let range = p.payload_range();
     assert_eq!(
         range.end,
         seg.len(),
         "payload does not end with the segment"
     );
-    let payload = &seg[range];
+    let n = range.len() as u64;
     match p {
         Placement::Tagged(t) => {
             assert_eq!(t.payload_offset, 14);
             if t.payload_len > 0 {
-                let r = engine.region_mut(t.stag);
-                let at = usize::try_from(t.to - r.base).expect("offset fits");
-                r.mem[at..at + payload.len()].copy_from_slice(payload);
+                let r = engine
+                    .region(t.stag)
+                    .expect("placement into a validated STag");
+                assert!(r.contains(t.to, n), "tagged placement outside its region");
             }
         }
         Placement::Untagged(u) => {
             assert_eq!(u.payload_offset, 18);
             let q = &mut engine.posted[u.qn as usize];
-            let buf = q.front_mut().expect("placement without a posted buffer");
-            let at = u.mo as usize;
-            buf[at..at + payload.len()].copy_from_slice(payload);
-            if let Some(len) = u.message_len {
-                assert_eq!(u64::from(len), u64::from(u.mo) + payload.len() as u64);
-                assert!(len as usize <= buf.len());
+            let len = *q.front().expect("placement without a posted buffer");
+            assert!(
+                u64::from(u.mo) + n <= len,
+                "untagged placement outside its buffer"
+            );
+            if let Some(m) = u.message_len {
+                assert_eq!(u64::from(m), u64::from(u.mo) + n);
+                assert!(u64::from(m) <= len);
                 q.pop_front();
             }
         }
@@ -1450,10 +1455,12 @@ fn rdmap_receive(
             let plan = rdmap::handle_read_request(&rr, |stag| engine.access_region(stag))?;
             assert_eq!(plan.len, rr.read_size);
             if plan.len > 0 {
-                // The validated source range is inside the region: read it.
+                // The validated source range is inside the region.
                 let r = engine.region(plan.src_stag).expect("validated source STag");
-                let at = usize::try_from(plan.src_to - r.base).expect("offset fits");
-                let src = &r.mem[at..at + plan.len as usize];
+                assert!(
+                    r.contains(plan.src_to, u64::from(plan.len)),
+                    "Read source outside its region"
+                );
                 // The Read Response goes out in segments of at most 1000 octets.
                 let sender = DdpSender::new();
                 let segmenter = sender.tagged(
@@ -1481,7 +1488,7 @@ fn rdmap_receive(
                         s.repr,
                         "Read Response plan and segmenter differ"
                     );
-                    let _ = &src[s.payload_offset as usize..][..s.payload_len as usize];
+                    assert!(s.payload_offset + s.payload_len <= plan.len);
                     sent += s.payload_len;
                 }
                 assert_eq!(sent, plan.len);
@@ -1493,15 +1500,14 @@ fn rdmap_receive(
             irq.admit()?;
             atomic::handle_atomic_request(&req, |stag| engine.access_region(stag))?;
             let r = engine
-                .regions
-                .iter_mut()
-                .find(|r| r.stag == req.remote_stag)
+                .region(req.remote_stag)
                 .expect("validated atomic target");
-            let at = usize::try_from(req.remote_to - r.base).expect("offset fits");
-            let cell = &mut r.mem[at..at + 8];
-            let mut word = u64::from_be_bytes(cell.try_into().expect("8 octets"));
+            assert!(
+                r.contains(req.remote_to, 8),
+                "atomic target outside its region"
+            );
+            let mut word = u64::from(req.request_id).rotate_left(17) ^ req.remote_to;
             let orig = atomic::execute(&req, &mut word)?;
-            cell.copy_from_slice(&word.to_be_bytes());
             assert_eq!(atomic::response(&req, orig).orig_request_id, req.request_id);
             irq.retire();
         }

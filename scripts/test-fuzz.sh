@@ -2,7 +2,9 @@
 # Smoke-runs every cargo-fuzz target for a few seconds each (libFuzzer), starting from the
 # corpora kept in fuzz/corpus/<target>. Any crash fails the run and leaves its reproducer in
 # fuzz/artifacts/<target>/: add it to fuzz/corpus/<target>/ once fixed, and the regular test
-# suite (proto/tests/fuzz_corpus.rs) replays it forever after.
+# suite (proto/tests/fuzz_corpus.rs, engine/tests/fuzz_engine_rx.rs for engine_rx) replays it
+# forever after. Then the planted-defect proof: engine_rx built with a deliberately broken
+# bounds check must fail (fuzz/README.md).
 #
 #   scripts/test-fuzz.sh [SECONDS_PER_TARGET]      # default 5; 0 skips the runs
 set -euo pipefail
@@ -45,3 +47,38 @@ for t in $targets; do
     fi
 done
 echo "test-fuzz: all targets ran clean"
+
+# The proof that engine_rx's invariants fail the run when violated (issue 15): the same
+# target, built against an engine with a deliberately broken tagged bounds check (the
+# test-only feature planted-bounds-defect), must crash with the guard-octet violation
+# within the same time budget, from the same corpus. Its crash goes to a scratch
+# directory, not to fuzz/artifacts/.
+scratch=$(mktemp -d)
+artifacts=$(mktemp -d)
+cp -r corpus/engine_rx/. "$scratch/"
+log="$scratch.log"
+echo "test-fuzz: engine_rx with the planted bounds defect for up to ${secs}s (must fail)"
+cargo fuzz build -O -a --features planted-bounds-defect engine_rx
+set +e
+cargo fuzz run -O -a --features planted-bounds-defect engine_rx "$scratch" -- \
+    -max_total_time="$secs" -artifact_prefix="$artifacts/" >"$log" 2>&1
+status=$?
+set -e
+caught=0
+if [[ $status -ne 0 ]] && grep -q "engine_rx: guard octet" "$log"; then caught=1; fi
+grep -E "^(engine_rx: |SUMMARY)" "$log" || true
+rm -rf "$scratch" "$artifacts" "$log"
+if [[ $caught -ne 1 ]]; then
+    echo "test-fuzz: the planted bounds defect was NOT caught by engine_rx" >&2
+    exit 1
+fi
+# The harness body itself, as a cargo test, on the one input that crosses the region end:
+# it must report the guard violation with the defect (and, in the normal suite, pass
+# without it: tests/fuzz_engine_rx.rs).
+cd ..
+cargo test -q -p warpcore-engine --no-default-features --features planted-bounds-defect \
+    --test fuzz_engine_rx -- write_past_the_end
+# Rebuild the correct engine_rx so that a later `cargo fuzz run` does not pick up the
+# planted binary.
+(cd fuzz && cargo fuzz build -O -a engine_rx)
+echo "test-fuzz: the planted bounds defect was caught"

@@ -29,6 +29,9 @@ pub mod cm;
 pub mod config;
 pub mod core;
 pub mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod mem;
 pub mod ring;
 pub mod runtime;

@@ -54,7 +54,8 @@ fn corpus_negotiation() {
     replay("negotiation", bodies::negotiation);
 }
 
-/// DDP receive validation (DDP-04 §7.1) and the RDMAP receive checks with a toy engine.
+/// DDP receive validation (DDP-04 §7.1) and the RDMAP receive checks against a buffer table
+/// (the engine's own receive path is replayed by `engine/tests/fuzz_engine_rx.rs`).
 #[test]
 fn corpus_ddp_receive() {
     replay("ddp_receive", bodies::ddp_receive);

@@ -125,6 +125,8 @@
 //! to an ordering or an `unsafe` block here.
 #![allow(unsafe_code)]
 
+#[cfg(feature = "fuzzing")]
+mod guarded;
 mod region;
 mod table;
 
@@ -135,7 +137,13 @@ use warpcore_proto::ddp::TaggedFault;
 use warpcore_proto::error::{DdpError, RdmapError};
 use warpcore_proto::rdmap::StagFault;
 
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub use guarded::GuardedArena;
 pub use region::Region;
+#[cfg(feature = "planted-bounds-defect")]
+#[doc(hidden)]
+pub use table::PLANTED_SLACK;
 pub use table::{MrGuard, MrTable, MAX_CAPACITY};
 
 /// Identifies the stream (queue pair) a type 2 memory window is bound to: an opaque,

@@ -944,6 +944,28 @@ impl fmt::Debug for MrTable {
     }
 }
 
+/// Test-only (feature `planted-bounds-defect`): how far past its region's end a tagged
+/// placement may reach with the planted defect. The deliberately broken check lets DDP and
+/// [`MrGuard::place_at`] accept a segment that ends up to this many octets beyond the
+/// region, which only the `fuzzing` module's guarded regions have room for; the `engine_rx`
+/// invariants must catch it (issue 15).
+#[cfg(feature = "planted-bounds-defect")]
+pub const PLANTED_SLACK: u64 = 64;
+
+/// The extra length the planted defect adds to the region DDP checks against (0 in every
+/// real build).
+#[inline(always)]
+const fn planted_slack() -> u64 {
+    #[cfg(feature = "planted-bounds-defect")]
+    {
+        PLANTED_SLACK
+    }
+    #[cfg(not(feature = "planted-bounds-defect"))]
+    {
+        0
+    }
+}
+
 /// A registration held for one placement: the region cannot be deregistered (nor
 /// invalidated) until the guard drops. Offers the bounds check and the copies.
 ///
@@ -997,7 +1019,7 @@ impl MrGuard<'_> {
     pub fn tagged_region(&self) -> TaggedRegion {
         TaggedRegion {
             base: self.meta.base_to,
-            len: self.meta.len as u64,
+            len: self.meta.len as u64 + planted_slack(),
         }
     }
 
@@ -1037,6 +1059,18 @@ impl MrGuard<'_> {
         Ok((to - base) as usize)
     }
 
+    /// The planted defect (feature `planted-bounds-defect`, test-only): [`MrGuard::bounds`]
+    /// with the end of the region moved [`PLANTED_SLACK`] octets out.
+    #[cfg(feature = "planted-bounds-defect")]
+    fn planted_bounds(&self, to: u64, len: usize) -> Result<usize, BoundsFault> {
+        let end = to.checked_add(len as u64).ok_or(BoundsFault::ToWrap)?;
+        let base = self.meta.base_to;
+        if to < base || end - base > self.meta.len as u64 + PLANTED_SLACK {
+            return Err(BoundsFault::OutOfBounds);
+        }
+        Ok((to - base) as usize)
+    }
+
     #[inline]
     fn range_ok(&self, offset: usize, len: usize) -> bool {
         offset <= self.meta.len && len <= self.meta.len - offset
@@ -1060,9 +1094,15 @@ impl MrGuard<'_> {
     /// at Tagged Offset `to`, with a single bounds check.
     #[inline]
     pub fn place_at(&self, to: u64, data: &[u8]) -> Result<(), BoundsFault> {
+        #[cfg(not(feature = "planted-bounds-defect"))]
         let offset = self.bounds(to, data.len())?;
+        #[cfg(feature = "planted-bounds-defect")]
+        let offset = self.planted_bounds(to, data.len())?;
         // SAFETY: `bounds` proved `[offset, offset + data.len())` inside the region, which
-        // the guard keeps alive; `data` does not overlap it (see `place`).
+        // the guard keeps alive; `data` does not overlap it (see `place`). (Not so with the
+        // test-only `planted-bounds-defect`, whose whole point is a write up to
+        // `PLANTED_SLACK` octets past the end: into the guard octets that the `fuzzing`
+        // module's `GuardedArena` keeps behind every region it registers.)
         unsafe { ptr::copy_nonoverlapping(data.as_ptr(), self.meta.ptr.add(offset), data.len()) };
         Ok(())
     }
