@@ -59,13 +59,14 @@ impl GuardedArena {
         let regions = spans
             .iter()
             .map(|&(start, l)| {
-                // SAFETY (`Region::from_raw`'s contract): `base + start .. + l` lies inside
+                // SAFETY: `Region::from_raw`'s contract holds: `base + start .. + l` lies inside
                 // the allocation (`start + l <= len`, by construction above), which lives
                 // until the arena drops, and the arena frees it only once it holds the
                 // last `Arc` of every region (see `Drop`); no Rust reference to it exists
                 // (the box was turned into a raw pointer and the arena reads it by raw
                 // copies only).
-                Arc::new(unsafe { Region::from_raw(base.add(start), l) })
+                let region = unsafe { Region::from_raw(base.add(start), l) };
+                Arc::new(region)
             })
             .collect();
         GuardedArena {
