@@ -145,6 +145,16 @@ impl EngineConfig {
         if self.tcp.tx_buffer < 2 * 65536 || self.tcp.rx_buffer < 2 * 65536 {
             return err("tcp", "buffers must hold two maximal FPDUs (128 KiB)");
         }
+        // smoltcp applies the timeout to idle connections too: without probes shorter than
+        // it, every idle queue pair would be reset (`TcpTuning::keep_alive`).
+        if let Some(t) = self.tcp.timeout {
+            if !self.tcp.keep_alive.is_some_and(|k| k < t) {
+                return err(
+                    "tcp.keep_alive",
+                    "must be set and shorter than tcp.timeout (idle connections would be reset)",
+                );
+            }
+        }
         if self.max_connections < self.max_qps.min(2) {
             return err("max_connections", "must allow at least two connections");
         }

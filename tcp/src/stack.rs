@@ -53,9 +53,13 @@ pub struct TcpTuning {
     pub ack_delay: Option<Duration>,
     /// Congestion controller.
     pub congestion: Congestion,
-    /// Keep-alive interval.
+    /// Keep-alive interval: an idle connection probes its peer this often. Needed whenever
+    /// `timeout` is set: smoltcp 0.14 applies the timeout to idle connections too (it
+    /// aborts once the peer has been silent for `timeout`, data outstanding or not), so an
+    /// idle queue pair would be reset after `timeout` without probes the peer answers.
     pub keep_alive: Option<Duration>,
-    /// Abort the connection when the peer stays silent this long with data outstanding.
+    /// Abort the connection when the peer stays silent this long: with data outstanding,
+    /// or, idle, without answering `keep_alive` probes (a dead peer).
     pub timeout: Option<Duration>,
 }
 
@@ -67,7 +71,9 @@ impl Default for TcpTuning {
             nagle: false,
             ack_delay: None,
             congestion: Congestion::Cubic,
-            keep_alive: None,
+            // Three probes per timeout: an idle connection to a live peer never times out,
+            // a dead one is found within 30 s.
+            keep_alive: Some(Duration::from_secs(10)),
             timeout: Some(Duration::from_secs(30)),
         }
     }

@@ -62,14 +62,6 @@ pub fn size_engine(cli: &Cli, cfg: &mut Config, knows_qps: bool) {
     let qps = if knows_qps { cli.qps } else { MAX_QPS };
     cfg.engine.max_qps = usize::from(qps) + 2;
     cfg.engine.max_pending_requests = cfg.engine.max_pending_requests.min(cfg.engine.max_qps);
-    if cli.perftest {
-        // perftest's rdma_cm exchange connection stays silent while the test runs, which
-        // takes minutes with -a against siw. The TCP timeout (30 s by default) aborts a
-        // connection whose peer was silent that long even with nothing outstanding
-        // (smoltcp's `set_timeout`; seen as our RST on the idle exchange connection 30 s
-        // after its last segment), so keep-alives make the peer answer in between.
-        cfg.engine.tcp.keep_alive = Some(warpcore_tcp::smoltcp::time::Duration::from_secs(10));
-    }
 }
 
 /// Parses a CPU list such as `0,2-3`.
