@@ -109,7 +109,7 @@ cargo_judge "engine_random model comparison" \
     "one flipped octet in each area (receive tails, atomic region, Read sink past 64 KiB, source, target)" \
     "an end-of-run copy equal to the model" warpcore-engine engine_random \
     comparison_catches_one_changed_octet_in_each_area
-cargo_judge "machine-path check" "planted /work/, /home/, /root/, /check/, /Users/ paths" \
+cargo_judge "machine-path check" "planted absolute home and work paths of five kinds" \
     "system and relative paths, binary and untracked files" warpcore-apps repo_paths \
     planted_machine_paths_are_caught_and_system_paths_are_not
 cargo_judge "hostile-peer nothing-placed check" "an octet placed at offset 0 and at the last octet" \
