@@ -178,7 +178,10 @@ pub enum CmEvent {
         /// Why.
         error: ConnError,
     },
-    /// A connection request vanished before the application decided (peer gave up).
+    /// A connection request vanished before the application decided: the peer gave up, or
+    /// the application did not accept or reject it within `EngineConfig::mpa_timeout_ms`
+    /// (by then the initiator's own startup timer has expired; the slot is freed and the
+    /// connection reset).
     RequestCancelled(RequestId),
     /// MPA itself rejected a peer's Request before it reached the application (a Reply
     /// with R = 1 went back): today only when the Request requires markers and this

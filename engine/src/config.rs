@@ -28,7 +28,12 @@ pub struct EngineConfig {
     pub max_cq_depth: usize,
     /// Entries of the memory region table.
     pub mr_table_capacity: usize,
-    /// Pending connection requests (accepted TCP connections awaiting the ULP).
+    /// Pending connection requests per core: accepted TCP connections whose MPA Request is
+    /// being read or awaits the application. Bounded against floods: when the table is
+    /// full, a new connection pushes out a request already closing, else the oldest whose
+    /// Request has not arrived (reset); requests handed to the application stay. A client
+    /// that sends its Request at once (every MPA initiator does) is read within a loop or
+    /// two, so it gets through unless more than this many connections arrive in that time.
     pub max_pending_requests: usize,
     /// Connection manager events buffered per core.
     pub event_queue_depth: usize,
@@ -44,7 +49,11 @@ pub struct EngineConfig {
     pub mtu: usize,
     /// TCP buffers and behaviour of every connection.
     pub tcp: TcpTuning,
-    /// How long the MPA startup may take.
+    /// How long the MPA startup may take: an initiator waits this long for the Reply, a
+    /// responder for the Request (then the connection is reset), and a request the
+    /// application has not answered by then is dropped ([`crate::CmEvent::RequestCancelled`]).
+    /// 10 s: long enough for a peer under emulation or far away (siw in a TCG VM answers in
+    /// well under a second), short enough that a silent connection soon frees its slot.
     pub mpa_timeout_ms: u64,
     /// Most TCP connections per core (listener backlogs included).
     pub max_connections: usize,

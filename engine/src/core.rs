@@ -167,6 +167,12 @@ pub struct CoreStats {
     pub terminates_tx: u64,
     /// Terminates received.
     pub terminates_rx: u64,
+    /// Pending connection requests pushed out of a full table by a newer connection: the
+    /// oldest whose MPA Request had not arrived (or that was already closing), reset.
+    pub requests_evicted: u64,
+    /// Pending connection requests dropped after `mpa_timeout_ms`: no complete MPA
+    /// Request, or a request the application never accepted nor rejected.
+    pub requests_timed_out: u64,
 }
 
 #[derive(Debug)]
@@ -292,6 +298,8 @@ enum ReqPhase {
 #[derive(Debug)]
 struct PendingReq {
     tcp: ConnId,
+    /// When TCP handed the connection over: the request's deadlines count from here.
+    since: StdInstant,
     responder: Box<Responder>,
     listener: u32,
     phase: ReqPhase,

@@ -389,7 +389,11 @@ impl<D: PollDevice> EngineCore<D> {
         while let Ok(Some(tcp)) = self.stack.accept(l) {
             let params = self.listeners[li].params.clone();
             let config = self.mpa_config(&params, Vec::new(), false);
-            let slot = self.requests.iter().position(Option::is_none);
+            let slot = self
+                .requests
+                .iter()
+                .position(Option::is_none)
+                .or_else(|| self.evict_request());
             let responder = Responder::new(config, self.now_std());
             let (Some(slot), Ok(responder)) = (slot, responder) else {
                 // No room for another pending request: refuse with RST.
@@ -405,6 +409,7 @@ impl<D: PollDevice> EngineCore<D> {
             self.req_generations[slot] = self.req_generations[slot].wrapping_add(1);
             self.requests[slot] = Some(PendingReq {
                 tcp,
+                since: self.now_std(),
                 responder: Box::new(responder),
                 listener: li as u32,
                 phase: ReqPhase::Reading,
@@ -413,13 +418,42 @@ impl<D: PollDevice> EngineCore<D> {
         }
     }
 
+    /// Frees a slot of a full request table for a new connection, if one may go: a request
+    /// already closing (its startup failed or was rejected), else the oldest whose MPA
+    /// Request has not arrived yet, reset (RST). Requests handed to the application stay.
+    /// A peer that opens connections and sends nothing (or one octet a second) thus only
+    /// pushes out its own older connections, while a client that sends its Request at once
+    /// gets it read within a loop or two (issue 15: 2,000 silent connections must not lock
+    /// the listener).
+    fn evict_request(&mut self) -> Option<usize> {
+        let oldest = |phase: ReqPhase, reqs: &[Option<PendingReq>]| {
+            reqs.iter()
+                .enumerate()
+                .filter_map(|(i, r)| {
+                    r.as_ref()
+                        .filter(|r| r.phase == phase)
+                        .map(|r| (i, r.since))
+                })
+                .min_by_key(|&(_, since)| since)
+                .map(|(i, _)| i)
+        };
+        let i = oldest(ReqPhase::Closing, &self.requests)
+            .or_else(|| oldest(ReqPhase::Reading, &self.requests))?;
+        let r = self.requests[i].take()?;
+        let _ = self.stack.release(r.tcp);
+        self.ctx.stats.requests_evicted += 1;
+        Some(i)
+    }
+
     pub(super) fn poll_requests(&mut self) -> bool {
         let mut work = false;
         let now_std = self.now_std();
+        let limit = StdDuration::from_millis(self.ctx.cfg.mpa_timeout_ms);
         for i in 0..self.requests.len() {
             let Some(r) = self.requests[i].as_mut() else {
                 continue;
             };
+            let mut timed_out = false;
             match r.phase {
                 ReqPhase::Reading => {
                     let resp = &mut r.responder;
@@ -469,6 +503,14 @@ impl<D: PollDevice> EngineCore<D> {
                                 }
                                 r.phase = ReqPhase::Rejecting;
                             }
+                            nego::Event::Failed(f)
+                                if f.error == nego::NegotiationError::Timeout =>
+                            {
+                                // No complete Request within `mpa_timeout_ms` (mpa-08
+                                // §7.1.2 rule 8): reset at once, so a silent peer cannot
+                                // hold the slot through a graceful close either.
+                                timed_out = true;
+                            }
                             nego::Event::Failed(_) => {
                                 let _ = self.stack.close(r.tcp);
                                 r.phase = ReqPhase::Closing;
@@ -493,17 +535,41 @@ impl<D: PollDevice> EngineCore<D> {
                 }
                 ReqPhase::Closing => {
                     let _ = self.stack.recv_with(r.tcp, |d| d.len());
+                    // A peer that never closes its side would keep the slot in FIN-WAIT-2:
+                    // after twice the startup timeout the connection is reset instead.
                     let done = match self.stack.state(r.tcp) {
                         Ok(s) => matches!(s, TcpState::Closed | TcpState::TimeWait),
                         Err(_) => true,
-                    };
+                    } || now_std.saturating_duration_since(r.since) > 2 * limit;
                     if done {
                         let _ = self.stack.release(r.tcp);
                         self.requests[i] = None;
                         work = true;
                     }
                 }
-                ReqPhase::Waiting => {}
+                ReqPhase::Waiting => {
+                    // Handed to the application, neither accepted nor rejected: after the
+                    // startup timeout the initiator has given up waiting for the Reply
+                    // (mpa-08 §7.1.2 rule 10), so the slot is freed and the application
+                    // told; its RequestId is stale from now on.
+                    if now_std.saturating_duration_since(r.since) > limit {
+                        self.ctx
+                            .events
+                            .push_back(CmEvent::RequestCancelled(RequestId {
+                                core: self.core,
+                                index: i as u32,
+                                generation: self.req_generations[i],
+                            }));
+                        timed_out = true;
+                    }
+                }
+            }
+            if timed_out {
+                if let Some(r) = self.requests[i].take() {
+                    let _ = self.stack.release(r.tcp);
+                }
+                self.ctx.stats.requests_timed_out += 1;
+                work = true;
             }
         }
         work

@@ -1,0 +1,162 @@
+//! Bounded connection set-up under floods and slow peers (issue 15, item 4): a peer that
+//! opens many TCP connections and never sends an MPA Request must not stop a legitimate
+//! client from connecting, the silent connections are reset when their startup times out,
+//! and a request the application never answers is dropped, with an event, after the same
+//! timeout.
+
+mod common;
+
+use common::*;
+use warpcore_engine::tcp::smoltcp::socket::tcp::State;
+use warpcore_engine::tcp::smoltcp::time::Duration;
+use warpcore_engine::tcp::{ConnId, TcpTuning};
+use warpcore_engine::{CmEvent, EngineConfig, EngineError, MpaParams};
+
+/// One more silent connection from A's TCP stack to B's listener; the flooder frees its
+/// own connections that B reset, as a real one would, so its table never fills.
+fn silent_connection(p: &mut Pair, silent: &mut Vec<ConnId>) {
+    let stack = p.a.core.stack_mut();
+    silent.retain(|&c| {
+        let closed = stack.state(c) == Ok(State::Closed);
+        if closed {
+            let _ = stack.release(c);
+        }
+        !closed
+    });
+    silent.push(
+        stack
+            .connect((ip(2), PORT), None, &TcpTuning::default())
+            .expect("connect"),
+    );
+}
+
+#[test]
+fn silent_connections_do_not_lock_the_listener_and_time_out() {
+    let mut p = Pair::default_pair();
+    let max_pending = EngineConfig::default().max_pending_requests as u64;
+    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
+    // 100 connections that never send an octet, one every few loops (smoltcp answers SYNs
+    // beyond the listener's ready sockets within one poll with RST).
+    let mut silent = Vec::new();
+    for _ in 0..100 {
+        silent_connection(&mut p, &mut silent);
+        p.run(3);
+    }
+    let established = silent
+        .iter()
+        .filter(|&&c| p.a.core.stack_mut().state(c) == Ok(State::Established))
+        .count() as u64;
+    let evicted = p.b.core.stats().requests_evicted;
+    // B holds at most its table's worth; every older silent connection was pushed out.
+    assert!(
+        established <= max_pending,
+        "{established} still established"
+    );
+    assert!(evicted >= 100 - max_pending - 10, "only {evicted} evicted");
+
+    // The flood goes on (one more silent connection every loop) while a legitimate client
+    // connects: it is accepted and established within a second of simulated time.
+    let qa = p.a.qp(16);
+    let qb = p.b.qp(16);
+    let t0 = p.now;
+    p.a.core
+        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"legit")
+        .expect("connect");
+    let mut req = None;
+    for _ in 0..2000 {
+        silent_connection(&mut p, &mut silent);
+        p.step();
+        for e in p.b.take_events() {
+            if let CmEvent::ConnectRequest(r) = e {
+                req = Some(r);
+            }
+        }
+        if req.is_some() {
+            break;
+        }
+    }
+    let req = req.expect("the legitimate request was never read");
+    assert_eq!(req.private_data, b"legit");
+    p.b.core
+        .accept(req.request, qb, b"welcome", None)
+        .expect("accept");
+    let mut up = (false, false);
+    p.run_until(2000, |p| {
+        up.0 |=
+            p.a.take_events()
+                .iter()
+                .any(|e| matches!(e, CmEvent::Established(_)));
+        up.1 |=
+            p.b.take_events()
+                .iter()
+                .any(|e| matches!(e, CmEvent::Established(_)));
+        up.0 && up.1
+    });
+    assert!(
+        p.now - t0 < Duration::from_secs(1),
+        "the legitimate client took {} under the flood",
+        p.now - t0
+    );
+
+    // The flood stops; after the startup timeout (10 s) every silent connection still
+    // pending was reset: none is left established on A's side.
+    let timeout = Duration::from_millis(EngineConfig::default().mpa_timeout_ms);
+    let end = p.now + timeout + Duration::from_secs(2);
+    while p.now < end {
+        p.step();
+    }
+    let still = silent
+        .iter()
+        .filter(|&&c| p.a.core.stack_mut().state(c) == Ok(State::Established))
+        .count();
+    assert_eq!(
+        still, 0,
+        "{still} silent connections outlived the startup timeout"
+    );
+    let stats = p.b.core.stats();
+    assert!(stats.requests_timed_out >= 1, "{stats:?}");
+    // The legitimate connection is untouched.
+    assert!(p.a.take_events().is_empty() && p.b.take_events().is_empty());
+}
+
+#[test]
+fn a_request_never_answered_is_dropped_with_an_event() {
+    let mut p = Pair::default_pair();
+    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
+    let qa = p.a.qp(16);
+    let qb = p.b.qp(16);
+    p.a.core
+        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"anyone?")
+        .expect("connect");
+    let req = p.wait_request();
+    // The application sits on it past the startup timeout.
+    let timeout = Duration::from_millis(EngineConfig::default().mpa_timeout_ms);
+    let end = p.now + timeout + Duration::from_secs(1);
+    let mut cancelled = None;
+    while p.now < end {
+        p.step();
+        for e in p.b.take_events() {
+            if let CmEvent::RequestCancelled(id) = e {
+                cancelled = Some(id);
+            }
+        }
+    }
+    assert_eq!(
+        cancelled,
+        Some(req.request),
+        "no RequestCancelled after the timeout"
+    );
+    assert_eq!(p.b.core.stats().requests_timed_out, 1);
+
+    // The request is gone: answering it now is a typed error.
+    assert_eq!(
+        p.b.core.accept(req.request, qb, b"too late", None),
+        Err(EngineError::UnknownRequest)
+    );
+    // The initiator gave up on its own timer as well.
+    let a_events = p.a.take_events();
+    assert!(
+        a_events.iter().any(|e| matches!(e, CmEvent::Error { .. })),
+        "{a_events:?}"
+    );
+}
