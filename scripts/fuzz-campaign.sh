@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# A fuzz campaign: every cargo-fuzz target (or the ones named) for MINUTES minutes each, on
+# both cores (two libFuzzer jobs sharing one corpus), starting from the committed corpus
+# in fuzz/corpus/<target>. Afterwards each target's corpus is minimised (cargo fuzz cmin:
+# the smallest set of inputs that keeps the coverage) back into fuzz/corpus/<target>, to
+# be committed. Prints one Markdown table: target, minutes, execs, execs/s, coverage
+# (libFuzzer's cov: edges and ft: features), corpus files before and after, crashes.
+#
+#   scripts/fuzz-campaign.sh MINUTES [TARGET...]      # e.g. 60 (the issue's hour per target)
+#
+# Built like the smoke runs (scripts/test-fuzz.sh): -O -a (optimised, with debug assertions
+# and overflow checks). A crash leaves its reproducer in fuzz/artifacts/<target>/ and makes
+# the campaign exit non-zero once every target ran: each one found becomes a corpus entry
+# and a test once fixed (proto/tests/fuzz_corpus.rs and engine/tests/fuzz_engine_rx.rs
+# replay the corpora).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+minutes=${1:?usage: scripts/fuzz-campaign.sh MINUTES [TARGET...]}
+shift
+secs=$(awk -v m="$minutes" 'BEGIN { s = int(m * 60); if (s < 1) s = 1; print s }')
+command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
+export RUSTC_BOOTSTRAP=1
+jobs=${FUZZ_JOBS:-$(nproc)}
+if (($#)); then targets=("$@"); else mapfile -t targets < <(cd fuzz && cargo fuzz list); fi
+(cd fuzz && cargo fuzz build -O -a)
+
+report=$(mktemp /tmp/wcfuzz-report.XXXXXX)
+crashed=0
+for t in "${targets[@]}"; do
+    corpus=$root/fuzz/corpus/$t
+    mkdir -p "$corpus" "$root/fuzz/artifacts/$t"
+    before=$(find "$corpus" -type f | wc -l)
+    work=$(mktemp -d /tmp/wcfuzz-$t.XXXXXX)
+    mkdir "$work/corpus"
+    cp -r "$corpus/." "$work/corpus/"
+    crashes_before=$(find "$root/fuzz/artifacts/$t" -type f | wc -l)
+    echo "fuzz-campaign: $t for ${secs}s on $jobs jobs ($before corpus files)"
+    # -jobs/-workers: independent fuzzer processes on the one corpus directory, each
+    # writing fuzz-<n>.log into the working directory.
+    set +e
+    (cd "$work" && cargo fuzz run --fuzz-dir "$root/fuzz" -O -a "$t" "$work/corpus" -- \
+        -max_total_time="$secs" -jobs="$jobs" -workers="$jobs" \
+        -artifact_prefix="$root/fuzz/artifacts/$t/" -print_final_stats=1 >"$work/run.log" 2>&1)
+    set -e
+    execs=0 cov=0 ft=0
+    for log in "$work"/fuzz-*.log "$work/run.log"; do
+        [ -f "$log" ] || continue
+        # The last status line of each job: "#N  DONE|pulse|NEW ... cov: C ft: F ...".
+        line=$(grep -E '^#[0-9]+' "$log" | tail -n 1 || true)
+        [ -n "$line" ] || continue
+        n=$(sed -E 's/^#([0-9]+).*/\1/' <<<"$line")
+        c=$(sed -nE 's/.* cov: ([0-9]+).*/\1/p' <<<"$line")
+        f=$(sed -nE 's/.* ft: ([0-9]+).*/\1/p' <<<"$line")
+        [ "$log" = "$work/run.log" ] && ((execs > 0)) && continue
+        execs=$((execs + n))
+        ((${c:-0} > cov)) && cov=$c
+        ((${f:-0} > ft)) && ft=$f
+    done
+    crashes=$(($(find "$root/fuzz/artifacts/$t" -type f | wc -l) - crashes_before))
+    if ((crashes > 0)); then
+        crashed=1
+        echo "fuzz-campaign: $t: $crashes new crash(es) in fuzz/artifacts/$t:" >&2
+        grep -h -E "^(==[0-9]+==|SUMMARY|thread .* panicked)" "$work"/fuzz-*.log | head -n 10 >&2 || true
+    fi
+    # Minimise what the run found together with what was committed.
+    (cd "$work" && cargo fuzz cmin --fuzz-dir "$root/fuzz" -O -a "$t" "$work/corpus" >"$work/cmin.log" 2>&1) || {
+        echo "fuzz-campaign: $t: cmin failed, corpus left as it was" >&2
+        tail -n 20 "$work/cmin.log" >&2
+    }
+    if [ -s "$work/cmin.log" ] && grep -q "MERGE-OUTER: .* new files" "$work/cmin.log"; then
+        # Hand-made seeds and named reproducers (any name that is not libFuzzer's 40-hex
+        # SHA-1) stay whatever cmin says: tests and documents refer to them by name.
+        find "$corpus" -maxdepth 1 -type f ! -regex '.*/[0-9a-f]\{40\}' \
+            -exec cp -n {} "$work/corpus/" \;
+        rm -rf "$corpus"
+        mkdir -p "$corpus"
+        cp -r "$work/corpus/." "$corpus/"
+    fi
+    after=$(find "$corpus" -type f | wc -l)
+    rate=$(awk -v e="$execs" -v s="$secs" 'BEGIN { printf "%.0f", e / s }')
+    printf '| %s | %s | %s | %s | %s / %s | %s -> %s | %s |\n' \
+        "$t" "$minutes" "$execs" "$rate" "$cov" "$ft" "$before" "$after" "$crashes" >>"$report"
+    rm -rf "$work"
+done
+
+echo
+echo "| target | minutes | execs | execs/s | cov / ft | corpus files | new crashes |"
+echo "|---|---|---|---|---|---|---|"
+cat "$report"
+rm -f "$report"
+if ((crashed)); then
+    echo "fuzz-campaign: crashes found (see fuzz/artifacts/)" >&2
+    exit 1
+fi
