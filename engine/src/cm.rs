@@ -134,6 +134,10 @@ pub enum ConnError {
     Negotiation(NegotiationError),
     /// TCP was reset or timed out.
     TcpLost,
+    /// A completion queue of this QP overran: completions were lost, so the QP went to the
+    /// error state (as the verbs prescribe for a CQ error) and a local catastrophic
+    /// Terminate went to the peer. `CompletionQueue::overrun` tells which queue.
+    CqOverrun,
 }
 
 impl fmt::Display for ConnError {
@@ -145,6 +149,9 @@ impl fmt::Display for ConnError {
             }
             ConnError::Negotiation(e) => write!(f, "MPA startup failed: {e}"),
             ConnError::TcpLost => f.write_str("TCP connection reset or timed out"),
+            ConnError::CqOverrun => {
+                f.write_str("a completion queue overran (completions lost); QP in error")
+            }
         }
     }
 }

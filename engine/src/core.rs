@@ -474,6 +474,10 @@ impl<D: PollDevice> EngineCore<D> {
         engine |= self.poll_rx();
         engine |= self.poll_timers();
         engine |= self.poll_tx();
+        // Completions are pushed only by the pollers above: an idle loop cannot overrun.
+        if engine {
+            self.poll_cq_overrun();
+        }
         // Whatever the pollers queued (FPDUs, startup frames, FINs, window updates after a
         // read) goes out in the same loop; when none did anything, nothing was queued and
         // the second pass of the stack would only repeat the first.

@@ -1098,7 +1098,10 @@ impl CompletionQueue {
         }
     }
 
-    /// Whether a completion was ever lost because the queue was full.
+    /// Whether a completion was ever lost because the queue was full. Then every queue pair
+    /// completing into it went to the error state (a local catastrophic Terminate to its
+    /// peer) and reported `CmEvent::Error` with `ConnError::CqOverrun`, as the verbs do for
+    /// a CQ error: size a queue for every completion that can be outstanding.
     pub fn overrun(&self) -> bool {
         self.cq.overrun()
     }

@@ -4,6 +4,42 @@
 
 use super::*;
 
+impl<D: PollDevice> EngineCore<D> {
+    /// A completion queue that overran lost completions: every QP feeding it that is still
+    /// alive goes to the error state, as the verbs prescribe for a CQ error, with a local
+    /// catastrophic Terminate to the peer (RDMAP-7.1-1: reported to the local user as
+    /// [`ConnError::CqOverrun`]). Nothing is lost silently.
+    pub(super) fn poll_cq_overrun(&mut self) {
+        let EngineCore { qps, ctx, live, .. } = self;
+        for &i in live.iter() {
+            let Some(q) = qps[i].as_mut() else {
+                continue;
+            };
+            if matches!(q.state, QpState::Terminate | QpState::Error) {
+                continue;
+            }
+            if !(q.send_cq.overrun() || q.recv_cq.overrun()) {
+                continue;
+            }
+            if q.conn.is_none() {
+                // Not connected (yet): nothing to tell a peer; to the error state at once.
+                q.flush();
+                ctx.events.push_back(CmEvent::Error {
+                    qp: q.id,
+                    error: ConnError::CqOverrun,
+                });
+            } else {
+                q.fail_local_because(
+                    ProtocolError::Rdmap(RdmapError::LocalCatastrophic),
+                    None,
+                    ctx,
+                    ConnError::CqOverrun,
+                );
+            }
+        }
+    }
+}
+
 impl Qp {
     pub(super) fn complete_send(&self, e: &SqEntry, status: WcStatus) {
         let opcode = match e.wr.op {
@@ -123,6 +159,18 @@ impl Qp {
         offending: Option<&[u8]>,
         ctx: &mut Ctx,
     ) {
+        self.fail_local_because(err, offending, ctx, ConnError::LocalTerminate(err));
+    }
+
+    /// [`Self::fail_local`], reporting `reason` to the local user (when the cause is not the
+    /// protocol error the peer is told about, e.g. a completion queue that overran).
+    pub(super) fn fail_local_because(
+        &mut self,
+        err: ProtocolError,
+        offending: Option<&[u8]>,
+        ctx: &mut Ctx,
+        reason: ConnError,
+    ) {
         if matches!(self.state, QpState::Terminate | QpState::Error) {
             return;
         }
@@ -137,7 +185,7 @@ impl Qp {
         self.set_state(QpState::Terminate);
         ctx.events.push_back(CmEvent::Error {
             qp: self.id,
-            error: ConnError::LocalTerminate(err),
+            error: reason,
         });
     }
 

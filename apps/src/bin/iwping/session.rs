@@ -92,7 +92,7 @@ fn describe(e: &ConnError) -> Failure {
             Failure::Terminated(e.to_string())
         }
         ConnError::Negotiation(_) => Failure::Rejected(e.to_string()),
-        ConnError::TcpLost => Failure::Other(e.to_string()),
+        ConnError::TcpLost | ConnError::CqOverrun => Failure::Other(e.to_string()),
     }
 }
 
