@@ -45,6 +45,9 @@ scripts/test-engine.sh
 step "iwperf: every test over net_memif between two processes, both directions, verified"
 scripts/test-iwperf.sh
 
+step "floods: 2,000 silent connections must not lock a listener (iwping over net_af_packet)"
+scripts/test-flood.sh
+
 step "judges: every judge catches a planted defect and passes a clean input"
 scripts/test-judges.sh
 
