@@ -12,8 +12,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 [[ $(id -u) -eq 0 ]] || { echo "test-flood: FAIL: needs root (namespaces, veths)"; exit 1; }
-cargo build --release -q -p warpcore-apps --bin iwping
-iwping=${CARGO_TARGET_DIR:-$root/target}/release/iwping
+# IWPING=path runs another build (e.g. an older one, to see this test fail on it).
+if [[ -z "${IWPING:-}" ]]; then
+    cargo build --release -q -p warpcore-apps --bin iwping
+fi
+iwping=${IWPING:-${CARGO_TARGET_DIR:-$root/target}/release/iwping}
 
 id=$$
 ns=wcnet-fl$id
