@@ -390,20 +390,13 @@ impl Qp {
             return Err(RdmapError::UnexpectedOpcode.into());
         };
         if p.message_len.is_some() {
-            if let Some(r) = self.rq.pop_front() {
-                self.shared.release_rq();
-                self.recv_cq.push(Completion {
-                    wr_id: r.wr_id,
-                    qp: self.id,
-                    opcode: WcOpcode::RecvImm,
-                    status: WcStatus::Success,
-                    byte_len: 0,
-                    solicited: seg.repr.opcode == Opcode::ImmediateDataSe,
-                    invalidated: None,
-                    imm: Some(u64::from_be_bytes(h.data)),
-                    atomic_orig: None,
-                });
-            }
+            self.complete_recv(Completion {
+                opcode: WcOpcode::RecvImm,
+                byte_len: 0,
+                solicited: seg.repr.opcode == Opcode::ImmediateDataSe,
+                imm: Some(u64::from_be_bytes(h.data)),
+                ..self.recv_completion()
+            });
         }
         Ok(())
     }
@@ -448,22 +441,43 @@ impl Qp {
             }
             // Delivered once, in MSN order, after DDP delivery (RDMAP-5.5-2,
             // RDMAP-5.5-9, DDP-5.4-1).
-            if let Some(r) = self.rq.pop_front() {
-                self.shared.release_rq();
-                self.recv_cq.push(Completion {
-                    wr_id: r.wr_id,
-                    qp: self.id,
-                    opcode: WcOpcode::Recv,
-                    status: WcStatus::Success,
-                    byte_len: len,
-                    solicited: seg.repr.opcode.is_solicited(),
-                    invalidated,
-                    imm: None,
-                    atomic_orig: None,
-                });
-            }
+            self.complete_recv(Completion {
+                byte_len: len,
+                solicited: seg.repr.opcode.is_solicited(),
+                invalidated,
+                ..self.recv_completion()
+            });
         }
         Ok(())
+    }
+
+    /// A successful receive completion of this QP, to be filled in ([`Self::complete_recv`]).
+    #[inline(always)]
+    fn recv_completion(&self) -> Completion {
+        Completion {
+            wr_id: 0,
+            qp: self.id,
+            opcode: WcOpcode::Recv,
+            status: WcStatus::Success,
+            byte_len: 0,
+            solicited: false,
+            invalidated: None,
+            imm: None,
+            atomic_orig: None,
+        }
+    }
+
+    /// Completes the head receive with `c` (its wr_id filled in here), in MSN order
+    /// (RDMAP-5.5-2).
+    #[inline(always)]
+    fn complete_recv(&mut self, c: Completion) {
+        if let Some(r) = self.rq.pop_front() {
+            self.shared.release_rq();
+            self.recv_cq.push(Completion {
+                wr_id: r.wr_id,
+                ..c
+            });
+        }
     }
 
     /// An Atomic Request on QN 1: admitted under IRD, checked, and queued to be executed

@@ -6,6 +6,7 @@
 
 use super::*;
 use std::ops::ControlFlow;
+use warpcore_proto::ddp::SegmentationError;
 
 /// Gathers `out.len()` octets at message offset `offset` from the SGEs of a send request.
 pub(super) fn gather(mrs: &MrTable, pd: PdId, sges: &[Sge], offset: u64, out: &mut [u8]) -> bool {
@@ -270,23 +271,13 @@ impl Qp {
                 }
                 let id = seq as u32;
                 let hdr = atomic_request_header(&e.wr.op, id)?;
-                let s = conn.ddp_tx.untagged(
-                    Control::new(Opcode::AtomicRequest).0,
-                    0,
-                    qn::READ_REQUEST,
-                    &hdr,
-                    0,
-                    mulpdu,
-                );
-                if s.is_ok() {
-                    self.push_outstanding(OrqEntry {
-                        seq: Some(seq),
-                        sink_stag: 0,
-                        len: 8,
-                        atomic: Some(id),
-                    });
-                }
-                s
+                let entry = OrqEntry {
+                    seq: Some(seq),
+                    sink_stag: 0,
+                    len: 8,
+                    atomic: Some(id),
+                };
+                self.start_request(Opcode::AtomicRequest, &hdr, mulpdu, entry)?
             }
             SendOp::Send | SendOp::SendSe => {
                 let op = if e.wr.op == SendOp::Send {
@@ -327,23 +318,13 @@ impl Qp {
                 }
                 let sink = e.wr.sges.as_slice().first().copied().unwrap_or_default();
                 let hdr = read_request_header(sink, remote_stag, remote_to);
-                let s = conn.ddp_tx.untagged(
-                    Control::new(Opcode::ReadRequest).0,
-                    0,
-                    qn::READ_REQUEST,
-                    &hdr,
-                    0,
-                    mulpdu,
-                );
-                if s.is_ok() {
-                    self.push_outstanding(OrqEntry {
-                        seq: Some(seq),
-                        sink_stag: sink.stag,
-                        len: sink.len,
-                        atomic: None,
-                    });
-                }
-                s
+                let entry = OrqEntry {
+                    seq: Some(seq),
+                    sink_stag: sink.stag,
+                    len: sink.len,
+                    atomic: None,
+                };
+                self.start_request(Opcode::ReadRequest, &hdr, mulpdu, entry)?
             }
         };
         if let Some(e) = self.entry_mut(seq) {
@@ -362,6 +343,26 @@ impl Qp {
                 None
             }
         }
+    }
+
+    /// A Read or Atomic Request (QN 1, no payload): segmented, and recorded as outstanding
+    /// under ORD in the order its response must come back (RDMAP-6.1-1, EXT-5.2-1).
+    #[inline(always)]
+    fn start_request(
+        &mut self,
+        opcode: Opcode,
+        hdr: &[u8],
+        mulpdu: usize,
+        entry: OrqEntry,
+    ) -> Option<Result<Segmenter, SegmentationError>> {
+        let conn = self.conn.as_mut()?;
+        let s = conn
+            .ddp_tx
+            .untagged(Control::new(opcode).0, 0, qn::READ_REQUEST, hdr, 0, mulpdu);
+        if s.is_ok() {
+            self.push_outstanding(entry);
+        }
+        Some(s)
     }
 
     /// A request the segmenter refuses: `validate_send` refuses every such request at post
