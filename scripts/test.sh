@@ -48,6 +48,9 @@ scripts/test-iwperf.sh
 step "floods: 2,000 silent connections must not lock a listener (iwping over net_af_packet)"
 scripts/test-flood.sh
 
+step "soak: 2 minutes of connection churn and a verified workload under 1 % loss"
+scripts/soak.sh 2
+
 step "judges: every judge catches a planted defect and passes a clean input"
 scripts/test-judges.sh
 

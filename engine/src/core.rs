@@ -173,6 +173,18 @@ pub struct CoreStats {
     /// Pending connection requests dropped after `mpa_timeout_ms`: no complete MPA
     /// Request, or a request the application never accepted nor rejected.
     pub requests_timed_out: u64,
+    /// Occupancy when read: queue pairs in the table.
+    pub qps_live: u64,
+    /// Occupancy when read: pending connection requests.
+    pub requests_pending: u64,
+    /// Occupancy when read: TCP connections of the stack (listener sockets included), and
+    /// of those, the ones whose QP is gone, waiting for TCP to finish closing.
+    pub tcp_connections: u64,
+    /// See `tcp_connections`.
+    pub tcp_zombies: u64,
+    /// Occupancy when read: registrations in the memory region table (shared by the
+    /// context's cores: the same figure on each).
+    pub mrs_registered: u64,
 }
 
 #[derive(Debug)]
@@ -432,7 +444,14 @@ impl<D: PollDevice> EngineCore<D> {
 
     /// Counters.
     pub fn stats(&self) -> CoreStats {
-        self.ctx.stats
+        CoreStats {
+            qps_live: self.live.len() as u64,
+            requests_pending: self.requests.iter().filter(|r| r.is_some()).count() as u64,
+            tcp_connections: self.stack.live() as u64,
+            tcp_zombies: self.zombies.len() as u64,
+            mrs_registered: self.ctx.mrs.registered() as u64,
+            ..self.ctx.stats
+        }
     }
 
     /// The TCP stack (for device access and counters).

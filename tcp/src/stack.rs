@@ -341,7 +341,8 @@ impl<D: PollDevice> Stack<D> {
         }
     }
 
-    fn live(&self) -> usize {
+    /// Connections in the table now (listener backlog sockets included).
+    pub fn live(&self) -> usize {
         self.slots.iter().filter(|s| s.is_some()).count()
     }
 

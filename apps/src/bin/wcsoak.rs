@@ -1,0 +1,513 @@
+//! `wcsoak`: a soak of the engine (issue 15). Two contexts in one process, joined by the
+//! in-memory link with seeded loss both ways, open and close connections continuously;
+//! every connection carries a verified mix of RDMA Writes, RDMA Reads, Sends and atomic
+//! FetchAdds, with a fresh protection domain, memory regions and completion queue each
+//! time, so regions, queue pairs and queues are created and destroyed all along. Every
+//! `--report-secs` it prints the process's RSS and open file descriptors and the engine
+//! tables' occupancy (read between connections, when nothing should be open); it fails if
+//! a transfer is wrong, if anything hangs (every wait is bounded), or if any of those
+//! figures grows after the first report (the warm-up).
+//!
+//! ```text
+//! wcsoak --minutes 2                  # what scripts/test.sh runs (scripts/soak.sh)
+//! wcsoak --minutes 60 --loss 0.01     # the issue's hour
+//! ```
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use warpcore_tcp::link::Faults;
+use warpcore_verbs::{
+    link_pair, Access, CmEvent, Config, Context, LinkConfig, MemoryRegion, MpaParams, QpInit,
+    QueuePair, RecvWr, SendOp, SendWr, WcOpcode, WcStatus,
+};
+
+#[derive(Parser, Debug)]
+#[command(about = "Soak: connection churn and a verified RDMA workload, watching resources")]
+struct Cli {
+    /// How long to run, in minutes (fractions allowed).
+    #[arg(long, default_value_t = 2.0)]
+    minutes: f64,
+    /// Frame loss on the in-memory link, each way (0.01: 1 %).
+    #[arg(long, default_value_t = 0.01)]
+    loss: f64,
+    /// Queue pairs open at once per round (each its own connection).
+    #[arg(long, default_value_t = 4)]
+    qps: usize,
+    /// Verified operations of each kind per connection.
+    #[arg(long, default_value_t = 8)]
+    ops: usize,
+    /// Seconds between resource reports.
+    #[arg(long, default_value_t = 20)]
+    report_secs: u64,
+    /// Seed of the link's fault generators and of the workload.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Testing aid: plant a defect the soak must catch. `leak-region` keeps one memory
+    /// region registered per round (as a leak would); the soak must fail.
+    #[arg(long, value_name = "DEFECT")]
+    inject_defect: Option<Defect>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Defect {
+    LeakRegion,
+}
+
+const PORT: u16 = 7399;
+const WAIT: Duration = Duration::from_secs(60);
+const REGION: usize = 64 << 10;
+/// B's region: Writes land in [0, 32 KiB), Sends in [32 KiB, 48 KiB), the counter at 60 KiB.
+const SEND_AT: usize = 32 << 10;
+const COUNTER_AT: usize = 60 << 10;
+/// A's region: sources at [0, 16 KiB), Read sinks at [32 KiB, 48 KiB), FetchAdd results at
+/// 60 KiB.
+const SINK_AT: usize = 32 << 10;
+
+/// A small deterministic generator (splitmix64) for sizes, offsets and payloads.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn bytes(&mut self, len: usize) -> Vec<u8> {
+        (0..len).map(|_| self.next() as u8).collect()
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct Snapshot {
+    rss_kib: u64,
+    fds: u64,
+    qps: u64,
+    requests: u64,
+    tcp: u64,
+    zombies: u64,
+    mrs: u64,
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn fds() -> u64 {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count() as u64)
+        .unwrap_or(0)
+}
+
+fn snapshot(a: &Context, b: &Context) -> Result<Snapshot, String> {
+    let mut s = Snapshot {
+        rss_kib: rss_kib(),
+        fds: fds(),
+        ..Snapshot::default()
+    };
+    for ctx in [a, b] {
+        let stats = ctx.stats().map_err(|e| format!("stats: {e}"))?;
+        // One region table per context, the same figure from each of its cores.
+        s.mrs += stats.first().map_or(0, |c| c.mrs_registered);
+        for c in stats {
+            s.qps += c.qps_live;
+            s.requests += c.requests_pending;
+            s.tcp += c.tcp_connections;
+            s.zombies += c.tcp_zombies;
+        }
+    }
+    Ok(s)
+}
+
+/// Waits (bounded) for the next event of `ctx`, which `want` must accept.
+fn expect_event<T>(
+    ctx: &Context,
+    what: &str,
+    want: impl Fn(&CmEvent) -> Option<T>,
+) -> Result<T, String> {
+    match ctx.next_event(WAIT) {
+        Some(e) => want(&e).ok_or_else(|| format!("{what}: unexpected event {e:?}")),
+        None => Err(format!("{what}: nothing within {WAIT:?}")),
+    }
+}
+
+struct Conn {
+    qa: QueuePair,
+    qb: QueuePair,
+}
+
+struct Side {
+    pd: warpcore_verbs::ProtectionDomain,
+    cq: warpcore_verbs::CompletionQueue,
+    mr: MemoryRegion,
+}
+
+/// Totals of the run.
+#[derive(Debug, Default)]
+struct Totals {
+    connections: u64,
+    ops: u64,
+    bytes: u64,
+}
+
+struct Soak {
+    a: Context,
+    b: Context,
+    rng: Rng,
+    totals: Totals,
+    defect: Option<Defect>,
+}
+
+impl Soak {
+    fn connect(&mut self, sa: &Side, sb: &Side) -> Result<Conn, String> {
+        let qa = sa
+            .pd
+            .create_qp(&QpInit::new(&sa.cq, &sa.cq))
+            .map_err(|e| format!("create_qp A: {e}"))?;
+        qa.connect([10, 0, 0, 2], PORT, &MpaParams::default(), b"soak")
+            .map_err(|e| format!("connect: {e}"))?;
+        let req = expect_event(&self.b, "B: connection request", |e| match e {
+            CmEvent::ConnectRequest(r) => Some(r.clone()),
+            _ => None,
+        })?;
+        let qb = sb
+            .pd
+            .create_qp(&QpInit::new(&sb.cq, &sb.cq))
+            .map_err(|e| format!("create_qp B: {e}"))?;
+        self.b
+            .accept(&req, &qb, b"")
+            .map_err(|e| format!("accept: {e}"))?;
+        expect_event(&self.a, "A: established", |e| {
+            matches!(e, CmEvent::Established(_)).then_some(())
+        })?;
+        expect_event(&self.b, "B: established", |e| {
+            matches!(e, CmEvent::Established(_)).then_some(())
+        })?;
+        self.totals.connections += 1;
+        Ok(Conn { qa, qb })
+    }
+
+    /// One verified operation of each kind on `c`.
+    /// `counter`: the value of B's counter word in `sb` (a fresh region starts at 0).
+    fn workload(
+        &mut self,
+        c: &Conn,
+        sa: &Side,
+        sb: &Side,
+        counter: &mut u64,
+    ) -> Result<(), String> {
+        let stag_b = sb.mr.stag();
+        // RDMA Write, checked in B's region, then read back with an RDMA Read.
+        let len = 1 + self.rng.below(16 << 10) as usize;
+        let off = self.rng.below((32 << 10) - len as u64) as usize;
+        let data = self.rng.bytes(len);
+        sa.mr.write(0, &data).map_err(|e| e.to_string())?;
+        let write = SendOp::Write {
+            remote_stag: stag_b,
+            remote_to: off as u64,
+        };
+        post(&c.qa, 1, write, &sa.mr, 0, len)?;
+        complete(&sa.cq, 1, WcOpcode::Write, "Write")?;
+        // The Write's completion means its buffer may be reused, not that the data is
+        // placed: a zero-length Read behind it returns only after it was (RDMAP-5.5-5).
+        let read = SendOp::Read {
+            remote_stag: stag_b,
+            remote_to: off as u64,
+        };
+        post(&c.qa, 2, read, &sa.mr, SINK_AT, len)?;
+        complete(&sa.cq, 2, WcOpcode::Read, "Read")?;
+        check(&sb.mr, off, &data, "Write placed in B")?;
+        check(&sa.mr, SINK_AT, &data, "Read returned to A")?;
+        // Send into a posted receive.
+        let slen = 1 + self.rng.below(8 << 10) as usize;
+        let sdata = self.rng.bytes(slen);
+        let recv =
+            RecvWr::new(3, &[sb.mr.sge(SEND_AT as u64, 16 << 10)]).map_err(|e| e.to_string())?;
+        c.qb.post_recv(&recv)
+            .map_err(|e| format!("post_recv: {e}"))?;
+        sa.mr.write(0, &sdata).map_err(|e| e.to_string())?;
+        post(&c.qa, 4, SendOp::Send, &sa.mr, 0, slen)?;
+        complete(&sa.cq, 4, WcOpcode::Send, "Send")?;
+        let wc = complete(&sb.cq, 3, WcOpcode::Recv, "Recv")?;
+        if wc.byte_len as usize != slen {
+            return Err(format!("Recv: {} octets, expected {slen}", wc.byte_len));
+        }
+        check(&sb.mr, SEND_AT, &sdata, "Send received by B")?;
+        // FetchAdd on B's counter.
+        let add = 1 + self.rng.below(1000);
+        let fa = SendOp::AtomicFetchAdd {
+            remote_stag: stag_b,
+            remote_to: COUNTER_AT as u64,
+            add,
+            add_mask: 0,
+        };
+        post(&c.qa, 5, fa, &sa.mr, COUNTER_AT, 8)?;
+        complete(&sa.cq, 5, WcOpcode::AtomicFetchAdd, "FetchAdd")?;
+        let orig = sa
+            .mr
+            .atomic_u64(COUNTER_AT)
+            .map_err(|e| e.to_string())?
+            .load(Ordering::SeqCst);
+        if orig != *counter {
+            return Err(format!("FetchAdd returned {orig}, expected {counter}"));
+        }
+        *counter += add;
+        let now = sb
+            .mr
+            .atomic_u64(COUNTER_AT)
+            .map_err(|e| e.to_string())?
+            .load(Ordering::SeqCst);
+        if now != *counter {
+            return Err(format!("B's counter is {now}, expected {counter}"));
+        }
+        self.totals.ops += 4;
+        self.totals.bytes += (2 * len + slen + 8) as u64;
+        Ok(())
+    }
+
+    fn disconnect(&mut self, c: Conn) -> Result<(), String> {
+        c.qa.disconnect().map_err(|e| format!("disconnect: {e}"))?;
+        for (ctx, who) in [(&self.a, "A"), (&self.b, "B")] {
+            expect_event(ctx, &format!("{who}: disconnected"), |e| {
+                matches!(e, CmEvent::Disconnected { reset: false, .. }).then_some(())
+            })?;
+        }
+        drop(c);
+        Ok(())
+    }
+
+    fn side(ctx: &Context) -> Result<Side, String> {
+        let pd = ctx.alloc_pd();
+        let access = Access::LOCAL_WRITE
+            | Access::REMOTE_WRITE
+            | Access::REMOTE_READ
+            | Access::REMOTE_ATOMIC;
+        let mr = pd.alloc_mr(REGION, access).map_err(|e| e.to_string())?;
+        let cq = ctx.create_cq(256).map_err(|e| e.to_string())?;
+        Ok(Side { pd, cq, mr })
+    }
+
+    /// One round: `qps` connections with fresh regions and queues, the workload, the close.
+    fn round(&mut self, qps: usize, ops: usize) -> Result<(), String> {
+        let mut open = Vec::new();
+        for _ in 0..qps {
+            let sa = Self::side(&self.a)?;
+            let sb = Self::side(&self.b)?;
+            let c = self.connect(&sa, &sb)?;
+            open.push((c, sa, sb, 0u64));
+        }
+        for _ in 0..ops {
+            for (c, sa, sb, counter) in &mut open {
+                self.workload(c, sa, sb, counter)?;
+            }
+        }
+        for (c, _, sb, _) in open {
+            self.disconnect(c)?;
+            if self.defect == Some(Defect::LeakRegion) {
+                // The planted leak: this region is never deregistered.
+                std::mem::forget(sb.mr);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn post(
+    qp: &QueuePair,
+    id: u64,
+    op: SendOp,
+    mr: &MemoryRegion,
+    at: usize,
+    len: usize,
+) -> Result<(), String> {
+    let wr = SendWr::new(id, op, &[mr.sge(at as u64, len as u32)]).map_err(|e| e.to_string())?;
+    qp.post_send(&wr)
+        .map_err(|e| format!("post_send {id}: {e}"))
+}
+
+fn complete(
+    cq: &warpcore_verbs::CompletionQueue,
+    id: u64,
+    opcode: WcOpcode,
+    what: &str,
+) -> Result<warpcore_verbs::Completion, String> {
+    let wc = cq
+        .wait(WAIT)
+        .map_err(|e| format!("{what}: no completion: {e}"))?;
+    if wc.wr_id != id || wc.opcode != opcode || wc.status != WcStatus::Success {
+        return Err(format!("{what}: unexpected completion {wc:?}"));
+    }
+    Ok(wc)
+}
+
+fn check(mr: &MemoryRegion, at: usize, want: &[u8], what: &str) -> Result<(), String> {
+    let mut got = vec![0u8; want.len()];
+    mr.read(at, &mut got).map_err(|e| e.to_string())?;
+    match got.iter().zip(want).position(|(g, w)| g != w) {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "{what}: octet {i} of {} is {:#04x}, expected {:#04x}",
+            want.len(),
+            got[i],
+            want[i]
+        )),
+    }
+}
+
+fn run(cli: &Cli) -> Result<(), String> {
+    let faults = |seed: u64| Faults {
+        seed,
+        loss: cli.loss,
+        ..Faults::default()
+    };
+    let link = LinkConfig {
+        faults_ab: faults(cli.seed),
+        faults_ba: faults(cli.seed.wrapping_add(1)),
+        ..LinkConfig::default()
+    };
+    let (da, db) = link_pair(&link);
+    let b = Context::open(Config::new(db, [10, 0, 0, 2])).map_err(|e| e.to_string())?;
+    let a = Context::open(Config::new(da, [10, 0, 0, 1])).map_err(|e| e.to_string())?;
+    b.listen(PORT, &MpaParams::default())
+        .map_err(|e| e.to_string())?;
+    let mut soak = Soak {
+        a,
+        b,
+        rng: Rng(cli.seed),
+        defect: cli.inject_defect,
+        totals: Totals::default(),
+    };
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(cli.minutes * 60.0);
+    let every = Duration::from_secs(cli.report_secs.max(1));
+    let mut next_report = start + every;
+    let warm_until = start + Duration::from_secs_f64(cli.minutes * 20.0);
+    let mut warm: Option<Snapshot> = None;
+    let mut later: Vec<Snapshot> = Vec::new();
+    println!(
+        "wcsoak: {} min, loss {} each way, {} QPs per round, {} verified ops of each kind per \
+         connection; warm-up: the first third",
+        cli.minutes, cli.loss, cli.qps, cli.ops
+    );
+    println!(
+        "   time  connections      ops   MB verified  RSS KiB  fds  qps  requests  mrs  tcp  zombies"
+    );
+    loop {
+        soak.round(cli.qps, cli.ops)?;
+        let now = Instant::now();
+        if now >= next_report || now >= end {
+            next_report = now + every;
+            let s = snapshot(&soak.a, &soak.b)?;
+            println!(
+                "{:>6.0}s {:>12} {:>8} {:>13.1} {:>8} {:>4} {:>4} {:>9} {:>4} {:>4} {:>8}",
+                (now - start).as_secs_f64(),
+                soak.totals.connections,
+                soak.totals.ops,
+                soak.totals.bytes as f64 / 1e6,
+                s.rss_kib,
+                s.fds,
+                s.qps,
+                s.requests,
+                s.mrs,
+                s.tcp,
+                s.zombies
+            );
+            // Between rounds nothing is open: these are exact, from the first report on.
+            if s.qps != 0 || s.requests != 0 || s.mrs != 0 {
+                return Err(format!(
+                    "between rounds: {} QPs, {} pending requests, {} registered regions left",
+                    s.qps, s.requests, s.mrs
+                ));
+            }
+            if now < warm_until || warm.is_none() {
+                let w = warm.get_or_insert(s);
+                w.rss_kib = w.rss_kib.max(s.rss_kib);
+                w.fds = w.fds.max(s.fds);
+                w.zombies = w.zombies.max(s.zombies);
+                w.tcp = w.tcp.max(s.tcp);
+            } else {
+                later.push(s);
+            }
+        }
+        if now >= end {
+            break;
+        }
+    }
+    let Some(w) = warm else {
+        return Err("no report was made".into());
+    };
+    if later.is_empty() {
+        return Err("no report after the warm-up: run longer or report more often".into());
+    }
+    // Memory moves with the allocator (each connection's TCP buffers are 2 MiB a side):
+    // RSS may not pass the warm-up's peak by more than a quarter plus 8 MiB; a leak of one
+    // connection's buffers per round passes that within minutes. Descriptors may not grow
+    // at all. Closed connections wait in TIME-WAIT (zombies) for a while, on both sides:
+    // their number moves with timing, but may not pass two rounds' worth (or the warm-up's
+    // peak), and the connections that are not zombies (the listener's sockets) may not
+    // grow at all.
+    let rss_limit = w.rss_kib + w.rss_kib / 4 + 8192;
+    let zombie_limit = w.zombies.max(4 * cli.qps as u64);
+    let others = w.tcp.saturating_sub(w.zombies);
+    let mut grew = Vec::new();
+    for s in &later {
+        if s.rss_kib > rss_limit {
+            grew.push(format!(
+                "RSS {} KiB (warm-up peak {} KiB)",
+                s.rss_kib, w.rss_kib
+            ));
+        }
+        if s.fds > w.fds {
+            grew.push(format!("fds {} (warm-up {})", s.fds, w.fds));
+        }
+        if s.zombies > zombie_limit || s.tcp.saturating_sub(s.zombies) > others {
+            grew.push(format!(
+                "TCP connections {} of which zombies {} (limits: {} zombies, {} others)",
+                s.tcp, s.zombies, zombie_limit, others
+            ));
+        }
+    }
+    if !grew.is_empty() {
+        grew.dedup();
+        return Err(format!("resources grew after warm-up: {}", grew.join("; ")));
+    }
+    println!(
+        "wcsoak: ok: {} connections, {} verified operations, {:.1} MB verified; after the \
+         warm-up RSS stayed within {} KiB (peak {} KiB), fds at {}, no QP, request or region \
+         left between rounds",
+        soak.totals.connections,
+        soak.totals.ops,
+        soak.totals.bytes as f64 / 1e6,
+        rss_limit,
+        later.iter().map(|s| s.rss_kib).max().unwrap_or(0),
+        w.fds
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("wcsoak: FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
