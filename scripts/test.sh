@@ -24,6 +24,9 @@ cargo fmt --all -- --check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "cargo doc, warnings as errors (broken or private intra-doc links)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+
 step "cargo build --no-default-features (the engine without DPDK)"
 # Protocol, TCP, engine and verbs must build and run over the in-memory link alone.
 cargo build -p warpcore-proto -p warpcore-tcp -p warpcore-engine -p warpcore-verbs --no-default-features

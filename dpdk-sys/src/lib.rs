@@ -44,7 +44,7 @@ pub use mbuf::{Mbuf, TxChecksumOffload};
 pub use mempool::Mempool;
 pub use pcapng::{Direction, PcapngWriter};
 pub use port::{
-    LinkStatus, Offloads, Port, PortConfig, PortInfo, PortStats, RxQueue, TxQueue, XStat,
+    LinkStatus, Offloads, Port, PortConfig, PortInfo, PortStats, RxQueue, TxQueue, XStat, BURST_MAX,
 };
 pub use ring::RingPortPair;
 
