@@ -24,7 +24,8 @@
 #
 # Environment (defaults; with --short a tenth of each count, 100 threaded-mode iterations
 # and 1 s for qperf and iperf3): LAT_ITERS (20000), BW_ITERS (20000), RATE_ITERS (300000),
-# THREAD_LAT_ITERS (300), KERNEL_SECS (3).
+# THREAD_LAT_ITERS (300), KERNEL_SECS (3), CALLGRIND (1: append instruction counts per
+# message from callgrind, about a minute; 0: skip).
 set -euo pipefail
 short=0
 args=()
@@ -317,4 +318,33 @@ md.append("* memcpy/crc32c: `taskset -c %s wcbench copy` (the crc32c crate, SSE4
 open(os.path.join(out, "report.md"), "w").write("\n".join(md) + "\n")
 print("\n".join(md))
 PY
+# Instruction counts: load-independent (callgrind counts instructions, not time), so they
+# are the evidence that survives a noisy shared machine. engine_profile drives two whole
+# engines over the in-memory link on one thread (bench/README.md); the difference between
+# two runs over the difference in messages is the cost per message of both sides.
+if [[ "${CALLGRIND:-1}" == 1 ]] && command -v valgrind >/dev/null; then
+    cargo build -q --profile bench -p warpcore-bench --example engine_profile
+    prof=${CARGO_TARGET_DIR:-target}/release/examples/engine_profile
+    count() { # count WORKLOAD SIZE N -> instructions
+        valgrind --tool=callgrind --callgrind-out-file=/dev/null "$prof" "$1" "$2" "$3" \
+            2>&1 >/dev/null | sed -nE 's/.*Collected : ([0-9]+).*/\1/p'
+    }
+    {
+        echo "## Instructions per message (callgrind, engine_profile: both engines, one thread)"
+        echo
+        echo "| workload | tool | CPUs | statistic | value |"
+        echo "|---|---|---|---|---|"
+        for w in "write 64" "send 64" "read 64" "idle 64"; do
+            # shellcheck disable=SC2086
+            a=$(count $w 2000) b=$(count $w 6000)
+            per=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.0f", (b - a) / 4000 }')
+            what=${w%% *}
+            [[ $what == idle ]] && what="idle loop (both cores, nothing to do)"
+            echo "| $what | valgrind --tool=callgrind engine_profile $w | 1 (one thread) | (instructions at 6,000 - at 2,000) / 4,000 | $per |"
+        done
+        echo
+    } | tee -a "$out/report.md"
+else
+    echo "compare: callgrind section skipped (CALLGRIND=0 or no valgrind)" | tee -a "$out/report.md"
+fi
 echo "compare: report in $out/report.md ($((SECONDS - t0)) s)"
