@@ -32,18 +32,7 @@ fn a_completion_queue_overrun_fails_its_queue_pair_loudly() {
         .expect("connect");
     let req = p.wait_request();
     p.b.core.accept(req.request, qb, b"", None).expect("accept");
-    let mut up = (false, false);
-    p.run_until(2000, |p| {
-        up.0 |=
-            p.a.take_events()
-                .iter()
-                .any(|e| matches!(e, CmEvent::Established(_)));
-        up.1 |=
-            p.b.take_events()
-                .iter()
-                .any(|e| matches!(e, CmEvent::Established(_)));
-        up.0 && up.1
-    });
+    p.run_until_established();
     let (_ra, sa) = p.a.region(4096, all_access());
     let (_rb, sb) = p.b.region(4096, all_access());
     for i in 0..8u64 {

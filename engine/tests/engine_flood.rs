@@ -80,18 +80,7 @@ fn silent_connections_do_not_lock_the_listener_and_time_out() {
     p.b.core
         .accept(req.request, qb, b"welcome", None)
         .expect("accept");
-    let mut up = (false, false);
-    p.run_until(2000, |p| {
-        up.0 |=
-            p.a.take_events()
-                .iter()
-                .any(|e| matches!(e, CmEvent::Established(_)));
-        up.1 |=
-            p.b.take_events()
-                .iter()
-                .any(|e| matches!(e, CmEvent::Established(_)));
-        up.0 && up.1
-    });
+    p.run_until_established();
     assert!(
         p.now - t0 < Duration::from_secs(1),
         "the legitimate client took {} under the flood",

@@ -232,6 +232,22 @@ impl Pair {
         (qa, qb)
     }
 
+    /// Steps until both sides reported `Established` (their other events are dropped).
+    pub fn run_until_established(&mut self) {
+        let mut up = (false, false);
+        self.run_until(2000, |p| {
+            up.0 |=
+                p.a.take_events()
+                    .iter()
+                    .any(|e| matches!(e, CmEvent::Established(_)));
+            up.1 |=
+                p.b.take_events()
+                    .iter()
+                    .any(|e| matches!(e, CmEvent::Established(_)));
+            up.0 && up.1
+        });
+    }
+
     pub fn connect(&mut self) -> (QpId, QpId) {
         self.connect_with(&MpaParams::default(), &MpaParams::default(), 64)
     }
