@@ -477,12 +477,27 @@ fn run(cli: &Cli) -> Result<(), String> {
         if s.fds > w.fds {
             grew.push(format!("fds {} (warm-up {})", s.fds, w.fds));
         }
-        if s.zombies > zombie_limit || s.tcp.saturating_sub(s.zombies) > others {
+        // One more than the listener's sockets is seen now and then between rounds (3 of 56
+        // reports in an hour, gone by the next one: not yet explained, and not growth);
+        // more than that, or a median above the warm-up's, is.
+        if s.zombies > zombie_limit || s.tcp.saturating_sub(s.zombies) > others + 1 {
             grew.push(format!(
                 "TCP connections {} of which zombies {} (limits: {} zombies, {} others)",
                 s.tcp, s.zombies, zombie_limit, others
             ));
         }
+    }
+    let mut later_others: Vec<u64> = later
+        .iter()
+        .map(|s| s.tcp.saturating_sub(s.zombies))
+        .collect();
+    later_others.sort_unstable();
+    let median_others = later_others[later_others.len() / 2];
+    if median_others > others {
+        grew.push(format!(
+            "TCP connections that are not zombies: median {median_others} after the warm-up, \
+             {others} during it"
+        ));
     }
     if !grew.is_empty() {
         grew.dedup();
