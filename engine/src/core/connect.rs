@@ -119,6 +119,24 @@ impl Qp {
     }
 }
 
+impl Conn {
+    /// A connection in MPA startup (`mpa`), before FPDU mode.
+    fn new(tcp: ConnId, mpa: Mpa) -> Conn {
+        Conn {
+            tcp,
+            mpa,
+            framer: None,
+            deframer: None,
+            ddp_tx: DdpSender::new(),
+            ddp_rx: DdpReceiver::new(DDP_VERSION),
+            rtr_pending: None,
+            fin_sent: false,
+            peer_closed: false,
+            term: None,
+        }
+    }
+}
+
 impl<D: PollDevice> EngineCore<D> {
     pub(super) fn mpa_config(
         &self,
@@ -159,18 +177,7 @@ impl<D: PollDevice> EngineCore<D> {
         let init = Initiator::new(config, now_std)?;
         let tcp = self.stack.connect(remote, None, &self.ctx.cfg.tcp)?;
         let q = self.qp_mut(id)?;
-        q.conn = Some(Conn {
-            tcp,
-            mpa: Mpa::Initiator(Box::new(init)),
-            framer: None,
-            deframer: None,
-            ddp_tx: DdpSender::new(),
-            ddp_rx: DdpReceiver::new(DDP_VERSION),
-            rtr_pending: None,
-            fin_sent: false,
-            peer_closed: false,
-            term: None,
-        });
+        q.conn = Some(Conn::new(tcp, Mpa::Initiator(Box::new(init))));
         q.set_state(QpState::Connecting);
         Ok(())
     }
@@ -229,18 +236,7 @@ impl<D: PollDevice> EngineCore<D> {
                 negotiated = Some(n);
             }
         }
-        q.conn = Some(Conn {
-            tcp: r.tcp,
-            mpa: Mpa::Responder(responder),
-            framer: None,
-            deframer: None,
-            ddp_tx: DdpSender::new(),
-            ddp_rx: DdpReceiver::new(DDP_VERSION),
-            rtr_pending: None,
-            fin_sent: false,
-            peer_closed: false,
-            term: None,
-        });
+        q.conn = Some(Conn::new(r.tcp, Mpa::Responder(responder)));
         if let Some(n) = negotiated {
             q.setup_fpdu_mode(&n, &cfg);
             q.set_state(QpState::Rts);
