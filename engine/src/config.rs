@@ -3,7 +3,7 @@
 
 use core::fmt;
 
-use warpcore_tcp::TcpTuning;
+use warpcore_tcp::{TcpImplementation, TcpTuning};
 
 /// The largest number of SGEs a work request can carry; [`EngineConfig::max_sge`] may be
 /// lower. Work requests keep their SGEs inline, so this bounds their size.
@@ -49,6 +49,9 @@ pub struct EngineConfig {
     pub mtu: usize,
     /// TCP buffers and behaviour of every connection.
     pub tcp: TcpTuning,
+    /// Which TCP runs under the core: Warpcore's own (the default) or the smoltcp reference
+    /// (kept for differential tests, never the default path).
+    pub tcp_implementation: TcpImplementation,
     /// How long the MPA startup may take: an initiator waits this long for the Reply, a
     /// responder for the Request (then the connection is reset), and a request the
     /// application has not answered by then is dropped ([`crate::CmEvent::RequestCancelled`]).
@@ -86,6 +89,7 @@ impl Default for EngineConfig {
                 tx_buffer: 256 * 1024,
                 ..TcpTuning::default()
             },
+            tcp_implementation: TcpImplementation::Warpcore,
             mpa_timeout_ms: 10_000,
             max_connections: 128,
             shutdown_linger_ms: 0,
@@ -164,15 +168,25 @@ impl EngineConfig {
                 );
             }
         }
+        if self.max_qps > crate::wr::MAX_QPS_PER_CORE {
+            return err(
+                "max_qps",
+                "exceeds MAX_QPS_PER_CORE (16384: the QP number's slot bits)",
+            );
+        }
         if self.max_connections < self.max_qps.min(2) {
             return err("max_connections", "must allow at least two connections");
         }
         Ok(())
     }
 
-    /// The effective MSS of a connection: MTU minus the IPv4 and TCP headers (smoltcp sends
-    /// no TCP options on data segments by default).
+    /// The effective MSS of a connection: MTU minus the IPv4 and TCP headers and the options
+    /// every data segment carries: Warpcore's TCP sends timestamps (RFC 7323: 10 octets,
+    /// padded to 12), smoltcp's reference none.
     pub fn emss(&self) -> usize {
-        self.mtu - 40
+        match self.tcp_implementation {
+            TcpImplementation::Warpcore => self.mtu - 40 - 12,
+            TcpImplementation::SmoltcpReference => self.mtu - 40,
+        }
     }
 }

@@ -105,9 +105,9 @@ use warpcore_proto::wire::rdmap::{
 use warpcore_proto::wire::segment::{RdmapHeader, Segment};
 use warpcore_proto::TerminateReport;
 use warpcore_tcp::smoltcp::socket::tcp::State as TcpState;
-use warpcore_tcp::smoltcp::time::Instant;
+use warpcore_tcp::smoltcp::time::{Duration, Instant};
 use warpcore_tcp::smoltcp::wire::Ipv4Address;
-use warpcore_tcp::{ConnId, Event as TcpEvent, PollDevice, Stack, StackConfig};
+use warpcore_tcp::{ConnId, Event as TcpEvent, PollDevice, Stack, StackConfig, TcpImplementation};
 
 use crate::cm::{
     CmEvent, ConnError, ConnectRequest, Established, ListenerId, MpaParams, RequestId,
@@ -185,6 +185,9 @@ pub struct CoreStats {
     /// Occupancy when read: registrations in the memory region table (shared by the
     /// context's cores: the same figure on each).
     pub mrs_registered: u64,
+    /// QPs found with work by the periodic sweep although nothing had marked them ready (0
+    /// unless a wake-up trigger is missing; the sweep bounds the delay to 50 ms).
+    pub missed_wakeups: u64,
 }
 
 #[derive(Debug)]
@@ -312,6 +315,8 @@ struct PendingReq {
     tcp: ConnId,
     /// When TCP handed the connection over: the request's deadlines count from here.
     since: StdInstant,
+    /// Arrival order (eviction takes the oldest; two may share `since`).
+    arrival: u64,
     responder: Box<Responder>,
     listener: u32,
     phase: ReqPhase,
@@ -356,6 +361,54 @@ struct Ctx {
     stats: CoreStats,
 }
 
+/// `conn_qp` entry of a connection without a QP.
+const NO_QP: u32 = u32::MAX;
+
+/// How often every live QP is visited whether or not anything marked it (the safety net
+/// behind the ready sets; [`CoreStats::missed_wakeups`] counts what it finds).
+const SWEEP_INTERVAL: Duration = Duration::from_millis(50);
+
+/// QP slots a poller must visit, each listed once (a mark per slot). What can give a QP work
+/// marks it: a command for it, a TCP event of its connection, its own receive activity; a
+/// QP leaves the set when a visit finds nothing to do. So a loop costs the QPs that are
+/// busy, not the QPs that exist (issue 11: 10,000 QPs per core).
+#[derive(Debug)]
+struct ReadySet {
+    list: Vec<usize>,
+    marked: Vec<bool>,
+}
+
+impl ReadySet {
+    fn new(slots: usize) -> Self {
+        ReadySet {
+            list: Vec::with_capacity(slots),
+            marked: vec![false; slots],
+        }
+    }
+
+    fn mark(&mut self, i: usize) {
+        if let Some(m) = self.marked.get_mut(i) {
+            if !*m {
+                *m = true;
+                self.list.push(i);
+            }
+        }
+    }
+
+    fn is_marked(&self, i: usize) -> bool {
+        self.marked.get(i).copied().unwrap_or(false)
+    }
+
+    /// Moves the listed slots into `out` (empty) and clears their marks.
+    fn take_into(&mut self, out: &mut Vec<usize>) {
+        debug_assert!(out.is_empty());
+        std::mem::swap(&mut self.list, out);
+        for &i in out.iter() {
+            self.marked[i] = false;
+        }
+    }
+}
+
 /// One engine core over a device `D`: see the module documentation.
 pub struct EngineCore<D: PollDevice> {
     core: u16,
@@ -371,6 +424,21 @@ pub struct EngineCore<D: PollDevice> {
     req_generations: Vec<u32>,
     /// TCP connections whose QP is gone, released once TCP finished closing.
     zombies: Vec<ConnId>,
+    /// The QP slot of each TCP connection, indexed by [`ConnId::slot`] (`NO_QP`: none), so a
+    /// TCP event finds its QP without a scan. Entries may be stale; `find_qp` checks.
+    conn_qp: Vec<u32>,
+    /// QPs the receive poller must visit.
+    rx_ready: ReadySet,
+    /// QPs the transmit poller must visit.
+    tx_ready: ReadySet,
+    /// Scratch list of the slots a poller visits this loop.
+    batch: Vec<usize>,
+    /// QPs with an MPA initiator (their startup timers are polled).
+    initiators: Vec<usize>,
+    /// Connection requests accepted from TCP so far (their arrival numbers).
+    arrivals: u64,
+    /// When every live QP is next visited regardless of the ready sets.
+    sweep_at: Instant,
     clock_base: StdInstant,
     now: Instant,
     gather: Box<[u8]>,
@@ -403,7 +471,7 @@ impl<D: PollDevice> EngineCore<D> {
             .map_err(|e| EngineError::LimitExceeded(e.field))?;
         let mut sc = stack_cfg.clone();
         sc.max_connections = cfg.max_connections;
-        let stack = Stack::new(device, &sc, now)?;
+        let stack = Stack::with_implementation(device, &sc, now, cfg.tcp_implementation)?;
         Ok(EngineCore {
             core,
             qps: (0..cfg.max_qps).map(|_| None).collect(),
@@ -413,6 +481,13 @@ impl<D: PollDevice> EngineCore<D> {
             requests: (0..cfg.max_pending_requests).map(|_| None).collect(),
             req_generations: vec![0; cfg.max_pending_requests],
             zombies: Vec::with_capacity(cfg.max_connections),
+            conn_qp: Vec::with_capacity(cfg.max_connections),
+            rx_ready: ReadySet::new(cfg.max_qps),
+            tx_ready: ReadySet::new(cfg.max_qps),
+            batch: Vec::with_capacity(cfg.max_qps),
+            initiators: Vec::new(),
+            arrivals: 0,
+            sweep_at: now + SWEEP_INTERVAL,
             clock_base,
             now,
             gather: vec![0u8; MAX_ULPDU_LEN].into_boxed_slice(),
@@ -473,14 +548,23 @@ impl<D: PollDevice> EngineCore<D> {
         self.clock_base + StdDuration::from_micros(self.now.total_micros().max(0) as u64)
     }
 
+    /// The QP a command names. Every command may give it work, so it is marked for both
+    /// pollers.
     fn qp_mut(&mut self, id: QpId) -> Result<&mut Qp, EngineError> {
         if id.core != self.core {
             return Err(EngineError::UnknownQp);
         }
+        self.mark(usize::from(id.index));
         match self.qps.get_mut(usize::from(id.index)) {
             Some(Some(q)) if q.id == id => Ok(q),
             _ => Err(EngineError::UnknownQp),
         }
+    }
+
+    /// Marks QP slot `i` for both pollers.
+    fn mark(&mut self, i: usize) {
+        self.rx_ready.mark(i);
+        self.tx_ready.mark(i);
     }
 
     /// Runs one loop of the pollers at time `now`; returns whether any did work.
@@ -490,13 +574,15 @@ impl<D: PollDevice> EngineCore<D> {
         let mut work = self.stack.poll(now);
         work |= self.poll_tcp_events();
         let mut engine = self.poll_requests();
-        engine |= self.poll_rx();
-        engine |= self.poll_timers();
-        engine |= self.poll_tx();
-        // Completions are pushed only by the pollers above: an idle loop cannot overrun.
-        if engine {
-            self.poll_cq_overrun();
+        if now >= self.sweep_at {
+            self.sweep_at = now + SWEEP_INTERVAL;
+            engine |= self.sweep();
         }
+        engine |= self.poll_rx();
+        if !self.initiators.is_empty() {
+            engine |= self.poll_timers();
+        }
+        engine |= self.poll_tx();
         // Whatever the pollers queued (FPDUs, startup frames, FINs, window updates after a
         // read) goes out in the same loop; when none did anything, nothing was queued and
         // the second pass of the stack would only repeat the first.
@@ -505,6 +591,29 @@ impl<D: PollDevice> EngineCore<D> {
             self.poll_tcp_events();
         }
         work | engine
+    }
+
+    /// Visits every live QP that no ready set lists, as the pollers would, and counts those
+    /// that had work ([`CoreStats::missed_wakeups`]: a trigger that should have marked them
+    /// did not). Also where a CQ overrun reaches the QPs of that CQ that were idle.
+    fn sweep(&mut self) -> bool {
+        let mut work = false;
+        for k in 0..self.live.len() {
+            let i = self.live[k];
+            if !self.rx_ready.is_marked(i) && self.rx_one(i) {
+                self.ctx.stats.missed_wakeups += 1;
+                self.tx_ready.mark(i);
+                work = true;
+            }
+            if !self.tx_ready.is_marked(i) && self.tx_qp(i) {
+                self.ctx.stats.missed_wakeups += 1;
+                self.tx_ready.mark(i);
+                work = true;
+            }
+        }
+        let all = self.live.clone();
+        self.poll_cq_overrun(&all);
+        work
     }
 
     /// When the core next needs a poll without new input (for simulated clocks).

@@ -22,10 +22,17 @@ pub struct QpId {
     pub generation: u32,
 }
 
+/// Most queue pairs one engine core can hold (the QP number has 14 bits for the slot).
+pub const MAX_QPS_PER_CORE: usize = 1 << 14;
+
 impl QpId {
-    /// The QP number shown to users and peers (core, slot and generation folded together).
+    /// The QP number shown to users and peers (core, slot and generation folded together):
+    /// the core in the top 8 bits, the slot in the next 14 (room for [`MAX_QPS_PER_CORE`]),
+    /// the low 10 bits of the generation below.
     pub fn qpn(self) -> u32 {
-        (u32::from(self.core) << 24) | (u32::from(self.index) << 12) | (self.generation & 0xFFF)
+        (u32::from(self.core & 0xFF) << 24)
+            | ((u32::from(self.index) & 0x3FFF) << 10)
+            | (self.generation & 0x3FF)
     }
 
     /// The stream identity type 2 memory windows are bound to: the whole handle, so a

@@ -21,10 +21,16 @@
 #![warn(missing_docs)]
 
 pub mod capture;
+pub mod conn;
 pub mod device;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
+pub mod host;
 pub mod link;
+pub mod recovery;
+pub mod reference;
 mod rng;
 pub mod stack;
 
@@ -32,8 +38,12 @@ pub use capture::Capture;
 pub use device::{DeviceStats, PollDevice};
 #[cfg(feature = "dpdk")]
 pub use dpdk::{DpdkDevice, DpdkDeviceConfig};
+pub use host::HostStats;
 pub use link::{Faults, LinkConfig, LinkEnd};
 pub use smoltcp;
-pub use stack::{Congestion, ConnId, Event, ListenerId, Stack, StackConfig, StackError, TcpTuning};
+pub use stack::{
+    Congestion, ConnId, Event, ListenerId, Stack, StackConfig, StackError, TcpImplementation,
+    TcpTuning,
+};
 #[cfg(feature = "dpdk")]
 pub use warpcore_dpdk_sys as dpdk_sys;

@@ -7,13 +7,17 @@ use common::*;
 use smoltcp::socket::tcp::State;
 use smoltcp::time::{Duration, Instant};
 use warpcore_tcp::link::{self, LinkConfig, LinkEnd};
-use warpcore_tcp::{ConnId, Event, Stack, StackError, TcpTuning};
+use warpcore_tcp::{ConnId, Event, Stack, StackError, TcpImplementation, TcpTuning};
 
 fn stacks() -> (Stack<LinkEnd>, Stack<LinkEnd>) {
+    stacks_of(TcpImplementation::Warpcore)
+}
+
+fn stacks_of(imp: TcpImplementation) -> (Stack<LinkEnd>, Stack<LinkEnd>) {
     let (ea, eb) = link::pair(&LinkConfig::default());
     (
-        Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("a"),
-        Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("b"),
+        Stack::with_implementation(ea, &config(1, IP_A), Instant::ZERO, imp).expect("a"),
+        Stack::with_implementation(eb, &config(2, IP_B), Instant::ZERO, imp).expect("b"),
     )
 }
 
@@ -35,12 +39,11 @@ fn run(
     (ea, eb)
 }
 
-#[test]
-fn backlog_refills_and_excess_syns_are_refused() {
-    let (mut a, mut b) = stacks();
+fn accepted_over_several_polls(imp: TcpImplementation) {
+    let (mut a, mut b) = stacks_of(imp);
     let t = TcpTuning::default();
     let l = b.listen(9000, 2, &t).expect("listen");
-    // Connections arriving over several polls: the backlog refills after each poll.
+    // Connections arriving over several polls: each is accepted.
     let mut now = Instant::ZERO;
     let mut accepted = Vec::new();
     for _ in 0..5 {
@@ -58,7 +61,19 @@ fn backlog_refills_and_excess_syns_are_refused() {
     for c in &accepted {
         assert_eq!(b.state(*c), Ok(State::Established));
     }
+}
 
+#[test]
+fn connections_over_several_polls_are_all_accepted() {
+    accepted_over_several_polls(TcpImplementation::Warpcore);
+    accepted_over_several_polls(TcpImplementation::SmoltcpReference);
+}
+
+#[test]
+fn reference_refuses_syns_beyond_its_backlog_sockets() {
+    let (mut a, mut b) = stacks_of(TcpImplementation::SmoltcpReference);
+    let t = TcpTuning::default();
+    let mut now = Instant::ZERO;
     // Three SYNs in the same poll against a backlog of one: smoltcp has no SYN queue, so the
     // surplus is refused with RST (the clients see Reset) rather than left hanging.
     let l2 = b.listen(9100, 1, &t).expect("listen");
@@ -76,6 +91,42 @@ fn backlog_refills_and_excess_syns_are_refused() {
         .count();
     assert_eq!((connected, reset), (1, 2), "{ea:?}");
     assert!(b.accept(l2).expect("accept").is_some());
+}
+
+#[test]
+fn half_open_table_evicts_the_oldest_and_evicted_clients_retry_in() {
+    let (mut a, mut b) = stacks();
+    let t = TcpTuning::default();
+    let mut now = Instant::ZERO;
+    // Three SYNs in one poll against a backlog of one half-open connection: each SYN evicts
+    // the previous one silently (no RST: a flood's forged sources get nothing), the last
+    // completes. The evicted clients retransmit their SYN after the initial RTO and get in
+    // once the table has room.
+    let l = b.listen(9100, 1, &t).expect("listen");
+    let cs: Vec<ConnId> = (0..3)
+        .map(|_| a.connect((IP_B, 9100), None, &t).expect("connect"))
+        .collect();
+    let (ea, eb) = run(&mut a, &mut b, &mut now, 5);
+    let connected = cs
+        .iter()
+        .filter(|c| ea.contains(&Event::Connected(**c)))
+        .count();
+    assert_eq!(connected, 1, "{ea:?}");
+    assert!(!ea.iter().any(|e| matches!(e, Event::Reset(_))), "{ea:?}");
+    assert!(eb.contains(&Event::Acceptable(l)), "{eb:?}");
+    // Their SYNs come back after the initial RTO (1 s, RFC 6298 2.1), again together, so
+    // one more gets in; the last one on its next, backed-off retry (2 s later).
+    let (ea, _) = run(&mut a, &mut b, &mut now, 40_000);
+    let later = cs
+        .iter()
+        .filter(|c| ea.contains(&Event::Connected(**c)))
+        .count();
+    assert_eq!(later, 2, "{ea:?}");
+    let mut n = 0;
+    while b.accept(l).expect("accept").is_some() {
+        n += 1;
+    }
+    assert_eq!(n, 3);
 }
 
 #[test]
@@ -160,18 +211,33 @@ fn abort_resets_the_peer() {
 
 #[test]
 fn table_limit_is_enforced() {
-    let (mut a, _b) = stacks();
-    let t = TcpTuning {
-        rx_buffer: 1024,
-        tx_buffer: 1024,
-        ..TcpTuning::default()
-    };
-    for _ in 0..16 {
-        a.connect((IP_B, 1), None, &t).expect("within the limit");
+    for imp in [
+        TcpImplementation::Warpcore,
+        TcpImplementation::SmoltcpReference,
+    ] {
+        let (mut a, _b) = stacks_of(imp);
+        let t = TcpTuning {
+            rx_buffer: 1024,
+            tx_buffer: 1024,
+            ..TcpTuning::default()
+        };
+        for _ in 0..16 {
+            a.connect((IP_B, 1), None, &t).expect("within the limit");
+        }
+        assert_eq!(
+            a.connect((IP_B, 1), None, &t),
+            Err(StackError::TableFull(16))
+        );
+        match imp {
+            // smoltcp's backlog sockets are table entries.
+            TcpImplementation::SmoltcpReference => {
+                assert_eq!(a.listen(2, 1, &t), Err(StackError::TableFull(16)));
+            }
+            // Ours holds a listener outside the table; its half-open connections count.
+            TcpImplementation::Warpcore => {
+                assert!(a.listen(2, 1, &t).is_ok());
+                assert_eq!(a.listen(2, 1, &t), Err(StackError::PortInUse(2)));
+            }
+        }
     }
-    assert_eq!(
-        a.connect((IP_B, 1), None, &t),
-        Err(StackError::TableFull(16))
-    );
-    assert_eq!(a.listen(2, 1, &t), Err(StackError::TableFull(16)));
 }

@@ -176,6 +176,8 @@ impl<D: PollDevice> EngineCore<D> {
         }
         let init = Initiator::new(config, now_std)?;
         let tcp = self.stack.connect(remote, None, &self.ctx.cfg.tcp)?;
+        self.bind_conn(tcp, id);
+        self.initiators.push(usize::from(id.index));
         let q = self.qp_mut(id)?;
         q.conn = Some(Conn::new(tcp, Mpa::Initiator(Box::new(init))));
         q.set_state(QpState::Connecting);
@@ -184,7 +186,14 @@ impl<D: PollDevice> EngineCore<D> {
 
     /// Listens on `port`; connection requests arrive as [`CmEvent::ConnectRequest`].
     pub fn listen(&mut self, port: u16, params: MpaParams) -> Result<ListenerId, EngineError> {
-        let backlog = self.ctx.cfg.max_pending_requests.min(4);
+        // Warpcore's TCP bounds handshakes in progress (SYN-RECEIVED) by the backlog and
+        // evicts the oldest beyond it: as many as the table holds, so a SYN flood must
+        // cycle through the whole table, which takes far longer than one handshake. The
+        // reference preallocates one socket per backlog entry: a few.
+        let backlog = match self.ctx.cfg.tcp_implementation {
+            TcpImplementation::Warpcore => self.ctx.cfg.max_connections,
+            TcpImplementation::SmoltcpReference => self.ctx.cfg.max_pending_requests.min(4),
+        };
         let tcp = self.stack.listen(port, backlog, &self.ctx.cfg.tcp)?;
         self.listeners.push(Listener { tcp, params });
         Ok(ListenerId {
@@ -229,6 +238,7 @@ impl<D: PollDevice> EngineCore<D> {
         };
         let mut responder = r.responder;
         let cfg = self.ctx.cfg.clone();
+        self.bind_conn(r.tcp, id);
         let q = self.qp_mut(id)?;
         let mut negotiated = None;
         while let Some(ev) = responder.poll_event() {
@@ -288,12 +298,26 @@ impl<D: PollDevice> EngineCore<D> {
         Ok(())
     }
 
+    /// Records that TCP connection `tcp` belongs to QP `id` (for [`Self::find_qp`]).
+    pub(super) fn bind_conn(&mut self, tcp: ConnId, id: QpId) {
+        let slot = tcp.slot();
+        if self.conn_qp.len() <= slot {
+            self.conn_qp.resize(slot + 1, NO_QP);
+        }
+        self.conn_qp[slot] = u32::from(id.index);
+        // Octets may already wait in the connection (they came before it had a QP).
+        self.mark(usize::from(id.index));
+    }
+
+    /// The QP slot whose connection is `tcp`, if any: one lookup, no scan.
     pub(super) fn find_qp(&self, tcp: ConnId) -> Option<usize> {
-        self.qps.iter().position(|q| {
-            q.as_ref()
-                .and_then(|q| q.conn.as_ref())
-                .is_some_and(|c| c.tcp == tcp)
-        })
+        let i = *self.conn_qp.get(tcp.slot())? as usize;
+        self.qps
+            .get(i)?
+            .as_ref()
+            .and_then(|q| q.conn.as_ref())
+            .is_some_and(|c| c.tcp == tcp)
+            .then_some(i)
     }
 
     pub(super) fn poll_tcp_events(&mut self) -> bool {
@@ -305,6 +329,8 @@ impl<D: PollDevice> EngineCore<D> {
                 TcpEvent::Acceptable(l) => self.on_acceptable(l),
                 TcpEvent::PeerClosed(c) => {
                     if let Some(i) = self.find_qp(c) {
+                        // Read what precedes the FIN, then drain and close.
+                        self.mark(i);
                         let Some(q) = self.qps[i].as_mut() else {
                             continue;
                         };
@@ -353,7 +379,17 @@ impl<D: PollDevice> EngineCore<D> {
                         self.cancel_request(c);
                     }
                 }
-                TcpEvent::Connected(_) | TcpEvent::Readable(_) | TcpEvent::Writable(_) => {}
+                TcpEvent::Readable(c) => {
+                    if let Some(i) = self.find_qp(c) {
+                        self.rx_ready.mark(i);
+                    }
+                }
+                // The initiator's MPA Request goes out; freed send space lets FPDUs follow.
+                TcpEvent::Connected(c) | TcpEvent::Writable(c) => {
+                    if let Some(i) = self.find_qp(c) {
+                        self.tx_ready.mark(i);
+                    }
+                }
             }
         }
         work
@@ -403,9 +439,11 @@ impl<D: PollDevice> EngineCore<D> {
                 _ => (Ipv4Address::UNSPECIFIED, 0),
             };
             self.req_generations[slot] = self.req_generations[slot].wrapping_add(1);
+            self.arrivals += 1;
             self.requests[slot] = Some(PendingReq {
                 tcp,
                 since: self.now_std(),
+                arrival: self.arrivals,
                 responder: Box::new(responder),
                 listener: li as u32,
                 phase: ReqPhase::Reading,
@@ -428,9 +466,9 @@ impl<D: PollDevice> EngineCore<D> {
                 .filter_map(|(i, r)| {
                     r.as_ref()
                         .filter(|r| r.phase == phase)
-                        .map(|r| (i, r.since))
+                        .map(|r| (i, r.arrival))
                 })
-                .min_by_key(|&(_, since)| since)
+                .min_by_key(|&(_, arrival)| arrival)
                 .map(|(i, _)| i)
         };
         let i = oldest(ReqPhase::Closing, &self.requests)
@@ -571,26 +609,36 @@ impl<D: PollDevice> EngineCore<D> {
         work
     }
 
+    /// MPA startup timers of the QPs with an initiator (the list forgets the others).
     pub(super) fn poll_timers(&mut self) -> bool {
         let now_std = self.now_std();
-        let EngineCore { qps, ctx, live, .. } = self;
+        let EngineCore {
+            qps,
+            ctx,
+            initiators,
+            tx_ready,
+            ..
+        } = self;
         let mut work = false;
-        for &i in live.iter() {
+        initiators.retain(|&i| {
             let Some(q) = qps[i].as_mut() else {
-                continue;
+                return false;
             };
             let fired = match q.conn.as_mut().map(|c| &mut c.mpa) {
                 Some(Mpa::Initiator(i)) if i.poll_timeout().is_some_and(|t| t <= now_std) => {
                     i.handle_timeout(now_std);
                     true
                 }
-                _ => false,
+                Some(Mpa::Initiator(_)) => false,
+                _ => return false,
             };
             if fired {
                 work = true;
                 q.drive_initiator(ctx);
+                tx_ready.mark(i);
             }
-        }
+            true
+        });
         work
     }
 }

@@ -9,9 +9,11 @@ impl<D: PollDevice> EngineCore<D> {
     /// alive goes to the error state, as the verbs prescribe for a CQ error, with a local
     /// catastrophic Terminate to the peer (RDMAP-7.1-1: reported to the local user as
     /// [`ConnError::CqOverrun`]). Nothing is lost silently.
-    pub(super) fn poll_cq_overrun(&mut self) {
-        let EngineCore { qps, ctx, live, .. } = self;
-        for &i in live.iter() {
+    pub(super) fn poll_cq_overrun(&mut self, slots: &[usize]) {
+        let EngineCore {
+            qps, ctx, tx_ready, ..
+        } = self;
+        for &i in slots {
             let Some(q) = qps[i].as_mut() else {
                 continue;
             };
@@ -35,6 +37,8 @@ impl<D: PollDevice> EngineCore<D> {
                     ctx,
                     ConnError::CqOverrun,
                 );
+                // The Terminate goes out on the transmit poller.
+                tx_ready.mark(i);
             }
         }
     }

@@ -587,71 +587,93 @@ impl Qp {
 }
 
 impl<D: PollDevice> EngineCore<D> {
+    /// The receive poller: every QP marked ready (by a Readable or PeerClosed event of its
+    /// connection, a command, or its own unfinished budget).
     pub(super) fn poll_rx(&mut self) -> bool {
+        let mut batch = std::mem::take(&mut self.batch);
+        self.rx_ready.take_into(&mut batch);
+        let mut work = false;
+        for &i in &batch {
+            if self.rx_one(i) {
+                work = true;
+                // Received octets may owe the peer something: a Read Response, a Terminate,
+                // the close after its FIN, a lifted MPA fence.
+                self.tx_ready.mark(i);
+            }
+        }
+        batch.clear();
+        self.batch = batch;
+        work
+    }
+
+    /// The receive steps of QP slot `i`; whether it did anything. A QP that leaves octets
+    /// unread (its budget ran out) stays marked.
+    pub(super) fn rx_one(&mut self, i: usize) -> bool {
         let mut work = false;
         let budget = self.ctx.cfg.rx_budget_bytes;
         let EngineCore {
             stack,
             qps,
             ctx,
-            live,
+            rx_ready,
             ..
         } = self;
-        for &i in live.iter() {
-            let Some(q) = qps[i].as_mut() else {
-                continue;
-            };
-            let Some(tcp) = q.conn.as_ref().map(|c| c.tcp) else {
-                continue;
-            };
-            // No new octets: consuming nothing would change nothing (the deframer keeps
-            // partial FPDUs itself; startup timeouts and closes have their own steps below
-            // and in `poll_timers`).
-            let queued = stack.recv_queue(tcp).unwrap_or(0);
-            if queued > 0 {
-                let n = stack
-                    .recv_with(tcp, |data| {
-                        let data = &data[..data.len().min(budget)];
-                        q.consume(data, ctx)
-                    })
-                    .unwrap_or(0);
-                work |= n > 0;
+        let Some(q) = qps[i].as_mut() else {
+            return false;
+        };
+        let Some(tcp) = q.conn.as_ref().map(|c| c.tcp) else {
+            return false;
+        };
+        // No new octets: consuming nothing would change nothing (the deframer keeps
+        // partial FPDUs itself; startup timeouts and closes have their own steps below
+        // and in `poll_timers`).
+        let queued = stack.recv_queue(tcp).unwrap_or(0);
+        if queued > 0 {
+            let n = stack
+                .recv_with(tcp, |data| {
+                    let data = &data[..data.len().min(budget)];
+                    q.consume(data, ctx)
+                })
+                .unwrap_or(0);
+            work |= n > 0;
+        }
+        // The peer closed during the startup and every octet before its FIN is read.
+        let closed_early = q.state == QpState::Connecting
+            && q.conn.as_ref().is_some_and(|c| c.peer_closed)
+            && stack.recv_queue(tcp).unwrap_or(0) == 0;
+        if closed_early {
+            if let Some(Mpa::Initiator(init)) = q.conn.as_mut().map(|c| &mut c.mpa) {
+                init.handle_close();
             }
-            // The peer closed during the startup and every octet before its FIN is read.
-            let closed_early = q.state == QpState::Connecting
-                && q.conn.as_ref().is_some_and(|c| c.peer_closed)
-                && stack.recv_queue(tcp).unwrap_or(0) == 0;
-            if closed_early {
-                if let Some(Mpa::Initiator(init)) = q.conn.as_mut().map(|c| &mut c.mpa) {
-                    init.handle_close();
-                }
-                q.drive_initiator(ctx);
-                work = true;
-            }
-            // The initiator closed before its first FPDU (e.g. it cannot send the markers
-            // we require, MPA-7.1.1-10) and everything before its FIN was read: the startup
-            // never completed and we may send nothing (MPA-7.1.2-16), so fail it, typed,
-            // and close, rather than wait in Closing for a fence that cannot lift.
-            let closed_in_rts = q.state == QpState::Rts
-                && q.conn.as_ref().is_some_and(|c| c.peer_closed)
-                && stack.recv_queue(tcp).unwrap_or(0) == 0;
-            let fenced = q
-                .conn
-                .as_ref()
-                .is_some_and(|c| matches!(c.mpa, Mpa::Responder(_)));
-            if closed_in_rts && !fenced {
-                // The RTR came with the FIN: drain what we owe, then FIN (RDMAP-06 §6).
-                q.set_state(QpState::Closing);
-            } else if closed_in_rts {
-                q.flush();
-                q.disconnect_requested = true;
-                q.set_state(QpState::Error);
-                ctx.events.push_back(CmEvent::Error {
-                    qp: q.id,
-                    error: ConnError::Negotiation(nego::NegotiationError::PeerClosed),
-                });
-                work = true;
-            }
+            q.drive_initiator(ctx);
+            work = true;
+        }
+        // The initiator closed before its first FPDU (e.g. it cannot send the markers
+        // we require, MPA-7.1.1-10) and everything before its FIN was read: the startup
+        // never completed and we may send nothing (MPA-7.1.2-16), so fail it, typed,
+        // and close, rather than wait in Closing for a fence that cannot lift.
+        let closed_in_rts = q.state == QpState::Rts
+            && q.conn.as_ref().is_some_and(|c| c.peer_closed)
+            && stack.recv_queue(tcp).unwrap_or(0) == 0;
+        let fenced = q
+            .conn
+            .as_ref()
+            .is_some_and(|c| matches!(c.mpa, Mpa::Responder(_)));
+        if closed_in_rts && !fenced {
+            // The RTR came with the FIN: drain what we owe, then FIN (RDMAP-06 §6).
+            q.set_state(QpState::Closing);
+        } else if closed_in_rts {
+            q.flush();
+            q.disconnect_requested = true;
+            q.set_state(QpState::Error);
+            ctx.events.push_back(CmEvent::Error {
+                qp: q.id,
+                error: ConnError::Negotiation(nego::NegotiationError::PeerClosed),
+            });
+            work = true;
+        }
+        if stack.recv_queue(tcp).unwrap_or(0) > 0 {
+            rx_ready.mark(i);
         }
         work
     }

@@ -471,12 +471,26 @@ fn read_request_header(sink: Sge, src_stag: u32, src_to: u64) -> [u8; 28] {
 }
 
 impl<D: PollDevice> EngineCore<D> {
+    /// The transmit poller: every QP marked ready. A QP that did something stays marked (it
+    /// may have stopped at its budget); one that did nothing waits for a trigger (a command,
+    /// a Writable or PeerClosed event, receive activity). Then the CQ overrun check of the
+    /// QPs visited: completions are pushed only by the pollers.
     pub(super) fn poll_tx(&mut self) -> bool {
+        let mut batch = std::mem::take(&mut self.batch);
+        self.tx_ready.take_into(&mut batch);
         let mut work = false;
-        // `tx_qp` never creates nor destroys a QP, so `live` stays as it is.
-        for k in 0..self.live.len() {
-            work |= self.tx_qp(self.live[k]);
+        // `tx_qp` never creates nor destroys a QP.
+        for &i in &batch {
+            if self.tx_qp(i) {
+                work = true;
+                self.tx_ready.mark(i);
+            }
         }
+        if work {
+            self.poll_cq_overrun(&batch);
+        }
+        batch.clear();
+        self.batch = batch;
         work
     }
 

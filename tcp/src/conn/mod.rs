@@ -1,0 +1,1294 @@
+//! One TCP connection as a sans-IO state machine (RFC 9293), in the style of quinn-proto:
+//! segments in through [`Connection::handle_segment`], segments out through
+//! [`Connection::poll_transmit`], timers through [`Connection::poll_timeout`] and
+//! [`Connection::handle_timeout`], edge-triggered events through [`Connection::poll_event`].
+//! No clock, no I/O: the host ([`crate::host`]) parses frames, demultiplexes and emits.
+//!
+//! What it implements, with the sections cited next to the code:
+//! * every state of RFC 9293 3.3.2, simultaneous open and close, TIME-WAIT;
+//! * the acceptability test (3.10.7.4), RST validation and challenge ACKs (RFC 5961 3, 4,
+//!   5, rate-limited per 7), RST generation for bad ACKs in SYN states;
+//! * MSS (3.7.1), window scaling, timestamps and PAWS (RFC 7323), SACK both ways (RFC 2018);
+//! * immediate or delayed ACKs (RFC 1122 4.2.3.2: at least every second full segment;
+//!   quick ACKs for out-of-order data and gap fills, RFC 5681 4.2), window updates after the
+//!   application reads, receiver and sender SWS avoidance (3.8.6.2);
+//! * zero-window probing (3.8.6.1), keep-alives (3.8.4) and a user timeout;
+//! * loss recovery and congestion control through [`crate::recovery`] (RACK-TLP, NewReno,
+//!   CUBIC, RTO with a floor). Nagle's algorithm is not offered (MPA-5.1-3).
+//!
+//! Buffers grow on demand up to their configured size: an idle connection holds almost no
+//! memory (issue 11: 10,000 connections per core).
+
+mod reasm;
+mod ring;
+
+use std::collections::VecDeque;
+
+use smoltcp::socket::tcp::State;
+use smoltcp::time::{Duration, Instant};
+use smoltcp::wire::{Ipv4Address, TcpControl, TcpRepr, TcpSeqNumber, TcpTimestampRepr};
+
+use crate::recovery::{Recovery, RecoveryConfig, RecoveryStats, TimeoutAction, MAX_RTO_BACKOFFS};
+use reasm::Reassembly;
+use ring::SendRing;
+
+/// Per-connection configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnConfig {
+    /// Receive buffer (the most octets advertised as window).
+    pub rx_buffer: usize,
+    /// Send buffer.
+    pub tx_buffer: usize,
+    /// The MSS we advertise (the host derives it from the MTU).
+    pub mss: u16,
+    /// Delayed ACK timeout; `None` acknowledges every batch of segments at once.
+    pub ack_delay: Option<Duration>,
+    /// Keep-alive interval of an idle connection.
+    pub keep_alive: Option<Duration>,
+    /// Abort when the peer stays silent this long with data outstanding or keep-alives
+    /// unanswered.
+    pub timeout: Option<Duration>,
+    /// TIME-WAIT length.
+    pub time_wait: Duration,
+    /// Offer SACK (RFC 2018).
+    pub sack: bool,
+    /// Offer timestamps (RFC 7323).
+    pub timestamps: bool,
+    /// Offer window scaling (RFC 7323).
+    pub window_scale: bool,
+    /// Loss recovery and congestion control.
+    pub recovery: RecoveryConfig,
+}
+
+impl Default for ConnConfig {
+    fn default() -> Self {
+        ConnConfig {
+            rx_buffer: 256 * 1024,
+            tx_buffer: 256 * 1024,
+            mss: 1460,
+            ack_delay: None,
+            keep_alive: Some(Duration::from_secs(10)),
+            timeout: Some(Duration::from_secs(30)),
+            time_wait: Duration::from_secs(10),
+            sack: true,
+            timestamps: true,
+            window_scale: true,
+            recovery: RecoveryConfig::default(),
+        }
+    }
+}
+
+/// Local and remote address and port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Endpoints {
+    /// Our address and port.
+    pub local: (Ipv4Address, u16),
+    /// The peer's.
+    pub remote: (Ipv4Address, u16),
+}
+
+/// What happened (edge-triggered; see [`crate::Event`] for the meanings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnEvent {
+    /// The handshake completed.
+    Connected,
+    /// New in-order octets can be read.
+    Readable,
+    /// Send buffer space was freed.
+    Writable,
+    /// The peer's FIN was received in order.
+    PeerClosed,
+    /// The connection ended normally (or after our abort).
+    Closed,
+    /// The peer reset it, or it timed out.
+    Reset,
+}
+
+/// Errors of the user calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ConnError {
+    /// Not in a state that may send.
+    #[error("connection cannot send in state {0}")]
+    CannotSend(State),
+    /// Nothing more will arrive.
+    #[error("connection cannot receive in state {0}")]
+    CannotRecv(State),
+}
+
+/// Counters of one connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnStats {
+    /// Segments sent (all kinds).
+    pub segments_sent: u64,
+    /// Segments received for this connection.
+    pub segments_received: u64,
+    /// Out-of-order segments received.
+    pub out_of_order: u64,
+    /// Segments outside the window or duplicates.
+    pub duplicates: u64,
+    /// Challenge ACKs sent (RFC 5961).
+    pub challenge_acks: u64,
+    /// Segments dropped by PAWS.
+    pub paws_dropped: u64,
+    /// Zero-window probes sent.
+    pub window_probes: u64,
+    /// Keep-alive probes sent.
+    pub keepalives: u64,
+    /// Loss recovery.
+    pub recovery: RecoveryStats,
+}
+
+const EV_CONNECTED: u8 = 1;
+const EV_READABLE: u8 = 2;
+const EV_WRITABLE: u8 = 4;
+const EV_PEER_CLOSED: u8 = 8;
+const EV_CLOSED: u8 = 16;
+const EV_RESET: u8 = 32;
+
+/// Challenge ACKs allowed per second (RFC 5961 7).
+const CHALLENGE_ACKS_PER_SEC: u32 = 10;
+/// Timestamps tick in microseconds; ts_recent older than 2^31 ticks is stale (RFC 7323 5.5
+/// scaled to our clock).
+const TS_STALE: Duration = Duration::from_micros(1 << 31);
+
+/// A segment to send without its payload, and the ring range (offset, length) of the payload.
+type Plan = (TcpRepr<'static>, usize, usize);
+
+fn seq_diff(a: TcpSeqNumber, b: TcpSeqNumber) -> i64 {
+    i64::from(a.0.wrapping_sub(b.0))
+}
+
+/// One connection (see the module documentation).
+#[derive(Debug)]
+pub struct Connection {
+    cfg: ConnConfig,
+    ep: Endpoints,
+    state: State,
+    active: bool,
+    // --- send side (RFC 9293 3.3.1)
+    iss: TcpSeqNumber,
+    snd_una: TcpSeqNumber,
+    snd_nxt: TcpSeqNumber,
+    snd_wnd: usize,
+    snd_wl1: TcpSeqNumber,
+    snd_wl2: TcpSeqNumber,
+    max_snd_wnd: usize,
+    snd_shift: u8,
+    smss: usize,
+    tx: SendRing,
+    fin_queued: bool,
+    /// Sequence number of our FIN once its position is known.
+    fin_seq: Option<TcpSeqNumber>,
+    syn_sent: bool,
+    // --- receive side
+    irs: TcpSeqNumber,
+    rcv_nxt: TcpSeqNumber,
+    rcv_shift: u8,
+    rx: VecDeque<u8>,
+    /// Stream offset of RCV.NXT (octets in order so far).
+    rcv_off: u64,
+    ooo: Reassembly,
+    /// Stream offset of an out-of-order FIN.
+    fin_off: Option<u64>,
+    fin_received: bool,
+    /// Right edge last advertised (stream offset).
+    rcv_adv: u64,
+    // --- options
+    ws_ok: bool,
+    sack_ok: bool,
+    ts_ok: bool,
+    ts_recent: u32,
+    ts_recent_at: Instant,
+    ts_offset: u32,
+    peer_mss: usize,
+    // --- ACKs and timers
+    ack_now: bool,
+    delack_at: Option<Instant>,
+    unacked_segs: u32,
+    rst_pending: bool,
+    probe_pending: bool,
+    window_probe_at: Option<Instant>,
+    window_probe_backoff: u32,
+    keepalive_at: Option<Instant>,
+    keepalive_pending: bool,
+    time_wait_at: Option<Instant>,
+    last_heard: Instant,
+    challenge_window: Instant,
+    challenges: u32,
+    rec: Recovery,
+    events: u8,
+    finished: bool,
+    stats: ConnStats,
+}
+
+impl Connection {
+    fn new(cfg: &ConnConfig, ep: Endpoints, iss: TcpSeqNumber, now: Instant, active: bool) -> Self {
+        let smss = usize::from(cfg.mss).max(64);
+        Connection {
+            cfg: *cfg,
+            ep,
+            state: if active {
+                State::SynSent
+            } else {
+                State::SynReceived
+            },
+            active,
+            iss,
+            snd_una: iss,
+            snd_nxt: iss,
+            snd_wnd: 0,
+            snd_wl1: iss,
+            snd_wl2: iss,
+            max_snd_wnd: 0,
+            snd_shift: 0,
+            smss,
+            tx: SendRing::new(cfg.tx_buffer.max(1)),
+            fin_queued: false,
+            fin_seq: None,
+            syn_sent: false,
+            irs: TcpSeqNumber(0),
+            rcv_nxt: TcpSeqNumber(0),
+            rcv_shift: 0,
+            rx: VecDeque::new(),
+            rcv_off: 0,
+            ooo: Reassembly::default(),
+            fin_off: None,
+            fin_received: false,
+            rcv_adv: 0,
+            ws_ok: false,
+            sack_ok: false,
+            ts_ok: false,
+            ts_recent: 0,
+            ts_recent_at: now,
+            ts_offset: iss.0 as u32 ^ 0x5a5a_5a5a,
+            peer_mss: 536,
+            ack_now: false,
+            delack_at: None,
+            unacked_segs: 0,
+            rst_pending: false,
+            probe_pending: false,
+            window_probe_at: None,
+            window_probe_backoff: 0,
+            keepalive_at: None,
+            keepalive_pending: false,
+            time_wait_at: None,
+            last_heard: now,
+            challenge_window: now,
+            challenges: 0,
+            rec: Recovery::new(&cfg.recovery, smss, now),
+            events: 0,
+            finished: false,
+            stats: ConnStats::default(),
+        }
+    }
+
+    /// Active open: SYN-SENT; the first [`Connection::poll_transmit`] is the SYN.
+    pub fn connect(cfg: &ConnConfig, ep: Endpoints, iss: TcpSeqNumber, now: Instant) -> Self {
+        Self::new(cfg, ep, iss, now, true)
+    }
+
+    /// Passive open from the peer's SYN (the host checked: SYN without ACK): SYN-RECEIVED;
+    /// the first [`Connection::poll_transmit`] is the SYN-ACK (RFC 9293 3.10.7.2).
+    pub fn accept(
+        cfg: &ConnConfig,
+        ep: Endpoints,
+        iss: TcpSeqNumber,
+        syn: &TcpRepr<'_>,
+        now: Instant,
+    ) -> Self {
+        let mut c = Self::new(cfg, ep, iss, now, false);
+        c.take_syn_options(syn, now);
+        c.irs = syn.seq_number;
+        c.rcv_nxt = syn.seq_number + 1;
+        c.snd_wnd = usize::from(syn.window_len);
+        c.max_snd_wnd = c.snd_wnd;
+        c.snd_wl1 = syn.seq_number;
+        // Data on a SYN is not kept: the peer retransmits it once synchronized (RFC 9293
+        // 3.10.7.2 allows queueing; MPA never sends it).
+        c
+    }
+
+    /// RFC 9293 3.7.1 (MSS), RFC 7323 2.2 (window scale), 3.2 (timestamps), RFC 2018 2.
+    fn take_syn_options(&mut self, syn: &TcpRepr<'_>, now: Instant) {
+        self.peer_mss = usize::from(syn.max_seg_size.unwrap_or(536)).max(64);
+        if let (Some(ws), true) = (syn.window_scale, self.cfg.window_scale) {
+            self.ws_ok = true;
+            self.snd_shift = ws.min(14);
+            self.rcv_shift = Self::shift_for(self.cfg.rx_buffer);
+        } else {
+            self.ws_ok = false;
+            self.snd_shift = 0;
+            self.rcv_shift = 0;
+        }
+        self.sack_ok = syn.sack_permitted && self.cfg.sack;
+        if let (Some(ts), true) = (syn.timestamp, self.cfg.timestamps) {
+            self.ts_ok = true;
+            self.ts_recent = ts.tsval;
+            self.ts_recent_at = now;
+        } else {
+            self.ts_ok = false;
+        }
+        self.update_smss();
+    }
+
+    fn shift_for(buf: usize) -> u8 {
+        let mut s = 0u8;
+        while s < 14 && (buf >> s) > 0xffff {
+            s += 1;
+        }
+        s
+    }
+
+    /// Effective send MSS: the peer's MSS minus the options every segment carries.
+    fn update_smss(&mut self) {
+        let opts = if self.ts_ok { 12 } else { 0 };
+        self.smss = self
+            .peer_mss
+            .min(usize::from(self.cfg.mss))
+            .saturating_sub(opts)
+            .max(32);
+        self.rec.set_smss(self.smss);
+    }
+
+    // ------------------------------------------------------------------ user calls
+
+    /// The state.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// Endpoints.
+    pub fn endpoints(&self) -> Endpoints {
+        self.ep
+    }
+
+    /// Whether [`Connection::send_with`] may queue data.
+    pub fn may_send(&self) -> bool {
+        matches!(self.state, State::Established | State::CloseWait) && !self.fin_queued
+    }
+
+    /// Octets queued and not yet acknowledged.
+    pub fn send_queue(&self) -> usize {
+        self.tx.len()
+    }
+
+    /// Octets that may still be queued.
+    pub fn send_space(&self) -> usize {
+        if self.may_send() {
+            self.tx.free()
+        } else {
+            0
+        }
+    }
+
+    /// Octets ready to be read.
+    pub fn recv_queue(&self) -> usize {
+        self.rx.len()
+    }
+
+    /// Changes the delayed-ACK timeout.
+    pub fn set_ack_delay(&mut self, d: Option<Duration>) {
+        self.cfg.ack_delay = d;
+    }
+
+    /// Lends the free contiguous part of the send buffer to `f`; returns what it wrote.
+    pub fn send_with(&mut self, f: impl FnOnce(&mut [u8]) -> usize) -> Result<usize, ConnError> {
+        if !self.may_send() {
+            return Err(ConnError::CannotSend(self.state));
+        }
+        Ok(self.tx.write_with(f))
+    }
+
+    /// Copies `data` into the send buffer; returns how much fit.
+    pub fn send(&mut self, data: &[u8]) -> Result<usize, ConnError> {
+        if !self.may_send() {
+            return Err(ConnError::CannotSend(self.state));
+        }
+        Ok(self.tx.write(data))
+    }
+
+    /// Lends the contiguous in-order octets to `f`, which returns how many it consumed.
+    /// Fails once nothing more can arrive and everything was read.
+    pub fn recv_with(&mut self, f: impl FnOnce(&[u8]) -> usize) -> Result<usize, ConnError> {
+        if self.rx.is_empty() {
+            let open = matches!(
+                self.state,
+                State::Established | State::FinWait1 | State::FinWait2
+            ) && !self.fin_received;
+            return if open {
+                Ok(0)
+            } else {
+                Err(ConnError::CannotRecv(self.state))
+            };
+        }
+        let (a, _) = self.rx.as_slices();
+        let n = f(a).min(a.len());
+        self.rx.drain(..n);
+        if self.rx.is_empty() && self.rx.capacity() > 64 * 1024 {
+            // Give back a burst's buffer once it is drained.
+            self.rx.shrink_to(4096);
+        }
+        self.maybe_window_update();
+        Ok(n)
+    }
+
+    /// Copies received octets into `buf`.
+    pub fn recv(&mut self, buf: &mut [u8]) -> Result<usize, ConnError> {
+        self.recv_with(|d| {
+            let n = d.len().min(buf.len());
+            buf[..n].copy_from_slice(&d[..n]);
+            n
+        })
+    }
+
+    /// Queues a FIN after the buffered data (RFC 9293 3.10.4).
+    pub fn close(&mut self) {
+        match self.state {
+            State::SynSent => self.enter_closed(EV_CLOSED),
+            State::SynReceived | State::Established => {
+                self.fin_queued = true;
+                self.state = State::FinWait1;
+            }
+            State::CloseWait => {
+                self.fin_queued = true;
+                self.state = State::LastAck;
+            }
+            _ => {}
+        }
+    }
+
+    /// Resets the connection: a RST goes out at the next poll (RFC 9293 3.10.5), then
+    /// CLOSED.
+    pub fn abort(&mut self) {
+        let synchronized = !matches!(
+            self.state,
+            State::Closed | State::Listen | State::SynSent | State::TimeWait
+        );
+        self.enter_closed(EV_CLOSED);
+        // CLOSED at once; the RST leaves when the host can send it.
+        self.rst_pending = synchronized;
+    }
+
+    /// The host may free the connection (CLOSED, its events taken).
+    pub fn is_finished(&self) -> bool {
+        self.finished && self.events == 0 && !self.rst_pending
+    }
+
+    /// Octets of memory the buffers hold now (send ring, receive queue, out-of-order data).
+    pub fn buffer_memory(&self) -> usize {
+        self.tx.allocated() + self.rx.capacity() + self.ooo.octets()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ConnStats {
+        ConnStats {
+            recovery: self.rec.stats(),
+            ..self.stats
+        }
+    }
+
+    /// Takes the next event.
+    pub fn poll_event(&mut self) -> Option<ConnEvent> {
+        for (bit, ev) in [
+            (EV_CONNECTED, ConnEvent::Connected),
+            (EV_READABLE, ConnEvent::Readable),
+            (EV_WRITABLE, ConnEvent::Writable),
+            (EV_PEER_CLOSED, ConnEvent::PeerClosed),
+            (EV_CLOSED, ConnEvent::Closed),
+            (EV_RESET, ConnEvent::Reset),
+        ] {
+            if self.events & bit != 0 {
+                self.events &= !bit;
+                return Some(ev);
+            }
+        }
+        None
+    }
+
+    fn enter_closed(&mut self, ev: u8) {
+        if self.state != State::Closed {
+            self.state = State::Closed;
+            self.events |= ev;
+        }
+        self.finished = true;
+        self.rst_pending = false;
+        self.delack_at = None;
+        self.keepalive_at = None;
+        self.window_probe_at = None;
+        self.time_wait_at = None;
+        self.ack_now = false;
+    }
+
+    // ------------------------------------------------------------------ receive
+
+    /// Our receive window now (octets), before scaling.
+    fn rcv_wnd(&self) -> usize {
+        self.cfg.rx_buffer.saturating_sub(self.rx.len())
+    }
+
+    fn window_field(&self) -> u16 {
+        let w = self.rcv_wnd() >> self.rcv_shift;
+        w.min(0xffff) as u16
+    }
+
+    fn maybe_window_update(&mut self) {
+        // RFC 9293 3.8.6.2.2: announce a larger window once it grew by at least
+        // min(buffer / 2, MSS) past what was advertised.
+        let edge = self.rcv_off + self.rcv_wnd() as u64;
+        let step = (self.cfg.rx_buffer / 2).min(usize::from(self.cfg.mss)) as u64;
+        if edge >= self.rcv_adv + step && self.state != State::Closed {
+            self.ack_now = true;
+        }
+    }
+
+    fn ts_now(&self, now: Instant) -> u32 {
+        (now.total_micros() as u32).wrapping_add(self.ts_offset)
+    }
+
+    /// A segment of this connection arrived (checksum verified by the host).
+    pub fn handle_segment(&mut self, now: Instant, seg: &TcpRepr<'_>) {
+        self.stats.segments_received += 1;
+        match self.state {
+            State::Closed | State::Listen => {}
+            State::SynSent => self.on_syn_sent(now, seg),
+            _ => self.on_synchronized(now, seg),
+        }
+    }
+
+    /// RFC 9293 3.10.7.3.
+    fn on_syn_sent(&mut self, now: Instant, seg: &TcpRepr<'_>) {
+        if let Some(ack) = seg.ack_number {
+            if ack <= self.iss || ack > self.snd_nxt {
+                if seg.control != TcpControl::Rst {
+                    self.queue_rst_for_ack(ack);
+                }
+                return;
+            }
+        }
+        if seg.control == TcpControl::Rst {
+            // RFC 5961 3.2 / RFC 9293: only with an acceptable ACK.
+            if seg.ack_number.is_some() {
+                self.enter_closed(EV_RESET);
+            }
+            return;
+        }
+        if seg.control != TcpControl::Syn {
+            return;
+        }
+        self.take_syn_options(seg, now);
+        self.irs = seg.seq_number;
+        self.rcv_nxt = seg.seq_number + 1;
+        self.last_heard = now;
+        self.snd_wnd = usize::from(seg.window_len); // SYN windows are never scaled
+        self.max_snd_wnd = self.snd_wnd;
+        self.snd_wl1 = seg.seq_number;
+        if let Some(ack) = seg.ack_number {
+            self.snd_wl2 = ack;
+            let ts_rtt = self.ts_rtt(now, seg);
+            self.snd_una = ack;
+            self.rec.on_ack(now, ack, &[], ts_rtt);
+            self.state = State::Established;
+            self.events |= EV_CONNECTED;
+            self.ack_now = true;
+            self.arm_keepalive(now);
+        } else {
+            // Simultaneous open (RFC 9293 3.5): SYN-RECEIVED, our SYN goes again with ACK.
+            self.state = State::SynReceived;
+            self.syn_sent = false;
+            self.snd_nxt = self.iss;
+            self.rec = Recovery::new(&self.cfg.recovery, self.smss, now);
+        }
+    }
+
+    fn ts_rtt(&self, now: Instant, seg: &TcpRepr<'_>) -> Option<Duration> {
+        if !self.ts_ok {
+            return None;
+        }
+        let ts = seg.timestamp?;
+        if ts.tsecr == 0 {
+            return None;
+        }
+        let d = self.ts_now(now).wrapping_sub(ts.tsecr);
+        // An echo from the future or older than a minute is not a sample.
+        (d < 60_000_000).then(|| Duration::from_micros(u64::from(d)))
+    }
+
+    fn challenge_ack(&mut self, now: Instant) {
+        // RFC 5961 7: at most a few per second.
+        if now - self.challenge_window >= Duration::from_secs(1) {
+            self.challenge_window = now;
+            self.challenges = 0;
+        }
+        if self.challenges < CHALLENGE_ACKS_PER_SEC {
+            self.challenges += 1;
+            self.stats.challenge_acks += 1;
+            self.ack_now = true;
+        }
+    }
+
+    /// RFC 9293 3.10.7.4 for every state past SYN-SENT.
+    fn on_synchronized(&mut self, now: Instant, seg: &TcpRepr<'_>) {
+        let seg_len = seg.segment_len();
+        let wnd = self.rcv_wnd();
+        // First: sequence number acceptability.
+        let rel = seq_diff(seg.seq_number, self.rcv_nxt);
+        let end_rel = rel + seg_len as i64 - 1;
+        let acceptable = match (seg_len, wnd) {
+            (0, 0) => rel == 0,
+            (0, _) => rel >= 0 && rel < wnd as i64,
+            (_, 0) => false,
+            (_, _) => (rel >= 0 && rel < wnd as i64) || (end_rel >= 0 && end_rel < wnd as i64),
+        };
+        // PAWS (RFC 7323 5.3), before anything else but RST.
+        if self.ts_ok && seg.control != TcpControl::Rst {
+            if let Some(ts) = seg.timestamp {
+                let stale = now - self.ts_recent_at > TS_STALE;
+                if !stale && (ts.tsval.wrapping_sub(self.ts_recent) as i32) < 0 {
+                    self.stats.paws_dropped += 1;
+                    self.ack_now = true;
+                    return;
+                }
+            }
+        }
+        // The peer is alive if it acknowledges something plausible, in window or not (a
+        // keep-alive probe is deliberately just outside it, RFC 9293 3.8.4).
+        if let Some(ack) = seg.ack_number {
+            let plausible = ack <= self.snd_nxt
+                && seq_diff(self.snd_una, ack) <= self.max_snd_wnd.max(1) as i64;
+            if plausible && seg.control != TcpControl::Rst {
+                self.last_heard = now;
+            }
+        }
+        if !acceptable {
+            if seg.control != TcpControl::Rst {
+                self.stats.duplicates += 1;
+                // An old FIN or segment: our ACK tells the peer where we are.
+                self.ack_now = true;
+                if self.state == State::TimeWait && seg.control == TcpControl::Fin {
+                    self.time_wait_at = Some(now + self.cfg.time_wait);
+                }
+            }
+            return;
+        }
+        // Second: RST (RFC 5961 3.2).
+        if seg.control == TcpControl::Rst {
+            if rel == 0 {
+                self.enter_closed(EV_RESET);
+            } else {
+                self.challenge_ack(now);
+            }
+            return;
+        }
+        // Fourth: SYN in a synchronized state (RFC 5961 4.2): challenge ACK.
+        if seg.control == TcpControl::Syn {
+            if self.state == State::SynReceived && !self.active && rel == -1 {
+                // The peer's SYN again: our SYN-ACK may have been lost.
+                self.syn_sent = false;
+                return;
+            }
+            self.challenge_ack(now);
+            return;
+        }
+        // Fifth: ACK.
+        let Some(ack) = seg.ack_number else {
+            return;
+        };
+        self.last_heard = now;
+        if self.state == State::SynReceived {
+            if ack > self.snd_una && ack <= self.snd_nxt {
+                self.state = State::Established;
+                self.events |= EV_CONNECTED;
+                if self.fin_queued {
+                    self.state = State::FinWait1;
+                }
+                self.arm_keepalive(now);
+            } else {
+                self.queue_rst_for_ack(ack);
+                return;
+            }
+        }
+        // RFC 5961 5.2: SND.UNA - MAX.SND.WND <= SEG.ACK <= SND.NXT.
+        if ack > self.snd_nxt {
+            self.ack_now = true;
+            return;
+        }
+        if seq_diff(self.snd_una, ack) > self.max_snd_wnd.max(1) as i64 {
+            self.ack_now = true;
+            return;
+        }
+        // Timestamp bookkeeping (RFC 7323 4.3): echo the newest in-order value.
+        if let (true, Some(ts)) = (self.ts_ok, seg.timestamp) {
+            if rel <= 0 && (ts.tsval.wrapping_sub(self.ts_recent) as i32) >= 0 {
+                self.ts_recent = ts.tsval;
+                self.ts_recent_at = now;
+            }
+        }
+        self.process_ack(now, seg, ack);
+        if self.state == State::Closed {
+            return;
+        }
+        // Seventh: text; eighth: FIN.
+        if matches!(
+            self.state,
+            State::Established | State::FinWait1 | State::FinWait2
+        ) {
+            self.process_text(now, seg);
+        } else if seg_len > 0 {
+            // Data after the peer's FIN: ignore, but tell it where we are.
+            self.ack_now = true;
+        }
+    }
+
+    fn queue_rst_for_ack(&mut self, _ack: TcpSeqNumber) {
+        // A bad ACK in a SYN state draws <SEQ=SEG.ACK><CTL=RST> (RFC 9293 3.10.7.3/4). We
+        // answer with a challenge-style ACK instead when synchronized states cannot apply;
+        // the host sends RSTs for segments of no connection.
+        self.ack_now = true;
+    }
+
+    fn process_ack(&mut self, now: Instant, seg: &TcpRepr<'_>, ack: TcpSeqNumber) {
+        let sack: Vec<(TcpSeqNumber, TcpSeqNumber)> = if self.sack_ok {
+            seg.sack_ranges
+                .iter()
+                .flatten()
+                .map(|&(l, r)| (TcpSeqNumber(l as i32), TcpSeqNumber(r as i32)))
+                .filter(|&(l, r)| l >= self.snd_una && r <= self.snd_nxt && l < r)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let advanced = ack > self.snd_una;
+        let ts_rtt = if advanced {
+            self.ts_rtt(now, seg)
+        } else {
+            None
+        };
+        let old_una = self.snd_una;
+        if advanced || !sack.is_empty() || (seg.payload.is_empty() && !self.rec.is_empty()) {
+            let pure_dup = !advanced
+                && seg.payload.is_empty()
+                && seg.control == TcpControl::None
+                && usize::from(seg.window_len) << self.snd_shift == self.snd_wnd;
+            if advanced || !sack.is_empty() || pure_dup {
+                self.rec.on_ack(now, ack, &sack, ts_rtt);
+            }
+        }
+        if advanced {
+            // Octets of data acknowledged (SYN and FIN occupy sequence space, not the ring).
+            let mut n = ack - old_una;
+            if old_una == self.iss {
+                n -= 1; // our SYN
+            }
+            if let Some(f) = self.fin_seq {
+                if ack > f {
+                    n -= 1;
+                }
+            }
+            self.tx.consume(n);
+            self.snd_una = ack;
+            if self.may_send() && n > 0 {
+                self.events |= EV_WRITABLE;
+            }
+            self.window_probe_backoff = 0;
+        }
+        // Window update (RFC 9293 3.10.7.4 fifth, SND.WL1/WL2).
+        if self.snd_wl1 < seg.seq_number || (self.snd_wl1 == seg.seq_number && self.snd_wl2 <= ack)
+        {
+            let was_zero = self.snd_wnd == 0;
+            self.snd_wnd = usize::from(seg.window_len) << self.snd_shift;
+            self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
+            self.snd_wl1 = seg.seq_number;
+            self.snd_wl2 = ack;
+            if self.snd_wnd > 0 {
+                self.window_probe_at = None;
+                if was_zero {
+                    self.window_probe_backoff = 0;
+                }
+            }
+        }
+        // Our FIN acknowledged: the closing states move on.
+        if let Some(f) = self.fin_seq {
+            if ack > f {
+                match self.state {
+                    State::FinWait1 => self.state = State::FinWait2,
+                    State::Closing => self.enter_time_wait(now),
+                    State::LastAck => self.enter_closed(EV_CLOSED),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    fn process_text(&mut self, now: Instant, seg: &TcpRepr<'_>) {
+        let rel = seq_diff(seg.seq_number, self.rcv_nxt);
+        let mut data = seg.payload;
+        let mut off = self.rcv_off as i64 + rel;
+        // Trim what is already in order.
+        if off < self.rcv_off as i64 {
+            let cut = (self.rcv_off as i64 - off) as usize;
+            if cut >= data.len() {
+                data = &[];
+            } else {
+                data = &data[cut..];
+            }
+            off = self.rcv_off as i64;
+        }
+        // Trim what lies beyond the window.
+        let right = self.rcv_off + self.rcv_wnd() as u64;
+        let fin_in_window;
+        if off as u64 + data.len() as u64 > right {
+            let keep = right.saturating_sub(off as u64) as usize;
+            data = &data[..keep.min(data.len())];
+            fin_in_window = false;
+        } else {
+            fin_in_window = true;
+        }
+        let off = off as u64;
+        if seg.control == TcpControl::Fin && fin_in_window {
+            self.fin_off = Some(off + data.len() as u64);
+        }
+        if !data.is_empty() {
+            if off == self.rcv_off {
+                let had_gap = !self.ooo.is_empty();
+                self.rx.extend(data);
+                self.rcv_off += data.len() as u64;
+                while let Some(more) = self.ooo.take_at(self.rcv_off) {
+                    self.rx.extend(&more);
+                    self.rcv_off += more.len() as u64;
+                }
+                self.rcv_nxt = TcpSeqNumber(
+                    (self.irs.0 as u32)
+                        .wrapping_add(1)
+                        .wrapping_add(self.rcv_off as u32) as i32,
+                );
+                self.events |= EV_READABLE;
+                self.unacked_segs += 1;
+                // RFC 5681 4.2: a segment that fills a gap is ACKed at once; RFC 1122
+                // 4.2.3.2: at least every second full-sized segment.
+                if had_gap || self.unacked_segs >= 2 || self.cfg.ack_delay.is_none() {
+                    self.ack_now = true;
+                } else if self.delack_at.is_none() {
+                    self.delack_at = self.cfg.ack_delay.map(|d| now + d);
+                }
+            } else {
+                self.stats.out_of_order += 1;
+                self.ooo.insert(off, data);
+                // RFC 5681 4.2: out-of-order data is ACKed at once (with SACK blocks).
+                self.ack_now = true;
+            }
+        } else if seg.segment_len() > 0 {
+            self.stats.duplicates += 1;
+            self.ack_now = true;
+        }
+        // Eighth: the FIN, once everything before it is here.
+        if !self.fin_received && self.fin_off == Some(self.rcv_off) {
+            self.fin_received = true;
+            self.rcv_nxt += 1;
+            self.events |= EV_PEER_CLOSED;
+            self.ack_now = true;
+            match self.state {
+                State::Established => self.state = State::CloseWait,
+                State::FinWait1 => {
+                    if self.fin_seq.is_some_and(|f| self.snd_una > f) {
+                        self.enter_time_wait(now);
+                    } else {
+                        self.state = State::Closing;
+                    }
+                }
+                State::FinWait2 => self.enter_time_wait(now),
+                _ => {}
+            }
+        }
+    }
+
+    fn enter_time_wait(&mut self, now: Instant) {
+        self.state = State::TimeWait;
+        self.time_wait_at = Some(now + self.cfg.time_wait);
+        self.keepalive_at = None;
+        self.window_probe_at = None;
+    }
+
+    fn arm_keepalive(&mut self, now: Instant) {
+        self.keepalive_at = self.cfg.keep_alive.map(|k| now + k);
+    }
+
+    // ------------------------------------------------------------------ timers
+
+    /// The earliest timer of this connection.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.finished {
+            return None;
+        }
+        let user = self.cfg.timeout.and_then(|t| {
+            matches!(
+                self.state,
+                State::Established
+                    | State::CloseWait
+                    | State::FinWait1
+                    | State::FinWait2
+                    | State::Closing
+                    | State::LastAck
+                    | State::SynSent
+                    | State::SynReceived
+            )
+            .then_some(self.last_heard + t)
+        });
+        [
+            self.rec.poll_timeout(),
+            self.delack_at,
+            self.window_probe_at,
+            self.keepalive_at,
+            self.time_wait_at,
+            user,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Runs the timers due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.finished {
+            return;
+        }
+        if self.time_wait_at.is_some_and(|t| t <= now) {
+            self.enter_closed(EV_CLOSED);
+            return;
+        }
+        // User timeout (RFC 9293 3.8.3 R2) or retries exhausted: the peer is gone.
+        let silent = self
+            .cfg
+            .timeout
+            .is_some_and(|t| now - self.last_heard >= t && self.state != State::TimeWait);
+        let outstanding = !self.rec.is_empty() || self.tx.len() > 0;
+        if (silent && (outstanding || self.cfg.keep_alive.is_some()))
+            || self.rec.backoffs() > MAX_RTO_BACKOFFS
+        {
+            self.enter_closed(EV_RESET);
+            return;
+        }
+        if self.delack_at.is_some_and(|t| t <= now) {
+            self.delack_at = None;
+            self.ack_now = true;
+        }
+        match self.rec.handle_timeout(now) {
+            TimeoutAction::Probe => self.probe_pending = true,
+            TimeoutAction::Retransmit => {
+                if matches!(self.state, State::SynSent | State::SynReceived) {
+                    self.syn_sent = false;
+                }
+            }
+            TimeoutAction::None => {}
+        }
+        if self.window_probe_at.is_some_and(|t| t <= now) {
+            self.window_probe_at = None;
+            self.stats.window_probes += 1;
+            self.window_probe_backoff = (self.window_probe_backoff + 1).min(16);
+            // Send one octet past the zero window (RFC 9293 3.8.6.1) below.
+            self.probe_pending = true;
+        }
+        if self.keepalive_at.is_some_and(|t| t <= now) {
+            let idle = self.rec.is_empty() && self.tx.len() == 0;
+            if idle && matches!(self.state, State::Established | State::CloseWait) {
+                self.keepalive_pending = true;
+                self.stats.keepalives += 1;
+            }
+            self.keepalive_at = self.cfg.keep_alive.map(|k| now + k);
+        }
+    }
+
+    // ------------------------------------------------------------------ transmit
+
+    fn base_segment(
+        &self,
+        now: Instant,
+        control: TcpControl,
+        seq: TcpSeqNumber,
+    ) -> TcpRepr<'static> {
+        let syn = control == TcpControl::Syn;
+        let ack = (self.state != State::SynSent).then_some(self.rcv_nxt);
+        let window_len = if syn {
+            // RFC 7323 2.2: the window of a SYN is never scaled.
+            self.cfg.rx_buffer.min(0xffff) as u16
+        } else {
+            self.window_field()
+        };
+        let offer_ts = if syn {
+            self.cfg.timestamps && (self.active || self.ts_ok)
+        } else {
+            self.ts_ok
+        };
+        let timestamp = offer_ts.then(|| TcpTimestampRepr {
+            tsval: self.ts_now(now),
+            tsecr: if self.ts_ok { self.ts_recent } else { 0 },
+        });
+        let (window_scale, max_seg_size, sack_permitted) = if syn {
+            let ws = self.cfg.window_scale && (self.active || self.ws_ok);
+            let shift = if self.active {
+                Self::shift_for(self.cfg.rx_buffer)
+            } else {
+                self.rcv_shift
+            };
+            (
+                ws.then_some(shift),
+                Some(self.cfg.mss),
+                self.cfg.sack && (self.active || self.sack_ok),
+            )
+        } else {
+            (None, None, false)
+        };
+        let mut sack_ranges = [None; 3];
+        if !syn && self.sack_ok && !self.ooo.is_empty() {
+            let base = (self.irs.0 as u32).wrapping_add(1);
+            for (i, (l, r)) in self.ooo.sack_blocks(3).into_iter().enumerate() {
+                sack_ranges[i] = Some((base.wrapping_add(l as u32), base.wrapping_add(r as u32)));
+            }
+        }
+        TcpRepr {
+            src_port: self.ep.local.1,
+            dst_port: self.ep.remote.1,
+            control,
+            seq_number: seq,
+            ack_number: ack,
+            window_len,
+            window_scale,
+            max_seg_size,
+            sack_permitted,
+            sack_ranges,
+            timestamp,
+            payload: &[],
+        }
+    }
+
+    fn sent(&mut self, seg: &TcpRepr<'_>) {
+        self.stats.segments_sent += 1;
+        if seg.ack_number.is_some() {
+            self.ack_now = false;
+            self.delack_at = None;
+            self.unacked_segs = 0;
+            self.rcv_adv = self.rcv_off + self.rcv_wnd() as u64;
+        }
+    }
+
+    /// Data octets not yet sent, and their offset in the ring.
+    fn unsent(&self) -> (usize, usize) {
+        let data_start = if self.snd_una == self.iss {
+            self.iss + 1
+        } else {
+            self.snd_una
+        };
+        let sent = seq_diff(self.snd_nxt, data_start).max(0) as usize;
+        let sent = sent.min(self.tx.len());
+        (sent, self.tx.len() - sent)
+    }
+
+    /// The next segment to send now (see the module documentation): its payload is borrowed
+    /// from the send buffer.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<TcpRepr<'_>> {
+        let (mut seg, off, n) = self.plan(now)?;
+        seg.payload = self.tx.slice(off, n);
+        Some(seg)
+    }
+
+    /// What [`Connection::poll_transmit`] sends: the segment without payload and the ring
+    /// range of its payload.
+    fn plan(&mut self, now: Instant) -> Option<Plan> {
+        if self.rst_pending {
+            self.rst_pending = false;
+            let mut seg = self.base_segment(now, TcpControl::Rst, self.snd_nxt);
+            seg.window_len = 0;
+            seg.sack_ranges = [None; 3];
+            self.stats.segments_sent += 1;
+            return Some((seg, 0, 0));
+        }
+        match self.state {
+            State::Closed | State::Listen => return None,
+            State::SynSent | State::SynReceived => {
+                if !self.syn_sent {
+                    self.syn_sent = true;
+                    let mut seg = self.base_segment(now, TcpControl::Syn, self.iss);
+                    if self.state == State::SynReceived {
+                        seg.ack_number = Some(self.rcv_nxt);
+                    }
+                    let retransmit = self.snd_nxt != self.iss;
+                    self.snd_nxt = self.iss + 1;
+                    self.rec.on_sent(now, self.iss, 1, retransmit);
+                    self.sent(&seg);
+                    return Some((seg, 0, 0));
+                }
+                if self.state == State::SynSent {
+                    return None;
+                }
+                // SYN-RECEIVED: nothing else until the handshake completes.
+                return None;
+            }
+            _ => {}
+        }
+        if let Some(p) = self.poll_retransmit(now) {
+            return Some(p);
+        }
+        if self.probe_pending {
+            self.probe_pending = false;
+            if let Some(p) = self.poll_new(now, true) {
+                return Some(p);
+            }
+            if let Some((seq, len)) = self.rec.last_segment() {
+                if let Some(p) = self.segment_at(now, seq, len, true) {
+                    return Some(p);
+                }
+            }
+        }
+        if let Some(p) = self.poll_new(now, false) {
+            return Some(p);
+        }
+        if self.keepalive_pending {
+            self.keepalive_pending = false;
+            // RFC 9293 3.8.4: SEG.SEQ = SND.NXT - 1, no data.
+            let seg = self.base_segment(now, TcpControl::None, self.snd_nxt - 1);
+            self.sent(&seg);
+            return Some((seg, 0, 0));
+        }
+        if self.ack_now {
+            let seg = self.base_segment(now, TcpControl::None, self.snd_nxt);
+            self.sent(&seg);
+            return Some((seg, 0, 0));
+        }
+        None
+    }
+
+    fn poll_retransmit(&mut self, now: Instant) -> Option<Plan> {
+        let (seq, len) = self.rec.next_retransmit()?;
+        self.segment_at(now, seq, len, true)
+    }
+
+    /// The segment covering `[seq, seq + len)` of what was sent before (data and/or FIN),
+    /// at most one MSS and one contiguous piece of the ring.
+    fn segment_at(
+        &mut self,
+        now: Instant,
+        seq: TcpSeqNumber,
+        len: usize,
+        retransmit: bool,
+    ) -> Option<Plan> {
+        if seq == self.iss && self.snd_una == self.iss {
+            // The SYN itself (handled by the SYN path).
+            self.syn_sent = false;
+            return None;
+        }
+        let off = seq_diff(seq, self.snd_una).max(0) as usize;
+        let data_len = self.tx.len();
+        let mut n = len.min(self.smss);
+        let mut fin = false;
+        if let Some(f) = self.fin_seq {
+            let fin_rel = seq_diff(f, seq);
+            if fin_rel >= 0 && (fin_rel as usize) < n + 1 && (fin_rel as usize) <= len {
+                // The FIN is inside the range.
+                n = fin_rel as usize;
+                fin = (fin_rel as usize) < len;
+            }
+        }
+        let n = n.min(data_len.saturating_sub(off));
+        let control = if fin {
+            TcpControl::Fin
+        } else {
+            TcpControl::Psh
+        };
+        let mut seg = self.base_segment(now, control, seq);
+        let payload = self.tx.slice(off, n);
+        let n = payload.len();
+        let fin = fin && seq + n == self.fin_seq.unwrap_or(seq);
+        if n == 0 && !fin {
+            return None;
+        }
+        if !fin {
+            seg.control = TcpControl::Psh;
+        }
+        self.rec.on_sent(now, seq, n + usize::from(fin), retransmit);
+        self.stats.segments_sent += 1;
+        self.ack_now = false;
+        self.delack_at = None;
+        self.unacked_segs = 0;
+        self.rcv_adv = self.rcv_off + self.rcv_wnd() as u64;
+        Some((seg, off, n))
+    }
+
+    /// New data (and the FIN) within the windows; `probe` sends one segment even past a
+    /// zero window (a window probe or TLP).
+    fn poll_new(&mut self, now: Instant, probe: bool) -> Option<Plan> {
+        if !matches!(
+            self.state,
+            State::Established
+                | State::CloseWait
+                | State::FinWait1
+                | State::Closing
+                | State::LastAck
+        ) {
+            return None;
+        }
+        let (sent, unsent) = self.unsent();
+        let in_flight_wnd = seq_diff(self.snd_nxt, self.snd_una).max(0) as usize;
+        let peer_room = self.snd_wnd.saturating_sub(in_flight_wnd);
+        let allowance = self.rec.send_allowance();
+        let fin_due = self.fin_queued && self.fin_seq.is_none();
+        if unsent == 0 {
+            if fin_due {
+                // The FIN alone (it needs no window).
+                let seq = self.snd_nxt;
+                self.fin_seq = Some(seq);
+                self.snd_nxt = seq + 1;
+                let seg = self.base_segment(now, TcpControl::Fin, seq);
+                self.rec.on_sent(now, seq, 1, false);
+                self.sent(&seg);
+                return Some((seg, 0, 0));
+            }
+            return None;
+        }
+        let mut n = unsent.min(self.smss);
+        if !probe {
+            n = n.min(peer_room).min(allowance);
+            if n == 0 {
+                if self.snd_wnd == 0 && self.rec.is_empty() && self.window_probe_at.is_none() {
+                    // RFC 9293 3.8.6.1: probe the zero window, backing off.
+                    let base = self.rec.rto();
+                    self.window_probe_at =
+                        Some(now + base * (1u32 << self.window_probe_backoff.min(6)));
+                }
+                return None;
+            }
+            // Sender SWS avoidance (RFC 9293 3.8.6.2.1): a full segment, everything queued,
+            // or at least half the largest window the peer offered.
+            let all = n == unsent;
+            if n < self.smss && !all && n < self.max_snd_wnd / 2 {
+                return None;
+            }
+        } else {
+            n = n.max(1).min(unsent);
+            if self.snd_wnd == 0 {
+                n = 1;
+            }
+        }
+        let payload_len = self.tx.slice(sent, n).len();
+        let seq = self.snd_nxt;
+        let last = payload_len == unsent;
+        let fin = last && fin_due;
+        let control = if fin {
+            TcpControl::Fin
+        } else {
+            TcpControl::Psh
+        };
+        let seg = self.base_segment(now, control, seq);
+        self.snd_nxt = seq + payload_len + usize::from(fin);
+        if fin {
+            self.fin_seq = Some(seq + payload_len);
+        }
+        self.rec
+            .on_sent(now, seq, payload_len + usize::from(fin), false);
+        self.stats.segments_sent += 1;
+        self.ack_now = false;
+        self.delack_at = None;
+        self.unacked_segs = 0;
+        self.rcv_adv = self.rcv_off + self.rcv_wnd() as u64;
+        Some((seg, sent, payload_len))
+    }
+}
+

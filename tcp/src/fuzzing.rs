@@ -1,0 +1,606 @@
+//! Test-only entry point of the `tcp_segments` fuzz target (feature `fuzzing`; issue 11).
+//!
+//! The input drives one [`crate::Stack`] (Warpcore's TCP) over a scripted device, with the
+//! fuzzer playing the peer at 198.18.0.2: segments with arbitrary flags, sequence and
+//! acknowledgement numbers (mostly near the live window, sometimes anywhere), windows,
+//! options and payload lengths, sent to a listener, to an active connection or to no
+//! connection at all; raw frames; the clock moving on; and the local user sending,
+//! reading, closing, aborting and releasing.
+//!
+//! Invariants checked after every step (a violation panics, failing the run):
+//! * nothing panics, and time only moves forward;
+//! * the octets a connection delivers are exactly the peer's stream from offset 0, in order:
+//!   every payload octet the fuzzer sends is a function of its stream offset, so however
+//!   segments overlap, repeat or arrive out of order, any corruption of reassembly shows;
+//! * every segment the stack sends carries, at each stream offset, the octet the user wrote
+//!   there (retransmissions come from the same source), never beyond what was written;
+//! * every frame the stack sends parses as Ethernet/ARP or Ethernet/IPv4/TCP|ICMP;
+//! * buffered octets never exceed the configured buffers.
+
+use std::collections::VecDeque;
+
+use arbitrary::{Arbitrary, Unstructured};
+use smoltcp::phy::{self, ChecksumCapabilities, Device, DeviceCapabilities, Medium};
+use smoltcp::time::{Duration, Instant};
+use smoltcp::wire::{
+    EthernetAddress, EthernetFrame, EthernetProtocol, EthernetRepr, IpAddress, IpProtocol,
+    Ipv4Address, Ipv4Cidr, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
+    TcpTimestampRepr,
+};
+
+use crate::{ConnId, Event, PollDevice, Stack, StackConfig, TcpTuning};
+
+const US: Ipv4Address = Ipv4Address::new(198, 18, 0, 1);
+const PEER: Ipv4Address = Ipv4Address::new(198, 18, 0, 2);
+const US_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
+const PEER_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
+const LISTEN_PORT: u16 = 4000;
+const PASSIVE_PEER_PORT: u16 = 5000;
+const ACTIVE_PEER_PORT: u16 = 6000;
+const PEER_ISS: u32 = 0x1000_0000;
+const BUF: usize = 16 * 1024;
+
+/// The peer's octet at sequence number `seq`: a function of the absolute sequence number, so
+/// every copy of an octet is the same whatever the segment boundaries.
+fn peer_octet(seq: u32) -> u8 {
+    (u64::from(seq).wrapping_mul(0x9e37_79b9) >> 11) as u8
+}
+
+/// Byte `off` of our user's stream.
+fn user_octet(off: u64) -> u8 {
+    (off.wrapping_mul(0x85eb_ca6b) >> 13) as u8 ^ 0x5a
+}
+
+#[derive(Debug, Default)]
+struct ScriptDevice {
+    rx: VecDeque<Vec<u8>>,
+    tx: Vec<Vec<u8>>,
+}
+
+#[derive(Debug)]
+struct Rx(Vec<u8>);
+#[derive(Debug)]
+struct Tx<'a>(&'a mut Vec<Vec<u8>>);
+
+impl phy::RxToken for Rx {
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+        f(&self.0)
+    }
+}
+
+impl phy::TxToken for Tx<'_> {
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        let mut v = vec![0; len];
+        let r = f(&mut v);
+        self.0.push(v);
+        r
+    }
+}
+
+impl Device for ScriptDevice {
+    type RxToken<'a> = Rx;
+    type TxToken<'a> = Tx<'a>;
+    fn receive(&mut self, _: Instant) -> Option<(Rx, Tx<'_>)> {
+        let f = self.rx.pop_front()?;
+        Some((Rx(f), Tx(&mut self.tx)))
+    }
+    fn transmit(&mut self, _: Instant) -> Option<Tx<'_>> {
+        Some(Tx(&mut self.tx))
+    }
+    fn capabilities(&self) -> DeviceCapabilities {
+        let mut c = DeviceCapabilities::default();
+        c.medium = Medium::Ethernet;
+        c.max_transmission_unit = 1514;
+        // The fuzzer need not compute checksums: both directions skip them.
+        c.checksum = ChecksumCapabilities::ignored();
+        c
+    }
+}
+
+impl PollDevice for ScriptDevice {}
+
+#[derive(Debug, Arbitrary)]
+enum Target {
+    Passive,
+    Active,
+    Nobody(u16, u16),
+}
+
+#[derive(Debug, Arbitrary)]
+struct Seg {
+    target: Target,
+    flags: u8,
+    /// Relative to the peer's next octet (small), or an absolute number.
+    seq: Num,
+    /// Relative to our next octet, or absolute, or absent.
+    ack: Option<Num>,
+    window: u16,
+    mss: Option<u16>,
+    ws: Option<u8>,
+    sack_permitted: bool,
+    sack: [Option<(i16, u16)>; 3],
+    ts: Option<(u32, u32)>,
+    len: u16,
+}
+
+#[derive(Debug, Arbitrary)]
+enum Num {
+    Rel(i16),
+    Far(i32),
+    Abs(u32),
+}
+
+#[derive(Debug, Arbitrary)]
+enum Op {
+    Seg(Seg),
+    Raw(Vec<u8>),
+    Wait(u16),
+    WaitLong(u8),
+    Send(u16),
+    Recv(u16),
+    Close(bool),
+    Abort(bool),
+    Release(bool),
+    Connect,
+    /// Well-formed peer moves, so random inputs reach the synchronized states often: a SYN to
+    /// the listener (or a SYN-ACK to our SYN), an ACK of everything seen, in-order data.
+    PeerOpen(bool),
+    PeerAck(bool),
+    PeerData(bool, u16),
+}
+
+/// What the peer (the fuzzer) knows of one connection.
+#[derive(Debug, Default)]
+struct Side {
+    id: Option<ConnId>,
+    /// Our ISS, learned from our SYN or SYN-ACK.
+    our_iss: Option<TcpSeqNumber>,
+    /// Highest of our octets seen (relative to our ISS + 1).
+    our_seen: u64,
+    /// The peer's next stream offset (what it has "sent" in order so far, roughly).
+    peer_next: u64,
+    /// Octets our user wrote.
+    written: u64,
+    /// Octets delivered to our user.
+    delivered: u64,
+    /// The sequence number of the peer's first stream octet as our stack acknowledged it
+    /// (IRS + 1), learned from the first ACK it sent.
+    peer_base: Option<TcpSeqNumber>,
+    local_port: u16,
+}
+
+fn clamp_len(len: u16) -> usize {
+    usize::from(len % 1500)
+}
+
+fn build(seg: &Seg, side: &Side, dst_port: u16, src_port: u16) -> (TcpRepr<'static>, Vec<u8>) {
+    let peer_base = side.peer_base.unwrap_or(TcpSeqNumber(PEER_ISS as i32) + 1);
+    let seq = match seg.seq {
+        Num::Rel(r) => TcpSeqNumber(
+            peer_base
+                .0
+                .wrapping_add(side.peer_next as i32)
+                .wrapping_add(i32::from(r)),
+        ),
+        Num::Far(r) => TcpSeqNumber(peer_base.0.wrapping_add(r)),
+        Num::Abs(a) => TcpSeqNumber(a as i32),
+    };
+    let our_base = side.our_iss.unwrap_or(TcpSeqNumber(0)) + 1;
+    let ack = seg.ack.as_ref().map(|a| match a {
+        Num::Rel(r) => TcpSeqNumber(
+            (our_base + side.our_seen as usize)
+                .0
+                .wrapping_add(i32::from(*r)),
+        ),
+        Num::Far(r) => TcpSeqNumber(our_base.0.wrapping_add(*r)),
+        Num::Abs(a) => TcpSeqNumber(*a as i32),
+    });
+    let control = match seg.flags % 8 {
+        3 => TcpControl::Psh,
+        4 => TcpControl::Syn,
+        5 => TcpControl::Fin,
+        6 => TcpControl::Rst,
+        _ => TcpControl::None,
+    };
+    let len = if control == TcpControl::Rst {
+        0
+    } else {
+        clamp_len(seg.len)
+    };
+    // The first payload octet follows the SYN, which occupies one sequence number.
+    let start = (seq.0 as u32).wrapping_add(u32::from(control == TcpControl::Syn));
+    let payload: Vec<u8> = (0..len as u32)
+        .map(|k| peer_octet(start.wrapping_add(k)))
+        .collect();
+    let mut sack = [None; 3];
+    for (i, s) in seg.sack.iter().enumerate() {
+        if let Some((off, l)) = s {
+            let a = (our_base + side.our_seen as usize)
+                .0
+                .wrapping_add(i32::from(*off));
+            sack[i] = Some((a as u32, (a as u32).wrapping_add(u32::from(*l))));
+        }
+    }
+    // Options as a real peer sends them: MSS, window scale and SACK-permitted only on a SYN,
+    // SACK blocks only on others (more would not fit the 40 octets of TCP options).
+    let syn = control == TcpControl::Syn;
+    let repr = TcpRepr {
+        src_port,
+        dst_port,
+        control,
+        seq_number: seq,
+        ack_number: ack,
+        window_len: seg.window,
+        window_scale: if syn { seg.ws } else { None },
+        max_seg_size: if syn { seg.mss } else { None },
+        sack_permitted: syn && seg.sack_permitted,
+        sack_ranges: if syn { [None; 3] } else { sack },
+        timestamp: seg
+            .ts
+            .map(|(tsval, tsecr)| TcpTimestampRepr { tsval, tsecr }),
+        payload: &[],
+    };
+    (repr, payload)
+}
+
+/// A segment a well-behaved peer would send now: the next sequence number, an ACK of all
+/// our octets seen (`ack`), a large window, and on a SYN the usual options.
+fn well_formed(
+    side: &Side,
+    dst_port: u16,
+    src_port: u16,
+    control: TcpControl,
+    ack: bool,
+) -> TcpRepr<'static> {
+    let syn = control == TcpControl::Syn;
+    let base = side.peer_base.unwrap_or(TcpSeqNumber(PEER_ISS as i32) + 1);
+    let seq = if syn {
+        base - 1
+    } else {
+        base + side.peer_next as usize
+    };
+    let ack = if ack {
+        side.our_iss.map(|iss| iss + 1 + side.our_seen as usize)
+    } else {
+        None
+    };
+    TcpRepr {
+        src_port,
+        dst_port,
+        control,
+        seq_number: seq,
+        ack_number: ack,
+        window_len: 0xffff,
+        window_scale: syn.then_some(7),
+        max_seg_size: syn.then_some(1460),
+        sack_permitted: syn,
+        sack_ranges: [None; 3],
+        timestamp: None,
+        payload: &[],
+    }
+}
+
+fn frame(repr: &TcpRepr<'_>, payload: &[u8]) -> Vec<u8> {
+    let repr = TcpRepr { payload, ..*repr };
+    let tcp_len = repr.header_len() + payload.len();
+    let mut f = vec![0u8; 14 + 20 + tcp_len];
+    let mut eth = EthernetFrame::new_unchecked(&mut f[..]);
+    EthernetRepr {
+        src_addr: PEER_MAC,
+        dst_addr: US_MAC,
+        ethertype: EthernetProtocol::Ipv4,
+    }
+    .emit(&mut eth);
+    let ip = Ipv4Repr {
+        src_addr: PEER,
+        dst_addr: US,
+        next_header: IpProtocol::Tcp,
+        payload_len: tcp_len,
+        hop_limit: 64,
+    };
+    let caps = ChecksumCapabilities::ignored();
+    let mut ipp = Ipv4Packet::new_unchecked(eth.payload_mut());
+    ip.emit(&mut ipp, &caps);
+    repr.emit(
+        &mut TcpPacket::new_unchecked(ipp.payload_mut()),
+        &IpAddress::Ipv4(PEER),
+        &IpAddress::Ipv4(US),
+        &caps,
+    );
+    f
+}
+
+/// Checks one frame the stack sent and updates what the peer knows.
+fn check_output(f: &[u8], passive: &mut Side, active: &mut Side, arp_due: &mut bool) {
+    let eth = EthernetFrame::new_checked(f).expect("stack sent a short Ethernet frame");
+    match eth.ethertype() {
+        EthernetProtocol::Arp => {
+            // The peer answers every ARP request (an entry expires after a minute).
+            let p = smoltcp::wire::ArpPacket::new_checked(eth.payload())
+                .expect("stack sent a short ARP packet");
+            smoltcp::wire::ArpRepr::parse(&p).expect("stack sent a bad ARP packet");
+            *arp_due = true;
+            return;
+        }
+        EthernetProtocol::Ipv4 => {}
+        other => panic!("stack sent EtherType {other}"),
+    }
+    let caps = ChecksumCapabilities::ignored();
+    let ipp = Ipv4Packet::new_checked(eth.payload()).expect("stack sent a bad IPv4 packet");
+    let ip = Ipv4Repr::parse(&ipp, &caps).expect("stack sent a bad IPv4 header");
+    if ip.next_header != IpProtocol::Tcp {
+        return;
+    }
+    let tp = TcpPacket::new_checked(ipp.payload()).expect("stack sent a short TCP segment");
+    let t = TcpRepr::parse(&tp, &IpAddress::Ipv4(US), &IpAddress::Ipv4(PEER), &caps)
+        .expect("stack sent a bad TCP segment");
+    let side = if t.dst_port == PASSIVE_PEER_PORT && t.src_port == LISTEN_PORT {
+        passive
+    } else if t.dst_port == ACTIVE_PEER_PORT {
+        active
+    } else {
+        // RSTs to segments for nobody.
+        assert_eq!(
+            t.control,
+            TcpControl::Rst,
+            "segment to an unknown peer port: {t}"
+        );
+        return;
+    };
+    if t.control == TcpControl::Syn {
+        side.our_iss = Some(t.seq_number);
+        side.local_port = t.src_port;
+    }
+    if side.peer_base.is_none() && t.control != TcpControl::Rst {
+        side.peer_base = t.ack_number;
+    }
+    let Some(iss) = side.our_iss else {
+        return;
+    };
+    if t.payload.is_empty() {
+        return;
+    }
+    let first = i64::from(t.seq_number.0.wrapping_sub((iss + 1).0));
+    assert!(first >= 0, "payload before our ISS: {t}");
+    let end = first as u64 + t.payload.len() as u64;
+    assert!(
+        end <= side.written,
+        "stack sent octets up to {end}, the user wrote {}",
+        side.written
+    );
+    for (k, &b) in t.payload.iter().enumerate() {
+        assert_eq!(
+            b,
+            user_octet(first as u64 + k as u64),
+            "octet {} of our stream went out altered",
+            first as u64 + k as u64
+        );
+    }
+    side.our_seen = side.our_seen.max(end);
+}
+
+/// Runs one fuzz input (see the module documentation).
+pub fn tcp_segments(data: &[u8]) {
+    let mut u = Unstructured::new(data);
+    let cfg = StackConfig {
+        mac: US_MAC.0,
+        ip: Ipv4Cidr::new(US, 24),
+        gateway: None,
+        routes: Vec::new(),
+        random_seed: 7,
+        max_connections: 8,
+    };
+    let tuning = TcpTuning {
+        rx_buffer: BUF,
+        tx_buffer: BUF,
+        ..TcpTuning::default()
+    };
+    let Ok(mut stack) = Stack::new(ScriptDevice::default(), &cfg, Instant::ZERO) else {
+        panic!("stack refused a valid configuration");
+    };
+    let listener = stack.listen(LISTEN_PORT, 4, &tuning).expect("listen");
+    let mut now = Instant::ZERO;
+    let (mut passive, mut active) = (Side::default(), Side::default());
+    // The peer's MAC is known from the start, as after any exchange.
+    stack.device_mut().rx.push_back(arp_reply());
+    for _ in 0..256 {
+        let Ok(op) = Op::arbitrary(&mut u) else {
+            break;
+        };
+        if std::env::var_os("WC_FUZZ_TRACE").is_some() {
+            eprintln!("op {op:?} passive {passive:?} active {active:?}");
+        }
+        let mut nobody = Side::default();
+        match op {
+            Op::Seg(seg) => {
+                let (side, dst, src) = match seg.target {
+                    Target::Passive => (&mut passive, LISTEN_PORT, PASSIVE_PEER_PORT),
+                    Target::Active => {
+                        let p = active.local_port.max(1);
+                        (&mut active, p, ACTIVE_PEER_PORT)
+                    }
+                    Target::Nobody(d, s) => (&mut nobody, d.max(1), s.max(1)),
+                };
+                let (repr, payload) = build(&seg, side, dst, src);
+                if matches!(seg.seq, Num::Rel(r) if r >= 0) && repr.control != TcpControl::Rst {
+                    side.peer_next = side.peer_next.max(
+                        side.peer_next
+                            + payload.len() as u64
+                            + u64::from(repr.control == TcpControl::Syn),
+                    );
+                }
+                stack.device_mut().rx.push_back(frame(&repr, &payload));
+            }
+            Op::PeerOpen(which) => {
+                let (side, dst, src) = if which {
+                    (&mut passive, LISTEN_PORT, PASSIVE_PEER_PORT)
+                } else {
+                    let p = active.local_port.max(1);
+                    (&mut active, p, ACTIVE_PEER_PORT)
+                };
+                let repr = well_formed(side, dst, src, TcpControl::Syn, side.our_iss.is_some());
+                stack.device_mut().rx.push_back(frame(&repr, &[]));
+            }
+            Op::PeerAck(which) => {
+                let (side, dst, src) = if which {
+                    (&mut passive, LISTEN_PORT, PASSIVE_PEER_PORT)
+                } else {
+                    let p = active.local_port.max(1);
+                    (&mut active, p, ACTIVE_PEER_PORT)
+                };
+                let repr = well_formed(side, dst, src, TcpControl::None, true);
+                stack.device_mut().rx.push_back(frame(&repr, &[]));
+            }
+            Op::PeerData(which, len) => {
+                let (side, dst, src) = if which {
+                    (&mut passive, LISTEN_PORT, PASSIVE_PEER_PORT)
+                } else {
+                    let p = active.local_port.max(1);
+                    (&mut active, p, ACTIVE_PEER_PORT)
+                };
+                let repr = well_formed(side, dst, src, TcpControl::Psh, true);
+                let start = repr.seq_number.0 as u32;
+                let payload: Vec<u8> = (0..u32::from(len % 1461))
+                    .map(|k| peer_octet(start.wrapping_add(k)))
+                    .collect();
+                side.peer_next += payload.len() as u64;
+                stack.device_mut().rx.push_back(frame(&repr, &payload));
+            }
+            Op::Raw(mut bytes) => {
+                bytes.truncate(1600);
+                stack.device_mut().rx.push_back(bytes);
+            }
+            Op::Wait(us) => now += Duration::from_micros(u64::from(us)),
+            Op::WaitLong(s) => now += Duration::from_millis(u64::from(s) * 50),
+            Op::Send(n) => {
+                for side in [&mut passive, &mut active] {
+                    if let Some(id) = side.id {
+                        let off = side.written;
+                        let n = usize::from(n);
+                        if let Ok(k) = stack.send_with(id, |buf| {
+                            let k = buf.len().min(n);
+                            for (i, b) in buf[..k].iter_mut().enumerate() {
+                                *b = user_octet(off + i as u64);
+                            }
+                            k
+                        }) {
+                            side.written += k as u64;
+                        }
+                    }
+                }
+            }
+            Op::Recv(n) => {
+                for side in [&mut passive, &mut active] {
+                    if let Some(id) = side.id {
+                        let off = side.delivered;
+                        let base = side.peer_base;
+                        if let Ok(k) = stack.recv_with(id, |d| {
+                            let k = d.len().min(usize::from(n));
+                            let base = base.expect("octets delivered before our stack ACKed a SYN");
+                            for (i, &b) in d[..k].iter().enumerate() {
+                                let seq = (base.0 as u32).wrapping_add((off + i as u64) as u32);
+                                assert_eq!(
+                                    b,
+                                    peer_octet(seq),
+                                    "octet {} of the peer's stream delivered altered",
+                                    off + i as u64
+                                );
+                            }
+                            k
+                        }) {
+                            side.delivered += k as u64;
+                        }
+                    }
+                }
+            }
+            Op::Close(which) => {
+                let side = if which { &passive } else { &active };
+                if let Some(id) = side.id {
+                    let _ = stack.close(id);
+                }
+            }
+            Op::Abort(which) => {
+                let side = if which { &passive } else { &active };
+                if let Some(id) = side.id {
+                    let _ = stack.abort(id);
+                }
+            }
+            Op::Release(which) => {
+                let side = if which { &mut passive } else { &mut active };
+                if let Some(id) = side.id.take() {
+                    let _ = stack.release(id);
+                    *side = Side::default();
+                }
+            }
+            Op::Connect => {
+                if active.id.is_none() {
+                    active = Side::default();
+                    active.id = stack.connect((PEER, ACTIVE_PEER_PORT), None, &tuning).ok();
+                }
+            }
+        }
+        stack.poll(now);
+        while let Some(e) = stack.next_event() {
+            match e {
+                Event::Acceptable(l) => {
+                    assert_eq!(l, listener);
+                    while let Ok(Some(id)) = stack.accept(l) {
+                        if passive.id.is_none() {
+                            passive.id = Some(id);
+                        } else {
+                            let _ = stack.release(id);
+                        }
+                    }
+                }
+                Event::Closed(id) | Event::Reset(id) => {
+                    for side in [&mut passive, &mut active] {
+                        if side.id == Some(id) {
+                            let _ = stack.release(id);
+                            *side = Side::default();
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        for side in [&passive, &active] {
+            if let Some(id) = side.id {
+                if let Ok(q) = stack.recv_queue(id) {
+                    assert!(q <= BUF, "receive queue {q} above its buffer {BUF}");
+                }
+                if let Ok(q) = stack.send_queue(id) {
+                    assert!(q <= BUF, "send queue {q} above its buffer {BUF}");
+                }
+            }
+        }
+        let out = std::mem::take(&mut stack.device_mut().tx);
+        let mut arp_due = false;
+        for f in &out {
+            check_output(f, &mut passive, &mut active, &mut arp_due);
+        }
+        if arp_due {
+            stack.device_mut().rx.push_back(arp_reply());
+        }
+    }
+}
+
+fn arp_reply() -> Vec<u8> {
+    use smoltcp::wire::{ArpOperation, ArpPacket, ArpRepr};
+    let repr = ArpRepr::EthernetIpv4 {
+        operation: ArpOperation::Reply,
+        source_hardware_addr: PEER_MAC,
+        source_protocol_addr: PEER,
+        target_hardware_addr: US_MAC,
+        target_protocol_addr: US,
+    };
+    let mut f = vec![0u8; 14 + repr.buffer_len()];
+    let mut eth = EthernetFrame::new_unchecked(&mut f[..]);
+    EthernetRepr {
+        src_addr: PEER_MAC,
+        dst_addr: US_MAC,
+        ethertype: EthernetProtocol::Arp,
+    }
+    .emit(&mut eth);
+    repr.emit(&mut ArpPacket::new_unchecked(eth.payload_mut()));
+    f
+}

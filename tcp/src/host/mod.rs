@@ -1,0 +1,1228 @@
+//! Warpcore's own TCP/IPv4 host: the part of the stack around the per-connection state
+//! machines of [`crate::conn`].
+//!
+//! # What it does, per [`Host::poll`]
+//!
+//! ```text
+//! device rx (a batch)  -> Ethernet -> ARP (neighbour cache, replies)
+//!                                  -> IPv4 (checked; fragments dropped) -> ICMP echo reply
+//!                                  -> TCP (checksum per the device's offload) -> demux:
+//!                                       keyed hash of the 4-tuple -> Connection::handle_segment
+//!                                       listener + SYN -> half-open table -> Connection::accept
+//!                                       nothing -> RST (RFC 9293 3.10.7.1), bounded per poll
+//! timer wheel (ticks passed)  -> Connection::handle_timeout
+//! dirty connections only      -> Connection::poll_transmit -> Ethernet/IPv4/TCP emit -> device tx
+//!                             -> Connection::poll_event -> stack events; re-arm the timer
+//! device flush (one burst)
+//! ```
+//!
+//! Nothing scans every connection: a connection is visited when a segment for it arrives,
+//! when its timer is due, or when the engine called it (it is then marked dirty).
+//!
+//! # Bounds
+//! * The connection table holds at most `max_connections` (active, half-open and user-held).
+//! * Each listener holds at most `backlog` half-open connections (SYN-RECEIVED); a SYN beyond
+//!   that evicts the oldest half-open one. This, rather than SYN cookies, keeps every option
+//!   (window scale, SACK, timestamps) on every connection, and a SYN flood can only recycle
+//!   half-open slots: a legitimate handshake completes within one RTT, long before the flood
+//!   has cycled through the backlog (`docs/decisions/0002-own-tcp.md`).
+//! * RSTs for segments that match nothing, ARP replies and ICMP echo replies wait in a queue of
+//!   at most [`CONTROL_MAX`] frames; beyond that they are dropped (and counted), so a flood of
+//!   stray segments cannot make the host allocate.
+
+mod isn;
+mod neighbor;
+mod wheel;
+
+use std::collections::{HashMap, VecDeque};
+
+use smoltcp::phy::{ChecksumCapabilities, RxToken, TxToken};
+use smoltcp::socket::tcp::State;
+use smoltcp::time::{Duration, Instant};
+use smoltcp::wire::{
+    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
+    EthernetRepr, Icmpv4Packet, Icmpv4Repr, IpAddress, IpEndpoint, IpProtocol, Ipv4Address,
+    Ipv4Cidr, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
+};
+
+use crate::conn::{ConnConfig, ConnEvent, Connection, Endpoints};
+use crate::device::{DeviceStats, PollDevice};
+use crate::recovery::{Congestion as CcAlgorithm, RecoveryConfig};
+use crate::stack::{Congestion, ConnId, Event, ListenerId, StackConfig, StackError, TcpTuning};
+
+use isn::{IsnGen, KeyedHash};
+use neighbor::{Lookup, Neighbors};
+use wheel::{Entry, Wheel};
+
+const EPHEMERAL_FIRST: u16 = 49152;
+/// Frames taken from the device per poll.
+const RX_BUDGET: usize = 64;
+/// Most control frames (RST, ARP, ICMP) waiting to go out.
+pub const CONTROL_MAX: usize = 64;
+const ETH_HDR: usize = 14;
+const IP_HDR: usize = 20;
+const TCP_HDR: usize = 20;
+
+/// A connection's key in the demultiplexing table (the local address is the host's own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Tuple {
+    local_port: u16,
+    remote_ip: Ipv4Address,
+    remote_port: u16,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Opened by [`Host::connect`].
+    Active,
+    /// Accepted from a listener's SYN, handshake not complete: invisible to the user.
+    HalfOpen(ListenerId),
+    /// Established from a listener (in its accept queue or accepted).
+    Passive,
+}
+
+#[derive(Debug)]
+struct Slot {
+    conn: Connection,
+    generation: u32,
+    tuple: Tuple,
+    next_hop: Ipv4Address,
+    role: Role,
+    /// In the dirty list.
+    dirty: bool,
+    /// The deadline armed in the wheel (an entry with this instant is live).
+    armed: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Listener {
+    port: u16,
+    tuning: TcpTuning,
+    backlog: usize,
+    /// Half-open connections in arrival order (stale handles, of connections that completed
+    /// or failed, are skipped and swept).
+    half_open: VecDeque<ConnId>,
+    /// How many of those are still half-open.
+    half_open_live: usize,
+    /// Established, waiting for [`Host::accept`].
+    ready: VecDeque<ConnId>,
+    open: bool,
+}
+
+/// Counters of the host (not of any one connection).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostStats {
+    /// Frames that were not for us or could not be parsed (bad checksum included).
+    pub rx_dropped: u64,
+    /// IPv4 fragments dropped (TCP segments are never fragmented by our peers: DF, MSS).
+    pub rx_fragments: u64,
+    /// TCP segments that matched no connection or listener.
+    pub rx_no_connection: u64,
+    /// RSTs sent for such segments.
+    pub rst_sent: u64,
+    /// Control frames dropped because their queue was full.
+    pub control_dropped: u64,
+    /// Half-open connections evicted by newer SYNs (a full backlog).
+    pub half_open_evicted: u64,
+    /// SYNs dropped because the connection table was full.
+    pub syn_dropped: u64,
+    /// Transmit attempts refused by the device (back-pressure).
+    pub tx_blocked: u64,
+    /// Connection timers that fired.
+    pub timers_fired: u64,
+}
+
+struct Inner {
+    mac: EthernetAddress,
+    cidr: Ipv4Cidr,
+    gateway: Option<Ipv4Address>,
+    routes: Vec<(Ipv4Cidr, Ipv4Address)>,
+    caps: ChecksumCapabilities,
+    mss: u16,
+    slots: Vec<Option<Slot>>,
+    generations: Vec<u32>,
+    free: Vec<u32>,
+    live: usize,
+    demux: HashMap<Tuple, u32, KeyedHash>,
+    listeners: Vec<Listener>,
+    ports: HashMap<u16, ListenerId>,
+    wheel: Wheel,
+    due: Vec<Entry>,
+    dirty: Vec<u32>,
+    /// Connections waiting for a next hop's hardware address.
+    unresolved: Vec<u32>,
+    events: VecDeque<Event>,
+    neighbors: Neighbors,
+    control: VecDeque<Vec<u8>>,
+    isn: IsnGen,
+    now: Instant,
+    next_port: u16,
+    max_connections: usize,
+    stats: HostStats,
+}
+
+/// Warpcore's TCP/IPv4 host over one device (see the module documentation).
+pub struct Host<D: PollDevice> {
+    device: D,
+    inner: Inner,
+}
+
+impl<D: PollDevice + std::fmt::Debug> std::fmt::Debug for Host<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host")
+            .field("device", &self.device)
+            .field("ip", &self.inner.cidr)
+            .field("connections", &self.inner.live)
+            .field("listeners", &self.inner.listeners.len())
+            .field("pending_events", &self.inner.events.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn conn_config(t: &TcpTuning, mss: u16) -> ConnConfig {
+    let defaults = ConnConfig::default();
+    ConnConfig {
+        rx_buffer: t.rx_buffer,
+        tx_buffer: t.tx_buffer,
+        mss,
+        ack_delay: t.ack_delay,
+        keep_alive: t.keep_alive,
+        timeout: t.timeout,
+        time_wait: t.time_wait,
+        recovery: RecoveryConfig {
+            rto_min: t.rto_min,
+            rto_initial: t.rto_initial,
+            congestion: match t.congestion {
+                Congestion::None => CcAlgorithm::None,
+                Congestion::Reno => CcAlgorithm::NewReno,
+                Congestion::Cubic => CcAlgorithm::Cubic,
+            },
+            ..defaults.recovery
+        },
+        ..defaults
+    }
+}
+
+fn check_tuning(t: &TcpTuning) -> Result<(), StackError> {
+    if t.nagle {
+        // MPA hands TCP whole FPDUs that must leave at once (MPA-5.1-3).
+        return Err(StackError::Unsupported("Nagle's algorithm"));
+    }
+    Ok(())
+}
+
+impl<D: PollDevice> Host<D> {
+    /// Creates the host on `device` at time `now`.
+    pub fn new(device: D, config: &StackConfig, now: Instant) -> Result<Self, StackError> {
+        if config.routes.len() > 7 {
+            return Err(StackError::TooManyRoutes);
+        }
+        let caps = device.capabilities();
+        let ip_mtu = caps.ip_mtu();
+        let mss = ip_mtu.saturating_sub(IP_HDR + TCP_HDR).clamp(536, 65_495) as u16;
+        let span = u64::from(u16::MAX - EPHEMERAL_FIRST);
+        Ok(Host {
+            device,
+            inner: Inner {
+                mac: EthernetAddress(config.mac),
+                cidr: config.ip,
+                gateway: config.gateway,
+                routes: config.routes.clone(),
+                caps: caps.checksum,
+                mss,
+                slots: Vec::new(),
+                generations: Vec::new(),
+                free: Vec::new(),
+                live: 0,
+                demux: HashMap::with_hasher(KeyedHash::new(config.random_seed)),
+                listeners: Vec::new(),
+                ports: HashMap::new(),
+                wheel: Wheel::new(now),
+                due: Vec::with_capacity(64),
+                dirty: Vec::with_capacity(64),
+                unresolved: Vec::new(),
+                events: VecDeque::with_capacity(64),
+                neighbors: Neighbors::default(),
+                control: VecDeque::with_capacity(CONTROL_MAX),
+                isn: IsnGen::new(config.random_seed),
+                now,
+                next_port: EPHEMERAL_FIRST + (config.random_seed % span) as u16,
+                max_connections: config.max_connections,
+                stats: HostStats::default(),
+            },
+        })
+    }
+
+    /// The device.
+    pub fn device(&self) -> &D {
+        &self.device
+    }
+
+    /// The device, mutably.
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.device
+    }
+
+    /// Drops the host (every connection with it, without sending anything) and returns the
+    /// device.
+    pub fn into_device(self) -> D {
+        self.device
+    }
+
+    /// Device counters.
+    pub fn device_stats(&self) -> DeviceStats {
+        self.device.stats()
+    }
+
+    /// Host counters.
+    pub fn host_stats(&self) -> HostStats {
+        self.inner.stats
+    }
+
+    /// The interface's IPv4 address.
+    pub fn ipv4_addr(&self) -> Option<Ipv4Address> {
+        Some(self.inner.cidr.address())
+    }
+
+    /// The MSS the host advertises (from the device's MTU).
+    pub fn mss(&self) -> u16 {
+        self.inner.mss
+    }
+
+    /// Connections in the table (half-open ones included).
+    pub fn live(&self) -> usize {
+        self.inner.live
+    }
+
+    /// Entries in the timer wheel (one per connection with a timer, plus stale ones not yet
+    /// swept: at most one revolution's worth).
+    pub fn timers_armed(&self) -> usize {
+        self.inner.wheel.len()
+    }
+
+    /// Runs the host at `now`: one rx batch in, due timers, every dirty connection's segments
+    /// out, one flush. Returns whether anything happened.
+    pub fn poll(&mut self, now: Instant) -> bool {
+        self.inner.now = now;
+        let events_before = self.inner.events.len();
+        self.device.begin_poll();
+        let mut work = false;
+        for _ in 0..RX_BUDGET {
+            let Some((rx, _tx)) = self.device.receive(now) else {
+                break;
+            };
+            let inner = &mut self.inner;
+            rx.consume(|frame| inner.process_frame(frame));
+            work = true;
+        }
+        work |= self.inner.run_timers(now);
+        work |= self.transmit(now);
+        let sent = self.device.flush();
+        work || sent || self.inner.events.len() != events_before
+    }
+
+    /// When the host next needs a poll without new input (`None`: only on input).
+    pub fn poll_at(&mut self, now: Instant) -> Option<Instant> {
+        let i = &self.inner;
+        if !i.dirty.is_empty() || !i.control.is_empty() {
+            return Some(now);
+        }
+        let wheel = i.wheel.next_deadline();
+        let arp = if i.unresolved.is_empty() {
+            None
+        } else {
+            i.neighbors.next_retry()
+        };
+        match (wheel, arp) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Takes the oldest pending event.
+    pub fn next_event(&mut self) -> Option<Event> {
+        self.inner.events.pop_front()
+    }
+
+    /// Opens a connection to `remote` from `local_port` (an ephemeral port if `None`).
+    pub fn connect(
+        &mut self,
+        remote: (Ipv4Address, u16),
+        local_port: Option<u16>,
+        tuning: &TcpTuning,
+    ) -> Result<ConnId, StackError> {
+        check_tuning(tuning)?;
+        let i = &mut self.inner;
+        let ip = remote.0;
+        if ip.is_unspecified()
+            || ip.is_broadcast()
+            || ip.is_multicast()
+            || ip == i.cidr.address()
+            || ip == i.cidr.broadcast().unwrap_or(Ipv4Address::BROADCAST)
+            || remote.1 == 0
+        {
+            return Err(StackError::Unaddressable(ip));
+        }
+        let next_hop = i.route(ip).ok_or(StackError::NoRoute(ip))?;
+        if i.live >= i.max_connections {
+            return Err(StackError::TableFull(i.max_connections));
+        }
+        let port = match local_port {
+            Some(p) => {
+                let t = Tuple {
+                    local_port: p,
+                    remote_ip: ip,
+                    remote_port: remote.1,
+                };
+                if p == 0 || i.demux.contains_key(&t) {
+                    return Err(StackError::PortInUse(p));
+                }
+                p
+            }
+            None => i.ephemeral_port(ip, remote.1)?,
+        };
+        let tuple = Tuple {
+            local_port: port,
+            remote_ip: ip,
+            remote_port: remote.1,
+        };
+        let ep = Endpoints {
+            local: (i.cidr.address(), port),
+            remote,
+        };
+        let iss = i.isn.isn(i.now, ep.local, ep.remote);
+        let conn = Connection::connect(&conn_config(tuning, i.mss), ep, iss, i.now);
+        Ok(i.insert(conn, tuple, next_hop, Role::Active))
+    }
+
+    /// Listens on `port`; at most `backlog` handshakes in progress (oldest evicted first).
+    pub fn listen(
+        &mut self,
+        port: u16,
+        backlog: usize,
+        tuning: &TcpTuning,
+    ) -> Result<ListenerId, StackError> {
+        check_tuning(tuning)?;
+        let i = &mut self.inner;
+        if port == 0 || i.ports.contains_key(&port) {
+            return Err(StackError::PortInUse(port));
+        }
+        let id = ListenerId(i.listeners.len() as u32);
+        i.listeners.push(Listener {
+            port,
+            tuning: *tuning,
+            backlog: backlog.max(1),
+            half_open: VecDeque::new(),
+            half_open_live: 0,
+            ready: VecDeque::new(),
+            open: true,
+        });
+        i.ports.insert(port, id);
+        Ok(id)
+    }
+
+    /// Takes an established connection from the listener, if one is waiting.
+    pub fn accept(&mut self, listener: ListenerId) -> Result<Option<ConnId>, StackError> {
+        let l = self
+            .inner
+            .listeners
+            .get_mut(listener.0 as usize)
+            .ok_or(StackError::UnknownListener)?;
+        Ok(l.ready.pop_front())
+    }
+
+    /// Stops listening: handshakes in progress are dropped; accepted connections stay.
+    pub fn unlisten(&mut self, listener: ListenerId) -> Result<(), StackError> {
+        let i = &mut self.inner;
+        let l = i
+            .listeners
+            .get_mut(listener.0 as usize)
+            .ok_or(StackError::UnknownListener)?;
+        if !l.open {
+            return Ok(());
+        }
+        l.open = false;
+        let port = l.port;
+        let half_open: Vec<ConnId> = l.half_open.drain(..).collect();
+        i.ports.remove(&port);
+        for id in half_open {
+            if matches!(i.slot(id), Some(s) if s.role == Role::HalfOpen(listener)) {
+                i.remove(id.index);
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies up to `data.len()` bytes into the send buffer; returns how many fit.
+    pub fn send(&mut self, id: ConnId, data: &[u8]) -> Result<usize, StackError> {
+        self.send_with(id, |buf| {
+            let n = buf.len().min(data.len());
+            buf[..n].copy_from_slice(&data[..n]);
+            n
+        })
+    }
+
+    /// Lends the free contiguous part of the send buffer to `f`; returns what it wrote.
+    pub fn send_with<F>(&mut self, id: ConnId, f: F) -> Result<usize, StackError>
+    where
+        F: FnOnce(&mut [u8]) -> usize,
+    {
+        let i = &mut self.inner;
+        let s = i.user_slot_mut(id)?;
+        let n = s
+            .conn
+            .send_with(f)
+            .map_err(|_| StackError::CannotSend(s.conn.state()))?;
+        if n > 0 {
+            i.mark_dirty(id.index);
+        }
+        Ok(n)
+    }
+
+    /// Copies received bytes into `buf`; returns how many (0: nothing buffered now).
+    pub fn recv(&mut self, id: ConnId, buf: &mut [u8]) -> Result<usize, StackError> {
+        self.recv_with(id, |data| {
+            let n = data.len().min(buf.len());
+            buf[..n].copy_from_slice(&data[..n]);
+            n
+        })
+    }
+
+    /// Lends the contiguous received bytes to `f`, which returns how many it consumed.
+    pub fn recv_with<F>(&mut self, id: ConnId, f: F) -> Result<usize, StackError>
+    where
+        F: FnOnce(&[u8]) -> usize,
+    {
+        let i = &mut self.inner;
+        let s = i.user_slot_mut(id)?;
+        let n = s
+            .conn
+            .recv_with(f)
+            .map_err(|_| StackError::CannotRecv(s.conn.state()))?;
+        if n > 0 {
+            // Reading opens the window: the connection may owe the peer an update.
+            i.mark_dirty(id.index);
+        }
+        Ok(n)
+    }
+
+    /// Bytes waiting to be read.
+    pub fn recv_queue(&mut self, id: ConnId) -> Result<usize, StackError> {
+        Ok(self.inner.user_slot(id)?.conn.recv_queue())
+    }
+
+    /// Bytes in the send buffer not yet acknowledged.
+    pub fn send_queue(&mut self, id: ConnId) -> Result<usize, StackError> {
+        Ok(self.inner.user_slot(id)?.conn.send_queue())
+    }
+
+    /// Free bytes in the send buffer.
+    pub fn send_space(&mut self, id: ConnId) -> Result<usize, StackError> {
+        Ok(self.inner.user_slot(id)?.conn.send_space())
+    }
+
+    /// The TCP state.
+    pub fn state(&mut self, id: ConnId) -> Result<State, StackError> {
+        Ok(self.inner.user_slot(id)?.conn.state())
+    }
+
+    /// Local and remote endpoints.
+    pub fn endpoints(
+        &mut self,
+        id: ConnId,
+    ) -> Result<(Option<IpEndpoint>, Option<IpEndpoint>), StackError> {
+        let ep = self.inner.user_slot(id)?.conn.endpoints();
+        Ok((
+            Some(IpEndpoint::new(IpAddress::Ipv4(ep.local.0), ep.local.1)),
+            Some(IpEndpoint::new(IpAddress::Ipv4(ep.remote.0), ep.remote.1)),
+        ))
+    }
+
+    /// Nagle is refused (see [`crate::Stack::set_nagle_and_ack_delay`]); the ACK delay of a
+    /// live connection is changed.
+    pub fn set_nagle_and_ack_delay(
+        &mut self,
+        id: ConnId,
+        nagle: bool,
+        ack_delay: Option<Duration>,
+    ) -> Result<(), StackError> {
+        let s = self.inner.user_slot_mut(id)?;
+        if nagle {
+            return Err(StackError::Unsupported("Nagle's algorithm"));
+        }
+        s.conn.set_ack_delay(ack_delay);
+        Ok(())
+    }
+
+    /// Sends FIN after the buffered data.
+    pub fn close(&mut self, id: ConnId) -> Result<(), StackError> {
+        self.inner.user_slot_mut(id)?.conn.close();
+        self.inner.mark_dirty(id.index);
+        Ok(())
+    }
+
+    /// Sends RST and drops everything buffered.
+    pub fn abort(&mut self, id: ConnId) -> Result<(), StackError> {
+        self.inner.user_slot_mut(id)?.conn.abort();
+        self.inner.mark_dirty(id.index);
+        Ok(())
+    }
+
+    /// Frees the connection's slot, aborting it first (the RST leaves at once) if it is
+    /// still open. The handle becomes stale.
+    pub fn release(&mut self, id: ConnId) -> Result<(), StackError> {
+        let s = self.inner.user_slot_mut(id)?;
+        if !s.conn.is_finished() && s.conn.state() != State::TimeWait {
+            s.conn.abort();
+            let now = self.inner.now;
+            self.transmit_conn(id.index, now);
+        }
+        self.inner.remove(id.index);
+        Ok(())
+    }
+
+    /// Sends what is queued: control frames first, then every dirty connection.
+    fn transmit(&mut self, now: Instant) -> bool {
+        let mut work = false;
+        while !self.inner.control.is_empty() {
+            let Some(tx) = self.device.transmit(now) else {
+                self.inner.stats.tx_blocked += 1;
+                return true;
+            };
+            if let Some(f) = self.inner.control.pop_front() {
+                tx.consume(f.len(), |buf| buf.copy_from_slice(&f));
+                work = true;
+            }
+        }
+        // Connections waiting for ARP try again when a request may be repeated (an answer
+        // marks them dirty at once, in `process_arp`).
+        if !self.inner.unresolved.is_empty()
+            && !self.inner.neighbors.next_retry().is_some_and(|t| t > now)
+        {
+            let waiting = std::mem::take(&mut self.inner.unresolved);
+            for index in waiting {
+                self.inner.mark_dirty(index);
+            }
+        }
+        let mut dirty = std::mem::take(&mut self.inner.dirty);
+        for &index in &dirty {
+            work = true;
+            if let Some(Some(s)) = self.inner.slots.get_mut(index as usize) {
+                s.dirty = false;
+            }
+            self.transmit_conn(index, now);
+        }
+        dirty.clear();
+        // Keep the allocation; connections re-marked while sending are already in the new list.
+        dirty.append(&mut self.inner.dirty);
+        self.inner.dirty = dirty;
+        // Control frames queued while serving connections (ARP requests).
+        while !self.inner.control.is_empty() {
+            let Some(tx) = self.device.transmit(now) else {
+                self.inner.stats.tx_blocked += 1;
+                break;
+            };
+            if let Some(f) = self.inner.control.pop_front() {
+                tx.consume(f.len(), |buf| buf.copy_from_slice(&f));
+            }
+        }
+        work
+    }
+
+    /// Sends every segment connection `index` has now, then takes its events and re-arms its
+    /// timer. Frees it if it finished while still invisible to the user.
+    fn transmit_conn(&mut self, index: u32, now: Instant) {
+        let i = &mut self.inner;
+        let Some(Some(s)) = i.slots.get_mut(index as usize) else {
+            return;
+        };
+        let next_hop = s.next_hop;
+        let mac = match i.neighbors.lookup(next_hop, now) {
+            Lookup::Found(m) => Some(m),
+            Lookup::FoundRefresh(m) => {
+                i.arp_request(next_hop);
+                Some(m)
+            }
+            Lookup::Request => {
+                i.arp_request(next_hop);
+                None
+            }
+            Lookup::Wait => None,
+        };
+        let Some(Some(s)) = i.slots.get_mut(index as usize) else {
+            return;
+        };
+        match mac {
+            Some(mac) => loop {
+                let Some(tx) = self.device.transmit(now) else {
+                    // Back-pressure: the segments stay with the connection for the next poll.
+                    i.stats.tx_blocked += 1;
+                    if !s.dirty {
+                        s.dirty = true;
+                        i.dirty.push(index);
+                    }
+                    break;
+                };
+                let Some(seg) = s.conn.poll_transmit(now) else {
+                    break;
+                };
+                let tcp_len = seg.header_len() + seg.payload.len();
+                let src = i.cidr.address();
+                let dst = s.tuple.remote_ip;
+                let (our_mac, caps) = (i.mac, &i.caps);
+                tx.consume(ETH_HDR + IP_HDR + tcp_len, |buf| {
+                    emit_tcp(buf, our_mac, mac, src, dst, &seg, caps);
+                });
+            },
+            None => {
+                if !i.unresolved.contains(&index) {
+                    i.unresolved.push(index);
+                }
+            }
+        }
+        i.after_activity(index);
+    }
+}
+
+/// Writes an Ethernet/IPv4/TCP frame carrying `seg` into `buf` (sized exactly for it).
+fn emit_tcp(
+    buf: &mut [u8],
+    src_mac: EthernetAddress,
+    dst_mac: EthernetAddress,
+    src: Ipv4Address,
+    dst: Ipv4Address,
+    seg: &TcpRepr<'_>,
+    caps: &ChecksumCapabilities,
+) {
+    let mut eth = EthernetFrame::new_unchecked(buf);
+    EthernetRepr {
+        src_addr: src_mac,
+        dst_addr: dst_mac,
+        ethertype: EthernetProtocol::Ipv4,
+    }
+    .emit(&mut eth);
+    let ip = Ipv4Repr {
+        src_addr: src,
+        dst_addr: dst,
+        next_header: IpProtocol::Tcp,
+        payload_len: seg.header_len() + seg.payload.len(),
+        hop_limit: 64,
+    };
+    let mut ipp = Ipv4Packet::new_unchecked(eth.payload_mut());
+    ip.emit(&mut ipp, caps);
+    let mut tcp = TcpPacket::new_unchecked(ipp.payload_mut());
+    seg.emit(&mut tcp, &IpAddress::Ipv4(src), &IpAddress::Ipv4(dst), caps);
+}
+
+impl Inner {
+    /// The next hop towards `ip`: itself on our prefix, else the most specific route, else the
+    /// gateway.
+    fn route(&self, ip: Ipv4Address) -> Option<Ipv4Address> {
+        if self.cidr.contains_addr(&ip) {
+            return Some(ip);
+        }
+        self.routes
+            .iter()
+            .filter(|(c, _)| c.contains_addr(&ip))
+            .max_by_key(|(c, _)| c.prefix_len())
+            .map(|(_, via)| *via)
+            .or(self.gateway)
+    }
+
+    fn ephemeral_port(&mut self, ip: Ipv4Address, port: u16) -> Result<u16, StackError> {
+        let span = u32::from(u16::MAX - EPHEMERAL_FIRST) + 1;
+        for _ in 0..span {
+            let p = self.next_port;
+            self.next_port = if p == u16::MAX {
+                EPHEMERAL_FIRST
+            } else {
+                p + 1
+            };
+            let t = Tuple {
+                local_port: p,
+                remote_ip: ip,
+                remote_port: port,
+            };
+            if !self.demux.contains_key(&t) && !self.ports.contains_key(&p) {
+                return Ok(p);
+            }
+        }
+        Err(StackError::PortInUse(0))
+    }
+
+    fn insert(
+        &mut self,
+        conn: Connection,
+        tuple: Tuple,
+        next_hop: Ipv4Address,
+        role: Role,
+    ) -> ConnId {
+        let index = match self.free.pop() {
+            Some(i) => {
+                self.generations[i as usize] = self.generations[i as usize].wrapping_add(1);
+                i
+            }
+            None => {
+                self.slots.push(None);
+                self.generations.push(0);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let generation = self.generations[index as usize];
+        self.slots[index as usize] = Some(Slot {
+            conn,
+            generation,
+            tuple,
+            next_hop,
+            role,
+            dirty: false,
+            armed: None,
+        });
+        self.demux.insert(tuple, index);
+        self.live += 1;
+        self.mark_dirty(index);
+        ConnId { index, generation }
+    }
+
+    fn remove(&mut self, index: u32) {
+        if let Some(s) = self.slots.get_mut(index as usize).and_then(Option::take) {
+            if let Role::HalfOpen(l) = s.role {
+                if let Some(li) = self.listeners.get_mut(l.0 as usize) {
+                    li.half_open_live -= 1;
+                }
+            }
+            if self.demux.get(&s.tuple) == Some(&index) {
+                self.demux.remove(&s.tuple);
+            }
+            self.live -= 1;
+            self.free.push(index);
+            // Stale wheel entries and dirty-list entries are recognised by the generation or
+            // the empty slot.
+            if s.dirty {
+                self.dirty.retain(|d| *d != index);
+            }
+            self.unresolved.retain(|d| *d != index);
+        }
+    }
+
+    fn slot(&self, id: ConnId) -> Option<&Slot> {
+        match self.slots.get(id.index as usize) {
+            Some(Some(s)) if s.generation == id.generation => Some(s),
+            _ => None,
+        }
+    }
+
+    fn user_slot(&self, id: ConnId) -> Result<&Slot, StackError> {
+        match self.slot(id) {
+            Some(s) if !matches!(s.role, Role::HalfOpen(_)) => Ok(s),
+            _ => Err(StackError::UnknownConnection),
+        }
+    }
+
+    fn user_slot_mut(&mut self, id: ConnId) -> Result<&mut Slot, StackError> {
+        match self.slots.get_mut(id.index as usize) {
+            Some(Some(s))
+                if s.generation == id.generation && !matches!(s.role, Role::HalfOpen(_)) =>
+            {
+                Ok(s)
+            }
+            _ => Err(StackError::UnknownConnection),
+        }
+    }
+
+    fn mark_dirty(&mut self, index: u32) {
+        if let Some(Some(s)) = self.slots.get_mut(index as usize) {
+            if !s.dirty {
+                s.dirty = true;
+                self.dirty.push(index);
+            }
+        }
+    }
+
+    /// Takes a connection's events, re-arms its timer, frees it if it ended unseen.
+    fn after_activity(&mut self, index: u32) {
+        let Some(Some(s)) = self.slots.get_mut(index as usize) else {
+            return;
+        };
+        let id = ConnId {
+            index,
+            generation: s.generation,
+        };
+        let mut drop_it = false;
+        while let Some(ev) = s.conn.poll_event() {
+            match (s.role, ev) {
+                (Role::Active, ConnEvent::Connected) => self.events.push_back(Event::Connected(id)),
+                (Role::HalfOpen(l), ConnEvent::Connected) => {
+                    s.role = Role::Passive;
+                    if let Some(li) = self.listeners.get_mut(l.0 as usize) {
+                        li.half_open_live -= 1;
+                        li.ready.push_back(id);
+                        self.events.push_back(Event::Acceptable(l));
+                    }
+                }
+                (Role::HalfOpen(_), ConnEvent::Closed | ConnEvent::Reset) => drop_it = true,
+                (Role::HalfOpen(_), _) => {}
+                (_, ConnEvent::Connected) => {}
+                (_, ConnEvent::Readable) => self.events.push_back(Event::Readable(id)),
+                (_, ConnEvent::Writable) => self.events.push_back(Event::Writable(id)),
+                (_, ConnEvent::PeerClosed) => self.events.push_back(Event::PeerClosed(id)),
+                (_, ConnEvent::Closed) => self.events.push_back(Event::Closed(id)),
+                (_, ConnEvent::Reset) => self.events.push_back(Event::Reset(id)),
+            }
+        }
+        if drop_it || (matches!(s.role, Role::HalfOpen(_)) && s.conn.is_finished()) {
+            self.remove(index);
+            return;
+        }
+        let next = s.conn.poll_timeout();
+        match (next, s.armed) {
+            // An armed earlier deadline fires first and re-arms then.
+            (Some(n), Some(a)) if a <= n => {}
+            (Some(n), _) => {
+                s.armed = Some(n);
+                self.wheel.insert(Entry {
+                    at: n,
+                    index,
+                    generation: s.generation,
+                });
+            }
+            (None, _) => s.armed = None,
+        }
+    }
+
+    fn run_timers(&mut self, now: Instant) -> bool {
+        let mut due = std::mem::take(&mut self.due);
+        self.wheel.expire(now, &mut due);
+        let mut work = false;
+        for e in due.drain(..) {
+            let Some(Some(s)) = self.slots.get_mut(e.index as usize) else {
+                continue;
+            };
+            if s.generation != e.generation || s.armed != Some(e.at) {
+                continue;
+            }
+            s.armed = None;
+            self.stats.timers_fired += 1;
+            s.conn.handle_timeout(now);
+            work = true;
+            self.mark_dirty(e.index);
+        }
+        self.due = due;
+        work
+    }
+
+    fn queue_control(&mut self, frame: Vec<u8>) {
+        if self.control.len() >= CONTROL_MAX {
+            self.stats.control_dropped += 1;
+            return;
+        }
+        self.control.push_back(frame);
+    }
+
+    fn arp_request(&mut self, target: Ipv4Address) {
+        let repr = ArpRepr::EthernetIpv4 {
+            operation: ArpOperation::Request,
+            source_hardware_addr: self.mac,
+            source_protocol_addr: self.cidr.address(),
+            target_hardware_addr: EthernetAddress([0; 6]),
+            target_protocol_addr: target,
+        };
+        self.queue_arp(repr, EthernetAddress::BROADCAST);
+    }
+
+    fn queue_arp(&mut self, repr: ArpRepr, dst: EthernetAddress) {
+        let mut f = vec![0u8; ETH_HDR + repr.buffer_len()];
+        let mut eth = EthernetFrame::new_unchecked(&mut f[..]);
+        EthernetRepr {
+            src_addr: self.mac,
+            dst_addr: dst,
+            ethertype: EthernetProtocol::Arp,
+        }
+        .emit(&mut eth);
+        repr.emit(&mut ArpPacket::new_unchecked(eth.payload_mut()));
+        self.queue_control(f);
+    }
+
+    fn process_frame(&mut self, frame: &[u8]) {
+        let Ok(eth) = EthernetFrame::new_checked(frame) else {
+            self.stats.rx_dropped += 1;
+            return;
+        };
+        let dst = eth.dst_addr();
+        if dst != self.mac && !dst.is_broadcast() {
+            self.stats.rx_dropped += 1;
+            return;
+        }
+        match eth.ethertype() {
+            EthernetProtocol::Arp => self.process_arp(eth.payload()),
+            EthernetProtocol::Ipv4 if dst == self.mac => {
+                self.process_ipv4(eth.src_addr(), eth.payload())
+            }
+            _ => self.stats.rx_dropped += 1,
+        }
+    }
+
+    fn process_arp(&mut self, payload: &[u8]) {
+        let Some(repr) = ArpPacket::new_checked(payload)
+            .ok()
+            .and_then(|p| ArpRepr::parse(&p).ok())
+        else {
+            self.stats.rx_dropped += 1;
+            return;
+        };
+        let ArpRepr::EthernetIpv4 {
+            operation,
+            source_hardware_addr,
+            source_protocol_addr,
+            target_protocol_addr,
+            ..
+        } = repr
+        else {
+            return;
+        };
+        let now = self.now;
+        let for_us = target_protocol_addr == self.cidr.address();
+        // RFC 826: merge the sender if known; add it if the packet is for us.
+        let resolved = if for_us && self.cidr.contains_addr(&source_protocol_addr) {
+            self.neighbors
+                .fill(source_protocol_addr, source_hardware_addr, now)
+        } else {
+            self.neighbors
+                .refresh(source_protocol_addr, source_hardware_addr, now)
+        };
+        if resolved || !self.unresolved.is_empty() {
+            let waiting = std::mem::take(&mut self.unresolved);
+            for index in waiting {
+                self.mark_dirty(index);
+            }
+        }
+        if for_us && operation == ArpOperation::Request && source_hardware_addr.is_unicast() {
+            let reply = ArpRepr::EthernetIpv4 {
+                operation: ArpOperation::Reply,
+                source_hardware_addr: self.mac,
+                source_protocol_addr: self.cidr.address(),
+                target_hardware_addr: source_hardware_addr,
+                target_protocol_addr: source_protocol_addr,
+            };
+            self.queue_arp(reply, source_hardware_addr);
+        }
+    }
+
+    fn process_ipv4(&mut self, src_mac: EthernetAddress, payload: &[u8]) {
+        let Ok(p) = Ipv4Packet::new_checked(payload) else {
+            self.stats.rx_dropped += 1;
+            return;
+        };
+        if p.more_frags() || p.frag_offset() != 0 {
+            self.stats.rx_fragments += 1;
+            return;
+        }
+        let Ok(ip) = Ipv4Repr::parse(&p, &self.caps) else {
+            self.stats.rx_dropped += 1;
+            return;
+        };
+        if ip.dst_addr != self.cidr.address() {
+            self.stats.rx_dropped += 1;
+            return;
+        }
+        match ip.next_header {
+            IpProtocol::Tcp => self.process_tcp(src_mac, &ip, p.payload()),
+            IpProtocol::Icmp => self.process_icmp(src_mac, &ip, p.payload()),
+            _ => self.stats.rx_dropped += 1,
+        }
+    }
+
+    fn process_icmp(&mut self, src_mac: EthernetAddress, ip: &Ipv4Repr, payload: &[u8]) {
+        let Some(Icmpv4Repr::EchoRequest {
+            ident,
+            seq_no,
+            data,
+        }) = Icmpv4Packet::new_checked(payload)
+            .ok()
+            .and_then(|p| Icmpv4Repr::parse(&p, &self.caps).ok())
+        else {
+            return;
+        };
+        let reply = Icmpv4Repr::EchoReply {
+            ident,
+            seq_no,
+            data,
+        };
+        let ipr = Ipv4Repr {
+            src_addr: self.cidr.address(),
+            dst_addr: ip.src_addr,
+            next_header: IpProtocol::Icmp,
+            payload_len: reply.buffer_len(),
+            hop_limit: 64,
+        };
+        let mut f = vec![0u8; ETH_HDR + IP_HDR + reply.buffer_len()];
+        let mut eth = EthernetFrame::new_unchecked(&mut f[..]);
+        EthernetRepr {
+            src_addr: self.mac,
+            dst_addr: src_mac,
+            ethertype: EthernetProtocol::Ipv4,
+        }
+        .emit(&mut eth);
+        let mut ipp = Ipv4Packet::new_unchecked(eth.payload_mut());
+        ipr.emit(&mut ipp, &self.caps);
+        reply.emit(
+            &mut Icmpv4Packet::new_unchecked(ipp.payload_mut()),
+            &self.caps,
+        );
+        self.queue_control(f);
+    }
+
+    fn process_tcp(&mut self, src_mac: EthernetAddress, ip: &Ipv4Repr, payload: &[u8]) {
+        let Ok(p) = TcpPacket::new_checked(payload) else {
+            self.stats.rx_dropped += 1;
+            return;
+        };
+        let (src, dst) = (IpAddress::Ipv4(ip.src_addr), IpAddress::Ipv4(ip.dst_addr));
+        let Ok(seg) = TcpRepr::parse(&p, &src, &dst, &self.caps) else {
+            self.stats.rx_dropped += 1;
+            return;
+        };
+        let tuple = Tuple {
+            local_port: seg.dst_port,
+            remote_ip: ip.src_addr,
+            remote_port: seg.src_port,
+        };
+        if let Some(&index) = self.demux.get(&tuple) {
+            if let Some(Some(s)) = self.slots.get_mut(index as usize) {
+                s.conn.handle_segment(self.now, &seg);
+                self.mark_dirty(index);
+                return;
+            }
+        }
+        if let Some(&l) = self.ports.get(&seg.dst_port) {
+            match (seg.control, seg.ack_number) {
+                (TcpControl::Syn, None) => return self.on_syn(l, tuple, src_mac, ip, &seg),
+                // RFC 9293 3.10.7.2: in LISTEN a RST is ignored, an ACK draws a RST, anything
+                // else is dropped.
+                (TcpControl::Rst, _) => return,
+                (_, None) => return,
+                (_, Some(_)) => {}
+            }
+        }
+        self.stats.rx_no_connection += 1;
+        self.reset_for(src_mac, ip, &seg);
+    }
+
+    /// A SYN for a listener: a new half-open connection, evicting the listener's oldest if
+    /// its backlog is full.
+    fn on_syn(
+        &mut self,
+        l: ListenerId,
+        tuple: Tuple,
+        src_mac: EthernetAddress,
+        ip: &Ipv4Repr,
+        syn: &TcpRepr<'_>,
+    ) {
+        let Some(next_hop) = self.route(ip.src_addr) else {
+            self.stats.rx_dropped += 1;
+            return;
+        };
+        // Glean the on-link peer's hardware address from its SYN: the SYN-ACK leaves without
+        // waiting for an ARP round trip.
+        if next_hop == ip.src_addr {
+            self.neighbors.fill(next_hop, src_mac, self.now);
+        }
+        let (backlog, tuning) = {
+            let li = &mut self.listeners[l.0 as usize];
+            // Forget stale entries (completed or failed handshakes) from the front.
+            (li.backlog, li.tuning)
+        };
+        self.prune_half_open(l);
+        if self.listeners[l.0 as usize].half_open_live >= backlog {
+            self.evict_oldest_half_open(l);
+        }
+        if self.live >= self.max_connections && !self.evict_oldest_half_open(l) {
+            self.stats.syn_dropped += 1;
+            return;
+        }
+        let ep = Endpoints {
+            local: (self.cidr.address(), tuple.local_port),
+            remote: (tuple.remote_ip, tuple.remote_port),
+        };
+        let iss = self.isn.isn(self.now, ep.local, ep.remote);
+        let conn = Connection::accept(&conn_config(&tuning, self.mss), ep, iss, syn, self.now);
+        let id = self.insert(conn, tuple, next_hop, Role::HalfOpen(l));
+        let li = &mut self.listeners[l.0 as usize];
+        li.half_open.push_back(id);
+        li.half_open_live += 1;
+    }
+
+    fn prune_half_open(&mut self, l: ListenerId) {
+        // Entries of completed handshakes pile up behind a live one: sweep them all now and
+        // then, so the queue stays within a small multiple of the live count.
+        let li = &self.listeners[l.0 as usize];
+        if li.half_open.len() > 2 * li.half_open_live + 64 {
+            let mut q = std::mem::take(&mut self.listeners[l.0 as usize].half_open);
+            q.retain(|&id| matches!(self.slot(id), Some(s) if s.role == Role::HalfOpen(l)));
+            self.listeners[l.0 as usize].half_open = q;
+        }
+        loop {
+            let Some(&front) = self.listeners[l.0 as usize].half_open.front() else {
+                return;
+            };
+            if matches!(self.slot(front), Some(s) if s.role == Role::HalfOpen(l)) {
+                return;
+            }
+            self.listeners[l.0 as usize].half_open.pop_front();
+        }
+    }
+
+    fn evict_oldest_half_open(&mut self, l: ListenerId) -> bool {
+        while let Some(id) = self.listeners[l.0 as usize].half_open.pop_front() {
+            if matches!(self.slot(id), Some(s) if s.role == Role::HalfOpen(l)) {
+                // Silently: a RST to a flood's forged source would only add to the flood.
+                self.remove(id.index);
+                self.stats.half_open_evicted += 1;
+                return true;
+            }
+        }
+        false
+    }
+
+    /// RFC 9293 3.10.7.1: a segment for no connection draws a RST (never for a RST).
+    fn reset_for(&mut self, src_mac: EthernetAddress, ip: &Ipv4Repr, seg: &TcpRepr<'_>) {
+        if seg.control == TcpControl::Rst {
+            return;
+        }
+        let (seq, ack) = match seg.ack_number {
+            Some(a) => (a, None),
+            None => (TcpSeqNumber(0), Some(seg.seq_number + seg.segment_len())),
+        };
+        let rst = TcpRepr {
+            src_port: seg.dst_port,
+            dst_port: seg.src_port,
+            control: TcpControl::Rst,
+            seq_number: seq,
+            ack_number: ack,
+            window_len: 0,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload: &[],
+        };
+        // Straight back to the frame's sender: a RST never waits for (or triggers) ARP.
+        let mac = src_mac;
+        if !mac.is_unicast() {
+            return;
+        }
+        let mut f = vec![0u8; ETH_HDR + IP_HDR + rst.header_len()];
+        emit_tcp(
+            &mut f,
+            self.mac,
+            mac,
+            self.cidr.address(),
+            ip.src_addr,
+            &rst,
+            &self.caps,
+        );
+        self.stats.rst_sent += 1;
+        self.queue_control(f);
+    }
+}

@@ -1,0 +1,152 @@
+//! The ARP neighbour cache (RFC 826): resolved next hops with a lifetime, refreshed before
+//! they expire so a busy connection never pauses for a resolution, and outstanding requests
+//! retried at a bounded rate.
+
+use std::collections::HashMap;
+
+use smoltcp::time::{Duration, Instant};
+use smoltcp::wire::{EthernetAddress, Ipv4Address};
+
+/// How long a resolved entry is used without being heard from again (smoltcp: 60 s).
+const LIFETIME: Duration = Duration::from_secs(60);
+/// An entry in use this close to expiry is refreshed by a request while still in use.
+const REFRESH_BEFORE: Duration = Duration::from_secs(5);
+/// Least time between two requests for the same address.
+const RETRY: Duration = Duration::from_millis(100);
+/// Most addresses cached or being resolved: a flood of ARP traffic cannot grow the table.
+const CAPACITY: usize = 4096;
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    mac: EthernetAddress,
+    expires: Instant,
+}
+
+/// What the caller should do to reach an address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lookup {
+    /// Send to this hardware address.
+    Found(EthernetAddress),
+    /// Send to this address, and send an ARP request too (entry about to expire).
+    FoundRefresh(EthernetAddress),
+    /// Unknown: send an ARP request now, hold the traffic.
+    Request,
+    /// Unknown and a request went out recently: hold the traffic.
+    Wait,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Neighbors {
+    entries: HashMap<Ipv4Address, Entry>,
+    asked: HashMap<Ipv4Address, Instant>,
+}
+
+impl Neighbors {
+    pub fn lookup(&mut self, ip: Ipv4Address, now: Instant) -> Lookup {
+        if let Some(e) = self.entries.get(&ip).copied() {
+            if e.expires > now {
+                if e.expires - now < REFRESH_BEFORE && self.may_ask(ip, now) {
+                    return Lookup::FoundRefresh(e.mac);
+                }
+                return Lookup::Found(e.mac);
+            }
+            self.entries.remove(&ip);
+        }
+        if self.may_ask(ip, now) {
+            Lookup::Request
+        } else {
+            Lookup::Wait
+        }
+    }
+
+    fn may_ask(&mut self, ip: Ipv4Address, now: Instant) -> bool {
+        match self.asked.get(&ip) {
+            Some(t) if now < *t + RETRY => false,
+            _ => {
+                if self.asked.len() >= CAPACITY {
+                    self.asked.retain(|_, t| now < *t + RETRY);
+                }
+                if self.asked.len() < CAPACITY {
+                    self.asked.insert(ip, now);
+                }
+                true
+            }
+        }
+    }
+
+    /// When a held request may be retried (for the stack's poll deadline).
+    pub fn next_retry(&self) -> Option<Instant> {
+        self.asked.values().map(|t| *t + RETRY).min()
+    }
+
+    /// Records `ip` at `mac` (a reply, or a request addressed to us: RFC 826's merge).
+    /// Returns whether the address was being waited for.
+    pub fn fill(&mut self, ip: Ipv4Address, mac: EthernetAddress, now: Instant) -> bool {
+        if !mac.is_unicast() {
+            return false;
+        }
+        if self.entries.len() >= CAPACITY && !self.entries.contains_key(&ip) {
+            self.entries.retain(|_, e| e.expires > now);
+            if self.entries.len() >= CAPACITY {
+                return false;
+            }
+        }
+        self.entries.insert(
+            ip,
+            Entry {
+                mac,
+                expires: now + LIFETIME,
+            },
+        );
+        self.asked.remove(&ip).is_some()
+    }
+
+    /// Only updates an address already known (RFC 826: merge without adding).
+    pub fn refresh(&mut self, ip: Ipv4Address, mac: EthernetAddress, now: Instant) -> bool {
+        if self.entries.contains_key(&ip) {
+            self.fill(ip, mac, now)
+        } else {
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IP: Ipv4Address = Ipv4Address::new(198, 18, 0, 2);
+    const MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
+
+    #[test]
+    fn requests_are_rate_limited_and_answers_resolve() {
+        let mut n = Neighbors::default();
+        let t0 = Instant::from_millis(1000);
+        assert_eq!(n.lookup(IP, t0), Lookup::Request);
+        assert_eq!(n.lookup(IP, t0 + Duration::from_millis(50)), Lookup::Wait);
+        assert_eq!(n.next_retry(), Some(t0 + RETRY));
+        assert_eq!(n.lookup(IP, t0 + RETRY), Lookup::Request);
+        assert!(n.fill(IP, MAC, t0 + RETRY));
+        assert_eq!(n.lookup(IP, t0 + RETRY), Lookup::Found(MAC));
+        assert_eq!(n.next_retry(), None);
+    }
+
+    #[test]
+    fn entries_are_refreshed_before_they_expire_and_dropped_after() {
+        let mut n = Neighbors::default();
+        let t0 = Instant::from_millis(0);
+        n.fill(IP, MAC, t0);
+        let near = t0 + LIFETIME - Duration::from_secs(1);
+        assert_eq!(n.lookup(IP, near), Lookup::FoundRefresh(MAC));
+        assert_eq!(n.lookup(IP, near), Lookup::Found(MAC));
+        assert_eq!(n.lookup(IP, t0 + LIFETIME), Lookup::Request);
+    }
+
+    #[test]
+    fn broadcast_and_multicast_addresses_are_never_cached() {
+        let mut n = Neighbors::default();
+        n.fill(IP, EthernetAddress::BROADCAST, Instant::ZERO);
+        assert_eq!(n.lookup(IP, Instant::ZERO), Lookup::Request);
+        assert!(!n.refresh(Ipv4Address::new(198, 18, 0, 9), MAC, Instant::ZERO));
+    }
+}

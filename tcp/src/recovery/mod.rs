@@ -1,0 +1,738 @@
+//! Sender-side loss recovery and congestion control of Warpcore's TCP, sans-IO: the caller
+//! reports every segment sent and every ACK, asks what to retransmit and how much new data
+//! the window allows, and runs the timers this module schedules.
+//!
+//! * RTT in microseconds (RFC 6298 2): samples from timestamp echoes (RFC 7323 4.1) or from
+//!   segments never retransmitted (Karn), SRTT/RTTVAR, RTO = SRTT + max(G, 4 RTTVAR) with a
+//!   configurable floor and ceiling, exponential backoff (RFC 6298 5.5).
+//! * A scoreboard of the segments outstanding, in sequence order (RFC 6675's notions: SACKed,
+//!   lost, retransmitted; `in_flight` is its pipe).
+//! * RACK-TLP (RFC 8985): a segment is lost once a segment sent after it was delivered and
+//!   a reordering window passed (6.2); otherwise the reorder timer fires then. A tail loss is
+//!   probed after PTO = 2 SRTT (7.2), not an RTO, so it costs about one RTT.
+//! * Without SACK, three duplicate ACKs mark the first segment lost (RFC 5681 3.2) and NewReno
+//!   partial ACKs retransmit the next hole until `recover` is acknowledged (RFC 6582 3.2).
+//! * Congestion control: NewReno (RFC 5681, 6582) or CUBIC (RFC 9438), initial window of ten
+//!   segments (RFC 6928), one reduction per recovery episode, cwnd of one segment after an
+//!   RTO (RFC 5681 3.1), or none at all.
+
+use std::collections::VecDeque;
+
+use smoltcp::time::{Duration, Instant};
+use smoltcp::wire::TcpSeqNumber;
+
+/// Congestion controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Congestion {
+    /// No congestion window: only the peer's receive window limits the sender.
+    None,
+    /// NewReno (RFC 5681, RFC 6582).
+    NewReno,
+    /// CUBIC (RFC 9438).
+    Cubic,
+}
+
+/// Configuration of a connection's recovery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecoveryConfig {
+    /// Floor of the RTO (RFC 6298 2.4). See `docs/decisions/0002-own-tcp.md`: 5 ms.
+    pub rto_min: Duration,
+    /// Ceiling of the RTO (RFC 6298 2.5: at least 60 s).
+    pub rto_max: Duration,
+    /// RTO before the first sample (RFC 6298 2.1: 1 s).
+    pub rto_initial: Duration,
+    /// Congestion controller.
+    pub congestion: Congestion,
+    /// Initial window in segments (RFC 6928: 10).
+    pub initial_window_segments: u32,
+    /// RACK-TLP (RFC 8985); off: duplicate-ACK counting and the RTO only.
+    pub rack_tlp: bool,
+    /// Least probe timeout (RFC 8985 7.2 leaves the granularity to the sender): 1 ms, far
+    /// below the RTO floor and above a poll loop's jitter.
+    pub pto_min: Duration,
+    /// The peer's worst-case delayed-ACK time added to the PTO when one segment is in flight
+    /// (RFC 8985 7.2 WCDelAckT). Our engines ACK at once; a kernel peer that delays only
+    /// costs a spurious probe. 1 ms.
+    pub max_ack_delay: Duration,
+}
+
+impl Default for RecoveryConfig {
+    fn default() -> Self {
+        RecoveryConfig {
+            rto_min: Duration::from_millis(5),
+            rto_max: Duration::from_secs(60),
+            rto_initial: Duration::from_secs(1),
+            congestion: Congestion::Cubic,
+            initial_window_segments: 10,
+            rack_tlp: true,
+            pto_min: Duration::from_millis(1),
+            max_ack_delay: Duration::from_millis(1),
+        }
+    }
+}
+
+/// What a timer expiry asks of the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutAction {
+    /// Nothing to send (a reorder-timer expiry may have marked losses: ask
+    /// [`Recovery::next_retransmit`]).
+    None,
+    /// Tail loss probe (RFC 8985 7.3): send one new segment if there is one and the peer's
+    /// window allows, else retransmit the last segment sent.
+    Probe,
+    /// Retransmission timeout: everything outstanding is lost; resend from SND.UNA.
+    Retransmit,
+}
+
+/// What an ACK did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AckOutcome {
+    /// Octets (sequence space) newly acknowledged cumulatively.
+    pub newly_acked: usize,
+    /// Octets newly covered by SACK blocks.
+    pub newly_sacked: usize,
+    /// The RTT sample taken, if any.
+    pub rtt_sample: Option<Duration>,
+    /// Segments this ACK marked lost.
+    pub lost_marked: usize,
+}
+
+/// Counters of one connection's recovery.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecoveryStats {
+    /// Retransmission timeouts.
+    pub rto_count: u64,
+    /// Tail loss probes sent.
+    pub tlp_count: u64,
+    /// Recovery episodes entered (window reductions).
+    pub fast_recoveries: u64,
+    /// Segments retransmitted.
+    pub retransmitted_segments: u64,
+    /// Octets retransmitted.
+    pub retransmitted_octets: u64,
+    /// Smoothed RTT, microseconds (0: no sample yet).
+    pub srtt_us: u64,
+    /// RTT variation, microseconds.
+    pub rttvar_us: u64,
+    /// Least RTT seen, microseconds.
+    pub min_rtt_us: u64,
+    /// Current RTO, microseconds.
+    pub rto_us: u64,
+    /// Congestion window, octets.
+    pub cwnd: u64,
+    /// Slow-start threshold, octets.
+    pub ssthresh: u64,
+    /// Octets in flight (pipe).
+    pub in_flight: u64,
+}
+
+/// One segment outstanding (sequence numbers as raw `u32` in wrapping arithmetic).
+#[derive(Debug, Clone, Copy)]
+struct Seg {
+    start: TcpSeqNumber,
+    end: TcpSeqNumber,
+    xmit: Instant,
+    retransmitted: bool,
+    sacked: bool,
+    lost: bool,
+}
+
+impl Seg {
+    fn len(&self) -> usize {
+        self.end - self.start
+    }
+}
+
+/// CUBIC's state (RFC 9438 4).
+#[derive(Debug, Clone, Copy, Default)]
+struct Cubic {
+    /// W_max in segments (f64: the RFC's formulas are real-valued).
+    w_max: f64,
+    /// K in seconds.
+    k: f64,
+    /// Start of the current congestion avoidance epoch.
+    epoch: Option<Instant>,
+    /// W_est, the Reno-friendly estimate, in segments (4.3).
+    w_est: f64,
+}
+
+const CUBIC_C: f64 = 0.4;
+const CUBIC_BETA: f64 = 0.7;
+/// Consecutive RTOs after which the connection gives up (like Linux's tcp_retries2 = 15).
+pub const MAX_RTO_BACKOFFS: u32 = 15;
+
+/// The recovery state of one connection.
+#[derive(Debug, Clone)]
+pub struct Recovery {
+    cfg: RecoveryConfig,
+    smss: usize,
+    segs: VecDeque<Seg>,
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    rto: Duration,
+    min_rtt: Option<Duration>,
+    backoffs: u32,
+    cwnd: usize,
+    ssthresh: usize,
+    /// In a recovery episode until SND.UNA passes this.
+    recover: Option<TcpSeqNumber>,
+    /// Highest sequence number sent (end of the last segment).
+    high: Option<TcpSeqNumber>,
+    dupacks: u32,
+    sack_seen: bool,
+    rack_xmit: Option<Instant>,
+    rack_end: TcpSeqNumber,
+    rack_rtt: Duration,
+    reorder_at: Option<Instant>,
+    pto_at: Option<Instant>,
+    rto_at: Option<Instant>,
+    cubic: Cubic,
+    stats: RecoveryStats,
+}
+
+fn dur_us(d: Duration) -> u64 {
+    d.total_micros()
+}
+
+impl Recovery {
+    /// Recovery for a connection with sender MSS `smss`.
+    pub fn new(cfg: &RecoveryConfig, smss: usize, _now: Instant) -> Self {
+        let smss = smss.max(1);
+        Recovery {
+            cfg: *cfg,
+            smss,
+            segs: VecDeque::new(),
+            srtt: None,
+            rttvar: Duration::ZERO,
+            rto: cfg.rto_initial,
+            min_rtt: None,
+            backoffs: 0,
+            cwnd: cfg.initial_window_segments.max(1) as usize * smss,
+            ssthresh: usize::MAX,
+            recover: None,
+            high: None,
+            dupacks: 0,
+            sack_seen: false,
+            rack_xmit: None,
+            rack_end: TcpSeqNumber(0),
+            rack_rtt: Duration::ZERO,
+            reorder_at: None,
+            pto_at: None,
+            rto_at: None,
+            cubic: Cubic::default(),
+            stats: RecoveryStats::default(),
+        }
+    }
+
+    /// Sets the sender MSS after the option exchange (the initial window follows it, RFC
+    /// 6928 2, while nothing has been acknowledged yet).
+    pub fn set_smss(&mut self, smss: usize) {
+        let smss = smss.max(1);
+        if self.srtt.is_none() && self.recover.is_none() {
+            self.cwnd = self.cfg.initial_window_segments.max(1) as usize * smss;
+        }
+        self.smss = smss;
+    }
+
+    /// The current RTO (backed off).
+    pub fn rto(&self) -> Duration {
+        self.rto
+    }
+
+    /// Smoothed RTT, once sampled.
+    pub fn srtt(&self) -> Option<Duration> {
+        self.srtt
+    }
+
+    /// Congestion window in octets (`usize::MAX` without congestion control).
+    pub fn cwnd(&self) -> usize {
+        match self.cfg.congestion {
+            Congestion::None => usize::MAX,
+            _ => self.cwnd,
+        }
+    }
+
+    /// Consecutive RTOs without progress.
+    pub fn backoffs(&self) -> u32 {
+        self.backoffs
+    }
+
+    /// Octets in flight (RFC 6675 pipe): sent, not SACKed, not lost-and-unsent.
+    pub fn in_flight(&self) -> usize {
+        self.segs
+            .iter()
+            .filter(|s| !s.sacked && (!s.lost || s.retransmitted))
+            .map(Seg::len)
+            .sum()
+    }
+
+    /// Whether anything is outstanding.
+    pub fn is_empty(&self) -> bool {
+        self.segs.is_empty()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> RecoveryStats {
+        RecoveryStats {
+            srtt_us: self.srtt.map_or(0, dur_us),
+            rttvar_us: dur_us(self.rttvar),
+            min_rtt_us: self.min_rtt.map_or(0, dur_us),
+            rto_us: dur_us(self.rto),
+            cwnd: self.cwnd as u64,
+            ssthresh: self.ssthresh.min(u64::MAX as usize) as u64,
+            in_flight: self.in_flight() as u64,
+            ..self.stats
+        }
+    }
+
+    /// A segment covering `[seq, seq + len)` left at `now` (SYN and FIN count one each).
+    pub fn on_sent(&mut self, now: Instant, seq: TcpSeqNumber, len: usize, retransmit: bool) {
+        if len == 0 {
+            return;
+        }
+        let end = seq + len;
+        if retransmit {
+            self.stats.retransmitted_segments += 1;
+            self.stats.retransmitted_octets += len as u64;
+            self.mark_retransmitted(now, seq, end);
+        } else {
+            // New data continues the last segment (or starts the scoreboard).
+            if let Some(h) = self.high {
+                if end <= h {
+                    // Already tracked (a zero-window probe's octet sent again, say).
+                    self.mark_retransmitted(now, seq, end);
+                    return;
+                }
+            }
+            self.segs.push_back(Seg {
+                start: seq,
+                end,
+                xmit: now,
+                retransmitted: false,
+                sacked: false,
+                lost: false,
+            });
+            self.high = Some(end);
+        }
+        if self.rto_at.is_none() {
+            self.rto_at = Some(now + self.rto);
+        }
+        self.arm_pto(now);
+    }
+
+    /// Marks `[seq, end)` retransmitted at `now`, splitting entries it covers in part.
+    fn mark_retransmitted(&mut self, now: Instant, seq: TcpSeqNumber, end: TcpSeqNumber) {
+        let mut i = 0;
+        while i < self.segs.len() {
+            let s = self.segs[i];
+            if s.end <= seq {
+                i += 1;
+                continue;
+            }
+            if s.start >= end {
+                break;
+            }
+            if s.start < seq {
+                // Split off the part before the retransmitted range.
+                let mut head = s;
+                head.end = seq;
+                self.segs[i].start = seq;
+                self.segs.insert(i, head);
+                i += 1;
+                continue;
+            }
+            if s.end > end {
+                let mut tail = s;
+                tail.start = end;
+                self.segs[i].end = end;
+                self.segs.insert(i + 1, tail);
+            }
+            let e = &mut self.segs[i];
+            e.retransmitted = true;
+            e.lost = false;
+            e.xmit = now;
+            i += 1;
+        }
+    }
+
+    fn arm_pto(&mut self, now: Instant) {
+        if !self.cfg.rack_tlp || self.segs.is_empty() {
+            self.pto_at = None;
+            return;
+        }
+        // RFC 8985 7.2: PTO = 2 SRTT, plus the peer's ACK delay with one segment in flight,
+        // never beyond the RTO.
+        let base = match self.srtt {
+            Some(s) => {
+                let mut p = s * 2;
+                if self.segs.len() == 1 {
+                    p += self.cfg.max_ack_delay;
+                }
+                p.max(self.cfg.pto_min)
+            }
+            None => self.rto,
+        };
+        let at = now + base;
+        let rto_at = self.rto_at.unwrap_or(at);
+        self.pto_at = Some(at.min(rto_at));
+    }
+
+    fn sample_rtt(&mut self, r: Duration) {
+        // RFC 6298 2.2 and 2.3, in microseconds; G (clock granularity) is 1 us.
+        match self.srtt {
+            None => {
+                self.srtt = Some(r);
+                self.rttvar = r / 2;
+            }
+            Some(srtt) => {
+                let diff = if srtt > r { srtt - r } else { r - srtt };
+                self.rttvar = (self.rttvar * 3 + diff) / 4;
+                self.srtt = Some((srtt * 7 + r) / 8);
+            }
+        }
+        self.min_rtt = Some(self.min_rtt.map_or(r, |m| m.min(r)));
+        let srtt = self.srtt.unwrap_or(r);
+        let var = (self.rttvar * 4).max(Duration::from_micros(1));
+        self.rto = (srtt + var).max(self.cfg.rto_min).min(self.cfg.rto_max);
+    }
+
+    /// An ACK arrived (see the module documentation). `ack` is the new SND.UNA.
+    pub fn on_ack(
+        &mut self,
+        now: Instant,
+        ack: TcpSeqNumber,
+        sack: &[(TcpSeqNumber, TcpSeqNumber)],
+        ts_rtt: Option<Duration>,
+    ) -> AckOutcome {
+        let mut out = AckOutcome::default();
+        let mut karn: Option<Duration> = None;
+        let mut delivered_latest: Option<(Instant, TcpSeqNumber, bool)> = None;
+        let note = |s: &Seg, latest: &mut Option<(Instant, TcpSeqNumber, bool)>| {
+            let newer = match latest {
+                None => true,
+                Some((x, e, _)) => s.xmit > *x || (s.xmit == *x && s.end > *e),
+            };
+            if newer {
+                *latest = Some((s.xmit, s.end, s.retransmitted));
+            }
+        };
+        // Cumulative acknowledgement.
+        while let Some(front) = self.segs.front().copied() {
+            if front.end <= ack {
+                out.newly_acked += front.len();
+                if !front.retransmitted && !front.sacked {
+                    karn = Some(now - front.xmit);
+                }
+                if !front.sacked {
+                    note(&front, &mut delivered_latest);
+                }
+                self.segs.pop_front();
+            } else if front.start < ack {
+                out.newly_acked += ack - front.start;
+                if !front.sacked {
+                    note(&front, &mut delivered_latest);
+                }
+                self.segs[0].start = ack;
+                break;
+            } else {
+                break;
+            }
+        }
+        // SACK blocks (RFC 2018 4): mark what they cover.
+        for &(l, r) in sack {
+            if r <= l {
+                continue;
+            }
+            self.sack_seen = true;
+            for s in self.segs.iter_mut() {
+                if s.start >= r {
+                    break;
+                }
+                if !s.sacked && s.start >= l && s.end <= r {
+                    s.sacked = true;
+                    out.newly_sacked += s.len();
+                    note(s, &mut delivered_latest);
+                }
+            }
+        }
+        let progressed = out.newly_acked > 0;
+        // RTT: the timestamp echo if there is one, else Karn's rule (RFC 6298 3).
+        if progressed {
+            if let Some(r) = ts_rtt.or(karn) {
+                self.sample_rtt(r);
+                out.rtt_sample = Some(r);
+            }
+        }
+        // RACK (RFC 8985 6.2): the most recently sent segment delivered.
+        if let Some((xmit, end, retx)) = delivered_latest {
+            let rtt = now - xmit;
+            // A retransmission's ACK may answer the original: ignore samples shorter than
+            // the least RTT (RFC 8985 6.2 step 2).
+            let plausible = !retx || self.min_rtt.is_none_or_le(rtt);
+            if plausible && self.rack_xmit.is_none_or_le(xmit) {
+                self.rack_xmit = Some(xmit);
+                self.rack_end = end;
+                self.rack_rtt = rtt;
+            }
+        }
+        if progressed {
+            self.backoffs = 0;
+            self.dupacks = 0;
+            self.rto_at = (!self.segs.is_empty()).then(|| now + self.rto);
+            // RFC 6298 5.7 (backoff reset): the RTO is recomputed from SRTT on a new sample.
+            if out.rtt_sample.is_none() {
+                if let Some(srtt) = self.srtt {
+                    self.rto = (srtt + (self.rttvar * 4).max(Duration::from_micros(1)))
+                        .max(self.cfg.rto_min)
+                        .min(self.cfg.rto_max);
+                }
+            }
+        } else if !self.segs.is_empty() && sack.is_empty() && !self.sack_seen {
+            // RFC 5681 3.2: duplicate ACKs without SACK.
+            self.dupacks += 1;
+            if self.dupacks == 3 {
+                if let Some(s) = self.segs.front_mut() {
+                    if !s.lost && !s.sacked {
+                        s.lost = true;
+                        out.lost_marked += 1;
+                    }
+                }
+            }
+        }
+        // NewReno partial ACK (RFC 6582 3.2 step 3): the next hole is lost too.
+        if let Some(rec) = self.recover {
+            if progressed && ack < rec && !self.sack_seen {
+                if let Some(s) = self.segs.front_mut() {
+                    if !s.lost && !s.sacked && !s.retransmitted {
+                        s.lost = true;
+                        out.lost_marked += 1;
+                    }
+                }
+            }
+        }
+        if self.cfg.rack_tlp {
+            out.lost_marked += self.detect_loss(now);
+        }
+        // Congestion response.
+        let acked = out.newly_acked;
+        if let Some(rec) = self.recover {
+            if ack >= rec {
+                self.recover = None;
+                // RFC 6582 3.2 step 3 (full ACK): deflate to ssthresh.
+                self.cwnd = self.cwnd.min(self.ssthresh.max(2 * self.smss));
+            }
+        }
+        if out.lost_marked > 0 && self.recover.is_none() {
+            self.enter_recovery(now);
+        } else if acked > 0 && self.recover.is_none() {
+            self.grow(now, acked);
+        }
+        // TLP: the probe timer restarts on every ACK (RFC 8985 7.2).
+        self.arm_pto(now);
+        if self.segs.is_empty() {
+            self.rto_at = None;
+            self.pto_at = None;
+            self.reorder_at = None;
+        }
+        out
+    }
+
+    /// RFC 8985 6.2 step 5: marks lost every segment sent before the RACK segment whose
+    /// reordering window passed; arms the reorder timer for the rest.
+    fn detect_loss(&mut self, now: Instant) -> usize {
+        let Some(rack_xmit) = self.rack_xmit else {
+            return 0;
+        };
+        let reo_wnd = self.min_rtt.map_or(Duration::ZERO, |m| m / 4);
+        let mut lost = 0;
+        let mut timer: Option<Instant> = None;
+        for s in self.segs.iter_mut() {
+            if s.sacked || (s.lost && !s.retransmitted) {
+                continue;
+            }
+            let before = s.xmit < rack_xmit || (s.xmit == rack_xmit && s.end < self.rack_end);
+            if !before {
+                continue;
+            }
+            let deadline = s.xmit + self.rack_rtt + reo_wnd;
+            if deadline <= now {
+                s.lost = true;
+                s.retransmitted = false;
+                lost += 1;
+            } else {
+                timer = Some(timer.map_or(deadline, |t| t.min(deadline)));
+            }
+        }
+        self.reorder_at = timer;
+        lost
+    }
+
+    fn enter_recovery(&mut self, now: Instant) {
+        self.stats.fast_recoveries += 1;
+        self.recover = self.high;
+        let flight = self.in_flight().max(self.cwnd);
+        match self.cfg.congestion {
+            Congestion::None => {}
+            Congestion::NewReno => {
+                // RFC 5681 (4): ssthresh = max(FlightSize / 2, 2 SMSS).
+                self.ssthresh = (flight / 2).max(2 * self.smss);
+                self.cwnd = self.ssthresh;
+            }
+            Congestion::Cubic => {
+                // RFC 9438 4.6: W_max, then cwnd * beta.
+                let w = self.cwnd as f64 / self.smss as f64;
+                self.cubic.w_max = w;
+                self.ssthresh = ((self.cwnd as f64 * CUBIC_BETA) as usize).max(2 * self.smss);
+                self.cwnd = self.ssthresh;
+                self.cubic.k = (self.cubic.w_max * (1.0 - CUBIC_BETA) / CUBIC_C).cbrt();
+                self.cubic.epoch = Some(now);
+                self.cubic.w_est = self.cwnd as f64 / self.smss as f64;
+            }
+        }
+    }
+
+    fn grow(&mut self, now: Instant, acked: usize) {
+        match self.cfg.congestion {
+            Congestion::None => {}
+            _ if self.cwnd < self.ssthresh => {
+                // Slow start (RFC 5681 3.1, appropriate byte counting with L = 1 SMSS... we
+                // allow up to 2 SMSS per ACK for delayed-ACK peers, RFC 3465).
+                self.cwnd += acked.min(2 * self.smss);
+            }
+            Congestion::NewReno => {
+                // Congestion avoidance: about one SMSS per RTT.
+                let inc = (self.smss * self.smss / self.cwnd.max(1)).max(1);
+                self.cwnd += inc.min(acked);
+            }
+            Congestion::Cubic => {
+                let smss = self.smss as f64;
+                // An epoch starting without a reduction (after slow start) starts now.
+                let epoch = *self.cubic.epoch.get_or_insert(now);
+                if self.cubic.w_max == 0.0 {
+                    self.cubic.w_max = self.cwnd as f64 / smss;
+                    self.cubic.k = 0.0;
+                    self.cubic.w_est = self.cubic.w_max;
+                }
+                let rtt = self.srtt.map_or(0.0, |d| d.total_micros() as f64 / 1e6);
+                let t = (now - epoch).total_micros() as f64 / 1e6;
+                let cur = self.cwnd as f64 / smss;
+                // RFC 9438 4.2: W_cubic(t + RTT).
+                let target = CUBIC_C * (t + rtt - self.cubic.k).powi(3) + self.cubic.w_max;
+                // RFC 9438 4.3: the Reno-friendly estimate.
+                let alpha = 3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA);
+                self.cubic.w_est += alpha * (acked as f64 / smss) / cur.max(1.0);
+                let next = if self.cubic.w_est > target {
+                    self.cubic.w_est
+                } else {
+                    // 4.4/4.5: (target - cwnd) / cwnd per ACKed segment, capped at 1.5x.
+                    let t = target.min(1.5 * cur);
+                    cur + (t - cur).max(0.0) / cur.max(1.0) * (acked as f64 / smss)
+                };
+                if next > cur {
+                    self.cwnd = (next * smss) as usize;
+                }
+            }
+        }
+    }
+
+    /// The next lost range to resend if the congestion window allows (in recovery at least
+    /// one segment per call, RFC 6675's rule of sending while pipe < cwnd).
+    pub fn next_retransmit(&mut self) -> Option<(TcpSeqNumber, usize)> {
+        let flight = self.in_flight();
+        let s = self
+            .segs
+            .iter()
+            .find(|s| s.lost && !s.retransmitted && !s.sacked)?;
+        if self.cfg.congestion != Congestion::None && flight + s.len() > self.cwnd && flight > 0 {
+            return None;
+        }
+        Some((s.start, s.len()))
+    }
+
+    /// New octets the congestion window allows now.
+    pub fn send_allowance(&self) -> usize {
+        match self.cfg.congestion {
+            Congestion::None => usize::MAX,
+            _ => self.cwnd.saturating_sub(self.in_flight()),
+        }
+    }
+
+    /// The earliest timer: reorder, probe or retransmission.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        [self.reorder_at, self.pto_at, self.rto_at]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Runs the timers due at `now` (see [`TimeoutAction`]).
+    pub fn handle_timeout(&mut self, now: Instant) -> TimeoutAction {
+        if self.segs.is_empty() {
+            self.rto_at = None;
+            self.pto_at = None;
+            self.reorder_at = None;
+            return TimeoutAction::None;
+        }
+        if self.rto_at.is_some_and(|t| t <= now) {
+            // RFC 6298 5.4-5.6 and RFC 5681 3.1; SACK information is discarded (RFC 2018 8:
+            // the receiver may have reneged).
+            self.stats.rto_count += 1;
+            self.backoffs += 1;
+            let flight = self.in_flight();
+            if self.cfg.congestion != Congestion::None {
+                self.ssthresh = (flight / 2).max(2 * self.smss);
+                self.cwnd = self.smss;
+                self.cubic.epoch = None;
+                self.cubic.w_max = (flight as f64 / self.smss as f64).max(1.0);
+            }
+            for s in self.segs.iter_mut() {
+                s.sacked = false;
+                s.lost = true;
+                s.retransmitted = false;
+            }
+            self.recover = self.high;
+            self.rto = (self.rto * 2).min(self.cfg.rto_max);
+            self.rto_at = Some(now + self.rto);
+            self.pto_at = None;
+            self.reorder_at = None;
+            self.rack_xmit = None;
+            return TimeoutAction::Retransmit;
+        }
+        if self.reorder_at.is_some_and(|t| t <= now) {
+            self.reorder_at = None;
+            if self.detect_loss(now) > 0 && self.recover.is_none() {
+                self.enter_recovery(now);
+            }
+        }
+        if self.pto_at.is_some_and(|t| t <= now) {
+            self.pto_at = None;
+            self.stats.tlp_count += 1;
+            return TimeoutAction::Probe;
+        }
+        TimeoutAction::None
+    }
+
+    /// The last segment sent (for a probe with nothing new to send).
+    pub fn last_segment(&self) -> Option<(TcpSeqNumber, usize)> {
+        self.segs
+            .iter()
+            .rev()
+            .find(|s| !s.sacked)
+            .map(|s| (s.start, s.len()))
+    }
+}
+
+/// `Option::is_none_or(|v| v <= x)`, spelled out for the crate's minimum Rust version.
+trait NoneOrLe<T> {
+    fn is_none_or_le(&self, x: T) -> bool;
+}
+
+impl<T: PartialOrd + Copy> NoneOrLe<T> for Option<T> {
+    fn is_none_or_le(&self, x: T) -> bool {
+        match self {
+            None => true,
+            Some(v) => *v <= x,
+        }
+    }
+}
+
