@@ -151,6 +151,17 @@ const CHALLENGE_ACKS_PER_SEC: u32 = 10;
 /// scaled to our clock).
 const TS_STALE: Duration = Duration::from_micros(1 << 31);
 
+/// Why new data is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Send {
+    /// Within the peer's and the congestion window.
+    Normal,
+    /// A tail loss probe (RFC 8985 7.3): within the peer's window only.
+    LossProbe,
+    /// One octet past a zero window (RFC 9293 3.8.6.1).
+    WindowProbe,
+}
+
 /// A segment to send without its payload, and the ring range (offset, length) of the payload.
 type Plan = (TcpRepr<'static>, usize, usize);
 
@@ -207,6 +218,7 @@ pub struct Connection {
     unacked_segs: u32,
     rst_pending: bool,
     probe_pending: bool,
+    window_probe_due: bool,
     window_probe_at: Option<Instant>,
     window_probe_backoff: u32,
     keepalive_at: Option<Instant>,
@@ -267,6 +279,7 @@ impl Connection {
             unacked_segs: 0,
             rst_pending: false,
             probe_pending: false,
+            window_probe_due: false,
             window_probe_at: None,
             window_probe_backoff: 0,
             keepalive_at: None,
@@ -773,6 +786,11 @@ impl Connection {
                 self.rec.on_ack(now, ack, &sack, ts_rtt);
             }
         }
+        if !advanced && self.snd_wnd == 0 && usize::from(seg.window_len) == 0 {
+            // The peer answers our probes with a zero window: it is alive, so probing goes on
+            // however long the window stays shut (RFC 9293 3.8.6.1).
+            self.rec.peer_alive();
+        }
         if advanced {
             // Octets of data acknowledged (SYN and FIN occupy sequence space, not the ring).
             let mut n = ack - old_una;
@@ -985,7 +1003,7 @@ impl Connection {
             self.stats.window_probes += 1;
             self.window_probe_backoff = (self.window_probe_backoff + 1).min(16);
             // Send one octet past the zero window (RFC 9293 3.8.6.1) below.
-            self.probe_pending = true;
+            self.window_probe_due = true;
         }
         if self.keepalive_at.is_some_and(|t| t <= now) {
             let idle = self.rec.is_empty() && self.tx.len() == 0;
@@ -1127,9 +1145,16 @@ impl Connection {
         if let Some(p) = self.poll_retransmit(now) {
             return Some(p);
         }
+        if self.window_probe_due {
+            self.window_probe_due = false;
+            if let Some(p) = self.poll_new(now, Send::WindowProbe) {
+                return Some(p);
+            }
+        }
         if self.probe_pending {
+            // RFC 8985 7.3: new data if the peer's window allows, else the last segment.
             self.probe_pending = false;
-            if let Some(p) = self.poll_new(now, true) {
+            if let Some(p) = self.poll_new(now, Send::LossProbe) {
                 return Some(p);
             }
             if let Some((seq, len)) = self.rec.last_segment() {
@@ -1138,7 +1163,7 @@ impl Connection {
                 }
             }
         }
-        if let Some(p) = self.poll_new(now, false) {
+        if let Some(p) = self.poll_new(now, Send::Normal) {
             return Some(p);
         }
         if self.keepalive_pending {
@@ -1212,9 +1237,10 @@ impl Connection {
         Some((seg, off, n))
     }
 
-    /// New data (and the FIN) within the windows; `probe` sends one segment even past a
-    /// zero window (a window probe or TLP).
-    fn poll_new(&mut self, now: Instant, probe: bool) -> Option<Plan> {
+    /// New data (and the FIN) within the windows: normally within both windows; a loss probe
+    /// within the peer's window whatever the congestion window; a window probe one octet
+    /// past a zero window.
+    fn poll_new(&mut self, now: Instant, how: Send) -> Option<Plan> {
         if !matches!(
             self.state,
             State::Established
@@ -1244,7 +1270,12 @@ impl Connection {
             return None;
         }
         let mut n = unsent.min(self.smss);
-        if !probe {
+        if how == Send::LossProbe {
+            n = n.min(peer_room);
+            if n == 0 {
+                return None;
+            }
+        } else if how == Send::Normal {
             n = n.min(peer_room).min(allowance);
             if n == 0 {
                 if self.snd_wnd == 0 && self.rec.is_empty() && self.window_probe_at.is_none() {
@@ -1261,11 +1292,11 @@ impl Connection {
             if n < self.smss && !all && n < self.max_snd_wnd / 2 {
                 return None;
             }
+        } else if self.snd_wnd == 0 && peer_room == 0 {
+            n = 1;
         } else {
-            n = n.max(1).min(unsent);
-            if self.snd_wnd == 0 {
-                n = 1;
-            }
+            // The window opened meanwhile: a normal send follows.
+            return None;
         }
         let payload_len = self.tx.slice(sent, n).len();
         let seq = self.snd_nxt;
@@ -1291,4 +1322,3 @@ impl Connection {
         Some((seg, sent, payload_len))
     }
 }
-

@@ -252,6 +252,12 @@ impl Recovery {
         }
     }
 
+    /// The peer answered without acknowledging anything new (a zero-window probe's ACK):
+    /// the consecutive-RTO count that ends a connection starts over.
+    pub fn peer_alive(&mut self) {
+        self.backoffs = 0;
+    }
+
     /// Consecutive RTOs without progress.
     pub fn backoffs(&self) -> u32 {
         self.backoffs
@@ -473,6 +479,8 @@ impl Recovery {
                 self.rack_xmit = Some(xmit);
                 self.rack_end = end;
                 self.rack_rtt = rtt;
+                // RACK.min_RTT counts SACK-based samples too (RFC 8985 6.2 step 2).
+                self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
             }
         }
         if progressed {
@@ -543,7 +551,15 @@ impl Recovery {
         let Some(rack_xmit) = self.rack_xmit else {
             return 0;
         };
-        let reo_wnd = self.min_rtt.map_or(Duration::ZERO, |m| m / 4);
+        // RFC 8985 6.2 step 4 (no reordering observed): no window in loss recovery or once
+        // DupThresh (3) segments are SACKed, else min_RTT / 4 bounded by SRTT.
+        let sacked = self.segs.iter().filter(|s| s.sacked).count();
+        let reo_wnd = if self.recover.is_some() || sacked >= 3 {
+            Duration::ZERO
+        } else {
+            let w = self.min_rtt.map_or(Duration::ZERO, |m| m / 4);
+            self.srtt.map_or(w, |s| w.min(s))
+        };
         let mut lost = 0;
         let mut timer: Option<Instant> = None;
         for s in self.segs.iter_mut() {
@@ -736,3 +752,5 @@ impl<T: PartialOrd + Copy> NoneOrLe<T> for Option<T> {
     }
 }
 
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,183 @@
+//! Unit tests of the recovery module, each citing its RFC section.
+
+use super::*;
+use proptest::prelude::*;
+
+fn us(n: i64) -> Instant {
+    Instant::from_micros(n)
+}
+
+fn rec(cc: Congestion) -> Recovery {
+    Recovery::new(
+        &RecoveryConfig {
+            congestion: cc,
+            ..RecoveryConfig::default()
+        },
+        1000,
+        us(0),
+    )
+}
+
+const S: TcpSeqNumber = TcpSeqNumber(100);
+
+#[test]
+fn rfc6298_2_2_first_sample_sets_srtt_and_rttvar_and_the_floor_applies() {
+    let mut r = rec(Congestion::Cubic);
+    r.on_sent(us(0), S, 1000, false);
+    let o = r.on_ack(us(800), S + 1000, &[], None);
+    assert_eq!(o.newly_acked, 1000);
+    assert_eq!(o.rtt_sample, Some(Duration::from_micros(800)));
+    assert_eq!(r.srtt(), Some(Duration::from_micros(800)));
+    let s = r.stats();
+    assert_eq!(s.rttvar_us, 400);
+    // 800 + 4 * 400 = 2.4 ms, below the 5 ms floor (RFC 6298 2.4).
+    assert_eq!(r.rto(), Duration::from_millis(5));
+}
+
+#[test]
+fn rfc6298_2_3_later_samples_are_smoothed() {
+    let mut r = rec(Congestion::Cubic);
+    r.on_sent(us(0), S, 1000, false);
+    r.on_ack(us(10_000), S + 1000, &[], None);
+    r.on_sent(us(10_000), S + 1000, 1000, false);
+    r.on_ack(us(30_000), S + 2000, &[], None);
+    // SRTT = 7/8 * 10 + 1/8 * 20 = 11.25 ms; RTTVAR = 3/4 * 5 + 1/4 * 10 = 6.25 ms.
+    assert_eq!(r.stats().srtt_us, 11_250);
+    assert_eq!(r.stats().rttvar_us, 6_250);
+    assert_eq!(r.rto(), Duration::from_micros(11_250 + 4 * 6_250));
+}
+
+#[test]
+fn rfc6298_3_karn_no_sample_from_a_retransmitted_segment() {
+    let mut r = rec(Congestion::Cubic);
+    r.on_sent(us(0), S, 1000, false);
+    r.on_sent(us(5_000), S, 1000, true);
+    let o = r.on_ack(us(5_100), S + 1000, &[], None);
+    assert_eq!(o.rtt_sample, None);
+    assert_eq!(r.srtt(), None);
+    // A timestamp echo is a valid sample even then (RFC 7323 4.1).
+    r.on_sent(us(6_000), S + 1000, 1000, false);
+    r.on_sent(us(7_000), S + 1000, 1000, true);
+    let o = r.on_ack(us(7_300), S + 2000, &[], Some(Duration::from_micros(300)));
+    assert_eq!(o.rtt_sample, Some(Duration::from_micros(300)));
+}
+
+#[test]
+fn rfc6928_initial_window_and_rfc5681_3_1_slow_start() {
+    let mut r = rec(Congestion::NewReno);
+    assert_eq!(r.cwnd(), 10_000);
+    assert_eq!(r.send_allowance(), 10_000);
+    for k in 0..10 {
+        r.on_sent(us(0), S + k * 1000, 1000, false);
+    }
+    assert_eq!(r.send_allowance(), 0);
+    r.on_ack(us(100), S + 10_000, &[], None);
+    // One ACK of ten segments grows cwnd by at most 2 SMSS (RFC 3465 L = 2).
+    assert_eq!(r.cwnd(), 12_000);
+}
+
+#[test]
+fn rfc5681_3_1_rto_collapses_cwnd_and_backs_off() {
+    let mut r = rec(Congestion::NewReno);
+    for k in 0..4 {
+        r.on_sent(us(0), S + k * 1000, 1000, false);
+    }
+    // No SRTT yet: the probe timeout is the RTO itself (1 s), and the RTO wins.
+    let rto_at = r.poll_timeout().unwrap();
+    assert_eq!(rto_at, us(1_000_000));
+    assert_eq!(r.handle_timeout(rto_at), TimeoutAction::Retransmit);
+    assert_eq!(r.cwnd(), 1000);
+    assert_eq!(r.rto(), Duration::from_secs(2));
+    assert_eq!(r.next_retransmit(), Some((S, 1000)));
+}
+
+#[test]
+fn rfc9438_4_6_cubic_reduces_to_beta_and_regrows_towards_w_max() {
+    let mut r = rec(Congestion::Cubic);
+    // 20 segments in flight, RTT 1 ms.
+    for k in 0..20 {
+        r.on_sent(us(0), S + k * 1000, 1000, false);
+    }
+    r.cwnd = 20_000;
+    let base = (S.0 as u32).wrapping_add(1000);
+    // Segment 0 lost, the rest SACKed at 1 ms; RACK marks it after the reordering window.
+    // 19 segments SACKed (>= DupThresh): no reordering window, segment 0 is lost at once.
+    let o = r.on_ack(
+        us(1_000),
+        S,
+        &[(TcpSeqNumber(base as i32), S + 20_000)],
+        None,
+    );
+    assert_eq!(o.lost_marked, 1);
+    assert_eq!(r.stats().fast_recoveries, 1);
+    assert_eq!(r.next_retransmit(), Some((S, 1000)));
+    assert_eq!(r.cwnd(), 14_000, "beta 0.7");
+    // K = cbrt(W_max (1 - beta) / C) = cbrt(20 * 0.3 / 0.4) = 2.466 s.
+    assert!((r.cubic.k - 2.466).abs() < 0.01, "K = {}", r.cubic.k);
+}
+
+#[test]
+fn rfc2018_sack_blocks_mark_segments_and_shrink_the_pipe() {
+    let mut r = rec(Congestion::Cubic);
+    for k in 0..5 {
+        r.on_sent(us(0), S + k * 1000, 1000, false);
+    }
+    assert_eq!(r.in_flight(), 5000);
+    let o = r.on_ack(us(100), S, &[(S + 2000, S + 4000)], None);
+    assert_eq!(o.newly_sacked, 2000);
+    assert_eq!(r.in_flight(), 3000);
+    // The same block again adds nothing.
+    let o = r.on_ack(us(150), S, &[(S + 2000, S + 4000)], None);
+    assert_eq!(o.newly_sacked, 0);
+}
+
+proptest! {
+    /// Any sequence of sends, ACKs (valid or stale), SACK blocks and timer runs keeps the
+    /// scoreboard sane: no panic, the pipe never exceeds what is outstanding, every
+    /// retransmission lies inside what was sent and not yet acknowledged.
+    #[test]
+    fn random_ack_and_sack_sequences_keep_the_scoreboard_sane(
+        ops in proptest::collection::vec((0u8..4, 0u32..40_000, 0u32..40_000, 1u32..5_000), 1..200)
+    ) {
+        let mut r = rec(Congestion::Cubic);
+        let mut una = S;
+        let mut nxt = S;
+        let mut now = us(0);
+        for (kind, a, b, step) in ops {
+            now += Duration::from_micros(u64::from(step));
+            match kind {
+                0 => {
+                    let len = (a % 1500 + 1) as usize;
+                    r.on_sent(now, nxt, len, false);
+                    nxt += len;
+                }
+                1 => {
+                    let span = (nxt - una) as u32;
+                    let ack = if span == 0 { una } else { una + (a % (span + 1)) as usize };
+                    r.on_ack(now, ack, &[], None);
+                    una = una.max(ack);
+                }
+                2 => {
+                    let span = (nxt - una) as u32;
+                    if span > 0 {
+                        let l = una + (a % span) as usize;
+                        let rgt = l + ((b % span) as usize).max(1);
+                        let rgt = if rgt > nxt { nxt } else { rgt };
+                        r.on_ack(now, una, &[(l, rgt)], None);
+                    }
+                }
+                _ => {
+                    if let Some(t) = r.poll_timeout() {
+                        now = now.max(t);
+                    }
+                    r.handle_timeout(now);
+                }
+            }
+            let outstanding = nxt - una;
+            prop_assert!(r.in_flight() <= outstanding);
+            if let Some((s, len)) = r.next_retransmit() {
+                prop_assert!(s >= una && s + len <= nxt);
+            }
+        }
+    }
+}

@@ -1,0 +1,766 @@
+//! Packetdrill-style scripts for one connection (issue 11 item 1): segments in at given
+//! instants, the segments, timers and events that must come out. One test per behaviour,
+//! named after it, citing the RFC section. The peer is scripted by hand; nothing else runs.
+
+use smoltcp::socket::tcp::State;
+use smoltcp::time::{Duration, Instant};
+use smoltcp::wire::{Ipv4Address, TcpControl, TcpRepr, TcpSeqNumber, TcpTimestampRepr};
+use warpcore_tcp::conn::{ConnConfig, ConnEvent, Connection, Endpoints};
+use warpcore_tcp::recovery::RecoveryConfig;
+
+const US: (Ipv4Address, u16) = (Ipv4Address::new(198, 18, 0, 1), 4791);
+const PEER: (Ipv4Address, u16) = (Ipv4Address::new(198, 18, 0, 2), 50000);
+const ISS: TcpSeqNumber = TcpSeqNumber(1000);
+const PISS: TcpSeqNumber = TcpSeqNumber(500_000);
+
+fn ep() -> Endpoints {
+    Endpoints {
+        local: US,
+        remote: PEER,
+    }
+}
+
+fn ms(n: u64) -> Instant {
+    Instant::from_micros(n as i64 * 1000)
+}
+
+fn us(n: u64) -> Instant {
+    Instant::from_micros(n as i64)
+}
+
+/// An owned copy of a segment we sent.
+#[derive(Debug, Clone)]
+struct Out {
+    control: TcpControl,
+    seq: TcpSeqNumber,
+    ack: Option<TcpSeqNumber>,
+    window: u16,
+    mss: Option<u16>,
+    ws: Option<u8>,
+    sack_permitted: bool,
+    sack: Vec<(u32, u32)>,
+    ts: Option<TcpTimestampRepr>,
+    payload: Vec<u8>,
+}
+
+fn drain(c: &mut Connection, now: Instant) -> Vec<Out> {
+    let mut v = Vec::new();
+    while let Some(s) = c.poll_transmit(now) {
+        v.push(Out {
+            control: s.control,
+            seq: s.seq_number,
+            ack: s.ack_number,
+            window: s.window_len,
+            mss: s.max_seg_size,
+            ws: s.window_scale,
+            sack_permitted: s.sack_permitted,
+            sack: s.sack_ranges.iter().flatten().copied().collect(),
+            ts: s.timestamp,
+            payload: s.payload.to_vec(),
+        });
+        assert!(v.len() < 10_000, "poll_transmit never ends");
+    }
+    v
+}
+
+fn events(c: &mut Connection) -> Vec<ConnEvent> {
+    std::iter::from_fn(|| c.poll_event()).collect()
+}
+
+/// A segment from the peer.
+fn seg(
+    control: TcpControl,
+    seq: TcpSeqNumber,
+    ack: Option<TcpSeqNumber>,
+    payload: &[u8],
+) -> TcpRepr<'_> {
+    TcpRepr {
+        src_port: PEER.1,
+        dst_port: US.1,
+        control,
+        seq_number: seq,
+        ack_number: ack,
+        window_len: 0xffff,
+        window_scale: None,
+        max_seg_size: None,
+        sack_permitted: false,
+        sack_ranges: [None; 3],
+        timestamp: None,
+        payload,
+    }
+}
+
+fn cfg() -> ConnConfig {
+    ConnConfig {
+        rx_buffer: 64 * 1024,
+        tx_buffer: 256 * 1024,
+        mss: 1460,
+        ..ConnConfig::default()
+    }
+}
+
+/// Runs timers up to `until` in steps, collecting what goes out.
+fn run_until(c: &mut Connection, from: Instant, until: Instant) -> Vec<(Instant, Out)> {
+    let mut out = Vec::new();
+    let mut now = from;
+    loop {
+        for o in drain(c, now) {
+            out.push((now, o));
+        }
+        match c.poll_timeout() {
+            Some(t) if t <= until => {
+                now = t.max(now);
+                c.handle_timeout(now);
+            }
+            _ => return out,
+        }
+    }
+}
+
+/// An established active connection; the peer offered MSS 1460, WS 7, SACK and timestamps
+/// unless `plain`. Returns it at t = 1 ms with the SYN-ACK acknowledged.
+fn established(config: ConnConfig, plain: bool) -> Connection {
+    let mut c = Connection::connect(&config, ep(), ISS, ms(0));
+    let syn = drain(&mut c, ms(0));
+    assert_eq!(syn.len(), 1);
+    let mut sa = seg(TcpControl::Syn, PISS, Some(ISS + 1), &[]);
+    if !plain {
+        sa.max_seg_size = Some(1460);
+        sa.window_scale = Some(7);
+        sa.sack_permitted = true;
+        sa.timestamp = Some(TcpTimestampRepr {
+            tsval: 1,
+            tsecr: syn[0].ts.map_or(0, |t| t.tsval),
+        });
+    } else {
+        sa.max_seg_size = Some(1460);
+    }
+    c.handle_segment(ms(1), &sa);
+    assert_eq!(c.state(), State::Established);
+    let ack = drain(&mut c, ms(1));
+    assert_eq!(ack.len(), 1, "{ack:?}");
+    assert_eq!(events(&mut c), vec![ConnEvent::Connected]);
+    c
+}
+
+/// The peer's data segment at its stream offset `off` (after its SYN).
+fn data(off: usize, payload: &[u8], ack: TcpSeqNumber) -> TcpRepr<'_> {
+    seg(TcpControl::Psh, PISS + 1 + off, Some(ack), payload)
+}
+
+#[test]
+fn rfc9293_3_5_active_open_offers_mss_window_scale_sack_and_timestamps() {
+    let mut c = Connection::connect(&cfg(), ep(), ISS, ms(0));
+    assert_eq!(c.state(), State::SynSent);
+    let out = drain(&mut c, ms(0));
+    assert_eq!(out.len(), 1);
+    let syn = &out[0];
+    assert_eq!(syn.control, TcpControl::Syn);
+    assert_eq!(syn.seq, ISS);
+    assert_eq!(syn.ack, None);
+    assert_eq!(syn.mss, Some(1460)); // RFC 9293 3.7.1
+    assert_eq!(syn.ws, Some(1)); // RFC 7323 2.2: 64 KiB buffer -> shift 1
+    assert!(syn.sack_permitted); // RFC 2018 2
+    assert!(syn.ts.is_some_and(|t| t.tsecr == 0)); // RFC 7323 3.2
+                                                   // The SYN's window is never scaled (RFC 7323 2.2).
+    assert_eq!(syn.window, 0xffff);
+    let c = established(cfg(), false);
+    assert_eq!(c.state(), State::Established);
+}
+
+#[test]
+fn rfc9293_3_10_7_2_passive_open_answers_only_the_options_offered() {
+    let mut syn = seg(TcpControl::Syn, PISS, None, &[]);
+    syn.max_seg_size = Some(1200);
+    let mut c = Connection::accept(&cfg(), ep(), ISS, &syn, ms(0));
+    assert_eq!(c.state(), State::SynReceived);
+    let out = drain(&mut c, ms(0));
+    assert_eq!(out.len(), 1);
+    let sa = &out[0];
+    assert_eq!(sa.control, TcpControl::Syn);
+    assert_eq!(sa.ack, Some(PISS + 1));
+    assert_eq!(sa.mss, Some(1460));
+    // Not offered by the peer, so not answered (RFC 7323 2.2, 3.2; RFC 2018 2).
+    assert_eq!(sa.ws, None);
+    assert!(!sa.sack_permitted);
+    assert!(sa.ts.is_none());
+    // The handshake completes with the peer's ACK.
+    c.handle_segment(ms(1), &seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]));
+    assert_eq!(c.state(), State::Established);
+    assert_eq!(events(&mut c), vec![ConnEvent::Connected]);
+    // The peer's MSS bounds ours.
+    c.send(&[7u8; 5000]).unwrap();
+    let out = drain(&mut c, ms(1));
+    assert!(out.iter().all(|o| o.payload.len() <= 1200), "{out:?}");
+}
+
+#[test]
+fn rfc6298_2_1_and_5_5_syn_retransmitted_after_one_second_then_backed_off() {
+    let mut c = Connection::connect(&cfg(), ep(), ISS, ms(0));
+    drain(&mut c, ms(0));
+    let out = run_until(&mut c, ms(0), ms(3500));
+    let syns: Vec<Instant> = out
+        .iter()
+        .filter(|(_, o)| o.control == TcpControl::Syn)
+        .map(|(t, _)| *t)
+        .collect();
+    assert_eq!(syns, vec![ms(1000), ms(3000)], "{out:?}");
+}
+
+#[test]
+fn rfc5961_3_2_in_window_rst_draws_a_challenge_ack_exact_rst_resets() {
+    let mut c = established(cfg(), true);
+    c.handle_segment(ms(2), &seg(TcpControl::Rst, PISS + 100, None, &[]));
+    assert_eq!(c.state(), State::Established);
+    let out = drain(&mut c, ms(2));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].ack, Some(PISS + 1), "challenge ACK");
+    // A RST outside the window is dropped silently.
+    c.handle_segment(ms(3), &seg(TcpControl::Rst, PISS + 10_000_000, None, &[]));
+    assert!(drain(&mut c, ms(3)).is_empty());
+    // RST at exactly RCV.NXT resets.
+    c.handle_segment(ms(4), &seg(TcpControl::Rst, PISS + 1, None, &[]));
+    assert_eq!(c.state(), State::Closed);
+    assert_eq!(events(&mut c), vec![ConnEvent::Reset]);
+}
+
+#[test]
+fn rfc5961_4_2_syn_in_a_synchronized_state_draws_a_challenge_ack() {
+    let mut c = established(cfg(), true);
+    c.handle_segment(ms(2), &seg(TcpControl::Syn, PISS + 5, None, &[]));
+    assert_eq!(c.state(), State::Established);
+    let out = drain(&mut c, ms(2));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].control, TcpControl::None);
+    assert_eq!(out[0].ack, Some(PISS + 1));
+}
+
+#[test]
+fn rfc5961_5_2_ack_of_data_never_sent_is_dropped_and_answered() {
+    let mut c = established(cfg(), true);
+    c.handle_segment(ms(2), &data(0, b"abc", ISS + 1 + 100_000));
+    // Dropped: the data is not taken.
+    assert_eq!(c.recv_queue(), 0);
+    let out = drain(&mut c, ms(2));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].ack, Some(PISS + 1));
+}
+
+#[test]
+fn rfc7323_5_3_paws_drops_a_segment_with_an_old_timestamp() {
+    let mut c = established(cfg(), false);
+    let mut s = data(0, b"new", ISS + 1);
+    s.timestamp = Some(TcpTimestampRepr {
+        tsval: 100,
+        tsecr: 0,
+    });
+    c.handle_segment(ms(2), &s);
+    assert_eq!(c.recv_queue(), 3);
+    drain(&mut c, ms(2));
+    let mut old = data(3, b"old", ISS + 1);
+    old.timestamp = Some(TcpTimestampRepr {
+        tsval: 50,
+        tsecr: 0,
+    });
+    c.handle_segment(ms(3), &old);
+    assert_eq!(c.recv_queue(), 3, "the old segment was dropped");
+    assert_eq!(c.stats().paws_dropped, 1);
+    let out = drain(&mut c, ms(3));
+    assert_eq!(out.len(), 1, "an ACK answers it");
+    // Our ACKs echo the newest in-order timestamp (RFC 7323 4.3).
+    assert_eq!(out[0].ts.map(|t| t.tsecr), Some(100));
+}
+
+#[test]
+fn rfc1122_4_2_3_2_delayed_ack_at_the_timeout_or_every_second_segment() {
+    let mut config = cfg();
+    config.ack_delay = Some(Duration::from_millis(10));
+    let mut c = established(config, true);
+    c.handle_segment(ms(2), &data(0, &[1; 1000], ISS + 1));
+    assert!(
+        drain(&mut c, ms(2)).is_empty(),
+        "first segment: ACK delayed"
+    );
+    assert_eq!(c.poll_timeout(), Some(ms(12)));
+    c.handle_timeout(ms(12));
+    let out = drain(&mut c, ms(12));
+    assert_eq!(out[0].ack, Some(PISS + 1 + 1000));
+    // Two segments: the second is acknowledged at once.
+    c.handle_segment(ms(20), &data(1000, &[2; 1000], ISS + 1));
+    assert!(drain(&mut c, ms(20)).is_empty());
+    c.handle_segment(ms(21), &data(2000, &[3; 1000], ISS + 1));
+    let out = drain(&mut c, ms(21));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].ack, Some(PISS + 1 + 3000));
+}
+
+#[test]
+fn rfc5681_4_2_and_rfc2018_4_out_of_order_data_is_acked_at_once_with_sack_blocks() {
+    let mut config = cfg();
+    config.ack_delay = Some(Duration::from_millis(10));
+    let mut c = established(config, false);
+    c.handle_segment(ms(2), &data(1000, &[2; 500], ISS + 1));
+    c.handle_segment(ms(2), &data(3000, &[4; 500], ISS + 1));
+    let out = drain(&mut c, ms(2));
+    assert_eq!(out.len(), 1);
+    let base = (PISS.0 as u32).wrapping_add(1);
+    assert_eq!(out[0].ack, Some(PISS + 1));
+    // The most recent block first (RFC 2018 4).
+    assert_eq!(
+        out[0].sack,
+        vec![(base + 3000, base + 3500), (base + 1000, base + 1500)]
+    );
+    assert_eq!(c.recv_queue(), 0);
+    // The gap filled: everything up to the next hole, ACKed at once.
+    c.handle_segment(ms(3), &data(0, &[1; 1000], ISS + 1));
+    let out = drain(&mut c, ms(3));
+    assert_eq!(out[0].ack, Some(PISS + 1 + 1500));
+    assert_eq!(out[0].sack, vec![(base + 3000, base + 3500)]);
+    assert_eq!(c.recv_queue(), 1500);
+    let mut buf = vec![0; 2000];
+    assert_eq!(c.recv(&mut buf), Ok(1500));
+    assert!(buf[..1000].iter().all(|&b| b == 1) && buf[1000..1500].iter().all(|&b| b == 2));
+}
+
+/// Sends `n` octets and returns the segments that left at `now`.
+fn send(c: &mut Connection, now: Instant, n: usize) -> Vec<Out> {
+    let v: Vec<u8> = (0..n).map(|i| i as u8).collect();
+    assert_eq!(c.send(&v), Ok(n));
+    drain(c, now)
+}
+
+#[test]
+fn rfc6928_initial_window_is_ten_segments() {
+    let mut c = established(cfg(), true);
+    let out = send(&mut c, ms(2), 100_000);
+    let total: usize = out.iter().map(|o| o.payload.len()).sum();
+    assert_eq!(out.len(), 10);
+    assert_eq!(total, 10 * 1460);
+}
+
+#[test]
+fn rfc8985_7_tail_loss_is_probed_after_about_two_rtts_not_an_rto() {
+    let mut c = established(cfg(), true);
+    // An RTT sample of 1 ms from the handshake (SYN at 0, SYN-ACK at 1 ms).
+    let out = send(&mut c, ms(2), 1000);
+    assert_eq!(out.len(), 1);
+    // The segment is lost: nothing comes back. The probe fires at 2 SRTT + the peer's ACK
+    // delay with one segment in flight (RFC 8985 7.2): 2 ms + 1 ms, well before the 5 ms
+    // RTO floor.
+    let later = run_until(&mut c, ms(2), ms(4));
+    assert!(later.is_empty(), "{later:?}");
+    let later = run_until(&mut c, ms(2), ms(6));
+    assert_eq!(later.len(), 1, "{later:?}");
+    let (t, probe) = &later[0];
+    assert_eq!(*t, ms(5));
+    assert_eq!(probe.seq, ISS + 1);
+    assert_eq!(probe.payload.len(), 1000, "the last segment again");
+    assert_eq!(c.stats().recovery.tlp_count, 1);
+    assert_eq!(c.stats().recovery.rto_count, 0);
+}
+
+#[test]
+fn rfc8985_6_2_rack_marks_the_hole_lost_once_later_data_is_sacked() {
+    let mut c = established(cfg(), false);
+    let out = send(&mut c, ms(2), 4 * 1448);
+    assert_eq!(out.len(), 4);
+    let base = ISS.0 as u32 + 1;
+    // Segment 1 lost; 2..4 SACKed at 3 ms (RTT 1 ms).
+    let mut a = seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]);
+    a.sack_ranges = [Some((base + 1448, base + 4 * 1448)), None, None];
+    c.handle_segment(ms(3), &a);
+    // RACK: segment 1 was sent before the delivered ones; after RTT + reo_wnd (min RTT / 4)
+    // from its transmission it is lost and retransmitted.
+    let out = run_until(&mut c, ms(3), ms(4));
+    let retx: Vec<_> = out.iter().filter(|(_, o)| o.seq == ISS + 1).collect();
+    assert_eq!(retx.len(), 1, "{out:?}");
+    assert!(retx[0].0 <= ms(4), "retransmitted at {}", retx[0].0);
+    assert_eq!(retx[0].1.payload.len(), 1448);
+    assert_eq!(c.stats().recovery.fast_recoveries, 1);
+    assert_eq!(c.stats().recovery.rto_count, 0);
+}
+
+#[test]
+fn rfc6298_2_4_and_5_5_rto_has_a_floor_and_backs_off() {
+    let mut config = cfg();
+    config.recovery = RecoveryConfig {
+        rack_tlp: false,
+        ..RecoveryConfig::default()
+    };
+    let mut c = established(config, true);
+    send(&mut c, ms(2), 1000);
+    let out = run_until(&mut c, ms(2), ms(40));
+    let times: Vec<Instant> = out.iter().map(|(t, _)| *t).collect();
+    // RTT 1 ms: RTO = max(1 + 4 * 0.5, 5 ms floor) = 5 ms, then 10, 20 (doubling).
+    assert_eq!(times, vec![ms(7), ms(17), ms(37)], "{out:?}");
+    assert_eq!(c.stats().recovery.rto_count, 3);
+}
+
+#[test]
+fn rfc5681_3_2_and_rfc6582_three_dupacks_then_partial_acks_without_sack() {
+    let mut config = cfg();
+    config.recovery = RecoveryConfig {
+        rack_tlp: false,
+        ..RecoveryConfig::default()
+    };
+    let mut c = established(config, true);
+    let out = send(&mut c, ms(2), 6 * 1460);
+    assert_eq!(out.len(), 6);
+    // Segments 1 and 3 lost: three duplicate ACKs for segment 1.
+    for _ in 0..3 {
+        c.handle_segment(ms(3), &seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]));
+    }
+    let out = drain(&mut c, ms(3));
+    assert_eq!(
+        out.first().map(|o| o.seq),
+        Some(ISS + 1),
+        "fast retransmit: {out:?}"
+    );
+    // A partial ACK (up to the second hole) retransmits the next hole at once (RFC 6582 3.2).
+    c.handle_segment(
+        ms(4),
+        &seg(TcpControl::None, PISS + 1, Some(ISS + 1 + 2 * 1460), &[]),
+    );
+    let out = drain(&mut c, ms(4));
+    assert_eq!(
+        out.first().map(|o| o.seq),
+        Some(ISS + 1 + 2 * 1460),
+        "{out:?}"
+    );
+    assert_eq!(c.stats().recovery.rto_count, 0);
+}
+
+#[test]
+fn rfc9293_3_8_6_1_zero_window_is_probed_and_data_flows_when_it_opens() {
+    let mut c = established(cfg(), true);
+    // The peer's window closes.
+    let mut z = seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]);
+    z.window_len = 0;
+    c.handle_segment(ms(2), &z);
+    assert!(
+        send(&mut c, ms(2), 3000).is_empty(),
+        "nothing fits a zero window"
+    );
+    let out = run_until(&mut c, ms(2), ms(20));
+    assert!(!out.is_empty(), "a window probe went out");
+    assert_eq!(out[0].1.payload.len(), 1, "one octet probes the window");
+    assert!(c.stats().window_probes >= 1);
+    // The window opens: the rest follows.
+    let mut open = seg(TcpControl::None, PISS + 1, Some(ISS + 1 + 1), &[]);
+    open.window_len = 0xffff;
+    c.handle_segment(ms(21), &open);
+    let out = drain(&mut c, ms(21));
+    // The probe went unanswered long enough for an RTO, which left one segment of
+    // congestion window (RFC 5681 3.1): one full segment now, the rest as it is ACKed.
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].seq, ISS + 2);
+    assert_eq!(out[0].payload.len(), 1460);
+    c.handle_segment(
+        ms(22),
+        &seg(TcpControl::None, PISS + 1, Some(ISS + 2 + 1460), &[]),
+    );
+    let out = drain(&mut c, ms(22));
+    let total: usize = out.iter().map(|o| o.payload.len()).sum();
+    assert_eq!(total, 2999 - 1460);
+}
+
+#[test]
+fn rfc9293_3_8_6_2_2_reading_announces_the_reopened_window() {
+    let mut config = cfg();
+    config.rx_buffer = 8192;
+    let mut c = established(config, true);
+    c.handle_segment(ms(2), &data(0, &[9; 1460], ISS + 1));
+    c.handle_segment(ms(2), &data(1460, &[9; 1460], ISS + 1));
+    let out = drain(&mut c, ms(2));
+    let w_before = out.last().unwrap().window;
+    let mut buf = vec![0; 4096];
+    assert_eq!(c.recv(&mut buf), Ok(2920));
+    let out = drain(&mut c, ms(3));
+    assert_eq!(out.len(), 1, "a window update");
+    assert!(out[0].window > w_before);
+}
+
+#[test]
+fn rfc9293_3_6_active_close_through_fin_wait_and_time_wait() {
+    let mut config = cfg();
+    config.time_wait = Duration::from_secs(2);
+    let mut c = established(config, true);
+    c.close();
+    assert_eq!(c.state(), State::FinWait1);
+    let out = drain(&mut c, ms(2));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].control, TcpControl::Fin);
+    c.handle_segment(ms(3), &seg(TcpControl::None, PISS + 1, Some(ISS + 2), &[]));
+    assert_eq!(c.state(), State::FinWait2);
+    c.handle_segment(ms(4), &seg(TcpControl::Fin, PISS + 1, Some(ISS + 2), &[]));
+    assert_eq!(c.state(), State::TimeWait);
+    assert_eq!(events(&mut c), vec![ConnEvent::PeerClosed]);
+    let out = drain(&mut c, ms(4));
+    assert_eq!(out[0].ack, Some(PISS + 2));
+    assert_eq!(c.poll_timeout(), Some(ms(2004)));
+    c.handle_timeout(ms(2004));
+    assert_eq!(c.state(), State::Closed);
+    assert_eq!(events(&mut c), vec![ConnEvent::Closed]);
+    assert!(c.is_finished());
+}
+
+#[test]
+fn rfc9293_3_6_passive_close_through_close_wait_and_last_ack() {
+    let mut c = established(cfg(), true);
+    c.handle_segment(ms(2), &seg(TcpControl::Fin, PISS + 1, Some(ISS + 1), &[]));
+    assert_eq!(c.state(), State::CloseWait);
+    assert_eq!(events(&mut c), vec![ConnEvent::PeerClosed]);
+    assert!(c.recv(&mut [0; 10]).is_err(), "nothing more will arrive");
+    drain(&mut c, ms(2));
+    c.close();
+    assert_eq!(c.state(), State::LastAck);
+    let out = drain(&mut c, ms(3));
+    assert_eq!(out[0].control, TcpControl::Fin);
+    c.handle_segment(ms(4), &seg(TcpControl::None, PISS + 2, Some(ISS + 2), &[]));
+    assert_eq!(c.state(), State::Closed);
+    assert_eq!(events(&mut c), vec![ConnEvent::Closed]);
+}
+
+#[test]
+fn rfc9293_3_6_simultaneous_close_through_closing() {
+    let mut c = established(cfg(), true);
+    c.close();
+    drain(&mut c, ms(2));
+    // The peer's FIN crosses ours: it does not acknowledge our FIN.
+    c.handle_segment(ms(3), &seg(TcpControl::Fin, PISS + 1, Some(ISS + 1), &[]));
+    assert_eq!(c.state(), State::Closing);
+    c.handle_segment(ms(4), &seg(TcpControl::None, PISS + 2, Some(ISS + 2), &[]));
+    assert_eq!(c.state(), State::TimeWait);
+}
+
+#[test]
+fn rfc9293_3_10_5_abort_sends_rst_and_closes() {
+    let mut c = established(cfg(), true);
+    c.abort();
+    assert_eq!(c.state(), State::Closed);
+    let out = drain(&mut c, ms(2));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].control, TcpControl::Rst);
+    assert_eq!(out[0].seq, ISS + 1);
+    assert_eq!(events(&mut c), vec![ConnEvent::Closed]);
+    assert!(c.is_finished());
+}
+
+#[test]
+fn rfc9293_3_8_4_keep_alive_probes_an_idle_peer_and_a_dead_one_is_reset() {
+    let mut config = cfg();
+    config.keep_alive = Some(Duration::from_secs(1));
+    config.timeout = Some(Duration::from_secs(3));
+    let mut c = established(config, true);
+    let out = run_until(&mut c, ms(1), ms(1500));
+    assert_eq!(out.len(), 1, "{out:?}");
+    // SEG.SEQ = SND.NXT - 1: outside the peer's window, it must answer with an ACK.
+    assert_eq!(out[0].1.seq, ISS);
+    // The peer answers: it stays up.
+    c.handle_segment(
+        ms(1600),
+        &seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]),
+    );
+    run_until(&mut c, ms(1600), ms(4000));
+    assert_eq!(c.state(), State::Established);
+    // Silence from now on: reset three seconds after the peer was last heard.
+    run_until(&mut c, ms(4000), ms(5000));
+    assert_eq!(c.state(), State::Closed);
+    assert_eq!(events(&mut c), vec![ConnEvent::Reset]);
+}
+
+#[test]
+fn acknowledged_data_frees_the_send_buffer_and_raises_writable() {
+    let mut c = established(cfg(), true);
+    send(&mut c, ms(2), 3000);
+    assert_eq!(c.send_queue(), 3000);
+    c.handle_segment(
+        us(2500),
+        &seg(TcpControl::None, PISS + 1, Some(ISS + 1 + 3000), &[]),
+    );
+    assert_eq!(c.send_queue(), 0);
+    assert_eq!(events(&mut c), vec![ConnEvent::Writable]);
+    assert!(c.stats().recovery.srtt_us > 0);
+}
+
+/// Two connections joined by a wire that loses, reorders and duplicates segments (seeded):
+/// 10 MB each way arrive intact and in order.
+#[test]
+fn ten_megabytes_each_way_through_a_lossy_reordering_duplicating_wire() {
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn chance(&mut self, p: f64) -> bool {
+            (self.next() % 1_000_000) as f64 / 1e6 < p
+        }
+    }
+    #[derive(Clone)]
+    struct Wire {
+        at: Instant,
+        to_b: bool,
+        seg: Out,
+    }
+    let total: usize = 10 * 1000 * 1000;
+    let pat = |salt: u8, i: usize| (i as u8).wrapping_mul(31) ^ salt ^ (i >> 8) as u8;
+    let config = ConnConfig {
+        rx_buffer: 512 * 1024,
+        tx_buffer: 512 * 1024,
+        ..ConnConfig::default()
+    };
+    let mut a = Connection::connect(&config, ep(), ISS, ms(0));
+    let ep_b = Endpoints {
+        local: PEER,
+        remote: US,
+    };
+    let mut rng = Rng(0x1234_5678_9abc_def1);
+    let mut wire: Vec<Wire> = Vec::new();
+    let mut b: Option<Connection> = None;
+    let (mut sent_a, mut sent_b, mut got_a, mut got_b) = (0usize, 0usize, 0usize, 0usize);
+    let mut now = ms(0);
+    let latency = Duration::from_micros(50);
+    let mut lost = 0;
+    for _ in 0..5_000_000 {
+        // Both ends send what they can.
+        for (side_a, conn) in [(true, Some(&mut a)), (false, b.as_mut())] {
+            let Some(c) = conn else { continue };
+            if c.state() == State::Established {
+                let (sent, salt) = if side_a {
+                    (&mut sent_a, 1)
+                } else {
+                    (&mut sent_b, 2)
+                };
+                while *sent < total {
+                    let off = *sent;
+                    let n = c
+                        .send_with(|buf| {
+                            let n = buf.len().min(total - off);
+                            for (k, x) in buf[..n].iter_mut().enumerate() {
+                                *x = pat(salt, off + k);
+                            }
+                            n
+                        })
+                        .unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    *sent += n;
+                }
+                let (got, salt) = if side_a {
+                    (&mut got_a, 2)
+                } else {
+                    (&mut got_b, 1)
+                };
+                loop {
+                    let off = *got;
+                    let n = c
+                        .recv_with(|d| {
+                            for (k, &x) in d.iter().enumerate() {
+                                assert_eq!(x, pat(salt, off + k), "octet {} differs", off + k);
+                            }
+                            d.len()
+                        })
+                        .unwrap_or(0);
+                    if n == 0 {
+                        break;
+                    }
+                    *got += n;
+                }
+            }
+            for o in drain(c, now) {
+                if rng.chance(0.01) {
+                    lost += 1;
+                    continue;
+                }
+                let mut at = now + latency;
+                if rng.chance(0.02) {
+                    at += Duration::from_micros(300);
+                }
+                let w = Wire {
+                    at,
+                    to_b: side_a,
+                    seg: o,
+                };
+                if rng.chance(0.01) {
+                    wire.push(w.clone());
+                }
+                wire.push(w);
+            }
+            while let Some(_e) = c.poll_event() {}
+        }
+        if got_a == total && got_b == total {
+            break;
+        }
+        // Deliver what is due, else jump to the next delivery or timer.
+        wire.sort_by_key(|w| w.at);
+        let due: Vec<Wire> = {
+            let k = wire.iter().take_while(|w| w.at <= now).count();
+            wire.drain(..k).collect()
+        };
+        for w in &due {
+            let o = &w.seg;
+            let repr = TcpRepr {
+                src_port: if w.to_b { US.1 } else { PEER.1 },
+                dst_port: if w.to_b { PEER.1 } else { US.1 },
+                control: o.control,
+                seq_number: o.seq,
+                ack_number: o.ack,
+                window_len: o.window,
+                window_scale: o.ws,
+                max_seg_size: o.mss,
+                sack_permitted: o.sack_permitted,
+                sack_ranges: {
+                    let mut r = [None; 3];
+                    for (i, s) in o.sack.iter().enumerate() {
+                        r[i] = Some(*s);
+                    }
+                    r
+                },
+                timestamp: o.ts,
+                payload: &o.payload,
+            };
+            if w.to_b {
+                match b.as_mut() {
+                    Some(c) => c.handle_segment(now, &repr),
+                    None if o.control == TcpControl::Syn => {
+                        b = Some(Connection::accept(&config, ep_b, PISS, &repr, now));
+                    }
+                    None => {}
+                }
+            } else {
+                a.handle_segment(now, &repr);
+            }
+        }
+        if due.is_empty() {
+            let mut next = wire.first().map(|w| w.at);
+            for c in [Some(&a), b.as_ref()].into_iter().flatten() {
+                if let Some(t) = c.poll_timeout() {
+                    next = Some(next.map_or(t, |n: Instant| n.min(t)));
+                }
+            }
+            now = next
+                .unwrap_or(now + Duration::from_millis(1))
+                .max(now + Duration::from_micros(1));
+            for c in [Some(&mut a), b.as_mut()].into_iter().flatten() {
+                if c.poll_timeout().is_some_and(|t| t <= now) {
+                    c.handle_timeout(now);
+                }
+            }
+        }
+    }
+    assert_eq!(
+        (got_a, got_b),
+        (total, total),
+        "transfer incomplete at {now}"
+    );
+    assert!(lost > 100, "the wire lost {lost} segments");
+    let s = a.stats().recovery;
+    eprintln!("10 MB each way in {now} simulated; a lost {lost} segments in all; a: {s:?}");
+    // Loss costs milliseconds, not seconds: the transfer at 1 % loss with a 100 us RTT
+    // takes far less than one second of simulated time per lost segment.
+    assert!(now < ms(60_000), "took {now}");
+}
