@@ -11,7 +11,7 @@ set -euo pipefail
 build_pkgs=(pkg-config clang libclang-dev dpdk dpdk-dev libdpdk-dev)
 # qemu-system-x86, kmod, cpio, binutils, make: the Linux siw VM of the interop check
 # (scripts/test-interop-short.sh, interop/siw-vm/build.sh).
-test_pkgs=(tshark iperf3 qperf socat iproute2 ethtool python3 qemu-system-x86 kmod cpio binutils make)
+test_pkgs=(tshark iperf3 qperf socat iproute2 iputils-ping ethtool python3 qemu-system-x86 kmod cpio binutils make linux-libc-dev)
 pkgs=("${build_pkgs[@]}")
 if [[ "${1:-}" != "--demo" ]]; then
     pkgs+=("${test_pkgs[@]}")

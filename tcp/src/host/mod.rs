@@ -90,6 +90,9 @@ struct Slot {
     role: Role,
     /// In the dirty list.
     dirty: bool,
+    /// Received data in this poll: its acknowledgement waits for the next poll, so that the
+    /// engine's answer (written between the two polls of its loop) carries it.
+    defer_ack: bool,
     /// The deadline armed in the wheel (an entry with this instant is live).
     armed: Option<Instant>,
 }
@@ -605,15 +608,32 @@ impl<D: PollDevice> Host<D> {
             }
         }
         let mut dirty = std::mem::take(&mut self.inner.dirty);
-        for &index in &dirty {
+        let mut kept = 0;
+        for k in 0..dirty.len() {
+            let index = dirty[k];
             work = true;
-            if let Some(Some(s)) = self.inner.slots.get_mut(index as usize) {
-                s.dirty = false;
+            let deferred = match self.inner.slots.get_mut(index as usize) {
+                Some(Some(s)) if s.defer_ack => {
+                    // Its events now (the engine reads this loop), its segments next poll.
+                    s.defer_ack = false;
+                    true
+                }
+                Some(Some(s)) => {
+                    s.dirty = false;
+                    false
+                }
+                _ => false,
+            };
+            if deferred {
+                self.inner.after_activity(index);
+                dirty[kept] = index;
+                kept += 1;
+            } else {
+                self.transmit_conn(index, now);
             }
-            self.transmit_conn(index, now);
         }
-        dirty.clear();
-        // Keep the allocation; connections re-marked while sending are already in the new list.
+        dirty.truncate(kept);
+        // Keep the allocation; connections marked while sending join the deferred ones.
         dirty.append(&mut self.inner.dirty);
         self.inner.dirty = dirty;
         // Control frames queued while serving connections (ARP requests).
@@ -776,6 +796,7 @@ impl Inner {
             next_hop,
             role,
             dirty: false,
+            defer_ack: false,
             armed: None,
         });
         self.demux.insert(tuple, index);
@@ -1090,6 +1111,9 @@ impl Inner {
         if let Some(&index) = self.demux.get(&tuple) {
             if let Some(Some(s)) = self.slots.get_mut(index as usize) {
                 s.conn.handle_segment(self.now, &seg);
+                if !seg.payload.is_empty() {
+                    s.defer_ack = true;
+                }
                 self.mark_dirty(index);
                 return;
             }

@@ -151,6 +151,15 @@ pub enum PollMode {
     Thread,
 }
 
+/// `--tcp`: which TCP runs under the engine.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcpChoice {
+    /// Warpcore's own TCP (the default).
+    Warpcore,
+    /// smoltcp's TCP socket, kept as the reference of differential tests and benchmarks.
+    Reference,
+}
+
 /// `--inject-defect`: a testing aid that plants one defect on the sending side so that
 /// `--verify` can be shown to catch it.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -308,6 +317,10 @@ pub struct Cli {
     /// idle (thread).
     #[arg(long = "poll-mode", value_enum, default_value_t = PollMode::Caller)]
     pub poll_mode: PollMode,
+    /// The TCP under the engine: Warpcore's own, or smoltcp's reference (for side-by-side
+    /// measurements; both ends should use the same).
+    #[arg(long, value_enum, default_value_t = TcpChoice::Warpcore)]
+    pub tcp: TcpChoice,
     /// Record this side's traffic as pcapng (Wireshark, iwdump).
     #[arg(long)]
     pub capture: Option<PathBuf>,
@@ -417,8 +430,8 @@ impl Cli {
                 return Err(format!("-D {d}: duration must be between 0 and 86400 s"));
             }
         }
-        if self.qps == 0 || self.qps > 32 {
-            return Err("-q must be between 1 and 32".into());
+        if self.qps == 0 || self.qps > crate::net::MAX_QPS {
+            return Err(format!("-q must be between 1 and {}", crate::net::MAX_QPS));
         }
         if !self.test.is_bw() && self.qps > 1 {
             return Err("latency tests use one QP (as perftest's)".into());

@@ -50,18 +50,22 @@ pub fn drive(cli: &Cli) -> Drive {
     }
 }
 
-/// The most QPs a run uses (`-q` is at most 32).
-pub const MAX_QPS: u16 = 32;
+/// The most QPs a run uses (issue 11: 10,000 per engine core).
+pub const MAX_QPS: u16 = 10_000;
 
-/// The engine's limits for this side: the pollers walk the whole QP table on every loop,
-/// so a table sized to the run (`-q` where this process knows it, i.e. a client or a
-/// loopback; any `-q` for a server; plus two spare) makes an idle loop cheaper than the
-/// library's default of 64 slots (about 10 % off the 64 B write_lat median on the 2-CPU
-/// development machine).
+/// The engine's limits for this side: a QP table sized to the run (`-q` where this process
+/// knows it, i.e. a client or a loopback; the most `-q` allows for a server; plus two
+/// spare), connections to match, and the TCP chosen by `--tcp`. The pollers visit only the
+/// QPs with work, so a large table costs memory, not time.
 pub fn size_engine(cli: &Cli, cfg: &mut Config, knows_qps: bool) {
     let qps = if knows_qps { cli.qps } else { MAX_QPS };
     cfg.engine.max_qps = usize::from(qps) + 2;
+    cfg.engine.max_connections = cfg.engine.max_connections.max(cfg.engine.max_qps + 64);
     cfg.engine.max_pending_requests = cfg.engine.max_pending_requests.min(cfg.engine.max_qps);
+    cfg.engine.tcp_implementation = match cli.tcp {
+        crate::cli::TcpChoice::Warpcore => warpcore_tcp::TcpImplementation::Warpcore,
+        crate::cli::TcpChoice::Reference => warpcore_tcp::TcpImplementation::SmoltcpReference,
+    };
 }
 
 /// Parses a CPU list such as `0,2-3`.

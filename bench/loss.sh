@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Warpcore against the kernel's TCP on the same lossy path, in one run (issue 11).
+#
+# Two network namespaces joined by a bridge (scripts/lib/lossnet.sh); random loss of L on
+# the egress of both bridge ports, so data and ACKs are both lost (a round trip loses about
+# 2L). For each L in 0, 0.1 %, 1 %, 5 %:
+#   - Warpcore: two iwperf processes on net_af_packet (one per namespace, one CPU each):
+#     write_bw of 64 KiB messages for DURATION seconds, then write_lat of 64 B over
+#     LAT_ITERS iterations (half round trip, as perftest reports);
+#   - the kernel on the same veths: iperf3 (one stream, DURATION seconds) and qperf tcp_lat.
+# One table, then issue 11's verdicts as PASS/FAIL lines:
+#   write_bw >= 1.0x iperf3 at 0.1 % and 1 %; write_lat p99 at 0.1 % <= 2x the loss-free
+#   p99 and max <= 20 ms; p99 at 1 % <= 5 ms.
+# Exit status: 1 when a measurement could not be taken; the verdicts only report, unless
+# --strict (then a FAIL verdict exits 2).
+#
+#   bench/loss.sh [--quick] [--strict]      # --quick: 2 s runs, 5,000 latency iterations
+#   IWPERF=target/release/iwperf LOSSES="0 1000 10000" bench/loss.sh   (parts per million)
+#   IWPERF_ARGS="--tcp reference" bench/loss.sh    # smoltcp's reference TCP, for comparison
+set -euo pipefail
+cd "$(dirname "$0")/.."
+quick=0 strict=0
+for a in "$@"; do
+    case "$a" in
+        --quick) quick=1 ;;
+        --strict) strict=1 ;;
+        *) echo "usage: bench/loss.sh [--quick] [--strict]" >&2; exit 2 ;;
+    esac
+done
+duration=${DURATION:-$([[ $quick == 1 ]] && echo 2 || echo 5)}
+lat_iters=${LAT_ITERS:-$([[ $quick == 1 ]] && echo 5000 || echo 20000)}
+losses=${LOSSES:-"0 1000 10000 50000"}
+IWPERF=${IWPERF:-target/release/iwperf}
+for t in iperf3 qperf python3; do
+    command -v "$t" >/dev/null || { echo "bench/loss.sh: $t is missing (scripts/install-deps.sh)" >&2; exit 1; }
+done
+if [[ ! -x "$IWPERF" ]]; then
+    echo "bench/loss.sh: building iwperf"
+    cargo build --release -q -p warpcore-apps --bin iwperf
+fi
+# shellcheck source=scripts/lib/lossnet.sh
+source scripts/lib/lossnet.sh
+work=$(mktemp -d /tmp/loss-bench.XXXXXX)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    lossnet_down
+    rm -rf "$work" "$LOSSNET_DIR"
+}
+trap cleanup EXIT
+fail() { echo "bench/loss.sh: FAILED: $*" >&2; for f in "$work"/*.log; do [[ -f $f ]] && { echo "--- $f"; grep -v '^EAL' "$f" | tail -n 15; }; done; exit 1; }
+
+lossnet_up
+eal="--no-huge -m 256 --no-pci --no-telemetry --no-shconf --log-level=error"
+echo "bench/loss.sh: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); ${duration} s runs, ${lat_iters} latency iterations; $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+
+# iwperf_pair TEST JSON ARGS...: server in B, client in A; the client's --json lands in JSON.
+iwperf_pair() {
+    local test=$1 json=$2
+    shift 2
+    # shellcheck disable=SC2206
+    local extra=(${IWPERF_ARGS:-})
+    set -- "$@" "${extra[@]}"
+    rm -f "$json"
+    ip netns exec "$LOSSNET_B" timeout 180 "$IWPERF" "$test" --ip 198.18.0.2 --timeout 60 \
+        --vdev "net_af_packet0,iface=wclb" --eal="-l 0 $eal --file-prefix=wcloss-s$$" "$@" \
+        >"$work/server.log" 2>&1 &
+    local spid=$!
+    pids+=("$spid")
+    sleep 0.5
+    if ! ip netns exec "$LOSSNET_A" timeout 180 "$IWPERF" "$test" 198.18.0.2 --ip 198.18.0.1 \
+        --timeout 60 --json "$json" --vdev "net_af_packet0,iface=wcla" \
+        --eal="-l 1 $eal --file-prefix=wcloss-c$$" "$@" >"$work/client.log" 2>&1; then
+        kill "$spid" 2>/dev/null || true
+        fail "iwperf $test $*"
+    fi
+    wait "$spid" || fail "iwperf $test server"
+}
+
+kernel_bw() {
+    ip netns exec "$LOSSNET_B" iperf3 -s -1 -B 198.18.0.12 >"$work/iperf3-s.log" 2>&1 &
+    local spid=$!
+    pids+=("$spid")
+    sleep 0.3
+    ip netns exec "$LOSSNET_A" iperf3 -c 198.18.0.12 -t "$duration" -J >"$work/iperf3.json" 2>"$work/iperf3.log" ||
+        fail "iperf3"
+    wait "$spid" || true
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.3f" % (d["end"]["sum_received"]["bits_per_second"]/1e9))' "$work/iperf3.json"
+}
+
+kernel_lat() {
+    ip netns exec "$LOSSNET_B" qperf >"$work/qperf-s.log" 2>&1 &
+    local spid=$!
+    pids+=("$spid")
+    sleep 0.3
+    local out
+    out=$(ip netns exec "$LOSSNET_A" qperf 198.18.0.12 -t "$duration" -m 64 tcp_lat 2>&1) || { kill "$spid"; fail "qperf: $out"; }
+    kill "$spid" 2>/dev/null || true
+    wait "$spid" 2>/dev/null || true
+    # qperf prints "latency = 12.3 us" (or ms).
+    echo "$out" | awk '/latency/ { v=$3; if ($4=="ms") v*=1000; if ($4=="sec") v*=1e6; printf "%.1f", v }'
+}
+
+rows=()
+for ppm in $losses; do
+    lossnet_loss "$ppm"
+    pct=$(awk -v p="$ppm" 'BEGIN { printf "%g", p / 10000 }')
+    iwperf_pair write_bw "$work/bw.json" -s 65536 -D "$duration" --report_gbits --verify
+    bw=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.3f" % d["results"][0]["bw"]["average"])' "$work/bw.json") ||
+        fail "no write_bw result"
+    iwperf_pair write_lat "$work/lat.json" -s 64 -n "$lat_iters"
+    read -r med p99 max < <(python3 -c 'import json,sys; l=json.load(open(sys.argv[1]))["results"][0]["lat_usec"]; print("%.2f %.2f %.1f" % (l["t_typical"], l["p99"], l["t_max"]))' "$work/lat.json") ||
+        fail "no write_lat result"
+    kbw=$(kernel_bw)
+    klat=$(kernel_lat)
+    rows+=("$pct $bw $kbw $med $p99 $max $klat")
+    printf 'loss %5s %%: write_bw %s Gbit/s, iperf3 %s; write_lat %s / %s / %s us, qperf tcp_lat %s us\n' \
+        "$pct" "$bw" "$kbw" "$med" "$p99" "$max" "$klat"
+done
+
+echo
+printf '| loss | iwperf write_bw 64 KiB, Gbit/s | kernel iperf3, Gbit/s | ratio | iwperf write_lat 64 B median / p99 / max, us | kernel qperf tcp_lat, us |\n'
+printf '|---|---|---|---|---|---|\n'
+for r in "${rows[@]}"; do
+    read -r pct bw kbw med p99 max klat <<<"$r"
+    ratio=$(awk -v a="$bw" -v b="$kbw" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "n/a" }')
+    printf '| %s %% | %s | %s | %s | %s / %s / %s | %s |\n' "$pct" "$bw" "$kbw" "$ratio" "$med" "$p99" "$max" "$klat"
+done
+echo
+
+# Issue 11's verdicts.
+verdicts=0
+row_of() { for r in "${rows[@]}"; do [[ ${r%% *} == "$1" ]] && { echo "$r"; return; }; done; }
+verdict() { # NAME PASS?
+    if [[ $2 == 1 ]]; then echo "PASS $1"; else echo "FAIL $1"; verdicts=1; fi
+}
+base=$(row_of 0)
+for pct in 0.1 1; do
+    r=$(row_of "$pct")
+    [[ -z "$r" ]] && continue
+    read -r _ bw kbw _ p99 max _ <<<"$r"
+    verdict "write_bw at $pct % >= 1.0x kernel iperf3 ($bw vs $kbw Gbit/s)" "$(awk -v a="$bw" -v b="$kbw" 'BEGIN { print (a >= b) ? 1 : 0 }')"
+done
+r=$(row_of 0.1)
+if [[ -n "$r" && -n "$base" ]]; then
+    read -r _ _ _ _ p99 max _ <<<"$r"
+    read -r _ _ _ _ p99_0 _ _ <<<"$base"
+    verdict "write_lat p99 at 0.1 % <= 2x the loss-free p99 ($p99 vs $p99_0 us)" "$(awk -v a="$p99" -v b="$p99_0" 'BEGIN { print (a <= 2 * b) ? 1 : 0 }')"
+    verdict "write_lat max at 0.1 % <= 20 ms ($max us)" "$(awk -v a="$max" 'BEGIN { print (a <= 20000) ? 1 : 0 }')"
+fi
+r=$(row_of 1)
+if [[ -n "$r" ]]; then
+    read -r _ _ _ _ p99 _ _ <<<"$r"
+    verdict "write_lat p99 at 1 % <= 5 ms ($p99 us)" "$(awk -v a="$p99" 'BEGIN { print (a <= 5000) ? 1 : 0 }')"
+fi
+if [[ $strict == 1 && $verdicts != 0 ]]; then exit 2; fi
+exit 0

@@ -1,0 +1,84 @@
+# Two network namespaces joined by a Linux bridge in a third, with random loss on the
+# bridge ports' egress (sourced by bench/loss.sh and scripts/test-tcp-kernel.sh).
+#
+#   wcnet-la: veth wcla (kernel 198.18.0.11; net_af_packet users take 198.18.0.1)
+#   wcnet-lb: veth wclb (kernel 198.18.0.12; net_af_packet users take 198.18.0.2)
+#   wcnet-lbr: bridge wcbr with the peers wcpa, wcpb; scripts/lib/drop.bpf.c on their egress
+#
+# Every port has its offloads off, so net_af_packet and the kernel see real frames with
+# real checksums (no GSO super-frames, no partial checksums).
+#
+#   lossnet_up                   # build the namespaces (replacing old ones)
+#   lossnet_loss PPM             # drop PPM parts per million of IPv4 frames, both ways
+#   lossnet_down                 # delete everything
+# Needs: ip, tc, ethtool, clang (-target bpf), linux headers (linux-libc-dev).
+
+LOSSNET_A=wcnet-la
+LOSSNET_B=wcnet-lb
+LOSSNET_BR=wcnet-lbr
+LOSSNET_DIR=${LOSSNET_DIR:-$(mktemp -d /tmp/lossnet.XXXXXX)}
+
+lossnet_die() { echo "lossnet: $*" >&2; exit 1; }
+
+lossnet_down() {
+    ip netns del "$LOSSNET_A" 2>/dev/null || true
+    ip netns del "$LOSSNET_B" 2>/dev/null || true
+    ip netns del "$LOSSNET_BR" 2>/dev/null || true
+}
+
+lossnet_up() {
+    for t in ip tc ethtool clang; do
+        command -v "$t" >/dev/null || lossnet_die "$t is missing (scripts/install-deps.sh installs it)"
+    done
+    lossnet_down
+    ip netns add "$LOSSNET_A"
+    ip netns add "$LOSSNET_B"
+    ip netns add "$LOSSNET_BR"
+    ip -n "$LOSSNET_BR" link add wcbr type bridge
+    ip -n "$LOSSNET_A" link add wcla type veth peer name wcpa netns "$LOSSNET_BR"
+    ip -n "$LOSSNET_B" link add wclb type veth peer name wcpb netns "$LOSSNET_BR"
+    ip -n "$LOSSNET_BR" link set wcpa master wcbr
+    ip -n "$LOSSNET_BR" link set wcpb master wcbr
+    for ns in "$LOSSNET_A" "$LOSSNET_B" "$LOSSNET_BR"; do ip -n "$ns" link set lo up; done
+    local pair
+    for pair in "$LOSSNET_A:wcla" "$LOSSNET_B:wclb" "$LOSSNET_BR:wcpa" "$LOSSNET_BR:wcpb"; do
+        local ns=${pair%%:*} dev=${pair#*:}
+        ip netns exec "$ns" ethtool -K "$dev" tx off rx off tso off gso off gro off >/dev/null 2>&1 ||
+            lossnet_die "ethtool could not turn offloads off on $dev"
+        ip -n "$ns" link set "$dev" up
+    done
+    ip -n "$LOSSNET_BR" link set wcbr up
+    ip -n "$LOSSNET_A" addr add 198.18.0.11/24 dev wcla
+    ip -n "$LOSSNET_B" addr add 198.18.0.12/24 dev wclb
+    ip -n "$LOSSNET_BR" link set wcbr type bridge stp_state 0 forward_delay 0 2>/dev/null || true
+    for dev in wcpa wcpb; do
+        ip netns exec "$LOSSNET_BR" tc qdisc add dev "$dev" clsact
+    done
+    # The bridge forwards at once (no learning delay) once both ends have spoken.
+    ip netns exec "$LOSSNET_A" ping -c 2 -W 2 -i 0.2 198.18.0.12 >/dev/null ||
+        lossnet_die "the two namespaces cannot reach each other"
+}
+
+# lossnet_loss PPM: replaces the filters on both bridge ports.
+lossnet_loss() {
+    local ppm=$1 obj="$LOSSNET_DIR/drop-$1.o"
+    local src
+    src="$(dirname "${BASH_SOURCE[0]}")/drop.bpf.c"
+    if [[ ! -f "$obj" ]]; then
+        clang -O2 -g -target bpf -DLOSS_PPM="$ppm" -I/usr/include/x86_64-linux-gnu \
+            -c "$src" -o "$obj" || lossnet_die "clang could not build $src"
+    fi
+    for dev in wcpa wcpb; do
+        ip netns exec "$LOSSNET_BR" tc filter del dev "$dev" egress 2>/dev/null || true
+        if [[ "$ppm" != 0 ]]; then
+            ip netns exec "$LOSSNET_BR" tc filter add dev "$dev" egress bpf da obj "$obj" sec classifier ||
+                lossnet_die "tc could not attach the drop filter to $dev"
+        fi
+    done
+}
+
+# lossnet_measure_loss: prints the loss the kernel's ping sees through the filters now.
+lossnet_measure_loss() {
+    ip netns exec "$LOSSNET_A" ping -q -c "${1:-2000}" -i 0.001 -W 1 198.18.0.12 2>/dev/null |
+        sed -n 's/.* \([0-9.]*\)% packet loss.*/\1/p'
+}
