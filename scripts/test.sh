@@ -42,6 +42,9 @@ scripts/test-fuzz.sh "${FUZZ_SECONDS:-5}"
 step "packet path: DPDK vdevs, kernel interop, tcpperf"
 scripts/test-net.sh
 
+step "our TCP against the kernel's over a lossy bridged path (net_af_packet, both roles, 1 % loss)"
+scripts/test-tcp-kernel.sh
+
 step "engine: the memif example between two processes"
 scripts/test-engine.sh
 

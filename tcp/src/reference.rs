@@ -45,8 +45,8 @@ struct Listener {
 
 /// A TCP/IP stack over one device, driven by the caller's clock.
 ///
-/// Call [`Stack::poll`] with the current time in a loop; between polls, take events with
-/// [`Stack::next_event`] and use the per-connection calls. Nothing here reads a clock.
+/// Call [`RefStack::poll`] with the current time in a loop; between polls, take events with
+/// [`RefStack::next_event`] and use the per-connection calls. Nothing here reads a clock.
 pub struct RefStack<D: PollDevice> {
     device: D,
     iface: Interface,

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Warpcore's TCP against the Linux kernel's TCP on a lossy path (issue 11): tcpperf exchange
+# on net_af_packet in one namespace, an ordinary kernel socket (scripts/lib/tcp-peer.py) in
+# another, joined by a bridge that drops IPv4 frames at random on both ports' egress
+# (scripts/lib/lossnet.sh). Our side as client and as server, clean and at 1 % loss each way;
+# every case moves BYTES (default 8 MiB) each way and checks them byte for byte on both
+# ends. One line per case; exits 1 on any failure. (scripts/test-net.sh covers net_tap and
+# a loss-free veth.)
+#
+#   scripts/test-tcp-kernel.sh            TCPPERF=target/debug/tcpperf BYTES=...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bytes=${BYTES:-$((8 << 20))}
+TCPPERF=${TCPPERF:-target/release/tcpperf}
+if [[ ! -x "$TCPPERF" ]]; then
+    echo "test-tcp-kernel: building tcpperf"
+    cargo build --release -q -p warpcore-apps --bin tcpperf
+fi
+# shellcheck source=scripts/lib/lossnet.sh
+source scripts/lib/lossnet.sh
+work=$(mktemp -d /tmp/tcp-kernel.XXXXXX)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    lossnet_down
+    rm -rf "$work" "$LOSSNET_DIR"
+}
+trap cleanup EXIT
+eal="--no-huge -m 256 --no-pci --no-telemetry --no-shconf --log-level=error"
+failed=0
+lossnet_up
+
+# case ROLE PPM: ROLE is our side's (client connects to the kernel's listener).
+case_run() {
+    local role=$1 ppm=$2 port=$((7100 + RANDOM % 500))
+    lossnet_loss "$ppm"
+    local stack_args
+    if [[ $role == client ]]; then
+        ip netns exec "$LOSSNET_B" timeout 120 python3 scripts/lib/tcp-peer.py server 198.18.0.12 "$port" "$bytes" \
+            >"$work/peer.log" 2>&1 &
+        pids+=($!)
+        for _ in $(seq 1 100); do grep -q listening "$work/peer.log" && break; sleep 0.1; done
+        stack_args=(--peer "198.18.0.12:$port")
+    else
+        stack_args=(--listen "$port")
+    fi
+    local t0
+    t0=$(date +%s.%N)
+    ip netns exec "$LOSSNET_A" timeout 120 "$TCPPERF" exchange \
+        --eal "-l 0 $eal --file-prefix=wctk$$" --vdev "net_af_packet0,iface=wcla" \
+        --ip 198.18.0.1/24 "${stack_args[@]}" --bytes "$bytes" >"$work/stack.log" 2>&1 &
+    local stack=$!
+    if [[ $role == server ]]; then
+        sleep 1
+        ip netns exec "$LOSSNET_B" timeout 120 python3 scripts/lib/tcp-peer.py client 198.18.0.1 "$port" "$bytes" \
+            >"$work/peer.log" 2>&1 &
+        pids+=($!)
+    fi
+    local rc=0
+    wait "$stack" || rc=1
+    wait "${pids[-1]}" || rc=1
+    unset 'pids[-1]'
+    local took
+    took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    local pct
+    pct=$(awk -v p="$ppm" 'BEGIN { printf "%g", p / 10000 }')
+    if ((rc == 0)); then
+        echo "ok   our TCP as $role vs kernel, $pct % loss each way: $(grep -h '^exchange ok' "$work/stack.log"); $(tail -1 "$work/peer.log") ($took s)"
+    else
+        echo "FAIL our TCP as $role vs kernel, $pct % loss each way"
+        grep -hv '^EAL' "$work/stack.log" "$work/peer.log" | tail -n 20 || true
+        failed=1
+    fi
+}
+
+for ppm in 0 10000; do
+    case_run client "$ppm"
+    case_run server "$ppm"
+done
+if ((failed)); then
+    echo "test-tcp-kernel: FAILED"
+    exit 1
+fi
+echo "test-tcp-kernel: all cases passed"
