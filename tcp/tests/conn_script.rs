@@ -764,3 +764,25 @@ fn ten_megabytes_each_way_through_a_lossy_reordering_duplicating_wire() {
     // takes far less than one second of simulated time per lost segment.
     assert!(now < ms(60_000), "took {now}");
 }
+
+#[test]
+fn rfc9293_3_7_1_sack_blocks_on_data_segments_come_out_of_the_mss() {
+    let mut c = established(cfg(), false);
+    // Out-of-order data held: our segments carry SACK blocks from now on.
+    c.handle_segment(ms(2), &data(2000, &[1; 100], ISS + 1));
+    c.handle_segment(ms(2), &data(4000, &[1; 100], ISS + 1));
+    drain(&mut c, ms(2));
+    let out = send(&mut c, ms(3), 10_000);
+    assert!(!out.is_empty());
+    for o in &out {
+        assert_eq!(o.sack.len(), 2);
+        // Timestamps (10 octets) and two SACK blocks (2 + 16) take 28 octets of options:
+        // the segment never exceeds MSS + 20 (a 1,500-octet IP packet).
+        let options = 10 + 18;
+        assert!(
+            o.payload.len() + options <= 1460,
+            "{} + {options}",
+            o.payload.len()
+        );
+    }
+}

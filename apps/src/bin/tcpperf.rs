@@ -220,6 +220,20 @@ impl From<Cc> for warpcore_tcp::Congestion {
     }
 }
 
+/// The stack under test: Warpcore's TCP, or smoltcp's reference with `WARPCORE_TCP=reference`
+/// (same-run comparisons and bisecting a difference between the two).
+fn new_stack<D: PollDevice>(
+    device: D,
+    cfg: &StackConfig,
+    now: Instant,
+) -> Result<Stack<D>, warpcore_tcp::StackError> {
+    let imp = match std::env::var("WARPCORE_TCP").as_deref() {
+        Ok("reference") => warpcore_tcp::TcpImplementation::SmoltcpReference,
+        _ => warpcore_tcp::TcpImplementation::Warpcore,
+    };
+    Stack::with_implementation(device, cfg, now, imp)
+}
+
 fn parse_cidr(s: &str) -> Result<Ipv4Cidr, String> {
     let (a, p) = s.split_once('/').unwrap_or((s, "24"));
     let addr: Ipv4Address = a.parse().map_err(|_| format!("bad IPv4 address {a:?}"))?;
@@ -1093,7 +1107,7 @@ fn run_memory(test: TestArgs, mtu: usize, pcap: Option<String>) -> Result<(), St
     let (ea, eb) = link::pair(&cfg);
     let clock = Clock(StdInstant::now());
     let ip_b = Ipv4Cidr::new(Ipv4Address::new(198, 18, 0, 2), 24);
-    let mut b = Stack::new(
+    let mut b = new_stack(
         eb,
         &stack_config([2, 0, 0, 0, 0, 2], ip_b, None),
         clock.now(),
@@ -1118,7 +1132,7 @@ fn memory_loop<DA: PollDevice, DB: PollDevice>(
     test: TestArgs,
 ) -> Result<(), String> {
     let ip_a = Ipv4Cidr::new(Ipv4Address::new(198, 18, 0, 1), 24);
-    let mut a = Stack::new(
+    let mut a = new_stack(
         dev_a,
         &stack_config([2, 0, 0, 0, 0, 1], ip_a, None),
         clock.now(),
@@ -1250,12 +1264,12 @@ mod dpdk_mode {
             Some(path) => {
                 let f = std::fs::File::create(path).map_err(|e| format!("{path}: {e}"))?;
                 let cap = Capture::new(dev, BufWriter::new(f), 65535);
-                let mut s = Stack::new(cap, &cfg, clock.now()).map_err(|e| e.to_string())?;
+                let mut s = new_stack(cap, &cfg, clock.now()).map_err(|e| e.to_string())?;
                 let r = make_role(&mut s, spec)?;
                 drive(&mut s, &clock, r, timeout_s, label)
             }
             None => {
-                let mut s = Stack::new(dev, &cfg, clock.now()).map_err(|e| e.to_string())?;
+                let mut s = new_stack(dev, &cfg, clock.now()).map_err(|e| e.to_string())?;
                 let r = make_role(&mut s, spec)?;
                 let res = drive(&mut s, &clock, r, timeout_s, label);
                 eprintln!("tcpperf: device {:?}", s.device_stats());

@@ -1088,6 +1088,16 @@ impl Connection {
         }
     }
 
+    /// Payload octets a data segment at `seq` may carry now: the MSS both ends allow minus
+    /// this segment's options (timestamps always, SACK blocks while we hold out-of-order
+    /// data), so no frame ever exceeds the MTU (RFC 9293 3.7.1: the MSS counts data only,
+    /// options come out of it).
+    fn payload_room(&self, now: Instant, seq: TcpSeqNumber) -> usize {
+        let mss = self.peer_mss.min(usize::from(self.cfg.mss));
+        let hdr = self.base_segment(now, TcpControl::Psh, seq).header_len();
+        mss.saturating_sub(hdr - 20).max(1)
+    }
+
     /// Data octets not yet sent, and their offset in the ring.
     fn unsent(&self) -> (usize, usize) {
         let data_start = if self.snd_una == self.iss {
@@ -1202,7 +1212,8 @@ impl Connection {
         }
         let off = seq_diff(seq, self.snd_una).max(0) as usize;
         let data_len = self.tx.len();
-        let mut n = len.min(self.smss);
+        let room = self.payload_room(now, seq);
+        let mut n = len.min(room);
         let mut fin = false;
         if let Some(f) = self.fin_seq {
             let fin_rel = seq_diff(f, seq);
@@ -1298,6 +1309,8 @@ impl Connection {
             // The window opened meanwhile: a normal send follows.
             return None;
         }
+        // The options of this segment (SACK blocks come and go) leave this much room.
+        let n = n.min(self.payload_room(now, self.snd_nxt));
         let payload_len = self.tx.slice(sent, n).len();
         let seq = self.snd_nxt;
         let last = payload_len == unsent;
