@@ -487,6 +487,16 @@ impl Connection {
         self.finished && self.events == 0 && !self.rst_pending
     }
 
+    /// Gives back the buffers' memory once nothing can use it any more (a released
+    /// connection in TIME-WAIT: everything it sent was acknowledged, nothing more arrives).
+    pub fn shed_buffers(&mut self) {
+        if self.tx.len() == 0 {
+            self.tx = SendRing::new(self.cfg.tx_buffer.max(1));
+        }
+        self.rx = VecDeque::new();
+        self.ooo = Reassembly::default();
+    }
+
     /// Octets of memory the buffers hold now (send ring, receive queue, out-of-order data).
     pub fn buffer_memory(&self) -> usize {
         self.tx.allocated() + self.rx.capacity() + self.ooo.octets()
@@ -919,7 +929,13 @@ impl Connection {
         }
     }
 
+    /// Both FINs are through: the user is told the connection closed now (as a socket's
+    /// close returns); TIME-WAIT goes on inside the stack (the host keeps a released
+    /// connection in it, RFC 9293 3.6.1).
     fn enter_time_wait(&mut self, now: Instant) {
+        if self.state != State::TimeWait {
+            self.events |= EV_CLOSED;
+        }
         self.state = State::TimeWait;
         self.time_wait_at = Some(now + self.cfg.time_wait);
         self.keepalive_at = None;
@@ -970,7 +986,8 @@ impl Connection {
             return;
         }
         if self.time_wait_at.is_some_and(|t| t <= now) {
-            self.enter_closed(EV_CLOSED);
+            // The Closed event went out on entering TIME-WAIT.
+            self.enter_closed(0);
             return;
         }
         // User timeout (RFC 9293 3.8.3 R2) or retries exhausted: the peer is gone.

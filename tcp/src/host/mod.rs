@@ -79,6 +79,9 @@ enum Role {
     HalfOpen(ListenerId),
     /// Established from a listener (in its accept queue or accepted).
     Passive,
+    /// Released by the user in TIME-WAIT: the host keeps it until TIME-WAIT ends (RFC 9293
+    /// 3.6.1), outside the user's table, the oldest dropped beyond `max_connections`.
+    Orphan,
 }
 
 #[derive(Debug)]
@@ -146,6 +149,9 @@ struct Inner {
     generations: Vec<u32>,
     free: Vec<u32>,
     live: usize,
+    /// Orphans in TIME-WAIT, oldest first (stale handles skipped).
+    orphans: VecDeque<ConnId>,
+    orphans_live: usize,
     demux: HashMap<Tuple, u32, KeyedHash>,
     listeners: Vec<Listener>,
     ports: HashMap<u16, ListenerId>,
@@ -237,6 +243,8 @@ impl<D: PollDevice> Host<D> {
                 generations: Vec::new(),
                 free: Vec::new(),
                 live: 0,
+                orphans: VecDeque::new(),
+                orphans_live: 0,
                 demux: HashMap::with_hasher(KeyedHash::new(config.random_seed)),
                 listeners: Vec::new(),
                 ports: HashMap::new(),
@@ -292,9 +300,15 @@ impl<D: PollDevice> Host<D> {
         self.inner.mss
     }
 
-    /// Connections in the table (half-open ones included).
+    /// Connections in the table (half-open ones included; released ones finishing their
+    /// TIME-WAIT not).
     pub fn live(&self) -> usize {
-        self.inner.live
+        self.inner.live - self.inner.orphans_live
+    }
+
+    /// Released connections the host keeps until their TIME-WAIT ends.
+    pub fn time_wait_orphans(&self) -> usize {
+        self.inner.orphans_live
     }
 
     /// Entries in the timer wheel (one per connection with a timer, plus stale ones not yet
@@ -367,7 +381,7 @@ impl<D: PollDevice> Host<D> {
             return Err(StackError::Unaddressable(ip));
         }
         let next_hop = i.route(ip).ok_or(StackError::NoRoute(ip))?;
-        if i.live >= i.max_connections {
+        if i.live - i.orphans_live >= i.max_connections {
             return Err(StackError::TableFull(i.max_connections));
         }
         let port = match local_port {
@@ -575,7 +589,30 @@ impl<D: PollDevice> Host<D> {
     /// still open. The handle becomes stale.
     pub fn release(&mut self, id: ConnId) -> Result<(), StackError> {
         let s = self.inner.user_slot_mut(id)?;
-        if !s.conn.is_finished() && s.conn.state() != State::TimeWait {
+        if s.conn.state() == State::TimeWait {
+            // The host finishes TIME-WAIT on its own (old duplicates of this 4-tuple still
+            // meet it); the user's table has the room at once.
+            s.role = Role::Orphan;
+            s.conn.shed_buffers();
+            let i = &mut self.inner;
+            i.orphans_live += 1;
+            i.orphans.push_back(id);
+            while i.orphans_live > i.max_connections {
+                let Some(old) = i.orphans.pop_front() else {
+                    break;
+                };
+                if matches!(i.slot(old), Some(s) if s.role == Role::Orphan) {
+                    i.remove(old.index);
+                }
+            }
+            if i.orphans.len() > 2 * i.orphans_live + 64 {
+                let mut q = std::mem::take(&mut i.orphans);
+                q.retain(|&o| matches!(i.slot(o), Some(s) if s.role == Role::Orphan));
+                i.orphans = q;
+            }
+            return Ok(());
+        }
+        if !s.conn.is_finished() {
             s.conn.abort();
             let now = self.inner.now;
             self.transmit_conn(id.index, now);
@@ -812,6 +849,9 @@ impl Inner {
                     li.half_open_live -= 1;
                 }
             }
+            if s.role == Role::Orphan {
+                self.orphans_live -= 1;
+            }
             if self.demux.get(&s.tuple) == Some(&index) {
                 self.demux.remove(&s.tuple);
             }
@@ -835,7 +875,7 @@ impl Inner {
 
     fn user_slot(&self, id: ConnId) -> Result<&Slot, StackError> {
         match self.slot(id) {
-            Some(s) if !matches!(s.role, Role::HalfOpen(_)) => Ok(s),
+            Some(s) if !matches!(s.role, Role::HalfOpen(_) | Role::Orphan) => Ok(s),
             _ => Err(StackError::UnknownConnection),
         }
     }
@@ -843,7 +883,8 @@ impl Inner {
     fn user_slot_mut(&mut self, id: ConnId) -> Result<&mut Slot, StackError> {
         match self.slots.get_mut(id.index as usize) {
             Some(Some(s))
-                if s.generation == id.generation && !matches!(s.role, Role::HalfOpen(_)) =>
+                if s.generation == id.generation
+                    && !matches!(s.role, Role::HalfOpen(_) | Role::Orphan) =>
             {
                 Ok(s)
             }
@@ -882,7 +923,7 @@ impl Inner {
                     }
                 }
                 (Role::HalfOpen(_), ConnEvent::Closed | ConnEvent::Reset) => drop_it = true,
-                (Role::HalfOpen(_), _) => {}
+                (Role::HalfOpen(_), _) | (Role::Orphan, _) => {}
                 (_, ConnEvent::Connected) => {}
                 (_, ConnEvent::Readable) => self.events.push_back(Event::Readable(id)),
                 (_, ConnEvent::Writable) => self.events.push_back(Event::Writable(id)),
@@ -891,7 +932,7 @@ impl Inner {
                 (_, ConnEvent::Reset) => self.events.push_back(Event::Reset(id)),
             }
         }
-        if drop_it || (matches!(s.role, Role::HalfOpen(_)) && s.conn.is_finished()) {
+        if drop_it || (matches!(s.role, Role::HalfOpen(_) | Role::Orphan) && s.conn.is_finished()) {
             self.remove(index);
             return;
         }
@@ -1160,7 +1201,8 @@ impl Inner {
         if self.listeners[l.0 as usize].half_open_live >= backlog {
             self.evict_oldest_half_open(l);
         }
-        if self.live >= self.max_connections && !self.evict_oldest_half_open(l) {
+        if self.live - self.orphans_live >= self.max_connections && !self.evict_oldest_half_open(l)
+        {
             self.stats.syn_dropped += 1;
             return;
         }
