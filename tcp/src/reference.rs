@@ -333,15 +333,6 @@ impl<D: PollDevice> RefStack<D> {
         Ok(())
     }
 
-    /// Copies up to `data.len()` bytes into the send buffer; returns how many fit.
-    pub fn send(&mut self, id: ConnId, data: &[u8]) -> Result<usize, StackError> {
-        self.send_with(id, |buf| {
-            let n = buf.len().min(data.len());
-            buf[..n].copy_from_slice(&data[..n]);
-            n
-        })
-    }
-
     /// Lends the free contiguous part of the send buffer to `f`, which writes into it and
     /// returns how many bytes it wrote. Returns that count.
     pub fn send_with<F>(&mut self, id: ConnId, f: F) -> Result<usize, StackError>
@@ -355,15 +346,6 @@ impl<D: PollDevice> RefStack<D> {
             (n, n)
         })
         .map_err(|_| StackError::CannotSend(state))
-    }
-
-    /// Copies received bytes into `buf`; returns how many (0: nothing buffered now).
-    pub fn recv(&mut self, id: ConnId, buf: &mut [u8]) -> Result<usize, StackError> {
-        self.recv_with(id, |data| {
-            let n = data.len().min(buf.len());
-            buf[..n].copy_from_slice(&data[..n]);
-            n
-        })
     }
 
     /// Lends the contiguous received bytes to `f`, which returns how many it consumed.

@@ -342,7 +342,11 @@ impl<D: PollDevice> Stack<D> {
 
     /// Copies up to `data.len()` bytes into the send buffer; returns how many fit.
     pub fn send(&mut self, id: ConnId, data: &[u8]) -> Result<usize, StackError> {
-        dispatch!(self, s => s.send(id, data))
+        self.send_with(id, |buf| {
+            let n = buf.len().min(data.len());
+            buf[..n].copy_from_slice(&data[..n]);
+            n
+        })
     }
 
     /// Lends the free contiguous part of the send buffer to `f`, which writes into it and
@@ -356,7 +360,11 @@ impl<D: PollDevice> Stack<D> {
 
     /// Copies received bytes into `buf`; returns how many (0: nothing buffered now).
     pub fn recv(&mut self, id: ConnId, buf: &mut [u8]) -> Result<usize, StackError> {
-        dispatch!(self, s => s.recv(id, buf))
+        self.recv_with(id, |data| {
+            let n = data.len().min(buf.len());
+            buf[..n].copy_from_slice(&data[..n]);
+            n
+        })
     }
 
     /// Lends the contiguous received bytes to `f`, which returns how many it consumed.

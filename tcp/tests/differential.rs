@@ -20,13 +20,6 @@ fn stacks(cfg: &LinkConfig, imp: TcpImplementation) -> (Stack<LinkEnd>, Stack<Li
     (a, b)
 }
 
-fn next_delivery(a: &Stack<LinkEnd>, b: &Stack<LinkEnd>) -> Option<Instant> {
-    match (a.device().next_delivery(), b.device().next_delivery()) {
-        (Some(x), Some(y)) => Some(x.min(y)),
-        (x, y) => x.or(y),
-    }
-}
-
 fn faulty(seed: u64) -> LinkConfig {
     let faults = |seed| Faults {
         seed,

@@ -22,13 +22,6 @@ fn stacks(cfg: &LinkConfig) -> (Stack<LinkEnd>, Stack<LinkEnd>) {
     (a, b)
 }
 
-fn next_delivery(a: &Stack<LinkEnd>, b: &Stack<LinkEnd>) -> Option<Instant> {
-    match (a.device().next_delivery(), b.device().next_delivery()) {
-        (Some(x), Some(y)) => Some(x.min(y)),
-        (x, y) => x.or(y),
-    }
-}
-
 #[test]
 fn clean_link_64_mib_each_way() {
     let (mut a, mut b) = stacks(&LinkConfig::default());

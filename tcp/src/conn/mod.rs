@@ -1257,11 +1257,7 @@ impl Connection {
             seg.control = TcpControl::Psh;
         }
         self.rec.on_sent(now, seq, n + usize::from(fin), retransmit);
-        self.stats.segments_sent += 1;
-        self.ack_now = false;
-        self.delack_at = None;
-        self.unacked_segs = 0;
-        self.rcv_adv = self.rcv_off + self.rcv_wnd() as u64;
+        self.sent(&seg);
         Some((seg, off, n))
     }
 
@@ -1344,11 +1340,7 @@ impl Connection {
         }
         self.rec
             .on_sent(now, seq, payload_len + usize::from(fin), false);
-        self.stats.segments_sent += 1;
-        self.ack_now = false;
-        self.delack_at = None;
-        self.unacked_segs = 0;
-        self.rcv_adv = self.rcv_off + self.rcv_wnd() as u64;
+        self.sent(&seg);
         Some((seg, sent, payload_len))
     }
 }

@@ -470,15 +470,6 @@ impl<D: PollDevice> Host<D> {
         Ok(())
     }
 
-    /// Copies up to `data.len()` bytes into the send buffer; returns how many fit.
-    pub fn send(&mut self, id: ConnId, data: &[u8]) -> Result<usize, StackError> {
-        self.send_with(id, |buf| {
-            let n = buf.len().min(data.len());
-            buf[..n].copy_from_slice(&data[..n]);
-            n
-        })
-    }
-
     /// Lends the free contiguous part of the send buffer to `f`; returns what it wrote.
     pub fn send_with<F>(&mut self, id: ConnId, f: F) -> Result<usize, StackError>
     where
@@ -494,15 +485,6 @@ impl<D: PollDevice> Host<D> {
             i.mark_dirty(id.index);
         }
         Ok(n)
-    }
-
-    /// Copies received bytes into `buf`; returns how many (0: nothing buffered now).
-    pub fn recv(&mut self, id: ConnId, buf: &mut [u8]) -> Result<usize, StackError> {
-        self.recv_with(id, |data| {
-            let n = data.len().min(buf.len());
-            buf[..n].copy_from_slice(&data[..n]);
-            n
-        })
     }
 
     /// Lends the contiguous received bytes to `f`, which returns how many it consumed.

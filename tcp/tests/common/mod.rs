@@ -4,6 +4,7 @@
 
 use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{Ipv4Address, Ipv4Cidr};
+use warpcore_tcp::link::LinkEnd;
 use warpcore_tcp::{ConnId, Event, PollDevice, Stack, StackConfig, TcpTuning};
 
 /// Byte `i` of the stream salted with `salt`: big-endian 32-bit word counter XOR salt, so a
@@ -163,5 +164,13 @@ pub fn sim_clock(now: Instant, work: bool, wake: Option<Instant>) -> Instant {
     match wake {
         Some(w) if w > step => w,
         _ => step,
+    }
+}
+
+/// When the in-memory link next delivers a frame to either stack.
+pub fn next_delivery(a: &Stack<LinkEnd>, b: &Stack<LinkEnd>) -> Option<Instant> {
+    match (a.device().next_delivery(), b.device().next_delivery()) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, y) => x.or(y),
     }
 }
