@@ -118,6 +118,9 @@ fn main() {
     for &active in &actives {
         let (mut posted, mut done) = (0u64, 0u64);
         let mut inflight = vec![0u32; active];
+        // The completion queue (8,192 entries) must hold every Write in flight: fewer per QP
+        // when many are active (an overrun would fail the QPs, as it must).
+        let depth = depth.min((8000 / active as u32).max(1));
         let start = Instant::now();
         while done < messages {
             for (k, qp) in cqps.iter().take(active).enumerate() {

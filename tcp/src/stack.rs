@@ -342,11 +342,21 @@ impl<D: PollDevice> Stack<D> {
 
     /// Copies up to `data.len()` bytes into the send buffer; returns how many fit.
     pub fn send(&mut self, id: ConnId, data: &[u8]) -> Result<usize, StackError> {
-        self.send_with(id, |buf| {
-            let n = buf.len().min(data.len());
-            buf[..n].copy_from_slice(&data[..n]);
-            n
-        })
+        // The free space may come in two pieces (a ring's wrap, or a growth step).
+        let mut done = 0;
+        while done < data.len() {
+            let rest = &data[done..];
+            let n = self.send_with(id, |buf| {
+                let n = buf.len().min(rest.len());
+                buf[..n].copy_from_slice(&rest[..n]);
+                n
+            })?;
+            if n == 0 {
+                break;
+            }
+            done += n;
+        }
+        Ok(done)
     }
 
     /// Lends the free contiguous part of the send buffer to `f`, which writes into it and
@@ -360,11 +370,27 @@ impl<D: PollDevice> Stack<D> {
 
     /// Copies received bytes into `buf`; returns how many (0: nothing buffered now).
     pub fn recv(&mut self, id: ConnId, buf: &mut [u8]) -> Result<usize, StackError> {
-        self.recv_with(id, |data| {
+        // The received octets may come in two pieces (a ring's wrap).
+        let mut done = self.recv_with(id, |data| {
             let n = data.len().min(buf.len());
             buf[..n].copy_from_slice(&data[..n]);
             n
-        })
+        })?;
+        while done < buf.len() {
+            let rest = &mut buf[done..];
+            let n = self
+                .recv_with(id, |data| {
+                    let n = data.len().min(rest.len());
+                    rest[..n].copy_from_slice(&data[..n]);
+                    n
+                })
+                .unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            done += n;
+        }
+        Ok(done)
     }
 
     /// Lends the contiguous received bytes to `f`, which returns how many it consumed.

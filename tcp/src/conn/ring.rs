@@ -93,12 +93,13 @@ impl SendRing {
         if free == 0 {
             return 0;
         }
+        // Grow by doubling (an idle connection that sent a startup frame holds 4 KiB, not an
+        // FPDU's worth), towards an FPDU's worth of contiguous room for busy ones.
         let want = free.min(WANT_CONTIGUOUS);
         if self.contiguous_free() < want && self.buf.len() < self.limit {
-            let cap = (self.len + want)
-                .next_power_of_two()
+            let cap = (self.buf.len() * 2)
                 .max(MIN_CAP)
-                .max(self.buf.len())
+                .max((self.len + 1).next_power_of_two())
                 .min(self.limit);
             self.relayout(cap);
         } else if self.len == 0 {
