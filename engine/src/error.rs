@@ -53,8 +53,8 @@ pub enum EngineError {
     Mpa(UsageError),
     /// The engine core is gone.
     CoreGone,
-    /// The device (DPDK port, link) could not be set up.
-    Device(String),
+    /// The device (DPDK port, link) could not be set up, or its core's thread not started.
+    Device(DeviceError),
     /// A memory window, fast registration or invalidation was refused (what was wrong is
     /// in the [`MemError`](crate::mem::MemError)).
     Memory(crate::mem::MemError),
@@ -98,7 +98,60 @@ impl fmt::Display for EngineError {
     }
 }
 
-impl std::error::Error for EngineError {}
+impl std::error::Error for EngineError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            EngineError::Stack(e) => Some(e),
+            EngineError::Device(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Why an engine core's device could not be brought up: the driver's own error is kept as
+/// the [`source`](std::error::Error::source), shared so that [`EngineError`] stays `Clone`.
+/// Two are equal when they say the same.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum DeviceError {
+    /// The device factory failed on the core's thread (a DPDK queue, a link end).
+    Open(std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>),
+    /// The operating system would not start the engine core's thread.
+    Spawn(std::sync::Arc<std::io::Error>),
+}
+
+impl DeviceError {
+    /// A factory failure from any error type.
+    pub fn open(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        DeviceError::Open(std::sync::Arc::new(e))
+    }
+}
+
+impl fmt::Display for DeviceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceError::Open(e) => write!(f, "could not open the device: {e}"),
+            DeviceError::Spawn(e) => write!(f, "could not start the engine core's thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for DeviceError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DeviceError::Open(e) => Some(&**e),
+            DeviceError::Spawn(e) => Some(&**e),
+        }
+    }
+}
+
+impl PartialEq for DeviceError {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for DeviceError {}
 
 impl From<StackError> for EngineError {
     fn from(e: StackError) -> Self {
@@ -109,5 +162,27 @@ impl From<StackError> for EngineError {
 impl From<UsageError> for EngineError {
     fn from(e: UsageError) -> Self {
         EngineError::Mpa(e)
+    }
+}
+
+#[cfg(test)]
+mod device_error_tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn device_errors_keep_the_driver_error_as_source() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such port: net_memif9");
+        let e = EngineError::Device(DeviceError::open(io));
+        assert_eq!(
+            e.to_string(),
+            "device: could not open the device: no such port: net_memif9"
+        );
+        let dev = e.source().expect("EngineError::Device has a source");
+        let driver = dev
+            .source()
+            .expect("DeviceError::Open keeps the driver's error");
+        assert_eq!(driver.to_string(), "no such port: net_memif9");
+        assert_eq!(e.clone(), e);
     }
 }

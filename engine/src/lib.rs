@@ -44,7 +44,7 @@ pub use crate::cm::{
 };
 pub use crate::config::{EngineConfig, MAX_SGE};
 pub use crate::core::{validate_recv, validate_send, CoreStats, EngineCore, QpAttr, QpInfo};
-pub use crate::error::EngineError;
+pub use crate::error::{DeviceError, EngineError};
 pub use crate::srq::SharedRq;
 pub use crate::wr::{
     Completion, CompletionQueue, QpId, QpShared, QpState, RecvWr, SendOp, SendWr, Sge, SgeList,

@@ -40,7 +40,7 @@ use warpcore_tcp::{PollDevice, StackConfig};
 use crate::cm::{CmEvent, ListenerId, MpaParams, RequestId};
 use crate::config::EngineConfig;
 use crate::core::{EngineCore, QpAttr};
-use crate::error::EngineError;
+use crate::error::{DeviceError, EngineError};
 use crate::mem::MrTable;
 use crate::ring::{channel, Consumer, Producer};
 use crate::wr::{QpId, QpShared, RecvWr, SendWr};
@@ -334,7 +334,7 @@ impl Drop for CoreHandle {
 /// How to start one engine core.
 pub struct CoreSpec<D> {
     /// Builds the device on the core's own thread (DPDK queues are per-lcore objects).
-    pub device: Box<dyn FnOnce() -> Result<D, String> + Send>,
+    pub device: Box<dyn FnOnce() -> Result<D, DeviceError> + Send>,
     /// IP configuration of the core's stack.
     pub stack: StackConfig,
     /// CPU to pin the thread to (`None`: not pinned; ignored by [`Drive::Caller`], whose
@@ -446,7 +446,7 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
             thread::sleep(linger);
             drop(lp);
         })
-        .map_err(|e| EngineError::Device(e.to_string()))?;
+        .map_err(|e| EngineError::Device(DeviceError::Spawn(Arc::new(e))))?;
     let thread = join.thread().clone();
     match ready_rx.recv() {
         Ok(Ok(())) => {}
