@@ -38,7 +38,7 @@ if (( lines < 19 )); then
 fi
 
 step "memif_hello example: two processes over net_memif"
-timeout 600 cargo build -p warpcore-verbs --example memif_hello
+timeout 600 cargo build -p warpcore-apps --example memif_hello
 dir=$(mktemp -d /tmp/wceng-example.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 export WCENG_SOCK="$dir/memif.sock"

@@ -74,7 +74,7 @@ bytes=$((64 << 20))
 rm -f "$sock"
 timeout 120 "$tcpperf" exchange --eal "-l 0 $eal --file-prefix=wcnet-ms$id" \
     --vdev "net_memif0,role=server,socket=$sock,socket-abstract=no,rsize=12" \
-    --ip 198.18.0.1/24 --listen 7000 --bytes "$bytes" --pcapng "$work/memif.pcapng" \
+    --ip 198.18.0.1/24 --listen 7000 --bytes "$bytes" --capture "$work/memif.pcapng" \
     >"$work/memif-server.log" 2>&1 &
 srv=$!
 for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.1; done

@@ -1,22 +1,16 @@
-//! # warpcore-apps: capture-side iWARP analysis and the command-line tools
+//! # warpcore-apps: the command-line tools and the library they share
 //!
-//! The library half of `iwdump`: it reads pcap/pcapng captures ([`capture`]), reassembles
-//! every TCP connection per direction ([`tcp`]), and decodes the iWARP layers on top with
-//! `warpcore-proto` ([`analysis`]): MPA startup and negotiated parameters, the FPDU stream
-//! (markers, CRC), and every DDP/RDMAP message, with the protocol violations found.
-//!
-//! ## Contract
-//! - No input file makes anything here panic: damaged containers, truncated frames, garbage
-//!   TCP payloads and hostile MPA/DDP/RDMAP fields all end up as warnings or findings.
-//! - Protocol parsing is `warpcore-proto`'s; this crate only feeds it the reassembled bytes
-//!   (no second deframer, CRC or header parser lives here).
-//! - Capture artefacts (a gap the capture never filled, a file trimmed mid-connection) are
-//!   reported apart from protocol violations, which are what makes `iwdump` exit 1.
+//! The tools (`iwperf`, `iwping`, `iwdump`, `tcpperf`, `wcsoak`) live in `src/bin/`. What
+//! they share lives here:
+//! - [`device`]: one device layer: the command-line flags that name a device
+//!   ([`device::DeviceArgs`], flattened into every tool's clap parser), the EAL arguments
+//!   built from them, and the one path that initialises the EAL, opens a DPDK port or a
+//!   loopback pair and starts Warpcore engines on it;
+//! - the capture analysis behind `iwdump`, from `warpcore-analysis` (re-exported here under
+//!   its old paths: [`analysis`], [`capture`], [`fpdu`], [`report`], [`tcp`], [`pcapng`]).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod analysis;
-pub mod capture;
-pub mod fpdu;
-pub mod report;
-pub mod tcp;
+pub mod device;
+
+pub use warpcore_analysis::{analysis, capture, fpdu, pcapng, report, tcp};

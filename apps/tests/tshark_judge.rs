@@ -14,7 +14,6 @@
 //! `WARPCORE_REQUIRE_TSHARK` is set (as `scripts/test.sh` does) and is skipped otherwise.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use warpcore_apps::analysis::Addressing;
 use warpcore_apps::capture::read_capture_file;
@@ -34,28 +33,11 @@ const FILES: [&str; 9] = [
 
 /// The siw reference captures, in the checkout (`interop/pcaps`).
 fn pcaps_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../interop/pcaps")
+    warpcore_test_support::paths::interop_pcaps()
 }
 
-fn tshark_available() -> bool {
-    Command::new("tshark")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// Whether tshark can run; without it the test fails when `WARPCORE_REQUIRE_TSHARK` is set
-/// and is skipped (saying so) otherwise.
 fn tshark_or_skip() -> bool {
-    if tshark_available() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("WARPCORE_REQUIRE_TSHARK").is_none(),
-        "tshark is required (WARPCORE_REQUIRE_TSHARK is set) but not installed"
-    );
-    eprintln!("SKIPPED: tshark not installed (apt-get install tshark)");
-    false
+    warpcore_test_support::tshark::present_or_skip("this tshark comparison")
 }
 
 /// One DDP segment as text, in the same shape from both decoders.
@@ -65,14 +47,7 @@ fn row(frame: u64, opcode: u8, last: bool, fields: &str) -> String {
 
 /// tshark's CRC verdicts on a capture: (good, bad, malformed frames), read from `-V`.
 fn crc_verdicts(path: &Path) -> (usize, usize, usize) {
-    let out = Command::new("tshark")
-        .arg("-r")
-        .arg(path)
-        .args(["--disable-protocol", "rpcordma", "-V"])
-        .output()
-        .expect("run tshark -V");
-    assert!(out.status.success(), "tshark -V failed on {path:?}");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = warpcore_test_support::tshark::run(path, &["-V"]);
     let good = text.matches("(Good CRC32)").count();
     let bad = text.matches("Bad CRC32").count();
     let malformed = text.matches("[Malformed Packet").count();
@@ -81,50 +56,40 @@ fn crc_verdicts(path: &Path) -> (usize, usize, usize) {
 
 /// Starts tshark on a capture (all files run at once: tshark's start-up dominates).
 fn spawn_tshark(path: &Path) -> std::process::Child {
-    Command::new("tshark")
-        .arg("-r")
-        .arg(path)
-        .args([
-            "--disable-protocol",
-            "rpcordma",
+    warpcore_test_support::tshark::spawn(
+        path,
+        &[
             "-Y",
             "iwarp_ddp",
             "-T",
             "fields",
-        ])
-        .args(["-E", "separator=/t", "-E", "aggregator=|"])
-        .args([
+            "-E",
+            "separator=/t",
+            "-E",
+            "aggregator=|",
             "-e",
             "frame.number",
             "-e",
             "iwarp_rdma.opcode",
             "-e",
             "iwarp_ddp.last_flag",
-        ])
-        .args(["-e", "iwarp_ddp.stag", "-e", "iwarp_ddp.tagged_offset"])
-        .args([
+            "-e",
+            "iwarp_ddp.stag",
+            "-e",
+            "iwarp_ddp.tagged_offset",
             "-e",
             "iwarp_ddp.qn",
             "-e",
             "iwarp_ddp.msn",
             "-e",
             "iwarp_ddp.mo",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run tshark")
+        ],
+    )
 }
 
 /// tshark's segments, one row each.
 fn tshark_rows(child: std::process::Child) -> Vec<String> {
-    let out = child.wait_with_output().expect("wait for tshark");
-    assert!(
-        out.status.success(),
-        "tshark failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = warpcore_test_support::tshark::finish(child);
     let mut rows = Vec::new();
     for line in text.lines() {
         let cols: Vec<&str> = line.split('\t').collect();

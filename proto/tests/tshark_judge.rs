@@ -22,7 +22,6 @@
 mod capture;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Command;
 
 use capture::{Conversation, Dir};
 use warpcore_proto::ddp::DdpSender;
@@ -377,30 +376,11 @@ fn conversation(
     expect
 }
 
-fn tshark_available() -> bool {
-    Command::new("tshark").arg("--version").output().is_ok()
-}
-
-/// Runs tshark with `args` on `file` and returns stdout (panics with stderr on failure).
+/// tshark on `file` with TCP reassembly on (the frames here are written by hand).
 fn tshark(file: &std::path::Path, args: &[&str]) -> String {
-    let out = Command::new("tshark")
-        .arg("-r")
-        .arg(file)
-        .args([
-            "--disable-protocol",
-            "rpcordma",
-            "-o",
-            "tcp.desegment_tcp_streams:TRUE",
-        ])
-        .args(args)
-        .output()
-        .expect("run tshark");
-    assert!(
-        out.status.success(),
-        "tshark failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8")
+    let mut all = vec!["-o", "tcp.desegment_tcp_streams:TRUE"];
+    all.extend_from_slice(args);
+    warpcore_test_support::tshark::run(file, &all)
 }
 
 /// Every value of `field` in the dissection, one per occurrence.
@@ -425,12 +405,7 @@ fn field_values(file: &std::path::Path, field: &str) -> Vec<String> {
 }
 
 fn judge(name: &str, rev: u8, markers: bool, isn_near_wrap: bool) {
-    if !tshark_available() {
-        assert!(
-            std::env::var_os("WARPCORE_REQUIRE_TSHARK").is_none(),
-            "tshark is required (WARPCORE_REQUIRE_TSHARK is set) but not installed"
-        );
-        eprintln!("SKIPPED {name}: tshark not installed (apt-get install tshark)");
+    if !warpcore_test_support::tshark::present_or_skip(name) {
         return;
     }
     let mut frames = Vec::new();

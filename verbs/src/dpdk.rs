@@ -58,7 +58,18 @@ impl DpdkPort {
 
     /// Configures and starts an already opened port (e.g. one end of a
     /// [`dpdk_sys::RingPortPair`]) with `queues` queue pairs over `pool`.
-    pub fn from_port(mut port: Port, pool: Mempool, queues: u16) -> Result<DpdkPort, Error> {
+    pub fn from_port(port: Port, pool: Mempool, queues: u16) -> Result<DpdkPort, Error> {
+        DpdkPort::from_port_with_mtu(port, pool, queues, None)
+    }
+
+    /// [`DpdkPort::from_port`] with the port's IP MTU set to `mtu` (576 to 9,000; the pool's
+    /// mbufs must hold a whole frame of it) instead of the driver's default.
+    pub fn from_port_with_mtu(
+        mut port: Port,
+        pool: Mempool,
+        queues: u16,
+        mtu: Option<u16>,
+    ) -> Result<DpdkPort, Error> {
         // One core per queue needs every frame of a connection to arrive on the queue of
         // the core that owns it. net_memif delivers a frame on the queue index its peer
         // sent it on, so two processes with the same number of cores pair core k with core
@@ -77,6 +88,7 @@ impl DpdkPort {
         let cfg = PortConfig {
             rx_queues: queues,
             tx_queues: queues,
+            mtu,
             ..PortConfig::default()
         };
         port.configure(&cfg, &pool).map_err(dev)?;
@@ -132,6 +144,16 @@ impl DpdkPort {
             d.skip_checksums();
         }
         Ok(())
+    }
+
+    /// The port's IP MTU, as the engine uses it.
+    pub fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    /// The DPDK driver's name (`net_memif`, `net_tap`, ...).
+    pub fn driver(&self) -> &str {
+        &self.driver
     }
 
     pub(crate) fn into_devices(self) -> Vec<DpdkDevice> {

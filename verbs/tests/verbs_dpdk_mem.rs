@@ -15,7 +15,6 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use warpcore_engine::proto::wire::rdmap::Opcode;
@@ -312,21 +311,11 @@ fn tshark_rows(path: &Path) -> Vec<[Vec<u64>; 6]> {
         "iwarp_rdma.term_layer",
         "iwarp_rdma.term_errcode_ddp_tagged",
     ];
-    let mut cmd = Command::new("tshark");
-    cmd.arg("-r")
-        .arg(path)
-        .args(["--disable-protocol", "rpcordma", "-Y", "iwarp_rdma"])
-        .args(["-T", "fields", "-E", "aggregator=|"]);
-    for f in fields {
-        cmd.args(["-e", f]);
+    let mut args = vec!["-Y", "iwarp_rdma", "-T", "fields", "-E", "aggregator=|"];
+    for f in &fields {
+        args.extend(["-e", f]);
     }
-    let out = cmd.output().expect("run tshark");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
+    warpcore_test_support::tshark::run(path, &args)
         .lines()
         .map(|line| {
             let mut cols = line.split('\t');
@@ -366,11 +355,7 @@ fn windows_fast_registration_invalidation_and_srq_over_net_ring() {
     .collect();
     assert!(ops.is_superset(&want), "iwdump saw opcodes {ops:?}");
     assert_eq!(terms, [(1, 1, 0)], "iwdump: the one Terminate");
-    if Command::new("tshark").arg("--version").output().is_err() {
-        assert!(
-            std::env::var_os("WARPCORE_REQUIRE_TSHARK").is_none(),
-            "tshark is required"
-        );
+    if !warpcore_test_support::tshark::present_or_skip("the tshark check of the capture") {
         let _ = std::fs::remove_dir_all(cap.parent().unwrap());
         return;
     }

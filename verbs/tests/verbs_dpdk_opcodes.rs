@@ -14,7 +14,6 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use warpcore_engine::proto::wire::rdmap::Opcode;
@@ -268,36 +267,26 @@ fn iwdump_opcodes(path: &Path) -> BTreeMap<bool, BTreeSet<u8>> {
 
 /// The opcodes tshark dissected per TCP stream, and the number of CRCs it found good.
 fn tshark_opcodes(path: &Path) -> (BTreeMap<u32, BTreeSet<u8>>, usize) {
-    let out = Command::new("tshark")
-        .arg("-r")
-        .arg(path)
-        .args([
-            "--disable-protocol",
-            "rpcordma",
+    let out = warpcore_test_support::tshark::run(
+        path,
+        &[
             "-Y",
             "iwarp_rdma",
             "-T",
             "fields",
-        ])
-        .args(["-E", "aggregator=|"])
-        .args([
+            "-E",
+            "aggregator=|",
             "-e",
             "tcp.stream",
             "-e",
             "iwarp_rdma.opcode",
             "-e",
             "iwarp_mpa.crc_check",
-        ])
-        .output()
-        .expect("run tshark");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
     let mut streams: BTreeMap<u32, BTreeSet<u8>> = BTreeMap::new();
     let mut good_crcs = 0;
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
+    for line in out.lines() {
         let mut f = line.split('\t');
         let stream: u32 = f.next().unwrap_or("").parse().expect("tcp.stream");
         let ops = f.next().unwrap_or("");
@@ -345,7 +334,7 @@ fn every_opcode_over_net_ring_markers_off_and_on() {
             "iwdump: opcodes of the connection with markers={markers}"
         );
     }
-    if Command::new("tshark").arg("--version").output().is_ok() {
+    if warpcore_test_support::tshark::present_or_skip("the tshark opcode check") {
         let (streams, good_crcs) = tshark_opcodes(&cap);
         assert_eq!(streams.len(), 2, "tshark: two iWARP streams {streams:?}");
         for (stream, ops) in &streams {

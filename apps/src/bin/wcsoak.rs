@@ -18,11 +18,14 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use std::net::Ipv4Addr;
+
 use clap::Parser;
+use warpcore_apps::device::{DeviceArgs, EngineOptions, Loopback, MemifRole, PairAddrs};
 use warpcore_tcp::link::Faults;
 use warpcore_verbs::{
-    link_pair, Access, CmEvent, Config, Context, LinkConfig, MemoryRegion, MpaParams, QpInit,
-    QueuePair, RecvWr, SendOp, SendWr, WcOpcode, WcStatus,
+    Access, CmEvent, Context, LinkConfig, MemoryRegion, MpaParams, QpInit, QueuePair, RecvWr,
+    SendOp, SendWr, WcOpcode, WcStatus,
 };
 
 #[derive(Parser, Debug)]
@@ -50,6 +53,11 @@ struct Cli {
     /// region registered per round (as a leak would); the soak must fail.
     #[arg(long, value_name = "DEFECT")]
     inject_defect: Option<Defect>,
+    /// Where the two engines run: `--loopback=link` (the default: the in-memory link with
+    /// --loss) or `--loopback=ring` (two DPDK net_ring ports); plus --cores, --mtu,
+    /// --capture as in every Warpcore tool.
+    #[command(flatten)]
+    dev: DeviceArgs,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -381,9 +389,29 @@ fn run(cli: &Cli) -> Result<(), String> {
         faults_ba: faults(cli.seed.wrapping_add(1)),
         ..LinkConfig::default()
     };
-    let (da, db) = link_pair(&link);
-    let b = Context::open(Config::new(db, [10, 0, 0, 2])).map_err(|e| e.to_string())?;
-    let a = Context::open(Config::new(da, [10, 0, 0, 1])).map_err(|e| e.to_string())?;
+    let mut dev = cli.dev.clone();
+    let loopback = *dev.loopback.get_or_insert(Loopback::Link);
+    if loopback != Loopback::Link && cli.loss > 0.0 {
+        return Err(format!(
+            "--loss {}: only the in-memory link injects loss (--loopback=link); give --loss 0 \
+             with --loopback={loopback:?}",
+            cli.loss
+        ));
+    }
+    let o = EngineOptions {
+        tool: "wcsoak",
+        role: MemifRole::Server,
+        default_ip: None,
+        fixed_mac: true,
+        configure: &|_| {},
+        link: Some(link),
+    };
+    let addrs = PairAddrs {
+        server: Ipv4Addr::new(10, 0, 0, 2),
+        client: Ipv4Addr::new(10, 0, 0, 1),
+    };
+    let (b, a) = dev.open_engine_pair(&o, addrs).map_err(|e| e.to_string())?;
+    let (a, b) = (a.ctx, b.ctx);
     b.listen(PORT, &MpaParams::default())
         .map_err(|e| e.to_string())?;
     let mut soak = Soak {

@@ -35,9 +35,12 @@ enum Cmd {
         /// `echo` (answer every frame, count blasts) or `pingpong` / `blast` (drive).
         #[arg(long)]
         mode: String,
-        /// The vdev, e.g. net_memif0,role=server,socket=/tmp/x.sock,socket-abstract=no.
-        #[arg(long)]
-        vdev: String,
+        /// The port: --vdev (e.g. net_memif0,role=server,socket=/tmp/x.sock,
+        /// socket-abstract=no), --memif, --pci, --eal, --cores (default: CPU 0 for echo,
+        /// 1 for the driver, so the two busy-polling processes never share one), --mtu.
+        #[cfg(feature = "dpdk")]
+        #[command(flatten)]
+        dev: warpcore_apps::device::DeviceArgs,
         /// Frame size in bytes (with the Ethernet header, without FCS).
         #[arg(long, default_value_t = 64)]
         size: usize,
@@ -99,41 +102,29 @@ fn copy(sizes: &str, secs: f64) {
 #[cfg(feature = "dpdk")]
 fn raw(
     mode: &str,
-    vdev: &str,
+    dev: &warpcore_apps::device::DeviceArgs,
     size: usize,
     count: u64,
     hdr_log: Option<&str>,
 ) -> Result<(), String> {
-    use warpcore_dpdk_sys::{EalBuilder, Mbuf, Mempool, Port, PortConfig};
+    use warpcore_apps::device::{CpuList, MemifRole, OpenedPort};
+    use warpcore_dpdk_sys::{Mbuf, PortConfig};
     // One CPU each, so that the two busy-polling processes never share one.
-    let (role, cpu) = if mode == "echo" {
-        ("s", "0")
+    let mut dev = dev.clone();
+    let role = if mode == "echo" {
+        MemifRole::Server
     } else {
-        ("c", "1")
+        MemifRole::Client
     };
-    let eal = EalBuilder::new("wcbench")
-        .args(["-l", cpu])
-        .args([
-            "--no-huge",
-            "-m",
-            "256",
-            "--no-shconf",
-            "--no-pci",
-            "--no-telemetry",
-            "--log-level=error",
-        ])
-        .args([format!(
-            "--file-prefix=wcbench-{role}-{}",
-            std::process::id()
-        )])
-        .vdev(vdev)
-        .init()
-        .map_err(|e| e.to_string())?;
-    let pool = Mempool::new(&eal, "wcbench", 16383, 256, Mempool::DEFAULT_DATA_ROOM)
-        .map_err(|e| e.to_string())?;
-    let mut port = Port::from_id(&eal, 0).map_err(|e| e.to_string())?;
-    port.configure(&PortConfig::default(), &pool)
-        .map_err(|e| e.to_string())?;
+    dev.cores
+        .get_or_insert(CpuList(vec![usize::from(role == MemifRole::Client)]));
+    let OpenedPort { mut port, pool, .. } =
+        dev.open_port("wcbench", role).map_err(|e| e.to_string())?;
+    let pc = PortConfig {
+        mtu: dev.mtu,
+        ..PortConfig::default()
+    };
+    port.configure(&pc, &pool).map_err(|e| e.to_string())?;
     port.start().map_err(|e| e.to_string())?;
     let t0 = Instant::now();
     while !port.link_status().map(|l| l.up).unwrap_or(false) {
@@ -309,7 +300,7 @@ fn raw(
 }
 
 #[cfg(not(feature = "dpdk"))]
-fn raw(_: &str, _: &str, _: usize, _: u64, _: Option<&str>) -> Result<(), String> {
+fn raw(_: &str, _: usize, _: u64, _: Option<&str>) -> Result<(), String> {
     Err("wcbench was built without DPDK".into())
 }
 
@@ -464,13 +455,21 @@ fn main() -> std::process::ExitCode {
             copy(sizes, *secs);
             Ok(())
         }
+        #[cfg(feature = "dpdk")]
         Cmd::Raw {
             mode,
-            vdev,
+            dev,
             size,
             count,
             hdr_log,
-        } => raw(mode, vdev, *size, *count, hdr_log.as_deref()),
+        } => raw(mode, dev, *size, *count, hdr_log.as_deref()),
+        #[cfg(not(feature = "dpdk"))]
+        Cmd::Raw {
+            mode,
+            size,
+            count,
+            hdr_log,
+        } => raw(mode, *size, *count, hdr_log.as_deref()),
         Cmd::Plot { out, title, series } => plot(out, title, series),
     };
     match r {

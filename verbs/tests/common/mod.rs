@@ -3,7 +3,9 @@
 //! (two contexts in one process) and net_memif (two processes).
 #![allow(dead_code)]
 
-pub mod judge;
+// Not every test file that includes this module judges a capture.
+#[allow(unused_imports)]
+pub use warpcore_test_support::judge;
 #[cfg(feature = "dpdk")]
 pub mod ring;
 

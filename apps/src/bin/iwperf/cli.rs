@@ -4,6 +4,7 @@ use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
+use warpcore_apps::device::DeviceArgs;
 
 /// The tests, named as perftest's binaries without the `ib_` prefix.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,17 +209,6 @@ impl Defect {
     }
 }
 
-/// Which loopback.
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Loopback {
-    /// net_ring when built with DPDK, else the in-memory link.
-    Auto,
-    /// Two DPDK net_ring ports joined back to back.
-    Ring,
-    /// The in-memory link (no DPDK).
-    Link,
-}
-
 /// iwperf: perftest-style RDMA benchmarks over Warpcore's user-space iWARP engine.
 #[derive(Parser, Debug, Clone)]
 #[command(
@@ -308,10 +298,6 @@ pub struct Cli {
     /// Write an HdrHistogram interval log (one histogram per second and size) to this file.
     #[arg(long = "hdr-log")]
     pub hdr_log: Option<PathBuf>,
-    /// CPUs: the first runs the application thread, the others the engine core(s) (with
-    /// --poll-mode caller, the application thread runs them: one CPU per engine core).
-    #[arg(long)]
-    pub cores: Option<String>,
     /// Who runs the engine core: the application thread while it polls (caller, one
     /// thread per process), or an engine thread that never parks (busy) or parks when
     /// idle (thread).
@@ -321,37 +307,10 @@ pub struct Cli {
     /// measurements; both ends should use the same).
     #[arg(long, value_enum, default_value_t = TcpChoice::Warpcore)]
     pub tcp: TcpChoice,
-    /// Record this side's traffic as pcapng (Wireshark, iwdump).
-    #[arg(long)]
-    pub capture: Option<PathBuf>,
-    /// A DPDK vdev (net_memif0,..., net_tap0,..., net_af_packet0,...), repeatable.
-    #[arg(long)]
-    pub vdev: Vec<String>,
-    /// Shorthand for a net_memif vdev on this socket path (memif server role for the iwperf
-    /// server, client role for the client).
-    #[arg(long)]
-    pub memif: Option<PathBuf>,
-    /// Skip IPv4/TCP checksums (send zero, verify nothing), as the kernel's loopback does.
-    /// net_memif only (shared memory between two processes, no wire; refused on any other
-    /// port), and BOTH sides must give it: a side that still verifies drops every frame of
-    /// this one, so the client's connect times out.
-    #[arg(long = "no-csum")]
-    pub no_csum: bool,
-    /// A NIC by PCI address (EAL -a ADDR; the port is named by it).
-    #[arg(long)]
-    pub pci: Option<String>,
-    /// EAL arguments verbatim (replace the defaults; --vdev is still added).
-    #[arg(long, allow_hyphen_values = true)]
-    pub eal: Option<String>,
-    /// DPDK port name (default: the vdev's or PCI device's name).
-    #[arg(long = "dpdk-port")]
-    pub dpdk_port: Option<String>,
-    /// Server and client engines in this process (net_ring, or the in-memory link).
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "auto", value_enum)]
-    pub loopback: Option<Loopback>,
-    /// This side's IPv4 address (default 198.18.0.2 for the server, .1 for the client).
-    #[arg(long)]
-    pub ip: Option<Ipv4Addr>,
+    /// The device: --memif, --vdev, --pci, --eal, --dpdk-port, --loopback, --ip, --gateway,
+    /// --mac, --cores, --mtu, --no-csum, --capture (the same in every Warpcore tool).
+    #[command(flatten)]
+    pub dev: DeviceArgs,
     /// Seconds to wait for the peer (connect, or an answer during a run).
     #[arg(long, default_value_t = 30)]
     pub timeout: u64,
@@ -446,7 +405,7 @@ impl Cli {
         if self.mpa_rev == 1 && self.p2p != P2p::None && self.p2p != P2p::Write {
             return Err("--p2p needs --mpa-rev 2".into());
         }
-        if self.loopback.is_some() && self.server.is_some() {
+        if self.dev.loopback.is_some() && self.server.is_some() {
             return Err("--loopback runs both sides: give no server address".into());
         }
         Ok(())
@@ -522,7 +481,7 @@ impl Cli {
                 "it keeps no HdrHistogram (perftest's statistics only)",
             );
         }
-        if self.loopback.is_some() {
+        if self.dev.loopback.is_some() {
             return refuse(
                 "--loopback",
                 "its peer is a perftest process on the network, not a second iwperf engine",
@@ -539,7 +498,7 @@ impl Cli {
                 "--inject-defect {name} plants a defect for --verify to catch: give --verify"
             ));
         }
-        if self.server.is_none() && self.loopback.is_none() {
+        if self.server.is_none() && self.dev.loopback.is_none() {
             return Err(format!(
                 "--inject-defect {name} acts on the sending side: give it to the client (the \
                  side with the server's address, or --loopback)"
@@ -586,6 +545,12 @@ impl Cli {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
 
     #[test]
     fn defect_lands_on_a_message_the_receiver_checks() {

@@ -2,9 +2,9 @@
 //! the device, addressing and MPA settings of a user-space engine.
 
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
 
 use clap::Parser;
+use warpcore_apps::device::{DeviceArgs, IpPrefix};
 use warpcore_verbs::{RtrType, RtrTypes};
 
 use crate::wire::{MAX_SIZE, MIN_SIZE};
@@ -81,21 +81,24 @@ pub struct Cli {
     #[arg(short = 'd')]
     pub debug: bool,
 
-    /// A DPDK vdev, e.g. net_tap0,iface=wctap0 or net_af_packet0,iface=veth0 (repeatable).
-    #[arg(long)]
-    pub vdev: Vec<String>,
-    /// EAL arguments verbatim instead of the defaults (--no-huge, --no-pci, ...).
-    #[arg(long)]
-    pub eal: Option<String>,
-    /// Our address with prefix length, e.g. 198.18.0.2/24 (server default: -a with /24).
-    #[arg(long)]
-    pub ip: Option<String>,
-    /// Default gateway.
-    #[arg(long)]
-    pub gateway: Option<Ipv4Addr>,
-    /// Ethernet address of our port (default: the port's own).
-    #[arg(long)]
-    pub mac: Option<String>,
+    /// Our own address (rping's -I, the address to bind to); --ip ADDR/LEN says the same
+    /// with a prefix length.
+    #[arg(short = 'I')]
+    pub source: Option<Ipv4Addr>,
+    /// Server: persistent (rping's -P): serve every client that comes, one after another,
+    /// until stopped.
+    #[arg(short = 'P')]
+    pub persistent: bool,
+    /// rping's -q (the application creates the QP with the verbs API and moves it through
+    /// its states itself, instead of rdma_create_qp): this is how iwping always works, as
+    /// Warpcore's QPs are created by the application and handed to the connection manager.
+    #[arg(short = 'q')]
+    pub self_created_qp: bool,
+
+    /// The device: --memif, --vdev, --pci, --eal, --dpdk-port, --ip, --gateway, --mac,
+    /// --cores, --mtu, --no-csum, --capture (the same in every Warpcore tool).
+    #[command(flatten)]
+    pub dev: DeviceArgs,
     /// Ask for MPA CRC32c (siw's default is off; either side asking turns it on).
     #[arg(long)]
     pub crc: bool,
@@ -116,9 +119,6 @@ pub struct Cli {
     /// IRD and ORD we ask for (rping asks rdma_cm for 1 and 1).
     #[arg(long, default_value_t = 1)]
     pub ird_ord: u16,
-    /// Record every frame of our port into this pcapng file.
-    #[arg(long)]
-    pub capture: Option<PathBuf>,
     /// Seconds to wait for any one step (connection, completion) before giving up.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
@@ -146,11 +146,20 @@ impl Cli {
         if self.client && self.addr.is_none() {
             return Err("-c needs -a ADDR (the server's address)".into());
         }
-        if self.client && self.ip.is_none() {
-            return Err("-c needs --ip ADDR/LEN (our own address)".into());
+        if self.client && self.local().is_err() {
+            return Err("-c needs --ip ADDR/LEN or -I ADDR (our own address)".into());
         }
-        if self.server && self.ip.is_none() && self.addr.is_none() {
-            return Err("-s needs --ip ADDR/LEN or -a ADDR (our own address)".into());
+        if self.server && self.local().is_err() {
+            return Err("-s needs --ip ADDR/LEN, -I ADDR or -a ADDR (our own address)".into());
+        }
+        if self.persistent && !self.server {
+            return Err("-P (persistent server) applies to the server (-s)".into());
+        }
+        if let Some(l) = self.dev.loopback {
+            return Err(format!(
+                "--loopback={l:?}: iwping talks to a peer in another process or machine (use \
+                 iwperf --loopback for both ends in one process)"
+            ));
         }
         if self.p2p && self.mpa_rev != 2 {
             return Err("--p2p needs --mpa-rev 2 (RFC 6581)".into());
@@ -161,36 +170,15 @@ impl Cli {
         Ok(())
     }
 
-    /// Our address and prefix length.
-    pub fn local(&self) -> Result<(Ipv4Addr, u8), String> {
-        match (&self.ip, self.addr) {
-            (Some(s), _) => {
-                let (a, l) = s.split_once('/').unwrap_or((s.as_str(), "24"));
-                let a: Ipv4Addr = a.parse().map_err(|_| format!("--ip: bad address {s:?}"))?;
-                let l: u8 = l
-                    .parse()
-                    .ok()
-                    .filter(|l| *l <= 32)
-                    .ok_or_else(|| format!("--ip: bad prefix length in {s:?}"))?;
-                Ok((a, l))
-            }
-            (None, Some(a)) if self.server => Ok((a, 24)),
+    /// Our address and prefix length: --ip, else -I (/24), else the server's -a (/24).
+    pub fn local(&self) -> Result<IpPrefix, String> {
+        let len24 = |addr| IpPrefix { addr, len: 24 };
+        match (self.dev.ip, self.source, self.addr) {
+            (Some(p), _, _) => Ok(p),
+            (None, Some(a), _) => Ok(len24(a)),
+            (None, None, Some(a)) if self.server => Ok(len24(a)),
             _ => Err("no local address".into()),
         }
-    }
-
-    /// `--mac` parsed.
-    pub fn mac(&self) -> Result<Option<[u8; 6]>, String> {
-        let Some(s) = &self.mac else { return Ok(None) };
-        let v: Vec<u8> = s
-            .split(':')
-            .map(|p| u8::from_str_radix(p, 16))
-            .collect::<Result<_, _>>()
-            .map_err(|_| format!("--mac: bad address {s:?}"))?;
-        let m: [u8; 6] = v
-            .try_into()
-            .map_err(|_| format!("--mac: bad address {s:?}"))?;
-        Ok(Some(m))
     }
 }
 
@@ -207,7 +195,19 @@ mod tests {
             .unwrap();
         assert!(c.validate && c.server);
         assert_eq!((c.verbose, c.size, c.port), (2, 26, 7174));
-        assert_eq!(c.local().unwrap(), ("198.18.0.2".parse().unwrap(), 24));
+        assert_eq!(
+            c.local().unwrap(),
+            IpPrefix {
+                addr: "198.18.0.2".parse().unwrap(),
+                len: 24
+            }
+        );
+        let c =
+            Cli::try_parse_from(["iwping", "-s", "-P", "-q", "-I", "10.0.0.5", "-C", "3"]).unwrap();
+        assert!(c.persistent && c.self_created_qp && c.validate().is_ok());
+        assert_eq!(c.local().unwrap().addr, Ipv4Addr::new(10, 0, 0, 5));
+        let c = Cli::try_parse_from(["iwping", "-c", "-P", "-a", "1.2.3.4", "-I", "1.2.3.5"]);
+        assert!(c.unwrap().validate().unwrap_err().contains("-P"));
         let c =
             Cli::try_parse_from(["iwping", "-c", "-a", "1.2.3.4", "--rtr", "read,send"]).unwrap();
         assert_eq!(

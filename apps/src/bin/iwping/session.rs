@@ -10,8 +10,9 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use warpcore_verbs::{
-    Access, CmEvent, CompletionQueue, ConnError, Context, Established, MemoryRegion, MpaParams,
-    ProtectionDomain, QpInit, QueuePair, RecvWr, RtrTypes, SendOp, SendWr, WcOpcode, WcStatus,
+    Access, CmEvent, CompletionQueue, ConnError, ConnectRequest, Context, Established,
+    MemoryRegion, MpaParams, ProtectionDomain, QpInit, QueuePair, RecvWr, RtrTypes, SendOp, SendWr,
+    WcOpcode, WcStatus,
 };
 
 use crate::cli::{Cli, Fault};
@@ -77,7 +78,12 @@ struct Side<'a> {
     rdma: MemoryRegion,
     timeout: Duration,
     debug: bool,
+    /// Server with -P: connection requests that arrive while a client is served wait here.
+    backlog: Option<&'a Backlog>,
 }
+
+/// Connection requests a persistent server (-P) has not served yet.
+type Backlog = std::cell::RefCell<std::collections::VecDeque<ConnectRequest>>;
 
 /// What a completion wait produced.
 enum Got {
@@ -137,6 +143,12 @@ impl Side<'_> {
             Some(CmEvent::Disconnected { reset: false, .. }) => Ok(Some(Got::Disconnected)),
             Some(CmEvent::Disconnected { reset: true, .. }) => {
                 Err(Failure::Other("the peer reset the connection".into()))
+            }
+            Some(CmEvent::ConnectRequest(r)) if self.backlog.is_some() => {
+                if let Some(b) = self.backlog {
+                    b.borrow_mut().push_back(r);
+                }
+                Ok(None)
             }
             Some(e) => {
                 if self.debug {
@@ -256,6 +268,7 @@ fn make_side<'a>(
         pd,
         timeout: Duration::from_secs(cli.timeout),
         debug: cli.debug,
+        backlog: None,
     })
 }
 
@@ -388,23 +401,64 @@ pub fn client(ctx: &Context, cli: &Cli, server: Ipv4Addr) -> Result<u64, Failure
 }
 
 /// rping -s: serves one client until it disconnects; returns the number of pings done.
+/// With -P (rping's persistent server) it serves every client that comes, one after
+/// another (requests that arrive meanwhile wait), until it is stopped; a failed session is
+/// reported and the next client served.
 pub fn server(ctx: &Context, cli: &Cli) -> Result<u64, Failure> {
     let params = mpa_params(cli);
     ctx.listen(cli.port, &params).map_err(other)?;
     eprintln!("iwping: listening on port {}", cli.port);
-    let req = loop {
-        match ctx.next_event(Duration::from_secs(cli.timeout)) {
-            Some(CmEvent::ConnectRequest(r)) => break r,
-            Some(CmEvent::RequestRefused { remote, error, .. }) => {
-                return Err(Failure::Rejected(format!(
-                    "refused the request of {}:{}: {error}",
-                    remote.0, remote.1
-                )))
-            }
-            Some(e) => eprintln!("iwping: event {e:?}"),
-            None => return Err(Failure::Other("no connection request".into())),
+    let backlog = Backlog::default();
+    let mut total = 0u64;
+    let mut served = 0u64;
+    loop {
+        let queued = backlog.borrow_mut().pop_front();
+        let req = match queued {
+            Some(r) => r,
+            None => match ctx.next_event(Duration::from_secs(cli.timeout)) {
+                Some(CmEvent::ConnectRequest(r)) => r,
+                Some(CmEvent::RequestRefused { remote, error, .. }) => {
+                    let f = Failure::Rejected(format!(
+                        "refused the request of {}:{}: {error}",
+                        remote.0, remote.1
+                    ));
+                    if !cli.persistent {
+                        return Err(f);
+                    }
+                    eprintln!("iwping: {f}");
+                    continue;
+                }
+                Some(e) => {
+                    eprintln!("iwping: event {e:?}");
+                    continue;
+                }
+                // A persistent server waits for clients until it is stopped.
+                None if cli.persistent => continue,
+                None => return Err(Failure::Other("no connection request".into())),
+            },
+        };
+        served += 1;
+        let r = serve_one(ctx, cli, req, cli.persistent.then_some(&backlog));
+        if !cli.persistent {
+            return r;
         }
-    };
+        match r {
+            Ok(n) => {
+                total += n;
+                eprintln!("iwping: server: client {served}: {n} pings done ({total} in all)");
+            }
+            Err(f) => eprintln!("iwping: server: client {served}: {f}"),
+        }
+    }
+}
+
+/// Serves the client of `req` until it disconnects.
+fn serve_one(
+    ctx: &Context,
+    cli: &Cli,
+    req: ConnectRequest,
+    backlog: Option<&Backlog>,
+) -> Result<u64, Failure> {
     eprintln!(
         "iwping: request from {}:{}: MPA rev {}, IRD {:?} ORD {:?}, private data {:02x?}",
         req.remote.0, req.remote.1, req.rev, req.ird, req.ord, req.private_data
@@ -417,14 +471,25 @@ pub fn server(ctx: &Context, cli: &Cli) -> Result<u64, Failure> {
         Some(usize::from(req.request.core)),
         crate::wire::MAX_SIZE as usize + 1,
     )?;
+    let side = Side { backlog, ..side };
     side.post_recv()?;
     side.post_recv()?;
     ctx.accept(&req, &side.qp, &[]).map_err(other)?;
-    match ctx.next_event(Duration::from_secs(cli.timeout)) {
-        Some(CmEvent::Established(e)) => report_established(&e),
-        Some(CmEvent::Error { error, .. }) => return Err(describe(&error)),
-        Some(e) => return Err(Failure::Other(format!("unexpected event {e:?}"))),
-        None => return Err(Failure::Other("connection timed out".into())),
+    loop {
+        match ctx.next_event(Duration::from_secs(cli.timeout)) {
+            Some(CmEvent::Established(e)) => {
+                report_established(&e);
+                break;
+            }
+            Some(CmEvent::Error { error, .. }) => return Err(describe(&error)),
+            Some(CmEvent::ConnectRequest(r)) if backlog.is_some() => {
+                if let Some(b) = backlog {
+                    b.borrow_mut().push_back(r);
+                }
+            }
+            Some(e) => return Err(Failure::Other(format!("unexpected event {e:?}"))),
+            None => return Err(Failure::Other("connection timed out".into())),
+        }
     }
     let mut ping = 0u64;
     // Each ping starts with the client's start buffer advertisement.

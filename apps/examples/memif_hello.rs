@@ -4,51 +4,64 @@
 //! server's counter goes up by one and the client gets the value it had), printing what
 //! happened.
 //!
-//!     cargo run --release -p warpcore-verbs --example memif_hello -- server &
-//!     cargo run --release -p warpcore-verbs --example memif_hello -- client
+//!     cargo run --release -p warpcore-apps --example memif_hello -- server &
+//!     cargo run --release -p warpcore-apps --example memif_hello -- client
 //!
-//! Both run without hugepages or PCI devices (`--no-huge --no-pci`); the memif socket is
-//! /tmp/wceng-example.sock (or the path in `WCENG_SOCK`).
+//! The port is opened by the tools' device layer (`warpcore_apps::device`, the same flags
+//! as iwperf's: `--memif PATH`, `--vdev`, `--cores`, ...; by default the memif socket
+//! /tmp/wceng-example.sock, or the path in `WCENG_SOCK`); everything after that is the
+//! verbs API.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use warpcore_verbs::dpdk::{init_eal, DpdkPort};
+use clap::Parser;
+use warpcore_apps::device::{DeviceArgs, EngineOptions, MemifRole};
 use warpcore_verbs::*;
 
 const PORT: u16 = 7000;
 const WAIT: Duration = Duration::from_secs(30);
 
-fn open(role: &str) -> Result<Context, Error> {
-    let sock = std::env::var("WCENG_SOCK").unwrap_or_else(|_| "/tmp/wceng-example.sock".into());
-    let (lcore, ip, mac) = match role {
-        "server" => ("0", [198, 18, 0, 2], 2),
-        _ => ("1", [198, 18, 0, 1], 1),
+/// `memif_hello server|client [device flags]`.
+#[derive(Parser, Debug)]
+struct Cli {
+    /// `server` or `client`.
+    role: String,
+    #[command(flatten)]
+    dev: DeviceArgs,
+}
+
+fn open(cli: &Cli) -> Result<Context, String> {
+    let server = cli.role == "server";
+    let mut dev = cli.dev.clone();
+    if !dev.names_port() {
+        let sock = std::env::var("WCENG_SOCK").unwrap_or_else(|_| "/tmp/wceng-example.sock".into());
+        dev.memif = Some(sock.into());
+    }
+    // One CPU each, so that the two busy-polling processes never share one.
+    dev.cores
+        .get_or_insert(warpcore_apps::device::CpuList(vec![usize::from(!server)]));
+    let o = EngineOptions {
+        tool: "memif_hello",
+        role: if server {
+            MemifRole::Server
+        } else {
+            MemifRole::Client
+        },
+        default_ip: Some(if server {
+            [198, 18, 0, 2].into()
+        } else {
+            [198, 18, 0, 1].into()
+        }),
+        fixed_mac: true,
+        // Stop polling before closing the memif port, so the peer never sees a disconnect
+        // in the middle of its rx burst (net_memif in DPDK 22.11 can crash then).
+        configure: &|c: &mut Config| c.engine.shutdown_linger_ms = 500,
+        link: None,
     };
-    let args: Vec<String> = [
-        "-l",
-        lcore,
-        "--no-huge",
-        "-m",
-        "512",
-        "--no-shconf",
-        "--no-pci",
-        "--no-telemetry",
-        "--log-level=error",
-        &format!("--file-prefix=wceng-ex-{role}-{}", std::process::id()),
-        &format!("--vdev=net_memif0,role={role},socket={sock},socket-abstract=no"),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let eal = init_eal("memif_hello", &args)?;
-    let port = DpdkPort::open(&eal, "net_memif0", 1, 8191)?;
-    let mut cfg = Config::new(Device::Dpdk(port), ip);
-    cfg.mac = Some([2, 0, 0, 0, 0, mac]);
-    // Stop polling before closing the memif port, so the peer never sees a disconnect in
-    // the middle of its rx burst (net_memif in DPDK 22.11 can crash then).
-    cfg.engine.shutdown_linger_ms = 500;
-    Context::open(cfg)
+    dev.open_engine(&o)
+        .map(|ep| ep.ctx)
+        .map_err(|e| e.to_string())
 }
 
 fn text(mr: &MemoryRegion, at: usize, len: usize) -> Result<String, Error> {
@@ -57,8 +70,7 @@ fn text(mr: &MemoryRegion, at: usize, len: usize) -> Result<String, Error> {
     Ok(String::from_utf8_lossy(&buf).into_owned())
 }
 
-fn server() -> Result<(), Error> {
-    let ctx = open("server")?;
+fn server(ctx: Context) -> Result<(), Error> {
     let pd = ctx.alloc_pd();
     let cq = ctx.create_cq(64)?;
     // Receive buffers at 0 and 64, RDMA Write target at 1024, Write with Immediate target
@@ -113,8 +125,7 @@ fn server() -> Result<(), Error> {
     Ok(())
 }
 
-fn client() -> Result<(), Error> {
-    let ctx = open("client")?;
+fn client(ctx: Context) -> Result<(), Error> {
     let pd = ctx.alloc_pd();
     let cq = ctx.create_cq(64)?;
     let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE)?;
@@ -182,17 +193,25 @@ fn client() -> Result<(), Error> {
 }
 
 fn main() {
-    let role = std::env::args().nth(1).unwrap_or_default();
-    let r = match role.as_str() {
-        "server" => server(),
-        "client" => client(),
-        _ => {
-            eprintln!("usage: memif_hello server|client");
-            std::process::exit(2);
+    let cli = Cli::parse();
+    if cli.role != "server" && cli.role != "client" {
+        eprintln!("usage: memif_hello server|client [device flags]");
+        std::process::exit(2);
+    }
+    let ctx = match open(&cli) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{}: {e}", cli.role);
+            std::process::exit(1);
         }
     };
+    let r = if cli.role == "server" {
+        server(ctx)
+    } else {
+        client(ctx)
+    };
     if let Err(e) = r {
-        eprintln!("{role}: {e}");
+        eprintln!("{}: {e}", cli.role);
         std::process::exit(1);
     }
 }

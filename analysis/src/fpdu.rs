@@ -5,10 +5,9 @@
 //! state after an error); the deframing itself (length chain, markers, pad, CRC32c) is
 //! proto's.
 
+pub use warpcore_proto::mpa::deframer::DeframeFault;
+use warpcore_proto::mpa::deframer::Deframer;
 pub use warpcore_proto::mpa::deframer::DeframerConfig;
-use warpcore_proto::mpa::deframer::{DeframeFault, Deframer};
-
-use crate::analysis::FindingKind;
 
 /// One thing the deframer produced, with its place in the FPDU-mode stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,8 +31,8 @@ pub enum FpduEvent {
         offset: u64,
         /// Stream offset where the deframer stopped.
         end: u64,
-        /// The violation.
-        kind: FindingKind,
+        /// proto's diagnosis (`None` when the deframer gave only its error code).
+        fault: Option<DeframeFault>,
         /// proto's description of the fault.
         detail: String,
     },
@@ -103,11 +102,6 @@ pub fn deframe(config: DeframerConfig, chunks: &[&[u8]]) -> Deframed {
                 }
                 Err(error) => {
                     let fault = deframer.fault();
-                    let kind = match fault {
-                        Some(DeframeFault::Crc { .. }) => FindingKind::CrcError,
-                        Some(DeframeFault::Marker { .. }) => FindingKind::MarkerError,
-                        _ => FindingKind::MalformedSegment,
-                    };
                     let detail = match fault {
                         Some(f) => f.to_string(),
                         None => error.to_string(),
@@ -116,7 +110,7 @@ pub fn deframe(config: DeframerConfig, chunks: &[&[u8]]) -> Deframed {
                     out.events.push(FpduEvent::Error {
                         offset: fpdu_start,
                         end,
-                        kind,
+                        fault,
                         detail,
                     });
                     // An endpoint stops here (MPA-8-12). An observer can do better after a

@@ -7,21 +7,12 @@
 //! docs/iwperf.md for the options, the in-band exchange format and the measurements.
 #![forbid(unsafe_code)]
 
-#[path = "iwperf/cli.rs"]
 mod cli;
-#[path = "iwperf/net.rs"]
 mod net;
-#[path = "iwperf/pcapng.rs"]
-mod pcapng;
-#[path = "iwperf/perftest.rs"]
 mod perftest;
-#[path = "iwperf/report.rs"]
 mod report;
-#[path = "iwperf/run.rs"]
 mod run;
-#[path = "iwperf/tests.rs"]
 mod tests;
-#[path = "iwperf/wire.rs"]
 mod wire;
 
 use std::net::Ipv4Addr;
@@ -133,11 +124,9 @@ fn run(cli: &Cli) -> Result<Verdict, String> {
         }),
     };
     // The engines are stopped now (their threads joined): the capture is complete.
-    if let Some(cap) = &cli.capture {
-        let raw = net::raw_capture_path(cap);
-        if raw.exists() {
-            let n = pcapng::clean(&raw, cap)?;
-            let _ = std::fs::remove_file(&raw);
+    if let Some(cap) = &cli.dev.capture {
+        if warpcore_apps::device::raw_capture_path(cap).exists() {
+            let n = warpcore_apps::device::finish_capture(cap)?;
             eprintln!("iwperf: {n} packets captured to {}", cap.display());
         }
     }

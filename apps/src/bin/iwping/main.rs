@@ -1,8 +1,9 @@
 //! `iwping`: an rping-compatible client and server over Warpcore's user-space iWARP engine.
 //!
 //! Same exchange and options as rdma-core's `rping` (`-s`/`-c`, `-a`, `-p`, `-C`, `-S`, `-v`,
-//! `-V`), so it runs against the real tool on a Linux soft-iWARP (siw) machine in either
-//! role; plus the engine's device (`--vdev`), addressing (`--ip`, `--gateway`) and MPA
+//! `-V`, `-I`, `-P`, `-q`, `-d`), so it runs against the real tool on a Linux soft-iWARP (siw)
+//! machine in either role; plus the device layer every Warpcore tool shares (`--memif`,
+//! `--vdev`, `--ip`, `--gateway`, `--capture`, ...) and MPA
 //! settings (`--crc`, `--mpa-rev`, `--p2p`, `--markers`), `--capture`, and `--fault` to
 //! provoke a Terminate on purpose. See docs/interop.md.
 //!
@@ -10,15 +11,9 @@
 //! Terminate (sent or received); 4 the MPA Request was rejected / the startup failed.
 #![forbid(unsafe_code)]
 
-#[path = "iwping/cli.rs"]
 mod cli;
-#[path = "iwping/net.rs"]
 mod net;
-#[path = "iwperf/pcapng.rs"]
-mod pcapng;
-#[path = "iwping/session.rs"]
 mod session;
-#[path = "iwping/wire.rs"]
 mod wire;
 
 use std::process::ExitCode;
@@ -57,14 +52,10 @@ fn main() -> ExitCode {
     };
     // Stop the engine (joins its threads) so the capture is complete before it is cleaned.
     drop(engine);
-    if let Some(cap) = &cli.capture {
-        let raw = net::raw_capture_path(cap);
-        match pcapng::clean(&raw, cap) {
-            Ok(n) => {
-                let _ = std::fs::remove_file(&raw);
-                eprintln!("iwping: {n} frames captured to {}", cap.display());
-            }
-            Err(e) => eprintln!("iwping: --capture: {e}"),
+    if let Some(cap) = &cli.dev.capture {
+        match warpcore_apps::device::finish_capture(cap) {
+            Ok(n) => eprintln!("iwping: {n} frames captured to {}", cap.display()),
+            Err(e) => eprintln!("iwping: {e}"),
         }
     }
     let role = if cli.server { "server" } else { "client" };

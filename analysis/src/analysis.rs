@@ -834,7 +834,12 @@ fn decode_direction(
                     }
                 }
             }
-            FpduEvent::Error { kind, detail, .. } => {
+            FpduEvent::Error { fault, detail, .. } => {
+                let kind = &match fault {
+                    Some(fpdu::DeframeFault::Crc { .. }) => FindingKind::CrcError,
+                    Some(fpdu::DeframeFault::Marker { .. }) => FindingKind::MarkerError,
+                    _ => FindingKind::MalformedSegment,
+                };
                 after_hole = true;
                 report.lost_fpdus.push((dir, frame));
                 match kind {

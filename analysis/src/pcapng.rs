@@ -1,4 +1,4 @@
-//! `--capture`: DPDK 22.11's `rte_pcapng` writes block options that the pcap-file crate
+//! The one pcapng normaliser: DPDK 22.11's `rte_pcapng` writes block options that the pcap-file crate
 //! behind `iwdump` refuses, so iwperf rewrites the file at exit as plain pcapng: the
 //! section header, each interface description with only its timestamp resolution, and each
 //! enhanced packet block without options. Wireshark reads both forms.

@@ -1,0 +1,112 @@
+//! The same tests over the kernel's TCP (blocking sockets, TCP_NODELAY), for an
+//! apples-to-apples baseline: same protocol, same clock, same histogram.
+use super::*;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+
+pub(crate) fn server(addr: &str, tests: u32) -> Result<(), String> {
+    let l = TcpListener::bind(addr).map_err(|e| format!("bind {addr}: {e}"))?;
+    println!("kernel-server: listening on {addr}");
+    let mut served = 0;
+    while tests == 0 || served < tests {
+        let (mut s, _) = l.accept().map_err(|e| e.to_string())?;
+        s.set_nodelay(true).map_err(|e| e.to_string())?;
+        let mut h = [0u8; 16];
+        s.read_exact(&mut h).map_err(|e| e.to_string())?;
+        if &h[..4] != MAGIC {
+            return Err("bad test header".into());
+        }
+        let kind = u32::from_be_bytes(h[4..8].try_into().expect("4 bytes"));
+        let param = u64::from_be_bytes(h[8..16].try_into().expect("8 bytes"));
+        match kind {
+            KIND_RR => {
+                let mut msg = vec![0u8; param as usize];
+                while s.read_exact(&mut msg).is_ok() {
+                    s.write_all(&msg).map_err(|e| e.to_string())?;
+                }
+            }
+            KIND_BULK => {
+                let mut buf = vec![0u8; 1 << 20];
+                let mut count = 0u64;
+                while count < param {
+                    let n = s.read(&mut buf).map_err(|e| e.to_string())?;
+                    if n == 0 {
+                        break;
+                    }
+                    count += n as u64;
+                }
+                s.write_all(&count.to_be_bytes())
+                    .map_err(|e| e.to_string())?;
+                while s.read(&mut buf).map_err(|e| e.to_string())? > 0 {}
+            }
+            _ => return Err(format!("unknown test kind {kind}")),
+        }
+        served += 1;
+    }
+    println!("kernel-server: {served} test connections served");
+    Ok(())
+}
+
+pub(crate) fn client(addr: &str, test: &TestArgs) -> Result<(), String> {
+    for &kind in &test.test {
+        one(addr, test, kind)?;
+    }
+    Ok(())
+}
+
+fn one(addr: &str, test: &TestArgs, kind: TestKind) -> Result<(), String> {
+    let mut s = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+    s.set_nodelay(true).map_err(|e| e.to_string())?;
+    let (code, param) = match kind {
+        TestKind::Rr => (KIND_RR, test.size),
+        TestKind::Bulk => (KIND_BULK, test.bytes),
+    };
+    let mut h = [0u8; 16];
+    h[..4].copy_from_slice(MAGIC);
+    h[4..8].copy_from_slice(&code.to_be_bytes());
+    h[8..].copy_from_slice(&param.to_be_bytes());
+    s.write_all(&h).map_err(|e| e.to_string())?;
+    match kind {
+        TestKind::Rr => {
+            let mut hist =
+                Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
+            let msg = vec![0x42u8; test.size as usize];
+            let mut reply = vec![0u8; test.size as usize];
+            let mut t_start = StdInstant::now();
+            let mut cpu0 = cpu_seconds();
+            for i in 0..test.warmup + test.iterations {
+                if i == test.warmup {
+                    t_start = StdInstant::now();
+                    cpu0 = cpu_seconds();
+                }
+                let t = StdInstant::now();
+                s.write_all(&msg).map_err(|e| e.to_string())?;
+                s.read_exact(&mut reply).map_err(|e| e.to_string())?;
+                if i >= test.warmup {
+                    let _ = hist.record((t.elapsed().as_nanos() as u64).max(1));
+                }
+            }
+            let elapsed = t_start.elapsed().as_secs_f64();
+            report_rr("kernel", test.size, &hist, elapsed, cpu_seconds() - cpu0);
+        }
+        TestKind::Bulk => {
+            let buf = vec![0u8; 1 << 20];
+            let t = StdInstant::now();
+            let cpu0 = cpu_seconds();
+            let mut left = test.bytes;
+            while left > 0 {
+                let n = left.min(buf.len() as u64) as usize;
+                s.write_all(&buf[..n]).map_err(|e| e.to_string())?;
+                left -= n as u64;
+            }
+            let mut r = [0u8; 8];
+            s.read_exact(&mut r).map_err(|e| e.to_string())?;
+            let elapsed = t.elapsed().as_secs_f64();
+            if u64::from_be_bytes(r) != test.bytes {
+                return Err("server counted a different byte count".into());
+            }
+            report_bulk("kernel", test.bytes, elapsed, cpu_seconds() - cpu0);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,289 @@
+//! tcpperf: TCP request/response latency and bulk throughput over Warpcore's user-space stack.
+//!
+//! One binary, these modes:
+//!
+//! * `server` / `client`: two processes, each with its own stack on a DPDK port chosen by EAL
+//!   arguments (`--vdev net_memif0,...` between two processes, `--vdev net_tap0,...` towards a
+//!   kernel peer, or any other port).
+//! * `memory`: client and server stacks in one process over the in-memory link (no DPDK).
+//! * `exchange`: a byte-exact bidirectional transfer of a known pattern with any TCP peer (the
+//!   kernel-interop test pairs it with an ordinary kernel socket).
+//! * `kernel-server` / `kernel-client`: the same tests over the kernel's TCP, as a baseline
+//!   measured the same way (or as a kernel peer for a stack on net_tap).
+//!
+//! The client opens each test with a 16-byte header: `WCPF`, the test kind (1 request/response,
+//! 2 bulk) and a parameter (message size or byte count), all big-endian. Results are printed
+//! for people and as one `RESULT key=value ...` line for scripts.
+
+//!
+//! The code, by concern: [`common`] (stack, clock, pattern), [`client`], [`server`],
+//! [`exchange`], [`drive`] (the poll loop and the in-memory mode), [`dpdk`] (ports, through
+//! the apps library's device layer), [`kernel`] (the kernel-TCP baseline), [`report`].
+
+// Without DPDK only the in-memory mode exists; the exchange and server code is then unused.
+#![cfg_attr(not(feature = "dpdk"), allow(dead_code))]
+#![forbid(unsafe_code)]
+
+mod client;
+mod common;
+#[cfg(feature = "dpdk")]
+mod dpdk;
+mod drive;
+mod exchange;
+mod kernel;
+mod report;
+mod server;
+
+use std::io::BufWriter;
+use std::process::ExitCode;
+use std::time::Instant as StdInstant;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use hdrhistogram::Histogram;
+use warpcore_apps::device::DeviceArgs;
+use warpcore_tcp::link::{self, LinkConfig};
+use warpcore_tcp::smoltcp::socket::tcp::State;
+use warpcore_tcp::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
+use warpcore_tcp::{Capture, ConnId, Event, PollDevice, Stack, TcpTuning};
+
+use client::*;
+use common::*;
+use drive::*;
+use exchange::*;
+use report::*;
+use server::*;
+
+const MAGIC: &[u8; 4] = b"WCPF";
+const KIND_RR: u32 = 1;
+const KIND_BULK: u32 = 2;
+const CLIENT_SALT: u32 = 0x5a5a_0001;
+const SERVER_SALT: u32 = 0xa5a5_0002;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tcpperf",
+    about = "TCP latency and throughput over Warpcore's user-space stack"
+)]
+struct Cli {
+    #[command(subcommand)]
+    mode: Mode,
+}
+
+#[derive(Subcommand, Debug)]
+enum Mode {
+    /// Serve request/response and bulk tests on a DPDK port.
+    Server {
+        #[command(flatten)]
+        net: NetArgs,
+        /// TCP port to listen on.
+        #[arg(long, default_value_t = 5201)]
+        listen: u16,
+        /// Exit after this many test connections (0: serve forever).
+        #[arg(long, default_value_t = 0)]
+        tests: u32,
+    },
+    /// Run a test against a tcpperf server on a DPDK port.
+    Client {
+        #[command(flatten)]
+        net: NetArgs,
+        /// Server address.
+        #[arg(long)]
+        server: Ipv4Address,
+        /// Server TCP port.
+        #[arg(long, default_value_t = 5201)]
+        server_port: u16,
+        #[command(flatten)]
+        test: TestArgs,
+    },
+    /// Client and server stacks in this process over the in-memory link (no DPDK).
+    Memory {
+        #[command(flatten)]
+        test: TestArgs,
+        /// IP MTU of the link.
+        #[arg(long, default_value_t = 1500)]
+        mtu: usize,
+        /// Write the client side's frames to this pcap file.
+        #[arg(long)]
+        pcap: Option<String>,
+    },
+    /// The server side of the tests over the kernel's TCP (baseline).
+    KernelServer {
+        /// Address to listen on, e.g. 127.0.0.1:5301.
+        #[arg(long)]
+        listen: String,
+        /// Exit after this many test connections (0: serve forever).
+        #[arg(long, default_value_t = 0)]
+        tests: u32,
+    },
+    /// The client side of the tests over the kernel's TCP (baseline).
+    KernelClient {
+        /// Server address, e.g. 127.0.0.1:5301.
+        #[arg(long)]
+        server: String,
+        #[command(flatten)]
+        test: TestArgs,
+    },
+    /// Byte-exact pattern exchange with any TCP peer (e.g. a kernel socket).
+    Exchange {
+        #[command(flatten)]
+        net: NetArgs,
+        /// Connect to this address:port (client role); without it, listen.
+        #[arg(long)]
+        peer: Option<String>,
+        /// Port to listen on (server role).
+        #[arg(long, default_value_t = 7000)]
+        listen: u16,
+        /// Bytes to send and to expect, each way.
+        #[arg(long, default_value_t = 16 << 20)]
+        bytes: u64,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 60)]
+        timeout_s: u64,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+struct NetArgs {
+    /// The device: --memif, --vdev, --pci, --eal, --dpdk-port, --ip (required here),
+    /// --gateway, --mac, --cores (the first runs the stack), --mtu (default 1500),
+    /// --no-csum, --capture (DPDK's pcapng of rx and tx mbufs, normalised at exit).
+    #[command(flatten)]
+    dev: DeviceArgs,
+    /// Write every frame as pcap (the stack's side) to this file.
+    #[arg(long)]
+    pcap: Option<String>,
+    /// Print the port's extended statistics at the end.
+    #[arg(long)]
+    xstats: bool,
+    /// Frames per rx burst (and most frames the stack sends per poll).
+    #[arg(long, default_value_t = 64)]
+    burst: usize,
+    /// Frames that may wait for the tx ring before the device pushes back.
+    #[arg(long, default_value_t = 512)]
+    tx_pending: usize,
+    /// Seconds to wait for the link to come up (e.g. for the memif peer to connect).
+    #[arg(long, default_value_t = 30)]
+    link_wait_s: u64,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum TestKind {
+    /// Ping-pong of fixed-size messages on one connection.
+    Rr,
+    /// One-way bulk transfer, client to server.
+    Bulk,
+}
+
+#[derive(Args, Debug, Clone)]
+struct TestArgs {
+    /// Which tests, run one after the other on fresh connections of the same stack
+    /// (e.g. `rr,bulk`).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "rr")]
+    test: Vec<TestKind>,
+    /// Request/response message size in bytes.
+    #[arg(long, default_value_t = 64)]
+    size: u64,
+    /// Request/response round trips (after warm-up).
+    #[arg(long, default_value_t = 100_000)]
+    iterations: u64,
+    /// Round trips not recorded at the start.
+    #[arg(long, default_value_t = 1_000)]
+    warmup: u64,
+    /// Bulk bytes.
+    #[arg(long, default_value_t = 1 << 30)]
+    bytes: u64,
+    /// Socket buffer size in bytes (each direction).
+    #[arg(long, default_value_t = 4 << 20)]
+    buffer: usize,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 120)]
+    timeout_s: u64,
+    /// Congestion controller of the client's connection.
+    #[arg(long, value_enum, default_value_t = Cc::Cubic)]
+    congestion: Cc,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum Cc {
+    /// No congestion control.
+    None,
+    /// Reno.
+    Reno,
+    /// CUBIC.
+    Cubic,
+}
+
+impl From<Cc> for warpcore_tcp::Congestion {
+    fn from(c: Cc) -> Self {
+        match c {
+            Cc::None => warpcore_tcp::Congestion::None,
+            Cc::Reno => warpcore_tcp::Congestion::Reno,
+            Cc::Cubic => warpcore_tcp::Congestion::Cubic,
+        }
+    }
+}
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.mode {
+        Mode::Memory { test, mtu, pcap } => run_memory(test, mtu, pcap),
+        Mode::KernelServer { listen, tests } => kernel::server(&listen, tests),
+        Mode::KernelClient { server, test } => kernel::client(&server, &test),
+        #[cfg(feature = "dpdk")]
+        Mode::Server { net, listen, tests } => dpdk::with_stack(
+            &net,
+            "server",
+            0,
+            RoleSpec::Server {
+                port: listen,
+                buffer: 4 << 20,
+                tests,
+            },
+        ),
+        #[cfg(feature = "dpdk")]
+        Mode::Client {
+            net,
+            server,
+            server_port,
+            test,
+        } => {
+            let t = test.timeout_s;
+            dpdk::with_stack(
+                &net,
+                "dpdk",
+                t,
+                RoleSpec::Client {
+                    server: (server, server_port),
+                    test,
+                },
+            )
+        }
+        #[cfg(feature = "dpdk")]
+        Mode::Exchange {
+            net,
+            peer,
+            listen,
+            bytes,
+            timeout_s,
+        } => dpdk::with_stack(
+            &net,
+            "exchange",
+            timeout_s,
+            RoleSpec::Exchange {
+                peer,
+                listen,
+                bytes,
+            },
+        ),
+        #[cfg(not(feature = "dpdk"))]
+        Mode::Server { .. } | Mode::Client { .. } | Mode::Exchange { .. } => {
+            Err("this tcpperf was built without the dpdk feature: only `memory` works".into())
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tcpperf: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,869 @@
+//! One device layer for every tool: the flags that name a device ([`DeviceArgs`], flattened
+//! into each tool's parser), the EAL arguments they make ([`DeviceArgs::eal_args`]), and the
+//! one path that brings a device up ([`DeviceArgs::open_port`], [`DeviceArgs::open_ring_pair`]
+//! for DPDK ports; [`DeviceArgs::open_engine`] and [`DeviceArgs::open_engine_pair`] start
+//! Warpcore engines on them).
+//!
+//! The EAL is initialised once per process from the typed builder of `warpcore-dpdk-sys`:
+//! `--eal` verbatim when given, otherwise no hugepages (or hugepages without files when at
+//! least 256 MB of free 2 MB pages exist), no shared configuration, no telemetry, a
+//! per-process file prefix, no PCI scan unless `--pci` names a NIC, and the vdevs of
+//! `--vdev` and `--memif`.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+
+/// Which loopback (`--loopback`).
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loopback {
+    /// net_ring when built with DPDK, else the in-memory link.
+    Auto,
+    /// Two DPDK net_ring ports joined back to back.
+    Ring,
+    /// The in-memory link (no DPDK).
+    Link,
+}
+
+/// An IPv4 address with its prefix length (`--ip A.B.C.D[/LEN]`, /24 when not given).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpPrefix {
+    /// The address.
+    pub addr: Ipv4Addr,
+    /// The prefix length, 0 to 32.
+    pub len: u8,
+}
+
+impl std::str::FromStr for IpPrefix {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (a, l) = s.split_once('/').unwrap_or((s, "24"));
+        let addr: Ipv4Addr = a
+            .parse()
+            .map_err(|_| format!("bad IPv4 address {a:?} (expected e.g. 198.18.0.2/24)"))?;
+        let len: u8 = l
+            .parse()
+            .ok()
+            .filter(|l| *l <= 32)
+            .ok_or_else(|| format!("bad prefix length {l:?} (0 to 32)"))?;
+        Ok(IpPrefix { addr, len })
+    }
+}
+
+/// An Ethernet address (`--mac 02:00:00:00:00:01`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mac(pub [u8; 6]);
+
+impl std::str::FromStr for Mac {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("bad Ethernet address {s:?} (expected e.g. 02:00:00:00:00:01)");
+        let v: Vec<u8> = s
+            .split(':')
+            .map(|p| u8::from_str_radix(p, 16))
+            .collect::<Result<_, _>>()
+            .map_err(|_| bad())?;
+        Ok(Mac(v.try_into().map_err(|_| bad())?))
+    }
+}
+
+/// A CPU list (`--cores 0,2-3`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuList(pub Vec<usize>);
+
+impl std::str::FromStr for CpuList {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("bad CPU list {s:?} (expected e.g. 0,1 or 0-3)");
+        let mut v = Vec::new();
+        for part in s.split(',').filter(|p| !p.is_empty()) {
+            match part.split_once('-') {
+                Some((a, b)) => {
+                    let (a, b): (usize, usize) =
+                        (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+                    if a > b {
+                        return Err(bad());
+                    }
+                    v.extend(a..=b);
+                }
+                None => v.push(part.parse().map_err(|_| bad())?),
+            }
+        }
+        if v.is_empty() {
+            return Err(format!("empty CPU list {s:?}"));
+        }
+        Ok(CpuList(v))
+    }
+}
+
+/// The flags that name and shape a device, the same in every tool (flatten them into the
+/// tool's parser with `#[command(flatten)]`). A tool refuses, with the reason, the ones it
+/// cannot use ([`DeviceArgs::refuse`]).
+#[derive(Args, Debug, Clone, Default)]
+pub struct DeviceArgs {
+    /// Shorthand for a net_memif vdev on this socket path (the serving side is the memif
+    /// server, the connecting side its client).
+    #[arg(long, help_heading = "Device")]
+    pub memif: Option<PathBuf>,
+    /// A DPDK vdev (net_memif0,..., net_tap0,..., net_af_packet0,..., net_ring0), repeatable.
+    #[arg(long, help_heading = "Device")]
+    pub vdev: Vec<String>,
+    /// A NIC by PCI address (EAL -a ADDR; the port is named by it).
+    #[arg(long, help_heading = "Device")]
+    pub pci: Option<String>,
+    /// EAL arguments verbatim, whitespace separated (replace the defaults; --vdev and
+    /// --memif are still added).
+    #[arg(long, allow_hyphen_values = true, help_heading = "Device")]
+    pub eal: Option<String>,
+    /// DPDK port name (default: the first vdev's or the PCI device's name, else port 0).
+    #[arg(long = "dpdk-port", help_heading = "Device")]
+    pub dpdk_port: Option<String>,
+    /// Both ends in this process: two net_ring ports (DPDK), or the in-memory link.
+    #[arg(
+        long,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "auto",
+        value_enum,
+        help_heading = "Device"
+    )]
+    pub loopback: Option<Loopback>,
+    /// This side's IPv4 address and prefix length, e.g. 198.18.0.2/24 (/24 if left out).
+    #[arg(long, help_heading = "Device")]
+    pub ip: Option<IpPrefix>,
+    /// Default gateway.
+    #[arg(long, help_heading = "Device")]
+    pub gateway: Option<Ipv4Addr>,
+    /// Ethernet address of this side (default: the tool's choice, see its help).
+    #[arg(long, help_heading = "Device")]
+    pub mac: Option<Mac>,
+    /// CPUs: the first runs the application (the EAL's main lcore), the others the engine
+    /// core(s); one CPU is shared by both.
+    #[arg(long, help_heading = "Device")]
+    pub cores: Option<CpuList>,
+    /// IP MTU of the port (576 to 9000; default: the port's own).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(576..=9000), help_heading = "Device")]
+    pub mtu: Option<u16>,
+    /// Skip IPv4/TCP checksums (send zero, verify nothing), as the kernel's loopback does.
+    /// net_memif only (shared memory between two processes, no wire), and both sides must
+    /// give it: a side that still verifies drops every frame of the other.
+    #[arg(long = "no-csum", help_heading = "Device")]
+    pub no_csum: bool,
+    /// Record this side's traffic as pcapng (Wireshark, iwdump).
+    #[arg(long, help_heading = "Device")]
+    pub capture: Option<PathBuf>,
+}
+
+/// Which end of a `--memif` socket this process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemifRole {
+    /// The memif server (creates the socket): the tool's serving side.
+    Server,
+    /// The memif client: the tool's connecting side.
+    Client,
+}
+
+/// A device that could not be brought up, or flags that cannot go together.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeviceError {
+    /// No device was named.
+    #[error("no device: give {0}")]
+    NoDevice(&'static str),
+    /// A flag this tool (or this combination) cannot honour.
+    #[error("{flag}: {why}")]
+    Refused {
+        /// The flag.
+        flag: &'static str,
+        /// Why not.
+        why: String,
+    },
+    /// A memif socket path is in use by a live process, or a stale one cannot be removed.
+    #[error("memif socket {path}: {why}")]
+    MemifSocket {
+        /// The socket path.
+        path: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A DPDK call failed.
+    #[cfg(feature = "dpdk")]
+    #[error("{what}: {source}")]
+    Dpdk {
+        /// What was being done.
+        what: String,
+        /// DPDK's error.
+        #[source]
+        source: warpcore_verbs::dpdk::dpdk_sys::Error,
+    },
+    /// The EAL refused its arguments.
+    #[cfg(feature = "dpdk")]
+    #[error(
+        "DPDK EAL initialisation failed: {source}\n  (check --vdev/--memif/--pci/--eal; the \
+         EAL arguments were: {args})"
+    )]
+    Eal {
+        /// The arguments given to the EAL.
+        args: String,
+        /// DPDK's error.
+        #[source]
+        source: warpcore_verbs::dpdk::dpdk_sys::Error,
+    },
+    /// Warpcore refused the port or the engine configuration.
+    #[error("{what}: {source}")]
+    Verbs {
+        /// What was being done.
+        what: &'static str,
+        /// Warpcore's error.
+        #[source]
+        source: warpcore_verbs::Error,
+    },
+}
+
+fn hugepages_free() -> u64 {
+    std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The file DPDK's pcapng writer fills; [`finish_capture`] rewrites it to `--capture`.
+pub fn raw_capture_path(p: &Path) -> PathBuf {
+    let mut s = p.as_os_str().to_owned();
+    s.push(".dpdk-raw");
+    PathBuf::from(s)
+}
+
+/// After the engine (or port) is dropped: rewrites DPDK's raw capture of `--capture PATH` as
+/// plain pcapng at PATH ([`crate::pcapng::clean`]) and removes the raw file. Returns the
+/// number of frames.
+pub fn finish_capture(path: &Path) -> Result<u64, String> {
+    let raw = raw_capture_path(path);
+    let n = crate::pcapng::clean(&raw, path).map_err(|e| format!("--capture: {e}"))?;
+    let _ = std::fs::remove_file(&raw);
+    Ok(n)
+}
+
+/// A memif server refuses to start on a socket file left by a dead process, and two servers
+/// on one live socket would steal each other's peer: remove a stale file, refuse a live one.
+pub fn check_memif_socket(vdev: &str) -> Result<(), DeviceError> {
+    if !vdev.starts_with("net_memif") {
+        return Ok(());
+    }
+    let kv = |key: &str| {
+        vdev.split(',')
+            .find_map(|p| p.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+    };
+    if kv("role") != Some("server") || kv("socket-abstract") != Some("no") {
+        return Ok(());
+    }
+    let Some(sock) = kv("socket") else {
+        return Ok(());
+    };
+    let path = Path::new(sock);
+    if !path.exists() {
+        return Ok(());
+    }
+    // memif listens on a SOCK_SEQPACKET socket, which std cannot connect to; the kernel's
+    // table of Unix sockets says whether a process still listens on the path
+    // (flag __SO_ACCEPTCON, 0x10000).
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    let live = table.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() >= 8 && f[7] == sock && f[3] == "00010000"
+    });
+    if live {
+        return Err(DeviceError::MemifSocket {
+            path: sock.into(),
+            why: "busy: another process listens on it (a server already running?); stop it \
+                  or pick another socket path"
+                .into(),
+        });
+    }
+    std::fs::remove_file(path).map_err(|e| DeviceError::MemifSocket {
+        path: sock.into(),
+        why: format!("cannot remove the stale socket file: {e}"),
+    })?;
+    eprintln!("removed stale memif socket {sock}");
+    Ok(())
+}
+
+impl DeviceArgs {
+    /// Refuses `flag` (set in these arguments) with `why`, for a tool that cannot use it.
+    pub fn refuse(&self, flag: &'static str, why: &str) -> Result<(), DeviceError> {
+        let set = match flag {
+            "--memif" => self.memif.is_some(),
+            "--vdev" => !self.vdev.is_empty(),
+            "--pci" => self.pci.is_some(),
+            "--eal" => self.eal.is_some(),
+            "--dpdk-port" => self.dpdk_port.is_some(),
+            "--loopback" => self.loopback.is_some(),
+            "--ip" => self.ip.is_some(),
+            "--gateway" => self.gateway.is_some(),
+            "--mac" => self.mac.is_some(),
+            "--cores" => self.cores.is_some(),
+            "--mtu" => self.mtu.is_some(),
+            "--no-csum" => self.no_csum,
+            "--capture" => self.capture.is_some(),
+            _ => false,
+        };
+        if set {
+            Err(DeviceError::Refused {
+                flag,
+                why: why.into(),
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The CPUs of `--cores` (empty when not given).
+    pub fn cpus(&self) -> &[usize] {
+        self.cores.as_ref().map_or(&[], |c| &c.0)
+    }
+
+    /// The engine cores' CPUs: all but the first of `--cores`, or the one CPU given.
+    pub fn engine_cpus(&self) -> Vec<usize> {
+        match self.cpus() {
+            [] => Vec::new(),
+            [one] => vec![*one],
+            [_, rest @ ..] => rest.to_vec(),
+        }
+    }
+
+    /// Whether anything names a DPDK port.
+    pub fn names_port(&self) -> bool {
+        !self.vdev.is_empty() || self.memif.is_some() || self.pci.is_some() || self.eal.is_some()
+    }
+
+    /// The vdevs: `--vdev` as given plus the `--memif PATH` shorthand in `role`.
+    pub fn vdevs(&self, role: MemifRole) -> Vec<String> {
+        let mut v = self.vdev.clone();
+        if let Some(sock) = &self.memif {
+            let role = match role {
+                MemifRole::Server => "server",
+                MemifRole::Client => "client",
+            };
+            v.push(format!(
+                "net_memif0,role={role},socket={},socket-abstract=no,rsize=12",
+                sock.display()
+            ));
+        }
+        v
+    }
+
+    /// The name of the port to open: `--dpdk-port`, else the first vdev's name, else the
+    /// PCI address (`None`: port 0).
+    pub fn port_name(&self, role: MemifRole) -> Option<String> {
+        self.dpdk_port
+            .clone()
+            .or_else(|| {
+                self.vdevs(role)
+                    .first()
+                    .map(|v| v.split(',').next().unwrap_or(v).to_string())
+            })
+            .or_else(|| self.pci.clone())
+    }
+
+    /// The EAL arguments (without the program name) for process `tool` in `role`.
+    pub fn eal_args(&self, tool: &str, role: MemifRole) -> Vec<String> {
+        let mut a: Vec<String> = Vec::new();
+        match &self.eal {
+            Some(s) => a.extend(s.split_whitespace().map(String::from)),
+            None => {
+                match self.cpus().first() {
+                    Some(c) => a.extend(["-l".into(), c.to_string()]),
+                    // No --cores: let the main thread (and the engine threads it starts)
+                    // float over every CPU.
+                    None => a.push(format!(
+                        "--lcores=0@(0-{})",
+                        std::thread::available_parallelism()
+                            .map(|n| n.get() - 1)
+                            .unwrap_or(0)
+                    )),
+                }
+                // Jumbo frames need bigger mbufs: give the pool room.
+                let mb = if self.mtu.is_some_and(|m| m > 1500) {
+                    1024
+                } else {
+                    256
+                };
+                if hugepages_free() >= 128 {
+                    a.push("--in-memory".into());
+                } else {
+                    a.push("--no-huge".into());
+                }
+                a.extend(["-m".into(), mb.to_string(), "--no-shconf".into()]);
+                a.push("--no-telemetry".into());
+                a.push("--log-level=error".into());
+                let r = match role {
+                    MemifRole::Server => "s",
+                    MemifRole::Client => "c",
+                };
+                a.push(format!("--file-prefix={tool}-{r}-{}", std::process::id()));
+                match &self.pci {
+                    Some(p) => a.extend(["-a".into(), p.clone()]),
+                    None => a.push("--no-pci".into()),
+                }
+            }
+        }
+        for v in self.vdevs(role) {
+            a.push(format!("--vdev={v}"));
+        }
+        a
+    }
+
+    /// Octets of mbuf data room a frame of this MTU needs (at least DPDK's default).
+    pub fn data_room(&self) -> u16 {
+        let frame = u32::from(self.mtu.unwrap_or(1500)) + 18 + 128;
+        u16::try_from(frame.max(2048 + 128)).unwrap_or(u16::MAX)
+    }
+}
+
+/// Both ends' addresses when a tool runs them in one process: (server, client).
+#[derive(Debug, Clone, Copy)]
+pub struct PairAddrs {
+    /// The serving engine's address.
+    pub server: Ipv4Addr,
+    /// The connecting engine's address.
+    pub client: Ipv4Addr,
+}
+
+/// One opened Warpcore engine and what a banner says about it.
+pub struct Endpoint {
+    /// The engine. (The EAL it runs on stays up until the process exits.)
+    pub ctx: warpcore_verbs::Context,
+    /// Our IPv4 address.
+    pub ip: Ipv4Addr,
+    /// Device name for banners.
+    pub device: String,
+    /// IP MTU of the device.
+    pub mtu: usize,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Endpoint({} on {})", self.ip, self.device)
+    }
+}
+
+/// How a tool wants its engine(s) set up, besides what [`DeviceArgs`] says.
+pub struct EngineOptions<'a> {
+    /// The tool's name (EAL program name and file prefix).
+    pub tool: &'a str,
+    /// Which end of a `--memif` socket this process is.
+    pub role: MemifRole,
+    /// This side's address when `--ip` is not given.
+    pub default_ip: Option<Ipv4Addr>,
+    /// Give memif and net_ring ports a fixed MAC, 02:57:43:00:00:<last octet of the IP>,
+    /// so captures of different runs compare (those ports draw a random one per run).
+    pub fixed_mac: bool,
+    /// Anything else the tool sets on each engine's configuration (limits, drive, TCP).
+    pub configure: &'a dyn Fn(&mut warpcore_verbs::Config),
+    /// The in-memory link of `--loopback=link` (its MTU, seeded loss, reordering,
+    /// duplication); `None`: a clean link.
+    pub link: Option<warpcore_verbs::LinkConfig>,
+}
+
+impl std::fmt::Debug for EngineOptions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EngineOptions({}, {:?})", self.tool, self.role)
+    }
+}
+
+impl DeviceArgs {
+    fn engine_config(
+        &self,
+        device: warpcore_verbs::Device,
+        ip: IpPrefix,
+        fixed_mac: bool,
+        configure: &dyn Fn(&mut warpcore_verbs::Config),
+    ) -> warpcore_verbs::Config {
+        let mut cfg = warpcore_verbs::Config::new(device, ip.addr);
+        cfg.prefix_len = ip.len;
+        cfg.gateway = self.gateway;
+        cfg.cpus = self.engine_cpus();
+        cfg.mac = self
+            .mac
+            .map(|m| m.0)
+            .or(fixed_mac.then(|| [2, 0x57, 0x43, 0, 0, ip.addr.octets()[3]]));
+        if let Some(m) = self.mtu {
+            cfg.engine.mtu = usize::from(m);
+        }
+        configure(&mut cfg);
+        cfg
+    }
+
+    fn local_ip(&self, default: Option<Ipv4Addr>) -> Result<IpPrefix, DeviceError> {
+        self.ip
+            .or(default.map(|addr| IpPrefix { addr, len: 24 }))
+            .ok_or(DeviceError::Refused {
+                flag: "--ip",
+                why: "this side needs an address: give --ip A.B.C.D[/LEN]".into(),
+            })
+    }
+
+    /// Opens one engine on the DPDK port these arguments name (the EAL is initialised here,
+    /// once per process).
+    #[cfg(feature = "dpdk")]
+    pub fn open_engine(&self, o: &EngineOptions<'_>) -> Result<Endpoint, DeviceError> {
+        use warpcore_verbs::dpdk::DpdkPort;
+        if self.loopback.is_some() {
+            return Err(DeviceError::Refused {
+                flag: "--loopback",
+                why: "runs both ends in this process; this side opens one port".into(),
+            });
+        }
+        let ip = self.local_ip(o.default_ip)?;
+        let queues = self.engine_cpus().len().max(1) as u16;
+        let p = self.open_port(o.tool, o.role)?;
+        let name = p.name.clone();
+        let is_memif = p.port.info().driver == "net_memif";
+        let mut port =
+            DpdkPort::from_port_with_mtu(p.port, p.pool, queues, self.mtu).map_err(|source| {
+                DeviceError::Verbs {
+                    what: "DPDK port set-up",
+                    source,
+                }
+            })?;
+        if self.no_csum {
+            port.skip_checksums().map_err(|source| DeviceError::Verbs {
+                what: "--no-csum",
+                source,
+            })?;
+        }
+        if let Some(c) = &self.capture {
+            port.capture_pcapng(
+                &p.eal,
+                &raw_capture_path(c).to_string_lossy(),
+                &format!("{}_cap", o.tool),
+            )
+            .map_err(|source| DeviceError::Verbs {
+                what: "--capture",
+                source,
+            })?;
+        }
+        let mtu = port.mtu();
+        let cfg = self.engine_config(
+            warpcore_verbs::Device::Dpdk(port),
+            ip,
+            o.fixed_mac && is_memif,
+            o.configure,
+        );
+        let ctx = warpcore_verbs::Context::open(cfg).map_err(|source| DeviceError::Verbs {
+            what: "engine",
+            source,
+        })?;
+        Ok(Endpoint {
+            ctx,
+            ip: ip.addr,
+            device: name,
+            mtu,
+        })
+    }
+
+    /// Opens two engines in this process (`--loopback`): over two net_ring ports, or over
+    /// the in-memory link (`--loopback=link`, or `auto` without DPDK). Returns
+    /// (server, client).
+    pub fn open_engine_pair(
+        &self,
+        o: &EngineOptions<'_>,
+        addrs: PairAddrs,
+    ) -> Result<(Endpoint, Endpoint), DeviceError> {
+        self.refuse(
+            "--no-csum",
+            "applies to a net_memif port between two processes only",
+        )?;
+        self.refuse(
+            "--memif",
+            "names a port to another process; --loopback needs none",
+        )?;
+        self.refuse(
+            "--vdev",
+            "names a port to another process; --loopback needs none",
+        )?;
+        self.refuse("--pci", "names a NIC; --loopback needs none")?;
+        let sip = self.ip.unwrap_or(IpPrefix {
+            addr: addrs.server,
+            len: 24,
+        });
+        let cip = IpPrefix {
+            addr: addrs.client,
+            len: sip.len,
+        };
+        match self.loopback.unwrap_or(Loopback::Auto) {
+            #[cfg(feature = "dpdk")]
+            Loopback::Ring | Loopback::Auto => self.open_ring_engines(o, sip, cip),
+            #[cfg(not(feature = "dpdk"))]
+            Loopback::Ring => Err(DeviceError::Refused {
+                flag: "--loopback=ring",
+                why: "this build has no DPDK".into(),
+            }),
+            _ => {
+                self.refuse(
+                    "--capture",
+                    "records DPDK ports; use --loopback=ring to capture",
+                )?;
+                let link = o.link.clone().unwrap_or_default();
+                let (a, b) = warpcore_verbs::link_pair(&link);
+                let cs = self.engine_config(b, sip, false, o.configure);
+                let cc = self.engine_config(a, cip, false, o.configure);
+                let mtu = cs.engine.mtu;
+                let open = |c| {
+                    warpcore_verbs::Context::open(c).map_err(|source| DeviceError::Verbs {
+                        what: "engine",
+                        source,
+                    })
+                };
+                let server = open(cs)?;
+                let client = open(cc)?;
+                let ep = |ctx, ip: IpPrefix| Endpoint {
+                    ctx,
+                    ip: ip.addr,
+                    device: "in-memory link".into(),
+                    mtu,
+                };
+                Ok((ep(server, sip), ep(client, cip)))
+            }
+        }
+    }
+
+    #[cfg(feature = "dpdk")]
+    fn open_ring_engines(
+        &self,
+        o: &EngineOptions<'_>,
+        sip: IpPrefix,
+        cip: IpPrefix,
+    ) -> Result<(Endpoint, Endpoint), DeviceError> {
+        use warpcore_verbs::dpdk::DpdkPort;
+        let r = self.open_ring_pair(o.tool)?;
+        let set_up = |port, what| {
+            DpdkPort::from_port_with_mtu(port, r.pool, 1, self.mtu)
+                .map_err(|source| DeviceError::Verbs { what, source })
+        };
+        let mut pa = set_up(r.a, "net_ring port a")?;
+        let pb = set_up(r.b, "net_ring port b")?;
+        if let Some(c) = &self.capture {
+            pa.capture_pcapng(
+                &r.eal,
+                &raw_capture_path(c).to_string_lossy(),
+                &format!("{}_cap", o.tool),
+            )
+            .map_err(|source| DeviceError::Verbs {
+                what: "--capture",
+                source,
+            })?;
+        }
+        let mtu = pa.mtu();
+        let cc = self.engine_config(warpcore_verbs::Device::Dpdk(pa), cip, true, o.configure);
+        let cs = self.engine_config(warpcore_verbs::Device::Dpdk(pb), sip, true, o.configure);
+        let open = |c| {
+            warpcore_verbs::Context::open(c).map_err(|source| DeviceError::Verbs {
+                what: "engine",
+                source,
+            })
+        };
+        let client = open(cc)?;
+        let server = open(cs)?;
+        let ep = |ctx, ip: IpPrefix| Endpoint {
+            ctx,
+            ip: ip.addr,
+            device: "net_ring (loopback)".into(),
+            mtu,
+        };
+        Ok((ep(server, sip), ep(client, cip)))
+    }
+}
+
+#[cfg(feature = "dpdk")]
+pub use self::dpdk::{OpenedPort, RingPair};
+
+#[cfg(feature = "dpdk")]
+mod dpdk {
+    use super::*;
+    use warpcore_verbs::dpdk::dpdk_sys::{Eal, EalBuilder, Mempool, Port, RingPortPair};
+
+    /// An initialised EAL with the named port found and a pool for it: what a tool that
+    /// drives the port itself (tcpperf) or through Warpcore starts from.
+    #[derive(Debug)]
+    pub struct OpenedPort {
+        /// Proof that the EAL is up.
+        pub eal: Eal,
+        /// The port, not yet configured.
+        pub port: Port,
+        /// Its mbuf pool (data room for `--mtu`).
+        pub pool: Mempool,
+        /// The port's name, for banners.
+        pub name: String,
+    }
+
+    /// Two net_ring ports joined back to back, and their pool.
+    #[derive(Debug)]
+    pub struct RingPair {
+        /// Proof that the EAL is up.
+        pub eal: Eal,
+        /// One end.
+        pub a: Port,
+        /// The other end.
+        pub b: Port,
+        /// The pool both use.
+        pub pool: Mempool,
+    }
+
+    fn dpdk(what: &str) -> impl FnOnce(warpcore_verbs::dpdk::dpdk_sys::Error) -> DeviceError {
+        let what = what.to_string();
+        move |source| DeviceError::Dpdk { what, source }
+    }
+
+    impl DeviceArgs {
+        fn init_eal(&self, tool: &str, role: MemifRole) -> Result<Eal, DeviceError> {
+            for v in self.vdevs(role) {
+                check_memif_socket(&v)?;
+            }
+            let args = self.eal_args(tool, role);
+            EalBuilder::new(tool)
+                .args(args.iter())
+                .init()
+                .map_err(|source| DeviceError::Eal {
+                    args: args.join(" "),
+                    source,
+                })
+        }
+
+        /// Initialises the EAL and finds the port these arguments name, with a pool of
+        /// 16,383 mbufs sized for `--mtu`.
+        pub fn open_port(&self, tool: &str, role: MemifRole) -> Result<OpenedPort, DeviceError> {
+            if !self.names_port() {
+                return Err(DeviceError::NoDevice(
+                    "--memif PATH, --vdev (e.g. net_tap0,iface=wctap0 or \
+                     net_af_packet0,iface=veth0), --pci ADDR or --eal ARGS",
+                ));
+            }
+            let eal = self.init_eal(tool, role)?;
+            let pool = Mempool::new(&eal, &format!("{tool}_pool"), 16383, 256, self.data_room())
+                .map_err(dpdk("DPDK mempool"))?;
+            let name = self.port_name(role);
+            let port = match &name {
+                Some(n) => Port::by_name(&eal, n),
+                None => Port::from_id(&eal, 0),
+            }
+            .map_err(dpdk("DPDK port"))?;
+            Ok(OpenedPort {
+                eal,
+                port,
+                pool,
+                name: name.unwrap_or_else(|| "port 0".into()),
+            })
+        }
+
+        /// Initialises the EAL and makes two net_ring ports joined back to back.
+        pub fn open_ring_pair(&self, tool: &str) -> Result<RingPair, DeviceError> {
+            let eal = self.init_eal(tool, MemifRole::Server)?;
+            let pool = Mempool::new(&eal, &format!("{tool}_pool"), 16383, 256, self.data_room())
+                .map_err(dpdk("DPDK mempool"))?;
+            let RingPortPair { a, b } =
+                RingPortPair::new(&eal, tool, 4096).map_err(dpdk("net_ring"))?;
+            Ok(RingPair { eal, a, b, pool })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct T {
+        #[command(flatten)]
+        dev: DeviceArgs,
+    }
+
+    #[test]
+    fn flags_parse_and_make_eal_arguments() {
+        let t = T::try_parse_from([
+            "t",
+            "--memif",
+            "/tmp/x.sock",
+            "--ip",
+            "198.18.0.7/16",
+            "--cores",
+            "1,3-4",
+            "--mtu",
+            "9000",
+            "--mac",
+            "02:00:00:00:00:09",
+        ])
+        .unwrap();
+        let d = t.dev;
+        assert_eq!(
+            d.ip,
+            Some(IpPrefix {
+                addr: Ipv4Addr::new(198, 18, 0, 7),
+                len: 16
+            })
+        );
+        assert_eq!(d.cpus(), &[1, 3, 4]);
+        assert_eq!(d.engine_cpus(), vec![3, 4]);
+        assert_eq!(d.mac, Some(Mac([2, 0, 0, 0, 0, 9])));
+        assert_eq!(
+            d.port_name(MemifRole::Client).as_deref(),
+            Some("net_memif0")
+        );
+        let a = d.eal_args("t", MemifRole::Client);
+        assert_eq!(&a[..2], ["-l", "1"]);
+        assert!(a.contains(&"--no-pci".to_string()));
+        assert!(
+            a.contains(&"1024".to_string()),
+            "jumbo MTU gets a bigger heap: {a:?}"
+        );
+        assert_eq!(
+            a.last().unwrap(),
+            "--vdev=net_memif0,role=client,socket=/tmp/x.sock,socket-abstract=no,rsize=12"
+        );
+        assert!(d.data_room() >= 9000 + 18);
+    }
+
+    #[test]
+    fn bad_values_name_the_problem() {
+        for (flag, v, want) in [
+            ("--ip", "1.2.3/24", "bad IPv4 address"),
+            ("--ip", "1.2.3.4/33", "bad prefix length"),
+            ("--cores", "3-1", "bad CPU list"),
+            ("--mac", "02:00", "bad Ethernet address"),
+            ("--mtu", "100", "576..=9000"),
+        ] {
+            let e = T::try_parse_from(["t", flag, v]).unwrap_err().to_string();
+            assert!(e.contains(want), "{flag} {v}: {e}");
+        }
+        let d = T::try_parse_from(["t", "--no-csum"]).unwrap().dev;
+        let e = d.refuse("--no-csum", "not here").unwrap_err();
+        assert_eq!(e.to_string(), "--no-csum: not here");
+        assert!(d.refuse("--mtu", "never refused when unset").is_ok());
+    }
+
+    #[test]
+    fn pair_over_the_link_refuses_port_flags() {
+        let d = T::try_parse_from(["t", "--loopback=link", "--vdev", "net_tap0"])
+            .unwrap()
+            .dev;
+        let o = EngineOptions {
+            tool: "t",
+            role: MemifRole::Server,
+            default_ip: None,
+            fixed_mac: false,
+            configure: &|_| {},
+            link: None,
+        };
+        let addrs = PairAddrs {
+            server: Ipv4Addr::new(198, 18, 0, 2),
+            client: Ipv4Addr::new(198, 18, 0, 1),
+        };
+        let e = d.open_engine_pair(&o, addrs).unwrap_err();
+        assert!(e.to_string().starts_with("--vdev:"), "{e}");
+    }
+}

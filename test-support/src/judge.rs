@@ -1,0 +1,84 @@
+//! Judging a pcapng capture of an engine run: iwdump's library (no protocol violation, no
+//! bad CRC, no malformed segment) and `tshark` (no malformed frame, no bad CRC, FPDUs
+//! dissected).
+
+use std::path::{Path, PathBuf};
+
+use warpcore_analysis::report::{analyse_capture, render_text, CaptureReport};
+
+/// DPDK 22.11's `rte_pcapng` writes block options the pcap-file crate behind iwdump
+/// refuses: the tools' one normaliser ([`warpcore_analysis::pcapng::clean`]) rewrites the
+/// capture next to it first. Returns the normalised file.
+pub fn normalised(path: &Path) -> PathBuf {
+    let mut clean = path.as_os_str().to_owned();
+    clean.push(".clean.pcapng");
+    let clean = PathBuf::from(clean);
+    warpcore_analysis::pcapng::clean(path, &clean)
+        .unwrap_or_else(|e| panic!("normalise {}: {e}", path.display()));
+    clean
+}
+
+/// iwdump's report (named `name`) of the DPDK pcapng capture at `path`.
+pub fn iwdump_report(path: &Path, name: &str) -> CaptureReport {
+    let clean = normalised(path);
+    let cap = warpcore_analysis::capture::read_capture_file(&clean).expect("read capture");
+    analyse_capture(name, &cap)
+}
+
+/// Asserts that the capture at `path` holds at least one iWARP connection with CRCs, that
+/// iwdump finds no violation, CRC, marker or segment error in it, and that tshark (where it
+/// runs, see [`crate::tshark::present_or_skip`]) finds no malformed frame or bad CRC and
+/// dissects more than ten FPDUs.
+pub fn judge_capture(path: &Path) {
+    let report = iwdump_report(path, "engine");
+    let text = render_text(&report, false);
+    assert_eq!(report.violations(), 0, "iwdump found violations:\n{text}");
+    let conns: Vec<_> = report.iwarp().collect();
+    assert!(
+        !conns.is_empty(),
+        "no iWARP connection in the capture:\n{text}"
+    );
+    let mut crc_fpdus = 0;
+    for c in &conns {
+        for d in &c.directions {
+            assert_eq!(d.crc_errors, 0, "bad CRC:\n{text}");
+            assert_eq!(d.malformed_segments, 0, "malformed segment:\n{text}");
+            assert_eq!(d.marker_errors, 0, "marker error:\n{text}");
+        }
+        if c.negotiated.as_ref().is_some_and(|n| n.crc) {
+            crc_fpdus += 1;
+        }
+    }
+    assert!(crc_fpdus > 0, "no connection with CRCs:\n{text}");
+    if !crate::tshark::present_or_skip("the tshark check of the capture") {
+        return;
+    }
+    let malformed = crate::tshark::run(path, &["-Y", "_ws.malformed"]);
+    assert!(
+        malformed.trim().is_empty(),
+        "tshark: malformed frames in {}:\n{malformed}",
+        path.display()
+    );
+    let verbose = crate::tshark::run(path, &["-V"]);
+    assert!(
+        !verbose.contains("Bad CRC32"),
+        "tshark: bad CRC in {}",
+        path.display()
+    );
+    let fpdus = crate::tshark::run(
+        path,
+        &[
+            "-Y",
+            "iwarp_mpa.ulpdulength",
+            "-T",
+            "fields",
+            "-e",
+            "frame.number",
+        ],
+    );
+    assert!(
+        fpdus.lines().count() > 10,
+        "tshark dissected too few FPDUs in {}",
+        path.display()
+    );
+}
