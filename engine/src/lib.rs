@@ -47,8 +47,8 @@ pub use crate::core::{validate_recv, validate_send, CoreStats, EngineCore, QpAtt
 pub use crate::error::{DeviceError, EngineError};
 pub use crate::srq::SharedRq;
 pub use crate::wr::{
-    Completion, CompletionQueue, QpId, QpShared, QpState, RecvWr, SendOp, SendWr, Sge, SgeList,
-    WcOpcode, WcStatus,
+    Completion, CompletionChannel, CompletionQueue, QpId, QpShared, QpState, RecvWr, SendOp,
+    SendWr, Sge, SgeList, WcOpcode, WcStatus,
 };
 pub use warpcore_proto as proto;
 pub use warpcore_tcp as tcp;

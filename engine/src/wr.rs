@@ -367,12 +367,109 @@ pub struct Completion {
     pub atomic_orig: Option<u64>,
 }
 
+/// A completion channel (the `ibv_comp_channel` of the verbs): completion queues created
+/// with it signal it once after each arming ([`CompletionQueue::arm`]), so an application
+/// thread can sleep until a completion arrives instead of polling.
+///
+/// It is waitable as a file descriptor ([`CompletionChannel::fd`]): the read end of a Unix
+/// socket pair that holds one token per signal, readable exactly while a signal is
+/// pending, for `poll()`/`epoll` users. [`CompletionChannel::get_event`] blocks on it and
+/// returns the identifier of the queue that fired. An engine core signals without waiting
+/// (a full socket buffer drops the token, never the event: events are queued apart).
+#[derive(Debug)]
+pub struct CompletionChannel {
+    rx: std::os::unix::net::UnixStream,
+    tx: std::os::unix::net::UnixStream,
+    fired: std::sync::Mutex<std::collections::VecDeque<u64>>,
+}
+
+impl CompletionChannel {
+    /// A new channel (one socket pair).
+    pub fn new() -> std::io::Result<CompletionChannel> {
+        let (rx, tx) = std::os::unix::net::UnixStream::pair()?;
+        tx.set_nonblocking(true)?;
+        Ok(CompletionChannel {
+            rx,
+            tx,
+            fired: std::sync::Mutex::new(std::collections::VecDeque::new()),
+        })
+    }
+
+    /// The descriptor to wait on: readable while an event is pending.
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.rx.as_fd()
+    }
+
+    fn signal(&self, cq: u64) {
+        use std::io::Write;
+        self.fired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(cq);
+        // WouldBlock (tokens nobody read yet fill the buffer): the descriptor is readable
+        // anyway and the event is queued above.
+        let _ = (&self.tx).write(&[1]);
+    }
+
+    /// Waits up to `timeout` (`None`: for ever) for an event; returns the identifier of the
+    /// completion queue that fired (`Ok(None)` on timeout). Each arming of a queue yields
+    /// at most one event; poll the queue after arming it, as with `ibv_req_notify_cq`.
+    pub fn get_event(&self, timeout: Option<std::time::Duration>) -> std::io::Result<Option<u64>> {
+        use std::io::Read;
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        loop {
+            if let Some(id) = self
+                .fired
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop_front()
+            {
+                return Ok(Some(id));
+            }
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
+                    Some(l) if !l.is_zero() => Some(l),
+                    _ => return Ok(None),
+                },
+                None => None,
+            };
+            self.rx.set_read_timeout(left)?;
+            let mut tokens = [0u8; 64];
+            match (&self.rx).read(&mut tokens) {
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock
+                            | std::io::ErrorKind::TimedOut
+                            | std::io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Not armed / armed for the next completion / armed for the next solicited one.
+const UNARMED: u8 = 0;
+const ARMED_NEXT: u8 = 1;
+const ARMED_SOLICITED: u8 = 2;
+
+#[derive(Debug)]
+struct Notify {
+    channel: Arc<CompletionChannel>,
+    id: u64,
+    armed: AtomicU8,
+}
+
 /// A completion queue: filled by engine cores, drained by application threads. Several QPs,
 /// possibly on several cores, may share one (a bounded lock-free MPMC queue).
 #[derive(Debug)]
 pub struct CompletionQueue {
     ring: ArrayQueue<Completion>,
     overrun: AtomicBool,
+    notify: Option<Notify>,
 }
 
 impl CompletionQueue {
@@ -381,14 +478,63 @@ impl CompletionQueue {
         CompletionQueue {
             ring: ArrayQueue::new(depth.max(1)),
             overrun: AtomicBool::new(false),
+            notify: None,
+        }
+    }
+
+    /// A queue of `depth` entries that signals `channel`, naming itself `id`, when armed.
+    pub fn with_channel(depth: usize, channel: Arc<CompletionChannel>, id: u64) -> Self {
+        CompletionQueue {
+            notify: Some(Notify {
+                channel,
+                id,
+                armed: AtomicU8::new(UNARMED),
+            }),
+            ..CompletionQueue::new(depth)
+        }
+    }
+
+    /// Arms the queue (`ibv_req_notify_cq`): the next completion added (with
+    /// `solicited_only`, the next one of a message with the Solicited Event flag, or any
+    /// in error) signals the channel once. Returns false when the queue has no channel.
+    pub fn arm(&self, solicited_only: bool) -> bool {
+        match &self.notify {
+            Some(n) => {
+                let a = if solicited_only {
+                    ARMED_SOLICITED
+                } else {
+                    ARMED_NEXT
+                };
+                // A queue armed for any completion stays so when asked for solicited ones.
+                let _ = n
+                    .armed
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                        Some(if cur == ARMED_NEXT { cur } else { a })
+                    });
+                true
+            }
+            None => false,
         }
     }
 
     /// Engine side: appends a completion; on overrun the entry is lost and the overrun
-    /// flag is raised (the engine never waits for the application).
+    /// flag is raised (the engine never waits for the application). An armed queue then
+    /// signals its channel.
     pub fn push(&self, c: Completion) {
+        let notable = c.solicited || c.status != WcStatus::Success;
         if self.ring.push(c).is_err() {
             self.overrun.store(true, Ordering::Release);
+        }
+        if let Some(n) = &self.notify {
+            let a = n.armed.load(Ordering::Acquire);
+            let fire = a == ARMED_NEXT || (a == ARMED_SOLICITED && notable);
+            if fire
+                && n.armed
+                    .compare_exchange(a, UNARMED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                n.channel.signal(n.id);
+            }
         }
     }
 

@@ -111,6 +111,37 @@ pub enum Error {
     /// could accept it, DDP-7.1-14).
     #[error("remote tagged offset plus length wraps 2^64")]
     RemoteToWrap,
+    /// The call blocks until the engine does something, but this context's engine cores
+    /// run only while the application polls ([`Drive::Caller`](crate::Drive::Caller)):
+    /// nothing would wake it. Open the context with `Drive::Thread` or `Drive::BusyPoll`.
+    #[error("{0} needs engine threads: this context's cores run only while the application polls (Drive::Caller)")]
+    NeedsEngineThreads(&'static str),
+    /// A completion queue without a completion channel cannot be armed.
+    #[error("the completion queue has no completion channel to notify")]
+    NoChannel,
+    /// The operating system refused a completion channel's socket.
+    #[error("completion channel: {0}")]
+    Channel(#[source] IoError),
+}
+
+/// An I/O error, shared so that [`Error`] stays `Clone`. Two are equal when they say the
+/// same.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(transparent)]
+pub struct IoError(pub std::sync::Arc<std::io::Error>);
+
+impl PartialEq for IoError {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0) || self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for IoError {}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Channel(IoError(std::sync::Arc::new(e)))
+    }
 }
 
 impl From<EngineError> for Error {

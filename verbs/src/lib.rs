@@ -78,6 +78,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod channel;
 mod error;
 mod polled;
 
@@ -95,8 +96,9 @@ use warpcore_engine::tcp::StackConfig;
 use warpcore_engine::{validate_recv, validate_send, QpAttr, QpId, QpShared, SharedRq};
 
 #[cfg(feature = "dpdk")]
+pub use channel::CompletionChannel;
 pub use error::DpdkError;
-pub use error::Error;
+pub use error::{Error, IoError};
 pub use warpcore_engine::config::ConfigError;
 pub use warpcore_engine::mem::{Access, MemError, MwType};
 pub use warpcore_engine::proto::mpa::negotiation::UsageError as MpaUsageError;
@@ -282,6 +284,34 @@ impl Context {
             ctx: self.clone(),
             id: PdId(self.inner.next_pd.fetch_add(1, Ordering::Relaxed)),
         }
+    }
+
+    /// A completion channel (`ibv_create_comp_channel`): completion queues created with
+    /// [`Context::create_cq_with_channel`] signal it when armed, so a thread can sleep until
+    /// a completion arrives. Refused ([`Error::NeedsEngineThreads`]) on a caller-driven
+    /// context, whose cores would not run while the application sleeps.
+    pub fn create_comp_channel(&self) -> Result<CompletionChannel, Error> {
+        if self.inner.cores.iter().any(CoreHandle::caller_driven) {
+            return Err(Error::NeedsEngineThreads("a completion channel"));
+        }
+        CompletionChannel::new(self.clone())
+    }
+
+    /// A completion queue of `depth` entries that signals `channel` when armed
+    /// ([`CompletionQueue::req_notify`]).
+    pub fn create_cq_with_channel(
+        &self,
+        depth: usize,
+        channel: &CompletionChannel,
+    ) -> Result<CompletionQueue, Error> {
+        if depth == 0 || depth > self.inner.cfg.max_cq_depth {
+            return Err(Error::LimitExceeded("cq depth"));
+        }
+        let cq = channel.new_cq(depth);
+        Ok(CompletionQueue {
+            cq,
+            driver: polled::Driver::of(self),
+        })
     }
 
     /// A completion queue of `depth` entries.
@@ -1020,7 +1050,7 @@ impl Drop for QueuePair {
 /// A completion queue, shared by the queue pairs created with it.
 #[derive(Debug, Clone)]
 pub struct CompletionQueue {
-    cq: Arc<warpcore_engine::CompletionQueue>,
+    pub(crate) cq: Arc<warpcore_engine::CompletionQueue>,
     /// The caller-driven context that created it (its polls run that context's cores).
     driver: polled::Driver,
 }
@@ -1096,6 +1126,24 @@ impl CompletionQueue {
             spins += 1;
             self.driver.pause(spins);
         }
+    }
+
+    /// Arms the queue (`ibv_req_notify_cq`): the next completion added to it (with
+    /// `solicited_only`, the next receive of a message with the Solicited Event flag, or
+    /// any completion in error) signals its channel once ([`CompletionChannel::get_event`]).
+    /// Completions already queued do not: poll after arming. [`Error::NoChannel`] when the
+    /// queue was created without a channel.
+    pub fn req_notify(&self, solicited_only: bool) -> Result<(), Error> {
+        if self.cq.arm(solicited_only) {
+            Ok(())
+        } else {
+            Err(Error::NoChannel)
+        }
+    }
+
+    /// Whether this handle and `other` name the same completion queue.
+    pub fn same_as(&self, other: &CompletionQueue) -> bool {
+        Arc::ptr_eq(&self.cq, &other.cq)
     }
 
     /// Whether a completion was ever lost because the queue was full. Then every queue pair

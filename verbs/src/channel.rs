@@ -1,0 +1,93 @@
+//! Completion channels: sleeping until a completion arrives.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use crate::{polled, CompletionQueue, Context, Error};
+
+/// A completion channel (the `ibv_comp_channel` of the verbs), from
+/// [`Context::create_comp_channel`]. Completion queues created with it
+/// ([`Context::create_cq_with_channel`]) signal it once per arming
+/// ([`CompletionQueue::req_notify`]); [`CompletionChannel::get_event`] sleeps until one
+/// does and names it. The channel is also a file descriptor ([`AsFd`], [`AsRawFd`]),
+/// readable while an event is pending, for `poll()` and `epoll` loops.
+///
+/// The usual loop, as with `ibv_get_cq_event`: arm the queue, poll it (completions that
+/// arrived before the arming signal nothing), and when it is empty wait for the event,
+/// then poll again.
+#[derive(Debug, Clone)]
+pub struct CompletionChannel {
+    inner: Arc<warpcore_engine::CompletionChannel>,
+    cqs: Arc<Mutex<HashMap<u64, Weak<warpcore_engine::CompletionQueue>>>>,
+    next: Arc<std::sync::atomic::AtomicU64>,
+    ctx: Context,
+}
+
+impl CompletionChannel {
+    pub(crate) fn new(ctx: Context) -> Result<CompletionChannel, Error> {
+        Ok(CompletionChannel {
+            inner: Arc::new(warpcore_engine::CompletionChannel::new()?),
+            cqs: Arc::default(),
+            next: Arc::default(),
+            ctx,
+        })
+    }
+
+    pub(crate) fn new_cq(&self, depth: usize) -> Arc<warpcore_engine::CompletionQueue> {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let cq = Arc::new(warpcore_engine::CompletionQueue::with_channel(
+            depth,
+            Arc::clone(&self.inner),
+            id,
+        ));
+        let mut map = self.cqs.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, w| w.strong_count() > 0);
+        map.insert(id, Arc::downgrade(&cq));
+        cq
+    }
+
+    /// Waits up to `timeout` (`None`: until one comes) for an armed queue of this channel to
+    /// signal, and returns that queue (`ibv_get_cq_event`). [`Error::Timeout`] when none
+    /// did in time. An event of a queue dropped meanwhile is skipped.
+    pub fn get_event(&self, timeout: Option<Duration>) -> Result<CompletionQueue, Error> {
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        loop {
+            let left = match deadline {
+                Some(d) => Some(d.saturating_duration_since(std::time::Instant::now())),
+                None => None,
+            };
+            if left.is_some_and(|l| l.is_zero()) {
+                return Err(Error::Timeout);
+            }
+            let Some(id) = self.inner.get_event(left)? else {
+                return Err(Error::Timeout);
+            };
+            let cq = self
+                .cqs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&id)
+                .and_then(Weak::upgrade);
+            if let Some(cq) = cq {
+                return Ok(CompletionQueue {
+                    cq,
+                    driver: polled::Driver::of(&self.ctx),
+                });
+            }
+        }
+    }
+}
+
+impl AsFd for CompletionChannel {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.inner.fd()
+    }
+}
+
+impl AsRawFd for CompletionChannel {
+    fn as_raw_fd(&self) -> RawFd {
+        self.inner.fd().as_raw_fd()
+    }
+}

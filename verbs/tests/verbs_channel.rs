@@ -1,0 +1,158 @@
+//! Completion channels (`ibv_comp_channel`): a thread sleeps until an armed completion queue
+//! gets a completion; solicited-only arming ignores unsolicited messages; the channel is a
+//! descriptor that is readable exactly while an event is pending; caller-driven contexts
+//! refuse channels (nothing would run their cores while the application sleeps).
+
+mod common;
+
+use std::io::Read;
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use common::{connect_accept, link_contexts};
+use warpcore_verbs::*;
+
+/// Whether the channel's descriptor has a token to read right now (a duplicate of it, put
+/// in non-blocking mode, reads without taking the channel's own state apart: tokens are
+/// only hints, the events are queued in the channel).
+fn readable(ch: &CompletionChannel) -> bool {
+    let fd = ch.as_fd().try_clone_to_owned().unwrap();
+    let s = UnixStream::from(fd);
+    s.set_nonblocking(true).unwrap();
+    let mut b = [0u8; 1];
+    // Peeking is not in std; a read takes one token, which the channel tolerates (it
+    // queues events apart from tokens).
+    let r = matches!((&s).read(&mut b), Ok(1));
+    s.set_nonblocking(false).unwrap();
+    r
+}
+
+#[test]
+fn an_armed_queue_wakes_the_sleeping_thread_once() {
+    let (server, client) = link_contexts();
+    let ch = server.create_comp_channel().unwrap();
+    let rcq = server.create_cq_with_channel(16, &ch).unwrap();
+    let scq = server.create_cq(16).unwrap();
+    let spd = server.alloc_pd();
+    let sqp = spd.create_qp(&QpInit::new(&scq, &rcq)).unwrap();
+    let mr = spd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    for i in 0..4 {
+        sqp.post_recv(&RecvWr::new(i, &[mr.sge(i * 64, 64)]).unwrap())
+            .unwrap();
+    }
+    let ccq = client.create_cq(16).unwrap();
+    let cpd = client.alloc_pd();
+    let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
+    let cmr = cpd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    server.listen(7411, &MpaParams::default()).unwrap();
+    connect_accept(&server, &sqp, &client, &cqp, 7411);
+
+    // Not armed: nothing signals, even when a completion arrives.
+    assert_eq!(
+        ch.get_event(Some(Duration::from_millis(50))).unwrap_err(),
+        Error::Timeout
+    );
+    cqp.post_send(&SendWr::new(1, SendOp::Send, &[cmr.sge(0, 8)]).unwrap())
+        .unwrap();
+    ccq.wait(Duration::from_secs(5)).unwrap();
+    assert!(rcq.wait(Duration::from_secs(5)).is_ok());
+    assert_eq!(
+        ch.get_event(Some(Duration::from_millis(50))).unwrap_err(),
+        Error::Timeout,
+        "a queue that was not armed must not signal"
+    );
+
+    // Armed: a thread sleeping in get_event wakes when the Send lands, and gets the queue.
+    rcq.req_notify(false).unwrap();
+    assert!(rcq.poll_one().is_none());
+    let t0 = Instant::now();
+    let fired = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(100));
+            cqp.post_send(&SendWr::new(2, SendOp::Send, &[cmr.sge(0, 8)]).unwrap())
+                .unwrap();
+        });
+        ch.get_event(Some(Duration::from_secs(5))).unwrap()
+    });
+    assert!(
+        t0.elapsed() >= Duration::from_millis(50),
+        "woke before the Send"
+    );
+    assert!(fired.same_as(&rcq));
+    let wc = fired
+        .poll_one()
+        .expect("the completion that fired the event");
+    assert_eq!(wc.opcode, WcOpcode::Recv);
+    ccq.wait(Duration::from_secs(5)).unwrap();
+
+    // One event per arming: the next Send, without arming again, signals nothing.
+    cqp.post_send(&SendWr::new(3, SendOp::Send, &[cmr.sge(0, 8)]).unwrap())
+        .unwrap();
+    ccq.wait(Duration::from_secs(5)).unwrap();
+    rcq.wait(Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        ch.get_event(Some(Duration::from_millis(50))).unwrap_err(),
+        Error::Timeout
+    );
+}
+
+#[test]
+fn solicited_only_arming_waits_for_the_solicited_event_flag() {
+    let (server, client) = link_contexts();
+    let ch = server.create_comp_channel().unwrap();
+    let rcq = server.create_cq_with_channel(16, &ch).unwrap();
+    let spd = server.alloc_pd();
+    let sqp = spd.create_qp(&QpInit::new(&rcq, &rcq)).unwrap();
+    let mr = spd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    for i in 0..4 {
+        sqp.post_recv(&RecvWr::new(i, &[mr.sge(i * 64, 64)]).unwrap())
+            .unwrap();
+    }
+    let ccq = client.create_cq(16).unwrap();
+    let cpd = client.alloc_pd();
+    let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
+    let cmr = cpd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    server.listen(7412, &MpaParams::default()).unwrap();
+    connect_accept(&server, &sqp, &client, &cqp, 7412);
+
+    rcq.req_notify(true).unwrap();
+    cqp.post_send(&SendWr::new(1, SendOp::Send, &[cmr.sge(0, 8)]).unwrap())
+        .unwrap();
+    ccq.wait(Duration::from_secs(5)).unwrap();
+    rcq.wait(Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        ch.get_event(Some(Duration::from_millis(100))).unwrap_err(),
+        Error::Timeout,
+        "an unsolicited Send must not fire a solicited-only arming"
+    );
+    assert!(!readable(&ch), "no token without an event");
+    cqp.post_send(&SendWr::new(2, SendOp::SendSe, &[cmr.sge(0, 8)]).unwrap())
+        .unwrap();
+    ccq.wait(Duration::from_secs(5)).unwrap();
+    let t0 = Instant::now();
+    while !readable(&ch) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the descriptor never became readable"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let fired = ch.get_event(Some(Duration::from_secs(5))).unwrap();
+    assert!(fired.same_as(&rcq));
+    let wc = fired.poll_one().unwrap();
+    assert!(wc.solicited);
+}
+
+#[test]
+fn queues_without_a_channel_and_caller_driven_contexts_refuse() {
+    let (server, _client) = link_contexts();
+    let cq = server.create_cq(4).unwrap();
+    assert_eq!(cq.req_notify(false).unwrap_err(), Error::NoChannel);
+    let (a, _b) = link_pair(&LinkConfig::default());
+    let mut cfg = Config::new(a, [10, 0, 0, 9]);
+    cfg.drive = Drive::Caller;
+    let polled = Context::open(cfg).unwrap();
+    let e = polled.create_comp_channel().unwrap_err();
+    assert!(matches!(e, Error::NeedsEngineThreads(_)), "{e}");
+}
