@@ -54,10 +54,7 @@ impl CompletionChannel {
     pub fn get_event(&self, timeout: Option<Duration>) -> Result<CompletionQueue, Error> {
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
         loop {
-            let left = match deadline {
-                Some(d) => Some(d.saturating_duration_since(std::time::Instant::now())),
-                None => None,
-            };
+            let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
             if left.is_some_and(|l| l.is_zero()) {
                 return Err(Error::Timeout);
             }
