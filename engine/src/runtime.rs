@@ -281,6 +281,55 @@ impl CoreHandle {
         Err(EngineError::LimitExceeded("command_queue_depth"))
     }
 
+    /// Queues `cmds` in order under one lock and rings the doorbell once (a post list);
+    /// returns how many were queued, all unless the command ring filled (then the rest are
+    /// dropped and [`EngineError::LimitExceeded`] says so). A caller-driven core is run
+    /// once to make room, as [`CoreHandle::submit`] does.
+    pub fn submit_all(&self, cmds: Vec<Command>) -> Result<usize, (usize, EngineError)> {
+        if let Runner::Thread { join, .. } = &self.runner {
+            match join {
+                Some(j) if !j.is_finished() => {}
+                _ => return Err((0, EngineError::CoreGone)),
+            }
+        }
+        let total = cmds.len();
+        let mut it = cmds.into_iter();
+        let mut queued = 0;
+        let mut retried = false;
+        let mut pending = it.next();
+        while let Some(cmd) = pending.take() {
+            let mut p = self.commands.lock().unwrap_or_else(|e| e.into_inner());
+            let mut next = Some(cmd);
+            while let Some(c) = next.take() {
+                match p.push(c) {
+                    Ok(()) => {
+                        queued += 1;
+                        next = it.next();
+                    }
+                    Err(c) => {
+                        pending = Some(c);
+                        break;
+                    }
+                }
+            }
+            if let Runner::Thread { thread, .. } = &self.runner {
+                if queued > 0 && p.doorbell_needed() {
+                    thread.unpark();
+                }
+            }
+            drop(p);
+            if pending.is_some() {
+                if retried || !self.caller_driven() {
+                    return Err((queued, EngineError::LimitExceeded("command_queue_depth")));
+                }
+                retried = true;
+                self.progress();
+            }
+        }
+        debug_assert_eq!(queued, total);
+        Ok(queued)
+    }
+
     /// Takes the oldest event of this core.
     pub fn next_event(&self) -> Option<CmEvent> {
         self.events.lock().unwrap_or_else(|e| e.into_inner()).pop()

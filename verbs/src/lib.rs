@@ -818,6 +818,18 @@ impl SendWr {
     }
 }
 
+/// Why [`QueuePair::post_send_list`] stopped: the requests before index `posted` were
+/// posted, the one at `posted` was refused with `error`, the rest were not tried.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("work request {posted} of the list refused: {error}")]
+pub struct PostListError {
+    /// How many requests (from the start of the list) were posted.
+    pub posted: usize,
+    /// Why the next one was not.
+    #[source]
+    pub error: Error,
+}
+
 /// A receive work request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecvWr(warpcore_engine::RecvWr);
@@ -901,6 +913,42 @@ impl QueuePair {
                 self.shared.release_sq();
             })?;
         Ok(())
+    }
+
+    /// Posts a list of send work requests at once (`ibv_post_send` with a chained list):
+    /// each is checked as [`QueuePair::post_send`] checks one, and they are queued to the
+    /// engine core in order under one lock with one wake-up. The requests before the first
+    /// that fails are posted; [`PostListError`] says how many and why the next failed.
+    pub fn post_send_list(&self, wrs: &[SendWr]) -> Result<(), PostListError> {
+        let mut cmds = Vec::with_capacity(wrs.len());
+        let mut refused = None;
+        for wr in wrs {
+            match validate_send(&self.shared, &self.ctx.inner.mrs, &wr.0) {
+                Ok(()) => cmds.push(Command::PostSend(self.id, wr.0)),
+                Err(e) => {
+                    refused = Some(Error::from(e));
+                    break;
+                }
+            }
+        }
+        let valid = cmds.len();
+        let h = &self.ctx.inner.cores[self.core];
+        if let Err((queued, e)) = h.submit_all(cmds) {
+            for _ in queued..valid {
+                self.shared.release_sq();
+            }
+            return Err(PostListError {
+                posted: queued,
+                error: e.into(),
+            });
+        }
+        match refused {
+            Some(error) => Err(PostListError {
+                posted: valid,
+                error,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Posts a signalled Send, Write, Write with Immediate or Immediate whose payload is
