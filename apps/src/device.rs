@@ -146,7 +146,9 @@ pub struct DeviceArgs {
     #[arg(long, help_heading = "Device")]
     pub cores: Option<CpuList>,
     /// IP MTU of the port (576 to 9000; default: the port's own).
-    #[arg(long, value_parser = clap::value_parser!(u16).range(576..=9000), help_heading = "Device")]
+    /// (`-m` too, as perftest spells it; perftest's 256 and 512 are below what an IPv4 host
+    /// must take, 576 octets, RFC 791.)
+    #[arg(short = 'm', long, value_parser = clap::value_parser!(u16).range(576..=9000), help_heading = "Device")]
     pub mtu: Option<u16>,
     /// Skip IPv4/TCP checksums (send zero, verify nothing), as the kernel's loopback does.
     /// net_memif only (shared memory between two processes, no wire), and both sides must

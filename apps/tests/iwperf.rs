@@ -560,3 +560,315 @@ fn defects_and_perftest_refuse_what_they_cannot_do() {
         );
     }
 }
+
+/// perftest's device flags are accepted with their meaning (issue 14's acceptance runs
+/// `iwperf write_bw -F -d warpcore0 -x 0 ...`), and the banner says iWARP as perftest does.
+#[test]
+fn perftest_device_flags_are_accepted() {
+    let o = iwperf(&[
+        "write_bw",
+        "--loopback=link",
+        "-F",
+        "-d",
+        "warpcore0",
+        "-i",
+        "1",
+        "-x",
+        "0",
+        "-R",
+        "-c",
+        "RC",
+        "-s",
+        "4096",
+        "-n",
+        "500",
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.contains("Transport type : IW\n"), "{out}");
+    assert!(out.contains("Device         : warpcore0 ("), "{out}");
+    assert!(out.contains(" GID index       : 0"), "{out}");
+    let row = row_after(&out, " #bytes     #iterations");
+    assert_eq!(row[..2], ["4096", "500"]);
+}
+
+/// Each perftest flag that cannot apply says why, and the run does not start.
+#[test]
+fn perftest_flags_that_cannot_apply_say_why() {
+    for (args, why) in [
+        (
+            &["write_bw", "--loopback=link", "-d", "mlx5_0"][..],
+            "this process has one RDMA device, warpcore0",
+        ),
+        (
+            &["write_bw", "--loopback=link", "-i", "2"][..],
+            "has one port, 1",
+        ),
+        (
+            &["write_bw", "--loopback=link", "-x", "3"][..],
+            "one GID, index 0",
+        ),
+        (
+            &["write_bw", "--loopback=link", "-c", "UD"][..],
+            "reliable connected queue pairs only",
+        ),
+        (
+            &["write_bw", "--loopback=link", "-m", "256"][..],
+            "576..=9000",
+        ),
+        (
+            &["write_lat", "--loopback=link", "-e"][..],
+            "not available with RDMA Write tests",
+        ),
+        (
+            &["send_bw", "--loopback=link", "-e", "-D", "1"][..],
+            "not with -D",
+        ),
+        (
+            &["send_lat", "--loopback=link", "-e", "--poll-mode", "caller"][..],
+            "--poll-mode thread or busy",
+        ),
+        (
+            &["write_bw", "--loopback=link", "-H"][..],
+            "apply to latency tests",
+        ),
+        (
+            &["write_lat", "--loopback=link", "-Q", "4"][..],
+            "-Q applies to bandwidth tests",
+        ),
+        (
+            &["write_bw", "--loopback=link", "-Q", "999"][..],
+            "between 1 and the TX depth",
+        ),
+        (
+            &["write_bw", "--loopback=link", "-l", "4", "-I", "64"][..],
+            "post lists take registered memory",
+        ),
+        (
+            &["atomic_bw", "--loopback=link", "-Q", "4", "--verify"][..],
+            "no completion to carry its original value",
+        ),
+        (
+            &["write_bw", "--loopback=link", "-o", "4"][..],
+            "-o applies to read and atomic tests",
+        ),
+        (
+            &["write_bw", "--loopback=link", "-r", "64"][..],
+            "-r applies to send tests",
+        ),
+        (
+            &["send_bw", "--memif", "/tmp/x.sock", "-r", "64"][..],
+            "-r is the client's",
+        ),
+        (
+            &["send_bw", "--loopback=link", "-r", "5000"][..],
+            "between 1 and 1020",
+        ),
+        (
+            &["write_lat", "--loopback=link", "--run_infinitely"][..],
+            "applies to bandwidth tests",
+        ),
+        (
+            &["write_bw", "--loopback=link", "--output=latency"][..],
+            "applies to latency tests",
+        ),
+        (
+            &["write_lat", "--loopback=link", "--output=bandwidth"][..],
+            "apply to bandwidth tests",
+        ),
+        (
+            &["write_bw", "--loopback=link", "--out_json_file", "x.json"][..],
+            "give --out_json",
+        ),
+        (
+            &["write_bw", "--perftest", "-Q", "4"][..],
+            "--perftest cannot honour -Q",
+        ),
+        (
+            &["write_bw", "--perftest", "--out_json"][..],
+            "--perftest cannot honour --out_json",
+        ),
+    ] {
+        let o = iwperf(args);
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {out}\n{err}");
+        assert!(err.contains(why), "{args:?}: expected {why:?} in:\n{err}");
+    }
+}
+
+/// -Q (one completion per N), -l (post lists), -o (outstanding Reads), -r (receive depth)
+/// change how the run posts, and every message still arrives intact.
+#[test]
+fn completion_moderation_post_lists_and_depths_keep_data_intact() {
+    for args in [
+        &[
+            "write_bw", "-s", "1024", "-n", "3000", "-Q", "16", "-l", "8",
+        ][..],
+        &[
+            "send_bw", "-s", "1024", "-n", "3000", "-Q", "4", "-l", "4", "-r", "64",
+        ][..],
+        &["read_bw", "-s", "1024", "-n", "3000", "-Q", "4", "-o", "8"][..],
+        &["atomic_bw", "-n", "2000", "-l", "4", "-o", "4"][..],
+        &["write_bw", "-s", "4096", "-D", "1", "-Q", "7", "-l", "3"][..],
+    ] {
+        let mut a = vec!["--loopback=link", "--verify"];
+        a.extend_from_slice(args);
+        let o = iwperf(&a);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{a:?}: {out}\n{err}");
+        assert!(out.contains("verify: ok"), "{a:?}: {out}");
+        if let Some(q) = args.iter().position(|x| *x == "-Q") {
+            assert!(
+                out.contains(&format!(" CQ Moderation   : {}", args[q + 1])),
+                "{out}"
+            );
+        }
+    }
+}
+
+/// -e: the application thread sleeps on a completion channel (the engine runs on its own
+/// thread) and the tests still run and verify.
+#[test]
+fn events_mode_runs_send_read_and_atomic_tests() {
+    for test in ["send_lat", "read_lat", "send_bw", "read_bw", "atomic_lat"] {
+        let o = iwperf(&[test, "--loopback=link", "-e", "-n", "300", "--verify"]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{test}: {out}\n{err}");
+        assert!(
+            out.contains("Test with events. Using warpcore0_comp0"),
+            "{out}"
+        );
+        assert!(out.contains(" Poll mode       : thread"), "{out}");
+        assert!(out.contains("verify: ok"), "{test}: {out}");
+    }
+}
+
+/// -U, -H, -C print the samples and the units as perftest does; --output prints one figure;
+/// -N zeroes the peak.
+#[test]
+fn report_modes_follow_perftest() {
+    let o = iwperf(&["write_lat", "--loopback=link", "-n", "8", "-U"]);
+    let (out, _) = text(&o);
+    assert!(o.status.success());
+    // -U: the eight samples unsorted, then (implied -H) the six kept, sorted.
+    let blocks: Vec<&str> = out.split("#, usec\n").skip(1).collect();
+    assert_eq!(blocks.len(), 2, "{out}");
+    let vals = |b: &str| -> Vec<f64> {
+        b.lines()
+            .take_while(|l| l.contains(", "))
+            .map(|l| l.split(", ").nth(1).unwrap().parse().unwrap())
+            .collect()
+    };
+    let (unsorted, sorted) = (vals(blocks[0]), vals(blocks[1]));
+    assert_eq!((unsorted.len(), sorted.len()), (8, 6), "{out}");
+    assert!(sorted.windows(2).all(|w| w[0] <= w[1]), "{sorted:?}");
+    let o = iwperf(&["read_lat", "--loopback=link", "-n", "50", "-C"]);
+    let (out, _) = text(&o);
+    assert!(out.contains("t_min[cycles]"), "{out}");
+    let o = iwperf(&[
+        "write_bw",
+        "--loopback=link",
+        "-n",
+        "500",
+        "--output=message_rate",
+    ]);
+    let (out, _) = text(&o);
+    assert!(o.status.success());
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(out.trim().parse::<f64>().unwrap() > 0.0);
+    let o = iwperf(&["write_bw", "--loopback=link", "-n", "500", "-N"]);
+    let (out, _) = text(&o);
+    assert_eq!(
+        row_after(&out, " #bytes     #iterations")[2],
+        "0.00",
+        "{out}"
+    );
+}
+
+/// --out_json writes perftest's report: `test_info` and `results` with perftest's keys.
+#[test]
+fn out_json_uses_perftests_keys() {
+    let bw = tmp("bw.json");
+    let o = iwperf(&[
+        "send_bw",
+        "--loopback=link",
+        "-n",
+        "1000",
+        "--out_json",
+        "--out_json_file",
+        bw.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&bw).unwrap()).unwrap();
+    assert_eq!(v["test_info"]["test"], "Send_BW_Test");
+    assert_eq!(v["test_info"]["Transport_type"], "IW");
+    assert_eq!(v["test_info"]["Connection_type"], "RC");
+    assert_eq!(v["test_info"]["Data_ex_method"], "rdma_cm");
+    for k in [
+        "MsgSize",
+        "n_iterations",
+        "BW_peak",
+        "BW_average",
+        "MsgRate",
+    ] {
+        assert!(v["results"][k].is_number(), "{k}: {v}");
+    }
+    assert_eq!(v["results"]["n_iterations"], 1000);
+    let lat = tmp("lat.json");
+    let o = iwperf(&[
+        "atomic_lat",
+        "--loopback=link",
+        "-n",
+        "100",
+        "-A",
+        "CMP_AND_SWAP",
+        "--out_json",
+        "--out_json_file",
+        lat.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&lat).unwrap()).unwrap();
+    assert_eq!(v["test_info"]["test"], "Atomic_CMP_AND_SWAP_Latency_Test");
+    for k in [
+        "t_min",
+        "t_max",
+        "t_typical",
+        "t_avg",
+        "t_stdev",
+        "percentile_99",
+        "percentile_99.9",
+    ] {
+        assert!(v["results"][k].is_number(), "{k}: {v}");
+    }
+    let _ = std::fs::remove_file(bw);
+    let _ = std::fs::remove_file(lat);
+}
+
+/// --run_infinitely prints a row every -D seconds until stopped.
+#[test]
+fn run_infinitely_prints_a_row_per_period_until_stopped() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_iwperf"))
+        .args([
+            "write_bw",
+            "--loopback=link",
+            "-s",
+            "4096",
+            "--run_infinitely",
+            "-D",
+            "1",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(4500));
+    child.kill().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let rows = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with(" 4096 "))
+        .count();
+    assert!(rows >= 2, "{rows} rows in 4.5 s of 1 s periods");
+}

@@ -58,3 +58,77 @@ fn p2p_needs_rev_2_and_no_device_is_a_clear_error() {
     assert_eq!(rc, 1, "{text}");
     assert!(text.contains("no device"), "{text}");
 }
+
+/// rping's -P: a persistent server serves one client after another over a net_memif
+/// socket (the memif link comes back up for each new client process); -I gives the
+/// client's own address as rping's bind address does, and -q is accepted.
+#[cfg(feature = "dpdk")]
+#[test]
+fn a_persistent_server_serves_clients_one_after_another() {
+    let sock = std::env::temp_dir().join(format!("iwping-p-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&sock);
+    let sock_s = sock.to_str().unwrap().to_string();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_iwping"))
+        .args([
+            "-s",
+            "-P",
+            "-a",
+            "198.18.0.2",
+            "-p",
+            "7475",
+            "--memif",
+            &sock_s,
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start iwping -s -P");
+    for _ in 0..100 {
+        if sock.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    for k in 1..=2 {
+        let (rc, text) = iwping(&[
+            "-c",
+            "-q",
+            "-a",
+            "198.18.0.2",
+            "-I",
+            "198.18.0.1",
+            "-p",
+            "7475",
+            "--memif",
+            &sock_s,
+            "-C",
+            "3",
+            "-V",
+            "-S",
+            "40",
+            "--timeout",
+            "20",
+            "--retry",
+            "10",
+        ]);
+        assert_eq!(rc, 0, "client {k}: {text}");
+        assert!(text.contains("3 pings done"), "client {k}: {text}");
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let _ = server.kill();
+    let out = server.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("client 1: 3 pings done"), "{log}");
+    assert!(log.contains("client 2: 3 pings done (6 in all)"), "{log}");
+    let _ = std::fs::remove_file(&sock);
+}
+
+#[test]
+fn persistent_mode_is_the_servers() {
+    let (rc, text) = iwping(&["-c", "-P", "-a", "198.18.0.2", "-I", "198.18.0.1"]);
+    assert_eq!(rc, 2, "{text}");
+    assert!(
+        text.contains("-P (persistent server) applies to the server"),
+        "{text}"
+    );
+}

@@ -301,8 +301,9 @@ pub struct Cli {
     /// Who runs the engine core: the application thread while it polls (caller, one
     /// thread per process), or an engine thread that never parks (busy) or parks when
     /// idle (thread).
-    #[arg(long = "poll-mode", value_enum, default_value_t = PollMode::Caller)]
-    pub poll_mode: PollMode,
+    /// (default: caller; thread with -e, whose application thread sleeps.)
+    #[arg(long = "poll-mode", value_enum)]
+    pub poll_mode_arg: Option<PollMode>,
     /// The TCP under the engine: Warpcore's own, or smoltcp's reference (for side-by-side
     /// measurements; both ends should use the same).
     #[arg(long, value_enum, default_value_t = TcpChoice::Warpcore)]
@@ -314,7 +315,101 @@ pub struct Cli {
     /// Seconds to wait for the peer (connect, or an answer during a run).
     #[arg(long, default_value_t = 30)]
     pub timeout: u64,
+
+    // ---- perftest's flags (docs/iwperf.md has the table: flag -> what iwperf does) ----
+    /// perftest -F: do not fail when the CPU frequency may vary. iwperf times with the
+    /// monotonic clock, not the cycle counter, so no figure depends on the frequency.
+    #[arg(short = 'F', long = "CPU-freq", help_heading = "perftest")]
+    pub cpu_freq: bool,
+    /// perftest -d: the RDMA device. This process has one, `warpcore0` (its port is the one
+    /// --memif/--vdev/--pci opens).
+    #[arg(short = 'd', long = "ib-dev", help_heading = "perftest")]
+    pub ib_dev: Option<String>,
+    /// perftest -i: the device port. A Warpcore device has one, port 1.
+    #[arg(
+        short = 'i',
+        long = "ib-port",
+        default_value_t = 1,
+        help_heading = "perftest"
+    )]
+    pub ib_port: u8,
+    /// perftest -x: the GID index. An iWARP port's one GID (index 0) is its IPv4 address.
+    #[arg(short = 'x', long = "gid-index", help_heading = "perftest")]
+    pub gid_index: Option<u32>,
+    /// perftest -R: connect with rdma_cm. iWARP always connects through the connection
+    /// manager (TCP, then the MPA exchange), so this is how iwperf always works.
+    #[arg(short = 'R', long = "rdma_cm", help_heading = "perftest")]
+    pub rdma_cm: bool,
+    /// perftest -c: the connection type. iWARP has reliable connections only: RC.
+    #[arg(
+        short = 'c',
+        long = "connection",
+        default_value = "RC",
+        help_heading = "perftest"
+    )]
+    pub connection: String,
+    /// perftest -e: sleep on a completion channel until a completion arrives instead of
+    /// polling (needs an engine thread: --poll-mode thread or busy, thread by default).
+    /// Not with write tests, -D or --run_infinitely, as perftest.
+    #[arg(short = 'e', long = "events", help_heading = "perftest")]
+    pub events: bool,
+    /// perftest -H: print every latency sample (sorted, the kept ones) before the row.
+    #[arg(short = 'H', long = "report-histogram", help_heading = "perftest")]
+    pub report_histogram: bool,
+    /// perftest -U: print every latency sample unsorted, in the order measured (implies -H).
+    #[arg(short = 'U', long = "report-unsorted", help_heading = "perftest")]
+    pub report_unsorted: bool,
+    /// perftest -C: latencies in CPU cycles (ns times the CPU clock in /proc/cpuinfo).
+    #[arg(short = 'C', long = "report-cycles", help_heading = "perftest")]
+    pub report_cycles: bool,
+    /// perftest -N: no peak bandwidth (printed 0.00, as perftest).
+    #[arg(short = 'N', long = "noPeak", help_heading = "perftest")]
+    pub no_peak: bool,
+    /// perftest -Q: one completion per this many work requests (the others unsignalled;
+    /// bandwidth tests).
+    #[arg(short = 'Q', long = "cq-mod", help_heading = "perftest")]
+    pub cq_mod: Option<u32>,
+    /// perftest -l: post work requests in lists of this many (one post_send_list each;
+    /// bandwidth tests).
+    #[arg(short = 'l', long = "post_list", help_heading = "perftest")]
+    pub post_list: Option<u32>,
+    /// perftest -o: outstanding RDMA Reads and atomics (the MPA IRD and ORD asked for;
+    /// default 16).
+    #[arg(short = 'o', long = "outs", help_heading = "perftest")]
+    pub outs: Option<u16>,
+    /// perftest -r: receive queue depth of send tests and Write with Immediate (the
+    /// client's value sets both sides).
+    #[arg(short = 'r', long = "rx-depth", help_heading = "perftest")]
+    pub rx_depth: Option<u32>,
+    /// perftest --run_infinitely: bandwidth tests run until stopped, printing a row every
+    /// -D seconds (default 5).
+    #[arg(long = "run_infinitely", help_heading = "perftest")]
+    pub run_infinitely: bool,
+    /// perftest --output: print only this figure, one line per size.
+    #[arg(long = "output", value_enum, help_heading = "perftest")]
+    pub output: Option<OutputKind>,
+    /// perftest --out_json: write perftest's JSON report (its keys) to --out_json_file.
+    #[arg(long = "out_json", help_heading = "perftest")]
+    pub out_json: bool,
+    /// perftest --out_json_file: the JSON report's file (default perftest_out.json).
+    #[arg(long = "out_json_file", help_heading = "perftest")]
+    pub out_json_file: Option<PathBuf>,
 }
+
+/// perftest's `--output` figures.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+#[value(rename_all = "snake_case")]
+pub enum OutputKind {
+    /// Average bandwidth (bandwidth tests).
+    Bandwidth,
+    /// Average message rate in Mpps (bandwidth tests).
+    MessageRate,
+    /// Average latency in usec (latency tests).
+    Latency,
+}
+
+/// The one RDMA device a Warpcore process has (`-d`).
+pub const DEVICE_NAME: &str = "warpcore0";
 
 impl Cli {
     /// The message sizes of the run.
@@ -344,8 +439,33 @@ impl Cli {
             .unwrap_or(if self.test.is_bw() { 128 } else { 1 })
     }
 
+    /// Who runs the engine: `--poll-mode`, else an engine thread with -e (the application
+    /// thread sleeps), else the application thread (caller).
+    pub fn poll_mode(&self) -> PollMode {
+        self.poll_mode_arg.unwrap_or(if self.events {
+            PollMode::Thread
+        } else {
+            PollMode::Caller
+        })
+    }
+
+    /// Duration of each phase: -D, or 5 s with --run_infinitely (perftest's default).
+    pub fn phase_duration(&self) -> Option<f64> {
+        self.duration.or(self.run_infinitely.then_some(5.0))
+    }
+
+    /// The JSON report's path under --out_json.
+    pub fn out_json_path(&self) -> Option<PathBuf> {
+        self.out_json.then(|| {
+            self.out_json_file
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("perftest_out.json"))
+        })
+    }
+
     /// Refuses what cannot run, with the reason.
     pub fn validate(&self) -> Result<(), String> {
+        self.validate_perftest_flags()?;
         if self.perftest {
             self.validate_perftest()?;
         }
@@ -407,6 +527,160 @@ impl Cli {
         }
         if self.dev.loopback.is_some() && self.server.is_some() {
             return Err("--loopback runs both sides: give no server address".into());
+        }
+        Ok(())
+    }
+
+    /// perftest's own flags: each one that cannot apply says why.
+    fn validate_perftest_flags(&self) -> Result<(), String> {
+        if let Some(d) = &self.ib_dev {
+            if d != DEVICE_NAME {
+                return Err(format!(
+                    "-d {d}: no such device; this process has one RDMA device, {DEVICE_NAME} \
+                     (its port is chosen with --memif, --vdev or --pci)"
+                ));
+            }
+        }
+        if self.ib_port != 1 {
+            return Err(format!(
+                "-i {}: {DEVICE_NAME} has one port, 1",
+                self.ib_port
+            ));
+        }
+        if let Some(g) = self.gid_index {
+            if g != 0 {
+                return Err(format!(
+                    "-x {g}: an iWARP port has one GID, index 0 (its IPv4 address)"
+                ));
+            }
+        }
+        if !self.connection.eq_ignore_ascii_case("RC") {
+            return Err(format!(
+                "-c {}: iWARP has reliable connected queue pairs only (RFC 5040): -c RC",
+                self.connection
+            ));
+        }
+        if self.events {
+            if self.test.is_write() {
+                return Err(
+                    "-e: events are not available with RDMA Write tests (as perftest: the \
+                     Write's target gets no completion to wake on)"
+                        .into(),
+                );
+            }
+            if self.duration.is_some() || self.run_infinitely {
+                return Err(
+                    "-e: not with -D or --run_infinitely (as perftest: a timed run polls)".into(),
+                );
+            }
+            if self.poll_mode_arg == Some(PollMode::Caller) {
+                return Err(
+                    "-e sleeps on a completion channel, so an engine thread must run \
+                            the engine: --poll-mode thread or busy, not caller"
+                        .into(),
+                );
+            }
+            if self.perftest {
+                return Err(
+                    "-e with --perftest: its exchange with perftest peers polls; \
+                            events apply to runs between iwperf processes"
+                        .into(),
+                );
+            }
+        }
+        if (self.report_histogram || self.report_unsorted || self.report_cycles)
+            && self.test.is_bw()
+        {
+            return Err("-H, -U and -C apply to latency tests".into());
+        }
+        if let Some(q) = self.cq_mod {
+            if !self.test.is_bw() {
+                return Err("-Q applies to bandwidth tests".into());
+            }
+            if q == 0 || q > self.tx_depth() {
+                return Err(format!(
+                    "-Q {q}: between 1 and the TX depth ({})",
+                    self.tx_depth()
+                ));
+            }
+            if q > 1 && self.test == TestName::AtomicBw && self.verify {
+                return Err(
+                    "-Q with --verify on atomic_bw: an unsignalled atomic has no \
+                            completion to carry its original value"
+                        .into(),
+                );
+            }
+        }
+        if let Some(l) = self.post_list {
+            if !self.test.is_bw() {
+                return Err("-l applies to bandwidth tests".into());
+            }
+            if l == 0 || l > self.tx_depth() {
+                return Err(format!(
+                    "-l {l}: between 1 and the TX depth ({})",
+                    self.tx_depth()
+                ));
+            }
+            if l > 1 && self.inline_size > 0 {
+                return Err(
+                    "-l with -I: inline posts copy their data one request at a time; \
+                            post lists take registered memory"
+                        .into(),
+                );
+            }
+        }
+        if let Some(o) = self.outs {
+            if !(self.test.is_read() || self.test.is_atomic()) {
+                return Err("-o applies to read and atomic tests".into());
+            }
+            if o == 0 || o > 0x3fff {
+                return Err(format!("-o {o}: between 1 and 16383 (MPA IRD/ORD)"));
+            }
+        }
+        if let Some(r) = self.rx_depth {
+            if !(self.test.is_send() || self.write_with_imm) {
+                return Err(
+                    "-r applies to send tests and --write_with_imm (the tests that \
+                            consume receives)"
+                        .into(),
+                );
+            }
+            if r == 0 || r > 1020 {
+                return Err(format!(
+                    "-r {r}: between 1 and 1020 (a queue pair's receive queue holds 1024, four \
+                     of them for iwperf's control messages)"
+                ));
+            }
+            if self.server.is_none() && self.dev.loopback.is_none() {
+                return Err(
+                    "-r is the client's: its value sets both sides' receive queues \
+                            (give it to the side with the server's address)"
+                        .into(),
+                );
+            }
+        }
+        if self.run_infinitely {
+            if !self.test.is_bw() {
+                return Err("--run_infinitely applies to bandwidth tests".into());
+            }
+            if self.all {
+                return Err("--run_infinitely runs one size: no -a".into());
+            }
+            if self.perftest {
+                return Err("--run_infinitely with --perftest: it runs by iterations".into());
+            }
+        }
+        match self.output {
+            Some(OutputKind::Latency) if self.test.is_bw() => {
+                return Err("--output=latency applies to latency tests".into())
+            }
+            Some(OutputKind::Bandwidth | OutputKind::MessageRate) if !self.test.is_bw() => {
+                return Err("--output=bandwidth and message_rate apply to bandwidth tests".into())
+            }
+            _ => {}
+        }
+        if self.out_json_file.is_some() && !self.out_json {
+            return Err("--out_json_file names the file of --out_json: give --out_json".into());
         }
         Ok(())
     }
@@ -480,6 +754,32 @@ impl Cli {
                 "--hdr-log",
                 "it keeps no HdrHistogram (perftest's statistics only)",
             );
+        }
+        for (set, flag) in [
+            (self.cq_mod.is_some(), "-Q"),
+            (self.post_list.is_some(), "-l"),
+            (self.outs.is_some(), "-o"),
+            (self.rx_depth.is_some(), "-r"),
+        ] {
+            if set {
+                return refuse(
+                    flag,
+                    "its queues follow perftest's defaults (64 Writes or Sends, 16 Reads in \
+                     flight, one completion each)",
+                );
+            }
+        }
+        for (set, flag) in [
+            (self.report_histogram, "-H"),
+            (self.report_unsorted, "-U"),
+            (self.report_cycles, "-C"),
+            (self.output.is_some(), "--output"),
+            (self.out_json, "--out_json"),
+            (self.no_peak, "-N"),
+        ] {
+            if set {
+                return refuse(flag, "it prints perftest's table only, in usec and MB/sec");
+            }
         }
         if self.dev.loopback.is_some() {
             return refuse(

@@ -80,8 +80,9 @@ fn mpa_params(cli: &Cli) -> MpaParams {
         rev: cli.mpa_rev,
         crc: cli.crc == OnOff::On,
         markers: cli.markers == OnOff::On,
-        ird: 16,
-        ord: 16,
+        // -o: the Reads and atomics outstanding at once, both ways.
+        ird: cli.outs.unwrap_or(16),
+        ord: cli.outs.unwrap_or(16),
         peer_to_peer: cli.mpa_rev == 2 && cli.p2p != P2p::None,
         // As initiator, the one RTR type asked for (RFC 6581 §9.2); as responder (the
         // server), every type is accepted (the default).
@@ -217,6 +218,17 @@ fn hdr_table(test: TestName, outs: &[Outcome]) -> String {
     s
 }
 
+/// The table header of the test (perftest's, in the units asked for).
+fn header(cli: &Cli) -> String {
+    if cli.test.is_bw() {
+        report::bw_header(cli.report_gbits)
+    } else if cli.report_cycles {
+        report::LAT_HEADER.replace("usec", "cycles")
+    } else {
+        report::LAT_HEADER.to_string()
+    }
+}
+
 fn client_role(
     cli: &Cli,
     ep: &Endpoint,
@@ -224,7 +236,11 @@ fn client_role(
     mpa: &MpaParams,
 ) -> Result<Verdict, String> {
     run::drive_on_this_thread(&ep.ctx);
+    if cli.events {
+        run::use_events(&ep.ctx)?;
+    }
     let r = client_run(cli, ep, server, mpa);
+    run::stop_events();
     run::stop_driving();
     r
 }
@@ -242,6 +258,7 @@ fn client_run(
         imm: cli.write_with_imm,
         cmp_swap: cli.atomic_type == cli::AtomicType::CmpAndSwap,
         inline: cli.inline_size,
+        rx_depth: cli.rx_depth.unwrap_or(0),
     };
     let lay = Layout::new(
         test,
@@ -263,25 +280,31 @@ fn client_run(
         timeout,
     )?;
     let bi = info(ep, &conns[0], server);
-    println!("{}", report::banner(cli, &bi));
-    println!(
-        "{}",
-        if test.is_bw() {
-            report::bw_header(cli.report_gbits)
-        } else {
-            report::LAT_HEADER.to_string()
-        }
-    );
+    // --output prints only the figure asked for, as perftest.
+    let full = cli.output.is_none();
+    if full {
+        println!("{}", report::banner(cli, &bi));
+        println!("{}", header(cli));
+    }
     let static_peer = static_pattern(&lay, wire::SERVER_SALT);
-    let progress = cli.all || cli.duration.is_some();
+    let duration = cli.phase_duration();
+    let progress = (cli.all || duration.is_some()) && !cli.run_infinitely;
+    let cycles = if cli.report_cycles {
+        Some(report::cpu_mhz()?)
+    } else {
+        None
+    };
     let mut outs = Vec::new();
-    for &size in &sizes {
+    let mut sizes = sizes.iter().copied().peekable();
+    while let Some(&size) = sizes.peek() {
         let ph = Phase {
             size,
             iters: cli.iters(),
-            duration: cli.duration.map(Duration::from_secs_f64),
+            duration: duration.map(Duration::from_secs_f64),
             stall: timeout,
             progress,
+            cq_mod: u64::from(cli.cq_mod.unwrap_or(1)),
+            post_list: u64::from(cli.post_list.unwrap_or(1)),
         };
         let o = if test.is_bw() {
             tests::bw_phase(
@@ -306,16 +329,55 @@ fn client_run(
             )?
         };
         if test.is_bw() {
-            println!("{}", report::bw_row(&o, cli.report_gbits));
+            let (_, avg, rate, _) = report::bw_figures(&o, cli.report_gbits);
+            match cli.output {
+                Some(cli::OutputKind::Bandwidth) => println!("{avg:.6}"),
+                Some(cli::OutputKind::MessageRate) => println!("{rate:.6}"),
+                _ => println!("{}", report::bw_row(&o, cli.report_gbits, cli.no_peak)),
+            }
         } else {
-            let st = report::lat_stats(&o.samples, report::rtt_factor(test));
-            println!("{}", report::lat_row(o.size, o.iters, st.as_ref()));
+            let factor = report::rtt_factor(test);
+            let scale = cycles.unwrap_or(1.0);
+            let units = if cycles.is_some() { "cycles" } else { "usec" };
+            if cli.report_unsorted {
+                print!(
+                    "{}",
+                    report::samples_listing(&o.samples, factor, scale, units, false)
+                );
+            }
+            if cli.report_histogram || cli.report_unsorted {
+                print!(
+                    "{}",
+                    report::samples_listing(&o.samples, factor, scale, units, true)
+                );
+                if full {
+                    println!("{LINE}");
+                    println!("{}", header(cli));
+                }
+            }
+            let st = report::lat_stats(&o.samples, factor).map(|s| s.scaled(scale));
+            match cli.output {
+                Some(_) => println!("{:.6}", st.map_or(0.0, |s| s.avg)),
+                None => println!("{}", report::lat_row(o.size, o.iters, st.as_ref())),
+            }
         }
         outs.push(o);
+        // --run_infinitely: the one size again and again, a row each -D seconds, until
+        // the process is stopped (as perftest).
+        if !cli.run_infinitely {
+            sizes.next();
+        }
     }
-    println!("{LINE}");
-    println!("{}", hdr_table(test, &outs));
-    println!("{LINE}");
+    if let Some(path) = cli.out_json_path() {
+        if let Some(last) = outs.last() {
+            report::write_perftest_json(&path, cli, &bi, last, cycles)?;
+        }
+    }
+    if full {
+        println!("{LINE}");
+        println!("{}", hdr_table(test, &outs));
+        println!("{LINE}");
+    }
     let (checked, errors) = outs
         .iter()
         .fold((0, 0), |a, o| (a.0 + o.verified, a.1 + o.errors));
@@ -375,7 +437,11 @@ fn verify_line(test: TestName, checked: u64, errors: u64, first: Option<run::Mis
 
 fn server_role(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result<Verdict, String> {
     run::drive_on_this_thread(&ep.ctx);
+    if cli.events {
+        run::use_events(&ep.ctx)?;
+    }
     let r = server_run(cli, ep, mpa, print);
+    run::stop_events();
     run::stop_driving();
     r
 }
@@ -409,6 +475,8 @@ fn server_run(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result<
                 return Err(format!("expected Start, got {:?}", start.kind));
             }
             let ph = Phase {
+                cq_mod: 1,
+                post_list: 1,
                 size: start.size,
                 iters: start.iters,
                 duration: (start.duration_ns > 0).then(|| Duration::from_nanos(start.duration_ns)),

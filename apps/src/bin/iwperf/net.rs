@@ -29,7 +29,7 @@ pub enum Opened {
 
 /// Who runs the engine cores, from `--poll-mode`.
 pub fn drive(cli: &Cli) -> Drive {
-    match cli.poll_mode {
+    match cli.poll_mode() {
         PollMode::Caller => Drive::Caller,
         PollMode::Busy => Drive::BusyPoll,
         PollMode::Thread => Drive::Thread,

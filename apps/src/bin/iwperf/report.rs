@@ -33,18 +33,40 @@ pub fn banner(cli: &Cli, b: &BannerInfo) -> String {
     s += LINE;
     s += "\n";
     s += &format!("                    {}\n", cli.test.title());
-    s += &format!(" Dual-port       : OFF\t\tDevice         : {}\n", b.device);
-    s += &format!(" Number of qps   : {}\t\tTransport type : iWARP\n", cli.qps);
+    if cli.events {
+        s += &format!(
+            " Test with events. Using {}_comp0\n",
+            crate::cli::DEVICE_NAME
+        );
+    }
+    s += &format!(
+        " Dual-port       : OFF\t\tDevice         : {} ({})\n",
+        crate::cli::DEVICE_NAME,
+        b.device
+    );
+    s += &format!(" Number of qps   : {}\t\tTransport type : IW\n", cli.qps);
     s += " Connection type : RC\t\tUsing SRQ      : OFF\n";
     if cli.test.is_bw() && cli.bidir {
         s += " Bidirectional   : ON\n";
     }
     s += &format!(" TX depth        : {}\n", cli.tx_depth());
     if cli.test.is_bw() {
-        s += &format!(" CQ Moderation   : {}\n", 1);
+        s += &format!(" CQ Moderation   : {}\n", cli.cq_mod.unwrap_or(1));
+    }
+    if let Some(l) = cli.post_list.filter(|&l| l > 1) {
+        s += &format!(" Post List       : {l}\n");
+    }
+    if let Some(r) = cli.rx_depth {
+        s += &format!(" RX depth        : {r}\n");
+    }
+    if cli.test.is_read() || cli.test.is_atomic() {
+        s += &format!(" Outstand reads  : {}\n", cli.outs.unwrap_or(16));
     }
     s += &format!(" Mtu             : {}[B]\n", b.mtu);
     s += " Link type       : Ethernet\n";
+    if let Some(g) = cli.gid_index {
+        s += &format!(" GID index       : {g}\n");
+    }
     s += &format!(" Max inline data : {}[B]\n", cli.inline_size);
     if cli.test.is_atomic() {
         let ty = match cli.atomic_type {
@@ -58,7 +80,7 @@ pub fn banner(cli: &Cli, b: &BannerInfo) -> String {
     }
     s += &format!(
         " Poll mode       : {}\n",
-        match cli.poll_mode {
+        match cli.poll_mode() {
             crate::cli::PollMode::Caller => "caller",
             crate::cli::PollMode::Busy => "busy",
             crate::cli::PollMode::Thread => "thread",
@@ -280,9 +302,10 @@ pub fn or_na(v: Option<f64>) -> String {
     v.map_or_else(|| "n/a".to_string(), |v| format!("{v:.2}"))
 }
 
-/// One bandwidth row.
-pub fn bw_row(o: &Outcome, gbits: bool) -> String {
+/// One bandwidth row (with `no_peak`, perftest's -N, the peak column reads 0.00).
+pub fn bw_row(o: &Outcome, gbits: bool, no_peak: bool) -> String {
     let (peak, avg, rate, msgs) = bw_figures(o, gbits);
+    let peak = if no_peak { Some(0.0) } else { peak };
     format!(
         " {:<7}    {:<7}          {:<7}            {:<7.2}\t\t   {:<7.6}",
         o.size,
@@ -291,6 +314,197 @@ pub fn bw_row(o: &Outcome, gbits: bool) -> String {
         avg,
         rate
     )
+}
+
+impl LatStats {
+    /// Every figure times `k` (microseconds to cycles with -C: `k` = MHz).
+    pub fn scaled(self, k: f64) -> LatStats {
+        LatStats {
+            min: self.min * k,
+            max: self.max * k,
+            typical: self.typical * k,
+            avg: self.avg * k,
+            stdev: self.stdev * k,
+            p99: self.p99 * k,
+            p999: self.p999 * k,
+        }
+    }
+}
+
+/// The CPU clock in MHz that perftest converts its cycle counts with (`get_cpu_mhz`: the
+/// `cpu MHz` lines of /proc/cpuinfo; the highest, as CPUs may differ). -C multiplies
+/// iwperf's nanosecond timings by it.
+pub fn cpu_mhz() -> Result<f64, String> {
+    let text = std::fs::read_to_string("/proc/cpuinfo")
+        .map_err(|e| format!("-C: cannot read /proc/cpuinfo: {e}"))?;
+    parse_cpu_mhz(&text).ok_or_else(|| {
+        "-C: /proc/cpuinfo gives no `cpu MHz` to turn times into cycles with".to_string()
+    })
+}
+
+fn parse_cpu_mhz(cpuinfo: &str) -> Option<f64> {
+    cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("cpu MHz"))
+        .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
+        .filter(|m| *m > 0.0)
+        .reduce(f64::max)
+}
+
+/// perftest's -U / -H listing: `#, usec` (or `cycles`), then one `n, value` line per
+/// sample: in the order measured (`sorted` false), or sorted without the
+/// [`LAT_MEASURE_TAIL`] largest (the ones the statistics keep). Samples are full intervals
+/// in ns, divided by `rtt_factor` and times `scale` per microsecond.
+pub fn samples_listing(
+    samples_ns: &[u64],
+    rtt_factor: u64,
+    scale: f64,
+    units: &str,
+    sorted: bool,
+) -> String {
+    let mut v: Vec<u64> = samples_ns.to_vec();
+    if sorted {
+        v.sort_unstable();
+        v.truncate(v.len().saturating_sub(LAT_MEASURE_TAIL));
+    }
+    let q = 1000.0 * rtt_factor.max(1) as f64;
+    let mut s = format!("#, {units}\n");
+    for (i, x) in v.iter().enumerate() {
+        s += &format!("{}, {}\n", i + 1, *x as f64 / q * scale);
+    }
+    s
+}
+
+/// Writes perftest's `--out_json` report of `o` (the last size, as perftest, whose file
+/// holds one report): `test_info` with perftest's keys and values for this run, and
+/// `results` with its keys (`MsgSize`, `n_iterations`, `BW_peak`, `BW_average`, `MsgRate`
+/// for bandwidth tests; `t_min` .. `percentile_99.9` for latency tests; only `bw_avg`,
+/// `msgRate_avg` or `avg_lat` with --output).
+pub fn write_perftest_json(
+    path: &Path,
+    cli: &Cli,
+    info: &BannerInfo,
+    o: &Outcome,
+    cycles_mhz: Option<f64>,
+) -> Result<(), String> {
+    use serde_json::{json, Map, Value};
+    let t = cli.test;
+    let verb = match t {
+        TestName::SendLat | TestName::SendBw => "Send",
+        TestName::WriteLat | TestName::WriteBw if cli.write_with_imm => "RDMA_Write_imm",
+        TestName::WriteLat | TestName::WriteBw => "RDMA_Write",
+        TestName::ReadLat | TestName::ReadBw => "RDMA_Read",
+        TestName::AtomicLat | TestName::AtomicBw => "Atomic",
+    };
+    let mut name = format!("{verb}_");
+    if t.is_atomic() {
+        name += match cli.atomic_type {
+            crate::cli::AtomicType::FetchAndAdd => "FETCH_AND_ADD_",
+            crate::cli::AtomicType::CmpAndSwap => "CMP_AND_SWAP_",
+        };
+    }
+    if t.is_bw() {
+        if cli.bidir {
+            name += "Bidirectional_";
+        }
+        if cli.post_list.unwrap_or(1) > 1 {
+            name += "Post_List_";
+        }
+        name += "BW_";
+    } else {
+        name += "Latency_";
+    }
+    name += "Test";
+    let mut ti = Map::new();
+    ti.insert("test".into(), json!(name));
+    if cli.events {
+        ti.insert(
+            "Test with events".into(),
+            json!(format!("Using_{}_comp0", crate::cli::DEVICE_NAME)),
+        );
+    }
+    ti.insert("Dual_port".into(), json!("OFF"));
+    ti.insert("Device".into(), json!(crate::cli::DEVICE_NAME));
+    ti.insert("Number_of_qps".into(), json!(cli.qps));
+    ti.insert("Transport_type".into(), json!("IW"));
+    ti.insert("Connection_type".into(), json!("RC"));
+    ti.insert("Using_SRQ".into(), json!("OFF"));
+    ti.insert("PCIe_relax_order".into(), json!("Unsupported"));
+    ti.insert("ibv_wr_API".into(), json!("OFF"));
+    ti.insert("TX_depth".into(), json!(cli.tx_depth()));
+    if let Some(l) = cli.post_list.filter(|&l| l > 1) {
+        ti.insert("Post_List".into(), json!(l));
+    }
+    if let Some(r) = cli.rx_depth {
+        ti.insert("RX_depth".into(), json!(r));
+    }
+    if t.is_bw() {
+        ti.insert("CQ_Moderation".into(), json!(cli.cq_mod.unwrap_or(1)));
+    }
+    ti.insert("Mtu".into(), json!(info.mtu));
+    ti.insert("Link_type".into(), json!("Ethernet"));
+    if let Some(g) = cli.gid_index {
+        ti.insert("GID_index".into(), json!(g));
+    }
+    if t.is_read() || t.is_atomic() {
+        ti.insert("Outstand_reads".into(), json!(cli.outs.unwrap_or(16)));
+    } else {
+        ti.insert("Max_inline_data".into(), json!(cli.inline_size));
+    }
+    ti.insert("rdma_cm_QPs".into(), json!("ON"));
+    ti.insert("Use_ROCm_memory".into(), json!("OFF"));
+    ti.insert("Use_MUSA_memory".into(), json!("OFF"));
+    ti.insert("Data_ex_method".into(), json!("rdma_cm"));
+    let mut res = Map::new();
+    if t.is_bw() {
+        let (peak, avg, rate, msgs) = bw_figures(o, cli.report_gbits);
+        let peak = if cli.no_peak {
+            0.0
+        } else {
+            peak.unwrap_or(0.0)
+        };
+        match cli.output {
+            Some(crate::cli::OutputKind::Bandwidth) => {
+                res.insert("bw_avg".into(), json!(avg));
+            }
+            Some(crate::cli::OutputKind::MessageRate) => {
+                res.insert("msgRate_avg".into(), json!(rate));
+            }
+            _ => {
+                res.insert("MsgSize".into(), json!(o.size));
+                res.insert("n_iterations".into(), json!(msgs));
+                res.insert("BW_peak".into(), json!(peak));
+                res.insert("BW_average".into(), json!(avg));
+                res.insert("MsgRate".into(), json!(rate));
+            }
+        }
+    } else {
+        let st = lat_stats(&o.samples, rtt_factor(t)).map(|s| s.scaled(cycles_mhz.unwrap_or(1.0)));
+        match (cli.output, st) {
+            (Some(_), s) => {
+                res.insert("avg_lat".into(), json!(s.map_or(0.0, |s| s.avg)));
+            }
+            (None, Some(s)) => {
+                res.insert("MsgSize".into(), json!(o.size));
+                res.insert("n_iterations".into(), json!(o.iters));
+                res.insert("t_min".into(), json!(s.min));
+                res.insert("t_max".into(), json!(s.max));
+                res.insert("t_typical".into(), json!(s.typical));
+                res.insert("t_avg".into(), json!(s.avg));
+                res.insert("t_stdev".into(), json!(s.stdev));
+                res.insert("percentile_99".into(), json!(s.p99));
+                res.insert("percentile_99.9".into(), json!(s.p999));
+            }
+            (None, None) => {
+                res.insert("MsgSize".into(), json!(o.size));
+                res.insert("n_iterations".into(), json!(o.iters));
+            }
+        }
+    }
+    let doc = json!({ "test_info": Value::Object(ti), "results": Value::Object(res) });
+    let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+    std::fs::write(path, text + "\n")
+        .map_err(|e| format!("--out_json_file {}: {e}", path.display()))
 }
 
 /// What each test's histogram holds.
@@ -394,6 +608,32 @@ pub fn write_hdr_log(path: &Path, cli: &Cli, outs: &[Outcome]) -> Result<(), Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_mhz_is_the_highest_cpu_mhz_line() {
+        let info = "processor\t: 0\ncpu MHz\t\t: 1995.312\nprocessor\t: 1\ncpu MHz\t\t: 2400.000\n";
+        assert_eq!(parse_cpu_mhz(info), Some(2400.0));
+        assert_eq!(parse_cpu_mhz("processor: 0\n"), None);
+    }
+
+    #[test]
+    fn samples_listing_is_perftests() {
+        // 4 samples of 2, 8, 4, 6 us full round trip; write_lat halves them.
+        let s = [2000, 8000, 4000, 6000];
+        assert_eq!(
+            samples_listing(&s, 2, 1.0, "usec", false),
+            "#, usec\n1, 1\n2, 4\n3, 2\n4, 3\n"
+        );
+        // Sorted, without the two largest.
+        assert_eq!(
+            samples_listing(&s, 2, 1.0, "usec", true),
+            "#, usec\n1, 1\n2, 2\n"
+        );
+        assert_eq!(
+            samples_listing(&s[..1], 1, 2000.0, "cycles", false),
+            "#, cycles\n1, 4000\n"
+        );
+    }
     use std::time::Duration;
 
     fn close(a: f64, b: f64) -> bool {
@@ -516,7 +756,12 @@ mod tests {
         // No window: n/a, not the average.
         let o = bw_outcome(3_000_000, 0.01, None);
         assert_eq!(bw_figures(&o, true).0, None);
-        assert!(bw_row(&o, true).contains("n/a"), "{}", bw_row(&o, true));
+        assert!(
+            bw_row(&o, true, false).contains("n/a"),
+            "{}",
+            bw_row(&o, true, false)
+        );
+        assert!(bw_row(&o, true, true).contains("0.00"));
         // Bidirectional: the sum of both directions' peaks; n/a if either has none.
         let mut o = bw_outcome(1_000_000, 0.01, Some(1e8));
         o.peer = Some((1_000_000, 0.01, Some(5e7), 1000));

@@ -59,6 +59,8 @@ pub struct Opts {
     pub cmp_swap: bool,
     /// Messages up to this size are posted inline.
     pub inline: u32,
+    /// -r: receives kept posted by the side that receives data (0: iwperf's default).
+    pub rx_depth: u32,
 }
 
 impl Layout {
@@ -77,7 +79,9 @@ impl Layout {
         let stride = max_size.max(CTRL_LEN as u64).div_ceil(64) * 64;
         let distinct = ((data_len - MARGIN) / stride).max(1);
         let rq = if test.is_send() || opts.imm {
-            let want = if test.is_bw() {
+            let want = if opts.rx_depth > 0 {
+                u64::from(opts.rx_depth)
+            } else if test.is_bw() {
                 (tx_depth * 2).clamp(16, 512)
             } else {
                 16
@@ -363,6 +367,57 @@ fn e2s(e: warpcore_verbs::Error) -> String {
 }
 
 thread_local! {
+    /// -e: this thread's completion channel and the queues that signal it.
+    static EVENTS: std::cell::RefCell<Option<(warpcore_verbs::CompletionChannel, Vec<CompletionQueue>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// -e: from now on this thread's completion queues signal a completion channel, and its
+/// waiting loops sleep on it ([`Spin::pause`]) instead of polling.
+pub fn use_events(ctx: &Context) -> Result<(), String> {
+    let ch = ctx.create_comp_channel().map_err(|e| format!("-e: {e}"))?;
+    EVENTS.with(|e| *e.borrow_mut() = Some((ch, Vec::new())));
+    Ok(())
+}
+
+/// Stops sleeping on a completion channel (before the context is dropped).
+pub fn stop_events() {
+    EVENTS.with(|e| *e.borrow_mut() = None);
+}
+
+/// A completion queue of `depth`, on this thread's completion channel under -e.
+pub fn new_cq(ctx: &Context, depth: usize) -> Result<CompletionQueue, String> {
+    EVENTS.with(|e| match e.borrow_mut().as_mut() {
+        Some((ch, cqs)) => {
+            let cq = ctx.create_cq_with_channel(depth, ch).map_err(e2s)?;
+            cqs.push(cq.clone());
+            Ok(cq)
+        }
+        None => ctx.create_cq(depth).map_err(e2s),
+    })
+}
+
+/// -e, when a loop found nothing: the first time, arm every queue (the loop then polls
+/// once more, catching what came before the arming); the next time, sleep until one of
+/// them signals (at most 10 ms, for loops that also watch something else). Returns
+/// false without events.
+fn events_pause(idle: u32) -> bool {
+    EVENTS.with(|e| match e.borrow().as_ref() {
+        Some((ch, cqs)) => {
+            if idle <= 1 {
+                for cq in cqs {
+                    let _ = cq.req_notify(false);
+                }
+            } else {
+                let _ = ch.get_event(Some(Duration::from_millis(10)));
+            }
+            true
+        }
+        None => false,
+    })
+}
+
+thread_local! {
     /// The caller-driven engine this thread runs (`--poll-mode caller`), if any.
     static DRIVEN: std::cell::RefCell<Option<Context>> = const { std::cell::RefCell::new(None) };
 }
@@ -396,6 +451,15 @@ impl Spin {
     }
     /// Nothing to do this time.
     pub fn pause(&mut self) {
+        // -e: arm, then sleep on the completion channel.
+        self.0 = self.0.saturating_add(1);
+        if events_pause(self.0) {
+            if self.0 > 1 {
+                self.0 = 0;
+            }
+            return;
+        }
+        self.0 -= 1;
         // Caller-driven, this thread is the engine: it polls like perftest (and like any
         // DPDK lcore) and yields only after a long idle stretch (about a millisecond), so
         // a message that arrives while it waits is seen at once, not after another
@@ -449,8 +513,8 @@ fn regions(
         .alloc_mr(lay.data_len as usize, Access::LOCAL_WRITE)
         .map_err(e2s)?;
     let ctrl = pd.alloc_mr(4096, remote).map_err(e2s)?;
-    let scq = ctx.create_cq(4096).map_err(e2s)?;
-    let rcq = ctx.create_cq(4096).map_err(e2s)?;
+    let scq = new_cq(ctx, 4096)?;
+    let rcq = new_cq(ctx, 4096)?;
     let mut init = QpInit::new(&scq, &rcq);
     init.sq_depth = (lay.tx_depth as u32 + 16).min(1024);
     init.rq_depth = (lay.rq as u32 + 4).min(1024);
@@ -698,6 +762,11 @@ impl Conn {
         self.sent += 1;
     }
 
+    /// How many more Sends the peer has receives posted for.
+    pub fn credits_left(&self) -> u64 {
+        self.credit_left()
+    }
+
     /// Whether the peer has a receive posted for one more Send.
     pub fn credit_available(&self) -> bool {
         self.credit_left() > 0
@@ -865,6 +934,8 @@ pub fn connect(
             };
             let mut pd_bytes = hello.encode().to_vec();
             pd_bytes.extend_from_slice(&(lay.max_size as u32).to_be_bytes());
+            // -r, after the largest size (absent or 0 from older clients: the default).
+            pd_bytes.extend_from_slice(&lay.opts.rx_depth.to_be_bytes());
             let mut c = Conn::new(r, Hello::default(), lay, false);
             for _ in 0..lay.rq {
                 c.post_recv()?;
@@ -953,6 +1024,12 @@ pub fn accept(
                     .get(Hello::LEN..Hello::LEN + 4)
                     .map(|b| u32::from_be_bytes(b.try_into().unwrap_or_default()))
                     .unwrap_or(0) as u64;
+                let rx_depth = req
+                    .private_data
+                    .get(Hello::LEN + 4..Hello::LEN + 8)
+                    .map(|b| u32::from_be_bytes(b.try_into().unwrap_or_default()))
+                    .unwrap_or(0)
+                    .min(4096);
                 let lay = Layout::new(
                     TestName::ALL[usize::from(h.test)],
                     max_size.max(1),
@@ -963,6 +1040,7 @@ pub fn accept(
                         imm: h.flags & wire::FLAG_IMM != 0,
                         cmp_swap: h.flags & wire::FLAG_CMP_SWAP != 0,
                         inline: h.inline.min(crate::cli::MAX_INLINE),
+                        rx_depth,
                     },
                 );
                 if first.is_none() {

@@ -24,6 +24,10 @@ pub struct Phase {
     pub stall: Duration,
     /// Print a progress line every second.
     pub progress: bool,
+    /// perftest's -Q: one signalled request in this many (bandwidth tests; 1: all).
+    pub cq_mod: u64,
+    /// perftest's -l: requests posted per post_send_list (bandwidth tests; 1: one by one).
+    pub post_list: u64,
 }
 
 /// One histogram interval for `--hdr-log`.
@@ -644,6 +648,8 @@ pub fn server_lat(
         let size = start.size;
         let s = size as usize;
         let ph = Phase {
+            cq_mod: 1,
+            post_list: 1,
             size,
             iters: start.iters,
             duration: None,
@@ -778,6 +784,9 @@ pub fn bw_phase(
     if test == T::ReadBw || test == T::AtomicBw {
         window = window.min(u64::from(conns[0].est.as_ref().map(|e| e.ord).unwrap_or(1)).max(1));
     }
+    // -Q and -l never exceed what the window holds (else nothing signalled would fit).
+    let cqm = ph.cq_mod.clamp(1, window);
+    let pl = ph.post_list.clamp(1, window);
     // --inject-defect (client, QP 0 only): the message it spoils.
     let defect_at = defect.map(|d| (d, Defect::message(test, ph.iters, slots)));
     let mut tx: Vec<Tx> = conns
@@ -811,12 +820,19 @@ pub fn bw_phase(
         for (qi, c) in conns.iter_mut().enumerate() {
             let t = &mut tx[qi];
             if sending && !t.done_sent {
-                while !stop
-                    && t.posted - t.completed < window
-                    && (!c.layout().credits() || c.credit_available())
-                    && (ph.duration.is_some() || t.posted < ph.iters)
-                {
-                    let i = t.posted;
+                // With -Q, a duration run stops at a signalled request, so that the last
+                // one posted completes.
+                let mut batch: Vec<SendWr> = Vec::new();
+                loop {
+                    let next = t.posted + batch.len() as u64;
+                    let go = (!stop || next % cqm != 0)
+                        && next - t.completed < window
+                        && (!c.layout().credits() || c.credits_left() > batch.len() as u64)
+                        && (ph.duration.is_some() || next < ph.iters);
+                    if !go {
+                        break;
+                    }
+                    let i = next;
                     let slot = (i % slots) * size;
                     let op = match test {
                         T::WriteBw if c.layout().opts.imm => SendOp::WriteWithImm {
@@ -852,11 +868,25 @@ pub fn bw_phase(
                     } else {
                         size
                     };
+                    // -Q: every cqm-th request is signalled, and the last of a run by
+                    // iterations; its completion retires the unsignalled ones before it.
+                    let signaled =
+                        (i + 1) % cqm == 0 || (ph.duration.is_none() && i + 1 == ph.iters);
+                    if pl > 1 {
+                        let wr = SendWr::new(i, op, &[c.src.sge(slot, len as u32)])
+                            .map_err(|e| format!("post: {e}"))?;
+                        batch.push(if signaled { wr } else { wr.unsignaled() });
+                        if batch.len() as u64 == pl {
+                            break;
+                        }
+                        continue;
+                    }
                     let r = if test == T::WriteBw || test == T::SendBw {
-                        try_post_data(c, i, op, slot, len, true)
+                        try_post_data(c, i, op, slot, len, signaled)
                     } else {
-                        SendWr::new(i, op, &[c.src.sge(slot, s as u32)])
-                            .and_then(|wr| c.qp.post_send(&wr))
+                        SendWr::new(i, op, &[c.src.sge(slot, s as u32)]).and_then(|wr| {
+                            c.qp.post_send(&if signaled { wr } else { wr.unsignaled() })
+                        })
                     };
                     match r {
                         Ok(()) => {}
@@ -870,6 +900,22 @@ pub fn bw_phase(
                     t.posted += 1;
                     work = true;
                 }
+                if !batch.is_empty() {
+                    // -l: the list in one post; what the send queue took counts.
+                    let posted = match c.qp.post_send_list(&batch) {
+                        Ok(()) => batch.len(),
+                        Err(e) if e.error == warpcore_verbs::Error::QueueFull => e.posted,
+                        Err(e) => return Err(format!("post: {e}")),
+                    };
+                    for _ in 0..posted {
+                        if c.layout().credits() {
+                            c.note_data_sent();
+                        }
+                        t.times[(t.posted % window) as usize] = Some(round);
+                        t.posted += 1;
+                        work = true;
+                    }
+                }
                 while let Some(wc) = c.poll_send() {
                     if wc.status != WcStatus::Success {
                         return Err(format!("{:?} completed with {:?}", wc.opcode, wc.status));
@@ -877,23 +923,33 @@ pub fn bw_phase(
                     if wc.wr_id >= u64::MAX - 1 {
                         continue;
                     }
-                    let i = wc.wr_id;
+                    let last = wc.wr_id;
+                    if last < t.completed {
+                        return Err(format!(
+                            "send completion {last} out of order (already retired {})",
+                            t.completed
+                        ));
+                    }
                     let now = *completed_at.get_or_insert_with(Instant::now);
-                    if let Some(t0) = t.times[(i % window) as usize].take() {
-                        rec.record((now - t0).as_nanos() as u64);
+                    // Send queues complete in order: a signalled request's completion
+                    // retires the unsignalled ones posted before it (-Q).
+                    for i in t.completed..=last {
+                        if let Some(t0) = t.times[(i % window) as usize].take() {
+                            rec.record((now - t0).as_nanos() as u64);
+                        }
+                        if verify && test == T::ReadBw {
+                            let slot = ((i % slots) * size) as usize;
+                            let ro = c.layout().read_offset(size, i) as usize;
+                            let mut got = vec![0u8; s];
+                            c.src.read(slot, &mut got).map_err(|e| e.to_string())?;
+                            c.check(i, &got, &static_peer[ro..ro + s]);
+                        }
+                        if verify && test == T::AtomicBw {
+                            check_atomic(c, i, &wc, (i % slots) * size)?;
+                        }
+                        t.completed += 1;
+                        bytes += size;
                     }
-                    if verify && test == T::ReadBw {
-                        let slot = ((i % slots) * size) as usize;
-                        let ro = c.layout().read_offset(size, i) as usize;
-                        let mut got = vec![0u8; s];
-                        c.src.read(slot, &mut got).map_err(|e| e.to_string())?;
-                        c.check(i, &got, &static_peer[ro..ro + s]);
-                    }
-                    if verify && test == T::AtomicBw {
-                        check_atomic(c, i, &wc, (i % slots) * size)?;
-                    }
-                    t.completed += 1;
-                    bytes += size;
                     t_last = now;
                     work = true;
                 }
