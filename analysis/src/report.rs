@@ -2,6 +2,8 @@
 //! DDP segment) and JSON.
 
 use std::fmt::Write as _;
+
+use serde_json::{json, Value};
 use std::time::Duration;
 
 use warpcore_proto::wire::mpa::{EnhancedData, RtrTypes};
@@ -363,227 +365,164 @@ fn render_iwarp(o: &mut String, n: usize, c: &IwarpConnection, start: Duration, 
     }
 }
 
-/// A minimal JSON writer (the report is small; no serde needed).
-struct Json(String);
-
-impl Json {
-    fn str(&mut self, s: &str) {
-        self.0.push('"');
-        for ch in s.chars() {
-            match ch {
-                '"' => self.0.push_str("\\\""),
-                '\\' => self.0.push_str("\\\\"),
-                '\n' => self.0.push_str("\\n"),
-                c if (c as u32) < 0x20 => {
-                    let _ = write!(self.0, "\\u{:04x}", c as u32);
-                }
-                c => self.0.push(c),
-            }
-        }
-        self.0.push('"');
-    }
-    fn key(&mut self, k: &str) {
-        if !self.0.ends_with('{') && !self.0.ends_with('[') {
-            self.0.push(',');
-        }
-        self.str(k);
-        self.0.push(':');
-    }
-    fn kv_str(&mut self, k: &str, v: &str) {
-        self.key(k);
-        self.str(v);
-    }
-    fn kv_raw(&mut self, k: &str, v: impl std::fmt::Display) {
-        self.key(k);
-        let _ = write!(self.0, "{v}");
-    }
-    fn open(&mut self, k: Option<&str>, c: char) {
-        match k {
-            Some(k) => self.key(k),
-            None => self.sep(),
-        }
-        self.0.push(c);
-    }
-    fn sep(&mut self) {
-        if !self.0.is_empty()
-            && !self.0.ends_with('{')
-            && !self.0.ends_with('[')
-            && !self.0.ends_with(':')
-        {
-            self.0.push(',');
-        }
-    }
-    fn close(&mut self, c: char) {
-        self.0.push(c);
-    }
-}
-
-fn json_frame(j: &mut Json, k: &str, f: &StartupFrame) {
-    j.open(Some(k), '{');
-    j.kv_raw("frame", f.frame);
-    j.kv_raw("rev", f.rev);
-    j.kv_raw("markers", f.markers);
-    j.kv_raw("crc", f.crc);
-    j.kv_raw("reject", f.reject);
-    j.kv_raw("ulp_private_data_len", f.ulp_private_data_len);
+fn json_frame(f: &StartupFrame) -> Value {
+    let mut v = json!({
+        "frame": f.frame,
+        "rev": f.rev,
+        "markers": f.markers,
+        "crc": f.crc,
+        "reject": f.reject,
+        "ulp_private_data_len": f.ulp_private_data_len,
+    });
     if let Some(e) = f.enhanced {
-        j.kv_raw("ird", e.ird);
-        j.kv_raw("ord", e.ord);
-        j.kv_raw("peer_to_peer", e.peer_to_peer);
-        j.kv_str("rtr", &rtr_list(e.rtr));
+        v["ird"] = json!(e.ird);
+        v["ord"] = json!(e.ord);
+        v["peer_to_peer"] = json!(e.peer_to_peer);
+        v["rtr"] = json!(rtr_list(e.rtr));
     }
-    j.close('}');
+    v
 }
 
-fn json_finding(j: &mut Json, f: &Finding) {
-    j.open(None, '{');
-    j.kv_str("kind", f.kind.name());
-    j.kv_raw("frame", f.frame);
+fn json_finding(f: &Finding) -> Value {
+    let mut v = json!({ "kind": f.kind.name(), "frame": f.frame });
     if let Some(d) = f.direction {
-        j.kv_str("direction", d.label());
+        v["direction"] = json!(d.label());
     }
-    j.kv_str("detail", &f.detail);
-    j.close('}');
+    v["detail"] = json!(f.detail);
+    v
+}
+
+fn json_iwarp(ic: &IwarpConnection, start: Duration, verbose: bool) -> Value {
+    let mut v = json!({
+        "type": "iwarp",
+        "initiator": ic.initiator.to_string(),
+        "responder": ic.responder.to_string(),
+        "close_i2r": ic.closed[0].label(),
+        "close_r2i": ic.closed[1].label(),
+        "request": json_frame(&ic.request),
+    });
+    if let Some(rep) = &ic.reply {
+        v["reply"] = json_frame(rep);
+    }
+    if let Some(ng) = &ic.negotiated {
+        v["negotiated"] = json!({
+            "crc": ng.crc,
+            "markers_i2r": ng.markers[0],
+            "markers_r2i": ng.markers[1],
+            "peer_to_peer": ng.peer_to_peer,
+            "rtr_sent": ng.rtr_sent.map_or("none".into(), |r| format!("{r:?}")),
+        });
+    }
+    let mut dirs = serde_json::Map::new();
+    for dir in Direction::BOTH {
+        let d = &ic.directions[dir.index()];
+        let opcodes: serde_json::Map<String, Value> = d
+            .opcodes
+            .iter()
+            .map(|(op, s)| {
+                (
+                    op.name().to_string(),
+                    json!({
+                        "segments": s.segments,
+                        "messages": s.messages,
+                        "payload_octets": s.payload_octets,
+                    }),
+                )
+            })
+            .collect();
+        let terminates: Vec<Value> = d
+            .terminates
+            .iter()
+            .map(|(frame, t)| {
+                json!({
+                    "frame": frame,
+                    "layer": t.code.layer(),
+                    "etype": t.code.etype(),
+                    "code": t.code.code(),
+                    "reason": t.code.description(),
+                    "report": t.report.to_string(),
+                })
+            })
+            .collect();
+        dirs.insert(
+            dir.label().to_string(),
+            json!({
+                "fpdu_stream_octets": d.fpdu_stream_octets,
+                "crc_errors": d.crc_errors,
+                "marker_errors": d.marker_errors,
+                "opcodes": opcodes,
+                "terminates": terminates,
+            }),
+        );
+    }
+    v["directions"] = Value::Object(dirs);
+    v["notes"] = json!(ic.notes);
+    v["findings"] = Value::Array(ic.findings.iter().map(json_finding).collect());
+    if verbose {
+        let segments: Vec<Value> = ic
+            .segments
+            .iter()
+            .map(|s| {
+                let mut seg = json!({
+                    "frame": s.frame,
+                    // Seconds since the first frame, to the microsecond.
+                    "time": (rel(s.timestamp, start) * 1e6).round() / 1e6,
+                    "direction": s.direction.label(),
+                    "opcode": s.opcode.map_or_else(
+                        || format!("{:#x}", s.opcode_raw),
+                        |o| o.name().to_string(),
+                    ),
+                });
+                match s.addressing {
+                    Addressing::Tagged { stag, to } => {
+                        // Hex strings: a 64-bit TO does not fit a JSON number exactly
+                        // (2^53), and STags read better in hex.
+                        seg["stag"] = json!(format!("{stag:#010x}"));
+                        seg["to"] = json!(format!("{to:#018x}"));
+                    }
+                    Addressing::Untagged { qn, msn, mo, .. } => {
+                        seg["qn"] = json!(qn);
+                        seg["msn"] = json!(msn);
+                        seg["mo"] = json!(mo);
+                    }
+                }
+                seg["ulpdu_len"] = json!(s.ulpdu_len);
+                seg["payload_len"] = json!(s.payload_len);
+                seg["last"] = json!(s.last);
+                seg
+            })
+            .collect();
+        v["segments"] = Value::Array(segments);
+    }
+    v
 }
 
 /// The report as one JSON object. With `verbose`, every segment is included.
 pub fn render_json(r: &CaptureReport, verbose: bool) -> String {
-    let mut j = Json(String::new());
-    j.open(None, '{');
-    j.kv_str("file", &r.name);
-    j.kv_str(
-        "format",
-        match r.format {
+    let connections: Vec<Value> = r
+        .connections
+        .iter()
+        .map(|c| match c {
+            ConnectionReport::Other(oc) => json!({
+                "type": "tcp",
+                "client": oc.client.to_string(),
+                "server": oc.server.to_string(),
+                "reason": oc.reason,
+                "findings": oc.finding.iter().map(json_finding).collect::<Vec<_>>(),
+            }),
+            ConnectionReport::Iwarp(ic) => json_iwarp(ic, r.start, verbose),
+        })
+        .collect();
+    json!({
+        "file": r.name,
+        "format": match r.format {
             CaptureFormat::Pcap => "pcap",
             CaptureFormat::PcapNg => "pcapng",
         },
-    );
-    j.kv_raw("frames", r.frames);
-    j.kv_raw("violations", r.violations());
-    j.open(Some("warnings"), '[');
-    for w in &r.warnings {
-        j.sep();
-        j.str(w);
-    }
-    j.close(']');
-    j.open(Some("connections"), '[');
-    for c in &r.connections {
-        j.open(None, '{');
-        match c {
-            ConnectionReport::Other(oc) => {
-                j.kv_str("type", "tcp");
-                j.kv_str("client", &oc.client.to_string());
-                j.kv_str("server", &oc.server.to_string());
-                j.kv_str("reason", &oc.reason);
-                j.open(Some("findings"), '[');
-                if let Some(f) = &oc.finding {
-                    json_finding(&mut j, f);
-                }
-                j.close(']');
-            }
-            ConnectionReport::Iwarp(ic) => {
-                j.kv_str("type", "iwarp");
-                j.kv_str("initiator", &ic.initiator.to_string());
-                j.kv_str("responder", &ic.responder.to_string());
-                j.kv_str("close_i2r", ic.closed[0].label());
-                j.kv_str("close_r2i", ic.closed[1].label());
-                json_frame(&mut j, "request", &ic.request);
-                if let Some(rep) = &ic.reply {
-                    json_frame(&mut j, "reply", rep);
-                }
-                if let Some(ng) = &ic.negotiated {
-                    j.open(Some("negotiated"), '{');
-                    j.kv_raw("crc", ng.crc);
-                    j.kv_raw("markers_i2r", ng.markers[0]);
-                    j.kv_raw("markers_r2i", ng.markers[1]);
-                    j.kv_raw("peer_to_peer", ng.peer_to_peer);
-                    j.kv_str(
-                        "rtr_sent",
-                        &ng.rtr_sent.map_or("none".into(), |r| format!("{r:?}")),
-                    );
-                    j.close('}');
-                }
-                j.open(Some("directions"), '{');
-                for dir in Direction::BOTH {
-                    let d = &ic.directions[dir.index()];
-                    j.open(Some(dir.label()), '{');
-                    j.kv_raw("fpdu_stream_octets", d.fpdu_stream_octets);
-                    j.kv_raw("crc_errors", d.crc_errors);
-                    j.kv_raw("marker_errors", d.marker_errors);
-                    j.open(Some("opcodes"), '{');
-                    for (op, s) in &d.opcodes {
-                        j.open(Some(op.name()), '{');
-                        j.kv_raw("segments", s.segments);
-                        j.kv_raw("messages", s.messages);
-                        j.kv_raw("payload_octets", s.payload_octets);
-                        j.close('}');
-                    }
-                    j.close('}');
-                    j.open(Some("terminates"), '[');
-                    for (frame, t) in &d.terminates {
-                        j.open(None, '{');
-                        j.kv_raw("frame", frame);
-                        j.kv_raw("layer", t.code.layer());
-                        j.kv_raw("etype", t.code.etype());
-                        j.kv_raw("code", t.code.code());
-                        j.kv_str("reason", t.code.description());
-                        j.kv_str("report", &t.report.to_string());
-                        j.close('}');
-                    }
-                    j.close(']');
-                    j.close('}');
-                }
-                j.close('}');
-                j.open(Some("notes"), '[');
-                for n in &ic.notes {
-                    j.sep();
-                    j.str(n);
-                }
-                j.close(']');
-                j.open(Some("findings"), '[');
-                for f in &ic.findings {
-                    json_finding(&mut j, f);
-                }
-                j.close(']');
-                if verbose {
-                    j.open(Some("segments"), '[');
-                    for s in &ic.segments {
-                        j.open(None, '{');
-                        j.kv_raw("frame", s.frame);
-                        j.kv_raw("time", format!("{:.6}", rel(s.timestamp, r.start)));
-                        j.kv_str("direction", s.direction.label());
-                        j.kv_str(
-                            "opcode",
-                            &s.opcode.map_or_else(
-                                || format!("{:#x}", s.opcode_raw),
-                                |o| o.name().to_string(),
-                            ),
-                        );
-                        match s.addressing {
-                            Addressing::Tagged { stag, to } => {
-                                // Hex strings: a 64-bit TO does not fit a JSON number
-                                // exactly (2^53), and STags read better in hex.
-                                j.kv_str("stag", &format!("{stag:#010x}"));
-                                j.kv_str("to", &format!("{to:#018x}"));
-                            }
-                            Addressing::Untagged { qn, msn, mo, .. } => {
-                                j.kv_raw("qn", qn);
-                                j.kv_raw("msn", msn);
-                                j.kv_raw("mo", mo);
-                            }
-                        }
-                        j.kv_raw("ulpdu_len", s.ulpdu_len);
-                        j.kv_raw("payload_len", s.payload_len);
-                        j.kv_raw("last", s.last);
-                        j.close('}');
-                    }
-                    j.close(']');
-                }
-            }
-        }
-        j.close('}');
-    }
-    j.close(']');
-    j.close('}');
-    j.0
+        "frames": r.frames,
+        "violations": r.violations(),
+        "warnings": r.warnings,
+        "connections": connections,
+    })
+    .to_string()
 }
