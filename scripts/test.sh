@@ -28,8 +28,10 @@ step "cargo doc, warnings as errors (broken or private intra-doc links)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 
 step "cargo build --no-default-features (the engine without DPDK)"
-# Protocol, TCP, engine and verbs must build and run over the in-memory link alone.
-cargo build -p warpcore-proto -p warpcore-tcp -p warpcore-engine -p warpcore-verbs --no-default-features
+# Protocol, TCP, engine, verbs and the tools must build and run over the in-memory link alone.
+cargo build -p warpcore-proto -p warpcore-tcp -p warpcore-engine -p warpcore-verbs \
+    -p warpcore-analysis -p warpcore-test-support -p warpcore-apps -p warpcore-bench \
+    --no-default-features
 
 step "cargo test (workspace)"
 # The tshark judge must run, never be skipped: tell the tests it is required.

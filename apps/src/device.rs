@@ -500,6 +500,7 @@ impl DeviceArgs {
         cfg
     }
 
+    #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
     fn local_ip(&self, default: Option<Ipv4Addr>) -> Result<IpPrefix, DeviceError> {
         self.ip
             .or(default.map(|addr| IpPrefix { addr, len: 24 }))

@@ -95,8 +95,8 @@ use warpcore_engine::tcp::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
 use warpcore_engine::tcp::StackConfig;
 use warpcore_engine::{validate_recv, validate_send, QpAttr, QpId, QpShared, SharedRq};
 
-#[cfg(feature = "dpdk")]
 pub use channel::CompletionChannel;
+#[cfg(feature = "dpdk")]
 pub use error::DpdkError;
 pub use error::{Error, IoError};
 pub use warpcore_engine::config::ConfigError;

@@ -21,7 +21,8 @@ pub const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 /// What `open` produced: one engine (server or client role) or a loopback pair.
 #[derive(Debug)]
 pub enum Opened {
-    /// One engine for this process's role.
+    /// One engine for this process's role (DPDK builds only).
+    #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
     Single(Endpoint),
     /// Two engines in this process: (server, client).
     Pair(Endpoint, Endpoint),
