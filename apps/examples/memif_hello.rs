@@ -42,12 +42,6 @@ fn open(cli: &Cli) -> Result<Context, String> {
     dev.cores
         .get_or_insert(warpcore_apps::device::CpuList(vec![usize::from(!server)]));
     let o = EngineOptions {
-        tool: "memif_hello",
-        role: if server {
-            MemifRole::Server
-        } else {
-            MemifRole::Client
-        },
         default_ip: Some(if server {
             [198, 18, 0, 2].into()
         } else {
@@ -57,7 +51,7 @@ fn open(cli: &Cli) -> Result<Context, String> {
         // Stop polling before closing the memif port, so the peer never sees a disconnect
         // in the middle of its rx burst (net_memif in DPDK 22.11 can crash then).
         configure: &|c: &mut Config| c.engine.shutdown_linger_ms = 500,
-        link: None,
+        ..EngineOptions::new("memif_hello", MemifRole::serving(server))
     };
     dev.open_engine(&o)
         .map(|ep| ep.ctx)

@@ -169,6 +169,17 @@ pub enum MemifRole {
     Client,
 }
 
+impl MemifRole {
+    /// The memif role of a tool's side: the serving side is the memif server.
+    pub fn serving(serving: bool) -> MemifRole {
+        if serving {
+            MemifRole::Server
+        } else {
+            MemifRole::Client
+        }
+    }
+}
+
 /// A device that could not be brought up, or flags that cannot go together.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -471,13 +482,77 @@ pub struct EngineOptions<'a> {
     pub link: Option<warpcore_verbs::LinkConfig>,
 }
 
+impl<'a> EngineOptions<'a> {
+    /// `tool` in `role`, with no default address, the port's own MAC, nothing else
+    /// configured and a clean link: set the rest with struct update syntax.
+    pub fn new(tool: &'a str, role: MemifRole) -> Self {
+        EngineOptions {
+            tool,
+            role,
+            default_ip: None,
+            fixed_mac: false,
+            configure: &|_| {},
+            link: None,
+        }
+    }
+}
+
 impl std::fmt::Debug for EngineOptions<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "EngineOptions({}, {:?})", self.tool, self.role)
     }
 }
 
+/// Opens an engine, naming what failed.
+fn open_context(cfg: warpcore_verbs::Config) -> Result<warpcore_verbs::Context, DeviceError> {
+    warpcore_verbs::Context::open(cfg).map_err(|source| DeviceError::Verbs {
+        what: "engine",
+        source,
+    })
+}
+
+/// A pair of opened engines (server, client) on `device`.
+fn pair(
+    server: warpcore_verbs::Context,
+    sip: IpPrefix,
+    client: warpcore_verbs::Context,
+    cip: IpPrefix,
+    device: &str,
+    mtu: usize,
+) -> (Endpoint, Endpoint) {
+    let ep = |ctx, ip: IpPrefix| Endpoint {
+        ctx,
+        ip: ip.addr,
+        device: device.into(),
+        mtu,
+    };
+    (ep(server, sip), ep(client, cip))
+}
+
 impl DeviceArgs {
+    /// `--capture`: DPDK's pcapng writer on the first queue of `port`, into the raw file
+    /// [`finish_capture`] rewrites at exit.
+    #[cfg(feature = "dpdk")]
+    fn start_capture(
+        &self,
+        port: &mut warpcore_verbs::dpdk::DpdkPort,
+        eal: &warpcore_verbs::dpdk::dpdk_sys::Eal,
+        tool: &str,
+    ) -> Result<(), DeviceError> {
+        let Some(c) = &self.capture else {
+            return Ok(());
+        };
+        port.capture_pcapng(
+            eal,
+            &raw_capture_path(c).to_string_lossy(),
+            &format!("{tool}_cap"),
+        )
+        .map_err(|source| DeviceError::Verbs {
+            what: "--capture",
+            source,
+        })
+    }
+
     fn engine_config(
         &self,
         device: warpcore_verbs::Device,
@@ -539,17 +614,7 @@ impl DeviceArgs {
                 source,
             })?;
         }
-        if let Some(c) = &self.capture {
-            port.capture_pcapng(
-                &p.eal,
-                &raw_capture_path(c).to_string_lossy(),
-                &format!("{}_cap", o.tool),
-            )
-            .map_err(|source| DeviceError::Verbs {
-                what: "--capture",
-                source,
-            })?;
-        }
+        self.start_capture(&mut port, &p.eal, o.tool)?;
         let mtu = port.mtu();
         let cfg = self.engine_config(
             warpcore_verbs::Device::Dpdk(port),
@@ -557,10 +622,7 @@ impl DeviceArgs {
             o.fixed_mac && is_memif,
             o.configure,
         );
-        let ctx = warpcore_verbs::Context::open(cfg).map_err(|source| DeviceError::Verbs {
-            what: "engine",
-            source,
-        })?;
+        let ctx = open_context(cfg)?;
         Ok(Endpoint {
             ctx,
             ip: ip.addr,
@@ -616,21 +678,9 @@ impl DeviceArgs {
                 let cs = self.engine_config(b, sip, false, o.configure);
                 let cc = self.engine_config(a, cip, false, o.configure);
                 let mtu = cs.engine.mtu;
-                let open = |c| {
-                    warpcore_verbs::Context::open(c).map_err(|source| DeviceError::Verbs {
-                        what: "engine",
-                        source,
-                    })
-                };
-                let server = open(cs)?;
-                let client = open(cc)?;
-                let ep = |ctx, ip: IpPrefix| Endpoint {
-                    ctx,
-                    ip: ip.addr,
-                    device: "in-memory link".into(),
-                    mtu,
-                };
-                Ok((ep(server, sip), ep(client, cip)))
+                let server = open_context(cs)?;
+                let client = open_context(cc)?;
+                Ok(pair(server, sip, client, cip, "in-memory link", mtu))
             }
         }
     }
@@ -650,35 +700,13 @@ impl DeviceArgs {
         };
         let mut pa = set_up(r.a, "net_ring port a")?;
         let pb = set_up(r.b, "net_ring port b")?;
-        if let Some(c) = &self.capture {
-            pa.capture_pcapng(
-                &r.eal,
-                &raw_capture_path(c).to_string_lossy(),
-                &format!("{}_cap", o.tool),
-            )
-            .map_err(|source| DeviceError::Verbs {
-                what: "--capture",
-                source,
-            })?;
-        }
+        self.start_capture(&mut pa, &r.eal, o.tool)?;
         let mtu = pa.mtu();
         let cc = self.engine_config(warpcore_verbs::Device::Dpdk(pa), cip, true, o.configure);
         let cs = self.engine_config(warpcore_verbs::Device::Dpdk(pb), sip, true, o.configure);
-        let open = |c| {
-            warpcore_verbs::Context::open(c).map_err(|source| DeviceError::Verbs {
-                what: "engine",
-                source,
-            })
-        };
-        let client = open(cc)?;
-        let server = open(cs)?;
-        let ep = |ctx, ip: IpPrefix| Endpoint {
-            ctx,
-            ip: ip.addr,
-            device: "net_ring (loopback)".into(),
-            mtu,
-        };
-        Ok((ep(server, sip), ep(client, cip)))
+        let client = open_context(cc)?;
+        let server = open_context(cs)?;
+        Ok(pair(server, sip, client, cip, "net_ring (loopback)", mtu))
     }
 }
 
@@ -854,14 +882,7 @@ mod tests {
         let d = T::try_parse_from(["t", "--loopback=link", "--vdev", "net_tap0"])
             .unwrap()
             .dev;
-        let o = EngineOptions {
-            tool: "t",
-            role: MemifRole::Server,
-            default_ip: None,
-            fixed_mac: false,
-            configure: &|_| {},
-            link: None,
-        };
+        let o = EngineOptions::new("t", MemifRole::Server);
         let addrs = PairAddrs {
             server: Ipv4Addr::new(198, 18, 0, 2),
             client: Ipv4Addr::new(198, 18, 0, 1),

@@ -13,4 +13,17 @@
 
 pub mod device;
 
+/// Parses the command line of tool `T` as every Warpcore tool does: `--help` and
+/// `--version` print and exit 0; a usage error prints clap's message and exits with status
+/// 2 (the tools' "usage" status).
+pub fn parse_args<T: clap::Parser>() -> T {
+    match T::try_parse() {
+        Ok(t) => t,
+        Err(e) => {
+            let _ = e.print();
+            std::process::exit(if e.use_stderr() { 2 } else { 0 })
+        }
+    }
+}
+
 pub use warpcore_analysis::{analysis, capture, fpdu, pcapng, report, tcp};

@@ -112,6 +112,19 @@ impl EalBuilder {
             .file_prefix(prefix)
     }
 
+    /// What every test binary and test helper starts from: [`EalBuilder::test_defaults`]
+    /// on `core` with `memory_mb`, a file prefix of `program` and the process id (so that
+    /// concurrent test processes never share one), and only errors logged.
+    pub fn for_test(program: &str, core: u32, memory_mb: u32) -> Self {
+        EalBuilder::new(program)
+            .test_defaults(
+                core,
+                memory_mb,
+                &format!("{program}-{}", std::process::id()),
+            )
+            .log_level("error")
+    }
+
     /// The arguments built so far (including `argv[0]`).
     pub fn as_args(&self) -> &[String] {
         &self.args

@@ -5,8 +5,7 @@ use warpcore_dpdk_sys::{EalBuilder, Error};
 
 #[test]
 fn bad_vdev_is_named_and_second_init_is_refused() {
-    let err = EalBuilder::new("eal_errors")
-        .test_defaults(0, 64, &format!("wcnet-eal-err-{}", std::process::id()))
+    let err = EalBuilder::for_test("eal_errors", 0, 64)
         .vdev("net_wcnet_no_such_driver0")
         .init()
         .expect_err("an unknown vdev driver must fail");

@@ -6,9 +6,7 @@ use warpcore_dpdk_sys::{
 };
 
 fn eal() -> Eal {
-    EalBuilder::new("ring_ports")
-        .test_defaults(0, 256, &format!("wcnet-ring-{}", std::process::id()))
-        .log_level("error")
+    EalBuilder::for_test("ring_ports", 0, 256)
         .init()
         .expect("EAL init with --no-huge --no-pci")
 }

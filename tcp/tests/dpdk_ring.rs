@@ -6,14 +6,45 @@ mod common;
 
 use common::*;
 use smoltcp::time::{Duration, Instant};
-use warpcore_tcp::dpdk_sys::{EalBuilder, Mempool, PortConfig, RingPortPair};
+use warpcore_tcp::dpdk_sys::{Eal, EalBuilder, Mempool, Port, PortConfig, RingPortPair};
 use warpcore_tcp::{DpdkDevice, DpdkDeviceConfig, Stack, TcpTuning};
+
+/// Two stacks (A at `IP_A`, B at `IP_B`) on a fresh pair of ring ports named `name`: each
+/// port configured with `port_cfg` over `pool` and started, each device made with `dev_cfg`
+/// (checksums skipped on both when `skip_csum`). The ports come back too: they must outlive
+/// the stacks.
+fn ring_stacks(
+    eal: &Eal,
+    name: &str,
+    pool: Mempool,
+    port_cfg: &PortConfig,
+    dev_cfg: DpdkDeviceConfig,
+    skip_csum: bool,
+) -> (Port, Port, Stack<DpdkDevice>, Stack<DpdkDevice>) {
+    let RingPortPair { mut a, mut b } = RingPortPair::new(eal, name, 1024).expect("rings");
+    let mut devs = Vec::new();
+    for p in [&mut a, &mut b] {
+        p.configure(port_cfg, &pool).expect("configure");
+        p.start().expect("start");
+        let rx = p.rx_queue(0).expect("rx");
+        let tx = p.tx_queue(0).expect("tx");
+        let mut d = DpdkDevice::new(rx, tx, pool, dev_cfg);
+        if skip_csum {
+            d.skip_checksums();
+            assert!(d.checksums_skipped() && !d.tx_checksum_offloaded());
+        }
+        devs.push(d);
+    }
+    let db = devs.pop().expect("b");
+    let da = devs.pop().expect("a");
+    let sa = Stack::new(da, &config(1, IP_A), Instant::ZERO).expect("stack a");
+    let sb = Stack::new(db, &config(2, IP_B), Instant::ZERO).expect("stack b");
+    (a, b, sa, sb)
+}
 
 #[test]
 fn ring_ports_64_mib_each_way() {
-    let eal = EalBuilder::new("dpdk_ring")
-        .test_defaults(0, 256, &format!("wcnet-tcpring-{}", std::process::id()))
-        .log_level("error")
+    let eal = EalBuilder::for_test("dpdk_ring", 0, 256)
         .init()
         .expect("EAL init with --no-huge --no-pci");
     // Small enough that the pool can run dry under load: that must be back-pressure.
@@ -25,24 +56,19 @@ fn ring_ports_64_mib_each_way() {
         Mempool::DEFAULT_DATA_ROOM,
     )
     .expect("pool");
-    let RingPortPair { mut a, mut b } = RingPortPair::new(&eal, "wcnet_tcp", 1024).expect("rings");
     let port_cfg = PortConfig {
         rx_desc: 1024,
         tx_desc: 1024,
         ..PortConfig::default()
     };
-    let mut devs = Vec::new();
-    for p in [&mut a, &mut b] {
-        p.configure(&port_cfg, &pool).expect("configure");
-        p.start().expect("start");
-        let rx = p.rx_queue(0).expect("rx");
-        let tx = p.tx_queue(0).expect("tx");
-        devs.push(DpdkDevice::new(rx, tx, pool, DpdkDeviceConfig::default()));
-    }
-    let db = devs.pop().expect("b");
-    let da = devs.pop().expect("a");
-    let mut sa = Stack::new(da, &config(1, IP_A), Instant::ZERO).expect("stack a");
-    let mut sb = Stack::new(db, &config(2, IP_B), Instant::ZERO).expect("stack b");
+    let (a, b, mut sa, mut sb) = ring_stacks(
+        &eal,
+        "wcnet_tcp",
+        pool,
+        &port_cfg,
+        DpdkDeviceConfig::default(),
+        false,
+    );
     let t = bidirectional(
         &mut sa,
         &mut sb,
@@ -62,31 +88,20 @@ fn ring_ports_64_mib_each_way() {
 
     // Jumbo frames (MTU 9000) on 2 KiB mbufs: every full segment is a chain of mbufs on
     // transmit (built from the scratch buffer) and on receive (linearised for smoltcp).
-    let RingPortPair { mut a, mut b } =
-        RingPortPair::new(&eal, "wcnet_jumbo", 1024).expect("rings");
-    let mut devs = Vec::new();
-    for p in [&mut a, &mut b] {
-        p.configure(
-            &PortConfig {
-                mtu: Some(9000),
-                ..port_cfg.clone()
-            },
-            &pool,
-        )
-        .expect("configure jumbo");
-        p.start().expect("start");
-        let rx = p.rx_queue(0).expect("rx");
-        let tx = p.tx_queue(0).expect("tx");
-        let cfg = DpdkDeviceConfig {
+    let (a, b, mut sa, mut sb) = ring_stacks(
+        &eal,
+        "wcnet_jumbo",
+        pool,
+        &PortConfig {
+            mtu: Some(9000),
+            ..port_cfg.clone()
+        },
+        DpdkDeviceConfig {
             mtu: 9000,
             ..DpdkDeviceConfig::default()
-        };
-        devs.push(DpdkDevice::new(rx, tx, pool, cfg));
-    }
-    let db = devs.pop().expect("b");
-    let da = devs.pop().expect("a");
-    let mut sa = Stack::new(da, &config(1, IP_A), Instant::ZERO).expect("stack a");
-    let mut sb = Stack::new(db, &config(2, IP_B), Instant::ZERO).expect("stack b");
+        },
+        false,
+    );
     bidirectional(
         &mut sa,
         &mut sb,
@@ -104,23 +119,14 @@ fn ring_ports_64_mib_each_way() {
 
     // Checksums skipped on both ends (what iwperf --no-csum does on memif): the transfer
     // is still byte-exact, with no frame dropped.
-    let RingPortPair { mut a, mut b } =
-        RingPortPair::new(&eal, "wcnet_nocsum", 1024).expect("rings");
-    let mut devs = Vec::new();
-    for p in [&mut a, &mut b] {
-        p.configure(&port_cfg, &pool).expect("configure");
-        p.start().expect("start");
-        let rx = p.rx_queue(0).expect("rx");
-        let tx = p.tx_queue(0).expect("tx");
-        let mut d = DpdkDevice::new(rx, tx, pool, DpdkDeviceConfig::default());
-        d.skip_checksums();
-        assert!(d.checksums_skipped() && !d.tx_checksum_offloaded());
-        devs.push(d);
-    }
-    let db = devs.pop().expect("b");
-    let da = devs.pop().expect("a");
-    let mut sa = Stack::new(da, &config(1, IP_A), Instant::ZERO).expect("stack a");
-    let mut sb = Stack::new(db, &config(2, IP_B), Instant::ZERO).expect("stack b");
+    let (a, b, mut sa, mut sb) = ring_stacks(
+        &eal,
+        "wcnet_nocsum",
+        pool,
+        &port_cfg,
+        DpdkDeviceConfig::default(),
+        true,
+    );
     bidirectional(
         &mut sa,
         &mut sb,
@@ -141,20 +147,14 @@ fn ring_ports_64_mib_each_way() {
     // once deadlocked: receive waited for a transmit buffer while the peer waited for ours.)
     let small = Mempool::new(&eal, "wcnet_small_pool", 96, 0, Mempool::DEFAULT_DATA_ROOM)
         .expect("small pool");
-    let RingPortPair { mut a, mut b } =
-        RingPortPair::new(&eal, "wcnet_small", 1024).expect("rings");
-    let mut devs = Vec::new();
-    for p in [&mut a, &mut b] {
-        p.configure(&port_cfg, &small).expect("configure");
-        p.start().expect("start");
-        let rx = p.rx_queue(0).expect("rx");
-        let tx = p.tx_queue(0).expect("tx");
-        devs.push(DpdkDevice::new(rx, tx, small, DpdkDeviceConfig::default()));
-    }
-    let db = devs.pop().expect("b");
-    let da = devs.pop().expect("a");
-    let mut sa = Stack::new(da, &config(1, IP_A), Instant::ZERO).expect("stack a");
-    let mut sb = Stack::new(db, &config(2, IP_B), Instant::ZERO).expect("stack b");
+    let (mut a, mut b, mut sa, mut sb) = ring_stacks(
+        &eal,
+        "wcnet_small",
+        small,
+        &port_cfg,
+        DpdkDeviceConfig::default(),
+        false,
+    );
     bidirectional(
         &mut sa,
         &mut sb,

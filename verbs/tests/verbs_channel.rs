@@ -28,8 +28,22 @@ fn readable(ch: &CompletionChannel) -> bool {
     r
 }
 
-#[test]
-fn an_armed_queue_wakes_the_sleeping_thread_once() {
+/// A connected pair over the link: the server's receive queue `rcq` signals `ch`; four
+/// receives posted; the client's `cqp` sends from `cmr` and completes into `ccq`.
+#[allow(dead_code)]
+struct Setup {
+    server: Context,
+    client: Context,
+    ch: CompletionChannel,
+    rcq: CompletionQueue,
+    sqp: QueuePair,
+    mr: MemoryRegion,
+    ccq: CompletionQueue,
+    cqp: QueuePair,
+    cmr: MemoryRegion,
+}
+
+fn setup(port: u16) -> Setup {
     let (server, client) = link_contexts();
     let ch = server.create_comp_channel().unwrap();
     let rcq = server.create_cq_with_channel(16, &ch).unwrap();
@@ -45,8 +59,25 @@ fn an_armed_queue_wakes_the_sleeping_thread_once() {
     let cpd = client.alloc_pd();
     let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
     let cmr = cpd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
-    server.listen(7411, &MpaParams::default()).unwrap();
-    connect_accept(&server, &sqp, &client, &cqp, 7411);
+    server.listen(port, &MpaParams::default()).unwrap();
+    connect_accept(&server, &sqp, &client, &cqp, port);
+    Setup {
+        server,
+        client,
+        ch,
+        rcq,
+        sqp,
+        mr,
+        ccq,
+        cqp,
+        cmr,
+    }
+}
+
+#[test]
+fn an_armed_queue_wakes_the_sleeping_thread_once() {
+    let st = setup(7411);
+    let (ch, rcq, ccq, cqp, cmr) = (&st.ch, &st.rcq, &st.ccq, &st.cqp, &st.cmr);
 
     // Not armed: nothing signals, even when a completion arrives.
     assert_eq!(
@@ -79,7 +110,7 @@ fn an_armed_queue_wakes_the_sleeping_thread_once() {
         t0.elapsed() >= Duration::from_millis(50),
         "woke before the Send"
     );
-    assert!(fired.same_as(&rcq));
+    assert!(fired.same_as(rcq));
     let wc = fired
         .poll_one()
         .expect("the completion that fired the event");
@@ -99,22 +130,8 @@ fn an_armed_queue_wakes_the_sleeping_thread_once() {
 
 #[test]
 fn solicited_only_arming_waits_for_the_solicited_event_flag() {
-    let (server, client) = link_contexts();
-    let ch = server.create_comp_channel().unwrap();
-    let rcq = server.create_cq_with_channel(16, &ch).unwrap();
-    let spd = server.alloc_pd();
-    let sqp = spd.create_qp(&QpInit::new(&rcq, &rcq)).unwrap();
-    let mr = spd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
-    for i in 0..4 {
-        sqp.post_recv(&RecvWr::new(i, &[mr.sge(i * 64, 64)]).unwrap())
-            .unwrap();
-    }
-    let ccq = client.create_cq(16).unwrap();
-    let cpd = client.alloc_pd();
-    let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
-    let cmr = cpd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
-    server.listen(7412, &MpaParams::default()).unwrap();
-    connect_accept(&server, &sqp, &client, &cqp, 7412);
+    let st = setup(7412);
+    let (ch, rcq, ccq, cqp, cmr) = (&st.ch, &st.rcq, &st.ccq, &st.cqp, &st.cmr);
 
     rcq.req_notify(true).unwrap();
     cqp.post_send(&SendWr::new(1, SendOp::Send, &[cmr.sge(0, 8)]).unwrap())
@@ -126,12 +143,12 @@ fn solicited_only_arming_waits_for_the_solicited_event_flag() {
         Error::Timeout,
         "an unsolicited Send must not fire a solicited-only arming"
     );
-    assert!(!readable(&ch), "no token without an event");
+    assert!(!readable(ch), "no token without an event");
     cqp.post_send(&SendWr::new(2, SendOp::SendSe, &[cmr.sge(0, 8)]).unwrap())
         .unwrap();
     ccq.wait(Duration::from_secs(5)).unwrap();
     let t0 = Instant::now();
-    while !readable(&ch) {
+    while !readable(ch) {
         assert!(
             t0.elapsed() < Duration::from_secs(5),
             "the descriptor never became readable"
@@ -139,7 +156,7 @@ fn solicited_only_arming_waits_for_the_solicited_event_flag() {
         std::thread::sleep(Duration::from_millis(1));
     }
     let fired = ch.get_event(Some(Duration::from_secs(5))).unwrap();
-    assert!(fired.same_as(&rcq));
+    assert!(fired.same_as(rcq));
     let wc = fired.poll_one().unwrap();
     assert!(wc.solicited);
 }

@@ -22,12 +22,10 @@ fn role(role: &str) {
     } else {
         (1, 1, [198, 18, 0, 1])
     };
-    let eal = EalBuilder::new("verbs_memif")
-        .test_defaults(lcore, 512, &format!("wceng-m{role}-{id}"))
+    let eal = EalBuilder::for_test(&format!("verbs_memif_{role}_{id}"), lcore, 512)
         .vdev(&format!(
             "net_memif0,role={role},socket={sock},socket-abstract=no"
         ))
-        .log_level("error")
         .init()
         .expect("EAL");
     let queues: u16 = std::env::var("WCENG_MEMIF_QUEUES")

@@ -32,18 +32,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = match Args::try_parse() {
-        Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            // --help and --version are not errors.
-            return if e.use_stderr() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            };
-        }
-    };
+    let args: Args = warpcore_apps::parse_args();
     let mut io_error = false;
     let mut violations = false;
     for path in &args.files {

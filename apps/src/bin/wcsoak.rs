@@ -399,12 +399,9 @@ fn run(cli: &Cli) -> Result<(), String> {
         ));
     }
     let o = EngineOptions {
-        tool: "wcsoak",
-        role: MemifRole::Server,
-        default_ip: None,
         fixed_mac: true,
-        configure: &|_| {},
         link: Some(link),
+        ..EngineOptions::new("wcsoak", MemifRole::Server)
     };
     let addrs = PairAddrs {
         server: Ipv4Addr::new(10, 0, 0, 2),

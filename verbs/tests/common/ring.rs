@@ -12,9 +12,7 @@ use warpcore_verbs::*;
 /// prefix, the pool, the rings, the capture and its folder, so that runs do not collide.
 pub fn ring_pair(tag: &str) -> (Eal, Config, Config, PathBuf) {
     let pid = std::process::id();
-    let eal = EalBuilder::new(&format!("verbs_{tag}"))
-        .test_defaults(0, 512, &format!("wceng-{tag}-{pid}"))
-        .log_level("error")
+    let eal = EalBuilder::for_test(&format!("verbs_{tag}"), 0, 512)
         .init()
         .expect("EAL with --no-huge --no-pci");
     let pool = Mempool::new(

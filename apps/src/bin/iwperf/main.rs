@@ -19,7 +19,6 @@ use std::net::Ipv4Addr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
 use warpcore_verbs::{MpaParams, RtrType, RtrTypes};
 
 use cli::{Cli, OnOff, P2p, TestName};
@@ -29,17 +28,7 @@ use run::{Conn, Layout};
 use tests::{Outcome, Phase};
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            };
-        }
-    };
+    let cli: Cli = warpcore_apps::parse_args();
     if let Err(e) = cli.validate() {
         eprintln!("iwperf: {e}");
         return ExitCode::from(2);

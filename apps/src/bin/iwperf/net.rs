@@ -59,15 +59,12 @@ pub fn size_engine(cli: &Cli, cfg: &mut Config, knows_qps: bool) {
 pub fn open(cli: &Cli) -> Result<Opened, String> {
     if cli.dev.loopback.is_some() {
         let o = EngineOptions {
-            tool: "iwperf",
-            role: MemifRole::Server,
-            default_ip: None,
             fixed_mac: true,
             configure: &|c: &mut Config| {
                 c.drive = drive(cli);
                 size_engine(cli, c, true);
             },
-            link: None,
+            ..EngineOptions::new("iwperf", MemifRole::Server)
         };
         let addrs = PairAddrs {
             server: SERVER_IP,
@@ -84,19 +81,13 @@ pub fn open(cli: &Cli) -> Result<Opened, String> {
         // The server (no address given) is the memif server.
         let client = cli.server.is_some();
         let o = EngineOptions {
-            tool: "iwperf",
-            role: if client {
-                MemifRole::Client
-            } else {
-                MemifRole::Server
-            },
             default_ip: Some(if client { CLIENT_IP } else { SERVER_IP }),
             fixed_mac: true,
             configure: &|c: &mut Config| {
                 c.drive = drive(cli);
                 size_engine(cli, c, client);
             },
-            link: None,
+            ..EngineOptions::new("iwperf", MemifRole::serving(!client))
         };
         cli.dev
             .open_engine(&o)

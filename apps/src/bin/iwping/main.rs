@@ -18,23 +18,11 @@ mod wire;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 use cli::Cli;
 use session::Failure;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            };
-        }
-    };
+    let cli: Cli = warpcore_apps::parse_args();
     if let Err(e) = cli.validate() {
         eprintln!("iwping: {e}");
         return ExitCode::from(2);

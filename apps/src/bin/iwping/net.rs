@@ -13,19 +13,8 @@ pub fn open(cli: &Cli) -> Result<Endpoint, String> {
         ip: Some(local),
         ..cli.dev.clone()
     };
-    let o = EngineOptions {
-        tool: "iwping",
-        role: if cli.server {
-            MemifRole::Server
-        } else {
-            MemifRole::Client
-        },
-        default_ip: None,
-        // The port's own MAC (siw's side learns it by ARP); --mac sets another.
-        fixed_mac: false,
-        configure: &|_| {},
-        link: None,
-    };
+    // The port's own MAC (siw's side learns it by ARP); --mac sets another.
+    let o = EngineOptions::new("iwping", MemifRole::serving(cli.server));
     #[cfg(feature = "dpdk")]
     {
         dev.open_engine(&o).map_err(|e| e.to_string())
