@@ -6,7 +6,6 @@
 //! panic. Link types other than the ones in [`LinkType`] are kept as `Other` and skipped by
 //! the TCP layer (with a count in the report).
 
-use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -81,24 +80,15 @@ pub struct Capture {
 }
 
 /// Why a capture could not be read at all.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
     /// The file could not be opened or read.
+    #[error("{0}")]
     Io(std::io::Error),
     /// The file is neither pcap nor pcapng (or its file header is damaged).
+    #[error("not a pcap or pcapng capture: {0}")]
     NotACapture(String),
 }
-
-impl fmt::Display for CaptureError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CaptureError::Io(e) => write!(f, "{e}"),
-            CaptureError::NotACapture(why) => write!(f, "not a pcap or pcapng capture: {why}"),
-        }
-    }
-}
-
-impl std::error::Error for CaptureError {}
 
 /// Magic numbers of the classic pcap header in both byte orders and both resolutions.
 const PCAP_MAGICS: [[u8; 4]; 4] = [

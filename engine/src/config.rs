@@ -1,8 +1,6 @@
 //! The engine's one validated configuration (GUIDE rule 7): every limit of the data path is
 //! fixed here at start-up and checked once, so nothing on the data path allocates or grows.
 
-use core::fmt;
-
 use warpcore_tcp::{TcpImplementation, TcpTuning};
 
 /// The largest number of SGEs a work request can carry; [`EngineConfig::max_sge`] may be
@@ -98,21 +96,14 @@ impl Default for EngineConfig {
 }
 
 /// A configuration value out of range: which field and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("engine configuration: {field} {reason}")]
 pub struct ConfigError {
     /// The offending field.
     pub field: &'static str,
     /// What is wrong with it.
     pub reason: &'static str,
 }
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "engine configuration: {} {}", self.field, self.reason)
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 impl EngineConfig {
     /// Checks every limit.

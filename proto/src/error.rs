@@ -107,7 +107,9 @@ impl fmt::Display for TerminateCode {
 }
 
 /// RDMAP errors (Terminate layer 0x0; RDMAP-06 §4.8 Figure 9, WIRE-FORMATS §4.6.3).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+// Each error prints its description and the Terminate code it maps to.
+#[error("{d} [{l:#x}/{t:#x}/{c:#04x}]", d = self.description(), l = self.terminate_code().layer(), t = self.terminate_code().etype(), c = self.terminate_code().code())]
 pub enum RdmapError {
     /// EType 0: local catastrophic error. The code is ignored on receive; we send 0xFF as
     /// Linux siw does (WIRE-FORMATS §4.6.3 note).
@@ -216,7 +218,9 @@ impl RdmapError {
 }
 
 /// DDP errors (Terminate layer 0x1; DDP-04 §7.2, WIRE-FORMATS §3.5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+// Each error prints its description and the Terminate code it maps to.
+#[error("{d} [{l:#x}/{t:#x}/{c:#04x}]", d = self.description(), l = self.terminate_code().layer(), t = self.terminate_code().etype(), c = self.terminate_code().code())]
 pub enum DdpError {
     /// EType 0 code 0x00: local catastrophic error.
     LocalCatastrophic,
@@ -307,7 +311,9 @@ impl DdpError {
 
 /// MPA errors (Terminate layer 0x2, error type 0x0; mpa-08 §8 codes 1-4, RFC 6581 §8 codes
 /// 5-7; WIRE-FORMATS §4.6.5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+// Each error prints its description and the Terminate code it maps to.
+#[error("{d} [{l:#x}/{t:#x}/{c:#04x}]", d = self.description(), l = self.terminate_code().layer(), t = self.terminate_code().etype(), c = self.terminate_code().code())]
 pub enum MpaError {
     /// Code 0x01: TCP connection closed, terminated or lost.
     TcpLost,
@@ -373,7 +379,9 @@ impl MpaError {
 }
 
 /// Any error the protocol core reports to a peer in a Terminate, by layer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+// Each error prints its description and the Terminate code it maps to.
+#[error("{d} [{l:#x}/{t:#x}/{c:#04x}]", d = self.description(), l = self.terminate_code().layer(), t = self.terminate_code().etype(), c = self.terminate_code().code())]
 pub enum ProtocolError {
     /// Layer 0.
     Rdmap(RdmapError),
@@ -480,27 +488,6 @@ impl From<MpaError> for ProtocolError {
         ProtocolError::Mpa(e)
     }
 }
-
-macro_rules! display_via_description {
-    ($($t:ty),*) => {$(
-        impl fmt::Display for $t {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                let code = self.terminate_code();
-                write!(
-                    f,
-                    "{} [{:#x}/{:#x}/{:#04x}]",
-                    self.description(),
-                    code.layer(),
-                    code.etype(),
-                    code.code()
-                )
-            }
-        }
-        impl std::error::Error for $t {}
-    )*};
-}
-
-display_via_description!(RdmapError, DdpError, MpaError, ProtocolError);
 
 #[cfg(test)]
 mod tests {

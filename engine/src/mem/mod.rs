@@ -339,84 +339,79 @@ impl fmt::Debug for Stag {
 
 /// Errors of the control path: allocating regions, registering and deregistering them, and
 /// the application's own accessors of a [`Region`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum MemError {
     /// Every slot of the table holds a registration.
+    #[error("memory region table is full")]
     TableFull,
     /// The STag names no registration (never registered, already deregistered, stale key,
     /// or deregistration already under way on another thread).
+    #[error("STag names no memory registration")]
     InvalidStag,
     /// The access rights cannot be registered (remote write or atomic without local write).
+    #[error("remote write or atomic access requires local write access")]
     InvalidAccess,
     /// The registered TO range `[offset_base, offset_base + len)` does not fit below 2^64.
+    #[error("registered tagged offset range wraps the 64-bit space")]
     ToWrap,
     /// An accessor's range is not inside the region.
+    #[error("range is outside the region")]
     OutOfBounds,
     /// An atomic accessor's address is not 8-aligned.
+    #[error("atomic access is not 8-byte aligned")]
     Misaligned,
     /// The requested alignment is not a power of two, or the length is too large.
+    #[error("alignment is not a power of two or length is too large")]
     InvalidLayout,
     /// The operating system or the allocator refused the memory.
+    #[error("memory allocation failed")]
     AllocFailed,
     /// The STag is not of the kind the operation needs (binding something that is not a
     /// memory window, fast-registering something that is not a fast-registration STag,
     /// windows or fast registrations over something that is not an ordinary region).
+    #[error("STag is not of the kind the operation needs")]
     WrongKind,
     /// The STag belongs to another protection domain than the one asking.
+    #[error("STag belongs to another protection domain")]
     WrongPd,
     /// Memory windows are bound to the region: invalidate or deallocate them first.
+    #[error("memory windows are bound to the region")]
     Busy,
     /// The new key of a bind or fast registration equals the current one (a stale STag
     /// would match again).
+    #[error("new STag key equals the current key")]
     SameKey,
     /// A fast registration needs an invalid (allocated or invalidated) STag.
+    #[error("fast registration needs an invalid STag")]
     StillValid,
     /// The region lacks [`Access::MW_BIND`].
+    #[error("region does not allow memory window binding")]
     BindNotAllowed,
     /// The rights asked for a window or a fast registration are not allowed: a window
     /// grants only remote rights, and write or atomic rights need a region with local write.
+    #[error("rights not allowed for this window or registration")]
     WindowAccess,
     /// A type 2 window is bound by a queue pair's Bind work request, never without one.
+    #[error("a type 2 window must be bound through a queue pair")]
     NoQueuePair,
 }
 
-impl fmt::Display for MemError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            MemError::TableFull => "memory region table is full",
-            MemError::InvalidStag => "STag names no memory registration",
-            MemError::InvalidAccess => "remote write or atomic access requires local write access",
-            MemError::ToWrap => "registered tagged offset range wraps the 64-bit space",
-            MemError::OutOfBounds => "range is outside the region",
-            MemError::Misaligned => "atomic access is not 8-byte aligned",
-            MemError::InvalidLayout => "alignment is not a power of two or length is too large",
-            MemError::AllocFailed => "memory allocation failed",
-            MemError::WrongKind => "STag is not of the kind the operation needs",
-            MemError::WrongPd => "STag belongs to another protection domain",
-            MemError::Busy => "memory windows are bound to the region",
-            MemError::SameKey => "new STag key equals the current key",
-            MemError::StillValid => "fast registration needs an invalid STag",
-            MemError::BindNotAllowed => "region does not allow memory window binding",
-            MemError::WindowAccess => "rights not allowed for this window or registration",
-            MemError::NoQueuePair => "a type 2 window must be bound through a queue pair",
-        })
-    }
-}
-
-impl std::error::Error for MemError {}
-
 /// Why a lookup refused an STag, in the order the checks run (siw's `siw_check_mem` order).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum LookupFault {
     /// No valid registration has this STag: unknown index, stale key, invalidated, or being
     /// deregistered (DDP-7.1-10).
+    #[error("invalid STag")]
     InvalidStag,
     /// The registration belongs to another protection domain (DDP-8.2-1, RDMAP-8.1.1-2).
+    #[error("STag belongs to another protection domain")]
     WrongPd,
     /// The registration does not grant the access asked for (DDP-7.1-11, RDMAP-8.1.1-6).
+    #[error("STag does not grant the access")]
     AccessDenied,
     /// A type 2 memory window bound to another stream (queue pair): "STag not associated
     /// with this stream" (DDP-8.2-2, DDP-8.3.1-3, RDMAP-8.1.1-3).
+    #[error("memory window is bound to another queue pair")]
     WrongQp,
 }
 
@@ -465,30 +460,20 @@ impl LookupFault {
     }
 }
 
-impl fmt::Display for LookupFault {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            LookupFault::InvalidStag => "invalid STag",
-            LookupFault::WrongPd => "STag belongs to another protection domain",
-            LookupFault::AccessDenied => "STag does not grant the access",
-            LookupFault::WrongQp => "memory window is bound to another queue pair",
-        })
-    }
-}
-
-impl std::error::Error for LookupFault {}
-
 /// Why a range is refused by [`MrGuard::bounds`] or the guard's accessors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum BoundsFault {
     /// The 64-bit sum of TO and length wraps (DDP-7.1-14, RDMAP-7.2-13). Checked first,
     /// because the end of a wrapping range cannot be compared.
+    #[error("tagged offset plus length wraps")]
     ToWrap,
     /// The range starts below the registration's base TO or ends beyond its last octet
     /// (DDP-7.1-12/13, RDMAP-7.2-11/12, DDP-8.3.1-4).
+    #[error("range is outside the registered region")]
     OutOfBounds,
     /// An atomic target is not 8-aligned in memory (EXT-5.2.1-2). Only
     /// [`MrGuard::atomic`] reports it.
+    #[error("atomic target is not 8-byte aligned")]
     Misaligned,
 }
 
@@ -511,18 +496,6 @@ impl BoundsFault {
         }
     }
 }
-
-impl fmt::Display for BoundsFault {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            BoundsFault::ToWrap => "tagged offset plus length wraps",
-            BoundsFault::OutOfBounds => "range is outside the registered region",
-            BoundsFault::Misaligned => "atomic target is not 8-byte aligned",
-        })
-    }
-}
-
-impl std::error::Error for BoundsFault {}
 
 #[cfg(test)]
 mod tests {

@@ -10,8 +10,6 @@
 //! data that follows them in the segment. The engine hands both slices to the MPA framer,
 //! which gathers them without an intermediate copy. Nothing here allocates.
 
-use core::fmt;
-
 use super::QUEUE_COUNT;
 use crate::wire::ddp::{DdpBuffer, DdpRepr, DDP_VERSION, MAX_HEADER_LEN};
 
@@ -26,38 +24,29 @@ pub const MAX_SEGMENT_HEADER_LEN: usize = MAX_HEADER_LEN + MAX_ULP_HEADER_LEN;
 
 /// Why a message cannot be segmented. These are local errors (the caller's arguments),
 /// never protocol errors: nothing has been sent and no MSN has been consumed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum SegmentationError {
     /// MULPDU leaves no room for a single payload octet after the DDP header, so no message
     /// with data could ever be sent (DDP-5.2-2).
+    #[error("MULPDU leaves no room for payload")]
     MulpduTooSmall,
     /// The ULP message (ULP header plus payload) is 2^32 octets or longer (DDP-5.2-3).
+    #[error("ULP message is 2^32 octets or longer")]
     MessageTooLong,
     /// The QN is not one of the queues this sender keeps MSNs for (`0..QUEUE_COUNT`).
+    #[error("queue number out of range")]
     InvalidQn,
     /// The ULP header is longer than [`MAX_ULP_HEADER_LEN`].
+    #[error("ULP header too long")]
     UlpHeaderTooLong,
     /// Initial TO plus message length does not fit in 64 bits: the Data Sink would reject
     /// the message with "TO wrap" (DDP-7.1-14), so it is refused here.
+    #[error("initial TO plus message length wraps 64 bits")]
     ToWrap,
     /// The caller buffer is shorter than [`Segmenter::header_buf_len`].
+    #[error("header buffer too small")]
     BufferTooSmall,
 }
-
-impl fmt::Display for SegmentationError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            SegmentationError::MulpduTooSmall => "MULPDU leaves no room for payload",
-            SegmentationError::MessageTooLong => "ULP message is 2^32 octets or longer",
-            SegmentationError::InvalidQn => "queue number out of range",
-            SegmentationError::UlpHeaderTooLong => "ULP header too long",
-            SegmentationError::ToWrap => "initial TO plus message length wraps 64 bits",
-            SegmentationError::BufferTooSmall => "header buffer too small",
-        })
-    }
-}
-
-impl std::error::Error for SegmentationError {}
 
 /// Per-stream DDP send state: the next MSN of each untagged queue.
 ///

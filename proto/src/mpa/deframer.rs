@@ -140,9 +140,10 @@ impl AsRef<[u8]> for Ulpdu<'_, '_> {
 
 /// What exactly went wrong, for diagnostics (capture decoders, logs). Each maps to the
 /// [`MpaError`] that [`Deframer::poll`] returned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum DeframeFault {
     /// The CRC field does not match the covered octets.
+    #[error("MPA CRC mismatch: field {received:#010x}, computed {computed:#010x}")]
     Crc {
         /// CRC value in the field (decoded least significant octet first).
         received: u32,
@@ -150,6 +151,7 @@ pub enum DeframeFault {
         computed: u32,
     },
     /// A marker's FPDUPTR disagrees with the FPDU start found from the length chain.
+    #[error("MPA marker at stream offset {marker_offset}: FPDUPTR {received:#06x}, length chain gives {expected:#06x}")]
     Marker {
         /// Stream offset of the marker.
         marker_offset: u64,
@@ -159,6 +161,7 @@ pub enum DeframeFault {
         received: u16,
     },
     /// ULPDU_Length exceeds the configured maximum.
+    #[error("MPA ULPDU_Length {len} exceeds the maximum {max}")]
     UlpduTooLong {
         /// The received ULPDU_Length.
         len: u16,
@@ -175,29 +178,6 @@ impl DeframeFault {
             DeframeFault::Crc { .. } => MpaError::CrcMismatch,
             DeframeFault::Marker { .. } | DeframeFault::UlpduTooLong { .. } => {
                 MpaError::MarkerMismatch
-            }
-        }
-    }
-}
-
-impl fmt::Display for DeframeFault {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            DeframeFault::Crc { received, computed } => write!(
-                f,
-                "MPA CRC mismatch: field {received:#010x}, computed {computed:#010x}"
-            ),
-            DeframeFault::Marker {
-                marker_offset,
-                expected,
-                received,
-            } => write!(
-                f,
-                "MPA marker at stream offset {marker_offset}: FPDUPTR {received:#06x}, \
-                 length chain gives {expected:#06x}"
-            ),
-            DeframeFault::UlpduTooLong { len, max } => {
-                write!(f, "MPA ULPDU_Length {len} exceeds the maximum {max}")
             }
         }
     }

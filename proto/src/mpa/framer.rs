@@ -32,8 +32,6 @@
 //! assert_eq!(written, need);
 //! ```
 
-use core::fmt;
-
 use crate::wire::fpdu::{self, crc32c_append, crc_to_wire, MarkerRepr, MAX_ULPDU_LEN, MIN_MULPDU};
 
 /// Transmit-side settings, fixed when the MPA negotiation completes.
@@ -71,14 +69,16 @@ impl Default for FramerConfig {
 
 /// Why the framer refused to emit an FPDU. Nothing was written and the stream offset did not
 /// move, so the caller may retry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum FramerError {
     /// The output buffer is shorter than the FPDU; `needed` octets are required.
+    #[error("MPA framer: output buffer too small ({needed} octets needed)")]
     OutputTooSmall {
         /// Wire length of the FPDU at the current position.
         needed: usize,
     },
     /// The ULPDU is longer than the current MULPDU or than 64768 octets (MPA-3-5, MPA-3-7).
+    #[error("MPA framer: ULPDU of {len} octets exceeds MULPDU {max}")]
     UlpduTooLong {
         /// Length of the offered ULPDU.
         len: usize,
@@ -86,24 +86,6 @@ pub enum FramerError {
         max: usize,
     },
 }
-
-impl fmt::Display for FramerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            FramerError::OutputTooSmall { needed } => {
-                write!(
-                    f,
-                    "MPA framer: output buffer too small ({needed} octets needed)"
-                )
-            }
-            FramerError::UlpduTooLong { len, max } => {
-                write!(f, "MPA framer: ULPDU of {len} octets exceeds MULPDU {max}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for FramerError {}
 
 /// The transmit framer of one half connection.
 #[derive(Debug, Clone)]

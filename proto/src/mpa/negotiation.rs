@@ -61,8 +61,6 @@
 
 use std::time::{Duration, Instant};
 
-use core::fmt;
-
 use crate::error::MpaError;
 use crate::wire::mpa::{
     self as wire, EnhancedData, Frame, FrameError, FrameKind, FrameRepr, RtrType, RtrTypes,
@@ -131,37 +129,28 @@ impl Default for Config {
 
 /// A local API misuse: a configuration the protocol does not allow, or a call in the wrong
 /// phase. Never caused by network input.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum UsageError {
     /// `rev` is neither 1 nor 2.
+    #[error("MPA revision must be 1 or 2")]
     UnsupportedRevision,
     /// Private data longer than 512 octets (508 next to the enhanced data; MPA2-7-4).
+    #[error("private data longer than the frame allows")]
     PrivateDataTooLong,
     /// IRD or ORD above 0x3FFF.
+    #[error("IRD/ORD above 0x3FFF")]
     IrdOrdOutOfRange,
     /// Peer-to-peer needs Rev 2 (MPA2-6-2).
+    #[error("peer-to-peer needs MPA revision 2")]
     PeerToPeerNeedsRev2,
     /// Peer-to-peer initiator offering no RTR type, or Rev 2 responder accepting none
     /// (MPA2-9.2-2, MPA2-9.2-3).
+    #[error("no RTR type configured")]
     NoRtrType,
     /// `accept`/`reject`/`set_ird_ord` called when no Request is waiting for a decision.
+    #[error("no MPA Request is waiting for a decision")]
     NotAwaitingDecision,
 }
-
-impl fmt::Display for UsageError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            UsageError::UnsupportedRevision => "MPA revision must be 1 or 2",
-            UsageError::PrivateDataTooLong => "private data longer than the frame allows",
-            UsageError::IrdOrdOutOfRange => "IRD/ORD above 0x3FFF",
-            UsageError::PeerToPeerNeedsRev2 => "peer-to-peer needs MPA revision 2",
-            UsageError::NoRtrType => "no RTR type configured",
-            UsageError::NotAwaitingDecision => "no MPA Request is waiting for a decision",
-        })
-    }
-}
-
-impl std::error::Error for UsageError {}
 
 impl Config {
     fn validate(&self, role: Role) -> Result<(), UsageError> {
@@ -207,37 +196,50 @@ fn check_pd_len(len: usize, enhanced: bool) -> Result<(), UsageError> {
 /// Why the startup failed. Each maps to an MPA Terminate code ([`NegotiationError::mpa_error`]);
 /// [`NegotiationError::sends_terminate`] says whether a Terminate goes to the peer or TCP is
 /// simply closed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum NegotiationError {
     /// The peer's frame is malformed: bad key, PD_Length above 512, S = 1 without enhanced
     /// data, or the stream ended inside it (MPA-7.1.2-4, MPA-7.1.2-12, MPA-7.1.2-26).
+    #[error("{e} ({me})", e = .0, me = self.mpa_error())]
     Frame(FrameError),
     /// An initiator received a Request: both ends were started as initiator (MPA-7.1.2-20).
+    #[error("MPA Request received by an initiator ({me})", me = self.mpa_error())]
     InitiatorInitiator,
     /// A responder received a Reply instead of a Request.
+    #[error("MPA Reply received by a responder ({me})", me = self.mpa_error())]
     UnexpectedReply,
     /// The peer's Rev is one we cannot work with: 0 (RDMA Consortium, DDP/RDMAP version 0)
     /// or above 2 (MPA-7.1.1-19).
+    #[error("unsupported MPA revision {r} ({me})", r = .0, me = self.mpa_error())]
     UnsupportedRevision(u8),
     /// A responder configured for Rev 1 received an enhanced (S = 1) Request (MPA2-10-7).
+    #[error("enhanced MPA Request to a Rev 1 responder ({me})", me = self.mpa_error())]
     EnhancedNotSupported,
     /// The Reply's enhanced format does not match the Request's (MPA2-10-5, MPA2-10-6).
+    #[error("MPA Reply format does not match the Request ({me})", me = self.mpa_error())]
     EnhancedMismatch,
     /// The Reply requires markers from us and we cannot insert them (an initiator cannot
     /// reject; it closes. Code 5, but no Terminate: it could not be framed).
+    #[error("peer requires markers we cannot send ({me})", me = self.mpa_error())]
     MarkersUnsupported,
     /// The Reply did not echo the A flag (MPA2-9.2-4, MPA2-9.2-13): no common connection
     /// model (code 7).
+    #[error("peer did not echo the connection model (A flag) ({me})", me = self.mpa_error())]
     ModelMismatch,
     /// No RTR type both sides support, or the only common one cannot work (MPA2-9.2-10, code 7).
+    #[error("no matching RTR option ({me})", me = self.mpa_error())]
     NoMatchingRtr,
     /// The responder's ORD exceeds the IRD we can provide (MPA2-9.1-8, code 6).
+    #[error("insufficient IRD for the responder ORD ({me})", me = self.mpa_error())]
     InsufficientIrd,
     /// The responder's first ULPDU is not one of the RTR types it marked (MPA2-5-1, code 7).
+    #[error("first FPDU is not a negotiated RTR ({me})", me = self.mpa_error())]
     InvalidRtr,
     /// The peer's startup frame did not arrive in time (mpa-08 §7.1.2 rules 8 and 10).
+    #[error("MPA startup timed out ({me})", me = self.mpa_error())]
     Timeout,
     /// TCP was closed or reset before the startup completed.
+    #[error("TCP closed during MPA startup ({me})", me = self.mpa_error())]
     PeerClosed,
 }
 
@@ -270,30 +272,6 @@ impl NegotiationError {
         )
     }
 }
-
-impl fmt::Display for NegotiationError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use NegotiationError::*;
-        match self {
-            Frame(e) => write!(f, "{e}"),
-            InitiatorInitiator => f.write_str("MPA Request received by an initiator"),
-            UnexpectedReply => f.write_str("MPA Reply received by a responder"),
-            UnsupportedRevision(r) => write!(f, "unsupported MPA revision {r}"),
-            EnhancedNotSupported => f.write_str("enhanced MPA Request to a Rev 1 responder"),
-            EnhancedMismatch => f.write_str("MPA Reply format does not match the Request"),
-            MarkersUnsupported => f.write_str("peer requires markers we cannot send"),
-            ModelMismatch => f.write_str("peer did not echo the connection model (A flag)"),
-            NoMatchingRtr => f.write_str("no matching RTR option"),
-            InsufficientIrd => f.write_str("insufficient IRD for the responder ORD"),
-            InvalidRtr => f.write_str("first FPDU is not a negotiated RTR"),
-            Timeout => f.write_str("MPA startup timed out"),
-            PeerClosed => f.write_str("TCP closed during MPA startup"),
-        }?;
-        write!(f, " ({})", self.mpa_error())
-    }
-}
-
-impl std::error::Error for NegotiationError {}
 
 impl From<FrameError> for NegotiationError {
     fn from(e: FrameError) -> Self {

@@ -5,8 +5,6 @@
 //! `parse`, `buffer_len` and `emit`. All multi-octet fields are big-endian except the MPA CRC,
 //! which travels least significant octet first.
 
-use core::fmt;
-
 pub mod ddp;
 pub mod fpdu;
 pub mod mpa;
@@ -16,24 +14,15 @@ pub mod segment;
 /// A wire-level parse error: the bytes are too short, or a field holds a value the format
 /// does not allow. Protocol-level meaning (which Terminate to send) is assigned by the layer
 /// that parses, not here.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum Error {
     /// The buffer is shorter than the header (or the length a header field announces).
+    #[error("buffer too short for the header")]
     Truncated,
     /// A field holds a value the format does not allow.
+    #[error("malformed header field")]
     Malformed,
 }
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Truncated => f.write_str("buffer too short for the header"),
-            Error::Malformed => f.write_str("malformed header field"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
 
 /// The result of a wire-level parse.
 pub type Result<T> = core::result::Result<T, Error>;

@@ -105,7 +105,8 @@ impl FrameKind {
 /// Why a startup frame is malformed. Every variant is an invalid Request/Reply frame for the
 /// peer (MPA Terminate code 4; the TCP connection is closed at once, mpa-08 §7.1.1, §8), see
 /// [`FrameError::protocol_error`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+#[error("{d}", d = self.description())]
 pub enum FrameError {
     /// Fewer octets than the header or than PD_Length announces (also: the stream ended
     /// inside a frame).
@@ -149,14 +150,6 @@ impl From<crate::wire::Error> for FrameError {
         }
     }
 }
-
-impl fmt::Display for FrameError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.description())
-    }
-}
-
-impl std::error::Error for FrameError {}
 
 /// The total length of a frame (header plus private data) from its first octets, so that a
 /// stream reader knows how much to wait for.

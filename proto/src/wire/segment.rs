@@ -32,8 +32,6 @@
 //! Checks that need connection state (MSN windows, STags, IRD, whether RFC 7306 was agreed)
 //! belong to [`crate::ddp`] and [`crate::rdmap`].
 
-use core::fmt;
-
 use crate::error::{DdpError, ProtocolError, RdmapError};
 use crate::wire::ddp::{DdpBuffer, DdpRepr, DdpSegment, DDP_VERSION};
 use crate::wire::rdmap::{
@@ -125,22 +123,28 @@ impl RdmapHeader {
 
 /// Why a ULPDU is not a well-formed RDMAP segment; see the module documentation for the
 /// order of the checks and the Terminate each one maps to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum SegmentError {
     /// The DDP version is not 01b; `tagged` is the segment's T bit.
+    #[error("DDP version is not 1 ({pe})", pe = self.protocol_error())]
     DdpVersion {
         /// The T bit of the offending segment.
         tagged: bool,
     },
     /// The segment is shorter than the DDP header its T bit announces.
+    #[error("segment shorter than its DDP header ({pe})", pe = self.protocol_error())]
     DdpTruncated,
     /// The RDMAP version is not 01b.
+    #[error("RDMAP version is not 1 ({pe})", pe = self.protocol_error())]
     RdmapVersion,
     /// The opcode nibble is unassigned (0xC-0xE) or experimental (0xF).
+    #[error("undefined RDMAP opcode {op:#x} ({pe})", op = .0, pe = self.protocol_error())]
     UnknownOpcode(u8),
     /// The opcode is tagged but T = 0, or untagged but T = 1.
+    #[error("{op} with the wrong DDP buffer model ({pe})", op = .0, pe = self.protocol_error())]
     BufferModel(Opcode),
     /// The untagged QN is not the one the opcode uses.
+    #[error("{opcode} on QN {qn} ({pe})", pe = self.protocol_error())]
     QueueNumber {
         /// The opcode.
         opcode: Opcode,
@@ -148,9 +152,11 @@ pub enum SegmentError {
         qn: u32,
     },
     /// The RDMAP header is shorter than the opcode needs (or a Terminate's D part is cut).
+    #[error("{op} header truncated ({pe})", op = .0, pe = self.protocol_error())]
     HeaderTruncated(Opcode),
     /// A message without ULP payload carries octets after its header (Immediate Data not
     /// exactly 8 octets, a Read Request with data, ...).
+    #[error("{op} with octets after its header ({pe})", op = .0, pe = self.protocol_error())]
     UnexpectedPayload(Opcode),
 }
 
@@ -176,24 +182,6 @@ impl SegmentError {
         }
     }
 }
-
-impl fmt::Display for SegmentError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SegmentError::DdpVersion { .. } => f.write_str("DDP version is not 1"),
-            SegmentError::DdpTruncated => f.write_str("segment shorter than its DDP header"),
-            SegmentError::RdmapVersion => f.write_str("RDMAP version is not 1"),
-            SegmentError::UnknownOpcode(op) => write!(f, "undefined RDMAP opcode {op:#x}"),
-            SegmentError::BufferModel(op) => write!(f, "{op} with the wrong DDP buffer model"),
-            SegmentError::QueueNumber { opcode, qn } => write!(f, "{opcode} on QN {qn}"),
-            SegmentError::HeaderTruncated(op) => write!(f, "{op} header truncated"),
-            SegmentError::UnexpectedPayload(op) => write!(f, "{op} with octets after its header"),
-        }?;
-        write!(f, " ({})", self.protocol_error())
-    }
-}
-
-impl std::error::Error for SegmentError {}
 
 /// The header fields of an RDMAP segment: DDP header, opcode and RDMAP header.
 ///
