@@ -5,8 +5,9 @@
 #           ping-pong, so both ways);
 #   pass 2: roles swapped (the iwperf server is the memif client) and the bandwidth tests
 #           run bidirectionally (-b), so data flows both ways at once.
-# Then RFC 7306 (atomics of both types, Write with Immediate Data), inline posts and the
-# three poll modes, and the error paths users hit: a refused option, a missing server, a
+# Then RFC 7306 (atomics of both types, Write with Immediate Data), inline posts, the
+# three poll modes, perftest's flags (-F -d -x -R -c -e -Q -l -r -o, --out_json read back by
+# Python), and the error paths users hit: a refused option, a missing server, a
 # busy memif socket, bad EAL arguments. Exits non-zero on the first failure; prints "N passed, N failed".
 #
 #   scripts/test-iwperf.sh          # about a minute
@@ -122,6 +123,32 @@ server_args=(--no-csum)
 pair "write_bw -b --no-csum" server write_bw -b --no-csum -s 65536 -n "$iters"
 server_args=()
 
+# perftest's flags (docs/iwperf.md has the table): the device flags perftest scripts pass,
+# event-driven completions with completion moderation, post lists and a receive depth, and
+# perftest's JSON report, which Python must load with perftest's keys.
+pair "write_bw -F -d warpcore0 -x 0 -i 1 -R -c RC" server write_bw -F -d warpcore0 -x 0 -i 1 \
+    -R -c RC -s 65536 -n "$((iters * 4))"
+pair "send_bw -e -Q 4 -l 4 -r 64" server send_bw -e -Q 4 -l 4 -r 64 -s 4096 -n "$((iters * 4))"
+pair "read_lat -e -o 4 --out_json" client read_lat -e -o 4 -s 64 -n "$iters" --out_json \
+    --out_json_file "$work/read_lat.json"
+if python3 - "$work/read_lat.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+info, res = d["test_info"], d["results"]
+assert info["test"] == "RDMA_Read_Latency_Test", info
+assert info["Transport_type"] == "IW" and info["Connection_type"] == "RC", info
+assert info["Outstand_reads"] == 4, info
+for k in ("MsgSize", "n_iterations", "t_min", "t_max", "t_typical", "t_avg", "t_stdev",
+          "percentile_99", "percentile_99.9"):
+    assert isinstance(res[k], (int, float)), (k, res)
+print("perftest keys: test_info %d keys, results %s" % (len(info), sorted(res)))
+PY
+then
+    ok "--out_json loads in Python with perftest's keys"
+else
+    bad "--out_json report"
+fi
+
 # Error paths: each must exit non-zero with a clear message.
 expect_fail() {
     local name=$1 pattern=$2
@@ -137,6 +164,10 @@ expect_fail() {
     fi
 }
 expect_fail "atomics on 16 octets refused" "-s 8 only" "$IWPERF" atomic_lat -s 16 --loopback
+expect_fail "-d names the one device" "this process has one RDMA device, warpcore0" \
+    "$IWPERF" write_bw -d mlx5_0 --loopback
+expect_fail "-c other than RC refused" "reliable connected queue pairs only" \
+    "$IWPERF" write_bw -c UD --loopback
 expect_fail "--perftest refuses what it cannot honour" "--perftest cannot honour -b" \
     "$IWPERF" write_bw --perftest -b
 rm -f "$sock"

@@ -196,7 +196,7 @@ pub enum DeviceError {
         why: String,
     },
     /// A memif socket path is in use by a live process, or a stale one cannot be removed.
-    #[error("memif socket {path}: {why}")]
+    #[error("memif socket {path} {why}")]
     MemifSocket {
         /// The socket path.
         path: String,
@@ -292,14 +292,14 @@ pub fn check_memif_socket(vdev: &str) -> Result<(), DeviceError> {
     if live {
         return Err(DeviceError::MemifSocket {
             path: sock.into(),
-            why: "busy: another process listens on it (a server already running?); stop it \
-                  or pick another socket path"
+            why: "is busy: another process listens on it (a server already running?); stop \
+                  it or pick another socket path"
                 .into(),
         });
     }
     std::fs::remove_file(path).map_err(|e| DeviceError::MemifSocket {
         path: sock.into(),
-        why: format!("cannot remove the stale socket file: {e}"),
+        why: format!("is a stale file that cannot be removed: {e}"),
     })?;
     eprintln!("removed stale memif socket {sock}");
     Ok(())
