@@ -74,8 +74,8 @@ cleanup() {
 trap cleanup EXIT
 "$SIWVM/net.sh" up "$NS"
 "$SIWVM/net.sh" veth "$VETH" "$NS"
-# One Ethernet address for every run of ours: iwperf fixes 02:57:43:00:00:<last octet>,
-# iwping takes the port's (the veth's). A different one per process would leave the VM's
+# One Ethernet address for every run of ours: iwperf and iwping take the port's (the veth's),
+# set here once. A different one per process would leave the VM's
 # ARP cache pointing at the previous process for a minute.
 ip -n "$NS" link set "$VETH" address 02:57:43:00:00:02
 # net_af_packet gets what the kernel hands the veth: no GSO super-frames, no partial checksums.

@@ -38,9 +38,6 @@ fn open(cli: &Cli) -> Result<Context, String> {
         let sock = std::env::var("WCENG_SOCK").unwrap_or_else(|_| "/tmp/wceng-example.sock".into());
         dev.memif = Some(sock.into());
     }
-    // One CPU each, so that the two busy-polling processes never share one.
-    dev.cores
-        .get_or_insert(warpcore_apps::device::CpuList(vec![usize::from(!server)]));
     let o = EngineOptions {
         default_ip: Some(if server {
             [198, 18, 0, 2].into()
@@ -104,7 +101,9 @@ fn server(ctx: Context) -> Result<(), Error> {
         wc.imm.unwrap_or_default(),
         wc.opcode
     );
-    cq.wait(WAIT)?; // the client's last Send: its Write, Read and FetchAdd are done
+    // The client's last Send, posted once its FetchAdd completed: its Write, Read and
+    // FetchAdd are done.
+    cq.wait(WAIT)?;
     println!("server: RDMA Write arrived: {:?}", text(&mr, 1024, 21)?);
     println!(
         "server: counter after the FetchAdd: {}",
@@ -168,14 +167,20 @@ fn client(ctx: Context) -> Result<(), Error> {
         add_mask: 0,
     };
     qp.post_send(&SendWr::new(5, fetch_add, &[mr.sge(400, 8)])?)?;
-    qp.post_send(&SendWr::new(6, SendOp::Send, &[])?)?;
-    for _ in 0..6 {
-        let wc = cq.wait(WAIT)?;
+    let show = |wc: Completion| {
         println!(
             "client: completion {} {:?} {:?}",
             wc.wr_id, wc.opcode, wc.status
-        );
+        )
+    };
+    for _ in 0..5 {
+        show(cq.wait(WAIT)?);
     }
+    // Only now the last Send: a Send may complete at the responder before an earlier
+    // Atomic Request has been executed there (RFC 7306 section 5.4, rule 6), but not
+    // before the Atomic Response reached us (rules 1 and 7).
+    qp.post_send(&SendWr::new(6, SendOp::Send, &[])?)?;
+    show(cq.wait(WAIT)?);
     println!("client: RDMA Read returned: {:?}", text(&mr, 200, 25)?);
     println!(
         "client: FetchAdd returned the counter's old value {}",
