@@ -472,7 +472,7 @@ pub struct EngineOptions<'a> {
     pub role: MemifRole,
     /// This side's address when `--ip` is not given.
     pub default_ip: Option<Ipv4Addr>,
-    /// Give memif and net_ring ports a fixed MAC, 02:57:43:00:00:<last octet of the IP>,
+    /// Give memif and net_ring ports a fixed MAC, `02:57:43:00:00:<last octet of the IP>`,
     /// so captures of different runs compare (those ports draw a random one per run).
     pub fixed_mac: bool,
     /// Anything else the tool sets on each engine's configuration (limits, drive, TCP).

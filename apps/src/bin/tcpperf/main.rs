@@ -17,7 +17,7 @@
 
 //!
 //! The code, by concern: [`common`] (stack, clock, pattern), [`client`], [`server`],
-//! [`exchange`], [`drive`] (the poll loop and the in-memory mode), [`dpdk`] (ports, through
+//! [`exchange`], [`mod@drive`] (the poll loop and the in-memory mode), [`dpdk`] (ports, through
 //! the apps library's device layer), [`kernel`] (the kernel-TCP baseline), [`report`].
 
 // Without DPDK only the in-memory mode exists; the exchange and server code is then unused.
