@@ -185,6 +185,15 @@ pub enum CmEvent {
         /// Why.
         error: ConnError,
     },
+    /// A completion queue lost a completion because it was full: the asynchronous CQ error
+    /// of the verbs (`IBV_EVENT_CQ_ERR`), once per queue; `cq` is its
+    /// [`CompletionQueue::id`](crate::CompletionQueue::id). Every queue pair completing
+    /// into it goes to the error state and reports its own [`CmEvent::Error`] with
+    /// [`ConnError::CqOverrun`].
+    CqError {
+        /// The queue's identifier.
+        cq: u64,
+    },
     /// A connection request vanished before the application decided: the peer gave up, or
     /// the application did not accept or reject it within `EngineConfig::mpa_timeout_ms`
     /// (by then the initiator's own startup timer has expired; the slot is freed and the

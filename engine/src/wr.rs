@@ -459,9 +459,11 @@ const ARMED_SOLICITED: u8 = 2;
 #[derive(Debug)]
 struct Notify {
     channel: Arc<CompletionChannel>,
-    id: u64,
     armed: AtomicU8,
 }
+
+/// Identifiers of completion queues, unique in the process.
+static NEXT_CQ_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// A completion queue: filled by engine cores, drained by application threads. Several QPs,
 /// possibly on several cores, may share one (a bounded lock-free MPMC queue).
@@ -469,6 +471,9 @@ struct Notify {
 pub struct CompletionQueue {
     ring: ArrayQueue<Completion>,
     overrun: AtomicBool,
+    /// The overrun was announced (`CmEvent::CqError`), once.
+    overrun_reported: AtomicBool,
+    id: u64,
     notify: Option<Notify>,
 }
 
@@ -478,20 +483,34 @@ impl CompletionQueue {
         CompletionQueue {
             ring: ArrayQueue::new(depth.max(1)),
             overrun: AtomicBool::new(false),
+            overrun_reported: AtomicBool::new(false),
+            id: NEXT_CQ_ID.fetch_add(1, Ordering::Relaxed),
             notify: None,
         }
     }
 
-    /// A queue of `depth` entries that signals `channel`, naming itself `id`, when armed.
-    pub fn with_channel(depth: usize, channel: Arc<CompletionChannel>, id: u64) -> Self {
+    /// A queue of `depth` entries that signals `channel` (naming itself by [`Self::id`])
+    /// when armed.
+    pub fn with_channel(depth: usize, channel: Arc<CompletionChannel>) -> Self {
         CompletionQueue {
             notify: Some(Notify {
                 channel,
-                id,
                 armed: AtomicU8::new(UNARMED),
             }),
             ..CompletionQueue::new(depth)
         }
+    }
+
+    /// The queue's identifier, unique in the process (what `CmEvent::CqError` and a
+    /// completion channel's events name it by).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Engine side: true exactly once after the queue overran, for the core that announces
+    /// it (`CmEvent::CqError`); several cores may feed one queue.
+    pub fn take_overrun_report(&self) -> bool {
+        self.overrun() && !self.overrun_reported.swap(true, Ordering::AcqRel)
     }
 
     /// Arms the queue (`ibv_req_notify_cq`): the next completion added (with
@@ -533,7 +552,7 @@ impl CompletionQueue {
                     .compare_exchange(a, UNARMED, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
             {
-                n.channel.signal(n.id);
+                n.channel.signal(self.id);
             }
         }
     }

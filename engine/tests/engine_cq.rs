@@ -47,6 +47,7 @@ fn a_completion_queue_overrun_fails_its_queue_pair_loudly() {
     }
     let mut a_err = None;
     let mut b_err = None;
+    let mut b_events = Vec::new();
     p.run_until(5000, |p| {
         for e in p.a.take_events() {
             if let CmEvent::Error { error, .. } = e {
@@ -54,12 +55,26 @@ fn a_completion_queue_overrun_fails_its_queue_pair_loudly() {
             }
         }
         for e in p.b.take_events() {
-            if let CmEvent::Error { error, .. } = e {
-                b_err = Some(error);
+            if let CmEvent::Error { error, .. } = &e {
+                b_err = Some(error.clone());
             }
+            b_events.push(e);
         }
         a_err.is_some() && b_err.is_some()
     });
+    // The queue's own asynchronous error (IBV_EVENT_CQ_ERR), once, before the QP's error.
+    let cq_errors: Vec<usize> = b_events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e, CmEvent::CqError { cq } if *cq == small.id()))
+        .map(|(i, _)| i)
+        .collect();
+    let qp_error = b_events
+        .iter()
+        .position(|e| matches!(e, CmEvent::Error { .. }))
+        .expect("the QP's error");
+    assert_eq!(cq_errors.len(), 1, "{b_events:?}");
+    assert!(cq_errors[0] < qp_error, "{b_events:?}");
     assert!(small.overrun());
     assert_eq!(small.len(), 2, "the queue kept what fitted");
     assert_eq!(b_err, Some(ConnError::CqOverrun));

@@ -592,3 +592,53 @@ proptest! {
         }
     }
 }
+
+/// The deframer allocates no reassembly buffer for an idle connection, nor for FPDUs that
+/// arrive whole (an MPA-aligned sender); a ULPDU that arrives in pieces grows the buffer to
+/// its own length, no more, and never beyond the configured maximum.
+#[test]
+fn reassembly_buffer_is_allocated_on_demand() {
+    let mut framer = Framer::new(FramerConfig::default());
+    let frame = |f: &mut Framer, len: usize| {
+        let ulpdu: Vec<u8> = (0..len).map(|i| i as u8).collect();
+        let mut out = vec![0u8; len + 64];
+        let n = f.emit(&[&ulpdu], &mut out).unwrap();
+        out.truncate(n);
+        (out, ulpdu)
+    };
+    let mut d = Deframer::new(DeframerConfig {
+        max_ulpdu_len: 64768,
+        ..DeframerConfig::default()
+    });
+    assert_eq!(
+        d.reassembly_capacity(),
+        0,
+        "an idle deframer holds no buffer"
+    );
+    // Whole FPDUs, each in one input: taken in place.
+    for len in [16, 1000, 1400] {
+        let (fpdu, ulpdu) = frame(&mut framer, len);
+        let (used, got) = d.poll(&fpdu).unwrap();
+        assert_eq!(used, fpdu.len());
+        assert_eq!(&*got.expect("a whole FPDU"), &ulpdu[..]);
+    }
+    assert_eq!(d.reassembly_capacity(), 0, "whole FPDUs need no reassembly");
+    // One FPDU of 3000 octets split in three: the buffer grows to 3000.
+    let (fpdu, ulpdu) = frame(&mut framer, 3000);
+    let mut delivered = None;
+    for piece in fpdu.chunks(1100) {
+        let (used, got) = d.poll(piece).unwrap();
+        assert_eq!(used, piece.len());
+        if let Some(u) = got {
+            delivered = Some(u.to_vec());
+        }
+    }
+    assert_eq!(delivered.as_deref(), Some(&ulpdu[..]));
+    assert_eq!(d.reassembly_capacity(), 3000);
+    // A smaller split ULPDU reuses it.
+    let (fpdu, _) = frame(&mut framer, 500);
+    for piece in fpdu.chunks(100) {
+        d.poll(piece).unwrap();
+    }
+    assert_eq!(d.reassembly_capacity(), 3000);
+}

@@ -21,7 +21,6 @@ use crate::{polled, CompletionQueue, Context, Error};
 pub struct CompletionChannel {
     inner: Arc<warpcore_engine::CompletionChannel>,
     cqs: Arc<Mutex<HashMap<u64, Weak<warpcore_engine::CompletionQueue>>>>,
-    next: Arc<std::sync::atomic::AtomicU64>,
     ctx: Context,
 }
 
@@ -30,18 +29,16 @@ impl CompletionChannel {
         Ok(CompletionChannel {
             inner: Arc::new(warpcore_engine::CompletionChannel::new()?),
             cqs: Arc::default(),
-            next: Arc::default(),
             ctx,
         })
     }
 
     pub(crate) fn new_cq(&self, depth: usize) -> Arc<warpcore_engine::CompletionQueue> {
-        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let cq = Arc::new(warpcore_engine::CompletionQueue::with_channel(
             depth,
             Arc::clone(&self.inner),
-            id,
         ));
+        let id = cq.id();
         let mut map = self.cqs.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|_, w| w.strong_count() > 0);
         map.insert(id, Arc::downgrade(&cq));

@@ -1189,15 +1189,23 @@ impl CompletionQueue {
         }
     }
 
+    /// The queue's identifier, unique in the process: what [`CmEvent::CqError`] names it
+    /// by.
+    pub fn id(&self) -> u64 {
+        self.cq.id()
+    }
+
     /// Whether this handle and `other` name the same completion queue.
     pub fn same_as(&self, other: &CompletionQueue) -> bool {
         Arc::ptr_eq(&self.cq, &other.cq)
     }
 
-    /// Whether a completion was ever lost because the queue was full. Then every queue pair
-    /// completing into it went to the error state (a local catastrophic Terminate to its
-    /// peer) and reported `CmEvent::Error` with `ConnError::CqOverrun`, as the verbs do for
-    /// a CQ error: size a queue for every completion that can be outstanding.
+    /// Whether a completion was ever lost because the queue was full. Then the context
+    /// reported [`CmEvent::CqError`] with this queue's [`id`](Self::id) (the verbs'
+    /// asynchronous `IBV_EVENT_CQ_ERR`), and every queue pair completing into it went to
+    /// the error state (a local catastrophic Terminate to its peer) and reported
+    /// `CmEvent::Error` with `ConnError::CqOverrun`: size a queue for every completion
+    /// that can be outstanding.
     pub fn overrun(&self) -> bool {
         self.cq.overrun()
     }

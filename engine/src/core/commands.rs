@@ -32,7 +32,8 @@ impl<D: PollDevice> EngineCore<D> {
             attr.rq_depth,
             attr.max_sge,
         ));
-        let max_ird = usize::from(self.ctx.cfg.max_ird);
+        // The queues start empty and grow with what is posted (at most the depths, which
+        // QpShared enforces): an idle QP holds no work-request slots (issue 11, item 3).
         self.qps[index] = Some(Qp {
             id,
             shared: Arc::clone(&shared),
@@ -40,13 +41,13 @@ impl<D: PollDevice> EngineCore<D> {
             send_cq: attr.send_cq,
             recv_cq: attr.recv_cq,
             state: QpState::Idle,
-            sq: VecDeque::with_capacity(attr.sq_depth as usize),
+            sq: VecDeque::new(),
             sq_head_seq: 0,
             sq_next_seq: 0,
-            rq: VecDeque::with_capacity(attr.rq_depth as usize),
-            orq: VecDeque::with_capacity(usize::from(self.ctx.cfg.max_ord) + 1),
+            rq: VecDeque::new(),
+            orq: VecDeque::new(),
             ord: 0,
-            irq: VecDeque::with_capacity(max_ird + 1),
+            irq: VecDeque::new(),
             ird: InboundReadQueue::new(0),
             tx: None,
             conn: None,

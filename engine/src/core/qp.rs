@@ -23,6 +23,13 @@ impl<D: PollDevice> EngineCore<D> {
             if !(q.send_cq.overrun() || q.recv_cq.overrun()) {
                 continue;
             }
+            // The queue's own asynchronous error, once for the queue (whichever core
+            // finds it first), before the errors of the queue pairs it fails.
+            for cq in [&q.send_cq, &q.recv_cq] {
+                if cq.take_overrun_report() {
+                    ctx.events.push_back(CmEvent::CqError { cq: cq.id() });
+                }
+            }
             if q.conn.is_none() {
                 // Not connected (yet): nothing to tell a peer; to the error state at once.
                 q.flush();

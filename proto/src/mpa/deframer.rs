@@ -217,8 +217,10 @@ pub struct Deframer {
     started: bool,
     /// A marker of the current FPDU disagreed; reported once the CRC is known to be valid.
     marker_fault: Option<DeframeFault>,
-    /// Reassembly buffer, `max_ulpdu_len` octets, allocated once.
-    buf: Box<[u8]>,
+    /// Reassembly buffer for ULPDUs that arrive in pieces: empty until the first one, then
+    /// grown to the longest such ULPDU (never beyond `max_ulpdu_len`). A connection that
+    /// receives whole FPDUs (an MPA-aligned sender) never allocates it.
+    buf: Vec<u8>,
 
     fault: Option<DeframeFault>,
     last_fpdu_offset: u64,
@@ -243,8 +245,9 @@ impl fmt::Debug for Deframer {
 }
 
 impl Deframer {
-    /// A deframer for the given settings; allocates the reassembly buffer
-    /// (`max_ulpdu_len` octets) once.
+    /// A deframer for the given settings. It allocates nothing until a ULPDU arrives split
+    /// across inputs; then its reassembly buffer grows to that ULPDU's length (at most
+    /// `max_ulpdu_len` octets), so an idle connection costs only the deframer's fields.
     pub fn new(config: DeframerConfig) -> Deframer {
         let max_ulpdu_len = config.max_ulpdu_len.min(u16::MAX as usize);
         Deframer {
@@ -263,13 +266,26 @@ impl Deframer {
             marker_got: 0,
             started: false,
             marker_fault: None,
-            buf: vec![0u8; max_ulpdu_len].into_boxed_slice(),
+            buf: Vec::new(),
             fault: None,
             last_fpdu_offset: 0,
             fpdus: 0,
             ulpdu_octets: 0,
             markers_seen: 0,
         }
+    }
+
+    /// Grows the reassembly buffer to hold the current ULPDU (checked against
+    /// `max_ulpdu_len` when its length field arrived).
+    fn reassembly_room(&mut self) {
+        if self.buf.len() < self.ulpdu_len {
+            self.buf.resize(self.ulpdu_len, 0);
+        }
+    }
+
+    /// Octets the reassembly buffer holds now (0 until a ULPDU arrived in pieces).
+    pub fn reassembly_capacity(&self) -> usize {
+        self.buf.len()
     }
 
     /// Consumes octets from the front of `input` and returns how many it consumed, plus the
@@ -319,6 +335,7 @@ impl Deframer {
                 if let Some((start, len)) = borrowed {
                     // The FPDU continues in a later chunk: keep the ULPDU before the input
                     // goes away.
+                    self.reassembly_room();
                     self.buf[..len].copy_from_slice(&input[start..start + len]);
                 }
                 return Ok((i, None));
@@ -380,6 +397,7 @@ impl Deframer {
                     } else {
                         // Reassembly: one copy per run between markers or chunk ends.
                         let n = want.min(avail);
+                        self.reassembly_room();
                         self.buf[self.got..self.got + n].copy_from_slice(&rest[..n]);
                         self.got += n;
                         self.advance(&mut i, n);
