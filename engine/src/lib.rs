@@ -28,6 +28,7 @@
 pub mod cm;
 pub mod config;
 pub mod core;
+pub mod doorbell;
 pub mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]

@@ -40,6 +40,7 @@ use warpcore_tcp::{PollDevice, StackConfig};
 use crate::cm::{CmEvent, ListenerId, MpaParams, RequestId};
 use crate::config::EngineConfig;
 use crate::core::{EngineCore, QpAttr};
+use crate::doorbell::Doorbell;
 use crate::error::{DeviceError, EngineError};
 use crate::mem::MrTable;
 use crate::ring::{channel, Consumer, Producer};
@@ -168,6 +169,8 @@ struct CoreLoop<D: PollDevice> {
     core: EngineCore<D>,
     commands: Consumer<Command>,
     events: Producer<CmEvent>,
+    /// Rung when events were handed to the application ([`CoreHandle::set_event_doorbell`]).
+    event_bell: Arc<OnceLock<Arc<Doorbell>>>,
     pending: VecDeque<CmEvent>,
     clock: Clock,
     base: StdInstant,
@@ -193,14 +196,20 @@ impl<D: PollDevice> CoreLoop<D> {
         while let Some(ev) = self.core.next_event() {
             self.pending.push_back(ev);
         }
+        let mut handed = false;
         while let Some(ev) = self.pending.pop_front() {
             if let Err(ev) = self.events.push(ev) {
                 self.pending.push_front(ev);
                 break;
             }
-            work = true;
+            handed = true;
         }
-        work
+        if handed {
+            if let Some(bell) = self.event_bell.get() {
+                bell.ring();
+            }
+        }
+        work | handed
     }
 }
 
@@ -243,10 +252,18 @@ impl std::fmt::Debug for Runner {
 pub struct CoreHandle {
     commands: Mutex<Producer<Command>>,
     events: Mutex<Consumer<CmEvent>>,
+    event_bell: Arc<OnceLock<Arc<Doorbell>>>,
     runner: Runner,
 }
 
 impl CoreHandle {
+    /// From now on the core rings `bell` whenever it hands events to the application (a
+    /// connection manager event channel sleeps on it). Set once; returns false when a
+    /// doorbell was set already.
+    pub fn set_event_doorbell(&self, bell: Arc<Doorbell>) -> bool {
+        self.event_bell.set(bell).is_ok()
+    }
+
     /// Queues a command and rings the doorbell if the core may be idle. Fails (returning
     /// nothing queued) when the command queue is full or the core stopped.
     pub fn submit(&self, cmd: Command) -> Result<(), EngineError> {
@@ -435,6 +452,8 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
     let (commands, c2) = channel::<Command>(cfg.command_queue_depth);
     let (e2, events) = channel::<CmEvent>(cfg.event_queue_depth);
     let pending = VecDeque::with_capacity(cfg.event_queue_depth);
+    let event_bell: Arc<OnceLock<Arc<Doorbell>>> = Arc::default();
+    let bell2 = Arc::clone(&event_bell);
     let build = move |device: D, cfg: EngineConfig, clock: Clock| {
         let base = time_origin(&clock);
         let now = Instant::from_micros(clock().saturating_duration_since(base).as_micros() as i64);
@@ -442,6 +461,7 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
             core,
             commands: c2,
             events: e2,
+            event_bell: bell2,
             pending,
             clock,
             base,
@@ -453,6 +473,7 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
         return Ok(CoreHandle {
             commands: Mutex::new(commands),
             events: Mutex::new(events),
+            event_bell,
             runner: Runner::Caller(Mutex::new(Some(Box::new(lp)))),
         });
     }
@@ -511,6 +532,7 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
     Ok(CoreHandle {
         commands: Mutex::new(commands),
         events: Mutex::new(events),
+        event_bell,
         runner: Runner::Thread {
             stop,
             thread,

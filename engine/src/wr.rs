@@ -378,45 +378,36 @@ pub struct Completion {
 /// (a full socket buffer drops the token, never the event: events are queued apart).
 #[derive(Debug)]
 pub struct CompletionChannel {
-    rx: std::os::unix::net::UnixStream,
-    tx: std::os::unix::net::UnixStream,
+    bell: crate::doorbell::Doorbell,
     fired: std::sync::Mutex<std::collections::VecDeque<u64>>,
 }
 
 impl CompletionChannel {
     /// A new channel (one socket pair).
     pub fn new() -> std::io::Result<CompletionChannel> {
-        let (rx, tx) = std::os::unix::net::UnixStream::pair()?;
-        tx.set_nonblocking(true)?;
         Ok(CompletionChannel {
-            rx,
-            tx,
+            bell: crate::doorbell::Doorbell::new()?,
             fired: std::sync::Mutex::new(std::collections::VecDeque::new()),
         })
     }
 
     /// The descriptor to wait on: readable while an event is pending.
     pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        use std::os::fd::AsFd;
-        self.rx.as_fd()
+        self.bell.fd()
     }
 
     fn signal(&self, cq: u64) {
-        use std::io::Write;
         self.fired
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push_back(cq);
-        // WouldBlock (tokens nobody read yet fill the buffer): the descriptor is readable
-        // anyway and the event is queued above.
-        let _ = (&self.tx).write(&[1]);
+        self.bell.ring();
     }
 
     /// Waits up to `timeout` (`None`: for ever) for an event; returns the identifier of the
     /// completion queue that fired (`Ok(None)` on timeout). Each arming of a queue yields
     /// at most one event; poll the queue after arming it, as with `ibv_req_notify_cq`.
     pub fn get_event(&self, timeout: Option<std::time::Duration>) -> std::io::Result<Option<u64>> {
-        use std::io::Read;
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
         loop {
             if let Some(id) = self
@@ -427,26 +418,10 @@ impl CompletionChannel {
             {
                 return Ok(Some(id));
             }
-            let left = match deadline {
-                Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
-                    Some(l) if !l.is_zero() => Some(l),
-                    _ => return Ok(None),
-                },
-                None => None,
-            };
-            self.rx.set_read_timeout(left)?;
-            let mut tokens = [0u8; 64];
-            match (&self.rx).read(&mut tokens) {
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock
-                            | std::io::ErrorKind::TimedOut
-                            | std::io::ErrorKind::Interrupted
-                    ) => {}
-                Err(e) => return Err(e),
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                return Ok(None);
             }
+            self.bell.wait(deadline)?;
         }
     }
 }

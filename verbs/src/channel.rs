@@ -1,11 +1,12 @@
-//! Completion channels: sleeping until a completion arrives.
+//! Completion channels and the connection manager's event channel: sleeping until a
+//! completion or an event arrives, or `poll()`ing a descriptor for it.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use crate::{polled, CompletionQueue, Context, Error};
+use crate::{polled, CmEvent, CompletionQueue, Context, Error};
 
 /// A completion channel (the `ibv_comp_channel` of the verbs), from
 /// [`Context::create_comp_channel`]. Completion queues created with it
@@ -83,5 +84,46 @@ impl AsFd for CompletionChannel {
 impl AsRawFd for CompletionChannel {
     fn as_raw_fd(&self) -> RawFd {
         self.inner.fd().as_raw_fd()
+    }
+}
+
+/// The connection manager's event channel (`rdma_event_channel`), from
+/// [`Context::event_channel`]: [`EventChannel::get_event`] sleeps until an engine core hands
+/// over a [`CmEvent`] (connection requests, establishment, disconnects, errors, CQ errors)
+/// and returns it. It is also a file descriptor ([`AsFd`], [`AsRawFd`]) that becomes
+/// readable when events were handed over, for `poll()` and `epoll` loops (then take them
+/// with `get_event(Some(Duration::ZERO))` or [`Context::next_event`]).
+#[derive(Debug, Clone)]
+pub struct EventChannel {
+    pub(crate) bell: Arc<warpcore_engine::doorbell::Doorbell>,
+    pub(crate) ctx: Context,
+}
+
+impl EventChannel {
+    /// The next event, waiting up to `timeout` (`None`: until one comes); [`Error::Timeout`]
+    /// when none came (`rdma_get_cm_event`).
+    pub fn get_event(&self, timeout: Option<Duration>) -> Result<CmEvent, Error> {
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        loop {
+            if let Some(e) = self.ctx.take_event() {
+                return Ok(e);
+            }
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                return Err(Error::Timeout);
+            }
+            self.bell.wait(deadline)?;
+        }
+    }
+}
+
+impl AsFd for EventChannel {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.bell.fd()
+    }
+}
+
+impl AsRawFd for EventChannel {
+    fn as_raw_fd(&self) -> RawFd {
+        self.bell.fd().as_raw_fd()
     }
 }

@@ -95,7 +95,7 @@ use warpcore_engine::tcp::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
 use warpcore_engine::tcp::StackConfig;
 use warpcore_engine::{validate_recv, validate_send, QpAttr, QpId, QpShared, SharedRq};
 
-pub use channel::CompletionChannel;
+pub use channel::{CompletionChannel, EventChannel};
 #[cfg(feature = "dpdk")]
 pub use error::DpdkError;
 pub use error::{Error, IoError};
@@ -171,6 +171,9 @@ struct Inner {
     next_pd: AtomicU32,
     next_core: AtomicUsize,
     events: Mutex<VecDeque<CmEvent>>,
+    /// The doorbell every core rings when it hands over events (once an event channel
+    /// exists).
+    event_bell: Mutex<Option<Arc<warpcore_engine::doorbell::Doorbell>>>,
     cfg: EngineConfig,
 }
 
@@ -253,6 +256,7 @@ impl Context {
                 next_pd: AtomicU32::new(1),
                 next_core: AtomicUsize::new(0),
                 events: Mutex::new(VecDeque::new()),
+                event_bell: Mutex::new(None),
                 cfg: cfg.engine,
             }),
         })
@@ -368,16 +372,8 @@ impl Context {
         let mut spins = 0u32;
         loop {
             self.progress();
-            {
-                let mut q = self.inner.events.lock().unwrap_or_else(|e| e.into_inner());
-                for c in &self.inner.cores {
-                    while let Some(e) = c.next_event() {
-                        q.push_back(e);
-                    }
-                }
-                if let Some(e) = q.pop_front() {
-                    return Some(e);
-                }
+            if let Some(e) = self.take_event() {
+                return Some(e);
             }
             if StdInstant::now() >= deadline {
                 return None;
@@ -389,6 +385,48 @@ impl Context {
                 std::thread::sleep(Duration::from_micros(50));
             }
         }
+    }
+
+    /// The oldest event any core handed over, without waiting.
+    pub(crate) fn take_event(&self) -> Option<CmEvent> {
+        let mut q = self.inner.events.lock().unwrap_or_else(|e| e.into_inner());
+        for c in &self.inner.cores {
+            while let Some(e) = c.next_event() {
+                q.push_back(e);
+            }
+        }
+        q.pop_front()
+    }
+
+    /// The connection manager's event channel (`rdma_create_event_channel`): a thread
+    /// sleeps in [`EventChannel::get_event`], or `poll()`s its descriptor, until a core
+    /// hands over an event, instead of polling [`Context::next_event`]. Every call returns
+    /// a handle on the same channel. Refused ([`Error::NeedsEngineThreads`]) on a
+    /// caller-driven context.
+    pub fn event_channel(&self) -> Result<EventChannel, Error> {
+        if self.inner.cores.iter().any(CoreHandle::caller_driven) {
+            return Err(Error::NeedsEngineThreads("an event channel"));
+        }
+        let mut slot = self
+            .inner
+            .event_bell
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let bell = match slot.as_ref() {
+            Some(b) => Arc::clone(b),
+            None => {
+                let b = Arc::new(warpcore_engine::doorbell::Doorbell::new()?);
+                for c in &self.inner.cores {
+                    c.set_event_doorbell(Arc::clone(&b));
+                }
+                *slot = Some(Arc::clone(&b));
+                b
+            }
+        };
+        Ok(EventChannel {
+            bell,
+            ctx: self.clone(),
+        })
     }
 
     /// Counters of every engine core.

@@ -173,3 +173,65 @@ fn queues_without_a_channel_and_caller_driven_contexts_refuse() {
     let e = polled.create_comp_channel().unwrap_err();
     assert!(matches!(e, Error::NeedsEngineThreads(_)), "{e}");
 }
+
+/// The connection manager's event channel: a thread sleeps until a connection request
+/// arrives; the descriptor is readable when events were handed over; nothing pending is a
+/// timeout; caller-driven contexts refuse it.
+#[test]
+fn the_event_channel_wakes_on_connection_manager_events() {
+    let (server, client) = link_contexts();
+    let ev = server.event_channel().unwrap();
+    assert_eq!(
+        ev.get_event(Some(Duration::from_millis(50))).unwrap_err(),
+        Error::Timeout
+    );
+    server.listen(7413, &MpaParams::default()).unwrap();
+    let ccq = client.create_cq(16).unwrap();
+    let cpd = client.alloc_pd();
+    let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
+    let t0 = Instant::now();
+    let req = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(100));
+            cqp.connect([10, 0, 0, 2], 7413, &MpaParams::default(), b"hi")
+                .unwrap();
+        });
+        ev.get_event(Some(Duration::from_secs(10))).unwrap()
+    });
+    assert!(
+        t0.elapsed() >= Duration::from_millis(50),
+        "woke before the request"
+    );
+    let CmEvent::ConnectRequest(req) = req else {
+        panic!("expected the connection request, got {req:?}");
+    };
+    assert_eq!(req.private_data, b"hi");
+    // Accept; the Established event makes the descriptor readable.
+    let scq = server.create_cq(16).unwrap();
+    let spd = server.alloc_pd();
+    let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
+    server.accept(&req, &sqp, b"").unwrap();
+    let ev2 = server.event_channel().unwrap();
+    let fd = ev2.as_fd().try_clone_to_owned().unwrap();
+    let sock = UnixStream::from(fd);
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut token = [0u8; 1];
+    assert_eq!(
+        (&sock).read(&mut token).unwrap(),
+        1,
+        "readable once events came"
+    );
+    assert!(matches!(
+        ev2.get_event(Some(Duration::from_secs(10))).unwrap(),
+        CmEvent::Established(_)
+    ));
+    let (a, _b) = link_pair(&LinkConfig::default());
+    let mut cfg = Config::new(a, [10, 0, 0, 9]);
+    cfg.drive = Drive::Caller;
+    let polled = Context::open(cfg).unwrap();
+    assert!(matches!(
+        polled.event_channel().unwrap_err(),
+        Error::NeedsEngineThreads(_)
+    ));
+}
