@@ -116,6 +116,9 @@ pub enum Error {
     /// nothing would wake it. Open the context with `Drive::Thread` or `Drive::BusyPoll`.
     #[error("{0} needs engine threads: this context's cores run only while the application polls (Drive::Caller)")]
     NeedsEngineThreads(&'static str),
+    /// A device has one port, number 1.
+    #[error("no port {0}: a Warpcore device has one port, 1")]
+    NoSuchPort(u8),
     /// A completion queue without a completion channel cannot be armed.
     #[error("the completion queue has no completion channel to notify")]
     NoChannel,

@@ -78,6 +78,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod attr;
 mod channel;
 mod error;
 mod polled;
@@ -95,6 +96,7 @@ use warpcore_engine::tcp::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
 use warpcore_engine::tcp::StackConfig;
 use warpcore_engine::{validate_recv, validate_send, QpAttr, QpId, QpShared, SharedRq};
 
+pub use attr::{AtomicCap, DeviceAttr, PortAttr, PortState, Transport};
 pub use channel::{CompletionChannel, EventChannel};
 #[cfg(feature = "dpdk")]
 pub use error::DpdkError;
@@ -175,6 +177,8 @@ struct Inner {
     /// exists).
     event_bell: Mutex<Option<Arc<warpcore_engine::doorbell::Doorbell>>>,
     cfg: EngineConfig,
+    /// The port: address and prefix, MAC, IP MTU.
+    port: (Ipv4Addr, u8, [u8; 6], usize),
 }
 
 /// An open engine: its cores, its memory region table and its connection manager.
@@ -207,6 +211,8 @@ impl Context {
         let mrs = Arc::new(MrTable::new(cfg.engine.mr_table_capacity));
         let clock: Clock = Arc::new(StdInstant::now);
         let mut cores = Vec::new();
+        #[allow(unused_mut)]
+        let mut mtu = cfg.engine.mtu;
         match cfg.device {
             Device::Link(end) => {
                 let spec = CoreSpec {
@@ -230,6 +236,7 @@ impl Context {
                 }
                 let mut engine = cfg.engine.clone();
                 engine.mtu = port.mtu;
+                mtu = port.mtu;
                 for (i, dev) in port.into_devices().into_iter().enumerate() {
                     let mut sc = stack.clone();
                     sc.random_seed ^= i as u64 * 0x9E37_79B9;
@@ -258,7 +265,47 @@ impl Context {
                 events: Mutex::new(VecDeque::new()),
                 event_bell: Mutex::new(None),
                 cfg: cfg.engine,
+                port: (cfg.ip, cfg.prefix_len, stack.mac, mtu),
             }),
+        })
+    }
+
+    /// The device's attributes (`ibv_query_device`): an iWARP device and the limits of
+    /// this context's engine configuration.
+    pub fn query_device(&self) -> DeviceAttr {
+        let c = &self.inner.cfg;
+        DeviceAttr {
+            name: "warpcore0",
+            transport: Transport::Iwarp,
+            node_guid: attr::eui64(self.inner.port.2),
+            max_qp: c.max_qps * self.inner.cores.len(),
+            max_qp_wr: c.max_sq_depth.min(c.max_rq_depth),
+            max_sge: c.max_sge,
+            max_cqe: c.max_cq_depth,
+            max_mr: c.mr_table_capacity,
+            max_qp_rd_atom: c.max_ird,
+            max_qp_init_rd_atom: c.max_ord,
+            atomic_cap: AtomicCap::Device,
+            phys_port_cnt: 1,
+        }
+    }
+
+    /// The attributes of port `port` (`ibv_query_port`; a device has one port, 1): its
+    /// state, MTU and one GID, the IPv4-mapped form of its address. [`Error::NoSuchPort`]
+    /// for any other number.
+    pub fn query_port(&self, port: u8) -> Result<PortAttr, Error> {
+        if port != 1 {
+            return Err(Error::NoSuchPort(port));
+        }
+        let (ip, len, mac, mtu) = self.inner.port;
+        Ok(PortAttr {
+            state: PortState::Active,
+            mtu,
+            active_mtu: attr::ib_mtu(mtu),
+            gid: attr::ipv4_gid(ip),
+            gid_tbl_len: 1,
+            addr: (ip, len),
+            mac,
         })
     }
 
