@@ -6,12 +6,15 @@
 //!   ([`device::DeviceArgs`], flattened into every tool's clap parser), the EAL arguments
 //!   built from them, and the one path that initialises the EAL, opens a DPDK port or a
 //!   loopback pair and starts Warpcore engines on it;
+//! - [`env`]: the same configuration from `WARPCORE_*` environment variables, for programs
+//!   whose command line is not Warpcore's (the rdma-core drop-in libraries);
 //! - the capture analysis behind `iwdump`, from `warpcore-analysis` (re-exported here under
 //!   its old paths: [`analysis`], [`capture`], [`fpdu`], [`report`], [`tcp`], [`pcapng`]).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod device;
+pub mod env;
 
 /// Parses the command line of tool `T` as every Warpcore tool does: `--help` and
 /// `--version` print and exit 0; a usage error prints clap's message and exits with status

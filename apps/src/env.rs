@@ -1,0 +1,307 @@
+//! Configuration from the environment, for programs that cannot take Warpcore's flags: the
+//! drop-in rdma-core libraries run unmodified applications whose command lines are theirs
+//! (issue 13), so the device, the address, the cores, the poll mode and the MPA options
+//! come from `WARPCORE_*` variables instead. A variable that is missing where one is
+//! needed, or whose value is bad, is an [`EnvError`] naming it and saying what was wanted.
+//!
+//! | variable | meaning |
+//! | --- | --- |
+//! | `WARPCORE_MEMIF_SERVER=PATH` | a net_memif port, this process the memif server of `PATH` |
+//! | `WARPCORE_MEMIF=PATH` | a net_memif port, this process the memif client of `PATH` |
+//! | `WARPCORE_VDEV=ARGS[;ARGS...]` | DPDK vdevs (`net_tap0,iface=...`, `net_af_packet0,...`) |
+//! | `WARPCORE_PCI=ADDR` | a NIC by PCI address |
+//! | `WARPCORE_EAL="ARGS"` | EAL arguments verbatim (replacing the defaults) |
+//! | `WARPCORE_IP=A.B.C.D[/LEN]` | this side's address (required), /24 when no length |
+//! | `WARPCORE_GATEWAY=A.B.C.D` | default gateway |
+//! | `WARPCORE_MAC=xx:xx:xx:xx:xx:xx` | this side's Ethernet address |
+//! | `WARPCORE_CORES=LIST` | CPUs: the first for the application, the rest for engine cores |
+//! | `WARPCORE_MTU=N` | IP MTU, 576 to 9000 |
+//! | `WARPCORE_CAPTURE=PATH` | pcapng of this side's traffic |
+//! | `WARPCORE_POLL_MODE=thread\|busy` | engine threads that park when idle (default) or spin |
+//! | `WARPCORE_CRC=on\|off` | MPA CRC32c (default on) |
+//! | `WARPCORE_MARKERS=on\|off` | MPA markers (default off) |
+//! | `WARPCORE_MPA_REV=1\|2` | MPA revision (default 2) |
+//! | `WARPCORE_P2P=none\|write\|send\|read` | RFC 6581 peer-to-peer mode and the RTR offered (default write) |
+
+use std::path::PathBuf;
+
+use warpcore_verbs::{Drive, MpaParams, RtrTypes};
+
+use crate::device::{CpuList, DeviceArgs, IpPrefix, Mac};
+
+/// A `WARPCORE_*` variable that is missing or bad.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{var}: {why}")]
+pub struct EnvError {
+    /// The variable.
+    pub var: &'static str,
+    /// What is wrong and what was wanted.
+    pub why: String,
+}
+
+/// What the environment configures.
+#[derive(Debug, Clone)]
+pub struct EnvConfig {
+    /// The device (the same fields as the tools' flags).
+    pub dev: DeviceArgs,
+    /// Who runs the engine cores.
+    pub drive: Drive,
+    /// MPA options for connect, listen and accept.
+    pub mpa: MpaParams,
+}
+
+/// Reads the configuration from the process environment.
+pub fn from_env() -> Result<EnvConfig, EnvError> {
+    from_vars(|k| std::env::var(k).ok())
+}
+
+/// Reads the configuration from `get` (the environment, or a map in tests).
+pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<EnvConfig, EnvError> {
+    let bad = |var: &'static str, why: String| EnvError { var, why };
+    let parse = |var: &'static str, want: &str| -> Result<Option<String>, EnvError> {
+        match get(var) {
+            Some(v) if v.trim().is_empty() => Err(bad(var, format!("is empty; expected {want}"))),
+            v => Ok(v),
+        }
+    };
+    let mut dev = DeviceArgs::default();
+    for (var, role) in [
+        ("WARPCORE_MEMIF_SERVER", "server"),
+        ("WARPCORE_MEMIF", "client"),
+    ] {
+        if let Some(p) = parse(var, "a socket path")? {
+            if dev.vdev.iter().any(|v| v.starts_with("net_memif")) {
+                return Err(bad(
+                    var,
+                    "WARPCORE_MEMIF_SERVER and WARPCORE_MEMIF exclude each other: this \
+                     process is one end of one memif socket"
+                        .into(),
+                ));
+            }
+            dev.vdev.push(format!(
+                "net_memif0,role={role},socket={p},socket-abstract=no,rsize=12"
+            ));
+        }
+    }
+    if let Some(v) = parse("WARPCORE_VDEV", "DPDK vdev arguments")? {
+        dev.vdev
+            .extend(v.split(';').filter(|s| !s.is_empty()).map(String::from));
+    }
+    dev.pci = parse("WARPCORE_PCI", "a PCI address")?;
+    dev.eal = parse("WARPCORE_EAL", "EAL arguments")?;
+    if !dev.names_port() {
+        return Err(bad(
+            "WARPCORE_MEMIF_SERVER",
+            "no device: set WARPCORE_MEMIF_SERVER or WARPCORE_MEMIF (a memif socket path), \
+             WARPCORE_VDEV, WARPCORE_PCI or WARPCORE_EAL"
+                .into(),
+        ));
+    }
+    let ip = parse("WARPCORE_IP", "A.B.C.D[/LEN]")?.ok_or_else(|| {
+        bad(
+            "WARPCORE_IP",
+            "not set; expected this side's A.B.C.D[/LEN]".into(),
+        )
+    })?;
+    dev.ip = Some(
+        ip.parse::<IpPrefix>()
+            .map_err(|e| bad("WARPCORE_IP", format!("{ip:?}: {e}")))?,
+    );
+    if let Some(g) = parse("WARPCORE_GATEWAY", "A.B.C.D")? {
+        dev.gateway = Some(
+            g.parse()
+                .map_err(|_| bad("WARPCORE_GATEWAY", format!("{g:?} is not an IPv4 address")))?,
+        );
+    }
+    if let Some(m) = parse("WARPCORE_MAC", "xx:xx:xx:xx:xx:xx")? {
+        dev.mac = Some(m.parse::<Mac>().map_err(|e| bad("WARPCORE_MAC", e))?);
+    }
+    if let Some(c) = parse("WARPCORE_CORES", "a CPU list such as 0,2-3")? {
+        dev.cores = Some(c.parse::<CpuList>().map_err(|e| bad("WARPCORE_CORES", e))?);
+    }
+    if let Some(m) = parse("WARPCORE_MTU", "576 to 9000")? {
+        let mtu: u16 = m
+            .parse()
+            .ok()
+            .filter(|v| (576..=9000).contains(v))
+            .ok_or_else(|| bad("WARPCORE_MTU", format!("{m:?}: expected 576 to 9000")))?;
+        dev.mtu = Some(mtu);
+    }
+    dev.capture = parse("WARPCORE_CAPTURE", "a file path")?.map(PathBuf::from);
+    let drive = match parse("WARPCORE_POLL_MODE", "thread or busy")?.as_deref() {
+        None | Some("thread") => Drive::Thread,
+        Some("busy") => Drive::BusyPoll,
+        Some(o) => {
+            return Err(bad(
+                "WARPCORE_POLL_MODE",
+                format!(
+                    "{o:?}: expected thread or busy (an application of its own cannot run \
+                     the engine from its polls)"
+                ),
+            ))
+        }
+    };
+    let on_off = |var: &'static str, default: bool| -> Result<bool, EnvError> {
+        match parse(var, "on or off")?.as_deref() {
+            None => Ok(default),
+            Some("on") => Ok(true),
+            Some("off") => Ok(false),
+            Some(o) => Err(bad(var, format!("{o:?}: expected on or off"))),
+        }
+    };
+    let mut mpa = MpaParams {
+        crc: on_off("WARPCORE_CRC", true)?,
+        markers: on_off("WARPCORE_MARKERS", false)?,
+        ..MpaParams::default()
+    };
+    mpa.rev = match parse("WARPCORE_MPA_REV", "1 or 2")?.as_deref() {
+        None | Some("2") => 2,
+        Some("1") => 1,
+        Some(o) => return Err(bad("WARPCORE_MPA_REV", format!("{o:?}: expected 1 or 2"))),
+    };
+    let p2p = parse("WARPCORE_P2P", "none, write, send or read")?;
+    let (peer_to_peer, offer) = match p2p.as_deref() {
+        None | Some("write") => (true, RtrTypes::WRITE),
+        Some("send") => (true, RtrTypes::SEND),
+        Some("read") => (true, RtrTypes::READ),
+        Some("none") => (false, RtrTypes::WRITE),
+        Some(o) => {
+            return Err(bad(
+                "WARPCORE_P2P",
+                format!("{o:?}: expected none, write, send or read"),
+            ))
+        }
+    };
+    if peer_to_peer && mpa.rev == 1 && p2p.is_some() {
+        return Err(bad(
+            "WARPCORE_P2P",
+            "peer-to-peer mode needs MPA revision 2 (RFC 6581): set WARPCORE_MPA_REV=2 or \
+             WARPCORE_P2P=none"
+                .into(),
+        ));
+    }
+    mpa.peer_to_peer = peer_to_peer && mpa.rev == 2;
+    mpa.rtr_offer = offer;
+    Ok(EnvConfig { dev, drive, mpa })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn run(vars: &[(&str, &str)]) -> Result<EnvConfig, EnvError> {
+        let m: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        from_vars(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn a_full_configuration_is_read() {
+        let c = run(&[
+            ("WARPCORE_MEMIF_SERVER", "/tmp/x.sock"),
+            ("WARPCORE_IP", "198.18.0.2/16"),
+            ("WARPCORE_GATEWAY", "198.18.0.1"),
+            ("WARPCORE_CORES", "0,1"),
+            ("WARPCORE_MTU", "9000"),
+            ("WARPCORE_POLL_MODE", "busy"),
+            ("WARPCORE_CRC", "off"),
+            ("WARPCORE_P2P", "read"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.dev.vdev,
+            ["net_memif0,role=server,socket=/tmp/x.sock,socket-abstract=no,rsize=12"]
+        );
+        assert_eq!(c.dev.ip.unwrap().len, 16);
+        assert_eq!(c.dev.engine_cpus(), vec![1]);
+        assert_eq!(c.dev.mtu, Some(9000));
+        assert_eq!(c.drive, Drive::BusyPoll);
+        assert!(!c.mpa.crc && c.mpa.peer_to_peer && c.mpa.rev == 2);
+        assert_eq!(c.mpa.rtr_offer, RtrTypes::READ);
+    }
+
+    #[test]
+    fn errors_name_the_variable() {
+        for (vars, var, says) in [
+            (
+                &[("WARPCORE_IP", "1.2.3.4")][..],
+                "WARPCORE_MEMIF_SERVER",
+                "no device",
+            ),
+            (&[("WARPCORE_MEMIF", "/s")][..], "WARPCORE_IP", "not set"),
+            (
+                &[("WARPCORE_MEMIF", "/s"), ("WARPCORE_IP", "1.2.3")][..],
+                "WARPCORE_IP",
+                "bad IPv4",
+            ),
+            (
+                &[
+                    ("WARPCORE_MEMIF", "/s"),
+                    ("WARPCORE_MEMIF_SERVER", "/s"),
+                    ("WARPCORE_IP", "1.2.3.4"),
+                ][..],
+                "WARPCORE_MEMIF",
+                "exclude each other",
+            ),
+            (
+                &[
+                    ("WARPCORE_MEMIF", "/s"),
+                    ("WARPCORE_IP", "1.2.3.4"),
+                    ("WARPCORE_MTU", "100"),
+                ][..],
+                "WARPCORE_MTU",
+                "576 to 9000",
+            ),
+            (
+                &[
+                    ("WARPCORE_MEMIF", "/s"),
+                    ("WARPCORE_IP", "1.2.3.4"),
+                    ("WARPCORE_CRC", "yes"),
+                ][..],
+                "WARPCORE_CRC",
+                "on or off",
+            ),
+            (
+                &[
+                    ("WARPCORE_MEMIF", "/s"),
+                    ("WARPCORE_IP", "1.2.3.4"),
+                    ("WARPCORE_POLL_MODE", "caller"),
+                ][..],
+                "WARPCORE_POLL_MODE",
+                "thread or busy",
+            ),
+            (
+                &[
+                    ("WARPCORE_MEMIF", "/s"),
+                    ("WARPCORE_IP", "1.2.3.4"),
+                    ("WARPCORE_MPA_REV", "1"),
+                    ("WARPCORE_P2P", "send"),
+                ][..],
+                "WARPCORE_P2P",
+                "revision 2",
+            ),
+            (
+                &[
+                    ("WARPCORE_MEMIF", "/s"),
+                    ("WARPCORE_IP", "1.2.3.4"),
+                    ("WARPCORE_CORES", "x"),
+                ][..],
+                "WARPCORE_CORES",
+                "bad CPU list",
+            ),
+            (
+                &[("WARPCORE_MEMIF", ""), ("WARPCORE_IP", "1.2.3.4")][..],
+                "WARPCORE_MEMIF",
+                "is empty",
+            ),
+        ] {
+            let e = run(vars).unwrap_err();
+            assert_eq!(e.var, var, "{vars:?}: {e}");
+            assert!(e.to_string().contains(says), "{vars:?}: {e}");
+            assert!(e.to_string().starts_with(var), "{e}");
+        }
+    }
+}
