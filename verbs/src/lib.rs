@@ -94,7 +94,8 @@ pub use warpcore_engine::runtime::Drive;
 use warpcore_engine::runtime::{spawn_core, Clock, Command, CoreHandle, CoreSpec, Reply};
 use warpcore_engine::tcp::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
 use warpcore_engine::tcp::StackConfig;
-use warpcore_engine::{validate_recv, validate_send, QpAttr, QpId, QpShared, SharedRq};
+pub use warpcore_engine::QpId;
+use warpcore_engine::{validate_recv, validate_send, QpAttr, QpShared, SharedRq};
 
 pub use attr::{AtomicCap, DeviceAttr, PortAttr, PortState, Transport};
 pub use channel::{CompletionChannel, EventChannel};

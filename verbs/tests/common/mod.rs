@@ -52,6 +52,53 @@ fn event(ctx: &Context) -> CmEvent {
     ctx.next_event(T).expect("connection manager event")
 }
 
+/// The server's view of the connection manager: the events of one queue pair, or the next
+/// connection request, in arrival order, keeping the others for later. A client that runs
+/// ahead can open its next connection before this side saw the previous one close: the
+/// engine keeps each connection's events in order, not the events of different ones.
+struct Events<'a> {
+    ctx: &'a Context,
+    stash: std::collections::VecDeque<CmEvent>,
+}
+
+impl<'a> Events<'a> {
+    fn new(ctx: &'a Context) -> Self {
+        Events {
+            ctx,
+            stash: std::collections::VecDeque::new(),
+        }
+    }
+
+    fn take(&mut self, want: impl Fn(&CmEvent) -> bool) -> CmEvent {
+        if let Some(i) = self.stash.iter().position(&want) {
+            return self.stash.remove(i).expect("stashed event");
+        }
+        loop {
+            let e = event(self.ctx);
+            if want(&e) {
+                return e;
+            }
+            self.stash.push_back(e);
+        }
+    }
+
+    /// The next connection request.
+    fn request(&mut self) -> CmEvent {
+        self.take(|e| matches!(e, CmEvent::ConnectRequest(_)))
+    }
+
+    /// The next event of queue pair `qp`.
+    fn of(&mut self, qp: QpId) -> CmEvent {
+        self.take(|e| match e {
+            CmEvent::Established(est) => est.qp == qp,
+            CmEvent::Disconnected { qp: q, .. }
+            | CmEvent::Error { qp: q, .. }
+            | CmEvent::Rejected { qp: q, .. } => *q == qp,
+            _ => false,
+        })
+    }
+}
+
 fn expect_wc(cq: &CompletionQueue, wr_id: u64) -> Completion {
     let c = cq.wait(T).expect("completion");
     assert_eq!(c.wr_id, wr_id, "{c:?}");
@@ -77,8 +124,9 @@ pub fn server(ctx: &Context, ready: impl FnOnce()) {
     ctx.listen(PORT + n + 1, &MpaParams::default()).unwrap();
     ready();
     let mut cores_seen = std::collections::BTreeSet::new();
+    let mut events = Events::new(ctx);
     for (i, (params, close)) in rounds().into_iter().enumerate() {
-        let CmEvent::ConnectRequest(req) = event(ctx) else {
+        let CmEvent::ConnectRequest(req) = events.request() else {
             panic!("expected a connection request")
         };
         assert_eq!(req.private_data, format!("round {i}").as_bytes());
@@ -112,7 +160,7 @@ pub fn server(ctx: &Context, ready: impl FnOnce()) {
         let mut pd_bytes = mr.stag().to_be_bytes().to_vec();
         pd_bytes.extend_from_slice(b"srv");
         ctx.accept(&req, &qp, &pd_bytes).unwrap();
-        let CmEvent::Established(est) = event(ctx) else {
+        let CmEvent::Established(est) = events.of(qp.id()) else {
             panic!("expected Established")
         };
         assert_eq!(est.qp, qp.id());
@@ -162,7 +210,7 @@ pub fn server(ctx: &Context, ready: impl FnOnce()) {
         if close == "server-closes" {
             qp.disconnect().unwrap();
         }
-        match event(ctx) {
+        match events.of(qp.id()) {
             CmEvent::Disconnected { qp: q, reset } => {
                 assert_eq!(q, qp.id());
                 assert_eq!(reset, close == "abort");
@@ -172,13 +220,13 @@ pub fn server(ctx: &Context, ready: impl FnOnce()) {
         assert_eq!(qp.state(), QpState::Error);
     }
     // Reject with private data.
-    let CmEvent::ConnectRequest(req) = event(ctx) else {
+    let CmEvent::ConnectRequest(req) = events.request() else {
         panic!("expected a connection request")
     };
     assert_eq!(req.private_data, b"reject me");
     ctx.reject(&req, b"no thanks").unwrap();
     // A remote access error: the client Reads beyond our region.
-    let CmEvent::ConnectRequest(req) = event(ctx) else {
+    let CmEvent::ConnectRequest(req) = events.request() else {
         panic!("expected a connection request")
     };
     let mut init = QpInit::new(&cq, &cq);
@@ -187,8 +235,8 @@ pub fn server(ctx: &Context, ready: impl FnOnce()) {
     qp.post_recv(&RecvWr::new(50, &[mr.sge(0, 8)]).unwrap())
         .unwrap();
     ctx.accept(&req, &qp, &mr.stag().to_be_bytes()).unwrap();
-    assert!(matches!(event(ctx), CmEvent::Established(_)));
-    match event(ctx) {
+    assert!(matches!(events.of(qp.id()), CmEvent::Established(_)));
+    match events.of(qp.id()) {
         CmEvent::Error {
             error: ConnError::LocalTerminate(e),
             ..
