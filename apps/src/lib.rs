@@ -6,7 +6,7 @@
 //!   ([`device::DeviceArgs`], flattened into every tool's clap parser), the EAL arguments
 //!   built from them, and the one path that initialises the EAL, opens a DPDK port or a
 //!   loopback pair and starts Warpcore engines on it;
-//! - [`env`]: the same configuration from `WARPCORE_*` environment variables, for programs
+//! - [`mod@env`]: the same configuration from `WARPCORE_*` environment variables, for programs
 //!   whose command line is not Warpcore's (the rdma-core drop-in libraries);
 //! - the capture analysis behind `iwdump`, from `warpcore-analysis` (re-exported here under
 //!   its old paths: [`analysis`], [`capture`], [`fpdu`], [`report`], [`tcp`], [`pcapng`]).
