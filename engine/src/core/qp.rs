@@ -17,18 +17,19 @@ impl<D: PollDevice> EngineCore<D> {
             let Some(q) = qps[i].as_mut() else {
                 continue;
             };
-            if matches!(q.state, QpState::Terminate | QpState::Error) {
-                continue;
-            }
             if !(q.send_cq.overrun() || q.recv_cq.overrun()) {
                 continue;
             }
             // The queue's own asynchronous error, once for the queue (whichever core
-            // finds it first), before the errors of the queue pairs it fails.
+            // finds it first), before the errors of the queue pairs it fails; also when
+            // the queue pair had failed already (its flushes may be what overran it).
             for cq in [&q.send_cq, &q.recv_cq] {
                 if cq.take_overrun_report() {
                     ctx.events.push_back(CmEvent::CqError { cq: cq.id() });
                 }
+            }
+            if matches!(q.state, QpState::Terminate | QpState::Error) {
+                continue;
             }
             if q.conn.is_none() {
                 // Not connected (yet): nothing to tell a peer; to the error state at once.
