@@ -89,7 +89,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant as StdInstant};
 
-use warpcore_engine::mem::{MrTable, PdId, Region, Stag};
+pub use warpcore_engine::mem::Region;
+use warpcore_engine::mem::{MrTable, PdId, Stag};
 pub use warpcore_engine::runtime::Drive;
 use warpcore_engine::runtime::{spawn_core, Clock, Command, CoreHandle, CoreSpec, Reply};
 use warpcore_engine::tcp::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
@@ -508,16 +509,41 @@ impl ProtectionDomain {
 
     /// Registers a region (zero-based Tagged Offsets: TO 0 is the region's first octet).
     pub fn register(&self, region: Arc<Region>, access: Access) -> Result<MemoryRegion, Error> {
+        self.register_with_base(region, access, 0)
+    }
+
+    /// Registers a region at its own virtual address, as `ibv_reg_mr` does: the Tagged
+    /// Offset of each octet is its address, at any alignment, so a peer's RDMA Writes,
+    /// Reads and atomics and the local SGEs ([`MemoryRegion::sge`] adds the base) name
+    /// octets by address. The application's own memory comes in through
+    /// [`Region::from_raw`] (its contract: the memory stays valid until the region is
+    /// deregistered) or [`Region::from_boxed`].
+    pub fn register_at_address(
+        &self,
+        region: Arc<Region>,
+        access: Access,
+    ) -> Result<MemoryRegion, Error> {
+        let base = region.as_ptr() as u64;
+        self.register_with_base(region, access, base)
+    }
+
+    fn register_with_base(
+        &self,
+        region: Arc<Region>,
+        access: Access,
+        base_to: u64,
+    ) -> Result<MemoryRegion, Error> {
         let stag = self
             .ctx
             .inner
             .mrs
-            .register(Arc::clone(&region), self.id, access, 0)
+            .register(Arc::clone(&region), self.id, access, base_to)
             .map_err(Error::Memory)?;
         Ok(MemoryRegion {
             ctx: self.ctx.clone(),
             region,
             stag,
+            base_to,
         })
     }
 
@@ -755,6 +781,9 @@ pub struct MemoryRegion {
     ctx: Context,
     region: Arc<Region>,
     stag: Stag,
+    /// Tagged Offset of the first octet: 0, or its address
+    /// ([`ProtectionDomain::register_at_address`]).
+    base_to: u64,
 }
 
 impl MemoryRegion {
@@ -773,11 +802,19 @@ impl MemoryRegion {
         self.region.is_empty()
     }
 
-    /// An SGE of `len` octets at `offset` of this region.
+    /// The Tagged Offset of the region's first octet: 0 for a zero-based registration, its
+    /// address for [`ProtectionDomain::register_at_address`]. A peer adds the octet's
+    /// offset to it.
+    pub fn base_to(&self) -> u64 {
+        self.base_to
+    }
+
+    /// An SGE of `len` octets at `offset` of this region (its Tagged Offset is
+    /// [`base_to`](Self::base_to) plus `offset`).
     pub fn sge(&self, offset: u64, len: u32) -> Sge {
         Sge {
             stag: self.stag.0,
-            to: offset,
+            to: self.base_to.wrapping_add(offset),
             len,
         }
     }
