@@ -1,8 +1,10 @@
 //! `wcsoak`: a soak of the engine (issue 15). Two contexts in one process, joined by the
 //! in-memory link with seeded loss both ways, open and close connections continuously;
 //! every connection carries a verified mix of RDMA Writes, RDMA Reads, Sends and atomic
-//! FetchAdds, with a fresh protection domain, memory regions and completion queue each
-//! time, so regions, queue pairs and queues are created and destroyed all along. Every
+//! FetchAdds, and an RDMA Write through a type 2 memory window bound, invalidated and freed
+//! for it, with a fresh protection domain, memory regions, completion queue and shared
+//! receive queue each time, so regions, windows, queue pairs, SRQs and queues are created
+//! and destroyed all along. Every
 //! `--report-secs` it prints the process's RSS and open file descriptors and the engine
 //! tables' occupancy (read between connections, when nothing should be open); it fails if
 //! a transfer is wrong, if anything hangs (every wait is bounded), or if any of those
@@ -24,8 +26,8 @@ use clap::Parser;
 use warpcore_apps::device::{DeviceArgs, EngineOptions, Loopback, MemifRole, PairAddrs};
 use warpcore_tcp::link::Faults;
 use warpcore_verbs::{
-    Access, CmEvent, Context, LinkConfig, MemoryRegion, MpaParams, QpInit, QueuePair, RecvWr,
-    SendOp, SendWr, WcOpcode, WcStatus,
+    Access, CmEvent, Context, LinkConfig, MemoryRegion, MpaParams, MwType, QpInit, QueuePair,
+    RecvWr, SendOp, SendWr, WcOpcode, WcStatus,
 };
 
 #[derive(Parser, Debug)]
@@ -68,8 +70,10 @@ enum Defect {
 const PORT: u16 = 7399;
 const WAIT: Duration = Duration::from_secs(60);
 const REGION: usize = 64 << 10;
-/// B's region: Writes land in [0, 32 KiB), Sends in [32 KiB, 48 KiB), the counter at 60 KiB.
+/// B's region: Writes land in [0, 32 KiB), Sends in [32 KiB, 48 KiB), the memory window
+/// covers [48 KiB, 56 KiB), the counter at 60 KiB.
 const SEND_AT: usize = 32 << 10;
+const WINDOW_AT: usize = 48 << 10;
 const COUNTER_AT: usize = 60 << 10;
 /// A's region: sources at [0, 16 KiB), Read sinks at [32 KiB, 48 KiB), FetchAdd results at
 /// 60 KiB.
@@ -164,6 +168,9 @@ struct Side {
     pd: warpcore_verbs::ProtectionDomain,
     cq: warpcore_verbs::CompletionQueue,
     mr: MemoryRegion,
+    /// The shared receive queue this side's queue pairs take their receives from (fresh
+    /// each round, so SRQs are created and destroyed all along).
+    srq: warpcore_verbs::SharedReceiveQueue,
 }
 
 /// Totals of the run.
@@ -186,7 +193,7 @@ impl Soak {
     fn connect(&mut self, sa: &Side, sb: &Side) -> Result<Conn, String> {
         let qa = sa
             .pd
-            .create_qp(&QpInit::new(&sa.cq, &sa.cq))
+            .create_qp(&QpInit::new(&sa.cq, &sa.cq).with_srq(&sa.srq))
             .map_err(|e| format!("create_qp A: {e}"))?;
         qa.connect([10, 0, 0, 2], PORT, &MpaParams::default(), b"soak")
             .map_err(|e| format!("connect: {e}"))?;
@@ -196,7 +203,7 @@ impl Soak {
         })?;
         let qb = sb
             .pd
-            .create_qp(&QpInit::new(&sb.cq, &sb.cq))
+            .create_qp(&QpInit::new(&sb.cq, &sb.cq).with_srq(&sb.srq))
             .map_err(|e| format!("create_qp B: {e}"))?;
         self.b
             .accept(&req, &qb, b"")
@@ -247,8 +254,9 @@ impl Soak {
         let sdata = self.rng.bytes(slen);
         let recv =
             RecvWr::new(3, &[sb.mr.sge(SEND_AT as u64, 16 << 10)]).map_err(|e| e.to_string())?;
-        c.qb.post_recv(&recv)
-            .map_err(|e| format!("post_recv: {e}"))?;
+        sb.srq
+            .post_recv(&recv)
+            .map_err(|e| format!("post_recv to the SRQ: {e}"))?;
         sa.mr.write(0, &sdata).map_err(|e| e.to_string())?;
         post(&c.qa, 4, SendOp::Send, &sa.mr, 0, slen)?;
         complete(&sa.cq, 4, WcOpcode::Send, "Send")?;
@@ -284,8 +292,48 @@ impl Soak {
         if now != *counter {
             return Err(format!("B's counter is {now}, expected {counter}"));
         }
-        self.totals.ops += 4;
-        self.totals.bytes += (2 * len + slen + 8) as u64;
+        // A type 2 memory window over [WINDOW_AT, WINDOW_AT + 8 KiB) of B's region, bound
+        // by B's queue pair, written by A through the window's STag, then invalidated and
+        // deallocated: windows are created and destroyed all along.
+        let mw = sb
+            .pd
+            .alloc_mw(MwType::Type2)
+            .map_err(|e| format!("alloc_mw: {e}"))?;
+        let w =
+            c.qb.post_bind_mw(
+                6,
+                &mw,
+                &sb.mr,
+                WINDOW_AT as u64,
+                8 << 10,
+                Access::REMOTE_WRITE,
+            )
+            .map_err(|e| format!("bind_mw: {e}"))?;
+        complete(&sb.cq, 6, WcOpcode::BindMw, "BindMw")?;
+        let wlen = 1 + self.rng.below(8 << 10) as usize;
+        let woff = self.rng.below((8 << 10) - wlen as u64) as usize;
+        let wdata = self.rng.bytes(wlen);
+        sa.mr.write(0, &wdata).map_err(|e| e.to_string())?;
+        let through = SendOp::Write {
+            remote_stag: w,
+            remote_to: (WINDOW_AT + woff) as u64,
+        };
+        post(&c.qa, 7, through, &sa.mr, 0, wlen)?;
+        complete(&sa.cq, 7, WcOpcode::Write, "Write through the window")?;
+        // Placed once a Read behind it returned (RDMAP-5.5-5), as above.
+        let fence = SendOp::Read {
+            remote_stag: stag_b,
+            remote_to: (WINDOW_AT + woff) as u64,
+        };
+        post(&c.qa, 8, fence, &sa.mr, SINK_AT, 1)?;
+        complete(&sa.cq, 8, WcOpcode::Read, "Read behind the window's Write")?;
+        check(&sb.mr, WINDOW_AT + woff, &wdata, "Write through the window")?;
+        c.qb.post_local_invalidate(9, w, false)
+            .map_err(|e| format!("invalidate the window: {e}"))?;
+        complete(&sb.cq, 9, WcOpcode::LocalInvalidate, "LocalInvalidate")?;
+        drop(mw);
+        self.totals.ops += 6;
+        self.totals.bytes += (2 * len + slen + 8 + wlen + 1) as u64;
         Ok(())
     }
 
@@ -306,9 +354,14 @@ impl Soak {
             | Access::REMOTE_WRITE
             | Access::REMOTE_READ
             | Access::REMOTE_ATOMIC;
-        let mr = pd.alloc_mr(REGION, access).map_err(|e| e.to_string())?;
+        let mr = pd
+            .alloc_mr(REGION, access | Access::MW_BIND)
+            .map_err(|e| e.to_string())?;
         let cq = ctx.create_cq(256).map_err(|e| e.to_string())?;
-        Ok(Side { pd, cq, mr })
+        let srq = pd
+            .create_srq(64, 1)
+            .map_err(|e| format!("create_srq: {e}"))?;
+        Ok(Side { pd, cq, mr, srq })
     }
 
     /// One round: `qps` connections with fresh regions and queues, the workload, the close.
