@@ -616,19 +616,14 @@ impl ProtectionDomain {
             max_sge: init.max_sge,
         };
         // The inline arena: one slot of `max_inline` octets per send queue entry, in this
-        // protection domain, registered before the QP exists so a failure changes nothing.
-        let inline = if init.max_inline > 0 {
-            let slot = init.max_inline as usize;
-            let mr = self.alloc_mr(slot * init.sq_depth.max(1) as usize, Access::LOCAL_WRITE)?;
-            Some(InlineArena {
-                mr,
-                slot,
-                slots: init.sq_depth.max(1) as u64,
-                next: Mutex::new(0),
-            })
-        } else {
-            None
-        };
+        // protection domain, registered at the first inline post (an idle queue pair, or
+        // one that never posts inline, holds no arena).
+        let inline = (init.max_inline > 0).then(|| InlineArena {
+            pd: self.clone(),
+            slot: init.max_inline as usize,
+            slots: init.sq_depth.max(1) as u64,
+            state: Mutex::new((0, None)),
+        });
         let (id, shared) = self.ctx.call(core, |r| Command::CreateQp(attr, r))?;
         shared.set_rfc7306(init.rfc7306);
         let qp = QueuePair {
@@ -879,8 +874,8 @@ pub struct QpInit {
     /// operation fails with [`Error::NotSupported`] and an inbound RFC 7306 message is
     /// answered with Terminate 0/2/06.
     pub rfc7306: bool,
-    /// Largest inline payload ([`QueuePair::post_send_inline`]); the queue pair keeps
-    /// `sq_depth * max_inline` octets of registered memory for it (0: no inline sends).
+    /// Largest inline payload ([`QueuePair::post_send_inline`]); the queue pair registers
+    /// `sq_depth * max_inline` octets for it at its first inline post (0: no inline sends).
     pub max_inline: u32,
     /// The shared receive queue to take receive buffers from (`None`: the QP's own receive
     /// queue of `rq_depth`). Its queue pairs may be on any engine cores.
@@ -983,12 +978,12 @@ pub struct QueuePair {
 /// has retired (its data was gathered) by then.
 #[derive(Debug)]
 struct InlineArena {
-    mr: MemoryRegion,
+    pd: ProtectionDomain,
     slot: usize,
     slots: u64,
-    /// Inline requests queued so far; held while one is reserved, copied and queued so
-    /// that slot order is queue order.
-    next: Mutex<u64>,
+    /// Inline requests queued so far, and the arena's memory once the first one came;
+    /// held while one is reserved, copied and queued so that slot order is queue order.
+    state: Mutex<(u64, Option<MemoryRegion>)>,
 }
 
 impl QueuePair {
@@ -1090,18 +1085,29 @@ impl QueuePair {
         if matches!(op, SendOp::Read { .. }) || op.is_atomic() || op.is_local() {
             return Err(Error::InvalidInline);
         }
-        let mut next = a.next.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = a.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.1.is_none() {
+            // The first inline post registers the arena (a full region table is this
+            // post's typed error).
+            let len = a.slot * a.slots as usize;
+            state.1 = Some(a.pd.alloc_mr(len, Access::LOCAL_WRITE)?);
+        }
+        let (next, arena) = &mut *state;
+        let Some(mr) = arena.as_ref() else {
+            // Registered just above; never taken.
+            return Err(Error::LimitExceeded("inline data"));
+        };
         let off = (*next % a.slots) as usize * a.slot;
         let sges = if data.is_empty() || matches!(op, SendOp::Immediate { .. }) {
             Vec::new()
         } else {
-            vec![a.mr.sge(off as u64, data.len() as u32)]
+            vec![mr.sge(off as u64, data.len() as u32)]
         };
         let wr = SendWr::new(wr_id, op, &sges)?;
         // Reserve first: only then is the slot's previous request known to be retired.
         validate_send(&self.shared, &self.ctx.inner.mrs, &wr.0)?;
         if !sges.is_empty() {
-            if let Err(e) = a.mr.write(off, data) {
+            if let Err(e) = mr.write(off, data) {
                 self.shared.release_sq();
                 return Err(e);
             }
