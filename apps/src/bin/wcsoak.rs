@@ -311,7 +311,7 @@ impl Soak {
             .map_err(|e| format!("bind_mw: {e}"))?;
         complete(&sb.cq, 6, WcOpcode::BindMw, "BindMw")?;
         let wlen = 1 + self.rng.below(8 << 10) as usize;
-        let woff = self.rng.below((8 << 10) - wlen as u64) as usize;
+        let woff = self.rng.below((8 << 10) - wlen as u64 + 1) as usize;
         let wdata = self.rng.bytes(wlen);
         sa.mr.write(0, &wdata).map_err(|e| e.to_string())?;
         let through = SendOp::Write {
