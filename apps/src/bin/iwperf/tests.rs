@@ -787,6 +787,8 @@ pub fn bw_phase(
     // -Q and -l never exceed what the window holds (else nothing signalled would fit).
     let cqm = ph.cq_mod.clamp(1, window);
     let pl = ph.post_list.clamp(1, window);
+    // -l's list, allocated once for the phase and refilled each round.
+    let mut batch: Vec<SendWr> = Vec::with_capacity(if pl > 1 { pl as usize } else { 0 });
     // --inject-defect (client, QP 0 only): the message it spoils.
     let defect_at = defect.map(|d| (d, Defect::message(test, ph.iters, slots)));
     let mut tx: Vec<Tx> = conns
@@ -822,7 +824,7 @@ pub fn bw_phase(
             if sending && !t.done_sent {
                 // With -Q, a duration run stops at a signalled request, so that the last
                 // one posted completes.
-                let mut batch: Vec<SendWr> = Vec::new();
+                batch.clear();
                 loop {
                     let next = t.posted + batch.len() as u64;
                     let go = (!stop || next % cqm != 0)
