@@ -8,10 +8,13 @@
 # Needs root (or sudo) to install; prints what it does.
 set -euo pipefail
 
-build_pkgs=(pkg-config clang libclang-dev dpdk dpdk-dev libdpdk-dev)
+# libibverbs-dev, librdmacm-dev: the rdma-core headers rdma-compat's layouts come from.
+build_pkgs=(pkg-config clang libclang-dev dpdk dpdk-dev libdpdk-dev libibverbs-dev librdmacm-dev)
 # qemu-system-x86, kmod, cpio, binutils, make: the Linux siw VM of the interop check
 # (scripts/test-interop-short.sh, interop/siw-vm/build.sh).
-test_pkgs=(tshark iperf3 qperf socat iproute2 iputils-ping ethtool python3 qemu-system-x86 kmod cpio binutils make linux-libc-dev)
+# perftest, rdmacm-utils, ibverbs-utils: Debian's unmodified rdma-core programs run on
+# Warpcore through scripts/with-warpcore (scripts/test-rdma-compat.sh).
+test_pkgs=(tshark iperf3 qperf socat iproute2 iputils-ping ethtool python3 qemu-system-x86 kmod cpio binutils make linux-libc-dev perftest rdmacm-utils ibverbs-utils)
 pkgs=("${build_pkgs[@]}")
 if [[ "${1:-}" != "--demo" ]]; then
     pkgs+=("${test_pkgs[@]}")

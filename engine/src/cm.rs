@@ -86,6 +86,8 @@ pub struct ConnectRequest {
     pub listener: ListenerId,
     /// The peer's address and port.
     pub remote: (Ipv4Address, u16),
+    /// Our port the listener listens on (`rdma_get_src_port` of the child id).
+    pub local_port: u16,
     /// The peer's MPA revision.
     pub rev: u8,
     /// The peer's IRD (RFC 6581; `None` at Rev 1).

@@ -327,6 +327,8 @@ struct PendingReq {
 struct Listener {
     tcp: warpcore_tcp::ListenerId,
     params: MpaParams,
+    /// The TCP port it listens on (reported in each [`ConnectRequest`]).
+    port: u16,
 }
 
 /// What went wrong while handling one received ULPDU.

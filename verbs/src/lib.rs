@@ -527,7 +527,10 @@ impl ProtectionDomain {
         self.register_with_base(region, access, base)
     }
 
-    fn register_with_base(
+    /// Registers a region whose first octet has Tagged Offset `base_to`, as
+    /// `ibv_reg_mr_iova2` does with its `iova`: the peer and the local SGEs name octets by
+    /// `base_to` plus their offset.
+    pub fn register_with_base(
         &self,
         region: Arc<Region>,
         access: Access,
@@ -1076,6 +1079,19 @@ impl QueuePair {
     /// take no inline data, nor do binds, fast registrations and Local Invalidates
     /// ([`Error::InvalidInline`]).
     pub fn post_send_inline(&self, wr_id: u64, op: SendOp, data: &[u8]) -> Result<(), Error> {
+        self.post_send_inline_with(wr_id, op, data, true, false)
+    }
+
+    /// [`QueuePair::post_send_inline`] with the flags of [`SendWr::unsignaled`] (when
+    /// `signaled` is false) and [`SendWr::fenced`].
+    pub fn post_send_inline_with(
+        &self,
+        wr_id: u64,
+        op: SendOp,
+        data: &[u8],
+        signaled: bool,
+        fenced: bool,
+    ) -> Result<(), Error> {
         let Some(a) = self.inline.as_ref() else {
             return Err(Error::LimitExceeded("inline data"));
         };
@@ -1103,7 +1119,13 @@ impl QueuePair {
         } else {
             vec![mr.sge(off as u64, data.len() as u32)]
         };
-        let wr = SendWr::new(wr_id, op, &sges)?;
+        let mut wr = SendWr::new(wr_id, op, &sges)?;
+        if !signaled {
+            wr = wr.unsignaled();
+        }
+        if fenced {
+            wr = wr.fenced();
+        }
         // Reserve first: only then is the slot's previous request known to be retired.
         validate_send(&self.shared, &self.ctx.inner.mrs, &wr.0)?;
         if !sges.is_empty() {

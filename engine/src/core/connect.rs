@@ -195,7 +195,7 @@ impl<D: PollDevice> EngineCore<D> {
             TcpImplementation::SmoltcpReference => self.ctx.cfg.max_pending_requests.min(4),
         };
         let tcp = self.stack.listen(port, backlog, &self.ctx.cfg.tcp)?;
-        self.listeners.push(Listener { tcp, params });
+        self.listeners.push(Listener { tcp, params, port });
         Ok(ListenerId {
             core: self.core,
             index: (self.listeners.len() - 1) as u32,
@@ -514,6 +514,10 @@ impl<D: PollDevice> EngineCore<D> {
                                             index: r.listener,
                                         },
                                         remote: r.remote,
+                                        local_port: self
+                                            .listeners
+                                            .get(r.listener as usize)
+                                            .map_or(0, |l| l.port),
                                         rev: peer.rev,
                                         ird: peer.ird(),
                                         ord: peer.ord(),

@@ -1,0 +1,1443 @@
+//! `rdma_*`: librdmacm's connection manager over the engine's MPA connection manager.
+//!
+//! - An `rdma_event_channel` is a queue of events and a socket pair: one token per queued
+//!   event makes `fd` readable while an event waits (`poll()` users), and
+//!   `rdma_get_cm_event` reads a token (blocking, unless the application made `fd`
+//!   non-blocking: then `EAGAIN`) and takes the event.
+//! - The dispatcher thread ([`start_dispatcher`]) sleeps on the engine's CM event channel
+//!   and queues each event on the channel of the id it belongs to: a connection request on
+//!   the listening id's channel with a new child id, the rest on the id whose QP it names.
+//!   Address and route resolution are immediate (one Ethernet segment or a gateway: ARP
+//!   runs when the connection starts), so those events are queued by the calls themselves.
+//! - A synchronous id (`rdma_create_id` with no channel, `rdma_create_ep`) has a private
+//!   channel, and each call that would queue an event waits for it instead, as librdmacm
+//!   does.
+//!
+//! IRD and ORD: `rdma_connect`'s `responder_resources` and `initiator_depth` become the
+//! MPA Rev 2 IRD and ORD we offer; the peer's come back in the events' `conn` parameters.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::net::{Ipv4Addr, SocketAddrV4, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::ptr::null_mut;
+use std::sync::{Mutex, OnceLock};
+
+use warpcore_verbs as wv;
+use wv::{CmEvent, ConnectRequest, QpId};
+
+use crate::sys::*;
+use crate::verbs::{self, qp_ref};
+use crate::{
+    engine, errno_of, guard, set_errno, EADDRINUSE, EADDRNOTAVAIL, EAFNOSUPPORT, ECONNREFUSED,
+    ECONNRESET, EHOSTUNREACH, EINVAL, ENODEV, ENOSYS, ENOTCONN, EOPNOTSUPP,
+};
+
+const AF_INET: u16 = 2;
+
+/// An event channel: the public struct first.
+#[repr(C)]
+pub(crate) struct Chan {
+    ch: rdma_event_channel,
+    q: Mutex<VecDeque<usize>>,
+    tx: UnixStream,
+    rx: UnixStream,
+}
+
+impl Chan {
+    fn new() -> Option<*mut Chan> {
+        let (tx, rx) = UnixStream::pair().ok()?;
+        let b = Box::new(Chan {
+            ch: rdma_event_channel { fd: rx.as_raw_fd() },
+            q: Mutex::default(),
+            tx,
+            rx,
+        });
+        Some(Box::into_raw(b))
+    }
+
+    fn post(&self, ev: *mut Ev) {
+        self.q
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(ev as usize);
+        let _ = std::io::Write::write(&mut &self.tx, &[1]);
+    }
+
+    /// The next event, blocking unless the descriptor is non-blocking.
+    fn take(&self) -> Result<*mut Ev, c_int> {
+        loop {
+            let mut tok = [0u8; 1];
+            match std::io::Read::read(&mut &self.rx, &mut tok) {
+                Ok(1) => {}
+                // The channel was destroyed while this thread waited in it (the application
+                // does that on exit, its CM thread still blocked): librdmacm's read would
+                // never return either, so neither does this (the memory is gone; nothing
+                // of it is touched again).
+                Ok(_) => loop {
+                    std::thread::park();
+                },
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Err(crate::EAGAIN),
+                Err(_) => return Err(crate::EIO),
+            }
+            if let Some(e) = self.q.lock().unwrap_or_else(|e| e.into_inner()).pop_front() {
+                return Ok(e as *mut Ev);
+            }
+        }
+    }
+}
+
+/// An event: the public struct first, then what its pointers point into.
+#[repr(C)]
+struct Ev {
+    ev: rdma_cm_event,
+    pdata: Vec<u8>,
+}
+
+fn new_event(
+    id: *mut rdma_cm_id,
+    listen: *mut rdma_cm_id,
+    kind: rdma_cm_event_type,
+    status: c_int,
+    pdata: &[u8],
+    ird_ord: (u16, u16),
+) -> *mut Ev {
+    let mut b = Box::new(Ev {
+        ev: rdma_cm_event {
+            id,
+            listen_id: listen,
+            event: kind,
+            status,
+            ..Default::default()
+        },
+        pdata: pdata.to_vec(),
+    });
+    let conn = rdma_conn_param {
+        private_data: if b.pdata.is_empty() {
+            std::ptr::null()
+        } else {
+            b.pdata.as_ptr().cast()
+        },
+        private_data_len: b.pdata.len().min(255) as u8,
+        responder_resources: ird_ord.0.min(255) as u8,
+        initiator_depth: ird_ord.1.min(255) as u8,
+        ..Default::default()
+    };
+    b.ev.param.conn = conn;
+    Box::into_raw(b)
+}
+
+/// What an id is doing.
+#[derive(Default)]
+struct IdState {
+    /// Our port (bound, listening, or the child's listener's).
+    port: u16,
+    /// The peer, once resolved or connected.
+    dst: Option<SocketAddrV4>,
+    /// A child id: the request it answers.
+    request: Option<ConnectRequest>,
+    listening: bool,
+    /// The engine QP this id's events follow.
+    qp: Option<QpId>,
+    established: bool,
+    /// Objects `rdma_create_qp` made for the application (destroyed with the id).
+    own_pd: bool,
+    /// The send and the receive CQ (each with its channel) were made by `rdma_create_qp`.
+    own_cqs: (bool, bool),
+    /// The private channel of a synchronous id.
+    sync: bool,
+    /// `rdma_create_ep` on a passive id: the QP attributes for `rdma_get_request`'s children.
+    ep_attr: Option<ibv_qp_init_attr>,
+}
+
+#[repr(C)]
+pub(crate) struct Id {
+    id: rdma_cm_id,
+    st: Mutex<IdState>,
+}
+
+/// # Safety
+/// `p` is NULL or an id of ours.
+unsafe fn id_ref<'a>(p: *mut rdma_cm_id) -> Option<&'a Id> {
+    // SAFETY: per the contract.
+    unsafe { p.cast::<Id>().as_ref() }
+}
+
+fn chan_of(id: &Id) -> Option<&Chan> {
+    // SAFETY: an id's channel outlives it (rdma_destroy_event_channel(3): ids first).
+    unsafe { id.id.channel.cast::<Chan>().as_ref() }
+}
+
+impl Id {
+    fn lock(&self) -> std::sync::MutexGuard<'_, IdState> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Ids the dispatcher routes to: listeners by port, connections by QP. Pointers as usize.
+#[derive(Default)]
+struct Registry {
+    listeners: HashMap<u16, usize>,
+    qps: HashMap<QpId, usize>,
+}
+
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    static R: OnceLock<Mutex<Registry>> = OnceLock::new();
+    R.get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// Forgets a QP the application destroys (its events have no id to go to).
+pub(crate) fn forget_qp(qp: *mut ibv_qp) {
+    // SAFETY: qp is a live QP of ours (called before it is freed).
+    if let Some(q) = unsafe { qp_ref(qp) } {
+        registry().qps.remove(&q.qp.id());
+    }
+}
+
+fn sin(addr: SocketAddrV4) -> sockaddr_in {
+    sockaddr_in {
+        sin_family: AF_INET,
+        sin_port: addr.port().to_be(),
+        sin_addr: in_addr {
+            s_addr: u32::from(*addr.ip()).to_be(),
+        },
+        sin_zero: [0; 8],
+    }
+}
+
+/// # Safety
+/// `sa` is NULL or a socket address of the length its family implies.
+unsafe fn from_sockaddr(sa: *const sockaddr) -> Result<Option<SocketAddrV4>, c_int> {
+    if sa.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: per the contract; sa_family is first in every sockaddr.
+    let fam = unsafe { (*sa).sa_family };
+    if fam != AF_INET {
+        return Err(EAFNOSUPPORT);
+    }
+    // SAFETY: an AF_INET address is a sockaddr_in.
+    let s = unsafe { &*sa.cast::<sockaddr_in>() };
+    Ok(Some(SocketAddrV4::new(
+        Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr)),
+        u16::from_be(s.sin_port),
+    )))
+}
+
+fn set_src(id: &mut rdma_cm_id, a: SocketAddrV4) {
+    id.route.addr.__bindgen_anon_1.src_sin = sin(a);
+}
+
+fn set_dst(id: &mut rdma_cm_id, a: SocketAddrV4) {
+    id.route.addr.__bindgen_anon_2.dst_sin = sin(a);
+}
+
+fn fail<T>(e: c_int, v: T) -> T {
+    set_errno(e);
+    v
+}
+
+// ---------------------------------------------------------------- dispatcher
+
+/// Starts the thread that routes the engine's CM events to the ids' channels.
+pub(crate) fn start_dispatcher(ctx: &wv::Context) -> Result<(), wv::Error> {
+    let ec = ctx.event_channel()?;
+    let ctx = ctx.clone();
+    std::thread::Builder::new()
+        .name("warpcore-cm".into())
+        .spawn(move || loop {
+            match ec.get_event(None) {
+                Ok(e) => dispatch(&ctx, e),
+                Err(wv::Error::Timeout) => {}
+                Err(e) => {
+                    eprintln!("warpcore: the CM event thread stops: {e}");
+                    return;
+                }
+            }
+        })
+        .map_err(|e| wv::Error::Channel(wv::IoError(std::sync::Arc::new(e))))?;
+    Ok(())
+}
+
+fn dispatch(ctx: &wv::Context, e: CmEvent) {
+    match e {
+        CmEvent::ConnectRequest(req) => {
+            let reg = registry();
+            let Some(&lp) = reg.listeners.get(&req.local_port) else {
+                drop(reg);
+                let _ = ctx.reject(&req, &[]);
+                return;
+            };
+            let l = lp as *mut Id;
+            // SAFETY: a registered listener is live (destroy unregisters it first, under
+            // the registry lock we hold).
+            let lid = unsafe { &*l };
+            let sync = lid.lock().sync;
+            let chan = if sync {
+                match Chan::new() {
+                    Some(c) => c.cast::<rdma_event_channel>(),
+                    None => {
+                        let _ = ctx.reject(&req, &[]);
+                        return;
+                    }
+                }
+            } else {
+                lid.id.channel
+            };
+            let o = req.remote.0.octets();
+            let remote = SocketAddrV4::new(Ipv4Addr::new(o[0], o[1], o[2], o[3]), req.remote.1);
+            let local = engine().map(|e| e.ip).unwrap_or(Ipv4Addr::UNSPECIFIED);
+            let mut child = Box::new(Id {
+                id: rdma_cm_id {
+                    verbs: lid.id.verbs,
+                    channel: chan,
+                    context: lid.id.context,
+                    ps: lid.id.ps,
+                    port_num: 1,
+                    qp_type: IBV_QPT_RC,
+                    ..Default::default()
+                },
+                st: Mutex::new(IdState {
+                    port: req.local_port,
+                    dst: Some(remote),
+                    sync,
+                    ..Default::default()
+                }),
+            });
+            set_src(&mut child.id, SocketAddrV4::new(local, req.local_port));
+            set_dst(&mut child.id, remote);
+            // The peer's IRD/ORD: our responder resources are its ORD, our initiator depth
+            // its IRD.
+            let ird_ord = (req.ord.unwrap_or(0), req.ird.unwrap_or(0));
+            let pdata = req.private_data.clone();
+            child.lock().request = Some(req);
+            let c = Box::into_raw(child);
+            let ev = new_event(
+                c.cast(),
+                l.cast(),
+                RDMA_CM_EVENT_CONNECT_REQUEST,
+                0,
+                &pdata,
+                ird_ord,
+            );
+            if let Some(ch) = chan_of(lid) {
+                ch.post(ev);
+            }
+        }
+        CmEvent::Established(est) => {
+            with_qp_id(est.qp, |id| {
+                id.lock().established = true;
+                // SAFETY: the QP is the id's (set by rdma_create_qp).
+                if let Some(q) = unsafe { id.id.qp.as_mut() } {
+                    q.state = IBV_QPS_RTS;
+                }
+                let pd = if id.lock().request.is_some() {
+                    Vec::new() // the passive side saw the peer's data in the request
+                } else {
+                    est.private_data.clone()
+                };
+                (RDMA_CM_EVENT_ESTABLISHED, 0, pd, (est.ird, est.ord))
+            });
+        }
+        CmEvent::Rejected { qp, private_data } => {
+            with_qp_id(qp, |_| {
+                (
+                    RDMA_CM_EVENT_REJECTED,
+                    -ECONNREFUSED,
+                    private_data.clone(),
+                    (0, 0),
+                )
+            });
+        }
+        CmEvent::Disconnected { qp, reset } => {
+            with_qp_id(qp, |id| {
+                set_err_state(id);
+                let est = id.lock().established;
+                if est {
+                    (RDMA_CM_EVENT_DISCONNECTED, 0, Vec::new(), (0, 0))
+                } else {
+                    let st = if reset { -ECONNRESET } else { -ENOTCONN };
+                    (RDMA_CM_EVENT_CONNECT_ERROR, st, Vec::new(), (0, 0))
+                }
+            });
+        }
+        CmEvent::Error { qp, error } => {
+            let reg = registry();
+            let known = reg.qps.contains_key(&qp);
+            drop(reg);
+            if !known {
+                return;
+            }
+            eprintln!("warpcore: connection of QP {:#x} failed: {error}", qp.qpn());
+            with_qp_id(qp, |id| {
+                set_err_state(id);
+                if id.lock().established {
+                    (RDMA_CM_EVENT_DISCONNECTED, 0, Vec::new(), (0, 0))
+                } else {
+                    let st = match error {
+                        wv::ConnError::TcpLost => -ECONNREFUSED,
+                        _ => -ECONNRESET,
+                    };
+                    let kind = if matches!(error, wv::ConnError::TcpLost) {
+                        RDMA_CM_EVENT_UNREACHABLE
+                    } else {
+                        RDMA_CM_EVENT_CONNECT_ERROR
+                    };
+                    (kind, st, Vec::new(), (0, 0))
+                }
+            });
+        }
+        CmEvent::CqError { cq } => {
+            eprintln!("warpcore: completion queue {cq} overran");
+            let ev = ibv_async_event {
+                event_type: IBV_EVENT_CQ_ERR,
+                ..Default::default()
+            };
+            verbs::push_async(ev);
+        }
+        CmEvent::RequestCancelled(_) | CmEvent::RequestRefused { .. } => {}
+    }
+}
+
+fn set_err_state(id: &Id) {
+    // SAFETY: the id's QP, if any, is live while the id is registered.
+    if let Some(q) = unsafe { id.id.qp.as_mut() } {
+        q.state = IBV_QPS_ERR;
+    }
+}
+
+/// Queues the event `f` builds on the channel of the id that owns `qp`.
+fn with_qp_id(qp: QpId, f: impl FnOnce(&Id) -> (rdma_cm_event_type, c_int, Vec<u8>, (u16, u16))) {
+    let reg = registry();
+    let Some(&p) = reg.qps.get(&qp) else { return };
+    // SAFETY: a registered id is live (destroy unregisters under this lock).
+    let id = unsafe { &*(p as *mut Id) };
+    let (kind, status, pd, io) = f(id);
+    let ev = new_event(p as *mut rdma_cm_id, null_mut(), kind, status, &pd, io);
+    if let Some(ch) = chan_of(id) {
+        ch.post(ev);
+    }
+}
+
+// ---------------------------------------------------------------- channels and events
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_create_event_channel() -> *mut rdma_event_channel {
+    guard(null_mut(), || match Chan::new() {
+        Some(c) => c.cast(),
+        None => fail(crate::ENOMEM, null_mut()),
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_destroy_event_channel(ch: *mut rdma_event_channel) {
+    guard((), || {
+        if !ch.is_null() {
+            // SAFETY: ch came from rdma_create_event_channel; its ids are destroyed.
+            let c = unsafe { Box::from_raw(ch.cast::<Chan>()) };
+            for e in c.q.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+                // SAFETY: queued events are ours and unacknowledged.
+                drop(unsafe { Box::from_raw(e as *mut Ev) });
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_get_cm_event(
+    ch: *mut rdma_event_channel,
+    out: *mut *mut rdma_cm_event,
+) -> c_int {
+    guard(-1, || {
+        if ch.is_null() || out.is_null() {
+            return fail(EINVAL, -1);
+        }
+        // SAFETY: ch came from rdma_create_event_channel.
+        let c = unsafe { &*ch.cast::<Chan>() };
+        match c.take() {
+            Ok(e) => {
+                // SAFETY: out is the caller's.
+                unsafe { *out = e.cast() };
+                0
+            }
+            Err(e) => fail(e, -1),
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_ack_cm_event(ev: *mut rdma_cm_event) -> c_int {
+    guard(-1, || {
+        if ev.is_null() {
+            return fail(EINVAL, -1);
+        }
+        // SAFETY: ev came from rdma_get_cm_event and is acknowledged once.
+        drop(unsafe { Box::from_raw(ev.cast::<Ev>()) });
+        0
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_event_str(e: rdma_cm_event_type) -> *const c_char {
+    let s: &'static [u8] = match e {
+        RDMA_CM_EVENT_ADDR_RESOLVED => b"RDMA_CM_EVENT_ADDR_RESOLVED\0",
+        RDMA_CM_EVENT_ADDR_ERROR => b"RDMA_CM_EVENT_ADDR_ERROR\0",
+        RDMA_CM_EVENT_ROUTE_RESOLVED => b"RDMA_CM_EVENT_ROUTE_RESOLVED\0",
+        RDMA_CM_EVENT_ROUTE_ERROR => b"RDMA_CM_EVENT_ROUTE_ERROR\0",
+        RDMA_CM_EVENT_CONNECT_REQUEST => b"RDMA_CM_EVENT_CONNECT_REQUEST\0",
+        RDMA_CM_EVENT_CONNECT_RESPONSE => b"RDMA_CM_EVENT_CONNECT_RESPONSE\0",
+        RDMA_CM_EVENT_CONNECT_ERROR => b"RDMA_CM_EVENT_CONNECT_ERROR\0",
+        RDMA_CM_EVENT_UNREACHABLE => b"RDMA_CM_EVENT_UNREACHABLE\0",
+        RDMA_CM_EVENT_REJECTED => b"RDMA_CM_EVENT_REJECTED\0",
+        RDMA_CM_EVENT_ESTABLISHED => b"RDMA_CM_EVENT_ESTABLISHED\0",
+        RDMA_CM_EVENT_DISCONNECTED => b"RDMA_CM_EVENT_DISCONNECTED\0",
+        RDMA_CM_EVENT_DEVICE_REMOVAL => b"RDMA_CM_EVENT_DEVICE_REMOVAL\0",
+        RDMA_CM_EVENT_MULTICAST_JOIN => b"RDMA_CM_EVENT_MULTICAST_JOIN\0",
+        RDMA_CM_EVENT_MULTICAST_ERROR => b"RDMA_CM_EVENT_MULTICAST_ERROR\0",
+        RDMA_CM_EVENT_ADDR_CHANGE => b"RDMA_CM_EVENT_ADDR_CHANGE\0",
+        RDMA_CM_EVENT_TIMEWAIT_EXIT => b"RDMA_CM_EVENT_TIMEWAIT_EXIT\0",
+        _ => b"UNKNOWN EVENT\0",
+    };
+    s.as_ptr().cast()
+}
+
+// ---------------------------------------------------------------- ids
+
+fn create_id(
+    ch: *mut rdma_event_channel,
+    context: *mut c_void,
+    ps: rdma_port_space,
+) -> Result<*mut Id, c_int> {
+    if ps != RDMA_PS_TCP {
+        return Err(EOPNOTSUPP); // iWARP runs over TCP; no UDP/IB port spaces
+    }
+    let (chan, sync) = if ch.is_null() {
+        (Chan::new().ok_or(crate::ENOMEM)?.cast(), true)
+    } else {
+        (ch, false)
+    };
+    let b = Box::new(Id {
+        id: rdma_cm_id {
+            channel: chan,
+            context,
+            ps,
+            qp_type: IBV_QPT_RC,
+            ..Default::default()
+        },
+        st: Mutex::new(IdState {
+            sync,
+            ..Default::default()
+        }),
+    });
+    Ok(Box::into_raw(b))
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_create_id(
+    ch: *mut rdma_event_channel,
+    out: *mut *mut rdma_cm_id,
+    context: *mut c_void,
+    ps: rdma_port_space,
+) -> c_int {
+    guard(-1, || {
+        if out.is_null() {
+            return fail(EINVAL, -1);
+        }
+        match create_id(ch, context, ps) {
+            Ok(p) => {
+                // SAFETY: out is the caller's.
+                unsafe { *out = p.cast() };
+                0
+            }
+            Err(e) => fail(e, -1),
+        }
+    })
+}
+
+/// Points the id at the process's device (starting the engine).
+fn attach_device(id: &mut rdma_cm_id) -> Result<(), c_int> {
+    if id.verbs.is_null() {
+        id.verbs = verbs::context()?;
+        id.port_num = 1;
+    }
+    Ok(())
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_destroy_id(p: *mut rdma_cm_id) -> c_int {
+    guard(-1, || {
+        if p.is_null() {
+            return fail(EINVAL, -1);
+        }
+        {
+            let mut reg = registry();
+            reg.listeners.retain(|_, v| *v != p as usize);
+            reg.qps.retain(|_, v| *v != p as usize);
+        }
+        // SAFETY: p came from rdma_create_id or a connect request; the application is
+        // done with it.
+        let b = unsafe { Box::from_raw(p.cast::<Id>()) };
+        let st = b.st.into_inner().unwrap_or_else(|e| e.into_inner());
+        if let Some(req) = st.request.as_ref().filter(|_| st.qp.is_none()) {
+            // A request never accepted: refuse it so the peer is not left waiting.
+            if let Some(e) = crate::engine_if_open() {
+                let _ = e.ctx.reject(req, &[]);
+            }
+        }
+        // As in librdmacm, the QP is the application's to destroy (rdma_destroy_qp or
+        // ibv_destroy_qp) before the id; rdma_destroy_ep does both.
+        if b.id.qp.is_null() {
+            destroy_own_cqs(&b.id, st.own_cqs);
+        }
+        if st.own_pd && !b.id.pd.is_null() {
+            verbs::__wc_ibv_dealloc_pd(b.id.pd);
+        }
+        if st.sync {
+            __wc_rdma_destroy_event_channel(b.id.channel);
+        }
+        0
+    })
+}
+
+fn destroy_own_cqs(id: &rdma_cm_id, (send, recv): (bool, bool)) {
+    if send {
+        verbs::__wc_ibv_destroy_cq(id.send_cq);
+        verbs::__wc_ibv_destroy_comp_channel(id.send_cq_channel);
+    }
+    if recv {
+        verbs::__wc_ibv_destroy_cq(id.recv_cq);
+        verbs::__wc_ibv_destroy_comp_channel(id.recv_cq_channel);
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_migrate_id(p: *mut rdma_cm_id, ch: *mut rdma_event_channel) -> c_int {
+    guard(-1, || {
+        // SAFETY: p is ours.
+        let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
+            return fail(EINVAL, -1);
+        };
+        let mut st = id.lock();
+        let was_sync = st.sync;
+        let new = if ch.is_null() {
+            match Chan::new() {
+                Some(c) => c.cast(),
+                None => return fail(crate::ENOMEM, -1),
+            }
+        } else {
+            ch
+        };
+        st.sync = ch.is_null();
+        drop(st);
+        let old = std::mem::replace(&mut id.id.channel, new);
+        if was_sync {
+            __wc_rdma_destroy_event_channel(old);
+        }
+        0
+    })
+}
+
+/// Waits, on a synchronous id, for the event its call queued: `Ok` for `want`, the
+/// event's errno otherwise.
+fn wait_sync(id: &Id, want: rdma_cm_event_type) -> Result<(), c_int> {
+    let Some(ch) = chan_of(id) else {
+        return Err(EINVAL);
+    };
+    let e = ch.take()?;
+    // SAFETY: an event of ours, acknowledged here.
+    let ev = unsafe { Box::from_raw(e) };
+    if ev.ev.event == want {
+        Ok(())
+    } else {
+        Err(match ev.ev.status {
+            s if s < 0 => -s,
+            _ => ECONNREFUSED,
+        })
+    }
+}
+
+fn is_sync(id: &Id) -> bool {
+    id.lock().sync
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_bind_addr(p: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
+    guard(-1, || {
+        // SAFETY: p is ours.
+        let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
+            return fail(EINVAL, -1);
+        };
+        // SAFETY: addr is the caller's socket address.
+        let a = match unsafe { from_sockaddr(addr) } {
+            Ok(Some(a)) => a,
+            Ok(None) => return fail(EINVAL, -1),
+            Err(e) => return fail(e, -1),
+        };
+        if let Err(e) = attach_device(&mut id.id) {
+            return fail(e, -1);
+        }
+        let Ok(eng) = engine() else {
+            return fail(ENODEV, -1);
+        };
+        if !a.ip().is_unspecified() && *a.ip() != eng.ip {
+            return fail(EADDRNOTAVAIL, -1);
+        }
+        id.lock().port = a.port();
+        set_src(&mut id.id, SocketAddrV4::new(eng.ip, a.port()));
+        0
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_listen(p: *mut rdma_cm_id, _backlog: c_int) -> c_int {
+    guard(-1, || {
+        // SAFETY: p is ours.
+        let Some(id) = (unsafe { id_ref(p) }) else {
+            return fail(EINVAL, -1);
+        };
+        let port = id.lock().port;
+        if port == 0 {
+            // librdmacm would pick an ephemeral port; ours listen where they are bound.
+            return fail(EINVAL, -1);
+        }
+        let Ok(eng) = engine() else {
+            return fail(ENODEV, -1);
+        };
+        let mut reg = registry();
+        if reg.listeners.contains_key(&port) {
+            return fail(EADDRINUSE, -1);
+        }
+        // The engine keeps a listener for the process's lifetime: a port listened on
+        // before (by an id since destroyed) is reused as it is.
+        static LISTENING: OnceLock<Mutex<std::collections::HashSet<u16>>> = OnceLock::new();
+        let mut l = LISTENING
+            .get_or_init(Mutex::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if !l.contains(&port) {
+            if let Err(e) = eng.ctx.listen(port, &eng.mpa) {
+                return fail(errno_of(&e).max(EADDRINUSE), -1);
+            }
+            l.insert(port);
+        }
+        reg.listeners.insert(port, p as usize);
+        id.lock().listening = true;
+        0
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_resolve_addr(
+    p: *mut rdma_cm_id,
+    src: *mut sockaddr,
+    dst: *mut sockaddr,
+    _timeout_ms: c_int,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: p is ours.
+        let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
+            return fail(EINVAL, -1);
+        };
+        // SAFETY: src and dst are NULL or the caller's socket addresses.
+        let (s, d) = match unsafe { (from_sockaddr(src), from_sockaddr(dst)) } {
+            (Ok(s), Ok(Some(d))) => (s, d),
+            (Err(e), _) | (_, Err(e)) => return fail(e, -1),
+            _ => return fail(EINVAL, -1),
+        };
+        if let Err(e) = attach_device(&mut id.id) {
+            return fail(e, -1);
+        }
+        let Ok(eng) = engine() else {
+            return fail(ENODEV, -1);
+        };
+        if let Some(s) = s {
+            if !s.ip().is_unspecified() && *s.ip() != eng.ip {
+                return fail(EADDRNOTAVAIL, -1);
+            }
+        }
+        set_src(
+            &mut id.id,
+            SocketAddrV4::new(eng.ip, s.map_or(0, |s| s.port())),
+        );
+        set_dst(&mut id.id, d);
+        id.lock().dst = Some(d);
+        let (kind, status) = if crate::reachable(eng, *d.ip()) {
+            (RDMA_CM_EVENT_ADDR_RESOLVED, 0)
+        } else {
+            (RDMA_CM_EVENT_ADDR_ERROR, -EHOSTUNREACH)
+        };
+        let Some(ch) = chan_of(id) else {
+            return fail(EINVAL, -1);
+        };
+        ch.post(new_event(p, null_mut(), kind, status, &[], (0, 0)));
+        if is_sync(id) {
+            if let Err(e) = wait_sync(id, RDMA_CM_EVENT_ADDR_RESOLVED) {
+                return fail(e, -1);
+            }
+        }
+        0
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_resolve_route(p: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
+    guard(-1, || {
+        // SAFETY: p is ours.
+        let Some(id) = (unsafe { id_ref(p) }) else {
+            return fail(EINVAL, -1);
+        };
+        if id.lock().dst.is_none() {
+            return fail(EINVAL, -1);
+        }
+        let Some(ch) = chan_of(id) else {
+            return fail(EINVAL, -1);
+        };
+        ch.post(new_event(
+            p,
+            null_mut(),
+            RDMA_CM_EVENT_ROUTE_RESOLVED,
+            0,
+            &[],
+            (0, 0),
+        ));
+        if is_sync(id) {
+            if let Err(e) = wait_sync(id, RDMA_CM_EVENT_ROUTE_RESOLVED) {
+                return fail(e, -1);
+            }
+        }
+        0
+    })
+}
+
+// ---------------------------------------------------------------- QPs on ids
+
+fn create_qp_on(id: &mut Id, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> Result<(), c_int> {
+    attach_device(&mut id.id)?;
+    if !id.id.qp.is_null() {
+        return Err(EINVAL);
+    }
+    let mut pd = pd;
+    if pd.is_null() {
+        pd = id.id.pd;
+    }
+    if pd.is_null() {
+        pd = verbs::__wc_ibv_alloc_pd(id.id.verbs);
+        if pd.is_null() {
+            return Err(crate::ENOMEM);
+        }
+        id.id.pd = pd;
+        id.lock().own_pd = true;
+    }
+    if attr.send_cq.is_null() || attr.recv_cq.is_null() {
+        // librdmacm's ucma_create_cqs: a channel and a CQ each way the caller left out.
+        for send in [false, true] {
+            let (cq_slot, depth) = if send {
+                (&mut attr.send_cq, attr.cap.max_send_wr)
+            } else {
+                (&mut attr.recv_cq, attr.cap.max_recv_wr)
+            };
+            if !cq_slot.is_null() {
+                continue;
+            }
+            let ch = verbs::__wc_ibv_create_comp_channel(id.id.verbs);
+            if ch.is_null() {
+                return Err(crate::ENOMEM);
+            }
+            let cq = verbs::__wc_ibv_create_cq(
+                id.id.verbs,
+                depth.max(1) as c_int,
+                (id as *mut Id).cast(),
+                ch,
+                0,
+            );
+            if cq.is_null() {
+                verbs::__wc_ibv_destroy_comp_channel(ch);
+                return Err(crate::ENOMEM);
+            }
+            *cq_slot = cq;
+            if send {
+                id.id.send_cq_channel = ch;
+                id.id.send_cq = cq;
+            } else {
+                id.id.recv_cq_channel = ch;
+                id.id.recv_cq = cq;
+            }
+            let mut st = id.lock();
+            if send {
+                st.own_cqs.0 = true;
+            } else {
+                st.own_cqs.1 = true;
+            }
+        }
+    } else {
+        id.id.send_cq = attr.send_cq;
+        id.id.recv_cq = attr.recv_cq;
+    }
+    if attr.srq.is_null() && !id.id.srq.is_null() {
+        attr.srq = id.id.srq;
+    }
+    let core = id
+        .lock()
+        .request
+        .as_ref()
+        .map(|r| usize::from(r.request.core));
+    let qp = verbs::create_qp(pd, attr, core)?;
+    id.id.qp = qp;
+    // SAFETY: just created.
+    let qid = unsafe { qp_ref(qp) }.map(|q| q.qp.id());
+    id.lock().qp = qid;
+    Ok(())
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_create_qp(
+    p: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: p is ours; attr the caller's.
+        let (Some(id), Some(a)) = (unsafe { p.cast::<Id>().as_mut() }, unsafe { attr.as_mut() })
+        else {
+            return fail(EINVAL, -1);
+        };
+        match create_qp_on(id, pd, a) {
+            Ok(()) => 0,
+            Err(e) => fail(e, -1),
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_create_qp_ex(
+    p: *mut rdma_cm_id,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: p is ours; attr the caller's.
+        let (Some(id), Some(a)) = (unsafe { p.cast::<Id>().as_mut() }, unsafe { attr.as_mut() })
+        else {
+            return fail(EINVAL, -1);
+        };
+        let known = IBV_QP_INIT_ATTR_PD;
+        if a.comp_mask & !known != 0 || a.create_flags != 0 {
+            return fail(EOPNOTSUPP, -1);
+        }
+        let mut init = ibv_qp_init_attr {
+            qp_context: a.qp_context,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            cap: a.cap,
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all,
+        };
+        let pd = if a.comp_mask & IBV_QP_INIT_ATTR_PD != 0 {
+            a.pd
+        } else {
+            null_mut()
+        };
+        match create_qp_on(id, pd, &mut init) {
+            Ok(()) => {
+                a.cap = init.cap;
+                a.send_cq = init.send_cq;
+                a.recv_cq = init.recv_cq;
+                0
+            }
+            Err(e) => fail(e, -1),
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_destroy_qp(p: *mut rdma_cm_id) {
+    guard((), || {
+        // SAFETY: p is ours.
+        let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
+            return;
+        };
+        if !id.id.qp.is_null() {
+            verbs::__wc_ibv_destroy_qp(id.id.qp);
+            id.id.qp = null_mut();
+        }
+        // librdmacm destroys the CQs and channels it made for the QP with it.
+        let own = std::mem::take(&mut id.lock().own_cqs);
+        destroy_own_cqs(&id.id, own);
+        if own.0 {
+            id.id.send_cq = null_mut();
+            id.id.send_cq_channel = null_mut();
+        }
+        if own.1 {
+            id.id.recv_cq = null_mut();
+            id.id.recv_cq_channel = null_mut();
+        }
+    })
+}
+
+// ---------------------------------------------------------------- connecting
+
+/// The private data of a connection parameter block.
+///
+/// # Safety
+/// `param` is NULL or the caller's `rdma_conn_param`.
+unsafe fn conn_pdata<'a>(param: *const rdma_conn_param) -> (&'a [u8], Option<(u8, u8)>) {
+    // SAFETY: per the contract.
+    let Some(c) = (unsafe { param.as_ref() }) else {
+        return (&[], None);
+    };
+    let pd = if c.private_data.is_null() || c.private_data_len == 0 {
+        &[][..]
+    } else {
+        // SAFETY: private_data holds private_data_len octets (rdma_connect(3)).
+        unsafe {
+            std::slice::from_raw_parts(c.private_data.cast::<u8>(), usize::from(c.private_data_len))
+        }
+    };
+    (pd, Some((c.responder_resources, c.initiator_depth)))
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_connect(p: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+    guard(-1, || {
+        // SAFETY: p is ours.
+        let Some(id) = (unsafe { id_ref(p) }) else {
+            return fail(EINVAL, -1);
+        };
+        // SAFETY: the id's QP is ours.
+        let Some(q) = (unsafe { qp_ref(id.id.qp) }) else {
+            return fail(EINVAL, -1);
+        };
+        let Some(dst) = id.lock().dst else {
+            return fail(EINVAL, -1);
+        };
+        let Ok(eng) = engine() else {
+            return fail(ENODEV, -1);
+        };
+        // SAFETY: param is NULL or the caller's.
+        let (pdata, io) = unsafe { conn_pdata(param) };
+        let mut mpa = eng.mpa.clone();
+        if let Some((resp, init)) = io {
+            if mpa.rev == 2 {
+                // Our IRD is what we serve (responder resources), our ORD what we issue.
+                if resp > 0 {
+                    mpa.ird = u16::from(resp);
+                }
+                if init > 0 {
+                    mpa.ord = u16::from(init);
+                }
+            }
+        }
+        registry().qps.insert(q.qp.id(), p as usize);
+        if let Err(e) = q.qp.connect(*dst.ip(), dst.port(), &mpa, pdata) {
+            registry().qps.remove(&q.qp.id());
+            return fail(errno_of(&e), -1);
+        }
+        if is_sync(id) {
+            if let Err(e) = wait_sync(id, RDMA_CM_EVENT_ESTABLISHED) {
+                return fail(e, -1);
+            }
+        }
+        0
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_accept(p: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+    guard(-1, || {
+        // SAFETY: p is ours.
+        let Some(id) = (unsafe { id_ref(p) }) else {
+            return fail(EINVAL, -1);
+        };
+        let Some(req) = id.lock().request.clone() else {
+            return fail(EINVAL, -1);
+        };
+        // SAFETY: the id's QP is ours.
+        let Some(q) = (unsafe { qp_ref(id.id.qp) }) else {
+            return fail(EINVAL, -1);
+        };
+        let Ok(eng) = engine() else {
+            return fail(ENODEV, -1);
+        };
+        // SAFETY: param is NULL or the caller's.
+        let (pdata, _) = unsafe { conn_pdata(param) };
+        registry().qps.insert(q.qp.id(), p as usize);
+        if let Err(e) = eng.ctx.accept(&req, &q.qp, pdata) {
+            registry().qps.remove(&q.qp.id());
+            return fail(errno_of(&e), -1);
+        }
+        if is_sync(id) {
+            if let Err(e) = wait_sync(id, RDMA_CM_EVENT_ESTABLISHED) {
+                return fail(e, -1);
+            }
+        }
+        0
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_reject(p: *mut rdma_cm_id, pdata: *const c_void, len: u8) -> c_int {
+    guard(-1, || {
+        // SAFETY: p is ours.
+        let Some(id) = (unsafe { id_ref(p) }) else {
+            return fail(EINVAL, -1);
+        };
+        let Some(req) = id.lock().request.take() else {
+            return fail(EINVAL, -1);
+        };
+        let Ok(eng) = engine() else {
+            return fail(ENODEV, -1);
+        };
+        let data = if pdata.is_null() || len == 0 {
+            &[][..]
+        } else {
+            // SAFETY: pdata holds len octets (rdma_reject(3)).
+            unsafe { std::slice::from_raw_parts(pdata.cast::<u8>(), usize::from(len)) }
+        };
+        match eng.ctx.reject(&req, data) {
+            Ok(()) => 0,
+            Err(e) => fail(errno_of(&e), -1),
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_disconnect(p: *mut rdma_cm_id) -> c_int {
+    guard(-1, || {
+        // SAFETY: p is ours.
+        let Some(id) = (unsafe { id_ref(p) }) else {
+            return fail(EINVAL, -1);
+        };
+        // SAFETY: the id's QP is ours.
+        let Some(q) = (unsafe { qp_ref(id.id.qp) }) else {
+            return fail(EINVAL, -1);
+        };
+        match q.qp.disconnect() {
+            Ok(()) => 0,
+            // Already closing or failed: nothing left to disconnect.
+            Err(_) => 0,
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_establish(_p: *mut rdma_cm_id) -> c_int {
+    // MPA completes the connection; there is no separate establishment step.
+    0
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_init_qp_attr(
+    p: *mut rdma_cm_id,
+    attr: *mut ibv_qp_attr,
+    mask: *mut c_int,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: p is ours; attr and mask the caller's.
+        let (Some(_), Some(a), Some(m)) =
+            (unsafe { id_ref(p) }, unsafe { attr.as_mut() }, unsafe {
+                mask.as_mut()
+            })
+        else {
+            return fail(EINVAL, -1);
+        };
+        *a = Default::default();
+        a.qp_state = IBV_QPS_RTS;
+        a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+        *m = (IBV_QP_STATE | IBV_QP_ACCESS_FLAGS) as c_int;
+        0
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_notify(_p: *mut rdma_cm_id, _event: ibv_event_type) -> c_int {
+    0
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_set_option(
+    p: *mut rdma_cm_id,
+    level: c_int,
+    optname: c_int,
+    _optval: *mut c_void,
+    _optlen: usize,
+) -> c_int {
+    // SAFETY: p is ours.
+    if unsafe { id_ref(p) }.is_none() {
+        return fail(EINVAL, -1);
+    }
+    // Type of service, address reuse, IPv6-only, ACK timeout: accepted, no effect on a
+    // user-space TCP that neither marks DSCP nor shares ports with other processes.
+    match (level as u32, optname as u32) {
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS)
+        | (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR)
+        | (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY)
+        | (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => 0,
+        _ => fail(ENOSYS, -1),
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_get_src_port(p: *mut rdma_cm_id) -> u16 {
+    // SAFETY: p is ours.
+    match unsafe { id_ref(p) } {
+        // SAFETY: the union holds a sockaddr_in (we only fill AF_INET).
+        Some(id) => unsafe { id.id.route.addr.__bindgen_anon_1.src_sin.sin_port },
+        None => 0,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_get_dst_port(p: *mut rdma_cm_id) -> u16 {
+    // SAFETY: p is ours.
+    match unsafe { id_ref(p) } {
+        // SAFETY: as above.
+        Some(id) => unsafe { id.id.route.addr.__bindgen_anon_2.dst_sin.sin_port },
+        None => 0,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_get_devices(num: *mut c_int) -> *mut *mut ibv_context {
+    guard(null_mut(), || {
+        let c = verbs::context().ok();
+        let n = c.map_or(0, |_| 1);
+        if !num.is_null() {
+            // SAFETY: num is the caller's.
+            unsafe { *num = n };
+        }
+        let list: Box<[*mut ibv_context; 2]> = Box::new([c.unwrap_or(null_mut()), null_mut()]);
+        Box::into_raw(list).cast()
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_free_devices(list: *mut *mut ibv_context) {
+    if !list.is_null() {
+        // SAFETY: lists come from rdma_get_devices.
+        drop(unsafe { Box::from_raw(list.cast::<[*mut ibv_context; 2]>()) });
+    }
+}
+
+// ---------------------------------------------------------------- addrinfo and endpoints
+
+#[repr(C)]
+struct AddrInfo {
+    ai: rdma_addrinfo,
+    src: sockaddr_in,
+    dst: sockaddr_in,
+}
+
+fn lookup(node: *const c_char, port: u16) -> Result<SocketAddrV4, c_int> {
+    if node.is_null() {
+        return Ok(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port));
+    }
+    // SAFETY: node is a NUL-terminated string (rdma_getaddrinfo(3)).
+    let s = unsafe { CStr::from_ptr(node) }
+        .to_string_lossy()
+        .into_owned();
+    if let Ok(ip) = s.parse::<Ipv4Addr>() {
+        return Ok(SocketAddrV4::new(ip, port));
+    }
+    (s.as_str(), port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut it| {
+            it.find_map(|a| match a {
+                std::net::SocketAddr::V4(v) => Some(v),
+                std::net::SocketAddr::V6(_) => None,
+            })
+        })
+        .ok_or(EHOSTUNREACH)
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_getaddrinfo(
+    node: *const c_char,
+    service: *const c_char,
+    hints: *const rdma_addrinfo,
+    res: *mut *mut rdma_addrinfo,
+) -> c_int {
+    guard(-1, || {
+        if res.is_null() || (node.is_null() && service.is_null()) {
+            return fail(EINVAL, -1);
+        }
+        let port = if service.is_null() {
+            0
+        } else {
+            // SAFETY: service is NUL-terminated.
+            let s = unsafe { CStr::from_ptr(service) }.to_string_lossy();
+            match s.parse::<u16>() {
+                Ok(p) => p,
+                Err(_) => return fail(EINVAL, -1),
+            }
+        };
+        // SAFETY: hints is NULL or the caller's.
+        let h = unsafe { hints.as_ref() };
+        if let Some(h) = h {
+            if h.ai_family != 0 && h.ai_family != c_int::from(AF_INET) {
+                return fail(EAFNOSUPPORT, -1);
+            }
+            if h.ai_port_space != 0 && h.ai_port_space != RDMA_PS_TCP as c_int {
+                return fail(EOPNOTSUPP, -1);
+            }
+        }
+        let passive = h.is_some_and(|h| h.ai_flags & RAI_PASSIVE as c_int != 0);
+        let addr = match lookup(node, port) {
+            Ok(a) => a,
+            Err(e) => return fail(e, -1),
+        };
+        let mut b = Box::new(AddrInfo {
+            ai: rdma_addrinfo {
+                ai_flags: h.map_or(0, |h| h.ai_flags),
+                ai_family: c_int::from(AF_INET),
+                ai_qp_type: IBV_QPT_RC as c_int,
+                ai_port_space: RDMA_PS_TCP as c_int,
+                ..Default::default()
+            },
+            src: sin(addr),
+            dst: sin(addr),
+        });
+        let len = std::mem::size_of::<sockaddr_in>() as socklen_t;
+        if passive {
+            b.ai.ai_src_addr = std::ptr::addr_of_mut!(b.src).cast();
+            b.ai.ai_src_len = len;
+        } else {
+            b.ai.ai_dst_addr = std::ptr::addr_of_mut!(b.dst).cast();
+            b.ai.ai_dst_len = len;
+            // A source address from the hints, as librdmacm takes it.
+            if let Some(s) = h.filter(|h| !h.ai_src_addr.is_null()) {
+                // SAFETY: the hints' source address.
+                if let Ok(Some(a)) = unsafe { from_sockaddr(s.ai_src_addr) } {
+                    b.src = sin(a);
+                    b.ai.ai_src_addr = std::ptr::addr_of_mut!(b.src).cast();
+                    b.ai.ai_src_len = len;
+                }
+            }
+        }
+        // SAFETY: res is the caller's.
+        unsafe { *res = Box::into_raw(b).cast() };
+        0
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
+    if !res.is_null() {
+        // SAFETY: res came from rdma_getaddrinfo (one entry, no chain).
+        drop(unsafe { Box::from_raw(res.cast::<AddrInfo>()) });
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_create_ep(
+    out: *mut *mut rdma_cm_id,
+    res: *mut rdma_addrinfo,
+    pd: *mut ibv_pd,
+    qp_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: res is the caller's (from rdma_getaddrinfo).
+        let (Some(r), false) = (unsafe { res.as_ref() }, out.is_null()) else {
+            return fail(EINVAL, -1);
+        };
+        let p = match create_id(null_mut(), null_mut(), RDMA_PS_TCP) {
+            Ok(p) => p,
+            Err(e) => return fail(e, -1),
+        };
+        let pid = p.cast::<rdma_cm_id>();
+        let cleanup = |e: c_int| {
+            __wc_rdma_destroy_id(pid);
+            fail(e, -1)
+        };
+        if r.ai_flags & RAI_PASSIVE as c_int != 0 {
+            if __wc_rdma_bind_addr(pid, r.ai_src_addr) != 0 {
+                return cleanup(errno());
+            }
+            // SAFETY: p is the id just made.
+            let id = unsafe { &mut *pid.cast::<Id>() };
+            id.id.pd = pd;
+            // SAFETY: qp_attr is NULL or the caller's.
+            id.lock().ep_attr = unsafe { qp_attr.as_ref() }.copied();
+        } else {
+            if __wc_rdma_resolve_addr(pid, r.ai_src_addr, r.ai_dst_addr, 2000) != 0
+                || __wc_rdma_resolve_route(pid, 2000) != 0
+            {
+                return cleanup(errno());
+            }
+            // SAFETY: p is the id just made.
+            let id = unsafe { &mut *pid.cast::<Id>() };
+            id.id.pd = pd;
+            // SAFETY: qp_attr is NULL or the caller's.
+            if let Some(a) = unsafe { qp_attr.as_mut() } {
+                if let Err(e) = create_qp_on(id, pd, a) {
+                    return cleanup(e);
+                }
+            }
+        }
+        // SAFETY: out is the caller's.
+        unsafe { *out = pid };
+        0
+    })
+}
+
+fn errno() -> c_int {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(EINVAL)
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_destroy_ep(p: *mut rdma_cm_id) {
+    guard((), || {
+        __wc_rdma_destroy_qp(p);
+        __wc_rdma_destroy_id(p);
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_get_request(
+    listen: *mut rdma_cm_id,
+    out: *mut *mut rdma_cm_id,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: listen is ours.
+        let Some(l) = (unsafe { id_ref(listen) }) else {
+            return fail(EINVAL, -1);
+        };
+        if out.is_null() || !l.lock().sync {
+            return fail(EINVAL, -1);
+        }
+        let Some(ch) = chan_of(l) else {
+            return fail(EINVAL, -1);
+        };
+        loop {
+            let e = match ch.take() {
+                Ok(e) => e,
+                Err(e) => return fail(e, -1),
+            };
+            // SAFETY: an event of ours, consumed here.
+            let ev = unsafe { Box::from_raw(e) };
+            if ev.ev.event != RDMA_CM_EVENT_CONNECT_REQUEST {
+                continue;
+            }
+            let child = ev.ev.id;
+            let attr = l.lock().ep_attr;
+            if let Some(mut a) = attr {
+                // SAFETY: the child id the dispatcher made.
+                let c = unsafe { &mut *child.cast::<Id>() };
+                if let Err(err) = create_qp_on(c, l.id.pd, &mut a) {
+                    __wc_rdma_reject(child, std::ptr::null(), 0);
+                    __wc_rdma_destroy_id(child);
+                    return fail(err, -1);
+                }
+            }
+            // SAFETY: out is the caller's.
+            unsafe { *out = child };
+            return 0;
+        }
+    })
+}

@@ -1,0 +1,194 @@
+//! Warpcore's drop-in `libibverbs.so.1` (issue 13): unmodified rdma-core applications
+//! (perftest, rping, ucmatose, rdma_server/rdma_client, anything written against
+//! `<infiniband/verbs.h>` and `<rdma/rdma_cma.h>`) run on a Warpcore engine in their own
+//! process. `scripts/with-warpcore` builds this library, the `librdmacm.so.1` that forwards
+//! into it (`rdma-compat/rdmacm`) and the inert provider stand-ins
+//! (`rdma-compat/stand-ins`), sets the `WARPCORE_*` environment and puts them ahead of the
+//! system's libraries.
+//!
+//! # How it fits together
+//! - **One device, one engine per process.** `ibv_get_device_list` shows one iWARP device,
+//!   `warpcore0`, once the environment names a port (`warpcore_apps::env`); the first
+//!   `ibv_open_device` (or the first `rdma_cm` call that needs a device) starts the engine on
+//!   it, and every open returns the same context (the EAL lives as long as the process).
+//! - **Objects are the public structs with ours behind them.** Each `ibv_pd`, `ibv_mr`,
+//!   `ibv_cq`, `ibv_qp`, `ibv_srq`, `ibv_comp_channel` is the first field of a `#[repr(C)]`
+//!   box that also holds the `warpcore_verbs` object, so the pointer an application gets
+//!   back is ours to cast. The context is a `verbs_context` (so `verbs.h`'s extended inline
+//!   functions find their `sz` and fall back where we leave an entry NULL).
+//! - **The data path is the inline functions of `verbs.h`**: `ibv_post_send`,
+//!   `ibv_post_recv`, `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_post_srq_recv` call through
+//!   `context->ops`, which [`verbs`] fills. An `ibv_sge` maps to a Warpcore SGE directly:
+//!   regions are registered at their own address (TO = address, `ibv_reg_mr`) or at the
+//!   `iova` of `ibv_reg_mr_iova2`, and the lkey and rkey are the STag.
+//! - **The connection manager** ([`cm`]) maps `rdma_cm_id`s onto the engine's MPA
+//!   connection manager: a dispatcher thread takes the engine's events and queues each on
+//!   the event channel of the id it belongs to; the channel's descriptor is readable while
+//!   an event waits, for `poll()` users. Synchronous ids (no channel, `rdma_create_ep`) wait
+//!   for their own events.
+//! - **Versions**: every public function has the symbol version Debian's library gives it
+//!   (`objdump -T`), attached by `.symver` in [`export`]; the Rust functions themselves are
+//!   named `__wc_<name>` (which `librdmacm.so.1` jumps to).
+//!
+//! What is not supported (UD and other QP types, address handles, multicast, XRC,
+//! extended CQs and QPs, device memory, flow steering) returns the errno the man pages
+//! name, `EOPNOTSUPP` mostly, never a crash.
+
+#![allow(unsafe_code)]
+// The exported functions follow the C API's names and argument lists; each dereferences
+// the pointers the caller passes, under that API's contract (documented per function).
+#![allow(clippy::missing_safety_doc, clippy::not_unsafe_ptr_arg_deref)]
+// The C structs are filled field by field from a zeroed Default, as the man pages list them.
+#![allow(clippy::field_reassign_with_default)]
+
+pub mod cm;
+pub mod export;
+pub mod sys;
+pub mod verbs;
+
+use std::ffi::c_int;
+use std::sync::{Mutex, OnceLock};
+
+use warpcore_verbs::{Context, MpaParams};
+
+extern "C" {
+    fn __errno_location() -> *mut c_int;
+}
+
+/// Sets the calling thread's `errno`.
+pub(crate) fn set_errno(e: c_int) {
+    // SAFETY: glibc's __errno_location returns the calling thread's errno slot, valid for
+    // the thread's lifetime.
+    unsafe { *__errno_location() = e }
+}
+
+/// Runs an exported function's body, turning a panic (a bug of ours) into the C error
+/// `fail` with `errno = EIO` instead of unwinding into C, which would abort the application.
+pub(crate) fn guard<T>(fail: T, f: impl FnOnce() -> T) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(_) => {
+            set_errno(EIO);
+            fail
+        }
+    }
+}
+
+pub(crate) const EPERM: c_int = 1;
+pub(crate) const ENOENT: c_int = 2;
+pub(crate) const EIO: c_int = 5;
+pub(crate) const EAGAIN: c_int = 11;
+pub(crate) const ENOMEM: c_int = 12;
+pub(crate) const EBUSY: c_int = 16;
+pub(crate) const ENODEV: c_int = 19;
+pub(crate) const EINVAL: c_int = 22;
+pub(crate) const ENOSYS: c_int = 38;
+pub(crate) const EOPNOTSUPP: c_int = 95;
+pub(crate) const EAFNOSUPPORT: c_int = 97;
+pub(crate) const EADDRINUSE: c_int = 98;
+pub(crate) const EADDRNOTAVAIL: c_int = 99;
+pub(crate) const ECONNRESET: c_int = 104;
+pub(crate) const ENOTCONN: c_int = 107;
+pub(crate) const ETIMEDOUT: c_int = 110;
+pub(crate) const ECONNREFUSED: c_int = 111;
+pub(crate) const EHOSTUNREACH: c_int = 113;
+
+/// The errno an engine error stands for.
+pub(crate) fn errno_of(e: &warpcore_verbs::Error) -> c_int {
+    use warpcore_verbs::Error as E;
+    match e {
+        E::Timeout => ETIMEDOUT,
+        // ibv_post_send(3): ENOMEM when the send queue is full.
+        E::QueueFull | E::LimitExceeded(_) | E::TableFull(_) | E::NoReadCredits => ENOMEM,
+        E::NotSupported(_) => EOPNOTSUPP,
+        E::SgeInvalidStag | E::SgeAccess | E::SgeOutOfBounds | E::Stag(_) => EPERM,
+        E::EngineGone | E::Device(_) | E::Dpdk(_) => EIO,
+        E::Tcp(_) => EADDRINUSE,
+        E::NeedsEngineThreads(_) | E::NoChannel => EOPNOTSUPP,
+        E::StaleHandle => ENOENT,
+        _ => EINVAL,
+    }
+}
+
+/// The process's engine and what the environment configured.
+pub(crate) struct Engine {
+    pub ctx: Context,
+    pub mpa: MpaParams,
+    pub rfc7306: bool,
+    pub ip: std::net::Ipv4Addr,
+    pub prefix_len: u8,
+    pub gateway: bool,
+}
+
+static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
+/// Serialises the first open (the EAL is initialised once per process).
+static OPENING: Mutex<()> = Mutex::new(());
+
+/// The engine, started on first use from the `WARPCORE_*` environment. The error says
+/// what is missing or failed (printed once to stderr as well: the application only sees
+/// an errno).
+pub(crate) fn engine() -> Result<&'static Engine, &'static str> {
+    if let Some(r) = ENGINE.get() {
+        return r.as_ref().map_err(String::as_str);
+    }
+    let _g = OPENING.lock().unwrap_or_else(|e| e.into_inner());
+    let r = ENGINE.get_or_init(|| {
+        let r = open_engine();
+        if let Err(e) = &r {
+            eprintln!("warpcore: cannot start the engine: {e}");
+        }
+        r
+    });
+    r.as_ref().map_err(String::as_str)
+}
+
+/// The engine if it runs already (no start).
+pub(crate) fn engine_if_open() -> Option<&'static Engine> {
+    ENGINE.get().and_then(|r| r.as_ref().ok())
+}
+
+fn open_engine() -> Result<Engine, String> {
+    use warpcore_apps::device::{EngineOptions, MemifRole};
+    let env = warpcore_apps::env::from_env().map_err(|e| e.to_string())?;
+    let rfc7306 = match std::env::var("WARPCORE_RFC7306").as_deref() {
+        Err(_) | Ok("on") => true,
+        Ok("off") => false,
+        Ok(o) => {
+            return Err(format!(
+                "WARPCORE_RFC7306: {o:?}: expected on or off (off towards siw, which has no \
+                 RFC 7306)"
+            ))
+        }
+    };
+    let drive = env.drive;
+    let configure = move |c: &mut warpcore_verbs::Config| c.drive = drive;
+    let opts = EngineOptions {
+        configure: &configure,
+        ..EngineOptions::new("warpcore-verbs", MemifRole::Client)
+    };
+    let ep = env.dev.open_engine(&opts).map_err(|e| e.to_string())?;
+    let ip = env.dev.ip.map(|p| (p.addr, p.len)).unwrap_or((ep.ip, 24));
+    let e = Engine {
+        ctx: ep.ctx,
+        mpa: env.mpa,
+        rfc7306,
+        ip: ip.0,
+        prefix_len: ip.1,
+        gateway: env.dev.gateway.is_some(),
+    };
+    cm::start_dispatcher(&e.ctx).map_err(|err| format!("the CM event thread: {err}"))?;
+    Ok(e)
+}
+
+/// Whether `dst` is reachable from our port (its subnet, or any address with a gateway).
+pub(crate) fn reachable(e: &Engine, dst: std::net::Ipv4Addr) -> bool {
+    if e.gateway {
+        return true;
+    }
+    let mask = if e.prefix_len == 0 {
+        0
+    } else {
+        u32::MAX << (32 - u32::from(e.prefix_len.min(32)))
+    };
+    (u32::from(dst) & mask) == (u32::from(e.ip) & mask)
+}

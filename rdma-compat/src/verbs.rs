@@ -1,0 +1,1676 @@
+//! `ibv_*`: the device, its context and `ops`, protection domains, memory regions and
+//! windows, completion channels and queues, queue pairs and shared receive queues.
+//!
+//! Every object handed to C is a `#[repr(C)]` box whose first field is the public struct,
+//! so `&box.ibv` and the box have the same address: the pointer the application passes
+//! back is cast to the box. A NULL or foreign pointer is the application's bug, as with
+//! rdma-core; what we can check (a NULL, a wrong context) returns `EINVAL`.
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::os::fd::AsRawFd;
+use std::ptr::{self, null_mut};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use warpcore_verbs as wv;
+use wv::{Access, Completion, QpInit, SendOp, Sge, WcOpcode, WcStatus};
+
+use crate::sys::*;
+use crate::{engine, errno_of, guard, set_errno, EAGAIN, EINVAL, ENODEV, ENOMEM, EOPNOTSUPP};
+
+/// Our device (`warpcore0`): one per process, never freed.
+struct DevPtr(*mut ibv_device);
+// SAFETY: the device struct is written once before the pointer is shared and is read-only
+// afterwards.
+unsafe impl Send for DevPtr {}
+// SAFETY: as above.
+unsafe impl Sync for DevPtr {}
+
+static DEVICE: OnceLock<DevPtr> = OnceLock::new();
+
+fn copy_name(dst: &mut [c_char], s: &str) {
+    for (d, b) in dst.iter_mut().zip(s.bytes().chain(std::iter::once(0))) {
+        *d = b as c_char;
+    }
+}
+
+fn device() -> *mut ibv_device {
+    DEVICE
+        .get_or_init(|| {
+            let mut d: ibv_device = Default::default();
+            d.node_type = IBV_NODE_RNIC;
+            d.transport_type = IBV_TRANSPORT_IWARP;
+            copy_name(&mut d.name, "warpcore0");
+            copy_name(&mut d.dev_name, "uverbs_warpcore0");
+            copy_name(&mut d.dev_path, "/dev/null");
+            copy_name(&mut d.ibdev_path, "/sys/class/infiniband/warpcore0");
+            DevPtr(Box::into_raw(Box::new(d)))
+        })
+        .0
+}
+
+/// The context: a `verbs_context` whose last field is the `ibv_context` handed out.
+#[repr(C)]
+pub(crate) struct Ctx {
+    v: verbs_context,
+    /// The write end of the asynchronous event descriptor (`async_fd` is the read end).
+    async_tx: std::os::unix::net::UnixStream,
+    async_rx: std::os::unix::net::UnixStream,
+    async_q: Mutex<std::collections::VecDeque<ibv_async_event>>,
+    opens: AtomicUsize,
+}
+
+struct CtxPtr(*mut Ctx);
+// SAFETY: the context is built once before the pointer is shared; afterwards only its
+// Mutex- and atomic-protected fields change.
+unsafe impl Send for CtxPtr {}
+// SAFETY: as above.
+unsafe impl Sync for CtxPtr {}
+
+static CONTEXT: OnceLock<Result<CtxPtr, c_int>> = OnceLock::new();
+
+/// The process's context, the engine started (errno on failure).
+pub(crate) fn context() -> Result<*mut ibv_context, c_int> {
+    let r = CONTEXT.get_or_init(|| {
+        if engine().is_err() {
+            return Err(ENODEV);
+        }
+        let (tx, rx) = std::os::unix::net::UnixStream::pair().map_err(|_| ENOMEM)?;
+        let mut v: verbs_context = Default::default();
+        v.sz = std::mem::size_of::<verbs_context>();
+        v.query_port = Some(query_port_ex);
+        v.context.device = device();
+        v.context.cmd_fd = -1;
+        v.context.async_fd = rx.as_raw_fd();
+        v.context.num_comp_vectors = 1;
+        // verbs.h's verbs_get_ctx() recognises an extended context by this marker.
+        v.context.abi_compat = usize::MAX as *mut c_void;
+        let o = &mut v.context.ops;
+        o.poll_cq = Some(poll_cq);
+        o.req_notify_cq = Some(req_notify_cq);
+        o.post_send = Some(post_send);
+        o.post_recv = Some(post_recv);
+        o.post_srq_recv = Some(post_srq_recv);
+        o.alloc_mw = None;
+        o.bind_mw = None;
+        o.dealloc_mw = None;
+        let c = Box::new(Ctx {
+            v,
+            async_tx: tx,
+            async_rx: rx,
+            async_q: Mutex::default(),
+            opens: AtomicUsize::new(0),
+        });
+        let p = Box::into_raw(c);
+        // SAFETY: p is the box just leaked; `context` is the last field of verbs_context,
+        // so the pthread mutex inside is initialised in place (all zeroes is
+        // PTHREAD_MUTEX_INITIALIZER on glibc, as Default gave).
+        Ok(CtxPtr(p))
+    });
+    match r {
+        // SAFETY: the context lives for the rest of the process.
+        Ok(p) => Ok(unsafe { ptr::addr_of_mut!((*p.0).v.context) }),
+        Err(e) => Err(*e),
+    }
+}
+
+fn ctx_box() -> Option<&'static Ctx> {
+    match CONTEXT.get() {
+        // SAFETY: the context is never freed.
+        Some(Ok(p)) => Some(unsafe { &*p.0 }),
+        _ => None,
+    }
+}
+
+/// Queues an asynchronous event (`ibv_get_async_event`) and wakes its descriptor.
+pub(crate) fn push_async(ev: ibv_async_event) {
+    if let Some(c) = ctx_box() {
+        c.async_q
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(ev);
+        let _ = std::io::Write::write(&mut &c.async_tx, &[1]);
+    }
+}
+
+fn check_ctx(c: *mut ibv_context) -> bool {
+    !c.is_null() && context().is_ok_and(|ours| ours == c)
+}
+
+// ---------------------------------------------------------------- device and context
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
+    guard(null_mut(), || {
+        // A device is listed when the environment names a port; the engine starts at
+        // ibv_open_device. A configuration error is printed (the caller sees no device).
+        let n = match warpcore_apps::env::from_env() {
+            Ok(_) => 1,
+            Err(e) => {
+                static ONCE: std::sync::Once = std::sync::Once::new();
+                ONCE.call_once(|| eprintln!("warpcore: no device: {e}"));
+                0
+            }
+        };
+        if !num.is_null() {
+            // SAFETY: the caller passes NULL or a valid int (ibv_get_device_list(3)).
+            unsafe { *num = n };
+        }
+        let list: Box<[*mut ibv_device; 2]> =
+            Box::new([if n == 1 { device() } else { null_mut() }, null_mut()]);
+        Box::into_raw(list).cast()
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_free_device_list(list: *mut *mut ibv_device) {
+    guard((), || {
+        if !list.is_null() {
+            // SAFETY: lists come from ibv_get_device_list, a leaked Box<[_; 2]>.
+            drop(unsafe { Box::from_raw(list.cast::<[*mut ibv_device; 2]>()) });
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_get_device_name(dev: *mut ibv_device) -> *const c_char {
+    if dev.is_null() {
+        return ptr::null();
+    }
+    // SAFETY: dev is our device (the only one listed).
+    unsafe { (*dev).name.as_ptr() }
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_get_device_guid(_dev: *mut ibv_device) -> u64 {
+    match crate::engine_if_open() {
+        Some(e) => e.ctx.query_device().node_guid.to_be(),
+        None => 0,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_get_device_index(_dev: *mut ibv_device) -> c_int {
+    0
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
+    guard(null_mut(), || {
+        if dev != device() {
+            set_errno(ENODEV);
+            return null_mut();
+        }
+        match context() {
+            Ok(c) => {
+                if let Some(b) = ctx_box() {
+                    b.opens.fetch_add(1, Ordering::Relaxed);
+                }
+                c
+            }
+            Err(e) => {
+                set_errno(e);
+                null_mut()
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_close_device(c: *mut ibv_context) -> c_int {
+    // The engine and its EAL live until the process exits: DPDK cannot initialise twice.
+    if !check_ctx(c) {
+        return EINVAL;
+    }
+    if let Some(b) = ctx_box() {
+        let _ = b
+            .opens
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+    0
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_query_device(c: *mut ibv_context, out: *mut ibv_device_attr) -> c_int {
+    guard(EINVAL, || {
+        if !check_ctx(c) || out.is_null() {
+            return EINVAL;
+        }
+        let Ok(e) = engine() else { return ENODEV };
+        let a = e.ctx.query_device();
+        let mut d: ibv_device_attr = Default::default();
+        copy_name(
+            &mut d.fw_ver,
+            concat!("warpcore ", env!("CARGO_PKG_VERSION")),
+        );
+        d.node_guid = a.node_guid.to_be();
+        d.sys_image_guid = d.node_guid;
+        d.max_mr_size = isize::MAX as u64;
+        d.page_size_cap = 4096;
+        d.vendor_id = 0;
+        d.max_qp = clamp(a.max_qp);
+        d.max_qp_wr = clamp(a.max_qp_wr);
+        d.device_cap_flags = IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_MGT_EXTENSIONS;
+        d.max_sge = clamp(a.max_sge);
+        d.max_sge_rd = 1;
+        d.max_cq = 65536;
+        d.max_cqe = clamp(a.max_cqe);
+        d.max_mr = clamp(a.max_mr);
+        d.max_pd = 65536;
+        d.max_qp_rd_atom = c_int::from(a.max_qp_rd_atom);
+        d.max_res_rd_atom = c_int::from(a.max_qp_rd_atom) * d.max_qp;
+        d.max_qp_init_rd_atom = c_int::from(a.max_qp_init_rd_atom);
+        d.atomic_cap = IBV_ATOMIC_HCA;
+        d.max_mw = clamp(a.max_mr);
+        d.max_srq = 65536;
+        d.max_srq_wr = d.max_qp_wr;
+        d.max_srq_sge = d.max_sge;
+        d.max_pkeys = 1;
+        d.phys_port_cnt = a.phys_port_cnt;
+        // SAFETY: out points to a caller-owned ibv_device_attr (ibv_query_device(3)).
+        unsafe { out.write(d) };
+        0
+    })
+}
+
+fn clamp(v: usize) -> c_int {
+    c_int::try_from(v).unwrap_or(c_int::MAX)
+}
+
+fn fill_port(out: *mut ibv_port_attr, size: usize) -> c_int {
+    let Ok(e) = engine() else { return ENODEV };
+    let Ok(p) = e.ctx.query_port(1) else {
+        return EINVAL;
+    };
+    let mtu = match p.active_mtu {
+        4096 => IBV_MTU_4096,
+        2048 => IBV_MTU_2048,
+        1024 => IBV_MTU_1024,
+        512 => IBV_MTU_512,
+        _ => IBV_MTU_256,
+    };
+    let mut a: ibv_port_attr = Default::default();
+    a.state = IBV_PORT_ACTIVE;
+    a.max_mtu = mtu;
+    a.active_mtu = mtu;
+    a.gid_tbl_len = p.gid_tbl_len as c_int;
+    a.max_msg_sz = u32::MAX;
+    a.pkey_tbl_len = 1;
+    a.active_width = 1;
+    a.active_speed = 32;
+    a.phys_state = 5; // LinkUp
+    a.link_layer = IBV_LINK_LAYER_ETHERNET as u8;
+    // SAFETY: out is valid for `size` octets (the caller's struct, maybe an older, shorter
+    // one); we copy no more than both sizes.
+    unsafe {
+        ptr::copy_nonoverlapping(
+            ptr::addr_of!(a).cast::<u8>(),
+            out.cast::<u8>(),
+            size.min(std::mem::size_of::<ibv_port_attr>()),
+        )
+    };
+    0
+}
+
+unsafe extern "C" fn query_port_ex(
+    c: *mut ibv_context,
+    port: u8,
+    out: *mut ibv_port_attr,
+    size: usize,
+) -> c_int {
+    guard(EINVAL, || {
+        if !check_ctx(c) || out.is_null() || port != 1 {
+            return EINVAL;
+        }
+        fill_port(out, size)
+    })
+}
+
+/// The exported `ibv_query_port` gets the compat (shorter) struct: verbs.h calls it only
+/// when the context has no `query_port` entry, which ours has.
+#[no_mangle]
+pub extern "C" fn __wc_ibv_query_port(c: *mut ibv_context, port: u8, out: *mut c_void) -> c_int {
+    guard(EINVAL, || {
+        if !check_ctx(c) || out.is_null() || port != 1 {
+            return EINVAL;
+        }
+        // The compat struct is ibv_port_attr up to and including link_layer.
+        fill_port(
+            out.cast(),
+            std::mem::offset_of!(ibv_port_attr, link_layer) + 1,
+        )
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_query_gid(
+    c: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    gid: *mut ibv_gid,
+) -> c_int {
+    guard(-1, || {
+        if !check_ctx(c) || gid.is_null() || port != 1 || index != 0 {
+            set_errno(EINVAL);
+            return -1;
+        }
+        let Ok(e) = engine() else {
+            set_errno(ENODEV);
+            return -1;
+        };
+        let Ok(p) = e.ctx.query_port(1) else {
+            return -1;
+        };
+        // SAFETY: gid is a caller-owned 16-octet ibv_gid.
+        unsafe { (*gid).raw = p.gid };
+        0
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc__ibv_query_gid_ex(
+    c: *mut ibv_context,
+    port: u32,
+    index: u32,
+    entry: *mut ibv_gid_entry,
+    _flags: u32,
+    _size: usize,
+) -> c_int {
+    guard(EINVAL, || {
+        if entry.is_null() {
+            return EINVAL;
+        }
+        let mut g: ibv_gid = Default::default();
+        if port > 255 || index > 0 || __wc_ibv_query_gid(c, port as u8, 0, &mut g) != 0 {
+            return EINVAL;
+        }
+        let mut en: ibv_gid_entry = Default::default();
+        en.gid = g;
+        en.gid_index = 0;
+        en.port_num = port;
+        // iWARP has no RoCE GID type: report RoCE v2 (the IP-based one) for callers that
+        // only check it is IP-based.
+        en.gid_type = IBV_GID_TYPE_ROCE_V2;
+        en.ndev_ifindex = 0;
+        // SAFETY: entry is a caller-owned ibv_gid_entry.
+        unsafe { entry.write(en) };
+        0
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_query_pkey(
+    c: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    if !check_ctx(c) || pkey.is_null() || port != 1 || index != 0 {
+        return EINVAL;
+    }
+    // SAFETY: pkey is a caller-owned u16.
+    unsafe { *pkey = 0xFFFF_u16.to_be() };
+    0
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_get_pkey_index(_c: *mut ibv_context, _port: u8, pkey: u16) -> c_int {
+    if pkey == 0xFFFF_u16.to_be() {
+        0
+    } else {
+        -1
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_get_async_event(c: *mut ibv_context, ev: *mut ibv_async_event) -> c_int {
+    guard(-1, || {
+        let Some(b) = ctx_box() else {
+            set_errno(EINVAL);
+            return -1;
+        };
+        if !check_ctx(c) || ev.is_null() {
+            set_errno(EINVAL);
+            return -1;
+        }
+        loop {
+            if let Some(e) = b
+                .async_q
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop_front()
+            {
+                // SAFETY: ev is a caller-owned ibv_async_event.
+                unsafe { ev.write(e) };
+                let mut tok = [0u8; 1];
+                let _ = std::io::Read::read(&mut &b.async_rx, &mut tok);
+                return 0;
+            }
+            // Block as the real library does (a read on async_fd), unless the caller made
+            // the descriptor non-blocking.
+            if nonblocking(b.async_rx.as_raw_fd()) {
+                set_errno(EAGAIN);
+                return -1;
+            }
+            wait_readable(b.async_rx.as_raw_fd(), None);
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_ack_async_event(_ev: *mut ibv_async_event) {}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_fork_init() -> c_int {
+    // Registered memory is never pinned or remapped by Warpcore: fork is always safe.
+    0
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_is_fork_initialized() -> c_int {
+    IBV_FORK_UNNEEDED as c_int
+}
+
+extern "C" {
+    fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
+    fn poll(fds: *mut PollFd, n: u64, timeout: c_int) -> c_int;
+}
+
+#[repr(C)]
+pub(crate) struct PollFd {
+    pub fd: c_int,
+    pub events: i16,
+    pub revents: i16,
+}
+
+pub(crate) fn nonblocking(fd: c_int) -> bool {
+    const F_GETFL: c_int = 3;
+    const O_NONBLOCK: c_int = 0o4000;
+    // SAFETY: F_GETFL on a descriptor we own reads its flags.
+    let fl = unsafe { fcntl(fd, F_GETFL) };
+    fl >= 0 && fl & O_NONBLOCK != 0
+}
+
+/// Waits until `fd` is readable (or `timeout` passes).
+pub(crate) fn wait_readable(fd: c_int, timeout: Option<Duration>) {
+    let mut p = PollFd {
+        fd,
+        events: 1, // POLLIN
+        revents: 0,
+    };
+    let t = timeout.map_or(-1, |d| d.as_millis().min(i32::MAX as u128) as c_int);
+    // SAFETY: one valid pollfd.
+    unsafe { poll(&mut p, 1, t) };
+}
+
+/// `rpoll` of librdmacm: Warpcore has no rsockets, so every descriptor is a plain one.
+#[no_mangle]
+pub extern "C" fn __wc_rpoll(fds: *mut c_void, nfds: u64, timeout: c_int) -> c_int {
+    // SAFETY: the caller's pollfd array, as poll(2) takes it.
+    unsafe { poll(fds.cast(), nfds, timeout) }
+}
+
+// ---------------------------------------------------------------- protection domains
+
+#[repr(C)]
+pub(crate) struct Pd {
+    pub ibv: ibv_pd,
+    pub pd: wv::ProtectionDomain,
+}
+
+/// # Safety
+/// `p` is NULL or a PD from [`__wc_ibv_alloc_pd`].
+pub(crate) unsafe fn pd_ref<'a>(p: *mut ibv_pd) -> Option<&'a Pd> {
+    // SAFETY: per the contract, a non-null p is the first field of a live Pd box.
+    unsafe { p.cast::<Pd>().as_ref() }
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_alloc_pd(c: *mut ibv_context) -> *mut ibv_pd {
+    guard(null_mut(), || {
+        if !check_ctx(c) {
+            set_errno(EINVAL);
+            return null_mut();
+        }
+        let Ok(e) = engine() else {
+            set_errno(ENODEV);
+            return null_mut();
+        };
+        let b = Box::new(Pd {
+            ibv: ibv_pd {
+                context: c,
+                handle: 0,
+            },
+            pd: e.ctx.alloc_pd(),
+        });
+        Box::into_raw(b).cast()
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_dealloc_pd(p: *mut ibv_pd) -> c_int {
+    guard(EINVAL, || {
+        if p.is_null() {
+            return EINVAL;
+        }
+        // SAFETY: p came from ibv_alloc_pd; the caller no longer uses it.
+        drop(unsafe { Box::from_raw(p.cast::<Pd>()) });
+        0
+    })
+}
+
+// ---------------------------------------------------------------- memory regions
+
+#[repr(C)]
+pub(crate) struct Mr {
+    ibv: ibv_mr,
+    _mr: wv::MemoryRegion,
+}
+
+fn access_of(flags: c_int) -> Result<Access, c_int> {
+    let f = flags as c_uint;
+    let known = IBV_ACCESS_LOCAL_WRITE
+        | IBV_ACCESS_REMOTE_WRITE
+        | IBV_ACCESS_REMOTE_READ
+        | IBV_ACCESS_REMOTE_ATOMIC
+        | IBV_ACCESS_MW_BIND
+        | IBV_ACCESS_RELAXED_ORDERING;
+    if f & !known != 0 {
+        // Zero-based, on-demand paging, huge-page hints and the rest: not supported.
+        return Err(EOPNOTSUPP);
+    }
+    // ibv_reg_mr(3): remote write or atomic access needs local write.
+    if f & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) != 0
+        && f & IBV_ACCESS_LOCAL_WRITE == 0
+    {
+        return Err(EINVAL);
+    }
+    let mut a = Access::empty();
+    for (bit, acc) in [
+        (IBV_ACCESS_LOCAL_WRITE, Access::LOCAL_WRITE),
+        (IBV_ACCESS_REMOTE_WRITE, Access::REMOTE_WRITE),
+        (IBV_ACCESS_REMOTE_READ, Access::REMOTE_READ),
+        (IBV_ACCESS_REMOTE_ATOMIC, Access::REMOTE_ATOMIC),
+        (IBV_ACCESS_MW_BIND, Access::MW_BIND),
+    ] {
+        if f & bit != 0 {
+            a |= acc;
+        }
+    }
+    Ok(a)
+}
+
+fn reg_mr(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, flags: c_int) -> *mut ibv_mr {
+    guard(null_mut(), || {
+        // SAFETY: pd is NULL or a PD of ours (ibv_reg_mr(3)).
+        let Some(p) = (unsafe { pd_ref(pd) }) else {
+            set_errno(EINVAL);
+            return null_mut();
+        };
+        if addr.is_null() || len == 0 {
+            set_errno(EINVAL);
+            return null_mut();
+        }
+        let access = match access_of(flags) {
+            Ok(a) => a,
+            Err(e) => {
+                set_errno(e);
+                return null_mut();
+            }
+        };
+        // SAFETY: ibv_reg_mr's contract is Region::from_raw's: the application keeps the
+        // memory mapped and reserved for the region until ibv_dereg_mr, and touches it only
+        // through raw accesses (C code holds no Rust references).
+        let region = Arc::new(unsafe { wv::Region::from_raw(addr.cast(), len) });
+        match p.pd.register_with_base(region, access, iova) {
+            Ok(mr) => {
+                let stag = mr.stag();
+                let b = Box::new(Mr {
+                    ibv: ibv_mr {
+                        context: p.ibv.context,
+                        pd,
+                        addr,
+                        length: len,
+                        handle: stag,
+                        lkey: stag,
+                        rkey: stag,
+                    },
+                    _mr: mr,
+                });
+                Box::into_raw(b).cast()
+            }
+            Err(e) => {
+                set_errno(errno_of(&e));
+                null_mut()
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    reg_mr(pd, addr, len, addr as u64, access)
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    reg_mr(pd, addr, len, iova, access)
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    reg_mr(pd, addr, len, iova, access as c_int)
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    guard(EINVAL, || {
+        if mr.is_null() {
+            return EINVAL;
+        }
+        // SAFETY: mr came from ibv_reg_mr; dropping deregisters the STag.
+        drop(unsafe { Box::from_raw(mr.cast::<Mr>()) });
+        0
+    })
+}
+
+// ---------------------------------------------------------------- completion channels and queues
+
+#[repr(C)]
+pub(crate) struct Chan {
+    ibv: ibv_comp_channel,
+    ch: wv::CompletionChannel,
+    /// Our CQs on this channel, by engine id, to turn an event back into its `ibv_cq`.
+    cqs: Mutex<std::collections::HashMap<u64, usize>>,
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_create_comp_channel(c: *mut ibv_context) -> *mut ibv_comp_channel {
+    guard(null_mut(), || {
+        if !check_ctx(c) {
+            set_errno(EINVAL);
+            return null_mut();
+        }
+        let Ok(e) = engine() else {
+            set_errno(ENODEV);
+            return null_mut();
+        };
+        match e.ctx.create_comp_channel() {
+            Ok(ch) => {
+                let fd = ch.as_raw_fd();
+                Box::into_raw(Box::new(Chan {
+                    ibv: ibv_comp_channel {
+                        context: c,
+                        fd,
+                        refcnt: 0,
+                    },
+                    ch,
+                    cqs: Mutex::default(),
+                }))
+                .cast()
+            }
+            Err(err) => {
+                set_errno(errno_of(&err));
+                null_mut()
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> c_int {
+    guard(EINVAL, || {
+        if ch.is_null() {
+            return EINVAL;
+        }
+        // SAFETY: ch came from ibv_create_comp_channel.
+        let c = unsafe { &*ch.cast::<Chan>() };
+        if !c.cqs.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+            // ibv_destroy_comp_channel(3): fails while CQs still use it.
+            return crate::EBUSY;
+        }
+        // SAFETY: as above; no CQ refers to it.
+        drop(unsafe { Box::from_raw(ch.cast::<Chan>()) });
+        0
+    })
+}
+
+#[repr(C)]
+pub(crate) struct Cq {
+    pub ibv: ibv_cq,
+    pub cq: wv::CompletionQueue,
+    chan: *mut Chan,
+}
+
+/// # Safety
+/// `p` is NULL or a CQ from [`__wc_ibv_create_cq`].
+pub(crate) unsafe fn cq_ref<'a>(p: *mut ibv_cq) -> Option<&'a Cq> {
+    // SAFETY: per the contract.
+    unsafe { p.cast::<Cq>().as_ref() }
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_create_cq(
+    c: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    _comp_vector: c_int,
+) -> *mut ibv_cq {
+    guard(null_mut(), || {
+        if !check_ctx(c) || cqe < 1 {
+            set_errno(EINVAL);
+            return null_mut();
+        }
+        let Ok(e) = engine() else {
+            set_errno(ENODEV);
+            return null_mut();
+        };
+        let depth = cqe as usize;
+        let chan = channel.cast::<Chan>();
+        // SAFETY: channel is NULL or ours.
+        let r = match unsafe { chan.as_ref() } {
+            Some(ch) => e.ctx.create_cq_with_channel(depth, &ch.ch),
+            None => e.ctx.create_cq(depth),
+        };
+        match r {
+            Ok(cq) => {
+                let id = cq.id();
+                let b = Box::into_raw(Box::new(Cq {
+                    ibv: ibv_cq {
+                        context: c,
+                        channel,
+                        cq_context,
+                        cqe,
+                        ..Default::default()
+                    },
+                    cq,
+                    chan,
+                }));
+                // SAFETY: chan is NULL or ours.
+                if let Some(ch) = unsafe { chan.as_ref() } {
+                    ch.cqs
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(id, b as usize);
+                }
+                b.cast()
+            }
+            Err(err) => {
+                set_errno(errno_of(&err));
+                null_mut()
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    guard(EINVAL, || {
+        if cq.is_null() {
+            return EINVAL;
+        }
+        // SAFETY: cq came from ibv_create_cq.
+        let b = unsafe { Box::from_raw(cq.cast::<Cq>()) };
+        // SAFETY: its channel outlives it (destroying a channel in use is refused).
+        if let Some(ch) = unsafe { b.chan.as_ref() } {
+            ch.cqs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&b.cq.id());
+        }
+        drop(b);
+        0
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_resize_cq(_cq: *mut ibv_cq, _cqe: c_int) -> c_int {
+    EOPNOTSUPP
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_get_cq_event(
+    ch: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    guard(-1, || {
+        if ch.is_null() || cq.is_null() || cq_context.is_null() {
+            set_errno(EINVAL);
+            return -1;
+        }
+        // SAFETY: ch came from ibv_create_comp_channel.
+        let c = unsafe { &*ch.cast::<Chan>() };
+        let timeout = nonblocking(c.ibv.fd).then_some(Duration::ZERO);
+        loop {
+            match c.ch.get_event(timeout) {
+                Ok(q) => {
+                    let found = c
+                        .cqs
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .get(&q.id())
+                        .copied();
+                    // An event of a CQ destroyed meanwhile: wait for the next one.
+                    let Some(p) = found else { continue };
+                    let p = p as *mut Cq;
+                    // SAFETY: p is a live CQ registered on this channel; out-pointers are
+                    // the caller's.
+                    unsafe {
+                        *cq = p.cast();
+                        *cq_context = (*p).ibv.cq_context;
+                    }
+                    return 0;
+                }
+                Err(wv::Error::Timeout) => {
+                    set_errno(EAGAIN);
+                    return -1;
+                }
+                Err(e) => {
+                    set_errno(errno_of(&e));
+                    return -1;
+                }
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_ack_cq_events(_cq: *mut ibv_cq, _n: c_uint) {
+    // Events are not counted against destroy: ibv_destroy_cq never waits.
+}
+
+fn wc_of(c: &Completion) -> ibv_wc {
+    let mut w: ibv_wc = Default::default();
+    w.wr_id = c.wr_id;
+    w.status = match c.status {
+        WcStatus::Success => IBV_WC_SUCCESS,
+        WcStatus::FlushErr => IBV_WC_WR_FLUSH_ERR,
+        WcStatus::LocalProtection => IBV_WC_LOC_PROT_ERR,
+        WcStatus::LocalLength => IBV_WC_LOC_LEN_ERR,
+        WcStatus::RemoteAccess => IBV_WC_REM_ACCESS_ERR,
+        WcStatus::RemoteOperation => IBV_WC_REM_OP_ERR,
+        WcStatus::Fatal => IBV_WC_FATAL_ERR,
+    };
+    w.opcode = match c.opcode {
+        WcOpcode::Send | WcOpcode::Immediate => IBV_WC_SEND,
+        WcOpcode::Write | WcOpcode::WriteWithImm => IBV_WC_RDMA_WRITE,
+        WcOpcode::Read => IBV_WC_RDMA_READ,
+        WcOpcode::AtomicCmpSwap => IBV_WC_COMP_SWAP,
+        WcOpcode::AtomicFetchAdd => IBV_WC_FETCH_ADD,
+        WcOpcode::BindMw => IBV_WC_BIND_MW,
+        WcOpcode::LocalInvalidate | WcOpcode::FastReg => IBV_WC_LOCAL_INV,
+        WcOpcode::Recv => IBV_WC_RECV,
+        WcOpcode::RecvImm => IBV_WC_RECV_RDMA_WITH_IMM,
+    };
+    w.byte_len = c.byte_len;
+    w.qp_num = c.qp.qpn();
+    w.src_qp = 0;
+    if let Some(imm) = c.imm {
+        // verbs carry 32 immediate bits in network order; RFC 7306 carries 64 (what we
+        // send is the 32-bit value, so the low half round-trips).
+        w.__bindgen_anon_1.imm_data = (imm as u32).to_be();
+        w.wc_flags |= IBV_WC_WITH_IMM;
+    } else if let Some(stag) = c.invalidated {
+        w.__bindgen_anon_1.invalidated_rkey = stag;
+        w.wc_flags |= IBV_WC_WITH_INV;
+    }
+    w
+}
+
+unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    guard(-1, || {
+        // SAFETY: cq is one of ours (ibv_poll_cq(3)).
+        let Some(q) = (unsafe { cq_ref(cq) }) else {
+            return -1;
+        };
+        if n <= 0 {
+            return 0;
+        }
+        if wc.is_null() {
+            return -1;
+        }
+        let mut done = 0usize;
+        let mut buf = [Completion {
+            wr_id: 0,
+            qp: wv::QpId {
+                core: 0,
+                index: 0,
+                generation: 0,
+            },
+            opcode: WcOpcode::Send,
+            status: WcStatus::Success,
+            byte_len: 0,
+            solicited: false,
+            invalidated: None,
+            imm: None,
+            atomic_orig: None,
+        }; 16];
+        while done < n as usize {
+            let want = (n as usize - done).min(buf.len());
+            let got = q.cq.poll(&mut buf[..want]);
+            for (i, c) in buf[..got].iter().enumerate() {
+                // SAFETY: wc has room for n entries (ibv_poll_cq(3)); done + i < n.
+                unsafe { wc.add(done + i).write(wc_of(c)) };
+            }
+            done += got;
+            if got < want {
+                break;
+            }
+        }
+        done as c_int
+    })
+}
+
+unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    guard(EINVAL, || {
+        // SAFETY: cq is one of ours.
+        let Some(q) = (unsafe { cq_ref(cq) }) else {
+            return EINVAL;
+        };
+        match q.cq.req_notify(solicited_only != 0) {
+            Ok(()) => 0,
+            Err(e) => errno_of(&e),
+        }
+    })
+}
+
+// ---------------------------------------------------------------- shared receive queues
+
+#[repr(C)]
+pub(crate) struct Srq {
+    ibv: ibv_srq,
+    pub srq: wv::SharedReceiveQueue,
+    limit: u32,
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_create_srq(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_srq_init_attr,
+) -> *mut ibv_srq {
+    guard(null_mut(), || {
+        // SAFETY: pd is NULL or ours; attr is the caller's.
+        let (Some(p), Some(a)) = (unsafe { pd_ref(pd) }, unsafe { attr.as_mut() }) else {
+            set_errno(EINVAL);
+            return null_mut();
+        };
+        match p.pd.create_srq(a.attr.max_wr.max(1), a.attr.max_sge.max(1)) {
+            Ok(srq) => {
+                a.attr.max_wr = srq.depth();
+                let b = Box::new(Srq {
+                    ibv: ibv_srq {
+                        context: p.ibv.context,
+                        srq_context: a.srq_context,
+                        pd,
+                        ..Default::default()
+                    },
+                    srq,
+                    limit: 0,
+                });
+                Box::into_raw(b).cast()
+            }
+            Err(e) => {
+                set_errno(errno_of(&e));
+                null_mut()
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_modify_srq(
+    s: *mut ibv_srq,
+    attr: *mut ibv_srq_attr,
+    mask: c_int,
+) -> c_int {
+    guard(EINVAL, || {
+        // SAFETY: s is ours; attr the caller's.
+        let (Some(q), Some(a)) = (unsafe { s.cast::<Srq>().as_mut() }, unsafe {
+            attr.as_ref()
+        }) else {
+            return EINVAL;
+        };
+        if mask as c_uint & IBV_SRQ_MAX_WR != 0 {
+            return EOPNOTSUPP; // no resize
+        }
+        if mask as c_uint & IBV_SRQ_LIMIT != 0 {
+            if let Err(e) = q.srq.arm_limit(a.srq_limit) {
+                return errno_of(&e);
+            }
+            q.limit = a.srq_limit;
+        }
+        0
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_query_srq(s: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
+    // SAFETY: s is ours; attr the caller's.
+    let (Some(q), Some(a)) = (unsafe { s.cast::<Srq>().as_ref() }, unsafe {
+        attr.as_mut()
+    }) else {
+        return EINVAL;
+    };
+    a.max_wr = q.srq.depth();
+    a.max_sge = wv::MAX_SGE as u32;
+    a.srq_limit = q.limit;
+    0
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_destroy_srq(s: *mut ibv_srq) -> c_int {
+    guard(EINVAL, || {
+        if s.is_null() {
+            return EINVAL;
+        }
+        // SAFETY: s came from ibv_create_srq.
+        drop(unsafe { Box::from_raw(s.cast::<Srq>()) });
+        0
+    })
+}
+
+/// The SGE list of a work request as Warpcore SGEs.
+///
+/// # Safety
+/// `sg` is valid for `n` entries when `n > 0`.
+unsafe fn sges<'a>(sg: *const ibv_sge, n: c_int) -> Result<&'a [ibv_sge], c_int> {
+    if n < 0 || n as usize > wv::MAX_SGE {
+        return Err(EINVAL);
+    }
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if sg.is_null() {
+        return Err(EINVAL);
+    }
+    // SAFETY: per the contract.
+    Ok(unsafe { std::slice::from_raw_parts(sg, n as usize) })
+}
+
+fn to_sges(s: &[ibv_sge]) -> ([Sge; wv::MAX_SGE], usize) {
+    let mut out = [Sge {
+        stag: 0,
+        to: 0,
+        len: 0,
+    }; wv::MAX_SGE];
+    for (o, i) in out.iter_mut().zip(s) {
+        *o = Sge {
+            stag: i.lkey,
+            to: i.addr,
+            len: i.length,
+        };
+    }
+    (out, s.len())
+}
+
+unsafe extern "C" fn post_srq_recv(
+    s: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard(EINVAL, || {
+        // SAFETY: s is ours.
+        let Some(q) = (unsafe { s.cast::<Srq>().as_ref() }) else {
+            return EINVAL;
+        };
+        post_recv_list(wr, bad, |r| q.srq.post_recv(r))
+    })
+}
+
+fn post_recv_list(
+    mut wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+    post: impl Fn(&wv::RecvWr) -> Result<(), wv::Error>,
+) -> c_int {
+    while !wr.is_null() {
+        // SAFETY: the caller's list of work requests (ibv_post_recv(3)).
+        let w = unsafe { &*wr };
+        // SAFETY: sg_list holds num_sge entries.
+        let r = unsafe { sges(w.sg_list, w.num_sge) }.and_then(|s| {
+            let (v, n) = to_sges(s);
+            wv::RecvWr::new(w.wr_id, &v[..n]).map_err(|e| errno_of(&e))
+        });
+        let r = r.and_then(|rw| post(&rw).map_err(|e| errno_of(&e)));
+        if let Err(e) = r {
+            if !bad.is_null() {
+                // SAFETY: bad is the caller's out-pointer.
+                unsafe { *bad = wr };
+            }
+            return e;
+        }
+        wr = w.next;
+    }
+    0
+}
+
+// ---------------------------------------------------------------- queue pairs
+
+#[repr(C)]
+pub(crate) struct Qp {
+    pub ibv: ibv_qp,
+    pub qp: wv::QueuePair,
+    sig_all: bool,
+    max_inline: u32,
+    cap: ibv_qp_cap,
+    srq: bool,
+}
+
+/// # Safety
+/// `p` is NULL or a QP of ours.
+pub(crate) unsafe fn qp_ref<'a>(p: *mut ibv_qp) -> Option<&'a Qp> {
+    // SAFETY: per the contract.
+    unsafe { p.cast::<Qp>().as_ref() }
+}
+
+/// Most inline octets per work request (`max_inline_data`).
+const MAX_INLINE: u32 = 1024;
+
+/// Creates an RC queue pair (`core`: the engine core of the connection request a passive
+/// side accepts on).
+pub(crate) fn create_qp(
+    pd: *mut ibv_pd,
+    attr: &mut ibv_qp_init_attr,
+    core: Option<usize>,
+) -> Result<*mut ibv_qp, c_int> {
+    // SAFETY: pd is NULL or ours.
+    let p = unsafe { pd_ref(pd) }.ok_or(EINVAL)?;
+    if attr.qp_type != IBV_QPT_RC {
+        return Err(EOPNOTSUPP); // iWARP is reliable-connected only
+    }
+    // SAFETY: the CQs and SRQ are NULL or ours.
+    let (scq, rcq) = unsafe { (cq_ref(attr.send_cq), cq_ref(attr.recv_cq)) };
+    let (Some(scq), Some(rcq)) = (scq, rcq) else {
+        return Err(EINVAL);
+    };
+    // SAFETY: as above.
+    let srq = unsafe { attr.srq.cast::<Srq>().as_ref() };
+    let cap = &mut attr.cap;
+    let max_sge = cap.max_send_sge.max(cap.max_recv_sge).max(1);
+    if max_sge as usize > wv::MAX_SGE || cap.max_inline_data > MAX_INLINE {
+        return Err(EINVAL);
+    }
+    let mut init = QpInit::new(&scq.cq, &rcq.cq);
+    init.sq_depth = cap.max_send_wr.max(1);
+    init.rq_depth = if srq.is_some() {
+        0
+    } else {
+        cap.max_recv_wr.max(1)
+    };
+    init.max_sge = max_sge;
+    init.core = core;
+    init.max_inline = cap.max_inline_data;
+    init.rfc7306 = engine().map(|e| e.rfc7306).unwrap_or(true);
+    if let Some(s) = srq {
+        init = init.with_srq(&s.srq);
+    }
+    let qp = p.pd.create_qp(&init).map_err(|e| errno_of(&e))?;
+    cap.max_send_sge = max_sge;
+    cap.max_recv_sge = max_sge;
+    let qpn = qp.id().qpn();
+    let b = Box::new(Qp {
+        ibv: ibv_qp {
+            context: p.ibv.context,
+            qp_context: attr.qp_context,
+            pd,
+            send_cq: attr.send_cq,
+            recv_cq: attr.recv_cq,
+            srq: attr.srq,
+            handle: qpn,
+            qp_num: qpn,
+            state: IBV_QPS_INIT,
+            qp_type: IBV_QPT_RC,
+            ..Default::default()
+        },
+        qp,
+        sig_all: attr.sq_sig_all != 0,
+        max_inline: cap.max_inline_data,
+        cap: *cap,
+        srq: srq.is_some(),
+    });
+    Ok(Box::into_raw(b).cast())
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+    guard(null_mut(), || {
+        // SAFETY: attr is the caller's.
+        let Some(a) = (unsafe { attr.as_mut() }) else {
+            set_errno(EINVAL);
+            return null_mut();
+        };
+        match create_qp(pd, a, None) {
+            Ok(q) => q,
+            Err(e) => {
+                set_errno(e);
+                null_mut()
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    guard(EINVAL, || {
+        if qp.is_null() {
+            return EINVAL;
+        }
+        crate::cm::forget_qp(qp);
+        // SAFETY: qp came from ibv_create_qp or rdma_create_qp.
+        drop(unsafe { Box::from_raw(qp.cast::<Qp>()) });
+        0
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+) -> c_int {
+    guard(EINVAL, || {
+        // SAFETY: qp is ours; attr the caller's.
+        let (Some(q), Some(a)) = (unsafe { qp.cast::<Qp>().as_mut() }, unsafe {
+            attr.as_ref()
+        }) else {
+            return EINVAL;
+        };
+        if mask as c_uint & IBV_QP_STATE == 0 {
+            return 0;
+        }
+        match a.qp_state {
+            IBV_QPS_ERR => {
+                let _ = q.qp.abort();
+                q.ibv.state = IBV_QPS_ERR;
+                0
+            }
+            // The iWARP connection manager moves the QP to RTS when MPA completes; the
+            // transitions an application makes before that (INIT, RTR, RTS, as librdmacm's
+            // rdma_init_qp_attr tells it) change nothing here.
+            IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR | IBV_QPS_RTS => 0,
+            IBV_QPS_SQD => EOPNOTSUPP,
+            _ => EINVAL,
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _mask: c_int,
+    init: *mut ibv_qp_init_attr,
+) -> c_int {
+    guard(EINVAL, || {
+        // SAFETY: qp is ours; attr and init the caller's.
+        let Some(q) = (unsafe { qp_ref(qp) }) else {
+            return EINVAL;
+        };
+        let state = match q.qp.state() {
+            wv::QpState::Idle => IBV_QPS_INIT,
+            wv::QpState::Connecting => IBV_QPS_RTR,
+            wv::QpState::Rts => IBV_QPS_RTS,
+            wv::QpState::Closing => IBV_QPS_SQD,
+            wv::QpState::Terminate | wv::QpState::Error => IBV_QPS_ERR,
+        };
+        // SAFETY: attr is the caller's.
+        if let Some(a) = unsafe { attr.as_mut() } {
+            *a = Default::default();
+            a.qp_state = state;
+            a.cur_qp_state = state;
+            a.cap = q.cap;
+            a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+            a.port_num = 1;
+        }
+        // SAFETY: init is the caller's.
+        if let Some(i) = unsafe { init.as_mut() } {
+            *i = Default::default();
+            i.qp_context = q.ibv.qp_context;
+            i.send_cq = q.ibv.send_cq;
+            i.recv_cq = q.ibv.recv_cq;
+            i.srq = q.ibv.srq;
+            i.cap = q.cap;
+            i.qp_type = IBV_QPT_RC;
+            i.sq_sig_all = c_int::from(q.sig_all);
+        }
+        0
+    })
+}
+
+/// One `ibv_send_wr` as a Warpcore send operation.
+fn send_op(w: &ibv_send_wr) -> Result<SendOp, c_int> {
+    let solicited = w.send_flags & IBV_SEND_SOLICITED != 0;
+    // SAFETY: reading the union member the opcode selects (ibv_post_send(3)).
+    let op = unsafe {
+        match w.opcode {
+            IBV_WR_SEND if solicited => SendOp::SendSe,
+            IBV_WR_SEND => SendOp::Send,
+            IBV_WR_SEND_WITH_INV if solicited => SendOp::SendSeInvalidate {
+                stag: w.__bindgen_anon_1.invalidate_rkey,
+            },
+            IBV_WR_SEND_WITH_INV => SendOp::SendInvalidate {
+                stag: w.__bindgen_anon_1.invalidate_rkey,
+            },
+            IBV_WR_RDMA_WRITE => SendOp::Write {
+                remote_stag: w.wr.rdma.rkey,
+                remote_to: w.wr.rdma.remote_addr,
+            },
+            IBV_WR_RDMA_WRITE_WITH_IMM => SendOp::WriteWithImm {
+                remote_stag: w.wr.rdma.rkey,
+                remote_to: w.wr.rdma.remote_addr,
+                imm: u64::from(u32::from_be(w.__bindgen_anon_1.imm_data)),
+            },
+            // RFC 7306's Immediate Data message carries no payload: a Send with Immediate
+            // of zero octets maps onto it; with payload there is no iWARP equivalent.
+            IBV_WR_SEND_WITH_IMM if w.num_sge == 0 => SendOp::Immediate {
+                imm: u64::from(u32::from_be(w.__bindgen_anon_1.imm_data)),
+                solicited,
+            },
+            IBV_WR_SEND_WITH_IMM => return Err(EOPNOTSUPP),
+            IBV_WR_RDMA_READ => SendOp::Read {
+                remote_stag: w.wr.rdma.rkey,
+                remote_to: w.wr.rdma.remote_addr,
+            },
+            IBV_WR_ATOMIC_FETCH_AND_ADD => SendOp::AtomicFetchAdd {
+                remote_stag: w.wr.atomic.rkey,
+                remote_to: w.wr.atomic.remote_addr,
+                add: w.wr.atomic.compare_add,
+                add_mask: 0,
+            },
+            IBV_WR_ATOMIC_CMP_AND_SWP => SendOp::AtomicCmpSwap {
+                remote_stag: w.wr.atomic.rkey,
+                remote_to: w.wr.atomic.remote_addr,
+                compare: w.wr.atomic.compare_add,
+                compare_mask: u64::MAX,
+                swap: w.wr.atomic.swap,
+                swap_mask: u64::MAX,
+            },
+            _ => return Err(EOPNOTSUPP),
+        }
+    };
+    Ok(op)
+}
+
+unsafe extern "C" fn post_send(
+    qp: *mut ibv_qp,
+    mut wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
+    guard(EINVAL, || {
+        // SAFETY: qp is ours.
+        let Some(q) = (unsafe { qp_ref(qp) }) else {
+            return EINVAL;
+        };
+        while !wr.is_null() {
+            // SAFETY: the caller's list (ibv_post_send(3)).
+            let w = unsafe { &*wr };
+            if let Err(e) = post_one(q, w) {
+                if !bad.is_null() {
+                    // SAFETY: bad is the caller's out-pointer.
+                    unsafe { *bad = wr };
+                }
+                return e;
+            }
+            wr = w.next;
+        }
+        0
+    })
+}
+
+fn post_one(q: &Qp, w: &ibv_send_wr) -> Result<(), c_int> {
+    let fenced = w.send_flags & IBV_SEND_FENCE != 0;
+    if w.opcode == IBV_WR_LOCAL_INV {
+        // SAFETY: the union member of IBV_WR_LOCAL_INV.
+        let stag = unsafe { w.__bindgen_anon_1.invalidate_rkey };
+        return q
+            .qp
+            .post_local_invalidate(w.wr_id, stag, fenced)
+            .map_err(|e| errno_of(&e));
+    }
+    let op = send_op(w)?;
+    // SAFETY: sg_list holds num_sge entries.
+    let sg = unsafe { sges(w.sg_list, w.num_sge) }?;
+    let signaled = q.sig_all || w.send_flags & IBV_SEND_SIGNALED != 0;
+    if w.send_flags & IBV_SEND_INLINE != 0 && !matches!(op, SendOp::Read { .. }) {
+        let total: usize = sg.iter().map(|s| s.length as usize).sum();
+        if total > q.max_inline as usize {
+            return Err(EINVAL);
+        }
+        let mut data = Vec::with_capacity(total);
+        for s in sg {
+            // SAFETY: inline data is read from the caller's buffers at post time
+            // (IBV_SEND_INLINE: addr/length name readable memory, lkey unused).
+            data.extend_from_slice(unsafe {
+                std::slice::from_raw_parts(s.addr as usize as *const u8, s.length as usize)
+            });
+        }
+        return q
+            .qp
+            .post_send_inline_with(w.wr_id, op, &data, signaled, fenced)
+            .map_err(|e| errno_of(&e));
+    }
+    let (v, n) = to_sges(sg);
+    let mut s = wv::SendWr::new(w.wr_id, op, &v[..n]).map_err(|e| errno_of(&e))?;
+    if fenced {
+        s = s.fenced();
+    }
+    if !signaled {
+        s = s.unsignaled();
+    }
+    q.qp.post_send(&s).map_err(|e| errno_of(&e))
+}
+
+unsafe extern "C" fn post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard(EINVAL, || {
+        // SAFETY: qp is ours.
+        let Some(q) = (unsafe { qp_ref(qp) }) else {
+            return EINVAL;
+        };
+        if q.srq {
+            return EINVAL; // ibv_post_recv(3) on a QP with an SRQ
+        }
+        post_recv_list(wr, bad, |r| q.qp.post_recv(r))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    // QPs are not created with the extended work request interface.
+    null_mut()
+}
+
+// ---------------------------------------------------------------- not supported
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_create_ah(_pd: *mut ibv_pd, _attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+    set_errno(EOPNOTSUPP); // address handles are for UD, which iWARP has not
+    null_mut()
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_create_ah_from_wc(
+    _pd: *mut ibv_pd,
+    _wc: *mut ibv_wc,
+    _grh: *mut ibv_grh,
+    _port: u8,
+) -> *mut ibv_ah {
+    set_errno(EOPNOTSUPP);
+    null_mut()
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_destroy_ah(_ah: *mut ibv_ah) -> c_int {
+    EOPNOTSUPP
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_attach_mcast(
+    _qp: *mut ibv_qp,
+    _gid: *const ibv_gid,
+    _lid: u16,
+) -> c_int {
+    EOPNOTSUPP
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_detach_mcast(
+    _qp: *mut ibv_qp,
+    _gid: *const ibv_gid,
+    _lid: u16,
+) -> c_int {
+    EOPNOTSUPP
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_import_device(_fd: c_int) -> *mut ibv_context {
+    set_errno(EOPNOTSUPP); // no kernel uverbs file to import
+    null_mut()
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_import_pd(_c: *mut ibv_context, _h: u32) -> *mut ibv_pd {
+    set_errno(EOPNOTSUPP);
+    null_mut()
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_unimport_pd(_pd: *mut ibv_pd) {}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_rereg_mr(
+    _mr: *mut ibv_mr,
+    _flags: c_int,
+    _pd: *mut ibv_pd,
+    _addr: *mut c_void,
+    _len: usize,
+    _access: c_int,
+) -> c_int {
+    EOPNOTSUPP
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_reg_dmabuf_mr(
+    _pd: *mut ibv_pd,
+    _off: u64,
+    _len: usize,
+    _iova: u64,
+    _fd: c_int,
+    _access: c_int,
+) -> *mut ibv_mr {
+    set_errno(EOPNOTSUPP);
+    null_mut()
+}
+
+// ---------------------------------------------------------------- strings
+
+macro_rules! cstr_table {
+    ($v:expr, $($k:ident => $s:literal),* $(,)?) => {
+        match $v {
+            $($k => concat!($s, "\0").as_ptr().cast(),)*
+            _ => "unknown\0".as_ptr().cast(),
+        }
+    };
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_wc_status_str(s: ibv_wc_status) -> *const c_char {
+    cstr_table!(s,
+        IBV_WC_SUCCESS => "success",
+        IBV_WC_LOC_LEN_ERR => "local length error",
+        IBV_WC_LOC_QP_OP_ERR => "local QP operation error",
+        IBV_WC_LOC_EEC_OP_ERR => "local EE context operation error",
+        IBV_WC_LOC_PROT_ERR => "local protection error",
+        IBV_WC_WR_FLUSH_ERR => "Work Request Flushed Error",
+        IBV_WC_MW_BIND_ERR => "memory management operation error",
+        IBV_WC_BAD_RESP_ERR => "bad response error",
+        IBV_WC_LOC_ACCESS_ERR => "local access error",
+        IBV_WC_REM_INV_REQ_ERR => "remote invalid request error",
+        IBV_WC_REM_ACCESS_ERR => "remote access error",
+        IBV_WC_REM_OP_ERR => "remote operation error",
+        IBV_WC_RETRY_EXC_ERR => "transport retry counter exceeded",
+        IBV_WC_RNR_RETRY_EXC_ERR => "RNR retry counter exceeded",
+        IBV_WC_LOC_RDD_VIOL_ERR => "local RDD violation error",
+        IBV_WC_REM_INV_RD_REQ_ERR => "remote invalid RD request",
+        IBV_WC_REM_ABORT_ERR => "aborted error",
+        IBV_WC_INV_EECN_ERR => "invalid EE context number",
+        IBV_WC_INV_EEC_STATE_ERR => "invalid EE context state",
+        IBV_WC_FATAL_ERR => "fatal error",
+        IBV_WC_RESP_TIMEOUT_ERR => "response timeout error",
+        IBV_WC_GENERAL_ERR => "general error",
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_port_state_str(s: ibv_port_state) -> *const c_char {
+    cstr_table!(s,
+        IBV_PORT_NOP => "PORT_NOP",
+        IBV_PORT_DOWN => "PORT_DOWN",
+        IBV_PORT_INIT => "PORT_INIT",
+        IBV_PORT_ARMED => "PORT_ARMED",
+        IBV_PORT_ACTIVE => "PORT_ACTIVE",
+        IBV_PORT_ACTIVE_DEFER => "PORT_ACTIVE_DEFER",
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_node_type_str(t: ibv_node_type) -> *const c_char {
+    cstr_table!(t,
+        IBV_NODE_CA => "InfiniBand channel adapter",
+        IBV_NODE_SWITCH => "InfiniBand switch",
+        IBV_NODE_ROUTER => "InfiniBand router",
+        IBV_NODE_RNIC => "iWARP NIC",
+        IBV_NODE_USNIC => "usNIC",
+        IBV_NODE_USNIC_UDP => "usNIC UDP",
+        IBV_NODE_UNSPECIFIED => "unspecified",
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_ibv_event_type_str(t: ibv_event_type) -> *const c_char {
+    cstr_table!(t,
+        IBV_EVENT_CQ_ERR => "CQ error",
+        IBV_EVENT_QP_FATAL => "local work queue catastrophic error",
+        IBV_EVENT_QP_REQ_ERR => "invalid request local work queue error",
+        IBV_EVENT_QP_ACCESS_ERR => "local access violation work queue error",
+        IBV_EVENT_COMM_EST => "communication established",
+        IBV_EVENT_SQ_DRAINED => "send queue drained",
+        IBV_EVENT_PATH_MIG => "path migrated",
+        IBV_EVENT_PATH_MIG_ERR => "path migration request error",
+        IBV_EVENT_DEVICE_FATAL => "local catastrophic error",
+        IBV_EVENT_PORT_ACTIVE => "port active",
+        IBV_EVENT_PORT_ERR => "port error",
+        IBV_EVENT_LID_CHANGE => "LID change",
+        IBV_EVENT_PKEY_CHANGE => "P_Key change",
+        IBV_EVENT_SM_CHANGE => "SM change",
+        IBV_EVENT_SRQ_ERR => "SRQ catastrophic error",
+        IBV_EVENT_SRQ_LIMIT_REACHED => "SRQ limit reached",
+        IBV_EVENT_QP_LAST_WQE_REACHED => "last WQE reached",
+        IBV_EVENT_CLIENT_REREGISTER => "client reregistration",
+        IBV_EVENT_GID_CHANGE => "GID table change",
+        IBV_EVENT_WQ_FATAL => "WQ fatal",
+    )
+}
+
