@@ -53,6 +53,9 @@ scripts/test-engine.sh
 step "iwperf: every test over net_memif between two processes, both directions, verified"
 scripts/test-iwperf.sh
 
+step "rdma-core programs unmodified on Warpcore: perftest, rping, ucmatose, rdma_server (with-warpcore)"
+scripts/test-rdma-compat.sh
+
 step "floods: 2,000 silent connections must not lock a listener (iwping over net_af_packet)"
 scripts/test-flood.sh
 

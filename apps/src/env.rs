@@ -17,7 +17,7 @@
 //! | `WARPCORE_CORES=LIST` | CPUs: the first for the application, the rest for engine cores |
 //! | `WARPCORE_MTU=N` | IP MTU, 576 to 9000 |
 //! | `WARPCORE_CAPTURE=PATH` | pcapng of this side's traffic |
-//! | `WARPCORE_POLL_MODE=thread\|busy` | engine threads that park when idle (default) or spin |
+//! | `WARPCORE_POLL_MODE=thread\|busy\|caller` | engine threads that park when idle (default) or spin, or none: the application's polls and waits run the engine (a background thread of the drop-in runs it otherwise) |
 //! | `WARPCORE_CRC=on\|off` | MPA CRC32c (default on) |
 //! | `WARPCORE_MARKERS=on\|off` | MPA markers (default off) |
 //! | `WARPCORE_MPA_REV=1\|2` | MPA revision (default 2) |
@@ -128,16 +128,14 @@ pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<EnvConfig, EnvE
         dev.mtu = Some(mtu);
     }
     dev.capture = parse("WARPCORE_CAPTURE", "a file path")?.map(PathBuf::from);
-    let drive = match parse("WARPCORE_POLL_MODE", "thread or busy")?.as_deref() {
+    let drive = match parse("WARPCORE_POLL_MODE", "thread, busy or caller")?.as_deref() {
         None | Some("thread") => Drive::Thread,
         Some("busy") => Drive::BusyPoll,
+        Some("caller") => Drive::Caller,
         Some(o) => {
             return Err(bad(
                 "WARPCORE_POLL_MODE",
-                format!(
-                    "{o:?}: expected thread or busy (an application of its own cannot run \
-                     the engine from its polls)"
-                ),
+                format!("{o:?}: expected thread, busy or caller"),
             ))
         }
     };
@@ -268,10 +266,10 @@ mod tests {
                 &[
                     ("WARPCORE_MEMIF", "/s"),
                     ("WARPCORE_IP", "1.2.3.4"),
-                    ("WARPCORE_POLL_MODE", "caller"),
+                    ("WARPCORE_POLL_MODE", "spin"),
                 ][..],
                 "WARPCORE_POLL_MODE",
-                "thread or busy",
+                "thread, busy or caller",
             ),
             (
                 &[

@@ -4,7 +4,7 @@
 //!   event makes `fd` readable while an event waits (`poll()` users), and
 //!   `rdma_get_cm_event` reads a token (blocking, unless the application made `fd`
 //!   non-blocking: then `EAGAIN`) and takes the event.
-//! - The dispatcher thread ([`start_dispatcher`]) sleeps on the engine's CM event channel
+//! - The dispatcher thread (`start_dispatcher`) sleeps on the engine's CM event channel
 //!   and queues each event on the channel of the id it belongs to: a connection request on
 //!   the listening id's channel with a new child id, the rest on the id whose QP it names.
 //!   Address and route resolution are immediate (one Ethernet segment or a gateway: ARP
@@ -245,6 +245,9 @@ fn fail<T>(e: c_int, v: T) -> T {
 
 /// Starts the thread that routes the engine's CM events to the ids' channels.
 pub(crate) fn start_dispatcher(ctx: &wv::Context) -> Result<(), wv::Error> {
+    if ctx.caller_driven() {
+        return start_background_driver(ctx);
+    }
     let ec = ctx.event_channel()?;
     let ctx = ctx.clone();
     std::thread::Builder::new()
@@ -256,6 +259,37 @@ pub(crate) fn start_dispatcher(ctx: &wv::Context) -> Result<(), wv::Error> {
                 Err(e) => {
                     eprintln!("warpcore: the CM event thread stops: {e}");
                     return;
+                }
+            }
+        })
+        .map_err(|e| wv::Error::Channel(wv::IoError(std::sync::Arc::new(e))))?;
+    Ok(())
+}
+
+/// With `WARPCORE_POLL_MODE=caller` the application's CQ polls and waits run the engine
+/// cores; this thread runs them the rest of the time (connection set-up, acknowledgements,
+/// timers, and the data of an application that waits by watching memory, as
+/// `ib_write_lat` does) and routes the CM events. While nothing happens it backs off from
+/// spinning to 20 us sleeps (for 2,000 rounds) and then to half a millisecond.
+fn start_background_driver(ctx: &wv::Context) -> Result<(), wv::Error> {
+    let ctx = ctx.clone();
+    std::thread::Builder::new()
+        .name("warpcore-cm".into())
+        .spawn(move || {
+            // Sleep as long as asked, not the 50 us of default timer slack more.
+            crate::verbs::fine_timer_slack();
+            let mut idle = 0u32;
+            loop {
+                let mut work = ctx.progress();
+                while let Some(e) = ctx.next_event(std::time::Duration::ZERO) {
+                    work = true;
+                    dispatch(&ctx, e);
+                }
+                idle = if work { 0 } else { idle.saturating_add(1) };
+                match idle {
+                    0..=100 => std::hint::spin_loop(),
+                    101..=2000 => std::thread::sleep(std::time::Duration::from_micros(20)),
+                    _ => std::thread::sleep(std::time::Duration::from_micros(500)),
                 }
             }
         })
@@ -513,7 +547,11 @@ fn create_id(
     ps: rdma_port_space,
 ) -> Result<*mut Id, c_int> {
     if ps != RDMA_PS_TCP {
-        return Err(EOPNOTSUPP); // iWARP runs over TCP; no UDP/IB port spaces
+        eprintln!(
+            "warpcore: rdma_create_id: port space {ps:#x} is not supported: iWARP runs over \
+             TCP (RDMA_PS_TCP, reliable-connected QPs) only"
+        );
+        return Err(EOPNOTSUPP);
     }
     let (chan, sync) = if ch.is_null() {
         (Chan::new().ok_or(crate::ENOMEM)?.cast(), true)
@@ -1361,7 +1399,11 @@ pub extern "C" fn __wc_rdma_create_ep(
             let id = unsafe { &mut *pid.cast::<Id>() };
             id.id.pd = pd;
             // SAFETY: qp_attr is NULL or the caller's.
-            id.lock().ep_attr = unsafe { qp_attr.as_ref() }.copied();
+            id.lock().ep_attr = unsafe { qp_attr.as_ref() }.map(|a| ibv_qp_init_attr {
+                // librdmacm takes the QP type from the address information.
+                qp_type: ep_qp_type(r),
+                ..*a
+            });
         } else {
             if __wc_rdma_resolve_addr(pid, r.ai_src_addr, r.ai_dst_addr, 2000) != 0
                 || __wc_rdma_resolve_route(pid, 2000) != 0
@@ -1373,6 +1415,7 @@ pub extern "C" fn __wc_rdma_create_ep(
             id.id.pd = pd;
             // SAFETY: qp_attr is NULL or the caller's.
             if let Some(a) = unsafe { qp_attr.as_mut() } {
+                a.qp_type = ep_qp_type(r);
                 if let Err(e) = create_qp_on(id, pd, a) {
                     return cleanup(e);
                 }
@@ -1382,6 +1425,14 @@ pub extern "C" fn __wc_rdma_create_ep(
         unsafe { *out = pid };
         0
     })
+}
+
+/// The QP type `rdma_create_ep` gives the QP: the address information's.
+fn ep_qp_type(r: &rdma_addrinfo) -> ibv_qp_type {
+    match r.ai_qp_type {
+        0 => IBV_QPT_RC,
+        t => t as ibv_qp_type,
+    }
 }
 
 fn errno() -> c_int {
@@ -1440,4 +1491,14 @@ pub extern "C" fn __wc_rdma_get_request(
             return 0;
         }
     })
+}
+
+/// Queues an event on an id's channel (unit tests of the channel).
+#[cfg(test)]
+pub(crate) fn post_test_event(id: *mut rdma_cm_id, kind: rdma_cm_event_type) {
+    // SAFETY: a live id of the test's.
+    let i = unsafe { id_ref(id) }.expect("an id");
+    chan_of(i)
+        .expect("a channel")
+        .post(new_event(id, null_mut(), kind, 0, &[], (0, 0)));
 }

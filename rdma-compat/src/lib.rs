@@ -192,3 +192,6 @@ pub(crate) fn reachable(e: &Engine, dst: std::net::Ipv4Addr) -> bool {
     };
     (u32::from(dst) & mask) == (u32::from(e.ip) & mask)
 }
+
+#[cfg(test)]
+mod tests;

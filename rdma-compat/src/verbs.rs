@@ -472,7 +472,16 @@ pub extern "C" fn __wc_ibv_is_fork_initialized() -> c_int {
     IBV_FORK_UNNEEDED as c_int
 }
 
+/// Sets the calling thread's timer slack to 1 ns (`PR_SET_TIMERSLACK`), so its short
+/// sleeps last what they ask.
+pub(crate) fn fine_timer_slack() {
+    const PR_SET_TIMERSLACK: c_int = 29;
+    // SAFETY: prctl with an integer argument changes only this thread's timer slack.
+    unsafe { prctl(PR_SET_TIMERSLACK, 1) };
+}
+
 extern "C" {
+    fn prctl(option: c_int, ...) -> c_int;
     fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
     fn poll(fds: *mut PollFd, n: u64, timeout: c_int) -> c_int;
 }
@@ -568,7 +577,7 @@ pub(crate) struct Mr {
     _mr: wv::MemoryRegion,
 }
 
-fn access_of(flags: c_int) -> Result<Access, c_int> {
+pub(crate) fn access_of(flags: c_int) -> Result<Access, c_int> {
     let f = flags as c_uint;
     let known = IBV_ACCESS_LOCAL_WRITE
         | IBV_ACCESS_REMOTE_WRITE
@@ -758,6 +767,34 @@ pub(crate) struct Cq {
     pub ibv: ibv_cq,
     pub cq: wv::CompletionQueue,
     chan: *mut Chan,
+    /// Work requests posted to a queue pair in the error state: the verbs accept them and
+    /// complete them with a flush error, which the engine's typed API refuses instead.
+    flushed: Mutex<std::collections::VecDeque<ibv_wc>>,
+}
+
+/// Whether a post failed only because the QP is closing or in error: the verbs complete
+/// such a request with `IBV_WC_WR_FLUSH_ERR` instead of failing the post (what every
+/// provider does; perftest reposts a receive after the peer has closed).
+fn flushes(e: &wv::Error) -> bool {
+    matches!(
+        e,
+        wv::Error::InvalidState(wv::QpState::Closing | wv::QpState::Terminate | wv::QpState::Error)
+    )
+}
+
+fn push_flush(cq: *mut ibv_cq, wr_id: u64, qp_num: u32, opcode: ibv_wc_opcode) {
+    // SAFETY: a QP's CQs outlive it.
+    if let Some(c) = unsafe { cq_ref(cq) } {
+        let mut w: ibv_wc = Default::default();
+        w.wr_id = wr_id;
+        w.status = IBV_WC_WR_FLUSH_ERR;
+        w.opcode = opcode;
+        w.qp_num = qp_num;
+        c.flushed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(w);
+    }
 }
 
 /// # Safety
@@ -804,6 +841,7 @@ pub extern "C" fn __wc_ibv_create_cq(
                     },
                     cq,
                     chan,
+                    flushed: Mutex::default(),
                 }));
                 // SAFETY: chan is NULL or ours.
                 if let Some(ch) = unsafe { chan.as_ref() } {
@@ -899,7 +937,7 @@ pub extern "C" fn __wc_ibv_ack_cq_events(_cq: *mut ibv_cq, _n: c_uint) {
     // Events are not counted against destroy: ibv_destroy_cq never waits.
 }
 
-fn wc_of(c: &Completion) -> ibv_wc {
+pub(crate) fn wc_of(c: &Completion) -> ibv_wc {
     let mut w: ibv_wc = Default::default();
     w.wr_id = c.wr_id;
     w.status = match c.status {
@@ -950,6 +988,15 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_in
             return -1;
         }
         let mut done = 0usize;
+        {
+            let mut f = q.flushed.lock().unwrap_or_else(|e| e.into_inner());
+            while done < n as usize {
+                let Some(w) = f.pop_front() else { break };
+                // SAFETY: wc has room for n entries.
+                unsafe { wc.add(done).write(w) };
+                done += 1;
+            }
+        }
         let mut buf = [Completion {
             wr_id: 0,
             qp: wv::QpId {
@@ -1133,7 +1180,7 @@ unsafe extern "C" fn post_srq_recv(
         let Some(q) = (unsafe { s.cast::<Srq>().as_ref() }) else {
             return EINVAL;
         };
-        post_recv_list(wr, bad, |r| q.srq.post_recv(r))
+        post_recv_list(wr, bad, |r| q.srq.post_recv(r), |_| {})
     })
 }
 
@@ -1141,6 +1188,7 @@ fn post_recv_list(
     mut wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
     post: impl Fn(&wv::RecvWr) -> Result<(), wv::Error>,
+    flush: impl Fn(u64),
 ) -> c_int {
     while !wr.is_null() {
         // SAFETY: the caller's list of work requests (ibv_post_recv(3)).
@@ -1150,7 +1198,13 @@ fn post_recv_list(
             let (v, n) = to_sges(s);
             wv::RecvWr::new(w.wr_id, &v[..n]).map_err(|e| errno_of(&e))
         });
-        let r = r.and_then(|rw| post(&rw).map_err(|e| errno_of(&e)));
+        let r = r.and_then(|rw| match post(&rw) {
+            Err(e) if flushes(&e) => {
+                flush(w.wr_id);
+                Ok(())
+            }
+            r => r.map_err(|e| errno_of(&e)),
+        });
         if let Err(e) = r {
             if !bad.is_null() {
                 // SAFETY: bad is the caller's out-pointer.
@@ -1195,7 +1249,12 @@ pub(crate) fn create_qp(
     // SAFETY: pd is NULL or ours.
     let p = unsafe { pd_ref(pd) }.ok_or(EINVAL)?;
     if attr.qp_type != IBV_QPT_RC {
-        return Err(EOPNOTSUPP); // iWARP is reliable-connected only
+        eprintln!(
+            "warpcore: QP type {} is not supported: iWARP has reliable-connected QPs \
+             (IBV_QPT_RC) only",
+            attr.qp_type
+        );
+        return Err(EOPNOTSUPP);
     }
     // SAFETY: the CQs and SRQ are NULL or ours.
     let (scq, rcq) = unsafe { (cq_ref(attr.send_cq), cq_ref(attr.recv_cq)) };
@@ -1274,11 +1333,34 @@ pub extern "C" fn __wc_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         if qp.is_null() {
             return EINVAL;
         }
-        crate::cm::forget_qp(qp);
         // SAFETY: qp came from ibv_create_qp or rdma_create_qp.
+        if let Some(q) = unsafe { qp_ref(qp) } {
+            linger(&q.qp);
+        }
+        crate::cm::forget_qp(qp);
+        // SAFETY: as above; the application is done with it.
         drop(unsafe { Box::from_raw(qp.cast::<Qp>()) });
         0
     })
+}
+
+/// Longest a destroy waits for a connected QP's graceful close.
+const LINGER: Duration = Duration::from_secs(2);
+
+/// Closes a connected QP gracefully before it is destroyed: what it has queued (a Send
+/// whose completion the application has seen may still sit in the TCP send buffer) goes
+/// out, then both FINs, as siw's destroy does on a kernel socket, instead of the engine's
+/// abortive destroy (RST, unsent data dropped). Bounded by [`LINGER`].
+fn linger(qp: &wv::QueuePair) {
+    if qp.state() != wv::QpState::Rts || qp.disconnect().is_err() {
+        return;
+    }
+    let deadline = std::time::Instant::now() + LINGER;
+    while matches!(qp.state(), wv::QpState::Rts | wv::QpState::Closing)
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_micros(200));
+    }
 }
 
 #[no_mangle]
@@ -1357,7 +1439,7 @@ pub extern "C" fn __wc_ibv_query_qp(
 }
 
 /// One `ibv_send_wr` as a Warpcore send operation.
-fn send_op(w: &ibv_send_wr) -> Result<SendOp, c_int> {
+pub(crate) fn send_op(w: &ibv_send_wr) -> Result<SendOp, c_int> {
     let solicited = w.send_flags & IBV_SEND_SOLICITED != 0;
     // SAFETY: reading the union member the opcode selects (ibv_post_send(3)).
     let op = unsafe {
@@ -1423,7 +1505,16 @@ unsafe extern "C" fn post_send(
         while !wr.is_null() {
             // SAFETY: the caller's list (ibv_post_send(3)).
             let w = unsafe { &*wr };
-            if let Err(e) = post_one(q, w) {
+            let r = match post_one(q, w) {
+                Err(Posted::Engine(e)) if flushes(&e) => {
+                    push_flush(q.ibv.send_cq, w.wr_id, q.ibv.qp_num, IBV_WC_SEND);
+                    Ok(())
+                }
+                Err(Posted::Engine(e)) => Err(errno_of(&e)),
+                Err(Posted::Errno(e)) => Err(e),
+                Ok(()) => Ok(()),
+            };
+            if let Err(e) = r {
                 if !bad.is_null() {
                     // SAFETY: bad is the caller's out-pointer.
                     unsafe { *bad = wr };
@@ -1436,7 +1527,25 @@ unsafe extern "C" fn post_send(
     })
 }
 
-fn post_one(q: &Qp, w: &ibv_send_wr) -> Result<(), c_int> {
+/// Why a send work request was not posted.
+enum Posted {
+    Errno(c_int),
+    Engine(wv::Error),
+}
+
+impl From<c_int> for Posted {
+    fn from(e: c_int) -> Posted {
+        Posted::Errno(e)
+    }
+}
+
+impl From<wv::Error> for Posted {
+    fn from(e: wv::Error) -> Posted {
+        Posted::Engine(e)
+    }
+}
+
+fn post_one(q: &Qp, w: &ibv_send_wr) -> Result<(), Posted> {
     let fenced = w.send_flags & IBV_SEND_FENCE != 0;
     if w.opcode == IBV_WR_LOCAL_INV {
         // SAFETY: the union member of IBV_WR_LOCAL_INV.
@@ -1444,16 +1553,16 @@ fn post_one(q: &Qp, w: &ibv_send_wr) -> Result<(), c_int> {
         return q
             .qp
             .post_local_invalidate(w.wr_id, stag, fenced)
-            .map_err(|e| errno_of(&e));
+            .map_err(Posted::from);
     }
-    let op = send_op(w)?;
+    let op = send_op(w).map_err(Posted::from)?;
     // SAFETY: sg_list holds num_sge entries.
-    let sg = unsafe { sges(w.sg_list, w.num_sge) }?;
+    let sg = unsafe { sges(w.sg_list, w.num_sge) }.map_err(Posted::from)?;
     let signaled = q.sig_all || w.send_flags & IBV_SEND_SIGNALED != 0;
     if w.send_flags & IBV_SEND_INLINE != 0 && !matches!(op, SendOp::Read { .. }) {
         let total: usize = sg.iter().map(|s| s.length as usize).sum();
         if total > q.max_inline as usize {
-            return Err(EINVAL);
+            return Err(EINVAL.into());
         }
         let mut data = Vec::with_capacity(total);
         for s in sg {
@@ -1466,17 +1575,17 @@ fn post_one(q: &Qp, w: &ibv_send_wr) -> Result<(), c_int> {
         return q
             .qp
             .post_send_inline_with(w.wr_id, op, &data, signaled, fenced)
-            .map_err(|e| errno_of(&e));
+            .map_err(Posted::from);
     }
     let (v, n) = to_sges(sg);
-    let mut s = wv::SendWr::new(w.wr_id, op, &v[..n]).map_err(|e| errno_of(&e))?;
+    let mut s = wv::SendWr::new(w.wr_id, op, &v[..n]).map_err(Posted::from)?;
     if fenced {
         s = s.fenced();
     }
     if !signaled {
         s = s.unsignaled();
     }
-    q.qp.post_send(&s).map_err(|e| errno_of(&e))
+    q.qp.post_send(&s).map_err(Posted::from)
 }
 
 unsafe extern "C" fn post_recv(
@@ -1492,7 +1601,12 @@ unsafe extern "C" fn post_recv(
         if q.srq {
             return EINVAL; // ibv_post_recv(3) on a QP with an SRQ
         }
-        post_recv_list(wr, bad, |r| q.qp.post_recv(r))
+        post_recv_list(
+            wr,
+            bad,
+            |r| q.qp.post_recv(r),
+            |id| push_flush(q.ibv.recv_cq, id, q.ibv.qp_num, IBV_WC_RECV),
+        )
     })
 }
 
@@ -1673,4 +1787,3 @@ pub extern "C" fn __wc_ibv_event_type_str(t: ibv_event_type) -> *const c_char {
         IBV_EVENT_WQ_FATAL => "WQ fatal",
     )
 }
-

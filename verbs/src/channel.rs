@@ -56,8 +56,30 @@ impl CompletionChannel {
             if left.is_some_and(|l| l.is_zero()) {
                 return Err(Error::Timeout);
             }
-            let Some(id) = self.inner.get_event(left)? else {
-                return Err(Error::Timeout);
+            let id = if self.ctx.caller_driven() {
+                // Nobody else runs the cores: run them while waiting, backing off from
+                // spinning to short sleeps while nothing happens.
+                let mut idle = 0u32;
+                loop {
+                    let work = self.ctx.progress();
+                    if let Some(id) = self.inner.get_event(Some(Duration::ZERO))? {
+                        break id;
+                    }
+                    if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                        return Err(Error::Timeout);
+                    }
+                    idle = if work { 0 } else { idle.saturating_add(1) };
+                    match idle {
+                        0..=200 => std::hint::spin_loop(),
+                        201..=2000 => std::thread::yield_now(),
+                        _ => std::thread::sleep(Duration::from_micros(50)),
+                    }
+                }
+            } else {
+                let Some(id) = self.inner.get_event(left)? else {
+                    return Err(Error::Timeout);
+                };
+                id
             };
             let cq = self
                 .cqs

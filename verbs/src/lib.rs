@@ -311,6 +311,11 @@ impl Context {
         })
     }
 
+    /// Whether the application's threads run the engine cores ([`Drive::Caller`]).
+    pub fn caller_driven(&self) -> bool {
+        self.inner.cores.iter().any(CoreHandle::caller_driven)
+    }
+
     /// Number of engine cores.
     pub fn cores(&self) -> usize {
         self.inner.cores.len()
@@ -341,12 +346,10 @@ impl Context {
 
     /// A completion channel (`ibv_create_comp_channel`): completion queues created with
     /// [`Context::create_cq_with_channel`] signal it when armed, so a thread can sleep until
-    /// a completion arrives. Refused ([`Error::NeedsEngineThreads`]) on a caller-driven
-    /// context, whose cores would not run while the application sleeps.
+    /// a completion arrives. On a caller-driven context ([`Drive::Caller`]) the thread
+    /// waiting in [`CompletionChannel::get_event`] runs the cores while it waits (a thread
+    /// that `poll()`s the descriptor instead must see that something else runs them).
     pub fn create_comp_channel(&self) -> Result<CompletionChannel, Error> {
-        if self.inner.cores.iter().any(CoreHandle::caller_driven) {
-            return Err(Error::NeedsEngineThreads("a completion channel"));
-        }
         CompletionChannel::new(self.clone())
     }
 

@@ -162,16 +162,70 @@ fn solicited_only_arming_waits_for_the_solicited_event_flag() {
 }
 
 #[test]
-fn queues_without_a_channel_and_caller_driven_contexts_refuse() {
+fn queues_without_a_channel_refuse() {
     let (server, _client) = link_contexts();
     let cq = server.create_cq(4).unwrap();
     assert_eq!(cq.req_notify(false).unwrap_err(), Error::NoChannel);
-    let (a, _b) = link_pair(&LinkConfig::default());
-    let mut cfg = Config::new(a, [10, 0, 0, 9]);
+}
+
+/// On a caller-driven context the thread waiting on a completion channel runs the engine
+/// core: a Send from a thread-driven peer arrives and fires the channel while the only
+/// thread of the receiving side sleeps in `get_event` (what the drop-in libibverbs relies
+/// on for `ibv_get_cq_event` with WARPCORE_POLL_MODE=caller).
+#[test]
+fn a_caller_driven_channel_runs_the_cores_while_it_waits() {
+    const PORT: u16 = 4800;
+    let wait = Duration::from_secs(10);
+    let (a, b) = link_pair(&LinkConfig::default());
+    let server = Context::open(Config::new(b, [10, 0, 0, 2])).unwrap();
+    let mut cfg = Config::new(a, [10, 0, 0, 1]);
     cfg.drive = Drive::Caller;
-    let polled = Context::open(cfg).unwrap();
-    let e = polled.create_comp_channel().unwrap_err();
-    assert!(matches!(e, Error::NeedsEngineThreads(_)), "{e}");
+    let client = Context::open(cfg).unwrap();
+    server.listen(PORT, &MpaParams::default()).unwrap();
+    let ch = client.create_comp_channel().unwrap();
+    let ccq = client.create_cq_with_channel(4, &ch).unwrap();
+    let cpd = client.alloc_pd();
+    let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
+    let cmr = cpd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    cqp.post_recv(&RecvWr::new(7, &[cmr.sge(0, 64)]).unwrap())
+        .unwrap();
+    cqp.connect([10, 0, 0, 2], PORT, &MpaParams::default(), b"")
+        .unwrap();
+    let deadline = Instant::now() + wait;
+    let req = loop {
+        assert!(Instant::now() < deadline, "no connection request");
+        client.progress();
+        if let Some(CmEvent::ConnectRequest(r)) = server.next_event(Duration::from_millis(1)) {
+            break r;
+        }
+    };
+    let scq = server.create_cq(4).unwrap();
+    let spd = server.alloc_pd();
+    let sqp = spd
+        .create_qp(&QpInit {
+            core: Some(usize::from(req.request.core)),
+            ..QpInit::new(&scq, &scq)
+        })
+        .unwrap();
+    server.accept(&req, &sqp, b"").unwrap();
+    let mut up = (false, false);
+    while up != (true, true) {
+        assert!(Instant::now() < deadline, "not established: {up:?}");
+        if let Some(CmEvent::Established(_)) = client.next_event(Duration::from_millis(1)) {
+            up.0 = true;
+        }
+        if let Some(CmEvent::Established(_)) = server.next_event(Duration::from_millis(1)) {
+            up.1 = true;
+        }
+    }
+    ccq.req_notify(false).unwrap();
+    let smr = spd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    sqp.post_send(&SendWr::new(1, SendOp::Send, &[smr.sge(0, 16)]).unwrap())
+        .unwrap();
+    let fired = ch.get_event(Some(wait)).unwrap();
+    assert!(fired.same_as(&ccq));
+    let wc = ccq.poll_one().unwrap();
+    assert_eq!((wc.wr_id, wc.byte_len), (7, 16));
 }
 
 /// The connection manager's event channel: a thread sleeps until a connection request

@@ -1,0 +1,354 @@
+//! Unit tests of what needs no engine: the exported names and versions against Debian's
+//! libraries, the translations between the verbs' structs and Warpcore's, the event
+//! channel, address information, and the errors of bad arguments. The end-to-end tests
+//! (Debian's own programs between two processes) are in `scripts/test-rdma-compat.sh`.
+
+use std::ffi::{c_int, CStr};
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::ptr::{null, null_mut};
+
+use warpcore_verbs::{Access, SendOp};
+
+use crate::sys::*;
+use crate::{cm, export, verbs};
+
+fn objdump_defaults(lib: &str) -> Vec<(String, String)> {
+    let out = std::process::Command::new("objdump")
+        .args(["-T", lib])
+        .output()
+        .expect("objdump (binutils) is needed by this test");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 6 && f[1] == "g" && f[2] == "DF" && !f[f.len() - 2].starts_with('('))
+                .then(|| (f[f.len() - 1].to_string(), f[f.len() - 2].to_string()))
+        })
+        .collect()
+}
+
+/// Every name we export exists in Debian's libibverbs.so.1 with the same default version:
+/// a program linked against it binds to ours.
+#[test]
+fn exported_names_have_the_system_librarys_versions() {
+    let sys = objdump_defaults("/usr/lib/x86_64-linux-gnu/libibverbs.so.1");
+    assert!(
+        sys.len() > 50,
+        "objdump read too little of the system library"
+    );
+    for (name, ver) in export::SYMBOLS {
+        assert!(
+            sys.iter().any(|(n, v)| n == name && v == ver),
+            "{name}@@{ver} is not what the system's libibverbs exports"
+        );
+    }
+    // And librdmacm's table, for the forwarding library.
+    let sys = objdump_defaults("/usr/lib/x86_64-linux-gnu/librdmacm.so.1");
+    let table = include_str!("../rdmacm/rdmacm.symbols");
+    let mut n = 0;
+    for l in table
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let mut f = l.split_whitespace();
+        let (name, ver) = (f.next().unwrap(), f.next().unwrap());
+        assert!(
+            sys.iter().any(|(a, b)| a == name && b == ver),
+            "{name}@@{ver} is not what the system's librdmacm exports"
+        );
+        n += 1;
+    }
+    assert!(n >= 30);
+}
+
+#[test]
+fn access_flags_translate_and_bad_ones_are_refused() {
+    let all = (IBV_ACCESS_LOCAL_WRITE
+        | IBV_ACCESS_REMOTE_WRITE
+        | IBV_ACCESS_REMOTE_READ
+        | IBV_ACCESS_REMOTE_ATOMIC
+        | IBV_ACCESS_MW_BIND) as c_int;
+    let a = verbs::access_of(all).unwrap();
+    for x in [
+        Access::LOCAL_WRITE,
+        Access::REMOTE_WRITE,
+        Access::REMOTE_READ,
+        Access::REMOTE_ATOMIC,
+        Access::MW_BIND,
+    ] {
+        assert!(a.contains(x));
+    }
+    assert_eq!(verbs::access_of(0).unwrap(), Access::empty());
+    // ibv_reg_mr(3): remote write without local write is EINVAL.
+    assert_eq!(
+        verbs::access_of(IBV_ACCESS_REMOTE_WRITE as c_int),
+        Err(crate::EINVAL)
+    );
+    // On-demand paging and zero-based regions are not supported.
+    assert_eq!(
+        verbs::access_of(IBV_ACCESS_ON_DEMAND as c_int),
+        Err(crate::EOPNOTSUPP)
+    );
+    assert_eq!(
+        verbs::access_of(IBV_ACCESS_ZERO_BASED as c_int),
+        Err(crate::EOPNOTSUPP)
+    );
+}
+
+#[test]
+fn send_work_requests_translate() {
+    let mut w: ibv_send_wr = Default::default();
+    w.opcode = IBV_WR_RDMA_WRITE;
+    w.wr.rdma = ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
+        remote_addr: 0x1000,
+        rkey: 0xAB,
+    };
+    assert_eq!(
+        verbs::send_op(&w),
+        Ok(SendOp::Write {
+            remote_stag: 0xAB,
+            remote_to: 0x1000
+        })
+    );
+    w.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    w.__bindgen_anon_1.imm_data = 0x1234_5678_u32.to_be();
+    assert_eq!(
+        verbs::send_op(&w),
+        Ok(SendOp::WriteWithImm {
+            remote_stag: 0xAB,
+            remote_to: 0x1000,
+            imm: 0x1234_5678
+        })
+    );
+    w.opcode = IBV_WR_SEND;
+    w.send_flags = IBV_SEND_SOLICITED;
+    assert_eq!(verbs::send_op(&w), Ok(SendOp::SendSe));
+    w.send_flags = 0;
+    w.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+    w.wr.atomic = ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
+        remote_addr: 0x2000,
+        compare_add: 5,
+        swap: 6,
+        rkey: 0xCD,
+    };
+    assert_eq!(
+        verbs::send_op(&w),
+        Ok(SendOp::AtomicCmpSwap {
+            remote_stag: 0xCD,
+            remote_to: 0x2000,
+            compare: 5,
+            compare_mask: u64::MAX,
+            swap: 6,
+            swap_mask: u64::MAX
+        })
+    );
+    // A Send with Immediate carrying payload has no iWARP equivalent.
+    w.opcode = IBV_WR_SEND_WITH_IMM;
+    w.num_sge = 1;
+    assert_eq!(verbs::send_op(&w), Err(crate::EOPNOTSUPP));
+    w.num_sge = 0;
+    assert_eq!(
+        verbs::send_op(&w),
+        Ok(SendOp::Immediate {
+            imm: 0x1234_5678,
+            solicited: false
+        })
+    );
+    // UD-only and unknown opcodes.
+    w.opcode = IBV_WR_TSO;
+    assert_eq!(verbs::send_op(&w), Err(crate::EOPNOTSUPP));
+}
+
+#[test]
+fn completions_translate() {
+    use warpcore_verbs::{Completion, QpId, WcOpcode, WcStatus};
+    let c = Completion {
+        wr_id: 9,
+        qp: QpId {
+            core: 1,
+            index: 2,
+            generation: 3,
+        },
+        opcode: WcOpcode::RecvImm,
+        status: WcStatus::Success,
+        byte_len: 0,
+        solicited: false,
+        invalidated: None,
+        imm: Some(0xDEAD_BEEF),
+        atomic_orig: None,
+    };
+    let w = verbs::wc_of(&c);
+    assert_eq!(w.wr_id, 9);
+    assert_eq!(w.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+    assert_eq!(w.status, IBV_WC_SUCCESS);
+    assert_eq!(w.qp_num, c.qp.qpn());
+    assert_ne!(w.wc_flags & IBV_WC_WITH_IMM, 0);
+    // SAFETY: the union member the flag names.
+    let imm = unsafe { w.__bindgen_anon_1.imm_data };
+    assert_eq!(u32::from_be(imm), 0xDEAD_BEEF);
+    let f = verbs::wc_of(&Completion {
+        status: WcStatus::FlushErr,
+        opcode: WcOpcode::Read,
+        imm: None,
+        invalidated: Some(0x77),
+        ..c
+    });
+    assert_eq!(
+        (f.status, f.opcode),
+        (IBV_WC_WR_FLUSH_ERR, IBV_WC_RDMA_READ)
+    );
+    assert_ne!(f.wc_flags & IBV_WC_WITH_INV, 0);
+}
+
+/// The event channel: readable exactly while an event waits; a non-blocking descriptor
+/// gives EAGAIN; events come out in order and are freed by their acknowledgement.
+#[test]
+fn event_channel_descriptor_and_order() {
+    let ch = cm::__wc_rdma_create_event_channel();
+    assert!(!ch.is_null());
+    // SAFETY: the channel just made.
+    let fd = unsafe { (*ch).fd };
+    let readable = || {
+        let mut p = verbs::PollFd {
+            fd,
+            events: 1,
+            revents: 0,
+        };
+        // SAFETY: a valid pollfd (the test's own poll).
+        unsafe { poll_now(&mut p) }
+    };
+    assert!(!readable());
+    let mut id: *mut rdma_cm_id = null_mut();
+    assert_eq!(
+        cm::__wc_rdma_create_id(ch, &mut id, null_mut(), RDMA_PS_TCP),
+        0
+    );
+    cm::post_test_event(id, RDMA_CM_EVENT_ADDR_RESOLVED);
+    cm::post_test_event(id, RDMA_CM_EVENT_ROUTE_RESOLVED);
+    assert!(readable());
+    let mut ev: *mut rdma_cm_event = null_mut();
+    assert_eq!(cm::__wc_rdma_get_cm_event(ch, &mut ev), 0);
+    // SAFETY: the event just taken.
+    let (kind, of) = unsafe { ((*ev).event, (*ev).id) };
+    assert_eq!((kind, of), (RDMA_CM_EVENT_ADDR_RESOLVED, id));
+    assert_eq!(cm::__wc_rdma_ack_cm_event(ev), 0);
+    assert!(readable());
+    assert_eq!(cm::__wc_rdma_get_cm_event(ch, &mut ev), 0);
+    // SAFETY: as above.
+    assert_eq!(unsafe { (*ev).event }, RDMA_CM_EVENT_ROUTE_RESOLVED);
+    assert_eq!(cm::__wc_rdma_ack_cm_event(ev), 0);
+    assert!(!readable());
+    // Non-blocking: EAGAIN, not a hang.
+    // SAFETY: our own descriptor.
+    let b = unsafe { BorrowedFd::borrow_raw(fd) };
+    set_nonblocking(b.as_raw_fd());
+    assert_eq!(cm::__wc_rdma_get_cm_event(ch, &mut ev), -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(crate::EAGAIN)
+    );
+    // A port space other than TCP is refused with EOPNOTSUPP.
+    let mut ud: *mut rdma_cm_id = null_mut();
+    assert_eq!(
+        cm::__wc_rdma_create_id(ch, &mut ud, null_mut(), RDMA_PS_UDP),
+        -1
+    );
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(crate::EOPNOTSUPP)
+    );
+    assert_eq!(cm::__wc_rdma_destroy_id(id), 0);
+    cm::__wc_rdma_destroy_event_channel(ch);
+    // SAFETY: a static NUL-terminated string.
+    let s = unsafe { CStr::from_ptr(cm::__wc_rdma_event_str(RDMA_CM_EVENT_ESTABLISHED)) };
+    assert_eq!(s.to_str().unwrap(), "RDMA_CM_EVENT_ESTABLISHED");
+}
+
+extern "C" {
+    fn poll(fds: *mut verbs::PollFd, n: u64, timeout: c_int) -> c_int;
+    fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
+}
+
+unsafe fn poll_now(p: &mut verbs::PollFd) -> bool {
+    // SAFETY: one pollfd, no wait.
+    unsafe { poll(p, 1, 0) == 1 && p.revents & 1 != 0 }
+}
+
+fn set_nonblocking(fd: c_int) {
+    // SAFETY: F_GETFL/F_SETFL on the test's own descriptor.
+    unsafe {
+        let fl = fcntl(fd, 3);
+        fcntl(fd, 4, fl | 0o4000);
+    }
+}
+
+#[test]
+fn addrinfo_passive_active_and_bad() {
+    let node = c"10.1.2.3";
+    let port = c"7471";
+    let mut res: *mut rdma_addrinfo = null_mut();
+    assert_eq!(
+        cm::__wc_rdma_getaddrinfo(node.as_ptr(), port.as_ptr(), null(), &mut res),
+        0
+    );
+    // SAFETY: the result just made.
+    let r = unsafe { &*res };
+    assert!(r.ai_src_addr.is_null() && !r.ai_dst_addr.is_null());
+    assert_eq!(r.ai_port_space, RDMA_PS_TCP as c_int);
+    assert_eq!(r.ai_qp_type, IBV_QPT_RC as c_int);
+    // SAFETY: an AF_INET address.
+    let d = unsafe { &*r.ai_dst_addr.cast::<sockaddr_in>() };
+    assert_eq!(
+        (u16::from_be(d.sin_port), u32::from_be(d.sin_addr.s_addr)),
+        (7471, 0x0A01_0203)
+    );
+    cm::__wc_rdma_freeaddrinfo(res);
+    let hints = rdma_addrinfo {
+        ai_flags: RAI_PASSIVE as c_int,
+        ..Default::default()
+    };
+    assert_eq!(
+        cm::__wc_rdma_getaddrinfo(null(), port.as_ptr(), &hints, &mut res),
+        0
+    );
+    // SAFETY: as above.
+    let r = unsafe { &*res };
+    assert!(!r.ai_src_addr.is_null() && r.ai_dst_addr.is_null());
+    cm::__wc_rdma_freeaddrinfo(res);
+    // A non-numeric service, and UDP, are refused.
+    assert_eq!(
+        cm::__wc_rdma_getaddrinfo(node.as_ptr(), c"rdma".as_ptr(), null(), &mut res),
+        -1
+    );
+    let udp = rdma_addrinfo {
+        ai_port_space: RDMA_PS_UDP as c_int,
+        ..Default::default()
+    };
+    assert_eq!(
+        cm::__wc_rdma_getaddrinfo(node.as_ptr(), port.as_ptr(), &udp, &mut res),
+        -1
+    );
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(crate::EOPNOTSUPP)
+    );
+}
+
+/// Null and unsupported arguments get an errno, never a crash.
+#[test]
+fn bad_arguments_are_errors() {
+    assert_eq!(verbs::__wc_ibv_dealloc_pd(null_mut()), crate::EINVAL);
+    assert_eq!(verbs::__wc_ibv_dereg_mr(null_mut()), crate::EINVAL);
+    assert_eq!(verbs::__wc_ibv_destroy_cq(null_mut()), crate::EINVAL);
+    assert_eq!(verbs::__wc_ibv_destroy_qp(null_mut()), crate::EINVAL);
+    assert!(verbs::__wc_ibv_reg_mr(null_mut(), null_mut(), 0, 0).is_null());
+    assert!(verbs::__wc_ibv_create_ah(null_mut(), null_mut()).is_null());
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(crate::EOPNOTSUPP)
+    );
+    assert_eq!(cm::__wc_rdma_destroy_id(null_mut()), -1);
+    assert_eq!(cm::__wc_rdma_connect(null_mut(), null_mut()), -1);
+    assert_eq!(cm::__wc_rdma_get_cm_event(null_mut(), null_mut()), -1);
+    assert_eq!(cm::__wc_rdma_ack_cm_event(null_mut()), -1);
+}

@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# Debian's unmodified rdma-core programs on Warpcore, through scripts/with-warpcore and
+# the drop-in libibverbs.so.1 / librdmacm.so.1 (rdma-compat/), between two processes over
+# DPDK net_memif (no hugepages), issue 13's acceptance:
+#   1. the drop-ins export what the system's libraries export, under the same versions,
+#      and the programs load against them (every symbol they import resolves);
+#   2. rdmacm-utils: rping -v -V -C 10, ucmatose (8 connections), rdma_server/rdma_client,
+#      between two with-warpcore processes, and rping against iwping both ways;
+#   3. perftest -R: ib_write_bw, ib_read_bw, ib_send_bw, ib_write_lat, ib_read_lat,
+#      ib_send_lat, ib_atomic_bw between two with-warpcore processes, and ib_write_bw /
+#      ib_send_lat against iwperf --perftest both ways;
+#   4. the errors a user hits: no WARPCORE_IP, a bad variable, UD (udaddy).
+# Exits non-zero on the first failure; prints "N passed, N failed".
+#
+#   scripts/test-rdma-compat.sh         # about two minutes
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+for t in rping ucmatose udaddy rdma_server rdma_client ib_write_bw ib_read_bw ib_send_bw \
+    ib_write_lat ib_read_lat ib_send_lat ib_atomic_bw ibv_devices objdump; do
+    if ! command -v "$t" >/dev/null; then
+        echo "FAIL $t is not installed: scripts/install-deps.sh installs perftest, rdmacm-utils and ibverbs-utils"
+        exit 1
+    fi
+done
+cargo build --release -q -p warpcore-rdma-compat -p warpcore-rdmacm -p warpcore-provider-stand-ins \
+    -p warpcore-apps --bin iwperf --bin iwping || exit 1
+WW="$root/scripts/with-warpcore"
+IWPERF="$root/target/release/iwperf"
+IWPING="$root/target/release/iwping"
+work=$(mktemp -d /tmp/rdma-compat-test.XXXXXX)
+sock=$work/memif.sock
+pids=()
+passed=0
+failed=0
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+ok() { passed=$((passed + 1)); echo "ok   $*"; }
+bad() {
+    failed=$((failed + 1))
+    echo "FAIL $*"
+    for f in "$work"/*.log; do [[ -f $f ]] && { echo "--- $f"; tail -25 "$f"; }; done
+    echo "$passed passed, $failed failed"
+    exit 1
+}
+
+# --- 1. symbols and versions -----------------------------------------------------------
+"$WW" --memif-server "$sock" --ip 10.77.0.1 -- true || bad "with-warpcore could not lay out the libraries"
+lib="$root/target/warpcore-rdma-release"
+# Every function the drop-in exports is exported by the system's library with the same
+# default version (an application linked against the system's finds it here).
+sysdef() { objdump -T "$1" | awk '$2=="g" && $4 !~ /^\(/ && $3 != "*UND*" {print $NF, $(NF-1)}' | sort; }
+for pair in "libibverbs.so.1:IBVERBS" "librdmacm.so.1:RDMACM"; do
+    name=${pair%%:*}
+    node=${pair##*:}
+    ours=$(sysdef "$lib/$name" | grep " $node" || true)
+    theirs=$(sysdef "/usr/lib/x86_64-linux-gnu/$name")
+    [[ -n "$ours" ]] || bad "$name: no versioned symbols"
+    extra=$(comm -23 <(echo "$ours") <(echo "$theirs"))
+    [[ -z "$extra" ]] || bad "$name exports what the system's does not (or at another version): $extra"
+    ok "$name: $(echo "$ours" | grep -vc "^$node") functions, each at the system library's version"
+done
+# The programs load: every symbol they import from the drop-ins (and the stand-ins) exists
+# at the version they ask for (LD_BIND_NOW resolves all of them at start-up).
+for p in rping ucmatose rdma_server rdma_client ib_write_bw ib_read_bw ib_send_bw ib_write_lat \
+    ib_read_lat ib_send_lat ib_atomic_bw; do
+    out=$(LD_BIND_NOW=1 LD_LIBRARY_PATH="$lib" "$(command -v $p)" --help 2>&1 </dev/null | head -3)
+    if grep -q "symbol lookup error\|version .* not found\|undefined symbol" <<<"$out"; then
+        bad "$p does not load on the drop-ins: $out"
+    fi
+done
+ok "rdmacm-utils and perftest load against the drop-ins with every symbol bound"
+devs=$("$WW" --memif-server "$sock" --ip 10.77.0.1 -- ibv_devices 2>&1)
+grep -q "warpcore0" <<<"$devs" || bad "ibv_devices does not list warpcore0: $devs"
+ok "ibv_devices lists warpcore0"
+
+# --- helpers: two with-warpcore processes over a fresh memif socket --------------------
+# pair NAME SERVER_COMMAND... :: CLIENT_COMMAND...: the server runs in the background (memif
+# server, 10.77.0.1), the client in the foreground (memif client, 10.77.0.2); both must exit 0.
+MODE=${MODE:-thread}
+pair() {
+    local name=$1
+    shift
+    local s=() c=()
+    while [[ $1 != :: ]]; do s+=("$1"); shift; done
+    shift
+    c=("$@")
+    rm -f "$sock" "$work"/*.log
+    timeout 90 "${s[@]}" >"$work/server.log" 2>&1 &
+    local sp=$!
+    pids+=("$sp")
+    for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
+    sleep 0.5
+    if ! timeout 80 "${c[@]}" >"$work/client.log" 2>&1; then
+        kill "$sp" 2>/dev/null
+        bad "$name: the client failed"
+    fi
+    if ! wait "$sp"; then
+        bad "$name: the server failed"
+    fi
+}
+srv() { echo "$WW" --poll-mode "$MODE" --memif-server "$sock" --ip 10.77.0.1 --; }
+cli() { echo "$WW" --poll-mode "$MODE" --memif "$sock" --ip 10.77.0.2 --; }
+
+# --- 2. rdmacm-utils -------------------------------------------------------------------
+pair "rping" $(srv) rping -s -a 10.77.0.1 -v -V -C 10 :: $(cli) rping -c -a 10.77.0.1 -v -V -C 10
+n=$(grep -c "^ping data: rdma-ping-" "$work/client.log")
+[[ $n -eq 10 ]] || bad "rping client printed $n validated pings, wanted 10"
+ok "rping -v -V -C 10 between two with-warpcore processes (10 validated pings each way)"
+
+pair "ucmatose" $(srv) ucmatose -c 8 -C 50 -S 4096 :: $(cli) ucmatose -s 10.77.0.1 -c 8 -C 50 -S 4096
+grep -q "return status 0" "$work/client.log" || bad "ucmatose client did not return status 0"
+ok "ucmatose: 8 connections, 50 messages of 4 KiB each way"
+
+pair "rdma_server/rdma_client" $(srv) rdma_server -s 10.77.0.1 :: $(cli) rdma_client -s 10.77.0.1
+grep -q "rdma_client: end 0" "$work/client.log" || bad "rdma_client did not end 0"
+grep -q "rdma_server: end 0" "$work/server.log" || bad "rdma_server did not end 0"
+ok "rdma_server / rdma_client (rdma_create_ep, rdma_get_request, inline sends)"
+
+pair "rping against iwping -s" "$IWPING" -s --memif "$sock" --ip 10.77.0.1 -C 10 -V \
+    :: $(cli) rping -c -a 10.77.0.1 -v -V -C 10
+ok "rping (with-warpcore) against iwping -s"
+pair "iwping -c against rping -s" $(srv) rping -s -a 10.77.0.1 -V -C 10 \
+    :: "$IWPING" -c -a 10.77.0.1 --memif "$sock" --ip 10.77.0.2 -C 10 -V
+ok "iwping -c against rping -s (with-warpcore)"
+
+# --- 3. perftest -R ----------------------------------------------------------------------
+MODE=caller
+for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat; do
+    n=2000
+    [[ $t == *_lat ]] && n=1000
+    pair "$t -R" $(srv) "$t" -R -n "$n" :: $(cli) "$t" -R -n "$n" 10.77.0.1
+    line=$(grep -A1 "#bytes" "$work/client.log" | tail -1)
+    [[ -n "$line" ]] || bad "$t: no result line"
+    ok "$t -R -n $n: $(echo $line)"
+done
+pair "ib_write_bw -R against iwperf --perftest (server)" \
+    "$IWPERF" write_bw --perftest --memif "$sock" --ip 10.77.0.1 \
+    :: $(cli) ib_write_bw -R -n 2000 10.77.0.1
+ok "ib_write_bw -R (with-warpcore) against iwperf --perftest as server"
+pair "iwperf --perftest client against ib_write_bw -R" $(srv) ib_write_bw -R -n 2000 \
+    :: "$IWPERF" write_bw --perftest -n 2000 --memif "$sock" --ip 10.77.0.2 10.77.0.1
+ok "iwperf --perftest as client against ib_write_bw -R (with-warpcore)"
+pair "ib_send_lat -R against iwperf --perftest (server)" \
+    "$IWPERF" send_lat --perftest --memif "$sock" --ip 10.77.0.1 \
+    :: $(cli) ib_send_lat -R -n 1000 10.77.0.1
+ok "ib_send_lat -R (with-warpcore) against iwperf --perftest as server"
+
+# --- 4. errors users hit -------------------------------------------------------------------
+out=$(env -u WARPCORE_IP WARPCORE_MEMIF="$sock" LD_LIBRARY_PATH="$lib" ibv_devices 2>&1)
+grep -q "WARPCORE_IP" <<<"$out" || bad "a missing WARPCORE_IP is not named: $out"
+ok "a missing WARPCORE_IP is named: $(grep WARPCORE_IP <<<"$out" | head -1)"
+out=$(WARPCORE_IP=10.77.0.1 WARPCORE_MEMIF="$sock" WARPCORE_CRC=maybe LD_LIBRARY_PATH="$lib" ibv_devices 2>&1)
+grep -q "WARPCORE_CRC" <<<"$out" || bad "a bad WARPCORE_CRC is not named: $out"
+ok "a bad WARPCORE_CRC is named"
+# udaddy asks for UD (the RDMA_PS_UDP port space): refused with EOPNOTSUPP (iWARP has
+# none), promptly and without a crash.
+rm -f "$sock"
+out=$(timeout 30 $(srv) udaddy -s 10.77.0.9 2>&1)
+rc=$?
+[[ $rc -ne 0 && $rc -ne 124 && $rc -lt 128 ]] || bad "udaddy: exit $rc (a crash, a hang or a success): $out"
+grep -q "RDMA_PS_TCP" <<<"$out" || bad "udaddy: the refusal is not explained: $out"
+ok "udaddy (UD) is refused, exit $rc: $(grep RDMA_PS_TCP <<<"$out" | head -1)"
+
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
