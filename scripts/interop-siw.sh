@@ -4,14 +4,16 @@
 #   scripts/interop-siw.sh                     # every mode, every test, both directions
 #   scripts/interop-siw.sh --modes "mpa2 mpa2crc" --tests "rping terminate"
 #   scripts/interop-siw.sh --tests perftest-client   # or perftest-server: one direction of perftest
-#   scripts/interop-siw.sh --short             # rping both directions + ib_write_bw, mpa2 (~1.5 min)
+#   scripts/interop-siw.sh --short             # rping both directions + ib_write_bw, mpa2, and
+#                                              # with-warpcore rping -c / ib_write_bw -R server (~2 min)
 #
 # Builds the siw VM once (interop/siw-vm/build.sh, cached under $SIWVM_DIR, default /var/tmp/siw-vm),
 # then boots ONE VM per mode (siw module parameters on its kernel command line) that runs
 # rping and perftest's ib_* -R in a fixed sequence, while our engine (iwping, and
 # iwperf --perftest as perftest's server and as its client; both on net_af_packet
 # over a veth port of the VM's bridge, address 198.18.0.2) plays the other side of each test
-# in the same order. Every VM boot is captured with tshark on the VM's bridge port; each
+# in the same order; the compat rows run Debian's rping and ib_write_bw on our side too, on
+# the drop-in libraries (scripts/with-warpcore). Every VM boot is captured with tshark on the VM's bridge port; each
 # test's TCP port is split out and judged by iwdump (no protocol violation) and by tshark
 # (--disable-protocol rpcordma: zero malformed frames; with CRC negotiated, every CRC
 # checked good). Prints one table "test x mode x direction -> pass/fail + reason" and exits
@@ -33,14 +35,14 @@ export SIWVM_DIR=${SIWVM_DIR:-/var/tmp/siw-vm}
 NS=${IWTEST_NS:-iwtest}
 OUT=${OUT:-/var/tmp/warpcore-interop/$(date -u +%Y%m%d-%H%M%S)}
 MODES="mpa2 mpa2crc mpa1 p2p"
-TESTS="rping perftest terminate markers"
+TESTS="rping perftest terminate markers compat"
 SHORT=
 KEEP=
 while [ $# -gt 0 ]; do
     case $1 in
         --modes) MODES=$2; shift ;;
         --tests) TESTS=$2; shift ;;
-        --short) SHORT=1; MODES=mpa2; TESTS="rping perftest-short" ;;
+        --short) SHORT=1; MODES=mpa2; TESTS="rping perftest-short compat-short" ;;
         --keep) KEEP=1 ;;
         -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
         *) echo "interop-siw: unknown option $1" >&2; exit 2 ;;
@@ -159,6 +161,21 @@ plan_for() { # plan_for MODE -> lines on stdout
             # after the Reply and takes it (MPA-7.1.2-15). The judge notes who went first.
             echo "ib_write_lat client 18525 |ib_write_lat -R -p 18525 -n 200|@iwperf write_lat --perftest -p 18525 -n 200 $pc $VM_IP"
             ;;
+        compat|compat-short)
+            # Debian's own rping and ib_write_bw on our side too, through the drop-in
+            # libraries (scripts/with-warpcore), against siw's in the VM.
+            local ww="--crc off --p2p none --rfc7306 off"
+            case $mode in
+                mpa2crc) ww="--crc on --p2p none --rfc7306 off" ;;
+                mpa1) ww="--crc off --mpa-rev 1 --p2p none --rfc7306 off" ;;
+                p2p) ww="--crc off --p2p write --rfc7306 off" ;;
+            esac
+            echo "wc-rping client 7190 |rping -s -v -V -a $VM_IP -p 7190|@ww $ww -- rping -c -a $VM_IP -p 7190 -C 5 -v -V"
+            echo "wc-ib_write_bw server 18530 |ib_write_bw -R -p 18530 -n 50 -s 65536 $OUR_IP|@ww $ww -- ib_write_bw -R -p 18530 -n 50 -s 65536"
+            [ "$t" = compat-short ] && continue
+            echo "wc-rping server 7191 |rping -c -v -V -C 5 -a $OUR_IP -p 7191|@ww $ww -- rping -s -a $OUR_IP -p 7191 -C 5 -v -V"
+            echo "wc-ib_write_bw client 18531 |ib_write_bw -R -p 18531 -n 50 -s 65536|@ww $ww -- ib_write_bw -R -p 18531 -n 50 -s 65536 $VM_IP"
+            ;;
         terminate)
             echo "terminate client 7176 |rping -s -v -V -a $VM_IP -p 7176|-c -a $VM_IP -p 7176 -C 1 --fault bad-rkey $ours $p2pc"
             echo "terminate server 7177 |rping -c -v -V -C 1 -a $OUR_IP -p 7177|-s -p 7177 --fault bad-rkey $ours"
@@ -246,6 +263,30 @@ judge() { # judge NAME DIR MODE OURLOG OURRC GUESTSECTION PCAP VMCMD OURARGS -> 
         return
     fi
     case ${name%%-*} in
+    wc)
+        # Debian's rping / ib_write_bw on the drop-in libraries (with-warpcore) on our side.
+        local prog=${name#wc-}
+        [ "$rc" = 0 ] || why="$why; our $prog exit $rc: $(grep -m1 -i -E 'error|fail|warpcore:' "$log" | cut -c1-100)"
+        [ "$res" = 0 ] || why="$why; siw's $prog exit $res"
+        [ "$term_us$term_vm" = 00 ] || why="$why; unexpected Terminate"
+        if [ "$prog" = rping ]; then
+            local n=5 got
+            if [ "$dir" = client ]; then
+                got=$(count "$gs" 'server ping data')
+                [ "$(count "$log" '^ping data')" = "$n" ] || why="$why; our rping -c showed $(count "$log" '^ping data') pings, not $n"
+            else
+                got=$(count "$gs" '^ping data')
+                [ "$(count "$log" 'server ping data')" = "$n" ] || why="$why; our rping -s showed $(count "$log" 'server ping data') pings, not $n"
+            fi
+            [ "$got" = "$n" ] || why="$why; siw's rping showed $got pings, not $n"
+            [ -z "$why" ] && why="$n pings validated (-V) by both rpings; $cap"
+        else
+            local line
+            line=$(cat "$log" "$gs" | grep -m1 -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' | tr -d '\r' | tr -s ' \t' ' ')
+            [ -n "$line" ] || why="$why; no result line"
+            [ -z "$why" ] && why="perftest -R both ends: '${line# }'; $cap"
+        fi
+        ;;
     ib_write_bw|ib_read_bw|ib_read_lat|ib_send_bw|ib_send_lat|ib_write_lat)
         [ "$rc" = 0 ] && grep -q 'client done' "$log" || why="$why; iwperf exit $rc: $(grep -m1 'iwperf: .*error.*' "$log" | cut -c1-100)"
         [ "$res" = 0 ] || why="$why; $name exit $res"
@@ -339,7 +380,21 @@ run_mode() { # run_mode MODE
         local name=$1 tdir=$2 log="$dir/$1-$2.log" rc
         i=$((i + 1))
         local retry=""; [ "$tdir" = client ] && retry="--retry 60"
-        if [[ $ourargs == @iwperf* ]]; then
+        if [[ $ourargs == @ww* ]]; then
+            # An unmodified rdma-core program of ours on the drop-in libraries. As a client it
+            # retries while siw's server is not listening yet (the VM boots ~12 s).
+            local tries=1 try
+            [ "$tdir" = client ] && tries=40
+            for try in $(seq 1 $tries); do
+                timeout 120 ip netns exec "$NS" "$root/scripts/with-warpcore" \
+                    --vdev "net_af_packet0,iface=$VETH" --ip "$OUR_IP/24" ${ourargs#@ww } \
+                    >"$log" 2>&1 </dev/null
+                rc=$?
+                [ "$rc" = 0 ] && break
+                grep -q -E 'REJECTED|UNREACHABLE|CONNECT_ERROR|connect error|Unable to perform rdma_client|Failed to connect|error -111' "$log" || break
+                sleep 2
+            done
+        elif [[ $ourargs == @iwperf* ]]; then
             timeout 120 ip netns exec "$NS" "$IWPERF" ${ourargs#@iwperf } --vdev "net_af_packet0,iface=$VETH" \
                 --ip "$OUR_IP" --timeout 60 >"$log" 2>&1 </dev/null
         else

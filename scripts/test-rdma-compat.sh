@@ -6,6 +6,7 @@
 #      and the programs load against them (every symbol they import resolves);
 #   2. rdmacm-utils: rping -v -V -C 10, ucmatose (8 connections), rdma_server/rdma_client,
 #      between two with-warpcore processes, and rping against iwping both ways;
+#      and rdma-compat/tests/c/verbs_check.c (windows, atomics, immediate data, Terminate);
 #   3. perftest -R: ib_write_bw, ib_read_bw, ib_send_bw, ib_write_lat, ib_read_lat,
 #      ib_send_lat, ib_atomic_bw between two with-warpcore processes, and ib_write_bw /
 #      ib_send_lat against iwperf --perftest both ways;
@@ -18,7 +19,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 for t in rping ucmatose udaddy rdma_server rdma_client ib_write_bw ib_read_bw ib_send_bw \
-    ib_write_lat ib_read_lat ib_send_lat ib_atomic_bw ibv_devices objdump; do
+    ib_write_lat ib_read_lat ib_send_lat ib_atomic_bw ibv_devices objdump gcc; do
     if ! command -v "$t" >/dev/null; then
         echo "FAIL $t is not installed: scripts/install-deps.sh installs perftest, rdmacm-utils and ibverbs-utils"
         exit 1
@@ -128,6 +129,17 @@ ok "rping (with-warpcore) against iwping -s"
 pair "iwping -c against rping -s" $(srv) rping -s -a 10.77.0.1 -V -C 10 \
     :: "$IWPING" -c -a 10.77.0.1 --memif "$sock" --ip 10.77.0.2 -C 10 -V
 ok "iwping -c against rping -s (with-warpcore)"
+
+# A C program of ours, built against the system's headers and libraries, for what no
+# Debian tool exercises: memory windows (ibv_alloc_mw, ibv_bind_mw), atomics with their
+# results, Write with Immediate, inline sends, completion channels through
+# rdma_get_send_comp/rdma_get_recv_comp, and a Write past a window's end (Terminate).
+gcc -O2 -Wall -Werror -o "$work/verbs_check" rdma-compat/tests/c/verbs_check.c -lrdmacm -libverbs \
+    || bad "verbs_check.c does not build against the system's libibverbs-dev/librdmacm-dev"
+pair "verbs_check" $(srv) "$work/verbs_check" -s 10.77.0.1 7999 :: $(cli) "$work/verbs_check" -c 10.77.0.1 7999
+grep -q "client: all checks passed" "$work/client.log" || bad "verbs_check client"
+grep -q "server: all checks passed" "$work/server.log" || bad "verbs_check server"
+ok "verbs_check: $(grep -c '^ok:' "$work/client.log") client and $(grep -c '^ok:' "$work/server.log") server checks (windows, atomics, immediate data, inline, channels, Terminate)"
 
 # --- 3. perftest -R ----------------------------------------------------------------------
 MODE=caller

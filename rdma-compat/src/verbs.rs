@@ -92,9 +92,9 @@ pub(crate) fn context() -> Result<*mut ibv_context, c_int> {
         o.post_send = Some(post_send);
         o.post_recv = Some(post_recv);
         o.post_srq_recv = Some(post_srq_recv);
-        o.alloc_mw = None;
-        o.bind_mw = None;
-        o.dealloc_mw = None;
+        o.alloc_mw = Some(alloc_mw);
+        o.bind_mw = Some(bind_mw);
+        o.dealloc_mw = Some(dealloc_mw);
         let c = Box::new(Ctx {
             v,
             async_tx: tx,
@@ -574,7 +574,7 @@ pub extern "C" fn __wc_ibv_dealloc_pd(p: *mut ibv_pd) -> c_int {
 #[repr(C)]
 pub(crate) struct Mr {
     ibv: ibv_mr,
-    _mr: wv::MemoryRegion,
+    mr: wv::MemoryRegion,
 }
 
 pub(crate) fn access_of(flags: c_int) -> Result<Access, c_int> {
@@ -645,7 +645,7 @@ fn reg_mr(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, flags: c_in
                         lkey: stag,
                         rkey: stag,
                     },
-                    _mr: mr,
+                    mr,
                 });
                 Box::into_raw(b).cast()
             }
@@ -698,6 +698,110 @@ pub extern "C" fn __wc_ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         // SAFETY: mr came from ibv_reg_mr; dropping deregisters the STag.
         drop(unsafe { Box::from_raw(mr.cast::<Mr>()) });
         0
+    })
+}
+
+// ---------------------------------------------------------------- memory windows
+
+#[repr(C)]
+pub(crate) struct Mw {
+    ibv: ibv_mw,
+    mw: wv::MemoryWindow,
+}
+
+unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, ty: ibv_mw_type) -> *mut ibv_mw {
+    guard(null_mut(), || {
+        // SAFETY: pd is NULL or ours (ibv_alloc_mw(3)).
+        let Some(p) = (unsafe { pd_ref(pd) }) else {
+            set_errno(EINVAL);
+            return null_mut();
+        };
+        let t = match ty {
+            IBV_MW_TYPE_1 => wv::MwType::Type1,
+            IBV_MW_TYPE_2 => wv::MwType::Type2,
+            _ => {
+                set_errno(EINVAL);
+                return null_mut();
+            }
+        };
+        match p.pd.alloc_mw(t) {
+            Ok(mw) => Box::into_raw(Box::new(Mw {
+                ibv: ibv_mw {
+                    context: p.ibv.context,
+                    pd,
+                    rkey: mw.stag(),
+                    handle: mw.stag(),
+                    type_: ty,
+                },
+                mw,
+            }))
+            .cast(),
+            Err(e) => {
+                set_errno(errno_of(&e));
+                null_mut()
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
+    guard(EINVAL, || {
+        if mw.is_null() {
+            return EINVAL;
+        }
+        // SAFETY: mw came from ibv_alloc_mw.
+        drop(unsafe { Box::from_raw(mw.cast::<Mw>()) });
+        0
+    })
+}
+
+/// The window rights of `mw_access_flags`.
+fn window_access(flags: c_uint) -> Access {
+    let mut a = Access::empty();
+    for (bit, acc) in [
+        (IBV_ACCESS_REMOTE_WRITE, Access::REMOTE_WRITE),
+        (IBV_ACCESS_REMOTE_READ, Access::REMOTE_READ),
+        (IBV_ACCESS_REMOTE_ATOMIC, Access::REMOTE_ATOMIC),
+    ] {
+        if flags & bit != 0 {
+            a |= acc;
+        }
+    }
+    a
+}
+
+/// Posts the bind of `mw` to `info` on `q`; the window's rkey becomes the new STag.
+fn post_bind(q: &Qp, wr_id: u64, mw: *mut ibv_mw, info: &ibv_mw_bind_info) -> Result<u32, Posted> {
+    // SAFETY: mw and the region are ours (ibv_bind_mw(3), IBV_WR_BIND_MW).
+    let (Some(w), Some(m)) = (unsafe { mw.cast::<Mw>().as_mut() }, unsafe {
+        info.mr.cast::<Mr>().as_ref()
+    }) else {
+        // Unbinding (no region) is not supported: invalidate the window instead.
+        return Err(EINVAL.into());
+    };
+    let stag = q.qp.post_bind_mw(
+        wr_id,
+        &w.mw,
+        &m.mr,
+        info.addr,
+        info.length,
+        window_access(info.mw_access_flags),
+    )?;
+    w.ibv.rkey = stag;
+    Ok(stag)
+}
+
+unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, bind: *mut ibv_mw_bind) -> c_int {
+    guard(EINVAL, || {
+        // SAFETY: qp is ours; bind the caller's.
+        let (Some(q), Some(b)) = (unsafe { qp_ref(qp) }, unsafe { bind.as_ref() }) else {
+            return EINVAL;
+        };
+        match post_bind(q, b.wr_id, mw, &b.bind_info) {
+            Ok(_) => 0,
+            Err(Posted::Errno(e)) => e,
+            Err(Posted::Engine(e)) => errno_of(&e),
+        }
     })
 }
 
@@ -1547,6 +1651,20 @@ impl From<wv::Error> for Posted {
 
 fn post_one(q: &Qp, w: &ibv_send_wr) -> Result<(), Posted> {
     let fenced = w.send_flags & IBV_SEND_FENCE != 0;
+    if w.opcode == IBV_WR_BIND_MW {
+        // SAFETY: the union member of IBV_WR_BIND_MW.
+        let b = unsafe { w.__bindgen_anon_2.bind_mw };
+        // SAFETY: the window is ours.
+        let cur = unsafe { b.mw.as_ref() }
+            .map(|m| m.rkey)
+            .ok_or(Posted::Errno(EINVAL))?;
+        // The new rkey is the application's choice in the verbs (ibv_inc_rkey); ours
+        // advances the key by one, which is what ibv_inc_rkey gives.
+        if b.rkey != (cur & !0xFF) | (cur.wrapping_add(1) & 0xFF) {
+            return Err(EINVAL.into());
+        }
+        return post_bind(q, w.wr_id, b.mw, &b.bind_info).map(|_| ());
+    }
     if w.opcode == IBV_WR_LOCAL_INV {
         // SAFETY: the union member of IBV_WR_LOCAL_INV.
         let stag = unsafe { w.__bindgen_anon_1.invalidate_rkey };
