@@ -452,9 +452,36 @@ fn with_qp_id(qp: QpId, f: impl FnOnce(&Id) -> (rdma_cm_event_type, c_int, Vec<u
     let id = unsafe { &*(p as *mut Id) };
     let (kind, status, pd, io) = f(id);
     let ev = new_event(p as *mut rdma_cm_id, null_mut(), kind, status, &pd, io);
-    if let Some(ch) = chan_of(id) {
-        ch.post(ev);
+    let Some(ch) = chan_of(id) else { return };
+    let settle = settle_ms();
+    if kind == RDMA_CM_EVENT_ESTABLISHED && id.lock().request.is_none() && settle > 0 {
+        // WARPCORE_SETTLE_MS: the active side learns of the connection that much later,
+        // so its first Send does not follow the MPA Reply at once (siw drops FPDUs that
+        // arrive before it hands the socket to the QP: docs/interop.md, siw item 1; iwping's
+        // --settle-ms). The channel outlives the id's events (rdma_destroy_event_channel(3)).
+        let (ev, ch) = (ev as usize, ch as *const Chan as usize);
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(settle));
+            // SAFETY: see above.
+            unsafe { (*(ch as *const Chan)).post(ev as *mut Ev) };
+        });
+        return;
     }
+    ch.post(ev);
+}
+
+/// `WARPCORE_SETTLE_MS` (default 0): how long an active side's ESTABLISHED is held back.
+fn settle_ms() -> u64 {
+    static S: OnceLock<u64> = OnceLock::new();
+    *S.get_or_init(|| match std::env::var("WARPCORE_SETTLE_MS") {
+        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
+            eprintln!(
+                "warpcore: WARPCORE_SETTLE_MS={v:?} is not a number of milliseconds; using 0"
+            );
+            0
+        }),
+        Err(_) => 0,
+    })
 }
 
 // ---------------------------------------------------------------- channels and events
@@ -1016,6 +1043,44 @@ pub extern "C" fn __wc_rdma_destroy_qp(p: *mut rdma_cm_id) {
     })
 }
 
+#[no_mangle]
+pub extern "C" fn __wc_rdma_create_srq(
+    p: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_srq_init_attr,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: p is ours.
+        let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
+            return fail(EINVAL, -1);
+        };
+        if let Err(e) = attach_device(&mut id.id) {
+            return fail(e, -1);
+        }
+        let pd = if pd.is_null() { id.id.pd } else { pd };
+        let srq = verbs::__wc_ibv_create_srq(pd, attr);
+        if srq.is_null() {
+            return -1; // errno set
+        }
+        id.id.srq = srq;
+        0
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_destroy_srq(p: *mut rdma_cm_id) {
+    guard((), || {
+        // SAFETY: p is ours.
+        let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
+            return;
+        };
+        if !id.id.srq.is_null() {
+            verbs::__wc_ibv_destroy_srq(id.id.srq);
+            id.id.srq = null_mut();
+        }
+    })
+}
+
 // ---------------------------------------------------------------- connecting
 
 /// The private data of a connection parameter block.
@@ -1445,6 +1510,7 @@ fn errno() -> c_int {
 pub extern "C" fn __wc_rdma_destroy_ep(p: *mut rdma_cm_id) {
     guard((), || {
         __wc_rdma_destroy_qp(p);
+        __wc_rdma_destroy_srq(p);
         __wc_rdma_destroy_id(p);
     })
 }

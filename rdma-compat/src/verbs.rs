@@ -399,6 +399,38 @@ pub extern "C" fn __wc__ibv_query_gid_ex(
     })
 }
 
+/// `ibv_query_gid_type` (rdma-core's private ABI, which `ibv_devinfo` uses): the one GID
+/// is IP-based; there is no iWARP GID type, so RoCE v2 (the IP-based one) is reported.
+#[no_mangle]
+pub extern "C" fn __wc_ibv_query_gid_type(
+    c: *mut ibv_context,
+    port: u8,
+    index: c_uint,
+    ty: *mut c_uint,
+) -> c_int {
+    // enum ibv_gid_type_sysfs (rdma-core's private driver.h): IB/RoCE v1 = 0, RoCE v2 = 1.
+    const IBV_GID_TYPE_SYSFS_ROCE_V2: c_uint = 1;
+    if !check_ctx(c) || ty.is_null() || port != 1 || index != 0 {
+        set_errno(EINVAL);
+        return -1;
+    }
+    // SAFETY: ty is the caller's.
+    unsafe { *ty = IBV_GID_TYPE_SYSFS_ROCE_V2 };
+    0
+}
+
+/// `ibv_read_sysfs_file`: Warpcore's device has no sysfs directory.
+#[no_mangle]
+pub extern "C" fn __wc_ibv_read_sysfs_file(
+    _dir: *const c_char,
+    _file: *const c_char,
+    _buf: *mut c_char,
+    _size: usize,
+) -> c_int {
+    set_errno(crate::ENOENT);
+    -1
+}
+
 #[no_mangle]
 pub extern "C" fn __wc_ibv_query_pkey(
     c: *mut ibv_context,

@@ -9,6 +9,11 @@
 #   CV_FRAMES     frames in the capture
 #   CV_MALFORMED  frames tshark marks malformed (_ws.malformed)
 #   CV_EXPERT     frames carrying an expert-info item of severity error
+#   CV_OVERLAP    frames whose only error is TCP reassembly's "New fragment overlaps old data
+#                 (retransmission?)": a retransmitted segment over bytes tshark had already
+#                 reassembled. Wireshark flags that malformed even when the bytes are the
+#                 same (different bytes are "Conflicting data in fragment overlap", which
+#                 stays malformed), so such frames are counted here, not in the two above.
 #   CV_GOOD       MPA CRCs tshark checked good ("(Good CRC32)" in -V)
 #   CV_BAD        MPA CRCs tshark checked bad ("Bad CRC32" in -V)
 #   CV_IWDUMP     iwdump's exit status (0: no protocol violation)
@@ -20,8 +25,25 @@ capture_verdict() {
     local pcap=$1
     : "${TS:?capture_verdict needs TS (the tshark command)}" "${IWDUMP:?capture_verdict needs IWDUMP}"
     CV_FRAMES=$($TS -r "$pcap" 2>/dev/null | wc -l)
-    CV_MALFORMED=$($TS -r "$pcap" -Y _ws.malformed 2>/dev/null | wc -l)
-    CV_EXPERT=$($TS -r "$pcap" -Y '_ws.expert.severity == error' 2>/dev/null | wc -l)
+    # One line per frame with an error: malformed?, then each expert item as SEVERITY=MESSAGE.
+    local errs
+    errs=$($TS -r "$pcap" -Y '_ws.malformed || _ws.expert.severity == error' -T fields \
+        -E separator='|' -E aggregator='~' -E occurrence=a \
+        -e frame.number -e _ws.malformed -e _ws.expert.severity -e _ws.expert.message 2>/dev/null)
+    local counts
+    counts=$(awk -F'|' -v ov='New fragment overlaps old data (retransmission?)' '
+        NF >= 4 {
+            n = split($3, sev, "~"); split($4, msg, "~")
+            only_ov = 1; err = 0
+            for (i = 1; i <= n; i++) if (sev[i] == 8388608) { err = 1; if (msg[i] != ov) only_ov = 0 }
+            m = split($2, mal, "~")
+            for (i = 1; i <= m; i++) if (mal[i] != "" && mal[i] != "_ws.malformed" && index(mal[i], ov) == 0) only_ov = 0
+            if (only_ov && (err || $2 != "")) { o++; next }
+            if ($2 != "") mf++
+            if (err) ex++
+        }
+        END { printf "%d %d %d\n", mf, ex, o }' <<<"$errs")
+    read -r CV_MALFORMED CV_EXPERT CV_OVERLAP <<<"$counts"
     $TS -r "$pcap" -V >"$pcap.V" 2>/dev/null
     CV_BAD=$(grep -c 'Bad CRC32' "$pcap.V" || true)
     CV_GOOD=$(grep -c '(Good CRC32)' "$pcap.V" || true)
