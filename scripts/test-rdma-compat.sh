@@ -8,12 +8,12 @@
 #      between two with-warpcore processes, and rping against iwping both ways;
 #      and rdma-compat/tests/c/verbs_check.c (windows, atomics, immediate data, Terminate);
 #   3. perftest -R: ib_write_bw, ib_read_bw, ib_send_bw, ib_write_lat, ib_read_lat,
-#      ib_send_lat, ib_atomic_bw between two with-warpcore processes, and ib_write_bw /
-#      ib_send_lat against iwperf --perftest both ways;
+#      ib_send_lat, ib_atomic_bw between two with-warpcore processes, and the six
+#      ib_{write,read,send}_{bw,lat} against iwperf --perftest in both roles;
 #   4. the errors a user hits: no WARPCORE_IP, a bad variable, UD (udaddy).
 # Exits non-zero on the first failure; prints "N passed, N failed".
 #
-#   scripts/test-rdma-compat.sh         # about two minutes
+#   scripts/test-rdma-compat.sh         # about three minutes
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -151,17 +151,17 @@ for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat
     [[ -n "$line" ]] || bad "$t: no result line"
     ok "$t -R -n $n: $(echo $line)"
 done
-pair "ib_write_bw -R against iwperf --perftest (server)" \
-    "$IWPERF" write_bw --perftest --memif "$sock" --ip 10.77.0.1 \
-    :: $(cli) ib_write_bw -R -n 2000 10.77.0.1
-ok "ib_write_bw -R (with-warpcore) against iwperf --perftest as server"
-pair "iwperf --perftest client against ib_write_bw -R" $(srv) ib_write_bw -R -n 2000 \
-    :: "$IWPERF" write_bw --perftest -n 2000 --memif "$sock" --ip 10.77.0.2 10.77.0.1
-ok "iwperf --perftest as client against ib_write_bw -R (with-warpcore)"
-pair "ib_send_lat -R against iwperf --perftest (server)" \
-    "$IWPERF" send_lat --perftest --memif "$sock" --ip 10.77.0.1 \
-    :: $(cli) ib_send_lat -R -n 1000 10.77.0.1
-ok "ib_send_lat -R (with-warpcore) against iwperf --perftest as server"
+# Against iwperf --perftest, both roles, every test iwperf's perftest mode speaks.
+for t in write_bw read_bw send_bw write_lat read_lat send_lat; do
+    n=1000
+    pair "ib_$t -R against iwperf $t --perftest (server)" \
+        "$IWPERF" "$t" --perftest --memif "$sock" --ip 10.77.0.1 --poll-mode caller \
+        :: $(cli) "ib_$t" -R -n $n 10.77.0.1
+    grep -q -A1 "#bytes" "$work/client.log" || bad "ib_$t printed no result against iwperf"
+    pair "iwperf $t --perftest (client) against ib_$t -R" $(srv) "ib_$t" -R -n $n \
+        :: "$IWPERF" "$t" --perftest -n $n --memif "$sock" --ip 10.77.0.2 --poll-mode caller 10.77.0.1
+    ok "ib_$t -R (with-warpcore) against iwperf $t --perftest, both roles"
+done
 
 # --- 4. errors users hit -------------------------------------------------------------------
 out=$(env -u WARPCORE_IP WARPCORE_MEMIF="$sock" LD_LIBRARY_PATH="$lib" ibv_devices 2>&1)

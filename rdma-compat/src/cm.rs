@@ -458,16 +458,12 @@ fn with_qp_id(qp: QpId, f: impl FnOnce(&Id) -> (rdma_cm_event_type, c_int, Vec<u
         // WARPCORE_SETTLE_MS: the active side learns of the connection that much later,
         // so its first Send does not follow the MPA Reply at once (siw drops FPDUs that
         // arrive before it hands the socket to the QP: docs/interop.md, siw item 1; iwping's
-        // --settle-ms). The channel outlives the id's events (rdma_destroy_event_channel(3)).
-        let (ev, ch) = (ev as usize, ch as *const Chan as usize);
-        std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(settle));
-            // SAFETY: see above.
-            unsafe { (*(ch as *const Chan)).post(ev as *mut Ev) };
-        });
-        return;
+        // --settle-ms). This thread waits, holding the registry: every later event stays
+        // behind this one, and the id and its channel cannot be destroyed meanwhile.
+        std::thread::sleep(std::time::Duration::from_millis(settle));
     }
     ch.post(ev);
+    drop(reg);
 }
 
 /// `WARPCORE_SETTLE_MS` (default 0): how long an active side's ESTABLISHED is held back.
