@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# What the drop-in libraries cost: Debian's unmodified ib_write_lat -R and ib_write_bw -R
-# through scripts/with-warpcore, next to iwperf write_lat / write_bw --perftest-sized runs
-# (iwperf is Warpcore's native perftest) over the same net_memif, in the same run,
+# What the drop-in libraries cost: Debian's unmodified ib_write_lat -R, ib_send_lat -R and
+# ib_write_bw -R through scripts/with-warpcore, next to iwperf write_lat / send_lat /
+# write_bw (Warpcore's native perftest) over the same net_memif, in the same run,
 # interleaved round by round so the machine's load falls on both alike. Each side is one
 # process pinned to its own CPU (server CPU 0, client CPU 1); all four use the caller-driven
 # engine (the application's polls run it; the drop-in adds a background thread for what the
@@ -45,7 +45,8 @@ run() {
 }
 # Result lines: perftest's and iwperf's tables share the layout. Latency: t_typical (the
 # median, column 5); bandwidth: BW average in MB/s (column 4).
-lat_of() { grep -A1 "#bytes" | tail -1 | awk '{print $5}'; }
+# iwperf prints an HdrHistogram table after perftest's: take the first table.
+lat_of() { grep -m1 -A1 "#bytes" | tail -1 | awk '{print $5}'; }
 bw_of() { grep -A1 "#bytes" | grep -v "#bytes" | head -1 | awk '{print $4}'; }
 
 ww_srv=("$WW" --cores 0 --poll-mode caller --memif-server "$sock" --ip 10.78.0.1 --)
@@ -53,26 +54,32 @@ ww_cli=("$WW" --cores 1 --poll-mode caller --memif "$sock" --ip 10.78.0.2 --)
 iw_srv=("$IWPERF" --memif "$sock" --cores 0 --poll-mode caller --ip 10.78.0.1)
 iw_cli=("$IWPERF" --memif "$sock" --cores 1 --poll-mode caller --ip 10.78.0.2)
 
-declare -a L_IW L_WW B_IW B_WW
+declare -a L_IW L_WW B_IW B_WW S_IW S_WW
 for r in $(seq 1 "$rounds"); do
     a=$(run "iwperf write_lat" "${iw_srv[0]}" write_lat "${iw_srv[@]:1}" :: \
         "${iw_cli[0]}" write_lat "${iw_cli[@]:1}" -n $lat_n 10.78.0.1 | lat_of)
     b=$(run "with-warpcore ib_write_lat" "${ww_srv[@]}" ib_write_lat -R -n $lat_n :: \
         "${ww_cli[@]}" ib_write_lat -R -n $lat_n 10.78.0.1 | lat_of)
+    e=$(run "iwperf send_lat" "${iw_srv[0]}" send_lat "${iw_srv[@]:1}" :: \
+        "${iw_cli[0]}" send_lat "${iw_cli[@]:1}" -n $lat_n 10.78.0.1 | lat_of)
+    f=$(run "with-warpcore ib_send_lat" "${ww_srv[@]}" ib_send_lat -R -n $lat_n :: \
+        "${ww_cli[@]}" ib_send_lat -R -n $lat_n 10.78.0.1 | lat_of)
     c=$(run "iwperf write_bw" "${iw_srv[0]}" write_bw "${iw_srv[@]:1}" :: \
         "${iw_cli[0]}" write_bw "${iw_cli[@]:1}" -n $bw_n 10.78.0.1 | bw_of)
     d=$(run "with-warpcore ib_write_bw" "${ww_srv[@]}" ib_write_bw -R -n $bw_n :: \
         "${ww_cli[@]}" ib_write_bw -R -n $bw_n 10.78.0.1 | bw_of)
-    for v in "$a" "$b" "$c" "$d"; do
-        [[ $v =~ ^[0-9.]+$ ]] || { echo "FAIL: no figure in a result line (round $r: '$a' '$b' '$c' '$d')" >&2; exit 1; }
+    for v in "$a" "$b" "$c" "$d" "$e" "$f"; do
+        [[ $v =~ ^[0-9.]+$ ]] || { echo "FAIL: no figure in a result line (round $r: '$a' '$b' '$c' '$d' '$e' '$f')" >&2; exit 1; }
     done
-    L_IW+=("$a"); L_WW+=("$b"); B_IW+=("$c"); B_WW+=("$d")
-    printf 'round %d: write_lat 2 B median: iwperf %s us, with-warpcore ib_write_lat %s us; write_bw 64 KiB: iwperf %s MB/s, with-warpcore ib_write_bw %s MB/s\n' \
-        "$r" "$a" "$b" "$c" "$d"
+    L_IW+=("$a"); L_WW+=("$b"); B_IW+=("$c"); B_WW+=("$d"); S_IW+=("$e"); S_WW+=("$f")
+    printf 'round %d: write_lat 2 B median: iwperf %s us, ib_write_lat %s us; send_lat: iwperf %s us, ib_send_lat %s us; write_bw 64 KiB: iwperf %s MB/s, ib_write_bw %s MB/s\n' \
+        "$r" "$a" "$b" "$e" "$f" "$c" "$d"
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
 ml_iw=$(median "${L_IW[@]}"); ml_ww=$(median "${L_WW[@]}")
+ms_iw=$(median "${S_IW[@]}"); ms_ww=$(median "${S_WW[@]}")
 mb_iw=$(median "${B_IW[@]}"); mb_ww=$(median "${B_WW[@]}")
 echo "== medians of $rounds rounds (load $(cut -d' ' -f1-3 /proc/loadavg))"
 printf 'write_lat: iwperf %s us, with-warpcore ib_write_lat -R %s us: %.2fx\n' "$ml_iw" "$ml_ww" "$(awk -v a="$ml_ww" -v b="$ml_iw" 'BEGIN{print a/b}')"
+printf 'send_lat:  iwperf %s us, with-warpcore ib_send_lat -R %s us: %.2fx\n' "$ms_iw" "$ms_ww" "$(awk -v a="$ms_ww" -v b="$ms_iw" 'BEGIN{print a/b}')"
 printf 'write_bw:  iwperf %s MB/s, with-warpcore ib_write_bw -R %s MB/s: %.2fx\n' "$mb_iw" "$mb_ww" "$(awk -v a="$mb_ww" -v b="$mb_iw" 'BEGIN{print a/b}')"

@@ -8,8 +8,8 @@
 #      between two with-warpcore processes, and rping against iwping both ways;
 #      and rdma-compat/tests/c/verbs_check.c (windows, atomics, immediate data, Terminate);
 #   3. perftest -R: ib_write_bw, ib_read_bw, ib_send_bw, ib_write_lat, ib_read_lat,
-#      ib_send_lat, ib_atomic_bw between two with-warpcore processes, and the six
-#      ib_{write,read,send}_{bw,lat} against iwperf --perftest in both roles;
+#      ib_send_lat, ib_atomic_bw between two with-warpcore processes, and each of the seven
+#      against iwperf --perftest in both roles;
 #   4. the errors a user hits: no WARPCORE_IP, a bad variable, UD (udaddy).
 # Exits non-zero on the first failure; prints "N passed, N failed".
 #
@@ -152,7 +152,7 @@ for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat
     ok "$t -R -n $n: $(echo $line)"
 done
 # Against iwperf --perftest, both roles, every test iwperf's perftest mode speaks.
-for t in write_bw read_bw send_bw write_lat read_lat send_lat; do
+for t in write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat; do
     n=1000
     pair "ib_$t -R against iwperf $t --perftest (server)" \
         "$IWPERF" "$t" --perftest --memif "$sock" --ip 10.77.0.1 --poll-mode caller \

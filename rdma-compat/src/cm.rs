@@ -279,7 +279,23 @@ fn start_background_driver(ctx: &wv::Context) -> Result<(), wv::Error> {
             // Sleep as long as asked, not the 50 us of default timer slack more.
             crate::verbs::fine_timer_slack();
             let mut idle = 0u32;
+            let mut empty = 0u64;
             loop {
+                // An application that waits in ibv_poll_cq (more than a few empty polls
+                // since the last look) runs the cores itself: keep off its CPU, and look for
+                // CM events every half millisecond. One that waits by watching memory, as
+                // ib_write_lat does, polls rarely: then this thread runs the cores.
+                let now = crate::verbs::EMPTY_POLLS.load(std::sync::atomic::Ordering::Relaxed);
+                let busy = now.wrapping_sub(empty) > 32;
+                empty = now;
+                if busy {
+                    while let Some(e) = ctx.next_event(std::time::Duration::ZERO) {
+                        dispatch(&ctx, e);
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(500));
+                    idle = 0;
+                    continue;
+                }
                 let mut work = ctx.progress();
                 while let Some(e) = ctx.next_event(std::time::Duration::ZERO) {
                     work = true;

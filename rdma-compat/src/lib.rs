@@ -177,7 +177,27 @@ fn open_engine() -> Result<Engine, String> {
         gateway: env.dev.gateway.is_some(),
     };
     cm::start_dispatcher(&e.ctx).map_err(|err| format!("the CM event thread: {err}"))?;
+    if env.dev.capture.is_some() {
+        // SAFETY: registering a plain function to run at exit.
+        unsafe { atexit(finish_capture) };
+    }
     Ok(e)
+}
+
+extern "C" {
+    fn atexit(f: extern "C" fn()) -> c_int;
+}
+
+/// At exit (`WARPCORE_CAPTURE`): DPDK's pcapng writer has written every frame as it went;
+/// the tools rewrite its raw file as plain pcapng after their engine stops, and the drop-in,
+/// whose engine lives as long as the process, does it here.
+extern "C" fn finish_capture() {
+    if let Ok(p) = std::env::var("WARPCORE_CAPTURE") {
+        match warpcore_apps::device::finish_capture(std::path::Path::new(&p)) {
+            Ok(n) => eprintln!("warpcore: {n} frames captured to {p}"),
+            Err(e) => eprintln!("warpcore: {e}"),
+        }
+    }
 }
 
 /// Whether `dst` is reachable from our port (its subnet, or any address with a gateway).

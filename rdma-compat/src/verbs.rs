@@ -1111,7 +1111,19 @@ pub(crate) fn wc_of(c: &Completion) -> ibv_wc {
     w
 }
 
+/// `ibv_poll_cq` calls that found nothing: an application waiting in them runs the engine
+/// itself (caller-driven mode), and the background driver (`cm`) stays off its CPU.
+pub(crate) static EMPTY_POLLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    let got = poll_cq_inner(cq, n, wc);
+    if got == 0 {
+        EMPTY_POLLS.fetch_add(1, Ordering::Relaxed);
+    }
+    got
+}
+
+fn poll_cq_inner(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
     guard(-1, || {
         // SAFETY: cq is one of ours (ibv_poll_cq(3)).
         let Some(q) = (unsafe { cq_ref(cq) }) else {

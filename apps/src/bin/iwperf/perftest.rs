@@ -56,7 +56,7 @@ const REGION_LEN: usize = 64 << 20;
 /// The error for a test `--perftest` does not speak, in either role.
 fn unsupported(t: TestName) -> String {
     format!(
-        "--perftest runs write/read/send _bw/_lat; {} is not one of them",
+        "--perftest runs write/read/send _bw/_lat and atomic_bw; {} is not one of them",
         t.name()
     )
 }
@@ -71,6 +71,7 @@ pub fn supported(t: TestName) -> bool {
             | TestName::ReadLat
             | TestName::SendLat
             | TestName::WriteLat
+            | TestName::AtomicBw
     )
 }
 
@@ -173,7 +174,10 @@ pub fn serve(cli: &Cli, ep: &Endpoint, mpa: &MpaParams) -> Result<(), String> {
     let region = pd
         .alloc_mr(
             REGION_LEN,
-            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+            Access::LOCAL_WRITE
+                | Access::REMOTE_WRITE
+                | Access::REMOTE_READ
+                | Access::REMOTE_ATOMIC,
         )
         .map_err(|e| e.to_string())?;
     let mut test: Option<(QueuePair, CompletionQueue)> = None;
@@ -246,7 +250,8 @@ pub fn serve(cli: &Cli, ep: &Endpoint, mpa: &MpaParams) -> Result<(), String> {
                 let cq = ctx.create_cq(1024).map_err(|e| e.to_string())?;
                 let mut init = QpInit::new(&cq, &cq);
                 init.core = Some(usize::from(r.request.core));
-                init.rfc7306 = false;
+                // atomic_bw needs RFC 7306 (a Warpcore peer: siw has no atomics).
+                init.rfc7306 = cli.test == TestName::AtomicBw;
                 init.rq_depth = TEST_RECVS as u32;
                 init.sq_depth = 256;
                 let qp = pd.create_qp(&init).map_err(|e| e.to_string())?;
@@ -488,6 +493,13 @@ impl ClientXchg {
 }
 
 /// Connects one QP to `server:port`, retrying (with a fresh QP) while nobody listens.
+/// What a connection's queue pair needs before it connects: its receives, and whether it
+/// speaks RFC 7306 (only `atomic_bw`'s test connection does).
+struct QpSetup<'a> {
+    recvs: &'a dyn Fn(&QueuePair) -> Result<(), String>,
+    rfc7306: bool,
+}
+
 fn connect_qp(
     ctx: &Context,
     pd: &warpcore_verbs::ProtectionDomain,
@@ -495,13 +507,14 @@ fn connect_qp(
     port: u16,
     params: &MpaParams,
     timeout: Duration,
-    recvs: &dyn Fn(&QueuePair) -> Result<(), String>,
+    setup: QpSetup<'_>,
 ) -> Result<(QueuePair, CompletionQueue), String> {
+    let QpSetup { recvs, rfc7306 } = setup;
     let t0 = Instant::now();
     loop {
         let cq = ctx.create_cq(1024).map_err(|e| e.to_string())?;
         let mut init = QpInit::new(&cq, &cq);
-        init.rfc7306 = false;
+        init.rfc7306 = rfc7306;
         init.rq_depth = TEST_RECVS as u32;
         init.sq_depth = 256;
         let qp = pd.create_qp(&init).map_err(|e| e.to_string())?;
@@ -562,7 +575,18 @@ pub fn client(
         }
         Ok(())
     };
-    let (qp, cq) = connect_qp(ctx, &pd, server, cli.port, &params, timeout, &post_x)?;
+    let (qp, cq) = connect_qp(
+        ctx,
+        &pd,
+        server,
+        cli.port,
+        &params,
+        timeout,
+        QpSetup {
+            recvs: &post_x,
+            rfc7306: false,
+        },
+    )?;
     let x = ClientXchg {
         x: Exchange { qp, cq, rx, tx },
         timeout,
@@ -603,15 +627,34 @@ pub fn client(
         }
         Ok(())
     };
-    let (tqp, tcq) = connect_qp(ctx, &pd, server, cli.port, &params, timeout, &post_t)?;
+    // atomic_bw needs RFC 7306 (a Warpcore peer: siw has no atomics).
+    let ext = cli.test == TestName::AtomicBw;
+    let (tqp, tcq) = connect_qp(
+        ctx,
+        &pd,
+        server,
+        cli.port,
+        &params,
+        timeout,
+        QpSetup {
+            recvs: &post_t,
+            rfc7306: ext,
+        },
+    )?;
     x.step(&[0u8; DEST_LEN])?;
-    let reads = matches!(cli.test, TestName::ReadBw | TestName::ReadLat);
+    let reads = matches!(
+        cli.test,
+        TestName::ReadBw | TestName::ReadLat | TestName::AtomicBw
+    );
     let me = our_dest(if reads { 128 } else { 1 }, region.stag());
     let mut peer = None;
     // The barrier dests before the test: three in write_bw/read_bw, four in the others
     // (send_bw adds one after its receives are posted, the latency tests one more); as in
     // siw-to-siw captures (interop/pcaps/siw_mpa2_ib_*.pcap).
-    let pre = if matches!(cli.test, TestName::WriteBw | TestName::ReadBw) {
+    let pre = if matches!(
+        cli.test,
+        TestName::WriteBw | TestName::ReadBw | TestName::AtomicBw
+    ) {
         3
     } else {
         4
@@ -628,7 +671,7 @@ pub fn client(
         timeout,
     };
     match cli.test {
-        TestName::WriteBw | TestName::ReadBw | TestName::SendBw => {
+        TestName::WriteBw | TestName::ReadBw | TestName::SendBw | TestName::AtomicBw => {
             // perftest's -a runs the sizes back to back (no exchange between them in
             // write_bw and read_bw) and reports the last one in xchg_bw_reports.
             println!("{}", report::bw_header(false));
@@ -786,6 +829,13 @@ impl TestConn<'_> {
                 remote_to: vaddr,
             },
             TestName::SendBw | TestName::SendLat => SendOp::Send,
+            // perftest's default atomic: FetchAdd of 1 on the 8 octets at the dest's address.
+            TestName::AtomicBw => SendOp::AtomicFetchAdd {
+                remote_stag: rkey,
+                remote_to: vaddr,
+                add: 1,
+                add_mask: 0,
+            },
             _ => SendOp::Write {
                 remote_stag: rkey,
                 remote_to: vaddr,
@@ -804,7 +854,11 @@ impl TestConn<'_> {
         rkey: u32,
         vaddr: u64,
     ) -> Result<(Vec<u64>, Vec<u64>), String> {
-        let window = if test == TestName::ReadBw { 16 } else { 64 };
+        let window = if matches!(test, TestName::ReadBw | TestName::AtomicBw) {
+            16
+        } else {
+            64
+        };
         let (mut posted, mut done) = (0u64, 0u64);
         let origin = Instant::now();
         let ns = || origin.elapsed().as_nanos() as u64;
