@@ -1146,18 +1146,31 @@ pub extern "C" fn __wc_rdma_connect(p: *mut rdma_cm_id, param: *mut rdma_conn_pa
                 }
             }
         }
-        registry().qps.insert(q.qp.id(), p as usize);
-        if let Err(e) = q.qp.connect(*dst.ip(), dst.port(), &mpa, pdata) {
-            registry().qps.remove(&q.qp.id());
-            return fail(errno_of(&e), -1);
-        }
-        if is_sync(id) {
-            if let Err(e) = wait_sync(id, RDMA_CM_EVENT_ESTABLISHED) {
-                return fail(e, -1);
-            }
-        }
-        0
+        start_connection(id, p, q, || {
+            q.qp.connect(*dst.ip(), dst.port(), &mpa, pdata)
+        })
     })
+}
+
+/// Registers the id for its QP's events, starts the connection (`rdma_connect`,
+/// `rdma_accept`), and on a synchronous id waits for ESTABLISHED.
+fn start_connection(
+    id: &Id,
+    p: *mut rdma_cm_id,
+    q: &verbs::Qp,
+    start: impl FnOnce() -> Result<(), wv::Error>,
+) -> c_int {
+    registry().qps.insert(q.qp.id(), p as usize);
+    if let Err(e) = start() {
+        registry().qps.remove(&q.qp.id());
+        return fail(errno_of(&e), -1);
+    }
+    if is_sync(id) {
+        if let Err(e) = wait_sync(id, RDMA_CM_EVENT_ESTABLISHED) {
+            return fail(e, -1);
+        }
+    }
+    0
 }
 
 #[no_mangle]
@@ -1179,17 +1192,7 @@ pub extern "C" fn __wc_rdma_accept(p: *mut rdma_cm_id, param: *mut rdma_conn_par
         };
         // SAFETY: param is NULL or the caller's.
         let (pdata, _) = unsafe { conn_pdata(param) };
-        registry().qps.insert(q.qp.id(), p as usize);
-        if let Err(e) = eng.ctx.accept(&req, &q.qp, pdata) {
-            registry().qps.remove(&q.qp.id());
-            return fail(errno_of(&e), -1);
-        }
-        if is_sync(id) {
-            if let Err(e) = wait_sync(id, RDMA_CM_EVENT_ESTABLISHED) {
-                return fail(e, -1);
-            }
-        }
-        0
+        start_connection(id, p, q, || eng.ctx.accept(&req, &q.qp, pdata))
     })
 }
 

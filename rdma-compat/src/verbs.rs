@@ -552,6 +552,22 @@ pub extern "C" fn __wc_rpoll(fds: *mut c_void, nfds: u64, timeout: c_int) -> c_i
     unsafe { poll(fds.cast(), nfds, timeout) }
 }
 
+/// Destroys one of our objects: `p`, the public struct, is the first field of a box of `T`
+/// made by the matching create. `EINVAL` for NULL, as rdma-core's destroys answer.
+///
+/// # Safety
+/// `p` is NULL or such a box, which the caller no longer uses.
+pub(crate) unsafe fn destroy<P, T>(p: *mut P) -> c_int {
+    guard(EINVAL, || {
+        if p.is_null() {
+            return EINVAL;
+        }
+        // SAFETY: per the contract.
+        drop(unsafe { Box::from_raw(p.cast::<T>()) });
+        0
+    })
+}
+
 // ---------------------------------------------------------------- protection domains
 
 #[repr(C)]
@@ -591,14 +607,8 @@ pub extern "C" fn __wc_ibv_alloc_pd(c: *mut ibv_context) -> *mut ibv_pd {
 
 #[no_mangle]
 pub extern "C" fn __wc_ibv_dealloc_pd(p: *mut ibv_pd) -> c_int {
-    guard(EINVAL, || {
-        if p.is_null() {
-            return EINVAL;
-        }
-        // SAFETY: p came from ibv_alloc_pd; the caller no longer uses it.
-        drop(unsafe { Box::from_raw(p.cast::<Pd>()) });
-        0
-    })
+    // SAFETY: p is NULL or ours (the matching create), no longer used by the caller.
+    unsafe { destroy::<_, Pd>(p) }
 }
 
 // ---------------------------------------------------------------- memory regions
@@ -723,14 +733,8 @@ pub extern "C" fn __wc_ibv_reg_mr_iova2(
 
 #[no_mangle]
 pub extern "C" fn __wc_ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
-    guard(EINVAL, || {
-        if mr.is_null() {
-            return EINVAL;
-        }
-        // SAFETY: mr came from ibv_reg_mr; dropping deregisters the STag.
-        drop(unsafe { Box::from_raw(mr.cast::<Mr>()) });
-        0
-    })
+    // SAFETY: mr is NULL or ours (the matching create), no longer used by the caller.
+    unsafe { destroy::<_, Mr>(mr) }
 }
 
 // ---------------------------------------------------------------- memory windows
@@ -777,14 +781,8 @@ unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, ty: ibv_mw_type) -> *mut ibv_mw {
 }
 
 unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
-    guard(EINVAL, || {
-        if mw.is_null() {
-            return EINVAL;
-        }
-        // SAFETY: mw came from ibv_alloc_mw.
-        drop(unsafe { Box::from_raw(mw.cast::<Mw>()) });
-        0
-    })
+    // SAFETY: mw is NULL or ours (the matching create), no longer used by the caller.
+    unsafe { destroy::<_, Mw>(mw) }
 }
 
 /// The window rights of `mw_access_flags`.
@@ -1274,14 +1272,8 @@ pub extern "C" fn __wc_ibv_query_srq(s: *mut ibv_srq, attr: *mut ibv_srq_attr) -
 
 #[no_mangle]
 pub extern "C" fn __wc_ibv_destroy_srq(s: *mut ibv_srq) -> c_int {
-    guard(EINVAL, || {
-        if s.is_null() {
-            return EINVAL;
-        }
-        // SAFETY: s came from ibv_create_srq.
-        drop(unsafe { Box::from_raw(s.cast::<Srq>()) });
-        0
-    })
+    // SAFETY: s is NULL or ours (the matching create), no longer used by the caller.
+    unsafe { destroy::<_, Srq>(s) }
 }
 
 /// The SGE list of a work request as Warpcore SGEs.
