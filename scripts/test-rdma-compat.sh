@@ -97,10 +97,20 @@ pair() {
     pids+=("$sp")
     for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
     sleep 0.5
-    if ! timeout 80 "${c[@]}" >"$work/client.log" 2>&1; then
+    # A client that finds nobody listening yet (a loaded machine starts the server's engine
+    # late) is refused, and rping and perftest do not retry: try again while the server runs.
+    local tries=0
+    until timeout 80 "${c[@]}" >"$work/client.log" 2>&1; do
+        tries=$((tries + 1))
+        if [[ $tries -lt 20 ]] && kill -0 "$sp" 2>/dev/null &&
+            grep -q -E 'REJECTED|CONNECT_ERROR|UNREACHABLE|connect error|Unable to perform rdma_client|error -111|Connection refused' \
+                "$work/client.log"; then
+            sleep 0.5
+            continue
+        fi
         kill "$sp" 2>/dev/null
         bad "$name: the client failed"
-    fi
+    done
     if ! wait "$sp"; then
         bad "$name: the server failed"
     fi
