@@ -161,6 +161,12 @@ for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat
     [[ -n "$line" ]] || bad "$t: no result line"
     ok "$t -R -n $n: $(echo $line)"
 done
+# A shared receive queue (ibv_create_srq, ibv_post_srq_recv) on both sides.
+pair "ib_send_bw -R --use-srq" $(srv) ib_send_bw -R --use-srq -n 1000 :: $(cli) ib_send_bw -R --use-srq -n 1000 10.77.0.1
+line=$(grep -A1 "#bytes" "$work/client.log" | tail -1)
+[[ -n "$line" ]] || bad "ib_send_bw --use-srq: no result line"
+ok "ib_send_bw -R --use-srq -n 1000 (SRQs): $(echo $line)"
+
 # Against iwperf --perftest, both roles, every test iwperf's perftest mode speaks.
 for t in write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat; do
     n=1000

@@ -1410,8 +1410,10 @@ pub(crate) fn create_qp(
     }
     let mut init = QpInit::new(&scq.cq, &rcq.cq);
     init.sq_depth = cap.max_send_wr.max(1);
+    // With an SRQ the QP's own receive queue is never used (the engine wants one of at
+    // least one entry all the same).
     init.rq_depth = if srq.is_some() {
-        0
+        1
     } else {
         cap.max_recv_wr.max(1)
     };
