@@ -368,6 +368,19 @@ impl<D: PollDevice> Stack<D> {
         dispatch!(self, s => s.send_with(id, f))
     }
 
+    /// As [`Stack::send_with`], for a writer that knows its size: Warpcore's TCP grows the
+    /// send buffer only as far as `room` contiguous octets need (an FPDU; a connection
+    /// that sends small messages keeps a small buffer). The reference lends what it has.
+    pub fn send_with_room<F>(&mut self, id: ConnId, room: usize, f: F) -> Result<usize, StackError>
+    where
+        F: FnOnce(&mut [u8]) -> usize,
+    {
+        match &mut self.imp {
+            Imp::Warpcore(s) => s.send_with_room(id, Some(room), f),
+            Imp::Reference(s) => s.send_with(id, f),
+        }
+    }
+
     /// Copies received bytes into `buf`; returns how many (0: nothing buffered now).
     pub fn recv(&mut self, id: ConnId, buf: &mut [u8]) -> Result<usize, StackError> {
         // The received octets may come in two pieces (a ring's wrap).

@@ -591,6 +591,25 @@ fn acknowledged_data_frees_the_send_buffer_and_raises_writable() {
 /// 10 MB each way arrive intact and in order.
 #[test]
 fn ten_megabytes_each_way_through_a_lossy_reordering_duplicating_wire() {
+    lossy_transfer(ISS, PISS);
+}
+
+/// RFC 9293 §3.4: sequence numbers are modulo 2^32. Both initial sequence numbers a few
+/// megabytes below the wrap (as RFC 6528's random ISNs put some connection of thousands
+/// sooner or later): 10 MB each way cross it, with loss, reordering and duplication.
+#[test]
+fn rfc9293_3_4_ten_megabytes_each_way_across_the_sequence_space_wrap() {
+    lossy_transfer(
+        TcpSeqNumber((u32::MAX - 3_000_000) as i32),
+        TcpSeqNumber((u32::MAX - 7_000_000) as i32),
+    );
+    lossy_transfer(
+        TcpSeqNumber(i32::MAX - 2_000_000),
+        TcpSeqNumber(i32::MAX - 5_000_000),
+    );
+}
+
+fn lossy_transfer(iss_a: TcpSeqNumber, iss_b: TcpSeqNumber) {
     struct Rng(u64);
     impl Rng {
         fn next(&mut self) -> u64 {
@@ -616,7 +635,7 @@ fn ten_megabytes_each_way_through_a_lossy_reordering_duplicating_wire() {
         tx_buffer: 512 * 1024,
         ..ConnConfig::default()
     };
-    let mut a = Connection::connect(&config, ep(), ISS, ms(0));
+    let mut a = Connection::connect(&config, ep(), iss_a, ms(0));
     let ep_b = Endpoints {
         local: PEER,
         remote: US,
@@ -731,7 +750,7 @@ fn ten_megabytes_each_way_through_a_lossy_reordering_duplicating_wire() {
                 match b.as_mut() {
                     Some(c) => c.handle_segment(now, &repr),
                     None if o.control == TcpControl::Syn => {
-                        b = Some(Connection::accept(&config, ep_b, PISS, &repr, now));
+                        b = Some(Connection::accept(&config, ep_b, iss_b, &repr, now));
                     }
                     None => {}
                 }

@@ -53,7 +53,7 @@ pub(super) fn send_fpdu<D: PollDevice>(
         Ok(s) if s >= need => {}
         _ => return false,
     }
-    let direct = stack.send_with(tcp, |buf| {
+    let direct = stack.send_with_room(tcp, need, |buf| {
         if buf.len() >= need {
             framer.emit(&[hdr, payload], buf).unwrap_or(0)
         } else {
@@ -103,7 +103,7 @@ pub(super) fn send_fpdu_from<D: PollDevice>(
     if need == fpdu::fpdu_len(ulen) {
         let at = fpdu::ULPDU_LENGTH_LEN + hdr.len();
         let mut failed = false;
-        let direct = stack.send_with(tcp, |buf| {
+        let direct = stack.send_with_room(tcp, need, |buf| {
             if buf.len() < need {
                 return 0;
             }

@@ -412,6 +412,19 @@ impl Connection {
         Ok(self.tx.write_with(f))
     }
 
+    /// As [`Connection::send_with`], growing the send buffer only as far as `room`
+    /// contiguous octets need (the size of what `f` will write, e.g. one FPDU).
+    pub fn send_with_room(
+        &mut self,
+        room: usize,
+        f: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<usize, ConnError> {
+        if !self.may_send() {
+            return Err(ConnError::CannotSend(self.state));
+        }
+        Ok(self.tx.write_with_room(room, f))
+    }
+
     /// Copies `data` into the send buffer; returns how much fit.
     pub fn send(&mut self, data: &[u8]) -> Result<usize, ConnError> {
         if !self.may_send() {

@@ -87,23 +87,41 @@ impl SendRing {
 
     /// Lends the free contiguous space at the tail (growing the ring, up to its limit, so
     /// that at least an FPDU's worth is contiguous when the limit allows) to `f`, which
-    /// returns how many octets it wrote there.
+    /// returns how many octets it wrote there. Each call grows the ring at most by doubling
+    /// (an idle connection that sent a startup frame holds 4 KiB, not an FPDU's worth).
     pub fn write_with(&mut self, f: impl FnOnce(&mut [u8]) -> usize) -> usize {
+        self.lend(WANT_CONTIGUOUS, 1, f)
+    }
+
+    /// Lends the free contiguous space at the tail to `f`, first growing the ring (up to
+    /// its limit) only as far as needed for `room` contiguous octets, or for all that may
+    /// still be queued if that is less. A writer that knows its size (an FPDU) asks for
+    /// it: a connection that sends small messages then keeps a small ring instead of
+    /// doubling towards an FPDU's worth at every write (a short-lived connection's
+    /// allocations stay small, so the allocator is not made to grow and trim its heap at
+    /// every connection).
+    pub fn write_with_room(&mut self, room: usize, f: impl FnOnce(&mut [u8]) -> usize) -> usize {
+        self.lend(room.max(1), room.max(1), f)
+    }
+
+    /// `write_with`/`write_with_room`: grows when fewer than `want` octets (capped by what
+    /// may still be queued) are contiguous, to at least `len + at_least` rounded up to a
+    /// power of two, at least doubling, within the limit.
+    fn lend(&mut self, want: usize, at_least: usize, f: impl FnOnce(&mut [u8]) -> usize) -> usize {
         let free = self.free();
         if free == 0 {
             return 0;
         }
-        // Grow by doubling (an idle connection that sent a startup frame holds 4 KiB, not an
-        // FPDU's worth), towards an FPDU's worth of contiguous room for busy ones.
-        let want = free.min(WANT_CONTIGUOUS);
+        if self.len == 0 {
+            self.head = 0;
+        }
+        let want = free.min(want);
         if self.contiguous_free() < want && self.buf.len() < self.limit {
             let cap = (self.buf.len() * 2)
                 .max(MIN_CAP)
-                .max((self.len + 1).next_power_of_two())
+                .max((self.len + at_least.min(free)).next_power_of_two())
                 .min(self.limit);
             self.relayout(cap);
-        } else if self.len == 0 {
-            self.head = 0;
         }
         let tail = self.tail();
         let n = self.contiguous_free().min(free);

@@ -475,12 +475,27 @@ impl<D: PollDevice> Host<D> {
     where
         F: FnOnce(&mut [u8]) -> usize,
     {
+        self.send_with_room(id, None, f)
+    }
+
+    /// As [`Host::send_with`]; with `Some(room)` the send buffer grows only as far as
+    /// `room` contiguous octets need ([`Connection::send_with_room`]).
+    pub fn send_with_room<F>(
+        &mut self,
+        id: ConnId,
+        room: Option<usize>,
+        f: F,
+    ) -> Result<usize, StackError>
+    where
+        F: FnOnce(&mut [u8]) -> usize,
+    {
         let i = &mut self.inner;
         let s = i.user_slot_mut(id)?;
-        let n = s
-            .conn
-            .send_with(f)
-            .map_err(|_| StackError::CannotSend(s.conn.state()))?;
+        let r = match room {
+            Some(room) => s.conn.send_with_room(room, f),
+            None => s.conn.send_with(f),
+        };
+        let n = r.map_err(|_| StackError::CannotSend(s.conn.state()))?;
         if n > 0 {
             i.mark_dirty(id.index);
         }
