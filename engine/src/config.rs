@@ -10,7 +10,9 @@ pub const MAX_SGE: usize = 4;
 /// Every limit of an engine core.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
-    /// Queue pairs per core.
+    /// Queue pairs per core. 10,000 by default (issue 11, item 5): the QP table grows with
+    /// the QPs a core has at once and nothing is reserved per QP up front, so a high limit
+    /// costs nothing until it is used; at most [`crate::wr::MAX_QPS_PER_CORE`] (16,384).
     pub max_qps: usize,
     /// Largest send queue depth a QP may ask for.
     pub max_sq_depth: usize,
@@ -32,6 +34,10 @@ pub struct EngineConfig {
     /// Request has not arrived (reset); requests handed to the application stay. A client
     /// that sends its Request at once (every MPA initiator does) is read within a loop or
     /// two, so it gets through unless more than this many connections arrive in that time.
+    /// 1,024 by default: a burst of legitimate clients connecting at once (a parallel job
+    /// starting, `wcconnrate --parallel 32`) must not push each other out, which 16 did;
+    /// the table grows with the requests pending at once (about a kilobyte each), so the
+    /// bound costs memory only under a flood, at most about a megabyte.
     pub max_pending_requests: usize,
     /// Connection manager events buffered per core.
     pub event_queue_depth: usize,
@@ -56,7 +62,9 @@ pub struct EngineConfig {
     /// 10 s: long enough for a peer under emulation or far away (siw in a TCG VM answers in
     /// well under a second), short enough that a silent connection soon frees its slot.
     pub mpa_timeout_ms: u64,
-    /// Most TCP connections per core (listener backlogs included).
+    /// Most TCP connections per core (listener backlogs included). 10,240 by default: one
+    /// for each of [`EngineConfig::max_qps`] plus room for connections still being set up
+    /// or closing; the TCP's tables grow with the connections that exist, not with this.
     pub max_connections: usize,
     /// On shutdown, how long a core keeps its device open after it stopped polling. Two
     /// processes over DPDK net_memif 22.11 need both sides to stop polling before either
@@ -67,7 +75,7 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
-            max_qps: 64,
+            max_qps: 10_000,
             max_sq_depth: 1024,
             max_rq_depth: 1024,
             max_sge: MAX_SGE,
@@ -75,7 +83,7 @@ impl Default for EngineConfig {
             max_ord: 16,
             max_cq_depth: 8192,
             mr_table_capacity: 4096,
-            max_pending_requests: 16,
+            max_pending_requests: 1024,
             event_queue_depth: 256,
             command_queue_depth: 4096,
             rx_budget_bytes: 256 * 1024,
@@ -89,7 +97,7 @@ impl Default for EngineConfig {
             },
             tcp_implementation: TcpImplementation::Warpcore,
             mpa_timeout_ms: 10_000,
-            max_connections: 128,
+            max_connections: 10_240,
             shutdown_linger_ms: 0,
         }
     }

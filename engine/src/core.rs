@@ -381,10 +381,17 @@ struct ReadySet {
 }
 
 impl ReadySet {
-    fn new(slots: usize) -> Self {
+    fn new() -> Self {
         ReadySet {
-            list: Vec::with_capacity(slots),
-            marked: vec![false; slots],
+            list: Vec::new(),
+            marked: Vec::new(),
+        }
+    }
+
+    /// Makes room for the marks of `slots` QP slots (the table grew).
+    fn grow(&mut self, slots: usize) {
+        if self.marked.len() < slots {
+            self.marked.resize(slots, false);
         }
     }
 
@@ -416,13 +423,23 @@ pub struct EngineCore<D: PollDevice> {
     core: u16,
     stack: Stack<D>,
     ctx: Ctx,
+    /// The QP slots. The table grows by one slot when a QP is created and no slot is free,
+    /// up to [`EngineConfig::max_qps`], and never shrinks: a core sized for 10,000 QPs
+    /// costs memory for the QPs it has had at once, not for its limit (issue 11, item 5).
     qps: Vec<Option<Qp>>,
+    /// The empty slots of `qps`, the last freed on top (reused first: its lines are warm).
+    free_slots: Vec<usize>,
     /// Indices of the occupied slots of `qps`, ascending: the pollers walk only these, so
     /// a loop costs the same whatever the table's size.
     live: Vec<usize>,
+    /// Each slot's generation, bumped when a QP takes it (a stale [`QpId`] never matches).
     generations: Vec<u32>,
     listeners: Vec<Listener>,
+    /// Pending connection requests; grows with the most pending at once, up to
+    /// [`EngineConfig::max_pending_requests`].
     requests: Vec<Option<PendingReq>>,
+    /// The occupied entries of `requests` (its poller does nothing while there are none).
+    requests_live: usize,
     req_generations: Vec<u32>,
     /// TCP connections whose QP is gone, released once TCP finished closing.
     zombies: Vec<ConnId>,
@@ -476,17 +493,19 @@ impl<D: PollDevice> EngineCore<D> {
         let stack = Stack::with_implementation(device, &sc, now, cfg.tcp_implementation)?;
         Ok(EngineCore {
             core,
-            qps: (0..cfg.max_qps).map(|_| None).collect(),
-            live: Vec::with_capacity(cfg.max_qps),
-            generations: vec![0; cfg.max_qps],
+            qps: Vec::new(),
+            free_slots: Vec::new(),
+            live: Vec::new(),
+            generations: Vec::new(),
             listeners: Vec::with_capacity(8),
-            requests: (0..cfg.max_pending_requests).map(|_| None).collect(),
-            req_generations: vec![0; cfg.max_pending_requests],
-            zombies: Vec::with_capacity(cfg.max_connections),
-            conn_qp: Vec::with_capacity(cfg.max_connections),
-            rx_ready: ReadySet::new(cfg.max_qps),
-            tx_ready: ReadySet::new(cfg.max_qps),
-            batch: Vec::with_capacity(cfg.max_qps),
+            requests: Vec::new(),
+            requests_live: 0,
+            req_generations: Vec::new(),
+            zombies: Vec::new(),
+            conn_qp: Vec::new(),
+            rx_ready: ReadySet::new(),
+            tx_ready: ReadySet::new(),
+            batch: Vec::new(),
             initiators: Vec::new(),
             arrivals: 0,
             sweep_at: now + SWEEP_INTERVAL,
@@ -523,7 +542,7 @@ impl<D: PollDevice> EngineCore<D> {
     pub fn stats(&self) -> CoreStats {
         CoreStats {
             qps_live: self.live.len() as u64,
-            requests_pending: self.requests.iter().filter(|r| r.is_some()).count() as u64,
+            requests_pending: self.requests_live as u64,
             tcp_connections: self.stack.live() as u64,
             tcp_zombies: self.zombies.len() as u64,
             mrs_registered: self.ctx.mrs.registered() as u64,

@@ -7,6 +7,7 @@
 mod common;
 
 use common::*;
+use warpcore_engine::tcp::link::LinkConfig;
 use warpcore_engine::tcp::smoltcp::socket::tcp::State;
 use warpcore_engine::tcp::smoltcp::time::Duration;
 use warpcore_engine::tcp::{ConnId, TcpTuning};
@@ -32,13 +33,20 @@ fn silent_connection(p: &mut Pair, silent: &mut Vec<ConnId>) {
 
 #[test]
 fn silent_connections_do_not_lock_the_listener_and_time_out() {
-    let mut p = Pair::default_pair();
-    let max_pending = EngineConfig::default().max_pending_requests as u64;
+    // A small table (the default holds 1,024), so that the flood below fills it well
+    // within the startup timeout and the eviction is what frees its slots.
+    let cfg = EngineConfig {
+        max_pending_requests: 16,
+        ..EngineConfig::default()
+    };
+    let mut p = Pair::new(&LinkConfig::default(), &cfg);
+    let max_pending = cfg.max_pending_requests as u64;
     p.b.core.listen(PORT, MpaParams::default()).expect("listen");
-    // 100 connections that never send an octet, one every few loops (smoltcp answers SYNs
-    // beyond the listener's ready sockets within one poll with RST).
+    // The table's worth plus 100 connections that never send an octet, one every few loops
+    // (smoltcp answers SYNs beyond the listener's ready sockets within one poll with RST).
+    let flood = max_pending + 100;
     let mut silent = Vec::new();
-    for _ in 0..100 {
+    for _ in 0..flood {
         silent_connection(&mut p, &mut silent);
         p.run(3);
     }
@@ -52,7 +60,10 @@ fn silent_connections_do_not_lock_the_listener_and_time_out() {
         established <= max_pending,
         "{established} still established"
     );
-    assert!(evicted >= 100 - max_pending - 10, "only {evicted} evicted");
+    assert!(
+        evicted >= flood - max_pending - 10,
+        "only {evicted} evicted"
+    );
 
     // The flood goes on (one more silent connection every loop) while a legitimate client
     // connects: it is accepted and established within a second of simulated time.
@@ -148,4 +159,52 @@ fn a_request_never_answered_is_dropped_with_an_event() {
         a_events.iter().any(|e| matches!(e, CmEvent::Error { .. })),
         "{a_events:?}"
     );
+}
+
+#[test]
+fn a_burst_of_legitimate_clients_all_get_through() {
+    // 64 initiators connect in the same loop (a parallel job starting up). The default
+    // table holds them all; when it held 16, the newest pushed the oldest out with resets
+    // (wcconnrate --parallel 32 found it).
+    const BURST: usize = 64;
+    let mut p = Pair::default_pair();
+    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
+    let qas: Vec<_> = (0..BURST).map(|_| p.a.qp(16)).collect();
+    for &qa in &qas {
+        p.a.core
+            .connect(qa, (ip(2), PORT), &MpaParams::default(), b"burst")
+            .expect("connect");
+    }
+    let mut requests = Vec::new();
+    p.run_until(5000, |p| {
+        for e in p.b.take_events() {
+            if let CmEvent::ConnectRequest(r) = e {
+                requests.push(r);
+            }
+        }
+        requests.len() == BURST
+    });
+    assert_eq!(requests.len(), BURST, "not every request was read");
+    assert!(
+        p.b.core.stats().requests_pending >= BURST as u64,
+        "{:?}",
+        p.b.core.stats()
+    );
+    for r in &requests {
+        let qb = p.b.qp(16);
+        p.b.core.accept(r.request, qb, b"", None).expect("accept");
+    }
+    let mut established = 0;
+    p.run_until(5000, |p| {
+        established +=
+            p.a.take_events()
+                .iter()
+                .filter(|e| matches!(e, CmEvent::Established(_)))
+                .count();
+        established == BURST
+    });
+    assert_eq!(established, BURST);
+    let stats = p.b.core.stats();
+    assert_eq!(stats.requests_evicted, 0, "{stats:?}");
+    assert_eq!(stats.requests_pending, 0, "{stats:?}");
 }

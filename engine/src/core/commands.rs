@@ -15,11 +15,17 @@ impl<D: PollDevice> EngineCore<D> {
         if attr.max_sge as usize > self.ctx.cfg.max_sge {
             return Err(EngineError::LimitExceeded("max_sge"));
         }
-        let index = self
-            .qps
-            .iter()
-            .position(Option::is_none)
-            .ok_or(EngineError::TableFull("queue pair"))?;
+        let index = match self.free_slots.pop() {
+            Some(i) => i,
+            None if self.qps.len() < self.ctx.cfg.max_qps => {
+                self.qps.push(None);
+                self.generations.push(0);
+                self.rx_ready.grow(self.qps.len());
+                self.tx_ready.grow(self.qps.len());
+                self.qps.len() - 1
+            }
+            None => return Err(EngineError::TableFull("queue pair")),
+        };
         self.generations[index] = self.generations[index].wrapping_add(1);
         let id = QpId {
             core: self.core,
@@ -73,8 +79,12 @@ impl<D: PollDevice> EngineCore<D> {
         let q = self.qp_mut(id)?;
         q.flush();
         let conn = q.conn.take();
-        self.qps[usize::from(id.index)] = None;
-        self.live.retain(|&i| i != usize::from(id.index));
+        let index = usize::from(id.index);
+        self.qps[index] = None;
+        if let Ok(at) = self.live.binary_search(&index) {
+            self.live.remove(at);
+        }
+        self.free_slots.push(index);
         if let Some(c) = conn {
             if !c.fin_sent {
                 let _ = self.stack.abort(c.tcp);

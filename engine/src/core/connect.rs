@@ -233,7 +233,7 @@ impl<D: PollDevice> EngineCore<D> {
                 .set_ird_ord(clamp_offer(ird, max_ird), clamp_offer(ord, max_ord))?;
         }
         r.responder.accept(private_data)?;
-        let Some(r) = self.requests[req.index as usize].take() else {
+        let Some(r) = self.take_request(req.index as usize) else {
             return Err(EngineError::UnknownRequest);
         };
         let mut responder = r.responder;
@@ -398,7 +398,7 @@ impl<D: PollDevice> EngineCore<D> {
     pub(super) fn cancel_request(&mut self, tcp: ConnId) {
         for i in 0..self.requests.len() {
             if self.requests[i].as_ref().is_some_and(|r| r.tcp == tcp) {
-                if let Some(r) = self.requests[i].take() {
+                if let Some(r) = self.take_request(i) {
                     let _ = self.stack.release(r.tcp);
                     if r.phase == ReqPhase::Waiting {
                         self.ctx
@@ -421,11 +421,7 @@ impl<D: PollDevice> EngineCore<D> {
         while let Ok(Some(tcp)) = self.stack.accept(l) {
             let params = self.listeners[li].params.clone();
             let config = self.mpa_config(&params, Vec::new(), false);
-            let slot = self
-                .requests
-                .iter()
-                .position(Option::is_none)
-                .or_else(|| self.evict_request());
+            let slot = self.free_request_slot().or_else(|| self.evict_request());
             let responder = Responder::new(config, self.now_std());
             let (Some(slot), Ok(responder)) = (slot, responder) else {
                 // No room for another pending request: refuse with RST.
@@ -440,6 +436,7 @@ impl<D: PollDevice> EngineCore<D> {
             };
             self.req_generations[slot] = self.req_generations[slot].wrapping_add(1);
             self.arrivals += 1;
+            self.requests_live += 1;
             self.requests[slot] = Some(PendingReq {
                 tcp,
                 since: self.now_std(),
@@ -473,13 +470,40 @@ impl<D: PollDevice> EngineCore<D> {
         };
         let i = oldest(ReqPhase::Closing, &self.requests)
             .or_else(|| oldest(ReqPhase::Reading, &self.requests))?;
-        let r = self.requests[i].take()?;
+        let r = self.take_request(i)?;
         let _ = self.stack.release(r.tcp);
         self.ctx.stats.requests_evicted += 1;
         Some(i)
     }
 
+    /// An empty slot of the request table, growing the table (up to
+    /// [`EngineConfig::max_pending_requests`]) when none is: the table is as wide as the
+    /// most requests pending at once so far, not its limit.
+    fn free_request_slot(&mut self) -> Option<usize> {
+        if self.requests_live < self.requests.len() {
+            return self.requests.iter().position(Option::is_none);
+        }
+        if self.requests.len() < self.ctx.cfg.max_pending_requests {
+            self.requests.push(None);
+            self.req_generations.push(0);
+            return Some(self.requests.len() - 1);
+        }
+        None
+    }
+
+    /// Takes pending request `i` out of the table.
+    pub(super) fn take_request(&mut self, i: usize) -> Option<PendingReq> {
+        let r = self.requests.get_mut(i)?.take();
+        if r.is_some() {
+            self.requests_live -= 1;
+        }
+        r
+    }
+
     pub(super) fn poll_requests(&mut self) -> bool {
+        if self.requests_live == 0 {
+            return false;
+        }
         let mut work = false;
         let now_std = self.now_std();
         let limit = StdDuration::from_millis(self.ctx.cfg.mpa_timeout_ms);
@@ -581,7 +605,7 @@ impl<D: PollDevice> EngineCore<D> {
                     } || now_std.saturating_duration_since(r.since) > 2 * limit;
                     if done {
                         let _ = self.stack.release(r.tcp);
-                        self.requests[i] = None;
+                        self.take_request(i);
                         work = true;
                     }
                 }
@@ -603,7 +627,7 @@ impl<D: PollDevice> EngineCore<D> {
                 }
             }
             if timed_out {
-                if let Some(r) = self.requests[i].take() {
+                if let Some(r) = self.take_request(i) {
                     let _ = self.stack.release(r.tcp);
                 }
                 self.ctx.stats.requests_timed_out += 1;
