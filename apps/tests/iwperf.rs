@@ -872,3 +872,25 @@ fn run_infinitely_prints_a_row_per_period_until_stopped() {
         .count();
     assert!(rows >= 2, "{rows} rows in 4.5 s of 1 s periods");
 }
+
+#[test]
+fn a_bandwidth_run_longer_than_the_timeout_completes() {
+    // The side that only answers Writes, Reads or atomics sees no completion until the
+    // peer's Done: it once took that silence for a stopped peer after --timeout seconds,
+    // and every write_bw, read_bw or atomic_bw longer than 30 s died.
+    for (test, size) in [("write_bw", "64"), ("read_bw", "64"), ("atomic_bw", "8")] {
+        let o = iwperf(&[
+            test,
+            "--loopback=link",
+            "-s",
+            size,
+            "-D",
+            "3",
+            "--timeout",
+            "1",
+        ]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{test}: {out}\n{err}");
+        assert!(out.contains("#bytes"), "{test}: {out}");
+    }
+}

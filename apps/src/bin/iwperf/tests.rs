@@ -1007,7 +1007,18 @@ pub fn bw_phase(
             last_work = now;
             spin.reset();
         } else {
-            if now - last_work > ph.stall {
+            // The side that only answers RDMA Writes, Reads or atomics sees nothing of them
+            // (no completion until the peer's Done), so silence is no sign of a stopped
+            // peer there: it waits while its connections are up, and TCP's keep-alive and
+            // user timeout end a dead peer's connection (then the QP's error ends the run).
+            // It used to give up after --timeout seconds of a run longer than that.
+            let receiving_writes = !sending
+                && peer_sending
+                && matches!(test, T::WriteBw | T::ReadBw | T::AtomicBw)
+                && conns
+                    .iter()
+                    .all(|c| c.qp.state() == warpcore_verbs::QpState::Rts);
+            if now - last_work > ph.stall && !receiving_writes {
                 return Err(format!(
                     "no progress for {} s (the peer stopped?)",
                     ph.stall.as_secs()
