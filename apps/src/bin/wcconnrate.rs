@@ -1,0 +1,760 @@
+//! `wcconnrate`: the connection-rate benchmark (issue 11). A client opens connections in a
+//! loop, each one a whole RDMA connection's life: a new queue pair, TCP's handshake, the MPA
+//! Request/Reply exchange, one Send (verified octet by octet by the server), the graceful
+//! close, the queue pair destroyed. `--parallel K` keeps K of them under way at once. The
+//! same loop runs over the kernel's TCP on loopback (`--kernel`): connect, write the same
+//! message, half-close, wait for the server's close; so the two figures compare in one run
+//! (`bench/connrate.sh`).
+//!
+//! ```text
+//! wcconnrate --memif /tmp/cr.sock --cores 0              # server (no address): memif server
+//! wcconnrate 198.18.0.2 --memif /tmp/cr.sock --cores 1   # client, 5 s, one at a time
+//! wcconnrate --loopback=link --secs 2 --parallel 8       # both engines in this process
+//! wcconnrate --kernel --secs 2 --parallel 8              # kernel TCP over 127.0.0.1
+//! ```
+//!
+//! Each engine is caller-driven: one thread per process runs its engine core and the
+//! application loop, so a process's rate is the rate of one engine core. The client prints
+//! `RESULT connrate stack=warpcore|kernel conns=N secs=S rate=R cycle_p50_us=..
+//! cycle_p99_us=.. established_p50_us=..` and the server `RESULT connrate-server
+//! verified=N`; every Send's octets are checked, and any failure after the first
+//! connection stood is an error (exit 1).
+#![forbid(unsafe_code)]
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use hdrhistogram::Histogram;
+use warpcore_apps::device::{DeviceArgs, EngineOptions, Loopback, MemifRole, PairAddrs};
+use warpcore_tcp::link::Faults;
+use warpcore_verbs::{
+    Access, CmEvent, CompletionQueue, Context, Drive, LinkConfig, MemoryRegion, MpaParams,
+    ProtectionDomain, QpId, QpInit, QueuePair, RecvWr, SendOp, SendWr, WcOpcode, WcStatus,
+};
+
+#[derive(Parser, Debug)]
+#[command(about = "Connection rate: connect, MPA exchange, one Send, close, in a loop")]
+struct Cli {
+    /// The server's address: this process is the client (no address: the server).
+    server: Option<Ipv4Addr>,
+    /// How long the client opens connections, in seconds.
+    #[arg(long, default_value_t = 5.0)]
+    secs: f64,
+    /// Connections under way at once.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    parallel: u16,
+    /// Octets of each connection's Send (its first eight carry the connection's number).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(8..=65536))]
+    size: u32,
+    /// TCP port.
+    #[arg(long, default_value_t = 7398)]
+    port: u16,
+    /// The longest any one step may wait (the client's first connection retries that long
+    /// while the server comes up), in seconds.
+    #[arg(long, default_value_t = 30)]
+    timeout: u64,
+    /// Frame loss on the in-memory link (`--loopback=link`), each way (0.01: 1 %).
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// The kernel's TCP on 127.0.0.1 instead of Warpcore: both ends in this process (a
+    /// server thread and `--parallel` client threads).
+    #[arg(long)]
+    kernel: bool,
+    /// The device (`--memif`, `--vdev`, `--pci`, `--loopback`, `--cores`, ...), as in
+    /// every Warpcore tool.
+    #[command(flatten)]
+    dev: DeviceArgs,
+}
+
+/// Addresses when `--ip` is not given (RFC 2544 benchmarking range, as iwperf's).
+const SERVER_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+/// The connection number that tells the server the run is over.
+const END: u64 = u64::MAX;
+/// Receive buffers the server keeps (connections it can serve at once).
+const SERVER_SLOTS: usize = 1024;
+/// Events taken per step before the completion queue is polled.
+const STEP_EVENTS: usize = 32;
+
+/// The message of connection `seq`: its number, then octets that depend on it.
+fn message(seq: u64, size: usize) -> Vec<u8> {
+    let mut m = vec![0u8; size];
+    m[..8].copy_from_slice(&seq.to_le_bytes());
+    for (i, b) in m.iter_mut().enumerate().skip(8) {
+        *b = (seq as u8).wrapping_mul(31).wrapping_add(i as u8);
+    }
+    m
+}
+
+/// Checks a received message; returns its connection number.
+fn verify(m: &[u8], size: usize) -> Result<u64, String> {
+    if m.len() != size {
+        return Err(format!("a Send of {} octets, expected {size}", m.len()));
+    }
+    let seq = u64::from_le_bytes(m[..8].try_into().expect("eight octets"));
+    let want = message(seq, size);
+    match m.iter().zip(&want).position(|(a, b)| a != b) {
+        None => Ok(seq),
+        Some(i) => Err(format!(
+            "connection {seq}: octet {i} is {:#04x}, expected {:#04x}",
+            m[i], want[i]
+        )),
+    }
+}
+
+fn hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 600_000_000, 3).expect("histogram bounds")
+}
+
+/// What a client run measured.
+struct Figures {
+    conns: u64,
+    secs: f64,
+    cycle: Histogram<u64>,
+    established: Histogram<u64>,
+}
+
+fn report(stack: &str, cli: &Cli, f: &Figures) {
+    let rate = f.conns as f64 / f.secs;
+    let q = |h: &Histogram<u64>, p: f64| h.value_at_quantile(p) as f64;
+    println!(
+        "wcconnrate: {stack}: {} connections in {:.2} s, {} at once: {:.0} connections/s; one \
+         connection's life (connect, MPA or first write, {} B Send, close) median {:.0} us, \
+         p99 {:.0} us",
+        f.conns,
+        f.secs,
+        cli.parallel,
+        rate,
+        cli.size,
+        q(&f.cycle, 0.5),
+        q(&f.cycle, 0.99)
+    );
+    println!(
+        "RESULT connrate stack={stack} conns={} secs={:.3} parallel={} rate={:.1} \
+         cycle_p50_us={:.1} cycle_p99_us={:.1} established_p50_us={:.1}",
+        f.conns,
+        f.secs,
+        cli.parallel,
+        rate,
+        q(&f.cycle, 0.5),
+        q(&f.cycle, 0.99),
+        q(&f.established, 0.5)
+    );
+}
+
+// ------------------------------------------------------------------------------ Warpcore
+
+/// The server side: listens, gives each request a queue pair with one receive posted,
+/// accepts, verifies the Send, and lets the client close.
+struct Server {
+    ctx: Context,
+    pd: ProtectionDomain,
+    cq: CompletionQueue,
+    mr: MemoryRegion,
+    size: usize,
+    /// Receive buffer slots in `mr` not in use.
+    free: Vec<usize>,
+    /// Queue pairs alive, with their buffer slot.
+    qps: Vec<(QueuePair, usize)>,
+    verified: u64,
+    /// The client's last connection (END) was verified and has closed.
+    done: bool,
+    end_seen: bool,
+}
+
+impl Server {
+    fn new(ctx: Context, port: u16, size: usize) -> Result<Server, String> {
+        let pd = ctx.alloc_pd();
+        let mr = pd
+            .alloc_mr(SERVER_SLOTS * size, Access::LOCAL_WRITE)
+            .map_err(|e| format!("server region: {e}"))?;
+        let cq = ctx
+            .create_cq(2 * SERVER_SLOTS)
+            .map_err(|e| format!("server CQ: {e}"))?;
+        ctx.listen(port, &MpaParams::default())
+            .map_err(|e| format!("listen on {port}: {e}"))?;
+        Ok(Server {
+            ctx,
+            pd,
+            cq,
+            mr,
+            size,
+            free: (0..SERVER_SLOTS).rev().collect(),
+            qps: Vec::new(),
+            verified: 0,
+            done: false,
+            end_seen: false,
+        })
+    }
+
+    fn slot_of(&self, qp: QpId) -> Option<usize> {
+        self.qps.iter().position(|(q, _)| q.id() == qp)
+    }
+
+    /// Destroys a closed connection's queue pair. Its receive buffer slot is freed by the
+    /// receive's completion (success, or flushed by the destruction), never before, so a
+    /// slot is reused only once its octets were checked.
+    fn release(&mut self, qp: QpId) {
+        if let Some(i) = self.slot_of(qp) {
+            let (q, _slot) = self.qps.swap_remove(i);
+            drop(q);
+        }
+    }
+
+    /// One step: events, completions. Errors are the run's failures.
+    fn step(&mut self) -> Result<bool, String> {
+        let mut worked = false;
+        // A bounded batch of events, then the completions: every look for an event runs the
+        // engine, which may make new ones, so an unbounded loop could starve the completion
+        // queue for as long as connections keep arriving.
+        for _ in 0..STEP_EVENTS {
+            let Some(e) = self.ctx.next_event(Duration::ZERO) else {
+                break;
+            };
+            worked = true;
+            match e {
+                CmEvent::ConnectRequest(r) => {
+                    let Some(slot) = self.free.pop() else {
+                        self.ctx
+                            .reject(&r, b"busy")
+                            .map_err(|e| format!("reject: {e}"))?;
+                        continue;
+                    };
+                    let mut init = QpInit::new(&self.cq, &self.cq);
+                    init.core = Some(usize::from(r.request.core));
+                    init.sq_depth = 4;
+                    init.rq_depth = 4;
+                    let pd_qp = self
+                        .pd
+                        .create_qp(&init)
+                        .map_err(|e| format!("server create_qp: {e}"))?;
+                    let sge = self.mr.sge((slot * self.size) as u64, self.size as u32);
+                    let wr = RecvWr::new(slot as u64, &[sge]).map_err(|e| e.to_string())?;
+                    pd_qp
+                        .post_recv(&wr)
+                        .map_err(|e| format!("server post_recv: {e}"))?;
+                    self.ctx
+                        .accept(&r, &pd_qp, b"")
+                        .map_err(|e| format!("accept: {e}"))?;
+                    self.qps.push((pd_qp, slot));
+                }
+                CmEvent::Established(_) => {}
+                CmEvent::Disconnected { qp, .. } | CmEvent::Error { qp, .. } => {
+                    self.release(qp);
+                }
+                CmEvent::RequestCancelled(_) => {}
+                other => return Err(format!("server: unexpected event {other:?}")),
+            }
+        }
+        while let Some(wc) = self.cq.poll_one() {
+            worked = true;
+            let slot = wc.wr_id as usize;
+            if wc.status == WcStatus::FlushErr {
+                self.free.push(slot);
+                continue;
+            }
+            if wc.status != WcStatus::Success || wc.opcode != WcOpcode::Recv {
+                return Err(format!("server: unexpected completion {wc:?}"));
+            }
+            let mut m = vec![0u8; wc.byte_len as usize];
+            self.mr
+                .read(slot * self.size, &mut m)
+                .map_err(|e| e.to_string())?;
+            self.free.push(slot);
+            // Connection 0 is the client's first, made before the measured run.
+            match verify(&m, self.size)? {
+                END => self.end_seen = true,
+                0 => {}
+                _ => self.verified += 1,
+            }
+        }
+        if self.end_seen && self.qps.is_empty() {
+            self.done = true;
+        }
+        Ok(worked)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Connecting,
+    Sending,
+    Closing,
+}
+
+struct Slot {
+    qp: QueuePair,
+    phase: Phase,
+    seq: u64,
+    started: Instant,
+}
+
+/// The client side: keeps `parallel` connections under way until the time is up.
+struct Client {
+    ctx: Context,
+    pd: ProtectionDomain,
+    cq: CompletionQueue,
+    mr: MemoryRegion,
+    server: Ipv4Addr,
+    port: u16,
+    size: usize,
+    slots: Vec<Option<Slot>>,
+    next_seq: u64,
+    /// A connection has stood (failures before it are the server coming up: retried).
+    stood: bool,
+    figures: Figures,
+}
+
+impl Client {
+    fn new(ctx: Context, server: Ipv4Addr, cli: &Cli) -> Result<Client, String> {
+        let pd = ctx.alloc_pd();
+        let size = cli.size as usize;
+        let parallel = usize::from(cli.parallel);
+        let mr = pd
+            .alloc_mr(parallel * size, Access::LOCAL_WRITE)
+            .map_err(|e| format!("client region: {e}"))?;
+        let cq = ctx
+            .create_cq(4 * parallel)
+            .map_err(|e| format!("client CQ: {e}"))?;
+        Ok(Client {
+            ctx,
+            pd,
+            cq,
+            mr,
+            server,
+            port: cli.port,
+            size,
+            slots: (0..parallel).map(|_| None).collect(),
+            next_seq: 0,
+            stood: false,
+            figures: Figures {
+                conns: 0,
+                secs: 0.0,
+                cycle: hist(),
+                established: hist(),
+            },
+        })
+    }
+
+    /// Starts connection `seq` in slot `i`.
+    fn start(&mut self, i: usize, seq: u64) -> Result<(), String> {
+        let mut init = QpInit::new(&self.cq, &self.cq);
+        init.sq_depth = 4;
+        init.rq_depth = 1;
+        let qp = self
+            .pd
+            .create_qp(&init)
+            .map_err(|e| format!("client create_qp: {e}"))?;
+        qp.connect(self.server, self.port, &MpaParams::default(), b"")
+            .map_err(|e| format!("connect: {e}"))?;
+        self.slots[i] = Some(Slot {
+            qp,
+            phase: Phase::Connecting,
+            seq,
+            started: Instant::now(),
+        });
+        Ok(())
+    }
+
+    fn slot_of(&self, qp: QpId) -> Option<usize> {
+        self.slots
+            .iter()
+            .position(|s| s.as_ref().is_some_and(|s| s.qp.id() == qp))
+    }
+
+    /// One step; returns the slots that finished (free again) and whether anything moved.
+    fn step(&mut self, finished: &mut Vec<usize>) -> Result<bool, String> {
+        let mut worked = false;
+        // A bounded batch of events, then the completions: every look for an event runs the
+        // engine, which may make new ones, so an unbounded loop could starve the completion
+        // queue for as long as connections keep arriving.
+        for _ in 0..STEP_EVENTS {
+            let Some(e) = self.ctx.next_event(Duration::ZERO) else {
+                break;
+            };
+            worked = true;
+            match e {
+                CmEvent::Established(est) => {
+                    let Some(i) = self.slot_of(est.qp) else {
+                        continue;
+                    };
+                    let s = self.slots[i].as_mut().expect("slot in use");
+                    self.figures
+                        .established
+                        .saturating_record(s.started.elapsed().as_micros() as u64);
+                    s.phase = Phase::Sending;
+                    let at = i * self.size;
+                    self.mr
+                        .write(at, &message(s.seq, self.size))
+                        .map_err(|e| e.to_string())?;
+                    let wr = SendWr::new(
+                        i as u64,
+                        SendOp::Send,
+                        &[self.mr.sge(at as u64, self.size as u32)],
+                    )
+                    .map_err(|e| e.to_string())?;
+                    s.qp.post_send(&wr).map_err(|e| format!("post_send: {e}"))?;
+                }
+                CmEvent::Disconnected { qp, reset } => {
+                    let Some(i) = self.slot_of(qp) else {
+                        continue;
+                    };
+                    let s = self.slots[i].take().expect("slot in use");
+                    if s.phase != Phase::Closing || reset {
+                        self.failed(&format!(
+                            "connection {} {} while {:?}",
+                            s.seq,
+                            if reset {
+                                "reset"
+                            } else {
+                                "closed by the server"
+                            },
+                            s.phase
+                        ))?;
+                    } else if s.seq != END {
+                        self.figures.conns += 1;
+                        self.figures
+                            .cycle
+                            .saturating_record(s.started.elapsed().as_micros() as u64);
+                    }
+                    finished.push(i);
+                }
+                CmEvent::Rejected { qp, .. } | CmEvent::Error { qp, .. } => {
+                    let Some(i) = self.slot_of(qp) else {
+                        continue;
+                    };
+                    let s = self.slots[i].take().expect("slot in use");
+                    self.failed(&format!("connection {}: {e:?}", s.seq))?;
+                    finished.push(i);
+                }
+                other => return Err(format!("client: unexpected event {other:?}")),
+            }
+        }
+        while let Some(wc) = self.cq.poll_one() {
+            worked = true;
+            let i = wc.wr_id as usize;
+            if wc.status == WcStatus::FlushErr {
+                continue;
+            }
+            if wc.status != WcStatus::Success || wc.opcode != WcOpcode::Send {
+                return Err(format!("client: unexpected completion {wc:?}"));
+            }
+            if let Some(s) = self.slots.get_mut(i).and_then(Option::as_mut) {
+                s.phase = Phase::Closing;
+                s.qp.disconnect().map_err(|e| format!("disconnect: {e}"))?;
+                self.stood = true;
+            }
+        }
+        Ok(worked)
+    }
+
+    /// A connection failed: before any stood, the server may still be coming up.
+    fn failed(&self, what: &str) -> Result<(), String> {
+        if self.stood {
+            Err(what.to_string())
+        } else {
+            std::thread::sleep(Duration::from_millis(20));
+            Ok(())
+        }
+    }
+}
+
+/// Runs the client (and, for a loopback, the server in the same thread) to the end.
+fn run_warpcore(
+    cli: &Cli,
+    mut client: Option<Client>,
+    mut server: Option<Server>,
+) -> Result<(), String> {
+    let timeout = Duration::from_secs(cli.timeout);
+    if let Some(c) = client.as_mut() {
+        // The first connection alone, retried until it stands (the server may be starting).
+        let t0 = Instant::now();
+        let mut finished = Vec::new();
+        c.start(0, 0)?;
+        loop {
+            if let Some(s) = server.as_mut() {
+                s.step()?;
+            }
+            finished.clear();
+            c.step(&mut finished)?;
+            if !finished.is_empty() {
+                if c.figures.conns > 0 {
+                    break;
+                }
+                if t0.elapsed() > timeout {
+                    return Err(format!("no connection stood within {timeout:?}"));
+                }
+                c.start(0, 0)?;
+            }
+            if t0.elapsed() > timeout + timeout {
+                return Err("the first connection hangs".into());
+            }
+        }
+        // The measured run.
+        c.figures = Figures {
+            conns: 0,
+            secs: 0.0,
+            cycle: hist(),
+            established: hist(),
+        };
+        c.next_seq = 1;
+        let start = Instant::now();
+        let end = start + Duration::from_secs_f64(cli.secs);
+        for i in 0..c.slots.len() {
+            c.start(i, c.next_seq)?;
+            c.next_seq += 1;
+        }
+        let mut last_move = Instant::now();
+        loop {
+            let mut worked = false;
+            if let Some(s) = server.as_mut() {
+                worked |= s.step()?;
+            }
+            finished.clear();
+            worked |= c.step(&mut finished)?;
+            let now = Instant::now();
+            for &i in &finished {
+                if now < end {
+                    let seq = c.next_seq;
+                    c.next_seq += 1;
+                    c.start(i, seq)?;
+                }
+            }
+            if worked {
+                last_move = now;
+            } else if now - last_move > timeout {
+                return Err(format!("nothing moved for {timeout:?}"));
+            }
+            if now >= end && c.slots.iter().all(Option::is_none) {
+                c.figures.secs = (now - start).as_secs_f64();
+                break;
+            }
+        }
+        // The last connection tells the server to finish.
+        c.start(0, END)?;
+        let t0 = Instant::now();
+        loop {
+            if let Some(s) = server.as_mut() {
+                s.step()?;
+            }
+            finished.clear();
+            c.step(&mut finished)?;
+            if !finished.is_empty() {
+                break;
+            }
+            if t0.elapsed() > timeout {
+                return Err("the closing connection hangs".into());
+            }
+        }
+        report("warpcore", cli, &c.figures);
+    }
+    if let Some(s) = server.as_mut() {
+        let mut last_move = Instant::now();
+        while !s.done {
+            if s.step()? {
+                last_move = Instant::now();
+            } else if s.verified > 0 && last_move.elapsed() > timeout {
+                return Err(format!("server: nothing moved for {timeout:?}"));
+            }
+        }
+        println!(
+            "wcconnrate: server: {} connections served, every Send verified",
+            s.verified
+        );
+        println!("RESULT connrate-server verified={}", s.verified);
+        if let Some(c) = client.as_ref() {
+            if s.verified != c.figures.conns {
+                return Err(format!(
+                    "the server verified {} messages of {} connections",
+                    s.verified, c.figures.conns
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn open_warpcore(cli: &Cli) -> Result<(), String> {
+    let configure = |c: &mut warpcore_verbs::Config| {
+        c.drive = Drive::Caller;
+    };
+    let size = cli.size as usize;
+    if cli.loss > 0.0 && cli.dev.loopback != Some(Loopback::Link) {
+        return Err(format!(
+            "--loss {}: only the in-memory link (--loopback=link) injects loss",
+            cli.loss
+        ));
+    }
+    if cli.dev.loopback.is_some() {
+        let faults = |seed: u64| Faults {
+            seed,
+            loss: cli.loss,
+            ..Faults::default()
+        };
+        let o = EngineOptions {
+            fixed_mac: true,
+            configure: &configure,
+            link: Some(LinkConfig {
+                faults_ab: faults(1),
+                faults_ba: faults(2),
+                ..LinkConfig::default()
+            }),
+            ..EngineOptions::new("wcconnrate", MemifRole::Server)
+        };
+        let addrs = PairAddrs {
+            server: SERVER_IP,
+            client: CLIENT_IP,
+        };
+        let (s, c) = cli
+            .dev
+            .open_engine_pair(&o, addrs)
+            .map_err(|e| e.to_string())?;
+        let server = Server::new(s.ctx, cli.port, size)?;
+        let client = Client::new(c.ctx, s.ip, cli)?;
+        return run_warpcore(cli, Some(client), Some(server));
+    }
+    let is_client = cli.server.is_some();
+    let o = EngineOptions {
+        default_ip: Some(if is_client { CLIENT_IP } else { SERVER_IP }),
+        fixed_mac: true,
+        configure: &configure,
+        ..EngineOptions::new("wcconnrate", MemifRole::serving(!is_client))
+    };
+    let ep = cli.dev.open_engine(&o).map_err(|e| e.to_string())?;
+    match cli.server {
+        Some(addr) => run_warpcore(cli, Some(Client::new(ep.ctx, addr, cli)?), None),
+        None => run_warpcore(cli, None, Some(Server::new(ep.ctx, cli.port, size)?)),
+    }
+}
+
+// -------------------------------------------------------------------------------- kernel
+
+/// What one kernel client thread measured: connections, their lives, their connects.
+type ThreadFigures = (u64, Histogram<u64>, Histogram<u64>);
+
+/// The kernel's TCP on loopback: a server thread (accept, read the message, verify it,
+/// read to the end, close) and `parallel` client threads (connect, write, half-close, wait
+/// for the server's close).
+fn run_kernel(cli: &Cli) -> Result<(), String> {
+    let size = cli.size as usize;
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| format!("bind: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let server = std::thread::spawn(move || -> Result<u64, String> {
+        let mut m = vec![0u8; size];
+        for (verified, s) in (0u64..).zip(listener.incoming()) {
+            let mut s = s.map_err(|e| format!("accept: {e}"))?;
+            s.read_exact(&mut m)
+                .map_err(|e| format!("server read: {e}"))?;
+            let seq = verify(&m, size)?;
+            let mut rest = Vec::new();
+            s.read_to_end(&mut rest)
+                .map_err(|e| format!("server read to the end: {e}"))?;
+            if !rest.is_empty() {
+                return Err(format!("connection {seq}: {} octets too many", rest.len()));
+            }
+            if seq == END {
+                return Ok(verified);
+            }
+        }
+        Err("the listener stopped".into())
+    });
+    let one = |seq: u64| -> Result<(Duration, Duration), String> {
+        let t0 = Instant::now();
+        let mut s = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
+        let est = t0.elapsed();
+        s.set_nodelay(true).map_err(|e| e.to_string())?;
+        s.write_all(&message(seq, size))
+            .map_err(|e| format!("write: {e}"))?;
+        s.shutdown(std::net::Shutdown::Write)
+            .map_err(|e| format!("shutdown: {e}"))?;
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest)
+            .map_err(|e| format!("client read: {e}"))?;
+        Ok((est, t0.elapsed()))
+    };
+    let secs = Duration::from_secs_f64(cli.secs);
+    let next = std::sync::atomic::AtomicU64::new(1);
+    let start = Instant::now();
+    let results: Vec<Result<ThreadFigures, String>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..cli.parallel)
+            .map(|_| {
+                sc.spawn(|| {
+                    let (mut cycle, mut est) = (hist(), hist());
+                    let mut n = 0u64;
+                    while start.elapsed() < secs {
+                        let seq = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let (e, c) = one(seq)?;
+                        est.saturating_record(e.as_micros() as u64);
+                        cycle.saturating_record(c.as_micros() as u64);
+                        n += 1;
+                    }
+                    Ok((n, cycle, est))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a client thread panicked".into()))
+            })
+            .collect()
+    });
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut f = Figures {
+        conns: 0,
+        secs: elapsed,
+        cycle: hist(),
+        established: hist(),
+    };
+    let mut first_err = None;
+    for r in results {
+        match r {
+            Ok((n, c, e)) => {
+                f.conns += n;
+                f.cycle.add(&c).map_err(|e| e.to_string())?;
+                f.established.add(&e).map_err(|e| e.to_string())?;
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    // Whatever happened, let the server finish.
+    let end = one(END);
+    let verified = server
+        .join()
+        .map_err(|_| "the server thread panicked".to_string())??;
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    end?;
+    if verified != f.conns {
+        return Err(format!(
+            "the server verified {verified} messages of {} connections",
+            f.conns
+        ));
+    }
+    report("kernel", cli, &f);
+    println!("RESULT connrate-server verified={verified}");
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli: Cli = warpcore_apps::parse_args();
+    let r = if cli.kernel {
+        run_kernel(&cli)
+    } else {
+        open_warpcore(&cli)
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("wcconnrate: FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

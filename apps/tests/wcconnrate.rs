@@ -1,0 +1,87 @@
+//! wcconnrate (the connection-rate benchmark, issue 11) runs its whole loop and reports
+//! figures only when every connection's Send was verified: both engines in one process
+//! over the in-memory link (clean and with loss, where SYNs, MPA frames and FINs are lost
+//! and retransmitted), several connections at once, and the kernel loop it is compared
+//! with. Its figures come from `bench/connrate.sh`, not from here.
+
+use std::process::Command;
+
+fn run(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_wcconnrate"))
+        .args(args)
+        .output()
+        .expect("run wcconnrate");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "wcconnrate {args:?} failed:\n{text}");
+    text
+}
+
+fn field(text: &str, line: &str, key: &str) -> f64 {
+    let l = text
+        .lines()
+        .find(|l| l.starts_with(line))
+        .unwrap_or_else(|| panic!("no {line:?} line in:\n{text}"));
+    l.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {l:?}"))
+}
+
+/// The client's count of connections and the server's count of verified Sends agree.
+fn check(text: &str, stack: &str) {
+    assert!(
+        text.contains(&format!("RESULT connrate stack={stack} ")),
+        "{text}"
+    );
+    let conns = field(text, "RESULT connrate ", "conns");
+    let verified = field(text, "RESULT connrate-server", "verified");
+    assert!(conns >= 10.0, "only {conns} connections:\n{text}");
+    assert_eq!(conns, verified, "{text}");
+    assert!(field(text, "RESULT connrate ", "rate") > 0.0);
+}
+
+#[test]
+fn warpcore_loop_over_the_in_memory_link() {
+    let t = run(&["--loopback=link", "--secs", "0.3"]);
+    check(&t, "warpcore");
+    let t = run(&["--loopback=link", "--secs", "0.3", "--parallel", "16"]);
+    check(&t, "warpcore");
+    assert!(t.contains("16 at once"), "{t}");
+}
+
+#[test]
+fn warpcore_loop_under_loss() {
+    // 2 % of frames lost each way: handshakes, MPA frames, Sends and FINs are retransmitted;
+    // every connection still completes and every Send arrives intact.
+    let t = run(&[
+        "--loopback=link",
+        "--secs",
+        "3",
+        "--parallel",
+        "8",
+        "--loss",
+        "0.02",
+    ]);
+    check(&t, "warpcore");
+}
+
+#[test]
+fn kernel_loop_on_loopback() {
+    let t = run(&["--kernel", "--secs", "0.3", "--parallel", "4"]);
+    check(&t, "kernel");
+}
+
+#[test]
+fn bad_arguments_are_refused() {
+    let out = Command::new(env!("CARGO_BIN_EXE_wcconnrate"))
+        .args(["--kernel", "--parallel", "0"])
+        .output()
+        .expect("run wcconnrate");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--parallel"), "{err}");
+}

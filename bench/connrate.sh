@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The connection rate (issue 11): wcconnrate's loop (a new queue pair, TCP handshake, MPA
+# Request/Reply, one verified 64 B Send, graceful close, the queue pair destroyed) between
+# two processes over net_memif, one caller-driven engine core each (server on CPU 0, client
+# on CPU 1), next to the same loop over the kernel's TCP on loopback (connect, write,
+# half-close, wait for the server's close; a server thread and the client threads in one
+# process), interleaved round by round so the machine's load falls on both alike. Each
+# round runs one at a time (--parallel 1) and PARALLEL at once. Prints every round, then
+# the medians and the ratios.
+#
+#   bench/connrate.sh [ROUNDS] [SECONDS] [PARALLEL]   # default 3 rounds of 3 s, 8 at once
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+rounds=${1:-3}
+secs=${2:-3}
+par=${3:-8}
+cargo build --release -q -p warpcore-apps --bin wcconnrate || exit 1
+CR=$root/target/release/wcconnrate
+work=$(mktemp -d /tmp/connrate-bench.XXXXXX)
+sock=$work/memif.sock
+trap 'rm -rf "$work"' EXIT
+
+field() { sed -nE "s/.* $1=([0-9.]+).*/\1/p" | head -1; }
+
+# warpcore P: one memif run; prints the client's RESULT line; fails loudly.
+warpcore() {
+    rm -f "$sock"
+    timeout $((secs + 90)) "$CR" --memif "$sock" --cores 0 >"$work/server.log" 2>&1 &
+    local sp=$!
+    for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
+    if ! timeout $((secs + 60)) "$CR" 198.18.0.2 --memif "$sock" --cores 1 --secs "$secs" \
+        --parallel "$1" >"$work/client.log" 2>&1; then
+        kill $sp 2>/dev/null
+        echo "FAIL warpcore --parallel $1: the client failed" >&2
+        tail -5 "$work/client.log" "$work/server.log" >&2
+        exit 1
+    fi
+    wait $sp || { echo "FAIL warpcore: the server failed" >&2; tail -5 "$work/server.log" >&2; exit 1; }
+    local n v
+    n=$(field conns <"$work/client.log")
+    v=$(sed -nE 's/^RESULT connrate-server verified=([0-9]+)/\1/p' "$work/server.log")
+    if [[ -z $n || $n != "$v" ]]; then
+        echo "FAIL warpcore: the client made ${n:-?} connections, the server verified ${v:-?}" >&2
+        exit 1
+    fi
+    grep "^RESULT connrate " "$work/client.log"
+}
+
+kernel() {
+    if ! timeout $((secs + 60)) "$CR" --kernel --secs "$secs" --parallel "$1" >"$work/kernel.log" 2>&1; then
+        echo "FAIL kernel --parallel $1" >&2
+        tail -5 "$work/kernel.log" >&2
+        exit 1
+    fi
+    grep "^RESULT connrate " "$work/kernel.log"
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+declare -A R P50
+echo "connrate: $rounds rounds of ${secs}s, one at a time and $par at once; load $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-6s %-9s %9s %12s %14s %14s\n' round stack parallel "conns/s" "life p50 us" "life p99 us"
+for r in $(seq 1 "$rounds"); do
+    for p in 1 "$par"; do
+        for stack in warpcore kernel; do
+            line=$($stack "$p") || exit 1
+            rate=$(field rate <<<"$line")
+            R[$stack.$p]+="$rate "
+            P50[$stack.$p]+="$(field cycle_p50_us <<<"$line") "
+            printf '%-6s %-9s %9s %12.0f %14s %14s\n' "$r" "$stack" "$p" "$rate" \
+                "$(field cycle_p50_us <<<"$line")" "$(field cycle_p99_us <<<"$line")"
+        done
+    done
+done
+echo
+echo "| connections at once | Warpcore, one engine core a side (conns/s) | kernel TCP loopback (conns/s) | ratio | life median, Warpcore / kernel (us) |"
+echo "|---|---|---|---|---|"
+for p in 1 "$par"; do
+    w=$(tr ' ' '\n' <<<"${R[warpcore.$p]}" | grep . | median)
+    k=$(tr ' ' '\n' <<<"${R[kernel.$p]}" | grep . | median)
+    wl=$(tr ' ' '\n' <<<"${P50[warpcore.$p]}" | grep . | median)
+    kl=$(tr ' ' '\n' <<<"${P50[kernel.$p]}" | grep . | median)
+    printf '| %s | %.0f | %.0f | %.2fx | %s / %s |\n' "$p" "$w" "$k" "$(awk -v a="$w" -v b="$k" 'BEGIN{print a/b}')" "$wl" "$kl"
+done
+echo "(medians of $rounds rounds; every Warpcore Send verified by the server, every kernel message by its server thread)"
