@@ -42,13 +42,16 @@ pub const MAX_QPS: u16 = 10_000;
 
 /// The engine's limits for this side: a QP table sized to the run (`-q` where this process
 /// knows it, i.e. a client or a loopback; the most `-q` allows for a server; plus two
-/// spare), connections to match, and the TCP chosen by `--tcp`. The pollers visit only the
+/// spare), connections and memory regions to match, and the TCP chosen by `--tcp`. The pollers visit only the
 /// QPs with work, so a large table costs memory, not time.
 pub fn size_engine(cli: &Cli, cfg: &mut Config, knows_qps: bool) {
     let qps = if knows_qps { cli.qps } else { MAX_QPS };
     cfg.engine.max_qps = usize::from(qps) + 2;
     cfg.engine.max_connections = cfg.engine.max_connections.max(cfg.engine.max_qps + 64);
     cfg.engine.max_pending_requests = cfg.engine.max_pending_requests.min(cfg.engine.max_qps);
+    // Each QP registers its data and control buffers, and its inline arena at the first
+    // inline post: room for four regions a QP (`-q 10000` needs more than the default).
+    cfg.engine.mr_table_capacity = cfg.engine.mr_table_capacity.max(4 * cfg.engine.max_qps);
     cfg.engine.tcp_implementation = match cli.tcp {
         crate::cli::TcpChoice::Warpcore => warpcore_tcp::TcpImplementation::Warpcore,
         crate::cli::TcpChoice::Reference => warpcore_tcp::TcpImplementation::SmoltcpReference,

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Many QPs per engine core (issue 11 item 5), over net_memif between two iwperf processes
+# (server on CPU 0, client on CPU 1, one caller-driven engine core each): the 64 B RDMA
+# Write rate with 1, 16 and 1,024 QPs, interleaved round by round so the machine's load
+# falls on all alike, each against the one-QP rate of its own round; then one run of
+# -q 10000 (it must complete); and the memory per idle connected QP from
+# bench/examples/qp_scale (1,024 idle connections, both ends in one process, RSS growth).
+#
+#   bench/qp-scale.sh [ROUNDS] [MESSAGES]   # default 3 rounds, 12,000,000 messages a run
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+rounds=${1:-3}
+msgs=${2:-12000000}
+cargo build --release -q -p warpcore-apps --bin iwperf || exit 1
+cargo build --release -q -p warpcore-bench --example qp_scale || exit 1
+IW=$root/target/release/iwperf
+work=$(mktemp -d /tmp/qp-scale-bench.XXXXXX)
+sock=$work/memif.sock
+trap 'rm -rf "$work"' EXIT
+
+# rate QPS ITERS: one write_bw -s 64 run; prints the message rate (M msgs/s); fails loudly.
+rate() {
+    rm -f "$sock"
+    timeout 600 "$IW" write_bw --memif "$sock" --cores 0 --timeout 60 >"$work/server.log" 2>&1 &
+    local sp=$!
+    for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
+    if ! timeout 590 "$IW" write_bw 198.18.0.2 --memif "$sock" --cores 1 --timeout 60 -s 64 \
+        -q "$1" -n "$2" >"$work/client.log" 2>&1; then
+        kill $sp 2>/dev/null
+        echo "FAIL write_bw -q $1: the client failed" >&2
+        tail -5 "$work/client.log" "$work/server.log" >&2
+        exit 1
+    fi
+    wait $sp || { echo "FAIL write_bw -q $1: the server failed" >&2; tail -5 "$work/server.log" >&2; exit 1; }
+    grep -m1 -A1 "#bytes" "$work/client.log" | tail -1 | awk '{print $5}'
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+echo "qp-scale: $rounds rounds, $msgs 64 B Writes a run over net_memif; load $(cut -d' ' -f1-3 /proc/loadavg)"
+declare -A R RATIO
+printf '%-6s %8s %12s %10s\n' round QPs "M msgs/s" "x one QP"
+for r in $(seq 1 "$rounds"); do
+    one=""
+    for q in 1 16 1024; do
+        m=$(rate "$q" $((msgs / q))) || exit 1
+        [[ $q == 1 ]] && one=$m
+        x=$(awk -v a="$m" -v b="$one" 'BEGIN{printf "%.3f", a/b}')
+        R[$q]+="$m "
+        RATIO[$q]+="$x "
+        printf '%-6s %8s %12s %10s\n' "$r" "$q" "$m" "$x"
+    done
+done
+echo
+echo "| QPs | 64 B Write rate, M msgs/s (median) | ratio to the one-QP rate of the same round (median) |"
+echo "|---|---|---|"
+for q in 1 16 1024; do
+    printf '| %s | %s | %sx |\n' "$q" "$(tr ' ' '\n' <<<"${R[$q]}" | grep . | median)" \
+        "$(tr ' ' '\n' <<<"${RATIO[$q]}" | grep . | median)"
+done
+echo
+t0=$(date +%s.%N)
+m=$(rate 10000 200) || exit 1
+echo "write_bw -q 10000 -s 64 -n 200 (2,000,000 Writes over 10,000 connections): completed, $m M msgs/s, $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s with set-up and teardown"
+echo
+"$root/target/release/examples/qp_scale" 1024 1 1000 | grep '^memory:'
