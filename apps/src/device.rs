@@ -446,6 +446,24 @@ pub struct PairAddrs {
     pub client: Ipv4Addr,
 }
 
+impl PairAddrs {
+    /// The addresses iwperf and wcconnrate use when `--ip` is not given, from the RFC 2544
+    /// benchmarking range: server 198.18.0.2, client 198.18.0.1.
+    pub const BENCHMARK: PairAddrs = PairAddrs {
+        server: Ipv4Addr::new(198, 18, 0, 2),
+        client: Ipv4Addr::new(198, 18, 0, 1),
+    };
+
+    /// This side's address by role (`serving`: the server's).
+    pub fn of(&self, serving: bool) -> Ipv4Addr {
+        if serving {
+            self.server
+        } else {
+            self.client
+        }
+    }
+}
+
 /// One opened Warpcore engine and what a banner says about it.
 pub struct Endpoint {
     /// The engine. (The EAL it runs on stays up until the process exits.)

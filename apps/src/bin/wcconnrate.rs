@@ -69,9 +69,6 @@ struct Cli {
     dev: DeviceArgs,
 }
 
-/// Addresses when `--ip` is not given (RFC 2544 benchmarking range, as iwperf's).
-const SERVER_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
-const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 /// The connection number that tells the server the run is over.
 const END: u64 = u64::MAX;
 /// Receive buffers the server keeps (connections it can serve at once).
@@ -103,6 +100,25 @@ fn verify(m: &[u8], size: usize) -> Result<u64, String> {
             m[i], want[i]
         )),
     }
+}
+
+/// Takes a bounded batch of `ctx`'s events and hands each to `f`; returns whether there
+/// was any. Bounded, so that the completions are polled next: every look for an event runs
+/// the engine, which may make new ones, and an unbounded loop could starve the completion
+/// queue for as long as connections keep arriving.
+fn each_event(
+    ctx: &Context,
+    mut f: impl FnMut(CmEvent) -> Result<(), String>,
+) -> Result<bool, String> {
+    let mut any = false;
+    for _ in 0..STEP_EVENTS {
+        let Some(e) = ctx.next_event(Duration::ZERO) else {
+            break;
+        };
+        any = true;
+        f(e)?;
+    }
+    Ok(any)
 }
 
 fn hist() -> Histogram<u64> {
@@ -204,51 +220,48 @@ impl Server {
         }
     }
 
+    /// One connection manager event.
+    fn on_event(&mut self, e: CmEvent) -> Result<(), String> {
+        match e {
+            CmEvent::ConnectRequest(r) => {
+                let Some(slot) = self.free.pop() else {
+                    self.ctx
+                        .reject(&r, b"busy")
+                        .map_err(|e| format!("reject: {e}"))?;
+                    return Ok(());
+                };
+                let mut init = QpInit::new(&self.cq, &self.cq);
+                init.core = Some(usize::from(r.request.core));
+                init.sq_depth = 4;
+                init.rq_depth = 4;
+                let pd_qp = self
+                    .pd
+                    .create_qp(&init)
+                    .map_err(|e| format!("server create_qp: {e}"))?;
+                let sge = self.mr.sge((slot * self.size) as u64, self.size as u32);
+                let wr = RecvWr::new(slot as u64, &[sge]).map_err(|e| e.to_string())?;
+                pd_qp
+                    .post_recv(&wr)
+                    .map_err(|e| format!("server post_recv: {e}"))?;
+                self.ctx
+                    .accept(&r, &pd_qp, b"")
+                    .map_err(|e| format!("accept: {e}"))?;
+                self.qps.push((pd_qp, slot));
+            }
+            CmEvent::Established(_) => {}
+            CmEvent::Disconnected { qp, .. } | CmEvent::Error { qp, .. } => {
+                self.release(qp);
+            }
+            CmEvent::RequestCancelled(_) => {}
+            other => return Err(format!("server: unexpected event {other:?}")),
+        }
+        Ok(())
+    }
+
     /// One step: events, completions. Errors are the run's failures.
     fn step(&mut self) -> Result<bool, String> {
-        let mut worked = false;
-        // A bounded batch of events, then the completions: every look for an event runs the
-        // engine, which may make new ones, so an unbounded loop could starve the completion
-        // queue for as long as connections keep arriving.
-        for _ in 0..STEP_EVENTS {
-            let Some(e) = self.ctx.next_event(Duration::ZERO) else {
-                break;
-            };
-            worked = true;
-            match e {
-                CmEvent::ConnectRequest(r) => {
-                    let Some(slot) = self.free.pop() else {
-                        self.ctx
-                            .reject(&r, b"busy")
-                            .map_err(|e| format!("reject: {e}"))?;
-                        continue;
-                    };
-                    let mut init = QpInit::new(&self.cq, &self.cq);
-                    init.core = Some(usize::from(r.request.core));
-                    init.sq_depth = 4;
-                    init.rq_depth = 4;
-                    let pd_qp = self
-                        .pd
-                        .create_qp(&init)
-                        .map_err(|e| format!("server create_qp: {e}"))?;
-                    let sge = self.mr.sge((slot * self.size) as u64, self.size as u32);
-                    let wr = RecvWr::new(slot as u64, &[sge]).map_err(|e| e.to_string())?;
-                    pd_qp
-                        .post_recv(&wr)
-                        .map_err(|e| format!("server post_recv: {e}"))?;
-                    self.ctx
-                        .accept(&r, &pd_qp, b"")
-                        .map_err(|e| format!("accept: {e}"))?;
-                    self.qps.push((pd_qp, slot));
-                }
-                CmEvent::Established(_) => {}
-                CmEvent::Disconnected { qp, .. } | CmEvent::Error { qp, .. } => {
-                    self.release(qp);
-                }
-                CmEvent::RequestCancelled(_) => {}
-                other => return Err(format!("server: unexpected event {other:?}")),
-            }
-        }
+        let ctx = self.ctx.clone();
+        let mut worked = each_event(&ctx, |e| self.on_event(e))?;
         while let Some(wc) = self.cq.poll_one() {
             worked = true;
             let slot = wc.wr_id as usize;
@@ -365,74 +378,71 @@ impl Client {
             .position(|s| s.as_ref().is_some_and(|s| s.qp.id() == qp))
     }
 
+    /// One connection manager event; a slot that finished goes to `finished`.
+    fn on_event(&mut self, e: CmEvent, finished: &mut Vec<usize>) -> Result<(), String> {
+        match e {
+            CmEvent::Established(est) => {
+                let Some(i) = self.slot_of(est.qp) else {
+                    return Ok(());
+                };
+                let s = self.slots[i].as_mut().expect("slot in use");
+                self.figures
+                    .established
+                    .saturating_record(s.started.elapsed().as_micros() as u64);
+                s.phase = Phase::Sending;
+                let at = i * self.size;
+                self.mr
+                    .write(at, &message(s.seq, self.size))
+                    .map_err(|e| e.to_string())?;
+                let wr = SendWr::new(
+                    i as u64,
+                    SendOp::Send,
+                    &[self.mr.sge(at as u64, self.size as u32)],
+                )
+                .map_err(|e| e.to_string())?;
+                s.qp.post_send(&wr).map_err(|e| format!("post_send: {e}"))?;
+            }
+            CmEvent::Disconnected { qp, reset } => {
+                let Some(i) = self.slot_of(qp) else {
+                    return Ok(());
+                };
+                let s = self.slots[i].take().expect("slot in use");
+                if s.phase != Phase::Closing || reset {
+                    self.failed(&format!(
+                        "connection {} {} while {:?}",
+                        s.seq,
+                        if reset {
+                            "reset"
+                        } else {
+                            "closed by the server"
+                        },
+                        s.phase
+                    ))?;
+                } else if s.seq != END {
+                    self.figures.conns += 1;
+                    self.figures
+                        .cycle
+                        .saturating_record(s.started.elapsed().as_micros() as u64);
+                }
+                finished.push(i);
+            }
+            CmEvent::Rejected { qp, .. } | CmEvent::Error { qp, .. } => {
+                let Some(i) = self.slot_of(qp) else {
+                    return Ok(());
+                };
+                let s = self.slots[i].take().expect("slot in use");
+                self.failed(&format!("connection {}: {e:?}", s.seq))?;
+                finished.push(i);
+            }
+            other => return Err(format!("client: unexpected event {other:?}")),
+        }
+        Ok(())
+    }
+
     /// One step; returns the slots that finished (free again) and whether anything moved.
     fn step(&mut self, finished: &mut Vec<usize>) -> Result<bool, String> {
-        let mut worked = false;
-        // A bounded batch of events, then the completions: every look for an event runs the
-        // engine, which may make new ones, so an unbounded loop could starve the completion
-        // queue for as long as connections keep arriving.
-        for _ in 0..STEP_EVENTS {
-            let Some(e) = self.ctx.next_event(Duration::ZERO) else {
-                break;
-            };
-            worked = true;
-            match e {
-                CmEvent::Established(est) => {
-                    let Some(i) = self.slot_of(est.qp) else {
-                        continue;
-                    };
-                    let s = self.slots[i].as_mut().expect("slot in use");
-                    self.figures
-                        .established
-                        .saturating_record(s.started.elapsed().as_micros() as u64);
-                    s.phase = Phase::Sending;
-                    let at = i * self.size;
-                    self.mr
-                        .write(at, &message(s.seq, self.size))
-                        .map_err(|e| e.to_string())?;
-                    let wr = SendWr::new(
-                        i as u64,
-                        SendOp::Send,
-                        &[self.mr.sge(at as u64, self.size as u32)],
-                    )
-                    .map_err(|e| e.to_string())?;
-                    s.qp.post_send(&wr).map_err(|e| format!("post_send: {e}"))?;
-                }
-                CmEvent::Disconnected { qp, reset } => {
-                    let Some(i) = self.slot_of(qp) else {
-                        continue;
-                    };
-                    let s = self.slots[i].take().expect("slot in use");
-                    if s.phase != Phase::Closing || reset {
-                        self.failed(&format!(
-                            "connection {} {} while {:?}",
-                            s.seq,
-                            if reset {
-                                "reset"
-                            } else {
-                                "closed by the server"
-                            },
-                            s.phase
-                        ))?;
-                    } else if s.seq != END {
-                        self.figures.conns += 1;
-                        self.figures
-                            .cycle
-                            .saturating_record(s.started.elapsed().as_micros() as u64);
-                    }
-                    finished.push(i);
-                }
-                CmEvent::Rejected { qp, .. } | CmEvent::Error { qp, .. } => {
-                    let Some(i) = self.slot_of(qp) else {
-                        continue;
-                    };
-                    let s = self.slots[i].take().expect("slot in use");
-                    self.failed(&format!("connection {}: {e:?}", s.seq))?;
-                    finished.push(i);
-                }
-                other => return Err(format!("client: unexpected event {other:?}")),
-            }
-        }
+        let ctx = self.ctx.clone();
+        let mut worked = each_event(&ctx, |e| self.on_event(e, finished))?;
         while let Some(wc) = self.cq.poll_one() {
             worked = true;
             let i = wc.wr_id as usize;
@@ -462,6 +472,22 @@ impl Client {
     }
 }
 
+/// One step of a loopback's server (in this thread) and of the client; the client's
+/// finished slots in `finished`. Returns whether anything moved.
+fn step_both(
+    c: &mut Client,
+    server: &mut Option<Server>,
+    finished: &mut Vec<usize>,
+) -> Result<bool, String> {
+    let mut worked = false;
+    if let Some(s) = server.as_mut() {
+        worked |= s.step()?;
+    }
+    finished.clear();
+    worked |= c.step(finished)?;
+    Ok(worked)
+}
+
 /// Runs the client (and, for a loopback, the server in the same thread) to the end.
 fn run_warpcore(
     cli: &Cli,
@@ -475,11 +501,7 @@ fn run_warpcore(
         let mut finished = Vec::new();
         c.start(0, 0)?;
         loop {
-            if let Some(s) = server.as_mut() {
-                s.step()?;
-            }
-            finished.clear();
-            c.step(&mut finished)?;
+            step_both(c, &mut server, &mut finished)?;
             if !finished.is_empty() {
                 if c.figures.conns > 0 {
                     break;
@@ -509,12 +531,7 @@ fn run_warpcore(
         }
         let mut last_move = Instant::now();
         loop {
-            let mut worked = false;
-            if let Some(s) = server.as_mut() {
-                worked |= s.step()?;
-            }
-            finished.clear();
-            worked |= c.step(&mut finished)?;
+            let worked = step_both(c, &mut server, &mut finished)?;
             let now = Instant::now();
             for &i in &finished {
                 if now < end {
@@ -537,11 +554,7 @@ fn run_warpcore(
         c.start(0, END)?;
         let t0 = Instant::now();
         loop {
-            if let Some(s) = server.as_mut() {
-                s.step()?;
-            }
-            finished.clear();
-            c.step(&mut finished)?;
+            step_both(c, &mut server, &mut finished)?;
             if !finished.is_empty() {
                 break;
             }
@@ -604,13 +617,9 @@ fn open_warpcore(cli: &Cli) -> Result<(), String> {
             }),
             ..EngineOptions::new("wcconnrate", MemifRole::Server)
         };
-        let addrs = PairAddrs {
-            server: SERVER_IP,
-            client: CLIENT_IP,
-        };
         let (s, c) = cli
             .dev
-            .open_engine_pair(&o, addrs)
+            .open_engine_pair(&o, PairAddrs::BENCHMARK)
             .map_err(|e| e.to_string())?;
         let server = Server::new(s.ctx, cli.port, size)?;
         let client = Client::new(c.ctx, s.ip, cli)?;
@@ -618,7 +627,7 @@ fn open_warpcore(cli: &Cli) -> Result<(), String> {
     }
     let is_client = cli.server.is_some();
     let o = EngineOptions {
-        default_ip: Some(if is_client { CLIENT_IP } else { SERVER_IP }),
+        default_ip: Some(PairAddrs::BENCHMARK.of(!is_client)),
         fixed_mac: true,
         configure: &configure,
         ..EngineOptions::new("wcconnrate", MemifRole::serving(!is_client))

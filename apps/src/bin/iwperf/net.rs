@@ -4,19 +4,12 @@
 //! What is iwperf's own: the default addresses, the engine limits sized to `-q`, the TCP
 //! of `--tcp` and who drives the engine (`--poll-mode`).
 
-use std::net::Ipv4Addr;
-
 use warpcore_apps::device::{EngineOptions, MemifRole, PairAddrs};
 use warpcore_verbs::{Config, Drive};
 
 use crate::cli::{Cli, PollMode};
 
 pub use warpcore_apps::device::Endpoint;
-
-/// Address of the server side when `--ip` is not given (RFC 2544 benchmarking range).
-pub const SERVER_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
-/// Address of the client side when `--ip` is not given.
-pub const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 
 /// What `open` produced: one engine (server or client role) or a loopback pair.
 #[derive(Debug)]
@@ -69,13 +62,9 @@ pub fn open(cli: &Cli) -> Result<Opened, String> {
             },
             ..EngineOptions::new("iwperf", MemifRole::Server)
         };
-        let addrs = PairAddrs {
-            server: SERVER_IP,
-            client: CLIENT_IP,
-        };
         let (s, c) = cli
             .dev
-            .open_engine_pair(&o, addrs)
+            .open_engine_pair(&o, PairAddrs::BENCHMARK)
             .map_err(|e| e.to_string())?;
         return Ok(Opened::Pair(s, c));
     }
@@ -84,7 +73,7 @@ pub fn open(cli: &Cli) -> Result<Opened, String> {
         // The server (no address given) is the memif server.
         let client = cli.server.is_some();
         let o = EngineOptions {
-            default_ip: Some(if client { CLIENT_IP } else { SERVER_IP }),
+            default_ip: Some(PairAddrs::BENCHMARK.of(!client)),
             fixed_mac: true,
             configure: &|c: &mut Config| {
                 c.drive = drive(cli);
