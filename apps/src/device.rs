@@ -24,6 +24,10 @@ pub enum Loopback {
     Ring,
     /// The in-memory link (no DPDK).
     Link,
+    /// Two DPDK net_memif ports of this process, a memif server and its client, joined
+    /// through one socket in a private directory: the shared-memory rings and the driver
+    /// two processes use, with both engines in one process.
+    Memif,
 }
 
 /// An IPv4 address with its prefix length (`--ip A.B.C.D[/LEN]`, /24 when not given).
@@ -681,15 +685,22 @@ impl DeviceArgs {
         match self.loopback.unwrap_or(Loopback::Auto) {
             #[cfg(feature = "dpdk")]
             Loopback::Ring | Loopback::Auto => self.open_ring_engines(o, sip, cip),
+            #[cfg(feature = "dpdk")]
+            Loopback::Memif => self.open_memif_engines(o, sip, cip),
             #[cfg(not(feature = "dpdk"))]
             Loopback::Ring => Err(DeviceError::Refused {
                 flag: "--loopback=ring",
                 why: "this build has no DPDK".into(),
             }),
+            #[cfg(not(feature = "dpdk"))]
+            Loopback::Memif => Err(DeviceError::Refused {
+                flag: "--loopback=memif",
+                why: "this build has no DPDK".into(),
+            }),
             _ => {
                 self.refuse(
                     "--capture",
-                    "records DPDK ports; use --loopback=ring to capture",
+                    "records DPDK ports; use --loopback=ring or --loopback=memif to capture",
                 )?;
                 let link = o.link.clone().unwrap_or_default();
                 let (a, b) = warpcore_verbs::link_pair(&link);
@@ -725,6 +736,30 @@ impl DeviceArgs {
         let client = open_context(cc)?;
         let server = open_context(cs)?;
         Ok(pair(server, sip, client, cip, "net_ring (loopback)", mtu))
+    }
+
+    #[cfg(feature = "dpdk")]
+    fn open_memif_engines(
+        &self,
+        o: &EngineOptions<'_>,
+        sip: IpPrefix,
+        cip: IpPrefix,
+    ) -> Result<(Endpoint, Endpoint), DeviceError> {
+        use warpcore_verbs::dpdk::DpdkPort;
+        let r = self.open_memif_pair(o.tool)?;
+        let set_up = |port, what| {
+            DpdkPort::from_port_with_mtu(port, r.pool, 1, self.mtu)
+                .map_err(|source| DeviceError::Verbs { what, source })
+        };
+        let mut ps = set_up(r.a, "net_memif server port")?;
+        let pc = set_up(r.b, "net_memif client port")?;
+        self.start_capture(&mut ps, &r.eal, o.tool)?;
+        let mtu = ps.mtu();
+        let cs = self.engine_config(warpcore_verbs::Device::Dpdk(ps), sip, true, o.configure);
+        let cc = self.engine_config(warpcore_verbs::Device::Dpdk(pc), cip, true, o.configure);
+        let server = open_context(cs)?;
+        let client = open_context(cc)?;
+        Ok(pair(server, sip, client, cip, "net_memif (loopback)", mtu))
     }
 }
 
@@ -807,6 +842,36 @@ mod dpdk {
                 pool,
                 name: name.unwrap_or_else(|| "port 0".into()),
             })
+        }
+
+        /// Initialises the EAL with a memif server port and its client on one socket in
+        /// a directory of this process's own under the temporary directory, and returns
+        /// them as `a` (server) and `b` (client).
+        pub fn open_memif_pair(&self, tool: &str) -> Result<RingPair, DeviceError> {
+            let dir = std::env::temp_dir().join(format!("{tool}-memif-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).map_err(|e| DeviceError::Refused {
+                flag: "--loopback=memif",
+                why: format!("cannot make {}: {e}", dir.display()),
+            })?;
+            let sock = dir.join("memif.sock");
+            let _ = std::fs::remove_file(&sock);
+            let mut d = self.clone();
+            d.vdev = ["server", "client"]
+                .iter()
+                .enumerate()
+                .map(|(i, role)| {
+                    format!(
+                        "net_memif{i},role={role},socket={},socket-abstract=no,rsize=12",
+                        sock.display()
+                    )
+                })
+                .collect();
+            let eal = d.init_eal(tool, MemifRole::Server)?;
+            let pool = Mempool::new(&eal, &format!("{tool}_pool"), 16383, 256, self.data_room())
+                .map_err(dpdk("DPDK mempool"))?;
+            let a = Port::by_name(&eal, "net_memif0").map_err(dpdk("net_memif server port"))?;
+            let b = Port::by_name(&eal, "net_memif1").map_err(dpdk("net_memif client port"))?;
+            Ok(RingPair { eal, a, b, pool })
         }
 
         /// Initialises the EAL and makes two net_ring ports joined back to back.

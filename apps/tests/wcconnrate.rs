@@ -53,6 +53,15 @@ fn warpcore_loop_over_the_in_memory_link() {
     assert!(t.contains("16 at once"), "{t}");
 }
 
+/// The same over DPDK net_memif: a memif server port and its client in one process
+/// (`--loopback=memif`, also what the soak runs on).
+#[cfg(feature = "dpdk")]
+#[test]
+fn warpcore_loop_over_a_memif_pair() {
+    let t = run(&["--loopback=memif", "--secs", "0.5", "--parallel", "8"]);
+    check(&t, "warpcore");
+}
+
 #[test]
 fn warpcore_loop_under_loss() {
     // 2 % of frames lost each way: handshakes, MPA frames, Sends and FINs are retransmitted;
