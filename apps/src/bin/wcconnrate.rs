@@ -625,17 +625,24 @@ fn open_warpcore(cli: &Cli) -> Result<(), String> {
         let client = Client::new(c.ctx, s.ip, cli)?;
         return run_warpcore(cli, Some(client), Some(server));
     }
-    let is_client = cli.server.is_some();
-    let o = EngineOptions {
-        default_ip: Some(PairAddrs::BENCHMARK.of(!is_client)),
-        fixed_mac: true,
-        configure: &configure,
-        ..EngineOptions::new("wcconnrate", MemifRole::serving(!is_client))
-    };
-    let ep = cli.dev.open_engine(&o).map_err(|e| e.to_string())?;
-    match cli.server {
-        Some(addr) => run_warpcore(cli, Some(Client::new(ep.ctx, addr, cli)?), None),
-        None => run_warpcore(cli, None, Some(Server::new(ep.ctx, cli.port, size)?)),
+    #[cfg(feature = "dpdk")]
+    {
+        let is_client = cli.server.is_some();
+        let o = EngineOptions {
+            default_ip: Some(PairAddrs::BENCHMARK.of(!is_client)),
+            fixed_mac: true,
+            configure: &configure,
+            ..EngineOptions::new("wcconnrate", MemifRole::serving(!is_client))
+        };
+        let ep = cli.dev.open_engine(&o).map_err(|e| e.to_string())?;
+        match cli.server {
+            Some(addr) => run_warpcore(cli, Some(Client::new(ep.ctx, addr, cli)?), None),
+            None => run_warpcore(cli, None, Some(Server::new(ep.ctx, cli.port, size)?)),
+        }
+    }
+    #[cfg(not(feature = "dpdk"))]
+    {
+        Err("this wcconnrate was built without DPDK: only --loopback=link and --kernel work".into())
     }
 }
 
