@@ -35,8 +35,8 @@ pub const MAX_QPS: u16 = 10_000;
 
 /// The engine's limits for this side: a QP table sized to the run (`-q` where this process
 /// knows it, i.e. a client or a loopback; the most `-q` allows for a server; plus two
-/// spare), connections and memory regions to match, and the TCP chosen by `--tcp`. The pollers visit only the
-/// QPs with work, so a large table costs memory, not time.
+/// spare), connections and memory regions to match, and the TCP chosen by `--tcp`. The
+/// pollers visit only the QPs with work, so a large table costs memory, not time.
 pub fn size_engine(cli: &Cli, cfg: &mut Config, knows_qps: bool) {
     let qps = if knows_qps { cli.qps } else { MAX_QPS };
     cfg.engine.max_qps = usize::from(qps) + 2;
