@@ -326,6 +326,13 @@ pub struct DirectionReport {
     pub malformed_segments: u64,
     /// Octets after the last whole FPDU (the capture ended, or was cut, inside an FPDU).
     pub trailing_octets: usize,
+    /// TCP segments that delivered octets of the decoded FPDU-mode stream (first copies;
+    /// retransmitted duplicates are not counted).
+    pub data_segments: u64,
+    /// Of those, the segments that start with an FPDU and end at an FPDU's end: what an
+    /// MPA-aligned sender (mpa-08 §4 item 4) sends, and what a hardware receiver places
+    /// without buffering.
+    pub aligned_segments: u64,
     /// The Terminates sent in this direction.
     pub terminates: Vec<(u64, TerminateInfo)>,
 }
@@ -769,6 +776,7 @@ fn decode_direction(
     let d = &mut report.directions[dir.index()];
     d.fpdu_stream_octets = (stream.data.len() as u64).saturating_sub(start);
     d.trailing_octets = deframed.trailing_octets;
+    (d.data_segments, d.aligned_segments) = segment_alignment(stream, start, deframed);
     let mut after_hole = false;
     for event in &deframed.events {
         let (offset, end) = (start + event.offset(), start + event.end());
@@ -889,6 +897,38 @@ fn decode_direction(
             )
         });
     }
+}
+
+/// Counts the segments (as [`Stream::chunks`]: each the new octets of one segment) within
+/// the FPDUs decoded from offset `start` on, and those that begin at an FPDU's first octet
+/// and end after an FPDU's last.
+fn segment_alignment(stream: &Stream, start: u64, deframed: &Deframed) -> (u64, u64) {
+    // FPDU boundaries, stream offsets in increasing order (the FPDUs are contiguous).
+    let mut bounds: Vec<u64> = Vec::with_capacity(deframed.events.len() + 1);
+    for e in &deframed.events {
+        if bounds.last() != Some(&(start + e.offset())) {
+            bounds.push(start + e.offset());
+        }
+        bounds.push(start + e.end());
+    }
+    let Some(&decoded_end) = bounds.last() else {
+        return (0, 0);
+    };
+    let (mut segments, mut aligned) = (0, 0);
+    for (i, c) in stream.chunks.iter().enumerate() {
+        let end = stream
+            .chunks
+            .get(i + 1)
+            .map_or(stream.data.len() as u64, |n| n.offset);
+        if c.offset < start || end > decoded_end {
+            continue;
+        }
+        segments += 1;
+        if bounds.binary_search(&c.offset).is_ok() && bounds.binary_search(&end).is_ok() {
+            aligned += 1;
+        }
+    }
+    (segments, aligned)
 }
 
 /// Decodes a ULPDU with proto's whole-segment decoder. Returns the fields of a [`Segment`]

@@ -315,6 +315,15 @@ fn render_iwarp(o: &mut String, n: usize, c: &IwarpConnection, start: Duration, 
             "  {dir}: {fpdus} FPDUs in {} octets; CRC errors {}, marker errors {}",
             d.fpdu_stream_octets, d.crc_errors, d.marker_errors
         );
+        if d.data_segments > 0 {
+            let _ = writeln!(
+                o,
+                "      TCP segments {}, aligned with FPDUs (start with one, end with one) {} ({:.1} %)",
+                d.data_segments,
+                d.aligned_segments,
+                100.0 * d.aligned_segments as f64 / d.data_segments as f64
+            );
+        }
         for (op, s) in &d.opcodes {
             let _ = writeln!(
                 o,
@@ -450,6 +459,8 @@ fn json_iwarp(ic: &IwarpConnection, start: Duration, verbose: bool) -> Value {
                 "fpdu_stream_octets": d.fpdu_stream_octets,
                 "crc_errors": d.crc_errors,
                 "marker_errors": d.marker_errors,
+                "data_segments": d.data_segments,
+                "aligned_segments": d.aligned_segments,
                 "opcodes": opcodes,
                 "terminates": terminates,
             }),

@@ -36,6 +36,9 @@ struct Spec {
     enhanced: [EnhancedData; 2],
     /// IPv6 instead of IPv4.
     ipv6: bool,
+    /// Each FPDU in segments of its own (an MPA-aligned sender), instead of each message's
+    /// FPDUs cut into `mss` pieces regardless of their boundaries.
+    per_fpdu: bool,
 }
 
 impl Default for Spec {
@@ -47,6 +50,7 @@ impl Default for Spec {
             isn: [1000, 7_000_000],
             mss: 700,
             ipv6: false,
+            per_fpdu: false,
             enhanced: [EnhancedData {
                 peer_to_peer: false,
                 rtr: RtrTypes::EMPTY,
@@ -286,7 +290,11 @@ fn build(spec: &Spec, messages: &[Msg]) -> Vec<Frame> {
         for u in &m.ulpdus {
             let mut out = vec![0u8; framers[m.dir].fpdu_wire_len(u.len())];
             let n = framers[m.dir].emit(&[u], &mut out).unwrap();
-            bytes.extend_from_slice(&out[..n]);
+            if spec.per_fpdu {
+                emit(&mut frames, &mut next_seq, m.dir, &out[..n]);
+            } else {
+                bytes.extend_from_slice(&out[..n]);
+            }
         }
         emit(&mut frames, &mut next_seq, m.dir, &bytes);
     }
@@ -822,4 +830,38 @@ fn damaged_length_stops_after_one_resumption() {
     );
     // Nothing after the damage is taken for a real FPDU.
     assert!(c.segments.is_empty(), "{:?}", c.segments);
+}
+
+/// iwdump counts the segments that start with an FPDU and end with one (what an MPA-aligned
+/// sender sends, mpa-08 §4 item 4): all of them when each FPDU has its own segment, not
+/// those of a stream cut every 100 octets.
+#[test]
+fn segments_aligned_with_fpdus_are_counted() {
+    let aligned = Spec {
+        per_fpdu: true,
+        mss: 9000,
+        ..Spec::default()
+    };
+    let report = analyse(build(&aligned, &clean_messages()));
+    let c = only_connection(&report);
+    for d in &c.directions {
+        assert!(d.data_segments >= 3, "{d:?}");
+        assert_eq!(d.aligned_segments, d.data_segments, "{d:?}");
+    }
+    let text = render_text(&report, false);
+    assert!(text.contains("aligned with FPDUs"), "{text}");
+    assert!(text.contains("(100.0 %)"), "{text}");
+    let json = render_json(&report, false);
+    assert!(json.contains("\"aligned_segments\""), "{json}");
+
+    let cut = Spec {
+        mss: 100,
+        ..Spec::default()
+    };
+    let report = analyse(build(&cut, &clean_messages()));
+    let c = only_connection(&report);
+    for d in &c.directions {
+        assert!(d.data_segments > 10, "{d:?}");
+        assert!(d.aligned_segments < d.data_segments / 2, "{d:?}");
+    }
 }

@@ -257,6 +257,8 @@ struct Conn {
     peer_closed: bool,
     /// A Terminate FPDU's ULPDU waiting for the send poller.
     term: Option<([u8; TERM_FPDU_MAX], usize)>,
+    /// MULPDU was set from the TCP connection's segment room (the first `tx_fpdus`).
+    mulpdu_synced: bool,
 }
 
 #[derive(Debug)]

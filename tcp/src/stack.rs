@@ -368,9 +368,11 @@ impl<D: PollDevice> Stack<D> {
         dispatch!(self, s => s.send_with(id, f))
     }
 
-    /// As [`Stack::send_with`], for a writer that knows its size: Warpcore's TCP grows the
-    /// send buffer only as far as `room` contiguous octets need (an FPDU; a connection
-    /// that sends small messages keeps a small buffer). The reference lends what it has.
+    /// As [`Stack::send_with`], for a writer of one record (an FPDU) that knows its size.
+    /// Warpcore's TCP grows the send buffer only as far as `room` contiguous octets need (a
+    /// connection that sends small messages keeps a small buffer) and sends records whole,
+    /// each segment starting and ending at a record boundary (an MPA-aligned sender; see
+    /// [`crate::conn`]). The reference lends what it has and packs a plain stream.
     pub fn send_with_room<F>(&mut self, id: ConnId, room: usize, f: F) -> Result<usize, StackError>
     where
         F: FnOnce(&mut [u8]) -> usize,
@@ -378,6 +380,25 @@ impl<D: PollDevice> Stack<D> {
         match &mut self.imp {
             Imp::Warpcore(s) => s.send_with_room(id, Some(room), f),
             Imp::Reference(s) => s.send_with(id, f),
+        }
+    }
+
+    /// Marks the end of what was written so far as a record boundary, for a record written
+    /// in pieces with [`Stack::send`] (Warpcore's TCP; the reference ignores it).
+    pub fn end_record(&mut self, id: ConnId) -> Result<(), StackError> {
+        match &mut self.imp {
+            Imp::Warpcore(s) => s.end_record(id),
+            Imp::Reference(_) => Ok(()),
+        }
+    }
+
+    /// The largest record one segment of this connection carries (the MSS both ends allow
+    /// minus the timestamp option): the engine's MULPDU follows it. `None` from the
+    /// reference, which sends no options.
+    pub fn max_record_payload(&self, id: ConnId) -> Result<Option<usize>, StackError> {
+        match &self.imp {
+            Imp::Warpcore(s) => s.max_record_payload(id).map(Some),
+            Imp::Reference(_) => Ok(None),
         }
     }
 

@@ -591,7 +591,23 @@ fn acknowledged_data_frees_the_send_buffer_and_raises_writable() {
 /// 10 MB each way arrive intact and in order.
 #[test]
 fn ten_megabytes_each_way_through_a_lossy_reordering_duplicating_wire() {
-    lossy_transfer(ISS, PISS);
+    lossy_transfer(ISS, PISS, false);
+}
+
+/// An MPA-aligned sender (mpa-08 §4 item 4; `Connection::send_with_room` writes records):
+/// records of many sizes, some longer than a segment, 10 MB each way through the same
+/// lossy wire, across the sequence-space wrap and around the send ring's end many times.
+/// Every data segment, new or retransmitted, starts at a record boundary and ends at one,
+/// except where a record longer than a segment must be cut (at full segments); segments
+/// pack several small records.
+#[test]
+fn records_are_never_split_across_segments_under_loss_and_retransmission() {
+    lossy_transfer(ISS, PISS, true);
+    lossy_transfer(
+        TcpSeqNumber((u32::MAX - 3_000_000) as i32),
+        TcpSeqNumber((u32::MAX - 7_000_000) as i32),
+        true,
+    );
 }
 
 /// RFC 9293 §3.4: sequence numbers are modulo 2^32. Both initial sequence numbers a few
@@ -602,14 +618,28 @@ fn rfc9293_3_4_ten_megabytes_each_way_across_the_sequence_space_wrap() {
     lossy_transfer(
         TcpSeqNumber((u32::MAX - 3_000_000) as i32),
         TcpSeqNumber((u32::MAX - 7_000_000) as i32),
+        false,
     );
     lossy_transfer(
         TcpSeqNumber(i32::MAX - 2_000_000),
         TcpSeqNumber(i32::MAX - 5_000_000),
+        false,
     );
 }
 
-fn lossy_transfer(iss_a: TcpSeqNumber, iss_b: TcpSeqNumber) {
+/// The length of record `k` of a record stream: mostly one segment's worth (1,448: MSS 1460
+/// less the timestamp option) or small, now and then longer than a segment.
+fn record_len(k: usize) -> usize {
+    match (k.wrapping_mul(2_654_435_761) >> 7) % 16 {
+        0 => 3_000,
+        1..=7 => 1_448,
+        8 => 1_447,
+        9 => 1,
+        n => 64 * n,
+    }
+}
+
+fn lossy_transfer(iss_a: TcpSeqNumber, iss_b: TcpSeqNumber, records: bool) {
     struct Rng(u64);
     impl Rng {
         fn next(&mut self) -> u64 {
@@ -647,6 +677,9 @@ fn lossy_transfer(iss_a: TcpSeqNumber, iss_b: TcpSeqNumber) {
     let mut now = ms(0);
     let latency = Duration::from_micros(50);
     let mut lost = 0;
+    // Record streams: the stream offset just past each record, per side (a, b).
+    let mut ends: [Vec<usize>; 2] = [Vec::new(), Vec::new()];
+    let (mut aligned, mut cut, mut packed) = (0u64, 0u64, 0u64);
     for _ in 0..5_000_000 {
         // Both ends send what they can.
         for (side_a, conn) in [(true, Some(&mut a)), (false, b.as_mut())] {
@@ -657,7 +690,28 @@ fn lossy_transfer(iss_a: TcpSeqNumber, iss_b: TcpSeqNumber) {
                 } else {
                     (&mut sent_b, 2)
                 };
-                while *sent < total {
+                while records && *sent < total {
+                    let off = *sent;
+                    let side = usize::from(!side_a);
+                    let len = record_len(ends[side].len()).min(total - off);
+                    let n = c
+                        .send_with_room(len, |buf| {
+                            if buf.len() < len {
+                                return 0;
+                            }
+                            for (k, x) in buf[..len].iter_mut().enumerate() {
+                                *x = pat(salt, off + k);
+                            }
+                            len
+                        })
+                        .unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    *sent += n;
+                    ends[side].push(*sent);
+                }
+                while !records && *sent < total {
                     let off = *sent;
                     let n = c
                         .send_with(|buf| {
@@ -695,6 +749,35 @@ fn lossy_transfer(iss_a: TcpSeqNumber, iss_b: TcpSeqNumber) {
                 }
             }
             for o in drain(c, now) {
+                if records && !o.payload.is_empty() {
+                    let side = usize::from(!side_a);
+                    let iss = if side_a { iss_a } else { iss_b };
+                    let start = o.seq.0.wrapping_sub(iss.0).wrapping_sub(1) as u32 as usize;
+                    let end = start + o.payload.len();
+                    let e = &ends[side];
+                    // The record holding stream offset `x`: its length.
+                    let rec = |x: usize| {
+                        let i = e.partition_point(|&b| b <= x);
+                        e[i] - if i == 0 { 0 } else { e[i - 1] }
+                    };
+                    let starts = start == 0 || e.binary_search(&start).is_ok();
+                    let ends_at = e.binary_search(&end).is_ok();
+                    if starts && ends_at {
+                        aligned += 1;
+                        let first = e.partition_point(|&b| b <= start);
+                        packed += u64::from(e[first] < end);
+                    } else {
+                        // Only a record longer than a segment is cut, at full segments.
+                        assert!(
+                            (starts || rec(start) > 1448) && (ends_at || rec(end - 1) > 1448),
+                            "segment [{start}, {end}) splits a record that fits a segment"
+                        );
+                        if !ends_at {
+                            assert_eq!(o.payload.len(), 1448, "a cut segment is full");
+                        }
+                        cut += 1;
+                    }
+                }
                 if rng.chance(0.01) {
                     lost += 1;
                     continue;
@@ -783,6 +866,11 @@ fn lossy_transfer(iss_a: TcpSeqNumber, iss_b: TcpSeqNumber) {
     assert!(lost > 100, "the wire lost {lost} segments");
     let s = a.stats().recovery;
     eprintln!("10 MB each way in {now} simulated; a lost {lost} segments in all; a: {s:?}");
+    if records {
+        eprintln!("records: {aligned} aligned segments ({packed} with several), {cut} cut");
+        assert!(aligned > 10_000 && packed > 1_000 && cut > 0);
+        assert!(s.retransmitted_segments > 100, "{s:?}");
+    }
     // Loss costs milliseconds, not seconds: the transfer at 1 % loss with a 100 us RTT
     // takes far less than one second of simulated time per lost segment.
     assert!(now < ms(60_000), "took {now}");
@@ -808,4 +896,105 @@ fn rfc9293_3_7_1_sack_blocks_on_data_segments_come_out_of_the_mss() {
             o.payload.len()
         );
     }
+}
+
+/// An active connection without options (MSS 1460, no timestamps, no window scaling) whose
+/// peer offers `window` octets from its SYN-ACK on.
+fn established_with_window(window: u16) -> Connection {
+    let mut c = Connection::connect(&cfg(), ep(), ISS, ms(0));
+    drain(&mut c, ms(0));
+    let mut sa = seg(TcpControl::Syn, PISS, Some(ISS + 1), &[]);
+    sa.max_seg_size = Some(1460);
+    sa.window_len = window;
+    c.handle_segment(ms(1), &sa);
+    assert_eq!(c.state(), State::Established);
+    drain(&mut c, ms(1));
+    events(&mut c);
+    c
+}
+
+/// Writes one record of `len` octets of `fill`.
+fn record(c: &mut Connection, len: usize, fill: u8) {
+    let n = c.send_with_room(len, |b| {
+        b[..len].fill(fill);
+        len
+    });
+    assert_eq!(n, Ok(len));
+}
+
+/// The peer's ACK of our first `acked` data octets, offering `window`.
+fn ack_of(acked: usize, window: u16) -> TcpRepr<'static> {
+    let mut a = seg(TcpControl::None, PISS + 1, Some(ISS + 1 + acked), &[]);
+    a.window_len = window;
+    a
+}
+
+/// mpa-08 §4 item 4 (an MPA-aligned sender): when the peer's window has room for part of
+/// the next record, which would fit a segment, and data is in flight, the sender waits for
+/// the ACK rather than cut the record (a plain stream would send the 1,400 octets the
+/// window allows, RFC 9293 3.8.6.2.1's "at least half the largest window").
+#[test]
+fn mpa_aligned_sender_waits_for_an_ack_rather_than_split_a_record() {
+    let mut c = established_with_window(2000);
+    record(&mut c, 600, 1);
+    record(&mut c, 1450, 2);
+    let out = drain(&mut c, ms(2));
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].payload, vec![1; 600]);
+    c.handle_segment(ms(3), &ack_of(600, 2000));
+    let out = drain(&mut c, ms(3));
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].payload, vec![2; 1450]);
+}
+
+/// ... but with nothing in flight no ACK will come: a record wider than the peer's whole
+/// window goes out in pieces (never a deadlock).
+#[test]
+fn mpa_aligned_sender_cuts_a_record_wider_than_the_window_when_nothing_is_in_flight() {
+    let mut c = established_with_window(1000);
+    record(&mut c, 1450, 3);
+    let out = drain(&mut c, ms(2));
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].payload.len(), 1000);
+    c.handle_segment(ms(3), &ack_of(1000, 1000));
+    let out = drain(&mut c, ms(3));
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].payload.len(), 450);
+}
+
+/// Small records share a segment: whole records up to the segment's payload room, the cut
+/// at the last boundary that fits.
+#[test]
+fn mpa_aligned_sender_packs_whole_small_records_into_a_segment() {
+    let mut c = established(cfg(), true);
+    for k in 0..10u8 {
+        record(&mut c, 300, k);
+    }
+    let out = drain(&mut c, ms(2));
+    let lens: Vec<usize> = out.iter().map(|o| o.payload.len()).collect();
+    // 1460 octets of room hold four 300-octet records (1,200), not 4.87.
+    assert_eq!(lens, vec![1200, 1200, 600]);
+}
+
+/// RFC 2018 4 and mpa-08 §4 item 4: while out-of-order data is held, a record stream's data
+/// segments keep their whole payload room (a full FPDU still fits) and carry only the SACK
+/// blocks that fit beside it; a pure ACK with every block follows them.
+#[test]
+fn rfc2018_4_sack_blocks_give_way_to_whole_records_and_follow_in_a_pure_ack() {
+    let mut c = established(cfg(), false);
+    c.handle_segment(ms(2), &data(2000, &[1; 100], ISS + 1));
+    c.handle_segment(ms(2), &data(4000, &[1; 100], ISS + 1));
+    drain(&mut c, ms(2));
+    assert_eq!(c.max_record_payload(), 1448);
+    for k in 0..3u8 {
+        record(&mut c, 1448, k);
+    }
+    let out = drain(&mut c, ms(3));
+    assert_eq!(out.len(), 4, "{out:?}");
+    for o in &out[..3] {
+        assert_eq!(o.payload.len(), 1448);
+        assert!(o.sack.is_empty(), "no room for a SACK block: {o:?}");
+    }
+    assert!(out[3].payload.is_empty());
+    assert_eq!(out[3].sack.len(), 2);
 }

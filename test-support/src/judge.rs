@@ -26,7 +26,8 @@ pub fn iwdump_report(path: &Path, name: &str) -> CaptureReport {
 }
 
 /// Asserts that the capture at `path` holds at least one iWARP connection with CRCs, that
-/// iwdump finds no violation, CRC, marker or segment error in it, and that tshark (where it
+/// iwdump finds no violation, CRC, marker or segment error in it and every TCP segment
+/// aligned with FPDUs (both ends Warpcore on its own TCP), and that tshark (where it
 /// runs, see [`crate::tshark::present_or_skip`]) finds no malformed frame or bad CRC and
 /// dissects more than ten FPDUs.
 pub fn judge_capture(path: &Path) {
@@ -50,6 +51,16 @@ pub fn judge_capture(path: &Path) {
         }
     }
     assert!(crc_fpdus > 0, "no connection with CRCs:\n{text}");
+    // Both ends are Warpcore on its own TCP, an MPA-aligned sender (mpa-08 §4 item 4):
+    // every segment starts with an FPDU and ends with one.
+    for c in &conns {
+        for d in &c.directions {
+            assert_eq!(
+                d.aligned_segments, d.data_segments,
+                "segments not aligned with FPDUs:\n{text}"
+            );
+        }
+    }
     if !crate::tshark::present_or_skip("the tshark check of the capture") {
         return;
     }

@@ -133,6 +133,7 @@ impl Conn {
             fin_sent: false,
             peer_closed: false,
             term: None,
+            mulpdu_synced: false,
         }
     }
 }

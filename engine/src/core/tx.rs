@@ -75,8 +75,9 @@ pub(super) fn send_fpdu<D: PollDevice>(
             _ => break,
         }
     }
-    // The space was checked above, so the FPDU always goes in whole.
+    // The space was checked above, so the FPDU always goes in whole: one record.
     debug_assert_eq!(off, n);
+    let _ = stack.end_record(tcp);
     true
 }
 
@@ -673,6 +674,34 @@ impl Qp {
         true
     }
 
+    /// Sizes FPDUs to the TCP connection's segments once, before the first data FPDU:
+    /// MULPDU from the payload room of a segment (the MSS both ends allow, minus the
+    /// timestamp option; markers counted, mpa-08 §4.5), so that one full FPDU fills one
+    /// segment and our TCP sends every FPDU in a segment of its own or packed whole with
+    /// others (an MPA-aligned sender, mpa-08 §4 item 4). The configured EMSS stays where
+    /// the TCP does not say (the smoltcp reference).
+    #[inline(always)]
+    fn sync_mulpdu<D: PollDevice>(&mut self, stack: &Stack<D>, tcp: ConnId) {
+        if self.conn.as_ref().is_some_and(|c| !c.mulpdu_synced) {
+            self.sync_mulpdu_once(stack, tcp);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn sync_mulpdu_once<D: PollDevice>(&mut self, stack: &Stack<D>, tcp: ConnId) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let Some(framer) = conn.framer.as_mut() else {
+            return;
+        };
+        conn.mulpdu_synced = true;
+        if let Ok(Some(room)) = stack.max_record_payload(tcp) {
+            framer.set_emss(room);
+        }
+    }
+
     /// Up to `tx_budget_fpdus` FPDUs: messages started by [`Self::start_next`], cut into
     /// segments by DDP, each framed into the TCP send buffer with its payload copied out of
     /// registered memory ([`send_fpdu_from`]); a finished message updates its request
@@ -688,6 +717,7 @@ impl Qp {
     ) -> ControlFlow<bool, bool> {
         let mut work = false;
         let mut fpdus = 0;
+        self.sync_mulpdu(stack, tcp);
         while fpdus < ctx.cfg.tx_budget_fpdus {
             if self.tx.is_none() {
                 self.tx = self.start_next(&ctx.cfg, &ctx.mrs);

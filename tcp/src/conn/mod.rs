@@ -18,6 +18,20 @@
 //!
 //! Buffers grow on demand up to their configured size: an idle connection holds almost no
 //! memory (issue 11: 10,000 connections per core).
+//!
+//! # Records: an MPA-aligned sender
+//! What [`Connection::send_with_room`] writes, and whatever was written since the last
+//! boundary when [`Connection::end_record`] is called, is one *record* (the engine writes
+//! one FPDU per record). New data then goes out in whole records: a segment carries as
+//! many whole records as fit and ends at a record boundary, so every segment starts with
+//! an FPDU and ends with one (the "optimized MPA/TCP" sender of mpa-08 §4 item 4, which
+//! hardware receivers place directly). When the windows allow part of the next record but
+//! not all of it, the sender waits for an ACK instead of cutting it, unless nothing is in
+//! flight (no ACK will come: then it sends what the windows allow). A record longer than a
+//! segment is cut at full segments. Retransmissions resend the ranges first sent, so they
+//! stay aligned; a data segment keeps its whole payload room and carries only the SACK
+//! blocks that still fit, a pure ACK with every block following it. Data written with
+//! [`Connection::send_with`] and [`Connection::send`] outside records is a plain stream.
 
 mod reasm;
 mod ring;
@@ -187,6 +201,14 @@ pub struct Connection {
     snd_shift: u8,
     smss: usize,
     tx: SendRing,
+    /// Sequence numbers just past the end of each record not yet wholly sent, oldest first.
+    records: VecDeque<TcpSeqNumber>,
+    /// A record was ever marked: segments keep their whole payload room (SACK blocks give
+    /// way) so that retransmissions stay aligned.
+    record_stream: bool,
+    /// A segment's payload where it wraps around the end of the send ring (one segment
+    /// per lap of the ring is copied here, so no segment is cut short by the wrap).
+    wrap_buf: Vec<u8>,
     fin_queued: bool,
     /// Sequence number of our FIN once its position is known.
     fin_seq: Option<TcpSeqNumber>,
@@ -255,6 +277,9 @@ impl Connection {
             snd_shift: 0,
             smss,
             tx: SendRing::new(cfg.tx_buffer.max(1)),
+            records: VecDeque::new(),
+            record_stream: false,
+            wrap_buf: Vec::new(),
             fin_queued: false,
             fin_seq: None,
             syn_sent: false,
@@ -412,8 +437,10 @@ impl Connection {
         Ok(self.tx.write_with(f))
     }
 
-    /// As [`Connection::send_with`], growing the send buffer only as far as `room`
-    /// contiguous octets need (the size of what `f` will write, e.g. one FPDU).
+    /// Writes one record (see the module documentation: an FPDU): as
+    /// [`Connection::send_with`], growing the send buffer only as far as `room` contiguous
+    /// octets need (the size of what `f` will write), and marking the end of what `f`
+    /// wrote as a record boundary.
     pub fn send_with_room(
         &mut self,
         room: usize,
@@ -422,7 +449,33 @@ impl Connection {
         if !self.may_send() {
             return Err(ConnError::CannotSend(self.state));
         }
-        Ok(self.tx.write_with_room(room, f))
+        let n = self.tx.write_with_room(room, f);
+        if n > 0 {
+            // What was just written is unsent: its end is a new boundary.
+            self.records.push_back(self.data_start() + self.tx.len());
+            self.record_stream = true;
+        }
+        Ok(n)
+    }
+
+    /// Marks the end of what was written so far as a record boundary (for a record written
+    /// in pieces with [`Connection::send`] or [`Connection::send_with`]).
+    pub fn end_record(&mut self) {
+        let end = self.data_start() + self.tx.len();
+        let unsent_start = self.snd_nxt.max(self.data_start());
+        if end > unsent_start && self.records.back() != Some(&end) {
+            self.records.push_back(end);
+            self.record_stream = true;
+        }
+    }
+
+    /// Sequence number of the first octet in the send ring.
+    fn data_start(&self) -> TcpSeqNumber {
+        if self.snd_una == self.iss {
+            self.iss + 1
+        } else {
+            self.snd_una
+        }
     }
 
     /// Copies `data` into the send buffer; returns how much fit.
@@ -505,14 +558,20 @@ impl Connection {
     pub fn shed_buffers(&mut self) {
         if self.tx.len() == 0 {
             self.tx = SendRing::new(self.cfg.tx_buffer.max(1));
+            self.records = VecDeque::new();
         }
+        self.wrap_buf = Vec::new();
         self.rx = VecDeque::new();
         self.ooo = Reassembly::default();
     }
 
     /// Octets of memory the buffers hold now (send ring, receive queue, out-of-order data).
     pub fn buffer_memory(&self) -> usize {
-        self.tx.allocated() + self.rx.capacity() + self.ooo.octets()
+        self.tx.allocated()
+            + self.rx.capacity()
+            + self.ooo.octets()
+            + self.wrap_buf.capacity()
+            + self.records.capacity() * std::mem::size_of::<TcpSeqNumber>()
     }
 
     /// Counters.
@@ -1128,23 +1187,104 @@ impl Connection {
         mss.saturating_sub(hdr - 20).max(1)
     }
 
+    /// The payload room of a data segment without SACK blocks: the MSS both ends allow minus
+    /// the timestamp option if in use. The engine sizes its FPDUs to it (MULPDU), and a
+    /// record stream's data segments keep it whole (SACK blocks give way).
+    pub fn max_record_payload(&self) -> usize {
+        let mss = self.peer_mss.min(usize::from(self.cfg.mss));
+        let ts = if self.ts_ok { 12 } else { 0 };
+        mss.saturating_sub(ts).max(1)
+    }
+
+    /// Drops the SACK blocks that do not fit beside `n` payload octets in a data segment of
+    /// a record stream. Returns whether it dropped any: then a pure ACK with all of them
+    /// follows (RFC 2018 4: SACK options belong in every ACK while out-of-order data is
+    /// held).
+    fn fit_sack(&self, seg: &mut TcpRepr<'static>, n: usize) -> bool {
+        if seg.sack_ranges[0].is_none() {
+            return false;
+        }
+        let mss = self.peer_mss.min(usize::from(self.cfg.mss));
+        let mut trimmed = false;
+        while seg.header_len() - 20 + n > mss {
+            let Some(last) = seg.sack_ranges.iter().rposition(Option::is_some) else {
+                break;
+            };
+            seg.sack_ranges[last] = None;
+            trimmed = true;
+        }
+        trimmed
+    }
+
+    /// Whether this connection sends a record stream (a record was ever marked).
+    fn in_records(&self) -> bool {
+        self.record_stream
+    }
+
+    /// How much of the `n` octets (at most, from SND.NXT) a new segment of a record stream
+    /// carries: up to the last record boundary within them; all of them when they reach the
+    /// end of the queued data; `None` (wait for an ACK) when not even the next record fits
+    /// but would fit a segment and data is in flight.
+    fn record_cut(&self, n: usize, unsent: usize, room: usize) -> Option<usize> {
+        if n >= unsent {
+            return Some(n);
+        }
+        let seq = self.snd_nxt;
+        let mut cut = 0;
+        for &end in &self.records {
+            let rel = seq_diff(end, seq);
+            if rel <= 0 {
+                continue;
+            }
+            if rel as usize > n {
+                break;
+            }
+            cut = rel as usize;
+        }
+        if cut > 0 {
+            return Some(cut);
+        }
+        let next = self
+            .records
+            .iter()
+            .map(|&e| seq_diff(e, seq))
+            .find(|&r| r > 0)
+            .map_or(usize::MAX, |r| r as usize);
+        let in_flight = seq_diff(self.snd_nxt, self.snd_una) > 0;
+        if next <= room && in_flight {
+            None
+        } else {
+            Some(n)
+        }
+    }
+
     /// Data octets not yet sent, and their offset in the ring.
     fn unsent(&self) -> (usize, usize) {
-        let data_start = if self.snd_una == self.iss {
-            self.iss + 1
-        } else {
-            self.snd_una
-        };
-        let sent = seq_diff(self.snd_nxt, data_start).max(0) as usize;
+        let sent = seq_diff(self.snd_nxt, self.data_start()).max(0) as usize;
         let sent = sent.min(self.tx.len());
         (sent, self.tx.len() - sent)
     }
 
     /// The next segment to send now (see the module documentation): its payload is borrowed
-    /// from the send buffer.
+    /// from the send buffer (or, for the one segment per lap that wraps around the ring's
+    /// end, copied from both pieces into a small buffer).
     pub fn poll_transmit(&mut self, now: Instant) -> Option<TcpRepr<'_>> {
         let (mut seg, off, n) = self.plan(now)?;
-        seg.payload = self.tx.slice(off, n);
+        if self.tx.slice(off, n).len() < n {
+            self.wrap_buf.clear();
+            let mut at = off;
+            while self.wrap_buf.len() < n {
+                let piece = self.tx.slice(at, n - self.wrap_buf.len());
+                if piece.is_empty() {
+                    break;
+                }
+                self.wrap_buf.extend_from_slice(piece);
+                at += piece.len();
+            }
+            seg.payload = &self.wrap_buf;
+        } else {
+            seg.payload = self.tx.slice(off, n);
+        }
         Some(seg)
     }
 
@@ -1242,7 +1382,11 @@ impl Connection {
         }
         let off = seq_diff(seq, self.snd_una).max(0) as usize;
         let data_len = self.tx.len();
-        let room = self.payload_room(now, seq);
+        let room = if self.in_records() {
+            self.max_record_payload()
+        } else {
+            self.payload_room(now, seq)
+        };
         let mut n = len.min(room);
         let mut fin = false;
         if let Some(f) = self.fin_seq {
@@ -1260,8 +1404,6 @@ impl Connection {
             TcpControl::Psh
         };
         let mut seg = self.base_segment(now, control, seq);
-        let payload = self.tx.slice(off, n);
-        let n = payload.len();
         let fin = fin && seq + n == self.fin_seq.unwrap_or(seq);
         if n == 0 && !fin {
             return None;
@@ -1269,8 +1411,10 @@ impl Connection {
         if !fin {
             seg.control = TcpControl::Psh;
         }
+        let sack_owed = self.in_records() && self.fit_sack(&mut seg, n);
         self.rec.on_sent(now, seq, n + usize::from(fin), retransmit);
         self.sent(&seg);
+        self.ack_now |= sack_owed;
         Some((seg, off, n))
     }
 
@@ -1335,9 +1479,15 @@ impl Connection {
             // The window opened meanwhile: a normal send follows.
             return None;
         }
-        // The options of this segment (SACK blocks come and go) leave this much room.
-        let n = n.min(self.payload_room(now, self.snd_nxt));
-        let payload_len = self.tx.slice(sent, n).len();
+        let records = self.in_records() && how != Send::WindowProbe;
+        let payload_len = if records {
+            // Whole records, the segment's payload room kept whole (SACK blocks give way).
+            let room = self.max_record_payload();
+            self.record_cut(n.min(room), unsent, room)?
+        } else {
+            // The options of this segment (SACK blocks come and go) leave this much room.
+            n.min(self.payload_room(now, self.snd_nxt))
+        };
         let seq = self.snd_nxt;
         let last = payload_len == unsent;
         let fin = last && fin_due;
@@ -1346,14 +1496,22 @@ impl Connection {
         } else {
             TcpControl::Psh
         };
-        let seg = self.base_segment(now, control, seq);
+        let mut seg = self.base_segment(now, control, seq);
+        let sack_owed = records && self.fit_sack(&mut seg, payload_len);
         self.snd_nxt = seq + payload_len + usize::from(fin);
         if fin {
             self.fin_seq = Some(seq + payload_len);
         }
+        while let Some(&end) = self.records.front() {
+            if seq_diff(end, self.snd_nxt) > 0 {
+                break;
+            }
+            self.records.pop_front();
+        }
         self.rec
             .on_sent(now, seq, payload_len + usize::from(fin), false);
         self.sent(&seg);
+        self.ack_now |= sack_owed;
         Some((seg, sent, payload_len))
     }
 }

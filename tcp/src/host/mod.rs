@@ -478,8 +478,9 @@ impl<D: PollDevice> Host<D> {
         self.send_with_room(id, None, f)
     }
 
-    /// As [`Host::send_with`]; with `Some(room)` the send buffer grows only as far as
-    /// `room` contiguous octets need ([`Connection::send_with_room`]).
+    /// As [`Host::send_with`]; with `Some(room)` what `f` writes is one record and the send
+    /// buffer grows only as far as `room` contiguous octets need
+    /// ([`Connection::send_with_room`]).
     pub fn send_with_room<F>(
         &mut self,
         id: ConnId,
@@ -533,6 +534,19 @@ impl<D: PollDevice> Host<D> {
     /// Free bytes in the send buffer.
     pub fn send_space(&mut self, id: ConnId) -> Result<usize, StackError> {
         Ok(self.inner.user_slot(id)?.conn.send_space())
+    }
+
+    /// Marks the end of what was written so far as a record boundary
+    /// ([`Connection::end_record`]).
+    pub fn end_record(&mut self, id: ConnId) -> Result<(), StackError> {
+        self.inner.user_slot_mut(id)?.conn.end_record();
+        Ok(())
+    }
+
+    /// The payload room of a data segment without SACK blocks
+    /// ([`Connection::max_record_payload`]): the largest record one segment carries.
+    pub fn max_record_payload(&self, id: ConnId) -> Result<usize, StackError> {
+        Ok(self.inner.user_slot(id)?.conn.max_record_payload())
     }
 
     /// The TCP state.
