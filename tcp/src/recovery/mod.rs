@@ -133,6 +133,9 @@ struct Seg {
     end: TcpSeqNumber,
     xmit: Instant,
     retransmitted: bool,
+    /// Ever sent more than once (`retransmitted` is cleared when a retransmission is lost
+    /// again): entries with this unset keep their first sending time, in sequence order.
+    resent: bool,
     sacked: bool,
     lost: bool,
 }
@@ -140,6 +143,53 @@ struct Seg {
 impl Seg {
     fn len(&self) -> usize {
         self.end - self.start
+    }
+
+    /// In the pipe (RFC 6675): sent, not SACKed, not lost-and-unsent.
+    fn in_pipe(&self) -> bool {
+        !self.sacked && (!self.lost || self.retransmitted)
+    }
+
+    /// Lost and waiting for its retransmission.
+    fn awaits_retransmit(&self) -> bool {
+        self.lost && !self.retransmitted && !self.sacked
+    }
+}
+
+/// Running sums over the scoreboard, kept as entries change so that the pipe and the
+/// presence of losses cost O(1) per query instead of a walk over every segment in flight
+/// (hundreds with a large window: the walk was 15 % of a bulk transfer's instructions).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Tally {
+    /// Octets in the pipe.
+    pipe: usize,
+    /// Entries lost and not yet retransmitted.
+    lost: usize,
+    /// Entries SACKed.
+    sacked: usize,
+}
+
+impl Tally {
+    fn add(&mut self, s: &Seg) {
+        if s.in_pipe() {
+            self.pipe += s.len();
+        }
+        self.lost += usize::from(s.awaits_retransmit());
+        self.sacked += usize::from(s.sacked);
+    }
+
+    fn sub(&mut self, s: &Seg) {
+        if s.in_pipe() {
+            self.pipe -= s.len();
+        }
+        self.lost -= usize::from(s.awaits_retransmit());
+        self.sacked -= usize::from(s.sacked);
+    }
+
+    /// An entry changed from `before` to `after`.
+    fn change(&mut self, before: &Seg, after: &Seg) {
+        self.sub(before);
+        self.add(after);
     }
 }
 
@@ -167,6 +217,8 @@ pub struct Recovery {
     cfg: RecoveryConfig,
     smss: usize,
     segs: VecDeque<Seg>,
+    /// Sums over `segs`, kept in step with every change to it.
+    tally: Tally,
     srtt: Option<Duration>,
     rttvar: Duration,
     rto: Duration,
@@ -202,6 +254,7 @@ impl Recovery {
             cfg: *cfg,
             smss,
             segs: VecDeque::new(),
+            tally: Tally::default(),
             srtt: None,
             rttvar: Duration::ZERO,
             rto: cfg.rto_initial,
@@ -265,11 +318,19 @@ impl Recovery {
 
     /// Octets in flight (RFC 6675 pipe): sent, not SACKed, not lost-and-unsent.
     pub fn in_flight(&self) -> usize {
-        self.segs
-            .iter()
-            .filter(|s| !s.sacked && (!s.lost || s.retransmitted))
-            .map(Seg::len)
-            .sum()
+        self.debug_check_tally();
+        self.tally.pipe
+    }
+
+    /// Debug builds (the tests, the fuzz targets): the running sums match a recount.
+    fn debug_check_tally(&self) {
+        if cfg!(debug_assertions) {
+            let mut t = Tally::default();
+            for s in &self.segs {
+                t.add(s);
+            }
+            debug_assert_eq!(t, self.tally, "scoreboard sums out of step");
+        }
     }
 
     /// Whether anything is outstanding.
@@ -310,14 +371,17 @@ impl Recovery {
                     return;
                 }
             }
-            self.segs.push_back(Seg {
+            let seg = Seg {
                 start: seq,
                 end,
                 xmit: now,
                 retransmitted: false,
+                resent: false,
                 sacked: false,
                 lost: false,
-            });
+            };
+            self.tally.add(&seg);
+            self.segs.push_back(seg);
             self.high = Some(end);
         }
         if self.rto_at.is_none() {
@@ -343,6 +407,8 @@ impl Recovery {
                 let mut head = s;
                 head.end = seq;
                 self.segs[i].start = seq;
+                self.tally.change(&s, &self.segs[i]);
+                self.tally.add(&head);
                 self.segs.insert(i, head);
                 i += 1;
                 continue;
@@ -351,12 +417,17 @@ impl Recovery {
                 let mut tail = s;
                 tail.start = end;
                 self.segs[i].end = end;
+                self.tally.change(&s, &self.segs[i]);
+                self.tally.add(&tail);
                 self.segs.insert(i + 1, tail);
             }
             let e = &mut self.segs[i];
+            let before = *e;
             e.retransmitted = true;
+            e.resent = true;
             e.lost = false;
             e.xmit = now;
+            self.tally.change(&before, e);
             i += 1;
         }
     }
@@ -432,6 +503,7 @@ impl Recovery {
                 if !front.sacked {
                     note(&front, &mut delivered_latest);
                 }
+                self.tally.sub(&front);
                 self.segs.pop_front();
             } else if front.start < ack {
                 out.newly_acked += ack - front.start;
@@ -439,6 +511,7 @@ impl Recovery {
                     note(&front, &mut delivered_latest);
                 }
                 self.segs[0].start = ack;
+                self.tally.change(&front, &self.segs[0]);
                 break;
             } else {
                 break;
@@ -455,7 +528,9 @@ impl Recovery {
                     break;
                 }
                 if !s.sacked && s.start >= l && s.end <= r {
+                    let before = *s;
                     s.sacked = true;
+                    self.tally.change(&before, s);
                     out.newly_sacked += s.len();
                     note(s, &mut delivered_latest);
                 }
@@ -501,7 +576,9 @@ impl Recovery {
             if self.dupacks == 3 {
                 if let Some(s) = self.segs.front_mut() {
                     if !s.lost && !s.sacked {
+                        let before = *s;
                         s.lost = true;
+                        self.tally.change(&before, s);
                         out.lost_marked += 1;
                     }
                 }
@@ -512,7 +589,9 @@ impl Recovery {
             if progressed && ack < rec && !self.sack_seen {
                 if let Some(s) = self.segs.front_mut() {
                     if !s.lost && !s.sacked && !s.retransmitted {
+                        let before = *s;
                         s.lost = true;
+                        self.tally.change(&before, s);
                         out.lost_marked += 1;
                     }
                 }
@@ -553,7 +632,7 @@ impl Recovery {
         };
         // RFC 8985 6.2 step 4 (no reordering observed): no window in loss recovery or once
         // DupThresh (3) segments are SACKed, else min_RTT / 4 bounded by SRTT.
-        let sacked = self.segs.iter().filter(|s| s.sacked).count();
+        let sacked = self.tally.sacked;
         let reo_wnd = if self.recover.is_some() || sacked >= 3 {
             Duration::ZERO
         } else {
@@ -563,17 +642,21 @@ impl Recovery {
         let mut lost = 0;
         let mut timer: Option<Instant> = None;
         for s in self.segs.iter_mut() {
-            if s.sacked || (s.lost && !s.retransmitted) {
-                continue;
-            }
             let before = s.xmit < rack_xmit || (s.xmit == rack_xmit && s.end < self.rack_end);
-            if !before {
+            if !before && !s.resent {
+                // Entries never resent are in sending order: this one and every later one
+                // (first sent, or resent, after it) left after the RACK segment.
+                break;
+            }
+            if s.sacked || (s.lost && !s.retransmitted) || !before {
                 continue;
             }
             let deadline = s.xmit + self.rack_rtt + reo_wnd;
             if deadline <= now {
+                let was = *s;
                 s.lost = true;
                 s.retransmitted = false;
+                self.tally.change(&was, s);
                 lost += 1;
             } else {
                 timer = Some(timer.map_or(deadline, |t| t.min(deadline)));
@@ -654,6 +737,9 @@ impl Recovery {
     /// The next lost range to resend if the congestion window allows (in recovery at least
     /// one segment per call, RFC 6675's rule of sending while pipe < cwnd).
     pub fn next_retransmit(&mut self) -> Option<(TcpSeqNumber, usize)> {
+        if self.tally.lost == 0 {
+            return None;
+        }
         let flight = self.in_flight();
         let s = self
             .segs
@@ -701,11 +787,14 @@ impl Recovery {
                 self.cubic.epoch = None;
                 self.cubic.w_max = (flight as f64 / self.smss as f64).max(1.0);
             }
+            let mut tally = Tally::default();
             for s in self.segs.iter_mut() {
                 s.sacked = false;
                 s.lost = true;
                 s.retransmitted = false;
+                tally.add(s);
             }
+            self.tally = tally;
             self.recover = self.high;
             self.rto = (self.rto * 2).min(self.cfg.rto_max);
             self.rto_at = Some(now + self.rto);
