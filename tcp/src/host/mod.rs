@@ -964,6 +964,9 @@ impl Inner {
     }
 
     fn run_timers(&mut self, now: Instant) -> bool {
+        if !self.wheel.may_have_due(now) {
+            return false;
+        }
         let mut due = std::mem::take(&mut self.due);
         self.wheel.expire(now, &mut due);
         let mut work = false;

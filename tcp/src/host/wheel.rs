@@ -15,6 +15,7 @@ const TICK_US: i64 = 50;
 /// Buckets (a power of two): one revolution is 4096 * 50 us = 205 ms. Entries further out stay
 /// in their bucket and are skipped until their revolution comes.
 const SLOTS: usize = 4096;
+const _: () = assert!(SLOTS.is_power_of_two());
 
 /// One armed deadline: the connection slot and the generation it was armed for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,10 +62,10 @@ impl Wheel {
     /// Moves every entry due at `now` (at <= now) into `due`. Work: the buckets of the ticks
     /// that passed since the last call, at most one revolution.
     pub fn expire(&mut self, now: Instant, due: &mut Vec<Entry>) {
-        let now_tick = tick_of(now);
-        if now_tick < self.current {
+        if !self.may_have_due(now) {
             return;
         }
+        let now_tick = tick_of(now);
         // After a long pause one sweep of every bucket finds everything due.
         let first = self.current.max(now_tick - SLOTS as i64 + 1);
         for t in first..=now_tick {
@@ -81,6 +82,24 @@ impl Wheel {
         }
         // The bucket of `now_tick` may hold entries later in this tick: visit it again.
         self.current = now_tick;
+    }
+
+    /// Whether [`Wheel::expire`] at `now` could find anything: false (a few instructions,
+    /// the idle loop's case) while `now` is still in the tick last expired and that tick's
+    /// bucket is empty, since every earlier tick was emptied of what was due and a deadline
+    /// armed in the past lands in the current bucket.
+    #[inline]
+    pub fn may_have_due(&self, now: Instant) -> bool {
+        let now_tick = tick_of(now);
+        if now_tick < self.current || self.len == 0 {
+            return false;
+        }
+        now_tick > self.current || !self.slots[self.bucket(self.current)].is_empty()
+    }
+
+    #[inline]
+    fn bucket(&self, tick: i64) -> usize {
+        (tick as usize) & (SLOTS - 1)
     }
 
     /// The earliest armed instant (stale entries included, so it may be early; never late).
@@ -162,6 +181,26 @@ mod tests {
         w.insert(e(99_000_000, 10));
         assert_eq!(expire(&mut w, 50_000_000), vec![9]);
         assert_eq!(expire(&mut w, 99_000_000), vec![10]);
+    }
+
+    #[test]
+    fn an_idle_poll_knows_without_visiting_a_bucket_that_nothing_is_due() {
+        let mut w = Wheel::new(Instant::ZERO);
+        assert!(!w.may_have_due(Instant::from_micros(1_000)));
+        w.insert(e(10_000, 1));
+        // Ticks passed since the last expiry: their buckets must be visited.
+        assert!(w.may_have_due(Instant::from_micros(1_000)));
+        assert_eq!(expire(&mut w, 1_000), Vec::<u32>::new());
+        // Same tick, its bucket empty: nothing can be due.
+        assert!(!w.may_have_due(Instant::from_micros(1_010)));
+        // A deadline armed in the past lands in the current bucket and is seen at once.
+        w.insert(e(500, 2));
+        assert!(w.may_have_due(Instant::from_micros(1_010)));
+        assert_eq!(expire(&mut w, 1_010), vec![2]);
+        assert!(!w.may_have_due(Instant::from_micros(1_020)));
+        assert!(w.may_have_due(Instant::from_micros(10_000)));
+        assert_eq!(expire(&mut w, 10_000), vec![1]);
+        assert!(!w.may_have_due(Instant::from_micros(20_000)), "empty wheel");
     }
 
     #[test]
