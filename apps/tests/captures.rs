@@ -418,6 +418,11 @@ fn check_write_bw(path: &Path, full: bool) {
     }
     let stats = &c.directions[0].opcodes[&Opcode::Write];
     assert_eq!(stats.messages, complete as u64);
+    // siw is an MPA-aligned sender (mpa-08 §4 item 4): each 1,448-octet FPDU (ULPDU 1442,
+    // length, CRC) fills a segment of its own, and iwdump counts every one aligned.
+    let d = &c.directions[0];
+    assert!(d.data_segments >= writes.len() as u64, "{d:?}");
+    assert_eq!(d.aligned_segments, d.data_segments, "{}", path.display());
 }
 
 #[test]
