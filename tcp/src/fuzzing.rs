@@ -477,13 +477,20 @@ pub fn tcp_segments(data: &[u8]) {
                     if let Some(id) = side.id {
                         let off = side.written;
                         let n = usize::from(n);
-                        if let Ok(k) = stack.send_with(id, |buf| {
+                        let write = |buf: &mut [u8]| {
                             let k = buf.len().min(n);
                             for (i, b) in buf[..k].iter_mut().enumerate() {
                                 *b = user_octet(off + i as u64);
                             }
                             k
-                        }) {
+                        };
+                        // Odd sizes are records (an FPDU's way in: the MPA-aligned sender).
+                        let sent = if n % 2 == 1 {
+                            stack.send_with_room(id, n, write)
+                        } else {
+                            stack.send_with(id, write)
+                        };
+                        if let Ok(k) = sent {
                             side.written += k as u64;
                         }
                     }
