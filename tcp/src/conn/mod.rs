@@ -1507,6 +1507,10 @@ impl Connection {
                 break;
             }
             self.records.pop_front();
+            if self.records.is_empty() && self.records.capacity() > 1024 {
+                // A burst of small records is out: give its boundaries' memory back.
+                self.records.shrink_to(64);
+            }
         }
         self.rec
             .on_sent(now, seq, payload_len + usize::from(fin), false);
