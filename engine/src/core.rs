@@ -410,6 +410,10 @@ impl ReadySet {
         self.marked.get(i).copied().unwrap_or(false)
     }
 
+    fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
     /// Moves the listed slots into `out` (empty) and clears their marks.
     fn take_into(&mut self, out: &mut Vec<usize>) {
         debug_assert!(out.is_empty());
@@ -601,11 +605,16 @@ impl<D: PollDevice> EngineCore<D> {
             self.sweep_at = now + SWEEP_INTERVAL;
             engine |= self.sweep();
         }
-        engine |= self.poll_rx();
+        // Each poller is skipped outright when it has nothing to visit (the idle loop).
+        if !self.rx_ready.is_empty() {
+            engine |= self.poll_rx();
+        }
         if !self.initiators.is_empty() {
             engine |= self.poll_timers();
         }
-        engine |= self.poll_tx();
+        if !self.tx_ready.is_empty() {
+            engine |= self.poll_tx();
+        }
         // Whatever the pollers queued (FPDUs, startup frames, FINs, window updates after a
         // read) goes out in the same loop; when none did anything, nothing was queued and
         // the second pass of the stack would only repeat the first.

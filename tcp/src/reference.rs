@@ -186,6 +186,11 @@ impl<D: PollDevice> RefStack<D> {
         self.events.pop_front()
     }
 
+    /// Whether an event is pending.
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     fn alloc_slot(&mut self, handle: SocketHandle, role: Role) -> ConnId {
         let (index, generation) = match self.slots.iter().position(Option::is_none) {
             Some(i) => {

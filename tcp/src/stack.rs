@@ -302,6 +302,12 @@ impl<D: PollDevice> Stack<D> {
         dispatch!(self, s => s.next_event())
     }
 
+    /// Whether an event is pending (a cheap check for an idle loop).
+    #[inline]
+    pub fn has_events(&self) -> bool {
+        dispatch!(ref self, s => s.has_events())
+    }
+
     /// Connections in the table now (for the reference: listener backlog sockets included).
     pub fn live(&self) -> usize {
         dispatch!(ref self, s => s.live())

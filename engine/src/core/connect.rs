@@ -321,7 +321,17 @@ impl<D: PollDevice> EngineCore<D> {
             .then_some(i)
     }
 
+    #[inline(always)]
     pub(super) fn poll_tcp_events(&mut self) -> bool {
+        // The idle loop's case, without the call.
+        if !self.stack.has_events() {
+            return false;
+        }
+        self.handle_tcp_events()
+    }
+
+    #[inline(never)]
+    fn handle_tcp_events(&mut self) -> bool {
         let mut work = false;
         while let Some(ev) = self.stack.next_event() {
             work = true;

@@ -332,7 +332,9 @@ impl<D: PollDevice> Host<D> {
             rx.consume(|frame| inner.process_frame(frame));
             work = true;
         }
-        work |= self.inner.run_timers(now);
+        if self.inner.wheel.may_have_due(now) {
+            work |= self.inner.run_timers(now);
+        }
         work |= self.transmit(now);
         let sent = self.device.flush();
         work || sent || self.inner.events.len() != events_before
@@ -359,6 +361,12 @@ impl<D: PollDevice> Host<D> {
     /// Takes the oldest pending event.
     pub fn next_event(&mut self) -> Option<Event> {
         self.inner.events.pop_front()
+    }
+
+    /// Whether an event is pending.
+    #[inline]
+    pub fn has_events(&self) -> bool {
+        !self.inner.events.is_empty()
     }
 
     /// Opens a connection to `remote` from `local_port` (an ephemeral port if `None`).
@@ -963,10 +971,9 @@ impl Inner {
         }
     }
 
+    /// Fires the timers due (the caller checked [`Wheel::may_have_due`]).
+    #[inline(never)]
     fn run_timers(&mut self, now: Instant) -> bool {
-        if !self.wheel.may_have_due(now) {
-            return false;
-        }
         let mut due = std::mem::take(&mut self.due);
         self.wheel.expire(now, &mut due);
         let mut work = false;
