@@ -15,6 +15,13 @@
 //! * Congestion control: NewReno (RFC 5681, 6582) or CUBIC (RFC 9438), initial window of ten
 //!   segments (RFC 6928), one reduction per recovery episode, cwnd of one segment after an
 //!   RTO (RFC 5681 3.1), or none at all.
+//! * A spurious RTO is undone (the Eifel algorithm: detection by timestamps, RFC 3522;
+//!   response, RFC 4015): when the first ACK that advances after an RTO echoes a timestamp
+//!   older than the retransmission, the original segments arrived; the congestion state
+//!   before the RTO comes back, the RTO's backoff is dropped and the segments the RTO marked
+//!   lost are not resent. With a 5 ms RTO floor a descheduled peer or a loaded host can
+//!   delay ACKs past the RTO; without the undo each such delay costs slow start from one
+//!   segment.
 
 use std::collections::VecDeque;
 
@@ -124,6 +131,8 @@ pub struct RecoveryStats {
     pub ssthresh: u64,
     /// Octets in flight (pipe).
     pub in_flight: u64,
+    /// RTOs found spurious and undone (RFC 3522, RFC 4015).
+    pub spurious_rtos: u64,
 }
 
 /// One segment outstanding (sequence numbers as raw `u32` in wrapping arithmetic).
@@ -239,7 +248,21 @@ pub struct Recovery {
     pto_at: Option<Instant>,
     rto_at: Option<Instant>,
     cubic: Cubic,
+    /// What an RTO changed, kept until the first ACK after it says whether it was spurious.
+    undo: Option<Undo>,
     stats: RecoveryStats,
+}
+
+/// The state an RTO replaced (RFC 4015 3.1: the sender's state before the timeout).
+#[derive(Debug, Clone, Copy)]
+struct Undo {
+    /// When the RTO fired: an ACK echoing an earlier transmission answers the original.
+    at: Instant,
+    cwnd: usize,
+    ssthresh: usize,
+    cubic: Cubic,
+    rto: Duration,
+    recover: Option<TcpSeqNumber>,
 }
 
 fn dur_us(d: Duration) -> u64 {
@@ -273,6 +296,7 @@ impl Recovery {
             pto_at: None,
             rto_at: None,
             cubic: Cubic::default(),
+            undo: None,
             stats: RecoveryStats::default(),
         }
     }
@@ -537,6 +561,15 @@ impl Recovery {
             }
         }
         let progressed = out.newly_acked > 0;
+        if progressed {
+            if let Some(u) = self.undo.take() {
+                // RFC 3522 2: the first acceptable ACK after the retransmission echoes a
+                // timestamp from before it: the original was delivered.
+                if ts_rtt.is_some_and(|r| now - r < u.at) {
+                    self.undo_rto(&u);
+                }
+            }
+        }
         // RTT: the timestamp echo if there is one, else Karn's rule (RFC 6298 3).
         if progressed {
             if let Some(r) = ts_rtt.or(karn) {
@@ -622,6 +655,27 @@ impl Recovery {
             self.reorder_at = None;
         }
         out
+    }
+
+    /// RFC 4015 3.1 (and Linux's undo): back to the congestion state before the spurious
+    /// RTO, its backoff dropped; what it marked lost and has not resent is in flight again.
+    fn undo_rto(&mut self, u: &Undo) {
+        self.stats.spurious_rtos += 1;
+        if self.cfg.congestion != Congestion::None {
+            self.cwnd = self.cwnd.max(u.cwnd);
+            self.ssthresh = self.ssthresh.max(u.ssthresh);
+            self.cubic = u.cubic;
+        }
+        self.rto = self.rto.min(u.rto);
+        self.backoffs = 0;
+        self.recover = u.recover;
+        for s in self.segs.iter_mut() {
+            if s.lost && !s.retransmitted {
+                let was = *s;
+                s.lost = false;
+                self.tally.change(&was, s);
+            }
+        }
     }
 
     /// RFC 8985 6.2 step 5: marks lost every segment sent before the RACK segment whose
@@ -779,6 +833,18 @@ impl Recovery {
             // RFC 6298 5.4-5.6 and RFC 5681 3.1; SACK information is discarded (RFC 2018 8:
             // the receiver may have reneged).
             self.stats.rto_count += 1;
+            // The first of consecutive RTOs keeps the state to restore (the one before any
+            // of them): an ACK echoing a transmission older than it undoes them all.
+            if self.backoffs == 0 {
+                self.undo = Some(Undo {
+                    at: now,
+                    cwnd: self.cwnd,
+                    ssthresh: self.ssthresh,
+                    cubic: self.cubic,
+                    rto: self.rto,
+                    recover: self.recover,
+                });
+            }
             self.backoffs += 1;
             let flight = self.in_flight();
             if self.cfg.congestion != Congestion::None {

@@ -91,6 +91,69 @@ fn rfc5681_3_1_rto_collapses_cwnd_and_backs_off() {
     assert_eq!(r.next_retransmit(), Some((S, 1000)));
 }
 
+/// Ten segments out, an RTT of 1 ms known, then nothing for longer than the RTO: the RTO
+/// fires, collapses cwnd and resends the first segment. Returns the recovery and the RTO's
+/// instant.
+fn after_rto() -> (Recovery, Instant) {
+    let mut r = rec(Congestion::Cubic);
+    r.on_sent(us(0), S, 1000, false);
+    r.on_ack(us(1_000), S + 1000, &[], Some(Duration::from_micros(1_000)));
+    for k in 1..11 {
+        r.on_sent(us(2_000), S + k * 1000, 1000, false);
+    }
+    let at = r.poll_timeout().unwrap();
+    // PTO first (2 SRTT), then the RTO (5 ms floor) with nothing answered.
+    let mut now = at;
+    while r.handle_timeout(now) != TimeoutAction::Retransmit {
+        now = r.poll_timeout().unwrap();
+    }
+    assert_eq!(r.cwnd(), 1000);
+    assert_eq!(r.next_retransmit(), Some((S + 1000, 1000)));
+    r.on_sent(now, S + 1000, 1000, true);
+    (r, now)
+}
+
+#[test]
+fn rfc3522_and_rfc4015_an_ack_echoing_the_original_transmission_undoes_the_rto() {
+    let (mut r, rto_at) = after_rto();
+    let before = r.stats();
+    assert_eq!(before.rto_count, 1);
+    // The ACK of the originals arrives late; its timestamp echo is from 2 ms (before the
+    // RTO): the RTO was spurious.
+    let now = rto_at + Duration::from_micros(300);
+    let echo = now - us(2_000);
+    let o = r.on_ack(now, S + 1000 * 6, &[], Some(echo));
+    assert_eq!(o.newly_acked, 5000);
+    let s = r.stats();
+    assert_eq!(s.spurious_rtos, 1);
+    // The congestion window of before the RTO (ten segments, plus growth), not one segment,
+    // the RTO's backoff gone, and nothing more to resend: the rest were never lost.
+    assert!(r.cwnd() >= 10_000, "cwnd {}", r.cwnd());
+    // (The late echo is an RTT sample of its own: the RTO follows it, not the backoff's 10 ms.)
+    assert!(r.rto() < Duration::from_millis(10), "rto {:?}", r.rto());
+    assert_eq!(r.backoffs(), 0);
+    assert_eq!(r.next_retransmit(), None);
+    assert_eq!(r.in_flight(), 5000);
+}
+
+#[test]
+fn rfc3522_an_ack_echoing_the_retransmission_leaves_the_rto_in_force() {
+    let (mut r, rto_at) = after_rto();
+    // The echo is the retransmission's own timestamp: the original was lost.
+    let now = rto_at + Duration::from_micros(900);
+    let o = r.on_ack(now, S + 2000, &[], Some(Duration::from_micros(900)));
+    assert_eq!(o.newly_acked, 1000);
+    assert_eq!(r.stats().spurious_rtos, 0);
+    assert!(r.cwnd() <= 2000, "cwnd {}", r.cwnd());
+    // The rest stays marked lost and is resent.
+    assert_eq!(r.next_retransmit(), Some((S + 2000, 1000)));
+    // Without timestamps nothing is undone either.
+    let (mut r, rto_at) = after_rto();
+    r.on_ack(rto_at + Duration::from_micros(300), S + 6000, &[], None);
+    assert_eq!(r.stats().spurious_rtos, 0);
+    assert!(r.cwnd() <= 2000);
+}
+
 #[test]
 fn rfc9438_4_6_cubic_reduces_to_beta_and_regrows_towards_w_max() {
     let mut r = rec(Congestion::Cubic);
