@@ -117,6 +117,19 @@ fn bandwidth_tests_print_perftest_table_json_and_hdr_log() {
         assert_eq!(row[3], format!("{javg:.2}"), "{row:?} {bw}");
         assert!(j.contains(&format!("\"test\": \"{test}\"")), "{j}");
         assert!(j.contains("\"msg_rate_mpps\""), "{j}");
+        // This side's TCP counters: in the JSON and as one line of the text report. 200
+        // messages of 4 KiB took segments both ways. (Retransmissions are not asserted: on
+        // a loaded host a descheduled engine fires tail loss probes even over this
+        // lossless link.)
+        let tcp = &doc["tcp"];
+        let (sent, received) = (
+            tcp["segments_sent"].as_u64().unwrap(),
+            tcp["segments_received"].as_u64().unwrap(),
+        );
+        // 200 x 4 KiB is at least 560 full segments one way (which way: the test's).
+        assert!(sent > 20 && received > 20 && sent + received > 560, "{tcp}");
+        assert!(tcp["rtos"].as_u64().is_some(), "{tcp}");
+        assert!(out.contains("[iwperf] TCP (this side): "), "{out}");
         let l = std::fs::read_to_string(&log).expect("hdr log written");
         assert!(l.contains("#[BaseTime:"), "{l}");
         assert!(l.contains(&format!("Tag={test}-4096,")), "{l}");

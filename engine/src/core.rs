@@ -188,6 +188,21 @@ pub struct CoreStats {
     /// QPs found with work by the periodic sweep although nothing had marked them ready (0
     /// unless a wake-up trigger is missing; the sweep bounds the delay to 50 ms).
     pub missed_wakeups: u64,
+    /// TCP counters summed over every connection of the core so far (Warpcore's TCP; zero
+    /// on the smoltcp reference): segments sent and received.
+    pub tcp_segments_sent: u64,
+    /// See `tcp_segments_sent`.
+    pub tcp_segments_received: u64,
+    /// Segments retransmitted.
+    pub tcp_retransmitted_segments: u64,
+    /// Retransmission timeouts, and of those the spurious ones undone (RFC 3522).
+    pub tcp_rtos: u64,
+    /// See `tcp_rtos`.
+    pub tcp_spurious_rtos: u64,
+    /// Tail loss probes (RFC 8985).
+    pub tcp_tail_loss_probes: u64,
+    /// Recovery episodes (congestion window reductions).
+    pub tcp_fast_recoveries: u64,
 }
 
 #[derive(Debug)]
@@ -546,7 +561,15 @@ impl<D: PollDevice> EngineCore<D> {
 
     /// Counters.
     pub fn stats(&self) -> CoreStats {
+        let t = self.stack.tcp_totals().unwrap_or_default();
         CoreStats {
+            tcp_segments_sent: t.segments_sent,
+            tcp_segments_received: t.segments_received,
+            tcp_retransmitted_segments: t.retransmitted_segments,
+            tcp_rtos: t.rtos,
+            tcp_spurious_rtos: t.spurious_rtos,
+            tcp_tail_loss_probes: t.tail_loss_probes,
+            tcp_fast_recoveries: t.fast_recoveries,
             qps_live: self.live.len() as u64,
             requests_pending: self.requests_live as u64,
             tcp_connections: self.stack.live() as u64,

@@ -44,7 +44,7 @@ pub use capture::Capture;
 pub use device::{DeviceStats, PollDevice};
 #[cfg(feature = "dpdk")]
 pub use dpdk::{DpdkDevice, DpdkDeviceConfig};
-pub use host::HostStats;
+pub use host::{HostStats, TcpTotals};
 pub use link::{Faults, LinkConfig, LinkEnd};
 pub use smoltcp;
 pub use stack::{

@@ -286,6 +286,14 @@ impl<D: PollDevice> Stack<D> {
         }
     }
 
+    /// TCP counters summed over every connection so far (`None` for the reference).
+    pub fn tcp_totals(&self) -> Option<crate::host::TcpTotals> {
+        match &self.imp {
+            Imp::Warpcore(s) => Some(s.tcp_totals()),
+            Imp::Reference(_) => None,
+        }
+    }
+
     /// Runs the stack at time `now`: one rx batch in, timers, everything sendable out, one tx
     /// flush. Returns whether anything happened (packets moved or events were raised).
     pub fn poll(&mut self, now: Instant) -> bool {

@@ -138,6 +138,46 @@ pub struct HostStats {
     pub timers_fired: u64,
 }
 
+/// Counters summed over every connection the host has had, live ones included.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TcpTotals {
+    /// Segments sent (all kinds).
+    pub segments_sent: u64,
+    /// Segments received for a connection.
+    pub segments_received: u64,
+    /// Out-of-order segments received.
+    pub out_of_order: u64,
+    /// Segments retransmitted.
+    pub retransmitted_segments: u64,
+    /// Octets retransmitted.
+    pub retransmitted_octets: u64,
+    /// Retransmission timeouts.
+    pub rtos: u64,
+    /// Of those, found spurious and undone (RFC 3522, RFC 4015).
+    pub spurious_rtos: u64,
+    /// Tail loss probes (RFC 8985).
+    pub tail_loss_probes: u64,
+    /// Recovery episodes (window reductions).
+    pub fast_recoveries: u64,
+    /// Zero-window probes sent.
+    pub window_probes: u64,
+}
+
+impl TcpTotals {
+    fn add(&mut self, c: &crate::conn::ConnStats) {
+        self.segments_sent += c.segments_sent;
+        self.segments_received += c.segments_received;
+        self.out_of_order += c.out_of_order;
+        self.retransmitted_segments += c.recovery.retransmitted_segments;
+        self.retransmitted_octets += c.recovery.retransmitted_octets;
+        self.rtos += c.recovery.rto_count;
+        self.spurious_rtos += c.recovery.spurious_rtos;
+        self.tail_loss_probes += c.recovery.tlp_count;
+        self.fast_recoveries += c.recovery.fast_recoveries;
+        self.window_probes += c.window_probes;
+    }
+}
+
 struct Inner {
     mac: EthernetAddress,
     cidr: Ipv4Cidr,
@@ -168,6 +208,8 @@ struct Inner {
     next_port: u16,
     max_connections: usize,
     stats: HostStats,
+    /// The counters of the connections removed so far.
+    removed_totals: TcpTotals,
 }
 
 /// Warpcore's TCP/IPv4 host over one device (see the module documentation).
@@ -260,6 +302,7 @@ impl<D: PollDevice> Host<D> {
                 next_port: EPHEMERAL_FIRST + (config.random_seed % span) as u16,
                 max_connections: config.max_connections,
                 stats: HostStats::default(),
+                removed_totals: TcpTotals::default(),
             },
         })
     }
@@ -288,6 +331,15 @@ impl<D: PollDevice> Host<D> {
     /// Host counters.
     pub fn host_stats(&self) -> HostStats {
         self.inner.stats
+    }
+
+    /// The TCP counters of every connection so far (a walk over the live ones).
+    pub fn tcp_totals(&self) -> TcpTotals {
+        let mut t = self.inner.removed_totals;
+        for s in self.inner.slots.iter().flatten() {
+            t.add(&s.conn.stats());
+        }
+        t
     }
 
     /// The interface's IPv4 address.
@@ -863,6 +915,7 @@ impl Inner {
 
     fn remove(&mut self, index: u32) {
         if let Some(s) = self.slots.get_mut(index as usize).and_then(Option::take) {
+            self.removed_totals.add(&s.conn.stats());
             if let Role::HalfOpen(l) = s.role {
                 if let Some(li) = self.listeners.get_mut(l.0 as usize) {
                     li.half_open_live -= 1;

@@ -396,8 +396,15 @@ fn client_run(
             closed += 1;
         }
     }
+    // This side's TCP counters (the retransmissions and timeouts behind a figure).
+    let tcp = report::TcpSummary::of(&ep.ctx);
+    if full {
+        if let Some(t) = &tcp {
+            println!("{}", t.line());
+        }
+    }
     if let Some(p) = &cli.json {
-        report::write_json(p, cli, &bi, &outs)?;
+        report::write_json(p, cli, &bi, &outs, tcp.as_ref())?;
     }
     if let Some(p) = &cli.hdr_log {
         report::write_hdr_log(p, cli, &outs)?;

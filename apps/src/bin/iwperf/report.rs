@@ -517,11 +517,70 @@ pub fn hdr_what(t: TestName) -> &'static str {
 }
 
 /// Writes `--json`.
+/// This side's TCP counters, summed over its engine cores (Warpcore's TCP; the smoltcp
+/// reference keeps none).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TcpSummary {
+    pub segments_sent: u64,
+    pub segments_received: u64,
+    pub retransmitted_segments: u64,
+    pub rtos: u64,
+    pub spurious_rtos: u64,
+    pub tail_loss_probes: u64,
+    pub fast_recoveries: u64,
+}
+
+impl TcpSummary {
+    /// The counters of `ctx`'s cores, or `None` when they cannot be read or the stack keeps
+    /// none (nothing sent: the reference TCP).
+    pub fn of(ctx: &warpcore_verbs::Context) -> Option<TcpSummary> {
+        let cores = ctx.stats().ok()?;
+        let mut t = TcpSummary::default();
+        for c in &cores {
+            t.segments_sent += c.tcp_segments_sent;
+            t.segments_received += c.tcp_segments_received;
+            t.retransmitted_segments += c.tcp_retransmitted_segments;
+            t.rtos += c.tcp_rtos;
+            t.spurious_rtos += c.tcp_spurious_rtos;
+            t.tail_loss_probes += c.tcp_tail_loss_probes;
+            t.fast_recoveries += c.tcp_fast_recoveries;
+        }
+        (t.segments_sent > 0).then_some(t)
+    }
+
+    /// One line for the text report.
+    pub fn line(&self) -> String {
+        format!(
+            "[iwperf] TCP (this side): {} segments sent, {} received, {} retransmitted, {} RTOs ({} spurious, undone), {} tail loss probes, {} recoveries",
+            self.segments_sent,
+            self.segments_received,
+            self.retransmitted_segments,
+            self.rtos,
+            self.spurious_rtos,
+            self.tail_loss_probes,
+            self.fast_recoveries
+        )
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "segments_sent": self.segments_sent,
+            "segments_received": self.segments_received,
+            "retransmitted_segments": self.retransmitted_segments,
+            "rtos": self.rtos,
+            "spurious_rtos": self.spurious_rtos,
+            "tail_loss_probes": self.tail_loss_probes,
+            "fast_recoveries": self.fast_recoveries,
+        })
+    }
+}
+
 pub fn write_json(
     path: &Path,
     cli: &Cli,
     info: &BannerInfo,
     outs: &[Outcome],
+    tcp: Option<&TcpSummary>,
 ) -> Result<(), String> {
     let results: Vec<serde_json::Value> = outs
         .iter()
@@ -570,6 +629,7 @@ pub fn write_json(
         "bidirectional": cli.bidir,
         "verify": cli.verify,
         "results": results,
+        "tcp": tcp.map(TcpSummary::json),
     });
     let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
     std::fs::write(path, text + "\n").map_err(|e| format!("--json {}: {e}", path.display()))
