@@ -748,13 +748,16 @@ impl Recovery {
         match self.cfg.congestion {
             Congestion::None => {}
             _ if self.cwnd < self.ssthresh => {
-                // Slow start (RFC 5681 3.1, appropriate byte counting with L = 1 SMSS... we
-                // allow up to 2 SMSS per ACK for delayed-ACK peers, RFC 3465).
-                self.cwnd += acked.min(2 * self.smss);
+                // Slow start (RFC 5681 3.1) by byte counting (RFC 3465) without its per-ACK
+                // limit L, as Linux: every octet acknowledged grows cwnd, so a stretch ACK
+                // (a batching receiver acknowledges a whole burst at once: ours, or a kernel
+                // with GRO) still doubles cwnd per round trip instead of adding 2 SMSS.
+                self.cwnd = self.cwnd.saturating_add(acked);
             }
             Congestion::NewReno => {
-                // Congestion avoidance: about one SMSS per RTT.
-                let inc = (self.smss * self.smss / self.cwnd.max(1)).max(1);
+                // Congestion avoidance: about one SMSS per RTT, by byte counting (RFC 3465
+                // 2.1: SMSS * acked / cwnd, so that a stretch ACK counts for every segment).
+                let inc = (self.smss * acked / self.cwnd.max(1)).max(1);
                 self.cwnd += inc.min(acked);
             }
             Congestion::Cubic => {

@@ -72,8 +72,33 @@ fn rfc6928_initial_window_and_rfc5681_3_1_slow_start() {
     }
     assert_eq!(r.send_allowance(), 0);
     r.on_ack(us(100), S + 10_000, &[], None);
-    // One ACK of ten segments grows cwnd by at most 2 SMSS (RFC 3465 L = 2).
-    assert_eq!(r.cwnd(), 12_000);
+    // One (stretch) ACK of ten segments grows cwnd by the ten segments: byte counting
+    // without RFC 3465's per-ACK limit, as Linux; a batching receiver acknowledges bursts.
+    assert_eq!(r.cwnd(), 20_000);
+}
+
+#[test]
+fn rfc3465_2_1_congestion_avoidance_counts_the_bytes_a_stretch_ack_covers() {
+    // Twenty segments in flight in congestion avoidance (ssthresh below cwnd): one ACK of
+    // all twenty grows cwnd by about one SMSS (one window acknowledged), the same as twenty
+    // ACKs of one segment each, not by SMSS^2 / cwnd alone.
+    let grow = |acks: usize| {
+        let mut r = rec(Congestion::NewReno);
+        r.cwnd = 20_000;
+        r.ssthresh = 10_000;
+        for k in 0..20 {
+            r.on_sent(us(0), S + k * 1000, 1000, false);
+        }
+        let per = 20 / acks;
+        for a in 1..=acks {
+            r.on_ack(us(100), S + a * per * 1000, &[], None);
+        }
+        r.cwnd()
+    };
+    let stretch = grow(1);
+    let each = grow(20);
+    assert!((20_900..=21_000).contains(&stretch), "{stretch}");
+    assert!((20_900..=21_000).contains(&each), "{each}");
 }
 
 #[test]
