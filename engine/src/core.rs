@@ -481,8 +481,10 @@ pub struct EngineCore<D: PollDevice> {
     sweep_at: Instant,
     clock_base: StdInstant,
     now: Instant,
-    gather: Box<[u8]>,
-    fpdu: Box<[u8]>,
+    /// Scratch for a payload gathered before framing and for an FPDU framed before it is
+    /// copied into a wrapped send buffer; allocated at first use.
+    gather: Vec<u8>,
+    fpdu: Vec<u8>,
 }
 
 impl<D: PollDevice> std::fmt::Debug for EngineCore<D> {
@@ -532,8 +534,8 @@ impl<D: PollDevice> EngineCore<D> {
             sweep_at: now + SWEEP_INTERVAL,
             clock_base,
             now,
-            gather: vec![0u8; MAX_ULPDU_LEN].into_boxed_slice(),
-            fpdu: vec![0u8; FPDU_SCRATCH_LEN].into_boxed_slice(),
+            gather: Vec::new(),
+            fpdu: Vec::new(),
             stack,
             ctx: Ctx {
                 events: VecDeque::with_capacity(cfg.event_queue_depth),

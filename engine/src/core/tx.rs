@@ -46,7 +46,7 @@ pub(super) fn send_fpdu<D: PollDevice>(
     framer: &mut Framer,
     hdr: &[u8],
     payload: &[u8],
-    scratch: &mut [u8],
+    scratch: &mut Vec<u8>,
 ) -> bool {
     let need = framer.fpdu_wire_len(hdr.len() + payload.len());
     match stack.send_space(tcp) {
@@ -64,6 +64,11 @@ pub(super) fn send_fpdu<D: PollDevice>(
         Ok(n) if n == need => return true,
         Ok(0) => {}
         _ => return false,
+    }
+    // The scratch buffer is allocated at its first use (a core that never meets a wrapped
+    // send buffer never holds it).
+    if scratch.len() < FPDU_SCRATCH_LEN {
+        scratch.resize(FPDU_SCRATCH_LEN, 0);
     }
     let Ok(n) = framer.emit(&[hdr, payload], scratch) else {
         return false;
@@ -96,8 +101,8 @@ pub(super) fn send_fpdu_from<D: PollDevice>(
     hdr: &[u8],
     plen: usize,
     fill: &mut dyn FnMut(&mut [u8]) -> bool,
-    gbuf: &mut [u8],
-    scratch: &mut [u8],
+    gbuf: &mut Vec<u8>,
+    scratch: &mut Vec<u8>,
 ) -> Result<bool, ()> {
     let ulen = hdr.len() + plen;
     let need = framer.fpdu_wire_len(ulen);
@@ -125,6 +130,9 @@ pub(super) fn send_fpdu_from<D: PollDevice>(
             Ok(0) => {}
             _ => return Ok(false),
         }
+    }
+    if gbuf.len() < MAX_ULPDU_LEN {
+        gbuf.resize(MAX_ULPDU_LEN, 0);
     }
     let Some(g) = gbuf.get_mut(..plen) else {
         return Err(());
@@ -538,7 +546,7 @@ impl Qp {
         stack: &mut Stack<D>,
         tcp: ConnId,
         ctx: &mut Ctx,
-        fbuf: &mut [u8],
+        fbuf: &mut Vec<u8>,
     ) -> ControlFlow<bool, bool> {
         let Some(conn) = self.conn.as_mut() else {
             return ControlFlow::Break(false);
@@ -604,7 +612,7 @@ impl Qp {
         stack: &mut Stack<D>,
         tcp: ConnId,
         ctx: &mut Ctx,
-        fbuf: &mut [u8],
+        fbuf: &mut Vec<u8>,
     ) -> bool {
         let Some(conn) = self.conn.as_mut() else {
             return false;
@@ -637,7 +645,7 @@ impl Qp {
         stack: &mut Stack<D>,
         tcp: ConnId,
         ctx: &mut Ctx,
-        fbuf: &mut [u8],
+        fbuf: &mut Vec<u8>,
     ) -> bool {
         let Some(conn) = self.conn.as_mut() else {
             return false;
@@ -712,8 +720,8 @@ impl Qp {
         stack: &mut Stack<D>,
         tcp: ConnId,
         ctx: &mut Ctx,
-        gbuf: &mut [u8],
-        fbuf: &mut [u8],
+        gbuf: &mut Vec<u8>,
+        fbuf: &mut Vec<u8>,
     ) -> ControlFlow<bool, bool> {
         let mut work = false;
         let mut fpdus = 0;

@@ -290,7 +290,7 @@ impl<D: PollDevice> Host<D> {
                 demux: HashMap::with_hasher(KeyedHash::new(config.random_seed)),
                 listeners: Vec::new(),
                 ports: HashMap::new(),
-                wheel: Wheel::new(now),
+                wheel: Wheel::new(now, config.max_connections),
                 due: Vec::with_capacity(64),
                 dirty: Vec::with_capacity(64),
                 unresolved: Vec::new(),

@@ -12,10 +12,12 @@ use smoltcp::time::Instant;
 /// Microseconds per tick. Timers fire at the first poll at or after their instant; the tick
 /// only decides which bucket holds them, not when they fire.
 const TICK_US: i64 = 50;
-/// Buckets (a power of two): one revolution is 4096 * 50 us = 205 ms. Entries further out stay
-/// in their bucket and are skipped until their revolution comes.
-const SLOTS: usize = 4096;
-const _: () = assert!(SLOTS.is_power_of_two());
+/// Most buckets: one revolution is 4096 * 50 us = 205 ms. Entries further out stay in their
+/// bucket and are skipped until their revolution comes.
+const MAX_SLOTS: usize = 4096;
+/// Fewest buckets (a host for a handful of connections: a revolution of 12.8 ms, so a
+/// keep-alive 10 s away is skipped ~780 times, a few instructions each).
+const MIN_SLOTS: usize = 256;
 
 /// One armed deadline: the connection slot and the generation it was armed for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +30,7 @@ pub(crate) struct Entry {
 /// The wheel. `current` is the first tick not yet fully processed.
 #[derive(Debug)]
 pub(crate) struct Wheel {
+    /// The buckets, a power of two of them.
     slots: Vec<Vec<Entry>>,
     current: i64,
     len: usize,
@@ -38,9 +41,13 @@ fn tick_of(at: Instant) -> i64 {
 }
 
 impl Wheel {
-    pub fn new(now: Instant) -> Self {
+    /// A wheel for about `connections` deadlines: as many buckets, a power of two between
+    /// 256 and 4,096 (a small host's wheel costs little to build: the engine fuzz target
+    /// builds two hosts per input).
+    pub fn new(now: Instant, connections: usize) -> Self {
+        let n = connections.next_power_of_two().clamp(MIN_SLOTS, MAX_SLOTS);
         Wheel {
-            slots: (0..SLOTS).map(|_| Vec::new()).collect(),
+            slots: (0..n).map(|_| Vec::new()).collect(),
             current: tick_of(now),
             len: 0,
         }
@@ -55,7 +62,8 @@ impl Wheel {
     /// [`Wheel::expire`].
     pub fn insert(&mut self, e: Entry) {
         let t = tick_of(e.at).max(self.current);
-        self.slots[t.rem_euclid(SLOTS as i64) as usize].push(e);
+        let b = self.bucket(t);
+        self.slots[b].push(e);
         self.len += 1;
     }
 
@@ -67,9 +75,10 @@ impl Wheel {
         }
         let now_tick = tick_of(now);
         // After a long pause one sweep of every bucket finds everything due.
-        let first = self.current.max(now_tick - SLOTS as i64 + 1);
+        let first = self.current.max(now_tick - self.slots.len() as i64 + 1);
         for t in first..=now_tick {
-            let bucket = &mut self.slots[t.rem_euclid(SLOTS as i64) as usize];
+            let b = self.bucket(t);
+            let bucket = &mut self.slots[b];
             let mut i = 0;
             while i < bucket.len() {
                 if bucket[i].at <= now {
@@ -99,7 +108,7 @@ impl Wheel {
 
     #[inline]
     fn bucket(&self, tick: i64) -> usize {
-        (tick as usize) & (SLOTS - 1)
+        (tick as usize) & (self.slots.len() - 1)
     }
 
     /// The earliest armed instant (stale entries included, so it may be early; never late).
@@ -109,8 +118,8 @@ impl Wheel {
         }
         // Scan one revolution from the current tick: the first bucket holding an entry of
         // that tick's revolution holds the earliest one.
-        for t in self.current..self.current + SLOTS as i64 {
-            let bucket = &self.slots[t.rem_euclid(SLOTS as i64) as usize];
+        for t in self.current..self.current + self.slots.len() as i64 {
+            let bucket = &self.slots[self.bucket(t)];
             let best = bucket
                 .iter()
                 .filter(|e| tick_of(e.at) <= t)
@@ -146,7 +155,7 @@ mod tests {
 
     #[test]
     fn fires_at_or_after_the_deadline_never_before() {
-        let mut w = Wheel::new(Instant::ZERO);
+        let mut w = Wheel::new(Instant::ZERO, 1);
         w.insert(e(120, 1));
         w.insert(e(149, 2));
         w.insert(e(10_000, 3));
@@ -163,7 +172,7 @@ mod tests {
 
     #[test]
     fn far_deadlines_survive_revolutions_and_long_pauses() {
-        let mut w = Wheel::new(Instant::ZERO);
+        let mut w = Wheel::new(Instant::ZERO, 1);
         // Ten seconds is ~49 revolutions away.
         w.insert(e(10_000_000, 7));
         w.insert(e(300_000, 8));
@@ -185,7 +194,7 @@ mod tests {
 
     #[test]
     fn an_idle_poll_knows_without_visiting_a_bucket_that_nothing_is_due() {
-        let mut w = Wheel::new(Instant::ZERO);
+        let mut w = Wheel::new(Instant::ZERO, 1);
         assert!(!w.may_have_due(Instant::from_micros(1_000)));
         w.insert(e(10_000, 1));
         // Ticks passed since the last expiry: their buckets must be visited.
@@ -205,7 +214,7 @@ mod tests {
 
     #[test]
     fn past_deadlines_fire_at_once() {
-        let mut w = Wheel::new(Instant::from_micros(1_000_000));
+        let mut w = Wheel::new(Instant::from_micros(1_000_000), 1);
         w.insert(e(5, 1));
         assert_eq!(w.next_deadline(), Some(Instant::from_micros(5)));
         assert_eq!(expire(&mut w, 1_000_000), vec![1]);
