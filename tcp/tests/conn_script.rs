@@ -998,3 +998,26 @@ fn rfc2018_4_sack_blocks_give_way_to_whole_records_and_follow_in_a_pure_ack() {
     assert!(out[3].payload.is_empty());
     assert_eq!(out[3].sack.len(), 2);
 }
+
+/// RFC 9293 3.10.4, CLOSE in SYN-RECEIVED: with nothing to send the connection enters
+/// FIN-WAIT-1 at once, but its FIN follows its SYN: closed before the SYN-ACK went out, the
+/// SYN-ACK goes first at ISS and the FIN at ISS + 1, and the ACK of both is ordinary (the
+/// tcp_segments fuzz target found the FIN taking the SYN's sequence number, and the ACK's
+/// accounting then underflowed; corpus entry regress-fin-after-unsent-syn).
+#[test]
+fn rfc9293_3_10_4_close_in_syn_received_sends_the_syn_before_the_fin() {
+    let mut syn = seg(TcpControl::Syn, PISS, None, &[]);
+    syn.max_seg_size = Some(1460);
+    let mut c = Connection::accept(&cfg(), ep(), ISS, &syn, ms(0));
+    assert_eq!(c.state(), State::SynReceived);
+    c.close();
+    assert_eq!(c.state(), State::FinWait1);
+    let out = drain(&mut c, ms(0));
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert_eq!((out[0].control, out[0].seq), (TcpControl::Syn, ISS));
+    assert_eq!(out[0].ack, Some(PISS + 1));
+    assert_eq!((out[1].control, out[1].seq), (TcpControl::Fin, ISS + 1));
+    // The peer acknowledges our SYN and FIN together.
+    c.handle_segment(ms(1), &seg(TcpControl::None, PISS + 1, Some(ISS + 2), &[]));
+    assert_eq!(c.state(), State::FinWait2);
+}

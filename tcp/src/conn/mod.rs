@@ -1302,24 +1302,13 @@ impl Connection {
         match self.state {
             State::Closed | State::Listen => return None,
             State::SynSent | State::SynReceived => {
-                if !self.syn_sent {
-                    self.syn_sent = true;
-                    let mut seg = self.base_segment(now, TcpControl::Syn, self.iss);
-                    if self.state == State::SynReceived {
-                        seg.ack_number = Some(self.rcv_nxt);
-                    }
-                    let retransmit = self.snd_nxt != self.iss;
-                    self.snd_nxt = self.iss + 1;
-                    self.rec.on_sent(now, self.iss, 1, retransmit);
-                    self.sent(&seg);
-                    return Some((seg, 0, 0));
-                }
-                if self.state == State::SynSent {
-                    return None;
-                }
-                // SYN-RECEIVED: nothing else until the handshake completes.
-                return None;
+                // Nothing else until the handshake completes.
+                return (!self.syn_sent).then(|| self.send_syn(now));
             }
+            // Closed by the user in SYN-RECEIVED (RFC 9293 3.10.4: FIN-WAIT-1 at once) with
+            // our SYN not yet sent, or due again after an RTO: the SYN goes first, the FIN
+            // after it (it never takes the SYN's sequence number).
+            _ if !self.syn_sent && self.snd_una == self.iss => return Some(self.send_syn(now)),
             _ => {}
         }
         if let Some(p) = self.poll_retransmit(now) {
@@ -1359,6 +1348,22 @@ impl Connection {
             return Some((seg, 0, 0));
         }
         None
+    }
+
+    /// Our SYN (with the ACK of the peer's once we have it), first sent or again.
+    fn send_syn(&mut self, now: Instant) -> Plan {
+        self.syn_sent = true;
+        let mut seg = self.base_segment(now, TcpControl::Syn, self.iss);
+        if self.state != State::SynSent {
+            seg.ack_number = Some(self.rcv_nxt);
+        }
+        let retransmit = self.snd_nxt != self.iss;
+        if !retransmit {
+            self.snd_nxt = self.iss + 1;
+        }
+        self.rec.on_sent(now, self.iss, 1, retransmit);
+        self.sent(&seg);
+        (seg, 0, 0)
     }
 
     fn poll_retransmit(&mut self, now: Instant) -> Option<Plan> {
