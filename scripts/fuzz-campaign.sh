@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A fuzz campaign: every cargo-fuzz target (or the ones named) for MINUTES minutes each, on
-# both cores (two libFuzzer jobs sharing one corpus), starting from the committed corpus
+# both cores (libFuzzer -fork workers sharing one corpus; FUZZ_JOBS sets how many; a crash is
+# recorded and the run goes on), starting from the committed corpus
 # in fuzz/corpus/<target>. Afterwards each target's corpus is minimised (cargo fuzz cmin:
 # the smallest set of inputs that keeps the coverage) back into fuzz/corpus/<target>, to
 # be committed. Prints one Markdown table: target, minutes, execs, execs/s, coverage
@@ -36,17 +37,20 @@ for t in "${targets[@]}"; do
     cp -r "$corpus/." "$work/corpus/"
     crashes_before=$(find "$root/fuzz/artifacts/$t" -type f | wc -l)
     echo "fuzz-campaign: $t for ${secs}s on $jobs jobs ($before corpus files)"
-    # -jobs/-workers: independent fuzzer processes on the one corpus directory, each
-    # writing fuzz-<n>.log into the working directory.
+    # -fork: libFuzzer's own workers on the one corpus, and with -ignore_crashes a crash (or
+    # timeout, or running out of memory) is recorded in the artifacts and the campaign goes
+    # on for its whole time (-jobs stopped a one-job run at its first crash).
     set +e
     (cd "$work" && cargo fuzz run --fuzz-dir "$root/fuzz" -O -a "$t" "$work/corpus" -- \
-        -max_total_time="$secs" -jobs="$jobs" -workers="$jobs" \
-        -artifact_prefix="$root/fuzz/artifacts/$t/" -print_final_stats=1 >"$work/run.log" 2>&1)
+        -max_total_time="$secs" -fork="$jobs" -ignore_crashes=1 -ignore_timeouts=1 \
+        -ignore_ooms=1 -artifact_prefix="$root/fuzz/artifacts/$t/" -print_final_stats=1 \
+        >"$work/run.log" 2>&1)
     set -e
     execs=0 cov=0 ft=0
     for log in "$work"/fuzz-*.log "$work/run.log"; do
         [ -f "$log" ] || continue
-        # The last status line of each job: "#N  DONE|pulse|NEW ... cov: C ft: F ...".
+        # The last status line: "#N  DONE|pulse|NEW ... cov: C ft: F ..." (a -jobs log) or
+        # "#N: cov: C ft: F corp: ..." (fork mode: N counts every worker's runs).
         line=$(grep -E '^#[0-9]+' "$log" | tail -n 1 || true)
         [ -n "$line" ] || continue
         n=$(sed -E 's/^#([0-9]+).*/\1/' <<<"$line")
