@@ -17,6 +17,7 @@
 #   bench/loss.sh [--quick] [--strict]      # --quick: 2 s runs, 5,000 latency iterations
 #   IWPERF=target/release/iwperf LOSSES="0 1000 10000" bench/loss.sh   (parts per million)
 #   IWPERF_ARGS="--tcp reference" bench/loss.sh    # smoltcp's reference TCP, for comparison
+#   AFP_ARGS=",framecnt=2048,qdisc_bypass=1" bench/loss.sh   # net_af_packet devargs to try
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0 strict=0
@@ -63,13 +64,13 @@ iwperf_pair() {
     set -- "$@" "${extra[@]}"
     rm -f "$json"
     ip netns exec "$LOSSNET_B" timeout 180 "$IWPERF" "$test" --ip 198.18.0.2 --timeout 60 \
-        --vdev "net_af_packet0,iface=wclb" --eal="-l 0 $eal --file-prefix=wcloss-s$$" "$@" \
+        --vdev "net_af_packet0,iface=wclb${AFP_ARGS:-}" --eal="-l 0 $eal --file-prefix=wcloss-s$$" "$@" \
         >"$work/server.log" 2>&1 &
     local spid=$!
     pids+=("$spid")
     sleep 0.5
     if ! ip netns exec "$LOSSNET_A" timeout 180 "$IWPERF" "$test" 198.18.0.2 --ip 198.18.0.1 \
-        --timeout 60 --json "$json" --vdev "net_af_packet0,iface=wcla" \
+        --timeout 60 --json "$json" --vdev "net_af_packet0,iface=wcla${AFP_ARGS:-}" \
         --eal="-l 1 $eal --file-prefix=wcloss-c$$" "$@" >"$work/client.log" 2>&1; then
         kill "$spid" 2>/dev/null || true
         fail "iwperf $test $*"
