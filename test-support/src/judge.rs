@@ -52,12 +52,17 @@ pub fn judge_capture(path: &Path) {
     }
     assert!(crc_fpdus > 0, "no connection with CRCs:\n{text}");
     // Both ends are Warpcore on its own TCP, an MPA-aligned sender (mpa-08 §4 item 4):
-    // every segment starts with an FPDU and ends with one.
+    // every segment starts with an FPDU and ends with one, but for what a closed window
+    // forces (a one-octet zero-window probe and the rest of its FPDU after it, RFC 9293
+    // 3.8.6.1; a window narrower than one FPDU with nothing in flight): at most two, and one
+    // in a hundred. A sender that ignores FPDU boundaries showed 0 to 38 % aligned here.
     for c in &conns {
         for d in &c.directions {
-            assert_eq!(
-                d.aligned_segments, d.data_segments,
-                "segments not aligned with FPDUs:\n{text}"
+            let unaligned = d.data_segments - d.aligned_segments;
+            assert!(
+                unaligned <= 2 + d.data_segments / 100,
+                "{unaligned} of {} segments not aligned with FPDUs:\n{text}",
+                d.data_segments
             );
         }
     }
