@@ -503,7 +503,56 @@ fn arb_ulpdus() -> impl Strategy<Value = Vec<Vec<u8>>> {
     )
 }
 
+/// Everything a deframer shows after each step: each ULPDU with the offset of its FPDU and
+/// the stream offset after it, then the error and its detailed fault.
+type Trace = (
+    Vec<(Vec<u8>, u64, u64)>,
+    Option<(MpaError, Option<DeframeFault>)>,
+);
+
+fn trace<'c>(d: &mut Deframer, chunks: impl IntoIterator<Item = &'c [u8]>) -> Trace {
+    let mut out = Vec::new();
+    for chunk in chunks {
+        let mut input = chunk;
+        loop {
+            match d.poll(input) {
+                Ok((n, Some(u))) => {
+                    let u = u.to_vec();
+                    out.push((u, d.last_fpdu_offset(), d.stream_offset()));
+                    input = &input[n..];
+                }
+                Ok((_, None)) => break,
+                Err(e) => return (out, Some((e, d.fault()))),
+            }
+        }
+    }
+    (out, None)
+}
+
 proptest! {
+    /// The whole-FPDU fast path (an FPDU whole at the front of the input, no marker inside)
+    /// and the general path agree on everything, for valid and corrupted streams: the same
+    /// ULPDUs at the same offsets, the same error with the same fault. Whole input (the fast
+    /// path wherever it applies) against byte by byte (never the fast path).
+    #[test]
+    fn fast_path_and_octet_by_octet_agree(
+        ulpdus in arb_ulpdus(),
+        offset4 in 0u64..2048,
+        markers in any::<bool>(),
+        crc in any::<bool>(),
+        flip in prop::option::of((any::<prop::sample::Index>(), 1u8..=255)),
+    ) {
+        let offset = offset4 * 4;
+        let mut wire = frame_all(&mut framer(markers, crc, offset), &ulpdus);
+        if let Some((at, x)) = flip {
+            let i = at.index(wire.len());
+            wire[i] ^= x;
+        }
+        let whole = trace(&mut deframer(markers, crc, offset), [&wire[..]]);
+        let octets = trace(&mut deframer(markers, crc, offset), wire.chunks(1));
+        prop_assert_eq!(whole, octets);
+    }
+
     /// Emit then deframe is the identity at any start position, markers on/off, CRC on/off,
     /// any chunking; `fpdu_wire_len` equals bytes written; the framer matches the reference.
     #[test]
