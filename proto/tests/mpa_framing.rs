@@ -53,6 +53,23 @@ fn deframe_chunks<'c>(
     d: &mut Deframer,
     chunks: impl IntoIterator<Item = &'c [u8]>,
 ) -> (Vec<Vec<u8>>, Option<MpaError>) {
+    let (out, err) = trace(d, chunks);
+    (
+        out.into_iter().map(|(u, _, _)| u).collect(),
+        err.map(|(e, _)| e),
+    )
+}
+
+/// Everything a deframer shows after each step: each ULPDU with the offset of its FPDU and
+/// the stream offset after it, then the error and its detailed fault.
+type Trace = (
+    Vec<(Vec<u8>, u64, u64)>,
+    Option<(MpaError, Option<DeframeFault>)>,
+);
+
+/// Feeds `chunks` in order, polling each until it is consumed (checking `poll`'s contract
+/// on consumed counts), and records what [`Trace`] lists.
+fn trace<'c>(d: &mut Deframer, chunks: impl IntoIterator<Item = &'c [u8]>) -> Trace {
     let mut out = Vec::new();
     for chunk in chunks {
         let mut input = chunk;
@@ -60,14 +77,15 @@ fn deframe_chunks<'c>(
             match d.poll(input) {
                 Ok((n, Some(u))) => {
                     assert!(n <= input.len());
-                    out.push(u.to_vec());
+                    let u = u.to_vec();
+                    out.push((u, d.last_fpdu_offset(), d.stream_offset()));
                     input = &input[n..];
                 }
                 Ok((n, None)) => {
                     assert_eq!(n, input.len(), "None means everything was consumed");
                     break;
                 }
-                Err(e) => return (out, Some(e)),
+                Err(e) => return (out, Some((e, d.fault()))),
             }
         }
     }
@@ -501,32 +519,6 @@ fn arb_ulpdus() -> impl Strategy<Value = Vec<Vec<u8>>> {
         ],
         1..6,
     )
-}
-
-/// Everything a deframer shows after each step: each ULPDU with the offset of its FPDU and
-/// the stream offset after it, then the error and its detailed fault.
-type Trace = (
-    Vec<(Vec<u8>, u64, u64)>,
-    Option<(MpaError, Option<DeframeFault>)>,
-);
-
-fn trace<'c>(d: &mut Deframer, chunks: impl IntoIterator<Item = &'c [u8]>) -> Trace {
-    let mut out = Vec::new();
-    for chunk in chunks {
-        let mut input = chunk;
-        loop {
-            match d.poll(input) {
-                Ok((n, Some(u))) => {
-                    let u = u.to_vec();
-                    out.push((u, d.last_fpdu_offset(), d.stream_offset()));
-                    input = &input[n..];
-                }
-                Ok((_, None)) => break,
-                Err(e) => return (out, Some((e, d.fault()))),
-            }
-        }
-    }
-    (out, None)
 }
 
 proptest! {

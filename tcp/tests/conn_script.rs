@@ -876,13 +876,19 @@ fn lossy_transfer(iss_a: TcpSeqNumber, iss_b: TcpSeqNumber, records: bool) {
     assert!(now < ms(60_000), "took {now}");
 }
 
+/// The peer's octets 2000..2100 and 4000..4100 arrive ahead of a hole at 2 ms: the
+/// connection holds them and has two SACK blocks to report (what it sent is drained).
+fn hold_two_sack_blocks(c: &mut Connection) {
+    c.handle_segment(ms(2), &data(2000, &[1; 100], ISS + 1));
+    c.handle_segment(ms(2), &data(4000, &[1; 100], ISS + 1));
+    drain(c, ms(2));
+}
+
 #[test]
 fn rfc9293_3_7_1_sack_blocks_on_data_segments_come_out_of_the_mss() {
     let mut c = established(cfg(), false);
     // Out-of-order data held: our segments carry SACK blocks from now on.
-    c.handle_segment(ms(2), &data(2000, &[1; 100], ISS + 1));
-    c.handle_segment(ms(2), &data(4000, &[1; 100], ISS + 1));
-    drain(&mut c, ms(2));
+    hold_two_sack_blocks(&mut c);
     let out = send(&mut c, ms(3), 10_000);
     assert!(!out.is_empty());
     for o in &out {
@@ -982,9 +988,7 @@ fn mpa_aligned_sender_packs_whole_small_records_into_a_segment() {
 #[test]
 fn rfc2018_4_sack_blocks_give_way_to_whole_records_and_follow_in_a_pure_ack() {
     let mut c = established(cfg(), false);
-    c.handle_segment(ms(2), &data(2000, &[1; 100], ISS + 1));
-    c.handle_segment(ms(2), &data(4000, &[1; 100], ISS + 1));
-    drain(&mut c, ms(2));
+    hold_two_sack_blocks(&mut c);
     assert_eq!(c.max_record_payload(), 1448);
     for k in 0..3u8 {
         record(&mut c, 1448, k);
