@@ -7,6 +7,18 @@ const MIN_CAP: usize = 4096;
 /// Contiguous free space worth a re-layout: an FPDU of the largest ULPDU fits.
 const WANT_CONTIGUOUS: usize = 66 * 1024;
 
+/// `at % cap` for `at < 2 * cap` (a position at most one lap past the end: `head < cap`
+/// plus an offset or length of at most `cap`), without a division on the per-segment path.
+#[inline]
+fn wrap(at: usize, cap: usize) -> usize {
+    debug_assert!(at < 2 * cap || cap == 0);
+    if at >= cap {
+        at - cap
+    } else {
+        at
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SendRing {
     buf: Vec<u8>,
@@ -43,7 +55,7 @@ impl SendRing {
         if self.buf.is_empty() {
             0
         } else {
-            (self.head + self.len) % self.buf.len()
+            wrap(self.head + self.len, self.buf.len())
         }
     }
 
@@ -153,7 +165,7 @@ impl SendRing {
             return &[];
         }
         let cap = self.buf.len();
-        let start = (self.head + offset) % cap;
+        let start = wrap(self.head + offset, cap);
         let n = max.min(self.len - offset).min(cap - start);
         &self.buf[start..start + n]
     }
@@ -164,7 +176,7 @@ impl SendRing {
         if n == 0 {
             return;
         }
-        self.head = (self.head + n) % self.buf.len();
+        self.head = wrap(self.head + n, self.buf.len());
         self.len -= n;
         if self.len == 0 {
             self.head = 0;
