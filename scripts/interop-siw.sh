@@ -380,9 +380,11 @@ judge() { # judge NAME DIR MODE OURLOG OURRC GUESTSECTION PCAP VMCMD OURARGS -> 
 guest_retries() {
     local vmlog=$1 name=$2 tdir=$3 seen=$4 w=0 n
     while [ $w -lt 30 ]; do
-        n=$(grep -c -- "=== RETRY $name $tdir" "$vmlog" 2>/dev/null || true)
+        # Anchored: the console log also shows the guest script, whose text holds the same
+        # words after a "  | " prefix.
+        n=$(grep -c -- "^=== RETRY $name $tdir" "$vmlog" 2>/dev/null || true)
         [ "${n:-0}" -gt "$seen" ] && return 0
-        grep -q -- "=== RESULT $name $tdir " "$vmlog" 2>/dev/null && return 1
+        grep -q -- "^=== RESULT $name $tdir " "$vmlog" 2>/dev/null && return 1
         sleep 1
         w=$((w + 1))
     done
