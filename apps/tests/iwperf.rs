@@ -126,8 +126,9 @@ fn bandwidth_tests_print_perftest_table_json_and_hdr_log() {
             tcp["segments_sent"].as_u64().unwrap(),
             tcp["segments_received"].as_u64().unwrap(),
         );
-        // 200 x 4 KiB is at least 560 full segments one way (which way: the test's).
-        assert!(sent > 20 && received > 20 && sent + received > 560, "{tcp}");
+        // 200 x 4 KiB is at least 560 full segments one way (which way: the test's); the
+        // other way may be a handful of stretch ACKs (19 in one optimised run).
+        assert!(sent > 0 && received > 0 && sent + received > 560, "{tcp}");
         assert!(tcp["rtos"].as_u64().is_some(), "{tcp}");
         assert!(out.contains("[iwperf] TCP (this side): "), "{out}");
         let l = std::fs::read_to_string(&log).expect("hdr log written");
