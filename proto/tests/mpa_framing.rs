@@ -92,6 +92,20 @@ fn trace<'c>(d: &mut Deframer, chunks: impl IntoIterator<Item = &'c [u8]>) -> Tr
     (out, None)
 }
 
+/// `wire` (starting at stream offset `offset`) cut right after every marker position.
+fn after_each_marker(wire: &[u8], offset: u64) -> Vec<&[u8]> {
+    let mut chunks = Vec::new();
+    let mut from = 0;
+    for i in 0..wire.len() {
+        if offset.wrapping_add(i as u64) % 512 == 3 {
+            chunks.push(&wire[from..=i]);
+            from = i + 1;
+        }
+    }
+    chunks.push(&wire[from..]);
+    chunks
+}
+
 fn deframe_all(d: &mut Deframer, wire: &[u8]) -> (Vec<Vec<u8>>, Option<MpaError>) {
     deframe_chunks(d, [wire])
 }
@@ -123,6 +137,42 @@ fn vector_1_figure_5_byte_exact() {
     assert_eq!(d.markers_seen(), 1);
     assert_eq!(d.stream_offset(), 52);
     assert_eq!(d.last_fpdu_offset(), 4);
+}
+
+/// Vector 1 with its leading marker passed in alone: the FPDU that follows in the next
+/// chunk is still checked with the marker under its CRC (MPA-4.4-17), and the deframer
+/// counts as inside an FPDU between the two chunks. The CRC computed without the marker
+/// (what a sender that forgot MPA-4.4-17 would send) is refused. Regression: the whole-FPDU
+/// fast path once took the rest as a fresh FPDU (the deframer fuzz target found it with
+/// CRCs off, where only `in_fpdu` stayed wrong).
+#[test]
+fn vector_1_with_its_marker_in_a_chunk_of_its_own() {
+    let wire = hex(VECTOR_1);
+    let (marker, rest) = wire.split_at(4);
+    for crc in [true, false] {
+        let mut d = deframer(true, crc, 0);
+        assert_eq!(
+            d.poll(marker).map(|(n, u)| (n, u.is_some())),
+            Ok((4, false))
+        );
+        assert!(d.in_fpdu());
+        let (n, u) = d.poll(rest).unwrap();
+        assert_eq!(
+            (n, u.map(|u| u.to_vec())),
+            (rest.len(), Some(send_ulpdu(1)))
+        );
+        assert!(!d.in_fpdu());
+        assert_eq!((d.stream_offset(), d.last_fpdu_offset()), (52, 4));
+    }
+
+    // The same FPDU with the CRC of its last 48 octets only (the marker left out).
+    let mut bad = rest.to_vec();
+    let covered = bad.len() - 4;
+    let crc = crc_to_wire(crc32c(&bad[..covered]));
+    bad[covered..].copy_from_slice(&crc);
+    let mut d = deframer(true, true, 0);
+    assert!(d.poll(marker).is_ok());
+    assert_eq!(d.poll(&bad).map(|(n, _)| n), Err(MpaError::CrcMismatch));
 }
 
 /// WIRE-FORMATS §7.4 vector 2 (mpa-08 Figure 6): FPDU at 0x1EC with a marker at 0x200 whose
@@ -529,7 +579,8 @@ proptest! {
     #[test]
     fn fast_path_and_octet_by_octet_agree(
         ulpdus in arb_ulpdus(),
-        offset4 in 0u64..2048,
+        // Half the cases start on a marker, so that the first FPDU has a leading marker.
+        offset4 in prop_oneof![0u64..2048, (0u64..16).prop_map(|k| k * 128)],
         markers in any::<bool>(),
         crc in any::<bool>(),
         flip in prop::option::of((any::<prop::sample::Index>(), 1u8..=255)),
@@ -540,9 +591,19 @@ proptest! {
             let i = at.index(wire.len());
             wire[i] ^= x;
         }
-        let whole = trace(&mut deframer(markers, crc, offset), [&wire[..]]);
-        let octets = trace(&mut deframer(markers, crc, offset), wire.chunks(1));
-        prop_assert_eq!(whole, octets);
+        let mut d_whole = deframer(markers, crc, offset);
+        let whole = trace(&mut d_whole, [&wire[..]]);
+        let mut d_octets = deframer(markers, crc, offset);
+        let octets = trace(&mut d_octets, wire.chunks(1));
+        prop_assert_eq!(&whole, &octets);
+        prop_assert_eq!(d_whole.in_fpdu(), d_octets.in_fpdu());
+        // Chunks that end right after each marker: a marker taken alone is the FPDU's
+        // first octets (covered by its CRC), so the FPDU that follows in the next chunk must
+        // not take the fast path as if nothing of it had been received.
+        let mut d_cut = deframer(markers, crc, offset);
+        let cut = trace(&mut d_cut, after_each_marker(&wire, offset));
+        prop_assert_eq!(&whole, &cut);
+        prop_assert_eq!(d_whole.in_fpdu(), d_cut.in_fpdu());
     }
 
     /// Emit then deframe is the identity at any start position, markers on/off, CRC on/off,

@@ -443,14 +443,17 @@ impl Deframer {
     }
 
     /// The lengths of the FPDU and of its ULPDU at the front of `input` when the fast path
-    /// may take it: the
-    /// deframer is between FPDUs, no marker falls inside the FPDU, the whole FPDU is in
+    /// may take it: the deframer is between FPDUs (no octet of the next FPDU, not even its
+    /// leading marker, taken yet), no marker falls inside the FPDU, the whole FPDU is in
     /// `input`, its ULPDU_Length is within the maximum and its CRC (if on) matches. Anything
     /// else (including every error) goes through the general path, which decides it the
     /// same way octet by octet.
     #[inline]
     fn whole_fpdu_at_front(&self, input: &[u8]) -> Option<(usize, usize)> {
-        if self.field != Field::Length || self.got != 0 || self.marker_got != 0 {
+        // `started`: not even a leading marker of this FPDU may have been taken already,
+        // since that marker is covered by the FPDU's CRC (MPA-4.4-17) and makes it "in an
+        // FPDU" (a chunk that ended right after the marker; found by the deframer fuzzer).
+        if self.started || self.field != Field::Length || self.got != 0 || self.marker_got != 0 {
             return None;
         }
         let len = usize::from(u16::from_be_bytes([*input.first()?, *input.get(1)?]));
