@@ -94,7 +94,8 @@ struct Slot {
     /// In the dirty list.
     dirty: bool,
     /// Received data in this poll: its acknowledgement waits for the next poll, so that the
-    /// engine's answer (written between the two polls of its loop) carries it.
+    /// engine's answer (written between the two polls of its loop) carries it. Only one
+    /// poll: data arriving while the ACK already waits does not defer it again.
     defer_ack: bool,
     /// The deadline armed in the wheel (an entry with this instant is live).
     armed: Option<Instant>,
@@ -1226,7 +1227,12 @@ impl Inner {
         if let Some(&index) = self.demux.get(&tuple) {
             if let Some(Some(s)) = self.slots.get_mut(index as usize) {
                 s.conn.handle_segment(self.now, &seg);
-                if !seg.payload.is_empty() {
+                // Deferred once only: a connection already waiting in the dirty list (its
+                // ACK deferred by the last poll, or segments of its own pending) sends this
+                // poll. Deferring again at every poll that brought data held a bulk
+                // receiver's ACKs back for as long as data kept coming (one ACK per ~160
+                // segments over memif), and the sender waited on window updates.
+                if !seg.payload.is_empty() && !s.dirty {
                     s.defer_ack = true;
                 }
                 self.mark_dirty(index);
