@@ -180,7 +180,7 @@ impl<D: PollDevice> CoreLoop<D> {
     /// One loop of the core: application commands (bounded), the core's pollers, events
     /// out. Returns whether anything was done.
     fn step(&mut self) -> bool {
-        let now = Instant::from_micros((self.clock)().duration_since(self.base).as_micros() as i64);
+        let now = micros_since((self.clock)(), self.base);
         let mut work = false;
         // Poller 0: application rings, bounded.
         for _ in 0..self.core.config().command_budget {
@@ -420,6 +420,15 @@ impl<D> std::fmt::Debug for CoreSpec<D> {
     }
 }
 
+/// `t` as an engine instant (microseconds since `base`, 0 before it). Seconds and
+/// microseconds separately: `Duration::as_micros` goes through a u128 product, once per
+/// core loop.
+#[inline]
+fn micros_since(t: StdInstant, base: StdInstant) -> Instant {
+    let d = t.saturating_duration_since(base);
+    Instant::from_micros(d.as_secs() as i64 * 1_000_000 + i64::from(d.subsec_micros()))
+}
+
 /// A wall clock for the cores, provided by the layer above (GUIDE rule 3: nothing in the
 /// engine reads a clock on its own).
 pub type Clock = Arc<dyn Fn() -> StdInstant + Send + Sync>;
@@ -456,7 +465,7 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
     let bell2 = Arc::clone(&event_bell);
     let build = move |device: D, cfg: EngineConfig, clock: Clock| {
         let base = time_origin(&clock);
-        let now = Instant::from_micros(clock().saturating_duration_since(base).as_micros() as i64);
+        let now = micros_since(clock(), base);
         EngineCore::new(index, device, &spec.stack, cfg, mrs, base, now).map(|core| CoreLoop {
             core,
             commands: c2,

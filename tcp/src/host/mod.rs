@@ -388,7 +388,12 @@ impl<D: PollDevice> Host<D> {
         if self.inner.wheel.may_have_due(now) {
             work |= self.inner.run_timers(now);
         }
-        work |= self.transmit(now);
+        // Nothing queued, nothing dirty, nobody waiting for ARP: no transmit pass (the idle
+        // loop's floor).
+        let i = &self.inner;
+        if !i.control.is_empty() || !i.dirty.is_empty() || !i.unresolved.is_empty() {
+            work |= self.transmit(now);
+        }
         let sent = self.device.flush();
         work || sent || self.inner.events.len() != events_before
     }
