@@ -67,7 +67,6 @@ impl Chan {
 
     /// The next event, blocking unless the descriptor is non-blocking.
     fn take(&self) -> Result<*mut Ev, c_int> {
-        const EBADF: i32 = 9;
         loop {
             let mut tok = [0u8; 1];
             match std::io::Read::read(&mut &self.rx, &mut tok) {
@@ -83,7 +82,7 @@ impl Chan {
                 // rping's CM thread loops back into rdma_get_cm_event while its main thread
                 // destroys the channel on exit; an error here made rping exit 255 after a
                 // clean run (seen in the suite and against siw).
-                Err(e) if e.raw_os_error() == Some(EBADF) => loop {
+                Err(e) if e.raw_os_error() == Some(crate::EBADF) => loop {
                     std::thread::park();
                 },
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,

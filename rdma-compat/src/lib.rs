@@ -77,6 +77,7 @@ pub(crate) fn guard<T>(fail: T, f: impl FnOnce() -> T) -> T {
 pub(crate) const EPERM: c_int = 1;
 pub(crate) const ENOENT: c_int = 2;
 pub(crate) const EIO: c_int = 5;
+pub(crate) const EBADF: c_int = 9;
 pub(crate) const EAGAIN: c_int = 11;
 pub(crate) const ENOMEM: c_int = 12;
 pub(crate) const EBUSY: c_int = 16;
