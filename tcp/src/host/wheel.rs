@@ -41,6 +41,11 @@ pub(crate) struct Wheel {
     /// walk up to a revolution of empty buckets at its next poll).
     occupied: Vec<u64>,
     current: i64,
+    /// No entry is due before this tick: the first occupied bucket at or after `current`
+    /// (in wheel order) is this tick's, or a later one's (`i64::MAX` when none is). A lower
+    /// bound, kept by [`Wheel::insert`] and recomputed by [`Wheel::expire`], so polls
+    /// between ticks that hold nothing touch no bucket.
+    horizon: i64,
     len: usize,
 }
 
@@ -58,6 +63,7 @@ impl Wheel {
             slots: (0..n).map(|_| Vec::new()).collect(),
             occupied: vec![0; n / 64],
             current: tick_of(now),
+            horizon: i64::MAX,
             len: 0,
         }
     }
@@ -74,6 +80,7 @@ impl Wheel {
         let b = self.bucket(t);
         self.slots[b].push(e);
         self.occupied[b / 64] |= 1 << (b % 64);
+        self.horizon = self.horizon.min(t);
         self.len += 1;
     }
 
@@ -100,6 +107,17 @@ impl Wheel {
         self.expire_buckets(0, wrapped, now, due);
         // The bucket of `now_tick` may hold entries later in this tick: visit it again.
         self.current = now_tick;
+        self.horizon = self.first_occupied_tick();
+    }
+
+    /// The tick of the first occupied bucket at or after `current`, in wheel order
+    /// (`i64::MAX` when every bucket is empty).
+    fn first_occupied_tick(&self) -> i64 {
+        let n = self.slots.len();
+        let start = self.bucket(self.current);
+        self.next_occupied(start, n)
+            .or_else(|| self.next_occupied(0, start))
+            .map_or(i64::MAX, |i| self.current + ((i + n - start) % n) as i64)
     }
 
     /// [`Wheel::expire`] over the buckets `from..end` (no wrap), occupied ones only.
@@ -138,17 +156,13 @@ impl Wheel {
         None
     }
 
-    /// Whether [`Wheel::expire`] at `now` could find anything: false (a few instructions,
-    /// the idle loop's case) while `now` is still in the tick last expired and that tick's
-    /// bucket is empty, since every earlier tick was emptied of what was due and a deadline
-    /// armed in the past lands in the current bucket.
+    /// Whether [`Wheel::expire`] at `now` could find anything: false (a compare, the idle
+    /// loop's case) until `now` reaches the first tick whose bucket holds an entry (an entry
+    /// of a later revolution there makes it true once per revolution, early, never late).
+    /// A deadline armed in the past lands in the current bucket, so it is seen at once.
     #[inline]
     pub fn may_have_due(&self, now: Instant) -> bool {
-        let now_tick = tick_of(now);
-        if now_tick < self.current || self.len == 0 {
-            return false;
-        }
-        now_tick > self.current || !self.slots[self.bucket(self.current)].is_empty()
+        self.len != 0 && tick_of(now) >= self.horizon
     }
 
     #[inline]
@@ -248,10 +262,11 @@ mod tests {
         let mut w = Wheel::new(Instant::ZERO, 1);
         assert!(!w.may_have_due(Instant::from_micros(1_000)));
         w.insert(e(10_000, 1));
-        // Ticks passed since the last expiry: their buckets must be visited.
-        assert!(w.may_have_due(Instant::from_micros(1_000)));
+        // Ticks passed since the wheel's start, but the only entry's bucket is 10 ms away:
+        // nothing to visit until then.
+        assert!(!w.may_have_due(Instant::from_micros(1_000)));
+        assert!(!w.may_have_due(Instant::from_micros(9_999)));
         assert_eq!(expire(&mut w, 1_000), Vec::<u32>::new());
-        // Same tick, its bucket empty: nothing can be due.
         assert!(!w.may_have_due(Instant::from_micros(1_010)));
         // A deadline armed in the past lands in the current bucket and is seen at once.
         w.insert(e(500, 2));
