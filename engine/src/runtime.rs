@@ -181,14 +181,18 @@ impl<D: PollDevice> CoreLoop<D> {
     /// out. Returns whether anything was done.
     fn step(&mut self) -> bool {
         let now = micros_since((self.clock)(), self.base);
+        // Poller 0: application rings, bounded. The idle loop's case is one look at an
+        // empty ring, before the loop: the compiler sets up the inlined command handlers
+        // ahead of the loop's first pop, ~30 instructions an idle loop paid for nothing.
         let mut work = false;
-        // Poller 0: application rings, bounded.
-        for _ in 0..self.core.config().command_budget {
-            let Some(cmd) = self.commands.pop() else {
-                break;
-            };
-            work = true;
-            apply(&mut self.core, cmd);
+        if !self.commands.is_empty() {
+            for _ in 0..self.core.config().command_budget {
+                let Some(cmd) = self.commands.pop() else {
+                    break;
+                };
+                work = true;
+                apply(&mut self.core, cmd);
+            }
         }
         // Pollers 1-7 (rx, tcp events, requests, receive, timers, send, tx flush).
         work |= self.core.poll(now);

@@ -41,11 +41,11 @@ pub(crate) struct Wheel {
     /// walk up to a revolution of empty buckets at its next poll).
     occupied: Vec<u64>,
     current: i64,
-    /// No entry is due before this tick: the first occupied bucket at or after `current`
-    /// (in wheel order) is this tick's, or a later one's (`i64::MAX` when none is). A lower
-    /// bound, kept by [`Wheel::insert`] and recomputed by [`Wheel::expire`], so polls
-    /// between ticks that hold nothing touch no bucket.
-    horizon: i64,
+    /// No entry is due before this microsecond, the first of a tick: the first occupied
+    /// bucket at or after `current` (in wheel order) is this tick's, or a later one's
+    /// (`i64::MAX` when none is). A lower bound, kept by [`Wheel::insert`] and recomputed by
+    /// [`Wheel::expire`], so polls before it touch no bucket (and divide nothing).
+    horizon_us: i64,
     len: usize,
 }
 
@@ -63,7 +63,7 @@ impl Wheel {
             slots: (0..n).map(|_| Vec::new()).collect(),
             occupied: vec![0; n / 64],
             current: tick_of(now),
-            horizon: i64::MAX,
+            horizon_us: i64::MAX,
             len: 0,
         }
     }
@@ -80,7 +80,7 @@ impl Wheel {
         let b = self.bucket(t);
         self.slots[b].push(e);
         self.occupied[b / 64] |= 1 << (b % 64);
-        self.horizon = self.horizon.min(t);
+        self.horizon_us = self.horizon_us.min(t.saturating_mul(TICK_US));
         self.len += 1;
     }
 
@@ -107,7 +107,7 @@ impl Wheel {
         self.expire_buckets(0, wrapped, now, due);
         // The bucket of `now_tick` may hold entries later in this tick: visit it again.
         self.current = now_tick;
-        self.horizon = self.first_occupied_tick();
+        self.horizon_us = self.first_occupied_tick().saturating_mul(TICK_US);
     }
 
     /// The tick of the first occupied bucket at or after `current`, in wheel order
@@ -162,7 +162,7 @@ impl Wheel {
     /// A deadline armed in the past lands in the current bucket, so it is seen at once.
     #[inline]
     pub fn may_have_due(&self, now: Instant) -> bool {
-        self.len != 0 && tick_of(now) >= self.horizon
+        self.len != 0 && now.total_micros() >= self.horizon_us
     }
 
     #[inline]
