@@ -7,7 +7,8 @@
 # Each opens and closes connections continuously, with fresh regions, queues, shared
 # receive queues and memory windows for each, a verified mix of RDMA Writes, Reads, Sends,
 # FetchAdds and Writes through the windows, and every report the process's RSS and
-# descriptors and the engine's table occupancy. First it shows that its own judge can fail:
+# descriptors, the engine's table occupancy and, over net_memif, the mbufs taken from the
+# DPDK pool. First it shows that its own judge can fail:
 # a short run with a planted region leak must be caught.
 #
 #   scripts/soak.sh [MINUTES]

@@ -203,6 +203,10 @@ pub struct CoreStats {
     pub tcp_tail_loss_probes: u64,
     /// Recovery episodes (congestion window reductions).
     pub tcp_fast_recoveries: u64,
+    /// Occupancy when read: buffers taken from the device's pool (mbufs on a DPDK port;
+    /// cores whose ports share a pool report the same figure), `None` for a device without
+    /// one (the in-memory link).
+    pub pool_in_use: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -577,6 +581,7 @@ impl<D: PollDevice> EngineCore<D> {
             tcp_connections: self.stack.live() as u64,
             tcp_zombies: self.zombies.len() as u64,
             mrs_registered: self.ctx.mrs.registered() as u64,
+            pool_in_use: self.stack.device_stats().pool_in_use,
             ..self.ctx.stats
         }
     }

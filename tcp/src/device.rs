@@ -38,4 +38,8 @@ pub struct DeviceStats {
     pub tx_pool_empty: u64,
     /// Flushes in which the tx ring took fewer frames than were waiting.
     pub tx_ring_full: u64,
+    /// Buffers taken from the device's pool when read (a DPDK port: mbufs allocated and not
+    /// yet freed, by anyone using that pool; ports that share a pool report the same
+    /// figure). `None` for a device without a pool.
+    pub pool_in_use: Option<u64>,
 }

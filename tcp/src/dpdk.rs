@@ -451,6 +451,9 @@ impl PollDevice for DpdkDevice {
     }
 
     fn stats(&self) -> DeviceStats {
-        self.stats
+        DeviceStats {
+            pool_in_use: Some(u64::from(self.pool.in_use())),
+            ..self.stats
+        }
     }
 }

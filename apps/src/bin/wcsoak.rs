@@ -5,8 +5,9 @@
 //! for it, with a fresh protection domain, memory regions, completion queue and shared
 //! receive queue each time, so regions, windows, queue pairs, SRQs and queues are created
 //! and destroyed all along. Every
-//! `--report-secs` it prints the process's RSS and open file descriptors and the engine
-//! tables' occupancy (read between connections, when nothing should be open); it fails if
+//! `--report-secs` it prints the process's RSS and open file descriptors, the engine
+//! tables' occupancy (read between connections, when nothing should be open) and, on DPDK
+//! ports, the mbufs taken from the pool; it fails if
 //! a transfer is wrong, if anything hangs (every wait is bounded), or if any of those
 //! figures grows after the first report (the warm-up).
 //!
@@ -70,6 +71,8 @@ enum Defect {
 const PORT: u16 = 7399;
 const WAIT: Duration = Duration::from_secs(60);
 const REGION: usize = 64 << 10;
+/// Mbufs in use above the warm-up's peak that still count as noise (see `run`).
+const MBUF_SLACK: u64 = 64;
 /// B's region: Writes land in [0, 32 KiB), Sends in [32 KiB, 48 KiB), the memory window
 /// covers [48 KiB, 56 KiB), the counter at 60 KiB.
 const SEND_AT: usize = 32 << 10;
@@ -107,6 +110,9 @@ struct Snapshot {
     tcp: u64,
     zombies: u64,
     mrs: u64,
+    /// Mbufs taken from the DPDK pool (`None` on the in-memory link). The tools' two ports
+    /// share one pool, so every core reports the same figure: the largest is taken.
+    mbufs: Option<u64>,
 }
 
 fn rss_kib() -> u64 {
@@ -138,6 +144,7 @@ fn snapshot(a: &Context, b: &Context) -> Result<Snapshot, String> {
         // One region table per context, the same figure from each of its cores.
         s.mrs += stats.first().map_or(0, |c| c.mrs_registered);
         for c in stats {
+            s.mbufs = s.mbufs.max(c.pool_in_use);
             s.qps += c.qps_live;
             s.requests += c.requests_pending;
             s.tcp += c.tcp_connections;
@@ -484,7 +491,7 @@ fn run(cli: &Cli) -> Result<(), String> {
         cli.minutes, cli.loss, cli.qps, cli.ops
     );
     println!(
-        "   time  connections      ops   MB verified  RSS KiB  fds  qps  requests  mrs  tcp  zombies"
+        "   time  connections      ops   MB verified  RSS KiB  fds  qps  requests  mrs  tcp  zombies   mbufs"
     );
     loop {
         soak.round(cli.qps, cli.ops)?;
@@ -493,7 +500,7 @@ fn run(cli: &Cli) -> Result<(), String> {
             next_report = now + every;
             let s = snapshot(&soak.a, &soak.b)?;
             println!(
-                "{:>6.0}s {:>12} {:>8} {:>13.1} {:>8} {:>4} {:>4} {:>9} {:>4} {:>4} {:>8}",
+                "{:>6.0}s {:>12} {:>8} {:>13.1} {:>8} {:>4} {:>4} {:>9} {:>4} {:>4} {:>8} {:>7}",
                 (now - start).as_secs_f64(),
                 soak.totals.connections,
                 soak.totals.ops,
@@ -504,7 +511,8 @@ fn run(cli: &Cli) -> Result<(), String> {
                 s.requests,
                 s.mrs,
                 s.tcp,
-                s.zombies
+                s.zombies,
+                s.mbufs.map_or("-".to_string(), |m| m.to_string())
             );
             // Between rounds nothing is open: these are exact, from the first report on.
             if s.qps != 0 || s.requests != 0 || s.mrs != 0 {
@@ -519,6 +527,7 @@ fn run(cli: &Cli) -> Result<(), String> {
                 w.fds = w.fds.max(s.fds);
                 w.zombies = w.zombies.max(s.zombies);
                 w.tcp = w.tcp.max(s.tcp);
+                w.mbufs = w.mbufs.max(s.mbufs);
             } else {
                 later.push(s);
             }
@@ -555,6 +564,14 @@ fn run(cli: &Cli) -> Result<(), String> {
         if s.fds > w.fds {
             grew.push(format!("fds {} (warm-up {})", s.fds, w.fds));
         }
+        // Between rounds no connection holds an mbuf: what is taken then is the devices'
+        // spares and in-flight bursts, a few dozen at most. MBUF_SLACK above the warm-up's
+        // peak is growth (a leak of one mbuf per round passes it within seconds).
+        if let (Some(m), Some(wm)) = (s.mbufs, w.mbufs) {
+            if m > wm + MBUF_SLACK {
+                grew.push(format!("mbufs in use {m} (warm-up peak {wm})"));
+            }
+        }
         // One more than the listener's sockets is seen now and then between rounds (3 of 56
         // reports in an hour, gone by the next one: not yet explained, and not growth);
         // more than that, or a median above the warm-up's, is.
@@ -583,14 +600,18 @@ fn run(cli: &Cli) -> Result<(), String> {
     }
     println!(
         "wcsoak: ok: {} connections, {} verified operations, {:.1} MB verified; after the \
-         warm-up RSS stayed within {} KiB (peak {} KiB), fds at {}, no QP, request or region \
+         warm-up RSS stayed within {} KiB (peak {} KiB), fds at {}{}, no QP, request or region \
          left between rounds",
         soak.totals.connections,
         soak.totals.ops,
         soak.totals.bytes as f64 / 1e6,
         rss_limit,
         later.iter().map(|s| s.rss_kib).max().unwrap_or(0),
-        w.fds
+        w.fds,
+        match (w.mbufs, later.iter().filter_map(|s| s.mbufs).max()) {
+            (Some(wm), Some(m)) => format!(", mbufs in use at most {m} (warm-up peak {wm})"),
+            _ => String::new(),
+        }
     );
     Ok(())
 }
