@@ -364,8 +364,8 @@ impl<D: PollDevice> Host<D> {
         self.inner.orphans_live
     }
 
-    /// Entries in the timer wheel (one per connection with a timer, plus stale ones not yet
-    /// swept: at most one revolution's worth).
+    /// Entries in the timer wheel: one per connection with a timer, plus stale ones (a
+    /// deadline that moved earlier, a connection removed) until their instant passes.
     pub fn timers_armed(&self) -> usize {
         self.inner.wheel.len()
     }
