@@ -51,12 +51,36 @@ pub use ring::RingPortPair;
 /// Largest Ethernet payload (IP MTU) the wrappers configure: jumbo frames up to 9000 bytes.
 pub const MTU_MAX: usize = 9000;
 
-/// Reads the time-stamp counter (the clock DPDK's pcapng writer expects for packet stamps).
-///
-/// Only capture uses it; protocol timing takes its clock from the caller.
+/// Reads the time-stamp counter (`rte_get_tsc_cycles`): the clock DPDK's pcapng writer
+/// expects for packet stamps, and the counter the verbs layer gives the engine's cores to
+/// interpolate their clock by, where [`tsc_is_clock_source`] says it may.
 pub fn tsc_cycles() -> u64 {
     // SAFETY: rte_get_tsc_cycles reads a CPU counter; it has no preconditions.
     unsafe { ffi::wc_tsc_cycles() }
+}
+
+/// Whether the time-stamp counter counts time: at a constant rate whatever the CPU's
+/// frequency and sleep states (`constant_tsc` and `nonstop_tsc` in `/proc/cpuinfo`), and in
+/// step across CPUs, which the kernel vouches for by keeping time with it (the current
+/// clock source is `tsc`; it switches away from a TSC it finds unsynchronised). Read once.
+pub fn tsc_is_clock_source() -> bool {
+    static ANSWER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ANSWER.get_or_init(|| {
+        let source = std::fs::read_to_string(
+            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+        )
+        .unwrap_or_default();
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let flags = cpuinfo
+            .lines()
+            .find(|l| l.starts_with("flags"))
+            .unwrap_or_default();
+        let has = |f: &str| flags.split_whitespace().any(|w| w == f);
+        cfg!(target_arch = "x86_64")
+            && source.trim() == "tsc"
+            && has("constant_tsc")
+            && has("nonstop_tsc")
+    })
 }
 
 /// The lcore id of the calling thread (`u32::MAX` for threads DPDK did not start).

@@ -25,6 +25,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod clock;
 pub mod cm;
 pub mod config;
 pub mod core;

@@ -33,10 +33,10 @@ use std::time::{Duration as StdDuration, Instant as StdInstant};
 use std::sync::Mutex;
 
 use crossbeam::channel::Sender;
-use warpcore_tcp::smoltcp::time::Instant;
 use warpcore_tcp::smoltcp::wire::Ipv4Address;
 use warpcore_tcp::{PollDevice, StackConfig};
 
+use crate::clock::CoreClock;
 use crate::cm::{CmEvent, ListenerId, MpaParams, RequestId};
 use crate::config::EngineConfig;
 use crate::core::{EngineCore, QpAttr};
@@ -172,15 +172,14 @@ struct CoreLoop<D: PollDevice> {
     /// Rung when events were handed to the application ([`CoreHandle::set_event_doorbell`]).
     event_bell: Arc<OnceLock<Arc<Doorbell>>>,
     pending: VecDeque<CmEvent>,
-    clock: Clock,
-    base: StdInstant,
+    clock: CoreClock,
 }
 
 impl<D: PollDevice> CoreLoop<D> {
     /// One loop of the core: application commands (bounded), the core's pollers, events
     /// out. Returns whether anything was done.
     fn step(&mut self) -> bool {
-        let now = micros_since((self.clock)(), self.base);
+        let now = self.clock.now();
         // Poller 0: application rings, bounded. The idle loop's case is one look at an
         // empty ring, before the loop: the compiler sets up the inlined command handlers
         // ahead of the loop's first pop, ~30 instructions an idle loop paid for nothing.
@@ -424,18 +423,7 @@ impl<D> std::fmt::Debug for CoreSpec<D> {
     }
 }
 
-/// `t` as an engine instant (microseconds since `base`, 0 before it). Seconds and
-/// microseconds separately: `Duration::as_micros` goes through a u128 product, once per
-/// core loop.
-#[inline]
-fn micros_since(t: StdInstant, base: StdInstant) -> Instant {
-    let d = t.saturating_duration_since(base);
-    Instant::from_micros(d.as_secs() as i64 * 1_000_000 + i64::from(d.subsec_micros()))
-}
-
-/// A wall clock for the cores, provided by the layer above (GUIDE rule 3: nothing in the
-/// engine reads a clock on its own).
-pub type Clock = Arc<dyn Fn() -> StdInstant + Send + Sync>;
+pub use crate::clock::Clock;
 
 /// The instant every core of this process counts its `now` from. One origin for all: two
 /// engines joined by the in-memory link stamp each frame with the sender's `now` and
@@ -449,7 +437,7 @@ pub type Clock = Arc<dyn Fn() -> StdInstant + Send + Sync>;
 /// not, fixes the origin from `clock`.
 pub fn time_origin(clock: &Clock) -> StdInstant {
     static ORIGIN: OnceLock<StdInstant> = OnceLock::new();
-    *ORIGIN.get_or_init(|| clock())
+    *ORIGIN.get_or_init(|| clock.now())
 }
 
 /// Starts core number `index`: on its own thread, returning its handle once the device and
@@ -469,7 +457,8 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
     let bell2 = Arc::clone(&event_bell);
     let build = move |device: D, cfg: EngineConfig, clock: Clock| {
         let base = time_origin(&clock);
-        let now = micros_since(clock(), base);
+        let mut clock = CoreClock::new(clock, base);
+        let now = clock.now();
         EngineCore::new(index, device, &spec.stack, cfg, mrs, base, now).map(|core| CoreLoop {
             core,
             commands: c2,
@@ -477,7 +466,6 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
             event_bell: bell2,
             pending,
             clock,
-            base,
         })
     };
     if spec.drive == Drive::Caller {

@@ -191,6 +191,23 @@ pub struct Context {
     inner: Arc<Inner>,
 }
 
+/// The cores' clock: `std::time::Instant`, interpolated by the TSC where the kernel keeps
+/// time with it (a core then reads the TSC every loop and the clock once a millisecond;
+/// `warpcore_engine::clock` explains the bounds). `WARPCORE_CLOCK=system` turns the TSC
+/// off: every loop reads `Instant::now`.
+fn core_clock() -> Clock {
+    let clock = Clock::new(StdInstant::now);
+    #[cfg(feature = "dpdk")]
+    {
+        use warpcore_engine::tcp::dpdk_sys;
+        let off = std::env::var("WARPCORE_CLOCK").is_ok_and(|v| v == "system");
+        if !off && dpdk_sys::tsc_is_clock_source() {
+            return clock.with_counter(dpdk_sys::tsc_cycles);
+        }
+    }
+    clock
+}
+
 fn to_smol(ip: Ipv4Addr) -> Ipv4Address {
     let o = ip.octets();
     Ipv4Address::new(o[0], o[1], o[2], o[3])
@@ -211,7 +228,7 @@ impl Context {
             max_connections: cfg.engine.max_connections,
         };
         let mrs = Arc::new(MrTable::new(cfg.engine.mr_table_capacity));
-        let clock: Clock = Arc::new(StdInstant::now);
+        let clock = core_clock();
         let mut cores = Vec::new();
         #[allow(unused_mut)]
         let mut mtu = cfg.engine.mtu;
@@ -253,7 +270,7 @@ impl Context {
                         spec,
                         engine.clone(),
                         Arc::clone(&mrs),
-                        Arc::clone(&clock),
+                        clock.clone(),
                     )?);
                 }
             }

@@ -46,9 +46,9 @@ impl Hostile {
             // receiver's clock reaches the sender's stamp, so a peer counting from its own
             // creation would see every frame of the cores late by the gap between the two
             // origins (seconds, late in a long test binary: the startup then timed out).
-            start: warpcore_engine::runtime::time_origin(
-                &(std::sync::Arc::new(StdInstant::now) as warpcore_engine::runtime::Clock),
-            ),
+            start: warpcore_engine::runtime::time_origin(&warpcore_engine::runtime::Clock::new(
+                StdInstant::now,
+            )),
             tcp: None,
             framer: None,
             deframer: None,
