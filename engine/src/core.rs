@@ -601,6 +601,12 @@ impl<D: PollDevice> EngineCore<D> {
         self.ctx.events.pop_front()
     }
 
+    /// Whether [`EngineCore::next_event`] has an event.
+    #[inline]
+    pub fn has_events(&self) -> bool {
+        !self.ctx.events.is_empty()
+    }
+
     fn now_std(&self) -> StdInstant {
         self.clock_base + StdDuration::from_micros(self.now.total_micros().max(0) as u64)
     }

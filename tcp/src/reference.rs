@@ -166,6 +166,7 @@ impl<D: PollDevice> RefStack<D> {
 
     /// Runs the stack at time `now`: one rx batch in, timers, everything sendable out, one tx
     /// flush. Returns whether anything happened (packets moved or events were raised).
+    #[inline(never)]
     pub fn poll(&mut self, now: Instant) -> bool {
         self.now = now;
         self.device.begin_poll();

@@ -296,6 +296,9 @@ impl<D: PollDevice> Stack<D> {
 
     /// Runs the stack at time `now`: one rx batch in, timers, everything sendable out, one tx
     /// flush. Returns whether anything happened (packets moved or events were raised).
+    /// Inlined: the idle loop's case is a few tests in the caller's frame (the work is in
+    /// functions of its own: frame processing, timers, transmit).
+    #[inline]
     pub fn poll(&mut self, now: Instant) -> bool {
         dispatch!(self, s => s.poll(now))
     }

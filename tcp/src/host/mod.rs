@@ -372,6 +372,7 @@ impl<D: PollDevice> Host<D> {
 
     /// Runs the host at `now`: one rx batch in, due timers, every dirty connection's segments
     /// out, one flush. Returns whether anything happened.
+    #[inline]
     pub fn poll(&mut self, now: Instant) -> bool {
         self.inner.now = now;
         let events_before = self.inner.events.len();
@@ -699,6 +700,7 @@ impl<D: PollDevice> Host<D> {
     }
 
     /// Sends what is queued: control frames first, then every dirty connection.
+    #[inline(never)]
     fn transmit(&mut self, now: Instant) -> bool {
         let mut work = false;
         while !self.inner.control.is_empty() {
@@ -1085,6 +1087,7 @@ impl Inner {
         self.queue_control(f);
     }
 
+    #[inline(never)]
     fn process_frame(&mut self, frame: &[u8]) {
         let Ok(eth) = EthernetFrame::new_checked(frame) else {
             self.stats.rx_dropped += 1;
