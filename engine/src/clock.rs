@@ -1,5 +1,5 @@
 //! The cores' clock: what the layer above gives them ([`Clock`], GUIDE rule 3), and how a
-//! core turns it into its `now` once per loop ([`CoreClock`]).
+//! core turns it into its `now` once per loop (`CoreClock`).
 //!
 //! A core reads the time once per loop, idle or not. Through `std::time::Instant` that
 //! read is a `clock_gettime` (the vDSO: a sequence lock, the TSC, a multiply) plus a
