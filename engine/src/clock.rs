@@ -71,11 +71,6 @@ impl Clock {
     pub fn now(&self) -> StdInstant {
         (self.now)()
     }
-
-    /// Whether a counter interpolates the clock.
-    pub fn has_counter(&self) -> bool {
-        self.counter.is_some()
-    }
 }
 
 /// `t` as an engine instant (microseconds since `base`, 0 before it). Seconds and

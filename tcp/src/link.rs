@@ -241,6 +241,13 @@ impl Dir {
         }
     }
 
+    /// Puts `frame`, sent at `now`, on the wire.
+    fn push(&self, now: Instant, frame: Vec<u8>) {
+        let mut w = lock(self);
+        w.push(now, frame);
+        self.publish(&w);
+    }
+
     /// Takes the first frame due at `now`.
     #[inline(never)]
     fn pop(&self, now: Instant) -> Option<Vec<u8>> {
@@ -351,9 +358,7 @@ impl phy::TxToken for LinkTxToken<'_> {
         buf.resize(len, 0);
         let r = f(&mut buf);
         self.stats.tx_frames += 1;
-        let mut w = lock(self.wire);
-        w.push(self.now, buf);
-        self.wire.publish(&w);
+        self.wire.push(self.now, buf);
         r
     }
 }
