@@ -15,6 +15,15 @@ root=$(pwd)
 
 step() { printf '\n==> %s\n' "$*"; }
 
+if [ "${CI:-}" = true ]; then
+    # A CI machine builds once from a clean clone: incremental caches and full debug info
+    # would only fill its disk (the target directory was 7.6 GB with them, and a CI run
+    # failed with "No space left on device" while linking tests). Line tables keep
+    # panics' backtraces readable.
+    export CARGO_INCREMENTAL=0
+    export CARGO_PROFILE_DEV_DEBUG=line-tables-only
+fi
+
 step "system packages"
 scripts/install-deps.sh
 
