@@ -4,7 +4,8 @@
 # another, joined by a bridge that drops IPv4 frames at random on both ports' egress
 # (scripts/lib/lossnet.sh). Our side as client and as server, clean and at 1 % loss each way;
 # every case moves BYTES (default 8 MiB) each way and checks them byte for byte on both
-# ends. One line per case; exits 1 on any failure. (scripts/test-net.sh covers net_tap and
+# ends; then the same at 1 % loss with jumbo frames (MTU 9000 on every port, ours through
+# net_af_packet's larger tpacket frames). One line per case; exits 1 on any failure. (scripts/test-net.sh covers net_tap and
 # a loss-free veth.)
 #
 #   scripts/test-tcp-kernel.sh            TCPPERF=target/debug/tcpperf BYTES=...
@@ -27,6 +28,7 @@ cleanup() {
 }
 trap cleanup EXIT
 eal="--no-huge -m 256 --no-pci --no-telemetry --no-shconf --log-level=error"
+mtu=1500
 failed=0
 lossnet_up
 
@@ -47,7 +49,7 @@ case_run() {
     local t0
     t0=$(date +%s.%N)
     ip netns exec "$LOSSNET_A" timeout 120 "$TCPPERF" exchange \
-        --eal "-l 0 $eal --file-prefix=wctk$$" --vdev "net_af_packet0,iface=wcla" \
+        --eal "-l 0 $eal --file-prefix=wctk$$" --vdev "net_af_packet0,iface=wcla" --mtu "$mtu" \
         --ip 198.18.0.1/24 "${stack_args[@]}" --bytes "$bytes" >"$work/stack.log" 2>&1 &
     local stack=$!
     if [[ $role == server ]]; then
@@ -64,10 +66,17 @@ case_run() {
     took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
     local pct
     pct=$(awk -v p="$ppm" 'BEGIN { printf "%g", p / 10000 }')
+    # With jumbo frames the kernel's send MSS must be a jumbo one (both MSS options agreed).
+    local mss
+    mss=$(sed -nE 's/.*MSS ([0-9]+).*/\1/p' "$work/peer.log")
+    if ((rc == 0 && mtu > 1500)) && ! ((${mss:-0} > 1460)); then
+        echo "FAIL our TCP as $role vs kernel, MTU $mtu: the kernel's MSS is ${mss:-unknown}, not a jumbo one"
+        rc=1
+    fi
     if ((rc == 0)); then
-        echo "ok   our TCP as $role vs kernel, $pct % loss each way: $(grep -h '^exchange ok' "$work/stack.log"); $(tail -1 "$work/peer.log") ($took s)"
+        echo "ok   our TCP as $role vs kernel, MTU $mtu, $pct % loss each way: $(grep -h '^exchange ok' "$work/stack.log"); $(tail -1 "$work/peer.log") ($took s)"
     else
-        echo "FAIL our TCP as $role vs kernel, $pct % loss each way"
+        echo "FAIL our TCP as $role vs kernel, MTU $mtu, $pct % loss each way"
         grep -hv '^EAL' "$work/stack.log" "$work/peer.log" | tail -n 20 || true
         failed=1
     fi
@@ -77,6 +86,33 @@ for ppm in 0 10000; do
     case_run client "$ppm"
     case_run server "$ppm"
 done
+# Jumbo frames refused with the reason: the kernel interface is still at MTU 1500, then a
+# tpacket frame too small for them.
+refused() { # NAME PATTERN VDEV
+    local out
+    if out=$(ip netns exec "$LOSSNET_A" timeout 30 "$TCPPERF" exchange \
+        --eal "-l 0 ${eal/-m 256/-m 1024} --file-prefix=wctk$$" --vdev "$3" --mtu 9000 \
+        --ip 198.18.0.1/24 --listen 7000 --bytes 1000 2>&1); then
+        echo "FAIL $1: accepted"
+        failed=1
+    elif grep -q -- "$2" <<<"$out"; then
+        echo "ok   $1: $(grep -m1 -- "$2" <<<"$out")"
+    else
+        echo "FAIL $1: $out" | tail -n 3
+        failed=1
+    fi
+}
+refused "MTU 9000 over a 1500 interface" "has MTU 1500 (ip link set wcla mtu 9000)" \
+    "net_af_packet0,iface=wcla"
+# Jumbo frames: every port at MTU 9000, ~10 KiB mbufs (a bigger heap).
+lossnet_down
+LOSSNET_MTU=9000 lossnet_up
+mtu=9000
+eal=${eal/-m 256/-m 1024}
+case_run client 10000
+case_run server 10000
+refused "MTU 9000 in 4 KiB tpacket frames" "give it framesz=10240 and blocksz=20480" \
+    "net_af_packet0,iface=wcla,framesz=4096"
 if ((failed)); then
     echo "test-tcp-kernel: FAILED"
     exit 1

@@ -359,7 +359,14 @@ impl DeviceArgs {
 
     /// The vdevs: `--vdev` as given plus the `--memif PATH` shorthand in `role`.
     pub fn vdevs(&self, role: MemifRole) -> Vec<String> {
-        let mut v = self.vdev.clone();
+        let mut v: Vec<String> = self
+            .vdev
+            .iter()
+            .map(|d| match self.af_packet_jumbo_args(d) {
+                Some(args) => format!("{d},{args}"),
+                None => d.clone(),
+            })
+            .collect();
         if let Some(sock) = &self.memif {
             let role = match role {
                 MemifRole::Server => "server",
@@ -404,11 +411,7 @@ impl DeviceArgs {
                     )),
                 }
                 // Jumbo frames need bigger mbufs: give the pool room.
-                let mb = if self.mtu.is_some_and(|m| m > 1500) {
-                    1024
-                } else {
-                    256
-                };
+                let mb = if self.jumbo() { 1024 } else { 256 };
                 if hugepages_free() >= 128 {
                     a.push("--in-memory".into());
                 } else {
@@ -434,11 +437,39 @@ impl DeviceArgs {
         a
     }
 
-    /// Octets of mbuf data room a frame of this MTU needs (at least DPDK's default).
+    /// Octets of mbuf data room a frame of this MTU needs (at least DPDK's default; with
+    /// jumbo frames on net_af_packet, a whole tpacket frame: its rx queue asks for that).
     pub fn data_room(&self) -> u16 {
         let frame = u32::from(self.mtu.unwrap_or(1500)) + 18 + 128;
-        u16::try_from(frame.max(2048 + 128)).unwrap_or(u16::MAX)
+        let room = u16::try_from(frame.max(2048 + 128)).unwrap_or(u16::MAX);
+        #[cfg(feature = "dpdk")]
+        if self.jumbo() && self.vdev.iter().any(|d| is_af_packet(d)) {
+            return room.max(warpcore_verbs::dpdk::dpdk_sys::AF_PACKET_JUMBO_DATA_ROOM);
+        }
+        room
     }
+
+    /// Driver arguments to append to vdev `d`: jumbo frames on net_af_packet need tpacket
+    /// frames that hold them (the default 2,048 octets do not); a `framesz` given stays.
+    fn af_packet_jumbo_args(&self, d: &str) -> Option<&'static str> {
+        #[cfg(feature = "dpdk")]
+        if self.jumbo() && is_af_packet(d) && !d.contains("framesz=") {
+            return Some(warpcore_verbs::dpdk::dpdk_sys::AF_PACKET_JUMBO_ARGS);
+        }
+        let _ = d;
+        None
+    }
+
+    /// An MTU above Ethernet's 1500.
+    fn jumbo(&self) -> bool {
+        self.mtu.is_some_and(|m| m > 1500)
+    }
+}
+
+/// A net_af_packet vdev string (`net_af_packet0,iface=...`; `eth_af_packet` is its alias).
+#[cfg(feature = "dpdk")]
+fn is_af_packet(vdev: &str) -> bool {
+    vdev.starts_with("net_af_packet") || vdev.starts_with("eth_af_packet")
 }
 
 /// Both ends' addresses when a tool runs them in one process: (server, client).
@@ -940,6 +971,37 @@ mod tests {
             "--vdev=net_memif0,role=client,socket=/tmp/x.sock,socket-abstract=no,rsize=12"
         );
         assert!(d.data_room() >= 9000 + 18);
+    }
+
+    /// Jumbo frames on net_af_packet: tpacket frames that hold them and mbufs that hold a
+    /// tpacket frame, unless the user chose a frame size; nothing changes at MTU 1500.
+    #[cfg(feature = "dpdk")]
+    #[test]
+    fn jumbo_af_packet_gets_big_tpacket_frames() {
+        use warpcore_verbs::dpdk::dpdk_sys::{AF_PACKET_JUMBO_ARGS, AF_PACKET_JUMBO_DATA_ROOM};
+        let dev = |args: &[&str]| T::try_parse_from([&["t"][..], args].concat()).unwrap().dev;
+        let d = dev(&["--vdev", "net_af_packet0,iface=v", "--mtu", "9000"]);
+        assert_eq!(
+            d.vdevs(MemifRole::Server),
+            [format!("net_af_packet0,iface=v,{AF_PACKET_JUMBO_ARGS}")]
+        );
+        assert_eq!(d.data_room(), AF_PACKET_JUMBO_DATA_ROOM);
+        let d = dev(&[
+            "--vdev",
+            "eth_af_packet1,iface=v,framesz=16384",
+            "--mtu",
+            "9000",
+        ]);
+        assert_eq!(
+            d.vdevs(MemifRole::Server),
+            ["eth_af_packet1,iface=v,framesz=16384"]
+        );
+        let d = dev(&["--vdev", "net_af_packet0,iface=v"]);
+        assert_eq!(d.vdevs(MemifRole::Server), ["net_af_packet0,iface=v"]);
+        assert_eq!(d.data_room(), 2048 + 128);
+        let d = dev(&["--vdev", "net_tap0", "--mtu", "9000"]);
+        assert_eq!(d.vdevs(MemifRole::Server), ["net_tap0"]);
+        assert_eq!(d.data_room(), 9000 + 18 + 128);
     }
 
     #[test]

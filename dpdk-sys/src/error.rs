@@ -50,6 +50,18 @@ pub enum Error {
         /// DPDK's reason.
         reason: String,
     },
+    /// The port cannot carry frames of the MTU asked for.
+    #[error("port {port} ({name}): MTU {mtu} is not possible: {why}")]
+    Mtu {
+        /// Port id.
+        port: u16,
+        /// Device name.
+        name: String,
+        /// The IP MTU asked for.
+        mtu: u16,
+        /// Why not, and what would make it possible.
+        why: String,
+    },
     /// A queue handle was requested twice or out of range.
     #[error("port {port}: {kind} queue {queue} is not available ({why})")]
     Queue {

@@ -44,7 +44,9 @@ pub use mbuf::{Mbuf, TxChecksumOffload};
 pub use mempool::Mempool;
 pub use pcapng::{Direction, PcapngWriter};
 pub use port::{
-    LinkStatus, Offloads, Port, PortConfig, PortInfo, PortStats, RxQueue, TxQueue, XStat, BURST_MAX,
+    LinkStatus, Offloads, Port, PortConfig, PortInfo, PortStats, RxQueue, TxQueue, XStat,
+    AF_PACKET_FRAMESZ_DEFAULT, AF_PACKET_JUMBO_ARGS, AF_PACKET_JUMBO_BLOCKSZ,
+    AF_PACKET_JUMBO_DATA_ROOM, AF_PACKET_JUMBO_FRAMESZ, BURST_MAX,
 };
 pub use ring::RingPortPair;
 

@@ -22,8 +22,15 @@ pub struct PortInfo {
     pub min_mtu: u16,
     /// Largest MTU.
     pub max_mtu: u16,
-    /// Largest frame the port receives.
+    /// Largest frame the port receives, as the driver reports it (what
+    /// `rte_eth_dev_configure` accepts as MTU plus 18).
     pub max_rx_pktlen: u32,
+    /// Largest Ethernet frame (header included, no FCS) the driver's data path carries,
+    /// which for some vdevs is more than they report: see [`Port::configure`].
+    pub frame_max: u32,
+    /// The driver arguments of the port's vdev string (`iface=veth0,framesz=10240` of
+    /// `net_af_packet0,iface=veth0,framesz=10240`); empty for none.
+    pub devargs: String,
     /// `RTE_ETH_RX_OFFLOAD_*` the port supports.
     pub rx_offload_capa: u64,
     /// `RTE_ETH_TX_OFFLOAD_*` the port supports.
@@ -165,8 +172,54 @@ pub struct Port {
     shared: Arc<PortShared>,
     info: PortInfo,
     offloads: Offloads,
+    /// The MTU set by [`Port::configure`] past what the ethdev layer accepts.
+    data_path_mtu: Option<u16>,
     rx_taken: Vec<bool>,
     tx_taken: Vec<bool>,
+}
+
+/// net_af_packet's default tpacket frame size (`framesz`).
+pub const AF_PACKET_FRAMESZ_DEFAULT: u32 = 2048;
+/// A tpacket frame size for jumbo frames on net_af_packet: frames of up to 10,174 octets
+/// (MTU 9000 needs 9,014). Two frames per [`AF_PACKET_JUMBO_BLOCKSZ`] block, as the PMD
+/// addresses frames as one array (a block must hold a whole number of them).
+pub const AF_PACKET_JUMBO_FRAMESZ: u32 = 10240;
+/// The block size that goes with [`AF_PACKET_JUMBO_FRAMESZ`] (five pages).
+pub const AF_PACKET_JUMBO_BLOCKSZ: u32 = 20480;
+/// The driver arguments to append to a net_af_packet vdev for jumbo frames.
+pub const AF_PACKET_JUMBO_ARGS: &str = "framesz=10240,blocksz=20480";
+/// Octets of mbuf data room (headroom included) a net_af_packet port with
+/// [`AF_PACKET_JUMBO_FRAMESZ`] needs: its rx queue refuses mbufs that cannot hold a whole
+/// tpacket frame's data.
+pub const AF_PACKET_JUMBO_DATA_ROOM: u16 = 10240 - 32 + 128;
+
+/// The value of `key` in a vdev's driver arguments (`iface=veth0,framesz=10240`).
+fn devarg<T: std::str::FromStr>(devargs: &str, key: &str) -> Option<T> {
+    devargs
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| k.trim() == key)
+        .and_then(|(_, v)| v.trim().parse().ok())
+}
+
+/// The largest Ethernet frame (no FCS) the data path of `driver` carries. DPDK 22.11 reports
+/// 1518 for net_memif and net_af_packet although:
+/// * net_memif chains ring descriptors for a longer frame on transmit and delivers it as a
+///   chain of mbufs, so any length passes (up to a 16-bit packet length);
+/// * net_af_packet copies a frame into one tpacket frame of `framesz` octets (default
+///   2048): the kernel puts a received frame at offset 66 (TPACKET_V2's 52-octet header and
+///   its alignment), so frames of up to `framesz - 66` octets pass both ways (the PMD
+///   takes up to `framesz - 32` on transmit).
+///
+/// Every other driver: what it reports (less the FCS).
+fn data_path_frame_max(driver: &str, devargs: &str, reported: u32) -> u32 {
+    match driver {
+        "net_memif" => u32::from(u16::MAX),
+        "net_af_packet" => devarg::<u32>(devargs, "framesz")
+            .unwrap_or(AF_PACKET_FRAMESZ_DEFAULT)
+            .saturating_sub(66),
+        _ => reported.saturating_sub(4),
+    }
 }
 
 fn port_name(id: u16) -> String {
@@ -237,7 +290,21 @@ impl Port {
                 .to_string_lossy()
                 .into_owned()
         };
+        // SAFETY: valid port; the returned string (or NULL) belongs to the EAL's device
+        // list and outlives this call; it is copied at once.
+        let args = unsafe { ffi::wc_port_devargs(id) };
+        let devargs = if args.is_null() {
+            String::new()
+        } else {
+            // SAFETY: non-NULL: a NUL-terminated string owned by the EAL (see above).
+            unsafe { CStr::from_ptr(args) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        let frame_max = data_path_frame_max(&driver, &devargs, di.max_rx_pktlen);
         let info = PortInfo {
+            frame_max,
+            devargs,
             driver,
             max_rx_queues: di.max_rx_queues,
             max_tx_queues: di.max_tx_queues,
@@ -252,6 +319,7 @@ impl Port {
             shared: Arc::new(PortShared { id, name }),
             info,
             offloads: Offloads::default(),
+            data_path_mtu: None,
             rx_taken: Vec::new(),
             tx_taken: Vec::new(),
         })
@@ -288,8 +356,16 @@ impl Port {
 
     /// Configures queues, MTU and offloads, and sets the rx queues up to receive into `pool`.
     /// Returns the offloads actually enabled (requested and offered).
+    ///
+    /// An MTU the driver reports it cannot take (DPDK 22.11's net_memif and net_af_packet
+    /// report 1518-octet frames at most, and `rte_eth_dev_configure` refuses more) is still
+    /// set where the driver's data path carries the frames ([`PortInfo::frame_max`]): the
+    /// ethdev layer keeps its default MTU, which nothing on the data path checks, and
+    /// [`Port::mtu`] returns the one asked for. net_af_packet also needs its kernel
+    /// interface to take the MTU (checked here, not changed).
     pub fn configure(&mut self, cfg: &PortConfig, pool: &Mempool) -> Result<Offloads, Error> {
         let id = self.id();
+        let mut data_path_mtu = None;
         let rx_capa = self.info.rx_offload_capa;
         let tx_capa = self.info.tx_offload_capa;
         let has = |capa: u64, bit: u32| capa & u64::from(bit) != 0;
@@ -322,8 +398,13 @@ impl Port {
             off.tx_multi_segs = true;
         }
         if let Some(mtu) = cfg.mtu {
-            conf.rxmode.mtu = u32::from(mtu);
             let frame = u32::from(mtu) + 18;
+            if frame > self.info.max_rx_pktlen {
+                self.check_data_path_mtu(mtu)?;
+                data_path_mtu = Some(mtu);
+            } else {
+                conf.rxmode.mtu = u32::from(mtu);
+            }
             let room = u32::from(pool.data_room()).saturating_sub(128);
             if frame > room && has(rx_capa, ffi::RTE_ETH_RX_OFFLOAD_SCATTER) {
                 conf.rxmode.offloads |= u64::from(ffi::RTE_ETH_RX_OFFLOAD_SCATTER);
@@ -381,7 +462,56 @@ impl Port {
         self.rx_taken = vec![false; cfg.rx_queues as usize];
         self.tx_taken = vec![false; cfg.tx_queues as usize];
         self.offloads = off;
+        self.data_path_mtu = data_path_mtu;
         Ok(off)
+    }
+
+    /// Whether frames of IP MTU `mtu` pass this port's data path although the driver
+    /// reports a smaller maximum: an error naming what is missing if not.
+    fn check_data_path_mtu(&self, mtu: u16) -> Result<(), Error> {
+        let fail = |why: String| Error::Mtu {
+            port: self.id(),
+            name: self.name().into(),
+            mtu,
+            why,
+        };
+        let frame = u32::from(mtu) + 14;
+        if frame > self.info.frame_max {
+            let why = if self.info.driver == "net_af_packet" {
+                format!(
+                    "net_af_packet carries frames of up to {} octets with framesz {} \
+                     (DPDK reports {}): give it framesz={AF_PACKET_JUMBO_FRAMESZ} and \
+                     blocksz={AF_PACKET_JUMBO_BLOCKSZ}",
+                    self.info.frame_max,
+                    devarg(&self.info.devargs, "framesz").unwrap_or(AF_PACKET_FRAMESZ_DEFAULT),
+                    self.info.max_rx_pktlen
+                )
+            } else {
+                format!(
+                    "{} takes frames of up to {} octets",
+                    self.info.driver, self.info.max_rx_pktlen
+                )
+            };
+            return Err(fail(why));
+        }
+        if self.info.driver == "net_af_packet" {
+            // The kernel refuses to send a frame longer than its interface's MTU allows.
+            let iface: String = devarg(&self.info.devargs, "iface").unwrap_or_default();
+            let path = format!("/sys/class/net/{iface}/mtu");
+            let kernel = std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|s| s.trim().parse::<u32>().ok());
+            match kernel {
+                Some(k) if k >= u32::from(mtu) => {}
+                Some(k) => {
+                    return Err(fail(format!(
+                        "the kernel interface {iface} has MTU {k} (ip link set {iface} mtu {mtu})"
+                    )))
+                }
+                None => return Err(fail(format!("cannot read {path}"))),
+            }
+        }
+        Ok(())
     }
 
     /// Starts the device.
@@ -404,8 +534,12 @@ impl Port {
         Ok(())
     }
 
-    /// The current MTU.
+    /// The current MTU (the one [`Port::configure`] set past the driver's reported maximum,
+    /// if it did).
     pub fn mtu(&self) -> Result<u16, Error> {
+        if let Some(m) = self.data_path_mtu {
+            return Ok(m);
+        }
         let mut mtu = 0u16;
         // SAFETY: valid port; valid out pointer.
         let ret = unsafe { ffi::rte_eth_dev_get_mtu(self.id(), &mut mtu) };
@@ -665,5 +799,49 @@ impl TxQueue {
             let _ = m.into_raw();
         }
         sent
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devargs_are_read_by_key() {
+        let a = "iface=veth0, framesz=10240,blocksz=20480";
+        assert_eq!(devarg::<u32>(a, "framesz"), Some(10240));
+        assert_eq!(devarg::<u32>(a, "blocksz"), Some(20480));
+        assert_eq!(devarg::<String>(a, "iface").as_deref(), Some("veth0"));
+        assert_eq!(devarg::<u32>(a, "framecnt"), None);
+        assert_eq!(devarg::<u32>("framesz=big", "framesz"), None);
+        assert_eq!(devarg::<u32>("", "framesz"), None);
+    }
+
+    #[test]
+    fn data_path_frame_limits() {
+        // af_packet: the kernel writes a received frame at offset 66 of its tpacket frame.
+        assert_eq!(
+            data_path_frame_max("net_af_packet", "iface=v", 1518),
+            2048 - 66
+        );
+        assert_eq!(
+            data_path_frame_max("net_af_packet", AF_PACKET_JUMBO_ARGS, 1518),
+            AF_PACKET_JUMBO_FRAMESZ - 66
+        );
+        assert!(AF_PACKET_JUMBO_FRAMESZ - 66 >= crate::MTU_MAX as u32 + 14);
+        // The jumbo frame size is a whole fraction of its block and a multiple of 16
+        // (TPACKET_ALIGNMENT); the block is whole pages.
+        assert_eq!(AF_PACKET_JUMBO_BLOCKSZ % AF_PACKET_JUMBO_FRAMESZ, 0);
+        assert_eq!(AF_PACKET_JUMBO_FRAMESZ % 16, 0);
+        assert_eq!(AF_PACKET_JUMBO_BLOCKSZ % 4096, 0);
+        // The PMD refuses rx mbufs that cannot hold framesz - 32 octets past the headroom.
+        assert_eq!(
+            u32::from(AF_PACKET_JUMBO_DATA_ROOM) - 128,
+            AF_PACKET_JUMBO_FRAMESZ - 32
+        );
+        assert!(data_path_frame_max("net_memif", "", 1518) >= crate::MTU_MAX as u32 + 14);
+        // Any other driver: what it reports, less the FCS.
+        assert_eq!(data_path_frame_max("net_tap", "", 1522), 1518);
+        assert_eq!(data_path_frame_max("net_ring", "", 0), 0);
     }
 }

@@ -131,3 +131,19 @@ int wc_eth_dev_close_serialized(uint16_t port_id, unsigned timeout_ms)
 	free(r);
 	return 0;
 }
+
+/*
+ * The driver arguments a port was created with ("iface=veth0,framesz=10240" for
+ * "net_af_packet0,iface=veth0,framesz=10240"), or NULL when it has none. The string
+ * belongs to the EAL's device list and lives as long as the port.
+ */
+const char *wc_port_devargs(uint16_t port_id)
+{
+	struct rte_eth_dev_info info;
+	const struct rte_devargs *da;
+
+	if (rte_eth_dev_info_get(port_id, &info) != 0 || info.device == NULL)
+		return NULL;
+	da = rte_dev_devargs(info.device);
+	return da == NULL ? NULL : da->args;
+}

@@ -14,6 +14,8 @@
 #include <rte_pcapng.h>
 #include <rte_alarm.h>
 #include <rte_interrupts.h>
+#include <rte_dev.h>
+#include <rte_devargs.h>
 
 /* The C shim: DPDK's `static inline` hot-path functions, made callable from Rust. */
 uint16_t wc_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **pkts, uint16_t nb_pkts);
@@ -28,3 +30,5 @@ int wc_errno(void);
 uint64_t wc_tsc_cycles(void);
 /* Stops and closes a port on the EAL interrupt thread (see shim.c). */
 int wc_eth_dev_close_serialized(uint16_t port_id, unsigned timeout_ms);
+/* The driver arguments of a port's vdev string, or NULL (see shim.c). */
+const char *wc_port_devargs(uint16_t port_id);

@@ -9,6 +9,7 @@
 # real checksums (no GSO super-frames, no partial checksums).
 #
 #   lossnet_up                   # build the namespaces (replacing old ones)
+#   LOSSNET_MTU=9000 lossnet_up  # the same with jumbo frames on every port (default 1500)
 #   lossnet_loss PPM             # drop PPM parts per million of IPv4 frames, both ways
 #   lossnet_down                 # delete everything
 # Needs: ip, tc, ethtool, clang (-target bpf), linux headers (linux-libc-dev).
@@ -45,8 +46,11 @@ lossnet_up() {
         local ns=${pair%%:*} dev=${pair#*:}
         ip netns exec "$ns" ethtool -K "$dev" tx off rx off tso off gso off gro off >/dev/null 2>&1 ||
             lossnet_die "ethtool could not turn offloads off on $dev"
+        ip -n "$ns" link set "$dev" mtu "${LOSSNET_MTU:-1500}" ||
+            lossnet_die "$dev does not take MTU ${LOSSNET_MTU:-1500}"
         ip -n "$ns" link set "$dev" up
     done
+    ip -n "$LOSSNET_BR" link set wcbr mtu "${LOSSNET_MTU:-1500}"
     ip -n "$LOSSNET_BR" link set wcbr up
     ip -n "$LOSSNET_A" addr add 198.18.0.11/24 dev wcla
     ip -n "$LOSSNET_B" addr add 198.18.0.12/24 dev wclb

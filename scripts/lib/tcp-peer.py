@@ -1,5 +1,7 @@
 # A kernel TCP peer for the interop test: sends N bytes of the tcpperf exchange pattern
 # (big-endian 32-bit word counter XOR a per-direction salt), receives N bytes and checks them.
+# The last line names the kernel's send MSS for the connection (TCP_MAXSEG: what both
+# sides' MSS options and the path allow), so a caller can tell jumbo segments flowed.
 import array, socket, sys, threading, time
 CLIENT_SALT, SERVER_SALT = 0x5A5A0001, 0xA5A50002
 def pattern(salt, n):
@@ -28,6 +30,7 @@ else:
                 raise
             time.sleep(0.2)
 s.settimeout(60)
+mss = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
 def send():
     s.sendall(tx)
     s.shutdown(socket.SHUT_WR)
@@ -43,4 +46,4 @@ if bytes(got) != want:
     bad = next((i for i in range(min(len(got), n)) if got[i] != want[i]), min(len(got), n))
     print(f'peer: MISMATCH: received {len(got)} of {n} bytes, first difference at {bad}', flush=True)
     sys.exit(1)
-print(f'peer: ok, sent {n} and received {n} bytes byte-exact', flush=True)
+print(f'peer: ok, sent {n} and received {n} bytes byte-exact, MSS {mss}', flush=True)
