@@ -28,7 +28,9 @@ impl Mempool {
     pub const DEFAULT_DATA_ROOM: u16 = ffi::RTE_MBUF_DEFAULT_BUF_SIZE as u16;
 
     /// Creates a pool of `count` mbufs with `data_room` bytes each (headroom included), a
-    /// per-lcore cache of `cache` mbufs, on the NUMA socket of the calling lcore.
+    /// per-lcore cache of `cache` mbufs, on the NUMA socket of the calling lcore. Every page
+    /// of the pool is written once here, so that without hugepages no mbuf's first use takes
+    /// a page fault on the data path (the pool is resident from the start).
     pub fn new(
         _eal: &Eal,
         name: &str,
@@ -55,6 +57,9 @@ impl Mempool {
             data_room,
             reason: Error::last_reason(),
         })?;
+        // SAFETY: a pool just created, whose objects nobody holds yet; the shim writes each
+        // page's first octet back unchanged (mbuf headers included) within the objects.
+        unsafe { ffi::wc_mempool_prefault(raw.as_ptr()) };
         Ok(Mempool { raw, data_room })
     }
 

@@ -32,3 +32,5 @@ uint64_t wc_tsc_cycles(void);
 int wc_eth_dev_close_serialized(uint16_t port_id, unsigned timeout_ms);
 /* The driver arguments of a port's vdev string, or NULL (see shim.c). */
 const char *wc_port_devargs(uint16_t port_id);
+/* Maps every page of a new pool's objects (see shim.c). */
+void wc_mempool_prefault(struct rte_mempool *mp);
