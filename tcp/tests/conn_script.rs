@@ -573,6 +573,40 @@ fn rfc9293_3_8_4_keep_alive_probes_an_idle_peer_and_a_dead_one_is_reset() {
     assert_eq!(events(&mut c), vec![ConnEvent::Reset]);
 }
 
+/// A burst's receive buffer stays while the connection is busy (growing it again for every
+/// burst cost reallocations and fresh pages) and is given back at the keep-alive tick once
+/// the connection is idle and the queue drained.
+#[test]
+fn a_drained_receive_buffer_is_kept_until_the_keep_alive_tick() {
+    let mut config = cfg();
+    config.rx_buffer = 256 * 1024;
+    config.keep_alive = Some(Duration::from_secs(1));
+    let mut c = established(config, true);
+    let idle = c.buffer_memory();
+    let mut buf = vec![0; 256 * 1024];
+    let mut off = 0;
+    for burst in 0..3 {
+        for _ in 0..100 {
+            c.handle_segment(ms(2 + burst), &data(off, &[7; 1460], ISS + 1));
+            off += 1460;
+        }
+        drain(&mut c, ms(2 + burst));
+        assert_eq!(c.recv(&mut buf), Ok(146_000));
+        assert!(
+            c.buffer_memory() >= 146_000,
+            "burst {burst}: the drained buffer is kept ({} octets)",
+            c.buffer_memory()
+        );
+    }
+    // Idle: the keep-alive tick (1 s after the last segment) gives the buffer back.
+    run_until(&mut c, ms(5), ms(1500));
+    assert!(
+        c.buffer_memory() <= idle + 4096,
+        "{} octets held by an idle connection (idle at start: {idle})",
+        c.buffer_memory()
+    );
+}
+
 #[test]
 fn acknowledged_data_frees_the_send_buffer_and_raises_writable() {
     let mut c = established(cfg(), true);

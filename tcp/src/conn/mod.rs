@@ -503,10 +503,10 @@ impl Connection {
         let (a, _) = self.rx.as_slices();
         let n = f(a).min(a.len());
         self.rx.drain(..n);
-        if self.rx.is_empty() && self.rx.capacity() > 64 * 1024 {
-            // Give back a burst's buffer once it is drained.
-            self.rx.shrink_to(4096);
-        }
+        // The buffer keeps its capacity while the connection is busy (a burst's buffer
+        // given back at every drain made each burst grow it again: reallocations and fresh
+        // pages to fault in, per burst); an idle connection gives it back at its next
+        // keep-alive tick (`trim_idle_buffers`).
         self.maybe_window_update();
         Ok(n)
     }
@@ -1100,7 +1100,20 @@ impl Connection {
                 self.keepalive_pending = true;
                 self.stats.keepalives += 1;
             }
+            self.trim_idle_buffers();
             self.keepalive_at = self.cfg.keep_alive.map(|k| now + k);
+        }
+    }
+
+    /// Gives back the memory a burst left in the receive queue and the record boundaries
+    /// once they are empty (at the keep-alive tick: a busy connection keeps them, so that
+    /// bursts do not reallocate and fault in their buffers again and again).
+    fn trim_idle_buffers(&mut self) {
+        if self.rx.is_empty() && self.rx.capacity() > 64 * 1024 {
+            self.rx.shrink_to(4096);
+        }
+        if self.records.is_empty() && self.records.capacity() > 1024 {
+            self.records.shrink_to(64);
         }
     }
 
@@ -1512,10 +1525,6 @@ impl Connection {
                 break;
             }
             self.records.pop_front();
-            if self.records.is_empty() && self.records.capacity() > 1024 {
-                // A burst of small records is out: give its boundaries' memory back.
-                self.records.shrink_to(64);
-            }
         }
         self.rec
             .on_sent(now, seq, payload_len + usize::from(fin), false);
