@@ -11,13 +11,16 @@
 #     (--poll-mode caller, iwperf's default), plus write_lat with engine threads
 #     (--poll-mode thread, the verbs library's default) for the before/after, and write_lat
 #     and write_bw again with --no-csum on both sides (no IPv4/TCP checksums on memif, as the
-#     kernel's loopback computes none);
+#     kernel's loopback computes none), and write_bw at MTU 9000 (jumbo frames, both sides);
 #   * kernel TCP over loopback: tcpperf's kernel mode (the baseline of the ratios: a 64 B
 #     ping-pong with percentiles from the same HdrHistogram as iwperf's, and a bulk transfer
 #     of the same byte count as iwperf's write_bw), plus qperf tcp_lat / tcp_bw and iperf3
 #     for reference (their own statistics, stated in the report);
-#   * the bounds: a raw DPDK frame ping-pong and frame blast over the same vdev (no TCP, no
-#     iWARP), and single-core memcpy and crc32c throughput for the same sizes.
+#   * the bounds: a raw DPDK frame ping-pong and frame blasts (1514 and 9014 bytes) over the
+#     same vdev (no TCP, no iWARP), and single-core memcpy and crc32c throughput for the
+#     same sizes;
+#   * the targets of issue 6 and issue 12 as met/missed lines, and callgrind instruction
+#     counts per message.
 #
 #   bench/compare.sh [--short] [OUT_DIR]   # default bench/out; about 30-60 s (--short: ~15 s)
 #   bench/compare.sh --help
@@ -97,19 +100,20 @@ wait_port() {
 # iw TEST ARGS...: server on CPU 0, client on CPU 1 (each process confined there with
 # taskset, its engine core pinned there with --cores; one thread runs the application and
 # its engine core, unless $mode says otherwise), over a fresh memif socket.
+# $both: arguments for both sides (--no-csum, --mtu).
 mode=caller
-csum=()
+both=()
 iw() {
     local test=$1
     shift
     rm -f "$sock"
-    taskset -c "$cpu_s" "$iwperf" "$test" --memif "$sock" --cores "$cpu_s" --poll-mode "$mode" "${csum[@]}" \
+    taskset -c "$cpu_s" "$iwperf" "$test" --memif "$sock" --cores "$cpu_s" --poll-mode "$mode" "${both[@]}" \
         >"$work/server-$test.log" 2>&1 &
     local sp=$!
     pids+=("$sp")
     for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
     timeout 150 taskset -c "$cpu_c" "$iwperf" "$test" --memif "$sock" 198.18.0.2 --cores "$cpu_c" \
-        --poll-mode "$mode" "${csum[@]}" "$@" | tee "$work/client-$test.log"
+        --poll-mode "$mode" "${both[@]}" "$@" | tee "$work/client-$test.log"
     wait "$sp"
 }
 echo "== iwperf write_lat 64 B over net_memif"
@@ -123,27 +127,33 @@ mode=thread
 iw write_lat -s 64 -n "$thread_lat_iters" --json "$work/write_lat_thread.json"
 mode=caller
 echo "== iwperf write_lat 64 B and write_bw 64 KiB with --no-csum on both sides"
-csum=(--no-csum)
+both=(--no-csum)
 iw write_lat -s 64 -n "$lat_iters" --json "$work/write_lat_nocsum.json"
 iw write_bw -s 65536 -n "$bw_iters" --report_gbits --json "$work/write_bw_nocsum.json"
-csum=()
+echo "== iwperf write_bw 64 KiB over net_memif at MTU 9000 (jumbo frames, both sides)"
+both=(--mtu 9000)
+iw write_bw -s 65536 -n "$bw_iters" --report_gbits --json "$work/write_bw_9000.json"
+both=()
 
 # raw MODE ARGS...: echo side on CPU 0, driver on CPU 1 (wcbench pins itself with EAL -l;
 # taskset confines its other threads too), over a fresh memif socket.
 raw() {
     rm -f "$sock"
-    taskset -c "$cpu_s" "$wcbench" raw --mode echo \
+    taskset -c "$cpu_s" "$wcbench" raw --mode echo "${both[@]}" \
         --vdev "net_memif0,role=server,socket=$sock,socket-abstract=no,rsize=12" >"$work/echo.log" 2>&1 &
     local ep=$!
     pids+=("$ep")
     for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
     timeout 120 taskset -c "$cpu_c" "$wcbench" raw \
-        --vdev "net_memif0,role=client,socket=$sock,socket-abstract=no,rsize=12" "$@" | tee -a "$work/raw.txt"
+        --vdev "net_memif0,role=client,socket=$sock,socket-abstract=no,rsize=12" "${both[@]}" "$@" | tee -a "$work/raw.txt"
     wait "$ep" || true
 }
 echo "== raw DPDK frames over net_memif (no TCP, no iWARP)"
 raw --mode pingpong --size 64 --count "$lat_iters" --hdr-log "$out/raw_pingpong_64.hlog"
 raw --mode blast --size 1514 --count 2000000
+both=(--mtu 9000)
+raw --mode blast --size 9014 --count 400000
+both=()
 
 echo "== single core memcpy and crc32c (CPU $cpu_c)"
 taskset -c "$cpu_c" "$wcbench" copy --sizes 64,65536 | tee "$work/copy.txt"
@@ -231,11 +241,18 @@ k_iperf = ip["end"]["sum_received"]["bits_per_second"] / 1e9
 raw_p50 = field(raw, "half_rtt_p50_us")
 raw_p99 = field(raw, "p99_us")
 raw_n = field(raw, "samples")
-raw_gbps = field(raw, "gbps")
-raw_mpps = field(raw, "mpps")
+def raw_blast(size):
+    for l in raw.splitlines():
+        if l.startswith("RESULT raw_blast") and field(l, "size") == size:
+            return field(l, "gbps"), field(l, "mpps")
+    return nan, nan
+raw_gbps, raw_mpps = raw_blast(1514)
+raw9_gbps, raw9_mpps = raw_blast(9014)
 def bwf(r, k): return num(r.get("bw", {}).get(k))
 iw_bw, iw_peak = bwf(bw, "average"), bwf(bw, "peak")
 nc_bw, nc_peak = bwf(bw_nc, "average"), bwf(bw_nc, "peak")
+bw9 = js("write_bw_9000.json")["results"][0]
+j_bw, j_peak = bwf(bw9, "average"), bwf(bw9, "peak")
 iw_rate = bwf(rate, "msg_rate_mpps")
 
 def f(x, d=2): return ("%%.%df" % d) % x if x == x else "n/a"
@@ -276,10 +293,13 @@ lrow("iWARP RDMA Write 64 KiB over net_memif, 2 processes, one engine core each"
 lrow("same", "same", two, "peak: highest 10 ms interval of the same run", iw_peak)
 lrow("same, `--no-csum` on both sides", iwcmd + " write_bw -s 65536 --no-csum", two, "bytes / seconds of the whole run (%s), none dropped" % moved, nc_bw)
 lrow("same", "same", two, "peak: highest 10 ms interval of the same run", nc_peak)
+lrow("same at MTU 9000 (jumbo frames), both sides", iwcmd + " write_bw -s 65536 --mtu 9000", two, "bytes / seconds of the whole run (%s), none dropped" % moved, j_bw)
+lrow("same", "same", two, "peak: highest 10 ms interval of the same run", j_peak)
 lrow("kernel TCP over loopback, 2 processes (baseline)", "tcpperf kernel-server / kernel-client `--test bulk`", two, "bytes / seconds of the whole transfer (%s bytes, the same count), none dropped" % f(k_bulk_bytes, 0), k_bulk)
 lrow("kernel TCP over loopback (reference)", "qperf `-m 65536 tcp_bw`", two, "qperf's bandwidth over %s s, none dropped" % ksecs, q_bw)
 lrow("kernel TCP over loopback (reference)", "iperf3 `-t %s`" % ksecs, two, "received bits / %s s (`sum_received`), none omitted" % ksecs, k_iperf)
 lrow("raw DPDK 1514-byte frame blast over net_memif (bound; %s Mpps)" % f(raw_mpps, 3), "wcbench raw --mode blast --size 1514 --count 2000000", "echo %s, driver %s" % (cs, cc), "frames received x 1514 B / seconds of the blast", raw_gbps)
+lrow("raw DPDK 9014-byte frame blast over net_memif, MTU 9000 (bound; %s Mpps)" % f(raw9_mpps, 3), "wcbench raw --mode blast --size 9014 --count 400000 --mtu 9000", "echo %s, driver %s" % (cs, cc), "frames received x 9014 B / seconds of the blast", raw9_gbps)
 for size in sorted(cp):
     lrow("single-core memcpy, %d B (bound)" % size, "wcbench copy", "%s (one thread)" % cc, "bytes copied / 0.5 s", cp[size][0])
     lrow("single-core crc32c, %d B (bound)" % size, "wcbench copy (crc32c crate, SSE4.2)", "%s (one thread)" % cc, "bytes summed / 0.5 s", cp[size][1])
@@ -287,6 +307,9 @@ md.append("")
 md.append("| ratio (whole-run average / whole-run average) | value |\n|---|---|")
 md.append("| iwperf write_bw / kernel TCP bulk (tcpperf, same byte count) | %s |" % r(iw_bw, k_bulk))
 md.append("| iwperf write_bw `--no-csum` / kernel TCP bulk (tcpperf) | %s |" % r(nc_bw, k_bulk))
+md.append("| iwperf write_bw / raw 1514-byte blast | %s |" % r(iw_bw, raw_gbps))
+md.append("| iwperf write_bw at MTU 9000 / kernel TCP bulk (tcpperf) | %s |" % r(j_bw, k_bulk))
+md.append("| iwperf write_bw at MTU 9000 / raw 9014-byte blast | %s |" % r(j_bw, raw9_gbps))
 md.append("")
 md.append("## Message rate\n")
 md.append("| figure | tool | CPUs | statistic | value |\n|---|---|---|---|---|")
@@ -305,6 +328,16 @@ md.append("| 64 KiB write_bw >= 1.0x kernel TCP bulk (%s Gbit/s), one engine cor
     f(k_bulk), f(iw_bw), r(iw_bw, k_bulk), verdict(iw_bw >= k_bulk)))
 md.append("| same, `--no-csum` | %s Gbit/s (%s x) | %s |" % (f(nc_bw), r(nc_bw, k_bulk), verdict(nc_bw >= k_bulk)))
 md.append("| 64 B Write message rate >= 2 M msgs/s per engine core | %s M/s | %s |" % (f(iw_rate, 3), verdict(iw_rate >= 2.0)))
+md.append("")
+md.append("## Targets (issue 12, the zero-copy data path; instruction counts in the callgrind section)\n")
+md.append("| target | measured | verdict |\n|---|---|---|")
+md.append("| 64 KiB write_bw >= 0.6x the raw 1514-byte blast (%s Gbit/s) at MTU 1500 | %s Gbit/s (%s x) | %s |" % (
+    f(0.6 * raw_gbps), f(iw_bw), r(iw_bw, raw_gbps), verdict(iw_bw >= 0.6 * raw_gbps)))
+md.append("| 64 KiB write_bw at MTU 9000 >= 1.0x kernel TCP bulk (%s Gbit/s) | %s Gbit/s (%s x) | %s |" % (
+    f(k_bulk), f(j_bw), r(j_bw, k_bulk), verdict(j_bw >= k_bulk)))
+md.append("| 64 B write_lat median <= 2.0x raw ping-pong median (%s us) | %s us (%s x) | %s |" % (
+    f(2 * raw_p50), f(iw_p50), r(iw_p50, raw_p50), verdict(iw_p50 <= 2 * raw_p50)))
+md.append("| 64 B Write rate >= 4 M msgs/s per engine core | %s M/s | %s |" % (f(iw_rate, 3), verdict(iw_rate >= 4.0)))
 md.append("")
 if os.path.exists(os.path.join(out, "latency_percentiles.png")):
     md.append("## Latency by percentile\n\n![latency percentiles](latency_percentiles.png)\n")
@@ -341,7 +374,16 @@ if [[ "${CALLGRIND:-1}" == 1 ]] && command -v valgrind >/dev/null; then
             what=${w%% *}
             [[ $what == idle ]] && what="idle loop (both cores, nothing to do)"
             echo "| $what | valgrind --tool=callgrind engine_profile $w | 1 (one thread) | (instructions at 6,000 - at 2,000) / 4,000 | $per |"
+            eval "per_${w%% *}=$per"
         done
+        echo
+        ok() { if (($1)); then echo met; else echo "**missed**"; fi; }
+        echo "| target (issue 12) | measured | verdict |"
+        echo "|---|---|---|"
+        # shellcheck disable=SC2154
+        echo "| a 64 B Write <= 1,500 instructions, both sides together | $per_write | $(ok "per_write <= 1500") |"
+        # shellcheck disable=SC2154
+        echo "| an idle loop <= 200 instructions per core (<= 400 for both) | $per_idle | $(ok "per_idle <= 400") |"
         echo
     } | tee -a "$out/report.md"
 else

@@ -18,6 +18,7 @@
 #   IWPERF=target/release/iwperf LOSSES="0 1000 10000" bench/loss.sh   (parts per million)
 #   IWPERF_ARGS="--tcp reference" bench/loss.sh    # smoltcp's reference TCP, for comparison
 #   AFP_ARGS=",framecnt=2048,qdisc_bypass=1" bench/loss.sh   # net_af_packet devargs to try
+#   MTU=9000 bench/loss.sh        # jumbo frames on every port, for iwperf (--mtu) and the kernel
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0 strict=0
@@ -51,9 +52,11 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "bench/loss.sh: FAILED: $*" >&2; for f in "$work"/*.log; do [[ -f $f ]] && { echo "--- $f"; grep -v '^EAL' "$f" | tail -n 15; }; done; exit 1; }
 
-lossnet_up
-eal="--no-huge -m 256 --no-pci --no-telemetry --no-shconf --log-level=error"
-echo "bench/loss.sh: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); ${duration} s runs, ${lat_iters} latency iterations; $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+mtu=${MTU:-1500}
+LOSSNET_MTU=$mtu lossnet_up
+# Jumbo frames need ~10 KiB mbufs: a bigger heap.
+eal="--no-huge -m $( ((mtu > 1500)) && echo 1024 || echo 256) --no-pci --no-telemetry --no-shconf --log-level=error"
+echo "bench/loss.sh: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); MTU $mtu; ${duration} s runs, ${lat_iters} latency iterations; $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 
 # iwperf_pair TEST JSON ARGS...: server in B, client in A; the client's --json lands in JSON.
 iwperf_pair() {
@@ -61,7 +64,7 @@ iwperf_pair() {
     shift 2
     # shellcheck disable=SC2206
     local extra=(${IWPERF_ARGS:-})
-    set -- "$@" "${extra[@]}"
+    set -- "$@" --mtu "$mtu" "${extra[@]}"
     rm -f "$json"
     ip netns exec "$LOSSNET_B" timeout 180 "$IWPERF" "$test" --ip 198.18.0.2 --timeout 60 \
         --vdev "net_af_packet0,iface=wclb${AFP_ARGS:-}" --eal="-l 0 $eal --file-prefix=wcloss-s$$" "$@" \
@@ -134,7 +137,7 @@ echo
 
 # Issue 11's verdicts.
 verdicts=0
-row_of() { for r in "${rows[@]}"; do [[ ${r%% *} == "$1" ]] && { echo "$r"; return; }; done; }
+row_of() { for r in "${rows[@]}"; do [[ ${r%% *} == "$1" ]] && { echo "$r"; return; }; done; return 0; }
 verdict() { # NAME PASS?
     if [[ $2 == 1 ]]; then echo "PASS $1"; else echo "FAIL $1"; verdicts=1; fi
 }
