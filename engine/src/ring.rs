@@ -4,7 +4,7 @@
 //! requests, application → core) and completion rings (core → application).
 #![allow(unsafe_code)]
 
-pub use spsc::{channel, Consumer, Producer};
+pub use spsc::{channel, Consumer, Front, Producer};
 
 /// A bounded single-producer single-consumer ring of power-of-two capacity.
 ///
@@ -293,6 +293,25 @@ pub mod spsc {
             Some(value)
         }
 
+        /// The oldest item, if any, left in its slot: the [`Front`] guard reads or changes it
+        /// there, then either moves it out ([`Front::take`]) or, dropped, drops it in place;
+        /// both free the slot. Handling an item in place spares the copy of it that
+        /// [`Consumer::pop`] makes (a large item is copied whole).
+        #[inline]
+        pub fn front(&mut self) -> Option<Front<'_, T>> {
+            if self.available(1) == 0 {
+                return None;
+            }
+            Some(Front { consumer: self })
+        }
+
+        /// Frees the slot at `head` (its item moved out or dropped).
+        #[inline]
+        fn advance(&mut self) {
+            self.head = self.head.wrapping_add(1);
+            self.shared.head.store(self.head, Ordering::Release);
+        }
+
         /// Moves up to `max` items, oldest first, into `out` with one cursor store; returns
         /// how many. If `out` stops consuming early (or panics), the items it did not take
         /// stay in the ring.
@@ -368,6 +387,79 @@ pub mod spsc {
                 .field("len", &self.len())
                 .field("capacity", &self.capacity())
                 .finish()
+        }
+    }
+
+    /// The oldest item of a ring, still in its slot ([`Consumer::front`]). Dereferences to
+    /// the item; [`Front::take`] moves it out, and dropping the guard drops the item in its
+    /// slot. Either way the slot is freed, so the item is consumed exactly once.
+    pub struct Front<'a, T> {
+        consumer: &'a mut Consumer<T>,
+    }
+
+    impl<T> Front<'_, T> {
+        /// Moves the item out of its slot and frees the slot (as [`Consumer::pop`]).
+        #[inline]
+        pub fn take(self) -> T {
+            // The guard is not dropped: the item is moved out here, not dropped in place.
+            let mut this = core::mem::ManuallyDrop::new(self);
+            let consumer: &mut Consumer<T> = &mut *this.consumer;
+            // SAFETY: a `Front` exists only for an item in [head, tail) with `tail`
+            // acquired (`Consumer::front`): initialized, and the producer leaves it alone
+            // until `head` is released. It is read once: the guard is not dropped (no drop
+            // in place) and the slot is freed just below.
+            let value = unsafe { (*consumer.shared.slot(consumer.head)).assume_init_read() };
+            consumer.advance();
+            value
+        }
+    }
+
+    impl<T> core::ops::Deref for Front<'_, T> {
+        type Target = T;
+
+        #[inline]
+        fn deref(&self) -> &T {
+            let c = &*self.consumer;
+            // SAFETY: the item at `head` is initialized and owned by the consumer until the
+            // guard frees the slot (see `Front::take`); the borrow of the guard keeps the
+            // reference from outliving it.
+            unsafe { (*c.shared.slot(c.head)).assume_init_ref() }
+        }
+    }
+
+    impl<T> core::ops::DerefMut for Front<'_, T> {
+        #[inline]
+        fn deref_mut(&mut self) -> &mut T {
+            let c = &mut *self.consumer;
+            // SAFETY: as in `deref`; the guard is borrowed mutably, so this is the only
+            // reference to the item.
+            unsafe { (*c.shared.slot(c.head)).assume_init_mut() }
+        }
+    }
+
+    impl<T> Drop for Front<'_, T> {
+        #[inline]
+        fn drop(&mut self) {
+            /// Frees the slot even if the item's destructor panics (it is then leaked, never
+            /// dropped twice).
+            struct Advance<'b, T>(&'b mut Consumer<T>);
+            impl<T> Drop for Advance<'_, T> {
+                #[inline]
+                fn drop(&mut self) {
+                    self.0.advance();
+                }
+            }
+            let c = Advance(&mut *self.consumer);
+            // SAFETY: the item at `head` is initialized and ours (see `Front::take`), and it
+            // was not moved out (`take` forgets the guard); it is dropped once, as the slot
+            // is freed right after by `c`.
+            unsafe { (*c.0.shared.slot(c.0.head)).assume_init_drop() };
+        }
+    }
+
+    impl<T: fmt::Debug> fmt::Debug for Front<'_, T> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_tuple("Front").field(&**self).finish()
         }
     }
 

@@ -43,7 +43,7 @@ use crate::core::{EngineCore, QpAttr};
 use crate::doorbell::Doorbell;
 use crate::error::{DeviceError, EngineError};
 use crate::mem::MrTable;
-use crate::ring::{channel, Consumer, Producer};
+use crate::ring::{channel, Consumer, Front, Producer};
 use crate::wr::{QpId, QpShared, RecvWr, SendWr};
 
 /// A reply slot for a control call.
@@ -186,7 +186,7 @@ impl<D: PollDevice> CoreLoop<D> {
         let mut work = false;
         if !self.commands.is_empty() {
             for _ in 0..self.core.config().command_budget {
-                let Some(cmd) = self.commands.pop() else {
+                let Some(cmd) = self.commands.front() else {
                     break;
                 };
                 work = true;
@@ -552,16 +552,24 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
     })
 }
 
-fn apply<D: PollDevice>(core: &mut EngineCore<D>, cmd: Command) {
-    match cmd {
+/// Carries out the command at the front of the ring. Work requests, the common case, are
+/// read where they lie in the ring's slot and copied once, into their queue; a `pop` would
+/// copy the whole command out first, and moving it through the `match` copied it again.
+fn apply<D: PollDevice>(core: &mut EngineCore<D>, cmd: Front<'_, Command>) {
+    match &*cmd {
+        Command::PostSend(qp, wr) => return core.post_send_reserved_ref(*qp, wr),
+        Command::PostRecv(qp, wr) => return core.post_recv_reserved_ref(*qp, wr),
+        _ => {}
+    }
+    match cmd.take() {
         Command::CreateQp(attr, r) => {
             let _ = r.try_send(core.create_qp(attr));
         }
         Command::DestroyQp(qp, r) => {
             let _ = r.try_send(core.destroy_qp(qp));
         }
-        Command::PostSend(qp, wr) => core.post_send_reserved(qp, wr),
-        Command::PostRecv(qp, wr) => core.post_recv_reserved(qp, wr),
+        Command::PostSend(qp, wr) => core.post_send_reserved_ref(qp, &wr),
+        Command::PostRecv(qp, wr) => core.post_recv_reserved_ref(qp, &wr),
         Command::Connect {
             qp,
             remote,

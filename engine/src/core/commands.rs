@@ -142,19 +142,26 @@ impl<D: PollDevice> EngineCore<D> {
     /// application thread with [`validate_send`]. If the QP left RTS meanwhile the request
     /// completes with a flush error.
     pub fn post_send_reserved(&mut self, id: QpId, wr: SendWr) {
+        self.post_send_reserved_ref(id, &wr);
+    }
+
+    /// [`Self::post_send_reserved`] of a request read where it lies (the command ring's
+    /// slot): it is copied once, into the send queue.
+    pub(crate) fn post_send_reserved_ref(&mut self, id: QpId, wr: &SendWr) {
         let Ok(q) = self.qp_mut(id) else { return };
         let bad_read = (matches!(wr.op, SendOp::Read { .. }) || wr.op.is_atomic()) && q.ord == 0;
         // The application may have changed the QP's RFC 7306 flag after the connection
         // fixed it: such a request is not sent.
         let bad_ext = wr.op.is_rfc7306() && !q.rfc7306;
-        let e = SqEntry {
-            wr,
-            status: (q.state != QpState::Rts || bad_read || bad_ext).then_some(WcStatus::FlushErr),
-            byte_len: wr.sges.total_len() as u32,
+        let status = (q.state != QpState::Rts || bad_read || bad_ext).then_some(WcStatus::FlushErr);
+        let byte_len = wr.sges.total_len() as u32;
+        q.sq.push_back(SqEntry {
+            wr: *wr,
+            status,
+            byte_len,
             stage: 0,
             atomic_orig: None,
-        };
-        q.sq.push_back(e);
+        });
         if q.state != QpState::Rts {
             q.sq_next_seq = q.sq_head_seq + q.sq.len() as u64;
             q.retire_sq();
@@ -172,8 +179,14 @@ impl<D: PollDevice> EngineCore<D> {
 
     /// Takes a receive work request validated by an application thread ([`validate_recv`]).
     pub fn post_recv_reserved(&mut self, id: QpId, wr: RecvWr) {
+        self.post_recv_reserved_ref(id, &wr);
+    }
+
+    /// [`Self::post_recv_reserved`] of a request read where it lies (the command ring's
+    /// slot): it is copied once, into the receive queue.
+    pub(crate) fn post_recv_reserved_ref(&mut self, id: QpId, wr: &RecvWr) {
         let Ok(q) = self.qp_mut(id) else { return };
-        q.rq.push_back(wr);
+        q.rq.push_back(*wr);
         if q.state == QpState::Error {
             q.flush();
         }
