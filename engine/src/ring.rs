@@ -173,6 +173,23 @@ pub mod spsc {
             Ok(())
         }
 
+        /// Pushes the item `make` builds, if there is room: `make` runs only then, and its
+        /// item is written straight into the slot. A large item built from borrowed parts
+        /// is copied once, where [`Producer::push`] copies the item built beforehand again.
+        /// Returns whether the item was pushed.
+        #[inline]
+        pub fn push_with(&mut self, make: impl FnOnce() -> T) -> bool {
+            if self.free(1) == 0 {
+                return false;
+            }
+            // SAFETY: as in `push`: the slot at `tail` is free and only the producer writes
+            // it. Should `make` panic, nothing was written nor published.
+            unsafe { (*self.shared.slot(self.tail)).write(make()) };
+            self.tail = self.tail.wrapping_add(1);
+            self.shared.tail.store(self.tail, Ordering::Release);
+            true
+        }
+
         /// The same as [`Producer::push`]; the name says that it never waits.
         #[inline]
         pub fn try_push(&mut self, value: T) -> Result<(), T> {
@@ -546,6 +563,31 @@ pub mod spsc {
                 assert_eq!(c.pop(), Some(i + 100));
                 assert_eq!(c.pop(), None);
             }
+        }
+
+        #[test]
+        fn front_in_place_take_and_drop() {
+            use std::rc::Rc;
+            let (mut p, mut c) = channel::<Rc<u32>>(2);
+            let a = Rc::new(1);
+            assert!(c.front().is_none());
+            p.push(Rc::clone(&a)).unwrap();
+            p.push(Rc::clone(&a)).unwrap();
+            assert!(!p.push_with(|| unreachable!("no room: not built")));
+            // Read in place, then dropped in its slot: the slot is freed.
+            assert_eq!(**c.front().unwrap(), 1);
+            assert_eq!(Rc::strong_count(&a), 2);
+            assert!(p.push_with(|| Rc::new(7)));
+            // Moved out: not dropped.
+            let b = c.front().unwrap().take();
+            assert_eq!(Rc::strong_count(&a), 2);
+            drop(b);
+            assert_eq!(Rc::strong_count(&a), 1);
+            let mut f = c.front().unwrap();
+            *f = Rc::new(8);
+            assert_eq!(*f.take(), 8);
+            assert!(c.front().is_none());
+            assert!(c.is_empty());
         }
 
         #[test]

@@ -280,6 +280,41 @@ impl CoreHandle {
     /// Queues a command and rings the doorbell if the core may be idle. Fails (returning
     /// nothing queued) when the command queue is full or the core stopped.
     pub fn submit(&self, cmd: Command) -> Result<(), EngineError> {
+        let mut cmd = Some(cmd);
+        self.submit_by(|p| {
+            let Some(c) = cmd.take() else {
+                return false;
+            };
+            match p.push(c) {
+                Ok(()) => true,
+                Err(c) => {
+                    cmd = Some(c);
+                    false
+                }
+            }
+        })
+    }
+
+    /// Queues [`Command::PostSend`] of `wr` (validated and reserved by
+    /// [`crate::validate_send`]) as [`CoreHandle::submit`] does, the command built in its
+    /// ring slot: the request is copied once on its way in.
+    pub fn post_send(&self, qp: QpId, wr: &SendWr) -> Result<(), EngineError> {
+        self.submit_by(|p| p.push_with(|| Command::PostSend(qp, *wr)))
+    }
+
+    /// Queues [`Command::PostRecv`] of `wr` (validated and reserved by
+    /// [`crate::validate_recv`]), as [`CoreHandle::post_send`] does.
+    pub fn post_recv(&self, qp: QpId, wr: &RecvWr) -> Result<(), EngineError> {
+        self.submit_by(|p| p.push_with(|| Command::PostRecv(qp, *wr)))
+    }
+
+    /// The body of [`CoreHandle::submit`]: `push` tries to queue the command (false: the
+    /// ring is full, nothing queued) and may be called a second time.
+    #[inline]
+    fn submit_by(
+        &self,
+        mut push: impl FnMut(&mut Producer<Command>) -> bool,
+    ) -> Result<(), EngineError> {
         if let Runner::Thread { join, .. } = &self.runner {
             match join {
                 Some(j) if !j.is_finished() => {}
@@ -287,24 +322,21 @@ impl CoreHandle {
             }
         }
         let mut p = self.commands.lock().unwrap_or_else(|e| e.into_inner());
-        let cmd = match p.push(cmd) {
-            Ok(()) => {
-                if let Runner::Thread { thread, .. } = &self.runner {
-                    if p.doorbell_needed() {
-                        thread.unpark();
-                    }
+        if push(&mut p) {
+            if let Runner::Thread { thread, .. } = &self.runner {
+                if p.doorbell_needed() {
+                    thread.unpark();
                 }
-                return Ok(());
             }
-            Err(cmd) => cmd,
-        };
+            return Ok(());
+        }
         // A full ring of a caller-driven core drains only when someone runs it: run it once
         // (it takes up to `command_budget` commands) and try again.
         drop(p);
         if self.caller_driven() {
             self.progress();
             let mut p = self.commands.lock().unwrap_or_else(|e| e.into_inner());
-            if p.push(cmd).is_ok() {
+            if push(&mut p) {
                 return Ok(());
             }
         }

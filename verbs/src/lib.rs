@@ -1049,10 +1049,9 @@ impl QueuePair {
     pub fn post_send(&self, wr: &SendWr) -> Result<(), Error> {
         validate_send(&self.shared, &self.ctx.inner.mrs, &wr.0)?;
         let h = &self.ctx.inner.cores[self.core];
-        h.submit(Command::PostSend(self.id, wr.0))
-            .inspect_err(|_| {
-                self.shared.release_sq();
-            })?;
+        h.post_send(self.id, &wr.0).inspect_err(|_| {
+            self.shared.release_sq();
+        })?;
         Ok(())
     }
 
@@ -1155,10 +1154,9 @@ impl QueuePair {
             }
         }
         let h = &self.ctx.inner.cores[self.core];
-        h.submit(Command::PostSend(self.id, wr.0))
-            .inspect_err(|_| {
-                self.shared.release_sq();
-            })?;
+        h.post_send(self.id, &wr.0).inspect_err(|_| {
+            self.shared.release_sq();
+        })?;
         *next += 1;
         Ok(())
     }
@@ -1238,10 +1236,9 @@ impl QueuePair {
     pub fn post_recv(&self, wr: &RecvWr) -> Result<(), Error> {
         validate_recv(&self.shared, &self.ctx.inner.mrs, &wr.0)?;
         let h = &self.ctx.inner.cores[self.core];
-        h.submit(Command::PostRecv(self.id, wr.0))
-            .inspect_err(|_| {
-                self.shared.release_rq();
-            })?;
+        h.post_recv(self.id, &wr.0).inspect_err(|_| {
+            self.shared.release_rq();
+        })?;
         Ok(())
     }
 
