@@ -158,7 +158,17 @@ impl Qp {
     /// (RDMAP-5.2.2-4, RDMAP-5.5-13), then the send queue in posting order (RDMAP-5.5-6).
     /// A Read Response reads its source as it is sent, which may be after later Writes were
     /// placed (RDMAP-5.5-5 allows it; a requester that needs otherwise fences).
-    pub(super) fn start_next(&mut self, cfg: &EngineConfig, mrs: &MrTable) -> Option<TxMsg> {
+    ///
+    /// The message is written into `self.tx`, which stays `None` when there is nothing to
+    /// start: a message returned was copied whole once more, into the caller's `self.tx`
+    /// (the segmenter in it is ~100 octets).
+    pub(super) fn start_next(&mut self, cfg: &EngineConfig, mrs: &MrTable) {
+        self.tx = None;
+        let _ = self.start_next_into_tx(cfg, mrs);
+    }
+
+    #[inline(always)]
+    fn start_next_into_tx(&mut self, cfg: &EngineConfig, mrs: &MrTable) -> Option<()> {
         // Binds, fast registrations and Local Invalidates at the sending position run
         // here, in order, without a message (module `local`).
         let _ = self.run_local_ops(mrs);
@@ -174,23 +184,24 @@ impl Qp {
         }
     }
 
-    /// A Read Response: a tagged message to the requester's sink, read from our source as
-    /// it is sent.
+    /// A Read Response into `self.tx`: a tagged message to the requester's sink, read from
+    /// our source as it is sent.
     #[inline(always)]
-    fn start_read_response(&mut self, plan: ReadResponsePlan, mulpdu: usize) -> Option<TxMsg> {
+    fn start_read_response(&mut self, plan: ReadResponsePlan, mulpdu: usize) -> Option<()> {
         let conn = self.conn.as_mut()?;
         let ctrl = Control::new(Opcode::ReadResponse).0;
         let seg = conn
             .ddp_tx
             .tagged(ctrl, plan.sink_stag, plan.sink_to, &[], plan.len, mulpdu)
             .ok()?;
-        Some(TxMsg {
+        self.tx = Some(TxMsg {
             seg,
             src: TxSrc::ReadResp(plan),
-        })
+        });
+        Some(())
     }
 
-    /// An Atomic Response: the atomic is executed now ([`execute_atomic`]) and its original
+    /// An Atomic Response into `self.tx`: the atomic is executed now ([`execute_atomic`]) and its original
     /// value goes back on QN 3.
     #[inline(always)]
     fn start_atomic_response(
@@ -198,7 +209,7 @@ impl Qp {
         req: &AtomicRequestRepr,
         mrs: &MrTable,
         mulpdu: usize,
-    ) -> Option<TxMsg> {
+    ) -> Option<()> {
         let Some(orig) = execute_atomic(req, mrs, self.pd, self.id.stream()) else {
             // The region went away since the request was checked.
             self.tx_fault = Some(ProtocolError::Rdmap(RdmapError::LocalCatastrophic));
@@ -218,17 +229,18 @@ impl Qp {
                 mulpdu,
             )
             .ok()?;
-        Some(TxMsg {
+        self.tx = Some(TxMsg {
             seg,
             src: TxSrc::AtomicResp,
-        })
+        });
+        Some(())
     }
 
-    /// The request at the send position: its message started (segmenter set up, Reads and
-    /// Atomics recorded as outstanding under ORD), or `None` while it must wait (a fence,
-    /// ORD, a local operation).
+    /// The request at the send position: its message started into `self.tx` (segmenter set
+    /// up, Reads and Atomics recorded as outstanding under ORD), or `None` while it must
+    /// wait (a fence, ORD, a local operation).
     #[inline(always)]
-    fn start_sq(&mut self, mulpdu: usize) -> Option<TxMsg> {
+    fn start_sq(&mut self, mulpdu: usize) -> Option<()> {
         let conn = self.conn.as_mut()?;
         let idx = usize::try_from(self.sq_next_seq - self.sq_head_seq).ok()?;
         let e = self.sq.get(idx)?;
@@ -343,10 +355,13 @@ impl Qp {
             self.sq_next_seq += 1;
         }
         match seg {
-            Ok(seg) => Some(TxMsg {
-                seg,
-                src: TxSrc::Sq(seq),
-            }),
+            Ok(seg) => {
+                self.tx = Some(TxMsg {
+                    seg,
+                    src: TxSrc::Sq(seq),
+                });
+                Some(())
+            }
             Err(_) => {
                 self.fail_unsegmentable(seq, advance);
                 None
@@ -728,7 +743,7 @@ impl Qp {
         self.sync_mulpdu(stack, tcp);
         while fpdus < ctx.cfg.tx_budget_fpdus {
             if self.tx.is_none() {
-                self.tx = self.start_next(&ctx.cfg, &ctx.mrs);
+                self.start_next(&ctx.cfg, &ctx.mrs);
                 if self.fail_tx_fault(ctx) {
                     return ControlFlow::Break(true);
                 }
