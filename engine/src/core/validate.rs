@@ -33,14 +33,17 @@ pub fn validate_send(shared: &QpShared, mrs: &MrTable, wr: &SendWr) -> Result<()
     }
     // An atomic returns the original 8-octet word into at most one local SGE of exactly
     // 8 octets (EXT-5.2.2-*; as ibverbs' atomic SGE); Immediate Data carries no payload.
-    if wr.op.is_atomic() && (sges.len() > 1 || sges.first().is_some_and(|s| s.len != 8)) {
+    let is_atomic = wr.op.is_atomic();
+    if is_atomic && (sges.len() > 1 || sges.first().is_some_and(|s| s.len != 8)) {
         return Err(EngineError::AtomicSge);
     }
-    if matches!(wr.op, SendOp::Immediate { .. }) && wr.sges.total_len() != 0 {
+    // The message length, summed once.
+    let total_len = wr.sges.total_len();
+    if matches!(wr.op, SendOp::Immediate { .. }) && total_len != 0 {
         return Err(EngineError::MessageTooLong);
     }
-    let is_read = is_read || wr.op.is_atomic();
-    if wr.sges.total_len() > u64::from(u32::MAX) {
+    let is_read = is_read || is_atomic;
+    if total_len > u64::from(u32::MAX) {
         return Err(EngineError::MessageTooLong);
     }
     // The remote range [TO, TO + length) must not wrap the 64-bit TO space: the Data Sink
@@ -55,11 +58,7 @@ pub fn validate_send(shared: &QpShared, mrs: &MrTable, wr: &SendWr) -> Result<()
         | SendOp::AtomicCmpSwap { remote_to, .. } => Some(remote_to),
         _ => None,
     };
-    let remote_len = if wr.op.is_atomic() {
-        8
-    } else {
-        wr.sges.total_len()
-    };
+    let remote_len = if is_atomic { 8 } else { total_len };
     if remote_to.is_some_and(|to| to_range_wraps(to, remote_len)) {
         return Err(EngineError::RemoteToWrap);
     }
