@@ -429,6 +429,18 @@ pub mod spsc {
             consumer.advance();
             value
         }
+
+        /// Frees the slot without dropping the item, as [`core::mem::forget`] would: what
+        /// the item owns is leaked. For an item known to own nothing (a variant without
+        /// destructors), this spares the call of its type's drop glue that dropping the
+        /// guard makes.
+        #[inline]
+        pub fn forget(self) {
+            let mut this = core::mem::ManuallyDrop::new(self);
+            // The item stays in the slot, never to be read again: the producer overwrites
+            // the slot once it is free, without dropping what was there.
+            this.consumer.advance();
+        }
     }
 
     impl<T> core::ops::Deref for Front<'_, T> {
@@ -586,6 +598,11 @@ pub mod spsc {
             let mut f = c.front().unwrap();
             *f = Rc::new(8);
             assert_eq!(*f.take(), 8);
+            assert!(c.front().is_none());
+            // Forgotten: the slot is freed, the item leaked (never dropped).
+            p.push(Rc::clone(&a)).unwrap();
+            c.front().unwrap().forget();
+            assert_eq!(Rc::strong_count(&a), 2);
             assert!(c.front().is_none());
             assert!(c.is_empty());
         }

@@ -588,9 +588,17 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
 /// read where they lie in the ring's slot and copied once, into their queue; a `pop` would
 /// copy the whole command out first, and moving it through the `match` copied it again.
 fn apply<D: PollDevice>(core: &mut EngineCore<D>, cmd: Front<'_, Command>) {
+    // Work requests own nothing (`SendWr` and `RecvWr` are `Copy`): their slot is freed
+    // without the call of `Command`'s drop glue that dropping the guard would make.
     match &*cmd {
-        Command::PostSend(qp, wr) => return core.post_send_reserved_ref(*qp, wr),
-        Command::PostRecv(qp, wr) => return core.post_recv_reserved_ref(*qp, wr),
+        Command::PostSend(qp, wr) => {
+            core.post_send_reserved_ref(*qp, wr);
+            return cmd.forget();
+        }
+        Command::PostRecv(qp, wr) => {
+            core.post_recv_reserved_ref(*qp, wr);
+            return cmd.forget();
+        }
         _ => {}
     }
     match cmd.take() {
