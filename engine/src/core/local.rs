@@ -117,7 +117,21 @@ impl Qp {
     /// Runs the local operations at the sending position, in order, until a message or a
     /// fence stops it; a failure sets `tx_fault` (module documentation). Returns whether
     /// any ran.
+    ///
+    /// Called whenever the sending position may move (twice a message): the common case,
+    /// no local operation there, is decided inline, without a call.
+    #[inline]
     pub(super) fn run_local_ops(&mut self, mrs: &MrTable) -> bool {
+        let local_next = usize::try_from(self.sq_next_seq - self.sq_head_seq)
+            .ok()
+            .and_then(|idx| self.sq.get(idx))
+            .is_some_and(|e| e.wr.op.is_local());
+        local_next && self.run_local_ops_at(mrs)
+    }
+
+    /// [`Self::run_local_ops`] once a local operation is at the sending position.
+    #[inline(never)]
+    fn run_local_ops_at(&mut self, mrs: &MrTable) -> bool {
         let mut any = false;
         while let Ok(idx) = usize::try_from(self.sq_next_seq - self.sq_head_seq) {
             let Some(e) = self.sq.get(idx) else { break };
