@@ -324,7 +324,11 @@ impl Segmenter {
         let ulp_from = start.min(hlen) as usize;
         let ulp_to = end.min(hlen) as usize;
         let ulp_part = &self.ulp_header[ulp_from..ulp_to];
-        header_buf[ddp_len..ddp_len + ulp_part.len()].copy_from_slice(ulp_part);
+        // Most segments carry no ULP header octets (Writes, Sends, Read Responses, and
+        // every segment after a message's first): no call of memcpy for nothing.
+        if !ulp_part.is_empty() {
+            header_buf[ddp_len..ddp_len + ulp_part.len()].copy_from_slice(ulp_part);
+        }
         let payload_offset = start.max(hlen) - hlen;
         let payload_len = end.max(hlen) - hlen - payload_offset;
 
