@@ -97,6 +97,7 @@ pub fn validate_recv(shared: &QpShared, mrs: &MrTable, wr: &RecvWr) -> Result<()
     Ok(())
 }
 
+#[inline]
 pub(super) fn check_sge(mrs: &MrTable, pd: PdId, s: &Sge, write: bool) -> Result<(), EngineError> {
     let g = mrs
         .lookup_local(Stag(s.stag), pd, write)
