@@ -585,8 +585,9 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
 }
 
 /// Carries out the command at the front of the ring. Work requests, the common case, are
-/// read where they lie in the ring's slot and copied once, into their queue; a `pop` would
-/// copy the whole command out first, and moving it through the `match` copied it again.
+/// read where they lie in the ring's slot and copied from there into their queue; a `pop`
+/// would copy the whole command out first, and moving it through the `match` copied it
+/// again.
 fn apply<D: PollDevice>(core: &mut EngineCore<D>, cmd: Front<'_, Command>) {
     // Work requests own nothing (`SendWr` and `RecvWr` are `Copy`): their slot is freed
     // without the call of `Command`'s drop glue that dropping the guard would make.

@@ -146,7 +146,8 @@ impl<D: PollDevice> EngineCore<D> {
     }
 
     /// [`Self::post_send_reserved`] of a request read where it lies (the command ring's
-    /// slot): it is copied once, into the send queue.
+    /// slot), not moved out of it first: copied into its send queue entry, which `push_back`
+    /// copies into the queue (the entry must outlive a growth of the queue).
     pub(crate) fn post_send_reserved_ref(&mut self, id: QpId, wr: &SendWr) {
         let Ok(q) = self.qp_mut(id) else { return };
         let bad_read = (matches!(wr.op, SendOp::Read { .. }) || wr.op.is_atomic()) && q.ord == 0;
@@ -183,7 +184,7 @@ impl<D: PollDevice> EngineCore<D> {
     }
 
     /// [`Self::post_recv_reserved`] of a request read where it lies (the command ring's
-    /// slot): it is copied once, into the receive queue.
+    /// slot), not moved out of it first.
     pub(crate) fn post_recv_reserved_ref(&mut self, id: QpId, wr: &RecvWr) {
         let Ok(q) = self.qp_mut(id) else { return };
         q.rq.push_back(*wr);
