@@ -533,6 +533,7 @@ impl CompletionQueue {
     }
 
     /// Takes the oldest completion.
+    #[inline]
     pub fn pop(&self) -> Option<Completion> {
         self.ring.pop()
     }
