@@ -464,6 +464,7 @@ impl<D: PollDevice> Stack<D> {
     }
 
     /// Free bytes in the send buffer.
+    #[inline]
     pub fn send_space(&mut self, id: ConnId) -> Result<usize, StackError> {
         dispatch!(self, s => s.send_space(id))
     }
