@@ -589,6 +589,8 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
 /// would copy the whole command out first, and moving it through the `match` copied it
 /// again.
 fn apply<D: PollDevice>(core: &mut EngineCore<D>, cmd: Front<'_, Command>) {
+    // `forget` below leaks what a work request owns: they must own nothing.
+    const _: () = assert!(!std::mem::needs_drop::<SendWr>() && !std::mem::needs_drop::<RecvWr>());
     // Work requests own nothing (`SendWr` and `RecvWr` are `Copy`): their slot is freed
     // without the call of `Command`'s drop glue that dropping the guard would make.
     match &*cmd {
