@@ -581,13 +581,24 @@ fn a_drained_receive_buffer_is_kept_until_the_keep_alive_tick() {
     let mut config = cfg();
     config.rx_buffer = 256 * 1024;
     config.keep_alive = Some(Duration::from_secs(1));
+    config.tx_buffer = 256 * 1024;
     let mut c = established(config, true);
     let idle = c.buffer_memory();
+    // A burst sent and acknowledged as it goes out: its send ring is kept too, until the
+    // tick.
+    let mut out = send(&mut c, ms(2), 100_000);
+    while let Some(last) = out.last() {
+        let end = last.seq + last.payload.len();
+        c.handle_segment(ms(2), &seg(TcpControl::None, PISS + 1, Some(end), &[]));
+        out = drain(&mut c, ms(2));
+    }
+    assert_eq!(c.send_queue(), 0);
+    assert!(c.buffer_memory() >= 100_000);
     let mut buf = vec![0; 256 * 1024];
     let mut off = 0;
     for burst in 0..3 {
         for _ in 0..100 {
-            c.handle_segment(ms(2 + burst), &data(off, &[7; 1460], ISS + 1));
+            c.handle_segment(ms(2 + burst), &data(off, &[7; 1460], ISS + 1 + 100_000));
             off += 1460;
         }
         drain(&mut c, ms(2 + burst));

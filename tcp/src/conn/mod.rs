@@ -1105,12 +1105,16 @@ impl Connection {
         }
     }
 
-    /// Gives back the memory a burst left in the receive queue and the record boundaries
-    /// once they are empty (at the keep-alive tick: a busy connection keeps them, so that
-    /// bursts do not reallocate and fault in their buffers again and again).
+    /// Gives back the memory a burst left in the receive queue, the send ring and the
+    /// record boundaries once they are empty (at the keep-alive tick: a busy connection
+    /// keeps them, so that bursts do not reallocate and fault in their buffers again and
+    /// again).
     fn trim_idle_buffers(&mut self) {
         if self.rx.is_empty() && self.rx.capacity() > 64 * 1024 {
             self.rx.shrink_to(4096);
+        }
+        if self.tx.allocated() > 64 * 1024 {
+            self.tx.release_if_empty();
         }
         if self.records.is_empty() && self.records.capacity() > 1024 {
             self.records.shrink_to(64);

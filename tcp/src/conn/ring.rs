@@ -51,6 +51,14 @@ impl SendRing {
         self.buf.len()
     }
 
+    /// Gives the buffer back when it holds nothing (it grows again on the next write).
+    pub fn release_if_empty(&mut self) {
+        if self.len == 0 {
+            self.buf = Vec::new();
+            self.head = 0;
+        }
+    }
+
     fn tail(&self) -> usize {
         if self.buf.is_empty() {
             0
