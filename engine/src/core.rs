@@ -4,12 +4,15 @@
 //! simulated clock, and [`crate::runtime`] drives one per pinned thread.
 //!
 //! # Pollers, in loop order
-//! 1. **rx**: one [`Stack::poll`]: an rx burst into smoltcp, timers.
+//! 1. **rx**: one [`Stack::poll_with`]: an rx burst into the TCP, timers. In-order payload
+//!    of a QP in RTS whose TCP receive queue is empty is deframed and placed while its
+//!    frame is parsed, straight from the mbuf (`poll_stack`); the rest is queued by TCP.
 //! 2. **tcp events**: accepted connections become pending connection requests; FIN/RST
 //!    move queue pairs towards the error state.
 //! 3. **requests**: MPA Requests of not yet accepted connections are read and handed to the
 //!    application ([`CmEvent::ConnectRequest`]).
-//! 4. **receive**: per connection, at most `rx_budget_bytes` of the TCP receive buffer are
+//! 4. **receive**: per connection, at most `rx_budget_bytes` of the TCP receive queue (what
+//!    step 1 did not take: octets behind a gap, of a startup, or a partial FPDU's rest) are
 //!    deframed (borrowed, no copy), validated (DDP, RDMAP) and placed straight into
 //!    registered memory; completions go out in MSN order.
 //! 5. **timers**: MPA startup timeouts.
@@ -38,9 +41,10 @@
 //!
 //! # The receive path, by function
 //! ```text
-//! poll ─ stack.poll (rx burst, TCP)
+//! poll ─ poll_stack: stack.poll_with (rx burst, TCP) (rx: in-order payload of RTS QPs)
+//!          └ Qp::consume      straight from the frame, while the TCP queue is empty
 //!      ─ poll_tcp_events, poll_requests            (connect: new connections, MPA Requests)
-//!      ─ poll_rx                                    (rx: connections with new octets)
+//!      ─ poll_rx                                    (rx: connections with queued octets)
 //!          └ Qp::consume      MPA startup frames (initiator), then Deframer::poll per FPDU
 //!              └ Qp::rx_ulpdu
 //!                  ├ rx_fenced           a fenced responder's first ULPDU (the RTR)
@@ -163,6 +167,10 @@ pub struct CoreStats {
     pub fpdus_rx: u64,
     /// Payload octets placed into registered memory.
     pub placed_octets: u64,
+    /// Received stream octets (FPDUs) consumed straight from the received frames, never
+    /// copied into the TCP receive queue (`EngineCore::poll_stack`); the rest of the
+    /// stream was read from the queue.
+    pub rx_in_place_octets: u64,
     /// Terminates sent.
     pub terminates_tx: u64,
     /// Terminates received.
@@ -634,7 +642,7 @@ impl<D: PollDevice> EngineCore<D> {
     pub fn poll(&mut self, now: Instant) -> bool {
         self.now = now;
         self.ctx.stats.loops += 1;
-        let mut work = self.stack.poll(now);
+        let mut work = self.poll_stack(now);
         work |= self.poll_tcp_events();
         let mut engine = self.poll_requests();
         if now >= self.sweep_at {

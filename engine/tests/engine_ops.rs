@@ -366,3 +366,60 @@ fn fenced_write_after_read_sees_old_data() {
     p.run(2000);
     assert!(read_region(&rb, 0, 400_000) == pattern(500_000, 2)[..400_000]);
 }
+
+/// Issue 12 item 2: without loss, what arrives in order is deframed and placed straight from
+/// the received frames, never copied into the TCP receive queue first: Writes and Sends on
+/// B, the Read Response on A, byte for byte.
+#[test]
+fn fpdus_are_placed_straight_from_the_frames() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (ra, sa) = p.a.region(1 << 20, all_access());
+    let (rb, sb) = p.b.region(1 << 20, all_access());
+    let data = pattern(400_000, 9);
+    ra.write_at(0, &data).unwrap();
+    let before = (p.a.core.stats(), p.b.core.stats());
+    p.b.core
+        .post_recv(qb, recv_wr(1, &[(sb, 0, 100_000)]))
+        .unwrap();
+    p.a.core
+        .post_send(qa, send_wr(2, SendOp::Send, &[(sa, 0, 100_000)]))
+        .unwrap();
+    p.a.core
+        .post_send(
+            qa,
+            send_wr(3, write(sb.0, 100_000), &[(sa, 100_000, 300_000)]),
+        )
+        .unwrap();
+    p.a.core
+        .post_send(
+            qa,
+            send_wr(4, read(sb.0, 100_000), &[(sa, 500_000, 300_000)]),
+        )
+        .unwrap();
+    p.run_until(20_000, |p| {
+        p.a.completions.len() == 3 && p.b.completions.len() == 1
+    });
+    assert!(p
+        .a
+        .take_completions()
+        .iter()
+        .all(|c| c.status == WcStatus::Success));
+    assert_eq!(p.b.take_completions()[0].byte_len, 100_000);
+    assert_eq!(read_region(&rb, 0, 400_000), data);
+    assert_eq!(read_region(&ra, 500_000, 300_000), data[100_000..]);
+    let (a, b) = (p.a.core.stats(), p.b.core.stats());
+    let placed_b = b.placed_octets - before.1.placed_octets;
+    let in_place_b = b.rx_in_place_octets - before.1.rx_in_place_octets;
+    let in_place_a = a.rx_in_place_octets - before.0.rx_in_place_octets;
+    assert_eq!(placed_b, 400_000);
+    // Every FPDU octet (headers, pads and CRCs on top of the payload) in place.
+    assert!(
+        in_place_b > placed_b,
+        "B: {in_place_b} of {placed_b} octets in place"
+    );
+    assert!(
+        in_place_a > 300_000,
+        "A: {in_place_a} octets of the Read Response in place"
+    );
+}

@@ -688,6 +688,18 @@ fn run(seed: u64, crc: bool, rev: u8) -> (Model, Octets) {
         st.lost > 0 && st.duplicated > 0 && st.reordered > 0,
         "{st:?}"
     );
+    // Issue 12 item 2: both receive paths carried this workload, the placement straight
+    // from the frames (`EngineCore::poll_stack`) and the TCP receive queue (what arrived
+    // behind a gap, octets of a startup, Terminates).
+    for (side, core) in [("A", &p.a.core), ("B", &p.b.core)] {
+        let s = core.stats();
+        let tcp = core.stack().tcp_totals().expect("Warpcore's TCP");
+        assert!(
+            s.rx_in_place_octets > 0,
+            "{side}: nothing placed from the frames"
+        );
+        assert_eq!(s.rx_in_place_octets, tcp.delivered_in_place, "{side}");
+    }
     (m, end)
 }
 

@@ -303,6 +303,25 @@ impl<D: PollDevice> Stack<D> {
         dispatch!(self, s => s.poll(now))
     }
 
+    /// [`Self::poll`], offering each connection's in-order payload to `deliver` straight
+    /// from the received frame, before any copy, while nothing of that connection waits in
+    /// its receive queue: `deliver(conn, octets)` returns how many octets it consumed, and
+    /// only the rest is queued for [`Self::recv_with`] (with a `Readable` event). The
+    /// engine places FPDUs from the frame this way (issue 12, item 2). `deliver` runs inside
+    /// the poll: it must not call the stack. The smoltcp reference never offers anything
+    /// (its socket copies every octet into its ring first).
+    #[inline]
+    pub fn poll_with<F: FnMut(ConnId, &[u8]) -> usize>(
+        &mut self,
+        now: Instant,
+        deliver: F,
+    ) -> bool {
+        match &mut self.imp {
+            Imp::Warpcore(s) => s.poll_with(now, deliver),
+            Imp::Reference(s) => s.poll(now),
+        }
+    }
+
     /// When the stack next needs a poll without new input (`None`: only on input).
     pub fn poll_at(&mut self, now: Instant) -> Option<Instant> {
         dispatch!(self, s => s.poll_at(now))

@@ -109,6 +109,9 @@ impl Qp {
                     used += n;
                     ctx.stats.fpdus_rx += 1;
                     match self.rx_ulpdu(&ulpdu, ctx) {
+                        // The input ended with this FPDU (an aligned segment): no call
+                        // for the empty rest.
+                        Ok(()) if used == data.len() => break,
                         Ok(()) => {}
                         Err(RxFault::Protocol(e)) => {
                             self.fail_local(e, Some(&ulpdu), ctx);
@@ -589,6 +592,46 @@ impl Qp {
 impl<D: PollDevice> EngineCore<D> {
     /// The receive poller: every QP marked ready (by a Readable or PeerClosed event of its
     /// connection, a command, or its own unfinished budget).
+    /// The stack's poll (an rx burst, timers, transmit), with in-order payload placed
+    /// straight from the received frames (issue 12, item 2): while a connection's TCP
+    /// receive queue is empty, each in-order segment's payload is lent to [`Qp::consume`]
+    /// as it is parsed, so whole FPDUs are deframed (CRC checked) and placed into
+    /// registered memory from the mbuf, never copied into the TCP's queue first. Only a QP
+    /// past its startup (RTS, MPA done, peer not closed) takes octets this way; anything
+    /// else, and whatever `consume` leaves, is queued by TCP and read by [`Self::poll_rx`].
+    #[inline]
+    pub(super) fn poll_stack(&mut self, now: Instant) -> bool {
+        let EngineCore {
+            stack,
+            qps,
+            ctx,
+            conn_qp,
+            tx_ready,
+            ..
+        } = self;
+        stack.poll_with(now, |tcp, data| {
+            let Some(&i) = conn_qp.get(tcp.slot()) else {
+                return 0;
+            };
+            let i = i as usize;
+            let Some(Some(q)) = qps.get_mut(i) else {
+                return 0;
+            };
+            let steady = q.state == QpState::Rts
+                && q.conn
+                    .as_ref()
+                    .is_some_and(|c| c.tcp == tcp && matches!(c.mpa, Mpa::Done) && !c.peer_closed);
+            if !steady {
+                return 0;
+            }
+            let n = q.consume(data, ctx);
+            ctx.stats.rx_in_place_octets += n as u64;
+            // Received octets may owe the peer something (as in `poll_rx`).
+            tx_ready.mark(i);
+            n
+        })
+    }
+
     pub(super) fn poll_rx(&mut self) -> bool {
         let mut batch = std::mem::take(&mut self.batch);
         self.rx_ready.take_into(&mut batch);

@@ -308,6 +308,9 @@ impl Deframer {
         if let Some(fault) = self.fault {
             return Err(fault.mpa_error());
         }
+        if input.is_empty() {
+            return Ok((0, None));
+        }
         if let Some((total, len)) = self.whole_fpdu_at_front(input) {
             // Fast path (the case of an MPA-aligned sender): one whole, valid FPDU at the
             // front of the input and none of it received before.

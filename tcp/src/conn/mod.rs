@@ -148,6 +148,9 @@ pub struct ConnStats {
     pub window_probes: u64,
     /// Keep-alive probes sent.
     pub keepalives: u64,
+    /// In-order octets the user took straight from the received segment (the engine's
+    /// placement from the mbuf, `Stack::poll_with`), never copied into the receive queue.
+    pub delivered_in_place: u64,
     /// Loss recovery.
     pub recovery: RecoveryStats,
 }
@@ -642,11 +645,27 @@ impl Connection {
 
     /// A segment of this connection arrived (checksum verified by the host).
     pub fn handle_segment(&mut self, now: Instant, seg: &TcpRepr<'_>) {
+        self.handle_segment_with(now, seg, &mut |_| 0);
+    }
+
+    /// [`Self::handle_segment`], offering in-order payload to `deliver` first: while the
+    /// receive queue is empty, the octets that arrive in order are lent to `deliver`
+    /// straight from the segment (the received frame), and only what it does not consume
+    /// (returns less than the length) is copied into the queue. What it consumed counts as
+    /// read: the window does not shrink for it, and no `Readable` event is raised unless
+    /// octets were queued. Octets after a queued one always queue (the stream's order is
+    /// kept). Out-of-order data is never offered before the gap before it fills.
+    pub fn handle_segment_with(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr<'_>,
+        deliver: &mut dyn FnMut(&[u8]) -> usize,
+    ) {
         self.stats.segments_received += 1;
         match self.state {
             State::Closed | State::Listen => {}
             State::SynSent => self.on_syn_sent(now, seg),
-            _ => self.on_synchronized(now, seg),
+            _ => self.on_synchronized(now, seg, deliver),
         }
     }
 
@@ -722,7 +741,12 @@ impl Connection {
     }
 
     /// RFC 9293 3.10.7.4 for every state past SYN-SENT.
-    fn on_synchronized(&mut self, now: Instant, seg: &TcpRepr<'_>) {
+    fn on_synchronized(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr<'_>,
+        deliver: &mut dyn FnMut(&[u8]) -> usize,
+    ) {
         let seg_len = seg.segment_len();
         let wnd = self.rcv_wnd();
         // First: sequence number acceptability.
@@ -827,7 +851,7 @@ impl Connection {
             self.state,
             State::Established | State::FinWait1 | State::FinWait2
         ) {
-            self.process_text(now, seg);
+            self.process_text(now, seg, deliver);
         } else if seg_len > 0 {
             // Data after the peer's FIN: ignore, but tell it where we are.
             self.ack_now = true;
@@ -919,7 +943,26 @@ impl Connection {
         }
     }
 
-    fn process_text(&mut self, now: Instant, seg: &TcpRepr<'_>) {
+    /// Takes `data`, the next in-order octets: offered to `deliver` when nothing is queued
+    /// before them, the rest queued.
+    #[inline]
+    fn take_in_order(&mut self, data: &[u8], deliver: &mut dyn FnMut(&[u8]) -> usize) {
+        let n = if self.rx.is_empty() {
+            deliver(data).min(data.len())
+        } else {
+            0
+        };
+        self.stats.delivered_in_place += n as u64;
+        self.rx.extend(&data[n..]);
+        self.rcv_off += data.len() as u64;
+    }
+
+    fn process_text(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr<'_>,
+        deliver: &mut dyn FnMut(&[u8]) -> usize,
+    ) {
         let rel = seq_diff(seg.seq_number, self.rcv_nxt);
         let mut data = seg.payload;
         let mut off = self.rcv_off as i64 + rel;
@@ -950,18 +993,18 @@ impl Connection {
         if !data.is_empty() {
             if off == self.rcv_off {
                 let had_gap = !self.ooo.is_empty();
-                self.rx.extend(data);
-                self.rcv_off += data.len() as u64;
+                self.take_in_order(data, deliver);
                 while let Some(more) = self.ooo.take_at(self.rcv_off) {
-                    self.rx.extend(&more);
-                    self.rcv_off += more.len() as u64;
+                    self.take_in_order(&more, deliver);
                 }
                 self.rcv_nxt = TcpSeqNumber(
                     (self.irs.0 as u32)
                         .wrapping_add(1)
                         .wrapping_add(self.rcv_off as u32) as i32,
                 );
-                self.events |= EV_READABLE;
+                if !self.rx.is_empty() {
+                    self.events |= EV_READABLE;
+                }
                 self.unacked_segs += 1;
                 // RFC 5681 4.2: a segment that fills a gap is ACKed at once; RFC 1122
                 // 4.2.3.2: at least every second full-sized segment.

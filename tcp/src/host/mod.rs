@@ -162,6 +162,9 @@ pub struct TcpTotals {
     pub fast_recoveries: u64,
     /// Zero-window probes sent.
     pub window_probes: u64,
+    /// In-order octets the user took straight from the received frames
+    /// ([`Host::poll_with`]), never copied into a receive queue.
+    pub delivered_in_place: u64,
 }
 
 impl TcpTotals {
@@ -176,6 +179,7 @@ impl TcpTotals {
         self.tail_loss_probes += c.recovery.tlp_count;
         self.fast_recoveries += c.recovery.fast_recoveries;
         self.window_probes += c.window_probes;
+        self.delivered_in_place += c.delivered_in_place;
     }
 }
 
@@ -374,6 +378,20 @@ impl<D: PollDevice> Host<D> {
     /// out, one flush. Returns whether anything happened.
     #[inline]
     pub fn poll(&mut self, now: Instant) -> bool {
+        self.poll_with(now, |_, _| 0)
+    }
+
+    /// [`Self::poll`], offering each connection's in-order payload to `deliver` straight
+    /// from the received frame while that connection's receive queue is empty
+    /// ([`Connection::handle_segment_with`]): `deliver(conn, octets)` returns how many it
+    /// consumed; the rest is queued and read with `recv_with` as before. `deliver` runs
+    /// inside the poll and cannot call the host.
+    #[inline]
+    pub fn poll_with<F: FnMut(ConnId, &[u8]) -> usize>(
+        &mut self,
+        now: Instant,
+        mut deliver: F,
+    ) -> bool {
         self.inner.now = now;
         let events_before = self.inner.events.len();
         self.device.begin_poll();
@@ -383,7 +401,7 @@ impl<D: PollDevice> Host<D> {
                 break;
             };
             let inner = &mut self.inner;
-            rx.consume(|frame| inner.process_frame(frame));
+            rx.consume(|frame| inner.process_frame(frame, &mut deliver));
             work = true;
         }
         if self.inner.wheel.may_have_due(now) {
@@ -1088,7 +1106,7 @@ impl Inner {
     }
 
     #[inline(never)]
-    fn process_frame(&mut self, frame: &[u8]) {
+    fn process_frame(&mut self, frame: &[u8], deliver: &mut dyn FnMut(ConnId, &[u8]) -> usize) {
         let Ok(eth) = EthernetFrame::new_checked(frame) else {
             self.stats.rx_dropped += 1;
             return;
@@ -1101,7 +1119,7 @@ impl Inner {
         match eth.ethertype() {
             EthernetProtocol::Arp => self.process_arp(eth.payload()),
             EthernetProtocol::Ipv4 if dst == self.mac => {
-                self.process_ipv4(eth.src_addr(), eth.payload())
+                self.process_ipv4(eth.src_addr(), eth.payload(), deliver)
             }
             _ => self.stats.rx_dropped += 1,
         }
@@ -1153,7 +1171,12 @@ impl Inner {
         }
     }
 
-    fn process_ipv4(&mut self, src_mac: EthernetAddress, payload: &[u8]) {
+    fn process_ipv4(
+        &mut self,
+        src_mac: EthernetAddress,
+        payload: &[u8],
+        deliver: &mut dyn FnMut(ConnId, &[u8]) -> usize,
+    ) {
         let Ok(p) = Ipv4Packet::new_checked(payload) else {
             self.stats.rx_dropped += 1;
             return;
@@ -1171,7 +1194,7 @@ impl Inner {
             return;
         }
         match ip.next_header {
-            IpProtocol::Tcp => self.process_tcp(src_mac, &ip, p.payload()),
+            IpProtocol::Tcp => self.process_tcp(src_mac, &ip, p.payload(), deliver),
             IpProtocol::Icmp => self.process_icmp(src_mac, &ip, p.payload()),
             _ => self.stats.rx_dropped += 1,
         }
@@ -1217,7 +1240,13 @@ impl Inner {
         self.queue_control(f);
     }
 
-    fn process_tcp(&mut self, src_mac: EthernetAddress, ip: &Ipv4Repr, payload: &[u8]) {
+    fn process_tcp(
+        &mut self,
+        src_mac: EthernetAddress,
+        ip: &Ipv4Repr,
+        payload: &[u8],
+        deliver: &mut dyn FnMut(ConnId, &[u8]) -> usize,
+    ) {
         let Ok(p) = TcpPacket::new_checked(payload) else {
             self.stats.rx_dropped += 1;
             return;
@@ -1234,7 +1263,12 @@ impl Inner {
         };
         if let Some(&index) = self.demux.get(&tuple) {
             if let Some(Some(s)) = self.slots.get_mut(index as usize) {
-                s.conn.handle_segment(self.now, &seg);
+                let id = ConnId {
+                    index,
+                    generation: s.generation,
+                };
+                s.conn
+                    .handle_segment_with(self.now, &seg, &mut |data| deliver(id, data));
                 // Deferred once only: a connection already waiting in the dirty list (its
                 // ACK deferred by the last poll, or segments of its own pending) sends this
                 // poll. Deferring again at every poll that brought data held a bulk

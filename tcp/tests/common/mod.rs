@@ -34,6 +34,35 @@ pub struct Flow {
     pub received: u64,
     pub fin_sent: bool,
     pub peer_closed: bool,
+    /// Of `received`, the octets taken in place from `Stack::poll_with`.
+    pub in_place: u64,
+}
+
+/// What a seeded in-place reader takes of the octets `Stack::poll_with` offers: nothing (one
+/// offer in eight), a random prefix (one in eight) or all, each octet checked against the
+/// pattern.
+fn offer(f: &mut Flow, rng: &mut u64, salt: u32, data: &[u8]) -> usize {
+    *rng = rng
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .wrapping_add(1_442_695_040_888_963_407);
+    let r = (*rng >> 33) as usize;
+    let n = match r % 8 {
+        0 => 0,
+        1 => (r / 8) % (data.len() + 1),
+        _ => data.len(),
+    };
+    for (k, &b) in data[..n].iter().enumerate() {
+        let want = pattern(salt, f.received + k as u64);
+        assert_eq!(
+            b,
+            want,
+            "in-place byte {} of the stream differs",
+            f.received + k as u64
+        );
+    }
+    f.received += n as u64;
+    f.in_place += n as u64;
+    n
 }
 
 fn pump(
@@ -95,10 +124,28 @@ pub fn bidirectional<DA: PollDevice, DB: PollDevice>(
     b: &mut Stack<DB>,
     total: u64,
     tuning: &TcpTuning,
-    mut clock: impl FnMut(Instant, bool, Option<Instant>) -> Instant,
+    clock: impl FnMut(Instant, bool, Option<Instant>) -> Instant,
     next_delivery: impl Fn(&Stack<DA>, &Stack<DB>) -> Option<Instant>,
     limit: Duration,
 ) -> Duration {
+    bidirectional_in_place(a, b, total, tuning, clock, next_delivery, limit, None).0
+}
+
+/// [`bidirectional`]; with `in_place_seed`, both stacks are polled with `Stack::poll_with`
+/// and a seeded reader ([`offer`]) takes part of what is offered in place, the rest being
+/// read from the queue as before. Returns the simulated time and the octets taken in place
+/// (both directions).
+#[allow(clippy::too_many_arguments)]
+pub fn bidirectional_in_place<DA: PollDevice, DB: PollDevice>(
+    a: &mut Stack<DA>,
+    b: &mut Stack<DB>,
+    total: u64,
+    tuning: &TcpTuning,
+    mut clock: impl FnMut(Instant, bool, Option<Instant>) -> Instant,
+    next_delivery: impl Fn(&Stack<DA>, &Stack<DB>) -> Option<Instant>,
+    limit: Duration,
+    in_place_seed: Option<u64>,
+) -> (Duration, u64) {
     let t0 = Instant::ZERO;
     let mut now = t0;
     let _l = b.listen(5000, 2, tuning).expect("listen");
@@ -107,12 +154,26 @@ pub fn bidirectional<DA: PollDevice, DB: PollDevice>(
     let (mut fa, mut fb) = (Flow::default(), Flow::default());
     let mut connected = false;
     let (mut a_closed, mut b_closed) = (false, false);
+    let mut rng = in_place_seed.unwrap_or(0);
     loop {
         assert!(
             now - t0 < limit,
             "transfer did not finish within {limit} (a {fa:?}, b {fb:?})"
         );
-        let mut work = a.poll(now) | b.poll(now);
+        let mut work = match in_place_seed {
+            None => a.poll(now) | b.poll(now),
+            Some(_) => {
+                let wa = a.poll_with(now, |c, data| {
+                    assert_eq!(c, ca, "offered octets of another connection");
+                    offer(&mut fa, &mut rng, 0xa5a5_0002, data)
+                });
+                let wb = b.poll_with(now, |c, data| {
+                    assert_eq!(Some(c), cb, "offered octets of another connection");
+                    offer(&mut fb, &mut rng, 0x5a5a_0001, data)
+                });
+                wa | wb
+            }
+        };
         while let Some(e) = a.next_event() {
             match e {
                 Event::Connected(_) => connected = true,
@@ -145,7 +206,7 @@ pub fn bidirectional<DA: PollDevice, DB: PollDevice>(
         if fa.received == total && fb.received == total && fa.peer_closed && fb.peer_closed {
             // Both halves finished; TIME-WAIT and LAST-ACK end on their own.
             let _ = (a_closed, b_closed);
-            return now - t0;
+            return (now - t0, fa.in_place + fb.in_place);
         }
         let mut wake = next_delivery(a, b);
         for t in [a.poll_at(now), b.poll_at(now)].into_iter().flatten() {
