@@ -28,6 +28,7 @@
 
 pub mod capture;
 pub mod conn;
+pub mod csum;
 pub mod device;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;

@@ -1,0 +1,228 @@
+//! The Internet checksum (RFC 1071) of TCP segments, computed where a port cannot offload it,
+//! at bulk speed and, on transmit, in the same pass as the payload's copy into the frame.
+//!
+//! smoltcp's `TcpPacket::fill_checksum` / `verify_checksum` walk the segment two octets at a
+//! time after its payload was copied into the frame: a second pass over every octet, 12 % of
+//! a bulk sender's cycles over net_memif (issue 12). Here the words are summed 32 octets per
+//! step into sixteen 32-bit lanes, a loop the compiler vectorises with plain SSE2 (no unsafe,
+//! no CPU detection), and [`copy_and_sum`] stores each step's octets as it sums them. The
+//! results are checked against smoltcp's in this module's tests (every length, every
+//! offset), and smoltcp still parses and emits every header.
+//!
+//! Sums are kept in "native words": 16-bit words loaded little-endian, which RFC 1071 §2(B)
+//! allows (the one's-complement sum is byte-order independent); [`finish`] turns the folded
+//! sum into the two octets of the checksum field.
+
+use smoltcp::wire::Ipv4Address;
+
+/// Octets per step of the summing loops: sixteen 16-bit words, one per 32-bit lane.
+const STEP: usize = 32;
+/// Steps after which the lanes are added into the total (a lane gains at most 0xffff per
+/// step, so 0x8000 steps cannot overflow it).
+const FOLD_EVERY: usize = 0x8000;
+
+/// Adds the lanes into a 64-bit total.
+#[inline(always)]
+fn drain(lanes: &mut [u32; 16], total: &mut u64) {
+    for l in lanes.iter_mut() {
+        *total += u64::from(*l);
+        *l = 0;
+    }
+}
+
+/// A step's octets as an array (the slices come from `chunks_exact(STEP)`: the conversion
+/// cannot fail, and the compiler drops its check).
+#[inline(always)]
+fn step(s: &[u8]) -> &[u8; STEP] {
+    s.try_into().unwrap_or(&[0; STEP])
+}
+
+/// Adds one step's sixteen words, one to each lane (a loop of constant shape: vectorised).
+#[inline(always)]
+fn add_step(lanes: &mut [u32; 16], s: &[u8; STEP]) {
+    for (i, lane) in lanes.iter_mut().enumerate() {
+        *lane += u32::from(u16::from_le_bytes([s[2 * i], s[2 * i + 1]]));
+    }
+}
+
+/// The sum of a tail shorter than a step (an odd last octet is padded with a zero octet).
+#[inline(always)]
+fn tail_sum(rest: &[u8]) -> u64 {
+    let mut total = 0u64;
+    let mut words = rest.chunks_exact(2);
+    for w in &mut words {
+        total += u64::from(u16::from_le_bytes([w[0], w[1]]));
+    }
+    if let [last] = words.remainder() {
+        total += u64::from(u16::from_le_bytes([*last, 0]));
+    }
+    total
+}
+
+/// The unfolded one's-complement sum of `data` in native words. `data` must start at an even
+/// offset of what is summed (true of every header and of a TCP payload).
+#[inline]
+pub fn sum(data: &[u8]) -> u64 {
+    let mut lanes = [0u32; 16];
+    let mut total = 0u64;
+    let whole = data.len() - data.len() % STEP;
+    let (steps, rest) = data.split_at(whole);
+    for block in steps.chunks(FOLD_EVERY * STEP) {
+        for s in block.chunks_exact(STEP) {
+            add_step(&mut lanes, step(s));
+        }
+        drain(&mut lanes, &mut total);
+    }
+    total + tail_sum(rest)
+}
+
+/// Copies `src` into `dst` (of the same length) and returns the unfolded sum of the octets
+/// copied, as [`sum`] would: one pass over the payload instead of a copy and a sum.
+///
+/// # Panics
+/// If the lengths differ (a caller's bug: the frame was sized for the payload).
+#[inline]
+pub fn copy_and_sum(dst: &mut [u8], src: &[u8]) -> u64 {
+    assert_eq!(dst.len(), src.len(), "copy_and_sum: lengths differ");
+    let mut lanes = [0u32; 16];
+    let mut total = 0u64;
+    let whole = src.len() - src.len() % STEP;
+    let (d_steps, d_rest) = dst.split_at_mut(whole);
+    let (s_steps, s_rest) = src.split_at(whole);
+    let blocks = d_steps
+        .chunks_mut(FOLD_EVERY * STEP)
+        .zip(s_steps.chunks(FOLD_EVERY * STEP));
+    for (d_block, s_block) in blocks {
+        for (d, s) in d_block
+            .chunks_exact_mut(STEP)
+            .zip(s_block.chunks_exact(STEP))
+        {
+            let s = step(s);
+            d.copy_from_slice(s);
+            add_step(&mut lanes, s);
+        }
+        drain(&mut lanes, &mut total);
+    }
+    d_rest.copy_from_slice(s_rest);
+    total + tail_sum(s_rest)
+}
+
+/// The sum of the IPv4 pseudo-header of a TCP segment of `tcp_len` octets (RFC 9293 3.1).
+#[inline]
+pub fn pseudo_header(src: Ipv4Address, dst: Ipv4Address, tcp_len: u16) -> u64 {
+    let (s, d) = (src.octets(), dst.octets());
+    let len = tcp_len.to_be_bytes();
+    tail_sum(&[
+        s[0], s[1], s[2], s[3], d[0], d[1], d[2], d[3], 0, 6, len[0], len[1],
+    ])
+}
+
+/// Folds an unfolded sum to 16 bits (end-around carries).
+#[inline]
+pub fn fold(mut total: u64) -> u16 {
+    while total > 0xffff {
+        total = (total & 0xffff) + (total >> 16);
+    }
+    total as u16
+}
+
+/// The two octets of the checksum field for a segment whose every octet (checksum field
+/// zero) and pseudo-header add up to `total`.
+#[inline]
+pub fn finish(total: u64) -> [u8; 2] {
+    (!fold(total)).to_le_bytes()
+}
+
+/// Whether a received segment's sum (checksum field included, pseudo-header added) verifies.
+#[inline]
+pub fn verifies(total: u64) -> bool {
+    fold(total) == 0xffff
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smoltcp::wire::{IpAddress, TcpPacket};
+
+    const SRC: Ipv4Address = Ipv4Address::new(198, 18, 0, 1);
+    const DST: Ipv4Address = Ipv4Address::new(10, 200, 3, 77);
+
+    fn bytes(n: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect()
+    }
+
+    /// A TCP segment: a 20-octet header (data offset 5) and `payload`.
+    fn segment(payload: &[u8], seed: u64) -> Vec<u8> {
+        let mut seg = bytes(20, seed);
+        seg[12] = 5 << 4;
+        seg.extend_from_slice(payload);
+        seg
+    }
+
+    fn ours(seg: &[u8]) -> [u8; 2] {
+        let mut s = seg.to_vec();
+        s[16] = 0;
+        s[17] = 0;
+        finish(pseudo_header(SRC, DST, s.len() as u16) + sum(&s))
+    }
+
+    /// Every payload length from 0 to 2,100 octets (every tail, odd and even), and a few
+    /// long ones past the lanes' fold: the same field as smoltcp's `fill_checksum`, and
+    /// smoltcp's `verify_checksum` accepts it.
+    #[test]
+    fn checksum_field_matches_smoltcp_at_every_length() {
+        let lens = (0..=2100).chain([9000, 65_515, 65_535 - 20]);
+        for len in lens {
+            let mut seg = segment(&bytes(len, len as u64), len as u64 + 1);
+            let mine = ours(&seg);
+            let mut p = TcpPacket::new_unchecked(&mut seg[..]);
+            p.fill_checksum(&IpAddress::Ipv4(SRC), &IpAddress::Ipv4(DST));
+            assert_eq!(mine, seg[16..18], "payload of {len} octets");
+            let p = TcpPacket::new_unchecked(&seg[..]);
+            assert!(p.verify_checksum(&IpAddress::Ipv4(SRC), &IpAddress::Ipv4(DST)));
+            let total = pseudo_header(SRC, DST, seg.len() as u16) + sum(&seg);
+            assert!(verifies(total), "payload of {len} octets");
+        }
+    }
+
+    /// One flipped bit anywhere in a segment (or its pseudo-header's addresses) fails.
+    #[test]
+    fn a_flipped_bit_fails_verification() {
+        let mut seg = segment(&bytes(1460, 3), 4);
+        let mut p = TcpPacket::new_unchecked(&mut seg[..]);
+        p.fill_checksum(&IpAddress::Ipv4(SRC), &IpAddress::Ipv4(DST));
+        let ph = pseudo_header(SRC, DST, seg.len() as u16);
+        assert!(verifies(ph + sum(&seg)));
+        for i in (0..seg.len()).step_by(7) {
+            let mut bad = seg.clone();
+            bad[i] ^= 1 << (i % 8);
+            assert!(!verifies(ph + sum(&bad)), "octet {i}");
+        }
+        let other = pseudo_header(Ipv4Address::new(198, 18, 0, 3), DST, seg.len() as u16);
+        assert!(!verifies(other + sum(&seg)));
+    }
+
+    /// The copy is exact and its sum equals [`sum`] of the octets, at every length up to
+    /// three steps past a multiple of the step, from every source alignment.
+    #[test]
+    fn copy_and_sum_copies_and_sums() {
+        let src = bytes(4096 + 64, 9);
+        for off in 0..8 {
+            for len in (0..200).chain([1460, 1461, 4096]) {
+                let s = &src[off..off + len];
+                let mut dst = vec![0xaa; len];
+                let t = copy_and_sum(&mut dst, s);
+                assert_eq!(dst, s, "offset {off}, {len} octets");
+                assert_eq!(t, sum(s), "offset {off}, {len} octets");
+            }
+        }
+    }
+}
