@@ -789,6 +789,9 @@ pub fn bw_phase(
     let pl = ph.post_list.clamp(1, window);
     // -l's list, allocated once for the phase and refilled each round.
     let mut batch: Vec<SendWr> = Vec::with_capacity(if pl > 1 { pl as usize } else { 0 });
+    // --verify: each message's pattern is built here, allocated once for the phase (a
+    // fresh zeroed buffer per message was two more passes over it on the sending core).
+    let mut pattern_buf: Vec<u8> = Vec::new();
     // --inject-defect (client, QP 0 only): the message it spoils.
     let defect_at = defect.map(|d| (d, Defect::message(test, ph.iters, slots)));
     let mut tx: Vec<Tx> = conns
@@ -855,15 +858,14 @@ pub fn bw_phase(
                     };
                     let spoil = defect_at.filter(|&(_, m)| qi == 0 && m == i).map(|d| d.0);
                     if verify && (test == T::WriteBw || test == T::SendBw) {
-                        let mut buf = vec![0u8; s];
-                        wire::fill(&mut buf, salt, i);
+                        pattern_buf.resize(s, 0);
+                        let buf = &mut pattern_buf[..s];
+                        wire::fill(buf, salt, i);
                         if spoil == Some(Defect::CorruptOctet) {
                             // After the pattern was written, as a corrupting path would.
                             buf[Defect::octet(size) as usize] ^= 0xff;
                         }
-                        c.src
-                            .write(slot as usize, &buf)
-                            .map_err(|e| e.to_string())?;
+                        c.src.write(slot as usize, buf).map_err(|e| e.to_string())?;
                     }
                     let len = if spoil == Some(Defect::ShortSend) {
                         size - 1
