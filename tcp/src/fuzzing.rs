@@ -403,7 +403,7 @@ pub fn tcp_segments(data: &[u8]) {
     let (mut passive, mut active) = (Side::default(), Side::default());
     // The peer's MAC is known from the start, as after any exchange.
     stack.device_mut().rx.push_back(arp_reply());
-    for _ in 0..256 {
+    for step in 0..256u32 {
         let Ok(op) = Op::arbitrary(&mut u) else {
             break;
         };
@@ -499,20 +499,10 @@ pub fn tcp_segments(data: &[u8]) {
             Op::Recv(n) => {
                 for side in [&mut passive, &mut active] {
                     if let Some(id) = side.id {
-                        let off = side.delivered;
-                        let base = side.peer_base;
+                        let (off, base) = (side.delivered, side.peer_base);
                         if let Ok(k) = stack.recv_with(id, |d| {
                             let k = d.len().min(usize::from(n));
-                            let base = base.expect("octets delivered before our stack ACKed a SYN");
-                            for (i, &b) in d[..k].iter().enumerate() {
-                                let seq = (base.0 as u32).wrapping_add((off + i as u64) as u32);
-                                assert_eq!(
-                                    b,
-                                    peer_octet(seq),
-                                    "octet {} of the peer's stream delivered altered",
-                                    off + i as u64
-                                );
-                            }
+                            check_delivered(base, off, &d[..k]);
                             k
                         }) {
                             side.delivered += k as u64;
@@ -546,7 +536,26 @@ pub fn tcp_segments(data: &[u8]) {
                 }
             }
         }
-        stack.poll(now);
+        // In-order octets are offered in place while nothing is queued (the engine's
+        // placement from the frame): taken whole, in part or not at all by turns, each
+        // checked where it falls in the peer's stream; the rest queues for `Op::Recv`.
+        stack.poll_with(now, |id, d| {
+            // A connection not accepted yet (or released) is not the user's: left queued.
+            let Some(side) = [&mut passive, &mut active]
+                .into_iter()
+                .find(|s| s.id == Some(id) && s.peer_base.is_some())
+            else {
+                return 0;
+            };
+            let k = match step % 3 {
+                0 => d.len(),
+                1 => d.len() / 2,
+                _ => 0,
+            };
+            check_delivered(side.peer_base, side.delivered, &d[..k]);
+            side.delivered += k as u64;
+            k
+        });
         while let Some(e) = stack.next_event() {
             match e {
                 Event::Acceptable(l) => {
@@ -588,6 +597,24 @@ pub fn tcp_segments(data: &[u8]) {
         if arp_due {
             stack.device_mut().rx.push_back(arp_reply());
         }
+    }
+}
+
+/// Asserts that `d`, delivered at stream offset `off` of a peer whose SYN-ACK our stack
+/// acknowledged at `base`, is the peer's stream there.
+fn check_delivered(base: Option<TcpSeqNumber>, off: u64, d: &[u8]) {
+    if d.is_empty() {
+        return;
+    }
+    let base = base.expect("octets delivered before our stack ACKed a SYN");
+    for (i, &b) in d.iter().enumerate() {
+        let seq = (base.0 as u32).wrapping_add((off + i as u64) as u32);
+        assert_eq!(
+            b,
+            peer_octet(seq),
+            "octet {} of the peer's stream delivered altered",
+            off + i as u64
+        );
     }
 }
 

@@ -590,8 +590,6 @@ impl Qp {
 }
 
 impl<D: PollDevice> EngineCore<D> {
-    /// The receive poller: every QP marked ready (by a Readable or PeerClosed event of its
-    /// connection, a command, or its own unfinished budget).
     /// The stack's poll (an rx burst, timers, transmit), with in-order payload placed
     /// straight from the received frames (issue 12, item 2): while a connection's TCP
     /// receive queue is empty, each in-order segment's payload is lent to [`Qp::consume`]
@@ -632,6 +630,8 @@ impl<D: PollDevice> EngineCore<D> {
         })
     }
 
+    /// The receive poller: every QP marked ready (by a Readable or PeerClosed event of its
+    /// connection, a command, or its own unfinished budget).
     pub(super) fn poll_rx(&mut self) -> bool {
         let mut batch = std::mem::take(&mut self.batch);
         self.rx_ready.take_into(&mut batch);
