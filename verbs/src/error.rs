@@ -35,6 +35,10 @@ pub enum Error {
     /// An engine core could not be started on its device.
     #[error("{0}")]
     Device(#[source] EngineError),
+    /// The operating system's random source failed (the TCP's secret keys are drawn from
+    /// it when [`crate::Config::random_seed`] is unset).
+    #[error("the operating system's random source failed: {0}")]
+    Random(String),
     /// The queue pair is in the wrong state for this call.
     #[error("queue pair in state {0:?}")]
     InvalidState(QpState),

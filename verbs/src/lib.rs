@@ -150,6 +150,14 @@ pub struct Config {
     /// Who runs the engine cores' loops: their own threads (default), busy-polling
     /// threads, or the application's threads ([`Drive::Caller`], see [`Context::progress`]).
     pub drive: Drive,
+    /// The seed of the TCP's secrets: the key of its initial sequence numbers (RFC 6528),
+    /// of its 4-tuple hash table (against hash flooding) and the first ephemeral port.
+    /// `None` (the default): 64 bits from the operating system's random source at each
+    /// [`Context::open`], so sequence numbers cannot be predicted from the address and two
+    /// processes on one address do not start from the same ephemeral port (the second then
+    /// met the first's connection, still closing at the server, on the same 4-tuple). Set
+    /// it only for reproducible runs.
+    pub random_seed: Option<u64>,
 }
 
 impl Config {
@@ -164,7 +172,17 @@ impl Config {
             cpus: Vec::new(),
             engine: EngineConfig::default(),
             drive: Drive::default(),
+            random_seed: None,
         }
+    }
+}
+
+/// The seed of a context's TCP secrets ([`Config::random_seed`]): the one given, or 64
+/// bits from the operating system's random source.
+fn stack_seed(given: Option<u64>) -> Result<u64, Error> {
+    match given {
+        Some(seed) => Ok(seed),
+        None => getrandom::u64().map_err(|e| Error::Random(e.to_string())),
     }
 }
 
@@ -224,7 +242,7 @@ impl Context {
             ip: Ipv4Cidr::new(to_smol(cfg.ip), cfg.prefix_len),
             gateway: cfg.gateway.map(to_smol),
             routes: Vec::new(),
-            random_seed: u64::from(u32::from(cfg.ip)) ^ 0x5741_5250,
+            random_seed: stack_seed(cfg.random_seed)?,
             max_connections: cfg.engine.max_connections,
         };
         let mrs = Arc::new(MrTable::new(cfg.engine.mr_table_capacity));
@@ -1381,3 +1399,24 @@ impl CompletionQueue {
 
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
+
+#[cfg(test)]
+mod seed_tests {
+    use super::*;
+
+    /// RFC 6528 wants the ISN key secret: unset, every context draws its own from the OS
+    /// (the seed was derived from the IP address, so two processes on one address shared
+    /// their ISN key, hash key and first ephemeral port); a given seed is kept.
+    #[test]
+    fn each_context_draws_its_own_tcp_seed_unless_one_is_given() {
+        let drawn: Vec<u64> = (0..8).map(|_| stack_seed(None).unwrap()).collect();
+        for (i, a) in drawn.iter().enumerate() {
+            for b in &drawn[i + 1..] {
+                assert_ne!(a, b, "two draws gave the same seed");
+            }
+        }
+        assert_eq!(stack_seed(Some(42)).unwrap(), 42);
+        let (a, _b) = link_pair(&LinkConfig::default());
+        assert_eq!(Config::new(a, [198, 18, 0, 1]).random_seed, None);
+    }
+}
