@@ -40,8 +40,21 @@ fn faulty(seed: u64) -> LinkConfig {
 /// Runs the workload through one implementation; returns the simulated time and the frames
 /// the link lost.
 fn run(imp: TcpImplementation, seed: u64, total: u64) -> (Duration, u64) {
+    let (a, b, t, _) = workload(imp, seed, total, false);
+    let lost = a.device().tx_fault_stats().lost + b.device().tx_fault_stats().lost;
+    (t, lost)
+}
+
+/// The seeded lossy workload, with the seeded in-place reader when `in_place`; returns the
+/// two stacks, the simulated time and the octets taken in place.
+fn workload(
+    imp: TcpImplementation,
+    seed: u64,
+    total: u64,
+    in_place: bool,
+) -> (Stack<LinkEnd>, Stack<LinkEnd>, Duration, u64) {
     let (mut a, mut b) = stacks(&faulty(seed), imp);
-    let t = bidirectional(
+    let (t, taken) = bidirectional_in_place(
         &mut a,
         &mut b,
         total,
@@ -49,9 +62,9 @@ fn run(imp: TcpImplementation, seed: u64, total: u64) -> (Duration, u64) {
         sim_clock,
         next_delivery,
         Duration::from_secs(3600),
+        in_place.then_some(seed),
     );
-    let lost = a.device().tx_fault_stats().lost + b.device().tx_fault_stats().lost;
-    (t, lost)
+    (a, b, t, taken)
 }
 
 #[test]
@@ -79,18 +92,8 @@ fn same_seeded_lossy_workload_is_byte_exact_through_both_implementations() {
 #[test]
 fn in_place_delivery_is_byte_exact_under_loss_with_partial_reads() {
     for seed in [7_u64, 0xbeef, 0x5eed_0042] {
-        let (mut a, mut b) = stacks(&faulty(seed), TcpImplementation::Warpcore);
         let total = 4 * MIB;
-        let (_, in_place) = bidirectional_in_place(
-            &mut a,
-            &mut b,
-            total,
-            &TcpTuning::default(),
-            sim_clock,
-            next_delivery,
-            Duration::from_secs(3600),
-            Some(seed),
-        );
+        let (a, b, _, in_place) = workload(TcpImplementation::Warpcore, seed, total, true);
         let counted = a.tcp_totals().expect("ours").delivered_in_place
             + b.tcp_totals().expect("ours").delivered_in_place;
         let lost = a.device().tx_fault_stats().lost + b.device().tx_fault_stats().lost;
@@ -111,16 +114,6 @@ fn in_place_delivery_is_byte_exact_under_loss_with_partial_reads() {
             "too few octets queued: {in_place}"
         );
     }
-    let (mut a, mut b) = stacks(&faulty(3), TcpImplementation::SmoltcpReference);
-    let (_, in_place) = bidirectional_in_place(
-        &mut a,
-        &mut b,
-        MIB,
-        &TcpTuning::default(),
-        sim_clock,
-        next_delivery,
-        Duration::from_secs(3600),
-        Some(3),
-    );
+    let (_, _, _, in_place) = workload(TcpImplementation::SmoltcpReference, 3, MIB, true);
     assert_eq!(in_place, 0, "the smoltcp reference offers nothing in place");
 }
