@@ -198,7 +198,20 @@ impl Qp {
             .ok_or(RxFault::Protocol(ProtocolError::Mpa(
                 MpaError::LocalCatastrophic,
             )))?;
-        let Some(placement) = conn.ddp_rx.handle_segment(ulpdu, &tagged, &untagged)? else {
+        // The DDP header as `Segment::parse` decoded it (its version already checked first,
+        // DDP-4.1-10), with the wire's RsvdULP octet: DDP validates it without parsing the
+        // header a second time.
+        let ddp = warpcore_proto::wire::ddp::DdpRepr {
+            last: seg.repr.last,
+            version: DDP_VERSION,
+            rsvd_ulp: ulpdu.get(1).copied().unwrap_or(0),
+            buffer: seg.repr.buffer,
+        };
+        let payload_len = ulpdu.len().saturating_sub(ddp.header_len());
+        let Some(placement) = conn
+            .ddp_rx
+            .handle_header(&ddp, payload_len, &tagged, &untagged)?
+        else {
             return Ok(());
         };
         match placement {
