@@ -130,6 +130,13 @@ fn bandwidth_tests_print_perftest_table_json_and_hdr_log() {
         // other way may be a handful of stretch ACKs (19 in one optimised run).
         assert!(sent > 0 && received > 0 && sent + received > 560, "{tcp}");
         assert!(tcp["rtos"].as_u64().is_some(), "{tcp}");
+        // Issue 12 item 2: what this side received in order (the Read Responses of
+        // read_bw, the peer's Sends of the bidirectional send_bw) was placed straight from
+        // the frames.
+        let in_place = tcp["octets_placed_from_frames"].as_u64().unwrap();
+        if test != "write_bw" {
+            assert!(in_place > 200 * 4096 / 2, "{test}: {tcp}");
+        }
         assert!(out.contains("[iwperf] TCP (this side): "), "{out}");
         let l = std::fs::read_to_string(&log).expect("hdr log written");
         assert!(l.contains("#[BaseTime:"), "{l}");

@@ -19,8 +19,9 @@
 //! 6. **send**: per connection at most `tx_budget_fpdus` FPDUs: the Terminate if one is due,
 //!    the RTR, Read Responses (inbound Read queue first), then the send queue in order, with
 //!    ORD enforced; each FPDU is framed straight into the TCP send buffer.
-//! 7. **tx flush**: a second [`Stack::poll`] turns what was queued into frames, one flush;
-//!    skipped when no poller of this loop did anything.
+//! 7. **tx flush**: [`Stack::poll_transmit`] turns what was queued into frames, one flush
+//!    (no rx burst: what arrives meanwhile is placed from its frame at the next loop's
+//!    step 1); skipped when no poller of this loop did anything.
 //!
 //! The pollers visit only the occupied QP slots, and receive only connections with new octets.
 //!
@@ -75,7 +76,7 @@
 //!              │   └ Qp::tx_message_done
 //!              ├ Qp::retire_sq      completions in order
 //!              └ Qp::tx_close_if_drained   FIN once nothing is owed, Disconnected
-//!      ─ stack.poll (tx flush), skipped when nothing was done
+//!      ─ stack.poll_transmit (tx flush, no rx), skipped when nothing was done
 //! ```
 //!
 //! The per-connection steps borrow the core's `Ctx` (region table, configuration, events,
@@ -663,7 +664,7 @@ impl<D: PollDevice> EngineCore<D> {
         // read) goes out in the same loop; when none did anything, nothing was queued and
         // the second pass of the stack would only repeat the first.
         if engine {
-            self.stack.poll(now);
+            self.stack.poll_transmit(now);
             self.poll_tcp_events();
         }
         work | engine

@@ -322,6 +322,19 @@ impl<D: PollDevice> Stack<D> {
         }
     }
 
+    /// [`Self::poll`] without receiving: timers, everything sendable out, one tx flush.
+    /// The engine's second pass per loop, after its pollers wrote into the send buffers:
+    /// frames that arrived meanwhile stay in the device for the next loop's
+    /// [`Self::poll_with`], which places them from their frames (received here, they were
+    /// queued, and every in-order arrival of the next poll queued behind them). The smoltcp
+    /// reference cannot send without receiving: it polls.
+    pub fn poll_transmit(&mut self, now: Instant) -> bool {
+        match &mut self.imp {
+            Imp::Warpcore(s) => s.poll_transmit(now),
+            Imp::Reference(s) => s.poll(now),
+        }
+    }
+
     /// When the stack next needs a poll without new input (`None`: only on input).
     pub fn poll_at(&mut self, now: Instant) -> Option<Instant> {
         dispatch!(self, s => s.poll_at(now))

@@ -683,15 +683,23 @@ impl<D: PollDevice> EngineCore<D> {
         // No new octets: consuming nothing would change nothing (the deframer keeps
         // partial FPDUs itself; startup timeouts and closes have their own steps below
         // and in `poll_timers`).
-        let queued = stack.recv_queue(tcp).unwrap_or(0);
-        if queued > 0 {
+        // Up to the budget, in as many calls as the queue has contiguous pieces (a queue
+        // that wrapped lends its octets in two): a queue left non-empty makes the next
+        // loop's in-order arrivals queue behind it instead of being placed from their
+        // frames (`poll_stack`).
+        let mut taken = 0;
+        while taken < budget && stack.recv_queue(tcp).unwrap_or(0) > 0 {
             let n = stack
                 .recv_with(tcp, |data| {
-                    let data = &data[..data.len().min(budget)];
+                    let data = &data[..data.len().min(budget - taken)];
                     q.consume(data, ctx)
                 })
                 .unwrap_or(0);
-            work |= n > 0;
+            if n == 0 {
+                break;
+            }
+            taken += n;
+            work = true;
         }
         // The peer closed during the startup and every octet before its FIN is read.
         let closed_early = q.state == QpState::Connecting

@@ -426,6 +426,24 @@ impl<D: PollDevice> Host<D> {
         work || sent || self.inner.events.len() != events_before
     }
 
+    /// [`Self::poll`] without the rx burst: due timers, every dirty connection's segments
+    /// out, one flush. For a caller that received at the top of its loop and now sends
+    /// what it wrote; frames that arrived meanwhile wait in the device for the next poll.
+    pub fn poll_transmit(&mut self, now: Instant) -> bool {
+        self.inner.now = now;
+        let events_before = self.inner.events.len();
+        let mut work = false;
+        if self.inner.wheel.may_have_due(now) {
+            work |= self.inner.run_timers(now);
+        }
+        let i = &self.inner;
+        if !i.control.is_empty() || !i.dirty.is_empty() || !i.unresolved.is_empty() {
+            work |= self.transmit(now);
+        }
+        let sent = self.device.flush();
+        work || sent || self.inner.events.len() != events_before
+    }
+
     /// When the host next needs a poll without new input (`None`: only on input).
     pub fn poll_at(&mut self, now: Instant) -> Option<Instant> {
         let i = &self.inner;

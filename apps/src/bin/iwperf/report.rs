@@ -516,7 +516,6 @@ pub fn hdr_what(t: TestName) -> &'static str {
     }
 }
 
-/// Writes `--json`.
 /// This side's TCP counters, summed over its engine cores (Warpcore's TCP; the smoltcp
 /// reference keeps none).
 #[derive(Debug, Clone, Copy, Default)]
@@ -528,6 +527,9 @@ pub struct TcpSummary {
     pub spurious_rtos: u64,
     pub tail_loss_probes: u64,
     pub fast_recoveries: u64,
+    /// Received stream octets the engine deframed and placed straight from the frames
+    /// (`CoreStats::rx_in_place_octets`); the rest went through the TCP receive queue.
+    pub octets_placed_from_frames: u64,
 }
 
 impl TcpSummary {
@@ -544,6 +546,7 @@ impl TcpSummary {
             t.spurious_rtos += c.tcp_spurious_rtos;
             t.tail_loss_probes += c.tcp_tail_loss_probes;
             t.fast_recoveries += c.tcp_fast_recoveries;
+            t.octets_placed_from_frames += c.rx_in_place_octets;
         }
         (t.segments_sent > 0).then_some(t)
     }
@@ -551,14 +554,15 @@ impl TcpSummary {
     /// One line for the text report.
     pub fn line(&self) -> String {
         format!(
-            "[iwperf] TCP (this side): {} segments sent, {} received, {} retransmitted, {} RTOs ({} spurious, undone), {} tail loss probes, {} recoveries",
+            "[iwperf] TCP (this side): {} segments sent, {} received, {} retransmitted, {} RTOs ({} spurious, undone), {} tail loss probes, {} recoveries; {} received octets placed straight from the frames",
             self.segments_sent,
             self.segments_received,
             self.retransmitted_segments,
             self.rtos,
             self.spurious_rtos,
             self.tail_loss_probes,
-            self.fast_recoveries
+            self.fast_recoveries,
+            self.octets_placed_from_frames
         )
     }
 
@@ -571,6 +575,7 @@ impl TcpSummary {
             "spurious_rtos": self.spurious_rtos,
             "tail_loss_probes": self.tail_loss_probes,
             "fast_recoveries": self.fast_recoveries,
+            "octets_placed_from_frames": self.octets_placed_from_frames,
         })
     }
 }
