@@ -413,17 +413,7 @@ impl<D: PollDevice> Host<D> {
             rx.consume(|frame| inner.process_frame(frame, &mut deliver));
             work = true;
         }
-        if self.inner.wheel.may_have_due(now) {
-            work |= self.inner.run_timers(now);
-        }
-        // Nothing queued, nothing dirty, nobody waiting for ARP: no transmit pass (the idle
-        // loop's floor).
-        let i = &self.inner;
-        if !i.control.is_empty() || !i.dirty.is_empty() || !i.unresolved.is_empty() {
-            work |= self.transmit(now);
-        }
-        let sent = self.device.flush();
-        work || sent || self.inner.events.len() != events_before
+        self.timers_and_transmit(now, work, events_before)
     }
 
     /// [`Self::poll`] without the rx burst: due timers, every dirty connection's segments
@@ -432,10 +422,18 @@ impl<D: PollDevice> Host<D> {
     pub fn poll_transmit(&mut self, now: Instant) -> bool {
         self.inner.now = now;
         let events_before = self.inner.events.len();
-        let mut work = false;
+        self.timers_and_transmit(now, false, events_before)
+    }
+
+    /// The end of a poll: due timers, the transmit pass, one device flush. Whether anything
+    /// happened (`work` from before, frames sent, events raised since `events_before`).
+    #[inline(always)]
+    fn timers_and_transmit(&mut self, now: Instant, mut work: bool, events_before: usize) -> bool {
         if self.inner.wheel.may_have_due(now) {
             work |= self.inner.run_timers(now);
         }
+        // Nothing queued, nothing dirty, nobody waiting for ARP: no transmit pass (the idle
+        // loop's floor).
         let i = &self.inner;
         if !i.control.is_empty() || !i.dirty.is_empty() || !i.unresolved.is_empty() {
             work |= self.transmit(now);
