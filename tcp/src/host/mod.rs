@@ -190,9 +190,9 @@ struct Inner {
     gateway: Option<Ipv4Address>,
     routes: Vec<(Ipv4Cidr, Ipv4Address)>,
     caps: ChecksumCapabilities,
-    /// `caps` without the TCP checksum: received segments are verified in `process_tcp`
-    /// (module `csum`) before smoltcp parses them.
-    caps_parse: ChecksumCapabilities,
+    /// `caps` without the TCP checksum, for smoltcp's TCP header emit and parse: our own
+    /// code (module `csum`) fills the field in `emit_tcp` and verifies it in `process_tcp`.
+    caps_no_tcp: ChecksumCapabilities,
     mss: u16,
     slots: Vec<Option<Slot>>,
     generations: Vec<u32>,
@@ -289,7 +289,7 @@ impl<D: PollDevice> Host<D> {
                 gateway: config.gateway,
                 routes: config.routes.clone(),
                 caps: caps.checksum.clone(),
-                caps_parse: {
+                caps_no_tcp: {
                     let mut c = caps.checksum.clone();
                     c.tcp = Checksum::None;
                     c
@@ -848,9 +848,9 @@ impl<D: PollDevice> Host<D> {
                 let tcp_len = seg.header_len() + seg.payload.len();
                 let src = i.cidr.address();
                 let dst = s.tuple.remote_ip;
-                let (our_mac, caps) = (i.mac, &i.caps);
+                let (our_mac, caps, caps_no_tcp) = (i.mac, &i.caps, &i.caps_no_tcp);
                 tx.consume(ETH_HDR + IP_HDR + tcp_len, |buf| {
-                    emit_tcp(buf, our_mac, mac, src, dst, &seg, caps);
+                    emit_tcp(buf, our_mac, mac, src, dst, &seg, caps, caps_no_tcp);
                 });
             },
             None => {
@@ -864,6 +864,9 @@ impl<D: PollDevice> Host<D> {
 }
 
 /// Writes an Ethernet/IPv4/TCP frame carrying `seg` into `buf` (sized exactly for it).
+/// `caps_no_tcp` is `caps` with the TCP checksum off, kept by the host so that no segment
+/// builds it anew.
+#[allow(clippy::too_many_arguments)]
 fn emit_tcp(
     buf: &mut [u8],
     src_mac: EthernetAddress,
@@ -872,6 +875,7 @@ fn emit_tcp(
     dst: Ipv4Address,
     seg: &TcpRepr<'_>,
     caps: &ChecksumCapabilities,
+    caps_no_tcp: &ChecksumCapabilities,
 ) {
     let mut eth = EthernetFrame::new_unchecked(buf);
     EthernetRepr {
@@ -897,13 +901,11 @@ fn emit_tcp(
         payload: &[],
         ..*seg
     };
-    let mut header_caps = caps.clone();
-    header_caps.tcp = Checksum::None;
     header.emit(
         &mut tcp,
         &IpAddress::Ipv4(src),
         &IpAddress::Ipv4(dst),
-        &header_caps,
+        caps_no_tcp,
     );
     let bytes = tcp.into_inner();
     let hl = seg.header_len();
@@ -1309,7 +1311,7 @@ impl Inner {
                 return;
             }
         }
-        let Ok(seg) = TcpRepr::parse(&p, &src, &dst, &self.caps_parse) else {
+        let Ok(seg) = TcpRepr::parse(&p, &src, &dst, &self.caps_no_tcp) else {
             self.stats.rx_dropped += 1;
             return;
         };
@@ -1466,6 +1468,7 @@ impl Inner {
             ip.src_addr,
             &rst,
             &self.caps,
+            &self.caps_no_tcp,
         );
         self.stats.rst_sent += 1;
         self.queue_control(f);
