@@ -274,18 +274,65 @@ impl Framer {
         let Some(out) = out.get_mut(..needed) else {
             return Err(FramerError::OutputTooSmall { needed });
         };
-        let (covered, crc_field) = out.split_at_mut(needed - fpdu::CRC_LEN);
-        // `len <= 64768` so it fits the 16-bit field (MPA-3-5).
-        covered[..2].copy_from_slice(&(len as u16).to_be_bytes());
-        covered[2..2 + hdr.len()].copy_from_slice(hdr);
-        zero_pad(&mut covered[2 + len..]);
-        let crc = if self.crc { fpdu::crc32c(covered) } else { 0 };
-        crc_field.copy_from_slice(&crc_to_wire(crc));
+        frame_in_place(hdr, payload_len, self.crc, out);
         self.stream_offset = self.stream_offset.wrapping_add(needed as u64);
         self.fpdus += 1;
         self.ulpdu_octets += len as u64;
         Ok(Some(needed))
     }
+
+    /// Accounts for the next FPDU, of the ULPDU `hdr_len` + `payload_len` octets, without
+    /// writing it: the caller frames it later, as often as it must be sent, with
+    /// [`frame_in_place`] (a sender that transmits from registered memory builds each FPDU
+    /// in the frame that carries it, and again for a retransmission). Returns its length,
+    /// what [`Framer::emit_in_place`] would have written; `Ok(None)`, having changed
+    /// nothing, when a marker falls inside the FPDU (the caller then uses
+    /// [`Framer::emit`]); the MULPDU error as `emit_in_place`.
+    pub fn reserve_in_place(
+        &mut self,
+        hdr_len: usize,
+        payload_len: usize,
+    ) -> Result<Option<usize>, FramerError> {
+        let len = hdr_len.saturating_add(payload_len);
+        if len > self.mulpdu {
+            return Err(FramerError::UlpduTooLong {
+                len,
+                max: self.mulpdu,
+            });
+        }
+        let needed = self.fpdu_wire_len(len);
+        if needed != fpdu::fpdu_len(len) {
+            return Ok(None);
+        }
+        self.stream_offset = self.stream_offset.wrapping_add(needed as u64);
+        self.fpdus += 1;
+        self.ulpdu_octets += len as u64;
+        Ok(Some(needed))
+    }
+}
+
+/// Writes the fields of one marker-free FPDU around its payload, which the caller has
+/// already written at `out[2 + hdr.len()..][..payload_len]`: ULPDU_Length, the header, the
+/// zero pad and the CRC32c (zeros when `crc` is false) over all of it (MPA-4.1-1,
+/// MPA-4.1-2, MPA-4.4-15). `out` must be exactly the FPDU, `fpdu_len(hdr.len() +
+/// payload_len)` octets, of a ULPDU no longer than 64768 octets (MPA-3-5). The framer's
+/// bookkeeping is [`Framer::reserve_in_place`] or [`Framer::emit_in_place`].
+///
+/// # Panics
+/// If `out` is not exactly that long (a caller's bug).
+pub fn frame_in_place(hdr: &[u8], payload_len: usize, crc: bool, out: &mut [u8]) {
+    let len = hdr.len() + payload_len;
+    assert!(
+        len <= MAX_ULPDU_LEN && out.len() == fpdu::fpdu_len(len),
+        "frame_in_place: the output is not the FPDU"
+    );
+    let (covered, crc_field) = out.split_at_mut(out.len() - fpdu::CRC_LEN);
+    // `len <= 64768` so it fits the 16-bit field (MPA-3-5).
+    covered[..2].copy_from_slice(&(len as u16).to_be_bytes());
+    covered[2..2 + hdr.len()].copy_from_slice(hdr);
+    zero_pad(&mut covered[2 + len..]);
+    let crc = if crc { fpdu::crc32c(covered) } else { 0 };
+    crc_field.copy_from_slice(&crc_to_wire(crc));
 }
 
 /// Once this many covered octets are pending, the CRC catches up over them while they are
@@ -472,6 +519,58 @@ mod tests {
             }
             assert_eq!(declined > 0, markers, "markers {markers}");
         }
+    }
+
+    /// `reserve_in_place` then `frame_in_place` (a FPDU built later, in the frame) writes
+    /// exactly what `emit` writes and advances the framer alike; with a marker inside it
+    /// declines, changing nothing; over MULPDU it fails as `emit` does.
+    #[test]
+    fn reserve_then_frame_in_place_matches_emit() {
+        for (markers, crc) in [(false, true), (false, false), (true, true)] {
+            let cfg = FramerConfig {
+                markers,
+                crc,
+                ..FramerConfig::default()
+            };
+            let (mut a, mut b) = (Framer::new(cfg), Framer::new(cfg));
+            let hdr: Vec<u8> = (0..18u8).map(|i| i.wrapping_mul(29)).collect();
+            let mut declined = 0;
+            for plen in [0usize, 1, 2, 3, 64, 491, 700, 1440, 8940] {
+                let payload: Vec<u8> = (0..plen).map(|i| (i * 13 + plen) as u8).collect();
+                let mut want = vec![0xEEu8; 10_000];
+                let before = b.stream_offset();
+                match b.reserve_in_place(hdr.len(), plen).unwrap() {
+                    Some(n) => {
+                        let mut got = vec![0xAAu8; n];
+                        got[2 + hdr.len()..][..plen].copy_from_slice(&payload);
+                        frame_in_place(&hdr, plen, crc, &mut got);
+                        let m = a.emit(&[&hdr, &payload], &mut want).unwrap();
+                        assert_eq!(n, m);
+                        assert_eq!(got[..], want[..m], "markers {markers} crc {crc} len {plen}");
+                    }
+                    None => {
+                        assert!(markers);
+                        assert_eq!(b.stream_offset(), before);
+                        declined += 1;
+                        a.emit(&[&hdr, &payload], &mut want).unwrap();
+                        b.emit(&[&hdr, &payload], &mut want).unwrap();
+                    }
+                }
+                assert_eq!(a.stream_offset(), b.stream_offset());
+                assert_eq!(a.fpdus(), b.fpdus());
+                assert_eq!(a.ulpdu_octets(), b.ulpdu_octets());
+            }
+            assert_eq!(declined > 0, markers, "markers {markers}");
+        }
+        let mut f = Framer::new(FramerConfig {
+            mulpdu: 200,
+            ..FramerConfig::default()
+        });
+        assert_eq!(
+            f.reserve_in_place(14, 187),
+            Err(FramerError::UlpduTooLong { len: 201, max: 200 })
+        );
+        assert_eq!(f.stream_offset(), 0);
     }
 
     #[test]
