@@ -169,6 +169,15 @@ struct Side {
     local_port: u16,
 }
 
+/// The external records one side's user queued: (token, stream offset, length) of those
+/// not yet reported acknowledged, the last token given and the last acknowledged.
+#[derive(Debug, Default)]
+struct Ext {
+    live: Vec<(u64, u64, usize)>,
+    next_token: u64,
+    acked: Option<u64>,
+}
+
 fn clamp_len(len: u16) -> usize {
     usize::from(len % 1500)
 }
@@ -401,6 +410,9 @@ pub fn tcp_segments(data: &[u8]) {
     let listener = stack.listen(LISTEN_PORT, 4, &tuning).expect("listen");
     let mut now = Instant::ZERO;
     let (mut passive, mut active) = (Side::default(), Side::default());
+    // External records of each side (written by `fill` at every transmission), and the
+    // last token reported acknowledged: none may be asked for after that.
+    let (mut ext_p, mut ext_a) = (Ext::default(), Ext::default());
     // The peer's MAC is known from the start, as after any exchange.
     stack.device_mut().rx.push_back(arp_reply());
     for step in 0..256u32 {
@@ -473,7 +485,7 @@ pub fn tcp_segments(data: &[u8]) {
             Op::Wait(us) => now += Duration::from_micros(u64::from(us)),
             Op::WaitLong(s) => now += Duration::from_millis(u64::from(s) * 50),
             Op::Send(n) => {
-                for side in [&mut passive, &mut active] {
+                for (side, ext) in [(&mut passive, &mut ext_p), (&mut active, &mut ext_a)] {
                     if let Some(id) = side.id {
                         let off = side.written;
                         let n = usize::from(n);
@@ -484,8 +496,19 @@ pub fn tcp_segments(data: &[u8]) {
                             }
                             k
                         };
-                        // Odd sizes are records (an FPDU's way in: the MPA-aligned sender).
-                        let sent = if n % 2 == 1 {
+                        // Odd sizes are records (an FPDU's way in: the MPA-aligned sender),
+                        // one in two of them external (the engine's FPDUs sent from
+                        // registered memory).
+                        let sent = if n % 4 == 3 {
+                            ext.next_token += 1;
+                            match stack.send_external_record(id, n, ext.next_token) {
+                                Ok(true) => {
+                                    ext.live.push((ext.next_token, off, n));
+                                    Ok(n)
+                                }
+                                other => other.map(|_| 0),
+                            }
+                        } else if n % 2 == 1 {
                             stack.send_with_room(id, n, write)
                         } else {
                             stack.send_with(id, write)
@@ -523,15 +546,21 @@ pub fn tcp_segments(data: &[u8]) {
                 }
             }
             Op::Release(which) => {
-                let side = if which { &mut passive } else { &mut active };
+                let (side, ext) = if which {
+                    (&mut passive, &mut ext_p)
+                } else {
+                    (&mut active, &mut ext_a)
+                };
                 if let Some(id) = side.id.take() {
                     let _ = stack.release(id);
                     *side = Side::default();
+                    *ext = Ext::default();
                 }
             }
             Op::Connect => {
                 if active.id.is_none() {
                     active = Side::default();
+                    ext_a = Ext::default();
                     active.id = stack.connect((PEER, ACTIVE_PEER_PORT), None, &tuning).ok();
                 }
             }
@@ -539,23 +568,68 @@ pub fn tcp_segments(data: &[u8]) {
         // In-order octets are offered in place while nothing is queued (the engine's
         // placement from the frame): taken whole, in part or not at all by turns, each
         // checked where it falls in the peer's stream; the rest queues for `Op::Recv`.
-        stack.poll_with(now, |id, d| {
-            // A connection not accepted yet (or released) is not the user's: left queued.
-            let Some(side) = [&mut passive, &mut active]
-                .into_iter()
-                .find(|s| s.id == Some(id) && s.peer_base.is_some())
-            else {
-                return 0;
+        let ids = (passive.id, active.id);
+        let (ep, ea) = (&ext_p, &ext_a);
+        let fill = |id: ConnId, token: u64, at: usize, dst: &mut [u8]| {
+            let ext = if Some(id) == ids.0 {
+                ep
+            } else if Some(id) == ids.1 {
+                ea
+            } else {
+                panic!("fill for a connection the user does not hold");
             };
-            let k = match step % 3 {
-                0 => d.len(),
-                1 => d.len() / 2,
-                _ => 0,
+            assert!(
+                ext.acked.map_or(true, |a| token > a),
+                "record {token} asked for after {:?} was reported acknowledged",
+                ext.acked
+            );
+            let Some(&(_, start, len)) = ext.live.iter().find(|r| r.0 == token) else {
+                panic!("fill of record {token}, never queued");
             };
-            check_delivered(side.peer_base, side.delivered, &d[..k]);
-            side.delivered += k as u64;
-            k
-        });
+            assert!(at + dst.len() <= len, "fill past the end of record {token}");
+            // One record in 29 cannot be written (the engine's region went away): the
+            // connection must reset rather than send anything else.
+            if token % 29 == 0 {
+                return false;
+            }
+            for (k, b) in dst.iter_mut().enumerate() {
+                *b = user_octet(start + (at + k) as u64);
+            }
+            true
+        };
+        stack.poll_with_fill(
+            now,
+            |id, d| {
+                // A connection not accepted yet (or released) is not the user's: left queued.
+                let Some(side) = [&mut passive, &mut active]
+                    .into_iter()
+                    .find(|s| s.id == Some(id) && s.peer_base.is_some())
+                else {
+                    return 0;
+                };
+                let k = match step % 3 {
+                    0 => d.len(),
+                    1 => d.len() / 2,
+                    _ => 0,
+                };
+                check_delivered(side.peer_base, side.delivered, &d[..k]);
+                side.delivered += k as u64;
+                k
+            },
+            fill,
+        );
+        for (side, ext) in [(&passive, &mut ext_p), (&active, &mut ext_a)] {
+            if let Some(id) = side.id {
+                if let Ok(Some(t)) = stack.take_acked_external(id) {
+                    assert!(
+                        ext.acked.map_or(true, |a| t > a),
+                        "acknowledged tokens go back"
+                    );
+                    ext.acked = Some(t);
+                    ext.live.retain(|r| r.0 > t);
+                }
+            }
+        }
         while let Some(e) = stack.next_event() {
             match e {
                 Event::Acceptable(l) => {
@@ -569,10 +643,11 @@ pub fn tcp_segments(data: &[u8]) {
                     }
                 }
                 Event::Closed(id) | Event::Reset(id) => {
-                    for side in [&mut passive, &mut active] {
+                    for (side, ext) in [(&mut passive, &mut ext_p), (&mut active, &mut ext_a)] {
                         if side.id == Some(id) {
                             let _ = stack.release(id);
                             *side = Side::default();
+                            *ext = Ext::default();
                         }
                     }
                 }

@@ -322,6 +322,32 @@ impl<D: PollDevice> Stack<D> {
         }
     }
 
+    /// [`Self::poll_with`], with `fill` writing the octets of external records into the
+    /// frames that carry them ([`crate::host::Fill`], [`Stack::send_external_record`]).
+    /// `fill` runs inside the poll too. The reference queues no external records.
+    #[inline]
+    pub fn poll_with_fill<F, X>(&mut self, now: Instant, deliver: F, fill: X) -> bool
+    where
+        F: FnMut(ConnId, &[u8]) -> usize,
+        X: FnMut(ConnId, u64, usize, &mut [u8]) -> bool,
+    {
+        match &mut self.imp {
+            Imp::Warpcore(s) => s.poll_with_fill(now, deliver, fill),
+            Imp::Reference(s) => s.poll(now),
+        }
+    }
+
+    /// [`Self::poll_transmit`] with `fill` ([`Self::poll_with_fill`]).
+    pub fn poll_transmit_fill<X>(&mut self, now: Instant, fill: X) -> bool
+    where
+        X: FnMut(ConnId, u64, usize, &mut [u8]) -> bool,
+    {
+        match &mut self.imp {
+            Imp::Warpcore(s) => s.poll_transmit_fill(now, fill),
+            Imp::Reference(s) => s.poll(now),
+        }
+    }
+
     /// [`Self::poll`] without receiving: timers, everything sendable out, one tx flush.
     /// The engine's second pass per loop, after its pollers wrote into the send buffers:
     /// frames that arrived meanwhile stay in the device for the next loop's
@@ -438,6 +464,33 @@ impl<D: PollDevice> Stack<D> {
         match &mut self.imp {
             Imp::Warpcore(s) => s.end_record(id),
             Imp::Reference(_) => Ok(()),
+        }
+    }
+
+    /// Queues an external record of `len` octets named `token` (Warpcore's TCP; see
+    /// [`crate::conn`], "External records"): it takes sequence space and send-buffer room,
+    /// and its octets are written by the `fill` of [`Self::poll_with_fill`] /
+    /// [`Self::poll_transmit_fill`] into each frame that carries them, until
+    /// [`Self::take_acked_external`] reports it acknowledged. `Ok(false)`: no room, nothing
+    /// queued. The reference cannot ([`StackError::Unsupported`]): its socket copies.
+    pub fn send_external_record(
+        &mut self,
+        id: ConnId,
+        len: usize,
+        token: u64,
+    ) -> Result<bool, StackError> {
+        match &mut self.imp {
+            Imp::Warpcore(s) => s.send_external_record(id, len, token),
+            Imp::Reference(_) => Err(StackError::Unsupported("external records")),
+        }
+    }
+
+    /// The token of the last external record of `id` wholly acknowledged since the last
+    /// call (none from the reference).
+    pub fn take_acked_external(&mut self, id: ConnId) -> Result<Option<u64>, StackError> {
+        match &mut self.imp {
+            Imp::Warpcore(s) => s.take_acked_external(id),
+            Imp::Reference(_) => Ok(None),
         }
     }
 

@@ -32,6 +32,18 @@
 //! stay aligned; a data segment keeps its whole payload room and carries only the SACK
 //! blocks that still fit, a pure ACK with every block following it. Data written with
 //! [`Connection::send_with`] and [`Connection::send`] outside records is a plain stream.
+//!
+//! # External records: transmitting from the owner's memory
+//! [`Connection::send_external_record`] queues a record whose octets the connection never
+//! holds: it takes their sequence space (and send-buffer room, so the windows and the
+//! buffer limit count them as any other octets) and a token. Each time a segment covers
+//! them, first transmission or retransmission, [`Outgoing::for_each_piece`] names them as
+//! [`Piece::External`] (token, offset in the record, length) and the host asks the owner
+//! to write them into the frame (the engine frames each FPDU there, from registered
+//! memory, with its CRC). The owner must be able to produce the same octets until the
+//! record is acknowledged: [`Connection::take_acked_external`] gives the token of the last
+//! record wholly acknowledged (a [`ConnEvent::Writable`] is raised when one is), and only
+//! then may the owner reuse what the record was built from. Tokens must increase.
 
 mod reasm;
 mod ring;
@@ -151,6 +163,9 @@ pub struct ConnStats {
     /// In-order octets the user took straight from the received segment (the engine's
     /// placement from the mbuf, `Stack::poll_with`), never copied into the receive queue.
     pub delivered_in_place: u64,
+    /// Octets of external records written by their owner into frames (transmissions and
+    /// retransmissions): sent from the owner's memory, never copied into the send buffer.
+    pub external_octets_sent: u64,
     /// Loss recovery.
     pub recovery: RecoveryStats,
 }
@@ -186,6 +201,113 @@ fn seq_diff(a: TcpSeqNumber, b: TcpSeqNumber) -> i64 {
     i64::from(a.0.wrapping_sub(b.0))
 }
 
+/// An external record (module documentation): its first sequence number, length and token.
+#[derive(Debug, Clone, Copy)]
+struct ExtRecord {
+    start: TcpSeqNumber,
+    len: u32,
+    token: u64,
+}
+
+impl ExtRecord {
+    fn end(&self) -> TcpSeqNumber {
+        self.start + self.len as usize
+    }
+}
+
+/// One piece of an outgoing segment's payload, in order ([`Outgoing::for_each_piece`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Piece<'a> {
+    /// Octets held by the connection.
+    Octets(&'a [u8]),
+    /// `len` octets of the external record `token`, from offset `at` in the record: the
+    /// owner writes them.
+    External {
+        /// The record's token.
+        token: u64,
+        /// Offset of the first octet in the record.
+        at: usize,
+        /// Octets.
+        len: usize,
+    },
+}
+
+/// A segment to send ([`Connection::poll_segment`]): its header and where its payload's
+/// octets come from.
+#[derive(Debug)]
+pub struct Outgoing<'a> {
+    /// The segment, its `payload` empty: the payload is [`Outgoing::payload_len`] octets
+    /// given by [`Outgoing::for_each_piece`].
+    pub repr: TcpRepr<'static>,
+    conn: &'a Connection,
+    off: usize,
+    len: usize,
+    /// The first external record the payload overlaps: its index and ring offset.
+    first: Option<(usize, i64)>,
+}
+
+impl<'a> Outgoing<'a> {
+    /// Payload octets.
+    pub fn payload_len(&self) -> usize {
+        self.len
+    }
+
+    /// The payload as one slice of the send buffer when the connection holds all of it in
+    /// one piece (no external octets, no wrap): the common case, copied in one pass.
+    #[inline]
+    pub fn contiguous(&self) -> Option<&'a [u8]> {
+        let c = self.conn;
+        if self.len == 0 {
+            return Some(&[]);
+        }
+        if self.first.is_some() {
+            return None;
+        }
+        let s = c.tx.slice(self.off, self.len);
+        (s.len() == self.len).then_some(s)
+    }
+
+    /// Calls `f` with each piece of the payload in order: octets of the send buffer (at
+    /// most two slices per run, where the ring wraps) and external ones.
+    pub fn for_each_piece(&self, mut f: impl FnMut(Piece<'a>)) {
+        let c = self.conn;
+        let end = self.off + self.len;
+        let mut pos = self.off;
+        let mut next = self.first;
+        while pos < end {
+            if let Some((k, start)) = next {
+                // `start` may lie before the ring's first octet: a record acknowledged in
+                // part.
+                if start <= pos as i64 {
+                    let r = &c.ext[k];
+                    let stop = end.min((start + i64::from(r.len)) as usize);
+                    f(Piece::External {
+                        token: r.token,
+                        at: (pos as i64 - start) as usize,
+                        len: stop - pos,
+                    });
+                    pos = stop;
+                    next = c
+                        .ext
+                        .get(k + 1)
+                        .map(|r| (k + 1, c.ring_offset(r.start)))
+                        .filter(|&(_, s)| s < end as i64);
+                    continue;
+                }
+            }
+            let stop = next.map_or(end, |(_, s)| (s as usize).min(end));
+            while pos < stop {
+                let piece = c.tx.slice(pos, stop - pos);
+                if piece.is_empty() {
+                    return;
+                }
+                pos += piece.len();
+                f(Piece::Octets(piece));
+            }
+        }
+    }
+}
+
 /// One connection (see the module documentation).
 #[derive(Debug)]
 pub struct Connection {
@@ -212,6 +334,12 @@ pub struct Connection {
     /// A segment's payload where it wraps around the end of the send ring (one segment
     /// per lap of the ring is copied here, so no segment is cut short by the wrap).
     wrap_buf: Vec<u8>,
+    /// External records not yet wholly acknowledged, oldest first.
+    ext: VecDeque<ExtRecord>,
+    /// The token of the last external record wholly acknowledged since the owner asked.
+    ext_acked: Option<u64>,
+    /// Where the last search of `ext` for a segment ended (`locate_ext`).
+    ext_hint: usize,
     fin_queued: bool,
     /// Sequence number of our FIN once its position is known.
     fin_seq: Option<TcpSeqNumber>,
@@ -283,6 +411,9 @@ impl Connection {
             records: VecDeque::new(),
             record_stream: false,
             wrap_buf: Vec::new(),
+            ext: VecDeque::new(),
+            ext_acked: None,
+            ext_hint: 0,
             fin_queued: false,
             fin_seq: None,
             syn_sent: false,
@@ -472,6 +603,96 @@ impl Connection {
         }
     }
 
+    /// Queues an external record of `len` octets named `token` (module documentation:
+    /// the owner writes its octets at each transmission and keeps them unchanged until
+    /// [`Connection::take_acked_external`] reports it). `Ok(false)`, changing nothing, when
+    /// the send buffer lacks room for `len` more octets (or `len` is 0). Tokens must
+    /// increase from one record to the next.
+    pub fn send_external_record(&mut self, len: usize, token: u64) -> Result<bool, ConnError> {
+        if !self.may_send() {
+            return Err(ConnError::CannotSend(self.state));
+        }
+        let Ok(len32) = u32::try_from(len) else {
+            return Ok(false);
+        };
+        debug_assert!(self.ext.back().map_or(true, |r| r.token < token));
+        if len == 0 || !self.tx.reserve(len) {
+            return Ok(false);
+        }
+        let end = self.data_start() + self.tx.len();
+        self.ext.push_back(ExtRecord {
+            start: end - len,
+            len: len32,
+            token,
+        });
+        self.records.push_back(end);
+        self.record_stream = true;
+        Ok(true)
+    }
+
+    /// The token of the last external record wholly acknowledged since the last call, if
+    /// any was: that record and every one before it will never be sent again.
+    pub fn take_acked_external(&mut self) -> Option<u64> {
+        self.ext_acked.take()
+    }
+
+    /// Counts `n` octets of external records the owner wrote into a frame.
+    pub fn count_external_sent(&mut self, n: usize) {
+        self.stats.external_octets_sent += n as u64;
+    }
+
+    /// External records still unacknowledged.
+    pub fn external_records(&self) -> usize {
+        self.ext.len()
+    }
+
+    /// The offset in the send ring of sequence number `seq` (negative before its start).
+    fn ring_offset(&self, seq: TcpSeqNumber) -> i64 {
+        seq_diff(seq, self.data_start())
+    }
+
+    /// The first external record that ends after ring offset `off` and starts before
+    /// `off + len`: its index and ring offset.
+    fn first_ext_after(&self, off: usize, len: usize) -> Option<(usize, i64)> {
+        let ds = self.data_start();
+        let k = self
+            .ext
+            .partition_point(|r| seq_diff(r.end(), ds) <= off as i64);
+        let r = self.ext.get(k)?;
+        let start = self.ring_offset(r.start);
+        (start < (off + len) as i64).then_some((k, start))
+    }
+
+    /// [`Self::first_ext_after`], trying first where the last search ended and the record
+    /// after it (new segments follow each other record by record): no search per segment
+    /// in a bulk transfer.
+    #[inline]
+    fn locate_ext(&mut self, off: usize, len: usize) -> Option<(usize, i64)> {
+        if self.ext.is_empty() {
+            return None;
+        }
+        let ds = self.data_start();
+        let off_i = off as i64;
+        let ext = &self.ext;
+        let first_after = |k: usize| {
+            ext.get(k).is_some_and(|r| seq_diff(r.end(), ds) > off_i)
+                && (k == 0 || seq_diff(ext[k - 1].end(), ds) <= off_i)
+        };
+        let h = self.ext_hint;
+        let k = if first_after(h) {
+            h
+        } else if first_after(h + 1) {
+            h + 1
+        } else {
+            return self
+                .first_ext_after(off, len)
+                .inspect(|&(k, _)| self.ext_hint = k);
+        };
+        self.ext_hint = k;
+        let start = self.ring_offset(self.ext[k].start);
+        (start < (off + len) as i64).then_some((k, start))
+    }
+
     /// Sequence number of the first octet in the send ring.
     fn data_start(&self) -> TcpSeqNumber {
         if self.snd_una == self.iss {
@@ -562,6 +783,7 @@ impl Connection {
         if self.tx.len() == 0 {
             self.tx = SendRing::new(self.cfg.tx_buffer.max(1));
             self.records = VecDeque::new();
+            self.ext = VecDeque::new();
         }
         self.wrap_buf = Vec::new();
         self.rx = VecDeque::new();
@@ -575,6 +797,7 @@ impl Connection {
             + self.ooo.octets()
             + self.wrap_buf.capacity()
             + self.records.capacity() * std::mem::size_of::<TcpSeqNumber>()
+            + self.ext.capacity() * std::mem::size_of::<ExtRecord>()
     }
 
     /// Counters.
@@ -913,6 +1136,19 @@ impl Connection {
             if self.may_send() && n > 0 {
                 self.events |= EV_WRITABLE;
             }
+            let mut acked_ext = false;
+            while let Some(r) = self.ext.front() {
+                if seq_diff(r.end(), ack) > 0 {
+                    break;
+                }
+                self.ext_acked = Some(r.token);
+                self.ext.pop_front();
+                self.ext_hint = self.ext_hint.saturating_sub(1);
+                acked_ext = true;
+            }
+            if acked_ext {
+                self.events |= EV_WRITABLE;
+            }
             self.window_probe_backoff = 0;
         }
         // Window update (RFC 9293 3.10.7.4 fifth, SND.WL1/WL2).
@@ -1159,6 +1395,9 @@ impl Connection {
         if self.tx.allocated() > 64 * 1024 {
             self.tx.release_if_empty();
         }
+        if self.ext.is_empty() && self.ext.capacity() > 1024 {
+            self.ext.shrink_to(64);
+        }
         if self.records.is_empty() && self.records.capacity() > 1024 {
             self.records.shrink_to(64);
         }
@@ -1330,6 +1569,10 @@ impl Connection {
     /// end, copied from both pieces into a small buffer).
     pub fn poll_transmit(&mut self, now: Instant) -> Option<TcpRepr<'_>> {
         let (mut seg, off, n) = self.plan(now)?;
+        debug_assert!(
+            self.ext.is_empty() || self.first_ext_after(off, n).is_none(),
+            "poll_transmit with external records: use poll_segment"
+        );
         if self.tx.slice(off, n).len() < n {
             self.wrap_buf.clear();
             let mut at = off;
@@ -1346,6 +1589,26 @@ impl Connection {
             seg.payload = self.tx.slice(off, n);
         }
         Some(seg)
+    }
+
+    /// The next segment to send now, as [`Connection::poll_transmit`], with its payload
+    /// described piece by piece (external records included) rather than borrowed: the
+    /// host writes it straight into the frame.
+    #[inline]
+    pub fn poll_segment(&mut self, now: Instant) -> Option<Outgoing<'_>> {
+        let (repr, off, len) = self.plan(now)?;
+        let first = if len == 0 {
+            None
+        } else {
+            self.locate_ext(off, len)
+        };
+        Some(Outgoing {
+            repr,
+            conn: self,
+            off,
+            len,
+            first,
+        })
     }
 
     /// What [`Connection::poll_transmit`] sends: the segment without payload and the ring

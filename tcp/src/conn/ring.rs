@@ -150,6 +150,29 @@ impl SendRing {
         w
     }
 
+    /// Takes `n` octets of the free space without writing them (octets the connection's
+    /// owner supplies at each transmission: external records); false, changing nothing,
+    /// when fewer than `n` may still be queued. The ring grows to hold them (its positions
+    /// are its sequence space), but they are never written, read or copied here except
+    /// when a re-layout moves them.
+    pub fn reserve(&mut self, n: usize) -> bool {
+        if n > self.free() {
+            return false;
+        }
+        if self.len == 0 {
+            self.head = 0;
+        }
+        if self.buf.len() < self.len + n {
+            let cap = (self.buf.len() * 2)
+                .max(MIN_CAP)
+                .max((self.len + n).next_power_of_two())
+                .min(self.limit);
+            self.relayout(cap);
+        }
+        self.len += n;
+        true
+    }
+
     /// Copies `data` in (across the wrap if need be); returns how much fit.
     pub fn write(&mut self, data: &[u8]) -> usize {
         let mut done = 0;
@@ -216,6 +239,24 @@ mod tests {
         assert_eq!(&got[..1000], &data[6000..7000]);
         assert_eq!(&got[1000..], &data[..3000]);
         assert_eq!(r.free(), 6000);
+    }
+
+    #[test]
+    fn reserved_octets_take_sequence_space_between_written_ones() {
+        let mut r = SendRing::new(10_000);
+        assert_eq!(r.write(&[1; 100]), 100);
+        assert!(r.reserve(5000));
+        assert_eq!(r.write(&[2; 50]), 50);
+        assert_eq!(r.len(), 5150);
+        assert!(!r.reserve(5000), "over the limit");
+        assert_eq!(r.len(), 5150);
+        assert_eq!(r.slice(0, 100), &[1; 100][..]);
+        assert_eq!(r.slice(5100, 50), &[2; 50][..]);
+        r.consume(5100);
+        assert!(r.reserve(4800));
+        assert_eq!(r.len(), 4850);
+        assert_eq!(r.free(), 5150);
+        assert_eq!(r.slice(0, 50), &[2; 50][..]);
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //!                                       listener + SYN -> half-open table -> Connection::accept
 //!                                       nothing -> RST (RFC 9293 3.10.7.1), bounded per poll
 //! timer wheel (ticks passed)  -> Connection::handle_timeout
-//! dirty connections only      -> Connection::poll_transmit -> Ethernet/IPv4/TCP emit -> device tx
+//! dirty connections only      -> Connection::poll_segment -> Ethernet/IPv4/TCP emit (payload copied
+//!                                from the send ring, external records written by `fill`) -> device tx
 //!                             -> Connection::poll_event -> stack events; re-arm the timer
 //! device flush (one burst)
 //! ```
@@ -45,7 +46,7 @@ use smoltcp::wire::{
     Ipv4Cidr, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
 };
 
-use crate::conn::{ConnConfig, ConnEvent, Connection, Endpoints};
+use crate::conn::{ConnConfig, ConnEvent, Connection, Endpoints, Outgoing, Piece};
 use crate::csum;
 use crate::device::{DeviceStats, PollDevice};
 use crate::recovery::{Congestion as CcAlgorithm, RecoveryConfig};
@@ -56,6 +57,19 @@ use neighbor::{Lookup, Neighbors};
 use wheel::{Entry, Wheel};
 
 const EPHEMERAL_FIRST: u16 = 49152;
+
+/// What writes the octets of external records into frames
+/// ([`Connection::send_external_record`]): `fill(conn, token, at, dst)` writes `dst.len()`
+/// octets of connection `conn`'s record `token`, from offset `at` in the record, and
+/// returns whether it could. A record it cannot produce resets the connection: the frame
+/// becomes an RST in place of the segment, the connection is closed (`Event::Closed`), and
+/// nothing the owner did not write ever leaves.
+pub type Fill<'a> = dyn FnMut(ConnId, u64, usize, &mut [u8]) -> bool + 'a;
+
+/// The [`Fill`] of a caller that queues no external records.
+fn no_fill(_: ConnId, _: u64, _: usize, _: &mut [u8]) -> bool {
+    false
+}
 /// Frames taken from the device per poll.
 const RX_BUDGET: usize = 64;
 /// Most control frames (RST, ARP, ICMP) waiting to go out.
@@ -138,6 +152,9 @@ pub struct HostStats {
     pub tx_blocked: u64,
     /// Connection timers that fired.
     pub timers_fired: u64,
+    /// Segments whose external records the owner could not write ([`Fill`]): each went
+    /// out as an RST and reset its connection.
+    pub external_fill_failures: u64,
 }
 
 /// Counters summed over every connection the host has had, live ones included.
@@ -166,6 +183,10 @@ pub struct TcpTotals {
     /// In-order octets the user took straight from the received frames
     /// ([`Host::poll_with`]), never copied into a receive queue.
     pub delivered_in_place: u64,
+    /// Octets of external records written into frames by their owner
+    /// ([`crate::conn::Connection::send_external_record`]: the engine's FPDUs framed from
+    /// registered memory), retransmissions included.
+    pub external_octets_sent: u64,
 }
 
 impl TcpTotals {
@@ -181,6 +202,7 @@ impl TcpTotals {
         self.fast_recoveries += c.recovery.fast_recoveries;
         self.window_probes += c.window_probes;
         self.delivered_in_place += c.delivered_in_place;
+        self.external_octets_sent += c.external_octets_sent;
     }
 }
 
@@ -399,8 +421,19 @@ impl<D: PollDevice> Host<D> {
     pub fn poll_with<F: FnMut(ConnId, &[u8]) -> usize>(
         &mut self,
         now: Instant,
-        mut deliver: F,
+        deliver: F,
     ) -> bool {
+        self.poll_with_fill(now, deliver, no_fill)
+    }
+
+    /// [`Self::poll_with`], with `fill` writing the octets of external records into the
+    /// frames sent ([`Fill`]).
+    #[inline]
+    pub fn poll_with_fill<F, X>(&mut self, now: Instant, mut deliver: F, mut fill: X) -> bool
+    where
+        F: FnMut(ConnId, &[u8]) -> usize,
+        X: FnMut(ConnId, u64, usize, &mut [u8]) -> bool,
+    {
         self.inner.now = now;
         let events_before = self.inner.events.len();
         self.device.begin_poll();
@@ -413,22 +446,37 @@ impl<D: PollDevice> Host<D> {
             rx.consume(|frame| inner.process_frame(frame, &mut deliver));
             work = true;
         }
-        self.timers_and_transmit(now, work, events_before)
+        self.timers_and_transmit(now, work, events_before, &mut fill)
     }
 
     /// [`Self::poll`] without the rx burst: due timers, every dirty connection's segments
     /// out, one flush. For a caller that received at the top of its loop and now sends
     /// what it wrote; frames that arrived meanwhile wait in the device for the next poll.
     pub fn poll_transmit(&mut self, now: Instant) -> bool {
+        self.poll_transmit_fill(now, no_fill)
+    }
+
+    /// [`Self::poll_transmit`], with `fill` writing the octets of external records
+    /// ([`Fill`]).
+    pub fn poll_transmit_fill<X>(&mut self, now: Instant, mut fill: X) -> bool
+    where
+        X: FnMut(ConnId, u64, usize, &mut [u8]) -> bool,
+    {
         self.inner.now = now;
         let events_before = self.inner.events.len();
-        self.timers_and_transmit(now, false, events_before)
+        self.timers_and_transmit(now, false, events_before, &mut fill)
     }
 
     /// The end of a poll: due timers, the transmit pass, one device flush. Whether anything
     /// happened (`work` from before, frames sent, events raised since `events_before`).
     #[inline(always)]
-    fn timers_and_transmit(&mut self, now: Instant, mut work: bool, events_before: usize) -> bool {
+    fn timers_and_transmit(
+        &mut self,
+        now: Instant,
+        mut work: bool,
+        events_before: usize,
+        fill: &mut Fill<'_>,
+    ) -> bool {
         if self.inner.wheel.may_have_due(now) {
             work |= self.inner.run_timers(now);
         }
@@ -436,7 +484,7 @@ impl<D: PollDevice> Host<D> {
         // loop's floor).
         let i = &self.inner;
         if !i.control.is_empty() || !i.dirty.is_empty() || !i.unresolved.is_empty() {
-            work |= self.transmit(now);
+            work |= self.transmit(now, fill);
         }
         let sent = self.device.flush();
         work || sent || self.inner.events.len() != events_before
@@ -653,6 +701,30 @@ impl<D: PollDevice> Host<D> {
         Ok(())
     }
 
+    /// Queues an external record ([`Connection::send_external_record`]); the connection is
+    /// marked to send.
+    pub fn send_external_record(
+        &mut self,
+        id: ConnId,
+        len: usize,
+        token: u64,
+    ) -> Result<bool, StackError> {
+        let s = self.inner.user_slot_mut(id)?;
+        let queued = s
+            .conn
+            .send_external_record(len, token)
+            .map_err(|_| StackError::CannotSend(s.conn.state()))?;
+        if queued {
+            self.inner.mark_dirty(id.index);
+        }
+        Ok(queued)
+    }
+
+    /// [`Connection::take_acked_external`].
+    pub fn take_acked_external(&mut self, id: ConnId) -> Result<Option<u64>, StackError> {
+        Ok(self.inner.user_slot_mut(id)?.conn.take_acked_external())
+    }
+
     /// The payload room of a data segment without SACK blocks
     /// ([`Connection::max_record_payload`]): the largest record one segment carries.
     pub fn max_record_payload(&self, id: ConnId) -> Result<usize, StackError> {
@@ -736,7 +808,7 @@ impl<D: PollDevice> Host<D> {
         if !s.conn.is_finished() {
             s.conn.abort();
             let now = self.inner.now;
-            self.transmit_conn(id.index, now);
+            self.transmit_conn(id.index, now, &mut no_fill);
         }
         self.inner.remove(id.index);
         Ok(())
@@ -744,7 +816,7 @@ impl<D: PollDevice> Host<D> {
 
     /// Sends what is queued: control frames first, then every dirty connection.
     #[inline(never)]
-    fn transmit(&mut self, now: Instant) -> bool {
+    fn transmit(&mut self, now: Instant, fill: &mut Fill<'_>) -> bool {
         let mut work = false;
         while !self.inner.control.is_empty() {
             let Some(tx) = self.device.transmit(now) else {
@@ -788,7 +860,7 @@ impl<D: PollDevice> Host<D> {
                 dirty[kept] = index;
                 kept += 1;
             } else {
-                self.transmit_conn(index, now);
+                self.transmit_conn(index, now, fill);
             }
         }
         dirty.truncate(kept);
@@ -810,7 +882,7 @@ impl<D: PollDevice> Host<D> {
 
     /// Sends every segment connection `index` has now, then takes its events and re-arms its
     /// timer. Frees it if it finished while still invisible to the user.
-    fn transmit_conn(&mut self, index: u32, now: Instant) {
+    fn transmit_conn(&mut self, index: u32, now: Instant, fill: &mut Fill<'_>) {
         let i = &mut self.inner;
         let Some(Some(s)) = i.slots.get_mut(index as usize) else {
             return;
@@ -842,16 +914,38 @@ impl<D: PollDevice> Host<D> {
                     }
                     break;
                 };
-                let Some(seg) = s.conn.poll_transmit(now) else {
+                let id = ConnId {
+                    index,
+                    generation: s.generation,
+                };
+                let Some(out) = s.conn.poll_segment(now) else {
                     break;
                 };
-                let tcp_len = seg.header_len() + seg.payload.len();
+                let tcp_len = out.repr.header_len() + out.payload_len();
                 let src = i.cidr.address();
                 let dst = s.tuple.remote_ip;
                 let (our_mac, caps, caps_no_tcp) = (i.mac, &i.caps, &i.caps_no_tcp);
-                tx.consume(ETH_HDR + IP_HDR + tcp_len, |buf| {
-                    emit_tcp(buf, our_mac, mac, src, dst, &seg, caps, caps_no_tcp);
+                let written = tx.consume(ETH_HDR + IP_HDR + tcp_len, |buf| {
+                    let addrs = FrameAddrs {
+                        src_mac: our_mac,
+                        dst_mac: mac,
+                        src,
+                        dst,
+                    };
+                    emit_segment(buf, &addrs, &out, caps, caps_no_tcp, &mut |t, at, d| {
+                        fill(id, t, at, d)
+                    })
                 });
+                match written {
+                    Ok(0) => {}
+                    Ok(n) => s.conn.count_external_sent(n),
+                    Err(()) => {
+                        // The frame went out as an RST: the connection is gone.
+                        i.stats.external_fill_failures += 1;
+                        s.conn.abort();
+                        break;
+                    }
+                }
             },
             None => {
                 if !i.unresolved.contains(&index) {
@@ -861,6 +955,143 @@ impl<D: PollDevice> Host<D> {
         }
         i.after_activity(index);
     }
+}
+
+/// The addresses of a frame the host sends.
+struct FrameAddrs {
+    src_mac: EthernetAddress,
+    dst_mac: EthernetAddress,
+    src: Ipv4Address,
+    dst: Ipv4Address,
+}
+
+/// Writes the frame of `out` into `buf` (sized exactly for it): in one pass (copy and
+/// checksum) when the connection holds the payload in one piece, else piece by piece, the
+/// external ones written by `fill` straight into the frame, the checksum (when the port
+/// does not compute it) over the payload once it is in place. Returns the external octets
+/// written; `Err` when `fill` failed: the frame is then an RST for the segment's sequence
+/// number, padded with zeros (IPv4's total length excludes the padding).
+fn emit_segment(
+    buf: &mut [u8],
+    a: &FrameAddrs,
+    out: &Outgoing<'_>,
+    caps: &ChecksumCapabilities,
+    caps_no_tcp: &ChecksumCapabilities,
+    fill: &mut dyn FnMut(u64, usize, &mut [u8]) -> bool,
+) -> Result<usize, ()> {
+    if let Some(payload) = out.contiguous() {
+        let seg = TcpRepr {
+            payload,
+            ..out.repr
+        };
+        emit_tcp(
+            buf,
+            a.src_mac,
+            a.dst_mac,
+            a.src,
+            a.dst,
+            &seg,
+            caps,
+            caps_no_tcp,
+        );
+        return Ok(0);
+    }
+    let n = out.payload_len();
+    let hl = out.repr.header_len();
+    let tcp = emit_tcp_header(buf, a, &out.repr, n, caps, caps_no_tcp);
+    let payload = &mut tcp[hl..hl + n];
+    let (mut at, mut external, mut ok) = (0usize, 0usize, true);
+    out.for_each_piece(|p| match p {
+        _ if !ok => {}
+        Piece::Octets(o) => {
+            payload[at..at + o.len()].copy_from_slice(o);
+            at += o.len();
+        }
+        Piece::External {
+            token,
+            at: from,
+            len,
+        } => {
+            if fill(token, from, &mut payload[at..at + len]) {
+                at += len;
+                external += len;
+            } else {
+                ok = false;
+            }
+        }
+    });
+    if !ok || at != n {
+        let rst = TcpRepr {
+            control: TcpControl::Rst,
+            window_len: 0,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload: &[],
+            ..out.repr
+        };
+        let l = ETH_HDR + IP_HDR + rst.header_len();
+        let (frame, pad) = buf.split_at_mut(l);
+        emit_tcp(
+            frame,
+            a.src_mac,
+            a.dst_mac,
+            a.src,
+            a.dst,
+            &rst,
+            caps,
+            caps_no_tcp,
+        );
+        pad.fill(0);
+        return Err(());
+    }
+    if caps.tcp.tx() {
+        let total = csum::pseudo_header(a.src, a.dst, (hl + n) as u16) + csum::sum(&tcp[..hl + n]);
+        tcp[16..18].copy_from_slice(&csum::finish(total));
+    }
+    Ok(external)
+}
+
+/// Writes the Ethernet, IPv4 and TCP headers of `seg` carrying `payload_len` octets into
+/// `buf` (checksum field zero) and returns the TCP part of the frame.
+fn emit_tcp_header<'b>(
+    buf: &'b mut [u8],
+    a: &FrameAddrs,
+    seg: &TcpRepr<'_>,
+    payload_len: usize,
+    caps: &ChecksumCapabilities,
+    caps_no_tcp: &ChecksumCapabilities,
+) -> &'b mut [u8] {
+    let mut eth = EthernetFrame::new_unchecked(buf);
+    EthernetRepr {
+        src_addr: a.src_mac,
+        dst_addr: a.dst_mac,
+        ethertype: EthernetProtocol::Ipv4,
+    }
+    .emit(&mut eth);
+    let ip = Ipv4Repr {
+        src_addr: a.src,
+        dst_addr: a.dst,
+        next_header: IpProtocol::Tcp,
+        payload_len: seg.header_len() + payload_len,
+        hop_limit: 64,
+    };
+    let mut ipp = Ipv4Packet::new_unchecked(&mut eth.into_inner()[ETH_HDR..]);
+    ip.emit(&mut ipp, caps);
+    let mut tcp = TcpPacket::new_unchecked(&mut ipp.into_inner()[IP_HDR..]);
+    let header = TcpRepr {
+        payload: &[],
+        ..*seg
+    };
+    header.emit(
+        &mut tcp,
+        &IpAddress::Ipv4(a.src),
+        &IpAddress::Ipv4(a.dst),
+        caps_no_tcp,
+    );
+    tcp.into_inner()
 }
 
 /// Writes an Ethernet/IPv4/TCP frame carrying `seg` into `buf` (sized exactly for it).

@@ -1,0 +1,305 @@
+//! External records (issue 12 item 3, transmit from registered memory): octets the
+//! connection never holds, written by their owner into each frame that carries them
+//! (`Stack::send_external_record`, the `fill` of `Stack::poll_with_fill`), kept writable
+//! until acknowledged. Over the in-memory link with loss, reordering and duplication, a
+//! stream of records, some held by the TCP and some external, must arrive byte for byte;
+//! no record may be asked for after it was reported acknowledged; and a record its owner
+//! cannot write resets the connection instead of sending anything else.
+
+mod common;
+
+use std::collections::VecDeque;
+
+use common::*;
+use smoltcp::time::{Duration, Instant};
+use warpcore_tcp::link::{self, Faults, LinkConfig, LinkEnd};
+use warpcore_tcp::{ConnId, Event, Stack, TcpTuning};
+
+const SALT: u32 = 0x0e47_0001;
+
+fn lossy(seed: u64) -> LinkConfig {
+    let faults = |seed| Faults {
+        seed,
+        loss: 0.02,
+        duplicate: 0.01,
+        reorder: 0.02,
+        reorder_delay: Duration::from_micros(300),
+        latency: Duration::from_micros(50),
+        ..Faults::default()
+    };
+    LinkConfig {
+        faults_ab: faults(seed),
+        faults_ba: faults(seed ^ 0x77),
+        ..LinkConfig::default()
+    }
+}
+
+fn connect(a: &mut Stack<LinkEnd>, b: &mut Stack<LinkEnd>, now: &mut Instant) -> (ConnId, ConnId) {
+    b.listen(5000, 2, &TcpTuning::default()).expect("listen");
+    let ca = a
+        .connect((IP_B, 5000), None, &TcpTuning::default())
+        .expect("connect");
+    let (mut up, mut cb) = (false, None);
+    for _ in 0..100_000 {
+        let w = a.poll(*now) | b.poll(*now);
+        while let Some(e) = a.next_event() {
+            up |= matches!(e, Event::Connected(_));
+        }
+        while let Some(e) = b.next_event() {
+            if let Event::Acceptable(l) = e {
+                cb = b.accept(l).expect("accept");
+            }
+        }
+        if let (true, Some(cb)) = (up, cb) {
+            return (ca, cb);
+        }
+        let wake = [a.poll_at(*now), b.poll_at(*now)]
+            .into_iter()
+            .flatten()
+            .chain(next_delivery(a, b))
+            .min();
+        *now = sim_clock(*now, w, wake);
+    }
+    panic!("no connection");
+}
+
+/// One record the sender queued: where it starts in the stream, its length, and its token
+/// if external.
+struct Rec {
+    start: u64,
+    len: usize,
+    token: Option<u64>,
+}
+
+/// Sends `total` octets from a to b as records of seeded sizes, every third one held by the
+/// TCP, the others external; checks the receiver's every octet and the acknowledgement
+/// contract. Returns the octets of external records and what the TCP counted as written by
+/// the owner.
+fn transfer(seed: u64, total: u64) -> (u64, u64, u64) {
+    let (ea, eb) = link::pair(&lossy(seed));
+    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("a");
+    let mut b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("b");
+    let mut now = Instant::ZERO;
+    let (ca, cb) = connect(&mut a, &mut b, &mut now);
+    let room = a.max_record_payload(ca).expect("ours").expect("ours");
+    let mut rng = seed | 1;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let (mut sent, mut received, mut token, mut ext_octets) = (0u64, 0u64, 0u64, 0u64);
+    let mut live: VecDeque<Rec> = VecDeque::new();
+    let mut acked_upto: Option<u64> = None;
+    let deadline = now + Duration::from_secs(600);
+    while received < total {
+        assert!(now < deadline, "stalled at {received} of {total}");
+        // Queue records while there is room: mostly up to a segment, sometimes longer
+        // (cut across segments) or tiny (several per segment).
+        while sent < total {
+            let r = next();
+            let len = match r % 10 {
+                0 => 1 + (r >> 8) as usize % 16,
+                1 => room + 1 + (r >> 8) as usize % room,
+                _ => 1 + (r >> 8) as usize % room,
+            }
+            .min((total - sent) as usize);
+            let start = sent;
+            let ok = if r % 3 == 0 {
+                let n = a
+                    .send_with_room(ca, len, |buf| {
+                        if buf.len() < len {
+                            return 0;
+                        }
+                        for (k, b) in buf[..len].iter_mut().enumerate() {
+                            *b = pattern(SALT, start + k as u64);
+                        }
+                        len
+                    })
+                    .expect("send");
+                if n == 0 {
+                    false
+                } else {
+                    live.push_back(Rec {
+                        start,
+                        len,
+                        token: None,
+                    });
+                    true
+                }
+            } else {
+                token += 1;
+                let queued = a.send_external_record(ca, len, token).expect("external");
+                if queued {
+                    ext_octets += len as u64;
+                    live.push_back(Rec {
+                        start,
+                        len,
+                        token: Some(token),
+                    });
+                }
+                queued
+            };
+            if !ok {
+                break;
+            }
+            sent += len as u64;
+        }
+        let live_ref = &live;
+        let acked = acked_upto;
+        let wa = a.poll_with_fill(
+            now,
+            |_, _| 0,
+            |c, t, at, dst| {
+                assert_eq!(c, ca);
+                assert!(
+                    acked.map_or(true, |u| t > u),
+                    "record {t} asked for after {acked:?} was reported acknowledged"
+                );
+                let r = live_ref
+                    .iter()
+                    .find(|r| r.token == Some(t))
+                    .expect("fill of a record never queued");
+                assert!(at + dst.len() <= r.len, "fill past the record's end");
+                for (k, b) in dst.iter_mut().enumerate() {
+                    *b = pattern(SALT, r.start + (at + k) as u64);
+                }
+                true
+            },
+        );
+        let wb = b.poll(now);
+        while let Some(e) = a.next_event() {
+            assert!(
+                !matches!(e, Event::Reset(_) | Event::Closed(_)),
+                "{e:?} at {now} sent {sent} received {received} b {:?} a {:?}",
+                b.host_stats(),
+                a.host_stats()
+            );
+        }
+        while b.next_event().is_some() {}
+        if let Some(t) = a.take_acked_external(ca).expect("acked") {
+            assert!(
+                acked_upto.map_or(true, |u| t > u),
+                "acknowledged tokens go back"
+            );
+            acked_upto = Some(t);
+            while live
+                .front()
+                .is_some_and(|r| r.token.map_or(true, |x| x <= t))
+            {
+                live.pop_front();
+            }
+        }
+        loop {
+            let off = received;
+            let n = b
+                .recv_with(cb, |data| {
+                    for (k, &x) in data.iter().enumerate() {
+                        let want = pattern(SALT, off + k as u64);
+                        assert_eq!(x, want, "byte {} of the stream differs", off + k as u64);
+                    }
+                    data.len()
+                })
+                .unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            received += n as u64;
+        }
+        let wake = next_delivery(&a, &b);
+        let wake = [a.poll_at(now), b.poll_at(now)]
+            .into_iter()
+            .flatten()
+            .chain(wake)
+            .min();
+        now = sim_clock(now, wa | wb, wake);
+    }
+    // Everything arrives, so everything is acknowledged in the end.
+    for _ in 0..100_000 {
+        if a.take_acked_external(ca).expect("acked") == Some(token) {
+            let lost = a.device().tx_fault_stats().lost;
+            let written = a.tcp_totals().expect("ours").external_octets_sent;
+            return (ext_octets, written, lost);
+        }
+        let w = a.poll_with_fill(
+            now,
+            |_, _| 0,
+            |_, t, _, _| panic!("fill of {t} after the end"),
+        ) | b.poll(now);
+        let wake = next_delivery(&a, &b);
+        now = sim_clock(now, w, wake);
+    }
+    panic!("the last external record was never acknowledged");
+}
+
+#[test]
+fn external_records_arrive_byte_exact_under_loss_and_are_never_asked_for_after_their_ack() {
+    for seed in [3_u64, 0xabcd, 0x1234_5678] {
+        let (ext, written, lost) = transfer(seed, 3 << 20);
+        eprintln!(
+            "seed {seed:#x}: {ext} external octets, {written} written by fill, {lost} frames lost"
+        );
+        assert!(lost > 0, "the link must have lost frames");
+        assert!(
+            written > ext,
+            "retransmissions must have asked for external octets again"
+        );
+    }
+}
+
+/// A record its owner cannot write (the engine: the region went away) never leaves as
+/// anything else: the frame becomes an RST, our side reports Closed, the peer Reset, and
+/// the peer received only octets that were written.
+#[test]
+fn a_record_the_owner_cannot_write_resets_the_connection() {
+    let (ea, eb) = link::pair(&LinkConfig::default());
+    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("a");
+    let mut b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("b");
+    let mut now = Instant::ZERO;
+    let (ca, cb) = connect(&mut a, &mut b, &mut now);
+    assert!(
+        a.send_with(ca, |buf| {
+            buf[..100].fill(7);
+            100
+        })
+        .expect("send")
+            == 100
+    );
+    let (mut a_closed, mut b_reset, mut got) = (false, false, Vec::new());
+    for _ in 0..10_000 {
+        if got.len() == 100 {
+            break;
+        }
+        let w = a.poll(now) | b.poll(now);
+        let _ = b.recv_with(cb, |d| {
+            got.extend_from_slice(d);
+            d.len()
+        });
+        let wake = next_delivery(&a, &b);
+        now = sim_clock(now, w, wake);
+    }
+    assert!(a.send_external_record(ca, 500, 1).expect("external"));
+    for _ in 0..10_000 {
+        let w = a.poll_with_fill(now, |_, _| 0, |_, _, _, _| false) | b.poll(now);
+        while let Some(e) = a.next_event() {
+            a_closed |= matches!(e, Event::Closed(_));
+        }
+        while let Some(e) = b.next_event() {
+            b_reset |= matches!(e, Event::Reset(_));
+        }
+        let _ = b.recv_with(cb, |d| {
+            got.extend_from_slice(d);
+            d.len()
+        });
+        if a_closed && b_reset {
+            break;
+        }
+        let wake = next_delivery(&a, &b);
+        now = sim_clock(now, w, wake);
+    }
+    assert!(a_closed, "our side must report the connection closed");
+    assert!(b_reset, "the peer must see the reset");
+    assert_eq!(got, vec![7u8; 100], "only the written octets arrive");
+    assert_eq!(a.host_stats().expect("ours").external_fill_failures, 1);
+}
