@@ -137,6 +137,13 @@ fn bandwidth_tests_print_perftest_table_json_and_hdr_log() {
         if test != "write_bw" {
             assert!(in_place > 200 * 4096 / 2, "{test}: {tcp}");
         }
+        // Issue 12 item 3: what this side sent (the Writes of write_bw, its own Sends of
+        // the bidirectional send_bw), FPDUs of 4 KiB messages, went out from registered
+        // memory, every payload octet, framed into the frames.
+        let from_memory = tcp["octets_sent_from_memory"].as_u64().unwrap();
+        if test != "read_bw" {
+            assert!(from_memory > 200 * 4096, "{test}: {tcp}");
+        }
         assert!(out.contains("[iwperf] TCP (this side): "), "{out}");
         let l = std::fs::read_to_string(&log).expect("hdr log written");
         assert!(l.contains("#[BaseTime:"), "{l}");

@@ -75,6 +75,16 @@ pub struct EngineConfig {
     /// processes over DPDK net_memif 22.11 need both sides to stop polling before either
     /// closes its port (a disconnect during `rx_burst` can crash the peer); 0 elsewhere.
     pub shutdown_linger_ms: u64,
+    /// FPDUs carrying at least this many payload octets are sent from registered memory
+    /// (issue 12 item 3): the TCP holds no copy; each time a frame carries the FPDU, first
+    /// transmission or retransmission, its payload is copied from the region straight into
+    /// the frame and framed there with its CRC. The Send or Write they belong to completes
+    /// once TCP has their acknowledgement (its buffer is not read again), not when they
+    /// were queued. Smaller FPDUs are copied into the TCP's send buffer when queued (their
+    /// messages complete then): for them the copy costs less than the bookkeeping.
+    /// `usize::MAX` turns sending from registered memory off; the smoltcp reference never
+    /// does it. 512 by default.
+    pub tx_from_memory_min: usize,
 }
 
 impl Default for EngineConfig {
@@ -104,6 +114,7 @@ impl Default for EngineConfig {
             mpa_timeout_ms: 10_000,
             max_connections: 10_240,
             shutdown_linger_ms: 0,
+            tx_from_memory_min: 512,
         }
     }
 }

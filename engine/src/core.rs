@@ -18,8 +18,10 @@
 //! 5. **timers**: MPA startup timeouts.
 //! 6. **send**: per connection at most `tx_budget_fpdus` FPDUs: the Terminate if one is due,
 //!    the RTR, Read Responses (inbound Read queue first), then the send queue in order, with
-//!    ORD enforced; each FPDU is framed straight into the TCP send buffer.
-//! 7. **tx flush**: [`Stack::poll_transmit`] turns what was queued into frames, one flush
+//!    ORD enforced; an FPDU of [`EngineConfig::tx_from_memory_min`] payload octets or more
+//!    is queued in TCP as an external record and framed from registered memory into each
+//!    frame that carries it (`txrec`); a smaller one is framed into the TCP send buffer.
+//! 7. **tx flush**: [`Stack::poll_transmit_fill`] turns what was queued into frames, one flush
 //!    (no rx burst: what arrives meanwhile is placed from its frame at the next loop's
 //!    step 1); skipped when no poller of this loop did anything.
 //!
@@ -39,10 +41,11 @@
 //! | `tx` | the transmit path, below |
 //! | `qp` | QP state: in-order retirement, completions, flush, local and remote Terminates |
 //! | `local` | binds, fast registrations and Local Invalidates at the sending position |
+//! | `txrec` | FPDUs sent from registered memory: their records, the copy into the frame, acknowledgements |
 //!
 //! # The receive path, by function
 //! ```text
-//! poll ─ poll_stack: stack.poll_with (rx burst, TCP) (rx: in-order payload of RTS QPs)
+//! poll ─ poll_stack: stack.poll_with_fill (rx burst, TCP) (rx: in-order payload of RTS QPs)
 //!          └ Qp::consume      straight from the frame, while the TCP queue is empty
 //!      ─ poll_tcp_events, poll_requests            (connect: new connections, MPA Requests)
 //!      ─ poll_rx                                    (rx: connections with queued octets)
@@ -66,17 +69,22 @@
 //! poll ─ poll_timers                               (connect: MPA timeouts)
 //!      ─ poll_tx                                   (tx: every live QP)
 //!          └ tx_qp
+//!              ├ TxRecords::acked   FPDUs sent from memory acknowledged (txrec) -> record_acked
 //!              ├ Qp::tx_control     startup frames, failed-startup close, tx_terminate,
 //!              │                    tx_rtr, run_local_ops (local), the MPA fence
 //!              ├ Qp::tx_fpdus       per FPDU within tx_budget_fpdus:
 //!              │   ├ Qp::start_next     run_local_ops, then start_read_response /
 //!              │   │                    start_atomic_response (execute_atomic) / start_sq
-//!              │   ├ Segmenter::next_segment (DDP) -> send_fpdu_from / send_fpdu: framed
+//!              │   ├ Segmenter::next_segment (DDP), then either
+//!              │   │   TxRecords::push + Stack::send_external_record (payload >= 512: sent
+//!              │   │   from registered memory, txrec), or send_fpdu_from / send_fpdu: framed
 //!              │   │   (MPA, CRC) into the TCP send buffer, payload from gather
 //!              │   └ Qp::tx_message_done
 //!              ├ Qp::retire_sq      completions in order
 //!              └ Qp::tx_close_if_drained   FIN once nothing is owed, Disconnected
-//!      ─ stack.poll_transmit (tx flush, no rx), skipped when nothing was done
+//!      ─ stack.poll_transmit_fill (tx flush, no rx), skipped when nothing was done;
+//!          the host calls TxRecords::fill for each external record a frame carries
+//!          (also from poll_stack's transmit); a failed fill -> fail_unfillable
 //! ```
 //!
 //! The per-connection steps borrow the core's `Ctx` (region table, configuration, events,
@@ -117,7 +125,7 @@ use warpcore_tcp::{ConnId, Event as TcpEvent, PollDevice, Stack, StackConfig, Tc
 use crate::cm::{
     CmEvent, ConnError, ConnectRequest, Established, ListenerId, MpaParams, RequestId,
 };
-use crate::config::EngineConfig;
+use crate::config::{EngineConfig, MAX_SGE};
 use crate::error::EngineError;
 use crate::mem::{Access, BoundsFault, LookupFault, MrGuard, MrTable, PdId, Stag};
 use crate::wr::{
@@ -131,7 +139,10 @@ mod local;
 mod qp;
 mod rx;
 mod tx;
+mod txrec;
 mod validate;
+
+use txrec::TxRecords;
 
 pub use validate::{validate_recv, validate_send};
 
@@ -172,6 +183,12 @@ pub struct CoreStats {
     /// copied into the TCP receive queue (`EngineCore::poll_stack`); the rest of the
     /// stream was read from the queue.
     pub rx_in_place_octets: u64,
+    /// Payload octets of FPDUs queued to be sent from registered memory
+    /// ([`EngineConfig::tx_from_memory_min`]): never copied into the TCP send buffer.
+    pub tx_from_memory_octets: u64,
+    /// Of those FPDUs' octets (headers, CRC and retransmissions included), how many TCP
+    /// had written into frames (the TCP's count, read when the stats are taken).
+    pub tx_from_memory_wire_octets: u64,
     /// Terminates sent.
     pub terminates_tx: u64,
     /// Terminates received.
@@ -228,6 +245,11 @@ struct SqEntry {
     stage: u8,
     /// The original value an atomic returned.
     atomic_orig: Option<u64>,
+    /// FPDUs of this request sent from registered memory and not yet acknowledged by TCP
+    /// (module `txrec`): the request completes only when none is left.
+    unacked: u32,
+    /// Its last message was queued whole (a Send or Write then waits only for `unacked`).
+    sent_whole: bool,
 }
 
 /// An outstanding outbound Read (ORD accounting, RDMAP-06 §5.2): its Read Responses come
@@ -498,6 +520,8 @@ pub struct EngineCore<D: PollDevice> {
     /// copied into a wrapped send buffer; allocated at first use.
     gather: Vec<u8>,
     fpdu: Vec<u8>,
+    /// The FPDUs sent from registered memory that TCP may still send (module `txrec`).
+    txrec: TxRecords,
 }
 
 impl<D: PollDevice> std::fmt::Debug for EngineCore<D> {
@@ -549,6 +573,7 @@ impl<D: PollDevice> EngineCore<D> {
             now,
             gather: Vec::new(),
             fpdu: Vec::new(),
+            txrec: TxRecords::new(mrs.clone()),
             stack,
             ctx: Ctx {
                 events: VecDeque::with_capacity(cfg.event_queue_depth),
@@ -589,6 +614,7 @@ impl<D: PollDevice> EngineCore<D> {
             requests_pending: self.requests_live as u64,
             tcp_connections: self.stack.live() as u64,
             tcp_zombies: self.zombies.len() as u64,
+            tx_from_memory_wire_octets: t.external_octets_sent,
             mrs_registered: self.ctx.mrs.registered() as u64,
             pool_in_use: self.stack.device_stats().pool_in_use,
             ..self.ctx.stats
@@ -664,10 +690,33 @@ impl<D: PollDevice> EngineCore<D> {
         // read) goes out in the same loop; when none did anything, nothing was queued and
         // the second pass of the stack would only repeat the first.
         if engine {
-            self.stack.poll_transmit(now);
+            let EngineCore { stack, txrec, .. } = self;
+            stack.poll_transmit_fill(now, |c, t, at, dst| txrec.fill(c, t, at, dst));
+            if self.txrec.has_failed() {
+                self.fail_unfillable();
+            }
             self.poll_tcp_events();
         }
         work | engine
+    }
+
+    /// Connections whose FPDU sent from registered memory could not be read again (its
+    /// region was deregistered or invalidated while TCP could still resend it; module
+    /// `txrec`): TCP sent an RST and closed; the request fails with
+    /// [`WcStatus::LocalProtection`] and the QP with a local catastrophic error, reported
+    /// to the application (the connection's Closed event then detaches it).
+    #[cold]
+    fn fail_unfillable(&mut self) {
+        while let Some((conn, seq)) = self.txrec.take_failed() {
+            let Some(i) = self.find_qp(conn) else {
+                continue;
+            };
+            let EngineCore { qps, ctx, .. } = self;
+            if let Some(q) = qps[i].as_mut() {
+                q.fail_tx_source(seq, ctx);
+            }
+            self.mark(i);
+        }
     }
 
     /// Visits every live QP that no ready set lists, as the pollers would, and counts those

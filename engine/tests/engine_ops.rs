@@ -423,3 +423,113 @@ fn fpdus_are_placed_straight_from_the_frames() {
         "A: {in_place_a} octets of the Read Response in place"
     );
 }
+
+/// Issue 12 item 3: a Write whose FPDUs are sent from registered memory (payload of 512
+/// octets or more, `EngineConfig::tx_from_memory_min`) completes only once TCP has their
+/// acknowledgement, since a retransmission reads the buffer again (RDMAP-5.5-8: complete
+/// means the buffer may be reused); a small Write, copied into TCP's buffer, completes when
+/// queued, as before. While B does not run nothing acknowledges A's segments.
+#[test]
+fn a_write_sent_from_registered_memory_completes_once_acknowledged() {
+    let mut p = Pair::default_pair();
+    let (qa, _qb) = p.connect();
+    let (ra, sa) = p.a.region(1 << 20, all_access());
+    let (rb, sb) = p.b.region(1 << 20, all_access());
+    let data = pattern(256 * 1024, 5);
+    ra.write_at(0, &data).unwrap();
+    p.a.take_completions();
+    let before = p.a.core.stats();
+    post_a(&mut p, qa, 1, write(sb.0, 0), &[(sa, 0, 64)]);
+    p.run_a_alone(20);
+    let c = p.a.take_completions();
+    assert_eq!(c.len(), 1, "the small Write completes when queued: {c:?}");
+    assert_eq!((c[0].wr_id, c[0].status), (1, WcStatus::Success));
+    post_a(&mut p, qa, 2, write(sb.0, 4096), &[(sa, 4096, 200_000)]);
+    p.run_a_alone(200);
+    let s = p.a.core.stats();
+    assert!(
+        s.tx_from_memory_octets - before.tx_from_memory_octets >= 190_000,
+        "{} octets queued from registered memory",
+        s.tx_from_memory_octets - before.tx_from_memory_octets
+    );
+    assert!(
+        p.a.completions.is_empty(),
+        "completed before any acknowledgement: {:?}",
+        p.a.completions
+    );
+    p.run_until(20_000, |p| !p.a.completions.is_empty());
+    let c = p.a.take_completions();
+    assert_eq!((c[0].wr_id, c[0].status), (2, WcStatus::Success));
+    assert_eq!(read_region(&rb, 4096, 200_000), data[4096..204_096]);
+    assert_eq!(read_region(&rb, 0, 64), data[..64]);
+}
+
+/// Issue 12 item 3: a region deregistered while TCP may still have to send FPDUs from it
+/// (they were queued, not yet sent: the window is closed while B does not run). Nothing
+/// not read from the region ever leaves: the segment becomes an RST, the request fails
+/// with a local protection error and the QP with a local catastrophic error; B received
+/// a prefix of the data and nothing else, and its connection is reset.
+#[test]
+fn a_region_deregistered_while_tcp_may_send_from_it_resets_the_stream() {
+    let mut p = Pair::default_pair();
+    let (qa, _qb) = p.connect();
+    let (ra, sa) = p.a.region(1 << 20, all_access());
+    let (rb, sb) = p.b.region(1 << 20, all_access());
+    let data = pattern(600_000, 11);
+    ra.write_at(0, &data).unwrap();
+    post_a(&mut p, qa, 9, write(sb.0, 0), &[(sa, 0, 600_000)]);
+    p.run_a_alone(50);
+    assert!(p.a.core.stats().tx_from_memory_octets > 500_000);
+    p.a.mrs.deregister(sa).unwrap();
+    p.run_until(20_000, |p| {
+        p.a.events
+            .iter()
+            .any(|e| matches!(e, warpcore_engine::CmEvent::Error { .. }))
+            && !p.b.events.is_empty()
+    });
+    let ca = p.a.take_completions();
+    assert_eq!((ca[0].wr_id, ca[0].status), (9, WcStatus::LocalProtection));
+    let ea = p.a.take_events();
+    assert!(
+        matches!(
+            ea.first(),
+            Some(warpcore_engine::CmEvent::Error {
+                error: warpcore_engine::ConnError::LocalTerminate(
+                    warpcore_proto::error::ProtocolError::Rdmap(
+                        warpcore_proto::error::RdmapError::LocalCatastrophic
+                    )
+                ),
+                ..
+            })
+        ),
+        "{ea:?}"
+    );
+    let eb = p.b.take_events();
+    assert!(
+        eb.iter().any(|e| matches!(
+            e,
+            warpcore_engine::CmEvent::Disconnected { reset: true, .. }
+                | warpcore_engine::CmEvent::Error { .. }
+        )),
+        "{eb:?}"
+    );
+    assert_eq!(
+        p.a.core
+            .stack()
+            .host_stats()
+            .expect("ours")
+            .external_fill_failures,
+        1
+    );
+    let sink = read_region(&rb, 0, 600_000);
+    let k = sink
+        .iter()
+        .zip(&data)
+        .position(|(a, b)| a != b)
+        .unwrap_or(600_000);
+    assert!(k > 0 && k < 600_000, "{k} octets arrived");
+    assert!(
+        sink[k..].iter().all(|&x| x == 0),
+        "octets past the first {k} changed"
+    );
+}

@@ -699,6 +699,18 @@ fn run(seed: u64, crc: bool, rev: u8) -> (Model, Octets) {
             "{side}: nothing placed from the frames"
         );
         assert_eq!(s.rx_in_place_octets, tcp.delivered_in_place, "{side}");
+        // Issue 12 item 3: FPDUs of 512 payload octets or more went out from registered
+        // memory, framed into each frame (retransmissions over this lossy link included).
+        assert!(
+            s.tx_from_memory_octets > 0,
+            "{side}: nothing sent from registered memory"
+        );
+        assert!(
+            s.tx_from_memory_wire_octets > s.tx_from_memory_octets,
+            "{side}: {} payload octets queued, {} written into frames",
+            s.tx_from_memory_octets,
+            s.tx_from_memory_wire_octets
+        );
     }
     (m, end)
 }

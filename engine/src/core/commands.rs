@@ -134,6 +134,8 @@ impl<D: PollDevice> EngineCore<D> {
             byte_len: wr.sges.total_len() as u32,
             stage: 0,
             atomic_orig: None,
+            unacked: 0,
+            sent_whole: false,
         });
         Ok(())
     }
@@ -162,6 +164,8 @@ impl<D: PollDevice> EngineCore<D> {
             byte_len,
             stage: 0,
             atomic_orig: None,
+            unacked: 0,
+            sent_whole: false,
         });
         if q.state != QpState::Rts {
             q.sq_next_seq = q.sq_head_seq + q.sq.len() as u64;

@@ -120,12 +120,22 @@ impl Qp {
 
     /// Moves to the error state and flushes every outstanding work request: those not done
     /// complete with [`WcStatus::FlushErr`] (done ones keep their status), in queue order
-    /// (RDMAP-6.2.1-2: after a Terminate everything outstanding completes in error).
+    /// (RDMAP-6.2.1-2: after a Terminate everything outstanding completes in error). A
+    /// Send or Write whose every FPDU was queued in TCP and that waited only for the
+    /// acknowledgement of those sent from registered memory (`txrec`) completes as it did
+    /// when it was queued: successfully. It waited so that a retransmission into a live
+    /// stream never reads a buffer the application got back; the stream is ending in error
+    /// now (the peer places nothing after its Terminate; before ours, what a retransmission
+    /// carries of a buffer reused meanwhile is as undefined as the application's use of it).
     pub(super) fn flush(&mut self) {
         self.set_state(QpState::Error);
         for e in self.sq.iter_mut() {
             if e.status.is_none() {
-                e.status = Some(WcStatus::FlushErr);
+                e.status = Some(if e.sent_whole {
+                    WcStatus::Success
+                } else {
+                    WcStatus::FlushErr
+                });
             }
         }
         self.retire_sq();

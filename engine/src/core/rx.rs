@@ -618,29 +618,39 @@ impl<D: PollDevice> EngineCore<D> {
             ctx,
             conn_qp,
             tx_ready,
+            txrec,
             ..
         } = self;
-        stack.poll_with(now, |tcp, data| {
-            let Some(&i) = conn_qp.get(tcp.slot()) else {
-                return 0;
-            };
-            let i = i as usize;
-            let Some(Some(q)) = qps.get_mut(i) else {
-                return 0;
-            };
-            let steady = q.state == QpState::Rts
-                && q.conn
-                    .as_ref()
-                    .is_some_and(|c| c.tcp == tcp && matches!(c.mpa, Mpa::Done) && !c.peer_closed);
-            if !steady {
-                return 0;
-            }
-            let n = q.consume(data, ctx);
-            ctx.stats.rx_in_place_octets += n as u64;
-            // Received octets may owe the peer something (as in `poll_rx`).
-            tx_ready.mark(i);
-            n
-        })
+        let fill = |c, t, at, dst: &mut [u8]| txrec.fill(c, t, at, dst);
+        let work = stack.poll_with_fill(
+            now,
+            |tcp, data| {
+                let Some(&i) = conn_qp.get(tcp.slot()) else {
+                    return 0;
+                };
+                let i = i as usize;
+                let Some(Some(q)) = qps.get_mut(i) else {
+                    return 0;
+                };
+                let steady = q.state == QpState::Rts
+                    && q.conn.as_ref().is_some_and(|c| {
+                        c.tcp == tcp && matches!(c.mpa, Mpa::Done) && !c.peer_closed
+                    });
+                if !steady {
+                    return 0;
+                }
+                let n = q.consume(data, ctx);
+                ctx.stats.rx_in_place_octets += n as u64;
+                // Received octets may owe the peer something (as in `poll_rx`).
+                tx_ready.mark(i);
+                n
+            },
+            fill,
+        );
+        if self.txrec.has_failed() {
+            self.fail_unfillable();
+        }
+        work
     }
 
     /// The receive poller: every QP marked ready (by a Readable or PeerClosed event of its

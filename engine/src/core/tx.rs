@@ -529,6 +529,7 @@ impl<D: PollDevice> EngineCore<D> {
             gather,
             fpdu,
             zombies,
+            txrec,
             ..
         } = self;
         let Some(q) = qps[i].as_mut() else {
@@ -537,11 +538,22 @@ impl<D: PollDevice> EngineCore<D> {
         let Some(tcp) = q.conn.as_ref().map(|c| c.tcp) else {
             return false;
         };
-        let mut work = match q.tx_control(stack, tcp, ctx, fpdu) {
+        // FPDUs sent from registered memory that TCP has had acknowledged: their requests
+        // may complete (module `txrec`).
+        let mut acked = false;
+        if txrec.outstanding(tcp) > 0 {
+            if let Ok(Some(upto)) = stack.take_acked_external(tcp) {
+                txrec.acked(tcp, upto, |seq| q.record_acked(seq));
+                acked = true;
+            }
+        }
+        let mut work = acked;
+        work |= match q.tx_control(stack, tcp, ctx, fpdu) {
             ControlFlow::Break(w) => return w,
             ControlFlow::Continue(w) => w,
         };
-        match q.tx_fpdus(stack, tcp, ctx, gather, fpdu) {
+        let from_memory = stack.implementation() == TcpImplementation::Warpcore;
+        match q.tx_fpdus(stack, tcp, ctx, gather, fpdu, txrec, from_memory) {
             ControlFlow::Break(w) => return w,
             ControlFlow::Continue(w) => work |= w,
         }
@@ -730,6 +742,7 @@ impl Qp {
     /// registered memory ([`send_fpdu_from`]); a finished message updates its request
     /// ([`Self::tx_message_done`]). `Break(true)`: the QP failed.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn tx_fpdus<D: PollDevice>(
         &mut self,
         stack: &mut Stack<D>,
@@ -737,6 +750,8 @@ impl Qp {
         ctx: &mut Ctx,
         gbuf: &mut Vec<u8>,
         fbuf: &mut Vec<u8>,
+        records: &mut TxRecords,
+        from_memory: bool,
     ) -> ControlFlow<bool, bool> {
         let mut work = false;
         let mut fpdus = 0;
@@ -776,6 +791,97 @@ impl Qp {
             let (sq, sq_head, pd, stream) = (&self.sq, self.sq_head_seq, self.pd, self.id.stream());
             let src = &msg.src;
             let mrs: &MrTable = &ctx.mrs;
+            if plen >= ctx.cfg.tx_from_memory_min && from_memory {
+                // Sent from registered memory (module `txrec`): validated now, copied
+                // into each frame that carries it.
+                let from = match src {
+                    TxSrc::Sq(seq) => sq.get((*seq - sq_head) as usize).and_then(|e| {
+                        let sges = e.wr.sges.as_slice();
+                        if off == 0 && !txrec::sges_readable(mrs, pd, sges) {
+                            return None;
+                        }
+                        let p = txrec::pieces_of(sges, off, plen)?;
+                        Some((p, txrec::PieceAccess::Local { pd }, Some(*seq)))
+                    }),
+                    TxSrc::ReadResp(plan) => plan.src_to.checked_add(off).and_then(|to| {
+                        if off == 0 {
+                            // The whole response's source, once (as for a request).
+                            let g = mrs
+                                .lookup_remote(Stag(plan.src_stag), pd, stream, Access::REMOTE_READ)
+                                .ok()?;
+                            g.bounds(plan.src_to, plan.len as usize).ok()?;
+                        }
+                        let mut p = [txrec::MemPiece::default(); MAX_SGE];
+                        p[0] = txrec::MemPiece {
+                            stag: plan.src_stag,
+                            to,
+                            len: plen as u32,
+                        };
+                        Some(((p, 1), txrec::PieceAccess::Remote { pd, stream }, None))
+                    }),
+                    TxSrc::AtomicResp => None,
+                };
+                let hlen = s.header_len;
+                let queued = match from {
+                    None if !matches!(src, TxSrc::AtomicResp) => Err(()),
+                    None => Ok(false),
+                    Some(((pieces, npieces), access, seq)) => {
+                        match framer.reserve_in_place(hlen, plen) {
+                            Ok(Some(need)) => {
+                                let rec = txrec::TxRecord {
+                                    token: 0,
+                                    hdr,
+                                    hdr_len: hlen as u8,
+                                    crc: framer.crc(),
+                                    access,
+                                    pieces,
+                                    npieces,
+                                    sq: seq,
+                                };
+                                let token = records.push(tcp, rec);
+                                match stack.send_external_record(tcp, need, token) {
+                                    Ok(true) => {
+                                        if let Some(seq) = seq {
+                                            if let Some(e) =
+                                                self.sq.get_mut((seq - sq_head) as usize)
+                                            {
+                                                e.unacked += 1;
+                                            }
+                                        }
+                                        Ok(true)
+                                    }
+                                    // Space was checked: TCP refuses only a connection that
+                                    // cannot send, and the framer has counted the FPDU.
+                                    _ => {
+                                        records.unpush(tcp);
+                                        Err(())
+                                    }
+                                }
+                            }
+                            // A marker falls inside: framed into the send buffer below.
+                            _ => Ok(false),
+                        }
+                    }
+                };
+                match queued {
+                    Ok(true) => {
+                        fpdus += 1;
+                        ctx.stats.fpdus_tx += 1;
+                        ctx.stats.tx_from_memory_octets += plen as u64;
+                        work = true;
+                        if msg.seg.is_done() {
+                            self.tx_message_done();
+                        }
+                        continue;
+                    }
+                    Ok(false) => {}
+                    Err(()) => {
+                        self.fail_tx_source(msg_seq(&self.tx), ctx);
+                        return ControlFlow::Break(true);
+                    }
+                }
+            }
+            let (sq, src) = (&self.sq, &msg.src);
             // Copies this segment's payload out of registered memory into `dst`; false if
             // the local region went away.
             let mut fill = |dst: &mut [u8]| -> bool {
@@ -809,18 +915,7 @@ impl Qp {
                 fbuf,
             );
             if sent.is_err() {
-                // The local region went away under a posted request or a Read being
-                // answered: a local catastrophic error for the stream.
-                if let TxSrc::Sq(seq) = msg.src {
-                    if let Some(e) = self.entry_mut(seq) {
-                        e.status = Some(WcStatus::LocalProtection);
-                    }
-                }
-                self.fail_local(
-                    ProtocolError::Rdmap(RdmapError::LocalCatastrophic),
-                    None,
-                    ctx,
-                );
+                self.fail_tx_source(msg_seq(&self.tx), ctx);
                 return ControlFlow::Break(true);
             }
             // Space was checked before the segment was cut, so this always succeeds.
@@ -835,8 +930,34 @@ impl Qp {
         ControlFlow::Continue(work)
     }
 
+    /// The local region went away under a posted request (SQ entry `seq`) or a Read being
+    /// answered: the request fails with [`WcStatus::LocalProtection`], the stream with a
+    /// local catastrophic error.
+    pub(super) fn fail_tx_source(&mut self, seq: Option<u64>, ctx: &mut Ctx) {
+        if let Some(e) = seq.and_then(|s| self.entry_mut(s)) {
+            e.status.get_or_insert(WcStatus::LocalProtection);
+        }
+        self.fail_local(
+            ProtocolError::Rdmap(RdmapError::LocalCatastrophic),
+            None,
+            ctx,
+        );
+    }
+
+    /// TCP acknowledged an FPDU of SQ entry `seq` sent from registered memory: once all
+    /// of them are and its last was queued, the request is done.
+    pub(super) fn record_acked(&mut self, seq: u64) {
+        if let Some(e) = self.entry_mut(seq) {
+            e.unacked = e.unacked.saturating_sub(1);
+            if e.unacked == 0 && e.sent_whole && e.status.is_none() {
+                e.status = Some(WcStatus::Success);
+            }
+        }
+    }
+
     /// The message at `tx` is out whole: a Send or Write is done (it completes when the
-    /// requests before it did); Reads and Atomics complete when their response arrives, a
+    /// requests before it did, and when TCP acknowledged those of its FPDUs sent from
+    /// registered memory); Reads and Atomics complete when their response arrives, a
     /// Write with Immediate when its second message is out; a Read or Atomic Response frees
     /// its IRD slot.
     #[inline(always)]
@@ -851,7 +972,10 @@ impl Qp {
                 });
                 if !pending {
                     if let Some(e) = self.entry_mut(seq) {
-                        e.status.get_or_insert(WcStatus::Success);
+                        e.sent_whole = true;
+                        if e.unacked == 0 {
+                            e.status.get_or_insert(WcStatus::Success);
+                        }
                     }
                 }
             }
@@ -895,5 +1019,13 @@ impl Qp {
             }
         }
         work
+    }
+}
+
+/// The SQ sequence number of the message being sent, if it is a request's.
+fn msg_seq(tx: &Option<TxMsg>) -> Option<u64> {
+    match tx.as_ref().map(|m| &m.src) {
+        Some(TxSrc::Sq(seq)) => Some(*seq),
+        _ => None,
     }
 }

@@ -177,6 +177,15 @@ impl Pair {
         (self.a.take_events(), self.b.take_events())
     }
 
+    /// Polls A alone `n` times, 10 µs apart: B neither receives nor acknowledges.
+    pub fn run_a_alone(&mut self, n: usize) {
+        for _ in 0..n {
+            self.a.core.poll(self.now);
+            self.a.drain();
+            self.now += Duration::from_micros(10);
+        }
+    }
+
     /// Steps `n` times.
     pub fn run(&mut self, n: usize) {
         for _ in 0..n {

@@ -530,6 +530,10 @@ pub struct TcpSummary {
     /// Received stream octets the engine deframed and placed straight from the frames
     /// (`CoreStats::rx_in_place_octets`); the rest went through the TCP receive queue.
     pub octets_placed_from_frames: u64,
+    /// FPDU octets TCP sent straight from registered memory, written into each frame
+    /// that carried them, retransmissions included (`CoreStats::tx_from_memory_wire_octets`);
+    /// smaller FPDUs were copied into the TCP send buffer.
+    pub octets_sent_from_memory: u64,
 }
 
 impl TcpSummary {
@@ -547,6 +551,7 @@ impl TcpSummary {
             t.tail_loss_probes += c.tcp_tail_loss_probes;
             t.fast_recoveries += c.tcp_fast_recoveries;
             t.octets_placed_from_frames += c.rx_in_place_octets;
+            t.octets_sent_from_memory += c.tx_from_memory_wire_octets;
         }
         (t.segments_sent > 0).then_some(t)
     }
@@ -554,7 +559,7 @@ impl TcpSummary {
     /// One line for the text report.
     pub fn line(&self) -> String {
         format!(
-            "[iwperf] TCP (this side): {} segments sent, {} received, {} retransmitted, {} RTOs ({} spurious, undone), {} tail loss probes, {} recoveries; {} received octets placed straight from the frames",
+            "[iwperf] TCP (this side): {} segments sent, {} received, {} retransmitted, {} RTOs ({} spurious, undone), {} tail loss probes, {} recoveries; {} received octets placed straight from the frames, {} sent straight from registered memory",
             self.segments_sent,
             self.segments_received,
             self.retransmitted_segments,
@@ -562,7 +567,8 @@ impl TcpSummary {
             self.spurious_rtos,
             self.tail_loss_probes,
             self.fast_recoveries,
-            self.octets_placed_from_frames
+            self.octets_placed_from_frames,
+            self.octets_sent_from_memory
         )
     }
 
@@ -576,6 +582,7 @@ impl TcpSummary {
             "tail_loss_probes": self.tail_loss_probes,
             "fast_recoveries": self.fast_recoveries,
             "octets_placed_from_frames": self.octets_placed_from_frames,
+            "octets_sent_from_memory": self.octets_sent_from_memory,
         })
     }
 }

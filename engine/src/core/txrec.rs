@@ -1,0 +1,329 @@
+//! Transmit from registered memory (issue 12 item 3).
+//!
+//! An FPDU of at least [`EngineConfig::tx_from_memory_min`] payload octets is not copied
+//! into the TCP's send buffer. [`Qp::tx_fpdus`] validates its sources (the same lookups and
+//! bounds checks as a copy), advances the framer ([`Framer::reserve_in_place`]), records
+//! here what the FPDU is made of (its DDP/RDMAP header, at most [`MAX_SGE`] pieces of
+//! registered memory, the CRC setting) and queues it in TCP as an *external record* of its
+//! wire length under a token ([`Stack::send_external_record`]). Each time TCP sends a
+//! segment that carries it, first transmission or retransmission, the host calls
+//! [`TxRecords::fill`] with the frame's payload space: the payload is copied from the
+//! region straight into the frame (one copy, through [`MrGuard::copy_out_at`], so the
+//! region's bounds and validity are checked at every copy and nothing outside it is ever
+//! read) and framed there, ULPDU_Length, header, pad and CRC32c over the octets just
+//! written, still in L1 ([`fpdu_frame_in_place`]); the host's Internet checksum then reads
+//! them once more, in cache.
+//!
+//! ```text
+//! tx_fpdus ─ TxRecords::push (header, pieces) ─ Stack::send_external_record(len, token)
+//!                                                 ... TCP sends, loses, resends ...
+//! Stack::poll_with_fill / poll_transmit_fill ─ host emit ─ TxRecords::fill(conn, token, at, frame)
+//! ACK ─ Stack::take_acked_external ─ TxRecords::acked ─ SqEntry::unacked == 0 ─ completion
+//! ```
+//!
+//! # Completion semantics (RDMAP-5.5-8: a Send or Write completes when its buffer may be
+//! reused)
+//! The buffer of a message sent this way is read again for every retransmission, so its
+//! Send or Write completes only once TCP reports every such FPDU of it acknowledged
+//! ([`SqEntry::unacked`]), after its last FPDU was queued; completions stay in submission
+//! order. A message whose FPDUs were all copied completes when the last is queued, as
+//! before. Read Responses complete nothing; their records only keep the region readable
+//! under the remote Read's STag while TCP may resend them.
+//!
+//! # When the memory goes away
+//! A region deregistered or invalidated while TCP may still resend from it cannot be read
+//! ([`MrTable::lookup_local`] / [`MrTable::lookup_remote`] fail): `fill` returns false, the
+//! host sends an RST in place of the segment and closes the connection, and
+//! [`EngineCore::fail_unfillable`] reports the failure: the request's status is
+//! [`WcStatus::LocalProtection`] and the QP fails with a local catastrophic error. Never
+//! does a frame carry octets that were not read from the region. (Hardware RNICs do the
+//! same: a retransmission through an invalidated STag fails the QP.)
+//!
+//! Records are kept per TCP connection (indexed by [`ConnId::slot`], generation-checked),
+//! not per QP: a connection handed to the zombies after a graceful close can still resend
+//! from them. Stale records of a connection that is gone are dropped when its slot is
+//! reused; they hold no memory of the regions, only STags and offsets.
+
+use super::*;
+use crate::mem::StreamId;
+use warpcore_proto::mpa::framer::frame_in_place as fpdu_frame_in_place;
+
+/// One piece of registered memory an FPDU's payload is gathered from.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct MemPiece {
+    pub stag: u32,
+    pub to: u64,
+    pub len: u32,
+}
+
+/// How the pieces are looked up: with local read access under the QP's PD (the payload
+/// of a posted Send or Write) or with remote read access for the QP's stream (a Read
+/// Response, RDMAP-5.2.1-12).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum PieceAccess {
+    Local { pd: PdId },
+    Remote { pd: PdId, stream: StreamId },
+}
+
+/// What one external FPDU is made of.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TxRecord {
+    pub token: u64,
+    pub hdr: [u8; MAX_SEGMENT_HEADER_LEN],
+    pub hdr_len: u8,
+    pub crc: bool,
+    pub access: PieceAccess,
+    pub pieces: [MemPiece; MAX_SGE],
+    pub npieces: u8,
+    /// The SQ sequence number of the Send or Write this FPDU belongs to, if any.
+    pub sq: Option<u64>,
+}
+
+impl TxRecord {
+    fn payload_len(&self) -> usize {
+        self.pieces[..usize::from(self.npieces)]
+            .iter()
+            .map(|p| p.len as usize)
+            .sum()
+    }
+
+    fn wire_len(&self) -> usize {
+        fpdu::fpdu_len(usize::from(self.hdr_len) + self.payload_len())
+    }
+
+    /// Copies the payload from registered memory into `out` (exactly the FPDU) and frames
+    /// it there. False if a piece cannot be read (nothing of the region is touched then).
+    fn write(&self, mrs: &MrTable, out: &mut [u8]) -> bool {
+        let hl = usize::from(self.hdr_len);
+        let mut at = 2 + hl;
+        for p in &self.pieces[..usize::from(self.npieces)] {
+            let n = p.len as usize;
+            let Some(dst) = out.get_mut(at..at + n) else {
+                return false;
+            };
+            let g = match self.access {
+                PieceAccess::Local { pd } => mrs.lookup_local(Stag(p.stag), pd, false),
+                PieceAccess::Remote { pd, stream } => {
+                    mrs.lookup_remote(Stag(p.stag), pd, stream, Access::REMOTE_READ)
+                }
+            };
+            let Ok(g) = g else { return false };
+            if g.copy_out_at(p.to, dst).is_err() {
+                return false;
+            }
+            at += n;
+        }
+        fpdu_frame_in_place(&self.hdr[..hl], at - 2 - hl, self.crc, out);
+        true
+    }
+}
+
+/// The records of one TCP connection.
+#[derive(Debug)]
+struct ConnRecords {
+    conn: ConnId,
+    next_token: u64,
+    recs: VecDeque<TxRecord>,
+}
+
+/// Every external record of a core (module documentation).
+#[derive(Debug)]
+pub(super) struct TxRecords {
+    mrs: Arc<MrTable>,
+    by_conn: Vec<Option<ConnRecords>>,
+    /// An FPDU framed whole for a segment that carries only part of it (rare: a record
+    /// longer than a segment, a window probe); allocated at first use.
+    scratch: Vec<u8>,
+    /// Connections whose record could not be written, with the request it belonged to.
+    failed: Vec<(ConnId, Option<u64>)>,
+}
+
+impl TxRecords {
+    pub fn new(mrs: Arc<MrTable>) -> TxRecords {
+        TxRecords {
+            mrs,
+            by_conn: Vec::new(),
+            scratch: Vec::new(),
+            failed: Vec::new(),
+        }
+    }
+
+    /// The records of `conn`, emptied first if its slot held another connection's.
+    fn of(&mut self, conn: ConnId) -> &mut ConnRecords {
+        let slot = conn.slot();
+        if self.by_conn.len() <= slot {
+            self.by_conn.resize_with(slot + 1, || None);
+        }
+        let e = &mut self.by_conn[slot];
+        if !e.as_ref().is_some_and(|r| r.conn == conn) {
+            *e = Some(ConnRecords {
+                conn,
+                next_token: 1,
+                recs: VecDeque::new(),
+            });
+        }
+        match e {
+            Some(r) => r,
+            None => unreachable!("set above"),
+        }
+    }
+
+    /// Records `rec` for `conn` under a new token, which it returns (the caller queues the
+    /// record in TCP under it, or takes it back with [`Self::unpush`]).
+    pub fn push(&mut self, conn: ConnId, mut rec: TxRecord) -> u64 {
+        let r = self.of(conn);
+        rec.token = r.next_token;
+        r.next_token += 1;
+        r.recs.push_back(rec);
+        rec.token
+    }
+
+    /// Takes back the record just pushed (TCP refused it); its token is given again, so
+    /// that a connection's tokens stay consecutive (`fill` finds a record by subtraction).
+    pub fn unpush(&mut self, conn: ConnId) {
+        let r = self.of(conn);
+        if r.recs.pop_back().is_some() {
+            r.next_token -= 1;
+        }
+    }
+
+    /// Records of `conn` not yet acknowledged.
+    #[inline]
+    pub fn outstanding(&self, conn: ConnId) -> usize {
+        match self.by_conn.get(conn.slot()) {
+            Some(Some(r)) if r.conn == conn => r.recs.len(),
+            _ => 0,
+        }
+    }
+
+    /// Drops the records of `conn` up to token `upto` (acknowledged), calling `done` with
+    /// the SQ sequence number of each that belonged to a request.
+    pub fn acked(&mut self, conn: ConnId, upto: u64, mut done: impl FnMut(u64)) {
+        let Some(Some(r)) = self.by_conn.get_mut(conn.slot()) else {
+            return;
+        };
+        if r.conn != conn {
+            return;
+        }
+        while r.recs.front().is_some_and(|x| x.token <= upto) {
+            if let Some(x) = r.recs.pop_front() {
+                if let Some(seq) = x.sq {
+                    done(seq);
+                }
+            }
+        }
+    }
+
+    /// The host's [`warpcore_tcp::host::Fill`]: writes `dst.len()` octets of record `token`
+    /// of `conn` from offset `at` of its FPDU, read from registered memory. False (and the
+    /// failure noted for [`Self::take_failed`]) when the record is unknown or its memory
+    /// cannot be read.
+    pub fn fill(&mut self, conn: ConnId, token: u64, at: usize, dst: &mut [u8]) -> bool {
+        let ok = self.fill_inner(conn, token, at, dst);
+        if !ok {
+            let sq = match self.by_conn.get(conn.slot()) {
+                Some(Some(r)) if r.conn == conn => {
+                    r.recs.iter().find(|x| x.token == token).and_then(|x| x.sq)
+                }
+                _ => None,
+            };
+            self.failed.push((conn, sq));
+        }
+        ok
+    }
+
+    fn fill_inner(&mut self, conn: ConnId, token: u64, at: usize, dst: &mut [u8]) -> bool {
+        let Some(Some(r)) = self.by_conn.get(conn.slot()) else {
+            return false;
+        };
+        if r.conn != conn {
+            return false;
+        }
+        // Tokens are consecutive from the oldest record on.
+        let Some(first) = r.recs.front().map(|x| x.token) else {
+            return false;
+        };
+        let Some(k) = token.checked_sub(first) else {
+            return false;
+        };
+        let Some(rec) = r.recs.get(k as usize).filter(|x| x.token == token) else {
+            return false;
+        };
+        let wire = rec.wire_len();
+        if at == 0 && dst.len() == wire {
+            return rec.write(&self.mrs, dst);
+        }
+        // Part of the FPDU: frame it whole aside, then copy the part.
+        let Some(end) = at.checked_add(dst.len()).filter(|&e| e <= wire) else {
+            return false;
+        };
+        if self.scratch.len() < wire {
+            self.scratch.resize(wire, 0);
+        }
+        if !rec.write(&self.mrs, &mut self.scratch[..wire]) {
+            return false;
+        }
+        dst.copy_from_slice(&self.scratch[at..end]);
+        true
+    }
+
+    /// The failures noted since the last call.
+    pub fn take_failed(&mut self) -> Option<(ConnId, Option<u64>)> {
+        self.failed.pop()
+    }
+
+    /// Whether a failure waits.
+    #[inline]
+    pub fn has_failed(&self) -> bool {
+        !self.failed.is_empty()
+    }
+}
+
+/// Whether every SGE of a request can be read now as the copies will read it (region
+/// valid under `pd` with local access, bounds): checked once, when its first FPDU is
+/// queued, so that a request naming a region that is already gone fails as a copied one
+/// does (a local protection error and a Terminate). A region that goes away later is
+/// found by the copy into the frame (`fill`).
+pub(super) fn sges_readable(mrs: &MrTable, pd: PdId, sges: &[Sge]) -> bool {
+    sges.iter().all(|s| {
+        s.len == 0
+            || mrs
+                .lookup_local(Stag(s.stag), pd, false)
+                .is_ok_and(|g| g.bounds(s.to, s.len as usize).is_ok())
+    })
+}
+
+/// Splits `[off, off + len)` of a request's payload, given by its SGEs, into pieces of
+/// registered memory (arithmetic only: [`sges_readable`] checked them). `None` when the
+/// range is not covered.
+pub(super) fn pieces_of(
+    sges: &[Sge],
+    offset: u64,
+    len: usize,
+) -> Option<([MemPiece; MAX_SGE], u8)> {
+    let mut out = [MemPiece::default(); MAX_SGE];
+    let mut n = 0usize;
+    let mut off = offset;
+    let mut left = len as u64;
+    for s in sges {
+        if left == 0 {
+            break;
+        }
+        let l = u64::from(s.len);
+        if off >= l {
+            off -= l;
+            continue;
+        }
+        let take = (l - off).min(left);
+        let to = s.to.checked_add(off)?;
+        *out.get_mut(n)? = MemPiece {
+            stag: s.stag,
+            to,
+            len: take as u32,
+        };
+        n += 1;
+        left -= take;
+        off = 0;
+    }
+    (left == 0).then_some((out, n as u8))
+}
