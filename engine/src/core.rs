@@ -739,6 +739,7 @@ impl<D: PollDevice> EngineCore<D> {
         }
         let all = self.live.clone();
         self.poll_cq_overrun(&all);
+        self.txrec.trim_idle();
         work
     }
 

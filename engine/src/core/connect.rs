@@ -372,6 +372,7 @@ impl<D: PollDevice> EngineCore<D> {
                         q.flush();
                         if let Some(conn) = conn {
                             let _ = self.stack.release(conn.tcp);
+                            self.txrec.forget(conn.tcp);
                             if was == QpState::Connecting {
                                 self.ctx.events.push_back(CmEvent::Error {
                                     qp: q.id,
@@ -386,6 +387,7 @@ impl<D: PollDevice> EngineCore<D> {
                     } else if let Some(p) = self.zombies.iter().position(|z| *z == c) {
                         let z = self.zombies.swap_remove(p);
                         let _ = self.stack.release(z);
+                        self.txrec.forget(z);
                     } else {
                         self.cancel_request(c);
                     }

@@ -51,8 +51,8 @@ use warpcore_proto::mpa::framer::frame_in_place as fpdu_frame_in_place;
 /// One piece of registered memory an FPDU's payload is gathered from.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct MemPiece {
-    pub stag: u32,
     pub to: u64,
+    pub stag: u32,
     pub len: u32,
 }
 
@@ -210,6 +210,27 @@ impl TxRecords {
                 if let Some(seq) = x.sq {
                     done(seq);
                 }
+            }
+        }
+    }
+
+    /// Gives back the room of connections with nothing in flight that once had a window's
+    /// worth (a record is some 100 octets: thousands of connections must not each keep a
+    /// bulk transfer's worth). Called by the core's sweep, not on the data path, so a
+    /// connection that empties its queue at every message does not allocate each time.
+    pub fn trim_idle(&mut self) {
+        for r in self.by_conn.iter_mut().flatten() {
+            if r.recs.is_empty() && r.recs.capacity() > 64 {
+                r.recs = VecDeque::new();
+            }
+        }
+    }
+
+    /// Drops the records of `conn`, released by the engine (TCP will send nothing more).
+    pub fn forget(&mut self, conn: ConnId) {
+        if let Some(e) = self.by_conn.get_mut(conn.slot()) {
+            if e.as_ref().is_some_and(|r| r.conn == conn) {
+                *e = None;
             }
         }
     }
