@@ -7,7 +7,9 @@
 //! [`crate::fpdu`]), every ULPDU with [`wire::segment`], Terminates with
 //! [`TerminateReport`]. What this module adds is bookkeeping across segments and across the
 //! two directions: message sequence numbers per queue, offsets within a message, Read
-//! Requests waiting for their Response, the peer-to-peer RTR, and MPA fencing (a note).
+//! Requests waiting for their Response, the peer-to-peer RTR, and MPA fencing (a note);
+//! and the TCP segments of each direction judged against its FPDU boundaries
+//! ([`SegmentAlignment`]).
 //!
 //! What is a violation and what is not: everything in [`FindingKind`] is a breach of a MUST
 //! of the specifications that a capture shows unambiguously. Capture artefacts (a gap the
@@ -326,15 +328,124 @@ pub struct DirectionReport {
     pub malformed_segments: u64,
     /// Octets after the last whole FPDU (the capture ended, or was cut, inside an FPDU).
     pub trailing_octets: usize,
-    /// TCP segments that delivered octets of the decoded FPDU-mode stream (first copies;
-    /// retransmitted duplicates are not counted).
+    /// TCP data segments of FPDU mode judged against the FPDU boundaries: the aligned ones
+    /// plus the unaligned ones ([`DirectionReport::unaligned_segments`]). How segments are
+    /// counted (retransmissions, the startup, unknown boundaries) is told at
+    /// [`SegmentAlignment`].
     pub data_segments: u64,
-    /// Of those, the segments that start with an FPDU and end at an FPDU's end: what an
-    /// MPA-aligned sender (mpa-08 §4 item 4) sends, and what a hardware receiver places
-    /// without buffering.
+    /// Of those, the segments that start at an FPDU boundary and end at one (one or more
+    /// whole FPDUs): what an MPA-aligned sender (mpa-08 §4 item 4) sends, and what a
+    /// hardware receiver places without buffering.
     pub aligned_segments: u64,
+    /// FPDU-mode data segments that could not be judged (not in `data_segments`): they
+    /// reach past [`DirectionReport::alignment_unknown_from`], or were cut by the snap
+    /// length.
+    pub alignment_unknown_segments: u64,
+    /// Where FPDU boundaries (or the segments' ends) stop being known, and why; `None` when
+    /// every FPDU-mode data segment of the direction was judged.
+    pub alignment_unknown_from: Option<AlignmentUnknown>,
     /// The Terminates sent in this direction.
     pub terminates: Vec<(u64, TerminateInfo)>,
+}
+
+impl DirectionReport {
+    /// Judged segments that do not both start and end at an FPDU boundary.
+    pub fn unaligned_segments(&self) -> u64 {
+        self.data_segments - self.aligned_segments
+    }
+
+    /// The share of judged segments that are aligned, in percent rounded *down* to a tenth
+    /// (so 100.0 means every one); `None` when no segment was judged.
+    pub fn aligned_percent(&self) -> Option<f64> {
+        (self.data_segments > 0)
+            .then(|| (self.aligned_segments * 1000 / self.data_segments) as f64 / 10.0)
+    }
+}
+
+/// How the TCP data segments of one direction lie against its FPDUs (what an MPA-aligned
+/// sender, mpa-08 §4 item 4, gets right: every segment starts with an FPDU's header and
+/// ends with an FPDU's last octet, a segment may hold several whole FPDUs). Filled into
+/// [`DirectionReport`].
+///
+/// - Every frame holding a TCP segment with data counts once, as it appears in the
+///   capture, with the segment's own sequence range: a retransmission is a segment of its
+///   own, counted again and judged like any other (aligned iff its own range starts and
+///   ends at FPDU boundaries of the stream), whether its octets were new or not and
+///   whatever the ranges of the copies before it. (A frame the capture holds twice counts
+///   twice.) Out-of-order segments count where they lie in the stream.
+/// - Segments holding any octet of the MPA Request or Reply (the startup, including one
+///   that also holds the first FPDU octets), and zero-length segments (pure ACKs, window
+///   probes without data), are not counted.
+/// - FPDU boundaries are stream offsets: where FPDU mode starts and where each FPDU ends, a
+///   marker in front of an FPDU's header belonging to that FPDU (as the framer sends it).
+///   Markers change nothing else.
+/// - A segment is judged only where the boundaries are known: up to the end of the last
+///   FPDU proto's deframer validated if decoding ended on an error (deframing stopped, or
+///   the length chain lost after a CRC error), up to the end of the captured stream
+///   otherwise (an FPDU still incomplete there holds no boundary). A segment starting
+///   inside a known FPDU is unaligned whatever follows; any other segment reaching past the
+///   known part (or beyond a capture gap, or cut by the snap length) is counted as
+///   unknown, not guessed, and [`AlignmentUnknown`] says from where and why.
+/// - A connection whose MPA startup the capture missed (it began mid-stream) is not
+///   decoded at all, so it has no figures either.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SegmentAlignment {
+    /// Segments starting and ending at FPDU boundaries.
+    pub aligned: u64,
+    /// Segments known to start or end inside an FPDU.
+    pub unaligned: u64,
+    /// Segments that could not be judged.
+    pub unknown: u64,
+}
+
+/// Why segments could not be judged aligned or not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AlignmentLoss {
+    /// The deframer stopped on an error it cannot resume after (a marker error, a length
+    /// above the maximum, a second CRC error in a row): no FPDU boundary after the last
+    /// valid FPDU is known.
+    DeframingStopped,
+    /// A CRC error that no valid FPDU followed: its length field may be the damaged part,
+    /// so where that FPDU ends is not known.
+    LengthChainLost,
+    /// The capture misses octets of the stream (a gap no later segment filled): nothing
+    /// beyond it is known.
+    CaptureGap,
+    /// A frame was cut by the snap length: where its segment ends is not known.
+    SnapLength,
+}
+
+impl AlignmentLoss {
+    /// A short name for JSON.
+    pub const fn name(self) -> &'static str {
+        match self {
+            AlignmentLoss::DeframingStopped => "deframing-stopped",
+            AlignmentLoss::LengthChainLost => "length-chain-lost",
+            AlignmentLoss::CaptureGap => "capture-gap",
+            AlignmentLoss::SnapLength => "snap-length",
+        }
+    }
+
+    /// A human explanation.
+    pub const fn description(self) -> &'static str {
+        match self {
+            AlignmentLoss::DeframingStopped => "deframing stopped on an error",
+            AlignmentLoss::LengthChainLost => "the length chain was lost after a CRC error",
+            AlignmentLoss::CaptureGap => "a capture gap",
+            AlignmentLoss::SnapLength => "a frame cut by the snap length",
+        }
+    }
+}
+
+/// The first place in a direction where segments stop being judgeable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AlignmentUnknown {
+    /// TCP sequence number from which segments cannot be judged: the start of the first
+    /// FPDU whose end is not known (deframing), the first octet the capture misses (gap),
+    /// or the first octet the cut frame did not hold (snap length).
+    pub seq: u32,
+    /// Why.
+    pub reason: AlignmentLoss,
 }
 
 /// How a direction's TCP stream ended in the capture.
@@ -776,7 +887,11 @@ fn decode_direction(
     let d = &mut report.directions[dir.index()];
     d.fpdu_stream_octets = (stream.data.len() as u64).saturating_sub(start);
     d.trailing_octets = deframed.trailing_octets;
-    (d.data_segments, d.aligned_segments) = segment_alignment(stream, start, deframed);
+    let (alignment, unknown_from) = segment_alignment(stream, start, deframed);
+    d.data_segments = alignment.aligned + alignment.unaligned;
+    d.aligned_segments = alignment.aligned;
+    d.alignment_unknown_segments = alignment.unknown;
+    d.alignment_unknown_from = unknown_from;
     let mut after_hole = false;
     for event in &deframed.events {
         let (offset, end) = (start + event.offset(), start + event.end());
@@ -899,36 +1014,71 @@ fn decode_direction(
     }
 }
 
-/// Counts the segments (as [`Stream::chunks`]: each the new octets of one segment) within
-/// the FPDUs decoded from offset `start` on, and those that begin at an FPDU's first octet
-/// and end after an FPDU's last.
-fn segment_alignment(stream: &Stream, start: u64, deframed: &Deframed) -> (u64, u64) {
-    // FPDU boundaries, stream offsets in increasing order (the FPDUs are contiguous).
-    let mut bounds: Vec<u64> = Vec::with_capacity(deframed.events.len() + 1);
+/// Judges every FPDU-mode data segment of `stream` against the FPDU boundaries `deframed`
+/// found from stream offset `start` on (the rules are at [`SegmentAlignment`]). Sorted
+/// boundaries and a binary search per segment: O(n log n) for n segments and FPDUs.
+fn segment_alignment(
+    stream: &Stream,
+    start: u64,
+    deframed: &Deframed,
+) -> (SegmentAlignment, Option<AlignmentUnknown>) {
+    // FPDU boundaries as stream offsets, increasing: where FPDU mode starts and both ends
+    // of every valid FPDU. A failed FPDU's start is the end of the one before it; its end
+    // counts only if a valid FPDU follows (then it is that FPDU's start).
+    let mut bounds: Vec<u64> = Vec::with_capacity(2 * deframed.events.len() + 1);
+    bounds.push(start);
     for e in &deframed.events {
-        if bounds.last() != Some(&(start + e.offset())) {
-            bounds.push(start + e.offset());
+        if let FpduEvent::Ulpdu { offset, end, .. } = e {
+            for b in [start + offset, start + end] {
+                if bounds.last() != Some(&b) {
+                    bounds.push(b);
+                }
+            }
         }
-        bounds.push(start + e.end());
     }
-    let Some(&decoded_end) = bounds.last() else {
-        return (0, 0);
+    let last_bound = *bounds.last().unwrap_or(&start);
+    let stream_end = stream.data.len() as u64;
+    // Every offset up to `known` has a known boundary status.
+    let (known, loss) = match deframed.events.last() {
+        Some(FpduEvent::Error { .. }) if deframed.stopped => {
+            (last_bound, Some(AlignmentLoss::DeframingStopped))
+        }
+        Some(FpduEvent::Error { .. }) => (last_bound, Some(AlignmentLoss::LengthChainLost)),
+        _ => (
+            stream_end,
+            stream.gap.is_some().then_some(AlignmentLoss::CaptureGap),
+        ),
     };
-    let (mut segments, mut aligned) = (0, 0);
-    for (i, c) in stream.chunks.iter().enumerate() {
-        let end = stream
-            .chunks
-            .get(i + 1)
-            .map_or(stream.data.len() as u64, |n| n.offset);
-        if c.offset < start || end > decoded_end {
-            continue;
+    let mut unknown_from = loss.map(|reason| (known, reason));
+    let is_bound = |o: u64| bounds.binary_search(&o).is_ok();
+    let mut counts = SegmentAlignment::default();
+    for seg in &stream.segments {
+        let (Ok(s), Ok(e)) = (u64::try_from(seg.offset), u64::try_from(seg.end())) else {
+            continue; // octets before the capture's first: the startup at the latest
+        };
+        if s < start {
+            continue; // the MPA Request or Reply
         }
-        segments += 1;
-        if bounds.binary_search(&c.offset).is_ok() && bounds.binary_search(&end).is_ok() {
-            aligned += 1;
+        if s <= known && !is_bound(s) {
+            counts.unaligned += 1; // starts inside a known FPDU
+        } else if s > known || e > known {
+            counts.unknown += 1;
+        } else if seg.truncated {
+            counts.unknown += 1;
+            if unknown_from.map_or(true, |(o, _)| e < o) {
+                unknown_from = Some((e, AlignmentLoss::SnapLength));
+            }
+        } else if is_bound(e) {
+            counts.aligned += 1;
+        } else {
+            counts.unaligned += 1;
         }
     }
-    (segments, aligned)
+    let unknown_from = unknown_from.map(|(offset, reason)| AlignmentUnknown {
+        seq: stream.seq_at(offset),
+        reason,
+    });
+    (counts, unknown_from)
 }
 
 /// Decodes a ULPDU with proto's whole-segment decoder. Returns the fields of a [`Segment`]

@@ -3,7 +3,9 @@
 //! The library half of `iwdump`: it reads pcap/pcapng captures ([`capture`]), reassembles
 //! every TCP connection per direction ([`tcp`]), and decodes the iWARP layers on top with
 //! `warpcore-proto` ([`analysis`]): MPA startup and negotiated parameters, the FPDU stream
-//! (markers, CRC), and every DDP/RDMAP message, with the protocol violations found.
+//! (markers, CRC), every DDP/RDMAP message, with the protocol violations found, and how the
+//! TCP segments lie against the FPDUs (the share an MPA-aligned sender gets right,
+//! [`analysis::SegmentAlignment`]).
 //!
 //! ## Contract
 //! - No input file makes anything here panic: damaged containers, truncated frames, garbage

@@ -9,8 +9,8 @@ use std::time::Duration;
 use warpcore_proto::wire::mpa::{EnhancedData, RtrTypes};
 
 use crate::analysis::{
-    analyse_connection, Addressing, ConnectionReport, CrcCheck, Direction, Finding,
-    IwarpConnection, OtherConnection, Segment, StartupFrame, TerminateInfo,
+    analyse_connection, Addressing, ConnectionReport, CrcCheck, Direction, DirectionReport,
+    Finding, IwarpConnection, OtherConnection, Segment, StartupFrame, TerminateInfo,
 };
 use crate::capture::{Capture, CaptureFormat};
 use crate::tcp::reassemble;
@@ -251,6 +251,34 @@ fn render_other(o: &mut String, n: usize, c: &OtherConnection) {
     }
 }
 
+/// The segment alignment line of one direction, e.g. "TCP data segments 925: 915 aligned
+/// with FPDUs, 10 not aligned (98.9 % aligned)", with ", N unknown (from seq S: why)" when
+/// some could not be judged (what is counted: [`crate::analysis::SegmentAlignment`]).
+/// `None` when the direction has no FPDU-mode data segment.
+pub fn alignment_line(d: &DirectionReport) -> Option<String> {
+    let unknown = d.alignment_unknown_segments;
+    if d.data_segments + unknown == 0 && d.alignment_unknown_from.is_none() {
+        return None;
+    }
+    let mut line = format!(
+        "TCP data segments {}: {} aligned with FPDUs, {} not aligned ({})",
+        d.data_segments + unknown,
+        d.aligned_segments,
+        d.unaligned_segments(),
+        d.aligned_percent()
+            .map_or("share unknown".to_string(), |p| format!("{p:.1} % aligned"))
+    );
+    if let Some(u) = d.alignment_unknown_from {
+        let _ = write!(
+            line,
+            ", {unknown} unknown (from seq {}: {})",
+            u.seq,
+            u.reason.description()
+        );
+    }
+    Some(line)
+}
+
 fn render_iwarp(o: &mut String, n: usize, c: &IwarpConnection, start: Duration, verbose: bool) {
     let syn = match c.initiator_sent_syn {
         Some(true) => ", initiator opened TCP",
@@ -315,14 +343,8 @@ fn render_iwarp(o: &mut String, n: usize, c: &IwarpConnection, start: Duration, 
             "  {dir}: {fpdus} FPDUs in {} octets; CRC errors {}, marker errors {}",
             d.fpdu_stream_octets, d.crc_errors, d.marker_errors
         );
-        if d.data_segments > 0 {
-            let _ = writeln!(
-                o,
-                "      TCP segments {}, aligned with FPDUs (start with one, end with one) {} ({:.1} %)",
-                d.data_segments,
-                d.aligned_segments,
-                100.0 * d.aligned_segments as f64 / d.data_segments as f64
-            );
+        if let Some(line) = alignment_line(d) {
+            let _ = writeln!(o, "      {line}");
         }
         for (op, s) in &d.opcodes {
             let _ = writeln!(
@@ -459,8 +481,14 @@ fn json_iwarp(ic: &IwarpConnection, start: Duration, verbose: bool) -> Value {
                 "fpdu_stream_octets": d.fpdu_stream_octets,
                 "crc_errors": d.crc_errors,
                 "marker_errors": d.marker_errors,
-                "data_segments": d.data_segments,
-                "aligned_segments": d.aligned_segments,
+                "segments_aligned": d.aligned_segments,
+                "segments_unaligned": d.unaligned_segments(),
+                "segments_alignment_unknown": d.alignment_unknown_segments,
+                "segments_aligned_percent": d.aligned_percent(),
+                "alignment_unknown_from": d.alignment_unknown_from.map(|u| json!({
+                    "seq": u.seq,
+                    "reason": u.reason.name(),
+                })),
                 "opcodes": opcodes,
                 "terminates": terminates,
             }),

@@ -6,6 +6,9 @@
 //! overlapping data is dropped (the first copy wins), out-of-order segments wait in a
 //! buffer until the hole before them fills, and a hole that never fills ends the usable
 //! stream at that point (recorded as a [`Gap`]): everything after it is unknown to us.
+//! Besides the stream, each direction keeps the range of every data segment as it was sent
+//! ([`Stream::segments`]), retransmissions included, for judging segments against the FPDU
+//! boundaries found later.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
@@ -34,6 +37,9 @@ pub struct TcpSegment<'a> {
     pub rst: bool,
     /// The captured payload octets (fewer than sent if the frame was cut by the snap length).
     pub payload: &'a [u8],
+    /// The IP length says more octets were sent than the frame holds (cut by the snap
+    /// length): `payload` is only the start of the segment's data.
+    pub truncated: bool,
 }
 
 /// Decodes the link, IP and TCP headers of a frame. Returns `None` for anything that is not
@@ -55,13 +61,14 @@ pub fn parse_segment(link: LinkType, data: &[u8]) -> Option<TcpSegment<'_>> {
         LinkType::Null => LaxSlicedPacket::from_ip(data.get(4..)?).ok()?,
         LinkType::Other(_) => return None,
     };
-    let (src_ip, dst_ip, fragmented) = match packet.net.as_ref()? {
+    let (src_ip, dst_ip, fragmented, truncated) = match packet.net.as_ref()? {
         LaxNetSlice::Ipv4(ip) => {
             let h = ip.header();
             (
                 IpAddr::from(h.source_addr()),
                 IpAddr::from(h.destination_addr()),
                 ip.payload().fragmented,
+                ip.payload().incomplete,
             )
         }
         LaxNetSlice::Ipv6(ip) => {
@@ -70,6 +77,7 @@ pub fn parse_segment(link: LinkType, data: &[u8]) -> Option<TcpSegment<'_>> {
                 IpAddr::from(h.source_addr()),
                 IpAddr::from(h.destination_addr()),
                 ip.payload().fragmented,
+                ip.payload().incomplete,
             )
         }
         LaxNetSlice::Arp(_) => return None,
@@ -89,6 +97,7 @@ pub fn parse_segment(link: LinkType, data: &[u8]) -> Option<TcpSegment<'_>> {
         fin: tcp.fin(),
         rst: tcp.rst(),
         payload: tcp.payload(),
+        truncated,
     })
 }
 
@@ -115,6 +124,29 @@ pub struct Gap {
     pub discarded_octets: u64,
 }
 
+/// Where one TCP segment that carried data lay in its direction's stream: its own range, as
+/// sent, whether or not its octets were new (retransmissions and overlapping segments keep
+/// their full range; [`Stream::chunks`] records only the new octets).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataSegment {
+    /// Stream offset of its first octet. Negative for octets before the first one the
+    /// capture holds (a retransmission of data sent before the capture began).
+    pub offset: i64,
+    /// Its payload length as captured (octets).
+    pub len: u32,
+    /// The frame was cut by the snap length: the segment really ends after `offset + len`.
+    pub truncated: bool,
+    /// Frame number.
+    pub frame: u64,
+}
+
+impl DataSegment {
+    /// Stream offset just after its last captured octet.
+    pub fn end(&self) -> i64 {
+        self.offset + i64::from(self.len)
+    }
+}
+
 /// One direction of a TCP connection, reassembled.
 #[derive(Clone, Debug, Default)]
 pub struct Stream {
@@ -122,6 +154,9 @@ pub struct Stream {
     pub data: Vec<u8>,
     /// Which frame delivered which part of `data`, in increasing offset order.
     pub chunks: Vec<Chunk>,
+    /// Every segment that carried data (zero-length segments left out), in capture order,
+    /// retransmissions and segments beyond a [`Gap`] included.
+    pub segments: Vec<DataSegment>,
     /// Sequence number of `data[0]`.
     pub base_seq: u32,
     /// Whether the SYN of this direction was seen (otherwise the capture started late).
@@ -175,6 +210,8 @@ impl Stream {
                 self.base_seq = seq;
                 self.started = true;
                 self.syn = true;
+                // Offsets recorded against an earlier ISN mean nothing any more.
+                self.segments.clear();
             }
         }
         if !self.started {
@@ -194,6 +231,13 @@ impl Stream {
             self.check_fin();
             return;
         }
+        // Within 2^31 of the next expected octet (see `offset_of`), so it fits an i64.
+        self.segments.push(DataSegment {
+            offset: start as i64,
+            len: seg.payload.len() as u32,
+            truncated: seg.truncated,
+            frame,
+        });
         let next = self.data.len() as i128;
         if end <= next {
             self.retransmitted_segments += 1;
@@ -383,6 +427,7 @@ mod tests {
             fin: false,
             rst: false,
             payload,
+            truncated: false,
         }
     }
 
@@ -420,6 +465,16 @@ mod tests {
         assert_eq!(s.retransmitted_segments, 1);
         assert_eq!(s.out_of_order_segments, 1);
         assert_eq!(s.gap, None);
+        // Every data segment keeps its own range, whatever part of it was new.
+        let ranges: Vec<(i64, i64, u64)> = s
+            .segments
+            .iter()
+            .map(|d| (d.offset, d.end(), d.frame))
+            .collect();
+        assert_eq!(
+            ranges,
+            [(0, 3, 2), (6, 9, 3), (0, 3, 4), (2, 6, 5), (8, 11, 6)]
+        );
     }
 
     #[test]

@@ -4,10 +4,13 @@
 //! kind of protocol violation iwdump checks for).
 
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::time::Duration;
 
 use etherparse::PacketBuilder;
-use warpcore_apps::analysis::{Direction, FindingKind, IwarpConnection};
+use warpcore_apps::analysis::{
+    AlignmentLoss, AlignmentUnknown, Direction, FindingKind, IwarpConnection,
+};
 use warpcore_apps::capture::{Capture, CaptureFormat, Frame, LinkType};
 use warpcore_apps::report::{analyse_capture, render_json, render_text, CaptureReport};
 use warpcore_proto::mpa::framer::{Framer, FramerConfig};
@@ -211,69 +214,81 @@ fn ip(n: usize) -> [u8; 4] {
     [10, 0, 0, n as u8 + 1]
 }
 
-/// Builds the capture: handshake (SYN from the TCP client), MPA Request and Reply, then
-/// every message framed by proto's framer and cut into TCP segments of at most `mss`.
-fn build(spec: &Spec, messages: &[Msg]) -> Vec<Frame> {
+/// Appends one TCP segment from `from` (SYN without ACK only for the very first frame).
+fn push(spec: &Spec, frames: &mut Vec<Frame>, from: usize, seq: u32, syn: bool, payload: &[u8]) {
     let ports = [40000u16, 5000u16];
-    let client = if spec.initiator_is_client { I } else { R };
-    let mut next_seq = [spec.isn[I].wrapping_add(1), spec.isn[R].wrapping_add(1)];
-    let mut frames = Vec::new();
-    let push = |frames: &mut Vec<Frame>, from: usize, seq: u32, syn: bool, payload: &[u8]| {
-        let to = 1 - from;
-        let eth = PacketBuilder::ethernet2(mac(from), mac(to));
-        let ip = if spec.ipv6 {
-            let v6 = |n: usize| {
-                let mut a = [0u8; 16];
-                a[0] = 0xfd;
-                a[15] = n as u8 + 1;
-                a
-            };
-            eth.ipv6(v6(from), v6(to), 64)
-        } else {
-            eth.ipv4(ip(from), ip(to), 64)
+    let to = 1 - from;
+    let eth = PacketBuilder::ethernet2(mac(from), mac(to));
+    let ip = if spec.ipv6 {
+        let v6 = |n: usize| {
+            let mut a = [0u8; 16];
+            a[0] = 0xfd;
+            a[15] = n as u8 + 1;
+            a
         };
-        let mut b = ip.tcp(ports[from], ports[to], seq, 65535);
-        // The first SYN carries no ACK; everything else does.
-        if syn {
-            b = b.syn();
-        }
-        if !(syn && frames.is_empty()) {
-            b = b.ack(1);
-        }
-        let mut data = Vec::new();
-        b.write(&mut data, payload).unwrap();
-        let number = frames.len() as u64 + 1;
-        frames.push(Frame {
-            number,
-            timestamp: Duration::from_micros(1_000 * number),
-            link: LinkType::Ethernet,
-            original_len: data.len() as u32,
-            data,
-        });
+        eth.ipv6(v6(from), v6(to), 64)
+    } else {
+        eth.ipv4(ip(from), ip(to), 64)
     };
-    push(&mut frames, client, spec.isn[client], true, &[]);
-    push(&mut frames, 1 - client, spec.isn[1 - client], true, &[]);
-    let emit = |frames: &mut Vec<Frame>, next_seq: &mut [u32; 2], dir: usize, bytes: &[u8]| {
-        for chunk in bytes.chunks(spec.mss) {
-            push(frames, dir, next_seq[dir], false, chunk);
-            next_seq[dir] = next_seq[dir].wrapping_add(chunk.len() as u32);
-        }
-    };
-    for (dir, kind) in [(I, FrameKind::Request), (R, FrameKind::Reply)] {
-        let frame = FrameRepr {
-            kind,
-            markers: spec.markers[dir],
-            crc: spec.crc,
-            reject: false,
-            res: 0,
-            rev: 2,
-            enhanced: Some(spec.enhanced[dir]),
-            private_data: b"synthetic",
-        };
-        emit(&mut frames, &mut next_seq, dir, &frame.to_vec());
+    let mut b = ip.tcp(ports[from], ports[to], seq, 65535);
+    // The first SYN carries no ACK; everything else does.
+    if syn {
+        b = b.syn();
     }
-    // The initiator sends markers if the Reply asked for them, the responder if the Request did.
-    let mut framers = [
+    if !(syn && frames.is_empty()) {
+        b = b.ack(1);
+    }
+    let mut data = Vec::new();
+    b.write(&mut data, payload).unwrap();
+    let number = frames.len() as u64 + 1;
+    frames.push(Frame {
+        number,
+        timestamp: Duration::from_micros(1_000 * number),
+        link: LinkType::Ethernet,
+        original_len: data.len() as u32,
+        data,
+    });
+}
+
+/// The SYN from the TCP client and the SYN-ACK.
+fn handshake(spec: &Spec) -> Vec<Frame> {
+    let client = if spec.initiator_is_client { I } else { R };
+    let mut frames = Vec::new();
+    push(spec, &mut frames, client, spec.isn[client], true, &[]);
+    push(
+        spec,
+        &mut frames,
+        1 - client,
+        spec.isn[1 - client],
+        true,
+        &[],
+    );
+    frames
+}
+
+/// The MPA Request (`dir` = I) or Reply (`dir` = R) of `spec`.
+fn startup_frame(spec: &Spec, dir: usize) -> Vec<u8> {
+    FrameRepr {
+        kind: if dir == I {
+            FrameKind::Request
+        } else {
+            FrameKind::Reply
+        },
+        markers: spec.markers[dir],
+        crc: spec.crc,
+        reject: false,
+        res: 0,
+        rev: 2,
+        enhanced: Some(spec.enhanced[dir]),
+        private_data: b"synthetic",
+    }
+    .to_vec()
+}
+
+/// The framers of the initiator and the responder: the initiator sends markers if the Reply
+/// asked for them, the responder if the Request did.
+fn framers(spec: &Spec) -> [Framer; 2] {
+    [
         Framer::new(FramerConfig {
             markers: spec.markers[R],
             crc: spec.crc,
@@ -284,7 +299,24 @@ fn build(spec: &Spec, messages: &[Msg]) -> Vec<Frame> {
             crc: spec.crc,
             ..Default::default()
         }),
-    ];
+    ]
+}
+
+/// Builds the capture: handshake (SYN from the TCP client), MPA Request and Reply, then
+/// every message framed by proto's framer and cut into TCP segments of at most `mss`.
+fn build(spec: &Spec, messages: &[Msg]) -> Vec<Frame> {
+    let mut next_seq = [spec.isn[I].wrapping_add(1), spec.isn[R].wrapping_add(1)];
+    let mut frames = handshake(spec);
+    let emit = |frames: &mut Vec<Frame>, next_seq: &mut [u32; 2], dir: usize, bytes: &[u8]| {
+        for chunk in bytes.chunks(spec.mss) {
+            push(spec, frames, dir, next_seq[dir], false, chunk);
+            next_seq[dir] = next_seq[dir].wrapping_add(chunk.len() as u32);
+        }
+    };
+    for dir in [I, R] {
+        emit(&mut frames, &mut next_seq, dir, &startup_frame(spec, dir));
+    }
+    let mut framers = framers(spec);
     for m in messages {
         let mut bytes = Vec::new();
         for u in &m.ulpdus {
@@ -297,6 +329,52 @@ fn build(spec: &Spec, messages: &[Msg]) -> Vec<Frame> {
             }
         }
         emit(&mut frames, &mut next_seq, m.dir, &bytes);
+    }
+    frames
+}
+
+/// Both directions' streams as [`build`] sends them (startup frame, then every FPDU of the
+/// messages, markers included), with the stream offset of every FPDU boundary: where FPDU
+/// mode starts and where each FPDU ends.
+fn streams(spec: &Spec, messages: &[Msg]) -> [(Vec<u8>, Vec<usize>); 2] {
+    let mut out = [I, R].map(|dir| {
+        let bytes = startup_frame(spec, dir);
+        let bounds = vec![bytes.len()];
+        (bytes, bounds)
+    });
+    let mut framers = framers(spec);
+    for m in messages {
+        for u in &m.ulpdus {
+            let (bytes, bounds) = &mut out[m.dir];
+            let mut fpdu = vec![0u8; framers[m.dir].fpdu_wire_len(u.len())];
+            let n = framers[m.dir].emit(&[u], &mut fpdu).unwrap();
+            bytes.extend_from_slice(&fpdu[..n]);
+            bounds.push(bytes.len());
+        }
+    }
+    out
+}
+
+/// A capture of `streams` sent as the given segments, in this order after the handshake:
+/// direction and stream range (an empty range is a pure ACK).
+fn segmented(
+    spec: &Spec,
+    streams: &[(Vec<u8>, Vec<usize>); 2],
+    plan: &[(usize, Range<usize>)],
+) -> Vec<Frame> {
+    let mut frames = handshake(spec);
+    for (dir, range) in plan {
+        let seq = spec.isn[*dir]
+            .wrapping_add(1)
+            .wrapping_add(range.start as u32);
+        push(
+            spec,
+            &mut frames,
+            *dir,
+            seq,
+            false,
+            &streams[*dir].0[range.clone()],
+        );
     }
     frames
 }
@@ -687,6 +765,34 @@ fn corrupted_marker_and_crc() {
     let report = analyse(frames);
     assert_eq!(kinds(&report), [FindingKind::MarkerError]);
     assert_eq!(only_connection(&report).directions[1].marker_errors, 1);
+    // The framing is lost from the first FPDU on: no R>I segment can be judged (the five
+    // after the Reply: Read Request, the Send in two, Write, Terminate), and iwdump says so.
+    let r2i = &only_connection(&report).directions[1];
+    let fpdu_mode = spec.isn[R]
+        .wrapping_add(1)
+        .wrapping_add(startup_frame(&spec, R).len() as u32);
+    assert_eq!(
+        (
+            r2i.data_segments,
+            r2i.alignment_unknown_segments,
+            r2i.alignment_unknown_from
+        ),
+        (
+            0,
+            5,
+            Some(AlignmentUnknown {
+                seq: fpdu_mode,
+                reason: AlignmentLoss::DeframingStopped
+            })
+        )
+    );
+    assert_eq!(
+        line_after(&render_text(&report, false), "R>I"),
+        format!(
+            "      TCP data segments 5: 0 aligned with FPDUs, 0 not aligned (share unknown), \
+             5 unknown (from seq {fpdu_mode}: deframing stopped on an error)"
+        )
+    );
 }
 
 #[test]
@@ -832,9 +938,301 @@ fn damaged_length_stops_after_one_resumption() {
     assert!(c.segments.is_empty(), "{:?}", c.segments);
 }
 
-/// iwdump counts the segments that start with an FPDU and end with one (what an MPA-aligned
-/// sender sends, mpa-08 §4 item 4): all of them when each FPDU has its own segment, not
-/// those of a stream cut every 100 octets.
+/// The connection of the alignment tests: CRCs on, markers from the responder only (the
+/// Request asks for them), so that one direction has markers inside its FPDUs and the other
+/// none; seven Sends from the initiator, six from the responder, one FPDU each.
+fn alignment_connection() -> (Spec, Vec<Msg>) {
+    let spec = Spec {
+        markers: [true, false],
+        ..Spec::default()
+    };
+    let mut messages = Vec::new();
+    for (k, len) in [100, 40, 60, 200, 120, 80, 30].into_iter().enumerate() {
+        messages.push(send(I, k as u32 + 1, len, 4096));
+    }
+    for (k, len) in [300, 350, 280, 400, 310, 290].into_iter().enumerate() {
+        messages.push(send(R, k as u32 + 1, len, 4096));
+    }
+    (spec, messages)
+}
+
+/// The segments of the alignment tests, in capture order after the handshake, from the
+/// FPDU boundaries `b` (initiator) and `d` (responder): index 0 is where FPDU mode starts,
+/// index k the end of the k-th FPDU. I>R: 6 aligned, 5 not; R>I: 3 aligned, 2 not.
+fn alignment_plan(b: &[usize], d: &[usize]) -> Vec<(usize, Range<usize>)> {
+    vec![
+        (I, 0..b[0]),         // the Request: startup, not counted
+        (R, 0..d[1]),         // the Reply with the first FPDU: startup, not counted
+        (I, b[0]..b[1]),      // aligned: one FPDU
+        (I, b[1]..b[3]),      // aligned: two whole FPDUs
+        (R, d[1]..d[2]),      // aligned: one FPDU with markers in it
+        (I, b[3]..b[3] + 10), // not aligned: ends inside an FPDU
+        (R, d[2]..d[2]),      // a pure ACK: not counted
+        (I, b[3] + 10..b[4]), // not aligned: starts inside one
+        (R, d[2]..d[4]),      // aligned: two FPDUs
+        (I, b[4]..b[5]),      // aligned
+        (I, b[4]..b[5]),      // aligned: a retransmission, counted again
+        (I, b[3]..b[4]),      // aligned: resends two unaligned segments' octets as one
+        (I, b[2] + 5..b[4]),  // not aligned: a retransmission starting inside an FPDU
+        (R, d[4]..d[4] + 1),  // not aligned
+        (I, b[6] - 3..b[6]),  // not aligned, ahead of the hole before it
+        (R, d[4] + 1..d[5]),  // not aligned
+        (I, b[5]..b[6] - 3),  // not aligned (fills the hole)
+        (I, b[6]..b[6]),      // a pure ACK: not counted
+        (R, d[5]..d[6]),      // aligned
+        (I, b[6]..b[7]),      // aligned
+    ]
+}
+
+/// The capture of the alignment tests, with what it was built from.
+struct AlignmentCapture {
+    spec: Spec,
+    frames: Vec<Frame>,
+    /// The segments after the handshake: frame `2 + k` holds `plan[k]`.
+    plan: Vec<(usize, Range<usize>)>,
+    /// The FPDU boundaries of both directions (see [`streams`]).
+    bounds: [Vec<usize>; 2],
+}
+
+impl AlignmentCapture {
+    fn new() -> Self {
+        let (spec, messages) = alignment_connection();
+        let st = streams(&spec, &messages);
+        assert_eq!((st[I].1.len(), st[R].1.len()), (8, 7));
+        let plan = alignment_plan(&st[I].1, &st[R].1);
+        let frames = segmented(&spec, &st, &plan);
+        let bounds = st.map(|(_, b)| b);
+        AlignmentCapture {
+            spec,
+            frames,
+            plan,
+            bounds,
+        }
+    }
+
+    /// The index in `frames` of the first segment of `dir` covering `range`.
+    fn frame_of(&self, dir: usize, range: Range<usize>) -> usize {
+        2 + self
+            .plan
+            .iter()
+            .position(|p| *p == (dir, range.clone()))
+            .unwrap()
+    }
+
+    /// The TCP sequence number of the octet at stream offset `offset` of the initiator.
+    fn seq_i(&self, offset: usize) -> u32 {
+        self.spec.isn[I].wrapping_add(1).wrapping_add(offset as u32)
+    }
+}
+
+/// The line after the "  I>R: ..." or "  R>I: ..." summary line of the first connection.
+fn line_after(text: &str, dir: &str) -> String {
+    let mut lines = text.lines();
+    lines.find(|l| l.starts_with(&format!("  {dir}: ")));
+    lines.next().unwrap_or_default().to_string()
+}
+
+/// The JSON object of one direction of the first connection, as written.
+fn json_direction(json: &str, dir: &str) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    v["connections"][0]["directions"][dir].clone()
+}
+
+/// Issue 12 item 3: iwdump reports, per direction, the TCP data segments that start and
+/// end at FPDU boundaries (an MPA-aligned sender, mpa-08 §4 item 4). Every copy of a
+/// segment counts, each judged on its own range; startup segments and pure ACKs do not.
+#[test]
+fn segment_alignment_counts_every_copy_exactly() {
+    let report = analyse(AlignmentCapture::new().frames);
+    let text = render_text(&report, false);
+    assert_eq!(report.violations(), 0, "{text}");
+    let c = only_connection(&report);
+    assert_eq!(shape(c).len(), 13, "{text}");
+    let [i2r, r2i] = &c.directions;
+    assert_eq!(
+        (
+            i2r.data_segments,
+            i2r.aligned_segments,
+            i2r.unaligned_segments(),
+            i2r.alignment_unknown_segments,
+            i2r.alignment_unknown_from
+        ),
+        (11, 6, 5, 0, None)
+    );
+    assert_eq!(i2r.aligned_percent(), Some(54.5)); // 6/11 = 54.54...: rounded down
+    assert_eq!(
+        (
+            r2i.data_segments,
+            r2i.aligned_segments,
+            r2i.alignment_unknown_segments
+        ),
+        (5, 3, 0)
+    );
+    assert_eq!(
+        line_after(&text, "I>R"),
+        "      TCP data segments 11: 6 aligned with FPDUs, 5 not aligned (54.5 % aligned)"
+    );
+    assert_eq!(
+        line_after(&text, "R>I"),
+        "      TCP data segments 5: 3 aligned with FPDUs, 2 not aligned (60.0 % aligned)"
+    );
+    let json = render_json(&report, false);
+    assert!(
+        json.contains(
+            "\"segments_aligned\":6,\"segments_unaligned\":5,\"segments_alignment_unknown\":0,\
+             \"segments_aligned_percent\":54.5,\"alignment_unknown_from\":null"
+        ),
+        "{json}"
+    );
+    assert!(
+        json.contains(
+            "\"segments_aligned\":3,\"segments_unaligned\":2,\"segments_alignment_unknown\":0,\
+             \"segments_aligned_percent\":60.0,\"alignment_unknown_from\":null"
+        ),
+        "{json}"
+    );
+}
+
+/// A capture that ends inside an FPDU (trimmed): the FPDU still incomplete at its end holds
+/// no boundary, so the segment ending there is known not to be aligned.
+#[test]
+fn segment_alignment_of_a_trimmed_capture() {
+    let mut cap = AlignmentCapture::new();
+    let b = &cap.bounds[I];
+    let last = cap.frame_of(I, b[3]..b[3] + 10);
+    cap.frames.truncate(last + 1);
+    let report = analyse(cap.frames);
+    let text = render_text(&report, false);
+    assert_eq!(report.violations(), 0, "{text}");
+    let i2r = &only_connection(&report).directions[0];
+    assert_eq!(i2r.trailing_octets, 10, "{text}");
+    assert_eq!(
+        line_after(&text, "I>R"),
+        "      TCP data segments 3: 2 aligned with FPDUs, 1 not aligned (66.6 % aligned)"
+    );
+}
+
+/// A frame the capture lost: the segments beyond the gap are not guessed at but counted as
+/// unknown, and the report says from where and why.
+#[test]
+fn segment_alignment_beyond_a_capture_gap_is_unknown() {
+    let mut cap = AlignmentCapture::new();
+    let b = cap.bounds[I].clone();
+    let lost = cap.frame_of(I, b[5]..b[6] - 3);
+    cap.frames.remove(lost);
+    renumber(&mut cap.frames);
+    let gap_seq = cap.seq_i(b[5]);
+    let report = analyse(cap.frames);
+    let text = render_text(&report, false);
+    assert_eq!(report.violations(), 0, "{text}");
+    let i2r = &only_connection(&report).directions[0];
+    // Before the gap: 5 aligned and 3 not; the two segments after it unknown.
+    assert_eq!(
+        (
+            i2r.data_segments,
+            i2r.aligned_segments,
+            i2r.alignment_unknown_segments
+        ),
+        (8, 5, 2)
+    );
+    assert_eq!(
+        line_after(&text, "I>R"),
+        format!(
+            "      TCP data segments 10: 5 aligned with FPDUs, 3 not aligned (62.5 % aligned), \
+             2 unknown (from seq {gap_seq}: a capture gap)"
+        )
+    );
+    let d = json_direction(&render_json(&report, false), "I>R");
+    assert_eq!(d["segments_aligned"], 5);
+    assert_eq!(d["segments_unaligned"], 3);
+    assert_eq!(d["segments_alignment_unknown"], 2);
+    assert_eq!(
+        d["alignment_unknown_from"],
+        serde_json::json!({ "seq": gap_seq, "reason": "capture-gap" })
+    );
+    // The other direction is whole.
+    assert_eq!(
+        line_after(&text, "R>I"),
+        "      TCP data segments 5: 3 aligned with FPDUs, 2 not aligned (60.0 % aligned)"
+    );
+}
+
+/// A damaged ULPDU_Length: past the last FPDU that decoded, FPDU boundaries are unknown.
+/// A segment starting inside a known FPDU is still unaligned; one starting at the last
+/// known boundary, or later, is unknown.
+#[test]
+fn segment_alignment_after_lost_framing_is_unknown() {
+    let mut cap = AlignmentCapture::new();
+    let b = cap.bounds[I].clone();
+    let first = cap.frame_of(I, b[4]..b[5]);
+    let f = &mut cap.frames[first];
+    let at = 14 + 20 + 20; // the FPDU's ULPDU_Length, first in the payload
+    let len = u16::from_be_bytes([f.data[at], f.data[at + 1]]);
+    f.data[at..at + 2].copy_from_slice(&(len - 4).to_be_bytes());
+    let seq = cap.seq_i(b[4]);
+    let report = analyse(cap.frames);
+    let text = render_text(&report, false);
+    assert_eq!(kinds(&report)[0], FindingKind::CrcError, "{text}");
+    let i2r = &only_connection(&report).directions[0];
+    // Judged: b0-b1, b1-b3 and the resent b3-b4 aligned; b3..+10, +10..b4 and b2+5..b4
+    // not. Unknown: both copies of b4-b5, and the three segments after.
+    assert_eq!(
+        (
+            i2r.data_segments,
+            i2r.aligned_segments,
+            i2r.alignment_unknown_segments
+        ),
+        (6, 3, 5),
+        "{text}"
+    );
+    assert_eq!(
+        line_after(&text, "I>R"),
+        format!(
+            "      TCP data segments 11: 3 aligned with FPDUs, 3 not aligned (50.0 % aligned), \
+             5 unknown (from seq {seq}: the length chain was lost after a CRC error)"
+        )
+    );
+    let d = json_direction(&render_json(&report, false), "I>R");
+    assert_eq!(
+        d["alignment_unknown_from"],
+        serde_json::json!({ "seq": seq, "reason": "length-chain-lost" })
+    );
+}
+
+/// A frame cut by the snap length (its octets resent whole later): where that segment ended
+/// is unknown, every other segment is judged as before.
+#[test]
+fn segment_alignment_of_a_cut_frame_is_unknown() {
+    let mut cap = AlignmentCapture::new();
+    let b = cap.bounds[I].clone();
+    let first = cap.frame_of(I, b[4]..b[5]);
+    let f = &mut cap.frames[first];
+    f.data.truncate(f.data.len() - 5);
+    let seq = cap.seq_i(b[5] - 5);
+    let report = analyse(cap.frames);
+    let text = render_text(&report, false);
+    assert_eq!(report.violations(), 0, "{text}");
+    let i2r = &only_connection(&report).directions[0];
+    assert_eq!(
+        (
+            i2r.data_segments,
+            i2r.aligned_segments,
+            i2r.alignment_unknown_segments
+        ),
+        (10, 5, 1),
+        "{text}"
+    );
+    assert_eq!(
+        line_after(&text, "I>R"),
+        format!(
+            "      TCP data segments 11: 5 aligned with FPDUs, 5 not aligned (50.0 % aligned), \
+             1 unknown (from seq {seq}: a frame cut by the snap length)"
+        )
+    );
+}
+
+/// Each FPDU in a segment of its own (an MPA-aligned sender): every segment aligned; the
+/// same messages cut every 100 octets: few.
 #[test]
 fn segments_aligned_with_fpdus_are_counted() {
     let aligned = Spec {
@@ -847,12 +1245,12 @@ fn segments_aligned_with_fpdus_are_counted() {
     for d in &c.directions {
         assert!(d.data_segments >= 3, "{d:?}");
         assert_eq!(d.aligned_segments, d.data_segments, "{d:?}");
+        assert_eq!(d.alignment_unknown_segments, 0, "{d:?}");
     }
     let text = render_text(&report, false);
-    assert!(text.contains("aligned with FPDUs"), "{text}");
-    assert!(text.contains("(100.0 %)"), "{text}");
+    assert!(text.contains("not aligned (100.0 % aligned)"), "{text}");
     let json = render_json(&report, false);
-    assert!(json.contains("\"aligned_segments\""), "{json}");
+    assert!(json.contains("\"segments_unaligned\":0,"), "{json}");
 
     let cut = Spec {
         mss: 100,

@@ -5,6 +5,19 @@
 //! counts and octets per RDMAP opcode, CRC and marker errors, Terminates with their decoded
 //! reason, and every protocol violation found. `-v` adds one line per DDP segment.
 //!
+//! Per direction it also prints how the TCP segments lie against the FPDUs: how many data
+//! segments of FPDU mode start and end at FPDU boundaries (what an MPA-aligned sender,
+//! mpa-08 §4 item 4, sends and a hardware receiver places directly), how many do not, and
+//! the aligned share (rounded down to a tenth: 100.0 means every one), e.g. `TCP data
+//! segments 925: 915 aligned with FPDUs, 10 not aligned (98.9 % aligned)`
+//! (`segments_aligned`, `segments_unaligned`, `segments_aligned_percent` in the JSON).
+//! Every copy of a retransmitted segment counts, judged on its own range; the MPA
+//! Request/Reply segments and pure ACKs do not. Segments beyond where the FPDU boundaries
+//! are known (deframing stopped, a capture gap, a frame cut by the snap length) are not
+//! guessed at: they are counted as unknown, with the sequence number from which and the
+//! reason (`segments_alignment_unknown`, `alignment_unknown_from`). The exact rules:
+//! `warpcore_analysis::analysis::SegmentAlignment`.
+//!
 //! Exit status: 0 when no protocol violation was found, 1 when at least one was, 2 on usage
 //! or I/O errors (a file that cannot be read or is not a capture).
 #![forbid(unsafe_code)]
