@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use smoltcp::time::{Duration, Instant};
-use warpcore_tcp::link::{self, Faults, LinkConfig, LinkEnd};
+use warpcore_tcp::link::{self, LinkConfig, LinkEnd};
 use warpcore_tcp::{Stack, TcpImplementation, TcpTuning};
 
 const MIB: u64 = 1 << 20;
@@ -21,20 +21,7 @@ fn stacks(cfg: &LinkConfig, imp: TcpImplementation) -> (Stack<LinkEnd>, Stack<Li
 }
 
 fn faulty(seed: u64) -> LinkConfig {
-    let faults = |seed| Faults {
-        seed,
-        loss: 0.01,
-        duplicate: 0.01,
-        reorder: 0.02,
-        reorder_delay: Duration::from_micros(300),
-        latency: Duration::from_micros(50),
-        ..Faults::default()
-    };
-    LinkConfig {
-        faults_ab: faults(seed),
-        faults_ba: faults(seed ^ 0x5555_aaaa),
-        ..LinkConfig::default()
-    }
+    faulty_link(seed, 0.01)
 }
 
 /// Runs the workload through one implementation; returns the simulated time and the frames

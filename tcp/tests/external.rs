@@ -12,26 +12,13 @@ use std::collections::VecDeque;
 
 use common::*;
 use smoltcp::time::{Duration, Instant};
-use warpcore_tcp::link::{self, Faults, LinkConfig, LinkEnd};
+use warpcore_tcp::link::{self, LinkConfig, LinkEnd};
 use warpcore_tcp::{ConnId, Event, Stack, TcpTuning};
 
 const SALT: u32 = 0x0e47_0001;
 
 fn lossy(seed: u64) -> LinkConfig {
-    let faults = |seed| Faults {
-        seed,
-        loss: 0.02,
-        duplicate: 0.01,
-        reorder: 0.02,
-        reorder_delay: Duration::from_micros(300),
-        latency: Duration::from_micros(50),
-        ..Faults::default()
-    };
-    LinkConfig {
-        faults_ab: faults(seed),
-        faults_ba: faults(seed ^ 0x77),
-        ..LinkConfig::default()
-    }
+    faulty_link(seed, 0.02)
 }
 
 fn connect(a: &mut Stack<LinkEnd>, b: &mut Stack<LinkEnd>, now: &mut Instant) -> (ConnId, ConnId) {
@@ -129,9 +116,12 @@ fn transfer(seed: u64, total: u64) -> (u64, u64, u64) {
                     true
                 }
             } else {
-                token += 1;
-                let queued = a.send_external_record(ca, len, token).expect("external");
+                // Tokens increase; one refused (no room) is not used.
+                let queued = a
+                    .send_external_record(ca, len, token + 1)
+                    .expect("external");
                 if queued {
+                    token += 1;
                     ext_octets += len as u64;
                     live.push_back(Rec {
                         start,
@@ -146,26 +136,12 @@ fn transfer(seed: u64, total: u64) -> (u64, u64, u64) {
             }
             sent += len as u64;
         }
-        let live_ref = &live;
-        let acked = acked_upto;
         let wa = a.poll_with_fill(
             now,
             |_, _| 0,
             |c, t, at, dst| {
                 assert_eq!(c, ca);
-                assert!(
-                    acked.map_or(true, |u| t > u),
-                    "record {t} asked for after {acked:?} was reported acknowledged"
-                );
-                let r = live_ref
-                    .iter()
-                    .find(|r| r.token == Some(t))
-                    .expect("fill of a record never queued");
-                assert!(at + dst.len() <= r.len, "fill past the record's end");
-                for (k, b) in dst.iter_mut().enumerate() {
-                    *b = pattern(SALT, r.start + (at + k) as u64);
-                }
-                true
+                fill_from(&live, acked_upto, t, at, dst)
             },
         );
         let wb = b.poll(now);
@@ -178,19 +154,7 @@ fn transfer(seed: u64, total: u64) -> (u64, u64, u64) {
             );
         }
         while b.next_event().is_some() {}
-        if let Some(t) = a.take_acked_external(ca).expect("acked") {
-            assert!(
-                acked_upto.map_or(true, |u| t > u),
-                "acknowledged tokens go back"
-            );
-            acked_upto = Some(t);
-            while live
-                .front()
-                .is_some_and(|r| r.token.map_or(true, |x| x <= t))
-            {
-                live.pop_front();
-            }
-        }
+        take_acked(&mut a, ca, &mut acked_upto, &mut live);
         loop {
             let off = received;
             let n = b
@@ -215,9 +179,10 @@ fn transfer(seed: u64, total: u64) -> (u64, u64, u64) {
             .min();
         now = sim_clock(now, wa | wb, wake);
     }
-    // Everything arrives, so everything is acknowledged in the end.
+    // Everything arrives, so everything is acknowledged in the end (retransmissions may
+    // still ask for records meanwhile).
     for _ in 0..100_000 {
-        if a.take_acked_external(ca).expect("acked") == Some(token) {
+        if acked_upto == Some(token) {
             let lost = a.device().tx_fault_stats().lost;
             let written = a.tcp_totals().expect("ours").external_octets_sent;
             return (ext_octets, written, lost);
@@ -225,12 +190,54 @@ fn transfer(seed: u64, total: u64) -> (u64, u64, u64) {
         let w = a.poll_with_fill(
             now,
             |_, _| 0,
-            |_, t, _, _| panic!("fill of {t} after the end"),
+            |_, t, at, dst| fill_from(&live, acked_upto, t, at, dst),
         ) | b.poll(now);
-        let wake = next_delivery(&a, &b);
+        take_acked(&mut a, ca, &mut acked_upto, &mut live);
+        let wake = [a.poll_at(now), b.poll_at(now)]
+            .into_iter()
+            .flatten()
+            .chain(next_delivery(&a, &b))
+            .min();
         now = sim_clock(now, w, wake);
     }
-    panic!("the last external record was never acknowledged");
+    panic!("the last external record was never acknowledged: acked {acked_upto:?} of {token}, queue {:?}, at {now}", a.send_queue(ca));
+}
+
+/// The owner's fill: the record's octets of the stream pattern, never for a record already
+/// reported acknowledged.
+fn fill_from(live: &VecDeque<Rec>, acked: Option<u64>, t: u64, at: usize, dst: &mut [u8]) -> bool {
+    assert!(
+        acked.map_or(true, |u| t > u),
+        "record {t} asked for after {acked:?} was reported acknowledged"
+    );
+    let r = live
+        .iter()
+        .find(|r| r.token == Some(t))
+        .expect("fill of a record never queued");
+    assert!(at + dst.len() <= r.len, "fill past the record's end");
+    for (k, b) in dst.iter_mut().enumerate() {
+        *b = pattern(SALT, r.start + (at + k) as u64);
+    }
+    true
+}
+
+/// Takes the acknowledgement TCP reports and drops the records it covers.
+fn take_acked(
+    a: &mut Stack<LinkEnd>,
+    ca: ConnId,
+    acked: &mut Option<u64>,
+    live: &mut VecDeque<Rec>,
+) {
+    if let Some(t) = a.take_acked_external(ca).expect("acked") {
+        assert!(acked.map_or(true, |u| t > u), "acknowledged tokens go back");
+        *acked = Some(t);
+        while live
+            .front()
+            .is_some_and(|r| r.token.map_or(true, |x| x <= t))
+        {
+            live.pop_front();
+        }
+    }
 }
 
 #[test]

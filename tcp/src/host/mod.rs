@@ -1021,17 +1021,8 @@ fn emit_segment(
         }
     });
     if !ok || at != n {
-        let rst = TcpRepr {
-            control: TcpControl::Rst,
-            window_len: 0,
-            window_scale: None,
-            max_seg_size: None,
-            sack_permitted: false,
-            sack_ranges: [None; 3],
-            timestamp: None,
-            payload: &[],
-            ..out.repr
-        };
+        let r = &out.repr;
+        let rst = rst_segment(r.src_port, r.dst_port, r.seq_number, r.ack_number);
         let l = ETH_HDR + IP_HDR + rst.header_len();
         let (frame, pad) = buf.split_at_mut(l);
         emit_tcp(
@@ -1052,6 +1043,29 @@ fn emit_segment(
         tcp[16..18].copy_from_slice(&csum::finish(total));
     }
     Ok(external)
+}
+
+/// A bare RST (window 0, no options, no payload).
+fn rst_segment(
+    src_port: u16,
+    dst_port: u16,
+    seq_number: TcpSeqNumber,
+    ack_number: Option<TcpSeqNumber>,
+) -> TcpRepr<'static> {
+    TcpRepr {
+        src_port,
+        dst_port,
+        control: TcpControl::Rst,
+        seq_number,
+        ack_number,
+        window_len: 0,
+        window_scale: None,
+        max_seg_size: None,
+        sack_permitted: false,
+        sack_ranges: [None; 3],
+        timestamp: None,
+        payload: &[],
+    }
 }
 
 /// Writes the Ethernet, IPv4 and TCP headers of `seg` carrying `payload_len` octets into
@@ -1671,20 +1685,7 @@ impl Inner {
             Some(a) => (a, None),
             None => (TcpSeqNumber(0), Some(seg.seq_number + seg.segment_len())),
         };
-        let rst = TcpRepr {
-            src_port: seg.dst_port,
-            dst_port: seg.src_port,
-            control: TcpControl::Rst,
-            seq_number: seq,
-            ack_number: ack,
-            window_len: 0,
-            window_scale: None,
-            max_seg_size: None,
-            sack_permitted: false,
-            sack_ranges: [None; 3],
-            timestamp: None,
-            payload: &[],
-        };
+        let rst = rst_segment(seg.dst_port, seg.src_port, seq, ack);
         // Straight back to the frame's sender: a RST never waits for (or triggers) ARP.
         let mac = src_mac;
         if !mac.is_unicast() {

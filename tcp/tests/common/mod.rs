@@ -4,7 +4,7 @@
 
 use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{Ipv4Address, Ipv4Cidr};
-use warpcore_tcp::link::LinkEnd;
+use warpcore_tcp::link::{Faults, LinkConfig, LinkEnd};
 use warpcore_tcp::{ConnId, Event, PollDevice, Stack, StackConfig, TcpTuning};
 
 /// Byte `i` of the stream salted with `salt`: big-endian 32-bit word counter XOR salt, so a
@@ -233,5 +233,24 @@ pub fn next_delivery(a: &Stack<LinkEnd>, b: &Stack<LinkEnd>) -> Option<Instant> 
     match (a.device().next_delivery(), b.device().next_delivery()) {
         (Some(x), Some(y)) => Some(x.min(y)),
         (x, y) => x.or(y),
+    }
+}
+
+/// A link with `loss` (a fraction) each way, half as much duplication, twice as much
+/// reordering (300 µs late) and 50 µs latency, seeded per direction.
+pub fn faulty_link(seed: u64, loss: f64) -> LinkConfig {
+    let faults = |seed| Faults {
+        seed,
+        loss,
+        duplicate: 0.01,
+        reorder: 0.02,
+        reorder_delay: Duration::from_micros(300),
+        latency: Duration::from_micros(50),
+        ..Faults::default()
+    };
+    LinkConfig {
+        faults_ab: faults(seed),
+        faults_ba: faults(seed ^ 0x5555_aaaa),
+        ..LinkConfig::default()
     }
 }
