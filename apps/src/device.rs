@@ -164,6 +164,10 @@ pub struct DeviceArgs {
     pub capture: Option<PathBuf>,
 }
 
+/// How long an engine core keeps a net_memif port open after it stopped polling
+/// (`EngineConfig::shutdown_linger_ms`).
+pub const MEMIF_LINGER_MS: u64 = 300;
+
 /// Which end of a `--memif` socket this process is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MemifRole {
@@ -623,6 +627,14 @@ impl DeviceArgs {
             .or(fixed_mac.then(|| [2, 0x57, 0x43, 0, 0, ip.addr.octets()[3]]));
         if let Some(m) = self.mtu {
             cfg.engine.mtu = usize::from(m);
+        }
+        // DPDK 22.11's net_memif unmaps the shared regions from its control thread when the
+        // peer disconnects, under a data path that may be inside `rx_burst` (an iwperf
+        // client died of SIGSEGV there once in ~40 runs): a core stops polling, then keeps
+        // its port open this long, so the peer, which finishes within a round trip or two,
+        // has stopped polling too before the port goes (as tcpperf does).
+        if self.memif.is_some() || self.vdev.iter().any(|v| v.starts_with("net_memif")) {
+            cfg.engine.shutdown_linger_ms = cfg.engine.shutdown_linger_ms.max(MEMIF_LINGER_MS);
         }
         configure(&mut cfg);
         cfg

@@ -792,79 +792,29 @@ impl Qp {
             let src = &msg.src;
             let mrs: &MrTable = &ctx.mrs;
             if plen >= ctx.cfg.tx_from_memory_min && from_memory {
-                // Sent from registered memory (module `txrec`): validated now, copied
-                // into each frame that carries it.
-                let from = match src {
-                    TxSrc::Sq(seq) => sq.get((*seq - sq_head) as usize).and_then(|e| {
-                        let sges = e.wr.sges.as_slice();
-                        if off == 0 && !txrec::sges_readable(mrs, pd, sges) {
-                            return None;
+                // Sent from registered memory (module `txrec`): its source checked now,
+                // copied into each frame that carries it.
+                let queued =
+                    txrec::source(src, sq, sq_head, mrs, pd, stream, off, plen).and_then(|from| {
+                        match from {
+                            None => Ok(false),
+                            Some(from) => txrec::queue(
+                                stack,
+                                tcp,
+                                records,
+                                framer,
+                                &hdr[..s.header_len],
+                                from,
+                            ),
                         }
-                        let p = txrec::pieces_of(sges, off, plen)?;
-                        Some((p, txrec::PieceAccess::Local { pd }, Some(*seq)))
-                    }),
-                    TxSrc::ReadResp(plan) => plan.src_to.checked_add(off).and_then(|to| {
-                        if off == 0 {
-                            // The whole response's source, once (as for a request).
-                            let g = mrs
-                                .lookup_remote(Stag(plan.src_stag), pd, stream, Access::REMOTE_READ)
-                                .ok()?;
-                            g.bounds(plan.src_to, plan.len as usize).ok()?;
-                        }
-                        let mut p = [txrec::MemPiece::default(); MAX_SGE];
-                        p[0] = txrec::MemPiece {
-                            stag: plan.src_stag,
-                            to,
-                            len: plen as u32,
-                        };
-                        Some(((p, 1), txrec::PieceAccess::Remote { pd, stream }, None))
-                    }),
-                    TxSrc::AtomicResp => None,
-                };
-                let hlen = s.header_len;
-                let queued = match from {
-                    None if !matches!(src, TxSrc::AtomicResp) => Err(()),
-                    None => Ok(false),
-                    Some(((pieces, npieces), access, seq)) => {
-                        match framer.reserve_in_place(hlen, plen) {
-                            Ok(Some(need)) => {
-                                let rec = txrec::TxRecord {
-                                    token: 0,
-                                    hdr,
-                                    hdr_len: hlen as u8,
-                                    crc: framer.crc(),
-                                    access,
-                                    pieces,
-                                    npieces,
-                                    sq: seq,
-                                };
-                                let token = records.push(tcp, rec);
-                                match stack.send_external_record(tcp, need, token) {
-                                    Ok(true) => {
-                                        if let Some(seq) = seq {
-                                            if let Some(e) =
-                                                self.sq.get_mut((seq - sq_head) as usize)
-                                            {
-                                                e.unacked += 1;
-                                            }
-                                        }
-                                        Ok(true)
-                                    }
-                                    // Space was checked: TCP refuses only a connection that
-                                    // cannot send, and the framer has counted the FPDU.
-                                    _ => {
-                                        records.unpush(tcp);
-                                        Err(())
-                                    }
-                                }
-                            }
-                            // A marker falls inside: framed into the send buffer below.
-                            _ => Ok(false),
-                        }
-                    }
-                };
+                    });
                 match queued {
                     Ok(true) => {
+                        if let TxSrc::Sq(seq) = msg.src {
+                            if let Some(e) = self.sq.get_mut((seq - sq_head) as usize) {
+                                e.unacked += 1;
+                            }
+                        }
                         fpdus += 1;
                         ctx.stats.fpdus_tx += 1;
                         ctx.stats.tx_from_memory_octets += plen as u64;
@@ -874,6 +824,8 @@ impl Qp {
                         }
                         continue;
                     }
+                    // A header-only response, or a marker inside: framed into the send
+                    // buffer below.
                     Ok(false) => {}
                     Err(()) => {
                         self.fail_tx_source(msg_seq(&self.tx), ctx);

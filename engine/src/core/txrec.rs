@@ -300,6 +300,115 @@ impl TxRecords {
     }
 }
 
+/// Where an FPDU's payload comes from, checked: `Ok(None)` for a header-only response
+/// (nothing to read), `Err` when the source cannot be read (the request or the Read being
+/// answered fails). A request's SGEs ([`sges_readable`]) and a Read Response's source are
+/// looked up and bounds-checked at the message's first FPDU (`off == 0`); later FPDUs are
+/// split by arithmetic, and the copy into each frame checks again.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn source(
+    src: &TxSrc,
+    sq: &VecDeque<SqEntry>,
+    sq_head: u64,
+    mrs: &MrTable,
+    pd: PdId,
+    stream: StreamId,
+    off: u64,
+    plen: usize,
+) -> Result<Option<Source>, ()> {
+    match src {
+        TxSrc::Sq(seq) => {
+            let e = sq.get((*seq - sq_head) as usize).ok_or(())?;
+            let sges = e.wr.sges.as_slice();
+            if off == 0 && !sges_readable(mrs, pd, sges) {
+                return Err(());
+            }
+            let (pieces, npieces) = pieces_of(sges, off, plen).ok_or(())?;
+            Ok(Some(Source {
+                pieces,
+                npieces,
+                access: PieceAccess::Local { pd },
+                sq: Some(*seq),
+            }))
+        }
+        TxSrc::ReadResp(plan) => {
+            let to = plan.src_to.checked_add(off).ok_or(())?;
+            if off == 0 {
+                let g = mrs
+                    .lookup_remote(Stag(plan.src_stag), pd, stream, Access::REMOTE_READ)
+                    .map_err(|_| ())?;
+                g.bounds(plan.src_to, plan.len as usize).map_err(|_| ())?;
+            }
+            let mut pieces = [MemPiece::default(); MAX_SGE];
+            pieces[0] = MemPiece {
+                to,
+                stag: plan.src_stag,
+                len: u32::try_from(plen).map_err(|_| ())?,
+            };
+            Ok(Some(Source {
+                pieces,
+                npieces: 1,
+                access: PieceAccess::Remote { pd, stream },
+                sq: None,
+            }))
+        }
+        TxSrc::AtomicResp => Ok(None),
+    }
+}
+
+/// The checked source of one FPDU's payload ([`source`]).
+pub(super) struct Source {
+    pieces: [MemPiece; MAX_SGE],
+    npieces: u8,
+    access: PieceAccess,
+    sq: Option<u64>,
+}
+
+/// Queues the FPDU of header `hdr` and the payload at `from` in TCP as an external record:
+/// counted by the framer, recorded here, `send_external_record`. `Ok(false)`, nothing
+/// changed, when a marker falls inside it (the caller frames it into the send buffer);
+/// `Err` when TCP refuses a record whose room was checked (it cannot send any more: the
+/// framer counted the FPDU, so the stream is broken).
+pub(super) fn queue<D: PollDevice>(
+    stack: &mut Stack<D>,
+    tcp: ConnId,
+    records: &mut TxRecords,
+    framer: &mut Framer,
+    hdr: &[u8],
+    from: Source,
+) -> Result<bool, ()> {
+    let plen: usize = from.pieces[..usize::from(from.npieces)]
+        .iter()
+        .map(|p| p.len as usize)
+        .sum();
+    let need = match framer.reserve_in_place(hdr.len(), plen) {
+        Ok(Some(n)) => n,
+        _ => return Ok(false),
+    };
+    let mut h = [0u8; MAX_SEGMENT_HEADER_LEN];
+    h[..hdr.len()].copy_from_slice(hdr);
+    let token = records.push(
+        tcp,
+        TxRecord {
+            token: 0,
+            hdr: h,
+            hdr_len: hdr.len() as u8,
+            crc: framer.crc(),
+            access: from.access,
+            pieces: from.pieces,
+            npieces: from.npieces,
+            sq: from.sq,
+        },
+    );
+    match stack.send_external_record(tcp, need, token) {
+        Ok(true) => Ok(true),
+        _ => {
+            records.unpush(tcp);
+            Err(())
+        }
+    }
+}
+
 /// Whether every SGE of a request can be read now as the copies will read it (region
 /// valid under `pd` with local access, bounds): checked once, when its first FPDU is
 /// queued, so that a request naming a region that is already gone fails as a copied one

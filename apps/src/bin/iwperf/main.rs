@@ -387,15 +387,7 @@ fn client_run(
         let _ = c.qp.disconnect();
     }
     // Let the Bye and the FINs go out before the engine stops.
-    let t0 = std::time::Instant::now();
-    let mut closed = 0;
-    while closed < conns.len() && t0.elapsed() < Duration::from_secs(2) {
-        if let Some(warpcore_verbs::CmEvent::Disconnected { .. }) =
-            ep.ctx.next_event(Duration::from_millis(100))
-        {
-            closed += 1;
-        }
-    }
+    wait_disconnected(&ep.ctx, conns.len());
     // This side's TCP counters (the retransmissions and timeouts behind a figure).
     let tcp = report::TcpSummary::of(&ep.ctx);
     if full {
@@ -410,6 +402,19 @@ fn client_run(
         report::write_hdr_log(p, cli, &outs)?;
     }
     Ok(verdict)
+}
+
+/// Waits (at most 2 s) until `n` connections reported `Disconnected`.
+fn wait_disconnected(ctx: &warpcore_verbs::Context, n: usize) {
+    let t0 = std::time::Instant::now();
+    let mut closed = 0;
+    while closed < n && t0.elapsed() < Duration::from_secs(2) {
+        if let Some(warpcore_verbs::CmEvent::Disconnected { .. }) =
+            ctx.next_event(Duration::from_millis(100))
+        {
+            closed += 1;
+        }
+    }
 }
 
 /// The one line `--verify` ends with: `verify: ok, N messages checked` only when something
@@ -504,7 +509,10 @@ fn server_run(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result<
     for c in &conns {
         let _ = c.qp.disconnect();
     }
-    let _ = ep.ctx.next_event(Duration::from_millis(100));
+    // Both FINs exchanged before this side stops polling (as the client waits): the engine
+    // then lingers before closing its port (net_memif, `MEMIF_LINGER_MS`), by which time
+    // the client, which saw its Disconnected within a round trip, stopped polling too.
+    wait_disconnected(&ep.ctx, conns.len());
     if print {
         println!(
             " Served {phases} size(s) of {}{}",
