@@ -320,6 +320,7 @@ impl Framer {
 ///
 /// # Panics
 /// If `out` is not exactly that long (a caller's bug).
+#[inline]
 pub fn frame_in_place(hdr: &[u8], payload_len: usize, crc: bool, out: &mut [u8]) {
     let len = hdr.len() + payload_len;
     assert!(
