@@ -533,3 +533,53 @@ fn a_region_deregistered_while_tcp_may_send_from_it_resets_the_stream() {
         "octets past the first {k} changed"
     );
 }
+
+/// Issue 12 item 3: Read Responses sent from registered memory and not all acknowledged
+/// when their QP closes gracefully and is destroyed. Its TCP connection, handed to the
+/// zombies, still sends and resends them from the records (kept per TCP connection, not per
+/// QP) over a link that loses 3 % each way, and the Read completes with every octet.
+#[test]
+fn a_destroyed_qps_connection_still_sends_read_responses_from_memory() {
+    use warpcore_engine::tcp::link::{Faults, LinkConfig};
+    let lossy = |seed| Faults {
+        seed,
+        loss: 0.03,
+        ..Faults::default()
+    };
+    let link = LinkConfig {
+        faults_ab: lossy(0x51),
+        faults_ba: lossy(0x52),
+        ..LinkConfig::default()
+    };
+    let mut p = Pair::new(&link, &warpcore_engine::EngineConfig::default());
+    let (qa, qb) = p.connect();
+    let (ra, sa) = p.a.region(1 << 20, all_access());
+    let (rb, sb) = p.b.region(1 << 20, all_access());
+    let data = pattern(600_000, 3);
+    ra.write_at(0, &data).unwrap();
+    p.b.core
+        .post_send(qb, send_wr(5, read(sa.0, 0), &[(sb, 0, 600_000)]))
+        .unwrap();
+    p.run_until(20_000, |p| {
+        p.a.core.stats().tx_from_memory_octets >= 590_000
+    });
+    // Every response queued: the close sends A's FIN behind them at the next loop, and
+    // the QP then goes, its connection to the zombies (no RST: the FIN is out).
+    p.a.core.disconnect(qa).unwrap();
+    p.run_a_alone(1);
+    let wire = p.a.core.stats().tx_from_memory_wire_octets;
+    p.a.core.destroy_qp(qa).unwrap();
+    p.run_until(100_000, |p| !p.b.completions.is_empty());
+    let c = p.b.take_completions();
+    assert_eq!((c[0].wr_id, c[0].status), (5, WcStatus::Success), "{c:?}");
+    assert_eq!(read_region(&rb, 0, 600_000), data);
+    let s = p.a.core.stats();
+    assert!(
+        s.tx_from_memory_wire_octets > wire,
+        "the zombie connection sent nothing from memory ({wire} before the QP went)"
+    );
+    assert!(
+        s.tcp_retransmitted_segments > 0,
+        "the link must have lost segments"
+    );
+}
