@@ -691,7 +691,7 @@ impl<D: PollDevice> EngineCore<D> {
         // the second pass of the stack would only repeat the first.
         if engine {
             let EngineCore { stack, txrec, .. } = self;
-            stack.poll_transmit_fill(now, |c, t, at, dst| txrec.fill(c, t, at, dst));
+            stack.poll_transmit_fill(now, |c, t, at, dst, sum| txrec.fill(c, t, at, dst, sum));
             if self.txrec.has_failed() {
                 self.fail_unfillable();
             }

@@ -107,6 +107,44 @@ pub fn copy_and_sum(dst: &mut [u8], src: &[u8]) -> u64 {
     total + tail_sum(s_rest)
 }
 
+/// [`copy_and_sum`] from a source that cannot be borrowed as a slice (registered memory the
+/// application may write to: the engine reads it only through raw copies). `read(at, out)`
+/// must fill `out` with the source's octets at offset `at`; it is called once per 32-octet
+/// step and once for the tail, in order, and the octets summed are exactly those written to
+/// `dst`, whatever the source does meanwhile. Returns the unfolded sum of `dst`.
+#[inline]
+pub fn copy_and_sum_from(dst: &mut [u8], mut read: impl FnMut(usize, &mut [u8])) -> u64 {
+    let mut lanes = [0u32; 16];
+    let mut total = 0u64;
+    let whole = dst.len() - dst.len() % STEP;
+    let (d_steps, d_rest) = dst.split_at_mut(whole);
+    let mut at = 0;
+    for d_block in d_steps.chunks_mut(FOLD_EVERY * STEP) {
+        for d in d_block.chunks_exact_mut(STEP) {
+            let mut s = [0u8; STEP];
+            read(at, &mut s);
+            d.copy_from_slice(&s);
+            add_step(&mut lanes, &s);
+            at += STEP;
+        }
+        drain(&mut lanes, &mut total);
+    }
+    read(at, d_rest);
+    total + tail_sum(d_rest)
+}
+
+/// The contribution of a block whose sum from its own first octet is `partial`, when the
+/// block starts `offset` octets into what is summed: a block at an odd offset has its
+/// words' octets swapped (RFC 1071 §2(B)), so its folded sum is byte-swapped.
+#[inline]
+pub fn at_offset(partial: u64, offset: usize) -> u64 {
+    if offset % 2 == 0 {
+        partial
+    } else {
+        u64::from(fold(partial).swap_bytes())
+    }
+}
+
 /// The sum of the IPv4 pseudo-header of a TCP segment of `tcp_len` octets (RFC 9293 3.1).
 #[inline]
 pub fn pseudo_header(src: Ipv4Address, dst: Ipv4Address, tcp_len: u16) -> u64 {
@@ -208,6 +246,40 @@ mod tests {
         }
         let other = pseudo_header(Ipv4Address::new(198, 18, 0, 3), DST, seg.len() as u16);
         assert!(!verifies(other + sum(&seg)));
+    }
+
+    /// `copy_and_sum_from` copies what its reader gives and sums what it copied, at every
+    /// length up to three steps past a multiple of the step and past the lanes' fold.
+    #[test]
+    fn copy_and_sum_from_matches_copy_and_sum() {
+        let src = bytes(70_000, 11);
+        for len in (0..200).chain([1460, 1461, 9000, 65_535]) {
+            let s = &src[3..3 + len];
+            let mut dst = vec![0x55; len];
+            let t = copy_and_sum_from(&mut dst, |at, out| {
+                out.copy_from_slice(&s[at..at + out.len()]);
+            });
+            assert_eq!(dst, s, "{len} octets");
+            assert_eq!(t, sum(s), "{len} octets");
+        }
+    }
+
+    /// Summing a buffer in blocks, each from its own first octet and placed with
+    /// `at_offset`, folds to the sum of the whole, whatever the blocks' parities.
+    #[test]
+    fn blocks_placed_at_their_offsets_sum_to_the_whole() {
+        let data = bytes(3000, 12);
+        for cuts in [
+            vec![0, 1, 2, 3, 1000, 2999, 3000],
+            vec![0, 7, 8, 1461, 3000],
+            vec![0, 3000],
+        ] {
+            let mut total = 0u64;
+            for w in cuts.windows(2) {
+                total += at_offset(sum(&data[w[0]..w[1]]), w[0]);
+            }
+            assert_eq!(fold(total), fold(sum(&data)), "cuts {cuts:?}");
+        }
     }
 
     /// The copy is exact and its sum equals [`sum`] of the octets, at every length up to

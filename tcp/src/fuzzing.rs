@@ -570,7 +570,7 @@ pub fn tcp_segments(data: &[u8]) {
         // checked where it falls in the peer's stream; the rest queues for `Op::Recv`.
         let ids = (passive.id, active.id);
         let (ep, ea) = (&ext_p, &ext_a);
-        let fill = |id: ConnId, token: u64, at: usize, dst: &mut [u8]| {
+        let fill = |id: ConnId, token: u64, at: usize, dst: &mut [u8], want: bool| {
             let ext = if Some(id) == ids.0 {
                 ep
             } else if Some(id) == ids.1 {
@@ -590,12 +590,12 @@ pub fn tcp_segments(data: &[u8]) {
             // One record in 29 cannot be written (the engine's region went away): the
             // connection must reset rather than send anything else.
             if token % 29 == 0 {
-                return false;
+                return None;
             }
             for (k, b) in dst.iter_mut().enumerate() {
                 *b = user_octet(start + (at + k) as u64);
             }
-            true
+            Some(if want { crate::csum::sum(dst) } else { 0 })
         };
         stack.poll_with_fill(
             now,

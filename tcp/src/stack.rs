@@ -329,7 +329,7 @@ impl<D: PollDevice> Stack<D> {
     pub fn poll_with_fill<F, X>(&mut self, now: Instant, deliver: F, fill: X) -> bool
     where
         F: FnMut(ConnId, &[u8]) -> usize,
-        X: FnMut(ConnId, u64, usize, &mut [u8]) -> bool,
+        X: FnMut(ConnId, u64, usize, &mut [u8], bool) -> Option<u64>,
     {
         match &mut self.imp {
             Imp::Warpcore(s) => s.poll_with_fill(now, deliver, fill),
@@ -340,7 +340,7 @@ impl<D: PollDevice> Stack<D> {
     /// [`Self::poll_transmit`] with `fill` ([`Self::poll_with_fill`]).
     pub fn poll_transmit_fill<X>(&mut self, now: Instant, fill: X) -> bool
     where
-        X: FnMut(ConnId, u64, usize, &mut [u8]) -> bool,
+        X: FnMut(ConnId, u64, usize, &mut [u8], bool) -> Option<u64>,
     {
         match &mut self.imp {
             Imp::Warpcore(s) => s.poll_transmit_fill(now, fill),

@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use common::*;
 use smoltcp::time::{Duration, Instant};
 use warpcore_tcp::link::{self, LinkConfig, LinkEnd};
-use warpcore_tcp::{ConnId, Event, Stack, TcpTuning};
+use warpcore_tcp::{csum, ConnId, Event, Stack, TcpTuning};
 
 const SALT: u32 = 0x0e47_0001;
 
@@ -139,9 +139,9 @@ fn transfer(seed: u64, total: u64) -> (u64, u64, u64) {
         let wa = a.poll_with_fill(
             now,
             |_, _| 0,
-            |c, t, at, dst| {
+            |c, t, at, dst, want| {
                 assert_eq!(c, ca);
-                fill_from(&live, acked_upto, t, at, dst)
+                fill_from(&live, acked_upto, t, at, dst, want)
             },
         );
         let wb = b.poll(now);
@@ -190,7 +190,7 @@ fn transfer(seed: u64, total: u64) -> (u64, u64, u64) {
         let w = a.poll_with_fill(
             now,
             |_, _| 0,
-            |_, t, at, dst| fill_from(&live, acked_upto, t, at, dst),
+            |_, t, at, dst, want| fill_from(&live, acked_upto, t, at, dst, want),
         ) | b.poll(now);
         take_acked(&mut a, ca, &mut acked_upto, &mut live);
         let wake = [a.poll_at(now), b.poll_at(now)]
@@ -204,8 +204,15 @@ fn transfer(seed: u64, total: u64) -> (u64, u64, u64) {
 }
 
 /// The owner's fill: the record's octets of the stream pattern, never for a record already
-/// reported acknowledged.
-fn fill_from(live: &VecDeque<Rec>, acked: Option<u64>, t: u64, at: usize, dst: &mut [u8]) -> bool {
+/// reported acknowledged, summed in the same pass when the host asks (as the engine does).
+fn fill_from(
+    live: &VecDeque<Rec>,
+    acked: Option<u64>,
+    t: u64,
+    at: usize,
+    dst: &mut [u8],
+    want: bool,
+) -> Option<u64> {
     assert!(
         acked.map_or(true, |u| t > u),
         "record {t} asked for after {acked:?} was reported acknowledged"
@@ -215,10 +222,13 @@ fn fill_from(live: &VecDeque<Rec>, acked: Option<u64>, t: u64, at: usize, dst: &
         .find(|r| r.token == Some(t))
         .expect("fill of a record never queued");
     assert!(at + dst.len() <= r.len, "fill past the record's end");
-    for (k, b) in dst.iter_mut().enumerate() {
-        *b = pattern(SALT, r.start + (at + k) as u64);
-    }
-    true
+    let start = r.start + at as u64;
+    let sum = csum::copy_and_sum_from(dst, |off, out| {
+        for (k, b) in out.iter_mut().enumerate() {
+            *b = pattern(SALT, start + (off + k) as u64);
+        }
+    });
+    Some(if want { sum } else { 0 })
 }
 
 /// Takes the acknowledgement TCP reports and drops the records it covers.
@@ -288,7 +298,7 @@ fn a_record_the_owner_cannot_write_resets_the_connection() {
     }
     assert!(a.send_external_record(ca, 500, 1).expect("external"));
     for _ in 0..10_000 {
-        let w = a.poll_with_fill(now, |_, _| 0, |_, _, _, _| false) | b.poll(now);
+        let w = a.poll_with_fill(now, |_, _| 0, |_, _, _, _, _| None) | b.poll(now);
         while let Some(e) = a.next_event() {
             a_closed |= matches!(e, Event::Closed(_));
         }

@@ -621,7 +621,7 @@ impl<D: PollDevice> EngineCore<D> {
             txrec,
             ..
         } = self;
-        let fill = |c, t, at, dst: &mut [u8]| txrec.fill(c, t, at, dst);
+        let fill = |c, t, at, dst: &mut [u8], sum| txrec.fill(c, t, at, dst, sum);
         let work = stack.poll_with_fill(
             now,
             |tcp, data| {

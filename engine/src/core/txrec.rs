@@ -11,8 +11,9 @@
 //! region straight into the frame (one copy, through [`MrGuard::copy_out_at`], so the
 //! region's bounds and validity are checked at every copy and nothing outside it is ever
 //! read) and framed there, ULPDU_Length, header, pad and CRC32c over the octets just
-//! written, still in L1 ([`fpdu_frame_in_place`]); the host's Internet checksum then reads
-//! them once more, in cache.
+//! written, still in L1 ([`fpdu_frame_in_place`]). Where the port does not compute the TCP
+//! checksum, the copy also sums the payload for it ([`MrGuard::copy_out_summed_at`]), so
+//! the host's Internet checksum does not read it again.
 //!
 //! ```text
 //! tx_fpdus ─ TxRecords::push (header, pieces) ─ Stack::send_external_record(len, token)
@@ -47,6 +48,7 @@
 use super::*;
 use crate::mem::StreamId;
 use warpcore_proto::mpa::framer::frame_in_place as fpdu_frame_in_place;
+use warpcore_tcp::csum;
 
 /// One piece of registered memory an FPDU's payload is gathered from.
 #[derive(Debug, Clone, Copy, Default)]
@@ -92,29 +94,37 @@ impl TxRecord {
     }
 
     /// Copies the payload from registered memory into `out` (exactly the FPDU) and frames
-    /// it there. False if a piece cannot be read (nothing of the region is touched then).
-    fn write(&self, mrs: &MrTable, out: &mut [u8]) -> bool {
+    /// it there. `None` if a piece cannot be read (nothing of the region is touched then);
+    /// else, when `sum`, the unfolded Internet checksum sum of `out` (`csum::sum`), taken
+    /// as the payload is copied and over the few framing octets: the TCP checksum never
+    /// reads the payload again (issue 12 item 2's one touch per octet, on transmit).
+    fn write(&self, mrs: &MrTable, out: &mut [u8], sum: bool) -> Option<u64> {
         let hl = usize::from(self.hdr_len);
         let mut at = 2 + hl;
+        let mut total = 0u64;
         for p in &self.pieces[..usize::from(self.npieces)] {
             let n = p.len as usize;
-            let Some(dst) = out.get_mut(at..at + n) else {
-                return false;
-            };
+            let dst = out.get_mut(at..at + n)?;
             let g = match self.access {
                 PieceAccess::Local { pd } => mrs.lookup_local(Stag(p.stag), pd, false),
                 PieceAccess::Remote { pd, stream } => {
                     mrs.lookup_remote(Stag(p.stag), pd, stream, Access::REMOTE_READ)
                 }
             };
-            let Ok(g) = g else { return false };
-            if g.copy_out_at(p.to, dst).is_err() {
-                return false;
+            let g = g.ok()?;
+            if sum {
+                total += csum::at_offset(g.copy_out_summed_at(p.to, dst).ok()?, at);
+            } else {
+                g.copy_out_at(p.to, dst).ok()?;
             }
             at += n;
         }
         fpdu_frame_in_place(&self.hdr[..hl], at - 2 - hl, self.crc, out);
-        true
+        if sum {
+            // ULPDU_Length and the header at offset 0, the pad and CRC after the payload.
+            total += csum::sum(&out[..2 + hl]) + csum::at_offset(csum::sum(&out[at..]), at);
+        }
+        Some(total)
     }
 }
 
@@ -239,9 +249,16 @@ impl TxRecords {
     /// of `conn` from offset `at` of its FPDU, read from registered memory. False (and the
     /// failure noted for [`Self::take_failed`]) when the record is unknown or its memory
     /// cannot be read.
-    pub fn fill(&mut self, conn: ConnId, token: u64, at: usize, dst: &mut [u8]) -> bool {
-        let ok = self.fill_inner(conn, token, at, dst);
-        if !ok {
+    pub fn fill(
+        &mut self,
+        conn: ConnId,
+        token: u64,
+        at: usize,
+        dst: &mut [u8],
+        sum: bool,
+    ) -> Option<u64> {
+        let done = self.fill_inner(conn, token, at, dst, sum);
+        if done.is_none() {
             let sq = match self.by_conn.get(conn.slot()) {
                 Some(Some(r)) if r.conn == conn => {
                     r.recs.iter().find(|x| x.token == token).and_then(|x| x.sq)
@@ -250,42 +267,42 @@ impl TxRecords {
             };
             self.failed.push((conn, sq));
         }
-        ok
+        done
     }
 
-    fn fill_inner(&mut self, conn: ConnId, token: u64, at: usize, dst: &mut [u8]) -> bool {
-        let Some(Some(r)) = self.by_conn.get(conn.slot()) else {
-            return false;
-        };
+    fn fill_inner(
+        &mut self,
+        conn: ConnId,
+        token: u64,
+        at: usize,
+        dst: &mut [u8],
+        sum: bool,
+    ) -> Option<u64> {
+        let r = self.by_conn.get(conn.slot())?.as_ref()?;
         if r.conn != conn {
-            return false;
+            return None;
         }
         // Tokens are consecutive from the oldest record on.
-        let Some(first) = r.recs.front().map(|x| x.token) else {
-            return false;
-        };
-        let Some(k) = token.checked_sub(first) else {
-            return false;
-        };
-        let Some(rec) = r.recs.get(k as usize).filter(|x| x.token == token) else {
-            return false;
-        };
+        let first = r.recs.front()?.token;
+        let k = token.checked_sub(first)?;
+        let rec = r.recs.get(k as usize).filter(|x| x.token == token)?;
         let wire = rec.wire_len();
         if at == 0 && dst.len() == wire {
-            return rec.write(&self.mrs, dst);
+            return rec.write(&self.mrs, dst, sum);
         }
-        // Part of the FPDU: frame it whole aside, then copy the part.
-        let Some(end) = at.checked_add(dst.len()).filter(|&e| e <= wire) else {
-            return false;
-        };
+        // Part of the FPDU: frame it whole aside, then copy the part (and sum it).
+        let end = at.checked_add(dst.len()).filter(|&e| e <= wire)?;
         if self.scratch.len() < wire {
             self.scratch.resize(wire, 0);
         }
-        if !rec.write(&self.mrs, &mut self.scratch[..wire]) {
-            return false;
-        }
-        dst.copy_from_slice(&self.scratch[at..end]);
-        true
+        rec.write(&self.mrs, &mut self.scratch[..wire], false)?;
+        let part = &self.scratch[at..end];
+        Some(if sum {
+            csum::copy_and_sum(dst, part)
+        } else {
+            dst.copy_from_slice(part);
+            0
+        })
     }
 
     /// The failures noted since the last call.

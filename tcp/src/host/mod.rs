@@ -59,16 +59,22 @@ use wheel::{Entry, Wheel};
 const EPHEMERAL_FIRST: u16 = 49152;
 
 /// What writes the octets of external records into frames
-/// ([`Connection::send_external_record`]): `fill(conn, token, at, dst)` writes `dst.len()`
-/// octets of connection `conn`'s record `token`, from offset `at` in the record, and
-/// returns whether it could. A record it cannot produce resets the connection: the frame
-/// becomes an RST in place of the segment, the connection is closed (`Event::Closed`), and
-/// nothing the owner did not write ever leaves.
-pub type Fill<'a> = dyn FnMut(ConnId, u64, usize, &mut [u8]) -> bool + 'a;
+/// ([`Connection::send_external_record`]): `fill(conn, token, at, dst, sum)` writes
+/// `dst.len()` octets of connection `conn`'s record `token`, from offset `at` in the record.
+/// It returns `None` if it could not, else `Some` of the unfolded Internet checksum sum of
+/// what it wrote ([`csum::sum`] of `dst`, which it can take in the same pass as its copy,
+/// [`csum::copy_and_sum_from`]) when `sum` is true (the port does not compute the TCP
+/// checksum), of anything when false. A record it cannot produce resets the connection: the
+/// frame becomes an RST in place of the segment, the connection is closed
+/// (`Event::Closed`), and nothing the owner did not write ever leaves.
+pub type Fill<'a> = dyn FnMut(ConnId, u64, usize, &mut [u8], bool) -> Option<u64> + 'a;
+
+/// A [`Fill`] bound to one connection: `fill(token, at, dst, sum)`.
+type ConnFill<'a> = dyn FnMut(u64, usize, &mut [u8], bool) -> Option<u64> + 'a;
 
 /// The [`Fill`] of a caller that queues no external records.
-fn no_fill(_: ConnId, _: u64, _: usize, _: &mut [u8]) -> bool {
-    false
+fn no_fill(_: ConnId, _: u64, _: usize, _: &mut [u8], _: bool) -> Option<u64> {
+    None
 }
 /// Frames taken from the device per poll.
 const RX_BUDGET: usize = 64;
@@ -432,7 +438,7 @@ impl<D: PollDevice> Host<D> {
     pub fn poll_with_fill<F, X>(&mut self, now: Instant, mut deliver: F, mut fill: X) -> bool
     where
         F: FnMut(ConnId, &[u8]) -> usize,
-        X: FnMut(ConnId, u64, usize, &mut [u8]) -> bool,
+        X: FnMut(ConnId, u64, usize, &mut [u8], bool) -> Option<u64>,
     {
         self.inner.now = now;
         let events_before = self.inner.events.len();
@@ -460,7 +466,7 @@ impl<D: PollDevice> Host<D> {
     /// ([`Fill`]).
     pub fn poll_transmit_fill<X>(&mut self, now: Instant, mut fill: X) -> bool
     where
-        X: FnMut(ConnId, u64, usize, &mut [u8]) -> bool,
+        X: FnMut(ConnId, u64, usize, &mut [u8], bool) -> Option<u64>,
     {
         self.inner.now = now;
         let events_before = self.inner.events.len();
@@ -932,8 +938,8 @@ impl<D: PollDevice> Host<D> {
                         src,
                         dst,
                     };
-                    emit_segment(buf, &addrs, &out, caps, caps_no_tcp, &mut |t, at, d| {
-                        fill(id, t, at, d)
+                    emit_segment(buf, &addrs, &out, caps, caps_no_tcp, &mut |t, at, d, w| {
+                        fill(id, t, at, d, w)
                     })
                 });
                 match written {
@@ -967,17 +973,19 @@ struct FrameAddrs {
 
 /// Writes the frame of `out` into `buf` (sized exactly for it): in one pass (copy and
 /// checksum) when the connection holds the payload in one piece, else piece by piece, the
-/// external ones written by `fill` straight into the frame, the checksum (when the port
-/// does not compute it) over the payload once it is in place. Returns the external octets
-/// written; `Err` when `fill` failed: the frame is then an RST for the segment's sequence
-/// number, padded with zeros (IPv4's total length excludes the padding).
+/// external ones written by `fill` straight into the frame. Where the port does not compute
+/// the TCP checksum, each piece is summed in the pass that writes it (the host's copy, the
+/// owner's `fill`) and the sums are added at their offsets ([`csum::at_offset`]): no
+/// octet of the payload is read again. Returns the external octets written; `Err` when
+/// `fill` failed: the frame is then an RST for the segment's sequence number, padded with
+/// zeros (IPv4's total length excludes the padding).
 fn emit_segment(
     buf: &mut [u8],
     a: &FrameAddrs,
     out: &Outgoing<'_>,
     caps: &ChecksumCapabilities,
     caps_no_tcp: &ChecksumCapabilities,
-    fill: &mut dyn FnMut(u64, usize, &mut [u8]) -> bool,
+    fill: &mut ConnFill<'_>,
 ) -> Result<usize, ()> {
     if let Some(payload) = out.contiguous() {
         let seg = TcpRepr {
@@ -1000,11 +1008,17 @@ fn emit_segment(
     let hl = out.repr.header_len();
     let tcp = emit_tcp_header(buf, a, &out.repr, n, caps, caps_no_tcp);
     let payload = &mut tcp[hl..hl + n];
-    let (mut at, mut external, mut ok) = (0usize, 0usize, true);
+    let want = caps.tcp.tx();
+    let (mut at, mut external, mut ok, mut total) = (0usize, 0usize, true, 0u64);
     out.for_each_piece(|p| match p {
         _ if !ok => {}
         Piece::Octets(o) => {
-            payload[at..at + o.len()].copy_from_slice(o);
+            let d = &mut payload[at..at + o.len()];
+            if want {
+                total += csum::at_offset(csum::copy_and_sum(d, o), at);
+            } else {
+                d.copy_from_slice(o);
+            }
             at += o.len();
         }
         Piece::External {
@@ -1012,11 +1026,18 @@ fn emit_segment(
             at: from,
             len,
         } => {
-            if fill(token, from, &mut payload[at..at + len]) {
-                at += len;
-                external += len;
-            } else {
-                ok = false;
+            let d = &mut payload[at..at + len];
+            match fill(token, from, d, want) {
+                Some(s) => {
+                    debug_assert!(
+                        !want || csum::fold(s) == csum::fold(csum::sum(d)),
+                        "fill returned a sum that is not its octets'"
+                    );
+                    total += csum::at_offset(s, at);
+                    at += len;
+                    external += len;
+                }
+                None => ok = false,
             }
         }
     });
@@ -1038,8 +1059,11 @@ fn emit_segment(
         pad.fill(0);
         return Err(());
     }
-    if caps.tcp.tx() {
-        let total = csum::pseudo_header(a.src, a.dst, (hl + n) as u16) + csum::sum(&tcp[..hl + n]);
+    if want {
+        // The header's octets at offset 0 (its length is a multiple of 4), the payload's
+        // pieces summed as they were written.
+        let total =
+            csum::pseudo_header(a.src, a.dst, (hl + n) as u16) + csum::sum(&tcp[..hl]) + total;
         tcp[16..18].copy_from_slice(&csum::finish(total));
     }
     Ok(external)
