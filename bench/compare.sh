@@ -137,23 +137,28 @@ both=()
 
 # raw MODE ARGS...: echo side on CPU 0, driver on CPU 1 (wcbench pins itself with EAL -l;
 # taskset confines its other threads too), over a fresh memif socket.
+# rings: the memif ring arguments iwperf uses at that MTU (apps/src/device.rs,
+# memif_ring_args): jumbo frames in one whole-frame buffer each.
+rings=rsize=12
 raw() {
     rm -f "$sock"
     taskset -c "$cpu_s" "$wcbench" raw --mode echo "${both[@]}" \
-        --vdev "net_memif0,role=server,socket=$sock,socket-abstract=no,rsize=12" >"$work/echo.log" 2>&1 &
+        --vdev "net_memif0,role=server,socket=$sock,socket-abstract=no,$rings" >"$work/echo.log" 2>&1 &
     local ep=$!
     pids+=("$ep")
     for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
     timeout 120 taskset -c "$cpu_c" "$wcbench" raw \
-        --vdev "net_memif0,role=client,socket=$sock,socket-abstract=no,rsize=12" "${both[@]}" "$@" | tee -a "$work/raw.txt"
+        --vdev "net_memif0,role=client,socket=$sock,socket-abstract=no,$rings" "${both[@]}" "$@" | tee -a "$work/raw.txt"
     wait "$ep" || true
 }
 echo "== raw DPDK frames over net_memif (no TCP, no iWARP)"
 raw --mode pingpong --size 64 --count "$lat_iters" --hdr-log "$out/raw_pingpong_64.hlog"
 raw --mode blast --size 1514 --count 2000000
 both=(--mtu 9000)
+rings=rsize=10,bsize=9216
 raw --mode blast --size 9014 --count 400000
 both=()
+rings=rsize=12
 
 echo "== single core memcpy and crc32c (CPU $cpu_c)"
 taskset -c "$cpu_c" "$wcbench" copy --sizes 64,65536 | tee "$work/copy.txt"
@@ -343,7 +348,7 @@ if os.path.exists(os.path.join(out, "latency_percentiles.png")):
     md.append("## Latency by percentile\n\n![latency percentiles](latency_percentiles.png)\n")
     md.append("HdrHistogram interval logs: `iwperf_write_lat_64.hlog`, `raw_pingpong_64.hlog`.\n")
 md.append("## How\n")
-md.append("* iwperf: server `taskset -c %s iwperf ... --cores %s`, client `taskset -c %s iwperf ... --cores %s`, `--poll-mode caller` (each process is one busy-polling thread that runs the application and its engine core, as perftest and DPDK applications run), `--memif` (4096-slot rings), no hugepages, MPA Rev 2 with CRC, one QP; write_bw with 128 Writes in flight. The `--poll-mode thread` row runs an engine thread next to the application thread in each process, both on the process's one CPU. Latency statistics come from iwperf's `--json` `hdr_usec` (an HdrHistogram of every half round trip, 3 significant digits)." % (cs, cs, cc, cc))
+md.append("* iwperf: server `taskset -c %s iwperf ... --cores %s`, client `taskset -c %s iwperf ... --cores %s`, `--poll-mode caller` (each process is one busy-polling thread that runs the application and its engine core, as perftest and DPDK applications run), `--memif` (4096-slot rings of 2 KiB buffers; at MTU 9000 1024 slots of 9 KiB, one buffer per frame, and the same for the raw 9014-byte blast), no hugepages, MPA Rev 2 with CRC, one QP; write_bw with 128 Writes in flight. The `--poll-mode thread` row runs an engine thread next to the application thread in each process, both on the process's one CPU. Latency statistics come from iwperf's `--json` `hdr_usec` (an HdrHistogram of every half round trip, 3 significant digits)." % (cs, cs, cc, cc))
 md.append("* kernel baseline: `taskset -c %s tcpperf kernel-server`, `taskset -c %s tcpperf kernel-client --test rr --size 64 --iterations %d --warmup 0` and `--test bulk --bytes %d` on 127.0.0.1 (blocking sockets, TCP_NODELAY; the same HdrHistogram as iwperf's, of full round trips, halved here)." % (cs, cc, lat_n, bw_n * 65536))
 md.append("* kernel reference: `taskset -c %s qperf` / `taskset -c %s qperf -t %s -m 64 127.0.0.1 tcp_lat` and `-m 65536 tcp_bw`; `taskset -c %s iperf3 -s`, `taskset -c %s iperf3 -t %s`. Their statistics are their own (means over the run), so they are not used in the ratios." % (cs, cc, ksecs, cs, cc, ksecs))
 md.append("* raw bound: `wcbench raw` sends Ethernet frames (EtherType 0x88B5) through the same vdev, echo side on CPU %s, driver on CPU %s (EAL `-l`, and taskset). Its ping-pong drops the first tenth of its round trips (fixed in wcbench); the others drop none." % (cs, cc))
