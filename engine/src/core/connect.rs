@@ -29,19 +29,25 @@ impl Qp {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
-        conn.framer = Some(Framer::new(FramerConfig {
-            markers: n.markers_tx,
-            crc: n.crc,
-            mulpdu: fpdu::mulpdu(cfg.emss(), n.markers_tx),
-            // Markers count from the first octet of FPDU mode (mpa-08 §7.1.2 rule 7).
-            stream_offset: 0,
-        }));
-        conn.deframer = Some(Deframer::new(DeframerConfig {
-            markers: n.markers_rx,
-            crc: n.crc,
-            max_ulpdu_len: MAX_ULPDU_LEN,
-            stream_offset: 0,
-        }));
+        conn.framer = Some(
+            Framer::new(FramerConfig {
+                markers: n.markers_tx,
+                crc: n.crc,
+                mulpdu: fpdu::mulpdu(cfg.emss(), n.markers_tx),
+                // Markers count from the first octet of FPDU mode (mpa-08 §7.1.2 rule 7).
+                stream_offset: 0,
+            })
+            .with_crc32c(crate::mem::crc::crc32c_append),
+        );
+        conn.deframer = Some(
+            Deframer::new(DeframerConfig {
+                markers: n.markers_rx,
+                crc: n.crc,
+                max_ulpdu_len: MAX_ULPDU_LEN,
+                stream_offset: 0,
+            })
+            .with_crc32c(crate::mem::crc::crc32c_append),
+        );
         self.ird = InboundReadQueue::new(clamp_ird_ord(n.local_ird, cfg.max_ird));
         self.ord = clamp_ird_ord(n.local_ord, cfg.max_ord);
         conn.rtr_pending = n.rtr;

@@ -119,7 +119,8 @@ impl TxRecord {
             }
             at += n;
         }
-        fpdu_frame_in_place(&self.hdr[..hl], at - 2 - hl, self.crc, out);
+        let crc: Option<fpdu::Crc32cFn> = self.crc.then_some(crate::mem::crc::crc32c_append);
+        fpdu_frame_in_place(&self.hdr[..hl], at - 2 - hl, crc, out);
         if sum {
             // ULPDU_Length and the header at offset 0, the pad and CRC after the payload.
             total += csum::sum(&out[..2 + hl]) + csum::at_offset(csum::sum(&out[at..]), at);

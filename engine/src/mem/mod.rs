@@ -21,6 +21,8 @@
 //! - [`MrGuard`]: the result of a successful lookup; it keeps the region mapped for the
 //!   duration of one placement and does the bounds check ([`MrGuard::bounds`]) and the copy
 //!   ([`MrGuard::place`], [`MrGuard::copy_out`], [`MrGuard::atomic`]).
+//! - [`crc::crc32c_append`]: the CRC32c of the engine's framers and deframers, the
+//!   `crc32c` crate with a one-stream SSE4.2 loop for short FPDUs (`docs/decisions/0005`).
 //! - [`Stag`], [`PdId`], [`Access`]: the handles and rights; [`MemError`] (control path),
 //!   [`LookupFault`] and [`BoundsFault`] (data path, small `Copy` enums mapping to the
 //!   protocol errors of `warpcore-proto`).
@@ -125,6 +127,7 @@
 //! to an ordering or an `unsafe` block here.
 #![allow(unsafe_code)]
 
+pub mod crc;
 #[cfg(feature = "fuzzing")]
 mod guarded;
 mod region;

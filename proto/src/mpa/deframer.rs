@@ -68,7 +68,7 @@ use core::ops::Deref;
 
 use crate::error::MpaError;
 use crate::wire::fpdu::{
-    self, crc32c_append, crc_from_wire, Marker, CRC_LEN, MARKER_LEN, MAX_ULPDU_LEN,
+    self, crc32c_append, crc_from_wire, Crc32cFn, Marker, CRC_LEN, MARKER_LEN, MAX_ULPDU_LEN,
     ULPDU_LENGTH_LEN,
 };
 
@@ -202,6 +202,7 @@ enum Field {
 pub struct Deframer {
     markers: bool,
     crc_on: bool,
+    crc_fn: Crc32cFn,
     max_ulpdu_len: usize,
 
     /// Stream offset of the next input octet.
@@ -259,6 +260,7 @@ impl Deframer {
         Deframer {
             markers: config.markers,
             crc_on: config.crc,
+            crc_fn: crc32c_append,
             max_ulpdu_len,
             pos: config.stream_offset,
             field: Field::Length,
@@ -279,6 +281,13 @@ impl Deframer {
             ulpdu_octets: 0,
             markers_seen: 0,
         }
+    }
+
+    /// This deframer with `f` checking the CRC32c of FPDUs that arrive whole (those that
+    /// arrive in pieces, or with markers, use the `crc32c` crate as they come).
+    pub fn with_crc32c(mut self, f: Crc32cFn) -> Deframer {
+        self.crc_fn = f;
+        self
     }
 
     /// Grows the reassembly buffer to hold the current ULPDU (checked against
@@ -472,7 +481,7 @@ impl Deframer {
             }
         }
         let field: [u8; CRC_LEN] = input.get(covered..total)?.try_into().ok()?;
-        if self.crc_on && crc_from_wire(field) != crc32c_append(0, &input[..covered]) {
+        if self.crc_on && crc_from_wire(field) != (self.crc_fn)(0, &input[..covered]) {
             return None;
         }
         Some((total, len))

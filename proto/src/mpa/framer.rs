@@ -32,7 +32,9 @@
 //! assert_eq!(written, need);
 //! ```
 
-use crate::wire::fpdu::{self, crc32c_append, crc_to_wire, MarkerRepr, MAX_ULPDU_LEN, MIN_MULPDU};
+use crate::wire::fpdu::{
+    self, crc32c_append, crc_to_wire, Crc32cFn, MarkerRepr, MAX_ULPDU_LEN, MIN_MULPDU,
+};
 
 /// Transmit-side settings, fixed when the MPA negotiation completes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +94,7 @@ pub enum FramerError {
 pub struct Framer {
     markers: bool,
     crc: bool,
+    crc_fn: Crc32cFn,
     mulpdu: usize,
     stream_offset: u64,
     fpdus: u64,
@@ -105,12 +108,25 @@ impl Framer {
         Framer {
             markers: config.markers,
             crc: config.crc,
+            crc_fn: crc32c_append,
             mulpdu: clamp_mulpdu(config.mulpdu),
             stream_offset: config.stream_offset,
             fpdus: 0,
             ulpdu_octets: 0,
             markers_sent: 0,
         }
+    }
+
+    /// This framer with `f` computing the CRC32c of FPDUs without markers (those with
+    /// markers use the `crc32c` crate over long blocks).
+    pub fn with_crc32c(mut self, f: Crc32cFn) -> Framer {
+        self.crc_fn = f;
+        self
+    }
+
+    /// The CRC32c implementation of [`Framer::with_crc32c`].
+    pub fn crc32c_fn(&self) -> Crc32cFn {
+        self.crc_fn
     }
 
     /// True if markers are inserted.
@@ -274,7 +290,7 @@ impl Framer {
         let Some(out) = out.get_mut(..needed) else {
             return Err(FramerError::OutputTooSmall { needed });
         };
-        frame_in_place(hdr, payload_len, self.crc, out);
+        frame_in_place(hdr, payload_len, self.crc.then_some(self.crc_fn), out);
         self.stream_offset = self.stream_offset.wrapping_add(needed as u64);
         self.fpdus += 1;
         self.ulpdu_octets += len as u64;
@@ -313,7 +329,7 @@ impl Framer {
 
 /// Writes the fields of one marker-free FPDU around its payload, which the caller has
 /// already written at `out[2 + hdr.len()..][..payload_len]`: ULPDU_Length, the header, the
-/// zero pad and the CRC32c (zeros when `crc` is false) over all of it (MPA-4.1-1,
+/// zero pad and the CRC32c (computed by `crc`; zeros when it is `None`) over all of it (MPA-4.1-1,
 /// MPA-4.1-2, MPA-4.4-15). `out` must be exactly the FPDU, `fpdu_len(hdr.len() +
 /// payload_len)` octets, of a ULPDU no longer than 64768 octets (MPA-3-5). The framer's
 /// bookkeeping is [`Framer::reserve_in_place`] or [`Framer::emit_in_place`].
@@ -321,7 +337,7 @@ impl Framer {
 /// # Panics
 /// If `out` is not exactly that long (a caller's bug).
 #[inline]
-pub fn frame_in_place(hdr: &[u8], payload_len: usize, crc: bool, out: &mut [u8]) {
+pub fn frame_in_place(hdr: &[u8], payload_len: usize, crc: Option<Crc32cFn>, out: &mut [u8]) {
     let len = hdr.len() + payload_len;
     assert!(
         len <= MAX_ULPDU_LEN && out.len() == fpdu::fpdu_len(len),
@@ -332,7 +348,7 @@ pub fn frame_in_place(hdr: &[u8], payload_len: usize, crc: bool, out: &mut [u8])
     covered[..2].copy_from_slice(&(len as u16).to_be_bytes());
     covered[2..2 + hdr.len()].copy_from_slice(hdr);
     zero_pad(&mut covered[2 + len..]);
-    let crc = if crc { fpdu::crc32c(covered) } else { 0 };
+    let crc = crc.map_or(0, |f| f(0, covered));
     crc_field.copy_from_slice(&crc_to_wire(crc));
 }
 
@@ -378,7 +394,11 @@ impl Framer {
             at += part.len();
         }
         zero_pad(&mut covered[at..]);
-        let crc = if self.crc { fpdu::crc32c(covered) } else { 0 };
+        let crc = if self.crc {
+            (self.crc_fn)(0, covered)
+        } else {
+            0
+        };
         crc_field.copy_from_slice(&crc_to_wire(crc));
         self.stream_offset = self.stream_offset.wrapping_add(out.len() as u64);
         self.fpdus += 1;
@@ -544,7 +564,8 @@ mod tests {
                     Some(n) => {
                         let mut got = vec![0xAAu8; n];
                         got[2 + hdr.len()..][..plen].copy_from_slice(&payload);
-                        frame_in_place(&hdr, plen, crc, &mut got);
+                        let f: fn(u32, &[u8]) -> u32 = crate::wire::fpdu::crc32c_append;
+                        frame_in_place(&hdr, plen, crc.then_some(f), &mut got);
                         let m = a.emit(&[&hdr, &payload], &mut want).unwrap();
                         assert_eq!(n, m);
                         assert_eq!(got[..], want[..m], "markers {markers} crc {crc} len {plen}");

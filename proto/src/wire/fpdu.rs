@@ -141,6 +141,14 @@ pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
     ::crc32c::crc32c_append(crc, data)
 }
 
+/// A CRC32c implementation with [`crc32c_append`]'s contract. The framers and deframers use
+/// [`crc32c_append`] (the `crc32c` crate) unless given another
+/// ([`crate::mpa::framer::Framer::with_crc32c`], [`crate::mpa::deframer::Deframer::with_crc32c`],
+/// [`crate::mpa::framer::frame_in_place`]): a host may have a faster one for its inputs
+/// (the engine's is for short FPDUs), which this crate cannot write without `unsafe`. Any
+/// correct one gives the same octets on the wire.
+pub type Crc32cFn = fn(u32, &[u8]) -> u32;
+
 /// The CRC field octets for a CRC value: least significant octet first (WIRE-FORMATS §7.2 (c),
 /// §7.3 rule 5; mpa-08 Figures 5-6).
 #[inline]
