@@ -22,7 +22,8 @@
 //!   duration of one placement and does the bounds check ([`MrGuard::bounds`]) and the copy
 //!   ([`MrGuard::place`], [`MrGuard::copy_out`], [`MrGuard::atomic`]).
 //! - [`crc::crc32c_append`]: the CRC32c of the engine's framers and deframers, the
-//!   `crc32c` crate with a one-stream SSE4.2 loop for short FPDUs (`docs/decisions/0005`).
+//!   `crc32c` crate's results from a one-stream SSE4.2 loop for short FPDUs and three lanes
+//!   combined with PCLMULQDQ for longer ones (`docs/decisions/0005`).
 //! - [`Stag`], [`PdId`], [`Access`]: the handles and rights; [`MemError`] (control path),
 //!   [`LookupFault`] and [`BoundsFault`] (data path, small `Copy` enums mapping to the
 //!   protocol errors of `warpcore-proto`).
