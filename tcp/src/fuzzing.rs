@@ -419,6 +419,14 @@ pub fn tcp_segments(data: &[u8]) {
         let Ok(op) = Op::arbitrary(&mut u) else {
             break;
         };
+        // The peer's stream starts where the stack says: the first ACK it sent (where
+        // `check_output` learns it) may already cover data that came with the SYN or before
+        // that ACK went out.
+        for side in [&mut passive, &mut active] {
+            if let Some(start) = side.id.and_then(|id| stack.peer_stream_start(id)) {
+                side.peer_base = Some(start);
+            }
+        }
         if std::env::var_os("WC_FUZZ_TRACE").is_some() {
             eprintln!("op {op:?} passive {passive:?} active {active:?}");
         }

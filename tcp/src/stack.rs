@@ -548,6 +548,16 @@ impl<D: PollDevice> Stack<D> {
         dispatch!(self, s => s.send_queue(id))
     }
 
+    /// The sequence number of the peer's first stream octet on connection `id`, once known
+    /// (Warpcore's TCP only; the fuzz harness).
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn peer_stream_start(&self, id: ConnId) -> Option<smoltcp::wire::TcpSeqNumber> {
+        match &self.imp {
+            Imp::Warpcore(s) => s.peer_stream_start(id),
+            Imp::Reference(_) => None,
+        }
+    }
+
     /// Free bytes in the send buffer.
     #[inline]
     pub fn send_space(&mut self, id: ConnId) -> Result<usize, StackError> {

@@ -454,6 +454,15 @@ impl Connection {
         }
     }
 
+    /// The sequence number of the peer's first stream octet (IRS + 1), once a SYN was taken
+    /// (the fuzz harness checks delivered octets against it: the first ACK we send may
+    /// already cover data that came with or right after the SYN).
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn peer_stream_start(&self) -> Option<TcpSeqNumber> {
+        (!matches!(self.state, State::SynSent | State::Listen | State::Closed))
+            .then_some(self.irs + 1)
+    }
+
     /// Active open: SYN-SENT; the first [`Connection::poll_transmit`] is the SYN.
     pub fn connect(cfg: &ConnConfig, ep: Endpoints, iss: TcpSeqNumber, now: Instant) -> Self {
         Self::new(cfg, ep, iss, now, true)

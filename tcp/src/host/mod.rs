@@ -695,6 +695,12 @@ impl<D: PollDevice> Host<D> {
         Ok(self.inner.user_slot(id)?.conn.send_queue())
     }
 
+    /// [`Connection::peer_stream_start`] of connection `id` (the fuzz harness).
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn peer_stream_start(&self, id: ConnId) -> Option<TcpSeqNumber> {
+        self.inner.user_slot(id).ok()?.conn.peer_stream_start()
+    }
+
     /// Free bytes in the send buffer.
     pub fn send_space(&mut self, id: ConnId) -> Result<usize, StackError> {
         Ok(self.inner.user_slot(id)?.conn.send_space())
