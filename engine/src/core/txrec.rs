@@ -247,9 +247,10 @@ impl TxRecords {
     }
 
     /// The host's [`warpcore_tcp::host::Fill`]: writes `dst.len()` octets of record `token`
-    /// of `conn` from offset `at` of its FPDU, read from registered memory. False (and the
-    /// failure noted for [`Self::take_failed`]) when the record is unknown or its memory
-    /// cannot be read.
+    /// of `conn` from offset `at` of its FPDU, read from registered memory, and returns the
+    /// Internet checksum sum of what it wrote when `sum` (else 0). `None` (and the failure
+    /// noted for [`Self::take_failed`]) when the record is unknown or its memory cannot be
+    /// read.
     pub fn fill(
         &mut self,
         conn: ConnId,
