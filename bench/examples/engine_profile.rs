@@ -11,7 +11,13 @@
 //! connection (Rev 2, CRC on), then `COUNT` messages of `SIZE` octets with up to `DEPTH`
 //! (default 128) in flight, every completion taken: `write` (RDMA Write), `send`
 //! (Send/Receive, receives re-posted), `read` (RDMA Read); `idle` runs `COUNT` loops of
-//! both cores with nothing to do. One thread runs both engines in
+//! both cores with nothing to do; `pingpong` runs `COUNT` round trips of iwperf's write_lat
+//! (each side Writes `SIZE` octets into the other's region once it has seen the other's
+//! Write arrive, by the tag in its last octet): the cost of a round trip on both sides, the
+//! loops that carry it included. There the ACK delay is 1 ms (`MAX_ACK_DELAY`, the most the
+//! engine takes) instead of the default 20 us, which callgrind's slowdown would outlast:
+//! each answer carries the ACK of its request, as at full speed (the run prints the TCP
+//! segments each side sent: one per round trip). One thread runs both engines in
 //! turn, so nothing idles on a lock or a scheduler and the work per message is the same on
 //! every run: the difference between two counts divided by the difference in messages is
 //! the instructions per message of both sides together (poster, both engines, both TCP
@@ -32,6 +38,11 @@ fn main() {
     cs.drive = Drive::Caller;
     let mut cc = Config::new(da, [10, 0, 0, 1]);
     cc.drive = Drive::Caller;
+    if what == "pingpong" {
+        for c in [&mut cs, &mut cc] {
+            c.engine.tcp.ack_delay = Some(MAX_ACK_DELAY);
+        }
+    }
     // WC_MAX_QPS: the QP table size (the pollers walk it every loop).
     if let Some(n) = std::env::var("WC_MAX_QPS")
         .ok()
@@ -95,6 +106,28 @@ fn main() {
         println!("idle: {count} loops of both cores");
         return;
     }
+    if what == "pingpong" {
+        pingpong(
+            &client,
+            &server,
+            [&cqp, &sqp],
+            [&ccq, &scq],
+            [&cmr, &smr],
+            size,
+            count,
+        );
+        let stats = |c: &Context| {
+            c.stats()
+                .expect("stats")
+                .iter()
+                .fold((0, 0), |(l, t), s| (l + s.loops, t + s.tcp_segments_sent))
+        };
+        let ((cl, ct), (sl, st)) = (stats(&client), stats(&server));
+        println!(
+            "pingpong {size} B: {count} round trips; loops {cl} + {sl}, TCP segments sent {ct} + {st}"
+        );
+        return;
+    }
     let (mut posted, mut done, mut received) = (0u64, 0u64, 0u64);
     while done < count || (what == "send" && received < count) {
         // Sends also wait for the receiver's re-posted buffers (a Send without a posted
@@ -136,4 +169,51 @@ fn main() {
         }
     }
     println!("{what} {size} B: {done} completed, {received} received");
+}
+
+/// `count` write_lat round trips of `size` octets: the client Writes into the server's
+/// region, the server sees the tag in the last octet and Writes back, the client sees it.
+/// Each side stages its message in the second `size` octets of its region and receives the
+/// peer's in the first.
+fn pingpong(
+    client: &Context,
+    server: &Context,
+    [cqp, sqp]: [&QueuePair; 2],
+    [ccq, scq]: [&CompletionQueue; 2],
+    [cmr, smr]: [&MemoryRegion; 2],
+    size: u32,
+    count: u64,
+) {
+    let s = size.max(1) as usize;
+    let both = || {
+        client.progress();
+        server.progress();
+    };
+    let write = |qp: &QueuePair, from: &MemoryRegion, to: &MemoryRegion, i: u64| {
+        let tag = (i % 255) as u8 + 1;
+        // Staged in the second slot; the peer's Writes land in the first.
+        from.write(2 * s - 1, &[tag]).expect("stage");
+        let op = SendOp::Write {
+            remote_stag: to.stag(),
+            remote_to: 0,
+        };
+        let wr = SendWr::new(i, op, &[from.sge(u64::from(size), size)]).expect("wr");
+        qp.post_send(&wr).expect("post_send");
+    };
+    let arrived = |mr: &MemoryRegion, i: u64| {
+        let mut b = [0u8; 1];
+        mr.read(s - 1, &mut b).expect("read");
+        b[0] == (i % 255) as u8 + 1
+    };
+    for i in 0..count {
+        write(cqp, cmr, smr, i);
+        while !arrived(smr, i) {
+            both();
+        }
+        write(sqp, smr, cmr, i);
+        while !arrived(cmr, i) {
+            both();
+        }
+        while ccq.poll_one().is_some() || scq.poll_one().is_some() {}
+    }
 }

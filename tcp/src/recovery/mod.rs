@@ -58,7 +58,8 @@ pub struct RecoveryConfig {
     /// below the RTO floor and above a poll loop's jitter.
     pub pto_min: Duration,
     /// The peer's worst-case delayed-ACK time added to the PTO when one segment is in flight
-    /// (RFC 8985 7.2 WCDelAckT). Our engines ACK at once; a kernel peer that delays only
+    /// (RFC 8985 7.2 WCDelAckT). Our engines delay an ACK 20 us by default (the engine's
+    /// `ENGINE_ACK_DELAY`) and refuse more than this 1 ms; a kernel peer that delays longer only
     /// costs a spurious probe. 1 ms.
     pub max_ack_delay: Duration,
 }
