@@ -230,6 +230,10 @@ struct Inner {
     orphans: VecDeque<ConnId>,
     orphans_live: usize,
     demux: HashMap<Tuple, u32, KeyedHash>,
+    /// The last pair `demux` answered: segments come in runs for one connection, and the
+    /// keyed hash (SipHash-1-3) of every segment's tuple is ~100 instructions. Cleared by
+    /// every insertion into and removal from `demux`, so it always agrees with it.
+    demux_memo: Option<(Tuple, u32)>,
     listeners: Vec<Listener>,
     ports: HashMap<u16, ListenerId>,
     wheel: Wheel,
@@ -330,6 +334,7 @@ impl<D: PollDevice> Host<D> {
                 orphans: VecDeque::new(),
                 orphans_live: 0,
                 demux: HashMap::with_hasher(KeyedHash::new(config.random_seed)),
+                demux_memo: None,
                 listeners: Vec::new(),
                 ports: HashMap::new(),
                 wheel: Wheel::new(now, config.max_connections),
@@ -1258,6 +1263,7 @@ impl Inner {
             armed: None,
         });
         self.demux.insert(tuple, index);
+        self.demux_memo = None;
         self.live += 1;
         self.mark_dirty(index);
         ConnId { index, generation }
@@ -1276,6 +1282,7 @@ impl Inner {
             }
             if self.demux.get(&s.tuple) == Some(&index) {
                 self.demux.remove(&s.tuple);
+                self.demux_memo = None;
             }
             self.live -= 1;
             self.free.push(index);
@@ -1595,7 +1602,15 @@ impl Inner {
             remote_ip: ip.src_addr,
             remote_port: seg.src_port,
         };
-        if let Some(&index) = self.demux.get(&tuple) {
+        let found = match self.demux_memo {
+            Some((t, index)) if t == tuple => Some(index),
+            _ => {
+                let found = self.demux.get(&tuple).copied();
+                self.demux_memo = found.map(|index| (tuple, index));
+                found
+            }
+        };
+        if let Some(index) = found {
             if let Some(Some(s)) = self.slots.get_mut(index as usize) {
                 let id = ConnId {
                     index,

@@ -35,22 +35,51 @@ pub(crate) enum Lookup {
     Wait,
 }
 
+/// The last address found, its hardware address, and the instant until which a lookup of it
+/// answers [`Lookup::Found`] (its entry's expiry less [`REFRESH_BEFORE`]).
+#[derive(Debug, Clone, Copy)]
+struct Memo {
+    ip: Ipv4Address,
+    mac: EthernetAddress,
+    found_until: Instant,
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Neighbors {
     entries: HashMap<Ipv4Address, Entry>,
     asked: HashMap<Ipv4Address, Instant>,
+    /// The answer of the last lookup that found its address: a host sends to one or a few
+    /// next hops, and every transmit pass of a connection looks its next hop up (a SipHash
+    /// of the map each time otherwise). Cleared by every change to `entries`.
+    memo: Option<Memo>,
 }
 
 impl Neighbors {
+    #[inline]
     pub fn lookup(&mut self, ip: Ipv4Address, now: Instant) -> Lookup {
+        if let Some(m) = self.memo {
+            if m.ip == ip && now < m.found_until {
+                return Lookup::Found(m.mac);
+            }
+        }
+        self.lookup_entries(ip, now)
+    }
+
+    fn lookup_entries(&mut self, ip: Ipv4Address, now: Instant) -> Lookup {
         if let Some(e) = self.entries.get(&ip).copied() {
             if e.expires > now {
                 if e.expires - now < REFRESH_BEFORE && self.may_ask(ip, now) {
                     return Lookup::FoundRefresh(e.mac);
                 }
+                self.memo = Some(Memo {
+                    ip,
+                    mac: e.mac,
+                    found_until: e.expires - REFRESH_BEFORE,
+                });
                 return Lookup::Found(e.mac);
             }
             self.entries.remove(&ip);
+            self.memo = None;
         }
         if self.may_ask(ip, now) {
             Lookup::Request
@@ -85,6 +114,7 @@ impl Neighbors {
         if !mac.is_unicast() {
             return false;
         }
+        self.memo = None;
         if self.entries.len() >= CAPACITY && !self.entries.contains_key(&ip) {
             self.entries.retain(|_, e| e.expires > now);
             if self.entries.len() >= CAPACITY {
@@ -129,6 +159,31 @@ mod tests {
         assert!(n.fill(IP, MAC, t0 + RETRY));
         assert_eq!(n.lookup(IP, t0 + RETRY), Lookup::Found(MAC));
         assert_eq!(n.next_retry(), None);
+    }
+
+    #[test]
+    fn the_memo_answers_as_the_table_does() {
+        let mut n = Neighbors::default();
+        let t0 = Instant::from_millis(0);
+        n.fill(IP, MAC, t0);
+        assert_eq!(n.lookup(IP, t0), Lookup::Found(MAC));
+        assert!(n.memo.is_some());
+        // Another address is not answered from the memo.
+        let other = Ipv4Address::new(198, 18, 0, 3);
+        assert_eq!(n.lookup(other, t0), Lookup::Request);
+        // A new hardware address for the memoised one replaces it at once.
+        let moved = EthernetAddress([2, 0, 0, 0, 0, 9]);
+        n.fill(IP, moved, t0 + Duration::from_secs(1));
+        assert_eq!(
+            n.lookup(IP, t0 + Duration::from_secs(1)),
+            Lookup::Found(moved)
+        );
+        // Near expiry the memo stops answering, so the entry is refreshed as before...
+        let near = t0 + Duration::from_secs(1) + LIFETIME - Duration::from_secs(1);
+        assert_eq!(n.lookup(IP, near), Lookup::FoundRefresh(moved));
+        // ...and past it the address is unknown.
+        let gone = t0 + Duration::from_secs(2) + LIFETIME;
+        assert_eq!(n.lookup(IP, gone), Lookup::Request);
     }
 
     #[test]
