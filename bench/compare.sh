@@ -373,12 +373,13 @@ if [[ "${CALLGRIND:-1}" == 1 ]] && command -v valgrind >/dev/null; then
         echo "| workload | tool | CPUs | statistic | value |"
         echo "|---|---|---|---|---|"
         declare -A counts=()
-        for w in "write 64" "send 64" "read 64" "idle 64"; do
+        for w in "write 64" "send 64" "read 64" "idle 64" "pingpong 64"; do
             # shellcheck disable=SC2086
             a=$(count $w 2000) b=$(count $w 6000)
             per=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.0f", (b - a) / 4000 }')
             what=${w%% *}
             [[ $what == idle ]] && what="idle loop (both cores, nothing to do)"
+            [[ $what == pingpong ]] && what="write_lat round trip (two 64 B Writes, each answering the other, and the loops between)"
             echo "| $what | valgrind --tool=callgrind engine_profile $w | 1 (one thread) | (instructions at 6,000 - at 2,000) / 4,000 | $per |"
             counts[${w%% *}]=$per
         done
