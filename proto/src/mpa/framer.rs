@@ -124,11 +124,6 @@ impl Framer {
         self
     }
 
-    /// The CRC32c implementation of [`Framer::with_crc32c`].
-    pub fn crc32c_fn(&self) -> Crc32cFn {
-        self.crc_fn
-    }
-
     /// True if markers are inserted.
     pub fn markers(&self) -> bool {
         self.markers
@@ -564,7 +559,7 @@ mod tests {
                     Some(n) => {
                         let mut got = vec![0xAAu8; n];
                         got[2 + hdr.len()..][..plen].copy_from_slice(&payload);
-                        let f: fn(u32, &[u8]) -> u32 = crate::wire::fpdu::crc32c_append;
+                        let f: Crc32cFn = crate::wire::fpdu::crc32c_append;
                         frame_in_place(&hdr, plen, crc.then_some(f), &mut got);
                         let m = a.emit(&[&hdr, &payload], &mut want).unwrap();
                         assert_eq!(n, m);
