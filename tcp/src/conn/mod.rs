@@ -54,7 +54,9 @@ use smoltcp::socket::tcp::State;
 use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{Ipv4Address, TcpControl, TcpRepr, TcpSeqNumber, TcpTimestampRepr};
 
-use crate::recovery::{Recovery, RecoveryConfig, RecoveryStats, TimeoutAction, MAX_RTO_BACKOFFS};
+use crate::recovery::{
+    earliest, Recovery, RecoveryConfig, RecoveryStats, TimeoutAction, MAX_RTO_BACKOFFS,
+};
 use reasm::Reassembly;
 use ring::SendRing;
 
@@ -1327,17 +1329,9 @@ impl Connection {
             )
             .then_some(self.last_heard + t)
         });
-        [
-            self.rec.poll_timeout(),
-            self.delack_at,
-            self.window_probe_at,
-            self.keepalive_at,
-            self.time_wait_at,
-            user,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        let t = earliest(self.rec.poll_timeout(), self.delack_at);
+        let t = earliest(t, earliest(self.window_probe_at, self.keepalive_at));
+        earliest(t, earliest(self.time_wait_at, user))
     }
 
     /// Runs the timers due at `now`.

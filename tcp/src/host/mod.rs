@@ -238,6 +238,9 @@ struct Inner {
     ports: HashMap<u16, ListenerId>,
     wheel: Wheel,
     due: Vec<Entry>,
+    /// Connections the transmit pass served: their events and timers are taken after the
+    /// device flush, so that the frames leave first.
+    served: Vec<u32>,
     dirty: Vec<u32>,
     /// Connections waiting for a next hop's hardware address.
     unresolved: Vec<u32>,
@@ -339,6 +342,7 @@ impl<D: PollDevice> Host<D> {
                 ports: HashMap::new(),
                 wheel: Wheel::new(now, config.max_connections),
                 due: Vec::with_capacity(64),
+                served: Vec::with_capacity(64),
                 dirty: Vec::with_capacity(64),
                 unresolved: Vec::new(),
                 events: VecDeque::with_capacity(64),
@@ -478,7 +482,8 @@ impl<D: PollDevice> Host<D> {
         self.timers_and_transmit(now, false, events_before, &mut fill)
     }
 
-    /// The end of a poll: due timers, the transmit pass, one device flush. Whether anything
+    /// The end of a poll: due timers, the transmit pass, one device flush, then the served
+    /// connections' events and timers (their frames leave first). Whether anything
     /// happened (`work` from before, frames sent, events raised since `events_before`).
     #[inline(always)]
     fn timers_and_transmit(
@@ -498,6 +503,16 @@ impl<D: PollDevice> Host<D> {
             work |= self.transmit(now, fill);
         }
         let sent = self.device.flush();
+        // The bookkeeping of the connections just served, once their frames are on the
+        // wire (a lone request's latency does not include it).
+        if !self.inner.served.is_empty() {
+            let mut served = std::mem::take(&mut self.inner.served);
+            for &index in &served {
+                self.inner.after_activity(index);
+            }
+            served.clear();
+            self.inner.served = served;
+        }
         work || sent || self.inner.events.len() != events_before
     }
 
@@ -877,7 +892,8 @@ impl<D: PollDevice> Host<D> {
                 dirty[kept] = index;
                 kept += 1;
             } else {
-                self.transmit_conn(index, now, fill);
+                self.transmit_frames(index, now, fill);
+                self.inner.served.push(index);
             }
         }
         dirty.truncate(kept);
@@ -900,6 +916,13 @@ impl<D: PollDevice> Host<D> {
     /// Sends every segment connection `index` has now, then takes its events and re-arms its
     /// timer. Frees it if it finished while still invisible to the user.
     fn transmit_conn(&mut self, index: u32, now: Instant, fill: &mut Fill<'_>) {
+        self.transmit_frames(index, now, fill);
+        self.inner.after_activity(index);
+    }
+
+    /// Sends every segment connection `index` has now (into the device's pending frames);
+    /// the caller then runs its `after_activity`.
+    fn transmit_frames(&mut self, index: u32, now: Instant, fill: &mut Fill<'_>) {
         let i = &mut self.inner;
         let Some(Some(s)) = i.slots.get_mut(index as usize) else {
             return;
@@ -970,7 +993,6 @@ impl<D: PollDevice> Host<D> {
                 }
             }
         }
-        i.after_activity(index);
     }
 }
 

@@ -819,10 +819,7 @@ impl Recovery {
 
     /// The earliest timer: reorder, probe or retransmission.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        [self.reorder_at, self.pto_at, self.rto_at]
-            .into_iter()
-            .flatten()
-            .min()
+        earliest(earliest(self.reorder_at, self.pto_at), self.rto_at)
     }
 
     /// Runs the timers due at `now` (see [`TimeoutAction`]).
@@ -908,6 +905,17 @@ impl<T: PartialOrd + Copy> NoneOrLe<T> for Option<T> {
             None => true,
             Some(v) => *v <= x,
         }
+    }
+}
+
+/// The earlier of two deadlines (`None`: none), without an iterator: every connection's
+/// deadline is recomputed after each of its segments.
+#[inline(always)]
+pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(if y < x { y } else { x }),
+        (x, None) => x,
+        (None, y) => y,
     }
 }
 
