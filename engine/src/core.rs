@@ -4,26 +4,34 @@
 //! simulated clock, and [`crate::runtime`] drives one per pinned thread.
 //!
 //! # Pollers, in loop order
-//! 1. **rx**: one [`Stack::poll_with`]: an rx burst into the TCP, timers. In-order payload
-//!    of a QP in RTS whose TCP receive queue is empty is deframed and placed while its
-//!    frame is parsed, straight from the mbuf (`poll_stack`); the rest is queued by TCP.
-//! 2. **tcp events**: accepted connections become pending connection requests; FIN/RST
+//! 0. **send first**: when a request was posted to an empty send queue since the last loop
+//!    (a ping-pong's answer, a lone request), step 5 and a transmit pass with its flush
+//!    ([`Stack::poll_transmit_fill`]) run before anything else, so its frame is on the
+//!    wire before the loop does any other work. A busy send queue (bulk transfer) waits
+//!    for step 6, after that loop's ACKs widened what may be sent.
+//! 1. **tcp events**: accepted connections become pending connection requests; FIN/RST
 //!    move queue pairs towards the error state.
-//! 3. **requests**: MPA Requests of not yet accepted connections are read and handed to the
+//! 2. **requests**: MPA Requests of not yet accepted connections are read and handed to the
 //!    application ([`CmEvent::ConnectRequest`]).
-//! 4. **receive**: per connection, at most `rx_budget_bytes` of the TCP receive queue (what
-//!    step 1 did not take: octets behind a gap, of a startup, or a partial FPDU's rest) are
+//! 3. **receive**: per connection, at most `rx_budget_bytes` of the TCP receive queue (what
+//!    step 6 did not take: octets behind a gap, of a startup, or a partial FPDU's rest) are
 //!    deframed (borrowed, no copy), validated (DDP, RDMAP) and placed straight into
 //!    registered memory; completions go out in MSN order.
-//! 5. **timers**: MPA startup timeouts.
-//! 6. **send**: per connection at most `tx_budget_fpdus` FPDUs: the Terminate if one is due,
+//! 4. **timers**: MPA startup timeouts.
+//! 5. **send**: per connection at most `tx_budget_fpdus` FPDUs: the Terminate if one is due,
 //!    the RTR, Read Responses (inbound Read queue first), then the send queue in order, with
 //!    ORD enforced; an FPDU of [`EngineConfig::tx_from_memory_min`] payload octets or more
 //!    is queued in TCP as an external record and framed from registered memory into each
 //!    frame that carries it (`txrec`); a smaller one is framed into the TCP send buffer.
-//! 7. **tx flush**: [`Stack::poll_transmit_fill`] turns what was queued into frames, one flush
-//!    (no rx burst: what arrives meanwhile is placed from its frame at the next loop's
-//!    step 1); skipped when no poller of this loop did anything.
+//! 6. **stack**: one [`Stack::poll_with`]: an rx burst into the TCP (in-order payload of a
+//!    QP in RTS whose TCP receive queue is empty is deframed and placed while its frame is
+//!    parsed, straight from the mbuf: `poll_stack`; the rest is queued by TCP), timers,
+//!    then the transmit pass that turns what steps 1-5 and the TCP queued into frames, one
+//!    flush. What the burst brought (TCP events, QPs marked for steps 3 and 5) is served
+//!    by the next loop; a loop that did anything says so, and its runner loops again.
+//!
+//! A loop that receives a message thus ends soon after placing it: a caller-driven
+//! application ([`crate::runtime`]) sees it without waiting for the pollers' work.
 //!
 //! The pollers visit only the occupied QP slots, and receive only connections with new octets.
 //!
@@ -45,9 +53,7 @@
 //!
 //! # The receive path, by function
 //! ```text
-//! poll ─ poll_stack: stack.poll_with_fill (rx burst, TCP) (rx: in-order payload of RTS QPs)
-//!          └ Qp::consume      straight from the frame, while the TCP queue is empty
-//!      ─ poll_tcp_events, poll_requests            (connect: new connections, MPA Requests)
+//! poll ─ poll_tcp_events, poll_requests            (connect: new connections, MPA Requests)
 //!      ─ poll_rx                                    (rx: connections with queued octets)
 //!          └ Qp::consume      MPA startup frames (initiator), then Deframer::poll per FPDU
 //!              └ Qp::rx_ulpdu
@@ -63,11 +69,14 @@
 //!                    Terminate           QN 2: Qp::remote_terminate           (qp)
 //!                    rx_atomic_response  QN 3: ORQ head, original value, retire_sq
 //!                errors ─ Qp::fail_local (Terminate queued, flush)           (qp)
+//!      ─ poll_stack: stack.poll_with_fill (rx burst, TCP) (rx: in-order payload of RTS QPs)
+//!          └ Qp::consume      straight from the frame, while the TCP queue is empty
 //! ```
 //! # The transmit path, by function
 //! ```text
-//! poll ─ poll_timers                               (connect: MPA timeouts)
-//!      ─ poll_tx                                   (tx: every live QP)
+//! poll ─ poll_tx, transmit: first, after a request posted to an empty send queue
+//!      ─ poll_timers                               (connect: MPA timeouts)
+//!      ─ poll_tx                                   (tx: every QP marked ready)
 //!          └ tx_qp
 //!              ├ TxRecords::acked   FPDUs sent from memory acknowledged (txrec) -> record_acked
 //!              ├ Qp::tx_control     startup frames, failed-startup close, tx_terminate,
@@ -82,9 +91,9 @@
 //!              │   └ Qp::tx_message_done
 //!              ├ Qp::retire_sq      completions in order
 //!              └ Qp::tx_close_if_drained   FIN once nothing is owed, Disconnected
-//!      ─ stack.poll_transmit_fill (tx flush, no rx), skipped when nothing was done;
-//!          the host calls TxRecords::fill for each external record a frame carries
-//!          (also from poll_stack's transmit); a failed fill -> fail_unfillable
+//!      ─ poll_stack's transmit pass after its rx burst (Stack::poll_with_fill), one flush;
+//!          the host calls TxRecords::fill for each external record a frame carries; a
+//!          failed fill -> fail_unfillable
 //! ```
 //!
 //! The per-connection steps borrow the core's `Ctx` (region table, configuration, events,
@@ -506,6 +515,9 @@ pub struct EngineCore<D: PollDevice> {
     rx_ready: ReadySet,
     /// QPs the transmit poller must visit.
     tx_ready: ReadySet,
+    /// A request was posted to an empty send queue since the last loop: the next loop
+    /// sends before it receives ([`EngineCore::poll`]).
+    send_first: bool,
     /// Scratch list of the slots a poller visits this loop.
     batch: Vec<usize>,
     /// QPs with an MPA initiator (their startup timers are polled).
@@ -565,6 +577,7 @@ impl<D: PollDevice> EngineCore<D> {
             conn_qp: Vec::new(),
             rx_ready: ReadySet::new(),
             tx_ready: ReadySet::new(),
+            send_first: false,
             batch: Vec::new(),
             initiators: Vec::new(),
             arrivals: 0,
@@ -666,38 +679,61 @@ impl<D: PollDevice> EngineCore<D> {
     }
 
     /// Runs one loop of the pollers at time `now`; returns whether any did work.
+    ///
+    /// The order: a request posted to an idle send queue goes out first; then the engine's
+    /// pollers act on what earlier loops received and on the application's commands; the
+    /// stack's poll comes last: its rx burst places what arrived, then its transmit pass
+    /// sends what the pollers queued and its one flush ends the loop. So a loop that
+    /// receives a message ends soon after placing it (a caller-driven application sees
+    /// it at once, its answer does not wait behind the pollers' work), and a loop that
+    /// queued FPDUs sends them in the stack's pass, not in a second one.
     pub fn poll(&mut self, now: Instant) -> bool {
         self.now = now;
         self.ctx.stats.loops += 1;
-        let mut work = self.poll_stack(now);
+        let mut work = false;
+        // A request posted to an idle send queue (a ping-pong's answer, a lone request) is
+        // framed and on the wire before anything else: the pollers and the rx burst would
+        // delay it for nothing. A busy send queue (bulk transfer) waits for the stack's
+        // pass, after the ACKs of the rx burst widened what may be sent.
+        if self.send_first {
+            self.send_first = false;
+            if self.poll_tx() {
+                work = true;
+                self.transmit();
+            }
+        }
         work |= self.poll_tcp_events();
-        let mut engine = self.poll_requests();
+        work |= self.poll_requests();
         if now >= self.sweep_at {
             self.sweep_at = now + SWEEP_INTERVAL;
-            engine |= self.sweep();
+            work |= self.sweep();
         }
         // Each poller is skipped outright when it has nothing to visit (the idle loop).
         if !self.rx_ready.is_empty() {
-            engine |= self.poll_rx();
+            work |= self.poll_rx();
         }
         if !self.initiators.is_empty() {
-            engine |= self.poll_timers();
+            work |= self.poll_timers();
         }
         if !self.tx_ready.is_empty() {
-            engine |= self.poll_tx();
+            work |= self.poll_tx();
         }
-        // Whatever the pollers queued (FPDUs, startup frames, FINs, window updates after a
-        // read) goes out in the same loop; when none did anything, nothing was queued and
-        // the second pass of the stack would only repeat the first.
-        if engine {
-            let EngineCore { stack, txrec, .. } = self;
-            stack.poll_transmit_fill(now, |c, t, at, dst, sum| txrec.fill(c, t, at, dst, sum));
-            if self.txrec.has_failed() {
-                self.fail_unfillable();
-            }
-            self.poll_tcp_events();
+        // The rx burst, then whatever the pollers queued (FPDUs, startup frames, FINs,
+        // window updates after a read) with the stack's own ACKs, one flush. What the burst
+        // brought (events, marked QPs) is for the next loop; a loop that did something
+        // says so, and the caller polls again.
+        work | self.poll_stack(now)
+    }
+
+    /// The stack's transmit pass: what the pollers queued goes out, then one device flush.
+    fn transmit(&mut self) {
+        let EngineCore {
+            stack, txrec, now, ..
+        } = self;
+        stack.poll_transmit_fill(*now, |c, t, at, dst, sum| txrec.fill(c, t, at, dst, sum));
+        if self.txrec.has_failed() {
+            self.fail_unfillable();
         }
-        work | engine
     }
 
     /// Connections whose FPDU sent from registered memory could not be read again (its

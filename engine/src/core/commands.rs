@@ -128,6 +128,7 @@ impl<D: PollDevice> EngineCore<D> {
             q.shared.release_sq();
             return Err(EngineError::NotSupported("RFC 7306"));
         }
+        let idle = q.sq.is_empty();
         q.sq.push_back(SqEntry {
             wr,
             status: None,
@@ -137,6 +138,7 @@ impl<D: PollDevice> EngineCore<D> {
             unacked: 0,
             sent_whole: false,
         });
+        self.send_first |= idle;
         Ok(())
     }
 
@@ -158,6 +160,7 @@ impl<D: PollDevice> EngineCore<D> {
         let bad_ext = wr.op.is_rfc7306() && !q.rfc7306;
         let status = (q.state != QpState::Rts || bad_read || bad_ext).then_some(WcStatus::FlushErr);
         let byte_len = wr.sges.total_len() as u32;
+        let idle = q.sq.is_empty();
         q.sq.push_back(SqEntry {
             wr: *wr,
             status,
@@ -170,6 +173,8 @@ impl<D: PollDevice> EngineCore<D> {
         if q.state != QpState::Rts {
             q.sq_next_seq = q.sq_head_seq + q.sq.len() as u64;
             q.retire_sq();
+        } else if idle {
+            self.send_first = true;
         }
     }
 
