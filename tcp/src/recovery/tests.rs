@@ -21,6 +21,22 @@ fn rec(cc: Congestion) -> Recovery {
 const S: TcpSeqNumber = TcpSeqNumber(100);
 
 #[test]
+fn earliest_is_the_minimum_of_the_deadlines_present() {
+    // Every order, with and without deadlines: the result is what an iterator's
+    // flatten().min() gave before (Connection::poll_timeout and poll_timeout here).
+    let cases = [None, Some(us(5)), Some(us(9)), Some(us(-3))];
+    for a in cases {
+        for b in cases {
+            assert_eq!(
+                earliest(a, b),
+                [a, b].into_iter().flatten().min(),
+                "{a:?} {b:?}"
+            );
+        }
+    }
+}
+
+#[test]
 fn rfc6298_2_2_first_sample_sets_srtt_and_rttvar_and_the_floor_applies() {
     let mut r = rec(Congestion::Cubic);
     r.on_sent(us(0), S, 1000, false);
