@@ -52,12 +52,15 @@ pub struct EngineConfig {
     pub command_budget: usize,
     /// IP MTU of the device (sets the MSS and thereby MULPDU).
     pub mtu: usize,
-    /// TCP buffers and behaviour of every connection. The buffers default to 1 MiB each
-    /// way: a window must hold more than a receive burst (32 frames, 288 KiB at MTU 9000)
-    /// for the ACK of one burst to come back before the sender runs dry (at 256 KiB, 64 KiB
-    /// write_bw over net_memif at MTU 9000 reached 8-11 Gbit/s, at 1 MiB 19). Warpcore's
-    /// TCP grows its buffers only as far as the data in flight needs, so an idle connection
-    /// holds a few KiB whatever the limit.
+    /// TCP buffers and behaviour of every connection. The buffers default to 4 MiB each
+    /// way: the receiver acknowledges once per loop, after all it received (at MTU 9000 a
+    /// sender's transmit pass is 64 frames, 576 KiB), so the window must hold several such
+    /// bursts for the ACK of one to come back before the sender runs dry (64 KiB write_bw
+    /// over net_memif at MTU 9000: at 256 KiB 8-11 Gbit/s; at 1 MiB the sender waited for
+    /// ACKs in most of its loops and, once its copy, checksum and CRC became one pass, fell
+    /// from ~35 to ~28 Gbit/s; at 2 MiB 38-42, at 4 MiB 44-47). Warpcore's TCP grows its
+    /// buffers only as far as the data in flight needs, so an idle connection holds a few
+    /// KiB whatever the limit.
     ///
     /// The ACK of a lone in-order segment waits up to [`ENGINE_ACK_DELAY`] (20 us) for data
     /// to ride on: in a request/response exchange (a 64 B write_lat, a Send answered by a
@@ -127,8 +130,8 @@ impl Default for EngineConfig {
             command_budget: 256,
             mtu: 1500,
             tcp: TcpTuning {
-                rx_buffer: 1024 * 1024,
-                tx_buffer: 1024 * 1024,
+                rx_buffer: 4 * 1024 * 1024,
+                tx_buffer: 4 * 1024 * 1024,
                 ack_delay: Some(ENGINE_ACK_DELAY),
                 ..TcpTuning::default()
             },

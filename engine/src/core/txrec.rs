@@ -10,10 +10,12 @@
 //! [`TxRecords::fill`] with the frame's payload space: the payload is copied from the
 //! region straight into the frame (one copy, through [`MrGuard::copy_out_at`], so the
 //! region's bounds and validity are checked at every copy and nothing outside it is ever
-//! read) and framed there, ULPDU_Length, header, pad and CRC32c over the octets just
-//! written, still in L1 ([`fpdu_frame_in_place`]). Where the port does not compute the TCP
-//! checksum, the copy also sums the payload for it ([`MrGuard::copy_out_summed_at`]), so
-//! the host's Internet checksum does not read it again.
+//! read) and framed around it ([`fpdu_frame_around`]): ULPDU_Length, header, pad and
+//! CRC32c. Where the port does not compute the TCP checksum, the copy also sums the payload
+//! for it and extends the CRC over it in the same pass
+//! ([`MrGuard::copy_out_summed_crc_at`], [`crate::mem::crc::copy_sum_crc`]): each octet is
+//! read once, and neither the host's Internet checksum nor the CRC reads it again. With the
+//! checksum offloaded, the CRC runs over the copy just written, still in L1.
 //!
 //! ```text
 //! tx_fpdus ─ TxRecords::push (header, pieces) ─ Stack::send_external_record(len, token)
@@ -47,7 +49,7 @@
 
 use super::*;
 use crate::mem::StreamId;
-use warpcore_proto::mpa::framer::frame_in_place as fpdu_frame_in_place;
+use warpcore_proto::mpa::framer::frame_around as fpdu_frame_around;
 use warpcore_tcp::csum;
 
 /// One piece of registered memory an FPDU's payload is gathered from.
@@ -97,33 +99,58 @@ impl TxRecord {
     /// it there. `None` if a piece cannot be read (nothing of the region is touched then);
     /// else, when `sum`, the unfolded Internet checksum sum of `out` (`csum::sum`), taken
     /// as the payload is copied and over the few framing octets: the TCP checksum never
-    /// reads the payload again (issue 12 item 2's one touch per octet, on transmit).
+    /// reads the payload again (issue 12 item 2's one touch per octet, on transmit). With
+    /// the CRC on and `sum`, the copy extends the CRC32c too
+    /// ([`MrGuard::copy_out_summed_crc_at`]): one pass over the payload for all three.
     fn write(&self, mrs: &MrTable, out: &mut [u8], sum: bool) -> Option<u64> {
         let hl = usize::from(self.hdr_len);
-        let mut at = 2 + hl;
+        let base = 2 + hl;
         let mut total = 0u64;
-        for p in &self.pieces[..usize::from(self.npieces)] {
-            let n = p.len as usize;
-            let dst = out.get_mut(at..at + n)?;
-            let g = match self.access {
-                PieceAccess::Local { pd } => mrs.lookup_local(Stag(p.stag), pd, false),
-                PieceAccess::Remote { pd, stream } => {
-                    mrs.lookup_remote(Stag(p.stag), pd, stream, Access::REMOTE_READ)
-                }
-            };
-            let g = g.ok()?;
-            if sum {
-                total += csum::at_offset(g.copy_out_summed_at(p.to, dst).ok()?, at);
-            } else {
-                g.copy_out_at(p.to, dst).ok()?;
-            }
-            at += n;
-        }
         let crc: Option<fpdu::Crc32cFn> = self.crc.then_some(crate::mem::crc::crc32c_append);
-        fpdu_frame_in_place(&self.hdr[..hl], at - 2 - hl, crc, out);
+        fpdu_frame_around(
+            &self.hdr[..hl],
+            self.payload_len(),
+            crc,
+            out,
+            |payload, mut c| {
+                let mut at = 0;
+                for p in &self.pieces[..usize::from(self.npieces)] {
+                    let n = p.len as usize;
+                    let dst = payload.get_mut(at..at + n).ok_or(())?;
+                    let g = match self.access {
+                        PieceAccess::Local { pd } => mrs.lookup_local(Stag(p.stag), pd, false),
+                        PieceAccess::Remote { pd, stream } => {
+                            mrs.lookup_remote(Stag(p.stag), pd, stream, Access::REMOTE_READ)
+                        }
+                    };
+                    let g = g.map_err(|_| ())?;
+                    match (sum, c) {
+                        (true, Some(cv)) => {
+                            let (s, cv) =
+                                g.copy_out_summed_crc_at(p.to, dst, cv).map_err(|_| ())?;
+                            total += csum::at_offset(s, base + at);
+                            c = Some(cv);
+                        }
+                        (true, None) => {
+                            let s = g.copy_out_summed_at(p.to, dst).map_err(|_| ())?;
+                            total += csum::at_offset(s, base + at);
+                        }
+                        (false, _) => {
+                            g.copy_out_at(p.to, dst).map_err(|_| ())?;
+                            // The CRC over the copy while it is in L1.
+                            c = c.map(|cv| crate::mem::crc::crc32c_append(cv, dst));
+                        }
+                    }
+                    at += n;
+                }
+                Ok::<_, ()>(c)
+            },
+        )
+        .ok()?;
         if sum {
             // ULPDU_Length and the header at offset 0, the pad and CRC after the payload.
-            total += csum::sum(&out[..2 + hl]) + csum::at_offset(csum::sum(&out[at..]), at);
+            let end = base + self.payload_len();
+            total += csum::sum(&out[..base]) + csum::at_offset(csum::sum(&out[end..]), end);
         }
         Some(total)
     }

@@ -13,10 +13,16 @@
 //! tail under 24 octets. The results are the crate's, bit for bit (tested at every length
 //! to past three lanes, offset and initial value below).
 //!
+//! [`copy_sum_crc`] copies an FPDU's payload from registered memory into a frame, sums it
+//! for the TCP checksum and extends the CRC over it in one pass (three lanes at once, as
+//! above): the transmit path's one touch of each octet.
+//!
 //! The `unsafe` here is the call of `#[target_feature]` functions (SSE4.2, PCLMULQDQ) after
 //! a run-time check that the CPU has them (`std::is_x86_feature_detected!`, which caches
-//! its answer); the placement module is where the engine keeps its `unsafe`, and the CRC of
-//! an FPDU is computed as its payload is placed or framed.
+//! its answer), and in [`copy_sum_crc`] the loads from registered memory whose bounds its
+//! caller ([`crate::mem::MrGuard::copy_out_summed_crc_at`]) proved; the placement module is
+//! where the engine keeps its `unsafe`, and the CRC of an FPDU is computed as its payload is
+//! placed or framed.
 
 /// Inputs shorter than this take the one-stream loop (three streams and their combination
 /// cost more than they save below it).
@@ -108,6 +114,122 @@ fn shift_table() -> &'static [u32; 2 * MAX_LANE / 8] {
     })
 }
 
+/// Lanes' states combined: `a`'s state moved over two lanes of `lane` octets of zeros,
+/// `b`'s over one, and `d`'s, which ends where the pass ends (`lane` a multiple of 8 from 8
+/// to [`MAX_LANE`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2,pclmulqdq")]
+unsafe fn combine(shift: &[u32; 2 * MAX_LANE / 8], a: u64, b: u64, d: u64, lane: usize) -> u32 {
+    use std::arch::x86_64::{
+        _mm_clmulepi64_si128, _mm_crc32_u64, _mm_cvtsi128_si64, _mm_cvtsi64_si128, _mm_xor_si128,
+    };
+    let ka = _mm_cvtsi64_si128(i64::from(shift[2 * lane / 8 - 1]));
+    let kb = _mm_cvtsi64_si128(i64::from(shift[lane / 8 - 1]));
+    let pa = _mm_clmulepi64_si128(_mm_cvtsi64_si128(a as i64), ka, 0x00);
+    let pb = _mm_clmulepi64_si128(_mm_cvtsi64_si128(b as i64), kb, 0x00);
+    let folded = _mm_cvtsi128_si64(_mm_xor_si128(pa, pb)) as u64;
+    (_mm_crc32_u64(0, folded) ^ d) as u32
+}
+
+/// Inputs from this long on take [`copy_sum_crc`]'s fused pass where the CPU has it
+/// ([`fused_available`]); shorter ones a copy and sum, then the CRC over the copy in L1 (the
+/// three lanes' set-up and combination cost more than they save below it).
+pub const FUSE_MIN: usize = 768;
+
+/// Whether [`copy_sum_crc`] may be called: an x86-64 CPU with SSE4.2 and PCLMULQDQ (the
+/// answer is cached by the standard library).
+#[inline]
+pub fn fused_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("sse4.2") && std::is_x86_feature_detected!("pclmulqdq")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Copies `dst.len()` octets from `src` into `dst` and returns the unfolded Internet
+/// checksum sum of `dst` (as `warpcore_tcp::csum::copy_and_sum` would) and the CRC32c of
+/// `dst` appended to `crc` (as [`crc32c_append`]): the transmit path's one touch of each
+/// octet copied from registered memory into a frame (issue 12 items 2 and 3). Sum and CRC
+/// are taken of the octets written to `dst`, whatever the source does meanwhile.
+///
+/// One pass over three lanes of the input at once: each 16-octet vector is loaded once,
+/// stored, widened into the checksum's 32-bit lanes, and its words run through `crc32`
+/// from the copy just stored, so the CRC's one instruction a cycle overlaps the copy's
+/// loads and stores instead of following them; passes of up to 4 KiB a lane,
+/// combined as in [`crc32c_append`]'s three streams, then a tail under 96 octets.
+///
+/// # Safety
+/// `src` must be valid for reads of `dst.len()` octets (it may change meanwhile: it is
+/// registered memory the application owns) and must not overlap `dst`; the CPU must have
+/// SSE4.2 and PCLMULQDQ ([`fused_available`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2,pclmulqdq")]
+pub unsafe fn copy_sum_crc(src: *const u8, dst: &mut [u8], crc: u32) -> (u64, u32) {
+    use std::arch::x86_64::{
+        __m128i, _mm_add_epi32, _mm_crc32_u64, _mm_loadu_si128, _mm_setzero_si128,
+        _mm_storeu_si128, _mm_unpackhi_epi16, _mm_unpacklo_epi16,
+    };
+    const V: usize = 16;
+    let shift = shift_table();
+    let n = dst.len();
+    let d = dst.as_mut_ptr();
+    let zero = _mm_setzero_si128();
+    let mut total = 0u64;
+    let mut c = !crc;
+    let mut done = 0usize;
+    while n - done >= 6 * V {
+        let lane = ((n - done) / (6 * V) * (2 * V)).min(MAX_LANE);
+        let mut acc = [zero; 4];
+        let (mut ca, mut cb, mut cd) = (u64::from(c), 0u64, 0u64);
+        let mut i = done;
+        while i < done + lane {
+            // One 32-octet step of each lane: a at i, b a lane later, d two lanes later.
+            for (k, cs) in [(0, &mut ca), (lane, &mut cb), (2 * lane, &mut cd)] {
+                let at = i + k;
+                // SAFETY: `at + 32 <= done + 3 * lane <= n`: inside `src` (the caller's
+                // contract) and inside `dst`.
+                let (lo, hi) = unsafe {
+                    let lo = _mm_loadu_si128(src.add(at).cast::<__m128i>());
+                    let hi = _mm_loadu_si128(src.add(at + V).cast::<__m128i>());
+                    _mm_storeu_si128(d.add(at).cast::<__m128i>(), lo);
+                    _mm_storeu_si128(d.add(at + V).cast::<__m128i>(), hi);
+                    (lo, hi)
+                };
+                acc[0] = _mm_add_epi32(acc[0], _mm_unpacklo_epi16(lo, zero));
+                acc[1] = _mm_add_epi32(acc[1], _mm_unpackhi_epi16(lo, zero));
+                acc[2] = _mm_add_epi32(acc[2], _mm_unpacklo_epi16(hi, zero));
+                acc[3] = _mm_add_epi32(acc[3], _mm_unpackhi_epi16(hi, zero));
+                for w in 0..4 {
+                    // SAFETY: inside `dst`, just written. Volatile, so that the compiler
+                    // cannot take the word from the source again instead: the CRC covers
+                    // the octets stored, even if the source changed since.
+                    let word = unsafe { d.add(at + 8 * w).cast::<u64>().read_volatile() };
+                    *cs = _mm_crc32_u64(*cs, word);
+                }
+            }
+            i += 2 * V;
+        }
+        // A pass adds at most 3 * MAX_LANE / 32 = 384 words of 16 bits to each 32-bit
+        // lane: no overflow.
+        for a in acc {
+            let lanes: [u32; 4] = std::mem::transmute(a);
+            total += lanes.iter().map(|&l| u64::from(l)).sum::<u64>();
+        }
+        c = combine(shift, ca, cb, cd, lane);
+        done += 3 * lane;
+    }
+    // The tail, under three steps, at a multiple of 32 octets (an even offset).
+    let tail = &mut dst[done..];
+    // SAFETY: `done + tail.len() == n`: inside `src`; `tail` is part of `dst`.
+    unsafe { std::ptr::copy_nonoverlapping(src.add(done), tail.as_mut_ptr(), tail.len()) };
+    total += warpcore_tcp::csum::sum(tail);
+    (total, !serial(c, tail))
+}
+
 /// The CRC state (not inverted) `c` after `data` (at least [`SHORT`] octets): passes of
 /// three equal lanes of whole words summed at once (one `crc32` a cycle instead of one
 /// every three), then the lanes' states combined (`SHIFT`); a tail of less than 24 octets
@@ -115,9 +237,7 @@ fn shift_table() -> &'static [u32; 2 * MAX_LANE / 8] {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse4.2,pclmulqdq")]
 unsafe fn three_streams(c: u32, mut data: &[u8]) -> u32 {
-    use std::arch::x86_64::{
-        _mm_clmulepi64_si128, _mm_crc32_u64, _mm_cvtsi128_si64, _mm_cvtsi64_si128, _mm_xor_si128,
-    };
+    use std::arch::x86_64::_mm_crc32_u64;
     let shift = shift_table();
     let mut c = c;
     while data.len() >= 24 {
@@ -135,13 +255,7 @@ unsafe fn three_streams(c: u32, mut data: &[u8]) -> u32 {
             cb = _mm_crc32_u64(cb, word(y));
             cd = _mm_crc32_u64(cd, word(z));
         }
-        // a's state moves over 2 lanes of zeros, b's over one; d's is where the pass ends.
-        let ka = _mm_cvtsi64_si128(i64::from(shift[2 * lane / 8 - 1]));
-        let kb = _mm_cvtsi64_si128(i64::from(shift[lane / 8 - 1]));
-        let pa = _mm_clmulepi64_si128(_mm_cvtsi64_si128(ca as i64), ka, 0x00);
-        let pb = _mm_clmulepi64_si128(_mm_cvtsi64_si128(cb as i64), kb, 0x00);
-        let folded = _mm_cvtsi128_si64(_mm_xor_si128(pa, pb)) as u64;
-        c = (_mm_crc32_u64(0, folded) ^ cd) as u32;
+        c = combine(shift, ca, cb, cd, lane);
         data = rest;
     }
     serial(c, data)
@@ -172,6 +286,52 @@ mod tests {
                         crc32c::crc32c_append(init, d),
                         "offset {off}, {len} octets, initial {init:#x}"
                     );
+                }
+            }
+        }
+    }
+
+    /// The fused copy writes exactly the source and returns the sum `copy_and_sum` returns
+    /// and the CRC the crate computes, at every length around the lanes' boundaries (one
+    /// to several passes, every tail), from several alignments and initial values.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn fused_copy_equals_copy_sum_and_crc() {
+        if !fused_available() {
+            panic!("this test needs an x86-64 CPU with SSE4.2 and PCLMULQDQ");
+        }
+        let data: Vec<u8> = (0..40_100u32)
+            .map(|i| (i.wrapping_mul(2_246_822_519) >> 11) as u8)
+            .collect();
+        let lens = (0..400)
+            .chain((400..4 * MAX_LANE).step_by(61))
+            .chain([
+                FUSE_MIN,
+                1440,
+                8940,
+                3 * MAX_LANE - 1,
+                3 * MAX_LANE,
+                3 * MAX_LANE + 95,
+            ])
+            .chain([3 * MAX_LANE + 96, 9 * MAX_LANE + 7, 40_000]);
+        for len in lens {
+            for off in [0usize, 1, 3, 8] {
+                let src = &data[off..off + len];
+                for init in [0u32, 0x1234_5678] {
+                    let mut dst = vec![0xA5u8; len + 16];
+                    // SAFETY: `src` is a slice of `len` octets, apart from `dst`; the CPU
+                    // has the features (checked above).
+                    let (sum, crc) = unsafe { copy_sum_crc(src.as_ptr(), &mut dst[..len], init) };
+                    assert_eq!(&dst[..len], src, "copy, {len} octets at {off}");
+                    assert!(dst[len..].iter().all(|&b| b == 0xA5), "wrote past {len}");
+                    let mut want = vec![0u8; len];
+                    let want_sum = warpcore_tcp::csum::copy_and_sum(&mut want, src);
+                    assert_eq!(
+                        warpcore_tcp::csum::fold(sum),
+                        warpcore_tcp::csum::fold(want_sum),
+                        "sum, {len} octets at {off}"
+                    );
+                    assert_eq!(crc, crc32c::crc32c_append(init, src), "CRC, {len} at {off}");
                 }
             }
         }

@@ -10,6 +10,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::mem::crc;
 use crossbeam::utils::Backoff;
 use warpcore_proto::ddp::TaggedRegion;
 use warpcore_proto::rdmap::AccessRegion;
@@ -1137,20 +1138,53 @@ impl MrGuard<'_> {
     #[inline]
     pub fn copy_out_summed_at(&self, to: u64, dst: &mut [u8]) -> Result<u64, BoundsFault> {
         let offset = self.bounds(to, dst.len())?;
-        let (base, len) = (self.meta.ptr, dst.len());
-        Ok(warpcore_tcp::csum::copy_and_sum_from(dst, |at, out| {
-            // Checked here rather than trusted to the summing loop: the copy below relies
+        Ok(warpcore_tcp::csum::copy_and_sum_from(
+            dst,
+            self.reader(offset, dst.len()),
+        ))
+    }
+
+    /// [`MrGuard::copy_out_summed_at`] that also extends the CRC32c `crc` over the octets
+    /// copied, in the same pass: the payload of an FPDU framed in a frame from registered
+    /// memory is read once, for its copy, its Internet checksum and its CRC
+    /// ([`crc::copy_sum_crc`]; short copies, and CPUs without SSE4.2 and PCLMULQDQ, copy and
+    /// sum, then take the CRC of the copy). Returns the sum and the CRC of the octets
+    /// written to `dst`.
+    #[inline]
+    pub fn copy_out_summed_crc_at(
+        &self,
+        to: u64,
+        dst: &mut [u8],
+        crc: u32,
+    ) -> Result<(u64, u32), BoundsFault> {
+        let offset = self.bounds(to, dst.len())?;
+        #[cfg(target_arch = "x86_64")]
+        if dst.len() >= crc::FUSE_MIN && crc::fused_available() {
+            // SAFETY: `bounds` proved `[offset, offset + dst.len())` inside the region the
+            // guard keeps alive, valid for reads; `dst` is a unique borrow, so not
+            // registered memory; the CPU has the features (checked just above).
+            return Ok(unsafe { crc::copy_sum_crc(self.meta.ptr.add(offset), dst, crc) });
+        }
+        let sum = warpcore_tcp::csum::copy_and_sum_from(dst, self.reader(offset, dst.len()));
+        Ok((sum, crc::crc32c_append(crc, dst)))
+    }
+
+    /// Reads for the summing copies: `read(at, out)` copies `out.len()` octets of the
+    /// region from `offset + at`; `[offset, offset + len)` must have passed
+    /// [`MrGuard::bounds`].
+    #[inline(always)]
+    fn reader(&self, offset: usize, len: usize) -> impl FnMut(usize, &mut [u8]) + '_ {
+        let base = self.meta.ptr;
+        move |at, out| {
+            // Checked here rather than trusted to the summing loops: the copy below relies
             // on it.
-            assert!(
-                at <= len && out.len() <= len - at,
-                "copy_out_summed_at: read past dst"
-            );
+            assert!(at <= len && out.len() <= len - at, "MrGuard: read past dst");
             // SAFETY: `[at, at + out.len())` lies in `[0, len)` (asserted above), so the
             // source range lies in `[offset, offset + len)`, which `bounds` proved inside
-            // the region the guard keeps alive; `out` is a local step or part of `dst`, a
-            // unique borrow, so not registered memory.
+            // the region the guard keeps alive; `out` is a local step or part of the
+            // caller's `dst`, a unique borrow, so not registered memory.
             unsafe { ptr::copy_nonoverlapping(base.add(offset + at), out.as_mut_ptr(), out.len()) }
-        }))
+        }
     }
 
     /// The 8-byte word at byte `offset`, for an RFC 7306 atomic. Its address must be

@@ -347,6 +347,49 @@ pub fn frame_in_place(hdr: &[u8], payload_len: usize, crc: Option<Crc32cFn>, out
     crc_field.copy_from_slice(&crc_to_wire(crc));
 }
 
+/// [`frame_in_place`] for a payload written by the caller in between: ULPDU_Length and the
+/// header first, then `write(payload, crc)` writes the payload at its place
+/// (`out[2 + hdr.len()..][..payload_len]`), then the zero pad and the CRC field. With the
+/// CRC on, `crc` is the CRC32c over ULPDU_Length and the header (`None` with it off), and
+/// `write` may return it extended over the payload ([`crc32c_append`]'s convention), taken
+/// in the pass that writes the payload, so that nothing reads it again; returning `None`
+/// leaves that to this function. An error of `write` is returned as is, the FPDU
+/// incomplete. Same contract as [`frame_in_place`] otherwise.
+///
+/// # Panics
+/// As [`frame_in_place`].
+#[inline]
+pub fn frame_around<E>(
+    hdr: &[u8],
+    payload_len: usize,
+    crc: Option<Crc32cFn>,
+    out: &mut [u8],
+    write: impl FnOnce(&mut [u8], Option<u32>) -> Result<Option<u32>, E>,
+) -> Result<(), E> {
+    let len = hdr.len() + payload_len;
+    assert!(
+        len <= MAX_ULPDU_LEN && out.len() == fpdu::fpdu_len(len),
+        "frame_around: the output is not the FPDU"
+    );
+    let (covered, crc_field) = out.split_at_mut(out.len() - fpdu::CRC_LEN);
+    covered[..2].copy_from_slice(&(len as u16).to_be_bytes());
+    covered[2..2 + hdr.len()].copy_from_slice(hdr);
+    let (head, rest) = covered.split_at_mut(2 + hdr.len());
+    let (payload, pad) = rest.split_at_mut(payload_len);
+    let head_crc = crc.map(|f| f(0, head));
+    let after = write(payload, head_crc)?;
+    zero_pad(pad);
+    let value = match (crc, head_crc) {
+        (Some(f), Some(c)) => {
+            let c = after.unwrap_or_else(|| f(c, payload));
+            f(c, pad)
+        }
+        _ => 0,
+    };
+    crc_field.copy_from_slice(&crc_to_wire(value));
+    Ok(())
+}
+
 /// Once this many covered octets are pending, the CRC catches up over them while they are
 /// still in cache. Markers cut the copy into runs of at most 508 octets, and CRC32c is much
 /// faster over long spans (the `crc32c` crate interleaves three streams over 768 octets and
@@ -564,6 +607,18 @@ mod tests {
                         let m = a.emit(&[&hdr, &payload], &mut want).unwrap();
                         assert_eq!(n, m);
                         assert_eq!(got[..], want[..m], "markers {markers} crc {crc} len {plen}");
+                        // frame_around: the payload written by the closure, its CRC taken
+                        // there (as the engine's fused copy does) or left to the framer.
+                        for own_crc in [false, true] {
+                            let mut around = vec![0xAAu8; n];
+                            frame_around(&hdr, plen, crc.then_some(f), &mut around, |p, c| {
+                                assert_eq!(c.is_some(), crc);
+                                p.copy_from_slice(&payload);
+                                Ok::<_, ()>(c.filter(|_| own_crc).map(|c| f(c, &payload)))
+                            })
+                            .unwrap();
+                            assert_eq!(around, got, "frame_around, own CRC {own_crc}, len {plen}");
+                        }
                     }
                     None => {
                         assert!(markers);
