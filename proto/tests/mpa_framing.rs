@@ -744,3 +744,42 @@ fn reassembly_buffer_is_allocated_on_demand() {
     }
     assert_eq!(d.reassembly_capacity(), 3000);
 }
+
+/// `poll_with_crc`: a true CRC of the front FPDU's covered octets is used in place of
+/// computing it, and gives what `poll` gives; a hint of another length is ignored; a CRC
+/// field that does not match the (true) hint is rejected as `poll` rejects it; with CRCs
+/// off the hint changes nothing.
+#[test]
+fn poll_with_crc_hint_equals_poll() {
+    for crc_on in [true, false] {
+        for len in [0usize, 1, 3, 64, 1440, 8940] {
+            let ulpdu: Vec<u8> = (0..len).map(|i| (i * 31 + 7) as u8).collect();
+            let mut f = framer(false, crc_on, 0);
+            let wire = frame_all(&mut f, std::slice::from_ref(&ulpdu));
+            let covered = wire.len() - 4;
+            let true_crc = crc32c(&wire[..covered]);
+            for hint in [
+                None,
+                Some((covered, true_crc)),
+                Some((covered - 1, 0xdead_beef)),
+                Some((wire.len(), 0)),
+            ] {
+                let mut d = deframer(false, crc_on, 0);
+                let (n, got) = d.poll_with_crc(&wire, hint).unwrap();
+                assert_eq!(n, wire.len(), "len {len} hint {hint:?}");
+                assert_eq!(got.map(|u| u.to_vec()), Some(ulpdu.clone()), "len {len}");
+            }
+            // A corrupted CRC field, with the true CRC of the covered octets as the hint.
+            let mut bad = wire.clone();
+            let last = bad.len() - 1;
+            bad[last] ^= 1;
+            let mut d = deframer(false, crc_on, 0);
+            let r = d.poll_with_crc(&bad, Some((covered, true_crc)));
+            if crc_on {
+                assert_eq!(r.map(|(n, u)| (n, u.is_some())), Err(MpaError::CrcMismatch));
+            } else {
+                assert_eq!(r.map(|(n, u)| (n, u.is_some())), Ok((wire.len(), true)));
+            }
+        }
+    }
+}
