@@ -318,9 +318,6 @@ struct Conn {
     term: Option<([u8; TERM_FPDU_MAX], usize)>,
     /// MULPDU was set from the TCP connection's segment room (the first `tx_fpdus`).
     mulpdu_synced: bool,
-    /// FPDU mode with CRCs began and the TCP connection has no receive digest yet
-    /// ([`EngineCore::poll_stack`] gives it one).
-    rx_digest_wanted: bool,
 }
 
 #[derive(Debug)]
@@ -537,8 +534,6 @@ pub struct EngineCore<D: PollDevice> {
     fpdu: Vec<u8>,
     /// The FPDUs sent from registered memory that TCP may still send (module `txrec`).
     txrec: TxRecords,
-    /// Connections to give the receive digest after this stack poll ([`Conn`]).
-    rx_digest_todo: Vec<ConnId>,
 }
 
 impl<D: PollDevice> std::fmt::Debug for EngineCore<D> {
@@ -592,7 +587,6 @@ impl<D: PollDevice> EngineCore<D> {
             gather: Vec::new(),
             fpdu: Vec::new(),
             txrec: TxRecords::new(mrs.clone()),
-            rx_digest_todo: Vec::new(),
             stack,
             ctx: Ctx {
                 events: VecDeque::with_capacity(cfg.event_queue_depth),

@@ -337,21 +337,6 @@ impl<D: PollDevice> Stack<D> {
         }
     }
 
-    /// [`Self::poll_with_fill`] with the CRC32c of each delivered payload's front where a
-    /// connection's receive digest took it ([`crate::host::Host::poll_with_fill_crc`],
-    /// [`Self::set_rx_digest`]). The reference never offers anything.
-    #[inline]
-    pub fn poll_with_fill_crc<F, X>(&mut self, now: Instant, deliver: F, fill: X) -> bool
-    where
-        F: FnMut(ConnId, &[u8], crate::host::FrontCrc) -> usize,
-        X: FnMut(ConnId, u64, usize, &mut [u8], bool) -> Option<u64>,
-    {
-        match &mut self.imp {
-            Imp::Warpcore(s) => s.poll_with_fill_crc(now, deliver, fill),
-            Imp::Reference(s) => s.poll(now),
-        }
-    }
-
     /// [`Self::poll_transmit`] with `fill` ([`Self::poll_with_fill`]).
     pub fn poll_transmit_fill<X>(&mut self, now: Instant, fill: X) -> bool
     where
@@ -601,19 +586,6 @@ impl<D: PollDevice> Stack<D> {
         ack_delay: Option<Duration>,
     ) -> Result<(), StackError> {
         dispatch!(self, s => s.set_nagle_and_ack_delay(id, nagle, ack_delay))
-    }
-
-    /// Sets a connection's receive digest ([`crate::host::RxDigest`]): its payloads'
-    /// checksum and front CRC in one pass. The reference has none (accepted, unused).
-    pub fn set_rx_digest(
-        &mut self,
-        id: ConnId,
-        digest: Option<crate::host::RxDigest>,
-    ) -> Result<(), StackError> {
-        match &mut self.imp {
-            Imp::Warpcore(s) => s.set_rx_digest(id, digest),
-            Imp::Reference(_) => Ok(()),
-        }
     }
 
     /// Sends FIN after the buffered data (graceful close of the sending half).

@@ -51,7 +51,6 @@ impl Qp {
         self.ird = InboundReadQueue::new(clamp_ird_ord(n.local_ird, cfg.max_ird));
         self.ord = clamp_ird_ord(n.local_ord, cfg.max_ord);
         conn.rtr_pending = n.rtr;
-        conn.rx_digest_wanted = n.crc;
         // RFC 7306 is agreed out of band (no MPA bit): fixed for the connection now.
         self.rfc7306 = self.shared.rfc7306();
     }
@@ -141,7 +140,6 @@ impl Conn {
             peer_closed: false,
             term: None,
             mulpdu_synced: false,
-            rx_digest_wanted: false,
         }
     }
 }

@@ -1,6 +1,4 @@
-//! The receive path: `poll_stack` (in-order payload straight from the frame, with the CRC
-//! the TCP's checksum pass took of a whole FPDU, [`fpdu_digest`]) and `poll_rx` (octets the
-//! TCP queued) hand each connection's new in-order octets to
+//! The receive path: `poll_rx` hands each connection's new in-order octets to
 //! [`Qp::consume`] (MPA frames during startup, then the deframer), which hands each ULPDU to
 //! [`Qp::rx_ulpdu`]: RDMAP checks, one STag lookup, DDP validation, then placement into
 //! registered memory (tagged: [`crate::mem::MrGuard::place_at`]; untagged: [`scatter`] over
@@ -9,7 +7,6 @@
 
 use super::*;
 use warpcore_proto::ddp::{TaggedPlacement, UntaggedPlacement};
-use warpcore_tcp::host::FrontCrc;
 
 /// The tagged lookup done once per segment, before DDP validation: DDP does the TO range,
 /// wrap and bounds arithmetic on the region it returns (DDP-7.1-10..14).
@@ -86,7 +83,7 @@ pub(super) fn scatter(
 impl Qp {
     /// Consumes received stream octets: MPA startup frames, then FPDUs. Returns how many
     /// octets were consumed.
-    pub(super) fn consume(&mut self, data: &[u8], ctx: &mut Ctx, front: FrontCrc) -> usize {
+    pub(super) fn consume(&mut self, data: &[u8], ctx: &mut Ctx) -> usize {
         let mut used = 0;
         if let Some(Mpa::Initiator(i)) = self.conn.as_mut().map(|c| &mut c.mpa) {
             if i.phase() == nego::Phase::AwaitingFrame {
@@ -106,11 +103,8 @@ impl Qp {
         let Some(mut d) = self.conn.as_mut().and_then(|c| c.deframer.take()) else {
             return used;
         };
-        // The CRC the TCP took of the front of `data` holds for the first FPDU only if
-        // nothing before it was consumed.
-        let mut front = front.filter(|_| used == 0);
         loop {
-            match d.poll_with_crc(&data[used..], front.take()) {
+            match d.poll(&data[used..]) {
                 Ok((n, Some(ulpdu))) => {
                     used += n;
                     ctx.stats.fpdus_rx += 1;
@@ -608,29 +602,6 @@ impl Qp {
     }
 }
 
-/// The receive digest of an FPDU-mode connection with CRCs ([`warpcore_tcp::host::RxDigest`]):
-/// the checksum sum of a segment's payload and, when the payload is one whole FPDU by its
-/// first two octets (ULPDU_Length: an MPA-aligned sender's segment), the CRC32c of that
-/// FPDU's covered octets, in one pass ([`crate::mem::crc::sum_crc`]). The deframer uses the
-/// CRC only if an FPDU does start there and covers exactly those octets
-/// ([`warpcore_proto::mpa::deframer::Deframer::poll_with_crc`]); any other payload costs
-/// the sum alone.
-pub(super) fn fpdu_digest(payload: &[u8]) -> (u64, FrontCrc) {
-    let whole = match payload {
-        [a, b, ..] => {
-            let len = usize::from(u16::from_be_bytes([*a, *b]));
-            fpdu::fpdu_len(len) == payload.len()
-        }
-        _ => false,
-    };
-    if !whole {
-        return (warpcore_tcp::csum::sum(payload), None);
-    }
-    let n = payload.len() - fpdu::CRC_LEN;
-    let (sum, crc) = crate::mem::crc::sum_crc(payload, n);
-    (sum, Some((n, crc)))
-}
-
 impl<D: PollDevice> EngineCore<D> {
     /// The stack's poll (an rx burst, timers, transmit), with in-order payload placed
     /// straight from the received frames (issue 12, item 2): while a connection's TCP
@@ -648,13 +619,12 @@ impl<D: PollDevice> EngineCore<D> {
             conn_qp,
             tx_ready,
             txrec,
-            rx_digest_todo,
             ..
         } = self;
         let fill = |c, t, at, dst: &mut [u8], sum| txrec.fill(c, t, at, dst, sum);
-        let work = stack.poll_with_fill_crc(
+        let work = stack.poll_with_fill(
             now,
-            |tcp, data, front| {
+            |tcp, data| {
                 let Some(&i) = conn_qp.get(tcp.slot()) else {
                     return 0;
                 };
@@ -669,11 +639,7 @@ impl<D: PollDevice> EngineCore<D> {
                 if !steady {
                     return 0;
                 }
-                if let Some(c) = q.conn.as_mut().filter(|c| c.rx_digest_wanted) {
-                    c.rx_digest_wanted = false;
-                    rx_digest_todo.push(tcp);
-                }
-                let n = q.consume(data, ctx, front);
+                let n = q.consume(data, ctx);
                 ctx.stats.rx_in_place_octets += n as u64;
                 // Received octets may owe the peer something (as in `poll_rx`).
                 tx_ready.mark(i);
@@ -681,13 +647,6 @@ impl<D: PollDevice> EngineCore<D> {
             },
             fill,
         );
-        // FPDU mode with CRCs: from now on the TCP checks each segment's checksum and
-        // takes its FPDU's CRC in one pass (`mem::crc::sum_crc`), and `consume` passes
-        // that CRC to the deframer, which then reads none of the FPDU again.
-        while let Some(tcp) = self.rx_digest_todo.pop() {
-            // A connection gone meanwhile needs nothing.
-            let _ = self.stack.set_rx_digest(tcp, Some(fpdu_digest));
-        }
         if self.txrec.has_failed() {
             self.fail_unfillable();
         }
@@ -743,7 +702,7 @@ impl<D: PollDevice> EngineCore<D> {
             let n = stack
                 .recv_with(tcp, |data| {
                     let data = &data[..data.len().min(budget - taken)];
-                    q.consume(data, ctx, None)
+                    q.consume(data, ctx)
                 })
                 .unwrap_or(0);
             if n == 0 {

@@ -151,18 +151,16 @@ pub fn fused_available() -> bool {
 }
 
 /// Copies `dst.len()` octets from `src` into `dst` and returns the unfolded Internet
-/// checksum sum of `dst` (as `warpcore_tcp::csum::copy_and_sum` would, up to folding) and
-/// the CRC32c of `dst` appended to `crc` (as [`crc32c_append`]): the transmit path's one
-/// touch of each octet copied from registered memory into a frame (issue 12 items 2 and
-/// 3). Sum and CRC are taken of the octets written to `dst`, whatever the source does
-/// meanwhile.
+/// checksum sum of `dst` (as `warpcore_tcp::csum::copy_and_sum` would) and the CRC32c of
+/// `dst` appended to `crc` (as [`crc32c_append`]): the transmit path's one touch of each
+/// octet copied from registered memory into a frame (issue 12 items 2 and 3). Sum and CRC
+/// are taken of the octets written to `dst`, whatever the source does meanwhile.
 ///
-/// One pass over three lanes of the input at once: each 16-octet vector is loaded once and
-/// stored, and the 8-octet words just stored are read back (volatile: the compiler may not
-/// take them from the source again) into `crc32` and into a 64-bit one's-complement sum per
-/// lane ([`sum_crc`]'s), so the CRC's one instruction a cycle overlaps the copy's loads and
-/// stores and the sum's integer adds instead of following them; passes of up to 4 KiB a
-/// lane, combined as in [`crc32c_append`]'s three streams, then a tail under 96 octets.
+/// One pass over three lanes of the input at once: each 16-octet vector is loaded once,
+/// stored, widened into the checksum's 32-bit lanes, and its words run through `crc32`
+/// from the copy just stored, so the CRC's one instruction a cycle overlaps the copy's
+/// loads and stores instead of following them; passes of up to 4 KiB a lane,
+/// combined as in [`crc32c_append`]'s three streams, then a tail under 96 octets.
 ///
 /// # Safety
 /// `src` must be valid for reads of `dst.len()` octets (it may change meanwhile: it is
@@ -171,129 +169,65 @@ pub fn fused_available() -> bool {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse4.2,pclmulqdq")]
 pub unsafe fn copy_sum_crc(src: *const u8, dst: &mut [u8], crc: u32) -> (u64, u32) {
-    use std::arch::x86_64::{__m128i, _mm_crc32_u64, _mm_loadu_si128, _mm_storeu_si128};
+    use std::arch::x86_64::{
+        __m128i, _mm_add_epi32, _mm_crc32_u64, _mm_loadu_si128, _mm_setzero_si128,
+        _mm_storeu_si128, _mm_unpackhi_epi16, _mm_unpacklo_epi16,
+    };
     const V: usize = 16;
     let shift = shift_table();
     let n = dst.len();
     let d = dst.as_mut_ptr();
-    let mut sums = [0u64; 3];
+    let zero = _mm_setzero_si128();
+    let mut total = 0u64;
     let mut c = !crc;
     let mut done = 0usize;
     while n - done >= 6 * V {
         let lane = ((n - done) / (6 * V) * (2 * V)).min(MAX_LANE);
-        let mut crcs = [u64::from(c), 0u64, 0u64];
+        let mut acc = [zero; 4];
+        let (mut ca, mut cb, mut cd) = (u64::from(c), 0u64, 0u64);
         let mut i = done;
         while i < done + lane {
             // One 32-octet step of each lane: a at i, b a lane later, d two lanes later.
-            for k in 0..3 {
-                let at = i + k * lane;
+            for (k, cs) in [(0, &mut ca), (lane, &mut cb), (2 * lane, &mut cd)] {
+                let at = i + k;
                 // SAFETY: `at + 32 <= done + 3 * lane <= n`: inside `src` (the caller's
                 // contract) and inside `dst`.
-                unsafe {
+                let (lo, hi) = unsafe {
                     let lo = _mm_loadu_si128(src.add(at).cast::<__m128i>());
                     let hi = _mm_loadu_si128(src.add(at + V).cast::<__m128i>());
                     _mm_storeu_si128(d.add(at).cast::<__m128i>(), lo);
                     _mm_storeu_si128(d.add(at + V).cast::<__m128i>(), hi);
-                }
+                    (lo, hi)
+                };
+                acc[0] = _mm_add_epi32(acc[0], _mm_unpacklo_epi16(lo, zero));
+                acc[1] = _mm_add_epi32(acc[1], _mm_unpackhi_epi16(lo, zero));
+                acc[2] = _mm_add_epi32(acc[2], _mm_unpacklo_epi16(hi, zero));
+                acc[3] = _mm_add_epi32(acc[3], _mm_unpackhi_epi16(hi, zero));
                 for w in 0..4 {
                     // SAFETY: inside `dst`, just written. Volatile, so that the compiler
-                    // cannot take the word from the source again instead: the CRC and the
-                    // sum cover the octets stored, even if the source changed since.
+                    // cannot take the word from the source again instead: the CRC covers
+                    // the octets stored, even if the source changed since.
                     let word = unsafe { d.add(at + 8 * w).cast::<u64>().read_volatile() };
-                    crcs[k] = _mm_crc32_u64(crcs[k], word);
-                    sums[k] = add_carry(sums[k], word);
+                    *cs = _mm_crc32_u64(*cs, word);
                 }
             }
             i += 2 * V;
         }
-        c = combine(shift, crcs[0], crcs[1], crcs[2], lane);
+        // A pass adds at most 3 * MAX_LANE / 32 = 384 words of 16 bits to each 32-bit
+        // lane: no overflow.
+        for a in acc {
+            let lanes: [u32; 4] = std::mem::transmute(a);
+            total += lanes.iter().map(|&l| u64::from(l)).sum::<u64>();
+        }
+        c = combine(shift, ca, cb, cd, lane);
         done += 3 * lane;
     }
     // The tail, under three steps, at a multiple of 32 octets (an even offset).
     let tail = &mut dst[done..];
     // SAFETY: `done + tail.len() == n`: inside `src`; `tail` is part of `dst`.
     unsafe { std::ptr::copy_nonoverlapping(src.add(done), tail.as_mut_ptr(), tail.len()) };
-    let total = fold_sums(sums) + warpcore_tcp::csum::sum(tail);
+    total += warpcore_tcp::csum::sum(tail);
     (total, !serial(c, tail))
-}
-
-/// `sum + w` in 64-bit one's-complement arithmetic (end-around carry).
-#[inline(always)]
-fn add_carry(sum: u64, w: u64) -> u64 {
-    let (s, carry) = sum.overflowing_add(w);
-    s + u64::from(carry)
-}
-
-/// Lanes' 64-bit one's-complement sums as one sum folded to 33 bits: a value that folds to
-/// the 16-bit sum of the same octets (RFC 1071 2(A): 2^16 - 1 divides 2^64 - 1), small
-/// enough for the caller to add `csum`'s sums to without overflow.
-#[inline(always)]
-fn fold_sums(sums: [u64; 3]) -> u64 {
-    let s = sums.iter().fold(0u64, |t, &s| add_carry(t, s));
-    (s >> 32) + (s & 0xffff_ffff)
-}
-
-/// The unfolded Internet checksum sum of all of `data` (as `warpcore_tcp::csum::sum`) and
-/// the CRC32c of `data[..n]` (as [`crc32c_append`] from 0), in one pass: the receive side's
-/// check of a TCP segment that carries one whole FPDU (an MPA-aligned sender's), whose
-/// checksum the TCP verifies and whose CRC the deframer then takes from here instead of
-/// reading the FPDU again (the engine's `warpcore_tcp::host::RxDigest`).
-///
-/// # Panics
-/// If `n > data.len()` (a caller's bug).
-pub fn sum_crc(data: &[u8], n: usize) -> (u64, u32) {
-    assert!(n <= data.len(), "sum_crc: CRC range past the data");
-    #[cfg(target_arch = "x86_64")]
-    if n >= FUSE_MIN && fused_available() {
-        // SAFETY: the CPU has SSE4.2 and PCLMULQDQ (checked just above), `sum_crc_x86`'s
-        // target features; it reads only `data`.
-        return unsafe { sum_crc_x86(data, n) };
-    }
-    (warpcore_tcp::csum::sum(data), crc32c_append(0, &data[..n]))
-}
-
-/// [`sum_crc`]'s pass: three lanes of `data[..n]` at once, each 8-octet word loaded once
-/// and run through `crc32` and through a 64-bit one's-complement sum (add with end-around
-/// carry, one sum per lane: integer adds beside the CRC's one instruction a cycle, where
-/// widening vectors for the checksum competed with `crc32` for execution ports), then the
-/// CRC's tail one stream and the sum of the rest of `data`. A 64-bit one's-complement sum
-/// folds to the sum of the same octets' 16-bit words (RFC 1071 2(A): 2^16 - 1 divides
-/// 2^64 - 1), so it adds to `csum`'s sums.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "sse4.2,pclmulqdq")]
-unsafe fn sum_crc_x86(data: &[u8], n: usize) -> (u64, u32) {
-    use std::arch::x86_64::_mm_crc32_u64;
-    let shift = shift_table();
-    let mut sums = [0u64; 3];
-    let mut c = !0u32;
-    let mut done = 0usize;
-    while n - done >= 96 {
-        let lane = ((n - done) / 96 * 32).min(MAX_LANE);
-        let (a, rest) = data[done..].split_at(lane);
-        let (b, rest) = rest.split_at(lane);
-        let d = &rest[..lane];
-        let (mut ca, mut cb, mut cd) = (u64::from(c), 0u64, 0u64);
-        let [mut sa, mut sb, mut sd] = sums;
-        for ((x, y), z) in a
-            .chunks_exact(8)
-            .zip(b.chunks_exact(8))
-            .zip(d.chunks_exact(8))
-        {
-            let (x, y, z) = (word(x), word(y), word(z));
-            ca = _mm_crc32_u64(ca, x);
-            cb = _mm_crc32_u64(cb, y);
-            cd = _mm_crc32_u64(cd, z);
-            sa = add_carry(sa, x);
-            sb = add_carry(sb, y);
-            sd = add_carry(sd, z);
-        }
-        sums = [sa, sb, sd];
-        c = combine(shift, ca, cb, cd, lane);
-        done += 3 * lane;
-    }
-    // The rest starts at a multiple of 32 octets (an even offset).
-    let total = fold_sums(sums) + warpcore_tcp::csum::sum(&data[done..]);
-    (total, !serial(c, &data[done..n]))
 }
 
 /// The CRC state (not inverted) `c` after `data` (at least [`SHORT`] octets): passes of
@@ -398,37 +332,6 @@ mod tests {
                         "sum, {len} octets at {off}"
                     );
                     assert_eq!(crc, crc32c::crc32c_append(init, src), "CRC, {len} at {off}");
-                }
-            }
-        }
-    }
-
-    /// The read-only pass gives the sum `csum::sum` gives over all of the input and the
-    /// crate's CRC over its first `n` octets, for lengths and `n` around the lanes' limits.
-    #[test]
-    fn sum_crc_equals_sum_and_crc() {
-        let data: Vec<u8> = (0..40_100u32)
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 9) as u8)
-            .collect();
-        let lens = (0..300).chain((300..4 * MAX_LANE).step_by(67)).chain([
-            FUSE_MIN + 4,
-            1464,
-            8952,
-            3 * MAX_LANE + 4,
-            3 * MAX_LANE + 100,
-            40_000,
-        ]);
-        for len in lens {
-            for off in [0usize, 2, 5] {
-                let d = &data[off..off + len];
-                for n in [len, len.saturating_sub(4), len / 2, len.saturating_sub(97)] {
-                    let (sum, crc) = sum_crc(d, n);
-                    assert_eq!(
-                        warpcore_tcp::csum::fold(sum),
-                        warpcore_tcp::csum::fold(warpcore_tcp::csum::sum(d)),
-                        "sum, {len} octets at {off}"
-                    );
-                    assert_eq!(crc, crc32c::crc32c(&d[..n]), "CRC of {n} of {len} at {off}");
                 }
             }
         }

@@ -314,28 +314,13 @@ impl Deframer {
         &'b mut self,
         input: &'a [u8],
     ) -> Result<(usize, Option<Ulpdu<'a, 'b>>), MpaError> {
-        self.poll_with_crc(input, None)
-    }
-
-    /// [`Self::poll`] with the CRC32c of the input's first octets already known:
-    /// `front = Some((n, crc))` says that `crc` is the CRC32c (from 0) of `input[..n]`, as
-    /// a receiver that checked the TCP checksum of a segment carrying one whole FPDU took
-    /// it in the same pass. When an FPDU starts at the front of `input` and its covered
-    /// octets are exactly those `n` (an MPA-aligned segment), the CRC field is checked
-    /// against `crc` instead of reading the FPDU again; otherwise `front` is ignored. The
-    /// result is [`Self::poll`]'s whatever `front` says, as long as it is true.
-    pub fn poll_with_crc<'a, 'b>(
-        &'b mut self,
-        input: &'a [u8],
-        front: Option<(usize, u32)>,
-    ) -> Result<(usize, Option<Ulpdu<'a, 'b>>), MpaError> {
         if let Some(fault) = self.fault {
             return Err(fault.mpa_error());
         }
         if input.is_empty() {
             return Ok((0, None));
         }
-        if let Some((total, len)) = self.whole_fpdu_at_front(input, front) {
+        if let Some((total, len)) = self.whole_fpdu_at_front(input) {
             // Fast path (the case of an MPA-aligned sender): one whole, valid FPDU at the
             // front of the input and none of it received before.
             self.last_fpdu_offset = self.pos;
@@ -476,11 +461,7 @@ impl Deframer {
     /// else (including every error) goes through the general path, which decides it the
     /// same way octet by octet.
     #[inline]
-    fn whole_fpdu_at_front(
-        &self,
-        input: &[u8],
-        front: Option<(usize, u32)>,
-    ) -> Option<(usize, usize)> {
+    fn whole_fpdu_at_front(&self, input: &[u8]) -> Option<(usize, usize)> {
         // `started`: not even a leading marker of this FPDU may have been taken already,
         // since that marker is covered by the FPDU's CRC (MPA-4.4-17) and makes it "in an
         // FPDU" (a chunk that ended right after the marker; found by the deframer fuzzer).
@@ -500,14 +481,8 @@ impl Deframer {
             }
         }
         let field: [u8; CRC_LEN] = input.get(covered..total)?.try_into().ok()?;
-        if self.crc_on {
-            let crc = match front {
-                Some((n, crc)) if n == covered => crc,
-                _ => (self.crc_fn)(0, &input[..covered]),
-            };
-            if crc_from_wire(field) != crc {
-                return None;
-            }
+        if self.crc_on && crc_from_wire(field) != (self.crc_fn)(0, &input[..covered]) {
+            return None;
         }
         Some((total, len))
     }

@@ -69,28 +69,6 @@ const EPHEMERAL_FIRST: u16 = 49152;
 /// (`Event::Closed`), and nothing the owner did not write ever leaves.
 pub type Fill<'a> = dyn FnMut(ConnId, u64, usize, &mut [u8], bool) -> Option<u64> + 'a;
 
-/// A connection's receive digest ([`Host::set_rx_digest`]): `digest(payload)` returns the
-/// unfolded Internet checksum sum of all of a segment's payload ([`csum::sum`]) and, if it
-/// chose to take one in the same pass, a CRC of the payload's front ([`FrontCrc`]). Where
-/// the port does not verify TCP checksums, the host verifies a segment's with it and hands
-/// that CRC to the owner with the payload: the engine's digest takes the CRC32c of an
-/// MPA-aligned segment's one FPDU, which the deframer then checks without reading the FPDU
-/// again (issue 12 item 2: one touch of each received octet before placement).
-pub type RxDigest = fn(&[u8]) -> (u64, FrontCrc);
-
-/// Payloads shorter than this are summed as before, without the connection's receive
-/// digest: on a short FPDU its call and a separate sum of the header cost more than one
-/// pass saves (callgrind: ~200 more instructions per 64 B write_lat message).
-pub const RX_DIGEST_MIN: usize = 1024;
-
-/// What the host knows of a payload it delivers beyond its octets: `Some((n, crc))` when
-/// `crc` is the CRC32c (from 0) of the payload's first `n` octets (taken by the connection's
-/// [`RxDigest`] as the checksum was verified).
-pub type FrontCrc = Option<(usize, u32)>;
-
-/// The receive path's `deliver(conn, octets, front)` ([`Host::poll_with_fill_crc`]).
-type Deliver<'a> = dyn FnMut(ConnId, &[u8], FrontCrc) -> usize + 'a;
-
 /// A [`Fill`] bound to one connection: `fill(token, at, dst, sum)`.
 type ConnFill<'a> = dyn FnMut(u64, usize, &mut [u8], bool) -> Option<u64> + 'a;
 
@@ -142,8 +120,6 @@ struct Slot {
     defer_ack: bool,
     /// The deadline armed in the wheel (an entry with this instant is live).
     armed: Option<Instant>,
-    /// Its receive digest ([`Host::set_rx_digest`]).
-    rx_digest: Option<RxDigest>,
 }
 
 #[derive(Debug)]
@@ -468,21 +444,9 @@ impl<D: PollDevice> Host<D> {
     /// [`Self::poll_with`], with `fill` writing the octets of external records into the
     /// frames sent ([`Fill`]).
     #[inline]
-    pub fn poll_with_fill<F, X>(&mut self, now: Instant, mut deliver: F, fill: X) -> bool
+    pub fn poll_with_fill<F, X>(&mut self, now: Instant, mut deliver: F, mut fill: X) -> bool
     where
         F: FnMut(ConnId, &[u8]) -> usize,
-        X: FnMut(ConnId, u64, usize, &mut [u8], bool) -> Option<u64>,
-    {
-        self.poll_with_fill_crc(now, |c, d, _| deliver(c, d), fill)
-    }
-
-    /// [`Self::poll_with_fill`], `deliver(conn, octets, front)` also told the CRC32c of the
-    /// payload's front where the connection's [`RxDigest`] took it ([`FrontCrc`]; only for
-    /// the whole payload of the segment just verified, never for octets from the queue).
-    #[inline]
-    pub fn poll_with_fill_crc<F, X>(&mut self, now: Instant, mut deliver: F, mut fill: X) -> bool
-    where
-        F: FnMut(ConnId, &[u8], FrontCrc) -> usize,
         X: FnMut(ConnId, u64, usize, &mut [u8], bool) -> Option<u64>,
     {
         self.inner.now = now;
@@ -829,18 +793,6 @@ impl<D: PollDevice> Host<D> {
             return Err(StackError::Unsupported("Nagle's algorithm"));
         }
         s.conn.set_ack_delay(ack_delay);
-        Ok(())
-    }
-
-    /// Sets the receive digest of a live connection ([`RxDigest`]; `None` to stop). The
-    /// engine sets its CRC32c-and-checksum pass on a connection whose MPA negotiated CRCs.
-    /// Used only where the port does not verify checksums.
-    pub fn set_rx_digest(
-        &mut self,
-        id: ConnId,
-        digest: Option<RxDigest>,
-    ) -> Result<(), StackError> {
-        self.inner.user_slot_mut(id)?.rx_digest = digest;
         Ok(())
     }
 
@@ -1331,7 +1283,6 @@ impl Inner {
             dirty: false,
             defer_ack: false,
             armed: None,
-            rx_digest: None,
         });
         self.demux.insert(tuple, index);
         self.demux_memo = None;
@@ -1507,22 +1458,8 @@ impl Inner {
         self.queue_control(f);
     }
 
-    /// The connection of `tuple`, through a one-entry memo (a run of segments of one
-    /// connection hashes its tuple once).
-    #[inline]
-    fn find(&mut self, tuple: Tuple) -> Option<u32> {
-        match self.demux_memo {
-            Some((t, index)) if t == tuple => Some(index),
-            _ => {
-                let found = self.demux.get(&tuple).copied();
-                self.demux_memo = found.map(|index| (tuple, index));
-                found
-            }
-        }
-    }
-
     #[inline(never)]
-    fn process_frame(&mut self, frame: &[u8], deliver: &mut Deliver<'_>) {
+    fn process_frame(&mut self, frame: &[u8], deliver: &mut dyn FnMut(ConnId, &[u8]) -> usize) {
         let Ok(eth) = EthernetFrame::new_checked(frame) else {
             self.stats.rx_dropped += 1;
             return;
@@ -1591,7 +1528,7 @@ impl Inner {
         &mut self,
         src_mac: EthernetAddress,
         payload: &[u8],
-        deliver: &mut Deliver<'_>,
+        deliver: &mut dyn FnMut(ConnId, &[u8]) -> usize,
     ) {
         let Ok(p) = Ipv4Packet::new_checked(payload) else {
             self.stats.rx_dropped += 1;
@@ -1661,41 +1598,18 @@ impl Inner {
         src_mac: EthernetAddress,
         ip: &Ipv4Repr,
         payload: &[u8],
-        deliver: &mut Deliver<'_>,
+        deliver: &mut dyn FnMut(ConnId, &[u8]) -> usize,
     ) {
         let Ok(p) = TcpPacket::new_checked(payload) else {
             self.stats.rx_dropped += 1;
             return;
         };
         let (src, dst) = (IpAddress::Ipv4(ip.src_addr), IpAddress::Ipv4(ip.dst_addr));
-        let tuple = Tuple {
-            local_port: p.dst_port(),
-            remote_ip: ip.src_addr,
-            remote_port: p.src_port(),
-        };
-        let found = self.find(tuple);
         // The checksum where the port did not verify it (RFC 9293 3.1), at bulk speed
-        // (module `csum`); smoltcp then parses without verifying again. A connection with
-        // a receive digest has the CRC of its payload's front taken in the same pass.
-        let mut front: FrontCrc = None;
+        // (module `csum`); smoltcp then parses without verifying again.
         if self.caps.tcp.rx() {
-            // `new_checked` bounded the header length by the segment's (a multiple of
-            // four octets: the payload's sum needs no swap).
-            let hl = usize::from(p.header_len());
-            let digest = found
-                .filter(|_| payload.len() >= hl + RX_DIGEST_MIN)
-                .and_then(|i| self.slots.get(i as usize))
-                .and_then(|s| s.as_ref())
-                .and_then(|s| s.rx_digest);
-            let sum = match (digest, payload.get(hl..)) {
-                (Some(f), Some(data)) => {
-                    let (sum, f) = f(data);
-                    front = f.filter(|&(n, _)| n <= data.len());
-                    csum::sum(&payload[..hl]) + sum
-                }
-                _ => csum::sum(payload),
-            };
-            let total = csum::pseudo_header(ip.src_addr, ip.dst_addr, payload.len() as u16) + sum;
+            let total = csum::pseudo_header(ip.src_addr, ip.dst_addr, payload.len() as u16)
+                + csum::sum(payload);
             if !csum::verifies(total) {
                 self.stats.rx_dropped += 1;
                 return;
@@ -1705,18 +1619,27 @@ impl Inner {
             self.stats.rx_dropped += 1;
             return;
         };
+        let tuple = Tuple {
+            local_port: seg.dst_port,
+            remote_ip: ip.src_addr,
+            remote_port: seg.src_port,
+        };
+        let found = match self.demux_memo {
+            Some((t, index)) if t == tuple => Some(index),
+            _ => {
+                let found = self.demux.get(&tuple).copied();
+                self.demux_memo = found.map(|index| (tuple, index));
+                found
+            }
+        };
         if let Some(index) = found {
             if let Some(Some(s)) = self.slots.get_mut(index as usize) {
                 let id = ConnId {
                     index,
                     generation: s.generation,
                 };
-                // The front CRC goes with the segment's whole payload only.
-                let whole = (seg.payload.as_ptr(), seg.payload.len());
-                s.conn.handle_segment_with(self.now, &seg, &mut |data| {
-                    let f = front.filter(|_| (data.as_ptr(), data.len()) == whole);
-                    deliver(id, data, f)
-                });
+                s.conn
+                    .handle_segment_with(self.now, &seg, &mut |data| deliver(id, data));
                 // Deferred once only: a connection already waiting in the dirty list (its
                 // ACK deferred by the last poll, or segments of its own pending) sends this
                 // poll. Deferring again at every poll that brought data held a bulk
