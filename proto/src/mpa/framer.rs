@@ -333,18 +333,33 @@ impl Framer {
 /// If `out` is not exactly that long (a caller's bug).
 #[inline]
 pub fn frame_in_place(hdr: &[u8], payload_len: usize, crc: Option<Crc32cFn>, out: &mut [u8]) {
+    let (covered, crc_field) = fields_before_payload(hdr, payload_len, out);
+    zero_pad(&mut covered[2 + hdr.len() + payload_len..]);
+    let crc = crc.map_or(0, |f| f(0, covered));
+    crc_field.copy_from_slice(&crc_to_wire(crc));
+}
+
+/// Checks that `out` is exactly the FPDU of a ULPDU of `hdr` and `payload_len` octets,
+/// writes ULPDU_Length and the header, and returns the covered octets and the CRC field.
+///
+/// # Panics
+/// If `out` is not that FPDU, or the ULPDU is longer than 64768 octets (a caller's bug).
+#[inline]
+fn fields_before_payload<'o>(
+    hdr: &[u8],
+    payload_len: usize,
+    out: &'o mut [u8],
+) -> (&'o mut [u8], &'o mut [u8]) {
     let len = hdr.len() + payload_len;
     assert!(
         len <= MAX_ULPDU_LEN && out.len() == fpdu::fpdu_len(len),
-        "frame_in_place: the output is not the FPDU"
+        "framing in place: the output is not the FPDU"
     );
     let (covered, crc_field) = out.split_at_mut(out.len() - fpdu::CRC_LEN);
     // `len <= 64768` so it fits the 16-bit field (MPA-3-5).
     covered[..2].copy_from_slice(&(len as u16).to_be_bytes());
     covered[2..2 + hdr.len()].copy_from_slice(hdr);
-    zero_pad(&mut covered[2 + len..]);
-    let crc = crc.map_or(0, |f| f(0, covered));
-    crc_field.copy_from_slice(&crc_to_wire(crc));
+    (covered, crc_field)
 }
 
 /// [`frame_in_place`] for a payload written by the caller in between: ULPDU_Length and the
@@ -366,14 +381,7 @@ pub fn frame_around<E>(
     out: &mut [u8],
     write: impl FnOnce(&mut [u8], Option<u32>) -> Result<Option<u32>, E>,
 ) -> Result<(), E> {
-    let len = hdr.len() + payload_len;
-    assert!(
-        len <= MAX_ULPDU_LEN && out.len() == fpdu::fpdu_len(len),
-        "frame_around: the output is not the FPDU"
-    );
-    let (covered, crc_field) = out.split_at_mut(out.len() - fpdu::CRC_LEN);
-    covered[..2].copy_from_slice(&(len as u16).to_be_bytes());
-    covered[2..2 + hdr.len()].copy_from_slice(hdr);
+    let (covered, crc_field) = fields_before_payload(hdr, payload_len, out);
     let (head, rest) = covered.split_at_mut(2 + hdr.len());
     let (payload, pad) = rest.split_at_mut(payload_len);
     let head_crc = crc.map(|f| f(0, head));
