@@ -170,8 +170,8 @@ pub fn fused_available() -> bool {
 #[target_feature(enable = "sse4.2,pclmulqdq")]
 pub unsafe fn copy_sum_crc(src: *const u8, dst: &mut [u8], crc: u32) -> (u64, u32) {
     use std::arch::x86_64::{
-        __m128i, _mm_add_epi32, _mm_crc32_u64, _mm_loadu_si128, _mm_setzero_si128,
-        _mm_storeu_si128, _mm_unpackhi_epi16, _mm_unpacklo_epi16,
+        __m128i, _mm_add_epi32, _mm_loadu_si128, _mm_setzero_si128, _mm_storeu_si128,
+        _mm_unpackhi_epi16, _mm_unpacklo_epi16,
     };
     const V: usize = 16;
     let shift = shift_table();
@@ -204,11 +204,8 @@ pub unsafe fn copy_sum_crc(src: *const u8, dst: &mut [u8], crc: u32) -> (u64, u3
                 acc[2] = _mm_add_epi32(acc[2], _mm_unpacklo_epi16(hi, zero));
                 acc[3] = _mm_add_epi32(acc[3], _mm_unpackhi_epi16(hi, zero));
                 for w in 0..4 {
-                    // SAFETY: inside `dst`, just written. Volatile, so that the compiler
-                    // cannot take the word from the source again instead: the CRC covers
-                    // the octets stored, even if the source changed since.
-                    let word = unsafe { d.add(at + 8 * w).cast::<u64>().read_volatile() };
-                    *cs = _mm_crc32_u64(*cs, word);
+                    // SAFETY: `at + 8 * w + 8 <= at + 32`: inside `dst`, just written.
+                    *cs = unsafe { crc32_from_memory(*cs, d.add(at + 8 * w)) };
                 }
             }
             i += 2 * V;
@@ -228,6 +225,30 @@ pub unsafe fn copy_sum_crc(src: *const u8, dst: &mut [u8], crc: u32) -> (u64, u3
     unsafe { std::ptr::copy_nonoverlapping(src.add(done), tail.as_mut_ptr(), tail.len()) };
     total += warpcore_tcp::csum::sum(tail);
     (total, !serial(c, tail))
+}
+
+/// The CRC state `c` extended over the 8 octets at `p` (any alignment), loaded by the
+/// `crc32` instruction itself: the compiler cannot take the word from anywhere else (such
+/// as the source those octets were just copied from), so the CRC covers what `p` holds.
+/// (A volatile `u64` read would do the same but must be aligned; a frame's payload is not.)
+///
+/// # Safety
+/// `p` must be valid for reads of 8 octets; the CPU must have SSE4.2.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn crc32_from_memory(c: u64, p: *const u8) -> u64 {
+    let mut c = c;
+    // SAFETY: the caller's contract: 8 readable octets at `p`, SSE4.2 present. `readonly`:
+    // the instruction reads memory, so the stores before it are done first.
+    unsafe {
+        std::arch::asm!(
+            "crc32 {c}, qword ptr [{p}]",
+            c = inout(reg) c,
+            p = in(reg) p,
+            options(nostack, readonly, preserves_flags, pure)
+        );
+    }
+    c
 }
 
 /// The CRC state (not inverted) `c` after `data` (at least [`SHORT`] octets): passes of
@@ -315,15 +336,24 @@ mod tests {
             ])
             .chain([3 * MAX_LANE + 96, 9 * MAX_LANE + 7, 40_000]);
         for len in lens {
-            for off in [0usize, 1, 3, 8] {
+            // Source and destination at every kind of alignment (a frame's payload is not
+            // 8-aligned).
+            for (off, doff) in [(0usize, 0usize), (1, 5), (3, 2), (8, 7)] {
                 let src = &data[off..off + len];
                 for init in [0u32, 0x1234_5678] {
-                    let mut dst = vec![0xA5u8; len + 16];
+                    let mut buf = vec![0xA5u8; len + 16];
+                    let dst = &mut buf[doff..doff + len];
                     // SAFETY: `src` is a slice of `len` octets, apart from `dst`; the CPU
                     // has the features (checked above).
-                    let (sum, crc) = unsafe { copy_sum_crc(src.as_ptr(), &mut dst[..len], init) };
-                    assert_eq!(&dst[..len], src, "copy, {len} octets at {off}");
-                    assert!(dst[len..].iter().all(|&b| b == 0xA5), "wrote past {len}");
+                    let (sum, crc) = unsafe { copy_sum_crc(src.as_ptr(), dst, init) };
+                    assert_eq!(&buf[doff..doff + len], src, "copy, {len} octets at {off}");
+                    assert!(
+                        buf[..doff]
+                            .iter()
+                            .chain(&buf[doff + len..])
+                            .all(|&b| b == 0xA5),
+                        "wrote outside the {len} octets"
+                    );
                     let mut want = vec![0u8; len];
                     let want_sum = warpcore_tcp::csum::copy_and_sum(&mut want, src);
                     assert_eq!(
