@@ -158,7 +158,8 @@ pub fn fused_available() -> bool {
 ///
 /// One pass over three lanes of the input at once: each 16-octet vector is loaded once,
 /// stored, widened into the checksum's 32-bit lanes, and its words run through `crc32`
-/// from the copy just stored, so the CRC's one instruction a cycle overlaps the copy's
+/// from the copy just stored (the instruction loads them itself, with a memory operand),
+/// so the CRC's one instruction a cycle overlaps the copy's
 /// loads and stores instead of following them; passes of up to 4 KiB a lane,
 /// combined as in [`crc32c_append`]'s three streams, then a tail under 96 octets.
 ///
