@@ -105,51 +105,45 @@ impl TxRecord {
     fn write(&self, mrs: &MrTable, out: &mut [u8], sum: bool) -> Option<u64> {
         let hl = usize::from(self.hdr_len);
         let base = 2 + hl;
+        let payload_len = self.payload_len();
         let mut total = 0u64;
         let crc: Option<fpdu::Crc32cFn> = self.crc.then_some(crate::mem::crc::crc32c_append);
-        fpdu_frame_around(
-            &self.hdr[..hl],
-            self.payload_len(),
-            crc,
-            out,
-            |payload, mut c| {
-                let mut at = 0;
-                for p in &self.pieces[..usize::from(self.npieces)] {
-                    let n = p.len as usize;
-                    let dst = payload.get_mut(at..at + n).ok_or(())?;
-                    let g = match self.access {
-                        PieceAccess::Local { pd } => mrs.lookup_local(Stag(p.stag), pd, false),
-                        PieceAccess::Remote { pd, stream } => {
-                            mrs.lookup_remote(Stag(p.stag), pd, stream, Access::REMOTE_READ)
-                        }
-                    };
-                    let g = g.map_err(|_| ())?;
-                    match (sum, c) {
-                        (true, Some(cv)) => {
-                            let (s, cv) =
-                                g.copy_out_summed_crc_at(p.to, dst, cv).map_err(|_| ())?;
-                            total += csum::at_offset(s, base + at);
-                            c = Some(cv);
-                        }
-                        (true, None) => {
-                            let s = g.copy_out_summed_at(p.to, dst).map_err(|_| ())?;
-                            total += csum::at_offset(s, base + at);
-                        }
-                        (false, _) => {
-                            g.copy_out_at(p.to, dst).map_err(|_| ())?;
-                            // The CRC over the copy while it is in L1.
-                            c = c.map(|cv| crate::mem::crc::crc32c_append(cv, dst));
-                        }
+        fpdu_frame_around(&self.hdr[..hl], payload_len, crc, out, |payload, mut c| {
+            let mut at = 0;
+            for p in &self.pieces[..usize::from(self.npieces)] {
+                let n = p.len as usize;
+                let dst = payload.get_mut(at..at + n).ok_or(())?;
+                let g = match self.access {
+                    PieceAccess::Local { pd } => mrs.lookup_local(Stag(p.stag), pd, false),
+                    PieceAccess::Remote { pd, stream } => {
+                        mrs.lookup_remote(Stag(p.stag), pd, stream, Access::REMOTE_READ)
                     }
-                    at += n;
+                };
+                let g = g.map_err(|_| ())?;
+                match (sum, c) {
+                    (true, Some(cv)) => {
+                        let (s, cv) = g.copy_out_summed_crc_at(p.to, dst, cv).map_err(|_| ())?;
+                        total += csum::at_offset(s, base + at);
+                        c = Some(cv);
+                    }
+                    (true, None) => {
+                        let s = g.copy_out_summed_at(p.to, dst).map_err(|_| ())?;
+                        total += csum::at_offset(s, base + at);
+                    }
+                    (false, _) => {
+                        g.copy_out_at(p.to, dst).map_err(|_| ())?;
+                        // The CRC over the copy while it is in L1.
+                        c = c.map(|cv| crate::mem::crc::crc32c_append(cv, dst));
+                    }
                 }
-                Ok::<_, ()>(c)
-            },
-        )
+                at += n;
+            }
+            Ok::<_, ()>(c)
+        })
         .ok()?;
         if sum {
             // ULPDU_Length and the header at offset 0, the pad and CRC after the payload.
-            let end = base + self.payload_len();
+            let end = base + payload_len;
             total += csum::sum(&out[..base]) + csum::at_offset(csum::sum(&out[end..]), end);
         }
         Some(total)
