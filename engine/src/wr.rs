@@ -708,7 +708,15 @@ impl QpShared {
     /// Gives back a send queue slot: done by the engine when a request retires, and by an
     /// application thread whose reserved request could not be queued.
     pub fn release_sq(&self) {
-        self.sq_used.fetch_sub(1, Ordering::AcqRel);
+        self.release_sq_n(1);
+    }
+
+    /// Gives back `n` send queue slots at once (one atomic operation for a run of
+    /// requests retired together).
+    pub fn release_sq_n(&self, n: u32) {
+        if n > 0 {
+            self.sq_used.fetch_sub(n, Ordering::AcqRel);
+        }
     }
 
     /// Gives back a receive queue slot (see [`QpShared::release_sq`]).

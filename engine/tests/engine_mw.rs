@@ -642,3 +642,48 @@ fn local_operations_are_checked_at_post_time() {
     p.run(50);
     assert!(p.b.take_completions().is_empty(), "nothing was queued");
 }
+
+/// Writes from a region, then a Local Invalidate of that region, all in one send queue
+/// before the core runs: the transmit pass keeps a guard on the region it gathers from
+/// (`tx::gather`) and must let go of it before the invalidation waits for the region's
+/// guards to drain. The core would wait on itself otherwise: the case runs on its own
+/// thread, and a minute without an answer fails the test.
+#[test]
+fn local_invalidate_of_the_region_the_writes_before_it_read() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut p = Pair::default_pair();
+        let (qa, _qb) = p.connect();
+        let (rb, sb) = p.b.region(4096, all_access());
+        let (ra, sa) = p.a.region(4096, all_access());
+        ra.write_at(0, &pattern(256, 3)).unwrap();
+        for i in 0..4u64 {
+            post_a(&mut p, qa, i, write_op(sb.0, i * 64), &[(sa, i * 64, 64)]);
+        }
+        p.a.core
+            .post_send(qa, op_wr(9, SendOp::LocalInvalidate { stag: sa.0 }))
+            .unwrap();
+        for i in 0..4u64 {
+            assert_eq!(
+                wait_completion(&mut p, false, i, WcOpcode::Write).status,
+                WcStatus::Success
+            );
+        }
+        assert_eq!(
+            wait_completion(&mut p, false, 9, WcOpcode::LocalInvalidate).status,
+            WcStatus::Success
+        );
+        assert!(!p.a.mrs.is_valid(sa));
+        assert_eq!(read_b(&rb, 0, 256), pattern(256, 3));
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("the Local Invalidate never completed: the core waits on its own guard")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            panic!("the case failed (its thread panicked, message above)")
+        }
+    }
+}

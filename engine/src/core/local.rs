@@ -122,11 +122,17 @@ impl Qp {
     /// no local operation there, is decided inline, without a call.
     #[inline]
     pub(super) fn run_local_ops(&mut self, mrs: &MrTable) -> bool {
-        let local_next = usize::try_from(self.sq_next_seq - self.sq_head_seq)
+        self.local_op_next() && self.run_local_ops_at(mrs)
+    }
+
+    /// Whether a local operation is at the sending position: the next message start runs
+    /// it, and it may wait for guards on a region to drain.
+    #[inline]
+    pub(super) fn local_op_next(&self) -> bool {
+        usize::try_from(self.sq_next_seq - self.sq_head_seq)
             .ok()
             .and_then(|idx| self.sq.get(idx))
-            .is_some_and(|e| e.wr.op.is_local());
-        local_next && self.run_local_ops_at(mrs)
+            .is_some_and(|e| e.wr.op.is_local())
     }
 
     /// [`Self::run_local_ops`] once a local operation is at the sending position.

@@ -87,18 +87,23 @@ impl Qp {
     /// in submission order (RDMAP-5.5-8), a Read only once its Read Response was delivered
     /// (RDMAP-5.5-12); unsignalled successes retire without an entry.
     pub(super) fn retire_sq(&mut self) -> bool {
-        let mut any = false;
-        while let Some(e) = self.sq.front() {
-            let Some(status) = e.status else { break };
+        // The run of finished requests at the head gives its slots back first, in one
+        // atomic operation: by the time the application sees a completion its slot is free.
+        let done = self.sq.iter().take_while(|e| e.status.is_some()).count();
+        if done == 0 {
+            return false;
+        }
+        self.shared.release_sq_n(done as u32);
+        for _ in 0..done {
+            let Some(e) = self.sq.front() else { break };
+            let status = e.status.unwrap_or(WcStatus::Success);
             if e.wr.signaled || status != WcStatus::Success {
                 self.complete_send(e, status);
             }
             self.sq.pop_front();
             self.sq_head_seq += 1;
-            self.shared.release_sq();
-            any = true;
         }
-        any
+        true
     }
 
     /// Records an outstanding Read or Atomic Request (ORD, RDMAP-6.1-1, EXT-5.2-1), in the

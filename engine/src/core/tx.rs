@@ -9,7 +9,23 @@ use std::ops::ControlFlow;
 use warpcore_proto::ddp::SegmentationError;
 
 /// Gathers `out.len()` octets at message offset `offset` from the SGEs of a send request.
-pub(super) fn gather(mrs: &MrTable, pd: PdId, sges: &[Sge], offset: u64, out: &mut [u8]) -> bool {
+///
+/// `held` is the region of the last SGE gathered from in this transmit pass, still guarded:
+/// a run of small messages from one region (the common case: a ring of buffers in one
+/// registration) pays one guard, two atomic operations on the slot, per pass instead of
+/// one per message. The guard is checked for the same STag and PD as a fresh lookup would
+/// be (a local key is looked up with no write right, so that is all its outcome depends
+/// on). The caller drops it at the end of its pass and before anything on its thread can
+/// wait for a region's guards to drain (a Local Invalidate, a bind, a fast registration:
+/// [`Qp::local_op_next`]), so a deregistration waits at most one pass.
+pub(super) fn gather<'m>(
+    mrs: &'m MrTable,
+    held: &mut Option<MrGuard<'m>>,
+    pd: PdId,
+    sges: &[Sge],
+    offset: u64,
+    out: &mut [u8],
+) -> bool {
     let mut off = offset;
     let mut done = 0usize;
     for s in sges {
@@ -22,7 +38,19 @@ pub(super) fn gather(mrs: &MrTable, pd: PdId, sges: &[Sge], offset: u64, out: &m
             continue;
         }
         let n = (l - off).min((out.len() - done) as u64) as usize;
-        let Ok(g) = mrs.lookup_local(Stag(s.stag), pd, false) else {
+        let stag = Stag(s.stag);
+        if !held
+            .as_ref()
+            .is_some_and(|g| g.stag() == stag && g.pd() == pd)
+        {
+            // The old guard goes first: this thread never holds two for one SGE.
+            *held = None;
+            match mrs.lookup_local(stag, pd, false) {
+                Ok(g) => *held = Some(g),
+                Err(_) => return false,
+            }
+        }
+        let Some(g) = held.as_ref() else {
             return false;
         };
         let Some(to) = s.to.checked_add(off) else {
@@ -755,11 +783,19 @@ impl Qp {
     ) -> ControlFlow<bool, bool> {
         let mut work = false;
         let mut fpdus = 0;
+        // The region last gathered from, guarded for this pass ([`gather`]).
+        let mut held: Option<MrGuard<'_>> = None;
         self.sync_mulpdu(stack, tcp);
         while fpdus < ctx.cfg.tx_budget_fpdus {
             if self.tx.is_none() {
+                if self.local_op_next() {
+                    // It may wait for a region's guards to drain, ours included.
+                    held = None;
+                }
                 self.start_next(&ctx.cfg, &ctx.mrs);
-                if self.fail_tx_fault(ctx) {
+                if self.tx_fault.is_some() {
+                    drop(held);
+                    self.fail_tx_fault(ctx);
                     return ControlFlow::Break(true);
                 }
                 if self.tx.is_none() {
@@ -828,6 +864,7 @@ impl Qp {
                     // buffer below.
                     Ok(false) => {}
                     Err(()) => {
+                        drop(held);
                         self.fail_tx_source(msg_seq(&self.tx), ctx);
                         return ControlFlow::Break(true);
                     }
@@ -839,7 +876,7 @@ impl Qp {
             let mut fill = |dst: &mut [u8]| -> bool {
                 match src {
                     TxSrc::Sq(seq) => match sq.get((*seq - sq_head) as usize) {
-                        Some(e) => gather(mrs, pd, e.wr.sges.as_slice(), off, dst),
+                        Some(e) => gather(mrs, &mut held, pd, e.wr.sges.as_slice(), off, dst),
                         None => false,
                     },
                     TxSrc::AtomicResp => true,
@@ -867,6 +904,7 @@ impl Qp {
                 fbuf,
             );
             if sent.is_err() {
+                drop(held);
                 self.fail_tx_source(msg_seq(&self.tx), ctx);
                 return ControlFlow::Break(true);
             }
