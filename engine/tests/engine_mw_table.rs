@@ -315,3 +315,72 @@ fn binds_invalidations_and_lookups_race_safely() {
     t.deregister(s).unwrap();
     assert_eq!(t.registered(), 0);
 }
+
+/// `MrTable::check_local` (the guard-free check of a work request's SGE at post time)
+/// against one thread that fast-registers an STag over moving quarters of a region and
+/// invalidates it again: every answer is the one for a whole registration, never a mix.
+/// The STag's key names its quarter, so a checker knows the range that must pass and the
+/// ranges that must not. Run under Miri and the sanitizers with the other `mem` tests.
+#[test]
+fn unguarded_checks_race_fast_registrations_safely() {
+    let t = Arc::new(MrTable::with_seed(8, 12));
+    let r = Arc::new(Region::allocate(4096, 64).unwrap());
+    let mr = t
+        .register(Arc::clone(&r), PD, Access::LOCAL_WRITE, 0)
+        .unwrap();
+    let fr = t.alloc_fast_reg(PD).unwrap();
+    let quarter = |s: Stag| u64::from(s.key() % 4) * 1024;
+    let cur = Arc::new(AtomicU32::new(fr.0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let passed = Arc::new(AtomicUsize::new(0));
+    let checkers: Vec<_> = (0..2)
+        .map(|_| {
+            let (t, cur, stop) = (Arc::clone(&t), Arc::clone(&cur), Arc::clone(&stop));
+            let passed = Arc::clone(&passed);
+            thread::spawn(move || {
+                while !stop.load(Ordering::Acquire) {
+                    let s = Stag(cur.load(Ordering::Acquire));
+                    let base = quarter(s);
+                    let invalid = Err(Ok(LookupFault::InvalidStag));
+                    match t.check_local(s, PD, true, base, 1024) {
+                        Ok(()) => {
+                            passed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        e => assert_eq!(e, invalid),
+                    }
+                    let past = t.check_local(s, PD, false, base + 1, 1024);
+                    assert!(
+                        past == invalid
+                            || past == Err(Err(warpcore_engine::mem::BoundsFault::OutOfBounds)),
+                        "{past:?}"
+                    );
+                    assert!(matches!(
+                        t.check_local(s, PdId(PD.0 + 1), false, base, 1),
+                        Err(Ok(LookupFault::InvalidStag | LookupFault::WrongPd))
+                    ));
+                    thread::yield_now();
+                }
+            })
+        })
+        .collect();
+    let mut s = fr;
+    let mut i = 0;
+    while i < scaled(2000) || (passed.load(Ordering::Relaxed) < 20 && i < 1_000_000) {
+        i += 1;
+        let key = s.key().wrapping_add(1);
+        let base = u64::from(key % 4) * 1024;
+        s = t
+            .fast_register(s, key, mr, PD, base, 1024, base, Access::LOCAL_WRITE)
+            .unwrap();
+        cur.store(s.0, Ordering::Release);
+        if i % 16 == 0 {
+            thread::yield_now();
+        }
+        t.invalidate_local(s, PD).unwrap();
+    }
+    assert!(passed.load(Ordering::Relaxed) >= 20);
+    stop.store(true, Ordering::Release);
+    for c in checkers {
+        c.join().unwrap();
+    }
+}

@@ -99,15 +99,13 @@ pub fn validate_recv(shared: &QpShared, mrs: &MrTable, wr: &RecvWr) -> Result<()
 
 #[inline]
 pub(super) fn check_sge(mrs: &MrTable, pd: PdId, s: &Sge, write: bool) -> Result<(), EngineError> {
-    let g = mrs
-        .lookup_local(Stag(s.stag), pd, write)
+    // Unguarded: the engine looks the key up again, guarded, when it touches the memory.
+    mrs.check_local(Stag(s.stag), pd, write, s.to, u64::from(s.len))
         .map_err(|f| match f {
-            LookupFault::AccessDenied => EngineError::SgeAccess,
-            LookupFault::InvalidStag | LookupFault::WrongPd | LookupFault::WrongQp => {
+            Ok(LookupFault::AccessDenied) => EngineError::SgeAccess,
+            Ok(LookupFault::InvalidStag | LookupFault::WrongPd | LookupFault::WrongQp) => {
                 EngineError::SgeInvalidStag
             }
-        })?;
-    g.bounds(s.to, s.len as usize)
-        .map_err(|_| EngineError::SgeOutOfBounds)?;
-    Ok(())
+            Err(_) => EngineError::SgeOutOfBounds,
+        })
 }

@@ -100,10 +100,19 @@
 //! - Between `DRAINING` and the next `VALID`, lookups that raced past the early rejection
 //!   may still increment and decrement the count; they never read the metadata, and the
 //!   registration's compare-exchange preserves their counts.
+//! - **Check** ([`MrTable::check_local`], the post-time check of a work request's SGEs)
+//!   takes no guard: it loads the word (`Acquire`), reads atomic copies of the metadata it
+//!   needs (kind and PD, rights, base TO, length; every writer of `meta` stores them after
+//!   a `Release` fence), then after an `Acquire` fence loads the word again, and answers
+//!   only if both loads saw `VALID` with the STag's key (a seqlock's reader). It protects
+//!   nothing: the engine looks the key up again, guarded, before it touches the memory.
 //!
 //! A guard must not be held across a call to [`MrTable::deregister`] or
 //! [`MrTable::invalidate`] of the same STag on the same thread: that call would wait for
-//! itself. Leaking a guard (`mem::forget`) makes deregistration of that STag wait forever;
+//! itself. The engine's transmit pass keeps the guard of the region it last gathered from
+//! until the pass ends (a run of small messages from one region pays one guard), and lets
+//! go of it before a Local Invalidate, bind or fast registration at the sending position
+//! runs. Leaking a guard (`mem::forget`) makes deregistration of that STag wait forever;
 //! it is never unsound. The count has 32 bits; like `Arc`, a lookup aborts the process
 //! rather than let it overflow into the key.
 //!

@@ -6,7 +6,7 @@ use core::cell::UnsafeCell;
 use core::fmt;
 use core::hash::{BuildHasher, Hasher};
 use core::ptr;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{fence, AtomicU64, AtomicU8, Ordering};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -138,6 +138,12 @@ struct Slot {
     /// Memory windows currently bound to this region: it cannot be deregistered or
     /// invalidated while any is (as `ibv_dereg_mr` refuses with bound windows).
     binds: std::sync::atomic::AtomicU32,
+    /// Copies of `meta`'s base TO, length and rights for [`MrTable::check_local`], which
+    /// reads them without a guard: stored (after a release fence) wherever `meta` is
+    /// written ([`MrTable::mirror`]).
+    chk_base: AtomicU64,
+    chk_len: AtomicU64,
+    chk_access: AtomicU8,
 }
 
 // SAFETY: the UnsafeCells are accessed according to the protocol in the module
@@ -211,6 +217,9 @@ impl MrTable {
                 region: UnsafeCell::new(None),
                 info: AtomicU64::new(0),
                 binds: std::sync::atomic::AtomicU32::new(0),
+                chk_base: AtomicU64::new(0),
+                chk_len: AtomicU64::new(0),
+                chk_access: AtomicU8::new(0),
             })
             .collect();
         let free = (1..=capacity as u32).collect();
@@ -291,6 +300,7 @@ impl MrTable {
                 access,
                 ..EMPTY_META
             };
+            Self::mirror(slot, &*slot.meta.get());
             *slot.region.get() = Some(region);
         }
         slot.info
@@ -357,6 +367,18 @@ impl MrTable {
             });
     }
 
+    /// Copies what [`MrTable::check_local`] reads of `meta` into the slot's atomics (owner
+    /// only, right after writing `meta`). The release fence orders the owner's earlier
+    /// change of the state word (the compare-exchange that made it the owner) before
+    /// these stores: a checker that reads one of them and then, after its acquire fence,
+    /// the word, sees that change or a later one.
+    fn mirror(slot: &Slot, meta: &Meta) {
+        fence(Ordering::Release);
+        slot.chk_base.store(meta.base_to, Ordering::Relaxed);
+        slot.chk_len.store(meta.len as u64, Ordering::Relaxed);
+        slot.chk_access.store(meta.access.bits(), Ordering::Relaxed);
+    }
+
     fn slot_number(&self, stag: Stag) -> u32 {
         stag.index().wrapping_mul(self.index_inv) & INDEX_MASK
     }
@@ -400,6 +422,7 @@ impl MrTable {
             let meta = &mut *slot.meta.get();
             self.unbind_parent(meta);
             *meta = EMPTY_META;
+            Self::mirror(slot, meta);
             (*slot.region.get()).take()
         };
         // DRAINING -> FREE, keeping the key (the next registration advances it) and any
@@ -452,6 +475,7 @@ impl MrTable {
                     pd,
                     ..EMPTY_META
                 };
+                Self::mirror(slot, meta);
                 (*slot.region.get()).take()
             }
         };
@@ -561,6 +585,7 @@ impl MrTable {
                 kind,
                 ..EMPTY_META
             };
+            Self::mirror(slot, &*slot.meta.get());
             *slot.region.get() = None;
         }
         slot.info.store(info_word(kind, pd), Ordering::Relaxed);
@@ -717,6 +742,7 @@ impl MrTable {
                 qp: if ty == MwType::Type2 { stream } else { 0 },
                 parent,
             };
+            Self::mirror(slot, meta);
             let region = (*g.slot.region.get()).clone();
             core::mem::replace(&mut *slot.region.get(), region)
         };
@@ -827,6 +853,7 @@ impl MrTable {
                 qp: 0,
                 parent: 0,
             };
+            Self::mirror(slot, meta);
             let region = (*g.slot.region.get()).clone();
             core::mem::replace(&mut *slot.region.get(), region)
         };
@@ -933,6 +960,64 @@ impl MrTable {
             return Err(LookupFault::AccessDenied);
         }
         Ok(g)
+    }
+}
+
+impl MrTable {
+    /// What [`MrTable::lookup_local`] and [`MrGuard::bounds`] would say of `len` octets at
+    /// `to` under the local key `stag`, without taking a guard (no read-modify-write of the
+    /// slot's word, which the poster of a work request would otherwise pay twice per SGE).
+    /// For the typed refusal of a work request at post time: the engine looks the key up
+    /// again, guarded, when it reads or writes the memory, so this check protects nothing
+    /// by itself. It reads the slot's word, the atomic copies of the registration's rights
+    /// and range, then the word again: a registration operation on the slot in between
+    /// changes the word's state (and the check refuses, [`LookupFault::InvalidStag`]) unless
+    /// 256 of them completed in between and the slot's key came round to the same value
+    /// (binds and fast registrations refuse to keep a key), when the check could judge by
+    /// a mix of two registrations; the guarded lookup would then decide.
+    pub fn check_local(
+        &self,
+        stag: Stag,
+        pd: PdId,
+        need_write: bool,
+        to: u64,
+        len: u64,
+    ) -> Result<(), Result<LookupFault, BoundsFault>> {
+        let slot = self.slot_of(stag).ok_or(Ok(LookupFault::InvalidStag))?;
+        let want = tag(VALID, stag.key());
+        if tag_of(slot.word.load(Ordering::Acquire)) != want {
+            return Err(Ok(LookupFault::InvalidStag));
+        }
+        let (kind, spd) = info_of(slot.info.load(Ordering::Relaxed));
+        let access = Access::from_bits(slot.chk_access.load(Ordering::Relaxed));
+        let base = slot.chk_base.load(Ordering::Relaxed);
+        let mlen = slot.chk_len.load(Ordering::Relaxed);
+        fence(Ordering::Acquire);
+        if tag_of(slot.word.load(Ordering::Relaxed)) != want {
+            return Err(Ok(LookupFault::InvalidStag));
+        }
+        // The order of `lookup_in` and `lookup_local`: PD, the stream of a type 2 window
+        // (bound to a stream: never this local lookup's), rights, then windows refused.
+        if spd != pd {
+            return Err(Ok(LookupFault::WrongPd));
+        }
+        if kind == StagKind::Window(MwType::Type2) {
+            return Err(Ok(LookupFault::WrongQp));
+        }
+        let required = if need_write {
+            Access::LOCAL_WRITE
+        } else {
+            Access::empty()
+        };
+        if !access.is_some_and(|a| a.contains(required)) || matches!(kind, StagKind::Window(_)) {
+            return Err(Ok(LookupFault::AccessDenied));
+        }
+        // As `MrGuard::bounds`.
+        let end = to.checked_add(len).ok_or(Err(BoundsFault::ToWrap))?;
+        if to < base || end - base > mlen {
+            return Err(Err(BoundsFault::OutOfBounds));
+        }
+        Ok(())
     }
 }
 
@@ -1283,6 +1368,110 @@ mod tests {
             Err(BoundsFault::OutOfBounds)
         );
         assert_eq!(past, [0xEE, 0xEE]);
+    }
+
+    /// The guard-free check says what a guarded lookup and its bounds check say, for
+    /// regions, windows, fast registrations, invalidated and stale STags.
+    #[test]
+    fn check_local_agrees_with_the_guarded_lookup() {
+        let t = MrTable::with_seed(16, 11);
+        let pd = PdId(1);
+        let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::MW_BIND;
+        let ro = t.register(region(4096), pd, Access::empty(), 0).unwrap();
+        let w = t.register(region(4096), pd, rw, 0x10_000).unwrap();
+        let other_pd = t.register(region(64), PdId(2), rw, 0).unwrap();
+        let gone = t.register(region(64), pd, rw, 0).unwrap();
+        t.deregister(gone).unwrap();
+        let mw1 = t.alloc_mw(pd, MwType::Type1).unwrap();
+        let mw1 = t
+            .bind_mw(
+                mw1,
+                mw1.key().wrapping_add(1),
+                w,
+                pd,
+                0x10_000,
+                512,
+                Access::REMOTE_READ,
+                None,
+            )
+            .unwrap();
+        let mw2 = t.alloc_mw(pd, MwType::Type2).unwrap();
+        let mw2 = t
+            .bind_mw(
+                mw2,
+                mw2.key().wrapping_add(1),
+                w,
+                pd,
+                0x10_000,
+                512,
+                Access::REMOTE_READ,
+                Some(7),
+            )
+            .unwrap();
+        let fr = t.alloc_fast_reg(pd).unwrap();
+        let fr = t
+            .fast_register(
+                fr,
+                fr.key().wrapping_add(1),
+                w,
+                pd,
+                0x10_100,
+                256,
+                0x5000,
+                Access::LOCAL_WRITE,
+            )
+            .unwrap();
+        let unreg = t.alloc_fast_reg(pd).unwrap();
+        let invalidated = t.register(region(64), pd, rw, 0).unwrap();
+        t.invalidate(invalidated).unwrap();
+        let stale = Stag::new(w.index(), w.key().wrapping_add(1));
+        let stags = [
+            ro,
+            w,
+            other_pd,
+            gone,
+            mw1,
+            mw2,
+            fr,
+            unreg,
+            invalidated,
+            stale,
+            Stag(0),
+        ];
+        let ranges = [
+            (0u64, 0u64),
+            (0, 4096),
+            (0, 4097),
+            (0x10_000, 4096),
+            (0x10_000, 4097),
+            (0x10_fff, 1),
+            (0x5000, 256),
+            (0x5001, 256),
+            (u64::MAX, 2),
+            (0xffff, 1),
+        ];
+        let mut refused = 0;
+        for s in stags {
+            for p in [pd, PdId(2)] {
+                for write in [false, true] {
+                    for (to, len) in ranges {
+                        let guarded = t
+                            .lookup_local(s, p, write)
+                            .map_err(Ok)
+                            .and_then(|g| g.bounds(to, len as usize).map(drop).map_err(Err));
+                        let unguarded = t.check_local(s, p, write, to, len);
+                        assert_eq!(
+                            unguarded, guarded,
+                            "{s:?} {p:?} write {write} {to:#x}+{len}"
+                        );
+                        refused += usize::from(unguarded.is_err());
+                    }
+                }
+            }
+        }
+        // Both outcomes are exercised, and no guard was left behind.
+        assert!(refused > 0 && refused < stags.len() * 2 * 2 * ranges.len());
+        t.deregister(ro).unwrap();
     }
 
     #[test]
