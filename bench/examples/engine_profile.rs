@@ -33,7 +33,14 @@ fn main() {
     let size: u32 = args.next().and_then(|s| s.parse().ok()).unwrap_or(64);
     let count: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(10_000);
     let depth: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(128);
-    let (da, db) = link_pair(&LinkConfig::default());
+    // WC_LOSS: the probability that the link loses a frame, each way (seeded, so a run
+    // under callgrind loses the same frames; recovery timers still follow the clock).
+    let mut link = LinkConfig::default();
+    if let Some(p) = std::env::var("WC_LOSS").ok().and_then(|v| v.parse().ok()) {
+        link.faults_ab.loss = p;
+        link.faults_ba.loss = p;
+    }
+    let (da, db) = link_pair(&link);
     let mut cs = Config::new(db, [10, 0, 0, 2]);
     cs.drive = Drive::Caller;
     let mut cc = Config::new(da, [10, 0, 0, 1]);

@@ -30,38 +30,55 @@ impl Reassembly {
     /// Stores `data` at stream offset `off` (beyond the in-order point), merging with
     /// neighbours. Octets already held are kept as they were (the first copy wins, as the
     /// in-order path does).
+    ///
+    /// The merged block grows in place from the first block it touches: the common case,
+    /// each segment after a loss extending the block that ends where it starts, costs the
+    /// copy of that segment alone (amortised), not of everything held before it. (The
+    /// first version built every merge in a new buffer: after one loss the k-th segment
+    /// behind the hole copied k segments, and at 1 % loss that took 14 % of both engines'
+    /// instructions in `engine_profile`'s 64 KiB Writes.)
     pub fn insert(&mut self, off: u64, data: &[u8]) {
         if data.is_empty() {
             return;
         }
-        let mut start = off;
-        let mut end = off + data.len() as u64;
-        // Merge with every block that touches [start, end).
+        let end = off + data.len() as u64;
+        // Every block that touches [off, end), in order of their starts.
         let touching: Vec<u64> = self
             .blocks
             .range(..=end)
-            .filter(|(s, b)| **s + b.len() as u64 >= start)
+            .filter(|(s, b)| **s + b.len() as u64 >= off)
             .map(|(s, _)| *s)
             .collect();
         if touching.is_empty() && self.blocks.len() >= MAX_BLOCKS {
             return;
         }
-        let mut merged_from: Vec<(u64, Vec<u8>)> = Vec::with_capacity(touching.len());
-        for s in touching {
-            if let Some(b) = self.blocks.remove(&s) {
+        let mut rest = touching.into_iter().peekable();
+        // The base: the first touching block if it starts at or before `off` (its octets
+        // win over the new ones, which can only extend it), else the new octets.
+        let (start, mut buf) = match rest.peek() {
+            Some(&s0) if s0 <= off => {
+                rest.next();
+                let mut b = self.blocks.remove(&s0).unwrap_or_default();
                 self.octets -= b.len();
-                start = start.min(s);
-                end = end.max(s + b.len() as u64);
-                merged_from.push((s, b));
+                let held_end = s0 + b.len() as u64;
+                if end > held_end {
+                    b.extend_from_slice(&data[(held_end - off) as usize..]);
+                }
+                (s0, b)
             }
-        }
-        let mut buf = vec![0u8; (end - start) as usize];
-        let at = (off - start) as usize;
-        buf[at..at + data.len()].copy_from_slice(data);
-        // Existing octets win over the new copy.
-        for (s, b) in merged_from {
+            _ => (off, data.to_vec()),
+        };
+        // Later blocks: their octets overwrite the new ones where they overlap, and extend
+        // the merged block past its end.
+        for s in rest {
+            let Some(b) = self.blocks.remove(&s) else {
+                continue;
+            };
+            self.octets -= b.len();
             let at = (s - start) as usize;
-            buf[at..at + b.len()].copy_from_slice(&b);
+            let overlap = buf.len().saturating_sub(at).min(b.len());
+            buf[at..at + overlap].copy_from_slice(&b[..overlap]);
+            buf.extend_from_slice(&b[overlap..]);
         }
         self.octets += buf.len();
         self.blocks.insert(start, buf);
@@ -69,7 +86,8 @@ impl Reassembly {
     }
 
     /// Takes the block that starts at or before `off` and reaches past it: the octets from
-    /// `off` on. Blocks wholly before `off` are dropped.
+    /// `off` on (the block's own buffer, not a copy). Blocks wholly before `off` are
+    /// dropped.
     pub fn take_at(&mut self, off: u64) -> Option<Vec<u8>> {
         loop {
             let (&s, b) = self.blocks.iter().next()?;
@@ -77,13 +95,14 @@ impl Reassembly {
             if s > off {
                 return None;
             }
-            let b = self.blocks.remove(&s)?;
+            let mut b = self.blocks.remove(&s)?;
             self.octets -= b.len();
             if self.recent == Some(s) {
                 self.recent = None;
             }
             if e > off {
-                return Some(b[(off - s) as usize..].to_vec());
+                b.drain(..(off - s) as usize);
+                return Some(b);
             }
         }
     }
@@ -127,6 +146,62 @@ mod tests {
         assert_eq!(&b[8..], &[2, 2, 2, 2, 2]);
         assert!(r.is_empty());
         assert_eq!(r.octets(), 0);
+    }
+
+    /// Random inserts against a model (one slot per octet, the first copy wins): the same
+    /// octets held, in disjoint blocks, and `take_at` gives back the model's run.
+    #[test]
+    fn random_inserts_match_a_first_copy_wins_model() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for round in 0..300 {
+            let mut r = Reassembly::default();
+            let mut model: Vec<Option<u8>> = vec![None; 400];
+            let mut blocks_ever = 0;
+            for k in 0..(1 + next() % 30) {
+                let off = 10 + next() % 300;
+                let len = 1 + next() % 60;
+                let data: Vec<u8> = (0..len).map(|i| (k * 61 + i + round) as u8).collect();
+                // At most 30 inserts: the block limit is never reached here.
+                r.insert(off, &data);
+                blocks_ever = blocks_ever.max(r.blocks.len());
+                for (i, &d) in data.iter().enumerate() {
+                    model[off as usize + i].get_or_insert(d);
+                }
+            }
+            assert!(blocks_ever <= MAX_BLOCKS);
+            assert_eq!(r.octets(), model.iter().filter(|m| m.is_some()).count());
+            // Blocks are disjoint and hold exactly the model's octets.
+            let mut last_end = 0;
+            for (&s, b) in &r.blocks {
+                assert!(
+                    s > last_end || last_end == 0,
+                    "blocks touch or overlap at {s}"
+                );
+                for (i, &o) in b.iter().enumerate() {
+                    assert_eq!(model[s as usize + i], Some(o), "octet {}", s as usize + i);
+                }
+                assert!(model[s as usize - 1].is_none());
+                assert!(model[s as usize + b.len()].is_none());
+                last_end = s + b.len() as u64;
+            }
+            // Taking from inside the first block gives the rest of its run.
+            if let Some((&s, b)) = r.blocks.iter().next() {
+                let (s, len) = (s, b.len() as u64);
+                let at = s + next() % len;
+                let got = r.take_at(at).expect("block");
+                let want: Vec<u8> = model[at as usize..(s + len) as usize]
+                    .iter()
+                    .map(|m| m.expect("held"))
+                    .collect();
+                assert_eq!(got, want);
+            }
+        }
     }
 
     #[test]
