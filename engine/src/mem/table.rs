@@ -1382,32 +1382,24 @@ mod tests {
         let other_pd = t.register(region(64), PdId(2), rw, 0).unwrap();
         let gone = t.register(region(64), pd, rw, 0).unwrap();
         t.deregister(gone).unwrap();
-        let mw1 = t.alloc_mw(pd, MwType::Type1).unwrap();
-        let mw1 = t
-            .bind_mw(
-                mw1,
-                mw1.key().wrapping_add(1),
+        // A window of type `ty` bound to the first 512 octets of `w` (a type 2 window to
+        // stream 7).
+        let window = |ty: MwType, stream: Option<StreamId>| {
+            let mw = t.alloc_mw(pd, ty).unwrap();
+            t.bind_mw(
+                mw,
+                mw.key().wrapping_add(1),
                 w,
                 pd,
                 0x10_000,
                 512,
                 Access::REMOTE_READ,
-                None,
+                stream,
             )
-            .unwrap();
-        let mw2 = t.alloc_mw(pd, MwType::Type2).unwrap();
-        let mw2 = t
-            .bind_mw(
-                mw2,
-                mw2.key().wrapping_add(1),
-                w,
-                pd,
-                0x10_000,
-                512,
-                Access::REMOTE_READ,
-                Some(7),
-            )
-            .unwrap();
+            .unwrap()
+        };
+        let mw1 = window(MwType::Type1, None);
+        let mw2 = window(MwType::Type2, Some(7));
         let fr = t.alloc_fast_reg(pd).unwrap();
         let fr = t
             .fast_register(
