@@ -534,6 +534,9 @@ pub struct EngineCore<D: PollDevice> {
     fpdu: Vec<u8>,
     /// The FPDUs sent from registered memory that TCP may still send (module `txrec`).
     txrec: TxRecords,
+    /// The region table again (the one in `ctx`): the receive pass borrows it apart from
+    /// `ctx`, for the guard it keeps across segments ([`RxHeld`]).
+    rx_mrs: Arc<MrTable>,
 }
 
 impl<D: PollDevice> std::fmt::Debug for EngineCore<D> {
@@ -587,6 +590,7 @@ impl<D: PollDevice> EngineCore<D> {
             gather: Vec::new(),
             fpdu: Vec::new(),
             txrec: TxRecords::new(mrs.clone()),
+            rx_mrs: mrs.clone(),
             stack,
             ctx: Ctx {
                 events: VecDeque::with_capacity(cfg.event_queue_depth),

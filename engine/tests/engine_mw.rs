@@ -687,3 +687,48 @@ fn local_invalidate_of_the_region_the_writes_before_it_read() {
         }
     }
 }
+
+/// A Write into a window and a Send with Invalidate of that window, posted together so
+/// that they arrive in one receive pass: the pass keeps the guard of the region it last
+/// placed into (`rx::RxHeld`) and must let go of it before the invalidation waits for the
+/// window's guards to drain. The case runs on its own thread; a minute without an answer
+/// fails the test (the core waiting on itself).
+#[test]
+fn send_with_invalidate_of_the_window_a_write_just_filled() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut p = Pair::default_pair();
+        let (qa, qb) = p.connect();
+        let (rb, mr) = region_b(&p);
+        let (_rx, rxs) = p.b.region(4096, all_access());
+        let (ra, sa) = p.a.region(4096, all_access());
+        ra.write_at(0, &pattern(256, 4)).unwrap();
+        let mw = p.b.mrs.alloc_mw(PD, MwType::Type2).unwrap();
+        let w = bind(&mut p, qb, mw, mr, 0, 4096, WINDOW_ALL);
+        p.b.core
+            .post_recv(qb, recv_wr(10, &[(rxs, 0, 64)]))
+            .unwrap();
+        post_a(&mut p, qa, 1, write_op(w.0, 0), &[(sa, 0, 256)]);
+        post_a(
+            &mut p,
+            qa,
+            2,
+            SendOp::SendInvalidate { stag: w.0 },
+            &[(sa, 0, 8)],
+        );
+        let c = wait_completion(&mut p, true, 10, WcOpcode::Recv);
+        assert_eq!((c.status, c.invalidated), (WcStatus::Success, Some(w.0)));
+        assert!(!p.b.mrs.is_valid(w));
+        assert_eq!(read_b(&rb, 0, 256), pattern(256, 4));
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("the Send with Invalidate never completed: the core waits on its own guard")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            panic!("the case failed (its thread panicked, message above)")
+        }
+    }
+}

@@ -80,10 +80,26 @@ pub(super) fn scatter(
     }
 }
 
+/// The region of the last tagged segment placed in this receive pass, still guarded, with
+/// the stream and the right it was looked up for: the next segment into the same region
+/// (every segment of a bulk Write) places through it without a lookup of its own. Dropping
+/// a guard is a locked instruction, which waits until the placement's stores have drained;
+/// once per pass instead of once per segment, the stores of one segment drain while the
+/// next is checked. The pass drops it at its end, and before a Send with Invalidate is
+/// handled (the invalidation waits for the region's guards: the core would wait on
+/// itself), so a deregistration waits at most one pass.
+pub(super) type RxHeld<'m> = Option<(MrGuard<'m>, crate::mem::StreamId, Access)>;
+
 impl Qp {
     /// Consumes received stream octets: MPA startup frames, then FPDUs. Returns how many
-    /// octets were consumed.
-    pub(super) fn consume(&mut self, data: &[u8], ctx: &mut Ctx) -> usize {
+    /// octets were consumed. `mrs` and `held`: see [`RxHeld`].
+    pub(super) fn consume<'m>(
+        &mut self,
+        data: &[u8],
+        ctx: &mut Ctx,
+        mrs: &'m MrTable,
+        held: &mut RxHeld<'m>,
+    ) -> usize {
         let mut used = 0;
         if let Some(Mpa::Initiator(i)) = self.conn.as_mut().map(|c| &mut c.mpa) {
             if i.phase() == nego::Phase::AwaitingFrame {
@@ -108,7 +124,7 @@ impl Qp {
                 Ok((n, Some(ulpdu))) => {
                     used += n;
                     ctx.stats.fpdus_rx += 1;
-                    match self.rx_ulpdu(&ulpdu, ctx) {
+                    match self.rx_ulpdu(&ulpdu, ctx, mrs, held) {
                         // The input ended with this FPDU (an aligned segment): no call
                         // for the empty rest.
                         Ok(()) if used == data.len() => break,
@@ -149,7 +165,13 @@ impl Qp {
     /// DDP's validation, and the handler of the segment's buffer: [`Self::rx_tagged`], or
     /// one per untagged queue (QN 0 Sends and Immediate Data, QN 1 Read and Atomic
     /// Requests, QN 2 Terminates, QN 3 Atomic Responses).
-    pub(super) fn rx_ulpdu(&mut self, ulpdu: &[u8], ctx: &mut Ctx) -> Result<(), RxFault> {
+    pub(super) fn rx_ulpdu<'m>(
+        &mut self,
+        ulpdu: &[u8],
+        ctx: &mut Ctx,
+        mrs: &'m MrTable,
+        held: &mut RxHeld<'m>,
+    ) -> Result<(), RxFault> {
         if self.rx_fenced(ulpdu)? {
             return Ok(());
         }
@@ -175,11 +197,12 @@ impl Qp {
         }
         let opcode = seg.repr.opcode;
         let immediate = matches!(opcode, Opcode::ImmediateData | Opcode::ImmediateDataSe);
-        // The handlers borrow the core's parts apart: the region table (the STag lookup's
-        // guard lives on it) and the counters.
-        let Ctx { mrs, stats, .. } = ctx;
-        let mrs: &MrTable = mrs;
-        let (guard, tagged) = self.rx_lookup(&seg, mrs)?;
+        // A Send with Invalidate may wait for its region's guards to drain, ours included.
+        if seg.repr.invalidate_stag().is_some() {
+            *held = None;
+        }
+        let stats = &mut ctx.stats;
+        let (guard, tagged) = self.rx_lookup(&seg, mrs, held)?;
         // Immediate Data consumes a receive buffer whatever its length: the 8 octets go
         // into the completion, not into the buffer (EXT-6.3-2; departure in docs/engine.md).
         let untagged = UntaggedView {
@@ -215,7 +238,7 @@ impl Qp {
             return Ok(());
         };
         match placement {
-            Placement::Tagged(p) => self.rx_tagged(ulpdu, &p, opcode, guard.as_ref(), stats),
+            Placement::Tagged(p) => self.rx_tagged(ulpdu, &p, opcode, guard, stats),
             Placement::Untagged(p) => match p.qn {
                 qn::SEND if immediate => self.rx_immediate(&seg, &p),
                 qn::SEND => self.rx_send(ulpdu, &seg, &p, mrs, stats),
@@ -299,11 +322,12 @@ impl Qp {
     /// segments are not looked up at all (DDP-5.2-11). A lookup fault is DDP's to report
     /// (through the view), except for our own Read whose sink went away under it.
     #[inline(always)]
-    fn rx_lookup<'m>(
+    fn rx_lookup<'h, 'm>(
         &mut self,
         seg: &Segment<'_>,
         mrs: &'m MrTable,
-    ) -> Result<(Option<MrGuard<'m>>, TaggedView), RxFault> {
+        held: &'h mut RxHeld<'m>,
+    ) -> Result<(Option<&'h MrGuard<'m>>, TaggedView), RxFault> {
         let warpcore_proto::wire::ddp::DdpBuffer::Tagged { stag, .. } = seg.repr.buffer else {
             return Ok((None, TaggedView(Err(TaggedFault::InvalidStag))));
         };
@@ -316,29 +340,39 @@ impl Qp {
         } else {
             Access::REMOTE_WRITE
         };
-        match mrs.lookup_remote(Stag(stag), self.pd, self.id.stream(), need) {
-            Ok(g) => {
-                let view = TaggedView(Ok(g.tagged_region()));
-                Ok((Some(g), view))
-            }
-            Err(_)
-                if opcode == Opcode::ReadResponse
-                    && self
-                        .orq
-                        .front()
-                        .is_some_and(|h| h.atomic.is_none() && h.sink_stag == stag) =>
-            {
-                // The sink of our own Read went away under it (deregistered or
-                // invalidated locally): a local fault, not the peer's (departure 8).
-                if let Some(seq) = self.orq.front().and_then(|h| h.seq) {
-                    if let Some(e) = self.entry_mut(seq) {
-                        e.status = Some(WcStatus::LocalProtection);
+        let stream = self.id.stream();
+        // The held guard answers as a fresh lookup would: same STag, PD, stream and right.
+        let hit = held.as_ref().is_some_and(|(g, s, a)| {
+            g.stag() == Stag(stag) && g.pd() == self.pd && *s == stream && *a == need
+        });
+        if !hit {
+            // The old guard goes first: this thread never holds two for one segment.
+            *held = None;
+            match mrs.lookup_remote(Stag(stag), self.pd, stream, need) {
+                Ok(g) => *held = Some((g, stream, need)),
+                Err(_)
+                    if opcode == Opcode::ReadResponse
+                        && self
+                            .orq
+                            .front()
+                            .is_some_and(|h| h.atomic.is_none() && h.sink_stag == stag) =>
+                {
+                    // The sink of our own Read went away under it (deregistered or
+                    // invalidated locally): a local fault, not the peer's (departure 8).
+                    if let Some(seq) = self.orq.front().and_then(|h| h.seq) {
+                        if let Some(e) = self.entry_mut(seq) {
+                            e.status = Some(WcStatus::LocalProtection);
+                        }
                     }
+                    return Err(RdmapError::LocalCatastrophic.into());
                 }
-                Err(RdmapError::LocalCatastrophic.into())
+                Err(f) => return Ok((None, TaggedView(Err(f.tagged_fault())))),
             }
-            Err(f) => Ok((None, TaggedView(Err(f.tagged_fault())))),
         }
+        Ok(match held.as_ref() {
+            Some((g, _, _)) => (Some(g), TaggedView(Ok(g.tagged_region()))),
+            None => (None, TaggedView(Err(TaggedFault::InvalidStag))),
+        })
     }
 
     /// A tagged segment DDP accepted: an RDMA Write (with or without Immediate) or a Read
@@ -619,8 +653,11 @@ impl<D: PollDevice> EngineCore<D> {
             conn_qp,
             tx_ready,
             txrec,
+            rx_mrs,
             ..
         } = self;
+        let mrs: &MrTable = rx_mrs;
+        let mut held: RxHeld<'_> = None;
         let fill = |c, t, at, dst: &mut [u8], sum| txrec.fill(c, t, at, dst, sum);
         let work = stack.poll_with_fill(
             now,
@@ -639,7 +676,7 @@ impl<D: PollDevice> EngineCore<D> {
                 if !steady {
                     return 0;
                 }
-                let n = q.consume(data, ctx);
+                let n = q.consume(data, ctx, mrs, &mut held);
                 ctx.stats.rx_in_place_octets += n as u64;
                 // Received octets may owe the peer something (as in `poll_rx`).
                 tx_ready.mark(i);
@@ -647,6 +684,7 @@ impl<D: PollDevice> EngineCore<D> {
             },
             fill,
         );
+        drop(held);
         if self.txrec.has_failed() {
             self.fail_unfillable();
         }
@@ -682,8 +720,11 @@ impl<D: PollDevice> EngineCore<D> {
             qps,
             ctx,
             rx_ready,
+            rx_mrs,
             ..
         } = self;
+        let mrs: &MrTable = rx_mrs;
+        let mut held: RxHeld<'_> = None;
         let Some(q) = qps[i].as_mut() else {
             return false;
         };
@@ -702,7 +743,7 @@ impl<D: PollDevice> EngineCore<D> {
             let n = stack
                 .recv_with(tcp, |data| {
                     let data = &data[..data.len().min(budget - taken)];
-                    q.consume(data, ctx)
+                    q.consume(data, ctx, mrs, &mut held)
                 })
                 .unwrap_or(0);
             if n == 0 {
