@@ -42,23 +42,24 @@ impl Reassembly {
             return;
         }
         let end = off + data.len() as u64;
-        // Every block that touches [off, end), in order of their starts.
-        let touching: Vec<u64> = self
+        // Blocks never touch one another, so at most one block that starts at or before
+        // `off` touches the new octets: the last one starting there, if it reaches `off`.
+        let before = self
             .blocks
-            .range(..=end)
+            .range(..=off)
+            .next_back()
             .filter(|(s, b)| **s + b.len() as u64 >= off)
-            .map(|(s, _)| *s)
-            .collect();
-        if touching.is_empty() && self.blocks.len() >= MAX_BLOCKS {
+            .map(|(s, _)| *s);
+        if before.is_none()
+            && self.blocks.len() >= MAX_BLOCKS
+            && self.blocks.range(off..=end).next().is_none()
+        {
             return;
         }
-        let mut rest = touching.into_iter().peekable();
-        // The base: the first touching block if it starts at or before `off` (its octets
-        // win over the new ones, which can only extend it), else the new octets.
-        let (start, mut buf) = match rest.peek() {
-            Some(&s0) if s0 <= off => {
-                rest.next();
-                let mut b = self.blocks.remove(&s0).unwrap_or_default();
+        // The base: that block (its octets win over the new ones, which can only extend
+        // it), else the new octets.
+        let (start, mut buf) = match before.and_then(|s0| Some((s0, self.blocks.remove(&s0)?))) {
+            Some((s0, mut b)) => {
                 self.octets -= b.len();
                 let held_end = s0 + b.len() as u64;
                 if end > held_end {
@@ -66,13 +67,18 @@ impl Reassembly {
                 }
                 (s0, b)
             }
-            _ => (off, data.to_vec()),
+            None => (off, data.to_vec()),
         };
-        // Later blocks: their octets overwrite the new ones where they overlap, and extend
-        // the merged block past its end.
-        for s in rest {
+        // Later blocks up to the merged block's end: their octets overwrite the new ones
+        // where they overlap, and extend it past its end (no block after one of them can
+        // touch it).
+        while let Some((&s, _)) = self
+            .blocks
+            .range(start + 1..=start + buf.len() as u64)
+            .next()
+        {
             let Some(b) = self.blocks.remove(&s) else {
-                continue;
+                break;
             };
             self.octets -= b.len();
             let at = (s - start) as usize;
