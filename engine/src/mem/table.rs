@@ -927,15 +927,13 @@ impl MrTable {
         // cannot leave VALID (nor `meta` change) until our guard decrements.
         let meta = unsafe { *slot.meta.get() };
         let guard = MrGuard { slot, meta, stag };
-        if meta.pd != pd {
-            return Err(LookupFault::WrongPd);
-        }
-        if meta.qp != 0 && meta.qp != stream {
-            return Err(LookupFault::WrongQp);
-        }
-        if !meta.access.contains(required) {
-            return Err(LookupFault::AccessDenied);
-        }
+        check_rights(
+            meta.pd,
+            meta.qp != 0 && meta.qp != stream,
+            meta.access,
+            pd,
+            required,
+        )?;
         Ok(guard)
     }
 
@@ -996,29 +994,63 @@ impl MrTable {
         if tag_of(slot.word.load(Ordering::Relaxed)) != want {
             return Err(Ok(LookupFault::InvalidStag));
         }
-        // The order of `lookup_in` and `lookup_local`: PD, the stream of a type 2 window
-        // (bound to a stream: never this local lookup's), rights, then windows refused.
-        if spd != pd {
-            return Err(Ok(LookupFault::WrongPd));
-        }
-        if kind == StagKind::Window(MwType::Type2) {
-            return Err(Ok(LookupFault::WrongQp));
-        }
         let required = if need_write {
             Access::LOCAL_WRITE
         } else {
             Access::empty()
         };
-        if !access.is_some_and(|a| a.contains(required)) || matches!(kind, StagKind::Window(_)) {
+        // As `lookup_local`: the checks of `lookup_in` (a bound type 2 window belongs to
+        // a stream, never this local lookup's), then windows refused.
+        check_rights(
+            spd,
+            kind == StagKind::Window(MwType::Type2),
+            access.unwrap_or(Access::empty()),
+            pd,
+            required,
+        )
+        .map_err(Ok)?;
+        if access.is_none() || matches!(kind, StagKind::Window(_)) {
             return Err(Ok(LookupFault::AccessDenied));
         }
         // As `MrGuard::bounds`.
-        let end = to.checked_add(len).ok_or(Err(BoundsFault::ToWrap))?;
-        if to < base || end - base > mlen {
-            return Err(Err(BoundsFault::OutOfBounds));
-        }
+        range_offset(base, mlen, to, len).map_err(Err)?;
         Ok(())
     }
+}
+
+/// The rights checks of a lookup, in `lookup_in`'s order (siw's): the registration's PD
+/// (`owner_pd`) against the caller's, a type 2 window bound to another stream, then the
+/// rights `granted` against those `required`.
+#[inline]
+fn check_rights(
+    owner_pd: PdId,
+    other_stream: bool,
+    granted: Access,
+    pd: PdId,
+    required: Access,
+) -> Result<(), LookupFault> {
+    if owner_pd != pd {
+        return Err(LookupFault::WrongPd);
+    }
+    if other_stream {
+        return Err(LookupFault::WrongQp);
+    }
+    if !granted.contains(required) {
+        return Err(LookupFault::AccessDenied);
+    }
+    Ok(())
+}
+
+/// The offset of `[to, to + len)` in a registration of `mlen` octets whose first octet has
+/// TO `base`.
+#[inline]
+fn range_offset(base: u64, mlen: u64, to: u64, len: u64) -> Result<usize, BoundsFault> {
+    let end = to.checked_add(len).ok_or(BoundsFault::ToWrap)?;
+    // `base + mlen` cannot wrap: registration refuses such ranges.
+    if to < base || end - base > mlen {
+        return Err(BoundsFault::OutOfBounds);
+    }
+    Ok((to - base) as usize)
 }
 
 impl fmt::Debug for MrTable {
@@ -1136,25 +1168,19 @@ impl MrGuard<'_> {
     /// may sit at either edge, including one past the last byte.
     #[inline]
     pub fn bounds(&self, to: u64, len: usize) -> Result<usize, BoundsFault> {
-        let end = to.checked_add(len as u64).ok_or(BoundsFault::ToWrap)?;
-        let base = self.meta.base_to;
-        // `base + region len` cannot wrap: registration refuses such ranges.
-        if to < base || end - base > self.meta.len as u64 {
-            return Err(BoundsFault::OutOfBounds);
-        }
-        Ok((to - base) as usize)
+        range_offset(self.meta.base_to, self.meta.len as u64, to, len as u64)
     }
 
     /// The planted defect (feature `planted-bounds-defect`, test-only): [`MrGuard::bounds`]
     /// with the end of the region moved [`PLANTED_SLACK`] octets out.
     #[cfg(feature = "planted-bounds-defect")]
     fn planted_bounds(&self, to: u64, len: usize) -> Result<usize, BoundsFault> {
-        let end = to.checked_add(len as u64).ok_or(BoundsFault::ToWrap)?;
-        let base = self.meta.base_to;
-        if to < base || end - base > self.meta.len as u64 + PLANTED_SLACK {
-            return Err(BoundsFault::OutOfBounds);
-        }
-        Ok((to - base) as usize)
+        range_offset(
+            self.meta.base_to,
+            self.meta.len as u64 + PLANTED_SLACK,
+            to,
+            len as u64,
+        )
     }
 
     #[inline]
