@@ -643,6 +643,25 @@ fn local_operations_are_checked_at_post_time() {
     assert!(p.b.take_completions().is_empty(), "nothing was queued");
 }
 
+/// Runs `case` on its own thread and fails if it panics or has not finished within a
+/// minute: `what` never completed because the core waits on its own guard.
+fn within_a_minute(what: &str, case: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        case();
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("{what} never completed: the core waits on its own guard")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            panic!("the case failed (its thread panicked, message above)")
+        }
+    }
+}
+
 /// Writes from a region, then a Local Invalidate of that region, all in one send queue
 /// before the core runs: the transmit pass keeps a guard on the region it gathers from
 /// (`tx::gather`) and must let go of it before the invalidation waits for the region's
@@ -650,8 +669,7 @@ fn local_operations_are_checked_at_post_time() {
 /// thread, and a minute without an answer fails the test.
 #[test]
 fn local_invalidate_of_the_region_the_writes_before_it_read() {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
+    within_a_minute("the Local Invalidate", || {
         let mut p = Pair::default_pair();
         let (qa, _qb) = p.connect();
         let (rb, sb) = p.b.region(4096, all_access());
@@ -675,17 +693,7 @@ fn local_invalidate_of_the_region_the_writes_before_it_read() {
         );
         assert!(!p.a.mrs.is_valid(sa));
         assert_eq!(read_b(&rb, 0, 256), pattern(256, 3));
-        let _ = tx.send(());
     });
-    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
-        Ok(()) => {}
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-            panic!("the Local Invalidate never completed: the core waits on its own guard")
-        }
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-            panic!("the case failed (its thread panicked, message above)")
-        }
-    }
 }
 
 /// A Write into a window and a Send with Invalidate of that window, posted together so
@@ -695,8 +703,7 @@ fn local_invalidate_of_the_region_the_writes_before_it_read() {
 /// fails the test (the core waiting on itself).
 #[test]
 fn send_with_invalidate_of_the_window_a_write_just_filled() {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
+    within_a_minute("the Send with Invalidate", || {
         let mut p = Pair::default_pair();
         let (qa, qb) = p.connect();
         let (rb, mr) = region_b(&p);
@@ -720,15 +727,5 @@ fn send_with_invalidate_of_the_window_a_write_just_filled() {
         assert_eq!((c.status, c.invalidated), (WcStatus::Success, Some(w.0)));
         assert!(!p.b.mrs.is_valid(w));
         assert_eq!(read_b(&rb, 0, 256), pattern(256, 4));
-        let _ = tx.send(());
     });
-    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
-        Ok(()) => {}
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-            panic!("the Send with Invalidate never completed: the core waits on its own guard")
-        }
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-            panic!("the case failed (its thread panicked, message above)")
-        }
-    }
 }
