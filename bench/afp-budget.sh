@@ -29,21 +29,11 @@ for t in iperf3 python3; do
     command -v "$t" >/dev/null || { echo "bench/afp-budget.sh: $t is missing (scripts/install-deps.sh)" >&2; exit 1; }
 done
 (($(nproc) >= 2)) || { echo "bench/afp-budget.sh: needs 2 CPUs, this machine has $(nproc)" >&2; exit 1; }
-if [[ ! -x "$IWPERF" ]]; then
-    echo "bench/afp-budget.sh: building iwperf"
-    cargo build --release -q -p warpcore-apps --bin iwperf
-fi
 # shellcheck source=scripts/lib/lossnet.sh
 source scripts/lib/lossnet.sh
-work=$(mktemp -d /tmp/afp-budget.XXXXXX)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    lossnet_down
-    rm -rf "$work" "$LOSSNET_DIR"
-}
-trap cleanup EXIT
-fail() { echo "bench/afp-budget.sh: FAILED: $*" >&2; for f in "$work"/*.log; do [[ -f $f ]] && { echo "--- $f"; grep -v '^EAL' "$f" | tail -n 15; }; done; exit 1; }
+lossnet_harness bench/afp-budget.sh afp-budget
+fail() { lossnet_fail "$@"; }
+lossnet_build "$IWPERF" iwperf
 lossnet_up
 lossnet_loss 0
 echo "bench/afp-budget.sh: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); ${window} s windows; $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
@@ -60,15 +50,24 @@ measure() {
     sample "$work/$1.b"
 }
 
+# serve NAME SETTLE LOG CMD...: starts the receiving side CMD (its output in LOG) and, SETTLE
+# seconds later, the sampling NAME (measure), both in the background: pids in spid, mpid.
+serve() {
+    local name=$1 settle=$2 log=$3
+    shift 3
+    "$@" >"$log" 2>&1 &
+    spid=$!
+    pids+=("$spid")
+    sleep "$settle"
+    measure "$name" &
+    mpid=$!
+    pids+=("$mpid")
+}
+
 eal="--no-huge -m 256 --no-pci --no-telemetry --no-shconf --log-level=error"
-ip netns exec "$LOSSNET_B" timeout 120 "$IWPERF" write_bw --ip 198.18.0.2 --timeout 60 \
-    --vdev net_af_packet0,iface=wclb --eal="-l 0 $eal --file-prefix=wcbudget-s$$" -s 65536 -D "$run" \
-    >"$work/server.log" 2>&1 &
-spid=$!
-pids+=("$spid")
-sleep 0.5
-measure warpcore &
-mpid=$!
+serve warpcore 0.5 "$work/server.log" ip netns exec "$LOSSNET_B" timeout 120 "$IWPERF" write_bw \
+    --ip 198.18.0.2 --timeout 60 --vdev net_af_packet0,iface=wclb \
+    --eal="-l 0 $eal --file-prefix=wcbudget-s$$" -s 65536 -D "$run"
 ip netns exec "$LOSSNET_A" timeout 120 "$IWPERF" write_bw 198.18.0.2 --ip 198.18.0.1 --timeout 60 \
     --json "$work/bw.json" --vdev net_af_packet0,iface=wcla --eal="-l 1 $eal --file-prefix=wcbudget-c$$" \
     -s 65536 -D "$run" --report_gbits >"$work/client.log" 2>&1 || fail "iwperf write_bw client"
@@ -77,12 +76,7 @@ wait "$spid" || fail "iwperf write_bw server"
 bw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"][0]["bw"]["average"])' "$work/bw.json") ||
     fail "no write_bw result"
 
-ip netns exec "$LOSSNET_B" iperf3 -s -1 -A 0 -B 198.18.0.12 >"$work/iperf3-s.log" 2>&1 &
-spid=$!
-pids+=("$spid")
-sleep 0.3
-measure kernel &
-mpid=$!
+serve kernel 0.3 "$work/iperf3-s.log" ip netns exec "$LOSSNET_B" iperf3 -s -1 -A 0 -B 198.18.0.12
 ip netns exec "$LOSSNET_A" iperf3 -c 198.18.0.12 -A 1 -t "$run" -J >"$work/iperf3.json" 2>"$work/iperf3.log" ||
     fail "iperf3"
 wait "$mpid"

@@ -36,21 +36,11 @@ IWPERF=${IWPERF:-target/release/iwperf}
 for t in iperf3 qperf python3; do
     command -v "$t" >/dev/null || { echo "bench/loss.sh: $t is missing (scripts/install-deps.sh)" >&2; exit 1; }
 done
-if [[ ! -x "$IWPERF" ]]; then
-    echo "bench/loss.sh: building iwperf"
-    cargo build --release -q -p warpcore-apps --bin iwperf
-fi
 # shellcheck source=scripts/lib/lossnet.sh
 source scripts/lib/lossnet.sh
-work=$(mktemp -d /tmp/loss-bench.XXXXXX)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    lossnet_down
-    rm -rf "$work" "$LOSSNET_DIR"
-}
-trap cleanup EXIT
-fail() { echo "bench/loss.sh: FAILED: $*" >&2; for f in "$work"/*.log; do [[ -f $f ]] && { echo "--- $f"; grep -v '^EAL' "$f" | tail -n 15; }; done; exit 1; }
+lossnet_harness bench/loss.sh loss-bench
+fail() { lossnet_fail "$@"; }
+lossnet_build "$IWPERF" iwperf
 
 mtu=${MTU:-1500}
 LOSSNET_MTU=$mtu lossnet_up

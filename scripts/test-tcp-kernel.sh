@@ -13,20 +13,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bytes=${BYTES:-$((8 << 20))}
 TCPPERF=${TCPPERF:-target/release/tcpperf}
-if [[ ! -x "$TCPPERF" ]]; then
-    echo "test-tcp-kernel: building tcpperf"
-    cargo build --release -q -p warpcore-apps --bin tcpperf
-fi
 # shellcheck source=scripts/lib/lossnet.sh
 source scripts/lib/lossnet.sh
-work=$(mktemp -d /tmp/tcp-kernel.XXXXXX)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    lossnet_down
-    rm -rf "$work" "$LOSSNET_DIR"
-}
-trap cleanup EXIT
+lossnet_harness test-tcp-kernel tcp-kernel
+lossnet_build "$TCPPERF" tcpperf
 eal="--no-huge -m 256 --no-pci --no-telemetry --no-shconf --log-level=error"
 mtu=1500
 failed=0

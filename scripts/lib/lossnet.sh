@@ -12,6 +12,9 @@
 #   LOSSNET_MTU=9000 lossnet_up  # the same with jumbo frames on every port (default 1500)
 #   lossnet_loss PPM             # drop PPM parts per million of IPv4 frames, both ways
 #   lossnet_down                 # delete everything
+#   lossnet_harness NAME SCRATCH # a script's scratch directory, pids to kill, EXIT trap
+#   lossnet_fail MESSAGE         # the message and the logs' tails, exit 1
+#   lossnet_build PATH BIN       # build warpcore-apps' BIN unless PATH exists
 # Needs: ip, tc, ethtool, clang (-target bpf), linux headers (linux-libc-dev).
 
 LOSSNET_A=wcnet-la
@@ -85,4 +88,39 @@ lossnet_loss() {
 lossnet_measure_loss() {
     ip netns exec "$LOSSNET_A" ping -q -c "${1:-2000}" -i 0.001 -W 1 198.18.0.12 2>/dev/null |
         sed -n 's/.* \([0-9.]*\)% packet loss.*/\1/p'
+}
+
+# lossnet_harness NAME SCRATCH: what every script on this path needs around its runs. Sets
+# `work` (a scratch directory, /tmp/SCRATCH.XXXXXX) and `pids` (append the background
+# processes to kill at exit), and traps EXIT to kill them, delete the namespaces and remove
+# both directories. NAME prefixes lossnet_fail's and lossnet_build's messages.
+lossnet_harness() {
+    LOSSNET_NAME=$1
+    work=$(mktemp -d "/tmp/$2.XXXXXX")
+    pids=()
+    trap lossnet_cleanup EXIT
+}
+
+lossnet_cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    lossnet_down
+    rm -rf "$work" "$LOSSNET_DIR"
+}
+
+# lossnet_fail MESSAGE: prints MESSAGE and the tail of every log in `work`, exits 1.
+lossnet_fail() {
+    echo "$LOSSNET_NAME: FAILED: $*" >&2
+    local f
+    for f in "$work"/*.log; do
+        [[ -f $f ]] && { echo "--- $f"; grep -v '^EAL' "$f" | tail -n 15; }
+    done
+    exit 1
+}
+
+# lossnet_build PATH BIN: builds warpcore-apps' binary BIN (release) unless PATH is one.
+lossnet_build() {
+    if [[ ! -x "$1" ]]; then
+        echo "$LOSSNET_NAME: building $2"
+        cargo build --release -q -p warpcore-apps --bin "$2"
+    fi
 }
