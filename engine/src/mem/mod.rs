@@ -101,10 +101,16 @@
 //!   may still increment and decrement the count; they never read the metadata, and the
 //!   registration's compare-exchange preserves their counts.
 //! - **Check** ([`MrTable::check_local`], the post-time check of a work request's SGEs)
-//!   takes no guard: it loads the word (`Acquire`), reads atomic copies of the metadata it
-//!   needs (kind and PD, rights, base TO, length; every writer of `meta` stores them after
-//!   a `Release` fence), then after an `Acquire` fence loads the word again, and answers
-//!   only if both loads saw `VALID` with the STag's key (a seqlock's reader). It protects
+//!   takes no guard. It is a seqlock's reader over atomic copies of the metadata it needs
+//!   (kind and PD, rights, base TO, length): every writer of `meta` (the slot's owner, so
+//!   one at a time) turns the slot's copy sequence odd, stores the copies after a
+//!   `Release` fence, and turns the sequence even with `Release`. The check loads the
+//!   sequence (`Acquire`) and the word, the copies, then after an `Acquire` fence the
+//!   sequence and the word again. It refuses when the word does not show `VALID` with the
+//!   STag's key, and answers from the copies only if the sequence was even and unchanged
+//!   and the word still shows them; otherwise it asks the guarded lookup. The word alone
+//!   would not do: a fast registration's key is the application's choice, so registrations
+//!   between the two loads can bring the same key back over another range. It protects
 //!   nothing: the engine looks the key up again, guarded, before it touches the memory.
 //!
 //! A guard must not be held across a call to [`MrTable::deregister`] or

@@ -139,8 +139,9 @@ struct Slot {
     /// invalidated while any is (as `ibv_dereg_mr` refuses with bound windows).
     binds: std::sync::atomic::AtomicU32,
     /// Copies of `meta`'s base TO, length and rights for [`MrTable::check_local`], which
-    /// reads them without a guard: stored (after a release fence) wherever `meta` is
-    /// written ([`MrTable::mirror`]).
+    /// reads them without a guard: stored wherever `meta` is written
+    /// ([`MrTable::mirror`]), between the two steps of `chk_seq`.
+    chk_seq: AtomicU64,
     chk_base: AtomicU64,
     chk_len: AtomicU64,
     chk_access: AtomicU8,
@@ -217,6 +218,7 @@ impl MrTable {
                 region: UnsafeCell::new(None),
                 info: AtomicU64::new(0),
                 binds: std::sync::atomic::AtomicU32::new(0),
+                chk_seq: AtomicU64::new(0),
                 chk_base: AtomicU64::new(0),
                 chk_len: AtomicU64::new(0),
                 chk_access: AtomicU8::new(0),
@@ -368,15 +370,30 @@ impl MrTable {
     }
 
     /// Copies what [`MrTable::check_local`] reads of `meta` into the slot's atomics (owner
-    /// only, right after writing `meta`). The release fence orders the owner's earlier
-    /// change of the state word (the compare-exchange that made it the owner) before
-    /// these stores: a checker that reads one of them and then, after its acquire fence,
-    /// the word, sees that change or a later one.
+    /// only, right after writing `meta`).
     fn mirror(slot: &Slot, meta: &Meta) {
+        Self::mirror_info(slot, meta, None);
+    }
+
+    /// [`MrTable::mirror`], storing the slot's `info` word too when given. A seqlock's
+    /// writer (the owner is the only one): `chk_seq` turns odd, the release fence orders
+    /// that and the owner's earlier change of the state word (the compare-exchange that
+    /// made it the owner) before the copies, and `chk_seq` turns even again with release.
+    /// A checker that read any of the copies sees, after its acquire fence, the odd step
+    /// or a later one (and refuses to judge by them), and one that acquired the even step
+    /// sees all of them. The state word alone would not do: a fast registration's key is
+    /// the application's choice, so two registrations in a row can bring the same key back.
+    fn mirror_info(slot: &Slot, meta: &Meta, info: Option<u64>) {
+        let seq = slot.chk_seq.load(Ordering::Relaxed);
+        slot.chk_seq.store(seq.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
+        if let Some(i) = info {
+            slot.info.store(i, Ordering::Relaxed);
+        }
         slot.chk_base.store(meta.base_to, Ordering::Relaxed);
         slot.chk_len.store(meta.len as u64, Ordering::Relaxed);
         slot.chk_access.store(meta.access.bits(), Ordering::Relaxed);
+        slot.chk_seq.store(seq.wrapping_add(2), Ordering::Release);
     }
 
     fn slot_number(&self, stag: Stag) -> u32 {
@@ -585,10 +602,9 @@ impl MrTable {
                 kind,
                 ..EMPTY_META
             };
-            Self::mirror(slot, &*slot.meta.get());
+            Self::mirror_info(slot, &*slot.meta.get(), Some(info_word(kind, pd)));
             *slot.region.get() = None;
         }
-        slot.info.store(info_word(kind, pd), Ordering::Relaxed);
         let mut key = 0;
         let _ = slot
             .word
@@ -967,12 +983,12 @@ impl MrTable {
     /// slot's word, which the poster of a work request would otherwise pay twice per SGE).
     /// For the typed refusal of a work request at post time: the engine looks the key up
     /// again, guarded, when it reads or writes the memory, so this check protects nothing
-    /// by itself. It reads the slot's word, the atomic copies of the registration's rights
-    /// and range, then the word again: a registration operation on the slot in between
-    /// changes the word's state (and the check refuses, [`LookupFault::InvalidStag`]) unless
-    /// 256 of them completed in between and the slot's key came round to the same value
-    /// (binds and fast registrations refuse to keep a key), when the check could judge by
-    /// a mix of two registrations; the guarded lookup would then decide.
+    /// by itself. A seqlock's reader: it reads the copies' sequence, the slot's word, the
+    /// copies of the registration's kind, PD, rights and range, then the sequence and the
+    /// word again. If the word did not show the STag valid, it refuses
+    /// ([`LookupFault::InvalidStag`]); if a registration operation on the slot ran
+    /// meanwhile, even one that brought the same key back, it does not judge by what it
+    /// read and asks the guarded lookup instead.
     pub fn check_local(
         &self,
         stag: Stag,
@@ -981,18 +997,42 @@ impl MrTable {
         to: u64,
         len: u64,
     ) -> Result<(), Result<LookupFault, BoundsFault>> {
+        self.check_local_between(stag, pd, need_write, to, len, || {})
+    }
+
+    /// [`MrTable::check_local`], running `between` after it read the copied rights and
+    /// before it reads the copied range (the tests put other threads' registrations there).
+    #[inline(always)]
+    fn check_local_between(
+        &self,
+        stag: Stag,
+        pd: PdId,
+        need_write: bool,
+        to: u64,
+        len: u64,
+        between: impl FnOnce(),
+    ) -> Result<(), Result<LookupFault, BoundsFault>> {
         let slot = self.slot_of(stag).ok_or(Ok(LookupFault::InvalidStag))?;
         let want = tag(VALID, stag.key());
+        let seq = slot.chk_seq.load(Ordering::Acquire);
         if tag_of(slot.word.load(Ordering::Acquire)) != want {
             return Err(Ok(LookupFault::InvalidStag));
         }
         let (kind, spd) = info_of(slot.info.load(Ordering::Relaxed));
         let access = Access::from_bits(slot.chk_access.load(Ordering::Relaxed));
+        between();
         let base = slot.chk_base.load(Ordering::Relaxed);
         let mlen = slot.chk_len.load(Ordering::Relaxed);
         fence(Ordering::Acquire);
-        if tag_of(slot.word.load(Ordering::Relaxed)) != want {
-            return Err(Ok(LookupFault::InvalidStag));
+        if seq & 1 != 0
+            || slot.chk_seq.load(Ordering::Relaxed) != seq
+            || tag_of(slot.word.load(Ordering::Relaxed)) != want
+        {
+            // The slot changed under the check: the guarded lookup decides.
+            return self
+                .lookup_local(stag, pd, need_write)
+                .map_err(Ok)
+                .and_then(|g| g.bounds(to, len as usize).map(drop).map_err(Err));
         }
         let required = if need_write {
             Access::LOCAL_WRITE
@@ -1394,6 +1434,41 @@ mod tests {
             Err(BoundsFault::OutOfBounds)
         );
         assert_eq!(past, [0xEE, 0xEE]);
+    }
+
+    /// The guard-free check never judges by a mix of two registrations, even when the
+    /// registrations that ran while it read brought the STag's key back: Local Invalidate,
+    /// fast registration to another key, Local Invalidate, fast registration back to the first key over
+    /// another range without the write right, all between its read of the rights and its
+    /// read of the range. The rights of the first and the range of the last would say
+    /// "out of bounds", which neither registration says; the check must answer as the
+    /// registration in place does (no write right).
+    #[test]
+    fn check_local_is_not_fooled_by_a_key_that_came_back() {
+        let t = MrTable::with_seed(8, 3);
+        let pd = PdId(1);
+        let mr = t
+            .register(region(4096), pd, Access::LOCAL_WRITE, 0)
+            .unwrap();
+        let fr = t.alloc_fast_reg(pd).unwrap();
+        let (k0, k1) = (fr.key().wrapping_add(1), fr.key().wrapping_add(2));
+        let s0 = t
+            .fast_register(fr, k0, mr, pd, 0, 1024, 0, Access::LOCAL_WRITE)
+            .unwrap();
+        assert_eq!(t.check_local(s0, pd, true, 0, 1024), Ok(()));
+        let answer = t.check_local_between(s0, pd, true, 0, 1024, || {
+            t.invalidate_local(s0, pd).unwrap();
+            let s1 = t
+                .fast_register(s0, k1, mr, pd, 0, 16, 0x10000, Access::empty())
+                .unwrap();
+            t.invalidate_local(s1, pd).unwrap();
+            let back = t
+                .fast_register(s1, k0, mr, pd, 2048, 16, 2048, Access::empty())
+                .unwrap();
+            assert_eq!(back, s0);
+        });
+        assert_eq!(answer, Err(Ok(LookupFault::AccessDenied)));
+        assert_eq!(t.check_local(s0, pd, false, 2048, 16), Ok(()));
     }
 
     /// The guard-free check says what a guarded lookup and its bounds check say, for
