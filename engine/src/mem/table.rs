@@ -997,21 +997,6 @@ impl MrTable {
         to: u64,
         len: u64,
     ) -> Result<(), Result<LookupFault, BoundsFault>> {
-        self.check_local_between(stag, pd, need_write, to, len, || {})
-    }
-
-    /// [`MrTable::check_local`], running `between` after it read the copied rights and
-    /// before it reads the copied range (the tests put other threads' registrations there).
-    #[inline(always)]
-    fn check_local_between(
-        &self,
-        stag: Stag,
-        pd: PdId,
-        need_write: bool,
-        to: u64,
-        len: u64,
-        between: impl FnOnce(),
-    ) -> Result<(), Result<LookupFault, BoundsFault>> {
         let slot = self.slot_of(stag).ok_or(Ok(LookupFault::InvalidStag))?;
         let want = tag(VALID, stag.key());
         let seq = slot.chk_seq.load(Ordering::Acquire);
@@ -1020,7 +1005,7 @@ impl MrTable {
         }
         let (kind, spd) = info_of(slot.info.load(Ordering::Relaxed));
         let access = Access::from_bits(slot.chk_access.load(Ordering::Relaxed));
-        between();
+        check_hook::run();
         let base = slot.chk_base.load(Ordering::Relaxed);
         let mlen = slot.chk_len.load(Ordering::Relaxed);
         fence(Ordering::Acquire);
@@ -1055,6 +1040,33 @@ impl MrTable {
         // As `MrGuard::bounds`.
         range_offset(base, mlen, to, len).map_err(Err)?;
         Ok(())
+    }
+}
+
+/// What [`MrTable::check_local`] runs after it read the copied rights and before it reads
+/// the copied range: nothing, except in this crate's unit tests, which put a run of other
+/// registrations there (`check_hook::set`, for the next check on the same thread).
+mod check_hook {
+    #[cfg(not(test))]
+    #[inline(always)]
+    pub(super) fn run() {}
+
+    #[cfg(test)]
+    thread_local! {
+        static HOOK: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    #[cfg(test)]
+    pub(super) fn run() {
+        if let Some(f) = HOOK.with(|h| h.borrow_mut().take()) {
+            f();
+        }
+    }
+
+    #[cfg(test)]
+    pub(super) fn set(f: impl FnOnce() + 'static) {
+        HOOK.with(|h| *h.borrow_mut() = Some(Box::new(f)));
     }
 }
 
@@ -1445,7 +1457,7 @@ mod tests {
     /// registration in place does (no write right).
     #[test]
     fn check_local_is_not_fooled_by_a_key_that_came_back() {
-        let t = MrTable::with_seed(8, 3);
+        let t = std::sync::Arc::new(MrTable::with_seed(8, 3));
         let pd = PdId(1);
         let mr = t
             .register(region(4096), pd, Access::LOCAL_WRITE, 0)
@@ -1456,17 +1468,19 @@ mod tests {
             .fast_register(fr, k0, mr, pd, 0, 1024, 0, Access::LOCAL_WRITE)
             .unwrap();
         assert_eq!(t.check_local(s0, pd, true, 0, 1024), Ok(()));
-        let answer = t.check_local_between(s0, pd, true, 0, 1024, || {
-            t.invalidate_local(s0, pd).unwrap();
-            let s1 = t
+        let other = std::sync::Arc::clone(&t);
+        check_hook::set(move || {
+            other.invalidate_local(s0, pd).unwrap();
+            let s1 = other
                 .fast_register(s0, k1, mr, pd, 0, 16, 0x10000, Access::empty())
                 .unwrap();
-            t.invalidate_local(s1, pd).unwrap();
-            let back = t
+            other.invalidate_local(s1, pd).unwrap();
+            let back = other
                 .fast_register(s1, k0, mr, pd, 2048, 16, 2048, Access::empty())
                 .unwrap();
             assert_eq!(back, s0);
         });
+        let answer = t.check_local(s0, pd, true, 0, 1024);
         assert_eq!(answer, Err(Ok(LookupFault::AccessDenied)));
         assert_eq!(t.check_local(s0, pd, false, 2048, 16), Ok(()));
     }
