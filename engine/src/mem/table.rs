@@ -989,6 +989,7 @@ impl MrTable {
     /// ([`LookupFault::InvalidStag`]); if a registration operation on the slot ran
     /// meanwhile, even one that brought the same key back, it does not judge by what it
     /// read and asks the guarded lookup instead.
+    #[inline(always)]
     pub fn check_local(
         &self,
         stag: Stag,
@@ -1014,10 +1015,11 @@ impl MrTable {
             || tag_of(slot.word.load(Ordering::Relaxed)) != want
         {
             // The slot changed under the check: the guarded lookup decides.
-            return self
-                .lookup_local(stag, pd, need_write)
-                .map_err(Ok)
-                .and_then(|g| g.bounds(to, len as usize).map(drop).map_err(Err));
+            return cold(|| {
+                self.lookup_local(stag, pd, need_write)
+                    .map_err(Ok)
+                    .and_then(|g| g.bounds(to, len as usize).map(drop).map_err(Err))
+            });
         }
         let required = if need_write {
             Access::LOCAL_WRITE
@@ -1041,6 +1043,13 @@ impl MrTable {
         range_offset(base, mlen, to, len).map_err(Err)?;
         Ok(())
     }
+}
+
+/// Runs `f` out of line: the rare path of an inlined function stays out of its callers.
+#[cold]
+#[inline(never)]
+fn cold<T>(f: impl FnOnce() -> T) -> T {
+    f()
 }
 
 /// What [`MrTable::check_local`] runs after it read the copied rights and before it reads
