@@ -119,9 +119,9 @@
 //! until the pass ends (a run of small messages from one region pays one guard), and lets
 //! go of it before a Local Invalidate, bind or fast registration at the sending position
 //! runs; its receive pass keeps the guard of the region it last placed into, and lets go
-//! of it before it handles a Send with Invalidate. Leaking a guard (`mem::forget`) makes deregistration of that STag wait forever;
-//! it is never unsound. The count has 32 bits; like `Arc`, a lookup aborts the process
-//! rather than let it overflow into the key.
+//! of it before it handles a Send with Invalidate. Leaking a guard (`mem::forget`) makes
+//! deregistration of that STag wait forever; it is never unsound. The count has 32 bits;
+//! like `Arc`, a lookup aborts the process rather than let it overflow into the key.
 //!
 //! # Memory shared with the network
 //! The engine writes received bytes into registered memory while the application may read

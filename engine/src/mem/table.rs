@@ -1459,9 +1459,9 @@ mod tests {
 
     /// The guard-free check never judges by a mix of two registrations, even when the
     /// registrations that ran while it read brought the STag's key back: Local Invalidate,
-    /// fast registration to another key, Local Invalidate, fast registration back to the first key over
-    /// another range without the write right, all between its read of the rights and its
-    /// read of the range. The rights of the first and the range of the last would say
+    /// fast registration to another key, Local Invalidate, fast registration back to the
+    /// first key over another range without the write right, all between its read of the
+    /// rights and its read of the range. The rights of the first and the range of the last would say
     /// "out of bounds", which neither registration says; the check must answer as the
     /// registration in place does (no write right).
     #[test]
