@@ -90,6 +90,12 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// DPDK's software segmentation refused a packet or ran out of mbufs.
+    #[error("segmenting a TCP super-frame (rte_gso_segment) failed: {reason}")]
+    Gso {
+        /// DPDK's reason.
+        reason: String,
+    },
 }
 
 impl Error {

@@ -32,6 +32,7 @@
 mod eal;
 mod error;
 pub(crate) mod ffi;
+mod gso;
 mod mbuf;
 mod mempool;
 mod pcapng;
@@ -40,7 +41,8 @@ mod ring;
 
 pub use eal::{Eal, EalBuilder};
 pub use error::Error;
-pub use mbuf::{Mbuf, TxChecksumOffload};
+pub use gso::Gso;
+pub use mbuf::{Mbuf, TxChecksumOffload, TxTso};
 pub use mempool::Mempool;
 pub use pcapng::{Direction, PcapngWriter};
 pub use port::{

@@ -19,6 +19,24 @@ pub struct TxChecksumOffload {
     pub tcp: bool,
 }
 
+/// TCP segmentation a transmitted packet asks the port to do (`RTE_MBUF_F_TX_TCP_SEG`): the
+/// packet is one IPv4/TCP header followed by a payload the port cuts into `segsz`-octet
+/// segments, each sent with a copy of the header (sequence number, IPv4 total length and
+/// identification adjusted, PSH and FIN kept on the last segment only, both checksums filled
+/// in). DPDK's contract: the IPv4 checksum field is zero and the TCP checksum field holds the
+/// pseudo-header sum without the length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TxTso {
+    /// Ethernet header length in bytes.
+    pub l2_len: u8,
+    /// IPv4 header length in bytes.
+    pub l3_len: u16,
+    /// TCP header length in bytes (options included).
+    pub l4_len: u8,
+    /// TCP payload octets per segment.
+    pub segsz: u16,
+}
+
 /// One packet in DPDK memory: a chain of one or more `rte_mbuf` segments.
 ///
 /// Dropping an `Mbuf` returns all its segments to their pool; transmitting it
@@ -241,6 +259,45 @@ impl Mbuf {
         } else {
             Err(tail)
         }
+    }
+
+    /// Removes `len` bytes from the start of the packet (they must all be in the first
+    /// segment). Returns false, changing nothing, when the first segment is shorter.
+    pub fn adj(&mut self, len: usize) -> bool {
+        let Ok(len16) = u16::try_from(len) else {
+            return false;
+        };
+        // SAFETY: self owns the chain; rte_pktmbuf_adj returns NULL (changing nothing) when
+        // len exceeds the first segment's data, else moves its start and shortens the packet.
+        let p = unsafe { ffi::wc_pktmbuf_adj(self.raw.as_ptr(), len16) };
+        !p.is_null()
+    }
+
+    /// Asks the port to cut the packet into TCP segments ([`TxTso`]); the IPv4 and TCP
+    /// checksums are then the port's too.
+    pub fn set_tx_tso(&mut self, t: TxTso) {
+        // SAFETY: exclusive access through &mut self; ol_flags and tx_offload are plain data.
+        let m = unsafe { self.raw.as_mut() };
+        m.ol_flags |= ffi::RTE_MBUF_F_TX_IPV4
+            | ffi::RTE_MBUF_F_TX_IP_CKSUM
+            | ffi::RTE_MBUF_F_TX_TCP_CKSUM
+            | ffi::RTE_MBUF_F_TX_TCP_SEG;
+        // Bit layout of the tx_offload word: l2_len:7, l3_len:9, l4_len:8, tso_segsz:16.
+        m.__bindgen_anon_3.tx_offload = u64::from(t.l2_len & 0x7f)
+            | (u64::from(t.l3_len & 0x1ff) << 7)
+            | (u64::from(t.l4_len) << 16)
+            | (u64::from(t.segsz) << 24);
+    }
+
+    /// The payload octets per segment when the packet asks the port for TCP segmentation
+    /// ([`Mbuf::set_tx_tso`]), else `None`.
+    pub fn tx_tso_segsz(&self) -> Option<u16> {
+        if self.ol_flags() & ffi::RTE_MBUF_F_TX_TCP_SEG == 0 {
+            return None;
+        }
+        // SAFETY: tx_offload is plain data of a valid mbuf we own.
+        let word = unsafe { self.seg().__bindgen_anon_3.tx_offload };
+        Some((word >> 24) as u16)
     }
 
     /// Asks the port to compute checksums on transmit (see [`TxChecksumOffload`]).

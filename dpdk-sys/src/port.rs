@@ -53,6 +53,12 @@ pub struct Offloads {
     pub tx_tcp_checksum: bool,
     /// TCP segmentation offload is enabled.
     pub tso: bool,
+    /// The port's TSO refuses a super-frame whose segments, Ethernet header included, exceed
+    /// the IP MTU: net_tap checks `tso_segsz` plus the l2, l3 and l4 header lengths against
+    /// the MTU (`pmd_tx_burst` in `drivers/net/tap/rte_eth_tap.c`, DPDK 22.11, unchanged in
+    /// DPDK's main branch in 2026), so it cannot cut segments that fill the MTU, only ones
+    /// 14 octets shorter.
+    pub tso_frame_within_mtu: bool,
     /// Receive side scaling spreads flows over the rx queues.
     pub rss: bool,
     /// The port accepts chained (multi-segment) mbufs on transmit.
@@ -392,6 +398,7 @@ impl Port {
         if cfg.tso && has(tx_capa, ffi::RTE_ETH_TX_OFFLOAD_TCP_TSO) {
             conf.txmode.offloads |= u64::from(ffi::RTE_ETH_TX_OFFLOAD_TCP_TSO);
             off.tso = true;
+            off.tso_frame_within_mtu = self.info.driver == "net_tap";
         }
         if has(tx_capa, ffi::RTE_ETH_TX_OFFLOAD_MULTI_SEGS) {
             conf.txmode.offloads |= u64::from(ffi::RTE_ETH_TX_OFFLOAD_MULTI_SEGS);

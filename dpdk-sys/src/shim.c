@@ -56,6 +56,11 @@ int wc_pktmbuf_chain(struct rte_mbuf *head, struct rte_mbuf *tail)
 	return rte_pktmbuf_chain(head, tail);
 }
 
+char *wc_pktmbuf_adj(struct rte_mbuf *m, uint16_t len)
+{
+	return rte_pktmbuf_adj(m, len);
+}
+
 unsigned wc_lcore_id(void)
 {
 	return rte_lcore_id();

@@ -16,6 +16,7 @@
 #include <rte_interrupts.h>
 #include <rte_dev.h>
 #include <rte_devargs.h>
+#include <rte_gso.h>
 
 /* The C shim: DPDK's `static inline` hot-path functions, made callable from Rust. */
 uint16_t wc_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **pkts, uint16_t nb_pkts);
@@ -25,6 +26,7 @@ int wc_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsig
 void wc_pktmbuf_free(struct rte_mbuf *m);
 char *wc_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
 int wc_pktmbuf_chain(struct rte_mbuf *head, struct rte_mbuf *tail);
+char *wc_pktmbuf_adj(struct rte_mbuf *m, uint16_t len);
 unsigned wc_lcore_id(void);
 int wc_errno(void);
 uint64_t wc_tsc_cycles(void);
