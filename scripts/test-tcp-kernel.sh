@@ -2,7 +2,8 @@
 # Warpcore's TCP against the Linux kernel's TCP on a lossy path (issue 11): tcpperf exchange
 # on net_af_packet in one namespace, an ordinary kernel socket (scripts/lib/tcp-peer.py) in
 # another, joined by a bridge that drops IPv4 frames at random on both ports' egress
-# (scripts/lib/lossnet.sh). Our side as client and as server, clean and at 1 % loss each way;
+# (scripts/lib/lossnet.sh). Our side as client and as server, clean and at 1 % loss each way,
+# on net_af_packet and on net_tap with TSO super-frames;
 # every case moves BYTES (default 8 MiB) each way and checks them byte for byte on both
 # ends; then the same at 1 % loss with jumbo frames (MTU 9000 on every port, ours through
 # net_af_packet's larger tpacket frames). One line per case; exits 1 on any failure. (scripts/test-net.sh covers net_tap and
@@ -22,13 +23,26 @@ mtu=1500
 failed=0
 lossnet_up
 
-# case ROLE PPM: ROLE is our side's (client connects to the kernel's listener).
+# case_run ROLE PPM [tap]: ROLE is our side's (client connects to the kernel's listener).
+# With tap, our side runs on net_tap (wcnet-la's kernel forwards its frames to the bridge,
+# scripts/lib/lossnet.sh) and hands the port TSO super-frames (--tso), with the kernel
+# advertising MSS 1400 so that net_tap can cut them (docs/net.md); most of our segments
+# must then travel in super-frames, retransmissions included.
 case_run() {
-    local role=$1 ppm=$2 port=$((7100 + RANDOM % 500))
+    local role=$1 ppm=$2 mode=${3:-afp} port=$((7100 + RANDOM % 500))
     lossnet_loss "$ppm"
-    local stack_args
+    local stack_args dev_args peer_args=() our_ip=198.18.0.1 what="MTU $mtu"
+    if [[ $mode == tap ]]; then
+        our_ip=198.18.1.1
+        dev_args=(--vdev "net_tap0,iface=wcta" --ip "$our_ip/24" --gateway 198.18.1.254 --tso)
+        peer_args=(1400)
+        what="net_tap with TSO (kernel MSS 1400)"
+        lossnet_tap_route
+    else
+        dev_args=(--vdev "net_af_packet0,iface=wcla" --mtu "$mtu" --ip "$our_ip/24")
+    fi
     if [[ $role == client ]]; then
-        ip netns exec "$LOSSNET_B" timeout 120 python3 scripts/lib/tcp-peer.py server 198.18.0.12 "$port" "$bytes" \
+        ip netns exec "$LOSSNET_B" timeout 120 python3 scripts/lib/tcp-peer.py server 198.18.0.12 "$port" "$bytes" "${peer_args[@]}" \
             >"$work/peer.log" 2>&1 &
         pids+=($!)
         for _ in $(seq 1 100); do grep -q listening "$work/peer.log" && break; sleep 0.1; done
@@ -39,12 +53,13 @@ case_run() {
     local t0
     t0=$(date +%s.%N)
     ip netns exec "$LOSSNET_A" timeout 120 "$TCPPERF" exchange \
-        --eal "-l 0 $eal --file-prefix=wctk$$" --vdev "net_af_packet0,iface=wcla" --mtu "$mtu" \
-        --ip 198.18.0.1/24 "${stack_args[@]}" --bytes "$bytes" >"$work/stack.log" 2>&1 &
+        --eal "-l 0 $eal --file-prefix=wctk$$" "${dev_args[@]}" \
+        "${stack_args[@]}" --bytes "$bytes" >"$work/stack.log" 2>&1 &
     local stack=$!
+    [[ $mode == tap ]] && lossnet_tap_up wcta
     if [[ $role == server ]]; then
         sleep 1
-        ip netns exec "$LOSSNET_B" timeout 120 python3 scripts/lib/tcp-peer.py client 198.18.0.1 "$port" "$bytes" \
+        ip netns exec "$LOSSNET_B" timeout 120 python3 scripts/lib/tcp-peer.py client "$our_ip" "$port" "$bytes" "${peer_args[@]}" \
             >"$work/peer.log" 2>&1 &
         pids+=($!)
     fi
@@ -63,10 +78,22 @@ case_run() {
         echo "FAIL our TCP as $role vs kernel, MTU $mtu: the kernel's MSS is ${mss:-unknown}, not a jumbo one"
         rc=1
     fi
+    local tso_note=""
+    if ((rc == 0)) && [[ $mode == tap ]]; then
+        local frames segs sent
+        frames=$(sed -nE 's/.*tx_tso_frames: ([0-9]+).*/\1/p' "$work/stack.log")
+        segs=$(sed -nE 's/.*tx_tso_segments: ([0-9]+).*/\1/p' "$work/stack.log")
+        sent=$(sed -nE 's/.*DeviceStats \{ rx_frames: [0-9]+, tx_frames: ([0-9]+).*/\1/p' "$work/stack.log")
+        tso_note="; $segs of our $sent segments in $frames TSO super-frames"
+        if ! ((${frames:-0} > 0 && ${segs:-0} * 2 > ${sent:-1})); then
+            echo "FAIL our TCP as $role vs kernel, $what: too few TSO super-frames$tso_note"
+            rc=1
+        fi
+    fi
     if ((rc == 0)); then
-        echo "ok   our TCP as $role vs kernel, MTU $mtu, $pct % loss each way: $(grep -h '^exchange ok' "$work/stack.log"); $(tail -1 "$work/peer.log") ($took s)"
+        echo "ok   our TCP as $role vs kernel, $what, $pct % loss each way: $(grep -h '^exchange ok' "$work/stack.log"); $(tail -1 "$work/peer.log")$tso_note ($took s)"
     else
-        echo "FAIL our TCP as $role vs kernel, MTU $mtu, $pct % loss each way"
+        echo "FAIL our TCP as $role vs kernel, $what, $pct % loss each way"
         grep -hv '^EAL' "$work/stack.log" "$work/peer.log" | tail -n 20 || true
         failed=1
     fi
@@ -75,6 +102,10 @@ case_run() {
 for ppm in 0 10000; do
     case_run client "$ppm"
     case_run server "$ppm"
+done
+for ppm in 0 10000; do
+    case_run client "$ppm" tap
+    case_run server "$ppm" tap
 done
 # Jumbo frames refused with the reason: the kernel interface is still at MTU 1500, then a
 # tpacket frame too small for them.

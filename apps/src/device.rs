@@ -159,6 +159,11 @@ pub struct DeviceArgs {
     /// give it: a side that still verifies drops every frame of the other.
     #[arg(long = "no-csum", help_heading = "Device")]
     pub no_csum: bool,
+    /// Hand the port TSO super-frames: a connection's consecutive full segments go to the
+    /// port as one frame it cuts back into the same segments. Ports with TSO (net_tap, most
+    /// NICs) only; net_tap cuts only segments 14 octets short of its MTU (docs/net.md).
+    #[arg(long, help_heading = "Device")]
+    pub tso: bool,
     /// Record this side's traffic as pcapng (Wireshark, iwdump).
     #[arg(long, help_heading = "Device")]
     pub capture: Option<PathBuf>,
@@ -329,6 +334,7 @@ impl DeviceArgs {
             "--cores" => self.cores.is_some(),
             "--mtu" => self.mtu.is_some(),
             "--no-csum" => self.no_csum,
+            "--tso" => self.tso,
             "--capture" => self.capture.is_some(),
             _ => false,
         };
@@ -671,7 +677,7 @@ impl DeviceArgs {
     /// once per process).
     #[cfg(feature = "dpdk")]
     pub fn open_engine(&self, o: &EngineOptions<'_>) -> Result<Endpoint, DeviceError> {
-        use warpcore_verbs::dpdk::DpdkPort;
+        use warpcore_verbs::dpdk::{DpdkPort, PortOptions};
         if self.loopback.is_some() {
             return Err(DeviceError::Refused {
                 flag: "--loopback",
@@ -683,8 +689,12 @@ impl DeviceArgs {
         let p = self.open_port(o.tool, o.role)?;
         let name = p.name.clone();
         let is_memif = p.port.info().driver == "net_memif";
+        let options = PortOptions {
+            mtu: self.mtu,
+            tso: self.tso,
+        };
         let mut port =
-            DpdkPort::from_port_with_mtu(p.port, p.pool, queues, self.mtu).map_err(|source| {
+            DpdkPort::from_port_with(p.port, p.pool, queues, options).map_err(|source| {
                 DeviceError::Verbs {
                     what: "DPDK port set-up",
                     source,
@@ -724,6 +734,10 @@ impl DeviceArgs {
         self.refuse(
             "--no-csum",
             "applies to a net_memif port between two processes only",
+        )?;
+        self.refuse(
+            "--tso",
+            "the loopback ports (net_ring, net_memif, the in-memory link) have no TSO",
         )?;
         self.refuse(
             "--memif",

@@ -5,12 +5,20 @@
 #   wcnet-lb: veth wclb (kernel 198.18.0.12; net_af_packet users take 198.18.0.2)
 #   wcnet-lbr: bridge wcbr with the peers wcpa, wcpb; scripts/lib/drop.bpf.c on their egress
 #
+#   net_tap users run in wcnet-la and take 198.18.1.1/24 with gateway 198.18.1.254 (the
+#   kernel side of their tap): wcnet-la's kernel forwards between the tap and wcla, so the
+#   frames cross the lossy bridge both ways. (A filter on the tap itself would not do: the
+#   kernel treats a drop on its own device's egress as local congestion, not loss, and
+#   sends the segment again without a retransmission.)
+#
 # Every port has its offloads off, so net_af_packet and the kernel see real frames with
 # real checksums (no GSO super-frames, no partial checksums).
 #
 #   lossnet_up                   # build the namespaces (replacing old ones)
 #   LOSSNET_MTU=9000 lossnet_up  # the same with jumbo frames on every port (default 1500)
 #   lossnet_loss PPM             # drop PPM parts per million of IPv4 frames, both ways
+#   lossnet_tap_route            # let net_tap users in wcnet-la reach wcnet-lb (below)
+#   lossnet_tap_up TAP           # the kernel side of net_tap's TAP in wcnet-la: 198.18.1.254
 #   lossnet_down                 # delete everything
 #   lossnet_harness NAME SCRATCH # a script's scratch directory, pids to kill, EXIT trap
 #   lossnet_fail MESSAGE         # the message and the logs' tails, exit 1
@@ -82,6 +90,26 @@ lossnet_loss() {
                 lossnet_die "tc could not attach the drop filter to $dev"
         fi
     done
+}
+
+# lossnet_tap_route: wcnet-la forwards, and wcnet-lb routes 198.18.1.0/24 through it.
+lossnet_tap_route() {
+    ip netns exec "$LOSSNET_A" sysctl -qw net.ipv4.ip_forward=1
+    ip -n "$LOSSNET_B" route replace 198.18.1.0/24 via 198.18.0.11
+}
+
+# lossnet_tap_up TAP: waits for net_tap's TAP in wcnet-la, gives its kernel side
+# 198.18.1.254/24 with offloads off (no GSO super-frames towards the tap), and brings it up.
+lossnet_tap_up() {
+    local tap=$1
+    for _ in $(seq 1 200); do
+        ip -n "$LOSSNET_A" link show "$tap" >/dev/null 2>&1 && break
+        sleep 0.05
+    done
+    ip -n "$LOSSNET_A" link show "$tap" >/dev/null 2>&1 || lossnet_die "$tap did not appear"
+    ip netns exec "$LOSSNET_A" ethtool -K "$tap" tso off gso off >/dev/null 2>&1 || true
+    ip -n "$LOSSNET_A" addr replace 198.18.1.254/24 dev "$tap"
+    ip -n "$LOSSNET_A" link set "$tap" up
 }
 
 # lossnet_measure_loss: prints the loss the kernel's ping sees through the filters now.

@@ -2,6 +2,7 @@
 # (big-endian 32-bit word counter XOR a per-direction salt), receives N bytes and checks them.
 # The last line names the kernel's send MSS for the connection (TCP_MAXSEG: what both
 # sides' MSS options and the path allow), so a caller can tell jumbo segments flowed.
+#   tcp-peer.py server|client ADDR PORT BYTES [MSS]   MSS: the MSS option this side sends
 import array, socket, sys, threading, time
 CLIENT_SALT, SERVER_SALT = 0x5A5A0001, 0xA5A50002
 def pattern(salt, n):
@@ -10,8 +11,14 @@ def pattern(salt, n):
         a.byteswap()
     return a.tobytes()[:n]
 role, addr, port, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+adv_mss = int(sys.argv[5]) if len(sys.argv) > 5 else None
+def new_socket():
+    s = socket.socket()
+    if adv_mss:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, adv_mss)
+    return s
 if role == 'server':
-    ls = socket.socket()
+    ls = new_socket()
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     ls.bind((addr, port)); ls.listen(1); ls.settimeout(60)
 tx = pattern(CLIENT_SALT if role == 'client' else SERVER_SALT, n)
@@ -23,9 +30,12 @@ else:
     deadline = time.time() + 30
     while True:
         try:
-            s = socket.create_connection((addr, port), timeout=5)
+            s = new_socket()
+            s.settimeout(5)
+            s.connect((addr, port))
             break
         except OSError:
+            s.close()
             if time.time() > deadline:
                 raise
             time.sleep(0.2)

@@ -38,6 +38,11 @@ pub struct DeviceStats {
     pub tx_pool_empty: u64,
     /// Flushes in which the tx ring took fewer frames than were waiting.
     pub tx_ring_full: u64,
+    /// TSO super-frames handed to the port: frames of two or more segments joined for the
+    /// port to cut ([`crate::tso`]).
+    pub tx_tso_frames: u64,
+    /// Segments those super-frames carried (each also counted in `tx_frames`).
+    pub tx_tso_segments: u64,
     /// Buffers taken from the device's pool when read (a DPDK port: mbufs allocated and not
     /// yet freed, by anyone using that pool; ports that share a pool report the same
     /// figure). `None` for a device without a pool.

@@ -7,10 +7,11 @@ use smoltcp::phy::{self, Checksum, ChecksumCapabilities, Device, DeviceCapabilit
 use smoltcp::time::Instant;
 use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
 use warpcore_dpdk_sys::{
-    Direction, Mbuf, Mempool, PcapngWriter, RxQueue, TxChecksumOffload, TxQueue,
+    Direction, Mbuf, Mempool, PcapngWriter, RxQueue, TxChecksumOffload, TxQueue, TxTso,
 };
 
 use crate::device::{DeviceStats, PollDevice};
+use crate::tso::{self, Group};
 
 /// Limits of a [`DpdkDevice`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +50,13 @@ impl Default for DpdkDeviceConfig {
 ///   checksums and the device marks each mbuf for the port (filling the TCP pseudo-header
 ///   sum as DPDK requires); on receive, frames the port flagged bad are dropped and frames it
 ///   did not vouch for are verified in software.
+/// * TSO: where the port has TSO enabled ([`warpcore_dpdk_sys::PortConfig::tso`], with
+///   checksum offload and chained mbufs), a connection's consecutive segments queued in one
+///   poll are joined into one super-frame the port cuts back into the same segments
+///   ([`crate::tso`] says which frames join); the joined frames' headers are stripped
+///   (no copy: the mbuf's start moves) and their mbufs chained to the first. While a pcapng
+///   capture is attached frames are not joined, so the capture holds the segments the wire
+///   carries (a super-frame would not fit its snap length).
 #[derive(Debug)]
 pub struct DpdkDevice {
     rx: RxQueue,
@@ -68,6 +76,87 @@ pub struct DpdkDevice {
     pcapng: Option<PcapngWriter>,
     tx_recorded: usize,
     tx_spare: Option<Mbuf>,
+    tso: Option<Tso>,
+}
+
+/// TSO state of a device whose port cuts super-frames.
+#[derive(Debug)]
+struct Tso {
+    /// The port's IP MTU.
+    mtu: usize,
+    /// The port counts the Ethernet header against the MTU
+    /// ([`warpcore_dpdk_sys::Offloads::tso_frame_within_mtu`]).
+    within_mtu: bool,
+    /// The super-frame being built: the index of its head in `tx_pending` (the last frame
+    /// queued) and what it holds. Ended by any other frame queued and by every flush.
+    group: Option<(usize, Group)>,
+}
+
+impl Tso {
+    /// The longest payload of one segment the port cuts, for `hdr_len` header octets
+    /// (Ethernet, IPv4 and TCP).
+    fn payload_max(&self, hdr_len: usize) -> usize {
+        let frame_max = if self.within_mtu {
+            self.mtu
+        } else {
+            self.mtu + 14
+        };
+        frame_max.saturating_sub(hdr_len)
+    }
+}
+
+/// Queues frame `m` for the tx ring: joined to the super-frame being built when TSO is on
+/// and [`Group::admits`] it, else on its own (possibly heading a new super-frame).
+fn queue_frame(
+    pending: &mut Vec<Mbuf>,
+    mut m: Mbuf,
+    tso: Option<&mut Tso>,
+    stats: &mut DeviceStats,
+) {
+    let Some(t) = tso else {
+        pending.push(m);
+        return;
+    };
+    let Some(s) = m.is_contiguous().then(|| tso::segment(m.data())).flatten() else {
+        t.group = None;
+        pending.push(m);
+        return;
+    };
+    if let Some((at, g)) = &mut t.group {
+        if *at + 1 == pending.len() {
+            let head = &mut pending[*at];
+            if g.admits(head.data(), m.data(), &s) && m.adj(s.hdr_len) {
+                match head.chain(m) {
+                    Ok(()) => {
+                        g.add(&s);
+                        if g.segs == 2 {
+                            stats.tx_tso_frames += 1;
+                            stats.tx_tso_segments += 1;
+                        }
+                        stats.tx_tso_segments += 1;
+                        tso::rewrite_head(head.data_mut(), g);
+                        head.set_tx_tso(TxTso {
+                            l2_len: 14,
+                            l3_len: 20,
+                            l4_len: g.l4_len as u8,
+                            segsz: g.segsz as u16,
+                        });
+                    }
+                    Err(_) => {
+                        // Not reached: SEGMENTS_MAX keeps a chain far below DPDK's segment
+                        // limit. The frame lost its headers; TCP sends the segment again.
+                        stats.tx_dropped += 1;
+                        t.group = None;
+                    }
+                }
+                return;
+            }
+        }
+    }
+    let max = t.payload_max(s.hdr_len);
+    let at = pending.len();
+    pending.push(m);
+    t.group = Group::start(&s, max).map(|g| (at, g));
 }
 
 impl DpdkDevice {
@@ -75,6 +164,12 @@ impl DpdkDevice {
     pub fn new(rx: RxQueue, tx: TxQueue, pool: Mempool, cfg: DpdkDeviceConfig) -> Self {
         let off = tx.offloads();
         let frame_max = cfg.mtu + 14;
+        let tx_offload = off.tx_ipv4_checksum && off.tx_tcp_checksum;
+        let tso = (off.tso && off.tx_multi_segs && tx_offload).then_some(Tso {
+            mtu: cfg.mtu,
+            within_mtu: off.tso_frame_within_mtu,
+            group: None,
+        });
         DpdkDevice {
             rx,
             tx,
@@ -85,18 +180,20 @@ impl DpdkDevice {
             rx_scratch: vec![0; frame_max.max(2048)],
             tx_scratch: vec![0; frame_max.max(2048)],
             rx_offload: off.rx_ipv4_checksum && off.rx_tcp_checksum,
-            tx_offload: off.tx_ipv4_checksum && off.tx_tcp_checksum,
+            tx_offload,
             no_checksums: false,
             cfg,
             stats: DeviceStats::default(),
             pcapng: None,
             tx_recorded: 0,
             tx_spare: None,
+            tso,
         }
     }
 
     /// Records every received and transmitted frame into `w` (DPDK's pcapng writer) from now
-    /// on. Transmitted frames are recorded when handed to the tx ring.
+    /// on. Transmitted frames are recorded when handed to the tx ring. No TSO super-frames
+    /// are built while a capture is attached.
     pub fn set_pcapng(&mut self, w: PcapngWriter) {
         self.pcapng = Some(w);
     }
@@ -116,6 +213,24 @@ impl DpdkDevice {
         self.tx_offload
     }
 
+    /// Whether consecutive segments are joined into TSO super-frames for the port to cut
+    /// (except while a pcapng capture is attached).
+    pub fn tso(&self) -> bool {
+        self.tso.is_some()
+    }
+
+    /// Joins segments into TSO super-frames whatever the port offers. Only for tests whose
+    /// wire cuts them itself (DPDK's librte_gso, [`warpcore_dpdk_sys::Gso`]): a port without
+    /// TSO would send each super-frame as one oversized frame.
+    #[doc(hidden)]
+    pub fn force_tso_for_test(&mut self) {
+        self.tso = Some(Tso {
+            mtu: self.cfg.mtu,
+            within_mtu: false,
+            group: None,
+        });
+    }
+
     /// Whether the port verifies receive checksums.
     pub fn rx_checksum_offloaded(&self) -> bool {
         self.rx_offload
@@ -133,6 +248,7 @@ impl DpdkDevice {
         self.no_checksums = true;
         self.rx_offload = false;
         self.tx_offload = false;
+        self.tso = None;
     }
 
     /// Whether checksums are skipped ([`DpdkDevice::skip_checksums`]).
@@ -285,6 +401,7 @@ pub struct DpdkTxToken<'a> {
     scratch: &'a mut Vec<u8>,
     offload: bool,
     stats: &'a mut DeviceStats,
+    tso: Option<&'a mut Tso>,
 }
 
 impl phy::TxToken for DpdkTxToken<'_> {
@@ -301,7 +418,7 @@ impl phy::TxToken for DpdkTxToken<'_> {
                 if self.offload {
                     prepare_tx_offload(&mut mbuf);
                 }
-                self.pending.push(mbuf);
+                queue_frame(self.pending, mbuf, self.tso, self.stats);
                 self.stats.tx_frames += 1;
                 return r;
             }
@@ -319,7 +436,7 @@ impl phy::TxToken for DpdkTxToken<'_> {
                 if self.offload {
                     prepare_tx_offload(&mut m);
                 }
-                self.pending.push(m);
+                queue_frame(self.pending, m, self.tso, self.stats);
                 self.stats.tx_frames += 1;
             }
             // Pool ran dry mid-chain: TCP retransmits this segment later.
@@ -370,6 +487,7 @@ impl Device for DpdkDevice {
                 scratch: &mut self.tx_scratch,
                 offload: self.tx_offload,
                 stats: &mut self.stats,
+                tso: self.tso.as_mut().filter(|_| self.pcapng.is_none()),
             },
         ))
     }
@@ -385,6 +503,7 @@ impl Device for DpdkDevice {
             scratch: &mut self.tx_scratch,
             offload: self.tx_offload,
             stats: &mut self.stats,
+            tso: self.tso.as_mut().filter(|_| self.pcapng.is_none()),
         })
     }
 
@@ -440,6 +559,10 @@ impl PollDevice for DpdkDevice {
             self.tx_recorded = self.tx_pending.len();
         }
         let sent = self.tx.tx_burst(&mut self.tx_pending);
+        if let Some(t) = &mut self.tso {
+            // Frames a full ring refused stay as they are.
+            t.group = None;
+        }
         if !self.tx_pending.is_empty() {
             self.stats.tx_ring_full += 1;
         }

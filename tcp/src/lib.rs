@@ -34,12 +34,15 @@ pub mod device;
 pub mod dpdk;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+#[cfg(feature = "dpdk")]
+pub mod gso_wire;
 pub mod host;
 pub mod link;
 pub mod recovery;
 pub mod reference;
 mod rng;
 pub mod stack;
+pub mod tso;
 
 pub use capture::Capture;
 pub use device::{DeviceStats, PollDevice};

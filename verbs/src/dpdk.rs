@@ -30,6 +30,17 @@ pub fn open_port(eal_args: &[String], port_name: &str) -> Result<DpdkPort, Error
     DpdkPort::open(&eal, port_name, 1, 8191)
 }
 
+/// How [`DpdkPort::from_port_with`] configures a port beyond its queues.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortOptions {
+    /// IP MTU (576 to 9,000; the pool's mbufs must hold a whole frame of it); `None` keeps
+    /// the driver's default.
+    pub mtu: Option<u16>,
+    /// Hand the port TSO super-frames: each engine core's device joins a connection's
+    /// consecutive segments for the port to cut ([`warpcore_engine::tcp::tso`]).
+    pub tso: bool,
+}
+
 /// A configured, started DPDK port split into one device per engine core.
 #[derive(Debug)]
 pub struct DpdkPort {
@@ -65,11 +76,24 @@ impl DpdkPort {
     /// [`DpdkPort::from_port`] with the port's IP MTU set to `mtu` (576 to 9,000; the pool's
     /// mbufs must hold a whole frame of it) instead of the driver's default.
     pub fn from_port_with_mtu(
-        mut port: Port,
+        port: Port,
         pool: Mempool,
         queues: u16,
         mtu: Option<u16>,
     ) -> Result<DpdkPort, Error> {
+        DpdkPort::from_port_with(port, pool, queues, PortOptions { mtu, tso: false })
+    }
+
+    /// [`DpdkPort::from_port`] with `options`. Asking for TSO on a port that cannot do it
+    /// (with checksum offload and chained mbufs; net_tap and most NICs can, net_memif,
+    /// net_af_packet and net_ring cannot) is refused with [`Error::PortUnsupported`].
+    pub fn from_port_with(
+        mut port: Port,
+        pool: Mempool,
+        queues: u16,
+        options: PortOptions,
+    ) -> Result<DpdkPort, Error> {
+        let PortOptions { mtu, tso } = options;
         // One core per queue needs every frame of a connection to arrive on the queue of
         // the core that owns it. net_memif delivers a frame on the queue index its peer
         // sent it on, so two processes with the same number of cores pair core k with core
@@ -89,9 +113,18 @@ impl DpdkPort {
             rx_queues: queues,
             tx_queues: queues,
             mtu,
+            tso,
             ..PortConfig::default()
         };
-        port.configure(&cfg, &pool).map_err(dev)?;
+        let off = port.configure(&cfg, &pool).map_err(dev)?;
+        if tso && !(off.tso && off.tx_multi_segs && off.tx_ipv4_checksum && off.tx_tcp_checksum) {
+            return Err(Error::PortUnsupported {
+                driver: port.info().driver.clone(),
+                what: "use TCP segmentation offload",
+                why: "the driver does not offer TSO together with checksum offload and \
+                      chained mbufs",
+            });
+        }
         port.start().map_err(dev)?;
         let mac = port.mac().map_err(dev)?;
         let mtu = usize::from(port.mtu().map_err(dev)?).clamp(576, 9000);
@@ -144,6 +177,16 @@ impl DpdkPort {
             d.skip_checksums();
         }
         Ok(())
+    }
+
+    /// Has every queue's device join segments into TSO super-frames whatever the port
+    /// offers ([`warpcore_engine::tcp::DpdkDevice::force_tso_for_test`]). Only for tests
+    /// whose wire cuts them itself ([`warpcore_engine::tcp::gso_wire`]).
+    #[doc(hidden)]
+    pub fn force_tso_for_test(&mut self) {
+        for d in &mut self.devices {
+            d.force_tso_for_test();
+        }
     }
 
     /// The port's IP MTU, as the engine uses it.

@@ -45,6 +45,7 @@ pub(crate) fn with_stack(
         .configure(
             &PortConfig {
                 mtu: Some(mtu),
+                tso: net.dev.tso,
                 ..PortConfig::default()
             },
             &pool,
@@ -85,6 +86,14 @@ pub(crate) fn with_stack(
             tx_pending_max: net.tx_pending,
         },
     );
+    if net.dev.tso && !dev.tso() {
+        return Err(format!(
+            "--tso: port {} ({}) does not offer TSO together with checksum offload and \
+             chained mbufs",
+            port.name(),
+            port.info().driver
+        ));
+    }
     if let Some(path) = &net.dev.capture {
         let raw = raw_capture_path(path);
         let w = PcapngWriter::create(
