@@ -53,7 +53,7 @@ scripts/test-fuzz.sh "${FUZZ_SECONDS:-5}"
 step "packet path: DPDK vdevs, kernel interop, tcpperf"
 scripts/test-net.sh
 
-step "our TCP against the kernel's over a lossy bridged path (net_af_packet, both roles, 1 % loss)"
+step "our TCP against the kernel's over a lossy bridged path (net_af_packet, and net_tap with TSO; both roles, 0 and 1 % loss)"
 scripts/test-tcp-kernel.sh
 
 step "engine: the memif example between two processes"
