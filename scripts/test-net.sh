@@ -103,6 +103,8 @@ fi
 # The kernel TCP peer (scripts/lib/tcp-peer.py, shared with scripts/test-tcp-kernel.sh).
 cp scripts/lib/tcp-peer.py "$work/peer.py"
 
+# shellcheck source=scripts/lib/tso-check.sh
+source scripts/lib/tso-check.sh
 # tap_case ROLE [tso]: with tso, tcpperf hands the port TSO super-frames (--tso) and the
 # kernel advertises MSS 1400: net_tap cuts only segments 14 octets short of its MTU
 # (docs/net.md), so with the full MSS it would get none. The super-frames must then carry
@@ -140,15 +142,8 @@ tap_case() {
     unset 'pids[-1]'
     local tso_note=""
     if ((rc == 0)) && [[ -n $tso ]]; then
-        local frames segs sent
-        frames=$(sed -nE 's/.*tx_tso_frames: ([0-9]+).*/\1/p' "$work/tap.log")
-        segs=$(sed -nE 's/.*tx_tso_segments: ([0-9]+).*/\1/p' "$work/tap.log")
-        sent=$(sed -nE 's/.*DeviceStats \{ rx_frames: [0-9]+, tx_frames: ([0-9]+).*/\1/p' "$work/tap.log")
-        tso_note="; $segs of $sent segments in $frames TSO super-frames"
-        if ! ((${frames:-0} > 0 && ${segs:-0} * 2 > ${sent:-1})); then
-            echo "the port got too few TSO super-frames$tso_note"
-            rc=1
-        fi
+        tso_check "$work/tap.log" || { echo "the port got too few TSO super-frames$TSO_NOTE"; rc=1; }
+        tso_note=$TSO_NOTE
     fi
     if ((rc == 0)); then
         ok "$what, stack as $role vs kernel socket: $(grep -h '^exchange ok' "$work/tap.log"); $(tail -1 "$work/peer.log")$tso_note"

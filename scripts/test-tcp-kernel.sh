@@ -16,6 +16,8 @@ bytes=${BYTES:-$((8 << 20))}
 TCPPERF=${TCPPERF:-target/release/tcpperf}
 # shellcheck source=scripts/lib/lossnet.sh
 source scripts/lib/lossnet.sh
+# shellcheck source=scripts/lib/tso-check.sh
+source scripts/lib/tso-check.sh
 lossnet_harness test-tcp-kernel tcp-kernel
 lossnet_build "$TCPPERF" tcpperf
 eal="--no-huge -m 256 --no-pci --no-telemetry --no-shconf --log-level=error"
@@ -80,15 +82,11 @@ case_run() {
     fi
     local tso_note=""
     if ((rc == 0)) && [[ $mode == tap ]]; then
-        local frames segs sent
-        frames=$(sed -nE 's/.*tx_tso_frames: ([0-9]+).*/\1/p' "$work/stack.log")
-        segs=$(sed -nE 's/.*tx_tso_segments: ([0-9]+).*/\1/p' "$work/stack.log")
-        sent=$(sed -nE 's/.*DeviceStats \{ rx_frames: [0-9]+, tx_frames: ([0-9]+).*/\1/p' "$work/stack.log")
-        tso_note="; $segs of our $sent segments in $frames TSO super-frames"
-        if ! ((${frames:-0} > 0 && ${segs:-0} * 2 > ${sent:-1})); then
-            echo "FAIL our TCP as $role vs kernel, $what: too few TSO super-frames$tso_note"
+        tso_check "$work/stack.log" || {
+            echo "FAIL our TCP as $role vs kernel, $what: too few TSO super-frames$TSO_NOTE"
             rc=1
-        fi
+        }
+        tso_note=$TSO_NOTE
     fi
     if ((rc == 0)); then
         echo "ok   our TCP as $role vs kernel, $what, $pct % loss each way: $(grep -h '^exchange ok' "$work/stack.log"); $(tail -1 "$work/peer.log")$tso_note ($took s)"

@@ -12,13 +12,7 @@ fn core_suite_over_net_ring_with_pcapng_judged() {
     {
         let client = Context::open(ca).expect("context a");
         let server = Context::open(cb).expect("context b");
-        std::thread::scope(|s| {
-            let (tx, rx) = std::sync::mpsc::channel();
-            let t = s.spawn(move || common::server(&server, move || tx.send(()).unwrap()));
-            rx.recv().expect("server listening");
-            common::client(&client, [198, 18, 0, 2]);
-            t.join().expect("server role");
-        });
+        common::both_roles(&client, server, [198, 18, 0, 2]);
     }
     common::judge::judge_capture(&cap);
     let _ = std::fs::remove_dir_all(cap.parent().unwrap());

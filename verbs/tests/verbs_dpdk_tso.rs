@@ -104,13 +104,7 @@ fn core_suite_over_tso_super_frames_keeps_every_segment_whole_fpdus() {
         {
             let client = Context::open(ca).expect("context a");
             let server = Context::open(cb).expect("context b");
-            std::thread::scope(|s| {
-                let (tx, rx) = std::sync::mpsc::channel();
-                let t = s.spawn(move || common::server(&server, move || tx.send(()).unwrap()));
-                rx.recv().expect("server listening");
-                common::client(&client, [198, 18, 0, 2]);
-                t.join().expect("server role");
-            });
+            common::both_roles(&client, server, [198, 18, 0, 2]);
         }
         stop.store(true, Ordering::Release);
         wire_thread.join().expect("wire")

@@ -254,6 +254,18 @@ pub fn server(ctx: &Context, ready: impl FnOnce()) {
     );
 }
 
+/// Both roles in this process: the server's on a thread of its own (at `server_ip`), the
+/// client's on this one once the server listens.
+pub fn both_roles(client_ctx: &Context, server_ctx: Context, server_ip: [u8; 4]) {
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = s.spawn(move || server(&server_ctx, move || tx.send(()).unwrap()));
+        rx.recv().expect("server listening");
+        client(client_ctx, server_ip);
+        t.join().expect("server role");
+    });
+}
+
 /// The client role.
 pub fn client(ctx: &Context, server_ip: [u8; 4]) {
     let pd = ctx.alloc_pd();
