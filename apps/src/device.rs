@@ -159,9 +159,10 @@ pub struct DeviceArgs {
     /// give it: a side that still verifies drops every frame of the other.
     #[arg(long = "no-csum", help_heading = "Device")]
     pub no_csum: bool,
-    /// Hand the port TSO super-frames: a connection's consecutive full segments go to the
-    /// port as one frame it cuts back into the same segments. Ports with TSO (net_tap, most
-    /// NICs) only; net_tap cuts only segments 14 octets short of its MTU (docs/net.md).
+    /// Hand the port TSO super-frames: a connection's consecutive segments of one length (the
+    /// last may be shorter) go to the port as one frame it cuts back into the same segments.
+    /// Ports with TSO (net_tap, most NICs) only; net_tap cuts only segments 14 octets short
+    /// of its MTU (docs/net.md).
     #[arg(long, help_heading = "Device")]
     pub tso: bool,
     /// Record this side's traffic as pcapng (Wireshark, iwdump).

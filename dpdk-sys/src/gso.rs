@@ -8,11 +8,15 @@ use crate::{ffi, Error, Mbuf, Mempool};
 /// Output segments one [`Gso::segment`] call can return (net_tap's limit, `MAX_GSO_MBUFS`).
 pub const GSO_SEGMENTS_MAX: usize = 64;
 
+/// Headroom DPDK keeps in front of every mbuf's data (`RTE_PKTMBUF_HEADROOM`).
+const HEADROOM: usize = 128;
+
 /// A segmentation context: the pool the segments' header copies and payload references come
 /// from, and the largest segment (Ethernet, IPv4 and TCP headers plus payload) to cut.
 #[derive(Debug)]
 pub struct Gso {
     ctx: ffi::rte_gso_ctx,
+    room: usize,
 }
 
 impl Gso {
@@ -28,19 +32,38 @@ impl Gso {
                 gso_types: ffi::RTE_ETH_TX_OFFLOAD_TCP_TSO,
                 gso_size: frame_max,
             },
+            room: usize::from(pool.data_room()).saturating_sub(HEADROOM),
         }
     }
 
-    /// Cuts `pkt` (which must ask for TSO) into segments, each a header copy followed by a
-    /// reference to its part of `pkt`'s payload (which stays alive as long as they do).
-    /// `pkt` itself is left to the caller. An empty result means `pkt` needs no cutting
-    /// (it fits one frame); DPDK then clears its TSO flag.
-    pub fn segment(&self, pkt: &mut Mbuf) -> Result<Vec<Mbuf>, Error> {
+    /// Cuts `pkt` (which must ask for TSO) into segments and returns a copy of each (the
+    /// segments librte_gso builds share `pkt`'s buffers, so they never leave this call).
+    /// A packet that fits one frame comes back whole. Refused with [`Error::Gso`], before
+    /// librte_gso sees it, when `pkt` does not ask for TSO, when its headers (the lengths
+    /// in its offload word) are not all in its first segment, do not fit one of the pool's
+    /// mbufs or leave no payload in a frame of the context's size.
+    pub fn segment(&self, pkt: Mbuf) -> Result<Vec<Vec<u8>>, Error> {
+        let refuse = |why: String| Err(Error::Gso { reason: why });
+        if pkt.tx_tso_segsz().is_none() {
+            return refuse("the packet does not ask for TSO".into());
+        }
+        let (l2, l3, l4) = pkt.tx_header_lens();
+        let hdr = l2 + l3 + l4;
+        if hdr > pkt.data_len() || hdr > self.room || hdr >= usize::from(self.ctx.gso_size) {
+            return refuse(format!(
+                "{hdr} header octets (first segment {}, pool room {}, frame {})",
+                pkt.data_len(),
+                self.room,
+                self.ctx.gso_size
+            ));
+        }
         let mut out = [std::ptr::null_mut::<ffi::rte_mbuf>(); GSO_SEGMENTS_MAX];
-        // SAFETY: pkt is a valid packet we own for the call; out has room for
+        // SAFETY: pkt is a valid packet we own for the call, its headers (as its offload word
+        // gives them, which librte_gso copies) are inside its first segment and fit a pool
+        // mbuf, and the frame size leaves payload (checked above); out has room for
         // GSO_SEGMENTS_MAX pointers, the count passed; the context's pools live for the
         // process. rte_gso_segment does not free pkt; each segment it writes to out is a new
-        // packet owned by the caller.
+        // packet owned by us, whose payload refers to pkt's buffers.
         let n = unsafe {
             ffi::rte_gso_segment(
                 pkt.as_raw(),
@@ -50,15 +73,24 @@ impl Gso {
             )
         };
         if n < 0 {
-            return Err(Error::Gso {
-                reason: Error::code_reason(n),
-            });
+            return refuse(Error::code_reason(n));
         }
-        Ok(out[..n as usize]
+        let copy = |m: &Mbuf| {
+            let mut v = vec![0; m.pkt_len()];
+            m.copy_to_slice(&mut v);
+            v
+        };
+        let segs: Vec<Mbuf> = out[..n as usize]
             .iter()
             .filter_map(|&p| std::ptr::NonNull::new(p))
             // SAFETY: each pointer is a segment rte_gso_segment just created for us.
             .map(|p| unsafe { Mbuf::from_raw(p) })
-            .collect())
+            .collect();
+        if segs.is_empty() {
+            return Ok(vec![copy(&pkt)]);
+        }
+        // The segments are read and dropped here, before pkt: nothing else sees the
+        // buffers they share with it.
+        Ok(segs.iter().map(copy).collect())
     }
 }

@@ -300,6 +300,18 @@ impl Mbuf {
         Some((word >> 24) as u16)
     }
 
+    /// The l2, l3 and l4 header lengths the transmit offload word holds
+    /// ([`Mbuf::set_tx_tso`], [`Mbuf::set_tx_checksum_offload`]).
+    pub(crate) fn tx_header_lens(&self) -> (usize, usize, usize) {
+        // SAFETY: tx_offload is plain data of a valid mbuf we own.
+        let word = unsafe { self.seg().__bindgen_anon_3.tx_offload };
+        (
+            (word & 0x7f) as usize,
+            ((word >> 7) & 0x1ff) as usize,
+            ((word >> 16) & 0xff) as usize,
+        )
+    }
+
     /// Asks the port to compute checksums on transmit (see [`TxChecksumOffload`]).
     pub fn set_tx_checksum_offload(&mut self, o: TxChecksumOffload) {
         // SAFETY: exclusive access through &mut self; tx_offload is plain data.

@@ -37,6 +37,8 @@ pub struct PortInfo {
     pub tx_offload_capa: u64,
     /// `RTE_ETH_RSS_*` hash types the port supports.
     pub flow_type_rss_offloads: u64,
+    /// Most mbufs one transmitted packet may chain (`tx_desc_lim.nb_seg_max`).
+    pub tx_seg_max: u16,
 }
 
 /// Offloads enabled on a configured port (the intersection of what was asked and what the
@@ -59,6 +61,8 @@ pub struct Offloads {
     /// DPDK's main branch in 2026), so it cannot cut segments that fill the MTU, only ones
     /// 14 octets shorter.
     pub tso_frame_within_mtu: bool,
+    /// Most mbufs one TSO super-frame may chain: the port's `nb_seg_max` (0 without TSO).
+    pub tso_segments_max: u16,
     /// Receive side scaling spreads flows over the rx queues.
     pub rss: bool,
     /// The port accepts chained (multi-segment) mbufs on transmit.
@@ -320,6 +324,7 @@ impl Port {
             rx_offload_capa: di.rx_offload_capa,
             tx_offload_capa: di.tx_offload_capa,
             flow_type_rss_offloads: di.flow_type_rss_offloads,
+            tx_seg_max: di.tx_desc_lim.nb_seg_max,
         };
         Ok(Port {
             shared: Arc::new(PortShared { id, name }),
@@ -399,6 +404,7 @@ impl Port {
             conf.txmode.offloads |= u64::from(ffi::RTE_ETH_TX_OFFLOAD_TCP_TSO);
             off.tso = true;
             off.tso_frame_within_mtu = self.info.driver == "net_tap";
+            off.tso_segments_max = self.info.tx_seg_max;
         }
         if has(tx_capa, ffi::RTE_ETH_TX_OFFLOAD_MULTI_SEGS) {
             conf.txmode.offloads |= u64::from(ffi::RTE_ETH_TX_OFFLOAD_MULTI_SEGS);
@@ -806,6 +812,24 @@ impl TxQueue {
             let _ = m.into_raw();
         }
         sent
+    }
+
+    /// Has the driver check and fix up the packets at the front of `pkts` (at most
+    /// [`BURST_MAX`]) for the offloads they ask for (`rte_eth_tx_prepare`: a NIC's own
+    /// pseudo-header checksum rules, its smallest TSO segment, ...). Returns how many from
+    /// the front are fit to send; when fewer than were looked at, the packet after them is
+    /// not, and sending it would fail or misbehave.
+    pub fn tx_prepare(&mut self, pkts: &mut [Mbuf]) -> usize {
+        let n = pkts.len().min(BURST_MAX);
+        for (slot, m) in self.scratch.iter_mut().zip(pkts.iter()) {
+            *slot = m.as_raw();
+        }
+        // SAFETY: scratch holds n valid mbufs owned by `pkts`, borrowed mutably for the
+        // call; the driver only reads and fixes up their headers and flags.
+        let ready = unsafe {
+            ffi::wc_tx_prepare(self.port, self.queue, self.scratch.as_mut_ptr(), n as u16)
+        };
+        usize::from(ready)
     }
 }
 

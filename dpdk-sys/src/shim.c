@@ -31,6 +31,11 @@ uint16_t wc_tx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **pkts
 	return rte_eth_tx_burst(port_id, queue_id, pkts, nb_pkts);
 }
 
+uint16_t wc_tx_prepare(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **pkts, uint16_t nb_pkts)
+{
+	return rte_eth_tx_prepare(port_id, queue_id, pkts, nb_pkts);
+}
+
 struct rte_mbuf *wc_pktmbuf_alloc(struct rte_mempool *mp)
 {
 	return rte_pktmbuf_alloc(mp);

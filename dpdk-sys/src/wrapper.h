@@ -21,6 +21,7 @@
 /* The C shim: DPDK's `static inline` hot-path functions, made callable from Rust. */
 uint16_t wc_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **pkts, uint16_t nb_pkts);
 uint16_t wc_tx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **pkts, uint16_t nb_pkts);
+uint16_t wc_tx_prepare(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **pkts, uint16_t nb_pkts);
 struct rte_mbuf *wc_pktmbuf_alloc(struct rte_mempool *mp);
 int wc_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned count);
 void wc_pktmbuf_free(struct rte_mbuf *m);

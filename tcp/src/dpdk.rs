@@ -20,7 +20,8 @@ pub struct DpdkDeviceConfig {
     pub mtu: usize,
     /// Frames one rx burst fetches and smoltcp may send per poll.
     pub burst: usize,
-    /// Frames waiting for the tx ring before transmit refuses tokens (back-pressure).
+    /// Frames waiting for the tx ring before transmit refuses tokens (back-pressure). The
+    /// segments of a TSO super-frame count one each.
     pub tx_pending_max: usize,
 }
 
@@ -66,6 +67,10 @@ pub struct DpdkDevice {
     rx_batch: VecDeque<Mbuf>,
     rx_armed: bool,
     tx_pending: Vec<Mbuf>,
+    /// Frames in `tx_pending`, the segments of a super-frame one each.
+    tx_pending_frames: usize,
+    /// `tx_pending[..tx_prepared]` passed the driver's `tx_prepare` (TSO ports only).
+    tx_prepared: usize,
     rx_scratch: Vec<u8>,
     tx_scratch: Vec<u8>,
     rx_offload: bool,
@@ -87,6 +92,9 @@ struct Tso {
     /// The port counts the Ethernet header against the MTU
     /// ([`warpcore_dpdk_sys::Offloads::tso_frame_within_mtu`]).
     within_mtu: bool,
+    /// Most mbufs the port chains per packet
+    /// ([`warpcore_dpdk_sys::Offloads::tso_segments_max`]).
+    chain_max: u16,
     /// The super-frame being built: the index of its head in `tx_pending` (the last frame
     /// queued) and what it holds. Ended by any other frame queued and by every flush.
     group: Option<(usize, Group)>,
@@ -144,7 +152,7 @@ fn queue_frame(
                     }
                     Err(_) => {
                         // Not reached: SEGMENTS_MAX keeps a chain far below DPDK's segment
-                        // limit. The frame lost its headers; TCP sends the segment again.
+                        // limit (RTE_MBUF_MAX_NB_SEGS). The frame lost its headers; TCP sends the segment again.
                         stats.tx_dropped += 1;
                         t.group = None;
                     }
@@ -156,7 +164,7 @@ fn queue_frame(
     let max = t.payload_max(s.hdr_len);
     let at = pending.len();
     pending.push(m);
-    t.group = Group::start(&s, max).map(|g| (at, g));
+    t.group = Group::start(&s, max, t.chain_max).map(|g| (at, g));
 }
 
 impl DpdkDevice {
@@ -168,6 +176,7 @@ impl DpdkDevice {
         let tso = (off.tso && off.tx_multi_segs && tx_offload).then_some(Tso {
             mtu: cfg.mtu,
             within_mtu: off.tso_frame_within_mtu,
+            chain_max: off.tso_segments_max,
             group: None,
         });
         DpdkDevice {
@@ -177,6 +186,8 @@ impl DpdkDevice {
             rx_batch: VecDeque::with_capacity(cfg.burst),
             rx_armed: true,
             tx_pending: Vec::with_capacity(cfg.tx_pending_max),
+            tx_pending_frames: 0,
+            tx_prepared: 0,
             rx_scratch: vec![0; frame_max.max(2048)],
             tx_scratch: vec![0; frame_max.max(2048)],
             rx_offload: off.rx_ipv4_checksum && off.rx_tcp_checksum,
@@ -205,7 +216,7 @@ impl DpdkDevice {
 
     /// Frames queued for the tx ring.
     pub fn tx_pending(&self) -> usize {
-        self.tx_pending.len()
+        self.tx_pending_frames
     }
 
     /// Whether transmit checksums are offloaded to the port.
@@ -227,6 +238,7 @@ impl DpdkDevice {
         self.tso = Some(Tso {
             mtu: self.cfg.mtu,
             within_mtu: false,
+            chain_max: tso::SEGMENTS_MAX,
             group: None,
         });
     }
@@ -279,7 +291,7 @@ impl DpdkDevice {
     }
 
     fn tx_room(&mut self) -> bool {
-        if self.tx_pending.len() >= self.cfg.tx_pending_max {
+        if self.tx_pending_frames >= self.cfg.tx_pending_max {
             self.stats.tx_backpressure += 1;
             return false;
         }
@@ -402,6 +414,7 @@ pub struct DpdkTxToken<'a> {
     offload: bool,
     stats: &'a mut DeviceStats,
     tso: Option<&'a mut Tso>,
+    pending_frames: &'a mut usize,
 }
 
 impl phy::TxToken for DpdkTxToken<'_> {
@@ -419,6 +432,7 @@ impl phy::TxToken for DpdkTxToken<'_> {
                     prepare_tx_offload(&mut mbuf);
                 }
                 queue_frame(self.pending, mbuf, self.tso, self.stats);
+                *self.pending_frames += 1;
                 self.stats.tx_frames += 1;
                 return r;
             }
@@ -437,6 +451,7 @@ impl phy::TxToken for DpdkTxToken<'_> {
                     prepare_tx_offload(&mut m);
                 }
                 queue_frame(self.pending, m, self.tso, self.stats);
+                *self.pending_frames += 1;
                 self.stats.tx_frames += 1;
             }
             // Pool ran dry mid-chain: TCP retransmits this segment later.
@@ -446,7 +461,44 @@ impl phy::TxToken for DpdkTxToken<'_> {
     }
 }
 
+/// The TCP segments frame `m` carries: each mbuf of a super-frame is one.
+fn frames_in(m: &Mbuf) -> usize {
+    if m.tx_tso_segsz().is_some() {
+        usize::from(m.nb_segs())
+    } else {
+        1
+    }
+}
+
 impl DpdkDevice {
+    /// Has the driver check the queued frames it has not checked yet (`tx_prepare`) and
+    /// drops, counted in `tx_dropped`, each it refuses: a super-frame breaking a NIC's rule
+    /// (its smallest TSO segment, ...) would fail or misbehave on the wire, and the TCP
+    /// sends its segments again.
+    fn prepare_pending(&mut self) {
+        while self.tx_prepared < self.tx_pending.len() {
+            let from = self.tx_prepared;
+            let looked = (self.tx_pending.len() - from).min(warpcore_dpdk_sys::BURST_MAX);
+            let ok = self.tx.tx_prepare(&mut self.tx_pending[from..]);
+            self.tx_prepared += ok;
+            if ok < looked {
+                self.drop_pending(self.tx_prepared);
+            }
+        }
+    }
+
+    /// Drops queued frame `i`, counted in `tx_dropped` (the TCP sends it again).
+    fn drop_pending(&mut self, i: usize) {
+        drop(self.tx_pending.remove(i));
+        self.stats.tx_dropped += 1;
+        if i < self.tx_recorded {
+            self.tx_recorded -= 1;
+        }
+        if i < self.tx_prepared {
+            self.tx_prepared -= 1;
+        }
+    }
+
     /// Makes sure a spare mbuf is ready for the next transmit token.
     fn ensure_spare(&mut self) -> bool {
         if self.tx_spare.is_none() {
@@ -488,6 +540,7 @@ impl Device for DpdkDevice {
                 offload: self.tx_offload,
                 stats: &mut self.stats,
                 tso: self.tso.as_mut().filter(|_| self.pcapng.is_none()),
+                pending_frames: &mut self.tx_pending_frames,
             },
         ))
     }
@@ -504,6 +557,7 @@ impl Device for DpdkDevice {
             offload: self.tx_offload,
             stats: &mut self.stats,
             tso: self.tso.as_mut().filter(|_| self.pcapng.is_none()),
+            pending_frames: &mut self.tx_pending_frames,
         })
     }
 
@@ -549,6 +603,9 @@ impl PollDevice for DpdkDevice {
         if self.tx_pending.is_empty() {
             return false;
         }
+        if self.tso.is_some() {
+            self.prepare_pending();
+        }
         if let Some(w) = &mut self.pcapng {
             // Record each frame once, before the driver owns it; frames a full ring refused
             // were recorded by an earlier flush.
@@ -559,14 +616,25 @@ impl PollDevice for DpdkDevice {
             self.tx_recorded = self.tx_pending.len();
         }
         let sent = self.tx.tx_burst(&mut self.tx_pending);
+        self.tx_recorded = self.tx_recorded.saturating_sub(sent);
+        self.tx_prepared = self.tx_prepared.saturating_sub(sent);
         if let Some(t) = &mut self.tso {
             // Frames a full ring refused stay as they are.
             t.group = None;
+            // A super-frame the driver failed to send after cutting it may have lost its TSO
+            // flag (net_tap clears it in librte_gso and leaves it so when its write fails):
+            // as one frame it is too big ever to go, and it would hold up the queue.
+            let stuck = self.tx_pending.first().is_some_and(|m| {
+                m.nb_segs() > 1 && m.tx_tso_segsz().is_none() && m.pkt_len() > self.cfg.mtu + 14
+            });
+            if stuck {
+                self.drop_pending(0);
+            }
         }
+        self.tx_pending_frames = self.tx_pending.iter().map(frames_in).sum();
         if !self.tx_pending.is_empty() {
             self.stats.tx_ring_full += 1;
         }
-        self.tx_recorded = self.tx_recorded.saturating_sub(sent);
         if let Some(w) = &mut self.pcapng {
             w.flush();
         }
@@ -578,5 +646,28 @@ impl PollDevice for DpdkDevice {
             pool_in_use: Some(u64::from(self.pool.in_use())),
             ..self.stats
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_longest_segment_counts_the_ethernet_header_only_where_the_port_does() {
+        let tso = |within_mtu| Tso {
+            mtu: 1500,
+            within_mtu,
+            chain_max: 64,
+            group: None,
+        };
+        // Ethernet, IPv4 and TCP with timestamps: 66 octets.
+        assert_eq!(tso(false).payload_max(66), 1448, "a NIC cuts full segments");
+        assert_eq!(
+            tso(true).payload_max(66),
+            1434,
+            "net_tap counts the Ethernet header"
+        );
+        assert_eq!(tso(true).payload_max(1600), 0);
     }
 }

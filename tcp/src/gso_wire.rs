@@ -93,32 +93,26 @@ fn carry_one(
     if got.is_empty() {
         return moved;
     }
-    for mut m in got {
-        let mut frames = Vec::new();
-        let cut = match m.tx_tso_segsz() {
+    for m in got {
+        let (frames, cut) = match m.tx_tso_segsz() {
             Some(segsz) => {
                 // Our headers: Ethernet, IPv4 without options, TCP (its data offset).
                 let hdr = 14 + 20 + usize::from(m.data()[14 + 20 + 12] >> 4) * 4;
                 let gso = Gso::new(&pool, (hdr + usize::from(segsz)) as u16);
-                let segs = gso.segment(&mut m).expect("rte_gso_segment");
+                let mut segs = gso.segment(m).expect("rte_gso_segment");
                 assert!(segs.len() >= 2, "a super-frame of one segment");
                 *super_frames += 1;
-                for s in segs {
-                    let mut v = vec![0; s.pkt_len()];
-                    s.copy_to_slice(&mut v);
-                    fill_checksums(&mut v);
-                    frames.push(v);
+                for v in &mut segs {
+                    fill_checksums(v);
                 }
-                true
+                (segs, true)
             }
             None => {
                 let mut v = vec![0; m.pkt_len()];
                 m.copy_to_slice(&mut v);
-                frames.push(v);
-                false
+                (vec![v], false)
             }
         };
-        drop(m);
         for v in frames {
             observe(&v, cut);
             waiting.push(Mbuf::from_slice(&pool, &v).expect("the wire's pool ran dry"));

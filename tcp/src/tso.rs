@@ -25,10 +25,15 @@ const IP: usize = 20;
 /// TCP header flag bits that keep a frame out of any super-frame: FIN, SYN, RST and URG.
 const FLAGS_ALONE: u8 = 0x01 | 0x02 | 0x04 | 0x20;
 
-/// Segments one super-frame carries at most. net_tap's software TSO returns at most 64
-/// frames per super-frame and builds each from two mbufs of a pool of 128 per queue; 32
-/// keeps a super-frame inside both, and at MTU 1500 is 46 KiB of payload.
+/// Segments one super-frame carries at most (fewer where the port chains fewer mbufs per
+/// packet). net_tap's software TSO returns at most 64 frames per super-frame and builds
+/// each from two mbufs of a pool of 512 per port; 32 keeps a super-frame well inside both,
+/// and at MTU 1500 is 46 KiB of payload.
 pub const SEGMENTS_MAX: u16 = 32;
+
+/// The shortest segment a super-frame is cut into: NICs refuse shorter ones (Intel's i40e
+/// and iavf: 256 octets, `I40E_MIN_TSO_MSS`). Shorter frames go alone.
+pub const SEGSZ_MIN: usize = 256;
 
 /// The IPv4 total length of a super-frame, at most.
 const IP_TOTAL_MAX: usize = 65_535;
@@ -99,13 +104,18 @@ pub struct Group {
     /// Whether the last frame carried `segsz` octets: whether another may follow it (the
     /// port cuts every segment but the last at `segsz`).
     pub open: bool,
+    /// Frames the group may hold: [`SEGMENTS_MAX`], or fewer if the port chains fewer mbufs
+    /// per packet.
+    pub segs_max: u16,
 }
 
 impl Group {
     /// A group headed by `s`, if the port can cut segments of its length: `payload_max` is
-    /// the longest payload of one segment the port takes with this header length.
-    pub fn start(s: &Segment, payload_max: usize) -> Option<Group> {
-        (s.payload <= payload_max).then_some(Group {
+    /// the longest payload of one segment the port takes with this header length, and
+    /// `chain_max` the most mbufs it chains per packet (one per frame joined).
+    pub fn start(s: &Segment, payload_max: usize, chain_max: u16) -> Option<Group> {
+        let segs_max = chain_max.min(SEGMENTS_MAX);
+        (s.payload >= SEGSZ_MIN && s.payload <= payload_max && segs_max >= 2).then_some(Group {
             hdr_len: s.hdr_len,
             l4_len: s.l4_len,
             segsz: s.payload,
@@ -113,6 +123,7 @@ impl Group {
             segs: 1,
             payload: s.payload,
             open: true,
+            segs_max,
         })
     }
 
@@ -124,7 +135,7 @@ impl Group {
             && s.seq == self.next_seq
             && s.hdr_len == self.hdr_len
             && s.payload <= self.segsz
-            && self.segs < SEGMENTS_MAX
+            && self.segs < self.segs_max
             && IP + self.l4_len + self.payload + s.payload <= IP_TOTAL_MAX
             && head.len() >= self.hdr_len
             && f.len() >= self.hdr_len
@@ -179,7 +190,7 @@ mod tests {
     };
 
     fn frame(seq: i32, payload: &[u8], control: TcpControl, ts: u32) -> Vec<u8> {
-        let tcp = TcpRepr {
+        emit(&TcpRepr {
             src_port: 4791,
             dst_port: 50000,
             control,
@@ -192,7 +203,11 @@ mod tests {
             sack_ranges: [None; 3],
             timestamp: Some(TcpTimestampRepr::new(ts, 9)),
             payload,
-        };
+        })
+    }
+
+    /// The frame the host would send for `tcp` (checksums filled in).
+    fn emit(tcp: &TcpRepr<'_>) -> Vec<u8> {
         let (src, dst) = (Ipv4Address::new(10, 0, 0, 1), Ipv4Address::new(10, 0, 0, 2));
         let ip = Ipv4Repr {
             src_addr: src,
@@ -241,13 +256,25 @@ mod tests {
 
     #[test]
     fn consecutive_full_segments_join_and_a_short_one_ends_the_group() {
-        let a = frame(1000, &[1; 100], TcpControl::Psh, 5);
-        let b = frame(1100, &[2; 100], TcpControl::Psh, 5);
-        let c = frame(1200, &[3; 40], TcpControl::Psh, 5);
-        let d = frame(1240, &[4; 100], TcpControl::Psh, 5);
+        let a = frame(1000, &[1; 300], TcpControl::Psh, 5);
+        let b = frame(1300, &[2; 300], TcpControl::Psh, 5);
+        let c = frame(1600, &[3; 40], TcpControl::Psh, 5);
+        let d = frame(1640, &[4; 300], TcpControl::Psh, 5);
         let sa = segment(&a).unwrap();
-        let mut g = Group::start(&sa, 100).expect("fits the port's cut");
-        assert!(Group::start(&sa, 99).is_none(), "longer than the port cuts");
+        let mut g = Group::start(&sa, 300, 64).expect("fits the port's cut");
+        assert!(
+            Group::start(&sa, 299, 64).is_none(),
+            "longer than the port cuts"
+        );
+        assert!(
+            Group::start(&sa, 300, 1).is_none(),
+            "a port that chains no mbufs"
+        );
+        let short = frame(1000, &[1; SEGSZ_MIN - 1], TcpControl::Psh, 5);
+        assert!(
+            Group::start(&segment(&short).unwrap(), 1000, 64).is_none(),
+            "shorter than NICs cut"
+        );
         let mut head = a.clone();
         for (f, joins) in [(&b, true), (&c, true), (&d, false)] {
             let s = segment(f).unwrap();
@@ -257,11 +284,11 @@ mod tests {
                 rewrite_head(&mut head, &g);
             }
         }
-        assert_eq!((g.segs, g.payload, g.next_seq), (3, 240, 1240));
-        // The head's header now describes the whole: the IPv4 total length of 240 octets
+        assert_eq!((g.segs, g.payload, g.next_seq), (3, 640, 1640));
+        // The head's header now describes the whole: the IPv4 total length of 640 octets
         // of payload, and the pseudo-header sum without the length in the TCP checksum.
         let ip = Ipv4Packet::new_unchecked(&head[ETH..]);
-        assert_eq!(ip.total_len() as usize, IP + 32 + 240);
+        assert_eq!(ip.total_len() as usize, IP + 32 + 640);
         // 10.0 + 0.1 + 10.0 + 0.2 + protocol 6, in network-order words.
         let want: u32 = 0x0a00 + 0x0001 + 0x0a00 + 0x0002 + 6;
         let at = ETH + IP + 16;
@@ -273,29 +300,86 @@ mod tests {
 
     #[test]
     fn a_gap_another_header_or_a_full_group_keeps_a_frame_out() {
-        let a = frame(1000, &[1; 100], TcpControl::Psh, 5);
+        let a = frame(1000, &[1; 300], TcpControl::Psh, 5);
         let sa = segment(&a).unwrap();
-        let g = Group::start(&sa, 1000).unwrap();
-        let gap = frame(1101, &[2; 100], TcpControl::Psh, 5);
-        assert!(!g.admits(&a, &gap, &segment(&gap).unwrap()), "sequence gap");
-        let other_ts = frame(1100, &[2; 100], TcpControl::Psh, 6);
-        assert!(
-            !g.admits(&a, &other_ts, &segment(&other_ts).unwrap()),
-            "a different timestamp option"
+        let g = Group::start(&sa, 1000, 64).unwrap();
+        let refused = |f: &[u8], why: &str| {
+            assert!(!g.admits(&a, f, &segment(f).unwrap()), "{why}");
+        };
+        refused(&frame(1301, &[2; 300], TcpControl::Psh, 5), "sequence gap");
+        refused(
+            &frame(1300, &[2; 300], TcpControl::Psh, 6),
+            "another timestamp",
         );
-        let longer = frame(1100, &[2; 101], TcpControl::Psh, 5);
-        assert!(!g.admits(&a, &longer, &segment(&longer).unwrap()), "longer");
-        let next = frame(1100, &[2; 100], TcpControl::Psh, 5);
+        refused(&frame(1300, &[2; 301], TcpControl::Psh, 5), "longer");
+        refused(&frame(1300, &[2; 300], TcpControl::None, 5), "another flag");
+        let next = frame(1300, &[2; 300], TcpControl::Psh, 5);
+        // The fields that may differ between segments (total length, identification,
+        // checksums, sequence number) aside, each header octet must match: ACK number,
+        // window, the options' SACK blocks.
+        let mut other_ack = next.clone();
+        other_ack[ETH + IP + 11] ^= 1;
+        refused(&other_ack, "another ACK number");
+        let mut other_window = next.clone();
+        other_window[ETH + IP + 15] ^= 1;
+        refused(&other_window, "another window");
+        let mut other_option = next.clone();
+        other_option[ETH + IP + 25] ^= 1;
+        refused(&other_option, "another timestamp echo");
+        let mut other_id = next.clone();
+        other_id[ETH + 5] ^= 1;
+        other_id[ETH + 11] ^= 1;
+        other_id[ETH + IP + 17] ^= 1;
+        assert!(
+            g.admits(&a, &other_id, &segment(&other_id).unwrap()),
+            "identification and checksums are the port's"
+        );
         let full = Group {
-            segs: SEGMENTS_MAX,
+            segs: g.segs_max,
             ..g
         };
         assert!(!full.admits(&a, &next, &segment(&next).unwrap()));
         let big = Group {
-            payload: IP_TOTAL_MAX - IP - 32 - 99,
+            payload: IP_TOTAL_MAX - IP - 32 - 299,
             ..g
         };
         assert!(!big.admits(&a, &next, &segment(&next).unwrap()), "64 KiB");
         assert!(g.admits(&a, &next, &segment(&next).unwrap()));
+        assert_eq!(
+            Group::start(&sa, 1000, 8).unwrap().segs_max,
+            8,
+            "the port's chain limit"
+        );
+        assert_eq!(
+            Group::start(&sa, 1000, 1000).unwrap().segs_max,
+            SEGMENTS_MAX
+        );
+    }
+
+    #[test]
+    fn sack_blocks_that_differ_keep_a_frame_out() {
+        let with_sack = |seq: i32, left: i32| {
+            let tcp = TcpRepr {
+                src_port: 4791,
+                dst_port: 50000,
+                control: TcpControl::Psh,
+                seq_number: TcpSeqNumber(seq),
+                ack_number: Some(TcpSeqNumber(77)),
+                window_len: 1000,
+                window_scale: None,
+                max_seg_size: None,
+                sack_permitted: false,
+                sack_ranges: [Some((left as u32, left as u32 + 100)), None, None],
+                timestamp: Some(TcpTimestampRepr::new(5, 9)),
+                payload: &[9; 300],
+            };
+            emit(&tcp)
+        };
+        let a = with_sack(1000, 5000);
+        let g = Group::start(&segment(&a).unwrap(), 1000, 64).unwrap();
+        let same = with_sack(1300, 5000);
+        assert!(g.admits(&a, &same, &segment(&same).unwrap()));
+        let other = with_sack(1300, 6000);
+        assert!(!g.admits(&a, &other, &segment(&other).unwrap()));
     }
 }

@@ -4,8 +4,8 @@
 //! ([`warpcore_tcp::gso_wire`]). The transfer must be byte-exact, and the segments on the
 //! wire must be the very segments the same run produces without TSO: the same sequence
 //! ranges in the same order (so each is still one whole run of the sender's records, what
-//! MPA alignment needs), differing only in PSH (kept on the last segment of a super-frame
-//! only).
+//! MPA alignment needs), with the same ACK numbers, windows and options, differing only in
+//! PSH (kept on the last segment of a super-frame only).
 #![cfg(feature = "dpdk")]
 
 mod common;
@@ -18,8 +18,8 @@ use warpcore_tcp::gso_wire::{GsoWire, WireEnd};
 use warpcore_tcp::{DpdkDevice, DpdkDeviceConfig, Stack, TcpTuning};
 
 /// One segment seen on the wire: direction (true: A to B), sequence number, payload
-/// length, TCP flags without PSH.
-type Seen = (bool, u32, usize, u8);
+/// length, TCP flags without PSH, ACK number, window, options.
+type Seen = (bool, u32, usize, u8, u32, u16, Vec<u8>);
 
 fn seen(a_to_b: bool, v: &[u8]) -> Option<Seen> {
     let eth = EthernetFrame::new_checked(v).ok()?;
@@ -36,6 +36,9 @@ fn seen(a_to_b: bool, v: &[u8]) -> Option<Seen> {
         tcp.seq_number().0 as u32,
         tcp.payload().len(),
         flags,
+        tcp.ack_number().0 as u32,
+        tcp.window_len(),
+        tcp.options().to_vec(),
     ))
 }
 
@@ -119,7 +122,7 @@ fn super_frames_cut_by_librte_gso_are_the_segments_sent_without_tso() {
     assert!(segs > 2_000, "{segs} segments of A's inside super-frames");
     // Per direction: the two directions interleave on the wire as the polls fall.
     for dir in [true, false] {
-        let of = |v: &[Seen]| v.iter().filter(|s| s.0 == dir).copied().collect::<Vec<_>>();
+        let of = |v: &[Seen]| v.iter().filter(|s| s.0 == dir).cloned().collect::<Vec<_>>();
         let (cut, plain) = (of(&cut), of(&plain));
         assert!(plain.len() > 5_000, "{} segments", plain.len());
         if let Some(i) = (0..cut.len().max(plain.len())).find(|&i| cut.get(i) != plain.get(i)) {
