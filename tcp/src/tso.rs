@@ -189,8 +189,9 @@ mod tests {
         TcpSeqNumber, TcpTimestampRepr,
     };
 
-    fn frame(seq: i32, payload: &[u8], control: TcpControl, ts: u32) -> Vec<u8> {
-        emit(&TcpRepr {
+    /// A data segment of ours: ACK 77, window 1000, timestamps (`ts`, 9).
+    fn repr(seq: i32, payload: &[u8], control: TcpControl, ts: u32) -> TcpRepr<'_> {
+        TcpRepr {
             src_port: 4791,
             dst_port: 50000,
             control,
@@ -203,7 +204,11 @@ mod tests {
             sack_ranges: [None; 3],
             timestamp: Some(TcpTimestampRepr::new(ts, 9)),
             payload,
-        })
+        }
+    }
+
+    fn frame(seq: i32, payload: &[u8], control: TcpControl, ts: u32) -> Vec<u8> {
+        emit(&repr(seq, payload, control, ts))
     }
 
     /// The frame the host would send for `tcp` (checksums filled in).
@@ -358,22 +363,11 @@ mod tests {
 
     #[test]
     fn sack_blocks_that_differ_keep_a_frame_out() {
-        let with_sack = |seq: i32, left: i32| {
-            let tcp = TcpRepr {
-                src_port: 4791,
-                dst_port: 50000,
-                control: TcpControl::Psh,
-                seq_number: TcpSeqNumber(seq),
-                ack_number: Some(TcpSeqNumber(77)),
-                window_len: 1000,
-                window_scale: None,
-                max_seg_size: None,
-                sack_permitted: false,
-                sack_ranges: [Some((left as u32, left as u32 + 100)), None, None],
-                timestamp: Some(TcpTimestampRepr::new(5, 9)),
-                payload: &[9; 300],
-            };
-            emit(&tcp)
+        let with_sack = |seq: i32, left: u32| {
+            emit(&TcpRepr {
+                sack_ranges: [Some((left, left + 100)), None, None],
+                ..repr(seq, &[9; 300], TcpControl::Psh, 5)
+            })
         };
         let a = with_sack(1000, 5000);
         let g = Group::start(&segment(&a).unwrap(), 1000, 64).unwrap();
