@@ -152,7 +152,8 @@ fn queue_frame(
                     }
                     Err(_) => {
                         // Not reached: SEGMENTS_MAX keeps a chain far below DPDK's segment
-                        // limit (RTE_MBUF_MAX_NB_SEGS). The frame lost its headers; TCP sends the segment again.
+                        // limit (RTE_MBUF_MAX_NB_SEGS). The frame lost its headers; TCP
+                        // sends the segment again.
                         stats.tx_dropped += 1;
                         t.group = None;
                     }
