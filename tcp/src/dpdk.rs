@@ -671,4 +671,64 @@ mod tests {
         );
         assert_eq!(tso(true).payload_max(1600), 0);
     }
+
+    /// net_tap clears a super-frame's TSO flag when it cuts it and leaves it so when its
+    /// write then fails; the frame, too big to go as one, must not hold the queue up. Here
+    /// a full ring refuses the frames, as the failed write would. (The only test of this
+    /// binary that starts the EAL.)
+    #[test]
+    fn a_refused_super_frame_without_its_tso_flag_is_dropped_and_one_with_it_kept() {
+        use warpcore_dpdk_sys::{EalBuilder, PortConfig, RingPortPair};
+        let eal = EalBuilder::for_test("tcp_dpdk_unit", 0, 128)
+            .init()
+            .expect("EAL with --no-huge --no-pci");
+        let pool = Mempool::new(&eal, "wcnet_unit_pool", 1023, 0, Mempool::DEFAULT_DATA_ROOM)
+            .expect("pool");
+        let RingPortPair { mut a, mut b } =
+            RingPortPair::new(&eal, "wcnet_unit", 64).expect("ring ports");
+        for p in [&mut a, &mut b] {
+            p.configure(&PortConfig::default(), &pool)
+                .expect("configure");
+            p.start().expect("start");
+        }
+        let mut d = DpdkDevice::new(
+            a.rx_queue(0).expect("rx"),
+            a.tx_queue(0).expect("tx"),
+            pool,
+            DpdkDeviceConfig::default(),
+        );
+        d.force_tso_for_test();
+        // Fill the ring (nobody reads port b) until it refuses a frame.
+        while d.tx_pending.is_empty() {
+            d.tx_pending
+                .push(Mbuf::from_slice(&pool, &[0; 60]).expect("mbuf"));
+            d.flush();
+        }
+        d.tx_pending.clear();
+        let big = || Mbuf::from_slice(&pool, &[0; 3000]).expect("a chain of two mbufs");
+        let mut with_flag = big();
+        with_flag.set_tx_tso(TxTso {
+            l2_len: 14,
+            l3_len: 20,
+            l4_len: 20,
+            segsz: 1460,
+        });
+        d.tx_pending.push(with_flag);
+        d.flush();
+        assert_eq!(
+            d.tx_pending.len(),
+            1,
+            "a refused super-frame waits for the ring"
+        );
+        assert_eq!(d.stats.tx_dropped, 0);
+        d.tx_pending.clear();
+        d.tx_pending.push(big());
+        d.flush();
+        assert!(
+            d.tx_pending.is_empty(),
+            "the flagless frame still holds the queue"
+        );
+        assert_eq!(d.stats.tx_dropped, 1);
+        assert_eq!(d.tx_pending(), 0);
+    }
 }
