@@ -174,7 +174,7 @@ impl DpdkDevice {
         let off = tx.offloads();
         let frame_max = cfg.mtu + 14;
         let tx_offload = off.tx_ipv4_checksum && off.tx_tcp_checksum;
-        let tso = (off.tso && off.tx_multi_segs && tx_offload).then_some(Tso {
+        let tso = DpdkDevice::tso_possible(&off).then_some(Tso {
             mtu: cfg.mtu,
             within_mtu: off.tso_frame_within_mtu,
             chain_max: off.tso_segments_max,
@@ -223,6 +223,12 @@ impl DpdkDevice {
     /// Whether transmit checksums are offloaded to the port.
     pub fn tx_checksum_offloaded(&self) -> bool {
         self.tx_offload
+    }
+
+    /// Whether a device on a port with offloads `off` joins segments into TSO super-frames:
+    /// the port has TSO, chained mbufs and both transmit checksums.
+    pub fn tso_possible(off: &warpcore_dpdk_sys::Offloads) -> bool {
+        off.tso && off.tx_multi_segs && off.tx_ipv4_checksum && off.tx_tcp_checksum
     }
 
     /// Whether consecutive segments are joined into TSO super-frames for the port to cut
@@ -632,7 +638,12 @@ impl PollDevice for DpdkDevice {
                 self.drop_pending(0);
             }
         }
-        self.tx_pending_frames = self.tx_pending.iter().map(frames_in).sum();
+        // Only a TSO port's frames can hold more than one segment.
+        self.tx_pending_frames = if self.tso.is_some() {
+            self.tx_pending.iter().map(frames_in).sum()
+        } else {
+            self.tx_pending.len()
+        };
         if !self.tx_pending.is_empty() {
             self.stats.tx_ring_full += 1;
         }

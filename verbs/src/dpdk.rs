@@ -117,7 +117,7 @@ impl DpdkPort {
             ..PortConfig::default()
         };
         let off = port.configure(&cfg, &pool).map_err(dev)?;
-        if tso && !(off.tso && off.tx_multi_segs && off.tx_ipv4_checksum && off.tx_tcp_checksum) {
+        if tso && !DpdkDevice::tso_possible(&off) {
             return Err(Error::PortUnsupported {
                 driver: port.info().driver.clone(),
                 what: "use TCP segmentation offload",

@@ -1461,9 +1461,9 @@ mod tests {
     /// registrations that ran while it read brought the STag's key back: Local Invalidate,
     /// fast registration to another key, Local Invalidate, fast registration back to the
     /// first key over another range without the write right, all between its read of the
-    /// rights and its read of the range. The rights of the first and the range of the last would say
-    /// "out of bounds", which neither registration says; the check must answer as the
-    /// registration in place does (no write right).
+    /// rights and its read of the range. The rights of the first and the range of the last
+    /// would say "out of bounds", which neither registration says; the check must answer as
+    /// the registration in place does (no write right).
     #[test]
     fn check_local_is_not_fooled_by_a_key_that_came_back() {
         let t = std::sync::Arc::new(MrTable::with_seed(8, 3));
