@@ -11,7 +11,10 @@
 //! which gathers them without an intermediate copy. Nothing here allocates.
 
 use super::QUEUE_COUNT;
-use crate::wire::ddp::{DdpBuffer, DdpRepr, DDP_VERSION, MAX_HEADER_LEN};
+use crate::wire::ddp::{
+    DdpBuffer, DdpRepr, DdpSegment, DDP_VERSION, MAX_HEADER_LEN, TAGGED_HEADER_LEN,
+    UNTAGGED_HEADER_LEN,
+};
 
 /// The longest ULP header a [`Segmenter`] carries. RDMAP's longest are the Terminate header
 /// with both copied headers and the Atomic Request header, 52 octets each (WIRE-FORMATS
@@ -267,10 +270,11 @@ impl Segmenter {
     }
 
     /// Message octets the next segment carries.
+    #[inline]
     fn chunk_len(&self) -> u32 {
         let room = self.mulpdu - self.buffer.header_len();
-        let room = u32::try_from(room).unwrap_or(u32::MAX);
-        self.remaining().min(room)
+        // No more than `remaining()`, so it fits.
+        (self.remaining() as usize).min(room) as u32
     }
 
     /// Produces the next segment: writes its DDP header and the ULP header octets it
@@ -287,59 +291,96 @@ impl Segmenter {
         if header_buf.len() < self.header_buf_len() {
             return Err(SegmentationError::BufferTooSmall);
         }
-        let start = self.offset;
-        let chunk = self.chunk_len();
-        let end = start + chunk;
-        let last = end == self.message_len;
-        let buffer = match self.buffer {
-            // DDP-5.2-8: TO of a segment = initial TO + offset of its first octet. The
-            // constructor ruled out wrapping for every offset up to the message length.
-            DdpBuffer::Tagged { stag, to } => DdpBuffer::Tagged {
-                stag,
-                to: to.wrapping_add(u64::from(start)),
-            },
-            // DDP-5.2-6, DDP-4.3-11: MO = offset of the segment's first octet (0 first).
-            DdpBuffer::Untagged {
-                rsvd_ulp2, qn, msn, ..
-            } => DdpBuffer::Untagged {
-                rsvd_ulp2,
-                qn,
-                msn,
-                mo: start,
-            },
-        };
-        let repr = DdpRepr {
-            last,
-            version: DDP_VERSION,
-            rsvd_ulp: self.rsvd_ulp,
-            buffer,
-        };
+        let hlen = u32::from(self.ulp_header_len);
+        if self.offset < hlen {
+            return Ok(Some(self.segment_with_ulp_header(header_buf)));
+        }
+        // Past the ULP header, as every segment of a message without one (Writes, Sends,
+        // Read Responses): all of the segment's message octets are data.
+        let (start, end) = self.next_range();
+        let repr = self.emit_ddp_header(start, end, header_buf);
+        Ok(Some(TxSegment {
+            repr,
+            header_len: repr.header_len(),
+            payload_offset: start - hlen,
+            payload_len: end - start,
+        }))
+    }
+
+    /// [`next_segment`](Self::next_segment) for a segment that starts inside the ULP header
+    /// (only the first segment of a message with one, in practice): the part of the
+    /// segment that lies inside the ULP header goes into `header_buf` after the DDP header,
+    /// the rest is message data. Out of line, so that the data segments do not pay for
+    /// the copy.
+    #[inline(never)]
+    fn segment_with_ulp_header(&mut self, header_buf: &mut [u8]) -> TxSegment {
+        let (start, end) = self.next_range();
+        let repr = self.emit_ddp_header(start, end, header_buf);
         let ddp_len = repr.header_len();
-        repr.emit(&mut crate::wire::ddp::DdpSegment::new_unchecked(
-            &mut header_buf[..ddp_len],
-        ));
-        // The part of [start, end) that lies inside the ULP header goes into the caller
-        // buffer; the rest is message data.
         let hlen = u32::from(self.ulp_header_len);
         let ulp_from = start.min(hlen) as usize;
         let ulp_to = end.min(hlen) as usize;
         let ulp_part = &self.ulp_header[ulp_from..ulp_to];
-        // Most segments carry no ULP header octets (Writes, Sends, Read Responses, and
-        // every segment after a message's first): no call of memcpy for nothing.
-        if !ulp_part.is_empty() {
-            header_buf[ddp_len..ddp_len + ulp_part.len()].copy_from_slice(ulp_part);
-        }
+        header_buf[ddp_len..ddp_len + ulp_part.len()].copy_from_slice(ulp_part);
         let payload_offset = start.max(hlen) - hlen;
         let payload_len = end.max(hlen) - hlen - payload_offset;
-
-        self.offset = end;
-        self.done = last;
-        Ok(Some(TxSegment {
+        TxSegment {
             repr,
             header_len: ddp_len + ulp_part.len(),
             payload_offset,
             payload_len,
-        }))
+        }
+    }
+
+    /// The message offsets `[start, end)` the next segment carries; advances past them,
+    /// and marks the segmenter done if they end the message.
+    #[inline(always)]
+    fn next_range(&mut self) -> (u32, u32) {
+        let start = self.offset;
+        let end = start + self.chunk_len();
+        self.offset = end;
+        self.done = end == self.message_len;
+        (start, end)
+    }
+
+    /// Writes the DDP header of the segment `[start, end)` into the front of `header_buf`
+    /// (which [`next_segment`](Self::next_segment) checked) and returns it. L is set on
+    /// the last segment only (DDP-4.1-3, DDP-4.1-4).
+    #[inline(always)]
+    fn emit_ddp_header(&self, start: u32, end: u32, header_buf: &mut [u8]) -> DdpRepr {
+        let repr = |buffer| DdpRepr {
+            last: end == self.message_len,
+            version: DDP_VERSION,
+            rsvd_ulp: self.rsvd_ulp,
+            buffer,
+        };
+        // Each arm cuts the header to its model's fixed length, which spares `emit` the
+        // checks of a length it cannot know.
+        let (repr, head) = match self.buffer {
+            // DDP-5.2-8: TO of a segment = initial TO + offset of its first octet. The
+            // constructor ruled out wrapping for every offset up to the message length.
+            DdpBuffer::Tagged { stag, to } => {
+                let repr = repr(DdpBuffer::Tagged {
+                    stag,
+                    to: to.wrapping_add(u64::from(start)),
+                });
+                (repr, &mut header_buf[..TAGGED_HEADER_LEN])
+            }
+            // DDP-5.2-6, DDP-4.3-11: MO = offset of the segment's first octet (0 first).
+            DdpBuffer::Untagged {
+                rsvd_ulp2, qn, msn, ..
+            } => {
+                let repr = repr(DdpBuffer::Untagged {
+                    rsvd_ulp2,
+                    qn,
+                    msn,
+                    mo: start,
+                });
+                (repr, &mut header_buf[..UNTAGGED_HEADER_LEN])
+            }
+        };
+        repr.emit(&mut DdpSegment::new_unchecked(head));
+        repr
     }
 }
 

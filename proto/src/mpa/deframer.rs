@@ -310,7 +310,28 @@ impl Deframer {
     /// `None`; `None` means all of `input` was consumed (buffered as part of an incomplete
     /// FPDU). A returned ULPDU must be used before the next call (it may point into the
     /// reassembly buffer). After an error every call returns that same error (MPA-8-12).
+    #[inline]
     pub fn poll<'a, 'b>(
+        &'b mut self,
+        input: &'a [u8],
+    ) -> Result<(usize, Option<Ulpdu<'a, 'b>>), MpaError> {
+        if let Some((total, ulpdu)) = self.whole_fpdu_at_front(input) {
+            // Fast path (the case of an MPA-aligned sender): one whole, valid FPDU at the
+            // front of the input and none of it received before.
+            self.last_fpdu_offset = self.pos;
+            self.pos = self.pos.wrapping_add(total as u64);
+            self.fpdus += 1;
+            self.ulpdu_octets += ulpdu.len() as u64;
+            return Ok((total, Some(Ulpdu::Borrowed(ulpdu))));
+        }
+        self.poll_general(input)
+    }
+
+    /// [`Deframer::poll`] field by field, for everything the fast path does not take: an
+    /// FPDU split across inputs or with a marker inside, every error, and a poisoned
+    /// deframer. Kept out of line so that the fast path does not pay for its registers.
+    #[inline(never)]
+    fn poll_general<'a, 'b>(
         &'b mut self,
         input: &'a [u8],
     ) -> Result<(usize, Option<Ulpdu<'a, 'b>>), MpaError> {
@@ -319,20 +340,6 @@ impl Deframer {
         }
         if input.is_empty() {
             return Ok((0, None));
-        }
-        if let Some((total, len)) = self.whole_fpdu_at_front(input) {
-            // Fast path (the case of an MPA-aligned sender): one whole, valid FPDU at the
-            // front of the input and none of it received before.
-            self.last_fpdu_offset = self.pos;
-            self.pos = self.pos.wrapping_add(total as u64);
-            self.fpdus += 1;
-            self.ulpdu_octets += len as u64;
-            return Ok((
-                total,
-                Some(Ulpdu::Borrowed(
-                    &input[ULPDU_LENGTH_LEN..ULPDU_LENGTH_LEN + len],
-                )),
-            ));
         }
         let mut i = 0usize;
         // The ULPDU, if it is being taken from `input` without a copy.
@@ -454,37 +461,49 @@ impl Deframer {
         }
     }
 
-    /// The lengths of the FPDU and of its ULPDU at the front of `input` when the fast path
-    /// may take it: the deframer is between FPDUs (no octet of the next FPDU, not even its
+    /// The length of the FPDU at the front of `input` and its ULPDU, when the fast path may
+    /// take it: the deframer is between FPDUs (no octet of the next FPDU, not even its
     /// leading marker, taken yet), no marker falls inside the FPDU, the whole FPDU is in
     /// `input`, its ULPDU_Length is within the maximum and its CRC (if on) matches. Anything
     /// else (including every error) goes through the general path, which decides it the
     /// same way octet by octet.
     #[inline]
-    fn whole_fpdu_at_front(&self, input: &[u8]) -> Option<(usize, usize)> {
+    fn whole_fpdu_at_front<'a>(&self, input: &'a [u8]) -> Option<(usize, &'a [u8])> {
         // `started`: not even a leading marker of this FPDU may have been taken already,
         // since that marker is covered by the FPDU's CRC (MPA-4.4-17) and makes it "in an
         // FPDU" (a chunk that ended right after the marker; found by the deframer fuzzer).
-        if self.started || self.field != Field::Length || self.got != 0 || self.marker_got != 0 {
+        // Every octet the general path takes sets `started`, and only `finish` clears it,
+        // along with the field state; so between FPDUs the rest of the state is at rest.
+        // Every error is found inside an FPDU and `finish` does not clear `started` on
+        // one, so a poisoned deframer is `started` too and goes to the general path, which
+        // reports the error (MPA-8-12).
+        if self.started {
             return None;
         }
-        let len = usize::from(u16::from_be_bytes([*input.first()?, *input.get(1)?]));
+        debug_assert!(self.field == Field::Length && self.got == 0 && self.marker_got == 0);
+        debug_assert!(self.fault.is_none());
+        let (&length, _) = input.split_first_chunk::<ULPDU_LENGTH_LEN>()?;
+        let len = usize::from(u16::from_be_bytes(length));
         if len > self.max_ulpdu_len {
             return None;
         }
-        let covered = ULPDU_LENGTH_LEN + len + fpdu::pad_len(len);
-        let total = covered + CRC_LEN;
+        let covered_len = ULPDU_LENGTH_LEN + len + fpdu::pad_len(len);
+        let total = covered_len + CRC_LEN;
         if self.markers {
             let to_marker = fpdu::octets_to_next_marker(self.pos);
             if to_marker == 0 || to_marker < total {
                 return None;
             }
         }
-        let field: [u8; CRC_LEN] = input.get(covered..total)?.try_into().ok()?;
-        if self.crc_on && crc_from_wire(field) != (self.crc_fn)(0, &input[..covered]) {
+        let (fpdu, _) = input.split_at_checked(total)?;
+        let (covered, field) = fpdu.split_last_chunk::<CRC_LEN>()?;
+        if self.crc_on && crc_from_wire(*field) != (self.crc_fn)(0, covered) {
             return None;
         }
-        Some((total, len))
+        Some((
+            total,
+            covered.get(ULPDU_LENGTH_LEN..ULPDU_LENGTH_LEN + len)?,
+        ))
     }
 
     /// Extends the running CRC over covered octets (skipped when CRCs are off: the field is

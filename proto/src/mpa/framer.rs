@@ -32,6 +32,7 @@
 //! assert_eq!(written, need);
 //! ```
 
+use crate::wire::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use crate::wire::fpdu::{
     self, crc32c_append, crc_to_wire, Crc32cFn, MarkerRepr, MAX_ULPDU_LEN, MIN_MULPDU,
 };
@@ -176,6 +177,7 @@ impl Framer {
 
     /// Exactly how many octets an FPDU carrying `ulpdu_len` ULPDU octets takes if it is the
     /// next one emitted (markers depend on the current position).
+    #[inline]
     pub fn fpdu_wire_len(&self, ulpdu_len: usize) -> usize {
         fpdu::fpdu_wire_len(self.stream_offset, ulpdu_len, self.markers)
     }
@@ -272,7 +274,10 @@ impl Framer {
         out: &mut [u8],
     ) -> Result<Option<usize>, FramerError> {
         let len = hdr.len().saturating_add(payload_len);
-        if len > self.mulpdu {
+        // MULPDU never exceeds 64768 (it is clamped wherever it is set); saying so here
+        // lets the compiler see that the FPDU arithmetic below cannot wrap, and drop the
+        // bounds checks that assume it might.
+        if len > self.mulpdu.min(MAX_ULPDU_LEN) {
             return Err(FramerError::UlpduTooLong {
                 len,
                 max: self.mulpdu,
@@ -285,10 +290,14 @@ impl Framer {
         let Some(out) = out.get_mut(..needed) else {
             return Err(FramerError::OutputTooSmall { needed });
         };
-        frame_in_place(hdr, payload_len, self.crc.then_some(self.crc_fn), out);
+        // Nothing fails from here on. The bookkeeping goes first, so that little is kept
+        // across the CRC call.
         self.stream_offset = self.stream_offset.wrapping_add(needed as u64);
         self.fpdus += 1;
         self.ulpdu_octets += len as u64;
+        // `out` is the FPDU of a ULPDU of `len <= MULPDU <= 64768` octets: what
+        // `frame_in_place` asserts holds.
+        fill_in_place(hdr, len, self.crc.then_some(self.crc_fn), out);
         Ok(Some(needed))
     }
 
@@ -333,33 +342,74 @@ impl Framer {
 /// If `out` is not exactly that long (a caller's bug).
 #[inline]
 pub fn frame_in_place(hdr: &[u8], payload_len: usize, crc: Option<Crc32cFn>, out: &mut [u8]) {
-    let (covered, crc_field) = fields_before_payload(hdr, payload_len, out);
-    zero_pad(&mut covered[2 + hdr.len() + payload_len..]);
+    let len = check_fpdu(hdr, payload_len, out);
+    fill_in_place(hdr, len, crc, out);
+}
+
+/// [`frame_in_place`] once its checks are done: `out` is exactly the FPDU of a ULPDU of
+/// `len` octets (`len <= 64768`), `hdr` and then the payload already in place.
+#[inline]
+fn fill_in_place(hdr: &[u8], len: usize, crc: Option<Crc32cFn>, out: &mut [u8]) {
+    // The pad (0 to 3 octets, MPA-4.1-2) and the CRC field behind it, zeroed with one
+    // 4-octet store; the CRC is written over its part below.
+    let pad_at = fpdu::ULPDU_LENGTH_LEN + len;
+    out[pad_at..pad_at + fpdu::CRC_LEN].copy_from_slice(&[0; fpdu::CRC_LEN]);
+    let (covered, crc_field) = fields_before_payload(hdr, len, out);
     let crc = crc.map_or(0, |f| f(0, covered));
     crc_field.copy_from_slice(&crc_to_wire(crc));
 }
 
-/// Checks that `out` is exactly the FPDU of a ULPDU of `hdr` and `payload_len` octets,
-/// writes ULPDU_Length and the header, and returns the covered octets and the CRC field.
+/// Checks that `out` is exactly the FPDU of a ULPDU of `hdr` and `payload_len` octets and
+/// returns the ULPDU length.
 ///
 /// # Panics
 /// If `out` is not that FPDU, or the ULPDU is longer than 64768 octets (a caller's bug).
 #[inline]
-fn fields_before_payload<'o>(
-    hdr: &[u8],
-    payload_len: usize,
-    out: &'o mut [u8],
-) -> (&'o mut [u8], &'o mut [u8]) {
+fn check_fpdu(hdr: &[u8], payload_len: usize, out: &[u8]) -> usize {
     let len = hdr.len() + payload_len;
     assert!(
         len <= MAX_ULPDU_LEN && out.len() == fpdu::fpdu_len(len),
         "framing in place: the output is not the FPDU"
     );
+    len
+}
+
+/// Writes ULPDU_Length and the header of the FPDU `out` of a ULPDU of `len` octets and
+/// returns the covered octets and the CRC field. The caller has checked `out`
+/// ([`check_fpdu`]).
+#[inline]
+fn fields_before_payload<'o>(
+    hdr: &[u8],
+    len: usize,
+    out: &'o mut [u8],
+) -> (&'o mut [u8], &'o mut [u8]) {
     let (covered, crc_field) = out.split_at_mut(out.len() - fpdu::CRC_LEN);
+    let (length, rest) = covered.split_at_mut(fpdu::ULPDU_LENGTH_LEN);
     // `len <= 64768` so it fits the 16-bit field (MPA-3-5).
-    covered[..2].copy_from_slice(&(len as u16).to_be_bytes());
-    covered[2..2 + hdr.len()].copy_from_slice(hdr);
+    length.copy_from_slice(&(len as u16).to_be_bytes());
+    copy_header(&mut rest[..hdr.len()], hdr);
     (covered, crc_field)
+}
+
+/// Copies a ULPDU's header octets to their place, `to` as long as `hdr`. Nearly every
+/// header is a bare tagged or untagged DDP header (14 or 18 octets); those are copied as
+/// fixed-size blocks, a few moves, rather than by a call of `memcpy`.
+#[inline]
+fn copy_header(to: &mut [u8], hdr: &[u8]) {
+    match hdr.len() {
+        TAGGED_HEADER_LEN => to[..TAGGED_HEADER_LEN].copy_from_slice(&hdr[..TAGGED_HEADER_LEN]),
+        UNTAGGED_HEADER_LEN => {
+            to[..UNTAGGED_HEADER_LEN].copy_from_slice(&hdr[..UNTAGGED_HEADER_LEN]);
+        }
+        _ => copy_long_header(to, hdr),
+    }
+}
+
+/// [`copy_header`] for a header with RDMAP octets. Not inlined: inlined, its `memcpy` and
+/// the two fixed-size copies would be merged back into one `memcpy` of `hdr.len()` octets.
+#[inline(never)]
+fn copy_long_header(to: &mut [u8], hdr: &[u8]) {
+    to.copy_from_slice(hdr);
 }
 
 /// [`frame_in_place`] for a payload written by the caller in between: ULPDU_Length and the
@@ -381,7 +431,8 @@ pub fn frame_around<E>(
     out: &mut [u8],
     write: impl FnOnce(&mut [u8], Option<u32>) -> Result<Option<u32>, E>,
 ) -> Result<(), E> {
-    let (covered, crc_field) = fields_before_payload(hdr, payload_len, out);
+    let len = check_fpdu(hdr, payload_len, out);
+    let (covered, crc_field) = fields_before_payload(hdr, len, out);
     let (head, rest) = covered.split_at_mut(2 + hdr.len());
     let (payload, pad) = rest.split_at_mut(payload_len);
     let head_crc = crc.map(|f| f(0, head));
@@ -585,6 +636,32 @@ mod tests {
                 assert_eq!(a.fpdus(), b.fpdus());
             }
             assert_eq!(declined > 0, markers, "markers {markers}");
+        }
+    }
+
+    /// `emit_in_place` (and `frame_in_place`) write what `emit` writes for headers of every
+    /// length, the DDP ones (14, 18) and others, and every pad length, over an output that
+    /// is not zeroed beforehand.
+    #[test]
+    fn in_place_matches_emit_for_every_header_length() {
+        for hlen in [0usize, 1, 2, 13, 14, 15, 17, 18, 19, 22, 46, 70] {
+            for plen in 0..8usize {
+                let cfg = FramerConfig::default();
+                let (mut a, mut b) = (Framer::new(cfg), Framer::new(cfg));
+                let hdr: Vec<u8> = (0..hlen).map(|i| (i * 11 + 1) as u8).collect();
+                let payload: Vec<u8> = (0..plen).map(|i| (i * 5 + 200) as u8).collect();
+                let mut want = vec![0xEEu8; 128];
+                let mut got = vec![0xEEu8; 128];
+                got[2 + hlen..][..plen].copy_from_slice(&payload);
+                let n = b.emit_in_place(&hdr, plen, &mut got).unwrap().unwrap();
+                assert_eq!(a.emit(&[&hdr, &payload], &mut want), Ok(n));
+                assert_eq!(got, want, "header {hlen}, payload {plen}");
+                let mut framed = vec![0xEEu8; n];
+                framed[2 + hlen..][..plen].copy_from_slice(&payload);
+                let f: Crc32cFn = crc32c_append;
+                frame_in_place(&hdr, plen, Some(f), &mut framed);
+                assert_eq!(framed[..], want[..n], "header {hlen}, payload {plen}");
+            }
         }
     }
 

@@ -60,12 +60,14 @@ mod field {
     pub const DV_MASK: u8 = 0x03;
 }
 
+#[inline]
 fn read_u32(data: &[u8], range: core::ops::Range<usize>) -> u32 {
     let mut b = [0u8; 4];
     b.copy_from_slice(&data[range]);
     u32::from_be_bytes(b)
 }
 
+#[inline]
 fn read_u64(data: &[u8], range: core::ops::Range<usize>) -> u64 {
     let mut b = [0u8; 8];
     b.copy_from_slice(&data[range]);
@@ -356,27 +358,43 @@ impl DdpRepr {
     /// Parses the header of a checked segment. Every bit pattern is a well-formed header, so
     /// this fails only if the view's buffer is too short for the header.
     pub fn parse<T: AsRef<[u8]> + ?Sized>(segment: &DdpSegment<&T>) -> Result<DdpRepr> {
-        segment.check_len()?;
-        let data = segment.buffer.as_ref();
-        let buffer = if segment.tagged() {
-            DdpBuffer::Tagged {
-                stag: read_u32(data, field::STAG),
-                to: read_u64(data, field::TO),
-            }
+        DdpRepr::split(segment.buffer.as_ref())
+            .map(|(repr, _)| repr)
+            .ok_or(Error::Truncated)
+    }
+
+    /// Parses the header at the front of a DDP segment from the network and returns it with
+    /// the ULP payload that follows it; `None` if the segment is empty or shorter than the
+    /// header its T bit announces (the cases [`DdpSegment::check_len`] refuses). The same
+    /// as [`DdpSegment::new_checked`] then [`DdpRepr::parse`] and
+    /// [`DdpSegment::payload`], with one length check.
+    #[inline(always)]
+    pub(crate) fn split(segment: &[u8]) -> Option<(DdpRepr, &[u8])> {
+        let control = *segment.first()?;
+        let (rsvd_ulp, buffer, payload) = if control & field::T_MASK != 0 {
+            let (h, payload) = segment.split_first_chunk::<TAGGED_HEADER_LEN>()?;
+            let buffer = DdpBuffer::Tagged {
+                stag: read_u32(h, field::STAG),
+                to: read_u64(h, field::TO),
+            };
+            (h[field::RSVD_ULP], buffer, payload)
         } else {
-            DdpBuffer::Untagged {
-                rsvd_ulp2: read_u32(data, field::RSVD_ULP2),
-                qn: read_u32(data, field::QN),
-                msn: read_u32(data, field::MSN),
-                mo: read_u32(data, field::MO),
-            }
+            let (h, payload) = segment.split_first_chunk::<UNTAGGED_HEADER_LEN>()?;
+            let buffer = DdpBuffer::Untagged {
+                rsvd_ulp2: read_u32(h, field::RSVD_ULP2),
+                qn: read_u32(h, field::QN),
+                msn: read_u32(h, field::MSN),
+                mo: read_u32(h, field::MO),
+            };
+            (h[field::RSVD_ULP], buffer, payload)
         };
-        Ok(DdpRepr {
-            last: segment.last(),
-            version: segment.version(),
-            rsvd_ulp: segment.rsvd_ulp(),
+        let repr = DdpRepr {
+            last: control & field::L_MASK != 0,
+            version: control & field::DV_MASK,
+            rsvd_ulp,
             buffer,
-        })
+        };
+        Some((repr, payload))
     }
 
     /// The header length: 14 (tagged) or 18 (untagged).
@@ -406,6 +424,7 @@ impl DdpRepr {
     /// Writes the header into the first [`buffer_len`](Self::buffer_len) octets of the
     /// segment (panics if the buffer is shorter, as smoltcp's `emit` does). The payload
     /// octets are left alone.
+    #[inline(always)]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, segment: &mut DdpSegment<&mut T>) {
         segment.set_control(self.control());
         segment.set_rsvd_ulp(self.rsvd_ulp);
@@ -535,5 +554,25 @@ mod tests {
         };
         assert_eq!(repr.emit_into(&mut [0u8; 13]), Err(Error::Truncated));
         assert_eq!(repr.emit_into(&mut [0u8; 14]), Ok(14));
+    }
+
+    /// `DdpRepr::split` is `new_checked`, `parse` and `payload` in one: for every T bit,
+    /// length and content.
+    #[test]
+    fn split_matches_the_view() {
+        for len in 0..40usize {
+            for control in [0x00u8, 0x01, 0x41, 0x7E, 0x80, 0x81, 0xC1, 0xFF] {
+                let mut bytes: Vec<u8> = (0..len).map(|i| (i * 29 + 3) as u8).collect();
+                if let Some(first) = bytes.first_mut() {
+                    *first = control;
+                }
+                let expected = DdpSegment::new_checked(&bytes[..])
+                    .ok()
+                    .map(|seg| (DdpRepr::parse(&seg).unwrap(), &bytes[seg.header_len()..]));
+                assert_eq!(DdpRepr::split(&bytes), expected, "{bytes:02x?}");
+                let parsed = DdpRepr::parse(&DdpSegment::new_unchecked(&bytes[..]));
+                assert_eq!(parsed.ok(), expected.map(|(repr, _)| repr));
+            }
+        }
     }
 }

@@ -38,11 +38,13 @@ pub struct Control(pub u8);
 
 impl Control {
     /// The control octet for `opcode` with RV = 01b and zero reserved bits, as we send it.
+    #[inline]
     pub const fn new(opcode: Opcode) -> Control {
         Control((RDMAP_VERSION << control::RV_SHIFT) | opcode as u8)
     }
 
     /// The RDMAP version field (2 bits).
+    #[inline]
     pub const fn rv(self) -> u8 {
         (self.0 & control::RV_MASK) >> control::RV_SHIFT
     }
@@ -53,11 +55,13 @@ impl Control {
     }
 
     /// The raw opcode nibble.
+    #[inline]
     pub const fn opcode_raw(self) -> u8 {
         self.0 & control::OPCODE_MASK
     }
 
     /// The opcode, if the nibble is one of the twelve defined ones (0x0-0xB).
+    #[inline]
     pub const fn opcode(self) -> Option<Opcode> {
         Opcode::from_u8(self.opcode_raw())
     }
@@ -138,6 +142,7 @@ impl Opcode {
     ];
 
     /// The opcode for a nibble value, if defined.
+    #[inline]
     pub const fn from_u8(value: u8) -> Option<Opcode> {
         Some(match value {
             0x0 => Opcode::Write,
@@ -158,12 +163,14 @@ impl Opcode {
 
     /// True if the message uses the tagged buffer model (T = 1): Write and Read Response
     /// (RDMAP-4.1-4, RDMAP-5.1-1, RDMAP-5.2.2-1). All other messages are untagged.
+    #[inline]
     pub const fn is_tagged(self) -> bool {
         matches!(self, Opcode::Write | Opcode::ReadResponse)
     }
 
     /// The queue number an untagged message must carry, or `None` for tagged messages
     /// (RDMAP-4.1-6; WIRE-FORMATS §4.3).
+    #[inline(always)]
     pub const fn qn(self) -> Option<u32> {
         match self {
             Opcode::Write | Opcode::ReadResponse => None,
@@ -203,6 +210,7 @@ impl Opcode {
 
     /// True if the message carries ULP payload after its header: Write, Read Response and
     /// the four Send types (RDMAP-4.2-1). The other messages end with their RDMAP header.
+    #[inline]
     pub const fn carries_payload(self) -> bool {
         matches!(
             self,
@@ -216,6 +224,7 @@ impl Opcode {
     }
 
     /// True if the message asks for a solicited event at the receiver (RDMAP-5.3-5).
+    #[inline]
     pub const fn is_solicited(self) -> bool {
         matches!(
             self,
@@ -226,16 +235,19 @@ impl Opcode {
     /// True if the untagged DDP header carries an STag to invalidate in `RsvdULP[8:39]`
     /// (RDMAP-4.1-3); for every other untagged message that field is sent as zero and
     /// ignored on receive (RDMAP-4.1-9, EXT-4.1-3).
+    #[inline]
     pub const fn is_invalidate(self) -> bool {
         matches!(self, Opcode::SendInvalidate | Opcode::SendSeInvalidate)
     }
 
     /// True for the four opcodes RFC 7306 adds (0x8-0xB).
+    #[inline]
     pub const fn is_extension(self) -> bool {
         self as u8 >= Opcode::ImmediateData as u8
     }
 
     /// The control octet we send for this opcode: RV = 01b, reserved bits zero.
+    #[inline]
     pub const fn control(self) -> Control {
         Control::new(self)
     }
