@@ -5,7 +5,8 @@
 # The same loss-free path as bench/loss.sh (scripts/lib/lossnet.sh: two namespaces, a
 # bridge in a third, offloads off, MTU 1500), the same pinning for both: the receiver on
 # CPU 0, the sender on CPU 1.
-#   - Warpcore: iwperf write_bw of 64 KiB messages over net_af_packet (as in bench/loss.sh);
+#   - Warpcore: iwperf write_bw of 64 KiB messages over net_af_packet (as in bench/loss.sh,
+#     with its own Ethernet addresses);
 #   - kernel: iperf3, one stream (-A 0 on the server, -A 1 on the client).
 # While each runs, the busy time of both CPUs (/proc/stat: user, and system + irq +
 # softirq as "kernel") and the frames the sender's veth sent (its tx_packets) are sampled
@@ -66,11 +67,11 @@ serve() {
 
 eal="--no-huge -m 256 --no-pci --no-telemetry --no-shconf --log-level=error"
 serve warpcore 0.5 "$work/server.log" ip netns exec "$LOSSNET_B" timeout 120 "$IWPERF" write_bw \
-    --ip 198.18.0.2 --timeout 60 --vdev net_af_packet0,iface=wclb \
+    --ip 198.18.0.2 --mac "$LOSSNET_MAC_B" --timeout 60 --vdev net_af_packet0,iface=wclb \
     --eal="-l 0 $eal --file-prefix=wcbudget-s$$" -s 65536 -D "$run"
-ip netns exec "$LOSSNET_A" timeout 120 "$IWPERF" write_bw 198.18.0.2 --ip 198.18.0.1 --timeout 60 \
-    --json "$work/bw.json" --vdev net_af_packet0,iface=wcla --eal="-l 1 $eal --file-prefix=wcbudget-c$$" \
-    -s 65536 -D "$run" --report_gbits >"$work/client.log" 2>&1 || fail "iwperf write_bw client"
+ip netns exec "$LOSSNET_A" timeout 120 "$IWPERF" write_bw 198.18.0.2 --ip 198.18.0.1 \
+    --mac "$LOSSNET_MAC_A" --timeout 60 --json "$work/bw.json" --vdev net_af_packet0,iface=wcla \
+    --eal="-l 1 $eal --file-prefix=wcbudget-c$$" -s 65536 -D "$run" --report_gbits >"$work/client.log" 2>&1 || fail "iwperf write_bw client"
 wait "$mpid"
 wait "$spid" || fail "iwperf write_bw server"
 bw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"][0]["bw"]["average"])' "$work/bw.json") ||

@@ -19,6 +19,8 @@
 #   IWPERF_ARGS="--tcp reference" bench/loss.sh    # smoltcp's reference TCP, for comparison
 #   AFP_ARGS=",framecnt=2048,qdisc_bypass=1" bench/loss.sh   # net_af_packet devargs to try
 #   MTU=9000 bench/loss.sh        # jumbo frames on every port, for iwperf (--mtu) and the kernel
+#   OWN_MAC=0 bench/loss.sh       # iwperf on its veths' Ethernet addresses (default: its own,
+#                                 # scripts/lib/lossnet.sh says why)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0 strict=0
@@ -48,6 +50,10 @@ LOSSNET_MTU=$mtu lossnet_up
 eal="--no-huge -m $( ((mtu > 1500)) && echo 1024 || echo 256) --no-pci --no-telemetry --no-shconf --log-level=error"
 echo "bench/loss.sh: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); MTU $mtu; ${duration} s runs, ${lat_iters} latency iterations; $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 
+mac_a=() mac_b=()
+if [[ ${OWN_MAC:-1} == 1 ]]; then
+    mac_a=(--mac "$LOSSNET_MAC_A") mac_b=(--mac "$LOSSNET_MAC_B")
+fi
 # iwperf_pair TEST JSON ARGS...: server in B, client in A; the client's --json lands in JSON.
 iwperf_pair() {
     local test=$1 json=$2
@@ -56,13 +62,13 @@ iwperf_pair() {
     local extra=(${IWPERF_ARGS:-})
     set -- "$@" --mtu "$mtu" "${extra[@]}"
     rm -f "$json"
-    ip netns exec "$LOSSNET_B" timeout 180 "$IWPERF" "$test" --ip 198.18.0.2 --timeout 60 \
+    ip netns exec "$LOSSNET_B" timeout 180 "$IWPERF" "$test" --ip 198.18.0.2 "${mac_b[@]}" --timeout 60 \
         --vdev "net_af_packet0,iface=wclb${AFP_ARGS:-}" --eal="-l 0 $eal --file-prefix=wcloss-s$$" "$@" \
         >"$work/server.log" 2>&1 &
     local spid=$!
     pids+=("$spid")
     sleep 0.5
-    if ! ip netns exec "$LOSSNET_A" timeout 180 "$IWPERF" "$test" 198.18.0.2 --ip 198.18.0.1 \
+    if ! ip netns exec "$LOSSNET_A" timeout 180 "$IWPERF" "$test" 198.18.0.2 --ip 198.18.0.1 "${mac_a[@]}" \
         --timeout 60 --json "$json" --vdev "net_af_packet0,iface=wcla${AFP_ARGS:-}" \
         --eal="-l 1 $eal --file-prefix=wcloss-c$$" "$@" >"$work/client.log" 2>&1; then
         kill "$spid" 2>/dev/null || true

@@ -3,6 +3,8 @@
 #
 #   wcnet-la: veth wcla (kernel 198.18.0.11; net_af_packet users take 198.18.0.1)
 #   wcnet-lb: veth wclb (kernel 198.18.0.12; net_af_packet users take 198.18.0.2)
+#   (the benches give the net_af_packet users their own Ethernet addresses too, with
+#   --mac "$LOSSNET_MAC_A" / "$LOSSNET_MAC_B": see below)
 #   wcnet-lbr: bridge wcbr with the peers wcpa, wcpb; scripts/lib/drop.bpf.c on their egress
 #
 #   net_tap users run in wcnet-la and take 198.18.1.1/24 with gateway 198.18.1.254 (the
@@ -29,6 +31,15 @@ LOSSNET_A=wcnet-la
 LOSSNET_B=wcnet-lb
 LOSSNET_BR=wcnet-lbr
 LOSSNET_DIR=${LOSSNET_DIR:-$(mktemp -d /tmp/lossnet.XXXXXX)}
+# Ethernet addresses for the net_af_packet users, other than their veths' own (a second
+# function on a shared port has its own, as a macvlan or a VF would). The kernel on the
+# veth sees every frame the packet socket sees: a frame to the veth's own address goes up
+# to IPv4, which looks up a route for 198.18.0.x before dropping it as not for this host
+# (IpInAddrErrors), and it does so in the softirq of the CPU that sent the frame; a frame
+# to another address stops at IPv4's first check. Measured on this path (docs/iwperf.md):
+# the lookups cost the sending CPU ~0.4 us a frame, ~17 % of write_bw.
+LOSSNET_MAC_A=02:57:43:00:00:01
+LOSSNET_MAC_B=02:57:43:00:00:02
 
 lossnet_die() { echo "lossnet: $*" >&2; exit 1; }
 
