@@ -118,8 +118,9 @@ impl Qp {
     /// fence stops it; a failure sets `tx_fault` (module documentation). Returns whether
     /// any ran.
     ///
-    /// Called whenever the sending position may move (twice a message): the common case,
-    /// no local operation there, is decided inline, without a call.
+    /// Called whenever the sending position may move (`tx_control`; a message start asks
+    /// [`Self::local_op_next`] itself and calls [`Self::run_local_ops_at`]): the common
+    /// case, no local operation there, is decided inline, without a call.
     #[inline]
     pub(super) fn run_local_ops(&mut self, mrs: &MrTable) -> bool {
         self.local_op_next() && self.run_local_ops_at(mrs)
@@ -137,7 +138,7 @@ impl Qp {
 
     /// [`Self::run_local_ops`] once a local operation is at the sending position.
     #[inline(never)]
-    fn run_local_ops_at(&mut self, mrs: &MrTable) -> bool {
+    pub(super) fn run_local_ops_at(&mut self, mrs: &MrTable) -> bool {
         let mut any = false;
         while let Ok(idx) = usize::try_from(self.sq_next_seq - self.sq_head_seq) {
             let Some(e) = self.sq.get(idx) else { break };

@@ -18,6 +18,8 @@ use warpcore_proto::ddp::SegmentationError;
 /// on). The caller drops it at the end of its pass and before anything on its thread can
 /// wait for a region's guards to drain (a Local Invalidate, a bind, a fast registration:
 /// [`Qp::local_op_next`]), so a deregistration waits at most one pass.
+// Inlined into its one caller, the payload closure of `tx_fpdus` (once per FPDU).
+#[inline(always)]
 pub(super) fn gather<'m>(
     mrs: &'m MrTable,
     held: &mut Option<MrGuard<'m>>,
@@ -26,6 +28,25 @@ pub(super) fn gather<'m>(
     offset: u64,
     out: &mut [u8],
 ) -> bool {
+    // One SGE (the common case): the loop below unrolled for it, without its bookkeeping;
+    // the same steps, checks and outcome.
+    if let [s] = sges {
+        if out.is_empty() {
+            return true;
+        }
+        let l = u64::from(s.len);
+        if offset >= l {
+            return false;
+        }
+        let n = (l - offset).min(out.len() as u64) as usize;
+        let Some(g) = held_guard(mrs, held, pd, Stag(s.stag)) else {
+            return false;
+        };
+        let Some(to) = s.to.checked_add(offset) else {
+            return false;
+        };
+        return g.copy_out_at(to, &mut out[..n]).is_ok() && n == out.len();
+    }
     let mut off = offset;
     let mut done = 0usize;
     for s in sges {
@@ -38,19 +59,7 @@ pub(super) fn gather<'m>(
             continue;
         }
         let n = (l - off).min((out.len() - done) as u64) as usize;
-        let stag = Stag(s.stag);
-        if !held
-            .as_ref()
-            .is_some_and(|g| g.stag() == stag && g.pd() == pd)
-        {
-            // The old guard goes first: this thread never holds two for one SGE.
-            *held = None;
-            match mrs.lookup_local(stag, pd, false) {
-                Ok(g) => *held = Some(g),
-                Err(_) => return false,
-            }
-        }
-        let Some(g) = held.as_ref() else {
+        let Some(g) = held_guard(mrs, held, pd, Stag(s.stag)) else {
             return false;
         };
         let Some(to) = s.to.checked_add(off) else {
@@ -63,6 +72,27 @@ pub(super) fn gather<'m>(
         off = 0;
     }
     done == out.len()
+}
+
+/// The guard of local key `stag` for [`gather`]: `held` if it is that region's (same STag
+/// and PD, all a fresh lookup's outcome depends on), else a fresh lookup, which replaces
+/// it. `None`: the lookup failed (`held` is then empty).
+#[inline(always)]
+fn held_guard<'m, 'h>(
+    mrs: &'m MrTable,
+    held: &'h mut Option<MrGuard<'m>>,
+    pd: PdId,
+    stag: Stag,
+) -> Option<&'h MrGuard<'m>> {
+    if !held
+        .as_ref()
+        .is_some_and(|g| g.stag() == stag && g.pd() == pd)
+    {
+        // The old guard goes first: this thread never holds two for one SGE.
+        *held = None;
+        *held = Some(mrs.lookup_local(stag, pd, false).ok()?);
+    }
+    held.as_ref()
 }
 
 /// Frames one ULPDU (`hdr` then `payload`) into the connection's TCP send buffer: straight
@@ -119,21 +149,25 @@ pub(super) fn send_fpdu<D: PollDevice>(
 /// the buffer's free space is contiguous, `fill` writes the payload straight into the send
 /// buffer at its place in the FPDU and the framer writes the fields and the CRC around it
 /// ([`Framer::emit_in_place`]): one copy of the payload. Otherwise the payload is gathered
-/// into `gbuf` first and framed by [`send_fpdu`]. `Ok(false)`: no room, nothing changed;
-/// `Err(())`: `fill` failed (the local region went away), nothing sent.
+/// into `gbuf` first and framed by [`send_fpdu`]. `need` is the FPDU's length on the wire,
+/// `framer.fpdu_wire_len(hdr.len() + plen)`, which the caller has already computed to check
+/// the room. `Ok(false)`: no room, nothing changed; `Err(())`: `fill` failed (the local
+/// region went away), nothing sent.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 pub(super) fn send_fpdu_from<D: PollDevice>(
     stack: &mut Stack<D>,
     tcp: ConnId,
     framer: &mut Framer,
     hdr: &[u8],
     plen: usize,
-    fill: &mut dyn FnMut(&mut [u8]) -> bool,
+    need: usize,
+    fill: &mut impl FnMut(&mut [u8]) -> bool,
     gbuf: &mut Vec<u8>,
     scratch: &mut Vec<u8>,
 ) -> Result<bool, ()> {
     let ulen = hdr.len() + plen;
-    let need = framer.fpdu_wire_len(ulen);
+    debug_assert_eq!(need, framer.fpdu_wire_len(ulen));
     if need == fpdu::fpdu_len(ulen) {
         let at = fpdu::ULPDU_LENGTH_LEN + hdr.len();
         let mut failed = false;
@@ -190,20 +224,29 @@ impl Qp {
     /// The message is written into `self.tx`, which stays `None` when there is nothing to
     /// start: a message returned was copied whole once more, into the caller's `self.tx`
     /// (the segmenter in it is ~100 octets).
-    pub(super) fn start_next(&mut self, cfg: &EngineConfig, mrs: &MrTable) {
+    ///
+    /// `local_next` is [`Self::local_op_next`], which the caller has just asked (nothing
+    /// changed the send queue since): it is not looked up again.
+    ///
+    /// Inlined into its one caller, `tx_fpdus` (once a message): the call and its register
+    /// saves cost more than the code it repeats.
+    #[inline(always)]
+    pub(super) fn start_next(&mut self, mrs: &MrTable, local_next: bool) {
         self.tx = None;
-        let _ = self.start_next_into_tx(cfg, mrs);
+        let _ = self.start_next_into_tx(mrs, local_next);
     }
 
     #[inline(always)]
-    fn start_next_into_tx(&mut self, cfg: &EngineConfig, mrs: &MrTable) -> Option<()> {
+    fn start_next_into_tx(&mut self, mrs: &MrTable, local_next: bool) -> Option<()> {
+        debug_assert_eq!(local_next, self.local_op_next());
         // Binds, fast registrations and Local Invalidates at the sending position run
-        // here, in order, without a message (module `local`).
-        let _ = self.run_local_ops(mrs);
+        // here, in order, without a message (module `local`; [`Self::run_local_ops`]).
+        if local_next {
+            let _ = self.run_local_ops_at(mrs);
+        }
         if self.tx_fault.is_some() {
             return None;
         }
-        let _ = cfg;
         let mulpdu = self.conn.as_ref()?.framer.as_ref()?.max_ulpdu_len();
         match self.irq.pop_front() {
             Some(Inbound::Read(plan)) => self.start_read_response(plan, mulpdu),
@@ -788,11 +831,12 @@ impl Qp {
         self.sync_mulpdu(stack, tcp);
         while fpdus < ctx.cfg.tx_budget_fpdus {
             if self.tx.is_none() {
-                if self.local_op_next() {
+                let local_next = self.local_op_next();
+                if local_next {
                     // It may wait for a region's guards to drain, ours included.
                     held = None;
                 }
-                self.start_next(&ctx.cfg, &ctx.mrs);
+                self.start_next(&ctx.mrs, local_next);
                 if self.tx_fault.is_some() {
                     drop(held);
                     self.fail_tx_fault(ctx);
@@ -899,6 +943,7 @@ impl Qp {
                 framer,
                 &hdr[..s.header_len],
                 plen,
+                need,
                 &mut fill,
                 gbuf,
                 fbuf,
@@ -955,13 +1000,11 @@ impl Qp {
         let done = self.tx.take();
         match done.map(|m| m.src) {
             Some(TxSrc::Sq(seq)) => {
-                let pending = self.entry_mut(seq).is_some_and(|e| {
-                    matches!(e.wr.op, SendOp::Read { .. })
+                if let Some(e) = self.entry_mut(seq) {
+                    let pending = matches!(e.wr.op, SendOp::Read { .. })
                         || e.wr.op.is_atomic()
-                        || (matches!(e.wr.op, SendOp::WriteWithImm { .. }) && e.stage < 2)
-                });
-                if !pending {
-                    if let Some(e) = self.entry_mut(seq) {
+                        || (matches!(e.wr.op, SendOp::WriteWithImm { .. }) && e.stage < 2);
+                    if !pending {
                         e.sent_whole = true;
                         if e.unacked == 0 {
                             e.status.get_or_insert(WcStatus::Success);
@@ -1017,5 +1060,82 @@ fn msg_seq(tx: &Option<TxMsg>) -> Option<u64> {
     match tx.as_ref().map(|m| &m.src) {
         Some(TxSrc::Sq(seq)) => Some(*seq),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mem::Region;
+
+    /// `gather`'s one-SGE fast path gives what its general loop gives (the same SGE
+    /// followed by an empty one takes the loop, with the same outcome by definition):
+    /// result, octets written and the guard held afterwards, at offsets and lengths inside,
+    /// across and past the SGE, for a bad key, another PD and a TO that wraps.
+    #[test]
+    fn gather_one_sge_equals_the_loop() {
+        let r = Arc::new(Region::allocate(4096, 8).unwrap());
+        let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 13 + i / 7) as u8).collect();
+        r.write_at(0, &pattern).unwrap();
+        let t = MrTable::with_seed(4, 9);
+        let pd = PdId(1);
+        let stag = t.register(r, pd, Access::LOCAL_WRITE, 0x1000).unwrap().0;
+        let sges = [
+            Sge {
+                stag,
+                to: 0x1000,
+                len: 4096,
+            },
+            Sge {
+                stag,
+                to: 0x1100,
+                len: 100,
+            },
+            Sge {
+                stag,
+                to: 0x1000 + 4000,
+                len: 200,
+            },
+            Sge {
+                stag: stag ^ 0xff,
+                to: 0x1000,
+                len: 64,
+            },
+            Sge {
+                stag,
+                to: u64::MAX - 10,
+                len: 64,
+            },
+            Sge {
+                stag,
+                to: 0x1000,
+                len: 0,
+            },
+        ];
+        for s in sges {
+            for pd in [pd, PdId(2)] {
+                for off in [0u64, 1, 63, 99, 100, 101, 4095, 4096, 5000] {
+                    for len in [0usize, 1, 36, 64, 99, 100, 101] {
+                        let empty = Sge {
+                            stag,
+                            to: 0,
+                            len: 0,
+                        };
+                        let (mut a, mut b) = (vec![0xEE; len], vec![0xEE; len]);
+                        let (mut ha, mut hb) = (None, None);
+                        let ra = gather(&t, &mut ha, pd, &[s], off, &mut a);
+                        let rb = gather(&t, &mut hb, pd, &[s, empty], off, &mut b);
+                        let what = format!("{s:?} pd {pd:?} offset {off} length {len}");
+                        assert_eq!(ra, rb, "{what}");
+                        assert_eq!(a, b, "{what}");
+                        assert_eq!(
+                            ha.as_ref().map(|g| g.stag()),
+                            hb.as_ref().map(|g| g.stag()),
+                            "{what}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

@@ -34,14 +34,39 @@ const MAX_LANE: usize = 4096;
 /// `crc32c::crc32c_append(crc, data)`, faster for the FPDU sizes of a TCP segment (module
 /// documentation): the CRC32c of the octets before `data` (`crc`, 0 for none) extended
 /// over `data`. It has the signature of `warpcore_proto::wire::fpdu::Crc32cFn`.
+///
+/// The short case is the hot one (every small FPDU, sent and received, calls this through
+/// a function pointer): it tail-calls `serial_append` once `crc32c_append_long` has seen
+/// SSE4.2 (`HAVE_SSE42`), and everything else is out of line there, so this function saves
+/// no registers and sets up no frame.
 #[inline]
 pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
     #[cfg(target_arch = "x86_64")]
+    if data.len() < SHORT && HAVE_SSE42.load(std::sync::atomic::Ordering::Relaxed) {
+        // SAFETY: the CPU has SSE4.2 (`HAVE_SSE42` is set only once the standard library
+        // detected it), `serial_append`'s only target feature; it reads only `data`.
+        return unsafe { serial_append(crc, data) };
+    }
+    crc32c_append_long(crc, data)
+}
+
+/// Set by [`crc32c_append_long`] once `std::is_x86_feature_detected!` reported SSE4.2: a
+/// flag [`crc32c_append`] reads without the standard library's first-use detection call,
+/// whose register saves every call would otherwise pay.
+#[cfg(target_arch = "x86_64")]
+static HAVE_SSE42: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// [`crc32c_append`] from [`SHORT`] octets on, on a CPU without SSE4.2, and the first
+/// short input (which sets `HAVE_SSE42`).
+#[inline(never)]
+fn crc32c_append_long(crc: u32, data: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("sse4.2") {
+        HAVE_SSE42.store(true, std::sync::atomic::Ordering::Relaxed);
         if data.len() < SHORT {
-            // SAFETY: the CPU has SSE4.2 (checked just above), `serial`'s only target
-            // feature; it reads only `data`.
-            return !unsafe { serial(!crc, data) };
+            // SAFETY: the CPU has SSE4.2 (checked just above), `serial_append`'s only
+            // target feature; it reads only `data`.
+            return unsafe { serial_append(crc, data) };
         }
         if std::is_x86_feature_detected!("pclmulqdq") {
             // SAFETY: the CPU has SSE4.2 and PCLMULQDQ (checked above), `three_streams`'
@@ -52,18 +77,42 @@ pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
     crc32c::crc32c_append(crc, data)
 }
 
-/// The CRC state (not inverted) `c` after `data`, one `crc32` per 8 octets.
+/// `crc32c_append` for inputs under [`SHORT`] octets: the CRC (inverted, as
+/// `crc32c_append` takes and gives it) extended over `data` by [`serial`], inlined here.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse4.2")]
+unsafe fn serial_append(crc: u32, data: &[u8]) -> u32 {
+    !serial(!crc, data)
+}
+
+/// The CRC state (not inverted) `c` after `data`: one `crc32` per 8 octets, four to a loop
+/// step (one 32-octet chunk), then at most one each per 16, 8, 4, 2 and 1 octets of the
+/// rest. Written out so: the compiler's own unrolling of a one-word loop runs a
+/// remainder loop and an 8-word body with more set-up than a short FPDU's CRC needs.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+#[inline]
 unsafe fn serial(c: u32, data: &[u8]) -> u32 {
     use std::arch::x86_64::{_mm_crc32_u16, _mm_crc32_u32, _mm_crc32_u64, _mm_crc32_u8};
     let mut c = u64::from(c);
-    let mut words = data.chunks_exact(8);
-    for w in &mut words {
-        c = _mm_crc32_u64(c, word(w));
+    let mut chunks = data.chunks_exact(32);
+    for w in &mut chunks {
+        c = _mm_crc32_u64(c, word(&w[..8]));
+        c = _mm_crc32_u64(c, word(&w[8..16]));
+        c = _mm_crc32_u64(c, word(&w[16..24]));
+        c = _mm_crc32_u64(c, word(&w[24..]));
+    }
+    let mut rest = chunks.remainder();
+    if rest.len() >= 16 {
+        c = _mm_crc32_u64(c, word(&rest[..8]));
+        c = _mm_crc32_u64(c, word(&rest[8..16]));
+        rest = &rest[16..];
+    }
+    if rest.len() >= 8 {
+        c = _mm_crc32_u64(c, word(&rest[..8]));
+        rest = &rest[8..];
     }
     let mut c = c as u32;
-    let mut rest = words.remainder();
     if rest.len() >= 4 {
         c = _mm_crc32_u32(c, u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]));
         rest = &rest[4..];
@@ -78,7 +127,7 @@ unsafe fn serial(c: u32, data: &[u8]) -> u32 {
     c
 }
 
-/// Eight octets as a little-endian word (`w` comes from `chunks_exact(8)`).
+/// Eight octets as a little-endian word (`w` is 8 octets long).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn word(w: &[u8]) -> u64 {
