@@ -597,7 +597,7 @@ impl Connection {
         let n = self.tx.write_with_room(room, f);
         if n > 0 {
             // What was just written is unsent: its end is a new boundary.
-            self.records.push_back(self.data_start() + self.tx.len());
+            self.push_record(self.data_start() + self.tx.len());
             self.record_stream = true;
         }
         Ok(n)
@@ -609,7 +609,7 @@ impl Connection {
         let end = self.data_start() + self.tx.len();
         let unsent_start = self.snd_nxt.max(self.data_start());
         if end > unsent_start && self.records.back() != Some(&end) {
-            self.records.push_back(end);
+            self.push_record(end);
             self.record_stream = true;
         }
     }
@@ -636,7 +636,7 @@ impl Connection {
             len: len32,
             token,
         });
-        self.records.push_back(end);
+        self.push_record(end);
         self.record_stream = true;
         Ok(true)
     }
@@ -702,6 +702,14 @@ impl Connection {
         self.ext_hint = k;
         let start = self.ring_offset(self.ext[k].start);
         (start < (off + len) as i64).then_some((k, start))
+    }
+
+    /// Queues a record boundary. Each is the end of the queued data when pushed, so the
+    /// boundaries ascend in sequence space: `record_cut` and `poll_new` binary-search them.
+    #[inline]
+    fn push_record(&mut self, end: TcpSeqNumber) {
+        debug_assert!(self.records.back().map_or(true, |&b| seq_diff(end, b) > 0));
+        self.records.push_back(end);
     }
 
     /// Sequence number of the first octet in the send ring.
@@ -1532,25 +1540,25 @@ impl Connection {
             return Some(n);
         }
         let seq = self.snd_nxt;
-        let mut cut = 0;
-        for &end in &self.records {
-            let rel = seq_diff(end, seq);
-            if rel <= 0 {
-                continue;
-            }
-            if rel as usize > n {
-                break;
-            }
-            cut = rel as usize;
-        }
+        // The ends ascend (`push_record`), so those within the `n` octets are a prefix,
+        // found by a binary search rather than a walk over every record of the segment (a
+        // segment of small FPDUs carries many); the last of them is the cut.
+        let within = self
+            .records
+            .partition_point(|&end| seq_diff(end, seq) <= n as i64);
+        let cut = match within.checked_sub(1) {
+            Some(last) => seq_diff(self.records[last], seq).max(0) as usize,
+            None => 0,
+        };
         if cut > 0 {
             return Some(cut);
         }
+        // None within: the next record is the first past them.
         let next = self
             .records
-            .iter()
+            .get(within)
             .map(|&e| seq_diff(e, seq))
-            .find(|&r| r > 0)
+            .filter(|&r| r > 0)
             .map_or(usize::MAX, |r| r as usize);
         let in_flight = seq_diff(self.snd_nxt, self.snd_una) > 0;
         if next <= room && in_flight {
@@ -1833,12 +1841,12 @@ impl Connection {
         if fin {
             self.fin_seq = Some(seq + payload_len);
         }
-        while let Some(&end) = self.records.front() {
-            if seq_diff(end, self.snd_nxt) > 0 {
-                break;
-            }
-            self.records.pop_front();
-        }
+        // The records now sent (a prefix: their ends ascend) leave at once.
+        let snd_nxt = self.snd_nxt;
+        let sent_records = self
+            .records
+            .partition_point(|&end| seq_diff(end, snd_nxt) <= 0);
+        self.records.drain(..sent_records);
         self.rec
             .on_sent(now, seq, payload_len + usize::from(fin), false);
         self.sent(&seg);

@@ -59,26 +59,18 @@ impl SendRing {
         }
     }
 
-    fn tail(&self) -> usize {
-        if self.buf.is_empty() {
-            0
-        } else {
-            wrap(self.head + self.len, self.buf.len())
-        }
-    }
-
-    fn contiguous_free(&self) -> usize {
+    /// The tail (where the next octet goes) and the free octets contiguous from it. `len`
+    /// is at most `cap`, and `head < cap` when anything is queued (`head` is 0 otherwise, as
+    /// `lend` and `reserve` reset it), so the ring's end falls at most one lap past the
+    /// buffer's: before it, the free run reaches the buffer's end; past it (the queued
+    /// octets wrap, or fill the ring), the free run is all the free space, up to the head.
+    fn tail_space(&self) -> (usize, usize) {
         let cap = self.buf.len();
-        if cap == 0 {
-            return 0;
-        }
-        let tail = self.tail();
-        if self.len == cap {
-            0
-        } else if tail >= self.head {
-            cap - tail
+        let end = self.head + self.len;
+        if end < cap {
+            (end, cap - end)
         } else {
-            self.head - tail
+            (end - cap, cap - self.len)
         }
     }
 
@@ -136,15 +128,16 @@ impl SendRing {
             self.head = 0;
         }
         let want = free.min(want);
-        if self.contiguous_free() < want && self.buf.len() < self.limit {
+        let (mut tail, mut n) = self.tail_space();
+        if n < want && self.buf.len() < self.limit {
             let cap = (self.buf.len() * 2)
                 .max(MIN_CAP)
                 .max((self.len + at_least.min(free)).next_power_of_two())
                 .min(self.limit);
             self.relayout(cap);
+            (tail, n) = self.tail_space();
         }
-        let tail = self.tail();
-        let n = self.contiguous_free().min(free);
+        let n = n.min(free);
         let w = f(&mut self.buf[tail..tail + n]).min(n);
         self.len += w;
         w
@@ -257,6 +250,37 @@ mod tests {
         assert_eq!(r.len(), 4850);
         assert_eq!(r.free(), 5150);
         assert_eq!(r.slice(0, 50), &[2; 50][..]);
+    }
+
+    /// `tail_space` against the plain definition (the tail one lap past the head, the free
+    /// run up to the buffer's end or to the head), at every head, length and wrap.
+    #[test]
+    fn tail_space_agrees_with_the_definition() {
+        for cap in [0usize, 1, 7, 16] {
+            for head in 0..cap.max(1) {
+                for len in 0..=cap {
+                    let r = SendRing {
+                        buf: vec![0; cap],
+                        head: if cap == 0 { 0 } else { head },
+                        len,
+                        limit: cap,
+                    };
+                    let tail = if cap == 0 { 0 } else { (r.head + len) % cap };
+                    let free = if len == cap {
+                        0
+                    } else if tail >= r.head {
+                        cap - tail
+                    } else {
+                        r.head - tail
+                    };
+                    assert_eq!(
+                        r.tail_space(),
+                        (tail, free),
+                        "cap {cap} head {head} len {len}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

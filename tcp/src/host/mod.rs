@@ -674,15 +674,17 @@ impl<D: PollDevice> Host<D> {
     where
         F: FnOnce(&mut [u8]) -> usize,
     {
-        let i = &mut self.inner;
-        let s = i.user_slot_mut(id)?;
+        // One look-up of the slot serves the write and the dirty mark (the engine writes
+        // every FPDU through here).
+        let Inner { slots, dirty, .. } = &mut self.inner;
+        let s = user_slot_in(slots, id)?;
         let r = match room {
             Some(room) => s.conn.send_with_room(room, f),
             None => s.conn.send_with(f),
         };
         let n = r.map_err(|_| StackError::CannotSend(s.conn.state()))?;
         if n > 0 {
-            i.mark_dirty(id.index);
+            mark_slot_dirty(s, dirty, id.index);
         }
         Ok(n)
     }
@@ -692,15 +694,15 @@ impl<D: PollDevice> Host<D> {
     where
         F: FnOnce(&[u8]) -> usize,
     {
-        let i = &mut self.inner;
-        let s = i.user_slot_mut(id)?;
+        let Inner { slots, dirty, .. } = &mut self.inner;
+        let s = user_slot_in(slots, id)?;
         let n = s
             .conn
             .recv_with(f)
             .map_err(|_| StackError::CannotRecv(s.conn.state()))?;
         if n > 0 {
             // Reading opens the window: the connection may owe the peer an update.
-            i.mark_dirty(id.index);
+            mark_slot_dirty(s, dirty, id.index);
         }
         Ok(n)
     }
@@ -1219,6 +1221,30 @@ fn emit_tcp(
     }
 }
 
+/// [`Inner::user_slot_mut`] over the slots alone, so that a caller may hold the slot and
+/// another field of `Inner` (the dirty list) at once.
+#[inline]
+fn user_slot_in(slots: &mut [Option<Slot>], id: ConnId) -> Result<&mut Slot, StackError> {
+    match slots.get_mut(id.index as usize) {
+        Some(Some(s))
+            if s.generation == id.generation
+                && !matches!(s.role, Role::HalfOpen(_) | Role::Orphan) =>
+        {
+            Ok(s)
+        }
+        _ => Err(StackError::UnknownConnection),
+    }
+}
+
+/// Queues connection `index` (its slot `s`) for the next transmit pass, once.
+#[inline]
+fn mark_slot_dirty(s: &mut Slot, dirty: &mut Vec<u32>, index: u32) {
+    if !s.dirty {
+        s.dirty = true;
+        dirty.push(index);
+    }
+}
+
 impl Inner {
     /// The next hop towards `ip`: itself on our prefix, else the most specific route, else the
     /// gateway.
@@ -1332,23 +1358,13 @@ impl Inner {
     }
 
     fn user_slot_mut(&mut self, id: ConnId) -> Result<&mut Slot, StackError> {
-        match self.slots.get_mut(id.index as usize) {
-            Some(Some(s))
-                if s.generation == id.generation
-                    && !matches!(s.role, Role::HalfOpen(_) | Role::Orphan) =>
-            {
-                Ok(s)
-            }
-            _ => Err(StackError::UnknownConnection),
-        }
+        user_slot_in(&mut self.slots, id)
     }
 
+    #[inline]
     fn mark_dirty(&mut self, index: u32) {
         if let Some(Some(s)) = self.slots.get_mut(index as usize) {
-            if !s.dirty {
-                s.dirty = true;
-                self.dirty.push(index);
-            }
+            mark_slot_dirty(s, &mut self.dirty, index);
         }
     }
 
@@ -1648,7 +1664,7 @@ impl Inner {
                 if !seg.payload.is_empty() && !s.dirty {
                     s.defer_ack = true;
                 }
-                self.mark_dirty(index);
+                mark_slot_dirty(s, &mut self.dirty, index);
                 return;
             }
         }
