@@ -314,7 +314,8 @@ impl Qp {
     fn start_sq(&mut self, mulpdu: usize) -> Option<()> {
         let conn = self.conn.as_mut()?;
         let idx = usize::try_from(self.sq_next_seq - self.sq_head_seq).ok()?;
-        let e = self.sq.get(idx)?;
+        // Looked up once, mutably: its stage is advanced below through the same reference.
+        let e = self.sq.get_mut(idx)?;
         // Read fence: wait until every earlier Read completed.
         if e.wr.fence && !self.orq.is_empty() {
             return None;
@@ -325,6 +326,9 @@ impl Qp {
         // A Write with Immediate is two messages; the request stays at the send position
         // until its second (Immediate Data) has started.
         let mut advance = true;
+        // A Read or Atomic Request, recorded as outstanding under ORD once segmented, in
+        // the order its response must come back (RDMAP-6.1-1, EXT-5.2-1).
+        let mut outstanding = None;
         let seg = match e.wr.op {
             // A local operation still here waits for its fence (`run_local_ops`).
             SendOp::BindMw { .. } | SendOp::FastReg { .. } | SendOp::LocalInvalidate { .. } => {
@@ -363,13 +367,13 @@ impl Qp {
                 }
                 let id = seq as u32;
                 let hdr = atomic_request_header(&e.wr.op, id)?;
-                let entry = OrqEntry {
+                outstanding = Some(OrqEntry {
                     seq: Some(seq),
                     sink_stag: 0,
                     len: 8,
                     atomic: Some(id),
-                };
-                self.start_request(Opcode::AtomicRequest, &hdr, mulpdu, entry)?
+                });
+                request(conn, Opcode::AtomicRequest, &hdr, mulpdu)
             }
             SendOp::Send | SendOp::SendSe => {
                 let op = if e.wr.op == SendOp::Send {
@@ -410,17 +414,18 @@ impl Qp {
                 }
                 let sink = e.wr.sges.as_slice().first().copied().unwrap_or_default();
                 let hdr = read_request_header(sink, remote_stag, remote_to);
-                let entry = OrqEntry {
+                outstanding = Some(OrqEntry {
                     seq: Some(seq),
                     sink_stag: sink.stag,
                     len: sink.len,
                     atomic: None,
-                };
-                self.start_request(Opcode::ReadRequest, &hdr, mulpdu, entry)?
+                });
+                request(conn, Opcode::ReadRequest, &hdr, mulpdu)
             }
         };
-        if let Some(e) = self.entry_mut(seq) {
-            e.stage += 1;
+        e.stage += 1;
+        if let (Ok(_), Some(entry)) = (&seg, outstanding) {
+            self.push_outstanding(entry);
         }
         if advance {
             self.sq_next_seq += 1;
@@ -438,26 +443,6 @@ impl Qp {
                 None
             }
         }
-    }
-
-    /// A Read or Atomic Request (QN 1, no payload): segmented, and recorded as outstanding
-    /// under ORD in the order its response must come back (RDMAP-6.1-1, EXT-5.2-1).
-    #[inline(always)]
-    fn start_request(
-        &mut self,
-        opcode: Opcode,
-        hdr: &[u8],
-        mulpdu: usize,
-        entry: OrqEntry,
-    ) -> Option<Result<Segmenter, SegmentationError>> {
-        let conn = self.conn.as_mut()?;
-        let s = conn
-            .ddp_tx
-            .untagged(Control::new(opcode).0, 0, qn::READ_REQUEST, hdr, 0, mulpdu);
-        if s.is_ok() {
-            self.push_outstanding(entry);
-        }
-        Some(s)
     }
 
     /// A request the segmenter refuses: `validate_send` refuses every such request at post
@@ -506,6 +491,19 @@ fn execute_atomic(req: &AtomicRequestRepr, mrs: &MrTable, pd: PdId, stream: u64)
             Err(v) => cur = v,
         }
     }
+}
+
+/// A Read or Atomic Request (QN 1, no payload) segmented; [`Qp::start_sq`] records it as
+/// outstanding under ORD if this succeeds.
+#[inline(always)]
+fn request(
+    conn: &mut Conn,
+    opcode: Opcode,
+    hdr: &[u8],
+    mulpdu: usize,
+) -> Result<Segmenter, SegmentationError> {
+    conn.ddp_tx
+        .untagged(Control::new(opcode).0, 0, qn::READ_REQUEST, hdr, 0, mulpdu)
 }
 
 /// The RDMAP header of Immediate Data (RFC 7306): the 8 octets, big-endian.
@@ -828,6 +826,9 @@ impl Qp {
         let mut fpdus = 0;
         // The region last gathered from, guarded for this pass ([`gather`]).
         let mut held: Option<MrGuard<'_>> = None;
+        // Each segment's headers: zeroed once per pass, not once per FPDU (each segment
+        // overwrites the `header_len` octets it uses, and only those are read).
+        let mut hdr = [0u8; MAX_SEGMENT_HEADER_LEN];
         self.sync_mulpdu(stack, tcp);
         while fpdus < ctx.cfg.tx_budget_fpdus {
             if self.tx.is_none() {
@@ -861,7 +862,6 @@ impl Qp {
             if stack.send_space(tcp).unwrap_or(0) < need {
                 break;
             }
-            let mut hdr = [0u8; MAX_SEGMENT_HEADER_LEN];
             let Ok(Some(s)) = msg.seg.next_segment(&mut hdr) else {
                 self.tx = None;
                 continue;

@@ -281,6 +281,9 @@ impl Segmenter {
     /// carries into `header_buf` and returns where its data comes from. Returns `Ok(None)`
     /// once the message is done, and [`SegmentationError::BufferTooSmall`] (without advancing) if
     /// `header_buf` is shorter than [`header_buf_len`](Self::header_buf_len).
+    // Inlined into the engine's transmit loop (once per FPDU): the call and the matching of
+    // its `Result<Option<_>>` cost a third of what it does (~26 instructions a 64 B Write).
+    #[inline(always)]
     pub fn next_segment(
         &mut self,
         header_buf: &mut [u8],
