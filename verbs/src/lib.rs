@@ -955,10 +955,15 @@ pub struct SendWr(warpcore_engine::SendWr);
 impl SendWr {
     /// A signalled request; fails with [`Error::TooManySges`] beyond [`MAX_SGE`].
     pub fn new(wr_id: u64, op: SendOp, sges: &[Sge]) -> Result<SendWr, Error> {
+        // Not `ok_or(Error::TooManySges)`: that `Error`, built eagerly, would be dropped
+        // (a call of its drop glue) on every successful build.
+        let Some(sges) = warpcore_engine::SgeList::from_slice(sges) else {
+            return Err(Error::TooManySges);
+        };
         Ok(SendWr(warpcore_engine::SendWr {
             wr_id,
             op,
-            sges: warpcore_engine::SgeList::from_slice(sges).ok_or(Error::TooManySges)?,
+            sges,
             signaled: true,
             fence: false,
         }))
@@ -997,10 +1002,11 @@ pub struct RecvWr(warpcore_engine::RecvWr);
 impl RecvWr {
     /// A receive buffer made of `sges`, filled in order.
     pub fn new(wr_id: u64, sges: &[Sge]) -> Result<RecvWr, Error> {
-        Ok(RecvWr(warpcore_engine::RecvWr {
-            wr_id,
-            sges: warpcore_engine::SgeList::from_slice(sges).ok_or(Error::TooManySges)?,
-        }))
+        // As in `SendWr::new`.
+        let Some(sges) = warpcore_engine::SgeList::from_slice(sges) else {
+            return Err(Error::TooManySges);
+        };
+        Ok(RecvWr(warpcore_engine::RecvWr { wr_id, sges }))
     }
 }
 
