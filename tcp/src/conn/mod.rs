@@ -346,6 +346,9 @@ pub struct Connection {
     /// Sequence number of our FIN once its position is known.
     fin_seq: Option<TcpSeqNumber>,
     syn_sent: bool,
+    /// The peer has acknowledged our SYN. Not `snd_una == iss`: after 2^32 octets the
+    /// sequence space wraps, and an acknowledgement can land exactly on the ISS again.
+    syn_acked: bool,
     // --- receive side
     irs: TcpSeqNumber,
     rcv_nxt: TcpSeqNumber,
@@ -419,6 +422,7 @@ impl Connection {
             fin_queued: false,
             fin_seq: None,
             syn_sent: false,
+            syn_acked: false,
             irs: TcpSeqNumber(0),
             rcv_nxt: TcpSeqNumber(0),
             rcv_shift: 0,
@@ -714,7 +718,7 @@ impl Connection {
 
     /// Sequence number of the first octet in the send ring.
     fn data_start(&self) -> TcpSeqNumber {
-        if self.snd_una == self.iss {
+        if !self.syn_acked {
             self.iss + 1
         } else {
             self.snd_una
@@ -942,6 +946,8 @@ impl Connection {
             self.snd_wl2 = ack;
             let ts_rtt = self.ts_rtt(now, seg);
             self.snd_una = ack;
+            // `ack` is acceptable (above): it covers our SYN and nothing else was sent.
+            self.syn_acked = true;
             self.rec.on_ack(now, ack, &[], ts_rtt);
             self.state = State::Established;
             self.events |= EV_CONNECTED;
@@ -1142,8 +1148,9 @@ impl Connection {
         if advanced {
             // Octets of data acknowledged (SYN and FIN occupy sequence space, not the ring).
             let mut n = ack - old_una;
-            if old_una == self.iss {
+            if !self.syn_acked {
                 n -= 1; // our SYN
+                self.syn_acked = true;
             }
             if let Some(f) = self.fin_seq {
                 if ack > f {
@@ -1642,7 +1649,7 @@ impl Connection {
             // Closed by the user in SYN-RECEIVED (RFC 9293 3.10.4: FIN-WAIT-1 at once) with
             // our SYN not yet sent, or due again after an RTO: the SYN goes first, the FIN
             // after it (it never takes the SYN's sequence number).
-            _ if !self.syn_sent && self.snd_una == self.iss => return Some(self.send_syn(now)),
+            _ if !self.syn_sent && !self.syn_acked => return Some(self.send_syn(now)),
             _ => {}
         }
         if let Some(p) = self.poll_retransmit(now) {
@@ -1714,7 +1721,7 @@ impl Connection {
         len: usize,
         retransmit: bool,
     ) -> Option<Plan> {
-        if seq == self.iss && self.snd_una == self.iss {
+        if seq == self.iss && !self.syn_acked {
             // The SYN itself (handled by the SYN path).
             self.syn_sent = false;
             return None;
@@ -1852,5 +1859,101 @@ impl Connection {
         self.sent(&seg);
         self.ack_now |= sack_owed;
         Some((seg, sent, payload_len))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: (Ipv4Address, u16) = (Ipv4Address::new(198, 18, 0, 1), 4791);
+    const PEER: (Ipv4Address, u16) = (Ipv4Address::new(198, 18, 0, 2), 50000);
+    const PISS: TcpSeqNumber = TcpSeqNumber(500_000);
+
+    fn from_peer(
+        control: TcpControl,
+        seq: TcpSeqNumber,
+        ack: TcpSeqNumber,
+        mss: Option<u16>,
+    ) -> TcpRepr<'static> {
+        TcpRepr {
+            src_port: PEER.1,
+            dst_port: US.1,
+            control,
+            seq_number: seq,
+            ack_number: Some(ack),
+            window_len: 0xffff,
+            window_scale: None,
+            max_seg_size: mss,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload: &[],
+        }
+    }
+
+    /// (sequence number, payload) of every data segment `c` sends now.
+    fn sent_data(c: &mut Connection, now: Instant) -> Vec<(TcpSeqNumber, Vec<u8>)> {
+        let mut v = Vec::new();
+        while let Some(s) = c.poll_transmit(now) {
+            if !s.payload.is_empty() {
+                v.push((s.seq_number, s.payload.to_vec()));
+            }
+        }
+        v
+    }
+
+    /// RFC 9293 3.4: sequence numbers wrap. After 2^32 octets an acknowledgement can land
+    /// exactly on the ISS again; that must not read as "our SYN is unacknowledged" (the
+    /// send ring would then start one octet off: every octet sent shifted, the next ACK
+    /// consuming one too few, a retransmission at the ISS taken for the SYN). The 4 GiB in
+    /// between are not sent here: the connection is put where they leave it, snd_una on
+    /// the ISS with the SYN long acknowledged.
+    #[test]
+    fn rfc9293_3_4_an_ack_landing_on_the_iss_after_a_wrap_is_not_the_syn() {
+        let cfg = ConnConfig {
+            mss: 1460,
+            ..ConnConfig::default()
+        };
+        let ep = Endpoints {
+            local: US,
+            remote: PEER,
+        };
+        let iss = TcpSeqNumber(1000);
+        let t0 = Instant::from_millis(0);
+        let mut c = Connection::connect(&cfg, ep, iss, t0);
+        while c.poll_transmit(t0).is_some() {}
+        c.handle_segment(
+            Instant::from_millis(1),
+            &from_peer(TcpControl::Syn, PISS, iss + 1, Some(1460)),
+        );
+        assert_eq!(c.state(), State::Established);
+        let t1 = Instant::from_millis(2);
+        assert_eq!(c.send(b"first").unwrap(), 5);
+        assert_eq!(sent_data(&mut c, t1), vec![(iss + 1, b"first".to_vec())]);
+        c.handle_segment(t1, &from_peer(TcpControl::None, PISS + 1, iss + 6, None));
+        assert_eq!(c.tx.len(), 0);
+        // The wrap: the next octet to be acknowledged is the ISS's sequence number.
+        c.iss = c.snd_una;
+        let at = c.snd_una;
+        assert_eq!(c.send(b"after the wrap").unwrap(), 14);
+        let t2 = Instant::from_millis(3);
+        assert_eq!(
+            sent_data(&mut c, t2),
+            vec![(at, b"after the wrap".to_vec())]
+        );
+        // No acknowledgement: the RTO resends the same octets at the same place (the
+        // segment at the ISS's number is data, not the SYN).
+        let rto = c.poll_timeout().expect("retransmission timer");
+        c.handle_timeout(rto);
+        assert_eq!(
+            sent_data(&mut c, rto),
+            vec![(at, b"after the wrap".to_vec())]
+        );
+        // Its acknowledgement empties the ring exactly, and what follows goes after it.
+        c.handle_segment(rto, &from_peer(TcpControl::None, PISS + 1, at + 14, None));
+        assert_eq!(c.tx.len(), 0);
+        assert_eq!(c.send(b"next").unwrap(), 4);
+        assert_eq!(sent_data(&mut c, rto), vec![(at + 14, b"next".to_vec())]);
     }
 }
