@@ -31,6 +31,7 @@
 //!   at most [`CONTROL_MAX`] frames; beyond that they are dropped (and counted), so a flood of
 //!   stray segments cannot make the host allocate.
 
+mod headers;
 mod isn;
 mod neighbor;
 mod wheel;
@@ -52,6 +53,7 @@ use crate::device::{DeviceStats, PollDevice};
 use crate::recovery::{Congestion as CcAlgorithm, RecoveryConfig};
 use crate::stack::{Congestion, ConnId, Event, ListenerId, StackConfig, StackError, TcpTuning};
 
+use headers::{FrameAddrs, ETH_HDR, IP_HDR};
 use isn::{IsnGen, KeyedHash};
 use neighbor::{Lookup, Neighbors};
 use wheel::{Entry, Wheel};
@@ -80,8 +82,6 @@ fn no_fill(_: ConnId, _: u64, _: usize, _: &mut [u8], _: bool) -> Option<u64> {
 const RX_BUDGET: usize = 64;
 /// Most control frames (RST, ARP, ICMP) waiting to go out.
 pub const CONTROL_MAX: usize = 64;
-const ETH_HDR: usize = 14;
-const IP_HDR: usize = 20;
 const TCP_HDR: usize = 20;
 
 /// A connection's key in the demultiplexing table (the local address is the host's own).
@@ -218,8 +218,8 @@ struct Inner {
     gateway: Option<Ipv4Address>,
     routes: Vec<(Ipv4Cidr, Ipv4Address)>,
     caps: ChecksumCapabilities,
-    /// `caps` without the TCP checksum, for smoltcp's TCP header emit and parse: our own
-    /// code (module `csum`) fills the field in `emit_tcp` and verifies it in `process_tcp`.
+    /// `caps` without the TCP checksum, for smoltcp's TCP header parse: our own code (module
+    /// `csum`) verifies the field in `process_tcp` (and fills it in `emit_tcp`).
     caps_no_tcp: ChecksumCapabilities,
     mss: u16,
     slots: Vec<Option<Slot>>,
@@ -963,10 +963,10 @@ impl<D: PollDevice> Host<D> {
                 let Some(out) = s.conn.poll_segment(now) else {
                     break;
                 };
-                let tcp_len = out.repr.header_len() + out.payload_len();
+                let tcp_len = headers::tcp_header_len(&out.repr) + out.payload_len();
                 let src = i.cidr.address();
                 let dst = s.tuple.remote_ip;
-                let (our_mac, caps, caps_no_tcp) = (i.mac, &i.caps, &i.caps_no_tcp);
+                let (our_mac, caps) = (i.mac, &i.caps);
                 let written = tx.consume(ETH_HDR + IP_HDR + tcp_len, |buf| {
                     let addrs = FrameAddrs {
                         src_mac: our_mac,
@@ -974,7 +974,7 @@ impl<D: PollDevice> Host<D> {
                         src,
                         dst,
                     };
-                    emit_segment(buf, &addrs, &out, caps, caps_no_tcp, &mut |t, at, d, w| {
+                    emit_segment(buf, &addrs, &out, caps, &mut |t, at, d, w| {
                         fill(id, t, at, d, w)
                     })
                 });
@@ -998,14 +998,6 @@ impl<D: PollDevice> Host<D> {
     }
 }
 
-/// The addresses of a frame the host sends.
-struct FrameAddrs {
-    src_mac: EthernetAddress,
-    dst_mac: EthernetAddress,
-    src: Ipv4Address,
-    dst: Ipv4Address,
-}
-
 /// Writes the frame of `out` into `buf` (sized exactly for it): in one pass (copy and
 /// checksum) when the connection holds the payload in one piece, else piece by piece, the
 /// external ones written by `fill` straight into the frame. Where the port does not compute
@@ -1019,7 +1011,6 @@ fn emit_segment(
     a: &FrameAddrs,
     out: &Outgoing<'_>,
     caps: &ChecksumCapabilities,
-    caps_no_tcp: &ChecksumCapabilities,
     fill: &mut ConnFill<'_>,
 ) -> Result<usize, ()> {
     if let Some(payload) = out.contiguous() {
@@ -1027,21 +1018,11 @@ fn emit_segment(
             payload,
             ..out.repr
         };
-        emit_tcp(
-            buf,
-            a.src_mac,
-            a.dst_mac,
-            a.src,
-            a.dst,
-            &seg,
-            caps,
-            caps_no_tcp,
-        );
+        emit_tcp(buf, a, &seg, caps);
         return Ok(0);
     }
     let n = out.payload_len();
-    let hl = out.repr.header_len();
-    let tcp = emit_tcp_header(buf, a, &out.repr, n, caps, caps_no_tcp);
+    let (hl, tcp) = emit_tcp_header(buf, a, &out.repr, n, caps);
     let payload = &mut tcp[hl..hl + n];
     let want = caps.tcp.tx();
     let (mut at, mut external, mut ok, mut total) = (0usize, 0usize, true, 0u64);
@@ -1081,25 +1062,15 @@ fn emit_segment(
         let rst = rst_segment(r.src_port, r.dst_port, r.seq_number, r.ack_number);
         let l = ETH_HDR + IP_HDR + rst.header_len();
         let (frame, pad) = buf.split_at_mut(l);
-        emit_tcp(
-            frame,
-            a.src_mac,
-            a.dst_mac,
-            a.src,
-            a.dst,
-            &rst,
-            caps,
-            caps_no_tcp,
-        );
+        emit_tcp(frame, a, &rst, caps);
         pad.fill(0);
         return Err(());
     }
     if want {
         // The header's octets at offset 0 (its length is a multiple of 4), the payload's
         // pieces summed as they were written.
-        let total =
-            csum::pseudo_header(a.src, a.dst, (hl + n) as u16) + csum::sum(&tcp[..hl]) + total;
-        tcp[16..18].copy_from_slice(&csum::finish(total));
+        let c = headers::tcp_checksum(a, &tcp[..hl], n, total);
+        tcp[16..18].copy_from_slice(&c);
     }
     Ok(external)
 }
@@ -1128,96 +1099,33 @@ fn rst_segment(
 }
 
 /// Writes the Ethernet, IPv4 and TCP headers of `seg` carrying `payload_len` octets into
-/// `buf` (checksum field zero) and returns the TCP part of the frame.
+/// `buf` (checksum field zero) and returns the TCP header's length and the TCP part of the
+/// frame.
+#[inline]
 fn emit_tcp_header<'b>(
     buf: &'b mut [u8],
     a: &FrameAddrs,
     seg: &TcpRepr<'_>,
     payload_len: usize,
     caps: &ChecksumCapabilities,
-    caps_no_tcp: &ChecksumCapabilities,
-) -> &'b mut [u8] {
-    let mut eth = EthernetFrame::new_unchecked(buf);
-    EthernetRepr {
-        src_addr: a.src_mac,
-        dst_addr: a.dst_mac,
-        ethertype: EthernetProtocol::Ipv4,
-    }
-    .emit(&mut eth);
-    let ip = Ipv4Repr {
-        src_addr: a.src,
-        dst_addr: a.dst,
-        next_header: IpProtocol::Tcp,
-        payload_len: seg.header_len() + payload_len,
-        hop_limit: 64,
-    };
-    let mut ipp = Ipv4Packet::new_unchecked(&mut eth.into_inner()[ETH_HDR..]);
-    ip.emit(&mut ipp, caps);
-    let mut tcp = TcpPacket::new_unchecked(&mut ipp.into_inner()[IP_HDR..]);
-    let header = TcpRepr {
-        payload: &[],
-        ..*seg
-    };
-    header.emit(
-        &mut tcp,
-        &IpAddress::Ipv4(a.src),
-        &IpAddress::Ipv4(a.dst),
-        caps_no_tcp,
-    );
-    tcp.into_inner()
+) -> (usize, &'b mut [u8]) {
+    let hl = headers::write_headers(buf, a, seg, payload_len, caps.ipv4.tx());
+    (hl, &mut buf[ETH_HDR + IP_HDR..])
 }
 
-/// Writes an Ethernet/IPv4/TCP frame carrying `seg` into `buf` (sized exactly for it).
-/// `caps_no_tcp` is `caps` with the TCP checksum off, kept by the host so that no segment
-/// builds it anew.
-#[allow(clippy::too_many_arguments)]
-fn emit_tcp(
-    buf: &mut [u8],
-    src_mac: EthernetAddress,
-    dst_mac: EthernetAddress,
-    src: Ipv4Address,
-    dst: Ipv4Address,
-    seg: &TcpRepr<'_>,
-    caps: &ChecksumCapabilities,
-    caps_no_tcp: &ChecksumCapabilities,
-) {
-    let mut eth = EthernetFrame::new_unchecked(buf);
-    EthernetRepr {
-        src_addr: src_mac,
-        dst_addr: dst_mac,
-        ethertype: EthernetProtocol::Ipv4,
-    }
-    .emit(&mut eth);
-    let ip = Ipv4Repr {
-        src_addr: src,
-        dst_addr: dst,
-        next_header: IpProtocol::Tcp,
-        payload_len: seg.header_len() + seg.payload.len(),
-        hop_limit: 64,
-    };
-    let mut ipp = Ipv4Packet::new_unchecked(eth.payload_mut());
-    ip.emit(&mut ipp, caps);
-    let mut tcp = TcpPacket::new_unchecked(ipp.payload_mut());
-    // smoltcp emits the header (checksum field zero); the payload is copied here with its
-    // sum taken in the same pass, and the checksum filled in when the port does not
-    // compute it (module `csum`: one pass over the payload instead of smoltcp's two).
-    let header = TcpRepr {
-        payload: &[],
-        ..*seg
-    };
-    header.emit(
-        &mut tcp,
-        &IpAddress::Ipv4(src),
-        &IpAddress::Ipv4(dst),
-        caps_no_tcp,
-    );
-    let bytes = tcp.into_inner();
-    let hl = seg.header_len();
-    let payload_sum = csum::copy_and_sum(&mut bytes[hl..hl + seg.payload.len()], seg.payload);
+/// Writes an Ethernet/IPv4/TCP frame carrying `seg` into `buf` (sized exactly for it): the
+/// headers ([`headers::write_headers`]), the payload copied with its sum taken in the same
+/// pass, and the TCP checksum filled in when the port does not compute it (module `csum`:
+/// one pass over the payload).
+#[inline]
+fn emit_tcp(buf: &mut [u8], a: &FrameAddrs, seg: &TcpRepr<'_>, caps: &ChecksumCapabilities) {
+    let n = seg.payload.len();
+    let hl = headers::write_headers(buf, a, seg, n, caps.ipv4.tx());
+    let bytes = &mut buf[ETH_HDR + IP_HDR..];
+    let payload_sum = csum::copy_and_sum(&mut bytes[hl..hl + n], seg.payload);
     if caps.tcp.tx() {
-        let len = (hl + seg.payload.len()) as u16;
-        let total = csum::pseudo_header(src, dst, len) + csum::sum(&bytes[..hl]) + payload_sum;
-        bytes[16..18].copy_from_slice(&csum::finish(total));
+        let c = headers::tcp_checksum(a, &bytes[..hl], n, payload_sum);
+        bytes[16..18].copy_from_slice(&c);
     }
 }
 
@@ -1775,16 +1683,13 @@ impl Inner {
             return;
         }
         let mut f = vec![0u8; ETH_HDR + IP_HDR + rst.header_len()];
-        emit_tcp(
-            &mut f,
-            self.mac,
-            mac,
-            self.cidr.address(),
-            ip.src_addr,
-            &rst,
-            &self.caps,
-            &self.caps_no_tcp,
-        );
+        let addrs = FrameAddrs {
+            src_mac: self.mac,
+            dst_mac: mac,
+            src: self.cidr.address(),
+            dst: ip.src_addr,
+        };
+        emit_tcp(&mut f, &addrs, &rst, &self.caps);
         self.stats.rst_sent += 1;
         self.queue_control(f);
     }
