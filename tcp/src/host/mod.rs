@@ -1462,7 +1462,7 @@ impl Inner {
             self.stats.rx_fragments += 1;
             return;
         }
-        let Ok(ip) = Ipv4Repr::parse(&p, &self.caps) else {
+        let Ok(ip) = headers::parse_ipv4(&p, &self.caps) else {
             self.stats.rx_dropped += 1;
             return;
         };
@@ -1530,7 +1530,7 @@ impl Inner {
         };
         let (src, dst) = (IpAddress::Ipv4(ip.src_addr), IpAddress::Ipv4(ip.dst_addr));
         // The checksum where the port did not verify it (RFC 9293 3.1), at bulk speed
-        // (module `csum`); smoltcp then parses without verifying again.
+        // (module `csum`); the header is then parsed without verifying again.
         if self.caps.tcp.rx() {
             let total = csum::pseudo_header(ip.src_addr, ip.dst_addr, payload.len() as u16)
                 + csum::sum(payload);
@@ -1539,7 +1539,7 @@ impl Inner {
                 return;
             }
         }
-        let Ok(seg) = TcpRepr::parse(&p, &src, &dst, &self.caps_no_tcp) else {
+        let Ok(seg) = headers::parse_tcp(p.into_inner(), &src, &dst, &self.caps_no_tcp) else {
             self.stats.rx_dropped += 1;
             return;
         };
