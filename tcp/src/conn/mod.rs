@@ -55,7 +55,7 @@ use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{Ipv4Address, TcpControl, TcpRepr, TcpSeqNumber, TcpTimestampRepr};
 
 use crate::recovery::{
-    earliest, Recovery, RecoveryConfig, RecoveryStats, TimeoutAction, MAX_RTO_BACKOFFS,
+    earliest_of, Recovery, RecoveryConfig, RecoveryStats, TimeoutAction, MAX_RTO_BACKOFFS,
 };
 use reasm::Reassembly;
 use ring::SendRing;
@@ -833,6 +833,10 @@ impl Connection {
 
     /// Takes the next event.
     pub fn poll_event(&mut self) -> Option<ConnEvent> {
+        // Most calls find none (the host asks after every activity).
+        if self.events == 0 {
+            return None;
+        }
         for (bit, ev) in [
             (EV_CONNECTED, ConnEvent::Connected),
             (EV_READABLE, ConnEvent::Readable),
@@ -1344,9 +1348,14 @@ impl Connection {
             )
             .then_some(self.last_heard + t)
         });
-        let t = earliest(self.rec.poll_timeout(), self.delack_at);
-        let t = earliest(t, earliest(self.window_probe_at, self.keepalive_at));
-        earliest(t, earliest(self.time_wait_at, user))
+        earliest_of([
+            self.rec.poll_timeout(),
+            self.delack_at,
+            self.window_probe_at,
+            self.keepalive_at,
+            self.time_wait_at,
+            user,
+        ])
     }
 
     /// Runs the timers due at `now`.

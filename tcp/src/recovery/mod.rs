@@ -819,7 +819,7 @@ impl Recovery {
 
     /// The earliest timer: reorder, probe or retransmission.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        earliest(earliest(self.reorder_at, self.pto_at), self.rto_at)
+        earliest_of([self.reorder_at, self.pto_at, self.rto_at])
     }
 
     /// Runs the timers due at `now` (see [`TimeoutAction`]).
@@ -908,15 +908,18 @@ impl<T: PartialOrd + Copy> NoneOrLe<T> for Option<T> {
     }
 }
 
-/// The earlier of two deadlines (`None`: none), without an iterator: every connection's
-/// deadline is recomputed after each of its segments.
+/// The earliest of `N` deadlines (`None`: none), as `flatten().min()` would give it, without
+/// a branch per deadline: each is a key of microseconds (`i64::MAX` for none) and the least
+/// key wins. Every connection's deadline is recomputed after each of its segments. (A
+/// deadline at `i64::MAX` microseconds, some 292,000 years after the clock's start, would
+/// read as none: no connection arms one.)
 #[inline(always)]
-pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(x), Some(y)) => Some(if y < x { y } else { x }),
-        (x, None) => x,
-        (None, y) => y,
+pub(crate) fn earliest_of<const N: usize>(d: [Option<Instant>; N]) -> Option<Instant> {
+    let mut m = i64::MAX;
+    for t in d {
+        m = m.min(t.map_or(i64::MAX, |t| t.total_micros()));
     }
+    (m != i64::MAX).then(|| Instant::from_micros(m))
 }
 
 #[cfg(test)]

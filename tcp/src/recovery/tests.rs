@@ -21,18 +21,33 @@ fn rec(cc: Congestion) -> Recovery {
 const S: TcpSeqNumber = TcpSeqNumber(100);
 
 #[test]
-fn earliest_is_the_minimum_of_the_deadlines_present() {
+fn earliest_of_two_is_the_minimum_of_the_deadlines_present() {
     // Every order, with and without deadlines: the result is what an iterator's
     // flatten().min() gave before (Connection::poll_timeout and poll_timeout here).
     let cases = [None, Some(us(5)), Some(us(9)), Some(us(-3))];
     for a in cases {
         for b in cases {
             assert_eq!(
-                earliest(a, b),
+                earliest_of([a, b]),
                 [a, b].into_iter().flatten().min(),
                 "{a:?} {b:?}"
             );
         }
+    }
+}
+
+proptest! {
+    /// `earliest_of` is the least deadline present, whatever their number, order and
+    /// signs (the clock's start is not the least instant).
+    #[test]
+    fn earliest_of_is_the_minimum_of_the_deadlines_present(
+        d in proptest::array::uniform6(proptest::option::of(-1_000_000i64..1_000_000_000_000)),
+    ) {
+        let d = d.map(|t| t.map(us));
+        let want = d.into_iter().flatten().min();
+        prop_assert_eq!(earliest_of(d), want);
+        prop_assert_eq!(earliest_of([d[0], d[1], d[2]]), [d[0], d[1], d[2]].into_iter().flatten().min());
+        prop_assert_eq!(earliest_of::<0>([]), None);
     }
 }
 
