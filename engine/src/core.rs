@@ -433,7 +433,8 @@ const SWEEP_INTERVAL: Duration = Duration::from_millis(50);
 
 /// QP slots a poller must visit, each listed once (a mark per slot). What can give a QP work
 /// marks it: a command for it, a TCP event of its connection, its own receive activity; a
-/// QP leaves the set when a visit finds nothing to do. So a loop costs the QPs that are
+/// QP leaves the set when a visit finds nothing to do, and is not marked for the transmit
+/// poller where its visit would find nothing (`tx::tx_settled`). So a loop costs the QPs that are
 /// busy, not the QPs that exist (issue 11: 10,000 QPs per core).
 #[derive(Debug)]
 struct ReadySet {
@@ -534,6 +535,10 @@ pub struct EngineCore<D: PollDevice> {
     fpdu: Vec<u8>,
     /// The FPDUs sent from registered memory that TCP may still send (module `txrec`).
     txrec: TxRecords,
+    /// QPs the stack's receive pass found settled but for their records sent from memory
+    /// (`tx::tx_settled_but_txrec`), not marked for the transmit poller: those records are
+    /// looked at once the pass is over.
+    rx_settled: Vec<usize>,
     /// The region table again (the one in `ctx`): the receive pass borrows it apart from
     /// `ctx`, for the guard it keeps across segments ([`RxHeld`]).
     rx_mrs: Arc<MrTable>,
@@ -591,6 +596,7 @@ impl<D: PollDevice> EngineCore<D> {
             fpdu: Vec::new(),
             txrec: TxRecords::new(mrs.clone()),
             rx_mrs: mrs.clone(),
+            rx_settled: Vec::new(),
             stack,
             ctx: Ctx {
                 events: VecDeque::with_capacity(cfg.event_queue_depth),

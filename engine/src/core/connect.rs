@@ -403,10 +403,11 @@ impl<D: PollDevice> EngineCore<D> {
                         self.rx_ready.mark(i);
                     }
                 }
-                // The initiator's MPA Request goes out; freed send space lets FPDUs follow.
+                // The initiator's MPA Request goes out; freed send space lets FPDUs follow
+                // (a settled QP has none to send: the latency path's ACK of its last Write).
                 TcpEvent::Connected(c) | TcpEvent::Writable(c) => {
                     if let Some(i) = self.find_qp(c) {
-                        self.tx_ready.mark(i);
+                        self.mark_tx_unless_settled(i);
                     }
                 }
             }

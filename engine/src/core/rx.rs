@@ -5,6 +5,7 @@
 //! the head receive's SGEs), Read and Atomic Requests queued for the transmit path, and
 //! completions in MSN order.
 
+use super::tx::tx_settled_but_txrec;
 use super::*;
 use warpcore_proto::ddp::{TaggedPlacement, UntaggedPlacement};
 
@@ -654,6 +655,7 @@ impl<D: PollDevice> EngineCore<D> {
             tx_ready,
             txrec,
             rx_mrs,
+            rx_settled,
             ..
         } = self;
         let mrs: &MrTable = rx_mrs;
@@ -678,8 +680,14 @@ impl<D: PollDevice> EngineCore<D> {
                 }
                 let n = q.consume(data, ctx, mrs, &mut held);
                 ctx.stats.rx_in_place_octets += n as u64;
-                // Received octets may owe the peer something (as in `poll_rx`).
-                tx_ready.mark(i);
+                // Received octets may owe the peer something (as in `poll_rx`); a QP left
+                // settled (a Write or Send placed) owes nothing: checked below, once its
+                // records sent from memory may be read.
+                if tx_settled_but_txrec(q) {
+                    rx_settled.push(i);
+                } else {
+                    tx_ready.mark(i);
+                }
                 n
             },
             fill,
@@ -687,6 +695,14 @@ impl<D: PollDevice> EngineCore<D> {
         drop(held);
         if self.txrec.has_failed() {
             self.fail_unfillable();
+        }
+        if !self.rx_settled.is_empty() {
+            let mut settled = std::mem::take(&mut self.rx_settled);
+            for &i in &settled {
+                self.mark_tx_unless_settled(i);
+            }
+            settled.clear();
+            self.rx_settled = settled;
         }
         work
     }
@@ -702,7 +718,7 @@ impl<D: PollDevice> EngineCore<D> {
                 work = true;
                 // Received octets may owe the peer something: a Read Response, a Terminate,
                 // the close after its FIN, a lifted MPA fence.
-                self.tx_ready.mark(i);
+                self.mark_tx_unless_settled(i);
             }
         }
         batch.clear();
