@@ -539,6 +539,9 @@ pub struct EngineCore<D: PollDevice> {
     /// (`tx::tx_settled_but_txrec`), not marked for the transmit poller: those records are
     /// looked at once the pass is over.
     rx_settled: Vec<usize>,
+    /// With the `self-check` feature: QPs a send request was posted to, not marked for the
+    /// receive poller ([`Self::qp_mut_for_send`]), checked in the next loop.
+    rx_check: Vec<usize>,
     /// The region table again (the one in `ctx`): the receive pass borrows it apart from
     /// `ctx`, for the guard it keeps across segments ([`RxHeld`]).
     rx_mrs: Arc<MrTable>,
@@ -597,6 +600,7 @@ impl<D: PollDevice> EngineCore<D> {
             txrec: TxRecords::new(mrs.clone()),
             rx_mrs: mrs.clone(),
             rx_settled: Vec::new(),
+            rx_check: Vec::new(),
             stack,
             ctx: Ctx {
                 events: VecDeque::with_capacity(cfg.event_queue_depth),
@@ -670,13 +674,34 @@ impl<D: PollDevice> EngineCore<D> {
     }
 
     /// The QP a command names. Every command may give it work, so it is marked for both
-    /// pollers.
+    /// pollers (a send request only for the transmit poller: [`Self::qp_mut_for_send`]).
     fn qp_mut(&mut self, id: QpId) -> Result<&mut Qp, EngineError> {
         if id.core != self.core {
             return Err(EngineError::UnknownQp);
         }
         self.mark(usize::from(id.index));
         match self.qps.get_mut(usize::from(id.index)) {
+            Some(Some(q)) if q.id == id => Ok(q),
+            _ => Err(EngineError::UnknownQp),
+        }
+    }
+
+    /// The QP a send work request is posted to: [`Self::qp_mut`], marked for the transmit
+    /// poller only. A posted send request gives the receive poller nothing to do: its steps
+    /// read the TCP receive queue and the connection's close, which mark it themselves (a
+    /// Readable or PeerClosed event, its own unfinished budget). With the `self-check`
+    /// feature the receive visit it would have had is made where the receive poller runs,
+    /// if nothing marked it meanwhile, and must find nothing.
+    fn qp_mut_for_send(&mut self, id: QpId) -> Result<&mut Qp, EngineError> {
+        if id.core != self.core {
+            return Err(EngineError::UnknownQp);
+        }
+        let i = usize::from(id.index);
+        self.tx_ready.mark(i);
+        if cfg!(any(test, feature = "self-check")) {
+            self.rx_check.push(i);
+        }
+        match self.qps.get_mut(i) {
             Some(Some(q)) if q.id == id => Ok(q),
             _ => Err(EngineError::UnknownQp),
         }
@@ -718,6 +743,9 @@ impl<D: PollDevice> EngineCore<D> {
             self.sweep_at = now + SWEEP_INTERVAL;
             work |= self.sweep();
         }
+        if cfg!(any(test, feature = "self-check")) {
+            self.check_rx_unmarked();
+        }
         // Each poller is skipped outright when it has nothing to visit (the idle loop).
         if !self.rx_ready.is_empty() {
             work |= self.poll_rx();
@@ -733,6 +761,22 @@ impl<D: PollDevice> EngineCore<D> {
         // brought (events, marked QPs) is for the next loop; a loop that did something
         // says so, and the caller polls again.
         work | self.poll_stack(now)
+    }
+
+    /// The `self-check` of [`Self::qp_mut_for_send`]: each QP a send request was posted to
+    /// since the last loop and that nothing marked for the receive poller has the visit it
+    /// would have had, which must find nothing.
+    #[cold]
+    #[inline(never)]
+    fn check_rx_unmarked(&mut self) {
+        for i in std::mem::take(&mut self.rx_check) {
+            if !self.rx_ready.is_marked(i) && self.qps.get(i).is_some_and(|q| q.is_some()) {
+                assert!(
+                    !self.rx_one(i),
+                    "QP slot {i}: an unmarked QP had receive work"
+                );
+            }
+        }
     }
 
     /// The stack's transmit pass: what the pollers queued goes out, then one device flush.

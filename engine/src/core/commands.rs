@@ -118,7 +118,7 @@ impl<D: PollDevice> EngineCore<D> {
     /// Posts a send queue work request (validated; nothing changes on error).
     pub fn post_send(&mut self, id: QpId, wr: SendWr) -> Result<(), EngineError> {
         let mrs = Arc::clone(&self.ctx.mrs);
-        let q = self.qp_mut(id)?;
+        let q = self.qp_mut_for_send(id)?;
         validate_send(&q.shared, &mrs, &wr)?;
         if (matches!(wr.op, SendOp::Read { .. }) || wr.op.is_atomic()) && q.ord == 0 {
             q.shared.release_sq();
@@ -153,7 +153,9 @@ impl<D: PollDevice> EngineCore<D> {
     /// slot), not moved out of it first: copied into its send queue entry, which `push_back`
     /// copies into the queue (the entry must outlive a growth of the queue).
     pub(crate) fn post_send_reserved_ref(&mut self, id: QpId, wr: &SendWr) {
-        let Ok(q) = self.qp_mut(id) else { return };
+        let Ok(q) = self.qp_mut_for_send(id) else {
+            return;
+        };
         let bad_read = (matches!(wr.op, SendOp::Read { .. }) || wr.op.is_atomic()) && q.ord == 0;
         // The application may have changed the QP's RFC 7306 flag after the connection
         // fixed it: such a request is not sent.
