@@ -699,7 +699,17 @@ impl<D: PollDevice> EngineCore<D> {
         if !self.rx_settled.is_empty() {
             let mut settled = std::mem::take(&mut self.rx_settled);
             for &i in &settled {
-                self.mark_tx_unless_settled(i);
+                // The rest of `tx_settled` was found in the pass; what ran since and may
+                // have given the QP work (`fail_unfillable`) marked it itself.
+                let tcp = self.qps[i]
+                    .as_ref()
+                    .and_then(|q| q.conn.as_ref())
+                    .map(|c| c.tcp);
+                if tcp.is_some_and(|t| self.txrec.outstanding(t) > 0) {
+                    self.tx_ready.mark(i);
+                } else if cfg!(any(test, feature = "self-check")) && !self.tx_ready.is_marked(i) {
+                    self.check_settled(i);
+                }
             }
             settled.clear();
             self.rx_settled = settled;

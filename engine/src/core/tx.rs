@@ -479,7 +479,7 @@ pub(super) fn tx_settled(q: &Qp, txrec: &TxRecords) -> bool {
 
 /// [`tx_settled`] but for the records sent from registered memory (for a caller that
 /// cannot read them yet).
-#[inline]
+#[inline(always)]
 pub(super) fn tx_settled_but_txrec(q: &Qp) -> bool {
     let Some(c) = q.conn.as_ref() else {
         // `tx_qp` does nothing without a connection.
