@@ -506,6 +506,116 @@ impl Recovery {
         sack: &[(TcpSeqNumber, TcpSeqNumber)],
         ts_rtt: Option<Duration>,
     ) -> AckOutcome {
+        // The common case, one ACK per segment or burst: it acknowledges the oldest
+        // segments, carries no SACK blocks, and no recovery episode or RTO undo is pending.
+        let clean = sack.is_empty()
+            && self.undo.is_none()
+            && self.recover.is_none()
+            && self.tally.sacked == 0
+            && self.segs.front().is_some_and(|f| f.start < ack);
+        if clean {
+            self.on_clean_ack(now, ack, ts_rtt)
+        } else {
+            self.on_ack_general(now, ack, sack, ts_rtt)
+        }
+    }
+
+    /// [`Self::on_ack`] where it advances SND.UNA past the front segment's start, with no
+    /// SACK blocks, no segment SACKed before, no recovery episode and no RTO to undo: the
+    /// state [`Self::on_ack_general`] leaves, without its SACK, undo, duplicate-ACK and
+    /// NewReno steps (none applies) and, when nothing remains outstanding, without the RACK
+    /// loss walk (it has no segment to look at, and the timers it would set are cleared).
+    /// `tests::clean_ack_fast_path_matches_the_general_path` holds the two together.
+    fn on_clean_ack(
+        &mut self,
+        now: Instant,
+        ack: TcpSeqNumber,
+        ts_rtt: Option<Duration>,
+    ) -> AckOutcome {
+        let mut out = AckOutcome::default();
+        let mut karn: Option<Duration> = None;
+        // The latest segment delivered (no segment is SACKed: every one acknowledged).
+        let mut latest: Option<(Instant, TcpSeqNumber, bool)> = None;
+        let mut note = |s: &Seg| {
+            let newer = match latest {
+                None => true,
+                Some((x, e, _)) => s.xmit > x || (s.xmit == x && s.end > e),
+            };
+            if newer {
+                latest = Some((s.xmit, s.end, s.retransmitted));
+            }
+        };
+        while let Some(front) = self.segs.front().copied() {
+            if front.end <= ack {
+                out.newly_acked += front.len();
+                if !front.retransmitted {
+                    karn = Some(now - front.xmit);
+                }
+                note(&front);
+                self.tally.sub(&front);
+                self.segs.pop_front();
+            } else {
+                if front.start < ack {
+                    out.newly_acked += ack - front.start;
+                    note(&front);
+                    self.segs[0].start = ack;
+                    self.tally.change(&front, &self.segs[0]);
+                }
+                break;
+            }
+        }
+        if let Some(r) = ts_rtt.or(karn) {
+            self.sample_rtt(r);
+            out.rtt_sample = Some(r);
+        }
+        if let Some((xmit, end, retx)) = latest {
+            let rtt = now - xmit;
+            let plausible = !retx || self.min_rtt.is_none_or_le(rtt);
+            if plausible && self.rack_xmit.is_none_or_le(xmit) {
+                self.rack_xmit = Some(xmit);
+                self.rack_end = end;
+                self.rack_rtt = rtt;
+                self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
+            }
+        }
+        self.backoffs = 0;
+        self.dupacks = 0;
+        // The timer restarts with the RTO before this ACK's recomputation, as in the
+        // general path.
+        self.rto_at = (!self.segs.is_empty()).then(|| now + self.rto);
+        if out.rtt_sample.is_none() {
+            if let Some(srtt) = self.srtt {
+                self.rto = (srtt + (self.rttvar * 4).max(Duration::from_micros(1)))
+                    .max(self.cfg.rto_min)
+                    .min(self.cfg.rto_max);
+            }
+        }
+        if self.segs.is_empty() {
+            self.grow(now, out.newly_acked);
+            self.pto_at = None;
+            self.reorder_at = None;
+            return out;
+        }
+        if self.cfg.rack_tlp {
+            out.lost_marked += self.detect_loss(now);
+        }
+        if out.lost_marked > 0 {
+            self.enter_recovery(now);
+        } else {
+            self.grow(now, out.newly_acked);
+        }
+        self.arm_pto(now);
+        out
+    }
+
+    /// [`Self::on_ack`] in every case.
+    fn on_ack_general(
+        &mut self,
+        now: Instant,
+        ack: TcpSeqNumber,
+        sack: &[(TcpSeqNumber, TcpSeqNumber)],
+        ts_rtt: Option<Duration>,
+    ) -> AckOutcome {
         let mut out = AckOutcome::default();
         let mut karn: Option<Duration> = None;
         let mut delivered_latest: Option<(Instant, TcpSeqNumber, bool)> = None;

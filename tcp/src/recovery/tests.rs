@@ -300,3 +300,96 @@ proptest! {
         }
     }
 }
+
+/// Whether `on_ack` takes its fast path for this ACK (its own test, spelled out here).
+fn takes_clean_path(
+    r: &Recovery,
+    ack: TcpSeqNumber,
+    sack: &[(TcpSeqNumber, TcpSeqNumber)],
+) -> bool {
+    sack.is_empty()
+        && r.undo.is_none()
+        && r.recover.is_none()
+        && r.tally.sacked == 0
+        && r.segs.front().is_some_and(|f| f.start < ack)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+    /// `on_ack`'s fast path for clean cumulative ACKs leaves exactly the state (scoreboard,
+    /// RTT estimators, RACK, timers, congestion window, CUBIC, counters) and returns exactly
+    /// the outcome of the general path, over random sends, retransmissions, ACKs with and
+    /// without SACK blocks and timestamp echoes, and timer runs, for every controller.
+    #[test]
+    fn clean_ack_fast_path_matches_the_general_path(
+        cc in 0u8..3,
+        rack_tlp in any::<bool>(),
+        ops in proptest::collection::vec(
+            (0u8..6, 0u32..40_000, 0u32..40_000, 0u32..3_000, any::<bool>()),
+            1..160,
+        ),
+    ) {
+        let congestion = [Congestion::None, Congestion::NewReno, Congestion::Cubic][cc as usize];
+        let cfg = RecoveryConfig { congestion, rack_tlp, ..RecoveryConfig::default() };
+        let mut fast = Recovery::new(&cfg, 1000, us(0));
+        let mut general = fast.clone();
+        let (mut una, mut nxt, mut now) = (S, S, us(0));
+        for (kind, a, b, step, flag) in ops {
+            // Steps of zero: segments sent at the same instant (RACK's tie on the end).
+            now += Duration::from_micros(u64::from(step));
+            let span = (nxt - una) as u32;
+            match kind {
+                0 | 1 => {
+                    let len = (a % 3000 + 1) as usize;
+                    fast.on_sent(now, nxt, len, false);
+                    general.on_sent(now, nxt, len, false);
+                    nxt += len;
+                }
+                2 => {
+                    // What the connection would resend: a lost range, else the last segment.
+                    let r = fast.next_retransmit().or_else(|| fast.last_segment());
+                    prop_assert_eq!(r, general.next_retransmit().or_else(|| general.last_segment()));
+                    if let Some((seq, len)) = r {
+                        fast.on_sent(now, seq, len, true);
+                        general.on_sent(now, seq, len, true);
+                    }
+                }
+                3 | 4 => {
+                    let ack = if span == 0 { una } else { una + (a % (span + 1)) as usize };
+                    let mut sack = Vec::new();
+                    if kind == 4 && span > 0 {
+                        let l = una + (b % span) as usize;
+                        let rgt = l + ((a % span) as usize).max(1);
+                        sack.push((l, if rgt > nxt { nxt } else { rgt }));
+                    }
+                    // A timestamp echo: an RTT from now back to some earlier instant (before
+                    // or after an RTO's retransmission).
+                    let ts = flag.then(|| Duration::from_micros(u64::from(b % 20_000)));
+                    let o = fast.on_ack(now, ack, &sack, ts);
+                    let g = general.on_ack_general(now, ack, &sack, ts);
+                    prop_assert_eq!(o, g);
+                    una = una.max(ack);
+                }
+                _ => {
+                    if let Some(t) = fast.poll_timeout() {
+                        now = now.max(t);
+                    }
+                    prop_assert_eq!(fast.handle_timeout(now), general.handle_timeout(now));
+                }
+            }
+            prop_assert_eq!(format!("{fast:?}"), format!("{general:?}"));
+        }
+    }
+}
+
+#[test]
+fn clean_ack_fast_path_is_taken_by_in_order_acks() {
+    let mut r = rec(Congestion::Cubic);
+    r.on_sent(us(0), S, 1000, false);
+    r.on_sent(us(0), S + 1000, 1000, false);
+    assert!(takes_clean_path(&r, S + 500, &[]));
+    r.on_ack(us(100), S + 500, &[], None);
+    assert!(takes_clean_path(&r, S + 2000, &[]));
+    r.on_ack(us(200), S + 2000, &[], None);
+    assert!(r.is_empty());
+}
