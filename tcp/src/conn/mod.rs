@@ -1118,16 +1118,20 @@ impl Connection {
     }
 
     fn process_ack(&mut self, now: Instant, seg: &TcpRepr<'_>, ack: TcpSeqNumber) {
-        let sack: Vec<(TcpSeqNumber, TcpSeqNumber)> = if self.sack_ok {
-            seg.sack_ranges
-                .iter()
-                .flatten()
-                .map(|&(l, r)| (TcpSeqNumber(l as i32), TcpSeqNumber(r as i32)))
-                .filter(|&(l, r)| l >= self.snd_una && r <= self.snd_nxt && l < r)
-                .collect()
-        } else {
-            Vec::new()
-        };
+        // The SACK blocks within what is outstanding, in their order (at most three: a
+        // fixed array, no allocation per ACK).
+        let mut blocks = [(TcpSeqNumber(0), TcpSeqNumber(0)); 3];
+        let mut n_blocks = 0;
+        if self.sack_ok {
+            for &(l, r) in seg.sack_ranges.iter().flatten() {
+                let (l, r) = (TcpSeqNumber(l as i32), TcpSeqNumber(r as i32));
+                if l >= self.snd_una && r <= self.snd_nxt && l < r {
+                    blocks[n_blocks] = (l, r);
+                    n_blocks += 1;
+                }
+            }
+        }
+        let sack = &blocks[..n_blocks];
         let advanced = ack > self.snd_una;
         let ts_rtt = if advanced {
             self.ts_rtt(now, seg)
@@ -1141,7 +1145,7 @@ impl Connection {
                 && seg.control == TcpControl::None
                 && usize::from(seg.window_len) << self.snd_shift == self.snd_wnd;
             if advanced || !sack.is_empty() || pure_dup {
-                self.rec.on_ack(now, ack, &sack, ts_rtt);
+                self.rec.on_ack(now, ack, sack, ts_rtt);
             }
         }
         if !advanced && self.snd_wnd == 0 && usize::from(seg.window_len) == 0 {
@@ -1910,6 +1914,43 @@ mod tests {
             }
         }
         v
+    }
+
+    /// RFC 2018 4: every SACK block of an ACK within what is outstanding marks the segments
+    /// it covers (up to the three a segment carries); a block beyond SND.NXT is ignored and
+    /// does not hide the ones after it.
+    #[test]
+    fn rfc2018_every_sack_block_within_the_outstanding_data_counts() {
+        let cfg = ConnConfig {
+            mss: 1460,
+            ..ConnConfig::default()
+        };
+        let ep = Endpoints {
+            local: US,
+            remote: PEER,
+        };
+        let iss = TcpSeqNumber(1000);
+        let t0 = Instant::from_millis(0);
+        let mut c = Connection::connect(&cfg, ep, iss, t0);
+        while c.poll_transmit(t0).is_some() {}
+        let mut syn = from_peer(TcpControl::Syn, PISS, iss + 1, Some(1460));
+        syn.sack_permitted = true;
+        c.handle_segment(Instant::from_millis(1), &syn);
+        assert_eq!(c.state(), State::Established);
+        let t1 = Instant::from_millis(2);
+        assert_eq!(c.send(&[7u8; 4 * 1460]).unwrap(), 4 * 1460);
+        let sent = sent_data(&mut c, t1);
+        assert_eq!(sent.len(), 4);
+        assert_eq!(c.rec.in_flight(), 4 * 1460);
+        let at = |k: usize| (iss + 1 + k * 1460).0 as u32;
+        let mut ack = from_peer(TcpControl::None, PISS + 1, iss + 1, None);
+        ack.sack_ranges = [
+            Some((at(5), at(6))),
+            Some((at(1), at(2))),
+            Some((at(3), at(4))),
+        ];
+        c.handle_segment(Instant::from_millis(3), &ack);
+        assert_eq!(c.rec.in_flight(), 2 * 1460);
     }
 
     /// RFC 9293 3.4: sequence numbers wrap. After 2^32 octets an acknowledgement can land
