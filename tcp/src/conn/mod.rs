@@ -837,20 +837,19 @@ impl Connection {
         if self.events == 0 {
             return None;
         }
-        for (bit, ev) in [
-            (EV_CONNECTED, ConnEvent::Connected),
-            (EV_READABLE, ConnEvent::Readable),
-            (EV_WRITABLE, ConnEvent::Writable),
-            (EV_PEER_CLOSED, ConnEvent::PeerClosed),
-            (EV_CLOSED, ConnEvent::Closed),
-            (EV_RESET, ConnEvent::Reset),
-        ] {
-            if self.events & bit != 0 {
-                self.events &= !bit;
-                return Some(ev);
-            }
-        }
-        None
+        // The lowest bit set first (the order of the EV_ constants), without a walk over
+        // all six.
+        let bit = self.events & self.events.wrapping_neg();
+        self.events &= !bit;
+        Some(match bit {
+            EV_CONNECTED => ConnEvent::Connected,
+            EV_READABLE => ConnEvent::Readable,
+            EV_WRITABLE => ConnEvent::Writable,
+            EV_PEER_CLOSED => ConnEvent::PeerClosed,
+            EV_CLOSED => ConnEvent::Closed,
+            // `events` holds no other bit than these six.
+            _ => ConnEvent::Reset,
+        })
     }
 
     fn enter_closed(&mut self, ev: u8) {
@@ -1792,9 +1791,6 @@ impl Connection {
             return None;
         }
         let (sent, unsent) = self.unsent();
-        let in_flight_wnd = seq_diff(self.snd_nxt, self.snd_una).max(0) as usize;
-        let peer_room = self.snd_wnd.saturating_sub(in_flight_wnd);
-        let allowance = self.rec.send_allowance();
         let fin_due = self.fin_queued && self.fin_seq.is_none();
         if unsent == 0 {
             if fin_due {
@@ -1809,6 +1805,9 @@ impl Connection {
             }
             return None;
         }
+        let in_flight_wnd = seq_diff(self.snd_nxt, self.snd_una).max(0) as usize;
+        let peer_room = self.snd_wnd.saturating_sub(in_flight_wnd);
+        let allowance = self.rec.send_allowance();
         let mut n = unsent.min(self.smss);
         if how == Send::LossProbe {
             n = n.min(peer_room);
@@ -1914,6 +1913,36 @@ mod tests {
             }
         }
         v
+    }
+
+    /// `poll_event` hands out the pending events lowest bit first, one per call, each once:
+    /// for every set of pending events the order of the walk over the six it replaced.
+    #[test]
+    fn poll_event_takes_pending_events_in_the_order_of_their_bits() {
+        let ep = Endpoints {
+            local: US,
+            remote: PEER,
+        };
+        let mut c = Connection::connect(&ConnConfig::default(), ep, PISS, Instant::ZERO);
+        let order = [
+            (EV_CONNECTED, ConnEvent::Connected),
+            (EV_READABLE, ConnEvent::Readable),
+            (EV_WRITABLE, ConnEvent::Writable),
+            (EV_PEER_CLOSED, ConnEvent::PeerClosed),
+            (EV_CLOSED, ConnEvent::Closed),
+            (EV_RESET, ConnEvent::Reset),
+        ];
+        for mask in 0u8..64 {
+            c.events = mask;
+            let want: Vec<ConnEvent> = order
+                .iter()
+                .filter(|(bit, _)| mask & bit != 0)
+                .map(|&(_, ev)| ev)
+                .collect();
+            let got: Vec<ConnEvent> = std::iter::from_fn(|| c.poll_event()).collect();
+            assert_eq!(got, want, "events {mask:#08b}");
+            assert_eq!(c.events, 0);
+        }
     }
 
     /// RFC 2018 4: every SACK block of an ACK within what is outstanding marks the segments
