@@ -1476,9 +1476,9 @@ impl Connection {
         let mut sack_ranges = [None; 3];
         if !syn && self.sack_ok && !self.ooo.is_empty() {
             let base = (self.irs.0 as u32).wrapping_add(1);
-            for (i, (l, r)) in self.ooo.sack_blocks(3).into_iter().enumerate() {
-                sack_ranges[i] = Some((base.wrapping_add(l as u32), base.wrapping_add(r as u32)));
-            }
+            sack_ranges = self.ooo.sack_blocks::<3>().map(|b| {
+                b.map(|(l, r)| (base.wrapping_add(l as u32), base.wrapping_add(r as u32)))
+            });
         }
         TcpRepr {
             src_port: self.ep.local.1,

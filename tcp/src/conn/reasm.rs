@@ -113,23 +113,27 @@ impl Reassembly {
         }
     }
 
-    /// Up to `n` blocks as (start, end) stream offsets, the most recent first (RFC 2018 4).
-    pub fn sack_blocks(&self, n: usize) -> Vec<(u64, u64)> {
-        let mut out = Vec::with_capacity(n);
+    /// Up to `N` blocks as (start, end) stream offsets, the most recent first (RFC 2018 4),
+    /// then the rest in ascending order; `None` past the last. An array: a segment's SACK
+    /// option holds three at most, and building it allocates nothing.
+    pub fn sack_blocks<const N: usize>(&self) -> [Option<(u64, u64)>; N] {
+        let mut out = [None; N];
+        let mut k = 0;
         if let Some(r) = self.recent {
-            if let Some(b) = self.blocks.get(&r) {
-                out.push((r, r + b.len() as u64));
+            if let (Some(b), Some(slot)) = (self.blocks.get(&r), out.first_mut()) {
+                *slot = Some((r, r + b.len() as u64));
+                k = 1;
             }
         }
         for (&s, b) in &self.blocks {
-            if out.len() >= n {
+            if k >= N {
                 break;
             }
             if Some(s) != self.recent {
-                out.push((s, s + b.len() as u64));
+                out[k] = Some((s, s + b.len() as u64));
+                k += 1;
             }
         }
-        out.truncate(n);
         out
     }
 }
@@ -144,7 +148,7 @@ mod tests {
         r.insert(10, &[1; 5]);
         r.insert(20, &[2; 5]);
         r.insert(14, &[3; 7]); // bridges both
-        assert_eq!(r.sack_blocks(3), vec![(10, 25)]);
+        assert_eq!(r.sack_blocks::<3>(), [Some((10, 25)), None, None]);
         let b = r.take_at(12).expect("block");
         // The first copies win where they overlap.
         assert_eq!(&b[..3], &[1, 1, 1]);
@@ -176,6 +180,20 @@ mod tests {
                 // At most 30 inserts: the block limit is never reached here.
                 r.insert(off, &data);
                 blocks_ever = blocks_ever.max(r.blocks.len());
+                // The SACK blocks: the most recent first, then the others in order.
+                let mut want: Vec<(u64, u64)> = Vec::new();
+                let block = |s: u64| (s, s + r.blocks[&s].len() as u64);
+                want.extend(r.recent.map(block));
+                want.extend(
+                    r.blocks
+                        .keys()
+                        .filter(|&&s| Some(s) != r.recent)
+                        .map(|&s| block(s)),
+                );
+                let got = r.sack_blocks::<3>();
+                let n = want.len().min(3);
+                assert_eq!(got.iter().flatten().copied().collect::<Vec<_>>(), want[..n]);
+                assert!(got[n..].iter().all(Option::is_none));
                 for (i, &d) in data.iter().enumerate() {
                     model[off as usize + i].get_or_insert(d);
                 }
@@ -216,9 +234,9 @@ mod tests {
         for k in 0..(MAX_BLOCKS as u64 + 10) {
             r.insert(100 + k * 10, &[0; 2]);
         }
-        assert_eq!(r.sack_blocks(100).len(), MAX_BLOCKS);
+        assert_eq!(r.sack_blocks::<100>().iter().flatten().count(), MAX_BLOCKS);
         r.insert(100, &[0; 4]);
-        assert_eq!(r.sack_blocks(1), vec![(100, 104)]);
+        assert_eq!(r.sack_blocks::<1>(), [Some((100, 104))]);
         assert_eq!(r.take_at(50), None);
     }
 }
