@@ -960,7 +960,10 @@ impl<D: PollDevice> Host<D> {
                     index,
                     generation: s.generation,
                 };
-                let Some(out) = s.conn.poll_segment(now) else {
+                // Borrowed where it was returned, not moved into a binding of its own (a
+                // copy of the whole segment description per segment).
+                let polled = s.conn.poll_segment(now);
+                let Some(out) = polled.as_ref() else {
                     break;
                 };
                 let tcp_len = headers::tcp_header_len(&out.repr) + out.payload_len();
@@ -974,7 +977,7 @@ impl<D: PollDevice> Host<D> {
                         src,
                         dst,
                     };
-                    emit_segment(buf, &addrs, &out, caps, &mut |t, at, d, w| {
+                    emit_segment(buf, &addrs, out, caps, &mut |t, at, d, w| {
                         fill(id, t, at, d, w)
                     })
                 });
