@@ -1222,7 +1222,10 @@ impl Connection {
             0
         };
         self.stats.delivered_in_place += n as u64;
-        self.rx.extend(&data[n..]);
+        // Delivered whole (the common case): nothing to queue, no empty copy.
+        if n < data.len() {
+            self.rx.extend(&data[n..]);
+        }
         self.rcv_off += data.len() as u64;
     }
 
