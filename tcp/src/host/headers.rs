@@ -15,8 +15,8 @@
 
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
-    EthernetAddress, IpAddress, Ipv4Address, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr,
-    TcpSeqNumber, TcpTimestampRepr,
+    EthernetAddress, IpAddress, IpProtocol, Ipv4Address, Ipv4Packet, Ipv4Repr, TcpControl,
+    TcpPacket, TcpRepr, TcpSeqNumber, TcpTimestampRepr,
 };
 
 use crate::csum;
@@ -187,10 +187,23 @@ pub(super) fn parse_ipv4(
     Ok(Ipv4Repr {
         src_addr: p.src_addr(),
         dst_addr: p.dst_addr(),
-        next_header: p.next_header(),
+        next_header: IpProtocol::from(p.as_ref()[9]),
         payload_len: usize::from(p.total_len()) - hl,
         hop_limit: p.hop_limit(),
     })
+}
+
+/// `Ipv4Packet::payload` of the packet `b` that `Ipv4Packet::new_checked` accepted (its
+/// header and total lengths within `b`), read in place rather than through smoltcp's
+/// accessors (a call each per frame).
+#[inline(always)]
+pub(super) fn ipv4_payload(b: &[u8]) -> &[u8] {
+    let [v, _, t0, t1, ..] = *b else {
+        return &[];
+    };
+    let hl = usize::from(v & 0x0f) * 4;
+    let total = usize::from(u16::from_be_bytes([t0, t1]));
+    b.get(hl..total).unwrap_or(&[])
 }
 
 /// `TcpRepr::parse` of the TCP segment `b` (its lengths checked by `TcpPacket::new_checked`)
@@ -558,6 +571,7 @@ mod tests {
             let caps = caps(verify, false);
             let p = Ipv4Packet::new_checked(&b[..]).expect("well-formed lengths");
             prop_assert_eq!(parse_ipv4(&p, &caps).ok(), Ipv4Repr::parse(&p, &caps).ok());
+            prop_assert_eq!(ipv4_payload(&b), p.payload());
         }
     }
 

@@ -1474,8 +1474,10 @@ impl Inner {
             return;
         }
         match ip.next_header {
-            IpProtocol::Tcp => self.process_tcp(src_mac, &ip, p.payload(), deliver),
-            IpProtocol::Icmp => self.process_icmp(src_mac, &ip, p.payload()),
+            IpProtocol::Tcp => {
+                self.process_tcp(src_mac, &ip, headers::ipv4_payload(payload), deliver)
+            }
+            IpProtocol::Icmp => self.process_icmp(src_mac, &ip, headers::ipv4_payload(payload)),
             _ => self.stats.rx_dropped += 1,
         }
     }
