@@ -524,7 +524,8 @@ impl Recovery {
     /// SACK blocks, no segment SACKed before, no recovery episode and no RTO to undo: the
     /// state [`Self::on_ack_general`] leaves, without its SACK, undo, duplicate-ACK and
     /// NewReno steps (none applies) and, when nothing remains outstanding, without the RACK
-    /// loss walk (it has no segment to look at, and the timers it would set are cleared).
+    /// loss walk (it has no segment to look at, and the timers it would set are cleared)
+    /// and without taking the segments off the scoreboard's sums one by one.
     /// `tests::clean_ack_fast_path_matches_the_general_path` holds the two together.
     fn on_clean_ack(
         &mut self,
@@ -545,6 +546,19 @@ impl Recovery {
                 latest = Some((s.xmit, s.end, s.retransmitted));
             }
         };
+        if self.segs.back().is_some_and(|b| b.end <= ack) {
+            // Everything outstanding acknowledged (a request's answer, a burst's last ACK):
+            // the scoreboard empties at once and its sums are zero.
+            for s in &self.segs {
+                out.newly_acked += s.len();
+                if !s.retransmitted {
+                    karn = Some(now - s.xmit);
+                }
+                note(s);
+            }
+            self.segs.clear();
+            self.tally = Tally::default();
+        }
         while let Some(front) = self.segs.front().copied() {
             if front.end <= ack {
                 out.newly_acked += front.len();
