@@ -1017,11 +1017,7 @@ fn emit_segment(
     fill: &mut ConnFill<'_>,
 ) -> Result<usize, ()> {
     if let Some(payload) = out.contiguous() {
-        let seg = TcpRepr {
-            payload,
-            ..out.repr
-        };
-        emit_tcp(buf, a, &seg, caps);
+        emit_tcp(buf, a, &out.repr, payload, caps);
         return Ok(0);
     }
     let n = out.payload_len();
@@ -1065,7 +1061,7 @@ fn emit_segment(
         let rst = rst_segment(r.src_port, r.dst_port, r.seq_number, r.ack_number);
         let l = ETH_HDR + IP_HDR + rst.header_len();
         let (frame, pad) = buf.split_at_mut(l);
-        emit_tcp(frame, a, &rst, caps);
+        emit_tcp(frame, a, &rst, rst.payload, caps);
         pad.fill(0);
         return Err(());
     }
@@ -1116,16 +1112,24 @@ fn emit_tcp_header<'b>(
     (hl, &mut buf[ETH_HDR + IP_HDR..])
 }
 
-/// Writes an Ethernet/IPv4/TCP frame carrying `seg` into `buf` (sized exactly for it): the
-/// headers ([`headers::write_headers`]), the payload copied with its sum taken in the same
-/// pass, and the TCP checksum filled in when the port does not compute it (module `csum`:
-/// one pass over the payload).
+/// Writes an Ethernet/IPv4/TCP frame of the segment `seg` carrying `payload` (not
+/// `seg.payload`: a caller with the payload apart need not build a copy of the segment
+/// around it) into `buf` (sized exactly for it): the headers
+/// ([`headers::write_headers`]), the payload copied with its sum taken in the same pass, and
+/// the TCP checksum filled in when the port does not compute it (module `csum`: one pass
+/// over the payload).
 #[inline]
-fn emit_tcp(buf: &mut [u8], a: &FrameAddrs, seg: &TcpRepr<'_>, caps: &ChecksumCapabilities) {
-    let n = seg.payload.len();
+fn emit_tcp(
+    buf: &mut [u8],
+    a: &FrameAddrs,
+    seg: &TcpRepr<'_>,
+    payload: &[u8],
+    caps: &ChecksumCapabilities,
+) {
+    let n = payload.len();
     let hl = headers::write_headers(buf, a, seg, n, caps.ipv4.tx());
     let bytes = &mut buf[ETH_HDR + IP_HDR..];
-    let payload_sum = csum::copy_and_sum(&mut bytes[hl..hl + n], seg.payload);
+    let payload_sum = csum::copy_and_sum(&mut bytes[hl..hl + n], payload);
     if caps.tcp.tx() {
         let c = headers::tcp_checksum(a, &bytes[..hl], n, payload_sum);
         bytes[16..18].copy_from_slice(&c);
@@ -1694,7 +1698,7 @@ impl Inner {
             src: self.cidr.address(),
             dst: ip.src_addr,
         };
-        emit_tcp(&mut f, &addrs, &rst, &self.caps);
+        emit_tcp(&mut f, &addrs, &rst, rst.payload, &self.caps);
         self.stats.rst_sent += 1;
         self.queue_control(f);
     }
