@@ -190,6 +190,31 @@ pub mod spsc {
             true
         }
 
+        /// [`Producer::push_with`], then `init` finishes the item where it lies in its
+        /// slot, before it is published: a large item can be built in place in parts (e.g.
+        /// a placeholder written by `make`, its large fields copied by `init` one by one,
+        /// each inline, where a copy of the whole is a `memcpy` call). Returns whether the
+        /// item was pushed.
+        #[inline]
+        pub fn push_with_init(
+            &mut self,
+            make: impl FnOnce() -> T,
+            init: impl FnOnce(&mut T),
+        ) -> bool {
+            if self.free(1) == 0 {
+                return false;
+            }
+            // SAFETY: as in `push`: the slot at `tail` is free and only the producer writes
+            // it; `write` returns the reference to the item it initialised, which nothing
+            // else reaches until `tail` is published below. Should `make` or `init` panic,
+            // nothing is published (the item leaks in its slot, as in `push_batch`).
+            let item = unsafe { (*self.shared.slot(self.tail)).write(make()) };
+            init(item);
+            self.tail = self.tail.wrapping_add(1);
+            self.shared.tail.store(self.tail, Ordering::Release);
+            true
+        }
+
         /// The same as [`Producer::push`]; the name says that it never waits.
         #[inline]
         pub fn try_push(&mut self, value: T) -> Result<(), T> {
@@ -575,6 +600,31 @@ pub mod spsc {
                 assert_eq!(c.pop(), Some(i + 100));
                 assert_eq!(c.pop(), None);
             }
+        }
+
+        /// `push_with_init` gives what `push_with` of the finished item gives: built only
+        /// when there is room, finished before it is published, in order.
+        #[test]
+        fn push_with_init_equals_push_with() {
+            let (mut p, mut c) = channel::<[u64; 3]>(2);
+            let (mut q, mut d) = channel::<[u64; 3]>(2);
+            for i in 0..5u64 {
+                let a = p.push_with_init(|| [i, 0, 0], |v| v[1] = i * 10);
+                let b = q.push_with(|| [i, i * 10, 0]);
+                assert_eq!(a, b);
+                if i % 2 == 1 {
+                    assert_eq!(c.pop(), d.pop());
+                }
+            }
+            assert!(!p.push_with_init(
+                || unreachable!("no room: not built"),
+                |_| unreachable!("no room: not finished")
+            ));
+            let (mut u, mut v) = (Vec::new(), Vec::new());
+            c.drain_into(&mut u);
+            d.drain_into(&mut v);
+            assert_eq!(u, v);
+            assert_eq!(u, [[2, 20, 0], [4, 40, 0]]);
         }
 
         #[test]

@@ -284,6 +284,40 @@ pub struct SendWr {
     pub fence: bool,
 }
 
+impl SendWr {
+    /// `*self = *src`, field by field, for a copy into the request's place in a queue: each
+    /// field is small enough to be copied inline, where a copy of the whole request (over
+    /// 128 octets; also one built whole from its fields) is a `memcpy` call.
+    #[inline(always)]
+    pub(crate) fn copy_from(&mut self, src: &SendWr) {
+        let SendWr {
+            wr_id,
+            op,
+            sges,
+            signaled,
+            fence,
+        } = *src;
+        self.wr_id = wr_id;
+        self.op = op;
+        self.sges = sges;
+        self.signaled = signaled;
+        self.fence = fence;
+    }
+
+    /// A request that is a placeholder until [`Self::copy_from`] fills it in (its fields
+    /// are all written inline: no `memcpy` of a constant).
+    #[inline(always)]
+    pub(crate) fn placeholder() -> SendWr {
+        SendWr {
+            wr_id: 0,
+            op: SendOp::Send,
+            sges: SgeList::new(),
+            signaled: false,
+            fence: false,
+        }
+    }
+}
+
 /// A receive queue work request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecvWr {
@@ -722,5 +756,93 @@ impl QpShared {
     /// Gives back a receive queue slot (see [`QpShared::release_sq`]).
     pub fn release_rq(&self) {
         self.rq_used.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `SendWr::copy_from` onto a placeholder (the queues' in-place copy) gives the
+    /// request itself, for every operation, SGE lists short and full, and each flag.
+    #[test]
+    fn copy_from_equals_copy() {
+        let sge = |i: u32| Sge {
+            stag: 0x100 + i,
+            to: 0x1_0000_0000 * u64::from(i) + 7,
+            len: 64 * i + 1,
+        };
+        let full: Vec<Sge> = (1..=MAX_SGE as u32).map(sge).collect();
+        let ops = [
+            SendOp::Send,
+            SendOp::SendSe,
+            SendOp::SendInvalidate { stag: 9 },
+            SendOp::SendSeInvalidate { stag: 10 },
+            SendOp::Write {
+                remote_stag: 11,
+                remote_to: u64::MAX - 3,
+            },
+            SendOp::Read {
+                remote_stag: 12,
+                remote_to: 13,
+            },
+            SendOp::AtomicFetchAdd {
+                remote_stag: 14,
+                remote_to: 16,
+                add: 17,
+                add_mask: 18,
+            },
+            SendOp::AtomicCmpSwap {
+                remote_stag: 19,
+                remote_to: 24,
+                compare: 25,
+                compare_mask: 26,
+                swap: 27,
+                swap_mask: 28,
+            },
+            SendOp::WriteWithImm {
+                remote_stag: 29,
+                remote_to: 30,
+                imm: 31,
+            },
+            SendOp::Immediate {
+                imm: 32,
+                solicited: true,
+            },
+            SendOp::BindMw {
+                mw: 33,
+                new_key: 34,
+                mr: 35,
+                to: 36,
+                len: 37,
+                access: Access::REMOTE_WRITE,
+            },
+            SendOp::FastReg {
+                stag: 38,
+                new_key: 39,
+                mr: 40,
+                mr_to: 41,
+                len: 42,
+                base_to: 43,
+                access: Access::REMOTE_READ,
+            },
+            SendOp::LocalInvalidate { stag: 44 },
+        ];
+        for (k, op) in ops.into_iter().enumerate() {
+            for n in [0, 1, MAX_SGE] {
+                for flags in 0..4u8 {
+                    let wr = SendWr {
+                        wr_id: 0xABCD_0000 + k as u64,
+                        op,
+                        sges: SgeList::from_slice(&full[..n]).unwrap(),
+                        signaled: flags & 1 != 0,
+                        fence: flags & 2 != 0,
+                    };
+                    let mut w = SendWr::placeholder();
+                    w.copy_from(&wr);
+                    assert_eq!(w, wr);
+                }
+            }
+        }
     }
 }
