@@ -39,7 +39,7 @@ impl Qp {
             })
             .with_crc32c(crate::mem::crc::crc32c_append),
         );
-        conn.deframer = Some(
+        conn.deframer = Some(Box::new(
             Deframer::new(DeframerConfig {
                 markers: n.markers_rx,
                 crc: n.crc,
@@ -47,7 +47,7 @@ impl Qp {
                 stream_offset: 0,
             })
             .with_crc32c(crate::mem::crc::crc32c_append),
-        );
+        ));
         self.ird = InboundReadQueue::new(clamp_ird_ord(n.local_ird, cfg.max_ird));
         self.ord = clamp_ird_ord(n.local_ord, cfg.max_ord);
         conn.rtr_pending = n.rtr;
