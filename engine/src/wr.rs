@@ -58,7 +58,9 @@ pub struct Sge {
     pub len: u32,
 }
 
-/// Up to [`MAX_SGE`] SGEs, stored inline (no allocation per work request).
+/// Up to [`MAX_SGE`] SGEs, stored inline (no allocation per work request). The entries
+/// past the list's length are all zero: every constructor zeroes them (the fields are
+/// private), which [`SgeList::total_len`] relies on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SgeList {
     sges: [Sge; MAX_SGE],
@@ -94,9 +96,13 @@ impl SgeList {
         &self.sges[..usize::from(self.len)]
     }
 
-    /// Total length in octets (saturating; the post checks reject > u32::MAX).
+    /// Total length in octets (the post checks reject > u32::MAX). Summed over all
+    /// [`MAX_SGE`] entries, those past the length being zero: a fixed sum without a
+    /// branch, where one over the list's length runs a loop (this is asked several times
+    /// for each request).
+    #[inline]
     pub fn total_len(&self) -> u64 {
-        self.as_slice().iter().map(|s| u64::from(s.len)).sum()
+        self.sges.iter().map(|s| u64::from(s.len)).sum()
     }
 }
 
@@ -762,6 +768,31 @@ impl QpShared {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `SgeList::total_len` (over every entry) is the sum over the list's SGEs, for each
+    /// constructor and length, with the largest lengths (no overflow in 64 bits).
+    #[test]
+    fn total_len_is_the_sum_of_the_list() {
+        let all: Vec<Sge> = (0..MAX_SGE as u32)
+            .map(|i| Sge {
+                stag: i + 1,
+                to: u64::from(i) << 40,
+                len: [u32::MAX, 1, 4096, 64][i as usize % 4] - i,
+            })
+            .collect();
+        for n in 0..=MAX_SGE {
+            for skip in 0..MAX_SGE {
+                let sges: Vec<Sge> = all.iter().cycle().skip(skip).take(n).copied().collect();
+                let l = SgeList::from_slice(&sges).unwrap();
+                let sum: u64 = l.as_slice().iter().map(|s| u64::from(s.len)).sum();
+                assert_eq!(l.total_len(), sum, "{n} SGEs from {skip}");
+                assert_eq!(sum, sges.iter().map(|s| u64::from(s.len)).sum::<u64>());
+            }
+        }
+        assert_eq!(SgeList::new().total_len(), 0);
+        assert_eq!(SgeList::default().total_len(), 0);
+        assert!(SgeList::from_slice(&[all[0]; MAX_SGE + 1]).is_none());
+    }
 
     /// `SendWr::copy_from` onto a placeholder (the queues' in-place copy) gives the
     /// request itself, for every operation, SGE lists short and full, and each flag.
