@@ -155,6 +155,35 @@ use txrec::TxRecords;
 
 pub use validate::{validate_recv, validate_send};
 
+#[cfg(feature = "self-check")]
+thread_local! {
+    /// See [`set_general_paths_only`].
+    static GENERAL_PATHS_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// With the `self-check` feature (the engine's tests): turns this thread's fast paths that
+/// tests hold to their general paths off (`true`) or on again, so that a test can run the
+/// same work both ways and compare (`tests/engine_fast_paths.rs`). Without the feature the
+/// fast paths are always taken.
+#[cfg(feature = "self-check")]
+#[doc(hidden)]
+pub fn set_general_paths_only(on: bool) {
+    GENERAL_PATHS_ONLY.with(|g| g.set(on));
+}
+
+/// Whether the fast paths are taken (always, but under [`set_general_paths_only`]).
+#[inline(always)]
+fn fast_paths() -> bool {
+    #[cfg(feature = "self-check")]
+    {
+        !GENERAL_PATHS_ONLY.with(|g| g.get())
+    }
+    #[cfg(not(feature = "self-check"))]
+    {
+        true
+    }
+}
+
 /// Largest FPDU on the wire: a maximal ULPDU with length, pad, CRC and markers.
 const FPDU_SCRATCH_LEN: usize = MAX_ULPDU_LEN + 2 + 3 + 4 + 4 * (MAX_ULPDU_LEN / 512 + 2);
 /// Largest Terminate FPDU (no markers inside 76 octets but leave room for two).

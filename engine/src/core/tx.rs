@@ -322,6 +322,38 @@ impl Qp {
         }
         let len = e.wr.sges.total_len() as u32;
         let seq = self.sq_next_seq;
+        // A plain Write (the common request): the steps of the general path below for it,
+        // with its message written into `self.tx` where it is segmented, not carried out
+        // of the match first (~40 instructions a Write; `tests/engine_fast_paths.rs` holds
+        // it to the general path).
+        if let (
+            SendOp::Write {
+                remote_stag,
+                remote_to,
+            },
+            true,
+        ) = (e.wr.op, fast_paths())
+        {
+            e.stage += 1;
+            self.sq_next_seq += 1;
+            let ctrl = Control::new(Opcode::Write).0;
+            return match conn
+                .ddp_tx
+                .tagged(ctrl, remote_stag, remote_to, &[], len, mulpdu)
+            {
+                Ok(seg) => {
+                    self.tx = Some(TxMsg {
+                        seg,
+                        src: TxSrc::Sq(seq),
+                    });
+                    Some(())
+                }
+                Err(_) => {
+                    self.fail_unsegmentable(seq, true);
+                    None
+                }
+            };
+        }
         let stage = e.stage;
         // A Write with Immediate is two messages; the request stays at the send position
         // until its second (Immediate Data) has started.

@@ -1,0 +1,143 @@
+//! The fast paths that the `self-check` feature can turn off
+//! (`warpcore_engine::core::set_general_paths_only`) against their general paths: the
+//! same work run both ways gives the same completions, events, placed data and counters
+//! (FPDUs and TCP segments sent: the same wire traffic).
+
+mod common;
+
+use common::*;
+use warpcore_engine::core::set_general_paths_only;
+use warpcore_engine::mem::Access;
+use warpcore_engine::{SendOp, SendWr};
+
+fn dbg<T: std::fmt::Debug>(v: &[T]) -> Vec<String> {
+    v.iter().map(|x| format!("{x:?}")).collect()
+}
+
+/// Everything observable of one run.
+#[derive(Debug, PartialEq)]
+struct Outcome {
+    completions_a: Vec<String>,
+    completions_b: Vec<String>,
+    events_a: Vec<String>,
+    events_b: Vec<String>,
+    memory_b: Vec<u8>,
+    memory_a: Vec<u8>,
+    stats_a: String,
+    stats_b: String,
+}
+
+/// Writes of every shape (empty, one octet, small, several FPDUs, more than the send
+/// buffer holds, several SGEs, unsignalled, fenced behind a Read), then, if `fail`, one
+/// to a bad STag (the peer's Terminate, the flush of what follows).
+fn run(general: bool, fail: bool) -> Outcome {
+    set_general_paths_only(general);
+    let mut p = Pair::default_pair();
+    let (qa, _qb) = p.connect();
+    let (ra, sa) = p.a.region(1 << 20, all_access());
+    let (rb, sb) = p.b.region(1 << 20, all_access() | Access::REMOTE_READ);
+    ra.write_at(0, &pattern(1 << 20, 7)).unwrap();
+    rb.write_at(0, &pattern(1 << 20, 3)).unwrap();
+    let mut id = 0;
+    let mut post = |p: &mut Pair,
+                    op: SendOp,
+                    list: &[(warpcore_engine::mem::Stag, u64, u32)],
+                    signaled: bool,
+                    fence: bool| {
+        id += 1;
+        let wr = SendWr {
+            signaled,
+            fence,
+            ..send_wr(id, op, list)
+        };
+        p.a.core.post_send(qa, wr).unwrap();
+    };
+    post(&mut p, write_op(sb.0, 0), &[], true, false);
+    post(&mut p, write_op(sb.0, 10), &[(sa, 0, 1)], true, false);
+    post(&mut p, write_op(sb.0, 100), &[(sa, 64, 64)], false, false);
+    post(
+        &mut p,
+        write_op(sb.0, 1000),
+        &[(sa, 5000, 3000)],
+        true,
+        false,
+    );
+    post(
+        &mut p,
+        write_op(sb.0, 9000),
+        &[(sa, 100, 10), (sa, 9000, 4000), (sa, 1, 1)],
+        true,
+        false,
+    );
+    post(
+        &mut p,
+        read_op(sb.0, 200_000),
+        &[(sa, 300_000, 5000)],
+        true,
+        false,
+    );
+    post(
+        &mut p,
+        write_op(sb.0, 200_000),
+        &[(sa, 0, 5000)],
+        true,
+        true,
+    );
+    post(
+        &mut p,
+        write_op(sb.0, 400_000),
+        &[(sa, 0, 300_000)],
+        true,
+        false,
+    );
+    for k in 0..20u64 {
+        post(
+            &mut p,
+            write_op(sb.0, 800_000 + k * 64),
+            &[(sa, k * 64, 64)],
+            k % 3 != 0,
+            false,
+        );
+    }
+    if fail {
+        post(
+            &mut p,
+            write_op(0xFFFF_FF00, 0),
+            &[(sa, 0, 64)],
+            true,
+            false,
+        );
+        post(&mut p, write_op(sb.0, 0), &[(sa, 0, 64)], true, false);
+    }
+    p.run(20_000);
+    set_general_paths_only(false);
+    let (ca, cb) = (p.a.take_completions(), p.b.take_completions());
+    let (ea, eb) = (p.a.take_events(), p.b.take_events());
+    Outcome {
+        completions_a: dbg(&ca),
+        completions_b: dbg(&cb),
+        events_a: dbg(&ea),
+        events_b: dbg(&eb),
+        memory_b: read_region(&rb, 0, 1 << 20),
+        memory_a: read_region(&ra, 0, 1 << 20),
+        stats_a: format!("{:?}", p.a.core.stats()),
+        stats_b: format!("{:?}", p.b.core.stats()),
+    }
+}
+
+#[test]
+fn writes_take_the_fast_path_as_the_general_one() {
+    for fail in [false, true] {
+        let fast = run(false, fail);
+        let general = run(true, fail);
+        assert!(!fast.completions_a.is_empty());
+        let short = |o: &Outcome| {
+            format!(
+                "{:?} {:?} {:?} {:?} {} {}",
+                o.completions_a, o.completions_b, o.events_a, o.events_b, o.stats_a, o.stats_b
+            )
+        };
+        assert_eq!(short(&fast), short(&general), "fail {fail}");
+        assert!(fast.memory_a == general.memory_a && fast.memory_b == general.memory_b);
+    }
+}
