@@ -298,7 +298,7 @@ impl CoreHandle {
     /// Queues [`Command::PostSend`] of `wr` (validated and reserved by
     /// [`crate::validate_send`]) as [`CoreHandle::submit`] does, the command built in its
     /// ring slot: the request is copied once on its way in, field by field
-    /// ([`SendWr::copy_from`], [`Producer::push_with_init`]).
+    /// (`SendWr::copy_from`, [`Producer::push_with_init`]).
     pub fn post_send(&self, qp: QpId, wr: &SendWr) -> Result<(), EngineError> {
         self.submit_by(|p| {
             p.push_with_init(
