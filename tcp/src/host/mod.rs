@@ -6,13 +6,15 @@
 //! ```text
 //! device rx (a batch)  -> Ethernet -> ARP (neighbour cache, replies)
 //!                                  -> IPv4 (checked; fragments dropped) -> ICMP echo reply
-//!                                  -> TCP (checksum per the device's offload) -> demux:
+//!                                  -> TCP (checksum per the device's offload; the common option
+//!                                     layouts read by module `headers`, others by smoltcp) -> demux:
 //!                                       keyed hash of the 4-tuple -> Connection::handle_segment
 //!                                       listener + SYN -> half-open table -> Connection::accept
 //!                                       nothing -> RST (RFC 9293 3.10.7.1), bounded per poll
 //! timer wheel (ticks passed)  -> Connection::handle_timeout
-//! dirty connections only      -> Connection::poll_segment -> Ethernet/IPv4/TCP emit (payload copied
-//!                                from the send ring, external records written by `fill`) -> device tx
+//! dirty connections only      -> Connection::poll_segment -> Ethernet/IPv4/TCP headers written
+//!                                (module `headers`), payload copied from the send ring, external
+//!                                records written by `fill` -> device tx
 //!                             -> Connection::poll_event -> stack events; re-arm the timer
 //! device flush (one burst)
 //! ```
