@@ -284,16 +284,14 @@ pub(super) mod reference {
 
     use super::{FrameAddrs, ETH_HDR, IP_HDR};
 
-    /// Writes the Ethernet, IPv4 and TCP headers of `seg` carrying `payload_len` octets into
-    /// `buf` (checksum field zero) through smoltcp.
-    pub(in crate::host) fn emit_tcp_header(
-        buf: &mut [u8],
+    /// Writes the Ethernet and IPv4 headers of a TCP segment of `tcp_len` octets into `buf`
+    /// through smoltcp and returns the rest of `buf`, where the segment goes.
+    fn emit_l2l3<'b>(
+        buf: &'b mut [u8],
         a: &FrameAddrs,
-        seg: &TcpRepr<'_>,
-        payload_len: usize,
+        tcp_len: usize,
         caps: &ChecksumCapabilities,
-        caps_no_tcp: &ChecksumCapabilities,
-    ) {
+    ) -> &'b mut [u8] {
         let mut eth = EthernetFrame::new_unchecked(buf);
         EthernetRepr {
             src_addr: a.src_mac,
@@ -305,18 +303,31 @@ pub(super) mod reference {
             src_addr: a.src,
             dst_addr: a.dst,
             next_header: IpProtocol::Tcp,
-            payload_len: seg.header_len() + payload_len,
+            payload_len: tcp_len,
             hop_limit: 64,
         };
         let mut ipp = Ipv4Packet::new_unchecked(&mut eth.into_inner()[ETH_HDR..]);
         ip.emit(&mut ipp, caps);
-        let mut tcp = TcpPacket::new_unchecked(&mut ipp.into_inner()[IP_HDR..]);
+        &mut ipp.into_inner()[IP_HDR..]
+    }
+
+    /// Writes the Ethernet, IPv4 and TCP headers of `seg` carrying `payload_len` octets into
+    /// `buf` (checksum field zero) through smoltcp.
+    pub(in crate::host) fn emit_tcp_header(
+        buf: &mut [u8],
+        a: &FrameAddrs,
+        seg: &TcpRepr<'_>,
+        payload_len: usize,
+        caps: &ChecksumCapabilities,
+        caps_no_tcp: &ChecksumCapabilities,
+    ) {
+        let tcp = emit_l2l3(buf, a, seg.header_len() + payload_len, caps);
         let header = TcpRepr {
             payload: &[],
             ..*seg
         };
         header.emit(
-            &mut tcp,
+            &mut TcpPacket::new_unchecked(tcp),
             &IpAddress::Ipv4(a.src),
             &IpAddress::Ipv4(a.dst),
             caps_no_tcp,
@@ -331,25 +342,9 @@ pub(super) mod reference {
         caps: &ChecksumCapabilities,
     ) -> Vec<u8> {
         let mut f = vec![0xa5; ETH_HDR + IP_HDR + seg.buffer_len()];
-        let mut eth = EthernetFrame::new_unchecked(&mut f[..]);
-        EthernetRepr {
-            src_addr: a.src_mac,
-            dst_addr: a.dst_mac,
-            ethertype: EthernetProtocol::Ipv4,
-        }
-        .emit(&mut eth);
-        let ip = Ipv4Repr {
-            src_addr: a.src,
-            dst_addr: a.dst,
-            next_header: IpProtocol::Tcp,
-            payload_len: seg.buffer_len(),
-            hop_limit: 64,
-        };
-        let mut ipp = Ipv4Packet::new_unchecked(eth.payload_mut());
-        ip.emit(&mut ipp, caps);
-        let mut tcp = TcpPacket::new_unchecked(ipp.payload_mut());
+        let tcp = emit_l2l3(&mut f, a, seg.buffer_len(), caps);
         seg.emit(
-            &mut tcp,
+            &mut TcpPacket::new_unchecked(tcp),
             &IpAddress::Ipv4(a.src),
             &IpAddress::Ipv4(a.dst),
             caps,

@@ -520,6 +520,23 @@ impl Recovery {
         }
     }
 
+    /// RACK's update for the most recently sent segment an ACK delivered, sent at `xmit`,
+    /// ending at `end`, a retransmission or not (RFC 8985 6.2).
+    #[inline(always)]
+    fn rack_delivered(&mut self, now: Instant, xmit: Instant, end: TcpSeqNumber, retx: bool) {
+        let rtt = now - xmit;
+        // A retransmission's ACK may answer the original: ignore samples shorter than the
+        // least RTT (RFC 8985 6.2 step 2).
+        let plausible = !retx || self.min_rtt.is_none_or_le(rtt);
+        if plausible && self.rack_xmit.is_none_or_le(xmit) {
+            self.rack_xmit = Some(xmit);
+            self.rack_end = end;
+            self.rack_rtt = rtt;
+            // RACK.min_RTT counts SACK-based samples too (RFC 8985 6.2 step 2).
+            self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
+        }
+    }
+
     /// [`Self::on_ack`] where it advances SND.UNA past the front segment's start, with no
     /// SACK blocks, no segment SACKed before, no recovery episode and no RTO to undo: the
     /// state [`Self::on_ack_general`] leaves, without its SACK, undo, duplicate-ACK and
@@ -583,14 +600,7 @@ impl Recovery {
             out.rtt_sample = Some(r);
         }
         if let Some((xmit, end, retx)) = latest {
-            let rtt = now - xmit;
-            let plausible = !retx || self.min_rtt.is_none_or_le(rtt);
-            if plausible && self.rack_xmit.is_none_or_le(xmit) {
-                self.rack_xmit = Some(xmit);
-                self.rack_end = end;
-                self.rack_rtt = rtt;
-                self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
-            }
+            self.rack_delivered(now, xmit, end, retx);
         }
         self.backoffs = 0;
         self.dupacks = 0;
@@ -704,17 +714,7 @@ impl Recovery {
         }
         // RACK (RFC 8985 6.2): the most recently sent segment delivered.
         if let Some((xmit, end, retx)) = delivered_latest {
-            let rtt = now - xmit;
-            // A retransmission's ACK may answer the original: ignore samples shorter than
-            // the least RTT (RFC 8985 6.2 step 2).
-            let plausible = !retx || self.min_rtt.is_none_or_le(rtt);
-            if plausible && self.rack_xmit.is_none_or_le(xmit) {
-                self.rack_xmit = Some(xmit);
-                self.rack_end = end;
-                self.rack_rtt = rtt;
-                // RACK.min_RTT counts SACK-based samples too (RFC 8985 6.2 step 2).
-                self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
-            }
+            self.rack_delivered(now, xmit, end, retx);
         }
         if progressed {
             self.backoffs = 0;
