@@ -1952,11 +1952,9 @@ mod tests {
         }
     }
 
-    /// RFC 2018 4: every SACK block of an ACK within what is outstanding marks the segments
-    /// it covers (up to the three a segment carries); a block beyond SND.NXT is ignored and
-    /// does not hide the ones after it.
-    #[test]
-    fn rfc2018_every_sack_block_within_the_outstanding_data_counts() {
+    /// A client connection (MSS 1460) with ISS `iss`, established at 1 ms by the peer's
+    /// SYN-ACK (SACK permitted or not), its own SYN sent at 0.
+    fn established_client(iss: TcpSeqNumber, sack: bool) -> Connection {
         let cfg = ConnConfig {
             mss: 1460,
             ..ConnConfig::default()
@@ -1965,14 +1963,23 @@ mod tests {
             local: US,
             remote: PEER,
         };
-        let iss = TcpSeqNumber(1000);
         let t0 = Instant::from_millis(0);
         let mut c = Connection::connect(&cfg, ep, iss, t0);
         while c.poll_transmit(t0).is_some() {}
         let mut syn = from_peer(TcpControl::Syn, PISS, iss + 1, Some(1460));
-        syn.sack_permitted = true;
+        syn.sack_permitted = sack;
         c.handle_segment(Instant::from_millis(1), &syn);
         assert_eq!(c.state(), State::Established);
+        c
+    }
+
+    /// RFC 2018 4: every SACK block of an ACK within what is outstanding marks the segments
+    /// it covers (up to the three a segment carries); a block beyond SND.NXT is ignored and
+    /// does not hide the ones after it.
+    #[test]
+    fn rfc2018_every_sack_block_within_the_outstanding_data_counts() {
+        let iss = TcpSeqNumber(1000);
+        let mut c = established_client(iss, true);
         let t1 = Instant::from_millis(2);
         assert_eq!(c.send(&[7u8; 4 * 1460]).unwrap(), 4 * 1460);
         let sent = sent_data(&mut c, t1);
@@ -1997,23 +2004,8 @@ mod tests {
     /// the ISS with the SYN long acknowledged.
     #[test]
     fn rfc9293_3_4_an_ack_landing_on_the_iss_after_a_wrap_is_not_the_syn() {
-        let cfg = ConnConfig {
-            mss: 1460,
-            ..ConnConfig::default()
-        };
-        let ep = Endpoints {
-            local: US,
-            remote: PEER,
-        };
         let iss = TcpSeqNumber(1000);
-        let t0 = Instant::from_millis(0);
-        let mut c = Connection::connect(&cfg, ep, iss, t0);
-        while c.poll_transmit(t0).is_some() {}
-        c.handle_segment(
-            Instant::from_millis(1),
-            &from_peer(TcpControl::Syn, PISS, iss + 1, Some(1460)),
-        );
-        assert_eq!(c.state(), State::Established);
+        let mut c = established_client(iss, false);
         let t1 = Instant::from_millis(2);
         assert_eq!(c.send(b"first").unwrap(), 5);
         assert_eq!(sent_data(&mut c, t1), vec![(iss + 1, b"first".to_vec())]);

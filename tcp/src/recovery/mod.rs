@@ -520,6 +520,24 @@ impl Recovery {
         }
     }
 
+    /// An ACK that advanced SND.UNA: no backoff nor duplicate ACKs any more, the RTO timer
+    /// restarted (with the RTO before this ACK's recomputation) while data is outstanding,
+    /// and, where the ACK gave no RTT sample (`sample_rtt` recomputes it), the RTO
+    /// recomputed from SRTT without the backoff (RFC 6298 5.7).
+    #[inline(always)]
+    fn on_progress(&mut self, now: Instant, sampled: bool) {
+        self.backoffs = 0;
+        self.dupacks = 0;
+        self.rto_at = (!self.segs.is_empty()).then(|| now + self.rto);
+        if !sampled {
+            if let Some(srtt) = self.srtt {
+                self.rto = (srtt + (self.rttvar * 4).max(Duration::from_micros(1)))
+                    .max(self.cfg.rto_min)
+                    .min(self.cfg.rto_max);
+            }
+        }
+    }
+
     /// RACK's update for the most recently sent segment an ACK delivered, sent at `xmit`,
     /// ending at `end`, a retransmission or not (RFC 8985 6.2).
     #[inline(always)]
@@ -602,18 +620,7 @@ impl Recovery {
         if let Some((xmit, end, retx)) = latest {
             self.rack_delivered(now, xmit, end, retx);
         }
-        self.backoffs = 0;
-        self.dupacks = 0;
-        // The timer restarts with the RTO before this ACK's recomputation, as in the
-        // general path.
-        self.rto_at = (!self.segs.is_empty()).then(|| now + self.rto);
-        if out.rtt_sample.is_none() {
-            if let Some(srtt) = self.srtt {
-                self.rto = (srtt + (self.rttvar * 4).max(Duration::from_micros(1)))
-                    .max(self.cfg.rto_min)
-                    .min(self.cfg.rto_max);
-            }
-        }
+        self.on_progress(now, out.rtt_sample.is_some());
         if self.segs.is_empty() {
             self.grow(now, out.newly_acked);
             self.pto_at = None;
@@ -717,17 +724,7 @@ impl Recovery {
             self.rack_delivered(now, xmit, end, retx);
         }
         if progressed {
-            self.backoffs = 0;
-            self.dupacks = 0;
-            self.rto_at = (!self.segs.is_empty()).then(|| now + self.rto);
-            // RFC 6298 5.7 (backoff reset): the RTO is recomputed from SRTT on a new sample.
-            if out.rtt_sample.is_none() {
-                if let Some(srtt) = self.srtt {
-                    self.rto = (srtt + (self.rttvar * 4).max(Duration::from_micros(1)))
-                        .max(self.cfg.rto_min)
-                        .min(self.cfg.rto_max);
-                }
-            }
+            self.on_progress(now, out.rtt_sample.is_some());
         } else if !self.segs.is_empty() && sack.is_empty() && !self.sack_seen {
             // RFC 5681 3.2: duplicate ACKs without SACK.
             self.dupacks += 1;
