@@ -87,3 +87,87 @@ fn a_completion_queue_overrun_fails_its_queue_pair_loudly() {
         Ok(QpState::Error | QpState::Terminate)
     ));
 }
+
+/// A QP whose receive CQ overran while another QP of its core keeps sending is failed in
+/// the same few loops, not left to the 50 ms sweep: the simulated clock stands still while
+/// the cores have work, so without the transmit poller's overrun check of the receiving QP
+/// (it stays marked although it has nothing to send) the error would wait for the stream
+/// to end.
+#[test]
+fn an_overrun_beside_a_busy_qp_is_found_at_once() {
+    let mut p = Pair::default_pair();
+    // Connection 1: B's qb1 streams Writes into A, keeping B's transmit poller busy;
+    // connection 2 carries A's Sends into qb2, whose completion queue nobody polls.
+    let (_qa1, qb1) = p.connect();
+    let qa2 = p.a.qp(64);
+    let small = Arc::new(CompletionQueue::new(2));
+    let (qb2, _) =
+        p.b.core
+            .create_qp(QpAttr {
+                pd: PD,
+                send_cq: Arc::clone(&small),
+                recv_cq: Arc::clone(&small),
+                sq_depth: 64,
+                rq_depth: 64,
+                max_sge: 4,
+            })
+            .expect("qp");
+    p.a.core
+        .connect(qa2, (ip(2), PORT), &MpaParams::default(), b"")
+        .expect("connect");
+    let req = p.wait_request();
+    p.b.core
+        .accept(req.request, qb2, b"", None)
+        .expect("accept");
+    p.run_until_established();
+    let (_ra, sa) = p.a.region(1 << 20, all_access());
+    let (_rb, sb) = p.b.region(1 << 20, all_access());
+    let (_rb1, sb1) = p.b.region(1 << 20, all_access());
+    for i in 0..60u64 {
+        p.b.core
+            .post_send(
+                qb1,
+                send_wr(
+                    i,
+                    SendOp::Write {
+                        remote_stag: sa.0,
+                        remote_to: (i % 16) * 65_536,
+                    },
+                    &[(sb1, (i % 16) * 65_536, 65_536)],
+                ),
+            )
+            .expect("post_send");
+    }
+    for i in 0..8u64 {
+        p.b.core
+            .post_recv(qb2, recv_wr(i, &[(sb, i * 64, 64)]))
+            .expect("post_recv");
+    }
+    for i in 0..8u64 {
+        p.a.core
+            .post_send(qa2, send_wr(100 + i, SendOp::Send, &[(sa, i * 64, 16)]))
+            .expect("post_send");
+    }
+    let start = p.now;
+    let mut b_err = None;
+    p.run_until(20_000, |p| {
+        for e in p.b.take_events() {
+            if let CmEvent::Error { qp, error } = e {
+                if qp == qb2 {
+                    b_err = Some(error);
+                }
+            }
+        }
+        b_err.is_some()
+    });
+    assert_eq!(b_err, Some(ConnError::CqOverrun));
+    let waited = p.now - start;
+    assert!(
+        waited < warpcore_engine::tcp::smoltcp::time::Duration::from_millis(50),
+        "the overrun waited {waited} of engine time (the 50 ms sweep)"
+    );
+    assert!(
+        p.b.core.qp_state(qb1) == Ok(QpState::Rts),
+        "the busy QP is untouched"
+    );
+}

@@ -498,9 +498,10 @@ impl Qp {
 /// past its startup (MPA done, FPDUs sized), no Terminate, RTR, message in progress, local
 /// fault nor inbound request owed, every request of the send queue started and none done at
 /// its head (`retire_sq` took those), no FPDU sent from registered memory awaiting its
-/// acknowledgement (`txrec`). Each of these is a step of `tx_qp` that would have work; its
-/// other steps need one of them. Such a QP is not marked for the transmit poller (a lone
-/// request sent whole and retired: the latency path's common case).
+/// acknowledgement (`txrec`), no completion queue overrun. Each of these but the last is a
+/// step of `tx_qp` that would have work; its other steps need one of them. Such a QP is not
+/// marked for the transmit poller (a lone request sent whole and retired: the latency
+/// path's common case).
 #[inline]
 pub(super) fn tx_settled(q: &Qp, txrec: &TxRecords) -> bool {
     tx_settled_but_txrec(q)
@@ -527,6 +528,10 @@ pub(super) fn tx_settled_but_txrec(q: &Qp) -> bool {
         && q.irq.is_empty()
         && q.sq_next_seq - q.sq_head_seq == q.sq.len() as u64
         && q.sq.front().map_or(true, |e| e.status.is_none())
+        // A QP whose completion queue overran stays marked as before, so that the transmit
+        // poller's overrun check (`poll_cq_overrun` of its batch) finds it in the same loop
+        // as a busy QP of its core rather than at the next 50 ms sweep.
+        && !(q.send_cq.overrun() || q.recv_cq.overrun())
 }
 
 /// Executes an inbound atomic now, in request order after every earlier Read Response was
