@@ -7,13 +7,14 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use warpcore_engine::{CmEvent, CompletionQueue, ConnError, MpaParams, QpAttr, QpState, SendOp};
+use warpcore_engine::{
+    CmEvent, CompletionQueue, ConnError, MpaParams, QpAttr, QpId, QpState, SendOp,
+};
 
-#[test]
-fn a_completion_queue_overrun_fails_its_queue_pair_loudly() {
-    let mut p = Pair::default_pair();
+/// Connects a new QP of A to a new QP of B (B listening on `PORT`) whose send and receive
+/// completions go to a queue of two entries; returns both QPs and the queue.
+fn connect_to_small_cq(p: &mut Pair) -> (QpId, QpId, Arc<CompletionQueue>) {
     let qa = p.a.qp(64);
-    // B's QP completes into a queue of two entries that nobody polls.
     let small = Arc::new(CompletionQueue::new(2));
     let (qb, _) =
         p.b.core
@@ -26,13 +27,21 @@ fn a_completion_queue_overrun_fails_its_queue_pair_loudly() {
                 max_sge: 4,
             })
             .expect("qp");
-    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
     p.a.core
         .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
         .expect("connect");
     let req = p.wait_request();
     p.b.core.accept(req.request, qb, b"", None).expect("accept");
     p.run_until_established();
+    (qa, qb, small)
+}
+
+#[test]
+fn a_completion_queue_overrun_fails_its_queue_pair_loudly() {
+    let mut p = Pair::default_pair();
+    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
+    // B's QP completes into a queue of two entries that nobody polls.
+    let (qa, qb, small) = connect_to_small_cq(&mut p);
     let (_ra, sa) = p.a.region(4096, all_access());
     let (_rb, sb) = p.b.region(4096, all_access());
     for i in 0..8u64 {
@@ -99,27 +108,7 @@ fn an_overrun_beside_a_busy_qp_is_found_at_once() {
     // Connection 1: B's qb1 streams Writes into A, keeping B's transmit poller busy;
     // connection 2 carries A's Sends into qb2, whose completion queue nobody polls.
     let (_qa1, qb1) = p.connect();
-    let qa2 = p.a.qp(64);
-    let small = Arc::new(CompletionQueue::new(2));
-    let (qb2, _) =
-        p.b.core
-            .create_qp(QpAttr {
-                pd: PD,
-                send_cq: Arc::clone(&small),
-                recv_cq: Arc::clone(&small),
-                sq_depth: 64,
-                rq_depth: 64,
-                max_sge: 4,
-            })
-            .expect("qp");
-    p.a.core
-        .connect(qa2, (ip(2), PORT), &MpaParams::default(), b"")
-        .expect("connect");
-    let req = p.wait_request();
-    p.b.core
-        .accept(req.request, qb2, b"", None)
-        .expect("accept");
-    p.run_until_established();
+    let (qa2, qb2, _small) = connect_to_small_cq(&mut p);
     let (_ra, sa) = p.a.region(1 << 20, all_access());
     let (_rb, sb) = p.b.region(1 << 20, all_access());
     let (_rb1, sb1) = p.b.region(1 << 20, all_access());
