@@ -1270,3 +1270,47 @@ proptest! {
         prop_assert_eq!(rx.failed(), None);
     }
 }
+
+proptest! {
+    /// `DdpSender::tagged_whole` writes exactly the header of the one segment the segmenter
+    /// cuts for the same tagged message without a ULP header, and declines (`None`) every
+    /// message the segmenter cuts in several segments or refuses (DDP-5.2-2, DDP-4.1-3,
+    /// DDP-5.2-7, DDP-7.1-14).
+    #[test]
+    fn tagged_whole_is_the_segmenters_one_segment(
+        rsvd_ulp in any::<u8>(),
+        stag in any::<u32>(),
+        to in prop_oneof![any::<u64>(), (0u64..4096).prop_map(|d| u64::MAX - d)],
+        len in prop_oneof![0u32..64, 0u32..20_000, any::<u32>()],
+        mulpdu in prop_oneof![0usize..40, 0usize..20_000],
+        short in 0usize..TAGGED_HEADER_LEN,
+    ) {
+        let sender = DdpSender::new();
+        let mut whole = [0xA5u8; MAX_SEGMENT_HEADER_LEN];
+        let got = sender.tagged_whole(rsvd_ulp, stag, to, len, mulpdu, &mut whole);
+        let general = sender
+            .tagged(rsvd_ulp, stag, to, &[], len, mulpdu)
+            .map(|mut seg| {
+                let mut hdr = [0u8; MAX_SEGMENT_HEADER_LEN];
+                let first = seg.next_segment(&mut hdr).unwrap().unwrap();
+                (first, seg.is_done(), hdr)
+            });
+        match general {
+            Ok((first, true, hdr)) => {
+                prop_assert_eq!(got, Some(TAGGED_HEADER_LEN));
+                prop_assert_eq!(first.header_len, TAGGED_HEADER_LEN);
+                prop_assert_eq!((first.payload_offset, first.payload_len), (0, len));
+                prop_assert_eq!(&whole[..TAGGED_HEADER_LEN], &hdr[..TAGGED_HEADER_LEN]);
+                prop_assert!(whole[TAGGED_HEADER_LEN..].iter().all(|&b| b == 0xA5));
+                // A buffer too short for the header: declined, nothing written.
+                let mut small = vec![0x5Au8; short];
+                prop_assert_eq!(
+                    sender.tagged_whole(rsvd_ulp, stag, to, len, mulpdu, &mut small),
+                    None
+                );
+                prop_assert!(small.iter().all(|&b| b == 0x5A));
+            }
+            _ => prop_assert_eq!(got, None),
+        }
+    }
+}

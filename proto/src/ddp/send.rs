@@ -143,6 +143,41 @@ impl DdpSender {
             mulpdu,
         )
     }
+
+    /// The header of a tagged message without a ULP header that goes out whole in one
+    /// segment: writes it into the front of `header` and returns its length
+    /// ([`TAGGED_HEADER_LEN`]). The same octets as the one segment of
+    /// [`tagged`](Self::tagged)`(rsvd_ulp, stag, to, &[], payload_len, mulpdu)` (its L set,
+    /// DDP-4.1-3; TO the initial TO, DDP-5.2-7), for a sender that needs no segmenter state
+    /// (a small RDMA Write: no copy of a [`Segmenter`] in and out of the queue pair).
+    /// `None` when the message does not fit in one segment of MULPDU (DDP-5.2-2), when
+    /// `header` is too short, or when the segmenter would refuse it (TO + length wraps,
+    /// DDP-7.1-14): the caller then uses [`tagged`](Self::tagged), which says why.
+    #[inline(always)]
+    pub fn tagged_whole(
+        &self,
+        rsvd_ulp: u8,
+        stag: u32,
+        to: u64,
+        payload_len: u32,
+        mulpdu: usize,
+        header: &mut [u8],
+    ) -> Option<usize> {
+        if payload_len as usize > mulpdu.checked_sub(TAGGED_HEADER_LEN)?
+            || crate::rdmap::to_range_wraps(to, u64::from(payload_len))
+        {
+            return None;
+        }
+        let head = header.get_mut(..TAGGED_HEADER_LEN)?;
+        DdpRepr {
+            last: true,
+            version: DDP_VERSION,
+            rsvd_ulp,
+            buffer: DdpBuffer::Tagged { stag, to },
+        }
+        .emit(&mut DdpSegment::new_unchecked(head));
+        Some(TAGGED_HEADER_LEN)
+    }
 }
 
 /// One segment produced by [`Segmenter::next_segment`].
