@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use warpcore_engine::core::set_general_paths_only;
 use warpcore_engine::mem::Access;
-use warpcore_engine::{SendOp, SendWr};
+use warpcore_engine::{MpaParams, SendOp, SendWr};
 
 fn dbg<T: std::fmt::Debug>(v: &[T]) -> Vec<String> {
     v.iter().map(|x| format!("{x:?}")).collect()
@@ -28,12 +28,18 @@ struct Outcome {
 }
 
 /// Writes of every shape (empty, one octet, small, several FPDUs, more than the send
-/// buffer holds, several SGEs, unsignalled, fenced behind a Read), then, if `fail`, one
-/// to a bad STag (the peer's Terminate, the flush of what follows).
-fn run(general: bool, fail: bool) -> Outcome {
+/// buffer holds, several SGEs, unsignalled, fenced behind a Read, every length around the
+/// smallest sent from registered memory and around the largest in one FPDU), then, if
+/// `fail`, one to a bad STag (the peer's Terminate, the flush of what follows). With
+/// `markers`, B asks A for markers (MPA-4.3): A's FPDUs carry them.
+fn run(general: bool, fail: bool, markers: bool) -> Outcome {
     set_general_paths_only(general);
     let mut p = Pair::default_pair();
-    let (qa, _qb) = p.connect();
+    let pb = MpaParams {
+        markers,
+        ..MpaParams::default()
+    };
+    let (qa, _qb) = p.connect_with(&MpaParams::default(), &pb, 1024);
     let (ra, sa) = p.a.region(1 << 20, all_access());
     let (rb, sb) = p.b.region(1 << 20, all_access() | Access::REMOTE_READ);
     ra.write_at(0, &pattern(1 << 20, 7)).unwrap();
@@ -99,6 +105,18 @@ fn run(general: bool, fail: bool) -> Outcome {
             false,
         );
     }
+    // The smallest FPDU sent from registered memory is 512 payload octets (the default
+    // `tx_from_memory_min`); the largest one-FPDU Write at MTU 1500 is ~1,440 octets.
+    for (k, len) in (500u32..530).chain(1380..1470).enumerate() {
+        let k = k as u64;
+        post(
+            &mut p,
+            write_op(sb.0, 820_000 + k * 1800),
+            &[(sa, 7 + k * 3, len)],
+            true,
+            false,
+        );
+    }
     if fail {
         post(
             &mut p,
@@ -127,9 +145,9 @@ fn run(general: bool, fail: bool) -> Outcome {
 
 #[test]
 fn writes_take_the_fast_path_as_the_general_one() {
-    for fail in [false, true] {
-        let fast = run(false, fail);
-        let general = run(true, fail);
+    for (fail, markers) in [(false, false), (true, false), (false, true), (true, true)] {
+        let fast = run(false, fail, markers);
+        let general = run(true, fail, markers);
         assert!(!fast.completions_a.is_empty());
         let short = |o: &Outcome| {
             format!(
@@ -137,7 +155,11 @@ fn writes_take_the_fast_path_as_the_general_one() {
                 o.completions_a, o.completions_b, o.events_a, o.events_b, o.stats_a, o.stats_b
             )
         };
-        assert_eq!(short(&fast), short(&general), "fail {fail}");
+        assert_eq!(
+            short(&fast),
+            short(&general),
+            "fail {fail} markers {markers}"
+        );
         assert!(fast.memory_a == general.memory_a && fast.memory_b == general.memory_b);
     }
 }

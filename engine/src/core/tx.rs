@@ -7,6 +7,7 @@
 use super::*;
 use std::ops::ControlFlow;
 use warpcore_proto::ddp::SegmentationError;
+use warpcore_proto::wire::ddp::TAGGED_HEADER_LEN;
 
 /// Gathers `out.len()` octets at message offset `offset` from the SGEs of a send request.
 ///
@@ -930,6 +931,28 @@ impl Qp {
         self.sync_mulpdu(stack, tcp);
         while fpdus < ctx.cfg.tx_budget_fpdus {
             if self.tx.is_none() {
+                if fast_paths() {
+                    let small = if from_memory {
+                        ctx.cfg.tx_from_memory_min
+                    } else {
+                        usize::MAX
+                    };
+                    match self.tx_write_whole(stack, tcp, &ctx.mrs, &mut held, gbuf, fbuf, small) {
+                        WriteWhole::Sent => {
+                            fpdus += 1;
+                            ctx.stats.fpdus_tx += 1;
+                            work = true;
+                            continue;
+                        }
+                        WriteWhole::NoRoom => break,
+                        WriteWhole::SourceFailed(seq) => {
+                            drop(held);
+                            self.fail_tx_source(Some(seq), ctx);
+                            return ControlFlow::Break(true);
+                        }
+                        WriteWhole::Declined => {}
+                    }
+                }
                 let local_next = self.local_op_next();
                 if local_next {
                     // It may wait for a region's guards to drain, ours included.
@@ -1063,6 +1086,105 @@ impl Qp {
         ControlFlow::Continue(work)
     }
 
+    /// The request at the send position if it is a plain RDMA Write that goes out whole in
+    /// one FPDU, copied into the TCP send buffer (fewer than `small`
+    /// payload octets: not sent from registered memory, module `txrec`): sent here, with
+    /// no segmenter (`DdpSender::tagged_whole` writes its header) and no message in
+    /// `self.tx`. The same steps and outcome as [`Self::start_next`], the segment loop of
+    /// [`Self::tx_fpdus`] and [`Self::tx_message_done`] for it, ~90 instructions fewer (a
+    /// 64 B Write); `tests/engine_fast_paths.rs` holds it to them. Declined when anything
+    /// comes first (a fault, a Read or Atomic Response owed, a local operation or a fence
+    /// waiting): the general path decides. Inlined into `tx_fpdus`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn tx_write_whole<'m, D: PollDevice>(
+        &mut self,
+        stack: &mut Stack<D>,
+        tcp: ConnId,
+        mrs: &'m MrTable,
+        held: &mut Option<MrGuard<'m>>,
+        gbuf: &mut Vec<u8>,
+        fbuf: &mut Vec<u8>,
+        small: usize,
+    ) -> WriteWhole {
+        let Ok(idx) = usize::try_from(self.sq_next_seq - self.sq_head_seq) else {
+            return WriteWhole::Declined;
+        };
+        let Some(e) = self.sq.get_mut(idx) else {
+            return WriteWhole::Declined;
+        };
+        // The operation first: what the other requests pay to be declined.
+        let SendOp::Write {
+            remote_stag,
+            remote_to,
+        } = e.wr.op
+        else {
+            return WriteWhole::Declined;
+        };
+        // A fault, a Read or Atomic Response owed, or a Read fence waiting for earlier
+        // Reads: the general path decides.
+        if self.tx_fault.is_some() || !self.irq.is_empty() || (e.wr.fence && !self.orq.is_empty()) {
+            return WriteWhole::Declined;
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return WriteWhole::Declined;
+        };
+        let Some(framer) = conn.framer.as_mut() else {
+            return WriteWhole::Declined;
+        };
+        let len = e.wr.sges.total_len() as u32;
+        let plen = len as usize;
+        let mut hdr = [0u8; TAGGED_HEADER_LEN];
+        let ctrl = Control::new(Opcode::Write).0;
+        let Some(hlen) = conn.ddp_tx.tagged_whole(
+            ctrl,
+            remote_stag,
+            remote_to,
+            len,
+            framer.max_ulpdu_len(),
+            &mut hdr,
+        ) else {
+            return WriteWhole::Declined;
+        };
+        if plen >= small {
+            return WriteWhole::Declined;
+        }
+        let need = framer.fpdu_wire_len(hlen + plen);
+        if stack.send_space(tcp).unwrap_or(0) < need {
+            // The general path would start the message and find no room: nothing sent.
+            return WriteWhole::NoRoom;
+        }
+        let seq = self.sq_next_seq;
+        e.stage += 1;
+        self.sq_next_seq += 1;
+        let pd = self.pd;
+        let sges = e.wr.sges.as_slice();
+        let mut fill = |dst: &mut [u8]| gather(mrs, held, pd, sges, 0, dst);
+        let sent = send_fpdu_from(
+            stack,
+            tcp,
+            framer,
+            &hdr[..hlen],
+            plen,
+            need,
+            &mut fill,
+            gbuf,
+            fbuf,
+        );
+        if sent.is_err() {
+            return WriteWhole::SourceFailed(seq);
+        }
+        // Space was checked first, so this always succeeds.
+        debug_assert!(matches!(sent, Ok(true)));
+        // As `tx_message_done`: a Write is done once out whole (none of it was sent from
+        // registered memory, so no acknowledgement is awaited).
+        e.sent_whole = true;
+        if e.unacked == 0 {
+            e.status.get_or_insert(WcStatus::Success);
+        }
+        WriteWhole::Sent
+    }
+
     /// The local region went away under a posted request (SQ entry `seq`) or a Read being
     /// answered: the request fails with [`WcStatus::LocalProtection`], the stream with a
     /// local catastrophic error.
@@ -1151,6 +1273,19 @@ impl Qp {
         }
         work
     }
+}
+
+/// What [`Qp::tx_write_whole`] did.
+enum WriteWhole {
+    /// The Write went out whole.
+    Sent,
+    /// Not such a Write, or something comes first: the general path decides.
+    Declined,
+    /// No room in the TCP send buffer: nothing changed, the pass ends.
+    NoRoom,
+    /// The local region went away under the request (its sequence number): the message
+    /// was started, nothing was sent.
+    SourceFailed(u64),
 }
 
 /// The SQ sequence number of the message being sent, if it is a request's.
