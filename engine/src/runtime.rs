@@ -230,11 +230,22 @@ impl<D: PollDevice> CoreLoop<D> {
 trait Step: Send {
     fn step(&mut self) -> bool;
     fn linger(&self) -> StdDuration;
+    /// Takes a send request (validated and reserved by [`crate::validate_send`]) into its
+    /// QP's send queue now, as the loop takes [`Command::PostSend`] from the ring, unless
+    /// commands wait in the ring (false: nothing done; the request must go behind them).
+    fn post_send_now(&mut self, qp: QpId, wr: &SendWr) -> bool;
 }
 
 impl<D: PollDevice + Send> Step for CoreLoop<D> {
     fn step(&mut self) -> bool {
         CoreLoop::step(self)
+    }
+    fn post_send_now(&mut self, qp: QpId, wr: &SendWr) -> bool {
+        if !self.commands.is_empty() {
+            return false;
+        }
+        self.core.post_send_reserved_ref(qp, wr);
+        true
     }
     fn linger(&self) -> StdDuration {
         StdDuration::from_millis(self.core.config().shutdown_linger_ms)
@@ -299,7 +310,20 @@ impl CoreHandle {
     /// [`crate::validate_send`]) as [`CoreHandle::submit`] does, the command built in its
     /// ring slot: the request is copied once on its way in, field by field
     /// (`SendWr::copy_from`, [`Producer::push_with_init`]).
+    ///
+    /// A caller-driven core that no thread is running and whose command ring is empty
+    /// takes the request straight into its send queue instead, on this thread, as its
+    /// loop would have from the ring (`Step::post_send_now`): no ring slot written and
+    /// read back (~90 instructions a request). With commands waiting, the request goes
+    /// behind them through the ring, so a thread's requests and commands keep their order.
     pub fn post_send(&self, qp: QpId, wr: &SendWr) -> Result<(), EngineError> {
+        if let Runner::Caller(m) = &self.runner {
+            if let Ok(mut g) = m.try_lock() {
+                if g.as_mut().is_some_and(|s| s.post_send_now(qp, wr)) {
+                    return Ok(());
+                }
+            }
+        }
         self.submit_by(|p| {
             p.push_with_init(
                 || Command::PostSend(qp, SendWr::placeholder()),

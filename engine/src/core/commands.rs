@@ -166,7 +166,9 @@ impl<D: PollDevice> EngineCore<D> {
 
     /// [`Self::post_send_reserved`] of a request read where it lies (the command ring's
     /// slot), not moved out of it first: copied from there into its send queue entry
-    /// ([`Qp::push_sq`]).
+    /// ([`Qp::push_sq`]). Inlined into its two callers: the core loop's command handler
+    /// and the caller-driven post (`runtime`'s `post_send_now`).
+    #[inline(always)]
     pub(crate) fn post_send_reserved_ref(&mut self, id: QpId, wr: &SendWr) {
         let Ok(q) = self.qp_mut_for_send(id) else {
             return;
