@@ -944,7 +944,7 @@ impl Qp {
                             work = true;
                             continue;
                         }
-                        WriteWhole::NoRoom => break,
+                        WriteWhole::NoRoom | WriteWhole::NothingToStart => break,
                         WriteWhole::SourceFailed(seq) => {
                             drop(held);
                             self.fail_tx_source(Some(seq), ctx);
@@ -1094,7 +1094,9 @@ impl Qp {
     /// [`Self::tx_fpdus`] and [`Self::tx_message_done`] for it, ~90 instructions fewer (a
     /// 64 B Write); `tests/engine_fast_paths.rs` holds it to them. Declined when anything
     /// comes first (a fault, a Read or Atomic Response owed, a local operation or a fence
-    /// waiting): the general path decides. Inlined into `tx_fpdus`.
+    /// waiting): the general path decides. With nothing at all to start, says so (the
+    /// general path would look the send position up again to find nothing). Inlined into
+    /// `tx_fpdus`.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn tx_write_whole<'m, D: PollDevice>(
@@ -1111,7 +1113,13 @@ impl Qp {
             return WriteWhole::Declined;
         };
         let Some(e) = self.sq.get_mut(idx) else {
-            return WriteWhole::Declined;
+            // Every request started: with no fault and no response owed, the general path
+            // would find nothing to start either.
+            return if self.tx_fault.is_none() && self.irq.is_empty() {
+                WriteWhole::NothingToStart
+            } else {
+                WriteWhole::Declined
+            };
         };
         // The operation first: what the other requests pay to be declined.
         let SendOp::Write {
@@ -1283,6 +1291,9 @@ enum WriteWhole {
     Declined,
     /// No room in the TCP send buffer: nothing changed, the pass ends.
     NoRoom,
+    /// No request left to start, no response owed and no fault: the general path would
+    /// start nothing; the pass ends.
+    NothingToStart,
     /// The local region went away under the request (its sequence number): the message
     /// was started, nothing was sent.
     SourceFailed(u64),
