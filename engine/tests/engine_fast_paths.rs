@@ -31,8 +31,10 @@ struct Outcome {
 /// buffer holds, several SGEs, unsignalled, fenced behind a Read, every length around the
 /// smallest sent from registered memory and around the largest in one FPDU), then, if
 /// `fail`, one to a bad STag (the peer's Terminate, the flush of what follows). With
-/// `markers`, B asks A for markers (MPA-4.3): A's FPDUs carry them.
-fn run(general: bool, fail: bool, markers: bool) -> Outcome {
+/// `source_gone`, one whose local region is deregistered after it was posted (a local
+/// protection completion, a local catastrophic Terminate, departure 8). With `markers`, B
+/// asks A for markers (MPA-4.3): A's FPDUs carry them.
+fn run(general: bool, fail: bool, source_gone: bool, markers: bool) -> Outcome {
     set_general_paths_only(general);
     let mut p = Pair::default_pair();
     let pb = MpaParams {
@@ -127,6 +129,12 @@ fn run(general: bool, fail: bool, markers: bool) -> Outcome {
         );
         post(&mut p, write_op(sb.0, 0), &[(sa, 0, 64)], true, false);
     }
+    if source_gone {
+        let (_rg, sg) = p.a.region(4096, all_access());
+        post(&mut p, write_op(sb.0, 0), &[(sg, 0, 64)], true, false);
+        post(&mut p, write_op(sb.0, 64), &[(sa, 0, 64)], true, false);
+        p.a.mrs.deregister(sg).unwrap();
+    }
     p.run(20_000);
     set_general_paths_only(false);
     let (ca, cb) = (p.a.take_completions(), p.b.take_completions());
@@ -145,10 +153,23 @@ fn run(general: bool, fail: bool, markers: bool) -> Outcome {
 
 #[test]
 fn writes_take_the_fast_path_as_the_general_one() {
-    for (fail, markers) in [(false, false), (true, false), (false, true), (true, true)] {
-        let fast = run(false, fail, markers);
-        let general = run(true, fail, markers);
+    for (fail, source_gone, markers) in [
+        (false, false, false),
+        (true, false, false),
+        (false, true, false),
+        (false, false, true),
+        (true, false, true),
+        (false, true, true),
+    ] {
+        let fast = run(false, fail, source_gone, markers);
+        let general = run(true, fail, source_gone, markers);
         assert!(!fast.completions_a.is_empty());
+        // The lost source is found, not skipped.
+        let protection = fast
+            .completions_a
+            .iter()
+            .any(|c| c.contains("LocalProtection"));
+        assert_eq!(protection, source_gone);
         let short = |o: &Outcome| {
             format!(
                 "{:?} {:?} {:?} {:?} {} {}",
@@ -158,7 +179,7 @@ fn writes_take_the_fast_path_as_the_general_one() {
         assert_eq!(
             short(&fast),
             short(&general),
-            "fail {fail} markers {markers}"
+            "fail {fail} source_gone {source_gone} markers {markers}"
         );
         assert!(fast.memory_a == general.memory_a && fast.memory_b == general.memory_b);
     }
