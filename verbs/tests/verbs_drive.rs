@@ -144,6 +144,48 @@ fn caller_driven_core_runs_only_when_polled() {
     ));
 }
 
+/// Two caller-driven contexts over the in-memory link, (server at 10.0.0.2, client at
+/// 10.0.0.1); `client` adjusts the client's configuration.
+fn caller_driven_contexts(client: impl FnOnce(&mut Config)) -> (Context, Context) {
+    let (da, db) = link_pair(&LinkConfig::default());
+    let mut cs = Config::new(db, [10, 0, 0, 2]);
+    cs.drive = Drive::Caller;
+    let mut cc = Config::new(da, [10, 0, 0, 1]);
+    cc.drive = Drive::Caller;
+    client(&mut cc);
+    (Context::open(cs).unwrap(), Context::open(cc).unwrap())
+}
+
+/// Connects `cqp` to `sqp` (listening on `port`), this thread running both caller-driven
+/// contexts.
+fn connect_on_this_thread(
+    client: &Context,
+    server: &Context,
+    cqp: &QueuePair,
+    sqp: &QueuePair,
+    port: u16,
+) {
+    let both = || client.progress() | server.progress();
+    cqp.connect([10, 0, 0, 2], port, &MpaParams::default(), b"")
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let req = loop {
+        assert!(t0.elapsed() < T);
+        both();
+        if let Some(CmEvent::ConnectRequest(r)) = server.next_event(Duration::ZERO) {
+            break r;
+        }
+    };
+    server.accept(&req, sqp, b"").unwrap();
+    while !matches!(
+        client.next_event(Duration::ZERO),
+        Some(CmEvent::Established(_))
+    ) {
+        assert!(t0.elapsed() < T);
+        both();
+    }
+}
+
 /// One thread can run two caller-driven engines (what `bench/examples/engine_profile` does),
 /// and posting more requests than a caller-driven core's command ring holds runs the core
 /// to make room instead of failing. A post to a caller-driven core that nobody runs goes
@@ -152,14 +194,7 @@ fn caller_driven_core_runs_only_when_polled() {
 /// completions come back in posting order.
 #[test]
 fn one_thread_runs_two_caller_driven_engines_past_a_full_command_ring() {
-    let (da, db) = link_pair(&LinkConfig::default());
-    let mut cs = Config::new(db, [10, 0, 0, 2]);
-    cs.drive = Drive::Caller;
-    let mut cc = Config::new(da, [10, 0, 0, 1]);
-    cc.drive = Drive::Caller;
-    cc.engine.command_queue_depth = 8;
-    let server = Context::open(cs).unwrap();
-    let client = Context::open(cc).unwrap();
+    let (server, client) = caller_driven_contexts(|cc| cc.engine.command_queue_depth = 8);
     let both = || client.progress() | server.progress();
     let spd = server.alloc_pd();
     let scq = server.create_cq(64).unwrap();
@@ -174,24 +209,8 @@ fn one_thread_runs_two_caller_driven_engines_past_a_full_command_ring() {
     let mut init = QpInit::new(&ccq, &ccq);
     init.sq_depth = 128;
     let cqp = cpd.create_qp(&init).unwrap();
-    cqp.connect([10, 0, 0, 2], 7304, &MpaParams::default(), b"")
-        .unwrap();
     let t0 = std::time::Instant::now();
-    let req = loop {
-        assert!(t0.elapsed() < T);
-        both();
-        if let Some(CmEvent::ConnectRequest(r)) = server.next_event(Duration::ZERO) {
-            break r;
-        }
-    };
-    server.accept(&req, &sqp, b"").unwrap();
-    while !matches!(
-        client.next_event(Duration::ZERO),
-        Some(CmEvent::Established(_))
-    ) {
-        assert!(t0.elapsed() < T);
-        both();
-    }
+    connect_on_this_thread(&client, &server, &cqp, &sqp, 7304);
     // 100 Writes back to back through a ring of 8 commands, without polling in between:
     // a list of 8 fills the ring, then 92 one at a time.
     let write = |k: u64| {
@@ -241,13 +260,7 @@ fn one_thread_runs_two_caller_driven_engines_past_a_full_command_ring() {
 #[test]
 fn posts_keep_their_order_while_another_thread_runs_the_core() {
     const N: u64 = 300;
-    let (da, db) = link_pair(&LinkConfig::default());
-    let mut cs = Config::new(db, [10, 0, 0, 2]);
-    cs.drive = Drive::Caller;
-    let mut cc = Config::new(da, [10, 0, 0, 1]);
-    cc.drive = Drive::Caller;
-    let server = Context::open(cs).unwrap();
-    let client = Context::open(cc).unwrap();
+    let (server, client) = caller_driven_contexts(|_| {});
     let both = || client.progress() | server.progress();
     let spd = server.alloc_pd();
     let scq = server.create_cq(1024).unwrap();
@@ -266,24 +279,8 @@ fn posts_keep_their_order_while_another_thread_runs_the_core() {
     init.sq_depth = 512;
     init.rq_depth = 512;
     let cqp = cpd.create_qp(&init).unwrap();
-    cqp.connect([10, 0, 0, 2], 7305, &MpaParams::default(), b"")
-        .unwrap();
     let t0 = std::time::Instant::now();
-    let req = loop {
-        assert!(t0.elapsed() < T);
-        both();
-        if let Some(CmEvent::ConnectRequest(r)) = server.next_event(Duration::ZERO) {
-            break r;
-        }
-    };
-    server.accept(&req, &sqp, b"").unwrap();
-    while !matches!(
-        client.next_event(Duration::ZERO),
-        Some(CmEvent::Established(_))
-    ) {
-        assert!(t0.elapsed() < T);
-        both();
-    }
+    connect_on_this_thread(&client, &server, &cqp, &sqp, 7305);
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
