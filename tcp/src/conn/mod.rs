@@ -1651,6 +1651,36 @@ impl Connection {
     /// they use it instead of copied out of a call per segment.
     #[inline(always)]
     fn plan(&mut self, now: Instant) -> Option<Plan> {
+        if self.nothing_to_send() {
+            return None;
+        }
+        self.plan_in_full(now)
+    }
+
+    /// Whether [`Self::plan_in_full`] would find nothing to send and change nothing: no
+    /// flag asks for a segment (RST, window or loss probe, keep-alive, ACK), the handshake
+    /// is over, no segment is marked lost, and neither data nor a FIN waits to go. The
+    /// common case of a poll (the last one of a connection that just sent its segment, or
+    /// one that had only events to take) in a few tests instead of the whole walk;
+    /// `false` whenever in doubt, and the walk decides.
+    #[inline(always)]
+    fn nothing_to_send(&self) -> bool {
+        let asked = self.rst_pending
+            | self.window_probe_due
+            | self.probe_pending
+            | self.keepalive_pending
+            | self.ack_now;
+        !asked
+            && self.syn_acked
+            && !matches!(self.state, State::SynSent | State::SynReceived)
+            && self.rec.none_lost()
+            && !(self.fin_queued && self.fin_seq.is_none())
+            && self.unsent().1 == 0
+    }
+
+    /// [`Self::plan`] without its quiet check: every case, in order.
+    #[inline(always)]
+    fn plan_in_full(&mut self, now: Instant) -> Option<Plan> {
         if self.rst_pending {
             self.rst_pending = false;
             let mut seg = self.base_segment(now, TcpControl::Rst, self.snd_nxt);
@@ -2033,5 +2063,134 @@ mod tests {
         assert_eq!(c.tx.len(), 0);
         assert_eq!(c.send(b"next").unwrap(), 4);
         assert_eq!(sent_data(&mut c, rto), vec![(at + 14, b"next".to_vec())]);
+    }
+
+    /// One end of the two-connection exchanges of
+    /// `nothing_to_send_agrees_with_the_full_walk`: a segment in flight, its payload owned.
+    type Flight = VecDeque<(TcpRepr<'static>, Vec<u8>)>;
+
+    /// When `c` finds itself quiet ([`Connection::nothing_to_send`]), the full walk must
+    /// agree: no segment, and no field of the connection changed.
+    fn check_quiet(c: &mut Connection, now: Instant) {
+        if c.nothing_to_send() {
+            let before = format!("{c:?}");
+            assert!(
+                c.plan_in_full(now).is_none(),
+                "quiet, yet the walk sends: {before}"
+            );
+            assert_eq!(
+                format!("{c:?}"),
+                before,
+                "quiet, yet the walk changed the connection"
+            );
+        }
+    }
+
+    /// Every segment `c` sends now, into `q` (the quiet check before each poll).
+    fn drain_into(c: &mut Connection, now: Instant, q: &mut Flight) {
+        loop {
+            check_quiet(c, now);
+            let Some(s) = c.poll_transmit(now) else {
+                return;
+            };
+            let repr = TcpRepr {
+                src_port: s.src_port,
+                dst_port: s.dst_port,
+                control: s.control,
+                seq_number: s.seq_number,
+                ack_number: s.ack_number,
+                window_len: s.window_len,
+                window_scale: s.window_scale,
+                max_seg_size: s.max_seg_size,
+                sack_permitted: s.sack_permitted,
+                sack_ranges: s.sack_ranges,
+                timestamp: s.timestamp,
+                payload: &[],
+            };
+            q.push_back((repr, s.payload.to_vec()));
+        }
+    }
+
+    /// Hands the oldest segment of `q` to `c`.
+    fn deliver(c: &mut Connection, now: Instant, q: &mut Flight) {
+        if let Some((mut repr, payload)) = q.pop_front() {
+            repr.payload = &payload;
+            c.handle_segment(now, &repr);
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(160))]
+        /// The quiet check of `plan` ([`Connection::nothing_to_send`]) against the walk it
+        /// skips ([`Connection::plan_in_full`]), at every poll of two connections that
+        /// exchange data both ways through a path that loses and reorders segments, with
+        /// timers, reads, records, closes and aborts in between: whenever it says quiet,
+        /// the walk sends nothing and changes nothing.
+        #[test]
+        fn nothing_to_send_agrees_with_the_full_walk(
+            ops in proptest::collection::vec((0u8..13, 0u16..3000), 1..120),
+            sack in proptest::bool::ANY,
+            timestamps in proptest::bool::ANY,
+            delack in proptest::bool::ANY,
+        ) {
+            let cfg = ConnConfig {
+                rx_buffer: 2048,
+                tx_buffer: 2048,
+                mss: 300,
+                ack_delay: delack.then(|| Duration::from_micros(500)),
+                keep_alive: Some(Duration::from_millis(50)),
+                timeout: Some(Duration::from_millis(400)),
+                time_wait: Duration::from_millis(20),
+                sack,
+                timestamps,
+                ..ConnConfig::default()
+            };
+            let ea = Endpoints { local: US, remote: PEER };
+            let eb = Endpoints { local: PEER, remote: US };
+            let mut now = Instant::from_millis(1);
+            let (mut ab, mut ba) = (Flight::new(), Flight::new());
+            let mut a = Connection::connect(&cfg, ea, TcpSeqNumber(7), now);
+            drain_into(&mut a, now, &mut ab);
+            let (mut syn, payload) = ab.pop_front().expect("the SYN");
+            syn.payload = &payload;
+            let mut b = Connection::accept(&cfg, eb, PISS, &syn, now);
+            let data = [0x5au8; 3000];
+            for (op, n) in ops {
+                let k = usize::from(n);
+                match op {
+                    0 => { let _ = a.send(&data[..k]); }
+                    1 => { let _ = b.send(&data[..k]); }
+                    2 | 3 => deliver(&mut b, now, &mut ab),
+                    4 | 5 => deliver(&mut a, now, &mut ba),
+                    6 => { if n % 2 == 0 { ab.pop_front(); } else { ba.pop_front(); } }
+                    7 => {
+                        let q = if n % 2 == 0 { &mut ab } else { &mut ba };
+                        if let Some(s) = q.pop_front() { q.push_back(s); }
+                    }
+                    8 => {
+                        now += Duration::from_micros(u64::from(n) * 40);
+                        for c in [&mut a, &mut b] {
+                            if c.poll_timeout().is_some_and(|t| t <= now) {
+                                c.handle_timeout(now);
+                            }
+                        }
+                    }
+                    9 => {
+                        let c = if n % 2 == 0 { &mut a } else { &mut b };
+                        let mut buf = vec![0; k];
+                        let _ = c.recv(&mut buf);
+                    }
+                    10 => if n % 2 == 0 { a.end_record() } else { b.end_record() },
+                    11 => if n < 40 { a.close() } else if n < 80 { b.close() },
+                    _ => if n < 15 { a.abort() } else if n < 30 { b.abort() },
+                }
+                check_quiet(&mut a, now);
+                check_quiet(&mut b, now);
+                if n % 3 != 0 {
+                    drain_into(&mut a, now, &mut ab);
+                    drain_into(&mut b, now, &mut ba);
+                }
+            }
+        }
     }
 }

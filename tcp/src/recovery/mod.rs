@@ -913,6 +913,13 @@ impl Recovery {
         }
     }
 
+    /// Whether no segment is marked lost: [`Self::next_retransmit`] then returns `None`
+    /// (a test without its search, for [`crate::conn::Connection`]'s quiet check).
+    #[inline]
+    pub fn none_lost(&self) -> bool {
+        self.tally.lost == 0
+    }
+
     /// The next lost range to resend if the congestion window allows (in recovery at least
     /// one segment per call, RFC 6675's rule of sending while pipe < cwnd).
     pub fn next_retransmit(&mut self) -> Option<(TcpSeqNumber, usize)> {
