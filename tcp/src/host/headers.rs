@@ -11,7 +11,7 @@
 //! (kept as the reference), over random segments of every option combination. On receive,
 //! [`parse_tcp`] reads the segments that carry no options or the timestamps alone (ours,
 //! Linux's) itself and hands every other layout to smoltcp's parser; [`parse_ipv4`] verifies
-//! the IPv4 checksum with [`csum::sum`]; both are held to smoltcp's parsers by the tests.
+//! the IPv4 checksum with [`csum::sum_to_fold`]; both are held to smoltcp's parsers by the tests.
 
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
@@ -163,12 +163,12 @@ pub(super) fn tcp_checksum(
     payload_sum: u64,
 ) -> [u8; 2] {
     let len = (header.len() + payload_len) as u16;
-    csum::finish(csum::pseudo_header(a.src, a.dst, len) + csum::sum(header) + payload_sum)
+    csum::finish(csum::pseudo_header(a.src, a.dst, len) + csum::sum_to_fold(header) + payload_sum)
 }
 
 /// `Ipv4Repr::parse(p, caps)` of a packet that `Ipv4Packet::new_checked` accepted and that is
 /// no fragment (the host counts those apart): the header checksum, where the port did not
-/// verify it, summed by [`csum::sum`] instead of smoltcp's octet-pair loop.
+/// verify it, summed by [`csum::sum_to_fold`] instead of smoltcp's octet-pair loop.
 #[inline]
 pub(super) fn parse_ipv4(
     p: &Ipv4Packet<&[u8]>,
@@ -180,7 +180,7 @@ pub(super) fn parse_ipv4(
     let hl = usize::from(p.header_len());
     if caps.ipv4.rx() {
         let b: &[u8] = p.as_ref();
-        if !csum::verifies(csum::sum(&b[..hl])) {
+        if !csum::verifies(csum::sum_to_fold(&b[..hl])) {
             return Err(());
         }
     }

@@ -1544,7 +1544,7 @@ impl Inner {
         // (module `csum`); the header is then parsed without verifying again.
         if self.caps.tcp.rx() {
             let total = csum::pseudo_header(ip.src_addr, ip.dst_addr, payload.len() as u16)
-                + csum::sum(payload);
+                + csum::sum_to_fold(payload);
             if !csum::verifies(total) {
                 self.stats.rx_dropped += 1;
                 return;
