@@ -1032,7 +1032,7 @@ fn emit_segment(
         Piece::Octets(o) => {
             let d = &mut payload[at..at + o.len()];
             if want {
-                total += csum::at_offset(csum::copy_and_sum(d, o), at);
+                total += csum::at_offset(csum::copy_and_sum_to_fold(d, o), at);
             } else {
                 d.copy_from_slice(o);
             }
@@ -1131,7 +1131,7 @@ fn emit_tcp(
     let n = payload.len();
     let hl = headers::write_headers(buf, a, seg, n, caps.ipv4.tx());
     let bytes = &mut buf[ETH_HDR + IP_HDR..];
-    let payload_sum = csum::copy_and_sum(&mut bytes[hl..hl + n], payload);
+    let payload_sum = csum::copy_and_sum_to_fold(&mut bytes[hl..hl + n], payload);
     if caps.tcp.tx() {
         let c = headers::tcp_checksum(a, &bytes[..hl], n, payload_sum);
         bytes[16..18].copy_from_slice(&c);
