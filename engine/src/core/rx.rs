@@ -8,6 +8,7 @@
 use super::tx::tx_settled_but_txrec;
 use super::*;
 use warpcore_proto::ddp::{TaggedPlacement, UntaggedPlacement};
+use warpcore_proto::wire::ddp::TAGGED_HEADER_LEN;
 
 /// The tagged lookup done once per segment, before DDP validation: DDP does the TO range,
 /// wrap and bounds arithmetic on the region it returns (DDP-7.1-10..14).
@@ -173,6 +174,9 @@ impl Qp {
         mrs: &'m MrTable,
         held: &mut RxHeld<'m>,
     ) -> Result<(), RxFault> {
+        if fast_paths() && self.rx_plain_write(ulpdu, mrs, held, &mut ctx.stats) {
+            return Ok(());
+        }
         if self.rx_fenced(ulpdu)? {
             return Ok(());
         }
@@ -259,6 +263,70 @@ impl Qp {
                 _ => Err(DdpError::UntaggedInvalidQn.into()),
             },
         }
+    }
+
+    /// The plain RDMA Write's fast path (not taken under `core::set_general_paths_only`;
+    /// held to the general path by `tests/engine_rx_fast_paths.rs`): a segment whose two
+    /// control octets are exactly those we send for an RDMA Write (DDP: T = 1, reserved 0,
+    /// DV 1, either L; RDMAP: RV 1, reserved 0, opcode Write), with payload, on a stream past
+    /// its MPA fence whose DDP has not failed, is decoded from its fixed 14-octet header and
+    /// placed through the held guard or a lookup of its own, as [`Self::rx_lookup`] and
+    /// [`Self::rx_tagged`] would. For such a segment `Segment::parse`, `check_inbound` and
+    /// `DdpReceiver::handle_header` decide nothing that the lookup (STag, PD, stream and the
+    /// remote write right: DDP-7.1-10/11, DDP-8.2-1, RDMAP-8.1.1-6) and the guard's bounds
+    /// check (DDP-7.1-12..14, the same range on the same registration) do not decide here,
+    /// so they are skipped. Anything else, and every lookup or bounds fault, returns false
+    /// with nothing placed: the general path then handles the segment, faults and
+    /// Terminates included, as if this had not run.
+    #[inline(always)]
+    fn rx_plain_write<'m>(
+        &mut self,
+        ulpdu: &[u8],
+        mrs: &'m MrTable,
+        held: &mut RxHeld<'m>,
+        stats: &mut CoreStats,
+    ) -> bool {
+        /// DDP control octet: T = 1, reserved bits 0, DDP version (DDP-4.1-10); L is masked.
+        const DDP_TAGGED: u8 = 0x80 | DDP_VERSION;
+        const DDP_L: u8 = 0x40;
+        const RDMAP_WRITE: u8 = Control::new(Opcode::Write).0;
+        if ulpdu.len() <= TAGGED_HEADER_LEN
+            || ulpdu[0] & !DDP_L != DDP_TAGGED
+            || ulpdu[1] != RDMAP_WRITE
+        {
+            return false;
+        }
+        let Some(c) = self.conn.as_ref() else {
+            return false;
+        };
+        if !matches!(c.mpa, Mpa::Done) || c.ddp_rx.failed().is_some() {
+            return false;
+        }
+        let (h, data) = ulpdu.split_at(TAGGED_HEADER_LEN);
+        let stag = Stag(u32::from_be_bytes([h[2], h[3], h[4], h[5]]));
+        let to = u64::from_be_bytes([h[6], h[7], h[8], h[9], h[10], h[11], h[12], h[13]]);
+        let need = Access::REMOTE_WRITE;
+        let stream = self.id.stream();
+        let hit = held.as_ref().is_some_and(|(g, s, a)| {
+            g.stag() == stag && g.pd() == self.pd && *s == stream && *a == need
+        });
+        if !hit {
+            // As in `rx_lookup`: the old guard goes first.
+            *held = None;
+            match mrs.lookup_remote(stag, self.pd, stream, need) {
+                Ok(g) => *held = Some((g, stream, need)),
+                Err(_) => return false,
+            }
+        }
+        let Some((g, _, _)) = held.as_ref() else {
+            return false;
+        };
+        // The guard checks the range before it copies: a fault places nothing.
+        if g.place_at(to, data).is_err() {
+            return false;
+        }
+        stats.placed_octets += data.len() as u64;
+        true
     }
 
     /// MPA fencing and the peer-to-peer RTR (MPA-7.1.2-16, MPA2-5-1) on a responder's first
