@@ -8,7 +8,8 @@
 use super::tx::tx_settled_but_txrec;
 use super::*;
 use warpcore_proto::ddp::{TaggedPlacement, UntaggedPlacement};
-use warpcore_proto::wire::ddp::TAGGED_HEADER_LEN;
+use warpcore_proto::wire::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
+use warpcore_proto::wire::segment::SegmentRepr;
 
 /// The tagged lookup done once per segment, before DDP validation: DDP does the TO range,
 /// wrap and bounds arithmetic on the region it returns (DDP-7.1-10..14).
@@ -92,6 +93,88 @@ pub(super) fn scatter(
 /// itself), so a deregistration waits at most one pass.
 pub(super) type RxHeld<'m> = Option<(MrGuard<'m>, crate::mem::StreamId, Access)>;
 
+/// The data messages' fast decode (not taken under `core::set_general_paths_only`; held to
+/// the general path by `tests/engine_rx_fast_paths.rs`): a ULPDU whose two control octets
+/// are exactly those we send for a message without RDMAP header, with that header whole,
+/// is decoded without `Segment::parse` and `check_inbound`: the tagged RDMA Write and Read
+/// Response (DDP: T = 1, reserved 0, DV 1, either L; 14 octets) and the four Sends on QN 0
+/// (T = 0; 18 octets), each with RDMAP RV 1 and reserved bits 0. For such a ULPDU both pass
+/// (DDP-4.1-10, DV; the RDMAP version, RDMAP-4.1-7; a defined opcode on its buffer model
+/// and queue; no RDMAP header, RDMAP-4.1-3; none is an RFC 7306 opcode) and `parse` returns
+/// what this does: the header's fields, no RDMAP header, and the rest as payload.
+/// Everything after (lookup, `handle_header`, placement, the receive, the Invalidate) runs
+/// as for any segment. Anything else is `None`, for the general decode.
+#[inline(always)]
+fn plain_data(ulpdu: &[u8]) -> Option<Segment<'_>> {
+    use warpcore_proto::wire::ddp::DdpBuffer;
+    /// DDP control octet, L masked: T, reserved bits 0, DDP version.
+    const DDP_TAGGED: u8 = 0x80 | DDP_VERSION;
+    const DDP_UNTAGGED: u8 = DDP_VERSION;
+    const DDP_L: u8 = 0x40;
+    let ctrl = *ulpdu.first()?;
+    let last = ctrl & DDP_L != 0;
+    let rdmap = *ulpdu.get(1)?;
+    let (buffer, opcode, payload) = if ctrl & !DDP_L == DDP_TAGGED {
+        let opcode = match rdmap {
+            c if c == Control::new(Opcode::Write).0 => Opcode::Write,
+            c if c == Control::new(Opcode::ReadResponse).0 => Opcode::ReadResponse,
+            _ => return None,
+        };
+        let (h, payload) = ulpdu.split_first_chunk::<TAGGED_HEADER_LEN>()?;
+        let buffer = DdpBuffer::Tagged {
+            stag: u32::from_be_bytes([h[2], h[3], h[4], h[5]]),
+            to: u64::from_be_bytes([h[6], h[7], h[8], h[9], h[10], h[11], h[12], h[13]]),
+        };
+        (buffer, opcode, payload)
+    } else if ctrl & !DDP_L == DDP_UNTAGGED {
+        let opcode = match rdmap {
+            c if c == Control::new(Opcode::Send).0 => Opcode::Send,
+            c if c == Control::new(Opcode::SendSe).0 => Opcode::SendSe,
+            c if c == Control::new(Opcode::SendInvalidate).0 => Opcode::SendInvalidate,
+            c if c == Control::new(Opcode::SendSeInvalidate).0 => Opcode::SendSeInvalidate,
+            _ => return None,
+        };
+        let (h, payload) = ulpdu.split_first_chunk::<UNTAGGED_HEADER_LEN>()?;
+        let word = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+        if word(6) != qn::SEND {
+            return None;
+        }
+        let buffer = DdpBuffer::Untagged {
+            rsvd_ulp2: word(2),
+            qn: qn::SEND,
+            msn: word(10),
+            mo: word(14),
+        };
+        (buffer, opcode, payload)
+    } else {
+        return None;
+    };
+    Some(Segment {
+        repr: SegmentRepr {
+            last,
+            buffer,
+            opcode,
+            header: RdmapHeader::None,
+        },
+        payload,
+    })
+}
+
+/// The general decode: `Segment::parse`, then RDMAP's inbound checks, for what
+/// [`plain_data`] does not decode (or everything, under `core::set_general_paths_only`).
+#[inline(always)]
+fn parse_checked(ulpdu: &[u8], rfc7306: bool) -> Result<Segment<'_>, RxFault> {
+    let seg = Segment::parse(ulpdu).map_err(|e| e.protocol_error())?;
+    // RFC 7306 opcodes only where the connection uses RFC 7306; otherwise 0/2/06 as for an
+    // RFC 5040 receiver (EXT-8.2-2, EXT-1.1-1).
+    let rdmap_cfg = RdmapConfig {
+        atomics: rfc7306,
+        immediate_data: rfc7306,
+    };
+    check_inbound(&seg.repr, &rdmap_cfg)?;
+    Ok(seg)
+}
+
 impl Qp {
     /// Consumes received stream octets: MPA startup frames, then FPDUs. Returns how many
     /// octets were consumed. `mrs` and `held`: see [`RxHeld`].
@@ -162,10 +245,11 @@ impl Qp {
         used
     }
 
-    /// Validates and places one ULPDU (one DDP segment): a fenced responder's first ULPDU
-    /// ([`Self::rx_fenced`]), then RDMAP's checks, the STag lookup ([`Self::rx_lookup`]),
-    /// DDP's validation, and the handler of the segment's buffer: [`Self::rx_tagged`], or
-    /// one per untagged queue (QN 0 Sends and Immediate Data, QN 1 Read and Atomic
+    /// Validates and places one ULPDU (one DDP segment): a plain RDMA Write placed by
+    /// [`Self::rx_plain_write`] if it can; else a fenced responder's first ULPDU
+    /// ([`Self::rx_fenced`]), then the decode ([`plain_data`] or `Segment::parse`), RDMAP's
+    /// checks, the STag lookup ([`Self::rx_lookup`]), DDP's validation, and the handler of
+    /// the segment's buffer: [`Self::rx_tagged`], or one per untagged queue (QN 0 Sends and Immediate Data, QN 1 Read and Atomic
     /// Requests, QN 2 Terminates, QN 3 Atomic Responses).
     pub(super) fn rx_ulpdu<'m>(
         &mut self,
@@ -180,14 +264,10 @@ impl Qp {
         if self.rx_fenced(ulpdu)? {
             return Ok(());
         }
-        let seg = Segment::parse(ulpdu).map_err(|e| e.protocol_error())?;
-        // RFC 7306 opcodes only where the connection uses RFC 7306; otherwise 0/2/06 as for
-        // an RFC 5040 receiver (EXT-8.2-2, EXT-1.1-1).
-        let rdmap_cfg = RdmapConfig {
-            atomics: self.rfc7306,
-            immediate_data: self.rfc7306,
+        let seg = match plain_data(ulpdu).filter(|_| fast_paths()) {
+            Some(seg) => seg,
+            None => parse_checked(ulpdu, self.rfc7306)?,
         };
-        check_inbound(&seg.repr, &rdmap_cfg)?;
         // A QP on a shared receive queue claims the oldest buffer there for a message on
         // QN 0 when it holds none (module `srq`); none there: no buffer, as below.
         if self.rq.is_empty() {
