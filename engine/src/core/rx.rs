@@ -249,8 +249,9 @@ impl Qp {
     /// [`Self::rx_plain_write`] if it can; else a fenced responder's first ULPDU
     /// ([`Self::rx_fenced`]), then the decode ([`plain_data`] or `Segment::parse`), RDMAP's
     /// checks, the STag lookup ([`Self::rx_lookup`]), DDP's validation, and the handler of
-    /// the segment's buffer: [`Self::rx_tagged`], or one per untagged queue (QN 0 Sends and Immediate Data, QN 1 Read and Atomic
-    /// Requests, QN 2 Terminates, QN 3 Atomic Responses).
+    /// the segment's buffer: [`Self::rx_tagged`], or one per untagged queue (QN 0 Sends and
+    /// Immediate Data, QN 1 Read and Atomic Requests, QN 2 Terminates, QN 3 Atomic
+    /// Responses).
     pub(super) fn rx_ulpdu<'m>(
         &mut self,
         ulpdu: &[u8],
