@@ -8,7 +8,8 @@ mod common;
 use common::*;
 use warpcore_engine::core::set_general_paths_only;
 use warpcore_engine::mem::Access;
-use warpcore_engine::{MpaParams, SendOp, SendWr};
+use warpcore_engine::tcp::link::LinkConfig;
+use warpcore_engine::{EngineConfig, MpaParams, SendOp, SendWr};
 
 fn dbg<T: std::fmt::Debug>(v: &[T]) -> Vec<String> {
     v.iter().map(|x| format!("{x:?}")).collect()
@@ -29,14 +30,20 @@ struct Outcome {
 
 /// Writes of every shape (empty, one octet, small, several FPDUs, more than the send
 /// buffer holds, several SGEs, unsignalled, fenced behind a Read, every length around the
-/// smallest sent from registered memory and around the largest in one FPDU), then, if
+/// smallest sent from registered memory and around the largest in one FPDU, more small
+/// ones than the send buffer holds), then, if
 /// `fail`, one to a bad STag (the peer's Terminate, the flush of what follows). With
 /// `source_gone`, one whose local region is deregistered after it was posted (a local
 /// protection completion, a local catastrophic Terminate, departure 8). With `markers`, B
 /// asks A for markers (MPA-4.3): A's FPDUs carry them.
 fn run(general: bool, fail: bool, source_gone: bool, markers: bool) -> Outcome {
     set_general_paths_only(general);
-    let mut p = Pair::default_pair();
+    // The smallest TCP send buffer allowed and a large FPDU budget, so that a run of small
+    // Writes fills the buffer within one visit.
+    let mut cfg = EngineConfig::default();
+    cfg.tcp.tx_buffer = 2 * 65536;
+    cfg.tx_budget_fpdus = 1024;
+    let mut p = Pair::new(&LinkConfig::default(), &cfg);
     let pb = MpaParams {
         markers,
         ..MpaParams::default()
@@ -116,6 +123,17 @@ fn run(general: bool, fail: bool, source_gone: bool, markers: bool) -> Outcome {
             write_op(sb.0, 820_000 + k * 1800),
             &[(sa, 7 + k * 3, len)],
             true,
+            false,
+        );
+    }
+    // 400 Writes of 500 octets (each one FPDU, copied) posted at once: more than the send
+    // buffer holds, so some find no room and wait for the acknowledgements.
+    for k in 0..400u64 {
+        post(
+            &mut p,
+            write_op(sb.0, 420_000 + k * 500),
+            &[(sa, 200_000 + k * 500, 500)],
+            k % 7 != 0,
             false,
         );
     }

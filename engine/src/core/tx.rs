@@ -151,9 +151,9 @@ pub(super) fn send_fpdu<D: PollDevice>(
 /// buffer at its place in the FPDU and the framer writes the fields and the CRC around it
 /// ([`Framer::emit_in_place`]): one copy of the payload. Otherwise the payload is gathered
 /// into `gbuf` first and framed by [`send_fpdu`]. `need` is the FPDU's length on the wire,
-/// `framer.fpdu_wire_len(hdr.len() + plen)`, which the caller has already computed to check
-/// the room. `Ok(false)`: no room, nothing changed; `Err(())`: `fill` failed (the local
-/// region went away), nothing sent.
+/// `framer.fpdu_wire_len(hdr.len() + plen)`. `Ok(false)`: no room, nothing changed and
+/// `fill` not called; `Err(())`: `fill` failed (the local region went away), nothing
+/// sent.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(super) fn send_fpdu_from<D: PollDevice>(
@@ -193,6 +193,10 @@ pub(super) fn send_fpdu_from<D: PollDevice>(
             Ok(0) => {}
             _ => return Ok(false),
         }
+    }
+    // No room (a caller that did not check first): nothing gathered, nothing changed.
+    if stack.send_space(tcp).unwrap_or(0) < need {
+        return Ok(false);
     }
     if gbuf.len() < MAX_ULPDU_LEN {
         gbuf.resize(MAX_ULPDU_LEN, 0);
@@ -1158,13 +1162,7 @@ impl Qp {
             return WriteWhole::Declined;
         }
         let need = framer.fpdu_wire_len(hlen + plen);
-        if stack.send_space(tcp).unwrap_or(0) < need {
-            // The general path would start the message and find no room: nothing sent.
-            return WriteWhole::NoRoom;
-        }
         let seq = self.sq_next_seq;
-        e.stage += 1;
-        self.sq_next_seq += 1;
         let pd = self.pd;
         let sges = e.wr.sges.as_slice();
         let mut fill = |dst: &mut [u8]| gather(mrs, held, pd, sges, 0, dst);
@@ -1179,11 +1177,16 @@ impl Qp {
             gbuf,
             fbuf,
         );
+        if sent == Ok(false) {
+            // The general path would start the message and find no room: nothing sent.
+            return WriteWhole::NoRoom;
+        }
+        // Started (as `start_sq` does), whether it went out or its source failed.
+        e.stage += 1;
+        self.sq_next_seq += 1;
         if sent.is_err() {
             return WriteWhole::SourceFailed(seq);
         }
-        // Space was checked first, so this always succeeds.
-        debug_assert!(matches!(sent, Ok(true)));
         // As `tx_message_done`: a Write is done once out whole (none of it was sent from
         // registered memory, so no acknowledgement is awaited).
         e.sent_whole = true;
