@@ -1662,9 +1662,10 @@ impl Connection {
     /// is over, no segment is marked lost, and neither data nor a FIN waits to go. The
     /// common case of a poll (the last one of a connection that just sent its segment, or
     /// one that had only events to take) in a few tests instead of the whole walk;
-    /// `false` whenever in doubt, and the walk decides.
+    /// `false` whenever in doubt, and the walk decides. The host asks it too, of a
+    /// connection whose ACK it just deferred.
     #[inline(always)]
-    fn nothing_to_send(&self) -> bool {
+    pub(crate) fn nothing_to_send(&self) -> bool {
         let asked = self.rst_pending
             | self.window_probe_due
             | self.probe_pending

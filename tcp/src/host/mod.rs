@@ -120,6 +120,12 @@ struct Slot {
     /// engine's answer (written between the two polls of its loop) carries it. Only one
     /// poll: data arriving while the ACK already waits does not defer it again.
     defer_ack: bool,
+    /// Deferred by the last transmit pass with nothing to send (its ACK waits for the
+    /// connection's own delay, a timer already armed) and not marked since: its events and
+    /// timer are as that pass left them, so the next pass, which still runs its
+    /// `transmit_frames` (next hop, slot, the quiet poll), skips its `after_activity`.
+    /// Cleared by every mark ([`mark_slot_dirty`]) and by that pass.
+    held: bool,
     /// The deadline armed in the wheel (an entry with this instant is live).
     armed: Option<Instant>,
 }
@@ -879,22 +885,35 @@ impl<D: PollDevice> Host<D> {
         for k in 0..dirty.len() {
             let index = dirty[k];
             work = true;
-            let deferred = match self.inner.slots.get_mut(index as usize) {
+            let (deferred, held) = match self.inner.slots.get_mut(index as usize) {
                 Some(Some(s)) if s.defer_ack => {
                     // Its events now (the engine reads this loop), its segments next poll.
                     s.defer_ack = false;
-                    true
+                    (true, false)
                 }
                 Some(Some(s)) => {
                     s.dirty = false;
-                    false
+                    (false, std::mem::take(&mut s.held))
                 }
-                _ => false,
+                _ => (false, false),
             };
             if deferred {
                 self.inner.after_activity(index);
+                if let Some(Some(s)) = self.inner.slots.get_mut(index as usize) {
+                    // Quiet now: unless marked again, the next pass has nothing to take.
+                    s.held = s.conn.nothing_to_send();
+                }
                 dirty[kept] = index;
                 kept += 1;
+            } else if held {
+                // Untouched since its deferral took its events and armed its timer: its frames
+                // pass as any (the next hop's lookup, a slot: both can act on the wire), and
+                // finds nothing to send; no `after_activity`.
+                debug_assert!(matches!(
+                    self.inner.slots.get(index as usize),
+                    Some(Some(s)) if s.conn.nothing_to_send()
+                ));
+                self.transmit_frames(index, now, fill);
             } else {
                 self.transmit_frames(index, now, fill);
                 self.inner.served.push(index);
@@ -949,6 +968,9 @@ impl<D: PollDevice> Host<D> {
         };
         match mac {
             Some(mac) => loop {
+                // A slot before knowing whether there is anything to send: a refused one puts
+                // the connection back on the dirty list even if it had nothing, and that
+                // (its next pass, the ACK it then does not defer, `poll_at`) is on the wire.
                 let Some(tx) = self.device.transmit(now) else {
                     // Back-pressure: the segments stay with the connection for the next poll.
                     i.stats.tx_blocked += 1;
@@ -1156,6 +1178,8 @@ fn user_slot_in(slots: &mut [Option<Slot>], id: ConnId) -> Result<&mut Slot, Sta
 /// Queues connection `index` (its slot `s`) for the next transmit pass, once.
 #[inline]
 fn mark_slot_dirty(s: &mut Slot, dirty: &mut Vec<u32>, index: u32) {
+    // Touched: the next pass takes its events and timer again.
+    s.held = false;
     if !s.dirty {
         s.dirty = true;
         dirty.push(index);
@@ -1225,6 +1249,7 @@ impl Inner {
             role,
             dirty: false,
             defer_ack: false,
+            held: false,
             armed: None,
         });
         self.demux.insert(tuple, index);
