@@ -5,6 +5,7 @@
 use core::cell::UnsafeCell;
 use core::fmt;
 use core::hash::{BuildHasher, Hasher};
+use core::marker::PhantomData;
 use core::ptr;
 use core::sync::atomic::{fence, AtomicU64, AtomicU8, Ordering};
 use std::collections::VecDeque;
@@ -551,8 +552,8 @@ impl MrTable {
                 LookupFault::WrongPd | LookupFault::WrongQp => InvalidateFault::NotAssociated,
                 LookupFault::InvalidStag | LookupFault::AccessDenied => InvalidateFault::Invalid,
             })?;
-        let allowed = match g.meta.kind {
-            StagKind::Mr => g.meta.access.contains(Access::REMOTE_INVALIDATE),
+        let allowed = match g.meta().kind {
+            StagKind::Mr => g.meta().access.contains(Access::REMOTE_INVALIDATE),
             StagKind::FastReg | StagKind::Window(MwType::Type2) => true,
             StagKind::Window(MwType::Type1) => false,
         };
@@ -645,13 +646,13 @@ impl MrTable {
                 LookupFault::WrongPd => MemError::WrongPd,
                 _ => MemError::InvalidStag,
             })?;
-        if g.meta.kind != StagKind::Mr {
+        if g.meta().kind != StagKind::Mr {
             return Err(MemError::WrongKind);
         }
-        if need.contains(Access::MW_BIND) && !g.meta.access.contains(Access::MW_BIND) {
+        if need.contains(Access::MW_BIND) && !g.meta().access.contains(Access::MW_BIND) {
             return Err(MemError::BindNotAllowed);
         }
-        if !g.meta.access.contains(need) {
+        if !g.meta().access.contains(need) {
             return Err(MemError::WindowAccess);
         }
         let len = usize::try_from(len).map_err(|_| MemError::OutOfBounds)?;
@@ -749,7 +750,7 @@ impl MrTable {
                 .binds
                 .fetch_add(1, Ordering::AcqRel);
             *meta = Meta {
-                ptr: g.meta.ptr.add(off),
+                ptr: g.meta().ptr.add(off),
                 len,
                 base_to: to,
                 pd,
@@ -860,7 +861,7 @@ impl MrTable {
                 return Err(MemError::WrongKind);
             }
             *meta = Meta {
-                ptr: g.meta.ptr.add(off),
+                ptr: g.meta().ptr.add(off),
                 len,
                 base_to,
                 pd,
@@ -941,8 +942,12 @@ impl MrTable {
         // SAFETY: our increment observed VALID with this key, so the registration that
         // published it happened before (acquire on its release sequence) and the slot
         // cannot leave VALID (nor `meta` change) until our guard decrements.
-        let meta = unsafe { *slot.meta.get() };
-        let guard = MrGuard { slot, meta, stag };
+        let meta = unsafe { &*slot.meta.get() };
+        let guard = MrGuard {
+            slot,
+            stag,
+            _not_send: PhantomData,
+        };
         check_rights(
             meta.pd,
             meta.qp != 0 && meta.qp != stream,
@@ -970,7 +975,7 @@ impl MrTable {
             Access::empty()
         };
         let g = self.lookup_in(stag, pd, 0, required)?;
-        if matches!(g.meta.kind, StagKind::Window(_)) {
+        if matches!(g.meta().kind, StagKind::Window(_)) {
             return Err(LookupFault::AccessDenied);
         }
         Ok(g)
@@ -1151,13 +1156,29 @@ const fn planted_slack() -> u64 {
 /// Offsets taken by [`MrGuard::place`], [`MrGuard::copy_out`] and [`MrGuard::atomic`] are
 /// byte offsets into the region, as [`MrGuard::bounds`] returns them; each accessor checks
 /// its range again (two compares), so no offset can reach outside the region.
+///
+/// The guard reads the registration's metadata in its slot rather than a copy of it: it
+/// cannot change while the guard lives (every writer first drains the slot's guard count
+/// to zero, `transition_and_drain`, or owns a slot no lookup can reach), and a lookup that
+/// keeps its guard (the receive path's held guard) then writes 16 octets instead of the
+/// metadata's 48.
 pub struct MrGuard<'a> {
     slot: &'a Slot,
-    meta: Meta,
     stag: Stag,
+    /// Neither `Send` nor `Sync`, as when the guard held the metadata's raw pointer.
+    _not_send: PhantomData<*mut u8>,
 }
 
-impl MrGuard<'_> {
+impl<'a> MrGuard<'a> {
+    /// The registration's metadata, in its slot.
+    #[inline(always)]
+    fn meta(&self) -> &'a Meta {
+        // SAFETY: the guard's increment observed VALID with its key (`lookup_in`), so the
+        // write that published `meta` happened before, and no writer touches `meta` until
+        // the guard count drains to zero (`transition_and_drain`), which this guard's
+        // count keeps from happening while the guard (and so `'a`'s use here) lives.
+        unsafe { &*self.slot.meta.get() }
+    }
     /// The STag this guard was looked up with.
     pub fn stag(&self) -> Stag {
         self.stag
@@ -1165,40 +1186,40 @@ impl MrGuard<'_> {
 
     /// The registration's protection domain.
     pub fn pd(&self) -> PdId {
-        self.meta.pd
+        self.meta().pd
     }
 
     /// The registration's rights.
     pub fn access(&self) -> Access {
-        self.meta.access
+        self.meta().access
     }
 
     /// What the STag names.
     pub fn kind(&self) -> StagKind {
-        self.meta.kind
+        self.meta().kind
     }
 
     /// The Tagged Offset of the region's first byte.
     pub fn base_to(&self) -> u64 {
-        self.meta.base_to
+        self.meta().base_to
     }
 
     /// The region's length in bytes.
     pub fn len(&self) -> usize {
-        self.meta.len
+        self.meta().len
     }
 
     /// Whether the region is empty.
     pub fn is_empty(&self) -> bool {
-        self.meta.len == 0
+        self.meta().len == 0
     }
 
     /// The registration as `warpcore_proto`'s DDP receiver wants it
     /// ([`TaggedBuffers::tagged_region`](warpcore_proto::ddp::TaggedBuffers::tagged_region)).
     pub fn tagged_region(&self) -> TaggedRegion {
         TaggedRegion {
-            base: self.meta.base_to,
-            len: self.meta.len as u64 + planted_slack(),
+            base: self.meta().base_to,
+            len: self.meta().len as u64 + planted_slack(),
         }
     }
 
@@ -1208,17 +1229,17 @@ impl MrGuard<'_> {
     /// a refusal with [`LookupFault::rdmap_error`].
     pub fn access_region(&self) -> AccessRegion {
         AccessRegion {
-            base: self.meta.base_to,
-            len: self.meta.len as u64,
-            remote_read: self.meta.access.contains(Access::REMOTE_READ),
-            remote_write: self.meta.access.contains(Access::REMOTE_WRITE),
+            base: self.meta().base_to,
+            len: self.meta().len as u64,
+            remote_read: self.meta().access.contains(Access::REMOTE_READ),
+            remote_write: self.meta().access.contains(Access::REMOTE_WRITE),
         }
     }
 
     /// The region's first byte, for code that must hand the memory to something that
     /// takes a pointer; subject to the region's shared-memory rules.
     pub fn as_ptr(&self) -> *mut u8 {
-        self.meta.ptr
+        self.meta().ptr
     }
 
     /// Checks that `len` bytes at Tagged Offset `to` lie inside the registration and
@@ -1229,7 +1250,7 @@ impl MrGuard<'_> {
     /// may sit at either edge, including one past the last byte.
     #[inline]
     pub fn bounds(&self, to: u64, len: usize) -> Result<usize, BoundsFault> {
-        range_offset(self.meta.base_to, self.meta.len as u64, to, len as u64)
+        range_offset(self.meta().base_to, self.meta().len as u64, to, len as u64)
     }
 
     /// The planted defect (feature `planted-bounds-defect`, test-only): [`MrGuard::bounds`]
@@ -1237,8 +1258,8 @@ impl MrGuard<'_> {
     #[cfg(feature = "planted-bounds-defect")]
     fn planted_bounds(&self, to: u64, len: usize) -> Result<usize, BoundsFault> {
         range_offset(
-            self.meta.base_to,
-            self.meta.len as u64 + PLANTED_SLACK,
+            self.meta().base_to,
+            self.meta().len as u64 + PLANTED_SLACK,
             to,
             len as u64,
         )
@@ -1246,7 +1267,7 @@ impl MrGuard<'_> {
 
     #[inline]
     fn range_ok(&self, offset: usize, len: usize) -> bool {
-        offset <= self.meta.len && len <= self.meta.len - offset
+        offset <= self.meta().len && len <= self.meta().len - offset
     }
 
     /// Copies received bytes into the region at byte `offset` (from [`MrGuard::bounds`]).
@@ -1259,7 +1280,7 @@ impl MrGuard<'_> {
         // alive and valid for writes. `data` cannot overlap registered memory that may be
         // written: references into a region exist only under `Region::as_slice`'s
         // contract, which excludes writes.
-        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), self.meta.ptr.add(offset), data.len()) };
+        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), self.meta().ptr.add(offset), data.len()) };
         Ok(())
     }
 
@@ -1276,7 +1297,7 @@ impl MrGuard<'_> {
         // test-only `planted-bounds-defect`, whose whole point is a write up to
         // `PLANTED_SLACK` octets past the end: into the guard octets that the `fuzzing`
         // module's `GuardedArena` keeps behind every region it registers.)
-        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), self.meta.ptr.add(offset), data.len()) };
+        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), self.meta().ptr.add(offset), data.len()) };
         Ok(())
     }
 
@@ -1289,7 +1310,9 @@ impl MrGuard<'_> {
         }
         // SAFETY: the range is inside the region, alive and valid for reads; `dst` is a
         // unique borrow and so is not registered memory (no `&mut` into a region exists).
-        unsafe { ptr::copy_nonoverlapping(self.meta.ptr.add(offset), dst.as_mut_ptr(), dst.len()) };
+        unsafe {
+            ptr::copy_nonoverlapping(self.meta().ptr.add(offset), dst.as_mut_ptr(), dst.len())
+        };
         Ok(())
     }
 
@@ -1298,7 +1321,9 @@ impl MrGuard<'_> {
     pub fn copy_out_at(&self, to: u64, dst: &mut [u8]) -> Result<(), BoundsFault> {
         let offset = self.bounds(to, dst.len())?;
         // SAFETY: as in `copy_out`, with the range proved by `bounds`.
-        unsafe { ptr::copy_nonoverlapping(self.meta.ptr.add(offset), dst.as_mut_ptr(), dst.len()) };
+        unsafe {
+            ptr::copy_nonoverlapping(self.meta().ptr.add(offset), dst.as_mut_ptr(), dst.len())
+        };
         Ok(())
     }
 
@@ -1335,7 +1360,7 @@ impl MrGuard<'_> {
             // SAFETY: `bounds` proved `[offset, offset + dst.len())` inside the region the
             // guard keeps alive, valid for reads; `dst` is a unique borrow, so not
             // registered memory; the CPU has the features (checked just above).
-            return Ok(unsafe { crc::copy_sum_crc(self.meta.ptr.add(offset), dst, crc) });
+            return Ok(unsafe { crc::copy_sum_crc(self.meta().ptr.add(offset), dst, crc) });
         }
         let sum = warpcore_tcp::csum::copy_and_sum_from(dst, self.reader(offset, dst.len()));
         Ok((sum, crc::crc32c_append(crc, dst)))
@@ -1346,7 +1371,7 @@ impl MrGuard<'_> {
     /// [`MrGuard::bounds`].
     #[inline(always)]
     fn reader(&self, offset: usize, len: usize) -> impl FnMut(usize, &mut [u8]) + '_ {
-        let base = self.meta.ptr;
+        let base = self.meta().ptr;
         move |at, out| {
             // Checked here rather than trusted to the summing loops: the copy below relies
             // on it.
@@ -1369,7 +1394,7 @@ impl MrGuard<'_> {
             return Err(BoundsFault::OutOfBounds);
         }
         // SAFETY: in bounds (checked above).
-        let p = unsafe { self.meta.ptr.add(offset) };
+        let p = unsafe { self.meta().ptr.add(offset) };
         if p as usize % 8 != 0 {
             return Err(BoundsFault::Misaligned);
         }
@@ -1392,10 +1417,10 @@ impl fmt::Debug for MrGuard<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MrGuard")
             .field("stag", &self.stag)
-            .field("pd", &self.meta.pd)
-            .field("access", &self.meta.access)
-            .field("base_to", &self.meta.base_to)
-            .field("len", &self.meta.len)
+            .field("pd", &self.meta().pd)
+            .field("access", &self.meta().access)
+            .field("base_to", &self.meta().base_to)
+            .field("len", &self.meta().len)
             .finish()
     }
 }
@@ -1455,6 +1480,54 @@ mod tests {
             Err(BoundsFault::OutOfBounds)
         );
         assert_eq!(past, [0xEE, 0xEE]);
+    }
+
+    /// A guard reads its registration in the slot (`MrGuard::meta`), not a copy: that is
+    /// sound only because nothing rewrites a slot's metadata while a guard holds it. A fast
+    /// registration invalidated and registered again over another range by a second thread
+    /// must wait for the guard; until it drops, the guard bounds and copies by the range
+    /// it was looked up with, and afterwards a new lookup finds the new one.
+    #[test]
+    fn a_guard_reads_its_registration_until_it_drops() {
+        let t = std::sync::Arc::new(MrTable::with_seed(8, 7));
+        let pd = PdId(1);
+        let r = region(4096);
+        let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 13 + i / 97) as u8).collect();
+        r.write_at(0, &pattern).unwrap();
+        let mr = t.register(r, pd, Access::LOCAL_WRITE, 0).unwrap();
+        let fr = t.alloc_fast_reg(pd).unwrap();
+        let (k0, k1) = (fr.key().wrapping_add(1), fr.key().wrapping_add(2));
+        let s0 = t
+            .fast_register(fr, k0, mr, pd, 0, 1024, 0x10_000, Access::LOCAL_WRITE)
+            .unwrap();
+        let g = t.lookup_local(s0, pd, false).unwrap();
+        let other = std::sync::Arc::clone(&t);
+        let rewrite = std::thread::spawn(move || {
+            other.invalidate_local(s0, pd).unwrap();
+            other
+                .fast_register(s0, k1, mr, pd, 2048, 16, 0x20_000, Access::empty())
+                .unwrap()
+        });
+        for _ in 0..20 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            assert!(
+                !rewrite.is_finished(),
+                "the slot was rewritten under a guard"
+            );
+            assert_eq!((g.base_to(), g.len()), (0x10_000, 1024));
+            assert_eq!(g.bounds(0x10_000 + 1000, 24), Ok(1000));
+            assert_eq!(g.bounds(0x10_000 + 1000, 25), Err(BoundsFault::OutOfBounds));
+            let mut b = [0u8; 24];
+            g.copy_out_at(0x10_000 + 1000, &mut b).unwrap();
+            assert_eq!(b, pattern[1000..1024]);
+        }
+        drop(g);
+        let s1 = rewrite.join().unwrap();
+        let g = t.lookup_local(s1, pd, false).unwrap();
+        assert_eq!((g.base_to(), g.len()), (0x20_000, 16));
+        let mut b = [0u8; 16];
+        g.copy_out_at(0x20_000, &mut b).unwrap();
+        assert_eq!(b, pattern[2048..2064]);
     }
 
     /// The guard-free check never judges by a mix of two registrations, even when the
