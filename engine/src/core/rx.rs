@@ -201,6 +201,30 @@ impl Qp {
                 used
             };
         }
+        used + self.consume_fpdus(&data[used..], ctx, mrs, held)
+    }
+
+    /// [`Self::consume`] past the startup, for a QP in RTS or Closing that awaits no MPA
+    /// frame (an initiator reaches RTS only once it read the reply): FPDUs through the
+    /// deframer. `poll_stack` calls it directly for a QP it found steady (RTS, MPA done),
+    /// for which `consume`'s own steps before it would do nothing.
+    #[inline(never)]
+    pub(super) fn consume_fpdus<'m>(
+        &mut self,
+        data: &[u8],
+        ctx: &mut Ctx,
+        mrs: &'m MrTable,
+        held: &mut RxHeld<'m>,
+    ) -> usize {
+        debug_assert!(
+            matches!(self.state, QpState::Rts | QpState::Closing)
+                && !self.conn.as_ref().is_some_and(|c| matches!(
+                    &c.mpa,
+                    Mpa::Initiator(i) if i.phase() == nego::Phase::AwaitingFrame
+                )),
+            "consume_fpdus on a QP whose startup `consume` would still run"
+        );
+        let mut used = 0;
         let Some(mut d) = self.conn.as_mut().and_then(|c| c.deframer.take()) else {
             return used;
         };
@@ -827,7 +851,8 @@ impl<D: PollDevice> EngineCore<D> {
                 if !steady {
                     return 0;
                 }
-                let n = q.consume(data, ctx, mrs, &mut held);
+                // Steady: `consume`'s startup steps have nothing to do.
+                let n = q.consume_fpdus(data, ctx, mrs, &mut held);
                 ctx.stats.rx_in_place_octets += n as u64;
                 // Received octets may owe the peer something (as in `poll_rx`); a QP left
                 // settled (a Write or Send placed) owes nothing: checked below, once its
