@@ -91,7 +91,30 @@ pub(super) fn scatter(
 /// next is checked. The pass drops it at its end, and before a Send with Invalidate is
 /// handled (the invalidation waits for the region's guards: the core would wait on
 /// itself), so a deregistration waits at most one pass.
-pub(super) type RxHeld<'m> = Option<(MrGuard<'m>, crate::mem::StreamId, Access)>;
+pub(super) type RxHeld<'m> = Option<(MrGuard<'m>, crate::mem::StreamId, HeldRight)>;
+
+/// The right a held guard was looked up for: one of the two the receive path asks for. An
+/// enum rather than [`Access`], so that its spare values tell `None` of [`RxHeld`] (one
+/// compare of a byte in memory where every loop's pass drops its guard) rather than the
+/// guard's slot address (a load and a test).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum HeldRight {
+    /// A peer's RDMA Write into a region (RDMAP-8.1.1-6).
+    RemoteWrite,
+    /// A Read Response into the sink of our own Read.
+    LocalWrite,
+}
+
+impl HeldRight {
+    /// The right as [`MrTable::lookup_remote`] takes it.
+    #[inline(always)]
+    fn access(self) -> Access {
+        match self {
+            HeldRight::RemoteWrite => Access::REMOTE_WRITE,
+            HeldRight::LocalWrite => Access::LOCAL_WRITE,
+        }
+    }
+}
 
 /// The data messages' fast decode (not taken under `core::set_general_paths_only`; held to
 /// the general path by `tests/engine_rx_fast_paths.rs`): a ULPDU whose two control octets
@@ -410,7 +433,7 @@ impl Qp {
         let (h, data) = ulpdu.split_at(TAGGED_HEADER_LEN);
         let stag = Stag(u32::from_be_bytes([h[2], h[3], h[4], h[5]]));
         let to = u64::from_be_bytes([h[6], h[7], h[8], h[9], h[10], h[11], h[12], h[13]]);
-        let need = Access::REMOTE_WRITE;
+        let need = HeldRight::RemoteWrite;
         let stream = self.id.stream();
         let hit = held.as_ref().is_some_and(|(g, s, a)| {
             g.stag() == stag && g.pd() == self.pd && *s == stream && *a == need
@@ -418,7 +441,7 @@ impl Qp {
         if !hit {
             // As in `rx_lookup`: the old guard goes first.
             *held = None;
-            match mrs.lookup_remote(stag, self.pd, stream, need) {
+            match mrs.lookup_remote(stag, self.pd, stream, need.access()) {
                 Ok(g) => *held = Some((g, stream, need)),
                 Err(_) => return false,
             }
@@ -510,9 +533,9 @@ impl Qp {
         }
         let opcode = seg.repr.opcode;
         let need = if opcode == Opcode::ReadResponse {
-            Access::LOCAL_WRITE
+            HeldRight::LocalWrite
         } else {
-            Access::REMOTE_WRITE
+            HeldRight::RemoteWrite
         };
         let stream = self.id.stream();
         // The held guard answers as a fresh lookup would: same STag, PD, stream and right.
@@ -522,7 +545,7 @@ impl Qp {
         if !hit {
             // The old guard goes first: this thread never holds two for one segment.
             *held = None;
-            match mrs.lookup_remote(Stag(stag), self.pd, stream, need) {
+            match mrs.lookup_remote(Stag(stag), self.pd, stream, need.access()) {
                 Ok(g) => *held = Some((g, stream, need)),
                 Err(_)
                     if opcode == Opcode::ReadResponse
