@@ -55,12 +55,15 @@
 //! ```text
 //! poll ─ poll_tcp_events, poll_requests            (connect: new connections, MPA Requests)
 //!      ─ poll_rx                                    (rx: connections with queued octets)
-//!          └ Qp::consume      MPA startup frames (initiator), then Deframer::poll per FPDU
+//!          └ Qp::consume      MPA startup frames (initiator), then consume_fpdus:
+//!                             Deframer::poll per FPDU
 //!              └ Qp::rx_ulpdu
+//!                  ├ rx_plain_write      a plain RDMA Write placed from its fixed header
 //!                  ├ rx_fenced           a fenced responder's first ULPDU (the RTR)
-//!                  ├ check_inbound       RDMAP's checks; an SRQ buffer claimed if needed
+//!                  ├ plain_data / Segment::parse + check_inbound: the decode and RDMAP's
+//!                  │                     checks; an SRQ buffer claimed if needed
 //!                  ├ rx_lookup           the one STag lookup (MrTable::lookup_remote)
-//!                  ├ DdpReceiver::handle_segment
+//!                  ├ DdpReceiver::handle_header
 //!                  └ rx_tagged           Write / Read Response: MrGuard::place_at, ORQ head
 //!                    rx_send             QN 0: scatter into the head receive, completion
 //!                    rx_immediate        QN 0: Immediate Data completes the head receive
@@ -70,7 +73,7 @@
 //!                    rx_atomic_response  QN 3: ORQ head, original value, retire_sq
 //!                errors ─ Qp::fail_local (Terminate queued, flush)           (qp)
 //!      ─ poll_stack: stack.poll_with_fill (rx burst, TCP) (rx: in-order payload of RTS QPs)
-//!          └ Qp::consume      straight from the frame, while the TCP queue is empty
+//!          └ Qp::consume_fpdus   straight from the frame, while the TCP queue is empty
 //! ```
 //! # The transmit path, by function
 //! ```text
@@ -82,6 +85,8 @@
 //!              ├ Qp::tx_control     startup frames, failed-startup close, tx_terminate,
 //!              │                    tx_rtr, run_local_ops (local), the MPA fence
 //!              ├ Qp::tx_fpdus       per FPDU within tx_budget_fpdus:
+//!              │   ├ Qp::tx_write_whole a plain one-FPDU Write at the send position:
+//!              │   │                    DdpSender::tagged_whole, send_fpdu_from, done
 //!              │   ├ Qp::start_next     run_local_ops, then start_read_response /
 //!              │   │                    start_atomic_response (execute_atomic) / start_sq
 //!              │   ├ Segmenter::next_segment (DDP), then either

@@ -1172,11 +1172,12 @@ pub struct MrGuard<'a> {
 impl<'a> MrGuard<'a> {
     /// The registration's metadata, in its slot.
     #[inline(always)]
-    fn meta(&self) -> &'a Meta {
+    fn meta(&self) -> &Meta {
         // SAFETY: the guard's increment observed VALID with its key (`lookup_in`), so the
         // write that published `meta` happened before, and no writer touches `meta` until
         // the guard count drains to zero (`transition_and_drain`), which this guard's
-        // count keeps from happening while the guard (and so `'a`'s use here) lives.
+        // count keeps from happening while the guard lives; the reference borrows the
+        // guard, so it cannot outlive it.
         unsafe { &*self.slot.meta.get() }
     }
     /// The STag this guard was looked up with.
