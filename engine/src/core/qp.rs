@@ -9,45 +9,57 @@ impl<D: PollDevice> EngineCore<D> {
     /// alive goes to the error state, as the verbs prescribe for a CQ error, with a local
     /// catastrophic Terminate to the peer (RDMAP-7.1-1: reported to the local user as
     /// [`ConnError::CqOverrun`]). Nothing is lost silently.
+    #[inline]
     pub(super) fn poll_cq_overrun(&mut self, slots: &[usize]) {
+        for &i in slots {
+            if self.qps[i]
+                .as_ref()
+                .is_some_and(|q| q.send_cq.overrun() || q.recv_cq.overrun())
+            {
+                self.cq_overran(i);
+            }
+        }
+    }
+
+    /// [`Self::poll_cq_overrun`]'s action for QP slot `i`, whose send or receive CQ
+    /// overran: out of line, so that the poller's check of each QP stays a few
+    /// instructions.
+    #[cold]
+    #[inline(never)]
+    fn cq_overran(&mut self, i: usize) {
         let EngineCore {
             qps, ctx, tx_ready, ..
         } = self;
-        for &i in slots {
-            let Some(q) = qps[i].as_mut() else {
-                continue;
-            };
-            if !(q.send_cq.overrun() || q.recv_cq.overrun()) {
-                continue;
+        let Some(q) = qps[i].as_mut() else {
+            return;
+        };
+        // The queue's own asynchronous error, once for the queue (whichever core finds it
+        // first), before the errors of the queue pairs it fails; also when the queue pair
+        // had failed already (its flushes may be what overran it).
+        for cq in [&q.send_cq, &q.recv_cq] {
+            if cq.take_overrun_report() {
+                ctx.events.push_back(CmEvent::CqError { cq: cq.id() });
             }
-            // The queue's own asynchronous error, once for the queue (whichever core
-            // finds it first), before the errors of the queue pairs it fails; also when
-            // the queue pair had failed already (its flushes may be what overran it).
-            for cq in [&q.send_cq, &q.recv_cq] {
-                if cq.take_overrun_report() {
-                    ctx.events.push_back(CmEvent::CqError { cq: cq.id() });
-                }
-            }
-            if matches!(q.state, QpState::Terminate | QpState::Error) {
-                continue;
-            }
-            if q.conn.is_none() {
-                // Not connected (yet): nothing to tell a peer; to the error state at once.
-                q.flush();
-                ctx.events.push_back(CmEvent::Error {
-                    qp: q.id,
-                    error: ConnError::CqOverrun,
-                });
-            } else {
-                q.fail_local_because(
-                    ProtocolError::Rdmap(RdmapError::LocalCatastrophic),
-                    None,
-                    ctx,
-                    ConnError::CqOverrun,
-                );
-                // The Terminate goes out on the transmit poller.
-                tx_ready.mark(i);
-            }
+        }
+        if matches!(q.state, QpState::Terminate | QpState::Error) {
+            return;
+        }
+        if q.conn.is_none() {
+            // Not connected (yet): nothing to tell a peer; to the error state at once.
+            q.flush();
+            ctx.events.push_back(CmEvent::Error {
+                qp: q.id,
+                error: ConnError::CqOverrun,
+            });
+        } else {
+            q.fail_local_because(
+                ProtocolError::Rdmap(RdmapError::LocalCatastrophic),
+                None,
+                ctx,
+                ConnError::CqOverrun,
+            );
+            // The Terminate goes out on the transmit poller.
+            tx_ready.mark(i);
         }
     }
 }
