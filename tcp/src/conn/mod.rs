@@ -1556,10 +1556,12 @@ impl Connection {
     /// How much of the `n` octets (at most, from SND.NXT) a new segment of a record stream
     /// carries: up to the last record boundary within them; all of them when they reach the
     /// end of the queued data; `None` (wait for an ACK) when not even the next record fits
-    /// but would fit a segment and data is in flight.
-    fn record_cut(&self, n: usize, unsent: usize, room: usize) -> Option<usize> {
+    /// but would fit a segment and data is in flight. With the cut, when it is a record
+    /// boundary found among the records: how many records it sends (those that end within
+    /// it: `poll_new` drains them without searching again).
+    fn record_cut(&self, n: usize, unsent: usize, room: usize) -> Option<(usize, Option<usize>)> {
         if n >= unsent {
-            return Some(n);
+            return Some((n, None));
         }
         let seq = self.snd_nxt;
         // The ends ascend (`push_record`), so those within the `n` octets are a prefix,
@@ -1573,7 +1575,9 @@ impl Connection {
             None => 0,
         };
         if cut > 0 {
-            return Some(cut);
+            // The cut is the end of record `within - 1`: exactly the first `within` end
+            // at or before it (the ends strictly ascend).
+            return Some((cut, Some(within)));
         }
         // None within: the next record is the first past them.
         let next = self
@@ -1586,7 +1590,7 @@ impl Connection {
         if next <= room && in_flight {
             None
         } else {
-            Some(n)
+            Some((n, None))
         }
     }
 
@@ -1876,13 +1880,13 @@ impl Connection {
             return None;
         }
         let records = self.in_records() && how != Send::WindowProbe;
-        let payload_len = if records {
+        let (payload_len, records_sent) = if records {
             // Whole records, the segment's payload room kept whole (SACK blocks give way).
             let room = self.max_record_payload();
             self.record_cut(n.min(room), unsent, room)?
         } else {
             // The options of this segment (SACK blocks come and go) leave this much room.
-            n.min(self.payload_room(now, self.snd_nxt))
+            (n.min(self.payload_room(now, self.snd_nxt)), None)
         };
         let seq = self.snd_nxt;
         let last = payload_len == unsent;
@@ -1898,11 +1902,15 @@ impl Connection {
         if fin {
             self.fin_seq = Some(seq + payload_len);
         }
-        // The records now sent (a prefix: their ends ascend) leave at once.
+        // The records now sent (a prefix: their ends ascend) leave at once: as many as
+        // `record_cut` counted when it cut at a record's end (every segment of small
+        // records), else found by a search.
         let snd_nxt = self.snd_nxt;
-        let sent_records = self
-            .records
-            .partition_point(|&end| seq_diff(end, snd_nxt) <= 0);
+        let search = |records: &VecDeque<TcpSeqNumber>| {
+            records.partition_point(|&end| seq_diff(end, snd_nxt) <= 0)
+        };
+        let sent_records = records_sent.unwrap_or_else(|| search(&self.records));
+        debug_assert_eq!(sent_records, search(&self.records));
         self.records.drain(..sent_records);
         self.rec
             .on_sent(now, seq, payload_len + usize::from(fin), false);
