@@ -137,7 +137,9 @@ impl SendRing {
             self.relayout(cap);
             (tail, n) = self.tail_space();
         }
-        let n = n.min(free);
+        // The buffer never outgrows the limit (every growth is capped by it), so the free
+        // run is never more than may still be queued: no clamp of `n` by `free`.
+        debug_assert!(n <= free && self.buf.len() <= self.limit);
         let w = f(&mut self.buf[tail..tail + n]).min(n);
         self.len += w;
         w
