@@ -46,6 +46,7 @@
 //! then may the owner reuse what the record was built from. Tokens must increase.
 
 mod reasm;
+mod records;
 mod ring;
 
 use std::collections::VecDeque;
@@ -58,6 +59,7 @@ use crate::recovery::{
     earliest_of, Recovery, RecoveryConfig, RecoveryStats, TimeoutAction, MAX_RTO_BACKOFFS,
 };
 use reasm::Reassembly;
+use records::Records;
 use ring::SendRing;
 
 /// Per-connection configuration.
@@ -329,7 +331,7 @@ pub struct Connection {
     smss: usize,
     tx: SendRing,
     /// Sequence numbers just past the end of each record not yet wholly sent, oldest first.
-    records: VecDeque<TcpSeqNumber>,
+    records: Records,
     /// A record was ever marked: segments keep their whole payload room (SACK blocks give
     /// way) so that retransmissions stay aligned.
     record_stream: bool,
@@ -413,7 +415,7 @@ impl Connection {
             snd_shift: 0,
             smss,
             tx: SendRing::new(cfg.tx_buffer.max(1)),
-            records: VecDeque::new(),
+            records: Records::default(),
             record_stream: false,
             wrap_buf: Vec::new(),
             ext: VecDeque::new(),
@@ -805,7 +807,7 @@ impl Connection {
     pub fn shed_buffers(&mut self) {
         if self.tx.len() == 0 {
             self.tx = SendRing::new(self.cfg.tx_buffer.max(1));
-            self.records = VecDeque::new();
+            self.records = Records::default();
             self.ext = VecDeque::new();
         }
         self.wrap_buf = Vec::new();
@@ -1567,11 +1569,10 @@ impl Connection {
         // The ends ascend (`push_record`), so those within the `n` octets are a prefix,
         // found by a binary search rather than a walk over every record of the segment (a
         // segment of small FPDUs carries many); the last of them is the cut.
-        let within = self
-            .records
-            .partition_point(|&end| seq_diff(end, seq) <= n as i64);
-        let cut = match within.checked_sub(1) {
-            Some(last) => seq_diff(self.records[last], seq).max(0) as usize,
+        let records = self.records.as_slice();
+        let within = records.partition_point(|&end| seq_diff(end, seq) <= n as i64);
+        let cut = match within.checked_sub(1).and_then(|last| records.get(last)) {
+            Some(&end) => seq_diff(end, seq).max(0) as usize,
             None => 0,
         };
         if cut > 0 {
@@ -1580,8 +1581,7 @@ impl Connection {
             return Some((cut, Some(within)));
         }
         // None within: the next record is the first past them.
-        let next = self
-            .records
+        let next = records
             .get(within)
             .map(|&e| seq_diff(e, seq))
             .filter(|&r| r > 0)
@@ -1906,12 +1906,14 @@ impl Connection {
         // `record_cut` counted when it cut at a record's end (every segment of small
         // records), else found by a search.
         let snd_nxt = self.snd_nxt;
-        let search = |records: &VecDeque<TcpSeqNumber>| {
-            records.partition_point(|&end| seq_diff(end, snd_nxt) <= 0)
+        let search = |records: &Records| {
+            records
+                .as_slice()
+                .partition_point(|&end| seq_diff(end, snd_nxt) <= 0)
         };
         let sent_records = records_sent.unwrap_or_else(|| search(&self.records));
         debug_assert_eq!(sent_records, search(&self.records));
-        self.records.drain(..sent_records);
+        self.records.drain_front(sent_records);
         self.rec
             .on_sent(now, seq, payload_len + usize::from(fin), false);
         self.sent(&seg);
