@@ -22,6 +22,7 @@ fn wrap(at: usize, cap: usize) -> usize {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SendRing {
     buf: Vec<u8>,
+    /// Where the oldest octet is; 0 whenever the ring is empty.
     head: usize,
     len: usize,
     limit: usize,
@@ -124,9 +125,9 @@ impl SendRing {
         if free == 0 {
             return 0;
         }
-        if self.len == 0 {
-            self.head = 0;
-        }
+        // An empty ring's head is 0 already: `consume` resets it as the ring empties (the
+        // only way it empties), so the free run starts at the buffer's start.
+        debug_assert!(self.len != 0 || self.head == 0);
         let want = free.min(want);
         let (mut tail, mut n) = self.tail_space();
         if n < want && self.buf.len() < self.limit {
@@ -154,9 +155,7 @@ impl SendRing {
         if n > self.free() {
             return false;
         }
-        if self.len == 0 {
-            self.head = 0;
-        }
+        debug_assert!(self.len != 0 || self.head == 0, "see `lend`");
         if self.buf.len() < self.len + n {
             let cap = (self.buf.len() * 2)
                 .max(MIN_CAP)
