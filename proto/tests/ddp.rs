@@ -1282,7 +1282,7 @@ proptest! {
         stag in any::<u32>(),
         to in prop_oneof![any::<u64>(), (0u64..4096).prop_map(|d| u64::MAX - d)],
         len in prop_oneof![0u32..64, 0u32..20_000, any::<u32>()],
-        mulpdu in prop_oneof![0usize..40, 0usize..20_000],
+        mulpdu in prop_oneof![0usize..40, 10usize..18, 0usize..20_000],
         short in 0usize..TAGGED_HEADER_LEN,
     ) {
         let sender = DdpSender::new();

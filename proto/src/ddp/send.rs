@@ -163,7 +163,10 @@ impl DdpSender {
         mulpdu: usize,
         header: &mut [u8],
     ) -> Option<usize> {
-        if payload_len as usize > mulpdu.checked_sub(TAGGED_HEADER_LEN)?
+        // As the segmenter: a MULPDU with no room past the header is refused (even for an
+        // empty message), then the message must fit in one segment.
+        check_mulpdu(TAGGED_HEADER_LEN, mulpdu).ok()?;
+        if payload_len as usize > mulpdu - TAGGED_HEADER_LEN
             || crate::rdmap::to_range_wraps(to, u64::from(payload_len))
         {
             return None;
