@@ -487,8 +487,7 @@ impl Deframer {
         if len > self.max_ulpdu_len {
             return None;
         }
-        let covered_len = ULPDU_LENGTH_LEN + len + fpdu::pad_len(len);
-        let total = covered_len + CRC_LEN;
+        let total = super::fpdu_len_of(len);
         if self.markers {
             let to_marker = fpdu::octets_to_next_marker(self.pos);
             if to_marker == 0 || to_marker < total {

@@ -283,8 +283,10 @@ impl Framer {
                 max: self.mulpdu,
             });
         }
-        let needed = self.fpdu_wire_len(len);
-        if needed != fpdu::fpdu_len(len) {
+        // `fpdu_wire_len(len)` is this FPDU's length exactly when no marker falls inside
+        // it (always so with markers off, MPA-4.3-8).
+        let needed = super::fpdu_len_of(len);
+        if self.markers && fpdu::markers_in_fpdu(self.stream_offset, needed) != 0 {
             return Ok(None);
         }
         let Some(out) = out.get_mut(..needed) else {
