@@ -496,13 +496,13 @@ impl Deframer {
         }
         let (fpdu, _) = input.split_at_checked(total)?;
         let (covered, field) = fpdu.split_last_chunk::<CRC_LEN>()?;
+        // Sliced before the CRC call rather than after it: less is then kept across the
+        // call in the caller's registers.
+        let ulpdu = covered.get(ULPDU_LENGTH_LEN..ULPDU_LENGTH_LEN + len)?;
         if self.crc_on && crc_from_wire(*field) != (self.crc_fn)(0, covered) {
             return None;
         }
-        Some((
-            total,
-            covered.get(ULPDU_LENGTH_LEN..ULPDU_LENGTH_LEN + len)?,
-        ))
+        Some((total, ulpdu))
     }
 
     /// Extends the running CRC over covered octets (skipped when CRCs are off: the field is
