@@ -96,7 +96,9 @@ pub struct Framer {
     markers: bool,
     crc: bool,
     crc_fn: Crc32cFn,
-    mulpdu: usize,
+    /// MULPDU, at most 64768 (`clamp_mulpdu`): 16 bits, so that the fast paths' bound
+    /// on a ULPDU's length is known to the compiler without a clamp of its own.
+    mulpdu: u16,
     stream_offset: u64,
     fpdus: u64,
     ulpdu_octets: u64,
@@ -137,7 +139,7 @@ impl Framer {
 
     /// The current MULPDU: the largest ULPDU [`emit`](Self::emit) accepts (MPA-3-2).
     pub fn max_ulpdu_len(&self) -> usize {
-        self.mulpdu
+        usize::from(self.mulpdu)
     }
 
     /// Changes MULPDU, e.g. after an EMSS change or to fill the rest of a segment
@@ -152,7 +154,8 @@ impl Framer {
     /// Sets MULPDU from an effective MSS with the marker-aware formula of mpa-08 §4.5
     /// (MPA-4.5-1, MPA-4.5-2, MPA-4.5-6).
     pub fn set_emss(&mut self, emss: usize) {
-        self.mulpdu = fpdu::mulpdu(emss, self.markers);
+        // Already clamped; the clamp only narrows it to the field.
+        self.mulpdu = clamp_mulpdu(fpdu::mulpdu(emss, self.markers));
     }
 
     /// Stream offset (from the start of FPDU mode) of the next octet to be emitted.
@@ -199,10 +202,10 @@ impl Framer {
         for part in ulpdu {
             len = len.saturating_add(part.len());
         }
-        if len > self.mulpdu {
+        if len > usize::from(self.mulpdu) {
             return Err(FramerError::UlpduTooLong {
                 len,
-                max: self.mulpdu,
+                max: usize::from(self.mulpdu),
             });
         }
         let needed = self.fpdu_wire_len(len);
@@ -274,13 +277,12 @@ impl Framer {
         out: &mut [u8],
     ) -> Result<Option<usize>, FramerError> {
         let len = hdr.len().saturating_add(payload_len);
-        // MULPDU never exceeds 64768 (it is clamped wherever it is set); saying so here
-        // lets the compiler see that the FPDU arithmetic below cannot wrap, and drop the
-        // bounds checks that assume it might.
-        if len > self.mulpdu.min(MAX_ULPDU_LEN) {
+        // MULPDU is 16 bits (at most 64768): the compiler sees that the FPDU arithmetic
+        // below cannot wrap, and drops the bounds checks that assume it might.
+        if len > usize::from(self.mulpdu) {
             return Err(FramerError::UlpduTooLong {
                 len,
-                max: self.mulpdu,
+                max: usize::from(self.mulpdu),
             });
         }
         // `fpdu_wire_len(len)` is this FPDU's length exactly when no marker falls inside
@@ -316,10 +318,10 @@ impl Framer {
         payload_len: usize,
     ) -> Result<Option<usize>, FramerError> {
         let len = hdr_len.saturating_add(payload_len);
-        if len > self.mulpdu {
+        if len > usize::from(self.mulpdu) {
             return Err(FramerError::UlpduTooLong {
                 len,
-                max: self.mulpdu,
+                max: usize::from(self.mulpdu),
             });
         }
         let needed = self.fpdu_wire_len(len);
@@ -477,8 +479,11 @@ fn zero_pad(pad: &mut [u8]) {
     }
 }
 
-fn clamp_mulpdu(mulpdu: usize) -> usize {
-    mulpdu.clamp(MIN_MULPDU, MAX_ULPDU_LEN)
+// `clamp_mulpdu`'s result fits its 16 bits.
+const _: () = assert!(MAX_ULPDU_LEN <= u16::MAX as usize);
+
+fn clamp_mulpdu(mulpdu: usize) -> u16 {
+    mulpdu.clamp(MIN_MULPDU, MAX_ULPDU_LEN) as u16
 }
 
 impl Framer {
@@ -757,6 +762,32 @@ mod tests {
         assert_eq!(f.emit(&[&big[..128]], &mut [0u8; 140]), Ok(136));
         f.set_emss(1460);
         assert_eq!(f.max_ulpdu_len(), 1454);
+    }
+
+    /// `emit_in_place` and `reserve_in_place` take a ULPDU of exactly MULPDU octets and
+    /// refuse one more (MPA-3-2), with the default MULPDU, one set below it and one clamped
+    /// down from above 64768 (MPA-3-5); the refusal changes nothing.
+    #[test]
+    fn in_place_refuses_exactly_past_mulpdu() {
+        for (set, max) in [
+            (None, MAX_ULPDU_LEN),
+            (Some(200), 200),
+            (Some(1 << 40), MAX_ULPDU_LEN),
+        ] {
+            let mut f = Framer::new(FramerConfig::default());
+            if let Some(m) = set {
+                f.set_max_ulpdu_len(m);
+            }
+            let mut out = vec![0u8; fpdu::fpdu_len(max + 1)];
+            let too_long = Err(FramerError::UlpduTooLong { len: max + 1, max });
+            assert_eq!(f.emit_in_place(&[0; 14], max - 13, &mut out), too_long);
+            assert_eq!(f.reserve_in_place(14, max - 13), too_long);
+            assert_eq!((f.stream_offset(), f.fpdus()), (0, 0));
+            let n = fpdu::fpdu_len(max);
+            assert_eq!(f.emit_in_place(&[0; 14], max - 14, &mut out), Ok(Some(n)));
+            assert_eq!(f.reserve_in_place(14, max - 14), Ok(Some(n)));
+            assert_eq!((f.stream_offset(), f.fpdus()), (2 * n as u64, 2));
+        }
     }
 
     /// MPA-4.1-4 / MPA-4.4-13: with CRC off the field is present and zero.
