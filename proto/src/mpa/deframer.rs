@@ -232,8 +232,10 @@ pub struct Deframer {
     fault: Option<DeframeFault>,
     last_fpdu_offset: u64,
     fpdus: u64,
-    ulpdu_octets: u64,
+    // Not next to `fpdus`: side by side, the fast path's two increments were merged
+    // into one vector add that costs three times the instructions.
     markers_seen: u64,
+    ulpdu_octets: u64,
 }
 
 impl fmt::Debug for Deframer {
