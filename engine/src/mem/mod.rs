@@ -144,6 +144,7 @@
 //! to an ordering or an `unsafe` block here.
 #![allow(unsafe_code)]
 
+mod copy;
 pub mod crc;
 #[cfg(feature = "fuzzing")]
 mod guarded;

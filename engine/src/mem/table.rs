@@ -11,7 +11,7 @@ use core::sync::atomic::{fence, AtomicU64, AtomicU8, Ordering};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::mem::crc;
+use crate::mem::{copy, crc};
 use crossbeam::utils::Backoff;
 use warpcore_proto::ddp::TaggedRegion;
 use warpcore_proto::rdmap::AccessRegion;
@@ -1281,7 +1281,7 @@ impl<'a> MrGuard<'a> {
         // alive and valid for writes. `data` cannot overlap registered memory that may be
         // written: references into a region exist only under `Region::as_slice`'s
         // contract, which excludes writes.
-        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), self.meta().ptr.add(offset), data.len()) };
+        unsafe { copy::copy(data.as_ptr(), self.meta().ptr.add(offset), data.len()) };
         Ok(())
     }
 
@@ -1298,7 +1298,7 @@ impl<'a> MrGuard<'a> {
         // test-only `planted-bounds-defect`, whose whole point is a write up to
         // `PLANTED_SLACK` octets past the end: into the guard octets that the `fuzzing`
         // module's `GuardedArena` keeps behind every region it registers.)
-        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), self.meta().ptr.add(offset), data.len()) };
+        unsafe { copy::copy(data.as_ptr(), self.meta().ptr.add(offset), data.len()) };
         Ok(())
     }
 
@@ -1311,9 +1311,7 @@ impl<'a> MrGuard<'a> {
         }
         // SAFETY: the range is inside the region, alive and valid for reads; `dst` is a
         // unique borrow and so is not registered memory (no `&mut` into a region exists).
-        unsafe {
-            ptr::copy_nonoverlapping(self.meta().ptr.add(offset), dst.as_mut_ptr(), dst.len())
-        };
+        unsafe { copy::copy(self.meta().ptr.add(offset), dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
 
@@ -1322,9 +1320,7 @@ impl<'a> MrGuard<'a> {
     pub fn copy_out_at(&self, to: u64, dst: &mut [u8]) -> Result<(), BoundsFault> {
         let offset = self.bounds(to, dst.len())?;
         // SAFETY: as in `copy_out`, with the range proved by `bounds`.
-        unsafe {
-            ptr::copy_nonoverlapping(self.meta().ptr.add(offset), dst.as_mut_ptr(), dst.len())
-        };
+        unsafe { copy::copy(self.meta().ptr.add(offset), dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
 
@@ -1481,6 +1477,77 @@ mod tests {
             Err(BoundsFault::OutOfBounds)
         );
         assert_eq!(past, [0xEE, 0xEE]);
+    }
+
+    /// `place_at` and `copy_out_at` (the inline short copies up to `copy::SMALL_MAX`, then
+    /// `memcpy`) at every length 0..=256 and a few long ones, at region offsets of every
+    /// alignment and at both edges: exactly the range is written (the rest of the region
+    /// keeps its fill) or read (guard octets around the destination keep theirs), and a range
+    /// one octet past the end is refused with nothing touched.
+    #[test]
+    fn place_and_copy_out_touch_exactly_their_range() {
+        const LEN: usize = 8192;
+        const FILL: u8 = 0x5A;
+        const GUARD: usize = 40;
+        let r = region(LEN);
+        let t = MrTable::with_seed(4, 9);
+        let s = t
+            .register(Arc::clone(&r), PdId(1), Access::LOCAL_WRITE, 0x1000)
+            .unwrap();
+        let g = t.lookup_local(s, PdId(1), true).unwrap();
+        let data: Vec<u8> = (0..LEN as u32).map(|i| (i * 31 + i / 7) as u8).collect();
+        let mut mem = vec![0u8; LEN];
+        let lens = (0..=256usize).chain([257, 1000, 4096, LEN]);
+        for len in lens {
+            let offs = [0usize, 1, 3, 7, 8, 13, 16, 33, 64, LEN / 2 + 5]
+                .into_iter()
+                .filter(|&o| o + len <= LEN)
+                .chain([LEN - len]);
+            for off in offs {
+                let to = 0x1000 + off as u64;
+                let src = &data[off % 5..off % 5 + len];
+                r.write_at(0, &vec![FILL; LEN]).unwrap();
+                g.place_at(to, src).unwrap();
+                r.read_at(0, &mut mem).unwrap();
+                assert_eq!(&mem[off..off + len], src, "place {len} at {off}");
+                assert!(
+                    mem[..off].iter().all(|&b| b == FILL),
+                    "below: place {len} at {off}"
+                );
+                assert!(
+                    mem[off + len..].iter().all(|&b| b == FILL),
+                    "above: place {len} at {off}"
+                );
+                r.write_at(0, &data).unwrap();
+                for d in [0usize, 1, 7] {
+                    let mut buf = vec![FILL; len + 2 * GUARD + d];
+                    g.copy_out_at(to, &mut buf[GUARD + d..GUARD + d + len])
+                        .unwrap();
+                    assert_eq!(&buf[GUARD + d..GUARD + d + len], &data[off..off + len]);
+                    assert!(
+                        buf[..GUARD + d].iter().all(|&b| b == FILL),
+                        "copy_out {len} at {off}"
+                    );
+                    assert!(
+                        buf[GUARD + d + len..].iter().all(|&b| b == FILL),
+                        "copy_out {len} at {off}"
+                    );
+                }
+            }
+            if len > 0 {
+                let past = 0x1000 + (LEN - len + 1) as u64;
+                r.write_at(0, &vec![FILL; LEN]).unwrap();
+                assert_eq!(
+                    g.place_at(past, &data[..len]),
+                    Err(BoundsFault::OutOfBounds)
+                );
+                let mut buf = vec![FILL; len];
+                assert_eq!(g.copy_out_at(past, &mut buf), Err(BoundsFault::OutOfBounds));
+                assert!(buf.iter().all(|&b| b == FILL));
+                r.read_at(0, &mut mem).unwrap();
+                assert!(mem.iter().all(|&b| b == FILL));
+            }
+        }
     }
 
     /// A guard reads its registration in the slot (`MrGuard::meta`), not a copy: that is
