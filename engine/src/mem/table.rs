@@ -1287,7 +1287,7 @@ impl<'a> MrGuard<'a> {
 
     /// The hot path in one call: [`MrGuard::bounds`] then [`MrGuard::place`] for `data`
     /// at Tagged Offset `to`, with a single bounds check.
-    #[inline]
+    #[inline(always)]
     pub fn place_at(&self, to: u64, data: &[u8]) -> Result<(), BoundsFault> {
         #[cfg(not(feature = "planted-bounds-defect"))]
         let offset = self.bounds(to, data.len())?;
@@ -1316,7 +1316,7 @@ impl<'a> MrGuard<'a> {
     }
 
     /// [`MrGuard::bounds`] then [`MrGuard::copy_out`] for `dst.len()` bytes at `to`.
-    #[inline]
+    #[inline(always)]
     pub fn copy_out_at(&self, to: u64, dst: &mut [u8]) -> Result<(), BoundsFault> {
         let offset = self.bounds(to, dst.len())?;
         // SAFETY: as in `copy_out`, with the range proved by `bounds`.
