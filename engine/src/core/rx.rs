@@ -123,7 +123,7 @@ impl HeldRight {
 /// Response (DDP: T = 1, reserved 0, DV 1, either L; 14 octets) and the four Sends on QN 0
 /// (T = 0; 18 octets), each with RDMAP RV 1 and reserved bits 0. For such a ULPDU both pass
 /// (DDP-4.1-10, DV; the RDMAP version, RDMAP-4.1-7; a defined opcode on its buffer model
-/// and queue; no RDMAP header, RDMAP-4.1-3; none is an RFC 7306 opcode) and `parse` returns
+/// and queue; no RDMAP header, RDMAP-4.2-1; none is an RFC 7306 opcode) and `parse` returns
 /// what this does: the header's fields, no RDMAP header, and the rest as payload.
 /// Everything after (lookup, `handle_header`, placement, the receive, the Invalidate) runs
 /// as for any segment. Anything else is `None`, for the general decode.

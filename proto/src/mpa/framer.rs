@@ -286,7 +286,8 @@ impl Framer {
             });
         }
         // `fpdu_wire_len(len)` is this FPDU's length exactly when no marker falls inside
-        // it (always so with markers off, MPA-4.3-8).
+        // it (always so with markers off: markers go only into a stream whose receiver
+        // asked for them, MPA-4.3-1, MPA-4.3-2).
         let needed = super::fpdu_len_of(len);
         if self.markers && fpdu::markers_in_fpdu(self.stream_offset, needed) != 0 {
             return Ok(None);

@@ -62,7 +62,7 @@ impl SendRing {
 
     /// The tail (where the next octet goes) and the free octets contiguous from it. `len`
     /// is at most `cap`, and `head < cap` when anything is queued (`head` is 0 otherwise, as
-    /// `lend` and `reserve` reset it), so the ring's end falls at most one lap past the
+    /// `consume`, `relayout` and `release_if_empty` set it so), so the ring's end falls at most one lap past the
     /// buffer's: before it, the free run reaches the buffer's end; past it (the queued
     /// octets wrap, or fill the ring), the free run is all the free space, up to the head.
     fn tail_space(&self) -> (usize, usize) {
