@@ -307,6 +307,30 @@ pub struct Seg {
     pub crc_ok: bool,
 }
 
+impl Seg {
+    /// A well-formed segment of `opcode` as a correct peer sends it: its own buffer model,
+    /// L set, no control noise, QN and MSN as they should be, no RDMAP header, `len`
+    /// payload octets of 1, a good CRC; tagged ones into `stag` at `to`.
+    pub fn plain(opcode: Opcode, stag: StagPick, to: ToPick, len: u16) -> Seg {
+        Seg {
+            opcode: opcode as u8,
+            tagged: None,
+            last: true,
+            ctrl_noise: None,
+            stag,
+            to,
+            qn: None,
+            msn: MsnPick::Next(0),
+            mo: 0,
+            inv: StagPick::Garbage(0),
+            hdr: Hdr::None,
+            len,
+            fill: 1,
+            crc_ok: true,
+        }
+    }
+}
+
 /// One piece of the peer's stream.
 #[derive(Debug, Clone, Arbitrary)]
 pub enum Piece {
@@ -472,20 +496,13 @@ pub fn planted_defect_input() -> RxInput {
             fin: false,
         },
         pieces: vec![Piece::Seg(Seg {
-            opcode: Opcode::Write as u8,
-            tagged: None,
-            last: true,
-            ctrl_noise: None,
-            stag: StagPick::Region(RW as u8),
-            to: ToPick::End(-16),
-            qn: None,
-            msn: MsnPick::Next(0),
-            mo: 0,
-            inv: StagPick::Garbage(0),
-            hdr: Hdr::None,
-            len: 32,
             fill: 0xA5,
-            crc_ok: true,
+            ..Seg::plain(
+                Opcode::Write,
+                StagPick::Region(RW as u8),
+                ToPick::End(-16),
+                32,
+            )
         })],
         cuts: Vec::new(),
     }

@@ -333,9 +333,7 @@ fn refused_sends_terminate_the_same_both_ways() {
 /// perturbed one to the general path: the same Terminate, placement and receives both ways.
 #[test]
 fn hostile_writes_and_sends_are_answered_the_same_both_ways() {
-    use warpcore_engine::fuzzing::{
-        run, Hdr, MsnPick, Piece, RxInput, Seg, Setup, StagPick, ToPick,
-    };
+    use warpcore_engine::fuzzing::{run, MsnPick, Piece, RxInput, Seg, Setup, StagPick, ToPick};
     use warpcore_engine::proto::wire::rdmap::Opcode;
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut rnd = move |n: u64| {
@@ -344,21 +342,8 @@ fn hostile_writes_and_sends_are_answered_the_same_both_ways() {
         x ^= x << 17;
         x % n
     };
-    let good = |opcode: Opcode, stag: u8, to: u16, len: u16| Seg {
-        opcode: opcode as u8,
-        tagged: None,
-        last: true,
-        ctrl_noise: None,
-        stag: StagPick::Region(stag),
-        to: ToPick::Start(to),
-        qn: None,
-        msn: MsnPick::Next(0),
-        mo: 0,
-        inv: StagPick::Garbage(0),
-        hdr: Hdr::None,
-        len,
-        fill: 1,
-        crc_ok: true,
+    let good = |opcode: Opcode, stag: u8, to: u16, len: u16| {
+        Seg::plain(opcode, StagPick::Region(stag), ToPick::Start(to), len)
     };
     let opcodes = [
         Opcode::Write,

@@ -11,8 +11,8 @@
 use std::path::PathBuf;
 
 use warpcore_engine::fuzzing::{
-    check, planted_defect_input, raw_seed, run, Hdr, MsnPick, Piece, Report, RxInput, Seg, Setup,
-    StagPick, ToPick, Violation, FOREIGN, LOCAL, RO, RW, TOP,
+    check, planted_defect_input, raw_seed, run, Hdr, Piece, Report, RxInput, Seg, Setup, StagPick,
+    ToPick, Violation, FOREIGN, LOCAL, RO, RW, TOP,
 };
 use warpcore_engine::proto::error::{DdpError, MpaError, ProtocolError, RdmapError};
 use warpcore_engine::proto::wire::rdmap::Opcode;
@@ -38,22 +38,7 @@ fn setup() -> Setup {
 }
 
 fn seg(opcode: Opcode, stag: StagPick, to: ToPick, len: u16) -> Seg {
-    Seg {
-        opcode: opcode as u8,
-        tagged: None,
-        last: true,
-        ctrl_noise: None,
-        stag,
-        to,
-        qn: None,
-        msn: MsnPick::Next(0),
-        mo: 0,
-        inv: StagPick::Garbage(0),
-        hdr: Hdr::None,
-        len,
-        fill: 1,
-        crc_ok: true,
-    }
+    Seg::plain(opcode, stag, to, len)
 }
 
 fn region(i: usize) -> StagPick {
