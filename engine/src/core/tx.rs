@@ -948,7 +948,7 @@ impl Qp {
                             work = true;
                             continue;
                         }
-                        WriteWhole::NothingToStart => break,
+                        WriteWhole::NoRoom | WriteWhole::NothingToStart => break,
                         WriteWhole::SourceFailed(seq) => {
                             drop(held);
                             self.fail_tx_source(Some(seq), ctx);
@@ -1098,9 +1098,7 @@ impl Qp {
     /// [`Self::tx_fpdus`] and [`Self::tx_message_done`] for it, ~90 instructions fewer (a
     /// 64 B Write); `tests/engine_fast_paths.rs` holds it to them. Declined when anything
     /// comes first (a fault, a Read or Atomic Response owed, a local operation or a fence
-    /// waiting) and when the send buffer has no room for it: the general path decides
-    /// (with no room it starts the message, which then goes out before any response owed
-    /// by the next pass, as it always did). With nothing at all to start, says so (the
+    /// waiting): the general path decides. With nothing at all to start, says so (the
     /// general path would look the send position up again to find nothing). Inlined into
     /// `tx_fpdus`.
     #[allow(clippy::too_many_arguments)]
@@ -1180,9 +1178,8 @@ impl Qp {
             fbuf,
         );
         if sent == Ok(false) {
-            // No room, nothing changed: the general path starts the message (it stays in
-            // `self.tx`, ahead of any response owed by the next pass) and ends the pass.
-            return WriteWhole::Declined;
+            // The general path would start the message and find no room: nothing sent.
+            return WriteWhole::NoRoom;
         }
         // Started (as `start_sq` does), whether it went out or its source failed.
         e.stage += 1;
@@ -1295,6 +1292,8 @@ enum WriteWhole {
     Sent,
     /// Not such a Write, or something comes first: the general path decides.
     Declined,
+    /// No room in the TCP send buffer: nothing changed, the pass ends.
+    NoRoom,
     /// No request left to start, no response owed and no fault: the general path would
     /// start nothing; the pass ends.
     NothingToStart,
