@@ -1098,7 +1098,16 @@ impl Qp {
     /// [`Self::tx_fpdus`] and [`Self::tx_message_done`] for it, ~90 instructions fewer (a
     /// 64 B Write); `tests/engine_fast_paths.rs` holds it to them. Declined when anything
     /// comes first (a fault, a Read or Atomic Response owed, a local operation or a fence
-    /// waiting): the general path decides. With nothing at all to start, says so (the
+    /// waiting): the general path decides. One difference: with no room in the send
+    /// buffer the Write is not started (the general path starts it and then stops), so a
+    /// Read or Atomic Response that arrives before the next pass goes out before it, as a
+    /// response owed before the Write reached the send position would on the general path
+    /// (RDMAP orders responses among themselves, not against our requests). Declining
+    /// there instead, so that the general path starts the Write, was tried (c1e6437) and
+    /// undone: `bench/loss.sh --quick` then counted a spurious RTO in every loss-free run
+    /// (3 of 3, and at every loss rate of two full runs), against 2 in 26 loss-free runs
+    /// of the builds around it; the cause is not found yet. With nothing at all to start,
+    /// says so (the
     /// general path would look the send position up again to find nothing). Inlined into
     /// `tx_fpdus`.
     #[allow(clippy::too_many_arguments)]
