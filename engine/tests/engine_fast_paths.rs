@@ -11,10 +11,6 @@ use warpcore_engine::mem::Access;
 use warpcore_engine::tcp::link::LinkConfig;
 use warpcore_engine::{EngineConfig, MpaParams, SendOp, SendWr};
 
-fn dbg<T: std::fmt::Debug>(v: &[T]) -> Vec<String> {
-    v.iter().map(|x| format!("{x:?}")).collect()
-}
-
 /// Everything observable of one run.
 #[derive(Debug, PartialEq)]
 struct Outcome {

@@ -14,10 +14,6 @@ use warpcore_engine::core::set_general_paths_only;
 use warpcore_engine::mem::{Access, PdId, Region};
 use warpcore_engine::SendOp;
 
-fn dbg<T: std::fmt::Debug>(v: &[T]) -> Vec<String> {
-    v.iter().map(|x| format!("{x:?}")).collect()
-}
-
 /// Everything observable of one run.
 #[derive(Debug, PartialEq)]
 struct Outcome {

@@ -308,6 +308,11 @@ pub fn recv_wr(wr_id: u64, list: &[(Stag, u64, u32)]) -> RecvWr {
     }
 }
 
+/// Each item's `Debug` form, for comparing the outcomes of two runs (the fast-path tests).
+pub fn dbg<T: std::fmt::Debug>(v: &[T]) -> Vec<String> {
+    v.iter().map(|x| format!("{x:?}")).collect()
+}
+
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
