@@ -112,6 +112,19 @@ pub(super) fn send_fpdu<D: PollDevice>(
         Ok(s) if s >= need => {}
         _ => return false,
     }
+    send_fpdu_in_room(stack, tcp, framer, hdr, payload, need, scratch)
+}
+
+/// [`send_fpdu`] once the send buffer is known to hold the FPDU's `need` octets.
+fn send_fpdu_in_room<D: PollDevice>(
+    stack: &mut Stack<D>,
+    tcp: ConnId,
+    framer: &mut Framer,
+    hdr: &[u8],
+    payload: &[u8],
+    need: usize,
+    scratch: &mut Vec<u8>,
+) -> bool {
     let direct = stack.send_with_room(tcp, need, |buf| {
         if buf.len() >= need {
             framer.emit(&[hdr, payload], buf).unwrap_or(0)
@@ -207,7 +220,7 @@ pub(super) fn send_fpdu_from<D: PollDevice>(
     if !fill(g) {
         return Err(());
     }
-    Ok(send_fpdu(stack, tcp, framer, hdr, g, scratch))
+    Ok(send_fpdu_in_room(stack, tcp, framer, hdr, g, need, scratch))
 }
 
 impl Qp {
@@ -342,22 +355,10 @@ impl Qp {
             e.stage += 1;
             self.sq_next_seq += 1;
             let ctrl = Control::new(Opcode::Write).0;
-            return match conn
+            let seg = conn
                 .ddp_tx
-                .tagged(ctrl, remote_stag, remote_to, &[], len, mulpdu)
-            {
-                Ok(seg) => {
-                    self.tx = Some(TxMsg {
-                        seg,
-                        src: TxSrc::Sq(seq),
-                    });
-                    Some(())
-                }
-                Err(_) => {
-                    self.fail_unsegmentable(seq, true);
-                    None
-                }
-            };
+                .tagged(ctrl, remote_stag, remote_to, &[], len, mulpdu);
+            return self.begin_sq_message(seg, seq, true);
         }
         let stage = e.stage;
         // A Write with Immediate is two messages; the request stays at the send position
@@ -467,6 +468,19 @@ impl Qp {
         if advance {
             self.sq_next_seq += 1;
         }
+        self.begin_sq_message(seg, seq, advance)
+    }
+
+    /// The message of SQ entry `seq` segmented (`seg`): written into `self.tx`, or, if the
+    /// segmenter refused it, the request failed ([`Self::fail_unsegmentable`]; `advanced`:
+    /// the send position moved past it).
+    #[inline(always)]
+    fn begin_sq_message(
+        &mut self,
+        seg: Result<Segmenter, SegmentationError>,
+        seq: u64,
+        advanced: bool,
+    ) -> Option<()> {
         match seg {
             Ok(seg) => {
                 self.tx = Some(TxMsg {
@@ -476,7 +490,7 @@ impl Qp {
                 Some(())
             }
             Err(_) => {
-                self.fail_unsegmentable(seq, advance);
+                self.fail_unsegmentable(seq, advanced);
                 None
             }
         }
@@ -935,6 +949,7 @@ impl Qp {
         self.sync_mulpdu(stack, tcp);
         while fpdus < ctx.cfg.tx_budget_fpdus {
             if self.tx.is_none() {
+                let mut known_local = None;
                 if fast_paths() {
                     let small = if from_memory {
                         ctx.cfg.tx_from_memory_min
@@ -954,10 +969,10 @@ impl Qp {
                             self.fail_tx_source(Some(seq), ctx);
                             return ControlFlow::Break(true);
                         }
-                        WriteWhole::Declined => {}
+                        WriteWhole::Declined { local_next } => known_local = Some(local_next),
                     }
                 }
-                let local_next = self.local_op_next();
+                let local_next = known_local.unwrap_or_else(|| self.local_op_next());
                 if local_next {
                     // It may wait for a region's guards to drain, ours included.
                     held = None;
@@ -1123,7 +1138,7 @@ impl Qp {
         small: usize,
     ) -> WriteWhole {
         let Ok(idx) = usize::try_from(self.sq_next_seq - self.sq_head_seq) else {
-            return WriteWhole::Declined;
+            return WriteWhole::DECLINED;
         };
         let Some(e) = self.sq.get_mut(idx) else {
             // Every request started: with no fault and no response owed, the general path
@@ -1131,7 +1146,7 @@ impl Qp {
             return if self.tx_fault.is_none() && self.irq.is_empty() {
                 WriteWhole::NothingToStart
             } else {
-                WriteWhole::Declined
+                WriteWhole::DECLINED
             };
         };
         // The operation first: what the other requests pay to be declined.
@@ -1140,18 +1155,20 @@ impl Qp {
             remote_to,
         } = e.wr.op
         else {
-            return WriteWhole::Declined;
+            return WriteWhole::Declined {
+                local_next: e.wr.op.is_local(),
+            };
         };
         // A fault, a Read or Atomic Response owed, or a Read fence waiting for earlier
         // Reads: the general path decides.
         if self.tx_fault.is_some() || !self.irq.is_empty() || (e.wr.fence && !self.orq.is_empty()) {
-            return WriteWhole::Declined;
+            return WriteWhole::DECLINED;
         }
         let Some(conn) = self.conn.as_mut() else {
-            return WriteWhole::Declined;
+            return WriteWhole::DECLINED;
         };
         let Some(framer) = conn.framer.as_mut() else {
-            return WriteWhole::Declined;
+            return WriteWhole::DECLINED;
         };
         let len = e.wr.sges.total_len() as u32;
         let plen = len as usize;
@@ -1165,10 +1182,10 @@ impl Qp {
             framer.max_ulpdu_len(),
             &mut hdr,
         ) else {
-            return WriteWhole::Declined;
+            return WriteWhole::DECLINED;
         };
         if plen >= small {
-            return WriteWhole::Declined;
+            return WriteWhole::DECLINED;
         }
         let need = framer.fpdu_wire_len(hlen + plen);
         let seq = self.sq_next_seq;
@@ -1300,7 +1317,9 @@ enum WriteWhole {
     /// The Write went out whole.
     Sent,
     /// Not such a Write, or something comes first: the general path decides.
-    Declined,
+    /// `local_next`: [`Qp::local_op_next`], found on the way (the request at the send
+    /// position was looked up already).
+    Declined { local_next: bool },
     /// No room in the TCP send buffer: nothing changed, the pass ends.
     NoRoom,
     /// No request left to start, no response owed and no fault: the general path would
@@ -1309,6 +1328,11 @@ enum WriteWhole {
     /// The local region went away under the request (its sequence number): the message
     /// was started, nothing was sent.
     SourceFailed(u64),
+}
+
+impl WriteWhole {
+    /// Declined with no local operation at the send position.
+    const DECLINED: WriteWhole = WriteWhole::Declined { local_next: false };
 }
 
 /// The SQ sequence number of the message being sent, if it is a request's.
