@@ -36,14 +36,13 @@ fn connect_to_small_cq(p: &mut Pair) -> (QpId, QpId, Arc<CompletionQueue>) {
     (qa, qb, small)
 }
 
-#[test]
-fn a_completion_queue_overrun_fails_its_queue_pair_loudly() {
-    let mut p = Pair::default_pair();
-    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
-    // B's QP completes into a queue of two entries that nobody polls.
-    let (qa, qb, small) = connect_to_small_cq(&mut p);
-    let (_ra, sa) = p.a.region(4096, all_access());
-    let (_rb, sb) = p.b.region(4096, all_access());
+/// Eight receives posted on B's `qb` (64 octets each from the start of `sb`) and eight
+/// 16-octet Sends posted on A's `qa` from the start of `sa` (wr_ids 100..108).
+fn eight_sends(
+    p: &mut Pair,
+    (qa, sa): (QpId, warpcore_engine::mem::Stag),
+    (qb, sb): (QpId, warpcore_engine::mem::Stag),
+) {
     for i in 0..8u64 {
         p.b.core
             .post_recv(qb, recv_wr(i, &[(sb, i * 64, 64)]))
@@ -54,6 +53,17 @@ fn a_completion_queue_overrun_fails_its_queue_pair_loudly() {
             .post_send(qa, send_wr(100 + i, SendOp::Send, &[(sa, i * 64, 16)]))
             .expect("post_send");
     }
+}
+
+#[test]
+fn a_completion_queue_overrun_fails_its_queue_pair_loudly() {
+    let mut p = Pair::default_pair();
+    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
+    // B's QP completes into a queue of two entries that nobody polls.
+    let (qa, qb, small) = connect_to_small_cq(&mut p);
+    let (_ra, sa) = p.a.region(4096, all_access());
+    let (_rb, sb) = p.b.region(4096, all_access());
+    eight_sends(&mut p, (qa, sa), (qb, sb));
     let mut a_err = None;
     let mut b_err = None;
     let mut b_events = Vec::new();
@@ -127,16 +137,7 @@ fn an_overrun_beside_a_busy_qp_is_found_at_once() {
             )
             .expect("post_send");
     }
-    for i in 0..8u64 {
-        p.b.core
-            .post_recv(qb2, recv_wr(i, &[(sb, i * 64, 64)]))
-            .expect("post_recv");
-    }
-    for i in 0..8u64 {
-        p.a.core
-            .post_send(qa2, send_wr(100 + i, SendOp::Send, &[(sa, i * 64, 16)]))
-            .expect("post_send");
-    }
+    eight_sends(&mut p, (qa2, sa), (qb2, sb));
     let start = p.now;
     let mut b_err = None;
     p.run_until(20_000, |p| {
