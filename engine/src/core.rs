@@ -77,6 +77,10 @@
 //! ```
 //! # The transmit path, by function
 //! ```text
+//! post_send / post_send_reserved_ref (a request posted; the loop's commands or the
+//!   caller-driven direct post)
+//!      ─ Qp::write_at_post   a plain one-FPDU Write to an empty, settled send queue:
+//!                            frame_write_whole now, slot back, completion; else push_sq
 //! poll ─ poll_tx, transmit: first, after a request posted to an empty send queue
 //!      ─ poll_timers                               (connect: MPA timeouts)
 //!      ─ poll_tx                                   (tx: every QP marked ready)
@@ -86,7 +90,8 @@
 //!              │                    tx_rtr, run_local_ops (local), the MPA fence
 //!              ├ Qp::tx_fpdus       per FPDU within tx_budget_fpdus:
 //!              │   ├ Qp::tx_write_whole a plain one-FPDU Write at the send position:
-//!              │   │                    DdpSender::tagged_whole, send_fpdu_from, done
+//!              │   │                    frame_write_whole (DdpSender::tagged_whole,
+//!              │   │                    send_fpdu_from), done
 //!              │   ├ Qp::start_next     run_local_ops, then start_read_response /
 //!              │   │                    start_atomic_response (execute_atomic) / start_sq
 //!              │   ├ Segmenter::next_segment (DDP), then either
@@ -555,6 +560,10 @@ pub struct EngineCore<D: PollDevice> {
     /// A request was posted to an empty send queue since the last loop: the next loop
     /// sends before it receives ([`EngineCore::poll`]).
     send_first: bool,
+    /// FPDUs were framed into TCP send buffers when their requests were posted
+    /// ([`Qp::write_at_post`]), after the last loop's transmit pass: the next loop
+    /// transmits first.
+    framed_at_post: bool,
     /// Scratch list of the slots a poller visits this loop.
     batch: Vec<usize>,
     /// QPs with an MPA initiator (their startup timers are polled).
@@ -625,6 +634,7 @@ impl<D: PollDevice> EngineCore<D> {
             rx_ready: ReadySet::new(),
             tx_ready: ReadySet::new(),
             send_first: false,
+            framed_at_post: false,
             batch: Vec::new(),
             initiators: Vec::new(),
             arrivals: 0,
@@ -768,7 +778,8 @@ impl<D: PollDevice> EngineCore<D> {
         // pass, after the ACKs of the rx burst widened what may be sent.
         if self.send_first {
             self.send_first = false;
-            if self.poll_tx() {
+            let framed = std::mem::take(&mut self.framed_at_post);
+            if self.poll_tx() | framed {
                 work = true;
                 self.transmit();
             }
@@ -796,7 +807,10 @@ impl<D: PollDevice> EngineCore<D> {
         // window updates after a read) with the stack's own ACKs, one flush. What the burst
         // brought (events, marked QPs) is for the next loop; a loop that did something
         // says so, and the caller polls again.
-        work | self.poll_stack(now)
+        work |= self.poll_stack(now);
+        // What a command framed at once went out in that pass.
+        self.framed_at_post = false;
+        work
     }
 
     /// The `self-check` of [`Self::qp_mut_for_send`]: each QP a send request was posted to

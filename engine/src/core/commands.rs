@@ -141,7 +141,7 @@ impl<D: PollDevice> EngineCore<D> {
     /// Posts a send queue work request (validated; nothing changes on error).
     pub fn post_send(&mut self, id: QpId, wr: SendWr) -> Result<(), EngineError> {
         let mrs = Arc::clone(&self.ctx.mrs);
-        let q = self.qp_mut_for_send(id)?;
+        let q = self.qp_mut(id)?;
         validate_send(&q.shared, &mrs, &wr)?;
         if (matches!(wr.op, SendOp::Read { .. }) || wr.op.is_atomic()) && q.ord == 0 {
             q.shared.release_sq();
@@ -151,9 +151,9 @@ impl<D: PollDevice> EngineCore<D> {
             q.shared.release_sq();
             return Err(EngineError::NotSupported("RFC 7306"));
         }
-        let idle = q.sq.is_empty();
-        q.push_sq(&wr, None);
-        self.send_first |= idle;
+        // Validated (the QP in RTS) and reserved: taken as an application thread's
+        // request is.
+        self.post_send_reserved_ref(id, &wr);
         Ok(())
     }
 
@@ -168,8 +168,14 @@ impl<D: PollDevice> EngineCore<D> {
     /// slot), not moved out of it first: copied from there into its send queue entry
     /// ([`Qp::push_sq`]). Inlined into its two callers: the core loop's command handler
     /// and the caller-driven post (`runtime`'s `post_send_now`).
+    ///
+    /// A plain one-FPDU Write posted to an empty send queue is framed at once
+    /// ([`Qp::write_at_post`]) and the next loop transmits first.
     #[inline(always)]
     pub(crate) fn post_send_reserved_ref(&mut self, id: QpId, wr: &SendWr) {
+        if matches!(wr.op, SendOp::Write { .. }) && self.write_at_post(id, wr) {
+            return;
+        }
         let Ok(q) = self.qp_mut_for_send(id) else {
             return;
         };
@@ -186,6 +192,45 @@ impl<D: PollDevice> EngineCore<D> {
         } else if idle {
             self.send_first = true;
         }
+    }
+
+    /// [`Qp::write_at_post`] of `wr` on QP `id`: true if it was taken. The QP is not marked
+    /// for the transmit poller (it is settled: its visit would find nothing), the next loop
+    /// transmits first (`framed_at_post`), and a completion queue this overran is acted
+    /// on at once, as the transmit poller would have after the visit.
+    #[inline(always)]
+    fn write_at_post(&mut self, id: QpId, wr: &SendWr) -> bool {
+        if id.core != self.core {
+            return false;
+        }
+        let i = usize::from(id.index);
+        let EngineCore {
+            qps,
+            stack,
+            ctx,
+            gather,
+            fpdu,
+            ..
+        } = self;
+        let Some(Some(q)) = qps.get_mut(i) else {
+            return false;
+        };
+        if q.id != id || !q.write_at_post(stack, ctx, (gather, fpdu), wr) {
+            return false;
+        }
+        let overran = q.send_cq.overrun() || q.recv_cq.overrun();
+        self.send_first = true;
+        self.framed_at_post = true;
+        if overran {
+            self.cq_overran(i);
+        }
+        if cfg!(any(test, feature = "self-check")) {
+            // The visits it was spared must find nothing: the transmit one now, the
+            // receive one in the next loop (as `qp_mut_for_send` has it checked).
+            self.rx_check.push(i);
+            self.mark_tx_unless_settled(i);
+        }
+        true
     }
 
     /// Posts a receive work request (validated; nothing changes on error).

@@ -26,7 +26,7 @@ impl<D: PollDevice> EngineCore<D> {
     /// instructions.
     #[cold]
     #[inline(never)]
-    fn cq_overran(&mut self, i: usize) {
+    pub(super) fn cq_overran(&mut self, i: usize) {
         let EngineCore {
             qps, ctx, tx_ready, ..
         } = self;

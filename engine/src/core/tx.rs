@@ -5,6 +5,7 @@
 //! [`send_fpdu_from`], payload gathered from registered memory by [`gather`]).
 
 use super::*;
+use crate::SgeList;
 use std::ops::ControlFlow;
 use warpcore_proto::ddp::SegmentationError;
 use warpcore_proto::wire::ddp::TAGGED_HEADER_LEN;
@@ -73,6 +74,24 @@ pub(super) fn gather<'m>(
         off = 0;
     }
     done == out.len()
+}
+
+/// [`gather`] of a whole message with no guard held before or after: one SGE's region is
+/// guarded for its copy only (the same lookup, bounds and outcome).
+#[inline(always)]
+fn gather_once(mrs: &MrTable, pd: PdId, sges: &[Sge], out: &mut [u8]) -> bool {
+    if let [s] = sges {
+        if out.len() != s.len as usize {
+            return gather(mrs, &mut None, pd, sges, 0, out);
+        }
+        if out.is_empty() {
+            return true;
+        }
+        return mrs
+            .lookup_local(Stag(s.stag), pd, false)
+            .is_ok_and(|g| g.copy_out_at(s.to, out).is_ok());
+    }
+    gather(mrs, &mut None, pd, sges, 0, out)
 }
 
 /// The guard of local key `stag` for [`gather`]: `held` if it is that region's (same STag
@@ -1167,50 +1186,28 @@ impl Qp {
         let Some(conn) = self.conn.as_mut() else {
             return WriteWhole::DECLINED;
         };
-        let Some(framer) = conn.framer.as_mut() else {
-            return WriteWhole::DECLINED;
-        };
-        let len = e.wr.sges.total_len() as u32;
-        let plen = len as usize;
-        let mut hdr = [0u8; TAGGED_HEADER_LEN];
-        let ctrl = Control::new(Opcode::Write).0;
-        let Some(hlen) = conn.ddp_tx.tagged_whole(
-            ctrl,
-            remote_stag,
-            remote_to,
-            len,
-            framer.max_ulpdu_len(),
-            &mut hdr,
-        ) else {
-            return WriteWhole::DECLINED;
-        };
-        if plen >= small {
-            return WriteWhole::DECLINED;
-        }
-        let need = framer.fpdu_wire_len(hlen + plen);
-        let seq = self.sq_next_seq;
         let pd = self.pd;
-        let sges = e.wr.sges.as_slice();
-        let mut fill = |dst: &mut [u8]| gather(mrs, held, pd, sges, 0, dst);
-        let sent = send_fpdu_from(
+        let sent = frame_write_whole(
             stack,
             tcp,
-            framer,
-            &hdr[..hlen],
-            plen,
-            need,
-            &mut fill,
-            gbuf,
-            fbuf,
+            conn,
+            (remote_stag, remote_to),
+            &e.wr.sges,
+            |sges, dst| gather(mrs, held, pd, sges, 0, dst),
+            (gbuf, fbuf),
+            small,
         );
-        if sent == Ok(false) {
+        let seq = self.sq_next_seq;
+        match sent {
+            WholeWrite::NotWhole => return WriteWhole::DECLINED,
             // The general path would start the message and find no room: nothing sent.
-            return WriteWhole::NoRoom;
+            WholeWrite::NoRoom => return WriteWhole::NoRoom,
+            WholeWrite::Sent | WholeWrite::SourceFailed => {}
         }
         // Started (as `start_sq` does), whether it went out or its source failed.
         e.stage += 1;
         self.sq_next_seq += 1;
-        if sent.is_err() {
+        if sent == WholeWrite::SourceFailed {
             return WriteWhole::SourceFailed(seq);
         }
         // As `tx_message_done`: a Write is done once out whole (none of it was sent from
@@ -1220,6 +1217,96 @@ impl Qp {
             e.status.get_or_insert(WcStatus::Success);
         }
         WriteWhole::Sent
+    }
+
+    /// A send request posted to this QP's empty send queue, taken at once if it is a plain
+    /// RDMA Write that [`Self::tx_write_whole`] would send whole from the send position:
+    /// framed into the TCP send buffer now, its slot given back and, if signalled, its
+    /// completion pushed (the payload was copied, so the buffer may be reused: a Write
+    /// completes when its buffer may be reused, RDMAP-5.5-8 order kept, as nothing is
+    /// outstanding ahead of it). It never enters the send queue: no entry written, looked
+    /// up, started and retired, ~130 instructions of a 64 B Write. Linux siw, too, sends
+    /// a request posted to an idle send queue in the caller's context.
+    ///
+    /// Taken only where the general path would do the same at its next pass with nothing
+    /// in between: the QP settled ([`tx_settled_but_txrec`]: connected, MPA done, no
+    /// Terminate, RTR, message in progress, fault or response owed, CQs not overrun) and its
+    /// send queue empty. False, nothing changed: the request goes into the send queue
+    /// (no room in the send buffer, not such a Write, or its local region went away,
+    /// which the general path then reports).
+    #[inline(always)]
+    pub(super) fn write_at_post<D: PollDevice>(
+        &mut self,
+        stack: &mut Stack<D>,
+        ctx: &mut Ctx,
+        bufs: (&mut Vec<u8>, &mut Vec<u8>),
+        wr: &SendWr,
+    ) -> bool {
+        let SendOp::Write {
+            remote_stag,
+            remote_to,
+        } = wr.op
+        else {
+            return false;
+        };
+        // `tx_settled_but_txrec` with its send queue empty, but for the completion queues:
+        // overrun, they are acted on after the request, as the transmit poller does after
+        // its visit.
+        let Some(conn) = self.conn.as_mut() else {
+            return false;
+        };
+        if !(self.sq.is_empty()
+            && self.state == QpState::Rts
+            && matches!(conn.mpa, Mpa::Done)
+            && conn.mulpdu_synced
+            && conn.term.is_none()
+            && conn.rtr_pending.is_none()
+            && self.tx.is_none()
+            && self.tx_fault.is_none()
+            && self.irq.is_empty()
+            && fast_paths())
+        {
+            return false;
+        }
+        let tcp = conn.tcp;
+        let small = if stack.implementation() == TcpImplementation::Warpcore {
+            ctx.cfg.tx_from_memory_min
+        } else {
+            usize::MAX
+        };
+        let (mrs, pd) = (&*ctx.mrs, self.pd);
+        let sent = frame_write_whole(
+            stack,
+            tcp,
+            conn,
+            (remote_stag, remote_to),
+            &wr.sges,
+            |sges, dst| gather_once(mrs, pd, sges, dst),
+            bufs,
+            small,
+        );
+        if sent != WholeWrite::Sent {
+            return false;
+        }
+        ctx.stats.fpdus_tx += 1;
+        // Started and retired, as the send queue would have.
+        self.sq_head_seq += 1;
+        self.sq_next_seq += 1;
+        self.shared.release_sq();
+        if wr.signaled {
+            self.send_cq.push(Completion {
+                wr_id: wr.wr_id,
+                qp: self.id,
+                opcode: WcOpcode::Write,
+                status: WcStatus::Success,
+                byte_len: wr.sges.total_len() as u32,
+                solicited: false,
+                invalidated: None,
+                imm: None,
+                atomic_orig: None,
+            });
+        }
+        true
     }
 
     /// The local region went away under a posted request (SQ entry `seq`) or a Read being
@@ -1310,6 +1397,77 @@ impl Qp {
         }
         work
     }
+}
+
+/// Frames a plain RDMA Write of `wr_sges` (registered in `pd`) to the peer's `(STag, Tagged
+/// Offset)` whole in one FPDU, its header from `DdpSender::tagged_whole` and its payload
+/// (fewer than `small` octets) copied into the TCP send buffer by `fill` (from the SGEs,
+/// [`gather`]) ([`send_fpdu_from`]). The one body of [`Qp::tx_write_whole`] and [`Qp::write_at_post`].
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn frame_write_whole<D: PollDevice>(
+    stack: &mut Stack<D>,
+    tcp: ConnId,
+    conn: &mut Conn,
+    (remote_stag, remote_to): (u32, u64),
+    wr_sges: &SgeList,
+    mut fill: impl FnMut(&[Sge], &mut [u8]) -> bool,
+    (gbuf, fbuf): (&mut Vec<u8>, &mut Vec<u8>),
+    small: usize,
+) -> WholeWrite {
+    let Some(framer) = conn.framer.as_mut() else {
+        return WholeWrite::NotWhole;
+    };
+    let sges = wr_sges.as_slice();
+    // The post checks reject a message over u32::MAX octets.
+    let len = wr_sges.total_len() as u32;
+    let plen = len as usize;
+    let mut hdr = [0u8; TAGGED_HEADER_LEN];
+    let ctrl = Control::new(Opcode::Write).0;
+    let Some(hlen) = conn.ddp_tx.tagged_whole(
+        ctrl,
+        remote_stag,
+        remote_to,
+        len,
+        framer.max_ulpdu_len(),
+        &mut hdr,
+    ) else {
+        return WholeWrite::NotWhole;
+    };
+    if plen >= small {
+        return WholeWrite::NotWhole;
+    }
+    let need = framer.fpdu_wire_len(hlen + plen);
+    let mut fill = |dst: &mut [u8]| fill(sges, dst);
+    match send_fpdu_from(
+        stack,
+        tcp,
+        framer,
+        &hdr[..hlen],
+        plen,
+        need,
+        &mut fill,
+        gbuf,
+        fbuf,
+    ) {
+        Ok(true) => WholeWrite::Sent,
+        Ok(false) => WholeWrite::NoRoom,
+        Err(()) => WholeWrite::SourceFailed,
+    }
+}
+
+/// What [`frame_write_whole`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WholeWrite {
+    /// Not a Write that goes out whole in one FPDU copied into the send buffer: nothing
+    /// done.
+    NotWhole,
+    /// No room in the TCP send buffer: nothing changed.
+    NoRoom,
+    /// Framed into the send buffer.
+    Sent,
+    /// The local region went away (`gather` failed): nothing sent.
+    SourceFailed,
 }
 
 /// What [`Qp::tx_write_whole`] did.

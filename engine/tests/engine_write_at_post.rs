@@ -1,0 +1,100 @@
+//! A plain one-FPDU RDMA Write posted to an empty send queue is framed when it is posted
+//! (`Qp::write_at_post`): its completion and its slot come back before any loop, and the
+//! next loop sends it. Anything ahead of it in the send queue keeps it there, so
+//! completions stay in submission order (RDMAP-5.5-8). `engine_fast_paths.rs` holds its
+//! wire traffic, completions and placement to the general path's.
+
+mod common;
+
+use common::*;
+use warpcore_engine::core::set_general_paths_only;
+use warpcore_engine::mem::Access;
+use warpcore_engine::{EngineError, SendOp, SendWr, WcOpcode, WcStatus};
+
+/// Eight 64 B Writes posted to a QP of send queue depth 4 with no loop in between: each
+/// is framed and completes at once, so each finds its slot given back; the loops that
+/// follow only transmit. Returns the completions found right after each post and the
+/// first post's error, then (all posted) checks what B received.
+fn eight_writes_without_a_loop(general: bool) -> (Vec<u64>, Result<(), EngineError>) {
+    set_general_paths_only(general);
+    let mut p = Pair::default_pair();
+    let (qa, _qb) = p.connect_with(&Default::default(), &Default::default(), 4);
+    let (ra, sa) = p.a.region(4096, all_access());
+    let (rb, sb) = p.b.region(4096, all_access());
+    ra.write_at(0, &pattern(512, 5)).unwrap();
+    let fpdus_before = p.a.core.stats().fpdus_tx;
+    let mut at_post = Vec::new();
+    for k in 0..8u64 {
+        let wr = send_wr(k + 1, write_op(sb.0, k * 64), &[(sa, k * 64, 64)]);
+        if let Err(e) = p.a.core.post_send(qa, wr) {
+            set_general_paths_only(false);
+            return (at_post, Err(e));
+        }
+        while let Some(c) = p.a.cq.pop() {
+            assert_eq!(
+                (c.opcode, c.status, c.byte_len),
+                (WcOpcode::Write, WcStatus::Success, 64)
+            );
+            at_post.push(c.wr_id);
+        }
+    }
+    assert_eq!(p.a.core.stats().fpdus_tx - fpdus_before, 8);
+    p.run_until(200, |_| read_region(&rb, 0, 512) == pattern(512, 5));
+    assert!(p.a.take_completions().is_empty() && p.b.take_completions().is_empty());
+    assert!(p.a.take_events().is_empty() && p.b.take_events().is_empty());
+    set_general_paths_only(false);
+    (at_post, Ok(()))
+}
+
+#[test]
+fn writes_posted_to_an_idle_queue_complete_at_once() {
+    let (ids, r) = eight_writes_without_a_loop(false);
+    assert_eq!((ids, r), ((1..=8).collect(), Ok(())));
+}
+
+/// The judge above fails without the path: under the general paths a Write waits in the
+/// send queue for the loop, and the fifth post of depth 4 is refused.
+#[test]
+fn without_the_path_the_fifth_post_finds_the_queue_full() {
+    let (ids, r) = eight_writes_without_a_loop(true);
+    assert_eq!((ids, r), (vec![], Err(EngineError::QueueFull)));
+}
+
+/// A Write behind a Send, an unsignalled Write, a Read or a fenced Write behind a Read stays
+/// in the send queue: nothing completes at post, and the completions come in submission
+/// order once the loops ran.
+#[test]
+fn a_write_behind_queued_requests_waits_its_turn() {
+    set_general_paths_only(false);
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect_with(&Default::default(), &Default::default(), 16);
+    let (ra, sa) = p.a.region(4096, all_access());
+    let (rb, sb) = p.b.region(4096, all_access() | Access::REMOTE_READ);
+    ra.write_at(0, &pattern(1024, 1)).unwrap();
+    rb.write_at(2048, &pattern(64, 9)).unwrap();
+    p.b.core
+        .post_recv(qb, recv_wr(100, &[(sb, 1024, 64)]))
+        .unwrap();
+    post_a(&mut p, qa, 1, SendOp::Send, &[(sa, 0, 64)]);
+    post_a(&mut p, qa, 2, write_op(sb.0, 0), &[(sa, 64, 64)]);
+    let unsignalled = SendWr {
+        signaled: false,
+        ..send_wr(3, write_op(sb.0, 64), &[(sa, 128, 64)])
+    };
+    p.a.core.post_send(qa, unsignalled).unwrap();
+    post_a(&mut p, qa, 4, read_op(sb.0, 2048), &[(sa, 2048, 64)]);
+    let fenced = SendWr {
+        fence: true,
+        ..send_wr(5, write_op(sb.0, 128), &[(sa, 192, 64)])
+    };
+    p.a.core.post_send(qa, fenced).unwrap();
+    assert!(p.a.cq.is_empty(), "nothing completes ahead of the Send");
+    p.run_until(500, |p| p.a.completions.len() == 4);
+    let ids: Vec<_> = p.a.take_completions().iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, [1, 2, 4, 5]);
+    assert_eq!(read_region(&rb, 0, 192), pattern(1024, 1)[64..256]);
+    assert_eq!(read_region(&ra, 2048, 64), pattern(64, 9));
+    // Idle again: the next Write goes at once.
+    post_a(&mut p, qa, 6, write_op(sb.0, 512), &[(sa, 512, 64)]);
+    assert_eq!(p.a.cq.pop().map(|c| c.wr_id), Some(6));
+}
