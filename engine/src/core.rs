@@ -807,10 +807,7 @@ impl<D: PollDevice> EngineCore<D> {
         // window updates after a read) with the stack's own ACKs, one flush. What the burst
         // brought (events, marked QPs) is for the next loop; a loop that did something
         // says so, and the caller polls again.
-        work |= self.poll_stack(now);
-        // What a command framed at once went out in that pass.
-        self.framed_at_post = false;
-        work
+        work | self.poll_stack(now)
     }
 
     /// The `self-check` of [`Self::qp_mut_for_send`]: each QP a send request was posted to

@@ -160,6 +160,7 @@ impl<D: PollDevice> EngineCore<D> {
     /// Takes a send work request already validated (and its slot reserved) by an
     /// application thread with [`validate_send`]. If the QP left RTS meanwhile the request
     /// completes with a flush error.
+    #[inline(never)]
     pub fn post_send_reserved(&mut self, id: QpId, wr: SendWr) {
         self.post_send_reserved_ref(id, &wr);
     }
