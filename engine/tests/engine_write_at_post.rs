@@ -9,7 +9,11 @@ mod common;
 use common::*;
 use warpcore_engine::core::set_general_paths_only;
 use warpcore_engine::mem::Access;
-use warpcore_engine::{EngineError, SendOp, SendWr, WcOpcode, WcStatus};
+use warpcore_engine::tcp::link::LinkConfig;
+use warpcore_engine::tcp::smoltcp::time::Duration;
+use warpcore_engine::{
+    EngineConfig, EngineError, MpaParams, RtrType, RtrTypes, SendOp, SendWr, WcOpcode, WcStatus,
+};
 
 /// Eight 64 B Writes posted to a QP of send queue depth 4 with no loop in between: each
 /// is framed and completes at once, so each finds its slot given back; the loops that
@@ -97,4 +101,48 @@ fn a_write_behind_queued_requests_waits_its_turn() {
     // Idle again: the next Write goes at once.
     post_a(&mut p, qa, 6, write_op(sb.0, 512), &[(sa, 512, 64)]);
     assert_eq!(p.a.cq.pop().map(|c| c.wr_id), Some(6));
+}
+
+/// An initiator's Read RTR (MPA2-5-1, RFC 6581) is a zero-length Read outstanding in the
+/// ORQ while its send queue is empty: a fenced Write posted before the Read Response came
+/// back waits for it (as `tx_write_whole` and `start_sq` hold one), an unfenced one goes at
+/// once. B's answers are delayed 50 ms on the link so that the Read is still outstanding.
+#[test]
+fn a_fenced_write_waits_for_the_read_rtr() {
+    for fence in [true, false] {
+        set_general_paths_only(false);
+        let mut link = LinkConfig::default();
+        link.faults_ba.latency = Duration::from_millis(50);
+        let mut p = Pair::new(&link, &EngineConfig::default());
+        let pa = MpaParams {
+            rtr_offer: RtrTypes::only(RtrType::Read),
+            ..Default::default()
+        };
+        let pb = MpaParams {
+            rtr_accept: RtrTypes::only(RtrType::Read),
+            ..Default::default()
+        };
+        let (qa, _qb) = p.connect_with(&pa, &pb, 16);
+        p.run_a_alone(3);
+        let s = p.a.core.stats();
+        assert_eq!(
+            (s.fpdus_tx, s.fpdus_rx),
+            (1, 0),
+            "the RTR out, its answer not back"
+        );
+        let (ra, sa) = p.a.region(4096, all_access());
+        let (rb, sb) = p.b.region(4096, all_access());
+        ra.write_at(0, &pattern(64, 3)).unwrap();
+        let wr = SendWr {
+            fence,
+            ..send_wr(1, write_op(sb.0, 0), &[(sa, 0, 64)])
+        };
+        p.a.core.post_send(qa, wr).unwrap();
+        assert_eq!(p.a.cq.is_empty(), fence, "fence {fence}");
+        p.run_until(2000, |_| read_region(&rb, 0, 64) == pattern(64, 3));
+        p.run_until(100, |p| !p.a.completions.is_empty() || !fence);
+        let mut ids: Vec<_> = p.a.take_completions().iter().map(|c| c.wr_id).collect();
+        ids.extend(std::iter::from_fn(|| p.a.cq.pop().map(|c| c.wr_id)));
+        assert_eq!(ids, [1]);
+    }
 }

@@ -322,3 +322,56 @@ fn posts_keep_their_order_while_another_thread_runs_the_core() {
         while scq.poll_one().is_some() {}
     }
 }
+
+/// A small Write posted to an idle caller-driven core completes at once (it is framed when
+/// posted, `Qp::write_at_post`); the completion queue poll that hands the completion over
+/// first runs the core, so the Write is on the wire by then: the server places it with
+/// the client never polled again. Without that loop, the frame would wait in the client's
+/// TCP send buffer and the server would never see it.
+#[test]
+fn a_write_completed_at_post_is_sent_before_its_completion_is_handed_over() {
+    let (server, client) = caller_driven_contexts(|_| {});
+    let spd = server.alloc_pd();
+    let scq = server.create_cq(16).unwrap();
+    let smr = spd
+        .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
+    server.listen(7306, &MpaParams::default()).unwrap();
+    let cpd = client.alloc_pd();
+    let ccq = client.create_cq(16).unwrap();
+    let cmr = cpd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
+    connect_on_this_thread(&client, &server, &cqp, &sqp, 7306);
+    // Let both sides go quiet (the handshake's last ACKs).
+    for _ in 0..100 {
+        client.progress();
+        server.progress();
+    }
+    for k in 0..3u64 {
+        cmr.write(k as usize * 64, &pattern(64, 0x40 + k as u8))
+            .unwrap();
+        let op = SendOp::Write {
+            remote_stag: smr.stag(),
+            remote_to: k * 64,
+        };
+        cqp.post_send(&SendWr::new(k, op, &[cmr.sge(k * 64, 64)]).unwrap())
+            .unwrap();
+        let wc = ccq.poll_one().expect("completed at post");
+        assert_eq!((wc.wr_id, wc.status), (k, WcStatus::Success));
+        // Only the server runs from here on.
+        let t0 = std::time::Instant::now();
+        let mut got = vec![0u8; 64];
+        loop {
+            server.progress();
+            smr.read(k as usize * 64, &mut got).unwrap();
+            if got == pattern(64, 0x40 + k as u8) {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(2),
+                "Write {k} never left the client"
+            );
+        }
+    }
+}

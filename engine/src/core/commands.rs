@@ -141,7 +141,12 @@ impl<D: PollDevice> EngineCore<D> {
     /// Posts a send queue work request (validated; nothing changes on error).
     pub fn post_send(&mut self, id: QpId, wr: SendWr) -> Result<(), EngineError> {
         let mrs = Arc::clone(&self.ctx.mrs);
-        let q = self.qp_mut(id)?;
+        // Looked up unmarked: `post_send_reserved_ref` marks what it queues, as for an
+        // application thread's request.
+        let q = match self.qps.get(usize::from(id.index)) {
+            Some(Some(q)) if q.id == id && id.core == self.core => q,
+            _ => return Err(EngineError::UnknownQp),
+        };
         validate_send(&q.shared, &mrs, &wr)?;
         if (matches!(wr.op, SendOp::Read { .. }) || wr.op.is_atomic()) && q.ord == 0 {
             q.shared.release_sq();
@@ -167,8 +172,9 @@ impl<D: PollDevice> EngineCore<D> {
 
     /// [`Self::post_send_reserved`] of a request read where it lies (the command ring's
     /// slot), not moved out of it first: copied from there into its send queue entry
-    /// ([`Qp::push_sq`]). Inlined into its two callers: the core loop's command handler
-    /// and the caller-driven post (`runtime`'s `post_send_now`).
+    /// ([`Qp::push_sq`]). Inlined into its callers: the core loop's command handler, the
+    /// caller-driven post (`runtime`'s `post_send_now`), [`Self::post_send`] and
+    /// [`Self::post_send_reserved`].
     ///
     /// A plain one-FPDU Write posted to an empty send queue is framed at once
     /// ([`Qp::write_at_post`]) and the next loop transmits first.

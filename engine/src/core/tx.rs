@@ -1229,9 +1229,10 @@ impl Qp {
     /// a request posted to an idle send queue in the caller's context.
     ///
     /// Taken only where the general path would do the same at its next pass with nothing
-    /// in between: the QP settled ([`tx_settled_but_txrec`]: connected, MPA done, no
-    /// Terminate, RTR, message in progress, fault or response owed, CQs not overrun) and its
-    /// send queue empty. False, nothing changed: the request goes into the send queue
+    /// in between: the QP settled as [`tx_settled_but_txrec`] has it (connected, MPA done,
+    /// no Terminate, RTR, message in progress, fault or response owed) but for its
+    /// completion queues (an overrun is acted on after the request, by the caller), its
+    /// send queue empty, and no fence waiting for a Read. False, nothing changed: the request goes into the send queue
     /// (no room in the send buffer, not such a Write, or its local region went away,
     /// which the general path then reports).
     #[inline(always)]
@@ -1264,6 +1265,9 @@ impl Qp {
             && self.tx.is_none()
             && self.tx_fault.is_none()
             && self.irq.is_empty()
+            // A fenced Write waits for earlier Reads (`tx_write_whole`, `start_sq`): the
+            // send queue may be empty while the ORQ is not (an initiator's Read RTR).
+            && (!wr.fence || self.orq.is_empty())
             && fast_paths())
         {
             return false;
