@@ -146,3 +146,73 @@ fn a_fenced_write_waits_for_the_read_rtr() {
         assert_eq!(ids, [1]);
     }
 }
+
+/// A Write validated by an application thread whose region is deregistered before the core
+/// takes it: the copy at post finds no region, nothing is sent, and the request goes into
+/// the send queue, where the general path reports it as for any request whose source went
+/// away (a local protection completion, a local catastrophic Terminate, the QP in error).
+#[test]
+fn a_write_whose_region_went_away_before_the_post_is_left_to_the_general_path() {
+    set_general_paths_only(false);
+    let mut p = Pair::default_pair();
+    let (qa, shared) = p.a.qp_shared(16);
+    let qb = p.b.qp(16);
+    p.b.core.listen(PORT, MpaParams::default()).unwrap();
+    p.a.core
+        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
+        .unwrap();
+    let req = p.wait_request();
+    p.b.core.accept(req.request, qb, b"", None).unwrap();
+    p.run_until_established();
+    let (_ra, sa) = p.a.region(4096, all_access());
+    let (_rb, sb) = p.b.region(4096, all_access());
+    let fpdus = p.a.core.stats().fpdus_tx;
+    let wr = send_wr(5, write_op(sb.0, 0), &[(sa, 0, 64)]);
+    warpcore_engine::validate_send(&shared, &p.a.mrs, &wr).unwrap();
+    p.a.mrs.deregister(sa).unwrap();
+    p.a.core.post_send_reserved(qa, wr);
+    assert!(p.a.cq.is_empty(), "no completion at post");
+    assert_eq!(p.a.core.stats().fpdus_tx, fpdus, "nothing framed");
+    let (_, eb) = p.run_until_both_fail(3000);
+    let ca = p.a.take_completions();
+    assert_eq!((ca[0].wr_id, ca[0].status), (5, WcStatus::LocalProtection));
+    let rep = received_terminate(&eb);
+    assert_eq!((rep.code.layer(), rep.code.etype()), (0, 0));
+}
+
+/// Small Writes posted with no loop in between until the TCP send buffer is full: those
+/// that found room went at once and completed at post, the first that found none went into
+/// the send queue and every later one behind it; all arrive, and the completions come in
+/// posting order.
+#[test]
+fn writes_that_find_no_room_at_post_queue_in_order() {
+    set_general_paths_only(false);
+    let mut cfg = EngineConfig::default();
+    cfg.tcp.tx_buffer = 2 * 65536;
+    let mut p = Pair::new(&LinkConfig::default(), &cfg);
+    let (qa, _qb) = p.connect_with(&Default::default(), &Default::default(), 1024);
+    let (ra, sa) = p.a.region(1 << 20, all_access());
+    let (rb, sb) = p.b.region(1 << 20, all_access());
+    let n = 2000u64;
+    ra.write_at(0, &pattern(64 * n as usize, 8)).unwrap();
+    let mut at_post = Vec::new();
+    for k in 0..n {
+        post_a(&mut p, qa, k, write_op(sb.0, k * 64), &[(sa, k * 64, 64)]);
+        while let Some(c) = p.a.cq.pop() {
+            at_post.push(c.wr_id);
+        }
+    }
+    let first_queued = at_post.len() as u64;
+    assert!(
+        first_queued > 100 && first_queued < n,
+        "{first_queued} of {n} went at once"
+    );
+    assert_eq!(at_post, (0..first_queued).collect::<Vec<_>>());
+    p.run_until(20_000, |p| p.a.completions.len() as u64 == n - first_queued);
+    let later: Vec<_> = p.a.take_completions().iter().map(|c| c.wr_id).collect();
+    assert_eq!(later, (first_queued..n).collect::<Vec<_>>());
+    assert_eq!(
+        read_region(&rb, 0, 64 * n as usize),
+        pattern(64 * n as usize, 8)
+    );
+}
