@@ -27,7 +27,7 @@ struct Outcome {
 /// Writes of every shape (empty, one octet, small, several FPDUs, more than the send
 /// buffer holds, several SGEs, unsignalled, fenced behind a Read, every length around the
 /// smallest sent from registered memory and around the largest in one FPDU, more small
-/// ones than the send buffer holds), then, if
+/// ones than the send buffer holds), small ones posted to an empty send queue, then, if
 /// `fail`, one to a bad STag (the peer's Terminate, the flush of what follows). With
 /// `source_gone`, one whose local region is deregistered after it was posted (a local
 /// protection completion, a local catastrophic Terminate, departure 8). With `markers`, B
@@ -130,6 +130,26 @@ fn run(general: bool, fail: bool, source_gone: bool, markers: bool) -> Outcome {
             write_op(sb.0, 420_000 + k * 500),
             &[(sa, 200_000 + k * 500, 500)],
             k % 7 != 0,
+            false,
+        );
+    }
+    // Once all of that is done: Writes posted to an empty send queue, framed at post
+    // (`Qp::write_at_post`) on the fast path, by the loop on the general one: lengths
+    // around the marker spacing (A's FPDUs carry markers with `markers`), one sent from
+    // registered memory (declined at post: the rest then queue behind it), and more.
+    p.run(20_000);
+    let lens = [
+        0u32, 1, 2, 3, 4, 7, 8, 15, 16, 63, 64, 65, 255, 256, 300, 480, 488, 496,
+    ]
+    .into_iter()
+    .chain([500, 504, 505, 511, 900, 40, 8, 1]);
+    for (k, len) in lens.enumerate() {
+        let k = k as u64;
+        post(
+            &mut p,
+            write_op(sb.0, 940_000 + k * 1024),
+            &[(sa, 3 + k * 5, len)],
+            k % 4 != 1,
             false,
         );
     }
