@@ -1085,13 +1085,20 @@ impl QueuePair {
     /// inside regions of this protection domain with the needed access, queue not full.
     pub fn post_send(&self, wr: &SendWr) -> Result<(), Error> {
         validate_send(&self.shared, &self.ctx.inner.mrs, &wr.0)?;
-        let h = &self.ctx.inner.cores[self.core];
+        self.submit_send(wr)
+    }
+
+    /// Hands a send request validated (and its slot reserved) by [`validate_send`] to the
+    /// QP's core; gives the slot back if the core cannot take it.
+    #[inline(always)]
+    fn submit_send(&self, wr: &SendWr) -> Result<(), Error> {
         // Raised before the post, so that a thread that finds its completion finds it
         // raised (`Inner::unsent`; with cores on their own threads nothing reads it).
         let unsent = &self.ctx.inner.unsent;
         if !unsent.load(Ordering::Relaxed) {
             unsent.store(true, Ordering::Relaxed);
         }
+        let h = &self.ctx.inner.cores[self.core];
         h.post_send(self.id, &wr.0).inspect_err(|_| {
             self.shared.release_sq();
         })?;
@@ -1196,10 +1203,7 @@ impl QueuePair {
                 return Err(e);
             }
         }
-        let h = &self.ctx.inner.cores[self.core];
-        h.post_send(self.id, &wr.0).inspect_err(|_| {
-            self.shared.release_sq();
-        })?;
+        self.submit_send(&wr)?;
         *next += 1;
         Ok(())
     }

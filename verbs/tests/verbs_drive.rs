@@ -348,15 +348,21 @@ fn a_write_completed_at_post_is_sent_before_its_completion_is_handed_over() {
         client.progress();
         server.progress();
     }
-    for k in 0..3u64 {
-        cmr.write(k as usize * 64, &pattern(64, 0x40 + k as u8))
-            .unwrap();
+    // Three Writes from a region, then two inline (their payload copied into the QP's
+    // own arena at post).
+    for k in 0..5u64 {
+        let data = pattern(64, 0x40 + k as u8);
         let op = SendOp::Write {
             remote_stag: smr.stag(),
             remote_to: k * 64,
         };
-        cqp.post_send(&SendWr::new(k, op, &[cmr.sge(k * 64, 64)]).unwrap())
-            .unwrap();
+        if k < 3 {
+            cmr.write(k as usize * 64, &data).unwrap();
+            cqp.post_send(&SendWr::new(k, op, &[cmr.sge(k * 64, 64)]).unwrap())
+                .unwrap();
+        } else {
+            cqp.post_send_inline(k, op, &data).unwrap();
+        }
         let wc = ccq.poll_one().expect("completed at post");
         assert_eq!((wc.wr_id, wc.status), (k, WcStatus::Success));
         // Only the server runs from here on.
