@@ -556,20 +556,35 @@ pub(super) fn tx_settled_but_txrec(q: &Qp) -> bool {
         // `tx_qp` does nothing without a connection.
         return true;
     };
-    q.state == QpState::Rts
-        && matches!(c.mpa, Mpa::Done)
-        && c.mulpdu_synced
-        && c.term.is_none()
-        && c.rtr_pending.is_none()
-        && q.tx.is_none()
-        && q.tx_fault.is_none()
-        && q.irq.is_empty()
+    tx_quiet(q.state, &q.tx, &q.tx_fault, &q.irq, c)
         && q.sq_next_seq - q.sq_head_seq == q.sq.len() as u64
         && q.sq.front().map_or(true, |e| e.status.is_none())
         // A QP whose completion queue overran stays marked as before, so that the transmit
         // poller's overrun check (`poll_cq_overrun` of its batch) finds it in the same loop
         // as a busy QP of its core rather than at the next 50 ms sweep.
         && !(q.send_cq.overrun() || q.recv_cq.overrun())
+}
+
+/// The part of [`tx_settled_but_txrec`] that [`Qp::write_at_post`] shares: in RTS past its
+/// startup (MPA done, MULPDU known), no Terminate or RTR due, no message in progress, no
+/// fault, no inbound request owed. Given the QP's fields (its state, message in progress,
+/// fault, inbound requests) apart from its connection `c`, which a caller may hold mutably.
+#[inline(always)]
+fn tx_quiet(
+    state: QpState,
+    tx: &Option<TxMsg>,
+    fault: &Option<ProtocolError>,
+    irq: &VecDeque<Inbound>,
+    c: &Conn,
+) -> bool {
+    state == QpState::Rts
+        && matches!(c.mpa, Mpa::Done)
+        && c.mulpdu_synced
+        && c.term.is_none()
+        && c.rtr_pending.is_none()
+        && tx.is_none()
+        && fault.is_none()
+        && irq.is_empty()
 }
 
 /// Executes an inbound atomic now, in request order after every earlier Read Response was
@@ -1257,14 +1272,7 @@ impl Qp {
             return false;
         };
         if !(self.sq.is_empty()
-            && self.state == QpState::Rts
-            && matches!(conn.mpa, Mpa::Done)
-            && conn.mulpdu_synced
-            && conn.term.is_none()
-            && conn.rtr_pending.is_none()
-            && self.tx.is_none()
-            && self.tx_fault.is_none()
-            && self.irq.is_empty()
+            && tx_quiet(self.state, &self.tx, &self.tx_fault, &self.irq, conn)
             // A fenced Write waits for earlier Reads (`tx_write_whole`, `start_sq`): the
             // send queue may be empty while the ORQ is not (an initiator's Read RTR).
             && (!wr.fence || self.orq.is_empty())
