@@ -87,9 +87,9 @@ use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant as StdInstant};
 
 use crossbeam::utils::CachePadded;
-use std::time::{Duration, Instant as StdInstant};
 
 pub use warpcore_engine::mem::Region;
 use warpcore_engine::mem::{MrTable, PdId, Stag};

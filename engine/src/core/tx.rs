@@ -1240,16 +1240,17 @@ impl Qp {
     /// completion pushed (the payload was copied, so the buffer may be reused: a Write
     /// completes when its buffer may be reused, RDMAP-5.5-8 order kept, as nothing is
     /// outstanding ahead of it). It never enters the send queue: no entry written, looked
-    /// up, started and retired, ~130 instructions of a 64 B Write. Linux siw, too, sends
-    /// a request posted to an idle send queue in the caller's context.
+    /// up, started and retired (a 64 B Write, both sides, 1,581 -> 1,483 instructions).
+    /// Linux siw, too, sends a request posted to an idle send queue in the caller's
+    /// context.
     ///
     /// Taken only where the general path would do the same at its next pass with nothing
     /// in between: the QP settled as [`tx_settled_but_txrec`] has it (connected, MPA done,
     /// no Terminate, RTR, message in progress, fault or response owed) but for its
     /// completion queues (an overrun is acted on after the request, by the caller), its
-    /// send queue empty, and no fence waiting for a Read. False, nothing changed: the request goes into the send queue
-    /// (no room in the send buffer, not such a Write, or its local region went away,
-    /// which the general path then reports).
+    /// send queue empty, and no fence waiting for a Read. False, nothing changed: the
+    /// request goes into the send queue (no room in the send buffer, not such a Write, or
+    /// its local region went away, which the general path then reports).
     #[inline(always)]
     pub(super) fn write_at_post<D: PollDevice>(
         &mut self,
@@ -1411,10 +1412,10 @@ impl Qp {
     }
 }
 
-/// Frames a plain RDMA Write of `wr_sges` (registered in `pd`) to the peer's `(STag, Tagged
-/// Offset)` whole in one FPDU, its header from `DdpSender::tagged_whole` and its payload
-/// (fewer than `small` octets) copied into the TCP send buffer by `fill` (from the SGEs,
-/// [`gather`]) ([`send_fpdu_from`]). The one body of [`Qp::tx_write_whole`] and [`Qp::write_at_post`].
+/// Frames a plain RDMA Write of `wr_sges` to the peer's `(STag, Tagged Offset)` whole in
+/// one FPDU, its header from `DdpSender::tagged_whole` and its payload (fewer than `small`
+/// octets) copied into the TCP send buffer by `fill` from the SGEs ([`gather`],
+/// [`send_fpdu_from`]). The one body of [`Qp::tx_write_whole`] and [`Qp::write_at_post`].
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn frame_write_whole<D: PollDevice>(
