@@ -80,8 +80,9 @@
 //! post_send / post_send_reserved_ref (a request posted; the loop's commands or the
 //!   caller-driven direct post)
 //!      ─ Qp::write_at_post   a plain one-FPDU Write to an empty, settled send queue:
-//!                            frame_write_whole now, slot back, completion; else push_sq
-//! poll ─ poll_tx, transmit: first, after a request posted to an empty send queue
+//!                            frame_write_whole now, recorded in posted_out; else push_sq
+//! poll ─ complete_posted_out, poll_tx, transmit: first, after a request posted to an
+//!        empty send queue (slots and completions of the Writes framed at post first)
 //!      ─ poll_timers                               (connect: MPA timeouts)
 //!      ─ poll_tx                                   (tx: every QP marked ready)
 //!          └ tx_qp
@@ -281,6 +282,16 @@ pub struct CoreStats {
     /// cores whose ports share a pool report the same figure), `None` for a device without
     /// one (the in-memory link).
     pub pool_in_use: Option<u64>,
+}
+
+/// A request framed when it was posted ([`Qp::write_at_post`]): a plain RDMA Write, done,
+/// whose slot and completion the next loop gives back ([`EngineCore::complete_posted_out`]).
+#[derive(Debug, Clone, Copy)]
+struct PostedOut {
+    id: QpId,
+    wr_id: u64,
+    byte_len: u32,
+    signaled: bool,
 }
 
 #[derive(Debug)]
@@ -564,6 +575,11 @@ pub struct EngineCore<D: PollDevice> {
     /// ([`Qp::write_at_post`]), after the last loop's transmit pass: the next loop
     /// transmits first.
     framed_at_post: bool,
+    /// The requests framed at post, in posting order, whose slots and completions the
+    /// next loop gives back before anything else ([`Self::complete_posted_out`]). At most
+    /// the send queue depths of the live QPs (each holds its slot until then); grows with
+    /// what is posted, as the send queues do.
+    posted_out: Vec<PostedOut>,
     /// Scratch list of the slots a poller visits this loop.
     batch: Vec<usize>,
     /// QPs with an MPA initiator (their startup timers are polled).
@@ -635,6 +651,7 @@ impl<D: PollDevice> EngineCore<D> {
             tx_ready: ReadySet::new(),
             send_first: false,
             framed_at_post: false,
+            posted_out: Vec::new(),
             batch: Vec::new(),
             initiators: Vec::new(),
             arrivals: 0,
@@ -779,6 +796,9 @@ impl<D: PollDevice> EngineCore<D> {
         if self.send_first {
             self.send_first = false;
             let framed = std::mem::take(&mut self.framed_at_post);
+            if framed {
+                self.complete_posted_out();
+            }
             if self.poll_tx() | framed {
                 work = true;
                 self.transmit();

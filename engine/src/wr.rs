@@ -554,6 +554,7 @@ impl CompletionQueue {
     /// Engine side: appends a completion; on overrun the entry is lost and the overrun
     /// flag is raised (the engine never waits for the application). An armed queue then
     /// signals its channel.
+    #[inline]
     pub fn push(&self, c: Completion) {
         let notable = c.solicited || c.status != WcStatus::Success;
         if self.ring.push(c).is_err() {

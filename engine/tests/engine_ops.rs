@@ -287,17 +287,16 @@ fn local_misuse_is_refused_without_side_effects() {
             .collect::<Vec<_>>()
     )
     .is_none());
-    // Depth 2: the third post is refused while two are outstanding. (Sends: a small Write
-    // posted to an empty send queue is sent and retired at once, `Qp::write_at_post`.)
+    // Depth 2: the third post is refused while two are outstanding.
     p.a.core
-        .post_send(qa, send_wr(1, SendOp::Send, &[(sa, 0, 8)]))
+        .post_send(qa, send_wr(1, write(1, 0), &[(sa, 0, 8)]))
         .unwrap();
     p.a.core
-        .post_send(qa, send_wr(2, SendOp::Send, &[(sa, 0, 8)]))
+        .post_send(qa, send_wr(2, write(1, 0), &[(sa, 0, 8)]))
         .unwrap();
     assert_eq!(
         p.a.core
-            .post_send(qa, send_wr(3, SendOp::Send, &[(sa, 0, 8)])),
+            .post_send(qa, send_wr(3, write(1, 0), &[(sa, 0, 8)])),
         Err(E::QueueFull)
     );
     assert!(p.a.completions.is_empty());

@@ -1,8 +1,8 @@
 //! A plain one-FPDU RDMA Write posted to an empty send queue is framed when it is posted
-//! (`Qp::write_at_post`): its completion and its slot come back before any loop, and the
-//! next loop sends it. Anything ahead of it in the send queue keeps it there, so
-//! completions stay in submission order (RDMAP-5.5-8). `engine_fast_paths.rs` holds its
-//! wire traffic, completions and placement to the general path's.
+//! (`Qp::write_at_post`); the next loop gives its slot and completion back before anything
+//! else and sends it. Anything ahead of it in the send queue keeps it there, so completions
+//! stay in submission order (RDMAP-5.5-8). `engine_fast_paths.rs` holds its wire traffic,
+//! completions and placement to the general path's.
 
 mod common;
 
@@ -15,11 +15,11 @@ use warpcore_engine::{
     EngineConfig, EngineError, MpaParams, RtrType, RtrTypes, SendOp, SendWr, WcOpcode, WcStatus,
 };
 
-/// Eight 64 B Writes posted to a QP of send queue depth 4 with no loop in between: each
-/// is framed and completes at once, so each finds its slot given back; the loops that
-/// follow only transmit. Returns the completions found right after each post and the
-/// first post's error, then (all posted) checks what B received.
-fn eight_writes_without_a_loop(general: bool) -> (Vec<u64>, Result<(), EngineError>) {
+/// Four 64 B Writes posted to a QP of send queue depth 4 with no loop in between, and a
+/// fifth: returns the FPDUs counted as sent right after the four posts and the fifth
+/// post's outcome, then (one loop of A run) checks that the four completed in order and,
+/// all loops run, that B received them.
+fn four_writes_without_a_loop(general: bool) -> (u64, Result<(), EngineError>) {
     set_general_paths_only(general);
     let mut p = Pair::default_pair();
     let (qa, _qb) = p.connect_with(&Default::default(), &Default::default(), 4);
@@ -27,41 +27,51 @@ fn eight_writes_without_a_loop(general: bool) -> (Vec<u64>, Result<(), EngineErr
     let (rb, sb) = p.b.region(4096, all_access());
     ra.write_at(0, &pattern(512, 5)).unwrap();
     let fpdus_before = p.a.core.stats().fpdus_tx;
-    let mut at_post = Vec::new();
-    for k in 0..8u64 {
-        let wr = send_wr(k + 1, write_op(sb.0, k * 64), &[(sa, k * 64, 64)]);
-        if let Err(e) = p.a.core.post_send(qa, wr) {
-            set_general_paths_only(false);
-            return (at_post, Err(e));
-        }
-        while let Some(c) = p.a.cq.pop() {
-            assert_eq!(
-                (c.opcode, c.status, c.byte_len),
-                (WcOpcode::Write, WcStatus::Success, 64)
-            );
-            at_post.push(c.wr_id);
-        }
+    let write = |k: u64| send_wr(k + 1, write_op(sb.0, k * 64), &[(sa, k * 64, 64)]);
+    for k in 0..4u64 {
+        p.a.core.post_send(qa, write(k)).unwrap();
     }
-    assert_eq!(p.a.core.stats().fpdus_tx - fpdus_before, 8);
-    p.run_until(200, |_| read_region(&rb, 0, 512) == pattern(512, 5));
+    let framed = p.a.core.stats().fpdus_tx - fpdus_before;
+    // Each holds its slot until a loop gives it back, whichever path took it.
+    let fifth = p.a.core.post_send(qa, write(4));
+    assert!(p.a.cq.is_empty(), "nothing completes before a loop");
+    p.run_a_alone(1);
+    let ids: Vec<_> =
+        p.a.take_completions()
+            .into_iter()
+            .map(|c| {
+                assert_eq!(
+                    (c.opcode, c.status, c.byte_len),
+                    (WcOpcode::Write, WcStatus::Success, 64)
+                );
+                c.wr_id
+            })
+            .collect();
+    assert_eq!(ids, [1, 2, 3, 4], "one loop completes the four, in order");
+    assert_eq!(p.a.core.stats().fpdus_tx - fpdus_before, 4);
+    p.run_until(200, |_| read_region(&rb, 0, 256) == pattern(512, 5)[..256]);
     assert!(p.a.take_completions().is_empty() && p.b.take_completions().is_empty());
     assert!(p.a.take_events().is_empty() && p.b.take_events().is_empty());
     set_general_paths_only(false);
-    (at_post, Ok(()))
+    (framed, fifth)
 }
 
 #[test]
-fn writes_posted_to_an_idle_queue_complete_at_once() {
-    let (ids, r) = eight_writes_without_a_loop(false);
-    assert_eq!((ids, r), ((1..=8).collect(), Ok(())));
+fn writes_posted_to_an_idle_queue_are_framed_at_post_and_complete_with_the_next_loop() {
+    assert_eq!(
+        four_writes_without_a_loop(false),
+        (4, Err(EngineError::QueueFull))
+    );
 }
 
 /// The judge above fails without the path: under the general paths a Write waits in the
-/// send queue for the loop, and the fifth post of depth 4 is refused.
+/// send queue for the loop to frame it.
 #[test]
-fn without_the_path_the_fifth_post_finds_the_queue_full() {
-    let (ids, r) = eight_writes_without_a_loop(true);
-    assert_eq!((ids, r), (vec![], Err(EngineError::QueueFull)));
+fn without_the_path_nothing_is_framed_at_post() {
+    assert_eq!(
+        four_writes_without_a_loop(true),
+        (0, Err(EngineError::QueueFull))
+    );
 }
 
 /// A Write behind a Send, an unsignalled Write, a Read or a fenced Write behind a Read stays
@@ -92,21 +102,26 @@ fn a_write_behind_queued_requests_waits_its_turn() {
         ..send_wr(5, write_op(sb.0, 128), &[(sa, 192, 64)])
     };
     p.a.core.post_send(qa, fenced).unwrap();
-    assert!(p.a.cq.is_empty(), "nothing completes ahead of the Send");
+    assert!(p.a.cq.is_empty(), "nothing completes before a loop");
     p.run_until(500, |p| p.a.completions.len() == 4);
     let ids: Vec<_> = p.a.take_completions().iter().map(|c| c.wr_id).collect();
     assert_eq!(ids, [1, 2, 4, 5]);
     assert_eq!(read_region(&rb, 0, 192), pattern(1024, 1)[64..256]);
     assert_eq!(read_region(&ra, 2048, 64), pattern(64, 9));
-    // Idle again: the next Write goes at once.
+    // Idle again: the next Write is framed at post, and completes with the next loop.
+    let fpdus = p.a.core.stats().fpdus_tx;
     post_a(&mut p, qa, 6, write_op(sb.0, 512), &[(sa, 512, 64)]);
-    assert_eq!(p.a.cq.pop().map(|c| c.wr_id), Some(6));
+    assert_eq!(p.a.core.stats().fpdus_tx - fpdus, 1);
+    assert!(p.a.cq.is_empty());
+    p.run_a_alone(1);
+    let ids: Vec<_> = p.a.take_completions().iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, [6]);
 }
 
 /// An initiator's Read RTR (MPA2-5-1, RFC 6581) is a zero-length Read outstanding in the
 /// ORQ while its send queue is empty: a fenced Write posted before the Read Response came
-/// back waits for it (as `tx_write_whole` and `start_sq` hold one), an unfenced one goes at
-/// once. B's answers are delayed 50 ms on the link so that the Read is still outstanding.
+/// back waits for it (as `tx_write_whole` and `start_sq` hold one), an unfenced one is
+/// framed at post. B's answers are delayed 50 ms on the link so that the Read is still outstanding.
 #[test]
 fn a_fenced_write_waits_for_the_read_rtr() {
     for fence in [true, false] {
@@ -138,7 +153,8 @@ fn a_fenced_write_waits_for_the_read_rtr() {
             ..send_wr(1, write_op(sb.0, 0), &[(sa, 0, 64)])
         };
         p.a.core.post_send(qa, wr).unwrap();
-        assert_eq!(p.a.cq.is_empty(), fence, "fence {fence}");
+        let framed = p.a.core.stats().fpdus_tx - s.fpdus_tx;
+        assert_eq!(framed, u64::from(!fence), "fence {fence}");
         p.run_until(2000, |_| read_region(&rb, 0, 64) == pattern(64, 3));
         p.run_until(100, |p| !p.a.completions.is_empty() || !fence);
         let mut ids: Vec<_> = p.a.take_completions().iter().map(|c| c.wr_id).collect();
@@ -181,9 +197,8 @@ fn a_write_whose_region_went_away_before_the_post_is_left_to_the_general_path() 
 }
 
 /// Small Writes posted with no loop in between until the TCP send buffer is full: those
-/// that found room went at once and completed at post, the first that found none went into
-/// the send queue and every later one behind it; all arrive, and the completions come in
-/// posting order.
+/// that found room were framed at post, the first that found none went into the send queue
+/// and every later one behind it; all arrive, and the completions come in posting order.
 #[test]
 fn writes_that_find_no_room_at_post_queue_in_order() {
     set_general_paths_only(false);
@@ -193,26 +208,25 @@ fn writes_that_find_no_room_at_post_queue_in_order() {
     let (qa, _qb) = p.connect_with(&Default::default(), &Default::default(), 1024);
     let (ra, sa) = p.a.region(1 << 20, all_access());
     let (rb, sb) = p.b.region(1 << 20, all_access());
-    let n = 2000u64;
-    ra.write_at(0, &pattern(64 * n as usize, 8)).unwrap();
-    let mut at_post = Vec::new();
+    let (n, len) = (1000u64, 200u64);
+    ra.write_at(0, &pattern((len * n) as usize, 8)).unwrap();
+    let fpdus = p.a.core.stats().fpdus_tx;
     for k in 0..n {
-        post_a(&mut p, qa, k, write_op(sb.0, k * 64), &[(sa, k * 64, 64)]);
-        while let Some(c) = p.a.cq.pop() {
-            at_post.push(c.wr_id);
-        }
+        post_a(
+            &mut p,
+            qa,
+            k,
+            write_op(sb.0, k * len),
+            &[(sa, k * len, len as u32)],
+        );
     }
-    let first_queued = at_post.len() as u64;
-    assert!(
-        first_queued > 100 && first_queued < n,
-        "{first_queued} of {n} went at once"
-    );
-    assert_eq!(at_post, (0..first_queued).collect::<Vec<_>>());
-    p.run_until(20_000, |p| p.a.completions.len() as u64 == n - first_queued);
-    let later: Vec<_> = p.a.take_completions().iter().map(|c| c.wr_id).collect();
-    assert_eq!(later, (first_queued..n).collect::<Vec<_>>());
+    let framed = p.a.core.stats().fpdus_tx - fpdus;
+    assert!(framed > 100 && framed < n, "{framed} of {n} framed at post");
+    p.run_until(20_000, |p| p.a.completions.len() as u64 == n);
+    let ids: Vec<_> = p.a.take_completions().iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, (0..n).collect::<Vec<_>>());
     assert_eq!(
-        read_region(&rb, 0, 64 * n as usize),
-        pattern(64 * n as usize, 8)
+        read_region(&rb, 0, (len * n) as usize),
+        pattern((len * n) as usize, 8)
     );
 }

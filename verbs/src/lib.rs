@@ -85,11 +85,9 @@ mod polled;
 
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant as StdInstant};
-
-use crossbeam::utils::CachePadded;
 
 pub use warpcore_engine::mem::Region;
 use warpcore_engine::mem::{MrTable, PdId, Stag};
@@ -202,13 +200,6 @@ struct Inner {
     cfg: EngineConfig,
     /// The port: address and prefix, MAC, IP MTU.
     port: (Ipv4Addr, u8, [u8; 6], usize),
-    /// A send request was posted to a caller-driven core since [`Context::progress`] last
-    /// ran the cores: it may have gone straight into the core and, a small Write, been
-    /// framed and completed there at once with its frame not yet sent (the engine's
-    /// `Qp::write_at_post`). Completion-queue polls run the cores before they hand a
-    /// completion over while it is up (`polled::Driver::pop`). On a cache line of its own:
-    /// every [`Context::progress`] lowers it.
-    unsent: CachePadded<AtomicBool>,
 }
 
 /// An open engine: its cores, its memory region table and its connection manager.
@@ -313,7 +304,6 @@ impl Context {
                 event_bell: Mutex::new(None),
                 cfg: cfg.engine,
                 port: (cfg.ip, cfg.prefix_len, stack.mac, mtu),
-                unsent: CachePadded::new(AtomicBool::new(false)),
             }),
         })
     }
@@ -379,8 +369,6 @@ impl Context {
     /// Completion-queue polls, event waits and control calls call it themselves; call it
     /// when waiting otherwise (e.g. spinning on a word an RDMA Write will change).
     pub fn progress(&self) -> bool {
-        // Lowered first: a post on another thread meanwhile raises it again.
-        self.inner.unsent.store(false, Ordering::Relaxed);
         polled::progress(&self.inner.cores)
     }
 
@@ -1085,19 +1073,6 @@ impl QueuePair {
     /// inside regions of this protection domain with the needed access, queue not full.
     pub fn post_send(&self, wr: &SendWr) -> Result<(), Error> {
         validate_send(&self.shared, &self.ctx.inner.mrs, &wr.0)?;
-        self.submit_send(wr)
-    }
-
-    /// Hands a send request validated (and its slot reserved) by [`validate_send`] to the
-    /// QP's core; gives the slot back if the core cannot take it.
-    #[inline(always)]
-    fn submit_send(&self, wr: &SendWr) -> Result<(), Error> {
-        // Raised before the post, so that a thread that finds its completion finds it
-        // raised (`Inner::unsent`; with cores on their own threads nothing reads it).
-        let unsent = &self.ctx.inner.unsent;
-        if !unsent.load(Ordering::Relaxed) {
-            unsent.store(true, Ordering::Relaxed);
-        }
         let h = &self.ctx.inner.cores[self.core];
         h.post_send(self.id, &wr.0).inspect_err(|_| {
             self.shared.release_sq();
@@ -1203,7 +1178,10 @@ impl QueuePair {
                 return Err(e);
             }
         }
-        self.submit_send(&wr)?;
+        let h = &self.ctx.inner.cores[self.core];
+        h.post_send(self.id, &wr.0).inspect_err(|_| {
+            self.shared.release_sq();
+        })?;
         *next += 1;
         Ok(())
     }

@@ -6,7 +6,6 @@
 //! manager waits ([`crate::Context::next_event`]) and control calls ([`wait_reply`]). With
 //! cores on their own threads all of this reduces to what it was: a pop, a channel wait.
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::Receiver;
@@ -57,18 +56,8 @@ impl Driver {
     }
 
     /// Takes a completion; when there is none and the cores are caller-driven, runs them
-    /// once and looks again. A full queue is drained without running the cores, unless a
-    /// send request was posted to one since they last ran (`Inner::unsent`): a small Write
-    /// framed when it was posted completes at once (the engine's `Qp::write_at_post`), and
-    /// its frame goes out in its core's next loop, run here first, before a completion is
-    /// handed over.
-    #[inline(always)]
+    /// once and looks again. A full queue is drained without running the cores.
     pub(crate) fn pop(&self, cq: &CompletionQueue) -> Option<Completion> {
-        if let Some(ctx) = &self.0 {
-            if ctx.inner.unsent.load(Ordering::Relaxed) {
-                run_unsent(ctx);
-            }
-        }
         if let Some(c) = cq.pop() {
             return Some(c);
         }
@@ -89,12 +78,4 @@ impl Driver {
             std::thread::park_timeout(Duration::from_micros(20));
         }
     }
-}
-
-/// One loop of `ctx`'s cores, for a send request posted since they last ran
-/// ([`Driver::pop`]).
-#[cold]
-#[inline(never)]
-fn run_unsent(ctx: &Context) {
-    ctx.progress();
 }

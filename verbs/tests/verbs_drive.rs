@@ -323,11 +323,11 @@ fn posts_keep_their_order_while_another_thread_runs_the_core() {
     }
 }
 
-/// A small Write posted to an idle caller-driven core completes at once (it is framed when
-/// posted, `Qp::write_at_post`); the completion queue poll that hands the completion over
-/// first runs the core, so the Write is on the wire by then: the server places it with
-/// the client never polled again. Without that loop, the frame would wait in the client's
-/// TCP send buffer and the server would never see it.
+/// A small Write posted to an idle caller-driven core is framed when posted
+/// (`Qp::write_at_post`), and its completion comes with the loop that sends it: by the
+/// time the completion queue poll hands it over, the Write is on the wire, and the server
+/// places it with the client never polled again. A completion handed over before that
+/// loop would leave the frame in the client's TCP send buffer, never seen by the server.
 #[test]
 fn a_write_completed_at_post_is_sent_before_its_completion_is_handed_over() {
     let (server, client) = caller_driven_contexts(|_| {});

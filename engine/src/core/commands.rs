@@ -99,6 +99,9 @@ impl<D: PollDevice> EngineCore<D> {
     /// unread Terminate with its receive buffer, and the peer's user would see a bare reset
     /// instead of the error report RDMAP-5.4/RDMAP-7.1 require.
     pub fn destroy_qp(&mut self, id: QpId) -> Result<(), EngineError> {
+        if !self.posted_out.is_empty() {
+            self.complete_posted_out();
+        }
         let q = self.qp_mut(id)?;
         q.flush();
         let conn = q.conn.take();
@@ -202,9 +205,9 @@ impl<D: PollDevice> EngineCore<D> {
     }
 
     /// [`Qp::write_at_post`] of `wr` on QP `id`: true if it was taken. The QP is not marked
-    /// for the transmit poller (it is settled: its visit would find nothing), the next loop
-    /// transmits first (`framed_at_post`), and a completion queue this overran is acted
-    /// on at once, as the transmit poller would have after the visit.
+    /// for the transmit poller (it is settled: its visit would find nothing); the next loop
+    /// gives its slot and completion back, then transmits first (`posted_out`,
+    /// `framed_at_post`).
     #[inline(always)]
     fn write_at_post(&mut self, id: QpId, wr: &SendWr) -> bool {
         if id.core != self.core {
@@ -225,12 +228,14 @@ impl<D: PollDevice> EngineCore<D> {
         if q.id != id || !q.write_at_post(stack, ctx, (gather, fpdu), wr) {
             return false;
         }
-        let overran = q.send_cq.overrun() || q.recv_cq.overrun();
+        self.posted_out.push(PostedOut {
+            id,
+            wr_id: wr.wr_id,
+            byte_len: wr.sges.total_len() as u32,
+            signaled: wr.signaled,
+        });
         self.send_first = true;
         self.framed_at_post = true;
-        if overran {
-            self.cq_overran(i);
-        }
         if cfg!(any(test, feature = "self-check")) {
             // The visits it was spared must find nothing: the transmit one now, the
             // receive one in the next loop (as `qp_mut_for_send` has it checked).
@@ -238,6 +243,59 @@ impl<D: PollDevice> EngineCore<D> {
             self.mark_tx_unless_settled(i);
         }
         true
+    }
+
+    /// Gives back the slots of the requests framed at post ([`Qp::write_at_post`]) and
+    /// pushes the completions of the signalled ones, in posting order, then acts on a
+    /// completion queue that overran, as the transmit poller does after its visits. Run by
+    /// the first loop after the posts, before anything else can complete a request of
+    /// their QPs (their later requests wait in the send queue behind them), so completions
+    /// keep submission order (RDMAP-5.5-8) and none is seen before a loop that sends its
+    /// frame has begun: as on the general path, where the request completes in the loop
+    /// that frames it. Also run before a QP is destroyed or aborted, whose flush completes
+    /// what follows.
+    pub(super) fn complete_posted_out(&mut self) {
+        let EngineCore {
+            posted_out, qps, ..
+        } = self;
+        let mut overran = None;
+        // By runs of one QP (a run of small Writes, the common case): one look-up and one
+        // atomic operation on its slot count a run.
+        let mut k = 0;
+        while let Some(first) = posted_out.get(k) {
+            let id = first.id;
+            let run = posted_out[k..].iter().take_while(|p| p.id == id).count();
+            let i = usize::from(id.index);
+            if let Some(Some(q)) = qps
+                .get(i)
+                .filter(|q| q.as_ref().is_some_and(|q| q.id == id))
+            {
+                // Slots first: by the time the application sees a completion its slot is
+                // free (as `retire_sq`).
+                q.shared.release_sq_n(run as u32);
+                for p in posted_out[k..k + run].iter().filter(|p| p.signaled) {
+                    q.send_cq.push(Completion {
+                        wr_id: p.wr_id,
+                        qp: id,
+                        opcode: WcOpcode::Write,
+                        status: WcStatus::Success,
+                        byte_len: p.byte_len,
+                        solicited: false,
+                        invalidated: None,
+                        imm: None,
+                        atomic_orig: None,
+                    });
+                }
+                if q.send_cq.overrun() {
+                    overran = Some(i);
+                }
+            }
+            k += run;
+        }
+        posted_out.clear();
+        if let Some(i) = overran {
+            self.cq_overran(i);
+        }
     }
 
     /// Posts a receive work request (validated; nothing changes on error).

@@ -290,6 +290,9 @@ impl<D: PollDevice> EngineCore<D> {
 
     /// Abortive close: RST at once, everything outstanding is flushed.
     pub fn abort(&mut self, id: QpId) -> Result<(), EngineError> {
+        if !self.posted_out.is_empty() {
+            self.complete_posted_out();
+        }
         let q = self.qp_mut(id)?;
         let Some(c) = q.conn.take() else {
             return Err(EngineError::InvalidState(q.state));

@@ -1236,11 +1236,12 @@ impl Qp {
 
     /// A send request posted to this QP's empty send queue, taken at once if it is a plain
     /// RDMA Write that [`Self::tx_write_whole`] would send whole from the send position:
-    /// framed into the TCP send buffer now, its slot given back and, if signalled, its
-    /// completion pushed (the payload was copied, so the buffer may be reused: a Write
-    /// completes when its buffer may be reused, RDMAP-5.5-8 order kept, as nothing is
-    /// outstanding ahead of it). It never enters the send queue: no entry written, looked
-    /// up, started and retired (a 64 B Write, both sides, 1,581 -> 1,483 instructions).
+    /// framed into the TCP send buffer now; the caller records it, and the next loop gives
+    /// its slot back and, if signalled, pushes its completion before anything else (the
+    /// payload was copied, so the buffer may be reused: a Write completes when its buffer
+    /// may be reused; RDMAP-5.5-8's order kept, as nothing is outstanding ahead of it and
+    /// what follows waits in the send queue). It never enters the send queue: no entry
+    /// written, looked up, started and retired.
     /// Linux siw, too, sends a request posted to an idle send queue in the caller's
     /// context.
     ///
@@ -1302,23 +1303,10 @@ impl Qp {
             return false;
         }
         ctx.stats.fpdus_tx += 1;
-        // Started and retired, as the send queue would have.
-        self.sq_head_seq += 1;
-        self.sq_next_seq += 1;
-        self.shared.release_sq();
-        if wr.signaled {
-            self.send_cq.push(Completion {
-                wr_id: wr.wr_id,
-                qp: self.id,
-                opcode: WcOpcode::Write,
-                status: WcStatus::Success,
-                byte_len: wr.sges.total_len() as u32,
-                solicited: false,
-                invalidated: None,
-                imm: None,
-                atomic_orig: None,
-            });
-        }
+        // Done: the caller records it, and the next loop retires it
+        // (`EngineCore::complete_posted_out`). The send queue's sequence numbers stay:
+        // they number its entries, and it had none (no record sent from memory or ORQ
+        // entry names this request).
         true
     }
 
