@@ -161,3 +161,90 @@ fn an_overrun_beside_a_busy_qp_is_found_at_once() {
         "the busy QP is untouched"
     );
 }
+
+/// Eight small Writes from B's QP, whose completion queue holds two, posted to its empty
+/// send queue: each is framed at post (`Qp::write_at_post`) and the next loop pushes their
+/// completions; the third overruns the queue, which is reported at once, as the transmit
+/// poller reports it on the general path: the queue's error, then the QP's, and A gets a
+/// local catastrophic Terminate. Only what fitted is kept.
+#[test]
+fn writes_framed_at_post_that_overrun_their_queue_fail_it_loudly() {
+    let mut p = Pair::default_pair();
+    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
+    let (_qa, qb, small) = connect_to_small_cq(&mut p);
+    let (_ra, sa) = p.a.region(4096, all_access());
+    let (_rb, sb) = p.b.region(4096, all_access());
+    // A first Write, unsignalled, through the loop: a QP frames at post once its first
+    // pass fixed its MULPDU from the TCP's segment size.
+    let first = warpcore_engine::SendWr {
+        signaled: false,
+        ..send_wr(
+            199,
+            SendOp::Write {
+                remote_stag: sa.0,
+                remote_to: 1024,
+            },
+            &[(sb, 0, 16)],
+        )
+    };
+    p.b.core.post_send(qb, first).expect("post_send");
+    p.run(50);
+    // A loop at this instant first: the sweep (every 50 ms of engine time, which also
+    // looks for overruns) is then not due in the loop below.
+    p.b.core.poll(p.now);
+    while p.b.core.next_event().is_some() {}
+    let fpdus = p.b.core.stats().fpdus_tx;
+    for i in 0..8u64 {
+        p.b.core
+            .post_send(
+                qb,
+                send_wr(
+                    200 + i,
+                    SendOp::Write {
+                        remote_stag: sa.0,
+                        remote_to: i * 64,
+                    },
+                    &[(sb, i * 64, 16)],
+                ),
+            )
+            .expect("post_send");
+    }
+    assert_eq!(p.b.core.stats().fpdus_tx - fpdus, 8, "framed at post");
+    assert!(small.is_empty(), "no completion before a loop");
+    // One loop of B, at the same instant, pushes the completions and acts on the overrun.
+    p.b.core.poll(p.now);
+    let mut b_events = Vec::new();
+    while let Some(e) = p.b.core.next_event() {
+        b_events.push(e);
+    }
+    let cq_error = b_events
+        .iter()
+        .position(|e| matches!(e, CmEvent::CqError { cq } if *cq == small.id()));
+    let qp_error = b_events.iter().position(|e| {
+        matches!(
+            e,
+            CmEvent::Error {
+                error: ConnError::CqOverrun,
+                ..
+            }
+        )
+    });
+    assert!(
+        matches!((cq_error, qp_error), (Some(c), Some(q)) if c < q),
+        "{b_events:?}"
+    );
+    assert_eq!(small.len(), 2, "the queue kept what fitted");
+    let mut a_err = None;
+    p.run_until(5000, |p| {
+        for e in p.a.take_events() {
+            if let CmEvent::Error { error, .. } = e {
+                a_err = Some(error);
+            }
+        }
+        a_err.is_some()
+    });
+    assert!(
+        matches!(&a_err, Some(ConnError::RemoteTerminate(r)) if r.code.layer() == 0 && r.code.etype() == 0),
+        "A should get a local catastrophic Terminate: {a_err:?}"
+    );
+}

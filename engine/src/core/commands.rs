@@ -258,7 +258,7 @@ impl<D: PollDevice> EngineCore<D> {
         let EngineCore {
             posted_out, qps, ..
         } = self;
-        let mut overran = None;
+        let mut overran = false;
         // By runs of one QP (a run of small Writes, the common case): one look-up and one
         // atomic operation on its slot count a run.
         let mut k = 0;
@@ -286,16 +286,34 @@ impl<D: PollDevice> EngineCore<D> {
                         atomic_orig: None,
                     });
                 }
-                if q.send_cq.overrun() {
-                    overran = Some(i);
-                }
+                overran |= q.send_cq.overrun();
             }
             k += run;
         }
-        posted_out.clear();
-        if let Some(i) = overran {
-            self.cq_overran(i);
+        if overran {
+            self.posted_out_overran();
         }
+        self.posted_out.clear();
+    }
+
+    /// [`Self::complete_posted_out`] overran a completion queue: each QP it pushed to whose
+    /// queue overran is acted on ([`Self::cq_overran`], which acts once per QP).
+    #[cold]
+    #[inline(never)]
+    fn posted_out_overran(&mut self) {
+        let posted = std::mem::take(&mut self.posted_out);
+        for p in &posted {
+            let i = usize::from(p.id.index);
+            if self
+                .qps
+                .get(i)
+                .and_then(Option::as_ref)
+                .is_some_and(|q| q.id == p.id && q.send_cq.overrun())
+            {
+                self.cq_overran(i);
+            }
+        }
+        self.posted_out = posted;
     }
 
     /// Posts a receive work request (validated; nothing changes on error).
