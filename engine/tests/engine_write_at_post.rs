@@ -230,3 +230,42 @@ fn writes_that_find_no_room_at_post_queue_in_order() {
         pattern((len * n) as usize, 8)
     );
 }
+
+/// A Write framed at post, then a disconnect, then a request posted before the disconnect
+/// was seen (validated in RTS, taken after it: flushed at once): the Write completes first
+/// (RDMAP-5.5-8), with success, and the flushed request after it.
+#[test]
+fn a_request_flushed_after_a_disconnect_completes_after_the_write_framed_at_post() {
+    set_general_paths_only(false);
+    let mut p = Pair::default_pair();
+    let (qa, shared) = p.a.qp_shared(16);
+    let qb = p.b.qp(16);
+    p.b.core.listen(PORT, MpaParams::default()).unwrap();
+    p.a.core
+        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
+        .unwrap();
+    let req = p.wait_request();
+    p.b.core.accept(req.request, qb, b"", None).unwrap();
+    p.run_until_established();
+    let (_ra, sa) = p.a.region(4096, all_access());
+    let (_rb, sb) = p.b.region(4096, all_access());
+    // A first Write through the loop fixes the MULPDU; the next ones are framed at post.
+    post_a(&mut p, qa, 1, write_op(sb.0, 0), &[(sa, 0, 64)]);
+    p.run_until(200, |p| p.a.completions.len() == 1);
+    p.a.take_completions();
+    let fpdus = p.a.core.stats().fpdus_tx;
+    post_a(&mut p, qa, 2, write_op(sb.0, 64), &[(sa, 64, 64)]);
+    assert_eq!(p.a.core.stats().fpdus_tx - fpdus, 1, "framed at post");
+    let late = send_wr(3, write_op(sb.0, 128), &[(sa, 128, 64)]);
+    warpcore_engine::validate_send(&shared, &p.a.mrs, &late).unwrap();
+    p.a.core.disconnect(qa).unwrap();
+    p.a.core.post_send_reserved(qa, late);
+    let got: Vec<_> = std::iter::from_fn(|| p.a.cq.pop())
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(
+        got,
+        [(2, WcStatus::Success), (3, WcStatus::FlushErr)],
+        "in submission order"
+    );
+}

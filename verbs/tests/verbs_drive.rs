@@ -329,7 +329,7 @@ fn posts_keep_their_order_while_another_thread_runs_the_core() {
 /// places it with the client never polled again. A completion handed over before that
 /// loop would leave the frame in the client's TCP send buffer, never seen by the server.
 #[test]
-fn a_write_completed_at_post_is_sent_before_its_completion_is_handed_over() {
+fn a_write_framed_at_post_is_sent_by_the_time_its_completion_is_handed_over() {
     let (server, client) = caller_driven_contexts(|_| {});
     let spd = server.alloc_pd();
     let scq = server.create_cq(16).unwrap();
@@ -363,7 +363,7 @@ fn a_write_completed_at_post_is_sent_before_its_completion_is_handed_over() {
         } else {
             cqp.post_send_inline(k, op, &data).unwrap();
         }
-        let wc = ccq.poll_one().expect("completed at post");
+        let wc = ccq.poll_one().expect("a completion");
         assert_eq!((wc.wr_id, wc.status), (k, WcStatus::Success));
         // Only the server runs from here on.
         let t0 = std::time::Instant::now();

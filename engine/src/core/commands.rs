@@ -252,8 +252,8 @@ impl<D: PollDevice> EngineCore<D> {
     /// their QPs (their later requests wait in the send queue behind them), so completions
     /// keep submission order (RDMAP-5.5-8) and none is seen before a loop that sends its
     /// frame has begun: as on the general path, where the request completes in the loop
-    /// that frames it. Also run before a QP is destroyed or aborted, whose flush completes
-    /// what follows.
+    /// that frames it. Also run first by the calls that take a QP out of RTS between loops
+    /// (`disconnect`, `abort`, `destroy_qp`), after which a request is flushed at once.
     pub(super) fn complete_posted_out(&mut self) {
         let EngineCore {
             posted_out, qps, ..

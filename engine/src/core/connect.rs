@@ -276,6 +276,11 @@ impl<D: PollDevice> EngineCore<D> {
     /// Graceful close: no new sends; the send queue and inbound Reads drain, then FIN.
     /// [`CmEvent::Disconnected`] follows once both sides closed.
     pub fn disconnect(&mut self, id: QpId) -> Result<(), EngineError> {
+        // Writes framed at post complete first: a request posted after this call is
+        // flushed at once, and must not complete ahead of them.
+        if !self.posted_out.is_empty() {
+            self.complete_posted_out();
+        }
         let q = self.qp_mut(id)?;
         match q.state {
             QpState::Rts => {

@@ -1248,8 +1248,9 @@ impl Qp {
     /// Taken only where the general path would do the same at its next pass with nothing
     /// in between: the QP settled as [`tx_settled_but_txrec`] has it (connected, MPA done,
     /// no Terminate, RTR, message in progress, fault or response owed) but for its
-    /// completion queues (an overrun is acted on after the request, by the caller), its
-    /// send queue empty, and no fence waiting for a Read. False, nothing changed: the
+    /// completion queues (an overrun is acted on when the next loop pushes its completion,
+    /// `EngineCore::complete_posted_out`), its send queue empty, and no fence waiting for
+    /// a Read. False, nothing changed: the
     /// request goes into the send queue (no room in the send buffer, not such a Write, or
     /// its local region went away, which the general path then reports).
     #[inline(always)]
@@ -1268,8 +1269,7 @@ impl Qp {
             return false;
         };
         // `tx_settled_but_txrec` with its send queue empty, but for the completion queues:
-        // overrun, they are acted on after the request, as the transmit poller does after
-        // its visit.
+        // overrun, they are acted on when the next loop pushes its completion.
         let Some(conn) = self.conn.as_mut() else {
             return false;
         };
