@@ -61,10 +61,12 @@ pub(crate) struct Wheel {
     /// walk up to a revolution of empty buckets at its next poll).
     occupied: Vec<u64>,
     current: i64,
-    /// No entry is due before this microsecond, the first of a tick: the first occupied
-    /// bucket at or after `current` (in wheel order) is this tick's, or a later one's
-    /// (`i64::MAX` when none is). A lower bound, kept by [`Wheel::insert`] and recomputed by
-    /// [`Wheel::expire`], so polls before it touch no bucket (and divide nothing).
+    /// No entry is due before this microsecond: the first tick of the first occupied bucket
+    /// at or after `current` (in wheel order), or, when that is the current tick's bucket,
+    /// the earliest instant it holds if that comes before the next tick (`i64::MAX` when
+    /// no bucket is occupied). A lower bound, kept by [`Wheel::insert`] (each entry's own
+    /// instant) and recomputed by [`Wheel::expire`], so polls before it touch no bucket
+    /// (and divide nothing).
     horizon_us: i64,
     len: usize,
 }
@@ -115,7 +117,8 @@ impl Wheel {
         };
         self.heads[b] = i;
         self.occupied[b / 64] |= 1 << (b % 64);
-        self.horizon_us = self.horizon_us.min(t.saturating_mul(TICK_US));
+        // Not due before its own instant (one in the past: at the next expiry).
+        self.horizon_us = self.horizon_us.min(e.at.total_micros());
         self.len += 1;
     }
 
@@ -142,7 +145,22 @@ impl Wheel {
         self.expire_buckets(0, wrapped, now, due);
         // The bucket of `now_tick` may hold entries later in this tick: visit it again.
         self.current = now_tick;
-        self.horizon_us = self.first_occupied_tick().saturating_mul(TICK_US);
+        let first = self.first_occupied_tick();
+        self.horizon_us = if first == now_tick {
+            // Its bucket still holds entries: later in this tick (the deadline a
+            // connection armed a few microseconds ahead, such as a delayed ACK, while its
+            // core polls every fraction of one) or of a later revolution. None is due
+            // before the earliest of them, nor any other bucket's before the next tick:
+            // the polls until then touch no bucket.
+            let earliest = self
+                .bucket_entries(self.bucket(now_tick))
+                .map(|e| e.at.total_micros())
+                .min()
+                .unwrap_or(i64::MAX);
+            earliest.min((now_tick + 1).saturating_mul(TICK_US))
+        } else {
+            first.saturating_mul(TICK_US)
+        };
     }
 
     /// The tick of the first occupied bucket at or after `current`, in wheel order
@@ -406,6 +424,11 @@ mod tests {
                 let bits: u32 = w.occupied.iter().map(|b| b.count_ones()).sum();
                 let held = w.heads.iter().filter(|h| **h != NIL).count() as u32;
                 proptest::prop_assert_eq!(bits, held);
+                // The horizon never passes a held deadline: an expiry it lets through
+                // (`may_have_due`) is never one that finds something due.
+                if let Some(first) = model.iter().map(|m| m.0).min() {
+                    proptest::prop_assert!(w.horizon_us <= first, "{} > {}", w.horizon_us, first);
+                }
             }
         }
     }
@@ -428,6 +451,27 @@ mod tests {
         }
         assert_eq!(w.len(), 0);
         assert_eq!(w.pool(), 64);
+    }
+
+    #[test]
+    fn polls_before_a_deadline_later_in_the_current_tick_touch_no_bucket() {
+        // A delayed ACK 20 us ahead, its core polling every 100 ns: after the expiry that
+        // found it not yet due, the polls before its instant are a compare each.
+        let mut w = Wheel::new(Instant::from_micros(1_000_000), 1);
+        w.insert(e(1_000_020, 1));
+        assert!(!w.may_have_due(Instant::from_micros(1_000_019)));
+        assert!(w.may_have_due(Instant::from_micros(1_000_020)));
+        w.insert(e(1_000_005, 2));
+        assert_eq!(expire(&mut w, 1_000_005), vec![2]);
+        assert!(!w.may_have_due(Instant::from_micros(1_000_019)));
+        assert_eq!(expire(&mut w, 1_000_020), vec![1]);
+        // An entry of a later revolution in the current bucket bounds nothing before the
+        // next tick.
+        w.insert(e(1_000_010 + 4096 * TICK_US, 3));
+        w.insert(e(1_000_060, 4));
+        assert_eq!(expire(&mut w, 1_000_021), Vec::<u32>::new());
+        assert!(!w.may_have_due(Instant::from_micros(1_000_049)));
+        assert_eq!(expire(&mut w, 1_000_060), vec![4]);
     }
 
     #[test]
