@@ -284,6 +284,14 @@ pub struct CoreStats {
     pub pool_in_use: Option<u64>,
 }
 
+/// The QP `id` names in the table `qps`, if its slot still holds it (the same core, slot
+/// and generation: `id` is compared whole).
+fn qp_in(qps: &[Option<Qp>], id: QpId) -> Option<&Qp> {
+    qps.get(usize::from(id.index))
+        .and_then(Option::as_ref)
+        .filter(|q| q.id == id)
+}
+
 /// A request framed when it was posted ([`Qp::write_at_post`]): a plain RDMA Write, done,
 /// whose slot and completion the next loop gives back ([`EngineCore::complete_posted_out`]).
 #[derive(Debug, Clone, Copy)]
@@ -734,6 +742,11 @@ impl<D: PollDevice> EngineCore<D> {
 
     fn now_std(&self) -> StdInstant {
         self.clock_base + StdDuration::from_micros(self.now.total_micros().max(0) as u64)
+    }
+
+    /// The QP `id` names, unmarked (a look-up that gives it no work).
+    fn qp_ref(&self, id: QpId) -> Result<&Qp, EngineError> {
+        qp_in(&self.qps, id).ok_or(EngineError::UnknownQp)
     }
 
     /// The QP a command names. Every command may give it work, so it is marked for both

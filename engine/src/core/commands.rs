@@ -122,23 +122,17 @@ impl<D: PollDevice> EngineCore<D> {
 
     /// The state of a queue pair.
     pub fn qp_state(&self, id: QpId) -> Result<QpState, EngineError> {
-        match self.qps.get(usize::from(id.index)) {
-            Some(Some(q)) if q.id == id && id.core == self.core => Ok(q.state),
-            _ => Err(EngineError::UnknownQp),
-        }
+        self.qp_ref(id).map(|q| q.state)
     }
 
     /// State, negotiated IRD/ORD and the ORD high-water mark of a queue pair.
     pub fn qp_info(&self, id: QpId) -> Result<QpInfo, EngineError> {
-        match self.qps.get(usize::from(id.index)) {
-            Some(Some(q)) if q.id == id && id.core == self.core => Ok(QpInfo {
-                state: q.state,
-                ird: q.ird.ird(),
-                ord: q.ord,
-                reads_in_flight_max: q.orq_high,
-            }),
-            _ => Err(EngineError::UnknownQp),
-        }
+        self.qp_ref(id).map(|q| QpInfo {
+            state: q.state,
+            ird: q.ird.ird(),
+            ord: q.ord,
+            reads_in_flight_max: q.orq_high,
+        })
     }
 
     /// Posts a send queue work request (validated; nothing changes on error).
@@ -146,10 +140,7 @@ impl<D: PollDevice> EngineCore<D> {
         let mrs = Arc::clone(&self.ctx.mrs);
         // Looked up unmarked: `post_send_reserved_ref` marks what it queues, as for an
         // application thread's request.
-        let q = match self.qps.get(usize::from(id.index)) {
-            Some(Some(q)) if q.id == id && id.core == self.core => q,
-            _ => return Err(EngineError::UnknownQp),
-        };
+        let q = self.qp_ref(id)?;
         validate_send(&q.shared, &mrs, &wr)?;
         if (matches!(wr.op, SendOp::Read { .. }) || wr.op.is_atomic()) && q.ord == 0 {
             q.shared.release_sq();
@@ -265,11 +256,7 @@ impl<D: PollDevice> EngineCore<D> {
         while let Some(first) = posted_out.get(k) {
             let id = first.id;
             let run = posted_out[k..].iter().take_while(|p| p.id == id).count();
-            let i = usize::from(id.index);
-            if let Some(Some(q)) = qps
-                .get(i)
-                .filter(|q| q.as_ref().is_some_and(|q| q.id == id))
-            {
+            if let Some(q) = qp_in(qps, id) {
                 // Slots first: by the time the application sees a completion its slot is
                 // free (as `retire_sq`).
                 q.shared.release_sq_n(run as u32);
@@ -303,14 +290,8 @@ impl<D: PollDevice> EngineCore<D> {
     fn posted_out_overran(&mut self) {
         let posted = std::mem::take(&mut self.posted_out);
         for p in &posted {
-            let i = usize::from(p.id.index);
-            if self
-                .qps
-                .get(i)
-                .and_then(Option::as_ref)
-                .is_some_and(|q| q.id == p.id && q.send_cq.overrun())
-            {
-                self.cq_overran(i);
+            if qp_in(&self.qps, p.id).is_some_and(|q| q.send_cq.overrun()) {
+                self.cq_overran(usize::from(p.id.index));
             }
         }
         self.posted_out = posted;

@@ -1156,9 +1156,8 @@ impl Qp {
     /// undone: `bench/loss.sh --quick` then counted a spurious RTO in every loss-free run
     /// (3 of 3, and at every loss rate of two full runs), against 2 in 26 loss-free runs
     /// of the builds around it; the cause is not found yet. With nothing at all to start,
-    /// says so (the
-    /// general path would look the send position up again to find nothing). Inlined into
-    /// `tx_fpdus`.
+    /// says so (the general path would look the send position up again to find nothing).
+    /// Inlined into `tx_fpdus`.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn tx_write_whole<'m, D: PollDevice>(
@@ -1241,18 +1240,17 @@ impl Qp {
     /// payload was copied, so the buffer may be reused: a Write completes when its buffer
     /// may be reused; RDMAP-5.5-8's order kept, as nothing is outstanding ahead of it and
     /// what follows waits in the send queue). It never enters the send queue: no entry
-    /// written, looked up, started and retired.
-    /// Linux siw, too, sends a request posted to an idle send queue in the caller's
-    /// context.
+    /// written, looked up, started and retired. Linux siw, too, sends a request posted to
+    /// an idle send queue in the caller's context.
     ///
     /// Taken only where the general path would do the same at its next pass with nothing
     /// in between: the QP settled as [`tx_settled_but_txrec`] has it (connected, MPA done,
     /// no Terminate, RTR, message in progress, fault or response owed) but for its
     /// completion queues (an overrun is acted on when the next loop pushes its completion,
     /// `EngineCore::complete_posted_out`), its send queue empty, and no fence waiting for
-    /// a Read. False, nothing changed: the
-    /// request goes into the send queue (no room in the send buffer, not such a Write, or
-    /// its local region went away, which the general path then reports).
+    /// a Read. False, nothing changed: the request goes into the send queue (no room in
+    /// the send buffer, not such a Write, or its local region went away, which the general
+    /// path then reports).
     #[inline(always)]
     pub(super) fn write_at_post<D: PollDevice>(
         &mut self,
