@@ -675,8 +675,14 @@ pub fn server_lat(
         let (v0, v1) = (c.errors, c.verified);
         // This phase's first mismatch is reported to the client; the run's first stays.
         let prior = c.first_error.take();
+        // write_lat answers each Write as it lands: like the client (and perftest's server,
+        // which spins on its buffer alone) this loop looks at the buffer after every engine
+        // loop. Only the phase's closing Done comes to the receive queue, looked at every
+        // 64th idle pass: a caller-driven completion poll runs an engine loop of its own,
+        // and a Write placed by that loop would wait for one more before its answer.
+        let spin_mem = test == T::WriteLat && !imm;
         loop {
-            if test == T::WriteLat && !imm && poll_mem(c, s - 1, wire::tag(i))? {
+            if spin_mem && poll_mem(c, s - 1, wire::tag(i))? {
                 if verify {
                     verify_tagged(c, size, CLIENT_SALT, i)?;
                 }
@@ -689,6 +695,13 @@ pub fn server_lat(
                 i += 1;
                 spin.reset();
                 continue;
+            }
+            if spin_mem {
+                idle = idle.wrapping_add(1);
+                if idle % 64 != 0 {
+                    spin.pause();
+                    continue;
+                }
             }
             match c.poll_recv()? {
                 Some(Recv::Data) => {
@@ -728,7 +741,9 @@ pub fn server_lat(
                 }
                 Some(Recv::Ctrl(x)) => return Err(format!("unexpected {:?}", x.kind)),
                 None => {
-                    idle = idle.wrapping_add(1);
+                    if !spin_mem {
+                        idle = idle.wrapping_add(1);
+                    }
                     if idle % 256 == 0 {
                         if let Some(e) = c.poll_send_error() {
                             return Err(e);
