@@ -81,6 +81,8 @@
 //!   caller-driven direct post)
 //!      ─ Qp::write_at_post   a plain one-FPDU Write to an empty, settled send queue:
 //!                            frame_write_whole now, recorded in posted_out; else push_sq
+//!      ─ transmit_posted     caller-driven, a lone Write framed at post (nothing else in
+//!                            flight): the stack's transmit pass and flush, from the post
 //! poll ─ complete_posted_out, poll_tx, transmit: first, after a request posted to an
 //!        empty send queue (slots and completions of the Writes framed at post first)
 //!      ─ poll_timers                               (connect: MPA timeouts)

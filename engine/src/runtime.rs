@@ -244,7 +244,12 @@ impl<D: PollDevice + Send> Step for CoreLoop<D> {
         if !self.commands.is_empty() {
             return false;
         }
-        self.core.post_send_reserved_ref(qp, wr);
+        // A lone message (a ping-pong's) leaves from this call: its segment does not wait
+        // for the loop this thread runs next.
+        if self.core.post_send_reserved_ref(qp, wr) {
+            let now = self.clock.now();
+            self.core.transmit_posted(now);
+        }
         true
     }
     fn linger(&self) -> StdDuration {
@@ -631,7 +636,8 @@ fn apply<D: PollDevice>(core: &mut EngineCore<D>, cmd: Front<'_, Command>) {
     // without the call of `Command`'s drop glue that dropping the guard would make.
     match &*cmd {
         Command::PostSend(qp, wr) => {
-            core.post_send_reserved_ref(*qp, wr);
+            // The loop sends what it framed in this loop's pass (send first).
+            let _ = core.post_send_reserved_ref(*qp, wr);
             return cmd.forget();
         }
         Command::PostRecv(qp, wr) => {

@@ -558,6 +558,16 @@ impl<D: PollDevice> Stack<D> {
         }
     }
 
+    /// Whether nothing connection `id` sent waits for its acknowledgement (Warpcore's TCP;
+    /// [`crate::conn::Connection::nothing_in_flight`]). The reference cannot tell what was
+    /// sent from what is queued, and answers false.
+    pub fn nothing_in_flight(&self, id: ConnId) -> Result<bool, StackError> {
+        match &self.imp {
+            Imp::Warpcore(s) => s.nothing_in_flight(id),
+            Imp::Reference(_) => Ok(false),
+        }
+    }
+
     /// Free bytes in the send buffer.
     #[inline]
     pub fn send_space(&mut self, id: ConnId) -> Result<usize, StackError> {

@@ -381,3 +381,79 @@ fn a_write_framed_at_post_is_sent_by_the_time_its_completion_is_handed_over() {
         }
     }
 }
+
+/// A lone Write, the only request posted since the client's last loop on a connection with
+/// nothing in flight (a ping-pong's request or answer), leaves from the posting call: the
+/// server places it with the client never polled after the post. A Write posted while
+/// another is in flight waits for the client's next loop, as a burst of posts does, which
+/// that loop's transmit pass sends together.
+#[test]
+fn a_lone_write_leaves_from_the_posting_call_and_one_behind_it_waits_for_the_loop() {
+    let (server, client) = caller_driven_contexts(|_| {});
+    let spd = server.alloc_pd();
+    let scq = server.create_cq(16).unwrap();
+    let smr = spd
+        .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
+    server.listen(7307, &MpaParams::default()).unwrap();
+    let cpd = client.alloc_pd();
+    let ccq = client.create_cq(16).unwrap();
+    let cmr = cpd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
+    connect_on_this_thread(&client, &server, &cqp, &sqp, 7307);
+    for _ in 0..100 {
+        client.progress();
+        server.progress();
+    }
+    let write = |k: u64| {
+        cmr.write(k as usize * 64, &pattern(64, 0x60 + k as u8))
+            .unwrap();
+        let op = SendOp::Write {
+            remote_stag: smr.stag(),
+            remote_to: k * 64,
+        };
+        cqp.post_send(&SendWr::new(k, op, &[cmr.sge(k * 64, 64)]).unwrap())
+            .unwrap();
+    };
+    let placed = |k: u64| {
+        let mut got = vec![0u8; 64];
+        smr.read(k as usize * 64, &mut got).unwrap();
+        got == pattern(64, 0x60 + k as u8)
+    };
+    // Write 0 is lone: only the server runs after its post.
+    write(0);
+    let t0 = std::time::Instant::now();
+    while !placed(0) {
+        server.progress();
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "the lone Write did not leave from its post"
+        );
+    }
+    // Write 1 is posted with Write 0 in flight (the client has not run since, so has not
+    // even seen an ACK): it waits for the client's loop.
+    write(1);
+    for _ in 0..2_000 {
+        server.progress();
+    }
+    assert!(
+        !placed(1),
+        "a Write posted behind one in flight left before the loop"
+    );
+    client.progress();
+    let t0 = std::time::Instant::now();
+    while !placed(1) {
+        server.progress();
+        client.progress();
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "Write 1 never arrived"
+        );
+    }
+    // Both complete, in order.
+    for k in 0..2 {
+        let wc = ccq.wait(Duration::from_secs(2)).expect("a completion");
+        assert_eq!((wc.wr_id, wc.status), (k, WcStatus::Success));
+    }
+}

@@ -151,8 +151,8 @@ impl<D: PollDevice> EngineCore<D> {
             return Err(EngineError::NotSupported("RFC 7306"));
         }
         // Validated (the QP in RTS) and reserved: taken as an application thread's
-        // request is.
-        self.post_send_reserved_ref(id, &wr);
+        // request is; the next loop sends it.
+        let _ = self.post_send_reserved_ref(id, &wr);
         Ok(())
     }
 
@@ -161,7 +161,7 @@ impl<D: PollDevice> EngineCore<D> {
     /// completes with a flush error.
     #[inline(never)]
     pub fn post_send_reserved(&mut self, id: QpId, wr: SendWr) {
-        self.post_send_reserved_ref(id, &wr);
+        let _ = self.post_send_reserved_ref(id, &wr);
     }
 
     /// [`Self::post_send_reserved`] of a request read where it lies (the command ring's
@@ -171,14 +171,18 @@ impl<D: PollDevice> EngineCore<D> {
     /// [`Self::post_send_reserved`].
     ///
     /// A plain one-FPDU Write posted to an empty send queue is framed at once
-    /// ([`Qp::write_at_post`]) and the next loop transmits first.
+    /// ([`Qp::write_at_post`]) and the next loop transmits first. Returns whether the
+    /// request was framed so and is the only one since the last loop, on a connection with
+    /// nothing in flight: a lone message (a ping-pong's next request or its answer), whose
+    /// segment the caller that holds the core may send at once ([`Self::transmit_posted`]).
+    /// A burst of posts waits for the loop, which sends it together.
     #[inline(always)]
-    pub(crate) fn post_send_reserved_ref(&mut self, id: QpId, wr: &SendWr) {
+    pub(crate) fn post_send_reserved_ref(&mut self, id: QpId, wr: &SendWr) -> bool {
         if matches!(wr.op, SendOp::Write { .. }) && self.write_at_post(id, wr) {
-            return;
+            return self.posted_out.len() == 1 && self.lone_in_flight(id);
         }
         let Ok(q) = self.qp_mut_for_send(id) else {
-            return;
+            return false;
         };
         let bad_read = (matches!(wr.op, SendOp::Read { .. }) || wr.op.is_atomic()) && q.ord == 0;
         // The application may have changed the QP's RFC 7306 flag after the connection
@@ -193,6 +197,26 @@ impl<D: PollDevice> EngineCore<D> {
         } else if idle {
             self.send_first = true;
         }
+        false
+    }
+
+    /// Whether the connection of QP `id` has nothing in flight but what was just framed
+    /// ([`warpcore_tcp::Stack::nothing_in_flight`]).
+    #[inline(never)]
+    fn lone_in_flight(&self, id: QpId) -> bool {
+        qp_in(&self.qps, id)
+            .and_then(|q| q.conn.as_ref())
+            .is_some_and(|c| self.stack.nothing_in_flight(c.tcp) == Ok(true))
+    }
+
+    /// Sends what a lone post just framed ([`Self::post_send_reserved_ref`] returned true)
+    /// from the posting call, at time `now`: the stack's transmit pass and one flush, the
+    /// send-first part of the next loop ([`Self::poll`]) done ahead of it. That loop still
+    /// gives the request's slot and completion back, first, so a completion is seen only
+    /// once its frame was handed to the device, and the slot is held until then.
+    pub(crate) fn transmit_posted(&mut self, now: Instant) {
+        self.now = now;
+        self.transmit();
     }
 
     /// [`Qp::write_at_post`] of `wr` on QP `id`: true if it was taken. The QP is not marked

@@ -556,6 +556,13 @@ impl Connection {
         matches!(self.state, State::Established | State::CloseWait) && !self.fin_queued
     }
 
+    /// Whether nothing sent waits for its acknowledgement: no octet, external record, SYN
+    /// or FIN in flight (what is queued and not yet sent does not count). Nagle's test of
+    /// an idle sender (RFC 896, RFC 9293 3.7.4): a segment queued now goes out alone.
+    pub fn nothing_in_flight(&self) -> bool {
+        self.snd_una == self.snd_nxt && self.ext.is_empty()
+    }
+
     /// Octets queued and not yet acknowledged.
     pub fn send_queue(&self) -> usize {
         self.tx.len()
@@ -2012,6 +2019,25 @@ mod tests {
         c.handle_segment(Instant::from_millis(1), &syn);
         assert_eq!(c.state(), State::Established);
         c
+    }
+
+    /// `nothing_in_flight` (Nagle's idle sender, RFC 896): true while nothing sent waits
+    /// for its ACK, whatever is queued and not yet sent; false from the send until the ACK
+    /// covering everything sent, a partial ACK included.
+    #[test]
+    fn rfc896_nothing_in_flight_until_everything_sent_is_acknowledged() {
+        let iss = TcpSeqNumber(1000);
+        let mut c = established_client(iss, false);
+        assert!(c.nothing_in_flight());
+        let t1 = Instant::from_millis(2);
+        assert_eq!(c.send(&[1u8; 100]).unwrap(), 100);
+        assert!(c.nothing_in_flight(), "queued, not sent");
+        assert_eq!(sent_data(&mut c, t1).len(), 1);
+        assert!(!c.nothing_in_flight());
+        c.handle_segment(t1, &from_peer(TcpControl::None, PISS + 1, iss + 51, None));
+        assert!(!c.nothing_in_flight(), "half acknowledged");
+        c.handle_segment(t1, &from_peer(TcpControl::None, PISS + 1, iss + 101, None));
+        assert!(c.nothing_in_flight());
     }
 
     /// RFC 2018 4: every SACK block of an ACK within what is outstanding marks the segments

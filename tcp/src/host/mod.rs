@@ -731,6 +731,11 @@ impl<D: PollDevice> Host<D> {
         self.inner.user_slot(id).ok()?.conn.peer_stream_start()
     }
 
+    /// [`Connection::nothing_in_flight`] of connection `id`.
+    pub fn nothing_in_flight(&self, id: ConnId) -> Result<bool, StackError> {
+        Ok(self.inner.user_slot(id)?.conn.nothing_in_flight())
+    }
+
     /// Free bytes in the send buffer.
     pub fn send_space(&mut self, id: ConnId) -> Result<usize, StackError> {
         Ok(self.inner.user_slot(id)?.conn.send_space())
