@@ -582,8 +582,8 @@ pub struct EngineCore<D: PollDevice> {
     /// sends before it receives ([`EngineCore::poll`]).
     send_first: bool,
     /// FPDUs were framed into TCP send buffers when their requests were posted
-    /// ([`Qp::write_at_post`]), after the last loop's transmit pass: the next loop
-    /// transmits first.
+    /// ([`Qp::write_at_post`]), after the last transmit pass (the last loop's, or a lone
+    /// post's own: [`Self::transmit_posted`]): the next loop transmits first.
     framed_at_post: bool,
     /// The requests framed at post, in posting order, whose slots and completions the
     /// next loop gives back before anything else ([`Self::complete_posted_out`]). At most
@@ -810,14 +810,18 @@ impl<D: PollDevice> EngineCore<D> {
         // pass, after the ACKs of the rx burst widened what may be sent.
         if self.send_first {
             self.send_first = false;
+            // Framed at post and not yet handed to the device (a lone Write its caller-driven
+            // post sent cleared it: `transmit_posted`); completed either way.
             let framed = std::mem::take(&mut self.framed_at_post);
-            if framed {
+            let posted = !self.posted_out.is_empty();
+            if posted {
                 self.complete_posted_out();
             }
             if self.poll_tx() | framed {
                 work = true;
                 self.transmit();
             }
+            work |= posted;
         }
         work |= self.poll_tcp_events();
         work |= self.poll_requests();

@@ -385,10 +385,10 @@ fn a_write_framed_at_post_is_sent_by_the_time_its_completion_is_handed_over() {
 /// A lone Write, the only request posted since the client's last loop on a connection with
 /// nothing in flight (a ping-pong's request or answer), leaves from the posting call: the
 /// server places it with the client never polled after the post. A Write posted while
-/// another is in flight waits for the client's next loop, as a burst of posts does, which
-/// that loop's transmit pass sends together.
+/// one sent earlier waits for its ACK, or behind one framed since the client's last loop
+/// (a burst of posts), waits for the client's next loop, which sends what waits together.
 #[test]
-fn a_lone_write_leaves_from_the_posting_call_and_one_behind_it_waits_for_the_loop() {
+fn a_lone_write_leaves_from_the_posting_call_and_others_wait_for_the_loop() {
     let (server, client) = caller_driven_contexts(|_| {});
     let spd = server.alloc_pd();
     let scq = server.create_cq(16).unwrap();
@@ -402,10 +402,13 @@ fn a_lone_write_leaves_from_the_posting_call_and_one_behind_it_waits_for_the_loo
     let cmr = cpd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
     connect_on_this_thread(&client, &server, &cqp, &sqp, 7307);
-    for _ in 0..100 {
-        client.progress();
-        server.progress();
-    }
+    let settle = || {
+        for _ in 0..100 {
+            client.progress();
+            server.progress();
+        }
+    };
+    settle();
     let write = |k: u64| {
         cmr.write(k as usize * 64, &pattern(64, 0x60 + k as u8))
             .unwrap();
@@ -421,38 +424,49 @@ fn a_lone_write_leaves_from_the_posting_call_and_one_behind_it_waits_for_the_loo
         smr.read(k as usize * 64, &mut got).unwrap();
         got == pattern(64, 0x60 + k as u8)
     };
+    let server_until_placed = |k: u64, what: &str| {
+        let t0 = std::time::Instant::now();
+        while !placed(k) {
+            server.progress();
+            assert!(t0.elapsed() < Duration::from_secs(2), "{what}");
+        }
+    };
+    let server_only_not_placed = |k: u64, what: &str| {
+        for _ in 0..2_000 {
+            server.progress();
+        }
+        assert!(!placed(k), "{what}");
+    };
     // Write 0 is lone: only the server runs after its post.
     write(0);
-    let t0 = std::time::Instant::now();
-    while !placed(0) {
-        server.progress();
-        assert!(
-            t0.elapsed() < Duration::from_secs(2),
-            "the lone Write did not leave from its post"
-        );
-    }
-    // Write 1 is posted with Write 0 in flight (the client has not run since, so has not
-    // even seen an ACK): it waits for the client's loop.
+    server_until_placed(0, "the lone Write 0 did not leave from its post");
+    settle();
+    // Write 1 is lone too; the client's loop completes it before the server has run, so
+    // it is still unacknowledged when Write 2 is posted: Write 2 waits for the client.
     write(1);
-    for _ in 0..2_000 {
-        server.progress();
-    }
-    assert!(
-        !placed(1),
-        "a Write posted behind one in flight left before the loop"
+    client.progress();
+    write(2);
+    server_until_placed(1, "the lone Write 1 did not leave from its post");
+    server_only_not_placed(
+        2,
+        "Write 2, posted with Write 1 in flight, left before the loop",
     );
     client.progress();
-    let t0 = std::time::Instant::now();
-    while !placed(1) {
-        server.progress();
-        client.progress();
-        assert!(
-            t0.elapsed() < Duration::from_secs(2),
-            "Write 1 never arrived"
-        );
-    }
-    // Both complete, in order.
-    for k in 0..2 {
+    server_until_placed(2, "Write 2 did not leave in the client's loop");
+    settle();
+    // Writes 3 and 4 posted back to back: 3 leaves from its post, 4 (behind Write 3, in
+    // flight and framed since the client's last loop) waits for the loop.
+    write(3);
+    write(4);
+    server_until_placed(3, "the lone Write 3 did not leave from its post");
+    server_only_not_placed(
+        4,
+        "Write 4, posted right behind Write 3, left before the loop",
+    );
+    client.progress();
+    server_until_placed(4, "Write 4 did not leave in the client's loop");
+    // All complete, in order.
+    for k in 0..5 {
         let wc = ccq.wait(Duration::from_secs(2)).expect("a completion");
         assert_eq!((wc.wr_id, wc.status), (k, WcStatus::Success));
     }

@@ -175,7 +175,9 @@ impl<D: PollDevice> EngineCore<D> {
     /// request was framed so and is the only one since the last loop, on a connection with
     /// nothing in flight: a lone message (a ping-pong's next request or its answer), whose
     /// segment the caller that holds the core may send at once ([`Self::transmit_posted`]).
-    /// A burst of posts waits for the loop, which sends it together.
+    /// A burst of posts waits for the loop, which sends it together. (The count is tested
+    /// first: the posts of a burst after its first skip the connection's look-up, and one
+    /// framed behind a lone Write its post could not send is not tried again.)
     #[inline(always)]
     pub(crate) fn post_send_reserved_ref(&mut self, id: QpId, wr: &SendWr) -> bool {
         if matches!(wr.op, SendOp::Write { .. }) && self.write_at_post(id, wr) {
@@ -216,6 +218,8 @@ impl<D: PollDevice> EngineCore<D> {
     /// once its frame was handed to the device, and the slot is held until then.
     pub(crate) fn transmit_posted(&mut self, now: Instant) {
         self.now = now;
+        // Sent: the next loop completes it without a transmit pass of its own for it.
+        self.framed_at_post = false;
         self.transmit();
     }
 

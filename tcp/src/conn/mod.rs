@@ -556,9 +556,11 @@ impl Connection {
         matches!(self.state, State::Established | State::CloseWait) && !self.fin_queued
     }
 
-    /// Whether nothing sent waits for its acknowledgement: no octet, external record, SYN
-    /// or FIN in flight (what is queued and not yet sent does not count). Nagle's test of
-    /// an idle sender (RFC 896, RFC 9293 3.7.4): a segment queued now goes out alone.
+    /// Whether nothing sent waits for its acknowledgement: no octet, SYN or FIN in flight
+    /// (octets queued in the send buffer and not yet sent do not count) and no external
+    /// record (one counts from when it is queued until it is acknowledged, sent or not).
+    /// Nagle's test of an idle sender (RFC 896, RFC 9293 3.7.4): a segment queued now goes
+    /// out alone.
     pub fn nothing_in_flight(&self) -> bool {
         self.snd_una == self.snd_nxt && self.ext.is_empty()
     }
