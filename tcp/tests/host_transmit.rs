@@ -208,3 +208,81 @@ fn a_held_connection_marked_again_has_its_events_taken() {
     assert_eq!(ev, vec![Event::Writable(c)]);
     assert_eq!(a.send_queue(c), Ok(0));
 }
+
+/// A lone segment whose data the reader takes in place (`poll_with`, as the engine places
+/// FPDUs) ends its poll at the burst: the transmit pass, which would only defer the ACK, is
+/// skipped, and that is the deferral. Here "pong" also acknowledges a's "ping", so a's
+/// Writable event, which that pass would have raised, comes with the next poll instead. A
+/// reply written before the next poll carries the ACK (one segment, no pure ACK); without
+/// one, the delayed ACK leaves when its delay ends, counted from the segment's arrival.
+#[test]
+fn a_segment_placed_in_place_ends_its_poll_and_the_reply_carries_the_ack() {
+    let delay = Duration::from_millis(1);
+    let t = TcpTuning {
+        ack_delay: Some(delay),
+        ..TcpTuning::default()
+    };
+    let (mut a, mut b, c, s, mut now) = connected(&t);
+    now += Duration::from_millis(10);
+    a.poll(now);
+    b.poll(now);
+    while a.next_event().is_some() {}
+    let mut got = Vec::new();
+    let mut take = |_: ConnId, d: &[u8]| {
+        got.extend_from_slice(d);
+        d.len()
+    };
+    for round in 0..2 {
+        // a pings, b answers at once (its ACK of "ping" rides on "pong").
+        assert_eq!(a.send(c, b"ping"), Ok(4));
+        a.poll(now);
+        b.poll(now);
+        let mut buf = [0u8; 8];
+        assert_eq!(b.recv(s, &mut buf), Ok(4));
+        assert_eq!(b.send(s, b"pong"), Ok(4));
+        b.poll(now);
+        let before = sent(&a);
+        let received = now;
+        // a takes "pong" in place: nothing sent, no event yet.
+        a.poll_with(now, &mut take);
+        assert_eq!(sent(&a), before, "round {round}: the pass was not skipped");
+        assert_eq!(
+            a.next_event(),
+            None,
+            "round {round}: events before the next pass"
+        );
+        if round == 0 {
+            // A reply written now carries the ACK: one segment, and the Writable event.
+            assert_eq!(a.send(c, b"more"), Ok(4));
+            a.poll(now);
+            assert_eq!(sent(&a), before + 1);
+            assert_eq!(a.next_event(), Some(Event::Writable(c)));
+            b.poll(now);
+            assert_eq!(b.send_queue(s), Ok(0), "the reply acknowledged pong");
+            assert_eq!(b.recv(s, &mut buf), Ok(4));
+            assert_eq!(&buf[..4], b"more");
+            // b's ACK of "more" (delayed) clears a's send queue.
+            now += delay;
+            b.poll(now);
+            a.poll(now);
+            while a.next_event().is_some() {}
+            assert_eq!(a.send_queue(c), Ok(0));
+        } else {
+            // No reply: the next poll raises the event, the ACK leaves at its deadline.
+            a.poll(now);
+            assert_eq!(a.next_event(), Some(Event::Writable(c)));
+            let mut polls = 0;
+            while sent(&a) == before {
+                polls += 1;
+                assert!(polls < 100, "no ACK after {polls} polls");
+                now = a.poll_at(now).expect("a deadline: the delayed ACK");
+                a.poll(now);
+            }
+            assert_eq!(now, received + delay, "the ACK left at {now}");
+            assert_eq!(sent(&a), before + 1);
+            b.poll(now);
+            assert_eq!(b.send_queue(s), Ok(0), "the ACK reached b");
+        }
+    }
+    assert_eq!(got, b"pongpong");
+}

@@ -565,6 +565,17 @@ impl Connection {
         self.snd_una == self.snd_nxt && self.ext.is_empty()
     }
 
+    /// Whether the connection, having just had data placed by the reader, owes nothing at
+    /// once: nothing to send ([`Self::nothing_to_send`]: its ACK may wait), nothing queued
+    /// for the reader, no event pending but Writable, no record sent from memory newly
+    /// acknowledged.
+    pub(crate) fn quiet_after_placed_data(&self) -> bool {
+        self.nothing_to_send()
+            && self.rx.is_empty()
+            && self.events & !EV_WRITABLE == 0
+            && self.ext_acked.is_none()
+    }
+
     /// Octets queued and not yet acknowledged.
     pub fn send_queue(&self) -> usize {
         self.tx.len()

@@ -469,6 +469,14 @@ impl<D: PollDevice> Host<D> {
             rx.consume(|frame| inner.process_frame(frame, &mut deliver));
             work = true;
         }
+        // The burst brought only data `deliver` placed, whose ACKs the pass would defer (a
+        // ping-pong's lone segment): the poll ends here, so the caller sees the message at
+        // once. Skipping the pass is the deferral: the next pass sends what the connections
+        // have then (a reply written meanwhile carries the ACK) and takes their events.
+        if work && self.inner.skip_deferring_pass(now) {
+            self.device.flush();
+            return true;
+        }
         self.timers_and_transmit(now, work, events_before, &mut fill)
     }
 
@@ -1192,6 +1200,35 @@ fn mark_slot_dirty(s: &mut Slot, dirty: &mut Vec<u32>, index: u32) {
 }
 
 impl Inner {
+    /// Whether a transmit pass now would only defer ACKs of data just placed; if so, the
+    /// deferral is taken as done, and true is returned (the caller skips the pass). That is
+    /// the case with no control frame, no connection waiting for ARP, no timer due, and
+    /// every connection marked having received data this poll, with nothing to send (no
+    /// data, no ACK owed at once, no probe), nothing queued for the reader and no event
+    /// pending but Writable, and no record sent from memory newly acknowledged. Their
+    /// events (Writable) and timers are then taken by the next pass, which they stay
+    /// marked for, as the deferring pass would have left them (`held` aside).
+    #[inline(never)]
+    fn skip_deferring_pass(&mut self, now: Instant) -> bool {
+        let skip = self.control.is_empty()
+            && self.unresolved.is_empty()
+            && !self.wheel.may_have_due(now)
+            && self.dirty.iter().all(|&index| {
+                matches!(
+                    self.slots.get(index as usize),
+                    Some(Some(s)) if s.defer_ack && s.conn.quiet_after_placed_data()
+                )
+            });
+        if skip {
+            for &index in &self.dirty {
+                if let Some(Some(s)) = self.slots.get_mut(index as usize) {
+                    s.defer_ack = false;
+                }
+            }
+        }
+        skip
+    }
+
     /// The next hop towards `ip`: itself on our prefix, else the most specific route, else the
     /// gateway.
     fn route(&self, ip: Ipv4Address) -> Option<Ipv4Address> {
