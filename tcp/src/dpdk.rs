@@ -66,6 +66,10 @@ pub struct DpdkDevice {
     cfg: DpdkDeviceConfig,
     rx_batch: VecDeque<Mbuf>,
     rx_armed: bool,
+    /// The mbufs of the frames received in this poll, freed when the next poll begins: a
+    /// poll that placed a message ends without returning them to the pool (its caller sees
+    /// the message sooner), and the next rx burst reuses them while they are warm.
+    rx_done: Vec<Mbuf>,
     tx_pending: Vec<Mbuf>,
     /// Frames in `tx_pending`, the segments of a super-frame one each.
     tx_pending_frames: usize,
@@ -186,6 +190,7 @@ impl DpdkDevice {
             pool,
             rx_batch: VecDeque::with_capacity(cfg.burst),
             rx_armed: true,
+            rx_done: Vec::with_capacity(cfg.burst),
             tx_pending: Vec::with_capacity(cfg.tx_pending_max),
             tx_pending_frames: 0,
             tx_prepared: 0,
@@ -389,6 +394,8 @@ fn prepare_tx_offload(m: &mut Mbuf) {
 pub struct DpdkRxToken<'a> {
     mbuf: Mbuf,
     scratch: &'a mut Vec<u8>,
+    /// Where the mbuf goes once consumed ([`DpdkDevice`]'s `rx_done`).
+    done: &'a mut Vec<Mbuf>,
 }
 
 impl phy::RxToken for DpdkRxToken<'_> {
@@ -396,16 +403,19 @@ impl phy::RxToken for DpdkRxToken<'_> {
     where
         F: FnOnce(&[u8]) -> R,
     {
-        if self.mbuf.is_contiguous() {
-            return f(self.mbuf.data());
-        }
-        let len = self.mbuf.pkt_len();
-        if self.scratch.len() < len {
-            self.scratch.resize(len, 0);
-        }
-        self.mbuf.copy_to_slice(&mut self.scratch[..len]);
-        f(&self.scratch[..len])
-        // The mbuf is freed when the token's fields drop here.
+        let r = if self.mbuf.is_contiguous() {
+            f(self.mbuf.data())
+        } else {
+            let len = self.mbuf.pkt_len();
+            if self.scratch.len() < len {
+                self.scratch.resize(len, 0);
+            }
+            self.mbuf.copy_to_slice(&mut self.scratch[..len]);
+            f(&self.scratch[..len])
+        };
+        // Freed when the next poll begins (an unconsumed token frees it when it drops).
+        self.done.push(self.mbuf);
+        r
     }
 }
 
@@ -538,6 +548,7 @@ impl Device for DpdkDevice {
             DpdkRxToken {
                 mbuf: rx_mbuf,
                 scratch: &mut self.rx_scratch,
+                done: &mut self.rx_done,
             },
             DpdkTxToken {
                 spare: &mut self.tx_spare,
@@ -603,6 +614,7 @@ impl Device for DpdkDevice {
 
 impl PollDevice for DpdkDevice {
     fn begin_poll(&mut self) {
+        self.rx_done.clear();
         self.rx_armed = true;
     }
 
