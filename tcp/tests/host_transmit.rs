@@ -251,6 +251,7 @@ fn a_segment_placed_in_place_ends_its_poll_and_the_reply_carries_the_ack() {
             None,
             "round {round}: events before the next pass"
         );
+        assert_eq!(a.poll_at(now), Some(now), "round {round}: still marked");
         if round == 0 {
             // A reply written now carries the ACK: one segment, and the Writable event.
             assert_eq!(a.send(c, b"more"), Ok(4));
@@ -285,4 +286,16 @@ fn a_segment_placed_in_place_ends_its_poll_and_the_reply_carries_the_ack() {
         }
     }
     assert_eq!(got, b"pongpong");
+    // Not taken in place (a plain poll queues it for the reader): no skip, the pass runs
+    // and the events come with the receiving poll.
+    assert_eq!(a.send(c, b"ping"), Ok(4));
+    a.poll(now);
+    b.poll(now);
+    let mut buf = [0u8; 8];
+    assert_eq!(b.recv(s, &mut buf), Ok(4));
+    assert_eq!(b.send(s, b"pong"), Ok(4));
+    b.poll(now);
+    a.poll(now);
+    let ev: Vec<Event> = std::iter::from_fn(|| a.next_event()).collect();
+    assert_eq!(ev, vec![Event::Readable(c), Event::Writable(c)]);
 }

@@ -1207,7 +1207,10 @@ impl Inner {
     /// data, no ACK owed at once, no probe), nothing queued for the reader and no event
     /// pending but Writable, and no record sent from memory newly acknowledged. Their
     /// events (Writable) and timers are then taken by the next pass, which they stay
-    /// marked for, as the deferring pass would have left them (`held` aside).
+    /// marked for, as the deferring pass would have left them (`held` aside); `poll_at`
+    /// says now. If the next poll comes later than the ACK's delay, its pass arms the
+    /// deadline already passed and the ACK leaves with the poll after it (the deferring
+    /// pass had armed it in time): one immediate poll more, after a stall.
     #[inline(never)]
     fn skip_deferring_pass(&mut self, now: Instant) -> bool {
         let skip = self.control.is_empty()
