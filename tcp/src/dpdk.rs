@@ -85,6 +85,10 @@ pub struct DpdkDevice {
     pcapng: Option<PcapngWriter>,
     tx_recorded: usize,
     tx_spare: Option<Mbuf>,
+    /// The next spare, allocated after a flush that sent frames: a poll's second frame (or
+    /// the slot its connection takes after its segment) does not wait for an allocation
+    /// before the flush that sends the first.
+    tx_reserve: Option<Mbuf>,
     tso: Option<Tso>,
 }
 
@@ -204,6 +208,7 @@ impl DpdkDevice {
             pcapng: None,
             tx_recorded: 0,
             tx_spare: None,
+            tx_reserve: None,
             tso,
         }
     }
@@ -519,7 +524,7 @@ impl DpdkDevice {
     /// Makes sure a spare mbuf is ready for the next transmit token.
     fn ensure_spare(&mut self) -> bool {
         if self.tx_spare.is_none() {
-            self.tx_spare = self.pool.alloc();
+            self.tx_spare = self.tx_reserve.take().or_else(|| self.pool.alloc());
         }
         if self.tx_spare.is_none() {
             self.stats.tx_backpressure += 1;
@@ -542,7 +547,7 @@ impl Device for DpdkDevice {
         // dropped and counted (tx_dropped), and the protocol repeats it.
         let rx_mbuf = self.take_rx()?;
         if self.tx_spare.is_none() {
-            self.tx_spare = self.pool.alloc();
+            self.tx_spare = self.tx_reserve.take().or_else(|| self.pool.alloc());
         }
         Some((
             DpdkRxToken {
@@ -661,6 +666,10 @@ impl PollDevice for DpdkDevice {
         }
         if let Some(w) = &mut self.pcapng {
             w.flush();
+        }
+        // The frames are on their way: the next spare's allocation is off their path.
+        if sent > 0 && self.tx_reserve.is_none() {
+            self.tx_reserve = self.pool.alloc();
         }
         sent > 0
     }
