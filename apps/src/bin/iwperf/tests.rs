@@ -141,13 +141,19 @@ fn end_progress(on: bool) {
     }
 }
 
+/// Whether a post refused with a full queue may be tried again: the stall limit counts
+/// from the first refusal. The clock is read only then, not on a latency test's path.
+fn retry_full(since: &mut Option<Instant>, stall: Duration) -> bool {
+    since.get_or_insert_with(Instant::now).elapsed() < stall
+}
+
 fn post(c: &mut Conn, wr: &SendWr, stall: Duration) -> Result<(), String> {
-    let t0 = Instant::now();
+    let mut since = None;
     let mut spin = Spin::default();
     loop {
         match c.qp.post_send(wr) {
             Ok(()) => return Ok(()),
-            Err(warpcore_verbs::Error::QueueFull) if t0.elapsed() < stall => spin.pause(),
+            Err(warpcore_verbs::Error::QueueFull) if retry_full(&mut since, stall) => spin.pause(),
             Err(e) => return Err(format!("post: {e}")),
         }
     }
@@ -182,12 +188,12 @@ fn try_post_data(
 /// A latency test's data message: posted unsignalled (waiting while the send queue is
 /// full); an inline post's completion is taken at once.
 fn post_data(c: &mut Conn, i: u64, op: SendOp, len: u64, stall: Duration) -> Result<(), String> {
-    let t0 = Instant::now();
+    let mut since = None;
     let mut spin = Spin::default();
     loop {
         match try_post_data(c, i, op, 0, len, false) {
             Ok(()) => break,
-            Err(warpcore_verbs::Error::QueueFull) if t0.elapsed() < stall => {
+            Err(warpcore_verbs::Error::QueueFull) if retry_full(&mut since, stall) => {
                 c.drain_send()?;
                 spin.pause()
             }
