@@ -125,37 +125,67 @@ fn sent(a: &Stack<Gate>) -> u64 {
     a.tcp_totals().expect("host").segments_sent
 }
 
+/// Polls `a` at its deadlines only, nothing else happening, until it sends: its delayed
+/// ACK, which must leave at `due`, one segment more than `before`, and reach `b`, which
+/// then has nothing unacknowledged on `s`. Returns the time it left.
+fn delayed_ack_leaves_at(
+    (a, b, s): (&mut Stack<Gate>, &mut Stack<LinkEnd>, ConnId),
+    mut now: Instant,
+    before: u64,
+    due: Instant,
+) -> Instant {
+    let mut polls = 0;
+    while sent(a) == before {
+        polls += 1;
+        assert!(polls < 100, "no ACK after {polls} polls");
+        now = a.poll_at(now).expect("a deadline: the delayed ACK");
+        a.poll(now);
+    }
+    assert_eq!(now, due, "the ACK left at {now}");
+    assert_eq!(sent(a), before + 1);
+    b.poll(now);
+    assert_eq!(b.send_queue(s), Ok(0), "the ACK reached b");
+    now
+}
+
+/// a sends "ping", b reads it and answers "pong" at once (its ACK of "ping" rides on
+/// "pong"), which is then on its way to a.
+fn ping_pong(a: &mut Stack<Gate>, b: &mut Stack<LinkEnd>, (c, s): (ConnId, ConnId), now: Instant) {
+    assert_eq!(a.send(c, b"ping"), Ok(4));
+    a.poll(now);
+    b.poll(now);
+    let mut buf = [0u8; 8];
+    assert_eq!(b.recv(s, &mut buf), Ok(4));
+    assert_eq!(b.send(s, b"pong"), Ok(4));
+    b.poll(now);
+}
+
+/// [`connected`] with ACKs delayed by `delay`, both sides polled once 10 ms later: nothing
+/// pending on either side (the handshake's timers are done with).
+fn connected_quiet(delay: Duration) -> Pair {
+    let t = TcpTuning {
+        ack_delay: Some(delay),
+        ..TcpTuning::default()
+    };
+    let (mut a, mut b, c, s, mut now) = connected(&t);
+    now += Duration::from_millis(10);
+    a.poll(now);
+    b.poll(now);
+    (a, b, c, s, now)
+}
+
 /// A received segment whose ACK the connection delays: the host defers it one poll, finds
 /// nothing to send then, and the ACK still leaves when the delay ends, with nothing else
 /// happening on the connection (polls at `poll_at` only).
 #[test]
 fn a_delayed_ack_leaves_when_its_delay_ends() {
     let delay = Duration::from_millis(1);
-    let t = TcpTuning {
-        ack_delay: Some(delay),
-        ..TcpTuning::default()
-    };
-    let (mut a, mut b, _c, s, mut now) = connected(&t);
-    // Nothing pending on either side: the handshake's timers are done with.
-    now += Duration::from_millis(10);
-    a.poll(now);
-    b.poll(now);
+    let (mut a, mut b, _c, s, now) = connected_quiet(delay);
     assert_eq!(b.send(s, b"hi"), Ok(2));
     b.poll(now);
     let before = sent(&a);
     a.poll(now);
-    let received = now;
-    let mut polls = 0;
-    while sent(&a) == before {
-        polls += 1;
-        assert!(polls < 100, "no ACK after {polls} polls");
-        now = a.poll_at(now).expect("a deadline: the delayed ACK");
-        a.poll(now);
-    }
-    assert_eq!(now, received + delay, "the ACK left at {now}");
-    assert_eq!(sent(&a), before + 1);
-    b.poll(now);
-    assert_eq!(b.send_queue(s), Ok(0), "the ACK reached b");
+    delayed_ack_leaves_at((&mut a, &mut b, s), now, before, now + delay);
 }
 
 /// A connection whose deferred ACK found nothing to send is touched again before the next
@@ -218,14 +248,7 @@ fn a_held_connection_marked_again_has_its_events_taken() {
 #[test]
 fn a_segment_placed_in_place_ends_its_poll_and_the_reply_carries_the_ack() {
     let delay = Duration::from_millis(1);
-    let t = TcpTuning {
-        ack_delay: Some(delay),
-        ..TcpTuning::default()
-    };
-    let (mut a, mut b, c, s, mut now) = connected(&t);
-    now += Duration::from_millis(10);
-    a.poll(now);
-    b.poll(now);
+    let (mut a, mut b, c, s, mut now) = connected_quiet(delay);
     while a.next_event().is_some() {}
     let mut got = Vec::new();
     let mut take = |_: ConnId, d: &[u8]| {
@@ -233,14 +256,8 @@ fn a_segment_placed_in_place_ends_its_poll_and_the_reply_carries_the_ack() {
         d.len()
     };
     for round in 0..2 {
-        // a pings, b answers at once (its ACK of "ping" rides on "pong").
-        assert_eq!(a.send(c, b"ping"), Ok(4));
-        a.poll(now);
-        b.poll(now);
+        ping_pong(&mut a, &mut b, (c, s), now);
         let mut buf = [0u8; 8];
-        assert_eq!(b.recv(s, &mut buf), Ok(4));
-        assert_eq!(b.send(s, b"pong"), Ok(4));
-        b.poll(now);
         let before = sent(&a);
         let received = now;
         // a takes "pong" in place: nothing sent, no event yet.
@@ -272,29 +289,13 @@ fn a_segment_placed_in_place_ends_its_poll_and_the_reply_carries_the_ack() {
             // No reply: the next poll raises the event, the ACK leaves at its deadline.
             a.poll(now);
             assert_eq!(a.next_event(), Some(Event::Writable(c)));
-            let mut polls = 0;
-            while sent(&a) == before {
-                polls += 1;
-                assert!(polls < 100, "no ACK after {polls} polls");
-                now = a.poll_at(now).expect("a deadline: the delayed ACK");
-                a.poll(now);
-            }
-            assert_eq!(now, received + delay, "the ACK left at {now}");
-            assert_eq!(sent(&a), before + 1);
-            b.poll(now);
-            assert_eq!(b.send_queue(s), Ok(0), "the ACK reached b");
+            now = delayed_ack_leaves_at((&mut a, &mut b, s), now, before, received + delay);
         }
     }
     assert_eq!(got, b"pongpong");
     // Not taken in place (a plain poll queues it for the reader): no skip, the pass runs
     // and the events come with the receiving poll.
-    assert_eq!(a.send(c, b"ping"), Ok(4));
-    a.poll(now);
-    b.poll(now);
-    let mut buf = [0u8; 8];
-    assert_eq!(b.recv(s, &mut buf), Ok(4));
-    assert_eq!(b.send(s, b"pong"), Ok(4));
-    b.poll(now);
+    ping_pong(&mut a, &mut b, (c, s), now);
     a.poll(now);
     let ev: Vec<Event> = std::iter::from_fn(|| a.next_event()).collect();
     assert_eq!(ev, vec![Event::Readable(c), Event::Writable(c)]);

@@ -330,19 +330,9 @@ fn posts_keep_their_order_while_another_thread_runs_the_core() {
 /// loop would leave the frame in the client's TCP send buffer, never seen by the server.
 #[test]
 fn a_write_framed_at_post_is_sent_by_the_time_its_completion_is_handed_over() {
-    let (server, client) = caller_driven_contexts(|_| {});
-    let spd = server.alloc_pd();
-    let scq = server.create_cq(16).unwrap();
-    let smr = spd
-        .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-        .unwrap();
-    let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
-    server.listen(7306, &MpaParams::default()).unwrap();
-    let cpd = client.alloc_pd();
-    let ccq = client.create_cq(16).unwrap();
-    let cmr = cpd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
-    let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
-    connect_on_this_thread(&client, &server, &cqp, &sqp, 7306);
+    let p = write_pair(7306);
+    let (server, client) = (&p.server, &p.client);
+    let (smr, cmr, cqp, ccq) = (&p.smr, &p.cmr, &p.cqp, &p.ccq);
     // Let both sides go quiet (the handshake's last ACKs).
     for _ in 0..100 {
         client.progress();
@@ -382,13 +372,23 @@ fn a_write_framed_at_post_is_sent_by_the_time_its_completion_is_handed_over() {
     }
 }
 
-/// A lone Write, the only request posted since the client's last loop on a connection with
-/// nothing in flight (a ping-pong's request or answer), leaves from the posting call: the
-/// server places it with the client never polled after the post. A Write posted while
-/// one sent earlier waits for its ACK, or behind one framed since the client's last loop
-/// (a burst of posts), waits for the client's next loop, which sends what waits together.
-#[test]
-fn a_lone_write_leaves_from_the_posting_call_and_others_wait_for_the_loop() {
+/// Two caller-driven contexts connected on this thread on `port`: the server's region
+/// (remote write) and QP, the client's region, QP and CQ (fields drop in this order, as
+/// locals declared the other way round would).
+struct WritePair {
+    cqp: QueuePair,
+    cmr: MemoryRegion,
+    ccq: CompletionQueue,
+    _cpd: ProtectionDomain,
+    _sqp: QueuePair,
+    smr: MemoryRegion,
+    _scq: CompletionQueue,
+    _spd: ProtectionDomain,
+    client: Context,
+    server: Context,
+}
+
+fn write_pair(port: u16) -> WritePair {
     let (server, client) = caller_driven_contexts(|_| {});
     let spd = server.alloc_pd();
     let scq = server.create_cq(16).unwrap();
@@ -396,12 +396,36 @@ fn a_lone_write_leaves_from_the_posting_call_and_others_wait_for_the_loop() {
         .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();
     let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
-    server.listen(7307, &MpaParams::default()).unwrap();
+    server.listen(port, &MpaParams::default()).unwrap();
     let cpd = client.alloc_pd();
     let ccq = client.create_cq(16).unwrap();
     let cmr = cpd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
-    connect_on_this_thread(&client, &server, &cqp, &sqp, 7307);
+    connect_on_this_thread(&client, &server, &cqp, &sqp, port);
+    WritePair {
+        cqp,
+        cmr,
+        ccq,
+        _cpd: cpd,
+        _sqp: sqp,
+        smr,
+        _scq: scq,
+        _spd: spd,
+        client,
+        server,
+    }
+}
+
+/// A lone Write, the only request posted since the client's last loop on a connection with
+/// nothing in flight (a ping-pong's request or answer), leaves from the posting call: the
+/// server places it with the client never polled after the post. A Write posted while
+/// one sent earlier waits for its ACK, or behind one framed since the client's last loop
+/// (a burst of posts), waits for the client's next loop, which sends what waits together.
+#[test]
+fn a_lone_write_leaves_from_the_posting_call_and_others_wait_for_the_loop() {
+    let p = write_pair(7307);
+    let (server, client) = (&p.server, &p.client);
+    let (smr, cmr, cqp, ccq) = (&p.smr, &p.cmr, &p.cqp, &p.ccq);
     let settle = || {
         for _ in 0..100 {
             client.progress();
