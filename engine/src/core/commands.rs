@@ -180,8 +180,10 @@ impl<D: PollDevice> EngineCore<D> {
     /// framed behind a lone Write its post could not send is not tried again.)
     #[inline(always)]
     pub(crate) fn post_send_reserved_ref(&mut self, id: QpId, wr: &SendWr) -> bool {
-        if matches!(wr.op, SendOp::Write { .. }) && self.write_at_post(id, wr) {
-            return self.posted_out.len() == 1 && self.lone_in_flight(id);
+        if matches!(wr.op, SendOp::Write { .. }) {
+            if let Some(tcp) = self.write_at_post(id, wr) {
+                return self.posted_out.len() == 1 && self.stack.nothing_in_flight(tcp) == Ok(true);
+            }
         }
         let Ok(q) = self.qp_mut_for_send(id) else {
             return false;
@@ -202,15 +204,6 @@ impl<D: PollDevice> EngineCore<D> {
         false
     }
 
-    /// Whether the connection of QP `id` has nothing in flight but what was just framed
-    /// ([`warpcore_tcp::Stack::nothing_in_flight`]).
-    #[inline(never)]
-    fn lone_in_flight(&self, id: QpId) -> bool {
-        qp_in(&self.qps, id)
-            .and_then(|q| q.conn.as_ref())
-            .is_some_and(|c| self.stack.nothing_in_flight(c.tcp) == Ok(true))
-    }
-
     /// Sends what a lone post just framed ([`Self::post_send_reserved_ref`] returned true)
     /// from the posting call, at time `now`: the stack's transmit pass and one flush, the
     /// send-first part of the next loop ([`Self::poll`]) done ahead of it. That loop still
@@ -223,14 +216,14 @@ impl<D: PollDevice> EngineCore<D> {
         self.transmit();
     }
 
-    /// [`Qp::write_at_post`] of `wr` on QP `id`: true if it was taken. The QP is not marked
-    /// for the transmit poller (it is settled: its visit would find nothing); the next loop
-    /// gives its slot and completion back, then transmits first (`posted_out`,
-    /// `framed_at_post`).
+    /// [`Qp::write_at_post`] of `wr` on QP `id`: the TCP connection it was framed on, if it
+    /// was taken. The QP is not marked for the transmit poller (it is settled: its visit
+    /// would find nothing); the next loop gives its slot and completion back, then
+    /// transmits first (`posted_out`, `framed_at_post`).
     #[inline(always)]
-    fn write_at_post(&mut self, id: QpId, wr: &SendWr) -> bool {
+    fn write_at_post(&mut self, id: QpId, wr: &SendWr) -> Option<ConnId> {
         if id.core != self.core {
-            return false;
+            return None;
         }
         let i = usize::from(id.index);
         let EngineCore {
@@ -242,11 +235,12 @@ impl<D: PollDevice> EngineCore<D> {
             ..
         } = self;
         let Some(Some(q)) = qps.get_mut(i) else {
-            return false;
+            return None;
         };
-        if q.id != id || !q.write_at_post(stack, ctx, (gather, fpdu), wr) {
-            return false;
+        if q.id != id {
+            return None;
         }
+        let tcp = q.write_at_post(stack, ctx, (gather, fpdu), wr)?;
         self.posted_out.push(PostedOut {
             id,
             wr_id: wr.wr_id,
@@ -261,7 +255,7 @@ impl<D: PollDevice> EngineCore<D> {
             self.rx_check.push(i);
             self.mark_tx_unless_settled(i);
         }
-        true
+        Some(tcp)
     }
 
     /// Gives back the slots of the requests framed at post ([`Qp::write_at_post`]) and

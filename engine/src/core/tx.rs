@@ -1248,9 +1248,9 @@ impl Qp {
     /// no Terminate, RTR, message in progress, fault or response owed) but for its
     /// completion queues (an overrun is acted on when the next loop pushes its completion,
     /// `EngineCore::complete_posted_out`), its send queue empty, and no fence waiting for
-    /// a Read. False, nothing changed: the request goes into the send queue (no room in
-    /// the send buffer, not such a Write, or its local region went away, which the general
-    /// path then reports).
+    /// a Read. Returns the TCP connection it was framed on; `None`, nothing changed: the
+    /// request goes into the send queue (no room in the send buffer, not such a Write, or
+    /// its local region went away, which the general path then reports).
     #[inline(always)]
     pub(super) fn write_at_post<D: PollDevice>(
         &mut self,
@@ -1258,19 +1258,17 @@ impl Qp {
         ctx: &mut Ctx,
         bufs: (&mut Vec<u8>, &mut Vec<u8>),
         wr: &SendWr,
-    ) -> bool {
+    ) -> Option<ConnId> {
         let SendOp::Write {
             remote_stag,
             remote_to,
         } = wr.op
         else {
-            return false;
+            return None;
         };
         // `tx_settled_but_txrec` with its send queue empty, but for the completion queues:
         // overrun, they are acted on when the next loop pushes its completion.
-        let Some(conn) = self.conn.as_mut() else {
-            return false;
-        };
+        let conn = self.conn.as_mut()?;
         if !(self.sq.is_empty()
             && tx_quiet(self.state, &self.tx, &self.tx_fault, &self.irq, conn)
             // A fenced Write waits for earlier Reads (`tx_write_whole`, `start_sq`): the
@@ -1278,7 +1276,7 @@ impl Qp {
             && (!wr.fence || self.orq.is_empty())
             && fast_paths())
         {
-            return false;
+            return None;
         }
         let tcp = conn.tcp;
         let small = if stack.implementation() == TcpImplementation::Warpcore {
@@ -1298,14 +1296,14 @@ impl Qp {
             small,
         );
         if sent != WholeWrite::Sent {
-            return false;
+            return None;
         }
         ctx.stats.fpdus_tx += 1;
         // Done: the caller records it, and the next loop retires it
         // (`EngineCore::complete_posted_out`). The send queue's sequence numbers stay:
         // they number its entries, and it had none (no record sent from memory or ORQ
         // entry names this request).
-        true
+        Some(tcp)
     }
 
     /// The local region went away under a posted request (SQ entry `seq`) or a Read being
