@@ -584,7 +584,7 @@ fn local_operations_are_checked_at_post_time() {
         (
             SendOp::FastReg {
                 stag: plain.0,
-                new_key: 1,
+                new_key: plain.key().wrapping_add(1),
                 mr: plain.0,
                 mr_to: 0,
                 len: 8,
