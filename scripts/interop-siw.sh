@@ -55,7 +55,7 @@ for t in tshark qemu-system-x86_64 ethtool; do
 done
 mkdir -p "$OUT"
 VM_IP=198.18.0.11 OUR_IP=198.18.0.2 VMTAP=wcsiwA VETH=wcv0
-TS="tshark -n --disable-protocol rpcordma"
+TS="tshark -n --disable-protocol rpcordma -o tcp.try_heuristic_first:TRUE"
 
 echo "== building iwping, iwperf, iwdump (release)"
 cargo build --release -q -p warpcore-apps --bin iwping --bin iwperf --bin iwdump || exit 1

@@ -33,7 +33,7 @@ trap 'rm -rf "$work"' EXIT
 # ---- the capture judges (shared with scripts/interop-siw.sh)
 cargo build -q -p warpcore-apps --bin iwdump
 IWDUMP=${CARGO_TARGET_DIR:-$root/target}/debug/iwdump
-TS="tshark -n --disable-protocol rpcordma"
+TS="tshark -n --disable-protocol rpcordma -o tcp.try_heuristic_first:TRUE"
 # shellcheck source=lib/capture-verdict.sh
 . scripts/lib/capture-verdict.sh
 

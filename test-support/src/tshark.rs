@@ -1,5 +1,9 @@
 //! Running tshark on a capture. Every run disables the `rpcordma` heuristic dissector,
-//! which otherwise claims some iWARP Sends as RPC-over-RDMA.
+//! which otherwise claims some iWARP Sends as RPC-over-RDMA, and tries TCP's heuristic
+//! dissectors (iWARP MPA's among them) before its port table: an ephemeral port that
+//! happens to be registered there (57000 is IRC's, inside our TCP's 49152-65535 and
+//! Linux's 32768-60999) otherwise has every segment of that connection dissected as that
+//! protocol, reported malformed, and no FPDU found.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -32,6 +36,7 @@ fn command(file: &Path, args: &[&str]) -> Command {
     c.arg("-r")
         .arg(file)
         .args(["--disable-protocol", "rpcordma"])
+        .args(["-o", "tcp.try_heuristic_first:TRUE"])
         .args(args);
     c
 }
