@@ -206,6 +206,95 @@ pub(super) fn ipv4_payload(b: &[u8]) -> &[u8] {
     b.get(hl..total).unwrap_or(&[])
 }
 
+/// The options `o` of a TCP header when they are none (`Some(None)`) or the timestamps
+/// alone, as ours (timestamps, end of list) and Linux's (two NOPs, timestamps) established
+/// connections send them; `None` for any other layout.
+#[inline(always)]
+fn timestamps_alone(o: &[u8]) -> Option<Option<TcpTimestampRepr>> {
+    match *o {
+        [] => Some(None),
+        [8, 10, v0, v1, v2, v3, e0, e1, e2, e3, 0, _]
+        | [1, 1, 8, 10, v0, v1, v2, v3, e0, e1, e2, e3] => Some(Some(TcpTimestampRepr::new(
+            u32::from_be_bytes([v0, v1, v2, v3]),
+            u32::from_be_bytes([e0, e1, e2, e3]),
+        ))),
+        _ => None,
+    }
+}
+
+/// The segment of one connection, from `remote` to `local` (each an address and port),
+/// that `frame` carries when it has the layout of an established connection's data and
+/// ACKs: Ethernet to `mac` carrying IPv4 (a 20-octet header, no fragment, TCP) with
+/// both checksums right where `caps` asks, TCP with ACK and at most PSH beside it and the
+/// options [`parse_tcp`] reads itself. It is the `TcpRepr` the general path (Ethernet,
+/// [`parse_ipv4`], the TCP checksum, [`parse_tcp`]) gives for such a frame, read without
+/// its checked views, its IPv4 representation and its look-up of the connection (header
+/// prediction: the one the last segment went to). `None` for every other frame, the
+/// general path deciding (and counting what it drops).
+#[inline(always)]
+pub(super) fn predict<'a>(
+    frame: &'a [u8],
+    mac: EthernetAddress,
+    (remote, remote_port): (Ipv4Address, u16),
+    (local, local_port): (Ipv4Address, u16),
+    caps: &ChecksumCapabilities,
+) -> Option<TcpRepr<'a>> {
+    let (eth, ip) = frame.split_at_checked(ETH_HDR)?;
+    if eth[..6] != mac.0 || eth[12..14] != [0x08, 0x00] {
+        return None;
+    }
+    // Version 4 and IHL 5, the total length, no more fragments and offset 0, TCP, the
+    // addresses.
+    let [0x45, _, t0, t1, _, _, f0, f1, _, 6, _, _, s0, s1, s2, s3, d0, d1, d2, d3, ..] = *ip
+    else {
+        return None;
+    };
+    if u16::from_be_bytes([f0, f1]) & 0x3fff != 0
+        || [s0, s1, s2, s3] != remote.octets()
+        || [d0, d1, d2, d3] != local.octets()
+    {
+        return None;
+    }
+    let tcp = ip.get(IP_HDR..usize::from(u16::from_be_bytes([t0, t1])))?;
+    if tcp.len() < 20 || tcp[13] & !0x08 != 0x10 {
+        return None;
+    }
+    let be16 = |at: usize| u16::from_be_bytes([tcp[at], tcp[at + 1]]);
+    let be32 = |at: usize| i32::from_be_bytes([tcp[at], tcp[at + 1], tcp[at + 2], tcp[at + 3]]);
+    if be16(0) != remote_port || be16(2) != local_port {
+        return None;
+    }
+    let hl = usize::from(tcp[12] >> 4) * 4;
+    let timestamp = timestamps_alone(tcp.get(20..hl)?)?;
+    if caps.ipv4.rx() && !csum::verifies(csum::sum_to_fold(&ip[..IP_HDR])) {
+        return None;
+    }
+    if caps.tcp.rx() {
+        let sum = csum::pseudo_header(remote, local, tcp.len() as u16) + csum::sum_to_fold(tcp);
+        if !csum::verifies(sum) {
+            return None;
+        }
+    }
+    Some(TcpRepr {
+        src_port: remote_port,
+        dst_port: local_port,
+        control: if tcp[13] & 0x08 != 0 {
+            TcpControl::Psh
+        } else {
+            TcpControl::None
+        },
+        seq_number: TcpSeqNumber(be32(4)),
+        ack_number: Some(TcpSeqNumber(be32(8))),
+        window_len: be16(14),
+        window_scale: None,
+        max_seg_size: None,
+        sack_permitted: false,
+        sack_ranges: [None; 3],
+        timestamp,
+        payload: &tcp[hl..],
+    })
+}
+
 /// `TcpRepr::parse` of the TCP segment `b` (its lengths checked by `TcpPacket::new_checked`)
 /// with the checksum not verified (the host verified it): the segments without options or
 /// with the timestamps alone, as ours (timestamps, end of list) and Linux's (two NOPs,
@@ -224,16 +313,8 @@ pub(super) fn parse_tcp<'a>(
         return general();
     }
     let hl = usize::from(b[12] >> 4) * 4;
-    let timestamp = match b.get(20..hl) {
-        Some([]) => None,
-        Some(
-            [8, 10, v0, v1, v2, v3, e0, e1, e2, e3, 0, _]
-            | [1, 1, 8, 10, v0, v1, v2, v3, e0, e1, e2, e3],
-        ) => Some(TcpTimestampRepr::new(
-            u32::from_be_bytes([*v0, *v1, *v2, *v3]),
-            u32::from_be_bytes([*e0, *e1, *e2, *e3]),
-        )),
-        _ => return general(),
+    let Some(timestamp) = b.get(20..hl).and_then(timestamps_alone) else {
+        return general();
     };
     let be16 = |at: usize| u16::from_be_bytes([b[at], b[at + 1]]);
     let be32 = |at: usize| i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
@@ -567,6 +648,146 @@ mod tests {
             let p = Ipv4Packet::new_checked(&b[..]).expect("well-formed lengths");
             prop_assert_eq!(parse_ipv4(&p, &caps).ok(), Ipv4Repr::parse(&p, &caps).ok());
             prop_assert_eq!(ipv4_payload(&b), p.payload());
+        }
+    }
+
+    /// What the host's general receive path (`Inner::process_frame`, `process_ipv4`,
+    /// `process_tcp` up to its look-up) makes of `frame`: the segment, if the frame is an
+    /// IPv4 TCP segment for `local` from `remote` that it does not drop.
+    fn general_path<'a>(
+        frame: &'a [u8],
+        mac: EthernetAddress,
+        (remote, remote_port): (Ipv4Address, u16),
+        (local, local_port): (Ipv4Address, u16),
+        caps: &ChecksumCapabilities,
+    ) -> Option<TcpRepr<'a>> {
+        use smoltcp::wire::{EthernetFrame, EthernetProtocol};
+        let eth = EthernetFrame::new_checked(frame).ok()?;
+        if eth.dst_addr() != mac || eth.ethertype() != EthernetProtocol::Ipv4 {
+            return None;
+        }
+        let payload = eth.payload();
+        let p = Ipv4Packet::new_checked(payload).ok()?;
+        if p.more_frags() || p.frag_offset() != 0 {
+            return None;
+        }
+        let ip = parse_ipv4(&p, caps).ok()?;
+        if ip.dst_addr != local || ip.next_header != IpProtocol::Tcp {
+            return None;
+        }
+        let tcp = ipv4_payload(payload);
+        let t = TcpPacket::new_checked(tcp).ok()?;
+        if caps.tcp.rx() {
+            let sum = csum::pseudo_header(ip.src_addr, ip.dst_addr, tcp.len() as u16)
+                + csum::sum_to_fold(tcp);
+            if !csum::verifies(sum) {
+                return None;
+            }
+        }
+        let (s, d) = (IpAddress::Ipv4(ip.src_addr), IpAddress::Ipv4(ip.dst_addr));
+        let mut no_tcp = caps.clone();
+        no_tcp.tcp = Checksum::None;
+        let seg = parse_tcp(t.into_inner(), &s, &d, &no_tcp).ok()?;
+        (ip.src_addr == remote && seg.src_port == remote_port && seg.dst_port == local_port)
+            .then_some(seg)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(6000))]
+
+        /// Header prediction gives the segment the general path gives, or nothing: for
+        /// frames of every layout and flag combination, ours and Linux's options, with
+        /// checksums verified or not, one octet of the frame (headers mostly) changed or
+        /// not, padding after the IPv4 packet, and the connection's addresses and ports or
+        /// others. The frames of an established connection's data and ACKs, untouched, are
+        /// predicted (the fast path is taken).
+        #[test]
+        fn prediction_matches_the_general_path(
+            (seg, len) in segment(),
+            established in 0u8..4,
+            linux in any::<bool>(),
+            ip in any::<bool>(), tcp in any::<bool>(),
+            poke in proptest::option::of((0usize..80, any::<u8>())),
+            pad in 0usize..8,
+            other in 0u8..8,
+            frag in proptest::option::of((0u16..8, prop_oneof![Just(0u16), any::<u16>()])
+                .prop_map(|(flags, offset)| flags << 13 | offset & 0x1fff)),
+        ) {
+            let a = addrs([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], [198, 18, 0, 1], [198, 18, 0, 2]);
+            // Three cases in four: the layout of an established connection's segment.
+            let seg = if established > 0 {
+                TcpRepr {
+                    control: if seg.control == TcpControl::Psh { TcpControl::Psh } else { TcpControl::None },
+                    ack_number: Some(seg.ack_number.unwrap_or(TcpSeqNumber(7))),
+                    window_scale: None,
+                    max_seg_size: None,
+                    sack_permitted: false,
+                    sack_ranges: [None; 3],
+                    ..seg
+                }
+            } else {
+                seg
+            };
+            let payload: Vec<u8> = (0..len).map(|i| (i as u8) ^ 0x5a).collect();
+            let full = TcpRepr { payload: &payload, ..seg };
+            let mut f = reference::emit_frame(&a, &full, &caps(ip, tcp));
+            let start = ETH_HDR + IP_HDR;
+            let hl = seg.header_len();
+            let ts_alone = seg.timestamp.is_some()
+                && seg.max_seg_size.is_none()
+                && seg.window_scale.is_none()
+                && !seg.sack_permitted
+                && seg.sack_ranges.iter().all(Option::is_none);
+            if linux && ts_alone {
+                // Linux's layout: two NOPs, then the timestamps.
+                let ts = f[start + 20..start + 30].to_vec();
+                f[start + 20..start + 22].copy_from_slice(&[1, 1]);
+                f[start + 22..start + 32].copy_from_slice(&ts);
+                if tcp {
+                    f[start + 16..start + 18].fill(0);
+                    let sum = csum::pseudo_header(a.src, a.dst, (f.len() - start) as u16)
+                        + csum::sum(&f[start..]);
+                    let c = csum::finish(sum);
+                    f[start + 16..start + 18].copy_from_slice(&c);
+                }
+            }
+            let layout = matches!(seg.control, TcpControl::None | TcpControl::Psh)
+                && seg.ack_number.is_some()
+                && (hl == 20 || ts_alone)
+                && seg.src_port != 0
+                && seg.dst_port != 0;
+            if let Some(v) = frag {
+                // Flags and fragment offset, the IPv4 checksum made right again.
+                f[ETH_HDR + 6..ETH_HDR + 8].copy_from_slice(&v.to_be_bytes());
+                f[ETH_HDR + 10..ETH_HDR + 12].fill(0);
+                let c = csum::finish(csum::sum(&f[ETH_HDR..start]));
+                f[ETH_HDR + 10..ETH_HDR + 12].copy_from_slice(&c);
+            }
+            if let Some((at, v)) = poke {
+                let at = at % f.len();
+                f[at] = v;
+            }
+            f.extend(std::iter::repeat(0xee).take(pad));
+            // The receiver is `a.dst_mac`/`a.dst`; the connection's tuple, or another.
+            let mac = a.dst_mac;
+            let mut remote = (a.src, seg.src_port);
+            let mut local = (a.dst, seg.dst_port);
+            match other {
+                0 => remote.0 = Ipv4Address::new(198, 18, 0, 9),
+                1 => remote.1 = remote.1.wrapping_add(1),
+                2 => local.1 = local.1.wrapping_add(1),
+                3 => local.0 = Ipv4Address::new(198, 18, 0, 9),
+                _ => {}
+            }
+            let c = caps(ip, tcp);
+            let got = predict(&f, mac, remote, local, &c);
+            let want = general_path(&f, mac, remote, local, &c);
+            if let Some(g) = got {
+                prop_assert_eq!(Some(g), want);
+            }
+            if poke.is_none() && frag.is_none_or(|v| v & 0x3fff == 0) && other >= 4 && layout {
+                prop_assert!(got.is_some(), "an established connection's segment not predicted");
+            }
         }
     }
 

@@ -1463,6 +1463,22 @@ impl Inner {
 
     #[inline(never)]
     fn process_frame(&mut self, frame: &[u8], deliver: &mut dyn FnMut(ConnId, &[u8]) -> usize) {
+        // Header prediction: a segment of the connection the last one went to, in the
+        // layout of its data and ACKs, goes straight to it.
+        if let Some((t, index)) = self.demux_memo {
+            let seg = headers::predict(
+                frame,
+                self.mac,
+                (t.remote_ip, t.remote_port),
+                (self.cidr.address(), t.local_port),
+                &self.caps,
+            );
+            if let Some(seg) = seg {
+                if self.hand_to_slot(index, &seg, deliver) {
+                    return;
+                }
+            }
+        }
         let Ok(eth) = EthernetFrame::new_checked(frame) else {
             self.stats.rx_dropped += 1;
             return;
@@ -1638,22 +1654,7 @@ impl Inner {
             }
         };
         if let Some(index) = found {
-            if let Some(Some(s)) = self.slots.get_mut(index as usize) {
-                let id = ConnId {
-                    index,
-                    generation: s.generation,
-                };
-                s.conn
-                    .handle_segment_with(self.now, &seg, &mut |data| deliver(id, data));
-                // Deferred once only: a connection already waiting in the dirty list (its
-                // ACK deferred by the last poll, or segments of its own pending) sends this
-                // poll. Deferring again at every poll that brought data held a bulk
-                // receiver's ACKs back for as long as data kept coming (one ACK per ~160
-                // segments over memif), and the sender waited on window updates.
-                if !seg.payload.is_empty() && !s.dirty {
-                    s.defer_ack = true;
-                }
-                mark_slot_dirty(s, &mut self.dirty, index);
+            if self.hand_to_slot(index, &seg, deliver) {
                 return;
             }
         }
@@ -1669,6 +1670,36 @@ impl Inner {
         }
         self.stats.rx_no_connection += 1;
         self.reset_for(src_mac, ip, &seg);
+    }
+
+    /// Hands `seg` to the connection in slot `index` and marks it; false if the slot is
+    /// empty.
+    #[inline(always)]
+    fn hand_to_slot(
+        &mut self,
+        index: u32,
+        seg: &TcpRepr<'_>,
+        deliver: &mut dyn FnMut(ConnId, &[u8]) -> usize,
+    ) -> bool {
+        let Some(Some(s)) = self.slots.get_mut(index as usize) else {
+            return false;
+        };
+        let id = ConnId {
+            index,
+            generation: s.generation,
+        };
+        s.conn
+            .handle_segment_with(self.now, seg, &mut |data| deliver(id, data));
+        // Deferred once only: a connection already waiting in the dirty list (its ACK
+        // deferred by the last poll, or segments of its own pending) sends this poll.
+        // Deferring again at every poll that brought data held a bulk receiver's ACKs back
+        // for as long as data kept coming (one ACK per ~160 segments over memif), and the
+        // sender waited on window updates.
+        if !seg.payload.is_empty() && !s.dirty {
+            s.defer_ack = true;
+        }
+        mark_slot_dirty(s, &mut self.dirty, index);
+        true
     }
 
     /// A SYN for a listener: a new half-open connection, evicting the listener's oldest if
