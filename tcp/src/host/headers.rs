@@ -260,7 +260,6 @@ pub(super) fn predict<'a>(
         return None;
     }
     let be16 = |at: usize| u16::from_be_bytes([tcp[at], tcp[at + 1]]);
-    let be32 = |at: usize| i32::from_be_bytes([tcp[at], tcp[at + 1], tcp[at + 2], tcp[at + 3]]);
     if be16(0) != remote_port || be16(2) != local_port {
         return None;
     }
@@ -275,24 +274,40 @@ pub(super) fn predict<'a>(
             return None;
         }
     }
-    Some(TcpRepr {
-        src_port: remote_port,
-        dst_port: local_port,
-        control: if tcp[13] & 0x08 != 0 {
-            TcpControl::Psh
-        } else {
-            TcpControl::None
-        },
+    let control = if tcp[13] & 0x08 != 0 {
+        TcpControl::Psh
+    } else {
+        TcpControl::None
+    };
+    Some(plain_repr(tcp, hl, control, true, timestamp))
+}
+
+/// The `TcpRepr` of the segment `b` with a header of `hl` octets, the ACK flag `ack` and
+/// no options but `timestamp`: the fields read where they lie.
+#[inline(always)]
+fn plain_repr(
+    b: &[u8],
+    hl: usize,
+    control: TcpControl,
+    ack: bool,
+    timestamp: Option<TcpTimestampRepr>,
+) -> TcpRepr<'_> {
+    let be16 = |at: usize| u16::from_be_bytes([b[at], b[at + 1]]);
+    let be32 = |at: usize| i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    TcpRepr {
+        src_port: be16(0),
+        dst_port: be16(2),
+        control,
         seq_number: TcpSeqNumber(be32(4)),
-        ack_number: Some(TcpSeqNumber(be32(8))),
+        ack_number: ack.then(|| TcpSeqNumber(be32(8))),
         window_len: be16(14),
         window_scale: None,
         max_seg_size: None,
         sack_permitted: false,
         sack_ranges: [None; 3],
         timestamp,
-        payload: &tcp[hl..],
-    })
+        payload: &b[hl..],
+    }
 }
 
 /// `TcpRepr::parse` of the TCP segment `b` (its lengths checked by `TcpPacket::new_checked`)
@@ -317,7 +332,6 @@ pub(super) fn parse_tcp<'a>(
         return general();
     };
     let be16 = |at: usize| u16::from_be_bytes([b[at], b[at + 1]]);
-    let be32 = |at: usize| i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
     let (src_port, dst_port) = (be16(0), be16(2));
     if src_port == 0 || dst_port == 0 {
         return Err(());
@@ -337,20 +351,7 @@ pub(super) fn parse_tcp<'a>(
         (false, false, true, _) => TcpControl::Rst,
         _ => return Err(()),
     };
-    Ok(TcpRepr {
-        src_port,
-        dst_port,
-        control,
-        seq_number: TcpSeqNumber(be32(4)),
-        ack_number: (flags & 0x10 != 0).then(|| TcpSeqNumber(be32(8))),
-        window_len: be16(14),
-        window_scale: None,
-        max_seg_size: None,
-        sack_permitted: false,
-        sack_ranges: [None; 3],
-        timestamp,
-        payload: &b[hl..],
-    })
+    Ok(plain_repr(b, hl, control, flags & 0x10 != 0, timestamp))
 }
 
 #[cfg(test)]
