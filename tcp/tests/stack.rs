@@ -241,3 +241,50 @@ fn table_limit_is_enforced() {
         }
     }
 }
+
+/// Header prediction (`HostStats::rx_predicted`) takes an established connection's data
+/// segments, and each goes to its own connection: here two connections whose ports are each
+/// other's swapped (A's X is local 5000 to B's 5001, A's Y local 5001 to B's 5000), their
+/// segments interleaved, so that a prediction reading the remembered connection's ports the
+/// wrong way round would hand Y's data to X.
+#[test]
+fn header_prediction_hands_each_segment_to_its_own_connection() {
+    let (mut a, mut b) = stacks();
+    let t = TcpTuning::default();
+    let la = a.listen(5001, 4, &t).expect("listen a");
+    let lb = b.listen(5001, 4, &t).expect("listen b");
+    let x = a.connect((IP_B, 5001), Some(5000), &t).expect("connect x");
+    let y2 = b.connect((IP_A, 5001), Some(5000), &t).expect("connect y");
+    let mut now = Instant::ZERO;
+    run(&mut a, &mut b, &mut now, 5);
+    let x2 = b.accept(lb).expect("accept").expect("x on b");
+    let y = a.accept(la).expect("accept").expect("y on a");
+    let ports = |a: &mut Stack<LinkEnd>, c| {
+        let (l, r) = a.endpoints(c).expect("endpoints");
+        (l.map(|e| e.port), r.map(|e| e.port))
+    };
+    assert_eq!(ports(&mut a, x), (Some(5000), Some(5001)));
+    assert_eq!(ports(&mut a, y), (Some(5001), Some(5000)));
+    let before = a.host_stats().expect("ours").rx_predicted;
+    let (mut got_x, mut got_y) = (Vec::new(), Vec::new());
+    for round in 0..20u8 {
+        // Two segments on X (the second predicted), then one on Y while A remembers X.
+        for (c, tag) in [(x2, b'x'), (x2, b'X'), (y2, b'y')] {
+            assert_eq!(b.send(c, &[tag, round]), Ok(2));
+            run(&mut a, &mut b, &mut now, 2);
+        }
+        let mut buf = [0u8; 64];
+        while let Ok(n @ 1..) = a.recv(x, &mut buf) {
+            got_x.extend_from_slice(&buf[..n]);
+        }
+        while let Ok(n @ 1..) = a.recv(y, &mut buf) {
+            got_y.extend_from_slice(&buf[..n]);
+        }
+    }
+    let want_x: Vec<u8> = (0..20u8).flat_map(|r| [b'x', r, b'X', r]).collect();
+    let want_y: Vec<u8> = (0..20u8).flat_map(|r| [b'y', r]).collect();
+    assert_eq!(got_x, want_x, "X's stream");
+    assert_eq!(got_y, want_y, "Y's stream");
+    let predicted = a.host_stats().expect("ours").rx_predicted - before;
+    assert!(predicted >= 20, "{predicted} of 60 data segments predicted");
+}

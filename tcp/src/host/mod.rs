@@ -8,6 +8,8 @@
 //!                                  -> IPv4 (checked; fragments dropped) -> ICMP echo reply
 //!                                  -> TCP (checksum per the device's offload; the common option
 //!                                     layouts read by module `headers`, others by smoltcp) -> demux:
+//!                                       (header prediction first: the connection the last
+//!                                        segment went to, its data and ACKs read at once)
 //!                                       keyed hash of the 4-tuple -> Connection::handle_segment
 //!                                       listener + SYN -> half-open table -> Connection::accept
 //!                                       nothing -> RST (RFC 9293 3.10.7.1), bounded per poll
@@ -154,6 +156,10 @@ pub struct HostStats {
     pub rx_fragments: u64,
     /// TCP segments that matched no connection or listener.
     pub rx_no_connection: u64,
+    /// TCP segments taken by header prediction (`headers::predict`): in the layout of an
+    /// established connection's data and ACKs, for the connection the segment before went
+    /// to (Linux's `TCPHPHits` counts the like).
+    pub rx_predicted: u64,
     /// RSTs sent for such segments.
     pub rst_sent: u64,
     /// Control frames dropped because their queue was full.
@@ -1475,6 +1481,7 @@ impl Inner {
             );
             if let Some(seg) = seg {
                 if self.hand_to_slot(index, &seg, deliver) {
+                    self.stats.rx_predicted += 1;
                     return;
                 }
             }
