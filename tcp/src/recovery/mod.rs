@@ -9,7 +9,8 @@
 //!   lost, retransmitted; `in_flight` is its pipe).
 //! * RACK-TLP (RFC 8985): a segment is lost once a segment sent after it was delivered and
 //!   a reordering window passed (6.2); otherwise the reorder timer fires then. A tail loss is
-//!   probed after PTO = 2 SRTT (7.2), not an RTO, so it costs about one RTT.
+//!   probed after PTO = 2 SRTT (7.2), not an RTO, so it costs about one RTT; one probe per
+//!   flight (7.3, TLP.end_seq): an unanswered probe leaves the rest to the RTO.
 //! * Without SACK, three duplicate ACKs mark the first segment lost (RFC 5681 3.2) and NewReno
 //!   partial ACKs retransmit the next hole until `recover` is acknowledged (RFC 6582 3.2).
 //! * Congestion control: NewReno (RFC 5681, 6582) or CUBIC (RFC 9438), initial window of ten
@@ -247,6 +248,14 @@ pub struct Recovery {
     rack_rtt: Duration,
     reorder_at: Option<Instant>,
     pto_at: Option<Instant>,
+    /// A loss probe is due to be sent ([`TimeoutAction::Probe`] returned, its segment not
+    /// yet through [`Recovery::on_sent`]).
+    probe_due: bool,
+    /// RFC 8985's TLP.end_seq: the end of what was sent when the last loss probe went
+    /// out, until an ACK covers it or an RTO fires. While set no other probe is armed (at
+    /// most one probe per flight, RFC 8985 7.3; Linux's `tlp_high_seq`): the RTO answers
+    /// if the probe brings nothing back.
+    tlp_end: Option<TcpSeqNumber>,
     rto_at: Option<Instant>,
     cubic: Cubic,
     /// What an RTO changed, kept until the first ACK after it says whether it was spurious.
@@ -295,6 +304,8 @@ impl Recovery {
             rack_rtt: Duration::ZERO,
             reorder_at: None,
             pto_at: None,
+            probe_due: false,
+            tlp_end: None,
             rto_at: None,
             cubic: Cubic::default(),
             undo: None,
@@ -412,6 +423,9 @@ impl Recovery {
         if self.rto_at.is_none() {
             self.rto_at = Some(now + self.rto);
         }
+        if std::mem::take(&mut self.probe_due) {
+            self.tlp_end = self.high;
+        }
         self.arm_pto(now);
     }
 
@@ -457,8 +471,17 @@ impl Recovery {
         }
     }
 
+    /// An ACK up to `ack`: if it covers the last loss probe's flight, the next flight may
+    /// have a probe of its own (RFC 8985 7.4).
+    #[inline(always)]
+    fn tlp_answered(&mut self, ack: TcpSeqNumber) {
+        if self.tlp_end.is_some_and(|e| ack >= e) {
+            self.tlp_end = None;
+        }
+    }
+
     fn arm_pto(&mut self, now: Instant) {
-        if !self.cfg.rack_tlp || self.segs.is_empty() {
+        if !self.cfg.rack_tlp || self.segs.is_empty() || self.tlp_end.is_some() {
             self.pto_at = None;
             return;
         }
@@ -568,6 +591,7 @@ impl Recovery {
         ack: TcpSeqNumber,
         ts_rtt: Option<Duration>,
     ) -> AckOutcome {
+        self.tlp_answered(ack);
         let mut out = AckOutcome::default();
         let mut karn: Option<Duration> = None;
         // The latest segment delivered (no segment is SACKed: every one acknowledged).
@@ -647,6 +671,7 @@ impl Recovery {
         sack: &[(TcpSeqNumber, TcpSeqNumber)],
         ts_rtt: Option<Duration>,
     ) -> AckOutcome {
+        self.tlp_answered(ack);
         let mut out = AckOutcome::default();
         let mut karn: Option<Duration> = None;
         let mut delivered_latest: Option<(Instant, TcpSeqNumber, bool)> = None;
@@ -994,6 +1019,8 @@ impl Recovery {
             self.rto = (self.rto * 2).min(self.cfg.rto_max);
             self.rto_at = Some(now + self.rto);
             self.pto_at = None;
+            self.probe_due = false;
+            self.tlp_end = None;
             self.reorder_at = None;
             self.rack_xmit = None;
             return TimeoutAction::Retransmit;
@@ -1006,6 +1033,7 @@ impl Recovery {
         }
         if self.pto_at.is_some_and(|t| t <= now) {
             self.pto_at = None;
+            self.probe_due = true;
             self.stats.tlp_count += 1;
             return TimeoutAction::Probe;
         }

@@ -393,3 +393,48 @@ fn clean_ack_fast_path_is_taken_by_in_order_acks() {
     r.on_ack(us(200), S + 2000, &[], None);
     assert!(r.is_empty());
 }
+
+/// RFC 8985 7.3: at most one loss probe per flight. A probe unanswered leaves the RTO to
+/// act (no second probe at the next PTO, as a probe re-arming the PTO sent one every 1-2 ms
+/// until the RTO); an ACK that covers the probe's flight lets the next flight have its own.
+#[test]
+fn rfc8985_7_3_one_loss_probe_per_flight() {
+    let mut r = rec(Congestion::Cubic);
+    r.on_sent(us(0), S, 1000, false);
+    r.on_ack(us(1_000), S + 1000, &[], Some(Duration::from_micros(1_000)));
+    for k in 1..4 {
+        r.on_sent(us(2_000), S + k * 1000, 1000, false);
+    }
+    let pto = r.poll_timeout().unwrap();
+    assert_eq!(r.handle_timeout(pto), TimeoutAction::Probe);
+    // The probe: the last segment again.
+    r.on_sent(pto, S + 3000, 1000, true);
+    // Nothing answers: the next deadline is the RTO (5 ms floor), and it retransmits.
+    let next = r.poll_timeout().unwrap();
+    assert_eq!(
+        next,
+        us(2_000) + Duration::from_millis(5),
+        "no second probe before the RTO"
+    );
+    assert_eq!(r.handle_timeout(next), TimeoutAction::Retransmit);
+    assert_eq!(r.stats().tlp_count, 1);
+
+    // A new flight after everything is answered: its own probe is allowed.
+    let mut r = rec(Congestion::Cubic);
+    r.on_sent(us(0), S, 1000, false);
+    r.on_ack(us(1_000), S + 1000, &[], Some(Duration::from_micros(1_000)));
+    r.on_sent(us(2_000), S + 1000, 1000, false);
+    let pto = r.poll_timeout().unwrap();
+    assert_eq!(r.handle_timeout(pto), TimeoutAction::Probe);
+    r.on_sent(pto, S + 1000, 1000, true);
+    r.on_ack(pto + Duration::from_micros(500), S + 2000, &[], None);
+    let t = pto + Duration::from_micros(600);
+    r.on_sent(t, S + 2000, 1000, false);
+    let pto2 = r.poll_timeout().unwrap();
+    assert!(
+        pto2 < t + Duration::from_millis(5),
+        "the new flight's PTO comes before its RTO"
+    );
+    assert_eq!(r.handle_timeout(pto2), TimeoutAction::Probe);
+    assert_eq!(r.stats().tlp_count, 2);
+}
