@@ -3,7 +3,10 @@
 //! over 90 (its payload copied into the frame on transmit). Each iteration is a chain of
 //! 1,000 calls, each call's input depending on the one before (an octet set from its
 //! result), so the figure per call is the time from input to result, not a throughput:
-//! what a ping-pong's half round trip pays. `bench/README.md` has the figures.
+//! what a ping-pong's half round trip pays. The one-octet store each call's input gets is
+//! read back by an eight-octet load, which x86 cannot forward from the store: every call
+//! also pays that stall, so the absolute figures are high and the difference between two
+//! versions is what counts. `bench/README.md` has the figures.
 
 use std::hint::black_box;
 

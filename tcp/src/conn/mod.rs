@@ -1735,14 +1735,16 @@ impl Connection {
                 return Some(p);
             }
         }
-        if self.probe_pending {
-            // RFC 8985 7.3: new data if the peer's window allows, else the last segment.
-            self.probe_pending = false;
+        // RFC 8985 7.3: new data if the peer's window allows, else the last segment; none
+        // once an ACK answered everything since the probe was asked for.
+        if std::mem::take(&mut self.probe_pending) && !self.rec.is_empty() {
             if let Some(p) = self.poll_new(now, Send::LossProbe) {
+                self.rec.probe_sent();
                 return Some(p);
             }
             if let Some((seq, len)) = self.rec.last_segment() {
                 if let Some(p) = self.segment_at(now, seq, len, true) {
+                    self.rec.probe_sent();
                     return Some(p);
                 }
             }

@@ -248,9 +248,6 @@ pub struct Recovery {
     rack_rtt: Duration,
     reorder_at: Option<Instant>,
     pto_at: Option<Instant>,
-    /// A loss probe is due to be sent ([`TimeoutAction::Probe`] returned, its segment not
-    /// yet through [`Recovery::on_sent`]).
-    probe_due: bool,
     /// RFC 8985's TLP.end_seq: the end of what was sent when the last loss probe went
     /// out, until an ACK covers it or an RTO fires. While set no other probe is armed (at
     /// most one probe per flight, RFC 8985 7.3; Linux's `tlp_high_seq`): the RTO answers
@@ -304,7 +301,6 @@ impl Recovery {
             rack_rtt: Duration::ZERO,
             reorder_at: None,
             pto_at: None,
-            probe_due: false,
             tlp_end: None,
             rto_at: None,
             cubic: Cubic::default(),
@@ -423,10 +419,15 @@ impl Recovery {
         if self.rto_at.is_none() {
             self.rto_at = Some(now + self.rto);
         }
-        if std::mem::take(&mut self.probe_due) {
-            self.tlp_end = self.high;
-        }
         self.arm_pto(now);
+    }
+
+    /// The loss probe a [`TimeoutAction::Probe`] asked for went out (its segment already
+    /// through [`Recovery::on_sent`]): no other probe until an ACK covers everything sent up
+    /// to it, or an RTO (RFC 8985 7.3, TLP.end_seq; Linux's `tlp_high_seq`).
+    pub fn probe_sent(&mut self) {
+        self.tlp_end = self.high;
+        self.pto_at = None;
     }
 
     /// Marks `[seq, end)` retransmitted at `now`, splitting entries it covers in part.
@@ -1019,7 +1020,6 @@ impl Recovery {
             self.rto = (self.rto * 2).min(self.cfg.rto_max);
             self.rto_at = Some(now + self.rto);
             self.pto_at = None;
-            self.probe_due = false;
             self.tlp_end = None;
             self.reorder_at = None;
             self.rack_xmit = None;
@@ -1033,7 +1033,6 @@ impl Recovery {
         }
         if self.pto_at.is_some_and(|t| t <= now) {
             self.pto_at = None;
-            self.probe_due = true;
             self.stats.tlp_count += 1;
             return TimeoutAction::Probe;
         }

@@ -409,6 +409,7 @@ fn rfc8985_7_3_one_loss_probe_per_flight() {
     assert_eq!(r.handle_timeout(pto), TimeoutAction::Probe);
     // The probe: the last segment again.
     r.on_sent(pto, S + 3000, 1000, true);
+    r.probe_sent();
     // Nothing answers: the next deadline is the RTO (5 ms floor), and it retransmits.
     let next = r.poll_timeout().unwrap();
     assert_eq!(
@@ -427,6 +428,7 @@ fn rfc8985_7_3_one_loss_probe_per_flight() {
     let pto = r.poll_timeout().unwrap();
     assert_eq!(r.handle_timeout(pto), TimeoutAction::Probe);
     r.on_sent(pto, S + 1000, 1000, true);
+    r.probe_sent();
     r.on_ack(pto + Duration::from_micros(500), S + 2000, &[], None);
     let t = pto + Duration::from_micros(600);
     r.on_sent(t, S + 2000, 1000, false);
@@ -437,4 +439,28 @@ fn rfc8985_7_3_one_loss_probe_per_flight() {
     );
     assert_eq!(r.handle_timeout(pto2), TimeoutAction::Probe);
     assert_eq!(r.stats().tlp_count, 2);
+}
+
+/// A probe asked for and never sent (an ACK answered everything first) holds nothing back:
+/// the next flight's first segment has its PTO (a review of the first version found a
+/// pending flag that the next ordinary segment took for the probe).
+#[test]
+fn rfc8985_7_3_a_probe_never_sent_does_not_count() {
+    let mut r = rec(Congestion::Cubic);
+    r.on_sent(us(0), S, 1000, false);
+    r.on_ack(us(1_000), S + 1000, &[], Some(Duration::from_micros(1_000)));
+    r.on_sent(us(2_000), S + 1000, 1000, false);
+    let pto = r.poll_timeout().unwrap();
+    assert_eq!(r.handle_timeout(pto), TimeoutAction::Probe);
+    // The ACK comes before the probe could leave: nothing outstanding.
+    r.on_ack(pto, S + 2000, &[], None);
+    assert!(r.is_empty());
+    let t = pto + Duration::from_millis(100);
+    r.on_sent(t, S + 2000, 1000, false);
+    let next = r.poll_timeout().unwrap();
+    assert!(
+        next < t + Duration::from_millis(5),
+        "the PTO comes before the RTO"
+    );
+    assert_eq!(r.handle_timeout(next), TimeoutAction::Probe);
 }
