@@ -394,14 +394,20 @@ fn clean_ack_fast_path_is_taken_by_in_order_acks() {
     assert!(r.is_empty());
 }
 
+/// CUBIC with one segment sent and acknowledged: an RTT of 1 ms known, nothing outstanding.
+fn rtt_of_1_ms() -> Recovery {
+    let mut r = rec(Congestion::Cubic);
+    r.on_sent(us(0), S, 1000, false);
+    r.on_ack(us(1_000), S + 1000, &[], Some(Duration::from_micros(1_000)));
+    r
+}
+
 /// RFC 8985 7.3: at most one loss probe per flight. A probe unanswered leaves the RTO to
 /// act (no second probe at the next PTO, as a probe re-arming the PTO sent one every 1-2 ms
 /// until the RTO); an ACK that covers the probe's flight lets the next flight have its own.
 #[test]
 fn rfc8985_7_3_one_loss_probe_per_flight() {
-    let mut r = rec(Congestion::Cubic);
-    r.on_sent(us(0), S, 1000, false);
-    r.on_ack(us(1_000), S + 1000, &[], Some(Duration::from_micros(1_000)));
+    let mut r = rtt_of_1_ms();
     for k in 1..4 {
         r.on_sent(us(2_000), S + k * 1000, 1000, false);
     }
@@ -421,9 +427,7 @@ fn rfc8985_7_3_one_loss_probe_per_flight() {
     assert_eq!(r.stats().tlp_count, 1);
 
     // A new flight after everything is answered: its own probe is allowed.
-    let mut r = rec(Congestion::Cubic);
-    r.on_sent(us(0), S, 1000, false);
-    r.on_ack(us(1_000), S + 1000, &[], Some(Duration::from_micros(1_000)));
+    let mut r = rtt_of_1_ms();
     r.on_sent(us(2_000), S + 1000, 1000, false);
     let pto = r.poll_timeout().unwrap();
     assert_eq!(r.handle_timeout(pto), TimeoutAction::Probe);
@@ -446,9 +450,7 @@ fn rfc8985_7_3_one_loss_probe_per_flight() {
 /// pending flag that the next ordinary segment took for the probe).
 #[test]
 fn rfc8985_7_3_a_probe_never_sent_does_not_count() {
-    let mut r = rec(Congestion::Cubic);
-    r.on_sent(us(0), S, 1000, false);
-    r.on_ack(us(1_000), S + 1000, &[], Some(Duration::from_micros(1_000)));
+    let mut r = rtt_of_1_ms();
     r.on_sent(us(2_000), S + 1000, 1000, false);
     let pto = r.poll_timeout().unwrap();
     assert_eq!(r.handle_timeout(pto), TimeoutAction::Probe);
