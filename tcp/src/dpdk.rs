@@ -521,11 +521,18 @@ impl DpdkDevice {
         }
     }
 
-    /// Makes sure a spare mbuf is ready for the next transmit token.
-    fn ensure_spare(&mut self) -> bool {
+    /// A spare mbuf for the next transmit token, if there is none: the reserve allocated
+    /// after the last flush, else one from the pool (none if the pool is empty).
+    #[inline]
+    fn fill_spare(&mut self) {
         if self.tx_spare.is_none() {
             self.tx_spare = self.tx_reserve.take().or_else(|| self.pool.alloc());
         }
+    }
+
+    /// Makes sure a spare mbuf is ready for the next transmit token.
+    fn ensure_spare(&mut self) -> bool {
+        self.fill_spare();
         if self.tx_spare.is_none() {
             self.stats.tx_backpressure += 1;
             self.stats.tx_pool_empty += 1;
@@ -546,9 +553,7 @@ impl Device for DpdkDevice {
         // immediate replies (ARP, RST); if no buffer is free when one is written, that reply is
         // dropped and counted (tx_dropped), and the protocol repeats it.
         let rx_mbuf = self.take_rx()?;
-        if self.tx_spare.is_none() {
-            self.tx_spare = self.tx_reserve.take().or_else(|| self.pool.alloc());
-        }
+        self.fill_spare();
         Some((
             DpdkRxToken {
                 mbuf: rx_mbuf,
