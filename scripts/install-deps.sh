@@ -44,3 +44,10 @@ if ! command -v cargo >/dev/null 2>&1; then
     echo "install-deps: cargo not found; install Rust with rustup (https://rustup.rs) first" >&2
     exit 1
 fi
+# The workspace's rust-version (the engine's AVX-512 CRC32c needs 1.89's stable intrinsics).
+rustc_minor=$(rustc --version | sed -nE 's/^rustc 1\.([0-9]+).*/\1/p')
+if [[ -z "$rustc_minor" || "$rustc_minor" -lt 89 ]]; then
+    echo "install-deps: $(rustc --version 2>&1) is older than the workspace's 1.89;" \
+        "update it with 'rustup update stable'" >&2
+    exit 1
+fi

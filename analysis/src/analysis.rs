@@ -1065,7 +1065,7 @@ fn segment_alignment(
             counts.unknown += 1;
         } else if seg.truncated {
             counts.unknown += 1;
-            if unknown_from.map_or(true, |(o, _)| e < o) {
+            if unknown_from.is_none_or(|(o, _)| e < o) {
                 unknown_from = Some((e, AlignmentLoss::SnapLength));
             }
         } else if is_bound(e) {

@@ -251,7 +251,7 @@ impl Stream {
             let longer = self
                 .pending
                 .get(&key)
-                .map_or(true, |(p, _, _)| p.len() < seg.payload.len());
+                .is_none_or(|(p, _, _)| p.len() < seg.payload.len());
             if longer {
                 self.pending
                     .insert(key, (seg.payload.to_vec(), timestamp, frame));

@@ -209,7 +209,7 @@ impl EngineConfig {
         // smoltcp applies the timeout to idle connections too: without probes shorter than
         // it, every idle queue pair would be reset (`TcpTuning::keep_alive`).
         if let Some(t) = self.tcp.timeout {
-            if !self.tcp.keep_alive.is_some_and(|k| k < t) {
+            if self.tcp.keep_alive.is_none_or(|k| k >= t) {
                 return err(
                     "tcp.keep_alive",
                     "must be set and shorter than tcp.timeout (idle connections would be reset)",

@@ -73,7 +73,7 @@ fn wrap_around_many_times_matches_a_model() {
         x ^= x << 13;
         x ^= x >> 17;
         x ^= x << 5;
-        if x % 3 != 0 {
+        if !x.is_multiple_of(3) {
             match p.push(next) {
                 Ok(()) => {
                     model.push_back(next);

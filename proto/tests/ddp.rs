@@ -1090,7 +1090,7 @@ impl UntaggedBuffers for Permissive {
         qn != 2
     }
     fn buffer_len(&self, _qn: u32, msn: u32) -> Option<u64> {
-        (msn % 7 != 0).then_some(u64::from(msn) * 100)
+        (!msn.is_multiple_of(7)).then_some(u64::from(msn) * 100)
     }
 }
 

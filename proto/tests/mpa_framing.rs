@@ -537,7 +537,7 @@ fn reference_frame(offset: u64, ulpdu: &[u8], markers: bool, crc: bool) -> Vec<u
     let mut pos = offset;
     let mut start = None;
     let push = |out: &mut Vec<u8>, byte: u8, pos: &mut u64, start: &mut Option<u64>| {
-        if markers && *pos % 512 == 0 {
+        if markers && (*pos).is_multiple_of(512) {
             let ptr = start.map_or(0, |s: u64| pos.wrapping_sub(s) as u16 & !3);
             out.extend_from_slice(&[0, 0, (ptr >> 8) as u8, ptr as u8]);
             *pos = pos.wrapping_add(4);
@@ -552,7 +552,7 @@ fn reference_frame(offset: u64, ulpdu: &[u8], markers: bool, crc: bool) -> Vec<u
         push(&mut out, b, &mut pos, &mut start);
     }
     // A marker due before the CRC is covered by it.
-    if markers && pos % 512 == 0 {
+    if markers && pos.is_multiple_of(512) {
         let ptr = pos.wrapping_sub(start.unwrap()) as u16 & !3;
         out.extend_from_slice(&[0, 0, (ptr >> 8) as u8, ptr as u8]);
     }

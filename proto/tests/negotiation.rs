@@ -16,7 +16,7 @@ use warpcore_proto::wire::mpa::{
 use warpcore_proto::MpaError;
 
 fn hex(s: &str) -> Vec<u8> {
-    assert!(s.len() % 2 == 0);
+    assert!(s.len().is_multiple_of(2));
     (0..s.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())

@@ -458,7 +458,7 @@ fn rtr_and_terminate_fpdus_of_6_4() {
     fn frame(ulpdu: &[u8]) -> Vec<u8> {
         let mut f = (ulpdu.len() as u16).to_be_bytes().to_vec();
         f.extend_from_slice(ulpdu);
-        while f.len() % 4 != 0 {
+        while !f.len().is_multiple_of(4) {
             f.push(0);
         }
         let crc = crc32c::crc32c(&f);

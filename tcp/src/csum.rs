@@ -333,7 +333,7 @@ pub fn copy_and_sum_from(dst: &mut [u8], mut read: impl FnMut(usize, &mut [u8]))
 /// words' octets swapped (RFC 1071 §2(B)), so its folded sum is byte-swapped.
 #[inline]
 pub fn at_offset(partial: u64, offset: usize) -> u64 {
-    if offset % 2 == 0 {
+    if offset.is_multiple_of(2) {
         partial
     } else {
         u64::from(fold(partial).swap_bytes())

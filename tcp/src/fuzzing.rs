@@ -587,7 +587,7 @@ pub fn tcp_segments(data: &[u8]) {
                 panic!("fill for a connection the user does not hold");
             };
             assert!(
-                ext.acked.map_or(true, |a| token > a),
+                ext.acked.is_none_or(|a| token > a),
                 "record {token} asked for after {:?} was reported acknowledged",
                 ext.acked
             );
@@ -597,7 +597,7 @@ pub fn tcp_segments(data: &[u8]) {
             assert!(at + dst.len() <= len, "fill past the end of record {token}");
             // One record in 29 cannot be written (the engine's region went away): the
             // connection must reset rather than send anything else.
-            if token % 29 == 0 {
+            if token.is_multiple_of(29) {
                 return None;
             }
             for (k, b) in dst.iter_mut().enumerate() {
@@ -630,7 +630,7 @@ pub fn tcp_segments(data: &[u8]) {
             if let Some(id) = side.id {
                 if let Ok(Some(t)) = stack.take_acked_external(id) {
                     assert!(
-                        ext.acked.map_or(true, |a| t > a),
+                        ext.acked.is_none_or(|a| t > a),
                         "acknowledged tokens go back"
                     );
                     ext.acked = Some(t);

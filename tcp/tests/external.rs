@@ -214,7 +214,7 @@ fn fill_from(
     want: bool,
 ) -> Option<u64> {
     assert!(
-        acked.map_or(true, |u| t > u),
+        acked.is_none_or(|u| t > u),
         "record {t} asked for after {acked:?} was reported acknowledged"
     );
     let r = live
@@ -239,12 +239,9 @@ fn take_acked(
     live: &mut VecDeque<Rec>,
 ) {
     if let Some(t) = a.take_acked_external(ca).expect("acked") {
-        assert!(acked.map_or(true, |u| t > u), "acknowledged tokens go back");
+        assert!(acked.is_none_or(|u| t > u), "acknowledged tokens go back");
         *acked = Some(t);
-        while live
-            .front()
-            .is_some_and(|r| r.token.map_or(true, |x| x <= t))
-        {
+        while live.front().is_some_and(|r| r.token.is_none_or(|x| x <= t)) {
             live.pop_front();
         }
     }

@@ -545,7 +545,7 @@ pub(super) fn tx_settled(q: &Qp, txrec: &TxRecords) -> bool {
     tx_settled_but_txrec(q)
         && q.conn
             .as_ref()
-            .map_or(true, |c| txrec.outstanding(c.tcp) == 0)
+            .is_none_or(|c| txrec.outstanding(c.tcp) == 0)
 }
 
 /// [`tx_settled`] but for the records sent from registered memory (for a caller that
@@ -558,7 +558,7 @@ pub(super) fn tx_settled_but_txrec(q: &Qp) -> bool {
     };
     tx_quiet(q.state, &q.tx, &q.tx_fault, &q.irq, c)
         && q.sq_next_seq - q.sq_head_seq == q.sq.len() as u64
-        && q.sq.front().map_or(true, |e| e.status.is_none())
+        && q.sq.front().is_none_or(|e| e.status.is_none())
         // A QP whose completion queue overran stays marked as before, so that the transmit
         // poller's overrun check (`poll_cq_overrun` of its batch) finds it in the same loop
         // as a busy QP of its core rather than at the next 50 ms sweep.

@@ -303,7 +303,7 @@ impl Region {
         }
         // SAFETY: in bounds (checked above).
         let p = unsafe { self.ptr.as_ptr().add(offset) };
-        if p as usize % 8 != 0 {
+        if !(p as usize).is_multiple_of(8) {
             return Err(MemError::Misaligned);
         }
         // SAFETY: `p` is 8-aligned and valid for reads and writes of 8 bytes for as long

@@ -8,7 +8,7 @@ pub mod negotiation;
 use crate::wire::fpdu::{CRC_LEN, ULPDU_LENGTH_LEN};
 
 // The rounding below keeps the CRC outside it only because the CRC is 4 octets.
-const _: () = assert!(CRC_LEN % 4 == 0);
+const _: () = assert!(CRC_LEN.is_multiple_of(4));
 
 /// [`fpdu_len`](crate::wire::fpdu::fpdu_len) as the per-FPDU fast paths compute it:
 /// ULPDU_Length, the ULPDU and the pad rounded up to a multiple of 4 (MPA-4.1-2), then the

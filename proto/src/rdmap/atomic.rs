@@ -68,7 +68,7 @@ pub fn cmp_swap(
 /// offsets are not virtual addresses should check the resolved address with this same rule
 /// (the RFC's requirement is on the "ULP Buffer address").
 pub const fn check_alignment(remote_to: u64) -> Result<(), RdmapError> {
-    if remote_to % ATOMIC_ALIGN == 0 {
+    if remote_to.is_multiple_of(ATOMIC_ALIGN) {
         Ok(())
     } else {
         Err(RdmapError::CatastrophicStream)

@@ -55,7 +55,7 @@ pub const fn fpdu_len(ulpdu_len: usize) -> usize {
 /// markers are on (MPA-4.3-8).
 #[inline]
 pub const fn is_marker_offset(stream_offset: u64) -> bool {
-    stream_offset % MARKER_INTERVAL as u64 == 0
+    stream_offset.is_multiple_of(MARKER_INTERVAL as u64)
 }
 
 /// Octets from `stream_offset` up to the start of the next marker (0 if a marker starts

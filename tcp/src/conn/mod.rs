@@ -652,7 +652,7 @@ impl Connection {
         let Ok(len32) = u32::try_from(len) else {
             return Ok(false);
         };
-        debug_assert!(self.ext.back().map_or(true, |r| r.token < token));
+        debug_assert!(self.ext.back().is_none_or(|r| r.token < token));
         if len == 0 || !self.tx.reserve(len) {
             return Ok(false);
         }
@@ -734,7 +734,7 @@ impl Connection {
     /// boundaries ascend in sequence space: `record_cut` and `poll_new` binary-search them.
     #[inline]
     fn push_record(&mut self, end: TcpSeqNumber) {
-        debug_assert!(self.records.back().map_or(true, |&b| seq_diff(end, b) > 0));
+        debug_assert!(self.records.back().is_none_or(|&b| seq_diff(end, b) > 0));
         self.records.push_back(end);
     }
 

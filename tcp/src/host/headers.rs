@@ -636,7 +636,7 @@ mod tests {
         ) {
             let hl = usize::from(ihl) * 4;
             let mut b = h[..hl].to_vec();
-            b.extend(std::iter::repeat(0x77).take(extra));
+            b.extend(std::iter::repeat_n(0x77, extra));
             b[0] = (version << 4) | ihl;
             // No fragment (the host drops those before).
             b[6] &= 0x40;
@@ -808,7 +808,7 @@ mod tests {
                 let at = at % f.len();
                 f[at] = v;
             }
-            f.extend(std::iter::repeat(0xee).take(pad));
+            f.extend(std::iter::repeat_n(0xee, pad));
             // The receiver is `a.dst_mac`/`a.dst`; the connection's tuple, or another.
             let mac = a.dst_mac;
             let mut remote = (a.src, seg.src_port);

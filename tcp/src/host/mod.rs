@@ -892,7 +892,7 @@ impl<D: PollDevice> Host<D> {
         // Connections waiting for ARP try again when a request may be repeated (an answer
         // marks them dirty at once, in `process_arp`).
         if !self.inner.unresolved.is_empty()
-            && !self.inner.neighbors.next_retry().is_some_and(|t| t > now)
+            && self.inner.neighbors.next_retry().is_none_or(|t| t <= now)
         {
             let waiting = std::mem::take(&mut self.inner.unresolved);
             for index in waiting {

@@ -20,7 +20,7 @@ const MAX_SLOTS: usize = 4096;
 /// keep-alive 10 s away is skipped ~780 times, a few instructions each).
 const MIN_SLOTS: usize = 256;
 // The occupancy bits are whole words.
-const _: () = assert!(MIN_SLOTS % 64 == 0 && MAX_SLOTS % 64 == 0);
+const _: () = assert!(MIN_SLOTS.is_multiple_of(64) && MAX_SLOTS.is_multiple_of(64));
 
 /// One armed deadline: the connection slot and the generation it was armed for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

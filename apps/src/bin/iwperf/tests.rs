@@ -600,7 +600,7 @@ fn check_stall_sometimes(
     n: &mut u32,
 ) -> Result<(), String> {
     *n = n.wrapping_add(1);
-    if *n % 256 == 0 {
+    if (*n).is_multiple_of(256) {
         check_stall(c, t0, stall)?;
     }
     Ok(())
@@ -634,7 +634,7 @@ fn wait_send(
             return Ok(wc);
         }
         n = n.wrapping_add(1);
-        if n % 256 == 0 && t0.elapsed() > stall {
+        if n.is_multiple_of(256) && t0.elapsed() > stall {
             return Err(format!("no completion for {} s", stall.as_secs()));
         }
         spin.pause();
@@ -704,7 +704,7 @@ pub fn server_lat(
             }
             if spin_mem {
                 idle = idle.wrapping_add(1);
-                if idle % 64 != 0 {
+                if !idle.is_multiple_of(64) {
                     spin.pause();
                     continue;
                 }
@@ -750,7 +750,7 @@ pub fn server_lat(
                     if !spin_mem {
                         idle = idle.wrapping_add(1);
                     }
-                    if idle % 256 == 0 {
+                    if idle.is_multiple_of(256) {
                         if let Some(e) = c.poll_send_error() {
                             return Err(e);
                         }
@@ -861,7 +861,7 @@ pub fn bw_phase(
                 batch.clear();
                 loop {
                     let next = t.posted + batch.len() as u64;
-                    let go = (!stop || next % cqm != 0)
+                    let go = (!stop || !next.is_multiple_of(cqm))
                         && next - t.completed < window
                         && (!c.layout().credits() || c.credits_left() > batch.len() as u64)
                         && (ph.duration.is_some() || next < ph.iters);
@@ -906,7 +906,7 @@ pub fn bw_phase(
                     // -Q: every cqm-th request is signalled, and the last of a run by
                     // iterations; its completion retires the unsignalled ones before it.
                     let signaled =
-                        (i + 1) % cqm == 0 || (ph.duration.is_none() && i + 1 == ph.iters);
+                        (i + 1).is_multiple_of(cqm) || (ph.duration.is_none() && i + 1 == ph.iters);
                     if pl > 1 {
                         let wr = SendWr::new(i, op, &[c.src.sge(slot, len as u32)])
                             .map_err(|e| format!("post: {e}"))?;

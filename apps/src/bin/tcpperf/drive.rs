@@ -147,7 +147,7 @@ pub(crate) fn drive<D: PollDevice>(
             break;
         }
         spins = spins.wrapping_add(1);
-        if spins % 1024 == 0 && timeout_s > 0 && StdInstant::now() > deadline {
+        if spins.is_multiple_of(1024) && timeout_s > 0 && StdInstant::now() > deadline {
             return Err(format!("{label}: timed out after {timeout_s} s"));
         }
     }
@@ -237,7 +237,7 @@ pub(crate) fn memory_loop<DA: PollDevice, DB: PollDevice>(
         }
         server.step(b);
         spins = spins.wrapping_add(1);
-        if spins % 1024 == 0 && StdInstant::now() > deadline {
+        if spins.is_multiple_of(1024) && StdInstant::now() > deadline {
             return Err("memory: timed out".into());
         }
     }
