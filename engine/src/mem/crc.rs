@@ -17,7 +17,16 @@
 //! for the TCP checksum and extends the CRC over it in one pass (three lanes at once, as
 //! above): the transmit path's one touch of each octet.
 //!
-//! The `unsafe` here is the call of `#[target_feature]` functions (SSE4.2, PCLMULQDQ) after
+//! On a CPU with AVX-512F and VPCLMULQDQ, inputs from [`FOLD_MIN`] octets on take neither
+//! `crc32` lanes: 64-octet vectors are folded into four 512-bit registers by carry-less
+//! multiplication (two per 16 octets, four 16-octet lanes per instruction), 256 octets a
+//! step, then reduced to 128 bits and by two `crc32` to the state (`fold512`, and
+//! `copy_sum_crc_fold512` with the copy and the sum in the same registers). Here (AMD EPYC,
+//! `bench/benches/crc.rs`, `docs/decisions/0005-short-crc32c.md`) that doubles the CRC of
+//! an FPDU of MTU 9000 and its fused copy into a frame.
+//!
+//! The `unsafe` here is the call of `#[target_feature]` functions (SSE4.2, PCLMULQDQ,
+//! AVX-512F, VPCLMULQDQ) after
 //! a run-time check that the CPU has them (`std::is_x86_feature_detected!`, which caches
 //! its answer), and in [`copy_sum_crc`] the loads from registered memory whose bounds its
 //! caller ([`crate::mem::MrGuard::copy_out_summed_crc_at`]) proved; the placement module is
@@ -67,6 +76,12 @@ fn crc32c_append_long(crc: u32, data: &[u8]) -> u32 {
             // SAFETY: the CPU has SSE4.2 (checked just above), `serial_append`'s only
             // target feature; it reads only `data`.
             return unsafe { serial_append(crc, data) };
+        }
+        if fold512_available() {
+            // SAFETY: the CPU has SSE4.2 (checked above), PCLMULQDQ, AVX-512F and
+            // VPCLMULQDQ (`fold512_available`), `fold512`'s target features; `data` has at
+            // least `SHORT` = `FOLD_MIN` octets; it reads only `data`.
+            return !unsafe { fold512(!crc, data) };
         }
         if std::is_x86_feature_detected!("pclmulqdq") {
             // SAFETY: the CPU has SSE4.2 and PCLMULQDQ (checked above), `three_streams`'
@@ -199,6 +214,41 @@ pub fn fused_available() -> bool {
     }
 }
 
+/// Whether a copy of `len` octets takes [`copy_sum_crc`]: the CPU has its features
+/// ([`fused_available`]) and `len` is [`FUSE_MIN`] or more, or [`FOLD_MIN`] or more where
+/// the folding path runs (AVX-512F and VPCLMULQDQ).
+#[inline]
+pub fn fuse(len: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        len >= FOLD_MIN && fused_available() && (len >= FUSE_MIN || fold512_available())
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = len;
+        false
+    }
+}
+
+/// [`copy_sum_crc`] of slices, on any CPU: `src` copied into `dst` (the same length),
+/// with the unfolded Internet checksum sum and the CRC32c (`crc` extended) of what was
+/// written, in one pass where [`fuse`] says so, else a copy, its sum, and the CRC over the
+/// copy. What `bench/benches/crc.rs` measures.
+///
+/// # Panics
+/// If the lengths differ.
+pub fn copy_sum_crc_slices(src: &[u8], dst: &mut [u8], crc: u32) -> (u64, u32) {
+    assert_eq!(src.len(), dst.len(), "copy_sum_crc_slices: lengths differ");
+    #[cfg(target_arch = "x86_64")]
+    if fuse(dst.len()) {
+        // SAFETY: `src` is a slice of `dst.len()` octets, apart from the unique borrow
+        // `dst`; the CPU has SSE4.2 and PCLMULQDQ (`fuse` checked).
+        return unsafe { copy_sum_crc(src.as_ptr(), dst, crc) };
+    }
+    dst.copy_from_slice(src);
+    (warpcore_tcp::csum::sum(dst), crc32c_append(crc, dst))
+}
+
 /// Copies `dst.len()` octets from `src` into `dst` and returns the unfolded Internet
 /// checksum sum of `dst` (as `warpcore_tcp::csum::copy_and_sum` would) and the CRC32c of
 /// `dst` appended to `crc` (as [`crc32c_append`]): the transmit path's one touch of each
@@ -219,6 +269,24 @@ pub fn fused_available() -> bool {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse4.2,pclmulqdq")]
 pub unsafe fn copy_sum_crc(src: *const u8, dst: &mut [u8], crc: u32) -> (u64, u32) {
+    if dst.len() >= FOLD_MIN && fold512_available() {
+        // SAFETY: the caller's contract for `src` and `dst`; the CPU has SSE4.2 and
+        // PCLMULQDQ (the caller's contract) and AVX-512F and VPCLMULQDQ (just checked);
+        // `dst` holds at least `FOLD_MIN` octets.
+        return unsafe { copy_sum_crc_fold512(src, dst, crc) };
+    }
+    // SAFETY: the caller's contract, passed on.
+    unsafe { copy_sum_crc_lanes(src, dst, crc) }
+}
+
+/// [`copy_sum_crc`] in three lanes of `crc32` instructions and 16-octet vectors (CPUs
+/// without AVX-512F and VPCLMULQDQ).
+///
+/// # Safety
+/// As [`copy_sum_crc`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2,pclmulqdq")]
+unsafe fn copy_sum_crc_lanes(src: *const u8, dst: &mut [u8], crc: u32) -> (u64, u32) {
     use std::arch::x86_64::{
         __m128i, _mm_add_epi32, _mm_loadu_si128, _mm_setzero_si128, _mm_storeu_si128,
         _mm_unpackhi_epi16, _mm_unpacklo_epi16,
@@ -332,6 +400,291 @@ unsafe fn three_streams(c: u32, mut data: &[u8]) -> u32 {
     serial(c, data)
 }
 
+const _: () = assert!(
+    FOLD_MIN <= SHORT,
+    "crc32c_append_long gives fold512 SHORT octets on"
+);
+
+/// Inputs from this long on take the 512-bit folding paths (`fold512`,
+/// `copy_sum_crc_fold512`) where the CPU has them: one 256-octet block folded in four
+/// registers, then the reduction.
+pub const FOLD_MIN: usize = 256;
+
+/// Whether the CPU has what the 512-bit folding paths need besides SSE4.2 and PCLMULQDQ:
+/// AVX-512F and VPCLMULQDQ (the standard library caches the answer).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn fold512_available() -> bool {
+    std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("vpclmulqdq")
+}
+
+/// `x^n mod poly` (`poly` with its x^32 term, in the normal bit order) as the folding
+/// loops multiply by it: bit-reflected and shifted left by one (Intel, "Fast CRC
+/// Computation for Generic Polynomials Using PCLMULQDQ Instruction", 2009). Computed at
+/// compile time, not typed in; with CRC-32's polynomial it gives the constants crc32fast
+/// publishes (`tests::fold_constants_follow_the_published_formula`).
+const fn fold_constant(poly: u64, n: u32) -> u64 {
+    let mut r = 1u64;
+    let mut i = 0;
+    while i < n {
+        r <<= 1;
+        if r & (1 << 32) != 0 {
+            r ^= poly;
+        }
+        i += 1;
+    }
+    ((r as u32).reverse_bits() as u64) << 1
+}
+
+/// CRC32c's polynomial with its x^32 term.
+const CASTAGNOLI: u64 = 0x1_1EDC_6F41;
+
+/// The constants that move a 128-bit chunk `d` bits further along the message: its low
+/// half is multiplied by the first (x^(d+32)), its high half by the second (x^(d-32)), and
+/// the two products added (XOR) to the data `d` bits on.
+const fn fold_keys(d: u32) -> (u64, u64) {
+    (
+        fold_constant(CASTAGNOLI, d + 32),
+        fold_constant(CASTAGNOLI, d - 32),
+    )
+}
+
+const K2048: (u64, u64) = fold_keys(2048);
+const K1536: (u64, u64) = fold_keys(1536);
+const K1024: (u64, u64) = fold_keys(1024);
+const K512: (u64, u64) = fold_keys(512);
+const K384: (u64, u64) = fold_keys(384);
+const K256: (u64, u64) = fold_keys(256);
+const K128: (u64, u64) = fold_keys(128);
+
+/// A folding constant pair in each 128-bit lane of a 512-bit register.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn keys512(k: (u64, u64)) -> std::arch::x86_64::__m512i {
+    let (lo, hi) = (k.0 as i64, k.1 as i64);
+    std::arch::x86_64::_mm512_set_epi64(hi, lo, hi, lo, hi, lo, hi, lo)
+}
+
+/// Each 128-bit lane of `x` moved along by the distance of `k` ([`keys512`]) and added to
+/// the same lane of `data`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,vpclmulqdq")]
+#[inline]
+fn fold_into(
+    x: std::arch::x86_64::__m512i,
+    k: std::arch::x86_64::__m512i,
+    data: std::arch::x86_64::__m512i,
+) -> std::arch::x86_64::__m512i {
+    use std::arch::x86_64::{_mm512_clmulepi64_epi128, _mm512_ternarylogic_epi64};
+    let lo = _mm512_clmulepi64_epi128(x, k, 0x00);
+    let hi = _mm512_clmulepi64_epi128(x, k, 0x11);
+    // 0x96: the three-way XOR.
+    _mm512_ternarylogic_epi64(lo, hi, data, 0x96)
+}
+
+/// [`fold_into`] of one 128-bit chunk.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2,pclmulqdq")]
+#[inline]
+fn fold128_into(
+    x: std::arch::x86_64::__m128i,
+    k: (u64, u64),
+    data: std::arch::x86_64::__m128i,
+) -> std::arch::x86_64::__m128i {
+    use std::arch::x86_64::{_mm_clmulepi64_si128, _mm_set_epi64x, _mm_xor_si128};
+    let k = _mm_set_epi64x(k.1 as i64, k.0 as i64);
+    let lo = _mm_clmulepi64_si128(x, k, 0x00);
+    let hi = _mm_clmulepi64_si128(x, k, 0x11);
+    _mm_xor_si128(_mm_xor_si128(lo, hi), data)
+}
+
+/// The four registers of the last 256-octet block (`x[0]` first) folded into one, at the
+/// last 64 octets' place.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,vpclmulqdq")]
+#[inline]
+fn fold4_to1(x: [std::arch::x86_64::__m512i; 4]) -> std::arch::x86_64::__m512i {
+    let to3 = fold_into(x[2], keys512(K512), x[3]);
+    let to3 = fold_into(x[1], keys512(K1024), to3);
+    fold_into(x[0], keys512(K1536), to3)
+}
+
+/// The CRC state after a 512-bit register of folded chunks and then `rest`: the
+/// register's four lanes folded into one, `rest`'s whole 16-octet chunks folded on, the
+/// last 128 bits reduced by two `crc32` from a zero state (folding keeps the message's
+/// remainder: those 128 bits stand for everything before them), then `rest`'s tail.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2,pclmulqdq,avx512f,vpclmulqdq")]
+fn reduce512(x: std::arch::x86_64::__m512i, rest: &[u8]) -> u32 {
+    use std::arch::x86_64::{
+        __m128i, _mm512_extracti32x4_epi32, _mm_crc32_u64, _mm_cvtsi128_si64, _mm_extract_epi64,
+        _mm_loadu_si128,
+    };
+    let l = [
+        _mm512_extracti32x4_epi32(x, 0),
+        _mm512_extracti32x4_epi32(x, 1),
+        _mm512_extracti32x4_epi32(x, 2),
+        _mm512_extracti32x4_epi32(x, 3),
+    ];
+    let mut y = fold128_into(l[2], K128, l[3]);
+    y = fold128_into(l[1], K256, y);
+    y = fold128_into(l[0], K384, y);
+    let mut chunks = rest.chunks_exact(16);
+    for c in &mut chunks {
+        // SAFETY: `c` is 16 readable octets.
+        let v = unsafe { _mm_loadu_si128(c.as_ptr().cast::<__m128i>()) };
+        y = fold128_into(y, K128, v);
+    }
+    let s = _mm_crc32_u64(0, _mm_cvtsi128_si64(y) as u64);
+    let s = _mm_crc32_u64(s, _mm_extract_epi64(y, 1) as u64);
+    // SAFETY: the CPU has SSE4.2 (this function's target features).
+    unsafe { serial(s as u32, chunks.remainder()) }
+}
+
+/// The CRC state (not inverted) `c` after `data` (at least [`FOLD_MIN`] octets), by
+/// folding: four 512-bit registers take 256 octets a step, each 128-bit lane moved along
+/// 2,048 bits (two carry-less multiplications) and added to the next block's lane instead
+/// of a `crc32` per 8 octets; then whole 64-octet vectors in one register, and
+/// [`reduce512`].
+///
+/// # Safety
+/// The CPU must have SSE4.2, PCLMULQDQ, AVX-512F and VPCLMULQDQ; `data.len() >= FOLD_MIN`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2,pclmulqdq,avx512f,vpclmulqdq")]
+unsafe fn fold512(c: u32, data: &[u8]) -> u32 {
+    use std::arch::x86_64::{
+        __m512i, _mm512_loadu_si512, _mm512_xor_si512, _mm512_zextsi128_si512, _mm_cvtsi32_si128,
+    };
+    assert!(data.len() >= FOLD_MIN);
+    let p = data.as_ptr();
+    // (A macro, not a closure: closures do not take the function's target features, and
+    // a 512-bit value outside them goes through memory.)
+    macro_rules! load {
+        ($at:expr) => {
+            // SAFETY: every use reads 64 octets at `p + at` with `at + 64 <= data.len()`.
+            unsafe { _mm512_loadu_si512(p.add($at).cast::<__m512i>()) }
+        };
+    }
+    let mut x = [load!(0), load!(64), load!(128), load!(192)];
+    // The state enters added to the message's first 32 bits (reflected: the low ones).
+    x[0] = _mm512_xor_si512(x[0], _mm512_zextsi128_si512(_mm_cvtsi32_si128(c as i32)));
+    let k = keys512(K2048);
+    let mut at = 256;
+    while data.len() - at >= 256 {
+        for (j, xj) in x.iter_mut().enumerate() {
+            *xj = fold_into(*xj, k, load!(at + 64 * j));
+        }
+        at += 256;
+    }
+    let mut one = fold4_to1(x);
+    let k = keys512(K512);
+    while data.len() - at >= 64 {
+        one = fold_into(one, k, load!(at));
+        at += 64;
+    }
+    reduce512(one, &data[at..])
+}
+
+/// The sixteen 32-bit lanes of `acc` added as 64-bit numbers.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn lanes_sum(acc: std::arch::x86_64::__m512i) -> u64 {
+    use std::arch::x86_64::{
+        _mm512_add_epi64, _mm512_castsi512_si256, _mm512_cvtepu32_epi64, _mm512_extracti64x4_epi64,
+        _mm512_reduce_add_epi64,
+    };
+    let lo = _mm512_cvtepu32_epi64(_mm512_castsi512_si256(acc));
+    let hi = _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(acc, 1));
+    _mm512_reduce_add_epi64(_mm512_add_epi64(lo, hi)) as u64
+}
+
+/// [`copy_sum_crc`] by folding ([`fold512`]): each 64-octet vector is loaded from `src`
+/// once, stored into `dst`, and that same register is summed into 32-bit lanes (its
+/// 16-bit words split by a mask and a shift) and folded into the CRC, four vectors a step;
+/// the rest under 64 octets is copied, summed, and taken by [`reduce512`] from `dst`.
+///
+/// # Safety
+/// As [`copy_sum_crc`], and the CPU must have AVX-512F and VPCLMULQDQ;
+/// `dst.len() >= FOLD_MIN`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2,pclmulqdq,avx512f,vpclmulqdq")]
+unsafe fn copy_sum_crc_fold512(src: *const u8, dst: &mut [u8], crc: u32) -> (u64, u32) {
+    use std::arch::x86_64::{
+        __m512i, _mm512_add_epi32, _mm512_and_si512, _mm512_loadu_si512, _mm512_set1_epi32,
+        _mm512_setzero_si512, _mm512_srli_epi32, _mm512_xor_si512, _mm512_zextsi128_si512,
+        _mm_cvtsi32_si128,
+    };
+    /// Vectors summed into the 32-bit lanes before these are added into `total`: each
+    /// lane takes two 16-bit words a vector, 2 * 0xFFFF * 4,096 < 2^32.
+    const SUM_RUN: usize = 4096;
+    let n = dst.len();
+    assert!(n >= FOLD_MIN);
+    let d = dst.as_mut_ptr();
+    let low = _mm512_set1_epi32(0xFFFF);
+    let mut total = 0u64;
+    let mut acc = _mm512_setzero_si512();
+    // One vector: loaded once, stored, summed, and given for the CRC. The store is written
+    // in assembly: the compiler sees a loop that stores what it loaded as a copy, makes
+    // it one `memcpy` ahead of the loop and the sums a second pass over `src`, which the
+    // application may change meanwhile. (A macro, not a closure: closures do not take the
+    // function's target features, and a 512-bit value outside them goes through memory.)
+    macro_rules! copy {
+        ($at:expr) => {{
+            let at = $at;
+            // SAFETY: `at + 64 <= n` at every use: inside `src` (the caller's contract) and
+            // inside `dst`, which nothing else references while it is borrowed here.
+            let v = unsafe {
+                let v = _mm512_loadu_si512(src.add(at).cast::<__m512i>());
+                std::arch::asm!(
+                    "vmovdqu64 zmmword ptr [{p}], {v}",
+                    p = in(reg) d.add(at),
+                    v = in(zmm_reg) v,
+                    options(nostack, preserves_flags)
+                );
+                v
+            };
+            acc = _mm512_add_epi32(acc, _mm512_and_si512(v, low));
+            acc = _mm512_add_epi32(acc, _mm512_srli_epi32(v, 16));
+            v
+        }};
+    }
+    let mut x = [copy!(0), copy!(64), copy!(128), copy!(192)];
+    x[0] = _mm512_xor_si512(x[0], _mm512_zextsi128_si512(_mm_cvtsi32_si128(!crc as i32)));
+    let mut run = 4;
+    let k = keys512(K2048);
+    let mut at = 256;
+    while n - at >= 256 {
+        if run > SUM_RUN - 4 {
+            total += lanes_sum(acc);
+            acc = _mm512_setzero_si512();
+            run = 0;
+        }
+        for (j, xj) in x.iter_mut().enumerate() {
+            let v = copy!(at + 64 * j);
+            *xj = fold_into(*xj, k, v);
+        }
+        run += 4;
+        at += 256;
+    }
+    let mut one = fold4_to1(x);
+    let k = keys512(K512);
+    // At most three more vectors: `run` stays within `SUM_RUN`.
+    while n - at >= 64 {
+        let v = copy!(at);
+        one = fold_into(one, k, v);
+        at += 64;
+    }
+    total += lanes_sum(acc);
+    // The rest, under 64 octets, from an even offset (a multiple of 64).
+    let tail = &mut dst[at..];
+    // SAFETY: `at + tail.len() == n`: inside `src`; `tail` is part of `dst`.
+    unsafe { std::ptr::copy_nonoverlapping(src.add(at), tail.as_mut_ptr(), tail.len()) };
+    total += warpcore_tcp::csum::sum(tail);
+    (total, !reduce512(one, tail))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,6 +698,12 @@ mod tests {
             .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
             .collect();
         assert_eq!(crc32c_append(0, b"123456789"), 0xE306_9283);
+        #[cfg(target_arch = "x86_64")]
+        assert!(
+            fused_available(),
+            "this test needs an x86-64 CPU with SSE4.2 and PCLMULQDQ"
+        );
+        report_path();
         for off in 0..8 {
             for len in (0..SHORT + 200)
                 .chain((SHORT + 200..4 * MAX_LANE).step_by(97))
@@ -352,11 +711,20 @@ mod tests {
             {
                 let d = &data[off..off + len];
                 for init in [0u32, 1, 0xdead_beef, u32::MAX] {
+                    let want = crc32c::crc32c_append(init, d);
                     assert_eq!(
                         crc32c_append(init, d),
-                        crc32c::crc32c_append(init, d),
+                        want,
                         "offset {off}, {len} octets, initial {init:#x}"
                     );
+                    // The three-lane path, which CPUs with the folding path's features no
+                    // longer take through `crc32c_append`.
+                    #[cfg(target_arch = "x86_64")]
+                    if len >= SHORT {
+                        // SAFETY: the CPU has SSE4.2 and PCLMULQDQ (checked above).
+                        let lanes = !unsafe { three_streams(!init, d) };
+                        assert_eq!(lanes, want, "three lanes, offset {off}, {len} octets");
+                    }
                 }
             }
         }
@@ -371,7 +739,8 @@ mod tests {
         if !fused_available() {
             panic!("this test needs an x86-64 CPU with SSE4.2 and PCLMULQDQ");
         }
-        let data: Vec<u8> = (0..40_100u32)
+        report_path();
+        let data: Vec<u8> = (0..300_100u32)
             .map(|i| (i.wrapping_mul(2_246_822_519) >> 11) as u8)
             .collect();
         let lens = (0..400)
@@ -384,18 +753,28 @@ mod tests {
                 3 * MAX_LANE,
                 3 * MAX_LANE + 95,
             ])
-            .chain([3 * MAX_LANE + 96, 9 * MAX_LANE + 7, 40_000]);
+            .chain([3 * MAX_LANE + 96, 9 * MAX_LANE + 7, 40_000])
+            // Past the folding path's run of 4,096 vectors summed in 32-bit lanes.
+            .chain([262_080, 262_144, 262_400, 300_000]);
         for len in lens {
             // Source and destination at every kind of alignment (a frame's payload is not
             // 8-aligned).
             for (off, doff) in [(0usize, 0usize), (1, 5), (3, 2), (8, 7)] {
                 let src = &data[off..off + len];
-                for init in [0u32, 0x1234_5678] {
+                // The dispatcher (the folding path where the CPU has it) and the three-lane
+                // path.
+                for (init, lanes) in [(0u32, false), (0x1234_5678, false), (7, true)] {
                     let mut buf = vec![0xA5u8; len + 16];
                     let dst = &mut buf[doff..doff + len];
                     // SAFETY: `src` is a slice of `len` octets, apart from `dst`; the CPU
                     // has the features (checked above).
-                    let (sum, crc) = unsafe { copy_sum_crc(src.as_ptr(), dst, init) };
+                    let (sum, crc) = unsafe {
+                        if lanes {
+                            copy_sum_crc_lanes(src.as_ptr(), dst, init)
+                        } else {
+                            copy_sum_crc(src.as_ptr(), dst, init)
+                        }
+                    };
                     assert_eq!(&buf[doff..doff + len], src, "copy, {len} octets at {off}");
                     assert!(
                         buf[..doff]
@@ -415,6 +794,36 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Which long-input path this CPU takes, in the test's output: the folding one (AVX-512F
+    /// and VPCLMULQDQ) or the three `crc32` lanes. The tests compare both with the crate
+    /// where the CPU has the folding path's features, the lanes alone where it does not.
+    fn report_path() {
+        #[cfg(target_arch = "x86_64")]
+        eprintln!(
+            "CRC32c from {FOLD_MIN} octets: {}",
+            if fold512_available() {
+                "512-bit folding (and the three lanes, called directly)"
+            } else {
+                "three crc32 lanes (no AVX-512F and VPCLMULQDQ here)"
+            }
+        );
+    }
+
+    /// The folding constants come from the formula that gives CRC-32 (IEEE)'s published
+    /// ones (crc32fast's `K1`-`K5`, from Intel's paper) from that polynomial, and CRC32c's
+    /// 128- and 512-bit ones as other implementations (Intel's ISA-L, Linux) carry them.
+    #[test]
+    fn fold_constants_follow_the_published_formula() {
+        const IEEE: u64 = 0x1_04C1_1DB7;
+        assert_eq!(fold_constant(IEEE, 4 * 128 + 32), 0x1_5444_2bd4);
+        assert_eq!(fold_constant(IEEE, 4 * 128 - 32), 0x1_c6e4_1596);
+        assert_eq!(fold_constant(IEEE, 128 + 32), 0x1_7519_97d0);
+        assert_eq!(fold_constant(IEEE, 128 - 32), 0x0_ccaa_009e);
+        assert_eq!(fold_constant(IEEE, 64), 0x1_63cd_6124);
+        assert_eq!(K128, (0xf20c_0dfe, 0x1_4cd0_0bd6));
+        assert_eq!(K512, (0x740e_ef02, 0x9e4a_ddf8));
     }
 
     /// Extending over pieces equals the CRC of the whole, as the framers use it.

@@ -1341,8 +1341,8 @@ impl<'a> MrGuard<'a> {
     /// [`MrGuard::copy_out_summed_at`] that also extends the CRC32c `crc` over the octets
     /// copied, in the same pass: the payload of an FPDU framed in a frame from registered
     /// memory is read once, for its copy, its Internet checksum and its CRC
-    /// ([`crc::copy_sum_crc`]; short copies, and CPUs without SSE4.2 and PCLMULQDQ, copy and
-    /// sum, then take the CRC of the copy). Returns the sum and the CRC of the octets
+    /// ([`crc::copy_sum_crc`] where [`crc::fuse`] says so; short copies, and CPUs without
+    /// SSE4.2 and PCLMULQDQ, copy and sum, then take the CRC of the copy). Returns the sum and the CRC of the octets
     /// written to `dst`.
     #[inline]
     pub fn copy_out_summed_crc_at(
@@ -1353,10 +1353,10 @@ impl<'a> MrGuard<'a> {
     ) -> Result<(u64, u32), BoundsFault> {
         let offset = self.bounds(to, dst.len())?;
         #[cfg(target_arch = "x86_64")]
-        if dst.len() >= crc::FUSE_MIN && crc::fused_available() {
+        if crc::fuse(dst.len()) {
             // SAFETY: `bounds` proved `[offset, offset + dst.len())` inside the region the
             // guard keeps alive, valid for reads; `dst` is a unique borrow, so not
-            // registered memory; the CPU has the features (checked just above).
+            // registered memory; the CPU has the features (`fuse` checked).
             return Ok(unsafe { crc::copy_sum_crc(self.meta().ptr.add(offset), dst, crc) });
         }
         let sum = warpcore_tcp::csum::copy_and_sum_from(dst, self.reader(offset, dst.len()));
@@ -1392,7 +1392,7 @@ impl<'a> MrGuard<'a> {
         }
         // SAFETY: in bounds (checked above).
         let p = unsafe { self.meta().ptr.add(offset) };
-        if p as usize % 8 != 0 {
+        if !(p as usize).is_multiple_of(8) {
             return Err(BoundsFault::Misaligned);
         }
         // SAFETY: 8-aligned, inside a region the guard keeps alive for the returned
