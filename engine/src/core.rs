@@ -644,7 +644,12 @@ impl<D: PollDevice> EngineCore<D> {
             .map_err(|e| EngineError::LimitExceeded(e.field))?;
         let mut sc = stack_cfg.clone();
         sc.max_connections = cfg.max_connections;
-        let stack = Stack::with_implementation(device, &sc, now, cfg.tcp_implementation)?;
+        let mut stack = Stack::with_implementation(device, &sc, now, cfg.tcp_implementation)?;
+        // Received segments' checksums summed with the CPU's widest vectors, where the TCP
+        // crate (no `unsafe`, so no run-time choice of instructions) would use SSE2.
+        if let Some(bulk) = crate::mem::crc::bulk_sum() {
+            stack.set_bulk_sum(bulk);
+        }
         Ok(EngineCore {
             core,
             qps: Vec::new(),

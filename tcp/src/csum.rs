@@ -140,10 +140,25 @@ pub fn sum(data: &[u8]) -> u64 {
 /// [`Fill`]: crate::host::Fill
 #[inline(always)]
 pub fn sum_to_fold(data: &[u8]) -> u64 {
-    #[inline(never)]
-    fn bulk(data: &[u8]) -> u64 {
-        sum(data)
-    }
+    sum_to_fold_with(data, bulk_sum)
+}
+
+/// A sum of a run of octets that [`fold`]s as [`sum`]'s does, for runs of any length
+/// from an even offset, with [`sum_to_fold`]'s bound: what the host verifies a received
+/// segment's checksum with from 128 octets on ([`sum_to_fold_with`]). [`bulk_sum`] by
+/// default; the engine gives one that uses the CPU's wider vectors, which this crate,
+/// without `unsafe`, cannot select at run time (`Host::set_bulk_sum`).
+pub type BulkSum = fn(&[u8]) -> u64;
+
+/// [`sum`], out of line: the default [`BulkSum`].
+#[inline(never)]
+pub fn bulk_sum(data: &[u8]) -> u64 {
+    sum(data)
+}
+
+/// [`sum_to_fold`] with `bulk` for runs of 128 octets or more.
+#[inline(always)]
+pub fn sum_to_fold_with(data: &[u8], bulk: BulkSum) -> u64 {
     if data.len() >= SMALL {
         return bulk(data);
     }

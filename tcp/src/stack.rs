@@ -598,6 +598,15 @@ impl<D: PollDevice> Stack<D> {
         dispatch!(self, s => s.set_nagle_and_ack_delay(id, nagle, ack_delay))
     }
 
+    /// Verifies received segments' TCP checksums with `bulk` from 128 octets on
+    /// ([`crate::host::Host::set_bulk_sum`]). smoltcp's reference stack verifies its own
+    /// way and ignores it.
+    pub fn set_bulk_sum(&mut self, bulk: crate::csum::BulkSum) {
+        if let Imp::Warpcore(s) = &mut self.imp {
+            s.set_bulk_sum(bulk);
+        }
+    }
+
     /// Sends FIN after the buffered data (graceful close of the sending half).
     pub fn close(&mut self, id: ConnId) -> Result<(), StackError> {
         dispatch!(self, s => s.close(id))
