@@ -8,6 +8,24 @@
 # Needs root (or sudo) to install; prints what it does.
 set -euo pipefail
 
+# Rust first, before any package is installed: the workspace's rust-version is 1.89 (the
+# engine's AVX-512 CRC32c uses intrinsics stable since then).
+if ! command -v cargo >/dev/null 2>&1 || ! command -v rustc >/dev/null 2>&1; then
+    echo "install-deps: cargo or rustc not found; install Rust with rustup (https://rustup.rs) first" >&2
+    exit 1
+fi
+rustc_version=$(rustc --version 2>&1 || true)
+if [[ "$rustc_version" =~ ^rustc\ ([0-9]+)\.([0-9]+) ]]; then
+    if (( BASH_REMATCH[1] == 1 && BASH_REMATCH[2] < 89 )); then
+        echo "install-deps: $rustc_version is older than the workspace's 1.89;" \
+            "update it with 'rustup update stable'" >&2
+        exit 1
+    fi
+else
+    echo "install-deps: cannot read rustc's version ('$rustc_version')" >&2
+    exit 1
+fi
+
 # libibverbs-dev, librdmacm-dev: the rdma-core headers rdma-compat's layouts come from.
 build_pkgs=(pkg-config clang libclang-dev dpdk dpdk-dev libdpdk-dev libibverbs-dev librdmacm-dev)
 # qemu-system-x86, kmod, cpio, binutils, make: the Linux siw VM of the interop check
@@ -38,16 +56,4 @@ if ((${#missing[@]})); then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
     echo "install-deps: all system packages present"
-fi
-
-if ! command -v cargo >/dev/null 2>&1; then
-    echo "install-deps: cargo not found; install Rust with rustup (https://rustup.rs) first" >&2
-    exit 1
-fi
-# The workspace's rust-version (the engine's AVX-512 CRC32c needs 1.89's stable intrinsics).
-rustc_minor=$(rustc --version | sed -nE 's/^rustc 1\.([0-9]+).*/\1/p')
-if [[ -z "$rustc_minor" || "$rustc_minor" -lt 89 ]]; then
-    echo "install-deps: $(rustc --version 2>&1) is older than the workspace's 1.89;" \
-        "update it with 'rustup update stable'" >&2
-    exit 1
 fi

@@ -288,3 +288,57 @@ fn header_prediction_hands_each_segment_to_its_own_connection() {
     let predicted = a.host_stats().expect("ours").rx_predicted - before;
     assert!(predicted >= 20, "{predicted} of 60 data segments predicted");
 }
+
+/// A sum that never verifies: the true one plus one.
+fn off_by_one(d: &[u8]) -> u64 {
+    warpcore_tcp::csum::sum(d) + 1
+}
+
+/// `Stack::set_bulk_sum` is what received segments of 128 octets or more are verified with,
+/// on the predicted path and the general one alike, and shorter ones are not: with a sum
+/// that never verifies, a short segment still arrives, a long one is dropped (counted)
+/// however often it is sent, and once the right sum is back its retransmission arrives.
+#[test]
+fn the_bulk_sum_set_on_the_host_verifies_long_segments() {
+    let (mut a, mut b) = stacks();
+    let t = TcpTuning::default();
+    let l = a.listen(7000, 2, &t).expect("listen");
+    let c = b.connect((IP_A, 7000), None, &t).expect("connect");
+    let mut now = Instant::ZERO;
+    run(&mut a, &mut b, &mut now, 5);
+    let s = a.accept(l).expect("accept").expect("accepted");
+    a.set_bulk_sum(off_by_one);
+    let mut buf = [0u8; 512];
+    // 32 octets of header (timestamps) and 50 of payload: under 128, the host's own sum.
+    assert_eq!(b.send(c, &[7u8; 50]), Ok(50));
+    run(&mut a, &mut b, &mut now, 5);
+    assert_eq!(a.recv(s, &mut buf), Ok(50), "a short segment arrives");
+    let stats = |a: &mut Stack<LinkEnd>| a.host_stats().expect("ours");
+    let (dropped, predicted) = (stats(&mut a).rx_dropped, stats(&mut a).rx_predicted);
+    // 232 octets: the set sum, which fails; retransmissions over 200 ms fail as well.
+    assert_eq!(b.send(c, &[9u8; 200]), Ok(200));
+    run(&mut a, &mut b, &mut now, 2_000);
+    assert_eq!(
+        a.recv(s, &mut buf),
+        Ok(0),
+        "a long segment failing the set sum"
+    );
+    let after = stats(&mut a);
+    assert!(
+        after.rx_dropped >= dropped + 2,
+        "the first send and a retransmission dropped: {} -> {}",
+        dropped,
+        after.rx_dropped
+    );
+    assert_eq!(
+        after.rx_predicted, predicted,
+        "the predicted path refused them too"
+    );
+    a.set_bulk_sum(warpcore_tcp::csum::bulk_sum);
+    run(&mut a, &mut b, &mut now, 20_000);
+    assert_eq!(
+        a.recv(s, &mut buf),
+        Ok(200),
+        "the retransmission verifies now"
+    );
+}

@@ -25,13 +25,17 @@
 //! `bench/benches/crc.rs`, `docs/decisions/0005-short-crc32c.md`) that doubles the CRC of
 //! an FPDU of MTU 9000 and its fused copy into a frame.
 //!
+//! [`bulk_sum`] gives the TCP crate a 512-bit sum for verifying received segments'
+//! checksums, which that crate (no `unsafe`) cannot choose at run time.
+//!
 //! The `unsafe` here is the call of `#[target_feature]` functions (SSE4.2, PCLMULQDQ,
-//! AVX-512F, VPCLMULQDQ) after
-//! a run-time check that the CPU has them (`std::is_x86_feature_detected!`, which caches
-//! its answer), and in [`copy_sum_crc`] the loads from registered memory whose bounds its
-//! caller ([`crate::mem::MrGuard::copy_out_summed_crc_at`]) proved; the placement module is
-//! where the engine keeps its `unsafe`, and the CRC of an FPDU is computed as its payload is
-//! placed or framed.
+//! AVX-512F, VPCLMULQDQ) after a run-time check that the CPU has them
+//! (`std::is_x86_feature_detected!`, which caches its answer); the unaligned vector loads
+//! from slices whose bounds the loops check; in [`copy_sum_crc`] the loads from registered
+//! memory whose bounds its caller ([`crate::mem::MrGuard::copy_out_summed_crc_at`])
+//! proved, and the folding path's store into the frame, written in assembly. The placement
+//! module is where the engine keeps its `unsafe`, and the CRC of an FPDU is computed as its
+//! payload is placed or framed.
 
 /// Inputs shorter than this take the one-stream loop (three streams and their combination
 /// cost more than they save below it).
@@ -255,12 +259,15 @@ pub fn copy_sum_crc_slices(src: &[u8], dst: &mut [u8], crc: u32) -> (u64, u32) {
 /// octet copied from registered memory into a frame (issue 12 items 2 and 3). Sum and CRC
 /// are taken of the octets written to `dst`, whatever the source does meanwhile.
 ///
-/// One pass over three lanes of the input at once: each 16-octet vector is loaded once,
-/// stored, widened into the checksum's 32-bit lanes, and its words run through `crc32`
-/// from the copy just stored (the instruction loads them itself, with a memory operand),
-/// so the CRC's one instruction a cycle overlaps the copy's
-/// loads and stores instead of following them; passes of up to 4 KiB a lane,
-/// combined as in [`crc32c_append`]'s three streams, then a tail under 96 octets.
+/// From [`FOLD_MIN`] octets on, on a CPU with AVX-512F and VPCLMULQDQ, by folding
+/// (`copy_sum_crc_fold512`): each 64-octet vector loaded once, stored, summed and folded
+/// into the CRC from the one register. Otherwise one pass over three lanes of the input at
+/// once (`copy_sum_crc_lanes`): each 16-octet vector is loaded once, stored, widened into
+/// the checksum's 32-bit lanes, and its words run through `crc32` from the copy just stored
+/// (the instruction loads them itself, with a memory operand), so the CRC's one
+/// instruction a cycle overlaps the copy's loads and stores instead of following them;
+/// passes of up to 4 KiB a lane, combined as in [`crc32c_append`]'s three streams, then a
+/// tail under 96 octets.
 ///
 /// # Safety
 /// `src` must be valid for reads of `dst.len()` octets (it may change meanwhile: it is
@@ -423,6 +430,7 @@ fn fold512_available() -> bool {
 /// Computation for Generic Polynomials Using PCLMULQDQ Instruction", 2009). Computed at
 /// compile time, not typed in; with CRC-32's polynomial it gives the constants crc32fast
 /// publishes (`tests::fold_constants_follow_the_published_formula`).
+#[cfg(target_arch = "x86_64")]
 const fn fold_constant(poly: u64, n: u32) -> u64 {
     let mut r = 1u64;
     let mut i = 0;
@@ -437,11 +445,13 @@ const fn fold_constant(poly: u64, n: u32) -> u64 {
 }
 
 /// CRC32c's polynomial with its x^32 term.
+#[cfg(target_arch = "x86_64")]
 const CASTAGNOLI: u64 = 0x1_1EDC_6F41;
 
 /// The constants that move a 128-bit chunk `d` bits further along the message: its low
 /// half is multiplied by the first (x^(d+32)), its high half by the second (x^(d-32)), and
 /// the two products added (XOR) to the data `d` bits on.
+#[cfg(target_arch = "x86_64")]
 const fn fold_keys(d: u32) -> (u64, u64) {
     (
         fold_constant(CASTAGNOLI, d + 32),
@@ -449,12 +459,19 @@ const fn fold_keys(d: u32) -> (u64, u64) {
     )
 }
 
+#[cfg(target_arch = "x86_64")]
 const K2048: (u64, u64) = fold_keys(2048);
+#[cfg(target_arch = "x86_64")]
 const K1536: (u64, u64) = fold_keys(1536);
+#[cfg(target_arch = "x86_64")]
 const K1024: (u64, u64) = fold_keys(1024);
+#[cfg(target_arch = "x86_64")]
 const K512: (u64, u64) = fold_keys(512);
+#[cfg(target_arch = "x86_64")]
 const K384: (u64, u64) = fold_keys(384);
+#[cfg(target_arch = "x86_64")]
 const K256: (u64, u64) = fold_keys(256);
+#[cfg(target_arch = "x86_64")]
 const K128: (u64, u64) = fold_keys(128);
 
 /// A folding constant pair in each 128-bit lane of a 512-bit register.
@@ -558,8 +575,7 @@ unsafe fn fold512(c: u32, data: &[u8]) -> u32 {
     };
     assert!(data.len() >= FOLD_MIN);
     let p = data.as_ptr();
-    // (A macro, not a closure: closures do not take the function's target features, and
-    // a 512-bit value outside them goes through memory.)
+    // (A macro: each use is written out in its loop, its 512-bit value in a register.)
     macro_rules! load {
         ($at:expr) => {
             // SAFETY: every use reads 64 octets at `p + at` with `at + 64 <= data.len()`.
@@ -683,8 +699,8 @@ unsafe fn copy_sum_crc_fold512(src: *const u8, dst: &mut [u8], crc: u32) -> (u64
     // One vector: loaded once, stored, summed, and given for the CRC. The store is written
     // in assembly: the compiler sees a loop that stores what it loaded as a copy, makes
     // it one `memcpy` ahead of the loop and the sums a second pass over `src`, which the
-    // application may change meanwhile. (A macro, not a closure: closures do not take the
-    // function's target features, and a 512-bit value outside them goes through memory.)
+    // application may change meanwhile. (A macro: each use is written out in its loop, its
+    // 512-bit value in a register.)
     macro_rules! copy {
         ($at:expr) => {{
             let at = $at;
@@ -725,7 +741,8 @@ unsafe fn copy_sum_crc_fold512(src: *const u8, dst: &mut [u8], crc: u32) -> (u64
     }
     let mut one = fold4_to1(x);
     let k = keys512(K512);
-    // At most three more vectors: `run` stays within `SUM_RUN`.
+    // At most three more vectors: each lane then holds at most 2 * 0xFFFF * (SUM_RUN + 3)
+    // < 2^32.
     while n - at >= 64 {
         let v = copy!(at);
         one = fold_into(one, k, v);
@@ -853,8 +870,17 @@ mod tests {
 
     /// Which long-input path this CPU takes, in the test's output: the folding one (AVX-512F
     /// and VPCLMULQDQ) or the three `crc32` lanes. The tests compare both with the crate
-    /// where the CPU has the folding path's features, the lanes alone where it does not.
+    /// where the CPU has the folding path's features, the lanes alone where it does not;
+    /// with `WARPCORE_REQUIRE_FOLD512=1` (CI, `scripts/test.sh`) a CPU without them fails.
     fn report_path() {
+        #[cfg(target_arch = "x86_64")]
+        if std::env::var_os("WARPCORE_REQUIRE_FOLD512").is_some_and(|v| v == "1") {
+            assert!(
+                fold512_available(),
+                "WARPCORE_REQUIRE_FOLD512=1 (CI) but this CPU lacks AVX-512F or VPCLMULQDQ: \
+                 the folding path cannot be tested here"
+            );
+        }
         #[cfg(target_arch = "x86_64")]
         eprintln!(
             "CRC32c from {FOLD_MIN} octets: {}",
@@ -870,6 +896,7 @@ mod tests {
     /// ones (crc32fast's `K1`-`K5`, from Intel's paper) from that polynomial, and CRC32c's
     /// 128- and 512-bit ones as other implementations (Intel's ISA-L, Linux) carry them.
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn fold_constants_follow_the_published_formula() {
         const IEEE: u64 = 0x1_04C1_1DB7;
         assert_eq!(fold_constant(IEEE, 4 * 128 + 32), 0x1_5444_2bd4);
@@ -909,6 +936,28 @@ mod tests {
         // All ones: the lanes' largest sums.
         let ones = vec![0xFFu8; 16_384 * 64 * 2 + 10];
         assert_eq!(bulk(&ones), warpcore_tcp::csum::sum(&ones));
+    }
+
+    /// The safe copy takes the one pass where [`fuse`] says so and the copy-then-CRC path
+    /// elsewhere, with the same results, at the thresholds of both.
+    #[test]
+    fn the_copy_equals_the_crate_on_either_side_of_the_thresholds() {
+        let data: Vec<u8> = (0..4_000u32).map(|i| (i * 13 + 5) as u8).collect();
+        for len in [0, 1, 63, 64, 255, 256, 257, 767, 768, 769, 1440, 3_999] {
+            let src = &data[1..1 + len];
+            let mut dst = vec![0u8; len];
+            let (sum, crc) = copy_sum_crc_slices(src, &mut dst, 0x0bad_cafe);
+            assert_eq!(dst, src, "copy, {len} octets");
+            assert_eq!(
+                warpcore_tcp::csum::fold(sum),
+                warpcore_tcp::csum::fold(warpcore_tcp::csum::sum(src)),
+                "sum, {len} octets"
+            );
+            assert_eq!(crc, crc32c::crc32c_append(0x0bad_cafe, src), "CRC, {len}");
+        }
+        assert!(!fuse(FOLD_MIN - 1) && !fuse(0));
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(fuse(FUSE_MIN), fused_available());
     }
 
     /// Extending over pieces equals the CRC of the whole, as the framers use it.
