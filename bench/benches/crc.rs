@@ -16,52 +16,57 @@ use warpcore_engine::mem::crc;
 const FRAMES: usize = 1024;
 const SLOT: usize = 9216;
 
+/// The next source window (one of 32, 1,000 octets apart) and the next frame (one of
+/// [`FRAMES`]): where the next iteration reads and writes.
+fn advance(k: &mut usize, f: &mut usize) -> (usize, usize) {
+    *k = (*k + 1) % 32;
+    *f = (*f + 1) % FRAMES;
+    (*k * 1000, *f * SLOT)
+}
+
 fn throughput(c: &mut Criterion) {
     let src: Vec<u8> = (0..65_536u32).map(|i| (i * 7 + 3) as u8).collect();
     let mut frames = vec![0u8; FRAMES * SLOT];
+    let (mut k, mut f) = (0usize, 0usize);
     for n in [1440usize, 8960] {
         let mut g = c.benchmark_group(format!("crc_{n}B"));
         g.throughput(Throughput::Bytes(n as u64));
-        let mut k = 0usize;
         g.bench_function("crc32c crate", |b| {
             b.iter(|| {
-                k = (k + 1) % 32;
-                crc32c::crc32c_append(0, black_box(&src[k * 1000..k * 1000 + n]))
+                let (s, _) = advance(&mut k, &mut f);
+                crc32c::crc32c_append(0, black_box(&src[s..s + n]))
             })
         });
         g.bench_function("engine crc32c_append", |b| {
             b.iter(|| {
-                k = (k + 1) % 32;
-                crc::crc32c_append(0, black_box(&src[k * 1000..k * 1000 + n]))
+                let (s, _) = advance(&mut k, &mut f);
+                crc::crc32c_append(0, black_box(&src[s..s + n]))
             })
         });
-        let mut f = 0usize;
-        g.bench_function("memcpy into a frame", |b| {
-            b.iter(|| {
-                f = (f + 1) % FRAMES;
-                k = (k + 1) % 32;
-                let dst = &mut frames[f * SLOT..f * SLOT + n];
-                dst.copy_from_slice(black_box(&src[k * 1000..k * 1000 + n]));
-                dst[n - 1]
-            })
-        });
-        g.bench_function("memcpy then crate crc32c", |b| {
-            b.iter(|| {
-                f = (f + 1) % FRAMES;
-                k = (k + 1) % 32;
-                let dst = &mut frames[f * SLOT..f * SLOT + n];
-                dst.copy_from_slice(black_box(&src[k * 1000..k * 1000 + n]));
-                crc32c::crc32c_append(0, dst)
-            })
-        });
-        g.bench_function("engine copy_sum_crc (one pass)", |b| {
-            b.iter(|| {
-                f = (f + 1) % FRAMES;
-                k = (k + 1) % 32;
-                let dst = &mut frames[f * SLOT..f * SLOT + n];
-                crc::copy_sum_crc_slices(black_box(&src[k * 1000..k * 1000 + n]), dst, 0)
-            })
-        });
+        // The copies: (source, frame) -> what the iteration returns.
+        type Copy = fn(&[u8], &mut [u8]) -> u64;
+        let copies: [(&str, Copy); 3] = [
+            ("memcpy into a frame", |s, d| {
+                d.copy_from_slice(s);
+                u64::from(d[d.len() - 1])
+            }),
+            ("memcpy then crate crc32c", |s, d| {
+                d.copy_from_slice(s);
+                u64::from(crc32c::crc32c_append(0, d))
+            }),
+            ("engine copy_sum_crc (one pass)", |s, d| {
+                let (sum, c) = crc::copy_sum_crc_slices(s, d, 0);
+                sum ^ u64::from(c)
+            }),
+        ];
+        for (name, copy) in copies {
+            g.bench_function(name, |b| {
+                b.iter(|| {
+                    let (s, d) = advance(&mut k, &mut f);
+                    copy(black_box(&src[s..s + n]), &mut frames[d..d + n])
+                })
+            });
+        }
         g.finish();
     }
 }
