@@ -1046,6 +1046,11 @@ impl<D: PollDevice> Host<D> {
                         break;
                     }
                 }
+                // Its last segment sent (a lone message's only one): no slot and no
+                // `poll_segment` to learn that there is nothing more.
+                if s.conn.nothing_to_send() {
+                    break;
+                }
             },
             None => {
                 if !i.unresolved.contains(&index) {
