@@ -1687,7 +1687,8 @@ impl Connection {
     /// common case of a poll (the last one of a connection that just sent its segment, or
     /// one that had only events to take) in a few tests instead of the whole walk;
     /// `false` whenever in doubt, and the walk decides. The host asks it too, of a
-    /// connection whose ACK it just deferred.
+    /// connection whose ACK it just deferred, and after each segment of its transmit pass
+    /// (true: the pass ends there, without another slot or `poll_segment`).
     #[inline(always)]
     pub(crate) fn nothing_to_send(&self) -> bool {
         let asked = self.rst_pending
