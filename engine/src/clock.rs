@@ -1,7 +1,7 @@
 //! The cores' clock: what the layer above gives them ([`Clock`], GUIDE rule 3), and how a
 //! core turns it into its `now` once per loop (`CoreClock`).
 //!
-//! A core reads the time once per loop, idle or not. Through `std::time::Instant` that
+//! A core reads the time once per loop (but see below for runs of idle loops). Through `std::time::Instant` that
 //! read is a `clock_gettime` (the vDSO: a sequence lock, the TSC, a multiply) plus a
 //! `timespec` subtraction and a conversion to microseconds, about 70 instructions per idle
 //! loop out of ~310 (issue 12 item 4 asks for an idle loop under 200). DPDK applications
@@ -22,6 +22,14 @@
 //! - **Until the rate is known** (the first millisecond), and whenever the counter jumps
 //!   (backwards, or more than a millisecond ahead: a core that slept), the core reads the
 //!   clock itself, as without a counter.
+//!
+//! Idle loops that follow one another with nothing between them (an engine thread
+//! spinning, [`crate::runtime::CoreHandle::progress_until`]) need not read it each time:
+//! such a loop may take the last reading (`CoreClock::last`), at most
+//! [`crate::runtime::CLOCK_REUSE_LOOPS`] - 1 loops in a row, then reads it again. An idle
+//! loop takes well under 100 ns, the engine's time counts whole microseconds, and the
+//! counter read is the largest part of an idle loop: skipping it shortens the turn in
+//! which a core that waits notices a frame (write_lat's figures: `docs/iwperf.md`).
 
 use std::sync::Arc;
 use std::time::Instant as StdInstant;
@@ -86,6 +94,8 @@ pub(crate) struct CoreClock {
     clock: Clock,
     base: StdInstant,
     interp: Option<Interp>,
+    /// The last `now` returned.
+    last: Instant,
 }
 
 /// The counter's state on one core.
@@ -123,18 +133,35 @@ impl CoreClock {
                 last: us,
             }
         });
+        let last = Instant::from_micros(interp.as_ref().map_or(0, |t| t.last));
         CoreClock {
             clock,
             base,
             interp,
+            last,
         }
     }
 
     /// Microseconds since the time origin, never less than the last call's.
     #[inline]
     pub(crate) fn now(&mut self) -> Instant {
+        let now = self.read();
+        self.last = now;
+        now
+    }
+
+    /// The last reading [`Self::now`] returned, without reading the clock (for a loop
+    /// that follows an idle one at once: the module documentation).
+    #[inline]
+    pub(crate) fn last(&self) -> Instant {
+        self.last
+    }
+
+    #[inline(always)]
+    fn read(&mut self) -> Instant {
         let Some(t) = &mut self.interp else {
-            return micros_since(self.clock.now(), self.base);
+            // Without a counter, the clock alone; clamped like the counter's readings.
+            return micros_since(self.clock.now(), self.base).max(self.last);
         };
         let d = (t.read)().wrapping_sub(t.count);
         if d < t.span {
@@ -151,7 +178,7 @@ impl CoreClock {
     #[inline(never)]
     fn reanchor(&mut self) -> Instant {
         let Some(t) = &mut self.interp else {
-            return micros_since(self.clock.now(), self.base);
+            return micros_since(self.clock.now(), self.base).max(self.last);
         };
         // The counter on both sides of the clock read: the anchor is their middle.
         let before = (t.read)();
@@ -314,5 +341,30 @@ mod tests {
         assert_eq!(c.now().total_micros(), 2_500);
         *ns.lock().unwrap() = 2_501_000;
         assert_eq!(c.now().total_micros(), 2_501);
+    }
+
+    #[test]
+    fn last_is_the_last_reading_without_reading_the_clock() {
+        let reads = Arc::new(AtomicU64::new(0));
+        let r2 = Arc::clone(&reads);
+        let origin = StdInstant::now();
+        let clock = Clock::new(move || {
+            let n = r2.fetch_add(1, Ordering::Relaxed) + 1;
+            origin + Duration::from_micros(n * 10)
+        });
+        let mut c = CoreClock::new(clock, origin);
+        assert_eq!(c.last().total_micros(), 0, "before any reading: the origin");
+        assert_eq!(reads.load(Ordering::Relaxed), 0);
+        let t = c.now();
+        assert_eq!(t.total_micros(), 10);
+        assert_eq!(c.last(), t);
+        assert_eq!(c.last(), t, "asked twice: still the last reading");
+        assert_eq!(
+            reads.load(Ordering::Relaxed),
+            1,
+            "last() never reads the clock"
+        );
+        assert_eq!(c.now().total_micros(), 20);
+        assert_eq!(c.last().total_micros(), 20);
     }
 }

@@ -45,6 +45,7 @@ use crate::error::{DeviceError, EngineError};
 use crate::mem::MrTable;
 use crate::ring::{channel, Consumer, Front, Producer};
 use crate::wr::{QpId, QpShared, RecvWr, SendWr};
+use warpcore_tcp::smoltcp::time::Instant;
 
 /// A reply slot for a control call.
 pub type Reply<T> = Sender<Result<T, EngineError>>;
@@ -126,15 +127,17 @@ impl Backoff {
     }
 
     /// Called once per loop with whether any poller did work; parks only when the command
-    /// ring is still empty after its idle flag went up.
-    fn pause<T>(&mut self, work: bool, commands: &mut Consumer<T>) {
+    /// ring is still empty after its idle flag went up. Returns whether it only spun after
+    /// an idle loop (the next loop follows at once: [`CoreLoop::step_after_idle`]).
+    fn pause<T>(&mut self, work: bool, commands: &mut Consumer<T>) -> bool {
         if work {
             self.idle_loops = 0;
-            return;
+            return false;
         }
         self.idle_loops = self.idle_loops.saturating_add(1);
         if self.idle_loops < self.spin {
             std::hint::spin_loop();
+            return true;
         } else if self.idle_loops < self.yield_until || self.park.is_zero() {
             thread::yield_now();
         } else {
@@ -143,6 +146,7 @@ impl Backoff {
             }
             commands.clear_idle();
         }
+        false
     }
 }
 
@@ -173,13 +177,58 @@ struct CoreLoop<D: PollDevice> {
     event_bell: Arc<OnceLock<Arc<Doorbell>>>,
     pending: VecDeque<CmEvent>,
     clock: CoreClock,
+    /// Loops in a row that took the clock's last reading ([`Self::step_after_idle`]).
+    reused: u32,
 }
 
+/// Idle loops that follow one another at once take the clock's last reading instead of
+/// reading it, up to this many loops in a row counting the one that read it: a loop that
+/// follows an idle one at once sees a time at most seven idle loops old (well under a
+/// microsecond, the engine time's unit, `clock.rs`). A loop after one that did work, or
+/// after a yield, a park or a return to the application, reads the clock.
+pub const CLOCK_REUSE_LOOPS: u32 = 8;
+
 impl<D: PollDevice> CoreLoop<D> {
-    /// One loop of the core: application commands (bounded), the core's pollers, events
-    /// out. Returns whether anything was done.
+    /// One loop of the core at a fresh clock reading; whether anything was done.
     fn step(&mut self) -> bool {
+        self.reused = 0;
         let now = self.clock.now();
+        self.step_at(now)
+    }
+
+    /// A loop that follows an idle one at once (nothing ran between them but a spin or the
+    /// caller's quick test): the clock's last reading, unless [`CLOCK_REUSE_LOOPS`] - 1
+    /// loops in a row took it already.
+    fn step_after_idle(&mut self) -> bool {
+        if self.reused + 1 >= CLOCK_REUSE_LOOPS {
+            return self.step();
+        }
+        self.reused += 1;
+        let now = self.clock.last();
+        self.step_at(now)
+    }
+
+    /// Loops at once until `done` (asked after each with whether that loop did work)
+    /// returns true, at most `max_loops`: the first loop, and each after one that did work,
+    /// at a fresh clock reading. Whether `done` returned true.
+    fn run_until(&mut self, max_loops: u32, done: &mut dyn FnMut(bool) -> bool) -> bool {
+        let mut work = true;
+        for _ in 0..max_loops {
+            work = if work {
+                self.step()
+            } else {
+                self.step_after_idle()
+            };
+            if done(work) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// One loop of the core at time `now`: application commands (bounded), the core's
+    /// pollers, events out. Returns whether anything was done.
+    fn step_at(&mut self, now: Instant) -> bool {
         // Poller 0: application rings, bounded. The idle loop's case is one look at an
         // empty ring, before the loop: the compiler sets up the inlined command handlers
         // ahead of the loop's first pop, ~30 instructions an idle loop paid for nothing.
@@ -229,6 +278,7 @@ impl<D: PollDevice> CoreLoop<D> {
 /// A caller-driven core, its device type erased.
 trait Step: Send {
     fn step(&mut self) -> bool;
+    fn run_until(&mut self, max_loops: u32, done: &mut dyn FnMut(bool) -> bool) -> bool;
     fn linger(&self) -> StdDuration;
     /// Takes a send request (validated and reserved by [`crate::validate_send`]) into its
     /// QP's send queue now, as the loop takes [`Command::PostSend`] from the ring, unless
@@ -239,6 +289,9 @@ trait Step: Send {
 impl<D: PollDevice + Send> Step for CoreLoop<D> {
     fn step(&mut self) -> bool {
         CoreLoop::step(self)
+    }
+    fn run_until(&mut self, max_loops: u32, done: &mut dyn FnMut(bool) -> bool) -> bool {
+        CoreLoop::run_until(self, max_loops, done)
     }
     fn post_send_now(&mut self, qp: QpId, wr: &SendWr) -> bool {
         if !self.commands.is_empty() {
@@ -454,6 +507,27 @@ impl CoreHandle {
         }
     }
 
+    /// Runs loops of a caller-driven core on this thread, one after another without
+    /// letting go of it, until `done` (asked after each loop, with whether that loop did
+    /// any work) returns true, at most `max_loops` loops. For a waiter spinning on memory
+    /// that an RDMA Write will change: [`Self::progress`] in a loop takes the core's lock
+    /// and reads the clock every time, and so notices an arriving frame later (loops that
+    /// follow an idle one take the clock's last reading, [`CLOCK_REUSE_LOOPS`]). `done`
+    /// must be a quick test: the core runs nothing while it runs. Returns whether `done`
+    /// returned true; `false` at once for a core with its own thread, or when another
+    /// thread is running this core's loop right now.
+    pub fn progress_until(&self, max_loops: u32, mut done: impl FnMut(bool) -> bool) -> bool {
+        match &self.runner {
+            Runner::Caller(m) => match m.try_lock() {
+                Ok(mut g) => g
+                    .as_mut()
+                    .is_some_and(|s| s.run_until(max_loops, &mut done)),
+                Err(_) => false,
+            },
+            Runner::Thread { .. } => false,
+        }
+    }
+
     fn shutdown(&mut self) {
         match &mut self.runner {
             Runner::Thread { stop, thread, join } => {
@@ -547,6 +621,7 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
             event_bell: bell2,
             pending,
             clock,
+            reused: 0,
         })
     };
     if spec.drive == Drive::Caller {
@@ -590,9 +665,14 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
                 Drive::BusyPoll => Backoff::busy(2000),
                 _ => Backoff::new(2000, 2100, StdDuration::from_micros(200)),
             };
+            let mut spun = false;
             while !s2.load(Ordering::Relaxed) {
-                let work = lp.step();
-                backoff.pause(work, &mut lp.commands);
+                let work = if spun {
+                    lp.step_after_idle()
+                } else {
+                    lp.step()
+                };
+                spun = backoff.pause(work, &mut lp.commands);
             }
             // Stopped polling; keep the device open a while (see `shutdown_linger_ms`).
             thread::sleep(linger);
