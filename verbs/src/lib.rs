@@ -372,6 +372,18 @@ impl Context {
         polled::progress(&self.inner.cores)
     }
 
+    /// Runs loops of the caller-driven engine cores on this thread until `done` returns
+    /// true, asking it after each loop, at most `max_loops` loops; returns whether it did.
+    /// For a thread that spins on a word an RDMA Write will change (perftest's write_lat
+    /// does): a lone core is held across the loops and its idle loops skip most clock
+    /// reads, so an arriving frame is noticed sooner than by [`Context::progress`] in a
+    /// loop. `done` must be a quick test: nothing runs the cores while it runs. With
+    /// several caller-driven cores each loop runs all of them; with none (cores on their
+    /// own threads) it only asks `done`, once.
+    pub fn progress_until(&self, max_loops: u32, mut done: impl FnMut() -> bool) -> bool {
+        polled::progress_until(&self.inner.cores, max_loops, &mut done)
+    }
+
     /// A new protection domain.
     pub fn alloc_pd(&self) -> ProtectionDomain {
         ProtectionDomain {

@@ -23,6 +23,28 @@ pub(crate) fn progress(cores: &[CoreHandle]) -> bool {
     work
 }
 
+/// [`Context::progress_until`]: a lone caller-driven core runs its loops under one lock;
+/// several run one loop each per turn.
+pub(crate) fn progress_until(
+    cores: &[CoreHandle],
+    max_loops: u32,
+    done: &mut dyn FnMut() -> bool,
+) -> bool {
+    match cores {
+        [c] if c.caller_driven() => c.progress_until(max_loops, |_| done()),
+        _ if cores.iter().any(CoreHandle::caller_driven) => {
+            for _ in 0..max_loops {
+                progress(cores);
+                if done() {
+                    return true;
+                }
+            }
+            false
+        }
+        _ => done(),
+    }
+}
+
 /// How long a control call waits for its reply.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 

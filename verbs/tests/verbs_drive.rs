@@ -495,3 +495,86 @@ fn a_lone_write_leaves_from_the_posting_call_and_others_wait_for_the_loop() {
         assert_eq!((wc.wr_id, wc.status), (k, WcStatus::Success));
     }
 }
+
+/// A write_lat-style ping-pong, each side on its own thread waiting only with
+/// [`Context::progress_until`] on the last octet of the other's Write: 300 rounds of 64 B,
+/// each message checked. The loops it runs after an idle one take the clock's last reading
+/// (`warpcore_engine::runtime::CLOCK_REUSE_LOOPS`).
+#[test]
+fn a_ping_pong_waiting_with_progress_until() {
+    const ROUNDS: u64 = 300;
+    let (server, client) = caller_driven_contexts(|_| {});
+    let remote = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    let spd = server.alloc_pd();
+    let scq = server.create_cq(64).unwrap();
+    let smr = spd.alloc_mr(4096, remote).unwrap();
+    let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
+    server.listen(7306, &MpaParams::default()).unwrap();
+    let cpd = client.alloc_pd();
+    let ccq = client.create_cq(64).unwrap();
+    let cmr = cpd.alloc_mr(4096, remote).unwrap();
+    let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
+    connect_on_this_thread(&client, &server, &cqp, &sqp, 7306);
+    let t0 = std::time::Instant::now();
+    // Message k: 64 octets of pattern k, its last octet k | 1 (never 0, the buffer's start).
+    let message = |k: u64| {
+        let mut m = pattern(64, k as u8);
+        m[63] = (k as u8) | 1;
+        m
+    };
+    // Waits on `ctx` until `mr`'s message at 0 is message `k`, then checks it whole.
+    let wait = |ctx: &Context, mr: &MemoryRegion, k: u64| {
+        let want = message(k);
+        let mut last = [0u8; 1];
+        while !ctx.progress_until(32, || {
+            mr.read(63, &mut last).unwrap();
+            last[0] == want[63]
+        }) {
+            assert!(t0.elapsed() < T, "message {k} never arrived");
+        }
+        let mut got = vec![0u8; 64];
+        mr.read(0, &mut got).unwrap();
+        assert_eq!(got, want, "message {k}");
+    };
+    // Writes message `k` from `mr`'s offset 1024 into the peer's region at 0.
+    let write = |qp: &QueuePair, mr: &MemoryRegion, stag: u32, k: u64| {
+        mr.write(1024, &message(k)).unwrap();
+        let op = SendOp::Write {
+            remote_stag: stag,
+            remote_to: 0,
+        };
+        let wr = SendWr::new(k, op, &[mr.sge(1024, 64)])
+            .unwrap()
+            .unsignaled();
+        qp.post_send(&wr).unwrap();
+    };
+    let (sstag, cstag) = (smr.stag(), cmr.stag());
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for k in 0..ROUNDS {
+                wait(&server, &smr, 2 * k);
+                write(&sqp, &smr, cstag, 2 * k + 1);
+            }
+        });
+        for k in 0..ROUNDS {
+            write(&cqp, &cmr, sstag, 2 * k);
+            wait(&client, &cmr, 2 * k + 1);
+        }
+    });
+    assert!(t0.elapsed() < T);
+}
+
+/// With cores on their own threads there is nothing to run: `progress_until` asks `done`
+/// once and returns its answer.
+#[test]
+fn progress_until_without_caller_driven_cores_asks_done_once() {
+    let (da, _db) = link_pair(&LinkConfig::default());
+    let ctx = Context::open(Config::new(da, [10, 0, 0, 1])).unwrap();
+    let mut asked = 0;
+    assert!(!ctx.progress_until(100, || {
+        asked += 1;
+        false
+    }));
+    assert_eq!(asked, 1);
+    assert!(ctx.progress_until(100, || true));
+}
