@@ -485,6 +485,54 @@ impl Spin {
     }
 }
 
+/// Engine loops per [`Spin::wait_until`] call: the caller looks at its own stall limit and
+/// receive queue between calls.
+const WAIT_LOOPS: u32 = 32;
+
+impl Spin {
+    /// Waits for `done` (a quick test, such as an octet of a region an RDMA Write will
+    /// change) for a while: caller-driven, up to [`WAIT_LOOPS`] engine loops on this thread
+    /// under one hold of the core ([`Context::progress_until`]), yielding after a long idle
+    /// stretch as [`Spin::pause`] does; else (engine threads, `-e`) one `done` test and one
+    /// pause. Returns whether `done` returned true.
+    pub fn wait_until(&mut self, mut done: impl FnMut() -> bool) -> bool {
+        let events = EVENTS.with(|e| e.borrow().is_some());
+        let idle = &mut self.0;
+        let driven = DRIVEN.with(|d| {
+            d.borrow().as_ref().filter(|_| !events).map(|ctx| {
+                let mut met = false;
+                ctx.progress_until(WAIT_LOOPS, || {
+                    met = done();
+                    *idle = idle.saturating_add(1);
+                    met || *idle >= 20_000
+                });
+                met
+            })
+        });
+        match driven {
+            Some(true) => {
+                self.0 = 0;
+                true
+            }
+            Some(false) => {
+                if self.0 >= 20_000 {
+                    self.0 = 0;
+                    std::thread::yield_now();
+                }
+                false
+            }
+            None if done() => {
+                self.reset();
+                true
+            }
+            None => {
+                self.pause();
+                false
+            }
+        }
+    }
+}
+
 struct Regions {
     data: MemoryRegion,
     src: MemoryRegion,

@@ -445,10 +445,13 @@ pub fn client_lat(
                 };
                 t0 = Instant::now();
                 post_data(c, i, op, size, ph.stall)?;
-                let mut n = 0;
-                while !poll_mem(c, s - 1, wire::tag(i))? {
+                let (mut n, tag) = (0, wire::tag(i));
+                // The engine's loops run under one hold of the core until the answer's
+                // last octet lands (an error reading it ends the wait; the test below
+                // reports it).
+                while !poll_mem(c, s - 1, tag)? {
                     check_stall_sometimes(c, t0, ph.stall, &mut n)?;
-                    spin.pause();
+                    spin.wait_until(|| poll_mem(c, s - 1, tag).unwrap_or(true));
                 }
                 let ns = t0.elapsed().as_nanos() as u64;
                 samples.push(ns);
@@ -683,9 +686,10 @@ pub fn server_lat(
         let prior = c.first_error.take();
         // write_lat answers each Write as it lands: like the client (and perftest's server,
         // which spins on its buffer alone) this loop looks at the buffer after every engine
-        // loop. Only the phase's closing Done comes to the receive queue, looked at every
-        // 64th idle pass: a caller-driven completion poll runs an engine loop of its own,
-        // and a Write placed by that loop would wait for one more before its answer.
+        // loop (`Spin::wait_until`, up to 32 loops a pass). Only the phase's closing Done
+        // comes to the receive queue, looked at every 64th idle pass: a caller-driven
+        // completion poll runs an engine loop of its own, and a Write placed by that loop
+        // would wait for one more before its answer.
         let spin_mem = test == T::WriteLat && !imm;
         loop {
             if spin_mem && poll_mem(c, s - 1, wire::tag(i))? {
@@ -705,7 +709,8 @@ pub fn server_lat(
             if spin_mem {
                 idle = idle.wrapping_add(1);
                 if !idle.is_multiple_of(64) {
-                    spin.pause();
+                    let tag = wire::tag(i);
+                    spin.wait_until(|| poll_mem(c, s - 1, tag).unwrap_or(true));
                     continue;
                 }
             }
