@@ -296,21 +296,27 @@ fn plain_repr(
     ack: bool,
     timestamp: Option<TcpTimestampRepr>,
 ) -> TcpRepr<'_> {
-    let be16 = |at: usize| u16::from_be_bytes([b[at], b[at + 1]]);
-    let be32 = |at: usize| i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    // The fixed header as one array: its fields are then read without a bounds check
+    // each (both callers saw at least 20 octets; a shorter `b` gets the empty header's
+    // zeros, never a panic).
+    let h: [u8; 20] = b
+        .get(..20)
+        .and_then(|h| h.try_into().ok())
+        .unwrap_or([0; 20]);
+    let [p0, p1, q0, q1, s0, s1, s2, s3, a0, a1, a2, a3, _, _, w0, w1, ..] = h;
     TcpRepr {
-        src_port: be16(0),
-        dst_port: be16(2),
+        src_port: u16::from_be_bytes([p0, p1]),
+        dst_port: u16::from_be_bytes([q0, q1]),
         control,
-        seq_number: TcpSeqNumber(be32(4)),
-        ack_number: ack.then(|| TcpSeqNumber(be32(8))),
-        window_len: be16(14),
+        seq_number: TcpSeqNumber(i32::from_be_bytes([s0, s1, s2, s3])),
+        ack_number: ack.then_some(TcpSeqNumber(i32::from_be_bytes([a0, a1, a2, a3]))),
+        window_len: u16::from_be_bytes([w0, w1]),
         window_scale: None,
         max_seg_size: None,
         sack_permitted: false,
         sack_ranges: [None; 3],
         timestamp,
-        payload: &b[hl..],
+        payload: b.get(hl..).unwrap_or(&[]),
     }
 }
 
