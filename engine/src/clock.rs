@@ -94,7 +94,7 @@ pub(crate) struct CoreClock {
     clock: Clock,
     base: StdInstant,
     interp: Option<Interp>,
-    /// The last `now` returned.
+    /// The last `now` returned without a counter (with one: `Interp::last`).
     last: Instant,
 }
 
@@ -133,7 +133,7 @@ impl CoreClock {
                 last: us,
             }
         });
-        let last = Instant::from_micros(interp.as_ref().map_or(0, |t| t.last));
+        let last = Instant::from_micros(0);
         CoreClock {
             clock,
             base,
@@ -145,23 +145,11 @@ impl CoreClock {
     /// Microseconds since the time origin, never less than the last call's.
     #[inline]
     pub(crate) fn now(&mut self) -> Instant {
-        let now = self.read();
-        self.last = now;
-        now
-    }
-
-    /// The last reading [`Self::now`] returned, without reading the clock (for a loop
-    /// that follows an idle one at once: the module documentation).
-    #[inline]
-    pub(crate) fn last(&self) -> Instant {
-        self.last
-    }
-
-    #[inline(always)]
-    fn read(&mut self) -> Instant {
         let Some(t) = &mut self.interp else {
             // Without a counter, the clock alone; clamped like the counter's readings.
-            return micros_since(self.clock.now(), self.base).max(self.last);
+            let now = micros_since(self.clock.now(), self.base).max(self.last);
+            self.last = now;
+            return now;
         };
         let d = (t.read)().wrapping_sub(t.count);
         if d < t.span {
@@ -173,12 +161,24 @@ impl CoreClock {
         self.reanchor()
     }
 
+    /// The last reading [`Self::now`] returned, without reading the clock (for a loop
+    /// that follows an idle one at once: the module documentation).
+    #[inline]
+    pub(crate) fn last(&self) -> Instant {
+        match &self.interp {
+            Some(t) => Instant::from_micros(t.last),
+            None => self.last,
+        }
+    }
+
     /// Re-reads the clock, moves the anchor there and re-measures the rate.
     #[cold]
     #[inline(never)]
     fn reanchor(&mut self) -> Instant {
         let Some(t) = &mut self.interp else {
-            return micros_since(self.clock.now(), self.base).max(self.last);
+            let now = micros_since(self.clock.now(), self.base).max(self.last);
+            self.last = now;
+            return now;
         };
         // The counter on both sides of the clock read: the anchor is their middle.
         let before = (t.read)();

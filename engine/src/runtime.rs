@@ -45,7 +45,6 @@ use crate::error::{DeviceError, EngineError};
 use crate::mem::MrTable;
 use crate::ring::{channel, Consumer, Front, Producer};
 use crate::wr::{QpId, QpShared, RecvWr, SendWr};
-use warpcore_tcp::smoltcp::time::Instant;
 
 /// A reply slot for a control call.
 pub type Reply<T> = Sender<Result<T, EngineError>>;
@@ -128,7 +127,7 @@ impl Backoff {
 
     /// Called once per loop with whether any poller did work; parks only when the command
     /// ring is still empty after its idle flag went up. Returns whether it only spun after
-    /// an idle loop (the next loop follows at once: [`CoreLoop::step_after_idle`]).
+    /// an idle loop (the next loop follows at once: [`ClockReuse`]).
     fn pause<T>(&mut self, work: bool, commands: &mut Consumer<T>) -> bool {
         if work {
             self.idle_loops = 0;
@@ -177,8 +176,6 @@ struct CoreLoop<D: PollDevice> {
     event_bell: Arc<OnceLock<Arc<Doorbell>>>,
     pending: VecDeque<CmEvent>,
     clock: CoreClock,
-    /// Loops in a row that took the clock's last reading ([`Self::step_after_idle`]).
-    reused: u32,
 }
 
 /// Idle loops that follow one another at once take the clock's last reading instead of
@@ -188,37 +185,44 @@ struct CoreLoop<D: PollDevice> {
 /// after a yield, a park or a return to the application, reads the clock.
 pub const CLOCK_REUSE_LOOPS: u32 = 8;
 
+/// Which loops of a run of loops that follow one another at once take the clock's last
+/// reading ([`CLOCK_REUSE_LOOPS`]).
+#[derive(Debug, Default)]
+struct ClockReuse {
+    /// Loops in a row that took the clock's last reading.
+    reused: u32,
+}
+
+impl ClockReuse {
+    /// Whether the next loop may take the clock's last reading: it follows an idle loop
+    /// (`after_idle`) and fewer than [`CLOCK_REUSE_LOOPS`] - 1 loops in a row took it.
+    #[inline(always)]
+    fn last_will_do(&mut self, after_idle: bool) -> bool {
+        if after_idle && self.reused + 1 < CLOCK_REUSE_LOOPS {
+            self.reused += 1;
+            true
+        } else {
+            self.reused = 0;
+            false
+        }
+    }
+}
+
 impl<D: PollDevice> CoreLoop<D> {
     /// One loop of the core at a fresh clock reading; whether anything was done.
+    #[inline(always)]
     fn step(&mut self) -> bool {
-        self.reused = 0;
-        let now = self.clock.now();
-        self.step_at(now)
-    }
-
-    /// A loop that follows an idle one at once (nothing ran between them but a spin or the
-    /// caller's quick test): the clock's last reading, unless [`CLOCK_REUSE_LOOPS`] - 1
-    /// loops in a row took it already.
-    fn step_after_idle(&mut self) -> bool {
-        if self.reused + 1 >= CLOCK_REUSE_LOOPS {
-            return self.step();
-        }
-        self.reused += 1;
-        let now = self.clock.last();
-        self.step_at(now)
+        self.step_with(false)
     }
 
     /// Loops at once until `done` (asked after each with whether that loop did work)
     /// returns true, at most `max_loops`: the first loop, and each after one that did work,
-    /// at a fresh clock reading. Whether `done` returned true.
+    /// at a fresh clock reading ([`ClockReuse`]). Whether `done` returned true.
     fn run_until(&mut self, max_loops: u32, done: &mut dyn FnMut(bool) -> bool) -> bool {
+        let mut reuse = ClockReuse::default();
         let mut work = true;
         for _ in 0..max_loops {
-            work = if work {
-                self.step()
-            } else {
-                self.step_after_idle()
-            };
+            work = self.step_with(reuse.last_will_do(!work));
             if done(work) {
                 return true;
             }
@@ -226,9 +230,18 @@ impl<D: PollDevice> CoreLoop<D> {
         false
     }
 
-    /// One loop of the core at time `now`: application commands (bounded), the core's
-    /// pollers, events out. Returns whether anything was done.
-    fn step_at(&mut self, now: Instant) -> bool {
+    /// One loop of the core: application commands (bounded), the core's pollers, events
+    /// out. Returns whether anything was done. Its time is the clock's last reading if
+    /// `last_will_do` ([`ClockReuse`]), else a fresh one. Out of line, one copy for every
+    /// caller: a copy per caller pushes the pollers out of line (~30 instructions more per
+    /// idle loop).
+    #[inline(never)]
+    fn step_with(&mut self, last_will_do: bool) -> bool {
+        let now = if last_will_do {
+            self.clock.last()
+        } else {
+            self.clock.now()
+        };
         // Poller 0: application rings, bounded. The idle loop's case is one look at an
         // empty ring, before the loop: the compiler sets up the inlined command handlers
         // ahead of the loop's first pop, ~30 instructions an idle loop paid for nothing.
@@ -621,7 +634,6 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
             event_bell: bell2,
             pending,
             clock,
-            reused: 0,
         })
     };
     if spec.drive == Drive::Caller {
@@ -665,13 +677,9 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
                 Drive::BusyPoll => Backoff::busy(2000),
                 _ => Backoff::new(2000, 2100, StdDuration::from_micros(200)),
             };
-            let mut spun = false;
+            let (mut reuse, mut spun) = (ClockReuse::default(), false);
             while !s2.load(Ordering::Relaxed) {
-                let work = if spun {
-                    lp.step_after_idle()
-                } else {
-                    lp.step()
-                };
+                let work = lp.step_with(reuse.last_will_do(spun));
                 spun = backoff.pause(work, &mut lp.commands);
             }
             // Stopped polling; keep the device open a while (see `shutdown_linger_ms`).
