@@ -1,15 +1,16 @@
 //! The cores' clock: what the layer above gives them ([`Clock`], GUIDE rule 3), and how a
 //! core turns it into its `now` once per loop (`CoreClock`).
 //!
-//! A core reads the time once per loop (but see below for runs of idle loops). Through `std::time::Instant` that
-//! read is a `clock_gettime` (the vDSO: a sequence lock, the TSC, a multiply) plus a
-//! `timespec` subtraction and a conversion to microseconds, about 70 instructions per idle
-//! loop out of ~310 (issue 12 item 4 asks for an idle loop under 200). DPDK applications
-//! read the time-stamp counter instead (`rte_get_tsc_cycles`), a few instructions. So a
-//! [`Clock`] may come with a free-running counter of constant rate ([`Clock::with_counter`]:
-//! the verbs layer passes the TSC when the kernel itself keeps time with it); the core
-//! then reads the counter every loop and the clock only about once a millisecond, and
-//! converts counts to microseconds in between at the rate measured between its clock reads:
+//! A core reads the time once per loop (runs of idle loops aside: below). Through
+//! `std::time::Instant` that read is a `clock_gettime` (the vDSO: a sequence lock, the
+//! TSC, a multiply) plus a `timespec` subtraction and a conversion to microseconds, about
+//! 70 instructions per idle loop out of ~310 (issue 12 item 4 asks for an idle loop under
+//! 200). DPDK applications read the time-stamp counter instead (`rte_get_tsc_cycles`), a
+//! few instructions. So a [`Clock`] may come with a free-running counter of constant rate
+//! ([`Clock::with_counter`]: the verbs layer passes the TSC when the kernel itself keeps
+//! time with it); the core then reads the counter every loop and the clock only about once
+//! a millisecond, and converts counts to microseconds in between at the rate measured
+//! between its clock reads:
 //!
 //! - **Anchors are exact.** Every re-anchoring takes the clock's own reading; the
 //!   interpolation never feeds on itself, so its error is the rate's error over at most a
