@@ -492,9 +492,10 @@ const WAIT_LOOPS: u32 = 32;
 impl Spin {
     /// Waits for `done` (a quick test, such as an octet of a region an RDMA Write will
     /// change) for a while: caller-driven, up to [`WAIT_LOOPS`] engine loops on this thread
-    /// under one hold of the core ([`Context::progress_until`]), yielding after a long idle
-    /// stretch as [`Spin::pause`] does; else (engine threads, `-e`) one `done` test and one
-    /// pause. Returns whether `done` returned true.
+    /// under one hold of the core ([`Context::progress_until`]), yielding after 20,000
+    /// loops or calls in a row without `done` (about a millisecond, as [`Spin::pause`]);
+    /// else (engine threads, `-e`) one `done` test and one pause. Returns whether `done`
+    /// returned true.
     pub fn wait_until(&mut self, mut done: impl FnMut() -> bool) -> bool {
         let events = EVENTS.with(|e| e.borrow().is_some());
         let idle = &mut self.0;
@@ -515,6 +516,8 @@ impl Spin {
                 true
             }
             Some(false) => {
+                // Counted here too: a core another thread holds runs no loop for us.
+                self.0 = self.0.saturating_add(1);
                 if self.0 >= 20_000 {
                     self.0 = 0;
                     std::thread::yield_now();
