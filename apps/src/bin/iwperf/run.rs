@@ -469,14 +469,14 @@ impl Spin {
                 self.0 = 0;
                 return;
             }
-            Some(false) => 20_000,
+            Some(false) => CALLER_YIELD_AFTER,
             None => 512,
         };
         self.0 = self.0.saturating_add(1);
         if self.0 < limit {
             // Caller-driven, the engine poll just made is the wait; a PAUSE on top only
             // delays noticing the next message (IWPERF_SPIN_PAUSE=1 restores it, to compare).
-            if limit != 20_000 || spin_pause() {
+            if limit != CALLER_YIELD_AFTER || spin_pause() {
                 std::hint::spin_loop();
             }
         } else {
@@ -485,6 +485,10 @@ impl Spin {
     }
 }
 
+/// Idle engine loops in a row after which a caller-driven waiter yields its CPU (about a
+/// millisecond): [`Spin::pause`] and [`Spin::wait_until`].
+const CALLER_YIELD_AFTER: u32 = 20_000;
+
 /// Engine loops per [`Spin::wait_until`] call: the caller looks at its own stall limit and
 /// receive queue between calls.
 const WAIT_LOOPS: u32 = 32;
@@ -492,8 +496,8 @@ const WAIT_LOOPS: u32 = 32;
 impl Spin {
     /// Waits for `done` (a quick test, such as an octet of a region an RDMA Write will
     /// change) for a while: caller-driven, up to [`WAIT_LOOPS`] engine loops on this thread
-    /// under one hold of the core ([`Context::progress_until`]), yielding after 20,000
-    /// loops or calls in a row without `done` (about a millisecond, as [`Spin::pause`]);
+    /// under one hold of the core ([`Context::progress_until`]), yielding after
+    /// [`CALLER_YIELD_AFTER`] loops or calls in a row without `done`, as [`Spin::pause`];
     /// else (engine threads, `-e`) one `done` test and one pause. Returns whether `done`
     /// returned true.
     pub fn wait_until(&mut self, mut done: impl FnMut() -> bool) -> bool {
@@ -505,7 +509,7 @@ impl Spin {
                 ctx.progress_until(WAIT_LOOPS, || {
                     met = done();
                     *idle = idle.saturating_add(1);
-                    met || *idle >= 20_000
+                    met || *idle >= CALLER_YIELD_AFTER
                 });
                 met
             })
@@ -518,7 +522,7 @@ impl Spin {
             Some(false) => {
                 // Counted here too: a core another thread holds runs no loop for us.
                 self.0 = self.0.saturating_add(1);
-                if self.0 >= 20_000 {
+                if self.0 >= CALLER_YIELD_AFTER {
                     self.0 = 0;
                     std::thread::yield_now();
                 }
