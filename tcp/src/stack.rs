@@ -458,6 +458,23 @@ impl<D: PollDevice> Stack<D> {
         }
     }
 
+    /// Sends `record` at once when it would be the only thing a transmit pass now sends
+    /// ([`Host::send_lone_record`]: `Ok(true)`, flushed, and the connection is as
+    /// [`Self::send_with_room`] of it and [`Self::poll_transmit`] leave it); `Ok(false)`,
+    /// nothing changed: write it and poll as usual. The smoltcp reference always says
+    /// `Ok(false)`.
+    pub fn send_lone_record(
+        &mut self,
+        id: ConnId,
+        now: Instant,
+        record: &[u8],
+    ) -> Result<bool, StackError> {
+        match &mut self.imp {
+            Imp::Warpcore(s) => s.send_lone_record(id, now, record),
+            Imp::Reference(_) => Ok(false),
+        }
+    }
+
     /// Marks the end of what was written so far as a record boundary, for a record written
     /// in pieces with [`Stack::send`] (Warpcore's TCP; the reference ignores it).
     pub fn end_record(&mut self, id: ConnId) -> Result<(), StackError> {

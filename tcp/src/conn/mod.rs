@@ -1943,6 +1943,82 @@ impl Connection {
         self.ack_now |= sack_owed;
         Some((seg, sent, payload_len))
     }
+
+    /// The segment [`Self::poll_segment`] would send for a record of `len` octets written
+    /// now, when that is the whole record alone in one segment: the connection may send and
+    /// owes nothing else ([`Self::nothing_to_send`], an ACK aside: the segment carries
+    /// it), nothing is in flight and the send
+    /// buffer is empty, the record fits one segment with its options, the peer's window and
+    /// the congestion window, and no SACK block would have to give way to it. `None`,
+    /// nothing changed, otherwise. The host sends this segment with the record straight
+    /// from the caller's buffer and then hands both to [`Self::commit_lone`], which leaves
+    /// the connection as writing the record and polling the segment would have
+    /// ([`crate::host::Host::send_lone_record`]).
+    #[inline]
+    pub(crate) fn lone_segment(&self, now: Instant, len: usize) -> Option<TcpRepr<'static>> {
+        // `poll_new`'s cases, for the state after the write: the one segment is the whole
+        // record (`unsent == len`), sent as `Send::Normal` (no retransmission, probe or
+        // FIN comes first: `nothing_to_send`, `may_send`).
+        // `nothing_to_send` but for an ACK owed (`ack_now`): the segment carries it, as
+        // `plan_in_full` sends new data before a bare ACK.
+        let asked =
+            self.rst_pending | self.window_probe_due | self.probe_pending | self.keepalive_pending;
+        let fits = len > 0
+            && !asked
+            && self.may_send()
+            && self.state == State::Established
+            && self.syn_acked
+            && self.rec.none_lost()
+            && self.unsent().1 == 0
+            && self.nothing_in_flight()
+            && self.rec.is_empty()
+            && self.tx.len() == 0
+            && len <= self.tx.free()
+            && len <= self.smss
+            && len <= self.snd_wnd
+            && len <= self.rec.send_allowance()
+            && len <= self.max_record_payload();
+        if !fits {
+            return None;
+        }
+        let seg = self.base_segment(now, TcpControl::Psh, self.snd_nxt);
+        // SACK blocks ride with it only where `fit_sack` would keep them all; simpler to
+        // leave such a segment to the general path.
+        seg.sack_ranges[0].is_none().then_some(seg)
+    }
+
+    /// After the host sent `seg` ([`Self::lone_segment`] at `now`) carrying `record`:
+    /// the record enters the send buffer as [`Self::send_with_room`] writes it, and the
+    /// bookkeeping of the segment is `poll_new`'s (SND.NXT, the record sent, the scoreboard,
+    /// the ACK state). `tests::a_lone_record_leaves_the_state_of_the_general_path` holds
+    /// the two ways together.
+    pub(crate) fn commit_lone(&mut self, now: Instant, seg: &TcpRepr<'_>, record: &[u8]) {
+        let len = record.len();
+        debug_assert_eq!(self.tx.len(), 0);
+        let n = self.tx.write_with_room(len, |b| {
+            let k = b.len().min(len);
+            b[..k].copy_from_slice(&record[..k]);
+            k
+        });
+        // The ring was empty and had room: the whole record is contiguous.
+        debug_assert_eq!(n, len);
+        if n < len {
+            self.tx.write(&record[n..]);
+        }
+        let seq = self.snd_nxt;
+        self.push_record(self.data_start() + self.tx.len());
+        self.record_stream = true;
+        self.snd_nxt = seq + len;
+        // The record just pushed, the only one (nothing was unsent): sent whole.
+        let snd_nxt = self.snd_nxt;
+        let sent_records = self
+            .records
+            .as_slice()
+            .partition_point(|&end| seq_diff(end, snd_nxt) <= 0);
+        self.records.drain_front(sent_records);
+        self.rec.on_sent(now, seq, len, false);
+        self.sent(seg);
+    }
 }
 
 #[cfg(test)]

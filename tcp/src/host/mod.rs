@@ -21,6 +21,12 @@
 //! device flush (one burst)
 //! ```
 //!
+//! A lone record (the engine's lone Write: nothing else to send, nothing in flight) may go
+//! out ahead of all this: [`Host::send_lone_record`] writes its frame from the caller's
+//! buffer and flushes it, then files the record in the send ring and does the segment's
+//! bookkeeping (`Connection::lone_segment`, `Connection::commit_lone`), leaving the state a
+//! write and a transmit pass would have left (`lone_tests`).
+//!
 //! Nothing scans every connection: a connection is visited when a segment for it arrives,
 //! when its timer is due, or when the engine called it (it is then marked dirty).
 //!
@@ -37,6 +43,8 @@
 
 mod headers;
 mod isn;
+#[cfg(test)]
+mod lone_tests;
 mod neighbor;
 mod wheel;
 
@@ -713,6 +721,88 @@ impl<D: PollDevice> Host<D> {
             mark_slot_dirty(s, dirty, id.index);
         }
         Ok(n)
+    }
+
+    /// Sends `record` (one record, an FPDU) on connection `id` at once, when it would be
+    /// the only thing a transmit pass now sends: `Ok(true)`, its frame is flushed; then it
+    /// is in the send buffer and the connection is as [`Self::send_with_room`] of the
+    /// record followed by [`Self::poll_transmit`] at `now` leave it (the same frame, built
+    /// by the same function, the same state after). `Ok(false)`, nothing changed: the
+    /// caller writes the record and polls as usual.
+    ///
+    /// The order is what differs: the frame is written from `record` and flushed first,
+    /// and the record enters the send buffer, the segment its scoreboard, and the
+    /// connection's events and timer are taken after the flush, so a lone request's
+    /// latency does not include them. Taken when the pass would have nothing else to do:
+    /// no control frame, no connection waiting for ARP, no timer due, no other connection
+    /// marked, this one not deferring its ACK, its next hop in the neighbour memo, a
+    /// transmit slot free, and the connection's own conditions
+    /// (`Connection::lone_segment`: nothing in flight or owed, the record whole in one
+    /// segment).
+    pub fn send_lone_record(
+        &mut self,
+        id: ConnId,
+        now: Instant,
+        record: &[u8],
+    ) -> Result<bool, StackError> {
+        let Host { device, inner, .. } = self;
+        let quiet = inner.control.is_empty()
+            && inner.unresolved.is_empty()
+            && inner.served.is_empty()
+            && !inner.wheel.may_have_due(now)
+            && match inner.dirty.as_slice() {
+                [] => true,
+                [d] => *d == id.index,
+                _ => false,
+            };
+        if !quiet {
+            return Ok(false);
+        }
+        let Inner {
+            slots,
+            neighbors,
+            cidr,
+            mac: our_mac,
+            caps,
+            ..
+        } = inner;
+        let s = user_slot_in(slots, id)?;
+        if s.defer_ack {
+            return Ok(false);
+        }
+        let Some(seg) = s.conn.lone_segment(now, record.len()) else {
+            return Ok(false);
+        };
+        let Some(mac) = neighbors.found_in_memo(s.next_hop, now) else {
+            return Ok(false);
+        };
+        let Some(tx) = device.transmit(now) else {
+            return Ok(false);
+        };
+        let addrs = FrameAddrs {
+            src_mac: *our_mac,
+            dst_mac: mac,
+            src: cidr.address(),
+            dst: s.tuple.remote_ip,
+        };
+        let tcp_len = headers::tcp_header_len(&seg) + record.len();
+        tx.consume(ETH_HDR + IP_HDR + tcp_len, |buf| {
+            emit_tcp(buf, &addrs, &seg, record, caps)
+        });
+        inner.now = now;
+        device.flush();
+        // What the pass does before its flush and after it, now: the record written (a
+        // mark that clears `held`), the segment's bookkeeping, the slot off the dirty list,
+        // its events and timer.
+        let s = user_slot_in(&mut inner.slots, id)?;
+        s.conn.commit_lone(now, &seg, record);
+        s.held = false;
+        if s.dirty {
+            s.dirty = false;
+            inner.dirty.clear();
+        }
+        inner.after_activity(id.index);
+        Ok(true)
     }
 
     /// Lends the contiguous received bytes to `f`, which returns how many it consumed.

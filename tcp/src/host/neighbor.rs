@@ -65,6 +65,16 @@ impl Neighbors {
         self.lookup_entries(ip, now)
     }
 
+    /// What [`Self::lookup`] answers from its memo alone ([`Lookup::Found`]), changing
+    /// nothing: `None` whenever the lookup would have to look further (and might then ask
+    /// for a refresh or drop an expired entry), which is left to it.
+    #[inline]
+    pub fn found_in_memo(&self, ip: Ipv4Address, now: Instant) -> Option<EthernetAddress> {
+        self.memo
+            .filter(|m| m.ip == ip && now < m.found_until)
+            .map(|m| m.mac)
+    }
+
     fn lookup_entries(&mut self, ip: Ipv4Address, now: Instant) -> Lookup {
         if let Some(e) = self.entries.get(&ip).copied() {
             if e.expires > now {
