@@ -79,6 +79,10 @@
 //! ```text
 //! post_send / post_send_reserved_ref (a request posted; the loop's commands or the
 //!   caller-driven direct post)
+//!      ─ Qp::write_lone      caller-driven (post_send_now), the first post since the
+//!                            last loop, a plain one-FPDU Write: framed into a scratch
+//!                            buffer, Stack::send_lone_record flushes its frame, then the
+//!                            TCP files it; recorded in posted_out
 //!      ─ Qp::write_at_post   a plain one-FPDU Write to an empty, settled send queue:
 //!                            frame_write_whole now, recorded in posted_out; else push_sq
 //!      ─ transmit_posted     caller-driven, a lone Write framed at post (nothing else in
@@ -164,6 +168,7 @@ mod tx;
 mod txrec;
 mod validate;
 
+use tx::LoneWrite;
 use txrec::TxRecords;
 
 pub use validate::{validate_recv, validate_send};
@@ -240,6 +245,9 @@ pub struct CoreStats {
     /// Of those FPDUs' octets (headers, CRC and retransmissions included), how many TCP
     /// had written into frames (the TCP's count, read when the stats are taken).
     pub tx_from_memory_wire_octets: u64,
+    /// Lone Writes whose frame left from their caller-driven post ahead of the TCP's
+    /// bookkeeping (`Stack::send_lone_record`, a ping-pong's requests and answers).
+    pub writes_sent_at_post: u64,
     /// Terminates sent.
     pub terminates_tx: u64,
     /// Terminates received.

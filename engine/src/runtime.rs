@@ -312,10 +312,8 @@ impl<D: PollDevice + Send> Step for CoreLoop<D> {
         }
         // A lone message (a ping-pong's) leaves from this call: its segment does not wait
         // for the loop this thread runs next.
-        if self.core.post_send_reserved_ref(qp, wr) {
-            let now = self.clock.now();
-            self.core.transmit_posted(now);
-        }
+        let clock = &mut self.clock;
+        self.core.post_send_now(qp, wr, &mut || clock.now());
         true
     }
     fn linger(&self) -> StdDuration {

@@ -494,6 +494,18 @@ fn a_lone_write_leaves_from_the_posting_call_and_others_wait_for_the_loop() {
         let wc = ccq.wait(Duration::from_secs(2)).expect("a completion");
         assert_eq!((wc.wr_id, wc.status), (k, WcStatus::Success));
     }
+    // The lone ones (0, 1, 3) had their frames flushed before the TCP filed them
+    // (`Stack::send_lone_record`); Writes 2 and 4 took the general path.
+    let at_post: u64 = client
+        .stats()
+        .unwrap()
+        .iter()
+        .map(|c| c.writes_sent_at_post)
+        .sum();
+    assert_eq!(
+        at_post, 3,
+        "lone Writes sent ahead of the TCP's bookkeeping"
+    );
 }
 
 /// A write_lat-style ping-pong, each side on its own thread waiting only with
@@ -562,6 +574,22 @@ fn a_ping_pong_waiting_with_progress_until() {
         }
     });
     assert!(t0.elapsed() < T);
+    // Each side's request found the last one acknowledged (the answer carried the ACK)
+    // almost always, and went out ahead of the TCP's bookkeeping
+    // (`Stack::send_lone_record`); a descheduled side may see a loss probe or a delayed
+    // ACK in between, so not every time.
+    for (side, ctx) in [("client", &client), ("server", &server)] {
+        let at_post: u64 = ctx
+            .stats()
+            .unwrap()
+            .iter()
+            .map(|c| c.writes_sent_at_post)
+            .sum();
+        assert!(
+            at_post >= ROUNDS / 4,
+            "{side}: {at_post} of {ROUNDS} Writes sent ahead of the TCP's bookkeeping"
+        );
+    }
 }
 
 /// With cores on their own threads there is nothing to run: `progress_until` asks `done`

@@ -204,6 +204,84 @@ impl<D: PollDevice> EngineCore<D> {
         false
     }
 
+    /// [`Self::post_send_reserved_ref`] from a caller that holds the core (the
+    /// caller-driven post, `runtime`'s `post_send_now`), `clock` giving the time when it is
+    /// needed: a lone message leaves from this call. A plain one-FPDU Write that is the
+    /// first post since the last loop goes to [`Qp::write_lone`]: its frame is flushed
+    /// before the TCP files it ([`Stack::send_lone_record`]); else, framed into the send
+    /// buffer, it is sent by [`Self::transmit_posted`] if it is a lone message. Either
+    /// way the next loop completes it, as [`Self::write_at_post`]'s requests.
+    #[inline(always)]
+    pub(crate) fn post_send_now(
+        &mut self,
+        id: QpId,
+        wr: &SendWr,
+        clock: &mut impl FnMut() -> Instant,
+    ) {
+        if matches!(wr.op, SendOp::Write { .. }) && self.posted_out.is_empty() {
+            let now = clock();
+            match self.write_lone(id, wr, now) {
+                LoneWrite::Sent(_) => {
+                    // As `transmit_posted`: the next loop completes it, no pass of its own.
+                    self.now = now;
+                    self.framed_at_post = false;
+                    return;
+                }
+                LoneWrite::Framed(tcp) => {
+                    if self.stack.nothing_in_flight(tcp) == Ok(true) {
+                        self.transmit_posted(now);
+                    }
+                    return;
+                }
+                LoneWrite::Declined => {}
+            }
+        }
+        if self.post_send_reserved_ref(id, wr) {
+            let now = clock();
+            self.transmit_posted(now);
+        }
+    }
+
+    /// [`Qp::write_lone`] of `wr` on QP `id`, at `now`; recorded as
+    /// [`Self::write_at_post`] records the requests it frames.
+    #[inline(always)]
+    fn write_lone(&mut self, id: QpId, wr: &SendWr, now: Instant) -> LoneWrite {
+        if id.core != self.core {
+            return LoneWrite::Declined;
+        }
+        let i = usize::from(id.index);
+        let EngineCore {
+            qps,
+            stack,
+            ctx,
+            fpdu,
+            ..
+        } = self;
+        let Some(Some(q)) = qps.get_mut(i) else {
+            return LoneWrite::Declined;
+        };
+        if q.id != id {
+            return LoneWrite::Declined;
+        }
+        let out = q.write_lone(stack, ctx, fpdu, wr, now);
+        if out == LoneWrite::Declined {
+            return out;
+        }
+        self.posted_out.push(PostedOut {
+            id,
+            wr_id: wr.wr_id,
+            byte_len: wr.sges.total_len() as u32,
+            signaled: wr.signaled,
+        });
+        self.send_first = true;
+        self.framed_at_post = true;
+        if cfg!(any(test, feature = "self-check")) {
+            self.rx_check.push(i);
+            self.mark_tx_unless_settled(i);
+        }
+        out
+    }
+
     /// Sends what a lone post just framed ([`Self::post_send_reserved_ref`] returned true)
     /// from the posting call, at time `now`: the stack's transmit pass and one flush, the
     /// send-first part of the next loop ([`Self::poll`]) done ahead of it. That loop still

@@ -1306,6 +1306,116 @@ impl Qp {
         Some(tcp)
     }
 
+    /// [`Self::write_at_post`] for a request that would be a lone message (the first post
+    /// since the last loop, by a caller that holds the core and sends it at once): the
+    /// Write is framed into `scratch` and handed to [`Stack::send_lone_record`], which
+    /// flushes its frame first and files the FPDU in the TCP send buffer after
+    /// ([`LoneWrite::Sent`]); where the stack declines, the FPDU goes into the send buffer
+    /// as `write_at_post` frames it ([`LoneWrite::Framed`], the caller's transmit pass
+    /// sends it). [`LoneWrite::Declined`], nothing changed (the framer untouched): not
+    /// such a Write, or no room, or its local region went away; `write_at_post` decides.
+    #[inline(always)]
+    pub(super) fn write_lone<D: PollDevice>(
+        &mut self,
+        stack: &mut Stack<D>,
+        ctx: &mut Ctx,
+        scratch: &mut Vec<u8>,
+        wr: &SendWr,
+        now: Instant,
+    ) -> LoneWrite {
+        let SendOp::Write {
+            remote_stag,
+            remote_to,
+        } = wr.op
+        else {
+            return LoneWrite::Declined;
+        };
+        // `write_at_post`'s conditions.
+        let Some(conn) = self.conn.as_mut() else {
+            return LoneWrite::Declined;
+        };
+        if !(self.sq.is_empty()
+            && tx_quiet(self.state, &self.tx, &self.tx_fault, &self.irq, conn)
+            && (!wr.fence || self.orq.is_empty())
+            && fast_paths()
+            && stack.implementation() == TcpImplementation::Warpcore)
+        {
+            return LoneWrite::Declined;
+        }
+        let tcp = conn.tcp;
+        let Some(framer) = conn.framer.as_mut() else {
+            return LoneWrite::Declined;
+        };
+        // `frame_write_whole`'s header and size checks.
+        let len = wr.sges.total_len() as u32;
+        let plen = len as usize;
+        let mut hdr = [0u8; TAGGED_HEADER_LEN];
+        let ctrl = Control::new(Opcode::Write).0;
+        let Some(hlen) = conn.ddp_tx.tagged_whole(
+            ctrl,
+            remote_stag,
+            remote_to,
+            len,
+            framer.max_ulpdu_len(),
+            &mut hdr,
+        ) else {
+            return LoneWrite::Declined;
+        };
+        let ulen = hlen + plen;
+        let need = framer.fpdu_wire_len(ulen);
+        if plen >= ctx.cfg.tx_from_memory_min
+            || need != fpdu::fpdu_len(ulen)
+            || stack.send_space(tcp).unwrap_or(0) < need
+        {
+            return LoneWrite::Declined;
+        }
+        if scratch.len() < need {
+            scratch.resize(need.max(FPDU_SCRATCH_LEN), 0);
+        }
+        let fpdu = &mut scratch[..need];
+        let at = fpdu::ULPDU_LENGTH_LEN + hlen;
+        if !gather_once(
+            &ctx.mrs,
+            self.pd,
+            wr.sges.as_slice(),
+            &mut fpdu[at..at + plen],
+        ) {
+            return LoneWrite::Declined;
+        }
+        match framer.emit_in_place(&hdr[..hlen], plen, fpdu) {
+            Ok(Some(n)) if n == need => {}
+            // Nothing changed (a marker would fall inside: not the case with `need` the
+            // FPDU's plain length).
+            _ => return LoneWrite::Declined,
+        }
+        // Framed: from here the FPDU is sent, one way or the other.
+        ctx.stats.fpdus_tx += 1;
+        if stack.send_lone_record(tcp, now, fpdu) == Ok(true) {
+            ctx.stats.writes_sent_at_post += 1;
+            return LoneWrite::Sent(tcp);
+        }
+        // Into the send buffer as `send_fpdu_from` writes it (the room was checked).
+        let direct = stack.send_with_room(tcp, need, |buf| match buf.get_mut(..need) {
+            Some(b) => {
+                b.copy_from_slice(fpdu);
+                need
+            }
+            None => 0,
+        });
+        if direct != Ok(need) {
+            let mut off = 0;
+            while off < need {
+                match stack.send(tcp, &fpdu[off..]) {
+                    Ok(k) if k > 0 => off += k,
+                    _ => break,
+                }
+            }
+            debug_assert_eq!(off, need);
+            let _ = stack.end_record(tcp);
+        }
+        LoneWrite::Framed(tcp)
+    }
+
     /// The local region went away under a posted request (SQ entry `seq`) or a Read being
     /// answered: the request fails with [`WcStatus::LocalProtection`], the stream with a
     /// local catastrophic error.
@@ -1465,6 +1575,17 @@ enum WholeWrite {
     Sent,
     /// The local region went away (`gather` failed): nothing sent.
     SourceFailed,
+}
+
+/// What [`Qp::write_lone`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LoneWrite {
+    /// Not taken, nothing changed.
+    Declined,
+    /// Framed and flushed on this TCP connection.
+    Sent(ConnId),
+    /// Framed into this TCP connection's send buffer, not yet sent.
+    Framed(ConnId),
 }
 
 /// What [`Qp::tx_write_whole`] did.
