@@ -219,15 +219,14 @@ impl<D: PollDevice> EngineCore<D> {
         clock: &mut impl FnMut() -> Instant,
     ) {
         if matches!(wr.op, SendOp::Write { .. }) && self.posted_out.is_empty() {
-            let now = clock();
-            match self.write_lone(id, wr, now) {
-                LoneWrite::Sent(_) => {
+            match self.write_lone(id, wr, clock) {
+                LoneWrite::Sent(now) => {
                     // As `transmit_posted`: the next loop completes it, no pass of its own.
                     self.now = now;
                     self.framed_at_post = false;
                     return;
                 }
-                LoneWrite::Framed(tcp) => {
+                LoneWrite::Framed(tcp, now) => {
                     if self.stack.nothing_in_flight(tcp) == Ok(true) {
                         self.transmit_posted(now);
                     }
@@ -242,10 +241,15 @@ impl<D: PollDevice> EngineCore<D> {
         }
     }
 
-    /// [`Qp::write_lone`] of `wr` on QP `id`, at `now`; recorded as
+    /// [`Qp::write_lone`] of `wr` on QP `id` (`clock` read once it is framed); recorded as
     /// [`Self::write_at_post`] records the requests it frames.
     #[inline(always)]
-    fn write_lone(&mut self, id: QpId, wr: &SendWr, now: Instant) -> LoneWrite {
+    fn write_lone(
+        &mut self,
+        id: QpId,
+        wr: &SendWr,
+        clock: &mut impl FnMut() -> Instant,
+    ) -> LoneWrite {
         if id.core != self.core {
             return LoneWrite::Declined;
         }
@@ -263,7 +267,7 @@ impl<D: PollDevice> EngineCore<D> {
         if q.id != id {
             return LoneWrite::Declined;
         }
-        let out = q.write_lone(stack, ctx, fpdu, wr, now);
+        let out = q.write_lone(stack, ctx, fpdu, wr, clock);
         if out == LoneWrite::Declined {
             return out;
         }

@@ -1313,7 +1313,8 @@ impl Qp {
     /// ([`LoneWrite::Sent`]); where the stack declines, the FPDU goes into the send buffer
     /// as `write_at_post` frames it ([`LoneWrite::Framed`], the caller's transmit pass
     /// sends it). [`LoneWrite::Declined`], nothing changed (the framer untouched): not
-    /// such a Write, or no room, or its local region went away; `write_at_post` decides.
+    /// such a Write, data in flight, no room, or its local region went away;
+    /// `write_at_post` decides. `clock` is read once the FPDU is framed.
     #[inline(always)]
     pub(super) fn write_lone<D: PollDevice>(
         &mut self,
@@ -1321,7 +1322,7 @@ impl Qp {
         ctx: &mut Ctx,
         scratch: &mut Vec<u8>,
         wr: &SendWr,
-        now: Instant,
+        clock: &mut impl FnMut() -> Instant,
     ) -> LoneWrite {
         let SendOp::Write {
             remote_stag,
@@ -1343,6 +1344,11 @@ impl Qp {
             return LoneWrite::Declined;
         }
         let tcp = conn.tcp;
+        // Data in flight: the stack would decline it (a stream of posts, the first after
+        // each loop), so not framed twice.
+        if stack.nothing_in_flight(tcp) != Ok(true) {
+            return LoneWrite::Declined;
+        }
         let Some(framer) = conn.framer.as_mut() else {
             return LoneWrite::Declined;
         };
@@ -1390,9 +1396,10 @@ impl Qp {
         }
         // Framed: from here the FPDU is sent, one way or the other.
         ctx.stats.fpdus_tx += 1;
+        let now = clock();
         if stack.send_lone_record(tcp, now, fpdu) == Ok(true) {
             ctx.stats.writes_sent_at_post += 1;
-            return LoneWrite::Sent(tcp);
+            return LoneWrite::Sent(now);
         }
         // Into the send buffer as `send_fpdu_from` writes it (the room was checked).
         let direct = stack.send_with_room(tcp, need, |buf| match buf.get_mut(..need) {
@@ -1413,7 +1420,7 @@ impl Qp {
             debug_assert_eq!(off, need);
             let _ = stack.end_record(tcp);
         }
-        LoneWrite::Framed(tcp)
+        LoneWrite::Framed(tcp, now)
     }
 
     /// The local region went away under a posted request (SQ entry `seq`) or a Read being
@@ -1582,10 +1589,10 @@ enum WholeWrite {
 pub(super) enum LoneWrite {
     /// Not taken, nothing changed.
     Declined,
-    /// Framed and flushed on this TCP connection.
-    Sent(ConnId),
-    /// Framed into this TCP connection's send buffer, not yet sent.
-    Framed(ConnId),
+    /// Framed and flushed at this time.
+    Sent(Instant),
+    /// Framed into this TCP connection's send buffer at this time, not yet sent.
+    Framed(ConnId, Instant),
 }
 
 /// What [`Qp::tx_write_whole`] did.

@@ -727,8 +727,9 @@ impl<D: PollDevice> Host<D> {
     /// the only thing a transmit pass now sends: `Ok(true)`, its frame is flushed; then it
     /// is in the send buffer and the connection is as [`Self::send_with_room`] of the
     /// record followed by [`Self::poll_transmit`] at `now` leave it (the same frame, built
-    /// by the same function, the same state after). `Ok(false)`, nothing changed: the
-    /// caller writes the record and polls as usual.
+    /// by the same function, the same state after). `Ok(false)`, nothing changed (but a
+    /// device that refused a transmit slot counts the refusal, which the caller's pass
+    /// then meets and counts again): the caller writes the record and polls as usual.
     ///
     /// The order is what differs: the frame is written from `record` and flushed first,
     /// and the record enters the send buffer, the segment its scoreboard, and the
