@@ -1945,12 +1945,11 @@ impl Connection {
     }
 
     /// The segment [`Self::poll_segment`] would send for a record of `len` octets written
-    /// now, when that is the whole record alone in one segment: the connection may send and
-    /// owes nothing else ([`Self::nothing_to_send`], an ACK aside: the segment carries
-    /// it), nothing is in flight and the send
-    /// buffer is empty, the record fits one segment with its options, the peer's window and
-    /// the congestion window, and no SACK block would have to give way to it. `None`,
-    /// nothing changed, otherwise. The host sends this segment with the record straight
+    /// now, when that is the whole record alone in one segment: the connection may send
+    /// and owes nothing else ([`Self::nothing_to_send`], an ACK aside: the segment carries
+    /// it), nothing is in flight and the send buffer is empty, the record fits one segment
+    /// with its options, the peer's window and the congestion window, and no SACK block
+    /// would have to give way to it. `None`, nothing changed, otherwise. The host sends this segment with the record straight
     /// from the caller's buffer and then hands both to [`Self::commit_lone`], which leaves
     /// the connection as writing the record and polling the segment would have
     /// ([`crate::host::Host::send_lone_record`]).
@@ -1958,9 +1957,9 @@ impl Connection {
     pub(crate) fn lone_segment(&self, now: Instant, len: usize) -> Option<TcpRepr<'static>> {
         // `poll_new`'s cases, for the state after the write: the one segment is the whole
         // record (`unsent == len`), sent as `Send::Normal` (no retransmission, probe or
-        // FIN comes first: `nothing_to_send`, `may_send`).
-        // `nothing_to_send` but for an ACK owed (`ack_now`): the segment carries it, as
-        // `plan_in_full` sends new data before a bare ACK.
+        // FIN comes first: `nothing_to_send`, `may_send`). `nothing_to_send`'s tests but
+        // for an ACK owed (`ack_now`): the segment carries it, as `plan_in_full` sends new
+        // data before a bare ACK.
         let asked =
             self.rst_pending | self.window_probe_due | self.probe_pending | self.keepalive_pending;
         let fits = len > 0
@@ -1990,8 +1989,7 @@ impl Connection {
     /// After the host sent `seg` ([`Self::lone_segment`] at `now`) carrying `record`:
     /// the record enters the send buffer as [`Self::send_with_room`] writes it, and the
     /// bookkeeping of the segment is `poll_new`'s (SND.NXT, the record sent, the scoreboard,
-    /// the ACK state). `tests::a_lone_record_leaves_the_state_of_the_general_path` holds
-    /// the two ways together.
+    /// the ACK state). `host::lone_tests` holds the two ways together.
     pub(crate) fn commit_lone(&mut self, now: Instant, seg: &TcpRepr<'_>, record: &[u8]) {
         let len = record.len();
         debug_assert_eq!(self.tx.len(), 0);
