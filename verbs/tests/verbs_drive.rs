@@ -388,6 +388,15 @@ struct WritePair {
     server: Context,
 }
 
+/// Writes `ctx`'s cores sent ahead of the TCP's bookkeeping (`Stack::send_lone_record`).
+fn sent_at_post(ctx: &Context) -> u64 {
+    ctx.stats()
+        .unwrap()
+        .iter()
+        .map(|c| c.writes_sent_at_post)
+        .sum()
+}
+
 fn write_pair(port: u16) -> WritePair {
     let (server, client) = caller_driven_contexts(|_| {});
     let spd = server.alloc_pd();
@@ -498,12 +507,7 @@ fn a_lone_write_leaves_from_the_posting_call_and_others_wait_for_the_loop() {
     // (`Stack::send_lone_record`); Writes 2 and 4, posted with data in flight, never
     // do. (A lone one may still take the general path, as where a timer came due since
     // the client's last loop: a thread descheduled between its loop and its post.)
-    let at_post: u64 = client
-        .stats()
-        .unwrap()
-        .iter()
-        .map(|c| c.writes_sent_at_post)
-        .sum();
+    let at_post = sent_at_post(client);
     assert!(
         (1..=3).contains(&at_post),
         "{at_post} Writes sent ahead of the TCP's bookkeeping, of the 3 lone ones"
@@ -581,12 +585,7 @@ fn a_ping_pong_waiting_with_progress_until() {
     // (`Stack::send_lone_record`); a descheduled side may see a loss probe or a delayed
     // ACK in between, so not every time.
     for (side, ctx) in [("client", &client), ("server", &server)] {
-        let at_post: u64 = ctx
-            .stats()
-            .unwrap()
-            .iter()
-            .map(|c| c.writes_sent_at_post)
-            .sum();
+        let at_post = sent_at_post(ctx);
         assert!(
             at_post >= ROUNDS / 4,
             "{side}: {at_post} of {ROUNDS} Writes sent ahead of the TCP's bookkeeping"

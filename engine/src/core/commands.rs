@@ -268,20 +268,8 @@ impl<D: PollDevice> EngineCore<D> {
             return LoneWrite::Declined;
         }
         let out = q.write_lone(stack, ctx, fpdu, wr, clock);
-        if out == LoneWrite::Declined {
-            return out;
-        }
-        self.posted_out.push(PostedOut {
-            id,
-            wr_id: wr.wr_id,
-            byte_len: wr.sges.total_len() as u32,
-            signaled: wr.signaled,
-        });
-        self.send_first = true;
-        self.framed_at_post = true;
-        if cfg!(any(test, feature = "self-check")) {
-            self.rx_check.push(i);
-            self.mark_tx_unless_settled(i);
+        if out != LoneWrite::Declined {
+            self.record_posted_out(id, wr);
         }
         out
     }
@@ -323,6 +311,15 @@ impl<D: PollDevice> EngineCore<D> {
             return None;
         }
         let tcp = q.write_at_post(stack, ctx, (gather, fpdu), wr)?;
+        self.record_posted_out(id, wr);
+        Some(tcp)
+    }
+
+    /// Records request `wr` of QP `id`, framed at post ([`Self::write_at_post`],
+    /// [`Self::write_lone`]): the next loop gives its slot and completion back, then
+    /// transmits first.
+    #[inline(always)]
+    fn record_posted_out(&mut self, id: QpId, wr: &SendWr) {
         self.posted_out.push(PostedOut {
             id,
             wr_id: wr.wr_id,
@@ -334,10 +331,10 @@ impl<D: PollDevice> EngineCore<D> {
         if cfg!(any(test, feature = "self-check")) {
             // The visits it was spared must find nothing: the transmit one now, the
             // receive one in the next loop (as `qp_mut_for_send` has it checked).
+            let i = usize::from(id.index);
             self.rx_check.push(i);
             self.mark_tx_unless_settled(i);
         }
-        Some(tcp)
     }
 
     /// Gives back the slots of the requests framed at post ([`Qp::write_at_post`]) and

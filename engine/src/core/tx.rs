@@ -1354,16 +1354,9 @@ impl Qp {
         // `frame_write_whole`'s header and size checks.
         let len = wr.sges.total_len() as u32;
         let plen = len as usize;
-        let mut hdr = [0u8; TAGGED_HEADER_LEN];
-        let ctrl = Control::new(Opcode::Write).0;
-        let Some(hlen) = conn.ddp_tx.tagged_whole(
-            ctrl,
-            remote_stag,
-            remote_to,
-            len,
-            framer.max_ulpdu_len(),
-            &mut hdr,
-        ) else {
+        let Some((hdr, hlen)) =
+            whole_write_header(&conn.ddp_tx, framer, (remote_stag, remote_to), len)
+        else {
             return LoneWrite::Declined;
         };
         let ulen = hlen + plen;
@@ -1535,16 +1528,8 @@ fn frame_write_whole<D: PollDevice>(
     // The post checks reject a message over u32::MAX octets.
     let len = wr_sges.total_len() as u32;
     let plen = len as usize;
-    let mut hdr = [0u8; TAGGED_HEADER_LEN];
-    let ctrl = Control::new(Opcode::Write).0;
-    let Some(hlen) = conn.ddp_tx.tagged_whole(
-        ctrl,
-        remote_stag,
-        remote_to,
-        len,
-        framer.max_ulpdu_len(),
-        &mut hdr,
-    ) else {
+    let Some((hdr, hlen)) = whole_write_header(&conn.ddp_tx, framer, (remote_stag, remote_to), len)
+    else {
         return WholeWrite::NotWhole;
     };
     if plen >= small {
@@ -1567,6 +1552,30 @@ fn frame_write_whole<D: PollDevice>(
         Ok(false) => WholeWrite::NoRoom,
         Err(()) => WholeWrite::SourceFailed,
     }
+}
+
+/// The DDP/RDMAP header of a plain RDMA Write of `len` octets to the peer's
+/// `(STag, Tagged Offset)` sent whole in one FPDU within `framer`'s MULPDU
+/// (`DdpSender::tagged_whole`), and its length; `None` where it does not go whole. The
+/// header of [`frame_write_whole`] and [`Qp::write_lone`].
+#[inline(always)]
+fn whole_write_header(
+    ddp_tx: &DdpSender,
+    framer: &Framer,
+    (remote_stag, remote_to): (u32, u64),
+    len: u32,
+) -> Option<([u8; TAGGED_HEADER_LEN], usize)> {
+    let mut hdr = [0u8; TAGGED_HEADER_LEN];
+    let ctrl = Control::new(Opcode::Write).0;
+    let hlen = ddp_tx.tagged_whole(
+        ctrl,
+        remote_stag,
+        remote_to,
+        len,
+        framer.max_ulpdu_len(),
+        &mut hdr,
+    )?;
+    Some((hdr, hlen))
 }
 
 /// What [`frame_write_whole`] did.
