@@ -761,12 +761,14 @@ impl<D: PollDevice> Host<D> {
         }
         let Inner {
             slots,
+            dirty,
             neighbors,
             cidr,
             mac: our_mac,
             caps,
+            now: host_now,
             ..
-        } = inner;
+        } = &mut *inner;
         let s = user_slot_in(slots, id)?;
         if s.defer_ack {
             return Ok(false);
@@ -790,17 +792,16 @@ impl<D: PollDevice> Host<D> {
         tx.consume(ETH_HDR + IP_HDR + tcp_len, |buf| {
             emit_tcp(buf, &addrs, &seg, record, caps)
         });
-        inner.now = now;
+        *host_now = now;
         device.flush();
         // What the pass does before its flush and after it, now: the record written (a
         // mark that clears `held`), the segment's bookkeeping, the slot off the dirty list,
         // its events and timer.
-        let s = user_slot_in(&mut inner.slots, id)?;
         s.conn.commit_lone(now, &seg, record);
         s.held = false;
         if s.dirty {
             s.dirty = false;
-            inner.dirty.clear();
+            dirty.clear();
         }
         inner.after_activity(id.index);
         Ok(true)
