@@ -389,11 +389,45 @@ fn fields_before_payload<'o>(
     out: &'o mut [u8],
 ) -> (&'o mut [u8], &'o mut [u8]) {
     let (covered, crc_field) = out.split_at_mut(out.len() - fpdu::CRC_LEN);
-    let (length, rest) = covered.split_at_mut(fpdu::ULPDU_LENGTH_LEN);
     // `len <= 64768` so it fits the 16-bit field (MPA-3-5).
-    length.copy_from_slice(&(len as u16).to_be_bytes());
-    copy_header(&mut rest[..hdr.len()], hdr);
+    length_and_header(
+        &mut covered[..fpdu::ULPDU_LENGTH_LEN + hdr.len()],
+        len as u16,
+        hdr,
+    );
     (covered, crc_field)
+}
+
+/// Writes ULPDU_Length `len` and then `hdr` into `to` (`2 + hdr.len()` octets). A bare
+/// tagged or untagged DDP header (14 or 18 octets) goes with the length in whole 8-octet
+/// words, the first made of the length and the header's first six octets in a register:
+/// the CRC and the TCP checksum read these octets back as 8-octet words right away, and a
+/// load that spans two earlier stores (a 2-octet length and a header copy) cannot take its
+/// value from them and waits until both reach the cache (a store-forwarding stall, on the
+/// path of every FPDU sent). Other headers: the length, then [`copy_header`].
+#[inline]
+fn length_and_header(to: &mut [u8], len: u16, hdr: &[u8]) {
+    let words = |to: &mut [u8], hdr: &[u8]| {
+        let head = u64::from_be_bytes(hdr[..8].try_into().unwrap_or([0; 8]));
+        let first = u64::from(len) << 48 | head >> 16;
+        to[..8].copy_from_slice(&first.to_be_bytes());
+        to[8..].copy_from_slice(&hdr[6..]);
+    };
+    match hdr.len() {
+        TAGGED_HEADER_LEN => words(
+            &mut to[..fpdu::ULPDU_LENGTH_LEN + TAGGED_HEADER_LEN],
+            &hdr[..TAGGED_HEADER_LEN],
+        ),
+        UNTAGGED_HEADER_LEN => words(
+            &mut to[..fpdu::ULPDU_LENGTH_LEN + UNTAGGED_HEADER_LEN],
+            &hdr[..UNTAGGED_HEADER_LEN],
+        ),
+        _ => {
+            let (length, rest) = to.split_at_mut(fpdu::ULPDU_LENGTH_LEN);
+            length.copy_from_slice(&len.to_be_bytes());
+            copy_header(rest, hdr);
+        }
+    }
 }
 
 /// Copies a ULPDU's header octets to their place, `to` as long as `hdr`. Nearly every
