@@ -17,7 +17,7 @@
 //! for the TCP checksum and extends the CRC over it in one pass (three lanes at once, as
 //! above): the transmit path's one touch of each octet.
 //!
-//! On a CPU with AVX-512F and VPCLMULQDQ, inputs from [`FOLD_MIN`] octets on take neither
+//! On a CPU with AVX-512F, AVX-512BW and VPCLMULQDQ, inputs from [`FOLD_MIN`] octets on take neither
 //! `crc32` lanes: 64-octet vectors are folded into four 512-bit registers by carry-less
 //! multiplication (two per 16 octets, four 16-octet lanes per instruction), 256 octets a
 //! step, then reduced to 128 bits and by two `crc32` to the state (`fold512`, and
@@ -220,7 +220,7 @@ pub fn fused_available() -> bool {
 
 /// Whether a copy of `len` octets takes [`copy_sum_crc`]: the CPU has its features
 /// ([`fused_available`]) and `len` is [`FUSE_MIN`] or more, or [`FOLD_MIN`] or more where
-/// the folding path runs (AVX-512F and VPCLMULQDQ).
+/// the folding path runs (AVX-512F, AVX-512BW and VPCLMULQDQ).
 #[inline]
 pub fn fuse(len: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -259,7 +259,7 @@ pub fn copy_sum_crc_slices(src: &[u8], dst: &mut [u8], crc: u32) -> (u64, u32) {
 /// octet copied from registered memory into a frame (issue 12 items 2 and 3). Sum and CRC
 /// are taken of the octets written to `dst`, whatever the source does meanwhile.
 ///
-/// From [`FOLD_MIN`] octets on, on a CPU with AVX-512F and VPCLMULQDQ, by folding
+/// From [`FOLD_MIN`] octets on, on a CPU with AVX-512F, AVX-512BW and VPCLMULQDQ, by folding
 /// (`copy_sum_crc_fold512`): each 64-octet vector loaded once, stored, summed and folded
 /// into the CRC from the one register. Otherwise one pass over three lanes of the input at
 /// once (`copy_sum_crc_lanes`): each 16-octet vector is loaded once, stored, widened into
@@ -278,7 +278,7 @@ pub fn copy_sum_crc_slices(src: &[u8], dst: &mut [u8], crc: u32) -> (u64, u32) {
 pub unsafe fn copy_sum_crc(src: *const u8, dst: &mut [u8], crc: u32) -> (u64, u32) {
     if dst.len() >= FOLD_MIN && fold512_available() {
         // SAFETY: the caller's contract for `src` and `dst`; the CPU has SSE4.2 and
-        // PCLMULQDQ (the caller's contract) and AVX-512F and VPCLMULQDQ (just checked);
+        // PCLMULQDQ (the caller's contract) and AVX-512F, AVX-512BW and VPCLMULQDQ (just checked);
         // `dst` holds at least `FOLD_MIN` octets.
         return unsafe { copy_sum_crc_fold512(src, dst, crc) };
     }
@@ -287,7 +287,7 @@ pub unsafe fn copy_sum_crc(src: *const u8, dst: &mut [u8], crc: u32) -> (u64, u3
 }
 
 /// [`copy_sum_crc`] in three lanes of `crc32` instructions and 16-octet vectors (CPUs
-/// without AVX-512F and VPCLMULQDQ).
+/// without AVX-512F, AVX-512BW and VPCLMULQDQ).
 ///
 /// # Safety
 /// As [`copy_sum_crc`].
@@ -418,11 +418,13 @@ const _: () = assert!(
 pub const FOLD_MIN: usize = 256;
 
 /// Whether the CPU has what the 512-bit folding paths need besides SSE4.2 and PCLMULQDQ:
-/// AVX-512F and VPCLMULQDQ (the standard library caches the answer).
+/// AVX-512F, AVX-512BW and VPCLMULQDQ (the standard library caches the answer).
 #[cfg(target_arch = "x86_64")]
 #[inline]
 fn fold512_available() -> bool {
-    std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("vpclmulqdq")
+    std::is_x86_feature_detected!("avx512f")
+        && std::is_x86_feature_detected!("avx512bw")
+        && std::is_x86_feature_detected!("vpclmulqdq")
 }
 
 /// `x^n mod poly` (`poly` with its x^32 term, in the normal bit order) as the folding
@@ -674,18 +676,19 @@ fn lanes_sum(acc: std::arch::x86_64::__m512i) -> u64 {
 /// [`copy_sum_crc`] by folding ([`fold512`]): each 64-octet vector is loaded from `src`
 /// once, stored into `dst`, and that same register is summed into 32-bit lanes (its
 /// 16-bit words split by a mask and a shift) and folded into the CRC, four vectors a step;
-/// the rest under 64 octets is copied, summed, and taken by [`reduce512`] from `dst`.
+/// the rest under 64 octets goes the same way in one register under a mask and is taken by
+/// [`reduce512`] from a local copy of that register.
 ///
 /// # Safety
-/// As [`copy_sum_crc`], and the CPU must have AVX-512F and VPCLMULQDQ;
-/// `dst.len() >= FOLD_MIN`.
+/// As [`copy_sum_crc`], and the CPU must have AVX-512F, AVX-512BW and VPCLMULQDQ
+/// (`fold512_available`); `dst.len() >= FOLD_MIN`.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "sse4.2,pclmulqdq,avx512f,vpclmulqdq")]
+#[target_feature(enable = "sse4.2,pclmulqdq,avx512f,avx512bw,vpclmulqdq")]
 unsafe fn copy_sum_crc_fold512(src: *const u8, dst: &mut [u8], crc: u32) -> (u64, u32) {
     use std::arch::x86_64::{
-        __m512i, _mm512_add_epi32, _mm512_and_si512, _mm512_loadu_si512, _mm512_set1_epi32,
-        _mm512_setzero_si512, _mm512_srli_epi32, _mm512_xor_si512, _mm512_zextsi128_si512,
-        _mm_cvtsi32_si128,
+        __m512i, _mm512_add_epi32, _mm512_and_si512, _mm512_loadu_si512, _mm512_mask_storeu_epi8,
+        _mm512_maskz_loadu_epi8, _mm512_set1_epi32, _mm512_setzero_si512, _mm512_srli_epi32,
+        _mm512_storeu_si512, _mm512_xor_si512, _mm512_zextsi128_si512, _mm_cvtsi32_si128,
     };
     /// Vectors summed into the 32-bit lanes before these are added into `total`: each
     /// lane takes two 16-bit words a vector, 2 * 0xFFFF * 4,096 < 2^32.
@@ -741,20 +744,42 @@ unsafe fn copy_sum_crc_fold512(src: *const u8, dst: &mut [u8], crc: u32) -> (u64
     }
     let mut one = fold4_to1(x);
     let k = keys512(K512);
-    // At most three more vectors: each lane then holds at most 2 * 0xFFFF * (SUM_RUN + 3)
-    // < 2^32.
+    // At most four more vectors (three whole, the tail): each lane then holds at most
+    // 2 * 0xFFFF * (SUM_RUN + 4) < 2^32.
     while n - at >= 64 {
         let v = copy!(at);
         one = fold_into(one, k, v);
         at += 64;
     }
+    // The rest, under 64 octets, from an even offset (a multiple of 64), in one register as
+    // well: loaded and stored under a mask (the octets past `n` are neither read nor
+    // written, and read as zeros: an odd last octet is summed padded with a zero, as
+    // `csum::sum` pads it), summed with the others, and kept for the CRC in a local copy
+    // made by one whole store. Not read back from `dst`: a load cannot take its value from
+    // a masked store, nor from two stores at once (`memcpy` copies 16-63 octets as two
+    // overlapping moves, and the sum's 8-octet words straddle their overlap), so it would
+    // wait until every earlier store of the frame had reached the cache (`perf` of
+    // write_bw, with the `memcpy`: the tail's first load was the sender's hottest
+    // instruction).
+    let rest = n - at;
+    let mut spill = [0u8; 64];
+    if rest > 0 {
+        let mask: u64 = (1u64 << rest) - 1;
+        // SAFETY: the mask selects the octets `[at, n)`: inside `src` (the caller's
+        // contract) and inside `dst`, which nothing else references while it is borrowed
+        // here; masked-out octets are not accessed (AVX-512 masked loads and stores
+        // suppress faults on them). `spill` is 64 writable octets.
+        let v = unsafe {
+            let v = _mm512_maskz_loadu_epi8(mask, src.add(at).cast::<i8>());
+            _mm512_mask_storeu_epi8(d.add(at).cast::<i8>(), mask, v);
+            _mm512_storeu_si512(spill.as_mut_ptr().cast::<__m512i>(), v);
+            v
+        };
+        acc = _mm512_add_epi32(acc, _mm512_and_si512(v, low));
+        acc = _mm512_add_epi32(acc, _mm512_srli_epi32(v, 16));
+    }
     total += lanes_sum(acc);
-    // The rest, under 64 octets, from an even offset (a multiple of 64).
-    let tail = &mut dst[at..];
-    // SAFETY: `at + tail.len() == n`: inside `src`; `tail` is part of `dst`.
-    unsafe { std::ptr::copy_nonoverlapping(src.add(at), tail.as_mut_ptr(), tail.len()) };
-    total += warpcore_tcp::csum::sum(tail);
-    (total, !reduce512(one, tail))
+    (total, !reduce512(one, &spill[..rest]))
 }
 
 #[cfg(test)]
@@ -887,7 +912,7 @@ mod tests {
             if fold512_available() {
                 "512-bit folding (and the three lanes, called directly)"
             } else {
-                "three crc32 lanes (no AVX-512F and VPCLMULQDQ here)"
+                "three crc32 lanes (no AVX-512F, AVX-512BW and VPCLMULQDQ here)"
             }
         );
     }
