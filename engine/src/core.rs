@@ -683,7 +683,7 @@ impl<D: PollDevice> EngineCore<D> {
             now,
             gather: Vec::new(),
             fpdu: Vec::new(),
-            txrec: TxRecords::new(mrs.clone()),
+            txrec: TxRecords::new(),
             rx_mrs: mrs.clone(),
             rx_settled: Vec::new(),
             rx_check: Vec::new(),
@@ -881,9 +881,19 @@ impl<D: PollDevice> EngineCore<D> {
     /// The stack's transmit pass: what the pollers queued goes out, then one device flush.
     fn transmit(&mut self) {
         let EngineCore {
-            stack, txrec, now, ..
+            stack,
+            txrec,
+            now,
+            rx_mrs,
+            ..
         } = self;
-        stack.poll_transmit_fill(*now, |c, t, at, dst, sum| txrec.fill(c, t, at, dst, sum));
+        let mrs: &MrTable = rx_mrs;
+        // The pass's guard (`txrec::TxHeld`): the pass runs no engine code but the fill.
+        let mut held: txrec::TxHeld<'_> = None;
+        stack.poll_transmit_fill(*now, |c, t, at, dst, sum| {
+            txrec.fill(c, t, at, dst, sum, mrs, &mut held)
+        });
+        drop(held);
         if self.txrec.has_failed() {
             self.fail_unfillable();
         }

@@ -6,6 +6,7 @@
 //! completions in MSN order.
 
 use super::tx::tx_settled_but_txrec;
+use super::txrec::TxHeld;
 use super::*;
 use warpcore_proto::ddp::{TaggedPlacement, UntaggedPlacement};
 use warpcore_proto::wire::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
@@ -856,7 +857,10 @@ impl<D: PollDevice> EngineCore<D> {
         } = self;
         let mrs: &MrTable = rx_mrs;
         let mut held: RxHeld<'_> = None;
-        let fill = |c, t, at, dst: &mut [u8], sum| txrec.fill(c, t, at, dst, sum);
+        // The transmit pass's guard (`txrec::TxHeld`), dropped when the poll returns.
+        let mut tx_held: TxHeld<'_> = None;
+        let fill =
+            |c, t, at, dst: &mut [u8], sum| txrec.fill(c, t, at, dst, sum, mrs, &mut tx_held);
         let work = stack.poll_with_fill(
             now,
             |tcp, data| {
@@ -890,6 +894,7 @@ impl<D: PollDevice> EngineCore<D> {
             fill,
         );
         drop(held);
+        drop(tx_held);
         if self.txrec.has_failed() {
             self.fail_unfillable();
         }

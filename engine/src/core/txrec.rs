@@ -63,11 +63,24 @@ pub(super) struct MemPiece {
 /// How the pieces are looked up: with local read access under the QP's PD (the payload
 /// of a posted Send or Write) or with remote read access for the QP's stream (a Read
 /// Response, RDMAP-5.2.1-12).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum PieceAccess {
     Local { pd: PdId },
     Remote { pd: PdId, stream: StreamId },
 }
+
+/// The guard of the region the last FPDU of a transmit pass was copied from, the STag it
+/// was looked up under and how ([`PieceAccess`]): kept for the next FPDU, which nearly
+/// always comes from the same region (the next segment of the same message), so that the
+/// lookup is not repeated and, above all, the guard is not dropped right after each copy.
+/// A guard's drop is a locked instruction, which waits until every earlier store has
+/// reached the cache: right after a copy into a frame, the ~23 stores of 64 octets of an
+/// MTU 1500 segment (`perf` of write_bw: the drop and the next lookup took ~2 % of the
+/// sending core). Held for one [`crate::core::EngineCore`] stack poll at most, as the
+/// receive path's [`super::rx::RxHeld`]: the host calls the fill only in its transmit
+/// pass, after every received frame was delivered, so no Send with Invalidate can wait on
+/// it; a deregistration or invalidation on another thread waits at most that long.
+pub(super) type TxHeld<'m> = Option<(MrGuard<'m>, u32, PieceAccess)>;
 
 /// What one external FPDU is made of.
 #[derive(Debug, Clone, Copy)]
@@ -102,7 +115,15 @@ impl TxRecord {
     /// reads the payload again (issue 12 item 2's one touch per octet, on transmit). With
     /// the CRC on and `sum`, the copy extends the CRC32c too
     /// ([`MrGuard::copy_out_summed_crc_at`]): one pass over the payload for all three.
-    fn write(&self, mrs: &MrTable, out: &mut [u8], sum: bool) -> Option<u64> {
+    /// `held`: the guard kept from the previous copy ([`TxHeld`]), used for a piece of
+    /// the same STag looked up the same way, else replaced.
+    fn write<'m>(
+        &self,
+        mrs: &'m MrTable,
+        held: &mut TxHeld<'m>,
+        out: &mut [u8],
+        sum: bool,
+    ) -> Option<u64> {
         let hl = usize::from(self.hdr_len);
         let base = 2 + hl;
         let payload_len = self.payload_len();
@@ -113,13 +134,20 @@ impl TxRecord {
             for p in &self.pieces[..usize::from(self.npieces)] {
                 let n = p.len as usize;
                 let dst = payload.get_mut(at..at + n).ok_or(())?;
-                let g = match self.access {
-                    PieceAccess::Local { pd } => mrs.lookup_local(Stag(p.stag), pd, false),
-                    PieceAccess::Remote { pd, stream } => {
-                        mrs.lookup_remote(Stag(p.stag), pd, stream, Access::REMOTE_READ)
-                    }
+                if !matches!(held, Some((_, stag, how)) if *stag == p.stag && *how == self.access) {
+                    // The old guard goes first: a failed lookup leaves none held.
+                    *held = None;
+                    let g = match self.access {
+                        PieceAccess::Local { pd } => mrs.lookup_local(Stag(p.stag), pd, false),
+                        PieceAccess::Remote { pd, stream } => {
+                            mrs.lookup_remote(Stag(p.stag), pd, stream, Access::REMOTE_READ)
+                        }
+                    };
+                    *held = Some((g.map_err(|_| ())?, p.stag, self.access));
+                }
+                let Some((g, _, _)) = held.as_ref() else {
+                    return Err(());
                 };
-                let g = g.map_err(|_| ())?;
                 match (sum, c) {
                     (true, Some(cv)) => {
                         let (s, cv) = g.copy_out_summed_crc_at(p.to, dst, cv).map_err(|_| ())?;
@@ -161,7 +189,6 @@ struct ConnRecords {
 /// Every external record of a core (module documentation).
 #[derive(Debug)]
 pub(super) struct TxRecords {
-    mrs: Arc<MrTable>,
     by_conn: Vec<Option<ConnRecords>>,
     /// An FPDU framed whole for a segment that carries only part of it (rare: a record
     /// longer than a segment, a window probe); allocated at first use.
@@ -171,9 +198,8 @@ pub(super) struct TxRecords {
 }
 
 impl TxRecords {
-    pub fn new(mrs: Arc<MrTable>) -> TxRecords {
+    pub fn new() -> TxRecords {
         TxRecords {
-            mrs,
             by_conn: Vec::new(),
             scratch: Vec::new(),
             failed: Vec::new(),
@@ -272,15 +298,22 @@ impl TxRecords {
     /// Internet checksum sum of what it wrote when `sum` (else 0). `None` (and the failure
     /// noted for [`Self::take_failed`]) when the record is unknown or its memory cannot be
     /// read.
-    pub fn fill(
+    ///
+    /// `mrs` is the core's region table and `held` the
+    /// guard kept from the previous fill of the same transmit pass ([`TxHeld`]); the caller
+    /// drops it when the pass ends.
+    #[allow(clippy::too_many_arguments)]
+    pub fn fill<'m>(
         &mut self,
         conn: ConnId,
         token: u64,
         at: usize,
         dst: &mut [u8],
         sum: bool,
+        mrs: &'m MrTable,
+        held: &mut TxHeld<'m>,
     ) -> Option<u64> {
-        let done = self.fill_inner(conn, token, at, dst, sum);
+        let done = self.fill_inner(conn, token, at, dst, sum, mrs, held);
         if done.is_none() {
             let sq = match self.by_conn.get(conn.slot()) {
                 Some(Some(r)) if r.conn == conn => {
@@ -293,13 +326,16 @@ impl TxRecords {
         done
     }
 
-    fn fill_inner(
+    #[allow(clippy::too_many_arguments)]
+    fn fill_inner<'m>(
         &mut self,
         conn: ConnId,
         token: u64,
         at: usize,
         dst: &mut [u8],
         sum: bool,
+        mrs: &'m MrTable,
+        held: &mut TxHeld<'m>,
     ) -> Option<u64> {
         let r = self.by_conn.get(conn.slot())?.as_ref()?;
         if r.conn != conn {
@@ -311,14 +347,14 @@ impl TxRecords {
         let rec = r.recs.get(k as usize).filter(|x| x.token == token)?;
         let wire = rec.wire_len();
         if at == 0 && dst.len() == wire {
-            return rec.write(&self.mrs, dst, sum);
+            return rec.write(mrs, held, dst, sum);
         }
         // Part of the FPDU: frame it whole aside, then copy the part (and sum it).
         let end = at.checked_add(dst.len()).filter(|&e| e <= wire)?;
         if self.scratch.len() < wire {
             self.scratch.resize(wire, 0);
         }
-        rec.write(&self.mrs, &mut self.scratch[..wire], false)?;
+        rec.write(mrs, held, &mut self.scratch[..wire], false)?;
         let part = &self.scratch[at..end];
         Some(if sum {
             csum::copy_and_sum(dst, part)
