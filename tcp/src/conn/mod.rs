@@ -1587,10 +1587,13 @@ impl Connection {
         }
         let seq = self.snd_nxt;
         // The ends ascend (`push_record`), so those within the `n` octets are a prefix,
-        // found by a binary search rather than a walk over every record of the segment (a
-        // segment of small FPDUs carries many); the last of them is the cut.
+        // found by a doubling search from the front (`Records::prefix_len`) rather than a
+        // walk over every record of the segment (a segment of small FPDUs carries many);
+        // the last of them is the cut.
+        let within = self
+            .records
+            .prefix_len(|end| seq_diff(end, seq) <= n as i64);
         let records = self.records.as_slice();
-        let within = records.partition_point(|&end| seq_diff(end, seq) <= n as i64);
         let cut = match within.checked_sub(1).and_then(|last| records.get(last)) {
             Some(&end) => seq_diff(end, seq).max(0) as usize,
             None => 0,
@@ -1929,11 +1932,7 @@ impl Connection {
         // `record_cut` counted when it cut at a record's end (every segment of small
         // records), else found by a search.
         let snd_nxt = self.snd_nxt;
-        let search = |records: &Records| {
-            records
-                .as_slice()
-                .partition_point(|&end| seq_diff(end, snd_nxt) <= 0)
-        };
+        let search = |records: &Records| records.prefix_len(|end| seq_diff(end, snd_nxt) <= 0);
         let sent_records = records_sent.unwrap_or_else(|| search(&self.records));
         debug_assert_eq!(sent_records, search(&self.records));
         self.records.drain_front(sent_records);
@@ -2009,10 +2008,7 @@ impl Connection {
         self.snd_nxt = seq + len;
         // The record just pushed, the only one (nothing was unsent): sent whole.
         let snd_nxt = self.snd_nxt;
-        let sent_records = self
-            .records
-            .as_slice()
-            .partition_point(|&end| seq_diff(end, snd_nxt) <= 0);
+        let sent_records = self.records.prefix_len(|end| seq_diff(end, snd_nxt) <= 0);
         self.records.drain_front(sent_records);
         self.rec.on_sent(now, seq, len, false);
         self.sent(seg);
