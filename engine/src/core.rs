@@ -683,7 +683,7 @@ impl<D: PollDevice> EngineCore<D> {
             now,
             gather: Vec::new(),
             fpdu: Vec::new(),
-            txrec: TxRecords::new(),
+            txrec: TxRecords::new(mrs.clone()),
             rx_mrs: mrs.clone(),
             rx_settled: Vec::new(),
             rx_check: Vec::new(),
@@ -891,7 +891,7 @@ impl<D: PollDevice> EngineCore<D> {
         // The pass's guard (`txrec::TxHeld`): the pass runs no engine code but the fill.
         let mut held: txrec::TxHeld<'_> = None;
         stack.poll_transmit_fill(*now, |c, t, at, dst, sum| {
-            txrec.fill(c, t, at, dst, sum, mrs, &mut held)
+            txrec.fill_held(c, t, at, dst, sum, mrs, &mut held)
         });
         drop(held);
         if self.txrec.has_failed() {

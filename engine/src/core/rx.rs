@@ -6,7 +6,6 @@
 //! completions in MSN order.
 
 use super::tx::tx_settled_but_txrec;
-use super::txrec::TxHeld;
 use super::*;
 use warpcore_proto::ddp::{TaggedPlacement, UntaggedPlacement};
 use warpcore_proto::wire::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
@@ -857,10 +856,7 @@ impl<D: PollDevice> EngineCore<D> {
         } = self;
         let mrs: &MrTable = rx_mrs;
         let mut held: RxHeld<'_> = None;
-        // The transmit pass's guard (`txrec::TxHeld`), dropped when the poll returns.
-        let mut tx_held: TxHeld<'_> = None;
-        let fill =
-            |c, t, at, dst: &mut [u8], sum| txrec.fill(c, t, at, dst, sum, mrs, &mut tx_held);
+        let fill = |c, t, at, dst: &mut [u8], sum| txrec.fill(c, t, at, dst, sum);
         let work = stack.poll_with_fill(
             now,
             |tcp, data| {
@@ -894,7 +890,6 @@ impl<D: PollDevice> EngineCore<D> {
             fill,
         );
         drop(held);
-        drop(tx_held);
         if self.txrec.has_failed() {
             self.fail_unfillable();
         }

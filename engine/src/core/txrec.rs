@@ -76,10 +76,13 @@ pub(super) enum PieceAccess {
 /// A guard's drop is a locked instruction, which waits until every earlier store has
 /// reached the cache: right after a copy into a frame, the ~23 stores of 64 octets of an
 /// MTU 1500 segment (`perf` of write_bw: the drop and the next lookup took ~2 % of the
-/// sending core). Held for one [`crate::core::EngineCore`] stack poll at most, as the
-/// receive path's [`super::rx::RxHeld`]: the host calls the fill only in its transmit
-/// pass, after every received frame was delivered, so no Send with Invalidate can wait on
-/// it; a deregistration or invalidation on another thread waits at most that long.
+/// sending core). Held for one transmit-only pass of the stack (`EngineCore::transmit`,
+/// where most segments of a bulk transfer are sent) and dropped when it returns, as the
+/// receive path's [`super::rx::RxHeld`] is: the pass runs no engine code but the fill, so
+/// nothing of this core waits on it, and a deregistration or invalidation on another thread
+/// waits at most one pass. The stack poll's fill ([`TxRecords::fill`]) takes and drops its
+/// guards per call instead: a held guard there cost its set-up and drop in every idle loop
+/// (~4 instructions a core), and the segments it sends are the few an ACK lets out.
 pub(super) type TxHeld<'m> = Option<(MrGuard<'m>, u32, PieceAccess)>;
 
 /// What one external FPDU is made of.
@@ -189,6 +192,7 @@ struct ConnRecords {
 /// Every external record of a core (module documentation).
 #[derive(Debug)]
 pub(super) struct TxRecords {
+    mrs: Arc<MrTable>,
     by_conn: Vec<Option<ConnRecords>>,
     /// An FPDU framed whole for a segment that carries only part of it (rare: a record
     /// longer than a segment, a window probe); allocated at first use.
@@ -198,8 +202,9 @@ pub(super) struct TxRecords {
 }
 
 impl TxRecords {
-    pub fn new() -> TxRecords {
+    pub fn new(mrs: Arc<MrTable>) -> TxRecords {
         TxRecords {
+            mrs,
             by_conn: Vec::new(),
             scratch: Vec::new(),
             failed: Vec::new(),
@@ -297,37 +302,44 @@ impl TxRecords {
     /// of `conn` from offset `at` of its FPDU, read from registered memory, and returns the
     /// Internet checksum sum of what it wrote when `sum` (else 0). `None` (and the failure
     /// noted for [`Self::take_failed`]) when the record is unknown or its memory cannot be
-    /// read.
-    ///
-    /// `mrs` is the core's region table and `held` the
-    /// guard kept from the previous fill of the same transmit pass ([`TxHeld`]); the caller
-    /// drops it when the pass ends.
-    #[allow(clippy::too_many_arguments)]
-    pub fn fill<'m>(
+    /// read. Each call looks its regions up and lets go of them before it returns: the fill
+    /// of a stack poll whose transmit pass may send a segment or two (whose caller does not
+    /// pay for a held guard in every idle loop); [`Self::fill_held`] for a transmit pass.
+    pub fn fill(
         &mut self,
         conn: ConnId,
         token: u64,
         at: usize,
         dst: &mut [u8],
         sum: bool,
-        mrs: &'m MrTable,
-        held: &mut TxHeld<'m>,
     ) -> Option<u64> {
-        let done = self.fill_inner(conn, token, at, dst, sum, mrs, held);
+        let TxRecords {
+            mrs,
+            by_conn,
+            scratch,
+            failed,
+        } = self;
+        let mut held: TxHeld<'_> = None;
+        let done = fill_inner(
+            by_conn,
+            scratch,
+            (conn, token, at),
+            dst,
+            sum,
+            mrs,
+            &mut held,
+        );
         if done.is_none() {
-            let sq = match self.by_conn.get(conn.slot()) {
-                Some(Some(r)) if r.conn == conn => {
-                    r.recs.iter().find(|x| x.token == token).and_then(|x| x.sq)
-                }
-                _ => None,
-            };
-            self.failed.push((conn, sq));
+            note_failed(by_conn, failed, conn, token);
         }
         done
     }
 
+    /// [`Self::fill`] with the guard kept from the previous fill of the same transmit pass
+    /// ([`TxHeld`]), from the core's region table `mrs`; the caller drops it when the pass
+    /// ends.
     #[allow(clippy::too_many_arguments)]
-    fn fill_inner<'m>(
+    pub fn fill_held<'m>(
         &mut self,
         conn: ConnId,
         token: u64,
@@ -337,31 +349,17 @@ impl TxRecords {
         mrs: &'m MrTable,
         held: &mut TxHeld<'m>,
     ) -> Option<u64> {
-        let r = self.by_conn.get(conn.slot())?.as_ref()?;
-        if r.conn != conn {
-            return None;
+        let TxRecords {
+            by_conn,
+            scratch,
+            failed,
+            ..
+        } = self;
+        let done = fill_inner(by_conn, scratch, (conn, token, at), dst, sum, mrs, held);
+        if done.is_none() {
+            note_failed(by_conn, failed, conn, token);
         }
-        // Tokens are consecutive from the oldest record on.
-        let first = r.recs.front()?.token;
-        let k = token.checked_sub(first)?;
-        let rec = r.recs.get(k as usize).filter(|x| x.token == token)?;
-        let wire = rec.wire_len();
-        if at == 0 && dst.len() == wire {
-            return rec.write(mrs, held, dst, sum);
-        }
-        // Part of the FPDU: frame it whole aside, then copy the part (and sum it).
-        let end = at.checked_add(dst.len()).filter(|&e| e <= wire)?;
-        if self.scratch.len() < wire {
-            self.scratch.resize(wire, 0);
-        }
-        rec.write(mrs, held, &mut self.scratch[..wire], false)?;
-        let part = &self.scratch[at..end];
-        Some(if sum {
-            csum::copy_and_sum(dst, part)
-        } else {
-            dst.copy_from_slice(part);
-            0
-        })
+        done
     }
 
     /// The failures noted since the last call.
@@ -374,6 +372,62 @@ impl TxRecords {
     pub fn has_failed(&self) -> bool {
         !self.failed.is_empty()
     }
+}
+
+/// [`TxRecords::fill`]'s work: the record `token` of `conn` found and written (framed aside
+/// into `scratch` when `dst` is only part of it).
+#[allow(clippy::too_many_arguments)]
+fn fill_inner<'m>(
+    by_conn: &[Option<ConnRecords>],
+    scratch: &mut Vec<u8>,
+    (conn, token, at): (ConnId, u64, usize),
+    dst: &mut [u8],
+    sum: bool,
+    mrs: &'m MrTable,
+    held: &mut TxHeld<'m>,
+) -> Option<u64> {
+    let r = by_conn.get(conn.slot())?.as_ref()?;
+    if r.conn != conn {
+        return None;
+    }
+    // Tokens are consecutive from the oldest record on.
+    let first = r.recs.front()?.token;
+    let k = token.checked_sub(first)?;
+    let rec = r.recs.get(k as usize).filter(|x| x.token == token)?;
+    let wire = rec.wire_len();
+    if at == 0 && dst.len() == wire {
+        return rec.write(mrs, held, dst, sum);
+    }
+    // Part of the FPDU: frame it whole aside, then copy the part (and sum it).
+    let end = at.checked_add(dst.len()).filter(|&e| e <= wire)?;
+    if scratch.len() < wire {
+        scratch.resize(wire, 0);
+    }
+    rec.write(mrs, held, &mut scratch[..wire], false)?;
+    let part = &scratch[at..end];
+    Some(if sum {
+        csum::copy_and_sum(dst, part)
+    } else {
+        dst.copy_from_slice(part);
+        0
+    })
+}
+
+/// Notes the failure of a fill of record `token` of `conn`, with the request it belonged
+/// to ([`TxRecords::take_failed`]).
+fn note_failed(
+    by_conn: &[Option<ConnRecords>],
+    failed: &mut Vec<(ConnId, Option<u64>)>,
+    conn: ConnId,
+    token: u64,
+) {
+    let sq = match by_conn.get(conn.slot()) {
+        Some(Some(r)) if r.conn == conn => {
+            r.recs.iter().find(|x| x.token == token).and_then(|x| x.sq)
+        }
+        _ => None,
+    };
+    failed.push((conn, sq));
 }
 
 /// Where an FPDU's payload comes from, checked: `Ok(None)` for a header-only response
