@@ -82,7 +82,7 @@ pub(super) enum PieceAccess {
 /// nothing of this core waits on it, and a deregistration or invalidation on another thread
 /// waits at most one pass. The stack poll's fill ([`TxRecords::fill`]) takes and drops its
 /// guards per call instead: a held guard there cost its set-up and drop in every idle loop
-/// (~4 instructions a core), and the segments it sends are the few an ACK lets out.
+/// (~6 instructions a core), and the segments it sends are the few an ACK lets out.
 pub(super) type TxHeld<'m> = Option<(MrGuard<'m>, u32, PieceAccess)>;
 
 /// What one external FPDU is made of.

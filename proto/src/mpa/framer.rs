@@ -404,7 +404,8 @@ fn fields_before_payload<'o>(
 /// the CRC and the TCP checksum read these octets back as 8-octet words right away, and a
 /// load that spans two earlier stores (a 2-octet length and a header copy) cannot take its
 /// value from them and waits until both reach the cache (a store-forwarding stall, on the
-/// path of every FPDU sent). Other headers: the length, then [`copy_header`].
+/// path of every FPDU sent). Other headers: the length, then the header
+/// ([`copy_long_header`]).
 #[inline]
 fn length_and_header(to: &mut [u8], len: u16, hdr: &[u8]) {
     let words = |to: &mut [u8], hdr: &[u8]| {
@@ -425,27 +426,14 @@ fn length_and_header(to: &mut [u8], len: u16, hdr: &[u8]) {
         _ => {
             let (length, rest) = to.split_at_mut(fpdu::ULPDU_LENGTH_LEN);
             length.copy_from_slice(&len.to_be_bytes());
-            copy_header(rest, hdr);
+            copy_long_header(rest, hdr);
         }
     }
 }
 
-/// Copies a ULPDU's header octets to their place, `to` as long as `hdr`. Nearly every
-/// header is a bare tagged or untagged DDP header (14 or 18 octets); those are copied as
-/// fixed-size blocks, a few moves, rather than by a call of `memcpy`.
-#[inline]
-fn copy_header(to: &mut [u8], hdr: &[u8]) {
-    match hdr.len() {
-        TAGGED_HEADER_LEN => to[..TAGGED_HEADER_LEN].copy_from_slice(&hdr[..TAGGED_HEADER_LEN]),
-        UNTAGGED_HEADER_LEN => {
-            to[..UNTAGGED_HEADER_LEN].copy_from_slice(&hdr[..UNTAGGED_HEADER_LEN]);
-        }
-        _ => copy_long_header(to, hdr),
-    }
-}
-
-/// [`copy_header`] for a header with RDMAP octets. Not inlined: inlined, its `memcpy` and
-/// the two fixed-size copies would be merged back into one `memcpy` of `hdr.len()` octets.
+/// [`length_and_header`]'s copy of a header with RDMAP octets. Not inlined: inlined, its
+/// `memcpy` would be merged with the bare headers' fixed-size copies into one `memcpy` of
+/// `hdr.len()` octets.
 #[inline(never)]
 fn copy_long_header(to: &mut [u8], hdr: &[u8]) {
     to.copy_from_slice(hdr);
