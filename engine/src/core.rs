@@ -621,8 +621,9 @@ pub struct EngineCore<D: PollDevice> {
     /// With the `self-check` feature: QPs a send request was posted to, not marked for the
     /// receive poller ([`Self::qp_mut_for_send`]), checked in the next loop.
     rx_check: Vec<usize>,
-    /// The region table again (the one in `ctx`): the receive pass borrows it apart from
-    /// `ctx`, for the guard it keeps across segments ([`RxHeld`]).
+    /// The region table again (the one in `ctx`): the receive pass and the transmit-only
+    /// pass borrow it apart from `ctx`, for the guard each keeps across segments
+    /// ([`RxHeld`], `txrec::TxHeld`).
     rx_mrs: Arc<MrTable>,
 }
 

@@ -17,8 +17,8 @@
 //! for the TCP checksum and extends the CRC over it in one pass (three lanes at once, as
 //! above): the transmit path's one touch of each octet.
 //!
-//! On a CPU with AVX-512F, AVX-512BW and VPCLMULQDQ, inputs from [`FOLD_MIN`] octets on take neither
-//! `crc32` lanes: 64-octet vectors are folded into four 512-bit registers by carry-less
+//! On a CPU with AVX-512F, AVX-512BW and VPCLMULQDQ, inputs from [`FOLD_MIN`] octets on take
+//! neither `crc32` lanes: 64-octet vectors are folded into four 512-bit registers by carry-less
 //! multiplication (two per 16 octets, four 16-octet lanes per instruction), 256 octets a
 //! step, then reduced to 128 bits and by two `crc32` to the state (`fold512`, and
 //! `copy_sum_crc_fold512` with the copy and the sum in the same registers). Here (AMD EPYC,

@@ -1948,10 +1948,10 @@ impl Connection {
     /// and owes nothing else ([`Self::nothing_to_send`], an ACK aside: the segment carries
     /// it), nothing is in flight and the send buffer is empty, the record fits one segment
     /// with its options, the peer's window and the congestion window, and no SACK block
-    /// would have to give way to it. `None`, nothing changed, otherwise. The host sends this segment with the record straight
-    /// from the caller's buffer and then hands both to [`Self::commit_lone`], which leaves
-    /// the connection as writing the record and polling the segment would have
-    /// ([`crate::host::Host::send_lone_record`]).
+    /// would have to give way to it. `None`, nothing changed, otherwise. The host sends
+    /// this segment with the record straight from the caller's buffer and then hands both
+    /// to [`Self::commit_lone`], which leaves the connection as writing the record and
+    /// polling the segment would have ([`crate::host::Host::send_lone_record`]).
     #[inline]
     pub(crate) fn lone_segment(&self, now: Instant, len: usize) -> Option<TcpRepr<'static>> {
         // `poll_new`'s cases, for the state after the write: the one segment is the whole
