@@ -45,6 +45,7 @@ pub use gso::Gso;
 pub use mbuf::{Mbuf, TxChecksumOffload, TxTso};
 pub use mempool::Mempool;
 pub use pcapng::{Direction, PcapngWriter};
+pub use port::prefault_memif_regions;
 pub use port::{
     LinkStatus, Offloads, Port, PortConfig, PortInfo, PortStats, RxQueue, TxQueue, XStat,
     AF_PACKET_FRAMESZ_DEFAULT, AF_PACKET_JUMBO_ARGS, AF_PACKET_JUMBO_BLOCKSZ,

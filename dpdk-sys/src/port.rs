@@ -232,6 +232,18 @@ fn data_path_frame_max(driver: &str, devargs: &str, reported: u32) -> u32 {
     }
 }
 
+/// Maps every page of this process's net_memif shared regions (its rings and packet
+/// buffers) now, without changing their contents; returns the octets covered. [`Port::start`]
+/// has the EAL interrupt thread call this once a net_memif port's link is up; calling it
+/// again is harmless (pages already mapped cost nothing more).
+pub fn prefault_memif_regions() -> usize {
+    // SAFETY: the shim reads /proc/self/maps and asks the kernel to populate the
+    // read-write mappings named memif_region_*, which changes no octet of them. If the
+    // driver unmaps one meanwhile (called off the interrupt thread), madvise fails on the
+    // hole or populates whatever was mapped there since: no contents change either way.
+    unsafe { ffi::wc_memif_prefault_regions() }
+}
+
 fn port_name(id: u16) -> String {
     let mut buf = [0 as std::ffi::c_char; 64];
     // SAFETY: buf has room for RTE_ETH_NAME_MAX_LEN (64) bytes including the NUL.
@@ -528,11 +540,32 @@ impl Port {
     }
 
     /// Starts the device.
+    ///
+    /// A net_memif port also has the EAL interrupt thread map its shared rings and buffers
+    /// as soon as its link comes up (see [`prefault_memif_regions`]), so that without
+    /// hugepages the first lap of each ring does not take a page fault per buffer page on
+    /// the engine core, in the middle of the first transfer.
     pub fn start(&mut self) -> Result<(), Error> {
         // SAFETY: valid, configured port.
         let ret = unsafe { ffi::rte_eth_dev_start(self.id()) };
         if ret != 0 {
             return Err(self.err("rte_eth_dev_start", ret));
+        }
+        if self.info.driver == "net_memif" {
+            // SAFETY: the shim only arms an EAL alarm carrying the port id; its callback
+            // checks that the id is still a valid port before each use, and runs on the
+            // interrupt thread, serialised with net_memif's handler that maps and unmaps
+            // the regions.
+            let r = unsafe { ffi::wc_memif_prefault_on_link_up(self.id()) };
+            if r != 0 {
+                // Only an optimisation: the rings fault in on first use as before.
+                eprintln!(
+                    "dpdk-sys: port {} ({}): net_memif's regions will not be prefaulted: {}",
+                    self.id(),
+                    self.name(),
+                    Error::code_reason(r)
+                );
+            }
         }
         Ok(())
     }

@@ -3,9 +3,13 @@
  * arguments; the safety contracts are those of the DPDK function it wraps and are restated
  * at the Rust call sites.
  */
+#include <errno.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include "wrapper.h"
 
@@ -178,4 +182,112 @@ static void wc_touch_obj(struct rte_mempool *mp, void *opaque, void *obj, unsign
 void wc_mempool_prefault(struct rte_mempool *mp)
 {
 	rte_mempool_obj_iter(mp, wc_touch_obj, NULL);
+}
+
+/*
+ * net_memif's shared memory, mapped before the first frame instead of by it.
+ *
+ * net_memif keeps its rings and packet buffers in memfd regions ("memif_region_N") that the
+ * client creates and the server maps when the link comes up. Nothing touches their pages
+ * before traffic does, so without hugepages the first lap of each ring takes a page fault
+ * per 4 KiB buffer page on both ends (~4,000 of them for 4,096 slots of 2 KiB each way),
+ * on the engine core, in the middle of the first transfer. Once the link is up they are
+ * populated here instead, on the EAL interrupt thread: serialised with the driver's own
+ * control-channel handler, which is the only code that maps or unmaps them.
+ */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+/*
+ * Populates [lo, hi) writable with one call, from its start: traffic fills a ring from its
+ * first slot up, and the kernel populates faster than a ring fills, so after the first few
+ * slots the frames find their pages mapped. Where this thread shares the engine's CPU (a
+ * process confined to one CPU), the engine loses the CPU for a scheduler slice or two once
+ * (measured: one of the first round trips takes up to ~1.1 ms, instead of a fault per buffer
+ * page over the first ring lap; see docs/net.md).
+ */
+static void wc_populate(unsigned long lo, unsigned long hi)
+{
+	if (madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE) != 0 && errno == EINVAL) {
+		volatile const char *p = (volatile const char *)lo;
+		unsigned long o;
+
+		for (o = 0; o < hi - lo; o += 4096)
+			(void)p[o];
+	}
+}
+
+/*
+ * Populates every "memif_region_" mapping of this process writable (MADV_POPULATE_WRITE,
+ * Linux 5.14; before it, a read of each page, which for shared memory maps the page
+ * writable too). The contents are not changed. Returns the octets covered.
+ */
+size_t wc_memif_prefault_regions(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	size_t total = 0;
+
+	if (f == NULL)
+		return 0;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		unsigned long lo, hi;
+		char perms[8];
+
+		if (strstr(line, "/memfd:memif_region_") == NULL)
+			continue;
+		if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3 || hi <= lo ||
+		    perms[0] != 'r' || perms[1] != 'w')
+			continue;
+		wc_populate(lo, hi);
+		total += hi - lo;
+	}
+	fclose(f);
+	return total;
+}
+
+struct wc_memif_watch {
+	uint16_t port_id;
+	unsigned polls;
+};
+
+/* Polls the link every 1 ms for a second, then every 10 ms, until it is up. */
+static void wc_memif_watch_cb(void *arg)
+{
+	struct wc_memif_watch *w = arg;
+	struct rte_eth_link l;
+
+	if (!rte_eth_dev_is_valid_port(w->port_id)) {
+		free(w);
+		return;
+	}
+	memset(&l, 0, sizeof(l));
+	if (rte_eth_link_get_nowait(w->port_id, &l) == 0 && l.link_status == RTE_ETH_LINK_UP) {
+		wc_memif_prefault_regions();
+		free(w);
+		return;
+	}
+	w->polls++;
+	if (rte_eal_alarm_set(w->polls < 1000 ? 1000 : 10000, wc_memif_watch_cb, w) != 0)
+		free(w);
+}
+
+/*
+ * Has the interrupt thread populate the memif regions once port_id's link is up (polled;
+ * net_memif raises no link event). Returns 0, or a negative errno if no alarm could be set.
+ */
+int wc_memif_prefault_on_link_up(uint16_t port_id)
+{
+	struct wc_memif_watch *w = malloc(sizeof(*w));
+	int r;
+
+	if (w == NULL)
+		return -ENOMEM;
+	w->port_id = port_id;
+	w->polls = 0;
+	r = rte_eal_alarm_set(1000, wc_memif_watch_cb, w);
+	if (r != 0)
+		free(w);
+	return r;
 }

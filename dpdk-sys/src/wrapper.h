@@ -37,3 +37,6 @@ int wc_eth_dev_close_serialized(uint16_t port_id, unsigned timeout_ms);
 const char *wc_port_devargs(uint16_t port_id);
 /* Maps every page of a new pool's objects (see shim.c). */
 void wc_mempool_prefault(struct rte_mempool *mp);
+/* Maps the net_memif shared regions once a port's link is up (see shim.c). */
+int wc_memif_prefault_on_link_up(uint16_t port_id);
+size_t wc_memif_prefault_regions(void);

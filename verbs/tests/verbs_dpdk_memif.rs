@@ -47,6 +47,55 @@ fn role(role: &str) {
     } else {
         common::client(&ctx, [198, 18, 0, 2]);
     }
+    // The suite's traffic uses a few of the 1,024 ring slots each way; the rest of
+    // net_memif's shared memory is mapped only because the port populated it when the
+    // link came up (dpdk_sys::prefault_memif_regions).
+    let regions = memif_regions();
+    assert!(
+        !regions.is_empty(),
+        "no memif_region mapping in /proc/self/smaps"
+    );
+    for (size, rss) in regions {
+        assert_eq!(
+            rss, size,
+            "memif region of {size} KiB has only {rss} KiB resident"
+        );
+    }
+}
+
+/// (Size, Rss) in KiB of each memif region mapping of this process.
+fn memif_regions() -> Vec<(u64, u64)> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+    let mut out = Vec::new();
+    let mut cur: Option<(Option<u64>, Option<u64>)> = None;
+    let kib = |l: &str| {
+        l.split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    for line in smaps.lines() {
+        let header = line.split_whitespace().next().is_some_and(|f| {
+            f.contains('-') && f.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+        });
+        if header {
+            if let Some((Some(s), Some(r))) = cur.take() {
+                out.push((s, r));
+            }
+            cur = line
+                .contains("/memfd:memif_region_")
+                .then_some((None, None));
+        } else if let Some((s, r)) = cur.as_mut() {
+            if line.starts_with("Size:") {
+                *s = kib(line);
+            } else if line.starts_with("Rss:") {
+                *r = kib(line);
+            }
+        }
+    }
+    if let Some((Some(s), Some(r))) = cur {
+        out.push((s, r));
+    }
+    out
 }
 
 fn spawn(
