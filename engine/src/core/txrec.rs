@@ -137,19 +137,19 @@ impl TxRecord {
             for p in &self.pieces[..usize::from(self.npieces)] {
                 let n = p.len as usize;
                 let dst = payload.get_mut(at..at + n).ok_or(())?;
-                if !matches!(held, Some((_, stag, how)) if *stag == p.stag && *how == self.access) {
-                    // The old guard goes first: a failed lookup leaves none held.
-                    *held = None;
-                    let g = match self.access {
-                        PieceAccess::Local { pd } => mrs.lookup_local(Stag(p.stag), pd, false),
-                        PieceAccess::Remote { pd, stream } => {
-                            mrs.lookup_remote(Stag(p.stag), pd, stream, Access::REMOTE_READ)
-                        }
-                    };
-                    *held = Some((g.map_err(|_| ())?, p.stag, self.access));
-                }
-                let Some((g, _, _)) = held.as_ref() else {
-                    return Err(());
+                let g = match held {
+                    Some((g, stag, how)) if *stag == p.stag && *how == self.access => &*g,
+                    _ => {
+                        // The old guard goes first: a failed lookup leaves none held.
+                        *held = None;
+                        let g = match self.access {
+                            PieceAccess::Local { pd } => mrs.lookup_local(Stag(p.stag), pd, false),
+                            PieceAccess::Remote { pd, stream } => {
+                                mrs.lookup_remote(Stag(p.stag), pd, stream, Access::REMOTE_READ)
+                            }
+                        };
+                        &held.insert((g.map_err(|_| ())?, p.stag, self.access)).0
+                    }
                 };
                 match (sum, c) {
                     (true, Some(cv)) => {
