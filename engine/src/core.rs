@@ -72,7 +72,7 @@
 //!                    Terminate           QN 2: Qp::remote_terminate           (qp)
 //!                    rx_atomic_response  QN 3: ORQ head, original value, retire_sq
 //!                errors ─ Qp::fail_local (Terminate queued, flush)           (qp)
-//!      ─ poll_stack: stack.poll_with_fill (rx burst, TCP) (rx: in-order payload of RTS QPs)
+//!      ─ poll_stack: stack.poll_with_fill_pass (rx burst, TCP) (rx: in-order payload of RTS QPs)
 //!          └ Qp::consume_fpdus   straight from the frame, while the TCP queue is empty
 //! ```
 //! # The transmit path, by function
@@ -108,9 +108,10 @@
 //!              │   └ Qp::tx_message_done
 //!              ├ Qp::retire_sq      completions in order
 //!              └ Qp::tx_close_if_drained   FIN once nothing is owed, Disconnected
-//!      ─ poll_stack's transmit pass after its rx burst (Stack::poll_with_fill), one flush;
-//!          the host calls TxRecords::fill for each external record a frame carries; a
-//!          failed fill -> fail_unfillable
+//!      ─ poll_stack's transmit pass after its rx burst (Stack::poll_with_fill_pass), one
+//!          flush; the host calls TxRecords::fill for each external record a frame carries
+//!          (the pass holding the guard of the region it copies from); a failed fill ->
+//!          fail_unfillable
 //! ```
 //!
 //! The per-connection steps borrow the core's `Ctx` (region table, configuration, events,
@@ -684,7 +685,7 @@ impl<D: PollDevice> EngineCore<D> {
             now,
             gather: Vec::new(),
             fpdu: Vec::new(),
-            txrec: TxRecords::new(mrs.clone()),
+            txrec: TxRecords::new(),
             rx_mrs: mrs.clone(),
             rx_settled: Vec::new(),
             rx_check: Vec::new(),
@@ -892,7 +893,7 @@ impl<D: PollDevice> EngineCore<D> {
         // The pass's guard (`txrec::TxHeld`): the pass runs no engine code but the fill.
         let mut held: txrec::TxHeld<'_> = None;
         stack.poll_transmit_fill(*now, |c, t, at, dst, sum| {
-            txrec.fill_held(c, t, at, dst, sum, mrs, &mut held)
+            txrec.fill(c, t, at, dst, sum, mrs, &mut held)
         });
         drop(held);
         if self.txrec.has_failed() {

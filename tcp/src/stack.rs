@@ -337,6 +337,22 @@ impl<D: PollDevice> Stack<D> {
         }
     }
 
+    /// [`Self::poll_with_fill`], with the fill made by `make_fill` only when the poll runs
+    /// a transmit pass, after every `deliver`, and dropped when the pass ends
+    /// ([`crate::host::Host::poll_with_fill_pass`]). The reference never makes one.
+    #[inline]
+    pub fn poll_with_fill_pass<F, M, X>(&mut self, now: Instant, deliver: F, make_fill: M) -> bool
+    where
+        F: FnMut(ConnId, &[u8]) -> usize,
+        M: FnOnce() -> X,
+        X: FnMut(ConnId, u64, usize, &mut [u8], bool) -> Option<u64>,
+    {
+        match &mut self.imp {
+            Imp::Warpcore(s) => s.poll_with_fill_pass(now, deliver, make_fill),
+            Imp::Reference(s) => s.poll(now),
+        }
+    }
+
     /// [`Self::poll_transmit`] with `fill` ([`Self::poll_with_fill`]).
     pub fn poll_transmit_fill<X>(&mut self, now: Instant, fill: X) -> bool
     where

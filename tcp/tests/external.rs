@@ -317,3 +317,87 @@ fn a_record_the_owner_cannot_write_resets_the_connection() {
     assert_eq!(got, vec![7u8; 100], "only the written octets arrive");
     assert_eq!(a.host_stats().expect("ours").external_fill_failures, 1);
 }
+
+/// `Stack::poll_with_fill_pass`: the fill is made only for a poll that runs a transmit
+/// pass, after every delivery of the poll's rx burst, and dropped when that pass ends,
+/// before the poll returns (the engine holds a region's guard in it for the pass: a
+/// delivery that invalidated that region would wait on its own core, and an idle loop
+/// must set up nothing).
+#[test]
+fn a_poll_makes_its_fill_for_a_transmit_pass_only_after_every_delivery_and_drops_it_with_the_pass()
+{
+    use std::cell::RefCell;
+    struct Dropped<'a>(&'a RefCell<Vec<&'static str>>);
+    impl Drop for Dropped<'_> {
+        fn drop(&mut self) {
+            self.0.borrow_mut().push("drop");
+        }
+    }
+    let (ea, eb) = link::pair(&LinkConfig::default());
+    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("a");
+    let mut b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("b");
+    let mut now = Instant::ZERO;
+    let (ca, cb) = connect(&mut a, &mut b, &mut now);
+    // Settle: nothing left to send or receive either way, nothing due.
+    for _ in 0..100 {
+        while a.next_event().is_some() || b.next_event().is_some() {}
+        if !(a.poll(now) | b.poll(now)) && next_delivery(&a, &b).is_none() {
+            break;
+        }
+    }
+    let log = RefCell::new(Vec::new());
+    let poll_a = |a: &mut Stack<LinkEnd>, now| {
+        log.borrow_mut().clear();
+        a.poll_with_fill_pass(
+            now,
+            |_, data: &[u8]| {
+                log.borrow_mut().push("deliver");
+                data.len()
+            },
+            || {
+                log.borrow_mut().push("make");
+                let d = Dropped(&log);
+                move |_, t, _, dst: &mut [u8], _| {
+                    let _ = &d;
+                    assert_eq!(t, 7, "the one record queued");
+                    d.0.borrow_mut().push("fill");
+                    dst.fill(9);
+                    Some(csum::sum(dst))
+                }
+            },
+        );
+        log.borrow().clone()
+    };
+    assert_eq!(
+        poll_a(&mut a, now),
+        Vec::<&str>::new(),
+        "an idle poll makes no fill"
+    );
+    // The peer's octets wait for a, and a has a record to send: one poll delivers them,
+    // then makes the fill for its transmit pass, which writes the record, then drops it.
+    assert_eq!(
+        b.send_with(cb, |buf| {
+            buf[..100].fill(3);
+            100
+        })
+        .expect("send"),
+        100
+    );
+    b.poll(now);
+    assert!(a.send_external_record(ca, 500, 7).expect("external"));
+    assert_eq!(poll_a(&mut a, now), ["deliver", "make", "fill", "drop"]);
+    // The record arrives whole.
+    let mut got = Vec::new();
+    for _ in 0..100 {
+        let w = b.poll(now);
+        let _ = b.recv_with(cb, |d| {
+            got.extend_from_slice(d);
+            d.len()
+        });
+        if got.len() >= 500 {
+            break;
+        }
+        now = sim_clock(now, w, next_delivery(&a, &b));
+    }
+    assert_eq!(got, vec![9u8; 500]);
+}

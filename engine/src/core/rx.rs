@@ -856,8 +856,16 @@ impl<D: PollDevice> EngineCore<D> {
         } = self;
         let mrs: &MrTable = rx_mrs;
         let mut held: RxHeld<'_> = None;
-        let fill = |c, t, at, dst: &mut [u8], sum| txrec.fill(c, t, at, dst, sum);
-        let work = stack.poll_with_fill(
+        // Made when the stack runs a transmit pass, after every delivery of its rx burst,
+        // and dropped when the pass ends: the pass's guard (`txrec::TxHeld`), as
+        // `transmit`'s, with nothing of this core's engine code (a Send with Invalidate
+        // waiting for its region's guards) running while it is held, and nothing for a
+        // poll that sends nothing to set up or drop (the idle loop).
+        let make_fill = move || {
+            let mut tx_held: txrec::TxHeld<'_> = None;
+            move |c, t, at, dst: &mut [u8], sum| txrec.fill(c, t, at, dst, sum, mrs, &mut tx_held)
+        };
+        let work = stack.poll_with_fill_pass(
             now,
             |tcp, data| {
                 let Some(&i) = conn_qp.get(tcp.slot()) else {
@@ -887,7 +895,7 @@ impl<D: PollDevice> EngineCore<D> {
                 }
                 n
             },
-            fill,
+            make_fill,
         );
         drop(held);
         if self.txrec.has_failed() {

@@ -20,7 +20,7 @@
 //! ```text
 //! tx_fpdus ─ TxRecords::push (header, pieces) ─ Stack::send_external_record(len, token)
 //!                                                 ... TCP sends, loses, resends ...
-//! Stack::poll_with_fill / poll_transmit_fill ─ host emit ─ TxRecords::fill(conn, token, at, frame)
+//! Stack::poll_with_fill_pass / poll_transmit_fill ─ host emit ─ TxRecords::fill(conn, token, at, frame)
 //! ACK ─ Stack::take_acked_external ─ TxRecords::acked ─ SqEntry::unacked == 0 ─ completion
 //! ```
 //!
@@ -76,13 +76,17 @@ pub(super) enum PieceAccess {
 /// A guard's drop is a locked instruction, which waits until every earlier store has
 /// reached the cache: right after a copy into a frame, the ~23 stores of 64 octets of an
 /// MTU 1500 segment (`perf` of write_bw: the drop and the next lookup took ~2 % of the
-/// sending core). Held for one transmit-only pass of the stack (`EngineCore::transmit`,
-/// where most segments of a bulk transfer are sent) and dropped when it returns, as the
+/// sending core). Held for one transmit pass of the stack and dropped when it ends, as the
 /// receive path's [`super::rx::RxHeld`] is: the pass runs no engine code but the fill, so
 /// nothing of this core waits on it, and a deregistration or invalidation on another thread
-/// waits at most one pass. The stack poll's fill ([`TxRecords::fill`]) takes and drops its
-/// guards per call instead: a held guard there cost its set-up and drop in every idle loop
-/// (~6 instructions a core), and the segments it sends are the few an ACK lets out.
+/// waits at most one pass. Both passes hold one: the transmit-only pass
+/// (`EngineCore::transmit`) and the stack poll's pass after its rx burst (`poll_stack`,
+/// where a bulk transfer sends most of its segments, the ones each batch of ACKs lets
+/// out), whose fill the stack makes only when it runs the pass
+/// ([`Stack::poll_with_fill_pass`]), after every delivery of the burst: an idle loop sets
+/// up and drops nothing. (Before, the poll's fill took and dropped a guard per segment: a
+/// locked increment and decrement of the region's count each, ~3 % of the MTU 1500
+/// sender.)
 pub(super) type TxHeld<'m> = Option<(MrGuard<'m>, u32, PieceAccess)>;
 
 /// What one external FPDU is made of.
@@ -192,7 +196,6 @@ struct ConnRecords {
 /// Every external record of a core (module documentation).
 #[derive(Debug)]
 pub(super) struct TxRecords {
-    mrs: Arc<MrTable>,
     by_conn: Vec<Option<ConnRecords>>,
     /// An FPDU framed whole for a segment that carries only part of it (rare: a record
     /// longer than a segment, a window probe); allocated at first use.
@@ -202,9 +205,8 @@ pub(super) struct TxRecords {
 }
 
 impl TxRecords {
-    pub fn new(mrs: Arc<MrTable>) -> TxRecords {
+    pub fn new() -> TxRecords {
         TxRecords {
-            mrs,
             by_conn: Vec::new(),
             scratch: Vec::new(),
             failed: Vec::new(),
@@ -299,47 +301,13 @@ impl TxRecords {
     }
 
     /// The host's [`warpcore_tcp::host::Fill`]: writes `dst.len()` octets of record `token`
-    /// of `conn` from offset `at` of its FPDU, read from registered memory, and returns the
-    /// Internet checksum sum of what it wrote when `sum` (else 0). `None` (and the failure
-    /// noted for [`Self::take_failed`]) when the record is unknown or its memory cannot be
-    /// read. Each call looks its regions up and lets go of them before it returns: the fill
-    /// of a stack poll whose transmit pass may send a segment or two (whose caller does not
-    /// pay for a held guard in every idle loop); [`Self::fill_held`] for a transmit pass.
-    pub fn fill(
-        &mut self,
-        conn: ConnId,
-        token: u64,
-        at: usize,
-        dst: &mut [u8],
-        sum: bool,
-    ) -> Option<u64> {
-        let TxRecords {
-            mrs,
-            by_conn,
-            scratch,
-            failed,
-        } = self;
-        let mut held: TxHeld<'_> = None;
-        let done = fill_inner(
-            by_conn,
-            scratch,
-            (conn, token, at),
-            dst,
-            sum,
-            mrs,
-            &mut held,
-        );
-        if done.is_none() {
-            note_failed(by_conn, failed, conn, token);
-        }
-        done
-    }
-
-    /// [`Self::fill`] with the guard kept from the previous fill of the same transmit pass
-    /// ([`TxHeld`]), from the core's region table `mrs`; the caller drops it when the pass
-    /// ends.
+    /// of `conn` from offset `at` of its FPDU, read from registered memory in the core's
+    /// region table `mrs`, and returns the Internet checksum sum of what it wrote when `sum`
+    /// (else 0). `None` (and the failure noted for [`Self::take_failed`]) when the record is
+    /// unknown or its memory cannot be read. `held`: the guard kept from the previous fill
+    /// of the same transmit pass ([`TxHeld`]), which the caller drops when the pass ends.
     #[allow(clippy::too_many_arguments)]
-    pub fn fill_held<'m>(
+    pub fn fill<'m>(
         &mut self,
         conn: ConnId,
         token: u64,
@@ -353,7 +321,6 @@ impl TxRecords {
             by_conn,
             scratch,
             failed,
-            ..
         } = self;
         let done = fill_inner(by_conn, scratch, (conn, token, at), dst, sum, mrs, held);
         if done.is_none() {

@@ -470,9 +470,29 @@ impl<D: PollDevice> Host<D> {
     /// [`Self::poll_with`], with `fill` writing the octets of external records into the
     /// frames sent ([`Fill`]).
     #[inline]
-    pub fn poll_with_fill<F, X>(&mut self, now: Instant, mut deliver: F, mut fill: X) -> bool
+    pub fn poll_with_fill<F, X>(&mut self, now: Instant, deliver: F, fill: X) -> bool
     where
         F: FnMut(ConnId, &[u8]) -> usize,
+        X: FnMut(ConnId, u64, usize, &mut [u8], bool) -> Option<u64>,
+    {
+        self.poll_with_fill_pass(now, deliver, move || fill)
+    }
+
+    /// [`Self::poll_with_fill`], with the fill made by `make_fill` when the poll runs a
+    /// transmit pass, and dropped when that pass ends (before the flush): a fill that holds
+    /// something for the length of a pass (the engine keeps the guard of the region it
+    /// copies from, instead of a locked increment and decrement per segment) costs a poll
+    /// that sends nothing nothing. Every `deliver` of the poll runs before `make_fill`.
+    #[inline]
+    pub fn poll_with_fill_pass<F, M, X>(
+        &mut self,
+        now: Instant,
+        mut deliver: F,
+        make_fill: M,
+    ) -> bool
+    where
+        F: FnMut(ConnId, &[u8]) -> usize,
+        M: FnOnce() -> X,
         X: FnMut(ConnId, u64, usize, &mut [u8], bool) -> Option<u64>,
     {
         self.inner.now = now;
@@ -495,7 +515,7 @@ impl<D: PollDevice> Host<D> {
             self.device.flush();
             return true;
         }
-        self.timers_and_transmit(now, work, events_before, &mut fill)
+        self.timers_and_transmit(now, work, events_before, make_fill)
     }
 
     /// [`Self::poll`] without the rx burst: due timers, every dirty connection's segments
@@ -507,26 +527,31 @@ impl<D: PollDevice> Host<D> {
 
     /// [`Self::poll_transmit`], with `fill` writing the octets of external records
     /// ([`Fill`]).
-    pub fn poll_transmit_fill<X>(&mut self, now: Instant, mut fill: X) -> bool
+    pub fn poll_transmit_fill<X>(&mut self, now: Instant, fill: X) -> bool
     where
         X: FnMut(ConnId, u64, usize, &mut [u8], bool) -> Option<u64>,
     {
         self.inner.now = now;
         let events_before = self.inner.events.len();
-        self.timers_and_transmit(now, false, events_before, &mut fill)
+        self.timers_and_transmit(now, false, events_before, move || fill)
     }
 
-    /// The end of a poll: due timers, the transmit pass, one device flush, then the served
-    /// connections' events and timers (their frames leave first). Whether anything
-    /// happened (`work` from before, frames sent, events raised since `events_before`).
+    /// The end of a poll: due timers, the transmit pass (with the fill `make_fill` makes
+    /// for it, dropped when it ends), one device flush, then the served connections'
+    /// events and timers (their frames leave first). Whether anything happened (`work`
+    /// from before, frames sent, events raised since `events_before`).
     #[inline(always)]
-    fn timers_and_transmit(
+    fn timers_and_transmit<M, X>(
         &mut self,
         now: Instant,
         mut work: bool,
         events_before: usize,
-        fill: &mut Fill<'_>,
-    ) -> bool {
+        make_fill: M,
+    ) -> bool
+    where
+        M: FnOnce() -> X,
+        X: FnMut(ConnId, u64, usize, &mut [u8], bool) -> Option<u64>,
+    {
         if self.inner.wheel.may_have_due(now) {
             work |= self.inner.run_timers(now);
         }
@@ -534,7 +559,8 @@ impl<D: PollDevice> Host<D> {
         // loop's floor).
         let i = &self.inner;
         if !i.control.is_empty() || !i.dirty.is_empty() || !i.unresolved.is_empty() {
-            work |= self.transmit(now, fill);
+            let mut fill = make_fill();
+            work |= self.transmit(now, &mut fill);
         }
         let sent = self.device.flush();
         // The bookkeeping of the connections just served, once their frames are on the
