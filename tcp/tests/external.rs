@@ -358,6 +358,8 @@ fn a_poll_makes_its_fill_for_a_transmit_pass_only_after_every_delivery_and_drops
                 log.borrow_mut().push("make");
                 let d = Dropped(&log);
                 move |_, t, _, dst: &mut [u8], _| {
+                    // Moves `d` itself into the fill (a use of `d.0` alone would move only
+                    // the field, and `d` would drop with `make_fill`, before the pass).
                     let _ = &d;
                     assert_eq!(t, 7, "the one record queued");
                     d.0.borrow_mut().push("fill");
