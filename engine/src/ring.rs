@@ -1,7 +1,9 @@
 //! Rings that join application threads to engine cores (GUIDE rule 8).
 //!
-//! [`spsc`] is the single-producer single-consumer ring used for request rings (posted work
-//! requests, application → core) and completion rings (core → application).
+//! [`spsc`] is the single-producer single-consumer ring of each engine core's command ring
+//! (application → core) and event ring (core → application). [`mpmc`] is the completion
+//! queues' ring: several cores may fill one and several threads drain it, a run or a batch
+//! per atomic claim.
 #![allow(unsafe_code)]
 
 pub use spsc::{channel, Consumer, Front, Producer};
@@ -661,6 +663,547 @@ pub mod spsc {
         #[should_panic(expected = "power of two")]
         fn capacity_must_be_power_of_two() {
             let _ = channel::<u8>(3);
+        }
+    }
+}
+
+/// A bounded multi-producer multi-consumer queue of `Copy` items that moves a batch of
+/// items per atomic read-modify-write: the completion queues' ring
+/// ([`crate::CompletionQueue`]), which several engine cores may fill and several
+/// application threads may drain.
+///
+/// # Why not `crossbeam::queue::ArrayQueue`
+/// It is the same design (below) but takes one compare-and-swap of a shared cursor per
+/// item on each side. A run of small Writes completes tens of requests per engine loop, and
+/// `perf` put those two locked instructions per completion at ~7 % of the sending core of
+/// a 64 B Write stream; here a run costs one on each side (`docs/decisions/0007-batched-completion-queue.md`).
+///
+/// # Design
+/// Dmitry Vyukov's bounded queue, as crossbeam lays it out: each slot carries a `stamp`,
+/// and the `head` and `tail` cursors are positions `lap | index`, where `one_lap` is the
+/// power of two above the capacity. At position `p`:
+/// - a slot whose stamp is `p` is free for the producer that claims position `p`;
+/// - a slot whose stamp is `p + 1` holds the item written at position `p`;
+/// - reading it sets the stamp to `p + one_lap`: free for the same index one lap later.
+///
+/// A producer counts the free slots from `tail` (up to the batch it wants), claims them with
+/// one compare-and-swap of `tail`, writes them and publishes each with a `Release` store of
+/// its stamp. A consumer counts the published slots from `head`, claims them with one
+/// compare-and-swap of `head`, reads them and frees each with a `Release` store of its
+/// stamp. A stamp can leave the value that counted it only through a claim of its position,
+/// which moves the cursor the counting thread is about to swap, so a claim never covers a
+/// slot that was not free (producer) or published (consumer) when it succeeded. A consumer
+/// that finds the slot at `head` claimed but not yet written waits for its producer, as
+/// crossbeam's does; producers write a claimed batch without anything in between that can
+/// block.
+pub mod mpmc {
+    use core::cell::UnsafeCell;
+    use core::fmt;
+    use core::mem::MaybeUninit;
+    use core::sync::atomic::{fence, AtomicUsize, Ordering};
+
+    use crossbeam::utils::{Backoff, CachePadded};
+
+    struct Slot<T> {
+        stamp: AtomicUsize,
+        value: UnsafeCell<MaybeUninit<T>>,
+    }
+
+    /// The queue (shared by reference; see the module documentation).
+    pub struct Queue<T: Copy> {
+        head: CachePadded<AtomicUsize>,
+        tail: CachePadded<AtomicUsize>,
+        buf: Box<[Slot<T>]>,
+        cap: usize,
+        one_lap: usize,
+    }
+
+    // SAFETY: a slot's value is accessed only by the one thread whose compare-and-swap
+    // claimed its position, and ownership passes between threads through the release
+    // store and acquire load of its stamp (module documentation). Items are copied between
+    // threads, so `T: Send` is needed and enough; no `&T` is shared.
+    unsafe impl<T: Copy + Send> Send for Queue<T> {}
+    // SAFETY: as above.
+    unsafe impl<T: Copy + Send> Sync for Queue<T> {}
+
+    /// Aborts the process if dropped while unwinding: a producer that claimed slots and
+    /// panicked before publishing them would leave every consumer waiting for them forever.
+    struct AbortOnUnwind;
+
+    impl Drop for AbortOnUnwind {
+        fn drop(&mut self) {
+            std::process::abort();
+        }
+    }
+
+    impl<T: Copy> Queue<T> {
+        /// A queue of exactly `capacity` items.
+        ///
+        /// # Panics
+        /// If `capacity` is 0 or above `usize::MAX / 4` (configuration, checked at set-up).
+        pub fn new(capacity: usize) -> Queue<T> {
+            assert!(
+                capacity > 0 && capacity <= usize::MAX / 4,
+                "mpmc::Queue: capacity must be in 1..=usize::MAX/4, got {capacity}"
+            );
+            let buf = (0..capacity)
+                .map(|i| Slot {
+                    stamp: AtomicUsize::new(i),
+                    value: UnsafeCell::new(MaybeUninit::uninit()),
+                })
+                .collect();
+            Queue {
+                head: CachePadded::new(AtomicUsize::new(0)),
+                tail: CachePadded::new(AtomicUsize::new(0)),
+                buf,
+                cap: capacity,
+                one_lap: (capacity + 1).next_power_of_two(),
+            }
+        }
+
+        /// The slot of position `pos`.
+        #[inline]
+        fn slot(&self, pos: usize) -> &Slot<T> {
+            &self.buf[pos & (self.one_lap - 1)]
+        }
+
+        /// The position after `pos`.
+        #[inline]
+        fn next(&self, pos: usize) -> usize {
+            let index = pos & (self.one_lap - 1);
+            if index + 1 < self.cap {
+                pos.wrapping_add(1)
+            } else {
+                (pos & !(self.one_lap - 1)).wrapping_add(self.one_lap)
+            }
+        }
+
+        /// Claims up to `n` (>= 1) free slots from `tail`: their first position and count,
+        /// or `None` when the queue is full.
+        #[inline]
+        fn claim_free(&self, n: usize) -> Option<(usize, usize)> {
+            let backoff = Backoff::new();
+            let mut tail = self.tail.load(Ordering::Relaxed);
+            loop {
+                let stamp = self.slot(tail).stamp.load(Ordering::Acquire);
+                if stamp == tail {
+                    // Free: count the free ones after it, up to `n`.
+                    let (mut k, mut pos) = (1, self.next(tail));
+                    while k < n && self.slot(pos).stamp.load(Ordering::Acquire) == pos {
+                        k += 1;
+                        pos = self.next(pos);
+                    }
+                    match self.tail.compare_exchange_weak(
+                        tail,
+                        pos,
+                        Ordering::SeqCst,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => return Some((tail, k)),
+                        Err(t) => {
+                            tail = t;
+                            backoff.spin();
+                            continue;
+                        }
+                    }
+                }
+                if stamp.wrapping_add(self.one_lap) == tail.wrapping_add(1) {
+                    // The slot still holds the item of the lap before: full, unless a
+                    // consumer claimed it meanwhile.
+                    fence(Ordering::SeqCst);
+                    let head = self.head.load(Ordering::Relaxed);
+                    if head.wrapping_add(self.one_lap) == tail {
+                        return None;
+                    }
+                    backoff.spin();
+                } else {
+                    // Another producer claimed `tail` already (or its consumer has not
+                    // freed the slot yet): look again.
+                    backoff.snooze();
+                }
+                tail = self.tail.load(Ordering::Relaxed);
+            }
+        }
+
+        /// Claims up to `n` (>= 1) published slots from `head`: their first position and
+        /// count, or `None` when the queue is empty.
+        #[inline]
+        fn claim_full(&self, n: usize) -> Option<(usize, usize)> {
+            let backoff = Backoff::new();
+            let mut head = self.head.load(Ordering::Relaxed);
+            loop {
+                let stamp = self.slot(head).stamp.load(Ordering::Acquire);
+                if stamp == head.wrapping_add(1) {
+                    // Published: count the published ones after it, up to `n`.
+                    let (mut k, mut pos) = (1, self.next(head));
+                    while k < n
+                        && self.slot(pos).stamp.load(Ordering::Acquire) == pos.wrapping_add(1)
+                    {
+                        k += 1;
+                        pos = self.next(pos);
+                    }
+                    match self.head.compare_exchange_weak(
+                        head,
+                        pos,
+                        Ordering::SeqCst,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => return Some((head, k)),
+                        Err(h) => {
+                            head = h;
+                            backoff.spin();
+                            continue;
+                        }
+                    }
+                }
+                if stamp == head {
+                    // Free at this lap: empty, unless a producer claimed it and is writing.
+                    fence(Ordering::SeqCst);
+                    let tail = self.tail.load(Ordering::Relaxed);
+                    if tail == head {
+                        return None;
+                    }
+                    backoff.spin();
+                } else {
+                    // Another consumer took `head` already: look again.
+                    backoff.snooze();
+                }
+                head = self.head.load(Ordering::Relaxed);
+            }
+        }
+
+        /// Appends up to `n` items, `make(j)` building the `j`-th, in order, with one
+        /// compare-and-swap: as many as there is room for (the first ones), and returns
+        /// how many. `make` runs after the slots are claimed and must not panic (the
+        /// process aborts if it does: consumers would wait for the claimed slots forever).
+        pub fn push_with(&self, n: usize, mut make: impl FnMut(usize) -> T) -> usize {
+            if n == 0 {
+                return 0;
+            }
+            let Some((first, k)) = self.claim_free(n.min(self.cap)) else {
+                return 0;
+            };
+            let guard = AbortOnUnwind;
+            let mut pos = first;
+            for j in 0..k {
+                let v = make(j);
+                let slot = self.slot(pos);
+                // SAFETY: the compare-and-swap in `claim_free` gave this thread position
+                // `pos`, whose slot was free (its stamp said so and no one else can claim
+                // it): no other thread touches the value until the stamp store below.
+                unsafe { (*slot.value.get()).write(v) };
+                slot.stamp.store(pos.wrapping_add(1), Ordering::Release);
+                pos = self.next(pos);
+            }
+            core::mem::forget(guard);
+            k
+        }
+
+        /// Appends `v`; gives it back when the queue is full. (The one-item case of
+        /// [`Queue::push_with`], spelled out: no count of free slots.)
+        #[inline]
+        pub fn push(&self, v: T) -> Result<(), T> {
+            let backoff = Backoff::new();
+            let mut tail = self.tail.load(Ordering::Relaxed);
+            loop {
+                let slot = self.slot(tail);
+                let stamp = slot.stamp.load(Ordering::Acquire);
+                if stamp == tail {
+                    match self.tail.compare_exchange_weak(
+                        tail,
+                        self.next(tail),
+                        Ordering::SeqCst,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => {
+                            // SAFETY: as in `push_with`: position `tail` is this thread's.
+                            unsafe { (*slot.value.get()).write(v) };
+                            slot.stamp.store(tail.wrapping_add(1), Ordering::Release);
+                            return Ok(());
+                        }
+                        Err(t) => {
+                            tail = t;
+                            backoff.spin();
+                            continue;
+                        }
+                    }
+                }
+                if stamp.wrapping_add(self.one_lap) == tail.wrapping_add(1) {
+                    fence(Ordering::SeqCst);
+                    if self.head.load(Ordering::Relaxed).wrapping_add(self.one_lap) == tail {
+                        return Err(v);
+                    }
+                    backoff.spin();
+                } else {
+                    backoff.snooze();
+                }
+                tail = self.tail.load(Ordering::Relaxed);
+            }
+        }
+
+        /// Moves up to `out.len()` of the oldest items into `out`, in order, with one
+        /// compare-and-swap; returns how many.
+        pub fn pop_into(&self, out: &mut [T]) -> usize {
+            if out.is_empty() {
+                return 0;
+            }
+            let Some((first, k)) = self.claim_full(out.len().min(self.cap)) else {
+                return 0;
+            };
+            let mut pos = first;
+            for o in &mut out[..k] {
+                let slot = self.slot(pos);
+                // SAFETY: the compare-and-swap in `claim_full` gave this thread position
+                // `pos`, whose slot was published (stamp `pos + 1`, acquired): its value is
+                // initialized and no other thread touches it until the stamp store below.
+                *o = unsafe { (*slot.value.get()).assume_init() };
+                slot.stamp
+                    .store(pos.wrapping_add(self.one_lap), Ordering::Release);
+                pos = self.next(pos);
+            }
+            k
+        }
+
+        /// Takes the oldest item. (The one-item case of [`Queue::pop_into`], spelled
+        /// out: no count of published slots.)
+        #[inline]
+        pub fn pop(&self) -> Option<T> {
+            let backoff = Backoff::new();
+            let mut head = self.head.load(Ordering::Relaxed);
+            loop {
+                let slot = self.slot(head);
+                let stamp = slot.stamp.load(Ordering::Acquire);
+                if stamp == head.wrapping_add(1) {
+                    match self.head.compare_exchange_weak(
+                        head,
+                        self.next(head),
+                        Ordering::SeqCst,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => {
+                            // SAFETY: as in `pop_into`: position `head` is this thread's.
+                            let v = unsafe { (*slot.value.get()).assume_init() };
+                            slot.stamp
+                                .store(head.wrapping_add(self.one_lap), Ordering::Release);
+                            return Some(v);
+                        }
+                        Err(h) => {
+                            head = h;
+                            backoff.spin();
+                            continue;
+                        }
+                    }
+                }
+                if stamp == head {
+                    fence(Ordering::SeqCst);
+                    if self.tail.load(Ordering::Relaxed) == head {
+                        return None;
+                    }
+                    backoff.spin();
+                } else {
+                    backoff.snooze();
+                }
+                head = self.head.load(Ordering::Relaxed);
+            }
+        }
+
+        /// No items at this moment.
+        #[inline]
+        pub fn is_empty(&self) -> bool {
+            let head = self.head.load(Ordering::SeqCst);
+            let tail = self.tail.load(Ordering::SeqCst);
+            head == tail
+        }
+
+        /// Items at this moment (claimed by producers included).
+        pub fn len(&self) -> usize {
+            loop {
+                let tail = self.tail.load(Ordering::SeqCst);
+                let head = self.head.load(Ordering::SeqCst);
+                if self.tail.load(Ordering::SeqCst) == tail {
+                    let hix = head & (self.one_lap - 1);
+                    let tix = tail & (self.one_lap - 1);
+                    return if hix < tix {
+                        tix - hix
+                    } else if hix > tix {
+                        self.cap - hix + tix
+                    } else if tail == head {
+                        0
+                    } else {
+                        self.cap
+                    };
+                }
+            }
+        }
+
+        /// Capacity.
+        pub fn capacity(&self) -> usize {
+            self.cap
+        }
+    }
+
+    impl<T: Copy> fmt::Debug for Queue<T> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("mpmc::Queue")
+                .field("len", &self.len())
+                .field("capacity", &self.cap)
+                .finish()
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use std::sync::Arc;
+
+        #[test]
+        fn fifo_full_empty_and_exact_capacity() {
+            for cap in [1, 2, 3, 5, 8] {
+                let q = Queue::<u32>::new(cap);
+                assert!(q.is_empty() && q.pop().is_none());
+                for i in 0..cap as u32 {
+                    assert_eq!(q.push(i), Ok(()));
+                }
+                assert_eq!(q.len(), cap);
+                assert_eq!(q.push(99), Err(99), "capacity {cap} is exact");
+                for i in 0..cap as u32 {
+                    assert_eq!(q.pop(), Some(i));
+                }
+                assert!(q.is_empty() && q.pop().is_none());
+            }
+        }
+
+        #[test]
+        fn batches_take_what_fits_and_keep_order_across_laps() {
+            let q = Queue::<u64>::new(5);
+            let mut next_in = 0u64;
+            let mut next_out = 0u64;
+            let mut out = [0u64; 7];
+            // Batch sizes that wrap the ring at every offset, many laps over.
+            for round in 0..200u64 {
+                let want = (round % 7) as usize;
+                let room = 5 - q.len();
+                let base = next_in;
+                let k = q.push_with(want, |j| base + j as u64);
+                assert_eq!(k, want.min(room));
+                next_in += k as u64;
+                let take = ((round * 3) % 8) as usize;
+                let had = q.len();
+                let m = q.pop_into(&mut out[..take.min(7)]);
+                assert_eq!(m, take.min(7).min(had));
+                for v in &out[..m] {
+                    assert_eq!(*v, next_out);
+                    next_out += 1;
+                }
+            }
+            assert_eq!(q.len() as u64, next_in - next_out);
+        }
+
+        #[test]
+        fn cursors_near_usize_wrap() {
+            // Positions are lap | index; start a few laps before the cursors wrap.
+            let q = Queue::<u32>::new(3);
+            let start = 0usize.wrapping_sub(q.one_lap * 3);
+            q.head.store(start, Ordering::Relaxed);
+            q.tail.store(start, Ordering::Relaxed);
+            for (i, s) in q.buf.iter().enumerate() {
+                s.stamp.store(start + i, Ordering::Relaxed);
+            }
+            let mut out = [0u32; 2];
+            let mut n = 0u32;
+            for _ in 0..40 {
+                assert_eq!(q.push_with(2, |j| n + j as u32), 2);
+                assert_eq!(q.pop_into(&mut out), 2);
+                assert_eq!(out, [n, n + 1]);
+                n += 2;
+            }
+        }
+
+        /// Several producers pushing batches and several consumers popping batches: every
+        /// item arrives exactly once, and each producer's items in the order it pushed them.
+        #[test]
+        fn concurrent_batches_lose_nothing_and_duplicate_nothing() {
+            const PRODUCERS: u64 = 3;
+            const PER: u64 = 60_000;
+            let q = Arc::new(Queue::<u64>::new(64));
+            let done = Arc::new(AtomicUsize::new(0));
+            let producers: Vec<_> = (0..PRODUCERS)
+                .map(|p| {
+                    let q = Arc::clone(&q);
+                    std::thread::spawn(move || {
+                        let mut i = 0u64;
+                        while i < PER {
+                            let n = (1 + (i % 9) as usize).min((PER - i) as usize);
+                            let base = i;
+                            let k = q.push_with(n, |j| p << 32 | (base + j as u64));
+                            i += k as u64;
+                            if k == 0 {
+                                std::thread::yield_now();
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let consumers: Vec<_> = (0..2)
+                .map(|c| {
+                    let q = Arc::clone(&q);
+                    let done = Arc::clone(&done);
+                    std::thread::spawn(move || {
+                        let mut got = Vec::new();
+                        let mut out = [0u64; 13];
+                        loop {
+                            let m = if c == 0 {
+                                q.pop_into(&mut out)
+                            } else {
+                                q.pop().map(|v| out[0] = v).map_or(0, |_| 1)
+                            };
+                            got.extend_from_slice(&out[..m]);
+                            if m == 0 {
+                                if done.load(Ordering::Acquire) == PRODUCERS as usize
+                                    && q.is_empty()
+                                {
+                                    return got;
+                                }
+                                std::thread::yield_now();
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for p in producers {
+                p.join().unwrap();
+                done.fetch_add(1, Ordering::Release);
+            }
+            let mut seen = vec![Vec::new(); PRODUCERS as usize];
+            for c in consumers {
+                let got = c.join().unwrap();
+                // Within one consumer, each producer's items come in increasing order.
+                let mut last = vec![None::<u64>; PRODUCERS as usize];
+                for v in got {
+                    let (p, i) = ((v >> 32) as usize, v & 0xFFFF_FFFF);
+                    assert!(
+                        last[p].is_none_or(|l| l < i),
+                        "producer {p}: {i} after {last:?}"
+                    );
+                    last[p] = Some(i);
+                    seen[p].push(i);
+                }
+            }
+            for (p, mut s) in seen.into_iter().enumerate() {
+                s.sort_unstable();
+                assert_eq!(
+                    s.len() as u64,
+                    PER,
+                    "producer {p}: lost or duplicated items"
+                );
+                assert!(s.iter().enumerate().all(|(k, &i)| k as u64 == i));
+            }
+        }
+
+        #[test]
+        #[should_panic(expected = "capacity must be")]
+        fn zero_capacity_is_refused() {
+            let _ = Queue::<u8>::new(0);
         }
     }
 }

@@ -4,10 +4,9 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use crossbeam::queue::ArrayQueue;
-
 use crate::config::MAX_SGE;
 use crate::mem::{Access, PdId, StreamId};
+use crate::ring::mpmc;
 use crate::srq::SharedRq;
 
 /// Names a queue pair: the engine core that owns it, its slot and the slot's generation, so
@@ -481,10 +480,12 @@ struct Notify {
 static NEXT_CQ_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// A completion queue: filled by engine cores, drained by application threads. Several QPs,
-/// possibly on several cores, may share one (a bounded lock-free MPMC queue).
+/// possibly on several cores, may share one (a bounded lock-free MPMC queue,
+/// [`crate::ring::mpmc`], that moves a run of completions per atomic operation on each
+/// side: [`CompletionQueue::push_run`], [`CompletionQueue::pop_into`]).
 #[derive(Debug)]
 pub struct CompletionQueue {
-    ring: ArrayQueue<Completion>,
+    ring: mpmc::Queue<Completion>,
     overrun: AtomicBool,
     /// The overrun was announced (`CmEvent::CqError`), once.
     overrun_reported: AtomicBool,
@@ -496,7 +497,7 @@ impl CompletionQueue {
     /// A queue of `depth` entries (allocated now, never again).
     pub fn new(depth: usize) -> CompletionQueue {
         CompletionQueue {
-            ring: ArrayQueue::new(depth.max(1)),
+            ring: mpmc::Queue::new(depth.max(1)),
             overrun: AtomicBool::new(false),
             overrun_reported: AtomicBool::new(false),
             id: NEXT_CQ_ID.fetch_add(1, Ordering::Relaxed),
@@ -560,6 +561,34 @@ impl CompletionQueue {
         if self.ring.push(c).is_err() {
             self.overrun.store(true, Ordering::Release);
         }
+        self.notify(notable);
+    }
+
+    /// Engine side: appends `n` completions, `make(j)` building the `j`-th, in order, with
+    /// one atomic claim of the ring ([`crate::ring::mpmc::Queue::push_with`]), as `n`
+    /// [`CompletionQueue::push`]es would: the ones that do not fit are lost and raise the
+    /// overrun flag, and an armed queue signals its channel once. `make` must not panic.
+    #[inline]
+    pub fn push_run(&self, n: usize, mut make: impl FnMut(usize) -> Completion) {
+        if n == 1 {
+            return self.push(make(0));
+        }
+        let mut notable = false;
+        let pushed = self.ring.push_with(n, |j| {
+            let c = make(j);
+            notable |= c.solicited || c.status != WcStatus::Success;
+            c
+        });
+        if pushed < n {
+            self.overrun.store(true, Ordering::Release);
+        }
+        self.notify(notable);
+    }
+
+    /// After a push: an armed queue signals its channel (`notable`: a solicited or error
+    /// completion was among those pushed).
+    #[inline]
+    fn notify(&self, notable: bool) {
         if let Some(n) = &self.notify {
             let a = n.armed.load(Ordering::Acquire);
             let fire = a == ARMED_NEXT || (a == ARMED_SOLICITED && notable);
@@ -576,13 +605,22 @@ impl CompletionQueue {
     /// Takes the oldest completion.
     #[inline]
     pub fn pop(&self) -> Option<Completion> {
-        // An empty queue (the common poll) is told by its two cursors, inline, without the
-        // call of the queue's `pop` (whose own empty case also fences). `None` means
-        // empty at that moment, as `pop`'s does.
+        // An empty queue (the common poll) is told by its two cursors, inline. `None`
+        // means empty at that moment.
         if self.ring.is_empty() {
             return None;
         }
         self.ring.pop()
+    }
+
+    /// Moves up to `out.len()` of the oldest completions into `out`, in order, with one
+    /// atomic claim of the ring; returns how many (0: empty at that moment).
+    #[inline]
+    pub fn pop_into(&self, out: &mut [Completion]) -> usize {
+        if self.ring.is_empty() {
+            return 0;
+        }
+        self.ring.pop_into(out)
     }
 
     /// Entries waiting.
@@ -846,6 +884,104 @@ mod tests {
             assert_eq!(cq.pop().map(|x| x.wr_id), Some(want));
         }
         assert!(cq.pop().is_none());
+    }
+
+    /// `CompletionQueue::push_run` and `pop_into` (one claim of the ring per run and per
+    /// batch) give what as many `push`es and `pop`s give: the completions in order, the
+    /// first ones of a run that does not fit kept and the rest lost with the overrun
+    /// raised, batches that stop where the queue empties, across the ring's wrap.
+    #[test]
+    fn cq_runs_and_batches_equal_single_pushes_and_pops() {
+        let c = |k: u64| Completion {
+            wr_id: k,
+            qp: QpId {
+                core: 0,
+                index: 1,
+                generation: 2,
+            },
+            opcode: WcOpcode::Write,
+            status: WcStatus::Success,
+            byte_len: 64,
+            solicited: false,
+            invalidated: None,
+            imm: None,
+            atomic_orig: None,
+        };
+        let (runs, singles) = (CompletionQueue::new(5), CompletionQueue::new(5));
+        let mut k = 0u64;
+        let mut out = [c(0); 4];
+        for round in 0..60u64 {
+            let n = (round % 7) as usize;
+            let base = k;
+            runs.push_run(n, |j| c(base + j as u64));
+            for j in 0..n as u64 {
+                singles.push(c(base + j));
+            }
+            k += n as u64;
+            assert_eq!(runs.overrun(), singles.overrun(), "round {round}");
+            assert_eq!(runs.len(), singles.len(), "round {round}");
+            let want = ((round * 3) % 5) as usize;
+            let got = runs.pop_into(&mut out[..want.min(4)]);
+            let mut model = Vec::new();
+            while model.len() < want.min(4) {
+                match singles.pop() {
+                    Some(x) => model.push(x.wr_id),
+                    None => break,
+                }
+            }
+            let got: Vec<u64> = out[..got].iter().map(|x| x.wr_id).collect();
+            assert_eq!(got, model, "round {round}");
+        }
+        assert!(runs.overrun(), "the runs overran the queue of 5");
+        assert_eq!(runs.pop_into(&mut []), 0);
+    }
+
+    /// An armed queue signals its channel once per run (ARMED_NEXT), and a queue armed for
+    /// solicited completions only when the run holds one in error.
+    #[test]
+    fn cq_run_signals_an_armed_channel_once() {
+        let ch = Arc::new(CompletionChannel::new().unwrap());
+        let cq = CompletionQueue::with_channel(64, Arc::clone(&ch));
+        let c = |k: u64, status: WcStatus| Completion {
+            wr_id: k,
+            qp: QpId {
+                core: 0,
+                index: 1,
+                generation: 2,
+            },
+            opcode: WcOpcode::Write,
+            status,
+            byte_len: 64,
+            solicited: false,
+            invalidated: None,
+            imm: None,
+            atomic_orig: None,
+        };
+        let zero = std::time::Duration::ZERO;
+        cq.push_run(8, |j| c(j as u64, WcStatus::Success));
+        assert_eq!(ch.get_event(Some(zero)).unwrap(), None, "not armed");
+        assert!(cq.arm(false));
+        cq.push_run(8, |j| c(j as u64, WcStatus::Success));
+        assert_eq!(ch.get_event(Some(zero)).unwrap(), Some(cq.id()));
+        assert_eq!(
+            ch.get_event(Some(zero)).unwrap(),
+            None,
+            "one signal per arming"
+        );
+        assert!(cq.arm(true));
+        cq.push_run(8, |j| c(j as u64, WcStatus::Success));
+        assert_eq!(ch.get_event(Some(zero)).unwrap(), None, "nothing solicited");
+        cq.push_run(8, |j| {
+            c(
+                j as u64,
+                if j == 5 {
+                    WcStatus::FlushErr
+                } else {
+                    WcStatus::Success
+                },
+            )
+        });
+        assert_eq!(ch.get_event(Some(zero)).unwrap(), Some(cq.id()));
     }
 
     /// `SendWr::copy_from` onto a placeholder (the queues' in-place copy) gives the

@@ -1311,17 +1311,7 @@ pub struct CompletionQueue {
 impl CompletionQueue {
     /// Takes up to `out.len()` completions without waiting; returns how many.
     pub fn poll(&self, out: &mut [Completion]) -> usize {
-        let mut n = 0;
-        while n < out.len() {
-            match self.driver.pop(&self.cq) {
-                Some(c) => {
-                    out[n] = c;
-                    n += 1;
-                }
-                None => break,
-            }
-        }
-        n
+        self.driver.pop_into(&self.cq, out)
     }
 
     /// Takes one completion if there is one.

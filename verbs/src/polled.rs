@@ -89,6 +89,19 @@ impl Driver {
         }
     }
 
+    /// Moves up to `out.len()` completions into `out` with one claim of the queue; when
+    /// it had fewer and the cores are caller-driven, runs them once and takes more.
+    pub(crate) fn pop_into(&self, cq: &CompletionQueue, out: &mut [Completion]) -> usize {
+        let n = cq.pop_into(out);
+        if n == out.len() {
+            return n;
+        }
+        match &self.0 {
+            Some(ctx) if ctx.progress() => n + cq.pop_into(&mut out[n..]),
+            _ => n,
+        }
+    }
+
     /// The idle step of a blocking wait after `spins` empty polls: spin, then park in short
     /// slices; caller-driven, never park (nothing else runs the cores), only yield.
     pub(crate) fn pause(&self, spins: u32) {

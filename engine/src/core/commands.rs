@@ -361,18 +361,27 @@ impl<D: PollDevice> EngineCore<D> {
                 // Slots first: by the time the application sees a completion its slot is
                 // free (as `retire_sq`).
                 q.shared.release_sq_n(run as u32);
-                for p in posted_out[k..k + run].iter().filter(|p| p.signaled) {
-                    q.send_cq.push(Completion {
-                        wr_id: p.wr_id,
-                        qp: id,
-                        opcode: WcOpcode::Write,
-                        status: WcStatus::Success,
-                        byte_len: p.byte_len,
-                        solicited: false,
-                        invalidated: None,
-                        imm: None,
-                        atomic_orig: None,
-                    });
+                // Each stretch of signalled requests in one claim of the queue's ring.
+                let mut rest = &posted_out[k..k + run];
+                while !rest.is_empty() {
+                    let skip = rest.iter().take_while(|p| !p.signaled).count();
+                    rest = &rest[skip..];
+                    let n = rest.iter().take_while(|p| p.signaled).count();
+                    let (signaled, after) = rest.split_at(n);
+                    if n > 0 {
+                        q.send_cq.push_run(n, |j| Completion {
+                            wr_id: signaled[j].wr_id,
+                            qp: id,
+                            opcode: WcOpcode::Write,
+                            status: WcStatus::Success,
+                            byte_len: signaled[j].byte_len,
+                            solicited: false,
+                            invalidated: None,
+                            imm: None,
+                            atomic_orig: None,
+                        });
+                    }
+                    rest = after;
                 }
                 overran |= q.send_cq.overrun();
             }
