@@ -832,6 +832,12 @@ impl Conn {
         self.scq.poll_one()
     }
 
+    /// Takes up to `out.len()` send completions at once (as perftest polls its send queue
+    /// in batches of 16, `CTX_POLL_BATCH`); how many.
+    pub fn poll_sends(&self, out: &mut [warpcore_verbs::Completion]) -> usize {
+        self.scq.poll(out)
+    }
+
     /// Takes the send completions of signalled requests a latency loop does not wait for
     /// (inline posts); fails on an error completion.
     pub fn drain_send(&self) -> Result<(), String> {

@@ -785,6 +785,26 @@ pub fn server_lat(
 /// The server's `Result` peak when it measured none.
 const NO_PEAK: u64 = u64::MAX;
 
+/// Send completions taken per poll in the bandwidth loop (perftest's `CTX_POLL_BATCH`).
+const POLL_BATCH: usize = 16;
+
+/// What the completion batch holds before a poll fills it (never read).
+const NO_COMPLETION: Completion = Completion {
+    wr_id: 0,
+    qp: warpcore_verbs::QpId {
+        core: 0,
+        index: 0,
+        generation: 0,
+    },
+    opcode: WcOpcode::Write,
+    status: WcStatus::Success,
+    byte_len: 0,
+    solicited: false,
+    invalidated: None,
+    imm: None,
+    atomic_orig: None,
+};
+
 /// Per-QP sender state of a bandwidth phase.
 #[derive(Debug, Default)]
 struct Tx {
@@ -855,6 +875,7 @@ pub fn bw_phase(
     let mut stop = false;
     let mut early: Option<(Ctrl, Option<Mismatch>)> = None;
     let mut peer_first: Option<Mismatch> = None;
+    let mut wcs = [NO_COMPLETION; POLL_BATCH];
     loop {
         let mut work = false;
         // One clock read for this round's posts, one (at the first) for its completions:
@@ -963,42 +984,50 @@ pub fn bw_phase(
                         work = true;
                     }
                 }
-                while let Some(wc) = c.poll_send() {
-                    if wc.status != WcStatus::Success {
-                        return Err(format!("{:?} completed with {:?}", wc.opcode, wc.status));
-                    }
-                    if wc.wr_id >= u64::MAX - 1 {
-                        continue;
-                    }
-                    let last = wc.wr_id;
-                    if last < t.completed {
-                        return Err(format!(
-                            "send completion {last} out of order (already retired {})",
-                            t.completed
-                        ));
-                    }
-                    let now = *completed_at.get_or_insert_with(Instant::now);
-                    // Send queues complete in order: a signalled request's completion
-                    // retires the unsignalled ones posted before it (-Q).
-                    for i in t.completed..=last {
-                        if let Some(t0) = t.times[(i % window) as usize].take() {
-                            rec.record((now - t0).as_nanos() as u64);
+                // In batches, as perftest polls (CTX_POLL_BATCH): one claim of the
+                // queue per batch.
+                loop {
+                    let got = c.poll_sends(&mut wcs);
+                    for &wc in &wcs[..got] {
+                        if wc.status != WcStatus::Success {
+                            return Err(format!("{:?} completed with {:?}", wc.opcode, wc.status));
                         }
-                        if verify && test == T::ReadBw {
-                            let slot = ((i % slots) * size) as usize;
-                            let ro = c.layout().read_offset(size, i) as usize;
-                            let mut got = vec![0u8; s];
-                            c.src.read(slot, &mut got).map_err(|e| e.to_string())?;
-                            c.check(i, &got, &static_peer[ro..ro + s]);
+                        if wc.wr_id >= u64::MAX - 1 {
+                            continue;
                         }
-                        if verify && test == T::AtomicBw {
-                            check_atomic(c, i, &wc, (i % slots) * size)?;
+                        let last = wc.wr_id;
+                        if last < t.completed {
+                            return Err(format!(
+                                "send completion {last} out of order (already retired {})",
+                                t.completed
+                            ));
                         }
-                        t.completed += 1;
-                        bytes += size;
+                        let now = *completed_at.get_or_insert_with(Instant::now);
+                        // Send queues complete in order: a signalled request's completion
+                        // retires the unsignalled ones posted before it (-Q).
+                        for i in t.completed..=last {
+                            if let Some(t0) = t.times[(i % window) as usize].take() {
+                                rec.record((now - t0).as_nanos() as u64);
+                            }
+                            if verify && test == T::ReadBw {
+                                let slot = ((i % slots) * size) as usize;
+                                let ro = c.layout().read_offset(size, i) as usize;
+                                let mut data = vec![0u8; s];
+                                c.src.read(slot, &mut data).map_err(|e| e.to_string())?;
+                                c.check(i, &data, &static_peer[ro..ro + s]);
+                            }
+                            if verify && test == T::AtomicBw {
+                                check_atomic(c, i, &wc, (i % slots) * size)?;
+                            }
+                            t.completed += 1;
+                            bytes += size;
+                        }
+                        t_last = now;
+                        work = true;
                     }
-                    t_last = now;
-                    work = true;
+                    if got < wcs.len() {
+                        break;
+                    }
                 }
                 let finished = (stop || (ph.duration.is_none() && t.posted >= ph.iters))
                     && t.completed == t.posted;
