@@ -570,8 +570,10 @@ impl CompletionQueue {
     /// overrun flag, and an armed queue signals its channel once. `make` must not panic.
     #[inline]
     pub fn push_run(&self, n: usize, mut make: impl FnMut(usize) -> Completion) {
-        if n == 1 {
-            return self.push(make(0));
+        match n {
+            0 => return,
+            1 => return self.push(make(0)),
+            _ => {}
         }
         let mut notable = false;
         let pushed = self.ring.push_with(n, |j| {
@@ -961,6 +963,12 @@ mod tests {
         cq.push_run(8, |j| c(j as u64, WcStatus::Success));
         assert_eq!(ch.get_event(Some(zero)).unwrap(), None, "not armed");
         assert!(cq.arm(false));
+        cq.push_run(0, |j| c(j as u64, WcStatus::Success));
+        assert_eq!(
+            ch.get_event(Some(zero)).unwrap(),
+            None,
+            "an empty run adds nothing"
+        );
         cq.push_run(8, |j| c(j as u64, WcStatus::Success));
         assert_eq!(ch.get_event(Some(zero)).unwrap(), Some(cq.id()));
         assert_eq!(
