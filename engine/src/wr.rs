@@ -841,12 +841,9 @@ mod tests {
         assert!(SgeList::from_slice(&[all[0]; MAX_SGE + 1]).is_none());
     }
 
-    /// `CompletionQueue::pop` (an empty queue told inline) gives what the queue's own
-    /// `pop` gives: the completions in order, `None` exactly when empty, across the ring's
-    /// wrap and an overrun (the lost completion never comes back).
-    #[test]
-    fn cq_pop_equals_the_queue_pop() {
-        let c = |k: u64| Completion {
+    /// A 64 B Write's completion with `wr_id` `k`, as the queue tests push them.
+    fn write_wc(k: u64, status: WcStatus) -> Completion {
+        Completion {
             wr_id: k,
             qp: QpId {
                 core: 0,
@@ -854,13 +851,21 @@ mod tests {
                 generation: 2,
             },
             opcode: WcOpcode::Write,
-            status: WcStatus::Success,
+            status,
             byte_len: 64,
             solicited: false,
             invalidated: None,
             imm: None,
             atomic_orig: None,
-        };
+        }
+    }
+
+    /// `CompletionQueue::pop` (an empty queue told inline) gives what the queue's own
+    /// `pop` gives: the completions in order, `None` exactly when empty, across the ring's
+    /// wrap and an overrun (the lost completion never comes back).
+    #[test]
+    fn cq_pop_equals_the_queue_pop() {
+        let c = |k: u64| write_wc(k, WcStatus::Success);
         let cq = CompletionQueue::new(3);
         let mut model = std::collections::VecDeque::new();
         let mut k = 0u64;
@@ -894,21 +899,7 @@ mod tests {
     /// raised, batches that stop where the queue empties, across the ring's wrap.
     #[test]
     fn cq_runs_and_batches_equal_single_pushes_and_pops() {
-        let c = |k: u64| Completion {
-            wr_id: k,
-            qp: QpId {
-                core: 0,
-                index: 1,
-                generation: 2,
-            },
-            opcode: WcOpcode::Write,
-            status: WcStatus::Success,
-            byte_len: 64,
-            solicited: false,
-            invalidated: None,
-            imm: None,
-            atomic_orig: None,
-        };
+        let c = |k: u64| write_wc(k, WcStatus::Success);
         let (runs, singles) = (CompletionQueue::new(5), CompletionQueue::new(5));
         let mut k = 0u64;
         let mut out = [c(0); 4];
@@ -944,21 +935,7 @@ mod tests {
     fn cq_run_signals_an_armed_channel_once() {
         let ch = Arc::new(CompletionChannel::new().unwrap());
         let cq = CompletionQueue::with_channel(64, Arc::clone(&ch));
-        let c = |k: u64, status: WcStatus| Completion {
-            wr_id: k,
-            qp: QpId {
-                core: 0,
-                index: 1,
-                generation: 2,
-            },
-            opcode: WcOpcode::Write,
-            status,
-            byte_len: 64,
-            solicited: false,
-            invalidated: None,
-            imm: None,
-            atomic_orig: None,
-        };
+        let c = write_wc;
         let zero = std::time::Duration::ZERO;
         cq.push_run(8, |j| c(j as u64, WcStatus::Success));
         assert_eq!(ch.get_event(Some(zero)).unwrap(), None, "not armed");
