@@ -117,6 +117,13 @@ fn bandwidth_tests_print_perftest_table_json_and_hdr_log() {
         assert_eq!(row[3], format!("{javg:.2}"), "{row:?} {bw}");
         assert!(j.contains(&format!("\"test\": \"{test}\"")), "{j}");
         assert!(j.contains("\"msg_rate_mpps\""), "{j}");
+        // Every completion's latency is in the histogram, once (requests of one posting
+        // round are recorded as one run).
+        assert_eq!(
+            doc["results"][0]["hdr_usec"]["count"].as_u64(),
+            Some(200),
+            "{j}"
+        );
         // This side's TCP counters: in the JSON and as one line of the text report. 200
         // messages of 4 KiB took segments both ways. (Retransmissions are not asserted: on
         // a loaded host a descheduled engine fires tail loss probes even over this
