@@ -25,10 +25,15 @@
 //! `bench/benches/crc.rs`, `docs/decisions/0005-short-crc32c.md`) that doubles the CRC of
 //! an FPDU of MTU 9000 and its fused copy into a frame.
 //!
-//! [`bulk_sum`] gives the TCP crate a 512-bit sum for verifying received segments'
-//! checksums, which that crate (no `unsafe`) cannot choose at run time.
+//! On a CPU with AVX2 and VPCLMULQDQ but not AVX-512 (AMD Zen 3), the copy folds 256 bits at
+//! a time (`copy_sum_crc_fold256`); the CRC alone keeps the three lanes there, which were
+//! the faster (`docs/decisions/0005-short-crc32c.md`, 2026-12-01 addendum).
 //!
-//! The `unsafe` here is the call of `#[target_feature]` functions (SSE4.2, PCLMULQDQ,
+//! [`bulk_sum`] gives the TCP crate a 512-bit sum for verifying received segments'
+//! checksums (256-bit where the CPU has AVX2 but not AVX-512F), which that crate (no
+//! `unsafe`) cannot choose at run time.
+//!
+//! The `unsafe` here is the call of `#[target_feature]` functions (SSE4.2, PCLMULQDQ, AVX2,
 //! AVX-512F, VPCLMULQDQ) after a run-time check that the CPU has them
 //! (`std::is_x86_feature_detected!`, which caches its answer); the unaligned vector loads
 //! from slices whose bounds the loops check; in [`copy_sum_crc`] the loads from registered
@@ -220,12 +225,14 @@ pub fn fused_available() -> bool {
 
 /// Whether a copy of `len` octets takes [`copy_sum_crc`]: the CPU has its features
 /// ([`fused_available`]) and `len` is [`FUSE_MIN`] or more, or [`FOLD_MIN`] or more where
-/// the folding path runs (AVX-512F, AVX-512BW and VPCLMULQDQ).
+/// a folding path runs (AVX-512F, AVX-512BW and VPCLMULQDQ, or AVX2 and VPCLMULQDQ).
 #[inline]
 pub fn fuse(len: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        len >= FOLD_MIN && fused_available() && (len >= FUSE_MIN || fold512_available())
+        len >= FOLD_MIN
+            && fused_available()
+            && (len >= FUSE_MIN || fold512_available() || fold256_available())
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -261,7 +268,9 @@ pub fn copy_sum_crc_slices(src: &[u8], dst: &mut [u8], crc: u32) -> (u64, u32) {
 ///
 /// From [`FOLD_MIN`] octets on, on a CPU with AVX-512F, AVX-512BW and VPCLMULQDQ, by folding
 /// (`copy_sum_crc_fold512`): each 64-octet vector loaded once, stored, summed and folded
-/// into the CRC from the one register. Otherwise one pass over three lanes of the input at
+/// into the CRC from the one register; on a CPU with AVX2 and VPCLMULQDQ but not those, the
+/// same in 32-octet vectors (`copy_sum_crc_fold256`). Otherwise one pass over three lanes of
+/// the input at
 /// once (`copy_sum_crc_lanes`): each 16-octet vector is loaded once, stored, widened into
 /// the checksum's 32-bit lanes, and its words run through `crc32` from the copy just stored
 /// (the instruction loads them itself, with a memory operand), so the CRC's one
@@ -281,6 +290,12 @@ pub unsafe fn copy_sum_crc(src: *const u8, dst: &mut [u8], crc: u32) -> (u64, u3
         // PCLMULQDQ (the caller's contract) and AVX-512F, AVX-512BW and VPCLMULQDQ (just checked);
         // `dst` holds at least `FOLD_MIN` octets.
         return unsafe { copy_sum_crc_fold512(src, dst, crc) };
+    }
+    if dst.len() >= FOLD_MIN && fold256_available() {
+        // SAFETY: the caller's contract for `src` and `dst`; the CPU has SSE4.2 and
+        // PCLMULQDQ (the caller's contract) and AVX2 and VPCLMULQDQ (just checked); `dst`
+        // holds at least `FOLD_MIN` octets.
+        return unsafe { copy_sum_crc_fold256(src, dst, crc) };
     }
     // SAFETY: the caller's contract, passed on.
     unsafe { copy_sum_crc_lanes(src, dst, crc) }
@@ -470,6 +485,8 @@ const K1024: (u64, u64) = fold_keys(1024);
 #[cfg(target_arch = "x86_64")]
 const K512: (u64, u64) = fold_keys(512);
 #[cfg(target_arch = "x86_64")]
+const K768: (u64, u64) = fold_keys(768);
+#[cfg(target_arch = "x86_64")]
 const K384: (u64, u64) = fold_keys(384);
 #[cfg(target_arch = "x86_64")]
 const K256: (u64, u64) = fold_keys(256);
@@ -606,11 +623,16 @@ unsafe fn fold512(c: u32, data: &[u8]) -> u32 {
 
 /// The TCP checksum's bulk sum for received segments ([`warpcore_tcp::csum::BulkSum`]) that
 /// this CPU runs faster than the TCP crate's own: 64-octet vectors where it has AVX-512F
-/// (`sum512`), else `None` (keep the crate's).
+/// (`sum512`), 32-octet vectors where it has AVX2 (`sum256`), else `None` (keep the
+/// crate's).
 pub fn bulk_sum() -> Option<warpcore_tcp::csum::BulkSum> {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx512f") {
         return Some(sum512_checked);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        return Some(sum256_checked);
     }
     None
 }
@@ -782,6 +804,228 @@ unsafe fn copy_sum_crc_fold512(src: *const u8, dst: &mut [u8], crc: u32) -> (u64
     (total, !reduce512(one, &spill[..rest]))
 }
 
+/// Whether the CPU has what the 256-bit folding paths need besides SSE4.2 and PCLMULQDQ:
+/// AVX2 and VPCLMULQDQ (AMD Zen 3, Intel Alder Lake and later client cores: carry-less
+/// multiplication of two 128-bit lanes per instruction, without AVX-512). The standard
+/// library caches the answer.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn fold256_available() -> bool {
+    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("vpclmulqdq")
+}
+
+/// A folding constant pair in each 128-bit lane of a 256-bit register.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn keys256(k: (u64, u64)) -> std::arch::x86_64::__m256i {
+    let (lo, hi) = (k.0 as i64, k.1 as i64);
+    std::arch::x86_64::_mm256_set_epi64x(hi, lo, hi, lo)
+}
+
+/// [`fold_into`] on 256-bit registers: each 128-bit lane of `x` moved along by the
+/// distance of `k` ([`keys256`]) and added to the same lane of `data`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,vpclmulqdq")]
+#[inline]
+fn fold256_into(
+    x: std::arch::x86_64::__m256i,
+    k: std::arch::x86_64::__m256i,
+    data: std::arch::x86_64::__m256i,
+) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::{_mm256_clmulepi64_epi128, _mm256_xor_si256};
+    let lo = _mm256_clmulepi64_epi128(x, k, 0x00);
+    let hi = _mm256_clmulepi64_epi128(x, k, 0x11);
+    _mm256_xor_si256(_mm256_xor_si256(lo, hi), data)
+}
+
+/// The four registers of the last 128-octet block (`x[0]` first) folded into one, at the
+/// last 32 octets' place.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,vpclmulqdq")]
+#[inline]
+fn fold4_to1_256(x: [std::arch::x86_64::__m256i; 4]) -> std::arch::x86_64::__m256i {
+    let to3 = fold256_into(x[2], keys256(K256), x[3]);
+    let to3 = fold256_into(x[1], keys256(K512), to3);
+    fold256_into(x[0], keys256(K768), to3)
+}
+
+/// [`reduce512`] of a 256-bit register: its two lanes folded into one, `rest`'s whole
+/// 16-octet chunks folded on, the last 128 bits reduced by two `crc32`, then `rest`'s tail.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2,pclmulqdq,avx2,vpclmulqdq")]
+fn reduce256(x: std::arch::x86_64::__m256i, rest: &[u8]) -> u32 {
+    use std::arch::x86_64::{
+        __m128i, _mm256_castsi256_si128, _mm256_extracti128_si256, _mm_crc32_u64,
+        _mm_cvtsi128_si64, _mm_extract_epi64, _mm_loadu_si128,
+    };
+    let mut y = fold128_into(
+        _mm256_castsi256_si128(x),
+        K128,
+        _mm256_extracti128_si256(x, 1),
+    );
+    let mut chunks = rest.chunks_exact(16);
+    for c in &mut chunks {
+        // SAFETY: `c` is 16 readable octets.
+        let v = unsafe { _mm_loadu_si128(c.as_ptr().cast::<__m128i>()) };
+        y = fold128_into(y, K128, v);
+    }
+    let s = _mm_crc32_u64(0, _mm_cvtsi128_si64(y) as u64);
+    let s = _mm_crc32_u64(s, _mm_extract_epi64(y, 1) as u64);
+    // SAFETY: the CPU has SSE4.2 (this function's target features).
+    unsafe { serial(s as u32, chunks.remainder()) }
+}
+
+/// The eight 32-bit lanes of `acc` added as 64-bit numbers.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn lanes_sum256(acc: std::arch::x86_64::__m256i) -> u64 {
+    use std::arch::x86_64::{
+        _mm256_add_epi64, _mm256_castsi256_si128, _mm256_cvtepu32_epi64, _mm256_extracti128_si256,
+        _mm256_storeu_si256,
+    };
+    let wide = _mm256_add_epi64(
+        _mm256_cvtepu32_epi64(_mm256_castsi256_si128(acc)),
+        _mm256_cvtepu32_epi64(_mm256_extracti128_si256(acc, 1)),
+    );
+    let mut out = [0u64; 4];
+    // SAFETY: `out` is 32 writable octets.
+    unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), wide) };
+    out.iter().sum()
+}
+
+/// [`sum512`] in 32-octet vectors (CPUs with AVX2 but not AVX-512F).
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn sum256(data: &[u8]) -> u64 {
+    use std::arch::x86_64::{
+        __m256i, _mm256_add_epi32, _mm256_and_si256, _mm256_loadu_si256, _mm256_set1_epi32,
+        _mm256_setzero_si256, _mm256_srli_epi32,
+    };
+    const RUN: usize = 16_384 * 32;
+    let low = _mm256_set1_epi32(0xFFFF);
+    let whole = data.len() - data.len() % 32;
+    let (vectors, tail) = data.split_at(whole);
+    let mut total = 0u64;
+    for run in vectors.chunks(RUN) {
+        let (mut a, mut b) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        for v in run.chunks_exact(32) {
+            // SAFETY: `v` is 32 readable octets.
+            let v = unsafe { _mm256_loadu_si256(v.as_ptr().cast::<__m256i>()) };
+            a = _mm256_add_epi32(a, _mm256_and_si256(v, low));
+            b = _mm256_add_epi32(b, _mm256_srli_epi32(v, 16));
+        }
+        total += lanes_sum256(a) + lanes_sum256(b);
+    }
+    total + warpcore_tcp::csum::sum(tail)
+}
+
+/// [`bulk_sum`]'s function where the CPU has AVX2 but not AVX-512F: `sum256` after the
+/// check it was chosen by.
+#[cfg(target_arch = "x86_64")]
+fn sum256_checked(data: &[u8]) -> u64 {
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above; the standard library caches the
+        // answer); `sum256` reads only `data`.
+        return unsafe { sum256(data) };
+    }
+    warpcore_tcp::csum::sum(data)
+}
+
+/// [`copy_sum_crc_fold512`] on 256-bit registers (CPUs with AVX2 and VPCLMULQDQ but not
+/// AVX-512): each 32-octet vector is loaded from `src` once, stored into `dst`, summed and
+/// folded into the CRC from the one register, four vectors a step; the rest under 32
+/// octets is copied through a local buffer, which the sum and the CRC read.
+///
+/// # Safety
+/// As [`copy_sum_crc`], and the CPU must have AVX2 and VPCLMULQDQ (`fold256_available`);
+/// `dst.len() >= FOLD_MIN`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2,pclmulqdq,avx2,vpclmulqdq")]
+unsafe fn copy_sum_crc_fold256(src: *const u8, dst: &mut [u8], crc: u32) -> (u64, u32) {
+    use std::arch::x86_64::{
+        __m256i, _mm256_add_epi32, _mm256_and_si256, _mm256_loadu_si256, _mm256_set1_epi32,
+        _mm256_setzero_si256, _mm256_srli_epi32, _mm256_xor_si256, _mm256_zextsi128_si256,
+        _mm_cvtsi32_si128,
+    };
+    /// Vectors summed into the 32-bit lanes before these are added into `total`: each
+    /// lane takes two 16-bit words a vector, 2 * 0xFFFF * 4,096 < 2^32.
+    const SUM_RUN: usize = 4096;
+    let n = dst.len();
+    assert!(n >= FOLD_MIN);
+    let d = dst.as_mut_ptr();
+    let low = _mm256_set1_epi32(0xFFFF);
+    let mut total = 0u64;
+    let mut acc = _mm256_setzero_si256();
+    // One vector: loaded once, stored, summed, and given for the CRC; the store in
+    // assembly, as in `copy_sum_crc_fold512` (the compiler would otherwise make the loop a
+    // `memcpy` and the sums a second pass over `src`, which may change meanwhile).
+    macro_rules! copy {
+        ($at:expr) => {{
+            let at = $at;
+            // SAFETY: `at + 32 <= n` at every use: inside `src` (the caller's contract) and
+            // inside `dst`, which nothing else references while it is borrowed here.
+            let v = unsafe {
+                let v = _mm256_loadu_si256(src.add(at).cast::<__m256i>());
+                std::arch::asm!(
+                    "vmovdqu ymmword ptr [{p}], {v}",
+                    p = in(reg) d.add(at),
+                    v = in(ymm_reg) v,
+                    options(nostack, preserves_flags)
+                );
+                v
+            };
+            acc = _mm256_add_epi32(acc, _mm256_and_si256(v, low));
+            acc = _mm256_add_epi32(acc, _mm256_srli_epi32(v, 16));
+            v
+        }};
+    }
+    let mut x = [copy!(0), copy!(32), copy!(64), copy!(96)];
+    x[0] = _mm256_xor_si256(x[0], _mm256_zextsi128_si256(_mm_cvtsi32_si128(!crc as i32)));
+    let mut run = 4;
+    let k = keys256(K1024);
+    let mut at = 128;
+    while n - at >= 128 {
+        if run > SUM_RUN - 4 {
+            total += lanes_sum256(acc);
+            acc = _mm256_setzero_si256();
+            run = 0;
+        }
+        for (j, xj) in x.iter_mut().enumerate() {
+            let v = copy!(at + 32 * j);
+            *xj = fold256_into(*xj, k, v);
+        }
+        run += 4;
+        at += 128;
+    }
+    let mut one = fold4_to1_256(x);
+    let k = keys256(K256);
+    // At most three more vectors: each lane then holds at most 2 * 0xFFFF * (SUM_RUN + 3)
+    // < 2^32.
+    while n - at >= 32 {
+        let v = copy!(at);
+        one = fold256_into(one, k, v);
+        at += 32;
+    }
+    total += lanes_sum256(acc);
+    // The rest, under 32 octets, from an even offset (a multiple of 32): read from `src`
+    // once into `spill`, written to `dst` from there, summed and taken by the CRC from
+    // `spill` (what `dst` now holds, whatever `src` does meanwhile).
+    let rest = n - at;
+    let mut spill = [0u8; 32];
+    // SAFETY: `at + rest == n`: inside `src` (the caller's contract); `spill` holds 32
+    // octets and `rest < 32`; `spill` is local and cannot overlap `src`.
+    unsafe { std::ptr::copy_nonoverlapping(src.add(at), spill.as_mut_ptr(), rest) };
+    let tail = &spill[..rest];
+    dst[at..].copy_from_slice(tail);
+    total += warpcore_tcp::csum::sum(tail);
+    (total, !reduce256(one, tail))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -858,18 +1102,23 @@ mod tests {
             // 8-aligned).
             for (off, doff) in [(0usize, 0usize), (1, 5), (3, 2), (8, 7)] {
                 let src = &data[off..off + len];
-                // The dispatcher (the folding path where the CPU has it) and the three-lane
-                // path.
-                for (init, lanes) in [(0u32, false), (0x1234_5678, false), (7, true)] {
+                // The dispatcher (the 512-bit folding path where the CPU has it, else the
+                // 256-bit one), the three-lane path, and the 256-bit folding path called
+                // directly (an AVX-512 CPU has what it needs, and would not take it).
+                for (init, path) in [(0u32, 0), (0x1234_5678, 0), (7, 1), (0x0BAD_CAFE, 2)] {
+                    if path == 2 && !(len >= FOLD_MIN && fold256_available()) {
+                        continue;
+                    }
                     let mut buf = vec![0xA5u8; len + 16];
                     let dst = &mut buf[doff..doff + len];
                     // SAFETY: `src` is a slice of `len` octets, apart from `dst`; the CPU
-                    // has the features (checked above).
+                    // has the features (checked above, and for the 256-bit path just
+                    // before), which takes at least `FOLD_MIN` octets (checked too).
                     let (sum, crc) = unsafe {
-                        if lanes {
-                            copy_sum_crc_lanes(src.as_ptr(), dst, init)
-                        } else {
-                            copy_sum_crc(src.as_ptr(), dst, init)
+                        match path {
+                            0 => copy_sum_crc(src.as_ptr(), dst, init),
+                            1 => copy_sum_crc_lanes(src.as_ptr(), dst, init),
+                            _ => copy_sum_crc_fold256(src.as_ptr(), dst, init),
                         }
                     };
                     assert_eq!(&buf[doff..doff + len], src, "copy, {len} octets at {off}");
@@ -908,11 +1157,16 @@ mod tests {
         }
         #[cfg(target_arch = "x86_64")]
         eprintln!(
-            "CRC32c from {FOLD_MIN} octets: {}",
+            "CRC32c from {FOLD_MIN} octets: {}; the copy into a frame: {}",
             if fold512_available() {
                 "512-bit folding (and the three lanes, called directly)"
             } else {
                 "three crc32 lanes (no AVX-512F, AVX-512BW and VPCLMULQDQ here)"
+            },
+            match (fold512_available(), fold256_available()) {
+                (true, _) => "512-bit folding (the 256-bit one and the lanes called directly)",
+                (false, true) => "256-bit folding (the lanes called directly)",
+                (false, false) => "three crc32 lanes (no AVX2 and VPCLMULQDQ here)",
             }
         );
     }
@@ -942,10 +1196,18 @@ mod tests {
             .map(|i| (i.wrapping_mul(2_654_435_761) >> 9) as u8)
             .collect();
         let Some(bulk) = bulk_sum() else {
-            eprintln!("bulk sum: no AVX-512F here, the TCP crate's own sum runs");
+            eprintln!("bulk sum: no AVX-512F or AVX2 here, the TCP crate's own sum runs");
             return;
         };
-        eprintln!("bulk sum: 512-bit vectors");
+        eprintln!(
+            "bulk sum: {}",
+            if std::is_x86_feature_detected!("avx512f") {
+                "512-bit vectors (and 256-bit, called directly)"
+            } else {
+                "256-bit vectors"
+            }
+        );
+        let avx2 = std::is_x86_feature_detected!("avx2");
         let lens = (0..300).chain((300..20_000).step_by(37)).chain([
             16_384 * 64 - 1,
             16_384 * 64,
@@ -956,11 +1218,20 @@ mod tests {
             for off in [0usize, 1, 2, 63] {
                 let d = &data[off..off + len];
                 assert_eq!(bulk(d), warpcore_tcp::csum::sum(d), "{len} octets at {off}");
+                if avx2 {
+                    // SAFETY: the CPU has AVX2 (checked above).
+                    let s = unsafe { sum256(d) };
+                    assert_eq!(s, warpcore_tcp::csum::sum(d), "sum256, {len} at {off}");
+                }
             }
         }
         // All ones: the lanes' largest sums.
         let ones = vec![0xFFu8; 16_384 * 64 * 2 + 10];
         assert_eq!(bulk(&ones), warpcore_tcp::csum::sum(&ones));
+        if avx2 {
+            // SAFETY: the CPU has AVX2 (checked above).
+            assert_eq!(unsafe { sum256(&ones) }, warpcore_tcp::csum::sum(&ones));
+        }
     }
 
     /// The safe copy takes the one pass where [`fuse`] says so and the copy-then-CRC path
