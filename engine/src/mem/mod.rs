@@ -23,7 +23,10 @@
 //!   ([`MrGuard::place`], [`MrGuard::copy_out`], [`MrGuard::atomic`]).
 //! - [`crc::crc32c_append`]: the CRC32c of the engine's framers and deframers, the
 //!   `crc32c` crate's results from a one-stream SSE4.2 loop for short FPDUs and three lanes
-//!   combined with PCLMULQDQ for longer ones (`docs/decisions/0005`).
+//!   combined with PCLMULQDQ for longer ones, or 512-bit folding where the CPU has AVX-512
+//!   and VPCLMULQDQ; the transmit copy with its sum and CRC in one pass
+//!   ([`crc::copy_sum_crc`]) folds 256 bits at a time where the CPU has AVX2 and VPCLMULQDQ
+//!   but not AVX-512 (`docs/decisions/0005`).
 //! - [`Stag`], [`PdId`], [`Access`]: the handles and rights; [`MemError`] (control path),
 //!   [`LookupFault`] and [`BoundsFault`] (data path, small `Copy` enums mapping to the
 //!   protocol errors of `warpcore-proto`).
