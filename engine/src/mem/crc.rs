@@ -270,10 +270,9 @@ pub fn copy_sum_crc_slices(src: &[u8], dst: &mut [u8], crc: u32) -> (u64, u32) {
 /// (`copy_sum_crc_fold512`): each 64-octet vector loaded once, stored, summed and folded
 /// into the CRC from the one register; on a CPU with AVX2 and VPCLMULQDQ but not those, the
 /// same in 32-octet vectors (`copy_sum_crc_fold256`). Otherwise one pass over three lanes of
-/// the input at
-/// once (`copy_sum_crc_lanes`): each 16-octet vector is loaded once, stored, widened into
-/// the checksum's 32-bit lanes, and its words run through `crc32` from the copy just stored
-/// (the instruction loads them itself, with a memory operand), so the CRC's one
+/// the input at once (`copy_sum_crc_lanes`): each 16-octet vector is loaded once, stored,
+/// widened into the checksum's 32-bit lanes, and its words run through `crc32` from the copy
+/// just stored (the instruction loads them itself, with a memory operand), so the CRC's one
 /// instruction a cycle overlaps the copy's loads and stores instead of following them;
 /// passes of up to 4 KiB a lane, combined as in [`crc32c_append`]'s three streams, then a
 /// tail under 96 octets.
