@@ -3,9 +3,9 @@
 //! `memcpy`; and of its copy from registered memory into a frame with the Internet
 //! checksum's sum and the CRC in one pass (`copy_sum_crc_slices`), next to a copy followed
 //! by the crate's CRC; and of the Internet checksum's sum of a received segment (the TCP
-//! crate's and the engine's `bulk_sum`). The frames rotate over 1,024 buffers (9 MiB, as a memif port's
-//! mbufs), so the copies write memory that is not in the first-level caches, as the
-//! transmit path's do. On a CPU with AVX-512F and VPCLMULQDQ the engine's functions fold
+//! crate's and the engine's `bulk_sum`). The frames rotate over 1,024 buffers (9 MiB, as a
+//! memif port's mbufs), so the copies write memory that is not in the first-level caches,
+//! as the transmit path's do. On a CPU with AVX-512F and VPCLMULQDQ the engine's functions fold
 //! 512 bits at a time; elsewhere the CRC runs three `crc32` lanes, and the copy folds 256
 //! bits at a time where the CPU has AVX2 and VPCLMULQDQ. `bench/README.md` has the
 //! figures.
