@@ -552,10 +552,7 @@ fn fold4_to1(x: [std::arch::x86_64::__m512i; 4]) -> std::arch::x86_64::__m512i {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse4.2,pclmulqdq,avx512f,vpclmulqdq")]
 fn reduce512(x: std::arch::x86_64::__m512i, rest: &[u8]) -> u32 {
-    use std::arch::x86_64::{
-        __m128i, _mm512_extracti32x4_epi32, _mm_crc32_u64, _mm_cvtsi128_si64, _mm_extract_epi64,
-        _mm_loadu_si128,
-    };
+    use std::arch::x86_64::_mm512_extracti32x4_epi32;
     let l = [
         _mm512_extracti32x4_epi32(x, 0),
         _mm512_extracti32x4_epi32(x, 1),
@@ -565,6 +562,19 @@ fn reduce512(x: std::arch::x86_64::__m512i, rest: &[u8]) -> u32 {
     let mut y = fold128_into(l[2], K128, l[3]);
     y = fold128_into(l[1], K256, y);
     y = fold128_into(l[0], K384, y);
+    reduce128(y, rest)
+}
+
+/// The CRC state after 128 bits of folded chunks `y` and then `rest`: `rest`'s whole
+/// 16-octet chunks folded on, the last 128 bits reduced by two `crc32` from a zero state,
+/// then `rest`'s tail (the end shared by [`reduce512`] and [`reduce256`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2,pclmulqdq")]
+#[inline]
+fn reduce128(mut y: std::arch::x86_64::__m128i, rest: &[u8]) -> u32 {
+    use std::arch::x86_64::{
+        __m128i, _mm_crc32_u64, _mm_cvtsi128_si64, _mm_extract_epi64, _mm_loadu_si128,
+    };
     let mut chunks = rest.chunks_exact(16);
     for c in &mut chunks {
         // SAFETY: `c` is 16 readable octets.
@@ -849,30 +859,17 @@ fn fold4_to1_256(x: [std::arch::x86_64::__m256i; 4]) -> std::arch::x86_64::__m25
     fold256_into(x[0], keys256(K768), to3)
 }
 
-/// [`reduce512`] of a 256-bit register: its two lanes folded into one, `rest`'s whole
-/// 16-octet chunks folded on, the last 128 bits reduced by two `crc32`, then `rest`'s tail.
+/// [`reduce512`] of a 256-bit register: its two lanes folded into one, then [`reduce128`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse4.2,pclmulqdq,avx2,vpclmulqdq")]
 fn reduce256(x: std::arch::x86_64::__m256i, rest: &[u8]) -> u32 {
-    use std::arch::x86_64::{
-        __m128i, _mm256_castsi256_si128, _mm256_extracti128_si256, _mm_crc32_u64,
-        _mm_cvtsi128_si64, _mm_extract_epi64, _mm_loadu_si128,
-    };
-    let mut y = fold128_into(
+    use std::arch::x86_64::{_mm256_castsi256_si128, _mm256_extracti128_si256};
+    let y = fold128_into(
         _mm256_castsi256_si128(x),
         K128,
         _mm256_extracti128_si256(x, 1),
     );
-    let mut chunks = rest.chunks_exact(16);
-    for c in &mut chunks {
-        // SAFETY: `c` is 16 readable octets.
-        let v = unsafe { _mm_loadu_si128(c.as_ptr().cast::<__m128i>()) };
-        y = fold128_into(y, K128, v);
-    }
-    let s = _mm_crc32_u64(0, _mm_cvtsi128_si64(y) as u64);
-    let s = _mm_crc32_u64(s, _mm_extract_epi64(y, 1) as u64);
-    // SAFETY: the CPU has SSE4.2 (this function's target features).
-    unsafe { serial(s as u32, chunks.remainder()) }
+    reduce128(y, rest)
 }
 
 /// The eight 32-bit lanes of `acc` added as 64-bit numbers.
