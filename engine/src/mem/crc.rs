@@ -1138,17 +1138,26 @@ mod tests {
         }
     }
 
-    /// Which long-input path this CPU takes, in the test's output: the folding one (AVX-512F
-    /// and VPCLMULQDQ) or the three `crc32` lanes. The tests compare both with the crate
-    /// where the CPU has the folding path's features, the lanes alone where it does not;
-    /// with `WARPCORE_REQUIRE_FOLD512=1` (CI, `scripts/test.sh`) a CPU without them fails.
+    /// Which long-input path this CPU takes, in the test's output: the 512-bit folding one
+    /// (AVX-512F, AVX-512BW and VPCLMULQDQ), the 256-bit one for the copy into a frame
+    /// (AVX2 and VPCLMULQDQ), or the three `crc32` lanes. The tests compare every path the
+    /// CPU can run with the crate. With `WARPCORE_EXPECT_CRC_PATH` set (CI, `scripts/test.sh`,
+    /// which reads the CPU's flags from `/proc/cpuinfo`), the engine's own detection must
+    /// name the same path: a detection that missed a feature would otherwise leave that path
+    /// untested and unused without a word.
     fn report_path() {
         #[cfg(target_arch = "x86_64")]
-        if std::env::var_os("WARPCORE_REQUIRE_FOLD512").is_some_and(|v| v == "1") {
-            assert!(
-                fold512_available(),
-                "WARPCORE_REQUIRE_FOLD512=1 (CI) but this CPU lacks AVX-512F or VPCLMULQDQ: \
-                 the folding path cannot be tested here"
+        if let Some(want) = std::env::var_os("WARPCORE_EXPECT_CRC_PATH") {
+            let have = match (fold512_available(), fold256_available()) {
+                (true, _) => "fold512",
+                (false, true) => "fold256",
+                (false, false) => "lanes",
+            };
+            assert_eq!(
+                want.to_str(),
+                Some(have),
+                "WARPCORE_EXPECT_CRC_PATH (from /proc/cpuinfo) names another path than the \
+                 engine detects"
             );
         }
         #[cfg(target_arch = "x86_64")]
