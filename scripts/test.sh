@@ -38,7 +38,7 @@ if [ "$(uname -m)" = x86_64 ] && [ -r /proc/cpuinfo ]; then
             "not exercised here (the 256-bit one and the three lanes are)"
     else
         export WARPCORE_EXPECT_CRC_PATH=lanes
-        echo "NOTE: this CPU has no VPCLMULQDQ: the engine's CRC32c folding paths are not" \
+        echo "NOTE: this CPU lacks AVX2 or VPCLMULQDQ: the engine's CRC32c folding paths are not" \
             "exercised here (the three crc32 lanes are)"
     fi
 fi
