@@ -1141,39 +1141,39 @@ mod tests {
     /// Which long-input path this CPU takes, in the test's output: the 512-bit folding one
     /// (AVX-512F, AVX-512BW and VPCLMULQDQ), the 256-bit one for the copy into a frame
     /// (AVX2 and VPCLMULQDQ), or the three `crc32` lanes. The tests compare every path the
-    /// CPU can run with the crate. With `WARPCORE_EXPECT_CRC_PATH` set (CI, `scripts/test.sh`,
-    /// which reads the CPU's flags from `/proc/cpuinfo`), the engine's own detection must
-    /// name the same path: a detection that missed a feature would otherwise leave that path
-    /// untested and unused without a word.
+    /// CPU can run with the crate. With `WARPCORE_EXPECT_CRC_PATH` set (`scripts/test.sh`,
+    /// the suite CI runs, reads the CPU's flags from `/proc/cpuinfo`), the engine's own
+    /// detection must name the same path: a detection that missed a feature would otherwise
+    /// leave that path untested and unused without a word.
     fn report_path() {
         #[cfg(target_arch = "x86_64")]
-        if let Some(want) = std::env::var_os("WARPCORE_EXPECT_CRC_PATH") {
-            let have = match (fold512_available(), fold256_available()) {
-                (true, _) => "fold512",
-                (false, true) => "fold256",
-                (false, false) => "lanes",
+        {
+            // The copy's path (the CRC alone folds only with the 512-bit one).
+            let (path, copy) = match (fold512_available(), fold256_available()) {
+                (true, _) => (
+                    "fold512",
+                    "512-bit folding (the 256-bit one and the lanes called directly)",
+                ),
+                (false, true) => ("fold256", "256-bit folding (the lanes called directly)"),
+                (false, false) => ("lanes", "three crc32 lanes (no AVX2 and VPCLMULQDQ here)"),
             };
-            assert_eq!(
-                want.to_str(),
-                Some(have),
-                "WARPCORE_EXPECT_CRC_PATH (from /proc/cpuinfo) names another path than the \
-                 engine detects"
+            if let Some(want) = std::env::var_os("WARPCORE_EXPECT_CRC_PATH") {
+                assert_eq!(
+                    want.to_str(),
+                    Some(path),
+                    "WARPCORE_EXPECT_CRC_PATH (from /proc/cpuinfo) names another path than \
+                     the engine detects"
+                );
+            }
+            eprintln!(
+                "CRC32c from {FOLD_MIN} octets: {}; the copy into a frame: {copy}",
+                if fold512_available() {
+                    "512-bit folding (and the three lanes, called directly)"
+                } else {
+                    "three crc32 lanes (no AVX-512F, AVX-512BW and VPCLMULQDQ here)"
+                },
             );
         }
-        #[cfg(target_arch = "x86_64")]
-        eprintln!(
-            "CRC32c from {FOLD_MIN} octets: {}; the copy into a frame: {}",
-            if fold512_available() {
-                "512-bit folding (and the three lanes, called directly)"
-            } else {
-                "three crc32 lanes (no AVX-512F, AVX-512BW and VPCLMULQDQ here)"
-            },
-            match (fold512_available(), fold256_available()) {
-                (true, _) => "512-bit folding (the 256-bit one and the lanes called directly)",
-                (false, true) => "256-bit folding (the lanes called directly)",
-                (false, false) => "three crc32 lanes (no AVX2 and VPCLMULQDQ here)",
-            }
-        );
     }
 
     /// The folding constants come from the formula that gives CRC-32 (IEEE)'s published
