@@ -65,7 +65,7 @@ use crate::device::{DeviceStats, PollDevice};
 use crate::recovery::{Congestion as CcAlgorithm, RecoveryConfig};
 use crate::stack::{Congestion, ConnId, Event, ListenerId, StackConfig, StackError, TcpTuning};
 
-use headers::{FrameAddrs, ETH_HDR, IP_HDR};
+use headers::{FrameAddrs, HeaderRun, ETH_HDR, IP_HDR};
 use isn::{IsnGen, KeyedHash};
 use neighbor::{Lookup, Neighbors};
 use wheel::{Entry, Wheel};
@@ -1115,6 +1115,8 @@ impl<D: PollDevice> Host<D> {
         let Some(Some(s)) = i.slots.get_mut(index as usize) else {
             return;
         };
+        // The headers of this connection's run of segments in this pass.
+        let mut run = HeaderRun::default();
         match mac {
             Some(mac) => loop {
                 // A slot before knowing whether there is anything to send: a refused one puts
@@ -1143,6 +1145,7 @@ impl<D: PollDevice> Host<D> {
                 let src = i.cidr.address();
                 let dst = s.tuple.remote_ip;
                 let (our_mac, caps) = (i.mac, &i.caps);
+                let run = &mut run;
                 let written = tx.consume(ETH_HDR + IP_HDR + tcp_len, |buf| {
                     let addrs = FrameAddrs {
                         src_mac: our_mac,
@@ -1150,7 +1153,7 @@ impl<D: PollDevice> Host<D> {
                         src,
                         dst,
                     };
-                    emit_segment(buf, &addrs, out, caps, &mut |t, at, d, w| {
+                    emit_segment(buf, &addrs, out, caps, run, &mut |t, at, d, w| {
                         fill(id, t, at, d, w)
                     })
                 });
@@ -1192,14 +1195,16 @@ fn emit_segment(
     a: &FrameAddrs,
     out: &Outgoing<'_>,
     caps: &ChecksumCapabilities,
+    run: &mut HeaderRun,
     fill: &mut ConnFill<'_>,
 ) -> Result<usize, ()> {
     if let Some(payload) = out.contiguous() {
-        emit_tcp(buf, a, &out.repr, payload, caps);
+        emit_tcp_in_run(buf, a, &out.repr, payload, caps, run);
         return Ok(0);
     }
     let n = out.payload_len();
-    let (hl, tcp) = emit_tcp_header(buf, a, &out.repr, n, caps);
+    let hl = run.write(buf, a, &out.repr, n, caps.ipv4.tx());
+    let tcp = &mut buf[ETH_HDR + IP_HDR..];
     let payload = &mut tcp[hl..hl + n];
     let want = caps.tcp.tx();
     let (mut at, mut external, mut ok, mut total) = (0usize, 0usize, true, 0u64);
@@ -1246,7 +1251,7 @@ fn emit_segment(
     if want {
         // The header's octets at offset 0 (its length is a multiple of 4), the payload's
         // pieces summed as they were written.
-        let c = headers::tcp_checksum(a, &tcp[..hl], n, total);
+        let c = run.tcp_checksum(a, &tcp[..hl], n, total);
         tcp[16..18].copy_from_slice(&c);
     }
     Ok(external)
@@ -1275,19 +1280,24 @@ fn rst_segment(
     }
 }
 
-/// Writes the Ethernet, IPv4 and TCP headers of `seg` carrying `payload_len` octets into
-/// `buf` (checksum field zero) and returns the TCP header's length and the TCP part of the
-/// frame.
+/// [`emit_tcp`] with the headers written through the pass's [`HeaderRun`].
 #[inline]
-fn emit_tcp_header<'b>(
-    buf: &'b mut [u8],
+fn emit_tcp_in_run(
+    buf: &mut [u8],
     a: &FrameAddrs,
     seg: &TcpRepr<'_>,
-    payload_len: usize,
+    payload: &[u8],
     caps: &ChecksumCapabilities,
-) -> (usize, &'b mut [u8]) {
-    let hl = headers::write_headers(buf, a, seg, payload_len, caps.ipv4.tx());
-    (hl, &mut buf[ETH_HDR + IP_HDR..])
+    run: &mut HeaderRun,
+) {
+    let n = payload.len();
+    let hl = run.write(buf, a, seg, n, caps.ipv4.tx());
+    let bytes = &mut buf[ETH_HDR + IP_HDR..];
+    let payload_sum = csum::copy_and_sum_to_fold(&mut bytes[hl..hl + n], payload);
+    if caps.tcp.tx() {
+        let c = run.tcp_checksum(a, &bytes[..hl], n, payload_sum);
+        bytes[16..18].copy_from_slice(&c);
+    }
 }
 
 /// Writes an Ethernet/IPv4/TCP frame of the segment `seg` carrying `payload` (not
