@@ -435,10 +435,18 @@ fn a_lone_write_leaves_from_the_posting_call_and_others_wait_for_the_loop() {
     let p = write_pair(7307);
     let (server, client) = (&p.server, &p.client);
     let (smr, cmr, cqp, ccq) = (&p.smr, &p.cmr, &p.cqp, &p.ccq);
+    // Loops until every delayed ACK has left: a Write posted while its predecessor's ACK
+    // is still owed is not lone. A fixed count of loops is not enough: on a fast CPU a
+    // hundred of them take less than the ACK delay, and Write 0 then waited for the
+    // client's loop (seen on a 2.6 GHz Xeon).
+    let wait_acks = Duration::from_micros(10 * ENGINE_ACK_DELAY.total_micros());
     let settle = || {
-        for _ in 0..100 {
+        let t0 = std::time::Instant::now();
+        let mut loops = 0;
+        while loops < 100 || t0.elapsed() < wait_acks {
             client.progress();
             server.progress();
+            loops += 1;
         }
     };
     settle();
