@@ -179,7 +179,8 @@ impl TxRecord {
         if sum {
             // ULPDU_Length and the header at offset 0, the pad and CRC after the payload.
             let end = base + payload_len;
-            total += csum::sum(&out[..base]) + csum::at_offset(csum::sum(&out[end..]), end);
+            total +=
+                csum::sum_short(&out[..base]) + csum::at_offset(csum::sum_short(&out[end..]), end);
         }
         Some(total)
     }
