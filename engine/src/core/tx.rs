@@ -1048,20 +1048,18 @@ impl Qp {
             if plen >= ctx.cfg.tx_from_memory_min && from_memory {
                 // Sent from registered memory (module `txrec`): its source checked now,
                 // copied into each frame that carries it.
-                let queued =
-                    txrec::source(src, sq, sq_head, mrs, pd, stream, off, plen).and_then(|from| {
-                        match from {
-                            None => Ok(false),
-                            Some(from) => txrec::queue(
-                                stack,
-                                tcp,
-                                records,
-                                framer,
-                                &hdr[..s.header_len],
-                                from,
-                            ),
-                        }
-                    });
+                let queued = txrec::queue(
+                    stack,
+                    tcp,
+                    records,
+                    framer,
+                    &hdr[..s.header_len],
+                    src,
+                    (sq, sq_head),
+                    mrs,
+                    (pd, stream),
+                    (off, plen),
+                );
                 match queued {
                     Ok(true) => {
                         if let TxSrc::Sq(seq) = msg.src {

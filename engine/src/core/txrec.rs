@@ -104,6 +104,25 @@ pub(super) struct TxRecord {
 }
 
 impl TxRecord {
+    /// A record before [`queue`] fills it in place: pushed as a copy of this constant, so
+    /// no record is built on the stack and then moved (a move reads back with wide loads
+    /// what narrow stores just wrote, and no store forwards to such a load: it waits for
+    /// every earlier store, the last frame's included; ~2 % of the MTU 1500 sender).
+    const BLANK: TxRecord = TxRecord {
+        token: 0,
+        hdr: [0; MAX_SEGMENT_HEADER_LEN],
+        hdr_len: 0,
+        crc: false,
+        access: PieceAccess::Local { pd: PdId(0) },
+        pieces: [MemPiece {
+            to: 0,
+            stag: 0,
+            len: 0,
+        }; MAX_SGE],
+        npieces: 0,
+        sq: None,
+    };
+
     fn payload_len(&self) -> usize {
         self.pieces[..usize::from(self.npieces)]
             .iter()
@@ -234,14 +253,20 @@ impl TxRecords {
         }
     }
 
-    /// Records `rec` for `conn` under a new token, which it returns (the caller queues the
-    /// record in TCP under it, or takes it back with [`Self::unpush`]).
-    pub fn push(&mut self, conn: ConnId, mut rec: TxRecord) -> u64 {
+    /// Adds a blank record ([`TxRecord::BLANK`]) for `conn` under a new token, and returns
+    /// it to be filled in place, with its token (the caller queues the record in TCP under
+    /// it, or takes it back with [`Self::unpush`]).
+    fn push_blank(&mut self, conn: ConnId) -> (&mut TxRecord, u64) {
         let r = self.of(conn);
-        rec.token = r.next_token;
+        let token = r.next_token;
         r.next_token += 1;
-        r.recs.push_back(rec);
-        rec.token
+        r.recs.push_back(TxRecord::BLANK);
+        let rec = match r.recs.back_mut() {
+            Some(x) => x,
+            None => unreachable!("just pushed"),
+        };
+        rec.token = token;
+        (rec, token)
     }
 
     /// Takes back the record just pushed (TCP refused it); its token is given again, so
@@ -398,13 +423,16 @@ fn note_failed(
     failed.push((conn, sq));
 }
 
-/// Where an FPDU's payload comes from, checked: `Ok(None)` for a header-only response
-/// (nothing to read), `Err` when the source cannot be read (the request or the Read being
+/// Where an FPDU's payload comes from, checked, written into `rec` (its pieces, how they
+/// are looked up, the request): `Ok(true)`; `Ok(false)` for a header-only response
+/// (nothing to read); `Err` when the source cannot be read (the request or the Read being
 /// answered fails). A request's SGEs ([`sges_readable`]) and a Read Response's source are
 /// looked up and bounds-checked at the message's first FPDU (`off == 0`); later FPDUs are
 /// split by arithmetic, and the copy into each frame checks again.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn source(
+#[inline(always)]
+fn source_into(
+    rec: &mut TxRecord,
     src: &TxSrc,
     sq: &VecDeque<SqEntry>,
     sq_head: u64,
@@ -413,7 +441,7 @@ pub(super) fn source(
     stream: StreamId,
     off: u64,
     plen: usize,
-) -> Result<Option<Source>, ()> {
+) -> Result<bool, ()> {
     match src {
         TxSrc::Sq(seq) => {
             let e = sq.get((*seq - sq_head) as usize).ok_or(())?;
@@ -421,13 +449,10 @@ pub(super) fn source(
             if off == 0 && !sges_readable(mrs, pd, sges) {
                 return Err(());
             }
-            let (pieces, npieces) = pieces_of(sges, off, plen).ok_or(())?;
-            Ok(Some(Source {
-                pieces,
-                npieces,
-                access: PieceAccess::Local { pd },
-                sq: Some(*seq),
-            }))
+            rec.npieces = pieces_into(&mut rec.pieces, sges, off, plen).ok_or(())?;
+            rec.access = PieceAccess::Local { pd };
+            rec.sq = Some(*seq);
+            Ok(true)
         }
         TxSrc::ReadResp(plan) => {
             let to = plan.src_to.checked_add(off).ok_or(())?;
@@ -437,73 +462,73 @@ pub(super) fn source(
                     .map_err(|_| ())?;
                 g.bounds(plan.src_to, plan.len as usize).map_err(|_| ())?;
             }
-            let mut pieces = [MemPiece::default(); MAX_SGE];
-            pieces[0] = MemPiece {
+            rec.pieces[0] = MemPiece {
                 to,
                 stag: plan.src_stag,
                 len: u32::try_from(plen).map_err(|_| ())?,
             };
-            Ok(Some(Source {
-                pieces,
-                npieces: 1,
-                access: PieceAccess::Remote { pd, stream },
-                sq: None,
-            }))
+            rec.npieces = 1;
+            rec.access = PieceAccess::Remote { pd, stream };
+            rec.sq = None;
+            Ok(true)
         }
-        TxSrc::AtomicResp => Ok(None),
+        TxSrc::AtomicResp => Ok(false),
     }
 }
 
-/// The checked source of one FPDU's payload ([`source`]).
-pub(super) struct Source {
-    pieces: [MemPiece; MAX_SGE],
-    npieces: u8,
-    access: PieceAccess,
-    sq: Option<u64>,
-}
-
-/// Queues the FPDU of header `hdr` and the payload at `from` in TCP as an external record:
-/// counted by the framer, recorded here, `send_external_record`. `Ok(false)`, nothing
-/// changed, when a marker falls inside it (the caller frames it into the send buffer);
-/// `Err` when TCP refuses a record whose room was checked (it cannot send any more: the
-/// framer counted the FPDU, so the stream is broken).
+/// Queues the FPDU of header `hdr` whose payload is `[off, off + plen)` of the message at
+/// `src` in TCP as an external record: its source checked ([`source_into`]), counted by
+/// the framer, recorded here (filled in place), `send_external_record`. `Ok(false)`,
+/// nothing changed, for a header-only response or when a marker falls inside the FPDU (the
+/// caller frames it into the send buffer); `Err` when the source cannot be read (nothing
+/// changed: the request or Read fails) or when TCP refuses a record whose room was checked
+/// (it cannot send any more: the framer counted the FPDU, so the stream is broken).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn queue<D: PollDevice>(
     stack: &mut Stack<D>,
     tcp: ConnId,
     records: &mut TxRecords,
     framer: &mut Framer,
     hdr: &[u8],
-    from: Source,
+    src: &TxSrc,
+    (sq, sq_head): (&VecDeque<SqEntry>, u64),
+    mrs: &MrTable,
+    (pd, stream): (PdId, StreamId),
+    (off, plen): (u64, usize),
 ) -> Result<bool, ()> {
-    let plen: usize = from.pieces[..usize::from(from.npieces)]
-        .iter()
-        .map(|p| p.len as usize)
-        .sum();
-    let need = match framer.reserve_in_place(hdr.len(), plen) {
-        Ok(Some(n)) => n,
-        _ => return Ok(false),
-    };
-    let mut h = [0u8; MAX_SEGMENT_HEADER_LEN];
-    h[..hdr.len()].copy_from_slice(hdr);
-    let token = records.push(
-        tcp,
-        TxRecord {
-            token: 0,
-            hdr: h,
-            hdr_len: hdr.len() as u8,
-            crc: framer.crc(),
-            access: from.access,
-            pieces: from.pieces,
-            npieces: from.npieces,
-            sq: from.sq,
+    let (rec, token) = records.push_blank(tcp);
+    let need = match source_into(rec, src, sq, sq_head, mrs, pd, stream, off, plen) {
+        Ok(true) => match framer.reserve_in_place(hdr.len(), plen) {
+            Ok(Some(n)) => Some(n),
+            _ => None,
         },
-    );
+        Ok(false) => None,
+        Err(()) => {
+            records.unpush(tcp);
+            return Err(());
+        }
+    };
+    let Some(need) = need else {
+        records.unpush(tcp);
+        return Ok(false);
+    };
+    rec_fill_header(records, tcp, hdr, framer.crc());
     match stack.send_external_record(tcp, need, token) {
         Ok(true) => Ok(true),
         _ => {
             records.unpush(tcp);
             Err(())
         }
+    }
+}
+
+/// Writes the header `hdr` and the CRC setting into the record just pushed for `conn`.
+#[inline(always)]
+fn rec_fill_header(records: &mut TxRecords, conn: ConnId, hdr: &[u8], crc: bool) {
+    if let Some(rec) = records.of(conn).recs.back_mut() {
+        rec.hdr[..hdr.len()].copy_from_slice(hdr);
+        rec.hdr_len = hdr.len() as u8;
+        rec.crc = crc;
     }
 }
 
@@ -522,14 +547,14 @@ pub(super) fn sges_readable(mrs: &MrTable, pd: PdId, sges: &[Sge]) -> bool {
 }
 
 /// Splits `[off, off + len)` of a request's payload, given by its SGEs, into pieces of
-/// registered memory (arithmetic only: [`sges_readable`] checked them). `None` when the
-/// range is not covered.
-pub(super) fn pieces_of(
+/// registered memory written into `out` (arithmetic only: [`sges_readable`] checked them),
+/// and returns how many. `None` when the range is not covered.
+pub(super) fn pieces_into(
+    out: &mut [MemPiece; MAX_SGE],
     sges: &[Sge],
     offset: u64,
     len: usize,
-) -> Option<([MemPiece; MAX_SGE], u8)> {
-    let mut out = [MemPiece::default(); MAX_SGE];
+) -> Option<u8> {
     let mut n = 0usize;
     let mut off = offset;
     let mut left = len as u64;
@@ -553,5 +578,5 @@ pub(super) fn pieces_of(
         left -= take;
         off = 0;
     }
-    (left == 0).then_some((out, n as u8))
+    (left == 0).then_some(n as u8)
 }
