@@ -104,7 +104,8 @@ fn tail_sum(rest: &[u8]) -> u64 {
 /// [`sum`] of a run known to be short (a header, the few framing octets around an FPDU's
 /// payload): the same value, from the same short loop [`sum`] takes under 128 octets,
 /// inlined where it is called instead of a call into [`sum`] and its test of the length.
-/// Exact for any length up to a few thousand octets, only slower than [`sum`] on long ones.
+/// Exact for any length under 256 KiB (its 32-bit lanes), only slower than [`sum`] on long
+/// ones.
 #[inline(always)]
 pub fn sum_short(data: &[u8]) -> u64 {
     tail_sum(data)

@@ -478,11 +478,13 @@ fn source_into(
 
 /// Queues the FPDU of header `hdr` whose payload is `[off, off + plen)` of the message at
 /// `src` in TCP as an external record: its source checked ([`source_into`]), counted by
-/// the framer, recorded here (filled in place), `send_external_record`. `Ok(false)`,
-/// nothing changed, for a header-only response or when a marker falls inside the FPDU (the
-/// caller frames it into the send buffer); `Err` when the source cannot be read (nothing
-/// changed: the request or Read fails) or when TCP refuses a record whose room was checked
-/// (it cannot send any more: the framer counted the FPDU, so the stream is broken).
+/// the framer, recorded here (filled in place), `send_external_record`. `Ok(false)` for a
+/// header-only response or when a marker falls inside the FPDU (the caller frames it into
+/// the send buffer), and `Err` when the source cannot be read (the request or Read fails):
+/// then no record is left and neither the framer nor TCP changed (the record pushed first
+/// is taken back; only the connection's list of records may have been set up, as any push
+/// sets it up). `Err` too when TCP refuses a record whose room was checked (it cannot send
+/// any more: the framer counted the FPDU, so the stream is broken).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn queue<D: PollDevice>(
     stack: &mut Stack<D>,
