@@ -2381,6 +2381,30 @@ mod tests {
         }
     }
 
+    /// The connections of the lossy-exchange proptests: a small MSS (many segments per
+    /// message), buffers of `rx_buffer` and `tx_buffer` octets (windows that fill), short
+    /// timers (probes, keep-alives and timeouts within a case).
+    fn exchange_cfg(
+        rx_buffer: usize,
+        tx_buffer: usize,
+        sack: bool,
+        timestamps: bool,
+        delack: bool,
+    ) -> ConnConfig {
+        ConnConfig {
+            rx_buffer,
+            tx_buffer,
+            mss: 300,
+            ack_delay: delack.then(|| Duration::from_micros(500)),
+            keep_alive: Some(Duration::from_millis(50)),
+            timeout: Some(Duration::from_millis(400)),
+            time_wait: Duration::from_millis(20),
+            sack,
+            timestamps,
+            ..ConnConfig::default()
+        }
+    }
+
     /// Every segment `c` sends now, into `q`, each polled twice: by `c` and by a copy of
     /// it made to take the full walk ([`Connection::plan_in_full`] behind
     /// [`Connection::nothing_to_send`]); the segments, their payloads and the two
@@ -2486,18 +2510,7 @@ mod tests {
             timestamps in proptest::bool::ANY,
             delack in proptest::bool::ANY,
         ) {
-            let cfg = ConnConfig {
-                rx_buffer: 4096,
-                tx_buffer: 8192,
-                mss: 300,
-                ack_delay: delack.then(|| Duration::from_micros(500)),
-                keep_alive: Some(Duration::from_millis(50)),
-                timeout: Some(Duration::from_millis(400)),
-                time_wait: Duration::from_millis(20),
-                sack,
-                timestamps,
-                ..ConnConfig::default()
-            };
+            let cfg = exchange_cfg(4096, 8192, sack, timestamps, delack);
             let ea = Endpoints { local: US, remote: PEER };
             let eb = Endpoints { local: PEER, remote: US };
             let mut now = Instant::from_millis(1);
@@ -2586,18 +2599,7 @@ mod tests {
             timestamps in proptest::bool::ANY,
             delack in proptest::bool::ANY,
         ) {
-            let cfg = ConnConfig {
-                rx_buffer: 2048,
-                tx_buffer: 2048,
-                mss: 300,
-                ack_delay: delack.then(|| Duration::from_micros(500)),
-                keep_alive: Some(Duration::from_millis(50)),
-                timeout: Some(Duration::from_millis(400)),
-                time_wait: Duration::from_millis(20),
-                sack,
-                timestamps,
-                ..ConnConfig::default()
-            };
+            let cfg = exchange_cfg(2048, 2048, sack, timestamps, delack);
             let ea = Endpoints { local: US, remote: PEER };
             let eb = Endpoints { local: PEER, remote: US };
             let mut now = Instant::from_millis(1);
