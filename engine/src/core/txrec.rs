@@ -499,38 +499,27 @@ pub(super) fn queue<D: PollDevice>(
     (off, plen): (u64, usize),
 ) -> Result<bool, ()> {
     let (rec, token) = records.push_blank(tcp);
+    rec.hdr[..hdr.len()].copy_from_slice(hdr);
+    rec.hdr_len = hdr.len() as u8;
+    rec.crc = framer.crc();
     let need = match source_into(rec, src, sq, sq_head, mrs, pd, stream, off, plen) {
-        Ok(true) => match framer.reserve_in_place(hdr.len(), plen) {
-            Ok(Some(n)) => Some(n),
-            _ => None,
-        },
-        Ok(false) => None,
+        Ok(true) => framer.reserve_in_place(hdr.len(), plen),
+        Ok(false) => Ok(None),
         Err(()) => {
             records.unpush(tcp);
             return Err(());
         }
     };
-    let Some(need) = need else {
+    let Ok(Some(need)) = need else {
         records.unpush(tcp);
         return Ok(false);
     };
-    rec_fill_header(records, tcp, hdr, framer.crc());
     match stack.send_external_record(tcp, need, token) {
         Ok(true) => Ok(true),
         _ => {
             records.unpush(tcp);
             Err(())
         }
-    }
-}
-
-/// Writes the header `hdr` and the CRC setting into the record just pushed for `conn`.
-#[inline(always)]
-fn rec_fill_header(records: &mut TxRecords, conn: ConnId, hdr: &[u8], crc: bool) {
-    if let Some(rec) = records.of(conn).recs.back_mut() {
-        rec.hdr[..hdr.len()].copy_from_slice(hdr);
-        rec.hdr_len = hdr.len() as u8;
-        rec.crc = crc;
     }
 }
 

@@ -1733,8 +1733,9 @@ impl Connection {
     /// bulk sender of records (FPDUs the size of a segment, MULPDU): new data, the next
     /// record exactly [`Self::max_record_payload`] long and within both windows, nothing
     /// asked for before it. Returns what the segment needs besides the connection's
-    /// fields ([`Self::full_record_segment`] builds it), or `None`, nothing changed, in every
-    /// other case (the general path decides). Each test below is one the general path makes on its way to this segment
+    /// fields ([`Self::full_record_segment`] builds it), or `None`, nothing changed, in
+    /// every other case (the general path decides). Each test below is one the general
+    /// path makes on its way to this segment
     /// (`plan_in_full`: no RST, handshake over, nothing to resend, no window or loss probe;
     /// `poll_new`: window room, sender SWS avoidance, `record_cut` cutting after one
     /// record; `base_segment`: no SACK blocks, no SYN options), so the segment, the record
