@@ -74,13 +74,13 @@ sock=$work/memif.sock
 bytes=$((64 << 20))
 rm -f "$sock"
 timeout 120 "$tcpperf" exchange --eal "-l 0 $eal --file-prefix=wcnet-ms$id" \
-    --vdev "net_memif0,role=server,socket=$sock,socket-abstract=no,rsize=12" \
+    --vdev "net_memif0,role=server,socket=$sock,socket-abstract=no,rsize=10" \
     --ip 198.18.0.1/24 --listen 7000 --bytes "$bytes" --capture "$work/memif.pcapng" \
     >"$work/memif-server.log" 2>&1 &
 srv=$!
 for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.1; done
 if timeout 120 "$tcpperf" exchange --eal "-l 1 $eal --file-prefix=wcnet-mc$id" \
-    --vdev "net_memif0,role=client,socket=$sock,socket-abstract=no,rsize=12" \
+    --vdev "net_memif0,role=client,socket=$sock,socket-abstract=no,rsize=10" \
     --ip 198.18.0.2/24 --peer 198.18.0.1:7000 --bytes "$bytes" >"$work/memif-client.log" 2>&1 &&
     wait "$srv"; then
     ok "memif exchange: $(grep -h '^exchange ok' "$work/memif-client.log")"

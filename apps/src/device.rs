@@ -461,19 +461,27 @@ impl DeviceArgs {
         room
     }
 
-    /// The ring arguments of a net_memif port. Up to MTU 1500: 4,096 slots of the
-    /// driver's default 2,048-octet buffers. Jumbo frames get buffers that hold a whole
-    /// frame (the MTU and 18 octets of Ethernet header and VLAN tag, rounded up to 1 KiB)
-    /// and 1,024 slots (about the same memory): DPDK 22.11's memif delivers frames chained
-    /// over several descriptors wrongly, old frames again a ring lap later (a capture of a
-    /// write_bw at MTU 9000 with 2,048-octet buffers saw one data segment in four arrive
-    /// two to sixty-six times; with whole-frame buffers, every segment exactly once).
+    /// The ring arguments of a net_memif port. Up to MTU 1500: 1,024 slots of the
+    /// driver's default 2,048-octet buffers (2 MiB a direction). Jumbo frames get buffers
+    /// that hold a whole frame (the MTU and 18 octets of Ethernet header and VLAN tag,
+    /// rounded up to 1 KiB) and 512 slots (4.5 MiB at MTU 9000): DPDK 22.11's memif
+    /// delivers frames chained over several descriptors wrongly, old frames again a ring
+    /// lap later (a capture of a write_bw at MTU 9000 with 2,048-octet buffers saw one data
+    /// segment in four arrive two to sixty-six times; with whole-frame buffers, every
+    /// segment exactly once).
+    ///
+    /// The slot counts are measured, not round: a ring is memory both processes stream
+    /// through, and a smaller one stays in cache. 64 KiB write_bw, three alternating runs
+    /// on a 2-vCPU Xeon: 31-34 Gbit/s with 4,096 slots (8 MiB), 36 with 2,048, 39-44 with
+    /// 1,024, 41-42 with 512, 39 with 256 (the sender then waits for the ring); at MTU 9000
+    /// 57-59 Gbit/s with 1,024 slots, 72-78 with 512, 68-70 with 256. The 64 B message rate
+    /// and latency do not move (docs/net.md, "memif rings").
     pub fn memif_ring_args(&self) -> String {
         if self.jumbo() {
             let frame = u32::from(self.mtu.unwrap_or(1500)) + 18;
-            format!("rsize=10,bsize={}", frame.div_ceil(1024) * 1024)
+            format!("rsize=9,bsize={}", frame.div_ceil(1024) * 1024)
         } else {
-            "rsize=12".to_string()
+            "rsize=10".to_string()
         }
     }
 
@@ -1013,7 +1021,7 @@ mod tests {
         );
         assert_eq!(
             a.last().unwrap(),
-            "--vdev=net_memif0,role=client,socket=/tmp/x.sock,socket-abstract=no,rsize=10,bsize=9216"
+            "--vdev=net_memif0,role=client,socket=/tmp/x.sock,socket-abstract=no,rsize=9,bsize=9216"
         );
         assert!(d.data_room() >= 9000 + 18);
     }

@@ -65,6 +65,16 @@ pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<EnvConfig, EnvE
         }
     };
     let mut dev = DeviceArgs::default();
+    // The MTU first: a memif port's ring arguments depend on it (whole-frame buffers for
+    // jumbo frames, `DeviceArgs::memif_ring_args`).
+    if let Some(m) = parse("WARPCORE_MTU", "576 to 9000")? {
+        let mtu: u16 = m
+            .parse()
+            .ok()
+            .filter(|v| (576..=9000).contains(v))
+            .ok_or_else(|| bad("WARPCORE_MTU", format!("{m:?}: expected 576 to 9000")))?;
+        dev.mtu = Some(mtu);
+    }
     for (var, role) in [
         ("WARPCORE_MEMIF_SERVER", "server"),
         ("WARPCORE_MEMIF", "client"),
@@ -79,7 +89,8 @@ pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<EnvConfig, EnvE
                 ));
             }
             dev.vdev.push(format!(
-                "net_memif0,role={role},socket={p},socket-abstract=no,rsize=12"
+                "net_memif0,role={role},socket={p},socket-abstract=no,{}",
+                dev.memif_ring_args()
             ));
         }
     }
@@ -118,14 +129,6 @@ pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<EnvConfig, EnvE
     }
     if let Some(c) = parse("WARPCORE_CORES", "a CPU list such as 0,2-3")? {
         dev.cores = Some(c.parse::<CpuList>().map_err(|e| bad("WARPCORE_CORES", e))?);
-    }
-    if let Some(m) = parse("WARPCORE_MTU", "576 to 9000")? {
-        let mtu: u16 = m
-            .parse()
-            .ok()
-            .filter(|v| (576..=9000).contains(v))
-            .ok_or_else(|| bad("WARPCORE_MTU", format!("{m:?}: expected 576 to 9000")))?;
-        dev.mtu = Some(mtu);
     }
     dev.capture = parse("WARPCORE_CAPTURE", "a file path")?.map(PathBuf::from);
     let drive = match parse("WARPCORE_POLL_MODE", "thread, busy or caller")?.as_deref() {
@@ -197,6 +200,26 @@ mod tests {
     }
 
     #[test]
+    fn a_memif_port_gets_the_rings_of_its_mtu() {
+        // Jumbo frames need whole-frame buffers (DPDK 22.11's memif redelivers chained
+        // frames); WARPCORE_MTU may come after the socket in any order.
+        for (mtu, rings) in [(None, "rsize=10"), (Some("9000"), "rsize=9,bsize=9216")] {
+            let mut vars = vec![
+                ("WARPCORE_MEMIF", "/tmp/y.sock"),
+                ("WARPCORE_IP", "10.0.0.2"),
+            ];
+            vars.extend(mtu.map(|m| ("WARPCORE_MTU", m)));
+            let c = run(&vars).unwrap();
+            assert_eq!(
+                c.dev.vdev,
+                [format!(
+                    "net_memif0,role=client,socket=/tmp/y.sock,socket-abstract=no,{rings}"
+                )]
+            );
+        }
+    }
+
+    #[test]
     fn a_full_configuration_is_read() {
         let c = run(&[
             ("WARPCORE_MEMIF_SERVER", "/tmp/x.sock"),
@@ -211,7 +234,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             c.dev.vdev,
-            ["net_memif0,role=server,socket=/tmp/x.sock,socket-abstract=no,rsize=12"]
+            ["net_memif0,role=server,socket=/tmp/x.sock,socket-abstract=no,rsize=9,bsize=9216"]
         );
         assert_eq!(c.dev.ip.unwrap().len, 16);
         assert_eq!(c.dev.engine_cpus(), vec![1]);
