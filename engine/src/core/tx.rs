@@ -1053,7 +1053,7 @@ impl Qp {
                     tcp,
                     records,
                     framer,
-                    &hdr[..s.header_len],
+                    (&hdr, s.header_len),
                     src,
                     (sq, sq_head),
                     mrs,

@@ -574,7 +574,7 @@ fn source_into(
     }
 }
 
-/// Queues the FPDU of header `hdr` whose payload is `[off, off + plen)` of the message at
+/// Queues the FPDU of header `hdr[..hdr_len]` whose payload is `[off, off + plen)` of the message at
 /// `src` in TCP as an external record: its source checked ([`source_into`]), counted by
 /// the framer, recorded here (filled in place), `send_external_record`. `Ok(false)` for a
 /// header-only response, a header longer than a record keeps ([`RECORD_HDR_MAX`]), or
@@ -589,22 +589,25 @@ pub(super) fn queue<D: PollDevice>(
     tcp: ConnId,
     records: &mut TxRecords,
     framer: &mut Framer,
-    hdr: &[u8],
+    (hdr, hdr_len): (&[u8; MAX_SEGMENT_HEADER_LEN], usize),
     src: &TxSrc,
     (sq, sq_head): (&VecDeque<SqEntry>, u64),
     mrs: &MrTable,
     (pd, stream): (PdId, StreamId),
     (off, plen): (u64, usize),
 ) -> Result<bool, ()> {
-    if hdr.len() > RECORD_HDR_MAX {
+    let (Some(kept), true) = (hdr.first_chunk::<RECORD_HDR_MAX>(), hdr_len <= RECORD_HDR_MAX)
+    else {
         return Ok(false);
-    }
+    };
     let (rec, token) = records.push_slot(tcp);
-    rec.hdr[..hdr.len()].copy_from_slice(hdr);
-    rec.hdr_len = hdr.len() as u8;
+    // All the room, past the header too (octets a record never reads): a copy of fixed
+    // length, two moves, not a call to `memcpy` for a length known only here.
+    rec.hdr = *kept;
+    rec.hdr_len = hdr_len as u8;
     rec.crc = framer.crc();
     let need = match source_into(rec, src, sq, sq_head, mrs, pd, stream, off, plen) {
-        Ok(true) => framer.reserve_in_place(hdr.len(), plen),
+        Ok(true) => framer.reserve_in_place(hdr_len, plen),
         Ok(false) => Ok(None),
         Err(()) => {
             records.unpush(tcp);
