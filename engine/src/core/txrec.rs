@@ -574,11 +574,12 @@ fn source_into(
     }
 }
 
-/// Queues the FPDU of header `hdr[..hdr_len]` whose payload is `[off, off + plen)` of the message at
-/// `src` in TCP as an external record: its source checked ([`source_into`]), counted by
-/// the framer, recorded here (filled in place), `send_external_record`. `Ok(false)` for a
-/// header-only response, a header longer than a record keeps ([`RECORD_HDR_MAX`]), or
-/// when a marker falls inside the FPDU (the caller frames it into the send buffer), and `Err` when the source cannot be read (the request or Read fails):
+/// Queues the FPDU of header `hdr[..hdr_len]` whose payload is `[off, off + plen)` of the
+/// message at `src` in TCP as an external record: its source checked ([`source_into`]),
+/// counted by the framer, recorded here (filled in place), `send_external_record`.
+/// `Ok(false)` for a header-only response, a header longer than a record keeps
+/// ([`RECORD_HDR_MAX`]), or when a marker falls inside the FPDU (the caller frames it into
+/// the send buffer), and `Err` when the source cannot be read (the request or Read fails):
 /// then no record is left and neither the framer nor TCP changed (the record pushed first
 /// is taken back; only the connection's list of records may have been set up, as any push
 /// sets it up). `Err` too when TCP refuses a record whose room was checked (it cannot send
@@ -596,8 +597,10 @@ pub(super) fn queue<D: PollDevice>(
     (pd, stream): (PdId, StreamId),
     (off, plen): (u64, usize),
 ) -> Result<bool, ()> {
-    let (Some(kept), true) = (hdr.first_chunk::<RECORD_HDR_MAX>(), hdr_len <= RECORD_HDR_MAX)
-    else {
+    let (Some(kept), true) = (
+        hdr.first_chunk::<RECORD_HDR_MAX>(),
+        hdr_len <= RECORD_HDR_MAX,
+    ) else {
         return Ok(false);
     };
     let (rec, token) = records.push_slot(tcp);
