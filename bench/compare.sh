@@ -250,15 +250,13 @@ k_iperf = ip["end"]["sum_received"]["bits_per_second"] / 1e9
 raw_p50 = field(raw, "half_rtt_p50_us")
 raw_p99 = field(raw, "p99_us")
 raw_n = field(raw, "samples")
-def raw_blast(size):
-    for l in raw.splitlines():
+def raw_blast(size, txt=raw):
+    for l in txt.splitlines():
         if l.startswith("RESULT raw_blast") and field(l, "size") == size:
             return field(l, "gbps"), field(l, "mpps")
     return nan, nan
 raw_gbps, raw_mpps = raw_blast(1514)
-raw = text("raw4096.txt")
-raw4k_gbps, raw4k_mpps = raw_blast(1514)
-raw = text("raw.txt")
+raw4k_gbps, raw4k_mpps = raw_blast(1514, text("raw4096.txt"))
 raw9_gbps, raw9_mpps = raw_blast(9014)
 def bwf(r, k): return num(r.get("bw", {}).get(k))
 iw_bw, iw_peak = bwf(bw, "average"), bwf(bw, "peak")

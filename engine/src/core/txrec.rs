@@ -597,10 +597,10 @@ pub(super) fn queue<D: PollDevice>(
     (pd, stream): (PdId, StreamId),
     (off, plen): (u64, usize),
 ) -> Result<bool, ()> {
-    let (Some(kept), true) = (
-        hdr.first_chunk::<RECORD_HDR_MAX>(),
-        hdr_len <= RECORD_HDR_MAX,
-    ) else {
+    if hdr_len > RECORD_HDR_MAX {
+        return Ok(false);
+    }
+    let Some(kept) = hdr.first_chunk::<RECORD_HDR_MAX>() else {
         return Ok(false);
     };
     let (rec, token) = records.push_slot(tcp);
