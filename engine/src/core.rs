@@ -73,7 +73,10 @@
 //!                    rx_atomic_response  QN 3: ORQ head, original value, retire_sq
 //!                errors ─ Qp::fail_local (Terminate queued, flush)           (qp)
 //!      ─ poll_stack: stack.poll_with_fill_pass (rx burst, TCP) (rx: in-order payload of RTS QPs)
-//!          └ Qp::consume_fpdus   straight from the frame, while the TCP queue is empty
+//!          └ Qp::consume_fpdus   straight from the frame, while the TCP queue is empty;
+//!                                a whole payload comes with its CRC32c, taken in the
+//!                                checksum's pass (crc::payload_digest), which checks an
+//!                                FPDU that fills it (Deframer::poll_digest)
 //! ```
 //! # The transmit path, by function
 //! ```text
@@ -659,6 +662,12 @@ impl<D: PollDevice> EngineCore<D> {
         // crate (no `unsafe`, so no run-time choice of instructions) would use SSE2.
         if let Some(bulk) = crate::mem::crc::bulk_sum() {
             stack.set_bulk_sum(bulk);
+        }
+        // Where the CPU has the 512-bit folding paths, a full segment's payload is summed
+        // and its CRC32c taken in the same pass, and the deframer checks the FPDU filling
+        // it against that CRC instead of reading it again (`Deframer::poll_digest`).
+        if let Some(digest) = crate::mem::crc::payload_digest() {
+            stack.set_payload_digest(digest, crate::mem::crc::PAYLOAD_DIGEST_MIN);
         }
         Ok(EngineCore {
             core,

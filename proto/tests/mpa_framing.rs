@@ -92,6 +92,32 @@ fn trace<'c>(d: &mut Deframer, chunks: impl IntoIterator<Item = &'c [u8]>) -> Tr
     (out, None)
 }
 
+/// [`trace`] with each chunk's CRC32c given to its first poll (`Deframer::poll_digest`),
+/// as the engine gives a segment's payload with the digest of its checksum pass.
+fn trace_digest<'c>(d: &mut Deframer, chunks: impl IntoIterator<Item = &'c [u8]>) -> Trace {
+    let mut out = Vec::new();
+    for chunk in chunks {
+        let mut input = chunk;
+        let mut digest = Some(crc32c(chunk));
+        loop {
+            match d.poll_digest(input, digest.take()) {
+                Ok((n, Some(u))) => {
+                    assert!(n <= input.len());
+                    let u = u.to_vec();
+                    out.push((u, d.last_fpdu_offset(), d.stream_offset()));
+                    input = &input[n..];
+                }
+                Ok((n, None)) => {
+                    assert_eq!(n, input.len(), "None means everything was consumed");
+                    break;
+                }
+                Err(e) => return (out, Some((e, d.fault()))),
+            }
+        }
+    }
+    (out, None)
+}
+
 /// `wire` (starting at stream offset `offset`) cut right after every marker position.
 fn after_each_marker(wire: &[u8], offset: u64) -> Vec<&[u8]> {
     let mut chunks = Vec::new();
@@ -606,6 +632,49 @@ proptest! {
         prop_assert_eq!(d_whole.in_fpdu(), d_cut.in_fpdu());
     }
 
+    /// MPA-6-2 through a segment's digest (`Deframer::poll_digest`): fed one FPDU a chunk
+    /// (an aligned sender's segments) or several, each chunk with its CRC32c, a deframer
+    /// gives what one that computes every CRC gives, for valid and corrupted streams (the
+    /// digest taken over the corrupted octets, as the receiver's checksum pass takes it).
+    #[test]
+    fn a_chunks_digest_checks_as_the_computed_crc(
+        ulpdus in arb_ulpdus(),
+        offset4 in 0u64..2048,
+        markers in any::<bool>(),
+        crc in any::<bool>(),
+        per_chunk in 1usize..3,
+        flip in prop::option::of((any::<prop::sample::Index>(), 1u8..=255)),
+    ) {
+        let offset = offset4 * 4;
+        let mut f = framer(markers, crc, offset);
+        let mut wire = Vec::new();
+        let mut ends = Vec::new();
+        for (i, u) in ulpdus.iter().enumerate() {
+            wire.extend(frame_all(&mut f, std::slice::from_ref(u)));
+            if (i + 1) % per_chunk == 0 || i + 1 == ulpdus.len() {
+                ends.push(wire.len());
+            }
+        }
+        if let Some((at, x)) = flip {
+            let i = at.index(wire.len());
+            wire[i] ^= x;
+        }
+        let chunks: Vec<&[u8]> = ends
+            .iter()
+            .scan(0, |from, &end| {
+                let c = &wire[*from..end];
+                *from = end;
+                Some(c)
+            })
+            .collect();
+        let mut d_plain = deframer(markers, crc, offset);
+        let plain = trace(&mut d_plain, chunks.iter().copied());
+        let mut d_digest = deframer(markers, crc, offset);
+        let digested = trace_digest(&mut d_digest, chunks.iter().copied());
+        prop_assert_eq!(&plain, &digested);
+        prop_assert_eq!(d_plain.in_fpdu(), d_digest.in_fpdu());
+    }
+
     /// Emit then deframe is the identity at any start position, markers on/off, CRC on/off,
     /// any chunking; `fpdu_wire_len` equals bytes written; the framer matches the reference.
     #[test]
@@ -743,4 +812,30 @@ fn reassembly_buffer_is_allocated_on_demand() {
         d.poll(piece).unwrap();
     }
     assert_eq!(d.reassembly_capacity(), 3000);
+}
+
+/// The digest is what checks a whole FPDU given with one (`Deframer::poll_digest`): a
+/// valid FPDU with a digest that is not its input's takes the general path, which computes
+/// the CRC and delivers it; a corrupted one with the digest of the octets sent (not of
+/// those received, which a caller never gives) is trusted, which shows that the digest,
+/// not a second CRC pass, decided; with its own digest it fails.
+#[test]
+fn the_digest_is_what_checks_a_whole_fpdu() {
+    let u = pattern(1_000, 3);
+    let wire = frame_all(&mut framer(false, true, 0), std::slice::from_ref(&u));
+    let good = crc32c(&wire);
+    let mut d = deframer(false, true, 0);
+    let (n, got) = d.poll_digest(&wire, Some(good ^ 1)).expect("a valid FPDU");
+    assert_eq!((n, got.map(|g| g.to_vec())), (wire.len(), Some(u.clone())));
+    let mut bad = wire.clone();
+    bad[100] ^= 0x10;
+    let mut d = deframer(false, true, 0);
+    let (n, got) = d.poll_digest(&bad, Some(good)).expect("trusted");
+    assert_eq!(n, bad.len());
+    assert_ne!(got.map(|g| g.to_vec()), Some(u));
+    let mut d = deframer(false, true, 0);
+    assert_eq!(
+        d.poll_digest(&bad, Some(crc32c(&bad))).map(|(n, _)| n),
+        Err(MpaError::CrcMismatch)
+    );
 }

@@ -160,6 +160,13 @@ pub fn sum_to_fold(data: &[u8]) -> u64 {
 /// without `unsafe`, cannot select at run time (`Host::set_bulk_sum`).
 pub type BulkSum = fn(&[u8]) -> u64;
 
+/// A [`BulkSum`] that also returns a 32-bit digest of the same octets, taken in the same
+/// pass: what the host sums a received segment's payload with when the engine asks for a
+/// digest of it (`Host::set_payload_digest`). The host does not interpret the digest; it
+/// hands it to the delivery of a payload delivered whole (the engine's is the CRC32c that
+/// checks an FPDU filling the segment, so each received octet is read once for both).
+pub type BulkSumDigest = fn(&[u8]) -> (u64, u32);
+
 /// [`sum`], out of line: the default [`BulkSum`].
 #[inline(never)]
 pub fn bulk_sum(data: &[u8]) -> u64 {

@@ -340,10 +340,12 @@ impl<D: PollDevice> Stack<D> {
     /// [`Self::poll_with_fill`], with the fill made by `make_fill` only when the poll runs
     /// a transmit pass, after every `deliver`, and dropped when the pass ends
     /// ([`crate::host::Host::poll_with_fill_pass`]). The reference never makes one.
+    /// `deliver(conn, octets, digest)` gets a segment's whole payload with its digest where
+    /// [`Self::set_payload_digest`] asked for one.
     #[inline]
     pub fn poll_with_fill_pass<F, M, X>(&mut self, now: Instant, deliver: F, make_fill: M) -> bool
     where
-        F: FnMut(ConnId, &[u8]) -> usize,
+        F: FnMut(ConnId, &[u8], Option<u32>) -> usize,
         M: FnOnce() -> X,
         X: FnMut(ConnId, u64, usize, &mut [u8], bool) -> Option<u64>,
     {
@@ -637,6 +639,16 @@ impl<D: PollDevice> Stack<D> {
     pub fn set_bulk_sum(&mut self, bulk: crate::csum::BulkSum) {
         if let Imp::Warpcore(s) = &mut self.imp {
             s.set_bulk_sum(bulk);
+        }
+    }
+
+    /// Sums and digests received payloads of `min` octets or more with `digest`, and hands
+    /// the digest to the delivery of a payload delivered whole
+    /// ([`crate::host::Host::set_payload_digest`]). The reference delivers nothing in place
+    /// and ignores it.
+    pub fn set_payload_digest(&mut self, digest: crate::csum::BulkSumDigest, min: usize) {
+        if let Imp::Warpcore(s) = &mut self.imp {
+            s.set_payload_digest(digest, min);
         }
     }
 

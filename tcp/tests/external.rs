@@ -350,7 +350,7 @@ fn a_poll_makes_its_fill_for_a_transmit_pass_only_after_every_delivery_and_drops
         log.borrow_mut().clear();
         a.poll_with_fill_pass(
             now,
-            |_, data: &[u8]| {
+            |_, data: &[u8], _| {
                 log.borrow_mut().push("deliver");
                 data.len()
             },

@@ -342,3 +342,158 @@ fn the_bulk_sum_set_on_the_host_verifies_long_segments() {
         "the retransmission verifies now"
     );
 }
+
+/// FNV-1a of `d`: the digest of the payload-digest test (any function of the octets would
+/// do; the host does not interpret it).
+fn fnv(d: &[u8]) -> u32 {
+    d.iter().fold(0x811c_9dc5u32, |h, &x| {
+        (h ^ u32::from(x)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// The true sum and [`fnv`].
+fn sum_and_fnv(d: &[u8]) -> (u64, u32) {
+    (warpcore_tcp::csum::sum(d), fnv(d))
+}
+
+/// A sum that never verifies, with [`fnv`].
+fn wrong_sum_and_fnv(d: &[u8]) -> (u64, u32) {
+    (warpcore_tcp::csum::sum(d) + 1, fnv(d))
+}
+
+/// `Stack::set_payload_digest`: a payload of `min` octets or more delivered whole, straight
+/// from its frame, comes with the digest of exactly those octets; octets delivered from
+/// the reassembly queue (out of order, duplicates trimmed) and shorter payloads come
+/// without one. Over links that lose, duplicate, reorder and corrupt frames, the stream
+/// arrives intact and both kinds of delivery occur.
+#[test]
+fn the_payload_digest_goes_with_whole_payloads_only() {
+    const MIN: usize = 300;
+    const TOTAL: u64 = 400_000;
+    for seed in 1..=3u64 {
+        let mut link = faulty_link(seed, 0.02);
+        link.faults_ab.corrupt = 0.01;
+        link.faults_ba.corrupt = 0.01;
+        let (ea, eb) = link::pair(&link);
+        let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("a");
+        let mut b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("b");
+        a.set_payload_digest(sum_and_fnv, MIN);
+        let t = TcpTuning::default();
+        let l = a.listen(7000, 2, &t).expect("listen");
+        let c = b.connect((IP_A, 7000), None, &t).expect("connect");
+        let mut now = Instant::ZERO;
+        let mut s = None;
+        let (mut sent, mut got) = (0u64, 0u64);
+        let (mut with, mut long_without, mut short) = (0u32, 0u32, 0u32);
+        let mut chunk = 0usize;
+        let limit = Instant::from_secs(60);
+        while got < TOTAL {
+            assert!(
+                now < limit,
+                "seed {seed}: {got} of {TOTAL} octets after 60 s"
+            );
+            a.poll_with_fill_pass(
+                now,
+                |_, data: &[u8], digest| {
+                    for (i, &x) in data.iter().enumerate() {
+                        assert_eq!(
+                            x,
+                            pattern(7, got + i as u64),
+                            "seed {seed}: octet {got}+{i}"
+                        );
+                    }
+                    got += data.len() as u64;
+                    match digest {
+                        Some(d) => {
+                            assert!(data.len() >= MIN, "a digest for {} octets", data.len());
+                            assert_eq!(d, fnv(data), "seed {seed}: the digest of other octets");
+                            with += 1;
+                        }
+                        None if data.len() >= MIN => long_without += 1,
+                        None => short += 1,
+                    }
+                    data.len()
+                },
+                || |_, _, _, _: &mut [u8], _| None,
+            );
+            b.poll(now);
+            while let Some(e) = a.next_event() {
+                if let Event::Acceptable(_) = e {
+                    s = a.accept(l).expect("accept").or(s);
+                }
+            }
+            while b.next_event().is_some() {}
+            if s.is_some() && sent < TOTAL {
+                // Writes of 40 to 2,400 octets, so that segments of every size occur.
+                let n = (40 + (chunk * 997) % 2_360).min((TOTAL - sent) as usize);
+                let buf: Vec<u8> = (0..n as u64).map(|i| pattern(7, sent + i)).collect();
+                let took = b.send(c, &buf).unwrap_or(0);
+                if took > 0 {
+                    chunk += 1;
+                }
+                sent += took as u64;
+            }
+            now += Duration::from_micros(20);
+        }
+        assert!(
+            with > 10,
+            "seed {seed}: {with} whole payloads with their digest"
+        );
+        assert!(
+            long_without > 0,
+            "seed {seed}: no reassembled octets went without one"
+        );
+        assert!(short > 0, "seed {seed}: no payload under {MIN} octets");
+    }
+}
+
+/// The sum a payload digest returns is what verifies a predicted segment it digests: with
+/// a sum that never verifies, a payload under the digest's minimum is predicted, a longer
+/// one is not and goes to the general path, which verifies it with the bulk sum (it
+/// arrives); with that failing too, it is dropped.
+#[test]
+fn the_payload_digests_sum_verifies_the_predicted_segment() {
+    let (mut a, mut b) = stacks();
+    let t = TcpTuning::default();
+    let l = a.listen(7000, 2, &t).expect("listen");
+    let c = b.connect((IP_A, 7000), None, &t).expect("connect");
+    let mut now = Instant::ZERO;
+    run(&mut a, &mut b, &mut now, 5);
+    let s = a.accept(l).expect("accept").expect("accepted");
+    a.set_payload_digest(wrong_sum_and_fnv, 100);
+    let predicted = |a: &mut Stack<LinkEnd>| a.host_stats().expect("ours").rx_predicted;
+    let mut buf = [0u8; 512];
+    let before = predicted(&mut a);
+    assert_eq!(b.send(c, &[7u8; 50]), Ok(50));
+    run(&mut a, &mut b, &mut now, 5);
+    assert_eq!(a.recv(s, &mut buf), Ok(50), "a short payload arrives");
+    assert_eq!(
+        predicted(&mut a),
+        before + 1,
+        "a short payload is predicted"
+    );
+    assert_eq!(b.send(c, &[9u8; 200]), Ok(200));
+    run(&mut a, &mut b, &mut now, 5);
+    assert_eq!(
+        a.recv(s, &mut buf),
+        Ok(200),
+        "the general path's sum verifies it"
+    );
+    assert_eq!(
+        predicted(&mut a),
+        before + 1,
+        "a payload failing the digest's sum"
+    );
+    a.set_bulk_sum(off_by_one);
+    assert_eq!(b.send(c, &[5u8; 200]), Ok(200));
+    run(&mut a, &mut b, &mut now, 2_000);
+    assert_eq!(a.recv(s, &mut buf), Ok(0), "failing both sums");
+    a.set_payload_digest(sum_and_fnv, 100);
+    run(&mut a, &mut b, &mut now, 20_000);
+    assert_eq!(
+        a.recv(s, &mut buf),
+        Ok(200),
+        "its retransmission verifies now"
+    );
+    assert!(predicted(&mut a) > before + 1, "and is predicted");
+}

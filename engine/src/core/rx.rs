@@ -224,7 +224,7 @@ impl Qp {
                 used
             };
         }
-        used + self.consume_fpdus(&data[used..], ctx, mrs, held)
+        used + self.consume_fpdus(&data[used..], None, ctx, mrs, held)
     }
 
     /// [`Self::consume`] past the startup, for a QP in RTS or Closing that awaits no MPA
@@ -235,6 +235,7 @@ impl Qp {
     pub(super) fn consume_fpdus<'m>(
         &mut self,
         data: &[u8],
+        digest: Option<u32>,
         ctx: &mut Ctx,
         mrs: &'m MrTable,
         held: &mut RxHeld<'m>,
@@ -252,7 +253,11 @@ impl Qp {
             return used;
         };
         loop {
-            match d.poll(&data[used..]) {
+            // `digest` is the CRC32c of all of `data` (a segment's payload, from the pass
+            // that verified its checksum: `Stack::set_payload_digest`), so only for the
+            // first FPDU; the deframer uses it when that FPDU is all of `data`.
+            let digest = if used == 0 { digest } else { None };
+            match d.poll_digest(&data[used..], digest) {
                 Ok((n, Some(ulpdu))) => {
                     used += n;
                     ctx.stats.fpdus_rx += 1;
@@ -867,7 +872,7 @@ impl<D: PollDevice> EngineCore<D> {
         };
         let work = stack.poll_with_fill_pass(
             now,
-            |tcp, data| {
+            |tcp, data, digest| {
                 let Some(&i) = conn_qp.get(tcp.slot()) else {
                     return 0;
                 };
@@ -883,7 +888,7 @@ impl<D: PollDevice> EngineCore<D> {
                     return 0;
                 }
                 // Steady: `consume`'s startup steps have nothing to do.
-                let n = q.consume_fpdus(data, ctx, mrs, &mut held);
+                let n = q.consume_fpdus(data, digest, ctx, mrs, &mut held);
                 ctx.stats.rx_in_place_octets += n as u64;
                 // Received octets may owe the peer something (as in `poll_rx`); a QP left
                 // settled (a Write or Send placed) owes nothing: checked below, once its

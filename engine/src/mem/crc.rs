@@ -646,6 +646,121 @@ pub fn bulk_sum() -> Option<warpcore_tcp::csum::BulkSum> {
     None
 }
 
+/// The received payload's sum and CRC32c in one pass ([`warpcore_tcp::csum::BulkSumDigest`],
+/// `Stack::set_payload_digest`) where the CPU has the 512-bit folding paths
+/// (`sum_crc_fold512`), else `None`: the host then verifies the checksum as before and the
+/// deframer computes each FPDU's CRC. A segment that carries one whole FPDU (an aligned
+/// sender's) has its CRC checked from the digest (`Deframer::poll_digest`), so each of its
+/// octets is read once here and once for its copy into registered memory.
+pub fn payload_digest() -> Option<warpcore_tcp::csum::BulkSumDigest> {
+    #[cfg(target_arch = "x86_64")]
+    if fold512_available() {
+        return Some(sum_crc512_checked);
+    }
+    None
+}
+
+/// The shortest payload [`payload_digest`]'s pass is asked for: the payload of a
+/// segment that holds a few small FPDUs is not digested (its digest could not check
+/// any of them), a full segment's is.
+pub const PAYLOAD_DIGEST_MIN: usize = 512;
+
+/// [`payload_digest`]'s function: `sum_crc_fold512` after the check it was chosen by,
+/// returning the sum as [`warpcore_tcp::csum::sum`]'s (it folds the same) and
+/// `crc32c_append(0, data)`.
+#[cfg(target_arch = "x86_64")]
+fn sum_crc512_checked(data: &[u8]) -> (u64, u32) {
+    if data.len() >= FOLD_MIN && fold512_available() {
+        // SAFETY: the CPU has the features (checked just above; the standard library
+        // caches the answer); `data` has at least `FOLD_MIN` octets; only `data` is read.
+        return unsafe { sum_crc_fold512(data, 0) };
+    }
+    (warpcore_tcp::csum::sum(data), crc32c_append(0, data))
+}
+
+/// The sum of `data` (as [`sum512`]) and `crc32c_append(crc, data)`, in one pass: each
+/// 64-octet vector loaded once, summed into 32-bit lanes and folded into the CRC, four
+/// vectors a step ([`fold512`]'s folding); the rest under 64 octets loaded under a mask
+/// into one register, summed, and taken by [`reduce512`] from a local copy. The receive
+/// path's pass over a segment's payload: its TCP checksum and its FPDU's CRC together.
+///
+/// # Safety
+/// The CPU must have SSE4.2, PCLMULQDQ, AVX-512F, AVX-512BW and VPCLMULQDQ
+/// (`fold512_available`); `data.len() >= FOLD_MIN`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2,pclmulqdq,avx512f,avx512bw,vpclmulqdq")]
+unsafe fn sum_crc_fold512(data: &[u8], crc: u32) -> (u64, u32) {
+    use std::arch::x86_64::{
+        __m512i, _mm512_add_epi32, _mm512_and_si512, _mm512_loadu_si512, _mm512_maskz_loadu_epi8,
+        _mm512_set1_epi32, _mm512_setzero_si512, _mm512_srli_epi32, _mm512_storeu_si512,
+        _mm512_xor_si512, _mm512_zextsi128_si512, _mm_cvtsi32_si128,
+    };
+    /// Vectors summed into the 32-bit lanes before these are added into `total` (as in
+    /// `copy_sum_crc_fold512`).
+    const SUM_RUN: usize = 4096;
+    let n = data.len();
+    assert!(n >= FOLD_MIN);
+    let p = data.as_ptr();
+    let low = _mm512_set1_epi32(0xFFFF);
+    let mut total = 0u64;
+    let mut acc = _mm512_setzero_si512();
+    // (A macro: each use is written out in its loop, its 512-bit value in a register.)
+    macro_rules! load {
+        ($at:expr) => {{
+            // SAFETY: every use reads 64 octets at `p + at` with `at + 64 <= n`.
+            let v = unsafe { _mm512_loadu_si512(p.add($at).cast::<__m512i>()) };
+            acc = _mm512_add_epi32(acc, _mm512_and_si512(v, low));
+            acc = _mm512_add_epi32(acc, _mm512_srli_epi32(v, 16));
+            v
+        }};
+    }
+    let mut x = [load!(0), load!(64), load!(128), load!(192)];
+    x[0] = _mm512_xor_si512(x[0], _mm512_zextsi128_si512(_mm_cvtsi32_si128(!crc as i32)));
+    let mut run = 4;
+    let k = keys512(K2048);
+    let mut at = 256;
+    while n - at >= 256 {
+        if run > SUM_RUN - 4 {
+            total += lanes_sum(acc);
+            acc = _mm512_setzero_si512();
+            run = 0;
+        }
+        for (j, xj) in x.iter_mut().enumerate() {
+            let v = load!(at + 64 * j);
+            *xj = fold_into(*xj, k, v);
+        }
+        run += 4;
+        at += 256;
+    }
+    let mut one = fold4_to1(x);
+    let k = keys512(K512);
+    // At most four more vectors (three whole, the tail): within the lanes' bound.
+    while n - at >= 64 {
+        let v = load!(at);
+        one = fold_into(one, k, v);
+        at += 64;
+    }
+    // The rest, under 64 octets, from an even offset: read as zeros past `n` (an odd last
+    // octet summed padded with a zero, as `csum::sum` pads it).
+    let rest = n - at;
+    let mut spill = [0u8; 64];
+    if rest > 0 {
+        let mask: u64 = (1u64 << rest) - 1;
+        // SAFETY: the mask selects the octets `[at, n)`, inside `data`; masked-out octets
+        // are not accessed (AVX-512 masked loads suppress faults on them). `spill` is 64
+        // writable octets.
+        let v = unsafe {
+            let v = _mm512_maskz_loadu_epi8(mask, p.add(at).cast::<i8>());
+            _mm512_storeu_si512(spill.as_mut_ptr().cast::<__m512i>(), v);
+            v
+        };
+        acc = _mm512_add_epi32(acc, _mm512_and_si512(v, low));
+        acc = _mm512_add_epi32(acc, _mm512_srli_epi32(v, 16));
+    }
+    total += lanes_sum(acc);
+    (total, !reduce512(one, &spill[..rest]))
+}
+
 /// [`bulk_sum`]'s function: `sum512` after the check it was chosen by.
 #[cfg(target_arch = "x86_64")]
 fn sum512_checked(data: &[u8]) -> u64 {
@@ -1236,6 +1351,46 @@ mod tests {
         if avx2 {
             // SAFETY: the CPU has AVX2 (checked above).
             assert_eq!(unsafe { sum256(&ones) }, warpcore_tcp::csum::sum(&ones));
+        }
+    }
+
+    /// The payload digest's pass gives the TCP crate's sum (folded alike) and the CRC32c
+    /// of the same octets, at every length around the vectors', the folding steps' and the
+    /// sum runs' limits, from odd and even addresses; it is offered exactly where the CPU
+    /// has the 512-bit folding paths.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_payload_digest_is_the_sum_and_the_crc() {
+        assert_eq!(payload_digest().is_some(), fold512_available());
+        eprintln!(
+            "payload digest: {}",
+            if fold512_available() {
+                "one 512-bit pass"
+            } else {
+                "not offered here (the fallback is tested)"
+            }
+        );
+        let data: Vec<u8> = (0..600_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
+            .collect();
+        let lens = (0..1_100).chain((1_100..20_000).step_by(61)).chain([
+            4096 * 64 - 1,
+            4096 * 64,
+            4096 * 64 + 255,
+            4100 * 64 + 1,
+            599_000,
+        ]);
+        for len in lens {
+            for off in [0usize, 1, 2, 63] {
+                let d = &data[off..off + len];
+                let (sum, crc) = sum_crc512_checked(d);
+                assert_eq!(
+                    warpcore_tcp::csum::fold(sum),
+                    warpcore_tcp::csum::fold(warpcore_tcp::csum::sum(d)),
+                    "sum, {len} octets at {off}"
+                );
+                assert_eq!(crc, crc32c::crc32c(d), "CRC, {len} octets at {off}");
+            }
         }
     }
 

@@ -317,7 +317,25 @@ impl Deframer {
         &'b mut self,
         input: &'a [u8],
     ) -> Result<(usize, Option<Ulpdu<'a, 'b>>), MpaError> {
-        if let Some((total, ulpdu)) = self.whole_fpdu_at_front(input) {
+        self.poll_digest(input, None)
+    }
+
+    /// [`Deframer::poll`], given the CRC32c of the whole of `input` (`crc32c_append(0,
+    /// input)`, from the pass that verified its TCP checksum): when `input` is exactly one
+    /// whole FPDU, its CRC is checked against `digest` instead of being computed again
+    /// (MPA-6-2 still holds: the ULPDU goes out only after the check). Appending the four
+    /// octets of the CRC field maps CRC states one to one, so `digest` equals the CRC state
+    /// after the covered octets and the field exactly when the covered octets' CRC is the
+    /// field's value. A `digest` that is not the input's own makes a valid FPDU take the
+    /// general path, which computes its CRC; it never makes an invalid one pass, as long as
+    /// `digest` is the input's CRC32c.
+    #[inline]
+    pub fn poll_digest<'a, 'b>(
+        &'b mut self,
+        input: &'a [u8],
+        digest: Option<u32>,
+    ) -> Result<(usize, Option<Ulpdu<'a, 'b>>), MpaError> {
+        if let Some((total, ulpdu)) = self.whole_fpdu_at_front(input, digest) {
             // Fast path (the case of an MPA-aligned sender): one whole, valid FPDU at the
             // front of the input and none of it received before.
             self.last_fpdu_offset = self.pos;
@@ -468,9 +486,14 @@ impl Deframer {
     /// leading marker, taken yet), no marker falls inside the FPDU, the whole FPDU is in
     /// `input`, its ULPDU_Length is within the maximum and its CRC (if on) matches. Anything
     /// else (including every error) goes through the general path, which decides it the
-    /// same way octet by octet.
+    /// same way octet by octet. `digest`: the CRC32c of all of `input`
+    /// ([`Deframer::poll_digest`]).
     #[inline]
-    fn whole_fpdu_at_front<'a>(&self, input: &'a [u8]) -> Option<(usize, &'a [u8])> {
+    fn whole_fpdu_at_front<'a>(
+        &self,
+        input: &'a [u8],
+        digest: Option<u32>,
+    ) -> Option<(usize, &'a [u8])> {
         // `started`: not even a leading marker of this FPDU may have been taken already,
         // since that marker is covered by the FPDU's CRC (MPA-4.4-17) and makes it "in an
         // FPDU" (a chunk that ended right after the marker; found by the deframer fuzzer).
@@ -501,8 +524,18 @@ impl Deframer {
         // Sliced before the CRC call rather than after it: less is then kept across the
         // call in the caller's registers.
         let ulpdu = covered.get(ULPDU_LENGTH_LEN..ULPDU_LENGTH_LEN + len)?;
-        if self.crc_on && crc_from_wire(*field) != (self.crc_fn)(0, covered) {
-            return None;
+        if self.crc_on {
+            let ok = match digest {
+                // MPA-6-2: the covered octets' CRC is the field's, checked through the
+                // input's CRC (`poll_digest`): four octets appended instead of the FPDU.
+                Some(d) if total == input.len() => {
+                    (self.crc_fn)(crc_from_wire(*field), field.as_slice()) == d
+                }
+                _ => crc_from_wire(*field) == (self.crc_fn)(0, covered),
+            };
+            if !ok {
+                return None;
+            }
         }
         Some((total, ulpdu))
     }

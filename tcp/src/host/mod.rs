@@ -90,6 +90,10 @@ type ConnFill<'a> = dyn FnMut(u64, usize, &mut [u8], bool) -> Option<u64> + 'a;
 fn no_fill(_: ConnId, _: u64, _: usize, _: &mut [u8], _: bool) -> Option<u64> {
     None
 }
+/// What a poll hands each connection's in-order payload to: `(connection, octets,
+/// digest)`, returning how many octets it consumed ([`Host::poll_with_fill_pass`]).
+type Deliver<'a> = dyn FnMut(ConnId, &[u8], Option<u32>) -> usize + 'a;
+
 /// Frames taken from the device per poll.
 const RX_BUDGET: usize = 64;
 /// Most control frames (RST, ARP, ICMP) waiting to go out.
@@ -246,6 +250,9 @@ struct Inner {
     /// What the TCP checksum of a received segment is verified with, from 128 octets on
     /// ([`Host::set_bulk_sum`]).
     bulk_sum: csum::BulkSum,
+    /// What a predicted segment's payload is summed and digested with, and from how many
+    /// octets on ([`Host::set_payload_digest`]).
+    payload_digest: Option<(csum::BulkSumDigest, usize)>,
     mss: u16,
     slots: Vec<Option<Slot>>,
     generations: Vec<u32>,
@@ -355,6 +362,7 @@ impl<D: PollDevice> Host<D> {
                     c
                 },
                 bulk_sum: csum::bulk_sum,
+                payload_digest: None,
                 mss,
                 slots: Vec::new(),
                 generations: Vec::new(),
@@ -470,12 +478,12 @@ impl<D: PollDevice> Host<D> {
     /// [`Self::poll_with`], with `fill` writing the octets of external records into the
     /// frames sent ([`Fill`]).
     #[inline]
-    pub fn poll_with_fill<F, X>(&mut self, now: Instant, deliver: F, fill: X) -> bool
+    pub fn poll_with_fill<F, X>(&mut self, now: Instant, mut deliver: F, fill: X) -> bool
     where
         F: FnMut(ConnId, &[u8]) -> usize,
         X: FnMut(ConnId, u64, usize, &mut [u8], bool) -> Option<u64>,
     {
-        self.poll_with_fill_pass(now, deliver, move || fill)
+        self.poll_with_fill_pass(now, move |c, d, _| deliver(c, d), move || fill)
     }
 
     /// [`Self::poll_with_fill`], with the fill made by `make_fill` when the poll runs a
@@ -483,6 +491,8 @@ impl<D: PollDevice> Host<D> {
     /// something for the length of a pass (the engine keeps the guard of the region it
     /// copies from, instead of a locked increment and decrement per segment) costs a poll
     /// that sends nothing nothing. Every `deliver` of the poll runs before `make_fill`.
+    /// `deliver(conn, octets, digest)` also gets the payload's digest when `octets` is a
+    /// segment's whole payload and [`Self::set_payload_digest`] took one.
     #[inline]
     pub fn poll_with_fill_pass<F, M, X>(
         &mut self,
@@ -491,7 +501,7 @@ impl<D: PollDevice> Host<D> {
         make_fill: M,
     ) -> bool
     where
-        F: FnMut(ConnId, &[u8]) -> usize,
+        F: FnMut(ConnId, &[u8], Option<u32>) -> usize,
         M: FnOnce() -> X,
         X: FnMut(ConnId, u64, usize, &mut [u8], bool) -> Option<u64>,
     {
@@ -937,6 +947,17 @@ impl<D: PollDevice> Host<D> {
     /// are taken in the pass that writes each octet.
     pub fn set_bulk_sum(&mut self, bulk: csum::BulkSum) {
         self.inner.bulk_sum = bulk;
+    }
+
+    /// Sums the payload of a received segment of `min` octets or more with `digest`
+    /// (when its TCP checksum is verified in software and it takes the predicted path: an
+    /// established connection's data) and hands the digest to `deliver` with the payload
+    /// when the payload is delivered whole, straight from the frame
+    /// ([`Self::poll_with_fill_pass`]); `None` with every other delivery. The engine's
+    /// digest is the CRC32c that checks an FPDU filling the segment: the payload is read
+    /// once for the checksum and the CRC.
+    pub fn set_payload_digest(&mut self, digest: csum::BulkSumDigest, min: usize) {
+        self.inner.payload_digest = Some((digest, min));
     }
 
     /// Nagle is refused (see [`crate::Stack::set_nagle_and_ack_delay`]); the ACK delay of a
@@ -1613,7 +1634,7 @@ impl Inner {
     }
 
     #[inline(never)]
-    fn process_frame(&mut self, frame: &[u8], deliver: &mut dyn FnMut(ConnId, &[u8]) -> usize) {
+    fn process_frame(&mut self, frame: &[u8], deliver: &mut Deliver<'_>) {
         // Header prediction: a segment of the connection the last one went to, in the
         // layout of its data and ACKs, goes straight to it.
         if let Some((t, index)) = self.demux_memo {
@@ -1622,10 +1643,10 @@ impl Inner {
                 self.mac,
                 (t.remote_ip, t.remote_port),
                 (self.cidr.address(), t.local_port),
-                (&self.caps, self.bulk_sum),
+                (&self.caps, self.bulk_sum, self.payload_digest),
             );
-            if let Some(seg) = seg {
-                if self.hand_to_slot(index, &seg, deliver) {
+            if let Some((seg, digest)) = seg {
+                if self.hand_to_slot(index, &seg, digest, deliver) {
                     self.stats.rx_predicted += 1;
                     return;
                 }
@@ -1699,7 +1720,7 @@ impl Inner {
         &mut self,
         src_mac: EthernetAddress,
         payload: &[u8],
-        deliver: &mut dyn FnMut(ConnId, &[u8]) -> usize,
+        deliver: &mut Deliver<'_>,
     ) {
         let Ok(p) = Ipv4Packet::new_checked(payload) else {
             self.stats.rx_dropped += 1;
@@ -1771,7 +1792,7 @@ impl Inner {
         src_mac: EthernetAddress,
         ip: &Ipv4Repr,
         payload: &[u8],
-        deliver: &mut dyn FnMut(ConnId, &[u8]) -> usize,
+        deliver: &mut Deliver<'_>,
     ) {
         let Ok(p) = TcpPacket::new_checked(payload) else {
             self.stats.rx_dropped += 1;
@@ -1806,7 +1827,7 @@ impl Inner {
             }
         };
         if let Some(index) = found {
-            if self.hand_to_slot(index, &seg, deliver) {
+            if self.hand_to_slot(index, &seg, None, deliver) {
                 return;
             }
         }
@@ -1825,13 +1846,15 @@ impl Inner {
     }
 
     /// Hands `seg` to the connection in slot `index` and marks it; false if the slot is
-    /// empty.
+    /// empty. `digest`, the payload's ([`Host::set_payload_digest`]), goes to a delivery of
+    /// the whole payload only.
     #[inline(always)]
     fn hand_to_slot(
         &mut self,
         index: u32,
         seg: &TcpRepr<'_>,
-        deliver: &mut dyn FnMut(ConnId, &[u8]) -> usize,
+        digest: Option<u32>,
+        deliver: &mut Deliver<'_>,
     ) -> bool {
         let Some(Some(s)) = self.slots.get_mut(index as usize) else {
             return false;
@@ -1840,8 +1863,11 @@ impl Inner {
             index,
             generation: s.generation,
         };
-        s.conn
-            .handle_segment_with(self.now, seg, &mut |data| deliver(id, data));
+        s.conn.handle_segment_with(self.now, seg, &mut |data| {
+            // The same octets as the segment's payload, not a part or a copy of them.
+            let whole = std::ptr::eq(data, seg.payload);
+            deliver(id, data, digest.filter(|_| whole))
+        });
         // Deferred once only: a connection already waiting in the dirty list (its ACK
         // deferred by the last poll, or segments of its own pending) sends this poll.
         // Deferring again at every poll that brought data held a bulk receiver's ACKs back
