@@ -149,13 +149,20 @@ struct DeframeOutcome {
 /// Feeds `chunks` to a fresh deframer, checking the `poll` contract on every call, and
 /// stops at the first error.
 fn run_deframer(config: DeframerConfig, chunks: &[&[u8]]) -> DeframeOutcome {
+    run_deframer_digest(config, chunks, false)
+}
+
+/// [`run_deframer`], with `digest` giving each chunk's first poll the chunk's CRC32c
+/// (`Deframer::poll_digest`, as the engine gives a segment's payload).
+fn run_deframer_digest(config: DeframerConfig, chunks: &[&[u8]], digest: bool) -> DeframeOutcome {
     let mut d = Deframer::new(config);
     let mut ulpdus = Vec::new();
     let mut error = None;
     'chunks: for &chunk in chunks {
         let mut input = chunk;
+        let mut dg = digest.then(|| fpdu::crc32c(chunk));
         loop {
-            match d.poll(input) {
+            match d.poll_digest(input, dg.take()) {
                 Ok((consumed, ulpdu)) => {
                     assert!(consumed <= input.len(), "consumed more than given");
                     match ulpdu {
@@ -212,7 +219,9 @@ fn d_max(config: DeframerConfig) -> usize {
 /// Input: `[cfg, seed, stream...]`. `cfg` selects the settings ([`deframer_config`]); with
 /// bit 7 set the body runs in framer mode instead ([`framer_roundtrip`]; bit 5 adds one
 /// damaged octet, bit 6 a recomputed CRC for it, [`corrupted_stream`]). `seed` drives the
-/// chunk sizes. The stream is deframed once whole and once in chunks; both runs must agree
+/// chunk sizes. The stream is deframed whole and in chunks, each both ways: without and
+/// with each chunk's CRC32c for `Deframer::poll_digest` (a stream of one FPDU takes the
+/// digest's check); the runs must agree
 /// on every ULPDU, the error, its detail and the counters, and the deframer's own contract
 /// (consumed counts, borrowed ULPDUs inside the input, poisoning after an error, MPA-8-12)
 /// is checked on every call.
@@ -228,6 +237,15 @@ pub fn deframer(data: &[u8]) {
     let whole = run_deframer(config, &[stream]);
     let chunked = run_deframer(config, &chunks(stream, *seed));
     assert_eq!(whole, chunked, "whole and chunked deframing disagree");
+    // Each chunk with its CRC32c, as a segment's payload comes with the digest of the
+    // receive checksum's pass: the same outcome (MPA-6-2 through the digest).
+    let digested = run_deframer_digest(config, &chunks(stream, *seed), true);
+    assert_eq!(whole, digested, "deframing with chunk digests disagrees");
+    let digested_whole = run_deframer_digest(config, &[stream], true);
+    assert_eq!(
+        whole, digested_whole,
+        "deframing with the stream's digest disagrees"
+    );
     if whole.error.is_none() {
         assert_eq!(
             whole.stream_offset,

@@ -237,6 +237,10 @@ pub struct CoreStats {
     pub fpdus_tx: u64,
     /// FPDUs received (ULPDUs the deframer delivered).
     pub fpdus_rx: u64,
+    /// Of `fpdus_rx`, those whose CRC the deframer checked through the CRC32c the receive
+    /// checksum's pass took of their segment (`crc::payload_digest`: a full segment that
+    /// is one FPDU, on a CPU with the 512-bit folding paths).
+    pub fpdus_rx_by_digest: u64,
     /// Payload octets placed into registered memory.
     pub placed_octets: u64,
     /// Received stream octets (FPDUs) consumed straight from the received frames, never
@@ -667,7 +671,7 @@ impl<D: PollDevice> EngineCore<D> {
         // and its CRC32c taken in the same pass, and the deframer checks the FPDU filling
         // it against that CRC instead of reading it again (`Deframer::poll_digest`).
         if let Some(digest) = crate::mem::crc::payload_digest() {
-            stack.set_payload_digest(digest, crate::mem::crc::PAYLOAD_DIGEST_MIN);
+            stack.set_payload_digest(Some((digest, crate::mem::crc::PAYLOAD_DIGEST_MIN)));
         }
         Ok(EngineCore {
             core,

@@ -394,6 +394,52 @@ fn bad_crc() {
     expect_terminate("crc", |_| vec![send(1, b"hi")], true, 1, (2, 0, 2));
 }
 
+/// MPA-6-2, MPA-8-*: a bad CRC in an FPDU that fills its segment → 2/0/02 as well, where
+/// the receive checksum's pass takes the segment's CRC32c (`crc::payload_digest`) and the
+/// deframer checks the FPDU against it (`Deframer::poll_digest`): good full-segment
+/// Writes first, the second placed from its frame and checked that way (where the CPU has
+/// the 512-bit folding paths; computed elsewhere), then a Write with its CRC broken,
+/// nothing of which is placed.
+#[test]
+fn bad_crc_in_a_full_segment() {
+    let mut w = world();
+    let (tcp, mut framer, mut deframer, qp) = connect(&mut w, 1);
+    let stag = w.stag.0;
+    let good = vec![0x5au8; 1_200];
+    // Twice: the first FPDU after the handshake is read from the TCP's queue (the QP was
+    // not steady yet when it arrived), the second from its frame, with its digest.
+    for _ in 0..2 {
+        send_ulpdus(&mut w, tcp, &mut framer, &[write(stag, 0, &good)], false);
+        for _ in 0..50 {
+            w.step();
+        }
+    }
+    assert_eq!(
+        common::read_region(&w.region, 0, 1_200),
+        good,
+        "the good Write placed"
+    );
+    let s = w.engine.stats();
+    if warpcore_engine::mem::crc::payload_digest().is_some() {
+        assert_eq!(s.fpdus_rx_by_digest, 1, "its CRC checked by digest: {s:?}");
+    } else {
+        assert_eq!(s.fpdus_rx_by_digest, 0);
+    }
+    let bad = vec![0xa5u8; 1_200];
+    send_ulpdus(&mut w, tcp, &mut framer, &[write(stag, 0, &bad)], true);
+    let got = terminate_from_engine(&mut w, tcp, &mut deframer);
+    assert_eq!(got, (2, 0, 2), "Terminate code");
+    assert_eq!(
+        common::read_region(&w.region, 0, 1_200),
+        good,
+        "nothing of the bad Write placed"
+    );
+    for _ in 0..50 {
+        w.step();
+    }
+    assert_eq!(w.engine.qp_state(qp).unwrap(), QpState::Error);
+}
+
 /// RDMAP-7.2-2: an undefined opcode → 0/2/06.
 #[test]
 fn undefined_opcode() {

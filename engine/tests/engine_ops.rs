@@ -422,6 +422,20 @@ fn fpdus_are_placed_straight_from_the_frames() {
         in_place_a > 300_000,
         "A: {in_place_a} octets of the Read Response in place"
     );
+    // Full segments of one FPDU each: their CRC checked through the digest of the
+    // checksum's pass where the CPU has the 512-bit folding paths, never elsewhere.
+    let by_digest = (
+        a.fpdus_rx_by_digest - before.0.fpdus_rx_by_digest,
+        b.fpdus_rx_by_digest - before.1.fpdus_rx_by_digest,
+    );
+    if warpcore_engine::mem::crc::payload_digest().is_some() {
+        assert!(
+            by_digest.0 > 150 && by_digest.1 > 200,
+            "FPDUs checked by digest (A, B): {by_digest:?}"
+        );
+    } else {
+        assert_eq!(by_digest, (0, 0));
+    }
 }
 
 /// Issue 12 item 3: a Write whose FPDUs are sent from registered memory (payload of 512

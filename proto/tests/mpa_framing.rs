@@ -833,9 +833,48 @@ fn the_digest_is_what_checks_a_whole_fpdu() {
     let (n, got) = d.poll_digest(&bad, Some(good)).expect("trusted");
     assert_eq!(n, bad.len());
     assert_ne!(got.map(|g| g.to_vec()), Some(u));
+    assert_eq!(d.fpdus_by_digest(), 1);
     let mut d = deframer(false, true, 0);
     assert_eq!(
         d.poll_digest(&bad, Some(crc32c(&bad))).map(|(n, _)| n),
         Err(MpaError::CrcMismatch)
     );
+}
+
+/// Four octets that, appended to `prefix`, make the CRC32c of the whole `target`: the
+/// CRC's shift register run backwards over 32 bits (reflected polynomial 0x82F63B78; a
+/// state whose top bit is set came from one whose low bit was set).
+fn forge_crc_suffix(prefix: &[u8], target: u32) -> [u8; 4] {
+    const POLY: u32 = 0x82F6_3B78;
+    let mut s = !target;
+    for _ in 0..32 {
+        s = if s & 0x8000_0000 != 0 {
+            ((s ^ POLY) << 1) | 1
+        } else {
+            s << 1
+        };
+    }
+    (s ^ !crc32c(prefix)).to_le_bytes()
+}
+
+/// The digest checks an FPDU only when the FPDU is all of the input
+/// (`Deframer::poll_digest`): with octets after it, four of them can be chosen so that the
+/// input's CRC32c is exactly what a valid FPDU's field would give. A corrupted FPDU
+/// followed by such octets, with the input's true CRC32c as the digest, is refused.
+#[test]
+fn a_digest_over_more_than_the_fpdu_is_not_used() {
+    let u = pattern(1_000, 5);
+    let mut bad = frame_all(&mut framer(false, true, 0), std::slice::from_ref(&u));
+    bad[200] ^= 0x04;
+    let field: [u8; 4] = bad[bad.len() - 4..].try_into().unwrap();
+    let target = fpdu::crc32c_append(fpdu::crc_from_wire(field), &field);
+    let mut input = bad.clone();
+    input.extend_from_slice(&forge_crc_suffix(&bad, target));
+    assert_eq!(crc32c(&input), target, "the forged suffix gives the target");
+    let mut d = deframer(false, true, 0);
+    assert_eq!(
+        d.poll_digest(&input, Some(crc32c(&input))).map(|(n, _)| n),
+        Err(MpaError::CrcMismatch)
+    );
+    assert_eq!(d.fpdus_by_digest(), 0);
 }

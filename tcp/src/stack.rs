@@ -337,11 +337,11 @@ impl<D: PollDevice> Stack<D> {
         }
     }
 
-    /// [`Self::poll_with_fill`], with the fill made by `make_fill` only when the poll runs
-    /// a transmit pass, after every `deliver`, and dropped when the pass ends
-    /// ([`crate::host::Host::poll_with_fill_pass`]). The reference never makes one.
-    /// `deliver(conn, octets, digest)` gets a segment's whole payload with its digest where
-    /// [`Self::set_payload_digest`] asked for one.
+    /// [`Self::poll_with_fill`] with a `deliver` of three arguments (see the end), and with
+    /// the fill made by `make_fill` only when the poll runs a transmit pass, after every
+    /// `deliver`, and dropped when the pass ends ([`crate::host::Host::poll_with_fill_pass`]).
+    /// The reference never makes one. `deliver(conn, octets, digest)` gets a segment's whole
+    /// payload with its digest where [`Self::set_payload_digest`] asked for one.
     #[inline]
     pub fn poll_with_fill_pass<F, M, X>(&mut self, now: Instant, deliver: F, make_fill: M) -> bool
     where
@@ -634,21 +634,22 @@ impl<D: PollDevice> Stack<D> {
     }
 
     /// Verifies received segments' TCP checksums with `bulk` from 128 octets on
-    /// ([`crate::host::Host::set_bulk_sum`]). smoltcp's reference stack verifies its own
-    /// way and ignores it.
+    /// ([`crate::host::Host::set_bulk_sum`]; [`Self::set_payload_digest`]'s sum takes the
+    /// payloads it digests). smoltcp's reference stack verifies its own way and ignores it.
     pub fn set_bulk_sum(&mut self, bulk: crate::csum::BulkSum) {
         if let Imp::Warpcore(s) = &mut self.imp {
             s.set_bulk_sum(bulk);
         }
     }
 
-    /// Sums and digests received payloads of `min` octets or more with `digest`, and hands
-    /// the digest to the delivery of a payload delivered whole
-    /// ([`crate::host::Host::set_payload_digest`]). The reference delivers nothing in place
-    /// and ignores it.
-    pub fn set_payload_digest(&mut self, digest: crate::csum::BulkSumDigest, min: usize) {
+    /// With `Some((digest, min))`, sums and digests the payloads of `min` octets or more of
+    /// predicted segments whose checksum is verified in software, and hands the digest to
+    /// the delivery of a payload delivered whole ([`Self::poll_with_fill_pass`],
+    /// [`crate::host::Host::set_payload_digest`]); `None` turns it off. The reference
+    /// delivers nothing in place and ignores it.
+    pub fn set_payload_digest(&mut self, digest: Option<(crate::csum::BulkSumDigest, usize)>) {
         if let Imp::Warpcore(s) = &mut self.imp {
-            s.set_payload_digest(digest, min);
+            s.set_payload_digest(digest);
         }
     }
 

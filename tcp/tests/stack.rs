@@ -377,7 +377,7 @@ fn the_payload_digest_goes_with_whole_payloads_only() {
         let (ea, eb) = link::pair(&link);
         let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("a");
         let mut b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("b");
-        a.set_payload_digest(sum_and_fnv, MIN);
+        a.set_payload_digest(Some((sum_and_fnv, MIN)));
         let t = TcpTuning::default();
         let l = a.listen(7000, 2, &t).expect("listen");
         let c = b.connect((IP_A, 7000), None, &t).expect("connect");
@@ -460,7 +460,7 @@ fn the_payload_digests_sum_verifies_the_predicted_segment() {
     let mut now = Instant::ZERO;
     run(&mut a, &mut b, &mut now, 5);
     let s = a.accept(l).expect("accept").expect("accepted");
-    a.set_payload_digest(wrong_sum_and_fnv, 100);
+    a.set_payload_digest(Some((wrong_sum_and_fnv, 100)));
     let predicted = |a: &mut Stack<LinkEnd>| a.host_stats().expect("ours").rx_predicted;
     let mut buf = [0u8; 512];
     let before = predicted(&mut a);
@@ -488,7 +488,7 @@ fn the_payload_digests_sum_verifies_the_predicted_segment() {
     assert_eq!(b.send(c, &[5u8; 200]), Ok(200));
     run(&mut a, &mut b, &mut now, 2_000);
     assert_eq!(a.recv(s, &mut buf), Ok(0), "failing both sums");
-    a.set_payload_digest(sum_and_fnv, 100);
+    a.set_payload_digest(Some((sum_and_fnv, 100)));
     run(&mut a, &mut b, &mut now, 20_000);
     assert_eq!(
         a.recv(s, &mut buf),
@@ -496,4 +496,149 @@ fn the_payload_digests_sum_verifies_the_predicted_segment() {
         "its retransmission verifies now"
     );
     assert!(predicted(&mut a) > before + 1, "and is predicted");
+}
+
+/// The frames waiting on the link for `a`, copied: taken off and sent again from `b`'s
+/// end, in the same order, so that `a` still receives them.
+fn frames_for(a: &mut Stack<LinkEnd>, b: &mut Stack<LinkEnd>, now: Instant) -> Vec<Vec<u8>> {
+    use smoltcp::phy::{Device, RxToken, TxToken};
+    let mut got = Vec::new();
+    while let Some((rx, _)) = a.device_mut().receive(now) {
+        got.push(rx.consume(|f| f.to_vec()));
+    }
+    for f in &got {
+        let tx = b.device_mut().transmit(now).expect("room on the link");
+        tx.consume(f.len(), |buf| buf.copy_from_slice(f));
+    }
+    got
+}
+
+/// `frame` (Ethernet, IPv4, TCP) with the sequence number `seq` and `payload` in place of
+/// its own, both checksums right, every other field as it was.
+fn reframe(frame: &[u8], seq: smoltcp::wire::TcpSeqNumber, payload: &[u8]) -> Vec<u8> {
+    use smoltcp::phy::ChecksumCapabilities;
+    use smoltcp::wire::{
+        EthernetFrame, EthernetRepr, IpAddress, Ipv4Packet, Ipv4Repr, TcpPacket, TcpRepr,
+    };
+    let caps = ChecksumCapabilities::default();
+    let eth = EthernetFrame::new_checked(frame).expect("Ethernet");
+    let eth_repr = EthernetRepr::parse(&eth).expect("Ethernet");
+    let ip = Ipv4Packet::new_checked(eth.payload()).expect("IPv4");
+    let ip_repr = Ipv4Repr::parse(&ip, &caps).expect("IPv4");
+    let (src, dst) = (
+        IpAddress::Ipv4(ip_repr.src_addr),
+        IpAddress::Ipv4(ip_repr.dst_addr),
+    );
+    let tcp = TcpPacket::new_checked(ip.payload()).expect("TCP");
+    let mut t = TcpRepr::parse(&tcp, &src, &dst, &caps).expect("TCP");
+    t.seq_number = seq;
+    t.payload = payload;
+    let ip_out = Ipv4Repr {
+        payload_len: t.buffer_len(),
+        ..ip_repr
+    };
+    let mut out = vec![0u8; 14 + ip_out.buffer_len() + t.buffer_len()];
+    let mut e = EthernetFrame::new_unchecked(&mut out[..]);
+    eth_repr.emit(&mut e);
+    let mut i = Ipv4Packet::new_unchecked(e.payload_mut());
+    ip_out.emit(&mut i, &caps);
+    t.emit(
+        &mut TcpPacket::new_unchecked(i.payload_mut()),
+        &src,
+        &dst,
+        &caps,
+    );
+    out
+}
+
+/// A payload cut before delivery gets no digest, even where the cut keeps its start (the
+/// digest covers the whole payload): segments made from a captured one and sent to the
+/// receiver's host, all taking the predicted path. Whole, at the next expected octet: the
+/// digest. Overlapping what was received (the front cut off): none. Longer than the window
+/// (the tail cut off, same start): none.
+#[test]
+fn a_payload_cut_before_delivery_gets_no_digest() {
+    use smoltcp::phy::TxToken;
+    let (mut a, mut b) = stacks();
+    let ta = TcpTuning {
+        rx_buffer: 1_000,
+        ..TcpTuning::default()
+    };
+    let l = a.listen(7000, 2, &ta).expect("listen");
+    let c = b
+        .connect((IP_A, 7000), None, &TcpTuning::default())
+        .expect("connect");
+    let mut now = Instant::ZERO;
+    run(&mut a, &mut b, &mut now, 5);
+    let _s = a.accept(l).expect("accept").expect("accepted");
+    a.set_payload_digest(Some((sum_and_fnv, 100)));
+    let mut got: Vec<(Vec<u8>, Option<u32>)> = Vec::new();
+    let mut poll_a = |a: &mut Stack<LinkEnd>, now| {
+        a.poll_with_fill_pass(
+            now,
+            |_, data: &[u8], digest| {
+                got.push((data.to_vec(), digest));
+                data.len()
+            },
+            || |_, _, _, _: &mut [u8], _| None,
+        );
+    };
+    let first: Vec<u8> = (0..300u64).map(|i| pattern(3, i)).collect();
+    assert_eq!(b.send(c, &first), Ok(300));
+    b.poll(now);
+    let frames = frames_for(&mut a, &mut b, now);
+    let data_frame = frames
+        .iter()
+        .find(|f| f.len() > 300)
+        .expect("the 300-octet segment")
+        .clone();
+    poll_a(&mut a, now);
+    let seq0 = {
+        let t = &data_frame[14 + 20..];
+        smoltcp::wire::TcpSeqNumber(i32::from_be_bytes([t[4], t[5], t[6], t[7]]))
+    };
+    let inject = |b: &mut Stack<LinkEnd>, frame: Vec<u8>, now| {
+        use smoltcp::phy::Device;
+        let tx = b.device_mut().transmit(now).expect("room on the link");
+        tx.consume(frame.len(), |buf| buf.copy_from_slice(&frame));
+    };
+    let predicted = |a: &Stack<LinkEnd>| a.host_stats().expect("ours").rx_predicted;
+    // Whole, next in order: [300, 600).
+    let whole: Vec<u8> = (0..300u16).map(|i| (i as u8) ^ 0x5a).collect();
+    let before = predicted(&a);
+    inject(&mut b, reframe(&data_frame, seq0 + 300, &whole), now);
+    poll_a(&mut a, now);
+    // Overlapping: [500, 800), the first 100 octets received already.
+    let overlap: Vec<u8> = (0..300u16).map(|i| (i % 251) as u8).collect();
+    inject(&mut b, reframe(&data_frame, seq0 + 500, &overlap), now);
+    poll_a(&mut a, now);
+    // Past the window: [800, 2000) against a window of 1,000.
+    let long: Vec<u8> = (0..1_200u16).map(|i| (i % 241) as u8).collect();
+    inject(&mut b, reframe(&data_frame, seq0 + 800, &long), now);
+    poll_a(&mut a, now);
+    assert_eq!(
+        predicted(&a),
+        before + 3,
+        "all three took the predicted path"
+    );
+    let seen: Vec<(usize, Option<u32>)> = got.iter().map(|g| (g.0.len(), g.1)).collect();
+    let want = [
+        (300, Some(fnv(&first))),
+        (300, Some(fnv(&whole))),
+        (200, None),
+        (1_000, None),
+    ];
+    assert_eq!(
+        seen, want,
+        "(length, digest): the captured segment and a payload whole, then the front and \
+         the tail cut off"
+    );
+    assert!(
+        got[0].0 == first && got[1].0 == whole,
+        "the whole payloads' octets"
+    );
+    assert!(
+        got[2].0 == overlap[100..] && got[3].0 == long[..1_000],
+        "the cut payloads' octets"
+    );
 }

@@ -252,6 +252,7 @@ impl Qp {
         let Some(mut d) = self.conn.as_mut().and_then(|c| c.deframer.take()) else {
             return used;
         };
+        let by_digest = d.fpdus_by_digest();
         loop {
             // `digest` is the CRC32c of all of `data` (a segment's payload, from the pass
             // that verified its checksum: `Stack::set_payload_digest`), so only for the
@@ -291,6 +292,7 @@ impl Qp {
                 }
             }
         }
+        ctx.stats.fpdus_rx_by_digest += d.fpdus_by_digest() - by_digest;
         if let Some(c) = self.conn.as_mut() {
             c.deframer = Some(d);
         }

@@ -31,7 +31,11 @@
 //!
 //! [`bulk_sum`] gives the TCP crate a 512-bit sum for verifying received segments'
 //! checksums (256-bit where the CPU has AVX2 but not AVX-512F), which that crate (no
-//! `unsafe`) cannot choose at run time.
+//! `unsafe`) cannot choose at run time. Where the CPU has the 512-bit folding paths,
+//! [`payload_digest`] gives it `sum_crc_fold512` as well: a predicted segment's payload
+//! summed and its CRC32c taken in one pass, the CRC then checking the FPDU that fills the
+//! segment (`Deframer::poll_digest`): the receive path's one read of each octet before
+//! its copy into registered memory.
 //!
 //! The `unsafe` here is the call of `#[target_feature]` functions (SSE4.2, PCLMULQDQ, AVX2,
 //! AVX-512F, VPCLMULQDQ) after a run-time check that the CPU has them
@@ -431,12 +435,16 @@ const _: () = assert!(
 /// registers, then the reduction.
 pub const FOLD_MIN: usize = 256;
 
-/// Whether the CPU has what the 512-bit folding paths need besides SSE4.2 and PCLMULQDQ:
-/// AVX-512F, AVX-512BW and VPCLMULQDQ (the standard library caches the answer).
+/// Whether the CPU has what the 512-bit folding paths need: SSE4.2 and PCLMULQDQ (for the
+/// reduction), AVX-512F, AVX-512BW and VPCLMULQDQ (the standard library caches the answer;
+/// every CPU with the last three has the first two, but the paths' contracts name all
+/// five, and so does the check).
 #[cfg(target_arch = "x86_64")]
 #[inline]
 fn fold512_available() -> bool {
-    std::is_x86_feature_detected!("avx512f")
+    std::is_x86_feature_detected!("sse4.2")
+        && std::is_x86_feature_detected!("pclmulqdq")
+        && std::is_x86_feature_detected!("avx512f")
         && std::is_x86_feature_detected!("avx512bw")
         && std::is_x86_feature_detected!("vpclmulqdq")
 }
@@ -662,11 +670,14 @@ pub fn payload_digest() -> Option<warpcore_tcp::csum::BulkSumDigest> {
 
 /// The shortest payload [`payload_digest`]'s pass is asked for: the payload of a
 /// segment that holds a few small FPDUs is not digested (its digest could not check
-/// any of them), a full segment's is.
+/// any of them), a full segment's is. A segment over this length that holds several
+/// FPDUs, or a connection without CRCs, pays for the CRC in the pass for nothing (the
+/// deframer computes each FPDU's CRC as before): the host cannot tell, and an aligned
+/// bulk sender's segments are one FPDU each.
 pub const PAYLOAD_DIGEST_MIN: usize = 512;
 
 /// [`payload_digest`]'s function: `sum_crc_fold512` after the check it was chosen by,
-/// returning the sum as [`warpcore_tcp::csum::sum`]'s (it folds the same) and
+/// returning the sum as [`warpcore_tcp::csum::sum`] does (equal) and
 /// `crc32c_append(0, data)`.
 #[cfg(target_arch = "x86_64")]
 fn sum_crc512_checked(data: &[u8]) -> (u64, u32) {
@@ -1354,7 +1365,7 @@ mod tests {
         }
     }
 
-    /// The payload digest's pass gives the TCP crate's sum (folded alike) and the CRC32c
+    /// The payload digest's pass gives the TCP crate's sum and the CRC32c
     /// of the same octets, at every length around the vectors', the folding steps' and the
     /// sum runs' limits, from odd and even addresses; it is offered exactly where the CPU
     /// has the 512-bit folding paths.
@@ -1384,9 +1395,10 @@ mod tests {
             for off in [0usize, 1, 2, 63] {
                 let d = &data[off..off + len];
                 let (sum, crc) = sum_crc512_checked(d);
+                // Equal, not only after folding (as `sum512`'s).
                 assert_eq!(
-                    warpcore_tcp::csum::fold(sum),
-                    warpcore_tcp::csum::fold(warpcore_tcp::csum::sum(d)),
+                    sum,
+                    warpcore_tcp::csum::sum(d),
                     "sum, {len} octets at {off}"
                 );
                 assert_eq!(crc, crc32c::crc32c(d), "CRC, {len} octets at {off}");

@@ -32,7 +32,9 @@
 //!   MPA-8-6, MPA-8-8), ignoring the reserved field and the two low FPDUPTR bits (MPA-4.2-3,
 //!   MPA-4.2-5);
 //! - when CRCs were negotiated, recomputes the CRC32c over the same octets the sender covered,
-//!   markers included (MPA-4.4-15 to MPA-4.4-21, MPA-6-2); when they were not, it never looks
+//!   markers included (MPA-4.4-15 to MPA-4.4-21, MPA-6-2), or, for an FPDU that is the whole
+//!   input of [`Deframer::poll_digest`], checks it through the input's CRC32c that the caller
+//!   took in the pass that verified the TCP checksum; when they were not, it never looks
 //!   at the CRC field (MPA-4.1-4, MPA-7.1.1-11, MPA-7.1.1-14; WIRE-FORMATS §7.2 (c));
 //! - hands out only whole, validated ULPDUs, never markers, length, pad or CRC (MPA-3-8,
 //!   MPA-4.3-12, MPA-4.3-13, MPA-4.3-14, MPA-6-1);
@@ -43,11 +45,12 @@
 //!
 //! Zero copy: when the ULPDU lies contiguous in the input chunk (no marker inside it) and the
 //! rest of its FPDU (pad, CRC) is in the same chunk, the ULPDU is returned borrowed from the
-//! input ([`Ulpdu::Borrowed`]) and only the CRC pass touches the payload. Otherwise the ULPDU
-//! is assembled in a buffer allocated once at construction ([`Ulpdu::Reassembled`]). Either
-//! way the CRC is computed in one call per FPDU and input chunk, over the contiguous covered
-//! span (markers included, since they are covered too), never octet by octet or field by
-//! field. No allocation happens after construction.
+//! input ([`Ulpdu::Borrowed`]) and only the CRC pass touches the payload (none at all when
+//! [`Deframer::poll_digest`]'s digest checks it). Otherwise the ULPDU is assembled in a
+//! reassembly buffer, grown on demand to the longest ULPDU seen ([`Ulpdu::Reassembled`]).
+//! Either way the CRC is computed in one call per FPDU and input chunk, over the contiguous
+//! covered span (markers included, since they are covered too), never octet by octet or
+//! field by field.
 //!
 //! Fast path: between FPDUs, when the whole next FPDU is at the front of the input and no
 //! marker falls inside it (every FPDU of an MPA-aligned sender, ours or siw), it is checked
@@ -232,6 +235,8 @@ pub struct Deframer {
     fault: Option<DeframeFault>,
     last_fpdu_offset: u64,
     fpdus: u64,
+    /// Of `fpdus`, those whose CRC a digest checked ([`Deframer::poll_digest`]).
+    by_digest: u64,
     // Not next to `fpdus`: side by side, the fast path's two increments were merged
     // into one vector add that costs three times the instructions.
     markers_seen: u64,
@@ -280,6 +285,7 @@ impl Deframer {
             fault: None,
             last_fpdu_offset: 0,
             fpdus: 0,
+            by_digest: 0,
             ulpdu_octets: 0,
             markers_seen: 0,
         }
@@ -335,9 +341,10 @@ impl Deframer {
         input: &'a [u8],
         digest: Option<u32>,
     ) -> Result<(usize, Option<Ulpdu<'a, 'b>>), MpaError> {
-        if let Some((total, ulpdu)) = self.whole_fpdu_at_front(input, digest) {
+        if let Some((total, ulpdu, by_digest)) = self.whole_fpdu_at_front(input, digest) {
             // Fast path (the case of an MPA-aligned sender): one whole, valid FPDU at the
             // front of the input and none of it received before.
+            self.by_digest += u64::from(by_digest);
             self.last_fpdu_offset = self.pos;
             self.pos = self.pos.wrapping_add(total as u64);
             self.fpdus += 1;
@@ -487,13 +494,13 @@ impl Deframer {
     /// `input`, its ULPDU_Length is within the maximum and its CRC (if on) matches. Anything
     /// else (including every error) goes through the general path, which decides it the
     /// same way octet by octet. `digest`: the CRC32c of all of `input`
-    /// ([`Deframer::poll_digest`]).
+    /// ([`Deframer::poll_digest`]); the third value says whether it checked the CRC.
     #[inline]
     fn whole_fpdu_at_front<'a>(
         &self,
         input: &'a [u8],
         digest: Option<u32>,
-    ) -> Option<(usize, &'a [u8])> {
+    ) -> Option<(usize, &'a [u8], bool)> {
         // `started`: not even a leading marker of this FPDU may have been taken already,
         // since that marker is covered by the FPDU's CRC (MPA-4.4-17) and makes it "in an
         // FPDU" (a chunk that ended right after the marker; found by the deframer fuzzer).
@@ -524,11 +531,15 @@ impl Deframer {
         // Sliced before the CRC call rather than after it: less is then kept across the
         // call in the caller's registers.
         let ulpdu = covered.get(ULPDU_LENGTH_LEN..ULPDU_LENGTH_LEN + len)?;
+        let mut by_digest = false;
         if self.crc_on {
             let ok = match digest {
                 // MPA-6-2: the covered octets' CRC is the field's, checked through the
                 // input's CRC (`poll_digest`): four octets appended instead of the FPDU.
+                // Only when the digest covers exactly this FPDU: with octets after it, four
+                // of them could be chosen to make any digest match.
                 Some(d) if total == input.len() => {
+                    by_digest = true;
                     (self.crc_fn)(crc_from_wire(*field), field.as_slice()) == d
                 }
                 _ => crc_from_wire(*field) == (self.crc_fn)(0, covered),
@@ -537,7 +548,7 @@ impl Deframer {
                 return None;
             }
         }
-        Some((total, ulpdu))
+        Some((total, ulpdu, by_digest))
     }
 
     /// Extends the running CRC over covered octets (skipped when CRCs are off: the field is
@@ -641,6 +652,12 @@ impl Deframer {
     /// FPDUs delivered so far.
     pub fn fpdus(&self) -> u64 {
         self.fpdus
+    }
+
+    /// Of [`Deframer::fpdus`], those whose CRC was checked through the digest given to
+    /// [`Deframer::poll_digest`] rather than computed here.
+    pub fn fpdus_by_digest(&self) -> u64 {
+        self.by_digest
     }
 
     /// ULPDU octets delivered so far.

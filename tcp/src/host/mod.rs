@@ -90,6 +90,7 @@ type ConnFill<'a> = dyn FnMut(u64, usize, &mut [u8], bool) -> Option<u64> + 'a;
 fn no_fill(_: ConnId, _: u64, _: usize, _: &mut [u8], _: bool) -> Option<u64> {
     None
 }
+
 /// What a poll hands each connection's in-order payload to: `(connection, octets,
 /// digest)`, returning how many octets it consumed ([`Host::poll_with_fill_pass`]).
 type Deliver<'a> = dyn FnMut(ConnId, &[u8], Option<u32>) -> usize + 'a;
@@ -486,11 +487,12 @@ impl<D: PollDevice> Host<D> {
         self.poll_with_fill_pass(now, move |c, d, _| deliver(c, d), move || fill)
     }
 
-    /// [`Self::poll_with_fill`], with the fill made by `make_fill` when the poll runs a
-    /// transmit pass, and dropped when that pass ends (before the flush): a fill that holds
-    /// something for the length of a pass (the engine keeps the guard of the region it
-    /// copies from, instead of a locked increment and decrement per segment) costs a poll
-    /// that sends nothing nothing. Every `deliver` of the poll runs before `make_fill`.
+    /// [`Self::poll_with_fill`] with a `deliver` of three arguments (see the end), and with
+    /// the fill made by `make_fill` when the poll runs a transmit pass, and dropped when
+    /// that pass ends (before the flush): a fill that holds something for the length of a
+    /// pass (the engine keeps the guard of the region it copies from, instead of a locked
+    /// increment and decrement per segment) costs a poll that sends nothing nothing. Every
+    /// `deliver` of the poll runs before `make_fill`.
     /// `deliver(conn, octets, digest)` also gets the payload's digest when `octets` is a
     /// segment's whole payload and [`Self::set_payload_digest`] took one.
     #[inline]
@@ -944,20 +946,25 @@ impl<D: PollDevice> Host<D> {
     /// Verifies the TCP checksum of received segments of 128 octets or more with `bulk`
     /// instead of [`csum::bulk_sum`]: a sum that folds as [`csum::sum`]'s (the engine's
     /// uses the CPU's 512-bit vectors where it has them). Transmit is unchanged: its sums
-    /// are taken in the pass that writes each octet.
+    /// are taken in the pass that writes each octet. A predicted segment's payload long
+    /// enough for the payload digest, where one is set, is summed by that instead
+    /// ([`Self::set_payload_digest`]).
     pub fn set_bulk_sum(&mut self, bulk: csum::BulkSum) {
         self.inner.bulk_sum = bulk;
     }
 
-    /// Sums the payload of a received segment of `min` octets or more with `digest`
-    /// (when its TCP checksum is verified in software and it takes the predicted path: an
-    /// established connection's data) and hands the digest to `deliver` with the payload
-    /// when the payload is delivered whole, straight from the frame
-    /// ([`Self::poll_with_fill_pass`]); `None` with every other delivery. The engine's
-    /// digest is the CRC32c that checks an FPDU filling the segment: the payload is read
-    /// once for the checksum and the CRC.
-    pub fn set_payload_digest(&mut self, digest: csum::BulkSumDigest, min: usize) {
-        self.inner.payload_digest = Some((digest, min));
+    /// With `Some((digest, min))`, sums the payload of a received segment of `min` octets
+    /// or more with `digest`, when its TCP checksum is verified in software and it takes
+    /// the predicted path (an established connection's data, in the layout of its last
+    /// segment); the header is summed apart. The digest goes to `deliver` with the payload
+    /// when the payload is delivered whole, straight from its frame
+    /// ([`Self::poll_with_fill_pass`]); every other delivery gets `None`. A caller of
+    /// [`Self::poll`], [`Self::poll_with`] or [`Self::poll_with_fill`] pays for the pass
+    /// and never sees a digest. `None` turns it off. The engine's digest is the CRC32c
+    /// that checks an FPDU filling the segment: the payload is read once for the checksum
+    /// and the CRC.
+    pub fn set_payload_digest(&mut self, digest: Option<(csum::BulkSumDigest, usize)>) {
+        self.inner.payload_digest = digest;
     }
 
     /// Nagle is refused (see [`crate::Stack::set_nagle_and_ack_delay`]); the ACK delay of a
