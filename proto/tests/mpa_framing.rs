@@ -70,37 +70,23 @@ type Trace = (
 /// Feeds `chunks` in order, polling each until it is consumed (checking `poll`'s contract
 /// on consumed counts), and records what [`Trace`] lists.
 fn trace<'c>(d: &mut Deframer, chunks: impl IntoIterator<Item = &'c [u8]>) -> Trace {
-    let mut out = Vec::new();
-    for chunk in chunks {
-        let mut input = chunk;
-        loop {
-            match d.poll(input) {
-                Ok((n, Some(u))) => {
-                    assert!(n <= input.len());
-                    let u = u.to_vec();
-                    out.push((u, d.last_fpdu_offset(), d.stream_offset()));
-                    input = &input[n..];
-                }
-                Ok((n, None)) => {
-                    assert_eq!(n, input.len(), "None means everything was consumed");
-                    break;
-                }
-                Err(e) => return (out, Some((e, d.fault()))),
-            }
-        }
-    }
-    (out, None)
+    trace_with(d, chunks, false)
 }
 
-/// [`trace`] with each chunk's CRC32c given to its first poll (`Deframer::poll_digest`),
-/// as the engine gives a segment's payload with the digest of its checksum pass.
-fn trace_digest<'c>(d: &mut Deframer, chunks: impl IntoIterator<Item = &'c [u8]>) -> Trace {
+/// [`trace`], with `digest` giving each chunk's first poll the chunk's CRC32c
+/// (`Deframer::poll_digest`), as the engine gives a segment's payload with the digest of
+/// its checksum pass.
+fn trace_with<'c>(
+    d: &mut Deframer,
+    chunks: impl IntoIterator<Item = &'c [u8]>,
+    digest: bool,
+) -> Trace {
     let mut out = Vec::new();
     for chunk in chunks {
         let mut input = chunk;
-        let mut digest = Some(crc32c(chunk));
+        let mut dg = digest.then(|| crc32c(chunk));
         loop {
-            match d.poll_digest(input, digest.take()) {
+            match d.poll_digest(input, dg.take()) {
                 Ok((n, Some(u))) => {
                     assert!(n <= input.len());
                     let u = u.to_vec();
@@ -670,7 +656,7 @@ proptest! {
         let mut d_plain = deframer(markers, crc, offset);
         let plain = trace(&mut d_plain, chunks.iter().copied());
         let mut d_digest = deframer(markers, crc, offset);
-        let digested = trace_digest(&mut d_digest, chunks.iter().copied());
+        let digested = trace_with(&mut d_digest, chunks.iter().copied(), true);
         prop_assert_eq!(&plain, &digested);
         prop_assert_eq!(d_plain.in_fpdu(), d_digest.in_fpdu());
     }

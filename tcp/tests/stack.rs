@@ -289,6 +289,21 @@ fn header_prediction_hands_each_segment_to_its_own_connection() {
     assert!(predicted >= 20, "{predicted} of 60 data segments predicted");
 }
 
+/// `a` listening on port 7000 with `tuning_a`, `b` connected to it with the default
+/// tuning, the handshake run: both stacks, `a`'s accepted connection and `b`'s, and the
+/// clock.
+fn connected(tuning_a: &TcpTuning) -> (Stack<LinkEnd>, Stack<LinkEnd>, ConnId, ConnId, Instant) {
+    let (mut a, mut b) = stacks();
+    let l = a.listen(7000, 2, tuning_a).expect("listen");
+    let c = b
+        .connect((IP_A, 7000), None, &TcpTuning::default())
+        .expect("connect");
+    let mut now = Instant::ZERO;
+    run(&mut a, &mut b, &mut now, 5);
+    let s = a.accept(l).expect("accept").expect("accepted");
+    (a, b, s, c, now)
+}
+
 /// A sum that never verifies: the true one plus one.
 fn off_by_one(d: &[u8]) -> u64 {
     warpcore_tcp::csum::sum(d) + 1
@@ -300,13 +315,7 @@ fn off_by_one(d: &[u8]) -> u64 {
 /// however often it is sent, and once the right sum is back its retransmission arrives.
 #[test]
 fn the_bulk_sum_set_on_the_host_verifies_long_segments() {
-    let (mut a, mut b) = stacks();
-    let t = TcpTuning::default();
-    let l = a.listen(7000, 2, &t).expect("listen");
-    let c = b.connect((IP_A, 7000), None, &t).expect("connect");
-    let mut now = Instant::ZERO;
-    run(&mut a, &mut b, &mut now, 5);
-    let s = a.accept(l).expect("accept").expect("accepted");
+    let (mut a, mut b, s, c, mut now) = connected(&TcpTuning::default());
     a.set_bulk_sum(off_by_one);
     let mut buf = [0u8; 512];
     // 32 octets of header (timestamps) and 50 of payload: under 128, the host's own sum.
@@ -453,13 +462,7 @@ fn the_payload_digest_goes_with_whole_payloads_only() {
 /// arrives); with that failing too, it is dropped.
 #[test]
 fn the_payload_digests_sum_verifies_the_predicted_segment() {
-    let (mut a, mut b) = stacks();
-    let t = TcpTuning::default();
-    let l = a.listen(7000, 2, &t).expect("listen");
-    let c = b.connect((IP_A, 7000), None, &t).expect("connect");
-    let mut now = Instant::ZERO;
-    run(&mut a, &mut b, &mut now, 5);
-    let s = a.accept(l).expect("accept").expect("accepted");
+    let (mut a, mut b, s, c, mut now) = connected(&TcpTuning::default());
     a.set_payload_digest(Some((wrong_sum_and_fnv, 100)));
     let predicted = |a: &mut Stack<LinkEnd>| a.host_stats().expect("ours").rx_predicted;
     let mut buf = [0u8; 512];
@@ -559,18 +562,11 @@ fn reframe(frame: &[u8], seq: smoltcp::wire::TcpSeqNumber, payload: &[u8]) -> Ve
 #[test]
 fn a_payload_cut_before_delivery_gets_no_digest() {
     use smoltcp::phy::TxToken;
-    let (mut a, mut b) = stacks();
     let ta = TcpTuning {
         rx_buffer: 1_000,
         ..TcpTuning::default()
     };
-    let l = a.listen(7000, 2, &ta).expect("listen");
-    let c = b
-        .connect((IP_A, 7000), None, &TcpTuning::default())
-        .expect("connect");
-    let mut now = Instant::ZERO;
-    run(&mut a, &mut b, &mut now, 5);
-    let _s = a.accept(l).expect("accept").expect("accepted");
+    let (mut a, mut b, _s, c, now) = connected(&ta);
     a.set_payload_digest(Some((sum_and_fnv, 100)));
     let mut got: Vec<(Vec<u8>, Option<u32>)> = Vec::new();
     let mut poll_a = |a: &mut Stack<LinkEnd>, now| {

@@ -690,10 +690,9 @@ fn sum_crc512_checked(data: &[u8]) -> (u64, u32) {
 }
 
 /// The sum of `data` (as [`sum512`]) and `crc32c_append(crc, data)`, in one pass: each
-/// 64-octet vector loaded once, summed into 32-bit lanes and folded into the CRC, four
-/// vectors a step ([`fold512`]'s folding); the rest under 64 octets loaded under a mask
-/// into one register, summed, and taken by [`reduce512`] from a local copy. The receive
-/// path's pass over a segment's payload: its TCP checksum and its FPDU's CRC together.
+/// 64-octet vector loaded once, summed and folded into the CRC ([`fold512_pass`] without
+/// its store). The receive path's pass over a segment's payload: its TCP checksum and its
+/// FPDU's CRC together.
 ///
 /// # Safety
 /// The CPU must have SSE4.2, PCLMULQDQ, AVX-512F, AVX-512BW and VPCLMULQDQ
@@ -701,75 +700,10 @@ fn sum_crc512_checked(data: &[u8]) -> (u64, u32) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse4.2,pclmulqdq,avx512f,avx512bw,vpclmulqdq")]
 unsafe fn sum_crc_fold512(data: &[u8], crc: u32) -> (u64, u32) {
-    use std::arch::x86_64::{
-        __m512i, _mm512_add_epi32, _mm512_and_si512, _mm512_loadu_si512, _mm512_maskz_loadu_epi8,
-        _mm512_set1_epi32, _mm512_setzero_si512, _mm512_srli_epi32, _mm512_storeu_si512,
-        _mm512_xor_si512, _mm512_zextsi128_si512, _mm_cvtsi32_si128,
-    };
-    /// Vectors summed into the 32-bit lanes before these are added into `total` (as in
-    /// `copy_sum_crc_fold512`).
-    const SUM_RUN: usize = 4096;
-    let n = data.len();
-    assert!(n >= FOLD_MIN);
-    let p = data.as_ptr();
-    let low = _mm512_set1_epi32(0xFFFF);
-    let mut total = 0u64;
-    let mut acc = _mm512_setzero_si512();
-    // (A macro: each use is written out in its loop, its 512-bit value in a register.)
-    macro_rules! load {
-        ($at:expr) => {{
-            // SAFETY: every use reads 64 octets at `p + at` with `at + 64 <= n`.
-            let v = unsafe { _mm512_loadu_si512(p.add($at).cast::<__m512i>()) };
-            acc = _mm512_add_epi32(acc, _mm512_and_si512(v, low));
-            acc = _mm512_add_epi32(acc, _mm512_srli_epi32(v, 16));
-            v
-        }};
-    }
-    let mut x = [load!(0), load!(64), load!(128), load!(192)];
-    x[0] = _mm512_xor_si512(x[0], _mm512_zextsi128_si512(_mm_cvtsi32_si128(!crc as i32)));
-    let mut run = 4;
-    let k = keys512(K2048);
-    let mut at = 256;
-    while n - at >= 256 {
-        if run > SUM_RUN - 4 {
-            total += lanes_sum(acc);
-            acc = _mm512_setzero_si512();
-            run = 0;
-        }
-        for (j, xj) in x.iter_mut().enumerate() {
-            let v = load!(at + 64 * j);
-            *xj = fold_into(*xj, k, v);
-        }
-        run += 4;
-        at += 256;
-    }
-    let mut one = fold4_to1(x);
-    let k = keys512(K512);
-    // At most four more vectors (three whole, the tail): within the lanes' bound.
-    while n - at >= 64 {
-        let v = load!(at);
-        one = fold_into(one, k, v);
-        at += 64;
-    }
-    // The rest, under 64 octets, from an even offset: read as zeros past `n` (an odd last
-    // octet summed padded with a zero, as `csum::sum` pads it).
-    let rest = n - at;
-    let mut spill = [0u8; 64];
-    if rest > 0 {
-        let mask: u64 = (1u64 << rest) - 1;
-        // SAFETY: the mask selects the octets `[at, n)`, inside `data`; masked-out octets
-        // are not accessed (AVX-512 masked loads suppress faults on them). `spill` is 64
-        // writable octets.
-        let v = unsafe {
-            let v = _mm512_maskz_loadu_epi8(mask, p.add(at).cast::<i8>());
-            _mm512_storeu_si512(spill.as_mut_ptr().cast::<__m512i>(), v);
-            v
-        };
-        acc = _mm512_add_epi32(acc, _mm512_and_si512(v, low));
-        acc = _mm512_add_epi32(acc, _mm512_srli_epi32(v, 16));
-    }
-    total += lanes_sum(acc);
-    (total, !reduce512(one, &spill[..rest]))
+    assert!(data.len() >= FOLD_MIN);
+    // SAFETY: `data` is `data.len()` readable octets; nothing is written (`COPY` false, so
+    // the null destination is never used); the features are the caller's contract.
+    unsafe { fold512_pass::<false>(data.as_ptr(), std::ptr::null_mut(), data.len(), crc) }
 }
 
 /// [`bulk_sum`]'s function: `sum512` after the check it was chosen by.
@@ -834,7 +768,7 @@ fn lanes_sum(acc: std::arch::x86_64::__m512i) -> u64 {
 /// once, stored into `dst`, and that same register is summed into 32-bit lanes (its
 /// 16-bit words split by a mask and a shift) and folded into the CRC, four vectors a step;
 /// the rest under 64 octets goes the same way in one register under a mask and is taken by
-/// [`reduce512`] from a local copy of that register.
+/// [`reduce512`] from a local copy of that register ([`fold512_pass`]).
 ///
 /// # Safety
 /// As [`copy_sum_crc`], and the CPU must have AVX-512F, AVX-512BW and VPCLMULQDQ
@@ -842,6 +776,31 @@ fn lanes_sum(acc: std::arch::x86_64::__m512i) -> u64 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse4.2,pclmulqdq,avx512f,avx512bw,vpclmulqdq")]
 unsafe fn copy_sum_crc_fold512(src: *const u8, dst: &mut [u8], crc: u32) -> (u64, u32) {
+    assert!(dst.len() >= FOLD_MIN);
+    // SAFETY: the caller's contract for `src` and the features; `dst` is a unique borrow of
+    // `dst.len()` writable octets, so nothing else references it while it is written.
+    unsafe { fold512_pass::<true>(src, dst.as_mut_ptr(), dst.len(), crc) }
+}
+
+/// The one pass of [`copy_sum_crc_fold512`] (`COPY`) and [`sum_crc_fold512`] (not): the
+/// `n` octets at `src` summed as [`warpcore_tcp::csum::sum`] sums them (equal) and
+/// appended to the CRC `crc` (as [`crc32c_append`]), and with `COPY` stored at `dst` from
+/// the same registers.
+///
+/// # Safety
+/// `src` valid for reads of `n` octets; with `COPY`, `dst` valid for writes of `n` octets,
+/// not overlapping `src` and referenced by nothing else meanwhile (without, `dst` is never
+/// used); `n >= FOLD_MIN`; the CPU has SSE4.2, PCLMULQDQ, AVX-512F, AVX-512BW and
+/// VPCLMULQDQ.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2,pclmulqdq,avx512f,avx512bw,vpclmulqdq")]
+#[inline]
+unsafe fn fold512_pass<const COPY: bool>(
+    src: *const u8,
+    d: *mut u8,
+    n: usize,
+    crc: u32,
+) -> (u64, u32) {
     use std::arch::x86_64::{
         __m512i, _mm512_add_epi32, _mm512_and_si512, _mm512_loadu_si512, _mm512_mask_storeu_epi8,
         _mm512_maskz_loadu_epi8, _mm512_set1_epi32, _mm512_setzero_si512, _mm512_srli_epi32,
@@ -850,13 +809,11 @@ unsafe fn copy_sum_crc_fold512(src: *const u8, dst: &mut [u8], crc: u32) -> (u64
     /// Vectors summed into the 32-bit lanes before these are added into `total`: each
     /// lane takes two 16-bit words a vector, 2 * 0xFFFF * 4,096 < 2^32.
     const SUM_RUN: usize = 4096;
-    let n = dst.len();
-    assert!(n >= FOLD_MIN);
-    let d = dst.as_mut_ptr();
+    debug_assert!(n >= FOLD_MIN);
     let low = _mm512_set1_epi32(0xFFFF);
     let mut total = 0u64;
     let mut acc = _mm512_setzero_si512();
-    // One vector: loaded once, stored, summed, and given for the CRC. The store is written
+    // One vector: loaded once, stored (with `COPY`), summed, and given for the CRC. The store is written
     // in assembly: the compiler sees a loop that stores what it loaded as a copy, makes
     // it one `memcpy` ahead of the loop and the sums a second pass over `src`, which the
     // application may change meanwhile. (A macro: each use is written out in its loop, its
@@ -864,16 +821,18 @@ unsafe fn copy_sum_crc_fold512(src: *const u8, dst: &mut [u8], crc: u32) -> (u64
     macro_rules! copy {
         ($at:expr) => {{
             let at = $at;
-            // SAFETY: `at + 64 <= n` at every use: inside `src` (the caller's contract) and
-            // inside `dst`, which nothing else references while it is borrowed here.
+            // SAFETY: `at + 64 <= n` at every use: inside `src` and, with `COPY`, inside
+            // `d` (the caller's contract).
             let v = unsafe {
                 let v = _mm512_loadu_si512(src.add(at).cast::<__m512i>());
-                std::arch::asm!(
-                    "vmovdqu64 zmmword ptr [{p}], {v}",
-                    p = in(reg) d.add(at),
-                    v = in(zmm_reg) v,
-                    options(nostack, preserves_flags)
-                );
+                if COPY {
+                    std::arch::asm!(
+                        "vmovdqu64 zmmword ptr [{p}], {v}",
+                        p = in(reg) d.add(at),
+                        v = in(zmm_reg) v,
+                        options(nostack, preserves_flags)
+                    );
+                }
                 v
             };
             acc = _mm512_add_epi32(acc, _mm512_and_si512(v, low));
@@ -922,13 +881,14 @@ unsafe fn copy_sum_crc_fold512(src: *const u8, dst: &mut [u8], crc: u32) -> (u64
     let mut spill = [0u8; 64];
     if rest > 0 {
         let mask: u64 = (1u64 << rest) - 1;
-        // SAFETY: the mask selects the octets `[at, n)`: inside `src` (the caller's
-        // contract) and inside `dst`, which nothing else references while it is borrowed
-        // here; masked-out octets are not accessed (AVX-512 masked loads and stores
-        // suppress faults on them). `spill` is 64 writable octets.
+        // SAFETY: the mask selects the octets `[at, n)`: inside `src` and, with `COPY`,
+        // inside `d` (the caller's contract); masked-out octets are not accessed (AVX-512
+        // masked loads and stores suppress faults on them). `spill` is 64 writable octets.
         let v = unsafe {
             let v = _mm512_maskz_loadu_epi8(mask, src.add(at).cast::<i8>());
-            _mm512_mask_storeu_epi8(d.add(at).cast::<i8>(), mask, v);
+            if COPY {
+                _mm512_mask_storeu_epi8(d.add(at).cast::<i8>(), mask, v);
+            }
             _mm512_storeu_si512(spill.as_mut_ptr().cast::<__m512i>(), v);
             v
         };
