@@ -62,6 +62,17 @@ fn throughput(c: &mut Criterion) {
                 bulk(black_box(&src[s..s + n]))
             })
         });
+        // The receive pass: a full segment's checksum sum and CRC together, where the CPU
+        // has the 512-bit folding paths (`crc::payload_digest`).
+        if let Some(digest) = crc::payload_digest() {
+            g.bench_function("engine payload_digest (one pass)", |b| {
+                b.iter(|| {
+                    let (s, _) = advance(&mut k, &mut f);
+                    let (sum, c) = digest(black_box(&src[s..s + n]));
+                    sum ^ u64::from(c)
+                })
+            });
+        }
         // The copies: (source, frame) -> what the iteration returns.
         type Copy = fn(&[u8], &mut [u8]) -> u64;
         let copies: [(&str, Copy); 3] = [

@@ -120,9 +120,14 @@ impl Mbuf {
         self.seg().nb_segs
     }
 
-    /// Whether the whole packet is in the first segment.
+    /// Whether the whole packet is in the first segment: one segment in the chain, as
+    /// DPDK's `rte_pktmbuf_is_contiguous` asks. `nb_segs` sits in the mbuf's first cache
+    /// line, which a driver's receive writes last (with the lengths); `next` sits in the
+    /// second, written when the mbuf was allocated and, for a burst's early frames, out of
+    /// L1 by the time the burst is read (`perf` of write_bw: the test of `next` was half
+    /// of the receive loop's own samples).
     pub fn is_contiguous(&self) -> bool {
-        self.seg().next.is_null()
+        self.seg().nb_segs == 1
     }
 
     /// The port the packet was received on.

@@ -438,15 +438,30 @@ pub const FOLD_MIN: usize = 256;
 /// Whether the CPU has what the 512-bit folding paths need: SSE4.2 and PCLMULQDQ (for the
 /// reduction), AVX-512F, AVX-512BW and VPCLMULQDQ (the standard library caches the answer;
 /// every CPU with the last three has the first two, but the paths' contracts name all
-/// five, and so does the check).
+/// five, and so does the check). The answer is kept in one static octet: the per-segment
+/// callers (`sum_crc512_checked`, `copy_sum_crc`) read one value, not five (the five
+/// checks were an out-of-line call per received segment).
 #[cfg(target_arch = "x86_64")]
-#[inline]
+#[inline(always)]
 fn fold512_available() -> bool {
-    std::is_x86_feature_detected!("sse4.2")
-        && std::is_x86_feature_detected!("pclmulqdq")
-        && std::is_x86_feature_detected!("avx512f")
-        && std::is_x86_feature_detected!("avx512bw")
-        && std::is_x86_feature_detected!("vpclmulqdq")
+    use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+    /// 0 not asked yet, 1 no, 2 yes.
+    static KNOWN: AtomicU8 = AtomicU8::new(0);
+    #[cold]
+    #[inline(never)]
+    fn detect(known: &AtomicU8) -> bool {
+        let yes = std::is_x86_feature_detected!("sse4.2")
+            && std::is_x86_feature_detected!("pclmulqdq")
+            && std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("vpclmulqdq");
+        known.store(1 + u8::from(yes), Relaxed);
+        yes
+    }
+    match KNOWN.load(Relaxed) {
+        0 => detect(&KNOWN),
+        k => k == 2,
+    }
 }
 
 /// `x^n mod poly` (`poly` with its x^32 term, in the normal bit order) as the folding
