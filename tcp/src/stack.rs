@@ -520,6 +520,22 @@ impl<D: PollDevice> Stack<D> {
         }
     }
 
+    /// [`Self::send_external_record`] of a run: `len` octets under one token, a record
+    /// boundary after every `every` octets and at the end (segments are cut there, as at
+    /// any record's end; `crate::conn`, "External records"). The reference cannot.
+    pub fn send_external_run(
+        &mut self,
+        id: ConnId,
+        len: usize,
+        every: usize,
+        token: u64,
+    ) -> Result<bool, StackError> {
+        match &mut self.imp {
+            Imp::Warpcore(s) => s.send_external_run(id, len, every, token),
+            Imp::Reference(_) => Err(StackError::Unsupported("external records")),
+        }
+    }
+
     /// The token of the last external record of `id` wholly acknowledged since the last
     /// call (none from the reference).
     pub fn take_acked_external(&mut self, id: ConnId) -> Result<Option<u64>, StackError> {

@@ -51,11 +51,13 @@ fn connect(a: &mut Stack<LinkEnd>, b: &mut Stack<LinkEnd>, now: &mut Instant) ->
 }
 
 /// One record the sender queued: where it starts in the stream, its length, and its token
-/// if external.
+/// if external; for a run of records under one token (`Stack::send_external_run`), the
+/// length of each but the last.
 struct Rec {
     start: u64,
     len: usize,
     token: Option<u64>,
+    every: Option<usize>,
 }
 
 /// Sends `total` octets from a to b as records of seeded sizes, every third one held by the
@@ -112,14 +114,20 @@ fn transfer(seed: u64, total: u64) -> (u64, u64, u64) {
                         start,
                         len,
                         token: None,
+                        every: None,
                     });
                     true
                 }
             } else {
-                // Tokens increase; one refused (no room) is not used.
-                let queued = a
-                    .send_external_record(ca, len, token + 1)
-                    .expect("external");
+                // Tokens increase; one refused (no room) is not used. Every other external
+                // record is a run: records of `every` octets (a segment's room or less)
+                // under one token, as the engine queues a message's FPDUs.
+                let every = (r % 2 == 0).then(|| 1 + (r >> 20) as usize % room);
+                let queued = match every {
+                    Some(e) => a.send_external_run(ca, len, e, token + 1),
+                    None => a.send_external_record(ca, len, token + 1),
+                }
+                .expect("external");
                 if queued {
                     token += 1;
                     ext_octets += len as u64;
@@ -127,6 +135,7 @@ fn transfer(seed: u64, total: u64) -> (u64, u64, u64) {
                         start,
                         len,
                         token: Some(token),
+                        every,
                     });
                 }
                 queued
@@ -222,6 +231,15 @@ fn fill_from(
         .find(|r| r.token == Some(t))
         .expect("fill of a record never queued");
     assert!(at + dst.len() <= r.len, "fill past the record's end");
+    if let Some(e) = r.every {
+        // A run's records are cut as any: segments start and end at their boundaries.
+        let end = at + dst.len();
+        assert!(
+            at.is_multiple_of(e) && (end.is_multiple_of(e) || end == r.len),
+            "a fill of [{at}, {end}) cuts a record of a run of {} by {e}",
+            r.len
+        );
+    }
     let start = r.start + at as u64;
     let sum = csum::copy_and_sum_from(dst, |off, out| {
         for (k, b) in out.iter_mut().enumerate() {

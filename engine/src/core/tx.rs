@@ -1047,7 +1047,61 @@ impl Qp {
             let mrs: &MrTable = &ctx.mrs;
             if plen >= ctx.cfg.tx_from_memory_min && from_memory {
                 // Sent from registered memory (module `txrec`): its source checked now,
-                // copied into each frame that carries it.
+                // copied into each frame that carries it. The message's next segments
+                // join it while they are full ones (the last may be shorter) that fit the
+                // send buffer and the pass's budget: queued as one run, one record and
+                // one TCP entry for them all ([`txrec::Run`]).
+                let mut run = txrec::Run {
+                    off,
+                    plen,
+                    each: plen,
+                    fpdus: 1,
+                    ends_msg: s.last(),
+                };
+                // Runs only where every FPDU's header follows from the first's (no ULP
+                // octets in it), without markers (the framer then never declines one).
+                if !s.last() && s.header_len == s.repr.header_len() && !framer.markers() {
+                    let most = (ctx.cfg.tx_budget_fpdus - fpdus).min(txrec::RUN_MAX);
+                    let mut space = stack.send_space(tcp).unwrap_or(0).saturating_sub(need);
+                    let mut next_hdr = [0u8; MAX_SEGMENT_HEADER_LEN];
+                    while run.fpdus < most {
+                        let Some(ulpdu_len) = msg.seg.next_ulpdu_len() else {
+                            break;
+                        };
+                        let chunk = ulpdu_len.saturating_sub(s.header_len);
+                        let wire = framer.fpdu_wire_len(ulpdu_len);
+                        // A longer segment (MULPDU grew) starts a run of its own.
+                        if chunk > plen || space < wire {
+                            break;
+                        }
+                        let Ok(Some(next)) = msg.seg.next_segment(&mut next_hdr) else {
+                            break;
+                        };
+                        debug_assert!(
+                            next.header_len == s.header_len
+                                && u64::from(next.payload_offset) == off + run.plen as u64
+                        );
+                        space -= wire;
+                        run.fpdus += 1;
+                        run.plen += next.payload_len as usize;
+                        run.ends_msg = next.last();
+                        debug_assert_eq!(
+                            &txrec::run_header(
+                                hdr.first_chunk().unwrap_or(&[0; txrec::RECORD_HDR_MAX]),
+                                s.header_len,
+                                (run.fpdus - 1, run.fpdus),
+                                run.plen - next.payload_len as usize,
+                                run.ends_msg
+                            )[..s.header_len],
+                            &next_hdr[..s.header_len],
+                            "a run's header differs from the segmenter's"
+                        );
+                        // Only the message's last segment is shorter than the others.
+                        if next.last() || (next.payload_len as usize) < plen {
+                            break;
+                        }
+                    }
+                }
                 let queued = txrec::queue(
                     stack,
                     tcp,
@@ -1058,7 +1112,7 @@ impl Qp {
                     (sq, sq_head),
                     mrs,
                     (pd, stream),
-                    (off, plen),
+                    run,
                 );
                 match queued {
                     Ok(true) => {
@@ -1067,9 +1121,9 @@ impl Qp {
                                 e.unacked += 1;
                             }
                         }
-                        fpdus += 1;
-                        ctx.stats.fpdus_tx += 1;
-                        ctx.stats.tx_from_memory_octets += plen as u64;
+                        fpdus += run.fpdus;
+                        ctx.stats.fpdus_tx += run.fpdus as u64;
+                        ctx.stats.tx_from_memory_octets += run.plen as u64;
                         work = true;
                         if msg.seg.is_done() {
                             self.tx_message_done();
@@ -1078,7 +1132,15 @@ impl Qp {
                     }
                     // A header-only response, or a marker inside: framed into the send
                     // buffer below.
-                    Ok(false) => {}
+                    Ok(false) if run.fpdus == 1 => {}
+                    // Never for a run of more (built only where `queue` takes it); the
+                    // segmenter is past its FPDUs, so the QP fails rather than lose them.
+                    Ok(false) => {
+                        debug_assert!(false, "a run of FPDUs was declined");
+                        drop(held);
+                        self.fail_tx_source(msg_seq(&self.tx), ctx);
+                        return ControlFlow::Break(true);
+                    }
                     Err(()) => {
                         drop(held);
                         self.fail_tx_source(msg_seq(&self.tx), ctx);

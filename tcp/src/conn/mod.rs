@@ -48,6 +48,9 @@
 //! record is acknowledged: [`Connection::take_acked_external`] gives the token of the last
 //! record wholly acknowledged (a [`ConnEvent::Writable`] is raised when one is), and only
 //! then may the owner reuse what the record was built from. Tokens must increase.
+//! [`Connection::send_external_run`] queues a run of such records under one token: one
+//! entry and one acknowledgement, with a record boundary after every given length (the
+//! engine's FPDUs of one message), where segments are cut as at any record's end.
 
 mod reasm;
 mod records;
@@ -666,6 +669,23 @@ impl Connection {
     /// the send buffer lacks room for `len` more octets (or `len` is 0). Tokens must
     /// increase from one record to the next.
     pub fn send_external_record(&mut self, len: usize, token: u64) -> Result<bool, ConnError> {
+        self.send_external_run(len, len, token)
+    }
+
+    /// [`Connection::send_external_record`] of a run of records: `len` octets under one
+    /// token, with a record boundary after every `every` octets and at the end (the last
+    /// record is the rest, `every` or shorter). Segments are cut at those boundaries as at
+    /// any other ([`Piece::External`] names the offset in the run), while the connection
+    /// keeps one entry for the run and reports it acknowledged once, when all of it is:
+    /// the engine queues the equal FPDUs of one message this way, one entry, token and
+    /// acknowledgement for many segments. `Ok(false)`, changing nothing, as
+    /// `send_external_record`, and when `every` is 0.
+    pub fn send_external_run(
+        &mut self,
+        len: usize,
+        every: usize,
+        token: u64,
+    ) -> Result<bool, ConnError> {
         if !self.may_send() {
             return Err(ConnError::CannotSend(self.state));
         }
@@ -673,15 +693,21 @@ impl Connection {
             return Ok(false);
         };
         debug_assert!(self.ext.back().is_none_or(|r| r.token < token));
-        if len == 0 || !self.tx.reserve(len) {
+        if len == 0 || every == 0 || !self.tx.reserve(len) {
             return Ok(false);
         }
         let end = self.data_start() + self.tx.len();
+        let start = end - len;
         self.ext.push_back(ExtRecord {
-            start: end - len,
+            start,
             len: len32,
             token,
         });
+        let mut at = every;
+        while at < len {
+            self.push_record(start + at);
+            at += every;
+        }
         self.push_record(end);
         self.record_stream = true;
         Ok(true)

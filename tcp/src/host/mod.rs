@@ -915,6 +915,26 @@ impl<D: PollDevice> Host<D> {
         Ok(queued)
     }
 
+    /// Queues a run of external records under one token
+    /// ([`Connection::send_external_run`]); the connection is marked to send.
+    pub fn send_external_run(
+        &mut self,
+        id: ConnId,
+        len: usize,
+        every: usize,
+        token: u64,
+    ) -> Result<bool, StackError> {
+        let s = self.inner.user_slot_mut(id)?;
+        let queued = s
+            .conn
+            .send_external_run(len, every, token)
+            .map_err(|_| StackError::CannotSend(s.conn.state()))?;
+        if queued {
+            self.inner.mark_dirty(id.index);
+        }
+        Ok(queued)
+    }
+
     /// [`Connection::take_acked_external`].
     pub fn take_acked_external(&mut self, id: ConnId) -> Result<Option<u64>, StackError> {
         Ok(self.inner.user_slot_mut(id)?.conn.take_acked_external())
