@@ -97,7 +97,9 @@ pub struct EngineConfig {
     /// the frame and framed there with its CRC. The Send or Write they belong to completes
     /// once TCP has their acknowledgement (its buffer is not read again), not when they
     /// were queued. Smaller FPDUs are copied into the TCP's send buffer when queued (their
-    /// messages complete then): for them the copy costs less than the bookkeeping.
+    /// messages complete then): for them the copy costs less than the bookkeeping. (A
+    /// message's shorter last FPDU that joins the run of its larger ones goes from
+    /// memory with them, whatever its size: module `core/txrec.rs`.)
     /// `usize::MAX` turns sending from registered memory off; the smoltcp reference never
     /// does it. 512 by default.
     pub tx_from_memory_min: usize,

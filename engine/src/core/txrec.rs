@@ -17,16 +17,19 @@
 //! read once, and neither the host's Internet checksum nor the CRC reads it again. With the
 //! checksum offloaded, the CRC runs over the copy just written, still in L1.
 //!
-//! The FPDUs of one message that the segmenter cuts in one transmit pass go as one
-//! record, a *run* ([`Run`]): the equal FPDUs that fit the send buffer and the pass's
-//! budget, the message's shorter last one included. The record keeps the first FPDU's
-//! header and the run's shape (payload of each FPDU, of the last, their count); each
-//! FPDU's own header follows from the first's ([`run_header`]: TO or MO advanced, L on the
-//! message's last FPDU), and TCP gets the run as one external record with a record
-//! boundary after each FPDU ([`Stack::send_external_run`]), so each FPDU still goes out in
-//! a segment of its own (MPA-aligned) and is written into that frame alone. One record,
-//! one TCP entry and one acknowledgement for a 64 KiB Write's 46 segments at MTU 1500,
-//! instead of 46 (`perf` of write_bw: the per-FPDU queueing was ~10 % of the sending
+//! Consecutive FPDUs of one message that the segmenter cuts in one transmit pass go as
+//! one record, a *run* ([`Run`]): after the first, the equal FPDUs that fit the send
+//! buffer, the pass's budget and [`RUN_MAX`], the message's shorter last one included
+//! (so a pass may make several runs of one message). Runs of more than one FPDU are built
+//! only without markers and from FPDUs with no ULP header octets. The record keeps the
+//! first FPDU's header and the run's shape (payload of each FPDU, of the last, their
+//! count); each FPDU's own header follows from the first's ([`run_header`]: TO or MO
+//! advanced, L on the message's last FPDU), and TCP gets the run as one external record
+//! with a record boundary after each FPDU ([`Stack::send_external_run`]), so segments are
+//! cut between FPDUs as between any records (MPA-aligned; a bulk transfer's segment is one
+//! FPDU, and a short last one may share a segment with the next record: `fill` writes
+//! whatever FPDUs, or parts, a frame's piece covers). One record, one TCP entry and one
+//! acknowledgement for a 64 KiB Write's 46 segments at MTU 1500, instead of 46 (`perf` of write_bw: the per-FPDU queueing was ~10 % of the sending
 //! core, the records' ring ~0.7 MiB of its cache at a window of 128 such Writes).
 //!
 //! ```text
@@ -108,7 +111,7 @@ pub(super) type TxHeld<'m> = Option<(MrGuard<'m>, u32, PieceAccess)>;
 /// control fields (a Send's); a tagged one (a Write's, a Read Response's) is 14 octets.
 /// Only those carry payload from registered memory; an FPDU with a longer header (none
 /// today) is framed into the send buffer instead ([`queue`] returns `Ok(false)`). Kept
-/// short so a record is two cache lines, not three: a bulk sender keeps thousands.
+/// short so a record is two cache lines, not three: a bulk sender keeps one per run in flight.
 pub(super) const RECORD_HDR_MAX: usize = warpcore_proto::wire::ddp::UNTAGGED_HEADER_LEN;
 
 /// The most FPDUs one record's run holds (the transmit pass's budget,
@@ -566,7 +569,7 @@ impl TxRecords {
     }
 
     /// The host's [`warpcore_tcp::host::Fill`]: writes `dst.len()` octets of record `token`
-    /// of `conn` from offset `at` of its FPDU, read from registered memory in the core's
+    /// of `conn` from offset `at` of its run of FPDUs, read from registered memory in the core's
     /// region table `mrs`, and returns the Internet checksum sum of what it wrote when `sum`
     /// (else 0). `None` (and the failure noted for [`Self::take_failed`]) when the record is
     /// unknown or its memory cannot be read. `held`: the guard kept from the previous fill
@@ -623,6 +626,10 @@ fn fill_inner<'m>(
     let r = by_conn.get_mut(conn.slot())?.as_mut()?;
     if r.conn != conn {
         return None;
+    }
+    if dst.is_empty() {
+        // Nothing to write (the host never asks so).
+        return Some(0);
     }
     // Tokens are consecutive from the oldest record on.
     let first = r.recs.front()?.token;
@@ -770,11 +777,11 @@ pub(super) struct Run {
 /// or when a marker falls inside the FPDU (the caller frames it into the send buffer;
 /// runs of more than one FPDU are built only without markers, where the framer never
 /// declines), and `Err` when the source cannot be read (the request or Read fails): then
-/// no record is left and TCP did not change (the record pushed first is taken back; only
-/// the connection's list of records may have been set up, as any push sets it up; the
-/// framer may have counted FPDUs, and the QP fails). `Err` too when TCP refuses a record
-/// whose room was checked (it cannot send any more: the framer counted the FPDUs, so the
-/// stream is broken).
+/// no record is left and neither the framer nor TCP changed (the record pushed first is
+/// taken back; only the connection's list of records may have been set up, as any push
+/// sets it up). `Err` too when the framer refuses an FPDU of the run after the first, or
+/// when TCP refuses a run whose room was checked: the framer counted FPDUs, so the stream
+/// is broken and the QP fails.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn queue<D: PollDevice>(
     stack: &mut Stack<D>,
@@ -1018,15 +1025,15 @@ mod tests {
 
     #[test]
     fn a_record_is_two_cache_lines() {
-        // A bulk sender keeps one per segment in flight (thousands).
+        // A bulk sender keeps one per run in flight (one or a few per message).
         assert_eq!(std::mem::size_of::<TxRecord>(), 128);
     }
 
     #[test]
     fn a_pushed_slot_comes_as_it_was_left() {
         // `queue` relies on every field a reader uses being written after `push_slot`;
-        // the readers are `write` (hdr, hdr_len, crc, access, pieces, npieces), `acked`
-        // and `note_failed` (token, sq). A slot once used keeps its old fields until then.
+        // the readers are `write` and `fill` (hdr, hdr_len, crc, ends_msg, access, pieces,
+        // npieces, each, last, each_wire, fpdus), `acked` and `note_failed` (token, sq). A slot once used keeps its old fields until then.
         let mut ring = RecordRing::new();
         let r = ring.push_slot();
         r.token = 7;
