@@ -631,8 +631,9 @@ fn fill_inner<'m>(
         // Nothing to write (the host never asks so).
         return Some(0);
     }
-    // Tokens are consecutive from the oldest record on.
-    let first = r.recs.front()?.token;
+    // Tokens are consecutive from the oldest record on, up to the next one given: the
+    // oldest's is found without reading its record (a line the fill would touch for nothing).
+    let first = r.next_token.checked_sub(r.recs.len() as u64)?;
     let k = token.checked_sub(first)?;
     let rec = r.recs.get(k as usize).filter(|x| x.token == token)?;
     let n = rec.fpdus();
