@@ -514,10 +514,7 @@ impl<D: PollDevice> Stack<D> {
         len: usize,
         token: u64,
     ) -> Result<bool, StackError> {
-        match &mut self.imp {
-            Imp::Warpcore(s) => s.send_external_record(id, len, token),
-            Imp::Reference(_) => Err(StackError::Unsupported("external records")),
-        }
+        self.send_external_run(id, len, len, token)
     }
 
     /// [`Self::send_external_record`] of a run: `len` octets under one token, a record

@@ -904,15 +904,7 @@ impl<D: PollDevice> Host<D> {
         len: usize,
         token: u64,
     ) -> Result<bool, StackError> {
-        let s = self.inner.user_slot_mut(id)?;
-        let queued = s
-            .conn
-            .send_external_record(len, token)
-            .map_err(|_| StackError::CannotSend(s.conn.state()))?;
-        if queued {
-            self.inner.mark_dirty(id.index);
-        }
-        Ok(queued)
+        self.send_external_run(id, len, len, token)
     }
 
     /// Queues a run of external records under one token
