@@ -610,9 +610,8 @@ impl TxRecords {
 }
 
 /// [`TxRecords::fill`]'s work: the record `token` of `conn` found, and the FPDUs of its
-/// run that `[at, at + dst.len())` covers written: each one `dst` holds whole straight into
-/// it (a bulk transfer's segment is one FPDU, first sent or resent), each one it holds
-/// only part of framed aside into `scratch` and the part copied (and summed).
+/// run that `[at, at + dst.len())` covers written ([`fill_run`]; a bulk transfer's segment
+/// is one FPDU, first sent or resent).
 #[allow(clippy::too_many_arguments)]
 fn fill_inner<'m>(
     by_conn: &mut [Option<ConnRecords>],
@@ -636,14 +635,43 @@ fn fill_inner<'m>(
     let first = r.next_token.checked_sub(r.recs.len() as u64)?;
     let k = token.checked_sub(first)?;
     let rec = r.recs.get(k as usize).filter(|x| x.token == token)?;
+    // The FPDU after the last fill's, when `at` is where that one ended (the next segment
+    // of a bulk transfer).
+    let hint = match r.after_fill {
+        (t, end, next) if t == token && end == at => Some(next),
+        _ => None,
+    };
+    let (written, after) = fill_run(rec, hint, scratch, at, dst, sum, mrs, held)?;
+    r.after_fill = (token, after.0, after.1);
+    Some(written)
+}
+
+/// Writes the octets `[at, at + dst.len())` of `rec`'s run of FPDUs into `dst`: each FPDU
+/// `dst` holds whole straight into it, each one it holds only part of framed aside into
+/// `scratch` and the part copied (and summed when `sum`). `hint`: the index of the FPDU
+/// that starts at `at`, if the caller knows it (else found by a division). Returns the
+/// unfolded Internet checksum sum of `dst` (0 without `sum`) and where the fill ended:
+/// the offset in the run after the last FPDU it touched, and that FPDU's index plus one.
+/// `None` when the range is not inside the run or a piece cannot be read.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn fill_run<'m>(
+    rec: &TxRecord,
+    hint: Option<usize>,
+    scratch: &mut Vec<u8>,
+    at: usize,
+    dst: &mut [u8],
+    sum: bool,
+    mrs: &'m MrTable,
+    held: &mut TxHeld<'m>,
+) -> Option<(u64, (usize, usize))> {
     let n = rec.fpdus();
     let each_wire = usize::from(rec.each_wire);
-    // The FPDU `at` falls in: all but the last are `each_wire` long. The one after the
-    // last fill's when `at` is where that ended (the next segment of a bulk transfer).
-    let mut j = match r.after_fill {
+    // The FPDU `at` falls in: all but the last are `each_wire` long.
+    let mut j = match hint {
         _ if n == 1 => 0,
-        (t, end, next) if t == token && end == at => next,
-        _ => at / each_wire.max(1),
+        Some(next) => next,
+        None => at / each_wire.max(1),
     };
     if j >= n {
         j = n - 1;
@@ -681,8 +709,7 @@ fn fill_inner<'m>(
         fpdu_at = fpdu_end;
         j += 1;
     }
-    r.after_fill = (token, fpdu_at, j);
-    Some(total)
+    Some((total, (fpdu_at, j)))
 }
 
 /// Notes the failure of a fill of record `token` of `conn`, with the request it belonged
@@ -1022,6 +1049,126 @@ mod tests {
             }
         }
         assert!(checked > 1000);
+    }
+
+    /// A run written by `fill_run` is the message's FPDUs as the segmenter and the
+    /// framer make them, octet for octet, whatever cuts the host asks for: whole FPDUs (a
+    /// bulk transfer's segments), parts of one (a segment TCP cut), several at once, from
+    /// any offset, with and without the hint, the checksum sum always that of the octets
+    /// written. The payload comes from two pieces of a registered region (two SGEs); the
+    /// expected octets are framed by `frame_in_place` around the segmenter's own headers.
+    #[test]
+    fn a_run_fills_as_its_fpdus_framed_one_by_one() {
+        use crate::mem::Region;
+        use warpcore_proto::ddp::DdpSender;
+        use warpcore_proto::mpa::framer::frame_in_place;
+        let region = Arc::new(Region::allocate(1 << 16, 8).unwrap());
+        let pattern: Vec<u8> = (0..1u32 << 16).map(|i| (i * 31 + i / 251) as u8).collect();
+        region.write_at(0, &pattern).unwrap();
+        let t = MrTable::with_seed(4, 5);
+        let pd = PdId(3);
+        let base = 0x10_000u64;
+        let stag = t.register(region, pd, Access::LOCAL_WRITE, base).unwrap();
+        // Two pieces: 3,000 octets at 100, then 2,321 at 9,000 (a message of two SGEs).
+        let pieces = [(100usize, 3000usize), (9000, 2321)];
+        let len: usize = pieces.iter().map(|p| p.1).sum();
+        let message: Vec<u8> = pieces
+            .iter()
+            .flat_map(|&(o, n)| pattern[o..o + n].iter().copied())
+            .collect();
+        for mulpdu in [700usize, 1444] {
+            let ddp = DdpSender::new();
+            let mut seg = ddp
+                .tagged(0x40, 0x5566_7788, 0x7000, &[], len as u32, mulpdu)
+                .unwrap();
+            // The FPDUs as the segmenter and the framer make them.
+            let (mut expected, mut first, mut each, mut n) = (Vec::new(), None, 0, 0);
+            let mut h = [0u8; MAX_SEGMENT_HEADER_LEN];
+            while let Ok(Some(sg)) = seg.next_segment(&mut h) {
+                let (hl, plen) = (sg.header_len, sg.payload_len as usize);
+                let off = sg.payload_offset as usize;
+                let mut f = vec![0u8; fpdu::fpdu_len(hl + plen)];
+                f[2 + hl..2 + hl + plen].copy_from_slice(&message[off..off + plen]);
+                frame_in_place(&h[..hl], plen, Some(crate::mem::crc::crc32c_append), &mut f);
+                expected.extend_from_slice(&f);
+                if first.is_none() {
+                    let mut k = [0u8; RECORD_HDR_MAX];
+                    k[..hl].copy_from_slice(&h[..hl]);
+                    first = Some((k, hl));
+                    each = plen;
+                }
+                n += 1;
+            }
+            let (hdr, hl) = first.unwrap();
+            let mut rec = TxRecord::BLANK;
+            rec.token = 9;
+            rec.hdr = hdr;
+            rec.hdr_len = hl as u8;
+            rec.crc = true;
+            rec.ends_msg = true;
+            rec.access = PieceAccess::Local { pd };
+            for (k, &(o, n)) in pieces.iter().enumerate() {
+                rec.pieces[k] = MemPiece {
+                    to: base + o as u64,
+                    stag: stag.0,
+                    len: n as u32,
+                };
+            }
+            rec.npieces = 2;
+            rec.each = each as u16;
+            rec.last = (len - (n - 1) * each) as u16;
+            rec.each_wire = fpdu::fpdu_len(hl + each) as u16;
+            rec.fpdus = n as u16;
+            assert_eq!(rec.wire_len(), expected.len());
+            let mut scratch = Vec::new();
+            let mut held: TxHeld<'_> = None;
+            let mut check = |at: usize, l: usize, hint: Option<usize>, sum: bool| {
+                let mut dst = vec![0xeeu8; l];
+                let got = fill_run(&rec, hint, &mut scratch, at, &mut dst, sum, &t, &mut held);
+                let (s, _) = got.unwrap_or_else(|| panic!("fill [{at}, {}) failed", at + l));
+                assert_eq!(
+                    dst,
+                    expected[at..at + l],
+                    "mulpdu {mulpdu}: [{at}, {})",
+                    at + l
+                );
+                if sum {
+                    assert_eq!(
+                        csum::fold(s),
+                        csum::fold(csum::sum(&dst)),
+                        "sum of [{at}, +{l})"
+                    );
+                }
+            };
+            // Each FPDU whole, in order with the hint and without.
+            let w = usize::from(rec.each_wire);
+            for j in 0..n {
+                let l = rec.fpdu_wire_len(j, n);
+                check(j * w, l, Some(j), true);
+                check(j * w, l, None, j % 2 == 0);
+            }
+            // Parts and spans from every few offsets, odd ones included.
+            for at in (0..expected.len()).step_by(97) {
+                for l in [1, 2, 63, 200, w - 1, w, w + 1, 2 * w + 5] {
+                    if at + l <= expected.len() {
+                        check(at, l, None, true);
+                    }
+                }
+            }
+            // Past the run's end: refused.
+            let mut dst = [0u8; 4];
+            let past = fill_run(
+                &rec,
+                None,
+                &mut scratch,
+                expected.len() - 2,
+                &mut dst,
+                true,
+                &t,
+                &mut held,
+            );
+            assert!(past.is_none());
+        }
     }
 
     #[test]
