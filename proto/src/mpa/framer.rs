@@ -371,7 +371,13 @@ fn fill_in_place(hdr: &[u8], len: usize, crc: Option<Crc32cFn>, out: &mut [u8]) 
 /// If `out` is not that FPDU, or the ULPDU is longer than 64768 octets (a caller's bug).
 #[inline]
 fn check_fpdu(hdr: &[u8], payload_len: usize, out: &[u8]) -> usize {
-    let len = hdr.len() + payload_len;
+    check_fpdu_len(hdr.len(), payload_len, out)
+}
+
+/// [`check_fpdu`] for a header of `hdr_len` octets.
+#[inline]
+fn check_fpdu_len(hdr_len: usize, payload_len: usize, out: &[u8]) -> usize {
+    let len = hdr_len + payload_len;
     assert!(
         len <= MAX_ULPDU_LEN && out.len() == fpdu::fpdu_len(len),
         "framing in place: the output is not the FPDU"
@@ -458,9 +464,41 @@ pub fn frame_around<E>(
     out: &mut [u8],
     write: impl FnOnce(&mut [u8], Option<u32>) -> Result<Option<u32>, E>,
 ) -> Result<(), E> {
-    let len = check_fpdu(hdr, payload_len, out);
-    let (covered, crc_field) = fields_before_payload(hdr, len, out);
-    let (head, rest) = covered.split_at_mut(2 + hdr.len());
+    frame_around_head(
+        hdr.len(),
+        payload_len,
+        crc,
+        out,
+        |to, len| length_and_header(to, len, hdr),
+        write,
+    )
+}
+
+/// [`frame_around`] for a header the caller writes: `head(to, len)` writes ULPDU_Length
+/// `len` (big-endian, MPA-4.1-1) and a DDP header of `hdr_len` octets into `to`, exactly
+/// `2 + hdr_len` octets, before anything reads them. For a caller that derives the header
+/// in registers: one built on the stack and handed over as octets is read back with wide
+/// loads that span its narrow stores, and no store forwards to such a load (a
+/// store-forwarding stall). What `head` leaves in `to` is framed as it is. Same contract
+/// as [`frame_around`] otherwise.
+///
+/// # Panics
+/// As [`frame_in_place`].
+#[inline]
+pub fn frame_around_head<E>(
+    hdr_len: usize,
+    payload_len: usize,
+    crc: Option<Crc32cFn>,
+    out: &mut [u8],
+    head: impl FnOnce(&mut [u8], u16),
+    write: impl FnOnce(&mut [u8], Option<u32>) -> Result<Option<u32>, E>,
+) -> Result<(), E> {
+    let len = check_fpdu_len(hdr_len, payload_len, out);
+    let (covered, crc_field) = out.split_at_mut(out.len() - fpdu::CRC_LEN);
+    let (head_octets, rest) = covered.split_at_mut(fpdu::ULPDU_LENGTH_LEN + hdr_len);
+    // `len <= 64768` so it fits the 16-bit field (MPA-3-5).
+    head(head_octets, len as u16);
+    let head = &*head_octets;
     let (payload, pad) = rest.split_at_mut(payload_len);
     let head_crc = crc.map(|f| f(0, head));
     let after = write(payload, head_crc)?;
@@ -733,6 +771,26 @@ mod tests {
                             })
                             .unwrap();
                             assert_eq!(around, got, "frame_around, own CRC {own_crc}, len {plen}");
+                            // frame_around_head: the caller's head writer gets the ULPDU
+                            // length and the exact head octets, and its octets are framed.
+                            let mut by_head = vec![0xAAu8; n];
+                            frame_around_head(
+                                hdr.len(),
+                                plen,
+                                crc.then_some(f),
+                                &mut by_head,
+                                |to, len| {
+                                    assert_eq!((to.len(), usize::from(len)), (2 + 18, 18 + plen));
+                                    to[..2].copy_from_slice(&len.to_be_bytes());
+                                    to[2..].copy_from_slice(&hdr);
+                                },
+                                |p, c| {
+                                    p.copy_from_slice(&payload);
+                                    Ok::<_, ()>(c.filter(|_| own_crc).map(|c| f(c, &payload)))
+                                },
+                            )
+                            .unwrap();
+                            assert_eq!(by_head, got, "frame_around_head, len {plen}");
                         }
                     }
                     None => {
