@@ -222,6 +222,19 @@ fn seq_diff(a: TcpSeqNumber, b: TcpSeqNumber) -> i64 {
     i64::from(a.0.wrapping_sub(b.0))
 }
 
+/// The spans of the send ring that external records reserve, as (offset from the ring's
+/// head, which is sequence number `base`, length), in order: what a re-layout of the ring
+/// need not copy ([`SendRing::reserve`]), asked for only when the ring grows.
+fn ext_holes(
+    ext: &VecDeque<ExtRecord>,
+    base: TcpSeqNumber,
+) -> impl Iterator<Item = (usize, usize)> + '_ {
+    ext.iter().filter_map(move |r| {
+        let (off, end) = (seq_diff(r.start, base).max(0), seq_diff(r.end(), base));
+        (end > off).then(|| (off as usize, (end - off) as usize))
+    })
+}
+
 /// An external record (module documentation): its first sequence number, length and token.
 #[derive(Debug, Clone, Copy)]
 struct ExtRecord {
@@ -628,7 +641,8 @@ impl Connection {
         if !self.may_send() {
             return Err(ConnError::CannotSend(self.state));
         }
-        Ok(self.tx.write_with(f))
+        let (ext, base) = (&self.ext, self.data_start());
+        Ok(self.tx.write_with(|| ext_holes(ext, base), f))
     }
 
     /// Writes one record (see the module documentation: an FPDU): as
@@ -643,7 +657,8 @@ impl Connection {
         if !self.may_send() {
             return Err(ConnError::CannotSend(self.state));
         }
-        let n = self.tx.write_with_room(room, f);
+        let (ext, base) = (&self.ext, self.data_start());
+        let n = self.tx.write_with_room(room, || ext_holes(ext, base), f);
         if n > 0 {
             // What was just written is unsent: its end is a new boundary.
             self.push_record(self.data_start() + self.tx.len());
@@ -693,7 +708,8 @@ impl Connection {
             return Ok(false);
         };
         debug_assert!(self.ext.back().is_none_or(|r| r.token < token));
-        if len == 0 || every == 0 || !self.tx.reserve(len) {
+        let (ext, base) = (&self.ext, self.data_start());
+        if len == 0 || every == 0 || !self.tx.reserve(len, || ext_holes(ext, base)) {
             return Ok(false);
         }
         let end = self.data_start() + self.tx.len();
@@ -798,7 +814,8 @@ impl Connection {
         if !self.may_send() {
             return Err(ConnError::CannotSend(self.state));
         }
-        Ok(self.tx.write(data))
+        let (ext, base) = (&self.ext, self.data_start());
+        Ok(self.tx.write(data, || ext_holes(ext, base)))
     }
 
     /// Lends the contiguous in-order octets to `f`, which returns how many it consumed.
@@ -2158,15 +2175,20 @@ impl Connection {
     pub(crate) fn commit_lone(&mut self, now: Instant, seg: &TcpRepr<'_>, record: &[u8]) {
         let len = record.len();
         debug_assert_eq!(self.tx.len(), 0);
-        let n = self.tx.write_with_room(len, |b| {
-            let k = b.len().min(len);
-            b[..k].copy_from_slice(&record[..k]);
-            k
-        });
+        // The ring is empty: nothing to keep if it grows.
+        let n = self.tx.write_with_room(
+            len,
+            || [],
+            |b| {
+                let k = b.len().min(len);
+                b[..k].copy_from_slice(&record[..k]);
+                k
+            },
+        );
         // The ring was empty and had room: the whole record is contiguous.
         debug_assert_eq!(n, len);
         if n < len {
-            self.tx.write(&record[n..]);
+            self.tx.write(&record[n..], || []);
         }
         let seq = self.snd_nxt;
         self.push_record(self.data_start() + self.tx.len());
