@@ -257,6 +257,14 @@ pub struct Recovery {
     cubic: Cubic,
     /// What an RTO changed, kept until the first ACK after it says whether it was spurious.
     undo: Option<Undo>,
+    /// Congestion window validation ([`Recovery::is_cwnd_limited`]), as Linux's
+    /// `tcp_cwnd_validate`: whether the window was full at a transmission since
+    /// `usage_end` was set, and the most octets in flight at one.
+    cwnd_limited: bool,
+    max_flight: usize,
+    /// The end of what was sent when `cwnd_limited` and `max_flight` were last reset:
+    /// once it is acknowledged, the next transmission starts their measurement again.
+    usage_end: Option<TcpSeqNumber>,
     stats: RecoveryStats,
 }
 
@@ -305,6 +313,9 @@ impl Recovery {
             rto_at: None,
             cubic: Cubic::default(),
             undo: None,
+            cwnd_limited: false,
+            max_flight: 0,
+            usage_end: None,
             stats: RecoveryStats::default(),
         }
     }
@@ -415,6 +426,7 @@ impl Recovery {
             self.tally.add(&seg);
             self.segs.push_back(seg);
             self.high = Some(end);
+            self.validate_cwnd();
         }
         if self.rto_at.is_none() {
             self.rto_at = Some(now + self.rto);
@@ -892,9 +904,40 @@ impl Recovery {
         }
     }
 
+    /// After new data went out: whether the congestion window is what holds the sender
+    /// back (its window full: no room for another full segment), and the most octets in
+    /// flight, measured over a window of data as Linux's `tcp_cwnd_validate` does (a new
+    /// measurement once what was sent at the last reset is acknowledged; a full window or
+    /// a new high while not limited updates it at once).
+    fn validate_cwnd(&mut self) {
+        let flight = self.in_flight();
+        let limited = flight.saturating_add(self.smss) > self.cwnd;
+        let ended = self
+            .usage_end
+            .is_none_or(|u| self.segs.front().is_none_or(|s| s.start >= u));
+        if ended || limited || (!self.cwnd_limited && flight > self.max_flight) {
+            self.cwnd_limited = limited;
+            self.max_flight = flight;
+            self.usage_end = self.high;
+        }
+    }
+
+    /// Whether the congestion window limits the sender, so that an ACK may grow it (RFC
+    /// 7661's concern, RFC 9438 5.8: no growth while the application, the peer's window or
+    /// the sender's own pace keeps the flight below it): the window was full at a
+    /// transmission of the current measurement, or, in slow start, it is less than twice
+    /// the most octets in flight (Linux's `tcp_is_cwnd_limited`). Without this a sender
+    /// held back by anything but cwnd grew it by every octet acknowledged, without end (a
+    /// bulk transfer over memif, held back by the receiver, had a cwnd of 190 MB after 50
+    /// ms), and a loss then "reduced" it to 70 % of that: no congestion response at all.
+    pub fn is_cwnd_limited(&self) -> bool {
+        self.cwnd_limited || (self.cwnd < self.ssthresh && self.cwnd < 2 * self.max_flight)
+    }
+
     fn grow(&mut self, now: Instant, acked: usize) {
         match self.cfg.congestion {
             Congestion::None => {}
+            _ if !self.is_cwnd_limited() => {}
             _ if self.cwnd < self.ssthresh => {
                 // Slow start (RFC 5681 3.1) by byte counting (RFC 3465) without its per-ACK
                 // limit L, as Linux: every octet acknowledged grows cwnd, so a stretch ACK

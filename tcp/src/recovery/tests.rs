@@ -466,3 +466,69 @@ fn rfc8985_7_3_a_probe_never_sent_does_not_count() {
     );
     assert_eq!(r.handle_timeout(next), TimeoutAction::Probe);
 }
+
+/// RFC 7661 (congestion window validation), RFC 9438 5.8: a sender held back by something
+/// other than cwnd (here the peer's window: 20 segments in flight at most) does not grow
+/// cwnd without end, for NewReno and CUBIC: slow start stops once cwnd is twice the most in
+/// flight (one stretch ACK of a whole flight may take it up to three times), and a loss
+/// then reduces a window of that size, a congestion response (before, 400 such rounds
+/// left cwnd at 8 MB, and the loss at 5.6 MB). A sender whose window is full still grows
+/// it, doubling it per round trip in slow start.
+#[test]
+fn rfc7661_cwnd_grows_only_while_it_limits_the_sender() {
+    for cc in [Congestion::NewReno, Congestion::Cubic] {
+        let mut r = rec(cc);
+        let (mut next, mut t) = (S, 0);
+        // 400 rounds of 20 segments, each round acknowledged whole.
+        for _ in 0..400 {
+            for _ in 0..20 {
+                r.on_sent(us(t), next, 1000, false);
+                next += 1000;
+            }
+            t += 100;
+            r.on_ack(us(t), next, &[], None);
+            assert!(
+                r.cwnd() <= 3 * 20_000,
+                "{cc:?}: cwnd {} with at most 20,000 in flight",
+                r.cwnd()
+            );
+        }
+        assert!(!r.is_cwnd_limited(), "{cc:?}: cwnd {}", r.cwnd());
+        let before = r.cwnd();
+        // A loss among the next 20: SACKed segments after it make it lost, and the
+        // reduction takes that bounded window down (NewReno to half, CUBIC to 70 %).
+        let first = next;
+        for _ in 0..20 {
+            r.on_sent(us(t), next, 1000, false);
+            next += 1000;
+        }
+        t += 100;
+        for k in 1..=4 {
+            r.on_ack(
+                us(t),
+                first,
+                &[(first + 1000, first + 1000 + k * 1000)],
+                None,
+            );
+        }
+        assert!(r.stats().fast_recoveries >= 1, "{cc:?}: no recovery");
+        assert!(
+            r.cwnd() <= before * 7 / 10 && r.cwnd() <= 42_000,
+            "{cc:?}: cwnd {} after the loss, {before} before",
+            r.cwnd()
+        );
+    }
+    // The window full at every round: slow start doubles it per round trip.
+    let mut r = rec(Congestion::NewReno);
+    let mut next = S;
+    for round in 0..4 {
+        let w = r.cwnd();
+        for _ in 0..w / 1000 {
+            r.on_sent(us(round * 100), next, 1000, false);
+            next += 1000;
+        }
+        assert!(r.is_cwnd_limited());
+        r.on_ack(us(round * 100 + 100), next, &[], None);
+        assert_eq!(r.cwnd(), 2 * w, "round {round}");
+    }
+}
