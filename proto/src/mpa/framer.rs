@@ -410,8 +410,8 @@ fn fields_before_payload<'o>(
 /// the CRC and the TCP checksum read these octets back as 8-octet words right away, and a
 /// load that spans two earlier stores (a 2-octet length and a header copy) cannot take its
 /// value from them and waits until both reach the cache (a store-forwarding stall, on the
-/// path of every FPDU sent). Other headers: the length, then the header
-/// ([`copy_long_header`]).
+/// path of every FPDU this framer writes; [`frame_around_head`]'s caller writes its own in
+/// the same words). Other headers: the length, then the header ([`copy_long_header`]).
 #[inline]
 fn length_and_header(to: &mut [u8], len: u16, hdr: &[u8]) {
     let words = |to: &mut [u8], hdr: &[u8]| {

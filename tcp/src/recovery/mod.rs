@@ -215,6 +215,10 @@ struct Cubic {
     epoch: Option<Instant>,
     /// W_est, the Reno-friendly estimate, in segments (4.3).
     w_est: f64,
+    /// Since when, in the epoch, the window has not limited the sender: that time is not
+    /// counted in the epoch's t (RFC 9438 5.8); the epoch moves on by it once the window
+    /// limits the sender again.
+    unlimited_since: Option<Instant>,
 }
 
 const CUBIC_C: f64 = 0.4;
@@ -899,6 +903,7 @@ impl Recovery {
                 self.cwnd = self.ssthresh;
                 self.cubic.k = (self.cubic.w_max * (1.0 - CUBIC_BETA) / CUBIC_C).cbrt();
                 self.cubic.epoch = Some(now);
+                self.cubic.unlimited_since = None;
                 self.cubic.w_est = self.cwnd as f64 / self.smss as f64;
             }
         }
@@ -937,7 +942,11 @@ impl Recovery {
     fn grow(&mut self, now: Instant, acked: usize) {
         match self.cfg.congestion {
             Congestion::None => {}
-            _ if !self.is_cwnd_limited() => {}
+            _ if !self.is_cwnd_limited() => {
+                if self.cubic.epoch.is_some() {
+                    self.cubic.unlimited_since.get_or_insert(now);
+                }
+            }
             _ if self.cwnd < self.ssthresh => {
                 // Slow start (RFC 5681 3.1) by byte counting (RFC 3465) without its per-ACK
                 // limit L, as Linux: every octet acknowledged grows cwnd, so a stretch ACK
@@ -953,6 +962,14 @@ impl Recovery {
             }
             Congestion::Cubic => {
                 let smss = self.smss as f64;
+                // Time the window did not limit the sender is not the epoch's (RFC 9438
+                // 5.8): W_cubic(t) would otherwise have run ahead meanwhile, and the window
+                // jump towards it once limited again.
+                if let (Some(e), Some(since)) = (&mut self.cubic.epoch, self.cubic.unlimited_since)
+                {
+                    *e += now - since;
+                    self.cubic.unlimited_since = None;
+                }
                 // An epoch starting without a reduction (after slow start) starts now.
                 let epoch = *self.cubic.epoch.get_or_insert(now);
                 if self.cubic.w_max == 0.0 {
@@ -1049,6 +1066,7 @@ impl Recovery {
                 self.ssthresh = (flight / 2).max(2 * self.smss);
                 self.cwnd = self.smss;
                 self.cubic.epoch = None;
+                self.cubic.unlimited_since = None;
                 self.cubic.w_max = (flight as f64 / self.smss as f64).max(1.0);
             }
             let mut tally = Tally::default();

@@ -532,3 +532,44 @@ fn rfc7661_cwnd_grows_only_while_it_limits_the_sender() {
         assert_eq!(r.cwnd(), 2 * w, "round {round}");
     }
 }
+
+/// RFC 9438 5.8: time the window does not limit the sender is not counted in the epoch's
+/// t. CUBIC in congestion avoidance after a reduction (W_max 100 segments, cwnd 70), then
+/// 10 s held to 10 segments in flight by the peer, then the window full again: cwnd goes
+/// on from the concave part of the curve (a few percent over three round trips) instead
+/// of jumping towards W_cubic(10 s) at 1.5x a round trip.
+#[test]
+fn rfc9438_5_8_time_not_limited_by_cwnd_is_not_the_epochs() {
+    let mut r = rec(Congestion::Cubic);
+    r.cwnd = 70_000;
+    r.ssthresh = 70_000;
+    r.cubic = Cubic {
+        w_max: 100.0,
+        k: (100.0 * (1.0 - CUBIC_BETA) / CUBIC_C).cbrt(),
+        epoch: Some(us(0)),
+        w_est: 70.0,
+        unlimited_since: None,
+    };
+    let (mut next, mut t) = (S, 0);
+    let mut round = |r: &mut Recovery, segs: usize, t: &mut i64| {
+        for _ in 0..segs {
+            r.on_sent(us(*t), next, 1000, false);
+            next += 1000;
+        }
+        *t += 1000;
+        r.on_ack(us(*t), next, &[], None);
+    };
+    for _ in 0..10_000 {
+        round(&mut r, 10, &mut t);
+    }
+    assert_eq!(r.cwnd(), 70_000, "no growth while not limited");
+    for _ in 0..3 {
+        let w = r.cwnd() / 1000;
+        round(&mut r, w, &mut t);
+    }
+    assert!(
+        r.cwnd() < 73_500,
+        "cwnd {} after three limited rounds",
+        r.cwnd()
+    );
+}
