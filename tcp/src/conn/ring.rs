@@ -79,10 +79,11 @@ impl SendRing {
     /// every queued octet but those of `holes`: spans reserved and never written
     /// ([`SendRing::reserve`]), as (offset from the head, length) in ascending order. A
     /// bulk sender's ring is almost all reserved spans (external records), so a growth
-    /// copies only the few octets written into it, and the new buffer's pages under the
-    /// spans are never touched (a fresh allocation's pages are mapped at the first write:
-    /// copying the spans faulted in every page of each doubling, ~2,000 faults and 4 MiB
-    /// copied on the engine core in the first milliseconds of a bulk connection).
+    /// copies only the few octets written into it, and where the allocator maps the new
+    /// buffer fresh (large sizes: its pages are mapped at their first write) the pages
+    /// under the spans stay untouched (copying the spans faulted in every page of each
+    /// doubling, ~1,500 faults and ~4 MiB copied on the engine core in the first
+    /// milliseconds of a bulk connection).
     fn relayout(&mut self, cap: usize, holes: impl IntoIterator<Item = (usize, usize)>) {
         let mut nb = vec![0u8; cap];
         let mut at = 0;
@@ -182,9 +183,8 @@ impl SendRing {
     /// owner supplies at each transmission: external records); false, changing nothing,
     /// when fewer than `n` may still be queued. The ring grows to hold them (its positions
     /// are its sequence space), but they are never written, read or copied here: `holes`
-    /// gives the spans reserved before, which a re-layout skips ([`SendRing::relayout`]),
-    /// and every caller that may grow the ring passes them, so the pages under reserved
-    /// spans are never touched.
+    /// gives the spans reserved before, which a re-layout skips ([`SendRing::relayout`]);
+    /// every caller that may grow the ring passes them.
     pub fn reserve<I>(&mut self, n: usize, holes: impl FnOnce() -> I) -> bool
     where
         I: IntoIterator<Item = (usize, usize)>,
