@@ -1070,3 +1070,273 @@ fn rfc9293_3_10_4_close_in_syn_received_sends_the_syn_before_the_fin() {
     c.handle_segment(ms(1), &seg(TcpControl::None, PISS + 1, Some(ISS + 2), &[]));
     assert_eq!(c.state(), State::FinWait2);
 }
+
+// Header prediction (`Connection::take_predicted`, the receive fast path) against the
+// general path: seeded scripts of peer segments, mostly the next in-order data and
+// everything around it that must not take the fast path (PSH or not, old or missing
+// timestamps, a changed or shut window, SACK blocks, new ACKs, out-of-order data,
+// duplicates, data beyond the window, a FIN), run into two connections, one held to the
+// general path (`set_general_paths_only`, feature `self-check`). After every segment both
+// must have sent the same segments, raised the same events, delivered and queued the same
+// octets and kept the same counters and timer; every 16 segments and at the end, their
+// whole state (`Debug`) must be the same.
+
+/// xorshift64*: the scripts' choices, reproducible from the seed.
+fn rand(r: &mut u64) -> u64 {
+    *r ^= *r >> 12;
+    *r ^= *r << 25;
+    *r ^= *r >> 27;
+    r.wrapping_mul(0x2545_f491_4f6c_dd1d)
+}
+
+/// What one connection showed after a step.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    out: String,
+    events: Vec<ConnEvent>,
+    delivered: usize,
+    queued: usize,
+    stats: warpcore_tcp::conn::ConnStats,
+    timeout: Option<Instant>,
+    state: State,
+}
+
+/// Hands `s` to `c` (on the path `general` says), its in-order payload offered to a
+/// `deliver` that takes all, half or none of it (`take`), then collects what `c` showed.
+fn step(
+    c: &mut Connection,
+    general: bool,
+    now: Instant,
+    s: &TcpRepr<'_>,
+    take: u64,
+    got: &mut Vec<u8>,
+) -> (Seen, Vec<Out>) {
+    warpcore_tcp::conn::set_general_paths_only(general);
+    let mut delivered = 0;
+    c.handle_segment_with(now, s, &mut |d| {
+        let n = match take {
+            0 => d.len(),
+            1 => d.len() / 2,
+            _ => 0,
+        };
+        got.extend_from_slice(&d[..n]);
+        delivered += n;
+        n
+    });
+    warpcore_tcp::conn::set_general_paths_only(false);
+    let out = drain(c, now);
+    let seen = Seen {
+        out: format!("{out:?}"),
+        events: events(c),
+        delivered,
+        queued: c.recv_queue(),
+        stats: c.stats(),
+        timeout: c.poll_timeout(),
+        state: c.state(),
+    };
+    (seen, out)
+}
+
+/// One script of `steps` peer segments from `seed` into a fast-path and a general-path
+/// connection. Returns how many segments took the fast path.
+fn predicted_against_general(seed: u64, plain: bool, steps: usize) -> u64 {
+    let mut r = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    // Odd seeds delay their ACKs (RFC 1122 4.2.3.2): the second full segment or the
+    // timer sends one.
+    let config = ConnConfig {
+        rx_buffer: 8 * 1024,
+        tx_buffer: 16 * 1024,
+        mss: 1460,
+        ack_delay: (seed % 2 == 1).then(|| Duration::from_micros(500)),
+        ..ConnConfig::default()
+    };
+    let mut fast = established(config, plain);
+    let mut general = established(config, plain);
+    let mut now = ms(1);
+    // The peer's next in-order offset, how much of our stream it acknowledges, the
+    // highest offset of ours it has seen, its window field, its clock and our last tsval.
+    let (mut off, mut acked, mut seen_high) = (0usize, 0usize, 0usize);
+    let (mut window, mut tsval, mut echo) = (0xffffu16, 100u32, 0u32);
+    let (mut got_fast, mut got_general) = (Vec::new(), Vec::new());
+    let mut read = 0;
+    // Where the peer's FIN went, once sent: its stream ends there.
+    let mut fin_at: Option<usize> = None;
+    let before = warpcore_tcp::conn::predicted_segments();
+    let payload: Vec<u8> = (0..4096u32).map(|i| (i * 31 + seed as u32) as u8).collect();
+    for i in 0..steps {
+        now += Duration::from_micros(1 + rand(&mut r) % 300);
+        let pick = rand(&mut r) % 100;
+        let take = if rand(&mut r).is_multiple_of(16) {
+            1 + rand(&mut r) % 2
+        } else {
+            0
+        };
+        let mut len = 1 + (rand(&mut r) % 1460) as usize;
+        let mut at = off;
+        let mut control = if rand(&mut r).is_multiple_of(2) {
+            TcpControl::Psh
+        } else {
+            TcpControl::None
+        };
+        match pick {
+            // The next in-order data (the fast path's case, and its near misses below).
+            0..=59 => {}
+            // Beyond a gap, then (next time) the gap; late in a script sometimes the
+            // peer's FIN there, with or without data: the segment that fills the gap
+            // must then take the FIN in too.
+            60..=65 => {
+                at = off + 1 + (rand(&mut r) % 3000) as usize;
+                if i > steps / 2 && fin_at.is_none() && rand(&mut r).is_multiple_of(3) {
+                    control = TcpControl::Fin;
+                    if rand(&mut r).is_multiple_of(2) {
+                        len = 0;
+                    }
+                    fin_at = Some(at + len);
+                }
+            }
+            // Old data again.
+            66..=69 => at = off.saturating_sub(1 + (rand(&mut r) % 2000) as usize),
+            // Pure ACKs, some acknowledging new data of ours.
+            70..=76 => {
+                len = 0;
+                control = TcpControl::None;
+                if seen_high > acked {
+                    acked += 1 + (rand(&mut r) as usize % (seen_high - acked));
+                }
+            }
+            // More than the window can take.
+            77..=79 => len = 1460 + (rand(&mut r) % 2600) as usize,
+            // Our side sends: later segments may acknowledge it.
+            80..=87 => {
+                let n = 1 + (rand(&mut r) % 3000) as usize;
+                let (a, b) = (fast.send(&payload[..n]), general.send(&payload[..n]));
+                assert_eq!(a, b, "seed {seed} step {i}: send");
+                len = 0;
+                control = TcpControl::None;
+            }
+            // Our receive queue read.
+            88..=92 => {
+                let (mut a, mut b) = ([0u8; 8192], [0u8; 8192]);
+                let (na, nb) = (fast.recv(&mut a), general.recv(&mut b));
+                assert_eq!(na, nb, "seed {seed} step {i}: recv");
+                if let Ok(n) = na {
+                    assert_eq!(a[..n], b[..n], "seed {seed} step {i}: recv");
+                    read += n;
+                }
+                len = 0;
+                control = TcpControl::None;
+            }
+            // Timers.
+            93..=95 => {
+                now += Duration::from_millis(rand(&mut r) % 300);
+                for c in [&mut fast, &mut general] {
+                    if c.poll_timeout().is_some_and(|t| t <= now) {
+                        c.handle_timeout(now);
+                    }
+                }
+                len = 0;
+                control = TcpControl::None;
+            }
+            // The peer's FIN, late in a script.
+            _ if i > steps * 3 / 4 => control = TcpControl::Fin,
+            _ => {}
+        }
+        // The peer's window: mostly as it was; sometimes another, rarely shut.
+        match rand(&mut r) % 80 {
+            0 | 1 => window = 1 + (rand(&mut r) % 0xffff) as u16,
+            2 => window = 0,
+            3..=5 => window = 0xffff,
+            _ => {}
+        }
+        // Its clock: mostly forward; sometimes still, back, or no option at all.
+        let ts = match rand(&mut r) % 30 {
+            0 => Some(tsval.wrapping_sub(1 + (rand(&mut r) % 50) as u32)),
+            1 => None,
+            2 => Some(tsval),
+            _ => {
+                tsval = tsval.wrapping_add(1 + (rand(&mut r) % 3) as u32);
+                Some(tsval)
+            }
+        };
+        if let Some(f) = fin_at {
+            if at < f && control != TcpControl::Fin {
+                len = len.min(f - at);
+            }
+        }
+        let data = &payload[..len.min(payload.len())];
+        let mut s = seg(control, PISS + 1 + at, Some(ISS + 1 + acked), data);
+        s.window_len = window;
+        if !plain {
+            s.timestamp = ts.map(|tsval| TcpTimestampRepr { tsval, tsecr: echo });
+            if rand(&mut r).is_multiple_of(20) {
+                let l = (ISS + 1 + acked).0 as u32;
+                s.sack_ranges[0] = Some((l.wrapping_add(100), l.wrapping_add(200)));
+            }
+        }
+        let (a, out) = step(&mut fast, false, now, &s, take, &mut got_fast);
+        let (b, _) = step(&mut general, true, now, &s, take, &mut got_general);
+        assert_eq!(a, b, "seed {seed} plain {plain} step {i}: {s:?}");
+        assert_eq!(
+            got_fast, got_general,
+            "seed {seed} step {i}: delivered octets"
+        );
+        if i % 16 == 15 {
+            assert_eq!(
+                format!("{fast:?}"),
+                format!("{general:?}"),
+                "seed {seed} step {i}"
+            );
+        }
+        // What the peer learns from our segments.
+        for o in out.iter().filter(|o| o.seq > ISS) {
+            seen_high = seen_high.max((o.seq - (ISS + 1)) + o.payload.len());
+            if let Some(t) = o.ts {
+                echo = t.tsval;
+            }
+        }
+        // Everything taken in order so far: delivered in place, queued, or read.
+        off = got_fast.len() + fast.recv_queue() + read;
+    }
+    assert_eq!(
+        format!("{fast:?}"),
+        format!("{general:?}"),
+        "seed {seed} at the end"
+    );
+    warpcore_tcp::conn::predicted_segments() - before
+}
+
+#[test]
+fn rfc9293_3_10_7_4_header_prediction_does_what_the_general_path_does() {
+    let (mut predicted, mut segments) = (0, 0);
+    for seed in 0..48 {
+        for plain in [false, true] {
+            predicted += predicted_against_general(seed, plain, 160);
+            segments += 160;
+        }
+    }
+    // The scripts are mostly the next in-order data: the fast path must have taken a fair
+    // share of them, or the comparison above compared the general path with itself.
+    eprintln!("the fast path took {predicted} of {segments} segments");
+    assert!(
+        predicted * 5 > segments,
+        "the fast path took only {predicted} of {segments} segments"
+    );
+}
+
+#[test]
+fn rfc9293_3_10_7_4_a_bulk_receivers_segments_all_take_the_fast_path() {
+    let mut c = established(cfg(), false);
+    let before = warpcore_tcp::conn::predicted_segments();
+    let payload = [7u8; 1448];
+    for (i, tsval) in (0..100).zip(11..) {
+        let mut s = data(i * 1448, &payload, ISS + 1);
+        s.window_len = 0xffff;
+        s.timestamp = Some(TcpTimestampRepr { tsval, tsecr: 0 });
+        c.handle_segment_with(ms(2), &s, &mut |d| d.len());
+        drain(&mut c, ms(2));
+    }
+    // The first segment's window is the first scaled one (the SYN-ACK's is not scaled):
+    // an update, which the general path takes.
+    assert_eq!(warpcore_tcp::conn::predicted_segments() - before, 99);
+    assert_eq!(c.stats().delivered_in_place, 100 * 1448);
+}

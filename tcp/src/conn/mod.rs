@@ -36,6 +36,9 @@
 //! nothing asked for before it) is planned by a short path that makes the walk's tests and
 //! changes without its dispatch and record search (`next_full_record`); the tests hold the
 //! two to each other at every poll.
+//! The receiving side's counterpart is header prediction: the next in-order data segment
+//! of an established connection, acknowledging nothing new with its window unchanged, is
+//! taken by a short path with the general path's outcome (`take_predicted`).
 //!
 //! # External records: transmitting from the owner's memory
 //! [`Connection::send_external_record`] queues a record whose octets the connection never
@@ -193,6 +196,50 @@ const CHALLENGE_ACKS_PER_SEC: u32 = 10;
 /// Timestamps tick in microseconds; ts_recent older than 2^31 ticks is stale (RFC 7323 5.5
 /// scaled to our clock).
 const TS_STALE: Duration = Duration::from_micros(1 << 31);
+
+#[cfg(feature = "self-check")]
+thread_local! {
+    static GENERAL_PATHS_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[cfg(feature = "self-check")]
+thread_local! {
+    /// Segments [`Connection::take_predicted`] took on this thread (tests read it through
+    /// [`predicted_segments`]; a counter on the connection would make the two paths'
+    /// states differ).
+    static PREDICTED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Test-only (feature `self-check`): every connection on this thread takes the general
+/// receive path (`true`) or its fast path where it applies again (`false`), so that a test
+/// can run the same segments both ways and compare. Without the feature the fast path is
+/// always taken.
+#[cfg(feature = "self-check")]
+#[doc(hidden)]
+pub fn set_general_paths_only(on: bool) {
+    GENERAL_PATHS_ONLY.with(|g| g.set(on));
+}
+
+/// Test-only (feature `self-check`): segments the receive fast path (header prediction)
+/// took on this thread so far.
+#[cfg(feature = "self-check")]
+#[doc(hidden)]
+pub fn predicted_segments() -> u64 {
+    PREDICTED.with(|n| n.get())
+}
+
+/// Whether the fast path may be taken (always, but under [`set_general_paths_only`]).
+#[inline(always)]
+fn fast_paths() -> bool {
+    #[cfg(feature = "self-check")]
+    {
+        !GENERAL_PATHS_ONLY.with(|g| g.get())
+    }
+    #[cfg(not(feature = "self-check"))]
+    {
+        true
+    }
+}
 
 /// Why new data is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1083,6 +1130,9 @@ impl Connection {
         seg: &TcpRepr<'_>,
         deliver: &mut dyn FnMut(&[u8]) -> usize,
     ) {
+        if fast_paths() && self.take_predicted(now, seg, deliver) {
+            return;
+        }
         let seg_len = seg.segment_len();
         let wnd = self.rcv_wnd();
         // First: sequence number acceptability.
@@ -1194,6 +1244,73 @@ impl Connection {
         }
     }
 
+    /// Header prediction (the receive fast path of RFC 9293 3.10.7.4's processing, as in
+    /// Jacobson's and Linux's `tcp_rcv_established`): the next in-order data segment of an
+    /// established connection, acknowledging nothing new, its window and timestamp what the
+    /// general path would take without a second look. Does exactly what the general path
+    /// does with such a segment, in fewer steps; returns false, having changed nothing, for
+    /// any other segment. What each condition spares:
+    ///
+    /// * ESTABLISHED, no SYN, FIN or RST (PSH is allowed): no state change, no FIN;
+    /// * SEG.SEQ = RCV.NXT, some octets, all within the window: acceptable (first check),
+    ///   nothing to trim (seventh), no out-of-order data or FIN waiting behind it;
+    /// * a timestamp not older than TS.Recent where they are in use: PAWS passes (RFC 7323
+    ///   5.3) and TS.Recent takes it (4.3);
+    /// * SEG.ACK = SND.UNA, no SACK blocks: nothing acknowledged, nothing for recovery;
+    ///   acceptable under RFC 5961 5.2 and a sign of life;
+    /// * the window as it is and open: the window update (fifth) moves only SND.WL1/WL2.
+    ///
+    /// A bulk receiver's segments all take this path; `tests/conn_script.rs` holds it to the
+    /// general path over seeded scripts of segments around it (feature `self-check`).
+    #[inline]
+    fn take_predicted(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr<'_>,
+        deliver: &mut dyn FnMut(&[u8]) -> usize,
+    ) -> bool {
+        let len = seg.payload.len();
+        let ts = if self.ts_ok {
+            match seg.timestamp {
+                Some(ts) if ts.tsval.wrapping_sub(self.ts_recent) as i32 >= 0 => Some(ts),
+                _ => return false,
+            }
+        } else {
+            None
+        };
+        let predicted = self.state == State::Established
+            && matches!(seg.control, TcpControl::None | TcpControl::Psh)
+            && seg.seq_number == self.rcv_nxt
+            && len > 0
+            && len <= self.rcv_wnd()
+            && self.ooo.is_empty()
+            && self.fin_off.is_none()
+            && seg.ack_number == Some(self.snd_una)
+            && (!self.sack_ok || seg.sack_ranges.iter().all(Option::is_none))
+            && self.snd_wnd > 0
+            && usize::from(seg.window_len) << self.snd_shift == self.snd_wnd;
+        if !predicted {
+            return false;
+        }
+        let ack = self.snd_una;
+        self.last_heard = now;
+        if let Some(ts) = ts {
+            self.ts_recent = ts.tsval;
+            self.ts_recent_at = now;
+        }
+        if self.snd_wl1 < seg.seq_number || (self.snd_wl1 == seg.seq_number && self.snd_wl2 <= ack)
+        {
+            self.snd_wl1 = seg.seq_number;
+            self.snd_wl2 = ack;
+            self.window_probe_at = None;
+        }
+        self.take_in_order(seg.payload, deliver);
+        self.took_in_order(now, false);
+        #[cfg(feature = "self-check")]
+        PREDICTED.with(|n| n.set(n.get() + 1));
+        true
+    }
+
     fn queue_rst_for_ack(&mut self, _ack: TcpSeqNumber) {
         // A bad ACK in a SYN state draws <SEQ=SEG.ACK><CTL=RST> (RFC 9293 3.10.7.3/4). We
         // answer with a challenge-style ACK instead when synchronized states cannot apply;
@@ -1297,6 +1414,27 @@ impl Connection {
         }
     }
 
+    /// After in-order octets were taken: RCV.NXT past them, `Readable` if any were queued,
+    /// and the ACK they call for: at once for a segment that filled a gap (RFC 5681 4.2)
+    /// and for every second segment (RFC 1122 4.2.3.2), else after the delay.
+    #[inline]
+    fn took_in_order(&mut self, now: Instant, had_gap: bool) {
+        self.rcv_nxt = TcpSeqNumber(
+            (self.irs.0 as u32)
+                .wrapping_add(1)
+                .wrapping_add(self.rcv_off as u32) as i32,
+        );
+        if !self.rx.is_empty() {
+            self.events |= EV_READABLE;
+        }
+        self.unacked_segs += 1;
+        if had_gap || self.unacked_segs >= 2 || self.cfg.ack_delay.is_none() {
+            self.ack_now = true;
+        } else if self.delack_at.is_none() {
+            self.delack_at = self.cfg.ack_delay.map(|d| now + d);
+        }
+    }
+
     /// Takes `data`, the next in-order octets: offered to `deliver` when nothing is queued
     /// before them, the rest queued.
     #[inline]
@@ -1354,22 +1492,7 @@ impl Connection {
                 while let Some(more) = self.ooo.take_at(self.rcv_off) {
                     self.take_in_order(&more, deliver);
                 }
-                self.rcv_nxt = TcpSeqNumber(
-                    (self.irs.0 as u32)
-                        .wrapping_add(1)
-                        .wrapping_add(self.rcv_off as u32) as i32,
-                );
-                if !self.rx.is_empty() {
-                    self.events |= EV_READABLE;
-                }
-                self.unacked_segs += 1;
-                // RFC 5681 4.2: a segment that fills a gap is ACKed at once; RFC 1122
-                // 4.2.3.2: at least every second full-sized segment.
-                if had_gap || self.unacked_segs >= 2 || self.cfg.ack_delay.is_none() {
-                    self.ack_now = true;
-                } else if self.delack_at.is_none() {
-                    self.delack_at = self.cfg.ack_delay.map(|d| now + d);
-                }
+                self.took_in_order(now, had_gap);
             } else {
                 self.stats.out_of_order += 1;
                 self.ooo.insert(off, data);
