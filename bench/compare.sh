@@ -19,6 +19,8 @@
 #   * the bounds: a raw DPDK frame ping-pong and frame blasts (1514 and 9014 bytes) over the
 #     same vdev (no TCP, no iWARP), and single-core memcpy and crc32c throughput for the
 #     same sizes;
+#   * back-to-back pairs of the 64 KiB write_bw and the raw 1514-byte blast (alternating
+#     which goes first), whose median ratio judges issue 12's MTU 1500 target;
 #   * the targets of issue 6 and issue 12 as met/missed lines, and callgrind instruction
 #     counts per message.
 #
@@ -27,8 +29,10 @@
 #
 # Environment (defaults; with --short a tenth of each count, 100 threaded-mode iterations
 # and 1 s for qperf and iperf3): LAT_ITERS (20000), BW_ITERS (20000), RATE_ITERS (300000),
-# THREAD_LAT_ITERS (300), KERNEL_SECS (3), CALLGRIND (1: append instruction counts per
-# message from callgrind, about a minute; 0: skip).
+# THREAD_LAT_ITERS (300), KERNEL_SECS (3), BW_PAIRS (3: back-to-back pairs of the 64 KiB
+# write_bw and the raw 1514-byte blast, whose median ratio judges the MTU 1500 target; the
+# same with --short), CALLGRIND (1: append instruction counts per message from callgrind,
+# about a minute; 0: skip).
 set -euo pipefail
 short=0
 args=()
@@ -60,6 +64,13 @@ else
     thread_lat_iters=${THREAD_LAT_ITERS:-300}
     ksecs=${KERNEL_SECS:-3}
 fi
+bw_pairs=${BW_PAIRS:-3}
+# The pairs' write_bw runs three times as long as the other rows' (about a second at MTU
+# 1500), so that its start (slow start, cold caches: the first ~5-25 ms run
+# below the steady rate, docs/iwperf.md) weighs a few times less against the blast, which
+# has none.
+pair_iters=${PAIR_ITERS:-$((3 * bw_iters))}
+((bw_pairs >= 1)) || { echo "compare: BW_PAIRS must be at least 1" >&2; exit 1; }
 cmdline="bench/compare.sh $*"
 # The CPUs of every two-process measurement: server (or echo side) and client (or driver).
 cpu_s=0
@@ -164,6 +175,21 @@ raw --mode blast --size 9014 --count 400000
 both=()
 rings=rsize=10
 
+# The MTU 1500 bound's ratio from back-to-back pairs: the host's speed drifts over the
+# tens of seconds between the write_bw and the blast above (docs/iwperf.md), so each pair
+# runs the two one after the other, in alternating order, and the target's verdict takes
+# the median of the pairs' ratios.
+echo "== write_bw 64 KiB and the raw 1514-byte blast back to back, $bw_pairs pairs"
+for k in $(seq 1 "$bw_pairs"); do
+    if ((k % 2)); then
+        rawout=pair$k.txt raw --mode blast --size 1514 --count 2000000
+        iw write_bw -s 65536 -n "$pair_iters" --report_gbits --json "$work/pair$k.json"
+    else
+        iw write_bw -s 65536 -n "$pair_iters" --report_gbits --json "$work/pair$k.json"
+        rawout=pair$k.txt raw --mode blast --size 1514 --count 2000000
+    fi
+done
+
 echo "== single core memcpy and crc32c (CPU $cpu_c)"
 taskset -c "$cpu_c" "$wcbench" copy --sizes 64,65536 | tee "$work/copy.txt"
 
@@ -200,10 +226,10 @@ echo "== plot and report"
     || echo "compare: plot failed (report written without it)" >&2
 
 python3 - "$work" "$out" "$cmdline" "$load_before" "$load_after" "$((SECONDS - t0))" \
-    "$cpu_s" "$cpu_c" "$lat_iters" "$bw_iters" "$rate_iters" "$thread_lat_iters" "$ksecs" <<'PY'
-import json, re, sys, os, datetime, platform
-(work, out, cmd, lb, la, secs, cs, cc, lat_n, bw_n, rate_n, thr_n, ksecs) = sys.argv[1:]
-lat_n, bw_n, rate_n, thr_n = int(lat_n), int(bw_n), int(rate_n), int(thr_n)
+    "$cpu_s" "$cpu_c" "$lat_iters" "$bw_iters" "$rate_iters" "$thread_lat_iters" "$ksecs" "$bw_pairs" "$pair_iters" <<'PY'
+import json, re, sys, os, datetime, platform, statistics
+(work, out, cmd, lb, la, secs, cs, cc, lat_n, bw_n, rate_n, thr_n, ksecs, pairs_n, pair_it) = sys.argv[1:]
+lat_n, bw_n, rate_n, thr_n, pairs_n, pair_it = int(lat_n), int(bw_n), int(rate_n), int(thr_n), int(pairs_n), int(pair_it)
 nan = float("nan")
 def js(n): return json.load(open(os.path.join(work, n)))
 def num(x):
@@ -264,6 +290,15 @@ nc_bw, nc_peak = bwf(bw_nc, "average"), bwf(bw_nc, "peak")
 bw9 = js("write_bw_9000.json")["results"][0]
 j_bw, j_peak = bwf(bw9, "average"), bwf(bw9, "peak")
 iw_rate = bwf(rate, "msg_rate_mpps")
+# The back-to-back pairs: (write_bw, blast, ratio, which ran first), in run order.
+pairs = []
+for k in range(1, pairs_n + 1):
+    pw = bwf(js("pair%d.json" % k)["results"][0], "average")
+    pb = raw_blast(1514, text("pair%d.txt" % k))[0]
+    pairs.append((pw, pb, pw / pb if pb and pb == pb and pw == pw else nan, "blast" if k % 2 else "write_bw"))
+pair_ratios = [p[2] for p in pairs]
+# A pair that measured nothing makes the median n/a (and the verdict missed), never skipped.
+pair_median = statistics.median(pair_ratios) if all(x == x for x in pair_ratios) else nan
 
 def f(x, d=2): return ("%%.%df" % d) % x if x == x else "n/a"
 def r(a, b): return "%.3g" % (a / b) if b and b == b and a == a else "n/a"
@@ -323,6 +358,13 @@ md.append("| iwperf write_bw / the larger of the raw 1514-byte blasts over 1,024
 md.append("| iwperf write_bw at MTU 9000 / kernel TCP bulk (tcpperf) | %s |" % r(j_bw, k_bulk))
 md.append("| iwperf write_bw at MTU 9000 / raw 9014-byte blast | %s |" % r(j_bw, raw9_gbps))
 md.append("")
+md.append("### The MTU 1500 bound, back to back\n")
+md.append("Each pair runs iwperf write_bw 64 KiB (%d x 64 KiB = %d bytes, whole-run average from the first post, slow start included) and the raw 1514-byte blast over the same 1,024-slot rings (2,000,000 frames) one right after the other, alternating which goes first; the target below takes the median of the pairs' ratios.\n" % (pair_it, pair_it * 65536))
+md.append("| pair | first | write_bw (Gbit/s) | raw blast (Gbit/s) | ratio |\n|---|---|---|---|---|")
+for i, (pw, pb, pr, first) in enumerate(pairs, 1):
+    md.append("| %d | %s | %s | %s | %s |" % (i, first, f(pw), f(pb), f(pr, 3)))
+md.append("| median | | %s | %s | %s |" % (f(statistics.median([p[0] for p in pairs])), f(statistics.median([p[1] for p in pairs])), f(pair_median, 3)))
+md.append("")
 md.append("## Message rate\n")
 md.append("| figure | tool | CPUs | statistic | value |\n|---|---|---|---|---|")
 md.append("| 64 B RDMA Writes, one engine core per side | %s write_bw -s 64 | %s | messages / seconds of the whole run (%d Writes), none dropped | %s M msgs/s |" % (iwcmd, two, rate_n, f(iw_rate, 3)))
@@ -343,8 +385,8 @@ md.append("| 64 B Write message rate >= 2 M msgs/s per engine core | %s M/s | %s
 md.append("")
 md.append("## Targets (issue 12, the zero-copy data path; instruction counts in the callgrind section)\n")
 md.append("| target | measured | verdict |\n|---|---|---|")
-md.append("| 64 KiB write_bw >= 0.6x the raw 1514-byte blast (%s Gbit/s) at MTU 1500 | %s Gbit/s (%s x) | %s |" % (
-    f(0.6 * raw_gbps), f(iw_bw), r(iw_bw, raw_gbps), verdict(iw_bw >= 0.6 * raw_gbps)))
+md.append("| 64 KiB write_bw >= 0.6x the raw 1514-byte blast at MTU 1500, the median of %d back-to-back pairs' ratios | %s x (pairs: %s) | %s |" % (
+    pairs_n, f(pair_median, 3), ", ".join(f(x, 3) for x in pair_ratios), verdict(pair_median >= 0.6)))
 md.append("| 64 KiB write_bw at MTU 9000 >= 1.0x kernel TCP bulk (%s Gbit/s) | %s Gbit/s (%s x) | %s |" % (
     f(k_bulk), f(j_bw), r(j_bw, k_bulk), verdict(j_bw >= k_bulk)))
 md.append("| 64 B write_lat median <= 2.0x raw ping-pong median (%s us) | %s us (%s x) | %s |" % (
