@@ -269,6 +269,9 @@ pub struct Recovery {
     /// The end of what was sent when `cwnd_limited` and `max_flight` were last reset:
     /// once it is acknowledged, the next transmission starts their measurement again.
     usage_end: Option<TcpSeqNumber>,
+    /// When a segment was last sent (new or again): a transmission that finds nothing in
+    /// flight moves CUBIC's epoch on by the idle time since then (RFC 9438 5.8).
+    last_sent: Option<Instant>,
     stats: RecoveryStats,
 }
 
@@ -320,6 +323,7 @@ impl Recovery {
             cwnd_limited: false,
             max_flight: 0,
             usage_end: None,
+            last_sent: None,
             stats: RecoveryStats::default(),
         }
     }
@@ -418,6 +422,17 @@ impl Recovery {
                     return;
                 }
             }
+            // The first transmission after the flight emptied: the idle time since the last
+            // one is not the epoch's (RFC 9438 5.8, "a period of idle time"; Linux's
+            // CA_EVENT_TX_START), or W_cubic(t) would have run ahead meanwhile and the
+            // window would jump towards it at the 1.5x cap once the sender is limited
+            // again. Time already counted as not limited (`unlimited_since`) is left to
+            // `grow`, which moves the epoch on by all of it.
+            if self.segs.is_empty() && self.cubic.unlimited_since.is_none() {
+                if let (Some(e), Some(last)) = (&mut self.cubic.epoch, self.last_sent) {
+                    *e = (*e + (now - last)).min(now);
+                }
+            }
             let seg = Seg {
                 start: seq,
                 end,
@@ -432,6 +447,7 @@ impl Recovery {
             self.high = Some(end);
             self.validate_cwnd();
         }
+        self.last_sent = Some(now);
         if self.rto_at.is_none() {
             self.rto_at = Some(now + self.rto);
         }

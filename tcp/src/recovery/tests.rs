@@ -573,3 +573,45 @@ fn rfc9438_5_8_time_not_limited_by_cwnd_is_not_the_epochs() {
         r.cwnd()
     );
 }
+
+/// RFC 9438 5.8: idle time is not the epoch's either. A window-limited round, 10 s with
+/// nothing sent or acknowledged, then limited rounds again: without the epoch moving on by
+/// the idle time, t counted the 10 s, W_cubic(t) had run far ahead and cwnd climbed at
+/// the 1.5x cap (177,551 after three rounds).
+#[test]
+fn rfc9438_5_8_idle_time_after_a_limited_round_is_not_the_epochs() {
+    let mut r = rec(Congestion::Cubic);
+    r.cwnd = 70_000;
+    r.ssthresh = 70_000;
+    r.cubic = Cubic {
+        w_max: 100.0,
+        k: (100.0 * (1.0 - CUBIC_BETA) / CUBIC_C).cbrt(),
+        epoch: Some(us(0)),
+        w_est: 70.0,
+        unlimited_since: None,
+    };
+    let (mut next, mut t) = (S, 0);
+    let mut round = |r: &mut Recovery, segs: usize, t: &mut i64| {
+        for _ in 0..segs {
+            r.on_sent(us(*t), next, 1000, false);
+            next += 1000;
+        }
+        *t += 1000;
+        r.on_ack(us(*t), next, &[], None);
+    };
+    let w = r.cwnd() / 1000;
+    round(&mut r, w, &mut t);
+    let before = r.cwnd();
+    t += 10_000_000;
+    for _ in 0..3 {
+        let w = r.cwnd() / 1000;
+        round(&mut r, w, &mut t);
+    }
+    assert!(
+        r.cwnd() < 73_500,
+        "cwnd {} after three limited rounds following 10 s idle ({before} before it)",
+        r.cwnd()
+    );
+    // And the epoch never moves past the present.
+    assert!(r.cubic.epoch.is_some_and(|e| e <= us(t)));
+}
