@@ -267,8 +267,62 @@ fn rfc7323_5_3_paws_drops_a_segment_with_an_old_timestamp() {
     assert_eq!(c.stats().paws_dropped, 1);
     let out = drain(&mut c, ms(3));
     assert_eq!(out.len(), 1, "an ACK answers it");
-    // Our ACKs echo the newest in-order timestamp (RFC 7323 4.3).
+    // Our ACKs echo TS.Recent: here the in-order segment's, acknowledged before the old
+    // one arrived (RFC 7323 4.3).
     assert_eq!(out[0].ts.map(|t| t.tsecr), Some(100));
+}
+
+/// RFC 7323 4.3 (2) and case (A): TS.Recent takes a segment's TSval only if SEG.SEQ <=
+/// Last.ACK.sent, so an ACK that covers two segments (the second-segment rule) echoes the
+/// first's and the peer's RTT sample includes the time the ACK waited. On both receive
+/// paths: the second segment is one header prediction takes.
+#[test]
+fn rfc7323_4_3_an_ack_of_two_segments_echoes_the_earlier_tsval() {
+    for general in [true, false] {
+        warpcore_tcp::conn::set_general_paths_only(general);
+        let mut config = cfg();
+        config.ack_delay = Some(Duration::from_millis(10));
+        let mut c = established(config, false);
+        let predicted = warpcore_tcp::conn::predicted_segments();
+        let mut a = data(0, &[1; 1000], ISS + 1);
+        a.timestamp = Some(TcpTimestampRepr {
+            tsval: 100,
+            tsecr: 0,
+        });
+        c.handle_segment(ms(2), &a);
+        assert!(
+            drain(&mut c, ms(2)).is_empty(),
+            "first segment: ACK delayed"
+        );
+        let mut b = data(1000, &[2; 1000], ISS + 1);
+        b.timestamp = Some(TcpTimestampRepr {
+            tsval: 200,
+            tsecr: 0,
+        });
+        c.handle_segment(ms(3), &b);
+        let out = drain(&mut c, ms(3));
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].ack, Some(PISS + 1 + 2000));
+        assert_eq!(
+            out[0].ts.map(|t| t.tsecr),
+            Some(100),
+            "general paths only: {general}"
+        );
+        // The next segment after that ACK updates TS.Recent again.
+        let mut d = data(2000, &[3; 1000], ISS + 1);
+        d.timestamp = Some(TcpTimestampRepr {
+            tsval: 300,
+            tsecr: 0,
+        });
+        c.handle_segment(ms(4), &d);
+        c.handle_timeout(ms(14));
+        let out = drain(&mut c, ms(14));
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].ts.map(|t| t.tsecr), Some(300));
+        let took = warpcore_tcp::conn::predicted_segments() - predicted;
+        assert_eq!(took > 0, !general, "the fast path took {took} segments");
+    }
+    warpcore_tcp::conn::set_general_paths_only(false);
 }
 
 #[test]

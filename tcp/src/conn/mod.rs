@@ -451,6 +451,11 @@ pub struct Connection {
     ts_ok: bool,
     ts_recent: u32,
     ts_recent_at: Instant,
+    /// RCV.NXT as the last segment we sent acknowledged it (RFC 7323 4.3's Last.ACK.sent):
+    /// TS.Recent takes the TSval of a segment at or before it only, so that an ACK
+    /// covering several segments echoes the earliest one's and the peer's RTT sample
+    /// includes the ACK's delay (RFC 7323 4.3, case A).
+    last_ack_sent: TcpSeqNumber,
     ts_offset: u32,
     peer_mss: usize,
     // --- ACKs and timers
@@ -522,6 +527,7 @@ impl Connection {
             ts_ok: false,
             ts_recent: 0,
             ts_recent_at: now,
+            last_ack_sent: TcpSeqNumber(0),
             ts_offset: iss.0 as u32 ^ 0x5a5a_5a5a,
             peer_mss: 536,
             ack_now: false,
@@ -572,6 +578,7 @@ impl Connection {
         c.take_syn_options(syn, now);
         c.irs = syn.seq_number;
         c.rcv_nxt = syn.seq_number + 1;
+        c.last_ack_sent = c.rcv_nxt;
         c.snd_wnd = usize::from(syn.window_len);
         c.max_snd_wnd = c.snd_wnd;
         c.snd_wl1 = syn.seq_number;
@@ -1073,6 +1080,7 @@ impl Connection {
         self.take_syn_options(seg, now);
         self.irs = seg.seq_number;
         self.rcv_nxt = seg.seq_number + 1;
+        self.last_ack_sent = self.rcv_nxt;
         self.last_heard = now;
         self.snd_wnd = usize::from(seg.window_len); // SYN windows are never scaled
         self.max_snd_wnd = self.snd_wnd;
@@ -1221,9 +1229,13 @@ impl Connection {
             self.ack_now = true;
             return;
         }
-        // Timestamp bookkeeping (RFC 7323 4.3): echo the newest in-order value.
+        // Timestamp bookkeeping (RFC 7323 4.3 (2)): TS.Recent takes SEG.TSval if it is not
+        // older and SEG.SEQ <= Last.ACK.sent, so an ACK echoes the earliest segment it
+        // acknowledges that arrived after the last ACK we sent.
         if let (true, Some(ts)) = (self.ts_ok, seg.timestamp) {
-            if rel <= 0 && (ts.tsval.wrapping_sub(self.ts_recent) as i32) >= 0 {
+            if seq_diff(seg.seq_number, self.last_ack_sent) <= 0
+                && (ts.tsval.wrapping_sub(self.ts_recent) as i32) >= 0
+            {
                 self.ts_recent = ts.tsval;
                 self.ts_recent_at = now;
             }
@@ -1294,7 +1306,9 @@ impl Connection {
         }
         let ack = self.snd_una;
         self.last_heard = now;
-        if let Some(ts) = ts {
+        // As the general path: SEG.SEQ (= RCV.NXT) <= Last.ACK.sent only while every
+        // segment received so far is acknowledged (Linux: `rcv_nxt == rcv_wup`).
+        if let Some(ts) = ts.filter(|_| seq_diff(seg.seq_number, self.last_ack_sent) <= 0) {
             self.ts_recent = ts.tsval;
             self.ts_recent_at = now;
         }
@@ -1723,6 +1737,7 @@ impl Connection {
         self.delack_at = None;
         self.unacked_segs = 0;
         self.rcv_adv = self.rcv_off + self.rcv_wnd() as u64;
+        self.last_ack_sent = self.rcv_nxt;
     }
 
     /// Payload octets a data segment at `seq` may carry now: the MSS both ends allow minus
