@@ -344,6 +344,9 @@ struct OrqEntry {
     /// The SQ sequence number of the Read, `None` for a Read RTR (completes nothing).
     seq: Option<u64>,
     sink_stag: u32,
+    /// The sink's Tagged Offset the Read Request named: its Read Response must start there
+    /// and run on without a gap (RDMAP-5.2.2-5).
+    sink_to: u64,
     len: u32,
     /// `Some(request id)` for an RFC 7306 Atomic Request (answered on QN 3; Reads and
     /// Atomics share ORD, EXT-5.2-1), `None` for a Read.

@@ -631,3 +631,168 @@ fn responder_accepts_every_rtr_type() {
         assert!(w.cq.pop().is_none(), "{t:?}: the RTR completes nothing");
     }
 }
+
+/// What [`read_then_respond_into`] saw: the world, the Read's completion, the QP's state
+/// and the Terminate the engine sent (layer, EType, code), if any.
+type ReadOutcome = (
+    World,
+    Option<warpcore_engine::Completion>,
+    QpState,
+    Option<(u8, u8, u8)>,
+);
+
+/// The engine Reads 8 octets into `sink` at TO 0 from the hand-driven peer, which answers
+/// with `resp(sink_stag, sink_to)` (its Read Response ULPDUs).
+fn read_then_respond_into(
+    mut w: World,
+    sink: Stag,
+    resp: impl FnOnce(u32, u64) -> Vec<Vec<u8>>,
+) -> ReadOutcome {
+    let (tcp, mut framer, mut d, qp) = connect(&mut w, 0);
+    let wr = warpcore_engine::SendWr {
+        wr_id: 77,
+        op: warpcore_engine::SendOp::Read {
+            remote_stag: 0x1234,
+            remote_to: 0,
+        },
+        sges: common::sges(&[(sink, 0, 8)]),
+        signaled: true,
+        fence: false,
+    };
+    w.engine.post_send(qp, wr).unwrap();
+    // Lift the responder's MPA fence (MPA-7.1.2-16): a zero-length Write.
+    send_ulpdus(&mut w, tcp, &mut framer, &[write(0, 0, b"")], false);
+    let mut rx = Vec::new();
+    let mut rr = None;
+    let mut term = None;
+    let mut collect = |w: &mut World, rr: &mut Option<ReadRequestRepr>| {
+        w.step();
+        let _ = w.peer.recv_with(tcp, |data| {
+            rx.extend_from_slice(data);
+            data.len()
+        });
+        let mut input = &rx[..];
+        while let Ok((n, Some(u))) = d.poll(input) {
+            input = &input[n..];
+            if let Ok(s) = Segment::parse(&u) {
+                match s.repr.header {
+                    RdmapHeader::ReadRequest(h) => *rr = Some(h),
+                    RdmapHeader::Terminate(t) => {
+                        term = Some((t.code.layer(), t.code.etype(), t.code.code()))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        rx.clear();
+    };
+    for _ in 0..2000 {
+        collect(&mut w, &mut rr);
+        if rr.is_some() {
+            break;
+        }
+    }
+    let rr = rr.expect("the engine's Read Request");
+    assert_eq!((rr.read_size, rr.sink_stag), (8, sink.0));
+    let ulpdus = resp(rr.sink_stag, rr.sink_to);
+    send_ulpdus(&mut w, tcp, &mut framer, &ulpdus, false);
+    for _ in 0..300 {
+        collect(&mut w, &mut None);
+    }
+    let c = w.cq.pop();
+    let st = w.engine.qp_state(qp).unwrap();
+    (w, c, st, term)
+}
+
+fn read_response(stag: u32, to: u64, last: bool, payload: &[u8]) -> Vec<u8> {
+    seg(
+        SegmentRepr {
+            last,
+            buffer: DdpBuffer::Tagged { stag, to },
+            opcode: Opcode::ReadResponse,
+            header: RdmapHeader::None,
+        },
+        payload,
+    )
+}
+
+/// RDMAP-5.2.2-3: a Read Response of the Read's STag, TO and length completes the Read
+/// with its octets (the reference for the refusals below).
+#[test]
+fn rdmap_5_2_2_a_matching_read_response_completes_the_read() {
+    let w = world();
+    let sink = w.stag;
+    let (w, c, st, term) =
+        read_then_respond_into(w, sink, |s, to| vec![read_response(s, to, true, &[9; 8])]);
+    let c = c.expect("the Read's completion");
+    assert_eq!(
+        (c.wr_id, c.status, c.byte_len),
+        (77, warpcore_engine::WcStatus::Success, 8)
+    );
+    assert_eq!((st, term), (QpState::Rts, None));
+    assert_eq!(common::read_region(&w.region, 0, 8), vec![9; 8]);
+}
+
+/// RDMAP-5.2.2-5 and RDMAP-7.1-3: a Read Response that runs past the length the Read
+/// asked for is refused before any octet of it is placed (a DDP base or bounds violation
+/// of the tagged buffer the Read named, as siw answers it), the Read does not complete
+/// successfully, and the stream ends with a Terminate. Before, its octets landed past the
+/// Read's sink, the Read completed in error and the QP stayed in RTS.
+#[test]
+fn rdmap_5_2_2_5_a_read_response_longer_than_the_read_is_refused_before_placement() {
+    let w = world();
+    let sink = w.stag;
+    let (w, c, st, term) =
+        read_then_respond_into(w, sink, |s, to| vec![read_response(s, to, true, &[9; 64])]);
+    assert_eq!(first_changed(&w.region), None, "nothing placed at all");
+    assert_eq!((st, term), (QpState::Error, Some((1, 1, 1))));
+    assert!(c.is_some_and(|c| c.wr_id == 77 && c.status != warpcore_engine::WcStatus::Success));
+}
+
+/// The same for a response that spreads past the sink over several segments, into a region
+/// the application registered for local writes only: the peer may write the Read's sink
+/// and nothing else of it.
+#[test]
+fn rdmap_5_2_2_5_a_long_read_response_never_writes_a_local_only_region_past_the_sink() {
+    use warpcore_engine::mem::Access;
+    let w = world();
+    let region = Arc::new(Region::allocate(4096, 4096).unwrap());
+    let sink = w
+        .mrs
+        .register(Arc::clone(&region), PD, Access::LOCAL_WRITE, 0)
+        .unwrap();
+    let (_w, _c, st, term) = read_then_respond_into(w, sink, |s, to| {
+        (0..4u64)
+            .map(|i| read_response(s, to + i * 1024, i == 3, &[0xAB; 1024]))
+            .collect()
+    });
+    assert_eq!(first_changed(&region), None, "nothing placed at all");
+    assert_eq!((st, term), (QpState::Error, Some((1, 1, 1))));
+}
+
+/// RDMAP-5.2.2-5: a Read Response at another TO of the sink's registration than the Read
+/// named is refused, and nothing is placed there.
+#[test]
+fn rdmap_5_2_2_5_a_read_response_at_another_to_is_refused() {
+    let w = world();
+    let sink = w.stag;
+    let (w, c, st, term) = read_then_respond_into(w, sink, |s, to| {
+        vec![read_response(s, to + 2048, true, &[9; 8])]
+    });
+    assert_eq!(first_changed(&w.region), None, "nothing placed at all");
+    assert_eq!((st, term), (QpState::Error, Some((1, 1, 1))));
+    assert!(c.is_some_and(|c| c.status != warpcore_engine::WcStatus::Success));
+}
+
+/// RDMAP-5.2.2-5 and RDMAP-7.1-3: a Read Response that ends short of the Read's length
+/// fails the Read and ends the stream with a Terminate (RDMAP remote operation error),
+/// rather than only completing the Read in error while the stream goes on.
+#[test]
+fn rdmap_5_2_2_5_a_read_response_shorter_than_the_read_ends_the_stream() {
+    let w = world();
+    let sink = w.stag;
+    let (_w, c, st, term) =
+        read_then_respond_into(w, sink, |s, to| vec![read_response(s, to, true, &[9; 4])]);
+    assert_eq!((st, term), (QpState::Error, Some((0, 2, 0xFF))));
+    assert!(c.is_some_and(|c| c.wr_id == 77 && c.status != warpcore_engine::WcStatus::Success));
+}

@@ -594,16 +594,35 @@ impl Qp {
             .get(p.payload_offset..p.payload_offset + p.payload_len)
             .unwrap_or(&[]);
         if opcode == Opcode::ReadResponse {
-            // Read Responses answer our Reads in order (RDMAP-5.2.2-4, RDMAP-5.5-13);
-            // the optional STag check of RDMAP-5.2.2-5 is made.
+            // Read Responses answer our Reads in order (RDMAP-5.2.2-4, RDMAP-5.5-13).
+            // RDMAP-5.2.2-5's optional checks are all made, before any octet is placed:
+            // the STag, TO and length the Read Request named. The sink's registration
+            // needs only local write access, so without them a peer could write anywhere
+            // in it outside the Read's sink. A segment that leaves the named range, or
+            // does not continue where the last one ended, is a base or bounds violation
+            // of the tagged buffer the Read named (as siw's `siw_rresp_check_ntoh`).
             let head = self
                 .orq
                 .front()
                 .copied()
                 .filter(|h| h.atomic.is_none())
                 .ok_or(RdmapError::UnexpectedOpcode)?;
-            if !data.is_empty() && p.stag != head.sink_stag {
-                return Err(DdpError::TaggedInvalidStag.into());
+            if !data.is_empty() {
+                if p.stag != head.sink_stag {
+                    return Err(DdpError::TaggedInvalidStag.into());
+                }
+                let end = self.read_placed + data.len() as u64;
+                if Some(p.to) != head.sink_to.checked_add(self.read_placed)
+                    || end > u64::from(head.len)
+                {
+                    return Err(DdpError::TaggedBaseOrBounds.into());
+                }
+            }
+            // The last segment must complete the Read: a response shorter than the
+            // Read Request asked for is invalid too, and surfaces as a Terminate
+            // (RDMAP-5.2.2-5, RDMAP-7.1-3), not only as the Read's error completion.
+            if p.last && self.read_placed + data.len() as u64 != u64::from(head.len) {
+                return Err(RdmapError::OperationUnspecified.into());
             }
         }
         if let Some(g) = guard {
@@ -619,14 +638,11 @@ impl Qp {
                     let placed = self.read_placed;
                     self.read_placed = 0;
                     if let Some(seq) = head.seq {
-                        let complete = placed == u64::from(head.len);
+                        // Checked above: the response covered the Read exactly.
+                        debug_assert_eq!(placed, u64::from(head.len));
                         if let Some(e) = self.entry_mut(seq) {
                             e.byte_len = placed as u32;
-                            e.status = Some(if complete {
-                                WcStatus::Success
-                            } else {
-                                WcStatus::RemoteOperation
-                            });
+                            e.status = Some(WcStatus::Success);
                         }
                     }
                     self.retire_sq();

@@ -427,6 +427,7 @@ impl Qp {
                 outstanding = Some(OrqEntry {
                     seq: Some(seq),
                     sink_stag: 0,
+                    sink_to: 0,
                     len: 8,
                     atomic: Some(id),
                 });
@@ -474,6 +475,7 @@ impl Qp {
                 outstanding = Some(OrqEntry {
                     seq: Some(seq),
                     sink_stag: sink.stag,
+                    sink_to: sink.to,
                     len: sink.len,
                     atomic: None,
                 });
@@ -917,6 +919,7 @@ impl Qp {
                 self.orq.push_back(OrqEntry {
                     seq: None,
                     sink_stag: 0,
+                    sink_to: 0,
                     len: 0,
                     atomic: None,
                 });
