@@ -399,6 +399,9 @@ struct Conn {
     term: Option<([u8; TERM_FPDU_MAX], usize)>,
     /// MULPDU was set from the TCP connection's segment room (the first `tx_fpdus`).
     mulpdu_synced: bool,
+    /// Octets past the MPA startup arrived from the peer (its FPDUs, valid or not): a
+    /// responder's Terminate may answer them even before its fence lifts (`tx_control`).
+    fpdu_octets_rx: bool,
 }
 
 #[derive(Debug)]
@@ -463,6 +466,9 @@ struct PendingReq {
     listener: u32,
     phase: ReqPhase,
     remote: (Ipv4Address, u16),
+    /// The initiator closed (FIN) while the request waited: the QP that accepts it starts
+    /// with its peer closed (departure 26 then fails it, typed).
+    peer_closed: bool,
 }
 
 #[derive(Debug)]

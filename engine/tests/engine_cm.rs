@@ -378,3 +378,85 @@ fn send_longer_than_buffer_terminates() {
     let cb = p.b.take_completions();
     assert_eq!((cb[0].wr_id, cb[0].status), (1, WcStatus::FlushErr));
 }
+
+/// RDMAP-06 §6 graceful close with a Read in flight: A's Read Request crosses B's FIN (B
+/// disconnected with nothing to drain). B can no longer answer it, so it drops it; A, once
+/// it has read everything before B's FIN, completes the Read flushed, closes, and both
+/// report the end (docs/engine.md: "disconnect → drain → FIN; the peer sees FIN, drains,
+/// FINs; both report Disconnected"). Before, both waited in Closing for ever.
+#[test]
+fn rdmap_6_a_read_crossing_the_peers_fin_completes_flushed_and_both_close() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (_ra, sa) = p.a.region(4096, all_access());
+    let (_rb, sb) = p.b.region(4096, all_access());
+    post_a(&mut p, qa, 1, read_op(sb.0, 0), &[(sa, 0, 64)]);
+    p.b.core.disconnect(qb).unwrap();
+    let mut ea = Vec::new();
+    let mut eb = Vec::new();
+    let mut ca = Vec::new();
+    for _ in 0..20_000 {
+        p.step();
+        ea.extend(p.a.take_events());
+        eb.extend(p.b.take_events());
+        ca.extend(p.a.take_completions());
+        let ended = |v: &[CmEvent]| {
+            v.iter()
+                .any(|e| matches!(e, CmEvent::Disconnected { .. } | CmEvent::Error { .. }))
+        };
+        if ended(&ea) && ended(&eb) {
+            break;
+        }
+    }
+    assert!(
+        ea.iter()
+            .any(|e| matches!(e, CmEvent::Disconnected { .. } | CmEvent::Error { .. })),
+        "A never learns that the connection ended"
+    );
+    assert!(
+        eb.iter()
+            .any(|e| matches!(e, CmEvent::Disconnected { .. } | CmEvent::Error { .. })),
+        "B never learns that the connection ended"
+    );
+    assert_eq!(ca.len(), 1, "A's Read never completes");
+}
+
+/// MPA-7.1.2-16 fences FPDUs and markers, not a FIN: in the client-server model (no RTR)
+/// a responder that disconnects before the initiator's first FPDU still closes (FIN), the
+/// initiator closes too, and both report Disconnected. Before, the responder's FIN waited
+/// behind the fence and both stayed in Closing for ever.
+#[test]
+fn mpa_7_1_2_16_a_fenced_responder_that_disconnects_still_closes() {
+    let mut p = Pair::default_pair();
+    let cs = MpaParams {
+        peer_to_peer: false,
+        ..MpaParams::default()
+    };
+    let (qa, qb) = p.connect_with(&cs, &cs, 16);
+    p.b.core.disconnect(qb).unwrap();
+    p.run(200);
+    // The initiator closes as well (it may have seen nothing yet).
+    let _ = p.a.core.disconnect(qa);
+    let mut ea = Vec::new();
+    let mut eb = Vec::new();
+    for _ in 0..20_000 {
+        p.step();
+        ea.extend(p.a.take_events());
+        eb.extend(p.b.take_events());
+        let ended = |v: &[CmEvent]| {
+            v.iter()
+                .any(|e| matches!(e, CmEvent::Disconnected { .. } | CmEvent::Error { .. }))
+        };
+        if ended(&ea) && ended(&eb) {
+            break;
+        }
+    }
+    assert!(
+        eb.iter().any(|e| matches!(e, CmEvent::Disconnected { .. })),
+        "B (responder) never disconnects"
+    );
+    assert!(
+        ea.iter().any(|e| matches!(e, CmEvent::Disconnected { .. })),
+        "A (initiator) never disconnects"
+    );
+}

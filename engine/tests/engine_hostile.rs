@@ -796,3 +796,147 @@ fn rdmap_5_2_2_5_a_read_response_shorter_than_the_read_ends_the_stream() {
     assert_eq!((st, term), (QpState::Error, Some((0, 2, 0xFF))));
     assert!(c.is_some_and(|c| c.wr_id == 77 && c.status != warpcore_engine::WcStatus::Success));
 }
+
+/// Departure 26: an initiator that closes TCP (FIN) before its first FPDU fails the
+/// responder's QP with `Error { Negotiation(PeerClosed) }`, also when the FIN arrives
+/// while the application is still deciding on the request and it then accepts. Before,
+/// the FIN was dropped with no QP to take it, and the accepted QP sat in RTS for ever.
+#[test]
+fn departure_26_an_initiator_fin_before_accept_fails_the_accepted_qp() {
+    let mut w = world();
+    let qp = w
+        .engine
+        .create_qp(QpAttr {
+            pd: PD,
+            send_cq: Arc::clone(&w.cq),
+            recv_cq: Arc::clone(&w.cq),
+            sq_depth: 8,
+            rq_depth: 8,
+            max_sge: 1,
+        })
+        .unwrap()
+        .0;
+    let tcp = w
+        .peer
+        .connect((ip(2), PORT), None, &TcpTuning::default())
+        .unwrap();
+    let mut init = Initiator::new(nego::Config::default(), std::time::Instant::now()).unwrap();
+    let mut req = None;
+    for _ in 0..5000 {
+        w.step();
+        let _ = w.peer.send_with(tcp, |b| init.poll_transmit(b));
+        while let Some(e) = w.engine.next_event() {
+            if let CmEvent::ConnectRequest(r) = e {
+                req = Some(r);
+            }
+        }
+        if req.is_some() {
+            break;
+        }
+    }
+    let req = req.expect("request");
+    // The initiator gives up: FIN.
+    w.peer.close(tcp).unwrap();
+    for _ in 0..200 {
+        w.step();
+        let _ = w.peer.recv_with(tcp, |d| d.len());
+    }
+    let mut events: Vec<CmEvent> = Vec::new();
+    while let Some(e) = w.engine.next_event() {
+        events.push(e);
+    }
+    w.engine.accept(req.request, qp, b"", None).unwrap();
+    for _ in 0..200_000 {
+        w.step();
+        let _ = w.peer.recv_with(tcp, |d| d.len());
+        while let Some(e) = w.engine.next_event() {
+            events.push(e);
+        }
+    }
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            CmEvent::Error {
+                error: ConnError::Negotiation(nego::NegotiationError::PeerClosed),
+                ..
+            }
+        )),
+        "the initiator's close is never reported: {events:?}"
+    );
+    assert_eq!(w.engine.qp_state(qp).ok(), Some(QpState::Error));
+}
+
+/// MPA-7.1.2-16: the responder sends no FPDU until it has received and validated one from
+/// the initiator, a Terminate included. A local operation that fails at execution on a
+/// fenced responder (a fast registration of a STag still valid) fails the QP at once, and
+/// its Terminate waits for the initiator's first FPDU (then the initiator is in FPDU mode
+/// and gets it). Before, the 28-octet Terminate FPDU went out at once.
+#[test]
+fn mpa_7_1_2_16_a_fenced_responder_sends_no_terminate_on_a_local_failure() {
+    use warpcore_engine::{SendOp, SendWr, SgeList};
+    let mut w = world();
+    let (tcp, mut framer, mut deframer, qp) = connect(&mut w, 0);
+    let fr = w.mrs.alloc_fast_reg(PD).unwrap();
+    let op = |s: Stag| SendOp::FastReg {
+        stag: s.0,
+        new_key: s.key().wrapping_add(1),
+        mr: w.stag.0,
+        mr_to: 0,
+        len: 64,
+        base_to: 0,
+        access: warpcore_engine::mem::Access::REMOTE_READ,
+    };
+    let wr = |id: u64, op: SendOp| SendWr {
+        wr_id: id,
+        op,
+        sges: SgeList::new(),
+        signaled: true,
+        fence: false,
+    };
+    let next = Stag::new(fr.index(), fr.key().wrapping_add(1));
+    w.engine.post_send(qp, wr(1, op(fr))).unwrap();
+    // Fast registration of a now valid STag: fails at execution (StillValid).
+    w.engine.post_send(qp, wr(2, op(next))).unwrap();
+    let mut rx = Vec::new();
+    for _ in 0..2000 {
+        w.step();
+        let _ = w.peer.recv_with(tcp, |d| {
+            rx.extend_from_slice(d);
+            d.len()
+        });
+    }
+    // The local failure is reported, and the QP fails.
+    let mut events = Vec::new();
+    while let Some(e) = w.engine.next_event() {
+        events.push(e);
+    }
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            CmEvent::Error {
+                error: ConnError::LocalTerminate(_),
+                ..
+            }
+        )),
+        "{events:?}"
+    );
+    assert_eq!(w.engine.qp_state(qp).ok(), Some(QpState::Terminate));
+    // The MPA Reply was consumed by the initiator; anything more is an FPDU.
+    let got = deframer.poll(&rx);
+    assert!(
+        rx.is_empty(),
+        "the fenced responder sent {} octets (an FPDU: {:?}) before the initiator's first FPDU",
+        rx.len(),
+        got.map(|(n, u)| (n, u.map(|u| u.to_vec())))
+    );
+    // The initiator's first FPDU (a zero-length Write): now the Terminate comes.
+    send_ulpdus(&mut w, tcp, &mut framer, &[write(0, 0, b"")], false);
+    assert_eq!(
+        terminate_from_engine(&mut w, tcp, &mut deframer),
+        (0, 0, 0xFF)
+    );
+    for _ in 0..50 {
+        w.step();
+    }
+    assert_eq!(w.engine.qp_state(qp).ok(), Some(QpState::Error));
+}

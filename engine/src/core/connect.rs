@@ -140,6 +140,7 @@ impl Conn {
             peer_closed: false,
             term: None,
             mulpdu_synced: false,
+            fpdu_octets_rx: false,
         }
     }
 }
@@ -253,7 +254,9 @@ impl<D: PollDevice> EngineCore<D> {
                 negotiated = Some(n);
             }
         }
-        q.conn = Some(Conn::new(r.tcp, Mpa::Responder(responder)));
+        let mut conn = Conn::new(r.tcp, Mpa::Responder(responder));
+        conn.peer_closed = r.peer_closed;
+        q.conn = Some(conn);
         if let Some(n) = negotiated {
             q.setup_fpdu_mode(&n, &cfg);
             q.set_state(QpState::Rts);
@@ -353,6 +356,15 @@ impl<D: PollDevice> EngineCore<D> {
             match ev {
                 TcpEvent::Acceptable(l) => self.on_acceptable(l),
                 TcpEvent::PeerClosed(c) => {
+                    if self.find_qp(c).is_none() {
+                        // A request still pending: no further TCP event comes for its FIN,
+                        // so the QP that accepts it must know (departure 26).
+                        for r in self.requests.iter_mut().flatten() {
+                            if r.tcp == c {
+                                r.peer_closed = true;
+                            }
+                        }
+                    }
                     if let Some(i) = self.find_qp(c) {
                         // Read what precedes the FIN, then drain and close.
                         self.mark(i);
@@ -473,6 +485,7 @@ impl<D: PollDevice> EngineCore<D> {
                 listener: li as u32,
                 phase: ReqPhase::Reading,
                 remote,
+                peer_closed: false,
             });
         }
     }

@@ -215,6 +215,13 @@ impl Qp {
                 self.drive_initiator(ctx);
             }
         }
+        // Octets past the startup frames: the peer is in FPDU mode (a fenced responder's
+        // Terminate may now go out, `tx_control`).
+        if data.len() > used {
+            if let Some(c) = self.conn.as_mut() {
+                c.fpdu_octets_rx = true;
+            }
+        }
         if !matches!(self.state, QpState::Rts | QpState::Closing) {
             // Nothing more is delivered after a Terminate or an error (DDP-7.1-17): the
             // octets are dropped so that TCP keeps its window open while it closes.
@@ -750,6 +757,16 @@ impl Qp {
         }
     }
 
+    /// Whether a request that needs an answer arrived after our FIN: a graceful close sends
+    /// FIN only once nothing is owed (`tx_close_if_drained`), so a Read or Atomic Request
+    /// that crossed it can never be answered, not even by a Terminate. It is dropped
+    /// (no IRD credit taken); the requester fails it once it has read up to our FIN
+    /// (`Qp::fail_unanswerable`), instead of both sides waiting for ever.
+    #[inline]
+    fn answers_after_fin(&self) -> bool {
+        self.conn.as_ref().is_some_and(|c| c.fin_sent)
+    }
+
     /// An Atomic Request on QN 1: admitted under IRD, checked, and queued to be executed
     /// when its turn to be answered comes.
     #[inline(always)]
@@ -757,6 +774,9 @@ impl Qp {
         let RdmapHeader::AtomicRequest(ar) = seg.repr.header else {
             return Err(RdmapError::UnexpectedOpcode.into());
         };
+        if self.answers_after_fin() {
+            return Ok(());
+        }
         // Atomic Requests count against IRD next to Read Requests (EXT-5.2-1).
         self.ird.admit()?;
         // AOpCode, alignment (0/2/07, EXT-5.2.1-2), STag, bounds, then the
@@ -838,6 +858,9 @@ impl Qp {
         let RdmapHeader::ReadRequest(rr) = seg.repr.header else {
             return Err(RdmapError::UnexpectedOpcode.into());
         };
+        if self.answers_after_fin() {
+            return Ok(());
+        }
         self.ird.admit()?;
         let plan = handle_read_request(&rr, |stag| {
             mrs.lookup_remote(Stag(stag), self.pd, self.id.stream(), Access::empty())
@@ -1028,9 +1051,19 @@ impl<D: PollDevice> EngineCore<D> {
             .conn
             .as_ref()
             .is_some_and(|c| matches!(c.mpa, Mpa::Responder(_)));
+        // Closing, the peer closed and everything before its FIN is read: the transmit
+        // visit (`poll_rx` marks it on `work`) fails what can no longer complete and
+        // finishes the close (`tx_close_if_drained`); nothing else may mark it.
+        if q.state == QpState::Closing
+            && q.conn.as_ref().is_some_and(|c| c.peer_closed)
+            && stack.recv_queue(tcp).unwrap_or(0) == 0
+        {
+            work = true;
+        }
         if closed_in_rts && !fenced {
             // The RTR came with the FIN: drain what we owe, then FIN (RDMAP-06 §6).
             q.set_state(QpState::Closing);
+            work = true;
         } else if closed_in_rts {
             q.flush();
             q.disconnect_requested = true;

@@ -771,6 +771,11 @@ impl<D: PollDevice> EngineCore<D> {
         }
         let mut work = acked;
         work |= match q.tx_control(stack, tcp, ctx, fpdu) {
+            // A responder still fenced sends no FPDU (MPA-7.1.2-16), but a FIN is none: its
+            // graceful close goes on (`tx_close_if_drained`).
+            ControlFlow::Break(w) if q.state == QpState::Closing && !q.can_send_fpdus() => {
+                return q.tx_close_if_drained(stack, tcp, ctx, zombies) || w;
+            }
             ControlFlow::Break(w) => return w,
             ControlFlow::Continue(w) => w,
         };
@@ -797,6 +802,11 @@ impl Qp {
         ctx: &mut Ctx,
         fbuf: &mut Vec<u8>,
     ) -> ControlFlow<bool, bool> {
+        let fenced_responder = !self.can_send_fpdus()
+            && self
+                .conn
+                .as_ref()
+                .is_some_and(|c| matches!(c.mpa, Mpa::Responder(_)));
         let Some(conn) = self.conn.as_mut() else {
             return ControlFlow::Break(false);
         };
@@ -819,6 +829,22 @@ impl Qp {
         if self.state == QpState::Error && self.disconnect_requested && !conn.fin_sent {
             let _ = stack.close(tcp);
             conn.fin_sent = true;
+            return ControlFlow::Break(true);
+        }
+        // A responder still fenced may send no FPDU, a Terminate included (MPA-7.1.2-16),
+        // while the initiator may still be in its startup. A local failure before any FPDU
+        // octet of the initiator arrived (its user told already, `fail_local`) holds its
+        // Terminate until the initiator's first FPDU octets come (it is in FPDU mode then,
+        // and a Terminate may answer them: a CRC error in its first FPDU, say); if the
+        // initiator closes first, the stream closes without one.
+        if conn.term.is_some() && fenced_responder && !conn.fpdu_octets_rx {
+            if !conn.peer_closed {
+                return ControlFlow::Break(work);
+            }
+            conn.term = None;
+            let _ = stack.close(tcp);
+            conn.fin_sent = true;
+            self.set_state(QpState::Error);
             return ControlFlow::Break(true);
         }
         // The Terminate goes first, at an FPDU boundary; then TCP closes.
@@ -1530,6 +1556,44 @@ impl Qp {
         }
     }
 
+    /// In a graceful close, once the peer has closed and everything before its FIN is
+    /// read, nothing more can arrive: what only the peer could complete never will. Our
+    /// outstanding Reads and Atomics (their responses), and, on a responder still fenced
+    /// (MPA-7.1.2-16: the initiator closed before its first FPDU, so the fence cannot
+    /// lift), everything posted to send, complete flushed, so that the close finishes (FIN,
+    /// then `Disconnected`) instead of waiting for ever. Returns whether anything changed.
+    fn fail_unanswerable<D: PollDevice>(&mut self, stack: &mut Stack<D>, tcp: ConnId) -> bool {
+        let peer_done = self.conn.as_ref().is_some_and(|c| c.peer_closed)
+            && stack.recv_queue(tcp).unwrap_or(0) == 0;
+        if !peer_done {
+            return false;
+        }
+        let mut work = false;
+        while let Some(h) = self.orq.pop_front() {
+            if let Some(e) = h.seq.and_then(|seq| self.entry_mut(seq)) {
+                e.status.get_or_insert(WcStatus::FlushErr);
+            }
+            work = true;
+        }
+        self.read_placed = 0;
+        if !self.can_send_fpdus() && !self.sq.is_empty() {
+            // Nothing of these was sent (no FPDU before the fence lifts); local operations
+            // that ran have their status already.
+            for e in self.sq.iter_mut() {
+                e.status.get_or_insert(WcStatus::FlushErr);
+            }
+            self.tx = None;
+            work = true;
+        }
+        if work {
+            self.retire_sq();
+            if self.sq.is_empty() {
+                self.sq_next_seq = self.sq_head_seq;
+            }
+        }
+        work
+    }
+
     /// Graceful close: once nothing is owed, FIN (RDMAP-06 §6; the peer drains too); once
     /// the peer closed as well, the QP is flushed, its TCP connection handed to the zombies
     /// and [`CmEvent::Disconnected`] reported.
@@ -1540,12 +1604,15 @@ impl Qp {
         ctx: &mut Ctx,
         zombies: &mut Vec<ConnId>,
     ) -> bool {
-        let drained =
-            self.tx.is_none() && self.irq.is_empty() && self.sq.is_empty() && self.orq.is_empty();
-        if self.state != QpState::Closing || !drained {
+        if self.state != QpState::Closing {
             return false;
         }
-        let mut work = false;
+        let mut work = self.fail_unanswerable(stack, tcp);
+        let drained =
+            self.tx.is_none() && self.irq.is_empty() && self.sq.is_empty() && self.orq.is_empty();
+        if !drained {
+            return work;
+        }
         let qid = self.id;
         if let Some(c) = self.conn.as_mut() {
             if !c.fin_sent {
