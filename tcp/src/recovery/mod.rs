@@ -15,7 +15,8 @@
 //!   partial ACKs retransmit the next hole until `recover` is acknowledged (RFC 6582 3.2).
 //! * Congestion control: NewReno (RFC 5681, 6582) or CUBIC (RFC 9438), initial window of ten
 //!   segments (RFC 6928), one reduction per recovery episode, cwnd of one segment after an
-//!   RTO (RFC 5681 3.1), or none at all.
+//!   RTO and slow start from there while the RTO's losses are resent (RFC 5681 3.1), or
+//!   none at all.
 //! * A spurious RTO is undone (the Eifel algorithm: detection by timestamps, RFC 3522;
 //!   response, RFC 4015): when the first ACK that advances after an RTO echoes a timestamp
 //!   older than the retransmission, the original segments arrived; the congestion state
@@ -243,6 +244,9 @@ pub struct Recovery {
     ssthresh: usize,
     /// In a recovery episode until SND.UNA passes this.
     recover: Option<TcpSeqNumber>,
+    /// The recovery episode is an RTO's (Linux's CA_Loss): the window slow-starts from one
+    /// segment while it repairs, instead of staying where the reduction put it.
+    rto_recovery: bool,
     /// Highest sequence number sent (end of the last segment).
     high: Option<TcpSeqNumber>,
     dupacks: u32,
@@ -285,6 +289,7 @@ struct Undo {
     cubic: Cubic,
     rto: Duration,
     recover: Option<TcpSeqNumber>,
+    rto_recovery: bool,
 }
 
 fn dur_us(d: Duration) -> u64 {
@@ -308,6 +313,7 @@ impl Recovery {
             cwnd: cfg.initial_window_segments.max(1) as usize * smss,
             ssthresh: usize::MAX,
             recover: None,
+            rto_recovery: false,
             high: None,
             dupacks: 0,
             sack_seen: false,
@@ -818,13 +824,20 @@ impl Recovery {
         if let Some(rec) = self.recover {
             if ack >= rec {
                 self.recover = None;
-                // RFC 6582 3.2 step 3 (full ACK): deflate to ssthresh.
-                self.cwnd = self.cwnd.min(self.ssthresh.max(2 * self.smss));
+                if !std::mem::take(&mut self.rto_recovery) {
+                    // RFC 6582 3.2 step 3 (full ACK): deflate to ssthresh.
+                    self.cwnd = self.cwnd.min(self.ssthresh.max(2 * self.smss));
+                }
             }
         }
         if out.lost_marked > 0 && self.recover.is_none() {
             self.enter_recovery(now);
-        } else if acked > 0 && self.recover.is_none() {
+        } else if acked > 0 && (self.recover.is_none() || self.rto_recovery) {
+            // RFC 5681 3.1, RFC 6298 5: after an RTO the sender slow-starts from one segment
+            // (up to ssthresh, then congestion avoidance, as Linux grows cwnd in CA_Loss)
+            // while it resends what the RTO marked lost; `recover` stays (RFC 6582 4: no
+            // fast retransmit for data sent before the RTO) but does not hold cwnd at one
+            // segment, which repaired the window one segment per round trip.
             self.grow(now, acked);
         }
         // TLP: the probe timer restarts on every ACK (RFC 8985 7.2).
@@ -849,6 +862,7 @@ impl Recovery {
         self.rto = self.rto.min(u.rto);
         self.backoffs = 0;
         self.recover = u.recover;
+        self.rto_recovery = u.rto_recovery;
         for s in self.segs.iter_mut() {
             if s.lost && !s.retransmitted {
                 let was = *s;
@@ -1074,6 +1088,7 @@ impl Recovery {
                     cubic: self.cubic,
                     rto: self.rto,
                     recover: self.recover,
+                    rto_recovery: self.rto_recovery,
                 });
             }
             self.backoffs += 1;
@@ -1094,6 +1109,7 @@ impl Recovery {
             }
             self.tally = tally;
             self.recover = self.high;
+            self.rto_recovery = true;
             self.rto = (self.rto * 2).min(self.cfg.rto_max);
             self.rto_at = Some(now + self.rto);
             self.pto_at = None;

@@ -207,7 +207,9 @@ fn rfc3522_an_ack_echoing_the_retransmission_leaves_the_rto_in_force() {
     let (mut r, rto_at) = after_rto();
     r.on_ack(rto_at + Duration::from_micros(300), S + 6000, &[], None);
     assert_eq!(r.stats().spurious_rtos, 0);
-    assert!(r.cwnd() <= 2000);
+    // Slow start from one segment by the five acknowledged (RFC 5681 3.1), not the ten
+    // segments of before the RTO.
+    assert_eq!(r.cwnd(), 6000);
 }
 
 #[test]
@@ -614,4 +616,48 @@ fn rfc9438_5_8_idle_time_after_a_limited_round_is_not_the_epochs() {
     );
     // And the epoch never moves past the present.
     assert!(r.cubic.epoch.is_some_and(|e| e <= us(t)));
+}
+
+/// Sends `n` segments of 1000 from `from` at `t`.
+fn send_n(r: &mut Recovery, t: Instant, from: TcpSeqNumber, n: usize) {
+    for k in 0..n {
+        r.on_sent(t, from + k * 1000, 1000, false);
+    }
+}
+
+/// RFC 5681 3.1 / RFC 6298 5: after an RTO the sender slow-starts from one segment, cwnd
+/// doubling per round trip while it resends what the RTO marked lost: ten segments lost to
+/// an RTO are repaired in four round trips (1 + 2 + 4 + 3), not ten (cwnd held at one
+/// segment until SND.UNA passed `recover`).
+#[test]
+fn rfc5681_3_1_rto_recovery_slow_starts() {
+    let mut r = rec(Congestion::NewReno);
+    r.on_sent(us(0), S, 1000, false);
+    r.on_ack(us(1_000), S + 1000, &[], None);
+    send_n(&mut r, us(2_000), S + 1000, 10);
+    let mut now = r.poll_timeout().unwrap();
+    while r.handle_timeout(now) != TimeoutAction::Retransmit {
+        now = r.poll_timeout().unwrap();
+    }
+    let mut una = S + 1000;
+    let mut rounds = 0;
+    let mut cwnds = vec![];
+    while una != S + 11_000 && rounds < 20 {
+        let mut sent = 0;
+        while let Some((seq, len)) = r.next_retransmit() {
+            r.on_sent(now, seq, len, true);
+            sent += len;
+        }
+        now += Duration::from_millis(1);
+        una += sent;
+        r.on_ack(now, una, &[], None);
+        cwnds.push(r.cwnd());
+        rounds += 1;
+    }
+    // 1 + 2 + 4 + 8 >= 10 segments: four round trips of slow start.
+    assert!(
+        rounds <= 4,
+        "{rounds} round trips after the RTO; cwnd per round {cwnds:?}"
+    );
+    assert_eq!(cwnds[..3], [2000, 4000, 8000], "doubling per round trip");
 }
