@@ -1394,3 +1394,50 @@ fn rfc9293_3_10_7_4_a_bulk_receivers_segments_all_take_the_fast_path() {
     assert_eq!(warpcore_tcp::conn::predicted_segments() - before, 99);
     assert_eq!(c.stats().delivered_in_place, 100 * 1448);
 }
+
+/// RFC 5681 3.2 / RFC 6582 3.2 step 2 without SACK, default configuration (CUBIC, RACK-TLP
+/// on), a full initial window of ten segments: the first is lost, the other nine draw nine
+/// duplicate ACKs. The fast retransmit goes out at the third, not at a timer (before: pipe
+/// 9 segments > cwnd 7, nothing lowered it, and segment 1 was first resent by the RTO at
+/// 7 ms after two probes).
+#[test]
+fn rfc5681_3_2_fast_retransmit_without_sack_with_a_full_window() {
+    let mut c = established(cfg(), true);
+    let out = send(&mut c, ms(2), 10 * 1460);
+    assert_eq!(out.len(), 10);
+    let mut sent = vec![];
+    for k in 0..9 {
+        c.handle_segment(
+            us(3000 + k * 10),
+            &seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]),
+        );
+        let now = drain(&mut c, us(3000 + k * 10));
+        if k < 2 {
+            assert!(
+                now.iter().all(|o| o.seq != ISS + 1),
+                "retransmitted at dupack {}",
+                k + 1
+            );
+        }
+        sent.extend(now);
+    }
+    let later = run_until(&mut c, ms(3), ms(30));
+    let first_retx = later
+        .iter()
+        .find(|(_, o)| o.seq == ISS + 1)
+        .map(|(t, _)| *t);
+    let s = c.stats().recovery;
+    assert_eq!(
+        sent.iter().filter(|o| o.seq == ISS + 1).count(),
+        1,
+        "no fast retransmit after nine dupacks; segment 1 resent at {first_retx:?}; \
+         later: {:?}; rto_count {} tlp_count {}",
+        later
+            .iter()
+            .map(|(t, o)| (t.total_micros(), o.seq.0 - ISS.0 - 1, o.payload.len()))
+            .collect::<Vec<_>>(),
+        s.rto_count,
+        s.tlp_count
+    );
+    assert_eq!(s.fast_recoveries, 1);
+}

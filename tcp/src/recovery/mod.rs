@@ -12,7 +12,11 @@
 //!   probed after PTO = 2 SRTT (7.2), not an RTO, so it costs about one RTT; one probe per
 //!   flight (7.3, TLP.end_seq): an unanswered probe leaves the rest to the RTO.
 //! * Without SACK, three duplicate ACKs mark the first segment lost (RFC 5681 3.2) and NewReno
-//!   partial ACKs retransmit the next hole until `recover` is acknowledged (RFC 6582 3.2).
+//!   partial ACKs retransmit the next hole until `recover` is acknowledged (RFC 6582 3.2);
+//!   each duplicate ACK takes a segment out of the pipe (RFC 5681 3.2's inflation, as
+//!   Linux's `tcp_add_reno_sack`), so new data and the next retransmissions flow. The first
+//!   retransmission of a recovery episode goes out at once whatever the pipe (RFC 6675 5
+//!   (4.3)).
 //! * Congestion control: NewReno (RFC 5681, 6582) or CUBIC (RFC 9438), initial window of ten
 //!   segments (RFC 6928), one reduction per recovery episode, cwnd of one segment after an
 //!   RTO and slow start from there while the RTO's losses are resent (RFC 5681 3.1), or
@@ -179,12 +183,16 @@ struct Tally {
     lost: usize,
     /// Entries SACKed.
     sacked: usize,
+    /// Octets of retransmissions in the pipe (the least the pipe counts without SACK,
+    /// whatever the duplicate ACKs: [`Recovery::in_flight`]).
+    retx: usize,
 }
 
 impl Tally {
     fn add(&mut self, s: &Seg) {
         if s.in_pipe() {
             self.pipe += s.len();
+            self.retx += if s.retransmitted { s.len() } else { 0 };
         }
         self.lost += usize::from(s.awaits_retransmit());
         self.sacked += usize::from(s.sacked);
@@ -193,6 +201,7 @@ impl Tally {
     fn sub(&mut self, s: &Seg) {
         if s.in_pipe() {
             self.pipe -= s.len();
+            self.retx -= if s.retransmitted { s.len() } else { 0 };
         }
         self.lost -= usize::from(s.awaits_retransmit());
         self.sacked -= usize::from(s.sacked);
@@ -250,6 +259,13 @@ pub struct Recovery {
     /// Highest sequence number sent (end of the last segment).
     high: Option<TcpSeqNumber>,
     dupacks: u32,
+    /// Without SACK, octets that duplicate ACKs say left the network (one SMSS per
+    /// duplicate ACK, less what cumulative ACKs took since): they are not in the pipe
+    /// (Linux's `tcp_add_reno_sack`; RFC 5681 3.2's cwnd inflation in other words).
+    dup_sacked: usize,
+    /// A recovery episode just started: its first retransmission goes out whatever the
+    /// pipe (RFC 6675 5 (4.3), RFC 5681 3.2 step 2).
+    retransmit_first: bool,
     sack_seen: bool,
     rack_xmit: Option<Instant>,
     rack_end: TcpSeqNumber,
@@ -316,6 +332,8 @@ impl Recovery {
             rto_recovery: false,
             high: None,
             dupacks: 0,
+            dup_sacked: 0,
+            retransmit_first: false,
             sack_seen: false,
             rack_xmit: None,
             rack_end: TcpSeqNumber(0),
@@ -373,10 +391,24 @@ impl Recovery {
         self.backoffs
     }
 
-    /// Octets in flight (RFC 6675 pipe): sent, not SACKed, not lost-and-unsent.
+    /// Octets in flight (RFC 6675 pipe): sent, not SACKed, not lost-and-unsent, and
+    /// without SACK not taken out by duplicate ACKs.
     pub fn in_flight(&self) -> usize {
         self.debug_check_tally();
-        self.tally.pipe
+        let pipe = self.tally.pipe;
+        if self.dup_sacked == 0 {
+            return pipe;
+        }
+        // RFC 5681 3.2 steps 3-4 (each duplicate ACK a segment that left the network), as
+        // Linux's tcp_add_reno_sack and tcp_limit_reno_sacked: however many duplicates
+        // arrive, the pipe counts the retransmissions in flight, and at least one segment
+        // (the hole the duplicate ACKs point at) unless one awaits its retransmission.
+        let floor = if self.tally.lost > 0 {
+            self.tally.retx
+        } else {
+            self.tally.retx.max(self.smss)
+        };
+        pipe.saturating_sub(self.dup_sacked).max(floor.min(pipe))
     }
 
     /// Debug builds (the tests, the fuzz targets): the running sums match a recount.
@@ -418,6 +450,7 @@ impl Recovery {
         if retransmit {
             self.stats.retransmitted_segments += 1;
             self.stats.retransmitted_octets += len as u64;
+            self.retransmit_first = false;
             self.mark_retransmitted(now, seq, end);
         } else {
             // New data continues the last segment (or starts the scoreboard).
@@ -574,6 +607,7 @@ impl Recovery {
             && self.undo.is_none()
             && self.recover.is_none()
             && self.tally.sacked == 0
+            && self.dup_sacked == 0
             && self.segs.front().is_some_and(|f| f.start < ack);
         if clean {
             self.on_clean_ack(now, ack, ts_rtt)
@@ -789,9 +823,16 @@ impl Recovery {
         }
         if progressed {
             self.on_progress(now, out.rtt_sample.is_some());
+            // Linux's tcp_remove_reno_sacks: the ACK covered one hole; the rest of what it
+            // covers had drawn duplicate ACKs already.
+            self.dup_sacked = self
+                .dup_sacked
+                .saturating_sub(out.newly_acked.saturating_sub(self.smss));
         } else if !self.segs.is_empty() && sack.is_empty() && !self.sack_seen {
-            // RFC 5681 3.2: duplicate ACKs without SACK.
+            // RFC 5681 3.2: duplicate ACKs without SACK, each a segment that left the
+            // network (steps 3-4; its pipe as Linux's tcp_add_reno_sack: `in_flight`).
             self.dupacks += 1;
+            self.dup_sacked += self.smss;
             if self.dupacks == 3 {
                 if let Some(s) = self.segs.front_mut() {
                     if !s.lost && !s.sacked {
@@ -824,6 +865,8 @@ impl Recovery {
         if let Some(rec) = self.recover {
             if ack >= rec {
                 self.recover = None;
+                self.dup_sacked = 0;
+                self.retransmit_first = false;
                 if !std::mem::take(&mut self.rto_recovery) {
                     // RFC 6582 3.2 step 3 (full ACK): deflate to ssthresh.
                     self.cwnd = self.cwnd.min(self.ssthresh.max(2 * self.smss));
@@ -846,6 +889,7 @@ impl Recovery {
             self.rto_at = None;
             self.pto_at = None;
             self.reorder_at = None;
+            self.dup_sacked = 0;
         }
         out
     }
@@ -917,6 +961,7 @@ impl Recovery {
     fn enter_recovery(&mut self, now: Instant) {
         self.stats.fast_recoveries += 1;
         self.recover = self.high;
+        self.retransmit_first = true;
         let flight = self.in_flight().max(self.cwnd);
         match self.cfg.congestion {
             Congestion::None => {}
@@ -1047,7 +1092,14 @@ impl Recovery {
             .segs
             .iter()
             .find(|s| s.lost && !s.retransmitted && !s.sacked)?;
-        if self.cfg.congestion != Congestion::None && flight + s.len() > self.cwnd && flight > 0 {
+        // RFC 6675 5 (4.3) and RFC 5681 3.2 step 2: the first retransmission of a recovery
+        // episode goes out at once, whatever the pipe (the reduction may have left cwnd
+        // below it); the rest wait for pipe < cwnd.
+        if self.cfg.congestion != Congestion::None
+            && flight + s.len() > self.cwnd
+            && flight > 0
+            && !self.retransmit_first
+        {
             return None;
         }
         Some((s.start, s.len()))
@@ -1110,6 +1162,8 @@ impl Recovery {
             self.tally = tally;
             self.recover = self.high;
             self.rto_recovery = true;
+            self.dup_sacked = 0;
+            self.retransmit_first = false;
             self.rto = (self.rto * 2).min(self.cfg.rto_max);
             self.rto_at = Some(now + self.rto);
             self.pto_at = None;

@@ -661,3 +661,81 @@ fn rfc5681_3_1_rto_recovery_slow_starts() {
     );
     assert_eq!(cwnds[..3], [2000, 4000, 8000], "doubling per round trip");
 }
+
+/// RFC 5681 3.2 steps 2-4 / RFC 6582 3.2 without SACK: the third duplicate ACK retransmits
+/// the first segment at once, and each further duplicate ACK takes a segment out of the pipe
+/// (the cwnd inflation, as Linux's `tcp_add_reno_sack`), so new data flows in recovery. Ten
+/// segments out, the first lost, nine duplicate ACKs: the retransmission is allowed at the
+/// third (it was refused: pipe 9000 against cwnd 5000, and no duplicate ACK lowered the
+/// pipe), and after the ninth the pipe is the retransmission alone, room for four segments.
+#[test]
+fn rfc5681_3_2_without_sack_the_third_duplicate_ack_retransmits_and_more_let_data_flow() {
+    let mut r = rec(Congestion::NewReno);
+    r.on_sent(us(0), S, 1000, false);
+    r.on_ack(us(1_000), S + 1000, &[], None);
+    send_n(&mut r, us(2_000), S + 1000, 10);
+    let mut marked = 0;
+    for k in 0..3 {
+        marked += r
+            .on_ack(us(3_000 + k * 10), S + 1000, &[], None)
+            .lost_marked;
+    }
+    assert_eq!(
+        marked, 1,
+        "third duplicate ACK marks the first segment lost"
+    );
+    assert_eq!(r.stats().fast_recoveries, 1);
+    assert_eq!(r.cwnd(), 5000);
+    assert_eq!(
+        r.next_retransmit(),
+        Some((S + 1000, 1000)),
+        "fast retransmit refused: pipe {} cwnd {}",
+        r.in_flight(),
+        r.cwnd()
+    );
+    r.on_sent(us(3_030), S + 1000, 1000, true);
+    assert_eq!(r.next_retransmit(), None);
+    for k in 3..9 {
+        r.on_ack(us(3_000 + k * 10), S + 1000, &[], None);
+    }
+    assert_eq!(r.in_flight(), 1000, "the retransmission alone");
+    assert_eq!(r.send_allowance(), 4000);
+    // The ACK of everything ends the episode: nothing is taken out of the pipe any more.
+    r.on_ack(us(4_000), S + 11_000, &[], None);
+    send_n(&mut r, us(4_000), S + 11_000, 3);
+    assert_eq!(r.in_flight(), 3000);
+}
+
+/// RFC 6675 5 (4.3): on entering loss recovery the first lost segment is retransmitted at
+/// once, regardless of pipe and cwnd. With SACK and NewReno, ten segments out, the first
+/// lost and 2..4 SACKed: RACK marks it lost, cwnd becomes 5 SMSS with a pipe of 6: the
+/// retransmission was refused. Only the first one goes regardless.
+#[test]
+fn rfc6675_5_4_3_the_first_retransmission_goes_whatever_the_pipe() {
+    let mut r = rec(Congestion::NewReno);
+    r.on_sent(us(0), S, 1000, false);
+    r.on_ack(us(1_000), S + 1000, &[], None);
+    send_n(&mut r, us(2_000), S + 1000, 10);
+    let o = r.on_ack(us(3_000), S + 1000, &[(S + 2000, S + 5000)], None);
+    assert_eq!(o.lost_marked, 1);
+    assert_eq!(r.in_flight(), 6000);
+    assert_eq!(r.cwnd(), 5000);
+    assert_eq!(
+        r.next_retransmit(),
+        Some((S + 1000, 1000)),
+        "pipe {} cwnd {}",
+        r.in_flight(),
+        r.cwnd()
+    );
+    r.on_sent(us(3_000), S + 1000, 1000, true);
+    // A second loss waits for the pipe to fall below cwnd.
+    let o = r.on_ack(
+        us(3_100),
+        S + 1000,
+        &[(S + 2000, S + 5000), (S + 6000, S + 9000)],
+        None,
+    );
+    assert_eq!(o.lost_marked, 1, "segment 5 lost");
+    assert_eq!(r.in_flight(), 3000);
+    assert_eq!(r.next_retransmit(), Some((S + 5000, 1000)));
+}
