@@ -634,14 +634,25 @@ impl Recovery {
         }
     }
 
-    /// RACK's update for the most recently sent segment an ACK delivered, sent at `xmit`,
-    /// ending at `end`, a retransmission or not (RFC 8985 6.2).
+    /// RACK's update for the most recently sent segment an ACK delivered, sent (last) at
+    /// `xmit`, ending at `end`, ever sent more than once or not (`resent`), by an ACK whose
+    /// timestamp echo gives `ts_rtt` (RFC 8985 6.2).
     #[inline(always)]
-    fn rack_delivered(&mut self, now: Instant, xmit: Instant, end: TcpSeqNumber, retx: bool) {
+    fn rack_delivered(
+        &mut self,
+        now: Instant,
+        xmit: Instant,
+        end: TcpSeqNumber,
+        resent: bool,
+        ts_rtt: Option<Duration>,
+    ) {
         let rtt = now - xmit;
-        // A retransmission's ACK may answer the original: ignore samples shorter than the
-        // least RTT (RFC 8985 6.2 step 2).
-        let plausible = !retx || self.min_rtt.is_none_or_le(rtt);
+        // RFC 8985 6.2 step 2: the ACK of a segment sent more than once may answer an
+        // earlier transmission: skip it if its timestamp echo precedes the last
+        // transmission, or if the sample is shorter than the least RTT. `resent`, not
+        // `retransmitted`, which a retransmission marked lost again (or an RTO) clears.
+        let plausible =
+            !resent || (self.min_rtt.is_none_or_le(rtt) && ts_rtt.is_none_or(|r| now - r >= xmit));
         if plausible && self.rack_xmit.is_none_or_le(xmit) {
             self.rack_xmit = Some(xmit);
             self.rack_end = end;
@@ -675,7 +686,7 @@ impl Recovery {
                 Some((x, e, _)) => s.xmit > x || (s.xmit == x && s.end > e),
             };
             if newer {
-                latest = Some((s.xmit, s.end, s.retransmitted));
+                latest = Some((s.xmit, s.end, s.resent));
             }
         };
         if self.segs.back().is_some_and(|b| b.end <= ack) {
@@ -683,7 +694,9 @@ impl Recovery {
             // the scoreboard empties at once and its sums are zero.
             for s in &self.segs {
                 out.newly_acked += s.len();
-                if !s.retransmitted {
+                // RFC 6298 3 (Karn): `resent`, not `retransmitted` (cleared when a
+                // retransmission is marked lost again, and by an RTO).
+                if !s.resent {
                     karn = Some(now - s.xmit);
                 }
                 note(s);
@@ -694,7 +707,7 @@ impl Recovery {
         while let Some(front) = self.segs.front().copied() {
             if front.end <= ack {
                 out.newly_acked += front.len();
-                if !front.retransmitted {
+                if !front.resent {
                     karn = Some(now - front.xmit);
                 }
                 note(&front);
@@ -714,8 +727,8 @@ impl Recovery {
             self.sample_rtt(r);
             out.rtt_sample = Some(r);
         }
-        if let Some((xmit, end, retx)) = latest {
-            self.rack_delivered(now, xmit, end, retx);
+        if let Some((xmit, end, resent)) = latest {
+            self.rack_delivered(now, xmit, end, resent, ts_rtt);
         }
         self.on_progress(now, out.rtt_sample.is_some());
         if self.segs.is_empty() {
@@ -754,14 +767,17 @@ impl Recovery {
                 Some((x, e, _)) => s.xmit > *x || (s.xmit == *x && s.end > *e),
             };
             if newer {
-                *latest = Some((s.xmit, s.end, s.retransmitted));
+                *latest = Some((s.xmit, s.end, s.resent));
             }
         };
         // Cumulative acknowledgement.
         while let Some(front) = self.segs.front().copied() {
             if front.end <= ack {
                 out.newly_acked += front.len();
-                if !front.retransmitted && !front.sacked {
+                // RFC 6298 3 (Karn): no sample from a segment ever sent twice (`resent`:
+                // `retransmitted` is cleared when a retransmission is marked lost again,
+                // and by an RTO); a timestamp echo (`ts_rtt`) is one even then.
+                if !front.resent && !front.sacked {
                     karn = Some(now - front.xmit);
                 }
                 if !front.sacked {
@@ -818,8 +834,8 @@ impl Recovery {
             }
         }
         // RACK (RFC 8985 6.2): the most recently sent segment delivered.
-        if let Some((xmit, end, retx)) = delivered_latest {
-            self.rack_delivered(now, xmit, end, retx);
+        if let Some((xmit, end, resent)) = delivered_latest {
+            self.rack_delivered(now, xmit, end, resent, ts_rtt);
         }
         if progressed {
             self.on_progress(now, out.rtt_sample.is_some());

@@ -739,3 +739,34 @@ fn rfc6675_5_4_3_the_first_retransmission_goes_whatever_the_pipe() {
     assert_eq!(r.in_flight(), 3000);
     assert_eq!(r.next_retransmit(), Some((S + 5000, 1000)));
 }
+
+/// RFC 6298 3 (Karn), RFC 8985 6.2 step 2: no RTT sample from a segment sent more than
+/// once, even once RACK marked its retransmission lost again (which cleared
+/// `retransmitted`): the cumulative ACK that covers it, without a timestamp, gave a sample
+/// of 1250 us measured from the retransmission.
+#[test]
+fn rfc6298_3_karn_no_sample_from_a_segment_resent_then_marked_lost_again() {
+    let mut r = rec(Congestion::Cubic);
+    r.on_sent(us(0), S, 1000, false);
+    r.on_ack(us(1_000), S + 1000, &[], None);
+    send_n(&mut r, us(2_000), S + 1000, 4);
+    // 1 lost, 2..4 SACKed: 1 marked lost and resent at 3 ms.
+    let o = r.on_ack(us(3_000), S + 1000, &[(S + 2000, S + 5000)], None);
+    assert_eq!(o.lost_marked, 1);
+    assert_eq!(r.next_retransmit(), Some((S + 1000, 1000)));
+    r.on_sent(us(3_000), S + 1000, 1000, true);
+    // New data at 3.1 ms, SACKed at 4.2 ms: the retransmission of 1 is lost too (RACK).
+    send_n(&mut r, us(3_100), S + 5000, 3);
+    let o = r.on_ack(us(4_200), S + 1000, &[(S + 2000, S + 8000)], None);
+    assert_eq!(o.lost_marked, 1, "retransmission marked lost again");
+    // Before it is resent, the cumulative ACK for everything arrives (no timestamps): an
+    // ambiguous ACK of a segment sent twice.
+    let srtt = r.srtt();
+    let o = r.on_ack(us(4_250), S + 8000, &[], None);
+    assert_eq!(
+        o.rtt_sample, None,
+        "Karn: sample {:?} from a resent segment",
+        o.rtt_sample
+    );
+    assert_eq!(r.srtt(), srtt);
+}
