@@ -10,7 +10,10 @@
 //! * RACK-TLP (RFC 8985): a segment is lost once a segment sent after it was delivered and
 //!   a reordering window passed (6.2); otherwise the reorder timer fires then. A tail loss is
 //!   probed after PTO = 2 SRTT (7.2), not an RTO, so it costs about one RTT; one probe per
-//!   flight (7.3, TLP.end_seq): an unanswered probe leaves the rest to the RTO.
+//!   flight (7.3, TLP.end_seq): an unanswered probe leaves the rest to the RTO. A probe
+//!   that resent the tail and is answered repaired a loss and the window is reduced (7.4.2;
+//!   DSACK is not taken, so every such episode counts, unless the ACK's timestamp echo
+//!   shows that the original arrived).
 //! * Without SACK, three duplicate ACKs mark the first segment lost (RFC 5681 3.2) and NewReno
 //!   partial ACKs retransmit the next hole until `recover` is acknowledged (RFC 6582 3.2);
 //!   each duplicate ACK takes a segment out of the pipe (RFC 5681 3.2's inflation, as
@@ -118,7 +121,8 @@ pub struct RecoveryStats {
     pub rto_count: u64,
     /// Tail loss probes sent.
     pub tlp_count: u64,
-    /// Recovery episodes entered (window reductions).
+    /// Window reductions: recovery episodes entered, and losses a loss probe repaired (RFC
+    /// 8985 7.4.2).
     pub fast_recoveries: u64,
     /// Segments retransmitted.
     pub retransmitted_segments: u64,
@@ -277,6 +281,11 @@ pub struct Recovery {
     /// most one probe per flight, RFC 8985 7.3; Linux's `tlp_high_seq`): the RTO answers
     /// if the probe brings nothing back.
     tlp_end: Option<TcpSeqNumber>,
+    /// RFC 8985's TLP.is_retrans, as the time the probe went out: set while `tlp_end` is
+    /// when the probe resent the last segment (not new data).
+    tlp_retrans_at: Option<Instant>,
+    /// Whether the last segment sent was a retransmission (for [`Recovery::probe_sent`]).
+    last_sent_retransmit: bool,
     rto_at: Option<Instant>,
     cubic: Cubic,
     /// What an RTO changed, kept until the first ACK after it says whether it was spurious.
@@ -341,6 +350,8 @@ impl Recovery {
             reorder_at: None,
             pto_at: None,
             tlp_end: None,
+            tlp_retrans_at: None,
+            last_sent_retransmit: false,
             rto_at: None,
             cubic: Cubic::default(),
             undo: None,
@@ -487,6 +498,7 @@ impl Recovery {
             self.validate_cwnd();
         }
         self.last_sent = Some(now);
+        self.last_sent_retransmit = retransmit;
         if self.rto_at.is_none() {
             self.rto_at = Some(now + self.rto);
         }
@@ -498,6 +510,11 @@ impl Recovery {
     /// to it, or an RTO (RFC 8985 7.3, TLP.end_seq; Linux's `tlp_high_seq`).
     pub fn probe_sent(&mut self) {
         self.tlp_end = self.high;
+        self.tlp_retrans_at = if self.last_sent_retransmit {
+            self.last_sent
+        } else {
+            None
+        };
         self.pto_at = None;
     }
 
@@ -543,13 +560,26 @@ impl Recovery {
         }
     }
 
-    /// An ACK up to `ack`: if it covers the last loss probe's flight, the next flight may
-    /// have a probe of its own (RFC 8985 7.4).
+    /// An ACK up to `ack` (timestamp echo `ts_rtt`): if it covers the last loss probe's
+    /// flight, the next flight may have a probe of its own (RFC 8985 7.4). Returns whether
+    /// the episode ends with a loss the probe repaired, which calls for a congestion
+    /// response (RFC 8985 7.4.2; Linux's `tcp_process_tlp_ack`).
     #[inline(always)]
-    fn tlp_answered(&mut self, ack: TcpSeqNumber) {
-        if self.tlp_end.is_some_and(|e| ack >= e) {
-            self.tlp_end = None;
+    fn tlp_answered(&mut self, now: Instant, ack: TcpSeqNumber, ts_rtt: Option<Duration>) -> bool {
+        if !self.tlp_end.is_some_and(|e| ack >= e) {
+            return false;
         }
+        self.tlp_end = None;
+        // RFC 8985 7.4.2: a probe of new data detects losses by the usual means (no
+        // response here). A probe that resent the last segment and is answered by an ACK
+        // covering it repaired a loss unless both copies arrived. DSACK (RFC 2883), which
+        // would say so (and by which Linux waits for an ACK beyond TLP.end_seq), is not
+        // taken: the connection drops blocks below SND.UNA. The conservative reading
+        // instead: every such episode is a loss, unless the ACK's timestamp echo is older
+        // than the probe (it answers the original, as RFC 3522's test of an RTO).
+        self.tlp_retrans_at
+            .take()
+            .is_some_and(|at| ts_rtt.is_none_or(|r| now - r >= at))
     }
 
     fn arm_pto(&mut self, now: Instant) {
@@ -675,7 +705,7 @@ impl Recovery {
         ack: TcpSeqNumber,
         ts_rtt: Option<Duration>,
     ) -> AckOutcome {
-        self.tlp_answered(ack);
+        let tlp_loss = self.tlp_answered(now, ack, ts_rtt);
         let mut out = AckOutcome::default();
         let mut karn: Option<Duration> = None;
         // The latest segment delivered (no segment is SACKed: every one acknowledged).
@@ -732,7 +762,11 @@ impl Recovery {
         }
         self.on_progress(now, out.rtt_sample.is_some());
         if self.segs.is_empty() {
-            self.grow(now, out.newly_acked);
+            if tlp_loss {
+                self.reduce_window(now);
+            } else {
+                self.grow(now, out.newly_acked);
+            }
             self.pto_at = None;
             self.reorder_at = None;
             return out;
@@ -742,6 +776,8 @@ impl Recovery {
         }
         if out.lost_marked > 0 {
             self.enter_recovery(now);
+        } else if tlp_loss {
+            self.reduce_window(now);
         } else {
             self.grow(now, out.newly_acked);
         }
@@ -757,7 +793,7 @@ impl Recovery {
         sack: &[(TcpSeqNumber, TcpSeqNumber)],
         ts_rtt: Option<Duration>,
     ) -> AckOutcome {
-        self.tlp_answered(ack);
+        let tlp_loss = self.tlp_answered(now, ack, ts_rtt);
         let mut out = AckOutcome::default();
         let mut karn: Option<Duration> = None;
         let mut delivered_latest: Option<(Instant, TcpSeqNumber, bool)> = None;
@@ -878,6 +914,9 @@ impl Recovery {
         }
         // Congestion response.
         let acked = out.newly_acked;
+        // A loss the probe repaired in a recovery episode (the ACK may end it) had the
+        // episode's reduction: one per episode.
+        let tlp_loss = tlp_loss && self.recover.is_none();
         if let Some(rec) = self.recover {
             if ack >= rec {
                 self.recover = None;
@@ -891,6 +930,8 @@ impl Recovery {
         }
         if out.lost_marked > 0 && self.recover.is_none() {
             self.enter_recovery(now);
+        } else if tlp_loss {
+            self.reduce_window(now);
         } else if acked > 0 && (self.recover.is_none() || self.rto_recovery) {
             // RFC 5681 3.1, RFC 6298 5: after an RTO the sender slow-starts from one segment
             // (up to ssthresh, then congestion avoidance, as Linux grows cwnd in CA_Loss)
@@ -975,9 +1016,16 @@ impl Recovery {
     }
 
     fn enter_recovery(&mut self, now: Instant) {
-        self.stats.fast_recoveries += 1;
         self.recover = self.high;
         self.retransmit_first = true;
+        self.reduce_window(now);
+    }
+
+    /// The window reduction of a loss (once per episode): of entering recovery, or of a
+    /// loss a loss probe repaired (RFC 8985 7.4.2, a reduction with no episode to follow:
+    /// Linux's CWR state entered and left at once in `tcp_process_tlp_ack`).
+    fn reduce_window(&mut self, now: Instant) {
+        self.stats.fast_recoveries += 1;
         let flight = self.in_flight().max(self.cwnd);
         match self.cfg.congestion {
             Congestion::None => {}
@@ -1184,6 +1232,7 @@ impl Recovery {
             self.rto_at = Some(now + self.rto);
             self.pto_at = None;
             self.tlp_end = None;
+            self.tlp_retrans_at = None;
             self.reorder_at = None;
             self.rack_xmit = None;
             return TimeoutAction::Retransmit;

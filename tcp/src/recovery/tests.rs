@@ -770,3 +770,52 @@ fn rfc6298_3_karn_no_sample_from_a_segment_resent_then_marked_lost_again() {
     );
     assert_eq!(r.srtt(), srtt);
 }
+
+/// RFC 8985 7.4.2: a loss probe that resent the tail, answered by an ACK covering
+/// TLP.end_seq, repaired a loss (no DSACK is taken to say both copies arrived): the window
+/// is reduced as for any other loss (before: cwnd 10000 -> 10000, no reduction). Not when
+/// the ACK's timestamp echo is older than the probe (the original arrived), nor for a probe
+/// of new data (losses are then found by the usual means).
+#[test]
+fn rfc8985_7_4_a_loss_the_probe_repaired_reduces_the_window() {
+    // (probe of new data, timestamp echo of the original) -> reduced
+    for (new_data, echo_original, reduced) in [
+        (false, false, true),
+        (false, true, false),
+        (true, false, false),
+    ] {
+        let mut r = rtt_of_1_ms();
+        send_n(&mut r, us(2_000), S + 1000, 3);
+        // 1 and 2 acknowledged; 3 lost (the tail).
+        r.on_ack(us(3_000), S + 3000, &[], None);
+        let pto = r.poll_timeout().unwrap();
+        assert_eq!(r.handle_timeout(pto), TimeoutAction::Probe);
+        let end = if new_data {
+            r.on_sent(pto, S + 4000, 1000, false);
+            S + 5000
+        } else {
+            assert_eq!(r.last_segment(), Some((S + 3000, 1000)));
+            r.on_sent(pto, S + 3000, 1000, true);
+            S + 4000
+        };
+        r.probe_sent();
+        let before = r.cwnd();
+        let now = pto + Duration::from_micros(1_000);
+        // The echo: of the original (sent at 2 ms) or of the probe.
+        let echo = if echo_original {
+            now - us(2_000)
+        } else {
+            now - pto
+        };
+        r.on_ack(now, end, &[], Some(echo));
+        let case = (new_data, echo_original);
+        if reduced {
+            assert_eq!(r.stats().fast_recoveries, 1, "{case:?}");
+            assert_eq!(r.cwnd(), before * 7 / 10, "{case:?}: CUBIC's beta");
+        } else {
+            assert_eq!(r.stats().fast_recoveries, 0, "{case:?}");
+            assert!(r.cwnd() >= before, "{case:?}");
+        }
+        assert!(r.is_empty());
+    }
+}
