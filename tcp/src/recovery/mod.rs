@@ -9,7 +9,8 @@
 //!   lost, retransmitted; `in_flight` is its pipe).
 //! * RACK-TLP (RFC 8985): a segment is lost once a segment sent after it was delivered and
 //!   a reordering window passed (6.2); otherwise the reorder timer fires then. A tail loss is
-//!   probed after PTO = 2 SRTT (7.2), not an RTO, so it costs about one RTT; one probe per
+//!   probed after PTO = 2 SRTT (7.2), not an RTO, so it costs about one RTT (no probe in
+//!   recovery or while segments are SACKed, 7.2; with or without SACK); one probe per
 //!   flight (7.3, TLP.end_seq): an unanswered probe leaves the rest to the RTO. A probe
 //!   that resent the tail and is answered repaired a loss and the window is reduced (7.4.2;
 //!   DSACK is not taken, so every such episode counts, unless the ACK's timestamp echo
@@ -583,7 +584,21 @@ impl Recovery {
     }
 
     fn arm_pto(&mut self, now: Instant) {
-        if !self.cfg.rack_tlp || self.segs.is_empty() || self.tlp_end.is_some() {
+        // RFC 8985 7.2: no probe "if it is already in fast recovery, RTO recovery, or the
+        // sender has segments delivered but not yet ACKed" (SACKed): RACK and the
+        // recovery's retransmissions handle those (Linux: only in CA_Open or CWR).
+        // Connections without SACK keep their probe outside recovery, unlike Linux's (which
+        // ties TLP to SACK through RACK): 7.2's conditions hold without SACK (nothing is
+        // ever SACKed), our RACK needs no SACK to run on the cumulative ACK a probe draws,
+        // and the probe's ACK, or the three duplicate ACKs it and the tail complete, repair
+        // a tail loss in about two round trips instead of an RTO; 7.4.2's response to the
+        // loss it repaired needs only that ACK.
+        if !self.cfg.rack_tlp
+            || self.segs.is_empty()
+            || self.tlp_end.is_some()
+            || self.recover.is_some()
+            || self.tally.sacked > 0
+        {
             self.pto_at = None;
             return;
         }
@@ -1018,6 +1033,8 @@ impl Recovery {
     fn enter_recovery(&mut self, now: Instant) {
         self.recover = self.high;
         self.retransmit_first = true;
+        // RFC 8985 7.2: no loss probe in recovery (`arm_pto`), nor one armed before it.
+        self.pto_at = None;
         self.reduce_window(now);
     }
 

@@ -819,3 +819,36 @@ fn rfc8985_7_4_a_loss_the_probe_repaired_reduces_the_window() {
         assert!(r.is_empty());
     }
 }
+
+/// RFC 8985 7.2: no loss probe is armed in fast recovery, in RTO recovery, or while
+/// segments are SACKed but not cumulatively acknowledged (before: armed in fast recovery,
+/// for 5 ms); once the episode ends the next flight has its probe again.
+#[test]
+fn rfc8985_7_2_no_loss_probe_in_recovery_or_with_sacked_segments() {
+    // Fast recovery: segment 1 lost, 2..4 SACKed.
+    let mut r = rtt_of_1_ms();
+    send_n(&mut r, us(2_000), S + 1000, 10);
+    let o = r.on_ack(us(3_000), S + 1000, &[(S + 2000, S + 5000)], None);
+    assert_eq!(o.lost_marked, 1);
+    assert!(r.recover.is_some());
+    assert_eq!(r.pto_at, None, "PTO armed in fast recovery");
+    r.on_sent(us(3_000), S + 1000, 1000, true);
+    assert_eq!(r.pto_at, None, "PTO armed by the retransmission");
+    // The episode ends: the next flight has a probe again.
+    r.on_ack(us(4_000), S + 11_000, &[], None);
+    assert!(r.recover.is_none());
+    send_n(&mut r, us(4_000), S + 11_000, 2);
+    assert!(r.pto_at.is_some(), "no PTO after the episode");
+
+    // One segment SACKed, within the reordering window: no recovery, still no probe.
+    let mut r = rtt_of_1_ms();
+    send_n(&mut r, us(2_000), S + 1000, 3);
+    let o = r.on_ack(us(2_900), S + 1000, &[(S + 2000, S + 3000)], None);
+    assert_eq!(o.lost_marked, 0);
+    assert!(r.recover.is_none());
+    assert_eq!(r.pto_at, None, "PTO armed with a segment SACKed");
+
+    // RTO recovery: the retransmission arms no probe.
+    let (r, _) = after_rto();
+    assert_eq!(r.pto_at, None, "PTO armed in RTO recovery");
+}
