@@ -1229,9 +1229,14 @@ impl Recovery {
             if self.cfg.congestion != Congestion::None {
                 self.ssthresh = (flight / 2).max(2 * self.smss);
                 self.cwnd = self.smss;
+                // RFC 9438 4.8: the first congestion avoidance stage after an RTO has K = 0
+                // and W_max = W_est = the cwnd at its start: `grow` sets them so when it
+                // finds no W_max and no epoch (W_max was the flight at the RTO, so the
+                // window "recovered" towards it at up to 1.5x per round trip).
                 self.cubic.epoch = None;
                 self.cubic.unlimited_since = None;
-                self.cubic.w_max = (flight as f64 / self.smss as f64).max(1.0);
+                self.cubic.w_max = 0.0;
+                self.cubic.k = 0.0;
             }
             let mut tally = Tally::default();
             for s in self.segs.iter_mut() {

@@ -852,3 +852,65 @@ fn rfc8985_7_2_no_loss_probe_in_recovery_or_with_sacked_segments() {
     let (r, _) = after_rto();
     assert_eq!(r.pto_at, None, "PTO armed in RTO recovery");
 }
+
+/// RFC 9438 4.8: in the first congestion avoidance stage after an RTO, K = 0 and W_max (and
+/// W_est) = the cwnd at the start of that stage, so the window grows about one segment per
+/// round trip from there (here 16165 -> 17182 in two round trips). Before, W_max stayed the
+/// flight at the RTO (20 segments) and the window climbed towards it: 17250 -> 19588.
+#[test]
+fn rfc9438_4_8_after_an_rto_k_is_zero_and_w_max_the_cwnd() {
+    let mut r = rec(Congestion::Cubic);
+    r.on_sent(us(0), S, 1000, false);
+    r.on_ack(us(1_000), S + 1000, &[], None);
+    r.cwnd = 20_000;
+    send_n(&mut r, us(2_000), S + 1000, 20);
+    let mut now = r.poll_timeout().unwrap();
+    while r.handle_timeout(now) != TimeoutAction::Retransmit {
+        now = r.poll_timeout().unwrap();
+    }
+    // Through the RTO recovery, whatever its pace.
+    let mut una = S + 1000;
+    for _ in 0..40 {
+        if una == S + 21_000 {
+            break;
+        }
+        let mut sent = 0;
+        while let Some((seq, len)) = r.next_retransmit() {
+            r.on_sent(now, seq, len, true);
+            sent += len;
+        }
+        now += Duration::from_millis(1);
+        una += sent;
+        r.on_ack(now, una, &[], Some(Duration::from_millis(1)));
+    }
+    assert_eq!(una, S + 21_000);
+    // Slow start passed ssthresh during the recovery: congestion avoidance from here.
+    let start = r.cwnd();
+    assert!(start > r.ssthresh && start < 20_000, "cwnd {start}");
+    let mut nxt = una;
+    // Two window-limited round trips.
+    for _ in 0..2 {
+        let n = r.send_allowance() / 1000;
+        send_n(&mut r, now, nxt, n);
+        nxt += n * 1000;
+        now += Duration::from_millis(1);
+        for k in 1..=n {
+            r.on_ack(now, una + k * 1000, &[], Some(Duration::from_millis(1)));
+        }
+        una = nxt;
+    }
+    assert!(
+        r.cwnd() <= start + 1_500,
+        "cwnd {} -> {} in two RTTs of congestion avoidance after an RTO (W_max {}, K {})",
+        start,
+        r.cwnd(),
+        r.cubic.w_max,
+        r.cubic.k
+    );
+    assert_eq!(r.cubic.k, 0.0);
+    assert!(
+        r.cubic.w_max * 1000.0 <= start as f64,
+        "W_max {}",
+        r.cubic.w_max
+    );
+}
