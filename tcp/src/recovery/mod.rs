@@ -1227,7 +1227,13 @@ impl Recovery {
             self.backoffs += 1;
             let flight = self.in_flight();
             if self.cfg.congestion != Congestion::None {
-                self.ssthresh = (flight / 2).max(2 * self.smss);
+                // RFC 5681 (4): ssthresh = max(FlightSize / 2, 2 SMSS); CUBIC's with its
+                // beta, 0.7, instead of 1/2 (RFC 9438 4.8, as 4.6).
+                let beta = match self.cfg.congestion {
+                    Congestion::Cubic => CUBIC_BETA,
+                    _ => 0.5,
+                };
+                self.ssthresh = ((flight as f64 * beta) as usize).max(2 * self.smss);
                 self.cwnd = self.smss;
                 // RFC 9438 4.8: the first congestion avoidance stage after an RTO has K = 0
                 // and W_max = W_est = the cwnd at its start: `grow` sets them so when it

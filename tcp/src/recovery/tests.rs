@@ -914,3 +914,21 @@ fn rfc9438_4_8_after_an_rto_k_is_zero_and_w_max_the_cwnd() {
         r.cubic.w_max
     );
 }
+
+/// RFC 9438 4.8: on an RTO CUBIC sets ssthresh with beta_cubic (0.7, as in 4.6), not
+/// Reno's 1/2: ten segments in flight give 7000 (before: 5000). NewReno keeps 1/2.
+#[test]
+fn rfc9438_4_8_cubic_rto_ssthresh_uses_beta() {
+    for (cc, want) in [(Congestion::Cubic, 7000), (Congestion::NewReno, 5000)] {
+        let mut r = rec(cc);
+        r.on_sent(us(0), S, 1000, false);
+        r.on_ack(us(1_000), S + 1000, &[], None);
+        send_n(&mut r, us(2_000), S + 1000, 10);
+        let mut now = r.poll_timeout().unwrap();
+        while r.handle_timeout(now) != TimeoutAction::Retransmit {
+            now = r.poll_timeout().unwrap();
+        }
+        assert_eq!(r.stats().ssthresh, want, "ssthresh after RTO, {cc:?}");
+        assert_eq!(r.cwnd(), 1000);
+    }
+}
