@@ -434,6 +434,15 @@ impl Recovery {
         }
     }
 
+    /// RFC 5681's FlightSize: octets sent and not yet cumulatively acknowledged (SACKed and
+    /// lost ones too, unlike the pipe).
+    fn flight_size(&self) -> usize {
+        match (self.segs.front(), self.segs.back()) {
+            (Some(f), Some(b)) => b.end - f.start,
+            _ => 0,
+        }
+    }
+
     /// Whether anything is outstanding.
     pub fn is_empty(&self) -> bool {
         self.segs.is_empty()
@@ -1043,12 +1052,13 @@ impl Recovery {
     /// Linux's CWR state entered and left at once in `tcp_process_tlp_ack`).
     fn reduce_window(&mut self, now: Instant) {
         self.stats.fast_recoveries += 1;
-        let flight = self.in_flight().max(self.cwnd);
         match self.cfg.congestion {
             Congestion::None => {}
             Congestion::NewReno => {
-                // RFC 5681 (4): ssthresh = max(FlightSize / 2, 2 SMSS).
-                self.ssthresh = (flight / 2).max(2 * self.smss);
+                // RFC 5681 (4): ssthresh = max(FlightSize / 2, 2 SMSS), FlightSize the data
+                // outstanding, not cwnd (its note: a sender below cwnd would otherwise keep
+                // a window it did not use).
+                self.ssthresh = (self.flight_size() / 2).max(2 * self.smss);
                 self.cwnd = self.ssthresh;
             }
             Congestion::Cubic => {
@@ -1225,7 +1235,7 @@ impl Recovery {
                 });
             }
             self.backoffs += 1;
-            let flight = self.in_flight();
+            let flight = self.flight_size();
             if self.cfg.congestion != Congestion::None {
                 // RFC 5681 (4): ssthresh = max(FlightSize / 2, 2 SMSS); CUBIC's with its
                 // beta, 0.7, instead of 1/2 (RFC 9438 4.8, as 4.6).

@@ -932,3 +932,25 @@ fn rfc9438_4_8_cubic_rto_ssthresh_uses_beta() {
         assert_eq!(r.cwnd(), 1000);
     }
 }
+
+/// RFC 5681 3.2 (4): ssthresh = max(FlightSize / 2, 2 SMSS), from FlightSize (the data
+/// outstanding), not cwnd: four segments outstanding with cwnd at ten give 2 SMSS (before:
+/// 5000, half of cwnd).
+#[test]
+fn rfc5681_3_2_newreno_ssthresh_from_flightsize_not_cwnd() {
+    let mut r = rec(Congestion::NewReno);
+    r.on_sent(us(0), S, 1000, false);
+    r.on_ack(us(1_000), S + 1000, &[], None);
+    send_n(&mut r, us(2_000), S + 1000, 4);
+    assert_eq!(r.cwnd(), 10_000);
+    let o = r.on_ack(us(3_000), S + 1000, &[(S + 2000, S + 5000)], None);
+    assert_eq!(o.lost_marked, 1);
+    assert_eq!(r.stats().ssthresh, 2000, "cwnd {}", r.cwnd());
+    assert_eq!(r.cwnd(), 2000);
+    // Eight outstanding, three of them SACKed: FlightSize counts them all (4000).
+    let mut r = rec(Congestion::NewReno);
+    send_n(&mut r, us(0), S, 8);
+    let o = r.on_ack(us(1_000), S, &[(S + 1000, S + 4000)], None);
+    assert_eq!(o.lost_marked, 1);
+    assert_eq!(r.stats().ssthresh, 4000);
+}
