@@ -1064,10 +1064,20 @@ impl Recovery {
             Congestion::Cubic => {
                 // RFC 9438 4.6: W_max, then cwnd * beta.
                 let w = self.cwnd as f64 / self.smss as f64;
-                self.cubic.w_max = w;
+                // RFC 9438 4.7 (fast convergence): a loss below the last W_max (the
+                // available bandwidth fell, or a new flow takes its share) releases some:
+                // W_max = cwnd * (1 + beta) / 2.
+                self.cubic.w_max = if w < self.cubic.w_max {
+                    w * (1.0 + CUBIC_BETA) / 2.0
+                } else {
+                    w
+                };
                 self.ssthresh = ((self.cwnd as f64 * CUBIC_BETA) as usize).max(2 * self.smss);
                 self.cwnd = self.ssthresh;
-                self.cubic.k = (self.cubic.w_max * (1.0 - CUBIC_BETA) / CUBIC_C).cbrt();
+                // RFC 9438 4.2: K = cbrt((W_max - cwnd_epoch) / C), cwnd_epoch the window
+                // after the reduction (W_max (1 - beta) without fast convergence).
+                let epoch_w = self.cwnd as f64 / self.smss as f64;
+                self.cubic.k = ((self.cubic.w_max - epoch_w).max(0.0) / CUBIC_C).cbrt();
                 self.cubic.epoch = Some(now);
                 self.cubic.unlimited_since = None;
                 self.cubic.w_est = self.cwnd as f64 / self.smss as f64;

@@ -954,3 +954,25 @@ fn rfc5681_3_2_newreno_ssthresh_from_flightsize_not_cwnd() {
     assert_eq!(o.lost_marked, 1);
     assert_eq!(r.stats().ssthresh, 4000);
 }
+
+/// RFC 9438 4.7 fast convergence: a loss while cwnd < W_max sets W_max = cwnd (1 + beta) / 2
+/// (20 segments below a W_max of 30: 17, before: 20), and K follows from it and the reduced
+/// window (4.2: cbrt((17 - 14) / 0.4) = 1.957 s). At or above W_max, W_max = cwnd.
+#[test]
+fn rfc9438_4_7_cubic_fast_convergence() {
+    for (w_max, want_w_max, want_k) in [(30.0, 17.0, 1.957), (15.0, 20.0, 2.466)] {
+        let mut r = rec(Congestion::Cubic);
+        r.cubic.w_max = w_max;
+        r.cwnd = 20_000;
+        send_n(&mut r, us(0), S, 20);
+        let o = r.on_ack(us(1_000), S, &[(S + 1000, S + 20_000)], None);
+        assert_eq!(o.lost_marked, 1);
+        assert!(
+            (r.cubic.w_max - want_w_max).abs() < 0.01,
+            "W_max {} (want {want_w_max})",
+            r.cubic.w_max
+        );
+        assert!((r.cubic.k - want_k).abs() < 0.01, "K {}", r.cubic.k);
+        assert_eq!(r.cwnd(), 14_000);
+    }
+}
