@@ -8,8 +8,9 @@
 //! * A scoreboard of the segments outstanding, in sequence order (RFC 6675's notions: SACKed,
 //!   lost, retransmitted; `in_flight` is its pipe).
 //! * RACK-TLP (RFC 8985): a segment is lost once a segment sent after it was delivered and
-//!   a reordering window passed (6.2); otherwise the reorder timer fires then. A tail loss is
-//!   probed after PTO = 2 SRTT (7.2), not an RTO, so it costs about one RTT (no probe in
+//!   a reordering window passed (6.2; min_RTT / 4, or none in recovery or with three
+//!   segments SACKed until reordering is seen); otherwise the reorder timer fires then. A
+//!   tail loss is probed after PTO = 2 SRTT (7.2), not an RTO, so it costs about one RTT (no probe in
 //!   recovery or while segments are SACKed, 7.2; with or without SACK); one probe per
 //!   flight (7.3, TLP.end_seq): an unanswered probe leaves the rest to the RTO. A probe
 //!   that resent the tail and is answered repaired a loss and the window is reduced (7.4.2;
@@ -275,6 +276,13 @@ pub struct Recovery {
     rack_xmit: Option<Instant>,
     rack_end: TcpSeqNumber,
     rack_rtt: Duration,
+    /// RFC 8985's RACK.fack: the highest end of what an ACK or SACK delivered (kept up
+    /// with SND.UNA, so that it never lies a sequence-space wrap behind).
+    fack: Option<TcpSeqNumber>,
+    /// RFC 8985's RACK.reordering_seen (6.2 step 3): a segment never retransmitted was
+    /// delivered below `fack`, so the network reorders; the reordering window then stays
+    /// open in recovery and with DupThresh segments SACKed (step 4).
+    reordering_seen: bool,
     reorder_at: Option<Instant>,
     pto_at: Option<Instant>,
     /// RFC 8985's TLP.end_seq: the end of what was sent when the last loss probe went
@@ -348,6 +356,8 @@ impl Recovery {
             rack_xmit: None,
             rack_end: TcpSeqNumber(0),
             rack_rtt: Duration::ZERO,
+            fack: None,
+            reordering_seen: false,
             reorder_at: None,
             pto_at: None,
             tlp_end: None,
@@ -688,6 +698,14 @@ impl Recovery {
         }
     }
 
+    /// RACK.fack follows SND.UNA (RFC 8985 6.2: the highest sequence SACKed or ACKed).
+    #[inline(always)]
+    fn advance_fack(&mut self, ack: TcpSeqNumber) {
+        if self.fack.is_none_or(|f| f < ack) {
+            self.fack = Some(ack);
+        }
+    }
+
     /// RACK's update for the most recently sent segment an ACK delivered, sent (last) at
     /// `xmit`, ending at `end`, ever sent more than once or not (`resent`), by an ACK whose
     /// timestamp echo gives `ts_rtt` (RFC 8985 6.2).
@@ -785,6 +803,9 @@ impl Recovery {
             self.rack_delivered(now, xmit, end, resent, ts_rtt);
         }
         self.on_progress(now, out.rtt_sample.is_some());
+        // No segment was SACKed, so none lay below RACK.fack (<= SND.UNA before this ACK):
+        // no reordering to note (RFC 8985 6.2 step 3), only fack to keep up.
+        self.advance_fack(ack);
         if self.segs.is_empty() {
             if tlp_loss {
                 self.reduce_window(now);
@@ -830,9 +851,18 @@ impl Recovery {
                 *latest = Some((s.xmit, s.end, s.resent));
             }
         };
+        // RFC 8985 6.2 step 3: a segment never retransmitted, newly delivered below the
+        // highest sequence delivered before this ACK (RACK.fack), was reordered. (Against
+        // the fack before the ACK: the order of deliveries within one ACK is unknown.)
+        let fack0 = self.fack;
+        let mut reordered = false;
+        let mut below_fack = |end: TcpSeqNumber, s: &Seg| {
+            reordered |= !s.resent && !s.sacked && fack0.is_some_and(|f| end < f);
+        };
         // Cumulative acknowledgement.
         while let Some(front) = self.segs.front().copied() {
             if front.end <= ack {
+                below_fack(front.end, &front);
                 out.newly_acked += front.len();
                 // RFC 6298 3 (Karn): no sample from a segment ever sent twice (`resent`:
                 // `retransmitted` is cleared when a retransmission is marked lost again,
@@ -846,6 +876,7 @@ impl Recovery {
                 self.tally.sub(&front);
                 self.segs.pop_front();
             } else if front.start < ack {
+                below_fack(ack, &front);
                 out.newly_acked += ack - front.start;
                 if !front.sacked {
                     note(&front, &mut delivered_latest);
@@ -868,6 +899,11 @@ impl Recovery {
                     break;
                 }
                 if !s.sacked && s.start >= l && s.end <= r {
+                    below_fack(s.end, s);
+                    self.fack = Some(
+                        self.fack
+                            .map_or(s.end, |f| if s.end > f { s.end } else { f }),
+                    );
                     let before = *s;
                     s.sacked = true;
                     self.tally.change(&before, s);
@@ -876,6 +912,8 @@ impl Recovery {
                 }
             }
         }
+        self.reordering_seen |= reordered;
+        self.advance_fack(ack);
         let progressed = out.newly_acked > 0;
         if progressed {
             if let Some(u) = self.undo.take() {
@@ -1003,10 +1041,11 @@ impl Recovery {
         let Some(rack_xmit) = self.rack_xmit else {
             return 0;
         };
-        // RFC 8985 6.2 step 4 (no reordering observed): no window in loss recovery or once
-        // DupThresh (3) segments are SACKed, else min_RTT / 4 bounded by SRTT.
+        // RFC 8985 6.2 step 4: unless reordering was seen (step 3), no window in loss
+        // recovery or once DupThresh (3) segments are SACKed; else min_RTT / 4 bounded by
+        // SRTT.
         let sacked = self.tally.sacked;
-        let reo_wnd = if self.recover.is_some() || sacked >= 3 {
+        let reo_wnd = if !self.reordering_seen && (self.recover.is_some() || sacked >= 3) {
             Duration::ZERO
         } else {
             let w = self.min_rtt.map_or(Duration::ZERO, |m| m / 4);
@@ -1283,6 +1322,9 @@ impl Recovery {
             self.tlp_retrans_at = None;
             self.reorder_at = None;
             self.rack_xmit = None;
+            // The SACK information is gone (above): what it delivered is no guide to
+            // reordering any more.
+            self.fack = None;
             return TimeoutAction::Retransmit;
         }
         if self.reorder_at.is_some_and(|t| t <= now) {

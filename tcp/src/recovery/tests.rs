@@ -976,3 +976,38 @@ fn rfc9438_4_7_cubic_fast_convergence() {
         assert_eq!(r.cwnd(), 14_000);
     }
 }
+
+/// RFC 8985 6.2 steps 3-4: once reordering was observed (a segment never retransmitted
+/// delivered below RACK.fack, the highest sequence delivered), the reordering window stays
+/// min_RTT / 4 even with DupThresh segments SACKed, so a segment reordered behind three
+/// others is not marked lost at once (before: reordering was never noted, the window was 0
+/// and segment 5 was marked lost: a spurious recovery). Without the earlier reordering it
+/// still is.
+#[test]
+fn rfc8985_6_2_observed_reordering_keeps_the_reordering_window() {
+    for reorder_first in [true, false] {
+        let mut r = rtt_of_1_ms();
+        send_n(&mut r, us(2_000), S + 1000, 4);
+        if reorder_first {
+            // Segment 1 arrives after segment 2 (reordering), never retransmitted.
+            r.on_ack(us(3_000), S + 1000, &[(S + 2000, S + 3000)], None);
+            assert_eq!(r.next_retransmit(), None);
+        }
+        r.on_ack(us(3_100), S + 5000, &[], None);
+        assert_eq!(r.stats().fast_recoveries, 0);
+        assert_eq!(r.reordering_seen, reorder_first);
+        // Next flight: segment 5 reordered behind 6..8 by 100 us.
+        send_n(&mut r, us(3_100), S + 5000, 4);
+        let o = r.on_ack(us(4_200), S + 5000, &[(S + 6000, S + 9000)], None);
+        if reorder_first {
+            assert_eq!(
+                o.lost_marked, 0,
+                "reordering was seen: reo_wnd = min_RTT/4 = 250 us, segment 5 not lost yet"
+            );
+            // The reorder timer marks it lost once the window has passed.
+            assert_eq!(r.poll_timeout(), Some(us(4_450)));
+        } else {
+            assert_eq!(o.lost_marked, 1, "no reordering seen: no window");
+        }
+    }
+}
