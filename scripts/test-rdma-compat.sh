@@ -10,13 +10,28 @@
 #   3. perftest -R: ib_write_bw, ib_read_bw, ib_send_bw, ib_write_lat, ib_read_lat,
 #      ib_send_lat, ib_atomic_bw between two with-warpcore processes, and each of the seven
 #      against iwperf --perftest in both roles;
-#   4. the errors a user hits: no WARPCORE_IP, a bad variable, UD (udaddy).
+#   4. the errors a user hits: no WARPCORE_IP, a bad variable, UD (udaddy);
+#   5. the C contract checks, rdma-compat/tests/c/<contract>.c: clauses of the rdma-core man
+#      pages (object lifetimes, flushes, events), each program printing "ok: <clause>" per
+#      check and "<name>: all checks passed" last; a build error, a crash, a non-zero exit
+#      or a missing last line fails the suite (nothing is skipped).
 # Exits non-zero on the first failure; prints "N passed, N failed".
 #
-#   scripts/test-rdma-compat.sh         # about three minutes
+#   scripts/test-rdma-compat.sh                      # about three minutes
+#   scripts/test-rdma-compat.sh contracts            # 5 only (seconds; the release build)
+#   scripts/test-rdma-compat.sh --debug contracts    # 5 only, on the debug build
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+profile=release
+only=
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --debug) profile=debug; shift ;;
+        contracts) only=contracts; shift ;;
+        *) echo "usage: $0 [--debug] [contracts]" >&2; exit 2 ;;
+    esac
+done
 
 for t in rping ucmatose udaddy rdma_server rdma_client ib_write_bw ib_read_bw ib_send_bw \
     ib_write_lat ib_read_lat ib_send_lat ib_atomic_bw ibv_devices objdump gcc; do
@@ -25,9 +40,20 @@ for t in rping ucmatose udaddy rdma_server rdma_client ib_write_bw ib_read_bw ib
         exit 1
     fi
 done
-cargo build --release -q -p warpcore-rdma-compat -p warpcore-rdmacm -p warpcore-provider-stand-ins \
-    -p warpcore-apps --bin iwperf --bin iwping || exit 1
-WW="$root/scripts/with-warpcore"
+if [[ $only == contracts ]]; then
+    build=(-p warpcore-rdma-compat -p warpcore-rdmacm -p warpcore-provider-stand-ins)
+else
+    build=(-p warpcore-rdma-compat -p warpcore-rdmacm -p warpcore-provider-stand-ins
+        -p warpcore-apps --bin iwperf --bin iwping)
+fi
+if [[ $profile == release ]]; then
+    cargo build --release -q "${build[@]}" || exit 1
+    WW="$root/scripts/with-warpcore"
+else
+    [[ $only == contracts ]] || { echo "--debug runs the contract checks only: add 'contracts'" >&2; exit 2; }
+    cargo build -q "${build[@]}" || exit 1
+    WW="$root/scripts/with-warpcore --debug"
+fi
 IWPERF="$root/target/release/iwperf"
 IWPING="$root/target/release/iwping"
 work=$(mktemp -d /tmp/rdma-compat-test.XXXXXX)
@@ -50,9 +76,42 @@ bad() {
     exit 1
 }
 
+# --- 5. the C contract checks ---------------------------------------------------------------
+# Built against the system's headers and libraries as Debian's gcc builds a program
+# (-Wl,--as-needed), run through with-warpcore. contract NAME: one process (it needs no
+# peer); contract_pair NAME PORT: NAME -s ADDR PORT in a server process, NAME -c ADDR PORT
+# (the checks) in a client process.
+contract_build() {
+    gcc -O2 -Wall -Werror -Wl,--as-needed -I rdma-compat/tests/c -o "$work/$1" "rdma-compat/tests/c/$1.c" \
+        -lrdmacm -libverbs \
+        || bad "$1.c does not build against the system's libibverbs-dev/librdmacm-dev"
+}
+contract_done() { # NAME LOG: the last line says every check passed
+    grep -q "^$1: all checks passed" "$2" || bad "$1: not every check passed"
+    ok "$1: $(grep -c "^ok:" "$2") checks passed"
+}
+contract() {
+    local name=$1
+    shift
+    contract_build "$name"
+    rm -f "$sock" "$work"/*.log
+    timeout 60 $(srv) "$work/$name" "$@" >"$work/$name.log" 2>&1 || bad "$name exited $?"
+    contract_done "$name" "$work/$name.log"
+}
+contract_pair() {
+    local name=$1 port=$2
+    contract_build "$name"
+    pair "$name" $(srv) "$work/$name" -s 10.77.0.1 "$port" :: $(cli) "$work/$name" -c 10.77.0.1 "$port"
+    contract_done "$name" "$work/client.log"
+}
+contracts() {
+    contract lifetime_ebusy
+}
+
 # --- 1. symbols and versions -----------------------------------------------------------
-"$WW" --memif-server "$sock" --ip 10.77.0.1 -- true || bad "with-warpcore could not lay out the libraries"
-lib="$root/target/warpcore-rdma-release"
+lib="$root/target/warpcore-rdma-$profile"
+if [[ -z $only ]]; then
+$WW --memif-server "$sock" --ip 10.77.0.1 -- true || bad "with-warpcore could not lay out the libraries"
 # Every function the drop-in exports is exported by the system's library with the same
 # default version (an application linked against the system's finds it here).
 sysdef() { objdump -T "$1" | awk '$2=="g" && $4 !~ /^\(/ && $3 != "*UND*" {print $NF, $(NF-1)}' | sort; }
@@ -76,9 +135,10 @@ for p in rping ucmatose rdma_server rdma_client ib_write_bw ib_read_bw ib_send_b
     fi
 done
 ok "rdmacm-utils and perftest load against the drop-ins with every symbol bound"
-devs=$("$WW" --memif-server "$sock" --ip 10.77.0.1 -- ibv_devices 2>&1)
+devs=$($WW --memif-server "$sock" --ip 10.77.0.1 -- ibv_devices 2>&1)
 grep -q "warpcore0" <<<"$devs" || bad "ibv_devices does not list warpcore0: $devs"
 ok "ibv_devices lists warpcore0"
+fi
 
 # --- helpers: two with-warpcore processes over a fresh memif socket --------------------
 # pair NAME SERVER_COMMAND... :: CLIENT_COMMAND...: the server runs in the background (memif
@@ -115,8 +175,15 @@ pair() {
         bad "$name: the server failed"
     fi
 }
-srv() { echo "$WW" --poll-mode "$MODE" --memif-server "$sock" --ip 10.77.0.1 --; }
-cli() { echo "$WW" --poll-mode "$MODE" --memif "$sock" --ip 10.77.0.2 --; }
+srv() { echo $WW --poll-mode "$MODE" --memif-server "$sock" --ip 10.77.0.1 --; }
+cli() { echo $WW --poll-mode "$MODE" --memif "$sock" --ip 10.77.0.2 --; }
+
+if [[ $only == contracts ]]; then
+    contracts
+    echo "$passed passed, $failed failed"
+    [[ $failed -eq 0 ]]
+    exit
+fi
 
 # --- 2. rdmacm-utils -------------------------------------------------------------------
 pair "rping" $(srv) rping -s -a 10.77.0.1 -v -V -C 10 :: $(cli) rping -c -a 10.77.0.1 -v -V -C 10
@@ -194,6 +261,10 @@ rc=$?
 [[ $rc -ne 0 && $rc -ne 124 && $rc -lt 128 ]] || bad "udaddy: exit $rc (a crash, a hang or a success): $out"
 grep -q "RDMA_PS_TCP" <<<"$out" || bad "udaddy: the refusal is not explained: $out"
 ok "udaddy (UD) is refused, exit $rc: $(grep RDMA_PS_TCP <<<"$out" | head -1)"
+
+# --- 5. ----------------------------------------------------------------------------------
+MODE=thread
+contracts
 
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -568,12 +568,40 @@ pub(crate) unsafe fn destroy<P, T>(p: *mut P) -> c_int {
     })
 }
 
+/// How many objects use this one: the QPs of a CQ or an SRQ; the MRs, MWs, SRQs and QPs
+/// of a PD. Its destroy fails with `EBUSY` while any does (ibv_create_cq(3): "fails if any
+/// queue pair is still associated with this CQ"; ibv_alloc_pd(3), ibv_create_srq(3)), so
+/// that no user is left pointing at freed memory.
+#[derive(Debug, Default)]
+pub(crate) struct Uses(AtomicUsize);
+
+impl Uses {
+    fn add(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn remove(&self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn busy(&self) -> bool {
+        self.0.load(Ordering::Acquire) != 0
+    }
+}
+
+/// A user of `p`'s PD (an MR, MW, SRQ or QP) comes or goes.
+fn pd_uses(p: *mut ibv_pd) -> Option<&'static Uses> {
+    // SAFETY: p is NULL or a live PD of ours: a PD is not freed while it has users.
+    unsafe { pd_ref(p) }.map(|p| &p.uses)
+}
+
 // ---------------------------------------------------------------- protection domains
 
 #[repr(C)]
 pub(crate) struct Pd {
     pub ibv: ibv_pd,
     pub pd: wv::ProtectionDomain,
+    uses: Uses,
 }
 
 /// # Safety
@@ -600,6 +628,7 @@ pub extern "C" fn __wc_ibv_alloc_pd(c: *mut ibv_context) -> *mut ibv_pd {
                 handle: 0,
             },
             pd: e.ctx.alloc_pd(),
+            uses: Uses::default(),
         });
         Box::into_raw(b).cast()
     })
@@ -607,6 +636,10 @@ pub extern "C" fn __wc_ibv_alloc_pd(c: *mut ibv_context) -> *mut ibv_pd {
 
 #[no_mangle]
 pub extern "C" fn __wc_ibv_dealloc_pd(p: *mut ibv_pd) -> c_int {
+    // ibv_alloc_pd(3): deallocating fails while MRs, MWs, SRQs or QPs use the PD.
+    if pd_uses(p).is_some_and(Uses::busy) {
+        return crate::EBUSY;
+    }
     // SAFETY: p is NULL or ours (the matching create), no longer used by the caller.
     unsafe { destroy::<_, Pd>(p) }
 }
@@ -677,6 +710,7 @@ fn reg_mr(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, flags: c_in
         match p.pd.register_with_base(region, access, iova) {
             Ok(mr) => {
                 let stag = mr.stag();
+                p.uses.add();
                 let b = Box::new(Mr {
                     ibv: ibv_mr {
                         context: p.ibv.context,
@@ -733,8 +767,16 @@ pub extern "C" fn __wc_ibv_reg_mr_iova2(
 
 #[no_mangle]
 pub extern "C" fn __wc_ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    // SAFETY: mr is NULL or ours (the matching create).
+    let pd = unsafe { mr.as_ref() }.map_or(null_mut(), |m| m.pd);
     // SAFETY: mr is NULL or ours (the matching create), no longer used by the caller.
-    unsafe { destroy::<_, Mr>(mr) }
+    let r = unsafe { destroy::<_, Mr>(mr) };
+    if r == 0 {
+        if let Some(u) = pd_uses(pd) {
+            u.remove();
+        }
+    }
+    r
 }
 
 // ---------------------------------------------------------------- memory windows
@@ -769,7 +811,10 @@ unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, ty: ibv_mw_type) -> *mut ibv_mw {
                     handle: mw.stag(),
                     type_: ty,
                 },
-                mw,
+                mw: {
+                    p.uses.add();
+                    mw
+                },
             }))
             .cast(),
             Err(e) => {
@@ -781,8 +826,16 @@ unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, ty: ibv_mw_type) -> *mut ibv_mw {
 }
 
 unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
+    // SAFETY: mw is NULL or ours (the matching create).
+    let pd = unsafe { mw.as_ref() }.map_or(null_mut(), |m| m.pd);
     // SAFETY: mw is NULL or ours (the matching create), no longer used by the caller.
-    unsafe { destroy::<_, Mw>(mw) }
+    let r = unsafe { destroy::<_, Mw>(mw) };
+    if r == 0 {
+        if let Some(u) = pd_uses(pd) {
+            u.remove();
+        }
+    }
+    r
 }
 
 /// The window rights of `mw_access_flags`.
@@ -904,6 +957,8 @@ pub(crate) struct Cq {
     /// Work requests posted to a queue pair in the error state: the verbs accept them and
     /// complete them with a flush error, which the engine's typed API refuses instead.
     flushed: Mutex<std::collections::VecDeque<ibv_wc>>,
+    /// The QPs completing into it (a QP whose send and receive CQ it is counts twice).
+    uses: Uses,
 }
 
 /// Whether a post failed only because the QP is closing or in error: the verbs complete
@@ -976,6 +1031,7 @@ pub extern "C" fn __wc_ibv_create_cq(
                     cq,
                     chan,
                     flushed: Mutex::default(),
+                    uses: Uses::default(),
                 }));
                 // SAFETY: chan is NULL or ours.
                 if let Some(ch) = unsafe { chan.as_ref() } {
@@ -997,10 +1053,16 @@ pub extern "C" fn __wc_ibv_create_cq(
 #[no_mangle]
 pub extern "C" fn __wc_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     guard(EINVAL, || {
-        if cq.is_null() {
+        // SAFETY: cq is NULL or came from ibv_create_cq.
+        let Some(c) = (unsafe { cq_ref(cq) }) else {
             return EINVAL;
+        };
+        // ibv_create_cq(3): destroying fails while a QP uses the CQ (the QP would write
+        // its completions, flushed ones included, into freed memory).
+        if c.uses.busy() {
+            return crate::EBUSY;
         }
-        // SAFETY: cq came from ibv_create_cq.
+        // SAFETY: cq came from ibv_create_cq and no QP uses it.
         let b = unsafe { Box::from_raw(cq.cast::<Cq>()) };
         // SAFETY: its channel outlives it (destroying a channel in use is refused).
         if let Some(ch) = unsafe { b.chan.as_ref() } {
@@ -1194,6 +1256,8 @@ pub(crate) struct Srq {
     ibv: ibv_srq,
     pub srq: wv::SharedReceiveQueue,
     limit: u32,
+    /// The QPs receiving through it.
+    uses: Uses,
 }
 
 #[no_mangle]
@@ -1219,7 +1283,9 @@ pub extern "C" fn __wc_ibv_create_srq(
                     },
                     srq,
                     limit: 0,
+                    uses: Uses::default(),
                 });
+                p.uses.add();
                 Box::into_raw(b).cast()
             }
             Err(e) => {
@@ -1272,8 +1338,23 @@ pub extern "C" fn __wc_ibv_query_srq(s: *mut ibv_srq, attr: *mut ibv_srq_attr) -
 
 #[no_mangle]
 pub extern "C" fn __wc_ibv_destroy_srq(s: *mut ibv_srq) -> c_int {
-    // SAFETY: s is NULL or ours (the matching create), no longer used by the caller.
-    unsafe { destroy::<_, Srq>(s) }
+    // SAFETY: s is NULL or ours (the matching create).
+    let Some(q) = (unsafe { s.cast::<Srq>().as_ref() }) else {
+        return EINVAL;
+    };
+    // ibv_create_srq(3): destroying fails while a QP uses the SRQ.
+    if q.uses.busy() {
+        return crate::EBUSY;
+    }
+    let pd = q.ibv.pd;
+    // SAFETY: s is ours, no longer used by the caller nor by any QP.
+    let r = unsafe { destroy::<_, Srq>(s) };
+    if r == 0 {
+        if let Some(u) = pd_uses(pd) {
+            u.remove();
+        }
+    }
+    r
 }
 
 /// The SGE list of a work request as Warpcore SGEs.
@@ -1425,6 +1506,12 @@ pub(crate) fn create_qp(
         init = init.with_srq(&s.srq);
     }
     let qp = p.pd.create_qp(&init).map_err(|e| errno_of(&e))?;
+    p.uses.add();
+    scq.uses.add();
+    rcq.uses.add();
+    if let Some(s) = srq {
+        s.uses.add();
+    }
     cap.max_send_sge = max_sge;
     cap.max_recv_sge = max_sge;
     let qpn = qp.id().qpn();
@@ -1481,7 +1568,24 @@ pub extern "C" fn __wc_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         }
         crate::cm::forget_qp(qp);
         // SAFETY: as above; the application is done with it.
-        drop(unsafe { Box::from_raw(qp.cast::<Qp>()) });
+        let b = unsafe { Box::from_raw(qp.cast::<Qp>()) };
+        let (pd, scq, rcq, srq) = (b.ibv.pd, b.ibv.send_cq, b.ibv.recv_cq, b.ibv.srq);
+        drop(b);
+        // The QP is gone: its PD, CQs and SRQ may be destroyed now (each outlived it,
+        // its use counted).
+        if let Some(u) = pd_uses(pd) {
+            u.remove();
+        }
+        for c in [scq, rcq] {
+            // SAFETY: the CQs are ours and live (a CQ with users is not freed).
+            if let Some(c) = unsafe { cq_ref(c) } {
+                c.uses.remove();
+            }
+        }
+        // SAFETY: the SRQ is NULL or ours and live (an SRQ with users is not freed).
+        if let Some(s) = unsafe { srq.cast::<Srq>().as_ref() } {
+            s.uses.remove();
+        }
         0
     })
 }
