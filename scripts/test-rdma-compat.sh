@@ -106,6 +106,7 @@ contract_pair() {
 }
 contracts() {
     contract lifetime_ebusy
+    contract_pair destroy_id_cancels 7480
 }
 
 # --- 1. symbols and versions -----------------------------------------------------------

@@ -35,6 +35,11 @@ use crate::{
 };
 
 const AF_INET: u16 = 2;
+const MSG_DONTWAIT: c_int = 0x40;
+
+extern "C" {
+    fn recv(fd: c_int, buf: *mut c_void, len: usize, flags: c_int) -> isize;
+}
 
 /// An event channel: the public struct first.
 #[repr(C)]
@@ -63,6 +68,33 @@ impl Chan {
             .unwrap_or_else(|e| e.into_inner())
             .push_back(ev as usize);
         let _ = std::io::Write::write(&mut &self.tx, &[1]);
+    }
+
+    /// Takes the queued events of `id` out of the queue (those naming it as their id, and
+    /// for a listener the connection requests naming it as their `listen_id`), each with
+    /// one token of the descriptor, so that none is handed out once the id is freed
+    /// (rdma_destroy_id(3) cancels what is outstanding).
+    fn purge(&self, id: *mut rdma_cm_id) -> Vec<*mut Ev> {
+        let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        q.retain(|&e| {
+            // SAFETY: a queued event is ours and live until taken.
+            let ev = unsafe { &(*(e as *mut Ev)).ev };
+            let mine = ev.id == id || ev.listen_id == id;
+            if mine {
+                out.push(e as *mut Ev);
+            }
+            !mine
+        });
+        for _ in &out {
+            // A reader that holds the token of a purged event finds the queue one short
+            // and reads again, as after any token without an event.
+            let mut tok = 0u8;
+            // SAFETY: recv(2) into one octet of ours, on our socket, without waiting (the
+            // descriptor's own mode is the application's).
+            unsafe { recv(self.rx.as_raw_fd(), (&raw mut tok).cast(), 1, MSG_DONTWAIT) };
+        }
+        out
     }
 
     /// The next event, blocking unless the descriptor is non-blocking.
@@ -157,6 +189,10 @@ struct IdState {
     sync: bool,
     /// `rdma_create_ep` on a passive id: the QP attributes for `rdma_get_request`'s children.
     ep_attr: Option<ibv_qp_init_attr>,
+    /// Events naming this id (as `id` or `listen_id`) that `rdma_get_cm_event` handed out
+    /// and `rdma_ack_cm_event` has not taken back: `rdma_destroy_id` waits for them, as
+    /// librdmacm's does (rdma_ack_cm_event(3)).
+    unacked: usize,
 }
 
 #[repr(C)]
@@ -540,6 +576,15 @@ pub extern "C" fn __wc_rdma_get_cm_event(
         let c = unsafe { &*ch.cast::<Chan>() };
         match c.take() {
             Ok(e) => {
+                // SAFETY: a queued event is ours; its ids are live (a destroyed id's
+                // events are purged from the queue first).
+                let ev = unsafe { &(*e).ev };
+                for p in [ev.id, ev.listen_id] {
+                    // SAFETY: as above.
+                    if let Some(i) = unsafe { id_ref(p) } {
+                        i.lock().unacked += 1;
+                    }
+                }
                 // SAFETY: out is the caller's.
                 unsafe { *out = e.cast() };
                 0
@@ -556,7 +601,14 @@ pub extern "C" fn __wc_rdma_ack_cm_event(ev: *mut rdma_cm_event) -> c_int {
             return fail(EINVAL, -1);
         }
         // SAFETY: ev came from rdma_get_cm_event and is acknowledged once.
-        drop(unsafe { Box::from_raw(ev.cast::<Ev>()) });
+        let b = unsafe { Box::from_raw(ev.cast::<Ev>()) };
+        for p in [b.ev.id, b.ev.listen_id] {
+            // SAFETY: an id is not freed while an event naming it is unacknowledged.
+            if let Some(i) = unsafe { id_ref(p) } {
+                let mut st = i.lock();
+                st.unacked = st.unacked.saturating_sub(1);
+            }
+        }
         0
     })
 }
@@ -662,8 +714,27 @@ pub extern "C" fn __wc_rdma_destroy_id(p: *mut rdma_cm_id) -> c_int {
             reg.listeners.retain(|_, v| *v != p as usize);
             reg.qps.retain(|_, v| *v != p as usize);
         }
+        // Unregistered, the id gets no new event from the dispatcher; those queued are
+        // cancelled (rdma_destroy_id(3)): a listener's connection requests with the child
+        // ids they made (destroying a child refuses its request).
+        // SAFETY: p came from rdma_create_id or a connect request and is live.
+        let me = unsafe { &*p.cast::<Id>() };
+        if let Some(ch) = chan_of(me) {
+            for e in ch.purge(p) {
+                // SAFETY: an event of ours, taken out of the queue: nobody else has it.
+                let ev = unsafe { Box::from_raw(e) };
+                if ev.ev.event == RDMA_CM_EVENT_CONNECT_REQUEST && ev.ev.listen_id == p {
+                    __wc_rdma_destroy_id(ev.ev.id);
+                }
+            }
+        }
+        // Events handed out and not yet acknowledged still point at it: wait for their
+        // acknowledgements, as librdmacm does.
+        while me.lock().unacked > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         // SAFETY: p came from rdma_create_id or a connect request; the application is
-        // done with it.
+        // done with it and no event names it any more.
         let b = unsafe { Box::from_raw(p.cast::<Id>()) };
         let st = b.st.into_inner().unwrap_or_else(|e| e.into_inner());
         if let Some(req) = st.request.as_ref().filter(|_| st.qp.is_none()) {
