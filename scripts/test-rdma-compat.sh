@@ -107,6 +107,7 @@ contract_pair() {
 contracts() {
     contract lifetime_ebusy
     contract_pair destroy_id_cancels 7480
+    contract_pair flush_order_notify 7482
 }
 
 # --- 1. symbols and versions -----------------------------------------------------------

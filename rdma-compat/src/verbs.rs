@@ -954,9 +954,6 @@ pub(crate) struct Cq {
     pub ibv: ibv_cq,
     pub cq: wv::CompletionQueue,
     chan: *mut Chan,
-    /// Work requests posted to a queue pair in the error state: the verbs accept them and
-    /// complete them with a flush error, which the engine's typed API refuses instead.
-    flushed: Mutex<std::collections::VecDeque<ibv_wc>>,
     /// The QPs completing into it (a QP whose send and receive CQ it is counts twice).
     uses: Uses,
 }
@@ -971,18 +968,14 @@ fn flushes(e: &wv::Error) -> bool {
     )
 }
 
-fn push_flush(cq: *mut ibv_cq, wr_id: u64, qp_num: u32, opcode: ibv_wc_opcode) {
-    // SAFETY: a QP's CQs outlive it.
+/// Completes a work request posted to a queue pair in the error state with a flush error
+/// (the verbs accept it; the engine's typed API refuses it): into the engine's queue,
+/// behind the flushes of the requests posted before it (posting order), signalling the
+/// channel of an armed CQ (ibv_req_notify_cq(3)).
+fn push_flush(cq: *mut ibv_cq, wr_id: u64, qp: wv::QpId, opcode: WcOpcode) {
+    // SAFETY: a QP's CQs outlive it (a CQ with QPs is not destroyed).
     if let Some(c) = unsafe { cq_ref(cq) } {
-        let mut w: ibv_wc = Default::default();
-        w.wr_id = wr_id;
-        w.status = IBV_WC_WR_FLUSH_ERR;
-        w.opcode = opcode;
-        w.qp_num = qp_num;
-        c.flushed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(w);
+        c.cq.push_flushed(wr_id, qp, opcode);
     }
 }
 
@@ -1030,7 +1023,6 @@ pub extern "C" fn __wc_ibv_create_cq(
                     },
                     cq,
                     chan,
-                    flushed: Mutex::default(),
                     uses: Uses::default(),
                 }));
                 // SAFETY: chan is NULL or ours.
@@ -1196,15 +1188,6 @@ fn poll_cq_inner(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
             return -1;
         }
         let mut done = 0usize;
-        {
-            let mut f = q.flushed.lock().unwrap_or_else(|e| e.into_inner());
-            while done < n as usize {
-                let Some(w) = f.pop_front() else { break };
-                // SAFETY: wc has room for n entries.
-                unsafe { wc.add(done).write(w) };
-                done += 1;
-            }
-        }
         let mut buf = [Completion {
             wr_id: 0,
             qp: wv::QpId {
@@ -1753,7 +1736,7 @@ unsafe extern "C" fn post_send(
             let w = unsafe { &*wr };
             let r = match post_one(q, w) {
                 Err(Posted::Engine(e)) if flushes(&e) => {
-                    push_flush(q.ibv.send_cq, w.wr_id, q.ibv.qp_num, IBV_WC_SEND);
+                    push_flush(q.ibv.send_cq, w.wr_id, q.qp.id(), WcOpcode::Send);
                     Ok(())
                 }
                 Err(Posted::Engine(e)) => Err(errno_of(&e)),
@@ -1865,7 +1848,7 @@ unsafe extern "C" fn post_recv(
             wr,
             bad,
             |r| q.qp.post_recv(r),
-            |id| push_flush(q.ibv.recv_cq, id, q.ibv.qp_num, IBV_WC_RECV),
+            |id| push_flush(q.ibv.recv_cq, id, q.qp.id(), WcOpcode::Recv),
         )
     })
 }

@@ -1314,6 +1314,26 @@ impl CompletionQueue {
         self.driver.pop_into(&self.cq, out)
     }
 
+    /// Appends a flushed completion (`WcStatus::FlushErr`) of work request `wr_id` of
+    /// queue pair `qp` behind those already queued, as the engine's own flushes are: a
+    /// layer above that accepts work requests on a QP in the error state (the verbs
+    /// complete them flushed where [`QueuePair::post_send`] refuses them) keeps each work
+    /// queue's completions in posting order, and an armed queue signals its channel. A
+    /// full queue loses it and raises [`Self::overrun`], as an engine completion would.
+    pub fn push_flushed(&self, wr_id: u64, qp: QpId, opcode: WcOpcode) {
+        self.cq.push(Completion {
+            wr_id,
+            qp,
+            opcode,
+            status: WcStatus::FlushErr,
+            byte_len: 0,
+            solicited: false,
+            invalidated: None,
+            imm: None,
+            atomic_orig: None,
+        });
+    }
+
     /// Takes one completion if there is one.
     pub fn poll_one(&self) -> Option<Completion> {
         self.driver.pop(&self.cq)
