@@ -1609,11 +1609,17 @@ pub extern "C" fn __wc_ibv_modify_qp(
             return 0;
         }
         match a.qp_state {
-            IBV_QPS_ERR => {
-                let _ = q.qp.abort();
-                q.ibv.state = IBV_QPS_ERR;
-                0
-            }
+            // A move to ERR flushes every outstanding work request (the engine's abort:
+            // a connected QP resets its stream, an idle one just flushes) before it
+            // returns; a QP already in error or terminated stays so.
+            IBV_QPS_ERR => match q.qp.abort() {
+                Ok(())
+                | Err(wv::Error::InvalidState(wv::QpState::Error | wv::QpState::Terminate)) => {
+                    q.ibv.state = IBV_QPS_ERR;
+                    0
+                }
+                Err(e) => errno_of(&e),
+            },
             // The iWARP connection manager moves the QP to RTS when MPA completes; the
             // transitions an application makes before that (INIT, RTR, RTS, as librdmacm's
             // rdma_init_qp_attr tells it) change nothing here.

@@ -296,13 +296,19 @@ impl<D: PollDevice> EngineCore<D> {
         }
     }
 
-    /// Abortive close: RST at once, everything outstanding is flushed.
+    /// Abortive close: RST at once, everything outstanding is flushed. A QP that never
+    /// connected (idle) has no stream to reset: it moves to the error state and its posted
+    /// receives are flushed (the verbs' move to ERR), with no event.
     pub fn abort(&mut self, id: QpId) -> Result<(), EngineError> {
         if !self.posted_out.is_empty() {
             self.complete_posted_out();
         }
         let q = self.qp_mut(id)?;
         let Some(c) = q.conn.take() else {
+            if q.state == QpState::Idle {
+                q.flush();
+                return Ok(());
+            }
             return Err(EngineError::InvalidState(q.state));
         };
         q.flush();
