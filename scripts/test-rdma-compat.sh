@@ -109,6 +109,11 @@ contracts() {
     contract_pair destroy_id_cancels 7480
     contract_pair flush_order_notify 7482
     contract modify_qp_err_flush
+    # Only meaningful if the program itself does not need libibverbs.so.1.
+    contract_build rdmacm_only_as_needed
+    ! objdump -p "$work/rdmacm_only_as_needed" | grep -q "NEEDED *libibverbs" \
+        || bad "rdmacm_only_as_needed links libibverbs.so.1 itself: the check would prove nothing"
+    contract rdmacm_only_as_needed
 }
 
 # --- 1. symbols and versions -----------------------------------------------------------

@@ -48,4 +48,15 @@ fn main() {
         out.join("rdmacm.map").display()
     );
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,librdmacm.so.1");
+    // The entry points jump into libibverbs.so.1 (`__wc_*`): it must be a DT_NEEDED of
+    // ours, as it is of Debian's librdmacm.so.1, or a program that calls only rdma_*
+    // functions, linked with -Wl,--as-needed (Debian's gcc default), has no libibverbs
+    // loaded and fails with "undefined symbol: __wc_rdma_...". The system's library gives
+    // the entry its name (its soname, libibverbs.so.1); at run time the loader finds ours
+    // first (with-warpcore's LD_LIBRARY_PATH).
+    let sys = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1";
+    if !std::path::Path::new(sys).exists() {
+        panic!("{sys} is missing: install libibverbs-dev (scripts/install-deps.sh does)");
+    }
+    println!("cargo:rustc-cdylib-link-arg=-Wl,--no-as-needed,{sys}");
 }
