@@ -52,11 +52,9 @@ fn main() {
     // ours, as it is of Debian's librdmacm.so.1, or a program that calls only rdma_*
     // functions, linked with -Wl,--as-needed (Debian's gcc default), has no libibverbs
     // loaded and fails with "undefined symbol: __wc_rdma_...". The system's library gives
-    // the entry its name (its soname, libibverbs.so.1); at run time the loader finds ours
-    // first (with-warpcore's LD_LIBRARY_PATH).
-    let sys = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1";
-    if !std::path::Path::new(sys).exists() {
-        panic!("{sys} is missing: install libibverbs-dev (scripts/install-deps.sh does)");
-    }
-    println!("cargo:rustc-cdylib-link-arg=-Wl,--no-as-needed,{sys}");
+    // the entry its name (its soname, libibverbs.so.1), found on the linker's own search
+    // path (any architecture's; libibverbs1, which scripts/install-deps.sh installs with
+    // libibverbs-dev); at run time the loader finds ours first (with-warpcore's
+    // LD_LIBRARY_PATH).
+    println!("cargo:rustc-cdylib-link-arg=-Wl,--no-as-needed,-l:libibverbs.so.1,--as-needed");
 }

@@ -424,7 +424,9 @@ pub(super) fn predict<'a>(
         return None;
     }
     let be16 = |at: usize| u16::from_be_bytes([tcp[at], tcp[at + 1]]);
-    if be16(0) != remote_port || be16(2) != local_port {
+    // Port 0 is no connection's (the general parse refuses it, as smoltcp's does): a
+    // tuple of one never matches.
+    if be16(0) != remote_port || be16(2) != local_port || remote_port == 0 || local_port == 0 {
         return None;
     }
     let hl = usize::from(tcp[12] >> 4) * 4;
