@@ -10,7 +10,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::os::fd::AsRawFd;
 use std::ptr::{self, null_mut};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use warpcore_verbs as wv;
@@ -895,6 +895,8 @@ pub(crate) struct Chan {
     ibv: ibv_comp_channel,
     ch: wv::CompletionChannel,
     /// Our CQs on this channel, by engine id, to turn an event back into its `ibv_cq`.
+    /// `ibv_get_cq_event` counts an event on a CQ while holding this lock, and
+    /// `ibv_destroy_cq` takes the CQ out under it before waiting for the events counted.
     cqs: Mutex<std::collections::HashMap<u64, usize>>,
 }
 
@@ -956,6 +958,17 @@ pub(crate) struct Cq {
     chan: *mut Chan,
     /// The QPs completing into it (a QP whose send and receive CQ it is counts twice).
     uses: Uses,
+    /// Its completion events: delivered by `ibv_get_cq_event`, acknowledged by
+    /// `ibv_ack_cq_events`; `ibv_destroy_cq` waits (on `all_acked`) until they are equal.
+    events: Mutex<Events>,
+    all_acked: Condvar,
+}
+
+/// A CQ's completion event counts (ibv_get_cq_event(3)).
+#[derive(Default)]
+struct Events {
+    delivered: u64,
+    acked: u64,
 }
 
 /// Whether a post failed only because the QP is closing or in error: the verbs complete
@@ -1024,6 +1037,8 @@ pub extern "C" fn __wc_ibv_create_cq(
                     cq,
                     chan,
                     uses: Uses::default(),
+                    events: Mutex::default(),
+                    all_acked: Condvar::new(),
                 }));
                 // SAFETY: chan is NULL or ours.
                 if let Some(ch) = unsafe { chan.as_ref() } {
@@ -1054,16 +1069,26 @@ pub extern "C" fn __wc_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         if c.uses.busy() {
             return crate::EBUSY;
         }
-        // SAFETY: cq came from ibv_create_cq and no QP uses it.
-        let b = unsafe { Box::from_raw(cq.cast::<Cq>()) };
+        // Off its channel first: ibv_get_cq_event delivers no event of it after this.
         // SAFETY: its channel outlives it (destroying a channel in use is refused).
-        if let Some(ch) = unsafe { b.chan.as_ref() } {
+        if let Some(ch) = unsafe { c.chan.as_ref() } {
             ch.cqs
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .remove(&b.cq.id());
+                .remove(&c.cq.id());
         }
-        drop(b);
+        // ibv_get_cq_event(3): "destroying a CQ will wait for all completion events to be
+        // acknowledged" (the application may still hold the CQ of an event it has not
+        // acknowledged; rdma-core waits likewise).
+        let mut ev = c.events.lock().unwrap_or_else(|e| e.into_inner());
+        while ev.acked < ev.delivered {
+            ev = c.all_acked.wait(ev).unwrap_or_else(|e| e.into_inner());
+        }
+        drop(ev);
+        // SAFETY: cq came from ibv_create_cq; no QP uses it, no event of it can be
+        // delivered any more (it is off its channel) and every one delivered has been
+        // acknowledged, so nothing else refers to it.
+        drop(unsafe { Box::from_raw(cq.cast::<Cq>()) });
         0
     })
 }
@@ -1090,20 +1115,23 @@ pub extern "C" fn __wc_ibv_get_cq_event(
         loop {
             match c.ch.get_event(timeout) {
                 Ok(q) => {
-                    let found = c
-                        .cqs
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .get(&q.id())
-                        .copied();
+                    let cqs = c.cqs.lock().unwrap_or_else(|e| e.into_inner());
                     // An event of a CQ destroyed meanwhile: wait for the next one.
-                    let Some(p) = found else { continue };
+                    let Some(&p) = cqs.get(&q.id()) else { continue };
                     let p = p as *mut Cq;
-                    // SAFETY: p is a live CQ registered on this channel; out-pointers are
-                    // the caller's.
+                    // SAFETY: p is registered on this channel and we hold the channel's
+                    // lock: ibv_destroy_cq takes a CQ off the channel under this lock
+                    // before it frees it, so the CQ is alive here.
+                    let r = unsafe { &*p };
+                    // Counted before the lock is released: a destroy that takes the CQ off
+                    // after this waits for this event's acknowledgement.
+                    r.events.lock().unwrap_or_else(|e| e.into_inner()).delivered += 1;
+                    let context = r.ibv.cq_context;
+                    drop(cqs);
+                    // SAFETY: out-pointers are the caller's (checked non-NULL above).
                     unsafe {
                         *cq = p.cast();
-                        *cq_context = (*p).ibv.cq_context;
+                        *cq_context = context;
                     }
                     return 0;
                 }
@@ -1121,8 +1149,18 @@ pub extern "C" fn __wc_ibv_get_cq_event(
 }
 
 #[no_mangle]
-pub extern "C" fn __wc_ibv_ack_cq_events(_cq: *mut ibv_cq, _n: c_uint) {
-    // Events are not counted against destroy: ibv_destroy_cq never waits.
+pub extern "C" fn __wc_ibv_ack_cq_events(cq: *mut ibv_cq, n: c_uint) {
+    guard((), || {
+        // SAFETY: cq is NULL or a CQ of ours whose events the caller acknowledges: it is
+        // not freed before they are (ibv_destroy_cq waits for this acknowledgement).
+        let Some(c) = (unsafe { cq_ref(cq) }) else {
+            return;
+        };
+        let mut ev = c.events.lock().unwrap_or_else(|e| e.into_inner());
+        ev.acked += u64::from(n);
+        // Under the lock: a waiting destroy frees the CQ only after this guard is dropped.
+        c.all_acked.notify_all();
+    })
 }
 
 pub(crate) fn wc_of(c: &Completion) -> ibv_wc {

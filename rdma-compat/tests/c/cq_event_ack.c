@@ -1,0 +1,138 @@
+/*
+ * Contract: completion events are counted.
+ *   ibv_get_cq_event(3): "All completion events that ibv_get_cq_event() returns must be
+ *     acknowledged using ibv_ack_cq_events()", and "destroying a CQ will wait for all
+ *     completion events to be acknowledged" (rdma-core: ibv_destroy_cq blocks until the
+ *     events acknowledged equal the events delivered).
+ * (a) get an event, acknowledge it, destroy the CQ: it succeeds at once; (b) get an event
+ * and leave it unacknowledged: ibv_destroy_cq, called from a second thread, returns only
+ * after the main thread acknowledges it 200 ms later. Before the fix ibv_ack_cq_events was
+ * a no-op and ibv_destroy_cq freed the CQ at once, under the unacknowledged event. The
+ * event comes from a receive posted to a QP in the error state (its flushed completion
+ * signals the armed CQ's channel). One process, no peer:
+ *   cq_event_ack
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <infiniband/verbs.h>
+
+static const char *contract_name = "cq_event_ack";
+#include "contract.h"
+
+static struct ibv_context *ctx;
+static struct ibv_pd *pd;
+static struct ibv_mr *mr;
+static char buf[4096];
+
+static double now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+/* A CQ on channel ch with one completion event waiting on the channel, and no QP left on
+ * it (so ibv_destroy_cq is not refused with EBUSY). */
+static struct ibv_cq *cq_with_event(struct ibv_comp_channel *ch, void *cq_context)
+{
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, cq_context, ch, 0);
+	if (!cq)
+		DIE("ibv_create_cq: %s", strerror(errno));
+	struct ibv_qp_init_attr a;
+	memset(&a, 0, sizeof a);
+	a.send_cq = a.recv_cq = cq;
+	a.qp_type = IBV_QPT_RC;
+	a.cap.max_send_wr = a.cap.max_recv_wr = 8;
+	a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+	struct ibv_qp *qp = ibv_create_qp(pd, &a);
+	if (!qp)
+		DIE("ibv_create_qp: %s", strerror(errno));
+	struct ibv_qp_attr at = { .qp_state = IBV_QPS_ERR };
+	if (ibv_modify_qp(qp, &at, IBV_QP_STATE))
+		DIE("ibv_modify_qp to ERR: %s", strerror(errno));
+	if (ibv_req_notify_cq(cq, 0))
+		DIE("ibv_req_notify_cq: %s", strerror(errno));
+	struct ibv_sge s = { .addr = (uintptr_t)buf, .length = 64, .lkey = mr->lkey };
+	struct ibv_recv_wr w = { .wr_id = 1, .sg_list = &s, .num_sge = 1 }, *bad;
+	if (ibv_post_recv(qp, &w, &bad))
+		DIE("ibv_post_recv: %s", strerror(errno));
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	if (poll(&p, 1, 5000) != 1)
+		DIE("no completion event on the channel within 5 s");
+	struct ibv_wc wc[4];
+	for (int i = 0; i < 100 && ibv_poll_cq(cq, 4, wc) == 0; i++)
+		usleep(10000);
+	if (ibv_destroy_qp(qp))
+		DIE("ibv_destroy_qp: %s", strerror(errno));
+	return cq;
+}
+
+static struct ibv_cq *victim;
+static atomic_int acked;
+static int destroy_ret = -1, acked_when_returned = -1;
+static double destroy_returned_ms;
+
+static void *destroyer(void *arg)
+{
+	(void)arg;
+	destroy_ret = ibv_destroy_cq(victim);
+	acked_when_returned = atomic_load(&acked);
+	destroy_returned_ms = now_ms();
+	return NULL;
+}
+
+int main(void)
+{
+	int n;
+	struct ibv_device **l = ibv_get_device_list(&n);
+	if (!l || n < 1)
+		DIE("no device");
+	ctx = ibv_open_device(l[0]);
+	pd = ctx ? ibv_alloc_pd(ctx) : NULL;
+	mr = pd ? ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE) : NULL;
+	struct ibv_comp_channel *ch = ctx ? ibv_create_comp_channel(ctx) : NULL;
+	if (!mr || !ch)
+		DIE("device, pd, mr, channel: %s", strerror(errno));
+	int tag_a, tag_b;
+
+	/* (a) get, acknowledge, destroy. */
+	struct ibv_cq *cq = cq_with_event(ch, &tag_a), *got = NULL;
+	void *got_ctx = NULL;
+	int g = ibv_get_cq_event(ch, &got, &got_ctx);
+	ibv_ack_cq_events(cq, 1);
+	double t0 = now_ms();
+	int d = ibv_destroy_cq(cq);
+	double took = now_ms() - t0;
+	EXPECT(g == 0 && got == cq && got_ctx == &tag_a && d == 0,
+	       "ibv_get_cq_event(3): an event acknowledged with ibv_ack_cq_events, ibv_destroy_cq succeeds "
+	       "(get %d, the CQ and its context returned: %d %d; destroy %d after %.0f ms)",
+	       g, got == cq, got_ctx == &tag_a, d, took);
+
+	/* (b) destroy while the event is unacknowledged: it waits for the acknowledgement. */
+	victim = cq_with_event(ch, &tag_b);
+	got = NULL;
+	got_ctx = NULL;
+	g = ibv_get_cq_event(ch, &got, &got_ctx);
+	if (g || got != victim || got_ctx != &tag_b)
+		DIE("ibv_get_cq_event: %d %s", g, strerror(errno));
+	pthread_t th;
+	if (pthread_create(&th, NULL, destroyer, NULL))
+		DIE("pthread_create");
+	usleep(200000);
+	double acked_ms = now_ms();
+	atomic_store(&acked, 1);
+	ibv_ack_cq_events(victim, 1);
+	pthread_join(th, NULL);
+	EXPECT(destroy_ret == 0 && acked_when_returned == 1 && destroy_returned_ms >= acked_ms,
+	       "ibv_get_cq_event(3): destroying a CQ waits for all completion events to be acknowledged "
+	       "(destroy %d, returned %s the acknowledgement made 200 ms after it was called)",
+	       destroy_ret, acked_when_returned == 1 && destroy_returned_ms >= acked_ms ? "after" : "before");
+	int c = ibv_destroy_comp_channel(ch);
+	EXPECT(c == 0, "ibv_destroy_comp_channel succeeds once its CQs are destroyed (got %d)", c);
+	return contract_end();
+}
