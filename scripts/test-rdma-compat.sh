@@ -110,6 +110,7 @@ contracts() {
     contract_pair flush_order_notify 7482
     contract modify_qp_err_flush
     contract cq_event_ack
+    contract post_num_sge
     # Only meaningful if the program itself does not need libibverbs.so.1.
     contract_build rdmacm_only_as_needed
     ! objdump -p "$work/rdmacm_only_as_needed" | grep -q "NEEDED *libibverbs" \

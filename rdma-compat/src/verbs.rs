@@ -1378,12 +1378,13 @@ pub extern "C" fn __wc_ibv_destroy_srq(s: *mut ibv_srq) -> c_int {
     r
 }
 
-/// The SGE list of a work request as Warpcore SGEs.
+/// The SGE list of a work request, of at most `max` entries (the limit of the queue it is
+/// posted to: ibv_post_send(3) and ibv_post_recv(3) fail with `EINVAL` above it).
 ///
 /// # Safety
 /// `sg` is valid for `n` entries when `n > 0`.
-unsafe fn sges<'a>(sg: *const ibv_sge, n: c_int) -> Result<&'a [ibv_sge], c_int> {
-    if n < 0 || n as usize > wv::MAX_SGE {
+unsafe fn sges<'a>(sg: *const ibv_sge, n: c_int, max: u32) -> Result<&'a [ibv_sge], c_int> {
+    if n < 0 || n as usize > wv::MAX_SGE || n as u32 > max {
         return Err(EINVAL);
     }
     if n == 0 {
@@ -1422,13 +1423,14 @@ unsafe extern "C" fn post_srq_recv(
         let Some(q) = (unsafe { s.cast::<Srq>().as_ref() }) else {
             return EINVAL;
         };
-        post_recv_list(wr, bad, |r| q.srq.post_recv(r), |_| {})
+        post_recv_list(wr, bad, wv::MAX_SGE as u32, |r| q.srq.post_recv(r), |_| {})
     })
 }
 
 fn post_recv_list(
     mut wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
+    max_sge: u32,
     post: impl Fn(&wv::RecvWr) -> Result<(), wv::Error>,
     flush: impl Fn(u64),
 ) -> c_int {
@@ -1436,7 +1438,7 @@ fn post_recv_list(
         // SAFETY: the caller's list of work requests (ibv_post_recv(3)).
         let w = unsafe { &*wr };
         // SAFETY: sg_list holds num_sge entries.
-        let r = unsafe { sges(w.sg_list, w.num_sge) }.and_then(|s| {
+        let r = unsafe { sges(w.sg_list, w.num_sge, max_sge) }.and_then(|s| {
             let (v, n) = to_sges(s);
             wv::RecvWr::new(w.wr_id, &v[..n]).map_err(|e| errno_of(&e))
         });
@@ -1506,7 +1508,10 @@ pub(crate) fn create_qp(
     // SAFETY: as above.
     let srq = unsafe { attr.srq.cast::<Srq>().as_ref() };
     let cap = &mut attr.cap;
-    let max_sge = cap.max_send_sge.max(cap.max_recv_sge).max(1);
+    // Each queue keeps its own limit (ibv_query_qp reports it, a post is checked against
+    // it); the engine's QP takes the larger.
+    let (send_sge, recv_sge) = (cap.max_send_sge.max(1), cap.max_recv_sge.max(1));
+    let max_sge = send_sge.max(recv_sge);
     if max_sge as usize > wv::MAX_SGE || cap.max_inline_data > MAX_INLINE {
         return Err(EINVAL);
     }
@@ -1533,8 +1538,8 @@ pub(crate) fn create_qp(
     if let Some(s) = srq {
         s.uses.add();
     }
-    cap.max_send_sge = max_sge;
-    cap.max_recv_sge = max_sge;
+    cap.max_send_sge = send_sge;
+    cap.max_recv_sge = recv_sge;
     let qpn = qp.id().qpn();
     let b = Box::new(Qp {
         ibv: ibv_qp {
@@ -1844,7 +1849,7 @@ fn post_one(q: &Qp, w: &ibv_send_wr) -> Result<(), Posted> {
     }
     let op = send_op(w).map_err(Posted::from)?;
     // SAFETY: sg_list holds num_sge entries.
-    let sg = unsafe { sges(w.sg_list, w.num_sge) }.map_err(Posted::from)?;
+    let sg = unsafe { sges(w.sg_list, w.num_sge, q.cap.max_send_sge) }.map_err(Posted::from)?;
     let signaled = q.sig_all || w.send_flags & IBV_SEND_SIGNALED != 0;
     if w.send_flags & IBV_SEND_INLINE != 0 && !matches!(op, SendOp::Read { .. }) {
         let total: usize = sg.iter().map(|s| s.length as usize).sum();
@@ -1891,6 +1896,7 @@ unsafe extern "C" fn post_recv(
         post_recv_list(
             wr,
             bad,
+            q.cap.max_recv_sge,
             |r| q.qp.post_recv(r),
             |id| push_flush(q.ibv.recv_cq, id, q.qp.id(), WcOpcode::Recv),
         )

@@ -1,0 +1,87 @@
+/*
+ * Contract: each work queue keeps its own scatter/gather limit.
+ *   ibv_create_qp(3): cap.max_send_sge / cap.max_recv_sge, the most SGEs in a work request
+ *     of the send / the receive queue (ibv_query_qp(3) reports them);
+ *   ibv_post_send(3) / ibv_post_recv(3): a work request with more SGEs than its queue
+ *     allows fails with EINVAL, and *bad_wr points at it.
+ * A QP created with max_send_sge 2 and max_recv_sge 1: a receive with 2 SGEs and a send
+ * with 3 are refused, a receive with 1 and a send with 2 are accepted (the QP is in the
+ * error state, so they complete flushed). Before the fix the QP kept one limit, the
+ * larger of the two (and reported it for both queues), and a post was checked only
+ * against the engine's 4. One process, no peer:
+ *   post_num_sge
+ */
+#include <errno.h>
+#include <string.h>
+#include <infiniband/verbs.h>
+
+static const char *contract_name = "post_num_sge";
+#include "contract.h"
+
+int main(void)
+{
+	int n;
+	struct ibv_device **l = ibv_get_device_list(&n);
+	if (!l || n < 1)
+		DIE("no device");
+	struct ibv_context *ctx = ibv_open_device(l[0]);
+	struct ibv_pd *pd = ctx ? ibv_alloc_pd(ctx) : NULL;
+	static char buf[4096];
+	struct ibv_mr *mr = pd ? ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE) : NULL;
+	struct ibv_cq *cq = ctx ? ibv_create_cq(ctx, 16, NULL, NULL, 0) : NULL;
+	if (!mr || !cq)
+		DIE("device, pd, mr, cq: %s", strerror(errno));
+	struct ibv_qp_init_attr a;
+	memset(&a, 0, sizeof a);
+	a.send_cq = a.recv_cq = cq;
+	a.qp_type = IBV_QPT_RC;
+	a.cap.max_send_wr = a.cap.max_recv_wr = 8;
+	a.cap.max_send_sge = 2;
+	a.cap.max_recv_sge = 1;
+	struct ibv_qp *qp = ibv_create_qp(pd, &a);
+	if (!qp)
+		DIE("ibv_create_qp: %s", strerror(errno));
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qi;
+	int q = ibv_query_qp(qp, &qa, IBV_QP_CAP, &qi);
+	EXPECT(q == 0 && qi.cap.max_send_sge == 2 && qi.cap.max_recv_sge == 1,
+	       "ibv_query_qp(3): each queue's own SGE limit, as created (send %u, receive %u; asked 2 and 1)",
+	       qi.cap.max_send_sge, qi.cap.max_recv_sge);
+	struct ibv_qp_attr at = { .qp_state = IBV_QPS_ERR };
+	if (ibv_modify_qp(qp, &at, IBV_QP_STATE))
+		DIE("ibv_modify_qp to ERR: %s", strerror(errno));
+
+	struct ibv_sge s[3];
+	for (int i = 0; i < 3; i++)
+		s[i] = (struct ibv_sge){ .addr = (uintptr_t)buf + 64 * i, .length = 64, .lkey = mr->lkey };
+
+	/* The offending request second in a list: the first is posted, *bad_wr is the second. */
+	struct ibv_recv_wr r1 = { .wr_id = 1, .sg_list = s, .num_sge = 1 }, r2 = { .wr_id = 2, .sg_list = s, .num_sge = 2 };
+	r1.next = &r2;
+	struct ibv_recv_wr *rbad = NULL;
+	int pr = ibv_post_recv(qp, &r1, &rbad);
+	EXPECT(pr == EINVAL && rbad == &r2,
+	       "ibv_post_recv(3): a receive with 2 SGEs on a queue of max_recv_sge 1 fails with EINVAL, *bad_wr at it (got %d, bad_wr %s)",
+	       pr, rbad == &r2 ? "at it" : rbad == &r1 ? "at the one before" : "not set");
+	struct ibv_send_wr w1 = { .wr_id = 3, .sg_list = s, .num_sge = 2, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED },
+			   w2 = w1;
+	w2.wr_id = 4;
+	w2.num_sge = 3;
+	w1.next = &w2;
+	struct ibv_send_wr *sbad = NULL;
+	int ps = ibv_post_send(qp, &w1, &sbad);
+	EXPECT(ps == EINVAL && sbad == &w2,
+	       "ibv_post_send(3): a send with 3 SGEs on a queue of max_send_sge 2 fails with EINVAL, *bad_wr at it (got %d, bad_wr %s)",
+	       ps, sbad == &w2 ? "at it" : sbad == &w1 ? "at the one before" : "not set");
+
+	struct ibv_recv_wr r3 = { .wr_id = 5, .sg_list = s, .num_sge = 1 };
+	rbad = NULL;
+	pr = ibv_post_recv(qp, &r3, &rbad);
+	struct ibv_send_wr w3 = { .wr_id = 6, .sg_list = s, .num_sge = 2, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	sbad = NULL;
+	ps = ibv_post_send(qp, &w3, &sbad);
+	EXPECT(pr == 0 && ps == 0 && !rbad && !sbad,
+	       "ibv_post_recv(3) / ibv_post_send(3): a receive with 1 SGE and a send with 2 are accepted (post_recv %d, post_send %d)",
+	       pr, ps);
+	return contract_end();
+}
