@@ -392,33 +392,43 @@ fn rdmap_6_a_read_crossing_the_peers_fin_completes_flushed_and_both_close() {
     let (_rb, sb) = p.b.region(4096, all_access());
     post_a(&mut p, qa, 1, read_op(sb.0, 0), &[(sa, 0, 64)]);
     p.b.core.disconnect(qb).unwrap();
-    let mut ea = Vec::new();
-    let mut eb = Vec::new();
-    let mut ca = Vec::new();
+    let (ea, eb, ca) = run_until_both_end(&mut p);
+    assert!(
+        ea.iter().any(|e| matches!(e, CmEvent::Disconnected { .. })),
+        "A never learns that the connection ended: {ea:?}"
+    );
+    assert!(
+        eb.iter().any(|e| matches!(e, CmEvent::Disconnected { .. })),
+        "B never learns that the connection ended: {eb:?}"
+    );
+    let ca: Vec<_> = ca.iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(
+        ca,
+        vec![(1, WcStatus::FlushErr)],
+        "A's Read completes flushed"
+    );
+}
+
+/// Steps until both sides reported the end of their connection (Disconnected or Error),
+/// at most 20,000 times; returns A's and B's events and A's completions meanwhile.
+fn run_until_both_end(
+    p: &mut Pair,
+) -> (Vec<CmEvent>, Vec<CmEvent>, Vec<warpcore_engine::Completion>) {
+    let ended = |v: &[CmEvent]| {
+        v.iter()
+            .any(|e| matches!(e, CmEvent::Disconnected { .. } | CmEvent::Error { .. }))
+    };
+    let (mut ea, mut eb, mut ca) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..20_000 {
         p.step();
         ea.extend(p.a.take_events());
         eb.extend(p.b.take_events());
         ca.extend(p.a.take_completions());
-        let ended = |v: &[CmEvent]| {
-            v.iter()
-                .any(|e| matches!(e, CmEvent::Disconnected { .. } | CmEvent::Error { .. }))
-        };
         if ended(&ea) && ended(&eb) {
             break;
         }
     }
-    assert!(
-        ea.iter()
-            .any(|e| matches!(e, CmEvent::Disconnected { .. } | CmEvent::Error { .. })),
-        "A never learns that the connection ended"
-    );
-    assert!(
-        eb.iter()
-            .any(|e| matches!(e, CmEvent::Disconnected { .. } | CmEvent::Error { .. })),
-        "B never learns that the connection ended"
-    );
-    assert_eq!(ca.len(), 1, "A's Read never completes");
+    (ea, eb, ca)
 }
 
 /// MPA-7.1.2-16 fences FPDUs and markers, not a FIN: in the client-server model (no RTR)
@@ -437,20 +447,7 @@ fn mpa_7_1_2_16_a_fenced_responder_that_disconnects_still_closes() {
     p.run(200);
     // The initiator closes as well (it may have seen nothing yet).
     let _ = p.a.core.disconnect(qa);
-    let mut ea = Vec::new();
-    let mut eb = Vec::new();
-    for _ in 0..20_000 {
-        p.step();
-        ea.extend(p.a.take_events());
-        eb.extend(p.b.take_events());
-        let ended = |v: &[CmEvent]| {
-            v.iter()
-                .any(|e| matches!(e, CmEvent::Disconnected { .. } | CmEvent::Error { .. }))
-        };
-        if ended(&ea) && ended(&eb) {
-            break;
-        }
-    }
+    let (ea, eb, _) = run_until_both_end(&mut p);
     assert!(
         eb.iter().any(|e| matches!(e, CmEvent::Disconnected { .. })),
         "B (responder) never disconnects"

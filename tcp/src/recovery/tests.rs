@@ -535,13 +535,9 @@ fn rfc7661_cwnd_grows_only_while_it_limits_the_sender() {
     }
 }
 
-/// RFC 9438 5.8: time the window does not limit the sender is not counted in the epoch's
-/// t. CUBIC in congestion avoidance after a reduction (W_max 100 segments, cwnd 70), then
-/// 10 s held to 10 segments in flight by the peer, then the window full again: cwnd goes
-/// on from the concave part of the curve (a few percent over three round trips) instead
-/// of jumping towards W_cubic(10 s) at 1.5x a round trip.
-#[test]
-fn rfc9438_5_8_time_not_limited_by_cwnd_is_not_the_epochs() {
+/// CUBIC in congestion avoidance after a reduction: W_max 100 segments of 1000, cwnd and
+/// ssthresh 70, the epoch starting at 0.
+fn cubic_after_a_reduction() -> Recovery {
     let mut r = rec(Congestion::Cubic);
     r.cwnd = 70_000;
     r.ssthresh = 70_000;
@@ -552,15 +548,32 @@ fn rfc9438_5_8_time_not_limited_by_cwnd_is_not_the_epochs() {
         w_est: 70.0,
         unlimited_since: None,
     };
-    let (mut next, mut t) = (S, 0);
-    let mut round = |r: &mut Recovery, segs: usize, t: &mut i64| {
+    r
+}
+
+/// One round trip of 1 ms: `segs` segments of 1000 sent at `t` (from where the last round
+/// ended, starting at `S`), all acknowledged at once 1 ms later (`t` moves on).
+fn rounds_of_1000() -> impl FnMut(&mut Recovery, usize, &mut i64) {
+    let mut next = S;
+    move |r: &mut Recovery, segs: usize, t: &mut i64| {
         for _ in 0..segs {
             r.on_sent(us(*t), next, 1000, false);
             next += 1000;
         }
         *t += 1000;
         r.on_ack(us(*t), next, &[], None);
-    };
+    }
+}
+
+/// RFC 9438 5.8: time the window does not limit the sender is not counted in the epoch's
+/// t. CUBIC in congestion avoidance after a reduction (W_max 100 segments, cwnd 70), then
+/// 10 s held to 10 segments in flight by the peer, then the window full again: cwnd goes
+/// on from the concave part of the curve (a few percent over three round trips) instead
+/// of jumping towards W_cubic(10 s) at 1.5x a round trip.
+#[test]
+fn rfc9438_5_8_time_not_limited_by_cwnd_is_not_the_epochs() {
+    let (mut r, mut t) = (cubic_after_a_reduction(), 0);
+    let mut round = rounds_of_1000();
     for _ in 0..10_000 {
         round(&mut r, 10, &mut t);
     }
@@ -582,25 +595,8 @@ fn rfc9438_5_8_time_not_limited_by_cwnd_is_not_the_epochs() {
 /// the 1.5x cap (177,551 after three rounds).
 #[test]
 fn rfc9438_5_8_idle_time_after_a_limited_round_is_not_the_epochs() {
-    let mut r = rec(Congestion::Cubic);
-    r.cwnd = 70_000;
-    r.ssthresh = 70_000;
-    r.cubic = Cubic {
-        w_max: 100.0,
-        k: (100.0 * (1.0 - CUBIC_BETA) / CUBIC_C).cbrt(),
-        epoch: Some(us(0)),
-        w_est: 70.0,
-        unlimited_since: None,
-    };
-    let (mut next, mut t) = (S, 0);
-    let mut round = |r: &mut Recovery, segs: usize, t: &mut i64| {
-        for _ in 0..segs {
-            r.on_sent(us(*t), next, 1000, false);
-            next += 1000;
-        }
-        *t += 1000;
-        r.on_ack(us(*t), next, &[], None);
-    };
+    let (mut r, mut t) = (cubic_after_a_reduction(), 0);
+    let mut round = rounds_of_1000();
     let w = r.cwnd() / 1000;
     round(&mut r, w, &mut t);
     let before = r.cwnd();
