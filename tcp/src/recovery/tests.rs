@@ -614,6 +614,23 @@ fn rfc9438_5_8_idle_time_after_a_limited_round_is_not_the_epochs() {
     assert!(r.cubic.epoch.is_some_and(|e| e <= us(t)));
 }
 
+/// One segment sent at 0 and acknowledged at 1 ms (an RTT sample of 1 ms), then `n`
+/// segments of 1000 from `S + 1000` sent at 2 ms.
+fn sample_then_send(r: &mut Recovery, n: usize) {
+    r.on_sent(us(0), S, 1000, false);
+    r.on_ack(us(1_000), S + 1000, &[], None);
+    send_n(r, us(2_000), S + 1000, n);
+}
+
+/// Runs the timers until the RTO fires (loss probes first, if any); returns when.
+fn fire_rto(r: &mut Recovery) -> Instant {
+    let mut now = r.poll_timeout().unwrap();
+    while r.handle_timeout(now) != TimeoutAction::Retransmit {
+        now = r.poll_timeout().unwrap();
+    }
+    now
+}
+
 /// Sends `n` segments of 1000 from `from` at `t`.
 fn send_n(r: &mut Recovery, t: Instant, from: TcpSeqNumber, n: usize) {
     for k in 0..n {
@@ -628,13 +645,8 @@ fn send_n(r: &mut Recovery, t: Instant, from: TcpSeqNumber, n: usize) {
 #[test]
 fn rfc5681_3_1_rto_recovery_slow_starts() {
     let mut r = rec(Congestion::NewReno);
-    r.on_sent(us(0), S, 1000, false);
-    r.on_ack(us(1_000), S + 1000, &[], None);
-    send_n(&mut r, us(2_000), S + 1000, 10);
-    let mut now = r.poll_timeout().unwrap();
-    while r.handle_timeout(now) != TimeoutAction::Retransmit {
-        now = r.poll_timeout().unwrap();
-    }
+    sample_then_send(&mut r, 10);
+    let mut now = fire_rto(&mut r);
     let mut una = S + 1000;
     let mut rounds = 0;
     let mut cwnds = vec![];
@@ -667,9 +679,7 @@ fn rfc5681_3_1_rto_recovery_slow_starts() {
 #[test]
 fn rfc5681_3_2_without_sack_the_third_duplicate_ack_retransmits_and_more_let_data_flow() {
     let mut r = rec(Congestion::NewReno);
-    r.on_sent(us(0), S, 1000, false);
-    r.on_ack(us(1_000), S + 1000, &[], None);
-    send_n(&mut r, us(2_000), S + 1000, 10);
+    sample_then_send(&mut r, 10);
     let mut marked = 0;
     for k in 0..3 {
         marked += r
@@ -709,9 +719,7 @@ fn rfc5681_3_2_without_sack_the_third_duplicate_ack_retransmits_and_more_let_dat
 #[test]
 fn rfc6675_5_4_3_the_first_retransmission_goes_whatever_the_pipe() {
     let mut r = rec(Congestion::NewReno);
-    r.on_sent(us(0), S, 1000, false);
-    r.on_ack(us(1_000), S + 1000, &[], None);
-    send_n(&mut r, us(2_000), S + 1000, 10);
+    sample_then_send(&mut r, 10);
     let o = r.on_ack(us(3_000), S + 1000, &[(S + 2000, S + 5000)], None);
     assert_eq!(o.lost_marked, 1);
     assert_eq!(r.in_flight(), 6000);
@@ -743,9 +751,7 @@ fn rfc6675_5_4_3_the_first_retransmission_goes_whatever_the_pipe() {
 #[test]
 fn rfc6298_3_karn_no_sample_from_a_segment_resent_then_marked_lost_again() {
     let mut r = rec(Congestion::Cubic);
-    r.on_sent(us(0), S, 1000, false);
-    r.on_ack(us(1_000), S + 1000, &[], None);
-    send_n(&mut r, us(2_000), S + 1000, 4);
+    sample_then_send(&mut r, 4);
     // 1 lost, 2..4 SACKed: 1 marked lost and resent at 3 ms.
     let o = r.on_ack(us(3_000), S + 1000, &[(S + 2000, S + 5000)], None);
     assert_eq!(o.lost_marked, 1);
@@ -860,10 +866,7 @@ fn rfc9438_4_8_after_an_rto_k_is_zero_and_w_max_the_cwnd() {
     r.on_ack(us(1_000), S + 1000, &[], None);
     r.cwnd = 20_000;
     send_n(&mut r, us(2_000), S + 1000, 20);
-    let mut now = r.poll_timeout().unwrap();
-    while r.handle_timeout(now) != TimeoutAction::Retransmit {
-        now = r.poll_timeout().unwrap();
-    }
+    let mut now = fire_rto(&mut r);
     // Through the RTO recovery, whatever its pace.
     let mut una = S + 1000;
     for _ in 0..40 {
@@ -917,13 +920,8 @@ fn rfc9438_4_8_after_an_rto_k_is_zero_and_w_max_the_cwnd() {
 fn rfc9438_4_8_cubic_rto_ssthresh_uses_beta() {
     for (cc, want) in [(Congestion::Cubic, 7000), (Congestion::NewReno, 5000)] {
         let mut r = rec(cc);
-        r.on_sent(us(0), S, 1000, false);
-        r.on_ack(us(1_000), S + 1000, &[], None);
-        send_n(&mut r, us(2_000), S + 1000, 10);
-        let mut now = r.poll_timeout().unwrap();
-        while r.handle_timeout(now) != TimeoutAction::Retransmit {
-            now = r.poll_timeout().unwrap();
-        }
+        sample_then_send(&mut r, 10);
+        fire_rto(&mut r);
         assert_eq!(r.stats().ssthresh, want, "ssthresh after RTO, {cc:?}");
         assert_eq!(r.cwnd(), 1000);
     }
@@ -935,9 +933,7 @@ fn rfc9438_4_8_cubic_rto_ssthresh_uses_beta() {
 #[test]
 fn rfc5681_3_2_newreno_ssthresh_from_flightsize_not_cwnd() {
     let mut r = rec(Congestion::NewReno);
-    r.on_sent(us(0), S, 1000, false);
-    r.on_ack(us(1_000), S + 1000, &[], None);
-    send_n(&mut r, us(2_000), S + 1000, 4);
+    sample_then_send(&mut r, 4);
     assert_eq!(r.cwnd(), 10_000);
     let o = r.on_ack(us(3_000), S + 1000, &[(S + 2000, S + 5000)], None);
     assert_eq!(o.lost_marked, 1);
