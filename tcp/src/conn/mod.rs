@@ -2064,12 +2064,12 @@ impl Connection {
         // once an ACK answered everything since the probe was asked for.
         if std::mem::take(&mut self.probe_pending) && !self.rec.is_empty() {
             if let Some(p) = self.poll_new(now, Send::LossProbe) {
-                self.rec.probe_sent();
+                self.rec.probe_sent(false);
                 return Some(p);
             }
             if let Some((seq, len)) = self.rec.last_segment() {
                 if let Some(p) = self.segment_at(now, seq, len, true) {
-                    self.rec.probe_sent();
+                    self.rec.probe_sent(true);
                     return Some(p);
                 }
             }

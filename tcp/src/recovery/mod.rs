@@ -293,8 +293,6 @@ pub struct Recovery {
     /// RFC 8985's TLP.is_retrans, as the time the probe went out: set while `tlp_end` is
     /// when the probe resent the last segment (not new data).
     tlp_retrans_at: Option<Instant>,
-    /// Whether the last segment sent was a retransmission (for [`Recovery::probe_sent`]).
-    last_sent_retransmit: bool,
     rto_at: Option<Instant>,
     cubic: Cubic,
     /// What an RTO changed, kept until the first ACK after it says whether it was spurious.
@@ -362,7 +360,6 @@ impl Recovery {
             pto_at: None,
             tlp_end: None,
             tlp_retrans_at: None,
-            last_sent_retransmit: false,
             rto_at: None,
             cubic: Cubic::default(),
             undo: None,
@@ -518,7 +515,6 @@ impl Recovery {
             self.validate_cwnd();
         }
         self.last_sent = Some(now);
-        self.last_sent_retransmit = retransmit;
         if self.rto_at.is_none() {
             self.rto_at = Some(now + self.rto);
         }
@@ -527,14 +523,11 @@ impl Recovery {
 
     /// The loss probe a [`TimeoutAction::Probe`] asked for went out (its segment already
     /// through [`Recovery::on_sent`]): no other probe until an ACK covers everything sent up
-    /// to it, or an RTO (RFC 8985 7.3, TLP.end_seq; Linux's `tlp_high_seq`).
-    pub fn probe_sent(&mut self) {
+    /// to it, or an RTO (RFC 8985 7.3, TLP.end_seq; Linux's `tlp_high_seq`). `resent`: the
+    /// probe resent the last segment rather than new data (TLP.is_retrans).
+    pub fn probe_sent(&mut self, resent: bool) {
         self.tlp_end = self.high;
-        self.tlp_retrans_at = if self.last_sent_retransmit {
-            self.last_sent
-        } else {
-            None
-        };
+        self.tlp_retrans_at = self.last_sent.filter(|_| resent);
         self.pto_at = None;
     }
 
@@ -889,6 +882,7 @@ impl Recovery {
             }
         }
         // SACK blocks (RFC 2018 4): mark what they cover.
+        let mut sacked_top: Option<TcpSeqNumber> = None;
         for &(l, r) in sack {
             if r <= l {
                 continue;
@@ -900,10 +894,9 @@ impl Recovery {
                 }
                 if !s.sacked && s.start >= l && s.end <= r {
                     below_fack(s.end, s);
-                    self.fack = Some(
-                        self.fack
-                            .map_or(s.end, |f| if s.end > f { s.end } else { f }),
-                    );
+                    if sacked_top.is_none_or(|t| t < s.end) {
+                        sacked_top = Some(s.end);
+                    }
                     let before = *s;
                     s.sacked = true;
                     self.tally.change(&before, s);
@@ -913,6 +906,9 @@ impl Recovery {
             }
         }
         self.reordering_seen |= reordered;
+        if let Some(t) = sacked_top {
+            self.advance_fack(t);
+        }
         self.advance_fack(ack);
         let progressed = out.newly_acked > 0;
         if progressed {

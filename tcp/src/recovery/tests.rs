@@ -417,7 +417,7 @@ fn rfc8985_7_3_one_loss_probe_per_flight() {
     assert_eq!(r.handle_timeout(pto), TimeoutAction::Probe);
     // The probe: the last segment again.
     r.on_sent(pto, S + 3000, 1000, true);
-    r.probe_sent();
+    r.probe_sent(true);
     // Nothing answers: the next deadline is the RTO (5 ms floor), and it retransmits.
     let next = r.poll_timeout().unwrap();
     assert_eq!(
@@ -434,7 +434,7 @@ fn rfc8985_7_3_one_loss_probe_per_flight() {
     let pto = r.poll_timeout().unwrap();
     assert_eq!(r.handle_timeout(pto), TimeoutAction::Probe);
     r.on_sent(pto, S + 1000, 1000, true);
-    r.probe_sent();
+    r.probe_sent(true);
     r.on_ack(pto + Duration::from_micros(500), S + 2000, &[], None);
     let t = pto + Duration::from_micros(600);
     r.on_sent(t, S + 2000, 1000, false);
@@ -800,7 +800,7 @@ fn rfc8985_7_4_a_loss_the_probe_repaired_reduces_the_window() {
             r.on_sent(pto, S + 3000, 1000, true);
             S + 4000
         };
-        r.probe_sent();
+        r.probe_sent(!new_data);
         let before = r.cwnd();
         let now = pto + Duration::from_micros(1_000);
         // The echo: of the original (sent at 2 ms) or of the probe.
