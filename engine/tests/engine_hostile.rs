@@ -97,6 +97,21 @@ fn connect(w: &mut World, rq: usize) -> (ConnId, Framer, Deframer, warpcore_engi
     .0
 }
 
+/// A QP of the world's PD on its one CQ (8 sends, 8 receives, one SGE each).
+fn new_qp(w: &mut World) -> warpcore_engine::QpId {
+    w.engine
+        .create_qp(QpAttr {
+            pd: PD,
+            send_cq: Arc::clone(&w.cq),
+            recv_cq: Arc::clone(&w.cq),
+            sq_depth: 8,
+            rq_depth: 8,
+            max_sge: 1,
+        })
+        .unwrap()
+        .0
+}
+
 /// Connects with the initiator settings `cfg`; also returns the RTR the initiator must send.
 #[allow(clippy::type_complexity)]
 fn connect_with(
@@ -107,18 +122,7 @@ fn connect_with(
     (ConnId, Framer, Deframer, warpcore_engine::QpId),
     Option<warpcore_engine::proto::wire::mpa::RtrType>,
 ) {
-    let qp = w
-        .engine
-        .create_qp(QpAttr {
-            pd: PD,
-            send_cq: Arc::clone(&w.cq),
-            recv_cq: Arc::clone(&w.cq),
-            sq_depth: 8,
-            rq_depth: 8,
-            max_sge: 1,
-        })
-        .unwrap()
-        .0;
+    let qp = new_qp(w);
     for i in 0..rq {
         w.engine
             .post_recv(qp, common::recv_wr(i as u64, &[(w.stag, 0, 64)]))
@@ -804,18 +808,7 @@ fn rdmap_5_2_2_5_a_read_response_shorter_than_the_read_ends_the_stream() {
 #[test]
 fn departure_26_an_initiator_fin_before_accept_fails_the_accepted_qp() {
     let mut w = world();
-    let qp = w
-        .engine
-        .create_qp(QpAttr {
-            pd: PD,
-            send_cq: Arc::clone(&w.cq),
-            recv_cq: Arc::clone(&w.cq),
-            sq_depth: 8,
-            rq_depth: 8,
-            max_sge: 1,
-        })
-        .unwrap()
-        .0;
+    let qp = new_qp(&mut w);
     let tcp = w
         .peer
         .connect((ip(2), PORT), None, &TcpTuning::default())

@@ -25,4 +25,44 @@ static int contract_end(void)
 	printf("%s: all checks passed\n", contract_name);
 	return 0;
 }
+
+#ifdef INFINIBAND_VERBS_H
+/* The setup the verbs checks share (static inline: a check that uses none of it, such as an
+ * rdma_cm-only one, imports no ibv_ symbol for it). */
+#include <errno.h>
+#include <string.h>
+
+/* The first device, opened. */
+static inline struct ibv_context *contract_open_device(void)
+{
+	int n;
+	struct ibv_device **l = ibv_get_device_list(&n);
+	if (!l || n < 1)
+		DIE("no device");
+	struct ibv_context *ctx = ibv_open_device(l[0]);
+	if (!ctx)
+		DIE("ibv_open_device: %s", strerror(errno));
+	return ctx;
+}
+
+/* An RC QP on scq/rcq (and srq, if not NULL): 8 work requests each way, at most send_sge
+ * and recv_sge SGEs in one. */
+static inline struct ibv_qp *contract_rc_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
+					    struct ibv_srq *srq, unsigned send_sge, unsigned recv_sge)
+{
+	struct ibv_qp_init_attr a;
+	memset(&a, 0, sizeof a);
+	a.send_cq = scq;
+	a.recv_cq = rcq;
+	a.srq = srq;
+	a.qp_type = IBV_QPT_RC;
+	a.cap.max_send_wr = a.cap.max_recv_wr = 8;
+	a.cap.max_send_sge = send_sge;
+	a.cap.max_recv_sge = recv_sge;
+	struct ibv_qp *q = ibv_create_qp(pd, &a);
+	if (!q)
+		DIE("ibv_create_qp: %s", strerror(errno));
+	return q;
+}
+#endif
 #endif

@@ -43,15 +43,7 @@ static struct ibv_cq *cq_with_event(struct ibv_comp_channel *ch, void *cq_contex
 	struct ibv_cq *cq = ibv_create_cq(ctx, 16, cq_context, ch, 0);
 	if (!cq)
 		DIE("ibv_create_cq: %s", strerror(errno));
-	struct ibv_qp_init_attr a;
-	memset(&a, 0, sizeof a);
-	a.send_cq = a.recv_cq = cq;
-	a.qp_type = IBV_QPT_RC;
-	a.cap.max_send_wr = a.cap.max_recv_wr = 8;
-	a.cap.max_send_sge = a.cap.max_recv_sge = 1;
-	struct ibv_qp *qp = ibv_create_qp(pd, &a);
-	if (!qp)
-		DIE("ibv_create_qp: %s", strerror(errno));
+	struct ibv_qp *qp = contract_rc_qp(pd, cq, cq, NULL, 1, 1);
 	struct ibv_qp_attr at = { .qp_state = IBV_QPS_ERR };
 	if (ibv_modify_qp(qp, &at, IBV_QP_STATE))
 		DIE("ibv_modify_qp to ERR: %s", strerror(errno));
@@ -88,16 +80,12 @@ static void *destroyer(void *arg)
 
 int main(void)
 {
-	int n;
-	struct ibv_device **l = ibv_get_device_list(&n);
-	if (!l || n < 1)
-		DIE("no device");
-	ctx = ibv_open_device(l[0]);
-	pd = ctx ? ibv_alloc_pd(ctx) : NULL;
+	ctx = contract_open_device();
+	pd = ibv_alloc_pd(ctx);
 	mr = pd ? ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE) : NULL;
-	struct ibv_comp_channel *ch = ctx ? ibv_create_comp_channel(ctx) : NULL;
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
 	if (!mr || !ch)
-		DIE("device, pd, mr, channel: %s", strerror(errno));
+		DIE("pd, mr, channel: %s", strerror(errno));
 	int tag_a, tag_b;
 
 	/* (a) get, acknowledge, destroy. */

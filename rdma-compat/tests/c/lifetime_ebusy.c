@@ -18,33 +18,9 @@
 static const char *contract_name = "lifetime_ebusy";
 #include "contract.h"
 
-static struct ibv_qp *mkqp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq, struct ibv_srq *srq)
-{
-	struct ibv_qp_init_attr a;
-	memset(&a, 0, sizeof a);
-	a.send_cq = scq;
-	a.recv_cq = rcq;
-	a.srq = srq;
-	a.qp_type = IBV_QPT_RC;
-	a.cap.max_send_wr = 8;
-	a.cap.max_recv_wr = 8;
-	a.cap.max_send_sge = 1;
-	a.cap.max_recv_sge = 1;
-	struct ibv_qp *q = ibv_create_qp(pd, &a);
-	if (!q)
-		DIE("ibv_create_qp: %s", strerror(errno));
-	return q;
-}
-
 int main(void)
 {
-	int n;
-	struct ibv_device **l = ibv_get_device_list(&n);
-	if (!l || n < 1)
-		DIE("no device");
-	struct ibv_context *ctx = ibv_open_device(l[0]);
-	if (!ctx)
-		DIE("ibv_open_device: %s", strerror(errno));
+	struct ibv_context *ctx = contract_open_device();
 	static char buf[4096];
 
 	{
@@ -53,7 +29,7 @@ int main(void)
 		struct ibv_cq *rcq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
 		if (!pd || !scq || !rcq)
 			DIE("pd/cq: %s", strerror(errno));
-		struct ibv_qp *qp = mkqp(pd, scq, rcq, NULL);
+		struct ibv_qp *qp = contract_rc_qp(pd, scq, rcq, NULL, 1, 1);
 		int s = ibv_destroy_cq(scq), r = ibv_destroy_cq(rcq);
 		EXPECT(s == EBUSY && r == EBUSY,
 		       "ibv_create_cq(3): ibv_destroy_cq fails with EBUSY while a QP uses the CQ (send CQ %d, receive CQ %d)", s, r);
@@ -72,7 +48,7 @@ int main(void)
 		struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
 		if (!pd || !cq)
 			DIE("pd/cq: %s", strerror(errno));
-		struct ibv_qp *a = mkqp(pd, cq, cq, NULL), *b = mkqp(pd, cq, cq, NULL);
+		struct ibv_qp *a = contract_rc_qp(pd, cq, cq, NULL, 1, 1), *b = contract_rc_qp(pd, cq, cq, NULL, 1, 1);
 		ibv_destroy_qp(a);
 		int r = ibv_destroy_cq(cq);
 		ibv_destroy_qp(b);
@@ -115,7 +91,7 @@ int main(void)
 			DIE("pd/cq/srq: %s", strerror(errno));
 		int p = ibv_dealloc_pd(pd);
 		EXPECT(p == EBUSY, "ibv_alloc_pd(3): ibv_dealloc_pd fails with EBUSY while an SRQ uses the PD (got %d)", p);
-		struct ibv_qp *qp = mkqp(pd, cq, cq, srq);
+		struct ibv_qp *qp = contract_rc_qp(pd, cq, cq, srq, 1, 1);
 		int s = ibv_destroy_srq(srq);
 		EXPECT(s == EBUSY, "ibv_create_srq(3): ibv_destroy_srq fails with EBUSY while a QP uses the SRQ (got %d)", s);
 		int q = ibv_destroy_qp(qp);

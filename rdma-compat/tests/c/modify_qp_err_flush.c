@@ -29,26 +29,14 @@ static int poll_n(struct ibv_cq *cq, struct ibv_wc *wc, int want)
 
 int main(void)
 {
-	int n;
-	struct ibv_device **l = ibv_get_device_list(&n);
-	if (!l || n < 1)
-		DIE("no device");
-	struct ibv_context *ctx = ibv_open_device(l[0]);
-	struct ibv_pd *pd = ctx ? ibv_alloc_pd(ctx) : NULL;
+	struct ibv_context *ctx = contract_open_device();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	static char buf[4096];
 	struct ibv_mr *mr = pd ? ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE) : NULL;
-	struct ibv_cq *cq = ctx ? ibv_create_cq(ctx, 16, NULL, NULL, 0) : NULL;
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
 	if (!mr || !cq)
-		DIE("device, pd, mr, cq: %s", strerror(errno));
-	struct ibv_qp_init_attr a;
-	memset(&a, 0, sizeof a);
-	a.send_cq = a.recv_cq = cq;
-	a.qp_type = IBV_QPT_RC;
-	a.cap.max_send_wr = a.cap.max_recv_wr = 8;
-	a.cap.max_send_sge = a.cap.max_recv_sge = 1;
-	struct ibv_qp *qp = ibv_create_qp(pd, &a);
-	if (!qp)
-		DIE("ibv_create_qp: %s", strerror(errno));
+		DIE("pd, mr, cq: %s", strerror(errno));
+	struct ibv_qp *qp = contract_rc_qp(pd, cq, cq, NULL, 1, 1);
 	struct ibv_sge s = { .addr = (uintptr_t)buf, .length = 64, .lkey = mr->lkey };
 	struct ibv_recv_wr r1 = { .wr_id = 1, .sg_list = &s, .num_sge = 1 }, r2 = r1, *rbad;
 	r2.wr_id = 2;
