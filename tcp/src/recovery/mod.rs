@@ -1162,8 +1162,17 @@ impl Recovery {
                 // Slow start (RFC 5681 3.1) by byte counting (RFC 3465) without its per-ACK
                 // limit L, as Linux: every octet acknowledged grows cwnd, so a stretch ACK
                 // (a batching receiver acknowledges a whole burst at once: ours, or a kernel
-                // with GRO) still doubles cwnd per round trip instead of adding 2 SMSS.
-                self.cwnd = self.cwnd.saturating_add(acked);
+                // with GRO) still doubles cwnd per round trip instead of adding 2 SMSS. Up
+                // to ssthresh only, the rest of the octets counted by congestion avoidance
+                // (Linux's `tcp_slow_start`): the ACK that follows an RTO's first
+                // retransmission often covers the whole flight the RTO found (only the first
+                // segment was lost), and slow start by all of it put cwnd back above the
+                // flight, undoing the RTO's reduction in one ACK.
+                let inc = acked.min(self.ssthresh - self.cwnd);
+                self.cwnd += inc;
+                if acked > inc {
+                    self.grow(now, acked - inc);
+                }
             }
             Congestion::NewReno => {
                 // Congestion avoidance: about one SMSS per RTT, by byte counting (RFC 3465

@@ -667,7 +667,39 @@ fn rfc5681_3_1_rto_recovery_slow_starts() {
         rounds <= 4,
         "{rounds} round trips after the RTO; cwnd per round {cwnds:?}"
     );
-    assert_eq!(cwnds[..3], [2000, 4000, 8000], "doubling per round trip");
+    // Doubling per round trip up to ssthresh (5000: half the flight the RTO found), then
+    // congestion avoidance for the rest of the third ACK (3000 octets: 5000 * 3000 / 5000).
+    assert_eq!(cwnds[..3], [2000, 4000, 5600], "doubling per round trip");
+}
+
+/// RFC 5681 3.1 (slow start while cwnd < ssthresh) with byte counting (RFC 3465): an ACK
+/// never takes slow start past ssthresh; the octets beyond it count as congestion avoidance,
+/// as Linux's `tcp_slow_start`. After an RTO whose flight lost only its first segment, the
+/// ACK of the retransmission covers the whole flight: cwnd once grew by all of it, back
+/// above the flight, as if the RTO had not reduced it.
+#[test]
+fn rfc5681_3_1_slow_start_stops_at_ssthresh_within_one_ack() {
+    let mut r = rec(Congestion::NewReno);
+    sample_then_send(&mut r, 10);
+    let now = fire_rto(&mut r);
+    assert_eq!((r.cwnd(), r.ssthresh), (1000, 5000));
+    let (seq, len) = r.next_retransmit().expect("the first segment");
+    r.on_sent(now, seq, len, true);
+    // The other nine had arrived: one ACK covers all ten.
+    r.on_ack(now + Duration::from_millis(1), S + 11_000, &[], None);
+    // 4000 octets of slow start to ssthresh, then 6000 octets of congestion avoidance:
+    // 5000 + 1000 * 6000 / 5000.
+    assert_eq!(r.cwnd(), 6200);
+
+    // CUBIC too stops at ssthresh (0.7 of the flight), then grows by its own rule.
+    let mut r = rec(Congestion::Cubic);
+    sample_then_send(&mut r, 10);
+    let now = fire_rto(&mut r);
+    assert_eq!((r.cwnd(), r.ssthresh), (1000, 7000));
+    let (seq, len) = r.next_retransmit().expect("the first segment");
+    r.on_sent(now, seq, len, true);
+    r.on_ack(now + Duration::from_millis(1), S + 11_000, &[], None);
+    assert!((7000..8000).contains(&r.cwnd()), "cwnd {}", r.cwnd());
 }
 
 /// RFC 5681 3.2 steps 2-4 / RFC 6582 3.2 without SACK: the third duplicate ACK retransmits
