@@ -10,7 +10,8 @@
 //!   5, rate-limited per 7), RST generation for bad ACKs in SYN states;
 //! * MSS (3.7.1), window scaling, timestamps and PAWS (RFC 7323), SACK both ways (RFC 2018);
 //! * immediate or delayed ACKs (RFC 1122 4.2.3.2: at least every second full segment;
-//!   quick ACKs for out-of-order data and gap fills, RFC 5681 4.2), window updates after the
+//!   quick ACKs for out-of-order data, gap fills and duplicates, RFC 5681 4.2: one for each
+//!   such segment, [`Connection::poll_quick_ack`]), window updates after the
 //!   application reads, receiver and sender SWS avoidance (3.8.6.2);
 //! * zero-window probing (3.8.6.1), keep-alives (3.8.4) and a user timeout;
 //! * loss recovery and congestion control through [`crate::recovery`] (RACK-TLP, NewReno,
@@ -460,6 +461,11 @@ pub struct Connection {
     peer_mss: usize,
     // --- ACKs and timers
     ack_now: bool,
+    /// An ACK owed for this segment alone: it was out of order, filled a gap or was a
+    /// duplicate (RFC 5681 4.2). The host sends it before the next segment of its receive
+    /// burst is read ([`Connection::poll_quick_ack`]), so that a burst of such segments draws
+    /// one ACK each, not one for all.
+    quick_ack: bool,
     delack_at: Option<Instant>,
     unacked_segs: u32,
     rst_pending: bool,
@@ -531,6 +537,7 @@ impl Connection {
             ts_offset: iss.0 as u32 ^ 0x5a5a_5a5a,
             peer_mss: 536,
             ack_now: false,
+            quick_ack: false,
             delack_at: None,
             unacked_segs: 0,
             rst_pending: false,
@@ -1175,8 +1182,10 @@ impl Connection {
         if !acceptable {
             if seg.control != TcpControl::Rst {
                 self.stats.duplicates += 1;
-                // An old FIN or segment: our ACK tells the peer where we are.
+                // An old FIN or segment: our ACK tells the peer where we are; one for
+                // each duplicate that occupies sequence space (RFC 5681 4.2).
                 self.ack_now = true;
+                self.quick_ack |= seg_len > 0;
                 if self.state == State::TimeWait && seg.control == TcpControl::Fin {
                     self.time_wait_at = Some(now + self.cfg.time_wait);
                 }
@@ -1442,7 +1451,11 @@ impl Connection {
             self.events |= EV_READABLE;
         }
         self.unacked_segs += 1;
-        if had_gap || self.unacked_segs >= 2 || self.cfg.ack_delay.is_none() {
+        if had_gap {
+            // RFC 5681 4.2: a segment that fills (part of) a gap is ACKed at once.
+            self.ack_now = true;
+            self.quick_ack = true;
+        } else if self.unacked_segs >= 2 || self.cfg.ack_delay.is_none() {
             self.ack_now = true;
         } else if self.delack_at.is_none() {
             self.delack_at = self.cfg.ack_delay.map(|d| now + d);
@@ -1512,10 +1525,12 @@ impl Connection {
                 self.ooo.insert(off, data);
                 // RFC 5681 4.2: out-of-order data is ACKed at once (with SACK blocks).
                 self.ack_now = true;
+                self.quick_ack = true;
             }
         } else if seg.segment_len() > 0 {
             self.stats.duplicates += 1;
             self.ack_now = true;
+            self.quick_ack = true;
         }
         // Eighth: the FIN, once everything before it is here.
         if !self.fin_received && self.fin_off == Some(self.rcv_off) {
@@ -1734,6 +1749,7 @@ impl Connection {
     fn sent_acking(&mut self) {
         self.stats.segments_sent += 1;
         self.ack_now = false;
+        self.quick_ack = false;
         self.delack_at = None;
         self.unacked_segs = 0;
         self.rcv_adv = self.rcv_off + self.rcv_wnd() as u64;
@@ -1858,6 +1874,46 @@ impl Connection {
             seg.payload = self.tx.slice(off, n);
         }
         Some(seg)
+    }
+
+    /// Whether an ACK is owed for the last segment alone ([`Self::poll_quick_ack`]).
+    #[inline(always)]
+    pub(crate) fn quick_ack_owed(&self) -> bool {
+        self.quick_ack
+    }
+
+    /// The ACK owed for the last segment alone, if any (out of order, a gap filled, a
+    /// duplicate: RFC 5681 4.2's "immediately"), as a segment without payload; the host sends
+    /// it before it reads the next segment of a receive burst. Without it a burst that brought
+    /// several such segments drew one ACK for all of them: a loss-recovery episode's
+    /// retransmissions, arriving together, were then answered by one ACK, and where that ACK
+    /// was lost the sender, its window full and no probe allowed in recovery (RFC 8985 7.2),
+    /// waited for its RTO. One ACK per segment is what the RFC asks, what the peer's
+    /// duplicate-ACK counting expects, and what makes the loss of any one of them harmless.
+    /// `None` (the flag cleared) outside the synchronized states or with an RST pending:
+    /// the transmit pass then decides, as for any ACK owed.
+    pub fn poll_quick_ack(&mut self, now: Instant) -> Option<Outgoing<'_>> {
+        if !std::mem::take(&mut self.quick_ack) {
+            return None;
+        }
+        if self.rst_pending
+            || !self.syn_acked
+            || matches!(
+                self.state,
+                State::SynSent | State::SynReceived | State::Closed | State::Listen
+            )
+        {
+            return None;
+        }
+        let repr = self.base_segment(now, TcpControl::None, self.snd_nxt);
+        self.sent(&repr);
+        Some(Outgoing {
+            repr,
+            conn: self,
+            off: 0,
+            len: 0,
+            first: None,
+        })
     }
 
     /// The next segment to send now, as [`Connection::poll_transmit`], with its payload

@@ -11,6 +11,8 @@
 //!                                       (header prediction first: the connection the last
 //!                                        segment went to, its data and ACKs read at once)
 //!                                       keyed hash of the 4-tuple -> Connection::handle_segment
+//!                                         (an ACK owed for this segment alone, RFC 5681 4.2:
+//!                                          Connection::poll_quick_ack, sent before the next frame)
 //!                                       listener + SYN -> half-open table -> Connection::accept
 //!                                       nothing -> RST (RFC 9293 3.10.7.1), bounded per poll
 //! timer wheel (ticks passed)  -> Connection::handle_timeout
@@ -177,6 +179,9 @@ pub struct HostStats {
     pub rst_sent: u64,
     /// Control frames dropped because their queue was full.
     pub control_dropped: u64,
+    /// ACKs sent between two frames of a receive burst, each for one segment that was out of
+    /// order, filled a gap or was a duplicate (RFC 5681 4.2).
+    pub quick_acks: u64,
     /// Half-open connections evicted by newer SYNs (a full backlog).
     pub half_open_evicted: u64,
     /// SYNs dropped because the connection table was full.
@@ -280,6 +285,9 @@ struct Inner {
     events: VecDeque<Event>,
     neighbors: Neighbors,
     control: VecDeque<Vec<u8>>,
+    /// The connection that owes an ACK for the segment just read alone
+    /// ([`Connection::poll_quick_ack`]): sent before the next frame of the burst is read.
+    quick_ack: Option<u32>,
     isn: IsnGen,
     now: Instant,
     next_port: u16,
@@ -383,6 +391,7 @@ impl<D: PollDevice> Host<D> {
                 events: VecDeque::with_capacity(64),
                 neighbors: Neighbors::default(),
                 control: VecDeque::with_capacity(CONTROL_MAX),
+                quick_ack: None,
                 isn: IsnGen::new(config.random_seed),
                 now,
                 next_port: EPHEMERAL_FIRST + (config.random_seed % span) as u16,
@@ -512,12 +521,15 @@ impl<D: PollDevice> Host<D> {
         self.device.begin_poll();
         let mut work = false;
         for _ in 0..RX_BUDGET {
-            let Some((rx, _tx)) = self.device.receive(now) else {
+            let Some((rx, _)) = self.device.receive(now) else {
                 break;
             };
             let inner = &mut self.inner;
             rx.consume(|frame| inner.process_frame(frame, &mut deliver));
             work = true;
+            if let Some(index) = self.inner.quick_ack.take() {
+                self.send_quick_ack(index, now);
+            }
         }
         // The burst brought only data `deliver` placed, whose ACKs the pass would defer (a
         // ping-pong's lone segment): the poll ends here, so the caller sees the message at
@@ -1130,6 +1142,43 @@ impl<D: PollDevice> Host<D> {
     fn transmit_conn(&mut self, index: u32, now: Instant, fill: &mut Fill<'_>) {
         self.transmit_frames(index, now, fill);
         self.inner.after_activity(index);
+    }
+
+    /// Sends the ACK connection `index` owes for the segment just read alone
+    /// ([`Connection::poll_quick_ack`]), between two frames of a receive burst, if its next
+    /// hop's address is known and the device has a slot; otherwise the ACK stays owed and
+    /// the transmit pass sends it. The connection stays marked: the pass takes its events
+    /// and timer (and what else it has to send) as before.
+    #[cold]
+    #[inline(never)]
+    fn send_quick_ack(&mut self, index: u32, now: Instant) {
+        let i = &mut self.inner;
+        let Some(Some(s)) = i.slots.get_mut(index as usize) else {
+            return;
+        };
+        // The neighbour memo only (a lookup that would ask or refresh is the pass's).
+        let Some(mac) = i.neighbors.found_in_memo(s.next_hop, now) else {
+            return;
+        };
+        let Some(tx) = self.device.transmit(now) else {
+            return;
+        };
+        let Some(out) = s.conn.poll_quick_ack(now) else {
+            return;
+        };
+        debug_assert_eq!(out.payload_len(), 0);
+        let tcp_len = headers::tcp_header_len(&out.repr);
+        let addrs = FrameAddrs {
+            src_mac: i.mac,
+            dst_mac: mac,
+            src: i.cidr.address(),
+            dst: s.tuple.remote_ip,
+        };
+        let caps = &i.caps;
+        tx.consume(ETH_HDR + IP_HDR + tcp_len, |buf| {
+            emit_tcp(buf, &addrs, &out.repr, &[], caps);
+        });
+        i.stats.quick_acks += 1;
     }
 
     /// Sends every segment connection `index` has now (into the device's pending frames);
@@ -1894,6 +1943,9 @@ impl Inner {
         // sender waited on window updates.
         if !seg.payload.is_empty() && !s.dirty {
             s.defer_ack = true;
+        }
+        if s.conn.quick_ack_owed() {
+            self.quick_ack = Some(index);
         }
         mark_slot_dirty(s, &mut self.dirty, index);
         true
