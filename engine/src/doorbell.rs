@@ -1,92 +1,145 @@
-//! A doorbell an application thread can sleep on, and `poll()` as a file descriptor: the
-//! read end of a Unix socket pair holding one token per ring. Engine cores ring it without
-//! waiting (a full socket buffer drops the token: the descriptor is readable anyway), so
-//! the data path never blocks on the application. Completion channels and connection
-//! manager event channels are built on it.
+//! A doorbell an application thread can sleep on, and `poll()` as a file descriptor: an
+//! eventfd whose counter holds the rings not yet taken. Engine cores ring it without
+//! waiting (an eventfd write blocks only when the counter would pass 2^64 - 2), so the data
+//! path never blocks on the application. Completion channels and connection manager event
+//! channels are built on it.
+//!
+//! Waiting ([`Doorbell::wait`]) is a `poll(2)` on the descriptor with the caller's own
+//! timeout: it takes nothing, so every thread waiting on one doorbell sees a pending ring,
+//! and a waiter never sleeps while one is pending. Rings are taken apart from waiting,
+//! without blocking ([`Doorbell::take`]): one at a time on a counting doorbell (a
+//! completion channel takes one per event it hands out, so its descriptor is readable
+//! exactly while an event is pending), all at once on a plain one (a wake-up hint).
+//!
+//! The system calls go through `rustix`'s safe wrappers, so this module needs no `unsafe`
+//! (docs/decisions/0008-doorbell-eventfd.md).
 
-use std::io::{Read, Write};
-use std::os::fd::{AsFd, BorrowedFd};
-use std::os::unix::net::UnixStream;
-use std::time::{Duration, Instant};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Instant;
+
+use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 
 /// See the module documentation.
 #[derive(Debug)]
 pub struct Doorbell {
-    rx: UnixStream,
-    tx: UnixStream,
+    fd: OwnedFd,
 }
 
 impl Doorbell {
-    /// A new doorbell (one socket pair).
+    /// A plain doorbell: [`Doorbell::take`] takes every pending ring at once.
     pub fn new() -> std::io::Result<Doorbell> {
-        let (rx, tx) = UnixStream::pair()?;
-        tx.set_nonblocking(true)?;
-        Ok(Doorbell { rx, tx })
+        Doorbell::with_flags(EventfdFlags::CLOEXEC)
     }
 
-    /// Rings: one token, never waiting.
+    /// A counting doorbell: [`Doorbell::take`] takes one ring, so a user that rings once per
+    /// event and takes once per event keeps the descriptor readable exactly while an event
+    /// is pending.
+    pub fn counting() -> std::io::Result<Doorbell> {
+        Doorbell::with_flags(EventfdFlags::CLOEXEC | EventfdFlags::SEMAPHORE)
+    }
+
+    // Not EFD_NONBLOCK: whether the descriptor is non-blocking is the application's choice
+    // (rdma-compat's `ibv_get_cq_event` fails with EAGAIN exactly when the application set
+    // O_NONBLOCK on the channel's descriptor), and nothing here relies on it.
+    fn with_flags(flags: EventfdFlags) -> std::io::Result<Doorbell> {
+        Ok(Doorbell {
+            fd: eventfd(0, flags)?,
+        })
+    }
+
+    /// Rings: one more pending ring, never waiting.
     pub fn ring(&self) {
-        let _ = (&self.tx).write(&[1]);
+        let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
     }
 
-    /// The descriptor to wait on: readable while a token is pending.
+    /// The descriptor to wait on: readable while a ring is pending. Poll it; reading it
+    /// takes rings its owner counts on.
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.rx.as_fd()
+        self.fd.as_fd()
     }
 
-    /// Waits until `deadline` (`None`: for ever) for tokens and takes them (up to 64 at
-    /// once); returns whether any came. Interrupted waits and timeouts return `false`.
+    /// Takes one pending ring (a counting doorbell) or all of them (a plain one) without
+    /// waiting; returns whether there was one. The read follows a zero-timeout poll, so it
+    /// does not block on a blocking descriptor unless another thread reads the descriptor
+    /// in between (rings are taken only here, by the doorbell's owner).
+    pub fn take(&self) -> bool {
+        if !self.pending(Some(&Timespec::default())) {
+            return false;
+        }
+        let mut count = [0u8; 8];
+        matches!(rustix::io::read(&self.fd, &mut count), Ok(8))
+    }
+
+    /// Waits until a ring is pending or `deadline` passes (`None`: no deadline), taking
+    /// nothing; returns whether one is pending. An interrupted wait returns `false` early.
     pub fn wait(&self, deadline: Option<Instant>) -> std::io::Result<bool> {
-        let left = match deadline {
-            Some(d) => match d.checked_duration_since(Instant::now()) {
-                Some(l) if !l.is_zero() => Some(l),
-                _ => return Ok(false),
-            },
+        let timeout = match deadline {
+            // Longer than a `Timespec` holds: as good as no deadline.
+            Some(d) => Timespec::try_from(d.saturating_duration_since(Instant::now())).ok(),
             None => None,
         };
-        self.rx
-            .set_read_timeout(left.map(|l| l.max(Duration::from_micros(1))))?;
-        let mut tokens = [0u8; 64];
-        match (&self.rx).read(&mut tokens) {
+        let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+        match poll(&mut fds, timeout.as_ref()) {
             Ok(n) => Ok(n > 0),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(e),
+            Err(rustix::io::Errno::INTR) => Ok(false),
+            Err(e) => Err(e.into()),
         }
+    }
+
+    fn pending(&self, timeout: Option<&Timespec>) -> bool {
+        let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+        matches!(poll(&mut fds, timeout), Ok(1))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    fn soon() -> Option<Instant> {
+        Some(Instant::now() + Duration::from_millis(30))
+    }
 
     #[test]
-    fn a_ring_wakes_a_waiter_and_tokens_are_taken() {
+    fn a_ring_wakes_a_waiter_and_waiting_takes_nothing() {
         let d = Doorbell::new().unwrap();
-        let soon = || Some(Instant::now() + Duration::from_millis(30));
         assert!(!d.wait(soon()).unwrap(), "nothing rang");
         d.ring();
-        d.ring();
         assert!(d.wait(soon()).unwrap());
-        assert!(!d.wait(soon()).unwrap(), "both tokens were taken at once");
+        assert!(d.wait(soon()).unwrap(), "waiting took the ring");
+        let d2 = Doorbell::new().unwrap();
         std::thread::scope(|s| {
             s.spawn(|| {
                 std::thread::sleep(Duration::from_millis(50));
-                d.ring();
+                d2.ring();
             });
             let t0 = Instant::now();
-            assert!(d
+            assert!(d2
                 .wait(Some(Instant::now() + Duration::from_secs(5)))
                 .unwrap());
             assert!(t0.elapsed() >= Duration::from_millis(40));
         });
+    }
+
+    #[test]
+    fn a_plain_doorbell_takes_every_ring_at_once_a_counting_one_takes_one() {
+        let plain = Doorbell::new().unwrap();
+        plain.ring();
+        plain.ring();
+        assert!(plain.take());
+        assert!(!plain.take(), "both rings were taken at once");
+        assert!(!plain.wait(Some(Instant::now())).unwrap());
+        let counting = Doorbell::counting().unwrap();
+        counting.ring();
+        counting.ring();
+        assert!(counting.take());
+        assert!(
+            counting.wait(Some(Instant::now())).unwrap(),
+            "one ring left"
+        );
+        assert!(counting.take());
+        assert!(!counting.take(), "nothing left, and taking did not block");
+        assert!(!counting.wait(soon()).unwrap());
     }
 }

@@ -410,52 +410,61 @@ pub struct Completion {
 /// with it signal it once after each arming ([`CompletionQueue::arm`]), so an application
 /// thread can sleep until a completion arrives instead of polling.
 ///
-/// It is waitable as a file descriptor ([`CompletionChannel::fd`]): the read end of a Unix
-/// socket pair that holds one token per signal, readable exactly while a signal is
-/// pending, for `poll()`/`epoll` users. [`CompletionChannel::get_event`] blocks on it and
-/// returns the identifier of the queue that fired. An engine core signals without waiting
-/// (a full socket buffer drops the token, never the event: events are queued apart).
+/// It is waitable as a file descriptor ([`CompletionChannel::fd`]), for `poll()`/`epoll`
+/// users: a counting eventfd ([`crate::doorbell::Doorbell::counting`]) that holds one token
+/// per event queued, rung under the queue's lock as the event is queued and taken under it
+/// as the event is handed out, so it is readable exactly while an event is pending (a
+/// level-triggered `epoll` wakes once per event, never for one already taken). Poll the
+/// descriptor, do not read it: reading takes a token without its event.
+///
+/// [`CompletionChannel::get_event`] waits with `poll(2)` and its own timeout, which takes
+/// nothing: any number of threads may wait on one channel, and none sleeps while an event
+/// is pending (each event goes to exactly one of them). An engine core signals without
+/// waiting for the application beyond the queue's lock, which no one holds across a
+/// blocking call.
 #[derive(Debug)]
 pub struct CompletionChannel {
     bell: crate::doorbell::Doorbell,
+    /// The identifiers of the queues that fired, oldest first; the bell holds one token per
+    /// entry whenever this lock is free.
     fired: std::sync::Mutex<std::collections::VecDeque<u64>>,
 }
 
 impl CompletionChannel {
-    /// A new channel (one socket pair).
+    /// A new channel (one eventfd).
     pub fn new() -> std::io::Result<CompletionChannel> {
         Ok(CompletionChannel {
-            bell: crate::doorbell::Doorbell::new()?,
+            bell: crate::doorbell::Doorbell::counting()?,
             fired: std::sync::Mutex::new(std::collections::VecDeque::new()),
         })
     }
 
-    /// The descriptor to wait on: readable while an event is pending.
+    /// The descriptor to wait on: readable exactly while an event is pending.
     pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.bell.fd()
     }
 
     fn signal(&self, cq: u64) {
-        self.fired
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(cq);
+        let mut fired = self.fired.lock().unwrap_or_else(|e| e.into_inner());
+        fired.push_back(cq);
         self.bell.ring();
     }
 
     /// Waits up to `timeout` (`None`: for ever) for an event; returns the identifier of the
-    /// completion queue that fired (`Ok(None)` on timeout). Each arming of a queue yields
-    /// at most one event; poll the queue after arming it, as with `ibv_req_notify_cq`.
+    /// completion queue that fired (`Ok(None)` on timeout). A pending event is returned
+    /// even with a zero timeout. Each arming of a queue yields at most one event; poll the
+    /// queue after arming it, as with `ibv_req_notify_cq`.
     pub fn get_event(&self, timeout: Option<std::time::Duration>) -> std::io::Result<Option<u64>> {
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
         loop {
-            if let Some(id) = self
-                .fired
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .pop_front()
             {
-                return Ok(Some(id));
+                let mut fired = self.fired.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(id) = fired.pop_front() {
+                    // The event's token, rung before the lock was let go: the descriptor
+                    // stays readable exactly while events are pending.
+                    self.bell.take();
+                    return Ok(Some(id));
+                }
             }
             if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
                 return Ok(None);

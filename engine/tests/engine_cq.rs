@@ -1,14 +1,20 @@
 //! A completion queue that overruns does not lose completions silently (issue 15, item 4):
 //! the QP feeding it goes to the error state, the local user is told
 //! (`ConnError::CqOverrun`), and the peer gets a local catastrophic Terminate.
+//!
+//! A completion channel hands each event to exactly one of the threads waiting on it, and
+//! its descriptor is readable exactly while an event is pending.
 
 mod common;
 
 use std::sync::Arc;
+use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use common::*;
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use warpcore_engine::{
-    CmEvent, CompletionQueue, ConnError, MpaParams, QpAttr, QpId, QpState, SendOp,
+    CmEvent, Completion, CompletionChannel, CompletionQueue, ConnError, MpaParams, QpAttr, QpId,
+    QpState, SendOp, WcOpcode, WcStatus,
 };
 
 /// Connects a new QP of A to a new QP of B (B listening on `PORT`) whose send and receive
@@ -247,4 +253,97 @@ fn writes_framed_at_post_that_overrun_their_queue_fail_it_loudly() {
         matches!(&a_err, Some(ConnError::RemoteTerminate(r)) if r.code.layer() == 0 && r.code.etype() == 0),
         "A should get a local catastrophic Terminate: {a_err:?}"
     );
+}
+
+/// A successful Write's completion, enough to fire an armed queue.
+fn write_done() -> Completion {
+    Completion {
+        wr_id: 1,
+        qp: QpId {
+            core: 0,
+            index: 1,
+            generation: 1,
+        },
+        opcode: WcOpcode::Write,
+        status: WcStatus::Success,
+        byte_len: 0,
+        solicited: false,
+        invalidated: None,
+        imm: None,
+        atomic_orig: None,
+    }
+}
+
+/// Whether the channel's descriptor is readable now (polling takes nothing).
+fn readable(ch: &CompletionChannel) -> bool {
+    let fd = ch.fd();
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    poll(&mut fds, Some(&Timespec::default())).unwrap() == 1
+}
+
+/// The descriptor is readable while an event is pending and not once the last one was
+/// taken, whether it was taken at once (a zero timeout) or after a wait: a level-triggered
+/// `epoll` user must not be woken for events already handed out.
+#[test]
+fn a_channel_descriptor_is_readable_exactly_while_an_event_is_pending() {
+    let ch = Arc::new(CompletionChannel::new().unwrap());
+    let cq1 = CompletionQueue::with_channel(8, Arc::clone(&ch));
+    let cq2 = CompletionQueue::with_channel(8, Arc::clone(&ch));
+    assert!(!readable(&ch));
+    assert!(cq1.arm(false) && cq2.arm(false));
+    cq1.push(write_done());
+    cq2.push(write_done());
+    assert!(readable(&ch));
+    let zero = Some(StdDuration::ZERO);
+    assert_eq!(ch.get_event(zero).unwrap(), Some(cq1.id()));
+    assert!(readable(&ch), "one event left");
+    assert_eq!(ch.get_event(zero).unwrap(), Some(cq2.id()));
+    assert!(!readable(&ch), "readable with no event pending");
+    assert_eq!(ch.get_event(zero).unwrap(), None);
+    // Taken by a thread that was waiting when the event came.
+    assert!(cq1.arm(false));
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| ch.get_event(Some(StdDuration::from_secs(5))).unwrap());
+        std::thread::sleep(StdDuration::from_millis(10));
+        cq1.push(write_done());
+        assert_eq!(waiter.join().unwrap(), Some(cq1.id()));
+    });
+    assert!(!readable(&ch), "readable after a waiter took the one event");
+}
+
+/// Two threads wait on one channel and two armed queues fire at once: each thread gets an
+/// event before its deadline. (A waiter that took every pending wake-up at once left the
+/// other asleep, with an event queued, until its deadline, in most tries.)
+#[test]
+fn two_threads_waiting_on_one_channel_both_wake_for_two_events() {
+    let wait = StdDuration::from_secs(5);
+    for _ in 0..10 {
+        let ch = Arc::new(CompletionChannel::new().unwrap());
+        let cq1 = CompletionQueue::with_channel(8, Arc::clone(&ch));
+        let cq2 = CompletionQueue::with_channel(8, Arc::clone(&ch));
+        assert!(cq1.arm(false) && cq2.arm(false));
+        let got = std::thread::scope(|s| {
+            let waiters: Vec<_> = (0..2)
+                .map(|_| {
+                    s.spawn(|| {
+                        let deadline = StdInstant::now() + wait;
+                        let id = ch.get_event(Some(wait)).unwrap();
+                        (id, StdInstant::now() < deadline)
+                    })
+                })
+                .collect();
+            // Most often both are asleep by then; the outcome must not depend on it.
+            std::thread::sleep(StdDuration::from_millis(20));
+            cq1.push(write_done());
+            cq2.push(write_done());
+            waiters
+                .into_iter()
+                .map(|w| w.join().unwrap())
+                .collect::<Vec<_>>()
+        });
+        assert!(
+            got.contains(&(Some(cq1.id()), true)) && got.contains(&(Some(cq2.id()), true)),
+            "a waiter slept until its deadline with an event pending (event, in time): {got:?}"
+        );
+    }
 }

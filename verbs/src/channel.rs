@@ -12,8 +12,10 @@ use crate::{polled, CmEvent, CompletionQueue, Context, Error};
 /// [`Context::create_comp_channel`]. Completion queues created with it
 /// ([`Context::create_cq_with_channel`]) signal it once per arming
 /// ([`CompletionQueue::req_notify`]); [`CompletionChannel::get_event`] sleeps until one
-/// does and names it. The channel is also a file descriptor ([`AsFd`], [`AsRawFd`]),
-/// readable while an event is pending, for `poll()` and `epoll` loops.
+/// does and names it; any number of threads may wait on one channel, each event goes to
+/// one of them. The channel is also a file descriptor ([`AsFd`], [`AsRawFd`]), readable
+/// exactly while an event is pending, for `poll()` and `epoll` loops (poll it, do not read
+/// it).
 ///
 /// The usual loop, as with `ibv_get_cq_event`: arm the queue, poll it (completions that
 /// arrived before the arming signal nothing), and when it is empty wait for the event,
@@ -114,7 +116,8 @@ impl AsRawFd for CompletionChannel {
 /// over a [`CmEvent`] (connection requests, establishment, disconnects, errors, CQ errors)
 /// and returns it. It is also a file descriptor ([`AsFd`], [`AsRawFd`]) that becomes
 /// readable when events were handed over, for `poll()` and `epoll` loops (then take them
-/// with `get_event(Some(Duration::ZERO))` or [`Context::next_event`]).
+/// with `get_event(Some(Duration::ZERO))` until it times out, which leaves the descriptor
+/// unreadable until the next hand-over). Poll the descriptor, do not read it.
 #[derive(Debug, Clone)]
 pub struct EventChannel {
     pub(crate) bell: Arc<warpcore_engine::doorbell::Doorbell>,
@@ -129,6 +132,17 @@ impl EventChannel {
         loop {
             if let Some(e) = self.ctx.take_event() {
                 return Ok(e);
+            }
+            // Nothing queued: the rings pending were spent (a core rings after it queued its
+            // events). Take them, then look again: events queued before the take are seen
+            // now, later ones ring again, so no waiter sleeps through one.
+            if self.bell.take() {
+                if let Some(e) = self.ctx.take_event() {
+                    // The rings taken may have announced more than this event: ring once
+                    // more so that another waiter (or the next call) looks.
+                    self.bell.ring();
+                    return Ok(e);
+                }
             }
             if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
                 return Err(Error::Timeout);

@@ -5,27 +5,20 @@
 
 mod common;
 
-use std::io::Read;
 use std::os::fd::AsFd;
-use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
+
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
 use common::{connect_accept, link_contexts};
 use warpcore_verbs::*;
 
-/// Whether the channel's descriptor has a token to read right now (a duplicate of it, put
-/// in non-blocking mode, reads without taking the channel's own state apart: tokens are
-/// only hints, the events are queued in the channel).
-fn readable(ch: &CompletionChannel) -> bool {
-    let fd = ch.as_fd().try_clone_to_owned().unwrap();
-    let s = UnixStream::from(fd);
-    s.set_nonblocking(true).unwrap();
-    let mut b = [0u8; 1];
-    // Peeking is not in std; a read takes one token, which the channel tolerates (it
-    // queues events apart from tokens).
-    let r = matches!((&s).read(&mut b), Ok(1));
-    s.set_nonblocking(false).unwrap();
-    r
+/// Whether `fd` (a channel's descriptor) becomes readable within `within`; polling takes
+/// nothing from the channel.
+fn readable(fd: impl AsFd, within: Duration) -> bool {
+    let t = Timespec::try_from(within).unwrap();
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    poll(&mut fds, Some(&t)).unwrap() == 1
 }
 
 /// A connected pair over the link: the server's receive queue `rcq` signals `ch`; four
@@ -143,20 +136,20 @@ fn solicited_only_arming_waits_for_the_solicited_event_flag() {
         Error::Timeout,
         "an unsolicited Send must not fire a solicited-only arming"
     );
-    assert!(!readable(ch), "no token without an event");
+    assert!(!readable(ch, Duration::ZERO), "no token without an event");
     cqp.post_send(&SendWr::new(2, SendOp::SendSe, &[cmr.sge(0, 8)]).unwrap())
         .unwrap();
     ccq.wait(Duration::from_secs(5)).unwrap();
-    let t0 = Instant::now();
-    while !readable(ch) {
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "the descriptor never became readable"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    assert!(
+        readable(ch, Duration::from_secs(5)),
+        "the descriptor never became readable"
+    );
     let fired = ch.get_event(Some(Duration::from_secs(5))).unwrap();
     assert!(fired.same_as(rcq));
+    assert!(
+        !readable(ch, Duration::ZERO),
+        "the descriptor stayed readable after its one event was taken"
+    );
     let wc = fired.poll_one().unwrap();
     assert!(wc.solicited);
 }
@@ -266,20 +259,22 @@ fn the_event_channel_wakes_on_connection_manager_events() {
     let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
     server.accept(&req, &sqp, b"").unwrap();
     let ev2 = server.event_channel().unwrap();
-    let fd = ev2.as_fd().try_clone_to_owned().unwrap();
-    let sock = UnixStream::from(fd);
-    sock.set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let mut token = [0u8; 1];
-    assert_eq!(
-        (&sock).read(&mut token).unwrap(),
-        1,
+    assert!(
+        readable(&ev2, Duration::from_secs(10)),
         "readable once events came"
     );
     assert!(matches!(
         ev2.get_event(Some(Duration::from_secs(10))).unwrap(),
         CmEvent::Established(_)
     ));
+    assert_eq!(
+        ev2.get_event(Some(Duration::ZERO)).unwrap_err(),
+        Error::Timeout
+    );
+    assert!(
+        !readable(&ev2, Duration::ZERO),
+        "still readable after a call found no event"
+    );
     let (a, _b) = link_pair(&LinkConfig::default());
     let mut cfg = Config::new(a, [10, 0, 0, 9]);
     cfg.drive = Drive::Caller;
