@@ -50,14 +50,13 @@ impl CompletionChannel {
 
     /// Waits up to `timeout` (`None`: until one comes) for an armed queue of this channel to
     /// signal, and returns that queue (`ibv_get_cq_event`). [`Error::Timeout`] when none
-    /// did in time. An event of a queue dropped meanwhile is skipped.
+    /// did in time. A zero timeout returns a pending event (a non-blocking
+    /// `ibv_get_cq_event`). An event of a queue dropped meanwhile is skipped.
     pub fn get_event(&self, timeout: Option<Duration>) -> Result<CompletionQueue, Error> {
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
         loop {
+            // Both ways below look at the channel before they look at the clock.
             let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
-            if left.is_some_and(|l| l.is_zero()) {
-                return Err(Error::Timeout);
-            }
             let id = if self.ctx.caller_driven() {
                 // Nobody else runs the cores: run them while waiting, backing off from
                 // spinning to short sleeps while nothing happens.

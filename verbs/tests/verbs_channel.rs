@@ -1,7 +1,8 @@
 //! Completion channels (`ibv_comp_channel`): a thread sleeps until an armed completion queue
 //! gets a completion; solicited-only arming ignores unsolicited messages; the channel is a
-//! descriptor that is readable exactly while an event is pending; caller-driven contexts
-//! refuse channels (nothing would run their cores while the application sleeps).
+//! descriptor that is readable exactly while an event is pending; a zero timeout returns a
+//! pending event; caller-driven contexts refuse channels (nothing would run their cores
+//! while the application sleeps).
 
 mod common;
 
@@ -152,6 +153,33 @@ fn solicited_only_arming_waits_for_the_solicited_event_flag() {
     );
     let wc = fired.poll_one().unwrap();
     assert!(wc.solicited);
+}
+
+/// A zero timeout, what the drop-in `ibv_get_cq_event` passes on a non-blocking channel,
+/// returns the pending event (it used to time out before looking at the channel); with
+/// none pending it times out at once.
+#[test]
+fn a_zero_timeout_returns_the_pending_event() {
+    let st = setup(7414);
+    let (ch, rcq, ccq, cqp, cmr) = (&st.ch, &st.rcq, &st.ccq, &st.cqp, &st.cmr);
+    rcq.req_notify(false).unwrap();
+    assert!(rcq.poll_one().is_none());
+    assert_eq!(
+        ch.get_event(Some(Duration::ZERO)).unwrap_err(),
+        Error::Timeout
+    );
+    cqp.post_send(&SendWr::new(1, SendOp::Send, &[cmr.sge(0, 8)]).unwrap())
+        .unwrap();
+    ccq.wait(Duration::from_secs(5)).unwrap();
+    assert!(readable(ch, Duration::from_secs(5)), "no event within 5 s");
+    let fired = ch
+        .get_event(Some(Duration::ZERO))
+        .expect("the pending event");
+    assert!(fired.same_as(rcq));
+    assert_eq!(
+        ch.get_event(Some(Duration::ZERO)).unwrap_err(),
+        Error::Timeout
+    );
 }
 
 #[test]

@@ -7,12 +7,16 @@
  * (a) get an event, acknowledge it, destroy the CQ: it succeeds at once; (b) get an event
  * and leave it unacknowledged: ibv_destroy_cq, called from a second thread, returns only
  * after the main thread acknowledges it 200 ms later. Before the fix ibv_ack_cq_events was
- * a no-op and ibv_destroy_cq freed the CQ at once, under the unacknowledged event. The
- * event comes from a receive posted to a QP in the error state (its flushed completion
- * signals the armed CQ's channel). One process, no peer:
+ * a no-op and ibv_destroy_cq freed the CQ at once, under the unacknowledged event.
+ * And ibv_get_cq_event(3)'s non-blocking example: (c) with O_NONBLOCK set on the channel's
+ * descriptor and the descriptor polled readable, ibv_get_cq_event returns the event at
+ * once, then fails with EAGAIN when none is left. Before the fix it failed with EAGAIN
+ * with the event pending. The event comes from a receive posted to a QP in the error
+ * state (its flushed completion signals the armed CQ's channel). One process, no peer:
  *   cq_event_ack
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -120,6 +124,31 @@ int main(void)
 	       "ibv_get_cq_event(3): destroying a CQ waits for all completion events to be acknowledged "
 	       "(destroy %d, returned %s the acknowledgement made 200 ms after it was called)",
 	       destroy_ret, acked_when_returned == 1 && destroy_returned_ms >= acked_ms ? "after" : "before");
+	/* (c) a non-blocking channel: the pending event at once, then EAGAIN. */
+	int fl = fcntl(ch->fd, F_GETFL);
+	if (fl < 0 || fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK))
+		DIE("fcntl O_NONBLOCK: %s", strerror(errno));
+	int tag_c;
+	struct ibv_cq *nb = cq_with_event(ch, &tag_c);
+	got = NULL;
+	got_ctx = NULL;
+	errno = 0;
+	g = ibv_get_cq_event(ch, &got, &got_ctx);
+	int err = errno;
+	EXPECT(g == 0 && got == nb && got_ctx == &tag_c,
+	       "ibv_get_cq_event(3), non-blocking mode: with the channel polled readable, the event is "
+	       "returned (get %d, errno %s, the CQ and its context returned: %d %d)",
+	       g, g ? strerror(err) : "-", got == nb, got_ctx == &tag_c);
+	if (g == 0)
+		ibv_ack_cq_events(nb, 1);
+	errno = 0;
+	g = ibv_get_cq_event(ch, &got, &got_ctx);
+	err = errno;
+	EXPECT(g == -1 && err == EAGAIN,
+	       "ibv_get_cq_event(3), non-blocking mode: with no event left it fails with EAGAIN "
+	       "(get %d, errno %s)", g, strerror(err));
+	if (ibv_destroy_cq(nb))
+		DIE("ibv_destroy_cq: %s", strerror(errno));
 	int c = ibv_destroy_comp_channel(ch);
 	EXPECT(c == 0, "ibv_destroy_comp_channel succeeds once its CQs are destroyed (got %d)", c);
 	return contract_end();
