@@ -957,7 +957,8 @@ impl Machine {
 }
 
 /// Drains events; a responder that sees a Request accepts or rejects it per `decision`
-/// (bit 0 reject, bit 1 first override IRD/ORD with bits 2-5).
+/// (bit 0 reject, bit 1 first override IRD/ORD with bits 2-5). An accept refused because
+/// the Reply could mark no RTR type becomes a reject.
 fn pump_events(m: &mut Machine, decision: u8, events: &mut Vec<Event>) {
     while let Some(ev) = m.poll_event() {
         let request = matches!(ev, Event::Request(_));
@@ -973,7 +974,13 @@ fn pump_events(m: &mut Machine, decision: u8, events: &mut Vec<Event>) {
             let result = if decision & 1 != 0 {
                 r.reject(b"no")
             } else {
-                r.accept(b"yes")
+                match r.accept(b"yes") {
+                    // Only the Read RTR accepted, IRD lowered to 0, a peer-to-peer Request:
+                    // the Reply could mark no RTR type (MPA2-9.2-8), so the accept is
+                    // refused and the decision stays open.
+                    Err(negotiation::UsageError::NoRtrType) => r.reject(b"no"),
+                    other => other,
+                }
             };
             result.expect("decision while awaiting it");
         }

@@ -1029,6 +1029,56 @@ fn read_rtr_and_ird() {
     assert_eq!(only_failure(ev).error, NegotiationError::NoMatchingRtr);
 }
 
+/// A Rev 2 responder that accepts only the Read RTR at IRD 0 could mark no RTR type in its
+/// Reply to a peer-to-peer Request (MPA2-9.1-3, MPA2-9.2-8): it is refused when created, and
+/// an accept after `set_ird_ord` lowered its IRD to 0 is refused with nothing sent, the
+/// decision still open. A client-server Request marks no type anyway and is accepted.
+#[test]
+fn a_responder_that_could_mark_no_rtr_type_is_refused() {
+    let read_only = |ird| Config {
+        rtr: RtrTypes::READ,
+        ..cfg(2, true, ird, 4)
+    };
+    assert_eq!(
+        Responder::new(read_only(0), now0()).unwrap_err(),
+        UsageError::NoRtrType
+    );
+    assert!(Responder::new(read_only(0x3FFF), now0()).is_ok());
+    let request = |peer_to_peer| {
+        request_frame(
+            2,
+            Some(EnhancedData {
+                peer_to_peer,
+                rtr: RtrTypes::READ,
+                ird: 4,
+                ord: 4,
+            }),
+        )
+    };
+    let mut r = Responder::new(read_only(4), now0()).unwrap();
+    r.handle_input(&request(true));
+    assert!(matches!(events_r(&mut r)[..], [Event::Request(_)]));
+    r.set_ird_ord(0, 4).unwrap();
+    assert_eq!(r.accept(&[]), Err(UsageError::NoRtrType));
+    assert!(drain(&mut |b| r.poll_transmit(b)).is_empty());
+    r.set_ird_ord(1, 4).unwrap();
+    r.accept(&[]).unwrap();
+    assert_eq!(
+        only_established(events_r(&mut r)).rtr_accepted,
+        RtrTypes::READ
+    );
+
+    let mut r = Responder::new(read_only(4), now0()).unwrap();
+    r.handle_input(&request(false));
+    assert!(matches!(events_r(&mut r)[..], [Event::Request(_)]));
+    r.set_ird_ord(0, 4).unwrap();
+    r.accept(&[]).unwrap();
+    assert_eq!(
+        only_established(events_r(&mut r)).rtr_accepted,
+        RtrTypes::EMPTY
+    );
+}
+
 /// MPA2-9.2-4: a Reply that does not echo A fails with code 7 (no common connection model).
 #[test]
 fn model_mismatch_is_code_7() {

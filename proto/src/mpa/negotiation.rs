@@ -99,7 +99,8 @@ pub struct Config {
     /// Initiator only: request the peer-to-peer model with an RTR (A = 1; needs Rev 2).
     pub peer_to_peer: bool,
     /// RTR types: for an initiator, those it can send (offered when `peer_to_peer`); for a
-    /// responder, those it can accept (at least one at Rev 2, MPA2-9.2-3).
+    /// responder, those it can accept (at Rev 2 at least one it can mark: not only Read at
+    /// IRD 0, MPA2-9.2-3, MPA2-9.2-8).
     pub rtr: RtrTypes,
     /// Initiator only: ULP private data for the Request (at most 512 octets, 508 at Rev 2).
     /// A responder passes its private data to `accept`/`reject`.
@@ -143,8 +144,8 @@ pub enum UsageError {
     /// Peer-to-peer needs Rev 2 (MPA2-6-2).
     #[error("peer-to-peer needs MPA revision 2")]
     PeerToPeerNeedsRev2,
-    /// Peer-to-peer initiator offering no RTR type, or Rev 2 responder accepting none
-    /// (MPA2-9.2-2, MPA2-9.2-3).
+    /// Peer-to-peer initiator offering no RTR type, or Rev 2 responder able to mark none
+    /// (accepting none, or only the Read RTR at IRD 0; MPA2-9.2-2, MPA2-9.2-3, MPA2-9.2-8).
     #[error("no RTR type configured")]
     NoRtrType,
     /// `accept`/`reject`/`set_ird_ord` called when no Request is waiting for a decision.
@@ -171,12 +172,23 @@ impl Config {
                 check_pd_len(self.private_data.len(), self.rev >= 2)?;
             }
             Role::Responder => {
-                if self.rev >= 2 && self.rtr.is_empty() {
+                if self.rev >= 2 && markable_rtr(self.rtr, self.ird).is_empty() {
                     return Err(UsageError::NoRtrType);
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// The RTR types a responder accepting `rtr` at IRD `ird` can mark in its Reply: a Read RTR
+/// needs an IRD of at least 1 (MPA2-9.1-3). At Rev 2 it must be able to mark one, whatever
+/// the initiator offers (MPA2-9.2-3, MPA2-9.2-8).
+fn markable_rtr(rtr: RtrTypes, ird: u16) -> RtrTypes {
+    if ird == 0 {
+        RtrTypes::from_iter(rtr.iter().filter(|t| *t != RtrType::Read))
+    } else {
+        rtr
     }
 }
 
@@ -943,7 +955,19 @@ impl Responder {
     /// - A echoed (MPA2-9.2-4); B/C/D: every offered RTR type we accept (MPA2-9.2-5), or all
     ///   we accept if none of the offered ones is (MPA2-9.2-8). A Read RTR is accepted only
     ///   with an IRD of at least 1.
+    ///
+    /// [`UsageError::NoRtrType`], nothing sent, when the Request asks for peer-to-peer and
+    /// [`Responder::set_ird_ord`] lowered our IRD to 0 with only the Read RTR accepted: the
+    /// Reply would mark no RTR type (MPA2-9.2-8).
     pub fn accept(&mut self, private_data: &[u8]) -> Result<(), UsageError> {
+        let p2p = self
+            .request
+            .as_ref()
+            .and_then(|r| r.enhanced)
+            .is_some_and(|e| e.peer_to_peer);
+        if p2p && markable_rtr(self.config.rtr, self.config.ird).is_empty() {
+            return Err(UsageError::NoRtrType);
+        }
         let request = self.take_request(private_data)?;
         let plan = self.plan(&request, false);
         let reply_len = self.queue_reply(&request, &plan, false, private_data);
@@ -1092,10 +1116,7 @@ impl Responder {
         let (cfg_ird, cfg_ord) = (self.config.ird, self.config.ord);
         // RTR types (MPA2-9.2-4..8): echo A; mark each offered type we accept; if none,
         // mark all we accept. A Read RTR needs an IRD of at least 1.
-        let mut supported = self.config.rtr;
-        if cfg_ird == 0 {
-            supported = RtrTypes::from_iter(supported.iter().filter(|t| *t != RtrType::Read));
-        }
+        let supported = markable_rtr(self.config.rtr, cfg_ird);
         let marked = if !req.peer_to_peer {
             RtrTypes::EMPTY // MPA2-9.2-14
         } else {
