@@ -57,7 +57,9 @@ pub struct MpaParams {
     /// common fails the connection with Terminate 2/0/07 (MPA2-9.2-10/11). Default: Write.
     pub rtr_offer: RtrTypes,
     /// Responder: the RTR types we accept as the initiator's first FPDU (MPA2-9.2-3,
-    /// MPA2-9.2-5); must not be empty at Rev 2. Default: all three.
+    /// MPA2-9.2-5). At Rev 2 it must hold one we can mark: not empty, and not the Read RTR
+    /// alone with an IRD of 0 (MPA2-9.1-3, MPA2-9.2-8); `listen` refuses others. Default:
+    /// all three.
     pub rtr_accept: RtrTypes,
 }
 

@@ -5,7 +5,10 @@
 mod common;
 
 use common::*;
-use warpcore_engine::{CmEvent, ConnError, MpaParams, QpState, SendOp, WcOpcode, WcStatus};
+use warpcore_engine::proto::mpa::negotiation::UsageError;
+use warpcore_engine::{
+    CmEvent, ConnError, EngineError, MpaParams, QpState, RtrTypes, SendOp, WcOpcode, WcStatus,
+};
 
 fn exchange(p: &mut Pair, qa: warpcore_engine::QpId, qb: warpcore_engine::QpId) {
     let (ra, sa) = p.a.region(1 << 16, all_access());
@@ -168,6 +171,80 @@ fn reject_with_private_data() {
         assert_eq!((c[0].wr_id, c[0].status), (5, WcStatus::FlushErr));
         p.run(200);
     }
+}
+
+/// Local misuse is refused with a typed error, nothing changed (the engine's contract):
+/// `listen` refuses MPA parameters that every responder of the listener would refuse, as
+/// `connect` refuses an initiator's, and binds nothing, so the port then takes a valid
+/// listener. It used to listen, then reset each incoming connection after it had taken a
+/// request slot (evicting a valid listener's pending request when the table was full).
+/// Rev 0 and 3 (MPA-7.1.1, RFC 6581 §6), no RTR type at Rev 2 (MPA2-9.2-3), only the Read
+/// RTR at IRD 0 (a Reply marking no type, MPA2-9.1-3, MPA2-9.2-8).
+#[test]
+fn listen_refuses_mpa_params_no_responder_could_use() {
+    let rev = |rev| MpaParams {
+        rev,
+        ..MpaParams::default()
+    };
+    let bad = [
+        (rev(0), UsageError::UnsupportedRevision),
+        (rev(3), UsageError::UnsupportedRevision),
+        (
+            MpaParams {
+                rtr_accept: RtrTypes::EMPTY,
+                ..MpaParams::default()
+            },
+            UsageError::NoRtrType,
+        ),
+        (
+            MpaParams {
+                rtr_accept: RtrTypes::READ,
+                ird: 0,
+                ..MpaParams::default()
+            },
+            UsageError::NoRtrType,
+        ),
+    ];
+    let mut p = Pair::default_pair();
+    for (params, error) in bad {
+        assert_eq!(
+            p.b.core.listen(PORT, params.clone()).unwrap_err(),
+            EngineError::Mpa(error),
+            "{params:?}"
+        );
+    }
+    let qa = p.a.qp(8);
+    for r in [0, 3] {
+        assert_eq!(
+            p.a.core
+                .connect(qa, (ip(2), PORT), &rev(r), b"")
+                .unwrap_err(),
+            EngineError::Mpa(UsageError::UnsupportedRevision)
+        );
+    }
+    // Only the Read RTR is fine with an IRD to serve it, and Rev 1 marks no RTR type.
+    p.b.core
+        .listen(
+            PORT + 1,
+            MpaParams {
+                rtr_accept: RtrTypes::READ,
+                ..MpaParams::default()
+            },
+        )
+        .unwrap();
+    p.b.core
+        .listen(
+            PORT + 2,
+            MpaParams {
+                rev: 1,
+                rtr_accept: RtrTypes::EMPTY,
+                ..MpaParams::default()
+            },
+        )
+        .unwrap();
+    let (qa, qb) = p.connect();
+    assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Rts);
+    assert_eq!(p.b.core.qp_state(qb).unwrap(), QpState::Rts);
 }
 
 /// Graceful close (RDMAP-06 §6): the send queue drains before FIN, both sides see

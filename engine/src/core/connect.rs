@@ -193,7 +193,13 @@ impl<D: PollDevice> EngineCore<D> {
     }
 
     /// Listens on `port`; connection requests arrive as [`CmEvent::ConnectRequest`].
+    /// Parameters no responder could use (a revision other than 1 or 2, IRD/ORD above
+    /// 0x3FFF, or at Rev 2 no RTR type it could mark) are refused with
+    /// [`EngineError::Mpa`], nothing bound, as `connect` refuses an initiator's.
     pub fn listen(&mut self, port: u16, params: MpaParams) -> Result<ListenerId, EngineError> {
+        // Each connection builds its responder from these parameters; were they refused
+        // there, every connection would be reset after it took a request slot.
+        Responder::new(self.mpa_config(&params, Vec::new(), false), self.now_std())?;
         // Warpcore's TCP bounds handshakes in progress (SYN-RECEIVED) by the backlog and
         // evicts the oldest beyond it: as many as the table holds, so a SYN flood must
         // cycle through the whole table, which takes far longer than one handshake. The
@@ -467,9 +473,14 @@ impl<D: PollDevice> EngineCore<D> {
         while let Ok(Some(tcp)) = self.stack.accept(l) {
             let params = self.listeners[li].params.clone();
             let config = self.mpa_config(&params, Vec::new(), false);
-            let slot = self.free_request_slot().or_else(|| self.evict_request());
-            let responder = Responder::new(config, self.now_std());
-            let (Some(slot), Ok(responder)) = (slot, responder) else {
+            // The responder before the slot: a pending request is evicted only for a
+            // connection that will use its slot (`listen` refused parameters no responder
+            // takes, so this does not fail).
+            let Ok(responder) = Responder::new(config, self.now_std()) else {
+                let _ = self.stack.release(tcp);
+                continue;
+            };
+            let Some(slot) = self.free_request_slot().or_else(|| self.evict_request()) else {
                 // No room for another pending request: refuse with RST.
                 let _ = self.stack.release(tcp);
                 continue;
