@@ -552,3 +552,75 @@ fn immediate_without_receive_buffer_terminates() {
     );
     assert_eq!(code, (1, 2, 2));
 }
+
+/// EXT-5.2.1-2 / EXT-8.2-5 when the Tagged Offset is 8-aligned but the word it names is not:
+/// a registration whose base TO is not congruent to its address mod 8 (`register_with_base`
+/// as `ibv_reg_mr_iova2`, a fast registration, a zero-based region over unaligned memory).
+/// The RFC's requirement is on the ULP buffer's address. The request is refused where it is
+/// received: Terminate 0/2/07 with its DDP header, memory untouched (the check once ran only
+/// when the atomic was executed: a local catastrophic error, 0/0/FF, instead).
+#[test]
+fn atomic_on_an_unaligned_word_at_an_aligned_to_terminates_0_2_07() {
+    let mut p = Pair::default_pair();
+    let (qa, _qb) = connect_ext(&mut p, true, true, &MpaParams::default());
+    let (_ra, sa) = p.a.region(4096, all_access());
+    // B's region: page-aligned memory whose first octet has TO 4, so TO 8 is offset 4.
+    let rb = Arc::new(Region::allocate(4096, 4096).unwrap());
+    let sb =
+        p.b.mrs
+            .register(Arc::clone(&rb), PD, atomic_access(), 4)
+            .unwrap();
+    set_word(&rb, 0, 0x1111);
+    set_word(&rb, 8, 0x2222);
+    p.a.core
+        .post_send(qa, send_wr(1, fetch_add(sb, 8, 1, 0), &[(sa, 0, 8)]))
+        .unwrap();
+    p.run_until(3000, |p| {
+        terminate_of(&p.a.events).is_some() && local_error(&p.b.events)
+    });
+    p.run(50);
+    let a_events = p.a.take_events();
+    assert_eq!(word(&rb, 0), 0x1111);
+    assert_eq!(word(&rb, 8), 0x2222);
+    assert_eq!(terminate_of(&a_events), Some((0, 2, 7)));
+}
+
+/// The same unaligned target followed on the stream by a Send: nothing after the invalid
+/// request is placed or completes (DDP-7.1-17, RDMAP-7.1-5). While the alignment was found
+/// only when the atomic was executed, on the transmit side, the Send behind it was placed
+/// and its receive completed successfully.
+#[test]
+fn nothing_behind_an_atomic_on_an_unaligned_word_is_delivered() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = connect_ext(&mut p, true, true, &MpaParams::default());
+    let (ra, sa) = p.a.region(4096, all_access());
+    let rb = Arc::new(Region::allocate(4096, 4096).unwrap());
+    let sb =
+        p.b.mrs
+            .register(Arc::clone(&rb), PD, atomic_access(), 4)
+            .unwrap();
+    let (rrecv, srecv) = p.b.region(4096, all_access());
+    p.b.core
+        .post_recv(qb, recv_wr(77, &[(srecv, 0, 64)]))
+        .unwrap();
+    ra.write_at(100, b"after the bad atomic").unwrap();
+    p.a.core
+        .post_send(qa, send_wr(1, fetch_add(sb, 8, 1, 0), &[(sa, 0, 8)]))
+        .unwrap();
+    p.a.core
+        .post_send(qa, send_wr(2, SendOp::Send, &[(sa, 100, 20)]))
+        .unwrap();
+    p.run_until(3000, |p| {
+        terminate_of(&p.a.events).is_some() && local_error(&p.b.events)
+    });
+    p.run(50);
+    let b = p.b.take_completions();
+    assert!(
+        !b.iter()
+            .any(|c| c.wr_id == 77 && c.status == WcStatus::Success),
+        "the Send after the invalid Atomic Request completed: {b:?}"
+    );
+    let mut got = [0u8; 20];
+    rrecv.read_at(0, &mut got).unwrap();
+    assert_ne!(&got, b"after the bad atomic", "the Send was placed");
+}

@@ -784,15 +784,32 @@ impl Qp {
         // right stands for both remote rights proto's check asks for.
         let pd = self.pd;
         let stream = self.id.stream();
+        let mut misaligned = false;
         let checked = handle_atomic_request(&ar, |stag| {
             let g = mrs
                 .lookup_remote(Stag(stag), pd, stream, Access::empty())
                 .map_err(LookupFault::stag_fault)?;
             let atomic_ok = g.access().contains(Access::REMOTE_ATOMIC);
+            // The word's address, not only its TO, must be 8-aligned (EXT-5.2.1-2 asks it
+            // of the ULP buffer address): a registration whose base TO is not congruent to
+            // its address mod 8 (`register_with_base`, a fast registration, an unaligned
+            // buffer registered zero-based) maps an aligned TO to an unaligned word.
+            // Checked here, where the request is received, so the Terminate is 0/2/07 with
+            // its DDP header and nothing behind it on the stream is placed.
+            misaligned = g
+                .bounds(ar.remote_to, 8)
+                .is_ok_and(|off| matches!(g.atomic(off), Err(BoundsFault::Misaligned)));
             let mut a = g.access_region();
             a.remote_read = atomic_ok;
             a.remote_write = atomic_ok;
             Ok(a)
+        })
+        .and_then(|op| {
+            if misaligned {
+                Err(BoundsFault::Misaligned.rdmap_error())
+            } else {
+                Ok(op)
+            }
         });
         if let Err(e) = checked {
             self.ird.retire();

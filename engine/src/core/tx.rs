@@ -318,10 +318,12 @@ impl Qp {
         mrs: &MrTable,
         mulpdu: usize,
     ) -> Option<()> {
-        let Some(orig) = execute_atomic(req, mrs, self.pd, self.id.stream()) else {
-            // The region went away since the request was checked.
-            self.tx_fault = Some(ProtocolError::Rdmap(RdmapError::LocalCatastrophic));
-            return None;
+        let orig = match execute_atomic(req, mrs, self.pd, self.id.stream()) {
+            Ok(orig) => orig,
+            Err(e) => {
+                self.tx_fault = Some(ProtocolError::Rdmap(e));
+                return None;
+            }
         };
         let mut hdr = [0u8; 12];
         ext_atomic::response(req, orig).emit(&mut AtomicResponse::new_unchecked(&mut hdr[..]));
@@ -593,21 +595,30 @@ fn tx_quiet(
 /// read (EXT-5.2.2-6), atomically against every other atomic through this engine on the
 /// same word (EXT-5-1, EXT-5.3-1): a compare-exchange loop on the word's AtomicU64, which
 /// holds the value in host byte order (EXT-5.1.1-1: the target memory's order; operands are
-/// big-endian on the wire only). Returns the original value, or `None` if the region went
-/// away since the request was checked.
-fn execute_atomic(req: &AtomicRequestRepr, mrs: &MrTable, pd: PdId, stream: u64) -> Option<u64> {
+/// big-endian on the wire only). Returns the original value; a local catastrophic error if
+/// the region went away since the request was checked, or the error of a check that fails
+/// now although it passed then (the receive path checks the TO, bounds and the word's
+/// alignment in memory before queueing the request: `Qp::rx_atomic_request`).
+fn execute_atomic(
+    req: &AtomicRequestRepr,
+    mrs: &MrTable,
+    pd: PdId,
+    stream: u64,
+) -> Result<u64, RdmapError> {
     let g = mrs
         .lookup_remote(Stag(req.remote_stag), pd, stream, Access::REMOTE_ATOMIC)
-        .ok()?;
-    let off = g.bounds(req.remote_to, 8).ok()?;
-    let w = g.atomic(off).ok()?;
+        .map_err(|_| RdmapError::LocalCatastrophic)?;
+    let off = g
+        .bounds(req.remote_to, 8)
+        .map_err(BoundsFault::rdmap_error)?;
+    let w = g.atomic(off).map_err(BoundsFault::rdmap_error)?;
     let mut cur = w.load(std::sync::atomic::Ordering::Acquire);
     loop {
         let mut new = cur;
-        ext_atomic::execute(req, &mut new).ok()?;
+        ext_atomic::execute(req, &mut new)?;
         if new == cur {
             // CmpSwap miss (or a no-op): nothing to store.
-            return Some(cur);
+            return Ok(cur);
         }
         match w.compare_exchange_weak(
             cur,
@@ -615,7 +626,7 @@ fn execute_atomic(req: &AtomicRequestRepr, mrs: &MrTable, pd: PdId, stream: u64)
             std::sync::atomic::Ordering::AcqRel,
             std::sync::atomic::Ordering::Acquire,
         ) {
-            Ok(_) => return Some(cur),
+            Ok(_) => return Ok(cur),
             Err(v) => cur = v,
         }
     }
