@@ -580,8 +580,8 @@ impl Port {
         Ok(())
     }
 
-    /// The current MTU (the one [`Port::configure`] set past the driver's reported maximum,
-    /// if it did).
+    /// The current MTU: the one [`Port::configure`] or [`Port::set_mtu`] set past the
+    /// driver's reported maximum, if the last of them did; else the driver's.
     pub fn mtu(&self) -> Result<u16, Error> {
         if let Some(m) = self.data_path_mtu {
             return Ok(m);
@@ -595,13 +595,26 @@ impl Port {
         Ok(mtu)
     }
 
-    /// Changes the MTU.
+    /// Changes the MTU of a configured port, as [`Port::configure`] sets it: an MTU whose
+    /// frames exceed what the driver reports is set where the driver's data path carries
+    /// them (the ethdev layer keeps its MTU; [`Error::Mtu`] says what is missing if it does
+    /// not), any other is the driver's to set (`rte_eth_dev_set_mtu`; net_memif and net_ring
+    /// have no MTU operation in DPDK 22.11 and refuse). Either way [`Port::mtu`] returns it
+    /// from then on; on an error the MTU is unchanged.
     pub fn set_mtu(&mut self, mtu: u16) -> Result<(), Error> {
-        // SAFETY: valid port.
-        let ret = unsafe { ffi::rte_eth_dev_set_mtu(self.id(), mtu) };
-        if ret != 0 {
-            return Err(self.err(format!("rte_eth_dev_set_mtu({mtu})"), ret));
+        let data_path = u32::from(mtu) + 18 > self.info.max_rx_pktlen;
+        if data_path {
+            self.check_data_path_mtu(mtu)?;
+        } else {
+            // SAFETY: valid port.
+            let ret = unsafe { ffi::rte_eth_dev_set_mtu(self.id(), mtu) };
+            if ret != 0 {
+                return Err(self.err(format!("rte_eth_dev_set_mtu({mtu})"), ret));
+            }
         }
+        // A data-path MTU set earlier no longer holds once the driver's is the port's again
+        // (net_af_packet lowered from a jumbo MTU, say).
+        self.data_path_mtu = data_path.then_some(mtu);
         Ok(())
     }
 
