@@ -62,6 +62,33 @@ pub enum Error {
         /// Why not, and what would make it possible.
         why: String,
     },
+    /// A `Port` is already open on this port id in this process (or queue handles taken
+    /// from a dropped one are still alive): a second would hand out the same queues again.
+    #[error("port {port} ({name}) is already open in this process (one Port per port id)")]
+    PortInUse {
+        /// Port id.
+        port: u16,
+        /// Device name.
+        name: String,
+    },
+    /// The port cannot be reconfigured or stopped while queue handles taken from it are
+    /// alive: a reconfiguration releases the queues they poll.
+    #[error(
+        "port {port} ({name}): cannot {op} while {rx} rx and {tx} tx queue handles are alive \
+         (drop them first)"
+    )]
+    QueuesInUse {
+        /// Port id.
+        port: u16,
+        /// Device name.
+        name: String,
+        /// `configure` or `stop`.
+        op: &'static str,
+        /// Live rx queue handles.
+        rx: usize,
+        /// Live tx queue handles.
+        tx: usize,
+    },
     /// A queue handle was requested twice or out of range.
     #[error("port {port}: {kind} queue {queue} is not available ({why})")]
     Queue {

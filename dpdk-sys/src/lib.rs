@@ -16,7 +16,11 @@
 //!   full tx ring refused are handed back to the caller, never dropped silently.
 //! * A [`Port`] is configured, started and stopped through its handle; its [`RxQueue`] and
 //!   [`TxQueue`] handles are unique (one owner per queue, as DPDK's lock-free bursts require)
-//!   and keep the device open until the last of them is dropped.
+//!   and keep the device open until the last of them is dropped. Safe code cannot break
+//!   that: a process opens at most one `Port` per port id ([`Error::PortInUse`]), a queue's
+//!   handle is handed out again only after the last one dropped, and a port whose queue
+//!   handles are alive is neither reconfigured nor stopped ([`Error::QueuesInUse`]), so no
+//!   handle outlives the queue it polls.
 //! * Set-up failures return an [`Error`] that names the argument, device or queue that failed
 //!   together with DPDK's `rte_errno` text.
 //!

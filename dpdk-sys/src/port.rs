@@ -1,8 +1,9 @@
 //! Ethernet ports (`rte_ethdev`) and their queues.
 
+use std::collections::BTreeSet;
 use std::ffi::{CStr, CString};
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::{ffi, Eal, Error, Mbuf, Mempool};
 
@@ -151,11 +152,62 @@ pub struct XStat {
 /// How long dropping a port waits for the EAL interrupt thread to close it.
 const CLOSE_TIMEOUT_MS: u32 = 5000;
 
+/// The port ids a [`Port`] is open on in this process. One `Port` per id is what makes its
+/// queue handles unique: a second `Port` on the same id would hand out the same queues again.
+static OPEN_PORTS: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
+/// Locks `m`, whether or not a thread panicked while holding it: every update under these
+/// locks is a single insert, remove or assignment, so the data is whole either way.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A port id taken in [`OPEN_PORTS`]; dropping it gives the id back.
+#[derive(Debug)]
+struct PortClaim(u16);
+
+impl PortClaim {
+    /// Takes `id`; `None` when a `Port` is open on it already.
+    fn take(id: u16) -> Option<PortClaim> {
+        let fresh = lock(&OPEN_PORTS).insert(id);
+        // Made only when the id was free: a claim dropped here would give back somebody
+        // else's id.
+        fresh.then(|| PortClaim(id))
+    }
+}
+
+impl Drop for PortClaim {
+    fn drop(&mut self) {
+        lock(&OPEN_PORTS).remove(&self.0);
+    }
+}
+
+/// Which queues of the configured port have a live handle. Empty (no queue to take) before
+/// the first successful [`Port::configure`] and while one runs.
+#[derive(Debug, Default)]
+struct QueuesTaken {
+    rx: Vec<bool>,
+    tx: Vec<bool>,
+}
+
+impl QueuesTaken {
+    /// Live rx and tx handles.
+    fn live(&self) -> (usize, usize) {
+        let count = |v: &[bool]| v.iter().filter(|&&t| t).count();
+        (count(&self.rx), count(&self.tx))
+    }
+}
+
 /// The part of a port that queue handles share; closing the device waits for all of them.
 #[derive(Debug)]
 struct PortShared {
     id: u16,
     name: String,
+    /// Set by the port (under `&mut Port`), cleared by each queue handle as it drops.
+    taken: Mutex<QueuesTaken>,
+    /// Declared last: fields drop after `Drop::drop` has closed the device, so the id is
+    /// free again only once nothing uses it.
+    _claim: PortClaim,
 }
 
 impl Drop for PortShared {
@@ -177,6 +229,12 @@ impl Drop for PortShared {
 }
 
 /// An ethdev port. Dropping the port and all its queue handles stops and closes the device.
+///
+/// At most one `Port` is open on a port id in a process ([`Error::PortInUse`] for a second),
+/// and it hands out one live handle per queue; while any handle is alive the port
+/// can be neither reconfigured nor stopped ([`Error::QueuesInUse`]). So a queue is polled by
+/// one owner only, and never after it was released: DPDK's bursts take no lock, and a queue
+/// released by a reconfiguration is freed memory.
 #[derive(Debug)]
 pub struct Port {
     shared: Arc<PortShared>,
@@ -184,8 +242,6 @@ pub struct Port {
     offloads: Offloads,
     /// The MTU set by [`Port::configure`] past what the ethdev layer accepts.
     data_path_mtu: Option<u16>,
-    rx_taken: Vec<bool>,
-    tx_taken: Vec<bool>,
 }
 
 /// net_af_packet's default tpacket frame size (`framesz`).
@@ -283,7 +339,8 @@ impl Port {
         Port::from_id(eal, id)
     }
 
-    /// Opens the port with id `id`.
+    /// Opens the port with id `id`. Fails with [`Error::PortInUse`] while another `Port` of
+    /// this process is open on it (or queue handles of a dropped one are still alive).
     pub fn from_id(eal: &Eal, id: u16) -> Result<Port, Error> {
         // SAFETY: valid for any id once the EAL is up.
         if unsafe { ffi::rte_eth_dev_is_valid_port(id) } != 1 {
@@ -293,6 +350,10 @@ impl Port {
             });
         }
         let name = port_name(id);
+        let claim = PortClaim::take(id).ok_or_else(|| Error::PortInUse {
+            port: id,
+            name: name.clone(),
+        })?;
         let mut di = ffi::rte_eth_dev_info::default();
         // SAFETY: id is valid; di is a valid out pointer.
         let ret = unsafe { ffi::rte_eth_dev_info_get(id, &mut di) };
@@ -339,12 +400,15 @@ impl Port {
             tx_seg_max: di.tx_desc_lim.nb_seg_max,
         };
         Ok(Port {
-            shared: Arc::new(PortShared { id, name }),
+            shared: Arc::new(PortShared {
+                id,
+                name,
+                taken: Mutex::new(QueuesTaken::default()),
+                _claim: claim,
+            }),
             info,
             offloads: Offloads::default(),
             data_path_mtu: None,
-            rx_taken: Vec::new(),
-            tx_taken: Vec::new(),
         })
     }
 
@@ -368,6 +432,27 @@ impl Port {
         self.offloads
     }
 
+    /// Live rx and tx queue handles taken from this port.
+    pub fn queue_handles(&self) -> (usize, usize) {
+        lock(&self.shared.taken).live()
+    }
+
+    /// Refuses `op` while queue handles are alive. None can be taken meanwhile: that needs
+    /// `&mut self`, which the caller holds.
+    fn refuse_with_live_queues(&mut self, op: &'static str) -> Result<(), Error> {
+        let (rx, tx) = self.queue_handles();
+        if rx + tx > 0 {
+            return Err(Error::QueuesInUse {
+                port: self.id(),
+                name: self.name().into(),
+                op,
+                rx,
+                tx,
+            });
+        }
+        Ok(())
+    }
+
     fn err(&self, op: impl Into<String>, ret: i32) -> Error {
         Error::Port {
             port: self.id(),
@@ -386,7 +471,13 @@ impl Port {
     /// ethdev layer keeps its default MTU, which nothing on the data path checks, and
     /// [`Port::mtu`] returns the one asked for. net_af_packet also needs its kernel
     /// interface to take the MTU (checked here, not changed).
+    ///
+    /// Refused with [`Error::QueuesInUse`] while queue handles taken from the port are
+    /// alive: the queues they name are released and set up anew here. After a failure no
+    /// queue can be taken until a configuration succeeds.
     pub fn configure(&mut self, cfg: &PortConfig, pool: &Mempool) -> Result<Offloads, Error> {
+        self.refuse_with_live_queues("configure")?;
+        *lock(&self.shared.taken) = QueuesTaken::default();
         let id = self.id();
         let mut data_path_mtu = None;
         let rx_capa = self.info.rx_offload_capa;
@@ -484,8 +575,10 @@ impl Port {
             // receive everything anyway.
             unsafe { ffi::rte_eth_promiscuous_enable(id) };
         }
-        self.rx_taken = vec![false; cfg.rx_queues as usize];
-        self.tx_taken = vec![false; cfg.tx_queues as usize];
+        *lock(&self.shared.taken) = QueuesTaken {
+            rx: vec![false; usize::from(cfg.rx_queues)],
+            tx: vec![false; usize::from(cfg.tx_queues)],
+        };
         self.offloads = off;
         self.data_path_mtu = data_path_mtu;
         Ok(off)
@@ -570,8 +663,10 @@ impl Port {
         Ok(())
     }
 
-    /// Stops the device (bursts on its queues then move nothing).
+    /// Stops the device. Refused with [`Error::QueuesInUse`] while queue handles taken from
+    /// the port are alive (drop them first).
     pub fn stop(&mut self) -> Result<(), Error> {
+        self.refuse_with_live_queues("stop")?;
         // SAFETY: valid port.
         let ret = unsafe { ffi::rte_eth_dev_stop(self.id()) };
         if ret != 0 {
@@ -720,51 +815,52 @@ impl Port {
         Ok(())
     }
 
-    /// Takes the handle of rx queue `queue` (once per queue).
-    pub fn rx_queue(&mut self, queue: u16) -> Result<RxQueue, Error> {
+    /// Marks queue `queue` of `kind` taken: an error if it is not configured or has a live
+    /// handle.
+    fn take_queue(&mut self, kind: &'static str, queue: u16) -> Result<(), Error> {
         let port = self.id();
-        let slot = self.rx_taken.get_mut(queue as usize).ok_or(Error::Queue {
+        let mut taken = lock(&self.shared.taken);
+        let slots = if kind == "rx" {
+            &mut taken.rx
+        } else {
+            &mut taken.tx
+        };
+        let slot = slots.get_mut(usize::from(queue)).ok_or(Error::Queue {
             port,
-            kind: "rx",
+            kind,
             queue,
             why: "not configured",
         })?;
         if std::mem::replace(slot, true) {
             return Err(Error::Queue {
                 port,
-                kind: "rx",
+                kind,
                 queue,
                 why: "already taken",
             });
         }
+        Ok(())
+    }
+
+    /// Takes the handle of rx queue `queue`: one live handle per queue (dropping it lets the
+    /// queue be taken again).
+    pub fn rx_queue(&mut self, queue: u16) -> Result<RxQueue, Error> {
+        self.take_queue("rx", queue)?;
         Ok(RxQueue {
-            _shared: Arc::clone(&self.shared),
-            port,
+            shared: Arc::clone(&self.shared),
+            port: self.id(),
             queue,
             scratch: Box::new([std::ptr::null_mut(); BURST_MAX]),
         })
     }
 
-    /// Takes the handle of tx queue `queue` (once per queue).
+    /// Takes the handle of tx queue `queue`: one live handle per queue (dropping it lets the
+    /// queue be taken again).
     pub fn tx_queue(&mut self, queue: u16) -> Result<TxQueue, Error> {
-        let port = self.id();
-        let slot = self.tx_taken.get_mut(queue as usize).ok_or(Error::Queue {
-            port,
-            kind: "tx",
-            queue,
-            why: "not configured",
-        })?;
-        if std::mem::replace(slot, true) {
-            return Err(Error::Queue {
-                port,
-                kind: "tx",
-                queue,
-                why: "already taken",
-            });
-        }
+        self.take_queue("tx", queue)?;
         Ok(TxQueue {
-            _shared: Arc::clone(&self.shared),
-            port,
+            shared: Arc::clone(&self.shared),
+            port: self.id(),
             queue,
             offloads: self.offloads,
             scratch: Box::new([std::ptr::null_mut(); BURST_MAX]),
@@ -775,7 +871,7 @@ impl Port {
 /// The unique handle of one rx queue.
 #[derive(Debug)]
 pub struct RxQueue {
-    _shared: Arc<PortShared>,
+    shared: Arc<PortShared>,
     port: u16,
     queue: u16,
     scratch: Box<[*mut ffi::rte_mbuf; BURST_MAX]>,
@@ -784,6 +880,16 @@ pub struct RxQueue {
 // SAFETY: the handle is the only user of its queue; DPDK allows a queue to be polled from any
 // single thread at a time, and &mut self enforces that.
 unsafe impl Send for RxQueue {}
+
+impl Drop for RxQueue {
+    fn drop(&mut self) {
+        // The port's queues are not reconfigured while this handle lives, so the slot is
+        // the one it was taken from.
+        if let Some(t) = lock(&self.shared.taken).rx.get_mut(usize::from(self.queue)) {
+            *t = false;
+        }
+    }
+}
 
 impl RxQueue {
     /// Port id.
@@ -814,7 +920,7 @@ impl RxQueue {
 /// The unique handle of one tx queue.
 #[derive(Debug)]
 pub struct TxQueue {
-    _shared: Arc<PortShared>,
+    shared: Arc<PortShared>,
     port: u16,
     queue: u16,
     offloads: Offloads,
@@ -823,6 +929,15 @@ pub struct TxQueue {
 
 // SAFETY: as for RxQueue.
 unsafe impl Send for TxQueue {}
+
+impl Drop for TxQueue {
+    fn drop(&mut self) {
+        // As for RxQueue.
+        if let Some(t) = lock(&self.shared.taken).tx.get_mut(usize::from(self.queue)) {
+            *t = false;
+        }
+    }
+}
 
 impl TxQueue {
     /// Port id.

@@ -161,5 +161,7 @@ fn dpdk_wrappers_end_to_end() {
             .any(|x| x.name == "rx_good_packets" && x.value >= 1023),
         "{xs:?}"
     );
+    // A port stops once no queue handle of it is alive (tests/port_handles.rs).
+    drop((atx, brx));
     a.stop().expect("stop");
 }
