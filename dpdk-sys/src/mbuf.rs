@@ -317,6 +317,24 @@ impl Mbuf {
         )
     }
 
+    /// The checksum work the packet asks the port for on transmit
+    /// ([`Mbuf::set_tx_checksum_offload`]); `None` when it asks for none.
+    pub fn tx_checksum_offload(&self) -> Option<TxChecksumOffload> {
+        let flags = self.ol_flags();
+        let ipv4 = flags & ffi::RTE_MBUF_F_TX_IP_CKSUM != 0;
+        let tcp = flags & ffi::RTE_MBUF_F_TX_L4_MASK == ffi::RTE_MBUF_F_TX_TCP_CKSUM;
+        if !ipv4 && !tcp {
+            return None;
+        }
+        let (l2_len, l3_len, _) = self.tx_header_lens();
+        Some(TxChecksumOffload {
+            l2_len: l2_len as u8,
+            l3_len: l3_len as u16,
+            ipv4,
+            tcp,
+        })
+    }
+
     /// Asks the port to compute checksums on transmit (see [`TxChecksumOffload`]).
     pub fn set_tx_checksum_offload(&mut self, o: TxChecksumOffload) {
         // SAFETY: exclusive access through &mut self; tx_offload is plain data.

@@ -49,8 +49,10 @@ impl Default for DpdkDeviceConfig {
 ///   ring refused stay queued for the next poll.
 /// * Checksums: where the port offers IPv4/TCP checksum offload, smoltcp skips those
 ///   checksums and the device marks each mbuf for the port (filling the TCP pseudo-header
-///   sum as DPDK requires); on receive, frames the port flagged bad are dropped and frames it
-///   did not vouch for are verified in software.
+///   sum as DPDK requires), a chained frame's too (its headers are read from the first
+///   mbuf); a frame whose headers do not fit one mbuf gets its checksums in software. On
+///   receive, frames the port flagged bad are dropped and frames it did not vouch for are
+///   verified in software.
 /// * TSO: where the port has TSO enabled ([`warpcore_dpdk_sys::PortConfig::tso`], with
 ///   checksum offload and chained mbufs), a connection's consecutive segments queued in one
 ///   poll are joined into one super-frame the port cuts back into the same segments
@@ -356,24 +358,101 @@ fn software_checksums_ok(frame: &[u8]) -> bool {
     tcp.verify_checksum(&ip.src_addr().into(), &ip.dst_addr().into())
 }
 
+/// Octets of an Ethernet header.
+const ETH_LEN: usize = 14;
+
+/// What an outgoing frame's first segment holds of the headers a checksum offload needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TxHeaders {
+    /// Nothing to checksum: not IPv4 (ARP), or headers no emitter of ours writes (their
+    /// fields contradict the frame's length).
+    None,
+    /// An IPv4 header of `ihl` octets, and where `tcp` the whole TCP header after it, all
+    /// in the first segment; `total` is the IPv4 total length.
+    Ipv4 {
+        ihl: usize,
+        tcp: bool,
+        total: usize,
+        src: [u8; 4],
+        dst: [u8; 4],
+    },
+    /// The IPv4 or TCP header runs past the first segment: a port reads the headers it
+    /// fills in from there, and the pseudo-header sum must be written there.
+    Split,
+}
+
+/// Finds the headers of an outgoing frame of `pkt_len` octets whose first segment is
+/// `seg`. Only the headers are read, each length checked against the first segment, so a
+/// frame chained over several mbufs is judged like a contiguous one (the whole IPv4
+/// packet need not be in `seg`, only its headers).
+fn tx_headers(seg: &[u8], pkt_len: usize) -> TxHeaders {
+    let fits = |n: usize| seg.len() >= n;
+    if pkt_len < ETH_LEN {
+        return TxHeaders::None;
+    }
+    if !fits(ETH_LEN) {
+        return TxHeaders::Split;
+    }
+    if u16::from_be_bytes([seg[12], seg[13]]) != 0x0800 {
+        return TxHeaders::None;
+    }
+    if pkt_len < ETH_LEN + 20 {
+        return TxHeaders::None;
+    }
+    if !fits(ETH_LEN + 20) {
+        return TxHeaders::Split;
+    }
+    let ip = &seg[ETH_LEN..];
+    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+    if ip[0] >> 4 != 4 || ihl < 20 || total < ihl || ETH_LEN + total > pkt_len {
+        return TxHeaders::None;
+    }
+    if !fits(ETH_LEN + ihl) {
+        return TxHeaders::Split;
+    }
+    let src = [ip[12], ip[13], ip[14], ip[15]];
+    let dst = [ip[16], ip[17], ip[18], ip[19]];
+    // A TCP header that cannot be one (shorter than 20 octets or than its data offset says)
+    // gets no TCP offload, as before: no emitter of ours writes one.
+    let mut tcp = ip[9] == 6 && total >= ihl + 20;
+    if tcp {
+        if !fits(ETH_LEN + ihl + 20) {
+            return TxHeaders::Split;
+        }
+        let doff = usize::from(ip[ihl + 12] >> 4) * 4;
+        tcp = doff >= 20 && ihl + doff <= total;
+        if tcp && !fits(ETH_LEN + ihl + doff) {
+            return TxHeaders::Split;
+        }
+    }
+    TxHeaders::Ipv4 {
+        ihl,
+        tcp,
+        total,
+        src,
+        dst,
+    }
+}
+
 /// Prepares an outgoing frame for checksum offload: marks the mbuf and puts the TCP
 /// pseudo-header sum (not inverted) in the TCP checksum field, as DPDK drivers expect.
-fn prepare_tx_offload(m: &mut Mbuf) {
-    let frame = m.data_mut();
-    let Ok(eth) = EthernetFrame::new_checked(&*frame) else {
-        return;
+/// Returns false, changing nothing, when the headers do not all lie in the first segment
+/// (only a chained frame's can fail so): its checksums must then be computed in software.
+fn prepare_tx_offload(m: &mut Mbuf) -> bool {
+    let pkt_len = m.pkt_len();
+    let (ihl, tcp, total, src, dst) = match tx_headers(m.data(), pkt_len) {
+        TxHeaders::None => return true,
+        TxHeaders::Split => return false,
+        TxHeaders::Ipv4 {
+            ihl,
+            tcp,
+            total,
+            src,
+            dst,
+        } => (ihl, tcp, total, src, dst),
     };
-    if eth.ethertype() != EthernetProtocol::Ipv4 {
-        return;
-    }
-    let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
-        return;
-    };
-    let ihl = ip.header_len() as usize;
-    let is_tcp = ip.next_header() == IpProtocol::Tcp;
-    let total = ip.total_len() as usize;
-    let (src, dst) = (ip.src_addr().octets(), ip.dst_addr().octets());
-    if is_tcp && total >= ihl + 20 {
+    if tcp {
         let tcp_len = (total - ihl) as u32;
         let mut sum: u32 = 0;
         for pair in src.chunks(2).chain(dst.chunks(2)) {
@@ -383,15 +462,38 @@ fn prepare_tx_offload(m: &mut Mbuf) {
         while sum > 0xffff {
             sum = (sum & 0xffff) + (sum >> 16);
         }
-        let at = 14 + ihl + 16;
-        frame[at..at + 2].copy_from_slice(&(sum as u16).to_be_bytes());
+        let at = ETH_LEN + ihl + 16;
+        m.data_mut()[at..at + 2].copy_from_slice(&(sum as u16).to_be_bytes());
     }
     m.set_tx_checksum_offload(TxChecksumOffload {
-        l2_len: 14,
+        l2_len: ETH_LEN as u8,
         l3_len: ihl as u16,
         ipv4: true,
-        tcp: is_tcp,
+        tcp,
     });
+    true
+}
+
+/// Computes the IPv4 header and TCP checksums of the whole frame `frame` in software (what
+/// smoltcp skipped for a port that offloads them), where the frame has them.
+fn fill_checksums(frame: &mut [u8]) {
+    let Ok(mut eth) = EthernetFrame::new_checked(frame) else {
+        return;
+    };
+    if eth.ethertype() != EthernetProtocol::Ipv4 {
+        return;
+    }
+    let Ok(mut ip) = Ipv4Packet::new_checked(eth.payload_mut()) else {
+        return;
+    };
+    ip.fill_checksum();
+    let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    if ip.next_header() != IpProtocol::Tcp {
+        return;
+    }
+    if let Ok(mut tcp) = TcpPacket::new_checked(ip.payload_mut()) {
+        tcp.fill_checksum(&src.into(), &dst.into());
+    }
 }
 
 /// Receive token: owns the received mbuf.
@@ -451,7 +553,9 @@ impl phy::TxToken for DpdkTxToken<'_> {
                     None => unreachable!("tailroom checked above"),
                 };
                 if self.offload {
-                    prepare_tx_offload(&mut mbuf);
+                    // One segment holds the whole frame, headers included.
+                    let prepared = prepare_tx_offload(&mut mbuf);
+                    debug_assert!(prepared, "a contiguous frame's headers are in it");
                 }
                 queue_frame(self.pending, mbuf, self.tso, self.stats);
                 *self.pending_frames += 1;
@@ -462,16 +566,23 @@ impl phy::TxToken for DpdkTxToken<'_> {
             *self.spare = Some(mbuf);
         }
         // A frame larger than one mbuf (jumbo MTU on small mbufs): build it in the scratch
-        // buffer, then copy it into a chain (headers are in the first segment).
+        // buffer, then copy it into a chain.
         if self.scratch.len() < len {
             self.scratch.resize(len, 0);
         }
         let r = f(&mut self.scratch[..len]);
-        match Mbuf::from_slice(&self.pool, &self.scratch[..len]) {
-            Some(mut m) => {
-                if self.offload {
-                    prepare_tx_offload(&mut m);
-                }
+        let mut chain = Mbuf::from_slice(&self.pool, &self.scratch[..len]);
+        let split = self.offload && chain.as_mut().is_some_and(|m| !prepare_tx_offload(m));
+        if split {
+            // The headers run past the first mbuf (a pool with tiny data rooms): no port
+            // fills checksums it cannot find there, so compute them here, in the contiguous
+            // scratch copy, and copy that (the first copy's mbufs back to the pool first).
+            drop(chain.take());
+            fill_checksums(&mut self.scratch[..len]);
+            chain = Mbuf::from_slice(&self.pool, &self.scratch[..len]);
+        }
+        match chain {
+            Some(m) => {
                 queue_frame(self.pending, m, self.tso, self.stats);
                 *self.pending_frames += 1;
                 self.stats.tx_frames += 1;
@@ -709,20 +820,29 @@ mod tests {
         assert_eq!(tso(true).payload_max(1600), 0);
     }
 
-    /// net_tap clears a super-frame's TSO flag when it cuts it and leaves it so when its
-    /// write then fails; the frame, too big to go as one, must not hold the queue up. Here
-    /// a full ring refuses the frames, as the failed write would. (The only test of this
-    /// binary that starts the EAL.)
+    /// The checks of this module that need DPDK, in one test: the EAL starts once per
+    /// process (this is the only test of the binary that starts it).
     #[test]
-    fn a_refused_super_frame_without_its_tso_flag_is_dropped_and_one_with_it_kept() {
-        use warpcore_dpdk_sys::{EalBuilder, PortConfig, RingPortPair};
-        let eal = EalBuilder::for_test("tcp_dpdk_unit", 0, 128)
+    fn with_the_eal() {
+        let eal = warpcore_dpdk_sys::EalBuilder::for_test("tcp_dpdk_unit", 0, 128)
             .init()
             .expect("EAL with --no-huge --no-pci");
         let pool = Mempool::new(&eal, "wcnet_unit_pool", 1023, 0, Mempool::DEFAULT_DATA_ROOM)
             .expect("pool");
+        a_refused_super_frame_without_its_tso_flag_is_dropped_and_one_with_it_kept(&eal, pool);
+        a_frame_chained_over_small_mbufs_gets_its_checksums(&eal, pool);
+    }
+
+    /// net_tap clears a super-frame's TSO flag when it cuts it and leaves it so when its
+    /// write then fails; the frame, too big to go as one, must not hold the queue up. Here
+    /// a full ring refuses the frames, as the failed write would.
+    fn a_refused_super_frame_without_its_tso_flag_is_dropped_and_one_with_it_kept(
+        eal: &warpcore_dpdk_sys::Eal,
+        pool: Mempool,
+    ) {
+        use warpcore_dpdk_sys::{PortConfig, RingPortPair};
         let RingPortPair { mut a, mut b } =
-            RingPortPair::new(&eal, "wcnet_unit", 64).expect("ring ports");
+            RingPortPair::new(eal, "wcnet_unit", 64).expect("ring ports");
         for p in [&mut a, &mut b] {
             p.configure(&PortConfig::default(), &pool)
                 .expect("configure");
@@ -767,5 +887,187 @@ mod tests {
         );
         assert_eq!(d.stats.tx_dropped, 1);
         assert_eq!(d.tx_pending(), 0);
+    }
+
+    /// An Ethernet + IPv4 + TCP frame from 198.18.0.1:4791 to 198.18.0.2:50000 with
+    /// `payload` octets after a TCP header of `tcp_hdr` octets (options zero-filled), both
+    /// checksum fields zero: what smoltcp writes for a port that offloads them.
+    fn tcp_frame(tcp_hdr: usize, payload: usize) -> Vec<u8> {
+        let mut f = vec![0u8; ETH_LEN + 20 + tcp_hdr + payload];
+        f[..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        let ip = &mut f[ETH_LEN..];
+        ip[0] = 0x45;
+        let total = (20 + tcp_hdr + payload) as u16;
+        ip[2..4].copy_from_slice(&total.to_be_bytes());
+        ip[8] = 64;
+        ip[9] = 6;
+        ip[12..16].copy_from_slice(&[198, 18, 0, 1]);
+        ip[16..20].copy_from_slice(&[198, 18, 0, 2]);
+        let tcp = &mut ip[20..];
+        tcp[..2].copy_from_slice(&4791u16.to_be_bytes());
+        tcp[2..4].copy_from_slice(&50000u16.to_be_bytes());
+        tcp[4..8].copy_from_slice(&0x0102_0304u32.to_be_bytes());
+        tcp[12] = ((tcp_hdr / 4) as u8) << 4;
+        tcp[13] = 0x10;
+        tcp[14..16].copy_from_slice(&1024u16.to_be_bytes());
+        for (i, b) in tcp[tcp_hdr..].iter_mut().enumerate() {
+            *b = (i * 7 + 3) as u8;
+        }
+        f
+    }
+
+    /// The whole packet in `m`, with the checksums a port fills where `m` asks for them
+    /// (the IPv4 header's; the TCP one's over the segment from the pseudo-header sum the
+    /// field holds), as DPDK's contract for the offload flags describes.
+    fn as_the_port_sends_it(m: &Mbuf) -> Vec<u8> {
+        let mut v = vec![0; m.pkt_len()];
+        assert_eq!(m.copy_to_slice(&mut v), v.len());
+        if let Some(o) = m.tx_checksum_offload() {
+            let (l2, l3) = (usize::from(o.l2_len), usize::from(o.l3_len));
+            if o.ipv4 {
+                let mut ip = Ipv4Packet::new_checked(&mut v[l2..]).expect("IPv4");
+                ip.fill_checksum();
+            }
+            if o.tcp {
+                let total = usize::from(u16::from_be_bytes([v[l2 + 2], v[l2 + 3]]));
+                let sum = crate::csum::sum(&v[l2 + l3..l2 + total]);
+                let at = l2 + l3 + 16;
+                v[at..at + 2].copy_from_slice(&crate::csum::finish(sum));
+            }
+        }
+        v
+    }
+
+    /// Both checksums of `frame` are right.
+    fn checksums_verify(frame: &[u8]) -> bool {
+        let eth = EthernetFrame::new_checked(frame).expect("Ethernet");
+        let ip = Ipv4Packet::new_checked(eth.payload()).expect("IPv4");
+        let tcp = TcpPacket::new_checked(ip.payload()).expect("TCP");
+        ip.verify_checksum() && tcp.verify_checksum(&ip.src_addr().into(), &ip.dst_addr().into())
+    }
+
+    /// Sends `frame` through a transmit token of a device on a port with checksum offload
+    /// whose mbufs come from `pool`; returns what the token queued.
+    fn through_a_tx_token(pool: Mempool, frame: &[u8]) -> (Vec<Mbuf>, DeviceStats) {
+        let (mut spare, mut pending, mut scratch) = (pool.alloc(), Vec::new(), Vec::new());
+        let (mut stats, mut frames) = (DeviceStats::default(), 0);
+        let token = DpdkTxToken {
+            spare: &mut spare,
+            pool,
+            pending: &mut pending,
+            scratch: &mut scratch,
+            offload: true,
+            stats: &mut stats,
+            tso: None,
+            pending_frames: &mut frames,
+        };
+        phy::TxToken::consume(token, frame.len(), |b| b.copy_from_slice(frame));
+        (pending, stats)
+    }
+
+    /// A frame longer than one mbuf's data room, on a port with checksum offload, leaves as
+    /// a chain whose first mbuf asks the port for both checksums (the review's first known
+    /// defect: its headers were parsed as if the whole IPv4 packet were in the first mbuf,
+    /// which failed, and it went out with both checksums zero). When even the headers do
+    /// not fit one mbuf, the checksums are computed in software instead.
+    fn a_frame_chained_over_small_mbufs_gets_its_checksums(
+        eal: &warpcore_dpdk_sys::Eal,
+        pool: Mempool,
+    ) {
+        let headroom = usize::from(Mempool::DEFAULT_DATA_ROOM) - 2048;
+        let small = |name: &str, room: usize| {
+            Mempool::new(eal, name, 255, 0, (headroom + room) as u16).expect("small pool")
+        };
+        let offloaded = Some(TxChecksumOffload {
+            l2_len: 14,
+            l3_len: 20,
+            ipv4: true,
+            tcp: true,
+        });
+        // 1,514 octets over 256-octet mbufs; TCP with timestamps (a 32-octet header).
+        let frame = tcp_frame(32, 1448);
+        let (pending, stats) = through_a_tx_token(small("wcnet_unit_256", 256), &frame);
+        assert_eq!(
+            (pending.len(), stats.tx_frames, stats.tx_dropped),
+            (1, 1, 0)
+        );
+        let m = &pending[0];
+        assert!(m.nb_segs() >= 6, "a chain: {} segments", m.nb_segs());
+        assert_eq!(m.tx_checksum_offload(), offloaded);
+        // The pseudo-header sum, not inverted, in the TCP checksum field: 198.18.0.1,
+        // 198.18.0.2, protocol 6 and the TCP length 1,480, folded.
+        let want = 0xc612u32 + 0x0001 + 0xc612 + 0x0002 + 6 + 1480;
+        let want = ((want & 0xffff) + (want >> 16)) as u16;
+        assert_eq!(m.data()[50..52], want.to_be_bytes());
+        let mut queued = vec![0; m.pkt_len()];
+        m.copy_to_slice(&mut queued);
+        assert_eq!(queued[..50], frame[..50]);
+        assert_eq!(
+            queued[52..],
+            frame[52..],
+            "only the TCP checksum field changed"
+        );
+        assert!(
+            checksums_verify(&as_the_port_sends_it(m)),
+            "the port's checksums"
+        );
+
+        // A jumbo frame over default mbufs, as on net_ring with MTU 9000.
+        let jumbo = tcp_frame(20, 8960);
+        let (pending, _) = through_a_tx_token(pool, &jumbo);
+        assert!(pending[0].nb_segs() == 5 && pending[0].tx_checksum_offload() == offloaded);
+        assert!(checksums_verify(&as_the_port_sends_it(&pending[0])));
+
+        // Headers longer than one mbuf (40 octets): no offload, both checksums computed.
+        let (pending, stats) = through_a_tx_token(small("wcnet_unit_40", 40), &frame);
+        assert_eq!((pending.len(), stats.tx_dropped), (1, 0));
+        let m = &pending[0];
+        assert_eq!(m.tx_checksum_offload(), None);
+        let mut sent = vec![0; m.pkt_len()];
+        m.copy_to_slice(&mut sent);
+        assert!(checksums_verify(&sent), "software checksums");
+
+        // One mbuf holds the frame: offloaded as ever. Not IPv4 (ARP): nothing to ask.
+        let (pending, _) = through_a_tx_token(pool, &frame);
+        assert!(pending[0].is_contiguous() && pending[0].tx_checksum_offload() == offloaded);
+        assert!(checksums_verify(&as_the_port_sends_it(&pending[0])));
+        let mut arp = frame[..60].to_vec();
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        let (pending, _) = through_a_tx_token(small("wcnet_unit_arp", 40), &arp);
+        assert_eq!(pending[0].tx_checksum_offload(), None);
+        assert_eq!(pending[0].nb_segs(), 2);
+    }
+
+    #[test]
+    fn tx_headers_are_read_from_the_first_segment_only() {
+        let f = tcp_frame(32, 1448);
+        let ipv4 = TxHeaders::Ipv4 {
+            ihl: 20,
+            tcp: true,
+            total: 1500,
+            src: [198, 18, 0, 1],
+            dst: [198, 18, 0, 2],
+        };
+        // Every first-segment length from the whole frame down to the headers' 66 octets.
+        for seg in 66..=f.len() {
+            assert_eq!(tx_headers(&f[..seg], f.len()), ipv4, "{seg}");
+        }
+        for seg in 0..66 {
+            assert_eq!(tx_headers(&f[..seg], f.len()), TxHeaders::Split, "{seg}");
+        }
+        // An IPv4 total length past the frame, a TCP data offset past the IPv4 packet, a
+        // runt: nothing an emitter of ours writes, so no offload of what they claim.
+        let mut bad = f.clone();
+        bad[16..18].copy_from_slice(&1501u16.to_be_bytes());
+        assert_eq!(tx_headers(&bad, bad.len()), TxHeaders::None);
+        let mut bad = tcp_frame(20, 0);
+        bad[ETH_LEN + 20 + 12] = 0x60;
+        assert!(matches!(
+            tx_headers(&bad, bad.len()),
+            TxHeaders::Ipv4 { tcp: false, .. }
+        ));
+        assert_eq!(tx_headers(&f[..10], 10), TxHeaders::None);
     }
 }
