@@ -475,6 +475,10 @@ impl Port {
     /// Refused with [`Error::QueuesInUse`] while queue handles taken from the port are
     /// alive: the queues they name are released and set up anew here. After a failure no
     /// queue can be taken until a configuration succeeds.
+    ///
+    /// On a port that sends no chained mbufs (no `RTE_ETH_TX_OFFLOAD_MULTI_SEGS`), a `pool`
+    /// whose mbufs cannot hold a whole frame of the MTU is refused with [`Error::Mtu`]:
+    /// a frame longer than one mbuf could never be sent there.
     pub fn configure(&mut self, cfg: &PortConfig, pool: &Mempool) -> Result<Offloads, Error> {
         self.refuse_with_live_queues("configure")?;
         *lock(&self.shared.taken) = QueuesTaken::default();
@@ -512,6 +516,8 @@ impl Port {
         if has(tx_capa, ffi::RTE_ETH_TX_OFFLOAD_MULTI_SEGS) {
             conf.txmode.offloads |= u64::from(ffi::RTE_ETH_TX_OFFLOAD_MULTI_SEGS);
             off.tx_multi_segs = true;
+        } else {
+            self.check_pool_holds_frames(cfg.mtu, pool)?;
         }
         if let Some(mtu) = cfg.mtu {
             let frame = u32::from(mtu) + 18;
@@ -582,6 +588,33 @@ impl Port {
         self.offloads = off;
         self.data_path_mtu = data_path_mtu;
         Ok(off)
+    }
+
+    /// On a port that sends no chained mbufs: whether one mbuf of `pool` holds a whole
+    /// Ethernet frame of IP MTU `mtu` (the ethdev default where `None`), else an error
+    /// naming the data room it needs. A longer frame would have to go as a chain, which
+    /// such a port cannot send (the device drops it, counted, and the TCP would resend it
+    /// in vain): refused here, at start-up, instead.
+    fn check_pool_holds_frames(&self, mtu: Option<u16>, pool: &Mempool) -> Result<(), Error> {
+        let mtu = mtu.unwrap_or(ffi::RTE_ETHER_MTU as u16);
+        let frame = u32::from(mtu) + 14;
+        let headroom = ffi::RTE_PKTMBUF_HEADROOM;
+        let room = u32::from(pool.data_room()).saturating_sub(headroom);
+        if frame <= room {
+            return Ok(());
+        }
+        Err(Error::Mtu {
+            port: self.id(),
+            name: self.name().into(),
+            mtu,
+            why: format!(
+                "{} sends no chained mbufs (no RTE_ETH_TX_OFFLOAD_MULTI_SEGS), and a \
+                 {frame}-octet frame does not fit one mbuf of the pool ({room} octets past \
+                 the headroom): give the pool a data room of at least {}",
+                self.info.driver,
+                frame + headroom
+            ),
+        })
     }
 
     /// Whether frames of IP MTU `mtu` pass this port's data path although the driver

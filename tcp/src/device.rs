@@ -30,8 +30,9 @@ pub struct DeviceStats {
     pub tx_frames: u64,
     /// Frames dropped by the device before smoltcp saw them (e.g. bad offloaded checksum).
     pub rx_dropped: u64,
-    /// Frames lost on transmit (e.g. a chained mbuf could not be completed, or the driver's
-    /// `tx_prepare` refused a TSO super-frame).
+    /// Frames lost on transmit (e.g. a chained mbuf could not be completed, a frame larger
+    /// than one mbuf on a port that sends no chained mbufs, or the driver's `tx_prepare`
+    /// refused a TSO super-frame).
     pub tx_dropped: u64,
     /// Times a transmit token was refused (pool empty or tx queue full): back-pressure.
     pub tx_backpressure: u64,

@@ -81,6 +81,8 @@ pub struct DpdkDevice {
     tx_scratch: Vec<u8>,
     rx_offload: bool,
     tx_offload: bool,
+    /// The port sends chained mbufs ([`warpcore_dpdk_sys::Offloads::tx_multi_segs`]).
+    tx_chains: bool,
     /// Neither compute nor verify IPv4/TCP checksums ([`DpdkDevice::skip_checksums`]).
     no_checksums: bool,
     stats: DeviceStats,
@@ -204,6 +206,7 @@ impl DpdkDevice {
             tx_scratch: vec![0; frame_max.max(2048)],
             rx_offload: off.rx_ipv4_checksum && off.rx_tcp_checksum,
             tx_offload,
+            tx_chains: off.tx_multi_segs,
             no_checksums: false,
             cfg,
             stats: DeviceStats::default(),
@@ -536,6 +539,8 @@ pub struct DpdkTxToken<'a> {
     pending: &'a mut Vec<Mbuf>,
     scratch: &'a mut Vec<u8>,
     offload: bool,
+    /// The port sends chained mbufs: a frame larger than one mbuf can go.
+    chains: bool,
     stats: &'a mut DeviceStats,
     tso: Option<&'a mut Tso>,
     pending_frames: &'a mut usize,
@@ -571,6 +576,14 @@ impl phy::TxToken for DpdkTxToken<'_> {
             self.scratch.resize(len, 0);
         }
         let r = f(&mut self.scratch[..len]);
+        if !self.chains {
+            // The port cannot send a chain (Port::configure refuses such a pool for its
+            // own MTU, so only a device given a smaller pool or a larger MTU than the
+            // port's gets here): dropped and counted rather than handed to a driver that
+            // would send the first mbuf alone or misread the chain.
+            self.stats.tx_dropped += 1;
+            return r;
+        }
         let mut chain = Mbuf::from_slice(&self.pool, &self.scratch[..len]);
         let split = self.offload && chain.as_mut().is_some_and(|m| !prepare_tx_offload(m));
         if split {
@@ -677,6 +690,7 @@ impl Device for DpdkDevice {
                 pending: &mut self.tx_pending,
                 scratch: &mut self.tx_scratch,
                 offload: self.tx_offload,
+                chains: self.tx_chains,
                 stats: &mut self.stats,
                 tso: self.tso.as_mut().filter(|_| self.pcapng.is_none()),
                 pending_frames: &mut self.tx_pending_frames,
@@ -694,6 +708,7 @@ impl Device for DpdkDevice {
             pending: &mut self.tx_pending,
             scratch: &mut self.tx_scratch,
             offload: self.tx_offload,
+            chains: self.tx_chains,
             stats: &mut self.stats,
             tso: self.tso.as_mut().filter(|_| self.pcapng.is_none()),
             pending_frames: &mut self.tx_pending_frames,
@@ -825,12 +840,14 @@ mod tests {
     #[test]
     fn with_the_eal() {
         let eal = warpcore_dpdk_sys::EalBuilder::for_test("tcp_dpdk_unit", 0, 128)
+            .vdev("net_null0")
             .init()
-            .expect("EAL with --no-huge --no-pci");
+            .expect("EAL with --no-huge --no-pci and a net_null port");
         let pool = Mempool::new(&eal, "wcnet_unit_pool", 1023, 0, Mempool::DEFAULT_DATA_ROOM)
             .expect("pool");
         a_refused_super_frame_without_its_tso_flag_is_dropped_and_one_with_it_kept(&eal, pool);
         a_frame_chained_over_small_mbufs_gets_its_checksums(&eal, pool);
+        no_chain_goes_to_a_port_that_sends_none(&eal, pool);
     }
 
     /// net_tap clears a super-frame's TSO flag when it cuts it and leaves it so when its
@@ -959,6 +976,7 @@ mod tests {
             pending: &mut pending,
             scratch: &mut scratch,
             offload: true,
+            chains: true,
             stats: &mut stats,
             tso: None,
             pending_frames: &mut frames,
@@ -1069,5 +1087,36 @@ mod tests {
             TxHeaders::Ipv4 { tcp: false, .. }
         ));
         assert_eq!(tx_headers(&f[..10], 10), TxHeaders::None);
+    }
+
+    /// net_null sends no chained mbufs (no `MULTI_SEGS`): a device on it whose pool's
+    /// mbufs are smaller than a frame drops that frame, counted, instead of queueing a
+    /// chain (`Port::configure` refuses such a pool for the port's own MTU; the device is
+    /// given a smaller pool here).
+    fn no_chain_goes_to_a_port_that_sends_none(eal: &warpcore_dpdk_sys::Eal, pool: Mempool) {
+        use warpcore_dpdk_sys::{Port, PortConfig};
+        let mut p = Port::by_name(eal, "net_null0").expect("net_null port");
+        p.configure(&PortConfig::default(), &pool)
+            .expect("configure");
+        assert!(!p.offloads().tx_multi_segs, "net_null takes no chains");
+        p.start().expect("start");
+        let small = Mempool::new(eal, "wcnet_unit_nochain", 63, 0, 128 + 256).expect("pool");
+        let mut d = DpdkDevice::new(
+            p.rx_queue(0).expect("rx"),
+            p.tx_queue(0).expect("tx"),
+            small,
+            DpdkDeviceConfig::default(),
+        );
+        let mut send = |frame: &[u8]| {
+            let token = d.transmit(Instant::ZERO).expect("a token");
+            phy::TxToken::consume(token, frame.len(), |b| b.copy_from_slice(frame));
+        };
+        send(&tcp_frame(20, 1460));
+        send(&tcp_frame(20, 200));
+        assert_eq!(d.tx_pending(), 1, "only the frame one mbuf holds is queued");
+        assert_eq!(d.tx_pending[0].nb_segs(), 1);
+        assert_eq!((d.stats.tx_frames, d.stats.tx_dropped), (1, 1));
+        drop(d);
+        assert_eq!(small.in_use(), 0, "the refused frame took no mbuf with it");
     }
 }
