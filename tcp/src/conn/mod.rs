@@ -8,7 +8,8 @@
 //! * every state of RFC 9293 3.3.2, simultaneous open and close, TIME-WAIT;
 //! * the acceptability test (3.10.7.4), RST validation and challenge ACKs (RFC 5961 3, 4,
 //!   5, rate-limited per 7), RST generation for bad ACKs in SYN states;
-//! * MSS (3.7.1), window scaling, timestamps and PAWS (RFC 7323), SACK both ways (RFC 2018);
+//! * MSS (3.7.1), window scaling, timestamps and PAWS (RFC 7323), SACK both ways (RFC 2018)
+//!   and D-SACK blocks for duplicates received (RFC 2883 4);
 //! * immediate or delayed ACKs (RFC 1122 4.2.3.2: at least every second full segment;
 //!   quick ACKs for out-of-order data, gap fills and duplicates, RFC 5681 4.2: one for each
 //!   such segment, [`Connection::poll_quick_ack`]), window updates after the
@@ -441,6 +442,9 @@ pub struct Connection {
     /// Stream offset of RCV.NXT (octets in order so far).
     rcv_off: u64,
     ooo: Reassembly,
+    /// The octets (stream offsets) of the last duplicate segment, reported as a D-SACK
+    /// block first in the next ACK and in that one only (RFC 2883 4).
+    dsack: Option<(u64, u64)>,
     /// Stream offset of an out-of-order FIN.
     fin_off: Option<u64>,
     fin_received: bool,
@@ -525,6 +529,7 @@ impl Connection {
             rx: VecDeque::new(),
             rcv_off: 0,
             ooo: Reassembly::default(),
+            dsack: None,
             fin_off: None,
             fin_received: false,
             rcv_adv: 0,
@@ -1186,6 +1191,11 @@ impl Connection {
                 // each duplicate that occupies sequence space (RFC 5681 4.2).
                 self.ack_now = true;
                 self.quick_ack |= seg_len > 0;
+                if end_rel < 0 && !seg.payload.is_empty() {
+                    // Octets all received before: reported as a D-SACK block.
+                    let start = self.rcv_off as i64 + rel;
+                    self.note_duplicate(start, start + seg.payload.len() as i64);
+                }
                 if self.state == State::TimeWait && seg.control == TcpControl::Fin {
                     self.time_wait_at = Some(now + self.cfg.time_wait);
                 }
@@ -1479,6 +1489,16 @@ impl Connection {
         self.rcv_off += data.len() as u64;
     }
 
+    /// Octets `[start, end)` (stream offsets) arrived again: the next ACK reports them first
+    /// as a D-SACK block (RFC 2883 4: the duplicate of the most recent segment only), with
+    /// SACK in use and before the peer's FIN (whose sequence number the stream offsets do
+    /// not count).
+    fn note_duplicate(&mut self, start: i64, end: i64) {
+        if self.sack_ok && !self.fin_received && start >= 0 && end > start {
+            self.dsack = Some((start as u64, end as u64));
+        }
+    }
+
     fn process_text(
         &mut self,
         now: Instant,
@@ -1488,8 +1508,11 @@ impl Connection {
         let rel = seq_diff(seg.seq_number, self.rcv_nxt);
         let mut data = seg.payload;
         let mut off = self.rcv_off as i64 + rel;
-        // Trim what is already in order.
+        // Trim what is already in order (a D-SACK block for it).
         if off < self.rcv_off as i64 {
+            if !data.is_empty() {
+                self.note_duplicate(off, (off + data.len() as i64).min(self.rcv_off as i64));
+            }
             let cut = (self.rcv_off as i64 - off) as usize;
             if cut >= data.len() {
                 data = &[];
@@ -1522,6 +1545,9 @@ impl Connection {
                 self.took_in_order(now, had_gap);
             } else {
                 self.stats.out_of_order += 1;
+                if let Some((l, r)) = self.ooo.held_within(off, off + data.len() as u64) {
+                    self.note_duplicate(l as i64, r as i64);
+                }
                 self.ooo.insert(off, data);
                 // RFC 5681 4.2: out-of-order data is ACKed at once (with SACK blocks).
                 self.ack_now = true;
@@ -1714,11 +1740,20 @@ impl Connection {
             (None, None, false)
         };
         let mut sack_ranges = [None; 3];
-        if !syn && self.sack_ok && !self.ooo.is_empty() {
+        if !syn && self.sack_ok && (!self.ooo.is_empty() || self.dsack.is_some()) {
             let base = (self.irs.0 as u32).wrapping_add(1);
-            sack_ranges = self.ooo.sack_blocks::<3>().map(|b| {
-                b.map(|(l, r)| (base.wrapping_add(l as u32), base.wrapping_add(r as u32)))
-            });
+            let seqs =
+                |(l, r): (u64, u64)| (base.wrapping_add(l as u32), base.wrapping_add(r as u32));
+            match self.dsack {
+                // RFC 2883 4: the D-SACK block first, then the SACK blocks as RFC 2018 has
+                // them (the most recent first: where the duplicate lies above RCV.NXT, the
+                // block that holds it).
+                Some(d) => {
+                    let [a, b] = self.ooo.sack_blocks::<2>();
+                    sack_ranges = [Some(seqs(d)), a.map(seqs), b.map(seqs)];
+                }
+                None => sack_ranges = self.ooo.sack_blocks::<3>().map(|b| b.map(seqs)),
+            }
         }
         TcpRepr {
             src_port: self.ep.local.1,
@@ -1750,6 +1785,7 @@ impl Connection {
         self.stats.segments_sent += 1;
         self.ack_now = false;
         self.quick_ack = false;
+        self.dsack = None;
         self.delack_at = None;
         self.unacked_segs = 0;
         self.rcv_adv = self.rcv_off + self.rcv_wnd() as u64;
@@ -2506,6 +2542,92 @@ mod tests {
         assert!(!c.nothing_in_flight(), "half acknowledged");
         c.handle_segment(t1, &from_peer(TcpControl::None, PISS + 1, iss + 101, None));
         assert!(c.nothing_in_flight());
+    }
+
+    /// The SACK blocks of every segment `c` sends now, as offsets from `base`.
+    fn sent_sack_blocks(
+        c: &mut Connection,
+        now: Instant,
+        base: TcpSeqNumber,
+    ) -> Vec<Vec<(i64, i64)>> {
+        let mut v = Vec::new();
+        while let Some(s) = c.poll_transmit(now) {
+            v.push(
+                s.sack_ranges
+                    .iter()
+                    .flatten()
+                    .map(|&(l, r)| {
+                        (
+                            seq_diff(TcpSeqNumber(l as i32), base),
+                            seq_diff(TcpSeqNumber(r as i32), base),
+                        )
+                    })
+                    .collect(),
+            );
+        }
+        v
+    }
+
+    /// RFC 2883 4: the octets of a duplicate segment are reported as the first SACK block of
+    /// the next ACK (a D-SACK block), in that ACK only; where they lie above RCV.NXT, the
+    /// block holding them follows. Old octets wholly below RCV.NXT, the old part of a segment
+    /// that also brings new ones, and octets held out of order all count; without SACK there
+    /// is no D-SACK.
+    #[test]
+    fn rfc2883_a_duplicate_is_reported_first_as_a_d_sack_block_in_one_ack() {
+        static DATA: [u8; 100] = [9u8; 100];
+        let iss = TcpSeqNumber(1000);
+        let base = PISS + 1;
+        let seg = |from: usize, len: usize| {
+            let mut s = from_peer(TcpControl::None, base + from, iss + 1, None);
+            s.payload = &DATA[..len];
+            s
+        };
+        let t = Instant::from_millis(2);
+        let mut c = established_client(iss, true);
+        c.handle_segment(t, &seg(0, 100));
+        c.handle_segment(t, &seg(100, 100));
+        assert_eq!(
+            sent_sack_blocks(&mut c, t, base),
+            vec![vec![]],
+            "the ACK of 200"
+        );
+        // Wholly old.
+        c.handle_segment(t, &seg(0, 100));
+        assert_eq!(sent_sack_blocks(&mut c, t, base), vec![vec![(0, 100)]]);
+        assert_eq!(
+            sent_sack_blocks(&mut c, t, base),
+            Vec::<Vec<_>>::new(),
+            "one ACK only"
+        );
+        // Partly old: its first 50 octets.
+        c.handle_segment(t, &seg(150, 100));
+        assert_eq!(sent_sack_blocks(&mut c, t, base), vec![vec![(150, 200)]]);
+        // Out of order (a hole at 250), then again: D-SACK, then the block holding it.
+        c.handle_segment(t, &seg(300, 100));
+        assert_eq!(sent_sack_blocks(&mut c, t, base), vec![vec![(300, 400)]]);
+        c.handle_segment(t, &seg(300, 100));
+        assert_eq!(
+            sent_sack_blocks(&mut c, t, base),
+            vec![vec![(300, 400), (300, 400)]]
+        );
+        // Partly held out of order: the held part.
+        c.handle_segment(t, &seg(350, 100));
+        assert_eq!(
+            sent_sack_blocks(&mut c, t, base),
+            vec![vec![(350, 400), (300, 450)]]
+        );
+        // The hole filled: a plain ACK.
+        c.handle_segment(t, &seg(250, 50));
+        assert_eq!(sent_sack_blocks(&mut c, t, base), vec![vec![]]);
+
+        // Without SACK, no D-SACK.
+        let mut c = established_client(iss, false);
+        c.handle_segment(t, &seg(0, 100));
+        c.handle_segment(t, &seg(100, 100));
+        let _ = sent_sack_blocks(&mut c, t, base);
+        c.handle_segment(t, &seg(0, 100));
+        assert_eq!(sent_sack_blocks(&mut c, t, base), vec![vec![]]);
     }
 
     /// RFC 2018 4: every SACK block of an ACK within what is outstanding marks the segments

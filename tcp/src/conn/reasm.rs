@@ -91,6 +91,19 @@ impl Reassembly {
         self.recent = Some(start);
     }
 
+    /// The first octets of `[off, end)` already held, as `(start, end)` stream offsets: a
+    /// segment's duplicate part, reported as a D-SACK block (RFC 2883).
+    pub fn held_within(&self, off: u64, end: u64) -> Option<(u64, u64)> {
+        if let Some((&s, b)) = self.blocks.range(..=off).next_back() {
+            let e = s + b.len() as u64;
+            if e > off {
+                return Some((off, e.min(end)));
+            }
+        }
+        let (&s, b) = self.blocks.range(off..end).next()?;
+        Some((s, (s + b.len() as u64).min(end)))
+    }
+
     /// Takes the block that starts at or before `off` and reaches past it: the octets from
     /// `off` on (the block's own buffer, not a copy). Blocks wholly before `off` are
     /// dropped.
