@@ -53,6 +53,31 @@ fn region_with_bound_window_stays_until_the_window_goes() {
     assert_eq!(t.registered(), 0);
 }
 
+/// A stale STag is refused as stale (`InvalidStag`) by deregistration and invalidation,
+/// even when its slot now holds a region with a bound window (whose own STag is `Busy`):
+/// the key is compared before the windows are counted.
+#[test]
+fn a_stale_stag_is_invalid_even_when_its_slot_has_windows_bound() {
+    let t = MrTable::with_seed(2, 9);
+    let r = Arc::new(Region::allocate(4096, 64).unwrap());
+    let old = t
+        .register(Arc::clone(&r), PD, Access::LOCAL_WRITE, 0)
+        .unwrap();
+    t.deregister(old).unwrap();
+    let mw = t.alloc_mw(PD, MwType::Type1).unwrap();
+    let mr = t
+        .register(r, PD, Access::LOCAL_WRITE | Access::MW_BIND, 0)
+        .unwrap();
+    assert_eq!(mr.index(), old.index(), "the region reuses the slot");
+    assert_ne!(mr, old);
+    t.bind_mw(mw, mw.key() ^ 1, mr, PD, 0, 8, Access::REMOTE_READ, None)
+        .unwrap();
+    assert_eq!(t.deregister(old), Err(MemError::InvalidStag));
+    assert_eq!(t.invalidate(old), Err(MemError::InvalidStag));
+    assert_eq!(t.deregister(mr), Err(MemError::Busy));
+    assert_eq!(t.invalidate(mr), Err(MemError::Busy));
+}
+
 /// A rebind ends the old binding: the first region is free to go.
 #[test]
 fn rebinding_moves_the_window() {

@@ -411,6 +411,17 @@ impl MrTable {
         }
     }
 
+    /// Whether `stag` names its slot's current registration (its key, and a state that is
+    /// not free) and that registration has windows bound: the early [`MemError::Busy`] of
+    /// [`MrTable::deregister`] and [`MrTable::invalidate`]. A stale STag is not busy: the
+    /// transition that follows refuses it with [`MemError::InvalidStag`].
+    fn busy_with_binds(&self, stag: Stag) -> bool {
+        self.slot_of(stag).is_some_and(|s| {
+            let w = s.word.load(Ordering::Acquire);
+            key_of(w) == stag.key() && state_of(w) != FREE && s.binds.load(Ordering::Acquire) != 0
+        })
+    }
+
     /// Deregisters `stag`: no new lookup succeeds once this starts, and it returns only
     /// when no placement into the region is in flight (DDP-8.3.1-7, RDMAP-8.1.1-7). The
     /// table's reference to the region is dropped before returning, after the slot was
@@ -421,11 +432,9 @@ impl MrTable {
     /// another thread is already deregistering it.
     pub fn deregister(&self, stag: Stag) -> Result<(), MemError> {
         // A region with bound windows stays (as `ibv_dereg_mr` refuses): checked before
-        // and, against a bind that raced in, after taking the slot.
-        if self
-            .slot_of(stag)
-            .is_some_and(|s| s.binds.load(Ordering::Acquire) != 0)
-        {
+        // and, against a bind that raced in, after taking the slot. A stale STag is
+        // refused as such first, whatever the slot's current registration has bound.
+        if self.busy_with_binds(stag) {
             return Err(MemError::Busy);
         }
         let (slot, prev) = self.transition_and_drain(stag, &[VALID, INVALID], DRAINING)?;
@@ -469,10 +478,7 @@ impl MrTable {
     ///
     /// Must not be called by a thread that holds an [`MrGuard`] of the same STag.
     pub fn invalidate(&self, stag: Stag) -> Result<(), MemError> {
-        if self
-            .slot_of(stag)
-            .is_some_and(|s| s.binds.load(Ordering::Acquire) != 0)
-        {
+        if self.busy_with_binds(stag) {
             return Err(MemError::Busy);
         }
         let (slot, _) = self.transition_and_drain(stag, &[VALID], BUSY)?;
