@@ -633,13 +633,17 @@ impl ProtectionDomain {
     }
 
     /// A shared receive queue of `depth` buffers of at most `max_sge` SGEs each, for the
-    /// queue pairs of this domain created with [`QpInit::with_srq`].
+    /// queue pairs of this domain created with [`QpInit::with_srq`]. Both are limited by the
+    /// engine configuration ([`EngineConfig::max_rq_depth`], [`EngineConfig::max_sge`]), as a
+    /// queue pair's are ([`Error::LimitExceeded`]).
     pub fn create_srq(&self, depth: u32, max_sge: u32) -> Result<SharedReceiveQueue, Error> {
         let cfg = &self.ctx.inner.cfg;
         if depth == 0 || depth as usize > cfg.max_rq_depth {
             return Err(Error::LimitExceeded("srq depth"));
         }
-        if max_sge as usize > MAX_SGE {
+        // The configured limit, not MAX_SGE: a queue pair with this queue takes its receives
+        // from it, and the configuration bounds every work request's SGEs (`create_qp`).
+        if max_sge as usize > cfg.max_sge {
             return Err(Error::LimitExceeded("srq sges"));
         }
         Ok(SharedReceiveQueue {

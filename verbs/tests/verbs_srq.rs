@@ -88,3 +88,27 @@ fn two_queue_pairs_share_one_receive_queue() {
     assert_eq!(srq.len(), 2);
     assert!(srq.limit_reached());
 }
+
+/// A shared receive queue's SGE count is bounded by the engine configuration's `max_sge`,
+/// as a queue pair's is: with a limit below `MAX_SGE`, a queue of `MAX_SGE` SGEs per buffer
+/// is refused like a queue pair of as many.
+#[test]
+fn srq_sges_are_limited_by_the_configured_max_sge() {
+    let (dev_a, _dev_b) = link_pair(&LinkConfig::default());
+    let mut cfg = Config::new(dev_a, [10, 0, 0, 1]);
+    cfg.engine.max_sge = 2;
+    let ctx = Context::open(cfg).unwrap();
+    let pd = ctx.alloc_pd();
+    let cq = ctx.create_cq(16).unwrap();
+    let mut init = QpInit::new(&cq, &cq);
+    init.max_sge = 3;
+    assert_eq!(
+        pd.create_qp(&init).map(|_| ()),
+        Err(Error::LimitExceeded("max_sge"))
+    );
+    assert_eq!(
+        pd.create_srq(8, 3).map(|_| ()),
+        Err(Error::LimitExceeded("srq sges"))
+    );
+    assert_eq!(pd.create_srq(8, 2).unwrap().depth(), 8);
+}
