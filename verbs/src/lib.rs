@@ -438,14 +438,20 @@ impl Context {
         Ok(())
     }
 
-    /// Accepts a connection request on an idle queue pair created on the request's core
-    /// ([`QpInit::core`] = `request.request.core`), with our private data.
+    /// Accepts a connection request on an idle queue pair of this context created on the
+    /// request's core ([`QpInit::core`] = `request.request.core`), with our private data.
+    /// A queue pair of another context is [`Error::StaleHandle`].
     pub fn accept(
         &self,
         request: &ConnectRequest,
         qp: &QueuePair,
         private_data: &[u8],
     ) -> Result<(), Error> {
+        // Queue pair ids are per core of one context: another context's id would name
+        // whichever of ours has the same number.
+        if !Arc::ptr_eq(&self.inner, &qp.ctx.inner) {
+            return Err(Error::StaleHandle);
+        }
         if usize::from(request.request.core) != qp.core {
             return Err(Error::WrongCore);
         }
@@ -652,9 +658,16 @@ impl ProtectionDomain {
         })
     }
 
-    /// Creates a reliable-connected queue pair in the idle state.
+    /// Creates a reliable-connected queue pair in the idle state. A shared receive queue
+    /// ([`QpInit::with_srq`]) must be of this domain ([`Error::Stag`] with
+    /// [`MemError::WrongPd`]) and so of this context ([`Error::StaleHandle`]).
     pub fn create_qp(&self, init: &QpInit) -> Result<QueuePair, Error> {
         if let Some(srq) = &init.srq {
+            // Protection domain numbers are per context: another context's domain may have
+            // the same number, and its SGEs name another region table.
+            if !Arc::ptr_eq(&srq.ctx.inner, &self.ctx.inner) {
+                return Err(Error::StaleHandle);
+            }
             if srq.srq.pd() != self.id {
                 return Err(Error::Stag(MemError::WrongPd));
             }

@@ -1,6 +1,7 @@
 //! A local user's request whose remote range wraps the 64-bit Tagged Offset space gets a
 //! typed error at post time (`Error::RemoteToWrap`, DDP-7.1-14, RDMAP-7.2-13), nothing is
-//! queued, and the connection stays up.
+//! queued, and the connection stays up; the errors of lower layers are kept as typed
+//! sources; a handle of another context is `Error::StaleHandle`.
 
 use std::time::Duration;
 
@@ -101,4 +102,48 @@ fn lower_layer_errors_are_kept_as_typed_sources() {
     );
     let e = mr.atomic_u64(4).unwrap_err();
     assert_eq!(e, Error::Memory(MemError::Misaligned));
+}
+
+/// `Error::StaleHandle` covers a handle of another context: `Context::accept` refuses
+/// another context's queue pair (whose id would name one of its own: the first QP of each
+/// context's core 0 has the same), and nothing is accepted.
+#[test]
+fn accept_refuses_a_queue_pair_of_another_context() {
+    let (server, client) = common::link_contexts();
+    let spd = server.alloc_pd();
+    let scq = server.create_cq(16).unwrap();
+    let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
+    server.listen(7610, &MpaParams::default()).unwrap();
+    let cpd = client.alloc_pd();
+    let ccq = client.create_cq(16).unwrap();
+    let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
+    assert_eq!(sqp.id(), cqp.id(), "the first QP of each context's core 0");
+    cqp.connect([10, 0, 0, 2], 7610, &MpaParams::default(), b"")
+        .unwrap();
+    let req = loop {
+        if let Some(CmEvent::ConnectRequest(r)) = server.next_event(T) {
+            break r;
+        }
+    };
+    assert_eq!(server.accept(&req, &cqp, b""), Err(Error::StaleHandle));
+    assert_eq!(sqp.state(), QpState::Idle, "nothing was accepted");
+    // The request is still there for the server's own queue pair.
+    server.accept(&req, &sqp, b"").unwrap();
+    assert!(matches!(
+        client.next_event(T),
+        Some(CmEvent::Established(_))
+    ));
+}
+
+/// `create_qp` refuses another context's shared receive queue, even one whose protection
+/// domain has the same number as the creating one (domains are numbered per context).
+#[test]
+fn create_qp_refuses_a_shared_receive_queue_of_another_context() {
+    let (a, b) = common::link_contexts();
+    let pd_a = a.alloc_pd();
+    let srq_b = b.alloc_pd().create_srq(8, 1).unwrap();
+    let cq = a.create_cq(16).unwrap();
+    let init = QpInit::new(&cq, &cq).with_srq(&srq_b);
+    assert_eq!(pd_a.create_qp(&init).map(|_| ()), Err(Error::StaleHandle));
+    assert_eq!(a.stats().unwrap()[0].qps_live, 0, "nothing was created");
 }
