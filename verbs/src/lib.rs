@@ -1039,7 +1039,8 @@ impl RecvWr {
     }
 }
 
-/// A reliable-connected queue pair. Dropping it aborts its connection and flushes it.
+/// A reliable-connected queue pair. Dropping it aborts its connection and flushes it (the
+/// drop waits for room in the core's command queue if it is full).
 #[derive(Debug)]
 pub struct QueuePair {
     ctx: Context,
@@ -1310,9 +1311,27 @@ impl QueuePair {
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
-        let (tx, _rx) = crossbeam::channel::bounded(1);
-        if let Some(h) = self.ctx.inner.cores.get(self.core) {
-            let _ = h.submit(Command::DestroyQp(self.id, tx));
+        let Some(h) = self.ctx.inner.cores.get(self.core) else {
+            return;
+        };
+        // A destroy that finds the command ring full must not be lost: the queue pair, its
+        // connection and its slot would live on until the context goes. The core drains
+        // the ring on its own (a caller-driven one is run by `submit` itself), so wait
+        // until there is room; only a core that stopped ends the wait.
+        let mut spins = 0u32;
+        loop {
+            let (tx, _rx) = crossbeam::channel::bounded(1);
+            match h.submit(Command::DestroyQp(self.id, tx)) {
+                Err(warpcore_engine::EngineError::LimitExceeded(_)) => {
+                    spins += 1;
+                    if spins < 64 {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(Duration::from_micros(50));
+                    }
+                }
+                _ => return,
+            }
         }
     }
 }
