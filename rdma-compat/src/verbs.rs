@@ -862,11 +862,16 @@ fn post_bind(q: &Qp, wr_id: u64, mw: *mut ibv_mw, info: &ibv_mw_bind_info) -> Re
         // Unbinding (no region) is not supported: invalidate the window instead.
         return Err(EINVAL.into());
     };
+    // The window's address is in the region's address (iova) space; the verbs take the
+    // offset in the region. Below the region it is out of bounds, as past its end.
+    let Some(offset) = info.addr.checked_sub(m.mr.base_to()) else {
+        return Err(wv::Error::Stag(wv::MemError::OutOfBounds).into());
+    };
     let stag = q.qp.post_bind_mw(
         wr_id,
         &w.mw,
         &m.mr,
-        info.addr,
+        offset,
         info.length,
         window_access(info.mw_access_flags),
     )?;

@@ -875,6 +875,15 @@ impl MemoryRegion {
         self.base_to
     }
 
+    /// The Tagged Offset of the octet at `offset` of the region: [`Self::base_to`] plus
+    /// `offset`, or [`MemError::ToWrap`] past 2^64 - 1 (the table checks the range
+    /// against the region).
+    fn to_of(&self, offset: u64) -> Result<u64, Error> {
+        self.base_to
+            .checked_add(offset)
+            .ok_or(Error::Stag(MemError::ToWrap))
+    }
+
     /// An SGE of `len` octets at `offset` of this region (its Tagged Offset is
     /// [`base_to`](Self::base_to) plus `offset`).
     pub fn sge(&self, offset: u64, len: u32) -> Sge {
@@ -1220,9 +1229,13 @@ impl QueuePair {
     /// order, `mw` opens `len` octets at `offset` of `mr` (which needs
     /// [`Access::MW_BIND`]; write and atomic rights need [`Access::LOCAL_WRITE`] on it)
     /// with `access` (remote rights only), under a new key; a type 2 window is bound to
-    /// this queue pair. Returns the window's new STag (also [`MemoryWindow::stag`]), which
-    /// a request posted after this one may advertise. Checked here: typed
-    /// [`Error::Stag`] errors for the wrong kind or domain, rights, bounds.
+    /// this queue pair. The window uses the region's Tagged Offsets: the peer names its
+    /// first octet [`mr.base_to()`](MemoryRegion::base_to) `+ offset` (`offset` itself
+    /// for a zero-based region, the octet's address for
+    /// [`ProtectionDomain::register_at_address`]). Returns the window's new STag (also
+    /// [`MemoryWindow::stag`]), which a request posted after this one may advertise.
+    /// Checked here: typed [`Error::Stag`] errors for the wrong kind or domain, rights,
+    /// bounds, a Tagged Offset past 2^64 - 1 ([`MemError::ToWrap`]).
     pub fn post_bind_mw(
         &self,
         wr_id: u64,
@@ -1238,7 +1251,7 @@ impl QueuePair {
             mw: cur.0,
             new_key,
             mr: mr.stag.0,
-            to: offset,
+            to: mr.to_of(offset)?,
             len,
             access,
         };
@@ -1249,8 +1262,8 @@ impl QueuePair {
 
     /// Posts a Fast-Register work request ([`SendOp::FastReg`]): when it executes, the
     /// (invalid) STag of `fr` becomes valid under a new key over `len` octets at `offset`
-    /// of `mr`, zero-based (TO 0 is the octet at `offset`), with `access`. Returns the new
-    /// STag (also [`FastRegMr::stag`]).
+    /// of `mr` (whatever the region's own Tagged Offsets), zero-based (TO 0 is the octet at
+    /// `offset`), with `access`. Returns the new STag (also [`FastRegMr::stag`]).
     pub fn post_fast_reg(
         &self,
         wr_id: u64,
@@ -1266,7 +1279,7 @@ impl QueuePair {
             stag: cur.0,
             new_key,
             mr: mr.stag.0,
-            mr_to: offset,
+            mr_to: mr.to_of(offset)?,
             len,
             base_to: 0,
             access,
