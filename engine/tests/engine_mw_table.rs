@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::thread;
 
 use warpcore_engine::mem::{
-    Access, LookupFault, MemError, MrTable, MwType, PdId, Region, Stag, StagKind,
+    Access, Deregistration, LookupFault, MemError, MrTable, MwType, PdId, Region, Stag, StagKind,
 };
 use warpcore_engine::proto::rdmap::InvalidateFault;
 
@@ -76,6 +76,82 @@ fn a_stale_stag_is_invalid_even_when_its_slot_has_windows_bound() {
     assert_eq!(t.invalidate(old), Err(MemError::InvalidStag));
     assert_eq!(t.deregister(mr), Err(MemError::Busy));
     assert_eq!(t.invalidate(mr), Err(MemError::Busy));
+}
+
+/// An owner that cannot wait (a handle being dropped) deregisters a region with a bound
+/// window with `deregister_or_defer`: the region's own STag stops working at once, the
+/// window keeps working, and the window's unbinding frees the region's slot.
+#[test]
+fn a_deferred_deregistration_ends_with_the_last_window() {
+    let rights = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::MW_BIND;
+    for unbind in ["invalidate", "deregister", "rebind"] {
+        let (t, _r, mr) = table_with_region(rights);
+        let other = t
+            .register(Arc::new(Region::allocate(64, 64).unwrap()), PD, rights, 0)
+            .unwrap();
+        let mw = t.alloc_mw(PD, MwType::Type1).unwrap();
+        let w = t
+            .bind_mw(mw, mw.key() ^ 1, mr, PD, 0, 64, Access::REMOTE_WRITE, None)
+            .unwrap();
+        assert_eq!(t.deregister_or_defer(mr), Ok(Deregistration::Deferred));
+        assert_eq!(
+            t.lookup(mr, PD, Access::REMOTE_WRITE).unwrap_err(),
+            LookupFault::InvalidStag
+        );
+        assert!(
+            t.lookup(w, PD, Access::REMOTE_WRITE).is_ok(),
+            "the window works"
+        );
+        assert_eq!(t.registered(), 3, "the region's slot waits for its window");
+        // Neither a second deregistration nor a bind can take the orphan.
+        assert_eq!(t.deregister(mr), Err(MemError::Busy));
+        let mw2 = t.alloc_mw(PD, MwType::Type1).unwrap();
+        assert_eq!(
+            t.bind_mw(mw2, mw2.key() ^ 1, mr, PD, 0, 8, Access::REMOTE_READ, None),
+            Err(MemError::InvalidStag)
+        );
+        t.deregister(mw2).unwrap();
+        match unbind {
+            "invalidate" => t.invalidate(w).unwrap(),
+            "deregister" => t.deregister(w).unwrap(),
+            _ => {
+                t.bind_mw(w, w.key() ^ 1, other, PD, 0, 8, Access::REMOTE_READ, None)
+                    .unwrap();
+            }
+        }
+        // `other` and the window (unless deallocated) are left.
+        let left = if unbind == "deregister" { 1 } else { 2 };
+        assert_eq!(t.registered(), left, "{unbind}: the region's slot is free");
+        assert_eq!(t.deregister(mr), Err(MemError::InvalidStag));
+    }
+    // Without a window bound it is a plain deregistration.
+    let (t, _r, mr) = table_with_region(rights);
+    assert_eq!(t.deregister_or_defer(mr), Ok(Deregistration::Done));
+    assert_eq!(t.registered(), 0);
+}
+
+/// A deferred deregistration racing the window's invalidation on another thread frees the
+/// region exactly once, whichever comes first.
+#[test]
+fn a_deferred_deregistration_races_the_last_unbinding() {
+    let t = Arc::new(MrTable::with_seed(8, 3));
+    let rights = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::MW_BIND;
+    for _ in 0..scaled(500) {
+        let mr = t
+            .register(Arc::new(Region::allocate(64, 64).unwrap()), PD, rights, 0)
+            .unwrap();
+        let mw = t.alloc_mw(PD, MwType::Type1).unwrap();
+        let w = t
+            .bind_mw(mw, mw.key() ^ 1, mr, PD, 0, 64, Access::REMOTE_WRITE, None)
+            .unwrap();
+        let t2 = Arc::clone(&t);
+        let unbinder = thread::spawn(move || t2.invalidate(w).unwrap());
+        let r = t.deregister_or_defer(mr).unwrap();
+        unbinder.join().unwrap();
+        assert!(matches!(r, Deregistration::Done | Deregistration::Deferred));
+        assert_eq!(t.registered(), 1, "only the window's slot is left");
+        t.deregister(w).unwrap();
+    }
 }
 
 /// A rebind ends the old binding: the first region is free to go.

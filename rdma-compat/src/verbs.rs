@@ -649,7 +649,8 @@ pub extern "C" fn __wc_ibv_dealloc_pd(p: *mut ibv_pd) -> c_int {
 #[repr(C)]
 pub(crate) struct Mr {
     ibv: ibv_mr,
-    mr: wv::MemoryRegion,
+    /// Taken out while `ibv_dereg_mr` tries to deregister it, and put back if refused.
+    mr: Mutex<Option<wv::MemoryRegion>>,
 }
 
 pub(crate) fn access_of(flags: c_int) -> Result<Access, c_int> {
@@ -721,7 +722,7 @@ fn reg_mr(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, flags: c_in
                         lkey: stag,
                         rkey: stag,
                     },
-                    mr,
+                    mr: Mutex::new(Some(mr)),
                 });
                 Box::into_raw(b).cast()
             }
@@ -767,16 +768,35 @@ pub extern "C" fn __wc_ibv_reg_mr_iova2(
 
 #[no_mangle]
 pub extern "C" fn __wc_ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
-    // SAFETY: mr is NULL or ours (the matching create).
-    let pd = unsafe { mr.as_ref() }.map_or(null_mut(), |m| m.pd);
-    // SAFETY: mr is NULL or ours (the matching create), no longer used by the caller.
-    let r = unsafe { destroy::<_, Mr>(mr) };
-    if r == 0 {
-        if let Some(u) = pd_uses(pd) {
-            u.remove();
+    guard(EINVAL, || {
+        // SAFETY: mr is NULL or ours (the matching create).
+        let Some(m) = (unsafe { mr.cast::<Mr>().as_ref() }) else {
+            return EINVAL;
+        };
+        let pd = m.ibv.pd;
+        {
+            let mut slot = m.mr.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(region) = slot.take() else {
+                return EINVAL;
+            };
+            // The registration must have ended when this returns 0: the application may
+            // free the memory then. While windows are bound to the region the engine
+            // refuses, and so do we (ibv_dereg_mr(3) returns the errno; rdma-core's
+            // kernel path answers EBUSY), keeping the region as it was.
+            if let Err((region, e)) = region.deregister() {
+                *slot = Some(region);
+                return errno_of(&e);
+            }
         }
-    }
-    r
+        // SAFETY: mr is ours, deregistered, and no longer used by the caller.
+        let r = unsafe { destroy::<_, Mr>(mr) };
+        if r == 0 {
+            if let Some(u) = pd_uses(pd) {
+                u.remove();
+            }
+        }
+        r
+    })
 }
 
 // ---------------------------------------------------------------- memory windows
@@ -862,15 +882,20 @@ fn post_bind(q: &Qp, wr_id: u64, mw: *mut ibv_mw, info: &ibv_mw_bind_info) -> Re
         // Unbinding (no region) is not supported: invalidate the window instead.
         return Err(EINVAL.into());
     };
+    let region = m.mr.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(mr) = region.as_ref() else {
+        // Being deregistered on another thread right now.
+        return Err(EINVAL.into());
+    };
     // The window's address is in the region's address (iova) space; the verbs take the
     // offset in the region. Below the region it is out of bounds, as past its end.
-    let Some(offset) = info.addr.checked_sub(m.mr.base_to()) else {
+    let Some(offset) = info.addr.checked_sub(mr.base_to()) else {
         return Err(wv::Error::Stag(wv::MemError::OutOfBounds).into());
     };
     let stag = q.qp.post_bind_mw(
         wr_id,
         &w.mw,
-        &m.mr,
+        mr,
         offset,
         info.length,
         window_access(info.mw_access_flags),

@@ -85,7 +85,8 @@ pub enum Error {
     /// The handle is stale (the object was destroyed) or belongs to another context.
     #[error("stale or foreign handle")]
     StaleHandle,
-    /// The memory region could not be allocated, registered or accessed.
+    /// The memory region could not be allocated, registered, deregistered
+    /// ([`MemError::Busy`]: windows are bound to it) or accessed.
     #[error("memory region: {0}")]
     Memory(#[source] MemError),
     /// TCP refused (address in use, no route, ...).

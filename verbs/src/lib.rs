@@ -573,8 +573,10 @@ impl ProtectionDomain {
     /// Offset of each octet is its address, at any alignment, so a peer's RDMA Writes,
     /// Reads and atomics and the local SGEs ([`MemoryRegion::sge`] adds the base) name
     /// octets by address. The application's own memory comes in through
-    /// [`Region::from_raw`] (its contract: the memory stays valid until the region is
-    /// deregistered) or [`Region::from_boxed`].
+    /// [`Region::from_raw`] or [`Region::from_boxed`]. `from_raw`'s contract holds the
+    /// memory valid while any `Arc` of the region lives: this registration's until
+    /// [`MemoryRegion::deregister`] returns `Ok` (a drop with windows bound ends it only
+    /// when the last window goes), and each bound window's until it is unbound.
     pub fn register_at_address(
         &self,
         region: Arc<Region>,
@@ -840,12 +842,17 @@ impl SharedReceiveQueue {
     }
 }
 
-/// Registered memory. Dropping it deregisters it (waiting until no engine core is placing
-/// into it).
+/// Registered memory. [`MemoryRegion::deregister`] deregisters it, or says why not;
+/// dropping it deregisters it too (waiting until no engine core is placing into it). A drop
+/// cannot refuse: if memory windows are bound to the region, the region's own STag stops
+/// working at once and the registration ends when the last window is invalidated,
+/// rebound elsewhere or dropped; until then those windows still reach the memory.
 #[derive(Debug)]
 pub struct MemoryRegion {
     ctx: Context,
     region: Arc<Region>,
+    /// The STag; `Stag(0)` (which names no slot) once [`MemoryRegion::deregister`] ended
+    /// the registration, so that the drop has nothing left to do.
     stag: Stag,
     /// Tagged Offset of the first octet: 0, or its address
     /// ([`ProtectionDomain::register_at_address`]).
@@ -909,6 +916,22 @@ impl MemoryRegion {
         self.region.atomic_u64_at(offset).map_err(Error::Memory)
     }
 
+    /// Deregisters the region (`ibv_dereg_mr`): from the call on no lookup of its STag
+    /// succeeds, and it returns once no engine core is placing into it; then the
+    /// registration has ended and (for [`Region::from_raw`] memory) the engine will not
+    /// touch the memory again through it. Refused while memory windows are bound to the
+    /// region ([`Error::Memory`] with [`MemError::Busy`], as `ibv_dereg_mr` refuses with
+    /// `EBUSY`): the handle comes back unchanged; invalidate or drop the windows first.
+    pub fn deregister(mut self) -> Result<(), (MemoryRegion, Error)> {
+        match self.ctx.inner.mrs.deregister(self.stag) {
+            Ok(()) => {
+                self.stag = Stag(0);
+                Ok(())
+            }
+            Err(e) => Err((self, Error::Memory(e))),
+        }
+    }
+
     /// The region's memory as a shared slice.
     ///
     /// # Safety
@@ -928,7 +951,12 @@ impl MemoryRegion {
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
-        let _ = self.ctx.inner.mrs.deregister(self.stag);
+        if self.stag != Stag(0) {
+            // With windows bound the table revokes the STag now and ends the registration
+            // when the last window goes (the drop cannot report a refusal); an error left
+            // is a registration that is gone already.
+            let _ = self.ctx.inner.mrs.deregister_or_defer(self.stag);
+        }
     }
 }
 

@@ -2,7 +2,8 @@
 //! threads over the in-memory link: the server binds a type 2 window with a Bind request
 //! and advertises its STag in a Send queued right behind it; the client writes and reads
 //! through it and invalidates it with a Send with Invalidate; then a fast registration,
-//! a Local Invalidate and the typed post-time refusals.
+//! a Local Invalidate and the typed post-time refusals. Then what becomes of a region
+//! whose windows outlive its handle's deregistration.
 
 use std::time::Duration;
 
@@ -184,4 +185,182 @@ fn windows_and_fast_registration_over_verbs() {
         Err(Error::InvalidInline)
     );
     assert!(scq.poll_one().is_none());
+}
+
+/// A server and a client context, connected: the server's domain, completion queue and
+/// queue pair; the client's completion queue, queue pair and an 8 KiB region.
+struct Pair {
+    server: Context,
+    spd: ProtectionDomain,
+    scq: CompletionQueue,
+    sqp: QueuePair,
+    ccq: CompletionQueue,
+    cqp: QueuePair,
+    cmr: MemoryRegion,
+    _client: Context,
+}
+
+fn pair(port: u16) -> Pair {
+    let (server, client) = common::link_contexts();
+    let spd = server.alloc_pd();
+    let scq = server.create_cq(64).unwrap();
+    let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
+    server.listen(port, &MpaParams::default()).unwrap();
+    let cpd = client.alloc_pd();
+    let ccq = client.create_cq(64).unwrap();
+    let cmr = cpd.alloc_mr(8192, Access::LOCAL_WRITE).unwrap();
+    let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
+    common::connect_accept(&server, &sqp, &client, &cqp, port);
+    Pair {
+        server,
+        spd,
+        scq,
+        sqp,
+        ccq,
+        cqp,
+        cmr,
+        _client: client,
+    }
+}
+
+impl Pair {
+    /// Registrations of the server's region table.
+    fn registered(&self) -> u64 {
+        self.server.stats().unwrap()[0].mrs_registered
+    }
+
+    /// The client's Write of `len` octets of its region to `stag`, `to`; its completion.
+    fn write(&self, wr_id: u64, stag: u32, to: u64, len: u32) -> Completion {
+        let write = SendOp::Write {
+            remote_stag: stag,
+            remote_to: to,
+        };
+        self.cqp
+            .post_send(&SendWr::new(wr_id, write, &[self.cmr.sge(0, len)]).unwrap())
+            .unwrap();
+        self.ccq.wait(T).unwrap()
+    }
+
+    /// Waits until the client's queue pair is in the error state (a Terminate came).
+    fn client_failed(&self) -> bool {
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < T {
+            if self.cqp.state() == QpState::Error {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+}
+
+/// `MemoryRegion::deregister` refuses while a window is bound to the region (as
+/// `ibv_dereg_mr` does) and hands the region back unchanged; once the window is gone it
+/// deregisters.
+#[test]
+fn deregister_is_refused_while_a_window_is_bound() {
+    let p = pair(7410);
+    let smr = p
+        .spd
+        .alloc_mr(4096, Access::LOCAL_WRITE | Access::MW_BIND)
+        .unwrap();
+    let mw = p.spd.alloc_mw(MwType::Type1).unwrap();
+    p.sqp
+        .post_bind_mw(1, &mw, &smr, 0, 64, Access::REMOTE_READ)
+        .unwrap();
+    wc(&p.scq, 1, WcOpcode::BindMw);
+    let before = p.registered();
+    let (smr, e) = smr.deregister().unwrap_err();
+    assert_eq!(e, Error::Memory(MemError::Busy));
+    assert_eq!(p.registered(), before, "nothing changed");
+    smr.write(0, b"still mine").unwrap();
+    drop(mw);
+    smr.deregister().unwrap();
+    assert_eq!(p.registered(), before - 2);
+}
+
+/// A region dropped while a window is bound to it cannot wait for the window: its own
+/// STag stops working at once (a peer's Write to it earns a Terminate) while the window
+/// still serves, and the registration ends when the window goes: nothing keeps the
+/// region's STag writable after both handles are gone.
+#[test]
+fn a_dropped_region_stops_at_once_and_ends_with_its_last_window() {
+    let p = pair(7411);
+    let region = std::sync::Arc::new(Region::allocate(8192, 4096).unwrap());
+    let smr = p
+        .spd
+        .register(
+            std::sync::Arc::clone(&region),
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::MW_BIND,
+        )
+        .unwrap();
+    let mr_stag = smr.stag();
+    let mw = p.spd.alloc_mw(MwType::Type1).unwrap();
+    let w = p
+        .sqp
+        .post_bind_mw(1, &mw, &smr, 0, 64, Access::REMOTE_WRITE)
+        .unwrap();
+    wc(&p.scq, 1, WcOpcode::BindMw);
+    let sink = p.spd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let before = p.registered();
+    drop(smr);
+    assert_eq!(p.registered(), before, "the window still holds the region");
+    // The window serves: a Write through it, and a Send behind it to know it was placed.
+    p.cmr.write(0, b"through the window").unwrap();
+    assert_eq!(p.write(2, w, 8, 18).status, WcStatus::Success);
+    p.sqp
+        .post_recv(&RecvWr::new(3, &[sink.sge(0, 8)]).unwrap())
+        .unwrap();
+    p.cqp
+        .post_send(&SendWr::new(4, SendOp::Send, &[p.cmr.sge(0, 8)]).unwrap())
+        .unwrap();
+    wc(&p.ccq, 4, WcOpcode::Send);
+    wc(&p.scq, 3, WcOpcode::Recv);
+    let mut got = [0u8; 18];
+    region.read_at(8, &mut got).unwrap();
+    assert_eq!(&got, b"through the window");
+    drop(mw);
+    assert_eq!(
+        p.registered(),
+        before - 2,
+        "the window's deallocation ended the region's registration"
+    );
+    // The region's own STag: refused, nothing placed.
+    p.cmr.write(0, b"after dereg").unwrap();
+    let _ = p.write(5, mr_stag, 100, 11);
+    assert!(
+        p.client_failed(),
+        "a Write to a deregistered region's STag was accepted"
+    );
+    let mut got = [0u8; 11];
+    region.read_at(100, &mut got).unwrap();
+    assert_eq!(got, [0; 11]);
+}
+
+/// The region's own STag stops at the drop, not when its last window goes: a Write to it
+/// while the window is still bound is refused.
+#[test]
+fn a_dropped_region_with_a_bound_window_refuses_its_own_stag() {
+    let p = pair(7412);
+    let smr = p
+        .spd
+        .alloc_mr(
+            8192,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::MW_BIND,
+        )
+        .unwrap();
+    let mr_stag = smr.stag();
+    let mw = p.spd.alloc_mw(MwType::Type1).unwrap();
+    p.sqp
+        .post_bind_mw(1, &mw, &smr, 0, 64, Access::REMOTE_READ)
+        .unwrap();
+    wc(&p.scq, 1, WcOpcode::BindMw);
+    drop(smr);
+    p.cmr.write(0, b"after dereg").unwrap();
+    let _ = p.write(2, mr_stag, 100, 11);
+    assert!(
+        p.client_failed(),
+        "a Write to a dropped region's STag was placed while a window was bound"
+    );
+    assert!(mw.is_bound(), "the window is not the region");
 }

@@ -74,7 +74,10 @@
 //! bound to it (a region with bound windows is neither deregistered nor invalidated; a
 //! bind increments it while holding a guard on the region, so a deregistration that
 //! drained the region's guards sees every bind that succeeded, and restores the previous
-//! state if one raced in).
+//! state if one raced in). An owner that cannot wait for the windows to go
+//! ([`MrTable::deregister_or_defer`], a handle being dropped) invalidates the region's own
+//! STag and sets the count's top bit: the unbinding that brings the count to zero then
+//! takes the `INVALID` slot (no guard can hold it) and frees it.
 //!
 //! - **Lookup** loads the word (`Relaxed`; a cheap early rejection of stale or garbage
 //!   STags that touches no count), then `fetch_add(1, Acquire)`s the count and checks the
@@ -91,7 +94,9 @@
 //!   published value (or any later value: every later change of the word is a
 //!   read-modify-write, which continues the release sequence) therefore sees the metadata.
 //! - **Deregister** (and **invalidate**, **bind**, **fast registration**) compare-exchange
-//!   `VALID | key` (or `INVALID | key`) to `DRAINING | key` (or `BUSY | key`), which stops new lookups from succeeding, then
+//!   `VALID | key` (or `INVALID | key`) to `DRAINING | key` (or `BUSY | key`), which stops
+//!   new lookups from succeeding (a deregistration that finds `BUSY | key`, an
+//!   invalidation under way, waits for it to end), then
 //!   wait (spin, then yield) until an `Acquire` load sees a count of zero. Every guard
 //!   decrements with `Release`, so every placement into the region, and every read of the
 //!   metadata by a guard, happens before that load. Deregistration then takes the
@@ -359,6 +364,17 @@ impl fmt::Debug for Stag {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Stag({:#010x})", self.0)
     }
+}
+
+/// What [`MrTable::deregister_or_defer`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Deregistration {
+    /// The registration ended: its slot is free and the table holds no reference to the
+    /// memory.
+    Done,
+    /// Windows are still bound to the region: its STag no longer works, and the
+    /// registration ends when the last of them is unbound.
+    Deferred,
 }
 
 /// Errors of the control path: allocating regions, registering and deregistering them, and

@@ -19,7 +19,8 @@ use warpcore_proto::rdmap::AccessRegion;
 use warpcore_proto::rdmap::InvalidateFault;
 
 use super::{
-    Access, BoundsFault, LookupFault, MemError, MwType, PdId, Region, Stag, StagKind, StreamId,
+    Access, BoundsFault, Deregistration, LookupFault, MemError, MwType, PdId, Region, Stag,
+    StagKind, StreamId,
 };
 
 /// The largest table: index 0 is never handed out, so 2^24 - 1 slots.
@@ -40,6 +41,11 @@ const DRAINING: u64 = 3;
 /// DRAINING, no lookup succeeds, and the owner alone touches `meta` and `region` once the
 /// guard count drained to zero.
 const BUSY: u64 = 4;
+
+/// `Slot::binds`: set when the region's handle let go of it while windows or fast
+/// registrations still used it ([`MrTable::deregister_or_defer`]); the low bits count them,
+/// and the one whose unbinding brings the count to zero frees the slot.
+const ORPHAN: u32 = 1 << 31;
 
 /// A guard count this high means guards are being leaked by the billion; stop before the
 /// count could overflow into the key (as `Arc` does for its reference count).
@@ -137,7 +143,8 @@ struct Slot {
     /// Kind and PD of the allocation ([`info_word`]), written while the slot is owned.
     info: AtomicU64,
     /// Memory windows currently bound to this region: it cannot be deregistered or
-    /// invalidated while any is (as `ibv_dereg_mr` refuses with bound windows).
+    /// invalidated while any is (as `ibv_dereg_mr` refuses with bound windows). The top
+    /// bit ([`ORPHAN`]) says the registration ends when the count reaches zero.
     binds: std::sync::atomic::AtomicU32,
     /// Copies of `meta`'s base TO, length and rights for [`MrTable::check_local`], which
     /// reads them without a guard: stored wherever `meta` is written
@@ -323,17 +330,29 @@ impl MrTable {
     }
 
     /// Moves the slot of `stag` from one of `from` to `to` (keeping key and count) and
-    /// waits until no guard holds it. Returns the slot and the state it was in.
+    /// waits until no guard holds it. Returns the slot and the state it was in. With
+    /// `wait_busy`, a slot another thread holds `BUSY` under the same key (an invalidation
+    /// under way, which ends by publishing the key again) is waited for instead of refused.
     fn transition_and_drain(
         &self,
         stag: Stag,
         from: &[u64],
         to: u64,
+        wait_busy: bool,
     ) -> Result<(&Slot, u64), MemError> {
         let slot = self.slot_of(stag).ok_or(MemError::InvalidStag)?;
         let mut w = slot.word.load(Ordering::Relaxed);
+        let busy = Backoff::new();
         let prev = loop {
-            if key_of(w) != stag.key() || !from.contains(&state_of(w)) {
+            if key_of(w) != stag.key() {
+                return Err(MemError::InvalidStag);
+            }
+            if !from.contains(&state_of(w)) {
+                if wait_busy && state_of(w) == BUSY {
+                    Self::pause(&busy);
+                    w = slot.word.load(Ordering::Relaxed);
+                    continue;
+                }
                 return Err(MemError::InvalidStag);
             }
             match slot.word.compare_exchange_weak(
@@ -346,17 +365,27 @@ impl MrTable {
                 Err(now) => w = now,
             }
         };
-        // No new guard can be taken from here on. Wait for the ones in flight: the
-        // acquire load that sees zero synchronizes with every guard's release decrement.
+        Self::drain(slot);
+        Ok((slot, prev))
+    }
+
+    /// Waits until no guard holds `slot`, which this thread moved to a state where no new
+    /// guard can be taken: the acquire load that sees zero synchronizes with every guard's
+    /// release decrement.
+    fn drain(slot: &Slot) {
         let backoff = Backoff::new();
         while slot.word.load(Ordering::Acquire) & COUNT_MASK != 0 {
-            if backoff.is_completed() {
-                std::thread::yield_now();
-            } else {
-                backoff.snooze();
-            }
+            Self::pause(&backoff);
         }
-        Ok((slot, prev))
+    }
+
+    /// One step of a wait for another thread: spin, then yield.
+    fn pause(backoff: &Backoff) {
+        if backoff.is_completed() {
+            std::thread::yield_now();
+        } else {
+            backoff.snooze();
+        }
     }
 
     /// Publishes `state` with `key` on a slot this thread owns (DRAINING or BUSY), keeping
@@ -401,14 +430,75 @@ impl MrTable {
         stag.index().wrapping_mul(self.index_inv) & INDEX_MASK
     }
 
-    /// Ends a window's binding (owner only): the parent region's count drops.
+    /// Ends a window's binding (owner only): the parent region's count drops. If its
+    /// handle let go of it meanwhile ([`MrTable::deregister_or_defer`]) and this was the
+    /// last binding, the parent's registration ends here.
     fn unbind_parent(&self, meta: &mut Meta) {
         if meta.parent != 0 {
             if let Some(p) = self.slots.get(meta.parent as usize) {
-                p.binds.fetch_sub(1, Ordering::AcqRel);
+                if p.binds.fetch_sub(1, Ordering::AcqRel) == ORPHAN | 1 {
+                    self.free_orphan(meta.parent);
+                }
             }
             meta.parent = 0;
         }
+    }
+
+    /// Frees the orphaned region in slot `n`, whose last window or fast registration just
+    /// went (exactly one thread gets here for an orphan: the one whose decrement left the
+    /// count at zero). The slot is `INVALID` (the orphaning revoked its STag, so no guard
+    /// can hold it), or still `BUSY` for the few instructions between the orphaning's mark
+    /// and its publication: wait for `INVALID`, take it, free it.
+    fn free_orphan(&self, n: u32) {
+        let slot = &self.slots[n as usize];
+        let backoff = Backoff::new();
+        let mut w = slot.word.load(Ordering::Relaxed);
+        loop {
+            if state_of(w) != INVALID {
+                Self::pause(&backoff);
+                w = slot.word.load(Ordering::Relaxed);
+                continue;
+            }
+            match slot.word.compare_exchange_weak(
+                w,
+                word_with(w, DRAINING, key_of(w)),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(now) => w = now,
+            }
+        }
+        Self::drain(slot);
+        self.free_drained(slot, n);
+    }
+
+    /// The end of every deregistration: the slot is owned by this thread (`DRAINING` or
+    /// `BUSY` with a drained count, or an orphan taken by [`MrTable::free_orphan`]). Ends
+    /// its binding if it is a window, clears it, publishes `FREE` (keeping the key, which
+    /// the next registration advances) and puts it on the free list; the memory goes (if
+    /// this was the last reference) only then, when no guard can reach it.
+    fn free_drained(&self, slot: &Slot, n: u32) {
+        // SAFETY: the caller owns the slot with a drained count: no guard exists and none
+        // can be created (the state is neither VALID nor FREE), and no other thread can
+        // take it, so this thread alone touches its contents until it publishes FREE.
+        let region = unsafe {
+            let meta = &mut *slot.meta.get();
+            self.unbind_parent(meta);
+            *meta = EMPTY_META;
+            Self::mirror(slot, meta);
+            (*slot.region.get()).take()
+        };
+        // No window is bound any more; an orphan's mark goes with its registration.
+        slot.binds.store(0, Ordering::Release);
+        // -> FREE, keeping the key and any count failing lookups hold.
+        let _ = slot
+            .word
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
+                Some(word_with(w, FREE, key_of(w)))
+            });
+        self.free_list().push_back(n);
+        drop(region);
     }
 
     /// Whether `stag` names its slot's current registration (its key, and a state that is
@@ -425,10 +515,12 @@ impl MrTable {
     /// Deregisters `stag`: no new lookup succeeds once this starts, and it returns only
     /// when no placement into the region is in flight (DDP-8.3.1-7, RDMAP-8.1.1-7). The
     /// table's reference to the region is dropped before returning, after the slot was
-    /// freed. Works on valid and invalidated registrations.
+    /// freed. Works on valid and invalidated registrations; an invalidation under way on
+    /// another thread (a transient state) is waited for.
     ///
     /// Must not be called by a thread that holds an [`MrGuard`] of the same STag (it
-    /// would wait for itself). [`MemError::InvalidStag`] if `stag` is not registered, or
+    /// would wait for itself). [`MemError::Busy`] while windows are bound to the region
+    /// (nothing changes); [`MemError::InvalidStag`] if `stag` is not registered, or
     /// another thread is already deregistering it.
     pub fn deregister(&self, stag: Stag) -> Result<(), MemError> {
         // A region with bound windows stays (as `ibv_dereg_mr` refuses): checked before
@@ -437,34 +529,48 @@ impl MrTable {
         if self.busy_with_binds(stag) {
             return Err(MemError::Busy);
         }
-        let (slot, prev) = self.transition_and_drain(stag, &[VALID, INVALID], DRAINING)?;
+        let (slot, prev) = self.transition_and_drain(stag, &[VALID, INVALID], DRAINING, true)?;
         if slot.binds.load(Ordering::Acquire) != 0 {
             Self::publish(slot, prev, stag.key());
             return Err(MemError::Busy);
         }
-        // SAFETY: the slot is DRAINING with a zero guard count: no guard exists and none
-        // can be created, and only this thread moved it to DRAINING, so it alone owns
-        // the slot's contents until it publishes FREE below.
-        let region = unsafe {
-            let meta = &mut *slot.meta.get();
-            self.unbind_parent(meta);
-            *meta = EMPTY_META;
-            Self::mirror(slot, meta);
-            (*slot.region.get()).take()
-        };
-        // DRAINING -> FREE, keeping the key (the next registration advances it) and any
-        // count failing lookups hold.
-        let _ = slot
-            .word
-            .fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
-                Some(word_with(w, FREE, key_of(w)))
-            });
-        let n = self.slot_number(stag);
-        self.free_list().push_back(n);
-        // The memory goes away (if this was the last reference) only now that no guard
-        // can reach it.
-        drop(region);
+        self.free_drained(slot, self.slot_number(stag));
         Ok(())
+    }
+
+    /// Deregisters `stag` as [`MrTable::deregister`] does, or, if windows are bound to the
+    /// region, ends what can end now and leaves the rest to the last of them: the region's
+    /// own STag stops working at once (it is invalidated, waiting for placements through
+    /// it as an invalidation does), and the unbinding (invalidation, rebinding or
+    /// deallocation) of its last window frees the slot and drops the table's reference to
+    /// the memory. For an owner that cannot wait for the windows to go (a handle being
+    /// dropped): until they do, they reach the memory, which must stay valid.
+    ///
+    /// [`Deregistration::Done`] or [`Deregistration::Deferred`]; [`MemError::InvalidStag`]
+    /// as [`MrTable::deregister`]. The same rule about guards applies.
+    pub fn deregister_or_defer(&self, stag: Stag) -> Result<Deregistration, MemError> {
+        match self.deregister(stag) {
+            Err(MemError::Busy) => {}
+            r => return r.map(|()| Deregistration::Done),
+        }
+        // Own the slot: lookups of the region's STag fail from here on, and no window can
+        // be bound to it any more (a bind holds a guard on the region while it counts
+        // itself, so every bind that will ever count has counted once the guards drained).
+        let (slot, prev) = self.transition_and_drain(stag, &[VALID, INVALID], BUSY, true)?;
+        let before = slot.binds.fetch_or(ORPHAN, Ordering::AcqRel);
+        if before & ORPHAN != 0 {
+            // Already orphaned (by an earlier call with the same STag): nothing to add.
+            Self::publish(slot, prev, stag.key());
+            return Ok(Deregistration::Deferred);
+        }
+        if before == 0 {
+            // The last window went between the refusal and the mark: free it now.
+            self.free_drained(slot, self.slot_number(stag));
+            return Ok(Deregistration::Done);
+        }
+        // The last window's unbinding frees it (`free_orphan`, which waits for this).
+        Self::publish(slot, INVALID, stag.key());
+        Ok(Deregistration::Deferred)
     }
 
     /// Invalidates `stag` (the table-level operation under Local Invalidate and Send with
@@ -481,7 +587,7 @@ impl MrTable {
         if self.busy_with_binds(stag) {
             return Err(MemError::Busy);
         }
-        let (slot, _) = self.transition_and_drain(stag, &[VALID], BUSY)?;
+        let (slot, _) = self.transition_and_drain(stag, &[VALID], BUSY, false)?;
         if slot.binds.load(Ordering::Acquire) != 0 {
             Self::publish(slot, VALID, stag.key());
             return Err(MemError::Busy);
@@ -739,7 +845,7 @@ impl MrTable {
         if ty == MwType::Type2 && stream == 0 {
             return Err(MemError::NoQueuePair);
         }
-        let (slot, prev) = self.transition_and_drain(mw, &[VALID, INVALID], BUSY)?;
+        let (slot, prev) = self.transition_and_drain(mw, &[VALID, INVALID], BUSY, false)?;
         // SAFETY: BUSY with a drained count, moved there by this thread: it owns `meta`
         // and `region`. The parent's region is read under its guard `g`, which keeps
         // every writer of the parent's slot out.
@@ -851,7 +957,7 @@ impl MrTable {
             return Err(MemError::StillValid);
         }
         let (slot, prev) = self
-            .transition_and_drain(stag, &[INVALID], BUSY)
+            .transition_and_drain(stag, &[INVALID], BUSY, false)
             .map_err(|_| {
                 if self.is_valid(stag) {
                     MemError::StillValid
