@@ -154,6 +154,49 @@ fn a_deferred_deregistration_races_the_last_unbinding() {
     }
 }
 
+/// A fast registration reaches its region's memory as a bound window does, so the region
+/// counts it: neither deregistered nor invalidated while it is valid (`Busy`), and a
+/// deferred deregistration ends with the fast registration's invalidation or
+/// deallocation. (The memory of `Region::from_raw` may be freed once the region is
+/// deregistered: a fast registration must not outlive that.)
+#[test]
+fn a_fast_registration_keeps_its_region_registered() {
+    for end in ["invalidate", "deregister"] {
+        let (t, _r, mr) = table_with_region(Access::LOCAL_WRITE);
+        let fr = t.alloc_fast_reg(PD).unwrap();
+        let f = t
+            .fast_register(fr, fr.key() ^ 1, mr, PD, 0, 64, 0, Access::REMOTE_READ)
+            .unwrap();
+        assert_eq!(t.deregister(mr), Err(MemError::Busy));
+        assert_eq!(t.invalidate(mr), Err(MemError::Busy));
+        assert!(t.is_valid(mr), "a refused deregistration changes nothing");
+        t.invalidate(f).unwrap();
+        t.deregister(mr).unwrap();
+        assert_eq!(t.registered(), 1);
+
+        let mr = t
+            .register(
+                Arc::new(Region::allocate(64, 64).unwrap()),
+                PD,
+                Access::LOCAL_WRITE,
+                0,
+            )
+            .unwrap();
+        let f = t
+            .fast_register(f, f.key() ^ 1, mr, PD, 0, 64, 0, Access::REMOTE_READ)
+            .unwrap();
+        assert_eq!(t.deregister_or_defer(mr), Ok(Deregistration::Deferred));
+        assert!(t.lookup(f, PD, Access::REMOTE_READ).is_ok());
+        assert_eq!(t.registered(), 2);
+        match end {
+            "invalidate" => t.invalidate_local(f, PD).unwrap(),
+            _ => t.deregister(f).unwrap(),
+        }
+        let left = if end == "invalidate" { 1 } else { 0 };
+        assert_eq!(t.registered(), left, "{end}: the region's slot is free");
+    }
+}
+
 /// A rebind ends the old binding: the first region is free to go.
 #[test]
 fn rebinding_moves_the_window() {

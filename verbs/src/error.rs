@@ -86,7 +86,8 @@ pub enum Error {
     #[error("stale or foreign handle")]
     StaleHandle,
     /// The memory region could not be allocated, registered, deregistered
-    /// ([`MemError::Busy`]: windows are bound to it) or accessed.
+    /// ([`MemError::Busy`]: windows are bound to it or fast registrations use it) or
+    /// accessed.
     #[error("memory region: {0}")]
     Memory(#[source] MemError),
     /// TCP refused (address in use, no route, ...).

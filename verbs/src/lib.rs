@@ -575,8 +575,9 @@ impl ProtectionDomain {
     /// octets by address. The application's own memory comes in through
     /// [`Region::from_raw`] or [`Region::from_boxed`]. `from_raw`'s contract holds the
     /// memory valid while any `Arc` of the region lives: this registration's until
-    /// [`MemoryRegion::deregister`] returns `Ok` (a drop with windows bound ends it only
-    /// when the last window goes), and each bound window's until it is unbound.
+    /// [`MemoryRegion::deregister`] returns `Ok` (a drop with windows bound or fast
+    /// registrations over the region ends it only when the last of them goes), and each
+    /// window's or fast registration's until it is unbound or invalidated.
     pub fn register_at_address(
         &self,
         region: Arc<Region>,
@@ -844,9 +845,10 @@ impl SharedReceiveQueue {
 
 /// Registered memory. [`MemoryRegion::deregister`] deregisters it, or says why not;
 /// dropping it deregisters it too (waiting until no engine core is placing into it). A drop
-/// cannot refuse: if memory windows are bound to the region, the region's own STag stops
-/// working at once and the registration ends when the last window is invalidated,
-/// rebound elsewhere or dropped; until then those windows still reach the memory.
+/// cannot refuse: if memory windows are bound to the region or fast registrations
+/// ([`FastRegMr`]) use its memory, the region's own STag stops working at once and the
+/// registration ends when the last of them is invalidated, rebound elsewhere or dropped;
+/// until then they still reach the memory.
 #[derive(Debug)]
 pub struct MemoryRegion {
     ctx: Context,
@@ -920,8 +922,9 @@ impl MemoryRegion {
     /// succeeds, and it returns once no engine core is placing into it; then the
     /// registration has ended and (for [`Region::from_raw`] memory) the engine will not
     /// touch the memory again through it. Refused while memory windows are bound to the
-    /// region ([`Error::Memory`] with [`MemError::Busy`], as `ibv_dereg_mr` refuses with
-    /// `EBUSY`): the handle comes back unchanged; invalidate or drop the windows first.
+    /// region or valid fast registrations use its memory ([`Error::Memory`] with
+    /// [`MemError::Busy`], as `ibv_dereg_mr` refuses with `EBUSY`): the handle comes back
+    /// unchanged; invalidate or drop them first.
     pub fn deregister(mut self) -> Result<(), (MemoryRegion, Error)> {
         match self.ctx.inner.mrs.deregister(self.stag) {
             Ok(()) => {
@@ -952,9 +955,9 @@ impl MemoryRegion {
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
         if self.stag != Stag(0) {
-            // With windows bound the table revokes the STag now and ends the registration
-            // when the last window goes (the drop cannot report a refusal); an error left
-            // is a registration that is gone already.
+            // With windows bound (or fast registrations over it) the table revokes the
+            // STag now and ends the registration when the last of them goes (the drop
+            // cannot report a refusal); an error left is a registration gone already.
             let _ = self.ctx.inner.mrs.deregister_or_defer(self.stag);
         }
     }

@@ -364,3 +364,32 @@ fn a_dropped_region_with_a_bound_window_refuses_its_own_stag() {
     );
     assert!(mw.is_bound(), "the window is not the region");
 }
+
+/// A fast registration reaches its region's memory: while it is valid the region is not
+/// deregistered (`Busy`, the handle comes back), so a peer can never write through it into
+/// memory whose region the application deregistered; once it is invalidated the region
+/// deregisters.
+#[test]
+fn deregister_is_refused_while_a_fast_registration_uses_the_region() {
+    let p = pair(7413);
+    let smr = p.spd.alloc_mr(8192, Access::LOCAL_WRITE).unwrap();
+    let fr = p.spd.alloc_fast_reg().unwrap();
+    let f = p
+        .sqp
+        .post_fast_reg(
+            1,
+            &fr,
+            &smr,
+            0,
+            4096,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        )
+        .unwrap();
+    wc(&p.scq, 1, WcOpcode::FastReg);
+    let (smr, e) = smr.deregister().unwrap_err();
+    assert_eq!(e, Error::Memory(MemError::Busy));
+    p.sqp.post_local_invalidate(2, f, false).unwrap();
+    wc(&p.scq, 2, WcOpcode::LocalInvalidate);
+    smr.deregister().unwrap();
+    assert!(!fr.is_valid());
+}

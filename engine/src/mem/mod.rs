@@ -71,13 +71,14 @@
 //! registration operation changes the state and key bits; lookups and guards only change
 //! the count. Beside the word, a slot keeps the kind and PD of its allocation in an atomic
 //! (written while owned) for typed refusals without a guard, and the number of windows
-//! bound to it (a region with bound windows is neither deregistered nor invalidated; a
-//! bind increments it while holding a guard on the region, so a deregistration that
-//! drained the region's guards sees every bind that succeeded, and restores the previous
-//! state if one raced in). An owner that cannot wait for the windows to go
-//! ([`MrTable::deregister_or_defer`], a handle being dropped) invalidates the region's own
-//! STag and sets the count's top bit: the unbinding that brings the count to zero then
-//! takes the `INVALID` slot (no guard can hold it) and frees it.
+//! bound to it and fast registrations over its memory (a region with any is neither
+//! deregistered nor invalidated; a bind or fast registration increments it while holding
+//! a guard on the region, so a deregistration that drained the region's guards sees
+//! every one that succeeded, and restores the previous state if one raced in). An owner
+//! that cannot wait for them to go ([`MrTable::deregister_or_defer`], a handle being
+//! dropped) invalidates the region's own STag and sets the count's top bit: the unbinding
+//! or invalidation that brings the count to zero then takes the `INVALID` slot (no guard
+//! can hold it) and frees it.
 //!
 //! - **Lookup** loads the word (`Relaxed`; a cheap early rejection of stale or garbage
 //!   STags that touches no count), then `fetch_add(1, Acquire)`s the count and checks the
@@ -414,8 +415,9 @@ pub enum MemError {
     /// The STag belongs to another protection domain than the one asking.
     #[error("STag belongs to another protection domain")]
     WrongPd,
-    /// Memory windows are bound to the region: invalidate or deallocate them first.
-    #[error("memory windows are bound to the region")]
+    /// Memory windows are bound to the region, or valid fast registrations use its
+    /// memory: invalidate or deallocate them first.
+    #[error("memory windows or fast registrations use the region")]
     Busy,
     /// The new key of a bind or fast registration equals the current one (a stale STag
     /// would match again).

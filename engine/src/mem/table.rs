@@ -89,8 +89,8 @@ struct Meta {
     /// The stream a bound type 2 window belongs to; 0 for none (stream identities are
     /// nonzero), so the data path pays one compare for it.
     qp: StreamId,
-    /// Slot number of the region a window is bound to (0: not bound). While it is
-    /// nonzero the parent's `binds` counts this window.
+    /// Slot number of the region a window is bound to, or a fast registration's memory
+    /// belongs to (0: none). While it is nonzero the parent's `binds` counts this one.
     parent: u32,
 }
 
@@ -142,9 +142,10 @@ struct Slot {
     region: UnsafeCell<Option<Arc<Region>>>,
     /// Kind and PD of the allocation ([`info_word`]), written while the slot is owned.
     info: AtomicU64,
-    /// Memory windows currently bound to this region: it cannot be deregistered or
-    /// invalidated while any is (as `ibv_dereg_mr` refuses with bound windows). The top
-    /// bit ([`ORPHAN`]) says the registration ends when the count reaches zero.
+    /// Memory windows currently bound to this region and valid fast registrations over
+    /// its memory: it cannot be deregistered or invalidated while any is (as
+    /// `ibv_dereg_mr` refuses with bound windows). The top bit ([`ORPHAN`]) says the
+    /// registration ends when the count reaches zero.
     binds: std::sync::atomic::AtomicU32,
     /// Copies of `meta`'s base TO, length and rights for [`MrTable::check_local`], which
     /// reads them without a guard: stored wherever `meta` is written
@@ -502,7 +503,8 @@ impl MrTable {
     }
 
     /// Whether `stag` names its slot's current registration (its key, and a state that is
-    /// not free) and that registration has windows bound: the early [`MemError::Busy`] of
+    /// not free) and that registration has windows bound or fast registrations over it:
+    /// the early [`MemError::Busy`] of
     /// [`MrTable::deregister`] and [`MrTable::invalidate`]. A stale STag is not busy: the
     /// transition that follows refuses it with [`MemError::InvalidStag`].
     fn busy_with_binds(&self, stag: Stag) -> bool {
@@ -520,7 +522,8 @@ impl MrTable {
     ///
     /// Must not be called by a thread that holds an [`MrGuard`] of the same STag (it
     /// would wait for itself). [`MemError::Busy`] while windows are bound to the region
-    /// (nothing changes); [`MemError::InvalidStag`] if `stag` is not registered, or
+    /// or fast registrations use its memory (nothing changes); [`MemError::InvalidStag`]
+    /// if `stag` is not registered, or
     /// another thread is already deregistering it.
     pub fn deregister(&self, stag: Stag) -> Result<(), MemError> {
         // A region with bound windows stays (as `ibv_dereg_mr` refuses): checked before
@@ -539,12 +542,13 @@ impl MrTable {
     }
 
     /// Deregisters `stag` as [`MrTable::deregister`] does, or, if windows are bound to the
-    /// region, ends what can end now and leaves the rest to the last of them: the region's
-    /// own STag stops working at once (it is invalidated, waiting for placements through
-    /// it as an invalidation does), and the unbinding (invalidation, rebinding or
-    /// deallocation) of its last window frees the slot and drops the table's reference to
-    /// the memory. For an owner that cannot wait for the windows to go (a handle being
-    /// dropped): until they do, they reach the memory, which must stay valid.
+    /// region (or fast registrations use its memory), ends what can end now and leaves the
+    /// rest to the last of them: the region's own STag stops working at once (it is
+    /// invalidated, waiting for placements through it as an invalidation does), and the
+    /// end of the last window's binding or fast registration (invalidation, rebinding,
+    /// deallocation) frees the slot and drops the table's reference to the memory. For an
+    /// owner that cannot wait for them to go (a handle being dropped): until they do, they
+    /// reach the memory, which must stay valid.
     ///
     /// [`Deregistration::Done`] or [`Deregistration::Deferred`]; [`MemError::InvalidStag`]
     /// as [`MrTable::deregister`]. The same rule about guards applies.
@@ -579,7 +583,7 @@ impl MrTable {
     /// (DDP-8.3.1-7). An ordinary registration keeps its slot and memory until
     /// [`MrTable::deregister`]; a window or fast registration lets go of its memory and
     /// can be bound or fast-registered again with a new key. A region with bound windows
-    /// is refused ([`MemError::Busy`]). Checking who may invalidate is the caller's:
+    /// or fast registrations over it is refused ([`MemError::Busy`]). Checking who may invalidate is the caller's:
     /// [`MrTable::invalidate_local`], [`MrTable::invalidate_remote`].
     ///
     /// Must not be called by a thread that holds an [`MrGuard`] of the same STag.
@@ -630,7 +634,7 @@ impl MrTable {
     /// to this stream ([`InvalidateFault::NotAssociated`]); and it must be one a peer may
     /// invalidate ([`InvalidateFault::NotInvalidatable`]): a fast registration, a type 2
     /// window, or a region registered with [`Access::REMOTE_INVALIDATE`] and no bound
-    /// window. Type 1 windows and other regions are shared by the streams of the PD
+    /// window or fast registration over it. Type 1 windows and other regions are shared by the streams of the PD
     /// (RDMAP-8.1.1-8).
     pub fn invalidate_remote(
         &self,
@@ -669,7 +673,8 @@ impl MrTable {
             StagKind::FastReg | StagKind::Window(MwType::Type2) => true,
             StagKind::Window(MwType::Type1) => false,
         };
-        // A region with bound windows cannot be invalidated (`invalidate`: Busy).
+        // A region with bound windows or fast registrations over it cannot be invalidated
+        // (`invalidate`: Busy).
         if !allowed || g.slot.binds.load(Ordering::Acquire) != 0 {
             return Err(InvalidateFault::NotInvalidatable);
         }
@@ -936,7 +941,8 @@ impl MrTable {
     /// the new key `new_key` over `len` octets at `mr_to` of the ordinary region `mr` (the
     /// memory; write rights need a region with local write), whose first octet gets Tagged
     /// Offset `base_to`, with `access`. Returns the new STag. A valid STag is refused
-    /// ([`MemError::StillValid`]): invalidate it first.
+    /// ([`MemError::StillValid`]): invalidate it first. Until it is invalidated or freed
+    /// the region counts it as a bound window: it is not deregistered under it.
     #[allow(clippy::too_many_arguments)]
     pub fn fast_register(
         &self,
@@ -972,6 +978,14 @@ impl MrTable {
                 Self::publish(slot, prev, stag.key());
                 return Err(MemError::WrongKind);
             }
+            // The registration reaches the region's memory: the region counts it as it
+            // counts a bound window, so it is not deregistered from under it (the memory
+            // of `Region::from_raw` may be freed once it is).
+            self.unbind_parent(meta);
+            let parent = self.slot_number(mr);
+            self.slots[parent as usize]
+                .binds
+                .fetch_add(1, Ordering::AcqRel);
             *meta = Meta {
                 ptr: g.meta().ptr.add(off),
                 len,
@@ -980,7 +994,7 @@ impl MrTable {
                 access,
                 kind: StagKind::FastReg,
                 qp: 0,
-                parent: 0,
+                parent,
             };
             Self::mirror(slot, meta);
             let region = (*g.slot.region.get()).clone();
