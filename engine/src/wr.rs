@@ -189,16 +189,17 @@ pub enum SendOp {
         /// Set the Solicited Event flag (opcode 0x9).
         solicited: bool,
     },
-    /// Bind memory window `mw` (its current STag, from
-    /// [`MrTable::alloc_mw`](crate::mem::MrTable::alloc_mw) or its last bind) to `len`
-    /// octets at Tagged Offset `to` of the local region `mr` (the window uses the region's
-    /// TOs) with `access` (remote rights only), under the new key `new_key`: the window's
-    /// STag becomes `Stag::new(mw.index(), new_key)`. A type 2 window is bound to this QP.
+    /// Bind memory window `mw` (named as allocated: the STag
+    /// [`MrTable::alloc_mw`](crate::mem::MrTable::alloc_mw) returned, whatever its key now)
+    /// to `len` octets at Tagged Offset `to` of the local region `mr` (the window uses the
+    /// region's TOs) with `access` (remote rights only), under the new key `new_key`: the
+    /// window's STag becomes `Stag::new(mw.index(), new_key)`. A type 2 window is bound to
+    /// this QP.
     /// Executed in send queue order when it reaches the head of the sending position
     /// (later requests, e.g. a Send advertising the window, see it bound); nothing goes on
     /// the wire. Takes no SGE. Completes with [`WcOpcode::BindMw`].
     BindMw {
-        /// The window's current STag.
+        /// The window, as allocated (the STag `alloc_mw` returned).
         mw: u32,
         /// The key of its new STag (differs from the current key).
         new_key: u8,
@@ -211,12 +212,13 @@ pub enum SendOp {
         /// Rights the window grants (a subset of `Access::WINDOW_RIGHTS`).
         access: Access,
     },
-    /// Fast registration: make the invalid fast-registration STag `stag` valid under the
-    /// new key `new_key` over `len` octets at Tagged Offset `mr_to` of the local region
-    /// `mr`, the first of which gets Tagged Offset `base_to`, with `access`. Executed in
-    /// send queue order like [`SendOp::BindMw`]; completes with [`WcOpcode::FastReg`].
+    /// Fast registration: make the invalid fast-registration STag `stag` (named as
+    /// allocated, as [`SendOp::BindMw`] names its window) valid under the new key
+    /// `new_key` over `len` octets at Tagged Offset `mr_to` of the local region `mr`, the
+    /// first of which gets Tagged Offset `base_to`, with `access`. Executed in send queue
+    /// order like [`SendOp::BindMw`]; completes with [`WcOpcode::FastReg`].
     FastReg {
-        /// The fast-registration STag (current key).
+        /// The fast-registration STag, as allocated (the STag `alloc_fast_reg` returned).
         stag: u32,
         /// The key of its new STag (differs from the current key).
         new_key: u8,

@@ -870,8 +870,9 @@ fn mpa_7_1_2_16_a_fenced_responder_sends_no_terminate_on_a_local_failure() {
     let mut w = world();
     let (tcp, mut framer, mut deframer, qp) = connect(&mut w, 0);
     let fr = w.mrs.alloc_fast_reg(PD).unwrap();
+    // A fast registration names its STag as allocated; `s` is the key it has before.
     let op = |s: Stag| SendOp::FastReg {
-        stag: s.0,
+        stag: fr.0,
         new_key: s.key().wrapping_add(1),
         mr: w.stag.0,
         mr_to: 0,

@@ -13,10 +13,16 @@ use warpcore_engine::{EngineError, QpState, SendOp, WcOpcode, WcStatus};
 
 const WINDOW_ALL: Access = Access::WINDOW_RIGHTS;
 
+/// The first bind of window `mw` (as allocated).
 fn bind_op(mw: Stag, mr: Stag, to: u64, len: u64, access: Access) -> SendOp {
+    rebind_op(mw, mw, mr, to, len, access)
+}
+
+/// A bind of window `mw` (named as allocated) whose current STag is `cur`: the next key.
+fn rebind_op(mw: Stag, cur: Stag, mr: Stag, to: u64, len: u64, access: Access) -> SendOp {
     SendOp::BindMw {
         mw: mw.0,
-        new_key: mw.key().wrapping_add(1),
+        new_key: cur.key().wrapping_add(1),
         mr: mr.0,
         to,
         len,
@@ -24,7 +30,8 @@ fn bind_op(mw: Stag, mr: Stag, to: u64, len: u64, access: Access) -> SendOp {
     }
 }
 
-/// Binds `mw` through B's `qb` and waits for the bind's completion; returns the new STag.
+/// Binds `mw` (as allocated, never bound) through B's `qb` and waits for the bind's
+/// completion; returns the new STag.
 fn bind(
     p: &mut Pair,
     qb: warpcore_engine::QpId,
@@ -34,12 +41,27 @@ fn bind(
     len: u64,
     access: Access,
 ) -> Stag {
+    rebind(p, qb, mw, mw, mr, to, len, access)
+}
+
+/// [`bind`] of a window whose current STag is `cur`.
+#[allow(clippy::too_many_arguments)]
+fn rebind(
+    p: &mut Pair,
+    qb: warpcore_engine::QpId,
+    mw: Stag,
+    cur: Stag,
+    mr: Stag,
+    to: u64,
+    len: u64,
+    access: Access,
+) -> Stag {
     p.b.core
-        .post_send(qb, op_wr(900, bind_op(mw, mr, to, len, access)))
+        .post_send(qb, op_wr(900, rebind_op(mw, cur, mr, to, len, access)))
         .unwrap();
     let c = wait_completion(p, true, 900, WcOpcode::BindMw);
     assert_eq!(c.status, WcStatus::Success);
-    next(mw)
+    next(cur)
 }
 
 fn region_b(p: &Pair) -> (std::sync::Arc<warpcore_engine::mem::Region>, Stag) {
@@ -304,7 +326,7 @@ fn window_invalidation_local_and_remote() {
     );
     assert!(!p.b.mrs.is_valid(w1));
     // Rebind under the next key; the STag before it stays invalid.
-    let w2 = bind(&mut p, qb, w1, mr, 0, 2048, WINDOW_ALL);
+    let w2 = rebind(&mut p, qb, mw, w1, mr, 0, 2048, WINDOW_ALL);
     assert_ne!(w2, w1);
     post_a(&mut p, qa, 2, write_op(w2.0, 0), &[(sa, 0, 64)]);
     assert_eq!(
@@ -427,9 +449,10 @@ fn fast_registration_cycle_and_stale_keys() {
     let (ra, sa) = p.a.region(4096, all_access());
     let fr = p.b.mrs.alloc_fast_reg(PD).unwrap();
     assert!(!p.b.mrs.is_valid(fr));
-    let fr_op = |stag: Stag, mr_to: u64, len: u64, base_to: u64| SendOp::FastReg {
-        stag: stag.0,
-        new_key: stag.key().wrapping_add(1),
+    // A fast registration names its STag as allocated; `cur` is its STag before.
+    let fr_op = |cur: Stag, mr_to: u64, len: u64, base_to: u64| SendOp::FastReg {
+        stag: fr.0,
+        new_key: cur.key().wrapping_add(1),
         mr: mr.0,
         mr_to,
         len,
@@ -490,8 +513,9 @@ fn fast_registration_of_a_valid_stag_fails_the_qp() {
     let (qa, qb) = p.connect();
     let (_rb, mr) = p.b.region(4096, Access::LOCAL_WRITE);
     let fr = p.b.mrs.alloc_fast_reg(PD).unwrap();
+    // Named as allocated; `s` is its STag before.
     let op = |s: Stag| SendOp::FastReg {
-        stag: s.0,
+        stag: fr.0,
         new_key: s.key().wrapping_add(1),
         mr: mr.0,
         mr_to: 0,

@@ -46,7 +46,7 @@ fn region_with_bound_window_stays_until_the_window_goes() {
     t.deregister(mr).unwrap();
     // The window can no longer be bound to the region that is gone.
     assert_eq!(
-        t.bind_mw(w, w.key() ^ 1, mr, PD, 0, 8, Access::REMOTE_READ, Some(7)),
+        t.bind_mw(mw, w.key() ^ 1, mr, PD, 0, 8, Access::REMOTE_READ, Some(7)),
         Err(MemError::InvalidStag)
     );
     t.deregister(w).unwrap();
@@ -115,7 +115,7 @@ fn a_deferred_deregistration_ends_with_the_last_window() {
             "invalidate" => t.invalidate(w).unwrap(),
             "deregister" => t.deregister(w).unwrap(),
             _ => {
-                t.bind_mw(w, w.key() ^ 1, other, PD, 0, 8, Access::REMOTE_READ, None)
+                t.bind_mw(mw, w.key() ^ 1, other, PD, 0, 8, Access::REMOTE_READ, None)
                     .unwrap();
             }
         }
@@ -183,7 +183,7 @@ fn a_fast_registration_keeps_its_region_registered() {
             )
             .unwrap();
         let f = t
-            .fast_register(f, f.key() ^ 1, mr, PD, 0, 64, 0, Access::REMOTE_READ)
+            .fast_register(fr, f.key() ^ 1, mr, PD, 0, 64, 0, Access::REMOTE_READ)
             .unwrap();
         assert_eq!(t.deregister_or_defer(mr), Ok(Deregistration::Deferred));
         assert!(t.lookup(f, PD, Access::REMOTE_READ).is_ok());
@@ -211,7 +211,7 @@ fn rebinding_moves_the_window() {
         .bind_mw(mw, mw.key() ^ 1, m1, PD, 0, 256, Access::REMOTE_READ, None)
         .unwrap();
     let w2 = t
-        .bind_mw(w1, w1.key() ^ 1, m2, PD, 0, 256, Access::REMOTE_READ, None)
+        .bind_mw(mw, w1.key() ^ 1, m2, PD, 0, 256, Access::REMOTE_READ, None)
         .unwrap();
     assert!(!t.is_valid(w1) && t.is_valid(w2));
     t.deregister(m1).unwrap();
@@ -284,12 +284,12 @@ fn window_lookups_by_stream_pd_and_kind() {
     );
     // A type 2 window needs a stream.
     assert_eq!(
-        t.bind_mw(w2, w2.key() ^ 1, mr, PD, 0, 8, Access::REMOTE_READ, None),
+        t.bind_mw(m2, w2.key() ^ 1, mr, PD, 0, 8, Access::REMOTE_READ, None),
         Err(MemError::NoQueuePair)
     );
     // Stream 0 is "no stream": it would open a type 2 window to every stream.
     assert_eq!(
-        t.bind_mw(w2, w2.key() ^ 1, mr, PD, 0, 8, Access::REMOTE_READ, Some(0)),
+        t.bind_mw(m2, w2.key() ^ 1, mr, PD, 0, 8, Access::REMOTE_READ, Some(0)),
         Err(MemError::NoQueuePair)
     );
 }
@@ -300,13 +300,14 @@ fn window_lookups_by_stream_pd_and_kind() {
 fn fast_registration_keys_rotate() {
     let (t, r, mr) = table_with_region(Access::LOCAL_WRITE);
     r.write_at(100, b"fastreg").unwrap();
-    let mut s = t.alloc_fast_reg(PD).unwrap();
+    let fr = t.alloc_fast_reg(PD).unwrap();
+    let mut s = fr;
     let mut seen = HashSet::new();
     let mut old = Vec::new();
     for _ in 0..255 {
         let n = t
             .fast_register(
-                s,
+                fr,
                 s.key().wrapping_add(1),
                 mr,
                 PD,
@@ -319,7 +320,7 @@ fn fast_registration_keys_rotate() {
         assert!(seen.insert(n));
         assert_eq!(
             t.fast_register(
-                n,
+                fr,
                 n.key().wrapping_add(1),
                 mr,
                 PD,
@@ -346,7 +347,7 @@ fn fast_registration_keys_rotate() {
         s = n;
     }
     assert_eq!(
-        t.fast_register(s, s.key(), mr, PD, 0, 8, 0, Access::REMOTE_READ),
+        t.fast_register(fr, s.key(), mr, PD, 0, 8, 0, Access::REMOTE_READ),
         Err(MemError::SameKey)
     );
 }
@@ -413,7 +414,7 @@ fn binds_invalidations_and_lookups_race_safely() {
         let quarter = (i % 4) as u64 * 1024;
         s = t
             .bind_mw(
-                s,
+                mw,
                 s.key().wrapping_add(1),
                 mr,
                 PD,
@@ -514,7 +515,7 @@ fn unguarded_checks_race_fast_registrations_safely() {
         let key = s.key().wrapping_add(1);
         let base = u64::from(key % 4) * 1024;
         s = t
-            .fast_register(s, key, mr, PD, base, 1024, base, Access::LOCAL_WRITE)
+            .fast_register(fr, key, mr, PD, base, 1024, base, Access::LOCAL_WRITE)
             .unwrap();
         cur.store(s.0, Ordering::Release);
         if i % 16 == 0 {

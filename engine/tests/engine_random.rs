@@ -278,7 +278,9 @@ fn run(seed: u64, crc: bool, rev: u8) -> (Model, Octets) {
     let (b_w, s_w) = p.b.region(W, all_access() | Access::MW_BIND);
     // The window over the whole target region (same TOs), its STag while valid, and every
     // STag it had before (all must stay dead).
-    let mut mw = p.b.mrs.alloc_mw(PD, MwType::Type2).unwrap();
+    // The window as allocated (what a bind names) and its current STag.
+    let window = p.b.mrs.alloc_mw(PD, MwType::Type2).unwrap();
+    let mut mw = window;
     let mut win: Option<Stag> = None;
     let mut dead: Vec<Stag> = Vec::new();
     let (mut binds, mut invalidations) = (0u32, 0u32);
@@ -306,7 +308,7 @@ fn run(seed: u64, crc: bool, rev: u8) -> (Model, Octets) {
         let local_op = match rng.below(4) {
             0 | 1 => {
                 let op = SendOp::BindMw {
-                    mw: mw.0,
+                    mw: window.0,
                     new_key: mw.key().wrapping_add(1),
                     mr: s_w.0,
                     to: 0,

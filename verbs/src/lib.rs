@@ -622,6 +622,7 @@ impl ProtectionDomain {
         Ok(MemoryWindow {
             ctx: self.ctx.clone(),
             ty,
+            alloc: stag,
             stag: Mutex::new(stag),
         })
     }
@@ -637,6 +638,7 @@ impl ProtectionDomain {
             .map_err(Error::Stag)?;
         Ok(FastRegMr {
             ctx: self.ctx.clone(),
+            alloc: stag,
             stag: Mutex::new(stag),
         })
     }
@@ -726,12 +728,17 @@ impl ProtectionDomain {
 pub struct MemoryWindow {
     ctx: Context,
     ty: MwType,
+    /// The STag the allocation returned: what binds name the window by
+    /// ([`SendOp::BindMw`]), whatever its key is when they run.
+    alloc: Stag,
     /// The STag as of the last bind posted.
     stag: Mutex<Stag>,
 }
 
 impl MemoryWindow {
-    /// The STag as of the last bind posted (what the peer uses once that bind executed).
+    /// The STag as of the last bind posted (what the peer uses once that bind executed;
+    /// a bind that failed when it ran left the window with its previous STag, and the
+    /// next bind works all the same).
     pub fn stag(&self) -> u32 {
         self.stag.lock().unwrap_or_else(|e| e.into_inner()).0
     }
@@ -746,6 +753,24 @@ impl MemoryWindow {
     /// bind has not executed yet.
     pub fn is_bound(&self) -> bool {
         self.ctx.inner.mrs.is_valid(Stag(self.stag()))
+    }
+}
+
+/// The key of the next bind or fast registration of the window or fast-registration STag
+/// allocated as `alloc`, whose last one posted was `posted`: the next one, unless the STag
+/// has that key now (possible only after 255 posts that did not run), which a bind or
+/// registration must not take again.
+fn next_key(ctx: &Context, alloc: Stag, posted: Stag) -> u8 {
+    let key = posted.key().wrapping_add(1);
+    if ctx
+        .inner
+        .mrs
+        .current_stag(alloc)
+        .is_some_and(|c| c.key() == key)
+    {
+        key.wrapping_add(1)
+    } else {
+        key
     }
 }
 
@@ -775,11 +800,15 @@ impl Drop for MemoryWindow {
 #[derive(Debug)]
 pub struct FastRegMr {
     ctx: Context,
+    /// The STag the allocation returned: what fast registrations name it by.
+    alloc: Stag,
+    /// The STag as of the last fast registration posted.
     stag: Mutex<Stag>,
 }
 
 impl FastRegMr {
-    /// The STag as of the last fast registration posted.
+    /// The STag as of the last fast registration posted (one that failed when it ran left
+    /// the previous STag; the next one works all the same).
     pub fn stag(&self) -> u32 {
         self.stag.lock().unwrap_or_else(|e| e.into_inner()).0
     }
@@ -1277,9 +1306,12 @@ impl QueuePair {
         access: Access,
     ) -> Result<u32, Error> {
         let mut cur = mw.stag.lock().unwrap_or_else(|e| e.into_inner());
-        let new_key = cur.key().wrapping_add(1);
+        // The bind names the window as allocated, not by the key the binds before it will
+        // have left (one may fail): a failed bind cannot make the next one name a key the
+        // window never gets.
+        let new_key = next_key(&self.ctx, mw.alloc, *cur);
         let op = SendOp::BindMw {
-            mw: cur.0,
+            mw: mw.alloc.0,
             new_key,
             mr: mr.stag.0,
             to: mr.to_of(offset)?,
@@ -1305,9 +1337,10 @@ impl QueuePair {
         access: Access,
     ) -> Result<u32, Error> {
         let mut cur = fr.stag.lock().unwrap_or_else(|e| e.into_inner());
-        let new_key = cur.key().wrapping_add(1);
+        // Named as allocated, as in `post_bind_mw`.
+        let new_key = next_key(&self.ctx, fr.alloc, *cur);
         let op = SendOp::FastReg {
-            stag: cur.0,
+            stag: fr.alloc.0,
             new_key,
             mr: mr.stag.0,
             mr_to: mr.to_of(offset)?,

@@ -393,3 +393,141 @@ fn deregister_is_refused_while_a_fast_registration_uses_the_region() {
     smr.deregister().unwrap();
     assert!(!fr.is_valid());
 }
+
+/// A server whose engine core runs only when the test runs it (`Drive::Caller`), so that
+/// requests can be posted and act before they execute, connected to a client on `port`
+/// `conns` times: the server's context, domain, completion queue and queue pairs; the
+/// client's context and queue pairs.
+struct CallerPair {
+    server: Context,
+    spd: ProtectionDomain,
+    scq: CompletionQueue,
+    sqps: Vec<QueuePair>,
+    _client: (Context, Vec<QueuePair>),
+}
+
+fn caller_pair(port: u16, conns: usize) -> CallerPair {
+    let (da, db) = link_pair(&LinkConfig::default());
+    let mut cs = Config::new(db, [10, 0, 0, 2]);
+    cs.drive = Drive::Caller;
+    let server = Context::open(cs).unwrap();
+    let client = Context::open(Config::new(da, [10, 0, 0, 1])).unwrap();
+    let spd = server.alloc_pd();
+    let scq = server.create_cq(64).unwrap();
+    server.listen(port, &MpaParams::default()).unwrap();
+    let cpd = client.alloc_pd();
+    let ccq = client.create_cq(64).unwrap();
+    let (mut sqps, mut cqps) = (Vec::new(), Vec::new());
+    for _ in 0..conns {
+        let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
+        let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
+        common::connect_accept(&server, &sqp, &client, &cqp, port);
+        let t0 = std::time::Instant::now();
+        while sqp.state() != QpState::Rts {
+            server.progress();
+            assert!(t0.elapsed() < T);
+        }
+        sqps.push(sqp);
+        cqps.push(cqp);
+    }
+    CallerPair {
+        server,
+        spd,
+        scq,
+        sqps,
+        _client: (client, cqps),
+    }
+}
+
+impl CallerPair {
+    /// Runs the server's core until `n` completions came; their (wr_id, status).
+    fn completions(&self, n: usize) -> Vec<(u64, WcStatus)> {
+        let mut done = Vec::new();
+        let t0 = std::time::Instant::now();
+        while done.len() < n {
+            self.server.progress();
+            if let Some(c) = self.scq.poll_one() {
+                done.push((c.wr_id, c.status));
+            }
+            assert!(t0.elapsed() < T, "{done:?}");
+        }
+        done
+    }
+}
+
+/// A bind or fast registration that fails when it runs (here: its region went between post
+/// and execution), and one flushed behind it, leave the window and the fast-registration
+/// STag as they were; the next bind and fast registration (on another queue pair) work.
+/// The handles named their STags by the key the previous request would have left, so one
+/// failure made every later request fail.
+#[test]
+fn a_failed_bind_or_fast_registration_does_not_poison_its_handle() {
+    let p = caller_pair(7414, 2);
+    let smr = p
+        .spd
+        .alloc_mr(8192, Access::LOCAL_WRITE | Access::MW_BIND)
+        .unwrap();
+    let gone = p
+        .spd
+        .alloc_mr(4096, Access::LOCAL_WRITE | Access::MW_BIND)
+        .unwrap();
+    let mw = p.spd.alloc_mw(MwType::Type1).unwrap();
+    let fr = p.spd.alloc_fast_reg().unwrap();
+    let rights = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    p.sqps[0]
+        .post_bind_mw(1, &mw, &gone, 0, 64, Access::REMOTE_READ)
+        .unwrap();
+    p.sqps[0]
+        .post_fast_reg(2, &fr, &gone, 0, 64, rights)
+        .unwrap();
+    drop(gone);
+    assert_eq!(
+        p.completions(2),
+        vec![(1, WcStatus::LocalProtection), (2, WcStatus::FlushErr)]
+    );
+    assert!(!mw.is_bound() && !fr.is_valid());
+    let w = p.sqps[1]
+        .post_bind_mw(3, &mw, &smr, 0, 64, Access::REMOTE_READ)
+        .unwrap();
+    let f = p.sqps[1]
+        .post_fast_reg(4, &fr, &smr, 64, 64, rights)
+        .unwrap();
+    assert_eq!(
+        p.completions(2),
+        vec![(3, WcStatus::Success), (4, WcStatus::Success)],
+        "a bind and a fast registration after a failed one"
+    );
+    assert_eq!((mw.stag(), fr.stag()), (w, f));
+    assert!(mw.is_bound() && fr.is_valid());
+}
+
+/// A fast registration that fails because its STag is still valid (the documented
+/// "invalidate first") does not poison the handle either: after the Local Invalidate,
+/// the next fast registration works.
+#[test]
+fn a_fast_registration_refused_as_still_valid_does_not_poison_its_handle() {
+    let p = caller_pair(7415, 2);
+    let smr = p.spd.alloc_mr(8192, Access::LOCAL_WRITE).unwrap();
+    let fr = p.spd.alloc_fast_reg().unwrap();
+    let f1 = p.sqps[0]
+        .post_fast_reg(1, &fr, &smr, 0, 64, Access::REMOTE_READ)
+        .unwrap();
+    p.sqps[0]
+        .post_fast_reg(2, &fr, &smr, 0, 64, Access::REMOTE_READ)
+        .unwrap();
+    assert_eq!(
+        p.completions(2),
+        vec![(1, WcStatus::Success), (2, WcStatus::LocalProtection)]
+    );
+    p.sqps[1].post_local_invalidate(3, f1, false).unwrap();
+    let f3 = p.sqps[1]
+        .post_fast_reg(4, &fr, &smr, 0, 64, Access::REMOTE_READ)
+        .unwrap();
+    assert_eq!(
+        p.completions(2),
+        vec![(3, WcStatus::Success), (4, WcStatus::Success)],
+        "fast registration after invalidation"
+    );
+    assert_eq!(fr.stag(), f3);
+    assert!(fr.is_valid());
+}

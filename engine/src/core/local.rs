@@ -19,9 +19,10 @@ use crate::error::EngineError;
 use crate::mem::{MemError, MrTable, PdId, Stag};
 use crate::wr::{SendOp, SendWr, WcStatus};
 
-/// Post-time checks of a local operation (see the module documentation). They look at
-/// the slot an STag names, not its key: the requests queued before this one may rebind or
-/// re-register it under a new key before it runs.
+/// Post-time checks of a local operation (see the module documentation). A bind or fast
+/// registration names its window or STag as allocated, whatever its key now (the requests
+/// queued before this one may rebind or re-register it under a new key before it runs); a
+/// Local Invalidate names a key, but is checked by its slot for the same reason.
 pub(super) fn check_local_op(pd: PdId, mrs: &MrTable, wr: &SendWr) -> Result<(), EngineError> {
     if !wr.sges.as_slice().is_empty() {
         return Err(EngineError::TooManySges);
@@ -34,13 +35,7 @@ pub(super) fn check_local_op(pd: PdId, mrs: &MrTable, wr: &SendWr) -> Result<(),
             to,
             len,
             access,
-        } => {
-            if Stag(mw).key() == new_key {
-                Err(MemError::SameKey)
-            } else {
-                mrs.check_bind(Stag(mw), Stag(mr), pd, to, len, access)
-            }
-        }
+        } => mrs.check_bind(Stag(mw), new_key, Stag(mr), pd, to, len, access),
         SendOp::FastReg {
             stag,
             new_key,
@@ -49,13 +44,16 @@ pub(super) fn check_local_op(pd: PdId, mrs: &MrTable, wr: &SendWr) -> Result<(),
             len,
             base_to,
             access,
-        } => {
-            if Stag(stag).key() == new_key {
-                Err(MemError::SameKey)
-            } else {
-                mrs.check_fast_reg(Stag(stag), Stag(mr), pd, mr_to, len, base_to, access)
-            }
-        }
+        } => mrs.check_fast_reg(
+            Stag(stag),
+            new_key,
+            Stag(mr),
+            pd,
+            mr_to,
+            len,
+            base_to,
+            access,
+        ),
         SendOp::LocalInvalidate { stag } => match mrs.slot_info(Stag(stag)) {
             None => Err(MemError::InvalidStag),
             Some((_, p)) if p != pd => Err(MemError::WrongPd),

@@ -105,16 +105,23 @@ const EMPTY_META: Meta = Meta {
     parent: 0,
 };
 
-/// `Slot::info`: the kind (low 8 bits) and protection domain (next 32) of the slot's
-/// current allocation, readable without a guard for early, typed refusals.
-fn info_word(kind: StagKind, pd: PdId) -> u64 {
+/// `Slot::info`: the kind (low 8 bits), protection domain (next 32) and allocation key
+/// (next 8: the key of the STag the allocation returned, which names a window or fast
+/// registration whatever its key now, [`MrTable::bind_mw`]) of the slot's current
+/// allocation, readable without a guard for early, typed refusals.
+fn info_word(kind: StagKind, pd: PdId, alloc_key: u8) -> u64 {
     let k = match kind {
         StagKind::Mr => 0u64,
         StagKind::FastReg => 1,
         StagKind::Window(MwType::Type1) => 2,
         StagKind::Window(MwType::Type2) => 3,
     };
-    k | u64::from(pd.0) << 8
+    k | u64::from(pd.0) << 8 | u64::from(alloc_key) << 40
+}
+
+/// The allocation key of a `Slot::info` word.
+fn alloc_key_of(w: u64) -> u8 {
+    (w >> 40) as u8
 }
 
 fn info_of(w: u64) -> (StagKind, PdId) {
@@ -297,6 +304,7 @@ impl MrTable {
         }
         let n = self.free_list().pop_front().ok_or(MemError::TableFull)?;
         let slot = &self.slots[n as usize];
+        let key = self.next_alloc_key(slot);
         // SAFETY: slot `n` was on the free list and we popped it, so this thread owns its
         // registration; its state is FREE, so no lookup reads `meta` (a lookup reads it
         // only after observing VALID), and the deregistration that freed it observed a
@@ -315,19 +323,31 @@ impl MrTable {
             *slot.region.get() = Some(region);
         }
         slot.info
-            .store(info_word(StagKind::Mr, pd), Ordering::Relaxed);
-        let mut key = 0;
-        // Publish: FREE -> VALID with the next key, keeping the count that failing
+            .store(info_word(StagKind::Mr, pd, key), Ordering::Relaxed);
+        // Publish: FREE -> VALID with the new key, keeping the count that failing
         // lookups may be changing concurrently. Release orders the writes above before
         // the VALID a successful lookup acquires.
         let _ = slot
             .word
             .fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
                 debug_assert_eq!(state_of(w), FREE);
-                key = key_of(w).wrapping_add(self.key_step);
                 Some(word_with(w, VALID, key))
             });
         Ok(Stag::new(self.stag_index(n), key))
+    }
+
+    /// The key of a new allocation of `slot` (just popped from the free list, so owned and
+    /// `FREE`): the slot's last key advanced by the table's step, and advanced once more if
+    /// that is the key the previous allocation was made with. Binds and fast registrations
+    /// name a window or fast registration by that key ([`MrTable::bind_mw`]): a request
+    /// still queued for the previous allocation (its handle was dropped) then never names
+    /// the next one.
+    fn next_alloc_key(&self, slot: &Slot) -> u8 {
+        let mut key = key_of(slot.word.load(Ordering::Relaxed)).wrapping_add(self.key_step);
+        if key == alloc_key_of(slot.info.load(Ordering::Relaxed)) {
+            key = key.wrapping_add(self.key_step);
+        }
+        key
     }
 
     /// Moves the slot of `stag` from one of `from` to `to` (keeping key and count) and
@@ -713,6 +733,7 @@ impl MrTable {
     fn alloc_invalid(&self, kind: StagKind, pd: PdId) -> Result<Stag, MemError> {
         let n = self.free_list().pop_front().ok_or(MemError::TableFull)?;
         let slot = &self.slots[n as usize];
+        let key = self.next_alloc_key(slot);
         // SAFETY: popped from the free list: owned, FREE, drained (as in `register`).
         unsafe {
             *slot.meta.get() = Meta {
@@ -720,17 +741,87 @@ impl MrTable {
                 kind,
                 ..EMPTY_META
             };
-            Self::mirror_info(slot, &*slot.meta.get(), Some(info_word(kind, pd)));
+            Self::mirror_info(slot, &*slot.meta.get(), Some(info_word(kind, pd, key)));
             *slot.region.get() = None;
         }
-        let mut key = 0;
         let _ = slot
             .word
             .fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
-                key = key_of(w).wrapping_add(self.key_step);
                 Some(word_with(w, INVALID, key))
             });
         Ok(Stag::new(self.stag_index(n), key))
+    }
+
+    /// The kind and protection domain of the allocation `alloc` names by its allocation
+    /// key (the STag [`MrTable::alloc_mw`], [`MrTable::alloc_fast_reg`] or
+    /// [`MrTable::register`] returned), whatever its key and state now (but free), with the
+    /// slot's word as read.
+    fn allocation(&self, alloc: Stag) -> Option<(&Slot, u64, StagKind, PdId)> {
+        let slot = self.slot_of(alloc)?;
+        let w = slot.word.load(Ordering::Acquire);
+        let info = slot.info.load(Ordering::Relaxed);
+        if state_of(w) == FREE || alloc_key_of(info) != alloc.key() {
+            return None;
+        }
+        let (kind, pd) = info_of(info);
+        Some((slot, w, kind, pd))
+    }
+
+    /// The current STag of the window or fast registration allocated as `alloc` (its key
+    /// changes with every bind or fast registration), while it is allocated.
+    pub fn current_stag(&self, alloc: Stag) -> Option<Stag> {
+        self.allocation(alloc)
+            .map(|(_, w, _, _)| Stag::new(alloc.index(), key_of(w)))
+    }
+
+    /// Takes the slot of the allocation `alloc` names (by its allocation key, whatever its
+    /// key now) from one of the states `from` to `to`, keeping key and count, and drains
+    /// it, as [`MrTable::transition_and_drain`] does for an STag; with `wait_busy`, a slot
+    /// another thread holds `BUSY` is waited for. Returns the slot, the state it was in and
+    /// its key.
+    fn own_allocation(
+        &self,
+        alloc: Stag,
+        from: &[u64],
+        to: u64,
+        wait_busy: bool,
+    ) -> Result<(&Slot, u64, u8), MemError> {
+        let slot = self.slot_of(alloc).ok_or(MemError::InvalidStag)?;
+        let busy = Backoff::new();
+        let mut w = slot.word.load(Ordering::Acquire);
+        loop {
+            // Checked before taking the slot, so that a request naming an allocation that
+            // is gone never disturbs the slot's next one; and after, when nothing can
+            // change it any more.
+            if state_of(w) == FREE || alloc_key_of(slot.info.load(Ordering::Relaxed)) != alloc.key()
+            {
+                return Err(MemError::InvalidStag);
+            }
+            if !from.contains(&state_of(w)) {
+                if wait_busy && state_of(w) == BUSY {
+                    Self::pause(&busy);
+                    w = slot.word.load(Ordering::Acquire);
+                    continue;
+                }
+                return Err(MemError::InvalidStag);
+            }
+            match slot.word.compare_exchange_weak(
+                w,
+                word_with(w, to, key_of(w)),
+                Ordering::Acquire,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(now) => w = now,
+            }
+        }
+        Self::drain(slot);
+        let (prev, key) = (state_of(w), key_of(w));
+        if alloc_key_of(slot.info.load(Ordering::Relaxed)) != alloc.key() {
+            Self::publish(slot, prev, key);
+            return Err(MemError::InvalidStag);
+        }
+        Ok((slot, prev, key))
     }
 
     /// Allocates a memory window of protection domain `pd` (`ibv_alloc_mw`): an STag in
@@ -780,37 +871,46 @@ impl MrTable {
         Ok((g, off, len))
     }
 
-    /// The checks of a bind that do not depend on state (done again by
-    /// [`MrTable::bind_mw`]): `mw` is a window of `pd`, `access` only remote rights
+    /// The checks of a bind that do not depend on the window's state (done again by
+    /// [`MrTable::bind_mw`]): `mw` names an allocated window of `pd` (by the STag its
+    /// allocation returned), `new_key` is not its current key, `access` only remote rights
     /// (write and atomic need a region with local write, as `ibv_bind_mw` does), `mr` an
     /// ordinary region of `pd` with [`Access::MW_BIND`] containing `[to, to + len)`.
+    #[allow(clippy::too_many_arguments)]
     pub fn check_bind(
         &self,
         mw: Stag,
+        new_key: u8,
         mr: Stag,
         pd: PdId,
         to: u64,
         len: u64,
         access: Access,
     ) -> Result<(), MemError> {
-        self.bind_source(mw, mr, pd, to, len, access).map(|_| ())
+        self.bind_source(mw, new_key, mr, pd, to, len, access)
+            .map(|_| ())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn bind_source(
         &self,
         mw: Stag,
+        new_key: u8,
         mr: Stag,
         pd: PdId,
         to: u64,
         len: u64,
         access: Access,
     ) -> Result<(MwType, MrGuard<'_>, usize, usize), MemError> {
-        let (kind, wpd) = self.slot_info(mw).ok_or(MemError::InvalidStag)?;
+        let (_, w, kind, wpd) = self.allocation(mw).ok_or(MemError::InvalidStag)?;
         let StagKind::Window(ty) = kind else {
             return Err(MemError::WrongKind);
         };
         if wpd != pd {
             return Err(MemError::WrongPd);
+        }
+        if key_of(w) == new_key {
+            return Err(MemError::SameKey);
         }
         if !Access::WINDOW_RIGHTS.contains(access) {
             return Err(MemError::WindowAccess);
@@ -823,13 +923,18 @@ impl MrTable {
         Ok((ty, g, off, len))
     }
 
-    /// Binds window `mw` (its current STag) to `[to, to + len)` of region `mr` (TOs of the
-    /// region's space; the window uses the same TOs) with `access`, under the new key
-    /// `new_key` (different from the current one, so the old STag never matches again),
-    /// and returns the window's new STag. A type 2 window is bound to `stream`, whose
-    /// Bind work request this is (DDP-8.3-3); a type 1 window to the PD. Binding a bound
-    /// window rebinds it (the old binding ends first). Runs on the engine core that
-    /// executes the Bind work request, in send queue order.
+    /// Binds window `mw` to `[to, to + len)` of region `mr` (TOs of the region's space;
+    /// the window uses the same TOs) with `access`, under the new key `new_key` (different
+    /// from the current one, so the old STag never matches again), and returns the
+    /// window's new STag. A type 2 window is bound to `stream`, whose Bind work request
+    /// this is (DDP-8.3-3); a type 1 window to the PD. Binding a bound window rebinds it
+    /// (the old binding ends first). Runs on the engine core that executes the Bind work
+    /// request, in send queue order.
+    ///
+    /// `mw` names the window as allocated: the STag [`MrTable::alloc_mw`] returned,
+    /// whatever key the window has now (as `ibv_bind_mw` names the window object, not its
+    /// current rkey). A bind queued behind others need not know the key they will leave,
+    /// nor does one behind a failed one.
     #[allow(clippy::too_many_arguments)]
     pub fn bind_mw(
         &self,
@@ -842,15 +947,16 @@ impl MrTable {
         access: Access,
         stream: Option<StreamId>,
     ) -> Result<Stag, MemError> {
-        if new_key == mw.key() {
-            return Err(MemError::SameKey);
-        }
-        let (ty, g, off, len) = self.bind_source(mw, mr, pd, to, len, access)?;
+        let (ty, g, off, len) = self.bind_source(mw, new_key, mr, pd, to, len, access)?;
         let stream = stream.unwrap_or(0);
         if ty == MwType::Type2 && stream == 0 {
             return Err(MemError::NoQueuePair);
         }
-        let (slot, prev) = self.transition_and_drain(mw, &[VALID, INVALID], BUSY, false)?;
+        let (slot, prev, key) = self.own_allocation(mw, &[VALID, INVALID], BUSY, false)?;
+        if key == new_key {
+            Self::publish(slot, prev, key);
+            return Err(MemError::SameKey);
+        }
         // SAFETY: BUSY with a drained count, moved there by this thread: it owns `meta`
         // and `region`. The parent's region is read under its guard `g`, which keeps
         // every writer of the parent's slot out.
@@ -858,7 +964,7 @@ impl MrTable {
             let meta = &mut *slot.meta.get();
             if meta.kind != StagKind::Window(ty) || meta.pd != pd {
                 // Deallocated and reallocated since `bind_source` looked.
-                Self::publish(slot, prev, mw.key());
+                Self::publish(slot, prev, key);
                 return Err(MemError::WrongKind);
             }
             self.unbind_parent(meta);
@@ -886,12 +992,13 @@ impl MrTable {
         Ok(Stag::new(mw.index(), new_key))
     }
 
-    /// The checks of a fast registration that do not depend on state (done again by
-    /// [`MrTable::fast_register`]).
+    /// The checks of a fast registration that do not depend on the STag's state (done
+    /// again by [`MrTable::fast_register`]).
     #[allow(clippy::too_many_arguments)]
     pub fn check_fast_reg(
         &self,
         stag: Stag,
+        new_key: u8,
         mr: Stag,
         pd: PdId,
         mr_to: u64,
@@ -899,7 +1006,7 @@ impl MrTable {
         base_to: u64,
         access: Access,
     ) -> Result<(), MemError> {
-        self.fast_reg_source(stag, mr, pd, mr_to, len, base_to, access)
+        self.fast_reg_source(stag, new_key, mr, pd, mr_to, len, base_to, access)
             .map(|_| ())
     }
 
@@ -907,6 +1014,7 @@ impl MrTable {
     fn fast_reg_source(
         &self,
         stag: Stag,
+        new_key: u8,
         mr: Stag,
         pd: PdId,
         mr_to: u64,
@@ -914,12 +1022,15 @@ impl MrTable {
         base_to: u64,
         access: Access,
     ) -> Result<(MrGuard<'_>, usize, usize), MemError> {
-        let (kind, spd) = self.slot_info(stag).ok_or(MemError::InvalidStag)?;
+        let (_, w, kind, spd) = self.allocation(stag).ok_or(MemError::InvalidStag)?;
         if kind != StagKind::FastReg {
             return Err(MemError::WrongKind);
         }
         if spd != pd {
             return Err(MemError::WrongPd);
+        }
+        if key_of(w) == new_key {
+            return Err(MemError::SameKey);
         }
         if !access.is_valid_for_registration() || access.contains(Access::MW_BIND) {
             return Err(MemError::WindowAccess);
@@ -936,12 +1047,14 @@ impl MrTable {
         self.source(mr, pd, need, mr_to, len)
     }
 
-    /// Fast registration (the Fast-Register work request): makes the invalid STag
-    /// `stag` (allocated by [`MrTable::alloc_fast_reg`] or invalidated since) valid under
-    /// the new key `new_key` over `len` octets at `mr_to` of the ordinary region `mr` (the
-    /// memory; write rights need a region with local write), whose first octet gets Tagged
-    /// Offset `base_to`, with `access`. Returns the new STag. A valid STag is refused
-    /// ([`MemError::StillValid`]): invalidate it first. Until it is invalidated or freed
+    /// Fast registration (the Fast-Register work request): makes the fast-registration
+    /// STag allocated as `stag` (the STag [`MrTable::alloc_fast_reg`] returned, whatever
+    /// its key now, as [`MrTable::bind_mw`] names a window) valid under the new key
+    /// `new_key` over `len` octets at `mr_to` of the ordinary region `mr` (the memory;
+    /// write rights need a region with local write), whose first octet gets Tagged Offset
+    /// `base_to`, with `access`. Returns the new STag. It must be invalid (never
+    /// registered, or invalidated since): a valid one is refused
+    /// ([`MemError::StillValid`]), invalidate it first. Until it is invalidated or freed
     /// the region counts it as a bound window: it is not deregistered under it.
     #[allow(clippy::too_many_arguments)]
     pub fn fast_register(
@@ -955,27 +1068,33 @@ impl MrTable {
         base_to: u64,
         access: Access,
     ) -> Result<Stag, MemError> {
-        if new_key == stag.key() {
-            return Err(MemError::SameKey);
-        }
-        let (g, off, len) = self.fast_reg_source(stag, mr, pd, mr_to, len, base_to, access)?;
-        if self.is_valid(stag) {
+        let (g, off, len) =
+            self.fast_reg_source(stag, new_key, mr, pd, mr_to, len, base_to, access)?;
+        let still_valid = || {
+            self.allocation(stag)
+                .is_some_and(|(_, w, _, _)| state_of(w) == VALID)
+        };
+        if still_valid() {
             return Err(MemError::StillValid);
         }
-        let (slot, prev) = self
-            .transition_and_drain(stag, &[INVALID], BUSY, false)
-            .map_err(|_| {
-                if self.is_valid(stag) {
-                    MemError::StillValid
-                } else {
-                    MemError::InvalidStag
-                }
-            })?;
+        let (slot, prev, key) =
+            self.own_allocation(stag, &[INVALID], BUSY, false)
+                .map_err(|_| {
+                    if still_valid() {
+                        MemError::StillValid
+                    } else {
+                        MemError::InvalidStag
+                    }
+                })?;
+        if key == new_key {
+            Self::publish(slot, prev, key);
+            return Err(MemError::SameKey);
+        }
         // SAFETY: as in `bind_mw`.
         let old = unsafe {
             let meta = &mut *slot.meta.get();
             if meta.kind != StagKind::FastReg || meta.pd != pd {
-                Self::publish(slot, prev, stag.key());
+                Self::publish(slot, prev, key);
                 return Err(MemError::WrongKind);
             }
             // The registration reaches the region's memory: the region counts it as it
@@ -1739,7 +1858,7 @@ mod tests {
         let rewrite = std::thread::spawn(move || {
             other.invalidate_local(s0, pd).unwrap();
             other
-                .fast_register(s0, k1, mr, pd, 2048, 16, 0x20_000, Access::empty())
+                .fast_register(fr, k1, mr, pd, 2048, 16, 0x20_000, Access::empty())
                 .unwrap()
         });
         for _ in 0..20 {
@@ -1788,11 +1907,11 @@ mod tests {
         check_hook::set(move || {
             other.invalidate_local(s0, pd).unwrap();
             let s1 = other
-                .fast_register(s0, k1, mr, pd, 0, 16, 0x10000, Access::empty())
+                .fast_register(fr, k1, mr, pd, 0, 16, 0x10000, Access::empty())
                 .unwrap();
             other.invalidate_local(s1, pd).unwrap();
             let back = other
-                .fast_register(s1, k0, mr, pd, 2048, 16, 2048, Access::empty())
+                .fast_register(fr, k0, mr, pd, 2048, 16, 2048, Access::empty())
                 .unwrap();
             assert_eq!(back, s0);
         });
