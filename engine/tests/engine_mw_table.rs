@@ -197,6 +197,95 @@ fn a_fast_registration_keeps_its_region_registered() {
     }
 }
 
+/// A window is named by the STag its allocation returned, whatever its key now: its owner
+/// deallocates it (`deallocate`) even while a bind that will change its key is under way on
+/// another thread (waiting for the bind), and it is gone: not valid under any key, and its
+/// region is free to go. (A deregistration by key could only guess the key the bind would
+/// leave; the verbs' drop guessed two and freed nothing.)
+#[test]
+fn deallocate_frees_a_window_whatever_its_key_and_waits_out_a_bind() {
+    let t = Arc::new(MrTable::with_seed(16, 5));
+    let r = Arc::new(Region::allocate(4096, 64).unwrap());
+    let rights = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::MW_BIND;
+    let mr = t.register(r, PD, rights, 0).unwrap();
+    let mw = t.alloc_mw(PD, MwType::Type1).unwrap();
+    let w1 = t
+        .bind_mw(mw, mw.key() ^ 1, mr, PD, 0, 64, Access::REMOTE_WRITE, None)
+        .unwrap();
+    // A placement through the window is in flight (another core's guard)...
+    let (held, release) = (
+        std::sync::mpsc::channel::<()>(),
+        std::sync::mpsc::channel::<()>(),
+    );
+    let (t2, held_tx, release_rx) = (Arc::clone(&t), held.0, release.1);
+    let holder = thread::spawn(move || {
+        let g = t2.lookup(w1, PD, Access::REMOTE_WRITE).unwrap();
+        held_tx.send(()).unwrap();
+        release_rx.recv().unwrap();
+        drop(g);
+    });
+    held.1.recv().unwrap();
+    // ...when a core runs a rebind, which waits for it...
+    let t3 = Arc::clone(&t);
+    let binder = thread::spawn(move || {
+        t3.bind_mw(mw, w1.key() ^ 2, mr, PD, 64, 64, Access::REMOTE_WRITE, None)
+    });
+    // (The bind owns the window once its STag stops being valid.)
+    while t.is_valid(w1) {
+        thread::yield_now();
+    }
+    // ...and the owner deallocates the window: it waits for the bind.
+    let t4 = Arc::clone(&t);
+    let owner = thread::spawn(move || t4.deallocate(mw, PD));
+    thread::sleep(std::time::Duration::from_millis(50));
+    assert!(!owner.is_finished(), "the deallocation waits for the bind");
+    release.0.send(()).unwrap();
+    holder.join().unwrap();
+    let w2 = binder.join().unwrap().unwrap();
+    assert_eq!(owner.join().unwrap(), Ok(()));
+    assert!(!t.is_valid(w1) && !t.is_valid(w2));
+    assert_eq!(t.registered(), 1, "only the region is left");
+    t.deregister(mr).unwrap();
+}
+
+/// Once a window is deallocated, nothing that names it reaches its slot's next
+/// allocation: neither a bind queued for it nor a second deallocation, even when binds
+/// brought its key to the one that precedes its allocation key (the next allocation key
+/// is then advanced once more).
+#[test]
+fn a_deallocated_window_never_names_the_next_allocation_of_its_slot() {
+    // Two slots: the region's and the window's, reused by every window.
+    let t = MrTable::with_seed(2, 21);
+    let rights = Access::LOCAL_WRITE | Access::MW_BIND;
+    let mr = t
+        .register(Arc::new(Region::allocate(64, 64).unwrap()), PD, rights, 0)
+        .unwrap();
+    let a = t.alloc_mw(PD, MwType::Type1).unwrap();
+    t.deallocate(a, PD).unwrap();
+    let b = t.alloc_mw(PD, MwType::Type1).unwrap();
+    assert_eq!(b.index(), a.index());
+    // Without binds the allocation key advances by the table's step.
+    let step = b.key().wrapping_sub(a.key());
+    // Bind `b` so that its key is one step behind its allocation key, then deallocate.
+    let back = b.key().wrapping_sub(step);
+    t.bind_mw(b, back, mr, PD, 0, 8, Access::REMOTE_READ, None)
+        .unwrap();
+    t.deallocate(b, PD).unwrap();
+    let c = t.alloc_mw(PD, MwType::Type1).unwrap();
+    assert_eq!(c.index(), b.index());
+    assert_ne!(c.key(), b.key(), "the next allocation has a key of its own");
+    assert_eq!(
+        t.bind_mw(b, back ^ 1, mr, PD, 0, 8, Access::REMOTE_READ, None),
+        Err(MemError::InvalidStag),
+        "a bind queued for the deallocated window"
+    );
+    assert_eq!(t.deallocate(b, PD), Err(MemError::InvalidStag));
+    assert_eq!(t.current_stag(c), Some(c), "the new window is untouched");
+    assert_eq!(t.deallocate(mr, PD), Err(MemError::WrongKind));
+    assert_eq!(t.deallocate(c, PdId(9)), Err(MemError::WrongPd));
+    t.deallocate(c, PD).unwrap();
+}
+
 /// A rebind ends the old binding: the first region is free to go.
 #[test]
 fn rebinding_moves_the_window() {

@@ -622,6 +622,7 @@ impl ProtectionDomain {
         Ok(MemoryWindow {
             ctx: self.ctx.clone(),
             ty,
+            pd: self.id,
             alloc: stag,
             stag: Mutex::new(stag),
         })
@@ -638,6 +639,7 @@ impl ProtectionDomain {
             .map_err(Error::Stag)?;
         Ok(FastRegMr {
             ctx: self.ctx.clone(),
+            pd: self.id,
             alloc: stag,
             stag: Mutex::new(stag),
         })
@@ -723,11 +725,14 @@ impl ProtectionDomain {
 /// part of a [`MemoryRegion`] (with [`Access::MW_BIND`]) to the peer, with its own rights
 /// and bounds, bound and rebound by Bind work requests on a queue pair, each time under a
 /// new key. A type 2 window serves only the queue pair that bound it, and its peer may
-/// invalidate it with a Send with Invalidate. Dropping it deallocates it.
+/// invalidate it with a Send with Invalidate. Dropping it deallocates it at once, whatever
+/// its binds posted so far did or will do: a bind still queued then fails when it runs
+/// (its completion says `LocalProtection` and its queue pair goes to the error state).
 #[derive(Debug)]
 pub struct MemoryWindow {
     ctx: Context,
     ty: MwType,
+    pd: PdId,
     /// The STag the allocation returned: what binds name the window by
     /// ([`SendOp::BindMw`]), whatever its key is when they run.
     alloc: Stag,
@@ -774,32 +779,23 @@ fn next_key(ctx: &Context, alloc: Stag, posted: Stag) -> u8 {
     }
 }
 
-/// Frees the STag of a dropped [`MemoryWindow`] or [`FastRegMr`]: `stag` is the one as of
-/// the last bind or fast registration posted; one that failed when executed left the
-/// previous key, so that one is freed instead.
-fn free_posted_stag(ctx: &Context, stag: &Mutex<Stag>) {
-    let s = *stag.lock().unwrap_or_else(|e| e.into_inner());
-    if ctx.inner.mrs.deregister(s).is_err() {
-        let _ = ctx
-            .inner
-            .mrs
-            .deregister(Stag::new(s.index(), s.key().wrapping_sub(1)));
-    }
-}
-
 impl Drop for MemoryWindow {
     fn drop(&mut self) {
-        free_posted_stag(&self.ctx, &self.stag);
+        // By the allocation's STag, whatever key the binds posted so far left or will
+        // leave (a bind under way is waited for); binds still queued fail when they run.
+        let _ = self.ctx.inner.mrs.deallocate(self.alloc, self.pd);
     }
 }
 
 /// A fast-registration STag (see [`ProtectionDomain::alloc_fast_reg`]): made valid over a
 /// part of a [`MemoryRegion`] by a Fast-Register work request
 /// ([`QueuePair::post_fast_reg`]), each time under a new key, and invalidated by a Local
-/// Invalidate or by the peer's Send with Invalidate. Dropping it frees it.
+/// Invalidate or by the peer's Send with Invalidate. Dropping it frees it at once, as a
+/// [`MemoryWindow`]'s drop does: a fast registration still queued fails when it runs.
 #[derive(Debug)]
 pub struct FastRegMr {
     ctx: Context,
+    pd: PdId,
     /// The STag the allocation returned: what fast registrations name it by.
     alloc: Stag,
     /// The STag as of the last fast registration posted.
@@ -821,7 +817,8 @@ impl FastRegMr {
 
 impl Drop for FastRegMr {
     fn drop(&mut self) {
-        free_posted_stag(&self.ctx, &self.stag);
+        // As `MemoryWindow`'s drop.
+        let _ = self.ctx.inner.mrs.deallocate(self.alloc, self.pd);
     }
 }
 

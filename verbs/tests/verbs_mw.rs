@@ -453,6 +453,10 @@ impl CallerPair {
         }
         done
     }
+
+    fn registered(&self) -> u64 {
+        self.server.stats().unwrap()[0].mrs_registered
+    }
 }
 
 /// A bind or fast registration that fails when it runs (here: its region went between post
@@ -530,4 +534,51 @@ fn a_fast_registration_refused_as_still_valid_does_not_poison_its_handle() {
     );
     assert_eq!(fr.stag(), f3);
     assert!(fr.is_valid());
+}
+
+/// Dropping a fast-registration STag or a window with requests for it still queued frees it
+/// at once, whatever key those requests would leave: the queued requests fail when they
+/// run, and no STag of the dropped handle ever becomes valid. (The drop freed only the key
+/// of the last request posted or the one before; with two or more queued it freed nothing
+/// and the queued registration made an STag valid that no handle owned.)
+#[test]
+fn dropping_a_handle_with_queued_requests_frees_it() {
+    let p = caller_pair(7416, 2);
+    let smr = p
+        .spd
+        .alloc_mr(8192, Access::LOCAL_WRITE | Access::MW_BIND)
+        .unwrap();
+    let before = p.registered();
+    let fr = p.spd.alloc_fast_reg().unwrap();
+    let a = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    let f1 = p.sqps[0].post_fast_reg(1, &fr, &smr, 0, 4096, a).unwrap();
+    p.sqps[0].post_local_invalidate(2, f1, false).unwrap();
+    p.sqps[0].post_fast_reg(3, &fr, &smr, 0, 4096, a).unwrap();
+    drop(fr);
+    assert_eq!(p.registered(), before, "the drop freed the STag");
+    assert_eq!(
+        p.completions(3),
+        vec![
+            (1, WcStatus::LocalProtection),
+            (2, WcStatus::FlushErr),
+            (3, WcStatus::FlushErr)
+        ]
+    );
+    assert_eq!(p.registered(), before, "nothing came back");
+    // The same for a window with two binds queued.
+    let mw = p.spd.alloc_mw(MwType::Type1).unwrap();
+    for id in [4, 5] {
+        p.sqps[1]
+            .post_bind_mw(id, &mw, &smr, 0, 64, Access::REMOTE_WRITE)
+            .unwrap();
+    }
+    drop(mw);
+    assert_eq!(p.registered(), before);
+    assert_eq!(
+        p.completions(2),
+        vec![(4, WcStatus::LocalProtection), (5, WcStatus::FlushErr)]
+    );
+    assert_eq!(p.registered(), before);
+    // Nothing keeps the region registered.
+    smr.deregister().unwrap();
 }

@@ -824,16 +824,42 @@ impl MrTable {
         Ok((slot, prev, key))
     }
 
+    /// Frees the window or fast-registration STag allocated as `alloc` (by
+    /// [`MrTable::alloc_mw`] or [`MrTable::alloc_fast_reg`], for protection domain `pd`),
+    /// whatever its key now: the owner's deallocation (`ibv_dealloc_mw`), which cannot know
+    /// the key its queued binds or fast registrations will have left. A bind or
+    /// invalidation under way on another thread is waited for; a bound window ends its
+    /// binding. Requests still queued for it fail when they run (their allocation is
+    /// gone). As [`MrTable::deregister`] otherwise: it returns once no placement through it
+    /// is in flight, and must not be called by a thread holding a guard of it.
+    ///
+    /// [`MemError::InvalidStag`] if `alloc` names no allocation, [`MemError::WrongKind`]
+    /// for an ordinary region (use [`MrTable::deregister`]), [`MemError::WrongPd`].
+    pub fn deallocate(&self, alloc: Stag, pd: PdId) -> Result<(), MemError> {
+        let (_, _, kind, apd) = self.allocation(alloc).ok_or(MemError::InvalidStag)?;
+        if kind == StagKind::Mr {
+            return Err(MemError::WrongKind);
+        }
+        if apd != pd {
+            return Err(MemError::WrongPd);
+        }
+        let (slot, _, _) = self.own_allocation(alloc, &[VALID, INVALID], DRAINING, true)?;
+        self.free_drained(slot, self.slot_number(alloc));
+        Ok(())
+    }
+
     /// Allocates a memory window of protection domain `pd` (`ibv_alloc_mw`): an STag in
     /// the invalid state until a Bind work request binds it ([`MrTable::bind_mw`]).
-    /// Deallocate it with [`MrTable::deregister`].
+    /// Deallocate it with [`MrTable::deallocate`] (or [`MrTable::deregister`] of its
+    /// current STag).
     pub fn alloc_mw(&self, pd: PdId, ty: MwType) -> Result<Stag, MemError> {
         self.alloc_invalid(StagKind::Window(ty), pd)
     }
 
     /// Allocates a fast-registration STag of `pd` (`ibv_alloc_mr(IB_MR_TYPE_MEM_REG)`):
     /// invalid until a Fast-Register work request makes it valid
-    /// ([`MrTable::fast_register`]). Free it with [`MrTable::deregister`].
+    /// ([`MrTable::fast_register`]). Free it with [`MrTable::deallocate`] (or
+    /// [`MrTable::deregister`] of its current STag).
     pub fn alloc_fast_reg(&self, pd: PdId) -> Result<Stag, MemError> {
         self.alloc_invalid(StagKind::FastReg, pd)
     }
@@ -934,7 +960,8 @@ impl MrTable {
     /// `mw` names the window as allocated: the STag [`MrTable::alloc_mw`] returned,
     /// whatever key the window has now (as `ibv_bind_mw` names the window object, not its
     /// current rkey). A bind queued behind others need not know the key they will leave,
-    /// nor does one behind a failed one.
+    /// nor does one behind a failed one; and once the window is deallocated
+    /// ([`MrTable::deallocate`]) no queued bind reaches its slot's next allocation.
     #[allow(clippy::too_many_arguments)]
     pub fn bind_mw(
         &self,
