@@ -65,4 +65,30 @@ static inline struct ibv_qp *contract_rc_qp(struct ibv_pd *pd, struct ibv_cq *sc
 	return q;
 }
 #endif
+
+#ifdef RDMA_CMA_H
+#include <errno.h>
+#include <string.h>
+
+/* An RC endpoint (rdma_create_ep) for address a, port p, passive or active, with a QP of
+ * 8 work requests and one SGE each way. */
+static inline struct rdma_cm_id *contract_ep(const char *a, const char *p, int passive)
+{
+	struct rdma_addrinfo h, *res;
+	struct ibv_qp_init_attr at;
+	struct rdma_cm_id *id;
+	memset(&h, 0, sizeof h);
+	h.ai_port_space = RDMA_PS_TCP;
+	if (passive)
+		h.ai_flags = RAI_PASSIVE;
+	if (rdma_getaddrinfo(a, p, &h, &res))
+		DIE("rdma_getaddrinfo: %s", strerror(errno));
+	memset(&at, 0, sizeof at);
+	at.cap.max_send_wr = at.cap.max_recv_wr = 8;
+	at.cap.max_send_sge = at.cap.max_recv_sge = 1;
+	if (rdma_create_ep(&id, res, NULL, &at))
+		DIE("rdma_create_ep: %s", strerror(errno));
+	return id;
+}
+#endif
 #endif

@@ -20,25 +20,6 @@
 static const char *contract_name = "flush_order_notify";
 #include "contract.h"
 
-static struct rdma_cm_id *ep(const char *a, const char *p, int passive)
-{
-	struct rdma_addrinfo h, *res;
-	struct ibv_qp_init_attr at;
-	struct rdma_cm_id *id;
-	memset(&h, 0, sizeof h);
-	h.ai_port_space = RDMA_PS_TCP;
-	if (passive)
-		h.ai_flags = RAI_PASSIVE;
-	if (rdma_getaddrinfo(a, p, &h, &res))
-		DIE("rdma_getaddrinfo: %s", strerror(errno));
-	memset(&at, 0, sizeof at);
-	at.cap.max_send_wr = at.cap.max_recv_wr = 8;
-	at.cap.max_send_sge = at.cap.max_recv_sge = 1;
-	if (rdma_create_ep(&id, res, NULL, &at))
-		DIE("rdma_create_ep: %s", strerror(errno));
-	return id;
-}
-
 static int post_recv1(struct ibv_qp *q, struct ibv_mr *mr, char *buf, uint64_t id)
 {
 	struct ibv_sge s = { .addr = (uintptr_t)buf, .length = 64, .lkey = mr->lkey };
@@ -51,13 +32,13 @@ int main(int argc, char **argv)
 	if (argc != 4)
 		DIE("usage: flush_order_notify -s|-c ADDR PORT");
 	if (!strcmp(argv[1], "-s")) {
-		struct rdma_cm_id *l = ep(argv[2], argv[3], 1), *id;
+		struct rdma_cm_id *l = contract_ep(argv[2], argv[3], 1), *id;
 		if (rdma_listen(l, 1) || rdma_get_request(l, &id) || rdma_accept(id, NULL))
 			DIE("server: %s", strerror(errno));
 		sleep(5);
 		return contract_end();
 	}
-	struct rdma_cm_id *id = ep(argv[2], argv[3], 0);
+	struct rdma_cm_id *id = contract_ep(argv[2], argv[3], 0);
 	static char buf[4096];
 	struct ibv_mr *mr = rdma_reg_msgs(id, buf, sizeof buf);
 	if (!mr || post_recv1(id->qp, mr, buf, 1))
