@@ -121,6 +121,9 @@ pub(crate) fn with_stack(
             let r = make_role(&mut s, spec)?;
             let res = drive(&mut s, &clock, r, timeout_s, label);
             eprintln!("tcpperf: device {:?}", s.device_stats());
+            if let Some(h) = s.host_stats() {
+                eprintln!("tcpperf: host {h:?}");
+            }
             res
         }
     };
