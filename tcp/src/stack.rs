@@ -67,7 +67,9 @@ pub struct TcpTuning {
     /// idle queue pair would be reset after `timeout` without probes the peer answers.
     pub keep_alive: Option<Duration>,
     /// Abort the connection when the peer stays silent this long: with data outstanding,
-    /// or, idle, without answering `keep_alive` probes (a dead peer).
+    /// or, idle, without answering `keep_alive` probes (a dead peer), or before the
+    /// handshake completes (also when the next hop never resolves). With Warpcore's TCP an
+    /// idle connection without `keep_alive` never times out.
     pub timeout: Option<Duration>,
 }
 

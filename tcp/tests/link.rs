@@ -606,3 +606,91 @@ fn a_burst_of_out_of_order_segments_draws_one_ack_each() {
         segs.len() as u64 + 1
     );
 }
+
+/// An idle connection with a user timeout and no keep-alive never times out, so it arms no
+/// timer for the timeout either: once the peer has been silent for `timeout`, its timer
+/// does not fire at every poll and `poll_at` names no instant already past.
+#[test]
+fn an_idle_connection_without_keepalive_rests_past_its_timeout() {
+    let (mut a, mut b) = stacks(&LinkConfig::default());
+    let tuning = TcpTuning {
+        keep_alive: None,
+        timeout: Some(Duration::from_millis(100)),
+        ..TcpTuning::default()
+    };
+    let _l = b.listen(5000, 1, &tuning).expect("listen");
+    let ca = a.connect((IP_B, 5000), None, &tuning).expect("connect");
+    let mut now = Instant::ZERO;
+    let mut connected = false;
+    while !connected {
+        assert!(now < Instant::from_secs(1));
+        a.poll(now);
+        b.poll(now);
+        while let Some(e) = a.next_event() {
+            connected |= e == Event::Connected(ca);
+        }
+        while let Some(e) = b.next_event() {
+            if let Event::Acceptable(l) = e {
+                b.accept(l).expect("accept");
+            }
+        }
+        now += Duration::from_micros(100);
+    }
+    for _ in 0..100 {
+        a.poll(now);
+        b.poll(now);
+        now += Duration::from_micros(100);
+    }
+    // Idle now. Jump past the timeout and keep polling.
+    now += Duration::from_secs(1);
+    a.poll(now);
+    assert_eq!(a.state(ca), Ok(smoltcp::socket::tcp::State::Established));
+    let fired0 = a.host_stats().expect("host").timers_fired;
+    for _ in 0..1000 {
+        now += Duration::from_millis(1);
+        a.poll(now);
+    }
+    let fired = a.host_stats().expect("host").timers_fired - fired0;
+    eprintln!(
+        "timers fired in 1000 idle polls: {fired}; poll_at {:?} at {now}",
+        a.poll_at(now)
+    );
+    assert!(
+        fired < 10,
+        "an idle connection's timer fired {fired} times in 1 s"
+    );
+    assert!(
+        a.poll_at(now).is_none_or(|t| t > now),
+        "poll_at says now while idle"
+    );
+}
+
+/// A connect whose next hop never answers ARP (its SYN never leaves) ends on the user
+/// timeout, keep-alive or not.
+#[test]
+fn a_connect_to_an_unresolved_next_hop_ends_on_the_user_timeout() {
+    let (ea, _silent) = link::pair(&LinkConfig::default());
+    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("stack a");
+    let tuning = TcpTuning {
+        keep_alive: None,
+        timeout: Some(Duration::from_millis(100)),
+        ..TcpTuning::default()
+    };
+    let c = a
+        .connect(
+            (smoltcp::wire::Ipv4Address::new(198, 18, 0, 77), 5000),
+            None,
+            &tuning,
+        )
+        .expect("connect");
+    let mut now = Instant::ZERO;
+    let mut reset = false;
+    while !reset && now < Instant::from_secs(1) {
+        a.poll(now);
+        while let Some(e) = a.next_event() {
+            reset |= e == Event::Reset(c);
+        }
+        now += Duration::from_millis(10);
+    }
+    assert!(reset, "the connect never timed out");
+}

@@ -87,8 +87,9 @@ pub struct ConnConfig {
     pub ack_delay: Option<Duration>,
     /// Keep-alive interval of an idle connection.
     pub keep_alive: Option<Duration>,
-    /// Abort when the peer stays silent this long with data outstanding or keep-alives
-    /// unanswered.
+    /// Abort when the peer stays silent this long with data outstanding, keep-alives
+    /// unanswered or the handshake incomplete; without keep-alive an idle connection never
+    /// times out.
     pub timeout: Option<Duration>,
     /// TIME-WAIT length.
     pub time_wait: Duration,
@@ -1603,8 +1604,10 @@ impl Connection {
         if self.finished {
             return None;
         }
+        // Only a deadline `handle_timeout` acts on: an idle connection without keep-alive
+        // never times out, and a timer due for it would fire at every poll.
         let user = self.cfg.timeout.and_then(|t| {
-            matches!(
+            (matches!(
                 self.state,
                 State::Established
                     | State::CloseWait
@@ -1614,7 +1617,7 @@ impl Connection {
                     | State::LastAck
                     | State::SynSent
                     | State::SynReceived
-            )
+            ) && self.user_timeout_applies())
             .then_some(self.last_heard + t)
         });
         earliest_of([
@@ -1625,6 +1628,17 @@ impl Connection {
             self.time_wait_at,
             user,
         ])
+    }
+
+    /// Whether the user timeout aborts this connection once the peer has been silent for
+    /// it: with data outstanding (or waiting to go), with keep-alive probes unanswered, or
+    /// in a SYN state (whether or not the SYN has left: a next hop that never resolves
+    /// ends the attempt too).
+    fn user_timeout_applies(&self) -> bool {
+        !self.rec.is_empty()
+            || self.tx.len() > 0
+            || self.cfg.keep_alive.is_some()
+            || matches!(self.state, State::SynSent | State::SynReceived)
     }
 
     /// Runs the timers due at `now`.
@@ -1642,10 +1656,7 @@ impl Connection {
             .cfg
             .timeout
             .is_some_and(|t| now - self.last_heard >= t && self.state != State::TimeWait);
-        let outstanding = !self.rec.is_empty() || self.tx.len() > 0;
-        if (silent && (outstanding || self.cfg.keep_alive.is_some()))
-            || self.rec.backoffs() > MAX_RTO_BACKOFFS
-        {
+        if (silent && self.user_timeout_applies()) || self.rec.backoffs() > MAX_RTO_BACKOFFS {
             self.enter_closed(EV_RESET);
             return;
         }
