@@ -11,7 +11,7 @@
 //! * MSS (3.7.1), window scaling, timestamps and PAWS (RFC 7323), SACK both ways (RFC 2018)
 //!   and D-SACK blocks for duplicates received (RFC 2883 4);
 //! * immediate or delayed ACKs (RFC 1122 4.2.3.2: at least every second full segment;
-//!   quick ACKs for out-of-order data, gap fills and duplicates, RFC 5681 4.2: one for each
+//!   quick ACKs for out-of-order data, gap fills and (even partly) duplicates, RFC 5681 4.2: one for each
 //!   such segment, [`Connection::poll_quick_ack`]), window updates after the
 //!   application reads, receiver and sender SWS avoidance (3.8.6.2);
 //! * zero-window probing (3.8.6.1), keep-alives (3.8.4) and a user timeout;
@@ -1490,13 +1490,19 @@ impl Connection {
         self.rcv_off += data.len() as u64;
     }
 
-    /// Octets `[start, end)` (stream offsets) arrived again: the next ACK reports them first
-    /// as a D-SACK block (RFC 2883 4: the duplicate of the most recent segment only), with
+    /// Octets `[start, end)` (stream offsets) arrived again: the next ACK, a quick one,
+    /// reports them first as a D-SACK block (RFC 2883 4: the duplicate of the most recent segment only), with
     /// SACK in use and before the peer's FIN (whose sequence number the stream offsets do
     /// not count).
     fn note_duplicate(&mut self, start: i64, end: i64) {
         if self.sack_ok && !self.fin_received && start >= 0 && end > start {
             self.dsack = Some((start as u64, end as u64));
+            // Reported at once, as the ACK of a wholly duplicate or out-of-order segment is:
+            // also for a segment that brought new octets after old ones (most likely a
+            // retransmission that was not needed, which the sender learns from it, RFC
+            // 2883 4 and RFC 3708, rather than after our delayed-ACK timer).
+            self.ack_now = true;
+            self.quick_ack = true;
         }
     }
 
@@ -1842,6 +1848,24 @@ impl Connection {
         trimmed
     }
 
+    /// [`Self::sent`] of a data segment of the walk; `sack_owed` when its SACK blocks gave
+    /// way ([`Self::fit_sack`]): a pure ACK with all of them follows, and a D-SACK block
+    /// owed stays owed for it unless the segment kept it (it is trimmed last: as its first
+    /// block, RFC 2883 4).
+    #[inline(always)]
+    fn sent_data(&mut self, seg: &TcpRepr<'_>, sack_owed: bool) {
+        if sack_owed {
+            let dsack = self.dsack;
+            self.sent(seg);
+            self.ack_now = true;
+            if seg.sack_ranges[0].is_none() {
+                self.dsack = dsack;
+            }
+        } else {
+            self.sent(seg);
+        }
+    }
+
     /// Whether this connection sends a record stream (a record was ever marked).
     fn in_records(&self) -> bool {
         self.record_stream
@@ -2051,7 +2075,7 @@ impl Connection {
             || !self.syn_acked
             || !matches!(self.state, State::Established | State::CloseWait)
             || !self.rec.none_lost()
-            || (self.sack_ok && !self.ooo.is_empty())
+            || (self.sack_ok && (!self.ooo.is_empty() || self.dsack.is_some()))
         {
             return None;
         }
@@ -2263,8 +2287,7 @@ impl Connection {
         }
         let sack_owed = self.in_records() && self.fit_sack(&mut seg, n);
         self.rec.on_sent(now, seq, n + usize::from(fin), retransmit);
-        self.sent(&seg);
-        self.ack_now |= sack_owed;
+        self.sent_data(&seg, sack_owed);
         Some((seg, off, n))
     }
 
@@ -2362,8 +2385,7 @@ impl Connection {
         self.records.drain_front(sent_records);
         self.rec
             .on_sent(now, seq, payload_len + usize::from(fin), false);
-        self.sent(&seg);
-        self.ack_now |= sack_owed;
+        self.sent_data(&seg, sack_owed);
         Some((seg, sent, payload_len))
     }
 
@@ -2639,6 +2661,52 @@ mod tests {
         let _ = sent_sack_blocks(&mut c, t, base);
         c.handle_segment(t, &seg(0, 100));
         assert_eq!(sent_sack_blocks(&mut c, t, base), vec![vec![]]);
+    }
+
+    /// A D-SACK block owed (the old part of a segment that also brings new octets) reaches
+    /// the peer when the next segment is a full record of a bulk sender: the full-record
+    /// path leaves that segment to the walk, and a data segment without room for the block
+    /// leaves it owed to the pure ACK after it, rather than forgetting it.
+    #[test]
+    fn a_d_sack_block_survives_a_full_record_segment() {
+        static DATA: [u8; 100] = [9u8; 100];
+        let iss = TcpSeqNumber(1000);
+        let base = PISS + 1;
+        let seg = |from: usize, len: usize| {
+            let mut s = from_peer(TcpControl::None, base + from, iss + 1, None);
+            s.payload = &DATA[..len];
+            s
+        };
+        let t = Instant::from_millis(2);
+        for walk in [false, true] {
+            let mut c = established_client(iss, true);
+            c.full_walk_only = walk;
+            c.handle_segment(t, &seg(0, 100));
+            c.handle_segment(t, &seg(100, 100));
+            let _ = sent_sack_blocks(&mut c, t, base);
+            // Partly old: its first 50 octets are a duplicate.
+            c.handle_segment(t, &seg(150, 100));
+            assert_eq!(c.dsack, Some((150, 200)));
+            assert!(
+                c.quick_ack_owed(),
+                "a segment with old octets draws its ACK at once"
+            );
+            // The engine writes one full record (MULPDU) before the next transmit pass.
+            let room = c.max_record_payload();
+            assert_eq!(
+                c.send_with_room(room, |b| {
+                    b[..room].fill(1);
+                    room
+                })
+                .unwrap(),
+                room
+            );
+            let blocks = sent_sack_blocks(&mut c, t, base);
+            assert!(
+                blocks.iter().any(|b| b.first() == Some(&(150, 200))),
+                "walk only: {walk}: no segment carries the D-SACK: {blocks:?}"
+            );
+        }
     }
 
     /// RFC 2018 4: every SACK block of an ACK within what is outstanding marks the segments
