@@ -694,3 +694,38 @@ fn a_connect_to_an_unresolved_next_hop_ends_on_the_user_timeout() {
     }
     assert!(reset, "the connect never timed out");
 }
+
+/// `poll_at` names the ARP retry of the next hops connections wait for only: a request for
+/// an address whose connection was released, never answered, does not make it name an
+/// instant long past while another connection waits for ARP.
+#[test]
+fn poll_at_ignores_the_arp_retry_of_an_address_nobody_waits_for() {
+    let (ea, _silent) = link::pair(&LinkConfig::default());
+    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("stack a");
+    let tuning = TcpTuning::default();
+    let mut now = Instant::ZERO;
+    let c1 = a
+        .connect(
+            (smoltcp::wire::Ipv4Address::new(198, 18, 0, 77), 5000),
+            None,
+            &tuning,
+        )
+        .expect("connect");
+    a.poll(now);
+    a.release(c1).expect("release");
+    now += Duration::from_secs(1);
+    let _c2 = a
+        .connect(
+            (smoltcp::wire::Ipv4Address::new(198, 18, 0, 78), 5000),
+            None,
+            &tuning,
+        )
+        .expect("connect");
+    a.poll(now);
+    let at = a.poll_at(now);
+    eprintln!("poll_at({now}) = {at:?}");
+    assert!(
+        at.is_none_or(|t| t > now),
+        "nothing is due now (the request for .78 just went out), yet poll_at says {at:?}"
+    );
+}

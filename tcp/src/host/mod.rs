@@ -607,11 +607,7 @@ impl<D: PollDevice> Host<D> {
             return Some(now);
         }
         let wheel = i.wheel.next_deadline();
-        let arp = if i.unresolved.is_empty() {
-            None
-        } else {
-            i.neighbors.next_retry()
-        };
+        let arp = i.arp_retry_at(now);
         match (wheel, arp) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -1074,7 +1070,7 @@ impl<D: PollDevice> Host<D> {
         // Connections waiting for ARP try again when a request may be repeated (an answer
         // marks them dirty at once, in `process_arp`).
         if !self.inner.unresolved.is_empty()
-            && self.inner.neighbors.next_retry().is_none_or(|t| t <= now)
+            && self.inner.arp_retry_at(now).is_none_or(|t| t <= now)
         {
             let waiting = std::mem::take(&mut self.inner.unresolved);
             for index in waiting {
@@ -1675,6 +1671,20 @@ impl Inner {
             return;
         }
         self.control.push_back(frame);
+    }
+
+    /// When a connection waiting for ARP may ask again: the earliest retry among the next
+    /// hops the waiting connections need (`now` for one with no request held back). The
+    /// retries of addresses nobody waits for any more (a connection released while
+    /// unresolved) are no deadline: they would name an instant long past at every call.
+    fn arp_retry_at(&self, now: Instant) -> Option<Instant> {
+        self.unresolved
+            .iter()
+            .filter_map(|&k| match self.slots.get(k as usize) {
+                Some(Some(s)) => Some(self.neighbors.retry_at(s.next_hop).unwrap_or(now)),
+                _ => None,
+            })
+            .min()
     }
 
     fn arp_request(&mut self, target: Ipv4Address) {

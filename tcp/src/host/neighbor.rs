@@ -113,9 +113,12 @@ impl Neighbors {
         }
     }
 
-    /// When a held request may be retried (for the stack's poll deadline).
-    pub fn next_retry(&self) -> Option<Instant> {
-        self.asked.values().map(|t| *t + RETRY).min()
+    /// When a request for `ip` may be repeated: `None` when none is held back (none went
+    /// out, or it was answered). Asked of the addresses connections wait for only (the
+    /// stack's poll deadline): a request nobody waits for any more stays in `asked`, its
+    /// retry long past, until it is answered or pruned.
+    pub fn retry_at(&self, ip: Ipv4Address) -> Option<Instant> {
+        self.asked.get(&ip).map(|t| *t + RETRY)
     }
 
     /// Records `ip` at `mac` (a reply, or a request addressed to us: RFC 826's merge).
@@ -164,11 +167,11 @@ mod tests {
         let t0 = Instant::from_millis(1000);
         assert_eq!(n.lookup(IP, t0), Lookup::Request);
         assert_eq!(n.lookup(IP, t0 + Duration::from_millis(50)), Lookup::Wait);
-        assert_eq!(n.next_retry(), Some(t0 + RETRY));
+        assert_eq!(n.retry_at(IP), Some(t0 + RETRY));
         assert_eq!(n.lookup(IP, t0 + RETRY), Lookup::Request);
         assert!(n.fill(IP, MAC, t0 + RETRY));
         assert_eq!(n.lookup(IP, t0 + RETRY), Lookup::Found(MAC));
-        assert_eq!(n.next_retry(), None);
+        assert_eq!(n.retry_at(IP), None);
     }
 
     #[test]
