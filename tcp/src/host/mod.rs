@@ -1976,9 +1976,10 @@ impl Inner {
             return;
         };
         // Glean the on-link peer's hardware address from its SYN: the SYN-ACK leaves without
-        // waiting for an ARP round trip.
+        // waiting for an ARP round trip. Only for an address not known (a forged source
+        // must not redirect a next hop in use) and never in place of another entry.
         if next_hop == ip.src_addr {
-            self.neighbors.fill(next_hop, src_mac, self.now);
+            self.neighbors.glean(next_hop, src_mac, self.now);
         }
         let (backlog, tuning) = {
             let li = &mut self.listeners[l.0 as usize];

@@ -122,16 +122,31 @@ impl Neighbors {
     }
 
     /// Records `ip` at `mac` (a reply, or a request addressed to us: RFC 826's merge).
-    /// Returns whether the address was being waited for.
+    /// Returns whether the address was being waited for. A full table (of live entries)
+    /// takes an address we asked for (the answer to our own request) in place of its
+    /// oldest entry that is neither asked for nor the memo's; anything else it refuses, so
+    /// a flood of requests for us (or of gleaned SYNs) cannot crowd out a next hop we need.
     pub fn fill(&mut self, ip: Ipv4Address, mac: EthernetAddress, now: Instant) -> bool {
         if !mac.is_unicast() {
             return false;
         }
-        self.memo = None;
+        let memo = self.memo.take().map(|m| m.ip);
         if self.entries.len() >= CAPACITY && !self.entries.contains_key(&ip) {
             self.entries.retain(|_, e| e.expires > now);
             if self.entries.len() >= CAPACITY {
-                return false;
+                if !self.asked.contains_key(&ip) {
+                    return false;
+                }
+                let victim = self
+                    .entries
+                    .iter()
+                    .filter(|(k, _)| !self.asked.contains_key(*k) && Some(**k) != memo)
+                    .min_by_key(|(_, e)| e.expires)
+                    .map(|(k, _)| *k);
+                let Some(victim) = victim else {
+                    return false;
+                };
+                self.entries.remove(&victim);
             }
         }
         self.entries.insert(
@@ -142,6 +157,16 @@ impl Neighbors {
             },
         );
         self.asked.remove(&ip).is_some()
+    }
+
+    /// Adds `ip` at `mac` learnt from a SYN of an on-link peer, only where the address has
+    /// no entry (a SYN with a forged source must not redirect a known next hop, the
+    /// gateway's say) and the table has room (it evicts nothing, as [`Self::fill`] does
+    /// for an address not asked for).
+    pub fn glean(&mut self, ip: Ipv4Address, mac: EthernetAddress, now: Instant) {
+        if self.entries.get(&ip).is_none_or(|e| e.expires <= now) {
+            self.fill(ip, mac, now);
+        }
     }
 
     /// Only updates an address already known (RFC 826: merge without adding).
@@ -208,6 +233,49 @@ mod tests {
         assert_eq!(n.lookup(IP, near), Lookup::FoundRefresh(MAC));
         assert_eq!(n.lookup(IP, near), Lookup::Found(MAC));
         assert_eq!(n.lookup(IP, t0 + LIFETIME), Lookup::Request);
+    }
+
+    /// A flood of on-link sources (SYNs gleaned by `on_syn`, or ARP requests for us) that
+    /// fills the table does not keep out the answer to our own request: it takes the place
+    /// of the oldest entry nobody asked for.
+    #[test]
+    fn a_full_table_takes_the_answer_we_asked_for() {
+        let mut n = Neighbors::default();
+        let t0 = Instant::from_millis(0);
+        for k in 0..CAPACITY as u32 {
+            let ip = Ipv4Address::from(0x0a00_0000u32 + k);
+            n.fill(ip, MAC, t0);
+        }
+        let wanted = Ipv4Address::new(10, 200, 0, 1);
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!(n.lookup(wanted, t1), Lookup::Request);
+        n.fill(wanted, MAC, t1);
+        assert_ne!(
+            n.lookup(wanted, t1 + RETRY),
+            Lookup::Request,
+            "the reply to our own request was dropped: the table is full of flood entries"
+        );
+        // An address nobody asked for still finds no room.
+        let stranger = Ipv4Address::new(10, 201, 0, 1);
+        assert!(!n.fill(stranger, MAC, t1));
+        assert!(!n.entries.contains_key(&stranger));
+        assert_eq!(n.entries.len(), CAPACITY);
+    }
+
+    /// A SYN's source is gleaned only for an address without an entry: a SYN with a forged
+    /// source does not redirect a known next hop.
+    #[test]
+    fn a_gleaned_syn_source_does_not_overwrite_a_known_address() {
+        let mut n = Neighbors::default();
+        let t0 = Instant::from_millis(0);
+        n.fill(IP, MAC, t0);
+        let forged = EthernetAddress([2, 0, 0, 0, 0, 0x66]);
+        let t1 = t0 + Duration::from_secs(1);
+        n.glean(IP, forged, t1);
+        assert_eq!(n.lookup(IP, t1), Lookup::Found(MAC));
+        let other = Ipv4Address::new(198, 18, 0, 3);
+        n.glean(other, forged, t1);
+        assert_eq!(n.lookup(other, t1), Lookup::Found(forged));
     }
 
     #[test]
