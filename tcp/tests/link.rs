@@ -729,3 +729,104 @@ fn poll_at_ignores_the_arp_retry_of_an_address_nobody_waits_for() {
         "nothing is due now (the request for .78 just went out), yet poll_at says {at:?}"
     );
 }
+
+/// A SYN for a listening port from `src` (Ethernet source `src_mac`), checksums right.
+fn syn_from(src: smoltcp::wire::Ipv4Address, src_mac: EthernetAddress) -> Vec<u8> {
+    let mut f = tcp_frame(5000, TcpControl::Syn, None, false);
+    let mut eth = EthernetFrame::new_unchecked(&mut f);
+    eth.set_src_addr(src_mac);
+    let mut ipp = Ipv4Packet::new_unchecked(&mut f[14..]);
+    ipp.set_src_addr(src);
+    ipp.fill_checksum();
+    let mut tp = TcpPacket::new_unchecked(&mut f[34..]);
+    tp.fill_checksum(&src.into(), &IP_B.into());
+    f
+}
+
+/// An ICMP echo request to B from `src_mac` (IPv4 source IP_A).
+fn echo_request(src_mac: EthernetAddress) -> Vec<u8> {
+    let icmp = smoltcp::wire::Icmpv4Repr::EchoRequest {
+        ident: 7,
+        seq_no: 1,
+        data: b"ping",
+    };
+    let ip = Ipv4Repr {
+        src_addr: IP_A,
+        dst_addr: IP_B,
+        next_header: IpProtocol::Icmp,
+        payload_len: icmp.buffer_len(),
+        hop_limit: 64,
+    };
+    let mut buf = vec![0u8; 14 + 20 + icmp.buffer_len()];
+    let mut eth = EthernetFrame::new_unchecked(&mut buf);
+    eth.set_dst_addr(EthernetAddress([0x02, 0, 0, 0, 0, 2]));
+    eth.set_src_addr(src_mac);
+    eth.set_ethertype(EthernetProtocol::Ipv4);
+    let caps = smoltcp::phy::ChecksumCapabilities::default();
+    ip.emit(&mut Ipv4Packet::new_unchecked(&mut buf[14..]), &caps);
+    icmp.emit(
+        &mut smoltcp::wire::Icmpv4Packet::new_unchecked(&mut buf[34..]),
+        &caps,
+    );
+    buf
+}
+
+/// RFC 1122 4.2.3.10 / 3.2.1.3: a SYN from a broadcast or multicast source, IPv4 or
+/// Ethernet, is discarded (no half-open connection, no SYN-ACK to many), and an echo
+/// request from a broadcast or multicast Ethernet source draws no reply; the same from a
+/// unicast source is answered.
+#[test]
+fn syns_and_echo_requests_from_broadcast_or_multicast_sources_are_dropped() {
+    let (mut attacker, eb) = link::pair(&LinkConfig::default());
+    let mut b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("stack");
+    let _l = b.listen(5000, 4, &TcpTuning::default()).expect("listen");
+    let unicast = EthernetAddress([0x02, 0, 0, 0, 0, 1]);
+    let bcast = EthernetAddress::BROADCAST;
+    let mcast = EthernetAddress([0x01, 0, 0x5e, 0, 0, 1]);
+    let mut now = Instant::ZERO;
+    let mut answers = |frame: Vec<u8>, b: &mut Stack<LinkEnd>, now: &mut Instant| {
+        inject(&mut attacker, *now, &frame);
+        b.poll(*now);
+        *now += Duration::from_micros(10);
+        b.poll(*now);
+        drain(&mut attacker, *now).len()
+    };
+    let subnet_bcast = smoltcp::wire::Ipv4Address::new(198, 18, 0, 255);
+    let limited = smoltcp::wire::Ipv4Address::new(255, 255, 255, 255);
+    let multicast = smoltcp::wire::Ipv4Address::new(224, 0, 0, 1);
+    for (src, mac) in [
+        (subnet_bcast, unicast),
+        (limited, unicast),
+        (multicast, unicast),
+        (IP_A, bcast),
+        (IP_A, mcast),
+    ] {
+        assert_eq!(
+            answers(syn_from(src, mac), &mut b, &mut now),
+            0,
+            "SYN from {src} {mac}"
+        );
+        assert_eq!(
+            b.live(),
+            0,
+            "a half-open connection for a SYN from {src} {mac}"
+        );
+    }
+    for mac in [bcast, mcast] {
+        assert_eq!(
+            answers(echo_request(mac), &mut b, &mut now),
+            0,
+            "echo from {mac}"
+        );
+    }
+    assert_eq!(
+        answers(echo_request(unicast), &mut b, &mut now),
+        1,
+        "echo reply"
+    );
+    assert_eq!(
+        answers(syn_from(IP_A, unicast), &mut b, &mut now),
+        1,
+        "SYN-ACK"
+    );
+}

@@ -1468,6 +1468,15 @@ impl Inner {
         skip
     }
 
+    /// Whether `ip` may be a packet's source (RFC 1122 3.2.1.3): not unspecified, broadcast
+    /// (limited or our subnet's) or multicast.
+    fn unicast_source(&self, ip: Ipv4Address) -> bool {
+        !(ip.is_unspecified()
+            || ip.is_broadcast()
+            || ip.is_multicast()
+            || self.cidr.broadcast() == Some(ip))
+    }
+
     /// The next hop towards `ip`: itself on our prefix, else the most specific route, else the
     /// gateway.
     fn route(&self, ip: Ipv4Address) -> Option<Ipv4Address> {
@@ -1826,6 +1835,12 @@ impl Inner {
     }
 
     fn process_icmp(&mut self, src_mac: EthernetAddress, ip: &Ipv4Repr, payload: &[u8]) {
+        // A reply goes to the request's sender alone: never to a broadcast or multicast
+        // source (as `reset_for`'s RSTs).
+        if !src_mac.is_unicast() || !self.unicast_source(ip.src_addr) {
+            self.stats.rx_dropped += 1;
+            return;
+        }
         let Some(Icmpv4Repr::EchoRequest {
             ident,
             seq_no,
@@ -1971,6 +1986,12 @@ impl Inner {
         ip: &Ipv4Repr,
         syn: &TcpRepr<'_>,
     ) {
+        // RFC 1122 4.2.3.10 and 3.2.1.3: a SYN from a broadcast or multicast source (IPv4,
+        // or Ethernet) is discarded: no half-open connection, no SYN-ACK sent to many.
+        if !src_mac.is_unicast() || !self.unicast_source(ip.src_addr) {
+            self.stats.rx_dropped += 1;
+            return;
+        }
         let Some(next_hop) = self.route(ip.src_addr) else {
             self.stats.rx_dropped += 1;
             return;
