@@ -1158,6 +1158,19 @@ impl Connection {
         let wnd = self.rcv_wnd();
         // First: sequence number acceptability.
         let rel = seq_diff(seg.seq_number, self.rcv_nxt);
+        // The peer's SYN again in SYN-RECEIVED: our SYN-ACK may have been lost, and the peer
+        // waits for it. Its SEG.SEQ is RCV.NXT - 1, which fails the acceptability test
+        // below, so it is taken here: the SYN-ACK goes again at once, not at our RTO
+        // (as Linux's `tcp_check_req`).
+        if seg.control == TcpControl::Syn
+            && seg.ack_number.is_none()
+            && self.state == State::SynReceived
+            && !self.active
+            && rel == -1
+        {
+            self.syn_sent = false;
+            return;
+        }
         let end_rel = rel + seg_len as i64 - 1;
         let acceptable = match (seg_len, wnd) {
             (0, 0) => rel == 0,
@@ -1214,11 +1227,6 @@ impl Connection {
         }
         // Fourth: SYN in a synchronized state (RFC 5961 4.2): challenge ACK.
         if seg.control == TcpControl::Syn {
-            if self.state == State::SynReceived && !self.active && rel == -1 {
-                // The peer's SYN again: our SYN-ACK may have been lost.
-                self.syn_sent = false;
-                return;
-            }
             self.challenge_ack(now);
             return;
         }
@@ -2707,6 +2715,35 @@ mod tests {
                 "walk only: {walk}: no segment carries the D-SACK: {blocks:?}"
             );
         }
+    }
+
+    /// RFC 9293 3.10.7.4 / Linux's `tcp_check_req`: the peer's SYN again in SYN-RECEIVED
+    /// (our SYN-ACK lost) draws the SYN-ACK again at once. Its SEG.SEQ = RCV.NXT - 1 failed
+    /// the acceptability test, which returned before the code meant for it: the SYN-ACK
+    /// waited for our RTO (1 s before any RTT sample).
+    #[test]
+    fn a_retransmitted_syn_in_syn_received_draws_the_syn_ack_again() {
+        let ep = Endpoints {
+            local: US,
+            remote: PEER,
+        };
+        let t0 = Instant::from_millis(0);
+        let mut syn = from_peer(TcpControl::Syn, PISS, TcpSeqNumber(0), Some(1460));
+        syn.ack_number = None;
+        let mut c = Connection::accept(&ConnConfig::default(), ep, TcpSeqNumber(7000), &syn, t0);
+        assert_eq!(
+            c.poll_transmit(t0).map(|s| s.control),
+            Some(TcpControl::Syn)
+        );
+        assert!(c.poll_transmit(t0).is_none());
+        let t1 = Instant::from_millis(3);
+        c.handle_segment(t1, &syn);
+        assert_eq!(
+            c.poll_transmit(t1).map(|s| (s.control, s.ack_number)),
+            Some((TcpControl::Syn, Some(PISS + 1))),
+            "no SYN-ACK for the SYN again"
+        );
+        assert!(c.poll_transmit(t1).is_none(), "one SYN-ACK per SYN");
     }
 
     /// RFC 2018 4: every SACK block of an ACK within what is outstanding marks the segments
