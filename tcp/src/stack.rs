@@ -69,7 +69,9 @@ pub struct TcpTuning {
     /// Abort the connection when the peer stays silent this long: with data outstanding,
     /// or, idle, without answering `keep_alive` probes (a dead peer), or before the
     /// handshake completes (also when the next hop never resolves). With Warpcore's TCP an
-    /// idle connection without `keep_alive` never times out.
+    /// idle connection without `keep_alive` never times out, and the silence counts from
+    /// the last segment heard or from when data began to wait for the peer, whichever is
+    /// later (an idle spell is not the peer's silence).
     pub timeout: Option<Duration>,
 }
 

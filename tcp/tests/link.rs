@@ -663,6 +663,16 @@ fn an_idle_connection_without_keepalive_rests_past_its_timeout() {
         a.poll_at(now).is_none_or(|t| t > now),
         "poll_at says now while idle"
     );
+    // Data after the idle spell, to a peer that answers at once: nothing times out (the
+    // silence counts from when we began to wait for an answer, not from the last segment
+    // heard before the idle spell).
+    assert_eq!(a.send(ca, b"after idle").expect("send"), 10);
+    for _ in 0..50 {
+        a.poll(now);
+        b.poll(now);
+        now += Duration::from_micros(100);
+    }
+    assert_eq!(a.state(ca), Ok(smoltcp::socket::tcp::State::Established));
 }
 
 /// A connect whose next hop never answers ARP (its SYN never leaves) ends on the user

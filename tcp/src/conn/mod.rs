@@ -1644,13 +1644,25 @@ impl Connection {
         ])
     }
 
+    /// A segment is about to go out: where nothing was outstanding, the connection starts
+    /// waiting for the peer now, and the user timeout's silence counts from here, not from
+    /// the last segment heard before an idle spell (without keep-alive an idle connection
+    /// hears nothing; its first send after an idle spell longer than the timeout was taken
+    /// for silence and reset at once). Kept in `last_heard`, which the timeout reads.
+    #[inline(always)]
+    fn note_waiting(&mut self, now: Instant) {
+        if self.rec.is_empty() && self.last_heard < now {
+            self.last_heard = now;
+        }
+    }
+
     /// Whether the user timeout aborts this connection once the peer has been silent for
     /// it: with data outstanding (or waiting to go), with keep-alive probes unanswered, or
     /// in a SYN state (whether or not the SYN has left: a next hop that never resolves
     /// ends the attempt too).
     fn user_timeout_applies(&self) -> bool {
         !self.rec.is_empty()
-            || self.tx.len() > 0
+            || (self.tx.len() > 0 && self.snd_wnd == 0)
             || self.cfg.keep_alive.is_some()
             || matches!(self.state, State::SynSent | State::SynReceived)
     }
@@ -2107,6 +2119,7 @@ impl Connection {
         };
         self.snd_nxt = end;
         self.records.drain_front(1);
+        self.note_waiting(now);
         self.rec.on_sent(now, seq, room, false);
         self.sent_acking();
         Some(f)
@@ -2294,6 +2307,7 @@ impl Connection {
             seg.control = TcpControl::Psh;
         }
         let sack_owed = self.in_records() && self.fit_sack(&mut seg, n);
+        self.note_waiting(now);
         self.rec.on_sent(now, seq, n + usize::from(fin), retransmit);
         self.sent_data(&seg, sack_owed);
         Some((seg, off, n))
@@ -2391,6 +2405,7 @@ impl Connection {
         let sent_records = records_sent.unwrap_or_else(|| search(&self.records));
         debug_assert_eq!(sent_records, search(&self.records));
         self.records.drain_front(sent_records);
+        self.note_waiting(now);
         self.rec
             .on_sent(now, seq, payload_len + usize::from(fin), false);
         self.sent_data(&seg, sack_owed);
@@ -2469,6 +2484,7 @@ impl Connection {
         let snd_nxt = self.snd_nxt;
         let sent_records = self.records.prefix_len(|end| seq_diff(end, snd_nxt) <= 0);
         self.records.drain_front(sent_records);
+        self.note_waiting(now);
         self.rec.on_sent(now, seq, len, false);
         self.sent(seg);
     }
