@@ -69,6 +69,7 @@ static inline struct ibv_qp *contract_rc_qp(struct ibv_pd *pd, struct ibv_cq *sc
 #ifdef RDMA_CMA_H
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 /* An RC endpoint (rdma_create_ep) for address a, port p, passive or active, with a QP of
  * 8 work requests and one SGE each way. */
@@ -89,6 +90,17 @@ static inline struct rdma_cm_id *contract_ep(const char *a, const char *p, int p
 	if (rdma_create_ep(&id, res, NULL, &at))
 		DIE("rdma_create_ep: %s", strerror(errno));
 	return id;
+}
+
+/* The passive side of a two-process check: accepts one connection at a, p, keeps it for
+ * five seconds while the active side runs the checks, and ends as contract_end(). */
+static inline int contract_serve(const char *a, const char *p)
+{
+	struct rdma_cm_id *l = contract_ep(a, p, 1), *id;
+	if (rdma_listen(l, 1) || rdma_get_request(l, &id) || rdma_accept(id, NULL))
+		DIE("server: %s", strerror(errno));
+	sleep(5);
+	return contract_end();
 }
 #endif
 #endif

@@ -23,13 +23,8 @@ int main(int argc, char **argv)
 {
 	if (argc != 4)
 		DIE("usage: dereg_mr_ebusy -s|-c ADDR PORT");
-	if (!strcmp(argv[1], "-s")) {
-		struct rdma_cm_id *l = contract_ep(argv[2], argv[3], 1), *id;
-		if (rdma_listen(l, 1) || rdma_get_request(l, &id) || rdma_accept(id, NULL))
-			DIE("server: %s", strerror(errno));
-		sleep(5);
-		return contract_end();
-	}
+	if (!strcmp(argv[1], "-s"))
+		return contract_serve(argv[2], argv[3]);
 	struct rdma_cm_id *id = contract_ep(argv[2], argv[3], 0);
 	if (rdma_connect(id, NULL))
 		DIE("rdma_connect: %s", strerror(errno));

@@ -31,13 +31,8 @@ int main(int argc, char **argv)
 {
 	if (argc != 4)
 		DIE("usage: flush_order_notify -s|-c ADDR PORT");
-	if (!strcmp(argv[1], "-s")) {
-		struct rdma_cm_id *l = contract_ep(argv[2], argv[3], 1), *id;
-		if (rdma_listen(l, 1) || rdma_get_request(l, &id) || rdma_accept(id, NULL))
-			DIE("server: %s", strerror(errno));
-		sleep(5);
-		return contract_end();
-	}
+	if (!strcmp(argv[1], "-s"))
+		return contract_serve(argv[2], argv[3]);
 	struct rdma_cm_id *id = contract_ep(argv[2], argv[3], 0);
 	static char buf[4096];
 	struct ibv_mr *mr = rdma_reg_msgs(id, buf, sizeof buf);

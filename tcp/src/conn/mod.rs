@@ -2601,6 +2601,15 @@ mod tests {
         assert!(c.nothing_in_flight());
     }
 
+    /// `len` (at most 100) octets of the peer's data at stream offset `from`, acknowledging
+    /// our SYN (`iss`).
+    fn peer_data(iss: TcpSeqNumber, from: usize, len: usize) -> TcpRepr<'static> {
+        static DATA: [u8; 100] = [9u8; 100];
+        let mut s = from_peer(TcpControl::None, PISS + 1 + from, iss + 1, None);
+        s.payload = &DATA[..len];
+        s
+    }
+
     /// The SACK blocks of every segment `c` sends now, as offsets from `base`.
     fn sent_sack_blocks(
         c: &mut Connection,
@@ -2632,14 +2641,9 @@ mod tests {
     /// is no D-SACK.
     #[test]
     fn rfc2883_a_duplicate_is_reported_first_as_a_d_sack_block_in_one_ack() {
-        static DATA: [u8; 100] = [9u8; 100];
         let iss = TcpSeqNumber(1000);
         let base = PISS + 1;
-        let seg = |from: usize, len: usize| {
-            let mut s = from_peer(TcpControl::None, base + from, iss + 1, None);
-            s.payload = &DATA[..len];
-            s
-        };
+        let seg = |from: usize, len: usize| peer_data(iss, from, len);
         let t = Instant::from_millis(2);
         let mut c = established_client(iss, true);
         c.handle_segment(t, &seg(0, 100));
@@ -2693,14 +2697,9 @@ mod tests {
     /// leaves it owed to the pure ACK after it, rather than forgetting it.
     #[test]
     fn a_d_sack_block_survives_a_full_record_segment() {
-        static DATA: [u8; 100] = [9u8; 100];
         let iss = TcpSeqNumber(1000);
         let base = PISS + 1;
-        let seg = |from: usize, len: usize| {
-            let mut s = from_peer(TcpControl::None, base + from, iss + 1, None);
-            s.payload = &DATA[..len];
-            s
-        };
+        let seg = |from: usize, len: usize| peer_data(iss, from, len);
         let t = Instant::from_millis(2);
         for walk in [false, true] {
             let mut c = established_client(iss, true);
