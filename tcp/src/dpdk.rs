@@ -444,16 +444,17 @@ fn tx_headers(seg: &[u8], pkt_len: usize) -> TxHeaders {
 /// (only a chained frame's can fail so): its checksums must then be computed in software.
 fn prepare_tx_offload(m: &mut Mbuf) -> bool {
     let pkt_len = m.pkt_len();
-    let (ihl, tcp, total, src, dst) = match tx_headers(m.data(), pkt_len) {
-        TxHeaders::None => return true,
-        TxHeaders::Split => return false,
-        TxHeaders::Ipv4 {
-            ihl,
-            tcp,
-            total,
-            src,
-            dst,
-        } => (ihl, tcp, total, src, dst),
+    let headers = tx_headers(m.data(), pkt_len);
+    let TxHeaders::Ipv4 {
+        ihl,
+        tcp,
+        total,
+        src,
+        dst,
+    } = headers
+    else {
+        // Nothing to offload (true), or headers beyond the first segment (false).
+        return headers == TxHeaders::None;
     };
     if tcp {
         let tcp_len = (total - ihl) as u32;

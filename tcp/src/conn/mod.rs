@@ -1983,7 +1983,7 @@ impl Connection {
     /// duplicate-ACK counting expects, and what makes the loss of any one of them harmless.
     /// `None` (the flag cleared) outside the synchronized states or with an RST pending:
     /// the transmit pass then decides, as for any ACK owed.
-    pub fn poll_quick_ack(&mut self, now: Instant) -> Option<Outgoing<'_>> {
+    pub fn poll_quick_ack(&mut self, now: Instant) -> Option<TcpRepr<'static>> {
         if !std::mem::take(&mut self.quick_ack) {
             return None;
         }
@@ -1998,13 +1998,7 @@ impl Connection {
         }
         let repr = self.base_segment(now, TcpControl::None, self.snd_nxt);
         self.sent(&repr);
-        Some(Outgoing {
-            repr,
-            conn: self,
-            off: 0,
-            len: 0,
-            first: None,
-        })
+        Some(repr)
     }
 
     /// The next segment to send now, as [`Connection::poll_transmit`], with its payload

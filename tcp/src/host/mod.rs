@@ -1159,11 +1159,10 @@ impl<D: PollDevice> Host<D> {
         let Some(tx) = self.device.transmit(now) else {
             return;
         };
-        let Some(out) = s.conn.poll_quick_ack(now) else {
+        let Some(ack) = s.conn.poll_quick_ack(now) else {
             return;
         };
-        debug_assert_eq!(out.payload_len(), 0);
-        let tcp_len = headers::tcp_header_len(&out.repr);
+        let tcp_len = headers::tcp_header_len(&ack);
         let addrs = FrameAddrs {
             src_mac: i.mac,
             dst_mac: mac,
@@ -1172,7 +1171,7 @@ impl<D: PollDevice> Host<D> {
         };
         let caps = &i.caps;
         tx.consume(ETH_HDR + IP_HDR + tcp_len, |buf| {
-            emit_tcp(buf, &addrs, &out.repr, &[], caps);
+            emit_tcp(buf, &addrs, &ack, &[], caps);
         });
         i.stats.quick_acks += 1;
     }
