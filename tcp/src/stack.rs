@@ -290,6 +290,15 @@ impl<D: PollDevice> Stack<D> {
         }
     }
 
+    /// Deadlines held in Warpcore's timer wheel, one per connection whose timer is armed
+    /// (`None` for the reference).
+    pub fn timers_armed(&self) -> Option<usize> {
+        match &self.imp {
+            Imp::Warpcore(s) => Some(s.timers_armed()),
+            Imp::Reference(_) => None,
+        }
+    }
+
     /// TCP counters summed over every connection so far (`None` for the reference).
     pub fn tcp_totals(&self) -> Option<crate::host::TcpTotals> {
         match &self.imp {

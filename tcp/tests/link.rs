@@ -11,7 +11,7 @@ use smoltcp::wire::{
     Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
 };
 use warpcore_tcp::link::{self, Faults, LinkConfig, LinkEnd};
-use warpcore_tcp::{Event, Stack, StackError, TcpTuning};
+use warpcore_tcp::{Event, Stack, StackConfig, StackError, TcpTuning};
 
 const MIB: u64 = 1 << 20;
 
@@ -838,5 +838,48 @@ fn syns_and_echo_requests_from_broadcast_or_multicast_sources_are_dropped() {
         answers(syn_from(IP_A, unicast), &mut b, &mut now),
         1,
         "SYN-ACK"
+    );
+}
+
+/// A SYN flood from forged sources against a backlog of 64: every SYN beyond the backlog
+/// evicts the oldest half-open connection (RFC 4987 3.4, recycling the oldest half-open
+/// TCB), and the evicted
+/// connection's SYN-ACK retransmission timer goes with it. Before, each evicted connection
+/// left its 1 s timer entry in the wheel, which thus held about one node per SYN of the last
+/// second and kept that many nodes for good.
+#[test]
+fn a_syn_flood_leaves_one_timer_per_half_open_connection() {
+    let (mut attacker, eb) = link::pair(&LinkConfig::default());
+    let cfg = StackConfig {
+        max_connections: 256,
+        ..config(2, IP_B)
+    };
+    let mut b = Stack::new(eb, &cfg, Instant::ZERO).expect("stack");
+    let _l = b.listen(5000, 64, &TcpTuning::default()).expect("listen");
+    let mac = EthernetAddress([0x02, 0, 0, 0, 0, 1]);
+    let mut now = Instant::ZERO;
+    let mut most = 0;
+    for round in 0..300u32 {
+        for k in 0..64u32 {
+            let n = round * 64 + k;
+            // A forged source port per SYN.
+            let mut f = syn_from(IP_A, mac);
+            let mut tp = TcpPacket::new_unchecked(&mut f[34..]);
+            tp.set_src_port(1024 + n as u16);
+            tp.fill_checksum(&IP_A.into(), &IP_B.into());
+            inject(&mut attacker, now, &f);
+        }
+        b.poll(now);
+        drain(&mut attacker, now);
+        most = most.max(b.timers_armed().expect("warpcore host"));
+        now += Duration::from_micros(100);
+    }
+    // 19,200 SYNs in 30 ms, well within the 1 s SYN-ACK timeout: the half-open table holds
+    // its 64, and the wheel one deadline for each (nothing else is armed).
+    assert_eq!(b.live(), 64);
+    assert_eq!(b.timers_armed(), Some(64));
+    assert!(
+        most <= 64,
+        "the wheel held {most} deadlines for 64 half-open connections"
     );
 }

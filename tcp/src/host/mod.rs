@@ -458,8 +458,8 @@ impl<D: PollDevice> Host<D> {
         self.inner.orphans_live
     }
 
-    /// Entries in the timer wheel: one per connection with a timer, plus stale ones (a
-    /// deadline that moved earlier, a connection removed) until their instant passes.
+    /// Entries in the timer wheel: one per connection whose timer is armed (a deadline
+    /// that moved earlier replaces its entry; a removed connection takes its entry along).
     pub fn timers_armed(&self) -> usize {
         self.inner.wheel.len()
     }
@@ -1565,8 +1565,15 @@ impl Inner {
             }
             self.live -= 1;
             self.free.push(index);
-            // Stale wheel entries and dirty-list entries are recognised by the generation or
-            // the empty slot.
+            // Its timer goes with it: a SYN flood evicts half-open connections by the
+            // thousand, each with a SYN-ACK retransmission armed a second ahead.
+            if let Some(at) = s.armed {
+                self.wheel.remove(Entry {
+                    at,
+                    index,
+                    generation: s.generation,
+                });
+            }
             if s.dirty {
                 self.dirty.retain(|d| *d != index);
             }
@@ -1635,18 +1642,27 @@ impl Inner {
             return;
         }
         let next = s.conn.poll_timeout();
-        match (next, s.armed) {
-            // An armed earlier deadline fires first and re-arms then.
-            (Some(n), Some(a)) if a <= n => {}
-            (Some(n), _) => {
-                s.armed = Some(n);
-                self.wheel.insert(Entry {
-                    at: n,
-                    index,
-                    generation: s.generation,
-                });
-            }
-            (None, _) => s.armed = None,
+        if next.is_some_and(|n| s.armed.is_some_and(|a| a <= n)) {
+            // An armed earlier deadline fires first and re-arms then: a deadline that moves
+            // later (the RTO at each ACK) costs no wheel operation.
+            return;
+        }
+        // A later deadline (or none) no longer wanted: its node goes now, so the wheel
+        // holds one entry per connection whose timer is armed.
+        if let Some(a) = s.armed.take() {
+            self.wheel.remove(Entry {
+                at: a,
+                index,
+                generation: s.generation,
+            });
+        }
+        if let Some(n) = next {
+            s.armed = Some(n);
+            self.wheel.insert(Entry {
+                at: n,
+                index,
+                generation: s.generation,
+            });
         }
     }
 

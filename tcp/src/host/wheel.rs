@@ -2,11 +2,12 @@
 //! the occupied buckets among the ticks that passed (issue 11 item 3: no scan of every
 //! connection; issue 12 item 4: no walk over empty buckets).
 //!
-//! Entries are never removed when a connection's deadline moves: the host keeps the armed
-//! deadline in the connection's slot and an entry fires only if it still matches it
-//! ([`crate::host`] checks). A later deadline keeps the earlier entry, which fires early and
-//! re-arms: calling a connection's `handle_timeout` early is harmless by its contract. So a
-//! connection whose RTO moves forward with every ACK costs no insertion per ACK.
+//! A deadline that moves later keeps its entry: the host keeps the armed deadline in the
+//! connection's slot, the earlier entry fires early and re-arms (calling a connection's
+//! `handle_timeout` early is harmless by its contract), so a connection whose RTO moves
+//! forward with every ACK costs no wheel operation per ACK. A deadline that moves earlier,
+//! or goes, and a connection that goes take their entry out ([`Wheel::remove`], a walk of
+//! one bucket): the wheel holds one entry per armed connection, whatever the churn.
 
 use smoltcp::time::Instant;
 
@@ -120,6 +121,41 @@ impl Wheel {
         // Not due before its own instant (one in the past: at the next expiry).
         self.horizon_us = self.horizon_us.min(e.at.total_micros());
         self.len += 1;
+    }
+
+    /// Disarms `e`, armed by [`Wheel::insert`] and not yet expired: its node goes back to the
+    /// free list at once. Work: a walk of its bucket. The host removes a connection's entry
+    /// when the connection goes or its deadline moves earlier, so the wheel holds one node
+    /// per armed connection, not one per deadline it ever armed (a SYN flood's evicted
+    /// half-open connections each left a 1 s SYN-ACK entry behind, and the pool kept that
+    /// peak for good). False if no such entry is held.
+    pub fn remove(&mut self, e: Entry) -> bool {
+        // An entry still held has `at` after the last expiry's `now`, or went into the
+        // current bucket when armed in the past: either way, the bucket `insert` chose.
+        let b = self.bucket(tick_of(e.at).max(self.current));
+        let mut prev = NIL;
+        let mut k = self.heads[b];
+        while k != NIL {
+            let node = self.nodes[k as usize];
+            if node.e == e {
+                if prev == NIL {
+                    self.heads[b] = node.next;
+                    if node.next == NIL {
+                        self.occupied[b / 64] &= !(1 << (b % 64));
+                    }
+                } else {
+                    self.nodes[prev as usize].next = node.next;
+                }
+                self.nodes[k as usize].next = self.free;
+                self.free = k;
+                self.len -= 1;
+                // The horizon stays a lower bound: an earlier one only costs an early look.
+                return true;
+            }
+            prev = k;
+            k = node.next;
+        }
+        false
     }
 
     /// Moves every entry due at `now` (at <= now) into `due`, in tick order. Work: the
@@ -390,7 +426,7 @@ mod tests {
         #[test]
         fn agrees_with_a_plain_list(
             conns in 1usize..5000,
-            ops in proptest::collection::vec((0u8..4, 0i64..400_000, -2_000i64..3_000_000), 1..120),
+            ops in proptest::collection::vec((0u8..5, 0i64..400_000, -2_000i64..3_000_000), 1..120),
         ) {
             let mut now = 1_000_000i64;
             let mut w = Wheel::new(Instant::from_micros(now), conns);
@@ -402,6 +438,15 @@ mod tests {
                         let at = now + offset;
                         w.insert(e(at, k as u32));
                         model.push((at, k as u32));
+                    }
+                    4 => {
+                        // Remove a held entry (picked by `step`), or one never armed.
+                        if model.is_empty() || step % 5 == 0 {
+                            proptest::prop_assert!(!w.remove(e(now + offset, u32::MAX)));
+                        } else {
+                            let (at, index) = model.swap_remove(step as usize % model.len());
+                            proptest::prop_assert!(w.remove(e(at, index)));
+                        }
                     }
                     _ => {
                         now += if op == 3 { step * 40 } else { step / 100 };
