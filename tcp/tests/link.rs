@@ -883,3 +883,52 @@ fn a_syn_flood_leaves_one_timer_per_half_open_connection() {
         "the wheel held {most} deadlines for 64 half-open connections"
     );
 }
+
+/// RFC 8985 6.2 step 4 over a link that reorders (2 % of frames held back 300 us, several
+/// minimum RTTs) and loses nothing: every retransmission is spurious and draws a D-SACK
+/// (RFC 2883) from Warpcore's receiver, and each round trip with one widens the sender's
+/// reordering window by min_RTT / 4, up to SRTT. The senders see the D-SACKs, and the
+/// widened window keeps spurious retransmissions to a fraction of the reordered segments
+/// (with the window fixed at min_RTT / 4, about every reordered segment was resent).
+#[test]
+fn rfc8985_6_2_d_sacks_widen_the_reordering_window_on_a_reordering_link() {
+    let faults = |seed| Faults {
+        seed,
+        reorder: 0.02,
+        reorder_delay: Duration::from_micros(150),
+        latency: Duration::from_micros(100),
+        ..Faults::default()
+    };
+    let cfg = LinkConfig {
+        faults_ab: faults(0x5eed_0001),
+        faults_ba: faults(0x5eed_0002),
+        ..LinkConfig::default()
+    };
+    let (mut a, mut b) = stacks(&cfg);
+    bidirectional(
+        &mut a,
+        &mut b,
+        16 * MIB,
+        &TcpTuning::default(),
+        sim_clock,
+        next_delivery,
+        Duration::from_secs(600),
+    );
+    let (sa, sb) = (a.device().tx_fault_stats(), b.device().tx_fault_stats());
+    let (ta, tb) = (a.tcp_totals().expect("a"), b.tcp_totals().expect("b"));
+    eprintln!(
+        "reordered a->b {} b->a {}; a {ta:?}; b {tb:?}",
+        sa.reordered, sb.reordered
+    );
+    for (s, t) in [(sa, ta), (sb, tb)] {
+        assert_eq!(s.lost, 0);
+        assert!(s.reordered > 200, "{s:?}");
+        assert!(t.dsacks_received > 0, "{t:?}");
+        assert!(
+            t.retransmitted_segments * 4 < s.reordered,
+            "{} segments resent for {} reordered",
+            t.retransmitted_segments,
+            s.reordered
+        );
+    }
+}

@@ -272,6 +272,29 @@ fn seq_diff(a: TcpSeqNumber, b: TcpSeqNumber) -> i64 {
     i64::from(a.0.wrapping_sub(b.0))
 }
 
+/// The D-SACK block an ACK's SACK blocks open with, if any (RFC 2883 4): a first block that
+/// lies at or below the cumulative ACK, or inside the second block, reports a segment
+/// received twice. A block that is empty, reaches past what was sent or lies implausibly
+/// far behind (more than 2^30 octets, where sequence comparisons stop meaning anything)
+/// is no evidence.
+fn dsack_block(
+    ranges: &[Option<(u32, u32)>; 3],
+    ack: TcpSeqNumber,
+    snd_nxt: TcpSeqNumber,
+) -> Option<(TcpSeqNumber, TcpSeqNumber)> {
+    let (l, r) = ranges[0]?;
+    let (l, r) = (TcpSeqNumber(l as i32), TcpSeqNumber(r as i32));
+    if l >= r || r > snd_nxt || seq_diff(ack, l) > 1 << 30 {
+        return None;
+    }
+    let dsack = r <= ack
+        || ranges[1].is_some_and(|(l2, r2)| {
+            let (l2, r2) = (TcpSeqNumber(l2 as i32), TcpSeqNumber(r2 as i32));
+            l2 <= l && r <= r2
+        });
+    dsack.then_some((l, r))
+}
+
 /// The spans of the send ring that external records reserve, as (offset from the ring's
 /// head, which is sequence number `base`, length), in order: what a re-layout of the ring
 /// need not copy ([`SendRing::reserve`]), asked for only when the ring grows.
@@ -1185,6 +1208,16 @@ impl Connection {
                 if !stale && (ts.tsval.wrapping_sub(self.ts_recent) as i32) < 0 {
                     self.stats.paws_dropped += 1;
                     self.ack_now = true;
+                    if rel < 0 && !seg.payload.is_empty() {
+                        // Octets received before, most often a segment the network held
+                        // back past its retransmission (which moved TS.Recent on): the
+                        // duplicate is reported as a D-SACK block (RFC 2883 4), as Linux's
+                        // `tcp_send_dupack` does, so the sender learns the retransmission
+                        // was not needed (RFC 8985 6.2 step 4).
+                        let start = self.rcv_off as i64 + rel;
+                        let end = (start + seg.payload.len() as i64).min(self.rcv_off as i64);
+                        self.note_duplicate(start, end);
+                    }
                     return;
                 }
             }
@@ -1375,6 +1408,11 @@ impl Connection {
             }
         }
         let sack = &blocks[..n_blocks];
+        if self.sack_ok {
+            if let Some((l, r)) = dsack_block(&seg.sack_ranges, ack, self.snd_nxt) {
+                self.rec.on_dsack(ack, self.snd_nxt, l, r);
+            }
+        }
         let advanced = ack > self.snd_una;
         let ts_rtt = if advanced {
             self.ts_rtt(now, seg)
@@ -2683,6 +2721,55 @@ mod tests {
         let _ = sent_sack_blocks(&mut c, t, base);
         c.handle_segment(t, &seg(0, 100));
         assert_eq!(sent_sack_blocks(&mut c, t, base), vec![vec![]]);
+    }
+
+    /// RFC 2883 4 on the sending side: the first block reports a duplicate when it lies at
+    /// or below the cumulative ACK or inside the second block; other first blocks, and
+    /// blocks that are empty, reach past SND.NXT or lie more than 2^30 behind, do not.
+    #[test]
+    fn rfc2883_4_a_first_block_below_the_ack_or_inside_the_second_is_a_d_sack() {
+        let s = |n: u32| 1_000_000u32.wrapping_add(n);
+        let ack = TcpSeqNumber(s(5000) as i32);
+        let nxt = TcpSeqNumber(s(9000) as i32);
+        type Blocks = [Option<(u32, u32)>; 3];
+        let cases: [(Blocks, bool); 10] = [
+            ([None; 3], false),
+            ([Some((s(1000), s(2000))), None, None], true),
+            ([Some((s(4000), s(5000))), None, None], true),
+            ([Some((s(4000), s(5001))), None, None], false),
+            (
+                [Some((s(6000), s(7000))), Some((s(6000), s(8000))), None],
+                true,
+            ),
+            (
+                [Some((s(6000), s(7000))), Some((s(7000), s(8000))), None],
+                false,
+            ),
+            ([Some((s(6000), s(7000))), None, None], false),
+            ([Some((s(2000), s(2000))), None, None], false),
+            (
+                [Some((s(8000), s(9001))), Some((s(6000), s(9500))), None],
+                false,
+            ),
+            (
+                [
+                    Some((s(5000).wrapping_sub((1 << 30) + 1), s(1000))),
+                    None,
+                    None,
+                ],
+                false,
+            ),
+        ];
+        for (ranges, want) in cases {
+            assert_eq!(dsack_block(&ranges, ack, nxt).is_some(), want, "{ranges:?}");
+        }
+        // Across the sequence-space wrap.
+        let ack = TcpSeqNumber(100);
+        let r = [Some((u32::MAX - 99, 50)), None, None];
+        assert_eq!(
+            dsack_block(&r, ack, TcpSeqNumber(9000)),
+            Some((TcpSeqNumber(-100), TcpSeqNumber(50)))
+        );
     }
 
     /// A D-SACK block owed (the old part of a segment that also brings new octets) reaches

@@ -214,6 +214,10 @@ pub struct TcpTotals {
     pub spurious_rtos: u64,
     /// Tail loss probes (RFC 8985).
     pub tail_loss_probes: u64,
+    /// ACKs received with a D-SACK block (RFC 2883): segments the peer got twice.
+    pub dsacks_received: u64,
+    /// Recovery episodes undone because D-SACKs showed all their retransmissions unneeded.
+    pub undone_recoveries: u64,
     /// Recovery episodes (window reductions).
     pub fast_recoveries: u64,
     /// Zero-window probes sent.
@@ -237,6 +241,8 @@ impl TcpTotals {
         self.rtos += c.recovery.rto_count;
         self.spurious_rtos += c.recovery.spurious_rtos;
         self.tail_loss_probes += c.recovery.tlp_count;
+        self.dsacks_received += c.recovery.dsacks_received;
+        self.undone_recoveries += c.recovery.undone_recoveries;
         self.fast_recoveries += c.recovery.fast_recoveries;
         self.window_probes += c.window_probes;
         self.delivered_in_place += c.delivered_in_place;

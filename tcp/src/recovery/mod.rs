@@ -9,7 +9,9 @@
 //!   lost, retransmitted; `in_flight` is its pipe).
 //! * RACK-TLP (RFC 8985): a segment is lost once a segment sent after it was delivered and
 //!   a reordering window passed (6.2; min_RTT / 4, or none in recovery or with three
-//!   segments SACKed until reordering is seen); otherwise the reorder timer fires then. A
+//!   segments SACKed until reordering is seen; one step of min_RTT / 4 wider for each round
+//!   trip that brought a D-SACK, for 16 recovery episodes, never beyond SRTT: step 4);
+//!   otherwise the reorder timer fires then. A
 //!   tail loss is probed after PTO = 2 SRTT (7.2), not an RTO, so it costs about one RTT (no probe in
 //!   recovery or while segments are SACKed, 7.2; with or without SACK); one probe per
 //!   flight (7.3, TLP.end_seq): an unanswered probe leaves the rest to the RTO. A probe
@@ -33,6 +35,9 @@
 //!   lost are not resent. With a 5 ms RTO floor a descheduled peer or a loaded host can
 //!   delay ACKs past the RTO; without the undo each such delay costs slow start from one
 //!   segment.
+//! * D-SACKs (RFC 2883, [`Recovery::on_dsack`]) widen RACK's reordering window (RFC 8985
+//!   6.2 step 4), and once they have covered every retransmission of a recovery episode,
+//!   its window reduction is undone (RFC 3708; Linux's `tcp_try_undo_dsack`).
 
 use std::collections::VecDeque;
 
@@ -146,6 +151,17 @@ pub struct RecoveryStats {
     pub in_flight: u64,
     /// RTOs found spurious and undone (RFC 3522, RFC 4015).
     pub spurious_rtos: u64,
+    /// ACKs carrying a D-SACK block (RFC 2883): the peer received a segment twice, so a
+    /// retransmission was not needed.
+    pub dsacks_received: u64,
+    /// Recovery episodes whose window reduction was undone: D-SACKs showed that every
+    /// retransmission of the episode was unneeded (RFC 3708 detection, Linux's
+    /// `tcp_try_undo_dsack` response).
+    pub undone_recoveries: u64,
+    /// The reordering window's multiplier (RFC 8985 6.2 step 4, RACK.reo_wnd_mult): 1, and
+    /// one more for each round trip in which a D-SACK arrived, back to 1 after 16
+    /// recovery episodes without one.
+    pub reo_wnd_mult: u64,
 }
 
 /// One segment outstanding (sequence numbers as raw `u32` in wrapping arithmetic).
@@ -283,6 +299,19 @@ pub struct Recovery {
     /// delivered below `fack`, so the network reorders; the reordering window then stays
     /// open in recovery and with DupThresh segments SACKed (step 4).
     reordering_seen: bool,
+    /// RFC 8985 6.2 step 4's RACK.reo_wnd_mult, RACK.reo_wnd_persist and RACK.dsack_round:
+    /// D-SACKs (the peer got a segment twice: a retransmission was spurious) widen the
+    /// reordering window by min_RTT / 4 once per round trip, for 16 recovery episodes.
+    reo_wnd_mult: u32,
+    reo_wnd_persist: u32,
+    dsack_round: Option<TcpSeqNumber>,
+    /// The congestion state before the last recovery episode's reduction, kept until
+    /// D-SACKs have reported every retransmission of that episode unneeded (then it comes
+    /// back), or another episode, an RTO or too many retransmissions end the wait.
+    episode_undo: Option<EpisodeUndo>,
+    /// The ranges the episode of `episode_undo` retransmitted and no D-SACK has covered
+    /// yet (at most [`EPISODE_RESENT_MAX`]; kept across episodes to reuse its memory).
+    episode_resent: Vec<(TcpSeqNumber, TcpSeqNumber)>,
     reorder_at: Option<Instant>,
     pto_at: Option<Instant>,
     /// RFC 8985's TLP.end_seq: the end of what was sent when the last loss probe went
@@ -324,6 +353,21 @@ struct Undo {
     rto_recovery: bool,
 }
 
+/// What a recovery episode's reduction changed (see `Recovery::episode_undo`).
+#[derive(Debug, Clone, Copy)]
+struct EpisodeUndo {
+    cwnd: usize,
+    ssthresh: usize,
+    cubic: Cubic,
+    /// Every retransmission so far was D-SACKed while the episode went on: the undo waits
+    /// for its end (as Linux undoes by D-SACK only out of recovery).
+    all_dsacked: bool,
+}
+
+/// Retransmissions an episode may have for its reduction to be undone by D-SACKs: past
+/// that it was no reordering (and the list stays small whatever the peer does).
+const EPISODE_RESENT_MAX: usize = 64;
+
 fn dur_us(d: Duration) -> u64 {
     d.total_micros()
 }
@@ -356,6 +400,11 @@ impl Recovery {
             rack_rtt: Duration::ZERO,
             fack: None,
             reordering_seen: false,
+            reo_wnd_mult: 1,
+            reo_wnd_persist: 0,
+            dsack_round: None,
+            episode_undo: None,
+            episode_resent: Vec::new(),
             reorder_at: None,
             pto_at: None,
             tlp_end: None,
@@ -465,7 +514,86 @@ impl Recovery {
             cwnd: self.cwnd as u64,
             ssthresh: self.ssthresh.min(u64::MAX as usize) as u64,
             in_flight: self.in_flight() as u64,
+            reo_wnd_mult: u64::from(self.reo_wnd_mult),
             ..self.stats
+        }
+    }
+
+    /// The ACK about to be given to [`Recovery::on_ack`] (acknowledging up to `ack`, while
+    /// `snd_nxt` is the next sequence number to send) opens with the D-SACK block `[l, r)`
+    /// (RFC 2883 4: the peer received those octets twice).
+    ///
+    /// * RFC 8985 6.2 step 4: the first D-SACK of a round trip widens the reordering window
+    ///   by one step of min_RTT / 4 (bounded by SRTT when applied) for 16 recovery
+    ///   episodes; more in the same round trip change nothing, so a peer cannot grow it
+    ///   faster than once per round trip.
+    /// * RFC 3708: a D-SACK covering a retransmission of the last recovery episode says the
+    ///   original arrived after all, after segments sent later: reordering (RFC 8985 6.2
+    ///   step 3's RACK.reordering_seen, learnt late). Once every retransmission of the
+    ///   episode is so covered, the episode was spurious and its window reduction is undone
+    ///   at its end (Linux's `tcp_try_undo_dsack`).
+    pub fn on_dsack(
+        &mut self,
+        ack: TcpSeqNumber,
+        snd_nxt: TcpSeqNumber,
+        l: TcpSeqNumber,
+        r: TcpSeqNumber,
+    ) {
+        self.stats.dsacks_received += 1;
+        if self.dsack_round.is_some_and(|d| ack >= d) {
+            self.dsack_round = None;
+        }
+        if self.dsack_round.is_none() {
+            self.dsack_round = Some(snd_nxt);
+            // The window is at most SRTT whatever the multiplier: 255 steps of min_RTT / 4
+            // are far beyond it (Linux's `reo_wnd_steps` is a u8 as well).
+            self.reo_wnd_mult = (self.reo_wnd_mult + 1).min(255);
+            self.reo_wnd_persist = 16;
+        }
+        let Some(u) = self.episode_undo.as_mut() else {
+            return;
+        };
+        // Trim the block from the retransmitted ranges it covers, whole or at either end.
+        let mut matched = false;
+        self.episode_resent.retain_mut(|(a, b)| {
+            if l <= *a && *b <= r {
+                matched = true;
+                return false;
+            }
+            if l <= *a && r > *a {
+                *a = r;
+                matched = true;
+            } else if r >= *b && l < *b {
+                *b = l;
+                matched = true;
+            }
+            true
+        });
+        if !matched {
+            return;
+        }
+        self.reordering_seen = true;
+        if self.episode_resent.is_empty() {
+            if self.recover.is_some() {
+                u.all_dsacked = true;
+            } else {
+                self.undo_episode();
+            }
+        }
+    }
+
+    /// Undoes the last recovery episode's window reduction: D-SACKs reported every one of
+    /// its retransmissions unneeded (RFC 3708 2; the response as RFC 4015's and Linux's
+    /// `tcp_undo_cwnd_reduction`: the larger of the windows, CUBIC's state before).
+    fn undo_episode(&mut self) {
+        let Some(u) = self.episode_undo.take() else {
+            return;
+        };
+        self.stats.undone_recoveries += 1;
+        if self.cfg.congestion != Congestion::None {
+            self.cwnd = self.cwnd.max(u.cwnd);
+            self.ssthresh = self.ssthresh.max(u.ssthresh);
+            self.cubic = u.cubic;
         }
     }
 
@@ -478,6 +606,13 @@ impl Recovery {
         if retransmit {
             self.stats.retransmitted_segments += 1;
             self.stats.retransmitted_octets += len as u64;
+            if self.episode_undo.is_some() {
+                if self.episode_resent.len() < EPISODE_RESENT_MAX {
+                    self.episode_resent.push((seq, end));
+                } else {
+                    self.episode_undo = None;
+                }
+            }
             self.retransmit_first = false;
             self.mark_retransmitted(now, seq, end);
         } else {
@@ -801,7 +936,7 @@ impl Recovery {
         self.advance_fack(ack);
         if self.segs.is_empty() {
             if tlp_loss {
-                self.reduce_window(now);
+                self.reduce_window_tlp(now);
             } else {
                 self.grow(now, out.newly_acked);
             }
@@ -815,7 +950,7 @@ impl Recovery {
         if out.lost_marked > 0 {
             self.enter_recovery(now);
         } else if tlp_loss {
-            self.reduce_window(now);
+            self.reduce_window_tlp(now);
         } else {
             self.grow(now, out.newly_acked);
         }
@@ -980,6 +1115,14 @@ impl Recovery {
                 self.recover = None;
                 self.dup_sacked = 0;
                 self.retransmit_first = false;
+                // RFC 8985 6.2 step 4: a widened reordering window lasts 16 episodes.
+                self.reo_wnd_persist = self.reo_wnd_persist.saturating_sub(1);
+                if self.reo_wnd_persist == 0 {
+                    self.reo_wnd_mult = 1;
+                }
+                if self.episode_undo.is_some_and(|u| u.all_dsacked) {
+                    self.undo_episode();
+                }
                 if !std::mem::take(&mut self.rto_recovery) {
                     // RFC 6582 3.2 step 3 (full ACK): deflate to ssthresh.
                     self.cwnd = self.cwnd.min(self.ssthresh.max(2 * self.smss));
@@ -989,7 +1132,7 @@ impl Recovery {
         if out.lost_marked > 0 && self.recover.is_none() {
             self.enter_recovery(now);
         } else if tlp_loss {
-            self.reduce_window(now);
+            self.reduce_window_tlp(now);
         } else if acked > 0 && (self.recover.is_none() || self.rto_recovery) {
             // RFC 5681 3.1, RFC 6298 5: after an RTO the sender slow-starts from one segment
             // (up to ssthresh, then congestion avoidance, as Linux grows cwnd in CA_Loss)
@@ -1038,13 +1181,15 @@ impl Recovery {
             return 0;
         };
         // RFC 8985 6.2 step 4: unless reordering was seen (step 3), no window in loss
-        // recovery or once DupThresh (3) segments are SACKed; else min_RTT / 4 bounded by
-        // SRTT.
+        // recovery or once DupThresh (3) segments are SACKed; else RACK.reo_wnd_mult *
+        // min_RTT / 4 bounded by SRTT.
         let sacked = self.tally.sacked;
         let reo_wnd = if !self.reordering_seen && (self.recover.is_some() || sacked >= 3) {
             Duration::ZERO
         } else {
-            let w = self.min_rtt.map_or(Duration::ZERO, |m| m / 4);
+            let w = self
+                .min_rtt
+                .map_or(Duration::ZERO, |m| m / 4 * self.reo_wnd_mult);
             self.srtt.map_or(w, |s| w.min(s))
         };
         let mut lost = 0;
@@ -1077,8 +1222,23 @@ impl Recovery {
     fn enter_recovery(&mut self, now: Instant) {
         self.recover = self.high;
         self.retransmit_first = true;
+        // What the reduction changes, until D-SACKs say whether it was needed.
+        self.episode_undo = Some(EpisodeUndo {
+            cwnd: self.cwnd,
+            ssthresh: self.ssthresh,
+            cubic: self.cubic,
+            all_dsacked: false,
+        });
+        self.episode_resent.clear();
         // RFC 8985 7.2: no loss probe in recovery (`arm_pto`), nor one armed before it.
         self.pto_at = None;
+        self.reduce_window(now);
+    }
+
+    /// The reduction for a loss a loss probe repaired: no D-SACK undoes it, nor may an
+    /// earlier episode's undo, coming later, restore the window from before it.
+    fn reduce_window_tlp(&mut self, now: Instant) {
+        self.episode_undo = None;
         self.reduce_window(now);
     }
 
@@ -1275,6 +1435,8 @@ impl Recovery {
             // RFC 6298 5.4-5.6 and RFC 5681 3.1; SACK information is discarded (RFC 2018 8:
             // the receiver may have reneged).
             self.stats.rto_count += 1;
+            // The RTO's own undo (by timestamps) replaces an episode's.
+            self.episode_undo = None;
             // The first of consecutive RTOs keeps the state to restore (the one before any
             // of them): an ACK echoing a transmission older than it undoes them all.
             if self.backoffs == 0 {

@@ -327,7 +327,7 @@ proptest! {
         cc in 0u8..3,
         rack_tlp in any::<bool>(),
         ops in proptest::collection::vec(
-            (0u8..6, 0u32..40_000, 0u32..40_000, 0u32..3_000, any::<bool>()),
+            (0u8..7, 0u32..40_000, 0u32..40_000, 0u32..3_000, any::<bool>()),
             1..160,
         ),
     ) {
@@ -372,11 +372,22 @@ proptest! {
                     prop_assert_eq!(o, g);
                     una = una.max(ack);
                 }
-                _ => {
+                5 => {
                     if let Some(t) = fast.poll_timeout() {
                         now = now.max(t);
                     }
                     prop_assert_eq!(fast.handle_timeout(now), general.handle_timeout(now));
+                }
+                _ => {
+                    // A D-SACK for some octets sent so far (an episode's retransmission or
+                    // not): the undo and the reordering window it may change.
+                    let sent = (nxt - S) as u32;
+                    if sent > 0 {
+                        let l = S + (b % sent) as usize;
+                        let r = l + ((a % 3000) as usize + 1).min(nxt - l);
+                        fast.on_dsack(una, nxt, l, r);
+                        general.on_dsack(una, nxt, l, r);
+                    }
                 }
             }
             prop_assert_eq!(format!("{fast:?}"), format!("{general:?}"));
@@ -1034,4 +1045,151 @@ fn rfc8985_6_2_observed_reordering_keeps_the_reordering_window() {
             assert_eq!(o.lost_marked, 1, "no reordering seen: no window");
         }
     }
+}
+
+/// RFC 8985 6.2 step 4 (RACK_update_reo_wnd): a D-SACK (RFC 2883: the peer got a segment
+/// twice, so its retransmission was spurious) widens the reordering window by one step of
+/// min_RTT / 4, once per round trip (RACK.dsack_round = SND.NXT: more D-SACKs before an ACK
+/// passes it change nothing), for 16 recovery episodes (RACK.reo_wnd_persist), after which
+/// it is back to one step. The window never exceeds SRTT.
+#[test]
+fn rfc8985_6_2_step_4_dsack_widens_the_reordering_window_for_sixteen_recoveries() {
+    let mut r = rtt_of_1_ms();
+    // Reordering seen (segment 1 delivered after segment 2, never retransmitted).
+    send_n(&mut r, us(2_000), S + 1000, 4);
+    r.on_ack(us(3_000), S + 1000, &[(S + 2000, S + 3000)], None);
+    r.on_ack(us(3_100), S + 5000, &[], None);
+    assert!(r.reordering_seen);
+    assert_eq!(r.stats().reo_wnd_mult, 1);
+    // A D-SACK: one step more; a second one in the same round trip: nothing more.
+    send_n(&mut r, us(3_100), S + 5000, 4);
+    r.on_dsack(S + 5000, S + 9000, S, S + 1000);
+    r.on_dsack(S + 5000, S + 9000, S, S + 1000);
+    assert_eq!(r.stats().reo_wnd_mult, 2);
+    assert_eq!(r.stats().dsacks_received, 2);
+    // Segment 5 reordered behind 6..8: lost only after RACK.rtt + 2 * min_RTT / 4
+    // (3_100 + 1_100 + 500), where one step gave 4_450.
+    let o = r.on_ack(us(4_200), S + 5000, &[(S + 6000, S + 9000)], None);
+    assert_eq!(o.lost_marked, 0);
+    assert_eq!(r.poll_timeout(), Some(us(4_700)));
+    // Once an ACK passes the round trip's SND.NXT (9000), the next D-SACK steps again.
+    r.on_ack(us(4_300), S + 9000, &[], None);
+    r.on_dsack(S + 9000, S + 9000, S, S + 1000);
+    assert_eq!(r.stats().reo_wnd_mult, 3);
+    // Sixteen recovery episodes without a D-SACK bring it back to one step.
+    let mut next = S + 9000;
+    let mut now = 5_000;
+    for episode in 1..=16 {
+        assert_eq!(r.stats().reo_wnd_mult, 3, "episode {episode}");
+        // The first segment is lost: the others, sent 2 ms later, are SACKed a round trip
+        // after that, long after the first one's window passed.
+        send_n(&mut r, us(now), next, 1);
+        send_n(&mut r, us(now + 2_000), next + 1000, 3);
+        now += 3_000;
+        let o = r.on_ack(us(now), next, &[(next + 1000, next + 4000)], None);
+        assert_eq!(o.lost_marked, 1, "episode {episode}");
+        while r.next_retransmit().is_some() {
+            let (seq, len) = r.next_retransmit().unwrap();
+            r.on_sent(us(now), seq, len, true);
+        }
+        now += 1_000;
+        next += 4000;
+        r.on_ack(us(now), next, &[], None);
+    }
+    assert_eq!(r.stats().fast_recoveries, 16);
+    assert_eq!(r.stats().reo_wnd_mult, 1);
+    // Bounded by SRTT (~1 ms) whatever the multiplier: 255 steps at most.
+    for _ in 0..300 {
+        r.on_dsack(next, next + 4000, S, S + 1000);
+        r.on_sent(us(now), next, 4000, false);
+        next += 4000;
+        r.on_ack(us(now + 1_000), next, &[], None);
+        now += 1_000;
+    }
+    assert_eq!(r.stats().reo_wnd_mult, 255);
+}
+
+/// RFC 3708 2 (detection) with Linux's `tcp_try_undo_dsack` (response): once D-SACKs have
+/// covered every retransmission of a recovery episode, none was needed (the originals
+/// arrived, late: reordering, RFC 8985 6.2 step 3 learnt late) and the episode's window
+/// reduction is undone, at its end if they came during it. A D-SACK for other octets, or
+/// one covering only some of the episode's retransmissions, undoes nothing.
+#[test]
+fn rfc3708_d_sacks_for_every_retransmission_undo_the_episode() {
+    // (D-SACK blocks, relative to the lost segment at S + 1000; whether they come before
+    // the episode ends; undone?)
+    type Case = (&'static [(usize, usize)], bool, bool);
+    let cases: [Case; 5] = [
+        (&[(0, 1000)], false, true),
+        (&[(0, 1000)], true, true),
+        (&[(0, 600), (600, 1000)], false, true),
+        (&[(0, 600)], false, false),
+        (&[(2000, 3000)], false, false),
+    ];
+    for (blocks, during, undone) in cases {
+        let mut r = rtt_of_1_ms();
+        r.cwnd = 20_000;
+        let before = (r.cwnd(), r.ssthresh);
+        // Segment S+1000 lost: the three after it, sent later, SACKed long after.
+        send_n(&mut r, us(2_000), S + 1000, 1);
+        send_n(&mut r, us(2_500), S + 2000, 3);
+        let o = r.on_ack(us(4_000), S + 1000, &[(S + 2000, S + 5000)], None);
+        assert_eq!(o.lost_marked, 1);
+        assert!(r.cwnd() < before.0, "reduced");
+        let reduced = r.cwnd();
+        let (seq, len) = r.next_retransmit().expect("retransmit");
+        r.on_sent(us(4_000), seq, len, true);
+        let dsack = |r: &mut Recovery| {
+            for &(a, b) in blocks {
+                r.on_dsack(S + 5000, S + 5000, S + 1000 + a, S + 1000 + b);
+            }
+        };
+        if during {
+            dsack(&mut r);
+            assert_eq!(
+                r.stats().undone_recoveries,
+                0,
+                "not while the episode lasts"
+            );
+        }
+        r.on_ack(us(5_000), S + 5000, &[], None);
+        if !during {
+            dsack(&mut r);
+        }
+        let st = r.stats();
+        assert_eq!(
+            st.undone_recoveries,
+            u64::from(undone),
+            "{blocks:?} during {during}"
+        );
+        if undone {
+            assert!(r.cwnd() >= before.0, "{} < {}", r.cwnd(), before.0);
+            assert_eq!(r.ssthresh, before.1);
+            assert!(r.reordering_seen);
+        } else {
+            assert!(r.cwnd() <= reduced + 1000, "{}", r.cwnd());
+        }
+    }
+}
+
+/// An RTO ends the wait (its own undo goes by timestamps, RFC 3522): a D-SACK for the
+/// earlier episode's retransmission then restores nothing.
+#[test]
+fn rfc3708_an_rto_ends_an_episodes_undo() {
+    let mut r = rtt_of_1_ms();
+    r.cwnd = 20_000;
+    send_n(&mut r, us(2_000), S + 1000, 1);
+    send_n(&mut r, us(2_500), S + 2000, 3);
+    r.on_ack(us(4_000), S + 1000, &[(S + 2000, S + 5000)], None);
+    let (seq, len) = r.next_retransmit().expect("retransmit");
+    r.on_sent(us(4_000), seq, len, true);
+    r.on_ack(us(5_000), S + 5000, &[], None);
+    // An RTO on the next flight.
+    send_n(&mut r, us(5_000), S + 5000, 2);
+    while r.stats().rto_count == 0 {
+        let t = r.poll_timeout().expect("armed");
+        r.handle_timeout(t);
+    }
+    r.on_dsack(S + 5000, S + 7000, S + 1000, S + 2000);
+    assert_eq!(r.stats().undone_recoveries, 0);
 }
