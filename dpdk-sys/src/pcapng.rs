@@ -1,7 +1,7 @@
 //! pcapng capture of rx and tx traffic with DPDK's `rte_pcapng`, readable by Wireshark.
 
 use std::ffi::CString;
-use std::os::fd::IntoRawFd;
+use std::os::fd::{AsRawFd, IntoRawFd};
 use std::ptr::NonNull;
 
 use crate::{ffi, Eal, Error, Mbuf, Mempool};
@@ -19,6 +19,11 @@ pub enum Direction {
 ///
 /// Packets are copied (never the originals) into mbufs from the writer's own pool, stamped
 /// with the time-stamp counter, and written in batches of up to 32.
+///
+/// The stamps are converted to wall-clock time here, not by DPDK: 22.11's `rte_pcapng_copy`
+/// reads its own base on the first conversion in the process, after the caller read the
+/// TSC, so the first delta is negative, wraps, and puts that packet and every later one some
+/// 2^64 / TSC-Hz seconds (about two centuries) in the future.
 #[derive(Debug)]
 pub struct PcapngWriter {
     raw: NonNull<ffi::rte_pcapng>,
@@ -26,6 +31,9 @@ pub struct PcapngWriter {
     pending: Vec<*mut ffi::rte_mbuf>,
     path: String,
     snaplen: u32,
+    /// The ports with an interface in the file (the only ones rte_pcapng maps).
+    ports: Vec<u16>,
+    clock: TscClock,
     written: u64,
     dropped: u64,
 }
@@ -36,50 +44,117 @@ unsafe impl Send for PcapngWriter {}
 
 impl PcapngWriter {
     /// Creates (truncates) `path` and writes the section header with the interfaces of all
-    /// probed ports. `pool_name` must be unique; copies are cut to `snaplen` bytes.
+    /// probed ports: only their packets can be recorded ([`PcapngWriter::record`]). Copies
+    /// are cut to `snaplen` bytes (1 to 65,535; a pool of the copies' size is made, named
+    /// `pool_name`, which must be unique). A failure leaves no file descriptor open and
+    /// no pool made, so the same call may be tried again.
     pub fn create(eal: &Eal, path: &str, pool_name: &str, snaplen: u32) -> Result<Self, Error> {
         let perr = |reason: String| Error::Pcapng {
             path: path.into(),
             reason,
         };
-        // SAFETY: pure computation.
+        // rte_pcapng_mbuf_size adds the mbuf, the options and the alignment in 32 bits
+        // (a snaplen near 2^32 wraps round to a small pool); a copy cut to 0 octets holds
+        // nothing.
+        if snaplen == 0 || snaplen > u32::from(u16::MAX) {
+            return Err(perr(format!(
+                "snaplen {snaplen} is not in 1..=65535 (octets kept of each packet)"
+            )));
+        }
+        // SAFETY: pure computation; snaplen is small enough not to wrap.
         let room = unsafe { ffi::rte_pcapng_mbuf_size(snaplen) };
-        let room = u16::try_from(room).map_err(|_| perr(format!("snaplen {snaplen} too big")))?;
-        let pool = Mempool::new(eal, pool_name, 1023, 0, room)?;
+        let room = u16::try_from(room).map_err(|_| {
+            perr(format!(
+                "snaplen {snaplen} needs mbufs of {room} octets (at most 65,535)"
+            ))
+        })?;
+        // The interfaces rte_pcapng_fdopen writes, in its order (RTE_ETH_FOREACH_DEV). A
+        // port outside them has no interface in the file and no entry in its port map.
+        let mut ports = Vec::new();
+        // SAFETY: the EAL is up; the call only reads the port table.
+        let mut p = unsafe { ffi::rte_eth_find_next_owned_by(0, 0) };
+        while p < u64::from(ffi::RTE_MAX_ETHPORTS) {
+            ports.push(p as u16);
+            // SAFETY: as above; p + 1 <= RTE_MAX_ETHPORTS.
+            p = unsafe { ffi::rte_eth_find_next_owned_by(p as u16 + 1, 0) };
+        }
         let file = std::fs::File::create(path).map_err(|e| perr(e.to_string()))?;
-        let fd = file.into_raw_fd();
         let app = CString::new("warpcore").expect("no NUL");
-        // SAFETY: fd is an open, writable descriptor whose ownership passes to rte_pcapng
-        // (closed by rte_pcapng_close); the strings are copied.
+        // SAFETY: the descriptor is open and writable; rte_pcapng takes it over only on
+        // success (then closed by rte_pcapng_close), on failure `file` still closes it. The
+        // strings are copied.
         let raw = unsafe {
             ffi::rte_pcapng_fdopen(
-                fd,
+                file.as_raw_fd(),
                 std::ptr::null(),
                 std::ptr::null(),
                 app.as_ptr(),
                 std::ptr::null(),
             )
         };
-        let raw = NonNull::new(raw).ok_or_else(|| perr(Error::last_reason()))?;
+        let Some(raw) = NonNull::new(raw) else {
+            // The writes of the headers failed (errno), or the allocation (rte_errno).
+            let io = std::io::Error::last_os_error();
+            return Err(perr(format!(
+                "writing the section header failed: {io}; {}",
+                Error::last_reason()
+            )));
+        };
+        let _ = file.into_raw_fd();
+        let pool = match Mempool::new(eal, pool_name, 1023, 0, room) {
+            Ok(pool) => pool,
+            Err(e) => {
+                // SAFETY: raw came from rte_pcapng_fdopen and is closed once (with its fd).
+                unsafe { ffi::rte_pcapng_close(raw.as_ptr()) };
+                return Err(e);
+            }
+        };
         Ok(PcapngWriter {
             raw,
             pool,
             pending: Vec::with_capacity(32),
             path: path.into(),
             snaplen,
+            ports,
+            clock: TscClock::new(),
             written: 0,
             dropped: 0,
         })
     }
 
+    /// Whether packets of `port` can be recorded: it was probed when the file was created
+    /// and has an interface in it; else an error naming the ports that have one.
+    pub fn covers(&self, port: u16) -> Result<(), Error> {
+        if self.ports.contains(&port) {
+            return Ok(());
+        }
+        Err(Error::Pcapng {
+            path: self.path.clone(),
+            reason: format!(
+                "port {port} has no interface in the capture (only the ports probed when it \
+                 was created have: {:?})",
+                self.ports
+            ),
+        })
+    }
+
     /// Records a copy of `m`, seen on `port`/`queue` going `dir`. When the writer's pool is
-    /// empty the copy is skipped and counted in [`PcapngWriter::dropped`].
-    pub fn record(&mut self, port: u16, queue: u16, m: &Mbuf, dir: Direction) {
+    /// empty the copy is skipped and counted in [`PcapngWriter::dropped`]. A port the file
+    /// has no interface for ([`PcapngWriter::covers`]) is refused, the packet counted in
+    /// `dropped` too: DPDK would write it under an interface read from outside its port map.
+    pub fn record(&mut self, port: u16, queue: u16, m: &Mbuf, dir: Direction) -> Result<(), Error> {
+        if let Err(e) = self.covers(port) {
+            self.dropped += 1;
+            return Err(e);
+        }
         let d = match dir {
             Direction::Rx => ffi::RTE_PCAPNG_DIRECTION_IN,
             Direction::Tx => ffi::RTE_PCAPNG_DIRECTION_OUT,
         };
+        let cycles = crate::tsc_cycles();
         // SAFETY: m is a valid packet borrowed for the call (only read); the pool is valid.
+        // The copy carries `port`, which rte_pcapng_write_packets looks up in its port map:
+        // checked above to be one of the ports the map was filled for.
         let copy = unsafe {
             ffi::rte_pcapng_copy(
                 port,
@@ -87,18 +162,29 @@ impl PcapngWriter {
                 m.as_raw(),
                 self.pool.as_ptr(),
                 self.snaplen,
-                crate::tsc_cycles(),
+                cycles,
                 d,
             )
         };
-        if copy.is_null() {
+        let Some(copy) = NonNull::new(copy) else {
             self.dropped += 1;
-            return;
+            return Ok(());
+        };
+        // SAFETY: a packet rte_pcapng_copy just made for us; owned here until flush.
+        let mut copy = unsafe { Mbuf::from_raw(copy) };
+        // The enhanced packet block's header, prepended in the first segment: its timestamp
+        // (high and low 32 bits, in the host's byte order like the whole file) is DPDK's
+        // wrong one (see the type's docs) until replaced here.
+        let ns = self.clock.ns(cycles);
+        if let Some(stamp) = copy.data_mut().get_mut(12..20) {
+            stamp[..4].copy_from_slice(&((ns >> 32) as u32).to_ne_bytes());
+            stamp[4..].copy_from_slice(&(ns as u32).to_ne_bytes());
         }
-        self.pending.push(copy);
+        self.pending.push(copy.into_raw().as_ptr());
         if self.pending.len() == 32 {
             self.flush();
         }
+        Ok(())
     }
 
     /// Writes the pending copies to the file.
@@ -147,5 +233,65 @@ impl Drop for PcapngWriter {
         self.flush();
         // SAFETY: raw came from rte_pcapng_fdopen and is closed exactly once.
         unsafe { ffi::rte_pcapng_close(self.raw.as_ptr()) }
+    }
+}
+
+/// Converts time-stamp counter readings to nanoseconds since 1970 from one reading of each
+/// clock taken together.
+#[derive(Debug, Clone, Copy)]
+struct TscClock {
+    tsc: u64,
+    ns: u64,
+    hz: u64,
+}
+
+impl TscClock {
+    fn new() -> TscClock {
+        let before = crate::tsc_cycles();
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        let after = crate::tsc_cycles();
+        TscClock {
+            tsc: before + after.wrapping_sub(before) / 2,
+            ns: wall,
+            // SAFETY: reads the frequency the EAL measured at initialisation.
+            hz: unsafe { ffi::rte_get_tsc_hz() },
+        }
+    }
+
+    /// The time `tsc` stands for. A reading a little before the base (another core's
+    /// counter) comes out a little earlier, not wrapped round.
+    fn ns(&self, tsc: u64) -> u64 {
+        if self.hz == 0 {
+            return self.ns;
+        }
+        let delta = i128::from(tsc.wrapping_sub(self.tsc) as i64);
+        let ns = i128::from(self.ns) + delta * 1_000_000_000 / i128::from(self.hz);
+        ns.clamp(0, i128::from(u64::MAX)) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TscClock;
+
+    #[test]
+    fn tsc_readings_convert_around_the_base_without_wrapping() {
+        let c = TscClock {
+            tsc: 1_000_000,
+            ns: 1_700_000_000_000_000_000,
+            hz: 2_500_000_000,
+        };
+        assert_eq!(c.ns(1_000_000), c.ns);
+        assert_eq!(c.ns(1_000_000 + 2_500_000_000), c.ns + 1_000_000_000);
+        // An hour on: no overflow in the product.
+        assert_eq!(
+            c.ns(1_000_000 + 3600 * 2_500_000_000),
+            c.ns + 3600 * 1_000_000_000
+        );
+        // 2,500 cycles before the base (another core's counter): a microsecond earlier.
+        assert_eq!(c.ns(1_000_000 - 2_500), c.ns - 1_000);
+        assert_eq!(TscClock { hz: 0, ..c }.ns(5), c.ns);
     }
 }

@@ -108,7 +108,8 @@ fn dpdk_wrappers_end_to_end() {
         })
         .collect();
     for m in &out[..10] {
-        cap.record(a.id(), 0, m, Direction::Tx);
+        cap.record(a.id(), 0, m, Direction::Tx)
+            .expect("port a is in the capture");
     }
     // The ring holds 1023: the rest stays with the caller, in order.
     let mut sent = 0;
@@ -124,12 +125,14 @@ fn dpdk_wrappers_end_to_end() {
         assert_eq!(&m.data()[..4], &(i as u32).to_be_bytes());
     }
     for m in &got[..10] {
-        cap.record(b.id(), 0, m, Direction::Rx);
+        cap.record(b.id(), 0, m, Direction::Rx)
+            .expect("port b is in the capture");
     }
     // Far more records than the writer's pool holds: copies must be recycled.
     for _ in 0..200 {
         for m in &got[..10] {
-            cap.record(b.id(), 0, m, Direction::Rx);
+            cap.record(b.id(), 0, m, Direction::Rx)
+                .expect("port b is in the capture");
         }
     }
     drop(got);

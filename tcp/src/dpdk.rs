@@ -220,9 +220,13 @@ impl DpdkDevice {
 
     /// Records every received and transmitted frame into `w` (DPDK's pcapng writer) from now
     /// on. Transmitted frames are recorded when handed to the tx ring. No TSO super-frames
-    /// are built while a capture is attached.
-    pub fn set_pcapng(&mut self, w: PcapngWriter) {
+    /// are built while a capture is attached. Refused when the capture has no interface for
+    /// the device's port ([`PcapngWriter::covers`]: the port was made after the writer).
+    pub fn set_pcapng(&mut self, w: PcapngWriter) -> Result<(), warpcore_dpdk_sys::Error> {
+        w.covers(self.rx.port())?;
+        w.covers(self.tx.port())?;
         self.pcapng = Some(w);
+        Ok(())
     }
 
     /// Stops capturing and returns the writer (its drop closes the file).
@@ -297,7 +301,8 @@ impl DpdkDevice {
             if let Some(w) = &mut self.pcapng {
                 let (port, queue) = (self.rx.port(), self.rx.queue());
                 for m in &self.rx_batch {
-                    w.record(port, queue, m, Direction::Rx);
+                    // The port was checked by set_pcapng; a refusal is counted in dropped().
+                    let _ = w.record(port, queue, m, Direction::Rx);
                 }
             }
         }
@@ -767,7 +772,8 @@ impl PollDevice for DpdkDevice {
             // were recorded by an earlier flush.
             let (port, queue) = (self.tx.port(), self.tx.queue());
             for m in &self.tx_pending[self.tx_recorded..] {
-                w.record(port, queue, m, Direction::Tx);
+                // As in take_rx: checked by set_pcapng, counted in dropped() if refused.
+                let _ = w.record(port, queue, m, Direction::Tx);
             }
             self.tx_recorded = self.tx_pending.len();
         }

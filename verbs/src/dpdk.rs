@@ -155,7 +155,7 @@ impl DpdkPort {
     pub fn capture_pcapng(&mut self, eal: &Eal, path: &str, pool_name: &str) -> Result<(), Error> {
         let w = PcapngWriter::create(eal, path, pool_name, self.mtu as u32 + 18).map_err(dpdk)?;
         if let Some(d) = self.devices.first_mut() {
-            d.set_pcapng(w);
+            d.set_pcapng(w).map_err(dpdk)?;
         }
         Ok(())
     }

@@ -103,7 +103,7 @@ pub(crate) fn with_stack(
             u32::from(mtu) + 18,
         )
         .map_err(|e| e.to_string())?;
-        dev.set_pcapng(w);
+        dev.set_pcapng(w).map_err(|e| e.to_string())?;
     }
     let clock = Clock(StdInstant::now());
     let mac = net.dev.mac.map_or(mac, |m| m.0);
