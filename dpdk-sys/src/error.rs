@@ -71,6 +71,17 @@ pub enum Error {
         /// Device name.
         name: String,
     },
+    /// A [`crate::PortConfig`] asks for what the port cannot be configured with as asked
+    /// (DPDK would put its own default or nearest value in its place).
+    #[error("port {port} ({name}): {why}")]
+    PortConfig {
+        /// Port id.
+        port: u16,
+        /// Device name.
+        name: String,
+        /// What was asked for and what the port takes.
+        why: String,
+    },
     /// The port cannot be reconfigured or stopped while queue handles taken from it are
     /// alive: a reconfiguration releases the queues they poll.
     #[error(

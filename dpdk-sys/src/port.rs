@@ -75,15 +75,17 @@ pub struct Offloads {
 /// How to configure a port.
 #[derive(Debug, Clone)]
 pub struct PortConfig {
-    /// Number of rx queues (more than one enables RSS when the port offers it).
+    /// Number of rx queues (more than one enables RSS when the port offers it). Not 0
+    /// together with `tx_queues` ([`Error::PortConfig`]).
     pub rx_queues: u16,
     /// Number of tx queues.
     pub tx_queues: u16,
-    /// Descriptors per rx queue.
+    /// Descriptors per rx queue (not 0, within the driver's limits: [`Error::PortConfig`]).
     pub rx_desc: u16,
-    /// Descriptors per tx queue.
+    /// Descriptors per tx queue (as `rx_desc`).
     pub tx_desc: u16,
-    /// IP MTU (the Ethernet payload), up to [`crate::MTU_MAX`]. `None` keeps the default.
+    /// IP MTU (the Ethernet payload), 1 to [`crate::MTU_MAX`] ([`Error::Mtu`] else).
+    /// `None` keeps the default.
     pub mtu: Option<u16>,
     /// Ask for checksum offloads (enabled where offered).
     pub checksum_offload: bool,
@@ -474,13 +476,17 @@ impl Port {
     ///
     /// Refused with [`Error::QueuesInUse`] while queue handles taken from the port are
     /// alive: the queues they name are released and set up anew here. After a failure no
-    /// queue can be taken until a configuration succeeds.
+    /// queue can be taken until a configuration succeeds, except after
+    /// [`Error::PortConfig`]: a configuration with no queue at all, or a descriptor count
+    /// the driver would not take as it is (0, or outside its limits), is refused before the
+    /// port is touched.
     ///
     /// On a port that sends no chained mbufs (no `RTE_ETH_TX_OFFLOAD_MULTI_SEGS`), a `pool`
     /// whose mbufs cannot hold a whole frame of the MTU is refused with [`Error::Mtu`]:
     /// a frame longer than one mbuf could never be sent there.
     pub fn configure(&mut self, cfg: &PortConfig, pool: &Mempool) -> Result<Offloads, Error> {
         self.refuse_with_live_queues("configure")?;
+        let (rxd, txd) = self.check_counts(cfg)?;
         *lock(&self.shared.taken) = QueuesTaken::default();
         let id = self.id();
         let mut data_path_mtu = None;
@@ -551,12 +557,6 @@ impl Port {
                 ret,
             ));
         }
-        let (mut rxd, mut txd) = (cfg.rx_desc, cfg.tx_desc);
-        // SAFETY: valid port; the out pointers are valid.
-        let ret = unsafe { ffi::rte_eth_dev_adjust_nb_rx_tx_desc(id, &mut rxd, &mut txd) };
-        if ret != 0 {
-            return Err(self.err("rte_eth_dev_adjust_nb_rx_tx_desc", ret));
-        }
         // SAFETY: valid port.
         let socket = unsafe { ffi::rte_eth_dev_socket_id(id) }.max(0) as u32;
         for q in 0..cfg.rx_queues {
@@ -588,6 +588,67 @@ impl Port {
         self.offloads = off;
         self.data_path_mtu = data_path_mtu;
         Ok(off)
+    }
+
+    /// An MTU of 0 (which `rte_eth_dev_configure` replaces by 1500) or past
+    /// [`crate::MTU_MAX`] (which the wrappers do not configure) is refused.
+    fn check_mtu_range(&self, mtu: u16) -> Result<(), Error> {
+        if mtu == 0 || usize::from(mtu) > crate::MTU_MAX {
+            return Err(Error::Mtu {
+                port: self.id(),
+                name: self.name().into(),
+                mtu,
+                why: format!("the IP MTU must be 1 to {}", crate::MTU_MAX),
+            });
+        }
+        Ok(())
+    }
+
+    /// The queue and descriptor counts of `cfg` as the port takes them, else an error
+    /// naming the count: DPDK replaces none-and-none queues by its default count (which
+    /// nobody sets up then: net_memif dereferences the missing queues when its peer
+    /// connects), a descriptor count of 0 by the driver's default, and moves any other
+    /// outside the driver's limits (`rte_eth_dev_adjust_nb_rx_tx_desc`) to the nearest it
+    /// takes. The MTU is checked too ([`Port::check_mtu_range`]).
+    fn check_counts(&self, cfg: &PortConfig) -> Result<(u16, u16), Error> {
+        let refuse = |why: String| Error::PortConfig {
+            port: self.id(),
+            name: self.name().into(),
+            why,
+        };
+        if cfg.rx_queues == 0 && cfg.tx_queues == 0 {
+            return Err(refuse(
+                "no rx and no tx queue asked for (at least one)".into(),
+            ));
+        }
+        if let Some(mtu) = cfg.mtu {
+            self.check_mtu_range(mtu)?;
+        }
+        let (mut rxd, mut txd) = (cfg.rx_desc, cfg.tx_desc);
+        // SAFETY: valid port; the out pointers are valid. The call only reads the device's
+        // limits.
+        let ret = unsafe { ffi::rte_eth_dev_adjust_nb_rx_tx_desc(self.id(), &mut rxd, &mut txd) };
+        if ret != 0 {
+            return Err(self.err("rte_eth_dev_adjust_nb_rx_tx_desc", ret));
+        }
+        for (kind, asked, takes, queues) in [
+            ("rx", cfg.rx_desc, rxd, cfg.rx_queues),
+            ("tx", cfg.tx_desc, txd, cfg.tx_queues),
+        ] {
+            if queues > 0 && asked == 0 {
+                return Err(refuse(format!(
+                    "{kind}_desc 0: a {kind} queue needs descriptors"
+                )));
+            }
+            if queues > 0 && asked != takes {
+                return Err(refuse(format!(
+                    "{kind}_desc {asked} is outside the limits of {} (the nearest count it \
+                     takes is {takes})",
+                    self.info.driver
+                )));
+            }
+        }
+        Ok((rxd, txd))
     }
 
     /// On a port that sends no chained mbufs: whether one mbuf of `pool` holds a whole
@@ -730,6 +791,7 @@ impl Port {
     /// have no MTU operation in DPDK 22.11 and refuse). Either way [`Port::mtu`] returns it
     /// from then on; on an error the MTU is unchanged.
     pub fn set_mtu(&mut self, mtu: u16) -> Result<(), Error> {
+        self.check_mtu_range(mtu)?;
         let data_path = u32::from(mtu) + 18 > self.info.max_rx_pktlen;
         if data_path {
             self.check_data_path_mtu(mtu)?;
