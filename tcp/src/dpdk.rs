@@ -25,6 +25,44 @@ pub struct DpdkDeviceConfig {
     pub tx_pending_max: usize,
 }
 
+/// A [`DpdkDeviceConfig`] field the device cannot run with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("DPDK device: {field} {value} is not possible ({allowed})")]
+pub struct DpdkDeviceConfigError {
+    /// The field: `mtu`, `burst` or `tx_pending_max`.
+    pub field: &'static str,
+    /// Its value.
+    pub value: usize,
+    /// What it may be.
+    pub allowed: &'static str,
+}
+
+impl DpdkDeviceConfig {
+    /// Whether the device can run with this configuration: an MTU of 68 (IPv4's smallest,
+    /// RFC 791) to 9000, a burst of 1 to [`warpcore_dpdk_sys::BURST_MAX`] (an rx burst
+    /// moves no more, and one of 0 receives nothing), room for at least one frame waiting
+    /// for the tx ring (else nothing is ever sent).
+    pub fn check(&self) -> Result<(), DpdkDeviceConfigError> {
+        let refuse = |field, value, allowed| {
+            Err(DpdkDeviceConfigError {
+                field,
+                value,
+                allowed,
+            })
+        };
+        if !(68..=warpcore_dpdk_sys::MTU_MAX).contains(&self.mtu) {
+            return refuse("mtu", self.mtu, "68 to 9000");
+        }
+        if !(1..=warpcore_dpdk_sys::BURST_MAX).contains(&self.burst) {
+            return refuse("burst", self.burst, "1 to 256 frames");
+        }
+        if self.tx_pending_max == 0 {
+            return refuse("tx_pending_max", 0, "at least 1 frame");
+        }
+        Ok(())
+    }
+}
+
 impl Default for DpdkDeviceConfig {
     fn default() -> Self {
         DpdkDeviceConfig {
@@ -182,7 +220,14 @@ fn queue_frame(
 
 impl DpdkDevice {
     /// Builds the device on a started port's queues. Transmit buffers come from `pool`.
-    pub fn new(rx: RxQueue, tx: TxQueue, pool: Mempool, cfg: DpdkDeviceConfig) -> Self {
+    /// Refused when `cfg` is not one it can run with ([`DpdkDeviceConfig::check`]).
+    pub fn new(
+        rx: RxQueue,
+        tx: TxQueue,
+        pool: Mempool,
+        cfg: DpdkDeviceConfig,
+    ) -> Result<Self, DpdkDeviceConfigError> {
+        cfg.check()?;
         let off = tx.offloads();
         let frame_max = cfg.mtu + 14;
         let tx_offload = off.tx_ipv4_checksum && off.tx_tcp_checksum;
@@ -192,7 +237,7 @@ impl DpdkDevice {
             chain_max: off.tso_segments_max,
             group: None,
         });
-        DpdkDevice {
+        Ok(DpdkDevice {
             rx,
             tx,
             pool,
@@ -215,7 +260,7 @@ impl DpdkDevice {
             tx_spare: None,
             tx_reserve: None,
             tso,
-        }
+        })
     }
 
     /// Records every received and transmitted frame into `w` (DPDK's pcapng writer) from now
@@ -842,6 +887,43 @@ mod tests {
         assert_eq!(tso(true).payload_max(1600), 0);
     }
 
+    /// A configuration the device cannot run with is refused, naming the field: a burst
+    /// of 0 receives nothing, one past BURST_MAX was cut to it by `rx_burst` while smoltcp
+    /// was told the larger figure, no room for a pending frame sends nothing, and an MTU
+    /// past 9000 or below IPv4's 68 (RFC 791) is no port's.
+    #[test]
+    fn a_config_the_device_cannot_run_with_is_refused() {
+        let ok = DpdkDeviceConfig::default();
+        assert_eq!(ok.check(), Ok(()));
+        let edges = DpdkDeviceConfig {
+            mtu: 68,
+            burst: warpcore_dpdk_sys::BURST_MAX,
+            tx_pending_max: 1,
+        };
+        assert_eq!(edges.check(), Ok(()));
+        for (cfg, field, value) in [
+            (DpdkDeviceConfig { burst: 0, ..ok }, "burst", 0),
+            (DpdkDeviceConfig { burst: 257, ..ok }, "burst", 257),
+            (DpdkDeviceConfig { mtu: 67, ..ok }, "mtu", 67),
+            (DpdkDeviceConfig { mtu: 9001, ..ok }, "mtu", 9001),
+            (
+                DpdkDeviceConfig {
+                    tx_pending_max: 0,
+                    ..ok
+                },
+                "tx_pending_max",
+                0,
+            ),
+        ] {
+            let err = cfg.check().expect_err(field);
+            assert_eq!((err.field, err.value), (field, value));
+            assert!(
+                err.to_string().contains(&format!("{field} {value}")),
+                "{err}"
+            );
+        }
+    }
+
     /// The checks of this module that need DPDK, in one test: the EAL starts once per
     /// process (this is the only test of the binary that starts it).
     #[test]
@@ -872,12 +954,25 @@ mod tests {
                 .expect("configure");
             p.start().expect("start");
         }
+        // A burst DPDK would cut to BURST_MAX: refused, the queue handles given back.
+        let err = DpdkDevice::new(
+            a.rx_queue(0).expect("rx"),
+            a.tx_queue(0).expect("tx"),
+            pool,
+            DpdkDeviceConfig {
+                burst: 1000,
+                ..DpdkDeviceConfig::default()
+            },
+        )
+        .expect_err("a burst of 1000");
+        assert_eq!(err.field, "burst");
         let mut d = DpdkDevice::new(
             a.rx_queue(0).expect("rx"),
             a.tx_queue(0).expect("tx"),
             pool,
             DpdkDeviceConfig::default(),
-        );
+        )
+        .expect("device");
         d.force_tso_for_test();
         // Fill the ring (nobody reads port b) until it refuses a frame.
         while d.tx_pending.is_empty() {
@@ -1113,7 +1208,8 @@ mod tests {
             p.tx_queue(0).expect("tx"),
             small,
             DpdkDeviceConfig::default(),
-        );
+        )
+        .expect("device");
         let mut send = |frame: &[u8]| {
             let token = d.transmit(Instant::ZERO).expect("a token");
             phy::TxToken::consume(token, frame.len(), |b| b.copy_from_slice(frame));

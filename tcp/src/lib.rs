@@ -47,7 +47,7 @@ pub mod tso;
 pub use capture::Capture;
 pub use device::{DeviceStats, PollDevice};
 #[cfg(feature = "dpdk")]
-pub use dpdk::{DpdkDevice, DpdkDeviceConfig};
+pub use dpdk::{DpdkDevice, DpdkDeviceConfig, DpdkDeviceConfigError};
 pub use host::{HostStats, TcpTotals};
 pub use link::{Faults, LinkConfig, LinkEnd};
 pub use smoltcp;

@@ -28,7 +28,7 @@ fn ring_stacks(
         p.start().expect("start");
         let rx = p.rx_queue(0).expect("rx");
         let tx = p.tx_queue(0).expect("tx");
-        let mut d = DpdkDevice::new(rx, tx, pool, dev_cfg);
+        let mut d = DpdkDevice::new(rx, tx, pool, dev_cfg).expect("device");
         if skip_csum {
             d.skip_checksums();
             assert!(d.checksums_skipped() && !d.tx_checksum_offloaded());

@@ -64,7 +64,8 @@ fn run(eal: &Eal, tag: &str, pool: Mempool, tso: bool, bytes: u64) -> (Vec<Seen>
             p.tx_queue(0).expect("tx"),
             pool,
             DpdkDeviceConfig::default(),
-        );
+        )
+        .expect("device");
         if tso {
             d.force_tso_for_test();
         }

@@ -132,15 +132,23 @@ impl DpdkPort {
         for q in 0..queues {
             let rx = port.rx_queue(q).map_err(dev)?;
             let tx = port.tx_queue(q).map_err(dev)?;
-            devices.push(DpdkDevice::new(
-                rx,
-                tx,
-                pool,
-                DpdkDeviceConfig {
-                    mtu,
-                    ..DpdkDeviceConfig::default()
-                },
-            ));
+            devices.push(
+                DpdkDevice::new(
+                    rx,
+                    tx,
+                    pool,
+                    DpdkDeviceConfig {
+                        mtu,
+                        ..DpdkDeviceConfig::default()
+                    },
+                )
+                // Not reached: the MTU is 576 to 9000 and the rest the defaults.
+                .map_err(|_| Error::PortUnsupported {
+                    driver: port.info().driver.clone(),
+                    what: "run a device on its queues",
+                    why: "its MTU is outside 68 to 9000",
+                })?,
+            );
         }
         Ok(DpdkPort {
             devices,

@@ -85,7 +85,8 @@ pub(crate) fn with_stack(
             burst: net.burst,
             tx_pending_max: net.tx_pending,
         },
-    );
+    )
+    .map_err(|e| e.to_string())?;
     if net.dev.tso && !dev.tso() {
         return Err(format!(
             "--tso: port {} ({}) does not offer TSO together with checksum offload and \

@@ -155,10 +155,10 @@ struct NetArgs {
     /// Print the port's extended statistics at the end.
     #[arg(long)]
     xstats: bool,
-    /// Frames per rx burst (and most frames the stack sends per poll).
+    /// Frames per rx burst (and most frames the stack sends per poll): 1 to 256.
     #[arg(long, default_value_t = 64)]
     burst: usize,
-    /// Frames that may wait for the tx ring before the device pushes back.
+    /// Frames that may wait for the tx ring before the device pushes back (at least 1).
     #[arg(long, default_value_t = 512)]
     tx_pending: usize,
     /// Seconds to wait for the link to come up (e.g. for the memif peer to connect).
