@@ -1,6 +1,6 @@
 //! The Environment Abstraction Layer: argument builder and one-time initialisation.
 
-use std::ffi::{c_char, c_int, CString};
+use std::ffi::{c_char, c_int, CStr, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::{ffi, Error};
@@ -134,7 +134,8 @@ impl EalBuilder {
     ///
     /// Fails with [`Error::EalAlreadyInitialised`] when called a second time in the process
     /// (also after a failed first attempt, which DPDK cannot undo), and with
-    /// [`Error::EalInit`] naming the arguments when DPDK rejects them.
+    /// [`Error::EalInit`] naming the arguments when DPDK rejects them or passes over some
+    /// (anything that is not an option, such as the `1` of `-l 0 1`, which DPDK ignores).
     pub fn init(self) -> Result<Eal, Error> {
         let cargs = self
             .args
@@ -144,18 +145,41 @@ impl EalBuilder {
         if EAL_STARTED.swap(true, Ordering::SeqCst) {
             return Err(Error::EalAlreadyInitialised);
         }
-        // rte_eal_init may permute argv; it gets its own array of pointers. The strings are
-        // leaked on purpose: DPDK may keep pointers into argv for the life of the process.
-        let mut argv: Vec<*mut c_char> = cargs.into_iter().map(CString::into_raw).collect();
+        // rte_eal_init may permute argv; it gets its own array of pointers. The strings and
+        // the array are leaked on purpose: DPDK may keep pointers into argv for the life of
+        // the process.
+        let mut argv = std::mem::ManuallyDrop::new(
+            cargs
+                .into_iter()
+                .map(CString::into_raw)
+                .collect::<Vec<*mut c_char>>(),
+        );
         let argc = c_int::try_from(argv.len()).expect("fewer than 2^31 EAL arguments");
         // SAFETY: argv holds argc valid NUL-terminated strings that are never freed; the
         // atomic flag above guarantees this is the only call in the process.
         let ret = unsafe { ffi::rte_eal_init(argc, argv.as_mut_ptr()) };
-        std::mem::forget(argv);
         if ret < 0 {
             return Err(Error::EalInit {
                 args: self.args[1..].join(" "),
                 reason: Error::last_reason(),
+            });
+        }
+        // rte_eal_init returns how many arguments its getopt took, having moved the ones it
+        // did not (anything not an option: `-l 0 1` leaves `1`) past them, to argv[ret + 1..],
+        // and ignores those: the EAL is up, but not as asked.
+        let taken = (ret as usize).min(argv.len() - 1);
+        let ignored: Vec<String> = argv[taken + 1..]
+            .iter()
+            // SAFETY: every pointer is one of the leaked CStrings above (permuted, never
+            // freed), NUL-terminated.
+            .map(|&p| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+            .collect();
+        if !ignored.is_empty() {
+            return Err(Error::EalInit {
+                args: self.args[1..].join(" "),
+                reason: format!(
+                    "{ignored:?} not taken (not EAL options); the EAL is up without them"
+                ),
             });
         }
         Ok(Eal {
