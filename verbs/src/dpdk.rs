@@ -30,11 +30,18 @@ pub fn open_port(eal_args: &[String], port_name: &str) -> Result<DpdkPort, Error
     DpdkPort::open(&eal, port_name, 1, 8191)
 }
 
+/// The smallest IP MTU a port takes here: the datagram every IPv4 host must accept
+/// (RFC 791).
+const MTU_MIN: u16 = 576;
+/// The largest (jumbo frames).
+const MTU_MAX: u16 = 9000;
+
 /// How [`DpdkPort::from_port_with`] configures a port beyond its queues.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PortOptions {
-    /// IP MTU (576 to 9,000; the pool's mbufs must hold a whole frame of it); `None` keeps
-    /// the driver's default.
+    /// IP MTU (576 to 9,000, else [`Error::Config`]; the pool's mbufs must hold a whole
+    /// frame of it); `None` keeps the driver's default (refused with
+    /// [`Error::PortUnsupported`] if outside that range).
     pub mtu: Option<u16>,
     /// Hand the port TSO super-frames: each engine core's device joins a connection's
     /// consecutive segments for the port to cut ([`warpcore_engine::tcp::tso`]).
@@ -94,6 +101,12 @@ impl DpdkPort {
         options: PortOptions,
     ) -> Result<DpdkPort, Error> {
         let PortOptions { mtu, tso } = options;
+        if mtu.is_some_and(|m| !(MTU_MIN..=MTU_MAX).contains(&m)) {
+            return Err(Error::Config(warpcore_engine::config::ConfigError {
+                field: "mtu",
+                reason: "the IP MTU must be 576 to 9000 octets",
+            }));
+        }
         // One core per queue needs every frame of a connection to arrive on the queue of
         // the core that owns it. net_memif delivers a frame on the queue index its peer
         // sent it on, so two processes with the same number of cores pair core k with core
@@ -127,7 +140,16 @@ impl DpdkPort {
         }
         port.start().map_err(dev)?;
         let mac = port.mac().map_err(dev)?;
-        let mtu = usize::from(port.mtu().map_err(dev)?).clamp(576, 9000);
+        let port_mtu = port.mtu().map_err(dev)?;
+        if !(MTU_MIN..=MTU_MAX).contains(&port_mtu) {
+            // Its frames would be sized for an MTU the port does not have.
+            return Err(Error::PortUnsupported {
+                driver: port.info().driver.clone(),
+                what: "serve as a device with its default MTU",
+                why: "it is outside 576 to 9000 octets (give PortOptions::mtu)",
+            });
+        }
+        let mtu = usize::from(port_mtu);
         let mut devices = Vec::new();
         for q in 0..queues {
             let rx = port.rx_queue(q).map_err(dev)?;
@@ -142,7 +164,7 @@ impl DpdkPort {
                         ..DpdkDeviceConfig::default()
                     },
                 )
-                // Not reached: the MTU is 576 to 9000 and the rest the defaults.
+                // Not reached: the MTU is 576 to 9000 (checked above) and the rest the defaults.
                 .map_err(|_| Error::PortUnsupported {
                     driver: port.info().driver.clone(),
                     what: "run a device on its queues",
