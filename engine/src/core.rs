@@ -402,6 +402,9 @@ struct Conn {
     /// Octets past the MPA startup arrived from the peer (its FPDUs, valid or not): a
     /// responder's Terminate may answer them even before its fence lifts (`tx_control`).
     fpdu_octets_rx: bool,
+    /// The startup failed with the peer silent: the close is an RST, not a FIN, so that a
+    /// peer that never answers cannot hold the connection in FIN-WAIT-2 either.
+    reset_on_close: bool,
 }
 
 #[derive(Debug)]

@@ -124,7 +124,15 @@ fn silent_connections_do_not_lock_the_listener_and_time_out() {
 
 #[test]
 fn a_request_never_answered_is_dropped_with_an_event() {
-    let mut p = Pair::default_pair();
+    // The initiator waits longer than the responder: it would reset the connection at its
+    // own timeout (MPA-7.1.2-27), and the request would go with that reset rather than by
+    // the responder's timer that this test is about.
+    let b_cfg = EngineConfig::default();
+    let a_cfg = EngineConfig {
+        mpa_timeout_ms: 2 * b_cfg.mpa_timeout_ms,
+        ..EngineConfig::default()
+    };
+    let mut p = Pair::with_configs(&LinkConfig::default(), &a_cfg, &b_cfg);
     p.b.core.listen(PORT, MpaParams::default()).expect("listen");
     let qa = p.a.qp(16);
     let qb = p.b.qp(16);
@@ -156,7 +164,7 @@ fn a_request_never_answered_is_dropped_with_an_event() {
         p.b.core.accept(req.request, qb, b"too late", None),
         Err(EngineError::UnknownRequest)
     );
-    // The initiator gave up on its own timer as well.
+    // The initiator learns of it: the responder reset the connection.
     let a_events = p.a.take_events();
     assert!(
         a_events.iter().any(|e| matches!(e, CmEvent::Error { .. })),

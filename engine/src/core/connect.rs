@@ -109,6 +109,14 @@ impl Qp {
                             c.mpa = Mpa::Done;
                         }
                     }
+                    // No Reply within `mpa_timeout_ms` (MPA-7.1.2-27): reset, as the
+                    // responder resets a silent initiator (`poll_requests`); a FIN would
+                    // leave the connection to a peer that may never answer it.
+                    if f.error == nego::NegotiationError::Timeout {
+                        if let Some(c) = self.conn.as_mut() {
+                            c.reset_on_close = true;
+                        }
+                    }
                     self.flush();
                     self.disconnect_requested = true;
                     if self.conn.as_ref().is_some_and(|c| c.term.is_some()) {
@@ -141,6 +149,7 @@ impl Conn {
             term: None,
             mulpdu_synced: false,
             fpdu_octets_rx: false,
+            reset_on_close: false,
         }
     }
 }

@@ -838,7 +838,11 @@ impl Qp {
         }
         // A rejected or failed startup: close once the frames are out.
         if self.state == QpState::Error && self.disconnect_requested && !conn.fin_sent {
-            let _ = stack.close(tcp);
+            if conn.reset_on_close {
+                let _ = stack.abort(tcp);
+            } else {
+                let _ = stack.close(tcp);
+            }
             conn.fin_sent = true;
             return ControlFlow::Break(true);
         }

@@ -120,11 +120,16 @@ pub fn all_access() -> Access {
 
 impl Pair {
     pub fn new(link_cfg: &LinkConfig, cfg: &EngineConfig) -> Pair {
+        Pair::with_configs(link_cfg, cfg, cfg)
+    }
+
+    /// A pair whose two cores are configured apart (`cfg_a` for A, `cfg_b` for B).
+    pub fn with_configs(link_cfg: &LinkConfig, cfg_a: &EngineConfig, cfg_b: &EngineConfig) -> Pair {
         let (ea, eb) = link::pair(link_cfg);
         let base = StdInstant::now();
         Pair {
-            a: Side::new(1, ea, cfg, base),
-            b: Side::new(2, eb, cfg, base),
+            a: Side::new(1, ea, cfg_a, base),
+            b: Side::new(2, eb, cfg_b, base),
             now: Instant::ZERO,
         }
     }

@@ -1,0 +1,336 @@
+//! The engine as MPA initiator against a hand-driven responder (proto's `Responder` over a
+//! raw TCP stack): Replies split at every octet, hostile or malformed Replies, and a peer
+//! that accepts the TCP connection and never answers. Each ends in a typed event for the
+//! local user, and no connection is held once the startup is over.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Instant as StdInstant;
+
+use common::{ip, PD, PORT};
+use warpcore_engine::proto::mpa::negotiation::{self as nego, NegotiationError, Responder};
+use warpcore_engine::proto::wire::mpa::FrameError;
+use warpcore_engine::tcp::link::{self, LinkConfig, LinkEnd};
+use warpcore_engine::tcp::smoltcp::socket::tcp::State as TcpState;
+use warpcore_engine::tcp::smoltcp::time::{Duration, Instant};
+use warpcore_engine::tcp::smoltcp::wire::Ipv4Cidr;
+use warpcore_engine::tcp::{ConnId, ListenerId, Stack, StackConfig, TcpTuning};
+use warpcore_engine::{
+    CmEvent, CompletionQueue, ConnError, EngineConfig, EngineCore, MpaParams, QpAttr, QpId, QpState,
+};
+
+/// The startup timeout of these tests' engine (the default is 10 s).
+const MPA_TIMEOUT_MS: u64 = 1_000;
+
+struct World {
+    /// The hand-driven responder's stack (10.0.0.1), listening on `PORT`.
+    peer: Stack<LinkEnd>,
+    listener: ListenerId,
+    /// The engine (10.0.0.2), initiator.
+    engine: EngineCore<LinkEnd>,
+    qp: QpId,
+    events: Vec<CmEvent>,
+    now: Instant,
+    _cq: Arc<CompletionQueue>,
+}
+
+fn world() -> World {
+    let (ea, eb) = link::pair(&LinkConfig::default());
+    let sc = |n: u8| StackConfig {
+        mac: [2, 0, 0, 0, 0, n],
+        ip: Ipv4Cidr::new(ip(n), 24),
+        gateway: None,
+        routes: Vec::new(),
+        random_seed: u64::from(n),
+        max_connections: 16,
+    };
+    let mut peer = Stack::new(ea, &sc(1), Instant::ZERO).unwrap();
+    let listener = peer.listen(PORT, 4, &TcpTuning::default()).unwrap();
+    let cfg = EngineConfig {
+        mpa_timeout_ms: MPA_TIMEOUT_MS,
+        ..EngineConfig::default()
+    };
+    let mrs = Arc::new(warpcore_engine::mem::MrTable::new(64));
+    let mut engine =
+        EngineCore::new(1, eb, &sc(2), cfg, mrs, StdInstant::now(), Instant::ZERO).unwrap();
+    let cq = Arc::new(CompletionQueue::new(256));
+    let qp = engine
+        .create_qp(QpAttr {
+            pd: PD,
+            send_cq: Arc::clone(&cq),
+            recv_cq: Arc::clone(&cq),
+            sq_depth: 8,
+            rq_depth: 8,
+            max_sge: 1,
+        })
+        .unwrap()
+        .0;
+    World {
+        peer,
+        listener,
+        engine,
+        qp,
+        events: Vec::new(),
+        now: Instant::ZERO,
+        _cq: cq,
+    }
+}
+
+impl World {
+    /// Polls both sides once and moves the clock on by `dt`.
+    fn step_by(&mut self, dt: Duration) {
+        self.peer.poll(self.now);
+        self.engine.poll(self.now);
+        while let Some(e) = self.engine.next_event() {
+            self.events.push(e);
+        }
+        while self.peer.next_event().is_some() {}
+        self.now += dt;
+    }
+
+    fn step(&mut self) {
+        self.step_by(Duration::from_micros(100));
+    }
+
+    /// The engine connects with `params`; returns the peer's side of the TCP connection
+    /// once the engine's whole MPA Request has arrived there, and the Request's octets.
+    fn start(&mut self, params: &MpaParams) -> (ConnId, Vec<u8>) {
+        self.engine
+            .connect(self.qp, (ip(1), PORT), params, b"from the engine")
+            .unwrap();
+        let mut tcp = None;
+        let mut request = Vec::new();
+        for _ in 0..5000 {
+            self.step();
+            if tcp.is_none() {
+                tcp = self.peer.accept(self.listener).unwrap();
+            }
+            if let Some(c) = tcp {
+                let _ = self.peer.recv_with(c, |d| {
+                    request.extend_from_slice(d);
+                    d.len()
+                });
+                if request.len() >= 20 {
+                    let pd_len = u16::from_be_bytes([request[18], request[19]]) as usize;
+                    if request.len() >= 20 + pd_len {
+                        return (c, request);
+                    }
+                }
+            }
+        }
+        panic!("no MPA Request from the engine ({} octets)", request.len());
+    }
+
+    /// Sends `bytes` to the engine one octet per step.
+    fn send_octet_by_octet(&mut self, tcp: ConnId, bytes: &[u8]) {
+        for b in bytes {
+            while self.peer.send(tcp, std::slice::from_ref(b)).unwrap() == 0 {
+                self.step();
+            }
+            self.step();
+            self.step();
+        }
+    }
+
+    /// Steps until the engine reported an event `pick` accepts; returns it.
+    fn wait_event<T>(&mut self, mut pick: impl FnMut(&CmEvent) -> Option<T>) -> T {
+        for _ in 0..20_000 {
+            if let Some(t) = self.events.iter().find_map(&mut pick) {
+                return t;
+            }
+            self.step();
+        }
+        panic!("event not reported: {:?}", self.events);
+    }
+}
+
+/// The Reply proto's responder answers `request` with: accepting (or rejecting) with
+/// `private_data`.
+fn reply_to(request: &[u8], accept: bool, private_data: &[u8]) -> Vec<u8> {
+    let mut r = Responder::new(
+        nego::Config {
+            ird: 3,
+            ord: 5,
+            ..nego::Config::default()
+        },
+        std::time::Instant::now(),
+    )
+    .unwrap();
+    assert_eq!(r.handle_input(request), request.len());
+    assert!(matches!(r.poll_event(), Some(nego::Event::Request(_))));
+    if accept {
+        r.accept(private_data).unwrap();
+    } else {
+        r.reject(private_data).unwrap();
+    }
+    let mut out = vec![0u8; 1024];
+    let n = r.poll_transmit(&mut out);
+    out.truncate(n);
+    out
+}
+
+/// MPA-7.1.2-11/15, MPA2-9.1-7/10: a Reply that arrives one octet per TCP segment is put
+/// together and accepted; the local user learns the responder's private data and its
+/// IRD/ORD, and the initiator's own IRD/ORD follow them.
+#[test]
+fn a_reply_split_at_every_octet_establishes() {
+    let mut w = world();
+    let params = MpaParams {
+        peer_to_peer: false,
+        ..MpaParams::default()
+    };
+    let (tcp, request) = w.start(&params);
+    let reply = reply_to(&request, true, b"from the peer");
+    w.send_octet_by_octet(tcp, &reply);
+    let est = w.wait_event(|e| match e {
+        CmEvent::Established(x) => Some(x.clone()),
+        _ => None,
+    });
+    assert_eq!(est.private_data, b"from the peer");
+    // The peer's Reply: IRD min(our ORD 8, its 3) = 3, ORD min(its 5, our IRD 8) = 5.
+    assert_eq!(est.peer_ird_ord, Some((3, 5)));
+    assert_eq!((est.ird, est.ord), (5, 3));
+    assert_eq!(w.engine.qp_state(w.qp).unwrap(), QpState::Rts);
+}
+
+/// MPA-7.1.2-12, MPA-7.1.2-17/20, MPA-7.1.1-6/19, MPA-7.1.2-22..26, MPA2-6-5, MPA2-10-5:
+/// a malformed Reply, each fed one octet at a time, fails the startup with the error that
+/// names what was wrong, the QP ends in the error state, and the connection is closed and
+/// released (the peer closes its side when it sees ours close).
+#[test]
+fn malformed_replies_fail_typed_and_release_the_connection() {
+    type Mangle = fn(&mut Vec<u8>);
+    let cases: [(&str, Mangle, NegotiationError); 7] = [
+        (
+            "bad key",
+            |r| r[3] = b'X',
+            NegotiationError::Frame(FrameError::BadKey),
+        ),
+        (
+            "a Request key",
+            |r| r[9] = b'q',
+            NegotiationError::InitiatorInitiator,
+        ),
+        (
+            "Rev 0",
+            |r| r[17] = 0,
+            NegotiationError::UnsupportedRevision(0),
+        ),
+        (
+            "Rev 3",
+            |r| r[17] = 3,
+            NegotiationError::UnsupportedRevision(3),
+        ),
+        (
+            "PD_Length 513",
+            |r| r[18..20].copy_from_slice(&513u16.to_be_bytes()),
+            NegotiationError::Frame(FrameError::PrivateDataTooLong),
+        ),
+        (
+            "S = 1 without enhanced data",
+            |r| {
+                r[18..20].copy_from_slice(&2u16.to_be_bytes());
+                r.truncate(22);
+            },
+            NegotiationError::Frame(FrameError::EnhancedDataMissing),
+        ),
+        (
+            "S = 0 to an enhanced Request",
+            |r| {
+                // Clear S and drop the enhanced data: a well-formed RFC 5044 Reply.
+                r[16] &= !0x10;
+                let pd_len = u16::from_be_bytes([r[18], r[19]]) - 4;
+                r[18..20].copy_from_slice(&pd_len.to_be_bytes());
+                r.drain(20..24);
+            },
+            NegotiationError::EnhancedMismatch,
+        ),
+    ];
+    for (name, mangle, want) in cases {
+        let mut w = world();
+        let (tcp, request) = w.start(&MpaParams::default());
+        let mut reply = reply_to(&request, true, b"pd");
+        mangle(&mut reply);
+        w.send_octet_by_octet(tcp, &reply);
+        let got = w.wait_event(|e| match e {
+            CmEvent::Error {
+                error: ConnError::Negotiation(n),
+                ..
+            } => Some(*n),
+            _ => None,
+        });
+        assert_eq!(got, want, "{name}");
+        assert_eq!(w.engine.qp_state(w.qp).unwrap(), QpState::Error, "{name}");
+        assert!(
+            !w.events
+                .iter()
+                .any(|e| matches!(e, CmEvent::Established(_))),
+            "{name}: {:?}",
+            w.events
+        );
+        // The peer answers our close with its own; then nothing is left.
+        let mut closed = false;
+        for _ in 0..5000 {
+            w.step();
+            let _ = w.peer.recv_with(tcp, |d| d.len());
+            if !closed && w.peer.state(tcp).is_ok_and(|s| s == TcpState::CloseWait) {
+                w.peer.close(tcp).unwrap();
+                closed = true;
+            }
+            if w.engine.stack().live() == 0 {
+                break;
+            }
+        }
+        assert_eq!(w.engine.stack().live(), 0, "{name}: connection left");
+    }
+}
+
+/// MPA-7.1.2-27 (a timeout guards the wait for the startup frame, against denial of
+/// service): a peer that accepts the TCP connection, reads the Request and never answers
+/// (nor closes) fails the startup with `Negotiation(Timeout)` once `mpa_timeout_ms` has
+/// passed, and the connection is reset then, as the responder side resets a silent
+/// initiator's. It used to be closed gracefully: the silent peer never sent its FIN, and
+/// the connection stayed in FIN-WAIT-2 for good, after `destroy_qp` too.
+#[test]
+fn mpa_7_1_2_27_a_peer_that_never_replies_times_out_and_holds_nothing() {
+    let mut w = world();
+    let (tcp, _request) = w.start(&MpaParams::default());
+    let started = w.now;
+    let got = w.wait_event(|e| match e {
+        CmEvent::Error {
+            qp,
+            error: ConnError::Negotiation(n),
+        } => Some((*qp, *n)),
+        _ => None,
+    });
+    assert_eq!(got, (w.qp, NegotiationError::Timeout));
+    let waited = w.now - started;
+    assert!(
+        waited >= Duration::from_millis(MPA_TIMEOUT_MS - 100)
+            && waited <= Duration::from_millis(MPA_TIMEOUT_MS + 100),
+        "timed out after {waited}"
+    );
+    assert_eq!(w.engine.qp_state(w.qp).unwrap(), QpState::Error);
+    // The silent peer keeps its end open (and answers keep-alives) for a minute.
+    for _ in 0..60_000 {
+        w.step_by(Duration::from_millis(1));
+        let _ = w.peer.recv_with(tcp, |d| d.len());
+    }
+    assert_eq!(
+        w.engine.stack().live(),
+        0,
+        "the engine still holds the connection"
+    );
+    w.engine.destroy_qp(w.qp).unwrap();
+    w.step();
+    assert_eq!(w.engine.stats().tcp_zombies, 0);
+    assert_eq!(w.engine.stack().live(), 0);
+    // No second report.
+    let errors = w
+        .events
+        .iter()
+        .filter(|e| !matches!(e, CmEvent::Established(_)))
+        .count();
+    assert_eq!(errors, 1, "{:?}", w.events);
+}
