@@ -247,6 +247,56 @@ fn listen_refuses_mpa_params_no_responder_could_use() {
     assert_eq!(p.b.core.qp_state(qb).unwrap(), QpState::Rts);
 }
 
+/// MPA2-9-1 (IRD and ORD are 14-bit fields), RFC 6581 §9.1: an IRD or ORD above 0x3FFF is
+/// refused with a typed error by `listen`, `connect` and `accept`, nothing bound, sent or
+/// accepted. It used to be taken for 0x3FFF, "not negotiated", without a word.
+#[test]
+fn mpa2_9_1_ird_ord_above_0x3fff_are_refused_not_taken_for_0x3fff() {
+    let out_of_range = EngineError::Mpa(UsageError::IrdOrdOutOfRange);
+    let mut p = Pair::default_pair();
+    for (ird, ord) in [(0x4000, 8), (8, 0x4000), (u16::MAX, u16::MAX)] {
+        let params = MpaParams {
+            ird,
+            ord,
+            ..MpaParams::default()
+        };
+        assert_eq!(
+            p.b.core.listen(PORT, params.clone()).unwrap_err(),
+            out_of_range,
+            "listen {params:?}"
+        );
+        let qa = p.a.qp(8);
+        assert_eq!(
+            p.a.core
+                .connect(qa, (ip(2), PORT), &params, b"")
+                .unwrap_err(),
+            out_of_range,
+            "connect {params:?}"
+        );
+        assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Idle);
+    }
+    // `accept`'s override likewise; the request is still there for a valid answer.
+    p.b.core.listen(PORT, MpaParams::default()).unwrap();
+    let qa = p.a.qp(8);
+    let qb = p.b.qp(8);
+    p.a.core
+        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
+        .unwrap();
+    let req = p.wait_request();
+    for ird_ord in [(0x4000, 4), (4, 0x4000)] {
+        assert_eq!(
+            p.b.core
+                .accept(req.request, qb, b"", Some(ird_ord))
+                .unwrap_err(),
+            out_of_range,
+            "accept {ird_ord:?}"
+        );
+        assert_eq!(p.b.core.qp_state(qb).unwrap(), QpState::Idle);
+    }
+    p.b.core.accept(req.request, qb, b"", Some((4, 4))).unwrap();
+    p.run_until_established();
+}
+
 /// Graceful close (RDMAP-06 §6): the send queue drains before FIN, both sides see
 /// Disconnected without reset, outstanding receives are flushed.
 #[test]

@@ -6,10 +6,12 @@
 use super::*;
 
 /// The IRD/ORD we announce: at most our configured limit, except 0x3FFF ("not negotiated",
-/// RFC 6581 §9.1), which goes on the wire as is.
+/// RFC 6581 §9.1), which goes on the wire as is. A value above 0x3FFF, which no 14-bit
+/// field holds, is passed on unchanged for MPA to refuse (`UsageError::IrdOrdOutOfRange`):
+/// taken for 0x3FFF it would silently mean "not negotiated".
 pub(super) fn clamp_offer(v: u16, max: u16) -> u16 {
     if v >= IRD_ORD_NO_NEGOTIATION {
-        IRD_ORD_NO_NEGOTIATION
+        v
     } else {
         v.min(max)
     }
