@@ -167,12 +167,16 @@ pub enum CmEvent {
     ConnectRequest(ConnectRequest),
     /// A QP reached RTS.
     Established(Established),
-    /// Our MPA Request was rejected; the peer's private data.
+    /// Our MPA Request was rejected; the peer's private data and IRD/ORD.
     Rejected {
         /// The queue pair (now in the error state).
         qp: QpId,
         /// The peer's private data.
         private_data: Vec<u8>,
+        /// The peer's IRD and ORD as its Reply stated them (an enhanced Reply only): a
+        /// rejecting responder may state the ORD it needs (MPA2-9.1-5), and the initiator's
+        /// user is told them for a rejection as for an acceptance (MPA2-9.1-10).
+        peer_ird_ord: Option<(u16, u16)>,
     },
     /// The connection ended: `reset` for an abortive close (RST) by either side, otherwise
     /// both FINs were exchanged after the send queues drained.

@@ -173,6 +173,57 @@ fn reject_with_private_data() {
     }
 }
 
+/// MPA2-9.1-10 (the initiator passes the responder's IRD and ORD to its user for a rejecting
+/// Reply as for an accepting one), MPA2-9.1-5 (a rejecting responder states the ORD it
+/// needs): `Rejected` carries the IRD/ORD of an enhanced Reply, none for a Rev 1 one. They
+/// used to be dropped.
+#[test]
+fn mpa2_9_1_10_a_rejection_tells_the_initiator_the_responders_ird_ord() {
+    for (rev, want) in [(2u8, Some((3, 5))), (1, None)] {
+        let mut p = Pair::default_pair();
+        let qa = p.a.qp(8);
+        let params = MpaParams {
+            rev,
+            peer_to_peer: false,
+            ..Default::default()
+        };
+        p.b.core
+            .listen(
+                PORT,
+                MpaParams {
+                    ird: 3,
+                    ord: 5,
+                    ..params.clone()
+                },
+            )
+            .unwrap();
+        p.a.core.connect(qa, (ip(2), PORT), &params, b"").unwrap();
+        let req = p.wait_request();
+        p.b.core.reject(req.request, b"need ORD 5").unwrap();
+        let mut rejected = None;
+        p.run_until(2000, |p| {
+            for e in p.a.take_events() {
+                if let CmEvent::Rejected {
+                    private_data,
+                    peer_ird_ord,
+                    ..
+                } = e
+                {
+                    rejected = Some((private_data, peer_ird_ord));
+                }
+            }
+            rejected.is_some()
+        });
+        // The Reply's IRD: the initiator's ORD (8) capped at ours (3); its ORD: ours,
+        // uncapped in a rejection (MPA2-9.1-5).
+        assert_eq!(
+            rejected.unwrap(),
+            (b"need ORD 5".to_vec(), want),
+            "Rev {rev}"
+        );
+    }
+}
+
 /// Local misuse is refused with a typed error, nothing changed (the engine's contract):
 /// `listen` refuses MPA parameters that every responder of the listener would refuse, as
 /// `connect` refuses an initiator's, and binds nothing, so the port then takes a valid

@@ -436,7 +436,9 @@ fn dispatch(ctx: &wv::Context, e: CmEvent) {
                 (RDMA_CM_EVENT_ESTABLISHED, 0, pd, (est.ird, est.ord))
             });
         }
-        CmEvent::Rejected { qp, private_data } => {
+        CmEvent::Rejected {
+            qp, private_data, ..
+        } => {
             with_qp_id(qp, |_| {
                 (
                     RDMA_CM_EVENT_REJECTED,

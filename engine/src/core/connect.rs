@@ -90,6 +90,7 @@ impl Qp {
                     self.flush();
                     ctx.events.push_back(CmEvent::Rejected {
                         qp: self.id,
+                        peer_ird_ord: r.peer.ird().zip(r.peer.ord()),
                         private_data: r.peer.private_data,
                     });
                     if let Some(c) = self.conn.as_mut() {
