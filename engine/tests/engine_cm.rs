@@ -224,6 +224,41 @@ fn mpa2_9_1_10_a_rejection_tells_the_initiator_the_responders_ird_ord() {
     }
 }
 
+/// The engine's contract (a refused call changes nothing): an `accept` refused for its
+/// private data (over 508 octets next to the enhanced data, MPA2-7-4) leaves the request as
+/// it was, so the IRD/ORD it asked for do not stick to a later `accept`. They did: the
+/// override was applied before the private data was judged.
+#[test]
+fn a_refused_accept_leaves_the_request_as_it_was() {
+    let mut p = Pair::default_pair();
+    let qa = p.a.qp(8);
+    let qb = p.b.qp(8);
+    p.b.core.listen(PORT, MpaParams::default()).unwrap();
+    p.a.core
+        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
+        .unwrap();
+    let req = p.wait_request();
+    assert_eq!(
+        p.b.core
+            .accept(req.request, qb, &[0u8; 509], Some((1, 1)))
+            .unwrap_err(),
+        EngineError::Mpa(UsageError::PrivateDataTooLong)
+    );
+    assert_eq!(p.b.core.qp_state(qb).unwrap(), QpState::Idle);
+    p.b.core.accept(req.request, qb, b"", None).unwrap();
+    let mut est = None;
+    p.run_until(2000, |p| {
+        for e in p.b.take_events() {
+            if let CmEvent::Established(x) = e {
+                est = Some((x.ird, x.ord));
+            }
+        }
+        est.is_some()
+    });
+    // The listener's IRD/ORD (8), as the initiator's (8) allow: not the refused 1/1.
+    assert_eq!(est.unwrap(), (8, 8));
+}
+
 /// Local misuse is refused with a typed error, nothing changed (the engine's contract):
 /// `listen` refuses MPA parameters that every responder of the listener would refuse, as
 /// `connect` refuses an initiator's, and binds nothing, so the port then takes a valid

@@ -254,15 +254,16 @@ impl<D: PollDevice> EngineCore<D> {
             return Err(EngineError::InvalidState(st));
         }
         let r = self.req_mut(req)?;
+        // Answered on a copy: an override or private data MPA refuses leaves the request
+        // as it was, still waiting for a valid answer.
+        let mut responder = r.responder.clone();
         if let Some((ird, ord)) = ird_ord {
-            r.responder
-                .set_ird_ord(clamp_offer(ird, max_ird), clamp_offer(ord, max_ord))?;
+            responder.set_ird_ord(clamp_offer(ird, max_ird), clamp_offer(ord, max_ord))?;
         }
-        r.responder.accept(private_data)?;
+        responder.accept(private_data)?;
         let Some(r) = self.take_request(req.index as usize) else {
             return Err(EngineError::UnknownRequest);
         };
-        let mut responder = r.responder;
         let cfg = self.ctx.cfg.clone();
         self.bind_conn(r.tcp, id);
         let q = self.qp_mut(id)?;
