@@ -207,15 +207,20 @@ pub enum CmEvent {
     /// (by then the initiator's own startup timer has expired; the slot is freed and the
     /// connection reset).
     RequestCancelled(RequestId),
-    /// MPA itself rejected a peer's Request before it reached the application (a Reply
-    /// with R = 1 went back): today only when the Request requires markers and this
-    /// listener's `MpaParams::markers_supported` is off (MPA-4.3-1, MPA-7.1.1-10).
+    /// MPA itself refused a peer's Request before it reached the application: one that
+    /// requires markers while this listener's `MpaParams::markers_supported` is off (a
+    /// Reply with R = 1 goes back, MPA-4.3-1, MPA-7.1.1-10), or a malformed one (the
+    /// connection is closed, MPA-7.1.1-3, MPA-7.1.2-4/17). A connection that sends no
+    /// complete Request in time is reset without an event (`CoreStats::requests_timed_out`).
     RequestRefused {
         /// The listener it arrived on.
         listener: ListenerId,
         /// The peer's address and port.
         remote: (Ipv4Address, u16),
-        /// Why: [`NegotiationError::MarkersUnsupported`].
+        /// Why: [`NegotiationError::MarkersUnsupported`], or what was malformed
+        /// ([`NegotiationError::Frame`], [`NegotiationError::UnexpectedReply`],
+        /// [`NegotiationError::UnsupportedRevision`],
+        /// [`NegotiationError::EnhancedNotSupported`]).
         error: NegotiationError,
     },
 }

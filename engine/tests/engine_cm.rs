@@ -5,7 +5,12 @@
 mod common;
 
 use common::*;
-use warpcore_engine::proto::mpa::negotiation::UsageError;
+use warpcore_engine::proto::mpa::negotiation::{
+    self as nego, Initiator, NegotiationError, UsageError,
+};
+use warpcore_engine::proto::wire::mpa::FrameError;
+use warpcore_engine::tcp::smoltcp::socket::tcp::State as TcpState;
+use warpcore_engine::tcp::TcpTuning;
 use warpcore_engine::{
     CmEvent, ConnError, EngineError, MpaParams, QpState, RtrTypes, SendOp, WcOpcode, WcStatus,
 };
@@ -257,6 +262,120 @@ fn a_refused_accept_leaves_the_request_as_it_was() {
     });
     // The listener's IRD/ORD (8), as the initiator's (8) allow: not the refused 1/1.
     assert_eq!(est.unwrap(), (8, 8));
+}
+
+/// MPA-7.1.1-2/3, MPA-7.1.2-4/17/20/22/26, MPA-7.1.1-19, MPA2-6-5, MPA2-10-7: a malformed
+/// Request (sent from A's raw TCP stack) makes the responder close the connection and tell
+/// its user, typed, what was wrong (`RequestRefused`); the application never sees a
+/// request. It used to be closed without a word.
+#[test]
+fn a_malformed_request_is_refused_and_reported() {
+    type Mangle = fn(&mut Vec<u8>);
+    let cases: [(&str, u8, Mangle, NegotiationError); 7] = [
+        (
+            "bad key",
+            2,
+            |r| r[0] = b'X',
+            NegotiationError::Frame(FrameError::BadKey),
+        ),
+        (
+            "a Reply key",
+            2,
+            |r| r[9] = b'p',
+            NegotiationError::UnexpectedReply,
+        ),
+        (
+            "Rev 0",
+            2,
+            |r| r[17] = 0,
+            NegotiationError::UnsupportedRevision(0),
+        ),
+        (
+            "Rev 3",
+            2,
+            |r| r[17] = 3,
+            NegotiationError::UnsupportedRevision(3),
+        ),
+        (
+            "PD_Length 600",
+            2,
+            |r| {
+                r[18..20].copy_from_slice(&600u16.to_be_bytes());
+                r.resize(20 + 600, 0);
+            },
+            NegotiationError::Frame(FrameError::PrivateDataTooLong),
+        ),
+        (
+            "S = 1 without enhanced data",
+            2,
+            |r| {
+                r[18..20].copy_from_slice(&2u16.to_be_bytes());
+                r.truncate(22);
+            },
+            NegotiationError::Frame(FrameError::EnhancedDataMissing),
+        ),
+        (
+            "an enhanced Request to a Rev 1 listener",
+            1,
+            |_| {},
+            NegotiationError::EnhancedNotSupported,
+        ),
+    ];
+    for (name, listener_rev, mangle, want) in cases {
+        let mut p = Pair::default_pair();
+        p.b.core
+            .listen(
+                PORT,
+                MpaParams {
+                    rev: listener_rev,
+                    ..MpaParams::default()
+                },
+            )
+            .unwrap();
+        let mut init = Initiator::new(
+            nego::Config {
+                private_data: b"hello".to_vec(),
+                ..nego::Config::default()
+            },
+            std::time::Instant::now(),
+        )
+        .unwrap();
+        let mut request = vec![0u8; 1024];
+        let n = init.poll_transmit(&mut request);
+        request.truncate(n);
+        mangle(&mut request);
+        let tcp =
+            p.a.core
+                .stack_mut()
+                .connect((ip(2), PORT), None, &TcpTuning::default())
+                .unwrap();
+        let mut off = 0;
+        let mut refused = None;
+        p.run_until(5000, |p| {
+            let stack = p.a.core.stack_mut();
+            if off < request.len() && stack.state(tcp) == Ok(TcpState::Established) {
+                off += stack.send(tcp, &request[off..]).unwrap();
+            }
+            for e in p.b.take_events() {
+                match e {
+                    CmEvent::RequestRefused { remote, error, .. } => {
+                        refused = Some((remote, error))
+                    }
+                    e => panic!("{name}: {e:?}"),
+                }
+            }
+            refused.is_some()
+        });
+        let (remote, error) = refused.unwrap();
+        assert_eq!(error, want, "{name}");
+        assert_eq!(remote.0, ip(1), "{name}");
+        // The responder closed the connection.
+        p.run_until(2000, |p| {
+            let stack = p.a.core.stack_mut();
+            let _ = stack.recv_with(tcp, |d| d.len());
+            stack.state(tcp) == Ok(TcpState::CloseWait)
+        });
+    }
 }
 
 /// Local misuse is refused with a typed error, nothing changed (the engine's contract):

@@ -644,7 +644,18 @@ impl<D: PollDevice> EngineCore<D> {
                                 // hold the slot through a graceful close either.
                                 timed_out = true;
                             }
-                            nego::Event::Failed(_) => {
+                            nego::Event::Failed(f) => {
+                                // A malformed Request (key, revision, PD_Length, enhanced
+                                // format): TCP closes and our user is told what was wrong
+                                // (MPA-7.1.1-3, MPA-7.1.2-4, MPA-7.1.2-17).
+                                self.ctx.events.push_back(CmEvent::RequestRefused {
+                                    listener: ListenerId {
+                                        core: self.core,
+                                        index: r.listener,
+                                    },
+                                    remote: r.remote,
+                                    error: f.error,
+                                });
                                 let _ = self.stack.close(r.tcp);
                                 r.phase = ReqPhase::Closing;
                             }
