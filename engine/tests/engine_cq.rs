@@ -42,6 +42,71 @@ fn connect_to_small_cq(p: &mut Pair) -> (QpId, QpId, Arc<CompletionQueue>) {
     (qa, qb, small)
 }
 
+/// A QP still in its MPA startup (the initiator, waiting for the Reply) whose completion
+/// queue overran is failed for good: its user gets `Error { CqOverrun }` and its receives
+/// flushed, the startup is abandoned and the TCP connection closed, and a Reply that comes
+/// later neither brings it back to RTS nor reports `Established` (nothing is delivered
+/// after the error, DDP-7.1-17). It used to: the Reply set the failed QP to RTS.
+#[test]
+fn a_connecting_queue_pair_whose_queue_overran_stays_failed() {
+    let mut p = Pair::default_pair();
+    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
+    let small = Arc::new(CompletionQueue::new(2));
+    let attr = || QpAttr {
+        pd: PD,
+        send_cq: Arc::clone(&small),
+        recv_cq: Arc::clone(&small),
+        sq_depth: 8,
+        rq_depth: 8,
+        max_sge: 1,
+    };
+    let (qa, _) = p.a.core.create_qp(attr()).expect("qp");
+    let (idle, _) = p.a.core.create_qp(attr()).expect("qp");
+    let qb = p.b.qp(8);
+    let (_ra, sa) = p.a.region(4096, all_access());
+    p.a.core.post_recv(qa, recv_wr(1, &[(sa, 0, 64)])).unwrap();
+    p.a.core
+        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
+        .expect("connect");
+    let req = p.wait_request();
+    // A's startup waits for B's answer; meanwhile three flushed receives of the idle QP
+    // overrun the queue of two that both QPs complete into.
+    for i in 0..3 {
+        p.a.core
+            .post_recv(idle, recv_wr(10 + i, &[(sa, 64, 64)]))
+            .unwrap();
+    }
+    p.a.core.abort(idle).unwrap();
+    let mut a_events = Vec::new();
+    p.run_until(2000, |p| {
+        a_events.extend(p.a.take_events());
+        a_events
+            .iter()
+            .any(|e| matches!(e, CmEvent::Error { qp, error: ConnError::CqOverrun } if *qp == qa))
+    });
+    assert!(small.overrun());
+    assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Error);
+    // B's user accepts now; its Reply reaches a QP that has failed.
+    p.b.core.accept(req.request, qb, b"", None).expect("accept");
+    p.run(500);
+    a_events.extend(p.a.take_events());
+    assert!(
+        !a_events
+            .iter()
+            .any(|e| matches!(e, CmEvent::Established(_))),
+        "{a_events:?}"
+    );
+    assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Error);
+    // The connection is gone on both sides: B's fenced QP learned that A closed.
+    assert_eq!(
+        p.a.core.stats().tcp_connections,
+        0,
+        "{:?}",
+        p.a.core.stats()
+    );
+    assert_eq!(p.b.core.qp_state(qb).unwrap(), QpState::Error);
+}
+
 /// Eight receives posted on B's `qb` (64 octets each from the start of `sb`) and eight
 /// 16-octet Sends posted on A's `qa` from the start of `sa` (wr_ids 100..108).
 fn eight_sends(

@@ -44,9 +44,17 @@ impl<D: PollDevice> EngineCore<D> {
         if matches!(q.state, QpState::Terminate | QpState::Error) {
             return;
         }
-        if q.conn.is_none() {
-            // Not connected (yet): nothing to tell a peer; to the error state at once.
+        if q.conn.is_none() || q.state == QpState::Connecting {
+            // Not connected (yet): nothing to tell a peer; to the error state at once. An
+            // initiator still waiting for the Reply has no FPDU mode to frame a Terminate
+            // in: its startup is abandoned (a Reply arriving later is dropped, not taken
+            // for an establishment) and TCP closed on the transmit poller.
             q.flush();
+            if let Some(c) = q.conn.as_mut() {
+                c.mpa = Mpa::Done;
+                q.disconnect_requested = true;
+                tx_ready.mark(i);
+            }
             ctx.events.push_back(CmEvent::Error {
                 qp: q.id,
                 error: ConnError::CqOverrun,
