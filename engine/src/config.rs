@@ -135,6 +135,11 @@ impl Default for EngineConfig {
                 rx_buffer: 4 * 1024 * 1024,
                 tx_buffer: 4 * 1024 * 1024,
                 ack_delay: Some(ENGINE_ACK_DELAY),
+                // A connection is closed only once both sides drained (RDMAP-06 §6): a peer
+                // that acknowledges our FIN and then neither sends nor closes for a minute
+                // would otherwise hold the connection, and a disconnecting QP's
+                // `Disconnected`, for good.
+                fin_wait_2_timeout: Some(Duration::from_secs(60)),
                 ..TcpTuning::default()
             },
             tcp_implementation: TcpImplementation::Warpcore,

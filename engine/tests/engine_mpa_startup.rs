@@ -334,3 +334,57 @@ fn mpa_7_1_2_27_a_peer_that_never_replies_times_out_and_holds_nothing() {
         .count();
     assert_eq!(errors, 1, "{:?}", w.events);
 }
+
+/// A graceful disconnect (RDMAP-06 §6: FIN once drained, `Disconnected` once the peer
+/// closed too) to a peer that acknowledges our FIN and then neither sends nor closes:
+/// the engine's TCP resets the connection after a minute in FIN-WAIT-2
+/// (`TcpTuning::fin_wait_2_timeout`, Linux's `tcp_fin_timeout`), the local user gets
+/// `Disconnected { reset: true }`, and nothing is held. Before, the QP waited in Closing,
+/// without its `Disconnected`, for as long as the peer kept its side open (and a
+/// destroyed QP's connection stayed a zombie for good).
+#[test]
+fn a_disconnect_to_a_peer_that_never_closes_ends_within_a_minute() {
+    for destroy in [false, true] {
+        let mut w = world();
+        let (tcp, request) = w.start(&MpaParams::default());
+        let reply = reply_to(&request, true, b"pd");
+        assert_eq!(w.peer.send(tcp, &reply).unwrap(), reply.len());
+        w.wait_event(|e| matches!(e, CmEvent::Established(_)).then_some(()));
+        w.engine.disconnect(w.qp).unwrap();
+        let from = w.now;
+        // The FIN goes out and is acknowledged; the peer reads and keeps its side open.
+        for _ in 0..100 {
+            w.step();
+            let _ = w.peer.recv_with(tcp, |d| d.len());
+        }
+        assert_eq!(w.peer.state(tcp), Ok(TcpState::CloseWait));
+        if destroy {
+            w.engine.destroy_qp(w.qp).unwrap();
+        }
+        let mut ended = None;
+        for _ in 0..70_000 {
+            w.step_by(Duration::from_millis(1));
+            let _ = w.peer.recv_with(tcp, |d| d.len());
+            if ended.is_none() && w.engine.stack().live() == 0 {
+                ended = Some(w.now - from);
+            }
+        }
+        let ended = ended.expect("the engine still holds the connection after 70 s");
+        assert!(
+            ended >= Duration::from_secs(60) && ended <= Duration::from_secs(61),
+            "released after {ended}"
+        );
+        assert_eq!(w.engine.stats().tcp_zombies, 0);
+        if !destroy {
+            assert!(
+                w.events
+                    .iter()
+                    .any(|e| matches!(e, CmEvent::Disconnected { qp, reset: true } if *qp == w.qp)),
+                "{:?}",
+                w.events
+            );
+        }
+        // The peer learns of it (our RST).
+        assert!(w.peer.state(tcp).is_err() || w.peer.state(tcp) == Ok(TcpState::Closed));
+    }
+}

@@ -73,6 +73,13 @@ pub struct TcpTuning {
     /// the last segment heard or from when data began to wait for the peer, whichever is
     /// later (an idle spell is not the peer's silence).
     pub timeout: Option<Duration>,
+    /// Reset a connection that stays in FIN-WAIT-2 this long without receiving new data:
+    /// its user closed, the peer acknowledged the FIN and neither sends nor closes (Linux's
+    /// `tcp_fin_timeout`, which Linux applies to connections their user let go; Warpcore's
+    /// TCP only). `None` (the default, RFC 9293): FIN-WAIT-2 lasts as long as the peer
+    /// wants, for a user that half-closed and still reads. The engine, whose connections
+    /// never half-close for long, sets it.
+    pub fin_wait_2_timeout: Option<Duration>,
 }
 
 impl Default for TcpTuning {
@@ -90,6 +97,7 @@ impl Default for TcpTuning {
             // a dead one is found within 30 s.
             keep_alive: Some(Duration::from_secs(10)),
             timeout: Some(Duration::from_secs(30)),
+            fin_wait_2_timeout: None,
         }
     }
 }

@@ -534,6 +534,55 @@ fn rfc9293_3_8_6_2_2_reading_announces_the_reopened_window() {
     assert!(out[0].window > w_before);
 }
 
+/// FIN-WAIT-2 with a limit (`fin_wait_2_timeout`, Linux's `tcp_fin_timeout`): a peer that
+/// acknowledged our FIN and then neither sends nor closes is reset once the limit passes
+/// without new data (data pushes the deadline back); the user sees a reset. Without a
+/// limit (RFC 9293, the default) FIN-WAIT-2 lasts.
+#[test]
+fn fin_wait_2_without_data_for_the_limit_resets_the_connection() {
+    for limit in [Some(Duration::from_secs(1)), None] {
+        let mut config = cfg();
+        config.fin_wait_2_timeout = limit;
+        // No keep-alive nor user timeout: only the FIN-WAIT-2 limit can end it.
+        config.keep_alive = None;
+        config.timeout = None;
+        let mut c = established(config, true);
+        c.close();
+        assert_eq!(drain(&mut c, ms(2))[0].control, TcpControl::Fin);
+        c.handle_segment(ms(3), &seg(TcpControl::None, PISS + 1, Some(ISS + 2), &[]));
+        assert_eq!(c.state(), State::FinWait2);
+        // Data at 900 ms: the peer is still sending.
+        assert!(run_until(&mut c, ms(3), ms(900)).is_empty());
+        c.handle_segment(ms(900), &data(0, b"late", ISS + 2));
+        let _ = drain(&mut c, ms(900));
+        let out = run_until(&mut c, ms(900), ms(1_890));
+        assert!(
+            out.iter().all(|(_, o)| o.control != TcpControl::Rst),
+            "{out:?}"
+        );
+        assert_eq!(c.state(), State::FinWait2);
+        let out = run_until(&mut c, ms(1_890), ms(60_000));
+        match limit {
+            Some(_) => {
+                // The first deadline (1,003 ms) found the data and set the limit again:
+                // the reset comes at 2,003 ms.
+                let rst: Vec<_> = out
+                    .iter()
+                    .filter(|(_, o)| o.control == TcpControl::Rst)
+                    .collect();
+                assert_eq!(rst.len(), 1, "{out:?}");
+                assert_eq!(rst[0].0, ms(2_003));
+                assert_eq!(c.state(), State::Closed);
+                assert_eq!(events(&mut c).last(), Some(&ConnEvent::Reset));
+            }
+            None => {
+                assert!(out.is_empty(), "{out:?}");
+                assert_eq!(c.state(), State::FinWait2);
+            }
+        }
+    }
+}
+
 #[test]
 fn rfc9293_3_6_active_close_through_fin_wait_and_time_wait() {
     let mut config = cfg();

@@ -93,6 +93,9 @@ pub struct ConnConfig {
     pub timeout: Option<Duration>,
     /// TIME-WAIT length.
     pub time_wait: Duration,
+    /// FIN-WAIT-2 without new data this long resets the connection
+    /// ([`crate::TcpTuning::fin_wait_2_timeout`]); `None`: no limit.
+    pub fin_wait_2_timeout: Option<Duration>,
     /// Offer SACK (RFC 2018).
     pub sack: bool,
     /// Offer timestamps (RFC 7323).
@@ -113,6 +116,7 @@ impl Default for ConnConfig {
             keep_alive: Some(Duration::from_secs(10)),
             timeout: Some(Duration::from_secs(30)),
             time_wait: Duration::from_secs(10),
+            fin_wait_2_timeout: None,
             sack: true,
             timestamps: true,
             window_scale: true,
@@ -504,6 +508,10 @@ pub struct Connection {
     keepalive_at: Option<Instant>,
     keepalive_pending: bool,
     time_wait_at: Option<Instant>,
+    /// When FIN-WAIT-2 without new data ends in a reset (`ConnConfig::fin_wait_2_timeout`),
+    /// and RCV.NXT when that deadline was set (data since pushes it back).
+    fin_wait_2_at: Option<Instant>,
+    fin_wait_2_rcv: TcpSeqNumber,
     last_heard: Instant,
     challenge_window: Instant,
     challenges: u32,
@@ -577,6 +585,8 @@ impl Connection {
             keepalive_at: None,
             keepalive_pending: false,
             time_wait_at: None,
+            fin_wait_2_at: None,
+            fin_wait_2_rcv: TcpSeqNumber(0),
             last_heard: now,
             challenge_window: now,
             challenges: 0,
@@ -1485,7 +1495,11 @@ impl Connection {
         if let Some(f) = self.fin_seq {
             if ack > f {
                 match self.state {
-                    State::FinWait1 => self.state = State::FinWait2,
+                    State::FinWait1 => {
+                        self.state = State::FinWait2;
+                        self.fin_wait_2_at = self.cfg.fin_wait_2_timeout.map(|t| now + t);
+                        self.fin_wait_2_rcv = self.rcv_nxt;
+                    }
                     State::Closing => self.enter_time_wait(now),
                     State::LastAck => self.enter_closed(EV_CLOSED),
                     _ => {}
@@ -1678,6 +1692,7 @@ impl Connection {
             self.window_probe_at,
             self.keepalive_at,
             self.time_wait_at,
+            self.fin_wait_2_at.filter(|_| self.state == State::FinWait2),
             user,
         ])
     }
@@ -1723,6 +1738,19 @@ impl Connection {
         if (silent && self.user_timeout_applies()) || self.rec.backoffs() > MAX_RTO_BACKOFFS {
             self.enter_closed(EV_RESET);
             return;
+        }
+        if self.state == State::FinWait2 && self.fin_wait_2_at.is_some_and(|t| t <= now) {
+            if self.rcv_nxt != self.fin_wait_2_rcv {
+                // Data came in the meantime: the peer is still sending, not stuck.
+                self.fin_wait_2_rcv = self.rcv_nxt;
+                self.fin_wait_2_at = self.cfg.fin_wait_2_timeout.map(|t| now + t);
+            } else {
+                // Linux's `tcp_fin_timeout`: the peer neither sends nor closes. A RST tells
+                // it, the user sees a reset, not a clean close.
+                self.enter_closed(EV_RESET);
+                self.rst_pending = true;
+                return;
+            }
         }
         if self.delack_at.is_some_and(|t| t <= now) {
             self.delack_at = None;

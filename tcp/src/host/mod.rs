@@ -331,6 +331,7 @@ fn conn_config(t: &TcpTuning, mss: u16) -> ConnConfig {
         keep_alive: t.keep_alive,
         timeout: t.timeout,
         time_wait: t.time_wait,
+        fin_wait_2_timeout: t.fin_wait_2_timeout,
         recovery: RecoveryConfig {
             rto_min: t.rto_min,
             rto_initial: t.rto_initial,
