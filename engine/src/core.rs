@@ -296,6 +296,10 @@ pub struct CoreStats {
     pub tcp_tail_loss_probes: u64,
     /// Recovery episodes (congestion window reductions).
     pub tcp_fast_recoveries: u64,
+    /// Of those, undone because D-SACKs showed every retransmission unneeded (RFC 3708).
+    pub tcp_undone_recoveries: u64,
+    /// ACKs received with a D-SACK block (RFC 2883): segments the peer got twice.
+    pub tcp_dsacks_received: u64,
     /// Occupancy when read: buffers taken from the device's pool (mbufs on a DPDK port;
     /// cores whose ports share a pool report the same figure), `None` for a device without
     /// one (the in-memory link).
@@ -750,6 +754,8 @@ impl<D: PollDevice> EngineCore<D> {
             tcp_spurious_rtos: t.spurious_rtos,
             tcp_tail_loss_probes: t.tail_loss_probes,
             tcp_fast_recoveries: t.fast_recoveries,
+            tcp_undone_recoveries: t.undone_recoveries,
+            tcp_dsacks_received: t.dsacks_received,
             qps_live: self.live.len() as u64,
             requests_pending: self.requests_live as u64,
             tcp_connections: self.stack.live() as u64,
