@@ -7,6 +7,10 @@ use std::net::{TcpListener, TcpStream};
 pub(crate) fn server(addr: &str, tests: u32) -> Result<(), String> {
     let l = TcpListener::bind(addr).map_err(|e| format!("bind {addr}: {e}"))?;
     println!("kernel-server: listening on {addr}");
+    serve(&l, tests)
+}
+
+fn serve(l: &TcpListener, tests: u32) -> Result<(), String> {
     let mut served = 0;
     while tests == 0 || served < tests {
         let (mut s, _) = l.accept().map_err(|e| e.to_string())?;
@@ -19,6 +23,15 @@ pub(crate) fn server(addr: &str, tests: u32) -> Result<(), String> {
         let kind = u32::from_be_bytes(h[4..8].try_into().expect("4 bytes"));
         let param = u64::from_be_bytes(h[8..16].try_into().expect("8 bytes"));
         match kind {
+            // The size comes from the network: refuse what no tcpperf client asks for
+            // rather than allocate it.
+            KIND_RR if !(1..=MAX_RR_SIZE).contains(&param) => {
+                eprintln!(
+                    "kernel-server: refused a request/response test of {param} B (1 to \
+                     {MAX_RR_SIZE})"
+                );
+                continue;
+            }
             KIND_RR => {
                 let mut msg = vec![0u8; param as usize];
                 while s.read_exact(&mut msg).is_ok() {
@@ -109,4 +122,43 @@ fn one(addr: &str, test: &TestArgs, kind: TestKind) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A header from the network asking for an echo buffer no client would ask for is
+    /// refused (that connection closed, nothing allocated) and the server goes on.
+    #[test]
+    fn server_refuses_an_oversized_request_size() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = std::thread::spawn(move || serve(&l, 1));
+        for param in [u64::MAX, MAX_RR_SIZE + 1, 0] {
+            let mut s = TcpStream::connect(addr).unwrap();
+            let mut h = [0u8; 16];
+            h[..4].copy_from_slice(MAGIC);
+            h[4..8].copy_from_slice(&KIND_RR.to_be_bytes());
+            h[8..].copy_from_slice(&param.to_be_bytes());
+            s.write_all(&h).unwrap();
+            // The server closes the connection without an answer.
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest);
+            assert!(rest.is_empty());
+        }
+        // Still serving: a real test completes it.
+        let test = TestArgs {
+            test: vec![TestKind::Rr],
+            size: 8,
+            iterations: 3,
+            warmup: 1,
+            bytes: 1,
+            buffer: 1 << 16,
+            timeout_s: 10,
+            congestion: Cc::Cubic,
+        };
+        one(&addr.to_string(), &test, TestKind::Rr).unwrap();
+        server.join().unwrap().unwrap();
+    }
 }

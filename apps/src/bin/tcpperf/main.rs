@@ -56,6 +56,10 @@ use server::*;
 const MAGIC: &[u8; 4] = b"WCPF";
 const KIND_RR: u32 = 1;
 const KIND_BULK: u32 = 2;
+/// Largest request/response message: each side holds one message, and a server allocates
+/// what a test header asks for, so the client's `--size` and every header a server accepts
+/// are bounded by it (a header asking for more is refused, never allocated).
+const MAX_RR_SIZE: u64 = 64 << 20;
 const CLIENT_SALT: u32 = 0x5a5a_0001;
 const SERVER_SALT: u32 = 0xa5a5_0002;
 
@@ -99,9 +103,9 @@ enum Mode {
     Memory {
         #[command(flatten)]
         test: TestArgs,
-        /// IP MTU of the link.
-        #[arg(long, default_value_t = 1500)]
-        mtu: usize,
+        /// IP MTU of the link (576 to 9000).
+        #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u16).range(576..=9000))]
+        mtu: u16,
         /// Write the client side's frames to this pcap file.
         #[arg(long)]
         pcap: Option<String>,
@@ -180,20 +184,20 @@ struct TestArgs {
     /// (e.g. `rr,bulk`).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "rr")]
     test: Vec<TestKind>,
-    /// Request/response message size in bytes.
-    #[arg(long, default_value_t = 64)]
+    /// Request/response message size in bytes (1 to 64 MiB).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=MAX_RR_SIZE))]
     size: u64,
-    /// Request/response round trips (after warm-up).
-    #[arg(long, default_value_t = 100_000)]
+    /// Request/response round trips (after warm-up; at least 1).
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
     iterations: u64,
     /// Round trips not recorded at the start.
     #[arg(long, default_value_t = 1_000)]
     warmup: u64,
-    /// Bulk bytes.
-    #[arg(long, default_value_t = 1 << 30)]
+    /// Bulk bytes (at least 1).
+    #[arg(long, default_value_t = 1 << 30, value_parser = clap::value_parser!(u64).range(1..))]
     bytes: u64,
-    /// Socket buffer size in bytes (each direction).
-    #[arg(long, default_value_t = 4 << 20)]
+    /// Socket buffer size in bytes (each direction; at least 1).
+    #[arg(long, default_value_t = 4 << 20, value_parser = positive_usize)]
     buffer: usize,
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 120)]
@@ -201,6 +205,15 @@ struct TestArgs {
     /// Congestion controller of the client's connection.
     #[arg(long, value_enum, default_value_t = Cc::Cubic)]
     congestion: Cc,
+}
+
+/// A count of at least 1 (`--buffer`: a connection with no buffer moves nothing).
+fn positive_usize(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,7 +238,7 @@ impl From<Cc> for warpcore_tcp::Congestion {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.mode {
-        Mode::Memory { test, mtu, pcap } => run_memory(test, mtu, pcap),
+        Mode::Memory { test, mtu, pcap } => run_memory(test, usize::from(mtu), pcap),
         Mode::KernelServer { listen, tests } => kernel::server(&listen, tests),
         Mode::KernelClient { server, test } => kernel::client(&server, &test),
         #[cfg(feature = "dpdk")]

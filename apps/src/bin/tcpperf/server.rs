@@ -100,6 +100,17 @@ impl Server {
                 sc.kind = u32::from_be_bytes(sc.header[4..8].try_into().expect("4 bytes"));
                 sc.param = u64::from_be_bytes(sc.header[8..16].try_into().expect("8 bytes"));
                 if sc.kind == KIND_RR {
+                    // The size comes from the network: refuse what no tcpperf client asks
+                    // for rather than allocate it.
+                    if !(1..=MAX_RR_SIZE).contains(&sc.param) {
+                        eprintln!(
+                            "server: refused a request/response test of {} B (1 to {MAX_RR_SIZE})",
+                            sc.param
+                        );
+                        let _ = s.abort(c);
+                        sc.kind = 0;
+                        continue;
+                    }
                     sc.echo = vec![0; sc.param as usize];
                     sc.echo_sent = sc.echo.len();
                 }
@@ -156,5 +167,63 @@ impl Server {
             }
         }
         work
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A test header from the network asking for an echo buffer no client would ask for
+    /// (u64::MAX octets) is refused with a reset, nothing allocated.
+    #[test]
+    fn server_resets_an_oversized_request_size() {
+        let (ea, eb) = link::pair(&LinkConfig::default());
+        let clock = Clock(StdInstant::now());
+        let ip = |n| Ipv4Cidr::new(Ipv4Address::new(198, 18, 0, n), 24);
+        let mut a = new_stack(
+            ea,
+            &stack_config([2, 0, 0, 0, 0, 1], ip(1), None),
+            clock.now(),
+        )
+        .unwrap();
+        let mut b = new_stack(
+            eb,
+            &stack_config([2, 0, 0, 0, 0, 2], ip(2), None),
+            clock.now(),
+        )
+        .unwrap();
+        let mut server = Server::new(&mut b, 5201, 1 << 16).unwrap();
+        let c = a
+            .connect(
+                (Ipv4Address::new(198, 18, 0, 2), 5201),
+                None,
+                &tuning(1 << 16),
+            )
+            .unwrap();
+        let mut h = [0u8; 16];
+        h[..4].copy_from_slice(MAGIC);
+        h[4..8].copy_from_slice(&KIND_RR.to_be_bytes());
+        h[8..].copy_from_slice(&u64::MAX.to_be_bytes());
+        let (mut sent, mut reset) = (0, false);
+        for _ in 0..100_000 {
+            let now = clock.now();
+            a.poll(now);
+            while let Some(e) = a.next_event() {
+                reset |= e == Event::Reset(c);
+            }
+            if sent < h.len() {
+                send_some(&mut a, c, &h, &mut sent);
+            }
+            b.poll(now);
+            while let Some(e) = b.next_event() {
+                server.on_event(&mut b, e);
+            }
+            server.step(&mut b);
+            if reset {
+                break;
+            }
+        }
+        assert!(reset, "the server did not reset the connection");
     }
 }
