@@ -12,7 +12,7 @@ use std::time::Duration;
 use pcap_file::pcap::PcapParser;
 use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
 use pcap_file::pcapng::{Block, PcapNgParser};
-use pcap_file::{DataLink, PcapError};
+use pcap_file::{DataLink, PcapError, TsResolution};
 
 /// The link-layer framing of a captured frame, as far as this tool decodes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -141,17 +141,31 @@ fn parse_pcap(bytes: &[u8]) -> Result<Capture, CaptureError> {
         frames: Vec::new(),
         warnings: Vec::new(),
     };
+    let nanos_per_frac = match parser.header().ts_resolution {
+        TsResolution::MicroSecond => 1_000,
+        TsResolution::NanoSecond => 1,
+    };
     while !rest.is_empty() {
-        match parser.next_packet(rest) {
+        // The raw record, not `next_packet`: pcap-file's checked packet refuses a record
+        // whose wire length exceeds the file's snap length, and that is every frame the
+        // snap length cut (`tcpdump -s 128`), which is exactly when the two lengths differ.
+        // Like Wireshark, take what the record holds and judge lengths in the TCP layer.
+        match parser.next_raw_packet(rest) {
             Ok((next, packet)) => {
                 rest = next;
                 let number = capture.frames.len() as u64 + 1;
+                let data = packet.data.into_owned();
                 capture.frames.push(Frame {
                     number,
-                    timestamp: packet.timestamp,
+                    timestamp: Duration::from_secs(u64::from(packet.ts_sec))
+                        + Duration::from_nanos(u64::from(packet.ts_frac) * nanos_per_frac),
                     link,
-                    data: packet.data.into_owned(),
-                    original_len: packet.orig_len,
+                    // A writer that put a wire length below the captured one is wrong about
+                    // the wire length: at least the captured octets were sent.
+                    original_len: packet
+                        .orig_len
+                        .max(u32::try_from(data.len()).unwrap_or(u32::MAX)),
+                    data,
                 });
             }
             Err(e) => {
@@ -306,6 +320,55 @@ mod tests {
         );
         assert_eq!(timestamp_from_units(3, 2), Duration::from_millis(1500));
         assert_eq!(timestamp_from_units(5, 0), Duration::ZERO);
+    }
+
+    /// A classic pcap file, little-endian, microsecond timestamps, Ethernet, with this snap
+    /// length and these records (seconds, microseconds, captured octets, wire length).
+    fn pcap_file(snaplen: u32, records: &[(u32, u32, usize, u32)]) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&[0xD4, 0xC3, 0xB2, 0xA1, 2, 0, 4, 0]);
+        b.extend_from_slice(&[0; 8]);
+        b.extend_from_slice(&snaplen.to_le_bytes());
+        b.extend_from_slice(&1u32.to_le_bytes());
+        for &(sec, usec, incl, orig) in records {
+            for v in [sec, usec, incl as u32, orig] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+            b.extend((0..incl).map(|i| i as u8));
+        }
+        b
+    }
+
+    /// `tcpdump -s 96` writes snap length 96 and, for every frame longer than that, 96
+    /// captured octets and the frame's real wire length: a good file, whose frames are all
+    /// read (the TCP layer then knows the cut ones for what they are).
+    #[test]
+    fn pcap_frames_cut_by_the_snap_length_are_read() {
+        let bytes = pcap_file(
+            96,
+            &[(1, 500_000, 96, 1514), (2, 0, 60, 60), (3, 7, 96, 9014)],
+        );
+        let c = parse_capture(&bytes).unwrap();
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        let got: Vec<(u64, Duration, usize, u32)> = c
+            .frames
+            .iter()
+            .map(|f| (f.number, f.timestamp, f.data.len(), f.original_len))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, Duration::from_millis(1500), 96, 1514),
+                (2, Duration::from_secs(2), 60, 60),
+                (3, Duration::new(3, 7_000), 96, 9014)
+            ]
+        );
+        assert_eq!(c.frames[0].data[95], 95);
+        // A wire length below the captured one is the writer's mistake: the frame is kept,
+        // with at least its captured octets as its length.
+        let c = parse_capture(&pcap_file(65535, &[(0, 0, 80, 60)])).unwrap();
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        assert_eq!((c.frames[0].data.len(), c.frames[0].original_len), (80, 80));
     }
 
     #[test]
