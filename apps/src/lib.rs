@@ -29,4 +29,29 @@ pub fn parse_args<T: clap::Parser>() -> T {
     }
 }
 
+/// clap value parser for a length of time (`--secs`, `--minutes`): a finite number above 0
+/// and at most a year's worth of seconds, so that it always makes a `Duration` (which
+/// panics on a negative, NaN or too large value).
+pub fn positive_time(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if v.is_finite() && v > 0.0 && v <= 365.0 * 86400.0 {
+        Ok(v)
+    } else {
+        Err(format!("{s}: must be above 0 and at most a year's worth"))
+    }
+}
+
+/// clap value parser for a frame loss probability (`--loss`): 0 (none) up to, not
+/// including, 1 (a link that drops every frame carries nothing).
+pub fn loss_probability(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if (0.0..1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!(
+            "{s}: a loss probability is at least 0 and below 1 (0.01: 1 %)"
+        ))
+    }
+}
+
 pub use warpcore_analysis::{analysis, capture, fpdu, pcapng, report, tcp};

@@ -44,3 +44,48 @@ fn tcpperf_refuses_sizes_and_counts_that_cannot_run() {
         refused(exe, args, flag);
     }
 }
+
+/// wcconnrate: a negative, NaN or endless `--secs` panicked turning it into a Duration;
+/// `--loss` took any number (negative: no loss, above 1: nothing through); `--kernel`
+/// silently ignored a server address, a device and `--loss`.
+#[test]
+fn wcconnrate_refuses_times_losses_and_flags_kernel_runs_ignore() {
+    let exe = env!("CARGO_BIN_EXE_wcconnrate");
+    for secs in ["-1", "NaN", "inf", "0", "1e300"] {
+        refused(exe, &["--kernel", &format!("--secs={secs}")], "--secs");
+    }
+    for loss in ["-0.5", "1", "2", "NaN"] {
+        refused(
+            exe,
+            &["--loopback=link", &format!("--loss={loss}")],
+            "--loss",
+        );
+    }
+    for args in [
+        &["--kernel", "198.18.0.2"][..],
+        &["--kernel", "--loopback=link", "--loss", "0.1"],
+        &["--kernel", "--memif", "/tmp/wcconnrate-unused.sock"],
+    ] {
+        refused(exe, args, "--kernel");
+    }
+}
+
+/// wcsoak: a negative or NaN `--minutes` panicked; `--qps 0` or `--ops 0` made a soak that
+/// checked nothing and passed; `--report-secs 0` was silently taken as 1; `--loss` took
+/// any number.
+#[test]
+fn wcsoak_refuses_times_counts_and_losses_that_cannot_run() {
+    let exe = env!("CARGO_BIN_EXE_wcsoak");
+    for (args, flag) in [
+        (&["--minutes=-1"][..], "--minutes"),
+        (&["--minutes", "NaN"], "--minutes"),
+        (&["--minutes", "0"], "--minutes"),
+        (&["--qps", "0"], "--qps"),
+        (&["--ops", "0"], "--ops"),
+        (&["--report-secs", "0"], "--report-secs"),
+        (&["--loss", "1.5"], "--loss"),
+        (&["--loss=-0.01"], "--loss"),
+    ] {
+        refused(exe, args, flag);
+    }
+}

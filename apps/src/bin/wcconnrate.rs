@@ -41,7 +41,7 @@ struct Cli {
     /// The server's address: this process is the client (no address: the server).
     server: Option<Ipv4Addr>,
     /// How long the client opens connections, in seconds.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 5.0, value_parser = warpcore_apps::positive_time)]
     secs: f64,
     /// Connections under way at once.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -57,7 +57,7 @@ struct Cli {
     #[arg(long, default_value_t = 30)]
     timeout: u64,
     /// Frame loss on the in-memory link (`--loopback=link`), each way (0.01: 1 %).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = warpcore_apps::loss_probability)]
     loss: f64,
     /// The kernel's TCP on 127.0.0.1 instead of Warpcore: both ends in this process (a
     /// server thread and `--parallel` client threads).
@@ -759,8 +759,36 @@ fn run_kernel(cli: &Cli) -> Result<(), String> {
     Ok(())
 }
 
+/// `--kernel` runs both ends over the kernel's loopback in this process: refuses what
+/// only a Warpcore run uses, rather than ignore it.
+fn validate(cli: &Cli) -> Result<(), String> {
+    if !cli.kernel {
+        return Ok(());
+    }
+    let refuse = |what: &str| {
+        Err(format!(
+            "--kernel runs both ends in this process over 127.0.0.1: {what} applies to a \
+             Warpcore run"
+        ))
+    };
+    if let Some(a) = cli.server {
+        return refuse(&format!("a server address ({a})"));
+    }
+    if cli.loss > 0.0 {
+        return refuse("--loss (the in-memory link's)");
+    }
+    if cli.dev.names_port() || cli.dev.loopback.is_some() {
+        return refuse("a device (--memif, --vdev, --pci, --eal, --loopback)");
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli: Cli = warpcore_apps::parse_args();
+    if let Err(e) = validate(&cli) {
+        eprintln!("wcconnrate: {e}");
+        return ExitCode::from(2);
+    }
     let r = if cli.kernel {
         run_kernel(&cli)
     } else {

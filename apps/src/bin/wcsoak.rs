@@ -35,19 +35,19 @@ use warpcore_verbs::{
 #[command(about = "Soak: connection churn and a verified RDMA workload, watching resources")]
 struct Cli {
     /// How long to run, in minutes (fractions allowed).
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, value_parser = positive_minutes)]
     minutes: f64,
     /// Frame loss on the in-memory link, each way (0.01: 1 %).
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = 0.01, value_parser = warpcore_apps::loss_probability)]
     loss: f64,
-    /// Queue pairs open at once per round (each its own connection).
-    #[arg(long, default_value_t = 4)]
+    /// Queue pairs open at once per round (each its own connection; at least 1).
+    #[arg(long, default_value_t = 4, value_parser = at_least_one)]
     qps: usize,
-    /// Verified operations of each kind per connection.
-    #[arg(long, default_value_t = 8)]
+    /// Verified operations of each kind per connection (at least 1).
+    #[arg(long, default_value_t = 8, value_parser = at_least_one)]
     ops: usize,
-    /// Seconds between resource reports.
-    #[arg(long, default_value_t = 20)]
+    /// Seconds between resource reports (at least 1).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
     report_secs: u64,
     /// Seed of the link's fault generators and of the workload.
     #[arg(long, default_value_t = 1)]
@@ -61,6 +61,22 @@ struct Cli {
     /// --capture as in every Warpcore tool.
     #[command(flatten)]
     dev: DeviceArgs,
+}
+
+/// `--minutes`: a length of time (see [`warpcore_apps::positive_time`]).
+fn positive_minutes(s: &str) -> Result<f64, String> {
+    let m = warpcore_apps::positive_time(s)?;
+    warpcore_apps::positive_time(&(m * 60.0).to_string())?;
+    Ok(m)
+}
+
+/// `--qps`, `--ops`: a soak with no connection or no operation checks nothing.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1 (with 0 the soak would check nothing)".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -480,7 +496,7 @@ fn run(cli: &Cli) -> Result<(), String> {
     };
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(cli.minutes * 60.0);
-    let every = Duration::from_secs(cli.report_secs.max(1));
+    let every = Duration::from_secs(cli.report_secs);
     let mut next_report = start + every;
     let warm_until = start + Duration::from_secs_f64(cli.minutes * 20.0);
     let mut warm: Option<Snapshot> = None;
@@ -617,7 +633,7 @@ fn run(cli: &Cli) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli: Cli = warpcore_apps::parse_args();
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
