@@ -881,6 +881,30 @@ fn out_json_uses_perftests_keys() {
     let _ = std::fs::remove_file(lat);
 }
 
+/// With fewer than three samples there is no latency (docs/iwperf.md, "Output"): --output
+/// prints `n/a` and --out_json's `avg_lat` is null, never a zero that reads as measured.
+#[test]
+fn output_latency_of_too_few_samples_is_not_a_number() {
+    let path = tmp("few.json");
+    let o = iwperf(&[
+        "send_lat",
+        "--loopback=link",
+        "-n",
+        "2",
+        "--output=latency",
+        "--out_json",
+        "--out_json_file",
+        path.to_str().unwrap(),
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert_eq!(out.trim(), "n/a", "{out}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert!(v["results"]["avg_lat"].is_null(), "{v}");
+    let _ = std::fs::remove_file(path);
+}
+
 /// --run_infinitely prints a row every -D seconds until stopped.
 #[test]
 fn run_infinitely_prints_a_row_per_period_until_stopped() {

@@ -493,6 +493,14 @@ impl Cli {
                 self.inline_size
             ));
         }
+        if self.all && self.size.is_some() {
+            return Err("-a runs every size from 2 B to 8 MiB: give -a or -s, not both".into());
+        }
+        if self.iters.is_some() && self.phase_duration().is_some() {
+            return Err(
+                "-n with -D or --run_infinitely: a timed run ignores iterations; give one".into(),
+            );
+        }
         if let Some(s) = self.size {
             if s == 0 || s > 1 << 31 {
                 return Err(format!("-s {s}: size must be between 1 and 2^31 bytes"));
@@ -850,6 +858,26 @@ mod tests {
     fn command_line_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    /// `-a` with `-s` ran every size and dropped `-s`; `-n` with a timed run (`-D`,
+    /// `--run_infinitely`) dropped `-n`: both are refused, naming the conflict.
+    #[test]
+    fn conflicting_size_and_length_flags_are_refused() {
+        let validate = |args: &[&str]| {
+            Cli::try_parse_from([&["iwperf", "write_bw", "--loopback=link"][..], args].concat())
+                .unwrap()
+                .validate()
+        };
+        let e = validate(&["-a", "-s", "4096"]).unwrap_err();
+        assert!(e.contains("give -a or -s, not both"), "{e}");
+        for timed in [&["-D", "1"][..], &["--run_infinitely"]] {
+            let e = validate(&[timed, &["-n", "100"]].concat()).unwrap_err();
+            assert!(e.contains("-n with -D or --run_infinitely"), "{e}");
+        }
+        assert!(validate(&["-a"]).is_ok());
+        assert!(validate(&["-D", "1"]).is_ok());
+        assert!(validate(&["-s", "4096", "-n", "100"]).is_ok());
     }
 
     #[test]

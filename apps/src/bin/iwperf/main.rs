@@ -346,7 +346,7 @@ fn client_run(
             }
             let st = report::lat_stats(&o.samples, factor).map(|s| s.scaled(scale));
             match cli.output {
-                Some(_) => println!("{:.6}", st.map_or(0.0, |s| s.avg)),
+                Some(_) => println!("{}", report::output_latency(st.as_ref())),
                 None => println!("{}", report::lat_row(o.size, o.iters, st.as_ref())),
             }
         }

@@ -192,6 +192,12 @@ pub fn lat_stats(samples_ns: &[u64], rtt_factor: u64) -> Option<LatStats> {
     })
 }
 
+/// `--output=latency`'s line: the average, or `n/a` when there were too few samples (a
+/// zero would read as a measured latency).
+pub fn output_latency(s: Option<&LatStats>) -> String {
+    s.map_or_else(|| "n/a".to_string(), |s| format!("{:.6}", s.avg))
+}
+
 /// One latency row (`n/a` in every column when there were too few samples).
 pub fn lat_row(size: u64, iters: u64, s: Option<&LatStats>) -> String {
     match s {
@@ -482,7 +488,8 @@ pub fn write_perftest_json(
         let st = lat_stats(&o.samples, rtt_factor(t)).map(|s| s.scaled(cycles_mhz.unwrap_or(1.0)));
         match (cli.output, st) {
             (Some(_), s) => {
-                res.insert("avg_lat".into(), json!(s.map_or(0.0, |s| s.avg)));
+                // null, not 0, when there were too few samples (as `lat_usec` in --json).
+                res.insert("avg_lat".into(), json!(s.map(|s| s.avg)));
             }
             (None, Some(s)) => {
                 res.insert("MsgSize".into(), json!(o.size));
