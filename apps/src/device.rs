@@ -78,29 +78,49 @@ impl std::str::FromStr for Mac {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CpuList(pub Vec<usize>);
 
-impl std::str::FromStr for CpuList {
-    type Err = String;
+/// The largest CPU number a thread can be pinned to: a CPU set (`cpu_set_t`, which the
+/// engine's pinning uses) holds CPUs 0 to 1023.
+pub const MAX_CPU: usize = 1023;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+impl CpuList {
+    /// Parses a list in the kernel's format (`0,2-3`), each CPU at most [`MAX_CPU`] (a
+    /// range is expanded, so an unbounded one would be an unbounded allocation).
+    fn parse(s: &str) -> Result<Vec<usize>, String> {
         let bad = || format!("bad CPU list {s:?} (expected e.g. 0,1 or 0-3)");
+        let cpu = |c: &str| -> Result<usize, String> {
+            let n: usize = c.trim().parse().map_err(|_| bad())?;
+            if n > MAX_CPU {
+                return Err(format!(
+                    "CPU {n} in {s:?}: above {MAX_CPU}, the largest CPU a thread can be pinned to"
+                ));
+            }
+            Ok(n)
+        };
         let mut v = Vec::new();
-        for part in s.split(',').filter(|p| !p.is_empty()) {
+        for part in s.trim().split(',').filter(|p| !p.is_empty()) {
             match part.split_once('-') {
                 Some((a, b)) => {
-                    let (a, b): (usize, usize) =
-                        (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+                    let (a, b) = (cpu(a)?, cpu(b)?);
                     if a > b {
                         return Err(bad());
                     }
                     v.extend(a..=b);
                 }
-                None => v.push(part.parse().map_err(|_| bad())?),
+                None => v.push(cpu(part)?),
             }
         }
         if v.is_empty() {
             return Err(format!("empty CPU list {s:?}"));
         }
-        Ok(CpuList(v))
+        Ok(v)
+    }
+}
+
+impl std::str::FromStr for CpuList {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        CpuList::parse(s).map(CpuList)
     }
 }
 
@@ -1065,6 +1085,9 @@ mod tests {
             ("--cores", "3-1", "bad CPU list"),
             ("--mac", "02:00", "bad Ethernet address"),
             ("--mtu", "100", "576..=9000"),
+            ("--cores", "1024", "above 1023"),
+            // A range that once made a vector of ten billion CPUs (an aborted allocation).
+            ("--cores", "0-10000000000", "above 1023"),
         ] {
             let e = T::try_parse_from(["t", flag, v]).unwrap_err().to_string();
             assert!(e.contains(want), "{flag} {v}: {e}");
