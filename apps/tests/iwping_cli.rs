@@ -132,3 +132,20 @@ fn persistent_mode_is_the_servers() {
         "{text}"
     );
 }
+
+/// The client's --rtr is what --p2p offers: without --p2p it was silently dropped and the
+/// connection asked for no peer-to-peer mode at all.
+#[test]
+fn client_rtr_needs_p2p() {
+    let (rc, text) = iwping(&[
+        "-c",
+        "-a",
+        "198.18.0.11",
+        "--ip",
+        "198.18.0.2/24",
+        "--rtr",
+        "read",
+    ]);
+    assert_eq!(rc, 2, "{text}");
+    assert!(text.contains("give --p2p"), "{text}");
+}

@@ -161,6 +161,13 @@ impl Cli {
                  iwperf --loopback for both ends in one process)"
             ));
         }
+        if self.client && !self.rtr.is_empty() && !self.p2p {
+            return Err(
+                "--rtr on the client names the RTR types peer-to-peer mode offers: give --p2p \
+                 too (without it the client asks for no peer-to-peer mode)"
+                    .into(),
+            );
+        }
         if self.p2p && self.mpa_rev != 2 {
             return Err("--p2p needs --mpa-rev 2 (RFC 6581)".into());
         }
