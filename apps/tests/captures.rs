@@ -740,6 +740,37 @@ fn iwdump(args: &[&Path]) -> (i32, String, String) {
     )
 }
 
+/// Output that cannot be written is an I/O error (exit 2, said on stderr), and a reader
+/// that goes away (`iwdump -v x.pcap | head`) ends the run quietly: print! panicked on both.
+#[test]
+fn unwritable_or_closed_output_is_no_panic() {
+    use std::process::Stdio;
+    let file = data_dir().join("siw_mpa2_ib_write_bw.pcap");
+    let full = Command::new(env!("CARGO_BIN_EXE_iwdump"))
+        .arg("-v")
+        .arg(&file)
+        .stdout(std::fs::File::create("/dev/full").unwrap())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&full.stderr);
+    assert_eq!(full.status.code(), Some(2), "{err}");
+    assert!(err.contains("cannot write the output"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // The reader closes the pipe before iwdump writes its first line.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_iwdump"))
+        .arg("-v")
+        .arg(&file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.is_empty(), "{err}");
+}
+
 /// MPA-4.4, MPA-8 code 2: one flipped CRC octet is reported as a CRC error on exactly that
 /// FPDU, and iwdump exits 1; the unmodified file is clean and exits 0.
 #[test]

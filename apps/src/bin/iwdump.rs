@@ -19,9 +19,12 @@
 //! `warpcore_analysis::analysis::SegmentAlignment`.
 //!
 //! Exit status: 0 when no protocol violation was found, 1 when at least one was, 2 on usage
-//! or I/O errors (a file that cannot be read or is not a capture).
+//! or I/O errors (a file that cannot be read or is not a capture, output that cannot be
+//! written). When the reader of the output goes away (`iwdump -v x.pcap | head`), iwdump
+//! stops quietly with the status of what it decoded so far.
 #![forbid(unsafe_code)]
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -48,6 +51,7 @@ fn main() -> ExitCode {
     let args: Args = warpcore_apps::parse_args();
     let mut io_error = false;
     let mut violations = false;
+    let mut out = std::io::stdout().lock();
     for path in &args.files {
         let name = path.display().to_string();
         let capture = match read_capture_file(path) {
@@ -60,10 +64,18 @@ fn main() -> ExitCode {
         };
         let report = analyse_capture(&name, &capture);
         violations |= report.violations() > 0;
-        if args.json {
-            println!("{}", render_json(&report, args.verbose));
+        let text = if args.json {
+            render_json(&report, args.verbose) + "\n"
         } else {
-            print!("{}", render_text(&report, args.verbose));
+            render_text(&report, args.verbose)
+        };
+        // print! would panic on a closed or full output.
+        if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+            if e.kind() != std::io::ErrorKind::BrokenPipe {
+                eprintln!("iwdump: cannot write the output: {e}");
+                return ExitCode::from(2);
+            }
+            break;
         }
     }
     if io_error {
