@@ -29,6 +29,10 @@ pub fn parse_args<T: clap::Parser>() -> T {
     }
 }
 
+/// The longest timeout a tool takes, in seconds (a year): a longer one overflows the
+/// clock's arithmetic (`Instant + Duration` panics), and none is meant.
+pub const MAX_TIMEOUT_S: u64 = 365 * 86400;
+
 /// clap value parser for a length of time (`--secs`, `--minutes`): a finite number above 0
 /// and at most a year's worth of seconds, so that it always makes a `Duration` (which
 /// panics on a negative, NaN or too large value).

@@ -89,3 +89,41 @@ fn wcsoak_refuses_times_counts_and_losses_that_cannot_run() {
         refused(exe, args, flag);
     }
 }
+
+/// A timeout beyond the clock's arithmetic panicked (`Instant + Duration` overflows) at the
+/// first wait: every tool bounds its timeouts at a year.
+#[test]
+fn timeouts_beyond_a_year_are_refused() {
+    const HUGE: &str = "18446744073709551615";
+    let client = ["-c", "-a", "198.18.0.11", "--ip", "198.18.0.2/24"];
+    for (exe, args, flag) in [
+        (
+            env!("CARGO_BIN_EXE_wcconnrate"),
+            vec!["--loopback=link", "--secs", "0.2", "--timeout", HUGE],
+            "--timeout",
+        ),
+        (
+            env!("CARGO_BIN_EXE_tcpperf"),
+            vec!["memory", "--iterations", "5", "--timeout-s", HUGE],
+            "--timeout-s",
+        ),
+        (
+            env!("CARGO_BIN_EXE_iwping"),
+            [&client[..], &["--timeout", HUGE]].concat(),
+            "--timeout",
+        ),
+        (
+            env!("CARGO_BIN_EXE_iwping"),
+            [&client[..], &["--retry", HUGE]].concat(),
+            "--retry",
+        ),
+        // Last: without the bound its client thread panicked and its server thread waited on.
+        (
+            env!("CARGO_BIN_EXE_iwperf"),
+            vec!["write_lat", "--loopback=link", "-n", "5", "--timeout", HUGE],
+            "--timeout",
+        ),
+    ] {
+        refused(exe, &args, flag);
+    }
+}

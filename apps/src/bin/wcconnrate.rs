@@ -53,8 +53,9 @@ struct Cli {
     #[arg(long, default_value_t = 7398)]
     port: u16,
     /// The longest any one step may wait (the client's first connection retries that long
-    /// while the server comes up), in seconds.
-    #[arg(long, default_value_t = 30)]
+    /// while the server comes up), in seconds (1 to a year).
+    #[arg(long, default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=warpcore_apps::MAX_TIMEOUT_S))]
     timeout: u64,
     /// Frame loss on the in-memory link (`--loopback=link`), each way (0.01: 1 %).
     #[arg(long, default_value_t = 0.0, value_parser = warpcore_apps::loss_probability)]

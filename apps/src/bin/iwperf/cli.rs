@@ -312,8 +312,9 @@ pub struct Cli {
     /// --mac, --cores, --mtu, --no-csum, --capture (the same in every Warpcore tool).
     #[command(flatten)]
     pub dev: DeviceArgs,
-    /// Seconds to wait for the peer (connect, or an answer during a run).
-    #[arg(long, default_value_t = 30)]
+    /// Seconds to wait for the peer (connect, or an answer during a run; 1 to a year).
+    #[arg(long, default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=warpcore_apps::MAX_TIMEOUT_S))]
     pub timeout: u64,
 
     // ---- perftest's flags (docs/iwperf.md has the table: flag -> what iwperf does) ----
@@ -878,6 +879,15 @@ mod tests {
         assert!(validate(&["-a"]).is_ok());
         assert!(validate(&["-D", "1"]).is_ok());
         assert!(validate(&["-s", "4096", "-n", "100"]).is_ok());
+    }
+
+    /// `--timeout 0` left a loopback run waiting forever: a timeout is at least a second.
+    #[test]
+    fn a_zero_timeout_is_refused() {
+        let e = Cli::try_parse_from(["iwperf", "write_lat", "--loopback=link", "--timeout", "0"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--timeout"), "{e}");
     }
 
     #[test]

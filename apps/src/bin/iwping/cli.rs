@@ -119,11 +119,15 @@ pub struct Cli {
     /// IRD and ORD we ask for (rping asks rdma_cm for 1 and 1).
     #[arg(long, default_value_t = 1)]
     pub ird_ord: u16,
-    /// Seconds to wait for any one step (connection, completion) before giving up.
-    #[arg(long, default_value_t = 60)]
+    /// Seconds to wait for any one step (connection, completion) before giving up (1 to a
+    /// year).
+    #[arg(long, default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=warpcore_apps::MAX_TIMEOUT_S))]
     pub timeout: u64,
-    /// Client: seconds to keep retrying a refused connection (the server may still boot).
-    #[arg(long, default_value_t = 0)]
+    /// Client: seconds to keep retrying a refused connection (the server may still boot; at
+    /// most a year).
+    #[arg(long, default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(..=warpcore_apps::MAX_TIMEOUT_S))]
     pub retry: u64,
     /// Client: milliseconds to wait after the connection is established before the first
     /// Send. Linux siw as responder sends its MPA Reply before it hooks the socket to the

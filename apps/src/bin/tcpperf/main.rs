@@ -140,8 +140,9 @@ enum Mode {
         /// Bytes to send and to expect, each way.
         #[arg(long, default_value_t = 16 << 20)]
         bytes: u64,
-        /// Give up after this many seconds.
-        #[arg(long, default_value_t = 60)]
+        /// Give up after this many seconds (1 to a year).
+        #[arg(long, default_value_t = 60,
+              value_parser = clap::value_parser!(u64).range(1..=warpcore_apps::MAX_TIMEOUT_S))]
         timeout_s: u64,
     },
 }
@@ -165,8 +166,10 @@ struct NetArgs {
     /// Frames that may wait for the tx ring before the device pushes back (at least 1).
     #[arg(long, default_value_t = 512)]
     tx_pending: usize,
-    /// Seconds to wait for the link to come up (e.g. for the memif peer to connect).
-    #[arg(long, default_value_t = 30)]
+    /// Seconds to wait for the link to come up (e.g. for the memif peer to connect; at most
+    /// a year).
+    #[arg(long, default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(..=warpcore_apps::MAX_TIMEOUT_S))]
     link_wait_s: u64,
 }
 
@@ -199,8 +202,9 @@ struct TestArgs {
     /// Socket buffer size in bytes (each direction; at least 1).
     #[arg(long, default_value_t = 4 << 20, value_parser = positive_usize)]
     buffer: usize,
-    /// Give up after this many seconds.
-    #[arg(long, default_value_t = 120)]
+    /// Give up after this many seconds (1 to a year).
+    #[arg(long, default_value_t = 120,
+          value_parser = clap::value_parser!(u64).range(1..=warpcore_apps::MAX_TIMEOUT_S))]
     timeout_s: u64,
     /// Congestion controller of the client's connection.
     #[arg(long, value_enum, default_value_t = Cc::Cubic)]
