@@ -99,12 +99,14 @@ impl Rec {
     /// interval to the whole phase's histogram (once a second, and at the end), so a
     /// bandwidth test's completion pays one histogram record, not two (`perf` of the 64 B
     /// write_bw sender: the two records were ~4 % of the process).
+    /// A sample beyond the histogram's hour (a stall under a longer --timeout) counts as
+    /// an hour rather than vanishing from the count and the percentiles.
     fn record(&mut self, ns: u64) {
-        let _ = self.interval.record(ns.max(1));
+        self.interval.saturating_record(ns.max(1));
     }
     /// `n` samples of one value, as `n` [`Self::record`]s.
     fn record_n(&mut self, ns: u64, n: u64) {
-        let _ = self.interval.record_n(ns.max(1), n);
+        self.interval.saturating_record_n(ns.max(1), n);
     }
     /// Closes the interval once a second (or at the end, `force`), adding it to the
     /// phase's histogram; returns whether it did. `hist` holds every sample only after a
@@ -1202,4 +1204,22 @@ pub fn bw_phase(
         c.reset_counts();
     }
     Ok(o)
+}
+
+#[cfg(test)]
+mod unit_tests {
+    use super::*;
+
+    /// A sample longer than the histogram's hour still counts (as an hour): `record`
+    /// refused it and the phase's count and percentiles left it out without a word.
+    #[test]
+    fn a_sample_beyond_the_histogram_still_counts() {
+        let mut r = Rec::new();
+        r.record(1_000);
+        r.record(2 * 3_600_000_000_000);
+        r.record_n(5 * 3_600_000_000_000, 2);
+        r.tick(true);
+        assert_eq!(r.hist.len(), 4);
+        assert!(r.hist.max() >= 3_500_000_000_000, "{}", r.hist.max());
+    }
 }

@@ -74,7 +74,7 @@ impl Client {
             reply_got: 0,
             round: 0,
             t_req: StdInstant::now(),
-            hist: Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds"),
+            hist: rtt_histogram(),
             bulk_sent: 0,
             reply: Vec::with_capacity(8),
             t_start: StdInstant::now(),
@@ -130,7 +130,7 @@ impl Client {
                 if self.reply_got == size && self.msg_sent == size as usize {
                     let ns = self.t_req.elapsed().as_nanos() as u64;
                     if self.round >= self.test.warmup {
-                        let _ = self.hist.record(ns.max(1));
+                        record_rtt(&mut self.hist, ns);
                     }
                     self.round += 1;
                     self.reply_got = 0;

@@ -81,8 +81,7 @@ fn one(addr: &str, test: &TestArgs, kind: TestKind) -> Result<(), String> {
     s.write_all(&h).map_err(|e| e.to_string())?;
     match kind {
         TestKind::Rr => {
-            let mut hist =
-                Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
+            let mut hist = rtt_histogram();
             let msg = vec![0x42u8; test.size as usize];
             let mut reply = vec![0u8; test.size as usize];
             let mut t_start = StdInstant::now();
@@ -96,7 +95,7 @@ fn one(addr: &str, test: &TestArgs, kind: TestKind) -> Result<(), String> {
                 s.write_all(&msg).map_err(|e| e.to_string())?;
                 s.read_exact(&mut reply).map_err(|e| e.to_string())?;
                 if i >= test.warmup {
-                    let _ = hist.record((t.elapsed().as_nanos() as u64).max(1));
+                    record_rtt(&mut hist, t.elapsed().as_nanos() as u64);
                 }
             }
             let elapsed = t_start.elapsed().as_secs_f64();
