@@ -137,6 +137,9 @@ fn bandwidth_tests_print_perftest_table_json_and_hdr_log() {
         // other way may be a handful of stretch ACKs (19 in one optimised run).
         assert!(sent > 0 && received > 0 && sent + received > 560, "{tcp}");
         assert!(tcp["rtos"].as_u64().is_some(), "{tcp}");
+        let undone = tcp["undone_recoveries"].as_u64().unwrap();
+        assert!(undone <= tcp["fast_recoveries"].as_u64().unwrap(), "{tcp}");
+        assert!(tcp["dsacks_received"].as_u64().is_some(), "{tcp}");
         // Issue 12 item 2: what this side received in order (the Read Responses of
         // read_bw, the peer's Sends of the bidirectional send_bw) was placed straight from
         // the frames.

@@ -534,6 +534,10 @@ pub struct TcpSummary {
     pub spurious_rtos: u64,
     pub tail_loss_probes: u64,
     pub fast_recoveries: u64,
+    /// Of those, undone: D-SACKs showed all their retransmissions unneeded (RFC 3708).
+    pub undone_recoveries: u64,
+    /// ACKs with a D-SACK block (RFC 2883): segments the peer received twice.
+    pub dsacks_received: u64,
     /// Received stream octets the engine deframed and placed straight from the frames
     /// (`CoreStats::rx_in_place_octets`); the rest went through the TCP receive queue.
     pub octets_placed_from_frames: u64,
@@ -557,6 +561,8 @@ impl TcpSummary {
             t.spurious_rtos += c.tcp_spurious_rtos;
             t.tail_loss_probes += c.tcp_tail_loss_probes;
             t.fast_recoveries += c.tcp_fast_recoveries;
+            t.undone_recoveries += c.tcp_undone_recoveries;
+            t.dsacks_received += c.tcp_dsacks_received;
             t.octets_placed_from_frames += c.rx_in_place_octets;
             t.octets_sent_from_memory += c.tx_from_memory_wire_octets;
         }
@@ -566,7 +572,7 @@ impl TcpSummary {
     /// One line for the text report.
     pub fn line(&self) -> String {
         format!(
-            "[iwperf] TCP (this side): {} segments sent, {} received, {} retransmitted, {} RTOs ({} spurious, undone), {} tail loss probes, {} recoveries; {} received octets placed straight from the frames, {} sent straight from registered memory",
+            "[iwperf] TCP (this side): {} segments sent, {} received, {} retransmitted, {} RTOs ({} spurious, undone), {} tail loss probes, {} recoveries ({} undone by D-SACKs, {} D-SACKs received); {} received octets placed straight from the frames, {} sent straight from registered memory",
             self.segments_sent,
             self.segments_received,
             self.retransmitted_segments,
@@ -574,6 +580,8 @@ impl TcpSummary {
             self.spurious_rtos,
             self.tail_loss_probes,
             self.fast_recoveries,
+            self.undone_recoveries,
+            self.dsacks_received,
             self.octets_placed_from_frames,
             self.octets_sent_from_memory
         )
@@ -588,6 +596,8 @@ impl TcpSummary {
             "spurious_rtos": self.spurious_rtos,
             "tail_loss_probes": self.tail_loss_probes,
             "fast_recoveries": self.fast_recoveries,
+            "undone_recoveries": self.undone_recoveries,
+            "dsacks_received": self.dsacks_received,
             "octets_placed_from_frames": self.octets_placed_from_frames,
             "octets_sent_from_memory": self.octets_sent_from_memory,
         })
