@@ -1,10 +1,14 @@
 //! pcapng capture of rx and tx traffic with DPDK's `rte_pcapng`, readable by Wireshark.
 
 use std::ffi::CString;
+use std::io::{Seek, SeekFrom};
 use std::os::fd::{AsRawFd, IntoRawFd};
 use std::ptr::NonNull;
 
 use crate::{ffi, Eal, Error, Mbuf, Mempool};
+
+/// Serialises `rte_pcapng_copy` across threads (see [`PcapngWriter::record`]).
+static COPY_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Which way a captured packet went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +40,14 @@ pub struct PcapngWriter {
     clock: TscClock,
     written: u64,
     dropped: u64,
+    /// A second descriptor of the file (sharing its offset with rte_pcapng's): a write cut
+    /// short (disk full) is taken back to `good` through it, so the file never ends in
+    /// half a block, which would make everything written after it unreadable.
+    file: std::fs::File,
+    /// The file's length up to its last whole batch of blocks.
+    good: u64,
+    /// Octets the next flush pretends it could not write (tests of the cut-back).
+    short_next: u64,
 }
 
 // SAFETY: the writer owns its file handle and pending copies; it is used from one thread at a
@@ -100,6 +112,18 @@ impl PcapngWriter {
                 Error::last_reason()
             )));
         };
+        let keep = match file
+            .try_clone()
+            .and_then(|mut f| Ok((f.stream_position()?, f)))
+        {
+            Ok(k) => k,
+            Err(e) => {
+                // SAFETY: raw came from rte_pcapng_fdopen and is closed once (with its fd).
+                unsafe { ffi::rte_pcapng_close(raw.as_ptr()) };
+                let _ = file.into_raw_fd();
+                return Err(perr(format!("a second descriptor of the file: {e}")));
+            }
+        };
         let _ = file.into_raw_fd();
         let pool = match Mempool::new(eal, pool_name, 1023, 0, room) {
             Ok(pool) => pool,
@@ -119,6 +143,9 @@ impl PcapngWriter {
             clock: TscClock::new(),
             written: 0,
             dropped: 0,
+            good: keep.0,
+            file: keep.1,
+            short_next: 0,
         })
     }
 
@@ -152,6 +179,9 @@ impl PcapngWriter {
             Direction::Tx => ffi::RTE_PCAPNG_DIRECTION_OUT,
         };
         let cycles = crate::tsc_cycles();
+        // 22.11's rte_pcapng_copy sets a process-wide time base on its first call without a
+        // lock: writers on two threads (a capture per engine core) would race on it in C.
+        let _one_at_a_time = COPY_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: m is a valid packet borrowed for the call (only read); the pool is valid.
         // The copy carries `port`, which rte_pcapng_write_packets looks up in its port map:
         // checked above to be one of the ports the map was filled for.
@@ -193,6 +223,13 @@ impl PcapngWriter {
             return;
         }
         let n = self.pending.len() as u16;
+        // What the blocks take in the file: each copy is one whole block.
+        let want: u64 = self
+            .pending
+            .iter()
+            // SAFETY: each pointer is a live copy owned here (freed below).
+            .map(|&m| u64::from(unsafe { (*m).pkt_len }))
+            .sum();
         // SAFETY: pending holds n copies made by rte_pcapng_copy, valid for the call.
         let ret = unsafe {
             ffi::rte_pcapng_write_packets(self.raw.as_ptr(), self.pending.as_mut_ptr(), n)
@@ -204,10 +241,19 @@ impl PcapngWriter {
             // SAFETY: each copy is owned here and freed exactly once.
             unsafe { ffi::wc_pktmbuf_free(m) };
         }
-        if ret < 0 {
-            self.dropped += u64::from(n);
-        } else {
+        let wrote = u64::try_from(ret)
+            .ok()
+            .map(|w| w.saturating_sub(std::mem::take(&mut self.short_next)));
+        if wrote == Some(want) {
+            self.good += want;
             self.written += u64::from(n);
+        } else {
+            // A failed or short write (a full disk): the batch is lost, and the file is cut
+            // back to its last whole block so that what follows, if anything can still be
+            // written, is readable (the shared offset moves back with it).
+            self.dropped += u64::from(n);
+            let _ = self.file.set_len(self.good);
+            let _ = self.file.seek(SeekFrom::Start(self.good));
         }
         self.pending.clear();
     }
@@ -217,9 +263,17 @@ impl PcapngWriter {
         self.written
     }
 
-    /// Packets that could not be captured (pool empty or write error).
+    /// Packets that could not be captured: the pool was empty, or a write of their batch
+    /// failed or was cut short (the file then ends at the last whole packet before them).
     pub fn dropped(&self) -> u64 {
         self.dropped
+    }
+
+    /// Makes the next batch's write look `octets` short of what it wrote, as a full disk
+    /// cuts one (for tests of the cut-back).
+    #[doc(hidden)]
+    pub fn pretend_next_write_short(&mut self, octets: u64) {
+        self.short_next = octets;
     }
 
     /// The file path.

@@ -577,9 +577,18 @@ impl Port {
             }
         }
         if cfg.promiscuous {
-            // SAFETY: valid port. Failure is tolerated: several vdevs do not implement it and
-            // receive everything anyway.
-            unsafe { ffi::rte_eth_promiscuous_enable(id) };
+            // SAFETY: valid port.
+            let ret = unsafe { ffi::rte_eth_promiscuous_enable(id) };
+            // -ENOTSUP is tolerated: several vdevs do not implement it and receive
+            // everything anyway. Any other failure (net_af_packet's or net_tap's ioctl on
+            // the kernel interface) would leave the port deaf to frames for an address of
+            // our own (`--mac`): said now, not found as a silent peer later.
+            let unsupported = ret < 0
+                && std::io::Error::from_raw_os_error(-ret).kind()
+                    == std::io::ErrorKind::Unsupported;
+            if ret != 0 && !unsupported {
+                return Err(self.err("promiscuous mode".to_string(), ret));
+            }
         }
         *lock(&self.shared.taken) = QueuesTaken {
             rx: vec![false; usize::from(cfg.rx_queues)],

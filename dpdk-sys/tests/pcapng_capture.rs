@@ -161,13 +161,24 @@ fn captures_are_well_formed_and_failures_leave_nothing_behind() {
         cap.record(null.id(), 0, &frame(len), dir)
             .expect("net_null0 is in the file");
     }
+    cap.flush();
+    // A write the disk cut short (half a block at the end of the file would make every
+    // later block unreadable): that batch is dropped, the file cut back to its last whole
+    // block, and the next batch follows it.
+    cap.pretend_next_write_short(10);
+    cap.record(null.id(), 0, &frame(90), Direction::Tx)
+        .expect("net_null0 is in the file");
+    cap.flush();
+    assert_eq!(cap.dropped(), 3);
+    cap.record(null.id(), 0, &frame(62), Direction::Tx)
+        .expect("net_null0 is in the file");
     let end = now_ns();
     drop(cap);
     let bytes = std::fs::read(&path).expect("capture file");
     let _ = std::fs::remove_file(&path);
     let (interfaces, epbs, stamps) = packets(&bytes);
     assert_eq!(interfaces, 1, "net_null0 alone was probed at creation");
-    assert_eq!(epbs, [(0, 60, 60), (0, 61, 61), (0, 128, 300)]);
+    assert_eq!(epbs, [(0, 60, 60), (0, 61, 61), (0, 128, 300), (0, 62, 62)]);
     // A millisecond either way for the TSC frequency DPDK measured.
     for (i, &t) in stamps.iter().enumerate() {
         assert!(
