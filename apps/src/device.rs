@@ -947,25 +947,19 @@ mod dpdk {
             })
         }
 
-        /// Initialises the EAL with a memif server port and its client on one socket in
-        /// a directory of this process's own under the temporary directory, and returns
-        /// them as `a` (server) and `b` (client).
+        /// Initialises the EAL with a memif server port and its client on one socket, an
+        /// abstract one named after the tool and this process (nothing in the file system:
+        /// a socket file's directory outlived every run, as nothing runs after the engines
+        /// stop), and returns them as `a` (server) and `b` (client).
         pub fn open_memif_pair(&self, tool: &str) -> Result<RingPair, DeviceError> {
-            let dir = std::env::temp_dir().join(format!("{tool}-memif-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).map_err(|e| DeviceError::Refused {
-                flag: "--loopback=memif",
-                why: format!("cannot make {}: {e}", dir.display()),
-            })?;
-            let sock = dir.join("memif.sock");
-            let _ = std::fs::remove_file(&sock);
+            let sock = format!("/{tool}-memif-{}.sock", std::process::id());
             let mut d = self.clone();
             d.vdev = ["server", "client"]
                 .iter()
                 .enumerate()
                 .map(|(i, role)| {
                     format!(
-                        "net_memif{i},role={role},socket={},socket-abstract=no,{}",
-                        sock.display(),
+                        "net_memif{i},role={role},socket={sock},socket-abstract=yes,{}",
                         self.memif_ring_args()
                     )
                 })

@@ -54,12 +54,30 @@ fn warpcore_loop_over_the_in_memory_link() {
 }
 
 /// The same over DPDK net_memif: a memif server port and its client in one process
-/// (`--loopback=memif`, also what the soak runs on).
+/// (`--loopback=memif`, also what the soak runs on). Its socket leaves nothing in the
+/// file system (each run used to leave a `wcconnrate-memif-<pid>` directory behind).
 #[cfg(feature = "dpdk")]
 #[test]
 fn warpcore_loop_over_a_memif_pair() {
+    let left = || {
+        std::fs::read_dir(std::env::temp_dir())
+            .expect("temporary directory")
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("wcconnrate-memif-")
+            })
+            .count()
+    };
+    let before = left();
     let t = run(&["--loopback=memif", "--secs", "0.5", "--parallel", "8"]);
     check(&t, "warpcore");
+    assert_eq!(
+        left(),
+        before,
+        "the run left a memif socket directory behind"
+    );
 }
 
 #[test]
