@@ -263,6 +263,9 @@ pub struct CoreStats {
     /// Pending connection requests pushed out of a full table by a newer connection: the
     /// oldest whose MPA Request had not arrived (or that was already closing), reset.
     pub requests_evicted: u64,
+    /// New connections to a listener refused with RST because every slot of the request
+    /// table held a request already handed to the application (`max_pending_requests`).
+    pub requests_refused: u64,
     /// Pending connection requests dropped after `mpa_timeout_ms`: no complete MPA
     /// Request, or a request the application never accepted nor rejected.
     pub requests_timed_out: u64,

@@ -219,3 +219,48 @@ fn a_burst_of_legitimate_clients_all_get_through() {
     assert_eq!(stats.requests_evicted, 0, "{stats:?}");
     assert_eq!(stats.requests_pending, 0, "{stats:?}");
 }
+
+/// A request table full of requests handed to the application (none may be evicted: the
+/// application may still answer them) refuses a new connection with RST, and counts it
+/// (`CoreStats::requests_refused`); the initiator learns of it as a lost connection.
+#[test]
+fn a_table_full_of_unanswered_requests_refuses_and_counts_a_new_one() {
+    let b_cfg = EngineConfig {
+        max_pending_requests: 2,
+        ..EngineConfig::default()
+    };
+    let mut p = Pair::with_configs(&LinkConfig::default(), &EngineConfig::default(), &b_cfg);
+    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
+    for k in 0..2 {
+        let qa = p.a.qp(16);
+        p.a.core
+            .connect(qa, (ip(2), PORT), &MpaParams::default(), b"waiting")
+            .expect("connect");
+        let _ = p.wait_request();
+        assert_eq!(p.b.core.stats().requests_pending, k + 1);
+    }
+    assert_eq!(p.b.core.stats().requests_refused, 0);
+    let third = p.a.qp(16);
+    p.a.core
+        .connect(third, (ip(2), PORT), &MpaParams::default(), b"no room")
+        .expect("connect");
+    let mut lost = false;
+    for _ in 0..2000 {
+        p.step();
+        lost |=
+            p.a.take_events()
+                .iter()
+                .any(|e| matches!(e, CmEvent::Error { qp, .. } if *qp == third));
+        if lost {
+            break;
+        }
+    }
+    assert!(lost, "the third initiator was never told");
+    let stats = p.b.core.stats();
+    assert_eq!(
+        (stats.requests_refused, stats.requests_pending),
+        (1, 2),
+        "{stats:?}"
+    );
+    assert_eq!(stats.requests_evicted, 0);
+}

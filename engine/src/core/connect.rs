@@ -496,6 +496,7 @@ impl<D: PollDevice> EngineCore<D> {
             let Some(slot) = self.free_request_slot().or_else(|| self.evict_request()) else {
                 // No room for another pending request: refuse with RST.
                 let _ = self.stack.release(tcp);
+                self.ctx.stats.requests_refused += 1;
                 continue;
             };
             let remote = match self.stack.endpoints(tcp) {
