@@ -264,3 +264,48 @@ fn a_table_full_of_unanswered_requests_refuses_and_counts_a_new_one() {
     );
     assert_eq!(stats.requests_evicted, 0);
 }
+
+/// A peer that sends part of an MPA Request and closes: the Request can never be whole, so
+/// the pending request goes at once (our side closes too), not at the startup timeout.
+#[test]
+fn a_peer_that_closes_mid_request_frees_its_slot_at_once() {
+    let mut p = Pair::new(&LinkConfig::default(), &EngineConfig::default());
+    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
+    let c =
+        p.a.core
+            .stack_mut()
+            .connect((ip(2), PORT), None, &TcpTuning::default())
+            .expect("connect");
+    let mut sent = false;
+    let mut pending_seen = false;
+    let t0 = p.now;
+    for _ in 0..20_000 {
+        p.step();
+        let stack = p.a.core.stack_mut();
+        if !sent && stack.state(c) == Ok(State::Established) {
+            assert_eq!(stack.send(c, b"MPA ID Req Fr").expect("send"), 13);
+            stack.close(c).expect("close");
+            sent = true;
+        }
+        let pending = p.b.core.stats().requests_pending;
+        pending_seen |= pending == 1;
+        if pending_seen && pending == 0 {
+            break;
+        }
+    }
+    assert!(
+        pending_seen,
+        "the connection never became a pending request"
+    );
+    assert_eq!(
+        p.b.core.stats().requests_pending,
+        0,
+        "the slot is still held"
+    );
+    assert!(
+        p.now - t0 < Duration::from_secs(1),
+        "freed only after {}",
+        p.now - t0
+    );
+    assert_eq!(p.b.core.stats().requests_timed_out, 0);
+}

@@ -663,6 +663,14 @@ impl<D: PollDevice> EngineCore<D> {
                             nego::Event::Established(_) => {}
                         }
                     }
+                    if r.phase == ReqPhase::Reading && r.peer_closed {
+                        // The peer closed before its Request was whole: it never will be.
+                        // Our side closes now rather than hold the slot until the
+                        // startup timeout.
+                        let _ = self.stack.close(r.tcp);
+                        r.phase = ReqPhase::Closing;
+                        work = true;
+                    }
                 }
                 ReqPhase::Rejecting => {
                     let resp = &mut r.responder;
