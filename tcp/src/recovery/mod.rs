@@ -606,9 +606,12 @@ impl Recovery {
         if retransmit {
             self.stats.retransmitted_segments += 1;
             self.stats.retransmitted_octets += len as u64;
-            if self.episode_undo.is_some() {
+            if let Some(u) = self.episode_undo.as_mut() {
                 if self.episode_resent.len() < EPISODE_RESENT_MAX {
                     self.episode_resent.push((seq, end));
+                    // A retransmission after the D-SACKs covered the earlier ones: it
+                    // needs one of its own before the episode counts as spurious.
+                    u.all_dsacked = false;
                 } else {
                     self.episode_undo = None;
                 }

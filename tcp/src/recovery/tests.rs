@@ -1193,3 +1193,28 @@ fn rfc3708_an_rto_ends_an_episodes_undo() {
     r.on_dsack(S + 5000, S + 7000, S + 1000, S + 2000);
     assert_eq!(r.stats().undone_recoveries, 0);
 }
+
+/// RFC 3708 2: the undo needs every retransmission of the episode D-SACKed, also those
+/// sent after D-SACKs had covered the earlier ones (a second loss in the same episode).
+#[test]
+fn rfc3708_a_retransmission_after_the_d_sacks_keeps_the_reduction() {
+    let mut r = rtt_of_1_ms();
+    r.cwnd = 20_000;
+    send_n(&mut r, us(2_000), S + 1000, 1);
+    send_n(&mut r, us(2_500), S + 2000, 4);
+    r.on_ack(us(4_000), S + 1000, &[(S + 2000, S + 4000)], None);
+    let reduced = r.cwnd();
+    let (seq, len) = r.next_retransmit().expect("retransmit");
+    r.on_sent(us(4_000), seq, len, true);
+    // Its D-SACK comes while the episode goes on...
+    r.on_dsack(S + 1000, S + 6000, S + 1000, S + 2000);
+    // ...then segment 4000 is lost too (5000 SACKed long after), and resent.
+    let o = r.on_ack(us(9_000), S + 4000, &[(S + 5000, S + 6000)], None);
+    assert_eq!(o.lost_marked, 1);
+    let (seq, len) = r.next_retransmit().expect("second retransmission");
+    assert_eq!(seq, S + 4000);
+    r.on_sent(us(9_000), seq, len, true);
+    r.on_ack(us(10_000), S + 6000, &[], None);
+    assert_eq!(r.stats().undone_recoveries, 0);
+    assert!(r.cwnd() <= reduced + 2000, "{} vs {reduced}", r.cwnd());
+}
