@@ -4,9 +4,31 @@
 #
 #   scripts/install-deps.sh            # build + test dependencies
 #   scripts/install-deps.sh --demo     # only what the demo needs
+#   scripts/install-deps.sh --list     # print the build + test packages, one a line; install nothing
 #
 # Needs root (or sudo) to install; prints what it does.
 set -euo pipefail
+case "${1:-}" in
+    "" | --demo | --list) ;;
+    *) echo "install-deps: unknown argument '$1' (usage: install-deps.sh [--demo | --list])" >&2; exit 2 ;;
+esac
+
+# libibverbs-dev, librdmacm-dev: the rdma-core headers rdma-compat's layouts come from.
+build_pkgs=(pkg-config clang libclang-dev dpdk dpdk-dev libdpdk-dev libibverbs-dev librdmacm-dev)
+# qemu-system-x86, kmod, cpio, binutils, make: the Linux siw VM of the interop check
+# (scripts/test-interop-short.sh, interop/siw-vm/build.sh).
+# perftest, rdmacm-utils, ibverbs-utils: Debian's unmodified rdma-core programs run on
+# Warpcore through scripts/with-warpcore (scripts/test-rdma-compat.sh); gcc builds its C
+# checks as Debian's gcc builds a program (clang alone provides no `gcc`).
+test_pkgs=(tshark iperf3 qperf socat iproute2 iputils-ping ethtool python3 qemu-system-x86 kmod cpio binutils make linux-libc-dev perftest rdmacm-utils ibverbs-utils gcc)
+pkgs=("${build_pkgs[@]}")
+if [[ "${1:-}" != "--demo" ]]; then
+    pkgs+=("${test_pkgs[@]}")
+fi
+if [[ "${1:-}" == "--list" ]]; then
+    printf '%s\n' "${pkgs[@]}"
+    exit 0
+fi
 
 # Rust first, before any package is installed: the workspace's rust-version is 1.89 (the
 # engine's AVX-512 CRC32c uses intrinsics stable since then).
@@ -24,18 +46,6 @@ if [[ "$rustc_version" =~ ^rustc\ ([0-9]+)\.([0-9]+) ]]; then
 else
     echo "install-deps: cannot read rustc's version ('$rustc_version')" >&2
     exit 1
-fi
-
-# libibverbs-dev, librdmacm-dev: the rdma-core headers rdma-compat's layouts come from.
-build_pkgs=(pkg-config clang libclang-dev dpdk dpdk-dev libdpdk-dev libibverbs-dev librdmacm-dev)
-# qemu-system-x86, kmod, cpio, binutils, make: the Linux siw VM of the interop check
-# (scripts/test-interop-short.sh, interop/siw-vm/build.sh).
-# perftest, rdmacm-utils, ibverbs-utils: Debian's unmodified rdma-core programs run on
-# Warpcore through scripts/with-warpcore (scripts/test-rdma-compat.sh).
-test_pkgs=(tshark iperf3 qperf socat iproute2 iputils-ping ethtool python3 qemu-system-x86 kmod cpio binutils make linux-libc-dev perftest rdmacm-utils ibverbs-utils)
-pkgs=("${build_pkgs[@]}")
-if [[ "${1:-}" != "--demo" ]]; then
-    pkgs+=("${test_pkgs[@]}")
 fi
 
 missing=()

@@ -46,6 +46,9 @@ fi
 step "system packages"
 scripts/install-deps.sh
 
+step "harness: the test scripts' own failure paths (a few seconds)"
+scripts/test-harness.sh
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

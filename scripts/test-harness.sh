@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The test harness checked on itself: cases where a script of the suite or of the siw rig
+# once passed, skipped or left something behind when it should have failed or cleaned up.
+# Each case runs the real script, with stand-ins for what would take minutes (cargo, the
+# siw rig, the VM image), and prints one line:
+#
+#   harness <case>: ok (<what was seen>)
+#   harness <case>: FAILED: <what went wrong>
+#
+# and the script exits non-zero if any case failed or could not run. Needs root and a
+# few seconds.
+#
+#   scripts/test-harness.sh          # run by scripts/test.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+failed=0
+ok() { echo "harness $1: ok ($2)"; }
+bad() { echo "harness $1: FAILED: $2"; failed=$((failed + 1)); }
+
+work=$(mktemp -d /tmp/wcharness.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# ---- every tool the suite's scripts require comes from a package install-deps.sh installs
+# (the README's test command on a fresh Debian machine). TOOL:PACKAGE, for the tools
+# test-net.sh, test-tcp-kernel.sh (scripts/lib/lossnet.sh), test-rdma-compat.sh,
+# tcpperf-compare.sh, test-judges.sh and test-interop-short.sh check for.
+need="ip:iproute2 tc:iproute2 ss:iproute2 ethtool:ethtool python3:python3 iperf3:iperf3
+    qperf:qperf tshark:tshark clang:clang qemu-system-x86_64:qemu-system-x86 objdump:binutils
+    gcc:gcc rping:rdmacm-utils ucmatose:rdmacm-utils udaddy:rdmacm-utils
+    rdma_server:rdmacm-utils rdma_client:rdmacm-utils ib_write_bw:perftest
+    ib_atomic_bw:perftest ibv_devices:ibverbs-utils"
+if pkgs=$(scripts/install-deps.sh --list) && [[ -n $pkgs ]]; then
+    gaps=()
+    for tp in $need; do
+        grep -qx -- "${tp#*:}" <<<"$pkgs" || gaps+=("${tp%%:*} (package ${tp#*:})")
+    done
+    if ((${#gaps[@]})); then
+        bad "install-deps covers the suite's tools" "not installed by scripts/install-deps.sh: ${gaps[*]}"
+    else
+        ok "install-deps covers the suite's tools" "$(wc -w <<<"$need") tools, $(wc -l <<<"$pkgs") packages"
+    fi
+else
+    bad "install-deps covers the suite's tools" "scripts/install-deps.sh --list printed no package list"
+fi
+
+if ((failed)); then
+    echo "test-harness: $failed case(s) failed" >&2
+    exit 1
+fi
+echo "test-harness: every case passed"
