@@ -49,6 +49,18 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
+# Every name must be one plan_for and kargs_of know: an unknown one would plan no row (or
+# boot siw with its defaults under another mode's name), and a matrix of no rows "passes".
+for m in $MODES; do
+    case $m in mpa2|mpa2crc|mpa1|p2p) ;; *) echo "interop-siw: unknown mode '$m' (modes: mpa2 mpa2crc mpa1 p2p)" >&2; exit 2 ;; esac
+done
+for t in $TESTS; do
+    case $t in
+        rping|perftest|perftest-short|perftest-client|perftest-server|compat|compat-short|terminate|markers) ;;
+        *) echo "interop-siw: unknown test '$t' (tests: rping perftest perftest-client perftest-server perftest-short terminate markers compat compat-short)" >&2; exit 2 ;;
+    esac
+done
+[ -n "$MODES" ] && [ -n "$TESTS" ] || { echo "interop-siw: --modes and --tests need at least one name each" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "interop-siw: needs root (namespaces, tap devices)" >&2; exit 2; }
 for t in tshark qemu-system-x86_64 ethtool; do
     command -v $t >/dev/null || { echo "interop-siw: $t missing" >&2; exit 2; }
@@ -502,4 +514,6 @@ why=()
 [ "$NA_OTHER" = 0 ] || why+=("$NA_OTHER other, see the reasons")
 naw=""; [ "$NA" = 0 ] || naw=" ($(IFS=';'; echo "${why[*]}" | sed 's/;/; /g'))"
 echo "== ${#ROWS[@]} rows: $((${#ROWS[@]} - FAILS - NA)) passed, $FAILS failed, $NA n/a$naw; $SECONDS s"
+# A matrix that judged nothing (e.g. only markers, in modes other than mpa2) proves nothing.
+[ $((${#ROWS[@]} - NA)) -gt 0 ] || { echo "interop-siw: FAILED: no row ran (every planned test was n/a or none was planned)" >&2; exit 1; }
 [ "$FAILS" = 0 ]

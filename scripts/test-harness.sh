@@ -7,7 +7,8 @@
 #   harness <case>: ok (<what was seen>)
 #   harness <case>: FAILED: <what went wrong>
 #
-# and the script exits non-zero if any case failed or could not run. Needs root and a
+# and the script exits non-zero if any case failed or could not run. Needs root (interop-siw.sh
+# refuses to run without it) and a
 # few seconds.
 #
 #   scripts/test-harness.sh          # run by scripts/test.sh
@@ -18,8 +19,10 @@ failed=0
 ok() { echo "harness $1: ok ($2)"; }
 bad() { echo "harness $1: FAILED: $2"; failed=$((failed + 1)); }
 
+[[ $(id -u) -eq 0 ]] || { echo "test-harness: FAILED: needs root (scripts/interop-siw.sh refuses to run without it)" >&2; exit 1; }
 work=$(mktemp -d /tmp/wcharness.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+ns=wcnet-hs$$
+trap 'ip netns del "$ns" 2>/dev/null; rm -rf "$work"' EXIT
 
 # ---- every tool the suite's scripts require comes from a package install-deps.sh installs
 # (the README's test command on a fresh Debian machine). TOOL:PACKAGE, for the tools
@@ -42,6 +45,39 @@ if pkgs=$(scripts/install-deps.sh --list) && [[ -n $pkgs ]]; then
     fi
 else
     bad "install-deps covers the suite's tools" "scripts/install-deps.sh --list printed no package list"
+fi
+
+# ---- interop-siw.sh: a plan of no rows must not pass. Stand-ins: cargo (no build), the
+# rig's run.sh and net.sh (no VM, no network), an empty VM image.
+mkdir -p "$work/bin" "$work/rig" "$work/vm"
+printf '#!/bin/sh\nexit 0\n' >"$work/bin/cargo"
+printf '#!/bin/sh\nexit 0\n' >"$work/rig/run.sh"
+printf '#!/bin/sh\nexit 0\n' >"$work/rig/net.sh"
+chmod +x "$work/bin/cargo" "$work/rig/run.sh" "$work/rig/net.sh"
+touch "$work/vm/vmlinuz" "$work/vm/initramfs.cpio.gz"
+siw() { # siw ARGS...: interop-siw.sh on the stand-ins; sets out and rc
+    out=$(PATH="$work/bin:$PATH" SIWVM="$work/rig" SIWVM_DIR="$work/vm" OUT="$work/out" \
+        IWTEST_NS="$ns" timeout 30 scripts/interop-siw.sh "$@" 2>&1)
+    rc=$?
+}
+siw --tests perftest_client
+if ((rc == 2)) && grep -q "unknown test 'perftest_client'" <<<"$out"; then
+    ok "interop-siw refuses an unknown test" "exit 2: $(grep -m1 'unknown test' <<<"$out" | cut -c1-60)..."
+else
+    bad "interop-siw refuses an unknown test" "exit $rc: $(tail -n 1 <<<"$out")"
+fi
+siw --modes mpa3 --tests markers
+if ((rc == 2)) && grep -q "unknown mode 'mpa3'" <<<"$out"; then
+    ok "interop-siw refuses an unknown mode" "exit 2: $(grep -m1 'unknown mode' <<<"$out" | cut -c1-60)..."
+else
+    bad "interop-siw refuses an unknown mode" "exit $rc: $(tail -n 1 <<<"$out")"
+fi
+# markers runs in mpa2 only: in mpa2crc it plans nothing.
+siw --modes mpa2crc --tests markers
+if ((rc == 1)) && grep -q "no row ran" <<<"$out"; then
+    ok "interop-siw fails a matrix of no rows" "exit 1: $(grep -m1 'no row ran' <<<"$out")"
+else
+    bad "interop-siw fails a matrix of no rows" "exit $rc: $(tail -n 1 <<<"$out")"
 fi
 
 if ((failed)); then
