@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
 # The test harness checked on itself: cases where a script of the suite or of the siw rig
 # once passed, skipped or left something behind when it should have failed or cleaned up.
-# Each case runs the real script, with stand-ins for what would take minutes (cargo, the
-# siw rig, the VM image), and prints one line:
+# Each case runs the real script, with stand-ins for what would take minutes (cargo, QEMU,
+# the VM image), and prints one line:
 #
 #   harness <case>: ok (<what was seen>)
 #   harness <case>: FAILED: <what went wrong>
 #
-# and the script exits non-zero if any case failed or could not run. Needs root (interop-siw.sh
-# refuses to run without it) and a
-# few seconds.
+# and the script exits non-zero if any case failed or could not run. Needs root (the rig
+# creates a network namespace and a TAP device) and about ten seconds.
 #
 #   scripts/test-harness.sh          # run by scripts/test.sh
 set -uo pipefail
@@ -19,7 +18,7 @@ failed=0
 ok() { echo "harness $1: ok ($2)"; }
 bad() { echo "harness $1: FAILED: $2"; failed=$((failed + 1)); }
 
-[[ $(id -u) -eq 0 ]] || { echo "test-harness: FAILED: needs root (scripts/interop-siw.sh refuses to run without it)" >&2; exit 1; }
+[[ $(id -u) -eq 0 ]] || { echo "test-harness: FAILED: needs root (the siw rig's run.sh makes a namespace and a TAP device)" >&2; exit 1; }
 work=$(mktemp -d /tmp/wcharness.XXXXXX)
 ns=wcnet-hs$$
 trap 'ip netns del "$ns" 2>/dev/null; rm -rf "$work"' EXIT
@@ -79,6 +78,37 @@ if ((rc == 1)) && grep -q "no row ran" <<<"$out"; then
 else
     bad "interop-siw fails a matrix of no rows" "exit $rc: $(tail -n 1 <<<"$out")"
 fi
+
+# ---- interop/siw-vm/run.sh -l -T: stopping run.sh stops its QEMU (scripts/interop-siw.sh's
+# cleanup kills run.sh; `timeout` had put QEMU out of reach in a process group of its own,
+# and QEMU ran on for the rest of -T). A QEMU stand-in records its pid and sleeps.
+cat >"$work/bin/qemu-system-x86_64" <<EOF
+#!/bin/sh
+echo \$\$ >"$work/qemu.pid"
+exec sleep 60
+EOF
+chmod +x "$work/bin/qemu-system-x86_64"
+PATH="$work/bin:$PATH" SIWVM_DIR="$work/vm" interop/siw-vm/run.sh -n "$ns" -t wchstap \
+    -l "$work/vm.log" -T 60 -c true >"$work/run.log" 2>&1 &
+runsh=$!
+for _ in $(seq 1 100); do [[ -s "$work/qemu.pid" ]] && break; sleep 0.05; done
+if [[ ! -s "$work/qemu.pid" ]]; then
+    bad "siw-vm run.sh takes its QEMU along" "the QEMU stand-in never started: $(tail -n 3 "$work/run.log")"
+    kill "$runsh" 2>/dev/null
+else
+    qemu=$(cat "$work/qemu.pid")
+    kill "$runsh"
+    wait "$runsh"
+    rc=$?
+    for _ in $(seq 1 40); do kill -0 "$qemu" 2>/dev/null || break; sleep 0.05; done
+    if kill -0 "$qemu" 2>/dev/null; then
+        bad "siw-vm run.sh takes its QEMU along" "run.sh killed (exit $rc), its QEMU (pid $qemu) still runs"
+        kill "$qemu" 2>/dev/null
+    else
+        ok "siw-vm run.sh takes its QEMU along" "run.sh killed, exit $rc; QEMU gone"
+    fi
+fi
+ip netns del "$ns" 2>/dev/null
 
 if ((failed)); then
     echo "test-harness: $failed case(s) failed" >&2
