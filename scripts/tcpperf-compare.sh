@@ -25,7 +25,7 @@ if [[ -z "${TCPPERF:-}" ]]; then
     cargo build --release -q -p warpcore-apps --bin tcpperf
     TCPPERF=$root/target/release/tcpperf
 fi
-for tool in iperf3 qperf; do
+for tool in iperf3 qperf ss; do
     command -v "$tool" >/dev/null || { echo "compare: $tool missing (scripts/install-dpdk.sh)" >&2; exit 1; }
 done
 
@@ -84,21 +84,32 @@ if [[ $(id -u) -eq 0 ]]; then
     run=(ip netns exec "$ns")
 fi
 port=$((20000 + id % 20000))
+# wait_port PORT: until a TCP listener is on PORT (at most 10 s), without connecting to it
+# (a probe would be iperf3 -1's one test, or one of tcpperf's). A fixed sleep loses the
+# race on a busy machine: the client is refused and the comparison fails.
+wait_port() {
+    for _ in $(seq 1 200); do
+        [[ -n $("${run[@]}" ss -Hltn "sport = :$1") ]] && return 0
+        sleep 0.05
+    done
+    echo "compare: nothing listens on port $1 after 10 s" >&2
+    return 1
+}
 "${run[@]}" iperf3 -s -1 -p "$port" >"$work/iperf3-s.log" 2>&1 &
 pids+=($!)
-sleep 0.5
+wait_port "$port"
 "${run[@]}" iperf3 -c "$host" -p "$port" -t "$kern_s" -J >"$work/iperf3.json"
 kern_gbps=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.3f" % (d["end"]["sum_received"]["bits_per_second"]/1e9))' "$work/iperf3.json")
 "${run[@]}" qperf -lp "$((port + 1))" >"$work/qperf-s.log" 2>&1 &
 pids+=($!)
-sleep 0.5
+wait_port "$((port + 1))"
 "${run[@]}" qperf -lp "$((port + 1))" "$host" -t "$kern_s" -m 64 tcp_lat >"$work/qperf.log"
 # qperf prints the one-way latency (half the round trip): double it to compare round trips.
 kern_rtt=$(awk '/latency/ {v=$3; u=$4; if (u=="ns") v/=1000; if (u=="ms") v*=1000; printf "%.2f", 2*v}' "$work/qperf.log")
 # The same tcpperf tests over kernel sockets: same protocol, clock and histogram.
 "${run[@]}" "$TCPPERF" kernel-server --listen "$host:$((port + 2))" --tests 2 >"$work/ks.log" 2>&1 &
 pids+=($!)
-sleep 0.3
+wait_port "$((port + 2))"
 "${run[@]}" "$TCPPERF" kernel-client --server "$host:$((port + 2))" --test rr,bulk --size 64 \
     --iterations "$rr_iter" --bytes "$bulk_bytes" >"$work/kernel.log"
 result "$work/kernel.log"
