@@ -22,6 +22,11 @@ cargo build --release -q -p warpcore-apps --bin iwperf --bin iwdump
 iwperf=target/release/iwperf
 iwdump=target/release/iwdump
 
+# shellcheck source=scripts/lib/cpus.sh
+source scripts/lib/cpus.sh
+cpus_pick
+[[ -z $CPUS_NOTE ]] || echo "demo: $CPUS_NOTE; the latencies then include the scheduler's hand-offs"
+
 work=$(mktemp -d /tmp/iwperf-demo.XXXXXX)
 sock=$work/memif.sock
 server_pid=""
@@ -42,11 +47,12 @@ run() {
     if [[ "$test" == write_lat ]]; then extra=(--capture "$work/write_lat.pcapng"); fi
     # One CPU per process, each process one busy-polling thread that runs the application
     # and its engine core (iwperf's default --poll-mode caller), so the two processes never
-    # compete for one CPU and no hand-off waits for the scheduler.
-    "$iwperf" "$test" --memif "$sock" --cores 0 "${extra[@]}" >"$work/server-$test.log" 2>&1 &
+    # compete for one CPU and no hand-off waits for the scheduler (where the machine has
+    # two CPUs for us: scripts/lib/cpus.sh).
+    "$iwperf" "$test" --memif "$sock" --cores "$CPU_A" "${extra[@]}" >"$work/server-$test.log" 2>&1 &
     server_pid=$!
     for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
-    if ! timeout 90 "$iwperf" "$test" --memif "$sock" 198.18.0.2 --cores 1 --verify "$@"; then
+    if ! timeout 90 "$iwperf" "$test" --memif "$sock" 198.18.0.2 --cores "$CPU_B" --verify "$@"; then
         echo "demo: iwperf $test failed; server log:" >&2
         cat "$work/server-$test.log" >&2
         exit 1

@@ -43,12 +43,16 @@ cleanup() {
 trap cleanup EXIT
 
 eal="--no-huge -m 512 --no-shconf --no-pci --no-telemetry --log-level=error"
+# shellcheck source=scripts/lib/cpus.sh
+source scripts/lib/cpus.sh
+cpus_pick
+[[ -z $CPUS_NOTE ]] || echo "compare: NOTE: $CPUS_NOTE (the figures below suffer)"
 result() { grep -h '^RESULT' "$@" | tee -a "${RESULTS:-/dev/null}"; }
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" | head -1; }
 
-echo "== tcpperf over net_memif (two processes, cores 0 and 1)"
+echo "== tcpperf over net_memif (two processes, cores $CPU_A and $CPU_B)"
 rm -f "$sock"
-"$TCPPERF" server --eal "-l 0 $eal --file-prefix=wcnet-cmps$id" \
+"$TCPPERF" server --eal "-l $CPU_A $eal --file-prefix=wcnet-cmps$id" \
     --vdev "net_memif0,role=server,socket=$sock,socket-abstract=no,rsize=10" \
     --ip 198.18.0.1/24 --tests 2 >"$work/server.log" 2>&1 &
 pids+=($!)
@@ -56,7 +60,7 @@ for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.1; done
 [[ -S "$sock" ]] || { echo "compare: memif server socket $sock did not appear" >&2; cat "$work/server.log"; exit 1; }
 # One client process runs both tests (two TCP connections over one memif connection): memif
 # reconnects and disconnects while the peer polls are what DPDK 22.11's net_memif handles worst.
-timeout 300 "$TCPPERF" client --eal "-l 1 $eal --file-prefix=wcnet-cmpc$id" \
+timeout 300 "$TCPPERF" client --eal "-l $CPU_B $eal --file-prefix=wcnet-cmpc$id" \
     --vdev "net_memif0,role=client,socket=$sock,socket-abstract=no,rsize=10" \
     --ip 198.18.0.2/24 --server 198.18.0.1 --test rr,bulk --size 64 --iterations "$rr_iter" \
     --bytes "$bulk_bytes" >"$work/memif.log" 2>&1 || { cat "$work/memif.log" "$work/server.log"; exit 1; }

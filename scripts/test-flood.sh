@@ -41,10 +41,13 @@ ip -n "$ns" link set "$kside" master wcbr0
 ip -n "$ns" addr add 198.18.0.1/24 dev wcbr0
 ip -n "$ns" link set wcbr0 up
 eal="--no-huge -m 256 --no-pci --no-telemetry --no-shconf --log-level=error"
+# shellcheck source=scripts/lib/cpus.sh
+source scripts/lib/cpus.sh
+cpus_pick
 
 # The server: one legitimate client to serve (iwping -s serves one connection).
 ip netns exec "$ns" timeout 120 "$iwping" -s -a 198.18.0.2 -p 7471 --ip 198.18.0.2/24 \
-    --vdev "net_af_packet0,iface=$vdev" --eal="-l 0 $eal --file-prefix=wcfl-s$id" \
+    --vdev "net_af_packet0,iface=$vdev" --eal="-l $CPU_A $eal --file-prefix=wcfl-s$id" \
     --timeout 60 >"$work/server.log" 2>&1 &
 pids+=($!)
 
@@ -141,7 +144,7 @@ for dev in wcflc-k wcflc-d; do
 done
 t0=$(date +%s.%N)
 ip netns exec "$ns" timeout 60 "$iwping" -c -a 198.18.0.2 -p 7471 -C 3 --ip 198.18.0.3/24 \
-    --vdev "net_af_packet1,iface=wcflc-d" --eal="-l 1 $eal --file-prefix=wcfl-c$id" \
+    --vdev "net_af_packet1,iface=wcflc-d" --eal="-l $CPU_B $eal --file-prefix=wcfl-c$id" \
     --timeout 20 --retry 20 >"$work/client.log" 2>&1 || fail "the legitimate iwping -c did not complete under the flood"
 t1=$(date +%s.%N)
 took=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')

@@ -110,6 +110,25 @@ else
 fi
 ip netns del "$ns" 2>/dev/null
 
+# ---- scripts/lib/cpus.sh: the two CPUs of a two-process run come from the CPUs this
+# process may use; on one CPU both processes share it (demo.sh had asked DPDK for CPU 1,
+# which a one-CPU machine does not have: "EAL: lcore 1 unavailable").
+# shellcheck source=scripts/lib/cpus.sh
+source scripts/lib/cpus.sh
+cpus_seen=()
+for want in "0-1:0 1" "2,5-7:2 5" "3:3 3" "4-4,9:4 9" "0-63:0 1"; do
+    CPUS_ALLOWED_LIST=${want%%:*} cpus_pick
+    cpus_seen+=("${want%%:*} -> $CPU_A $CPU_B")
+    [[ "$CPU_A $CPU_B" == "${want#*:}" ]] || cpus_bad="allowed ${want%%:*}: got $CPU_A $CPU_B, want ${want#*:}"
+done
+CPUS_ALLOWED_LIST=3 cpus_pick
+[[ -n $CPUS_NOTE ]] || cpus_bad="one allowed CPU, and no note says the two processes share it"
+if [[ -n ${cpus_bad:-} ]]; then
+    bad "cpus_pick" "$cpus_bad"
+else
+    ok "cpus_pick" "$(IFS=';'; echo "${cpus_seen[*]}")"
+fi
+
 if ((failed)); then
     echo "test-harness: $failed case(s) failed" >&2
     exit 1

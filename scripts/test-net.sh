@@ -67,19 +67,23 @@ cleanup() {
 }
 trap cleanup EXIT
 eal="--no-huge -m 512 --no-shconf --no-pci --no-telemetry --log-level=error"
+# shellcheck source=scripts/lib/cpus.sh
+source scripts/lib/cpus.sh
+cpus_pick
+[[ -z $CPUS_NOTE ]] || echo "NOTE: $CPUS_NOTE"
 
 # ------------------------------------------------------------------ 1. memif, two processes
 echo "== DPDK: net_memif between two processes, 64 MiB each way"
 sock=$work/memif.sock
 bytes=$((64 << 20))
 rm -f "$sock"
-timeout 120 "$tcpperf" exchange --eal "-l 0 $eal --file-prefix=wcnet-ms$id" \
+timeout 120 "$tcpperf" exchange --eal "-l $CPU_A $eal --file-prefix=wcnet-ms$id" \
     --vdev "net_memif0,role=server,socket=$sock,socket-abstract=no,rsize=10" \
     --ip 198.18.0.1/24 --listen 7000 --bytes "$bytes" --capture "$work/memif.pcapng" \
     >"$work/memif-server.log" 2>&1 &
 srv=$!
 for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.1; done
-if timeout 120 "$tcpperf" exchange --eal "-l 1 $eal --file-prefix=wcnet-mc$id" \
+if timeout 120 "$tcpperf" exchange --eal "-l $CPU_B $eal --file-prefix=wcnet-mc$id" \
     --vdev "net_memif0,role=client,socket=$sock,socket-abstract=no,rsize=10" \
     --ip 198.18.0.2/24 --peer 198.18.0.1:7000 --bytes "$bytes" >"$work/memif-client.log" 2>&1 &&
     wait "$srv"; then
@@ -128,7 +132,7 @@ tap_case() {
         stack_args=(--listen 7000)
     fi
     ip netns exec "$ns" timeout 120 "$tcpperf" exchange \
-        --eal "-l 0 $eal --file-prefix=wcnet-tap$id" --vdev "net_tap0,iface=$tap" \
+        --eal "-l $CPU_A $eal --file-prefix=wcnet-tap$id" --vdev "net_tap0,iface=$tap" \
         --ip 198.18.0.2/24 "${stack_args[@]}" "${tso_args[@]}" --bytes "$bytes" >"$work/tap.log" 2>&1 &
     local stack=$!
     scripts/netns.sh tap-addr "$ns" "$tap" 198.18.0.1/24
@@ -166,7 +170,7 @@ ip netns exec "$ns" python3 "$work/peer.py" server 0.0.0.0 7001 $((16 << 20)) >"
 peer=$!
 for _ in $(seq 1 100); do grep -q listening "$work/peer.log" && break; sleep 0.1; done
 if ip netns exec "$ns" timeout 120 "$tcpperf" exchange \
-    --eal "-l 0 $eal --file-prefix=wcnet-afp$id" --vdev "net_af_packet0,iface=$vdev" \
+    --eal "-l $CPU_A $eal --file-prefix=wcnet-afp$id" --vdev "net_af_packet0,iface=$vdev" \
     --ip 198.18.0.2/24 --peer 198.18.0.1:7001 --bytes $((16 << 20)) >"$work/afp.log" 2>&1 &&
     wait "$peer"; then
     ok "net_af_packet on veth, stack as client vs kernel socket: $(grep -h '^exchange ok' "$work/afp.log")"
@@ -176,7 +180,7 @@ else
 fi
 # --tso on a port without TSO is refused, naming the port, not ignored.
 if ip netns exec "$ns" timeout 60 "$tcpperf" exchange \
-    --eal "-l 0 $eal --file-prefix=wcnet-afp$id" --vdev "net_af_packet0,iface=$vdev" \
+    --eal "-l $CPU_A $eal --file-prefix=wcnet-afp$id" --vdev "net_af_packet0,iface=$vdev" \
     --ip 198.18.0.2/24 --peer 198.18.0.1:7001 --bytes 1024 --tso >"$work/afp-tso.log" 2>&1; then
     bad "--tso on net_af_packet was not refused"
 elif grep -q -- '--tso: port net_af_packet0 (net_af_packet) does not offer TSO' "$work/afp-tso.log"; then
