@@ -25,7 +25,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 window=${WINDOW:-3}
 run=$((window + 2))
-IWPERF=${IWPERF:-target/release/iwperf}
+# Without IWPERF, build iwperf from this checkout now: lossnet_build only builds a binary
+# that is missing, and an iwperf left from an earlier build would measure old code.
+if [[ -z "${IWPERF:-}" ]]; then
+    cargo build --release -q -p warpcore-apps --bin iwperf
+    IWPERF=${CARGO_TARGET_DIR:-target}/release/iwperf
+fi
 for t in iperf3 python3; do
     command -v "$t" >/dev/null || { echo "bench/afp-budget.sh: $t is missing (scripts/install-deps.sh)" >&2; exit 1; }
 done

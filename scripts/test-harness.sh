@@ -129,6 +129,30 @@ else
     ok "cpus_pick" "$(IFS=';'; echo "${cpus_seen[*]}")"
 fi
 
+# ---- test-tcp-kernel.sh builds tcpperf from the checkout before its runs (it used a
+# tcpperf left by an earlier build whenever one existed). Stand-ins: cargo records its
+# arguments; ip fails, so the script stops at its first namespace, before any real one is
+# touched.
+mkdir -p "$work/tk/bin" "$work/tk/target/release"
+printf '#!/bin/sh
+echo "$*" >>"%s/tk/cargo.calls"
+exit 0
+' "$work" >"$work/tk/bin/cargo"
+printf '#!/bin/sh
+exit 1
+' >"$work/tk/bin/ip"
+printf '#!/bin/sh
+exit 0
+' >"$work/tk/target/release/tcpperf"
+chmod +x "$work/tk/bin/cargo" "$work/tk/bin/ip" "$work/tk/target/release/tcpperf"
+PATH="$work/tk/bin:$PATH" CARGO_TARGET_DIR="$work/tk/target" timeout 30 scripts/test-tcp-kernel.sh \
+    >"$work/tk/out.log" 2>&1
+if grep -q -- "build --release -q -p warpcore-apps --bin tcpperf" "$work/tk/cargo.calls" 2>/dev/null; then
+    ok "test-tcp-kernel builds tcpperf" "cargo $(head -n 1 "$work/tk/cargo.calls")"
+else
+    bad "test-tcp-kernel builds tcpperf" "no cargo build of tcpperf before the runs (an existing binary was taken as it was)"
+fi
+
 if ((failed)); then
     echo "test-harness: $failed case(s) failed" >&2
     exit 1

@@ -13,7 +13,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bytes=${BYTES:-$((8 << 20))}
-TCPPERF=${TCPPERF:-target/release/tcpperf}
+# Without TCPPERF, build tcpperf from this checkout now: lossnet_build only builds a binary
+# that is missing, and a tcpperf left from an earlier build would test old code.
+if [[ -z "${TCPPERF:-}" ]]; then
+    cargo build --release -q -p warpcore-apps --bin tcpperf
+    TCPPERF=${CARGO_TARGET_DIR:-target}/release/tcpperf
+fi
 # shellcheck source=scripts/lib/lossnet.sh
 source scripts/lib/lossnet.sh
 # shellcheck source=scripts/lib/tso-check.sh
