@@ -82,9 +82,10 @@ done
 (($(nproc) >= 2)) || { echo "compare: needs CPUs $cpu_s and $cpu_c" >&2; exit 1; }
 cargo build --release -q -p warpcore-apps --bin iwperf --bin tcpperf
 cargo build --release -q -p warpcore-bench --bin wcbench
-iwperf=$root/target/release/iwperf
-tcpperf=$root/target/release/tcpperf
-wcbench=$root/target/release/wcbench
+case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac
+iwperf=$tgt/release/iwperf
+tcpperf=$tgt/release/tcpperf
+wcbench=$tgt/release/wcbench
 
 work=$(mktemp -d /tmp/wc-compare.XXXXXX)
 sock=$work/memif.sock

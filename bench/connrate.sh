@@ -16,7 +16,8 @@ rounds=${1:-3}
 secs=${2:-3}
 par=${3:-8}
 cargo build --release -q -p warpcore-apps --bin wcconnrate || exit 1
-CR=$root/target/release/wcconnrate
+case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac
+CR=$tgt/release/wcconnrate
 work=$(mktemp -d /tmp/connrate-bench.XXXXXX)
 sock=$work/memif.sock
 trap 'rm -rf "$work"' EXIT

@@ -14,7 +14,8 @@ rounds=${1:-3}
 msgs=${2:-12000000}
 cargo build --release -q -p warpcore-apps --bin iwperf || exit 1
 cargo build --release -q -p warpcore-bench --example qp_scale || exit 1
-IW=$root/target/release/iwperf
+case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac
+IW=$tgt/release/iwperf
 work=$(mktemp -d /tmp/qp-scale-bench.XXXXXX)
 sock=$work/memif.sock
 trap 'rm -rf "$work"' EXIT
@@ -64,4 +65,4 @@ t0=$(date +%s.%N)
 m=$(rate 10000 200) || exit 1
 echo "write_bw -q 10000 -s 64 -n 200 (2,000,000 Writes over 10,000 connections): completed, $m M msgs/s, $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s with set-up and teardown"
 echo
-"$root/target/release/examples/qp_scale" 1024 1 1000 | grep '^memory:'
+"$tgt/release/examples/qp_scale" 1024 1 1000 | grep '^memory:'

@@ -14,7 +14,8 @@ root=$(pwd)
 rounds=${1:-3}
 cargo build --release -q -p warpcore-apps --bin iwperf -p warpcore-rdma-compat -p warpcore-rdmacm \
     -p warpcore-provider-stand-ins || exit 1
-IWPERF=$root/target/release/iwperf
+case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac
+IWPERF=$tgt/release/iwperf
 WW=$root/scripts/with-warpcore
 work=$(mktemp -d /tmp/rdma-compat-bench.XXXXXX)
 sock=$work/memif.sock

@@ -19,8 +19,10 @@ bw_iters=${DEMO_BW_ITERS:-5000}
 
 scripts/install-deps.sh --demo
 cargo build --release -q -p warpcore-apps --bin iwperf --bin iwdump
-iwperf=target/release/iwperf
-iwdump=target/release/iwdump
+# Where cargo put it: $CARGO_TARGET_DIR (relative to the checkout) when set, else target/.
+case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$(pwd)/${CARGO_TARGET_DIR:-target} ;; esac
+iwperf=$tgt/release/iwperf
+iwdump=$tgt/release/iwdump
 
 # shellcheck source=scripts/lib/cpus.sh
 source scripts/lib/cpus.sh

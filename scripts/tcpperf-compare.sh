@@ -23,7 +23,8 @@ fi
 
 if [[ -z "${TCPPERF:-}" ]]; then
     cargo build --release -q -p warpcore-apps --bin tcpperf
-    TCPPERF=$root/target/release/tcpperf
+    case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac
+    TCPPERF=$tgt/release/tcpperf
 fi
 for tool in iperf3 qperf ss; do
     command -v "$tool" >/dev/null || { echo "compare: $tool missing (scripts/install-dpdk.sh)" >&2; exit 1; }

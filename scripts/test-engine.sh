@@ -42,7 +42,8 @@ timeout 600 cargo build -p warpcore-apps --example memif_hello
 dir=$(mktemp -d /tmp/wceng-example.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 export WCENG_SOCK="$dir/memif.sock"
-ex=target/debug/examples/memif_hello
+case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$(pwd)/${CARGO_TARGET_DIR:-target} ;; esac
+ex=$tgt/debug/examples/memif_hello
 timeout 90 "$ex" server >"$dir/server.log" 2>&1 &
 server=$!
 # A memif client started before the server's socket exists fails at once (DPDK 22.11's

@@ -153,6 +153,22 @@ else
     bad "test-tcp-kernel builds tcpperf" "no cargo build of tcpperf before the runs (an existing binary was taken as it was)"
 fi
 
+# ---- with-warpcore puts the libraries cargo just built ahead of the system's, from
+# $CARGO_TARGET_DIR when that is set (it copied them from target/ whatever cargo built:
+# stale ones from an older build, or none). Stand-ins: cargo does nothing; the "libraries"
+# are marked files in a scratch target directory.
+mkdir -p "$work/ww/bin" "$work/ww/target/release"
+printf '#!/bin/sh\nexit 0\n' >"$work/ww/bin/cargo"
+chmod +x "$work/ww/bin/cargo"
+for l in libibverbs librdmacm libwcstandin; do echo "fresh $l" >"$work/ww/target/release/$l.so"; done
+ww_out=$(PATH="$work/ww/bin:$PATH" CARGO_TARGET_DIR="$work/ww/target" timeout 30 scripts/with-warpcore \
+    --memif-server "$work/ww/none.sock" --ip 10.77.0.1 -- sh -c 'cat "${LD_LIBRARY_PATH%%:*}/libibverbs.so.1"' 2>&1)
+if [[ $ww_out == "fresh libibverbs" ]]; then
+    ok "with-warpcore takes cargo's libraries" "CARGO_TARGET_DIR's libibverbs.so ahead of the system's"
+else
+    bad "with-warpcore takes cargo's libraries" "the program saw: $(tail -n 1 <<<"$ww_out")"
+fi
+
 if ((failed)); then
     echo "test-harness: $failed case(s) failed" >&2
     exit 1

@@ -17,7 +17,8 @@ cd "$(dirname "$0")/.."
 
 if [[ -z "${IWPERF:-}" ]]; then
     cargo build --release -q -p warpcore-apps --bin iwperf || exit 1
-    IWPERF=target/release/iwperf
+    case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$(pwd)/${CARGO_TARGET_DIR:-target} ;; esac
+    IWPERF=$tgt/release/iwperf
 fi
 iters=${IWPERF_ITERS:-300}
 work=$(mktemp -d /tmp/iwperf-test.XXXXXX)

@@ -53,7 +53,8 @@ done
 
 echo "== building tcpperf (release)"
 cargo build --release -q -p warpcore-apps --bin tcpperf
-tcpperf=$root/target/release/tcpperf
+case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac
+tcpperf=$tgt/release/tcpperf
 
 id=$$
 work=$(mktemp -d "/tmp/wcnet-test-$id.XXXX")

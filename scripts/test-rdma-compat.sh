@@ -54,8 +54,10 @@ else
     cargo build -q "${build[@]}" || exit 1
     WW="$root/scripts/with-warpcore --debug"
 fi
-IWPERF="$root/target/release/iwperf"
-IWPING="$root/target/release/iwping"
+# Where cargo put it: $CARGO_TARGET_DIR (relative to the checkout) when set, else target/.
+case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac
+IWPERF="$tgt/release/iwperf"
+IWPING="$tgt/release/iwping"
 work=$(mktemp -d /tmp/rdma-compat-test.XXXXXX)
 sock=$work/memif.sock
 pids=()
@@ -120,7 +122,7 @@ contracts() {
 }
 
 # --- 1. symbols and versions -----------------------------------------------------------
-lib="$root/target/warpcore-rdma-$profile"
+lib="$tgt/warpcore-rdma-$profile"
 if [[ -z $only ]]; then
 $WW --memif-server "$sock" --ip 10.77.0.1 -- true || bad "with-warpcore could not lay out the libraries"
 # Every function the drop-in exports is exported by the system's library with the same
