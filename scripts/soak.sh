@@ -31,15 +31,25 @@ echo "soak: planted region leak caught: $(grep -o 'between rounds:.*' "$log")"
 # Reports: every 20 s for short runs, every minute from 5 minutes on.
 every=$(awk -v m="$minutes" 'BEGIN { print (m >= 5) ? 60 : 20 }')
 memif_log=$(mktemp /tmp/wcsoak-memif.XXXXXX)
-trap 'rm -f "$log" "$memif_log"' EXIT
+# Both soaks run in the background and this script waits for them: stopped early (Ctrl-C,
+# which background processes of a script ignore, or a kill), it ends them, rather than
+# leave them running for MINUTES.
+memif_pid="" link_pid=""
+trap 'for p in $memif_pid $link_pid; do kill "$p" 2>/dev/null; done; rm -f "$log" "$memif_log"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 "$soak" --minutes "$minutes" --report-secs "$every" --loss 0 --loopback=memif \
     --seed 2 >"$memif_log" 2>&1 &
 memif_pid=$!
 echo "soak: over the in-memory link, 1 % loss each way"
+"$soak" --minutes "$minutes" --report-secs "$every" &
+link_pid=$!
 link_rc=0
-"$soak" --minutes "$minutes" --report-secs "$every" || link_rc=$?
+wait "$link_pid" || link_rc=$?
+link_pid=""
 memif_rc=0
 wait "$memif_pid" || memif_rc=$?
+memif_pid=""
 echo "soak: over net_memif (both ports in one process), no loss"
 grep -v '^EAL' "$memif_log" || true
 if ((link_rc != 0 || memif_rc != 0)); then

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The test harness checked on itself: cases where a script of the suite or of the siw rig
-# once passed, skipped or left something behind when it should have failed or cleaned up.
-# Each case runs the real script, with stand-ins for what would take minutes (cargo, QEMU,
-# the VM image), and prints one line:
+# once passed, ran the wrong thing or left something behind when it should have failed or
+# cleaned up. Each case runs the real script (or its library), with stand-ins for what would
+# take minutes (cargo, QEMU, wcsoak, the VM image), and prints one line:
 #
 #   harness <case>: ok (<what was seen>)
 #   harness <case>: FAILED: <what went wrong>
 #
 # and the script exits non-zero if any case failed or could not run. Needs root (the rig
-# creates a network namespace and a TAP device) and about ten seconds.
+# creates a network namespace and a TAP device) and a few seconds.
 #
 #   scripts/test-harness.sh          # run by scripts/test.sh
 set -uo pipefail
@@ -167,6 +167,51 @@ if [[ $ww_out == "fresh libibverbs" ]]; then
     ok "with-warpcore takes cargo's libraries" "CARGO_TARGET_DIR's libibverbs.so ahead of the system's"
 else
     bad "with-warpcore takes cargo's libraries" "the program saw: $(tail -n 1 <<<"$ww_out")"
+fi
+
+# ---- soak.sh stopped by a Ctrl-C stops its soaks too: the net_memif soak, a background
+# process (which ignores the terminal's SIGINT), ran on for MINUTES. Stand-ins: cargo does
+# nothing; wcsoak fails the planted leak as the real one does, and otherwise records its pid
+# and sleeps. soak.sh runs in a session of its own; the Ctrl-C is a SIGINT to its group.
+mkdir -p "$work/sk/bin" "$work/sk/target/release"
+printf '#!/bin/sh\nexit 0\n' >"$work/sk/bin/cargo"
+cat >"$work/sk/target/release/wcsoak" <<EOF
+#!/bin/sh
+case "\$*" in
+    *--inject-defect*) echo "between rounds: 1 registered regions left"; exit 1 ;;
+    *--loopback=memif*) echo \$\$ >"$work/sk/memif.pid" ;;
+    *) echo \$\$ >"$work/sk/link.pid" ;;
+esac
+exec sleep 60
+EOF
+chmod +x "$work/sk/bin/cargo" "$work/sk/target/release/wcsoak"
+# (Started from here in the background, soak.sh would ignore SIGINT from the start, as a
+# script's background processes do; python3 gives it a terminal's default back.)
+PATH="$work/sk/bin:$PATH" CARGO_TARGET_DIR="$work/sk/target" setsid python3 -c \
+    'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])' \
+    scripts/soak.sh 1 >"$work/sk/out.log" 2>&1 &
+soaksh=$!
+for _ in $(seq 1 100); do [[ -s "$work/sk/memif.pid" && -s "$work/sk/link.pid" ]] && break; sleep 0.05; done
+if [[ ! -s "$work/sk/memif.pid" || ! -s "$work/sk/link.pid" ]]; then
+    bad "soak.sh ends its soaks on a Ctrl-C" "the wcsoak stand-ins never started: $(tail -n 2 "$work/sk/out.log")"
+    kill "$soaksh" 2>/dev/null
+else
+    kill -INT -- "-$soaksh"
+    for _ in $(seq 1 100); do kill -0 "$soaksh" 2>/dev/null || break; sleep 0.05; done
+    left=()
+    for which in memif link; do
+        p=$(cat "$work/sk/$which.pid")
+        for _ in $(seq 1 40); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
+        if kill -0 "$p" 2>/dev/null; then left+=("$which (pid $p)"); kill "$p" 2>/dev/null; fi
+    done
+    if kill -0 "$soaksh" 2>/dev/null; then
+        bad "soak.sh ends its soaks on a Ctrl-C" "soak.sh still runs a second after it"
+        kill -- "-$soaksh" 2>/dev/null
+    elif ((${#left[@]})); then
+        bad "soak.sh ends its soaks on a Ctrl-C" "soak.sh ended; still running: ${left[*]}"
+    else
+        ok "soak.sh ends its soaks on a Ctrl-C" "soak.sh and both wcsoak runs gone"
+    fi
 fi
 
 if ((failed)); then
