@@ -94,6 +94,10 @@ for s, talk in socks:
                 pass
         live.append(s)
 print(f"flood: {n} connections tried, {established} established in {time.time() - start:.1f} s", flush=True)
+if established == 0:
+    # Nothing to hold: "0 of 0 still open" would pass without testing the timeout.
+    print("flood: no connection was established: the listener was not flooded", flush=True)
+    sys.exit(2)
 open(sys.argv[4], "w").write("ready\n")
 # Hold them until told to check (the legitimate client runs meanwhile).
 while not open(sys.argv[4]).read().startswith("check"):
