@@ -48,11 +48,11 @@ else
 fi
 if [[ $profile == release ]]; then
     cargo build --release -q "${build[@]}" || exit 1
-    WW="$root/scripts/with-warpcore"
+    WW=("$root/scripts/with-warpcore")
 else
     [[ $only == contracts ]] || { echo "--debug runs the contract checks only: add 'contracts'" >&2; exit 2; }
     cargo build -q "${build[@]}" || exit 1
-    WW="$root/scripts/with-warpcore --debug"
+    WW=("$root/scripts/with-warpcore" --debug)
 fi
 # Where cargo put it: $CARGO_TARGET_DIR (relative to the checkout) when set, else target/.
 case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac
@@ -97,13 +97,14 @@ contract() {
     shift
     contract_build "$name"
     rm -f "$sock" "$work"/*.log
-    timeout 60 $(srv) "$work/$name" "$@" >"$work/$name.log" 2>&1 || bad "$name exited $?"
+    sides
+    timeout 60 "${SRV[@]}" "$work/$name" "$@" >"$work/$name.log" 2>&1 || bad "$name exited $?"
     contract_done "$name" "$work/$name.log"
 }
 contract_pair() {
     local name=$1 port=$2
     contract_build "$name"
-    pair "$name" $(srv) "$work/$name" -s 10.77.0.1 "$port" :: $(cli) "$work/$name" -c 10.77.0.1 "$port"
+    pair "$name" SRV "$work/$name" -s 10.77.0.1 "$port" :: CLI "$work/$name" -c 10.77.0.1 "$port"
     contract_done "$name" "$work/client.log"
 }
 contracts() {
@@ -124,7 +125,7 @@ contracts() {
 # --- 1. symbols and versions -----------------------------------------------------------
 lib="$tgt/warpcore-rdma-$profile"
 if [[ -z $only ]]; then
-$WW --memif-server "$sock" --ip 10.77.0.1 -- true || bad "with-warpcore could not lay out the libraries"
+"${WW[@]}" --memif-server "$sock" --ip 10.77.0.1 -- true || bad "with-warpcore could not lay out the libraries"
 # Every function the drop-in exports is exported by the system's library with the same
 # default version (an application linked against the system's finds it here).
 sysdef() { objdump -T "$1" | awk '$2=="g" && $4 !~ /^\(/ && $3 != "*UND*" {print $NF, $(NF-1)}' | sort; }
@@ -148,7 +149,7 @@ for p in rping ucmatose rdma_server rdma_client ib_write_bw ib_read_bw ib_send_b
     fi
 done
 ok "rdmacm-utils and perftest load against the drop-ins with every symbol bound"
-devs=$($WW --memif-server "$sock" --ip 10.77.0.1 -- ibv_devices 2>&1)
+devs=$("${WW[@]}" --memif-server "$sock" --ip 10.77.0.1 -- ibv_devices 2>&1)
 grep -q "warpcore0" <<<"$devs" || bad "ibv_devices does not list warpcore0: $devs"
 ok "ibv_devices lists warpcore0"
 fi
@@ -156,14 +157,21 @@ fi
 # --- helpers: two with-warpcore processes over a fresh memif socket --------------------
 # pair NAME SERVER_COMMAND... :: CLIENT_COMMAND...: the server runs in the background (memif
 # server, 10.77.0.1), the client in the foreground (memif client, 10.77.0.2); both must exit 0.
+# The word SRV (CLI) in a command stands for with-warpcore's arguments of that side.
 MODE=${MODE:-thread}
 pair() {
     local name=$1
     shift
-    local s=() c=()
-    while [[ $1 != :: ]]; do s+=("$1"); shift; done
+    local s=() c=() a
+    sides
+    while [[ $1 != :: ]]; do
+        if [[ $1 == SRV ]]; then s+=("${SRV[@]}"); else s+=("$1"); fi
+        shift
+    done
     shift
-    c=("$@")
+    for a in "$@"; do
+        if [[ $a == CLI ]]; then c+=("${CLI[@]}"); else c+=("$a"); fi
+    done
     rm -f "$sock" "$work"/*.log
     timeout 90 "${s[@]}" >"$work/server.log" 2>&1 &
     local sp=$!
@@ -188,8 +196,12 @@ pair() {
         bad "$name: the server failed"
     fi
 }
-srv() { echo $WW --poll-mode "$MODE" --memif-server "$sock" --ip 10.77.0.1 --; }
-cli() { echo $WW --poll-mode "$MODE" --memif "$sock" --ip 10.77.0.2 --; }
+# sides: SRV and CLI, the with-warpcore command lines of the two sides in the current MODE
+# (arrays: the checkout's path may hold spaces). pair expands the words SRV and CLI to them.
+sides() {
+    SRV=("${WW[@]}" --poll-mode "$MODE" --memif-server "$sock" --ip 10.77.0.1 --)
+    CLI=("${WW[@]}" --poll-mode "$MODE" --memif "$sock" --ip 10.77.0.2 --)
+}
 
 if [[ $only == contracts ]]; then
     contracts
@@ -199,24 +211,24 @@ if [[ $only == contracts ]]; then
 fi
 
 # --- 2. rdmacm-utils -------------------------------------------------------------------
-pair "rping" $(srv) rping -s -a 10.77.0.1 -v -V -C 10 :: $(cli) rping -c -a 10.77.0.1 -v -V -C 10
+pair "rping" SRV rping -s -a 10.77.0.1 -v -V -C 10 :: CLI rping -c -a 10.77.0.1 -v -V -C 10
 n=$(grep -c "^ping data: rdma-ping-" "$work/client.log")
 [[ $n -eq 10 ]] || bad "rping client printed $n validated pings, wanted 10"
 ok "rping -v -V -C 10 between two with-warpcore processes (10 validated pings each way)"
 
-pair "ucmatose" $(srv) ucmatose -c 8 -C 50 -S 4096 :: $(cli) ucmatose -s 10.77.0.1 -c 8 -C 50 -S 4096
+pair "ucmatose" SRV ucmatose -c 8 -C 50 -S 4096 :: CLI ucmatose -s 10.77.0.1 -c 8 -C 50 -S 4096
 grep -q "return status 0" "$work/client.log" || bad "ucmatose client did not return status 0"
 ok "ucmatose: 8 connections, 50 messages of 4 KiB each way"
 
-pair "rdma_server/rdma_client" $(srv) rdma_server -s 10.77.0.1 :: $(cli) rdma_client -s 10.77.0.1
+pair "rdma_server/rdma_client" SRV rdma_server -s 10.77.0.1 :: CLI rdma_client -s 10.77.0.1
 grep -q "rdma_client: end 0" "$work/client.log" || bad "rdma_client did not end 0"
 grep -q "rdma_server: end 0" "$work/server.log" || bad "rdma_server did not end 0"
 ok "rdma_server / rdma_client (rdma_create_ep, rdma_get_request, inline sends)"
 
 pair "rping against iwping -s" "$IWPING" -s --memif "$sock" --ip 10.77.0.1 -C 10 -V \
-    :: $(cli) rping -c -a 10.77.0.1 -v -V -C 10
+    :: CLI rping -c -a 10.77.0.1 -v -V -C 10
 ok "rping (with-warpcore) against iwping -s"
-pair "iwping -c against rping -s" $(srv) rping -s -a 10.77.0.1 -V -C 10 \
+pair "iwping -c against rping -s" SRV rping -s -a 10.77.0.1 -V -C 10 \
     :: "$IWPING" -c -a 10.77.0.1 --memif "$sock" --ip 10.77.0.2 -C 10 -V
 ok "iwping -c against rping -s (with-warpcore)"
 
@@ -226,7 +238,7 @@ ok "iwping -c against rping -s (with-warpcore)"
 # rdma_get_send_comp/rdma_get_recv_comp, and a Write past a window's end (Terminate).
 gcc -O2 -Wall -Werror -o "$work/verbs_check" rdma-compat/tests/c/verbs_check.c -lrdmacm -libverbs \
     || bad "verbs_check.c does not build against the system's libibverbs-dev/librdmacm-dev"
-pair "verbs_check" $(srv) "$work/verbs_check" -s 10.77.0.1 7999 :: $(cli) "$work/verbs_check" -c 10.77.0.1 7999
+pair "verbs_check" SRV "$work/verbs_check" -s 10.77.0.1 7999 :: CLI "$work/verbs_check" -c 10.77.0.1 7999
 grep -q "client: all checks passed" "$work/client.log" || bad "verbs_check client"
 grep -q "server: all checks passed" "$work/server.log" || bad "verbs_check server"
 ok "verbs_check: $(grep -c '^ok:' "$work/client.log") client and $(grep -c '^ok:' "$work/server.log") server checks (windows, atomics, immediate data, inline, channels, Terminate)"
@@ -236,13 +248,13 @@ MODE=caller
 for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat; do
     n=2000
     [[ $t == *_lat ]] && n=1000
-    pair "$t -R" $(srv) "$t" -R -n "$n" :: $(cli) "$t" -R -n "$n" 10.77.0.1
+    pair "$t -R" SRV "$t" -R -n "$n" :: CLI "$t" -R -n "$n" 10.77.0.1
     line=$(grep -A1 "#bytes" "$work/client.log" | tail -1)
     [[ -n "$line" ]] || bad "$t: no result line"
     ok "$t -R -n $n: $(echo $line)"
 done
 # A shared receive queue (ibv_create_srq, ibv_post_srq_recv) on both sides.
-pair "ib_send_bw -R --use-srq" $(srv) ib_send_bw -R --use-srq -n 1000 :: $(cli) ib_send_bw -R --use-srq -n 1000 10.77.0.1
+pair "ib_send_bw -R --use-srq" SRV ib_send_bw -R --use-srq -n 1000 :: CLI ib_send_bw -R --use-srq -n 1000 10.77.0.1
 line=$(grep -A1 "#bytes" "$work/client.log" | tail -1)
 [[ -n "$line" ]] || bad "ib_send_bw --use-srq: no result line"
 ok "ib_send_bw -R --use-srq -n 1000 (SRQs): $(echo $line)"
@@ -252,9 +264,9 @@ for t in write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat; do
     n=1000
     pair "ib_$t -R against iwperf $t --perftest (server)" \
         "$IWPERF" "$t" --perftest --memif "$sock" --ip 10.77.0.1 --poll-mode caller \
-        :: $(cli) "ib_$t" -R -n $n 10.77.0.1
+        :: CLI "ib_$t" -R -n $n 10.77.0.1
     grep -q -A1 "#bytes" "$work/client.log" || bad "ib_$t printed no result against iwperf"
-    pair "iwperf $t --perftest (client) against ib_$t -R" $(srv) "ib_$t" -R -n $n \
+    pair "iwperf $t --perftest (client) against ib_$t -R" SRV "ib_$t" -R -n $n \
         :: "$IWPERF" "$t" --perftest -n $n --memif "$sock" --ip 10.77.0.2 --poll-mode caller 10.77.0.1
     ok "ib_$t -R (with-warpcore) against iwperf $t --perftest, both roles"
 done
@@ -269,7 +281,8 @@ ok "a bad WARPCORE_CRC is named"
 # udaddy asks for UD (the RDMA_PS_UDP port space): refused with EOPNOTSUPP (iWARP has
 # none), promptly and without a crash.
 rm -f "$sock"
-out=$(timeout 30 $(srv) udaddy -s 10.77.0.9 2>&1)
+sides
+out=$(timeout 30 "${SRV[@]}" udaddy -s 10.77.0.9 2>&1)
 rc=$?
 [[ $rc -ne 0 && $rc -ne 124 && $rc -lt 128 ]] || bad "udaddy: exit $rc (a crash, a hang or a success): $out"
 grep -q "RDMA_PS_TCP" <<<"$out" || bad "udaddy: the refusal is not explained: $out"
