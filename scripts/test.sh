@@ -46,9 +46,6 @@ fi
 step "system packages"
 scripts/install-deps.sh
 
-step "harness: the test scripts' own failure paths (a few seconds)"
-scripts/test-harness.sh
-
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
@@ -92,6 +89,9 @@ scripts/test-flood.sh
 
 step "soak: 2 minutes of connection churn and a verified workload under 1 % loss"
 scripts/soak.sh 2
+
+step "harness: the test scripts' own failure paths (a few seconds)"
+scripts/test-harness.sh
 
 step "judges: every judge catches a planted defect and passes a clean input"
 scripts/test-judges.sh
