@@ -34,7 +34,12 @@ done
 duration=${DURATION:-$([[ $quick == 1 ]] && echo 2 || echo 5)}
 lat_iters=${LAT_ITERS:-$([[ $quick == 1 ]] && echo 5000 || echo 20000)}
 losses=${LOSSES:-"0 1000 10000 50000"}
-IWPERF=${IWPERF:-target/release/iwperf}
+# Without IWPERF, build iwperf from this checkout now: lossnet_build only builds a binary
+# that is missing, and an iwperf left from an earlier build would measure old code.
+if [[ -z "${IWPERF:-}" ]]; then
+    cargo build --release -q -p warpcore-apps --bin iwperf
+    IWPERF=${CARGO_TARGET_DIR:-target}/release/iwperf
+fi
 for t in iperf3 qperf python3; do
     command -v "$t" >/dev/null || { echo "bench/loss.sh: $t is missing (scripts/install-deps.sh)" >&2; exit 1; }
 done
