@@ -16,8 +16,8 @@
 //!   recovery or while segments are SACKed, 7.2; with or without SACK); one probe per
 //!   flight (7.3, TLP.end_seq): an unanswered probe leaves the rest to the RTO. A probe
 //!   that resent the tail and is answered repaired a loss and the window is reduced (7.4.2;
-//!   DSACK is not taken, so every such episode counts, unless the ACK's timestamp echo
-//!   shows that the original arrived).
+//!   not when the ACK's timestamp echo shows that the original arrived, or a D-SACK in
+//!   it that both did).
 //! * Without SACK, three duplicate ACKs mark the first segment lost (RFC 5681 3.2) and NewReno
 //!   partial ACKs retransmit the next hole until `recover` is acknowledged (RFC 6582 3.2);
 //!   each duplicate ACK takes a segment out of the pipe (RFC 5681 3.2's inflation, as
@@ -540,6 +540,12 @@ impl Recovery {
         r: TcpSeqNumber,
     ) {
         self.stats.dsacks_received += 1;
+        // RFC 8985 7.4.2: a D-SACK for the segment a loss probe resent says both copies
+        // arrived: the probe repaired no loss (Linux's FLAG_DSACK_TLP). The probe resent
+        // the last segment, which ends at TLP.end_seq.
+        if self.tlp_retrans_at.is_some() && self.tlp_end == Some(r) {
+            self.tlp_retrans_at = None;
+        }
         if self.dsack_round.is_some_and(|d| ack >= d) {
             self.dsack_round = None;
         }
@@ -723,11 +729,11 @@ impl Recovery {
         self.tlp_end = None;
         // RFC 8985 7.4.2: a probe of new data detects losses by the usual means (no
         // response here). A probe that resent the last segment and is answered by an ACK
-        // covering it repaired a loss unless both copies arrived. DSACK (RFC 2883), which
-        // would say so (and by which Linux waits for an ACK beyond TLP.end_seq), is not
-        // taken: the connection drops blocks below SND.UNA. The conservative reading
-        // instead: every such episode is a loss, unless the ACK's timestamp echo is older
-        // than the probe (it answers the original, as RFC 3522's test of an RTO).
+        // covering it repaired a loss unless both copies arrived: a D-SACK for it in this
+        // ACK says they did (`on_dsack`, which cleared `tlp_retrans_at`), and so does a
+        // timestamp echo older than the probe (it answers the original, as RFC 3522's test
+        // of an RTO). A D-SACK in a later ACK comes too late (Linux waits for it; here the
+        // episode ends at the first ACK covering TLP.end_seq).
         self.tlp_retrans_at
             .take()
             .is_some_and(|at| ts_rtt.is_none_or(|r| now - r >= at))

@@ -817,17 +817,20 @@ fn rfc6298_3_karn_no_sample_from_a_segment_resent_then_marked_lost_again() {
 }
 
 /// RFC 8985 7.4.2: a loss probe that resent the tail, answered by an ACK covering
-/// TLP.end_seq, repaired a loss (no DSACK is taken to say both copies arrived): the window
-/// is reduced as for any other loss (before: cwnd 10000 -> 10000, no reduction). Not when
-/// the ACK's timestamp echo is older than the probe (the original arrived), nor for a probe
-/// of new data (losses are then found by the usual means).
+/// TLP.end_seq, repaired a loss: the window is reduced as for any other loss (before: cwnd
+/// 10000 -> 10000, no reduction). Not when the ACK's timestamp echo is older than the probe
+/// (the original arrived), nor when the ACK carries a D-SACK for the probe's segment (both
+/// copies arrived; RFC 8985 7.4.2 and Linux's FLAG_DSACK_TLP: the echo is then the probe's,
+/// as RFC 7323 takes TS.Recent from a duplicate too), nor for a probe of new data (losses
+/// are then found by the usual means).
 #[test]
 fn rfc8985_7_4_a_loss_the_probe_repaired_reduces_the_window() {
-    // (probe of new data, timestamp echo of the original) -> reduced
-    for (new_data, echo_original, reduced) in [
-        (false, false, true),
-        (false, true, false),
-        (true, false, false),
+    // (probe of new data, timestamp echo of the original, D-SACK of the probe) -> reduced
+    for (new_data, echo_original, dsack, reduced) in [
+        (false, false, false, true),
+        (false, true, false, false),
+        (false, false, true, false),
+        (true, false, false, false),
     ] {
         let mut r = rtt_of_1_ms();
         send_n(&mut r, us(2_000), S + 1000, 3);
@@ -852,8 +855,11 @@ fn rfc8985_7_4_a_loss_the_probe_repaired_reduces_the_window() {
         } else {
             now - pto
         };
+        if dsack {
+            r.on_dsack(end, end, S + 3000, S + 4000);
+        }
         r.on_ack(now, end, &[], Some(echo));
-        let case = (new_data, echo_original);
+        let case = (new_data, echo_original, dsack);
         if reduced {
             assert_eq!(r.stats().fast_recoveries, 1, "{case:?}");
             assert_eq!(r.cwnd(), before * 7 / 10, "{case:?}: CUBIC's beta");
