@@ -29,6 +29,35 @@ pub fn parse_args<T: clap::Parser>() -> T {
     }
 }
 
+/// Writes formatted output to stdout ([`outln!`], [`out!`]): a closed stdout (`iwperf ... |
+/// head`) ends the process quietly with status 141, as SIGPIPE would (Rust's `println!`
+/// panics with a backtrace instead); any other write error (a full disk) ends it with
+/// status 2 and the reason on stderr.
+pub fn write_stdout(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(args).and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(141);
+        }
+        eprintln!("standard output: {e}");
+        std::process::exit(2);
+    }
+}
+
+/// `println!` for the tools' reports, through [`write_stdout`].
+#[macro_export]
+macro_rules! outln {
+    () => { $crate::write_stdout(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::write_stdout(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+/// `print!` for the tools' reports, through [`write_stdout`].
+#[macro_export]
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::write_stdout(format_args!($($arg)*)) };
+}
+
 /// The longest timeout a tool takes, in seconds (a year): a longer one overflows the
 /// clock's arithmetic (`Instant + Duration` panics), and none is meant.
 pub const MAX_TIMEOUT_S: u64 = 365 * 86400;

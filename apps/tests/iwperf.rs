@@ -956,3 +956,27 @@ fn a_bandwidth_run_longer_than_the_timeout_completes() {
         assert!(out.contains("#bytes"), "{test}: {out}");
     }
 }
+
+/// `iwperf ... | head`: a reader that goes away ends iwperf quietly with status 141, as
+/// SIGPIPE would, not with a panic and a backtrace (Rust's `println!` panics on a closed
+/// stdout).
+#[test]
+fn a_closed_stdout_ends_the_run_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_iwperf"))
+        .args(["write_lat", "--loopback=link", "-n", "2000", "-s", "64"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("iwperf");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut first)
+        .expect("a first line");
+    // The reader (and the pipe's only read end) is gone now.
+    let out = child.wait_with_output().expect("iwperf ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(141), "{err}");
+}

@@ -272,8 +272,8 @@ fn client_run(
     // --output prints only the figure asked for, as perftest.
     let full = cli.output.is_none();
     if full {
-        println!("{}", report::banner(cli, &bi));
-        println!("{}", header(cli));
+        warpcore_apps::outln!("{}", report::banner(cli, &bi));
+        warpcore_apps::outln!("{}", header(cli));
     }
     let static_peer = static_pattern(&lay, wire::SERVER_SALT);
     let duration = cli.phase_duration();
@@ -320,34 +320,34 @@ fn client_run(
         if test.is_bw() {
             let (_, avg, rate, _) = report::bw_figures(&o, cli.report_gbits);
             match cli.output {
-                Some(cli::OutputKind::Bandwidth) => println!("{avg:.6}"),
-                Some(cli::OutputKind::MessageRate) => println!("{rate:.6}"),
-                _ => println!("{}", report::bw_row(&o, cli.report_gbits, cli.no_peak)),
+                Some(cli::OutputKind::Bandwidth) => warpcore_apps::outln!("{avg:.6}"),
+                Some(cli::OutputKind::MessageRate) => warpcore_apps::outln!("{rate:.6}"),
+                _ => warpcore_apps::outln!("{}", report::bw_row(&o, cli.report_gbits, cli.no_peak)),
             }
         } else {
             let factor = report::rtt_factor(test);
             let scale = cycles.unwrap_or(1.0);
             let units = if cycles.is_some() { "cycles" } else { "usec" };
             if cli.report_unsorted {
-                print!(
+                warpcore_apps::out!(
                     "{}",
                     report::samples_listing(&o.samples, factor, scale, units, false)
                 );
             }
             if cli.report_histogram || cli.report_unsorted {
-                print!(
+                warpcore_apps::out!(
                     "{}",
                     report::samples_listing(&o.samples, factor, scale, units, true)
                 );
                 if full {
-                    println!("{LINE}");
-                    println!("{}", header(cli));
+                    warpcore_apps::outln!("{LINE}");
+                    warpcore_apps::outln!("{}", header(cli));
                 }
             }
             let st = report::lat_stats(&o.samples, factor).map(|s| s.scaled(scale));
             match cli.output {
-                Some(_) => println!("{}", report::output_latency(st.as_ref())),
-                None => println!("{}", report::lat_row(o.size, o.iters, st.as_ref())),
+                Some(_) => warpcore_apps::outln!("{}", report::output_latency(st.as_ref())),
+                None => warpcore_apps::outln!("{}", report::lat_row(o.size, o.iters, st.as_ref())),
             }
         }
         outs.push(o);
@@ -363,9 +363,9 @@ fn client_run(
         }
     }
     if full {
-        println!("{LINE}");
-        println!("{}", hdr_table(test, &outs));
-        println!("{LINE}");
+        warpcore_apps::outln!("{LINE}");
+        warpcore_apps::outln!("{}", hdr_table(test, &outs));
+        warpcore_apps::outln!("{LINE}");
     }
     let (checked, errors) = outs
         .iter()
@@ -373,7 +373,7 @@ fn client_run(
     let verdict = if cli.verify {
         let first = outs.iter().find_map(|o| o.first_error);
         let line = verify_line(test, checked, errors, first);
-        println!("{line}");
+        warpcore_apps::outln!("{line}");
         if line.starts_with("verify: ok") {
             Verdict::Clean
         } else {
@@ -392,7 +392,7 @@ fn client_run(
     let tcp = report::TcpSummary::of(&ep.ctx);
     if full {
         if let Some(t) = &tcp {
-            println!("{}", t.line());
+            warpcore_apps::outln!("{}", t.line());
         }
     }
     if let Some(p) = &cli.json {
@@ -449,15 +449,15 @@ fn server_role(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result
 
 fn server_run(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result<Verdict, String> {
     if print {
-        println!("\n************************************");
-        println!("* Waiting for client to connect... *");
-        println!("************************************");
+        warpcore_apps::outln!("\n************************************");
+        warpcore_apps::outln!("* Waiting for client to connect... *");
+        warpcore_apps::outln!("************************************");
     }
     let (mut conns, lay, hello) = run::accept(&ep.ctx, cli.port, mpa, cli.test.index(), None)?;
     let _ = hello;
     let peer_ip = conns[0].peer_ip.unwrap_or(Ipv4Addr::UNSPECIFIED);
     if print {
-        println!("{}", report::banner(cli, &info(ep, &conns[0], peer_ip)));
+        warpcore_apps::outln!("{}", report::banner(cli, &info(ep, &conns[0], peer_ip)));
     }
     let test = lay.test;
     let timeout = Duration::from_secs(cli.timeout);
@@ -514,7 +514,7 @@ fn server_run(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result<
     // the client, which saw its Disconnected within a round trip, stopped polling too.
     wait_disconnected(&ep.ctx, conns.len());
     if print {
-        println!(
+        warpcore_apps::outln!(
             " Served {phases} size(s) of {}{}",
             test.name(),
             if lay.verify && test.is_bw() {
@@ -523,14 +523,14 @@ fn server_run(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result<
                 String::new()
             }
         );
-        println!("{LINE}");
+        warpcore_apps::outln!("{LINE}");
     }
     // The checks made here failed: this side exits with 3 as well (the client printed the
     // same first mismatch, which it was sent). Nothing checked here is no failure of its
     // own: in read tests the client does all the checking.
     if lay.verify && errors > 0 {
         if print {
-            println!("{}", verify_line(test, checked, errors, first));
+            warpcore_apps::outln!("{}", verify_line(test, checked, errors, first));
         }
         return Ok(Verdict::VerifyFailed);
     }

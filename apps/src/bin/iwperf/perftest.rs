@@ -674,12 +674,12 @@ pub fn client(
         TestName::WriteBw | TestName::ReadBw | TestName::SendBw | TestName::AtomicBw => {
             // perftest's -a runs the sizes back to back (no exchange between them in
             // write_bw and read_bw) and reports the last one in xchg_bw_reports.
-            println!("{}", report::bw_header(false));
+            warpcore_apps::outln!("{}", report::bw_header(false));
             let mut last = None;
             for &size in &sizes {
                 let (posted, completed) = t.bw(cli.test, size, iters, rkey, vaddr)?;
                 let bw = BwReport::of(size, &posted, &completed);
-                println!("{}", bw.row(size, iters));
+                warpcore_apps::outln!("{}", bw.row(size, iters));
                 last = Some((size, bw));
             }
             let (size, bw) = last.ok_or("no size to run")?;
@@ -704,7 +704,7 @@ pub fn client(
             }
         }
         _ => {
-            println!("{}", report::LAT_HEADER);
+            warpcore_apps::outln!("{}", report::LAT_HEADER);
             // With -a, perftest's read_lat and write_lat run the sizes back to back with no
             // exchange between them (write_lat's server Writes first again at each size).
             for &size in &sizes {
@@ -713,7 +713,7 @@ pub fn client(
                 // round trip of the ping-pong, or one Read), iters - 1 of them.
                 let deltas: Vec<u64> = posted.windows(2).map(|w| w[1] - w[0]).collect();
                 let st = report::lat_stats(&deltas, report::rtt_factor(cli.test));
-                println!("{}", report::lat_row(size, iters, st.as_ref()));
+                warpcore_apps::outln!("{}", report::lat_row(size, iters, st.as_ref()));
             }
             // perftest's latency tests close with one more dest (write_lat with none).
             if cli.test != TestName::WriteLat {

@@ -156,16 +156,17 @@ pub(crate) fn drive<D: PollDevice>(
         Role::Exchange(x) => match x.error {
             Some(e) => Err(e),
             None => {
-                println!(
+                warpcore_apps::outln!(
                     "exchange ok: sent {} and received {} bytes, byte-exact",
-                    x.sent, x.received
+                    x.sent,
+                    x.received
                 );
-                println!("RESULT mode={label} test=exchange bytes={} ok=1", x.bytes);
+                warpcore_apps::outln!("RESULT mode={label} test=exchange bytes={} ok=1", x.bytes);
                 Ok(())
             }
         },
         Role::Server(sv, _) => {
-            println!("server: {} test connections served", sv.finished);
+            warpcore_apps::outln!("server: {} test connections served", sv.finished);
             Ok(())
         }
     }

@@ -6,7 +6,7 @@ use std::net::{TcpListener, TcpStream};
 
 pub(crate) fn server(addr: &str, tests: u32) -> Result<(), String> {
     let l = TcpListener::bind(addr).map_err(|e| format!("bind {addr}: {e}"))?;
-    println!("kernel-server: listening on {addr}");
+    warpcore_apps::outln!("kernel-server: listening on {addr}");
     serve(&l, tests)
 }
 
@@ -56,7 +56,7 @@ fn serve(l: &TcpListener, tests: u32) -> Result<(), String> {
         }
         served += 1;
     }
-    println!("kernel-server: {served} test connections served");
+    warpcore_apps::outln!("kernel-server: {served} test connections served");
     Ok(())
 }
 

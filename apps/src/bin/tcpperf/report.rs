@@ -31,7 +31,7 @@ pub(crate) fn record_rtt(h: &mut Histogram<u64>, ns: u64) {
 pub(crate) fn report_rr(label: &str, size: u64, h: &Histogram<u64>, elapsed_s: f64, cpu_s: f64) {
     let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     let rate = h.len() as f64 / elapsed_s;
-    println!(
+    warpcore_apps::outln!(
         "{label}: request/response {size} B x {}: rtt p50 {:.2} us, p90 {:.2} us, p99 {:.2} us, \
          p99.9 {:.2} us, max {:.2} us, mean {:.2} us ({rate:.0} round trips/s)",
         h.len(),
@@ -43,7 +43,7 @@ pub(crate) fn report_rr(label: &str, size: u64, h: &Histogram<u64>, elapsed_s: f
         h.mean() / 1000.0,
     );
     let share = cpu_s / elapsed_s;
-    println!(
+    warpcore_apps::outln!(
         "RESULT mode={label} test=rr size={size} count={} p50_us={:.2} p90_us={:.2} p99_us={:.2} \
          p999_us={:.2} max_us={:.2} mean_us={:.2} rate={rate:.0} cpu_share={share:.2}",
         h.len(),
@@ -59,11 +59,11 @@ pub(crate) fn report_rr(label: &str, size: u64, h: &Histogram<u64>, elapsed_s: f
 pub(crate) fn report_bulk(label: &str, bytes: u64, elapsed_s: f64, cpu_s: f64) {
     let gbps = bytes as f64 * 8.0 / elapsed_s / 1e9;
     let share = cpu_s / elapsed_s;
-    println!(
+    warpcore_apps::outln!(
         "{label}: bulk {bytes} bytes in {elapsed_s:.3} s: {gbps:.3} Gbit/s (client used {:.0}% of a core)",
         share * 100.0
     );
-    println!(
+    warpcore_apps::outln!(
         "RESULT mode={label} test=bulk bytes={bytes} seconds={elapsed_s:.4} gbps={gbps:.3} cpu_share={share:.2}"
     );
 }
