@@ -22,6 +22,33 @@ fn stacks(cfg: &LinkConfig) -> (Stack<LinkEnd>, Stack<LinkEnd>) {
     (a, b)
 }
 
+/// Two stacks over a link whose two directions have `faults(seed_ab)` and
+/// `faults(seed_ba)`, after `bytes` each way under the simulated clock (at most `limit`
+/// of it); returns them and the simulated time taken.
+fn bulk_over(
+    faults: impl Fn(u64) -> Faults,
+    (seed_ab, seed_ba): (u64, u64),
+    bytes: u64,
+    limit: Duration,
+) -> (Stack<LinkEnd>, Stack<LinkEnd>, Duration) {
+    let cfg = LinkConfig {
+        faults_ab: faults(seed_ab),
+        faults_ba: faults(seed_ba),
+        ..LinkConfig::default()
+    };
+    let (mut a, mut b) = stacks(&cfg);
+    let t = bidirectional(
+        &mut a,
+        &mut b,
+        bytes,
+        &TcpTuning::default(),
+        sim_clock,
+        next_delivery,
+        limit,
+    );
+    (a, b, t)
+}
+
 #[test]
 fn clean_link_64_mib_each_way() {
     let (mut a, mut b) = stacks(&LinkConfig::default());
@@ -52,19 +79,10 @@ fn lossy_reordering_duplicating_link_64_mib_each_way() {
         latency: Duration::from_micros(50),
         ..Faults::default()
     };
-    let cfg = LinkConfig {
-        faults_ab: faults(0xdead_beef),
-        faults_ba: faults(0x0bad_cafe),
-        ..LinkConfig::default()
-    };
-    let (mut a, mut b) = stacks(&cfg);
-    let t = bidirectional(
-        &mut a,
-        &mut b,
+    let (a, b, t) = bulk_over(
+        faults,
+        (0xdead_beef, 0x0bad_cafe),
         64 * MIB,
-        &TcpTuning::default(),
-        sim_clock,
-        next_delivery,
         Duration::from_secs(3600),
     );
     let (sa, sb) = (a.device().tx_fault_stats(), b.device().tx_fault_stats());
@@ -85,21 +103,7 @@ fn corrupting_link_is_caught_by_checksums() {
         loss: 0.005,
         ..Faults::default()
     };
-    let cfg = LinkConfig {
-        faults_ab: faults(7),
-        faults_ba: faults(8),
-        ..LinkConfig::default()
-    };
-    let (mut a, mut b) = stacks(&cfg);
-    bidirectional(
-        &mut a,
-        &mut b,
-        8 * MIB,
-        &TcpTuning::default(),
-        sim_clock,
-        next_delivery,
-        Duration::from_secs(3600),
-    );
+    let (a, b, _) = bulk_over(faults, (7, 8), 8 * MIB, Duration::from_secs(3600));
     let (sa, sb) = (a.device().tx_fault_stats(), b.device().tx_fault_stats());
     assert!(sa.corrupted > 50 && sb.corrupted > 50, "{sa:?} {sb:?}");
 }
@@ -899,19 +903,10 @@ fn rfc8985_6_2_d_sacks_widen_the_reordering_window_on_a_reordering_link() {
         latency: Duration::from_micros(100),
         ..Faults::default()
     };
-    let cfg = LinkConfig {
-        faults_ab: faults(0x5eed_0001),
-        faults_ba: faults(0x5eed_0002),
-        ..LinkConfig::default()
-    };
-    let (mut a, mut b) = stacks(&cfg);
-    bidirectional(
-        &mut a,
-        &mut b,
+    let (a, b, _) = bulk_over(
+        faults,
+        (0x5eed_0001, 0x5eed_0002),
         16 * MIB,
-        &TcpTuning::default(),
-        sim_clock,
-        next_delivery,
         Duration::from_secs(600),
     );
     let (sa, sb) = (a.device().tx_fault_stats(), b.device().tx_fault_stats());
