@@ -21,8 +21,7 @@ use warpcore_engine::proto::wire::rdmap::{
 use warpcore_engine::proto::wire::segment::{RdmapHeader, Segment, SegmentRepr};
 use warpcore_engine::tcp::link::{self, LinkConfig, LinkEnd};
 use warpcore_engine::tcp::smoltcp::time::{Duration, Instant};
-use warpcore_engine::tcp::smoltcp::wire::Ipv4Cidr;
-use warpcore_engine::tcp::{ConnId, Stack, StackConfig, TcpTuning};
+use warpcore_engine::tcp::{ConnId, Stack, TcpTuning};
 use warpcore_engine::{
     CmEvent, CompletionQueue, ConnError, EngineConfig, EngineCore, MpaParams, QpAttr, QpState,
 };
@@ -39,14 +38,7 @@ struct World {
 
 fn world() -> World {
     let (ea, eb) = link::pair(&LinkConfig::default());
-    let sc = |n: u8| StackConfig {
-        mac: [2, 0, 0, 0, 0, n],
-        ip: Ipv4Cidr::new(ip(n), 24),
-        gateway: None,
-        routes: Vec::new(),
-        random_seed: u64::from(n),
-        max_connections: 16,
-    };
+    let sc = |n: u8| common::stack_config(n, 16);
     let peer = Stack::new(ea, &sc(1), Instant::ZERO).unwrap();
     let mrs = Arc::new(MrTable::new(64));
     let mut engine = EngineCore::new(

@@ -14,8 +14,7 @@ use warpcore_engine::proto::wire::mpa::FrameError;
 use warpcore_engine::tcp::link::{self, LinkConfig, LinkEnd};
 use warpcore_engine::tcp::smoltcp::socket::tcp::State as TcpState;
 use warpcore_engine::tcp::smoltcp::time::{Duration, Instant};
-use warpcore_engine::tcp::smoltcp::wire::Ipv4Cidr;
-use warpcore_engine::tcp::{ConnId, ListenerId, Stack, StackConfig, TcpTuning};
+use warpcore_engine::tcp::{ConnId, ListenerId, Stack, TcpTuning};
 use warpcore_engine::{
     CmEvent, CompletionQueue, ConnError, EngineConfig, EngineCore, MpaParams, QpAttr, QpId, QpState,
 };
@@ -37,14 +36,7 @@ struct World {
 
 fn world() -> World {
     let (ea, eb) = link::pair(&LinkConfig::default());
-    let sc = |n: u8| StackConfig {
-        mac: [2, 0, 0, 0, 0, n],
-        ip: Ipv4Cidr::new(ip(n), 24),
-        gateway: None,
-        routes: Vec::new(),
-        random_seed: u64::from(n),
-        max_connections: 16,
-    };
+    let sc = |n: u8| common::stack_config(n, 16);
     let mut peer = Stack::new(ea, &sc(1), Instant::ZERO).unwrap();
     let listener = peer.listen(PORT, 4, &TcpTuning::default()).unwrap();
     let cfg = EngineConfig {

@@ -23,6 +23,19 @@ pub fn ip(n: u8) -> Ipv4Address {
     Ipv4Address::new(10, 0, 0, n)
 }
 
+/// The stack configuration of host `n` (10.0.0.n/24, MAC 02:00:00:00:00:n) with room for
+/// `max_connections`.
+pub fn stack_config(n: u8, max_connections: usize) -> StackConfig {
+    StackConfig {
+        mac: [2, 0, 0, 0, 0, n],
+        ip: Ipv4Cidr::new(ip(n), 24),
+        gateway: None,
+        routes: Vec::new(),
+        random_seed: u64::from(n) * 7919,
+        max_connections,
+    }
+}
+
 pub struct Side {
     pub core: EngineCore<LinkEnd>,
     pub mrs: Arc<MrTable>,
@@ -34,14 +47,7 @@ pub struct Side {
 impl Side {
     fn new(n: u8, end: LinkEnd, cfg: &EngineConfig, base: StdInstant) -> Side {
         let mrs = Arc::new(MrTable::new(cfg.mr_table_capacity));
-        let sc = StackConfig {
-            mac: [2, 0, 0, 0, 0, n],
-            ip: Ipv4Cidr::new(ip(n), 24),
-            gateway: None,
-            routes: Vec::new(),
-            random_seed: u64::from(n) * 7919,
-            max_connections: cfg.max_connections,
-        };
+        let sc = stack_config(n, cfg.max_connections);
         let core = EngineCore::new(
             u16::from(n) - 1,
             end,
