@@ -13,8 +13,8 @@ use std::time::{Duration as StdDuration, Instant as StdInstant};
 use common::*;
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use warpcore_engine::{
-    CmEvent, Completion, CompletionChannel, CompletionQueue, ConnError, MpaParams, QpAttr, QpId,
-    QpState, SendOp, WcOpcode, WcStatus,
+    CmEvent, Completion, CompletionChannel, CompletionQueue, ConnError, MpaParams, QpId, QpState,
+    SendOp, WcOpcode, WcStatus,
 };
 
 /// Connects a new QP of A to a new QP of B (B listening on `PORT`) whose send and receive
@@ -22,17 +22,7 @@ use warpcore_engine::{
 fn connect_to_small_cq(p: &mut Pair) -> (QpId, QpId, Arc<CompletionQueue>) {
     let qa = p.a.qp(64);
     let small = Arc::new(CompletionQueue::new(2));
-    let (qb, _) =
-        p.b.core
-            .create_qp(QpAttr {
-                pd: PD,
-                send_cq: Arc::clone(&small),
-                recv_cq: Arc::clone(&small),
-                sq_depth: 64,
-                rq_depth: 64,
-                max_sge: 4,
-            })
-            .expect("qp");
+    let (qb, _) = p.b.core.create_qp(qp_attr(&small, 64, 4)).expect("qp");
     p.a.core
         .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
         .expect("connect");
@@ -52,14 +42,7 @@ fn a_connecting_queue_pair_whose_queue_overran_stays_failed() {
     let mut p = Pair::default_pair();
     p.b.core.listen(PORT, MpaParams::default()).expect("listen");
     let small = Arc::new(CompletionQueue::new(2));
-    let attr = || QpAttr {
-        pd: PD,
-        send_cq: Arc::clone(&small),
-        recv_cq: Arc::clone(&small),
-        sq_depth: 8,
-        rq_depth: 8,
-        max_sge: 1,
-    };
+    let attr = || qp_attr(&small, 8, 1);
     let (qa, _) = p.a.core.create_qp(attr()).expect("qp");
     let (idle, _) = p.a.core.create_qp(attr()).expect("qp");
     let qb = p.b.qp(8);

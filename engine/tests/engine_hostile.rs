@@ -23,7 +23,7 @@ use warpcore_engine::tcp::link::{self, LinkConfig, LinkEnd};
 use warpcore_engine::tcp::smoltcp::time::{Duration, Instant};
 use warpcore_engine::tcp::{ConnId, Stack, TcpTuning};
 use warpcore_engine::{
-    CmEvent, CompletionQueue, ConnError, EngineConfig, EngineCore, MpaParams, QpAttr, QpState,
+    CmEvent, CompletionQueue, ConnError, EngineConfig, EngineCore, MpaParams, QpState,
 };
 
 struct World {
@@ -91,17 +91,7 @@ fn connect(w: &mut World, rq: usize) -> (ConnId, Framer, Deframer, warpcore_engi
 
 /// A QP of the world's PD on its one CQ (8 sends, 8 receives, one SGE each).
 fn new_qp(w: &mut World) -> warpcore_engine::QpId {
-    w.engine
-        .create_qp(QpAttr {
-            pd: PD,
-            send_cq: Arc::clone(&w.cq),
-            recv_cq: Arc::clone(&w.cq),
-            sq_depth: 8,
-            rq_depth: 8,
-            max_sge: 1,
-        })
-        .unwrap()
-        .0
+    w.engine.create_qp(common::qp_attr(&w.cq, 8, 1)).unwrap().0
 }
 
 /// Connects with the initiator settings `cfg`; also returns the RTR the initiator must send.

@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Instant as StdInstant;
 
-use common::{ip, PD, PORT};
+use common::{ip, PORT};
 use warpcore_engine::proto::mpa::negotiation::{self as nego, NegotiationError, Responder};
 use warpcore_engine::proto::wire::mpa::FrameError;
 use warpcore_engine::tcp::link::{self, LinkConfig, LinkEnd};
@@ -16,7 +16,7 @@ use warpcore_engine::tcp::smoltcp::socket::tcp::State as TcpState;
 use warpcore_engine::tcp::smoltcp::time::{Duration, Instant};
 use warpcore_engine::tcp::{ConnId, ListenerId, Stack, TcpTuning};
 use warpcore_engine::{
-    CmEvent, CompletionQueue, ConnError, EngineConfig, EngineCore, MpaParams, QpAttr, QpId, QpState,
+    CmEvent, CompletionQueue, ConnError, EngineConfig, EngineCore, MpaParams, QpId, QpState,
 };
 
 /// The startup timeout of these tests' engine (the default is 10 s).
@@ -47,17 +47,7 @@ fn world() -> World {
     let mut engine =
         EngineCore::new(1, eb, &sc(2), cfg, mrs, StdInstant::now(), Instant::ZERO).unwrap();
     let cq = Arc::new(CompletionQueue::new(256));
-    let qp = engine
-        .create_qp(QpAttr {
-            pd: PD,
-            send_cq: Arc::clone(&cq),
-            recv_cq: Arc::clone(&cq),
-            sq_depth: 8,
-            rq_depth: 8,
-            max_sge: 1,
-        })
-        .unwrap()
-        .0;
+    let qp = engine.create_qp(common::qp_attr(&cq, 8, 1)).unwrap().0;
     World {
         peer,
         listener,

@@ -191,7 +191,7 @@ fn qps_of_two_cores_drain_one_queue() {
     use warpcore_engine::tcp::smoltcp::time::{Duration, Instant};
     use warpcore_engine::tcp::smoltcp::wire::Ipv4Cidr;
     use warpcore_engine::tcp::StackConfig;
-    use warpcore_engine::{CmEvent, CompletionQueue, EngineConfig, EngineCore, MpaParams, QpAttr};
+    use warpcore_engine::{CmEvent, CompletionQueue, EngineConfig, EngineCore, MpaParams};
 
     let cfg = EngineConfig::default();
     let base = StdInstant::now();
@@ -229,14 +229,7 @@ fn qps_of_two_cores_drain_one_queue() {
     let cq_a = Arc::new(CompletionQueue::new(64));
     let cq_b = Arc::new(CompletionQueue::new(64));
     let srq = Arc::new(SharedRq::new(PD, 8, 1));
-    let attr = |cq: &Arc<CompletionQueue>| QpAttr {
-        pd: PD,
-        send_cq: Arc::clone(cq),
-        recv_cq: Arc::clone(cq),
-        sq_depth: 16,
-        rq_depth: 16,
-        max_sge: 1,
-    };
+    let attr = |cq: &Arc<CompletionQueue>| qp_attr(cq, 16, 1);
     let mut now = Instant::ZERO;
     let mut step = |cores: &mut [EngineCore<LinkEnd>; 4]| {
         for c in cores.iter_mut() {

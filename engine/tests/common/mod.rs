@@ -36,6 +36,19 @@ pub fn stack_config(n: u8, max_connections: usize) -> StackConfig {
     }
 }
 
+/// QP attributes in the tests' PD, sends and receives completing into `cq`, `depth` of
+/// each, `max_sge` SGEs.
+pub fn qp_attr(cq: &Arc<CompletionQueue>, depth: u32, max_sge: u32) -> QpAttr {
+    QpAttr {
+        pd: PD,
+        send_cq: Arc::clone(cq),
+        recv_cq: Arc::clone(cq),
+        sq_depth: depth,
+        rq_depth: depth,
+        max_sge,
+    }
+}
+
 pub struct Side {
     pub core: EngineCore<LinkEnd>,
     pub mrs: Arc<MrTable>,
@@ -75,14 +88,7 @@ impl Side {
     /// receive queue).
     pub fn qp_shared(&mut self, depth: u32) -> (QpId, Arc<QpShared>) {
         self.core
-            .create_qp(QpAttr {
-                pd: PD,
-                send_cq: Arc::clone(&self.cq),
-                recv_cq: Arc::clone(&self.cq),
-                sq_depth: depth,
-                rq_depth: depth,
-                max_sge: 4,
-            })
+            .create_qp(qp_attr(&self.cq, depth, 4))
             .expect("qp")
     }
 
