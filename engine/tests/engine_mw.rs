@@ -9,7 +9,7 @@ mod engine_mw_common;
 use common::*;
 use engine_mw_common::*;
 use warpcore_engine::mem::{Access, MemError, MwType, PdId, Stag};
-use warpcore_engine::{EngineError, QpState, SendOp, WcOpcode, WcStatus};
+use warpcore_engine::{CmEvent, EngineError, QpState, SendOp, WcOpcode, WcStatus};
 
 const WINDOW_ALL: Access = Access::WINDOW_RIGHTS;
 
@@ -718,6 +718,70 @@ fn local_invalidate_of_the_region_the_writes_before_it_read() {
         assert!(!p.a.mrs.is_valid(sa));
         assert_eq!(read_b(&rb, 0, 256), pattern(256, 3));
     });
+}
+
+/// A Write large enough to be sent from registered memory (`EngineConfig::
+/// tx_from_memory_min`, module `core/txrec.rs`), a Send, then a Local Invalidate of the
+/// region the Write and the Send read, posted together (Linux svcrdma's chain: the reply's
+/// Write, its Send, the Local Invalidate of the memory registration they read). TCP may
+/// read the Write's FPDUs again until they are acknowledged (first transmission and every
+/// retransmission: the link loses 5 % of A's segments); the invalidation waits for that
+/// (docs/engine.md, "Local Invalidate"): it must not fail the stream. Every request
+/// completes successfully, in order, and B has every octet.
+#[test]
+fn local_invalidate_waits_for_the_writes_sent_from_its_region() {
+    use warpcore_engine::tcp::link::{Faults, LinkConfig};
+    let link = LinkConfig {
+        faults_ab: Faults {
+            seed: 0x1a,
+            loss: 0.05,
+            ..Faults::default()
+        },
+        ..LinkConfig::default()
+    };
+    let mut p = Pair::new(&link, &warpcore_engine::EngineConfig::default());
+    let (qa, qb) = p.connect();
+    let (rb, sb) = p.b.region(1 << 20, all_access());
+    let (_rx, rxs) = p.b.region(4096, all_access());
+    let (ra, sa) = p.a.region(1 << 20, all_access());
+    let data = pattern(300_000, 7);
+    ra.write_at(0, &data).unwrap();
+    p.b.core
+        .post_recv(qb, recv_wr(10, &[(rxs, 0, 4096)]))
+        .unwrap();
+    post_a(&mut p, qa, 1, write_op(sb.0, 0), &[(sa, 0, 300_000)]);
+    post_a(&mut p, qa, 2, SendOp::Send, &[(sa, 0, 2000)]);
+    p.a.core
+        .post_send(qa, op_wr(3, SendOp::LocalInvalidate { stag: sa.0 }))
+        .unwrap();
+    let mut done = Vec::new();
+    p.run_until(200_000, |p| {
+        done.extend(p.a.take_completions());
+        done.len() == 3
+            || p.a
+                .events
+                .iter()
+                .any(|e| matches!(e, CmEvent::Error { .. }))
+    });
+    let got: Vec<_> = done.iter().map(|c| (c.wr_id, c.opcode, c.status)).collect();
+    assert_eq!(
+        got,
+        [
+            (1, WcOpcode::Write, WcStatus::Success),
+            (2, WcOpcode::Send, WcStatus::Success),
+            (3, WcOpcode::LocalInvalidate, WcStatus::Success)
+        ],
+        "A's events: {:?}",
+        p.a.events
+    );
+    assert!(!p.a.mrs.is_valid(sa));
+    assert!(
+        p.a.core.stats().tcp_retransmitted_segments > 0,
+        "the link must have lost segments"
+    );
+    let c = wait_completion(&mut p, true, 10, WcOpcode::Recv);
+    assert_eq!((c.status, c.byte_len), (WcStatus::Success, 2000));
+    assert_eq!(read_b(&rb, 0, 300_000), data);
 }
 
 /// A Write into a window and a Send with Invalidate of that window, posted together so

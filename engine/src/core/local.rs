@@ -4,7 +4,9 @@
 //!
 //! Each runs when it reaches the sending position: every earlier request has started and
 //! been framed whole, so a later Send that advertises the STag is framed only after the
-//! STag is valid. With `fence` it also waits for earlier RDMA Reads and atomics. What does
+//! STag is valid. With `fence` it also waits for earlier RDMA Reads and atomics; a Local
+//! Invalidate also waits for the earlier requests that read through its STag and whose
+//! FPDUs sent from registered memory are not acknowledged yet (module `txrec`). What does
 //! not depend on STag states is checked at post time ([`check_local_op`]), with a typed
 //! error; what does (a fast registration of an STag still valid, a bind whose region was
 //! deregistered meanwhile) fails at execution: the request completes with
@@ -140,7 +142,10 @@ impl Qp {
         let mut any = false;
         while let Ok(idx) = usize::try_from(self.sq_next_seq - self.sq_head_seq) {
             let Some(e) = self.sq.get(idx) else { break };
-            if !e.wr.op.is_local() || (e.wr.fence && !self.orq.is_empty()) {
+            if !e.wr.op.is_local()
+                || (e.wr.fence && !self.orq.is_empty())
+                || self.invalidates_unacked_source(idx, &e.wr.op)
+            {
                 break;
             }
             let result = execute(mrs, self.pd, self.id.stream(), &e.wr.op);
@@ -164,5 +169,26 @@ impl Qp {
             self.retire_sq();
         }
         any
+    }
+
+    /// Whether `op`, the local operation at index `idx` of the send queue, is a Local
+    /// Invalidate of an STag that a request before it still reads: one with FPDUs sent from
+    /// registered memory that TCP has not had acknowledged (`SqEntry::unacked`, module
+    /// `txrec`), which TCP reads again through that STag for every retransmission. The
+    /// invalidation waits for their acknowledgement (the `Writable` event that reports it
+    /// marks the QP again), as it would for a copy: invalidated under them, the next copy
+    /// would fail and reset the stream although the requests were posted in a valid order
+    /// (a Write from a registration, then its Local Invalidate: Linux svcrdma's chain).
+    /// Binds and fast registrations change no STag a request reads from (windows are never
+    /// local keys; a fast registration needs its STag invalid already).
+    fn invalidates_unacked_source(&self, idx: usize, op: &SendOp) -> bool {
+        let SendOp::LocalInvalidate { stag } = *op else {
+            return false;
+        };
+        self.sq
+            .iter()
+            .take(idx)
+            .filter(|e| e.unacked > 0)
+            .any(|e| e.wr.sges.as_slice().iter().any(|s| s.stag == stag))
     }
 }

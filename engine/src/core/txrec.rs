@@ -58,7 +58,9 @@
 //! [`EngineCore::fail_unfillable`] reports the failure: the request's status is
 //! [`WcStatus::LocalProtection`] and the QP fails with a local catastrophic error. Never
 //! does a frame carry octets that were not read from the region. (Hardware RNICs do the
-//! same: a retransmission through an invalidated STag fails the QP.)
+//! same: a retransmission through an invalidated STag fails the QP.) A Local Invalidate
+//! posted behind such a request, naming an STag of its SGEs, is no such case: it waits for
+//! the request's FPDUs to be acknowledged (`Qp::invalidates_unacked_source`).
 //!
 //! Records are kept per TCP connection (indexed by [`ConnId::slot`], generation-checked),
 //! not per QP: a connection handed to the zombies after a graceful close can still resend
