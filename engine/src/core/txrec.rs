@@ -15,7 +15,9 @@
 //! for it and extends the CRC over it in the same pass
 //! ([`MrGuard::copy_out_summed_crc_at`], [`crate::mem::crc::copy_sum_crc`]): each octet is
 //! read once, and neither the host's Internet checksum nor the CRC reads it again. With the
-//! checksum offloaded, the CRC runs over the copy just written, still in L1.
+//! checksum offloaded, the CRC runs over the copy just written, still in L1. An FPDU that
+//! segments carry in parts is framed aside once and every part copied from there
+//! ([`Aside`]): its parts then agree with its CRC whatever the region does meanwhile.
 //!
 //! Consecutive FPDUs of one message that the segmenter cuts in one transmit pass go as
 //! one record, a *run* ([`Run`]): after the first, the equal FPDUs that fit the send
@@ -402,6 +404,28 @@ struct ConnRecords {
     /// FPDU written, and that FPDU's index. The next segment of a bulk transfer starts
     /// there: its FPDU is the next one, found without a division.
     after_fill: (u64, usize, usize),
+    /// The FPDU last framed aside because a segment carried only part of it ([`Aside`]).
+    aside: Aside,
+}
+
+/// An FPDU framed whole aside for segments that carry only part of it (a window smaller
+/// than the FPDU with nothing in flight, a window probe): its token and index in the run,
+/// and its octets. Every later part of the same FPDU, and every retransmission of a part,
+/// is copied from here, not framed again from the region: the parts of one FPDU then come
+/// from one read of the region and agree with the one CRC they end with, even when the
+/// memory changed between them (the source of a Read Response, which the responder's
+/// application may write at any time: no completion tells it when the response is read).
+/// Framed again per part, an FPDU whose payload changed between two parts arrived torn,
+/// its CRC taken over the second read, and the peer failed the stream for a CRC error
+/// (MPA-8-2). A segment cuts an FPDU only where nothing is in
+/// flight (or for a window probe, likewise), so the FPDUs cut are sent one after
+/// another, each acknowledged before the next is cut: one aside per connection suffices.
+/// Allocated at the first cut FPDU, given back by [`TxRecords::trim_idle`].
+#[derive(Debug, Default)]
+struct Aside {
+    /// `(token, index)` of the FPDU in `octets`, `None` when they hold none.
+    key: Option<(u64, usize)>,
+    octets: Vec<u8>,
 }
 
 /// A FIFO of records that keeps its slots: [`RecordRing::push_slot`] hands out the slot of
@@ -503,9 +527,6 @@ impl RecordRing {
 #[derive(Debug)]
 pub(super) struct TxRecords {
     by_conn: Vec<Option<ConnRecords>>,
-    /// An FPDU framed whole for a segment that carries only part of it (rare: a record
-    /// longer than a segment, a window probe); allocated at first use.
-    scratch: Vec<u8>,
     /// Connections whose record could not be written, with the request it belonged to.
     failed: Vec<(ConnId, Option<u64>)>,
 }
@@ -514,7 +535,6 @@ impl TxRecords {
     pub fn new() -> TxRecords {
         TxRecords {
             by_conn: Vec::new(),
-            scratch: Vec::new(),
             failed: Vec::new(),
         }
     }
@@ -532,6 +552,7 @@ impl TxRecords {
                 next_token: 1,
                 recs: RecordRing::new(),
                 after_fill: (0, 0, 0),
+                aside: Aside::default(),
             });
         }
         match e {
@@ -586,6 +607,9 @@ impl TxRecords {
             }
             r.recs.pop_front();
         }
+        if r.aside.key.is_some_and(|(t, _)| t <= upto) {
+            r.aside.key = None;
+        }
     }
 
     /// Gives back the room of connections with nothing in flight that once had a window's
@@ -596,6 +620,9 @@ impl TxRecords {
         for r in self.by_conn.iter_mut().flatten() {
             if r.recs.is_empty() && r.recs.capacity() > 64 {
                 r.recs = RecordRing::new();
+            }
+            if r.recs.is_empty() && r.aside.octets.capacity() > 0 {
+                r.aside = Aside::default();
             }
         }
     }
@@ -626,12 +653,8 @@ impl TxRecords {
         mrs: &'m MrTable,
         held: &mut TxHeld<'m>,
     ) -> Option<u64> {
-        let TxRecords {
-            by_conn,
-            scratch,
-            failed,
-        } = self;
-        let done = fill_inner(by_conn, scratch, (conn, token, at), dst, sum, mrs, held);
+        let TxRecords { by_conn, failed } = self;
+        let done = fill_inner(by_conn, (conn, token, at), dst, sum, mrs, held);
         if done.is_none() {
             note_failed(by_conn, failed, conn, token);
         }
@@ -656,7 +679,6 @@ impl TxRecords {
 #[allow(clippy::too_many_arguments)]
 fn fill_inner<'m>(
     by_conn: &mut [Option<ConnRecords>],
-    scratch: &mut Vec<u8>,
     (conn, token, at): (ConnId, u64, usize),
     dst: &mut [u8],
     sum: bool,
@@ -682,14 +704,15 @@ fn fill_inner<'m>(
         (t, end, next) if t == token && end == at => Some(next),
         _ => None,
     };
-    let (written, after) = fill_run(rec, hint, scratch, at, dst, sum, mrs, held)?;
+    let (written, after) = fill_run(rec, hint, &mut r.aside, at, dst, sum, mrs, held)?;
     r.after_fill = (token, after.0, after.1);
     Some(written)
 }
 
 /// Writes the octets `[at, at + dst.len())` of `rec`'s run of FPDUs into `dst`: each FPDU
 /// `dst` holds whole straight into it, each one it holds only part of framed aside into
-/// `scratch` and the part copied (and summed when `sum`). `hint`: the index of the FPDU
+/// `aside` (unless it holds that FPDU already: [`Aside`]) and the part copied from there
+/// (and summed when `sum`). `hint`: the index of the FPDU
 /// that starts at `at`, if the caller knows it (else found by a division). Returns the
 /// unfolded Internet checksum sum of `dst` (0 without `sum`) and where the fill ended:
 /// the offset in the run after the last FPDU it touched, and that FPDU's index plus one.
@@ -699,7 +722,7 @@ fn fill_inner<'m>(
 fn fill_run<'m>(
     rec: &TxRecord,
     hint: Option<usize>,
-    scratch: &mut Vec<u8>,
+    aside: &mut Aside,
     at: usize,
     dst: &mut [u8],
     sum: bool,
@@ -731,16 +754,22 @@ fn fill_run<'m>(
             return None;
         }
         let part = &mut dst[from - at..to - at];
-        if from == fpdu_at && to == fpdu_end {
+        let kept = aside.key == Some((rec.token, j));
+        if from == fpdu_at && to == fpdu_end && !kept {
             let s = rec.write(j, mrs, held, part, sum)?;
             total += csum::at_offset(s, from - at);
         } else {
-            // Part of the FPDU: frame it whole aside, then copy the part (and sum it).
-            if scratch.len() < wire {
-                scratch.resize(wire, 0);
+            // Part of the FPDU (or one framed aside for an earlier part): framed whole
+            // aside once, then the part copied from there (and summed).
+            if !kept {
+                aside.key = None;
+                if aside.octets.len() < wire {
+                    aside.octets.resize(wire, 0);
+                }
+                rec.write(j, mrs, held, &mut aside.octets[..wire], false)?;
+                aside.key = Some((rec.token, j));
             }
-            rec.write(j, mrs, held, &mut scratch[..wire], false)?;
-            let src = &scratch[from - fpdu_at..to - fpdu_at];
+            let src = aside.octets.get(from - fpdu_at..to - fpdu_at)?;
             if sum {
                 total += csum::at_offset(csum::copy_and_sum(part, src), from - at);
             } else {
@@ -1175,11 +1204,12 @@ mod tests {
             rec.each_wire = fpdu::fpdu_len(hl + each) as u16;
             rec.fpdus = n as u16;
             assert_eq!(rec.wire_len(), expected.len());
-            let mut scratch = Vec::new();
+            let mut aside = Aside::default();
             let mut held: TxHeld<'_> = None;
             let mut check = |at: usize, l: usize, hint: Option<usize>, sum: bool| {
                 let mut dst = vec![0xeeu8; l];
-                let got = fill_run(&rec, hint, &mut scratch, at, &mut dst, sum, &t, &mut held);
+                aside.key = None;
+                let got = fill_run(&rec, hint, &mut aside, at, &mut dst, sum, &t, &mut held);
                 let (s, _) = got.unwrap_or_else(|| panic!("fill [{at}, {}) failed", at + l));
                 assert_eq!(
                     dst,
@@ -1215,7 +1245,7 @@ mod tests {
             let past = fill_run(
                 &rec,
                 None,
-                &mut scratch,
+                &mut aside,
                 expected.len() - 2,
                 &mut dst,
                 true,
@@ -1224,6 +1254,139 @@ mod tests {
             );
             assert!(past.is_none());
         }
+    }
+
+    /// A handle of a real stack's connection (records are kept per `ConnId`).
+    fn a_conn() -> ConnId {
+        use warpcore_tcp::link::{self, LinkConfig};
+        use warpcore_tcp::smoltcp::wire::Ipv4Cidr;
+        use warpcore_tcp::TcpTuning;
+        let (end, _peer) = link::pair(&LinkConfig::default());
+        let sc = StackConfig {
+            mac: [2, 0, 0, 0, 0, 1],
+            ip: Ipv4Cidr::new(Ipv4Address::new(10, 0, 0, 1), 24),
+            gateway: None,
+            routes: Vec::new(),
+            random_seed: 1,
+            max_connections: 2,
+        };
+        let mut stack = Stack::new(end, &sc, Instant::ZERO).unwrap();
+        stack
+            .connect(
+                (Ipv4Address::new(10, 0, 0, 2), 4791),
+                None,
+                &TcpTuning::default(),
+            )
+            .unwrap()
+    }
+
+    /// An FPDU that segments carry in parts (a window smaller than the FPDU with nothing
+    /// in flight, a window probe: the TCP cuts records there) is read from the region once:
+    /// the source of a Read Response may change between two parts (the responder's
+    /// application writes it when it likes), and the parts must still make one FPDU whose
+    /// CRC matches its octets (MPA-8-2: the peer fails the stream otherwise). A part sent
+    /// again (a retransmission) is the same octets; a whole FPDU, or the next record, is
+    /// read afresh; an acknowledgement lets the aside go.
+    #[test]
+    fn the_parts_of_one_fpdu_come_from_one_read_of_the_region() {
+        use crate::mem::Region;
+        use warpcore_proto::ddp::DdpSender;
+        use warpcore_proto::mpa::framer::frame_in_place;
+        let region = Arc::new(Region::allocate(1 << 16, 8).unwrap());
+        let old = pattern(4096, 1);
+        region.write_at(0, &old).unwrap();
+        let t = MrTable::with_seed(4, 5);
+        let pd = PdId(3);
+        let stag = t
+            .register(Arc::clone(&region), pd, Access::REMOTE_READ, 0)
+            .unwrap();
+        let stream: StreamId = 7;
+        // A Read Response of 1,400 octets in one FPDU, as `queue` records it.
+        let plen = 1400;
+        let mut seg = DdpSender::new()
+            .tagged(0x41, 0x5566_7788, 0x9000, &[], plen as u32, 1444)
+            .unwrap();
+        let mut h = [0u8; MAX_SEGMENT_HEADER_LEN];
+        let s = seg.next_segment(&mut h).unwrap().unwrap();
+        let hl = s.header_len;
+        let framed = |payload: &[u8]| {
+            let mut f = vec![0u8; fpdu::fpdu_len(hl + plen)];
+            f[2 + hl..2 + hl + plen].copy_from_slice(payload);
+            frame_in_place(&h[..hl], plen, Some(crate::mem::crc::crc32c_append), &mut f);
+            f
+        };
+        let conn = a_conn();
+        let mut records = TxRecords::new();
+        let push = |records: &mut TxRecords| {
+            let (rec, token) = records.push_slot(conn);
+            rec.hdr = *h.first_chunk().unwrap();
+            rec.hdr_len = hl as u8;
+            rec.crc = true;
+            rec.ends_msg = true;
+            rec.access = PieceAccess::Remote { pd, stream };
+            rec.pieces[0] = MemPiece {
+                to: 100,
+                stag: stag.0,
+                len: plen as u32,
+            };
+            rec.npieces = 1;
+            rec.each = plen as u16;
+            rec.last = plen as u16;
+            rec.each_wire = fpdu::fpdu_len(hl + plen) as u16;
+            rec.fpdus = 1;
+            rec.set_sq(None);
+            token
+        };
+        let wire = fpdu::fpdu_len(hl + plen);
+        let mut held: TxHeld<'_> = None;
+        let mut fill = |records: &mut TxRecords, token: u64, at: usize, len: usize| {
+            let mut dst = vec![0u8; len];
+            let sum = records.fill(conn, token, at, &mut dst, true, &t, &mut held);
+            assert_eq!(
+                sum.map(csum::fold),
+                Some(csum::fold(csum::sum(&dst))),
+                "[{at}, +{len})"
+            );
+            dst
+        };
+        let token = push(&mut records);
+        // The first part (header and 700 octets of payload), then the application writes the
+        // source, then the rest (payload and CRC).
+        let mut got = fill(&mut records, token, 0, 720);
+        let new = pattern(4096, 2);
+        region.write_at(0, &new).unwrap();
+        got.extend(fill(&mut records, token, 720, wire - 720));
+        let want = framed(&old[100..100 + plen]);
+        assert_eq!(
+            got, want,
+            "the parts of the FPDU come from one read of the region"
+        );
+        // The first part sent again (a retransmission): the same octets.
+        assert_eq!(fill(&mut records, token, 0, 720), want[..720]);
+        // Acknowledged: the next record's FPDU, in parts too, is read afresh.
+        records.acked(conn, token, |_| {});
+        let next = push(&mut records);
+        let mut got = fill(&mut records, next, 0, 1);
+        got.extend(fill(&mut records, next, 1, wire - 1));
+        assert_eq!(got, framed(&new[100..100 + plen]));
+        // A whole FPDU is written straight into its frame, from the region as it is.
+        records.acked(conn, next, |_| {});
+        let whole = push(&mut records);
+        region.write_at(0, &old).unwrap();
+        assert_eq!(
+            fill(&mut records, whole, 0, wire),
+            framed(&old[100..100 + plen])
+        );
+    }
+
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| {
+                (i as u32)
+                    .wrapping_mul(2_654_435_761)
+                    .rotate_right(u32::from(seed)) as u8
+            })
+            .collect()
     }
 
     #[test]
