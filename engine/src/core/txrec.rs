@@ -280,6 +280,47 @@ impl TxRecord {
         }
     }
 
+    /// Whether FPDU `k`'s payload can still be read from registered memory, looked up and
+    /// bounds-checked as [`Self::write`] does, without a copy: a part of an FPDU sent from
+    /// its [`Aside`] is sent only while the memory it was read from is still there, as
+    /// every copy checks (a region deregistered or invalidated since fails it the same
+    /// way). `held` as for [`Self::write`].
+    fn readable<'m>(&self, k: usize, mrs: &'m MrTable, held: &mut TxHeld<'m>) -> bool {
+        let (skip, payload_len) = self.fpdu_payload(k, self.fpdus());
+        let mut before = 0usize;
+        for p in &self.pieces[..usize::from(self.npieces)] {
+            let plen = p.len as usize;
+            let from = skip.max(before);
+            let to_end = (skip + payload_len).min(before + plen);
+            let start = before;
+            before += plen;
+            if from >= to_end {
+                continue;
+            }
+            let src_to = p.to + (from - start) as u64;
+            let g = match held {
+                Some((g, stag, how)) if *stag == p.stag && *how == self.access => &*g,
+                _ => {
+                    *held = None;
+                    let g = match self.access {
+                        PieceAccess::Local { pd } => mrs.lookup_local(Stag(p.stag), pd, false),
+                        PieceAccess::Remote { pd, stream } => {
+                            mrs.lookup_remote(Stag(p.stag), pd, stream, Access::REMOTE_READ)
+                        }
+                    };
+                    match g {
+                        Ok(g) => &held.insert((g, p.stag, self.access)).0,
+                        Err(_) => return false,
+                    }
+                }
+            };
+            if g.bounds(src_to, to_end - from).is_err() {
+                return false;
+            }
+        }
+        true
+    }
+
     /// Copies FPDU `k`'s payload from registered memory into `out` (exactly that FPDU) and
     /// frames it there. `None` if a piece cannot be read (nothing of the region is touched then);
     /// else, when `sum`, the unfolded Internet checksum sum of `out` (`csum::sum`), taken
@@ -420,7 +461,9 @@ struct ConnRecords {
 /// (MPA-8-2). A segment cuts an FPDU only where nothing is in
 /// flight (or for a window probe, likewise), so the FPDUs cut are sent one after
 /// another, each acknowledged before the next is cut: one aside per connection suffices.
-/// Allocated at the first cut FPDU, given back by [`TxRecords::trim_idle`].
+/// A part is sent from here only while the memory is still readable as the copy read it
+/// ([`TxRecord::readable`]): a region deregistered or invalidated since fails the part as
+/// it fails a copy. Allocated at the first cut FPDU, given back by [`TxRecords::trim_idle`].
 #[derive(Debug, Default)]
 struct Aside {
     /// `(token, index)` of the FPDU in `octets`, `None` when they hold none.
@@ -768,6 +811,8 @@ fn fill_run<'m>(
                 }
                 rec.write(j, mrs, held, &mut aside.octets[..wire], false)?;
                 aside.key = Some((rec.token, j));
+            } else if !rec.readable(j, mrs, held) {
+                return None;
             }
             let src = aside.octets.get(from - fpdu_at..to - fpdu_at)?;
             if sum {
@@ -1338,10 +1383,18 @@ mod tests {
             token
         };
         let wire = fpdu::fpdu_len(hl + plen);
-        let mut held: TxHeld<'_> = None;
-        let mut fill = |records: &mut TxRecords, token: u64, at: usize, len: usize| {
+        // Each fill a transmit pass of its own (the pass's guard dropped at its end).
+        let try_fill = |records: &mut TxRecords, token: u64, at: usize, len: usize| {
             let mut dst = vec![0u8; len];
-            let sum = records.fill(conn, token, at, &mut dst, true, &t, &mut held);
+            let mut held: TxHeld<'_> = None;
+            records
+                .fill(conn, token, at, &mut dst, true, &t, &mut held)
+                .map(|s| (s, dst))
+        };
+        let fill = |records: &mut TxRecords, token: u64, at: usize, len: usize| {
+            let got = try_fill(records, token, at, len);
+            let sum = got.as_ref().map(|(s, _)| *s);
+            let dst = got.map(|(_, d)| d).unwrap_or_default();
             assert_eq!(
                 sum.map(csum::fold),
                 Some(csum::fold(csum::sum(&dst))),
@@ -1377,6 +1430,14 @@ mod tests {
             fill(&mut records, whole, 0, wire),
             framed(&old[100..100 + plen])
         );
+        // The region deregistered between two parts: the next part is refused (the host
+        // resets the stream), as a copy from the region would be.
+        records.acked(conn, whole, |_| {});
+        let last = push(&mut records);
+        fill(&mut records, last, 0, 720);
+        t.deregister(stag).unwrap();
+        assert!(try_fill(&mut records, last, 720, wire - 720).is_none());
+        assert!(records.has_failed());
     }
 
     fn pattern(len: usize, seed: u8) -> Vec<u8> {
