@@ -17,9 +17,35 @@ struct Sink<W: Write> {
     snaplen: usize,
     frames: u64,
     errors: u64,
+    /// What the writer has not yet taken of the last record (or of the file header): a
+    /// write that failed or was cut short leaves its tail here, and it is written before
+    /// anything else, so the stream only ever holds whole records (half a record would make
+    /// every record after it unreadable). Reused for each record, so it is also where a
+    /// record is put together and handed to the writer in one piece.
+    owed: Vec<u8>,
+    /// Whether `owed` ends a frame's record (counted in `frames` once written).
+    owed_frame: bool,
 }
 
 impl<W: Write> Sink<W> {
+    /// Writes what is owed; false, keeping the rest owed, when the writer fails.
+    fn pay(&mut self) -> bool {
+        while !self.owed.is_empty() {
+            match self.out.write(&self.owed) {
+                Ok(0) => return false,
+                Ok(n) => {
+                    self.owed.drain(..n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        if std::mem::take(&mut self.owed_frame) {
+            self.frames += 1;
+        }
+        true
+    }
+
     fn header(&mut self) {
         let mut h = [0u8; 24];
         h[0..4].copy_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
@@ -27,12 +53,19 @@ impl<W: Write> Sink<W> {
         h[6..8].copy_from_slice(&4u16.to_le_bytes());
         h[16..20].copy_from_slice(&(self.snaplen as u32).to_le_bytes());
         h[20..24].copy_from_slice(&1u32.to_le_bytes()); // LINKTYPE_ETHERNET
-        if self.out.write_all(&h).is_err() {
+        self.owed.extend_from_slice(&h);
+        if !self.pay() {
             self.errors += 1;
         }
     }
 
     fn record(&mut self, at: Instant, frame: &[u8]) {
+        // A failed write loses capture records, never the packet. While an earlier record
+        // is still owed (the writer keeps failing), this one is lost.
+        if !self.pay() {
+            self.errors += 1;
+            return;
+        }
         let us = at.total_micros().max(0);
         let incl = frame.len().min(self.snaplen);
         let mut h = [0u8; 16];
@@ -40,11 +73,18 @@ impl<W: Write> Sink<W> {
         h[4..8].copy_from_slice(&((us % 1_000_000) as u32).to_le_bytes());
         h[8..12].copy_from_slice(&(incl as u32).to_le_bytes());
         h[12..16].copy_from_slice(&(frame.len() as u32).to_le_bytes());
-        // A failed write loses the capture record, never the packet.
-        if self.out.write_all(&h).is_err() || self.out.write_all(&frame[..incl]).is_err() {
+        self.owed.extend_from_slice(&h);
+        self.owed.extend_from_slice(&frame[..incl]);
+        self.owed_frame = true;
+        if !self.pay() {
             self.errors += 1;
-        } else {
-            self.frames += 1;
+        }
+    }
+
+    /// Writes what is owed and flushes the writer (a failure counted in `errors`).
+    fn finish(&mut self) {
+        if !self.pay() || self.out.flush().is_err() {
+            self.errors += 1;
         }
     }
 }
@@ -65,6 +105,8 @@ impl<D: PollDevice, W: Write> Capture<D, W> {
             snaplen,
             frames: 0,
             errors: 0,
+            owed: Vec::new(),
+            owed_frame: false,
         };
         sink.header();
         Capture {
@@ -83,16 +125,27 @@ impl<D: PollDevice, W: Write> Capture<D, W> {
         &mut self.inner
     }
 
-    /// Frames written and write errors so far.
+    /// Frames written whole and failed writes so far. A record a write cut short is
+    /// finished by the next write before anything else, so the stream holds whole records
+    /// only and a writer that recovers loses nothing; a frame that comes while the writer
+    /// still refuses an earlier record's tail is not recorded (one more error).
     pub fn captured(&self) -> (u64, u64) {
         let s = self.sink.borrow();
         (s.frames, s.errors)
     }
 
-    /// Flushes the sink and returns the wrapped device and the writer.
-    pub fn into_parts(self) -> (D, W) {
-        let mut s = self.sink.into_inner();
-        let _ = s.out.flush();
+    /// Writes what a failed write left owed and flushes the writer (a failure is one more
+    /// error); returns [`Capture::captured`]. Call it before judging a capture complete:
+    /// errors mean frames are missing from it.
+    pub fn finish(&mut self) -> (u64, u64) {
+        self.sink.get_mut().finish();
+        self.captured()
+    }
+
+    /// Finishes the sink ([`Capture::finish`]) and returns the wrapped device and the writer.
+    pub fn into_parts(mut self) -> (D, W) {
+        self.finish();
+        let s = self.sink.into_inner();
         (self.inner, s.out)
     }
 }
@@ -200,5 +253,155 @@ impl<D: PollDevice, W: Write> PollDevice for Capture<D, W> {
 
     fn stats(&self) -> DeviceStats {
         self.inner.stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer into memory that, once `cut_at` octets are in, takes no more in that call
+    /// and fails the next one (a full disk freed again, a socket's send timeout), then
+    /// takes everything.
+    struct Flaky {
+        out: Vec<u8>,
+        cut_at: usize,
+        failed: bool,
+    }
+
+    impl Write for Flaky {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if !self.failed && self.out.len() >= self.cut_at {
+                self.failed = true;
+                return Err(std::io::Error::other("no space left"));
+            }
+            let n = if self.failed {
+                buf.len()
+            } else {
+                buf.len().min(self.cut_at - self.out.len())
+            };
+            self.out.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The records of a pcap stream (little-endian, Ethernet): each one's timestamp in
+    /// microseconds, original length and captured octets. Panics where the stream is not
+    /// whole records.
+    fn records(pcap: &[u8]) -> Vec<(u64, usize, Vec<u8>)> {
+        assert_eq!(pcap[..4], 0xa1b2_c3d4u32.to_le_bytes());
+        assert_eq!(pcap[20..24], 1u32.to_le_bytes(), "LINKTYPE_ETHERNET");
+        let snaplen = u32::from_le_bytes(pcap[16..20].try_into().unwrap()) as usize;
+        let word = |at: usize| u32::from_le_bytes(pcap[at..at + 4].try_into().unwrap());
+        let mut at = 24;
+        let mut out = Vec::new();
+        while at < pcap.len() {
+            assert!(at + 16 <= pcap.len(), "half a record header at {at}");
+            let us = u64::from(word(at)) * 1_000_000 + u64::from(word(at + 4));
+            let (incl, orig) = (word(at + 8) as usize, word(at + 12) as usize);
+            assert!(
+                incl <= snaplen && incl <= orig,
+                "record at {at}: {incl} of {orig}"
+            );
+            assert!(at + 16 + incl <= pcap.len(), "half a record at {at}");
+            out.push((us, orig, pcap[at + 16..at + 16 + incl].to_vec()));
+            at += 16 + incl;
+        }
+        out
+    }
+
+    fn frame(n: usize, fill: u8) -> Vec<u8> {
+        vec![fill; n]
+    }
+
+    /// A write cut short in the middle of a record (the file header, a record header, a
+    /// frame) leaves the stream whole: the record's tail goes first at the next write, and
+    /// every record is there. Before, the next record followed the half-written one, and
+    /// everything after it was unreadable.
+    #[test]
+    fn a_write_cut_short_leaves_whole_records() {
+        let frames: Vec<Vec<u8>> = (0..5).map(|i| frame(60 + 300 * i, i as u8 + 1)).collect();
+        let sizes: Vec<usize> = frames.iter().map(|f| 16 + f.len().min(1000)).collect();
+        let record_at = |i: usize| 24 + sizes[..i].iter().sum::<usize>();
+        // In the file header; in record 2's header; in record 2's frame; right before
+        // record 3; in the last record (finished by `finish`).
+        for cut_at in [
+            10,
+            record_at(2) + 5,
+            record_at(2) + 100,
+            record_at(3),
+            record_at(4) + 20,
+        ] {
+            let mut sink = Sink {
+                out: Flaky {
+                    out: Vec::new(),
+                    cut_at,
+                    failed: false,
+                },
+                snaplen: 1000,
+                frames: 0,
+                errors: 0,
+                owed: Vec::new(),
+                owed_frame: false,
+            };
+            sink.header();
+            for (i, f) in frames.iter().enumerate() {
+                sink.record(Instant::from_micros(1_500_000 + i as i64), f);
+            }
+            sink.finish();
+            assert_eq!((sink.frames, sink.errors), (5, 1), "cut at {cut_at}");
+            let got = records(&sink.out.out);
+            assert_eq!(got.len(), 5, "cut at {cut_at}");
+            for (i, (us, orig, data)) in got.iter().enumerate() {
+                assert_eq!(*us, 1_500_000 + i as u64);
+                assert_eq!(*orig, frames[i].len());
+                assert_eq!(
+                    data[..],
+                    frames[i][..frames[i].len().min(1000)],
+                    "frame {i}"
+                );
+            }
+        }
+    }
+
+    /// A writer that fails for good: the stream ends in whole records and a record's head
+    /// at most, every frame after the failure is counted as an error.
+    #[test]
+    fn a_writer_that_keeps_failing_loses_records_counted() {
+        struct Full(Vec<u8>);
+        impl Write for Full {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                if self.0.len() >= 100 {
+                    return Err(std::io::Error::other("no space left"));
+                }
+                let n = buf.len().min(100 - self.0.len());
+                self.0.extend_from_slice(&buf[..n]);
+                Ok(n)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut sink = Sink {
+            out: Full(Vec::new()),
+            snaplen: 65535,
+            frames: 0,
+            errors: 0,
+            owed: Vec::new(),
+            owed_frame: false,
+        };
+        sink.header();
+        for i in 0..4 {
+            sink.record(Instant::from_micros(i), &frame(40, 7));
+        }
+        sink.finish();
+        // 24 + 56 octets: one whole record, the second cut short; the second's failure,
+        // the two frames after it and the final flush of its tail are the errors.
+        assert_eq!((sink.frames, sink.errors), (1, 4));
+        assert_eq!(records(&sink.out.0[..80]).len(), 1);
     }
 }
