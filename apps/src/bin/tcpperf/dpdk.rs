@@ -115,7 +115,8 @@ pub(crate) fn with_stack(
             let cap = Capture::new(dev, BufWriter::new(f), 65535);
             let mut s = new_stack(cap, &cfg, clock.now()).map_err(|e| e.to_string())?;
             let r = make_role(&mut s, spec)?;
-            drive(&mut s, &clock, r, timeout_s, label)
+            let res = drive(&mut s, &clock, r, timeout_s, label);
+            with_capture(res, s.device_mut(), path)
         }
         None => {
             let mut s = new_stack(dev, &cfg, clock.now()).map_err(|e| e.to_string())?;

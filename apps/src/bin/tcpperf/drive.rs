@@ -187,42 +187,64 @@ pub(crate) fn run_memory(test: TestArgs, mtu: usize, pcap: Option<String>) -> Re
     )
     .map_err(|e| e.to_string())?;
     let mut server = Server::new(&mut b, 5201, test.buffer)?;
+    let ip_a = Ipv4Cidr::new(Ipv4Address::new(198, 18, 0, 1), 24);
+    let cfg_a = stack_config([2, 0, 0, 0, 0, 1], ip_a, None);
     match pcap {
         Some(path) => {
             let f = std::fs::File::create(&path).map_err(|e| format!("{path}: {e}"))?;
             let dev = Capture::new(ea, BufWriter::new(f), 65535);
-            memory_loop(dev, &mut b, &mut server, &clock, test)
+            let mut a = new_stack(dev, &cfg_a, clock.now()).map_err(|e| e.to_string())?;
+            let r = memory_loop(&mut a, &mut b, &mut server, &clock, test);
+            with_capture(r, a.device_mut(), &path)
         }
-        None => memory_loop(ea, &mut b, &mut server, &clock, test),
+        None => {
+            let mut a = new_stack(ea, &cfg_a, clock.now()).map_err(|e| e.to_string())?;
+            memory_loop(&mut a, &mut b, &mut server, &clock, test)
+        }
+    }
+}
+
+/// Completes the `--pcap` capture `cap` of `path` after a run whose outcome is `run`: a
+/// capture missing frames (failed writes: a full disk) fails the run, naming the file,
+/// instead of leaving a file that looks complete.
+pub(crate) fn with_capture<D: PollDevice, W: std::io::Write>(
+    run: Result<(), String>,
+    cap: &mut Capture<D, W>,
+    path: &str,
+) -> Result<(), String> {
+    let (frames, errors) = cap.finish();
+    if errors == 0 {
+        eprintln!("tcpperf: {frames} frames captured to {path}");
+        return run;
+    }
+    let lost = format!(
+        "--pcap {path}: {errors} writes failed, the capture misses frames ({frames} written)"
+    );
+    match run {
+        Ok(()) => Err(lost),
+        Err(e) => Err(format!("{e}; {lost}")),
     }
 }
 
 pub(crate) fn memory_loop<DA: PollDevice, DB: PollDevice>(
-    dev_a: DA,
+    a: &mut Stack<DA>,
     b: &mut Stack<DB>,
     server: &mut Server,
     clock: &Clock,
     test: TestArgs,
 ) -> Result<(), String> {
-    let ip_a = Ipv4Cidr::new(Ipv4Address::new(198, 18, 0, 1), 24);
-    let mut a = new_stack(
-        dev_a,
-        &stack_config([2, 0, 0, 0, 0, 1], ip_a, None),
-        clock.now(),
-    )
-    .map_err(|e| e.to_string())?;
     let deadline = StdInstant::now() + std::time::Duration::from_secs(test.timeout_s);
     let server_addr = (Ipv4Address::new(198, 18, 0, 2), 5201);
     let mut kinds = test.test.clone();
     kinds.reverse();
     let first = kinds.pop().ok_or("no test given")?;
-    let mut client = Client::new(&mut a, server_addr, test.clone(), first)?;
+    let mut client = Client::new(a, server_addr, test.clone(), first)?;
     let mut spins = 0u32;
     loop {
         if client.phase == ClientPhase::Finished {
             client.report("memory")?;
             match kinds.pop() {
-                Some(kind) => client = Client::new(&mut a, server_addr, test.clone(), kind)?,
+                Some(kind) => client = Client::new(a, server_addr, test.clone(), kind)?,
                 None => return Ok(()),
             }
         }
@@ -231,7 +253,7 @@ pub(crate) fn memory_loop<DA: PollDevice, DB: PollDevice>(
         while let Some(e) = a.next_event() {
             client.on_event(e);
         }
-        client.step(&mut a);
+        client.step(a);
         b.poll(now);
         while let Some(e) = b.next_event() {
             server.on_event(b, e);
