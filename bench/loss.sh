@@ -114,20 +114,20 @@ for ppm in $losses; do
     bw=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.3f" % d["results"][0]["bw"]["average"])' "$work/bw.json") ||
         fail "no write_bw result"
     # The sender's TCP counters behind the figure: retransmitted segments, RTOs (spurious
-    # ones undone), tail loss probes.
-    tcpc=$(python3 -c 'import json,sys; t=json.load(open(sys.argv[1])).get("tcp") or {}; print("%s/%s(%s)/%s" % (t.get("retransmitted_segments","-"), t.get("rtos","-"), t.get("spurious_rtos","-"), t.get("tail_loss_probes","-")))' "$work/bw.json")
+    # ones undone), tail loss probes, recovery episodes (those D-SACKs undid).
+    tcpc=$(python3 -c 'import json,sys; t=json.load(open(sys.argv[1])).get("tcp") or {}; print("%s/%s(%s)/%s/%s(%s)" % (t.get("retransmitted_segments","-"), t.get("rtos","-"), t.get("spurious_rtos","-"), t.get("tail_loss_probes","-"), t.get("fast_recoveries","-"), t.get("undone_recoveries","-")))' "$work/bw.json")
     iwperf_pair write_lat "$work/lat.json" -s 64 -n "$lat_iters"
     read -r med p99 max < <(python3 -c 'import json,sys; l=json.load(open(sys.argv[1]))["results"][0]["lat_usec"]; print("%.2f %.2f %.1f" % (l["t_typical"], l["p99"], l["t_max"]))' "$work/lat.json") ||
         fail "no write_lat result"
     kbw=$(kernel_bw)
     klat=$(kernel_lat)
     rows+=("$pct $bw $kbw $med $p99 $max $klat $tcpc")
-    printf 'loss %5s %%: write_bw %s Gbit/s (TCP retx/RTO(spurious)/TLP %s), iperf3 %s; write_lat %s / %s / %s us, qperf tcp_lat %s us\n' \
+    printf 'loss %5s %%: write_bw %s Gbit/s (TCP retx/RTO(spurious)/TLP/recoveries(undone) %s), iperf3 %s; write_lat %s / %s / %s us, qperf tcp_lat %s us\n' \
         "$pct" "$bw" "$tcpc" "$kbw" "$med" "$p99" "$max" "$klat"
 done
 
 echo
-printf '| loss | iwperf write_bw 64 KiB, Gbit/s | its TCP: retransmitted / RTOs (spurious) / TLPs | kernel iperf3, Gbit/s | ratio | iwperf write_lat 64 B median / p99 / max, us | kernel qperf tcp_lat, us |\n'
+printf '| loss | iwperf write_bw 64 KiB, Gbit/s | its TCP: retransmitted / RTOs (spurious) / TLPs / recoveries (undone by D-SACKs) | kernel iperf3, Gbit/s | ratio | iwperf write_lat 64 B median / p99 / max, us | kernel qperf tcp_lat, us |\n'
 printf '|---|---|---|---|---|---|---|\n'
 for r in "${rows[@]}"; do
     read -r pct bw kbw med p99 max klat tcpc <<<"$r"
