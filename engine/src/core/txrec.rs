@@ -280,6 +280,29 @@ impl TxRecord {
         }
     }
 
+    /// The guard of `stag` looked up as this record's access says: the one `held` keeps if
+    /// it is for the same STag and access, else a new lookup that replaces it (the old
+    /// guard goes first: a failed lookup leaves none held). `None`: the STag no longer
+    /// names memory this record may read.
+    fn guard<'h, 'm>(
+        &self,
+        stag: u32,
+        mrs: &'m MrTable,
+        held: &'h mut TxHeld<'m>,
+    ) -> Option<&'h MrGuard<'m>> {
+        if !matches!(held, Some((_, s, how)) if *s == stag && *how == self.access) {
+            *held = None;
+            let g = match self.access {
+                PieceAccess::Local { pd } => mrs.lookup_local(Stag(stag), pd, false),
+                PieceAccess::Remote { pd, stream } => {
+                    mrs.lookup_remote(Stag(stag), pd, stream, Access::REMOTE_READ)
+                }
+            };
+            *held = Some((g.ok()?, stag, self.access));
+        }
+        held.as_ref().map(|(g, _, _)| g)
+    }
+
     /// Whether FPDU `k`'s payload can still be read from registered memory, looked up and
     /// bounds-checked as [`Self::write`] does, without a copy: a part of an FPDU sent from
     /// its [`Aside`] is sent only while the memory it was read from is still there, as
@@ -298,21 +321,8 @@ impl TxRecord {
                 continue;
             }
             let src_to = p.to + (from - start) as u64;
-            let g = match held {
-                Some((g, stag, how)) if *stag == p.stag && *how == self.access => &*g,
-                _ => {
-                    *held = None;
-                    let g = match self.access {
-                        PieceAccess::Local { pd } => mrs.lookup_local(Stag(p.stag), pd, false),
-                        PieceAccess::Remote { pd, stream } => {
-                            mrs.lookup_remote(Stag(p.stag), pd, stream, Access::REMOTE_READ)
-                        }
-                    };
-                    match g {
-                        Ok(g) => &held.insert((g, p.stag, self.access)).0,
-                        Err(_) => return false,
-                    }
-                }
+            let Some(g) = self.guard(p.stag, mrs, held) else {
+                return false;
             };
             if g.bounds(src_to, to_end - from).is_err() {
                 return false;
@@ -359,20 +369,7 @@ impl TxRecord {
                 let n = to_end - from;
                 let src_to = p.to + (from - (before - plen)) as u64;
                 let dst = payload.get_mut(at..at + n).ok_or(())?;
-                let g = match held {
-                    Some((g, stag, how)) if *stag == p.stag && *how == self.access => &*g,
-                    _ => {
-                        // The old guard goes first: a failed lookup leaves none held.
-                        *held = None;
-                        let g = match self.access {
-                            PieceAccess::Local { pd } => mrs.lookup_local(Stag(p.stag), pd, false),
-                            PieceAccess::Remote { pd, stream } => {
-                                mrs.lookup_remote(Stag(p.stag), pd, stream, Access::REMOTE_READ)
-                            }
-                        };
-                        &held.insert((g.map_err(|_| ())?, p.stag, self.access)).0
-                    }
-                };
+                let g = self.guard(p.stag, mrs, held).ok_or(())?;
                 match (sum, c) {
                     (true, Some(cv)) => {
                         let (s, cv) = g.copy_out_summed_crc_at(src_to, dst, cv).map_err(|_| ())?;
