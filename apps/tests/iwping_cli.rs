@@ -14,6 +14,13 @@ fn iwping(args: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
+/// A client of 198.18.0.11 from 198.18.0.2/24 with `extra` flags.
+fn client(extra: &[&str]) -> (i32, String) {
+    let mut args = vec!["-c", "-a", "198.18.0.11", "--ip", "198.18.0.2/24"];
+    args.extend_from_slice(extra);
+    iwping(&args)
+}
+
 #[test]
 fn a_role_is_required() {
     let (rc, text) = iwping(&["-C", "1"]);
@@ -42,16 +49,7 @@ fn size_limits_are_rpings() {
 
 #[test]
 fn p2p_needs_rev_2_and_no_device_is_a_clear_error() {
-    let (rc, text) = iwping(&[
-        "-c",
-        "-a",
-        "198.18.0.11",
-        "--ip",
-        "198.18.0.2/24",
-        "--p2p",
-        "--mpa-rev",
-        "1",
-    ]);
+    let (rc, text) = client(&["--p2p", "--mpa-rev", "1"]);
     assert_eq!(rc, 2, "{text}");
     assert!(text.contains("--p2p needs --mpa-rev 2"), "{text}");
     let (rc, text) = iwping(&["-s", "-a", "198.18.0.2"]);
@@ -137,15 +135,7 @@ fn persistent_mode_is_the_servers() {
 /// connection asked for no peer-to-peer mode at all.
 #[test]
 fn client_rtr_needs_p2p() {
-    let (rc, text) = iwping(&[
-        "-c",
-        "-a",
-        "198.18.0.11",
-        "--ip",
-        "198.18.0.2/24",
-        "--rtr",
-        "read",
-    ]);
+    let (rc, text) = client(&["--rtr", "read"]);
     assert_eq!(rc, 2, "{text}");
     assert!(text.contains("give --p2p"), "{text}");
 }

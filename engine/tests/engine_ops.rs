@@ -554,17 +554,7 @@ fn a_region_deregistered_while_tcp_may_send_from_it_resets_the_stream() {
 /// QP) over a link that loses 3 % each way, and the Read completes with every octet.
 #[test]
 fn a_destroyed_qps_connection_still_sends_read_responses_from_memory() {
-    use warpcore_engine::tcp::link::{Faults, LinkConfig};
-    let lossy = |seed| Faults {
-        seed,
-        loss: 0.03,
-        ..Faults::default()
-    };
-    let link = LinkConfig {
-        faults_ab: lossy(0x51),
-        faults_ba: lossy(0x52),
-        ..LinkConfig::default()
-    };
+    let link = lossy_link(0.03, (0x51, 0x52));
     let mut p = Pair::new(&link, &warpcore_engine::EngineConfig::default());
     let (qa, qb) = p.connect();
     let (ra, sa) = p.a.region(1 << 20, all_access());
@@ -607,17 +597,7 @@ fn a_destroyed_qps_connection_still_sends_read_responses_from_memory() {
 /// memory: the records are bounded by it.
 #[test]
 fn a_completed_buffer_is_never_read_again_and_unacknowledged_ones_are_bounded() {
-    use warpcore_engine::tcp::link::{Faults, LinkConfig};
-    let lossy = |seed| Faults {
-        seed,
-        loss: 0.05,
-        ..Faults::default()
-    };
-    let link = LinkConfig {
-        faults_ab: lossy(0x61),
-        faults_ba: lossy(0x62),
-        ..LinkConfig::default()
-    };
+    let link = lossy_link(0.05, (0x61, 0x62));
     let cfg = warpcore_engine::EngineConfig::default();
     let mut p = Pair::new(&link, &cfg);
     let (qa, qb) = p.connect();

@@ -36,6 +36,20 @@ pub fn stack_config(n: u8, max_connections: usize) -> StackConfig {
     }
 }
 
+/// A link that loses `loss` of the frames each way, seeded `seed_ab` and `seed_ba`.
+pub fn lossy_link(loss: f64, (seed_ab, seed_ba): (u64, u64)) -> LinkConfig {
+    let lossy = |seed| link::Faults {
+        seed,
+        loss,
+        ..link::Faults::default()
+    };
+    LinkConfig {
+        faults_ab: lossy(seed_ab),
+        faults_ba: lossy(seed_ba),
+        ..LinkConfig::default()
+    }
+}
+
 /// QP attributes in the tests' PD, sends and receives completing into `cq`, `depth` of
 /// each, `max_sge` SGEs.
 pub fn qp_attr(cq: &Arc<CompletionQueue>, depth: u32, max_sge: u32) -> QpAttr {
