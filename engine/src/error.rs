@@ -71,6 +71,10 @@ pub enum EngineError {
     /// The engine core is gone.
     #[error("engine core stopped")]
     CoreGone,
+    /// The core's thread could not be pinned to the CPU asked for (the CPU does not exist,
+    /// or is outside this process's allowed set, e.g. `taskset` or a cgroup cpuset).
+    #[error("cannot pin the engine core to CPU {0}: no such CPU in this process's allowed set")]
+    Pin(usize),
     /// The device (DPDK port, link) could not be set up, or its core's thread not started.
     #[error("device: {0}")]
     Device(#[source] DeviceError),

@@ -625,7 +625,8 @@ pub struct CoreSpec<D> {
     /// IP configuration of the core's stack.
     pub stack: StackConfig,
     /// CPU to pin the thread to (`None`: not pinned; ignored by [`Drive::Caller`], whose
-    /// core runs on whichever thread calls it).
+    /// core runs on whichever thread calls it). A CPU the thread cannot be pinned to fails
+    /// [`spawn_core`] with [`EngineError::Pin`].
     pub cpu: Option<usize>,
     /// Who runs the core's loop.
     pub drive: Drive,
@@ -704,8 +705,14 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
         .name(format!("warpcore-core{index}"))
         .spawn(move || {
             if let Some(cpu) = cpu {
-                // Pinning failure is not fatal (e.g. a restricted cpuset in CI).
-                let _ = core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
+                // A CPU asked for and not had is the user's error, named: a core left
+                // unpinned would run the benchmark the user did not ask for. (`CPU_SET`
+                // holds CPUs below 1,024: core_affinity would index past it.)
+                if cpu >= 1024 || !core_affinity::set_for_current(core_affinity::CoreId { id: cpu })
+                {
+                    let _ = ready_tx.send(Err(EngineError::Pin(cpu)));
+                    return;
+                }
             }
             let device = match device() {
                 Ok(d) => d,

@@ -32,7 +32,8 @@ pub enum Error {
     #[cfg(feature = "dpdk")]
     #[error("DPDK: {0}")]
     Dpdk(#[source] DpdkError),
-    /// An engine core could not be started on its device.
+    /// An engine core could not be started: its device failed, or its thread could not be
+    /// pinned to the CPU [`crate::Config::cpus`] names ([`EngineError::Pin`]).
     #[error("{0}")]
     Device(#[source] EngineError),
     /// The operating system's random source failed (the TCP's secret keys are drawn from
@@ -176,7 +177,7 @@ impl From<EngineError> for Error {
             EngineError::Stack(e) => Error::Tcp(e),
             EngineError::Mpa(e) => Error::Mpa(e),
             EngineError::CoreGone => Error::EngineGone,
-            e @ EngineError::Device(_) => Error::Device(e),
+            e @ (EngineError::Device(_) | EngineError::Pin(_)) => Error::Device(e),
             EngineError::Memory(e) => Error::Stag(e),
             EngineError::UsesSrq => Error::UsesSrq,
             EngineError::RemoteToWrap => Error::RemoteToWrap,

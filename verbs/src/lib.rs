@@ -144,7 +144,10 @@ pub struct Config {
     /// Ethernet address (`None`: derived from the IP address, or the port's own address).
     pub mac: Option<[u8; 6]>,
     /// CPUs to pin the engine cores to, one per core (empty: one unpinned core). A link
-    /// device runs one core; a DPDK port one core per configured queue.
+    /// device runs one core; a DPDK port one core per configured queue. A CPU the core's
+    /// thread cannot be pinned to (absent, or outside the process's allowed set) fails
+    /// [`Context::open`] with [`Error::Device`] naming it; [`Drive::Caller`] pins nothing
+    /// (the caller's thread runs the core).
     pub cpus: Vec<usize>,
     /// Every limit of the engine.
     pub engine: EngineConfig,

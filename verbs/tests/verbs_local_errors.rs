@@ -104,6 +104,29 @@ fn lower_layer_errors_are_kept_as_typed_sources() {
     assert_eq!(e, Error::Memory(MemError::Misaligned));
 }
 
+/// A CPU the engine core cannot be pinned to is the user's error, named: before, the core
+/// ran unpinned and the benchmark ran on CPUs the user had not asked for.
+#[test]
+fn a_cpu_the_core_cannot_be_pinned_to_is_refused_by_name() {
+    for cpu in [1000, 5000] {
+        let (dev, _peer) = link_pair(&LinkConfig::default());
+        let mut cfg = Config::new(dev, [10, 0, 0, 9]);
+        cfg.cpus = vec![cpu];
+        let e = Context::open(cfg).unwrap_err();
+        assert!(
+            matches!(e, Error::Device(warpcore_engine::EngineError::Pin(c)) if c == cpu),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains(&format!("CPU {cpu}")), "{e}");
+    }
+    // A CPU this process may run on is taken.
+    let (dev, _peer) = link_pair(&LinkConfig::default());
+    let mut cfg = Config::new(dev, [10, 0, 0, 9]);
+    let allowed = core_affinity::get_core_ids().expect("the allowed CPUs");
+    cfg.cpus = vec![allowed[0].id];
+    Context::open(cfg).expect("pinned to an allowed CPU");
+}
+
 /// `Error::StaleHandle` covers a handle of another context: `Context::accept` refuses
 /// another context's queue pair (whose id would name one of its own: the first QP of each
 /// context's core 0 has the same), and nothing is accepted.
