@@ -214,6 +214,34 @@ else
     fi
 fi
 
+# ---- test-net.sh on a machine that cannot run it fails (before, outside CI it printed
+# SKIPPED and exited 0, so scripts/test.sh passed without the packet path); only an explicit
+# WARPCORE_SKIP_NET lets it pass, and CI=true ignores that. Run as nobody (not root: a missing
+# prerequisite, found before anything is built), from a copy nobody can read.
+mkdir -p "$work/net/scripts" && cp scripts/test-net.sh "$work/net/scripts/" && chmod -R a+rX "$work"
+netsh() { # netsh ENV...: test-net.sh as nobody; sets out and rc
+    out=$(cd / && setpriv --reuid=65534 --regid=65534 --clear-groups \
+        env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "$@" bash "$work/net/scripts/test-net.sh" 2>&1)
+    rc=$?
+}
+netsh
+if ((rc == 0)); then
+    bad "test-net.sh fails when it cannot run" "exit 0 without root: $(tail -n 3 <<<"$out" | tr '\n' ' ')"
+elif ! grep -q "FAIL: not root" <<<"$out"; then
+    bad "test-net.sh fails when it cannot run" "exit $rc, but no FAIL naming root: $(tail -n 3 <<<"$out" | tr '\n' ' ')"
+else
+    netsh WARPCORE_SKIP_NET=1
+    rc_skip=$rc skip_out=$out
+    netsh WARPCORE_SKIP_NET=1 CI=true
+    if ((rc_skip != 0)) || ! grep -q "SKIPPED (WARPCORE_SKIP_NET=1): not root" <<<"$skip_out"; then
+        bad "test-net.sh fails when it cannot run" "WARPCORE_SKIP_NET=1: exit $rc_skip: $(tail -n 3 <<<"$skip_out" | tr '\n' ' ')"
+    elif ((rc == 0)); then
+        bad "test-net.sh fails when it cannot run" "CI=true with WARPCORE_SKIP_NET=1 passed"
+    else
+        ok "test-net.sh fails when it cannot run" "exit non-zero without root; SKIPPED only with WARPCORE_SKIP_NET, and never with CI=true"
+    fi
+fi
+
 if ((failed)); then
     echo "test-harness: $failed case(s) failed" >&2
     exit 1
