@@ -271,6 +271,7 @@ judge() { # judge NAME DIR MODE OURLOG OURRC GUESTSECTION PCAP VMCMD OURARGS -> 
     local cap="frames $frames"
     [ "$CV_OVERLAP" = 0 ] || cap="$cap, $CV_OVERLAP retransmitted segments over data tshark had reassembled (same bytes)"
     [ "$frames" -gt 0 ] || why="$why; nothing captured"
+    [ "$CV_TSHARK" = 0 ] || why="$why; tshark exit $CV_TSHARK reading the capture: $(grep -v '^Running as user' "$pcap.V.err" | head -n1)"
     [ "$malformed" = 0 ] || why="$why; tshark: $malformed malformed"
     [ "$experr" = 0 ] || why="$why; tshark: $experr frames with expert errors"
     [ "$dump" = 0 ] || why="$why; iwdump: $(grep -m1 'VIOLATION' "$pcap.iwdump" || tail -n1 "$pcap.iwdump")"

@@ -48,6 +48,11 @@ scripts/lib/pcap-plant.py "$src" "$work/flipped.pcap" 9 -10 flip
 scripts/lib/pcap-plant.py "$src" "$work/malformed.pcap" 9 0x43 2
 
 capture_verdict "$work/clean.pcap"
+if ((CV_TSHARK == 0)); then
+    clean "tshark exit status, siw_mpa2crc_rping" "read to the end, $CV_FRAMES frames"
+else
+    missed "tshark exit status, siw_mpa2crc_rping" "exit $CV_TSHARK on a clean capture: $(head -n2 "$work/clean.pcap.V.err" | tr '\n' ' ')"
+fi
 if ((CV_BAD == 0 && CV_GOOD > 0)); then
     clean "tshark CRC count, siw_mpa2crc_rping" "$CV_GOOD good, $CV_BAD bad CRCs"
 else
@@ -95,6 +100,17 @@ if ((CV_IWDUMP != 0)); then
     caught "iwdump, MPA length cut to 2" "exit $CV_IWDUMP: $(grep -m1 'VIOLATION' "$work/malformed.pcap.iwdump" || true)"
 else
     missed "iwdump, MPA length cut to 2" "exit 0"
+fi
+
+# The clean capture cut 10 octets short of its end (a capture file a crash or a full disk
+# left mid-frame): every count above comes out clean for the frames before the cut, so only
+# tshark's exit status tells that part of the capture went unjudged.
+head -c $(($(stat -c %s "$src") - 10)) "$src" >"$work/cut.pcap"
+capture_verdict "$work/cut.pcap"
+if ((CV_TSHARK != 0)); then
+    caught "tshark exit status, capture cut mid-frame" "exit $CV_TSHARK: $(grep -m1 -o 'cut short[^.]*' "$work/cut.pcap.V.err" || head -n1 "$work/cut.pcap.V.err")"
+else
+    missed "tshark exit status, capture cut mid-frame" "exit 0 ($CV_FRAMES frames, $CV_MALFORMED malformed)"
 fi
 
 # ---- judges that live in cargo tests: each planted test feeds its judge the defect (it must

@@ -17,19 +17,25 @@
 #   CV_GOOD       MPA CRCs tshark checked good ("(Good CRC32)" in -V)
 #   CV_BAD        MPA CRCs tshark checked bad ("Bad CRC32" in -V)
 #   CV_IWDUMP     iwdump's exit status (0: no protocol violation)
-# and leaves tshark's -V text in PCAP.V and iwdump's report in PCAP.iwdump.
+#   CV_TSHARK     tshark's exit status reading the whole capture (-V pass; 0: read to the
+#                 end). Non-zero (a file cut short mid-frame, unreadable, tshark failing)
+#                 means the counts above cover part of the capture or none: callers fail on it.
+# and leaves tshark's -V text in PCAP.V, its error output in PCAP.V.err, and iwdump's report
+# in PCAP.iwdump.
 #
 # Why -V: iwarp_mpa.crc_check is present for good and bad CRCs alike (counting it counts CRCs
 # seen), and no display filter selects a bad one; the verdict is only in the detail text.
 capture_verdict() {
     local pcap=$1
     : "${TS:?capture_verdict needs TS (the tshark command)}" "${IWDUMP:?capture_verdict needs IWDUMP}"
-    CV_FRAMES=$($TS -r "$pcap" 2>/dev/null | wc -l)
+    # tshark's own failures (CV_TSHARK, below) must not end a caller running under
+    # `set -e -o pipefail` before it judged them: these passes count what tshark read.
+    CV_FRAMES=$($TS -r "$pcap" 2>/dev/null | wc -l || true)
     # One line per frame with an error: malformed?, then each expert item as SEVERITY=MESSAGE.
     local errs
     errs=$($TS -r "$pcap" -Y '_ws.malformed || _ws.expert.severity == error' -T fields \
         -E separator='|' -E aggregator='~' -E occurrence=a \
-        -e frame.number -e _ws.malformed -e _ws.expert.severity -e _ws.expert.message 2>/dev/null)
+        -e frame.number -e _ws.malformed -e _ws.expert.severity -e _ws.expert.message 2>/dev/null || true)
     local counts
     counts=$(awk -F'|' -v ov='New fragment overlaps old data (retransmission?)' '
         NF >= 4 {
@@ -44,7 +50,8 @@ capture_verdict() {
         }
         END { printf "%d %d %d\n", mf, ex, o }' <<<"$errs")
     read -r CV_MALFORMED CV_EXPERT CV_OVERLAP <<<"$counts"
-    $TS -r "$pcap" -V >"$pcap.V" 2>/dev/null
+    CV_TSHARK=0
+    $TS -r "$pcap" -V >"$pcap.V" 2>"$pcap.V.err" || CV_TSHARK=$?
     CV_BAD=$(grep -c 'Bad CRC32' "$pcap.V" || true)
     CV_GOOD=$(grep -c '(Good CRC32)' "$pcap.V" || true)
     CV_IWDUMP=0
