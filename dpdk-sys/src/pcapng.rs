@@ -269,6 +269,20 @@ impl PcapngWriter {
         self.dropped
     }
 
+    /// What the file lacks, in words, when packets could not be captured (`None` when
+    /// every packet was written): the drop prints it to standard error once the last batch
+    /// is flushed, so that a tool's capture missing packets says so where its user looks,
+    /// whichever tool and device held the writer.
+    pub fn loss_report(&self) -> Option<String> {
+        (self.dropped > 0).then(|| {
+            format!(
+                "pcapng capture {}: {} packet(s) NOT captured (capture pool empty, or a write \
+                 failed or was cut short, e.g. a full disk); {} written",
+                self.path, self.dropped, self.written
+            )
+        })
+    }
+
     /// Makes the next batch's write look `octets` short of what it wrote, as a full disk
     /// cuts one (for tests of the cut-back).
     #[doc(hidden)]
@@ -285,6 +299,9 @@ impl PcapngWriter {
 impl Drop for PcapngWriter {
     fn drop(&mut self) {
         self.flush();
+        if let Some(report) = self.loss_report() {
+            eprintln!("warning: {report}");
+        }
         // SAFETY: raw came from rte_pcapng_fdopen and is closed exactly once.
         unsafe { ffi::rte_pcapng_close(self.raw.as_ptr()) }
     }

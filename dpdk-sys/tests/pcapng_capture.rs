@@ -148,6 +148,12 @@ fn captures_are_well_formed_and_failures_leave_nothing_behind() {
     }
     assert!(cap.covers(null.id()).is_ok() && cap.covers(a.id()).is_err());
     assert_eq!(cap.dropped(), 2);
+    // What the drop prints to standard error names the file and the count.
+    let report = cap.loss_report().expect("two packets were not captured");
+    assert!(
+        report.contains(path_str) && report.contains("2 packet(s) NOT captured"),
+        "{report}"
+    );
 
     // The port probed with the EAL: recorded, cut to the snap length, stamped with the time
     // they were recorded at (DPDK's own conversion puts the first packet of the process,

@@ -146,6 +146,7 @@ fn dpdk_wrappers_end_to_end() {
     cap.flush();
     assert_eq!(cap.written(), 2020);
     assert_eq!(cap.dropped(), 0);
+    assert_eq!(cap.loss_report(), None, "nothing to report");
     drop(cap);
     let bytes = std::fs::read(&dir).expect("capture file");
     assert_eq!(
