@@ -356,6 +356,13 @@ judge() { # judge NAME DIR MODE OURLOG OURRC GUESTSECTION PCAP VMCMD OURARGS -> 
             # we validated the echo of every ping (-V); rping -s shows what it Read (-v)
             local got; got=$(count "$gs" 'server ping data')
             [ -z "$verbose" ] || [ "$got" = "$n" ] || why="$why; rping -s showed $got pings, not $n"
+            # siw's rping -s must end as cleanly as ours (before, its exit status went
+            # unread in this direction: a server that failed after its pings passed).
+            if [ "$res" != 0 ] && rping_teardown_race "$gs"; then
+                cap="$cap; rping -s exit $res on its own teardown race after the test (rdma_get_cm_event on its destroyed channel, rdma-core PR #1622)"
+            else
+                [ "$res" = 0 ] || why="$why; rping -s exit $res"
+            fi
         else
             # we validated what we Read against rping's pattern (-V); rping -c validates the echo
             grep -q -E 'data mismatch|failed|error' "$gs" && why="$why; rping -c: $(grep -m1 -E 'data mismatch|failed|error' "$gs")"
