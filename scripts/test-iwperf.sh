@@ -134,6 +134,11 @@ payload=$((iters * 4 * 65536))
     bad "write_bw --mtu 9000: ${segs:-no} segments for $payload octets (not jumbo)"
 ok "write_bw --mtu 9000: $segs segments for $payload octets"
 server_args=()
+# perftest's habit: the run flags given to both sides. The server holds the client's run to
+# its own (a contradiction is refused below); the same values pass.
+server_args=(-b -q 2 -t 16 -s 8192 -n "$iters" --verify)
+pair "write_bw with the same run flags on both sides" server write_bw -b -q 2 -t 16 -s 8192 -n "$iters"
+server_args=()
 
 # perftest's flags (docs/iwperf.md has the table): the device flags perftest scripts pass,
 # event-driven completions with completion moderation, post lists and a receive depth, and
@@ -188,6 +193,20 @@ expect_fail "missing server" "no iwperf server answered" "$IWPERF" write_lat 198
 expect_fail "--no-csum refused off memif" "net_memif port between two processes only" \
     "$IWPERF" write_lat --loopback --no-csum
 expect_fail "bad EAL arguments" "EAL initialisation failed" "$IWPERF" write_lat --vdev "net_nosuchdriver0"
+# A server given -s 4096 refuses a client running -s 65536 (before, it followed the client's
+# hello silently), and says whom it refused.
+rm -f "$sock"
+"$IWPERF" write_bw -s 4096 --timeout 20 --memif "$sock" >"$work/mismatch.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
+expect_fail "a server's -s contradicting the client's" \
+    "-s: this server was given 4096, the client runs -s 65536" \
+    "$IWPERF" write_bw 198.18.0.2 -s 65536 -n 10 --timeout 10 --memif "$sock"
+grep -q "iwperf: refused the client at 198.18.0.1: -s: this server was given 4096" "$work/mismatch.log" ||
+    bad "a server's -s contradicting the client's (the server's own line)"
+kill "$server_pid" 2>/dev/null
+wait "$server_pid" 2>/dev/null
+server_pid=""
 # A live memif server on the socket: a second server must refuse it, not steal it.
 rm -f "$sock"
 "$IWPERF" write_lat --memif "$sock" >"$work/busy.log" 2>&1 &

@@ -29,6 +29,21 @@ pub fn parse_args<T: clap::Parser>() -> T {
     }
 }
 
+/// [`parse_args`], also handing back clap's matches (which flags the command line gave,
+/// as against their defaults).
+pub fn parse_args_with_matches<T: clap::Parser>() -> (T, clap::ArgMatches) {
+    let parsed = T::command()
+        .try_get_matches()
+        .and_then(|m| T::from_arg_matches(&m).map(|t| (t, m)));
+    match parsed {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = e.print();
+            std::process::exit(if e.use_stderr() { 2 } else { 0 })
+        }
+    }
+}
+
 /// Writes formatted output to stdout ([`outln!`], [`out!`]): a closed stdout (`iwperf ... |
 /// head`) ends the process quietly with status 141, as SIGPIPE would (Rust's `println!`
 /// panics with a backtrace instead); any other write error (a full disk) ends it with

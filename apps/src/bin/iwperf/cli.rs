@@ -317,6 +317,11 @@ pub struct Cli {
           value_parser = clap::value_parser!(u64).range(1..=warpcore_apps::MAX_TIMEOUT_S))]
     pub timeout: u64,
 
+    /// Which of the run flags with a default were given on the command line (filled by
+    /// [`Cli::note_given`]): a server holds the client's run to those only.
+    #[arg(skip)]
+    pub given: Given,
+
     // ---- perftest's flags (docs/iwperf.md has the table: flag -> what iwperf does) ----
     /// perftest -F: do not fail when the CPU frequency may vary. iwperf times with the
     /// monotonic clock, not the cycle counter, so no figure depends on the frequency.
@@ -409,10 +414,167 @@ pub enum OutputKind {
     Latency,
 }
 
+/// The run flags with a default value that were given on the command line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Given {
+    /// `-q`.
+    pub qps: bool,
+    /// `-I`.
+    pub inline_size: bool,
+    /// `-A`.
+    pub atomic_type: bool,
+}
+
+/// The run an iwperf server's own command line describes. The client decides the run (its
+/// hello and [`crate::wire::RunShape`]); a run flag given to the server too must say the
+/// same, or the server refuses that client naming the flag (before, it followed the client
+/// silently: `-s 4096` on the server ran the client's 65536). Flags not given follow the
+/// client, so perftest's habit of giving both sides the same flags works.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ServerRun {
+    /// `-s`.
+    pub size: Option<u64>,
+    /// `-a`.
+    pub all: bool,
+    /// `-n`.
+    pub iters: Option<u64>,
+    /// `-D` (or `--run_infinitely`'s 5 s), in ns as the client sends it.
+    pub duration_ns: Option<u64>,
+    /// `-q`, if given.
+    pub qps: Option<u16>,
+    /// `-t`.
+    pub tx_depth: Option<u32>,
+    /// `-I`, if given.
+    pub inline: Option<u32>,
+    /// `-A`, if given: whether CMP_AND_SWAP.
+    pub cmp_swap: Option<bool>,
+    /// `-b`.
+    pub bidir: bool,
+    /// `--write_with_imm`.
+    pub imm: bool,
+    /// `--verify`.
+    pub verify: bool,
+}
+
+/// What the client's hello and run shape ask for, as [`ServerRun::check`] compares it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientRun {
+    /// QPs of the run.
+    pub qps: u16,
+    /// Work requests in flight per QP.
+    pub tx_depth: u32,
+    /// `-I`.
+    pub inline: u32,
+    /// The hello's `FLAG_*` bits.
+    pub flags: u8,
+    /// Size, iterations and duration (`None`: a client that does not send them).
+    pub shape: Option<crate::wire::RunShape>,
+}
+
+impl ServerRun {
+    /// The first run flag of this server that the client's run contradicts, in words
+    /// naming the flag and both values; `Ok` when none does.
+    pub fn check(&self, c: &ClientRun) -> Result<(), String> {
+        use crate::wire::{FLAG_BIDIR, FLAG_CMP_SWAP, FLAG_IMM, FLAG_VERIFY};
+        let differ = |flag: &str, ours: String, theirs: String| {
+            Err(format!(
+                "{flag}: this server was given {ours}, the client runs {theirs} (give the run \
+                 flags to the client; the server follows it)"
+            ))
+        };
+        let on = |b: bool| if b { "it" } else { "none" }.to_string();
+        if let Some(q) = self.qps.filter(|&q| q != c.qps) {
+            return differ("-q", q.to_string(), c.qps.to_string());
+        }
+        if let Some(t) = self.tx_depth.filter(|&t| t != c.tx_depth) {
+            return differ("-t", t.to_string(), c.tx_depth.to_string());
+        }
+        if let Some(i) = self.inline.filter(|&i| i != c.inline) {
+            return differ("-I", i.to_string(), c.inline.to_string());
+        }
+        let name = |cas: bool| if cas { "CMP_AND_SWAP" } else { "FETCH_AND_ADD" }.to_string();
+        let cas = c.flags & FLAG_CMP_SWAP != 0;
+        if let Some(x) = self.cmp_swap.filter(|&x| x != cas) {
+            return differ("-A", name(x), name(cas));
+        }
+        for (set, bit, flag) in [
+            (self.bidir, FLAG_BIDIR, "-b"),
+            (self.imm, FLAG_IMM, "--write_with_imm"),
+            (self.verify, FLAG_VERIFY, "--verify"),
+        ] {
+            if set && c.flags & bit == 0 {
+                return differ(flag, on(true), on(false));
+            }
+        }
+        let Some(shape) = c.shape else {
+            return Ok(());
+        };
+        let sizes = |size: u64| match size {
+            0 => "-a (every size)".to_string(),
+            s => format!("-s {s}"),
+        };
+        if self.all && shape.size != 0 {
+            return differ("-a", "it".into(), sizes(shape.size));
+        }
+        if let Some(s) = self.size.filter(|&s| s != shape.size) {
+            return differ("-s", s.to_string(), sizes(shape.size));
+        }
+        let runs = |sh: &crate::wire::RunShape| match sh.duration_ns {
+            0 => format!("{} iterations", sh.iters),
+            ns => format!("{} s a size", ns as f64 / 1e9),
+        };
+        if let Some(n) = self
+            .iters
+            .filter(|&n| shape.duration_ns != 0 || n != shape.iters)
+        {
+            return differ("-n", n.to_string(), runs(&shape));
+        }
+        if let Some(d) = self.duration_ns.filter(|&d| d != shape.duration_ns) {
+            return differ("-D", format!("{} s", d as f64 / 1e9), runs(&shape));
+        }
+        Ok(())
+    }
+}
+
 /// The one RDMA device a Warpcore process has (`-d`).
 pub const DEVICE_NAME: &str = "warpcore0";
 
 impl Cli {
+    /// Notes which run flags with a default the command line gave (`matches` is what
+    /// parsed it).
+    pub fn note_given(&mut self, matches: &clap::ArgMatches) {
+        let given =
+            |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+        self.given = Given {
+            qps: given("qps"),
+            inline_size: given("inline_size"),
+            atomic_type: given("atomic_type"),
+        };
+    }
+
+    /// The run this process's own flags describe, for it as a server to hold its clients'
+    /// runs to.
+    pub fn server_run(&self) -> ServerRun {
+        ServerRun {
+            size: self.size,
+            all: self.all,
+            iters: self.iters,
+            duration_ns: self
+                .phase_duration()
+                .map(|d| std::time::Duration::from_secs_f64(d).as_nanos() as u64),
+            qps: self.given.qps.then_some(self.qps),
+            tx_depth: self.tx_depth,
+            inline: self.given.inline_size.then_some(self.inline_size),
+            cmp_swap: self
+                .given
+                .atomic_type
+                .then_some(self.atomic_type == AtomicType::CmpAndSwap),
+            bidir: self.bidir,
+            imm: self.write_with_imm,
+            verify: self.verify,
+        }
+    }
+
     /// The message sizes of the run.
     pub fn sizes(&self) -> Vec<u64> {
         if self.all {
@@ -859,6 +1021,132 @@ mod tests {
     fn command_line_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    /// A server's own run flags: parsed as `main` parses them (with the matches), then held
+    /// against a client's run. Each contradiction names the flag and both values; a flag
+    /// not given follows the client; the same flags on both sides pass.
+    #[test]
+    fn a_server_refuses_a_client_whose_run_contradicts_its_own_flags() {
+        use crate::wire::{RunShape, FLAG_BIDIR, FLAG_CMP_SWAP, FLAG_VERIFY};
+        use clap::{CommandFactory, FromArgMatches};
+        let server = |args: &[&str]| {
+            let m = Cli::command()
+                .try_get_matches_from([&["iwperf", "write_bw"][..], args].concat())
+                .expect("parses");
+            let mut c = Cli::from_arg_matches(&m).expect("parses");
+            c.note_given(&m);
+            c.server_run()
+        };
+        // The client: iwperf write_bw -s 65536 -n 5000 -q 1 -t 128, no flags.
+        let client = ClientRun {
+            qps: 1,
+            tx_depth: 128,
+            inline: 0,
+            flags: 0,
+            shape: Some(RunShape {
+                size: 65536,
+                iters: 5000,
+                duration_ns: 0,
+            }),
+        };
+        let refused = |args: &[&str], c: &ClientRun| server(args).check(c).unwrap_err();
+        // Nothing given, or the client's own values given: it follows the client.
+        assert_eq!(server(&[]).check(&client), Ok(()));
+        let same = [
+            "-s", "65536", "-n", "5000", "-q", "1", "-t", "128", "-I", "0",
+        ];
+        assert_eq!(server(&same).check(&client), Ok(()));
+        for (args, want) in [
+            (
+                &["-s", "4096"][..],
+                "-s: this server was given 4096, the client runs -s 65536",
+            ),
+            (
+                &["-a"],
+                "-a: this server was given it, the client runs -s 65536",
+            ),
+            (
+                &["-n", "10"],
+                "-n: this server was given 10, the client runs 5000 iterations",
+            ),
+            (
+                &["-D", "2"],
+                "-D: this server was given 2 s, the client runs 5000 iterations",
+            ),
+            (&["--run_infinitely"], "-D: this server was given 5 s"),
+            (
+                &["-q", "2"],
+                "-q: this server was given 2, the client runs 1",
+            ),
+            (
+                &["-t", "16"],
+                "-t: this server was given 16, the client runs 128",
+            ),
+            (
+                &["-I", "64"],
+                "-I: this server was given 64, the client runs 0",
+            ),
+            (
+                &["-b"],
+                "-b: this server was given it, the client runs none",
+            ),
+            (
+                &["--write_with_imm"],
+                "--write_with_imm: this server was given it",
+            ),
+            (&["--verify"], "--verify: this server was given it"),
+            (
+                &["-A", "CMP_AND_SWAP"],
+                "-A: this server was given CMP_AND_SWAP, the client runs FETCH_AND_ADD",
+            ),
+        ] {
+            let e = refused(args, &client);
+            assert!(e.starts_with(want), "{args:?}: {e}");
+        }
+        // -q 1 given explicitly is held to a client's -q 2 as well.
+        let two = ClientRun { qps: 2, ..client };
+        assert!(refused(&["-q", "1"], &two)
+            .starts_with("-q: this server was given 1, the client runs 2"));
+        // The client's -a, and a timed client.
+        let all = ClientRun {
+            shape: Some(RunShape {
+                size: 0,
+                ..client.shape.unwrap()
+            }),
+            ..client
+        };
+        assert!(refused(&["-s", "65536"], &all)
+            .starts_with("-s: this server was given 65536, the client runs -a"));
+        assert_eq!(server(&["-a"]).check(&all), Ok(()));
+        let timed = ClientRun {
+            shape: Some(RunShape {
+                size: 65536,
+                iters: 0,
+                duration_ns: 2_000_000_000,
+            }),
+            ..client
+        };
+        assert_eq!(server(&["-D", "2"]).check(&timed), Ok(()));
+        assert!(refused(&["-n", "5000"], &timed)
+            .starts_with("-n: this server was given 5000, the client runs 2 s a size"));
+        // Flags the client has and the server does not give: followed.
+        let flagged = ClientRun {
+            flags: FLAG_BIDIR | FLAG_VERIFY | FLAG_CMP_SWAP,
+            ..client
+        };
+        assert_eq!(server(&[]).check(&flagged), Ok(()));
+        assert_eq!(
+            server(&["-b", "--verify", "-A", "CMP_AND_SWAP"]).check(&flagged),
+            Ok(())
+        );
+        // A client that sends no run shape (an older iwperf): its hello alone is checked.
+        let old = ClientRun {
+            shape: None,
+            ..client
+        };
+        assert_eq!(server(&["-s", "4096"]).check(&old), Ok(()));
+        assert!(refused(&["-t", "16"], &old).starts_with("-t:"));
     }
 
     /// `-a` with `-s` ran every size and dropped `-s`; `-n` with a timed run (`-D`,

@@ -28,7 +28,8 @@ use run::{Conn, Layout};
 use tests::{Outcome, Phase};
 
 fn main() -> ExitCode {
-    let cli: Cli = warpcore_apps::parse_args();
+    let (mut cli, matches) = warpcore_apps::parse_args_with_matches::<Cli>();
+    cli.note_given(&matches);
     if let Err(e) = cli.validate() {
         eprintln!("iwperf: {e}");
         return ExitCode::from(2);
@@ -266,6 +267,17 @@ fn client_run(
         lay,
         cli.qps,
         test.index(),
+        wire::RunShape {
+            size: if cli.all { 0 } else { sizes[0] },
+            iters: if cli.phase_duration().is_some() {
+                0
+            } else {
+                cli.iters()
+            },
+            duration_ns: cli
+                .phase_duration()
+                .map_or(0, |d| Duration::from_secs_f64(d).as_nanos() as u64),
+        },
         timeout,
     )?;
     let bi = info(ep, &conns[0], server);
@@ -453,7 +465,14 @@ fn server_run(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result<
         warpcore_apps::outln!("* Waiting for client to connect... *");
         warpcore_apps::outln!("************************************");
     }
-    let (mut conns, lay, hello) = run::accept(&ep.ctx, cli.port, mpa, cli.test.index(), None)?;
+    let (mut conns, lay, hello) = run::accept(
+        &ep.ctx,
+        cli.port,
+        mpa,
+        cli.test.index(),
+        &cli.server_run(),
+        None,
+    )?;
     let _ = hello;
     let peer_ip = conns[0].peer_ip.unwrap_or(Ipv4Addr::UNSPECIFIED);
     if print {

@@ -961,6 +961,7 @@ pub fn connect(
     lay: Layout,
     qps: u16,
     test_index: u8,
+    shape: wire::RunShape,
     timeout: Duration,
 ) -> Result<Vec<Conn>, String> {
     let pd = ctx.alloc_pd();
@@ -997,6 +998,8 @@ pub fn connect(
             pd_bytes.extend_from_slice(&(lay.max_size as u32).to_be_bytes());
             // -r, after the largest size (absent or 0 from older clients: the default).
             pd_bytes.extend_from_slice(&lay.opts.rx_depth.to_be_bytes());
+            // Then the run's shape, for the server to hold its own run flags to.
+            pd_bytes.extend_from_slice(&shape.encode());
             let mut c = Conn::new(r, Hello::default(), lay, false);
             for _ in 0..lay.rq {
                 c.post_recv()?;
@@ -1040,6 +1043,7 @@ pub fn accept(
     port: u16,
     mpa: &MpaParams,
     expect_test: u8,
+    expect: &crate::cli::ServerRun,
     timeout: Option<Duration>,
 ) -> Result<(Vec<Conn>, Layout, Hello), String> {
     ctx.listen(port, mpa)
@@ -1069,15 +1073,24 @@ pub fn accept(
                     let _ = ctx.reject(&req, b"not an iwperf client");
                     continue;
                 };
-                if h.test != expect_test {
-                    let _ = ctx.reject(
-                        &req,
-                        format!(
-                            "test mismatch: this server runs {}",
-                            TestName::ALL[usize::from(expect_test)].name()
-                        )
-                        .as_bytes(),
-                    );
+                let refusal = if h.test != expect_test {
+                    Err(format!(
+                        "test mismatch: this server runs {}",
+                        TestName::ALL[usize::from(expect_test)].name()
+                    ))
+                } else {
+                    expect.check(&crate::cli::ClientRun {
+                        qps: h.qps,
+                        tx_depth: h.tx_depth,
+                        inline: h.inline,
+                        flags: h.flags,
+                        shape: wire::RunShape::decode(&req.private_data),
+                    })
+                };
+                if let Err(why) = refusal {
+                    // The client prints the reason; this side says whom it refused and why.
+                    eprintln!("iwperf: refused the client at {}: {why}", req.remote.0);
+                    let _ = ctx.reject(&req, why.as_bytes());
                     continue;
                 }
                 let max_size = req

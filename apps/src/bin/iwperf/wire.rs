@@ -3,7 +3,8 @@
 //! * **Hello** (36 octets, big-endian) in the MPA Request private data (client to server)
 //!   and in the MPA Reply private data (server to client): `"IWPF"`, version, test, flags,
 //!   reserved, QP index, QP count, TX depth, data STag, data length, control STag, inline size.
-//!   It replaces perftest's TCP socket exchange of QPN/PSN/RKey/VAddr.
+//!   It replaces perftest's TCP socket exchange of QPN/PSN/RKey/VAddr. The client's
+//!   Request appends its largest size, `-r` and the run's shape ([`RunShape`]).
 //! * **Control messages** (64 octets) as Sends with the Solicited Event flag (so a receiver
 //!   can tell them from a send test's data Sends): `"IWPF"`, kind, size, iterations,
 //!   duration in ns, and three values (see [`Ctrl`]).
@@ -87,6 +88,49 @@ impl Hello {
             data_len: u64::from_be_bytes(b[20..28].try_into().unwrap_or_default()),
             ctrl_stag: u32_at(28),
             inline: u32_at(32),
+        })
+    }
+}
+
+/// The run the client asks for, sent after the hello, its largest size and `-r` in the MPA
+/// Request's private data (octets 44 to 67, big-endian): its one message size (0: every
+/// size, `-a`), iterations per size (0: a timed run), each size's duration in ns (0: by
+/// iterations). A server holds it against the run flags on its own command line
+/// ([`crate::cli::ServerRun`]); a client too old to send it is not checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RunShape {
+    /// The one message size, or 0 for `-a`.
+    pub size: u64,
+    /// Iterations per size, or 0 for a timed run.
+    pub iters: u64,
+    /// Duration of each size in ns, or 0 for a run by iterations.
+    pub duration_ns: u64,
+}
+
+impl RunShape {
+    /// Encoded length.
+    pub const LEN: usize = 24;
+    /// Where it starts in the client's private data: after the hello, the largest size and
+    /// `-r` (four octets each).
+    pub const OFFSET: usize = Hello::LEN + 8;
+
+    /// Encodes.
+    pub fn encode(&self) -> [u8; RunShape::LEN] {
+        let mut b = [0u8; RunShape::LEN];
+        b[..8].copy_from_slice(&self.size.to_be_bytes());
+        b[8..16].copy_from_slice(&self.iters.to_be_bytes());
+        b[16..24].copy_from_slice(&self.duration_ns.to_be_bytes());
+        b
+    }
+
+    /// Decodes the client's private data's run shape; `None` when it has none.
+    pub fn decode(private_data: &[u8]) -> Option<RunShape> {
+        let b = private_data.get(Self::OFFSET..Self::OFFSET + Self::LEN)?;
+        let u64_at = |i: usize| u64::from_be_bytes(b[i..i + 8].try_into().unwrap_or_default());
+        Some(RunShape {
+            size: u64_at(0),
+            iters: u64_at(8),
+            duration_ns: u64_at(16),
         })
     }
 }
@@ -257,6 +301,20 @@ mod tests {
             Hello::decode(b"MPA nonsense of any length here......."),
             None
         );
+        let shape = RunShape {
+            size: 65536,
+            iters: 5000,
+            duration_ns: 0,
+        };
+        let mut pd = h.encode().to_vec();
+        pd.extend_from_slice(&[0; 8]);
+        assert_eq!(
+            RunShape::decode(&pd),
+            None,
+            "an older client's private data"
+        );
+        pd.extend_from_slice(&shape.encode());
+        assert_eq!(RunShape::decode(&pd), Some(shape));
         let mut c = Ctrl::new(Kind::Done, 65536, 5000);
         c.v0 = 7;
         c.v2 = u64::MAX;
