@@ -358,6 +358,9 @@ struct OrqEntry {
     /// `Some(request id)` for an RFC 7306 Atomic Request (answered on QN 3; Reads and
     /// Atomics share ORD, EXT-5.2-1), `None` for a Read.
     atomic: Option<u32>,
+    /// The QN 1 MSN of the request: a Terminate that refuses it copies its DDP header,
+    /// which names it by this (RDMAP-06 §4.8).
+    msn: u32,
 }
 
 /// An inbound request on QN 1 owed a response, in arrival order (RDMAP-5.5-13; RFC 7306

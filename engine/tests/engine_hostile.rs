@@ -916,3 +916,85 @@ fn mpa_7_1_2_16_a_fenced_responder_sends_no_terminate_on_a_local_failure() {
     }
     assert_eq!(w.engine.qp_state(qp).ok(), Some(QpState::Error));
 }
+
+/// The engine posts `reads` Reads of 8 octets each (wr_ids 1, 2, ...) into the world's
+/// region and lifts the hand-driven responder's MPA fence; returns the connection and the
+/// Read Request ULPDUs as they arrived at the responder, in order.
+fn post_reads_and_collect_requests(
+    w: &mut World,
+    reads: u64,
+) -> (ConnId, Framer, warpcore_engine::QpId, Vec<Vec<u8>>) {
+    let (tcp, mut framer, mut d, qp) = connect(w, 0);
+    for k in 0..reads {
+        let wr = warpcore_engine::SendWr {
+            wr_id: k + 1,
+            op: warpcore_engine::SendOp::Read {
+                remote_stag: 0x1234,
+                remote_to: 0,
+            },
+            sges: common::sges(&[(w.stag, k * 64, 8)]),
+            signaled: true,
+            fence: false,
+        };
+        w.engine.post_send(qp, wr).unwrap();
+    }
+    send_ulpdus(w, tcp, &mut framer, &[write(0, 0, b"")], false);
+    let mut rx = Vec::new();
+    let mut requests = Vec::new();
+    for _ in 0..2000 {
+        w.step();
+        let _ = w.peer.recv_with(tcp, |data| {
+            rx.extend_from_slice(data);
+            data.len()
+        });
+        let mut input = &rx[..];
+        while let Ok((n, Some(u))) = d.poll(input) {
+            input = &input[n..];
+            if Segment::parse(&u).is_ok_and(|s| s.repr.opcode == Opcode::ReadRequest) {
+                requests.push(u.to_vec());
+            }
+        }
+        rx.clear();
+        if requests.len() as u64 == reads {
+            break;
+        }
+    }
+    assert_eq!(requests.len() as u64, reads, "the engine's Read Requests");
+    (tcp, framer, qp, requests)
+}
+
+/// RDMAP-06 §4.8 (the Terminate copies the DDP header of the Read Request it refuses),
+/// RDMAP-7.1-1: with two Reads outstanding, a Terminate that names the second Read
+/// Request (its QN 1 MSN) fails the second Read with the remote access error and flushes
+/// the first, which the responder never answered. Before, the oldest outstanding Read
+/// took the error whichever request the Terminate named, and the refused one was flushed.
+#[test]
+fn rdmap_4_8_a_terminate_fails_the_read_it_names_not_the_oldest() {
+    use warpcore_engine::proto::error::{ProtocolError, RdmapError};
+    use warpcore_engine::proto::rdmap::{emit_terminate, Offending};
+    use warpcore_engine::WcStatus;
+    let mut w = world();
+    let (tcp, mut framer, qp, requests) = post_reads_and_collect_requests(&mut w, 2);
+    let mut term = vec![0u8; 128];
+    let n = emit_terminate(
+        ProtocolError::Rdmap(RdmapError::InvalidStag),
+        Some(&Offending::new(&requests[1])),
+        &mut term,
+    )
+    .unwrap();
+    term.truncate(n);
+    send_ulpdus(&mut w, tcp, &mut framer, &[term], false);
+    for _ in 0..300 {
+        w.step();
+    }
+    assert_eq!(w.engine.qp_state(qp).unwrap(), QpState::Error);
+    let mut got = Vec::new();
+    while let Some(c) = w.cq.pop() {
+        got.push((c.wr_id, c.status));
+    }
+    assert_eq!(
+        got,
+        vec![(1, WcStatus::FlushErr), (2, WcStatus::RemoteAccess)],
+        "the Read the Terminate names takes its error, the other is flushed"
+    );
+}

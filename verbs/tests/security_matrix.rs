@@ -747,7 +747,8 @@ fn misaligned_atomic() {
 
 /// RDMAP-6.1-2, RFC 6581 §9.1: the requester did not negotiate its ORD (0x3FFF, so it
 /// runs at its maximum, 16) and the responder's IRD is 2: the third Read in flight earns
-/// 0/2/07. The first Read is the one named by the Terminate; every Read fails.
+/// 0/2/07. The third Read (the first beyond IRD 2) is the one named by the Terminate
+/// (its QN 1 MSN in the copied DDP header, RDMAP-06 §4.8); every Read fails.
 #[test]
 fn reads_beyond_ird() {
     let pa = MpaParams {
@@ -764,8 +765,8 @@ fn reads_beyond_ird() {
     // the IRD would never be exceeded (seen once on a loaded machine).
     let mut env = Env::with_drive_a(all(), &pa, &pb, Drive::Caller);
     env.post_recv(RECV_ID, 2048, 512);
-    // The Read named by the Terminate (the first) fails with a remote operation error,
-    // the three behind it are flushed; none succeeds (the responder sends the Terminate
+    // The Read named by the Terminate (the third) fails with a remote operation error,
+    // the other three are flushed; none succeeds (the responder sends the Terminate
     // before any Read Response).
     case(
         "reads-beyond-ird",
@@ -777,9 +778,9 @@ fn reads_beyond_ird() {
         },
         (0, 2, 7),
         &[
-            (0, WcOpcode::Read, WcStatus::RemoteOperation),
+            (0, WcOpcode::Read, WcStatus::FlushErr),
             (1, WcOpcode::Read, WcStatus::FlushErr),
-            (2, WcOpcode::Read, WcStatus::FlushErr),
+            (2, WcOpcode::Read, WcStatus::RemoteOperation),
             (3, WcOpcode::Read, WcStatus::FlushErr),
         ],
     );

@@ -3,6 +3,7 @@
 //! (our Terminate) and a remote Terminate.
 
 use super::*;
+use warpcore_proto::wire::ddp::DdpBuffer;
 
 impl<D: PollDevice> EngineCore<D> {
     /// A completion queue that overran lost completions: every QP feeding it that is still
@@ -243,23 +244,31 @@ impl Qp {
 
     pub(super) fn remote_terminate(&mut self, report: TerminateReport, ctx: &mut Ctx) {
         ctx.stats.terminates_rx += 1;
-        // A Terminate that names one of our Read Requests fails that Read with the
-        // peer's verdict (RDMAP-06 §4.8 copies the Read Request header); everything
-        // else outstanding is flushed and the decoded Terminate goes to the application.
-        if matches!(
-            report.opcode,
-            Some(Opcode::ReadRequest | Opcode::AtomicRequest)
-        ) {
+        // A Terminate that names one of our Read or Atomic Requests fails that request
+        // with the peer's verdict; everything else outstanding is flushed and the decoded
+        // Terminate goes to the application. The request is the one whose QN 1 MSN the
+        // copied DDP header carries (RDMAP-06 §4.8), not necessarily the oldest: a
+        // responder refuses the request beyond its IRD, say, with earlier ones queued.
+        let named = match (report.opcode, report.ddp.map(|d| d.buffer)) {
+            (
+                Some(Opcode::ReadRequest | Opcode::AtomicRequest),
+                Some(DdpBuffer::Untagged {
+                    qn: qn::READ_REQUEST,
+                    msn,
+                    ..
+                }),
+            ) => self.orq.iter().find(|o| o.msn == msn).and_then(|o| o.seq),
+            _ => None,
+        };
+        if let Some(seq) = named {
             let access = report.code.etype() == 1 && report.code.layer() <= 1;
             let status = if access {
                 WcStatus::RemoteAccess
             } else {
                 WcStatus::RemoteOperation
             };
-            if let Some(seq) = self.orq.front().and_then(|o| o.seq) {
-                if let Some(e) = self.entry_mut(seq) {
-                    e.status = Some(status);
-                }
+            if let Some(e) = self.entry_mut(seq) {
+                e.status = Some(status);
             }
         }
         self.flush();

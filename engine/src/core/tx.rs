@@ -432,6 +432,7 @@ impl Qp {
                     sink_to: 0,
                     len: 8,
                     atomic: Some(id),
+                    msn: conn.ddp_tx.next_msn(qn::READ_REQUEST).unwrap_or(0),
                 });
                 request(conn, Opcode::AtomicRequest, &hdr, mulpdu)
             }
@@ -480,6 +481,7 @@ impl Qp {
                     sink_to: sink.to,
                     len: sink.len,
                     atomic: None,
+                    msn: conn.ddp_tx.next_msn(qn::READ_REQUEST).unwrap_or(0),
                 });
                 request(conn, Opcode::ReadRequest, &hdr, mulpdu)
             }
@@ -963,6 +965,7 @@ impl Qp {
                     sink_to: 0,
                     len: 0,
                     atomic: None,
+                    msn: 1,
                 });
             }
             RtrType::Write => {}
