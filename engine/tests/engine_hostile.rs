@@ -37,6 +37,10 @@ struct World {
 }
 
 fn world() -> World {
+    world_with(EngineConfig::default())
+}
+
+fn world_with(cfg: EngineConfig) -> World {
     let (ea, eb) = link::pair(&LinkConfig::default());
     let sc = |n: u8| common::stack_config(n, 16);
     let peer = Stack::new(ea, &sc(1), Instant::ZERO).unwrap();
@@ -45,7 +49,7 @@ fn world() -> World {
         1,
         eb,
         &sc(2),
-        EngineConfig::default(),
+        cfg,
         Arc::clone(&mrs),
         StdInstant::now(),
         Instant::ZERO,
@@ -91,7 +95,15 @@ fn connect(w: &mut World, rq: usize) -> (ConnId, Framer, Deframer, warpcore_engi
 
 /// A QP of the world's PD on its one CQ (8 sends, 8 receives, one SGE each).
 fn new_qp(w: &mut World) -> warpcore_engine::QpId {
-    w.engine.create_qp(common::qp_attr(&w.cq, 8, 1)).unwrap().0
+    new_qp_of_depth(w, 8)
+}
+
+/// A QP of the world's PD on its one CQ (`depth` sends and receives, one SGE each).
+fn new_qp_of_depth(w: &mut World, depth: u32) -> warpcore_engine::QpId {
+    w.engine
+        .create_qp(common::qp_attr(&w.cq, depth, 1))
+        .unwrap()
+        .0
 }
 
 /// Connects with the initiator settings `cfg`; also returns the RTR the initiator must send.
@@ -105,6 +117,20 @@ fn connect_with(
     Option<warpcore_engine::proto::wire::mpa::RtrType>,
 ) {
     let qp = new_qp(w);
+    connect_qp(w, qp, rq, cfg)
+}
+
+/// [`connect_with`] for the QP `qp`.
+#[allow(clippy::type_complexity)]
+fn connect_qp(
+    w: &mut World,
+    qp: warpcore_engine::QpId,
+    rq: usize,
+    cfg: nego::Config,
+) -> (
+    (ConnId, Framer, Deframer, warpcore_engine::QpId),
+    Option<warpcore_engine::proto::wire::mpa::RtrType>,
+) {
     for i in 0..rq {
         w.engine
             .post_recv(qp, common::recv_wr(i as u64, &[(w.stag, 0, 64)]))
@@ -996,5 +1022,91 @@ fn rdmap_4_8_a_terminate_fails_the_read_it_names_not_the_oldest() {
         got,
         vec![(1, WcStatus::FlushErr), (2, WcStatus::RemoteAccess)],
         "the Read the Terminate names takes its error, the other is flushed"
+    );
+}
+
+/// RDMAP-5.2.2-3, RDMAP-5.5-12 and the house rule that bad network input never panics: a
+/// Read Response that arrives while our Read Request still waits for room in the TCP send
+/// buffer answers nothing we asked yet: it is unsolicited, 0/2/06 (departure 3), and the
+/// Read does not complete. Before, it completed the Read, whose request was then still the
+/// message being sent: the transmit path looked the retired request up with
+/// `seq - sq_head`, a subtraction that overflowed (a panic in debug builds; in release a
+/// local catastrophic Terminate after a Read completed successfully).
+#[test]
+fn rdmap_5_2_2_a_read_response_before_the_read_request_went_out_is_unsolicited() {
+    use warpcore_engine::WcStatus;
+    // A 128 KiB send buffer (the least the engine accepts) filled by copied FPDUs only.
+    let mut cfg = EngineConfig::default();
+    cfg.tcp.tx_buffer = 128 * 1024;
+    cfg.tx_from_memory_min = usize::MAX;
+    let mut w = world_with(cfg);
+    let qp = new_qp_of_depth(&mut w, 256);
+    let ((tcp, mut framer, mut d, qp), _) = connect_qp(
+        &mut w,
+        qp,
+        0,
+        nego::Config {
+            ird: 4,
+            ord: 4,
+            ..nego::Config::default()
+        },
+    );
+    send_ulpdus(&mut w, tcp, &mut framer, &[write(0, 0, b"")], false);
+    for _ in 0..50 {
+        w.step();
+    }
+    // From here the peer stops: nothing the engine sends is acknowledged. 128 Writes of
+    // 1000 octets (an FPDU of 1020 octets each) and one of 444 (464) leave 48 octets of
+    // the send buffer free, short of the 52 of a Read Request's FPDU.
+    let stag = w.stag;
+    let write_of = |len: u32| warpcore_engine::SendWr {
+        wr_id: 0,
+        op: warpcore_engine::SendOp::Write {
+            remote_stag: 0x1234,
+            remote_to: 0,
+        },
+        sges: common::sges(&[(stag, 0, len)]),
+        signaled: false,
+        fence: false,
+    };
+    for len in std::iter::repeat_n(1000, 128).chain([444]) {
+        w.engine.post_send(qp, write_of(len)).unwrap();
+    }
+    let sink_to = 2048;
+    let read = warpcore_engine::SendWr {
+        wr_id: 77,
+        op: warpcore_engine::SendOp::Read {
+            remote_stag: 0x1234,
+            remote_to: 0,
+        },
+        sges: common::sges(&[(stag, sink_to, 8)]),
+        signaled: true,
+        fence: false,
+    };
+    w.engine.post_send(qp, read).unwrap();
+    for _ in 0..20 {
+        w.engine.poll(w.now);
+        w.now += Duration::from_micros(100);
+    }
+    // The peer answers the Read it guesses, before its request could go out.
+    send_ulpdus(
+        &mut w,
+        tcp,
+        &mut framer,
+        &[read_response(stag.0, sink_to, true, &[9; 8])],
+        false,
+    );
+    let term = terminate_from_engine(&mut w, tcp, &mut d);
+    assert_eq!(term, (0, 2, 6), "an unsolicited Read Response");
+    for _ in 0..50 {
+        w.step();
+    }
+    assert_eq!(w.engine.qp_state(qp).unwrap(), QpState::Error);
+    let c = w.cq.pop().expect("the Read's completion");
+    assert_eq!((c.wr_id, c.status), (77, WcStatus::FlushErr));
+    assert_eq!(
+        common::read_region(&w.region, sink_to as usize, 8),
+        vec![0; 8],
+        "nothing placed into the sink"
     );
 }

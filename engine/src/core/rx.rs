@@ -564,8 +564,7 @@ impl Qp {
                 Err(_)
                     if opcode == Opcode::ReadResponse
                         && self
-                            .orq
-                            .front()
+                            .answerable_head()
                             .is_some_and(|h| h.atomic.is_none() && h.sink_stag == stag) =>
                 {
                     // The sink of our own Read went away under it (deregistered or
@@ -609,9 +608,7 @@ impl Qp {
             // does not continue where the last one ended, is a base or bounds violation
             // of the tagged buffer the Read named (as siw's `siw_rresp_check_ntoh`).
             let head = self
-                .orq
-                .front()
-                .copied()
+                .answerable_head()
                 .filter(|h| h.atomic.is_none())
                 .ok_or(RdmapError::UnexpectedOpcode)?;
             if !data.is_empty() {
@@ -728,6 +725,19 @@ impl Qp {
         Ok(())
     }
 
+    /// The oldest outstanding Read or Atomic Request, once its request has gone out whole:
+    /// the one a Read or Atomic Response answers (RDMAP-5.2.2-4, EXT-5.2.2-6). While the
+    /// request is still the message being sent (it waits for room in the TCP send
+    /// buffer) nothing answers it yet: a response then is unsolicited (departure 3), and
+    /// must not complete a request the transmit path is still sending.
+    #[inline(always)]
+    fn answerable_head(&self) -> Option<OrqEntry> {
+        let head = self.orq.front().copied()?;
+        let sending = head.seq.is_some()
+            && matches!(self.tx.as_ref().map(|m| &m.src), Some(TxSrc::Sq(s)) if Some(*s) == head.seq);
+        (!sending).then_some(head)
+    }
+
     /// A successful receive completion of this QP, to be filled in ([`Self::complete_recv`]).
     #[inline(always)]
     fn recv_completion(&self) -> Completion {
@@ -831,7 +841,7 @@ impl Qp {
         // Responses come back in request order, Reads and Atomics together;
         // one that answers nothing outstanding is an unexpected opcode (as an
         // unsolicited Read Response, departure 3).
-        let head = self.orq.front().copied();
+        let head = self.answerable_head();
         let Some(head) = head.filter(|h| h.atomic == Some(resp.orig_request_id)) else {
             return Err(RdmapError::UnexpectedOpcode.into());
         };
