@@ -1110,3 +1110,42 @@ fn rdmap_5_2_2_a_read_response_before_the_read_request_went_out_is_unsolicited()
         "nothing placed into the sink"
     );
 }
+
+/// RDMAP-5.4-6, RDMAP-6.2.1-2 and DDP-6.2.2-1: an FPDU that fails after our FIN went out
+/// (a graceful close, waiting for the peer to drain) can earn no Terminate, since nothing
+/// may follow a FIN; the stream still fails: the QP goes to the error state and the
+/// local user is told. Before, the Terminate waited for send room that never comes and
+/// the QP stayed in `Terminate` for good.
+#[test]
+fn rdmap_5_4_6_an_error_after_our_fin_moves_the_qp_to_error() {
+    let mut w = world();
+    let (tcp, mut framer, _d, qp) = connect(&mut w, 0);
+    send_ulpdus(&mut w, tcp, &mut framer, &[write(0, 0, b"")], false);
+    for _ in 0..20 {
+        w.step();
+    }
+    w.engine.disconnect(qp).unwrap();
+    for _ in 0..50 {
+        w.step();
+    }
+    assert_eq!(w.engine.qp_state(qp).unwrap(), QpState::Closing);
+    while w.engine.next_event().is_some() {}
+    // The peer, still sending, sends a Send with no receive posted (1/2/02).
+    send_ulpdus(&mut w, tcp, &mut framer, &[send(1, b"x")], false);
+    for _ in 0..200 {
+        w.step();
+    }
+    assert_eq!(w.engine.qp_state(qp).unwrap(), QpState::Error);
+    let mut reported = None;
+    while let Some(e) = w.engine.next_event() {
+        if let CmEvent::Error {
+            error: ConnError::LocalTerminate(e),
+            ..
+        } = e
+        {
+            let c = e.terminate_code();
+            reported = Some((c.layer(), c.etype(), c.code()));
+        }
+    }
+    assert_eq!(reported, Some((1, 2, 2)), "the error reported to the user");
+}

@@ -917,6 +917,14 @@ impl Qp {
             let _ = stack.close(tcp);
             return true;
         };
+        if conn.fin_sent {
+            // The error came after our FIN (a graceful close waiting for the peer to
+            // drain): nothing may follow a FIN, so no Terminate can go out; the stream
+            // fails all the same (the user was told, `fail_local`).
+            conn.term = None;
+            self.set_state(QpState::Error);
+            return true;
+        }
         if !send_fpdu(stack, tcp, framer, &buf[..len], &[], fbuf) {
             return false;
         }
