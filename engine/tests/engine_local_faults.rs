@@ -5,7 +5,8 @@
 //!   queued; should one reach the sending position anyway (handed over without
 //!   `validate_send`), it completes with a local protection error and the peer gets a
 //!   local catastrophic Terminate (0/0/FF);
-//! * a Read or an atomic whose local SGE's region is deregistered in flight (departure 8).
+//! * a Read or an atomic whose local SGE's region is deregistered in flight, and a posted
+//!   receive whose buffer's region is deregistered before its Send arrives (departure 8).
 
 mod common;
 mod engine_mw_common;
@@ -217,6 +218,30 @@ fn read_response_without_its_sink_fails_with_a_local_terminate() {
     post_a(&mut p, qa, 1, read_op(sb.0, 0), &[(sink, 0, 64)]);
     p.a.mrs.deregister(sink).unwrap();
     let c = wait_completion(&mut p, false, 1, WcOpcode::Read);
+    assert_eq!(c.status, WcStatus::LocalProtection);
+    assert_eq!(expect_terminate_from_a(&mut p, qa, qb), (0, 0, 0xFF));
+    assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Error);
+}
+
+/// Departure 8 for a receive: the region of a posted receive buffer is deregistered before
+/// the Send that would fill it arrives. The buffer is our fault, not the peer's: the
+/// receive completes with a local protection error (not only flushed, so the user learns
+/// which receive failed and why) and the peer gets a local catastrophic Terminate
+/// (0/0/FF), as for a Read's sink or an atomic's SGE.
+#[test]
+fn send_into_a_receive_without_its_region_fails_with_a_local_terminate() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (_ra, rbuf) = p.a.region(4096, all_access());
+    p.a.core
+        .post_recv(qa, recv_wr(9, &[(rbuf, 0, 64)]))
+        .unwrap();
+    p.a.mrs.deregister(rbuf).unwrap();
+    let (_rb, sb) = p.b.region(4096, all_access());
+    p.b.core
+        .post_send(qb, send_wr(1, SendOp::Send, &[(sb, 0, 64)]))
+        .unwrap();
+    let c = wait_completion(&mut p, false, 9, WcOpcode::Recv);
     assert_eq!(c.status, WcStatus::LocalProtection);
     assert_eq!(expect_terminate_from_a(&mut p, qa, qb), (0, 0, 0xFF));
     assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Error);

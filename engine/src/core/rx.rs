@@ -699,7 +699,21 @@ impl Qp {
             mrs.check_invalidate_remote(Stag(inv), self.pd, self.id.stream())
                 .map_err(invalidate_error)?;
         }
-        scatter(mrs, self.pd, head.sges.as_slice(), u64::from(p.mo), data)?;
+        match scatter(mrs, self.pd, head.sges.as_slice(), u64::from(p.mo), data) {
+            Ok(()) => {}
+            Err(DdpError::LocalCatastrophic) => {
+                // The receive buffer's region went away under the posted receive (its
+                // SGEs were checked at post): our fault, not the peer's. The receive
+                // completes with a local protection error, the stream ends with a local
+                // catastrophic Terminate (departure 8, as for a Read's sink).
+                self.complete_recv(Completion {
+                    status: WcStatus::LocalProtection,
+                    ..self.recv_completion()
+                });
+                return Err(RdmapError::LocalCatastrophic.into());
+            }
+            Err(e) => return Err(e.into()),
+        }
         stats.placed_octets += data.len() as u64;
         if let Some(len) = p.message_len {
             let mut invalidated = None;
