@@ -13,7 +13,7 @@ use crate::analysis::{
     Finding, IwarpConnection, OtherConnection, Segment, StartupFrame, TerminateInfo,
 };
 use crate::capture::{Capture, CaptureFormat};
-use crate::tcp::reassemble;
+use crate::tcp::{reassemble, NotTcp};
 
 /// The analysis of one capture file.
 #[derive(Clone, Debug)]
@@ -28,7 +28,10 @@ pub struct CaptureReport {
     pub non_tcp_frames: u64,
     /// Capture time of the first frame (times in the report are relative to it).
     pub start: Duration,
-    /// Problems with the container itself.
+    /// Problems with the capture that leave part of it undecoded: a damaged container
+    /// (from [`Capture::warnings`]), then frames whose TCP data the analysis cannot use
+    /// because of how they were captured (a link type that is not decoded, IP fragments,
+    /// frames cut inside their headers), one line per reason with the frame count.
     pub warnings: Vec<String>,
     /// One entry per TCP connection, in order of appearance.
     pub connections: Vec<ConnectionReport>,
@@ -60,6 +63,12 @@ impl CaptureReport {
 /// Reassembles and analyses every connection of a capture.
 pub fn analyse_capture(name: &str, capture: &Capture) -> CaptureReport {
     let tcp = reassemble(capture);
+    let mut warnings = capture.warnings.clone();
+    warnings.extend(
+        tcp.undecoded
+            .iter()
+            .map(|(&why, &frames)| undecoded_warning(why, frames)),
+    );
     CaptureReport {
         name: name.to_string(),
         format: capture.format,
@@ -69,8 +78,29 @@ pub fn analyse_capture(name: &str, capture: &Capture) -> CaptureReport {
             .frames
             .first()
             .map_or(Duration::ZERO, |f| f.timestamp),
-        warnings: capture.warnings.clone(),
+        warnings,
         connections: tcp.connections.iter().map(analyse_connection).collect(),
+    }
+}
+
+/// What a count of frames that yielded no usable TCP segment means for the analysis.
+fn undecoded_warning(why: NotTcp, frames: u64) -> String {
+    let n = if frames == 1 {
+        "1 frame".to_string()
+    } else {
+        format!("{frames} frames")
+    };
+    match why {
+        NotTcp::LinkType(link) => format!(
+            "link type {link} is not decoded (Ethernet, Linux cooked SLL and SLL2, raw IP and BSD loopback are): {n} not analysed"
+        ),
+        NotTcp::Fragment => format!(
+            "IP fragments are not reassembled: the TCP data of {n} is missing (capture gaps)"
+        ),
+        NotTcp::Truncated => format!(
+            "frames cut inside their link, IP or TCP header (snap length too short, or damaged): the TCP data of {n} is missing (capture gaps)"
+        ),
+        NotTcp::Other => format!("{n} not TCP"),
     }
 }
 
@@ -559,9 +589,83 @@ pub fn render_json(r: &CaptureReport, verbose: bool) -> String {
             CaptureFormat::PcapNg => "pcapng",
         },
         "frames": r.frames,
+        "non_tcp_frames": r.non_tcp_frames,
         "violations": r.violations(),
         "warnings": r.warnings,
         "connections": connections,
     })
     .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::{Frame, LinkType};
+
+    fn tcp_frame(number: u64, payload: &[u8]) -> Frame {
+        let mut data = Vec::new();
+        etherparse::PacketBuilder::ethernet2([2; 6], [3; 6])
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .tcp(40000, 5000, 1, 65535)
+            .ack(1)
+            .write(&mut data, payload)
+            .unwrap();
+        Frame {
+            number,
+            timestamp: Duration::ZERO,
+            link: LinkType::Ethernet,
+            original_len: data.len() as u32,
+            data,
+        }
+    }
+
+    /// Frames whose TCP data is lost to the analysis because of how they were captured (a
+    /// link type that is not decoded, IP fragments, a snap length that cuts the headers) are
+    /// named with their count, in the text and the JSON, not silently dropped (a capture of
+    /// an unsupported link type otherwise reads as "0 TCP connections, no violations").
+    #[test]
+    fn frames_lost_to_the_capture_are_named() {
+        let mut frames = Vec::new();
+        for n in 1..=2 {
+            frames.push(Frame {
+                link: LinkType::Other(147),
+                ..tcp_frame(n, b"data")
+            });
+        }
+        // An IPv4 first fragment (MF set) and a later one (offset 185 * 8).
+        let mut first = tcp_frame(3, &[7; 64]);
+        first.data[20] = 0x20;
+        let mut later = tcp_frame(4, &[7; 64]);
+        later.data[20] = 0x00;
+        later.data[21] = 185;
+        frames.extend([first, later]);
+        // Cut inside the TCP header (Ethernet 14 + IPv4 20 + 10 of the TCP header's 20).
+        let mut cut = tcp_frame(5, &[1; 100]);
+        cut.data.truncate(44);
+        frames.push(cut);
+        // An ARP request is simply not TCP: no warning.
+        let mut arp = tcp_frame(6, b"");
+        arp.data[12..14].copy_from_slice(&[0x08, 0x06]);
+        frames.push(arp);
+        frames.push(tcp_frame(7, b"ok"));
+        let capture = Capture {
+            format: CaptureFormat::Pcap,
+            frames,
+            warnings: Vec::new(),
+        };
+        let r = analyse_capture("lost", &capture);
+        assert_eq!(r.non_tcp_frames, 6);
+        assert_eq!(r.warnings.len(), 3, "{:?}", r.warnings);
+        let text = render_text(&r, false);
+        for want in [
+            "  warning: link type 147 is not decoded (Ethernet, Linux cooked SLL and SLL2, raw IP and BSD loopback are): 2 frames not analysed",
+            "  warning: IP fragments are not reassembled: the TCP data of 2 frames is missing",
+            "  warning: frames cut inside their link, IP or TCP header (snap length too short, or damaged): the TCP data of 1 frame is missing",
+        ] {
+            assert!(text.contains(want), "{want:?} in\n{text}");
+        }
+        let json: Value = serde_json::from_str(&render_json(&r, false)).unwrap();
+        assert_eq!(json["non_tcp_frames"], 6);
+        assert_eq!(json["warnings"].as_array().unwrap().len(), 3);
+    }
 }

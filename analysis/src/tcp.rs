@@ -42,26 +42,69 @@ pub struct TcpSegment<'a> {
     pub truncated: bool,
 }
 
+/// Why a frame holds no TCP segment this tool can use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NotTcp {
+    /// The capture's link type (this LINKTYPE number) is not one of those in [`LinkType`]
+    /// that are decoded.
+    LinkType(u32),
+    /// An IPv4 or IPv6 fragment: fragments are not reassembled, so the TCP data they carry
+    /// is missing from the stream.
+    Fragment,
+    /// The frame ends inside its link, IP or TCP header (cut by the snap length, or damaged),
+    /// so any TCP data it carried is missing from the stream.
+    Truncated,
+    /// Not a TCP segment over IP (ARP, UDP, ICMP, ...), or a header that does not parse.
+    Other,
+}
+
 /// Decodes the link, IP and TCP headers of a frame. Returns `None` for anything that is not
-/// an unfragmented TCP segment over IPv4/IPv6 (ARP, UDP, fragments, damaged headers...).
+/// an unfragmented TCP segment over IPv4/IPv6 (ARP, UDP, fragments, damaged headers...);
+/// [`decode_segment`] says which.
 pub fn parse_segment(link: LinkType, data: &[u8]) -> Option<TcpSegment<'_>> {
+    decode_segment(link, data).ok()
+}
+
+/// [`parse_segment`], saying why a frame holds no usable TCP segment.
+pub fn decode_segment(link: LinkType, data: &[u8]) -> Result<TcpSegment<'_>, NotTcp> {
+    use etherparse::err::ip::LaxHeaderSliceError;
+    use etherparse::err::packet::SliceError;
+    fn from_ip(ip: &[u8]) -> Result<LaxSlicedPacket<'_>, NotTcp> {
+        LaxSlicedPacket::from_ip(ip).map_err(|e| match e {
+            LaxHeaderSliceError::Len(_) => NotTcp::Truncated,
+            LaxHeaderSliceError::Content(_) => NotTcp::Other,
+        })
+    }
     let packet = match link {
-        LinkType::Ethernet => LaxSlicedPacket::from_ethernet(data).ok()?,
-        LinkType::RawIp => LaxSlicedPacket::from_ip(data).ok()?,
+        LinkType::Ethernet => {
+            LaxSlicedPacket::from_ethernet(data).map_err(|_| NotTcp::Truncated)?
+        }
+        LinkType::RawIp => from_ip(data)?,
         LinkType::LinuxSll => {
             // 16-octet header; the protocol (an EtherType) is in the last two octets.
-            let proto = u16::from_be_bytes([*data.get(14)?, *data.get(15)?]);
-            LaxSlicedPacket::from_ether_type(EtherType(proto), data.get(16..)?)
+            let (Some(&hi), Some(&lo), Some(rest)) = (data.get(14), data.get(15), data.get(16..))
+            else {
+                return Err(NotTcp::Truncated);
+            };
+            LaxSlicedPacket::from_ether_type(EtherType(u16::from_be_bytes([hi, lo])), rest)
         }
         LinkType::LinuxSll2 => {
             // 20-octet header; the protocol is in the first two octets.
-            let proto = u16::from_be_bytes([*data.first()?, *data.get(1)?]);
-            LaxSlicedPacket::from_ether_type(EtherType(proto), data.get(20..)?)
+            let (Some(&hi), Some(&lo), Some(rest)) = (data.first(), data.get(1), data.get(20..))
+            else {
+                return Err(NotTcp::Truncated);
+            };
+            LaxSlicedPacket::from_ether_type(EtherType(u16::from_be_bytes([hi, lo])), rest)
         }
-        LinkType::Null => LaxSlicedPacket::from_ip(data.get(4..)?).ok()?,
-        LinkType::Other(_) => return None,
+        LinkType::Null => from_ip(data.get(4..).ok_or(NotTcp::Truncated)?)?,
+        LinkType::Other(n) => return Err(NotTcp::LinkType(n)),
     };
-    let (src_ip, dst_ip, fragmented, truncated) = match packet.net.as_ref()? {
+    // Where the lax parser stopped early, say whether the frame simply ended.
+    let stopped = || match packet.stop_err {
+        Some((SliceError::Len(_), _)) => NotTcp::Truncated,
+        _ => NotTcp::Other,
+    };
+    let (src_ip, dst_ip, fragmented, truncated) = match packet.net.as_ref().ok_or_else(stopped)? {
         LaxNetSlice::Ipv4(ip) => {
             let h = ip.header();
             (
@@ -80,15 +123,18 @@ pub fn parse_segment(link: LinkType, data: &[u8]) -> Option<TcpSegment<'_>> {
                 ip.payload().incomplete,
             )
         }
-        LaxNetSlice::Arp(_) => return None,
+        LaxNetSlice::Arp(_) => return Err(NotTcp::Other),
     };
     if fragmented {
-        return None;
+        return Err(NotTcp::Fragment);
     }
-    let TransportSlice::Tcp(tcp) = packet.transport? else {
-        return None;
+    let Some(TransportSlice::Tcp(tcp)) = packet.transport.as_ref() else {
+        return Err(match packet.transport {
+            Some(_) => NotTcp::Other,
+            None => stopped(),
+        });
     };
-    Some(TcpSegment {
+    Ok(TcpSegment {
         src: SocketAddr::new(src_ip, tcp.source_port()),
         dst: SocketAddr::new(dst_ip, tcp.destination_port()),
         seq: tcp.sequence_number(),
@@ -344,6 +390,10 @@ pub struct TcpCapture {
     pub connections: Vec<Connection>,
     /// Frames that held no TCP segment we could decode (other protocols, damaged headers).
     pub non_tcp_frames: u64,
+    /// Of those, the ones whose TCP data (if any) is lost to the analysis because of the
+    /// capture rather than because they are not TCP: frames of a link type that is not
+    /// decoded, IP fragments, frames that end inside their headers. By reason.
+    pub undecoded: BTreeMap<NotTcp, u64>,
 }
 
 /// Reassembles every TCP connection in a capture.
@@ -360,9 +410,15 @@ pub fn reassemble(capture: &Capture) -> TcpCapture {
         ..
     } in &capture.frames
     {
-        let Some(seg) = parse_segment(*link, data) else {
-            out.non_tcp_frames += 1;
-            continue;
+        let seg = match decode_segment(*link, data) {
+            Ok(seg) => seg,
+            Err(why) => {
+                out.non_tcp_frames += 1;
+                if why != NotTcp::Other {
+                    *out.undecoded.entry(why).or_default() += 1;
+                }
+                continue;
+            }
         };
         let key = if seg.src <= seg.dst {
             (seg.src, seg.dst)
