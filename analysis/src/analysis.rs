@@ -527,7 +527,8 @@ pub struct OtherConnection {
     pub to_server_octets: u64,
     /// Octets server to client.
     pub to_client_octets: u64,
-    /// Why it is not decoded (e.g. "no MPA Request at the start of either direction").
+    /// Why it is not decoded (e.g. "no MPA Request at the start", or the capture misses the
+    /// start of a stream).
     pub reason: String,
     /// A violation, if the stream started like an MPA frame but was malformed.
     pub finding: Option<Finding>,
@@ -598,6 +599,14 @@ fn lookup_frame(stream: &Stream, kind: FrameKind) -> FrameLookup {
     }
 }
 
+/// The stream carried data but the capture does not hold its first octet: its SYN was not
+/// captured (the stream starts at the first octet seen), or it was and the first data
+/// segment after it is missing (a gap at offset 0).
+fn start_missing(stream: &Stream) -> bool {
+    let carried_data = !stream.data.is_empty() || stream.gap.is_some();
+    carried_data && (!stream.syn || stream.data.is_empty())
+}
+
 fn first_frame_of(stream: &Stream) -> u64 {
     stream.chunks.first().map_or(0, |c| c.frame)
 }
@@ -610,7 +619,18 @@ pub fn analyse_connection(conn: &Connection) -> ConnectionReport {
         lookup_frame(&conn.to_client, FrameKind::Request),
     ) {
         (FrameLookup::Absent, FrameLookup::Absent) => {
-            return ConnectionReport::Other(other(conn, "no MPA Request at the start", None))
+            // Only a stream whose first octet the capture holds can be said not to start
+            // with a Request: a capture that began after the handshake (or lost a stream's
+            // first segment) may have missed the MPA startup of an iWARP connection.
+            let reason = if [&conn.to_server, &conn.to_client]
+                .iter()
+                .any(|s| start_missing(s))
+            {
+                "the capture misses the start of its TCP stream (no SYN, or the first segment lost), where an MPA Request would be"
+            } else {
+                "no MPA Request at the start"
+            };
+            return ConnectionReport::Other(other(conn, reason, None));
         }
         (FrameLookup::Absent, _) => (conn.server, conn.client),
         _ => (conn.client, conn.server),

@@ -273,7 +273,7 @@ pub fn render_text(r: &CaptureReport, verbose: bool) -> String {
 fn render_other(o: &mut String, n: usize, c: &OtherConnection) {
     let _ = writeln!(
         o,
-        "connection {n}: {} -> {} (TCP, not iWARP: {}; {} / {} octets)",
+        "connection {n}: {} -> {} (TCP, not decoded as iWARP: {}; {} / {} octets)",
         c.client, c.server, c.reason, c.to_server_octets, c.to_client_octets
     );
     if let Some(f) = &c.finding {
@@ -603,13 +603,23 @@ mod tests {
     use crate::capture::{Frame, LinkType};
 
     fn tcp_frame(number: u64, payload: &[u8]) -> Frame {
+        segment(number, 0, 1, false, payload)
+    }
+
+    /// A TCP segment from 10.0.0.1:40000 (`from` 0) or 10.0.0.2:5000 (`from` 1).
+    fn segment(number: u64, from: usize, seq: u32, syn: bool, payload: &[u8]) -> Frame {
+        let (ips, ports) = ([[10, 0, 0, 1], [10, 0, 0, 2]], [40000, 5000]);
+        let mut b = etherparse::PacketBuilder::ethernet2([2; 6], [3; 6])
+            .ipv4(ips[from], ips[1 - from], 64)
+            .tcp(ports[from], ports[1 - from], seq, 65535);
+        if syn {
+            b = b.syn();
+        }
+        if !syn || from == 1 {
+            b = b.ack(1);
+        }
         let mut data = Vec::new();
-        etherparse::PacketBuilder::ethernet2([2; 6], [3; 6])
-            .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
-            .tcp(40000, 5000, 1, 65535)
-            .ack(1)
-            .write(&mut data, payload)
-            .unwrap();
+        b.write(&mut data, payload).unwrap();
         Frame {
             number,
             timestamp: Duration::ZERO,
@@ -667,5 +677,43 @@ mod tests {
         let json: Value = serde_json::from_str(&render_json(&r, false)).unwrap();
         assert_eq!(json["non_tcp_frames"], 6);
         assert_eq!(json["warnings"].as_array().unwrap().len(), 3);
+    }
+
+    fn other_reason(frames: Vec<Frame>) -> String {
+        let capture = Capture {
+            format: CaptureFormat::Pcap,
+            frames,
+            warnings: Vec::new(),
+        };
+        let r = analyse_capture("start", &capture);
+        match &r.connections[..] {
+            [ConnectionReport::Other(o)] => o.reason.clone(),
+            _ => panic!("{}", render_text(&r, true)),
+        }
+    }
+
+    /// A connection whose stream start the capture does not hold (it began after the
+    /// handshake, or lost the first data segment) may well be iWARP: it is not called "no
+    /// MPA Request at the start" (which reads as "not iWARP"), only one whose start was
+    /// captured is.
+    #[test]
+    fn a_missed_stream_start_is_not_called_not_iwarp() {
+        let handshake = || vec![segment(1, 0, 99, true, b""), segment(2, 1, 499, true, b"")];
+        // Whole: not MPA.
+        let mut whole = handshake();
+        whole.push(segment(3, 0, 100, false, b"GET / HTTP/1.1\r\n"));
+        whole.push(segment(4, 1, 500, false, b"HTTP/1.1 200 OK\r\n"));
+        assert_eq!(other_reason(whole), "no MPA Request at the start");
+        let missed = "the capture misses the start of its TCP stream";
+        // Begun mid-connection, mid-FPDU: no SYN.
+        let late = vec![
+            segment(1, 0, 7_000, false, &[0x12; 200]),
+            segment(2, 1, 9_000, false, &[0x34; 60]),
+        ];
+        assert!(other_reason(late).starts_with(missed));
+        // The SYNs were captured, the client's first data segment was not.
+        let mut lost = handshake();
+        lost.push(segment(3, 0, 180, false, &[0x12; 200]));
+        assert!(other_reason(lost).starts_with(missed));
     }
 }
