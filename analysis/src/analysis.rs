@@ -344,6 +344,10 @@ pub struct DirectionReport {
     /// Where FPDU boundaries (or the segments' ends) stop being known, and why; `None` when
     /// every FPDU-mode data segment of the direction was judged.
     pub alignment_unknown_from: Option<AlignmentUnknown>,
+    /// Of the segments counted above (judged or unknown), those that repeat octets an
+    /// earlier segment of the capture already carried: retransmissions, each copy of which
+    /// is a segment of its own in the counts ([`SegmentAlignment::retransmitted`]).
+    pub retransmitted_segments: u64,
     /// The Terminates sent in this direction.
     pub terminates: Vec<(u64, TerminateInfo)>,
 }
@@ -372,7 +376,11 @@ impl DirectionReport {
 ///   own, counted again and judged like any other (aligned iff its own range starts and
 ///   ends at FPDU boundaries of the stream), whether its octets were new or not and
 ///   whatever the ranges of the copies before it. (A frame the capture holds twice counts
-///   twice.) Out-of-order segments count where they lie in the stream.
+///   twice.) Out-of-order segments count where they lie in the stream. So that no octet
+///   seems to have been sent twice unawares, the counted segments that repeat octets an
+///   earlier segment of the capture carried (any earlier one, the startup's included) are
+///   counted again in `retransmitted`; a segment that fills a hole in the capture is not a
+///   repeat.
 /// - Segments holding any octet of the MPA Request or Reply (the startup, including one
 ///   that also holds the first FPDU octets), and zero-length segments (pure ACKs, window
 ///   probes without data), are not counted.
@@ -396,6 +404,8 @@ pub struct SegmentAlignment {
     pub unaligned: u64,
     /// Segments that could not be judged.
     pub unknown: u64,
+    /// Of all three, the segments repeating octets an earlier segment carried.
+    pub retransmitted: u64,
 }
 
 /// Why segments could not be judged aligned or not.
@@ -912,6 +922,7 @@ fn decode_direction(
     d.aligned_segments = alignment.aligned;
     d.alignment_unknown_segments = alignment.unknown;
     d.alignment_unknown_from = unknown_from;
+    d.retransmitted_segments = alignment.retransmitted;
     let mut after_hole = false;
     for event in &deframed.events {
         let (offset, end) = (start + event.offset(), start + event.end());
@@ -1072,13 +1083,16 @@ fn segment_alignment(
     let mut unknown_from = loss.map(|reason| (known, reason));
     let is_bound = |o: u64| bounds.binary_search(&o).is_ok();
     let mut counts = SegmentAlignment::default();
+    let mut sent = Octets::default();
     for seg in &stream.segments {
+        let repeat = sent.insert(seg.offset, seg.end());
         let (Ok(s), Ok(e)) = (u64::try_from(seg.offset), u64::try_from(seg.end())) else {
             continue; // octets before the capture's first: the startup at the latest
         };
         if s < start {
             continue; // the MPA Request or Reply
         }
+        counts.retransmitted += u64::from(repeat);
         if s <= known && !is_bound(s) {
             counts.unaligned += 1; // starts inside a known FPDU
         } else if s > known || e > known {
@@ -1099,6 +1113,37 @@ fn segment_alignment(
         reason,
     });
     (counts, unknown_from)
+}
+
+/// The stream octets the segments seen so far carried: disjoint, non-adjacent ranges by
+/// start, so a query or an insertion costs O(log n) plus the ranges it merges.
+#[derive(Default)]
+struct Octets(BTreeMap<i64, i64>);
+
+impl Octets {
+    /// Adds `[start, end)`; returns whether any of it was already there.
+    fn insert(&mut self, mut start: i64, mut end: i64) -> bool {
+        if start >= end {
+            return false;
+        }
+        // The one range that can overlap is the last one starting before `end`.
+        let repeat = self
+            .0
+            .range(..end)
+            .next_back()
+            .is_some_and(|(_, &e)| e > start);
+        // Merge every range that overlaps or touches `[start, end)`.
+        while let Some((&s, &e)) = self.0.range(..=end).next_back() {
+            if e < start {
+                break;
+            }
+            self.0.remove(&s);
+            start = start.min(s);
+            end = end.max(e);
+        }
+        self.0.insert(start, end);
+        repeat
+    }
 }
 
 /// Decodes a ULPDU with proto's whole-segment decoder. Returns the fields of a [`Segment`]
@@ -1531,4 +1576,32 @@ fn check_connection(report: &mut IwarpConnection, segments: &[DecodedSegment]) {
     report.findings.extend(findings);
     report.findings.sort_by_key(|f| f.frame);
     report.notes.extend(notes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Octets;
+
+    /// The record of octets sent that tells retransmissions from new data: overlaps are
+    /// repeats, adjacent or disjoint ranges are not, and merged ranges still answer for
+    /// every octet they cover.
+    #[test]
+    fn octets_tell_repeats_from_new_data() {
+        let mut o = Octets::default();
+        assert!(!o.insert(10, 20));
+        assert!(!o.insert(20, 30)); // adjacent: new
+        assert!(!o.insert(40, 50)); // ahead of a hole
+        assert!(!o.insert(30, 40)); // fills it exactly
+        assert_eq!(o.0.len(), 1);
+        assert!(o.insert(49, 60)); // one octet again
+        assert!(o.insert(-5, 11)); // reaches into the first range
+        assert!(!o.insert(-10, -5));
+        assert!(o.insert(0, 1));
+        assert!(!o.insert(7, 7)); // empty
+        assert_eq!(o.0.iter().collect::<Vec<_>>(), [(&-10, &60)]);
+        assert!(!o.insert(100, 200));
+        assert!(o.insert(150, 160)); // inside a later range
+        assert!(!o.insert(60, 100));
+        assert_eq!(o.0.iter().collect::<Vec<_>>(), [(&-10, &200)]);
+    }
 }

@@ -282,16 +282,22 @@ fn render_other(o: &mut String, n: usize, c: &OtherConnection) {
 }
 
 /// The segment alignment line of one direction, e.g. "TCP data segments 925: 915 aligned
-/// with FPDUs, 10 not aligned (98.9 % aligned)", with ", N unknown (from seq S: why)" when
-/// some could not be judged (what is counted: [`crate::analysis::SegmentAlignment`]).
+/// with FPDUs, 10 not aligned (98.9 % aligned)", with " (R of them retransmissions)" after
+/// the total when some segments repeat octets sent before, and ", N unknown (from seq S:
+/// why)" when some could not be judged (what is counted: [`crate::analysis::SegmentAlignment`]).
 /// `None` when the direction has no FPDU-mode data segment.
 pub fn alignment_line(d: &DirectionReport) -> Option<String> {
     let unknown = d.alignment_unknown_segments;
     if d.data_segments + unknown == 0 && d.alignment_unknown_from.is_none() {
         return None;
     }
+    let repeats = match d.retransmitted_segments {
+        0 => String::new(),
+        1 => " (1 of them a retransmission)".to_string(),
+        n => format!(" ({n} of them retransmissions)"),
+    };
     let mut line = format!(
-        "TCP data segments {}: {} aligned with FPDUs, {} not aligned ({})",
+        "TCP data segments {}{repeats}: {} aligned with FPDUs, {} not aligned ({})",
         d.data_segments + unknown,
         d.aligned_segments,
         d.unaligned_segments(),
@@ -514,6 +520,7 @@ fn json_iwarp(ic: &IwarpConnection, start: Duration, verbose: bool) -> Value {
                 "segments_aligned": d.aligned_segments,
                 "segments_unaligned": d.unaligned_segments(),
                 "segments_alignment_unknown": d.alignment_unknown_segments,
+                "segments_retransmitted": d.retransmitted_segments,
                 "segments_aligned_percent": d.aligned_percent(),
                 "alignment_unknown_from": d.alignment_unknown_from.map(|u| json!({
                     "seq": u.seq,

@@ -608,7 +608,7 @@ fn segment_alignment_in_iwdump_output() {
     assert!(
         json.contains(
             "\"segments_aligned\":915,\"segments_unaligned\":10,\
-             \"segments_alignment_unknown\":0,\"segments_aligned_percent\":98.9,\
+             \"segments_alignment_unknown\":0,\"segments_retransmitted\":0,\"segments_aligned_percent\":98.9,\
              \"alignment_unknown_from\":null"
         ),
         "{json}"

@@ -1040,7 +1040,8 @@ fn json_direction(json: &str, dir: &str) -> serde_json::Value {
 
 /// Issue 12 item 3: iwdump reports, per direction, the TCP data segments that start and
 /// end at FPDU boundaries (an MPA-aligned sender, mpa-08 §4 item 4). Every copy of a
-/// segment counts, each judged on its own range; startup segments and pure ACKs do not.
+/// segment counts, each judged on its own range, and the copies are reported as
+/// retransmissions; startup segments and pure ACKs do not count.
 #[test]
 fn segment_alignment_counts_every_copy_exactly() {
     let report = analyse(AlignmentCapture::new().frames);
@@ -1068,26 +1069,37 @@ fn segment_alignment_counts_every_copy_exactly() {
         ),
         (5, 3, 0)
     );
+    // Three of the initiator's segments repeat octets sent before (the copy of b4..b5, the
+    // resend of b3..b4 and the one from b2 + 5), and the output says so: the 11 are not 11
+    // different pieces of the stream. The segment filling the hole is no repeat.
+    assert_eq!(
+        (i2r.retransmitted_segments, r2i.retransmitted_segments),
+        (3, 0)
+    );
     assert_eq!(
         line_after(&text, "I>R"),
-        "      TCP data segments 11: 6 aligned with FPDUs, 5 not aligned (54.5 % aligned)"
+        "      TCP data segments 11 (3 of them retransmissions): 6 aligned with FPDUs, 5 not aligned (54.5 % aligned)"
     );
     assert_eq!(
         line_after(&text, "R>I"),
         "      TCP data segments 5: 3 aligned with FPDUs, 2 not aligned (60.0 % aligned)"
     );
     let json = render_json(&report, false);
+    assert_eq!(json_direction(&json, "I>R")["segments_retransmitted"], 3);
+    assert_eq!(json_direction(&json, "R>I")["segments_retransmitted"], 0);
     assert!(
         json.contains(
             "\"segments_aligned\":6,\"segments_unaligned\":5,\"segments_alignment_unknown\":0,\
-             \"segments_aligned_percent\":54.5,\"alignment_unknown_from\":null"
+             \"segments_retransmitted\":3,\"segments_aligned_percent\":54.5,\
+             \"alignment_unknown_from\":null"
         ),
         "{json}"
     );
     assert!(
         json.contains(
             "\"segments_aligned\":3,\"segments_unaligned\":2,\"segments_alignment_unknown\":0,\
-             \"segments_aligned_percent\":60.0,\"alignment_unknown_from\":null"
+             \"segments_retransmitted\":0,\"segments_aligned_percent\":60.0,\
+             \"alignment_unknown_from\":null"
         ),
         "{json}"
     );
@@ -1138,7 +1150,7 @@ fn segment_alignment_beyond_a_capture_gap_is_unknown() {
     assert_eq!(
         line_after(&text, "I>R"),
         format!(
-            "      TCP data segments 10: 5 aligned with FPDUs, 3 not aligned (62.5 % aligned), \
+            "      TCP data segments 10 (3 of them retransmissions): 5 aligned with FPDUs, 3 not aligned (62.5 % aligned), \
              2 unknown (from seq {gap_seq}: a capture gap)"
         )
     );
@@ -1188,7 +1200,7 @@ fn segment_alignment_after_lost_framing_is_unknown() {
     assert_eq!(
         line_after(&text, "I>R"),
         format!(
-            "      TCP data segments 11: 3 aligned with FPDUs, 3 not aligned (50.0 % aligned), \
+            "      TCP data segments 11 (3 of them retransmissions): 3 aligned with FPDUs, 3 not aligned (50.0 % aligned), \
              5 unknown (from seq {seq}: the length chain was lost after a CRC error)"
         )
     );
@@ -1225,7 +1237,7 @@ fn segment_alignment_of_a_cut_frame_is_unknown() {
     assert_eq!(
         line_after(&text, "I>R"),
         format!(
-            "      TCP data segments 11: 5 aligned with FPDUs, 5 not aligned (50.0 % aligned), \
+            "      TCP data segments 11 (3 of them retransmissions): 5 aligned with FPDUs, 5 not aligned (50.0 % aligned), \
              1 unknown (from seq {seq}: a frame cut by the snap length)"
         )
     );

@@ -11,7 +11,9 @@
 //! the aligned share (rounded down to a tenth: 100.0 means every one), e.g. `TCP data
 //! segments 925: 915 aligned with FPDUs, 10 not aligned (98.9 % aligned)`
 //! (`segments_aligned`, `segments_unaligned`, `segments_aligned_percent` in the JSON).
-//! Every copy of a retransmitted segment counts, judged on its own range; the MPA
+//! Every copy of a retransmitted segment counts, judged on its own range, and the line
+//! says how many of the segments repeat octets an earlier one carried (`TCP data segments
+//! 11 (3 of them retransmissions): ...`, `segments_retransmitted`); the MPA
 //! Request/Reply segments and pure ACKs do not. Segments beyond where the FPDU boundaries
 //! are known (deframing stopped, a capture gap, a frame cut by the snap length) are not
 //! guessed at: they are counted as unknown, with the sequence number from which and the
