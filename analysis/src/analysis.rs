@@ -694,6 +694,13 @@ pub fn analyse_connection(conn: &Connection) -> ConnectionReport {
     }
     match lookup_frame(streams[1], FrameKind::Reply) {
         FrameLookup::Found(f) => report.reply = Some(f),
+        // Not the responder's fault: the capture lacks the octets where the Reply would be.
+        FrameLookup::Absent if start_missing(streams[1]) => {
+            report.notes.push(
+                "the capture misses the start of the responder's stream (no SYN, or its first segment lost), where the MPA Reply would be: FPDUs not decoded".into(),
+            );
+            return ConnectionReport::Iwarp(Box::new(report));
+        }
         FrameLookup::Absent if streams[1].data.is_empty() => {
             report
                 .notes

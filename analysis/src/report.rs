@@ -608,6 +608,7 @@ pub fn render_json(r: &CaptureReport, verbose: bool) -> String {
 mod tests {
     use super::*;
     use crate::capture::{Frame, LinkType};
+    use warpcore_proto::wire::mpa::{FrameKind, FrameRepr};
 
     fn tcp_frame(number: u64, payload: &[u8]) -> Frame {
         segment(number, 0, 1, false, payload)
@@ -722,5 +723,52 @@ mod tests {
         let mut lost = handshake();
         lost.push(segment(3, 0, 180, false, &[0x12; 200]));
         assert!(other_reason(lost).starts_with(missed));
+    }
+
+    /// The Request was captured, the responder's SYN-ACK and MPA Reply were not (a capture
+    /// that dropped frames), and its stream starts with an FPDU: that is a note about the
+    /// capture, not a violation of the responder's ("does not start with an MPA Reply"),
+    /// and with the Reply lost after a captured SYN-ACK the note does not claim that the
+    /// connection never reached FPDU mode.
+    #[test]
+    fn a_reply_the_capture_missed_is_no_violation() {
+        let request = FrameRepr {
+            kind: FrameKind::Request,
+            markers: false,
+            crc: true,
+            reject: false,
+            res: 0,
+            rev: 1,
+            enhanced: None,
+            private_data: b"",
+        }
+        .to_vec();
+        let fpdu = [0u8; 28]; // bytes after the (lost) Reply
+        let reply_len = 20;
+        let missed = "the capture misses the start of the responder's stream";
+        for synack in [false, true] {
+            let mut frames = vec![segment(1, 0, 99, true, b"")];
+            if synack {
+                frames.push(segment(2, 1, 499, true, b""));
+            }
+            frames.push(segment(3, 0, 100, false, &request));
+            frames.push(segment(4, 1, 500 + reply_len, false, &fpdu));
+            let capture = Capture {
+                format: CaptureFormat::Pcap,
+                frames,
+                warnings: Vec::new(),
+            };
+            let r = analyse_capture("lost-reply", &capture);
+            let text = render_text(&r, false);
+            assert_eq!(r.violations(), 0, "{text}");
+            let c = r.iwarp().next().expect("an iWARP connection");
+            assert!(c.notes.iter().any(|n| n.starts_with(missed)), "{text}");
+            assert!(
+                !c.notes
+                    .iter()
+                    .any(|n| n.contains("never reached FPDU mode")),
+                "{text}"
+            );
+        }
     }
 }
