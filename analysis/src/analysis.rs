@@ -741,13 +741,18 @@ pub fn analyse_connection(conn: &Connection) -> ConnectionReport {
             .push("the responder rejected the connection (R = 1)".into());
         return ConnectionReport::Iwarp(Box::new(report));
     }
-    if let Some(Err(e)) = judge_reply(&report.request, &streams[1].data[..reply.len]) {
-        report.findings.push(Finding {
+    match judge_reply(&report.request, &streams[1].data[..reply.len]) {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => report.findings.push(Finding {
             kind: FindingKind::Negotiation,
             direction: Some(Direction::ResponderToInitiator),
             frame: reply.frame,
             detail: format!("the MPA Reply does not fit the Request: {e}"),
-        });
+        }),
+        // A check that cannot run says so.
+        Err(why) => report.notes.push(format!(
+            "the MPA Reply is not judged against the Request: {why}"
+        )),
     }
     let req_enh = report.request.enhanced;
     let rep_enh = reply.enhanced;
@@ -811,12 +816,12 @@ pub fn analyse_connection(conn: &Connection) -> ConnectionReport {
 
 /// Replays the startup through proto's initiator machine, configured as the captured Request
 /// says, and feeds it the captured Reply: the machine decides whether the Reply is one a
-/// conforming initiator accepts (RFC 6581 §9-§10). `None` when the Request cannot be
-/// expressed as an initiator configuration (e.g. Rev 0 or above 2).
+/// conforming initiator accepts (RFC 6581 §9-§10). `Err` says why it could not be judged,
+/// e.g. a Request that cannot be expressed as an initiator configuration (Rev 0 or above 2).
 fn judge_reply(
     request: &StartupFrame,
     reply: &[u8],
-) -> Option<Result<negotiation::Negotiated, negotiation::NegotiationError>> {
+) -> Result<Result<negotiation::Negotiated, negotiation::NegotiationError>, String> {
     let enhanced = request.enhanced;
     let config = negotiation::Config {
         rev: request.rev,
@@ -831,16 +836,19 @@ fn judge_reply(
         timeout: std::time::Duration::MAX,
     };
     // Time plays no part here; any instant will do.
-    let mut machine = negotiation::Initiator::new(config, std::time::Instant::now()).ok()?;
+    let mut machine = negotiation::Initiator::new(config, std::time::Instant::now())
+        .map_err(|e| format!("proto's initiator cannot send this Request ({e})"))?;
     let taken = machine.handle_input(reply);
     if taken < reply.len() {
         machine.handle_close();
     }
     // The first event is the outcome: established, rejected or failed.
-    match machine.poll_event()? {
-        negotiation::Event::Established(n) => Some(Ok(n)),
-        negotiation::Event::Failed(f) => Some(Err(f.error)),
-        negotiation::Event::Rejected(_) | negotiation::Event::Request(_) => None,
+    match machine.poll_event() {
+        Some(negotiation::Event::Established(n)) => Ok(Ok(n)),
+        Some(negotiation::Event::Failed(f)) => Ok(Err(f.error)),
+        Some(negotiation::Event::Rejected(_) | negotiation::Event::Request(_)) | None => {
+            Err("proto's initiator reached no decision on it".into())
+        }
     }
 }
 

@@ -725,6 +725,47 @@ mod tests {
         assert!(other_reason(lost).starts_with(missed));
     }
 
+    /// A Request proto's initiator cannot be configured from (Rev 0, an RDMAC-era peer, or
+    /// a revision above 2): the Reply is not judged, and a note says so instead of the check
+    /// passing in silence.
+    #[test]
+    fn a_reply_that_cannot_be_judged_says_so() {
+        let frame = |kind, rev| {
+            FrameRepr {
+                kind,
+                markers: false,
+                crc: true,
+                reject: false,
+                res: 0,
+                rev,
+                enhanced: None,
+                private_data: b"",
+            }
+            .to_vec()
+        };
+        for (rev, judged) in [(0, false), (1, true), (3, false)] {
+            let frames = vec![
+                segment(1, 0, 99, true, b""),
+                segment(2, 1, 499, true, b""),
+                segment(3, 0, 100, false, &frame(FrameKind::Request, rev)),
+                segment(4, 1, 500, false, &frame(FrameKind::Reply, 1)),
+            ];
+            let capture = Capture {
+                format: CaptureFormat::Pcap,
+                frames,
+                warnings: Vec::new(),
+            };
+            let r = analyse_capture("rev", &capture);
+            let text = render_text(&r, false);
+            let c = r.iwarp().next().expect("an iWARP connection");
+            let note = c
+                .notes
+                .iter()
+                .any(|n| n.starts_with("the MPA Reply is not judged against the Request"));
+            assert_eq!(note, !judged, "Rev {rev}:\n{text}");
+        }
+    }
+
     /// The Request was captured, the responder's SYN-ACK and MPA Reply were not (a capture
     /// that dropped frames), and its stream starts with an FPDU: that is a note about the
     /// capture, not a violation of the responder's ("does not start with an MPA Reply"),
