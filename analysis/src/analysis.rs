@@ -685,6 +685,12 @@ pub fn analyse_connection(conn: &Connection) -> ConnectionReport {
         notes: Vec::new(),
     };
     for (dir, s) in Direction::BOTH.iter().zip(streams) {
+        if let Some((frame, seq)) = s.first_conflict {
+            report.notes.push(format!(
+                "{dir}: {} TCP segment(s) carry octets that differ from an earlier copy of the same sequence numbers (first in frame {frame} at seq {seq}): the receiver may have taken either copy, the decoding uses one",
+                s.conflicting_segments
+            ));
+        }
         if let Some(gap) = s.gap {
             report.notes.push(format!(
                 "{dir}: capture gap at seq {} (stream offset {}); {} octets after it not decoded",

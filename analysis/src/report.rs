@@ -766,6 +766,50 @@ mod tests {
         }
     }
 
+    /// A retransmission with other octets than the first copy is named in a note (which
+    /// frame, which sequence number): the decoding holds one copy, the receiver may have
+    /// taken the other.
+    #[test]
+    fn conflicting_retransmission_is_named() {
+        let frame = |kind| {
+            FrameRepr {
+                kind,
+                markers: false,
+                crc: true,
+                reject: false,
+                res: 0,
+                rev: 1,
+                enhanced: None,
+                private_data: b"pd",
+            }
+            .to_vec()
+        };
+        let request = frame(FrameKind::Request);
+        let mut resent = request.clone();
+        *resent.last_mut().unwrap() ^= 0xFF;
+        let n = request.len() as u32;
+        let frames = vec![
+            segment(1, 0, 99, true, b""),
+            segment(2, 1, 499, true, b""),
+            segment(3, 0, 100, false, &request),
+            segment(4, 0, 100, false, &request),
+            segment(5, 0, 100, false, &resent),
+            segment(6, 1, 500, false, &frame(FrameKind::Reply)),
+        ];
+        let capture = Capture {
+            format: CaptureFormat::Pcap,
+            frames,
+            warnings: Vec::new(),
+        };
+        let r = analyse_capture("conflict", &capture);
+        let text = render_text(&r, false);
+        let want = format!(
+            "  note: I>R: 1 TCP segment(s) carry octets that differ from an earlier copy of the same sequence numbers (first in frame 5 at seq {})",
+            100 + n - 1
+        );
+        assert!(text.contains(&want), "{want}\n{text}");
+    }
+
     /// The Request was captured, the responder's SYN-ACK and MPA Reply were not (a capture
     /// that dropped frames), and its stream starts with an FPDU: that is a note about the
     /// capture, not a violation of the responder's ("does not start with an MPA Reply"),

@@ -217,6 +217,13 @@ pub struct Stream {
     pub out_of_order_segments: u64,
     /// A hole that never filled, if any.
     pub gap: Option<Gap>,
+    /// Segments carrying octets that differ from those an earlier copy of the same sequence
+    /// numbers carried (a retransmission with other content: a sender that resent changed
+    /// data, or a frame damaged before the capture point that the receiver then dropped).
+    /// `data` holds one of the copies; which one the receiver took, the capture cannot tell.
+    pub conflicting_segments: u64,
+    /// The first of those: its frame and the sequence number of its first differing octet.
+    pub first_conflict: Option<(u64, u32)>,
     /// Segments that arrived after the first octet of data, if the capture began mid-stream.
     started: bool,
     /// Segments beyond a hole, by stream offset: (payload, timestamp, frame).
@@ -285,6 +292,12 @@ impl Stream {
             frame,
         });
         let next = self.data.len() as i128;
+        // The part already in the stream must carry the same octets.
+        let (lo, hi) = (start.max(0), end.min(next));
+        if lo < hi {
+            let new = &seg.payload[(lo - start) as usize..(hi - start) as usize];
+            self.compare(lo as u64, new, frame);
+        }
         if end <= next {
             self.retransmitted_segments += 1;
         } else if start <= next {
@@ -294,6 +307,13 @@ impl Stream {
         } else {
             self.out_of_order_segments += 1;
             let key = start as u64;
+            if let Some(at) = self
+                .pending
+                .get(&key)
+                .and_then(|(p, _, _)| first_difference(p, seg.payload))
+            {
+                self.conflict(key + at as u64, frame);
+            }
             let longer = self
                 .pending
                 .get(&key)
@@ -327,10 +347,32 @@ impl Stream {
             }
             let (payload, timestamp, frame) = entry.remove();
             let end = start + payload.len() as u64;
+            let overlap = (next.min(end) - start) as usize;
+            self.compare(start, &payload[..overlap], frame);
             if end > next {
                 self.append(&payload[(next - start) as usize..], timestamp, frame);
             }
         }
+    }
+
+    /// Checks `octets`, which a segment of `frame` carried for stream offset `offset` on,
+    /// against the stream's octets there.
+    fn compare(&mut self, offset: u64, octets: &[u8], frame: u64) {
+        let Some(held) = self
+            .data
+            .get(offset as usize..offset as usize + octets.len())
+        else {
+            return;
+        };
+        if let Some(at) = first_difference(held, octets) {
+            self.conflict(offset + at as u64, frame);
+        }
+    }
+
+    fn conflict(&mut self, offset: u64, frame: u64) {
+        self.conflicting_segments += 1;
+        let seq = self.seq_at(offset);
+        self.first_conflict.get_or_insert((frame, seq));
     }
 
     fn check_fin(&mut self) {
@@ -352,6 +394,11 @@ impl Stream {
             self.pending.clear();
         }
     }
+}
+
+/// Where two copies of the same octets first differ, comparing as far as both reach.
+fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
+    a.iter().zip(b).position(|(x, y)| x != y)
 }
 
 /// A TCP connection and its two reassembled directions.
@@ -531,6 +578,32 @@ mod tests {
             ranges,
             [(0, 3, 2), (6, 9, 3), (0, 3, 4), (2, 6, 5), (8, 11, 6)]
         );
+    }
+
+    /// A retransmission whose octets differ from the first copy (in the stream already, or
+    /// still waiting beyond a hole) is recorded with its frame and the first differing
+    /// sequence number; identical copies are not (Wireshark's "conflicting data").
+    #[test]
+    fn retransmissions_with_other_octets_are_recorded() {
+        let mut s = Stream::default();
+        s.handle(&syn(99), Duration::ZERO, 1);
+        s.handle(&seg(100, b"abcd"), Duration::ZERO, 2);
+        s.handle(&seg(100, b"abcd"), Duration::ZERO, 3); // the same: fine
+        s.handle(&seg(110, b"klm"), Duration::ZERO, 4); // beyond a hole
+        s.handle(&seg(110, b"kXm"), Duration::ZERO, 5); // conflicts with what waits
+        s.handle(&seg(102, b"cZef"), Duration::ZERO, 6); // conflicts in the stream
+        s.handle(&seg(106, b"ghijkLm"), Duration::ZERO, 7); // conflicts when drained
+        s.finish();
+        assert_eq!(s.data, b"abcdefghijkLm"); // the in-order copy, as a receiver takes it
+        assert_eq!(s.conflicting_segments, 3);
+        assert_eq!(s.first_conflict, Some((5, 111)));
+        let mut same = Stream::default();
+        same.handle(&syn(0), Duration::ZERO, 1);
+        same.handle(&seg(5, b"xyz"), Duration::ZERO, 2);
+        same.handle(&seg(1, b"abcdx"), Duration::ZERO, 3);
+        same.handle(&seg(1, b"abcdxyz"), Duration::ZERO, 4);
+        same.finish();
+        assert_eq!((same.conflicting_segments, same.first_conflict), (0, None));
     }
 
     #[test]
