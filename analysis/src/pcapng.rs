@@ -18,6 +18,15 @@ fn u32_at(b: &[u8], i: usize, le: bool) -> Option<u32> {
     })
 }
 
+fn u16_at(b: &[u8], i: usize, le: bool) -> Option<u16> {
+    let a: [u8; 2] = b.get(i..i + 2)?.try_into().ok()?;
+    Some(if le {
+        u16::from_le_bytes(a)
+    } else {
+        u16::from_be_bytes(a)
+    })
+}
+
 fn block(out: &mut Vec<u8>, ty: u32, body: &[u8]) {
     let pad = (4 - body.len() % 4) % 4;
     let total = (12 + body.len() + pad) as u32;
@@ -55,7 +64,9 @@ pub fn clean(raw: &Path, out: &Path) -> Result<u64, String> {
                 block(&mut o, SHB, &s);
             }
             IDB if body.len() >= 8 => {
-                let link = u16::from_le_bytes([body[0], body[1]]);
+                // The section's byte order, like every other field (a big-endian host's
+                // LINKTYPE_ETHERNET read little-endian is 256).
+                let link = u16_at(body, 0, le).unwrap_or(0);
                 let snap = u32_at(body, 4, le).unwrap_or(0);
                 let mut s = Vec::new();
                 s.extend_from_slice(&link.to_le_bytes());
@@ -64,8 +75,8 @@ pub fn clean(raw: &Path, out: &Path) -> Result<u64, String> {
                 // Keep if_tsresol (option 9): DPDK stamps in nanoseconds.
                 let mut j = 8;
                 while j + 4 <= body.len() {
-                    let code = u16::from_le_bytes([body[j], body[j + 1]]);
-                    let olen = usize::from(u16::from_le_bytes([body[j + 2], body[j + 3]]));
+                    let code = u16_at(body, j, le).unwrap_or(0);
+                    let olen = usize::from(u16_at(body, j + 2, le).unwrap_or(0));
                     if code == 0 || j + 4 + olen > body.len() {
                         break;
                     }
@@ -96,4 +107,60 @@ pub fn clean(raw: &Path, out: &Path) -> Result<u64, String> {
     }
     std::fs::write(out, o).map_err(|e| format!("{}: {e}", out.display()))?;
     Ok(packets)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::{parse_capture, LinkType};
+
+    /// A block in big-endian byte order.
+    fn be_block(out: &mut Vec<u8>, ty: u32, body: &[u8]) {
+        let total = (12 + body.len()) as u32;
+        out.extend_from_slice(&ty.to_be_bytes());
+        out.extend_from_slice(&total.to_be_bytes());
+        out.extend_from_slice(body);
+        out.extend_from_slice(&total.to_be_bytes());
+    }
+
+    /// A pcapng file written on a big-endian host (every field in that order) is rewritten
+    /// with its link type and timestamp resolution intact, not read as link type 256 with
+    /// microsecond stamps.
+    #[test]
+    fn big_endian_sections_keep_link_type_and_resolution() {
+        let mut f = Vec::new();
+        let mut shb = 0x1A2B_3C4Du32.to_be_bytes().to_vec();
+        shb.extend_from_slice(&[0, 1, 0, 0]);
+        shb.extend_from_slice(&u64::MAX.to_be_bytes());
+        be_block(&mut f, SHB, &shb);
+        // LINKTYPE_ETHERNET, snap length 65535, if_tsresol 9 (nanoseconds), end of options.
+        let mut idb = vec![0, 1, 0, 0];
+        idb.extend_from_slice(&65535u32.to_be_bytes());
+        idb.extend_from_slice(&[0, 9, 0, 1, 9, 0, 0, 0, 0, 0, 0, 0]);
+        be_block(&mut f, IDB, &idb);
+        let frame = [0xAAu8; 60];
+        let ts: u64 = 1_500_000_000; // 1.5 s in nanoseconds
+        let mut epb = 0u32.to_be_bytes().to_vec();
+        epb.extend_from_slice(&((ts >> 32) as u32).to_be_bytes());
+        epb.extend_from_slice(&(ts as u32).to_be_bytes());
+        epb.extend_from_slice(&60u32.to_be_bytes());
+        epb.extend_from_slice(&60u32.to_be_bytes());
+        epb.extend_from_slice(&frame);
+        be_block(&mut f, EPB, &epb);
+        let dir = std::env::temp_dir().join(format!("wc-pcapng-be-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (raw, out) = (dir.join("raw.pcapng"), dir.join("clean.pcapng"));
+        std::fs::write(&raw, &f).unwrap();
+        assert_eq!(clean(&raw, &out), Ok(1));
+        let c = parse_capture(&std::fs::read(&out).unwrap()).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        assert_eq!(c.frames.len(), 1);
+        assert_eq!(c.frames[0].link, LinkType::Ethernet);
+        assert_eq!(
+            c.frames[0].timestamp,
+            std::time::Duration::from_millis(1500)
+        );
+        assert_eq!(c.frames[0].data, frame);
+    }
 }
