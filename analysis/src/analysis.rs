@@ -809,7 +809,12 @@ pub fn analyse_connection(conn: &Connection) -> ConnectionReport {
         );
     }
     if peer_to_peer {
-        negotiated.rtr_sent = per_dir[0].first().and_then(|s| s.rtr);
+        // Not known when the initiator's first FPDU was lost (the first decoded one follows a
+        // hole).
+        negotiated.rtr_sent = per_dir[0]
+            .first()
+            .filter(|s| !s.after_hole)
+            .and_then(|s| s.rtr);
     }
     report.negotiated = Some(negotiated);
     let [a, b] = per_dir;
@@ -1371,6 +1376,18 @@ fn check_connection(report: &mut IwarpConnection, segments: &[DecodedSegment]) {
     // Once an FPDU is lost to a CRC error or a malformed segment, it may have been a Read
     // Request or part of a Read Response: pairing reads is not judged any more.
     let first_loss = report.lost_fpdus.iter().map(|&(_, f)| f).min();
+    // The frame of each direction's first FPDU, decoded or lost; and whether the capture
+    // shows where the initiator's first FPDU is (not when a gap came before any).
+    let first_fpdu = Direction::BOTH.map(|dir| {
+        let decoded = segments.iter().find(|d| d.segment.direction == dir);
+        let lost = report.lost_fpdus.iter().filter(|(d, _)| *d == dir);
+        decoded
+            .map(|d| d.segment.frame)
+            .into_iter()
+            .chain(lost.map(|&(_, f)| f))
+            .min()
+    });
+    let initiator_known = first_fpdu[0].is_some() || blind[0].is_none();
     for ds in segments {
         let s = &ds.segment;
         let dir = s.direction;
@@ -1412,7 +1429,15 @@ fn check_connection(report: &mut IwarpConnection, segments: &[DecodedSegment]) {
             state[i].first_frame = Some(s.frame);
             match dir {
                 Direction::InitiatorToResponder => {
-                    if let Some(n) = negotiated.as_ref().filter(|n| n.peer_to_peer) {
+                    let p2p = negotiated.as_ref().filter(|n| n.peer_to_peer);
+                    if let (Some(_), true) = (p2p, ds.after_hole) {
+                        // The initiator's first FPDU was lost (CRC error, malformed): it
+                        // may have been the RTR, the one decoded first is not its first.
+                        notes.push(format!(
+                            "I>R: the initiator's first FPDU was not decoded, so whether it was an agreed RTR is not judged (first decoded: frame {})",
+                            s.frame
+                        ));
+                    } else if let Some(n) = p2p {
                         let agreed = n.rtr_offered.intersection(n.rtr_supported);
                         let ok = ds
                             .rtr
@@ -1432,10 +1457,11 @@ fn check_connection(report: &mut IwarpConnection, segments: &[DecodedSegment]) {
                     // MPA-7.1.2-16 (mpa-08 §7.1.2 rule 4) wants the responder to wait for
                     // the initiator's first FPDU. Linux siw does not wait outside peer-to-peer
                     // mode (e.g. ib_write_lat, ucmatose), so this is a note, not a violation.
-                    if state[0].first_frame.is_none() {
+                    // Its first FPDU is the first decoded one or an earlier lost one.
+                    let r = first_fpdu[1].unwrap_or(s.frame);
+                    if initiator_known && first_fpdu[0].is_none_or(|f| r < f) {
                         notes.push(format!(
-                            "R>I: the responder's first FPDU (frame {}) precedes the initiator's first FPDU (MPA fencing, mpa-08 7.1.2 rule 4, not enforced by Linux siw)",
-                            s.frame
+                            "R>I: the responder's first FPDU (frame {r}) precedes the initiator's first FPDU (MPA fencing, mpa-08 7.1.2 rule 4, not enforced by Linux siw)"
                         ));
                     }
                 }

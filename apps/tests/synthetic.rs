@@ -863,6 +863,69 @@ fn reply_that_does_not_fit_the_request() {
     assert_eq!(kinds(&report), [FindingKind::Rtr]);
 }
 
+/// Spoils the CRC of the first FPDU `dir` sends: the first frame of `dir` after the Request
+/// and the Reply (SYN, SYN-ACK, Request, Reply come first), whose last octet is that CRC's.
+fn spoil_first_fpdu(frames: &mut [Frame], dir: usize) {
+    let port = [40000u16, 5000][dir].to_be_bytes();
+    let f = frames
+        .iter_mut()
+        .skip(4)
+        .find(|f| f.data[34..36] == port)
+        .unwrap();
+    *f.data.last_mut().unwrap() ^= 0xFF;
+}
+
+/// The initiator's first FPDU lost to a CRC error: the FPDU decoded first is not its first,
+/// so it is neither judged as the peer-to-peer RTR (MPA2-5-1) nor taken as the RTR sent,
+/// and the responder's first FPDU, which came after the lost one, is not said to precede
+/// the initiator's (MPA fencing, mpa-08 §7.1.2 rule 4). The CRC error is the one finding.
+#[test]
+fn a_lost_first_fpdu_is_not_judged_as_the_first() {
+    let p2p = EnhancedData {
+        peer_to_peer: true,
+        rtr: RtrTypes::WRITE,
+        ird: 4,
+        ord: 4,
+    };
+    let spec = Spec {
+        enhanced: [p2p, p2p],
+        ..Spec::default()
+    };
+    let rtr = tagged(I, Opcode::Write, 0, 0, 0, 64);
+    let mut frames = build(&spec, &[rtr, send(I, 1, 10, 100)]);
+    spoil_first_fpdu(&mut frames, I);
+    let report = analyse(frames);
+    let text = render_text(&report, false);
+    assert_eq!(kinds(&report), [FindingKind::CrcError], "{text}");
+    let c = only_connection(&report);
+    assert_eq!(c.negotiated.as_ref().unwrap().rtr_sent, None, "{text}");
+    assert!(
+        c.notes
+            .iter()
+            .any(|n| n.contains("first FPDU was not decoded, so whether it was an agreed RTR")),
+        "{text}"
+    );
+    // Client-server: the initiator's Send is lost, the responder's Read Request follows it.
+    let mut frames = build(&Spec::default(), &clean_messages());
+    spoil_first_fpdu(&mut frames, I);
+    let report = analyse(frames);
+    let text = render_text(&report, false);
+    assert_eq!(kinds(&report), [FindingKind::CrcError], "{text}");
+    assert!(
+        !text.contains("precedes the initiator's first FPDU"),
+        "{text}"
+    );
+    // And the note still comes when the responder did go first.
+    let mut messages = clean_messages();
+    messages.swap(0, 1);
+    let report = analyse(build(&Spec::default(), &messages));
+    let text = render_text(&report, false);
+    assert!(
+        text.contains("precedes the initiator's first FPDU"),
+        "{text}"
+    );
+}
+
 /// A 4-tuple reused after a reset: the new SYN starts a second connection.
 #[test]
 fn port_reuse_after_reset_is_a_new_connection() {
