@@ -1288,6 +1288,9 @@ struct DirState {
     reads_sent: VecDeque<PendingRead>,
     /// The receiver's inbound read queue for those requests, when IRD was negotiated.
     ird: Option<InboundReadQueue>,
+    /// Requests outstanding beyond what the queue admitted (each one reported): the queue
+    /// plus these is every outstanding request, so a response first retires one of these.
+    ird_over: u32,
     /// After an undecodable FPDU: the queues whose next segment has re-baselined the MSN.
     unjudged: Option<HashSet<u32>>,
     terminated: Option<u64>,
@@ -1347,7 +1350,9 @@ fn check_read_response(
     pending.sent = pending.sent.saturating_add(len);
     if s.last {
         requester.reads_sent.pop_front();
-        if let Some(queue) = requester.ird.as_mut() {
+        if requester.ird_over > 0 {
+            requester.ird_over -= 1;
+        } else if let Some(queue) = requester.ird.as_mut() {
             queue.retire();
         }
     }
@@ -1556,16 +1561,21 @@ fn check_connection(report: &mut IwarpConnection, segments: &[DecodedSegment]) {
                         sent: 0,
                     });
                     // Count it against the receiver's IRD (RDMAP-6.1-5).
+                    // One the queue refuses is outstanding all the same, until its response
+                    // comes: without counting it, the next excess would go unnoticed.
                     if let Some(queue) = st.ird.as_mut() {
-                        if queue.admit().is_err() && !peer_blind {
-                            find(
-                                FindingKind::IrdExceeded,
-                                format!(
-                                    "{} Read Requests outstanding, the peer's IRD is {}",
-                                    queue.outstanding() + 1,
-                                    queue.ird()
-                                ),
-                            );
+                        if queue.admit().is_err() {
+                            st.ird_over += 1;
+                            if !peer_blind {
+                                find(
+                                    FindingKind::IrdExceeded,
+                                    format!(
+                                        "{} Read Requests outstanding, the peer's IRD is {}",
+                                        queue.outstanding() + st.ird_over,
+                                        queue.ird()
+                                    ),
+                                );
+                            }
                         }
                     }
                 }

@@ -690,6 +690,37 @@ fn more_reads_than_ird() {
     assert_eq!(violations_of(reads), [FindingKind::IrdExceeded]);
 }
 
+/// A Read Request beyond the IRD stays outstanding until its response: after one response,
+/// four are still outstanding, so the next request is again one too many (RDMAP-6.1-5).
+/// Each excess is reported, with the true number outstanding.
+#[test]
+fn every_read_beyond_ird_is_reported() {
+    let mut messages: Vec<Msg> = (1..=5)
+        .map(|msn| read_request(R, msn, 0x10, 0, 8))
+        .collect();
+    messages.push(tagged(I, Opcode::ReadResponse, 0x10, 0, 8, 8));
+    messages.push(read_request(R, 6, 0x10, 0, 8));
+    for _ in 0..5 {
+        messages.push(tagged(I, Opcode::ReadResponse, 0x10, 0, 8, 8));
+    }
+    messages.push(read_request(R, 7, 0x10, 0, 8));
+    let report = analyse(build(&Spec::default(), &messages));
+    let text = render_text(&report, false);
+    assert_eq!(
+        kinds(&report),
+        [FindingKind::IrdExceeded, FindingKind::IrdExceeded],
+        "{text}"
+    );
+    let details: Vec<&str> = report.findings().map(|f| f.detail.as_str()).collect();
+    assert_eq!(
+        details,
+        [
+            "5 Read Requests outstanding, the peer's IRD is 4",
+            "5 Read Requests outstanding, the peer's IRD is 4"
+        ]
+    );
+}
+
 #[test]
 fn fpdu_after_terminate() {
     let found = violations_of(vec![
