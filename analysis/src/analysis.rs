@@ -617,6 +617,18 @@ fn start_missing(stream: &Stream) -> bool {
     carried_data && (!stream.syn || stream.data.is_empty())
 }
 
+/// How a stream that stops inside a startup frame stops: the capture ends there, or misses
+/// octets there and goes on (a lost frame).
+fn cut_short(stream: &Stream) -> String {
+    match stream.gap {
+        Some(gap) => format!(
+            "the capture misses octets from seq {} (a gap, {} octets after it) inside",
+            gap.seq, gap.discarded_octets
+        ),
+        None => "the capture ends inside".to_string(),
+    }
+}
+
 fn first_frame_of(stream: &Stream) -> u64 {
     stream.chunks.first().map_or(0, |c| c.frame)
 }
@@ -649,11 +661,8 @@ pub fn analyse_connection(conn: &Connection) -> ConnectionReport {
     let request = match lookup_frame(streams[0], FrameKind::Request) {
         FrameLookup::Found(f) => f,
         FrameLookup::Incomplete | FrameLookup::Absent => {
-            return ConnectionReport::Other(other(
-                conn,
-                "the capture ends inside the MPA Request",
-                None,
-            ))
+            let reason = format!("{} the MPA Request", cut_short(streams[0]));
+            return ConnectionReport::Other(other(conn, &reason, None));
         }
         FrameLookup::Malformed(e) => {
             let finding = Finding {
@@ -725,7 +734,7 @@ pub fn analyse_connection(conn: &Connection) -> ConnectionReport {
         FrameLookup::Incomplete => {
             report
                 .notes
-                .push("the capture ends inside the MPA Reply".into());
+                .push(format!("{} the MPA Reply", cut_short(streams[1])));
             return ConnectionReport::Iwarp(Box::new(report));
         }
         FrameLookup::Malformed(e) => {

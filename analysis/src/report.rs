@@ -725,6 +725,62 @@ mod tests {
         assert!(other_reason(lost).starts_with(missed));
     }
 
+    /// A startup frame the capture lost part of, with more of the stream after the hole, is
+    /// not said to be where "the capture ends".
+    #[test]
+    fn a_gap_inside_a_startup_frame_is_named_as_a_gap() {
+        let frame = |kind| {
+            FrameRepr {
+                kind,
+                markers: false,
+                crc: true,
+                reject: false,
+                res: 0,
+                rev: 1,
+                enhanced: None,
+                private_data: b"private",
+            }
+            .to_vec()
+        };
+        let (request, reply) = (frame(FrameKind::Request), frame(FrameKind::Reply));
+        let n = request.len() as u32;
+        let handshake = || vec![segment(1, 0, 99, true, b""), segment(2, 1, 499, true, b"")];
+        // The Request's second half lost, the initiator's first FPDU captured.
+        let mut frames = handshake();
+        frames.push(segment(3, 0, 100, false, &request[..10]));
+        frames.push(segment(4, 0, 100 + n, false, &[0; 24]));
+        let reason = other_reason(frames);
+        assert_eq!(
+            reason,
+            "the capture misses octets from seq 110 (a gap, 24 octets after it) inside the MPA Request"
+        );
+        // The same for the Reply (a note of the iWARP connection).
+        let mut frames = handshake();
+        frames.push(segment(3, 0, 100, false, &request));
+        frames.push(segment(4, 1, 500, false, &reply[..10]));
+        frames.push(segment(5, 1, 500 + n, false, &[0; 24]));
+        let capture = Capture {
+            format: CaptureFormat::Pcap,
+            frames,
+            warnings: Vec::new(),
+        };
+        let r = analyse_capture("gap", &capture);
+        let c = r.iwarp().next().expect("an iWARP connection");
+        assert!(
+            c.notes.iter().any(|n| n
+                == "the capture misses octets from seq 510 (a gap, 24 octets after it) inside the MPA Reply"),
+            "{:?}",
+            c.notes
+        );
+        // Where the capture does end inside it, it says so.
+        let mut frames = handshake();
+        frames.push(segment(3, 0, 100, false, &request[..10]));
+        assert_eq!(
+            other_reason(frames),
+            "the capture ends inside the MPA Request"
+        );
+    }
+
     /// A Request proto's initiator cannot be configured from (Rev 0, an RDMAC-era peer, or
     /// a revision above 2): the Reply is not judged, and a note says so instead of the check
     /// passing in silence.
