@@ -326,6 +326,10 @@ pub struct DirectionReport {
     pub marker_errors: u64,
     /// ULPDUs proto's segment decoder rejected as malformed.
     pub malformed_segments: u64,
+    /// Whole FPDUs whose DDP segment is not among the decoded ones (in `opcodes`): those
+    /// with a bad CRC and those proto's segment decoder rejected (any violation kind).
+    /// Where deframing stopped, the octets after the last whole FPDU are no FPDU.
+    pub undecoded_fpdus: u64,
     /// Octets after the last whole FPDU (the capture ended, or was cut, inside an FPDU).
     pub trailing_octets: usize,
     /// TCP data segments of FPDU mode judged against the FPDU boundaries: the aligned ones
@@ -353,6 +357,11 @@ pub struct DirectionReport {
 }
 
 impl DirectionReport {
+    /// FPDUs whose DDP segment decoded (the sum over `opcodes` and undefined opcodes).
+    pub fn decoded_fpdus(&self) -> u64 {
+        self.opcodes.values().map(|s| s.segments).sum::<u64>() + self.unknown_opcode_segments
+    }
+
     /// Judged segments that do not both start and end at an FPDU boundary.
     pub fn unaligned_segments(&self) -> u64 {
         self.data_segments - self.aligned_segments
@@ -1020,6 +1029,7 @@ fn decode_direction(
                         if kind == FindingKind::MalformedSegment {
                             d.malformed_segments += 1;
                         }
+                        d.undecoded_fpdus += 1;
                     }
                 }
             }
@@ -1033,7 +1043,10 @@ fn decode_direction(
                 report.lost_fpdus.push((dir, frame));
                 match kind {
                     FindingKind::MarkerError => d.marker_errors += 1,
-                    FindingKind::CrcError => d.crc_errors += 1,
+                    FindingKind::CrcError => {
+                        d.crc_errors += 1;
+                        d.undecoded_fpdus += 1;
+                    }
                     _ => {}
                 }
                 report.findings.push(Finding {

@@ -372,11 +372,15 @@ fn render_iwarp(o: &mut String, n: usize, c: &IwarpConnection, start: Duration, 
     }
     for dir in Direction::BOTH {
         let d = &c.directions[dir.index()];
-        let fpdus: u64 =
-            d.opcodes.values().map(|s| s.segments).sum::<u64>() + d.unknown_opcode_segments;
+        // Every whole FPDU, whether its segment decoded or not.
+        let fpdus = d.decoded_fpdus() + d.undecoded_fpdus;
+        let undecoded = match d.undecoded_fpdus {
+            0 => String::new(),
+            n => format!(" ({n} not decoded)"),
+        };
         let _ = writeln!(
             o,
-            "  {dir}: {fpdus} FPDUs in {} octets; CRC errors {}, marker errors {}",
+            "  {dir}: {fpdus} FPDUs in {} octets{undecoded}; CRC errors {}, marker errors {}",
             d.fpdu_stream_octets, d.crc_errors, d.marker_errors
         );
         if let Some(line) = alignment_line(d) {
@@ -515,6 +519,9 @@ fn json_iwarp(ic: &IwarpConnection, start: Duration, verbose: bool) -> Value {
             dir.label().to_string(),
             json!({
                 "fpdu_stream_octets": d.fpdu_stream_octets,
+                "fpdus": d.decoded_fpdus() + d.undecoded_fpdus,
+                "fpdus_not_decoded": d.undecoded_fpdus,
+                "malformed_segments": d.malformed_segments,
                 "crc_errors": d.crc_errors,
                 "marker_errors": d.marker_errors,
                 "segments_aligned": d.aligned_segments,

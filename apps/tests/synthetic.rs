@@ -752,6 +752,46 @@ fn wrong_queue_and_bad_versions() {
     assert_eq!(violations_of(vec![rv]), [FindingKind::RdmapVersion]);
 }
 
+/// The summary line's FPDU count counts every whole FPDU of the stream, the ones whose
+/// segment did not decode included (and says how many those are): damaging one FPDU each
+/// way leaves the count as it was.
+#[test]
+fn fpdus_that_do_not_decode_are_still_counted() {
+    let fpdu_line = |text: &str, dir: &str| {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("  {dir}: ")))
+            .unwrap()
+            .to_string();
+        line
+    };
+    let clean = render_text(&analyse(build(&Spec::default(), &clean_messages())), false);
+    let mut messages = clean_messages();
+    messages[0].ulpdus[0][0] &= !0x03; // the initiator's first Send: DDP version 0
+    let mut frames = build(&Spec::default(), &messages);
+    spoil_first_fpdu(&mut frames, R); // the responder's Read Request: bad CRC
+    let report = analyse(frames);
+    let text = render_text(&report, false);
+    assert_eq!(
+        kinds(&report),
+        [FindingKind::DdpVersion, FindingKind::CrcError],
+        "{text}"
+    );
+    for dir in ["I>R", "R>I"] {
+        let want = fpdu_line(&clean, dir).replacen(" octets;", " octets (1 not decoded);", 1);
+        let got = fpdu_line(&text, dir);
+        // The same count and octets; the CRC error shows in its own field too.
+        assert_eq!(got.replace("CRC errors 1", "CRC errors 0"), want, "{text}");
+    }
+    let json = render_json(&report, false);
+    let clean_json = render_json(&analyse(build(&Spec::default(), &clean_messages())), false);
+    for dir in ["I>R", "R>I"] {
+        let (d, c) = (json_direction(&json, dir), json_direction(&clean_json, dir));
+        assert_eq!(d["fpdus"], c["fpdus"]);
+        assert_eq!(d["fpdus_not_decoded"], 1);
+    }
+}
+
 #[test]
 fn corrupted_marker_and_crc() {
     let frames = build(
