@@ -266,8 +266,8 @@ pub enum FindingKind {
     /// matching its request's sink STag/TO and size (RDMAP-4.4-2, RDMAP-5.2-1,
     /// RDMAP-5.5-13, RDMAP-5.2.2-5).
     ReadResponse,
-    /// More Read Requests outstanding than the peer's negotiated IRD (RDMAP-6.1-4,
-    /// RDMAP-6.1-5).
+    /// More Read and Atomic Requests outstanding than the peer's negotiated IRD
+    /// (RDMAP-6.1-4, RDMAP-6.1-5; Atomic Requests share the queue, EXT-5.2-1).
     IrdExceeded,
     /// Peer-to-peer mode, but the initiator's first FPDU is not an agreed RTR (MPA2-5-1).
     Rtr,
@@ -1313,6 +1313,8 @@ struct DirState {
     /// Requests outstanding beyond what the queue admitted (each one reported): the queue
     /// plus these is every outstanding request, so a response first retires one of these.
     ird_over: u32,
+    /// Atomic Requests this direction sent that no Atomic Response answered yet.
+    atomics_sent: u32,
     /// After an undecodable FPDU: the queues whose next segment has re-baselined the MSN.
     unjudged: Option<HashSet<u32>>,
     terminated: Option<u64>,
@@ -1372,11 +1374,39 @@ fn check_read_response(
     pending.sent = pending.sent.saturating_add(len);
     if s.last {
         requester.reads_sent.pop_front();
-        if requester.ird_over > 0 {
-            requester.ird_over -= 1;
-        } else if let Some(queue) = requester.ird.as_mut() {
-            queue.retire();
+        retire_request(requester);
+    }
+}
+
+/// Counts a Read or Atomic Request `st`'s direction sent against the receiver's IRD
+/// (RDMAP-6.1-5, EXT-5.2-1), reporting one too many unless the responses' direction is
+/// blind. One the queue refuses is outstanding all the same until its response comes:
+/// without counting it, the next excess would go unnoticed.
+fn admit_request(st: &mut DirState, peer_blind: bool, find: &mut impl FnMut(FindingKind, String)) {
+    let Some(queue) = st.ird.as_mut() else {
+        return;
+    };
+    if queue.admit().is_err() {
+        st.ird_over += 1;
+        if !peer_blind {
+            find(
+                FindingKind::IrdExceeded,
+                format!(
+                    "{} Read/Atomic Requests outstanding, the peer's IRD is {}",
+                    queue.outstanding() + st.ird_over,
+                    queue.ird()
+                ),
+            );
         }
+    }
+}
+
+/// Releases the IRD slot of a request `requester` sent, once its last response octet came.
+fn retire_request(requester: &mut DirState) {
+    if requester.ird_over > 0 {
+        requester.ird_over -= 1;
+    } else if let Some(queue) = requester.ird.as_mut() {
+        queue.retire();
     }
 }
 
@@ -1583,22 +1613,18 @@ fn check_connection(report: &mut IwarpConnection, segments: &[DecodedSegment]) {
                         sent: 0,
                     });
                     // Count it against the receiver's IRD (RDMAP-6.1-5).
-                    // One the queue refuses is outstanding all the same, until its response
-                    // comes: without counting it, the next excess would go unnoticed.
-                    if let Some(queue) = st.ird.as_mut() {
-                        if queue.admit().is_err() {
-                            st.ird_over += 1;
-                            if !peer_blind {
-                                find(
-                                    FindingKind::IrdExceeded,
-                                    format!(
-                                        "{} Read Requests outstanding, the peer's IRD is {}",
-                                        queue.outstanding() + st.ird_over,
-                                        queue.ird()
-                                    ),
-                                );
-                            }
-                        }
+                    admit_request(st, peer_blind, &mut find);
+                }
+                // Atomic Requests share the Read Requests' queue and so their IRD
+                // (EXT-5.2-1); each Atomic Response retires one (EXT-5.2.2-6: in order).
+                if op == Opcode::AtomicRequest {
+                    st.atomics_sent += 1;
+                    admit_request(st, peer_blind, &mut find);
+                } else if op == Opcode::AtomicResponse {
+                    let requester = &mut state[dir.reverse().index()];
+                    if requester.atomics_sent > 0 {
+                        requester.atomics_sent -= 1;
+                        retire_request(requester);
                     }
                 }
             }

@@ -16,7 +16,9 @@ use warpcore_apps::report::{analyse_capture, render_json, render_text, CaptureRe
 use warpcore_proto::mpa::framer::{Framer, FramerConfig};
 use warpcore_proto::wire::ddp::DdpBuffer;
 use warpcore_proto::wire::mpa::{EnhancedData, FrameKind, FrameRepr, RtrTypes};
-use warpcore_proto::wire::rdmap::{CopiedDdpHeader, Opcode, ReadRequestRepr, TerminateRepr};
+use warpcore_proto::wire::rdmap::{
+    AtomicRequestRepr, AtomicResponseRepr, CopiedDdpHeader, Opcode, ReadRequestRepr, TerminateRepr,
+};
 use warpcore_proto::wire::segment::{RdmapHeader, Segment, SegmentRepr};
 use warpcore_proto::TerminateCode;
 
@@ -690,6 +692,76 @@ fn more_reads_than_ird() {
     assert_eq!(violations_of(reads), [FindingKind::IrdExceeded]);
 }
 
+fn atomic_request(dir: usize, msn: u32) -> Msg {
+    let buffer = DdpBuffer::Untagged {
+        rsvd_ulp2: 0,
+        qn: 1,
+        msn,
+        mo: 0,
+    };
+    let rq = AtomicRequestRepr::fetch_add(msn, 0x20, 0x1000, 1, u64::MAX);
+    Msg {
+        dir,
+        ulpdus: vec![ulpdu(
+            true,
+            buffer,
+            Opcode::AtomicRequest,
+            RdmapHeader::AtomicRequest(rq),
+            &[],
+        )],
+    }
+}
+
+fn atomic_response(dir: usize, msn: u32) -> Msg {
+    let buffer = DdpBuffer::Untagged {
+        rsvd_ulp2: 0,
+        qn: 3,
+        msn,
+        mo: 0,
+    };
+    let rs = AtomicResponseRepr {
+        orig_request_id: msn,
+        orig_value: 7,
+    };
+    Msg {
+        dir,
+        ulpdus: vec![ulpdu(
+            true,
+            buffer,
+            Opcode::AtomicResponse,
+            RdmapHeader::AtomicResponse(rs),
+            &[],
+        )],
+    }
+}
+
+/// Atomic Requests travel on the Read Requests' queue and count against the same IRD
+/// (RFC 7306 §5.2, EXT-5.2-1): three Reads and two FetchAdds outstanding are one too many
+/// for IRD 4; once an Atomic Response retired one, the next request fits.
+#[test]
+fn atomic_requests_count_against_ird() {
+    let four = || {
+        let mut m: Vec<Msg> = (1..=3)
+            .map(|msn| read_request(R, msn, 0x10, 0, 8))
+            .collect();
+        m.push(atomic_request(R, 4));
+        m
+    };
+    assert_eq!(violations_of(four()), []);
+    let mut messages = four();
+    messages.push(atomic_request(R, 5));
+    messages.push(atomic_response(I, 1));
+    messages.push(atomic_response(I, 2));
+    messages.push(read_request(R, 6, 0x10, 0, 8));
+    let report = analyse(build(&Spec::default(), &messages));
+    let text = render_text(&report, false);
+    assert_eq!(kinds(&report), [FindingKind::IrdExceeded], "{text}");
+    assert_eq!(
+        report.findings().next().unwrap().detail,
+        "5 Read/Atomic Requests outstanding, the peer's IRD is 4"
+    );
+}
+
 /// A Read Request beyond the IRD stays outstanding until its response: after one response,
 /// four are still outstanding, so the next request is again one too many (RDMAP-6.1-5).
 /// Each excess is reported, with the true number outstanding.
@@ -715,8 +787,8 @@ fn every_read_beyond_ird_is_reported() {
     assert_eq!(
         details,
         [
-            "5 Read Requests outstanding, the peer's IRD is 4",
-            "5 Read Requests outstanding, the peer's IRD is 4"
+            "5 Read/Atomic Requests outstanding, the peer's IRD is 4",
+            "5 Read/Atomic Requests outstanding, the peer's IRD is 4"
         ]
     );
 }
