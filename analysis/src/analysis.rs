@@ -208,7 +208,8 @@ pub struct Segment {
     pub frame: u64,
     /// Its capture time.
     pub timestamp: Duration,
-    /// TCP sequence number of the FPDU's first octet (its ULPDU_Length field).
+    /// TCP sequence number of the FPDU's ULPDU_Length field (past the marker when one comes
+    /// first: such a marker belongs to the FPDU, mpa-08 §4.3).
     pub seq: u32,
     /// ULPDU_Length.
     pub ulpdu_len: usize,
@@ -820,7 +821,7 @@ pub fn analyse_connection(conn: &Connection) -> ConnectionReport {
         decode_direction(
             dir,
             stream,
-            start,
+            (start, config.markers),
             &deframed,
             &mut report,
             &mut per_dir[dir.index()],
@@ -950,14 +951,16 @@ struct DecodedSegment {
     after_hole: bool,
 }
 
+/// `fpdu_mode`: where FPDU mode starts in `stream`, and whether the direction carries markers.
 fn decode_direction(
     dir: Direction,
     stream: &Stream,
-    start: u64,
+    fpdu_mode: (u64, bool),
     deframed: &Deframed,
     report: &mut IwarpConnection,
     out: &mut Vec<DecodedSegment>,
 ) {
+    let (start, markers) = fpdu_mode;
     let d = &mut report.directions[dir.index()];
     d.fpdu_stream_octets = (stream.data.len() as u64).saturating_sub(start);
     d.trailing_octets = deframed.trailing_octets;
@@ -972,7 +975,10 @@ fn decode_direction(
         let (offset, end) = (start + event.offset(), start + event.end());
         let chunk = stream.chunk_at(end.saturating_sub(1)).copied();
         let (frame, timestamp) = chunk.map_or((0, Duration::ZERO), |c| (c.frame, c.timestamp));
-        let seq = stream.seq_at(offset);
+        // The FPDU's ULPDU_Length field: after the marker when one comes first (every
+        // 512th octet of FPDU mode, mpa-08 §4.3), which then belongs to this FPDU.
+        let at_marker = markers && event.offset() % 512 == 0;
+        let seq = stream.seq_at(offset + if at_marker { 4 } else { 0 });
         match event {
             FpduEvent::Ulpdu { ulpdu, crc_ok, .. } => {
                 let crc = match crc_ok {

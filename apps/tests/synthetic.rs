@@ -864,6 +864,35 @@ fn fpdus_that_do_not_decode_are_still_counted() {
     }
 }
 
+/// A finding's "at seq S" names the FPDU's ULPDU_Length field, as the Segment field says,
+/// also when a marker comes first (every FPDU starting at a 512th octet of FPDU mode, the
+/// first one always): S is then 4 past the marker.
+#[test]
+fn finding_seq_is_that_of_the_ulpdu_length() {
+    for markers in [true, false] {
+        let spec = Spec {
+            markers: [markers; 2],
+            ..Spec::default()
+        };
+        let mut frames = build(&spec, &clean_messages());
+        spoil_first_fpdu(&mut frames, R);
+        let report = analyse(frames);
+        let crc = report
+            .findings()
+            .find(|f| f.kind == FindingKind::CrcError)
+            .unwrap();
+        let fpdu_mode = spec.isn[R]
+            .wrapping_add(1)
+            .wrapping_add(startup_frame(&spec, R).len() as u32);
+        let seq = fpdu_mode + if markers { 4 } else { 0 };
+        assert!(
+            crc.detail.starts_with(&format!("at seq {seq}: ")),
+            "markers {markers}: {}",
+            crc.detail
+        );
+    }
+}
+
 #[test]
 fn corrupted_marker_and_crc() {
     let frames = build(
