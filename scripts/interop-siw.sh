@@ -275,6 +275,8 @@ judge() { # judge NAME DIR MODE OURLOG OURRC GUESTSECTION PCAP VMCMD OURARGS -> 
     [ "$malformed" = 0 ] || why="$why; tshark: $malformed malformed"
     [ "$experr" = 0 ] || why="$why; tshark: $experr frames with expert errors"
     [ "$dump" = 0 ] || why="$why; iwdump: $(grep -m1 'VIOLATION' "$pcap.iwdump" || tail -n1 "$pcap.iwdump")"
+    # iwdump's "no protocol violations" means something only if it decoded the connection.
+    [ "$CV_IWARP" -gt 0 ] || [ "$frames" = 0 ] || why="$why; iwdump decoded no iWARP connection: $(head -n1 "$pcap.iwdump")"
     [ "$badcrc" = 0 ] || why="$why; $badcrc bad CRCs"
     if [ "$mode" = mpa2crc ] && [ "${name%%-*}" != markers ]; then
         [ "$goodcrc" -gt 0 ] || why="$why; CRC negotiated but no CRC checked good"

@@ -63,8 +63,8 @@ if ((CV_MALFORMED == 0 && CV_EXPERT == 0)); then
 else
     missed "tshark malformed/expert, siw_mpa2crc_rping" "$CV_MALFORMED malformed, $CV_EXPERT expert errors on a clean capture"
 fi
-if ((CV_IWDUMP == 0)); then
-    clean "iwdump, siw_mpa2crc_rping" "exit 0, no violation"
+if ((CV_IWDUMP == 0 && CV_IWARP >= 1)); then
+    clean "iwdump, siw_mpa2crc_rping" "exit 0, no violation, $CV_IWARP iWARP connection(s) decoded"
 else
     missed "iwdump, siw_mpa2crc_rping" "exit $CV_IWDUMP on a clean capture: $(grep -m1 'VIOLATION' "$work/clean.pcap.iwdump" || true)"
 fi
@@ -111,6 +111,23 @@ if ((CV_TSHARK != 0)); then
     caught "tshark exit status, capture cut mid-frame" "exit $CV_TSHARK: $(grep -m1 -o 'cut short[^.]*' "$work/cut.pcap.V.err" || head -n1 "$work/cut.pcap.V.err")"
 else
     missed "tshark exit status, capture cut mid-frame" "exit 0 ($CV_FRAMES frames, $CV_MALFORMED malformed)"
+fi
+
+# The clean capture under a link type iwdump cannot read (147, user-defined): iwdump exits 0
+# with a warning and finds no violation because it decoded nothing; only its connection
+# count tells (the siw matrix fails a row on 0 iWARP connections).
+python3 - "$src" "$work/linktype.pcap" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+assert b[:4] == bytes.fromhex("d4c3b2a1"), "a little-endian pcap"
+b[20:24] = (147).to_bytes(4, "little")
+open(sys.argv[2], "wb").write(b)
+PY
+capture_verdict "$work/linktype.pcap"
+if ((CV_IWARP == 0)); then
+    caught "iwdump connection count, link type 147" "exit $CV_IWDUMP, 0 iWARP connections: $(grep -m1 'warning' "$work/linktype.pcap.iwdump" | cut -c1-90)"
+else
+    missed "iwdump connection count, link type 147" "$CV_IWARP iWARP connection(s) decoded"
 fi
 
 # ---- judges that live in cargo tests: each planted test feeds its judge the defect (it must

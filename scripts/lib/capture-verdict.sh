@@ -17,6 +17,9 @@
 #   CV_GOOD       MPA CRCs tshark checked good ("(Good CRC32)" in -V)
 #   CV_BAD        MPA CRCs tshark checked bad ("Bad CRC32" in -V)
 #   CV_IWDUMP     iwdump's exit status (0: no protocol violation)
+#   CV_IWARP      iWARP connections iwdump decoded (its first line's "N iWARP"): 0 means
+#                 iwdump judged nothing (a link type or framing it cannot read exits 0 with
+#                 warnings), so a caller that expects iWARP traffic fails on it
 #   CV_TSHARK     tshark's exit status reading the whole capture (-V pass; 0: read to the
 #                 end). Non-zero (a file cut short mid-frame, unreadable, tshark failing)
 #                 means the counts above cover part of the capture or none: callers fail on it.
@@ -56,4 +59,6 @@ capture_verdict() {
     CV_GOOD=$(grep -c '(Good CRC32)' "$pcap.V" || true)
     CV_IWDUMP=0
     "$IWDUMP" "$pcap" >"$pcap.iwdump" 2>&1 || CV_IWDUMP=$?
+    CV_IWARP=$(sed -n 's/.* connection(s), \([0-9][0-9]*\) iWARP.*/\1/p' "$pcap.iwdump" | head -n1)
+    CV_IWARP=${CV_IWARP:-0}
 }
