@@ -1490,3 +1490,61 @@ fn rfc5681_3_2_fast_retransmit_without_sack_with_a_full_window() {
     );
     assert_eq!(s.fast_recoveries, 1);
 }
+
+// The connection state machine against RFC 9293 3.10.7, RFC 5961, RFC 7323 and RFC 1122
+// (the review of `tcp/src/conn`): one script per defect found.
+
+/// RFC 9293 3.10.7.3 (SYN-SENT, first check): an ACK that does not acknowledge our SYN
+/// draws `<SEQ=SEG.ACK><CTL=RST>`. This is how a connect finds the peer's half-open
+/// connection of an earlier incarnation (RFC 9293 3.5.1, Figure 10; RFC 5961 4.2 relies on
+/// it: the peer answers our SYN with a challenge ACK, our RST at its SEG.ACK is exactly its
+/// RCV.NXT and resets the stale connection, and our next SYN connects). Before, the ACK only
+/// set an ACK owed that SYN-SENT never sends: every SYN drew a challenge ACK that went
+/// unanswered until the connect timed out. The SYN itself is kept: the retransmission
+/// follows at its RTO as before. An ACK with RST set draws nothing.
+#[test]
+fn rfc9293_3_10_7_3_a_bad_ack_in_syn_sent_draws_a_reset_at_its_ack() {
+    let mut c = Connection::connect(&cfg(), ep(), ISS, ms(0));
+    assert_eq!(drain(&mut c, ms(0)).len(), 1);
+    let stale = PISS + 7_777;
+    for ack in [ISS - 5_000, ISS, ISS + 2] {
+        c.handle_segment(ms(10), &seg(TcpControl::None, stale, Some(ack), &[]));
+        assert_eq!(c.state(), State::SynSent);
+        let out = drain(&mut c, ms(10));
+        assert_eq!(out.len(), 1, "ack {ack}: {out:?}");
+        assert_eq!(out[0].control, TcpControl::Rst);
+        assert_eq!(out[0].seq, ack);
+        assert_eq!(out[0].ack, None, "<SEQ=SEG.ACK><CTL=RST>");
+    }
+    c.handle_segment(ms(11), &seg(TcpControl::Rst, stale, Some(ISS + 9), &[]));
+    assert!(drain(&mut c, ms(11)).is_empty(), "a RST is never answered");
+    assert_eq!(c.state(), State::SynSent);
+    let out = run_until(&mut c, ms(11), ms(1500));
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!((out[0].1.control, out[0].1.seq), (TcpControl::Syn, ISS));
+    // The stale connection gone, the peer's SYN-ACK completes the handshake.
+    c.handle_segment(ms(1500), &seg(TcpControl::Syn, PISS, Some(ISS + 1), &[]));
+    assert_eq!(c.state(), State::Established);
+}
+
+/// RFC 9293 3.10.7.4 (fifth, SYN-RECEIVED): an ACK that does not acknowledge our SYN-ACK
+/// draws `<SEQ=SEG.ACK><CTL=RST>` and the connection stays in SYN-RECEIVED (before:
+/// nothing was sent at all).
+#[test]
+fn rfc9293_3_10_7_4_a_bad_ack_in_syn_received_draws_a_reset_at_its_ack() {
+    let mut syn = seg(TcpControl::Syn, PISS, None, &[]);
+    syn.max_seg_size = Some(1460);
+    let mut c = Connection::accept(&cfg(), ep(), ISS, &syn, ms(0));
+    assert_eq!(drain(&mut c, ms(0))[0].control, TcpControl::Syn);
+    let bad = ISS + 50_000;
+    c.handle_segment(ms(1), &seg(TcpControl::None, PISS + 1, Some(bad), &[]));
+    assert_eq!(c.state(), State::SynReceived);
+    let out = drain(&mut c, ms(1));
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(
+        (out[0].control, out[0].seq, out[0].ack),
+        (TcpControl::Rst, bad, None)
+    );
+    c.handle_segment(ms(2), &seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]));
+    assert_eq!(c.state(), State::Established);
+}

@@ -501,6 +501,10 @@ pub struct Connection {
     delack_at: Option<Instant>,
     unacked_segs: u32,
     rst_pending: bool,
+    /// `<SEQ=SEG.ACK><CTL=RST>` owed for an ACK that does not acknowledge our SYN (RFC 9293
+    /// 3.10.7.3 and 3.10.7.4 fifth): a RST at that sequence number, without ACK, that leaves
+    /// the connection as it is.
+    rst_at: Option<TcpSeqNumber>,
     probe_pending: bool,
     window_probe_due: bool,
     window_probe_at: Option<Instant>,
@@ -578,6 +582,7 @@ impl Connection {
             delack_at: None,
             unacked_segs: 0,
             rst_pending: false,
+            rst_at: None,
             probe_pending: false,
             window_probe_due: false,
             window_probe_at: None,
@@ -1044,6 +1049,7 @@ impl Connection {
         }
         self.finished = true;
         self.rst_pending = false;
+        self.rst_at = None;
         self.delack_at = None;
         self.keepalive_at = None;
         self.window_probe_at = None;
@@ -1396,11 +1402,13 @@ impl Connection {
         true
     }
 
-    fn queue_rst_for_ack(&mut self, _ack: TcpSeqNumber) {
-        // A bad ACK in a SYN state draws <SEQ=SEG.ACK><CTL=RST> (RFC 9293 3.10.7.3/4). We
-        // answer with a challenge-style ACK instead when synchronized states cannot apply;
-        // the host sends RSTs for segments of no connection.
-        self.ack_now = true;
+    /// A bad ACK in a SYN state draws `<SEQ=SEG.ACK><CTL=RST>` (RFC 9293 3.10.7.3, 3.10.7.4
+    /// fifth): how a connect learns of the peer's half-open connection of an earlier
+    /// incarnation (3.5.1), whose challenge ACK (RFC 5961 4.2) carries SEG.ACK = its
+    /// RCV.NXT, so the RST resets it. The connection stays as it is (its SYN goes again at
+    /// its RTO); one RST is owed at a time, the latest ACK's.
+    fn queue_rst_for_ack(&mut self, ack: TcpSeqNumber) {
+        self.rst_at = Some(ack);
     }
 
     fn process_ack(&mut self, now: Instant, seg: &TcpRepr<'_>, ack: TcpSeqNumber) {
@@ -2150,7 +2158,8 @@ impl Connection {
         // (A keep-alive or an ACK owed comes after new data in the walk, which leaves the
         // one and clears the other as `sent` does here; a record queued makes the stream
         // one of records; a FIN queued (`close`) moves the state past the two below.)
-        let asked = self.rst_pending | self.window_probe_due | self.probe_pending;
+        let asked =
+            self.rst_pending | self.rst_at.is_some() | self.window_probe_due | self.probe_pending;
         if asked
             || !self.syn_acked
             || !matches!(self.state, State::Established | State::CloseWait)
@@ -2224,6 +2233,7 @@ impl Connection {
     #[inline(always)]
     pub(crate) fn nothing_to_send(&self) -> bool {
         let asked = self.rst_pending
+            | self.rst_at.is_some()
             | self.window_probe_due
             | self.probe_pending
             | self.keepalive_pending
@@ -2242,6 +2252,14 @@ impl Connection {
         if self.rst_pending {
             self.rst_pending = false;
             let mut seg = self.base_segment(now, TcpControl::Rst, self.snd_nxt);
+            seg.window_len = 0;
+            seg.sack_ranges = [None; 3];
+            self.stats.segments_sent += 1;
+            return Some((seg, 0, 0));
+        }
+        if let Some(seq) = self.rst_at.take() {
+            let mut seg = self.base_segment(now, TcpControl::Rst, seq);
+            seg.ack_number = None;
             seg.window_len = 0;
             seg.sack_ranges = [None; 3];
             self.stats.segments_sent += 1;
@@ -2488,8 +2506,11 @@ impl Connection {
         // FIN comes first: `nothing_to_send`, `may_send`). `nothing_to_send`'s tests but
         // for an ACK owed (`ack_now`): the segment carries it, as `plan_in_full` sends new
         // data before a bare ACK.
-        let asked =
-            self.rst_pending | self.window_probe_due | self.probe_pending | self.keepalive_pending;
+        let asked = self.rst_pending
+            | self.rst_at.is_some()
+            | self.window_probe_due
+            | self.probe_pending
+            | self.keepalive_pending;
         let fits = len > 0
             && !asked
             && self.may_send()
