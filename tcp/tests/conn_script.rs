@@ -1548,3 +1548,67 @@ fn rfc9293_3_10_7_4_a_bad_ack_in_syn_received_draws_a_reset_at_its_ack() {
     c.handle_segment(ms(2), &seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]));
     assert_eq!(c.state(), State::Established);
 }
+
+/// RFC 9293 3.5, Figure 8: simultaneous open. Both ends send a SYN, each answers the other's
+/// with a SYN-ACK from SYN-RECEIVED, and the SYN-ACK each receives there acknowledges its SYN:
+/// both are ESTABLISHED then (as Linux's `tcp_validate_incoming` lets such a SYN-ACK
+/// through). Before, the SYN-ACK failed the acceptability test (its SEG.SEQ is RCV.NXT - 1),
+/// the ACK it owed was never sent from SYN-RECEIVED, and both ends went on retransmitting
+/// SYN-ACKs that met the same fate until the handshake timed out.
+#[test]
+fn rfc9293_3_5_simultaneous_open_completes_without_a_timeout() {
+    let peer_ep = Endpoints {
+        local: PEER,
+        remote: US,
+    };
+    let mut a = Connection::connect(&cfg(), ep(), ISS, ms(0));
+    let mut b = Connection::connect(&cfg(), peer_ep, PISS, ms(0));
+    // The SYNs cross.
+    let (sa, sb) = (drain(&mut a, ms(0)), drain(&mut b, ms(0)));
+    assert_eq!((sa.len(), sb.len()), (1, 1));
+    let carry = |o: &Out, to: &mut Connection, now: Instant| {
+        let mut s = seg(o.control, o.seq, o.ack, &o.payload);
+        (s.src_port, s.dst_port) = (0, 0);
+        s.window_len = o.window;
+        s.max_seg_size = o.mss;
+        s.window_scale = o.ws;
+        s.sack_permitted = o.sack_permitted;
+        s.timestamp = o.ts;
+        to.handle_segment(now, &s);
+    };
+    carry(&sa[0], &mut b, ms(1));
+    carry(&sb[0], &mut a, ms(1));
+    assert_eq!(
+        (a.state(), b.state()),
+        (State::SynReceived, State::SynReceived)
+    );
+    // The SYN-ACKs cross, and whatever they draw is carried until both ends are quiet.
+    let mut now = ms(2);
+    let (mut qa, mut qb) = (drain(&mut a, now), drain(&mut b, now));
+    while !qa.is_empty() || !qb.is_empty() {
+        for o in qa.drain(..) {
+            carry(&o, &mut b, now);
+        }
+        for o in qb.drain(..) {
+            carry(&o, &mut a, now);
+        }
+        now += Duration::from_micros(10);
+        qa = drain(&mut a, now);
+        qb = drain(&mut b, now);
+    }
+    assert_eq!(
+        (a.state(), b.state()),
+        (State::Established, State::Established)
+    );
+    assert!(now < ms(3), "completed at {now}");
+    assert_eq!(events(&mut a), vec![ConnEvent::Connected]);
+    assert_eq!(events(&mut b), vec![ConnEvent::Connected]);
+    // And data flows.
+    assert_eq!(a.send(b"hello"), Ok(5));
+    for o in drain(&mut a, now) {
+        carry(&o, &mut b, now);
+    }
+    let mut buf = [0u8; 8];
+    assert_eq!(b.recv(&mut buf), Ok(5));
+    assert_eq!(&buf[..5], b"hello");
+}

@@ -1210,6 +1210,23 @@ impl Connection {
             self.syn_sent = false;
             return;
         }
+        // Simultaneous open (RFC 9293 3.5, Figure 8): in SYN-RECEIVED from SYN-SENT the peer's
+        // SYN-ACK answers our SYN-ACK. Its SEG.SEQ is RCV.NXT - 1 (its SYN, taken already),
+        // which fails the acceptability test, but its ACK completes the handshake: it is
+        // taken as the same segment past its SYN (as Linux's `tcp_validate_incoming` lets
+        // it through). Any data it carries goes again once we acknowledge.
+        if seg.control == TcpControl::Syn
+            && seg.ack_number.is_some()
+            && self.active
+            && !self.syn_acked
+            && rel == -1
+        {
+            let mut rest = *seg;
+            rest.control = TcpControl::None;
+            rest.seq_number = self.rcv_nxt;
+            rest.payload = &[];
+            return self.on_synchronized(now, &rest, deliver);
+        }
         let end_rel = rel + seg_len as i64 - 1;
         let acceptable = match (seg_len, wnd) {
             (0, 0) => rel == 0,
