@@ -1612,3 +1612,46 @@ fn rfc9293_3_5_simultaneous_open_completes_without_a_timeout() {
     assert_eq!(b.recv(&mut buf), Ok(5));
     assert_eq!(&buf[..5], b"hello");
 }
+
+/// RFC 9293 3.10.7.4 (eighth) and 3.9.1 RECEIVE: the FIN ends the stream. A FIN that came
+/// out of order fixes where the stream ends: octets past it are not the peer's data and are
+/// dropped, a later FIN at another place changes nothing, and once the gap before the FIN
+/// fills the FIN is taken (as Linux's `tcp_fin` purges what it held out of order). Before,
+/// octets held past the FIN were delivered when the gap filled, RCV.NXT ran past the FIN's
+/// place, and the FIN was never taken: no PeerClosed, ESTABLISHED for ever.
+#[test]
+fn rfc9293_3_10_7_4_a_fin_out_of_order_ends_the_stream_where_it_lies() {
+    let mut c = established(cfg(), true);
+    c.handle_segment(
+        ms(2),
+        &seg(TcpControl::Fin, PISS + 1 + 10, Some(ISS + 1), &[]),
+    );
+    c.handle_segment(ms(3), &data(10, &[7; 10], ISS + 1));
+    c.handle_segment(
+        ms(3),
+        &seg(TcpControl::Fin, PISS + 1 + 20, Some(ISS + 1), &[]),
+    );
+    assert_eq!(c.state(), State::Established);
+    assert_eq!(c.recv_queue(), 0);
+    c.handle_segment(ms(4), &data(0, &[1; 10], ISS + 1));
+    assert_eq!(
+        c.recv_queue(),
+        10,
+        "the octets before the FIN, and only those"
+    );
+    assert_eq!(c.state(), State::CloseWait);
+    assert_eq!(
+        events(&mut c),
+        vec![ConnEvent::Readable, ConnEvent::PeerClosed]
+    );
+    let out = drain(&mut c, ms(4));
+    assert_eq!(
+        out.last().map(|o| o.ack),
+        Some(Some(PISS + 1 + 11)),
+        "{out:?}"
+    );
+    let mut buf = [0u8; 32];
+    assert_eq!(c.recv(&mut buf), Ok(10));
+    assert_eq!(&buf[..10], &[1; 10]);
+    assert!(c.recv(&mut buf).is_err(), "nothing more will arrive");
+}

@@ -1624,14 +1624,27 @@ impl Connection {
             fin_in_window = true;
         }
         let off = off as u64;
-        if seg.control == TcpControl::Fin && fin_in_window {
+        // The FIN ends the stream (RFC 9293 3.9.1 RECEIVE, 3.10.7.4 eighth): once its place
+        // is known, octets past it are not the peer's data, and a FIN elsewhere changes
+        // nothing.
+        if let Some(f) = self.fin_off {
+            data = &data[..(f.saturating_sub(off) as usize).min(data.len())];
+        }
+        if seg.control == TcpControl::Fin && fin_in_window && self.fin_off.is_none() {
             self.fin_off = Some(off + data.len() as u64);
         }
         if !data.is_empty() {
             if off == self.rcv_off {
                 let had_gap = !self.ooo.is_empty();
                 self.take_in_order(data, deliver);
-                while let Some(more) = self.ooo.take_at(self.rcv_off) {
+                while let Some(mut more) = self.ooo.take_at(self.rcv_off) {
+                    // Held before the FIN came: what lies past it is dropped.
+                    if let Some(f) = self.fin_off {
+                        more.truncate(f.saturating_sub(self.rcv_off) as usize);
+                    }
+                    if more.is_empty() {
+                        break;
+                    }
                     self.take_in_order(&more, deliver);
                 }
                 self.took_in_order(now, had_gap);
@@ -1654,6 +1667,9 @@ impl Connection {
         if !self.fin_received && self.fin_off == Some(self.rcv_off) {
             self.fin_received = true;
             self.rcv_nxt += 1;
+            // Nothing held out of order can be the peer's data any more (Linux's `tcp_fin`
+            // purges it too).
+            self.ooo = Reassembly::default();
             self.events |= EV_PEER_CLOSED;
             self.ack_now = true;
             match self.state {
