@@ -1655,3 +1655,41 @@ fn rfc9293_3_10_7_4_a_fin_out_of_order_ends_the_stream_where_it_lies() {
     assert_eq!(&buf[..10], &[1; 10]);
     assert!(c.recv(&mut buf).is_err(), "nothing more will arrive");
 }
+
+/// FIN-WAIT-2 lasts while the peer is alive ([`ConnConfig::fin_wait_2_timeout`] `None`:
+/// no limit). The user timeout counts silence as death wherever keep-alive is configured
+/// (`user_timeout_applies`), so keep-alive probes must go out in FIN-WAIT-2 too, as they
+/// do in ESTABLISHED and CLOSE-WAIT (and as Linux sends them in FIN_WAIT2). Before, none
+/// went out there, and a half-closed connection whose peer took longer than the user
+/// timeout to send its last data and FIN was reset, the data lost.
+#[test]
+fn rfc1122_4_2_3_6_keep_alive_probes_a_live_peer_in_fin_wait_2() {
+    let mut config = cfg();
+    config.keep_alive = Some(Duration::from_secs(10));
+    config.timeout = Some(Duration::from_secs(30));
+    config.fin_wait_2_timeout = None;
+    let mut c = established(config, true);
+    c.close();
+    assert_eq!(drain(&mut c, ms(2))[0].control, TcpControl::Fin);
+    c.handle_segment(ms(3), &seg(TcpControl::None, PISS + 1, Some(ISS + 2), &[]));
+    assert_eq!(c.state(), State::FinWait2);
+    let mut now = ms(3);
+    let mut probes = 0;
+    while now < ms(120_000) {
+        let next = now + Duration::from_secs(1);
+        for (t, o) in run_until(&mut c, now, next) {
+            // A keep-alive: SEG.SEQ = SND.NXT - 1, no data; the live peer answers it.
+            assert_eq!((o.seq, o.payload.len()), (ISS + 1, 0), "{o:?}");
+            probes += 1;
+            c.handle_segment(t, &seg(TcpControl::None, PISS + 1, Some(ISS + 2), &[]));
+        }
+        now = next;
+        assert_eq!(c.state(), State::FinWait2, "at {now}");
+    }
+    assert!(probes >= 10, "{probes} keep-alives");
+    // The peer's last data and FIN still arrive.
+    c.handle_segment(now, &data(0, b"late", ISS + 2));
+    c.handle_segment(now, &seg(TcpControl::Fin, PISS + 5, Some(ISS + 2), &[]));
+    assert_eq!(c.state(), State::TimeWait);
+    assert_eq!(c.recv_queue(), 4);
+}

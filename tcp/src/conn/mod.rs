@@ -1815,7 +1815,15 @@ impl Connection {
         }
         if self.keepalive_at.is_some_and(|t| t <= now) {
             let idle = self.rec.is_empty() && self.tx.len() == 0;
-            if idle && matches!(self.state, State::Established | State::CloseWait) {
+            // FIN-WAIT-2 too: the user timeout counts the peer's silence there as in the
+            // other states (`user_timeout_applies`), and a live peer that has not closed
+            // yet answers a probe (as Linux probes FIN_WAIT2).
+            if idle
+                && matches!(
+                    self.state,
+                    State::Established | State::CloseWait | State::FinWait2
+                )
+            {
                 self.keepalive_pending = true;
                 self.stats.keepalives += 1;
             }
