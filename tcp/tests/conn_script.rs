@@ -1693,3 +1693,32 @@ fn rfc1122_4_2_3_6_keep_alive_probes_a_live_peer_in_fin_wait_2() {
     assert_eq!(c.state(), State::TimeWait);
     assert_eq!(c.recv_queue(), 4);
 }
+
+/// RFC 9293 3.8.6.2.1 (sender SWS avoidance, case 4) and RFC 1122 4.2.3.4: the sender
+/// holds back a segment smaller than a full one and than half the largest window, but only
+/// until the override timeout; with nothing in flight no ACK will come to change its mind.
+/// A peer's window left small and open (its buffer holds data its application has not read
+/// yet, and the window update that follows the read is lost) would otherwise stall the
+/// connection for good (before: no timer at all, the data stayed queued until the user
+/// timeout reset the connection). As Linux's persist timer (`tcp_probe_timer` sends what
+/// the window allows), the window-probe timer covers it and sends what fits.
+#[test]
+fn rfc9293_3_8_6_2_1_a_small_open_window_is_used_after_the_override_timeout() {
+    let mut c = established(cfg(), true);
+    // The peer's window shrinks to 1,000 octets (below a segment and half of 65,535).
+    let mut small = seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]);
+    small.window_len = 1000;
+    c.handle_segment(ms(2), &small);
+    assert!(
+        send(&mut c, ms(2), 3000).is_empty(),
+        "SWS avoidance holds it"
+    );
+    let out = run_until(&mut c, ms(2), ms(5_000));
+    let first = out.iter().find(|(_, o)| !o.payload.is_empty());
+    let Some((t, o)) = first else {
+        panic!("nothing sent into the open window: {out:?}");
+    };
+    assert!(*t <= ms(1_100), "sent at {t}");
+    assert_eq!((o.seq, o.payload.len()), (ISS + 1, 1000));
+    assert_eq!(c.state(), State::Established);
+}

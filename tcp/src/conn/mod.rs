@@ -177,7 +177,8 @@ pub struct ConnStats {
     pub challenge_acks: u64,
     /// Segments dropped by PAWS.
     pub paws_dropped: u64,
-    /// Zero-window probes sent.
+    /// Window-probe timer expiries: zero-window probes sent, and segments sender SWS
+    /// avoidance held back that went at its override timeout (RFC 9293 3.8.6).
     pub window_probes: u64,
     /// Keep-alive probes sent.
     pub keepalives: u64,
@@ -2473,27 +2474,35 @@ impl Connection {
         } else if how == Send::Normal {
             n = n.min(peer_room).min(allowance);
             if n == 0 {
-                if self.snd_wnd == 0 && self.rec.is_empty() && self.window_probe_at.is_none() {
+                if self.snd_wnd == 0 {
                     // RFC 9293 3.8.6.1: probe the zero window, backing off.
-                    let base = self.rec.rto();
-                    self.window_probe_at =
-                        Some(now + base * (1u32 << self.window_probe_backoff.min(6)));
+                    self.arm_window_probe(now);
                 }
                 return None;
             }
             // Sender SWS avoidance (RFC 9293 3.8.6.2.1): a full segment, everything queued,
-            // or at least half the largest window the peer offered.
+            // or at least half the largest window the peer offered; else (4) what the
+            // window allows once the override timeout passes (the window-probe timer: with
+            // nothing in flight no ACK comes to open the window further, and a lost window
+            // update would leave the data waiting for good; Linux's persist timer too).
             let all = n == unsent;
             if n < self.smss && !all && n < self.max_snd_wnd / 2 {
+                self.arm_window_probe(now);
                 return None;
             }
         } else if self.snd_wnd == 0 && peer_room == 0 {
             n = 1;
         } else {
-            // The window opened meanwhile: a normal send follows.
-            return None;
+            // The window is open (it opened meanwhile, or sender SWS avoidance held back
+            // what it allows): what it allows goes now, the override of RFC 9293
+            // 3.8.6.2.1 (4).
+            n = n.min(peer_room).min(allowance);
+            if n == 0 {
+                return None;
+            }
         }
-        let records = self.in_records() && how != Send::WindowProbe;
+        // A zero-window probe is one octet, whatever the records.
+        let records = self.in_records() && !(how == Send::WindowProbe && self.snd_wnd == 0);
         let (payload_len, records_sent) = if records {
             // Whole records, the segment's payload room kept whole (SACK blocks give way).
             let room = self.max_record_payload();
@@ -2529,6 +2538,16 @@ impl Connection {
             .on_sent(now, seq, payload_len + usize::from(fin), false);
         self.sent_data(&seg, sack_owed);
         Some((seg, sent, payload_len))
+    }
+
+    /// Arms the window-probe timer (RFC 9293 3.8.6.1, and the override timeout of sender SWS
+    /// avoidance, 3.8.6.2.1) unless it runs or something is in flight (its ACK will come,
+    /// and the RTO covers it), backing off from one RTO.
+    fn arm_window_probe(&mut self, now: Instant) {
+        if self.rec.is_empty() && self.window_probe_at.is_none() {
+            let base = self.rec.rto();
+            self.window_probe_at = Some(now + base * (1u32 << self.window_probe_backoff.min(6)));
+        }
     }
 
     /// The segment [`Self::poll_segment`] would send for a record of `len` octets written

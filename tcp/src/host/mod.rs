@@ -220,7 +220,8 @@ pub struct TcpTotals {
     pub undone_recoveries: u64,
     /// Recovery episodes (window reductions).
     pub fast_recoveries: u64,
-    /// Zero-window probes sent.
+    /// Window-probe timer expiries: zero-window probes sent, and segments sender SWS
+    /// avoidance held back that went at its override timeout (RFC 9293 3.8.6).
     pub window_probes: u64,
     /// In-order octets the user took straight from the received frames
     /// ([`Host::poll_with`]), never copied into a receive queue.
