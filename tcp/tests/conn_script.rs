@@ -1722,3 +1722,42 @@ fn rfc9293_3_8_6_2_1_a_small_open_window_is_used_after_the_override_timeout() {
     assert_eq!((o.seq, o.payload.len()), (ISS + 1, 1000));
     assert_eq!(c.state(), State::Established);
 }
+
+/// A pure ACK (and a RST) goes out with a SEG.SEQ the peer can accept: SND.NXT, but no
+/// further than the right edge of the peer's window, SND.UNA + SND.WND (Linux's
+/// `tcp_acceptable_seq`). After a zero-window probe SND.NXT lies one octet past a window
+/// the peer still holds shut, and a receiver with RCV.WND = 0 accepts SEG.SEQ = RCV.NXT
+/// only (RFC 9293 3.10.7.4, first check): the ACKs of its data (and our abort) were
+/// dropped there, its data went unacknowledged while its own window stayed shut, and with
+/// a warpcore peer (whose window probes are data) neither side's ACKs got through until
+/// the window opened. The same after a peer shrinks its window (RFC 9293 3.8.6).
+#[test]
+fn rfc9293_3_10_7_4_acks_stay_within_a_shut_or_shrunk_peer_window() {
+    let mut c = established(cfg(), true);
+    let mut zero = seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]);
+    zero.window_len = 0;
+    c.handle_segment(ms(2), &zero);
+    assert!(send(&mut c, ms(2), 3000).is_empty());
+    let out = run_until(&mut c, ms(2), ms(1_500));
+    assert!(
+        out.iter()
+            .any(|(_, o)| o.seq == ISS + 1 && o.payload.len() == 1),
+        "a window probe: {out:?}"
+    );
+    // The peer, its window still shut, sends data (and does not take the probe's octet).
+    let mut d = data(0, b"0123456789", ISS + 1);
+    d.window_len = 0;
+    c.handle_segment(ms(1_600), &d);
+    let out = drain(&mut c, ms(1_600));
+    let acks: Vec<_> = out.iter().filter(|o| o.payload.is_empty()).collect();
+    assert_eq!(acks.len(), 1, "{out:?}");
+    assert_eq!(acks[0].ack, Some(PISS + 11));
+    assert_eq!(
+        acks[0].seq,
+        ISS + 1,
+        "SND.UNA + SND.WND, within the peer's window"
+    );
+    c.abort();
+    let out = drain(&mut c, ms(1_700));
+    assert_eq!((out[0].control, out[0].seq), (TcpControl::Rst, ISS + 1));
+}

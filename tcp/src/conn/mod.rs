@@ -2112,7 +2112,7 @@ impl Connection {
         {
             return None;
         }
-        let repr = self.base_segment(now, TcpControl::None, self.snd_nxt);
+        let repr = self.base_segment(now, TcpControl::None, self.acceptable_seq());
         self.sent(&repr);
         Some(repr)
     }
@@ -2293,7 +2293,7 @@ impl Connection {
     fn plan_in_full(&mut self, now: Instant) -> Option<Plan> {
         if self.rst_pending {
             self.rst_pending = false;
-            let mut seg = self.base_segment(now, TcpControl::Rst, self.snd_nxt);
+            let mut seg = self.base_segment(now, TcpControl::Rst, self.acceptable_seq());
             seg.window_len = 0;
             seg.sack_ranges = [None; 3];
             self.stats.segments_sent += 1;
@@ -2353,7 +2353,7 @@ impl Connection {
             return Some((seg, 0, 0));
         }
         if self.ack_now {
-            let seg = self.base_segment(now, TcpControl::None, self.snd_nxt);
+            let seg = self.base_segment(now, TcpControl::None, self.acceptable_seq());
             self.sent(&seg);
             return Some((seg, 0, 0));
         }
@@ -2547,6 +2547,20 @@ impl Connection {
         if self.rec.is_empty() && self.window_probe_at.is_none() {
             let base = self.rec.rto();
             self.window_probe_at = Some(now + base * (1u32 << self.window_probe_backoff.min(6)));
+        }
+    }
+
+    /// SEG.SEQ of a segment without data (an ACK, a RST): SND.NXT, but no further than the
+    /// right edge of the peer's window, SND.UNA + SND.WND (Linux's `tcp_acceptable_seq`).
+    /// After a zero-window probe, or where the peer shrank its window (RFC 9293 3.8.6),
+    /// SND.NXT lies past that edge, and a receiver whose window is shut accepts SEG.SEQ =
+    /// RCV.NXT only (3.10.7.4, first check): ACKs at SND.NXT were dropped there.
+    fn acceptable_seq(&self) -> TcpSeqNumber {
+        let edge = self.snd_una + self.snd_wnd;
+        if seq_diff(self.snd_nxt, edge) > 0 {
+            edge
+        } else {
+            self.snd_nxt
         }
     }
 
