@@ -1761,3 +1761,39 @@ fn rfc9293_3_10_7_4_acks_stay_within_a_shut_or_shrunk_peer_window() {
     let out = drain(&mut c, ms(1_700));
     assert_eq!((out[0].control, out[0].seq), (TcpControl::Rst, ISS + 1));
 }
+
+/// RFC 7323 5.5: after a long idle spell TS.Recent is invalid. PAWS lets the next segment
+/// through whatever its TSval, and that segment's TSval becomes TS.Recent, so PAWS and the
+/// echoes work again from there. A peer with a microsecond timestamp clock (Warpcore's)
+/// moves more than 2^31 ticks in 36 minutes: after such a spell without keep-alive its
+/// TSvals look older than TS.Recent. Before, TS.Recent stayed at the value before the spell
+/// (only a newer TSval could replace it): every ACK echoed it, so the peer got no RTT
+/// sample, and with TS.Recent stale for good PAWS dropped nothing any more.
+#[test]
+fn rfc7323_5_5_a_stale_ts_recent_takes_the_next_segments_tsval() {
+    let mut config = cfg();
+    config.keep_alive = None;
+    config.timeout = None;
+    let mut c = established(config, false);
+    let ts = |tsval| Some(TcpTimestampRepr { tsval, tsecr: 0 });
+    // 40 minutes later the peer's clock (it sent 1 in its SYN-ACK) has moved 2.4e9 us.
+    let later = ms(40 * 60 * 1000);
+    let tsval = 1u32.wrapping_add(2_400_000_000);
+    let mut s = data(0, b"late", ISS + 1);
+    s.timestamp = ts(tsval);
+    c.handle_segment(later, &s);
+    assert_eq!(c.recv_queue(), 4, "PAWS lets it through");
+    let out = drain(&mut c, later);
+    assert_eq!(out.len(), 1);
+    assert_eq!(
+        out[0].ts.map(|t| t.tsecr),
+        Some(tsval),
+        "the echo is the new TSval"
+    );
+    // PAWS works again: a segment with an older TSval is dropped.
+    let mut old = data(4, b"old", ISS + 1);
+    old.timestamp = ts(tsval.wrapping_sub(1000));
+    c.handle_segment(later + Duration::from_millis(1), &old);
+    assert_eq!(c.recv_queue(), 4);
+    assert_eq!(c.stats().paws_dropped, 1);
+}

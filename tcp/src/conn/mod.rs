@@ -1326,10 +1326,15 @@ impl Connection {
         }
         // Timestamp bookkeeping (RFC 7323 4.3 (2)): TS.Recent takes SEG.TSval if it is not
         // older and SEG.SEQ <= Last.ACK.sent, so an ACK echoes the earliest segment it
-        // acknowledges that arrived after the last ACK we sent.
+        // acknowledges that arrived after the last ACK we sent. A TS.Recent gone stale is
+        // invalid (5.5): the segment PAWS let through for it sets it whatever its TSval
+        // (as Linux's `tcp_replace_ts_recent`), or a peer clock that moved more than half
+        // its space meanwhile (2^31 ticks: 36 minutes of a microsecond clock such as ours)
+        // would leave it stale for good, PAWS off and every echo wrong.
         if let (true, Some(ts)) = (self.ts_ok, seg.timestamp) {
+            let stale = now - self.ts_recent_at > TS_STALE;
             if seq_diff(seg.seq_number, self.last_ack_sent) <= 0
-                && (ts.tsval.wrapping_sub(self.ts_recent) as i32) >= 0
+                && (stale || (ts.tsval.wrapping_sub(self.ts_recent) as i32) >= 0)
             {
                 self.ts_recent = ts.tsval;
                 self.ts_recent_at = now;
