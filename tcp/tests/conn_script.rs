@@ -1797,3 +1797,44 @@ fn rfc7323_5_5_a_stale_ts_recent_takes_the_next_segments_tsval() {
     assert_eq!(c.recv_queue(), 4);
     assert_eq!(c.stats().paws_dropped, 1);
 }
+
+/// RFC 9293 3.8.6.1: a receiver whose window is shut does not take the probe's octet (it is
+/// not acceptable, 3.10.7.4; Linux drops it too) and answers with its zero window. When its
+/// window opens it sends a window update that acknowledges nothing new; the probe's octet,
+/// never taken, goes again at once and the data follows its ACK. Before, nothing went out
+/// until the probe's retransmission timer fired: backed off through the probes (and not
+/// reset by the peer's answers), up to a minute after the window opened.
+#[test]
+fn rfc9293_3_8_6_1_a_reopened_window_resends_the_probe_at_once() {
+    let mut c = established(cfg(), true);
+    let mut zero = seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]);
+    zero.window_len = 0;
+    c.handle_segment(ms(2), &zero);
+    assert!(send(&mut c, ms(2), 3000).is_empty());
+    // Thirty seconds of a shut window: each probe draws the zero window again.
+    let mut now = ms(2);
+    let mut probes = 0;
+    while now < ms(30_000) {
+        let next = now + Duration::from_millis(10);
+        for (t, o) in run_until(&mut c, now, next) {
+            assert_eq!((o.seq, o.payload.len()), (ISS + 1, 1), "{o:?}");
+            probes += 1;
+            c.handle_segment(t, &zero);
+        }
+        now = next;
+    }
+    assert!(probes >= 4, "{probes} probes");
+    assert_eq!(c.state(), State::Established);
+    // The window opens.
+    let open = seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]);
+    c.handle_segment(now, &open);
+    let out = drain(&mut c, now);
+    assert!(
+        out.iter()
+            .any(|o| o.seq == ISS + 1 && !o.payload.is_empty()),
+        "the octet at SND.UNA goes again at once: {out:?}"
+    );
+    c.handle_segment(now, &seg(TcpControl::None, PISS + 1, Some(ISS + 2), &[]));
+    let out = drain(&mut c, now);
+    assert_eq!(out.first().map(|o| o.seq), Some(ISS + 2), "{out:?}");
+}

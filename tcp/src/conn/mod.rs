@@ -508,6 +508,9 @@ pub struct Connection {
     rst_at: Option<TcpSeqNumber>,
     probe_pending: bool,
     window_probe_due: bool,
+    /// The peer's window opened with octets outstanding: what it could not take while it
+    /// was shut (the window probe's octet) goes again at once.
+    reopen_resend: bool,
     window_probe_at: Option<Instant>,
     window_probe_backoff: u32,
     keepalive_at: Option<Instant>,
@@ -586,6 +589,7 @@ impl Connection {
             rst_at: None,
             probe_pending: false,
             window_probe_due: false,
+            reopen_resend: false,
             window_probe_at: None,
             window_probe_backoff: 0,
             keepalive_at: None,
@@ -1051,6 +1055,7 @@ impl Connection {
         self.finished = true;
         self.rst_pending = false;
         self.rst_at = None;
+        self.reopen_resend = false;
         self.delack_at = None;
         self.keepalive_at = None;
         self.window_probe_at = None;
@@ -1519,6 +1524,10 @@ impl Connection {
                 self.window_probe_at = None;
                 if was_zero {
                     self.window_probe_backoff = 0;
+                    // Octets still outstanding are most likely the window probe's, which
+                    // the shut window could not take (RFC 9293 3.10.7.4): they go again now,
+                    // not at their retransmission timer, backed off through the probing.
+                    self.reopen_resend = seq_diff(self.snd_nxt, self.snd_una) > 0;
                 }
             }
         }
@@ -2205,8 +2214,11 @@ impl Connection {
         // (A keep-alive or an ACK owed comes after new data in the walk, which leaves the
         // one and clears the other as `sent` does here; a record queued makes the stream
         // one of records; a FIN queued (`close`) moves the state past the two below.)
-        let asked =
-            self.rst_pending | self.rst_at.is_some() | self.window_probe_due | self.probe_pending;
+        let asked = self.rst_pending
+            | self.rst_at.is_some()
+            | self.window_probe_due
+            | self.reopen_resend
+            | self.probe_pending;
         if asked
             || !self.syn_acked
             || !matches!(self.state, State::Established | State::CloseWait)
@@ -2282,6 +2294,7 @@ impl Connection {
         let asked = self.rst_pending
             | self.rst_at.is_some()
             | self.window_probe_due
+            | self.reopen_resend
             | self.probe_pending
             | self.keepalive_pending
             | self.ack_now;
@@ -2326,6 +2339,14 @@ impl Connection {
         }
         if let Some(p) = self.poll_retransmit(now) {
             return Some(p);
+        }
+        if std::mem::take(&mut self.reopen_resend) {
+            let outstanding = seq_diff(self.snd_nxt, self.snd_una);
+            if outstanding > 0 {
+                if let Some(p) = self.segment_at(now, self.snd_una, outstanding as usize, true) {
+                    return Some(p);
+                }
+            }
         }
         if self.window_probe_due {
             self.window_probe_due = false;
@@ -2588,6 +2609,7 @@ impl Connection {
         let asked = self.rst_pending
             | self.rst_at.is_some()
             | self.window_probe_due
+            | self.reopen_resend
             | self.probe_pending
             | self.keepalive_pending;
         let fits = len > 0
