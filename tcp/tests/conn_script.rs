@@ -1838,3 +1838,32 @@ fn rfc9293_3_8_6_1_a_reopened_window_resends_the_probe_at_once() {
     let out = drain(&mut c, now);
     assert_eq!(out.first().map(|o| o.seq), Some(ISS + 2), "{out:?}");
 }
+
+/// RFC 1122 4.2.3.6: keep-alive probes go only when nothing came from the peer for a whole
+/// interval. A segment heard since the last tick moves the next probe to one interval after
+/// it. Before, the tick sent a probe whenever nothing was outstanding at that instant, every
+/// interval, however busy the connection (a request/response exchange drew one every
+/// keep-alive interval).
+#[test]
+fn rfc1122_4_2_3_6_no_keep_alive_within_an_interval_of_the_peers_last_segment() {
+    let mut config = cfg();
+    config.keep_alive = Some(Duration::from_secs(1));
+    config.timeout = Some(Duration::from_secs(3));
+    let mut c = established(config, true);
+    // The peer's data at 900 ms (the tick is due at 1,001 ms).
+    c.handle_segment(ms(900), &data(0, b"req", ISS + 1));
+    let _ = drain(&mut c, ms(900));
+    let out = run_until(&mut c, ms(900), ms(1_850));
+    assert!(
+        out.is_empty(),
+        "a keep-alive 0.1 s after the peer spoke: {out:?}"
+    );
+    let out = run_until(&mut c, ms(1_850), ms(1_950));
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(
+        (out[0].0, out[0].1.seq),
+        (ms(1_900), ISS),
+        "one interval after it"
+    );
+    assert_eq!(c.stats().keepalives, 1);
+}

@@ -1829,7 +1829,12 @@ impl Connection {
             self.window_probe_due = true;
         }
         if self.keepalive_at.is_some_and(|t| t <= now) {
-            let idle = self.rec.is_empty() && self.tx.len() == 0;
+            // RFC 1122 4.2.3.6: a probe only after a whole keep-alive interval without a
+            // segment from the peer; heard since, the next tick is one interval after it
+            // (Linux's `keepalive_time_elapsed`).
+            let quiet_until = self.cfg.keep_alive.map(|k| self.last_heard + k);
+            let heard = quiet_until.is_some_and(|t| t > now);
+            let idle = self.rec.is_empty() && self.tx.len() == 0 && !heard;
             // FIN-WAIT-2 too: the user timeout counts the peer's silence there as in the
             // other states (`user_timeout_applies`), and a live peer that has not closed
             // yet answers a probe (as Linux probes FIN_WAIT2).
@@ -1843,7 +1848,11 @@ impl Connection {
                 self.stats.keepalives += 1;
             }
             self.trim_idle_buffers();
-            self.keepalive_at = self.cfg.keep_alive.map(|k| now + k);
+            self.keepalive_at = if heard {
+                quiet_until
+            } else {
+                self.cfg.keep_alive.map(|k| now + k)
+            };
         }
     }
 
