@@ -1867,3 +1867,41 @@ fn rfc1122_4_2_3_6_no_keep_alive_within_an_interval_of_the_peers_last_segment() 
     );
     assert_eq!(c.stats().keepalives, 1);
 }
+
+/// RFC 1122 4.2.3.3 (MUST) and RFC 9293 3.8.6.2.2: receiver SWS avoidance. The right edge
+/// of the window offered moves on only by at least min(buffer / 2, MSS): a buffer that
+/// filled and was read from in small pieces keeps offering a zero window, not the few
+/// octets read, until that much is free. Before, every ACK offered whatever was free: a
+/// zero-window probe drew an offer of 100 octets, which a sender fills with a segment of
+/// 100 (Linux's probe timer sends what the window allows), the silly window syndrome.
+#[test]
+fn rfc1122_4_2_3_3_the_window_offered_opens_by_an_mss_or_not_at_all() {
+    let mut config = cfg();
+    config.rx_buffer = 8192;
+    let mut c = established(config, true);
+    let mut off = 0;
+    while off < 8192 {
+        let n = (8192 - off).min(1460);
+        c.handle_segment(ms(2), &data(off, &[3; 1460][..n], ISS + 1));
+        off += n;
+    }
+    let out = drain(&mut c, ms(2));
+    assert_eq!(out.last().map(|o| o.window), Some(0), "{out:?}");
+    let mut buf = [0u8; 1400];
+    assert_eq!(c.recv(&mut buf[..100]), Ok(100));
+    assert!(
+        drain(&mut c, ms(3)).is_empty(),
+        "no window update for 100 octets"
+    );
+    // The peer's zero-window probe (Linux's: SND.UNA - 1, no data) draws an ACK.
+    let probe = seg(TcpControl::None, PISS + 8192, Some(ISS + 1), &[]);
+    c.handle_segment(ms(4), &probe);
+    let out = drain(&mut c, ms(4));
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].window, 0, "the edge stays until an MSS is free");
+    // 1,500 octets free: the window update offers them all.
+    assert_eq!(c.recv(&mut buf), Ok(1400));
+    let out = drain(&mut c, ms(5));
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].window, 1500);
+}

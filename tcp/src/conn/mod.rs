@@ -1070,8 +1070,28 @@ impl Connection {
         self.cfg.rx_buffer.saturating_sub(self.rx.len())
     }
 
+    /// How far the right edge of the window offered must be able to move before it moves:
+    /// min(Fr * RCV.BUFF, MSS) with Fr = 1/2 (RFC 9293 3.8.6.2.2).
+    fn sws_step(&self) -> usize {
+        (self.cfg.rx_buffer / 2).min(usize::from(self.cfg.mss))
+    }
+
+    /// The window offered (octets, before scaling), with receiver SWS avoidance (RFC 1122
+    /// 4.2.3.3, a MUST; RFC 9293 3.8.6.2.2): the right edge last offered stays where it is
+    /// until the free space reaches past it by `sws_step`, so a buffer read in small pieces
+    /// offers no window of a few octets for a sender to fill with a segment as small.
+    fn rcv_wnd_offered(&self) -> usize {
+        let free = self.rcv_wnd();
+        let held = self.rcv_adv.saturating_sub(self.rcv_off) as usize;
+        if free >= held + self.sws_step() {
+            free
+        } else {
+            held.min(free)
+        }
+    }
+
     fn window_field(&self) -> u16 {
-        let w = self.rcv_wnd() >> self.rcv_shift;
+        let w = self.rcv_wnd_offered() >> self.rcv_shift;
         w.min(0xffff) as u16
     }
 
@@ -1079,7 +1099,7 @@ impl Connection {
         // RFC 9293 3.8.6.2.2: announce a larger window once it grew by at least
         // min(buffer / 2, MSS) past what was advertised.
         let edge = self.rcv_off + self.rcv_wnd() as u64;
-        let step = (self.cfg.rx_buffer / 2).min(usize::from(self.cfg.mss)) as u64;
+        let step = self.sws_step() as u64;
         if edge >= self.rcv_adv + step && self.state != State::Closed {
             self.ack_now = true;
         }
@@ -1964,7 +1984,8 @@ impl Connection {
         self.dsack = None;
         self.delack_at = None;
         self.unacked_segs = 0;
-        self.rcv_adv = self.rcv_off + self.rcv_wnd() as u64;
+        // The right edge this segment offered (`window_field`, as scaled).
+        self.rcv_adv = self.rcv_off + (u64::from(self.window_field()) << self.rcv_shift);
         self.last_ack_sent = self.rcv_nxt;
     }
 
