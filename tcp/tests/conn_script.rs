@@ -1905,3 +1905,56 @@ fn rfc1122_4_2_3_3_the_window_offered_opens_by_an_mss_or_not_at_all() {
     assert_eq!(out.len(), 1, "{out:?}");
     assert_eq!(out[0].window, 1500);
 }
+
+/// RFC 7323 2.2: the window of a SYN-ACK is never scaled, also the one that completes a
+/// simultaneous open (taken as the peer's ACK in SYN-RECEIVED): taken as a scaled window
+/// once the SYN was stripped, with a shift of 1 and the SYN-ACK's 65,535, the sender saw
+/// 131,070 octets of window where the peer had offered 65,535, and sent past the peer's
+/// buffer. And the peer's SYN-ACK may come before ours left (it answers our SYN, sent
+/// from SYN-SENT): it acknowledges our SYN all the same (SYN-RECEIVED kept SND.NXT past
+/// it; resetting it made the ACK one of a SYN never sent), and our ACK of the peer's SYN
+/// then establishes the peer.
+#[test]
+fn rfc7323_2_2_the_simultaneous_open_syn_ack_window_is_not_scaled() {
+    let mut config = cfg();
+    config.recovery.congestion = warpcore_tcp::recovery::Congestion::None;
+    let peer_ep = Endpoints {
+        local: PEER,
+        remote: US,
+    };
+    let mut a = Connection::connect(&config, ep(), ISS, ms(0));
+    let mut b = Connection::connect(&config, peer_ep, PISS, ms(0));
+    let carry = |o: &Out, to: &mut Connection, now: Instant| {
+        let mut s = seg(o.control, o.seq, o.ack, &o.payload);
+        s.window_len = o.window;
+        s.max_seg_size = o.mss;
+        s.window_scale = o.ws;
+        s.sack_permitted = o.sack_permitted;
+        s.timestamp = o.ts;
+        to.handle_segment(now, &s);
+    };
+    let (sa, sb) = (drain(&mut a, ms(0)), drain(&mut b, ms(0)));
+    assert_eq!(sb[0].ws, Some(1), "64 KiB buffers: a shift of 1");
+    carry(&sa[0], &mut b, ms(1));
+    carry(&sb[0], &mut a, ms(1));
+    // B's SYN-ACK reaches A (and nothing else: A's answer is left in flight).
+    let from_b = drain(&mut b, ms(2));
+    assert_eq!(from_b.len(), 1);
+    assert_eq!(
+        (from_b[0].control, from_b[0].window),
+        (TcpControl::Syn, 0xffff)
+    );
+    carry(&from_b[0], &mut a, ms(2));
+    assert_eq!(a.state(), State::Established);
+    // A's SYN-ACK had not left: A's ACK of B's SYN establishes B.
+    let from_a = drain(&mut a, ms(2));
+    assert_eq!(from_a.len(), 1, "{from_a:?}");
+    assert_eq!(from_a[0].ack, Some(PISS + 1));
+    carry(&from_a[0], &mut b, ms(2));
+    assert_eq!(b.state(), State::Established);
+    // A sends into B's window of 65,535 octets and no further.
+    let v = vec![1u8; 200_000];
+    assert_eq!(a.send(&v), Ok(200_000));
+    let sent: usize = drain(&mut a, ms(3)).iter().map(|o| o.payload.len()).sum();
+    assert!(sent <= 0xffff, "{sent} octets sent into a window of 65,535");
+}

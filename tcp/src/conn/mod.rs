@@ -1176,9 +1176,11 @@ impl Connection {
             self.arm_keepalive(now);
         } else {
             // Simultaneous open (RFC 9293 3.5): SYN-RECEIVED, our SYN goes again with ACK.
+            // SND.NXT stays past our SYN if it left: the peer may acknowledge it before our
+            // SYN-ACK goes (its SYN-ACK answers our SYN); `send_syn` registers the SYN-ACK
+            // with the fresh recovery state as a first transmission.
             self.state = State::SynReceived;
             self.syn_sent = false;
-            self.snd_nxt = self.iss;
             self.rec = Recovery::new(&self.cfg.recovery, self.smss, now);
         }
     }
@@ -1247,11 +1249,18 @@ impl Connection {
             && !self.syn_acked
             && rel == -1
         {
+            // RFC 7323 2.2: its window is not scaled; as a scaled one it is rounded down.
             let mut rest = *seg;
             rest.control = TcpControl::None;
             rest.seq_number = self.rcv_nxt;
+            rest.window_len = seg.window_len >> self.snd_shift;
             rest.payload = &[];
-            return self.on_synchronized(now, &rest, deliver);
+            self.on_synchronized(now, &rest, deliver);
+            if self.syn_acked && !self.syn_sent {
+                // Established before our SYN-ACK left: the peer's SYN is acknowledged now.
+                self.ack_now = true;
+            }
+            return;
         }
         let end_rel = rel + seg_len as i64 - 1;
         let acceptable = match (seg_len, wnd) {
@@ -2423,7 +2432,9 @@ impl Connection {
         if self.state != State::SynSent {
             seg.ack_number = Some(self.rcv_nxt);
         }
-        let retransmit = self.snd_nxt != self.iss;
+        // Sent before and tracked (not after a simultaneous open replaced the recovery
+        // state: the SYN-ACK is then its first entry).
+        let retransmit = self.snd_nxt != self.iss && !self.rec.is_empty();
         if !retransmit {
             self.snd_nxt = self.iss + 1;
         }
