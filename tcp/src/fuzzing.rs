@@ -347,6 +347,14 @@ fn check_output(f: &[u8], passive: &mut Side, active: &mut Side, arp_due: &mut b
         passive
     } else if t.dst_port == ACTIVE_PEER_PORT {
         active
+    } else if t.src_port == LISTEN_PORT {
+        // The listener answers a SYN from any port (a SYN-ACK, then ACKs or a RST of that
+        // half-open or accepted connection): nothing the user wrote goes there.
+        assert!(
+            t.payload.is_empty(),
+            "data to a connection the user never wrote to: {t}"
+        );
+        return;
     } else {
         // RSTs to segments for nobody.
         assert_eq!(
@@ -643,7 +651,11 @@ pub fn tcp_segments(data: &[u8]) {
                 Event::Acceptable(l) => {
                     assert_eq!(l, listener);
                     while let Ok(Some(id)) = stack.accept(l) {
-                        if passive.id.is_none() {
+                        // The passive side is the peer's connection from its passive port;
+                        // one a stray SYN from another port opened is not the user's.
+                        let theirs = matches!(stack.endpoints(id), Ok((_, Some(r)))
+                            if r.port == PASSIVE_PEER_PORT);
+                        if passive.id.is_none() && theirs {
                             passive.id = Some(id);
                         } else {
                             let _ = stack.release(id);
