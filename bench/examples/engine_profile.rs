@@ -25,18 +25,31 @@
 
 use std::time::Duration;
 
+use warpcore_bench::or_exit;
 use warpcore_verbs::*;
 
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let what = args.next().unwrap_or_else(|| "write".into());
-    let size: u32 = args.next().and_then(|s| s.parse().ok()).unwrap_or(64);
-    let count: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(10_000);
-    let depth: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(128);
+    // Malformed arguments stop the run (`warpcore_bench::Args`): a default in their place
+    // would make compare.sh's two runs alike and their difference 0 instructions.
+    let prog = "engine_profile";
+    let mut args = warpcore_bench::Args::new(std::env::args().skip(1));
+    let what = or_exit(
+        prog,
+        args.word("workload", &["write", "send", "read", "idle", "pingpong"]),
+    );
+    // pingpong's tag rides in the message's last octet: at least one.
+    let min_size = u32::from(what == "pingpong");
+    let size: u32 = or_exit(prog, args.num("SIZE", 64, min_size));
+    let count: u64 = or_exit(prog, args.num("COUNT", 10_000, 0));
+    let depth: u64 = or_exit(prog, args.num("DEPTH", 128, 1));
+    or_exit(prog, args.finish());
     // WC_LOSS: the probability that the link loses a frame, each way (seeded, so a run
     // under callgrind loses the same frames; recovery timers still follow the clock).
     let mut link = LinkConfig::default();
-    if let Some(p) = std::env::var("WC_LOSS").ok().and_then(|v| v.parse().ok()) {
+    if let Some(p) = or_exit(prog, warpcore_bench::env::<f64>("WC_LOSS")) {
+        if !(0.0..=1.0).contains(&p) {
+            or_exit(prog, Err(format!("WC_LOSS={p} is not a probability")))
+        }
         link.faults_ab.loss = p;
         link.faults_ba.loss = p;
     }
@@ -51,10 +64,7 @@ fn main() {
         }
     }
     // WC_MAX_QPS: the QP table size (the pollers walk it every loop).
-    if let Some(n) = std::env::var("WC_MAX_QPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
+    if let Some(n) = or_exit(prog, warpcore_bench::env::<usize>("WC_MAX_QPS")) {
         for c in [&mut cs, &mut cc] {
             c.engine.max_qps = n;
             c.engine.max_pending_requests = c.engine.max_pending_requests.min(n);

@@ -12,14 +12,23 @@
 
 use std::hint::black_box;
 
+use warpcore_bench::or_exit;
 use warpcore_proto::mpa::deframer::{Deframer, DeframerConfig};
 use warpcore_proto::mpa::framer::{Framer, FramerConfig};
 use warpcore_proto::wire::fpdu::MAX_ULPDU_LEN;
 
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let what = args.next().unwrap_or_else(|| "frame64".into());
-    let iters: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(100_000);
+    let prog = "framing_profile";
+    let mut args = warpcore_bench::Args::new(std::env::args().skip(1));
+    let what = or_exit(
+        prog,
+        args.word(
+            "workload",
+            &["frame64", "frame64m", "deframe64k", "deframe64km", "crc64k"],
+        ),
+    );
+    let iters: usize = or_exit(prog, args.num("ITERS", 100_000, 0));
+    or_exit(prog, args.finish());
     let hdr = [0xC1u8, 0x40, 0, 0, 0x12, 0x34, 0, 0, 0, 0, 0, 0, 0, 0];
     let payload: Vec<u8> = (0..65536usize).map(|i| (i * 7 + 3) as u8).collect();
     let markers = what.ends_with('m');

@@ -16,12 +16,15 @@
 
 use std::time::Duration;
 
+use warpcore_bench::or_exit;
 use warpcore_verbs::*;
 
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let what = args.next().unwrap_or_else(|| "held".into());
-    let count: u32 = args.next().and_then(|s| s.parse().ok()).unwrap_or(10_000);
+    let prog = "idle_profile";
+    let mut args = warpcore_bench::Args::new(std::env::args().skip(1));
+    let what = or_exit(prog, args.word("workload", &["held", "progress"]));
+    let count: u32 = or_exit(prog, args.num("COUNT", 10_000, 0));
+    or_exit(prog, args.finish());
     let (da, db) = link_pair(&LinkConfig::default());
     let mut cs = Config::new(db, [10, 0, 0, 2]);
     cs.drive = Drive::Caller;
