@@ -242,6 +242,51 @@ else
     fi
 fi
 
+# ---- bench/compare.sh's verdicts: a figure of 0 is not a measurement (an empty histogram's
+# median, a transfer of nothing, two callgrind runs that did the same work print it), and
+# its target is missed; before, a write_lat median of 0 and a kernel bulk baseline of 0 met
+# their targets, and so did 0 instructions a message. The report's Python and the callgrind
+# verdict's ok() are taken from compare.sh and run on made-up result files: once with
+# zeros, once with figures that meet every target (so "missed" comes from the zeros).
+cmp_run() { # cmp_run P50 COUNT KERNEL_GBPS: the target lines of the report
+    local w=$work/cmp/w$1$3
+    mkdir -p "$w"
+    local lat='{"results":[{"hdr_usec":{"p50":'$1',"p99":'$1',"count":'$2'}}]}'
+    local bw='{"results":[{"bw":{"average":40.0,"peak":45.0,"msg_rate_mpps":0.07}}]}'
+    for f in write_lat write_lat_thread write_lat_nocsum; do echo "$lat" >"$w/$f.json"; done
+    for f in write_bw write_bw_nocsum write_bw_9000 pair1; do echo "$bw" >"$w/$f.json"; done
+    echo '{"results":[{"bw":{"average":1.0,"peak":1.0,"msg_rate_mpps":5.0}}]}' >"$w/write_rate.json"
+    printf '%s\n' "RESULT raw_pingpong size=64 half_rtt_p50_us=0.60 p99_us=0.70 p999_us=1.00 samples=2000" \
+        "RESULT raw_blast size=1514 sent=9 received=9 mpps=6.0 gbps=60.0" \
+        "RESULT raw_blast size=9014 sent=9 received=9 mpps=1.7 gbps=120.0" >"$w/raw.txt"
+    grep "size=1514" "$w/raw.txt" >"$w/raw4096.txt"
+    grep "size=1514" "$w/raw.txt" >"$w/pair1.txt"
+    echo "RESULT copy size=64 memcpy_gbps=100 crc32c_gbps=50" >"$w/copy.txt"
+    echo "RESULT mode=kernel test=rr size=64 count=2000 p50_us=20.00 p99_us=40.00" >"$w/tcpperf_rr.txt"
+    echo "RESULT mode=kernel test=bulk bytes=131072000 seconds=1 gbps=$3" >"$w/tcpperf_bulk.txt"
+    echo "latency = 10 us" >"$w/qperf_lat.txt"
+    echo "bw = 3 GB/sec" >"$w/qperf_bw.txt"
+    echo '{"end":{"sum_received":{"bits_per_second":3e10}}}' >"$w/iperf3.json"
+    mkdir -p "$w/out"
+    python3 "$work/cmp/report.py" "$w" "$w/out" cmd 0 0 1 0 1 2000 2000 2000 2000 1 1 6000 2>&1 |
+        grep -E "^\| (64 B write_lat median|same, .--no-csum. \(|64 KiB write_bw (at MTU 9000 )?>= 1.0x kernel)"
+}
+mkdir -p "$work/cmp"
+sed -n "/<<'PY'$/,/^PY$/p" bench/compare.sh | sed '1d;$d' >"$work/cmp/report.py"
+cmp_zero=$(cmp_run 0 0 0.000) cmp_good=$(cmp_run 0.9 2000 30.0)
+cmp_ok=$(eval "$(sed -n '/^ *ok() { # ok VALUE LIMIT/,/^ *}$/p' bench/compare.sh)"; ok 0 1500; ok 1200 1500)
+if [[ $(grep -c . <<<"$cmp_zero") != 5 || $(grep -c . <<<"$cmp_good") != 5 ]]; then
+    bad "compare.sh misses a target on a figure of 0" "expected 5 target lines each: $(tail -n 2 <<<"$cmp_zero$cmp_good")"
+elif grep -q "| met |" <<<"$cmp_zero"; then
+    bad "compare.sh misses a target on a figure of 0" "met on zeros: $(grep -m1 '| met |' <<<"$cmp_zero" | cut -c1-70)"
+elif grep -q "missed" <<<"$cmp_good"; then
+    bad "compare.sh misses a target on a figure of 0" "missed on good figures: $(grep -m1 missed <<<"$cmp_good" | cut -c1-70)"
+elif [[ $cmp_ok != $'**missed**\nmet' ]]; then
+    bad "compare.sh misses a target on a figure of 0" "callgrind ok 0 1500 / ok 1200 1500 gave: $(tr '\n' ' ' <<<"$cmp_ok")"
+else
+    ok "compare.sh misses a target on a figure of 0" "5 targets missed on zeros, met on real figures; 0 instructions a message missed"
+fi
+
 if ((failed)); then
     echo "test-harness: $failed case(s) failed" >&2
     exit 1
