@@ -287,6 +287,27 @@ else
     ok "compare.sh misses a target on a figure of 0" "5 targets missed on zeros, met on real figures; 0 instructions a message missed"
 fi
 
+# ---- bench/loss.sh's verdicts: one whose loss rate LOSSES leaves out fails as not
+# measured (it was left out: LOSSES="0 50000" printed no verdict, and --strict passed), and
+# a kernel baseline of 0 Gbit/s fails write_bw (it passed). The verdict block is taken from
+# loss.sh and run on made-up rows ("loss bw kernel_bw median p99 max qperf tcp").
+sed -n "/^# Issue 11's verdicts/,/^if \[\[ \$strict/p" bench/loss.sh | sed '$d' >"$work/loss-verdicts.sh"
+loss_verdicts() { # loss_verdicts LOSSES ROW...: the verdict lines, then "verdicts=N"
+    (losses=$1; shift; rows=("$@"); source "$work/loss-verdicts.sh"; echo "verdicts=$verdicts") 2>&1
+}
+lv_good=$(loss_verdicts "0 1000 10000" "0 5.0 6.0 10 20 30 25 -" "0.1 6.5 6.0 10 30 900 25 -" "1 4.9 4.3 10 40 900 25 -")
+lv_gap=$(loss_verdicts "0 50000" "0 5.0 6.0 10 20 30 25 -" "5 3.0 2.0 100 200 3000 90 -")
+lv_zero=$(loss_verdicts "0 1000 10000" "0 5.0 6.0 10 20 30 25 -" "0.1 6.5 0.000 10 30 900 25 -" "1 4.9 0.000 10 40 900 25 -")
+if [[ $(grep -c '^PASS' <<<"$lv_good") != 5 ]] || ! grep -q '^verdicts=0$' <<<"$lv_good"; then
+    bad "loss.sh fails verdicts it cannot judge" "good rows: $(tr '\n' ' ' <<<"$lv_good" | cut -c1-150)"
+elif [[ $(grep -c '^FAIL.*not measured' <<<"$lv_gap") != 5 ]] || ! grep -q '^verdicts=1$' <<<"$lv_gap"; then
+    bad "loss.sh fails verdicts it cannot judge" "LOSSES=\"0 50000\": $(tr '\n' ' ' <<<"$lv_gap" | cut -c1-150)"
+elif grep -q '^PASS write_bw' <<<"$lv_zero"; then
+    bad "loss.sh fails verdicts it cannot judge" "a kernel baseline of 0: $(grep -m1 '^PASS write_bw' <<<"$lv_zero")"
+else
+    ok "loss.sh fails verdicts it cannot judge" "5 PASS on real rows; 5 FAIL not measured without 0.1 and 1 %; write_bw FAIL against 0 Gbit/s"
+fi
+
 if ((failed)); then
     echo "test-harness: $failed case(s) failed" >&2
     exit 1
