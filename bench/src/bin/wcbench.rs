@@ -231,6 +231,17 @@ fn raw(
                             r[23..31].copy_from_slice(&secs.to_bits().to_be_bytes());
                             out.push(Mbuf::from_slice(&pool, &r).ok_or("pool empty")?);
                             send(&mut tx, &mut out);
+                            // The report sits in the ring this process shares with the
+                            // driver: exiting now takes the ring down with the link, and a
+                            // driver not scheduled in between never reads it ("the echo
+                            // side did not report"). Wait for the driver to go first (the
+                            // link drops when it closes its port), at most 5 s.
+                            let tw = Instant::now();
+                            while tw.elapsed() < Duration::from_secs(5)
+                                && port.link_status().map(|l| l.up).unwrap_or(false)
+                            {
+                                std::thread::sleep(Duration::from_millis(1));
+                            }
                             return Ok(());
                         }
                         _ => {}
