@@ -12,12 +12,14 @@
 //!   resident set before the first connection and after the last, divided by N; both ends
 //!   of every connection live in this process, so one QP's share is half of it, printed too;
 //! - one line per active count: messages per second of wall-clock time (both engines and
-//!   the poster share the thread) and the ratio to the one-QP rate.
+//!   the poster share the thread) and the ratio to the first count's rate (the one-QP
+//!   rate when the list starts at 1).
 //!
 //! `WC_TCP=reference` runs smoltcp's reference TCP instead of Warpcore's.
 
 use std::time::{Duration, Instant};
 
+use warpcore_bench::or_exit;
 use warpcore_verbs::*;
 
 fn rss_kib() -> u64 {
@@ -30,16 +32,14 @@ fn rss_kib() -> u64 {
 }
 
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let qps: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(1024);
-    let actives: Vec<usize> = args
-        .next()
-        .unwrap_or_else(|| "1,16,1024".into())
-        .split(',')
-        .filter_map(|s| s.parse().ok())
-        .map(|n: usize| n.min(qps).max(1))
-        .collect();
-    let messages: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(200_000);
+    // Malformed arguments stop the run: an active count that did not parse was dropped
+    // from the list without a word, and a QPS that did not parse was 1,024.
+    let prog = "qp_scale";
+    let mut args = warpcore_bench::Args::new(std::env::args().skip(1));
+    let qps: usize = or_exit(prog, args.num("QPS", 1024, 1));
+    let actives: Vec<usize> = or_exit(prog, args.list("ACTIVE", "1,16,1024", 1, qps));
+    let messages: u64 = or_exit(prog, args.num("MESSAGES", 200_000, 1));
+    or_exit(prog, args.finish());
     let (da, db) = link_pair(&LinkConfig::default());
     let mut cs = Config::new(db, [10, 0, 0, 2]);
     let mut cc = Config::new(da, [10, 0, 0, 1]);
@@ -152,9 +152,11 @@ fn main() {
             }
         }
         let rate = messages as f64 / start.elapsed().as_secs_f64();
-        let b = *base.get_or_insert(rate);
+        // The ratio is to the first count's rate, which is the one-QP rate only when the
+        // list starts at 1: the line says which.
+        let (first, b) = *base.get_or_insert((active, rate));
         println!(
-            "rate: {active} active QPs: {:.3} M msgs/s, {:.2}x the one-QP rate",
+            "rate: {active} active QPs: {:.3} M msgs/s, {:.2}x the {first}-QP rate",
             rate / 1e6,
             rate / b
         );

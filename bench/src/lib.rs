@@ -50,6 +50,26 @@ impl Args {
         Ok(v)
     }
 
+    /// The next argument as a comma-separated list of numbers, each from `min` to `max`
+    /// (`default`, the same form, when absent).
+    pub fn list<T>(&mut self, name: &str, default: &str, min: T, max: T) -> Result<Vec<T>, String>
+    where
+        T: FromStr + PartialOrd + std::fmt::Display,
+    {
+        let s = self.rest.next().unwrap_or_else(|| default.to_string());
+        s.split(',')
+            .map(|e| {
+                let v: T = e
+                    .parse()
+                    .map_err(|_| format!("{name}: {e:?} is not a whole number"))?;
+                if v < min || v > max {
+                    return Err(format!("{name}: {v} is not from {min} to {max}"));
+                }
+                Ok(v)
+            })
+            .collect()
+    }
+
     /// Fails when arguments are left over.
     pub fn finish(mut self) -> Result<(), String> {
         match self.rest.next() {
@@ -136,6 +156,29 @@ mod tests {
             a.num(n, 1u64, 0).unwrap();
         }
         assert!(a.finish().unwrap_err().contains("extra"));
+    }
+
+    /// qp_scale's active counts: "1,16,1O24" measured 1 and 16 without a word, and a
+    /// count above QPS measured QPS.
+    #[test]
+    fn a_list_entry_that_does_not_parse_or_fit_is_refused() {
+        assert_eq!(
+            args(&[]).list("ACTIVE", "1,16,1024", 1usize, 1024).unwrap(),
+            vec![1, 16, 1024]
+        );
+        assert_eq!(
+            args(&["1,4"]).list("ACTIVE", "1", 1usize, 8).unwrap(),
+            vec![1, 4]
+        );
+        let e = args(&["1,16,1O24"])
+            .list("ACTIVE", "1", 1usize, 10_000)
+            .unwrap_err();
+        assert!(e.contains("1O24"), "{e}");
+        let e = args(&["1,2000"])
+            .list("ACTIVE", "1", 1usize, 1024)
+            .unwrap_err();
+        assert!(e.contains("2000") && e.contains("1024"), "{e}");
+        assert!(args(&["0"]).list("ACTIVE", "1", 1usize, 8).is_err());
     }
 
     /// WC_LOSS=1% ran a loss-free link under the name of a lossy one.
