@@ -432,8 +432,13 @@ if [[ "${CALLGRIND:-1}" == 1 ]] && command -v valgrind >/dev/null; then
         echo "|---|---|---|---|---|"
         declare -A counts=()
         for w in "write 64" "send 64" "read 64" "idle 64" "pingpong 64"; do
+            # One assignment each: in one line the first run's failure was hidden behind
+            # the second's success, and the partial count callgrind prints for a program
+            # that panicked counted as a measurement.
             # shellcheck disable=SC2086
-            a=$(count $w 2000) b=$(count $w 6000)
+            a=$(count $w 2000) || a="failed (exit $?)"
+            # shellcheck disable=SC2086
+            b=$(count $w 6000) || b="failed (exit $?)"
             if [[ $a =~ ^[0-9]+$ && $b =~ ^[0-9]+$ ]]; then
                 per=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.0f", (b - a) / 4000 }')
             else

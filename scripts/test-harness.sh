@@ -287,6 +287,32 @@ else
     ok "compare.sh misses a target on a figure of 0" "5 targets missed on zeros, met on real figures; 0 instructions a message missed"
 fi
 
+# ---- bench/compare.sh's callgrind section: a run of engine_profile that failed is no count.
+# The two runs' counts were taken in one line, which hid the first run's failure behind the
+# second's success, and callgrind prints a (partial) count for a program that panicked: the
+# verdicts were judged on it and compare.sh exited 0. Stand-ins: cargo does nothing;
+# valgrind prints a count and, for the 2,000-message runs, exits as a panic does.
+mkdir -p "$work/cg/bin"
+printf '#!/bin/sh\nexit 0\n' >"$work/cg/bin/cargo"
+cat >"$work/cg/bin/valgrind" <<'EOF'
+#!/bin/sh
+# --tool --callgrind-out-file PROGRAM WORKLOAD SIZE N
+case "$6" in
+    2000) echo "==1== Collected : 1000000" >&2; exit 101 ;;
+    *) echo "==1== Collected : 5000000" >&2 ;;
+esac
+EOF
+chmod +x "$work/cg/bin/cargo" "$work/cg/bin/valgrind"
+sed -n '/^if \[\[ "${CALLGRIND:-1}" == 1 \]\]/,/^fi$/p' bench/compare.sh >"$work/cg/section.sh"
+cg_out=$(PATH="$work/cg/bin:$PATH" out="$work/cg" work="$work/cg" bash -c \
+    'set -euo pipefail; source "$work/section.sh"' 2>&1)
+cg_rc=$?
+if ((cg_rc == 0)) || grep -q "| met |" <<<"$cg_out"; then
+    bad "compare.sh's callgrind fails on a failed run" "exit $cg_rc: $(grep -m1 'a 64 B Write' <<<"$cg_out" | cut -c1-120)"
+else
+    ok "compare.sh's callgrind fails on a failed run" "exit $cg_rc, no target met: $(grep -m1 -o "n/a (callgrind gave 'failed[^)]*)" <<<"$cg_out")"
+fi
+
 # ---- bench/loss.sh's verdicts: one whose loss rate LOSSES leaves out fails as not
 # measured (it was left out: LOSSES="0 50000" printed no verdict, and --strict passed), and
 # a kernel baseline of 0 Gbit/s fails write_bw (it passed). The verdict block is taken from
