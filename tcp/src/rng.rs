@@ -1,13 +1,21 @@
 //! A small seeded generator for fault injection (xorshift64*), so runs are reproducible.
 
+const SEED_MIX: u64 = 0x9E37_79B9_7F4A_7C15;
+
 /// Deterministic pseudo-random numbers from a 64-bit seed.
 #[derive(Debug, Clone)]
 pub(crate) struct Rng(u64);
 
 impl Rng {
     pub(crate) fn new(seed: u64) -> Self {
-        // Zero is a fixed point of xorshift; mix the seed so every seed is usable.
-        Rng(seed ^ 0x9E37_79B9_7F4A_7C15 | 1)
+        // Zero is a fixed point of xorshift: the seed is mixed with a constant, a bijection,
+        // so that distinct seeds start distinct streams (forcing the state odd instead, as
+        // this did, gave seeds 2k and 2k + 1 the same faults). The one seed mixed to zero
+        // starts where one other seed does: no 64-bit state can tell 2^64 seeds apart.
+        match seed ^ SEED_MIX {
+            0 => Rng(SEED_MIX),
+            state => Rng(state),
+        }
     }
 
     pub(crate) fn next_u64(&mut self) -> u64 {
