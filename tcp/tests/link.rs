@@ -290,6 +290,43 @@ fn hostile_frames_are_dropped_or_reset_without_panic() {
     assert!(b.next_event().is_none() || matches!(b.next_event(), None | Some(Event::Readable(_))));
 }
 
+/// RFC 9293 3.10.7.1 answers each stray segment with a RST; a flood of them overflows the
+/// host's control queue ([`warpcore_tcp::host::CONTROL_MAX`]), which drops the excess and
+/// counts it in `control_dropped`. `rst_sent` counts the RSTs that were sent, not those
+/// dropped: the two add up to the segments answered.
+#[test]
+fn rst_sent_counts_only_the_rsts_that_went_out() {
+    // Four frames each way: the host's replies back up into its control queue.
+    let cfg = LinkConfig {
+        queue_frames: 4,
+        ..LinkConfig::default()
+    };
+    let (mut attacker, eb) = link::pair(&cfg);
+    let mut b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("stack");
+    let mut now = Instant::ZERO;
+    let stray = tcp_frame(6000, TcpControl::None, Some(77), false);
+    const STRAY: u64 = 200;
+    for _ in 0..STRAY / 4 {
+        for _ in 0..4 {
+            inject(&mut attacker, now, &stray);
+        }
+        b.poll(now);
+        now += Duration::from_micros(10);
+    }
+    // Now read everything the host sends.
+    let mut rsts = 0u64;
+    for _ in 0..1000 {
+        rsts += drain(&mut attacker, now).len() as u64;
+        b.poll(now);
+        now += Duration::from_micros(10);
+    }
+    rsts += drain(&mut attacker, now).len() as u64;
+    let h = b.host_stats().expect("ours");
+    assert!(h.control_dropped > 0, "the control queue overflowed: {h:?}");
+    assert_eq!(h.rst_sent, rsts, "RSTs that reached the wire: {h:?}");
+    assert_eq!(h.rst_sent + h.control_dropped, STRAY, "{h:?}");
+}
+
 #[test]
 fn stale_handles_are_rejected() {
     let (mut a, mut b) = stacks(&LinkConfig::default());

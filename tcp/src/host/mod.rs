@@ -175,7 +175,8 @@ pub struct HostStats {
     /// established connection's data and ACKs, for the connection the segment before went
     /// to (Linux's `TCPHPHits` counts the like).
     pub rx_predicted: u64,
-    /// RSTs sent for such segments.
+    /// RSTs sent for such segments (those the full control queue dropped count in
+    /// `control_dropped` instead).
     pub rst_sent: u64,
     /// Control frames dropped because their queue was full.
     pub control_dropped: u64,
@@ -1697,12 +1698,14 @@ impl Inner {
         work
     }
 
-    fn queue_control(&mut self, frame: Vec<u8>) {
+    /// Queues a control frame; false when the queue was full and it was dropped (counted).
+    fn queue_control(&mut self, frame: Vec<u8>) -> bool {
         if self.control.len() >= CONTROL_MAX {
             self.stats.control_dropped += 1;
-            return;
+            return false;
         }
         self.control.push_back(frame);
+        true
     }
 
     /// When a connection waiting for ARP may ask again: the earliest retry among the next
@@ -2106,7 +2109,9 @@ impl Inner {
             dst: ip.src_addr,
         };
         emit_tcp(&mut f, &addrs, &rst, rst.payload, &self.caps);
-        self.stats.rst_sent += 1;
-        self.queue_control(f);
+        // Counted once queued: a queued control frame waits out back-pressure, never lost.
+        if self.queue_control(f) {
+            self.stats.rst_sent += 1;
+        }
     }
 }
