@@ -256,6 +256,7 @@ impl<D: PollDevice> RefStack<D> {
         local_port: Option<u16>,
         tuning: &TcpTuning,
     ) -> Result<ConnId, StackError> {
+        tuning.check()?;
         if self.live() >= self.max_connections {
             return Err(StackError::TableFull(self.max_connections));
         }
@@ -282,6 +283,7 @@ impl<D: PollDevice> RefStack<D> {
         backlog: usize,
         tuning: &TcpTuning,
     ) -> Result<ListenerId, StackError> {
+        tuning.check()?;
         let backlog = backlog.max(1);
         if self.live() + backlog > self.max_connections {
             return Err(StackError::TableFull(self.max_connections));

@@ -102,6 +102,30 @@ impl Default for TcpTuning {
     }
 }
 
+impl TcpTuning {
+    /// Refuses values no connection can work with (both implementations check them before
+    /// they connect or listen): a buffer of no octets (a zero window admits nothing; a zero
+    /// send buffer sends nothing), a zero timeout (the connection would time out at once)
+    /// or a zero keep-alive interval (a probe on every poll). `None` turns the latter two
+    /// off.
+    pub(crate) fn check(&self) -> Result<(), StackError> {
+        let bad = |field, why| Err(StackError::InvalidTuning(field, why));
+        if self.rx_buffer == 0 {
+            return bad("rx_buffer", "must be at least one octet");
+        }
+        if self.tx_buffer == 0 {
+            return bad("tx_buffer", "must be at least one octet");
+        }
+        if self.timeout == Some(Duration::ZERO) {
+            return bad("timeout", "must be longer than zero (None: no timeout)");
+        }
+        if self.keep_alive == Some(Duration::ZERO) {
+            return bad("keep_alive", "must be longer than zero (None: no probes)");
+        }
+        Ok(())
+    }
+}
+
 /// Handle of a connection. Stale handles (of a released slot) are rejected, never aliased.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ConnId {
@@ -180,6 +204,9 @@ pub enum StackError {
     /// A tuning option the chosen implementation does not offer.
     #[error("{0} is not supported by this TCP implementation")]
     Unsupported(&'static str),
+    /// A [`TcpTuning`] field (named) holds a value no connection can work with.
+    #[error("TcpTuning::{0} {1}")]
+    InvalidTuning(&'static str, &'static str),
 }
 
 /// Which TCP implementation runs under a [`Stack`].
@@ -422,7 +449,8 @@ impl<D: PollDevice> Stack<D> {
     }
 
     /// Opens a connection to `remote` from `local_port` (an ephemeral port if `None`).
-    /// [`Event::Connected`] or [`Event::Reset`] follows.
+    /// [`Event::Connected`] or [`Event::Reset`] follows. Tuning no connection can work with
+    /// is refused ([`StackError::InvalidTuning`]).
     pub fn connect(
         &mut self,
         remote: (Ipv4Address, u16),
@@ -434,7 +462,8 @@ impl<D: PollDevice> Stack<D> {
 
     /// Listens on `port`; `backlog` bounds the handshakes in progress (Warpcore's TCP: the
     /// half-open table, oldest evicted first; the reference: sockets ready for SYNs).
-    /// [`Event::Acceptable`] tells when [`Stack::accept`] has a connection.
+    /// [`Event::Acceptable`] tells when [`Stack::accept`] has a connection. `tuning` is
+    /// checked as [`Stack::connect`] checks it.
     pub fn listen(
         &mut self,
         port: u16,

@@ -242,6 +242,61 @@ fn table_limit_is_enforced() {
     }
 }
 
+/// Tuning that cannot work is refused with an error naming the field, by both
+/// implementations, for connect and listen alike (GUIDE house rule: bad local input is never
+/// silently clamped). Before, a zero send buffer became one octet (ours) or a socket that
+/// never sent (smoltcp's), a zero receive buffer a window that admitted nothing, and a zero
+/// timeout a connection that timed out at once.
+#[test]
+fn unworkable_tuning_is_refused_naming_the_field() {
+    let d = TcpTuning::default();
+    let bad = [
+        ("rx_buffer", TcpTuning { rx_buffer: 0, ..d }),
+        ("tx_buffer", TcpTuning { tx_buffer: 0, ..d }),
+        (
+            "timeout",
+            TcpTuning {
+                timeout: Some(Duration::ZERO),
+                ..d
+            },
+        ),
+        (
+            "keep_alive",
+            TcpTuning {
+                keep_alive: Some(Duration::ZERO),
+                ..d
+            },
+        ),
+    ];
+    for imp in [
+        TcpImplementation::Warpcore,
+        TcpImplementation::SmoltcpReference,
+    ] {
+        let (mut a, _b) = stacks_of(imp);
+        for (field, t) in &bad {
+            match a.connect((IP_B, 1), None, t) {
+                Err(StackError::InvalidTuning(f, _)) => assert_eq!(f, *field, "{imp:?}"),
+                other => panic!("{imp:?}: connect with zero {field}: {other:?}"),
+            }
+            match a.listen(7, 1, t) {
+                Err(StackError::InvalidTuning(f, _)) => assert_eq!(f, *field, "{imp:?}"),
+                other => panic!("{imp:?}: listen with zero {field}: {other:?}"),
+            }
+            assert_eq!(a.live(), 0, "{imp:?}: nothing was opened");
+        }
+        // One octet each way, and no timeout or probes at all, are fine.
+        let small = TcpTuning {
+            rx_buffer: 1,
+            tx_buffer: 1,
+            timeout: None,
+            keep_alive: None,
+            ..d
+        };
+        a.connect((IP_B, 1), None, &small).expect("connect");
+        a.listen(7, 1, &small).expect("listen");
+    }
+}
+
 /// Header prediction (`HostStats::rx_predicted`) takes an established connection's data
 /// segments, and each goes to its own connection: here two connections whose ports are each
 /// other's swapped (A's X is local 5000 to B's 5001, A's Y local 5001 to B's 5000), their

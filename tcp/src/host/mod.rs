@@ -349,6 +349,7 @@ fn conn_config(t: &TcpTuning, mss: u16) -> ConnConfig {
 }
 
 fn check_tuning(t: &TcpTuning) -> Result<(), StackError> {
+    t.check()?;
     if t.nagle {
         // MPA hands TCP whole FPDUs that must leave at once (MPA-5.1-3).
         return Err(StackError::Unsupported("Nagle's algorithm"));
