@@ -38,20 +38,44 @@ fn block(out: &mut Vec<u8>, ty: u32, body: &[u8]) {
 }
 
 /// Rewrites the pcapng file `raw` as a plain pcapng file `out`; returns the packet count.
+/// A file cut short (an interrupted run) is rewritten up to its last whole block;
+/// [`clean_report`] says whether that happened.
 pub fn clean(raw: &Path, out: &Path) -> Result<u64, String> {
+    clean_report(raw, out).map(|c| c.packets)
+}
+
+/// What [`clean_report`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cleaned {
+    /// Packets written.
+    pub packets: u64,
+    /// Where the raw file stopped being readable before its end (the octet offset of the
+    /// block, and why): what follows was left out.
+    pub cut: Option<(usize, &'static str)>,
+}
+
+/// [`clean`], saying where the raw file was cut short when it was.
+pub fn clean_report(raw: &Path, out: &Path) -> Result<Cleaned, String> {
     let b = std::fs::read(raw).map_err(|e| format!("{}: {e}", raw.display()))?;
     let mut o = Vec::with_capacity(b.len());
     let mut i = 0usize;
     let mut le = true;
     let mut packets = 0u64;
-    while i + 12 <= b.len() {
+    let mut cut = None;
+    while i < b.len() {
+        if i + 12 > b.len() {
+            cut = Some((i, "fewer octets left than a block header"));
+            break;
+        }
         let ty = u32_at(&b, i, le).ok_or("truncated block")?;
         if ty == SHB {
             le = b.get(i + 8..i + 12) == Some(&[0x4D, 0x3C, 0x2B, 0x1A][..]);
         }
         let len = u32_at(&b, i + 4, le).ok_or("truncated block")? as usize;
         if len < 12 || i + len > b.len() {
-            break; // a block cut short by an interrupted run ends the file
+            // A block cut short by an interrupted run ends the file.
+            cut = Some((i, "a block longer than the rest of the file"));
+            break;
         }
         let body = &b[i + 8..i + len - 4];
         match ty {
@@ -91,6 +115,7 @@ pub fn clean(raw: &Path, out: &Path) -> Result<u64, String> {
             EPB if body.len() >= 20 => {
                 let cap = u32_at(body, 12, le).unwrap_or(0) as usize;
                 if 20 + cap > body.len() {
+                    cut = Some((i, "a packet block shorter than its captured length"));
                     break;
                 }
                 let mut s = Vec::with_capacity(20 + cap);
@@ -106,7 +131,7 @@ pub fn clean(raw: &Path, out: &Path) -> Result<u64, String> {
         i += len;
     }
     std::fs::write(out, o).map_err(|e| format!("{}: {e}", out.display()))?;
-    Ok(packets)
+    Ok(Cleaned { packets, cut })
 }
 
 #[cfg(test)]

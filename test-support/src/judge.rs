@@ -7,14 +7,23 @@ use std::path::{Path, PathBuf};
 use warpcore_analysis::report::{analyse_capture, render_text, CaptureReport};
 
 /// DPDK 22.11's `rte_pcapng` writes block options the pcap-file crate behind iwdump
-/// refuses: the tools' one normaliser ([`warpcore_analysis::pcapng::clean`]) rewrites the
-/// capture next to it first. Returns the normalised file.
+/// refuses: the tools' one normaliser ([`warpcore_analysis::pcapng::clean_report`])
+/// rewrites the capture next to it first. Returns the normalised file. Panics when the
+/// capture was cut short (the normaliser keeps its whole blocks only): a judge of its head
+/// would pass a run it never saw the end of.
 pub fn normalised(path: &Path) -> PathBuf {
     let mut clean = path.as_os_str().to_owned();
     clean.push(".clean.pcapng");
     let clean = PathBuf::from(clean);
-    warpcore_analysis::pcapng::clean(path, &clean)
+    let c = warpcore_analysis::pcapng::clean_report(path, &clean)
         .unwrap_or_else(|e| panic!("normalise {}: {e}", path.display()));
+    if let Some((at, why)) = c.cut {
+        panic!(
+            "capture {} cut short at octet {at} ({why}) after {} packets: the rest cannot be judged",
+            path.display(),
+            c.packets
+        );
+    }
     clean
 }
 
@@ -112,4 +121,76 @@ pub fn judge_capture(path: &Path) {
         "tshark dissected too few FPDUs in {}",
         path.display()
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(out: &mut Vec<u8>, ty: u32, body: &[u8]) {
+        let total = (12 + body.len()) as u32;
+        out.extend_from_slice(&ty.to_le_bytes());
+        out.extend_from_slice(&total.to_le_bytes());
+        out.extend_from_slice(body);
+        out.extend_from_slice(&total.to_le_bytes());
+    }
+
+    /// A little-endian pcapng file of `frames` 60-octet Ethernet frames.
+    fn pcapng(frames: usize) -> Vec<u8> {
+        let mut f = Vec::new();
+        let mut shb = 0x1A2B_3C4Du32.to_le_bytes().to_vec();
+        shb.extend_from_slice(&[1, 0, 0, 0]);
+        shb.extend_from_slice(&u64::MAX.to_le_bytes());
+        block(&mut f, 0x0A0D_0D0A, &shb);
+        let mut idb = vec![1, 0, 0, 0];
+        idb.extend_from_slice(&65535u32.to_le_bytes());
+        block(&mut f, 1, &idb);
+        for k in 0..frames {
+            let mut epb = vec![0u8; 4]; // interface 0
+            epb.extend_from_slice(&0u32.to_le_bytes());
+            epb.extend_from_slice(&(k as u32).to_le_bytes());
+            epb.extend_from_slice(&60u32.to_le_bytes());
+            epb.extend_from_slice(&60u32.to_le_bytes());
+            epb.extend_from_slice(&[k as u8; 60]);
+            block(&mut f, 6, &epb);
+        }
+        f
+    }
+
+    /// The capture `bytes` normalised, or the judge's complaint.
+    fn normalise(name: &str, bytes: &[u8]) -> Result<usize, String> {
+        let dir = std::env::temp_dir().join(format!("wc-judge-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let raw = dir.join("raw.pcapng");
+        std::fs::write(&raw, bytes).unwrap();
+        let r = std::panic::catch_unwind(|| normalised(&raw)).map_err(|e| {
+            e.downcast_ref::<String>()
+                .cloned()
+                .unwrap_or_else(|| "panic".into())
+        });
+        let frames = r.map(|clean| {
+            let cap = warpcore_analysis::capture::read_capture_file(&clean).expect("read");
+            cap.frames.len()
+        });
+        std::fs::remove_dir_all(&dir).unwrap();
+        frames
+    }
+
+    /// A capture whose writer stopped mid-block (an interrupted run, a full disk) is not
+    /// judged by its first part: the normaliser used to drop the cut block and everything
+    /// after it without a word, and the judge then passed whatever came before.
+    #[test]
+    fn a_capture_cut_short_is_refused_not_judged_by_its_head() {
+        let whole = pcapng(5);
+        assert_eq!(normalise("whole", &whole), Ok(5));
+        // The last packet block cut in its middle.
+        let cut = &whole[..whole.len() - 30];
+        let e = normalise("cut", cut).expect_err("a cut capture must be refused");
+        assert!(e.contains("cut short"), "{e}");
+        // A few stray octets after the last whole block.
+        let mut tail = whole.clone();
+        tail.extend_from_slice(&[0; 5]);
+        let e = normalise("tail", &tail).expect_err("trailing octets must be refused");
+        assert!(e.contains("cut short"), "{e}");
+    }
 }
