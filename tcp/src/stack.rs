@@ -485,21 +485,21 @@ impl<D: PollDevice> Stack<D> {
 
     /// Copies up to `data.len()` bytes into the send buffer; returns how many fit.
     pub fn send(&mut self, id: ConnId, data: &[u8]) -> Result<usize, StackError> {
-        // The free space may come in two pieces (a ring's wrap, or a growth step).
+        // The free space may come in two pieces (a ring's wrap, or a growth step). The first
+        // call is made even for no data: it checks the handle and the state.
         let mut done = 0;
-        while done < data.len() {
+        loop {
             let rest = &data[done..];
             let n = self.send_with(id, |buf| {
                 let n = buf.len().min(rest.len());
                 buf[..n].copy_from_slice(&rest[..n]);
                 n
             })?;
-            if n == 0 {
-                break;
-            }
             done += n;
+            if n == 0 || done == data.len() {
+                return Ok(done);
+            }
         }
-        Ok(done)
     }
 
     /// Lends the free contiguous part of the send buffer to `f`, which writes into it and

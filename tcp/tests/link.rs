@@ -339,6 +339,9 @@ fn stale_handles_are_rejected() {
     let c = a.connect((IP_B, 5000), None, &tuning).expect("connect");
     a.release(c).expect("release");
     assert_eq!(a.send(c, b"x"), Err(StackError::UnknownConnection));
+    // Nothing to send or no room to read into: the handle is checked all the same.
+    assert_eq!(a.send(c, b""), Err(StackError::UnknownConnection));
+    assert_eq!(a.recv(c, &mut []), Err(StackError::UnknownConnection));
     let c2 = a
         .connect((IP_B, 5000), None, &tuning)
         .expect("connect again");
