@@ -236,8 +236,8 @@ pub fn next_delivery(a: &Stack<LinkEnd>, b: &Stack<LinkEnd>) -> Option<Instant> 
     }
 }
 
-/// A link with `loss` (a fraction) each way, half as much duplication, twice as much
-/// reordering (300 µs late) and 50 µs latency, seeded per direction.
+/// A link with `loss` (a fraction) each way, 1 % duplication, 2 % reordering (300 µs
+/// late) and 50 µs latency, seeded per direction.
 pub fn faulty_link(seed: u64, loss: f64) -> LinkConfig {
     let faults = |seed| Faults {
         seed,
