@@ -687,7 +687,7 @@ fn run(seed: u64, crc: bool, rev: u8) -> (Model, Octets) {
     );
     let st = p.a.core.stack().device().tx_fault_stats();
     assert!(
-        st.lost > 0 && st.duplicated > 0 && st.reordered > 0,
+        st.lost > 0 && st.duplicated > 0 && st.overtaken > 0,
         "{st:?}"
     );
     // Issue 12 item 2: both receive paths carried this workload, the placement straight

@@ -99,6 +99,9 @@ pub struct FaultStats {
     pub duplicated: u64,
     /// Frames held back for reordering.
     pub reordered: u64,
+    /// Frames delivered after a frame sent later than them (reordering that happened: a
+    /// held-back frame nothing overtook arrives in order).
+    pub overtaken: u64,
     /// Frames with a flipped bit.
     pub corrupted: u64,
 }
@@ -138,6 +141,8 @@ struct Wire {
     seq: u64,
     next_free: Instant,
     capacity: usize,
+    /// The latest-sent frame delivered so far (its `seq`).
+    delivered_seq: u64,
     stats: FaultStats,
 }
 
@@ -154,6 +159,7 @@ impl Wire {
             seq: 0,
             next_free: Instant::ZERO,
             capacity,
+            delivered_seq: 0,
             stats: FaultStats::default(),
         }
     }
@@ -214,11 +220,17 @@ impl Wire {
     }
 
     fn pop(&mut self, now: Instant) -> Option<Vec<u8>> {
-        if self.queue.peek().is_some_and(|f| f.at <= now) {
-            self.stats.delivered += 1;
-            return self.queue.pop().map(|f| f.frame);
+        if self.queue.peek().is_none_or(|f| f.at > now) {
+            return None;
         }
-        None
+        let f = self.queue.pop()?;
+        self.stats.delivered += 1;
+        if f.seq < self.delivered_seq {
+            self.stats.overtaken += 1;
+        } else {
+            self.delivered_seq = f.seq;
+        }
+        Some(f.frame)
     }
 }
 
@@ -486,15 +498,25 @@ mod tests {
         );
 
         // Every frame held back: a later, unheld frame overtakes it.
-        a.set_tx_faults(Faults {
+        let held = Faults {
             reorder: 1.0,
             reorder_delay: Duration::from_micros(50),
             ..Faults::default()
-        });
+        };
+        a.set_tx_faults(held.clone());
         send(&mut a, Instant::from_micros(2000), 1);
         a.set_tx_faults(Faults::default());
         send(&mut a, Instant::from_micros(2010), 2);
         assert_eq!(recv_all(&mut b, Instant::from_micros(3000)), vec![2, 1]);
+        let s = a.tx_fault_stats();
+        assert_eq!((s.reordered, s.overtaken), (1, 1), "{s:?}");
+        // A frame held back with nothing sent behind it arrives in order: held, not
+        // overtaken (`overtaken` counts the reordering that happened).
+        a.set_tx_faults(held);
+        send(&mut a, Instant::from_micros(4000), 3);
+        assert_eq!(recv_all(&mut b, Instant::from_micros(5000)), vec![3]);
+        let s = a.tx_fault_stats();
+        assert_eq!((s.reordered, s.overtaken), (2, 1), "{s:?}");
     }
 
     #[test]
