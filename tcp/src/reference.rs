@@ -94,6 +94,7 @@ fn new_socket(t: &TcpTuning) -> tcp::Socket<'static> {
 impl<D: PollDevice> RefStack<D> {
     /// Creates the stack on `device` at time `now`.
     pub fn new(mut device: D, config: &StackConfig, now: Instant) -> Result<Self, StackError> {
+        config.check()?;
         let mut ic = Config::new(HardwareAddress::Ethernet(EthernetAddress(config.mac)));
         ic.random_seed = config.random_seed;
         let mut iface = Interface::new(ic, &mut device, now);

@@ -28,6 +28,51 @@ pub struct StackConfig {
     pub max_connections: usize,
 }
 
+impl StackConfig {
+    /// Refuses what no stack can work with (both implementations check it when created):
+    /// a group MAC (receivers drop frames from group sources), an interface
+    /// address that is unspecified, multicast, broadcast or its subnet's broadcast, and a
+    /// gateway or route next hop off the subnet (ARP cannot reach it), on the interface's
+    /// own address or on its broadcast.
+    pub(crate) fn check(&self) -> Result<(), StackError> {
+        let bad = |field, why| Err(StackError::InvalidConfig(field, why));
+        let mac = smoltcp::wire::EthernetAddress(self.mac);
+        // All zeros passes: DPDK's net_ring ports report it as their address, and it
+        // works between them.
+        if !mac.is_unicast() {
+            return bad("mac", "must be a unicast Ethernet address");
+        }
+        let ip = self.ip.address();
+        let subnet_broadcast = self.ip.broadcast();
+        if ip.is_unspecified()
+            || ip.is_multicast()
+            || ip.is_broadcast()
+            || Some(ip) == subnet_broadcast
+        {
+            return bad(
+                "ip",
+                "must be a unicast address (not unspecified, multicast or a broadcast)",
+            );
+        }
+        let on_link = |hop: Ipv4Address| {
+            self.ip.contains_addr(&hop) && hop != ip && Some(hop) != subnet_broadcast
+        };
+        if self.gateway.is_some_and(|g| !on_link(g)) {
+            return bad(
+                "gateway",
+                "must be another unicast address of the interface's subnet",
+            );
+        }
+        if self.routes.iter().any(|&(_, via)| !on_link(via)) {
+            return bad(
+                "routes",
+                "next hops must be other unicast addresses of the interface's subnet",
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Congestion controller of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Congestion {
@@ -207,6 +252,9 @@ pub enum StackError {
     /// A [`TcpTuning`] field (named) holds a value no connection can work with.
     #[error("TcpTuning::{0} {1}")]
     InvalidTuning(&'static str, &'static str),
+    /// A [`StackConfig`] field (named) holds a value no stack can work with.
+    #[error("StackConfig::{0} {1}")]
+    InvalidConfig(&'static str, &'static str),
 }
 
 /// Which TCP implementation runs under a [`Stack`].
@@ -264,7 +312,8 @@ impl<D: PollDevice> Stack<D> {
         Self::with_implementation(device, config, now, TcpImplementation::Warpcore)
     }
 
-    /// Creates the stack of the chosen implementation.
+    /// Creates the stack of the chosen implementation. A configuration no stack can work
+    /// with is refused ([`StackError::InvalidConfig`]).
     pub fn with_implementation(
         device: D,
         config: &StackConfig,

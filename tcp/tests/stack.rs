@@ -7,7 +7,7 @@ use common::*;
 use smoltcp::socket::tcp::State;
 use smoltcp::time::{Duration, Instant};
 use warpcore_tcp::link::{self, LinkConfig, LinkEnd};
-use warpcore_tcp::{ConnId, Event, Stack, StackError, TcpImplementation, TcpTuning};
+use warpcore_tcp::{ConnId, Event, Stack, StackConfig, StackError, TcpImplementation, TcpTuning};
 
 fn stacks() -> (Stack<LinkEnd>, Stack<LinkEnd>) {
     stacks_of(TcpImplementation::Warpcore)
@@ -294,6 +294,116 @@ fn unworkable_tuning_is_refused_naming_the_field() {
         };
         a.connect((IP_B, 1), None, &small).expect("connect");
         a.listen(7, 1, &small).expect("listen");
+    }
+}
+
+/// A `StackConfig` no stack can work with is refused by `Stack::new`, naming the field:
+/// before, a group MAC (peers, ours included, drop frames from group sources), an
+/// interface address that is unspecified, multicast, broadcast or its subnet's broadcast,
+/// or a next hop off the subnet (never answers ARP) made a stack that came up and stayed
+/// silent.
+#[test]
+fn unworkable_stack_config_is_refused_naming_the_field() {
+    use smoltcp::wire::{Ipv4Address, Ipv4Cidr};
+    let good = config(1, IP_A);
+    let net = |a, b, c, d| Ipv4Address::new(a, b, c, d);
+    let bad: Vec<(&str, StackConfig)> = vec![
+        (
+            "mac",
+            StackConfig {
+                mac: [0xff; 6],
+                ..good.clone()
+            },
+        ),
+        (
+            "mac",
+            StackConfig {
+                mac: [0x01, 0, 0x5e, 0, 0, 1],
+                ..good.clone()
+            },
+        ),
+        (
+            "ip",
+            StackConfig {
+                ip: Ipv4Cidr::new(net(0, 0, 0, 0), 24),
+                ..good.clone()
+            },
+        ),
+        (
+            "ip",
+            StackConfig {
+                ip: Ipv4Cidr::new(net(224, 0, 0, 1), 24),
+                ..good.clone()
+            },
+        ),
+        (
+            "ip",
+            StackConfig {
+                ip: Ipv4Cidr::new(net(255, 255, 255, 255), 24),
+                ..good.clone()
+            },
+        ),
+        (
+            "ip",
+            StackConfig {
+                ip: Ipv4Cidr::new(net(198, 18, 0, 255), 24),
+                ..good.clone()
+            },
+        ),
+        (
+            "gateway",
+            StackConfig {
+                gateway: Some(net(10, 0, 0, 1)),
+                ..good.clone()
+            },
+        ),
+        (
+            "gateway",
+            StackConfig {
+                gateway: Some(IP_A),
+                ..good.clone()
+            },
+        ),
+        (
+            "gateway",
+            StackConfig {
+                gateway: Some(net(198, 18, 0, 255)),
+                ..good.clone()
+            },
+        ),
+        (
+            "routes",
+            StackConfig {
+                routes: vec![(Ipv4Cidr::new(net(10, 1, 0, 0), 16), net(10, 0, 0, 1))],
+                ..good.clone()
+            },
+        ),
+    ];
+    for imp in [
+        TcpImplementation::Warpcore,
+        TcpImplementation::SmoltcpReference,
+    ] {
+        for (field, cfg) in &bad {
+            let (ea, _eb) = link::pair(&LinkConfig::default());
+            match Stack::with_implementation(ea, cfg, Instant::ZERO, imp) {
+                Err(StackError::InvalidConfig(f, _)) => assert_eq!(f, *field, "{imp:?} {cfg:?}"),
+                other => panic!("{imp:?}: {cfg:?}: {:?}", other.map(|_| "a stack")),
+            }
+        }
+        // A gateway and a route through it on the subnet, a /32 of its own: fine.
+        let (ea, _eb) = link::pair(&LinkConfig::default());
+        let fine = StackConfig {
+            gateway: Some(net(198, 18, 0, 254)),
+            routes: vec![(Ipv4Cidr::new(net(10, 1, 0, 0), 16), net(198, 18, 0, 253))],
+            ..good.clone()
+        };
+        Stack::with_implementation(ea, &fine, Instant::ZERO, imp).expect("on-link next hops");
+        let (ea, _eb) = link::pair(&LinkConfig::default());
+        let host = StackConfig {
+            ip: Ipv4Cidr::new(IP_A, 32),
+            ..good.clone()
+        };
+        Stack::with_implementation(ea, &host, Instant::ZERO, imp).expect("a /32");
     }
 }
 

@@ -360,6 +360,7 @@ fn check_tuning(t: &TcpTuning) -> Result<(), StackError> {
 impl<D: PollDevice> Host<D> {
     /// Creates the host on `device` at time `now`.
     pub fn new(device: D, config: &StackConfig, now: Instant) -> Result<Self, StackError> {
+        config.check()?;
         if config.routes.len() > 7 {
             return Err(StackError::TooManyRoutes);
         }
