@@ -286,7 +286,7 @@ impl<D: PollDevice> RefStack<D> {
     ) -> Result<ListenerId, StackError> {
         tuning.check()?;
         let backlog = backlog.max(1);
-        if self.live() + backlog > self.max_connections {
+        if backlog > self.max_connections.saturating_sub(self.live()) {
             return Err(StackError::TableFull(self.max_connections));
         }
         let id = ListenerId(self.listeners.len() as u32);

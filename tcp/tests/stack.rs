@@ -297,6 +297,35 @@ fn unworkable_tuning_is_refused_naming_the_field() {
     }
 }
 
+/// A backlog larger than the table is refused by smoltcp's reference (its backlog sockets
+/// are table entries), not an overflow panic, and bounded by the table in ours.
+#[test]
+fn a_backlog_beyond_the_table_is_refused_or_bounded_without_panic() {
+    for imp in [
+        TcpImplementation::Warpcore,
+        TcpImplementation::SmoltcpReference,
+    ] {
+        let (_a, mut b) = stacks_of(imp);
+        let t = TcpTuning {
+            rx_buffer: 1024,
+            tx_buffer: 1024,
+            ..TcpTuning::default()
+        };
+        // One entry taken: the table's count plus the backlog must not wrap.
+        b.connect((IP_A, 1), None, &t).expect("connect");
+        let r = b.listen(5000, usize::MAX, &t);
+        match imp {
+            TcpImplementation::SmoltcpReference => {
+                assert_eq!(r, Err(StackError::TableFull(16)));
+                assert_eq!(b.live(), 1);
+            }
+            TcpImplementation::Warpcore => {
+                r.expect("ours holds its half-open connections in the table as they come");
+            }
+        }
+    }
+}
+
 /// A `StackConfig` no stack can work with is refused by `Stack::new`, naming the field:
 /// before, a group MAC (peers, ours included, drop frames from group sources), an
 /// interface address that is unspecified, multicast, broadcast or its subnet's broadcast,
