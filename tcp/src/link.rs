@@ -539,6 +539,51 @@ mod tests {
         assert!(send(&mut a, Instant::ZERO, 3));
     }
 
+    /// Each direction injects the rates it is configured with, counts exactly what it did
+    /// (what arrives is what was sent, less the lost, plus the duplicates), and the holds
+    /// reorder: the judges of every "survives 1 % loss" test.
+    #[test]
+    fn configured_rates_are_injected_and_counted_per_direction() {
+        const N: u32 = 50_000;
+        let faults = |seed| Faults {
+            seed,
+            loss: 0.01,
+            duplicate: 0.01,
+            reorder: 0.02,
+            reorder_delay: Duration::from_micros(300),
+            latency: Duration::from_micros(50),
+            ..Faults::default()
+        };
+        let cfg = LinkConfig {
+            faults_ab: faults(0xdead_beef),
+            faults_ba: faults(0x0bad_cafe),
+            ..LinkConfig::default()
+        };
+        let (mut a, mut b) = pair(&cfg);
+        let (mut got_b, mut got_a) = (0u64, 0u64);
+        for i in 0..N {
+            let now = Instant::from_micros(i64::from(i) * 10);
+            assert!(send(&mut a, now, 1) && send(&mut b, now, 2));
+            got_b += recv_all(&mut b, now).len() as u64;
+            got_a += recv_all(&mut a, now).len() as u64;
+        }
+        let end = Instant::from_secs(3600);
+        got_b += recv_all(&mut b, end).len() as u64;
+        got_a += recv_all(&mut a, end).len() as u64;
+        for (s, got) in [(a.tx_fault_stats(), got_b), (b.tx_fault_stats(), got_a)] {
+            // 1 % of 50,000 is 500, its standard deviation 22; 2 % is 1000 (31).
+            assert!((400..600).contains(&s.lost), "{s:?}");
+            assert!((400..600).contains(&s.duplicated), "{s:?}");
+            assert!((850..1150).contains(&s.reordered), "{s:?}");
+            // A frame is sent every 10 us and held 300 us: every hold is overtaken.
+            assert!(s.overtaken >= s.reordered, "{s:?}");
+            assert_eq!(s.sent, u64::from(N), "{s:?}");
+            assert_eq!(s.delivered, s.sent - s.lost + s.duplicated, "{s:?}");
+            assert_eq!(got, s.delivered, "{s:?}");
+        }
+        assert_ne!(a.tx_fault_stats(), b.tx_fault_stats());
+    }
+
     /// The loss pattern of `seed` over 2000 frames at 30 % loss (one bit per frame).
     fn loss_pattern(seed: u64) -> Vec<bool> {
         let cfg = LinkConfig {
