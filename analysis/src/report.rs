@@ -617,6 +617,21 @@ mod tests {
     use crate::capture::{Frame, LinkType};
     use warpcore_proto::wire::mpa::{FrameKind, FrameRepr};
 
+    /// An MPA Request or Reply with CRC, no markers, MPA revision `rev` and `private_data`.
+    fn startup_frame(kind: FrameKind, rev: u8, private_data: &[u8]) -> Vec<u8> {
+        FrameRepr {
+            kind,
+            markers: false,
+            crc: true,
+            reject: false,
+            res: 0,
+            rev,
+            enhanced: None,
+            private_data,
+        }
+        .to_vec()
+    }
+
     fn tcp_frame(number: u64, payload: &[u8]) -> Frame {
         segment(number, 0, 1, false, payload)
     }
@@ -736,19 +751,7 @@ mod tests {
     /// not said to be where "the capture ends".
     #[test]
     fn a_gap_inside_a_startup_frame_is_named_as_a_gap() {
-        let frame = |kind| {
-            FrameRepr {
-                kind,
-                markers: false,
-                crc: true,
-                reject: false,
-                res: 0,
-                rev: 1,
-                enhanced: None,
-                private_data: b"private",
-            }
-            .to_vec()
-        };
+        let frame = |kind| startup_frame(kind, 1, b"private");
         let (request, reply) = (frame(FrameKind::Request), frame(FrameKind::Reply));
         let n = request.len() as u32;
         let handshake = || vec![segment(1, 0, 99, true, b""), segment(2, 1, 499, true, b"")];
@@ -793,19 +796,7 @@ mod tests {
     /// passing in silence.
     #[test]
     fn a_reply_that_cannot_be_judged_says_so() {
-        let frame = |kind, rev| {
-            FrameRepr {
-                kind,
-                markers: false,
-                crc: true,
-                reject: false,
-                res: 0,
-                rev,
-                enhanced: None,
-                private_data: b"",
-            }
-            .to_vec()
-        };
+        let frame = |kind, rev| startup_frame(kind, rev, b"");
         for (rev, judged) in [(0, false), (1, true), (3, false)] {
             let frames = vec![
                 segment(1, 0, 99, true, b""),
@@ -834,19 +825,7 @@ mod tests {
     /// taken the other.
     #[test]
     fn conflicting_retransmission_is_named() {
-        let frame = |kind| {
-            FrameRepr {
-                kind,
-                markers: false,
-                crc: true,
-                reject: false,
-                res: 0,
-                rev: 1,
-                enhanced: None,
-                private_data: b"pd",
-            }
-            .to_vec()
-        };
+        let frame = |kind| startup_frame(kind, 1, b"pd");
         let request = frame(FrameKind::Request);
         let mut resent = request.clone();
         *resent.last_mut().unwrap() ^= 0xFF;
@@ -880,17 +859,7 @@ mod tests {
     /// connection never reached FPDU mode.
     #[test]
     fn a_reply_the_capture_missed_is_no_violation() {
-        let request = FrameRepr {
-            kind: FrameKind::Request,
-            markers: false,
-            crc: true,
-            reject: false,
-            res: 0,
-            rev: 1,
-            enhanced: None,
-            private_data: b"",
-        }
-        .to_vec();
+        let request = startup_frame(FrameKind::Request, 1, b"");
         let fpdu = [0u8; 28]; // bytes after the (lost) Reply
         let reply_len = 20;
         let missed = "the capture misses the start of the responder's stream";
