@@ -198,26 +198,37 @@ fn send_ulpdus(
     }
 }
 
+/// Steps the world once and hands `each` every whole ULPDU the engine's stream brought the
+/// peer (what is left of an FPDU stays in the deframer for the next call).
+fn step_and_read(w: &mut World, tcp: ConnId, d: &mut Deframer, mut each: impl FnMut(&[u8])) {
+    w.step();
+    let mut rx = Vec::new();
+    let _ = w.peer.recv_with(tcp, |data| {
+        rx.extend_from_slice(data);
+        data.len()
+    });
+    let mut input = &rx[..];
+    while let Ok((n, Some(u))) = d.poll(input) {
+        input = &input[n..];
+        each(&u);
+    }
+}
+
 /// Runs until the engine's Terminate arrives at the peer; returns its (layer, etype, code).
 fn terminate_from_engine(w: &mut World, tcp: ConnId, d: &mut Deframer) -> (u8, u8, u8) {
-    let mut rx = Vec::new();
     for _ in 0..5000 {
-        w.step();
-        let _ = w.peer.recv_with(tcp, |data| {
-            rx.extend_from_slice(data);
-            data.len()
-        });
-        let mut input = &rx[..];
-        while let Ok((n, Some(u))) = d.poll(input) {
-            input = &input[n..];
-            if let Ok(seg) = Segment::parse(&u) {
+        let mut term = None;
+        step_and_read(w, tcp, d, |u| {
+            if let Ok(seg) = Segment::parse(u) {
                 if let RdmapHeader::Terminate(t) = seg.repr.header {
                     let c = t.code;
-                    return (c.layer(), c.etype(), c.code());
+                    term = term.or(Some((c.layer(), c.etype(), c.code())));
                 }
             }
+        });
+        if let Some(t) = term {
+            return t;
         }
-        rx.clear();
     }
     panic!("no Terminate from the engine")
 }
@@ -674,19 +685,11 @@ fn read_then_respond_into(
     w.engine.post_send(qp, wr).unwrap();
     // Lift the responder's MPA fence (MPA-7.1.2-16): a zero-length Write.
     send_ulpdus(&mut w, tcp, &mut framer, &[write(0, 0, b"")], false);
-    let mut rx = Vec::new();
     let mut rr = None;
     let mut term = None;
     let mut collect = |w: &mut World, rr: &mut Option<ReadRequestRepr>| {
-        w.step();
-        let _ = w.peer.recv_with(tcp, |data| {
-            rx.extend_from_slice(data);
-            data.len()
-        });
-        let mut input = &rx[..];
-        while let Ok((n, Some(u))) = d.poll(input) {
-            input = &input[n..];
-            if let Ok(s) = Segment::parse(&u) {
+        step_and_read(w, tcp, &mut d, |u| {
+            if let Ok(s) = Segment::parse(u) {
                 match s.repr.header {
                     RdmapHeader::ReadRequest(h) => *rr = Some(h),
                     RdmapHeader::Terminate(t) => {
@@ -695,8 +698,7 @@ fn read_then_respond_into(
                     _ => {}
                 }
             }
-        }
-        rx.clear();
+        });
     };
     for _ in 0..2000 {
         collect(&mut w, &mut rr);
@@ -965,22 +967,13 @@ fn post_reads_and_collect_requests(
         w.engine.post_send(qp, wr).unwrap();
     }
     send_ulpdus(w, tcp, &mut framer, &[write(0, 0, b"")], false);
-    let mut rx = Vec::new();
     let mut requests = Vec::new();
     for _ in 0..2000 {
-        w.step();
-        let _ = w.peer.recv_with(tcp, |data| {
-            rx.extend_from_slice(data);
-            data.len()
-        });
-        let mut input = &rx[..];
-        while let Ok((n, Some(u))) = d.poll(input) {
-            input = &input[n..];
-            if Segment::parse(&u).is_ok_and(|s| s.repr.opcode == Opcode::ReadRequest) {
+        step_and_read(w, tcp, &mut d, |u| {
+            if Segment::parse(u).is_ok_and(|s| s.repr.opcode == Opcode::ReadRequest) {
                 requests.push(u.to_vec());
             }
-        }
-        rx.clear();
+        });
         if requests.len() as u64 == reads {
             break;
         }
