@@ -20,13 +20,7 @@ pub mod env;
 /// `--version` print and exit 0; a usage error prints clap's message and exits with status
 /// 2 (the tools' "usage" status).
 pub fn parse_args<T: clap::Parser>() -> T {
-    match T::try_parse() {
-        Ok(t) => t,
-        Err(e) => {
-            let _ = e.print();
-            std::process::exit(if e.use_stderr() { 2 } else { 0 })
-        }
-    }
+    parse_args_with_matches().0
 }
 
 /// [`parse_args`], also handing back clap's matches (which flags the command line gave,
