@@ -148,6 +148,13 @@ fn data(off: usize, payload: &[u8], ack: TcpSeqNumber) -> TcpRepr<'_> {
     seg(TcpControl::Psh, PISS + 1 + off, Some(ack), payload)
 }
 
+/// `s` with the timestamp option a peer that negotiated timestamps puts on every segment
+/// (RFC 7323 3.2): TSval 1, the SYN-ACK's of `established`.
+fn stamped(mut s: TcpRepr<'_>) -> TcpRepr<'_> {
+    s.timestamp = Some(TcpTimestampRepr { tsval: 1, tsecr: 0 });
+    s
+}
+
 #[test]
 fn rfc9293_3_5_active_open_offers_mss_window_scale_sack_and_timestamps() {
     let mut c = Connection::connect(&cfg(), ep(), ISS, ms(0));
@@ -272,6 +279,29 @@ fn rfc7323_5_3_paws_drops_a_segment_with_an_old_timestamp() {
     assert_eq!(out[0].ts.map(|t| t.tsecr), Some(100));
 }
 
+#[test]
+fn rfc7323_3_2_a_segment_without_timestamps_is_dropped_once_they_are_negotiated() {
+    let mut c = established(cfg(), false);
+    c.handle_segment(ms(2), &data(0, b"bare", ISS + 1));
+    assert_eq!(c.recv_queue(), 0, "the segment without TSopt was taken");
+    assert_eq!(c.stats().ts_missing_dropped, 1);
+    assert!(
+        drain(&mut c, ms(2)).is_empty(),
+        "dropped silently: nothing answers it"
+    );
+    // The same octets with the option are taken.
+    c.handle_segment(ms(3), &stamped(data(0, b"bare", ISS + 1)));
+    assert_eq!(c.recv_queue(), 4);
+    // Where timestamps were not negotiated, a segment without them is normal.
+    let mut plain = established(cfg(), true);
+    plain.handle_segment(ms(2), &data(0, b"bare", ISS + 1));
+    assert_eq!(plain.recv_queue(), 4);
+    assert_eq!(plain.stats().ts_missing_dropped, 0);
+    // A RST is processed without further validation: it needs no timestamp.
+    c.handle_segment(ms(4), &seg(TcpControl::Rst, PISS + 5, None, &[]));
+    assert_eq!(c.state(), State::Closed);
+}
+
 /// RFC 7323 4.3 (2) and case (A): TS.Recent takes a segment's TSval only if SEG.SEQ <=
 /// Last.ACK.sent, so an ACK that covers two segments (the second-segment rule) echoes the
 /// first's and the peer's RTT sample includes the time the ACK waited. On both receive
@@ -353,8 +383,8 @@ fn rfc5681_4_2_and_rfc2018_4_out_of_order_data_is_acked_at_once_with_sack_blocks
     let mut config = cfg();
     config.ack_delay = Some(Duration::from_millis(10));
     let mut c = established(config, false);
-    c.handle_segment(ms(2), &data(1000, &[2; 500], ISS + 1));
-    c.handle_segment(ms(2), &data(3000, &[4; 500], ISS + 1));
+    c.handle_segment(ms(2), &stamped(data(1000, &[2; 500], ISS + 1)));
+    c.handle_segment(ms(2), &stamped(data(3000, &[4; 500], ISS + 1)));
     let out = drain(&mut c, ms(2));
     assert_eq!(out.len(), 1);
     let base = (PISS.0 as u32).wrapping_add(1);
@@ -366,7 +396,7 @@ fn rfc5681_4_2_and_rfc2018_4_out_of_order_data_is_acked_at_once_with_sack_blocks
     );
     assert_eq!(c.recv_queue(), 0);
     // The gap filled: everything up to the next hole, ACKed at once.
-    c.handle_segment(ms(3), &data(0, &[1; 1000], ISS + 1));
+    c.handle_segment(ms(3), &stamped(data(0, &[1; 1000], ISS + 1)));
     let out = drain(&mut c, ms(3));
     assert_eq!(out[0].ack, Some(PISS + 1 + 1500));
     assert_eq!(out[0].sack, vec![(base + 3000, base + 3500)]);
@@ -420,7 +450,7 @@ fn rfc8985_6_2_rack_marks_the_hole_lost_once_later_data_is_sacked() {
     assert_eq!(out.len(), 4);
     let base = ISS.0 as u32 + 1;
     // Segment 1 lost; 2..4 SACKed at 3 ms (RTT 1 ms).
-    let mut a = seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]);
+    let mut a = stamped(seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]));
     a.sack_ranges = [Some((base + 1448, base + 4 * 1448)), None, None];
     c.handle_segment(ms(3), &a);
     // RACK: segment 1 was sent before the delivered ones; after RTT + reo_wnd (min RTT / 4)
@@ -1027,8 +1057,8 @@ fn lossy_transfer(iss_a: TcpSeqNumber, iss_b: TcpSeqNumber, records: bool) {
 /// The peer's octets 2000..2100 and 4000..4100 arrive ahead of a hole at 2 ms: the
 /// connection holds them and has two SACK blocks to report (what it sent is drained).
 fn hold_two_sack_blocks(c: &mut Connection) {
-    c.handle_segment(ms(2), &data(2000, &[1; 100], ISS + 1));
-    c.handle_segment(ms(2), &data(4000, &[1; 100], ISS + 1));
+    c.handle_segment(ms(2), &stamped(data(2000, &[1; 100], ISS + 1)));
+    c.handle_segment(ms(2), &stamped(data(4000, &[1; 100], ISS + 1)));
     drain(c, ms(2));
 }
 

@@ -177,6 +177,9 @@ pub struct ConnStats {
     pub challenge_acks: u64,
     /// Segments dropped by PAWS.
     pub paws_dropped: u64,
+    /// Segments dropped for carrying no timestamp option where both SYNs negotiated
+    /// timestamps (RFC 7323 3.2).
+    pub ts_missing_dropped: u64,
     /// Window-probe timer expiries: zero-window probes sent, and segments sender SWS
     /// avoidance held back that went at its override timeout (RFC 9293 3.8.6).
     pub window_probes: u64,
@@ -1269,6 +1272,12 @@ impl Connection {
             (_, 0) => false,
             (_, _) => (rel >= 0 && rel < wnd as i64) || (end_rel >= 0 && end_rel < wnd as i64),
         };
+        // RFC 7323 3.2: once both SYNs carried TSopt, every non-RST segment must: one
+        // without it is dropped silently (a RST is processed without it).
+        if self.ts_ok && seg.timestamp.is_none() && seg.control != TcpControl::Rst {
+            self.stats.ts_missing_dropped += 1;
+            return;
+        }
         // PAWS (RFC 7323 5.3), before anything else but RST.
         if self.ts_ok && seg.control != TcpControl::Rst {
             if let Some(ts) = seg.timestamp {
