@@ -534,18 +534,62 @@ fn rfc9293_3_8_6_1_zero_window_is_probed_and_data_flows_when_it_opens() {
     open.window_len = 0xffff;
     c.handle_segment(ms(21), &open);
     let out = drain(&mut c, ms(21));
-    // The probe went unanswered long enough for an RTO, which left one segment of
-    // congestion window (RFC 5681 3.1): one full segment now, the rest as it is ACKed.
-    assert_eq!(out.len(), 1);
-    assert_eq!(out[0].seq, ISS + 2);
-    assert_eq!(out[0].payload.len(), 1460);
-    c.handle_segment(
-        ms(22),
-        &seg(TcpControl::None, PISS + 1, Some(ISS + 2 + 1460), &[]),
-    );
-    let out = drain(&mut c, ms(22));
+    // The probe's timeouts were no congestion signal (the shut window could take nothing):
+    // the initial window of ten segments still holds, and the rest goes at once.
     let total: usize = out.iter().map(|o| o.payload.len()).sum();
-    assert_eq!(total, 2999 - 1460);
+    assert_eq!(total, 2999, "{out:?}");
+    assert_eq!(out[0].seq, ISS + 2);
+    assert_eq!(c.stats().recovery.rto_count, 0);
+}
+
+/// RFC 9293 3.8.6.1 and RFC 1122 4.2.2.17: a zero window probed for a long time, answered
+/// or not, leaves the congestion window as it was: a probe's timeout is no loss.
+#[test]
+fn rfc9293_3_8_6_1_probing_a_shut_window_leaves_the_congestion_window_alone() {
+    let mut c = established(cfg(), true);
+    let cwnd = c.stats().recovery.cwnd;
+    assert_eq!(cwnd, 10 * 1460);
+    let mut z = seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]);
+    z.window_len = 0;
+    c.handle_segment(ms(2), &z);
+    assert!(send(&mut c, ms(2), 20 * 1460).is_empty());
+    // Ten seconds of probing; the peer answers every other probe with its shut window.
+    let mut now = ms(2);
+    let mut probes = 0;
+    while now < ms(10_000) {
+        let Some(t) = c.poll_timeout() else { break };
+        now = t.max(now);
+        c.handle_timeout(now);
+        for o in drain(&mut c, now) {
+            assert!(o.payload.len() <= 1, "only the probe octet: {o:?}");
+            if o.payload.len() == 1 {
+                probes += 1;
+                if probes % 2 == 0 {
+                    c.handle_segment(now, &z);
+                }
+            }
+        }
+    }
+    assert!(probes >= 5, "{probes} probes");
+    let s = c.stats().recovery;
+    assert_eq!(s.rto_count, 0, "{s:?}");
+    assert!(s.window_probe_timeouts >= 4, "{s:?}");
+    assert_eq!(s.cwnd, cwnd, "{s:?}");
+    assert_eq!(s.ssthresh, u64::MAX, "{s:?}");
+    assert_eq!(c.state(), State::Established);
+    // The window opens: a whole initial window goes at once (the probe's octet again
+    // first, then as many full segments as the rest of it holds).
+    let mut open = seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]);
+    open.window_len = 0xffff;
+    c.handle_segment(now, &open);
+    let out = drain(&mut c, now);
+    let lens: Vec<usize> = out.iter().map(|o| o.payload.len()).collect();
+    assert_eq!(out[0].seq, ISS + 1);
+    assert_eq!(
+        lens,
+        [vec![1], vec![1460; 9]].concat(),
+        "cwnd less the octet"
+    );
 }
 
 #[test]
@@ -1864,9 +1908,10 @@ fn rfc9293_3_8_6_1_a_reopened_window_resends_the_probe_at_once() {
             .any(|o| o.seq == ISS + 1 && !o.payload.is_empty()),
         "the octet at SND.UNA goes again at once: {out:?}"
     );
-    c.handle_segment(now, &seg(TcpControl::None, PISS + 1, Some(ISS + 2), &[]));
-    let out = drain(&mut c, now);
-    assert_eq!(out.first().map(|o| o.seq), Some(ISS + 2), "{out:?}");
+    // The probing left the congestion window as it was: the rest follows at once.
+    assert_eq!(out.get(1).map(|o| o.seq), Some(ISS + 2), "{out:?}");
+    let total: usize = out.iter().map(|o| o.payload.len()).sum();
+    assert_eq!(total, 3000);
 }
 
 /// RFC 1122 4.2.3.6: keep-alive probes go only when nothing came from the peer for a whole

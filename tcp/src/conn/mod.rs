@@ -1165,6 +1165,7 @@ impl Connection {
         self.last_heard = now;
         self.snd_wnd = usize::from(seg.window_len); // SYN windows are never scaled
         self.max_snd_wnd = self.snd_wnd;
+        self.rec.set_window_shut(self.snd_wnd == 0);
         self.snd_wl1 = seg.seq_number;
         if let Some(ack) = seg.ack_number {
             self.snd_wl2 = ack;
@@ -1185,6 +1186,7 @@ impl Connection {
             self.state = State::SynReceived;
             self.syn_sent = false;
             self.rec = Recovery::new(&self.cfg.recovery, self.smss, now);
+            self.rec.set_window_shut(self.snd_wnd == 0);
         }
     }
 
@@ -1505,9 +1507,12 @@ impl Connection {
         };
         let old_una = self.snd_una;
         if advanced || !sack.is_empty() || (seg.payload.is_empty() && !self.rec.is_empty()) {
+            // An answer to a zero-window probe is no duplicate ACK: the shut window could
+            // take nothing (RFC 5681 2's "outstanding data" it acknowledges not).
             let pure_dup = !advanced
                 && seg.payload.is_empty()
                 && seg.control == TcpControl::None
+                && self.snd_wnd > 0
                 && usize::from(seg.window_len) << self.snd_shift == self.snd_wnd;
             if advanced || !sack.is_empty() || pure_dup {
                 self.rec.on_ack(now, ack, sack, ts_rtt);
@@ -1555,6 +1560,7 @@ impl Connection {
         {
             let was_zero = self.snd_wnd == 0;
             self.snd_wnd = usize::from(seg.window_len) << self.snd_shift;
+            self.rec.set_window_shut(self.snd_wnd == 0);
             self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
             self.snd_wl1 = seg.seq_number;
             self.snd_wl2 = ack;

@@ -126,6 +126,9 @@ pub struct AckOutcome {
 pub struct RecoveryStats {
     /// Retransmission timeouts.
     pub rto_count: u64,
+    /// Retransmission timeouts while the peer's window was shut: zero-window probes sent
+    /// again, not counted in `rto_count` and no congestion response.
+    pub window_probe_timeouts: u64,
     /// Tail loss probes sent.
     pub tlp_count: u64,
     /// Window reductions: recovery episodes entered, and losses a loss probe repaired (RFC
@@ -338,6 +341,8 @@ pub struct Recovery {
     /// flight moves CUBIC's epoch on by the idle time since then (RFC 9438 5.8).
     last_sent: Option<Instant>,
     stats: RecoveryStats,
+    /// The peer's window is shut (see [`Recovery::set_window_shut`]).
+    window_shut: bool,
 }
 
 /// The state an RTO replaced (RFC 4015 3.1: the sender's state before the timeout).
@@ -417,6 +422,23 @@ impl Recovery {
             usage_end: None,
             last_sent: None,
             stats: RecoveryStats::default(),
+            window_shut: false,
+        }
+    }
+
+    /// The peer's window is shut (zero) or open again. While it is shut, what is
+    /// outstanding is a zero-window probe's octet (or octets the peer's shrunken window
+    /// left outside): the retransmission timer probes the window, backing off, and its
+    /// expiry is no sign of congestion, since the peer could not have taken the octets
+    /// (RFC 9293 3.8.6.1, RFC 1122 4.2.2.17: probing goes on however long the window is
+    /// shut; Linux's persist timer leaves cwnd alone too). Without this every probe's
+    /// timeout collapsed cwnd to one segment and ssthresh to two, and the connection
+    /// crawled back from there once the window opened. No loss probe runs meanwhile
+    /// either: it could only resend the probe.
+    pub fn set_window_shut(&mut self, shut: bool) {
+        self.window_shut = shut;
+        if shut {
+            self.pto_at = None;
         }
     }
 
@@ -750,6 +772,7 @@ impl Recovery {
         // a tail loss in about two round trips instead of an RTO; 7.4.2's response to the
         // loss it repaired needs only that ACK.
         if !self.cfg.rack_tlp
+            || self.window_shut
             || self.segs.is_empty()
             || self.tlp_end.is_some()
             || self.recover.is_some()
@@ -1439,6 +1462,28 @@ impl Recovery {
             self.pto_at = None;
             self.reorder_at = None;
             return TimeoutAction::None;
+        }
+        if self.window_shut && self.rto_at.is_some_and(|t| t <= now) {
+            // Probing the shut window (`set_window_shut`): everything outstanding goes
+            // again, the timer backs off (RFC 6298 5.5) and the consecutive-timeout count
+            // runs on (`peer_alive` restarts it when the peer answers); the congestion
+            // state stays as it was.
+            self.stats.window_probe_timeouts += 1;
+            self.backoffs += 1;
+            let mut tally = Tally::default();
+            for s in self.segs.iter_mut() {
+                if !s.sacked {
+                    s.lost = true;
+                    s.retransmitted = false;
+                }
+                tally.add(s);
+            }
+            self.tally = tally;
+            self.rto = (self.rto * 2).min(self.cfg.rto_max);
+            self.rto_at = Some(now + self.rto);
+            self.pto_at = None;
+            self.reorder_at = None;
+            return TimeoutAction::Retransmit;
         }
         if self.rto_at.is_some_and(|t| t <= now) {
             // RFC 6298 5.4-5.6 and RFC 5681 3.1; SACK information is discarded (RFC 2018 8:
