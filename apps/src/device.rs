@@ -286,13 +286,25 @@ pub fn raw_capture_path(p: &Path) -> PathBuf {
 }
 
 /// After the engine (or port) is dropped: rewrites DPDK's raw capture of `--capture PATH` as
-/// plain pcapng at PATH ([`crate::pcapng::clean`]) and removes the raw file. Returns the
-/// number of frames.
+/// plain pcapng at PATH ([`crate::pcapng::clean_report`]) and removes the raw file. Returns
+/// the number of frames. A raw file cut short (the writer failed, say on a full disk) is an
+/// error naming where it stopped: PATH then holds the frames before the cut, and the raw
+/// file is kept, but the capture is not the run's whole traffic, and a judge reading the
+/// rewritten file could not tell.
 pub fn finish_capture(path: &Path) -> Result<u64, String> {
     let raw = raw_capture_path(path);
-    let n = crate::pcapng::clean(&raw, path).map_err(|e| format!("--capture: {e}"))?;
+    let c = crate::pcapng::clean_report(&raw, path).map_err(|e| format!("--capture: {e}"))?;
+    if let Some((at, why)) = c.cut {
+        return Err(format!(
+            "--capture: {} is cut short at octet {at} ({why}): only the {} frames before \
+             it are in {}",
+            raw.display(),
+            c.packets,
+            path.display()
+        ));
+    }
     let _ = std::fs::remove_file(&raw);
-    Ok(n)
+    Ok(c.packets)
 }
 
 /// A memif server refuses to start on a socket file left by a dead process, and two servers
@@ -988,6 +1000,60 @@ mod dpdk {
 mod tests {
     use super::*;
     use clap::Parser;
+
+    /// A little-endian pcapng block.
+    fn block(out: &mut Vec<u8>, ty: u32, body: &[u8]) {
+        let total = (12 + body.len()) as u32;
+        out.extend_from_slice(&ty.to_le_bytes());
+        out.extend_from_slice(&total.to_le_bytes());
+        out.extend_from_slice(body);
+        out.extend_from_slice(&total.to_le_bytes());
+    }
+
+    /// A raw capture of `frames` 60-octet frames: section, interface, packets.
+    fn raw_capture(frames: usize) -> Vec<u8> {
+        let mut f = Vec::new();
+        let mut shb = 0x1A2B_3C4Du32.to_le_bytes().to_vec();
+        shb.extend_from_slice(&[1, 0, 0, 0]);
+        shb.extend_from_slice(&u64::MAX.to_le_bytes());
+        block(&mut f, 0x0A0D_0D0A, &shb);
+        let mut idb = vec![1, 0, 0, 0];
+        idb.extend_from_slice(&65535u32.to_le_bytes());
+        block(&mut f, 1, &idb);
+        for k in 0..frames {
+            let mut epb = vec![0; 12];
+            epb.extend_from_slice(&60u32.to_le_bytes());
+            epb.extend_from_slice(&60u32.to_le_bytes());
+            epb.extend_from_slice(&[k as u8; 60]);
+            block(&mut f, 6, &epb);
+        }
+        f
+    }
+
+    /// The whole raw capture becomes PATH and goes; one cut short is an error naming the
+    /// cut, with the frames before it kept (never a silent short capture).
+    #[test]
+    fn finish_capture_refuses_a_raw_capture_cut_short() {
+        let dir = std::env::temp_dir().join(format!("wc-finish-cap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.pcapng");
+        let raw = raw_capture_path(&path);
+        std::fs::write(&raw, raw_capture(3)).unwrap();
+        assert_eq!(finish_capture(&path), Ok(3));
+        assert!(!raw.exists(), "the raw file goes once rewritten");
+        let mut cut = raw_capture(3);
+        cut.truncate(cut.len() - 10);
+        std::fs::write(&raw, &cut).unwrap();
+        let e = finish_capture(&path).unwrap_err();
+        assert!(
+            e.contains("cut short") && e.contains("only the 2 frames"),
+            "{e}"
+        );
+        assert!(raw.exists(), "the raw file is kept for a look");
+        let kept = crate::capture::parse_capture(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(kept.frames.len(), 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[derive(Parser, Debug)]
     struct T {

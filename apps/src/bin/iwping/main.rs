@@ -40,10 +40,14 @@ fn main() -> ExitCode {
     };
     // Stop the engine (joins its threads) so the capture is complete before it is cleaned.
     drop(engine);
+    let mut capture_failed = false;
     if let Some(cap) = &cli.dev.capture {
         match warpcore_apps::device::finish_capture(cap) {
             Ok(n) => eprintln!("iwping: {n} frames captured to {}", cap.display()),
-            Err(e) => eprintln!("iwping: {e}"),
+            Err(e) => {
+                eprintln!("iwping: {e}");
+                capture_failed = true;
+            }
         }
     }
     let role = if cli.server { "server" } else { "client" };
@@ -52,6 +56,10 @@ fn main() -> ExitCode {
             eprintln!("iwping: {role}: {n} pings done");
             if cli.count != 0 && n != cli.count {
                 eprintln!("iwping: {role}: expected {} pings", cli.count);
+                return ExitCode::FAILURE;
+            }
+            if capture_failed {
+                // The pings went, but the capture asked for is not whole.
                 return ExitCode::FAILURE;
             }
             ExitCode::SUCCESS
