@@ -18,6 +18,18 @@ pub enum Error {
     /// The engine configuration is invalid: which field and why.
     #[error("invalid configuration: {0}")]
     Config(#[source] ConfigError),
+    /// [`crate::Config::cpus`] names more or fewer CPUs than the device runs engine cores
+    /// (one per core, or none): a CPU left over would be ignored, a core left out unpinned.
+    #[error(
+        "Config::cpus names {given} CPU(s) for {cores} engine core(s): give one per core, \
+         or none"
+    )]
+    CpuCount {
+        /// CPUs named.
+        given: usize,
+        /// Engine cores the device runs (a link one, a DPDK port one per queue).
+        cores: usize,
+    },
     /// The port cannot run the way it was asked to.
     #[error("a {driver} port cannot {what}: {why}")]
     PortUnsupported {

@@ -143,8 +143,9 @@ pub struct Config {
     pub gateway: Option<Ipv4Addr>,
     /// Ethernet address (`None`: derived from the IP address, or the port's own address).
     pub mac: Option<[u8; 6]>,
-    /// CPUs to pin the engine cores to, one per core (empty: one unpinned core). A link
-    /// device runs one core; a DPDK port one core per configured queue. A CPU the core's
+    /// CPUs to pin the engine cores to, one per core (empty: the cores unpinned). A link
+    /// device runs one core; a DPDK port one core per configured queue. Another number of
+    /// CPUs fails [`Context::open`] with [`Error::CpuCount`]. A CPU the core's
     /// thread cannot be pinned to (absent, or outside the process's allowed set) fails
     /// [`Context::open`] with [`Error::Device`] naming it; [`Drive::Caller`] pins nothing
     /// (the caller's thread runs the core).
@@ -254,8 +255,19 @@ impl Context {
         let mut cores = Vec::new();
         #[allow(unused_mut)]
         let mut mtu = cfg.engine.mtu;
+        let check_cpus = |cores: usize| {
+            if cfg.cpus.is_empty() || cfg.cpus.len() == cores {
+                Ok(())
+            } else {
+                Err(Error::CpuCount {
+                    given: cfg.cpus.len(),
+                    cores,
+                })
+            }
+        };
         match cfg.device {
             Device::Link(end) => {
+                check_cpus(1)?;
                 let spec = CoreSpec {
                     device: Box::new(move || Ok(end)),
                     stack: stack.clone(),
@@ -278,7 +290,9 @@ impl Context {
                 let mut engine = cfg.engine.clone();
                 engine.mtu = port.mtu;
                 mtu = port.mtu;
-                for (i, dev) in port.into_devices().into_iter().enumerate() {
+                let devices = port.into_devices();
+                check_cpus(devices.len())?;
+                for (i, dev) in devices.into_iter().enumerate() {
                     let mut sc = stack.clone();
                     sc.random_seed ^= i as u64 * 0x9E37_79B9;
                     let spec = CoreSpec {

@@ -127,6 +127,21 @@ fn a_cpu_the_core_cannot_be_pinned_to_is_refused_by_name() {
     Context::open(cfg).expect("pinned to an allowed CPU");
 }
 
+/// A link runs one engine core: two CPUs for it are refused, not the second ignored.
+#[test]
+fn cpus_other_than_one_per_engine_core_are_refused() {
+    let allowed = core_affinity::get_core_ids().expect("the allowed CPUs");
+    let (dev, _peer) = link_pair(&LinkConfig::default());
+    let mut cfg = Config::new(dev, [10, 0, 0, 9]);
+    cfg.cpus = vec![allowed[0].id, allowed[0].id];
+    let e = Context::open(cfg).unwrap_err();
+    assert_eq!(e, Error::CpuCount { given: 2, cores: 1 });
+    assert!(
+        e.to_string().contains("2 CPU(s) for 1 engine core(s)"),
+        "{e}"
+    );
+}
+
 /// `Error::StaleHandle` covers a handle of another context: `Context::accept` refuses
 /// another context's queue pair (whose id would name one of its own: the first QP of each
 /// context's core 0 has the same), and nothing is accepted.
