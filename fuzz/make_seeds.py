@@ -8,6 +8,7 @@ test vectors and streams framed with markers by an independent Python framer wri
 The input layouts are those documented in fuzz/bodies.rs.
 
     python3 fuzz/make_seeds.py [PCAP_DIR]    # PCAP_DIR defaults to interop/pcaps
+    python3 fuzz/make_seeds.py interop/pcaps --capture-only   # the `capture` seeds alone
 
 Re-running it is idempotent (file names are content hashes). After adding seeds, run the
 targets and `cargo fuzz cmin` as described in fuzz/README.md.
@@ -213,7 +214,52 @@ def main():
     # negotiation: the Python view of a Reply for the default initiator.
     reply = b"MPA ID Rep Frame" + bytes([0x50, 2, 0, 4]) + bytes.fromhex("00100010")
     write("negotiation", bytes([0x0B, 0xEB, 0xAA, 0x00, 0x01]) + reply + frame([send(1, 4)], 0, 1))
+    capture_seeds()
+
+
+def pcap_records(data):
+    """The frames of a classic pcap file (either byte order), as (octets, original length)."""
+    magic = data[:4]
+    if magic in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1"):
+        e = "<"
+    elif magic in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d"):
+        e = ">"
+    else:
+        return []
+    at, out = 24, []
+    while at + 16 <= len(data):
+        _, _, incl, orig = struct.unpack(e + "IIII", data[at:at + 16])
+        out.append((data[at + 16:at + 16 + incl], orig))
+        at += 16 + incl
+    return out
+
+
+def capture_seeds():
+    """Seeds of the `capture` target (layout in fuzz/capture_body.rs): small siw captures as
+    files (mode 0) and the first frames of every capture as a framed list (mode 1), so that
+    the fuzzer mutates both the containers and the TCP/MPA/DDP/RDMAP inside them."""
+    for name in sorted(os.listdir(PCAPS)):
+        path = os.path.join(PCAPS, name)
+        data = open(path, "rb").read()
+        if len(data) <= MAX_STREAM:
+            write("capture", bytes([0]) + data)
+        elif name.endswith(".pcapng"):
+            # Cut short: the reader must give the frames before the cut and a warning.
+            write("capture", bytes([0]) + data[:MAX_STREAM])
+        if not name.endswith(".pcap"):
+            continue
+        framed = bytearray([1])
+        for octets, _ in pcap_records(data):
+            rec = struct.pack(">H", len(octets)) + octets
+            if len(framed) + len(rec) > MAX_STREAM:
+                break
+            framed += rec
+        if len(framed) > 1:
+            write("capture", bytes(framed))
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 2 and sys.argv[2] == "--capture-only":
+        capture_seeds()
+    else:
+        main()

@@ -2,7 +2,8 @@
 # Smoke-runs every cargo-fuzz target for a few seconds each (libFuzzer), starting from the
 # corpora kept in fuzz/corpus/<target>. Any crash fails the run and leaves its reproducer in
 # fuzz/artifacts/<target>/: add it to fuzz/corpus/<target>/ once fixed, and the regular test
-# suite (proto/tests/fuzz_corpus.rs, engine/tests/fuzz_engine_rx.rs for engine_rx) replays it
+# suite (proto/tests/fuzz_corpus.rs; engine/tests/fuzz_engine_rx.rs, tcp/tests/fuzz_tcp_segments.rs
+# and analysis/tests/fuzz_capture.rs for engine_rx, tcp_segments and capture) replays it
 # forever after. Then the planted-defect proof: engine_rx built with a deliberately broken
 # bounds check must fail (fuzz/README.md).
 #

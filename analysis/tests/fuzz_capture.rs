@@ -1,0 +1,76 @@
+//! Replays the committed corpus of the cargo-fuzz target `capture` (iwdump's decoder on
+//! hostile captures) as a regular test: the body lives in `fuzz/capture_body.rs` and is
+//! compiled here unchanged, so every file of `fuzz/corpus/capture/` (seeds, inputs the
+//! fuzzer kept, crash reproducers once fixed) runs on every `cargo test`, without nightly
+//! or libFuzzer.
+
+#[path = "../../fuzz/capture_body.rs"]
+mod capture_body;
+
+use std::path::PathBuf;
+
+/// Every corpus file through the body; a panic fails the test naming the file. An empty or
+/// missing corpus fails too: the test must not pass vacuously.
+#[test]
+fn corpus_capture() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/capture");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("corpus {} unreadable: {e}", dir.display()))
+        .map(|entry| entry.expect("directory entry").path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    assert!(
+        files.len() >= 10,
+        "corpus {} has {} files",
+        dir.display(),
+        files.len()
+    );
+    for path in &files {
+        let data = std::fs::read(path).expect("corpus file");
+        let outcome = std::panic::catch_unwind(|| capture_body::capture(&data));
+        assert!(
+            outcome.is_ok(),
+            "fuzz body `capture` failed on {} ({} octets)",
+            path.display(),
+            data.len()
+        );
+    }
+}
+
+/// The body's checks can fail: a capture whose report the body must find consistent, and
+/// the framed layout decoding a real frame (not vacuously empty).
+#[test]
+fn the_framed_layout_reaches_the_decoder() {
+    // One Ethernet/IPv4/TCP SYN from 10.0.0.1:40000 to 10.0.0.2:5000.
+    let mut f = vec![0u8; 14 + 20 + 20];
+    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    f[14] = 0x45;
+    f[16..18].copy_from_slice(&40u16.to_be_bytes());
+    f[22] = 64;
+    f[23] = 6;
+    f[26..30].copy_from_slice(&[10, 0, 0, 1]);
+    f[30..34].copy_from_slice(&[10, 0, 0, 2]);
+    f[34..36].copy_from_slice(&40000u16.to_be_bytes());
+    f[36..38].copy_from_slice(&5000u16.to_be_bytes());
+    f[46] = 0x50;
+    f[47] = 0x02;
+    let mut input = vec![1u8];
+    input.extend_from_slice(&(f.len() as u16).to_be_bytes());
+    input.extend_from_slice(&f);
+    capture_body::capture(&input);
+    let c = warpcore_analysis::capture::Capture {
+        format: warpcore_analysis::capture::CaptureFormat::Pcap,
+        frames: vec![warpcore_analysis::capture::Frame {
+            number: 1,
+            timestamp: std::time::Duration::from_micros(1),
+            link: warpcore_analysis::capture::LinkType::Ethernet,
+            data: f.clone(),
+            original_len: f.len() as u32,
+        }],
+        warnings: Vec::new(),
+    };
+    let r = warpcore_analysis::report::analyse_capture("fuzz", &c);
+    assert_eq!(r.non_tcp_frames, 0, "the frame is TCP to the decoder");
+    assert_eq!(r.connections.len(), 1);
+}
