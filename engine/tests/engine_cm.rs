@@ -561,6 +561,74 @@ fn graceful_close_drains_then_fin() {
     assert_eq!(p.b.core.qp_state(qb).unwrap(), QpState::Error);
 }
 
+/// RDMAP-06 §6, RDMAP-5.5-8: a send request an application thread validated while the QP
+/// was in RTS ([`warpcore_engine::validate_send`] reserved its slot) and that reaches the
+/// core after a graceful close began completes flushed, after the requests queued before
+/// it: those still go out and complete, and the close finishes. (The core counted the late
+/// request as started together with every request ahead of it that had not started yet:
+/// those were never sent nor completed, and the close never finished.)
+#[test]
+fn a_post_that_races_a_disconnect_is_flushed_behind_the_queued_requests() {
+    let mut p = Pair::default_pair();
+    let (qa, shared_a) = p.a.qp_shared(64);
+    let qb = p.b.qp(64);
+    p.b.core.listen(PORT, MpaParams::default()).unwrap();
+    p.a.core
+        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
+        .unwrap();
+    let req = p.wait_request();
+    p.b.core.accept(req.request, qb, b"", None).unwrap();
+    p.run_until_established();
+    let (ra, sa) = p.a.region(1 << 20, all_access());
+    let (rb, sb) = p.b.region(1 << 20, all_access());
+    let data = pattern(800_000, 3);
+    ra.write_at(0, &data).unwrap();
+    // Four Writes of 200,000 octets, none started yet (no loop ran since).
+    for k in 0..4u64 {
+        let to = k * 200_000;
+        post_a(&mut p, qa, k + 1, write_op(sb.0, to), &[(sa, to, 200_000)]);
+    }
+    p.a.core.disconnect(qa).unwrap();
+    // Another thread's Write, validated (and its slot reserved) while the QP was in RTS,
+    // reaches the core now.
+    assert!(shared_a.reserve_sq());
+    p.a.core
+        .post_send_reserved(qa, send_wr(9, write_op(sb.0, 0), &[(sa, 0, 64)]));
+    let mut da = None;
+    let mut db = None;
+    p.run_until(20_000, |p| {
+        for e in p.a.take_events() {
+            if let CmEvent::Disconnected { reset, .. } = e {
+                da = Some(reset);
+            }
+        }
+        for e in p.b.take_events() {
+            if let CmEvent::Disconnected { reset, .. } = e {
+                db = Some(reset);
+            }
+        }
+        da.is_some() && db.is_some()
+    });
+    assert_eq!((da, db), (Some(false), Some(false)));
+    let ca: Vec<_> =
+        p.a.take_completions()
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect();
+    assert_eq!(
+        ca,
+        [
+            (1, WcStatus::Success),
+            (2, WcStatus::Success),
+            (3, WcStatus::Success),
+            (4, WcStatus::Success),
+            (9, WcStatus::FlushErr)
+        ]
+    );
+    assert_eq!(read_region(&rb, 0, 800_000), data);
+    assert_eq!(shared_a.sq_used(), 0);
+}
+
 /// Abortive close: RST; both sides flush and see Disconnected with reset.
 #[test]
 fn abortive_close_resets_both_sides() {

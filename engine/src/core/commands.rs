@@ -157,8 +157,8 @@ impl<D: PollDevice> EngineCore<D> {
     }
 
     /// Takes a send work request already validated (and its slot reserved) by an
-    /// application thread with [`validate_send`]. If the QP left RTS meanwhile the request
-    /// completes with a flush error.
+    /// application thread with [`validate_send`]. If the QP left RTS meanwhile the request is
+    /// not sent: it completes with a flush error, after the requests posted before it.
     #[inline(never)]
     pub fn post_send_reserved(&mut self, id: QpId, wr: SendWr) {
         let _ = self.post_send_reserved_ref(id, &wr);
@@ -195,8 +195,15 @@ impl<D: PollDevice> EngineCore<D> {
         let status = (q.state != QpState::Rts || bad_read || bad_ext).then_some(WcStatus::FlushErr);
         let idle = q.sq.is_empty();
         q.push_sq(wr, status);
-        if q.state != QpState::Rts {
-            q.sq_next_seq = q.sq_head_seq + q.sq.len() as u64;
+        if status.is_some() {
+            // Done before it started: never sent nor executed, it completes in order,
+            // behind the requests queued before it. At the sending position it is passed
+            // at once; behind requests not started yet (a graceful close began after the
+            // request was validated in RTS: they still go out), the sending position
+            // passes it when it gets there (`Qp::local_op_next`).
+            if q.sq_next_seq - q.sq_head_seq + 1 == q.sq.len() as u64 {
+                q.sq_next_seq += 1;
+            }
             q.retire_sq();
         } else if idle {
             self.send_first = true;

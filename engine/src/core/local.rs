@@ -126,22 +126,32 @@ impl Qp {
         self.local_op_next() && self.run_local_ops_at(mrs)
     }
 
-    /// Whether a local operation is at the sending position: the next message start runs
-    /// it, and it may wait for guards on a region to drain.
+    /// Whether a local operation, or a request done before it started (flushed when it was
+    /// posted: `EngineCore::post_send_reserved_ref`), is at the sending position: the next
+    /// message start runs it or passes it over ([`Self::run_local_ops_at`]), and it may
+    /// wait for guards on a region to drain.
     #[inline]
     pub(super) fn local_op_next(&self) -> bool {
         usize::try_from(self.sq_next_seq - self.sq_head_seq)
             .ok()
             .and_then(|idx| self.sq.get(idx))
-            .is_some_and(|e| e.wr.op.is_local())
+            .is_some_and(|e| e.wr.op.is_local() || e.status.is_some())
     }
 
-    /// [`Self::run_local_ops`] once a local operation is at the sending position.
+    /// [`Self::run_local_ops`] once a local operation (or a request done before it started)
+    /// is at the sending position.
     #[inline(never)]
     pub(super) fn run_local_ops_at(&mut self, mrs: &MrTable) -> bool {
         let mut any = false;
         while let Ok(idx) = usize::try_from(self.sq_next_seq - self.sq_head_seq) {
             let Some(e) = self.sq.get(idx) else { break };
+            if e.status.is_some() {
+                // Done before it started (flushed when posted): passed over, neither sent
+                // nor executed; it retires in order.
+                self.sq_next_seq += 1;
+                any = true;
+                continue;
+            }
             if !e.wr.op.is_local()
                 || (e.wr.fence && !self.orq.is_empty())
                 || self.invalidates_unacked_source(idx, &e.wr.op)

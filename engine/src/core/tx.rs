@@ -1304,13 +1304,20 @@ impl Qp {
         } = e.wr.op
         else {
             return WriteWhole::Declined {
-                local_next: e.wr.op.is_local(),
+                local_next: e.wr.op.is_local() || e.status.is_some(),
             };
         };
-        // A fault, a Read or Atomic Response owed, or a Read fence waiting for earlier
-        // Reads: the general path decides.
-        if self.tx_fault.is_some() || !self.irq.is_empty() || (e.wr.fence && !self.orq.is_empty()) {
-            return WriteWhole::DECLINED;
+        // A fault, a Read or Atomic Response owed, a Read fence waiting for earlier Reads,
+        // or a Write flushed when it was posted (passed over, never sent: `local_op_next`):
+        // the general path decides.
+        if self.tx_fault.is_some()
+            || !self.irq.is_empty()
+            || e.status.is_some()
+            || (e.wr.fence && !self.orq.is_empty())
+        {
+            return WriteWhole::Declined {
+                local_next: e.status.is_some(),
+            };
         }
         let Some(conn) = self.conn.as_mut() else {
             return WriteWhole::DECLINED;
