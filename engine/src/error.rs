@@ -42,7 +42,7 @@ pub enum EngineError {
     /// An RDMA Read needs exactly one local SGE (one Data Sink STag, RDMAP-06 §5.2.1).
     #[error("an RDMA Read takes exactly one SGE")]
     ReadSgeCount,
-    /// The negotiated ORD is 0: this QP cannot issue RDMA Reads.
+    /// The negotiated ORD is 0: this QP cannot issue RDMA Reads nor atomics.
     #[error("ORD is 0: no RDMA Reads possible")]
     NoReadCredits,
     /// The connection does not use the named extension (RFC 7306 atomics and Immediate

@@ -694,6 +694,10 @@ impl QpState {
 pub struct QpShared {
     state: AtomicU8,
     rfc7306: AtomicBool,
+    /// What the connection fixed when it entered RTS (stored before the state, so a thread
+    /// that reads RTS reads these too): RFC 7306 in use, and the negotiated ORD.
+    rfc7306_in_use: AtomicBool,
+    ord: AtomicU32,
     sq_used: AtomicU32,
     rq_used: AtomicU32,
     /// Send queue depth.
@@ -714,6 +718,8 @@ impl QpShared {
         QpShared {
             state: AtomicU8::new(QpState::Idle as u8),
             rfc7306: AtomicBool::new(true),
+            rfc7306_in_use: AtomicBool::new(false),
+            ord: AtomicU32::new(0),
             sq_used: AtomicU32::new(0),
             rq_used: AtomicU32::new(0),
             sq_depth,
@@ -769,6 +775,25 @@ impl QpShared {
     /// accepted, so later changes do not affect a running connection.
     pub fn set_rfc7306(&self, on: bool) {
         self.rfc7306.store(on, Ordering::Release);
+    }
+
+    /// Whether the connection uses RFC 7306: [`QpShared::rfc7306`] as the engine read it
+    /// when the connection was set up (false before).
+    pub fn rfc7306_in_use(&self) -> bool {
+        self.rfc7306_in_use.load(Ordering::Acquire)
+    }
+
+    /// The connection's negotiated ORD (0 before it is set up): RDMA Reads and atomics
+    /// need at least 1.
+    pub fn ord(&self) -> u32 {
+        self.ord.load(Ordering::Acquire)
+    }
+
+    /// Records what the connection fixed ([`QpShared::rfc7306_in_use`], [`QpShared::ord`]),
+    /// before the QP enters RTS.
+    pub(crate) fn set_connection(&self, rfc7306: bool, ord: u32) {
+        self.rfc7306_in_use.store(rfc7306, Ordering::Release);
+        self.ord.store(ord, Ordering::Release);
     }
 
     pub(crate) fn set_state(&self, s: QpState) {

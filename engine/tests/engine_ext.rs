@@ -16,8 +16,8 @@ use warpcore_engine::tcp::smoltcp::time::Instant;
 use warpcore_engine::tcp::smoltcp::wire::Ipv4Cidr;
 use warpcore_engine::tcp::StackConfig;
 use warpcore_engine::{
-    CmEvent, CompletionQueue, ConnError, EngineConfig, EngineCore, EngineError, MpaParams, QpId,
-    QpState, SendOp, WcOpcode, WcStatus,
+    validate_send, CmEvent, CompletionQueue, ConnError, EngineConfig, EngineCore, EngineError,
+    MpaParams, QpId, QpShared, QpState, SendOp, WcOpcode, WcStatus,
 };
 
 fn atomic_access() -> Access {
@@ -32,7 +32,20 @@ fn qp_ext(side: &mut Side, depth: u32, rfc7306: bool) -> QpId {
 
 /// Connects A to B with RFC 7306 on or off on either side (it is not negotiated).
 fn connect_ext(p: &mut Pair, a_on: bool, b_on: bool, params: &MpaParams) -> (QpId, QpId) {
-    let qa = qp_ext(&mut p.a, 64, a_on);
+    let (qa, _, qb) = connect_ext_shared(p, a_on, b_on, params);
+    (qa, qb)
+}
+
+/// [`connect_ext`], with A's QP's shared state (what application threads check posts
+/// against).
+fn connect_ext_shared(
+    p: &mut Pair,
+    a_on: bool,
+    b_on: bool,
+    params: &MpaParams,
+) -> (QpId, Arc<QpShared>, QpId) {
+    let (qa, shared_a) = p.a.qp_shared(64);
+    shared_a.set_rfc7306(a_on);
     let qb = qp_ext(&mut p.b, 64, b_on);
     p.b.core.listen(PORT, params.clone()).expect("listen");
     p.a.core
@@ -45,7 +58,7 @@ fn connect_ext(p: &mut Pair, a_on: bool, b_on: bool, params: &MpaParams) -> (QpI
     });
     p.a.take_events();
     p.b.take_events();
-    (qa, qb)
+    (qa, shared_a, qb)
 }
 
 fn word(r: &Region, off: usize) -> u64 {
@@ -335,6 +348,61 @@ fn misaligned_atomic_terminates_0_2_07() {
         true,
     );
     assert_eq!(code, (0, 2, 7));
+}
+
+/// EXT-1.1-1, RDMAP-6.1-1, EXT-5.2-1: an application thread's post is checked
+/// (`validate_send`) against what the connection fixed when it was set up, with typed
+/// errors and nothing queued: RFC 7306 as it was then (the QP's flag turned on afterwards
+/// does not let an atomic or Immediate Data out to a peer without it), and the negotiated
+/// ORD (0: no Reads nor atomics). (Both passed; the core then flushed such a request in
+/// RTS: an RFC 7306 one was sent all the same, and a Read or atomic with ORD 0 held the
+/// send queue behind it for good.)
+#[test]
+fn posts_are_checked_against_the_connections_rfc7306_and_ord() {
+    let mut p = Pair::default_pair();
+    let (qa, shared_a, _qb) = connect_ext_shared(&mut p, false, false, &MpaParams::default());
+    shared_a.set_rfc7306(true);
+    let (_ra, sa) = p.a.region(4096, all_access());
+    let imm = SendOp::Immediate {
+        imm: 5,
+        solicited: false,
+    };
+    for (op, sges) in [
+        (fetch_add(Stag(1), 0, 1, 0), &[(sa, 0, 8)][..]),
+        (imm, &[][..]),
+    ] {
+        assert_eq!(
+            validate_send(&shared_a, &p.a.mrs, &send_wr(1, op, sges)),
+            Err(EngineError::NotSupported("RFC 7306")),
+            "{op:?}"
+        );
+    }
+    assert_eq!(shared_a.sq_used(), 0);
+    p.run(20);
+    assert!(p.a.take_events().is_empty() && p.b.take_events().is_empty());
+    assert_eq!(p.a.core.qp_state(qa), Ok(QpState::Rts));
+
+    let mut p = Pair::default_pair();
+    let params = MpaParams {
+        ord: 0,
+        ..MpaParams::default()
+    };
+    let (qa, shared_a, _qb) = connect_ext_shared(&mut p, true, true, &params);
+    assert_eq!(p.a.core.qp_info(qa).unwrap().ord, 0);
+    assert_eq!(shared_a.ord(), 0);
+    let (_ra, sa) = p.a.region(4096, all_access());
+    for op in [
+        read_op(1, 0),
+        fetch_add(Stag(1), 0, 1, 0),
+        cmp_swap(Stag(1), 0, 0, 0, 0, 0),
+    ] {
+        assert_eq!(
+            validate_send(&shared_a, &p.a.mrs, &send_wr(1, op, &[(sa, 0, 8)])),
+            Err(EngineError::NoReadCredits),
+            "{op:?}"
+        );
+    }
+    assert_eq!(shared_a.sq_used(), 0);
 }
 
 /// RDMAP-8.1.1-*, EXT-5.2.1-*: a region without REMOTE_ATOMIC refuses atomics with the

@@ -76,7 +76,7 @@ pub enum Error {
     /// An RDMA Read takes exactly one local SGE.
     #[error("an RDMA Read takes exactly one local SGE")]
     ReadSgeCount,
-    /// The connection has no RDMA Read credits (ORD 0).
+    /// The connection has no RDMA Read credits (ORD 0): no Reads nor atomics.
     #[error("ORD is 0: no RDMA Reads possible")]
     NoReadCredits,
     /// The connection does not use this extension (RFC 7306 atomics and Immediate Data

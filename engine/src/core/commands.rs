@@ -142,14 +142,6 @@ impl<D: PollDevice> EngineCore<D> {
         // application thread's request.
         let q = self.qp_ref(id)?;
         validate_send(&q.shared, &mrs, &wr)?;
-        if (matches!(wr.op, SendOp::Read { .. }) || wr.op.is_atomic()) && q.ord == 0 {
-            q.shared.release_sq();
-            return Err(EngineError::NoReadCredits);
-        }
-        if wr.op.is_rfc7306() && !q.rfc7306 {
-            q.shared.release_sq();
-            return Err(EngineError::NotSupported("RFC 7306"));
-        }
         // Validated (the QP in RTS) and reserved: taken as an application thread's
         // request is; the next loop sends it.
         let _ = self.post_send_reserved_ref(id, &wr);
@@ -188,9 +180,10 @@ impl<D: PollDevice> EngineCore<D> {
         let Ok(q) = self.qp_mut_for_send(id) else {
             return false;
         };
+        // What `validate_send` refuses by the connection's settings (`QpShared::ord`,
+        // `QpShared::rfc7306_in_use`), should a request reach the core unchecked: it is
+        // not sent.
         let bad_read = (matches!(wr.op, SendOp::Read { .. }) || wr.op.is_atomic()) && q.ord == 0;
-        // The application may have changed the QP's RFC 7306 flag after the connection
-        // fixed it: such a request is not sent.
         let bad_ext = wr.op.is_rfc7306() && !q.rfc7306;
         let status = (q.state != QpState::Rts || bad_read || bad_ext).then_some(WcStatus::FlushErr);
         let idle = q.sq.is_empty();

@@ -68,8 +68,10 @@ fn validate_send_general(shared: &QpShared, mrs: &MrTable, wr: &SendWr) -> Resul
         local::check_local_op(shared.pd, mrs, wr)?;
     }
     // RFC 7306 operations only on connections that use it (EXT-1.1-1): refused here,
-    // typed, before anything reaches the wire.
-    if wr.op.is_rfc7306() && !shared.rfc7306() {
+    // typed, before anything reaches the wire. The connection's setting, fixed when it
+    // was set up: the QP's own flag may have changed since, and a core would only flush
+    // the request.
+    if wr.op.is_rfc7306() && !shared.rfc7306_in_use() {
         return Err(EngineError::NotSupported("RFC 7306"));
     }
     let is_read = matches!(wr.op, SendOp::Read { .. });
@@ -81,6 +83,11 @@ fn validate_send_general(shared: &QpShared, mrs: &MrTable, wr: &SendWr) -> Resul
     let is_atomic = wr.op.is_atomic();
     if is_atomic && (sges.len() > 1 || sges.first().is_some_and(|s| s.len != 8)) {
         return Err(EngineError::AtomicSge);
+    }
+    // Reads and atomics need an ORD of at least 1 (RDMAP-6.1-1, EXT-5.2-1): with none
+    // negotiated the request could never be issued.
+    if (is_read || is_atomic) && shared.ord() == 0 {
+        return Err(EngineError::NoReadCredits);
     }
     // The message length, summed once.
     let total_len = wr.sges.total_len();
