@@ -336,18 +336,44 @@ fn expect_terminate(
     code
 }
 
-/// EXT-5.2.1-2, EXT-5.1.1-2, EXT-8.2-4: a misaligned target earns Terminate 0/2/07, memory
-/// untouched, both QPs in error.
+/// EXT-5.2.1-2: an atomic whose remote Tagged Offset is not 8-aligned is refused at post
+/// with a typed error, nothing queued nor sent, the QP still in RTS: our responders end the
+/// stream over it with Terminate 0/2/07 (`engine_hostile`'s `misaligned_atomic_request`).
+/// (It was posted and sent, and the Terminate failed both QPs.) An aligned one then
+/// completes.
 #[test]
-fn misaligned_atomic_terminates_0_2_07() {
-    let code = expect_terminate(|sb| fetch_add(sb, 4, 1, 0), atomic_access(), true);
-    assert_eq!(code, (0, 2, 7));
-    let code = expect_terminate(
-        |sb| cmp_swap(sb, 12, 0, 0, 1, u64::MAX),
-        atomic_access(),
-        true,
-    );
-    assert_eq!(code, (0, 2, 7));
+fn a_misaligned_atomic_is_refused_at_post() {
+    let mut p = Pair::default_pair();
+    let (qa, shared_a, _qb) = connect_ext_shared(&mut p, true, true, &MpaParams::default());
+    let (_ra, sa) = p.a.region(4096, all_access());
+    let (_rb, sb) = p.b.region(4096, atomic_access());
+    for op in [
+        fetch_add(sb, 4, 1, 0),
+        cmp_swap(sb, 12, 0, 0, 1, u64::MAX),
+        fetch_add(sb, (1 << 40) + 1, 1, 0),
+    ] {
+        assert_eq!(
+            p.a.core.post_send(qa, send_wr(1, op, &[(sa, 0, 8)])),
+            Err(EngineError::AtomicMisaligned),
+            "{op:?}"
+        );
+        assert_eq!(
+            validate_send(&shared_a, &p.a.mrs, &send_wr(1, op, &[(sa, 0, 8)])),
+            Err(EngineError::AtomicMisaligned),
+            "{op:?}"
+        );
+    }
+    assert_eq!(shared_a.sq_used(), 0);
+    p.run(20);
+    assert!(p.a.take_completions().is_empty());
+    assert!(p.a.take_events().is_empty() && p.b.take_events().is_empty());
+    assert_eq!(p.a.core.qp_state(qa), Ok(QpState::Rts));
+    p.a.core
+        .post_send(qa, send_wr(2, fetch_add(sb, 8, 1, 0), &[(sa, 0, 8)]))
+        .unwrap();
+    p.run_until(2000, |p| !p.a.completions.is_empty());
+    let c = p.a.take_completions();
+    assert_eq!((c[0].wr_id, c[0].status), (2, WcStatus::Success));
 }
 
 /// EXT-1.1-1, RDMAP-6.1-1, EXT-5.2-1: an application thread's post is checked

@@ -507,6 +507,17 @@ fn atomic_req(msn: u32, stag: u32, to: u64) -> Vec<u8> {
     )
 }
 
+/// EXT-5.2.1-2, EXT-8.2-4: an Atomic Request whose target Tagged Offset is not 8-aligned
+/// → 0/2/07, nothing placed (a requester of ours refuses to post one:
+/// `engine_ext`'s `a_misaligned_atomic_is_refused_at_post`).
+#[test]
+fn misaligned_atomic_request() {
+    for to in [4, 12, 1] {
+        let reqs = |s| vec![atomic_req(1, s, to)];
+        expect_terminate("misaligned-atomic", reqs, false, 1, (0, 2, 7));
+    }
+}
+
 /// EXT-5.2-1, RDMAP-6.1-2: Atomic Requests count against IRD next to Read Requests: with
 /// IRD = 4 Reads outstanding, an Atomic Request → 0/2/07 as a fifth Read would (the IRD
 /// check comes before the target's, which here lacks REMOTE_ATOMIC and would be 0/1/2).

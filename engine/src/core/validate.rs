@@ -114,6 +114,11 @@ fn validate_send_general(shared: &QpShared, mrs: &MrTable, wr: &SendWr) -> Resul
     if remote_to.is_some_and(|to| to_range_wraps(to, remote_len)) {
         return Err(EngineError::RemoteToWrap);
     }
+    // The target word's Tagged Offset must be 8-aligned (EXT-5.2.1-2): every responder
+    // of ours refuses another with a Terminate that ends the stream (0/2/07).
+    if is_atomic && remote_to.is_some_and(|to| to % 8 != 0) {
+        return Err(EngineError::AtomicMisaligned);
+    }
     for s in sges {
         check_sge(mrs, shared.pd, s, is_read)?;
     }

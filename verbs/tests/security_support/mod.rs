@@ -12,7 +12,7 @@ use warpcore_engine::proto::mpa::framer::{Framer, FramerConfig};
 use warpcore_engine::proto::mpa::negotiation::{self as nego, Initiator};
 use warpcore_engine::proto::wire::ddp::DdpBuffer;
 use warpcore_engine::proto::wire::fpdu;
-use warpcore_engine::proto::wire::rdmap::Opcode;
+use warpcore_engine::proto::wire::rdmap::{AtomicRequestRepr, Opcode};
 use warpcore_engine::proto::wire::segment::{RdmapHeader, Segment, SegmentRepr};
 use warpcore_engine::tcp::link::LinkEnd;
 use warpcore_engine::tcp::smoltcp::time::Instant;
@@ -232,5 +232,32 @@ pub fn send_invalidate(msn: u32, mo: u32, last: bool, stag: u32, payload: &[u8])
             header: RdmapHeader::None,
         },
         payload,
+    )
+}
+
+/// An RFC 7306 CmpSwap Atomic Request on QN 1, message `msn`, of the word at `to` of `stag`
+/// (swap all ones into it whatever it holds).
+pub fn atomic_cmp_swap(msn: u32, stag: u32, to: u64) -> Vec<u8> {
+    seg(
+        SegmentRepr {
+            last: true,
+            buffer: DdpBuffer::Untagged {
+                rsvd_ulp2: 0,
+                qn: 1,
+                msn,
+                mo: 0,
+            },
+            opcode: Opcode::AtomicRequest,
+            header: RdmapHeader::AtomicRequest(AtomicRequestRepr::cmp_swap(
+                msn,
+                stag,
+                to,
+                u64::MAX,
+                u64::MAX,
+                0,
+                0,
+            )),
+        },
+        &[],
     )
 }
