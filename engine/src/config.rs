@@ -213,6 +213,23 @@ impl EngineConfig {
                 "must be at most 1 ms (the ACK delay our peers' probe timeout allows)",
             );
         }
+        // What both TCPs refuse when a connection is opened or a port listened on
+        // (`TcpTuning`): refused here, at start-up, naming the field, not at the first
+        // connect.
+        if self.tcp.timeout == Some(Duration::ZERO) {
+            return err("tcp.timeout", "must be longer than zero (None: no timeout)");
+        }
+        if self.tcp.keep_alive == Some(Duration::ZERO) {
+            return err(
+                "tcp.keep_alive",
+                "must be longer than zero (None: no probes)",
+            );
+        }
+        // MPA hands TCP whole FPDUs that must leave at once (MPA-5.1-3); Warpcore's TCP
+        // refuses Nagle's algorithm at connect.
+        if self.tcp.nagle {
+            return err("tcp.nagle", "must be off (MPA-5.1-3: FPDUs leave at once)");
+        }
         // smoltcp applies the timeout to idle connections too: without probes shorter than
         // it, every idle queue pair would be reset (`TcpTuning::keep_alive`).
         if let Some(t) = self.tcp.timeout {
@@ -229,6 +246,18 @@ impl EngineConfig {
                 "exceeds MAX_QPS_PER_CORE (16384: the QP number's slot bits)",
             );
         }
+        // The region table is allocated whole at start-up and refuses more (a panic
+        // there): the STag's index has 24 bits.
+        if self.mr_table_capacity > crate::mem::MAX_CAPACITY {
+            return err(
+                "mr_table_capacity",
+                "exceeds MAX_CAPACITY (2^24 - 1: the STag's 24-bit index)",
+            );
+        }
+        // A zero timeout fails every MPA startup at its first poll.
+        if self.mpa_timeout_ms == 0 {
+            return err("mpa_timeout_ms", "must be at least 1");
+        }
         if self.max_connections < self.max_qps.min(2) {
             return err("max_connections", "must allow at least two connections");
         }
@@ -243,5 +272,49 @@ impl EngineConfig {
             TcpImplementation::Warpcore => self.mtu - 40 - 12,
             TcpImplementation::SmoltcpReference => self.mtu - 40,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each out-of-range value is refused by `validate`, naming its field (GUIDE rule 7),
+    /// where it used to pass and fail later: a zero TCP timeout or keep-alive interval and
+    /// Nagle's algorithm at the first connect or listen (`TcpTuning`'s own check; a zero
+    /// timeout was blamed on `tcp.keep_alive`), a region table above `MAX_CAPACITY` with a
+    /// panic when the table was allocated, a zero MPA timeout with every startup timing
+    /// out at its first poll.
+    #[test]
+    fn values_that_fail_later_are_refused_naming_the_field() {
+        assert_eq!(EngineConfig::default().validate(), Ok(()));
+        type Set = fn(&mut EngineConfig);
+        let cases: [(&str, Set); 6] = [
+            ("tcp.timeout", |c| c.tcp.timeout = Some(Duration::ZERO)),
+            ("tcp.keep_alive", |c| {
+                c.tcp.timeout = None;
+                c.tcp.keep_alive = Some(Duration::ZERO);
+            }),
+            ("tcp.nagle", |c| c.tcp.nagle = true),
+            ("mr_table_capacity", |c| {
+                c.mr_table_capacity = crate::mem::MAX_CAPACITY + 1
+            }),
+            ("mr_table_capacity", |c| c.mr_table_capacity = usize::MAX),
+            ("mpa_timeout_ms", |c| c.mpa_timeout_ms = 0),
+        ];
+        for (field, set) in cases {
+            let mut cfg = EngineConfig::default();
+            set(&mut cfg);
+            assert_eq!(cfg.validate().map_err(|e| e.field), Err(field));
+        }
+        // The largest values accepted still pass.
+        let mut cfg = EngineConfig {
+            mr_table_capacity: crate::mem::MAX_CAPACITY,
+            mpa_timeout_ms: 1,
+            ..EngineConfig::default()
+        };
+        cfg.tcp.timeout = None;
+        cfg.tcp.keep_alive = None;
+        assert_eq!(cfg.validate(), Ok(()));
     }
 }
