@@ -90,8 +90,9 @@ pub enum Error {
     /// connection).
     #[error("an atomic's remote offset must be 8-aligned")]
     AtomicMisaligned,
-    /// Inline data was given to an operation that takes none (a Read or an atomic).
-    #[error("inline data with a Read or an atomic")]
+    /// Inline data was given to an operation that takes none (a Read, an atomic, a local
+    /// memory operation, octets for Immediate Data).
+    #[error("inline data with an operation that takes none")]
     InvalidInline,
     /// A size exceeds the configured limit.
     #[error("{0} exceeds the configured limit")]

@@ -1233,8 +1233,8 @@ impl QueuePair {
     /// `data`, copied now into the queue pair's inline arena: the caller may reuse `data`
     /// (and need not register it) as soon as this returns. At most
     /// [`QpInit::max_inline`] octets ([`Error::LimitExceeded`] beyond); Reads and atomics
-    /// take no inline data, nor do binds, fast registrations and Local Invalidates
-    /// ([`Error::InvalidInline`]).
+    /// take no inline data, nor do binds, fast registrations and Local Invalidates, and
+    /// Immediate Data takes none but an empty `data` ([`Error::InvalidInline`]).
     pub fn post_send_inline(&self, wr_id: u64, op: SendOp, data: &[u8]) -> Result<(), Error> {
         self.post_send_inline_with(wr_id, op, data, true, false)
     }
@@ -1255,7 +1255,9 @@ impl QueuePair {
         if data.len() > a.slot {
             return Err(Error::LimitExceeded("inline data"));
         }
-        if matches!(op, SendOp::Read { .. }) || op.is_atomic() || op.is_local() {
+        // Immediate Data carries no payload (EXT-6.3-2): octets for it would be dropped.
+        let no_payload = matches!(op, SendOp::Immediate { .. }) && !data.is_empty();
+        if matches!(op, SendOp::Read { .. }) || op.is_atomic() || op.is_local() || no_payload {
             return Err(Error::InvalidInline);
         }
         let mut state = a.state.lock().unwrap_or_else(|e| e.into_inner());

@@ -198,6 +198,16 @@ fn inline_sends_copy_at_post_time() {
         cqp.post_send_inline(1, rd, &[0u8; 8]),
         Err(Error::InvalidInline)
     );
+    // Immediate Data carries no payload (EXT-6.3-2): inline octets for it are refused, not
+    // dropped (it was posted, the octets silently left out).
+    let imm = SendOp::Immediate {
+        imm: 9,
+        solicited: false,
+    };
+    assert_eq!(
+        cqp.post_send_inline(1, imm, &[0u8; 8]),
+        Err(Error::InvalidInline)
+    );
     const N: u64 = 200;
     let mut posted_recv = 0u64;
     let mut buf = [0u8; 64];
