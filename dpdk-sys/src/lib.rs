@@ -46,7 +46,7 @@ mod ring;
 pub use eal::{Eal, EalBuilder};
 pub use error::Error;
 pub use gso::Gso;
-pub use mbuf::{Mbuf, TxChecksumOffload, TxTso};
+pub use mbuf::{Mbuf, RxChecksum, TxChecksumOffload, TxTso};
 pub use mempool::Mempool;
 pub use pcapng::{Direction, PcapngWriter};
 pub use port::prefault_memif_regions;

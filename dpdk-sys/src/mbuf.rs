@@ -4,6 +4,40 @@ use std::ptr::NonNull;
 
 use crate::{ffi, Mempool};
 
+/// What a port's receive offload said of one checksum of a frame (`RTE_MBUF_F_RX_*_CKSUM_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RxChecksum {
+    /// Nothing: the driver did not check it (or has no such offload).
+    Unknown,
+    /// The checksum is wrong: the frame was damaged.
+    Bad,
+    /// The checksum was checked and is right.
+    Good,
+    /// The data was verified, but the checksum field in the frame is not the checksum
+    /// (`..._CKSUM_NONE`: virtio's partial checksums of a peer on the same host, say). The
+    /// frame is intact; checking its checksum field in software would call it damaged.
+    Verified,
+}
+
+impl RxChecksum {
+    fn from_bits(flags: u64, [bad, good, none]: [u32; 3]) -> RxChecksum {
+        if flags == u64::from(bad) {
+            RxChecksum::Bad
+        } else if flags == u64::from(good) {
+            RxChecksum::Good
+        } else if flags == u64::from(none) {
+            RxChecksum::Verified
+        } else {
+            RxChecksum::Unknown
+        }
+    }
+
+    /// The frame's checksum need not be checked again: [`Self::Good`] or [`Self::Verified`].
+    pub fn vouched(self) -> bool {
+        matches!(self, RxChecksum::Good | RxChecksum::Verified)
+    }
+}
+
 /// Checksum work a transmitted packet asks the port to do (IPv4 + TCP only, the only
 /// protocols Warpcore sends). The caller must have put the pseudo-header checksum in the TCP
 /// checksum field when `tcp` is set (DPDK's contract for L4 offload).
@@ -140,28 +174,28 @@ impl Mbuf {
         self.seg().ol_flags
     }
 
-    /// The driver reported a bad IPv4 header checksum.
-    pub fn rx_ip_checksum_bad(&self) -> bool {
-        self.ol_flags() & u64::from(ffi::RTE_MBUF_F_RX_IP_CKSUM_MASK)
-            == u64::from(ffi::RTE_MBUF_F_RX_IP_CKSUM_BAD)
+    /// What the driver said of the IPv4 header checksum.
+    pub fn rx_ip_checksum(&self) -> RxChecksum {
+        RxChecksum::from_bits(
+            self.ol_flags() & u64::from(ffi::RTE_MBUF_F_RX_IP_CKSUM_MASK),
+            [
+                ffi::RTE_MBUF_F_RX_IP_CKSUM_BAD,
+                ffi::RTE_MBUF_F_RX_IP_CKSUM_GOOD,
+                ffi::RTE_MBUF_F_RX_IP_CKSUM_NONE,
+            ],
+        )
     }
 
-    /// The driver verified the IPv4 header checksum.
-    pub fn rx_ip_checksum_good(&self) -> bool {
-        self.ol_flags() & u64::from(ffi::RTE_MBUF_F_RX_IP_CKSUM_MASK)
-            == u64::from(ffi::RTE_MBUF_F_RX_IP_CKSUM_GOOD)
-    }
-
-    /// The driver reported a bad L4 (TCP) checksum.
-    pub fn rx_l4_checksum_bad(&self) -> bool {
-        self.ol_flags() & u64::from(ffi::RTE_MBUF_F_RX_L4_CKSUM_MASK)
-            == u64::from(ffi::RTE_MBUF_F_RX_L4_CKSUM_BAD)
-    }
-
-    /// The driver verified the L4 (TCP) checksum.
-    pub fn rx_l4_checksum_good(&self) -> bool {
-        self.ol_flags() & u64::from(ffi::RTE_MBUF_F_RX_L4_CKSUM_MASK)
-            == u64::from(ffi::RTE_MBUF_F_RX_L4_CKSUM_GOOD)
+    /// What the driver said of the L4 (TCP) checksum.
+    pub fn rx_l4_checksum(&self) -> RxChecksum {
+        RxChecksum::from_bits(
+            self.ol_flags() & u64::from(ffi::RTE_MBUF_F_RX_L4_CKSUM_MASK),
+            [
+                ffi::RTE_MBUF_F_RX_L4_CKSUM_BAD,
+                ffi::RTE_MBUF_F_RX_L4_CKSUM_GOOD,
+                ffi::RTE_MBUF_F_RX_L4_CKSUM_NONE,
+            ],
+        )
     }
 
     /// Bytes free after the data of the last segment.

@@ -496,12 +496,15 @@ impl Port {
         let mut off = Offloads::default();
         let mut conf = ffi::rte_eth_conf::default();
         if cfg.checksum_offload {
-            if has(rx_capa, ffi::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM) {
-                conf.rxmode.offloads |= u64::from(ffi::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM);
+            // Receive offload only as a pair: the stack trusts the port's flags only when
+            // it checks both checksums (`Offloads::rx_*`), and asking for TCP's alone is not
+            // harmless: a virtio port then negotiates partial checksums (the host hands over
+            // a guest peer's frames with the TCP checksum field unfilled), which the
+            // stack's software check, still on for want of the IPv4 offload, would drop.
+            let rx = rx_checksum_offloads(rx_capa);
+            if rx != 0 {
+                conf.rxmode.offloads |= rx;
                 off.rx_ipv4_checksum = true;
-            }
-            if has(rx_capa, ffi::RTE_ETH_RX_OFFLOAD_TCP_CKSUM) {
-                conf.rxmode.offloads |= u64::from(ffi::RTE_ETH_RX_OFFLOAD_TCP_CKSUM);
                 off.rx_tcp_checksum = true;
             }
             if has(tx_capa, ffi::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM) {
@@ -1098,9 +1101,34 @@ impl TxQueue {
     }
 }
 
+/// The receive checksum offloads to ask of a port with capabilities `rx_capa`: IPv4's and
+/// TCP's together, or none (see `Port::configure`).
+fn rx_checksum_offloads(rx_capa: u64) -> u64 {
+    let pair = u64::from(ffi::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | ffi::RTE_ETH_RX_OFFLOAD_TCP_CKSUM);
+    if rx_capa & pair == pair {
+        pair
+    } else {
+        0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A port that verifies TCP checksums but not IPv4's (virtio) gets neither asked of
+    /// it: asking for TCP's alone makes virtio hand over partial checksums, which the
+    /// stack's software check (on, for want of the IPv4 offload) would drop.
+    #[test]
+    fn receive_checksum_offload_is_asked_as_a_pair_or_not_at_all() {
+        let ip = u64::from(ffi::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM);
+        let tcp = u64::from(ffi::RTE_ETH_RX_OFFLOAD_TCP_CKSUM);
+        let udp = u64::from(ffi::RTE_ETH_RX_OFFLOAD_UDP_CKSUM);
+        assert_eq!(rx_checksum_offloads(tcp | udp), 0);
+        assert_eq!(rx_checksum_offloads(ip), 0);
+        assert_eq!(rx_checksum_offloads(ip | tcp | udp), ip | tcp);
+        assert_eq!(rx_checksum_offloads(0), 0);
+    }
 
     #[test]
     fn devargs_are_read_by_key() {
