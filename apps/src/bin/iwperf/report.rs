@@ -274,17 +274,19 @@ pub fn perftest_opt_delta_ns(tposted: &[u64], tcompleted: &[u64]) -> Option<u64>
     Some(opt)
 }
 
-/// Bandwidth figures of an outcome: (peak, average) in the report's unit, Mpps, messages.
+/// Bandwidth figures of an outcome: (peak, average) in the report's unit, Mpps, and the
+/// iterations perftest's `#iterations` column shows: this side's messages only, also with
+/// `-b` (perftest's `print_full_bw_report` sums the peak, the average and the message rate
+/// of both sides, but prints its own `iters`).
 /// The peak is `None` (printed n/a) when a direction had no measured window.
 pub fn bw_figures(o: &Outcome, gbits: bool) -> (Option<f64>, f64, f64, u64) {
-    let (mut peak, mut msgs) = (o.peak_bps, o.iters);
+    let mut peak = o.peak_bps;
     let mut avg_bps = o.bytes as f64 / o.secs.max(1e-9);
-    if let Some((pb, ps, pp, pm)) = o.peer {
+    if let Some((pb, ps, pp, _)) = o.peer {
         // Bidirectional: the sum of both directions, as perftest's -b reports (each side's
         // peak is its own best window; the sum needs both).
         avg_bps += pb as f64 / ps.max(1e-9);
         peak = peak.zip(pp).map(|(a, b)| a + b);
-        msgs += pm;
     }
     let unit = |bps: f64| {
         if gbits {
@@ -293,14 +295,10 @@ pub fn bw_figures(o: &Outcome, gbits: bool) -> (Option<f64>, f64, f64, u64) {
             bps / 1048576.0
         }
     };
-    let rate = if o.peer.is_some() {
-        (o.iters as f64 / o.secs.max(1e-9)
-            + o.peer.map(|p| p.3 as f64 / p.1.max(1e-9)).unwrap_or(0.0))
-            / 1e6
-    } else {
-        msgs as f64 / o.secs.max(1e-9) / 1e6
-    };
-    (peak.map(unit), unit(avg_bps), rate, msgs)
+    let rate = (o.iters as f64 / o.secs.max(1e-9)
+        + o.peer.map_or(0.0, |p| p.3 as f64 / p.1.max(1e-9)))
+        / 1e6;
+    (peak.map(unit), unit(avg_bps), rate, o.iters)
 }
 
 /// A figure with two decimals, or `n/a`.
@@ -627,7 +625,9 @@ pub fn write_json(
                 },
             });
             if cli.test.is_bw() {
-                let (peak, avg, rate, msgs) = bw_figures(o, cli.report_gbits);
+                let (peak, avg, rate, _) = bw_figures(o, cli.report_gbits);
+                // Messages moved in both directions (with -b), as the sums beside it.
+                let msgs = o.iters + o.peer.map_or(0, |p| p.3);
                 v["bw"] = serde_json::json!({
                     "unit": if cli.report_gbits { "Gb/sec" } else { "MB/sec" },
                     "peak": peak, "average": avg, "msg_rate_mpps": rate, "messages": msgs,
@@ -857,6 +857,22 @@ mod tests {
         assert!(close(bw_figures(&o, false).0.unwrap(), 1.5e8 / 1048576.0));
         o.peer = Some((1_000_000, 0.01, None, 1000));
         assert_eq!(bw_figures(&o, false).0, None);
+    }
+
+    #[test]
+    fn bidirectional_row_sums_the_rates_but_shows_this_sides_iterations() {
+        // perftest -b (`print_full_bw_report` with the peer's report): peak, average and
+        // message rate are the sums of both sides, the #iterations column its own `iters`.
+        // `-b -n 1000` printed 2000 iterations.
+        let mut o = bw_outcome(1_000_000, 0.01, Some(1e8));
+        o.peer = Some((1_000_000, 0.02, Some(5e7), 1000));
+        let (_, avg, rate, iters) = bw_figures(&o, false);
+        assert_eq!(iters, 1000);
+        assert!(close(avg, (1e8 + 5e7) / 1048576.0), "{avg}");
+        assert!(close(rate, (1000.0 / 0.01 + 1000.0 / 0.02) / 1e6), "{rate}");
+        let row = bw_row(&o, false, false);
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cols[..2], ["1000", "1000"], "{row}");
     }
 
     #[test]
