@@ -306,10 +306,25 @@ pub fn or_na(v: Option<f64>) -> String {
     v.map_or_else(|| "n/a".to_string(), |v| format!("{v:.2}"))
 }
 
-/// One bandwidth row (with `no_peak`, perftest's -N, the peak column reads 0.00).
+/// Whether a bandwidth row prints its figures with 6 decimals instead of 2: perftest's
+/// `inc_accuracy`, an average below 0.1 Gb/sec (with `--report_gbits`), which 2 decimals
+/// would show as 0.00 .. 0.09.
+pub fn bw_inc_accuracy(avg: f64, gbits: bool) -> bool {
+    gbits && avg < 0.1
+}
+
+/// One bandwidth row (with `no_peak`, perftest's -N, the peak column reads 0.00). Below
+/// 0.1 Gb/sec perftest's `REPORT_FMT_EXT`: peak, average and message rate with 6 decimals.
 pub fn bw_row(o: &Outcome, gbits: bool, no_peak: bool) -> String {
     let (peak, avg, rate, msgs) = bw_figures(o, gbits);
     let peak = if no_peak { Some(0.0) } else { peak };
+    if bw_inc_accuracy(avg, gbits) {
+        let peak = peak.map_or_else(|| "n/a".to_string(), |v| format!("{v:.6}"));
+        return format!(
+            " {:<7}    {}           {:<7}            {:<7.6}            {:<7.6}",
+            o.size, msgs, peak, avg, rate
+        );
+    }
     format!(
         " {:<7}    {:<7}          {:<7}            {:<7.2}\t\t   {:<7.6}",
         o.size,
@@ -873,6 +888,26 @@ mod tests {
         let row = bw_row(&o, false, false);
         let cols: Vec<&str> = row.split_whitespace().collect();
         assert_eq!(cols[..2], ["1000", "1000"], "{row}");
+    }
+
+    #[test]
+    fn slow_gbits_rows_keep_six_decimals_as_perftest() {
+        // 1000 messages of 1000 B in 0.5 s: 0.016 Gb/sec. perftest (`inc_accuracy`) prints
+        // 0.016000; two decimals printed 0.02 (and anything below 0.005 as 0.00).
+        let o = bw_outcome(1_000_000, 0.5, Some(2_500_000.0));
+        let row = bw_row(&o, true, false);
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(
+            cols,
+            ["1000", "1000", "0.020000", "0.016000", "0.002000"],
+            "{row}"
+        );
+        // MB/sec keeps two decimals (perftest's rule is for Gb/sec only), as do faster runs.
+        let mb = bw_row(&o, false, false);
+        assert_eq!(mb.split_whitespace().nth(3), Some("1.91"), "{mb}");
+        let fast = bw_outcome(1_000_000, 0.001, None);
+        let row = bw_row(&fast, true, false);
+        assert_eq!(row.split_whitespace().nth(3), Some("8.00"), "{row}");
     }
 
     #[test]
