@@ -165,6 +165,42 @@ fn bandwidth_tests_print_perftest_table_json_and_hdr_log() {
     let _ = std::fs::remove_file(log);
 }
 
+/// `-D` reports, as perftest, only what completed between its margins (`-D 4`: 1 s at each
+/// end): the row's iterations and the JSON's seconds cover the middle 2 s, while the
+/// HdrHistogram still holds every completion of the run. The whole 4 s (ramp-up and
+/// drain included) were reported before.
+#[test]
+fn timed_bandwidth_counts_perftests_sample_window_only() {
+    let json = tmp("margin.json");
+    let o = iwperf(&[
+        "write_bw",
+        "--loopback=link",
+        "-s",
+        "4096",
+        "-D",
+        "4",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    let row = row_after(&out, " #bytes     #iterations");
+    let iters: u64 = row[1].parse().expect("iterations");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written"))
+            .expect("json parses");
+    let r = &doc["results"][0];
+    let all = r["hdr_usec"]["count"].as_u64().unwrap();
+    let secs = r["bw"]["seconds"].as_f64().unwrap();
+    assert!(iters > 0 && iters < all, "{iters} of {all}: {out}");
+    assert!((1.9..3.0).contains(&secs), "{secs} s: {r}");
+    // The average is the window's octets over the window's time.
+    let avg = r["bw"]["average"].as_f64().unwrap();
+    let want = iters as f64 * 4096.0 / secs / 1048576.0;
+    assert!((avg - want).abs() < 1e-6 * want.max(1.0), "{avg} vs {want}");
+    let _ = std::fs::remove_file(json);
+}
+
 #[test]
 fn all_sizes_run_in_order() {
     // -a runs 2 B .. 8 MiB; keep it short with few iterations on the small link.

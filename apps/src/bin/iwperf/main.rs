@@ -302,6 +302,11 @@ fn client_run(
             size,
             iters: cli.iters(),
             duration: duration.map(Duration::from_secs_f64),
+            // perftest's margins apply to -D, not to --run_infinitely's rows.
+            margin: cli
+                .duration
+                .filter(|_| !cli.run_infinitely && test.is_bw())
+                .map_or(Duration::ZERO, report::perftest_margin),
             stall: timeout,
             progress,
             cq_mod: u64::from(cli.cq_mod.unwrap_or(1)),
@@ -500,6 +505,7 @@ fn server_run(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result<
                 size: start.size,
                 iters: start.iters,
                 duration: (start.duration_ns > 0).then(|| Duration::from_nanos(start.duration_ns)),
+                margin: Duration::from_nanos(start.v0),
                 stall: timeout,
                 progress: false,
             };

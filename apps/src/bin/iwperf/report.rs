@@ -254,6 +254,61 @@ impl PeakMeter {
     }
 }
 
+/// perftest's margin of a `-D` run (`--margin`'s default, `duration / 4` in whole seconds as
+/// perftest's `int`s): the figures count only what completed between `margin` after the
+/// start and `margin` before the end (its `SAMPLE_STATE`), so that neither the ramp-up (TCP's
+/// slow start) nor the drain weighs in. Below 4 s there is no margin: the whole run counts.
+pub fn perftest_margin(duration_s: f64) -> std::time::Duration {
+    std::time::Duration::from_secs(duration_s.max(0.0).trunc() as u64 / 4)
+}
+
+/// The window a timed bandwidth phase reports (perftest's `SAMPLE_STATE`): from the first
+/// observation at least `margin` after the phase start to the first one at least `margin`
+/// before its end, with the octets completed in between. Without a margin there is no
+/// window and the whole phase counts.
+#[derive(Debug, Clone)]
+pub struct SampleWindow {
+    from: std::time::Duration,
+    to: std::time::Duration,
+    start: Option<(std::time::Duration, u64)>,
+    end: Option<(std::time::Duration, u64)>,
+}
+
+impl SampleWindow {
+    /// The window of a phase of `duration` with `margin` at each end; `None` for a run by
+    /// iterations or without a margin.
+    pub fn new(
+        duration: Option<std::time::Duration>,
+        margin: std::time::Duration,
+    ) -> Option<SampleWindow> {
+        let d = duration?;
+        (!margin.is_zero() && d > 2 * margin).then(|| SampleWindow {
+            from: margin,
+            to: d - margin,
+            start: None,
+            end: None,
+        })
+    }
+
+    /// The phase has completed `bytes` in all by `at` (since its start).
+    pub fn observe(&mut self, at: std::time::Duration, bytes: u64) {
+        if self.start.is_none() && at >= self.from {
+            self.start = Some((at, bytes));
+        }
+        if self.end.is_none() && at >= self.to {
+            self.end = Some((at, bytes));
+        }
+    }
+
+    /// Octets completed within the window and its length in seconds; `None` when the
+    /// phase ended before the window closed (the whole phase counts then).
+    pub fn figures(&self) -> Option<(u64, f64)> {
+        let ((t0, b0), (t1, b1)) = (self.start?, self.end?);
+        let secs = t1.saturating_sub(t0).as_secs_f64();
+        (secs > 0.0).then_some((b1 - b0, secs))
+    }
+}
+
 /// perftest's peak (`print_report_bw`, cq_mod and post_list 1): the shortest time per
 /// message over every span from the post of message i to the completion of message j >= i,
 /// `(tcompleted[j] - tposted[i]) / (j - i + 1)` in integer ns, starting from message 0's own
@@ -888,6 +943,35 @@ mod tests {
         let row = bw_row(&o, false, false);
         let cols: Vec<&str> = row.split_whitespace().collect();
         assert_eq!(cols[..2], ["1000", "1000"], "{row}");
+    }
+
+    #[test]
+    fn timed_run_counts_only_perftests_sample_window() {
+        // perftest -D 5: margin 5 / 4 = 1 s; what completed between 1 s and 4 s counts.
+        // -D 3 or 0.5: no margin (the whole run), as perftest's integer 3 / 4 = 0.
+        let s = Duration::from_secs;
+        assert_eq!(perftest_margin(5.0), s(1));
+        assert_eq!(perftest_margin(10.9), s(2));
+        assert_eq!(perftest_margin(3.0), s(0));
+        assert_eq!(perftest_margin(0.5), s(0));
+        assert!(SampleWindow::new(Some(s(3)), s(0)).is_none());
+        assert!(SampleWindow::new(None, s(1)).is_none());
+        // A slow start (100 B in the first second) then 1000 B/s; observations every
+        // 0.5 s to 5 s plus the drain: the window is 1.0 .. 4.0 s, 3000 B in 3 s.
+        let mut w = SampleWindow::new(Some(s(5)), s(1)).unwrap();
+        let ms = Duration::from_millis;
+        let mut bytes = 0;
+        for k in 1..=11u64 {
+            bytes += if k <= 2 { 50 } else { 500 };
+            w.observe(ms(500 * k), bytes);
+        }
+        let (b, secs) = w.figures().unwrap();
+        assert_eq!(b, 3000);
+        assert!(close(secs, 3.0), "{secs}");
+        // A phase that ended inside the window has no window figures.
+        let mut short = SampleWindow::new(Some(s(5)), s(1)).unwrap();
+        short.observe(ms(1500), 10);
+        assert_eq!(short.figures(), None);
     }
 
     #[test]

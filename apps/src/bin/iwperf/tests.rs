@@ -7,7 +7,7 @@ use hdrhistogram::Histogram;
 use warpcore_verbs::{Completion, SendOp, SendWr, WcOpcode, WcStatus};
 
 use crate::cli::{Defect, DEFECT_MSG};
-use crate::report::{rtt_factor, PeakMeter, PEAK_WINDOW};
+use crate::report::{rtt_factor, PeakMeter, SampleWindow, PEAK_WINDOW};
 use crate::run::{Conn, Mismatch, Recv, Spin, ValueKind};
 use crate::wire::{self, Ctrl, Kind, CLIENT_SALT, SERVER_SALT};
 
@@ -20,6 +20,10 @@ pub struct Phase {
     pub iters: u64,
     /// Run for this long instead.
     pub duration: Option<Duration>,
+    /// -D: perftest's margin at each end of the timed run ([`crate::report::perftest_margin`]);
+    /// the bandwidth figures count only what completed between the margins. Zero: the
+    /// whole run (runs by iterations, --run_infinitely, and runs shorter than 4 s).
+    pub margin: Duration,
     /// Give up after this long without progress.
     pub stall: Duration,
     /// Print a progress line every second.
@@ -312,6 +316,8 @@ fn start_phase(conns: &mut [Conn], ph: &Phase, client: bool) -> Result<(), Strin
     if client {
         let mut s = Ctrl::new(Kind::Start, ph.size, ph.iters);
         s.duration_ns = ph.duration.map(|d| d.as_nanos() as u64).unwrap_or(0);
+        // The margin, for the server's own figures with -b (0 from older clients: none).
+        s.v0 = ph.margin.as_nanos() as u64;
         conns[0].send_ctrl(s, ph.stall)?;
         let r = conns[0].wait_ctrl(ph.stall)?;
         if r.kind != Kind::Ready {
@@ -684,6 +690,7 @@ pub fn server_lat(
             size,
             iters: start.iters,
             duration: None,
+            margin: Duration::ZERO,
             stall: Duration::from_secs(60),
             progress: false,
         };
@@ -874,6 +881,7 @@ pub fn bw_phase(
     let t_start = Instant::now();
     let mut last_progress = Instant::now();
     let mut meter = PeakMeter::new(PEAK_WINDOW);
+    let mut sample = SampleWindow::new(ph.duration, ph.margin);
     let mut bytes = 0u64;
     let mut t_last = t_start;
     let mut spin = Spin::default();
@@ -1087,6 +1095,9 @@ pub fn bw_phase(
             rec.record_n((now - r).as_nanos() as u64, n);
         }
         meter.observe(now - t_start, bytes);
+        if let Some(w) = &mut sample {
+            w.observe(now - t_start, bytes);
+        }
         if rec.tick_at(now, false) && ph.progress && sending {
             let _ = last_progress;
             last_progress = now;
@@ -1171,8 +1182,15 @@ pub fn bw_phase(
             }
         }
     }
-    let msgs: u64 = tx.iter().map(|t| t.completed).sum();
-    let secs = (t_last - t_start).as_secs_f64();
+    let mut msgs: u64 = tx.iter().map(|t| t.completed).sum();
+    let mut secs = (t_last - t_start).as_secs_f64();
+    // -D with a margin: the figures are what completed within perftest's sample window
+    // (every completion adds `size` octets, so the window's messages are its octets / size).
+    if let Some((b, s)) = sample.as_ref().and_then(SampleWindow::figures) {
+        bytes = b;
+        secs = s;
+        msgs = b / size.max(1);
+    }
     let mut o = outcome(size, rec);
     o.iters = msgs;
     o.bytes = bytes;

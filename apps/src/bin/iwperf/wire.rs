@@ -139,7 +139,8 @@ impl RunShape {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
 pub enum Kind {
-    /// Client: a run of `size` octets starts (`iters` iterations or `duration_ns`).
+    /// Client: a run of `size` octets starts (`iters` iterations or `duration_ns`; `v0` =
+    /// `-D`'s margin in ns, 0 for none).
     Start = 1,
     /// Server: buffers are prepared; go.
     Ready = 2,
