@@ -49,8 +49,8 @@ impl Client {
                 server,
                 None,
                 &TcpTuning {
-                    congestion: test.congestion.into(),
-                    ..tuning(test.buffer)
+                    congestion: test.congestion().into(),
+                    ..tuning(test.buffer())
                 },
             )
             .map_err(|e| e.to_string())?;

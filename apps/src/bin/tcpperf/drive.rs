@@ -186,7 +186,7 @@ pub(crate) fn run_memory(test: TestArgs, mtu: usize, pcap: Option<String>) -> Re
         clock.now(),
     )
     .map_err(|e| e.to_string())?;
-    let mut server = Server::new(&mut b, 5201, test.buffer)?;
+    let mut server = Server::new(&mut b, 5201, test.buffer())?;
     let ip_a = Ipv4Cidr::new(Ipv4Address::new(198, 18, 0, 1), 24);
     let cfg_a = stack_config([2, 0, 0, 0, 0, 1], ip_a, None);
     match pcap {

@@ -2,7 +2,7 @@
 //! apples-to-apples baseline: same protocol, same clock, same histogram.
 use super::*;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 
 pub(crate) fn server(addr: &str, tests: u32) -> Result<(), String> {
     let l = TcpListener::bind(addr).map_err(|e| format!("bind {addr}: {e}"))?;
@@ -61,15 +61,76 @@ fn serve(l: &TcpListener, tests: u32) -> Result<(), String> {
 }
 
 pub(crate) fn client(addr: &str, test: &TestArgs) -> Result<(), String> {
+    // The options of Warpcore's stack that kernel sockets here do not take: refused rather
+    // than ignored, since a baseline run with other buffers or another controller than
+    // asked for is not the comparison the user meant.
+    if let Some(b) = test.buffer {
+        return Err(format!(
+            "kernel-client: --buffer {b} sets Warpcore's socket buffers; the kernel sizes its \
+             own (net.ipv4.tcp_rmem / tcp_wmem): leave --buffer out"
+        ));
+    }
+    if let Some(c) = test.congestion {
+        return Err(format!(
+            "kernel-client: --congestion {c:?} chooses Warpcore's controller; the kernel's is \
+             net.ipv4.tcp_congestion_control: leave --congestion out"
+        ));
+    }
     for &kind in &test.test {
         one(addr, test, kind)?;
     }
     Ok(())
 }
 
+/// The whole test within `--timeout-s`: every blocking call on the socket may wait only as
+/// long as is left (a silent server fails the run instead of hanging it).
+struct Deadline {
+    at: StdInstant,
+    secs: u64,
+}
+
+impl Deadline {
+    fn new(secs: u64) -> Deadline {
+        Deadline {
+            at: StdInstant::now() + std::time::Duration::from_secs(secs),
+            secs,
+        }
+    }
+
+    /// Bounds the next blocking calls on `s` by the time left.
+    fn arm(&self, s: &TcpStream) -> Result<(), String> {
+        let left = self.at.saturating_duration_since(StdInstant::now());
+        if left.is_zero() {
+            return Err(self.expired());
+        }
+        s.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
+        s.set_write_timeout(Some(left)).map_err(|e| e.to_string())
+    }
+
+    fn expired(&self) -> String {
+        format!("kernel: timed out after {} s", self.secs)
+    }
+
+    /// An error of a socket call: a timeout names `--timeout-s`.
+    fn io(&self, e: std::io::Error) -> String {
+        match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => self.expired(),
+            _ => e.to_string(),
+        }
+    }
+}
+
 fn one(addr: &str, test: &TestArgs, kind: TestKind) -> Result<(), String> {
-    let mut s = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+    let deadline = Deadline::new(test.timeout_s);
+    let target = addr
+        .to_socket_addrs()
+        .map_err(|e| format!("connect {addr}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("connect {addr}: no address"))?;
+    let mut s = TcpStream::connect_timeout(&target, std::time::Duration::from_secs(test.timeout_s))
+        .map_err(|e| format!("connect {addr}: {}", deadline.io(e)))?;
     s.set_nodelay(true).map_err(|e| e.to_string())?;
+    deadline.arm(&s)?;
     let (code, param) = match kind {
         TestKind::Rr => (KIND_RR, test.size),
         TestKind::Bulk => (KIND_BULK, test.bytes),
@@ -78,7 +139,7 @@ fn one(addr: &str, test: &TestArgs, kind: TestKind) -> Result<(), String> {
     h[..4].copy_from_slice(MAGIC);
     h[4..8].copy_from_slice(&code.to_be_bytes());
     h[8..].copy_from_slice(&param.to_be_bytes());
-    s.write_all(&h).map_err(|e| e.to_string())?;
+    s.write_all(&h).map_err(|e| deadline.io(e))?;
     match kind {
         TestKind::Rr => {
             let mut hist = rtt_histogram();
@@ -91,9 +152,14 @@ fn one(addr: &str, test: &TestArgs, kind: TestKind) -> Result<(), String> {
                     t_start = StdInstant::now();
                     cpu0 = cpu_seconds();
                 }
+                // One clock read for the timeouts every 1024 round trips: the round trip
+                // itself stays two system calls, as before.
+                if i % 1024 == 0 {
+                    deadline.arm(&s)?;
+                }
                 let t = StdInstant::now();
-                s.write_all(&msg).map_err(|e| e.to_string())?;
-                s.read_exact(&mut reply).map_err(|e| e.to_string())?;
+                s.write_all(&msg).map_err(|e| deadline.io(e))?;
+                s.read_exact(&mut reply).map_err(|e| deadline.io(e))?;
                 if i >= test.warmup {
                     record_rtt(&mut hist, t.elapsed().as_nanos() as u64);
                 }
@@ -108,11 +174,13 @@ fn one(addr: &str, test: &TestArgs, kind: TestKind) -> Result<(), String> {
             let mut left = test.bytes;
             while left > 0 {
                 let n = left.min(buf.len() as u64) as usize;
-                s.write_all(&buf[..n]).map_err(|e| e.to_string())?;
+                deadline.arm(&s)?;
+                s.write_all(&buf[..n]).map_err(|e| deadline.io(e))?;
                 left -= n as u64;
             }
             let mut r = [0u8; 8];
-            s.read_exact(&mut r).map_err(|e| e.to_string())?;
+            deadline.arm(&s)?;
+            s.read_exact(&mut r).map_err(|e| deadline.io(e))?;
             let elapsed = t.elapsed().as_secs_f64();
             if u64::from_be_bytes(r) != test.bytes {
                 return Err("server counted a different byte count".into());
@@ -153,11 +221,72 @@ mod tests {
             iterations: 3,
             warmup: 1,
             bytes: 1,
-            buffer: 1 << 16,
+            buffer: None,
             timeout_s: 10,
-            congestion: Cc::Cubic,
+            congestion: None,
         };
         one(&addr.to_string(), &test, TestKind::Rr).unwrap();
         server.join().unwrap().unwrap();
+    }
+
+    fn args(kind: TestKind) -> TestArgs {
+        TestArgs {
+            test: vec![kind],
+            size: 8,
+            iterations: 3,
+            warmup: 0,
+            bytes: 1 << 20,
+            buffer: None,
+            timeout_s: 1,
+            congestion: None,
+        }
+    }
+
+    /// `--timeout-s` bounds a kernel-client run as it does the stack's: a server that
+    /// accepts and then stays silent fails the test after the timeout. It used to be
+    /// ignored here, and such a run blocked in `read` for ever.
+    #[test]
+    fn a_silent_server_times_the_run_out() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        // Accepts both tests' connections (the kernel completes the handshakes) and holds
+        // them open until the end, never reading or answering.
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let hold = std::thread::spawn(move || {
+            let conns: Vec<TcpStream> = (0..2)
+                .filter_map(|_| l.accept().ok())
+                .map(|c| c.0)
+                .collect();
+            let _ = done_rx.recv();
+            drop(conns);
+        });
+        for kind in [TestKind::Rr, TestKind::Bulk] {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let a = addr.clone();
+            std::thread::spawn(move || {
+                let _ = tx.send(one(&a, &args(kind), kind));
+            });
+            let r = rx
+                .recv_timeout(std::time::Duration::from_secs(20))
+                .unwrap_or_else(|_| panic!("{kind:?}: still blocked 20 s after a 1 s timeout"));
+            let e = r.expect_err("a silent server is an error");
+            assert!(e.contains("timed out after 1 s"), "{kind:?}: {e}");
+        }
+        drop(done_tx);
+        hold.join().unwrap();
+    }
+
+    /// The stack's options that kernel sockets do not take are refused, naming the option,
+    /// instead of running a baseline with other buffers or controller than asked for.
+    #[test]
+    fn stack_only_options_are_refused() {
+        let mut a = args(TestKind::Rr);
+        a.buffer = Some(1 << 16);
+        let e = client("127.0.0.1:1", &a).unwrap_err();
+        assert!(e.contains("--buffer 65536"), "{e}");
+        let mut a = args(TestKind::Rr);
+        a.congestion = Some(Cc::Reno);
+        let e = client("127.0.0.1:1", &a).unwrap_err();
+        assert!(e.contains("--congestion"), "{e}");
     }
 }

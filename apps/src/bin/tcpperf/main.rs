@@ -199,16 +199,33 @@ struct TestArgs {
     /// Bulk bytes (at least 1).
     #[arg(long, default_value_t = 1 << 30, value_parser = clap::value_parser!(u64).range(1..))]
     bytes: u64,
-    /// Socket buffer size in bytes (each direction; at least 1).
-    #[arg(long, default_value_t = 4 << 20, value_parser = positive_usize)]
-    buffer: usize,
+    /// Socket buffer size in bytes (each direction; at least 1; default 4 MiB). Warpcore's
+    /// stack only: kernel-client refuses it (the kernel sizes its own buffers).
+    #[arg(long, value_parser = positive_usize)]
+    buffer: Option<usize>,
     /// Give up after this many seconds (1 to a year).
     #[arg(long, default_value_t = 120,
           value_parser = clap::value_parser!(u64).range(1..=warpcore_apps::MAX_TIMEOUT_S))]
     timeout_s: u64,
-    /// Congestion controller of the client's connection.
-    #[arg(long, value_enum, default_value_t = Cc::Cubic)]
-    congestion: Cc,
+    /// Congestion controller of the client's connection (default cubic). Warpcore's stack
+    /// only: kernel-client refuses it (the kernel's is net.ipv4.tcp_congestion_control).
+    #[arg(long, value_enum)]
+    congestion: Option<Cc>,
+}
+
+/// Socket buffer size of Warpcore's stack without `--buffer`.
+const DEFAULT_BUFFER: usize = 4 << 20;
+
+impl TestArgs {
+    /// `--buffer`, or its default.
+    fn buffer(&self) -> usize {
+        self.buffer.unwrap_or(DEFAULT_BUFFER)
+    }
+
+    /// `--congestion`, or its default.
+    fn congestion(&self) -> Cc {
+        self.congestion.unwrap_or(Cc::Cubic)
+    }
 }
 
 /// A count of at least 1 (`--buffer`: a connection with no buffer moves nothing).
@@ -252,7 +269,7 @@ fn main() -> ExitCode {
             0,
             RoleSpec::Server {
                 port: listen,
-                buffer: 4 << 20,
+                buffer: DEFAULT_BUFFER,
                 tests,
             },
         ),
