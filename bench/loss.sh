@@ -117,7 +117,9 @@ rows=()
 for ppm in $losses; do
     lossnet_loss "$ppm"
     pct=$(awk -v p="$ppm" 'BEGIN { printf "%g", p / 10000 }')
-    iwperf_pair write_bw "$work/bw.json" -s 65536 -D "$duration" --report_gbits --verify
+    # --margin 0: the whole run counts, as iperf3's does (perftest's default margin would
+    # leave out iwperf's first and last quarter, slow start and drain, and not iperf3's).
+    iwperf_pair write_bw "$work/bw.json" -s 65536 -D "$duration" --margin 0 --report_gbits --verify
     bw=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.3f" % d["results"][0]["bw"]["average"])' "$work/bw.json") ||
         fail "no write_bw result"
     # The sender's TCP counters behind the figure: retransmitted segments, RTOs (spurious

@@ -201,6 +201,37 @@ fn timed_bandwidth_counts_perftests_sample_window_only() {
     let _ = std::fs::remove_file(json);
 }
 
+/// `--margin 0` (perftest's flag) counts the whole timed run, as a comparison with a tool
+/// that has no margins needs (bench/loss.sh against iperf3).
+#[test]
+fn a_zero_margin_counts_the_whole_timed_run() {
+    let json = tmp("margin0.json");
+    let o = iwperf(&[
+        "write_bw",
+        "--loopback=link",
+        "-s",
+        "4096",
+        "-D",
+        "4",
+        "--margin",
+        "0",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    let row = row_after(&out, " #bytes     #iterations");
+    let iters: u64 = row[1].parse().expect("iterations");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written"))
+            .expect("json parses");
+    let r = &doc["results"][0];
+    assert_eq!(iters, r["hdr_usec"]["count"].as_u64().unwrap(), "{out}");
+    let secs = r["bw"]["seconds"].as_f64().unwrap();
+    assert!((3.9..4.5).contains(&secs), "{secs} s: {r}");
+    let _ = std::fs::remove_file(json);
+}
+
 #[test]
 fn all_sizes_run_in_order() {
     // -a runs 2 B .. 8 MiB; keep it short with few iterations on the small link.

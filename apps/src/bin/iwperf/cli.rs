@@ -236,6 +236,11 @@ pub struct Cli {
     /// Run each size for this many seconds instead of a number of iterations.
     #[arg(short = 'D', long = "duration")]
     pub duration: Option<f64>,
+    /// With -D, a bandwidth test counts only what completes from this many seconds after
+    /// its start to as many before its end (perftest's --margin; default, as perftest's, a
+    /// quarter of -D in whole seconds). 0 counts the whole run.
+    #[arg(long = "margin", value_name = "SECS")]
+    pub margin: Option<u32>,
     /// Queue pairs (bandwidth tests).
     #[arg(short = 'q', long = "qp", default_value_t = 1)]
     pub qps: u16,
@@ -658,6 +663,21 @@ impl Cli {
         }
         if self.all && self.size.is_some() {
             return Err("-a runs every size from 2 B to 8 MiB: give -a or -s, not both".into());
+        }
+        if let Some(m) = self.margin {
+            let Some(d) = self.duration else {
+                return Err(format!(
+                    "--margin {m}: margins apply to a run timed by -D (give -D, or drop \
+                     --margin)"
+                ));
+            };
+            if m > 0 && f64::from(m) * 2.0 >= d {
+                return Err(format!(
+                    "--margin {m}: two margins of {m} s leave nothing of -D {d} to count \
+                     (give --margin below {}, or 0 for the whole run)",
+                    (d / 2.0).ceil()
+                ));
+            }
         }
         if self.iters.is_some() && self.phase_duration().is_some() {
             return Err(
@@ -1167,6 +1187,25 @@ mod tests {
         assert!(validate(&["-a"]).is_ok());
         assert!(validate(&["-D", "1"]).is_ok());
         assert!(validate(&["-s", "4096", "-n", "100"]).is_ok());
+    }
+
+    /// `--margin` applies to -D only, and two margins must leave something to count.
+    #[test]
+    fn a_margin_needs_a_timed_run_with_room_for_it() {
+        let validate = |args: &[&str]| {
+            Cli::try_parse_from([&["iwperf", "write_bw", "--loopback=link"][..], args].concat())
+                .unwrap()
+                .validate()
+        };
+        let e = validate(&["--margin", "1"]).unwrap_err();
+        assert!(
+            e.contains("--margin 1: margins apply to a run timed by -D"),
+            "{e}"
+        );
+        let e = validate(&["-D", "4", "--margin", "2"]).unwrap_err();
+        assert!(e.contains("leave nothing of -D 4"), "{e}");
+        assert!(validate(&["-D", "4", "--margin", "1"]).is_ok());
+        assert!(validate(&["-D", "1", "--margin", "0"]).is_ok());
     }
 
     /// `--timeout 0` left a loopback run waiting forever: a timeout is at least a second.

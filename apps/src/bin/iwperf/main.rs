@@ -306,7 +306,10 @@ fn client_run(
             margin: cli
                 .duration
                 .filter(|_| !cli.run_infinitely && test.is_bw())
-                .map_or(Duration::ZERO, report::perftest_margin),
+                .map_or(Duration::ZERO, |d| match cli.margin {
+                    Some(m) => Duration::from_secs(u64::from(m)),
+                    None => report::perftest_margin(d),
+                }),
             stall: timeout,
             progress,
             cq_mod: u64::from(cli.cq_mod.unwrap_or(1)),
