@@ -464,6 +464,21 @@ impl Context {
         qp: &QueuePair,
         private_data: &[u8],
     ) -> Result<(), Error> {
+        self.accept_with_ird_ord(request, qp, private_data, None)
+    }
+
+    /// [`Context::accept`] answering with our own IRD and ORD (`Some((ird, ord))`, RFC 6581
+    /// §9.1) instead of those of the listener's [`MpaParams`]: the Reply carries our IRD
+    /// capped at the initiator's ORD and our ORD capped at its IRD, each also capped at
+    /// the engine's `max_ird` / `max_ord` (`rdma_accept`'s `responder_resources` and
+    /// `initiator_depth`). A Rev 1 request carries none: they are then our limits as given.
+    pub fn accept_with_ird_ord(
+        &self,
+        request: &ConnectRequest,
+        qp: &QueuePair,
+        private_data: &[u8],
+        ird_ord: Option<(u16, u16)>,
+    ) -> Result<(), Error> {
         // Queue pair ids are per core of one context: another context's id would name
         // whichever of ours has the same number.
         if !Arc::ptr_eq(&self.inner, &qp.ctx.inner) {
@@ -476,7 +491,7 @@ impl Context {
             req: request.request,
             qp: qp.id,
             private_data: private_data.to_vec(),
-            ird_ord: None,
+            ird_ord,
             reply,
         })
     }
