@@ -1195,6 +1195,32 @@ unsafe fn conn_pdata<'a>(param: *const rdma_conn_param) -> (&'a [u8], Option<(u8
     (pd, Some((c.responder_resources, c.initiator_depth)))
 }
 
+/// `responder_resources` and `initiator_depth` of an `rdma_conn_param`, checked as
+/// librdmacm checks them (rdma_connect(3), rdma_accept(3)): each at most the device's
+/// `max_qp_rd_atom` / `max_qp_init_rd_atom`, else `EINVAL` (not quietly lowered), or 255
+/// (`RDMA_MAX_RESP_RES` / `RDMA_MAX_INIT_DEPTH`), which stands for that maximum and comes
+/// back as `None`.
+fn ird_ord_param(
+    eng: &crate::Engine,
+    resp: u8,
+    init: u8,
+) -> Result<(Option<u16>, Option<u16>), c_int> {
+    let d = eng.ctx.query_device();
+    let one = |v: u8, most: u8, max: u16| -> Result<Option<u16>, c_int> {
+        if v == most {
+            Ok(None)
+        } else if u16::from(v) > max {
+            Err(EINVAL)
+        } else {
+            Ok(Some(u16::from(v)))
+        }
+    };
+    Ok((
+        one(resp, RDMA_MAX_RESP_RES as u8, d.max_qp_rd_atom)?,
+        one(init, RDMA_MAX_INIT_DEPTH as u8, d.max_qp_init_rd_atom)?,
+    ))
+}
+
 #[no_mangle]
 pub extern "C" fn __wc_rdma_connect(p: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
     guard(-1, || {
@@ -1216,13 +1242,19 @@ pub extern "C" fn __wc_rdma_connect(p: *mut rdma_cm_id, param: *mut rdma_conn_pa
         let (pdata, io) = unsafe { conn_pdata(param) };
         let mut mpa = eng.mpa.clone();
         if let Some((resp, init)) = io {
+            let (ird, ord) = match ird_ord_param(eng, resp, init) {
+                Ok(v) => v,
+                Err(e) => return fail(e, -1),
+            };
+            let d = eng.ctx.query_device();
             if mpa.rev == 2 {
-                // Our IRD is what we serve (responder resources), our ORD what we issue.
+                // Our IRD is what we serve (responder resources), our ORD what we issue;
+                // 255 asks for the device's most. 0 keeps the configured value.
                 if resp > 0 {
-                    mpa.ird = u16::from(resp);
+                    mpa.ird = ird.unwrap_or(d.max_qp_rd_atom);
                 }
                 if init > 0 {
-                    mpa.ord = u16::from(init);
+                    mpa.ord = ord.unwrap_or(d.max_qp_init_rd_atom);
                 }
             }
         }
@@ -1271,8 +1303,39 @@ pub extern "C" fn __wc_rdma_accept(p: *mut rdma_cm_id, param: *mut rdma_conn_par
             return fail(ENODEV, -1);
         };
         // SAFETY: param is NULL or the caller's.
-        let (pdata, _) = unsafe { conn_pdata(param) };
-        start_connection(id, p, q, || eng.ctx.accept(&req, &q.qp, pdata))
+        let (pdata, io) = unsafe { conn_pdata(param) };
+        // rdma_accept(3): our responder resources and initiator depth become the IRD and
+        // ORD of the MPA Reply (RFC 6581 §9.1), capped there at the initiator's ORD and
+        // IRD. 255 asks for what the request offered, as far as the device goes; 0 keeps
+        // the configured value; no parameters at all answer as the listener was set up.
+        let ird_ord = match io {
+            None => None,
+            Some((resp, init)) => {
+                let (ird, ord) = match ird_ord_param(eng, resp, init) {
+                    Ok(v) => v,
+                    Err(e) => return fail(e, -1),
+                };
+                let d = eng.ctx.query_device();
+                let ird = match (resp, ird) {
+                    (0, _) => eng.mpa.ird,
+                    (_, Some(v)) => v,
+                    (_, None) => req
+                        .ord
+                        .map_or(d.max_qp_rd_atom, |o| o.min(d.max_qp_rd_atom)),
+                };
+                let ord = match (init, ord) {
+                    (0, _) => eng.mpa.ord,
+                    (_, Some(v)) => v,
+                    (_, None) => req
+                        .ird
+                        .map_or(d.max_qp_init_rd_atom, |i| i.min(d.max_qp_init_rd_atom)),
+                };
+                Some((ird, ord))
+            }
+        };
+        start_connection(id, p, q, || {
+            eng.ctx.accept_with_ird_ord(&req, &q.qp, pdata, ird_ord)
+        })
     })
 }
 
