@@ -189,8 +189,8 @@ struct IdState {
     sync: bool,
     /// `rdma_create_ep` on a passive id: the QP attributes for `rdma_get_request`'s children.
     ep_attr: Option<ibv_qp_init_attr>,
-    /// Events naming this id (as `id` or `listen_id`) that `rdma_get_cm_event` handed out
-    /// and `rdma_ack_cm_event` has not taken back: `rdma_destroy_id` waits for them, as
+    /// Events of this id ([`counted_id`]) that `rdma_get_cm_event` handed out and
+    /// `rdma_ack_cm_event` has not taken back: `rdma_destroy_id` waits for them, as
     /// librdmacm's does (rdma_ack_cm_event(3)).
     unacked: usize,
 }
@@ -216,6 +216,19 @@ fn chan_of(id: &Id) -> Option<&Chan> {
 impl Id {
     fn lock(&self) -> std::sync::MutexGuard<'_, IdState> {
         self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The id an event is counted against until it is acknowledged (the one `rdma_destroy_id`
+/// waits for): a connection request's listener, any other event's own id. As in
+/// librdmacm, a CONNECT_REQUEST is not the new id's event: the application may reject and
+/// destroy the new id before it acknowledges the request (a wait on the new id would never
+/// end), and the acknowledgement then touches only the listener.
+fn counted_id(ev: &rdma_cm_event) -> *mut rdma_cm_id {
+    if ev.event == RDMA_CM_EVENT_CONNECT_REQUEST {
+        ev.listen_id
+    } else {
+        ev.id
     }
 }
 
@@ -581,11 +594,9 @@ pub extern "C" fn __wc_rdma_get_cm_event(
                 // SAFETY: a queued event is ours; its ids are live (a destroyed id's
                 // events are purged from the queue first).
                 let ev = unsafe { &(*e).ev };
-                for p in [ev.id, ev.listen_id] {
-                    // SAFETY: as above.
-                    if let Some(i) = unsafe { id_ref(p) } {
-                        i.lock().unacked += 1;
-                    }
+                // SAFETY: as above.
+                if let Some(i) = unsafe { id_ref(counted_id(ev)) } {
+                    i.lock().unacked += 1;
                 }
                 // SAFETY: out is the caller's.
                 unsafe { *out = e.cast() };
@@ -604,12 +615,11 @@ pub extern "C" fn __wc_rdma_ack_cm_event(ev: *mut rdma_cm_event) -> c_int {
         }
         // SAFETY: ev came from rdma_get_cm_event and is acknowledged once.
         let b = unsafe { Box::from_raw(ev.cast::<Ev>()) };
-        for p in [b.ev.id, b.ev.listen_id] {
-            // SAFETY: an id is not freed while an event naming it is unacknowledged.
-            if let Some(i) = unsafe { id_ref(p) } {
-                let mut st = i.lock();
-                st.unacked = st.unacked.saturating_sub(1);
-            }
+        // SAFETY: an id is not freed while an event counted against it is unacknowledged
+        // (a connection request's new id may be gone: it is not touched).
+        if let Some(i) = unsafe { id_ref(counted_id(&b.ev)) } {
+            let mut st = i.lock();
+            st.unacked = st.unacked.saturating_sub(1);
         }
         0
     })

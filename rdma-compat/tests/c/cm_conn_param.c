@@ -1,5 +1,6 @@
 /*
- * Contract: the connection parameters of rdma_connect(3) and rdma_accept(3).
+ * Contract: the connection parameters of rdma_connect(3) and rdma_accept(3), and the
+ * acknowledgement of a connection request (rdma_ack_cm_event(3), rdma_destroy_id(3)).
  * - responder_resources and initiator_depth "must be less than or equal to" the device's
  *   max_qp_rd_atom and max_qp_init_rd_atom: librdmacm refuses more with EINVAL (255,
  *   RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH, stands for the maximum). Before the fix they
@@ -7,12 +8,16 @@
  * - rdma_accept's responder_resources and initiator_depth are the IRD and ORD of the MPA
  *   Reply (RFC 6581 9.1): the initiator's ORD is capped at the first and its IRD set to
  *   the second. Before the fix rdma_accept ignored both.
+ * - A CONNECT_REQUEST is the listener's event (librdmacm counts it there): the new id can
+ *   be rejected and destroyed before the request is acknowledged. Before the fix that
+ *   rdma_destroy_id waited forever for the acknowledgement.
  *   cm_conn_param -s ADDR PORT   server: accepts one connection on PORT (checks its
- *                                parameters)
+ *                                parameters), rejects the next and destroys its id
  *   cm_conn_param -c ADDR PORT   client: the checks of the active side
  */
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <string.h>
 #include <unistd.h>
 #include <arpa/inet.h>
@@ -82,6 +87,16 @@ static struct ibv_device_attr device_attr(struct rdma_cm_id *id)
 	return da;
 }
 
+static void hung(int sig)
+{
+	(void)sig;
+	static const char m[] = "FAIL: rdma_destroy_id(3) of a rejected request's new id, its CONNECT_REQUEST "
+				"not yet acknowledged, did not return in 10 s\ncm_conn_param: a check failed\n";
+	if (write(1, m, sizeof m - 1) < 0)
+		_exit(1);
+	_exit(1);
+}
+
 static int server(const char *addr, int port)
 {
 	struct rdma_event_channel *ec = rdma_create_event_channel();
@@ -125,6 +140,19 @@ static int server(const char *addr, int port)
 	       "rdma_accept(3): the connection serves the responder resources and has the initiator depth accepted "
 	       "with (want 1/2, got %u/%u)",
 	       ev->param.conn.responder_resources, ev->param.conn.initiator_depth);
+	rdma_ack_cm_event(ev);
+
+	/* 2. The next request: rejected, and its id destroyed before the event is acknowledged. */
+	ev = expect_event(ec, RDMA_CM_EVENT_CONNECT_REQUEST);
+	struct rdma_cm_id *child = ev->id;
+	if (rdma_reject(child, NULL, 0))
+		DIE("rdma_reject: %s", strerror(errno));
+	signal(SIGALRM, hung);
+	alarm(10);
+	r = rdma_destroy_id(child);
+	alarm(0);
+	EXPECT(r == 0, "rdma_destroy_id(3): a rejected request's new id is destroyed before its CONNECT_REQUEST is "
+		       "acknowledged (the event is the listener's)");
 	rdma_ack_cm_event(ev);
 
 	/* The client disconnects the first connection when it is done. */
@@ -185,6 +213,20 @@ int main(int argc, char **argv)
 	       "responder resources are its initiator depth (want 2/1, got %u/%u)",
 	       ev->param.conn.responder_resources, ev->param.conn.initiator_depth);
 	rdma_ack_cm_event(ev);
+
+	/* 2. Rejected by a server that destroys the new id before acknowledging the request. */
+	{
+		struct rdma_cm_id *id2 = active(ec, addr, port);
+		if (rdma_connect(id2, NULL))
+			DIE("rdma_connect: %s", strerror(errno));
+		ev = next(ec);
+		EXPECT(ev && ev->event == RDMA_CM_EVENT_REJECTED && ev->id == id2,
+		       "rdma_reject(3): the request is refused (got %s)", ev ? rdma_event_str(ev->event) : "nothing in 30 s");
+		if (ev)
+			rdma_ack_cm_event(ev);
+		rdma_destroy_qp(id2);
+		rdma_destroy_id(id2);
+	}
 
 	if (rdma_disconnect(id))
 		DIE("rdma_disconnect: %s", strerror(errno));
