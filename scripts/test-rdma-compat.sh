@@ -113,6 +113,7 @@ contracts() {
     contract_pair flush_order_notify 7482
     contract_pair dereg_mr_ebusy 7484
     contract_pair cm_conn_param 7486
+    contract_pair migrate_id_moves 7488
     contract modify_qp_err_flush
     contract cq_event_ack
     contract post_num_sge

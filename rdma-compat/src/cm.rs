@@ -788,8 +788,11 @@ pub extern "C" fn __wc_rdma_migrate_id(p: *mut rdma_cm_id, ch: *mut rdma_event_c
         let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
             return fail(EINVAL, -1);
         };
-        let mut st = id.lock();
-        let was_sync = st.sync;
+        let was_sync = id.lock().sync;
+        if was_sync && ch.is_null() {
+            // librdmacm: a synchronous id is already where a NULL channel would put it.
+            return fail(EINVAL, -1);
+        }
         let new = if ch.is_null() {
             match Chan::new() {
                 Some(c) => c.cast(),
@@ -798,14 +801,60 @@ pub extern "C" fn __wc_rdma_migrate_id(p: *mut rdma_cm_id, ch: *mut rdma_event_c
         } else {
             ch
         };
-        st.sync = ch.is_null();
-        drop(st);
+        if new == id.id.channel {
+            return 0;
+        }
+        // rdma_migrate_id(3) "moves any pending events associated with the rdma_cm_id to
+        // the new channel". Under the registry's lock, which the dispatcher holds while it
+        // queues an event on an id's channel: none of the id's events goes to the old
+        // channel after the move, and a private old channel is not freed while the
+        // dispatcher queues on it.
+        let reg = registry();
         let old = std::mem::replace(&mut id.id.channel, new);
+        id.lock().sync = ch.is_null();
+        // SAFETY: the old channel is live until the id leaves it (freed below if private).
+        let moved = unsafe { old.cast::<Chan>().as_ref() }.map_or_else(Vec::new, |c| c.purge(p));
+        // SAFETY: new is a live channel (the caller's, or the one just made).
+        let to = unsafe { &*new.cast::<Chan>() };
+        for e in moved {
+            // SAFETY: an event of ours, taken out of the old queue: nobody else has it.
+            let ev = unsafe { &(*e).ev };
+            if ev.event == RDMA_CM_EVENT_CONNECT_REQUEST && ev.listen_id == p {
+                // A listener's pending request: its new id belongs where the listener's
+                // events go (librdmacm makes it on the listener's channel when the request
+                // is read), as the dispatcher would have made it.
+                // SAFETY: the new id the dispatcher made; the application has not seen it.
+                rehome_child(unsafe { &mut *ev.id.cast::<Id>() }, new, ch.is_null());
+            }
+            to.post(e);
+        }
+        drop(reg);
         if was_sync {
             __wc_rdma_destroy_event_channel(old);
         }
         0
     })
+}
+
+/// Moves the new id of a pending connection request to the channel its listener moved to:
+/// a private channel of its own when the listener became synchronous (as `dispatch` gives
+/// a synchronous listener's requests), else the listener's.
+fn rehome_child(child: &mut Id, listener_chan: *mut rdma_event_channel, sync: bool) {
+    let was_sync = child.lock().sync;
+    let new = if sync {
+        match Chan::new() {
+            Some(c) => c.cast(),
+            // The request keeps its channel; the new id stays usable there.
+            None => return,
+        }
+    } else {
+        listener_chan
+    };
+    let old = std::mem::replace(&mut child.id.channel, new);
+    child.lock().sync = sync;
+    if was_sync {
+        __wc_rdma_destroy_event_channel(old);
+    }
 }
 
 /// Waits, on a synchronous id, for the event its call queued: `Ok` for `want`, the
