@@ -747,7 +747,8 @@ pub extern "C" fn __wc_rdma_destroy_id(p: *mut rdma_cm_id) -> c_int {
         }
         // SAFETY: p came from rdma_create_id or a connect request; the application is
         // done with it and no event names it any more.
-        let b = unsafe { Box::from_raw(p.cast::<Id>()) };
+        let mut b = unsafe { Box::from_raw(p.cast::<Id>()) };
+        release_event(&mut b);
         let st = b.st.into_inner().unwrap_or_else(|e| e.into_inner());
         if let Some(req) = st.request.as_ref().filter(|_| st.qp.is_none()) {
             // A request never accepted: refuse it so the peer is not left waiting.
@@ -830,6 +831,8 @@ pub extern "C" fn __wc_rdma_migrate_id(p: *mut rdma_cm_id, ch: *mut rdma_event_c
         }
         drop(reg);
         if was_sync {
+            // librdmacm acknowledges the event a synchronous id held.
+            release_event(id);
             __wc_rdma_destroy_event_channel(old);
         }
         0
@@ -858,21 +861,43 @@ fn rehome_child(child: &mut Id, listener_chan: *mut rdma_event_channel, sync: bo
 }
 
 /// Waits, on a synchronous id, for the event its call queued: `Ok` for `want`, the
-/// event's errno otherwise.
-fn wait_sync(id: &Id, want: rdma_cm_event_type) -> Result<(), c_int> {
+/// event's errno otherwise. The event stays in `id->event` until the id's next synchronous
+/// call or its destruction, as librdmacm keeps it (`ucma_complete`): that is where a
+/// synchronous application reads what the peer sent (the private data of the MPA Reply
+/// after `rdma_connect`, its IRD/ORD, the status of a failure).
+fn wait_sync(id: &mut Id, want: rdma_cm_event_type) -> Result<(), c_int> {
+    release_event(id);
     let Some(ch) = chan_of(id) else {
         return Err(EINVAL);
     };
     let e = ch.take()?;
-    // SAFETY: an event of ours, acknowledged here.
-    let ev = unsafe { Box::from_raw(e) };
-    if ev.ev.event == want {
+    keep_event(id, e);
+    // SAFETY: an event of ours, held by the id.
+    let ev = unsafe { &(*e).ev };
+    if ev.event == want {
         Ok(())
     } else {
-        Err(match ev.ev.status {
+        Err(match ev.status {
             s if s < 0 => -s,
             _ => ECONNREFUSED,
         })
+    }
+}
+
+/// Gives a synchronous id the event its last call took (`id->event`), freeing the one it
+/// held.
+fn keep_event(id: &mut Id, e: *mut Ev) {
+    release_event(id);
+    id.id.event = e.cast();
+}
+
+/// Frees the event a synchronous id holds in `id->event` (librdmacm acknowledges it).
+fn release_event(id: &mut Id) {
+    let e = std::mem::replace(&mut id.id.event, null_mut());
+    if !e.is_null() {
+        // SAFETY: an id's event is one of ours that only the id holds (it was taken off
+        // the channel by a synchronous call, and is never counted as handed out).
+        drop(unsafe { Box::from_raw(e.cast::<Ev>()) });
     }
 }
 
@@ -1003,7 +1028,7 @@ pub extern "C" fn __wc_rdma_resolve_addr(
 pub extern "C" fn __wc_rdma_resolve_route(p: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
     guard(-1, || {
         // SAFETY: p is ours.
-        let Some(id) = (unsafe { id_ref(p) }) else {
+        let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
             return fail(EINVAL, -1);
         };
         if id.lock().dst.is_none() {
@@ -1284,7 +1309,7 @@ fn ird_ord_param(
 pub extern "C" fn __wc_rdma_connect(p: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
     guard(-1, || {
         // SAFETY: p is ours.
-        let Some(id) = (unsafe { id_ref(p) }) else {
+        let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
             return fail(EINVAL, -1);
         };
         // SAFETY: the id's QP is ours.
@@ -1326,7 +1351,7 @@ pub extern "C" fn __wc_rdma_connect(p: *mut rdma_cm_id, param: *mut rdma_conn_pa
 /// Registers the id for its QP's events, starts the connection (`rdma_connect`,
 /// `rdma_accept`), and on a synchronous id waits for ESTABLISHED.
 fn start_connection(
-    id: &Id,
+    id: &mut Id,
     p: *mut rdma_cm_id,
     q: &verbs::Qp,
     start: impl FnOnce() -> Result<(), wv::Error>,
@@ -1348,7 +1373,7 @@ fn start_connection(
 pub extern "C" fn __wc_rdma_accept(p: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
     guard(-1, || {
         // SAFETY: p is ours.
-        let Some(id) = (unsafe { id_ref(p) }) else {
+        let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
             return fail(EINVAL, -1);
         };
         let Some(req) = id.lock().request.clone() else {
@@ -1753,22 +1778,28 @@ pub extern "C" fn __wc_rdma_get_request(
                 Ok(e) => e,
                 Err(e) => return fail(e, -1),
             };
-            // SAFETY: an event of ours, consumed here.
-            let ev = unsafe { Box::from_raw(e) };
-            if ev.ev.event != RDMA_CM_EVENT_CONNECT_REQUEST {
+            // SAFETY: an event of ours, taken off the channel: only this call has it.
+            let (kind, child) = unsafe { ((*e).ev.event, (*e).ev.id) };
+            if kind != RDMA_CM_EVENT_CONNECT_REQUEST {
+                // SAFETY: as above; not wanted.
+                drop(unsafe { Box::from_raw(e) });
                 continue;
             }
-            let child = ev.ev.id;
+            // SAFETY: the child id the dispatcher made for the request.
+            let c = unsafe { &mut *child.cast::<Id>() };
             let attr = l.lock().ep_attr;
             if let Some(mut a) = attr {
-                // SAFETY: the child id the dispatcher made.
-                let c = unsafe { &mut *child.cast::<Id>() };
                 if let Err(err) = create_qp_on(c, l.id.pd, &mut a) {
+                    // SAFETY: as above.
+                    drop(unsafe { Box::from_raw(e) });
                     __wc_rdma_reject(child, std::ptr::null(), 0);
                     __wc_rdma_destroy_id(child);
                     return fail(err, -1);
                 }
             }
+            // rdma_get_request(3): the new id references the request's event (its private
+            // data, IRD/ORD) until it is accepted, rejected or destroyed.
+            keep_event(c, e);
             // SAFETY: out is the caller's.
             unsafe { *out = child };
             return 0;
