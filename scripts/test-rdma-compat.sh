@@ -115,6 +115,7 @@ contracts() {
     contract_pair cm_conn_param 7486
     contract_pair migrate_id_moves 7488
     contract_pair sync_id_event 7490
+    contract_pair cq_err_async 7492
     contract modify_qp_err_flush
     contract cq_event_ack
     contract post_num_sge

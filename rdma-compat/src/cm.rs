@@ -501,11 +501,7 @@ fn dispatch(ctx: &wv::Context, e: CmEvent) {
         }
         CmEvent::CqError { cq } => {
             eprintln!("warpcore: completion queue {cq} overran");
-            let ev = ibv_async_event {
-                event_type: IBV_EVENT_CQ_ERR,
-                ..Default::default()
-            };
-            verbs::push_async(ev);
+            verbs::push_cq_error(cq);
         }
         CmEvent::RequestCancelled(_) | CmEvent::RequestRefused { .. } => {}
     }

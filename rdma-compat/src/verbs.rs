@@ -123,6 +123,65 @@ fn ctx_box() -> Option<&'static Ctx> {
     }
 }
 
+/// The live CQs by the engine's id of their queue (what [`wv::CmEvent::CqError`] names),
+/// pointers as usize: created by `ibv_create_cq`, removed first by `ibv_destroy_cq`.
+fn cqs() -> std::sync::MutexGuard<'static, std::collections::HashMap<u64, usize>> {
+    static M: OnceLock<Mutex<std::collections::HashMap<u64, usize>>> = OnceLock::new();
+    M.get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// Queues `IBV_EVENT_CQ_ERR` for the CQ whose engine queue is `id` (it lost a completion),
+/// with `element.cq` naming it as ibv_get_async_event(3) describes; nothing if the CQ was
+/// destroyed meanwhile. Until the event is acknowledged (`ibv_ack_async_event`) the CQ's
+/// destroy waits, as rdma-core's does.
+pub(crate) fn push_cq_error(id: u64) {
+    let map = cqs();
+    let Some(&p) = map.get(&id) else { return };
+    // SAFETY: a registered CQ is live (ibv_destroy_cq unregisters it under this lock first).
+    let c = unsafe { &*(p as *mut Cq) };
+    c.events
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .async_unacked += 1;
+    let mut ev = ibv_async_event {
+        event_type: IBV_EVENT_CQ_ERR,
+        ..Default::default()
+    };
+    ev.element.cq = p as *mut ibv_cq;
+    push_async(ev);
+    drop(map);
+}
+
+/// Takes the queued, not yet delivered asynchronous events of a CQ being destroyed off the
+/// queue (with their tokens of the descriptor); how many.
+fn purge_async(cq: *mut ibv_cq) -> u64 {
+    let Some(c) = ctx_box() else { return 0 };
+    let mut q = c.async_q.lock().unwrap_or_else(|e| e.into_inner());
+    let before = q.len();
+    // SAFETY: reading the union member of a CQ event.
+    q.retain(|e| !(e.event_type == IBV_EVENT_CQ_ERR && unsafe { e.element.cq } == cq));
+    let n = before - q.len();
+    for _ in 0..n {
+        // A reader holding the token of a purged event finds the queue one short and waits
+        // for the next, as in the CM's event channel.
+        let mut tok = 0u8;
+        // SAFETY: recv(2) into one octet of ours, on our socket, without waiting.
+        unsafe {
+            recv(
+                c.async_rx.as_raw_fd(),
+                (&raw mut tok).cast(),
+                1,
+                MSG_DONTWAIT,
+            )
+        };
+    }
+    n as u64
+}
+
+const MSG_DONTWAIT: c_int = 0x40;
+
 /// Queues an asynchronous event (`ibv_get_async_event`) and wakes its descriptor.
 pub(crate) fn push_async(ev: ibv_async_event) {
     if let Some(c) = ctx_box() {
@@ -491,7 +550,23 @@ pub extern "C" fn __wc_ibv_get_async_event(c: *mut ibv_context, ev: *mut ibv_asy
 }
 
 #[no_mangle]
-pub extern "C" fn __wc_ibv_ack_async_event(_ev: *mut ibv_async_event) {}
+pub extern "C" fn __wc_ibv_ack_async_event(ev: *mut ibv_async_event) {
+    guard((), || {
+        // SAFETY: ev is NULL or an event ibv_get_async_event gave the caller.
+        let Some(e) = (unsafe { ev.as_ref() }) else {
+            return;
+        };
+        if e.event_type == IBV_EVENT_CQ_ERR {
+            // SAFETY: the CQ of an unacknowledged event is live (its destroy waits for
+            // this acknowledgement).
+            if let Some(c) = unsafe { cq_ref(e.element.cq) } {
+                let mut ev = c.events.lock().unwrap_or_else(|e| e.into_inner());
+                ev.async_unacked = ev.async_unacked.saturating_sub(1);
+                c.all_acked.notify_all();
+            }
+        }
+    })
+}
 
 #[no_mangle]
 pub extern "C" fn __wc_ibv_fork_init() -> c_int {
@@ -513,6 +588,7 @@ pub(crate) fn fine_timer_slack() {
 }
 
 extern "C" {
+    fn recv(fd: c_int, buf: *mut c_void, len: usize, flags: c_int) -> isize;
     fn prctl(option: c_int, ...) -> c_int;
     fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
     fn poll(fds: *mut PollFd, n: u64, timeout: c_int) -> c_int;
@@ -999,6 +1075,9 @@ pub(crate) struct Cq {
 struct Events {
     delivered: u64,
     acked: u64,
+    /// Its `IBV_EVENT_CQ_ERR` queued or delivered and not yet acknowledged
+    /// (`ibv_ack_async_event`).
+    async_unacked: u64,
 }
 
 /// Whether a post failed only because the QP is closing or in error: the verbs complete
@@ -1077,6 +1156,7 @@ pub extern "C" fn __wc_ibv_create_cq(
                         .unwrap_or_else(|e| e.into_inner())
                         .insert(id, b as usize);
                 }
+                cqs().insert(id, b as usize);
                 b.cast()
             }
             Err(err) => {
@@ -1109,9 +1189,14 @@ pub extern "C" fn __wc_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         }
         // ibv_get_cq_event(3): "destroying a CQ will wait for all completion events to be
         // acknowledged" (the application may still hold the CQ of an event it has not
-        // acknowledged; rdma-core waits likewise).
+        // acknowledged; rdma-core waits likewise). The same for its asynchronous CQ error:
+        // one still queued is taken back, one delivered is waited for
+        // (ibv_get_async_event(3)).
+        cqs().remove(&c.cq.id());
+        let purged = purge_async(cq);
         let mut ev = c.events.lock().unwrap_or_else(|e| e.into_inner());
-        while ev.acked < ev.delivered {
+        ev.async_unacked = ev.async_unacked.saturating_sub(purged);
+        while ev.acked < ev.delivered || ev.async_unacked > 0 {
             ev = c.all_acked.wait(ev).unwrap_or_else(|e| e.into_inner());
         }
         drop(ev);
