@@ -119,6 +119,7 @@ contracts() {
     contract modify_qp_err_flush
     contract cq_event_ack
     contract post_num_sge
+    contract post_inline
     # Only meaningful if the program itself does not need libibverbs.so.1.
     contract_build rdmacm_only_as_needed
     ! objdump -p "$work/rdmacm_only_as_needed" | grep -q "NEEDED *libibverbs" \
