@@ -1410,6 +1410,7 @@ pub extern "C" fn __wc_ibv_create_srq(
         match p.pd.create_srq(a.attr.max_wr.max(1), a.attr.max_sge.max(1)) {
             Ok(srq) => {
                 a.attr.max_wr = srq.depth();
+                a.attr.max_sge = srq.max_sge();
                 let b = Box::new(Srq {
                     ibv: ibv_srq {
                         context: p.ibv.context,
@@ -1467,7 +1468,8 @@ pub extern "C" fn __wc_ibv_query_srq(s: *mut ibv_srq, attr: *mut ibv_srq_attr) -
         return EINVAL;
     };
     a.max_wr = q.srq.depth();
-    a.max_sge = wv::MAX_SGE as u32;
+    // What the queue was created with, which its posts are checked against.
+    a.max_sge = q.srq.max_sge();
     a.srq_limit = q.limit;
     0
 }
@@ -1538,7 +1540,7 @@ unsafe extern "C" fn post_srq_recv(
         let Some(q) = (unsafe { s.cast::<Srq>().as_ref() }) else {
             return EINVAL;
         };
-        post_recv_list(wr, bad, wv::MAX_SGE as u32, |r| q.srq.post_recv(r), |_| {})
+        post_recv_list(wr, bad, q.srq.max_sge(), |r| q.srq.post_recv(r), |_| {})
     })
 }
 

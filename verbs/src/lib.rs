@@ -888,6 +888,11 @@ impl SharedReceiveQueue {
         self.srq.depth()
     }
 
+    /// The most SGEs a receive posted to it may have (what it was created with).
+    pub fn max_sge(&self) -> u32 {
+        self.srq.max_sge()
+    }
+
     /// Arms the low-water mark: once fewer than `limit` buffers wait,
     /// [`SharedReceiveQueue::limit_reached`] turns true (0 disarms).
     pub fn arm_limit(&self, limit: u32) -> Result<(), Error> {

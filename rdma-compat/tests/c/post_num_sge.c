@@ -8,7 +8,8 @@
  * with 3 are refused, a receive with 1 and a send with 2 are accepted (the QP is in the
  * error state, so they complete flushed). Before the fix the QP kept one limit, the
  * larger of the two (and reported it for both queues), and a post was checked only
- * against the engine's 4. One process, no peer:
+ * against the engine's 4. An SRQ created with max_sge 1 reports 1 (ibv_query_srq(3); it
+ * reported the engine's 4) and refuses a receive of 2 SGEs. One process, no peer:
  *   post_num_sge
  */
 #include <errno.h>
@@ -70,5 +71,21 @@ int main(void)
 	EXPECT(pr == 0 && ps == 0 && !rbad && !sbad,
 	       "ibv_post_recv(3) / ibv_post_send(3): a receive with 1 SGE and a send with 2 are accepted (post_recv %d, post_send %d)",
 	       pr, ps);
+
+	/* A shared receive queue of max_sge 1: reported as such, and posts checked against it. */
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 4, .max_sge = 1 } };
+	struct ibv_srq *srq = ibv_create_srq(pd, &sa);
+	if (!srq)
+		DIE("ibv_create_srq: %s", strerror(errno));
+	struct ibv_srq_attr sq;
+	int qs = ibv_query_srq(srq, &sq);
+	EXPECT(qs == 0 && sq.max_sge == 1,
+	       "ibv_query_srq(3): max_sge is the SGE limit the SRQ was created with (got %u; created with 1)", sq.max_sge);
+	struct ibv_recv_wr r4 = { .wr_id = 7, .sg_list = s, .num_sge = 2 };
+	rbad = NULL;
+	pr = ibv_post_srq_recv(srq, &r4, &rbad);
+	EXPECT(pr == EINVAL && rbad == &r4,
+	       "ibv_post_srq_recv(3): a receive with 2 SGEs on an SRQ of max_sge 1 fails with EINVAL, *bad_wr at it (got %d)", pr);
+	ibv_destroy_srq(srq);
 	return contract_end();
 }
