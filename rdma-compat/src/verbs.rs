@@ -154,14 +154,15 @@ pub(crate) fn push_cq_error(id: u64) {
     drop(map);
 }
 
-/// Takes the queued, not yet delivered asynchronous events of a CQ being destroyed off the
-/// queue (with their tokens of the descriptor); how many.
-fn purge_async(cq: *mut ibv_cq) -> u64 {
+/// Takes the queued, not yet delivered asynchronous events of a CQ or SRQ being destroyed
+/// off the queue (with their tokens of the descriptor); how many.
+fn purge_async(kind: ibv_event_type, object: *mut c_void) -> u64 {
     let Some(c) = ctx_box() else { return 0 };
     let mut q = c.async_q.lock().unwrap_or_else(|e| e.into_inner());
     let before = q.len();
-    // SAFETY: reading the union member of a CQ event.
-    q.retain(|e| !(e.event_type == IBV_EVENT_CQ_ERR && unsafe { e.element.cq } == cq));
+    // SAFETY: reading the union member of the event's kind (a CQ or an SRQ pointer, both
+    // pointers in the same place).
+    q.retain(|e| !(e.event_type == kind && unsafe { e.element.cq }.cast::<c_void>() == object));
     let n = before - q.len();
     for _ in 0..n {
         // A reader holding the token of a purged event finds the queue one short and waits
@@ -563,6 +564,14 @@ pub extern "C" fn __wc_ibv_ack_async_event(ev: *mut ibv_async_event) {
                 let mut ev = c.events.lock().unwrap_or_else(|e| e.into_inner());
                 ev.async_unacked = ev.async_unacked.saturating_sub(1);
                 c.all_acked.notify_all();
+            }
+        }
+        if e.event_type == IBV_EVENT_SRQ_LIMIT_REACHED {
+            // SAFETY: the SRQ of an unacknowledged event is live (as above).
+            if let Some(s) = unsafe { e.element.srq.cast::<Srq>().as_ref() } {
+                let mut n = s.async_unacked.lock().unwrap_or_else(|e| e.into_inner());
+                *n = n.saturating_sub(1);
+                s.all_acked.notify_all();
             }
         }
     })
@@ -1193,7 +1202,7 @@ pub extern "C" fn __wc_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         // one still queued is taken back, one delivered is waited for
         // (ibv_get_async_event(3)).
         cqs().remove(&c.cq.id());
-        let purged = purge_async(cq);
+        let purged = purge_async(IBV_EVENT_CQ_ERR, cq.cast());
         let mut ev = c.events.lock().unwrap_or_else(|e| e.into_inner());
         ev.async_unacked = ev.async_unacked.saturating_sub(purged);
         while ev.acked < ev.delivered || ev.async_unacked > 0 {
@@ -1391,9 +1400,71 @@ unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_
 pub(crate) struct Srq {
     ibv: ibv_srq,
     pub srq: wv::SharedReceiveQueue,
-    limit: u32,
+    /// The armed limit (`ibv_query_srq`'s `srq_limit`): 0 once reached, as the verbs
+    /// disarm it.
+    limit: std::sync::atomic::AtomicU32,
     /// The QPs receiving through it.
     uses: Uses,
+    /// Its `IBV_EVENT_SRQ_LIMIT_REACHED` queued or delivered and not yet acknowledged:
+    /// `ibv_destroy_srq` waits (on `all_acked`) until there is none.
+    async_unacked: Mutex<u64>,
+    all_acked: Condvar,
+}
+
+/// The SRQs whose limit is armed (pointers as usize), and whether the thread that watches
+/// them runs.
+#[derive(Default)]
+struct Armed {
+    srqs: std::collections::HashSet<usize>,
+    watching: bool,
+}
+
+fn armed() -> std::sync::MutexGuard<'static, Armed> {
+    static A: OnceLock<Mutex<Armed>> = OnceLock::new();
+    A.get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// Watches the armed SRQs (ibv_modify_srq(3): "Modifying the srq_limit arms the SRQ to
+/// produce an IBV_EVENT_SRQ_LIMIT_REACHED ... asynchronous event once the number of WRs in
+/// the SRQ drops below srq_limit"). The engine raises a flag when it takes the buffer that
+/// crosses the limit; this thread turns it into the event, every 200 us while any SRQ is
+/// armed, and ends when none is.
+fn start_limit_watcher(a: &mut Armed) -> Result<(), c_int> {
+    if a.watching {
+        return Ok(());
+    }
+    std::thread::Builder::new()
+        .name("warpcore-srq".into())
+        .spawn(|| loop {
+            std::thread::sleep(Duration::from_micros(200));
+            let mut a = armed();
+            a.srqs.retain(|&p| {
+                // SAFETY: an armed SRQ is live (ibv_destroy_srq takes it out of the set,
+                // under this lock, before it frees it).
+                let s = unsafe { &*(p as *const Srq) };
+                if !s.srq.limit_reached() {
+                    return true;
+                }
+                s.limit.store(0, Ordering::Release);
+                *s.async_unacked.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+                let mut ev = ibv_async_event {
+                    event_type: IBV_EVENT_SRQ_LIMIT_REACHED,
+                    ..Default::default()
+                };
+                ev.element.srq = p as *mut ibv_srq;
+                push_async(ev);
+                false
+            });
+            if a.srqs.is_empty() {
+                a.watching = false;
+                return;
+            }
+        })
+        .map_err(|_| ENOMEM)?;
+    a.watching = true;
+    Ok(())
 }
 
 #[no_mangle]
@@ -1419,8 +1490,10 @@ pub extern "C" fn __wc_ibv_create_srq(
                         ..Default::default()
                     },
                     srq,
-                    limit: 0,
+                    limit: Default::default(),
                     uses: Uses::default(),
+                    async_unacked: Mutex::default(),
+                    all_acked: Condvar::new(),
                 });
                 p.uses.add();
                 Box::into_raw(b).cast()
@@ -1441,7 +1514,7 @@ pub extern "C" fn __wc_ibv_modify_srq(
 ) -> c_int {
     guard(EINVAL, || {
         // SAFETY: s is ours; attr the caller's.
-        let (Some(q), Some(a)) = (unsafe { s.cast::<Srq>().as_mut() }, unsafe {
+        let (Some(q), Some(a)) = (unsafe { s.cast::<Srq>().as_ref() }, unsafe {
             attr.as_ref()
         }) else {
             return EINVAL;
@@ -1450,10 +1523,21 @@ pub extern "C" fn __wc_ibv_modify_srq(
             return EOPNOTSUPP; // no resize
         }
         if mask as c_uint & IBV_SRQ_LIMIT != 0 {
+            let mut w = armed();
+            if a.srq_limit != 0 {
+                if let Err(e) = start_limit_watcher(&mut w) {
+                    return e;
+                }
+            }
             if let Err(e) = q.srq.arm_limit(a.srq_limit) {
                 return errno_of(&e);
             }
-            q.limit = a.srq_limit;
+            q.limit.store(a.srq_limit, Ordering::Release);
+            if a.srq_limit != 0 {
+                w.srqs.insert(s as usize);
+            } else {
+                w.srqs.remove(&(s as usize));
+            }
         }
         0
     })
@@ -1470,7 +1554,7 @@ pub extern "C" fn __wc_ibv_query_srq(s: *mut ibv_srq, attr: *mut ibv_srq_attr) -
     a.max_wr = q.srq.depth();
     // What the queue was created with, which its posts are checked against.
     a.max_sge = q.srq.max_sge();
-    a.srq_limit = q.limit;
+    a.srq_limit = q.limit.load(Ordering::Acquire);
     0
 }
 
@@ -1484,6 +1568,16 @@ pub extern "C" fn __wc_ibv_destroy_srq(s: *mut ibv_srq) -> c_int {
     if q.uses.busy() {
         return crate::EBUSY;
     }
+    // Its limit event: no new one (out of the watched set), a queued one taken back, a
+    // delivered one waited for until acknowledged (ibv_get_async_event(3)).
+    armed().srqs.remove(&(s as usize));
+    let purged = purge_async(IBV_EVENT_SRQ_LIMIT_REACHED, s.cast());
+    let mut n = q.async_unacked.lock().unwrap_or_else(|e| e.into_inner());
+    *n = n.saturating_sub(purged);
+    while *n > 0 {
+        n = q.all_acked.wait(n).unwrap_or_else(|e| e.into_inner());
+    }
+    drop(n);
     let pd = q.ibv.pd;
     // SAFETY: s is ours, no longer used by the caller nor by any QP.
     let r = unsafe { destroy::<_, Srq>(s) };
