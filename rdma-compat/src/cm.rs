@@ -1,9 +1,10 @@
 //! `rdma_*`: librdmacm's connection manager over the engine's MPA connection manager.
 //!
-//! - An `rdma_event_channel` is a queue of events and a socket pair: one token per queued
-//!   event makes `fd` readable while an event waits (`poll()` users), and
-//!   `rdma_get_cm_event` reads a token (blocking, unless the application made `fd`
-//!   non-blocking: then `EAGAIN`) and takes the event.
+//! - An `rdma_event_channel` is a queue of events and a socket pair: one token, there while
+//!   the queue holds any event, makes `fd` readable while an event waits (`poll()` users),
+//!   and `rdma_get_cm_event` reads it (blocking, unless the application made `fd`
+//!   non-blocking: then `EAGAIN`), takes the event and puts it back if more wait. (A token
+//!   per event filled the socket after a few hundred unread events and blocked the poster.)
 //! - The dispatcher thread (`start_dispatcher`) sleeps on the engine's CM event channel
 //!   and queues each event on the channel of the id it belongs to: a connection request on
 //!   the listening id's channel with a new child id, the rest on the id whose QP it names.
@@ -62,17 +63,26 @@ impl Chan {
         Some(Box::into_raw(b))
     }
 
+    /// Queues an event. The descriptor holds one token while the queue holds any event
+    /// (not one per event: a socket holds a few hundred one-octet writes, and a writer
+    /// beyond them would block until the application reads, which an application that
+    /// starts hundreds of resolutions before it reads their events never does).
     fn post(&self, ev: *mut Ev) {
-        self.q
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(ev as usize);
+        let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
+        q.push_back(ev as usize);
+        if q.len() == 1 {
+            self.token();
+        }
+    }
+
+    /// Writes the token (under the queue's lock).
+    fn token(&self) {
         let _ = std::io::Write::write(&mut &self.tx, &[1]);
     }
 
     /// Takes the queued events of `id` out of the queue (those naming it as their id, and
-    /// for a listener the connection requests naming it as their `listen_id`), each with
-    /// one token of the descriptor, so that none is handed out once the id is freed
+    /// for a listener the connection requests naming it as their `listen_id`), and the
+    /// token if the queue is left empty, so that none is handed out once the id is freed
     /// (rdma_destroy_id(3) cancels what is outstanding).
     fn purge(&self, id: *mut rdma_cm_id) -> Vec<*mut Ev> {
         let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
@@ -86,9 +96,9 @@ impl Chan {
             }
             !mine
         });
-        for _ in &out {
-            // A reader that holds the token of a purged event finds the queue one short
-            // and reads again, as after any token without an event.
+        if q.is_empty() && !out.is_empty() {
+            // A reader that holds the token already finds the queue empty and reads again,
+            // as after any token without an event.
             let mut tok = 0u8;
             // SAFETY: recv(2) into one octet of ours, on our socket, without waiting (the
             // descriptor's own mode is the application's).
@@ -121,7 +131,12 @@ impl Chan {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Err(crate::EAGAIN),
                 Err(_) => return Err(crate::EIO),
             }
-            if let Some(e) = self.q.lock().unwrap_or_else(|e| e.into_inner()).pop_front() {
+            let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(e) = q.pop_front() {
+                // More wait: the token goes back for the next reader.
+                if !q.is_empty() {
+                    self.token();
+                }
                 return Ok(e as *mut Ev);
             }
         }

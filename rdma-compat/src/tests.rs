@@ -264,6 +264,64 @@ fn event_channel_descriptor_and_order() {
     assert_eq!(s.to_str().unwrap(), "RDMA_CM_EVENT_ESTABLISHED");
 }
 
+/// Thousands of events queued before the application reads any (ucmatose and cmtime start
+/// every resolution first): queuing never waits for the reader, the descriptor stays
+/// readable until the last is taken, and then reads EAGAIN (non-blocking). One token per
+/// event blocked the poster after a few hundred (a socket's buffer of one-octet writes).
+#[test]
+fn event_channel_queues_thousands_unread() {
+    const N: usize = 5000;
+    let ch = cm::__wc_rdma_create_event_channel();
+    assert!(!ch.is_null());
+    // SAFETY: the channel just made.
+    let fd = unsafe { (*ch).fd };
+    let mut id: *mut rdma_cm_id = null_mut();
+    assert_eq!(
+        cm::__wc_rdma_create_id(ch, &mut id, null_mut(), RDMA_PS_TCP),
+        0
+    );
+    // The posts on another thread, so that a post that waits fails the test, not hang it.
+    let idp = id as usize;
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for _ in 0..N {
+            cm::post_test_event(idp as *mut rdma_cm_id, RDMA_CM_EVENT_ADDR_RESOLVED);
+        }
+        let _ = done_tx.send(());
+    });
+    assert!(
+        done_rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .is_ok(),
+        "queuing {N} events unread did not finish in 20 s"
+    );
+    set_nonblocking(fd);
+    let readable = || {
+        let mut p = verbs::PollFd {
+            fd,
+            events: 1,
+            revents: 0,
+        };
+        // SAFETY: a valid pollfd (the test's own poll).
+        unsafe { poll_now(&mut p) }
+    };
+    for i in 0..N {
+        assert!(readable(), "not readable with {} events queued", N - i);
+        let mut ev: *mut rdma_cm_event = null_mut();
+        assert_eq!(cm::__wc_rdma_get_cm_event(ch, &mut ev), 0, "event {i}");
+        assert_eq!(cm::__wc_rdma_ack_cm_event(ev), 0);
+    }
+    assert!(!readable());
+    let mut ev: *mut rdma_cm_event = null_mut();
+    assert_eq!(cm::__wc_rdma_get_cm_event(ch, &mut ev), -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(crate::EAGAIN)
+    );
+    assert_eq!(cm::__wc_rdma_destroy_id(id), 0);
+    cm::__wc_rdma_destroy_event_channel(ch);
+}
+
 extern "C" {
     fn poll(fds: *mut verbs::PollFd, n: u64, timeout: c_int) -> c_int;
     fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
