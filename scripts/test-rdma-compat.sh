@@ -121,6 +121,7 @@ contracts() {
     contract cq_event_ack
     contract post_num_sge
     contract post_inline
+    contract query_limits
     # Only meaningful if the program itself does not need libibverbs.so.1.
     contract_build rdmacm_only_as_needed
     ! objdump -p "$work/rdmacm_only_as_needed" | grep -q "NEEDED *libibverbs" \

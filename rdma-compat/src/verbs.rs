@@ -498,8 +498,11 @@ pub extern "C" fn __wc_ibv_query_pkey(
     index: c_int,
     pkey: *mut u16,
 ) -> c_int {
+    // ibv_query_pkey(3): 0 on success, -1 on error (errno set), unlike ibv_query_port's
+    // errno value.
     if !check_ctx(c) || pkey.is_null() || port != 1 || index != 0 {
-        return EINVAL;
+        set_errno(EINVAL);
+        return -1;
     }
     // SAFETY: pkey is a caller-owned u16.
     unsafe { *pkey = 0xFFFF_u16.to_be() };

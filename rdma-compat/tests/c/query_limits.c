@@ -1,0 +1,86 @@
+/*
+ * Contract: what the query verbs return and whether the limits ibv_query_device(3)
+ * reports are the ones the device enforces ("the maximum values returned by this function
+ * are the upper limits of supported resources by the device"):
+ * - ibv_query_pkey(3) and ibv_query_gid(3) return 0 on success, -1 on error (errno set);
+ *   ibv_query_port(3) returns the errno value. Before the fix ibv_query_pkey returned
+ *   EINVAL (22) for a bad index, which a caller testing for -1 takes for success.
+ * - a CQ of max_cqe entries, a QP of max_qp_wr work requests and max_sge SGEs each way are
+ *   created; one more of any is refused.
+ * One process, no peer:
+ *   query_limits
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <string.h>
+#include <infiniband/verbs.h>
+
+static const char *contract_name = "query_limits";
+#include "contract.h"
+
+static struct ibv_qp *qp_of(struct ibv_pd *pd, struct ibv_cq *cq, int wr, int sge)
+{
+	struct ibv_qp_init_attr a;
+	memset(&a, 0, sizeof a);
+	a.send_cq = a.recv_cq = cq;
+	a.qp_type = IBV_QPT_RC;
+	a.cap.max_send_wr = a.cap.max_recv_wr = wr;
+	a.cap.max_send_sge = a.cap.max_recv_sge = sge;
+	return ibv_create_qp(pd, &a);
+}
+
+int main(void)
+{
+	struct ibv_context *ctx = contract_open_device();
+	struct ibv_device_attr da;
+	if (ibv_query_device(ctx, &da))
+		DIE("ibv_query_device");
+
+	__be16 pk = 0;
+	int r = ibv_query_pkey(ctx, 1, 0, &pk);
+	EXPECT(r == 0 && pk == htons(0xffff), "ibv_query_pkey(3): entry 0 is the default P_Key (got %d, %#x)", r,
+	       ntohs(pk));
+	errno = 0;
+	r = ibv_query_pkey(ctx, 1, 1, &pk);
+	int e = errno;
+	EXPECT(r == -1 && e == EINVAL, "ibv_query_pkey(3): an index past the table returns -1, errno EINVAL (got %d, %s)", r,
+	       strerror(e));
+	union ibv_gid gid;
+	errno = 0;
+	r = ibv_query_gid(ctx, 1, 1, &gid);
+	e = errno;
+	EXPECT(r == -1 && e == EINVAL, "ibv_query_gid(3): an index past the table returns -1, errno EINVAL (got %d, %s)", r,
+	       strerror(e));
+	struct ibv_port_attr pa;
+	r = ibv_query_port(ctx, 2, &pa);
+	EXPECT(r == EINVAL, "ibv_query_port(3): a port the device does not have returns EINVAL (got %d)", r);
+
+	struct ibv_cq *cq = ibv_create_cq(ctx, da.max_cqe, NULL, NULL, 0);
+	EXPECT(cq != NULL, "ibv_create_cq(3): a CQ of max_cqe (%d) entries is created (%s)", da.max_cqe,
+	       cq ? "created" : strerror(errno));
+	struct ibv_cq *big = ibv_create_cq(ctx, da.max_cqe + 1, NULL, NULL, 0);
+	EXPECT(big == NULL, "ibv_create_cq(3): a CQ of max_cqe + 1 entries is refused");
+	if (big)
+		ibv_destroy_cq(big);
+	if (!cq)
+		DIE("no CQ");
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	if (!pd)
+		DIE("ibv_alloc_pd");
+	struct ibv_qp *q = qp_of(pd, cq, da.max_qp_wr, da.max_sge);
+	EXPECT(q != NULL, "ibv_create_qp(3): a QP of max_qp_wr (%d) work requests of max_sge (%d) SGEs is created (%s)",
+	       da.max_qp_wr, da.max_sge, q ? "created" : strerror(errno));
+	if (q)
+		ibv_destroy_qp(q);
+	q = qp_of(pd, cq, da.max_qp_wr + 1, 1);
+	EXPECT(q == NULL, "ibv_create_qp(3): a QP of max_qp_wr + 1 work requests is refused");
+	if (q)
+		ibv_destroy_qp(q);
+	q = qp_of(pd, cq, 1, da.max_sge + 1);
+	EXPECT(q == NULL, "ibv_create_qp(3): a QP of max_sge + 1 SGEs is refused");
+	if (q)
+		ibv_destroy_qp(q);
+	ibv_dealloc_pd(pd);
+	ibv_destroy_cq(cq);
+	return contract_end();
+}
