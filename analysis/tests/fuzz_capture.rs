@@ -7,35 +7,13 @@
 #[path = "../../fuzz/capture_body.rs"]
 mod capture_body;
 
-use std::path::PathBuf;
+#[path = "../../fuzz/replay.rs"]
+mod replay;
 
-/// Every corpus file through the body; a panic fails the test naming the file. An empty or
-/// missing corpus fails too: the test must not pass vacuously.
+/// Every corpus file through the body; a panic fails the test naming the file.
 #[test]
 fn corpus_capture() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/capture");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("corpus {} unreadable: {e}", dir.display()))
-        .map(|entry| entry.expect("directory entry").path())
-        .filter(|p| p.is_file())
-        .collect();
-    files.sort();
-    assert!(
-        files.len() >= 10,
-        "corpus {} has {} files",
-        dir.display(),
-        files.len()
-    );
-    for path in &files {
-        let data = std::fs::read(path).expect("corpus file");
-        let outcome = std::panic::catch_unwind(|| capture_body::capture(&data));
-        assert!(
-            outcome.is_ok(),
-            "fuzz body `capture` failed on {} ({} octets)",
-            path.display(),
-            data.len()
-        );
-    }
+    replay::replay("capture", capture_body::capture);
 }
 
 /// The body's checks can fail: a capture whose report the body must find consistent, and

@@ -1001,35 +1001,6 @@ mod tests {
     use super::*;
     use clap::Parser;
 
-    /// A little-endian pcapng block.
-    fn block(out: &mut Vec<u8>, ty: u32, body: &[u8]) {
-        let total = (12 + body.len()) as u32;
-        out.extend_from_slice(&ty.to_le_bytes());
-        out.extend_from_slice(&total.to_le_bytes());
-        out.extend_from_slice(body);
-        out.extend_from_slice(&total.to_le_bytes());
-    }
-
-    /// A raw capture of `frames` 60-octet frames: section, interface, packets.
-    fn raw_capture(frames: usize) -> Vec<u8> {
-        let mut f = Vec::new();
-        let mut shb = 0x1A2B_3C4Du32.to_le_bytes().to_vec();
-        shb.extend_from_slice(&[1, 0, 0, 0]);
-        shb.extend_from_slice(&u64::MAX.to_le_bytes());
-        block(&mut f, 0x0A0D_0D0A, &shb);
-        let mut idb = vec![1, 0, 0, 0];
-        idb.extend_from_slice(&65535u32.to_le_bytes());
-        block(&mut f, 1, &idb);
-        for k in 0..frames {
-            let mut epb = vec![0; 12];
-            epb.extend_from_slice(&60u32.to_le_bytes());
-            epb.extend_from_slice(&60u32.to_le_bytes());
-            epb.extend_from_slice(&[k as u8; 60]);
-            block(&mut f, 6, &epb);
-        }
-        f
-    }
-
     /// The whole raw capture becomes PATH and goes; one cut short is an error naming the
     /// cut, with the frames before it kept (never a silent short capture).
     #[test]
@@ -1038,10 +1009,10 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("run.pcapng");
         let raw = raw_capture_path(&path);
-        std::fs::write(&raw, raw_capture(3)).unwrap();
+        std::fs::write(&raw, warpcore_test_support::pcapng::frames(3)).unwrap();
         assert_eq!(finish_capture(&path), Ok(3));
         assert!(!raw.exists(), "the raw file goes once rewritten");
-        let mut cut = raw_capture(3);
+        let mut cut = warpcore_test_support::pcapng::frames(3);
         cut.truncate(cut.len() - 10);
         std::fs::write(&raw, &cut).unwrap();
         let e = finish_capture(&path).unwrap_err();

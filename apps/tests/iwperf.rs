@@ -171,25 +171,7 @@ fn bandwidth_tests_print_perftest_table_json_and_hdr_log() {
 /// drain included) were reported before.
 #[test]
 fn timed_bandwidth_counts_perftests_sample_window_only() {
-    let json = tmp("margin.json");
-    let o = iwperf(&[
-        "write_bw",
-        "--loopback=link",
-        "-s",
-        "4096",
-        "-D",
-        "4",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{out}\n{err}");
-    let row = row_after(&out, " #bytes     #iterations");
-    let iters: u64 = row[1].parse().expect("iterations");
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written"))
-            .expect("json parses");
-    let r = &doc["results"][0];
+    let (out, iters, r) = timed_write_bw("margin.json", &[]);
     let all = r["hdr_usec"]["count"].as_u64().unwrap();
     let secs = r["bw"]["seconds"].as_f64().unwrap();
     assert!(iters > 0 && iters < all, "{iters} of {all}: {out}");
@@ -198,26 +180,34 @@ fn timed_bandwidth_counts_perftests_sample_window_only() {
     let avg = r["bw"]["average"].as_f64().unwrap();
     let want = iters as f64 * 4096.0 / secs / 1048576.0;
     assert!((avg - want).abs() < 1e-6 * want.max(1.0), "{avg} vs {want}");
-    let _ = std::fs::remove_file(json);
 }
 
 /// `--margin 0` (perftest's flag) counts the whole timed run, as a comparison with a tool
 /// that has no margins needs (bench/loss.sh against iperf3).
 #[test]
 fn a_zero_margin_counts_the_whole_timed_run() {
-    let json = tmp("margin0.json");
-    let o = iwperf(&[
+    let (out, iters, r) = timed_write_bw("margin0.json", &["--margin", "0"]);
+    assert_eq!(iters, r["hdr_usec"]["count"].as_u64().unwrap(), "{out}");
+    let secs = r["bw"]["seconds"].as_f64().unwrap();
+    assert!((3.9..4.5).contains(&secs), "{secs} s: {r}");
+}
+
+/// A 4-second 4 KiB write_bw over the link with `extra` flags: its text output, the row's
+/// iterations and the JSON's result.
+fn timed_write_bw(json_name: &str, extra: &[&str]) -> (String, u64, serde_json::Value) {
+    let json = tmp(json_name);
+    let mut args = vec![
         "write_bw",
         "--loopback=link",
         "-s",
         "4096",
         "-D",
         "4",
-        "--margin",
-        "0",
         "--json",
-        json.to_str().unwrap(),
-    ]);
+    ];
+    args.push(json.to_str().unwrap());
+    args.extend_from_slice(extra);
+    let o = iwperf(&args);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
     let row = row_after(&out, " #bytes     #iterations");
@@ -225,11 +215,8 @@ fn a_zero_margin_counts_the_whole_timed_run() {
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("json written"))
             .expect("json parses");
-    let r = &doc["results"][0];
-    assert_eq!(iters, r["hdr_usec"]["count"].as_u64().unwrap(), "{out}");
-    let secs = r["bw"]["seconds"].as_f64().unwrap();
-    assert!((3.9..4.5).contains(&secs), "{secs} s: {r}");
     let _ = std::fs::remove_file(json);
+    (out, iters, doc["results"][0].clone())
 }
 
 #[test]

@@ -528,22 +528,7 @@ fn graceful_close_drains_then_fin() {
         p.a.core.post_send(qa, send_wr(9, SendOp::Send, &[])),
         Err(warpcore_engine::EngineError::InvalidState(QpState::Closing))
     );
-    let mut da = None;
-    let mut db = None;
-    p.run_until(20_000, |p| {
-        for e in p.a.take_events() {
-            if let CmEvent::Disconnected { reset, .. } = e {
-                da = Some(reset);
-            }
-        }
-        for e in p.b.take_events() {
-            if let CmEvent::Disconnected { reset, .. } = e {
-                db = Some(reset);
-            }
-        }
-        da.is_some() && db.is_some()
-    });
-    assert_eq!((da, db), (Some(false), Some(false)));
+    assert_eq!(p.run_until_disconnected(20_000), (false, false));
     assert_eq!(read_region(&rb, 0, 500_000), data);
     let cb: Vec<_> =
         p.b.take_completions()
@@ -570,15 +555,7 @@ fn graceful_close_drains_then_fin() {
 #[test]
 fn a_post_that_races_a_disconnect_is_flushed_behind_the_queued_requests() {
     let mut p = Pair::default_pair();
-    let (qa, shared_a) = p.a.qp_shared(64);
-    let qb = p.b.qp(64);
-    p.b.core.listen(PORT, MpaParams::default()).unwrap();
-    p.a.core
-        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
-        .unwrap();
-    let req = p.wait_request();
-    p.b.core.accept(req.request, qb, b"", None).unwrap();
-    p.run_until_established();
+    let (qa, shared_a) = p.connect_shared(64);
     let (ra, sa) = p.a.region(1 << 20, all_access());
     let (rb, sb) = p.b.region(1 << 20, all_access());
     let data = pattern(800_000, 3);
@@ -594,22 +571,7 @@ fn a_post_that_races_a_disconnect_is_flushed_behind_the_queued_requests() {
     assert!(shared_a.reserve_sq());
     p.a.core
         .post_send_reserved(qa, send_wr(9, write_op(sb.0, 0), &[(sa, 0, 64)]));
-    let mut da = None;
-    let mut db = None;
-    p.run_until(20_000, |p| {
-        for e in p.a.take_events() {
-            if let CmEvent::Disconnected { reset, .. } = e {
-                da = Some(reset);
-            }
-        }
-        for e in p.b.take_events() {
-            if let CmEvent::Disconnected { reset, .. } = e {
-                db = Some(reset);
-            }
-        }
-        da.is_some() && db.is_some()
-    });
-    assert_eq!((da, db), (Some(false), Some(false)));
+    assert_eq!(p.run_until_disconnected(20_000), (false, false));
     let ca: Vec<_> =
         p.a.take_completions()
             .iter()

@@ -6,16 +6,13 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::*;
 use warpcore_engine::core::set_general_paths_only;
 use warpcore_engine::mem::Access;
 use warpcore_engine::tcp::link::LinkConfig;
 use warpcore_engine::tcp::smoltcp::time::Duration;
 use warpcore_engine::{
-    EngineConfig, EngineError, MpaParams, QpId, QpShared, RtrType, RtrTypes, SendOp, SendWr,
-    WcOpcode, WcStatus,
+    EngineConfig, EngineError, MpaParams, RtrType, RtrTypes, SendOp, SendWr, WcOpcode, WcStatus,
 };
 
 /// Four 64 B Writes posted to a QP of send queue depth 4 with no loop in between, and a
@@ -174,7 +171,7 @@ fn a_fenced_write_waits_for_the_read_rtr() {
 fn a_write_whose_region_went_away_before_the_post_is_left_to_the_general_path() {
     set_general_paths_only(false);
     let mut p = Pair::default_pair();
-    let (qa, shared) = connect_with_shared(&mut p);
+    let (qa, shared) = p.connect_shared(16);
     let (_ra, sa) = p.a.region(4096, all_access());
     let (_rb, sb) = p.b.region(4096, all_access());
     let fpdus = p.a.core.stats().fpdus_tx;
@@ -233,7 +230,7 @@ fn writes_that_find_no_room_at_post_queue_in_order() {
 fn a_request_flushed_after_a_disconnect_completes_after_the_write_framed_at_post() {
     set_general_paths_only(false);
     let mut p = Pair::default_pair();
-    let (qa, shared) = connect_with_shared(&mut p);
+    let (qa, shared) = p.connect_shared(16);
     let (_ra, sa) = p.a.region(4096, all_access());
     let (_rb, sb) = p.b.region(4096, all_access());
     // A first Write through the loop fixes the MULPDU; the next ones are framed at post.
@@ -255,19 +252,4 @@ fn a_request_flushed_after_a_disconnect_completes_after_the_write_framed_at_post
         [(2, WcStatus::Success), (3, WcStatus::FlushErr)],
         "in submission order"
     );
-}
-
-/// A's QP (depth 16) connected to B's; returns it with its shared state, for a request
-/// checked by `validate_send` apart from its post (as an application thread does).
-fn connect_with_shared(p: &mut Pair) -> (QpId, Arc<QpShared>) {
-    let (qa, shared) = p.a.qp_shared(16);
-    let qb = p.b.qp(16);
-    p.b.core.listen(PORT, MpaParams::default()).unwrap();
-    p.a.core
-        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
-        .unwrap();
-    let req = p.wait_request();
-    p.b.core.accept(req.request, qb, b"", None).unwrap();
-    p.run_until_established();
-    (qa, shared)
 }

@@ -208,15 +208,7 @@ fn event_channel_descriptor_and_order() {
     assert!(!ch.is_null());
     // SAFETY: the channel just made.
     let fd = unsafe { (*ch).fd };
-    let readable = || {
-        let mut p = verbs::PollFd {
-            fd,
-            events: 1,
-            revents: 0,
-        };
-        // SAFETY: a valid pollfd (the test's own poll).
-        unsafe { poll_now(&mut p) }
-    };
+    let readable = || readable_now(fd);
     assert!(!readable());
     let mut id: *mut rdma_cm_id = null_mut();
     assert_eq!(
@@ -296,15 +288,7 @@ fn event_channel_queues_thousands_unread() {
         "queuing {N} events unread did not finish in 20 s"
     );
     set_nonblocking(fd);
-    let readable = || {
-        let mut p = verbs::PollFd {
-            fd,
-            events: 1,
-            revents: 0,
-        };
-        // SAFETY: a valid pollfd (the test's own poll).
-        unsafe { poll_now(&mut p) }
-    };
+    let readable = || readable_now(fd);
     for i in 0..N {
         assert!(readable(), "not readable with {} events queued", N - i);
         let mut ev: *mut rdma_cm_event = null_mut();
@@ -327,9 +311,15 @@ extern "C" {
     fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
 }
 
-unsafe fn poll_now(p: &mut verbs::PollFd) -> bool {
-    // SAFETY: one pollfd, no wait.
-    unsafe { poll(p, 1, 0) == 1 && p.revents & 1 != 0 }
+/// Whether `fd` is readable now (a poll without waiting).
+fn readable_now(fd: c_int) -> bool {
+    let mut p = verbs::PollFd {
+        fd,
+        events: 1,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd (the test's own), no wait.
+    unsafe { poll(&mut p, 1, 0) == 1 && p.revents & 1 != 0 }
 }
 
 fn set_nonblocking(fd: c_int) {

@@ -127,36 +127,6 @@ pub fn judge_capture(path: &Path) {
 mod tests {
     use super::*;
 
-    fn block(out: &mut Vec<u8>, ty: u32, body: &[u8]) {
-        let total = (12 + body.len()) as u32;
-        out.extend_from_slice(&ty.to_le_bytes());
-        out.extend_from_slice(&total.to_le_bytes());
-        out.extend_from_slice(body);
-        out.extend_from_slice(&total.to_le_bytes());
-    }
-
-    /// A little-endian pcapng file of `frames` 60-octet Ethernet frames.
-    fn pcapng(frames: usize) -> Vec<u8> {
-        let mut f = Vec::new();
-        let mut shb = 0x1A2B_3C4Du32.to_le_bytes().to_vec();
-        shb.extend_from_slice(&[1, 0, 0, 0]);
-        shb.extend_from_slice(&u64::MAX.to_le_bytes());
-        block(&mut f, 0x0A0D_0D0A, &shb);
-        let mut idb = vec![1, 0, 0, 0];
-        idb.extend_from_slice(&65535u32.to_le_bytes());
-        block(&mut f, 1, &idb);
-        for k in 0..frames {
-            let mut epb = vec![0u8; 4]; // interface 0
-            epb.extend_from_slice(&0u32.to_le_bytes());
-            epb.extend_from_slice(&(k as u32).to_le_bytes());
-            epb.extend_from_slice(&60u32.to_le_bytes());
-            epb.extend_from_slice(&60u32.to_le_bytes());
-            epb.extend_from_slice(&[k as u8; 60]);
-            block(&mut f, 6, &epb);
-        }
-        f
-    }
-
     /// The capture `bytes` normalised, or the judge's complaint.
     fn normalise(name: &str, bytes: &[u8]) -> Result<usize, String> {
         let dir = std::env::temp_dir().join(format!("wc-judge-{name}-{}", std::process::id()));
@@ -181,7 +151,7 @@ mod tests {
     /// after it without a word, and the judge then passed whatever came before.
     #[test]
     fn a_capture_cut_short_is_refused_not_judged_by_its_head() {
-        let whole = pcapng(5);
+        let whole = crate::pcapng::frames(5);
         assert_eq!(normalise("whole", &whole), Ok(5));
         // The last packet block cut in its middle.
         let cut = &whole[..whole.len() - 30];

@@ -7,10 +7,12 @@
 //!   missing (fail when `WARPCORE_REQUIRE_TSHARK` is set, as `scripts/test.sh` does; skip
 //!   out loud otherwise);
 //! - [`judge`]: judging a capture of an engine run with iwdump's library and tshark;
-//! - [`paths`]: test data inside the checkout, found relative to it.
+//! - [`paths`]: test data inside the checkout, found relative to it;
+//! - [`pcapng`]: small pcapng files built in memory.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod judge;
 pub mod paths;
+pub mod pcapng;
 pub mod tshark;

@@ -291,6 +291,41 @@ impl Pair {
     pub fn connect(&mut self) -> (QpId, QpId) {
         self.connect_with(&MpaParams::default(), &MpaParams::default(), 64)
     }
+
+    /// A's QP (send queue `depth`) connected to B's; returns it with its shared state, for
+    /// a request checked by `validate_send` apart from its post (as an application thread
+    /// does).
+    pub fn connect_shared(&mut self, depth: u32) -> (QpId, Arc<QpShared>) {
+        let (qa, shared) = self.a.qp_shared(depth);
+        let qb = self.b.qp(depth);
+        self.b.core.listen(PORT, MpaParams::default()).unwrap();
+        self.a
+            .core
+            .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
+            .unwrap();
+        let req = self.wait_request();
+        self.b.core.accept(req.request, qb, b"", None).unwrap();
+        self.run_until_established();
+        (qa, shared)
+    }
+
+    /// Steps (at most `max` times) until both sides saw `Disconnected`; returns whether
+    /// each was a reset, A's then B's.
+    pub fn run_until_disconnected(&mut self, max: usize) -> (bool, bool) {
+        let reset = |ev: Vec<CmEvent>| {
+            ev.into_iter().find_map(|e| match e {
+                CmEvent::Disconnected { reset, .. } => Some(reset),
+                _ => None,
+            })
+        };
+        let (mut da, mut db) = (None, None);
+        self.run_until(max, |p| {
+            da = da.or_else(|| reset(p.a.take_events()));
+            db = db.or_else(|| reset(p.b.take_events()));
+            da.is_some() && db.is_some()
+        });
+        (da.unwrap_or_default(), db.unwrap_or_default())
+    }
 }
 
 pub fn sges(list: &[(Stag, u64, u32)]) -> SgeList {
