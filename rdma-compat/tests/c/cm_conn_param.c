@@ -16,64 +16,16 @@
  *   cm_conn_param -c ADDR PORT   client: the checks of the active side
  */
 #include <errno.h>
-#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
-#include <arpa/inet.h>
 #include <rdma/rdma_cma.h>
 
 static const char *contract_name = "cm_conn_param";
 #include "contract.h"
 
-/* The next event within 30 s, or NULL. */
-static struct rdma_cm_event *next(struct rdma_event_channel *ec)
-{
-	struct pollfd p = { .fd = ec->fd, .events = POLLIN };
-	struct rdma_cm_event *ev;
-	if (poll(&p, 1, 30000) != 1 || rdma_get_cm_event(ec, &ev))
-		return NULL;
-	return ev;
-}
-
-/* The next event, which must be `want` (else the program cannot go on). */
-static struct rdma_cm_event *expect_event(struct rdma_event_channel *ec, int want)
-{
-	struct rdma_cm_event *ev = next(ec);
-	if (!ev)
-		DIE("no %s: %s", rdma_event_str(want), strerror(errno));
-	if ((int)ev->event != want)
-		DIE("%s (status %d) instead of %s", rdma_event_str(ev->event), ev->status, rdma_event_str(want));
-	return ev;
-}
-
-static void qp_on(struct rdma_cm_id *id)
-{
-	struct ibv_qp_init_attr at;
-	memset(&at, 0, sizeof at);
-	at.qp_type = IBV_QPT_RC;
-	at.cap.max_send_wr = at.cap.max_recv_wr = 4;
-	at.cap.max_send_sge = at.cap.max_recv_sge = 1;
-	if (rdma_create_qp(id, NULL, &at))
-		DIE("rdma_create_qp: %s", strerror(errno));
-}
-
-static struct rdma_cm_id *active(struct rdma_event_channel *ec, const char *addr, int port)
-{
-	struct rdma_cm_id *id;
-	if (rdma_create_id(ec, &id, NULL, RDMA_PS_TCP))
-		DIE("rdma_create_id: %s", strerror(errno));
-	struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons(port) };
-	inet_pton(AF_INET, addr, &dst.sin_addr);
-	if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000))
-		DIE("rdma_resolve_addr: %s", strerror(errno));
-	rdma_ack_cm_event(expect_event(ec, RDMA_CM_EVENT_ADDR_RESOLVED));
-	if (rdma_resolve_route(id, 2000))
-		DIE("rdma_resolve_route: %s", strerror(errno));
-	rdma_ack_cm_event(expect_event(ec, RDMA_CM_EVENT_ROUTE_RESOLVED));
-	qp_on(id);
-	return id;
-}
+/* How long each side waits for an event (ms). */
+#define WAIT_MS 30000
 
 static struct ibv_device_attr device_attr(struct rdma_cm_id *id)
 {
@@ -87,6 +39,25 @@ static struct ibv_device_attr device_attr(struct rdma_cm_id *id)
 	return da;
 }
 
+/* The "less than or equal to" clause of fn (rdma_connect or rdma_accept, called as call on
+ * id): responder_resources above max_qp_rd_atom, then initiator_depth above
+ * max_qp_init_rd_atom, each refused with EINVAL; `instead` says what a call that returns 0
+ * did. */
+static void refuses_above_limits(const char *fn, int (*call)(struct rdma_cm_id *, struct rdma_conn_param *),
+				 struct rdma_cm_id *id, struct ibv_device_attr da, const char *instead)
+{
+	struct rdma_conn_param cp = contract_conn_param(da.max_qp_rd_atom + 1, 1, NULL, 0);
+	int r = call(id, &cp), e = errno;
+	EXPECT(r == -1 && e == EINVAL,
+	       "%s(3): responder_resources above max_qp_rd_atom (%d) is refused with EINVAL (got %d: %s)", fn,
+	       da.max_qp_rd_atom, r, r ? strerror(e) : instead);
+	cp = contract_conn_param(1, da.max_qp_init_rd_atom + 1, NULL, 0);
+	r = call(id, &cp), e = errno;
+	EXPECT(r == -1 && e == EINVAL,
+	       "%s(3): initiator_depth above max_qp_init_rd_atom (%d) is refused with EINVAL (got %d: %s)", fn,
+	       da.max_qp_init_rd_atom, r, r ? strerror(e) : instead);
+}
+
 static void hung(int sig)
 {
 	(void)sig;
@@ -97,45 +68,26 @@ static void hung(int sig)
 	_exit(1);
 }
 
-static int server(const char *addr, int port)
+static int server(const char *addr, const char *p)
 {
-	struct rdma_event_channel *ec = rdma_create_event_channel();
-	struct rdma_cm_id *l;
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
-	inet_pton(AF_INET, addr, &sa.sin_addr);
-	if (!ec || rdma_create_id(ec, &l, NULL, RDMA_PS_TCP) || rdma_bind_addr(l, (struct sockaddr *)&sa) ||
-	    rdma_listen(l, 4))
-		DIE("listener on %d: %s", port, strerror(errno));
+	struct rdma_event_channel *ec = contract_channel();
+	struct rdma_cm_id *l = contract_listener(ec, addr, contract_port(p));
 	struct ibv_device_attr da = device_attr(l);
 
 	/* 1. The client asks for 5 responder resources and an initiator depth of 3. */
-	struct rdma_cm_event *ev = expect_event(ec, RDMA_CM_EVENT_CONNECT_REQUEST);
+	struct rdma_cm_event *ev = contract_expect_event(ec, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
 	struct rdma_cm_id *id = ev->id;
 	EXPECT(ev->param.conn.responder_resources == 3 && ev->param.conn.initiator_depth == 5,
 	       "rdma_get_cm_event(3): a connect request reports the peer's initiator depth as our responder resources "
 	       "and its responder resources as our initiator depth (want 3/5, got %u/%u)",
 	       ev->param.conn.responder_resources, ev->param.conn.initiator_depth);
 	rdma_ack_cm_event(ev);
-	qp_on(id);
-	struct rdma_conn_param cp;
-	memset(&cp, 0, sizeof cp);
-	cp.responder_resources = da.max_qp_rd_atom + 1;
-	cp.initiator_depth = 1;
-	int r = rdma_accept(id, &cp), e = errno;
-	EXPECT(r == -1 && e == EINVAL,
-	       "rdma_accept(3): responder_resources above max_qp_rd_atom (%d) is refused with EINVAL (got %d: %s)",
-	       da.max_qp_rd_atom, r, r ? strerror(e) : "accepted");
-	cp.responder_resources = 1;
-	cp.initiator_depth = da.max_qp_init_rd_atom + 1;
-	r = rdma_accept(id, &cp), e = errno;
-	EXPECT(r == -1 && e == EINVAL,
-	       "rdma_accept(3): initiator_depth above max_qp_init_rd_atom (%d) is refused with EINVAL (got %d: %s)",
-	       da.max_qp_init_rd_atom, r, r ? strerror(e) : "accepted");
-	cp.responder_resources = 1;
-	cp.initiator_depth = 2;
+	contract_qp_on(id);
+	refuses_above_limits("rdma_accept", rdma_accept, id, da, "accepted");
+	struct rdma_conn_param cp = contract_conn_param(1, 2, NULL, 0);
 	if (rdma_accept(id, &cp))
 		DIE("rdma_accept with 1/2 after the refused ones: %s", strerror(errno));
-	ev = expect_event(ec, RDMA_CM_EVENT_ESTABLISHED);
+	ev = contract_expect_event(ec, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS);
 	EXPECT(ev->param.conn.responder_resources == 1 && ev->param.conn.initiator_depth == 2,
 	       "rdma_accept(3): the connection serves the responder resources and has the initiator depth accepted "
 	       "with (want 1/2, got %u/%u)",
@@ -143,20 +95,20 @@ static int server(const char *addr, int port)
 	rdma_ack_cm_event(ev);
 
 	/* 2. The next request: rejected, and its id destroyed before the event is acknowledged. */
-	ev = expect_event(ec, RDMA_CM_EVENT_CONNECT_REQUEST);
+	ev = contract_expect_event(ec, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
 	struct rdma_cm_id *child = ev->id;
 	if (rdma_reject(child, NULL, 0))
 		DIE("rdma_reject: %s", strerror(errno));
 	signal(SIGALRM, hung);
 	alarm(10);
-	r = rdma_destroy_id(child);
+	int r = rdma_destroy_id(child);
 	alarm(0);
 	EXPECT(r == 0, "rdma_destroy_id(3): a rejected request's new id is destroyed before its CONNECT_REQUEST is "
 		       "acknowledged (the event is the listener's)");
 	rdma_ack_cm_event(ev);
 
 	/* The client disconnects the first connection when it is done. */
-	rdma_ack_cm_event(expect_event(ec, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_ack_cm_event(contract_expect_event(ec, RDMA_CM_EVENT_DISCONNECTED, WAIT_MS));
 	rdma_destroy_qp(id);
 	rdma_destroy_id(id);
 	rdma_destroy_id(l);
@@ -164,50 +116,26 @@ static int server(const char *addr, int port)
 	return contract_end();
 }
 
-int main(int argc, char **argv)
+static int client(const char *addr, const char *p)
 {
-	if (argc != 4)
-		DIE("usage: cm_conn_param -s|-c ADDR PORT");
-	int port = atoi(argv[3]);
-	if (!strcmp(argv[1], "-s"))
-		return server(argv[2], port);
-	const char *addr = argv[2];
-	struct rdma_event_channel *ec = rdma_create_event_channel();
-	if (!ec)
-		DIE("rdma_create_event_channel: %s", strerror(errno));
+	int port = contract_port(p);
+	struct rdma_event_channel *ec = contract_channel();
 
 	/* 0. Values above the device's limits, on an id aimed at PORT+1 (nobody listens: a
 	 * connection started by mistake is refused there and destroyed with the id). */
 	{
-		struct rdma_cm_id *id = active(ec, addr, port + 1);
-		struct ibv_device_attr da = device_attr(id);
-		struct rdma_conn_param cp;
-		memset(&cp, 0, sizeof cp);
-		cp.responder_resources = da.max_qp_rd_atom + 1;
-		cp.initiator_depth = 1;
-		int r = rdma_connect(id, &cp), e = errno;
-		EXPECT(r == -1 && e == EINVAL,
-		       "rdma_connect(3): responder_resources above max_qp_rd_atom (%d) is refused with EINVAL (got %d: %s)",
-		       da.max_qp_rd_atom, r, r ? strerror(e) : "connecting");
-		cp.responder_resources = 1;
-		cp.initiator_depth = da.max_qp_init_rd_atom + 1;
-		r = rdma_connect(id, &cp), e = errno;
-		EXPECT(r == -1 && e == EINVAL,
-		       "rdma_connect(3): initiator_depth above max_qp_init_rd_atom (%d) is refused with EINVAL (got %d: %s)",
-		       da.max_qp_init_rd_atom, r, r ? strerror(e) : "connecting");
+		struct rdma_cm_id *id = contract_active(ec, addr, port + 1, WAIT_MS);
+		refuses_above_limits("rdma_connect", rdma_connect, id, device_attr(id), "connecting");
 		rdma_destroy_qp(id);
 		rdma_destroy_id(id);
 	}
 
 	/* 1. IRD 5, ORD 3 offered; the server accepts with IRD 1, ORD 2. */
-	struct rdma_cm_id *id = active(ec, addr, port);
-	struct rdma_conn_param cp;
-	memset(&cp, 0, sizeof cp);
-	cp.responder_resources = 5;
-	cp.initiator_depth = 3;
+	struct rdma_cm_id *id = contract_active(ec, addr, port, WAIT_MS);
+	struct rdma_conn_param cp = contract_conn_param(5, 3, NULL, 0);
 	if (rdma_connect(id, &cp))
 		DIE("rdma_connect: %s", strerror(errno));
-	struct rdma_cm_event *ev = expect_event(ec, RDMA_CM_EVENT_ESTABLISHED);
+	struct rdma_cm_event *ev = contract_expect_event(ec, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS);
 	EXPECT(ev->param.conn.initiator_depth == 1 && ev->param.conn.responder_resources == 2,
 	       "rdma_accept(3) at the peer: our initiator depth is capped at its responder resources and our "
 	       "responder resources are its initiator depth (want 2/1, got %u/%u)",
@@ -216,10 +144,10 @@ int main(int argc, char **argv)
 
 	/* 2. Rejected by a server that destroys the new id before acknowledging the request. */
 	{
-		struct rdma_cm_id *id2 = active(ec, addr, port);
+		struct rdma_cm_id *id2 = contract_active(ec, addr, port, WAIT_MS);
 		if (rdma_connect(id2, NULL))
 			DIE("rdma_connect: %s", strerror(errno));
-		ev = next(ec);
+		ev = contract_next_event(ec, WAIT_MS);
 		EXPECT(ev && ev->event == RDMA_CM_EVENT_REJECTED && ev->id == id2,
 		       "rdma_reject(3): the request is refused (got %s)", ev ? rdma_event_str(ev->event) : "nothing in 30 s");
 		if (ev)
@@ -230,9 +158,14 @@ int main(int argc, char **argv)
 
 	if (rdma_disconnect(id))
 		DIE("rdma_disconnect: %s", strerror(errno));
-	rdma_ack_cm_event(expect_event(ec, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_ack_cm_event(contract_expect_event(ec, RDMA_CM_EVENT_DISCONNECTED, WAIT_MS));
 	rdma_destroy_qp(id);
 	rdma_destroy_id(id);
 	rdma_destroy_event_channel(ec);
 	return contract_end();
+}
+
+int main(int argc, char **argv)
+{
+	return contract_sides(argc, argv, server, client);
 }

@@ -7,8 +7,12 @@
  */
 #ifndef CONTRACT_H
 #define CONTRACT_H
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int contract_failed, contract_run;
 #define DIE(...) do { fprintf(stderr, "%s: cannot run: ", contract_name); fprintf(stderr, __VA_ARGS__); \
@@ -26,11 +30,55 @@ static int contract_end(void)
 	return 0;
 }
 
+/* The main of a two-process check: "<name> -s ADDR PORT" runs server(ADDR, PORT) and
+ * "<name> -c ADDR PORT" client(ADDR, PORT); any other command line is a usage error. */
+static inline int contract_sides(int argc, char **argv, int (*server)(const char *, const char *),
+				 int (*client)(const char *, const char *))
+{
+	if (argc != 4 || (strcmp(argv[1], "-s") && strcmp(argv[1], "-c")))
+		DIE("usage: %s -s|-c ADDR PORT", contract_name);
+	return (argv[1][1] == 's' ? server : client)(argv[2], argv[3]);
+}
+
+/* PORT of the command line as a number; the checks that take one also use PORT+1. */
+static inline int contract_port(const char *p)
+{
+	char *end;
+	long n = strtol(p, &end, 10);
+	if (!*p || *end || n < 1 || n > 65534)
+		DIE("PORT %s: want a number from 1 to 65534", p);
+	return (int)n;
+}
+
+/* Sets (on) or clears O_NONBLOCK on fd, so that a read of an empty channel fails with
+ * EAGAIN instead of waiting. */
+static inline void contract_nonblocking(int fd, int on)
+{
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, on ? fl | O_NONBLOCK : fl & ~O_NONBLOCK))
+		DIE("fcntl O_NONBLOCK: %s", strerror(errno));
+}
+
+/* Whether fd becomes readable within ms milliseconds, as poll(2) answers: 1 if it does, 0
+ * if not, -1 on an error. */
+static inline int contract_readable(int fd, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	return poll(&p, 1, ms);
+}
+
 #ifdef INFINIBAND_VERBS_H
 /* The setup the verbs checks share (static inline: a check that uses none of it, such as an
  * rdma_cm-only one, imports no ibv_ symbol for it). */
-#include <errno.h>
-#include <string.h>
+
+/* The next asynchronous event of ctx within ms milliseconds, in *ae: 0, or -1 if none came
+ * (*ae zeroed). */
+static inline int contract_async_event(struct ibv_context *ctx, struct ibv_async_event *ae, int ms)
+{
+	contract_nonblocking(ctx->async_fd, 1);
+	memset(ae, 0, sizeof *ae);
+	return contract_readable(ctx->async_fd, ms) == 1 ? ibv_get_async_event(ctx, ae) : -1;
+}
 
 /* The first device, opened. */
 static inline struct ibv_context *contract_open_device(void)
@@ -67,13 +115,105 @@ static inline struct ibv_qp *contract_rc_qp(struct ibv_pd *pd, struct ibv_cq *sc
 #endif
 
 #ifdef RDMA_CMA_H
-#include <errno.h>
-#include <string.h>
+/* The setup the rdma_cm checks share (rdma_cma.h includes verbs.h: the verbs helpers above
+ * are there too). */
 #include <unistd.h>
+#include <arpa/inet.h>
+
+/* A new event channel. */
+static inline struct rdma_event_channel *contract_channel(void)
+{
+	struct rdma_event_channel *ec = rdma_create_event_channel();
+	if (!ec)
+		DIE("rdma_create_event_channel: %s", strerror(errno));
+	return ec;
+}
+
+/* The next event on ec within ms milliseconds, or NULL. */
+static inline struct rdma_cm_event *contract_next_event(struct rdma_event_channel *ec, int ms)
+{
+	struct rdma_cm_event *ev;
+	if (contract_readable(ec->fd, ms) != 1 || rdma_get_cm_event(ec, &ev))
+		return NULL;
+	return ev;
+}
+
+/* The next event on ec within ms milliseconds, which must be `want` (else the program
+ * cannot go on); the caller acknowledges it. */
+static inline struct rdma_cm_event *contract_expect_event(struct rdma_event_channel *ec, int want, int ms)
+{
+	struct rdma_cm_event *ev = contract_next_event(ec, ms);
+	if (!ev)
+		DIE("no %s: %s", rdma_event_str(want), strerror(errno));
+	if ((int)ev->event != want)
+		DIE("%s (status %d) instead of %s", rdma_event_str(ev->event), ev->status, rdma_event_str(want));
+	return ev;
+}
+
+/* Connection parameters for rdma_connect or rdma_accept: responder_resources rr,
+ * initiator_depth depth, and the len octets at pd as private data. */
+static inline struct rdma_conn_param contract_conn_param(int rr, int depth, const void *pd, int len)
+{
+	struct rdma_conn_param cp = { .private_data = pd, .private_data_len = len, .responder_resources = rr,
+				      .initiator_depth = depth };
+	return cp;
+}
+
+/* The IPv4 address addr, port port. */
+static inline struct sockaddr_in contract_sockaddr(const char *addr, int port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+	if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1)
+		DIE("not an IPv4 address: %s", addr);
+	return sa;
+}
+
+/* An id on ec listening at addr, port. */
+static inline struct rdma_cm_id *contract_listener(struct rdma_event_channel *ec, const char *addr, int port)
+{
+	struct rdma_cm_id *l;
+	struct sockaddr_in sa = contract_sockaddr(addr, port);
+	if (rdma_create_id(ec, &l, NULL, RDMA_PS_TCP) || rdma_bind_addr(l, (struct sockaddr *)&sa) || rdma_listen(l, 4))
+		DIE("listener on %d: %s", port, strerror(errno));
+	return l;
+}
+
+/* An RC QP on id (rdma_create_qp on the library's PD and CQs): 4 work requests and one
+ * SGE each way. */
+static inline void contract_qp_on(struct rdma_cm_id *id)
+{
+	struct ibv_qp_init_attr at;
+	memset(&at, 0, sizeof at);
+	at.qp_type = IBV_QPT_RC;
+	at.cap.max_send_wr = at.cap.max_recv_wr = 4;
+	at.cap.max_send_sge = at.cap.max_recv_sge = 1;
+	if (rdma_create_qp(id, NULL, &at))
+		DIE("rdma_create_qp: %s", strerror(errno));
+}
+
+/* An id on ec with its address and route resolved to addr, port (each step's event within
+ * ms milliseconds, acknowledged) and a QP (contract_qp_on): ready for rdma_connect. */
+static inline struct rdma_cm_id *contract_active(struct rdma_event_channel *ec, const char *addr, int port, int ms)
+{
+	struct rdma_cm_id *id;
+	struct sockaddr_in dst = contract_sockaddr(addr, port);
+	if (rdma_create_id(ec, &id, NULL, RDMA_PS_TCP))
+		DIE("rdma_create_id: %s", strerror(errno));
+	if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000))
+		DIE("rdma_resolve_addr: %s", strerror(errno));
+	rdma_ack_cm_event(contract_expect_event(ec, RDMA_CM_EVENT_ADDR_RESOLVED, ms));
+	if (rdma_resolve_route(id, 2000))
+		DIE("rdma_resolve_route: %s", strerror(errno));
+	rdma_ack_cm_event(contract_expect_event(ec, RDMA_CM_EVENT_ROUTE_RESOLVED, ms));
+	contract_qp_on(id);
+	return id;
+}
 
 /* An RC endpoint (rdma_create_ep) for address a, port p, passive or active, with a QP of
- * 8 work requests and one SGE each way. */
-static inline struct rdma_cm_id *contract_ep(const char *a, const char *p, int passive)
+ * 8 work requests and one SGE each way: on pd, the CQs scq and rcq and the SRQ srq where
+ * given, else on ones the library makes. */
+static inline struct rdma_cm_id *contract_ep_on(const char *a, const char *p, int passive, struct ibv_pd *pd,
+					       struct ibv_cq *scq, struct ibv_cq *rcq, struct ibv_srq *srq)
 {
 	struct rdma_addrinfo h, *res;
 	struct ibv_qp_init_attr at;
@@ -85,10 +225,40 @@ static inline struct rdma_cm_id *contract_ep(const char *a, const char *p, int p
 	if (rdma_getaddrinfo(a, p, &h, &res))
 		DIE("rdma_getaddrinfo: %s", strerror(errno));
 	memset(&at, 0, sizeof at);
+	at.send_cq = scq;
+	at.recv_cq = rcq;
+	at.srq = srq;
 	at.cap.max_send_wr = at.cap.max_recv_wr = 8;
 	at.cap.max_send_sge = at.cap.max_recv_sge = 1;
-	if (rdma_create_ep(&id, res, NULL, &at))
+	if (rdma_create_ep(&id, res, pd, &at))
 		DIE("rdma_create_ep: %s", strerror(errno));
+	return id;
+}
+
+/* contract_ep_on with the library's PD and CQs and no SRQ. */
+static inline struct rdma_cm_id *contract_ep(const char *a, const char *p, int passive)
+{
+	return contract_ep_on(a, p, passive, NULL, NULL, NULL, NULL);
+}
+
+/* The active side's endpoint (contract_ep), connected to a, p. */
+static inline struct rdma_cm_id *contract_connect(const char *a, const char *p)
+{
+	struct rdma_cm_id *id = contract_ep(a, p, 0);
+	if (rdma_connect(id, NULL))
+		DIE("rdma_connect: %s", strerror(errno));
+	return id;
+}
+
+/* The passive side's first connection request at a, p (a synchronous listener, *l, made
+ * as contract_ep_on makes it): its new id, not yet accepted. */
+static inline struct rdma_cm_id *contract_request(const char *a, const char *p, struct ibv_pd *pd, struct ibv_cq *scq,
+						 struct ibv_cq *rcq, struct ibv_srq *srq, struct rdma_cm_id **l)
+{
+	struct rdma_cm_id *id;
+	*l = contract_ep_on(a, p, 1, pd, scq, rcq, srq);
+	if (rdma_listen(*l, 1) || rdma_get_request(*l, &id))
+		DIE("server: %s", strerror(errno));
 	return id;
 }
 
@@ -96,11 +266,22 @@ static inline struct rdma_cm_id *contract_ep(const char *a, const char *p, int p
  * five seconds while the active side runs the checks, and ends as contract_end(). */
 static inline int contract_serve(const char *a, const char *p)
 {
-	struct rdma_cm_id *l = contract_ep(a, p, 1), *id;
-	if (rdma_listen(l, 1) || rdma_get_request(l, &id) || rdma_accept(id, NULL))
-		DIE("server: %s", strerror(errno));
+	struct rdma_cm_id *l, *id = contract_request(a, p, NULL, NULL, NULL, NULL, &l);
+	if (rdma_accept(id, NULL))
+		DIE("rdma_accept: %s", strerror(errno));
 	sleep(5);
 	return contract_end();
 }
+
+#ifdef RDMA_VERBS_H
+/* len octets at buf registered for id's messages (rdma_reg_msgs). */
+static inline struct ibv_mr *contract_reg_msgs(struct rdma_cm_id *id, void *buf, size_t len)
+{
+	struct ibv_mr *mr = rdma_reg_msgs(id, buf, len);
+	if (!mr)
+		DIE("rdma_reg_msgs: %s", strerror(errno));
+	return mr;
+}
+#endif
 #endif
 #endif

@@ -8,8 +8,6 @@
  *   cq_err_async -c ADDR PORT   client: sends the four messages
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <string.h>
 #include <unistd.h>
 #include <rdma/rdma_cma.h>
@@ -24,28 +22,11 @@ static int server(const char *a, const char *p)
 	struct ibv_cq *scq = ibv_create_cq(ctx, 8, NULL, NULL, 0), *rcq = ibv_create_cq(ctx, 1, NULL, NULL, 0);
 	if (!scq || !rcq)
 		DIE("ibv_create_cq: %s", strerror(errno));
-	struct rdma_addrinfo h, *res;
-	memset(&h, 0, sizeof h);
-	h.ai_port_space = RDMA_PS_TCP;
-	h.ai_flags = RAI_PASSIVE;
-	if (rdma_getaddrinfo(a, p, &h, &res))
-		DIE("rdma_getaddrinfo: %s", strerror(errno));
-	struct ibv_qp_init_attr at;
-	memset(&at, 0, sizeof at);
-	at.qp_type = IBV_QPT_RC;
-	at.send_cq = scq;
-	at.recv_cq = rcq;
-	at.cap.max_send_wr = at.cap.max_recv_wr = 8;
-	at.cap.max_send_sge = at.cap.max_recv_sge = 1;
-	struct rdma_cm_id *l, *id;
-	if (rdma_create_ep(&l, res, NULL, &at) || rdma_listen(l, 1) || rdma_get_request(l, &id))
-		DIE("server: %s", strerror(errno));
+	struct rdma_cm_id *l, *id = contract_request(a, p, NULL, scq, rcq, NULL, &l);
 	if (id->recv_cq != rcq)
 		DIE("the request's QP does not receive into the CQ given");
 	static char buf[4 * 64];
-	struct ibv_mr *mr = rdma_reg_msgs(id, buf, sizeof buf);
-	if (!mr)
-		DIE("rdma_reg_msgs: %s", strerror(errno));
+	struct ibv_mr *mr = contract_reg_msgs(id, buf, sizeof buf);
 	for (int i = 0; i < 4; i++)
 		if (rdma_post_recv(id, NULL, buf + 64 * i, 64, mr))
 			DIE("rdma_post_recv: %s", strerror(errno));
@@ -53,13 +34,8 @@ static int server(const char *a, const char *p)
 		DIE("rdma_accept: %s", strerror(errno));
 
 	/* Four messages into a CQ of one entry, never polled. */
-	fcntl(ctx->async_fd, F_SETFL, fcntl(ctx->async_fd, F_GETFL) | O_NONBLOCK);
-	struct pollfd pf = { .fd = ctx->async_fd, .events = POLLIN };
 	struct ibv_async_event ae;
-	memset(&ae, 0, sizeof ae);
-	int r = -1;
-	if (poll(&pf, 1, 20000) == 1)
-		r = ibv_get_async_event(ctx, &ae);
+	int r = contract_async_event(ctx, &ae, 20000);
 	EXPECT(r == 0 && ae.event_type == IBV_EVENT_CQ_ERR && ae.element.cq == rcq,
 	       "ibv_get_async_event(3): an overrun CQ reports IBV_EVENT_CQ_ERR naming it (got %d: %s, element.cq %p, "
 	       "the CQ %p)",
@@ -77,19 +53,11 @@ static int server(const char *a, const char *p)
 	return contract_end();
 }
 
-int main(int argc, char **argv)
+static int client(const char *a, const char *p)
 {
-	if (argc != 4)
-		DIE("usage: cq_err_async -s|-c ADDR PORT");
-	if (!strcmp(argv[1], "-s"))
-		return server(argv[2], argv[3]);
-	struct rdma_cm_id *id = contract_ep(argv[2], argv[3], 0);
-	if (rdma_connect(id, NULL))
-		DIE("rdma_connect: %s", strerror(errno));
+	struct rdma_cm_id *id = contract_connect(a, p);
 	static char buf[64] = "four messages for a CQ of one entry";
-	struct ibv_mr *mr = rdma_reg_msgs(id, buf, sizeof buf);
-	if (!mr)
-		DIE("rdma_reg_msgs: %s", strerror(errno));
+	struct ibv_mr *mr = contract_reg_msgs(id, buf, sizeof buf);
 	int posted = 0;
 	for (int i = 0; i < 4; i++)
 		posted += rdma_post_send(id, NULL, buf, 16, mr, IBV_SEND_SIGNALED) == 0;
@@ -99,4 +67,9 @@ int main(int argc, char **argv)
 	rdma_dereg_mr(mr);
 	rdma_destroy_ep(id);
 	return contract_end();
+}
+
+int main(int argc, char **argv)
+{
+	return contract_sides(argc, argv, server, client);
 }

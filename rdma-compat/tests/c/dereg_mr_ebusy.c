@@ -19,15 +19,9 @@
 static const char *contract_name = "dereg_mr_ebusy";
 #include "contract.h"
 
-int main(int argc, char **argv)
+static int client(const char *a, const char *p)
 {
-	if (argc != 4)
-		DIE("usage: dereg_mr_ebusy -s|-c ADDR PORT");
-	if (!strcmp(argv[1], "-s"))
-		return contract_serve(argv[2], argv[3]);
-	struct rdma_cm_id *id = contract_ep(argv[2], argv[3], 0);
-	if (rdma_connect(id, NULL))
-		DIE("rdma_connect: %s", strerror(errno));
+	struct rdma_cm_id *id = contract_connect(a, p);
 	static char buf[4096];
 	struct ibv_mr *mr = ibv_reg_mr(id->pd, buf, sizeof buf,
 				       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_MW_BIND);
@@ -55,4 +49,9 @@ int main(int argc, char **argv)
 	int m = ibv_dereg_mr(mr);
 	EXPECT(w == 0 && m == 0, "ibv_dereg_mr succeeds once the window is deallocated (dealloc_mw %d, dereg_mr %d)", w, m);
 	return contract_end();
+}
+
+int main(int argc, char **argv)
+{
+	return contract_sides(argc, argv, contract_serve, client);
 }

@@ -10,100 +10,36 @@
  *   destroy_id_cancels -c ADDR PORT   client: the checks below
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <string.h>
 #include <unistd.h>
-#include <arpa/inet.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
 static const char *contract_name = "destroy_id_cancels";
 #include "contract.h"
 
-static void nonblocking(struct rdma_event_channel *ec)
-{
-	fcntl(ec->fd, F_SETFL, fcntl(ec->fd, F_GETFL) | O_NONBLOCK);
-}
+/* How long each side waits for an event (ms). */
+#define WAIT_MS 10000
 
-/* The next event within 10 s, or NULL. */
-static struct rdma_cm_event *next(struct rdma_event_channel *ec)
-{
-	struct pollfd p = { .fd = ec->fd, .events = POLLIN };
-	struct rdma_cm_event *ev;
-	if (poll(&p, 1, 10000) != 1 || rdma_get_cm_event(ec, &ev))
-		return NULL;
-	return ev;
-}
-
-static void expect_event(struct rdma_event_channel *ec, int want)
-{
-	struct rdma_cm_event *ev = next(ec);
-	if (!ev)
-		DIE("no %s: %s", rdma_event_str(want), strerror(errno));
-	if ((int)ev->event != want)
-		DIE("%s (status %d) instead of %s", rdma_event_str(ev->event), ev->status, rdma_event_str(want));
-	rdma_ack_cm_event(ev);
-}
-
-static struct rdma_cm_id *active(struct rdma_event_channel *ec, const char *addr, int port)
-{
-	struct rdma_cm_id *id;
-	if (rdma_create_id(ec, &id, NULL, RDMA_PS_TCP))
-		DIE("rdma_create_id: %s", strerror(errno));
-	struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons(port) };
-	inet_pton(AF_INET, addr, &dst.sin_addr);
-	if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000))
-		DIE("rdma_resolve_addr: %s", strerror(errno));
-	expect_event(ec, RDMA_CM_EVENT_ADDR_RESOLVED);
-	if (rdma_resolve_route(id, 2000))
-		DIE("rdma_resolve_route: %s", strerror(errno));
-	expect_event(ec, RDMA_CM_EVENT_ROUTE_RESOLVED);
-	struct ibv_qp_init_attr at;
-	memset(&at, 0, sizeof at);
-	at.qp_type = IBV_QPT_RC;
-	at.cap.max_send_wr = at.cap.max_recv_wr = 4;
-	at.cap.max_send_sge = at.cap.max_recv_sge = 1;
-	if (rdma_create_qp(id, NULL, &at))
-		DIE("rdma_create_qp: %s", strerror(errno));
-	return id;
-}
-
-static int server(const char *addr, int port)
+static int server(const char *addr, const char *p)
 {
 	/* The listener to destroy, on PORT+1, made first: once the client is connected on
 	 * PORT, this one listens. */
-	struct rdma_event_channel *ec = rdma_create_event_channel();
-	struct rdma_cm_id *l2;
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port + 1) };
-	inet_pton(AF_INET, addr, &sa.sin_addr);
-	if (!ec || rdma_create_id(ec, &l2, NULL, RDMA_PS_TCP) || rdma_bind_addr(l2, (struct sockaddr *)&sa) ||
-	    rdma_listen(l2, 4))
-		DIE("listener on %d: %s", port + 1, strerror(errno));
-	struct rdma_addrinfo h, *res;
-	struct ibv_qp_init_attr at;
-	struct rdma_cm_id *l, *id;
-	char p[16];
-	snprintf(p, sizeof p, "%d", port);
-	memset(&h, 0, sizeof h);
-	h.ai_port_space = RDMA_PS_TCP;
-	h.ai_flags = RAI_PASSIVE;
-	memset(&at, 0, sizeof at);
-	at.cap.max_send_wr = at.cap.max_recv_wr = 4;
-	at.cap.max_send_sge = at.cap.max_recv_sge = 1;
-	if (rdma_getaddrinfo(addr, p, &h, &res) || rdma_create_ep(&l, res, NULL, &at) || rdma_listen(l, 1) ||
-	    rdma_get_request(l, &id) || rdma_accept(id, NULL))
-		DIE("server on %d: %s", port, strerror(errno));
+	int port = contract_port(p);
+	struct rdma_event_channel *ec = contract_channel();
+	struct rdma_cm_id *l2 = contract_listener(ec, addr, port + 1);
+	struct rdma_cm_id *l, *id = contract_request(addr, p, NULL, NULL, NULL, NULL, &l);
+	if (rdma_accept(id, NULL))
+		DIE("rdma_accept: %s", strerror(errno));
 	/* The client's request on PORT+1 arrives; destroy the listener without taking it. */
-	struct pollfd pf = { .fd = ec->fd, .events = POLLIN };
-	if (poll(&pf, 1, 10000) != 1)
+	if (contract_readable(ec->fd, WAIT_MS) != 1)
 		DIE("no connection request on %d", port + 1);
 	if (rdma_destroy_id(l2))
 		DIE("rdma_destroy_id of the listener: %s", strerror(errno));
-	nonblocking(ec);
+	contract_nonblocking(ec->fd, 1);
 	struct rdma_cm_event *ev = NULL;
 	int r = rdma_get_cm_event(ec, &ev), e = errno;
-	int readable = poll(&pf, 1, 0);
+	int readable = contract_readable(ec->fd, 0);
 	EXPECT(r == -1 && e == EAGAIN && readable == 0,
 	       "rdma_destroy_id(3): a destroyed listener's queued CONNECT_REQUEST is not delivered (got %d: %s; fd readable %d)",
 	       r, r == 0 ? rdma_event_str(ev->event) : strerror(e), readable);
@@ -111,25 +47,17 @@ static int server(const char *addr, int port)
 	return contract_end();
 }
 
-int main(int argc, char **argv)
+static int client(const char *addr, const char *p)
 {
-	if (argc != 4)
-		DIE("usage: destroy_id_cancels -s|-c ADDR PORT");
-	int port = atoi(argv[3]);
-	if (!strcmp(argv[1], "-s"))
-		return server(argv[2], port);
-	const char *addr = argv[2];
-	struct rdma_event_channel *ec = rdma_create_event_channel();
-	if (!ec)
-		DIE("rdma_create_event_channel: %s", strerror(errno));
+	int port = contract_port(p);
+	struct rdma_event_channel *ec = contract_channel();
 
 	/* 1. An address resolution's event, queued, then the id destroyed. */
 	{
 		struct rdma_cm_id *id, *id2;
 		if (rdma_create_id(ec, &id, (void *)0x1111, RDMA_PS_TCP))
 			DIE("rdma_create_id: %s", strerror(errno));
-		struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons(port) };
-		inet_pton(AF_INET, addr, &dst.sin_addr);
+		struct sockaddr_in dst = contract_sockaddr(addr, port);
 		if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000))
 			DIE("rdma_resolve_addr: %s", strerror(errno));
 		if (rdma_destroy_id(id))
@@ -137,7 +65,7 @@ int main(int argc, char **argv)
 		/* A new id, likely in the freed block. */
 		if (rdma_create_id(ec, &id2, (void *)0x2222, RDMA_PS_TCP))
 			DIE("rdma_create_id: %s", strerror(errno));
-		nonblocking(ec);
+		contract_nonblocking(ec->fd, 1);
 		struct rdma_cm_event *ev = NULL;
 		int r = rdma_get_cm_event(ec, &ev), e = errno;
 		EXPECT(r == -1 && e == EAGAIN,
@@ -146,25 +74,25 @@ int main(int argc, char **argv)
 		if (r == 0)
 			rdma_ack_cm_event(ev);
 		rdma_destroy_id(id2);
-		fcntl(ec->fd, F_SETFL, fcntl(ec->fd, F_GETFL) & ~O_NONBLOCK);
+		contract_nonblocking(ec->fd, 0);
 	}
 
 	/* 2. The usual teardown: after ESTABLISHED, rdma_destroy_qp, rdma_dereg_mr,
 	 * rdma_destroy_id without waiting for DISCONNECTED (queued meanwhile). */
 	{
-		struct rdma_cm_id *id = active(ec, addr, port);
+		struct rdma_cm_id *id = contract_active(ec, addr, port, WAIT_MS);
 		static char buf[64];
 		struct ibv_mr *mr = rdma_reg_msgs(id, buf, sizeof buf);
 		if (!mr || rdma_post_recv(id, NULL, buf, sizeof buf, mr))
 			DIE("receive: %s", strerror(errno));
 		if (rdma_connect(id, NULL))
 			DIE("rdma_connect: %s", strerror(errno));
-		expect_event(ec, RDMA_CM_EVENT_ESTABLISHED);
+		rdma_ack_cm_event(contract_expect_event(ec, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS));
 		void *freed = id;
 		rdma_destroy_qp(id);
 		rdma_dereg_mr(mr);
 		rdma_destroy_id(id);
-		nonblocking(ec);
+		contract_nonblocking(ec->fd, 1);
 		struct rdma_cm_event *ev = NULL;
 		int r = rdma_get_cm_event(ec, &ev), e = errno;
 		EXPECT(r == -1 && e == EAGAIN,
@@ -172,16 +100,16 @@ int main(int argc, char **argv)
 		       r, r == 0 ? rdma_event_str(ev->event) : strerror(e), r == 0 ? (void *)ev->id : NULL, freed);
 		if (r == 0)
 			rdma_ack_cm_event(ev);
-		fcntl(ec->fd, F_SETFL, fcntl(ec->fd, F_GETFL) & ~O_NONBLOCK);
+		contract_nonblocking(ec->fd, 0);
 	}
 
 	/* 3. A request to a listener destroyed with the request queued: refused, not left
 	 * waiting (the child id it made is destroyed with the listener). */
 	{
-		struct rdma_cm_id *id = active(ec, addr, port + 1);
+		struct rdma_cm_id *id = contract_active(ec, addr, port + 1, WAIT_MS);
 		if (rdma_connect(id, NULL))
 			DIE("rdma_connect: %s", strerror(errno));
-		struct rdma_cm_event *ev = next(ec);
+		struct rdma_cm_event *ev = contract_next_event(ec, WAIT_MS);
 		EXPECT(ev && ev->event == RDMA_CM_EVENT_REJECTED,
 		       "rdma_destroy_id(3): a listener destroyed with our request queued refuses it (got %s)",
 		       ev ? rdma_event_str(ev->event) : "nothing in 10 s");
@@ -191,4 +119,9 @@ int main(int argc, char **argv)
 		rdma_destroy_id(id);
 	}
 	return contract_end();
+}
+
+int main(int argc, char **argv)
+{
+	return contract_sides(argc, argv, server, client);
 }

@@ -11,7 +11,6 @@
  *   flush_order_notify -c ADDR PORT   client: the checks
  */
 #include <errno.h>
-#include <poll.h>
 #include <string.h>
 #include <unistd.h>
 #include <rdma/rdma_cma.h>
@@ -27,13 +26,9 @@ static int post_recv1(struct ibv_qp *q, struct ibv_mr *mr, char *buf, uint64_t i
 	return ibv_post_recv(q, &w, &bad);
 }
 
-int main(int argc, char **argv)
+static int client(const char *a, const char *p)
 {
-	if (argc != 4)
-		DIE("usage: flush_order_notify -s|-c ADDR PORT");
-	if (!strcmp(argv[1], "-s"))
-		return contract_serve(argv[2], argv[3]);
-	struct rdma_cm_id *id = contract_ep(argv[2], argv[3], 0);
+	struct rdma_cm_id *id = contract_ep(a, p, 0);
 	static char buf[4096];
 	struct ibv_mr *mr = rdma_reg_msgs(id, buf, sizeof buf);
 	if (!mr || post_recv1(id->qp, mr, buf, 1))
@@ -69,8 +64,7 @@ int main(int argc, char **argv)
 	if (ibv_req_notify_cq(id->recv_cq, 0))
 		DIE("ibv_req_notify_cq: %s", strerror(errno));
 	int r = post_recv1(id->qp, mr, buf, 3);
-	struct pollfd p = { .fd = id->recv_cq_channel->fd, .events = POLLIN };
-	int ready = poll(&p, 1, 1000);
+	int ready = contract_readable(id->recv_cq_channel->fd, 1000);
 	struct ibv_cq *ecq = NULL;
 	void *ectx = NULL;
 	int ev = ready == 1 ? ibv_get_cq_event(id->recv_cq_channel, &ecq, &ectx) : -1;
@@ -81,4 +75,9 @@ int main(int argc, char **argv)
 	       "ibv_req_notify_cq(3): a flushed completion on an armed CQ signals its channel (post %d, CQEs %d [%s], channel readable %d, event %d)",
 	       r, got, got > 0 ? ibv_wc_status_str(wc[0].status) : "-", ready, ev);
 	return contract_end();
+}
+
+int main(int argc, char **argv)
+{
+	return contract_sides(argc, argv, contract_serve, client);
 }

@@ -8,8 +8,6 @@
  *   srq_limit_event -c ADDR PORT   client: sends one message
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <string.h>
 #include <unistd.h>
 #include <rdma/rdma_cma.h>
@@ -37,30 +35,13 @@ static int server(const char *a, const char *p)
 	struct ibv_srq_attr lim = { .srq_limit = 4 };
 	if (ibv_modify_srq(srq, &lim, IBV_SRQ_LIMIT))
 		DIE("ibv_modify_srq IBV_SRQ_LIMIT 4");
-	struct rdma_addrinfo h, *res;
-	memset(&h, 0, sizeof h);
-	h.ai_port_space = RDMA_PS_TCP;
-	h.ai_flags = RAI_PASSIVE;
-	if (rdma_getaddrinfo(a, p, &h, &res))
-		DIE("rdma_getaddrinfo: %s", strerror(errno));
-	struct ibv_qp_init_attr at;
-	memset(&at, 0, sizeof at);
-	at.qp_type = IBV_QPT_RC;
-	at.srq = srq;
-	at.cap.max_send_wr = at.cap.max_recv_wr = 8;
-	at.cap.max_send_sge = at.cap.max_recv_sge = 1;
-	struct rdma_cm_id *l, *id;
-	if (rdma_create_ep(&l, res, pd, &at) || rdma_listen(l, 1) || rdma_get_request(l, &id) || rdma_accept(id, NULL))
-		DIE("server: %s", strerror(errno));
+	struct rdma_cm_id *l, *id = contract_request(a, p, pd, NULL, NULL, srq, &l);
+	if (rdma_accept(id, NULL))
+		DIE("rdma_accept: %s", strerror(errno));
 
 	/* The client's message takes one of the four: three left, below the limit. */
-	fcntl(ctx->async_fd, F_SETFL, fcntl(ctx->async_fd, F_GETFL) | O_NONBLOCK);
-	struct pollfd pf = { .fd = ctx->async_fd, .events = POLLIN };
 	struct ibv_async_event ae;
-	memset(&ae, 0, sizeof ae);
-	int r = -1;
-	if (poll(&pf, 1, 20000) == 1)
-		r = ibv_get_async_event(ctx, &ae);
+	int r = contract_async_event(ctx, &ae, 20000);
 	EXPECT(r == 0 && ae.event_type == IBV_EVENT_SRQ_LIMIT_REACHED && ae.element.srq == srq,
 	       "ibv_modify_srq(3): the armed SRQ reports IBV_EVENT_SRQ_LIMIT_REACHED naming it once a receive takes it "
 	       "below the limit (got %d: %s)",
@@ -80,19 +61,11 @@ static int server(const char *a, const char *p)
 	return contract_end();
 }
 
-int main(int argc, char **argv)
+static int client(const char *a, const char *p)
 {
-	if (argc != 4)
-		DIE("usage: srq_limit_event -s|-c ADDR PORT");
-	if (!strcmp(argv[1], "-s"))
-		return server(argv[2], argv[3]);
-	struct rdma_cm_id *id = contract_ep(argv[2], argv[3], 0);
-	if (rdma_connect(id, NULL))
-		DIE("rdma_connect: %s", strerror(errno));
+	struct rdma_cm_id *id = contract_connect(a, p);
 	static char buf[64] = "one message";
-	struct ibv_mr *mr = rdma_reg_msgs(id, buf, sizeof buf);
-	if (!mr)
-		DIE("rdma_reg_msgs: %s", strerror(errno));
+	struct ibv_mr *mr = contract_reg_msgs(id, buf, sizeof buf);
 	int ps = rdma_post_send(id, NULL, buf, 16, mr, IBV_SEND_SIGNALED);
 	struct ibv_wc wc;
 	int got = ps == 0 ? rdma_get_send_comp(id, &wc) : -1;
@@ -102,4 +75,9 @@ int main(int argc, char **argv)
 	rdma_dereg_mr(mr);
 	rdma_destroy_ep(id);
 	return contract_end();
+}
+
+int main(int argc, char **argv)
+{
+	return contract_sides(argc, argv, server, client);
 }

@@ -32,17 +32,11 @@ static const char *what(struct rdma_cm_event *ev)
 
 static int server(const char *a, const char *p)
 {
-	struct rdma_cm_id *l = contract_ep(a, p, 1), *id;
-	if (rdma_listen(l, 1) || rdma_get_request(l, &id))
-		DIE("server: %s", strerror(errno));
+	struct rdma_cm_id *l, *id = contract_request(a, p, NULL, NULL, NULL, NULL, &l);
 	EXPECT(carries(id->event, RDMA_CM_EVENT_CONNECT_REQUEST, "cli") && id->event->id == id,
 	       "rdma_get_request(3): the new id references the request's event, with the peer's private data (id->event: %s)",
 	       what(id->event));
-	struct rdma_conn_param cp;
-	memset(&cp, 0, sizeof cp);
-	cp.private_data = "srv";
-	cp.private_data_len = 4;
-	cp.responder_resources = cp.initiator_depth = 1;
+	struct rdma_conn_param cp = contract_conn_param(1, 1, "srv", 4);
 	if (rdma_accept(id, &cp))
 		DIE("rdma_accept: %s", strerror(errno));
 	EXPECT(id->event && id->event->event == RDMA_CM_EVENT_ESTABLISHED,
@@ -53,21 +47,13 @@ static int server(const char *a, const char *p)
 	return contract_end();
 }
 
-int main(int argc, char **argv)
+static int client(const char *a, const char *p)
 {
-	if (argc != 4)
-		DIE("usage: sync_id_event -s|-c ADDR PORT");
-	if (!strcmp(argv[1], "-s"))
-		return server(argv[2], argv[3]);
-	struct rdma_cm_id *id = contract_ep(argv[2], argv[3], 0);
+	struct rdma_cm_id *id = contract_ep(a, p, 0);
 	EXPECT(id->event && id->event->event == RDMA_CM_EVENT_ROUTE_RESOLVED,
 	       "rdma_create_ep on a synchronous id: id->event is the ROUTE_RESOLVED of its last step (id->event: %s)",
 	       what(id->event));
-	struct rdma_conn_param cp;
-	memset(&cp, 0, sizeof cp);
-	cp.private_data = "cli";
-	cp.private_data_len = 4;
-	cp.responder_resources = cp.initiator_depth = 1;
+	struct rdma_conn_param cp = contract_conn_param(1, 1, "cli", 4);
 	if (rdma_connect(id, &cp))
 		DIE("rdma_connect: %s", strerror(errno));
 	EXPECT(carries(id->event, RDMA_CM_EVENT_ESTABLISHED, "srv"),
@@ -76,4 +62,9 @@ int main(int argc, char **argv)
 	rdma_disconnect(id);
 	rdma_destroy_ep(id);
 	return contract_end();
+}
+
+int main(int argc, char **argv)
+{
+	return contract_sides(argc, argv, server, client);
 }
