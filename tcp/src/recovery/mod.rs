@@ -1470,19 +1470,7 @@ impl Recovery {
             // state stays as it was.
             self.stats.window_probe_timeouts += 1;
             self.backoffs += 1;
-            let mut tally = Tally::default();
-            for s in self.segs.iter_mut() {
-                if !s.sacked {
-                    s.lost = true;
-                    s.retransmitted = false;
-                }
-                tally.add(s);
-            }
-            self.tally = tally;
-            self.rto = (self.rto * 2).min(self.cfg.rto_max);
-            self.rto_at = Some(now + self.rto);
-            self.pto_at = None;
-            self.reorder_at = None;
+            self.resend_all_and_back_off(now, false);
             return TimeoutAction::Retransmit;
         }
         if self.rto_at.is_some_and(|t| t <= now) {
@@ -1524,24 +1512,13 @@ impl Recovery {
                 self.cubic.w_max = 0.0;
                 self.cubic.k = 0.0;
             }
-            let mut tally = Tally::default();
-            for s in self.segs.iter_mut() {
-                s.sacked = false;
-                s.lost = true;
-                s.retransmitted = false;
-                tally.add(s);
-            }
-            self.tally = tally;
+            self.resend_all_and_back_off(now, true);
             self.recover = self.high;
             self.rto_recovery = true;
             self.dup_sacked = 0;
             self.retransmit_first = false;
-            self.rto = (self.rto * 2).min(self.cfg.rto_max);
-            self.rto_at = Some(now + self.rto);
-            self.pto_at = None;
             self.tlp_end = None;
             self.tlp_retrans_at = None;
-            self.reorder_at = None;
             self.rack_xmit = None;
             // The SACK information is gone (above): what it delivered is no guide to
             // reordering any more.
@@ -1560,6 +1537,29 @@ impl Recovery {
             return TimeoutAction::Probe;
         }
         TimeoutAction::None
+    }
+
+    /// What every expiry of the retransmission timer does: marks what is outstanding lost
+    /// (to be sent again; with `forget_sacks` also what was SACKed, RFC 2018 8: the
+    /// receiver may have reneged) and backs the timer off (RFC 6298 5.5-5.6), no probe or
+    /// reordering timer running meanwhile.
+    fn resend_all_and_back_off(&mut self, now: Instant, forget_sacks: bool) {
+        let mut tally = Tally::default();
+        for s in self.segs.iter_mut() {
+            if forget_sacks {
+                s.sacked = false;
+            }
+            if !s.sacked {
+                s.lost = true;
+                s.retransmitted = false;
+            }
+            tally.add(s);
+        }
+        self.tally = tally;
+        self.rto = (self.rto * 2).min(self.cfg.rto_max);
+        self.rto_at = Some(now + self.rto);
+        self.pto_at = None;
+        self.reorder_at = None;
     }
 
     /// The last segment sent (for a probe with nothing new to send).
