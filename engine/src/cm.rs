@@ -202,6 +202,14 @@ pub enum CmEvent {
         /// The queue's identifier.
         cq: u64,
     },
+    /// A shared receive queue's armed limit was reached: a claim left fewer buffers
+    /// waiting than the limit, which is now disarmed (the verbs' asynchronous
+    /// `IBV_EVENT_SRQ_LIMIT_REACHED`, once per arming); `srq` is its
+    /// [`SharedRq::id`](crate::SharedRq::id).
+    SrqLimitReached {
+        /// The queue's identifier.
+        srq: u64,
+    },
     /// A connection request vanished before the application decided: the peer gave up, or
     /// the application did not accept or reject it within `EngineConfig::mpa_timeout_ms`
     /// (by then the initiator's own startup timer has expired; the slot is freed and the

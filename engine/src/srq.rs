@@ -16,11 +16,13 @@
 //! lost); the others stay in the shared queue for the other QPs (as an SRQ's WQEs do in
 //! the verbs).
 //!
-//! The limit event of the verbs (`IBV_EVENT_SRQ_LIMIT_REACHED`) is a flag here: arm it
-//! with [`SharedRq::arm_limit`]; the first claim that leaves fewer buffers than the limit
-//! raises [`SharedRq::limit_reached`] and disarms it.
+//! The limit event of the verbs (`IBV_EVENT_SRQ_LIMIT_REACHED`): arm it with
+//! [`SharedRq::arm_limit`]; the first claim that leaves fewer buffers than the limit
+//! disarms it ([`SharedRq::armed_limit`] turns 0), raises [`SharedRq::limit_reached`], and
+//! has the claiming core report [`CmEvent::SrqLimitReached`](crate::CmEvent::SrqLimitReached)
+//! naming the queue's [`SharedRq::id`], once per arming.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crossbeam::queue::ArrayQueue;
 
@@ -28,10 +30,14 @@ use crate::error::EngineError;
 use crate::mem::{LookupFault, MrTable, PdId, Stag};
 use crate::wr::RecvWr;
 
+/// Identifiers of shared receive queues, unique in the process.
+static NEXT_SRQ_ID: AtomicU64 = AtomicU64::new(1);
+
 /// A shared receive queue (see the module documentation). Share it with `Arc`.
 #[derive(Debug)]
 pub struct SharedRq {
     queue: ArrayQueue<RecvWr>,
+    id: u64,
     pd: PdId,
     max_sge: u32,
     /// 0: not armed.
@@ -45,11 +51,18 @@ impl SharedRq {
     pub fn new(pd: PdId, depth: u32, max_sge: u32) -> SharedRq {
         SharedRq {
             queue: ArrayQueue::new(depth.max(1) as usize),
+            id: NEXT_SRQ_ID.fetch_add(1, Ordering::Relaxed),
             pd,
             max_sge,
             limit: AtomicU32::new(0),
             limit_reached: AtomicBool::new(false),
         }
+    }
+
+    /// The queue's identifier, unique in the process: what
+    /// [`CmEvent::SrqLimitReached`](crate::CmEvent::SrqLimitReached) names it by.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// The protection domain.
@@ -103,9 +116,10 @@ impl SharedRq {
         self.queue.push(*wr).map_err(|_| EngineError::QueueFull)
     }
 
-    /// Arms the limit: the first claim that leaves fewer than `limit` buffers raises
-    /// [`SharedRq::limit_reached`] (0 disarms). [`EngineError::LimitExceeded`] above the
-    /// depth.
+    /// Arms the limit: the first claim that leaves fewer than `limit` buffers disarms it,
+    /// raises [`SharedRq::limit_reached`] and is reported as
+    /// [`CmEvent::SrqLimitReached`](crate::CmEvent::SrqLimitReached) (0 disarms).
+    /// [`EngineError::LimitExceeded`] above the depth.
     pub fn arm_limit(&self, limit: u32) -> Result<(), EngineError> {
         if limit > self.depth() {
             return Err(EngineError::LimitExceeded("srq limit"));
@@ -121,19 +135,27 @@ impl SharedRq {
         self.limit_reached.load(Ordering::Acquire)
     }
 
-    /// Engine side: takes the oldest buffer for a QP.
-    pub(crate) fn claim(&self) -> Option<RecvWr> {
+    /// The armed limit: 0 when disarmed, as it is once reached (`ibv_query_srq`'s
+    /// `srq_limit`).
+    pub fn armed_limit(&self) -> u32 {
+        self.limit.load(Ordering::Acquire)
+    }
+
+    /// Engine side: takes the oldest buffer for a QP, and whether this claim reached the
+    /// armed limit (true for exactly one claim per arming, whichever core makes it: the
+    /// claimer reports the event).
+    pub(crate) fn claim(&self) -> Option<(RecvWr, bool)> {
         let wr = self.queue.pop()?;
         let limit = self.limit.load(Ordering::Acquire);
-        if limit != 0
+        let reached = limit != 0
             && self.queue.len() < limit as usize
             && self
                 .limit
                 .compare_exchange(limit, 0, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-        {
+                .is_ok();
+        if reached {
             self.limit_reached.store(true, Ordering::Release);
         }
-        Some(wr)
+        Some((wr, reached))
     }
 }

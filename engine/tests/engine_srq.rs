@@ -11,7 +11,7 @@ use std::sync::Arc;
 use common::*;
 use engine_mw_common::*;
 use warpcore_engine::mem::{Access, MemError, PdId};
-use warpcore_engine::{EngineError, QpId, QpState, SendOp, SharedRq, WcOpcode, WcStatus};
+use warpcore_engine::{CmEvent, EngineError, QpId, QpState, SendOp, SharedRq, WcOpcode, WcStatus};
 
 /// B's QPs all on one SRQ, each connected to one of A's.
 fn srq_rig(n: usize, depth: u32) -> (Pair, Arc<SharedRq>, Vec<(QpId, QpId)>) {
@@ -72,9 +72,32 @@ fn several_qps_drain_one_queue() {
     assert_eq!(per_qp.len(), 3);
     assert_eq!(srq.len(), 2);
     assert!(srq.limit_reached());
+    // The verbs' IBV_EVENT_SRQ_LIMIT_REACHED: reported once, naming the queue, by the core
+    // whose claim left two buffers (fewer than three); the limit is disarmed.
+    let limit_events = |events: &[CmEvent]| {
+        events
+            .iter()
+            .filter(|e| matches!(e, CmEvent::SrqLimitReached { srq: id } if *id == srq.id()))
+            .count()
+    };
+    assert_eq!(limit_events(&p.b.events), 1, "{:?}", p.b.events);
+    assert_eq!(srq.armed_limit(), 0);
     for &(_, qb) in &q {
         assert_eq!(p.b.core.qp_state(qb).unwrap(), QpState::Rts);
     }
+    // Armed again at 2 (two waiting): the next claim, which leaves one, reports it again.
+    srq.arm_limit(2).unwrap();
+    assert_eq!(srq.armed_limit(), 2);
+    p.b.take_events();
+    let data = pattern(40, 9);
+    ra.write_at(0, &data).unwrap();
+    p.a.core
+        .post_send(q[0].0, send_wr(9, SendOp::Send, &[(sa, 0, 40)]))
+        .unwrap();
+    p.run_until(20_000, |p| p.b.completions.len() == 1);
+    assert_eq!(srq.len(), 1);
+    assert_eq!(limit_events(&p.b.events), 1, "{:?}", p.b.events);
+    assert_eq!(srq.armed_limit(), 0);
 }
 
 /// DDP-7.1-6 (untagged "no buffer", 1/2/02): a message that finds the shared queue empty

@@ -518,6 +518,7 @@ fn dispatch(ctx: &wv::Context, e: CmEvent) {
             eprintln!("warpcore: completion queue {cq} overran");
             verbs::push_cq_error(cq);
         }
+        CmEvent::SrqLimitReached { srq } => verbs::push_srq_limit(srq),
         CmEvent::RequestCancelled(_) | CmEvent::RequestRefused { .. } => {}
     }
 }

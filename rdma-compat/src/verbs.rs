@@ -1403,9 +1403,6 @@ unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_
 pub(crate) struct Srq {
     ibv: ibv_srq,
     pub srq: wv::SharedReceiveQueue,
-    /// The armed limit (`ibv_query_srq`'s `srq_limit`): 0 once reached, as the verbs
-    /// disarm it.
-    limit: std::sync::atomic::AtomicU32,
     /// The QPs receiving through it.
     uses: Uses,
     /// Its `IBV_EVENT_SRQ_LIMIT_REACHED` queued or delivered and not yet acknowledged:
@@ -1414,60 +1411,36 @@ pub(crate) struct Srq {
     all_acked: Condvar,
 }
 
-/// The SRQs whose limit is armed (pointers as usize), and whether the thread that watches
-/// them runs.
-#[derive(Default)]
-struct Armed {
-    srqs: std::collections::HashSet<usize>,
-    watching: bool,
-}
-
-fn armed() -> std::sync::MutexGuard<'static, Armed> {
-    static A: OnceLock<Mutex<Armed>> = OnceLock::new();
-    A.get_or_init(Mutex::default)
+/// The live SRQs by the engine's id of their queue (what [`wv::CmEvent::SrqLimitReached`]
+/// names), pointers as usize: created by `ibv_create_srq`, removed first by
+/// `ibv_destroy_srq`.
+fn srqs() -> std::sync::MutexGuard<'static, std::collections::HashMap<u64, usize>> {
+    static M: OnceLock<Mutex<std::collections::HashMap<u64, usize>>> = OnceLock::new();
+    M.get_or_init(Mutex::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner())
 }
 
-/// Watches the armed SRQs (ibv_modify_srq(3): "Modifying the srq_limit arms the SRQ to
-/// produce an IBV_EVENT_SRQ_LIMIT_REACHED ... asynchronous event once the number of WRs in
-/// the SRQ drops below srq_limit"). The engine raises a flag when it takes the buffer that
-/// crosses the limit; this thread turns it into the event, every 200 us while any SRQ is
-/// armed, and ends when none is.
-fn start_limit_watcher(a: &mut Armed) -> Result<(), c_int> {
-    if a.watching {
-        return Ok(());
-    }
-    std::thread::Builder::new()
-        .name("warpcore-srq".into())
-        .spawn(|| loop {
-            std::thread::sleep(Duration::from_micros(200));
-            let mut a = armed();
-            a.srqs.retain(|&p| {
-                // SAFETY: an armed SRQ is live (ibv_destroy_srq takes it out of the set,
-                // under this lock, before it frees it).
-                let s = unsafe { &*(p as *const Srq) };
-                if !s.srq.limit_reached() {
-                    return true;
-                }
-                s.limit.store(0, Ordering::Release);
-                *s.async_unacked.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-                let mut ev = ibv_async_event {
-                    event_type: IBV_EVENT_SRQ_LIMIT_REACHED,
-                    ..Default::default()
-                };
-                ev.element.srq = p as *mut ibv_srq;
-                push_async(ev);
-                false
-            });
-            if a.srqs.is_empty() {
-                a.watching = false;
-                return;
-            }
-        })
-        .map_err(|_| ENOMEM)?;
-    a.watching = true;
-    Ok(())
+/// Queues `IBV_EVENT_SRQ_LIMIT_REACHED` for the SRQ whose engine queue is `id`
+/// (ibv_modify_srq(3): "Modifying the srq_limit arms the SRQ to produce an
+/// IBV_EVENT_SRQ_LIMIT_REACHED ... asynchronous event once the number of WRs in the SRQ
+/// drops below srq_limit"; the engine core whose claim crossed the limit reported it, and
+/// the engine disarmed it), with `element.srq` naming it; nothing if the SRQ was destroyed
+/// meanwhile. Until the event is acknowledged the SRQ's destroy waits.
+pub(crate) fn push_srq_limit(id: u64) {
+    let map = srqs();
+    let Some(&p) = map.get(&id) else { return };
+    // SAFETY: a registered SRQ is live (ibv_destroy_srq unregisters it under this lock
+    // first).
+    let s = unsafe { &*(p as *const Srq) };
+    *s.async_unacked.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+    let mut ev = ibv_async_event {
+        event_type: IBV_EVENT_SRQ_LIMIT_REACHED,
+        ..Default::default()
+    };
+    ev.element.srq = p as *mut ibv_srq;
+    push_async(ev);
+    drop(map);
 }
 
 #[no_mangle]
@@ -1493,13 +1466,15 @@ pub extern "C" fn __wc_ibv_create_srq(
                         ..Default::default()
                     },
                     srq,
-                    limit: Default::default(),
                     uses: Uses::default(),
                     async_unacked: Mutex::default(),
                     all_acked: Condvar::new(),
                 });
                 p.uses.add();
-                Box::into_raw(b).cast()
+                let id = b.srq.id();
+                let b = Box::into_raw(b);
+                srqs().insert(id, b as usize);
+                b.cast()
             }
             Err(e) => {
                 set_errno(errno_of(&e));
@@ -1526,20 +1501,10 @@ pub extern "C" fn __wc_ibv_modify_srq(
             return EOPNOTSUPP; // no resize
         }
         if mask as c_uint & IBV_SRQ_LIMIT != 0 {
-            let mut w = armed();
-            if a.srq_limit != 0 {
-                if let Err(e) = start_limit_watcher(&mut w) {
-                    return e;
-                }
-            }
+            // The engine reports the crossing as `CmEvent::SrqLimitReached`, which the CM
+            // dispatcher turns into the asynchronous event (`push_srq_limit`).
             if let Err(e) = q.srq.arm_limit(a.srq_limit) {
                 return errno_of(&e);
-            }
-            q.limit.store(a.srq_limit, Ordering::Release);
-            if a.srq_limit != 0 {
-                w.srqs.insert(s as usize);
-            } else {
-                w.srqs.remove(&(s as usize));
             }
         }
         0
@@ -1557,7 +1522,8 @@ pub extern "C" fn __wc_ibv_query_srq(s: *mut ibv_srq, attr: *mut ibv_srq_attr) -
     a.max_wr = q.srq.depth();
     // What the queue was created with, which its posts are checked against.
     a.max_sge = q.srq.max_sge();
-    a.srq_limit = q.limit.load(Ordering::Acquire);
+    // 0 once reached: the engine disarms it as the verbs do.
+    a.srq_limit = q.srq.armed_limit();
     0
 }
 
@@ -1571,9 +1537,9 @@ pub extern "C" fn __wc_ibv_destroy_srq(s: *mut ibv_srq) -> c_int {
     if q.uses.busy() {
         return crate::EBUSY;
     }
-    // Its limit event: no new one (out of the watched set), a queued one taken back, a
+    // Its limit event: no new one (out of the registry), a queued one taken back, a
     // delivered one waited for until acknowledged (ibv_get_async_event(3)).
-    armed().srqs.remove(&(s as usize));
+    srqs().remove(&q.srq.id());
     let purged = purge_async(IBV_EVENT_SRQ_LIMIT_REACHED, s.cast());
     let mut n = q.async_unacked.lock().unwrap_or_else(|e| e.into_inner());
     *n = n.saturating_sub(purged);

@@ -893,16 +893,31 @@ impl SharedReceiveQueue {
         self.srq.max_sge()
     }
 
-    /// Arms the low-water mark: once fewer than `limit` buffers wait,
-    /// [`SharedReceiveQueue::limit_reached`] turns true (0 disarms).
+    /// Arms the low-water mark (0 disarms): once a message takes a buffer that leaves
+    /// fewer than `limit` waiting, the limit is disarmed ([`Self::armed_limit`] turns 0),
+    /// [`SharedReceiveQueue::limit_reached`] turns true and the context reports
+    /// [`CmEvent::SrqLimitReached`] naming this queue's [`id`](Self::id) (the verbs'
+    /// `IBV_EVENT_SRQ_LIMIT_REACHED`), once per arming.
     pub fn arm_limit(&self, limit: u32) -> Result<(), Error> {
         self.srq.arm_limit(limit)?;
         Ok(())
     }
 
-    /// Whether the armed limit was reached.
+    /// The armed limit, 0 when disarmed (as it is once reached): `ibv_query_srq`'s
+    /// `srq_limit`.
+    pub fn armed_limit(&self) -> u32 {
+        self.srq.armed_limit()
+    }
+
+    /// Whether the armed limit was reached since it was last armed.
     pub fn limit_reached(&self) -> bool {
         self.srq.limit_reached()
+    }
+
+    /// The queue's identifier, unique in the process: what [`CmEvent::SrqLimitReached`]
+    /// names it by.
+    pub fn id(&self) -> u64 {
+        self.srq.id()
     }
 }
 

@@ -87,6 +87,17 @@ fn two_queue_pairs_share_one_receive_queue() {
     assert_eq!(next_round, [3, 3]);
     assert_eq!(srq.len(), 2);
     assert!(srq.limit_reached());
+    assert_eq!(srq.armed_limit(), 0, "disarmed once reached");
+    // IBV_EVENT_SRQ_LIMIT_REACHED: the context reports it once, naming the queue.
+    let mut events = Vec::new();
+    while let Some(e) = server.next_event(Duration::from_millis(200)) {
+        events.push(e);
+    }
+    let limit = events
+        .iter()
+        .filter(|e| matches!(e, CmEvent::SrqLimitReached { srq: id } if *id == srq.id()))
+        .count();
+    assert_eq!(limit, 1, "{events:?}");
 }
 
 /// A shared receive queue's SGE count is bounded by the engine configuration's `max_sge`,

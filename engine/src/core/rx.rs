@@ -336,9 +336,15 @@ impl Qp {
             if let warpcore_proto::wire::ddp::DdpBuffer::Untagged { qn: qn::SEND, .. } =
                 seg.repr.buffer
             {
-                if let Some(wr) = self.shared.srq().and_then(|q| q.claim()) {
-                    self.shared.claim_rq();
-                    self.rq.push_back(wr);
+                if let Some(q) = self.shared.srq() {
+                    if let Some((wr, reached)) = q.claim() {
+                        self.shared.claim_rq();
+                        self.rq.push_back(wr);
+                        if reached {
+                            ctx.events
+                                .push_back(CmEvent::SrqLimitReached { srq: q.id() });
+                        }
+                    }
                 }
             }
         }
