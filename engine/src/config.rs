@@ -8,6 +8,17 @@ use warpcore_tcp::{TcpImplementation, TcpTuning};
 /// lower. Work requests keep their SGEs inline, so this bounds their size.
 pub const MAX_SGE: usize = 4;
 
+/// The deepest queue [`EngineConfig`] allows (2^22, 4,194,304 entries: the `max_cqe` of the
+/// largest RDMA devices): the limits of work and completion queues and the depths of a
+/// core's command and event rings. Those rings are allocated whole when the core starts
+/// and a queue when it is created, so an absurd depth would abort the process on
+/// allocation instead of being refused by [`EngineConfig::validate`].
+pub const MAX_QUEUE_DEPTH: usize = 1 << 22;
+
+/// The most connections per core [`EngineConfig::max_connections`] allows (2^20); the
+/// smoltcp reference allocates its table for all of them up front.
+pub const MAX_CONNECTIONS: usize = 1 << 20;
+
 /// Every limit of an engine core.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -100,8 +111,8 @@ pub struct EngineConfig {
     /// messages complete then): for them the copy costs less than the bookkeeping. (A
     /// message's shorter last FPDU that joins the run of its larger ones goes from
     /// memory with them, whatever its size: module `core/txrec.rs`.)
-    /// `usize::MAX` turns sending from registered memory off; the smoltcp reference never
-    /// does it. 512 by default.
+    /// `usize::MAX` turns sending from registered memory off; 0 sends every FPDU from it,
+    /// zero-length ones included; the smoltcp reference never does it. 512 by default.
     pub tx_from_memory_min: usize,
 }
 
@@ -190,6 +201,26 @@ impl EngineConfig {
             return err(
                 "event/command_queue_depth",
                 "must be powers of two (SPSC rings)",
+            );
+        }
+        for (name, v) in [
+            ("max_sq_depth", self.max_sq_depth),
+            ("max_rq_depth", self.max_rq_depth),
+            ("max_cq_depth", self.max_cq_depth),
+            ("event_queue_depth", self.event_queue_depth),
+            ("command_queue_depth", self.command_queue_depth),
+        ] {
+            if v > MAX_QUEUE_DEPTH {
+                return err(name, "exceeds MAX_QUEUE_DEPTH (2^22)");
+            }
+        }
+        if self.max_connections > MAX_CONNECTIONS {
+            return err("max_connections", "exceeds MAX_CONNECTIONS (2^20)");
+        }
+        if self.max_pending_requests > self.max_connections {
+            return err(
+                "max_pending_requests",
+                "exceeds max_connections (each pending request holds a connection)",
             );
         }
         if self.max_sge > MAX_SGE {
@@ -289,7 +320,7 @@ mod tests {
     fn values_that_fail_later_are_refused_naming_the_field() {
         assert_eq!(EngineConfig::default().validate(), Ok(()));
         type Set = fn(&mut EngineConfig);
-        let cases: [(&str, Set); 6] = [
+        let cases: [(&str, Set); 13] = [
             ("tcp.timeout", |c| c.tcp.timeout = Some(Duration::ZERO)),
             ("tcp.keep_alive", |c| {
                 c.tcp.timeout = None;
@@ -301,6 +332,19 @@ mod tests {
             }),
             ("mr_table_capacity", |c| c.mr_table_capacity = usize::MAX),
             ("mpa_timeout_ms", |c| c.mpa_timeout_ms = 0),
+            // Depths that aborted the process on allocation (a ring allocated at start-up,
+            // a queue at creation, the smoltcp reference's connection table).
+            ("command_queue_depth", |c| c.command_queue_depth = 1 << 40),
+            ("event_queue_depth", |c| c.event_queue_depth = 1 << 23),
+            ("max_cq_depth", |c| c.max_cq_depth = MAX_QUEUE_DEPTH + 1),
+            ("max_sq_depth", |c| c.max_sq_depth = usize::MAX),
+            ("max_rq_depth", |c| c.max_rq_depth = usize::MAX),
+            ("max_connections", |c| {
+                c.max_connections = MAX_CONNECTIONS + 1
+            }),
+            ("max_pending_requests", |c| {
+                c.max_pending_requests = c.max_connections + 1
+            }),
         ];
         for (field, set) in cases {
             let mut cfg = EngineConfig::default();
@@ -311,6 +355,13 @@ mod tests {
         let mut cfg = EngineConfig {
             mr_table_capacity: crate::mem::MAX_CAPACITY,
             mpa_timeout_ms: 1,
+            max_sq_depth: MAX_QUEUE_DEPTH,
+            max_rq_depth: MAX_QUEUE_DEPTH,
+            max_cq_depth: MAX_QUEUE_DEPTH,
+            event_queue_depth: MAX_QUEUE_DEPTH,
+            command_queue_depth: MAX_QUEUE_DEPTH,
+            max_connections: MAX_CONNECTIONS,
+            max_pending_requests: MAX_CONNECTIONS,
             ..EngineConfig::default()
         };
         cfg.tcp.timeout = None;

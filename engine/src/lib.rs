@@ -44,7 +44,9 @@ pub use crate::cm::{
     CmEvent, ConnError, ConnectRequest, Established, ListenerId, MpaParams, RequestId, RtrType,
     RtrTypes,
 };
-pub use crate::config::{EngineConfig, ENGINE_ACK_DELAY, MAX_ACK_DELAY, MAX_SGE};
+pub use crate::config::{
+    EngineConfig, ENGINE_ACK_DELAY, MAX_ACK_DELAY, MAX_CONNECTIONS, MAX_QUEUE_DEPTH, MAX_SGE,
+};
 pub use crate::core::{validate_recv, validate_send, CoreStats, EngineCore, QpAttr, QpInfo};
 pub use crate::error::{DeviceError, EngineError};
 pub use crate::srq::SharedRq;
