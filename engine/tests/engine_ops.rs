@@ -665,3 +665,62 @@ fn a_completed_buffer_is_never_read_again_and_unacknowledged_ones_are_bounded() 
         cfg.tcp.tx_buffer
     );
 }
+
+/// `EngineConfig::tx_from_memory_min` 0 sends every FPDU from registered memory, those of
+/// zero-length messages (no SGE, or one of 0 octets) and a 1-octet Send included: each
+/// message arrives whole and in order, and each completes once acknowledged.
+#[test]
+fn every_fpdu_from_registered_memory_zero_length_ones_included() {
+    let cfg = warpcore_engine::EngineConfig {
+        tx_from_memory_min: 0,
+        ..Default::default()
+    };
+    cfg.validate().unwrap();
+    let mut p = Pair::new(&warpcore_tcp::link::LinkConfig::default(), &cfg);
+    let (qa, qb) = p.connect();
+    let (ra, sa) = p.a.region(1 << 20, all_access());
+    let (rb, sb) = p.b.region(1 << 20, all_access());
+    let data = pattern(5000, 5);
+    ra.write_at(0, &data).unwrap();
+    for i in 0..3u64 {
+        p.b.core
+            .post_recv(qb, recv_wr(i, &[(sb, 8192 * i, 8192)]))
+            .unwrap();
+    }
+    let before = p.a.core.stats().tx_from_memory_octets;
+    post_a(&mut p, qa, 1, write(sb.0, 65536), &[]);
+    post_a(&mut p, qa, 2, write(sb.0, 65536), &[(sa, 0, 0)]);
+    post_a(&mut p, qa, 3, SendOp::Send, &[]);
+    post_a(&mut p, qa, 4, SendOp::Send, &[(sa, 0, 1)]);
+    post_a(&mut p, qa, 5, SendOp::Send, &[(sa, 0, 5000)]);
+    post_a(&mut p, qa, 6, write(sb.0, 65536), &[(sa, 0, 3)]);
+    p.run_until(20_000, |p| {
+        p.a.completions.len() == 6 && p.b.completions.len() == 3
+    });
+    let ca = p.a.take_completions();
+    let ids: Vec<(u64, WcStatus, u32)> =
+        ca.iter().map(|c| (c.wr_id, c.status, c.byte_len)).collect();
+    let ok = WcStatus::Success;
+    assert_eq!(
+        ids,
+        [
+            (1, ok, 0),
+            (2, ok, 0),
+            (3, ok, 0),
+            (4, ok, 1),
+            (5, ok, 5000),
+            (6, ok, 3)
+        ]
+    );
+    let cb: Vec<(u64, u32)> =
+        p.b.take_completions()
+            .iter()
+            .map(|c| (c.wr_id, c.byte_len))
+            .collect();
+    assert_eq!(cb, [(0, 0), (1, 1), (2, 5000)]);
+    assert_eq!(read_region(&rb, 8192, 1), data[..1]);
+    assert_eq!(read_region(&rb, 2 * 8192, 5000), data[..5000]);
+    assert_eq!(read_region(&rb, 65536, 3), data[..3]);
+    assert!(p.a.core.stats().tx_from_memory_octets - before >= 5004);
+    assert!(p.a.events.is_empty() && p.b.events.is_empty());
+}
