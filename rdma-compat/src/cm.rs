@@ -936,7 +936,10 @@ pub extern "C" fn __wc_rdma_bind_addr(p: *mut rdma_cm_id, addr: *mut sockaddr) -
         let Ok(eng) = engine() else {
             return fail(ENODEV, -1);
         };
-        if !a.ip().is_unspecified() && *a.ip() != eng.ip {
+        // A loopback address binds to the device, as the kernel's rdma_cm attaches a
+        // loopback id to its first device: libfabric's verbs provider binds "localhost"
+        // for a passive endpoint given no address, and reads the address it got.
+        if !a.ip().is_unspecified() && !a.ip().is_loopback() && *a.ip() != eng.ip {
             return fail(EADDRNOTAVAIL, -1);
         }
         id.lock().port = a.port();
@@ -948,19 +951,26 @@ pub extern "C" fn __wc_rdma_bind_addr(p: *mut rdma_cm_id, addr: *mut sockaddr) -
 #[no_mangle]
 pub extern "C" fn __wc_rdma_listen(p: *mut rdma_cm_id, _backlog: c_int) -> c_int {
     guard(-1, || {
-        // SAFETY: p is ours.
-        let Some(id) = (unsafe { id_ref(p) }) else {
+        // SAFETY: p is ours (the caller's id, not used by it during the call).
+        let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
             return fail(EINVAL, -1);
         };
-        let port = id.lock().port;
-        if port == 0 {
-            // librdmacm would pick an ephemeral port; ours listen where they are bound.
-            return fail(EINVAL, -1);
-        }
         let Ok(eng) = engine() else {
             return fail(ENODEV, -1);
         };
         let mut reg = registry();
+        let mut port = id.lock().port;
+        if port == 0 {
+            // Bound to port 0: an ephemeral port, as the kernel's rdma_cm picks one
+            // (libfabric's passive endpoints listen so, then read the port with
+            // rdma_get_local_addr).
+            let Some(free) = (49152..=65535u16).find(|p| !reg.listeners.contains_key(p)) else {
+                return fail(EADDRINUSE, -1);
+            };
+            port = free;
+            id.lock().port = port;
+            set_src(&mut id.id, SocketAddrV4::new(eng.ip, port));
+        }
         if reg.listeners.contains_key(&port) {
             return fail(EADDRINUSE, -1);
         }
@@ -1588,7 +1598,11 @@ struct AddrInfo {
     dst: sockaddr_in,
 }
 
-fn lookup(node: *const c_char, port: u16) -> Result<SocketAddrV4, c_int> {
+/// `node` as an IPv4 address: numeric, or a name resolved by the system (not with
+/// `numeric`, RAI_NUMERICHOST, which asks for no lookup). An IPv6 literal is
+/// EAFNOSUPPORT at once: libfabric's verbs provider asks for every address of every
+/// interface, link-local IPv6 ones included, and a name lookup of those would wait on DNS.
+fn lookup(node: *const c_char, port: u16, numeric: bool) -> Result<SocketAddrV4, c_int> {
     if node.is_null() {
         return Ok(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port));
     }
@@ -1598,6 +1612,13 @@ fn lookup(node: *const c_char, port: u16) -> Result<SocketAddrV4, c_int> {
         .into_owned();
     if let Ok(ip) = s.parse::<Ipv4Addr>() {
         return Ok(SocketAddrV4::new(ip, port));
+    }
+    let literal = s.split('%').next().unwrap_or("");
+    if literal.parse::<std::net::Ipv6Addr>().is_ok() {
+        return Err(EAFNOSUPPORT);
+    }
+    if numeric {
+        return Err(EINVAL);
     }
     (s.as_str(), port)
         .to_socket_addrs()
@@ -1611,6 +1632,26 @@ fn lookup(node: *const c_char, port: u16) -> Result<SocketAddrV4, c_int> {
         .ok_or(EHOSTUNREACH)
 }
 
+/// An IPv4 address of the hints (`ai_src_addr`/`ai_dst_addr` with its length); None when
+/// absent, EAFNOSUPPORT when it is not IPv4.
+///
+/// # Safety
+/// `a` is NULL or valid for `len` octets.
+unsafe fn hint_addr(a: *const sockaddr, len: socklen_t) -> Result<Option<SocketAddrV4>, c_int> {
+    if a.is_null() || len == 0 {
+        return Ok(None);
+    }
+    if (len as usize) < std::mem::size_of::<sockaddr_in>() {
+        return Err(EINVAL);
+    }
+    // SAFETY: a is valid for len octets, at least a sockaddr_in (the caller's contract).
+    unsafe { from_sockaddr(a.cast_mut()) }
+}
+
+/// rdma_getaddrinfo(3), as librdmacm does it: `node` and/or `service` resolved (passive:
+/// the source address, else the destination); with neither, the hints alone describe the
+/// endpoint (their `ai_dst_addr`, as libfabric's verbs provider asks it); a source
+/// address in the hints is taken when the lookup gave none. One IPv4 entry.
 #[no_mangle]
 pub extern "C" fn __wc_rdma_getaddrinfo(
     node: *const c_char,
@@ -1619,7 +1660,7 @@ pub extern "C" fn __wc_rdma_getaddrinfo(
     res: *mut *mut rdma_addrinfo,
 ) -> c_int {
     guard(-1, || {
-        if res.is_null() || (node.is_null() && service.is_null()) {
+        if res.is_null() || (node.is_null() && service.is_null() && hints.is_null()) {
             return fail(EINVAL, -1);
         }
         let port = if service.is_null() {
@@ -1643,10 +1684,33 @@ pub extern "C" fn __wc_rdma_getaddrinfo(
             }
         }
         let passive = h.is_some_and(|h| h.ai_flags & RAI_PASSIVE as c_int != 0);
-        let addr = match lookup(node, port) {
-            Ok(a) => a,
-            Err(e) => return fail(e, -1),
+        // SAFETY: the hints' addresses are the caller's, valid for their lengths.
+        let (hint_src, hint_dst) = match h.map(|h| unsafe {
+            (
+                hint_addr(h.ai_src_addr, h.ai_src_len),
+                hint_addr(h.ai_dst_addr, h.ai_dst_len),
+            )
+        }) {
+            None => (None, None),
+            Some((Ok(s), Ok(d))) => (s, d),
+            Some((Err(e), _) | (_, Err(e))) => return fail(e, -1),
         };
+        let (mut src, mut dst) = (None, None);
+        if !node.is_null() || !service.is_null() {
+            let numeric = h.is_some_and(|h| h.ai_flags & RAI_NUMERICHOST as c_int != 0);
+            let addr = match lookup(node, port, numeric) {
+                Ok(a) => a,
+                Err(e) => return fail(e, -1),
+            };
+            if passive {
+                src = Some(addr);
+            } else {
+                dst = Some(addr);
+            }
+        } else {
+            dst = hint_dst;
+        }
+        src = src.or(hint_src);
         let mut b = Box::new(AddrInfo {
             ai: rdma_addrinfo {
                 ai_flags: h.map_or(0, |h| h.ai_flags),
@@ -1655,25 +1719,17 @@ pub extern "C" fn __wc_rdma_getaddrinfo(
                 ai_port_space: RDMA_PS_TCP as c_int,
                 ..Default::default()
             },
-            src: sin(addr),
-            dst: sin(addr),
+            src: sin(src.unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))),
+            dst: sin(dst.unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))),
         });
         let len = std::mem::size_of::<sockaddr_in>() as socklen_t;
-        if passive {
+        if src.is_some() {
             b.ai.ai_src_addr = std::ptr::addr_of_mut!(b.src).cast();
             b.ai.ai_src_len = len;
-        } else {
+        }
+        if dst.is_some() {
             b.ai.ai_dst_addr = std::ptr::addr_of_mut!(b.dst).cast();
             b.ai.ai_dst_len = len;
-            // A source address from the hints, as librdmacm takes it.
-            if let Some(s) = h.filter(|h| !h.ai_src_addr.is_null()) {
-                // SAFETY: the hints' source address.
-                if let Ok(Some(a)) = unsafe { from_sockaddr(s.ai_src_addr) } {
-                    b.src = sin(a);
-                    b.ai.ai_src_addr = std::ptr::addr_of_mut!(b.src).cast();
-                    b.ai.ai_src_len = len;
-                }
-            }
         }
         // SAFETY: res is the caller's.
         unsafe { *res = Box::into_raw(b).cast() };

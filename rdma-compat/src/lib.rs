@@ -150,6 +150,9 @@ pub(crate) fn engine_if_open() -> Option<&'static Engine> {
     ENGINE.get().and_then(|r| r.as_ref().ok())
 }
 
+/// `ibv_query_device`'s `max_cqe` (2^20 entries).
+pub(crate) const COMPAT_MAX_CQE: usize = 1 << 20;
+
 fn open_engine() -> Result<Engine, String> {
     use warpcore_apps::device::{EngineOptions, MemifRole};
     let env = warpcore_apps::env::from_env().map_err(|e| e.to_string())?;
@@ -164,7 +167,14 @@ fn open_engine() -> Result<Engine, String> {
         }
     };
     let drive = env.drive;
-    let configure = move |c: &mut warpcore_verbs::Config| c.drive = drive;
+    let configure = move |c: &mut warpcore_verbs::Config| {
+        c.drive = drive;
+        // The deepest CQ an application may create (ibv_query_device's max_cqe), as large
+        // as RDMA devices offer: libfabric's ofi_rxm sizes its CQ by the job's universe
+        // (256 processes unless FI_UNIVERSE_SIZE says otherwise: about 200,000 entries).
+        // A CQ is allocated at the depth asked for, so the limit itself costs nothing.
+        c.engine.max_cq_depth = COMPAT_MAX_CQE;
+    };
     let opts = EngineOptions {
         configure: &configure,
         ..EngineOptions::new("warpcore-verbs", MemifRole::Client)

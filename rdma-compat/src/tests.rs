@@ -382,6 +382,106 @@ fn addrinfo_passive_active_and_bad() {
     );
 }
 
+/// rdma_getaddrinfo(3) with neither node nor service: the hints alone describe the
+/// endpoint, as librdmacm's `rdma_getaddrinfo` takes them (libfabric's verbs provider asks
+/// this way for a peer it knows by address): their destination and source addresses are
+/// copied. Before, this was EINVAL, and libfabric found no verbs endpoint to a peer.
+#[test]
+fn addrinfo_from_the_hints_alone() {
+    let mut dst = sin_of(0x0A01_0203, 7471);
+    let mut src = sin_of(0x0A01_0209, 0);
+    let len = std::mem::size_of::<sockaddr_in>() as socklen_t;
+    let hints = rdma_addrinfo {
+        ai_dst_addr: (&raw mut dst).cast(),
+        ai_dst_len: len,
+        ai_src_addr: (&raw mut src).cast(),
+        ai_src_len: len,
+        ai_port_space: RDMA_PS_TCP as c_int,
+        ..Default::default()
+    };
+    let mut res: *mut rdma_addrinfo = null_mut();
+    assert_eq!(
+        cm::__wc_rdma_getaddrinfo(null(), null(), &hints, &mut res),
+        0
+    );
+    // SAFETY: the result just made.
+    let r = unsafe { &*res };
+    assert!(!r.ai_src_addr.is_null() && !r.ai_dst_addr.is_null());
+    // SAFETY: both are AF_INET addresses of the result.
+    let (d, s) = unsafe {
+        (
+            &*r.ai_dst_addr.cast::<sockaddr_in>(),
+            &*r.ai_src_addr.cast::<sockaddr_in>(),
+        )
+    };
+    assert_eq!(
+        (u16::from_be(d.sin_port), u32::from_be(d.sin_addr.s_addr)),
+        (7471, 0x0A01_0203)
+    );
+    assert_eq!(u32::from_be(s.sin_addr.s_addr), 0x0A01_0209);
+    cm::__wc_rdma_freeaddrinfo(res);
+    // A node with a source address in the hints: the source is taken too.
+    assert_eq!(
+        cm::__wc_rdma_getaddrinfo(c"10.1.2.4".as_ptr(), null(), &hints, &mut res),
+        0
+    );
+    // SAFETY: as above.
+    let r = unsafe { &*res };
+    // SAFETY: as above.
+    let (d, s) = unsafe {
+        (
+            &*r.ai_dst_addr.cast::<sockaddr_in>(),
+            &*r.ai_src_addr.cast::<sockaddr_in>(),
+        )
+    };
+    assert_eq!(u32::from_be(d.sin_addr.s_addr), 0x0A01_0204);
+    assert_eq!(u32::from_be(s.sin_addr.s_addr), 0x0A01_0209);
+    cm::__wc_rdma_freeaddrinfo(res);
+    // An IPv6 literal (a link-local one with its scope, as libfabric's verbs provider asks
+    // for each interface's) is EAFNOSUPPORT at once; a name with RAI_NUMERICHOST is EINVAL,
+    // without a lookup. Before, both went to the system's resolver and waited on DNS (59 s
+    // for `fi_info -p verbs` in a namespace without one).
+    assert_eq!(
+        cm::__wc_rdma_getaddrinfo(c"fe80::1%eth0".as_ptr(), null(), null(), &mut res),
+        -1
+    );
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(crate::EAFNOSUPPORT)
+    );
+    let numeric = rdma_addrinfo {
+        ai_flags: (RAI_PASSIVE | RAI_NUMERICHOST) as c_int,
+        ..Default::default()
+    };
+    assert_eq!(
+        cm::__wc_rdma_getaddrinfo(c"no-such-host.invalid".as_ptr(), null(), &numeric, &mut res),
+        -1
+    );
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(crate::EINVAL)
+    );
+    // (A lookup would have failed with EHOSTUNREACH.)
+    // Nothing at all is still EINVAL.
+    assert_eq!(
+        cm::__wc_rdma_getaddrinfo(null(), null(), null(), &mut res),
+        -1
+    );
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(crate::EINVAL)
+    );
+}
+
+fn sin_of(ip: u32, port: u16) -> sockaddr_in {
+    sockaddr_in {
+        sin_family: 2, // AF_INET
+        sin_port: port.to_be(),
+        sin_addr: in_addr { s_addr: ip.to_be() },
+        ..Default::default()
+    }
+}
+
 /// Null and unsupported arguments get an errno, never a crash.
 #[test]
 fn bad_arguments_are_errors() {
