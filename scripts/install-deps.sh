@@ -20,7 +20,9 @@ build_pkgs=(pkg-config clang libclang-dev dpdk dpdk-dev libdpdk-dev libibverbs-d
 # perftest, rdmacm-utils, ibverbs-utils: Debian's unmodified rdma-core programs run on
 # Warpcore through scripts/with-warpcore (scripts/test-rdma-compat.sh); gcc builds its C
 # checks as Debian's gcc builds a program (clang alone provides no `gcc`).
-test_pkgs=(tshark iperf3 qperf socat iproute2 iputils-ping ethtool python3 qemu-system-x86 kmod cpio binutils make linux-libc-dev perftest rdmacm-utils ibverbs-utils gcc)
+# libfabric-bin, openmpi-bin, libopenmpi-dev: libfabric's verbs provider and Open MPI over
+# it, on the drop-in libraries (scripts/test-libfabric.sh).
+test_pkgs=(tshark iperf3 qperf socat iproute2 iputils-ping ethtool python3 qemu-system-x86 kmod cpio binutils make linux-libc-dev perftest rdmacm-utils ibverbs-utils gcc libfabric-bin openmpi-bin libopenmpi-dev)
 pkgs=("${build_pkgs[@]}")
 if [[ "${1:-}" != "--demo" ]]; then
     pkgs+=("${test_pkgs[@]}")

@@ -84,6 +84,9 @@ scripts/test-iwperf.sh
 step "rdma-core programs unmodified on Warpcore: perftest, rping, ucmatose, rdma_server (with-warpcore)"
 scripts/test-rdma-compat.sh
 
+step "libfabric and Open MPI unmodified on Warpcore: fi_pingpong (verbs, verbs;ofi_rxm) and an MPI job, checked"
+scripts/test-libfabric.sh
+
 step "floods: 2,000 silent connections must not lock a listener (iwping over net_af_packet)"
 scripts/test-flood.sh
 
