@@ -8,7 +8,7 @@ use smoltcp::phy::{Device, RxToken, TxToken};
 use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{
     ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol, IpProtocol,
-    Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
+    Ipv4Address, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
 };
 use warpcore_tcp::link::{self, Faults, LinkConfig, LinkEnd};
 use warpcore_tcp::{Event, Stack, StackConfig, StackError, TcpTuning};
@@ -155,8 +155,19 @@ fn drain(end: &mut LinkEnd, now: Instant) -> Vec<Vec<u8>> {
 }
 
 fn tcp_frame(dst_port: u16, control: TcpControl, ack: Option<u32>, bad_checksum: bool) -> Vec<u8> {
+    tcp_frame_from(IP_A, dst_port, control, ack, bad_checksum)
+}
+
+/// [`tcp_frame`] from IPv4 source `src` (the Ethernet source stays A's unicast address).
+fn tcp_frame_from(
+    src: Ipv4Address,
+    dst_port: u16,
+    control: TcpControl,
+    ack: Option<u32>,
+    bad_checksum: bool,
+) -> Vec<u8> {
     let ip = Ipv4Repr {
-        src_addr: IP_A,
+        src_addr: src,
         dst_addr: IP_B,
         next_header: IpProtocol::Tcp,
         payload_len: 20,
@@ -185,7 +196,7 @@ fn tcp_frame(dst_port: u16, control: TcpControl, ack: Option<u32>, bad_checksum:
     let mut ipp = Ipv4Packet::new_unchecked(&mut buf[14..]);
     ip.emit(&mut ipp, &caps);
     let mut tp = TcpPacket::new_unchecked(&mut buf[34..]);
-    tcp.emit(&mut tp, &IP_A.into(), &IP_B.into(), &caps);
+    tcp.emit(&mut tp, &src.into(), &IP_B.into(), &caps);
     if bad_checksum {
         buf[34 + 16] ^= 0xff;
     }
@@ -290,6 +301,42 @@ fn hostile_frames_are_dropped_or_reset_without_panic() {
     // Nothing of it opened a connection or raised anything on the listener.
     let events: Vec<Event> = std::iter::from_fn(|| b.next_event()).collect();
     assert_eq!(events, [], "hostile frames raised events");
+}
+
+/// RFC 1122 3.2.1.3: a datagram whose IPv4 source is unspecified, a broadcast (limited or
+/// our subnet's) or multicast is discarded silently. A stray segment from such a source
+/// drew a RST addressed to it (RFC 9293 3.10.7.1 answers the sender, and there is none):
+/// the unicast Ethernet source let it through, as it let ICMP and SYNs not.
+#[test]
+fn a_stray_segment_from_a_group_or_unspecified_source_draws_no_rst() {
+    let (mut attacker, eb) = link::pair(&LinkConfig::default());
+    let mut b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("stack");
+    let now = Instant::ZERO;
+    let sources = [
+        Ipv4Address::BROADCAST,
+        Ipv4Address::new(198, 18, 0, 255),
+        Ipv4Address::new(224, 0, 0, 1),
+        Ipv4Address::UNSPECIFIED,
+    ];
+    for src in sources {
+        inject(
+            &mut attacker,
+            now,
+            &tcp_frame_from(src, 6000, TcpControl::None, Some(77), false),
+        );
+        b.poll(now);
+        let replies = drain(&mut attacker, now);
+        assert!(replies.is_empty(), "{src}: {} replies", replies.len());
+    }
+    assert_eq!(b.host_stats().expect("ours").rst_sent, 0);
+    // The same segment from a unicast source is answered.
+    inject(
+        &mut attacker,
+        now,
+        &tcp_frame(6000, TcpControl::None, Some(77), false),
+    );
+    b.poll(now);
+    assert_eq!(drain(&mut attacker, now).len(), 1, "one RST");
 }
 
 /// RFC 9293 3.10.7.1 answers each stray segment with a RST; a flood of them overflows the

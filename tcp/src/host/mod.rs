@@ -1849,7 +1849,10 @@ impl Inner {
             self.stats.rx_dropped += 1;
             return;
         };
-        if ip.dst_addr != self.cidr.address() {
+        // RFC 1122 3.2.1.3: a source no datagram may come from (unspecified, a broadcast,
+        // multicast) is discarded silently, before any protocol answers it (a stray TCP
+        // segment's RST, RFC 9293 3.10.7.1, would be addressed to it).
+        if ip.dst_addr != self.cidr.address() || !self.unicast_source(ip.src_addr) {
             self.stats.rx_dropped += 1;
             return;
         }
