@@ -209,6 +209,47 @@ fn abort_resets_the_peer() {
     );
 }
 
+/// RFC 9293 3.10.7.1: a closed connection has no TCB; what arrives for its 4-tuple is
+/// answered as for no connection (a SYN for a listener opens a new one, anything else
+/// draws a RST). A reset connection whose user has not released it yet kept its 4-tuple
+/// and swallowed every segment: a peer that came back from the same port was never
+/// answered, its SYNs silently dropped, until the user let the handle go.
+#[test]
+fn a_closed_connection_not_yet_released_does_not_swallow_its_4_tuple() {
+    let (mut a, mut b) = stacks();
+    let t = TcpTuning::default();
+    let l = b.listen(9003, 4, &t).expect("listen");
+    let c = a.connect((IP_B, 9003), Some(40_000), &t).expect("connect");
+    let mut now = Instant::ZERO;
+    run(&mut a, &mut b, &mut now, 5);
+    let s = b.accept(l).expect("accept").expect("connection");
+    a.abort(c).expect("abort");
+    let (_, eb) = run(&mut a, &mut b, &mut now, 5);
+    assert!(eb.contains(&Event::Reset(s)), "{eb:?}");
+    a.release(c).expect("release");
+    // B holds the reset connection; A comes back from the same port.
+    assert_eq!(b.state(s), Ok(State::Closed));
+    let c2 = a
+        .connect((IP_B, 9003), Some(40_000), &t)
+        .expect("connect again");
+    let (ea, eb) = run(&mut a, &mut b, &mut now, 20);
+    assert!(ea.contains(&Event::Connected(c2)), "{ea:?}");
+    assert!(eb.contains(&Event::Acceptable(l)), "{eb:?}");
+    let s2 = b.accept(l).expect("accept").expect("the new connection");
+    assert_ne!(s2, s);
+    // Both handles name their own connection, and releasing the old one leaves the new
+    // one's 4-tuple in place.
+    b.release(s).expect("release the old one");
+    assert_eq!(b.send(s2, b"still here"), Ok(10));
+    let mut got = [0u8; 16];
+    let mut n = 0;
+    for _ in 0..10 {
+        run(&mut a, &mut b, &mut now, 1);
+        n += a.recv(c2, &mut got[n..]).expect("recv");
+    }
+    assert_eq!(&got[..n], b"still here");
+}
+
 #[test]
 fn table_limit_is_enforced() {
     for imp in [

@@ -1970,8 +1970,8 @@ impl Inner {
     }
 
     /// Hands `seg` to the connection in slot `index` and marks it; false if the slot is
-    /// empty. `digest`, the payload's ([`Host::set_payload_digest`]), goes to a delivery of
-    /// the whole payload only.
+    /// empty or its connection closed. `digest`, the payload's
+    /// ([`Host::set_payload_digest`]), goes to a delivery of the whole payload only.
     #[inline(always)]
     fn hand_to_slot(
         &mut self,
@@ -1983,6 +1983,14 @@ impl Inner {
         let Some(Some(s)) = self.slots.get_mut(index as usize) else {
             return false;
         };
+        // A closed connection has no TCB (RFC 9293 3.10.7.1) though its user still holds
+        // the handle: the segment goes on as for no connection, a SYN to the listener (a
+        // peer back from the same port; the new connection takes the 4-tuple over, and the
+        // old one's removal leaves it) and anything else to a RST. Handed to the closed
+        // connection, it was dropped unanswered until the user released the handle.
+        if s.conn.state() == State::Closed {
+            return false;
+        }
         let id = ConnId {
             index,
             generation: s.generation,
