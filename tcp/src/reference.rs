@@ -73,6 +73,8 @@ impl<D: PollDevice + std::fmt::Debug> std::fmt::Debug for RefStack<D> {
 }
 
 const EPHEMERAL_FIRST: u16 = 49152;
+/// Connections the tables are preallocated for at most (a larger bound grows them).
+const PREALLOCATED_MAX: usize = 4096;
 
 fn new_socket(t: &TcpTuning) -> tcp::Socket<'static> {
     let mut s = tcp::Socket::new(
@@ -125,14 +127,18 @@ impl<D: PollDevice> RefStack<D> {
             return Err(StackError::TooManyRoutes);
         }
         let span = u64::from(u16::MAX - EPHEMERAL_FIRST);
+        // The tables are preallocated for the bound where it is modest; a larger one (up
+        // to no bound at all, `usize::MAX`) grows them as connections come, rather than
+        // asking for memory it never uses (or more than exists: a capacity overflow).
+        let prealloc = config.max_connections.min(PREALLOCATED_MAX);
         Ok(RefStack {
             device,
             iface,
-            sockets: SocketSet::new(Vec::with_capacity(config.max_connections)),
-            slots: Vec::with_capacity(config.max_connections),
-            generations: Vec::with_capacity(config.max_connections),
+            sockets: SocketSet::new(Vec::with_capacity(prealloc)),
+            slots: Vec::with_capacity(prealloc),
+            generations: Vec::with_capacity(prealloc),
             listeners: Vec::new(),
-            events: VecDeque::with_capacity(config.max_connections * 4),
+            events: VecDeque::with_capacity(prealloc * 4),
             max_connections: config.max_connections,
             next_port: EPHEMERAL_FIRST + (config.random_seed % span) as u16,
             now,

@@ -24,7 +24,8 @@ pub struct StackConfig {
     pub routes: Vec<(Ipv4Cidr, Ipv4Address)>,
     /// Seed for initial sequence numbers and ephemeral ports.
     pub random_seed: u64,
-    /// Most connections (listening sockets of backlogs included).
+    /// Most connections (listening sockets of backlogs included): at least one;
+    /// `usize::MAX` for no bound but memory.
     pub max_connections: usize,
 }
 
@@ -33,9 +34,13 @@ impl StackConfig {
     /// a group MAC (receivers drop frames from group sources), an interface
     /// address that is unspecified, multicast, broadcast or its subnet's broadcast, and a
     /// gateway or route next hop off the subnet (ARP cannot reach it), on the interface's
-    /// own address or on its broadcast.
+    /// own address or on its broadcast, and a table of no connections (every connect and
+    /// every SYN refused).
     pub(crate) fn check(&self) -> Result<(), StackError> {
         let bad = |field, why| Err(StackError::InvalidConfig(field, why));
+        if self.max_connections == 0 {
+            return bad("max_connections", "must be at least one");
+        }
         let mac = smoltcp::wire::EthernetAddress(self.mac);
         // All zeros passes: DPDK's net_ring ports report it as their address, and it
         // works between them.

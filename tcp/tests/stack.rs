@@ -371,7 +371,7 @@ fn a_backlog_beyond_the_table_is_refused_or_bounded_without_panic() {
 /// before, a group MAC (peers, ours included, drop frames from group sources), an
 /// interface address that is unspecified, multicast, broadcast or its subnet's broadcast,
 /// or a next hop off the subnet (never answers ARP) made a stack that came up and stayed
-/// silent.
+/// silent, and a table of no connections one that refused every connection and SYN.
 #[test]
 fn unworkable_stack_config_is_refused_naming_the_field() {
     use smoltcp::wire::{Ipv4Address, Ipv4Cidr};
@@ -448,6 +448,13 @@ fn unworkable_stack_config_is_refused_naming_the_field() {
                 ..good.clone()
             },
         ),
+        (
+            "max_connections",
+            StackConfig {
+                max_connections: 0,
+                ..good.clone()
+            },
+        ),
     ];
     for imp in [
         TcpImplementation::Warpcore,
@@ -474,6 +481,18 @@ fn unworkable_stack_config_is_refused_naming_the_field() {
             ..good.clone()
         };
         Stack::with_implementation(ea, &host, Instant::ZERO, imp).expect("a /32");
+        // A table without a bound to speak of: the stack comes up and connects (it sized
+        // its timer wheel and, the reference, its preallocated tables from the bound, which
+        // overflowed: a panic).
+        let (ea, _eb) = link::pair(&LinkConfig::default());
+        let unbounded = StackConfig {
+            max_connections: usize::MAX,
+            ..good.clone()
+        };
+        let mut s = Stack::with_implementation(ea, &unbounded, Instant::ZERO, imp)
+            .expect("an unbounded table");
+        s.connect((IP_B, 1), None, &TcpTuning::default())
+            .expect("connect");
     }
 }
 

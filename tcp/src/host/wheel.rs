@@ -81,7 +81,12 @@ impl Wheel {
     /// 256 and 4,096 (a small host's wheel costs little to build: the engine fuzz target
     /// builds two hosts per input).
     pub fn new(now: Instant, connections: usize) -> Self {
-        let n = connections.next_power_of_two().clamp(MIN_SLOTS, MAX_SLOTS);
+        // Past MAX_SLOTS the count's power of two is not wanted (nor, for a count past
+        // usize's top bit, representable: `next_power_of_two` panics there).
+        let n = connections
+            .min(MAX_SLOTS)
+            .next_power_of_two()
+            .clamp(MIN_SLOTS, MAX_SLOTS);
         Wheel {
             heads: vec![NIL; n],
             nodes: Vec::new(),
