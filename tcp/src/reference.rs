@@ -291,7 +291,9 @@ impl<D: PollDevice> RefStack<D> {
         tuning: &TcpTuning,
     ) -> Result<ListenerId, StackError> {
         tuning.check()?;
-        let backlog = backlog.max(1);
+        if backlog == 0 {
+            return Err(crate::host::BACKLOG_ZERO);
+        }
         if backlog > self.max_connections.saturating_sub(self.live()) {
             return Err(StackError::TableFull(self.max_connections));
         }

@@ -260,6 +260,9 @@ pub enum StackError {
     /// A [`StackConfig`] field (named) holds a value no stack can work with.
     #[error("StackConfig::{0} {1}")]
     InvalidConfig(&'static str, &'static str),
+    /// An argument (named) of a [`Stack`] call holds a value the call cannot work with.
+    #[error("argument {0} {1}")]
+    InvalidArgument(&'static str, &'static str),
 }
 
 /// Which TCP implementation runs under a [`Stack`].
@@ -515,9 +518,10 @@ impl<D: PollDevice> Stack<D> {
     }
 
     /// Listens on `port`; `backlog` bounds the handshakes in progress (Warpcore's TCP: the
-    /// half-open table, oldest evicted first; the reference: sockets ready for SYNs).
-    /// [`Event::Acceptable`] tells when [`Stack::accept`] has a connection. `tuning` is
-    /// checked as [`Stack::connect`] checks it.
+    /// half-open table, oldest evicted first; the reference: sockets ready for SYNs), at
+    /// least one ([`StackError::InvalidArgument`] for 0). [`Event::Acceptable`] tells when
+    /// [`Stack::accept`] has a connection. `tuning` is checked as [`Stack::connect`]
+    /// checks it.
     pub fn listen(
         &mut self,
         port: u16,

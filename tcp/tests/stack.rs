@@ -367,6 +367,26 @@ fn a_backlog_beyond_the_table_is_refused_or_bounded_without_panic() {
     }
 }
 
+/// A backlog of no handshakes is refused by both implementations, naming the argument,
+/// and binds nothing (house rule: bad local input is never silently clamped). Before, both
+/// made it one.
+#[test]
+fn a_zero_backlog_is_refused_naming_it() {
+    for imp in [
+        TcpImplementation::Warpcore,
+        TcpImplementation::SmoltcpReference,
+    ] {
+        let (_a, mut b) = stacks_of(imp);
+        let t = TcpTuning::default();
+        match b.listen(5000, 0, &t) {
+            Err(StackError::InvalidArgument(name, _)) => assert_eq!(name, "backlog"),
+            other => panic!("{imp:?}: {other:?}"),
+        }
+        assert_eq!(b.live(), 0, "{imp:?}");
+        b.listen(5000, 1, &t).expect("the port is still free");
+    }
+}
+
 /// A `StackConfig` no stack can work with is refused by `Stack::new`, naming the field:
 /// before, a group MAC (peers, ours included, drop frames from group sources), an
 /// interface address that is unspecified, multicast, broadcast or its subnet's broadcast,

@@ -74,6 +74,10 @@ use wheel::{Entry, Wheel};
 
 const EPHEMERAL_FIRST: u16 = 49152;
 
+/// What [`Host::listen`] and the reference's `listen` answer to a backlog of 0.
+pub(crate) const BACKLOG_ZERO: StackError =
+    StackError::InvalidArgument("backlog", "must be at least one handshake");
+
 /// What writes the octets of external records into frames
 /// ([`Connection::send_external_record`]): `fill(conn, token, at, dst, sum)` writes
 /// `dst.len()` octets of connection `conn`'s record `token`, from offset `at` in the record.
@@ -687,7 +691,8 @@ impl<D: PollDevice> Host<D> {
         Ok(i.insert(conn, tuple, next_hop, Role::Active))
     }
 
-    /// Listens on `port`; at most `backlog` handshakes in progress (oldest evicted first).
+    /// Listens on `port`; at most `backlog` handshakes in progress (oldest evicted first), at
+    /// least one.
     pub fn listen(
         &mut self,
         port: u16,
@@ -695,6 +700,9 @@ impl<D: PollDevice> Host<D> {
         tuning: &TcpTuning,
     ) -> Result<ListenerId, StackError> {
         check_tuning(tuning)?;
+        if backlog == 0 {
+            return Err(BACKLOG_ZERO);
+        }
         let i = &mut self.inner;
         if port == 0 || i.ports.contains_key(&port) {
             return Err(StackError::PortInUse(port));
@@ -703,7 +711,7 @@ impl<D: PollDevice> Host<D> {
         i.listeners.push(Listener {
             port,
             tuning: *tuning,
-            backlog: backlog.max(1),
+            backlog,
             half_open: VecDeque::new(),
             half_open_live: 0,
             ready: VecDeque::new(),
