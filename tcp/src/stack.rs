@@ -615,7 +615,10 @@ impl<D: PollDevice> Stack<D> {
     /// and its octets are written by the `fill` of [`Self::poll_with_fill`] /
     /// [`Self::poll_transmit_fill`] into each frame that carries them, until
     /// [`Self::take_acked_external`] reports it acknowledged. `Ok(false)`: no room, nothing
-    /// queued. The reference cannot ([`StackError::Unsupported`]): its socket copies.
+    /// queued. Tokens must increase from one record to the next; a token not above those
+    /// of the records still unacknowledged, and a `len` of 0 or above `u32::MAX`, are
+    /// refused ([`StackError::InvalidArgument`]). The reference cannot
+    /// ([`StackError::Unsupported`]): its socket copies.
     pub fn send_external_record(
         &mut self,
         id: ConnId,
@@ -627,7 +630,8 @@ impl<D: PollDevice> Stack<D> {
 
     /// [`Self::send_external_record`] of a run: `len` octets under one token, a record
     /// boundary after every `every` octets and at the end (segments are cut there, as at
-    /// any record's end; `crate::conn`, "External records"). The reference cannot.
+    /// any record's end; `crate::conn`, "External records"); an `every` of 0 is refused
+    /// ([`StackError::InvalidArgument`]). The reference cannot.
     pub fn send_external_run(
         &mut self,
         id: ConnId,

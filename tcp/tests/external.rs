@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use common::*;
 use smoltcp::time::{Duration, Instant};
 use warpcore_tcp::link::{self, LinkConfig, LinkEnd};
-use warpcore_tcp::{csum, ConnId, Event, Stack, TcpTuning};
+use warpcore_tcp::{csum, ConnId, Event, Stack, StackError, TcpTuning};
 
 const SALT: u32 = 0x0e47_0001;
 
@@ -437,4 +437,30 @@ fn a_poll_makes_its_fill_for_a_transmit_pass_only_after_every_delivery_and_drops
         now = sim_clock(now, w, next_delivery(&a, &b));
     }
     assert_eq!(got, vec![9u8; 500]);
+}
+
+/// A caller's slips with external records are refused, naming the argument, and queue
+/// nothing: a token not above those of the records still unacknowledged (the contract
+/// `take_acked_external` rests on: a debug build panicked, a release one took it), and a
+/// record or boundary step of no octets (answered `Ok(false)`, "no room", for which room
+/// never comes).
+#[test]
+fn external_records_a_caller_got_wrong_are_refused_naming_the_argument() {
+    let (ea, eb) = link::pair(&LinkConfig::default());
+    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("a");
+    let mut b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("b");
+    let mut now = Instant::ZERO;
+    let (ca, _cb) = connect(&mut a, &mut b, &mut now);
+    let refused = |r: Result<bool, StackError>, arg: &str| match r {
+        Err(StackError::InvalidArgument(name, _)) => assert_eq!(name, arg),
+        other => panic!("{arg}: {other:?}"),
+    };
+    assert_eq!(a.send_external_record(ca, 500, 5), Ok(true));
+    refused(a.send_external_record(ca, 500, 5), "token");
+    refused(a.send_external_record(ca, 500, 4), "token");
+    refused(a.send_external_record(ca, 0, 6), "len");
+    refused(a.send_external_run(ca, 500, 0, 6), "every");
+    assert_eq!(a.send_queue(ca), Ok(500), "nothing more queued");
+    assert_eq!(a.send_external_run(ca, 500, 100, 6), Ok(true));
+    assert_eq!(a.send_queue(ca), Ok(1000));
 }

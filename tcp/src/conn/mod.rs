@@ -160,6 +160,9 @@ pub enum ConnError {
     /// Nothing more will arrive.
     #[error("connection cannot receive in state {0}")]
     CannotRecv(State),
+    /// An argument (named) the call cannot work with.
+    #[error("argument {0} {1}")]
+    InvalidArgument(&'static str, &'static str),
 }
 
 /// Counters of one connection.
@@ -794,8 +797,10 @@ impl Connection {
     /// Queues an external record of `len` octets named `token` (module documentation:
     /// the owner writes its octets at each transmission and keeps them unchanged until
     /// [`Connection::take_acked_external`] reports it). `Ok(false)`, changing nothing, when
-    /// the send buffer lacks room for `len` more octets (or `len` is 0). Tokens must
-    /// increase from one record to the next.
+    /// the send buffer lacks room for `len` more octets. Tokens must increase from one
+    /// record to the next: [`ConnError::InvalidArgument`] for a token not above the last
+    /// record's still unacknowledged, and for a `len` of 0 or above `u32::MAX` (no room
+    /// will ever come for those).
     pub fn send_external_record(&mut self, len: usize, token: u64) -> Result<bool, ConnError> {
         self.send_external_run(len, len, token)
     }
@@ -806,8 +811,8 @@ impl Connection {
     /// any other ([`Piece::External`] names the offset in the run), while the connection
     /// keeps one entry for the run and reports it acknowledged once, when all of it is:
     /// the engine queues the equal FPDUs of one message this way, one entry, token and
-    /// acknowledgement for many segments. `Ok(false)`, changing nothing, as
-    /// `send_external_record`, and when `every` is 0.
+    /// acknowledgement for many segments. `Ok(false)` and errors as
+    /// `send_external_record`, and [`ConnError::InvalidArgument`] for an `every` of 0.
     pub fn send_external_run(
         &mut self,
         len: usize,
@@ -817,12 +822,25 @@ impl Connection {
         if !self.may_send() {
             return Err(ConnError::CannotSend(self.state));
         }
-        let Ok(len32) = u32::try_from(len) else {
-            return Ok(false);
+        let bad = |name, why| Err(ConnError::InvalidArgument(name, why));
+        let len32 = match u32::try_from(len) {
+            Ok(0) => return bad("len", "must be at least one octet"),
+            Ok(l) => l,
+            Err(_) => return bad("len", "must fit in 32 bits"),
         };
-        debug_assert!(self.ext.back().is_none_or(|r| r.token < token));
+        if every == 0 {
+            return bad("every", "must be at least one octet");
+        }
+        // The owner's contract (`take_acked_external` names the last record acknowledged,
+        // and every one before it): a local caller's slip, answered, not a panic.
+        if self.ext.back().is_some_and(|r| r.token >= token) {
+            return bad(
+                "token",
+                "must be above the tokens of the external records still unacknowledged",
+            );
+        }
         let (ext, base) = (&self.ext, self.data_start());
-        if len == 0 || every == 0 || !self.tx.reserve(len, || ext_holes(ext, base)) {
+        if !self.tx.reserve(len, || ext_holes(ext, base)) {
             return Ok(false);
         }
         let end = self.data_start() + self.tx.len();

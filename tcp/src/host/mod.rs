@@ -61,7 +61,7 @@ use smoltcp::wire::{
     Ipv4Cidr, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
 };
 
-use crate::conn::{ConnConfig, ConnEvent, Connection, Endpoints, Outgoing, Piece};
+use crate::conn::{ConnConfig, ConnError, ConnEvent, Connection, Endpoints, Outgoing, Piece};
 use crate::csum;
 use crate::device::{DeviceStats, PollDevice};
 use crate::recovery::{Congestion as CcAlgorithm, RecoveryConfig};
@@ -947,7 +947,10 @@ impl<D: PollDevice> Host<D> {
         let queued = s
             .conn
             .send_external_run(len, every, token)
-            .map_err(|_| StackError::CannotSend(s.conn.state()))?;
+            .map_err(|e| match e {
+                ConnError::InvalidArgument(name, why) => StackError::InvalidArgument(name, why),
+                _ => StackError::CannotSend(s.conn.state()),
+            })?;
         if queued {
             self.inner.mark_dirty(id.index);
         }
