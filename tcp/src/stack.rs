@@ -315,7 +315,8 @@ macro_rules! dispatch {
 }
 
 impl<D: PollDevice> Stack<D> {
-    /// Creates Warpcore's own TCP/IP stack on `device` at time `now`.
+    /// Creates Warpcore's own TCP/IP stack on `device` at time `now`. A device whose IP
+    /// MTU is below 576 octets is refused ([`StackError::InvalidArgument`]).
     pub fn new(device: D, config: &StackConfig, now: Instant) -> Result<Self, StackError> {
         Self::with_implementation(device, config, now, TcpImplementation::Warpcore)
     }

@@ -367,6 +367,37 @@ fn a_backlog_beyond_the_table_is_refused_or_bounded_without_panic() {
     }
 }
 
+/// A device whose IP MTU is below 576 octets, the least every IPv4 host takes (RFC 1122
+/// 3.3.2), is refused by ours, naming the device: before, the MSS was raised to 536, so the
+/// stack advertised segments its device could not receive and sent frames longer than its
+/// MTU. At 576 the MSS is 536 (RFC 9293 3.7.1: the MTU less 40).
+#[test]
+fn a_device_below_the_ipv4_minimum_mtu_is_refused() {
+    let (ea, _eb) = link::pair(&LinkConfig {
+        mtu: 500,
+        ..LinkConfig::default()
+    });
+    match Stack::new(ea, &config(1, IP_A), Instant::ZERO) {
+        Err(StackError::InvalidArgument(name, _)) => assert_eq!(name, "device"),
+        other => panic!("{:?}", other.map(|_| "a stack")),
+    }
+    let (ea, eb) = link::pair(&LinkConfig {
+        mtu: 576,
+        ..LinkConfig::default()
+    });
+    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("a");
+    let mut b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("b");
+    let t = TcpTuning::default();
+    let l = b.listen(9004, 1, &t).expect("listen");
+    let c = a.connect((IP_B, 9004), None, &t).expect("connect");
+    let mut now = Instant::ZERO;
+    run(&mut a, &mut b, &mut now, 5);
+    let s = b.accept(l).expect("accept").expect("connection");
+    // The MSS less the timestamp option.
+    assert_eq!(a.max_record_payload(c), Ok(Some(536 - 12)));
+    assert_eq!(b.max_record_payload(s), Ok(Some(536 - 12)));
+}
+
 /// A backlog of no handshakes is refused by both implementations, naming the argument,
 /// and binds nothing (house rule: bad local input is never silently clamped). Before, both
 /// made it one.

@@ -73,6 +73,8 @@ use neighbor::{Lookup, Neighbors};
 use wheel::{Entry, Wheel};
 
 const EPHEMERAL_FIRST: u16 = 49152;
+/// The smallest IP MTU a device may have (RFC 791 and RFC 1122 3.3.2: every IPv4 host takes datagrams of 576).
+const IP_MTU_MIN: usize = 576;
 
 /// What [`Host::listen`] and the reference's `listen` answer to a backlog of 0.
 pub(crate) const BACKLOG_ZERO: StackError =
@@ -370,7 +372,18 @@ impl<D: PollDevice> Host<D> {
         }
         let caps = device.capabilities();
         let ip_mtu = caps.ip_mtu();
-        let mss = ip_mtu.saturating_sub(IP_HDR + TCP_HDR).clamp(536, 65_495) as u16;
+        // The MSS advertised is what the device can take (RFC 9293 3.7.1: the IP MTU less
+        // the fixed headers; 65,495 at most, the option's width less the headers). Below
+        // 536 octets, the least every IPv4 host takes (RFC 9293 3.7.1, RFC 1122 3.3.2), the
+        // connection's own floors would send frames the device cannot carry: refused, not
+        // raised to 536 (which advertised an MSS the device could not receive).
+        if ip_mtu < IP_MTU_MIN {
+            return Err(StackError::InvalidArgument(
+                "device",
+                "has an IP MTU below 576 octets (the least an IPv4 host must take)",
+            ));
+        }
+        let mss = (ip_mtu - (IP_HDR + TCP_HDR)).min(65_495) as u16;
         let span = u64::from(u16::MAX - EPHEMERAL_FIRST);
         Ok(Host {
             device,
