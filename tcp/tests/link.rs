@@ -339,6 +339,42 @@ fn a_stray_segment_from_a_group_or_unspecified_source_draws_no_rst() {
     assert_eq!(drain(&mut attacker, now).len(), 1, "one RST");
 }
 
+/// A datagram that claims the stack's own address as its source came from no peer: it is
+/// dropped as a martian (as Linux's `ip_route_input_slow` drops one). A SYN from our own
+/// address and listening port to that port (the "land" attack) made a half-open
+/// connection whose 4-tuple is its own reverse, answered with a SYN-ACK addressed to
+/// ourselves, and a stray ACK from our own address drew a RST addressed to ourselves.
+#[test]
+fn a_segment_from_our_own_address_is_dropped() {
+    let (mut attacker, eb) = link::pair(&LinkConfig::default());
+    let mut b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("stack");
+    let _l = b.listen(5000, 4, &TcpTuning::default()).expect("listen");
+    let now = Instant::ZERO;
+    let mut land = tcp_frame_from(IP_B, 5000, TcpControl::Syn, None, false);
+    // Source port 5000 too (the frame's TCP checksum covers the ports: emit it again).
+    land[34..36].copy_from_slice(&5000u16.to_be_bytes());
+    TcpPacket::new_unchecked(&mut land[34..]).fill_checksum(&IP_B.into(), &IP_B.into());
+    inject(&mut attacker, now, &land);
+    inject(
+        &mut attacker,
+        now,
+        &tcp_frame_from(IP_B, 6000, TcpControl::None, Some(77), false),
+    );
+    for _ in 0..3 {
+        b.poll(now);
+    }
+    assert_eq!(drain(&mut attacker, now).len(), 0, "no reply");
+    assert_eq!(b.live(), 0, "no half-open connection");
+    // A peer's SYN is answered.
+    inject(
+        &mut attacker,
+        now,
+        &tcp_frame(5000, TcpControl::Syn, None, false),
+    );
+    b.poll(now);
+    assert_eq!(b.live(), 1);
+}
+
 /// RFC 9293 3.10.7.1 answers each stray segment with a RST; a flood of them overflows the
 /// host's control queue ([`warpcore_tcp::host::CONTROL_MAX`]), which drops the excess and
 /// counts it in `control_dropped`. `rst_sent` counts the RSTs that were sent, not those

@@ -1875,8 +1875,12 @@ impl Inner {
         };
         // RFC 1122 3.2.1.3: a source no datagram may come from (unspecified, a broadcast,
         // multicast) is discarded silently, before any protocol answers it (a stray TCP
-        // segment's RST, RFC 9293 3.10.7.1, would be addressed to it).
-        if ip.dst_addr != self.cidr.address() || !self.unicast_source(ip.src_addr) {
+        // segment's RST, RFC 9293 3.10.7.1, would be addressed to it). So is our own
+        // address, which no peer has (a martian, as Linux's `ip_route_input_slow` drops
+        // it): a SYN from it to a listening port from that port made a half-open
+        // connection with itself (the "land" attack).
+        let src = ip.src_addr;
+        if ip.dst_addr != self.cidr.address() || !self.unicast_source(src) || src == ip.dst_addr {
             self.stats.rx_dropped += 1;
             return;
         }
