@@ -250,6 +250,39 @@ fn a_closed_connection_not_yet_released_does_not_swallow_its_4_tuple() {
     assert_eq!(&got[..n], b"still here");
 }
 
+/// A released handle is stale (`Stack::release`): no event names it afterwards. Releasing
+/// an open connection aborts it, and ours raised the abort's `Closed` for the handle just
+/// released (the reference raises nothing); the RST still reaches the peer.
+#[test]
+fn no_event_names_a_handle_after_its_release() {
+    for imp in [
+        TcpImplementation::Warpcore,
+        TcpImplementation::SmoltcpReference,
+    ] {
+        let (mut a, mut b) = stacks_of(imp);
+        let t = TcpTuning::default();
+        let l = b.listen(9005, 1, &t).expect("listen");
+        let c = a.connect((IP_B, 9005), None, &t).expect("connect");
+        let mut now = Instant::ZERO;
+        let (ea, _) = run(&mut a, &mut b, &mut now, 5);
+        assert!(ea.contains(&Event::Connected(c)), "{imp:?}: {ea:?}");
+        let s = b.accept(l).expect("accept").expect("connection");
+        a.release(c).expect("release");
+        let (ea, eb) = run(&mut a, &mut b, &mut now, 5);
+        let names_c = |e: &Event| match *e {
+            Event::Connected(x)
+            | Event::Readable(x)
+            | Event::Writable(x)
+            | Event::PeerClosed(x)
+            | Event::Closed(x)
+            | Event::Reset(x) => x == c,
+            Event::Acceptable(_) => false,
+        };
+        assert!(!ea.iter().any(names_c), "{imp:?}: {ea:?}");
+        assert!(eb.contains(&Event::Reset(s)), "{imp:?}: {eb:?}");
+    }
+}
+
 #[test]
 fn table_limit_is_enforced() {
     for imp in [

@@ -1082,7 +1082,9 @@ impl<D: PollDevice> Host<D> {
         if !s.conn.is_finished() {
             s.conn.abort();
             let now = self.inner.now;
-            self.transmit_conn(id.index, now, &mut no_fill);
+            // The RST only: the abort's events (its Closed) go with the slot, as the handle
+            // is stale from here (an event for it named a handle the user had let go).
+            self.transmit_frames(id.index, now, &mut no_fill);
         }
         self.inner.remove(id.index);
         Ok(())
@@ -1166,13 +1168,6 @@ impl<D: PollDevice> Host<D> {
             }
         }
         work
-    }
-
-    /// Sends every segment connection `index` has now, then takes its events and re-arms its
-    /// timer. Frees it if it finished while still invisible to the user.
-    fn transmit_conn(&mut self, index: u32, now: Instant, fill: &mut Fill<'_>) {
-        self.transmit_frames(index, now, fill);
-        self.inner.after_activity(index);
     }
 
     /// Sends the ACK connection `index` owes for the segment just read alone
