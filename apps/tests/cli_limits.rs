@@ -47,7 +47,9 @@ fn tcpperf_refuses_sizes_and_counts_that_cannot_run() {
 
 /// wcconnrate: a negative, NaN or endless `--secs` panicked turning it into a Duration;
 /// `--loss` took any number (negative: no loss, above 1: nothing through); `--kernel`
-/// silently ignored a server address, a device and `--loss`.
+/// silently ignored a server address, a device, `--loss`, `--port` (its server listens on
+/// a port the kernel picks), `--capture`, `--cores` and the device's addressing; and
+/// `--loopback` silently ignored a server address.
 #[test]
 fn wcconnrate_refuses_times_losses_and_flags_kernel_runs_ignore() {
     let exe = env!("CARGO_BIN_EXE_wcconnrate");
@@ -65,9 +67,26 @@ fn wcconnrate_refuses_times_losses_and_flags_kernel_runs_ignore() {
         &["--kernel", "198.18.0.2"][..],
         &["--kernel", "--loopback=link", "--loss", "0.1"],
         &["--kernel", "--memif", "/tmp/wcconnrate-unused.sock"],
+        &["--kernel", "--secs", "0.1", "--port", "9000"],
+        &[
+            "--kernel",
+            "--secs",
+            "0.1",
+            "--capture",
+            "/tmp/wcconnrate-unused.pcapng",
+        ],
+        &["--kernel", "--secs", "0.1", "--cores", "0"],
+        &["--kernel", "--secs", "0.1", "--ip", "198.18.0.7/24"],
+        &["--kernel", "--secs", "0.1", "--mtu", "1500"],
     ] {
         refused(exe, args, "--kernel");
     }
+    let (rc, text) = run(exe, &["198.18.0.2", "--loopback=link", "--secs", "0.1"]);
+    assert_eq!(rc, 2, "{text}");
+    assert!(
+        text.contains("--loopback") && text.contains("198.18.0.2"),
+        "{text}"
+    );
 }
 
 /// wcsoak: a negative or NaN `--minutes` panicked; `--qps 0` or `--ops 0` made a soak that

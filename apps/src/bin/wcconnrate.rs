@@ -49,9 +49,10 @@ struct Cli {
     /// Octets of each connection's Send (its first eight carry the connection's number).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(8..=65536))]
     size: u32,
-    /// TCP port.
-    #[arg(long, default_value_t = 7398)]
-    port: u16,
+    /// TCP port (default 7398; a Warpcore run's: `--kernel` listens on a port the kernel
+    /// picks).
+    #[arg(long)]
+    port: Option<u16>,
     /// The longest any one step may wait (the client's first connection retries that long
     /// while the server comes up), in seconds (1 to a year).
     #[arg(long, default_value_t = 30,
@@ -70,6 +71,8 @@ struct Cli {
     dev: DeviceArgs,
 }
 
+/// The TCP port when `--port` is not given.
+const PORT: u16 = 7398;
 /// The connection number that tells the server the run is over.
 const END: u64 = u64::MAX;
 /// Receive buffers the server keeps (connections it can serve at once).
@@ -339,7 +342,7 @@ impl Client {
             cq,
             mr,
             server,
-            port: cli.port,
+            port: cli.port.unwrap_or(PORT),
             size,
             slots: (0..parallel).map(|_| None).collect(),
             next_seq: 0,
@@ -596,6 +599,7 @@ fn open_warpcore(cli: &Cli) -> Result<(), String> {
         c.drive = Drive::Caller;
     };
     let size = cli.size as usize;
+    let port = cli.port.unwrap_or(PORT);
     if cli.loss > 0.0 && cli.dev.loopback != Some(Loopback::Link) {
         return Err(format!(
             "--loss {}: only the in-memory link (--loopback=link) injects loss",
@@ -622,7 +626,7 @@ fn open_warpcore(cli: &Cli) -> Result<(), String> {
             .dev
             .open_engine_pair(&o, PairAddrs::BENCHMARK)
             .map_err(|e| e.to_string())?;
-        let server = Server::new(s.ctx, cli.port, size)?;
+        let server = Server::new(s.ctx, port, size)?;
         let client = Client::new(c.ctx, s.ip, cli)?;
         return run_warpcore(cli, Some(client), Some(server));
     }
@@ -638,7 +642,7 @@ fn open_warpcore(cli: &Cli) -> Result<(), String> {
         let ep = cli.dev.open_engine(&o).map_err(|e| e.to_string())?;
         match cli.server {
             Some(addr) => run_warpcore(cli, Some(Client::new(ep.ctx, addr, cli)?), None),
-            None => run_warpcore(cli, None, Some(Server::new(ep.ctx, cli.port, size)?)),
+            None => run_warpcore(cli, None, Some(Server::new(ep.ctx, port, size)?)),
         }
     }
     #[cfg(not(feature = "dpdk"))]
@@ -760,10 +764,18 @@ fn run_kernel(cli: &Cli) -> Result<(), String> {
     Ok(())
 }
 
-/// `--kernel` runs both ends over the kernel's loopback in this process: refuses what
-/// only a Warpcore run uses, rather than ignore it.
+/// Refuses what the run would ignore, rather than ignore it: `--kernel` runs both ends in
+/// this process over the kernel's loopback, so nothing of a Warpcore run applies (a server
+/// address, a device, its address, CPUs, capture, loss, port); `--loopback` runs both
+/// engines in this process, so there is no server address to reach.
 fn validate(cli: &Cli) -> Result<(), String> {
     if !cli.kernel {
+        if let (Some(a), Some(_)) = (cli.server, cli.dev.loopback) {
+            return Err(format!(
+                "--loopback runs both ends in this process: a server address ({a}) names \
+                 the server of a client in another process"
+            ));
+        }
         return Ok(());
     }
     let refuse = |what: &str| {
@@ -780,6 +792,25 @@ fn validate(cli: &Cli) -> Result<(), String> {
     }
     if cli.dev.names_port() || cli.dev.loopback.is_some() {
         return refuse("a device (--memif, --vdev, --pci, --eal, --loopback)");
+    }
+    if let Some(p) = cli.port {
+        return refuse(&format!(
+            "--port {p} (the kernel's server listens on a port the kernel picks)"
+        ));
+    }
+    for flag in [
+        "--ip",
+        "--gateway",
+        "--mac",
+        "--cores",
+        "--mtu",
+        "--no-csum",
+        "--tso",
+        "--capture",
+    ] {
+        if cli.dev.refuse(flag, "").is_err() {
+            return refuse(flag);
+        }
     }
     Ok(())
 }
