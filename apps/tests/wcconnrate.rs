@@ -102,6 +102,25 @@ fn kernel_loop_on_loopback() {
     check(&t, "kernel");
 }
 
+/// A `--kernel` run whose `--secs` ended before a client thread started made no connection,
+/// and reported `conns=0 rate=0.0` with zero percentiles as a success (exit 0), which
+/// bench/connrate.sh would have tabulated: a run that measured nothing fails.
+#[test]
+fn a_run_that_measured_nothing_fails() {
+    let out = Command::new(env!("CARGO_BIN_EXE_wcconnrate"))
+        .args(["--kernel", "--secs", "1e-9"])
+        .output()
+        .expect("run wcconnrate");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("nothing was measured"), "{text}");
+    assert!(!text.contains("RESULT connrate "), "{text}");
+}
+
 #[test]
 fn bad_arguments_are_refused() {
     let out = Command::new(env!("CARGO_BIN_EXE_wcconnrate"))

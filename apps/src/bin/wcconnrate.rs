@@ -137,6 +137,20 @@ struct Figures {
     established: Histogram<u64>,
 }
 
+/// A run in which no connection completed measured nothing: its rate of 0 and its empty
+/// percentiles are no figures, so it fails (a `--secs` shorter than the client threads take
+/// to start made one).
+fn measured_something(cli: &Cli, f: &Figures) -> Result<(), String> {
+    if f.conns == 0 {
+        return Err(format!(
+            "no connection completed in {:.3} s (--secs {}): nothing was measured; give a \
+             longer --secs",
+            f.secs, cli.secs
+        ));
+    }
+    Ok(())
+}
+
 fn report(stack: &str, cli: &Cli, f: &Figures) {
     let rate = f.conns as f64 / f.secs;
     let q = |h: &Histogram<u64>, p: f64| h.value_at_quantile(p) as f64;
@@ -566,6 +580,7 @@ fn run_warpcore(
                 return Err("the closing connection hangs".into());
             }
         }
+        measured_something(cli, &c.figures)?;
         report("warpcore", cli, &c.figures);
     }
     if let Some(s) = server.as_mut() {
@@ -759,6 +774,7 @@ fn run_kernel(cli: &Cli) -> Result<(), String> {
             f.conns
         ));
     }
+    measured_something(cli, &f)?;
     report("kernel", cli, &f);
     println!("RESULT connrate-server verified={verified}");
     Ok(())
