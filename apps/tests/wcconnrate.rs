@@ -121,6 +121,33 @@ fn a_run_that_measured_nothing_fails() {
     assert!(!text.contains("RESULT connrate "), "{text}");
 }
 
+/// `--capture` over a pair of DPDK ports was started and never finished: the run left
+/// DPDK's raw file beside the path given and nothing at it. The capture is now rewritten
+/// as plain pcapng at the path, holding the run's frames, and the raw file goes.
+#[cfg(feature = "dpdk")]
+#[test]
+fn capture_is_written_where_asked() {
+    let dir = std::env::temp_dir().join(format!("wcconnrate-capture-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cap = dir.join("cr.pcapng");
+    let t = run(&[
+        "--loopback=ring",
+        "--secs",
+        "0.2",
+        "--capture",
+        cap.to_str().unwrap(),
+    ]);
+    check(&t, "warpcore");
+    let c = warpcore_apps::capture::read_capture_file(&cap)
+        .unwrap_or_else(|e| panic!("{}: {e}\n{t}", cap.display()));
+    assert!(c.frames.len() > 10, "{} frames\n{t}", c.frames.len());
+    assert!(
+        !warpcore_apps::device::raw_capture_path(&cap).exists(),
+        "the raw capture was left behind"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn bad_arguments_are_refused() {
     let out = Command::new(env!("CARGO_BIN_EXE_wcconnrate"))

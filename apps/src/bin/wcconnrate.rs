@@ -18,7 +18,9 @@
 //! `RESULT connrate stack=warpcore|kernel conns=N secs=S rate=R cycle_p50_us=..
 //! cycle_p99_us=.. established_p50_us=..` and the server `RESULT connrate-server
 //! verified=N`; every Send's octets are checked, and any failure after the first
-//! connection stood is an error (exit 1).
+//! connection stood is an error (exit 1), as is a run that completed no connection.
+//! `--capture` over DPDK ports (`--memif`, `--loopback=ring`, `--loopback=memif`) is
+//! rewritten as plain pcapng at the path given when the engines have stopped.
 #![forbid(unsafe_code)]
 
 use std::io::{Read, Write};
@@ -609,6 +611,22 @@ fn run_warpcore(
     Ok(())
 }
 
+/// A Warpcore run, then its `--capture` rewritten as plain pcapng at the path given (the
+/// engines, and with them the ports and DPDK's capture of one, are gone by then).
+fn warpcore_and_capture(cli: &Cli) -> Result<(), String> {
+    let r = open_warpcore(cli);
+    if let Some(cap) = &cli.dev.capture {
+        match warpcore_apps::device::finish_capture(cap) {
+            Ok(n) => eprintln!("wcconnrate: {n} frames captured to {}", cap.display()),
+            Err(e) => {
+                eprintln!("wcconnrate: {e}");
+                return r.and(Err(e));
+            }
+        }
+    }
+    r
+}
+
 fn open_warpcore(cli: &Cli) -> Result<(), String> {
     let configure = |c: &mut warpcore_verbs::Config| {
         c.drive = Drive::Caller;
@@ -840,7 +858,7 @@ fn main() -> ExitCode {
     let r = if cli.kernel {
         run_kernel(&cli)
     } else {
-        open_warpcore(&cli)
+        warpcore_and_capture(&cli)
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

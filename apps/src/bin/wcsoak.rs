@@ -634,7 +634,16 @@ fn run(cli: &Cli) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let cli: Cli = warpcore_apps::parse_args();
-    match run(&cli) {
+    let mut r = run(&cli);
+    // The engines are gone with `run`: DPDK's capture of the port is whole, and becomes
+    // plain pcapng at the path given.
+    if let Some(cap) = &cli.dev.capture {
+        match warpcore_apps::device::finish_capture(cap) {
+            Ok(n) => println!("wcsoak: {n} frames captured to {}", cap.display()),
+            Err(e) => r = r.and(Err(e)),
+        }
+    }
+    match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("wcsoak: FAILED: {e}");

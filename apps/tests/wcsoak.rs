@@ -1,0 +1,56 @@
+//! wcsoak (the soak, issue 15) honours the device flags it takes: `--capture` over DPDK
+//! ports ends as a capture at the path given.
+//! Short runs (a few seconds, one connection a round, no loss): the soak proper is
+//! `scripts/soak.sh`.
+
+use std::process::Command;
+
+/// Runs wcsoak for three seconds with reports every second (the warm-up is the first);
+/// `extra` flags after. Returns everything it printed; the run must pass.
+fn soak(extra: &[&str]) -> String {
+    let mut args = vec![
+        "--minutes",
+        "0.05",
+        "--report-secs",
+        "1",
+        "--loss",
+        "0",
+        "--qps",
+        "1",
+        "--ops",
+        "1",
+    ];
+    args.extend_from_slice(extra);
+    let out = Command::new(env!("CARGO_BIN_EXE_wcsoak"))
+        .args(&args)
+        .output()
+        .expect("run wcsoak");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "wcsoak {args:?} failed:\n{text}");
+    assert!(text.contains("wcsoak: ok:"), "{text}");
+    text
+}
+
+/// `--capture` over DPDK ports was started and never finished: the run left DPDK's raw
+/// file beside the path given and nothing at it.
+#[cfg(feature = "dpdk")]
+#[test]
+fn capture_is_written_where_asked() {
+    let dir = std::env::temp_dir().join(format!("wcsoak-capture-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cap = dir.join("soak.pcapng");
+    let t = soak(&["--loopback=ring", "--capture", cap.to_str().unwrap()]);
+    let c = warpcore_apps::capture::read_capture_file(&cap)
+        .unwrap_or_else(|e| panic!("{}: {e}\n{t}", cap.display()));
+    assert!(c.frames.len() > 10, "{} frames\n{t}", c.frames.len());
+    assert!(t.contains("frames captured to"), "{t}");
+    assert!(
+        !warpcore_apps::device::raw_capture_path(&cap).exists(),
+        "the raw capture was left behind"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
