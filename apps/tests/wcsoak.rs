@@ -1,5 +1,5 @@
-//! wcsoak (the soak, issue 15) honours the device flags it takes: `--capture` over DPDK
-//! ports ends as a capture at the path given.
+//! wcsoak (the soak, issue 15) honours the device flags it takes: `--ip` is where its
+//! client connects, and `--capture` over DPDK ports ends as a capture at the path given.
 //! Short runs (a few seconds, one connection a round, no loss): the soak proper is
 //! `scripts/soak.sh`.
 
@@ -33,6 +33,13 @@ fn soak(extra: &[&str]) -> String {
     assert!(out.status.success(), "wcsoak {args:?} failed:\n{text}");
     assert!(text.contains("wcsoak: ok:"), "{text}");
     text
+}
+
+/// The server engine took `--ip`, but the client connected to 10.0.0.2 all the same: no
+/// connection request ever came, and the soak failed after its 60 s wait.
+#[test]
+fn the_client_connects_to_the_address_given() {
+    soak(&["--ip", "10.0.0.9/24"]);
 }
 
 /// `--capture` over DPDK ports was started and never finished: the run left DPDK's raw

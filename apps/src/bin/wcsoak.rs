@@ -207,6 +207,8 @@ struct Totals {
 struct Soak {
     a: Context,
     b: Context,
+    /// B's address (`--ip`, else 10.0.0.2), where A connects.
+    b_ip: Ipv4Addr,
     rng: Rng,
     totals: Totals,
     defect: Option<Defect>,
@@ -218,7 +220,7 @@ impl Soak {
             .pd
             .create_qp(&QpInit::new(&sa.cq, &sa.cq).with_srq(&sa.srq))
             .map_err(|e| format!("create_qp A: {e}"))?;
-        qa.connect([10, 0, 0, 2], PORT, &MpaParams::default(), b"soak")
+        qa.connect(self.b_ip, PORT, &MpaParams::default(), b"soak")
             .map_err(|e| format!("connect: {e}"))?;
         let req = expect_event(&self.b, "B: connection request", |e| match e {
             CmEvent::ConnectRequest(r) => Some(r.clone()),
@@ -484,12 +486,14 @@ fn run(cli: &Cli) -> Result<(), String> {
         client: Ipv4Addr::new(10, 0, 0, 1),
     };
     let (b, a) = dev.open_engine_pair(&o, addrs).map_err(|e| e.to_string())?;
+    let b_ip = b.ip;
     let (a, b) = (a.ctx, b.ctx);
     b.listen(PORT, &MpaParams::default())
         .map_err(|e| e.to_string())?;
     let mut soak = Soak {
         a,
         b,
+        b_ip,
         rng: Rng(cli.seed),
         defect: cli.inject_defect,
         totals: Totals::default(),
