@@ -90,8 +90,8 @@ fn wcconnrate_refuses_times_losses_and_flags_kernel_runs_ignore() {
 }
 
 /// wcsoak: a negative or NaN `--minutes` panicked; `--qps 0` or `--ops 0` made a soak that
-/// checked nothing and passed; `--report-secs 0` was silently taken as 1; `--loss` took
-/// any number.
+/// checked nothing and passed; `--report-secs 0` was silently taken as 1, and one beyond
+/// a year panicked (`Instant + Duration` overflows); `--loss` took any number.
 #[test]
 fn wcsoak_refuses_times_counts_and_losses_that_cannot_run() {
     let exe = env!("CARGO_BIN_EXE_wcsoak");
@@ -102,6 +102,7 @@ fn wcsoak_refuses_times_counts_and_losses_that_cannot_run() {
         (&["--qps", "0"], "--qps"),
         (&["--ops", "0"], "--ops"),
         (&["--report-secs", "0"], "--report-secs"),
+        (&["--report-secs", "18446744073709551615"], "--report-secs"),
         (&["--loss", "1.5"], "--loss"),
         (&["--loss=-0.01"], "--loss"),
     ] {

@@ -9,7 +9,7 @@
 //! tables' occupancy (read between connections, when nothing should be open) and, on DPDK
 //! ports, the mbufs taken from the pool; it fails if
 //! a transfer is wrong, if anything hangs (every wait is bounded), or if any of those
-//! figures grows after the first report (the warm-up).
+//! figures grows after the warm-up (the reports of the first third of the run).
 //!
 //! ```text
 //! wcsoak --minutes 2                  # what scripts/test.sh runs (scripts/soak.sh)
@@ -46,8 +46,9 @@ struct Cli {
     /// Verified operations of each kind per connection (at least 1).
     #[arg(long, default_value_t = 8, value_parser = at_least_one)]
     ops: usize,
-    /// Seconds between resource reports (at least 1).
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Seconds between resource reports (at least 1, at most a year).
+    #[arg(long, default_value_t = 20,
+          value_parser = clap::value_parser!(u64).range(1..=warpcore_apps::MAX_TIMEOUT_S))]
     report_secs: u64,
     /// Seed of the link's fault generators and of the workload.
     #[arg(long, default_value_t = 1)]
