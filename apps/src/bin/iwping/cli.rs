@@ -156,6 +156,25 @@ impl Cli {
         if self.server && self.local().is_err() {
             return Err("-s needs --ip ADDR/LEN, -I ADDR or -a ADDR (our own address)".into());
         }
+        // Our own address from two flags: one of them would be silently ignored (local()
+        // takes --ip first, then -I, then a server's -a), and the run would bind an address
+        // the user did not mean.
+        if let (Some(ip), Some(i)) = (self.dev.ip, self.source) {
+            if ip.addr != i {
+                return Err(format!(
+                    "--ip {} and -I {i} name two different addresses of our own: give one",
+                    ip.addr
+                ));
+            }
+        }
+        if let (true, Some(a), Ok(own)) = (self.server, self.addr, self.local()) {
+            if own.addr != a {
+                return Err(format!(
+                    "-s -a {a} names our own address, and --ip/-I another ({}): give one",
+                    own.addr
+                ));
+            }
+        }
         if self.persistent && !self.server {
             return Err("-P (persistent server) applies to the server (-s)".into());
         }
@@ -225,5 +244,26 @@ mod tests {
             c.rtr_types(RtrTypes::WRITE),
             RtrTypes::READ.union(RtrTypes::SEND)
         );
+    }
+
+    /// Two flags that name our own address must agree: `--ip` used to win over `-I`, and
+    /// either over a server's `-a`, silently, so the run bound an address not asked for.
+    #[test]
+    fn own_address_given_twice_must_agree() {
+        let v = |args: &[&str]| {
+            Cli::try_parse_from([&["iwping"][..], args].concat())
+                .unwrap()
+                .validate()
+        };
+        let e = v(&["-c", "-a", "1.2.3.4", "-I", "1.2.3.5", "--ip", "1.2.3.6/24"]).unwrap_err();
+        assert!(e.contains("--ip 1.2.3.6 and -I 1.2.3.5"), "{e}");
+        let e = v(&["-s", "-a", "10.0.0.1", "--ip", "10.0.0.2/24"]).unwrap_err();
+        assert!(e.contains("-s -a 10.0.0.1"), "{e}");
+        let e = v(&["-s", "-a", "10.0.0.1", "-I", "10.0.0.3"]).unwrap_err();
+        assert!(e.contains("(10.0.0.3)"), "{e}");
+        // The same address twice, or each flag alone, is fine.
+        assert!(v(&["-c", "-a", "1.2.3.4", "-I", "1.2.3.5", "--ip", "1.2.3.5/16"]).is_ok());
+        assert!(v(&["-s", "-a", "10.0.0.2", "--ip", "10.0.0.2/24"]).is_ok());
+        assert!(v(&["-s", "-I", "10.0.0.2"]).is_ok());
     }
 }
