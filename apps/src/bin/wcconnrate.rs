@@ -56,7 +56,8 @@ struct Cli {
     #[arg(long)]
     port: Option<u16>,
     /// The longest any one step may wait (the client's first connection retries that long
-    /// while the server comes up), in seconds (1 to a year).
+    /// while the server comes up; with `--kernel`, how long after `--secs` a connection may
+    /// still be under way), in seconds (1 to a year).
     #[arg(long, default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..=warpcore_apps::MAX_TIMEOUT_S))]
     timeout: u64,
@@ -693,70 +694,113 @@ type ThreadFigures = (u64, Histogram<u64>, Histogram<u64>);
 /// read to the end, close) and `parallel` client threads (connect, write, half-close, wait
 /// for the server's close).
 fn run_kernel(cli: &Cli) -> Result<(), String> {
-    let size = cli.size as usize;
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| format!("bind: {e}"))?;
+    run_kernel_on(cli, listener)
+}
+
+/// One kernel connection's life, client side: connect, write the message, half-close,
+/// wait for the server's close. `bound`: a limit on each step (the measured connections
+/// have none: setting one costs system calls the Warpcore loop does not make; the run's
+/// watchdog bounds them instead).
+fn kernel_one(
+    addr: std::net::SocketAddr,
+    seq: u64,
+    size: usize,
+    bound: Option<Duration>,
+) -> Result<(Duration, Duration), String> {
+    let t0 = Instant::now();
+    let mut s = match bound {
+        Some(t) => TcpStream::connect_timeout(&addr, t),
+        None => TcpStream::connect(addr),
+    }
+    .map_err(|e| format!("connect: {e}"))?;
+    let est = t0.elapsed();
+    if bound.is_some() {
+        s.set_read_timeout(bound).map_err(|e| e.to_string())?;
+        s.set_write_timeout(bound).map_err(|e| e.to_string())?;
+    }
+    s.set_nodelay(true).map_err(|e| e.to_string())?;
+    s.write_all(&message(seq, size))
+        .map_err(|e| format!("write: {e}"))?;
+    s.shutdown(std::net::Shutdown::Write)
+        .map_err(|e| format!("shutdown: {e}"))?;
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest)
+        .map_err(|e| format!("client read: {e}"))?;
+    Ok((est, t0.elapsed()))
+}
+
+/// [`run_kernel`] with the server on `listener`. Bounded by `--timeout`: a client thread
+/// still in a connection that long after `--secs` ended, or a server not done that long
+/// after the last connection, hangs (a stalled peer), and the run fails rather than wait.
+fn run_kernel_on(cli: &Cli, listener: TcpListener) -> Result<(), String> {
+    let size = cli.size as usize;
+    let timeout = Duration::from_secs(cli.timeout);
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let server = std::thread::spawn(move || -> Result<u64, String> {
-        let mut m = vec![0u8; size];
-        for (verified, s) in (0u64..).zip(listener.incoming()) {
-            let mut s = s.map_err(|e| format!("accept: {e}"))?;
-            s.read_exact(&mut m)
-                .map_err(|e| format!("server read: {e}"))?;
-            let seq = verify(&m, size)?;
-            let mut rest = Vec::new();
-            s.read_to_end(&mut rest)
-                .map_err(|e| format!("server read to the end: {e}"))?;
-            if !rest.is_empty() {
-                return Err(format!("connection {seq}: {} octets too many", rest.len()));
+    let (server_tx, server_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let serve = || -> Result<u64, String> {
+            let mut m = vec![0u8; size];
+            for (verified, s) in (0u64..).zip(listener.incoming()) {
+                let mut s = s.map_err(|e| format!("accept: {e}"))?;
+                s.read_exact(&mut m)
+                    .map_err(|e| format!("server read: {e}"))?;
+                let seq = verify(&m, size)?;
+                let mut rest = Vec::new();
+                s.read_to_end(&mut rest)
+                    .map_err(|e| format!("server read to the end: {e}"))?;
+                if !rest.is_empty() {
+                    return Err(format!("connection {seq}: {} octets too many", rest.len()));
+                }
+                if seq == END {
+                    return Ok(verified);
+                }
             }
-            if seq == END {
-                return Ok(verified);
+            Err("the listener stopped".into())
+        };
+        let _ = server_tx.send(serve());
+    });
+    let secs = Duration::from_secs_f64(cli.secs);
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1));
+    let start = Instant::now();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for _ in 0..cli.parallel {
+        let (tx, next) = (tx.clone(), next.clone());
+        std::thread::spawn(move || {
+            let run = || -> Result<ThreadFigures, String> {
+                let (mut cycle, mut est) = (hist(), hist());
+                let mut n = 0u64;
+                while start.elapsed() < secs {
+                    let seq = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let (e, c) = kernel_one(addr, seq, size, None)?;
+                    est.saturating_record(e.as_micros() as u64);
+                    cycle.saturating_record(c.as_micros() as u64);
+                    n += 1;
+                }
+                Ok((n, cycle, est))
+            };
+            let _ = tx.send(run());
+        });
+    }
+    drop(tx);
+    let hangs = |what: &str| {
+        format!("{what} (--timeout {timeout:?}): a connection hangs; the run is abandoned")
+    };
+    let deadline = start + secs + timeout;
+    let mut results = Vec::new();
+    for _ in 0..cli.parallel {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(r) => results.push(r),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                return Err(hangs(
+                    "a client thread is still not done after --secs and --timeout",
+                ))
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err("a client thread panicked".into())
             }
         }
-        Err("the listener stopped".into())
-    });
-    let one = |seq: u64| -> Result<(Duration, Duration), String> {
-        let t0 = Instant::now();
-        let mut s = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
-        let est = t0.elapsed();
-        s.set_nodelay(true).map_err(|e| e.to_string())?;
-        s.write_all(&message(seq, size))
-            .map_err(|e| format!("write: {e}"))?;
-        s.shutdown(std::net::Shutdown::Write)
-            .map_err(|e| format!("shutdown: {e}"))?;
-        let mut rest = Vec::new();
-        s.read_to_end(&mut rest)
-            .map_err(|e| format!("client read: {e}"))?;
-        Ok((est, t0.elapsed()))
-    };
-    let secs = Duration::from_secs_f64(cli.secs);
-    let next = std::sync::atomic::AtomicU64::new(1);
-    let start = Instant::now();
-    let results: Vec<Result<ThreadFigures, String>> = std::thread::scope(|sc| {
-        let handles: Vec<_> = (0..cli.parallel)
-            .map(|_| {
-                sc.spawn(|| {
-                    let (mut cycle, mut est) = (hist(), hist());
-                    let mut n = 0u64;
-                    while start.elapsed() < secs {
-                        let seq = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let (e, c) = one(seq)?;
-                        est.saturating_record(e.as_micros() as u64);
-                        cycle.saturating_record(c.as_micros() as u64);
-                        n += 1;
-                    }
-                    Ok((n, cycle, est))
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("a client thread panicked".into()))
-            })
-            .collect()
-    });
+    }
     let elapsed = start.elapsed().as_secs_f64();
     let mut f = Figures {
         conns: 0,
@@ -778,10 +822,18 @@ fn run_kernel(cli: &Cli) -> Result<(), String> {
         }
     }
     // Whatever happened, let the server finish.
-    let end = one(END);
-    let verified = server
-        .join()
-        .map_err(|_| "the server thread panicked".to_string())??;
+    let end = kernel_one(addr, END, size, Some(timeout));
+    let verified = match server_rx.recv_timeout(timeout) {
+        Ok(r) => r?,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            return Err(hangs(
+                "the server is still not done after the last connection",
+            ))
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            return Err("the server thread panicked".into())
+        }
+    };
     if let Some(e) = first_err {
         return Err(e);
     }
@@ -866,5 +918,39 @@ fn main() -> ExitCode {
             eprintln!("wcconnrate: FAILED: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection that stalls (here a stranger on the kernel server's port, accepted
+    /// first, that sends nothing and never closes) held the server thread in its read,
+    /// every client thread in its wait for the server's close, and the run forever:
+    /// `--kernel` ignored `--timeout`. It now bounds the run.
+    #[test]
+    fn a_stalled_kernel_run_ends_within_the_timeout() {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let stranger = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let cli = Cli::try_parse_from([
+            "wcconnrate",
+            "--kernel",
+            "--secs",
+            "0.2",
+            "--parallel",
+            "2",
+            "--timeout",
+            "1",
+        ])
+        .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(run_kernel_on(&cli, listener));
+        });
+        let r = rx.recv_timeout(Duration::from_secs(30));
+        drop(stranger);
+        let e = r.expect("the kernel run still hangs 30 s on").unwrap_err();
+        assert!(e.contains("--timeout"), "{e}");
     }
 }
