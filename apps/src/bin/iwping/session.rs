@@ -179,6 +179,22 @@ impl Side<'_> {
         }
     }
 
+    /// After a flushed work request: a clean disconnect only if the connection event says
+    /// so; a reset, a lost connection or a Terminate is the run's failure (the flush comes
+    /// first, the event that says why right behind it).
+    fn after_flush(&self, what: WcOpcode) -> Result<Got, Failure> {
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until {
+            match self.check_events()? {
+                Some(Got::Disconnected) => return Ok(Got::Disconnected),
+                _ => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+        Err(Failure::Other(format!(
+            "{what:?} flushed, and no disconnect or error followed within 2 s"
+        )))
+    }
+
     /// Waits for the next receive or RDMA completion (Send completions are consumed),
     /// or the end of the connection.
     fn wait(&self) -> Result<Got, Failure> {
@@ -192,10 +208,7 @@ impl Side<'_> {
                 if wc.status == WcStatus::FlushErr {
                     // The QP left RTS: the connection event says whether that was a
                     // disconnect or an error.
-                    return match self.why(wc.status, wc.opcode) {
-                        Failure::Other(_) => Ok(Got::Disconnected),
-                        f => Err(f),
-                    };
+                    return self.after_flush(wc.opcode);
                 }
                 if wc.status != WcStatus::Success {
                     return Err(self.why(wc.status, wc.opcode));
@@ -559,4 +572,60 @@ fn serve_one(
     }
     eprintln!("iwping: the client disconnected");
     Ok(ping)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use warpcore_apps::device::{EngineOptions, MemifRole, PairAddrs};
+
+    /// A client whose connection is reset (it crashed, or aborted) ended the server's
+    /// session as if it had disconnected cleanly: the flushed receive came first, the reset
+    /// event behind it was taken for a clean close, and `iwping -s` reported "the client
+    /// disconnected" and exited 0. Both ends here share the in-memory link.
+    #[test]
+    fn a_client_reset_fails_the_server() {
+        let server_cli = Cli::try_parse_from([
+            "iwping",
+            "-s",
+            "-a",
+            "10.0.0.2",
+            "--loopback=link",
+            "--timeout",
+            "10",
+        ])
+        .unwrap();
+        let client_cli =
+            Cli::try_parse_from(["iwping", "-c", "-a", "10.0.0.2", "-I", "10.0.0.1"]).unwrap();
+        let addrs = PairAddrs {
+            server: Ipv4Addr::new(10, 0, 0, 2),
+            client: Ipv4Addr::new(10, 0, 0, 1),
+        };
+        let (b, a) = server_cli
+            .dev
+            .open_engine_pair(&EngineOptions::new("iwping", MemifRole::Server), addrs)
+            .unwrap();
+        let client = std::thread::spawn(move || {
+            let ctx = a.ctx;
+            let cq = ctx.create_cq(8).unwrap();
+            let side = make_side(&ctx, &cq, &client_cli, None, 64).unwrap();
+            side.qp
+                .connect(addrs.server, 7174, &mpa_params(&client_cli), &[])
+                .unwrap();
+            match ctx.next_event(Duration::from_secs(10)) {
+                Some(CmEvent::Established(_)) => {}
+                e => panic!("client: {e:?}"),
+            }
+            side.qp.abort().unwrap();
+            // The engine stays up while the server looks at what came.
+            std::thread::sleep(Duration::from_secs(3));
+        });
+        let r = server(&b.ctx, &server_cli);
+        client.join().unwrap();
+        match r {
+            Err(Failure::Other(e)) => assert!(e.contains("reset"), "{e}"),
+            other => panic!("the server ended with {other:?}"),
+        }
+    }
 }
