@@ -16,7 +16,7 @@ use warpcore_verbs::{
 };
 
 use crate::cli::{Cli, Fault};
-use crate::wire::{as_text, echo_len, pattern, RdmaInfo, INFO_LEN};
+use crate::wire::{as_text, echo_len, pattern, RdmaInfo, INFO_LEN, MIN_SIZE};
 
 /// How a run ended badly.
 #[derive(Debug)]
@@ -514,6 +514,15 @@ fn serve_one(
                 side.rdma.len()
             )));
         }
+        // -V checks the Read against rping's pattern for that length: below rping's shortest
+        // ping the header is cut, and at 1 octet only the NUL is left, which any buffer
+        // passes.
+        if cli.validate && len < MIN_SIZE as usize {
+            return Err(Failure::Other(format!(
+                "ping {ping}: the client advertised {len} octets, fewer than rping's shortest \
+                 ping ({MIN_SIZE}): too short to validate (-V)"
+            )));
+        }
         let rkey = match cli.fault {
             Some(Fault::BadRkey) => spoil(src.rkey),
             None => src.rkey,
@@ -578,26 +587,29 @@ fn serve_one(
 mod tests {
     use super::*;
     use clap::Parser;
-    use warpcore_apps::device::{EngineOptions, MemifRole, PairAddrs};
+    use warpcore_apps::device::{Endpoint, EngineOptions, MemifRole, PairAddrs};
 
     /// A client whose connection is reset (it crashed, or aborted) ended the server's
     /// session as if it had disconnected cleanly: the flushed receive came first, the reset
     /// event behind it was taken for a clean close, and `iwping -s` reported "the client
     /// disconnected" and exited 0. Both ends here share the in-memory link.
-    #[test]
-    fn a_client_reset_fails_the_server() {
-        let server_cli = Cli::try_parse_from([
-            "iwping",
-            "-s",
-            "-a",
-            "10.0.0.2",
-            "--loopback=link",
-            "--timeout",
-            "10",
-        ])
-        .unwrap();
-        let client_cli =
-            Cli::try_parse_from(["iwping", "-c", "-a", "10.0.0.2", "-I", "10.0.0.1"]).unwrap();
+    /// Both ends on one in-memory link: a server `-s` with `server_args` more, on B, and
+    /// the engine of a hand-written client, A (see [`client_side`]).
+    fn pair(server_args: &[&str]) -> (Cli, Endpoint, Endpoint) {
+        let args = [
+            &[
+                "iwping",
+                "-s",
+                "-a",
+                "10.0.0.2",
+                "--loopback=link",
+                "--timeout",
+                "10",
+            ][..],
+            server_args,
+        ]
+        .concat();
+        let server_cli = Cli::try_parse_from(args).unwrap();
         let addrs = PairAddrs {
             server: Ipv4Addr::new(10, 0, 0, 2),
             client: Ipv4Addr::new(10, 0, 0, 1),
@@ -606,25 +618,79 @@ mod tests {
             .dev
             .open_engine_pair(&EngineOptions::new("iwping", MemifRole::Server), addrs)
             .unwrap();
+        (server_cli, b, a)
+    }
+
+    /// A client's side on `ctx` with a ping buffer of `size` octets, connected to the
+    /// server of [`pair`]; runs `f` on it, then leaves the engine up a while so that the
+    /// server sees what came.
+    fn client_side(ctx: &Context, size: usize, f: impl FnOnce(&Side<'_>)) {
+        let client_cli =
+            Cli::try_parse_from(["iwping", "-c", "-a", "10.0.0.2", "-I", "10.0.0.1"]).unwrap();
+        let cq = ctx.create_cq(8).unwrap();
+        let side = make_side(ctx, &cq, &client_cli, None, size).unwrap();
+        side.post_recv().unwrap();
+        side.qp
+            .connect(
+                Ipv4Addr::new(10, 0, 0, 2),
+                7174,
+                &mpa_params(&client_cli),
+                &[],
+            )
+            .unwrap();
+        match ctx.next_event(Duration::from_secs(10)) {
+            Some(CmEvent::Established(_)) => {}
+            e => panic!("client: {e:?}"),
+        }
+        f(&side);
+        std::thread::sleep(Duration::from_secs(3));
+    }
+
+    /// A client whose connection is reset (it crashed, or aborted) ended the server's
+    /// session as if it had disconnected cleanly: the flushed receive came first, the reset
+    /// event behind it was taken for a clean close, and `iwping -s` reported "the client
+    /// disconnected" and exited 0.
+    #[test]
+    fn a_client_reset_fails_the_server() {
+        let (cli, b, a) = pair(&[]);
         let client = std::thread::spawn(move || {
-            let ctx = a.ctx;
-            let cq = ctx.create_cq(8).unwrap();
-            let side = make_side(&ctx, &cq, &client_cli, None, 64).unwrap();
-            side.qp
-                .connect(addrs.server, 7174, &mpa_params(&client_cli), &[])
-                .unwrap();
-            match ctx.next_event(Duration::from_secs(10)) {
-                Some(CmEvent::Established(_)) => {}
-                e => panic!("client: {e:?}"),
-            }
-            side.qp.abort().unwrap();
-            // The engine stays up while the server looks at what came.
-            std::thread::sleep(Duration::from_secs(3));
+            client_side(&a.ctx, 64, |side| side.qp.abort().unwrap());
         });
-        let r = server(&b.ctx, &server_cli);
+        let r = server(&b.ctx, &cli);
         client.join().unwrap();
         match r {
             Err(Failure::Other(e)) => assert!(e.contains("reset"), "{e}"),
+            other => panic!("the server ended with {other:?}"),
+        }
+    }
+
+    /// `-V` on the server checks what it Read against rping's pattern for the length the
+    /// client advertised; a client advertising 1 octet had only the pattern's NUL checked,
+    /// which any buffer passes, and the ping counted as validated. rping's pings are at
+    /// least 26 octets (the "rdma-ping-N: " header fits); fewer is refused under `-V`.
+    #[test]
+    fn validation_refuses_a_ping_too_short_to_check() {
+        let (cli, b, a) = pair(&["-V"]);
+        let client = std::thread::spawn(move || {
+            client_side(&a.ctx, 1, |side| {
+                side.rdma.write(0, &[0]).unwrap();
+                let start = RdmaInfo {
+                    buf: 0,
+                    rkey: side.rdma.stag(),
+                    size: 1,
+                };
+                side.send_info(start).unwrap();
+                if side.wait_recv("go ahead").ok().flatten().is_some() {
+                    side.send_info(start).unwrap();
+                    let _ = side.wait_recv("go ahead");
+                }
+                let _ = side.qp.disconnect();
+            });
+        });
+        let r = server(&b.ctx, &cli);
+        client.join().unwrap();
+        match r {
+            Err(Failure::Other(e)) => assert!(e.contains("rping's shortest"), "{e}"),
             other => panic!("the server ended with {other:?}"),
         }
     }
