@@ -121,6 +121,55 @@ fn a_persistent_server_serves_clients_one_after_another() {
     let _ = std::fs::remove_file(&sock);
 }
 
+/// A reader that goes away (`iwping -c -v ... | head -1`) made the next "ping data" line
+/// panic in `println!` (exit 101 and a backtrace); the client now ends quietly with status
+/// 141, as SIGPIPE would, as iwperf and tcpperf do.
+#[cfg(feature = "dpdk")]
+#[test]
+fn a_closed_stdout_ends_the_client_quietly() {
+    let sock = std::env::temp_dir().join(format!("iwping-pipe-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&sock);
+    let sock_s = sock.to_str().unwrap().to_string();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_iwping"))
+        .args(["-s", "-a", "198.18.0.2", "-p", "7476", "--memif", &sock_s])
+        .args(["--timeout", "20"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start iwping -s");
+    for _ in 0..100 {
+        if sock.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut client = Command::new(env!("CARGO_BIN_EXE_iwping"))
+        .args(["-c", "-a", "198.18.0.2", "-I", "198.18.0.1", "-p", "7476"])
+        .args([
+            "--memif",
+            &sock_s,
+            "-C",
+            "3",
+            "-v",
+            "--timeout",
+            "20",
+            "--retry",
+            "10",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start iwping -c");
+    drop(client.stdout.take());
+    let out = client.wait_with_output().unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_file(&sock);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
 #[test]
 fn persistent_mode_is_the_servers() {
     let (rc, text) = iwping(&["-c", "-P", "-a", "198.18.0.2", "-I", "198.18.0.1"]);

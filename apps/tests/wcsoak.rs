@@ -61,3 +61,30 @@ fn capture_is_written_where_asked() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A reader that goes away (`wcsoak ... | head -3`) made the next report line panic in
+/// `println!` (exit 101 and a backtrace); the soak now ends quietly with status 141, as
+/// SIGPIPE would, as iwperf and tcpperf do.
+#[test]
+fn a_closed_stdout_ends_the_soak_quietly() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wcsoak"))
+        .args([
+            "--minutes",
+            "0.02",
+            "--loss",
+            "0",
+            "--qps",
+            "1",
+            "--ops",
+            "1",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run wcsoak");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

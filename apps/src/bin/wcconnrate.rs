@@ -157,7 +157,7 @@ fn measured_something(cli: &Cli, f: &Figures) -> Result<(), String> {
 fn report(stack: &str, cli: &Cli, f: &Figures) {
     let rate = f.conns as f64 / f.secs;
     let q = |h: &Histogram<u64>, p: f64| h.value_at_quantile(p) as f64;
-    println!(
+    warpcore_apps::outln!(
         "wcconnrate: {stack}: {} connections in {:.2} s, {} at once: {:.0} connections/s; one \
          connection's life (connect, MPA or first write, {} B Send, close) median {:.0} us, \
          p99 {:.0} us",
@@ -169,7 +169,7 @@ fn report(stack: &str, cli: &Cli, f: &Figures) {
         q(&f.cycle, 0.5),
         q(&f.cycle, 0.99)
     );
-    println!(
+    warpcore_apps::outln!(
         "RESULT connrate stack={stack} conns={} secs={:.3} parallel={} rate={:.1} \
          cycle_p50_us={:.1} cycle_p99_us={:.1} established_p50_us={:.1}",
         f.conns,
@@ -595,11 +595,11 @@ fn run_warpcore(
                 return Err(format!("server: nothing moved for {timeout:?}"));
             }
         }
-        println!(
+        warpcore_apps::outln!(
             "wcconnrate: server: {} connections served, every Send verified",
             s.verified
         );
-        println!("RESULT connrate-server verified={}", s.verified);
+        warpcore_apps::outln!("RESULT connrate-server verified={}", s.verified);
         if let Some(c) = client.as_ref() {
             if s.verified != c.figures.conns {
                 return Err(format!(
@@ -846,7 +846,7 @@ fn run_kernel_on(cli: &Cli, listener: TcpListener) -> Result<(), String> {
     }
     measured_something(cli, &f)?;
     report("kernel", cli, &f);
-    println!("RESULT connrate-server verified={verified}");
+    warpcore_apps::outln!("RESULT connrate-server verified={verified}");
     Ok(())
 }
 

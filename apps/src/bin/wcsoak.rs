@@ -506,12 +506,15 @@ fn run(cli: &Cli) -> Result<(), String> {
     let warm_until = start + Duration::from_secs_f64(cli.minutes * 20.0);
     let mut warm: Option<Snapshot> = None;
     let mut later: Vec<Snapshot> = Vec::new();
-    println!(
+    warpcore_apps::outln!(
         "wcsoak: {} min, loss {} each way, {} QPs per round, {} verified ops of each kind per \
          connection; warm-up: the first third",
-        cli.minutes, cli.loss, cli.qps, cli.ops
+        cli.minutes,
+        cli.loss,
+        cli.qps,
+        cli.ops
     );
-    println!(
+    warpcore_apps::outln!(
         "   time  connections      ops   MB verified  RSS KiB  fds  qps  requests  mrs  tcp  zombies   mbufs"
     );
     loop {
@@ -520,7 +523,7 @@ fn run(cli: &Cli) -> Result<(), String> {
         if now >= next_report || now >= end {
             next_report = now + every;
             let s = snapshot(&soak.a, &soak.b)?;
-            println!(
+            warpcore_apps::outln!(
                 "{:>6.0}s {:>12} {:>8} {:>13.1} {:>8} {:>4} {:>4} {:>9} {:>4} {:>4} {:>8} {:>7}",
                 (now - start).as_secs_f64(),
                 soak.totals.connections,
@@ -619,7 +622,7 @@ fn run(cli: &Cli) -> Result<(), String> {
         grew.dedup();
         return Err(format!("resources grew after warm-up: {}", grew.join("; ")));
     }
-    println!(
+    warpcore_apps::outln!(
         "wcsoak: ok: {} connections, {} verified operations, {:.1} MB verified; after the \
          warm-up RSS stayed within {} KiB (peak {} KiB), fds at {}{}, no QP, request or region \
          left between rounds",
@@ -644,7 +647,7 @@ fn main() -> ExitCode {
     // plain pcapng at the path given.
     if let Some(cap) = &cli.dev.capture {
         match warpcore_apps::device::finish_capture(cap) {
-            Ok(n) => println!("wcsoak: {n} frames captured to {}", cap.display()),
+            Ok(n) => warpcore_apps::outln!("wcsoak: {n} frames captured to {}", cap.display()),
             Err(e) => r = r.and(Err(e)),
         }
     }

@@ -8,7 +8,8 @@
 //! provoke a Terminate on purpose. See docs/interop.md.
 //!
 //! Exit status: 0 all pings done; 1 failure; 2 usage; 3 the connection ended with a
-//! Terminate (sent or received); 4 the MPA Request was rejected / the startup failed.
+//! Terminate (sent or received); 4 the MPA Request was rejected / the startup failed; 141
+//! standard output was closed (`iwping -v ... | head`), as SIGPIPE would.
 #![forbid(unsafe_code)]
 
 mod cli;

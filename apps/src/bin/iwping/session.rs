@@ -396,7 +396,7 @@ pub fn client(ctx: &Context, cli: &Cli, server: Ipv4Addr) -> Result<u64, Failure
             )));
         }
         if cli.verbose > 0 {
-            println!("ping data: {}", as_text(&got));
+            warpcore_apps::outln!("ping data: {}", as_text(&got));
         }
         ping += 1;
     }
@@ -556,7 +556,7 @@ fn serve_one(
             )));
         }
         if cli.verbose > 0 {
-            println!("server ping data: {}", as_text(&data));
+            warpcore_apps::outln!("server ping data: {}", as_text(&data));
         }
         side.go_ahead()?;
         let Some(sink) = side.wait_recv("the client's sink buffer")? else {
