@@ -392,16 +392,41 @@ fn read_log(path: &str) -> Result<Histogram<u64>, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
     let mut total = hist();
     let mut de = Deserializer::new();
+    // A line that does not parse ends the iterator: the log was cut short (its writer
+    // stopped mid-line) or is not one. Skipping it plotted the intervals before it as the
+    // whole run.
     for e in IntervalLogIterator::new(&bytes) {
-        if let Ok(LogEntry::Interval(iv)) = e {
-            let raw = base64_decode(iv.encoded_histogram())?;
-            let h: Histogram<u64> = de
-                .deserialize(&mut std::io::Cursor::new(raw))
-                .map_err(|e| format!("{path}: {e:?}"))?;
-            total.add(&h).map_err(|e| format!("{e:?}"))?;
+        match e.map_err(|e| format!("{path}: not an interval log from there on: {e:?}"))? {
+            LogEntry::Interval(iv) => {
+                let raw = base64_decode(iv.encoded_histogram())?;
+                let h: Histogram<u64> = de
+                    .deserialize(&mut std::io::Cursor::new(raw))
+                    .map_err(|e| format!("{path}: {e:?}"))?;
+                total.add(&h).map_err(|e| format!("{e:?}"))?;
+            }
+            LogEntry::StartTime(_) | LogEntry::BaseTime(_) => {}
         }
     }
     Ok(total)
+}
+
+/// The histograms of the plot's `LABEL=FILE` series. A series without a sample is an
+/// error: it was left out of the plot, whose legend then lacked the run that measured
+/// nothing, and the report showed the other curves as the comparison.
+fn series_histograms(series: &[String]) -> Result<Vec<(String, Histogram<u64>)>, String> {
+    series
+        .iter()
+        .map(|s| {
+            let (label, file) = s
+                .split_once('=')
+                .ok_or_else(|| format!("series {s:?} is not LABEL=FILE"))?;
+            let h = read_log(file)?;
+            if h.is_empty() {
+                return Err(format!("series {label:?}: {file} holds no samples"));
+            }
+            Ok((label.to_string(), h))
+        })
+        .collect()
 }
 
 fn base64_decode(s: &str) -> Result<Vec<u8>, String> {
@@ -447,12 +472,7 @@ fn plot(out: &str, title: &str, series: &[String]) -> Result<(), String> {
     // x: percentile as -log10(1 - p) (0 = p0, 1 = p90, 2 = p99, 3 = p99.9, 4 = p99.99).
     let mut curves = Vec::new();
     let mut ymax = 1.0f64;
-    for s in series {
-        let (label, file) = s.split_once('=').ok_or("series must be LABEL=FILE")?;
-        let h = read_log(file)?;
-        if h.is_empty() {
-            continue;
-        }
+    for (label, h) in series_histograms(series)? {
         let pts: Vec<(f64, f64)> = (0..=400)
             .map(|k| {
                 let x = k as f64 / 100.0;
@@ -461,7 +481,7 @@ fn plot(out: &str, title: &str, series: &[String]) -> Result<(), String> {
             })
             .collect();
         ymax = pts.iter().map(|p| p.1).fold(ymax, f64::max);
-        curves.push((label.to_string(), pts));
+        curves.push((label, pts));
     }
     let root = BitMapBackend::new(out, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
@@ -558,5 +578,61 @@ mod tests {
     fn copy_sizes_parse_or_name_the_bad_one() {
         assert_eq!(parse_sizes("64,65536").unwrap(), vec![64, 65536]);
         assert!(parse_sizes("64,6x4").unwrap_err().contains("\"6x4\""));
+    }
+
+    fn log_with(dir: &std::path::Path, name: &str, values: &[&[u64]]) -> std::path::PathBuf {
+        let intervals: Vec<_> = values
+            .iter()
+            .enumerate()
+            .map(|(i, vs)| {
+                let mut h = hist();
+                for &v in vs.iter() {
+                    h.record(v).unwrap();
+                }
+                (Duration::from_secs(i as u64), Duration::from_secs(1), h)
+            })
+            .collect();
+        let p = dir.join(name);
+        write_log(p.to_str().unwrap(), &intervals).unwrap();
+        p
+    }
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("wcbench-test-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// A log cut short in its last interval (its writer stopped mid-line) plotted the
+    /// intervals before the cut as the whole run: the line that did not parse ended the
+    /// reading without a word.
+    #[test]
+    fn a_log_cut_short_is_an_error_not_a_shorter_run() {
+        let d = scratch("cut");
+        let p = log_with(&d, "full.hlog", &[&[1000, 2000], &[3000, 4000, 5000]]);
+        assert_eq!(read_log(p.to_str().unwrap()).unwrap().len(), 5);
+        let text = std::fs::read_to_string(&p).unwrap();
+        let cut = &text[..text.trim_end().len() - 10];
+        let q = d.join("cut.hlog");
+        std::fs::write(&q, cut).unwrap();
+        let e = read_log(q.to_str().unwrap()).unwrap_err();
+        assert!(e.contains("cut.hlog"), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A series whose log holds no sample was left out of the plot: the legend lacked the
+    /// run that measured nothing. It is an error naming the series.
+    #[test]
+    fn a_series_without_samples_is_an_error_not_left_out() {
+        let d = scratch("empty");
+        let full = log_with(&d, "full.hlog", &[&[1000]]);
+        let empty = log_with(&d, "empty.hlog", &[]);
+        let series = |p: &std::path::Path, l: &str| format!("{l}={}", p.display());
+        let got = series_histograms(&[series(&full, "raw")]).unwrap();
+        assert_eq!((got[0].0.as_str(), got[0].1.len()), ("raw", 1));
+        let e = series_histograms(&[series(&empty, "iwperf"), series(&full, "raw")]).unwrap_err();
+        assert!(e.contains("iwperf") && e.contains("no samples"), "{e}");
+        assert!(series_histograms(&["no-equals-sign".into()]).is_err());
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }
