@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use hdrhistogram::Histogram;
 
 #[derive(Parser, Debug)]
@@ -33,8 +33,8 @@ enum Cmd {
     /// Raw Ethernet frames over a DPDK port: ping-pong or blast.
     Raw {
         /// `echo` (answer every frame, count blasts) or `pingpong` / `blast` (drive).
-        #[arg(long)]
-        mode: String,
+        #[arg(long, value_enum)]
+        mode: RawMode,
         /// The port: --vdev (e.g. net_memif0,role=server,socket=/tmp/x.sock,
         /// socket-abstract=no), --memif, --pci, --eal, --cores (default: CPU 0 for echo,
         /// 1 for the driver, so the two busy-polling processes never share one), --mtu.
@@ -64,19 +64,52 @@ enum Cmd {
     },
 }
 
+/// `raw`'s side: checked by clap before the port opens (a misspelt mode waited 30 s for a
+/// link and then named the link, not the mode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum RawMode {
+    Echo,
+    Pingpong,
+    Blast,
+}
+
 fn hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("bounds")
 }
 
-/// The sizes of `--sizes`: each a whole number of octets.
+/// The sizes of `--sizes`: each a whole number of octets, at least one (a size of 0
+/// copied nothing and printed 0.00 Gbit/s as its figure).
 fn parse_sizes(sizes: &str) -> Result<Vec<usize>, String> {
     sizes
         .split(',')
-        .map(|s| {
-            s.parse()
-                .map_err(|_| format!("--sizes: {s:?} is not a size in octets"))
+        .map(|s| match s.parse() {
+            Ok(0) => Err("--sizes: 0 octets is no size to copy".to_string()),
+            Ok(n) => Ok(n),
+            Err(_) => Err(format!("--sizes: {s:?} is not a size in octets")),
         })
         .collect()
+}
+
+/// `--secs`: a positive, finite time. 0, a negative or NaN measured nothing and printed
+/// 0.00 Gbit/s as the bound.
+fn check_secs(secs: f64) -> Result<f64, String> {
+    if secs.is_finite() && secs > 0.0 {
+        Ok(secs)
+    } else {
+        Err(format!(
+            "--secs {secs}: a measurement takes a positive time"
+        ))
+    }
+}
+
+/// `--count`: at least one frame. `--count 0` printed a ping-pong median of 0.00 us over
+/// no samples and a blast of 0 Gbit/s, and exited 0.
+#[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
+fn check_count(count: u64) -> Result<u64, String> {
+    if count == 0 {
+        return Err("--count 0: nothing to measure".into());
+    }
+    Ok(count)
 }
 
 /// The raw frame's length: `--size` itself, which the figures count. A frame shorter
@@ -93,6 +126,7 @@ fn frame_len(size: usize) -> Result<usize, String> {
 }
 
 fn copy(sizes: &str, secs: f64) -> Result<(), String> {
+    let secs = check_secs(secs)?;
     for size in parse_sizes(sizes)? {
         let src = vec![0x5au8; size];
         let mut dst = vec![0u8; size];
@@ -125,7 +159,7 @@ fn copy(sizes: &str, secs: f64) -> Result<(), String> {
 
 #[cfg(feature = "dpdk")]
 fn raw(
-    mode: &str,
+    mode: RawMode,
     dev: &warpcore_apps::device::DeviceArgs,
     size: usize,
     count: u64,
@@ -134,9 +168,10 @@ fn raw(
     use warpcore_apps::device::{CpuList, MemifRole, OpenedPort};
     use warpcore_dpdk_sys::{Mbuf, PortConfig};
     let len = frame_len(size)?;
+    let count = check_count(count)?;
     // One CPU each, so that the two busy-polling processes never share one.
     let mut dev = dev.clone();
-    let role = if mode == "echo" {
+    let role = if mode == RawMode::Echo {
         MemifRole::Server
     } else {
         MemifRole::Client
@@ -188,7 +223,7 @@ fn raw(
         }
     };
     match mode {
-        "echo" => {
+        RawMode::Echo => {
             // Echo ping-pong frames (first octet of the payload 1), count blast frames (2),
             // and answer a blast's end marker (3) with the count.
             let (mut blast, mut first, mut last) = (0u64, None::<Instant>, Instant::now());
@@ -250,7 +285,7 @@ fn raw(
                 send(&mut tx, &mut out);
             }
         }
-        "pingpong" => {
+        RawMode::Pingpong => {
             frame[14] = 1;
             let mut h = hist();
             let mut intervals: Vec<(Duration, Duration, Histogram<u64>)> = Vec::new();
@@ -311,7 +346,7 @@ fn raw(
             }
             Ok(())
         }
-        "blast" => {
+        RawMode::Blast => {
             frame[14] = 2;
             let t0 = Instant::now();
             let mut sent = 0u64;
@@ -357,12 +392,11 @@ fn raw(
                 }
             }
         }
-        m => Err(format!("unknown mode {m}")),
     }
 }
 
 #[cfg(not(feature = "dpdk"))]
-fn raw(_: &str, _: usize, _: u64, _: Option<&str>) -> Result<(), String> {
+fn raw(_: RawMode, _: usize, _: u64, _: Option<&str>) -> Result<(), String> {
     Err("wcbench was built without DPDK".into())
 }
 
@@ -541,14 +575,14 @@ fn main() -> std::process::ExitCode {
             size,
             count,
             hdr_log,
-        } => raw(mode, dev, *size, *count, hdr_log.as_deref()),
+        } => raw(*mode, dev, *size, *count, hdr_log.as_deref()),
         #[cfg(not(feature = "dpdk"))]
         Cmd::Raw {
             mode,
             size,
             count,
             hdr_log,
-        } => raw(mode, *size, *count, hdr_log.as_deref()),
+        } => raw(*mode, *size, *count, hdr_log.as_deref()),
         Cmd::Plot { out, title, series } => plot(out, title, series),
     };
     match r {
@@ -578,6 +612,35 @@ mod tests {
     fn copy_sizes_parse_or_name_the_bad_one() {
         assert_eq!(parse_sizes("64,65536").unwrap(), vec![64, 65536]);
         assert!(parse_sizes("64,6x4").unwrap_err().contains("\"6x4\""));
+    }
+
+    /// `copy --sizes 0` and `--secs 0` (or NaN) printed 0.00 Gbit/s as a bound; `raw
+    /// --count 0` a ping-pong median of 0.00 us over no samples. Each is refused by name.
+    #[test]
+    fn figures_over_nothing_are_refused() {
+        assert!(parse_sizes("64,0").unwrap_err().contains("0 octets"));
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(check_secs(bad).unwrap_err().contains("--secs"), "{bad}");
+        }
+        assert_eq!(check_secs(0.5).unwrap(), 0.5);
+        assert!(check_count(0).unwrap_err().contains("--count 0"));
+        assert_eq!(check_count(1).unwrap(), 1);
+    }
+
+    /// A misspelt `--mode` is refused before the port opens, naming the modes.
+    #[test]
+    fn an_unknown_raw_mode_is_refused_by_the_parser() {
+        let e = Cli::try_parse_from(["wcbench", "raw", "--mode", "pingpnog"]).unwrap_err();
+        let e = e.to_string();
+        assert!(e.contains("pingpnog") && e.contains("pingpong"), "{e}");
+        let ok = Cli::try_parse_from(["wcbench", "raw", "--mode", "blast"]).unwrap();
+        assert!(matches!(
+            ok.cmd,
+            Cmd::Raw {
+                mode: RawMode::Blast,
+                ..
+            }
+        ));
     }
 
     fn log_with(dir: &std::path::Path, name: &str, values: &[&[u64]]) -> std::path::PathBuf {
