@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The bench scripts' parsing and verdicts, run on canned output: cases where a script printed
+# a figure, a ratio or a plot it had not measured, or exited 0 on a run it could not make.
+# Each case takes the script's own code (the report's Python, a shell function, or the whole
+# script with stand-ins for cargo), feeds it made-up results and prints one line:
+#
+#   bench-scripts <case>: ok (<what was seen>)
+#   bench-scripts <case>: FAILED: <what went wrong>
+#
+# and the script exits non-zero if any case failed or could not run. No root, no DPDK, a
+# second or two; `cargo test -p warpcore-bench` runs it (tests/scripts.rs). (The cases of
+# scripts/test-harness.sh cover compare.sh's zero figures and callgrind section, and
+# loss.sh's verdicts.)
+#
+#   bench/test-scripts.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+failed=0
+ok() { echo "bench-scripts $1: ok ($2)"; }
+bad() { echo "bench-scripts $1: FAILED: $2"; failed=$((failed + 1)); }
+
+command -v python3 >/dev/null || { echo "bench/test-scripts.sh: FAILED: python3 is missing (scripts/install-deps.sh)" >&2; exit 1; }
+work=$(mktemp -d /tmp/wcbench-scripts.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# ---- compare.sh's report: a ratio or a median over runs of which one measured nothing reads
+# n/a. "iwperf write_bw / the larger of the raw blasts" took max(1,024-slot, 4,096-slot),
+# which keeps the first when the second is NaN: against the 1,024-slot blast alone, under
+# the name of the larger. The pairs' median row sorted a column with a NaN in it, which
+# leaves the NaN anywhere: the median of the other pairs read as the column's.
+sed -n "/<<'PY'$/,/^PY$/p" bench/compare.sh | sed '1d;$d' >"$work/report.py"
+report() { # report DIR PAIRS: the report compare.sh's Python writes from the files in DIR
+    local w=$1
+    local lat='{"results":[{"hdr_usec":{"p50":0.9,"p99":2.0,"count":2000}}]}'
+    local bw='{"results":[{"bw":{"average":40.0,"peak":45.0,"msg_rate_mpps":0.07}}]}'
+    for f in write_lat write_lat_thread write_lat_nocsum; do echo "$lat" >"$w/$f.json"; done
+    for f in write_bw write_bw_nocsum write_bw_9000 pair1 pair2 pair3; do echo "$bw" >"$w/$f.json"; done
+    echo '{"results":[{"bw":{"average":1.0,"peak":1.0,"msg_rate_mpps":5.0}}]}' >"$w/write_rate.json"
+    printf '%s\n' "RESULT raw_pingpong size=64 half_rtt_p50_us=0.60 p99_us=0.70 p999_us=1.00 samples=2000" \
+        "RESULT raw_blast size=1514 sent=9 received=9 mpps=6.0 gbps=60.0" \
+        "RESULT raw_blast size=9014 sent=9 received=9 mpps=1.7 gbps=120.0" >"$w/raw.txt"
+    echo "RESULT copy size=64 memcpy_gbps=100 crc32c_gbps=50" >"$w/copy.txt"
+    echo "RESULT mode=kernel test=rr size=64 count=2000 p50_us=20.00 p99_us=40.00" >"$w/tcpperf_rr.txt"
+    echo "RESULT mode=kernel test=bulk bytes=131072000 seconds=1 gbps=30.0" >"$w/tcpperf_bulk.txt"
+    echo "latency = 10 us" >"$w/qperf_lat.txt"
+    echo "bw = 3 GB/sec" >"$w/qperf_bw.txt"
+    echo '{"end":{"sum_received":{"bits_per_second":3e10}}}' >"$w/iperf3.json"
+    mkdir -p "$w/out"
+    python3 "$work/report.py" "$w" "$w/out" cmd 0 0 1 0 1 2000 2000 2000 2000 1 3 6000 2>&1
+}
+mkdir -p "$work/cmp-good" "$work/cmp-gap"
+# Every blast measured (the 4,096-slot one at 80 Gbit/s), then the 4,096-slot blast and
+# the first pair's blast without a result (a tool that printed none).
+for w in cmp-good cmp-gap; do
+    : >"$work/$w/raw4096.txt" >"$work/$w/pair1.txt"
+done
+echo "RESULT raw_blast size=1514 sent=9 received=9 mpps=6.6 gbps=80.0" >"$work/cmp-good/raw4096.txt"
+echo "RESULT raw_blast size=1514 sent=9 received=9 mpps=6.0 gbps=50.0" >"$work/cmp-good/pair1.txt"
+for w in cmp-good cmp-gap; do
+    echo "RESULT raw_blast size=1514 sent=9 received=9 mpps=6.0 gbps=60.0" >"$work/$w/pair2.txt"
+    echo "RESULT raw_blast size=1514 sent=9 received=9 mpps=6.0 gbps=70.0" >"$work/$w/pair3.txt"
+done
+good=$(report "$work/cmp-good") gap=$(report "$work/cmp-gap")
+larger() { grep -F "| iwperf write_bw / the larger of the raw 1514-byte blasts" <<<"$1" | awk -F'|' '{gsub(/ /, "", $3); print $3}'; }
+median_row() { grep '^| median |' <<<"$1" | awk -F'|' '{gsub(/ /, "", $5); gsub(/ /, "", $6); print $5 "/" $6}'; }
+if [[ $(larger "$good") != 0.5 || $(median_row "$good") != 60.00/0.667 ]]; then
+    bad "compare.sh's ratios over a run that measured nothing" "all measured: larger-blast ratio '$(larger "$good")' (0.5), median row '$(median_row "$good")' (60.00/0.667): $(tail -n 3 <<<"$good")"
+elif [[ $(larger "$gap") != n/a || $(median_row "$gap") != n/a/n/a ]]; then
+    bad "compare.sh's ratios over a run that measured nothing" "the 4,096-slot blast and a pair's blast missing: larger-blast ratio '$(larger "$gap")', median row blast/ratio '$(median_row "$gap")' (n/a each)"
+else
+    ok "compare.sh's ratios over a run that measured nothing" "against the larger blast 0.5 measured, n/a without the 4,096-slot blast; the pairs' median blast n/a with one missing"
+fi
+
+if ((failed)); then
+    echo "bench/test-scripts.sh: $failed case(s) failed" >&2
+    exit 1
+fi
