@@ -220,11 +220,19 @@ taskset -c "$cpu_c" iperf3 -c 127.0.0.1 -p 5299 -t "$ksecs" -J >"$work/iperf3.js
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 echo "== plot and report"
-"$wcbench" plot --out "$out/latency_percentiles.png" \
-    --title "64 B half round trip over net_memif, by percentile" \
-    "iwperf write_lat (iWARP)=$out/iwperf_write_lat_64.hlog" \
-    "raw DPDK frame ping-pong=$out/raw_pingpong_64.hlog" \
-    || echo "compare: plot failed (report written without it)" >&2
+# The percentile plot, or none: the report shows the PNG it finds in OUT_DIR, and one an
+# earlier run left there went into this report as this run's when this run's plot failed.
+plot_latency() {
+    rm -f "$out/latency_percentiles.png"
+    "$wcbench" plot --out "$out/latency_percentiles.png" \
+        --title "64 B half round trip over net_memif, by percentile" \
+        "iwperf write_lat (iWARP)=$out/iwperf_write_lat_64.hlog" \
+        "raw DPDK frame ping-pong=$out/raw_pingpong_64.hlog" || {
+        rm -f "$out/latency_percentiles.png"
+        echo "compare: plot failed (report written without it)" >&2
+    }
+}
+plot_latency
 
 python3 - "$work" "$out" "$cmdline" "$load_before" "$load_after" "$((SECONDS - t0))" \
     "$cpu_s" "$cpu_c" "$lat_iters" "$bw_iters" "$rate_iters" "$thread_lat_iters" "$ksecs" "$bw_pairs" "$pair_iters" <<'PY'

@@ -72,6 +72,31 @@ else
     ok "compare.sh's ratios over a run that measured nothing" "against the larger blast 0.5 measured, n/a without the 4,096-slot blast; the pairs' median blast n/a with one missing"
 fi
 
+# ---- compare.sh's plot: the report shows the PNG it finds in OUT_DIR, and a failed plot
+# left the last run's there, which the report then showed as this run's.
+eval "$(sed -n '/^plot_latency() {/,/^}$/p' bench/compare.sh)"
+if ! declare -F plot_latency >/dev/null; then
+    bad "compare.sh's plot is this run's or none" "no plot_latency function in bench/compare.sh"
+else
+    mkdir -p "$work/plot"
+    out=$work/plot
+    printf '#!/bin/sh\necho "wcbench: series \\"iwperf\\": no samples" >&2; exit 1\n' >"$work/plot/fail"
+    printf '#!/bin/sh\nwhile [ "$1" != --out ]; do shift; done\necho png >"$2"\n' >"$work/plot/draw"
+    chmod +x "$work/plot/fail" "$work/plot/draw"
+    echo stale >"$out/latency_percentiles.png"
+    wcbench=$work/plot/fail plot_latency 2>/dev/null
+    if [[ -e $out/latency_percentiles.png ]]; then
+        bad "compare.sh's plot is this run's or none" "a failed plot left the earlier run's latency_percentiles.png in OUT_DIR"
+    else
+        wcbench=$work/plot/draw plot_latency
+        if [[ $(cat "$out/latency_percentiles.png" 2>/dev/null) != png ]]; then
+            bad "compare.sh's plot is this run's or none" "a plot that succeeded left no PNG"
+        else
+            ok "compare.sh's plot is this run's or none" "the earlier PNG removed when the plot failed, this run's kept"
+        fi
+    fi
+fi
+
 if ((failed)); then
     echo "bench/test-scripts.sh: $failed case(s) failed" >&2
     exit 1
