@@ -9,8 +9,9 @@
 #     with its own Ethernet addresses);
 #   - kernel: iperf3, one stream (-A 0 on the server, -A 1 on the client).
 # While each runs, the busy time of both CPUs (/proc/stat: user, and system + irq +
-# softirq as "kernel") and the frames the sender's veth sent (its tx_packets) are sampled
-# over WINDOW seconds. Printed per frame sent, in microseconds:
+# softirq as "kernel"; busy as a share of the window, whose ticks count steal: the time the
+# host ran another guest on the vCPU) and the frames the sender's veth sent (its tx_packets)
+# are sampled over WINDOW seconds. Printed per frame sent, in microseconds:
 #   - each CPU's user and kernel time;
 #   - for Warpcore, the frame rate its sending CPU allows with its own (user) work at zero:
 #     1 / (kernel us per frame on CPU 1), and the write_bw that frame rate would carry (the
@@ -100,7 +101,11 @@ def load(name):
     for line in open(os.path.join(work, name)):
         f = line.split()
         if f[0].startswith("cpu"):
-            v = list(map(int, f[1:8]))  # user nice system idle iowait irq softirq
+            # user nice system idle iowait irq softirq steal: the ticks of the window. Without
+            # steal (the time the host ran another guest on this vCPU) the window was that
+            # much shorter, and the frame rate and the busy shares that much higher, on a
+            # shared VM. (guest and guest_nice are inside user and nice already.)
+            v = list(map(int, f[1:9]))
             cpus[f[0]] = (v[0] + v[1], v[2] + v[5] + v[6], sum(v))
         else:
             frames = int(f[0])
