@@ -119,6 +119,25 @@ else
     ok "afp-budget.sh counts stolen time in its window" "100,000 frames/s and 67 % busy over a 3 s window with 1 s stolen"
 fi
 
+# ---- rdma-compat.sh: a count of rounds that is not one ran none and printed medians of
+# nothing ("-nanx") with exit status 0. Stand-in: cargo builds nothing.
+mkdir -p "$work/bin"
+printf '#!/bin/sh\nexit 0\n' >"$work/bin/cargo"
+chmod +x "$work/bin/cargo"
+rc_out=""
+for rounds in 0 three; do
+    o=$(PATH="$work/bin:$PATH" timeout 20 bench/rdma-compat.sh "$rounds" 2>&1)
+    rc=$?
+    if ((rc == 0)) || grep -q "medians" <<<"$o" || ! grep -q "ROUNDS '$rounds'" <<<"$o"; then
+        rc_out+="ROUNDS $rounds: exit $rc, $(tr '\n' ' ' <<<"$o" | cut -c1-160); "
+    fi
+done
+if [[ -n $rc_out ]]; then
+    bad "rdma-compat.sh refuses a count of rounds that is none" "$rc_out"
+else
+    ok "rdma-compat.sh refuses a count of rounds that is none" "ROUNDS 0 and three refused by name, non-zero exit, no medians"
+fi
+
 if ((failed)); then
     echo "bench/test-scripts.sh: $failed case(s) failed" >&2
     exit 1
