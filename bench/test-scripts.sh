@@ -97,6 +97,35 @@ else
     fi
 fi
 
+# ---- compare.sh's callgrind targets judge the count as measured: it was rounded to a whole
+# number first, and a 64 B Write of 1,500.25 instructions read 1500 and met "<= 1,500".
+# Stand-ins: cargo builds nothing; valgrind prints counts 4,000 messages apart that make
+# PER_MILLI / 1,000 instructions a message.
+mkdir -p "$work/cg/bin"
+printf '#!/bin/sh\nexit 0\n' >"$work/cg/bin/cargo"
+cat >"$work/cg/bin/valgrind" <<'STANDIN'
+#!/bin/sh
+# --tool --callgrind-out-file PROGRAM WORKLOAD SIZE N
+case "$6" in
+    2000) echo "==1== Collected : 1000000" >&2 ;;
+    *) echo "==1== Collected : $((1000000 + 4 * PER_MILLI))" >&2 ;;
+esac
+STANDIN
+chmod +x "$work/cg/bin/cargo" "$work/cg/bin/valgrind"
+sed -n '/^if \[\[ "${CALLGRIND:-1}" == 1 \]\]/,/^fi$/p' bench/compare.sh >"$work/cg/section.sh"
+callgrind() { # callgrind PER_MILLI: the report's line on the 64 B Write's target
+    PER_MILLI=$1 PATH="$work/cg/bin:$PATH" out="$work/cg" work="$work/cg" bash -c \
+        'set -euo pipefail; source "$work/section.sh"' 2>&1 | grep -F "| a 64 B Write <="
+}
+above=$(callgrind 1500250) below=$(callgrind 1400250)
+if [[ $above != *"| 1500."[23]" | **missed** |"* ]]; then
+    bad "compare.sh's callgrind targets judge the count as measured" "1,500.25 a Write: $above"
+elif [[ $below != *"| 1400."[23]" | met |"* ]]; then
+    bad "compare.sh's callgrind targets judge the count as measured" "1,400.25 a Write: $below"
+else
+    ok "compare.sh's callgrind targets judge the count as measured" "1,500.25 instructions a Write missed, 1,400.25 met"
+fi
+
 # ---- afp-budget.sh: the window's length is the ticks of every /proc/stat column, steal
 # included; without steal the window was shorter by the time the host ran other guests,
 # and the frame rate and busy shares higher by as much. Samples: 3 s windows, CPU 1 busy 2
