@@ -30,7 +30,7 @@ trap 'rm -rf "$work"' EXIT
 # the name of the larger. The pairs' median row sorted a column with a NaN in it, which
 # leaves the NaN anywhere: the median of the other pairs read as the column's.
 sed -n "/<<'PY'$/,/^PY$/p" bench/compare.sh | sed '1d;$d' >"$work/report.py"
-report() { # report DIR PAIRS: the report compare.sh's Python writes from the files in DIR
+report() { # report DIR: the report compare.sh's Python writes from the files in DIR
     local w=$1
     local lat='{"results":[{"hdr_usec":{"p50":0.9,"p99":2.0,"count":2000}}]}'
     local bw='{"results":[{"bw":{"average":40.0,"peak":45.0,"msg_rate_mpps":0.07}}]}'
