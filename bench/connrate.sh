@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The connection rate (issue 11): wcconnrate's loop (a new queue pair, TCP handshake, MPA
 # Request/Reply, one verified 64 B Send, graceful close, the queue pair destroyed) between
-# two processes over net_memif, one caller-driven engine core each (server on CPU 0, client
-# on CPU 1), next to the same loop over the kernel's TCP on loopback (connect, write,
-# half-close, wait for the server's close; a server thread and the client threads in one
-# process), interleaved round by round so the machine's load falls on both alike. Each
-# round runs one at a time (--parallel 1) and PARALLEL at once. Prints every round, then
-# the medians and the ratios.
+# two processes over net_memif, one caller-driven engine core each (server and client on the
+# first two CPUs this process may use, scripts/lib/cpus.sh), next to the same loop over the
+# kernel's TCP on loopback (connect, write, half-close, wait for the server's close; a
+# server thread and the client threads in one process), interleaved round by round so the
+# machine's load falls on both alike. Each round runs one at a time (--parallel 1) and
+# PARALLEL at once (1 to 256; 1: only the one at a time). Prints every round, then the
+# medians and the ratios. ROUNDS and SECONDS are whole numbers of at least 1: anything
+# else is refused (exit 2) before a run.
 #
 #   bench/connrate.sh [ROUNDS] [SECONDS] [PARALLEL]   # default 3 rounds of 3 s, 8 at once
 set -uo pipefail
@@ -15,6 +17,17 @@ root=$(pwd)
 rounds=${1:-3}
 secs=${2:-3}
 par=${3:-8}
+usage() { echo "connrate: $1 (bench/connrate.sh [ROUNDS] [SECONDS] [PARALLEL])" >&2; exit 2; }
+whole='^[1-9][0-9]*$'
+[[ $rounds =~ $whole ]] || usage "ROUNDS must be a whole number of at least 1, not '$rounds'"
+[[ $secs =~ $whole ]] || usage "SECONDS must be a whole number of at least 1, not '$secs'"
+[[ $par =~ $whole ]] && ((par <= 256)) || usage "PARALLEL must be 1 to 256, not '$par'"
+counts=(1)
+((par > 1)) && counts+=("$par")
+# shellcheck source=scripts/lib/cpus.sh
+source scripts/lib/cpus.sh
+cpus_pick
+[[ -z $CPUS_NOTE ]] || echo "connrate: $CPUS_NOTE" >&2
 cargo build --release -q -p warpcore-apps --bin wcconnrate || exit 1
 case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac
 CR=$tgt/release/wcconnrate
@@ -27,10 +40,10 @@ field() { sed -nE "s/.* $1=([0-9.]+).*/\1/p" | head -1; }
 # warpcore P: one memif run; prints the client's RESULT line; fails loudly.
 warpcore() {
     rm -f "$sock"
-    timeout $((secs + 90)) "$CR" --memif "$sock" --cores 0 >"$work/server.log" 2>&1 &
+    timeout $((secs + 90)) "$CR" --memif "$sock" --cores "$CPU_A" >"$work/server.log" 2>&1 &
     local sp=$!
     for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
-    if ! timeout $((secs + 60)) "$CR" 198.18.0.2 --memif "$sock" --cores 1 --secs "$secs" \
+    if ! timeout $((secs + 60)) "$CR" 198.18.0.2 --memif "$sock" --cores "$CPU_B" --secs "$secs" \
         --parallel "$1" >"$work/client.log" 2>&1; then
         kill $sp 2>/dev/null
         echo "FAIL warpcore --parallel $1: the client failed" >&2
@@ -60,10 +73,10 @@ kernel() {
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 declare -A R P50
-echo "connrate: $rounds rounds of ${secs}s, one at a time and $par at once; load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "connrate: $rounds rounds of ${secs}s, ${counts[*]} at once (CPUs $CPU_A and $CPU_B); load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-6s %-9s %9s %12s %14s %14s\n' round stack parallel "conns/s" "life p50 us" "life p99 us"
 for r in $(seq 1 "$rounds"); do
-    for p in 1 "$par"; do
+    for p in "${counts[@]}"; do
         for stack in warpcore kernel; do
             line=$($stack "$p") || exit 1
             rate=$(field rate <<<"$line")
@@ -77,7 +90,7 @@ done
 echo
 echo "| connections at once | Warpcore, one engine core a side (conns/s) | kernel TCP loopback (conns/s) | ratio | life median, Warpcore / kernel (us) |"
 echo "|---|---|---|---|---|"
-for p in 1 "$par"; do
+for p in "${counts[@]}"; do
     w=$(tr ' ' '\n' <<<"${R[warpcore.$p]}" | grep . | median)
     k=$(tr ' ' '\n' <<<"${R[kernel.$p]}" | grep . | median)
     wl=$(tr ' ' '\n' <<<"${P50[warpcore.$p]}" | grep . | median)

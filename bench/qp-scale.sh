@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Many QPs per engine core (issue 11 item 5), over net_memif between two iwperf processes
-# (server on CPU 0, client on CPU 1, one caller-driven engine core each): the 64 B RDMA
-# Write rate with 1, 16 and 1,024 QPs, interleaved round by round so the machine's load
-# falls on all alike, each against the one-QP rate of its own round; then one run of
-# -q 10000 (it must complete); and the memory per idle connected QP from
-# bench/examples/qp_scale (1,024 idle connections, both ends in one process, RSS growth).
+# (server and client on the first two CPUs this process may use, scripts/lib/cpus.sh; one
+# caller-driven engine core each): the 64 B RDMA Write rate with 1, 16 and 1,024 QPs,
+# interleaved round by round so the machine's load falls on all alike, each against the
+# one-QP rate of its own round; then one run of -q 10000 (it must complete); and the memory
+# per idle connected QP from bench/examples/qp_scale (1,024 idle connections, both ends in
+# one process, RSS growth). A run whose report holds no message rate fails.
+#
+# ROUNDS is a whole number of at least 1 and MESSAGES of at least 1,024 (each of 1,024 QPs
+# sends MESSAGES / 1,024): anything else is refused (exit 2) before a run.
 #
 #   bench/qp-scale.sh [ROUNDS] [MESSAGES]   # default 3 rounds, 12,000,000 messages a run
 set -uo pipefail
@@ -12,6 +16,15 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 rounds=${1:-3}
 msgs=${2:-12000000}
+usage() { echo "qp-scale: $1 (bench/qp-scale.sh [ROUNDS] [MESSAGES])" >&2; exit 2; }
+whole='^[1-9][0-9]*$'
+[[ $rounds =~ $whole ]] || usage "ROUNDS must be a whole number of at least 1, not '$rounds'"
+[[ $msgs =~ $whole ]] && ((msgs >= 1024)) ||
+    usage "MESSAGES must be a whole number of at least 1024 (one per QP of the 1,024-QP run), not '$msgs'"
+# shellcheck source=scripts/lib/cpus.sh
+source scripts/lib/cpus.sh
+cpus_pick
+[[ -z $CPUS_NOTE ]] || echo "qp-scale: $CPUS_NOTE" >&2
 cargo build --release -q -p warpcore-apps --bin iwperf || exit 1
 cargo build --release -q -p warpcore-bench --example qp_scale || exit 1
 case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac
@@ -23,10 +36,10 @@ trap 'rm -rf "$work"' EXIT
 # rate QPS ITERS: one write_bw -s 64 run; prints the message rate (M msgs/s); fails loudly.
 rate() {
     rm -f "$sock"
-    timeout 600 "$IW" write_bw --memif "$sock" --cores 0 --timeout 60 >"$work/server.log" 2>&1 &
+    timeout 600 "$IW" write_bw --memif "$sock" --cores "$CPU_A" --timeout 60 >"$work/server.log" 2>&1 &
     local sp=$!
     for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
-    if ! timeout 590 "$IW" write_bw 198.18.0.2 --memif "$sock" --cores 1 --timeout 60 -s 64 \
+    if ! timeout 590 "$IW" write_bw 198.18.0.2 --memif "$sock" --cores "$CPU_B" --timeout 60 -s 64 \
         -q "$1" -n "$2" >"$work/client.log" 2>&1; then
         kill $sp 2>/dev/null
         echo "FAIL write_bw -q $1: the client failed" >&2
@@ -34,7 +47,16 @@ rate() {
         exit 1
     fi
     wait $sp || { echo "FAIL write_bw -q $1: the server failed" >&2; tail -5 "$work/server.log" >&2; exit 1; }
-    grep -m1 -A1 "#bytes" "$work/client.log" | tail -1 | awk '{print $5}'
+    # The message rate, the fifth column of the row under the "#bytes" header: a report
+    # without one (or with no positive rate there) measured nothing, and fails.
+    local m
+    m=$(grep -m1 -A1 "#bytes" "$work/client.log" | tail -n +2 | awk '{print $5}')
+    if ! awk -v m="$m" 'BEGIN { exit !(m ~ /^[0-9]+(\.[0-9]+)?$/ && m > 0) }'; then
+        echo "FAIL write_bw -q $1: no message rate in the client's report (got '${m}')" >&2
+        tail -5 "$work/client.log" >&2
+        exit 1
+    fi
+    echo "$m"
 }
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
