@@ -117,6 +117,7 @@ contracts() {
     contract_pair sync_id_event 7490
     contract_pair cq_err_async 7492
     contract_pair srq_limit_event 7494
+    contract_pair disconnect_states 7496
     contract modify_qp_err_flush
     contract cq_event_ack
     contract post_num_sge

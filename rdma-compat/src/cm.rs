@@ -208,6 +208,12 @@ struct IdState {
     /// `rdma_ack_cm_event` has not taken back: `rdma_destroy_id` waits for them, as
     /// librdmacm's does (rdma_ack_cm_event(3)).
     unacked: usize,
+    /// `rdma_connect` or `rdma_accept` started a connection: the kernel's rdma_cm would
+    /// have an iWARP CM id for it, without which `rdma_disconnect` is `EINVAL`.
+    started: bool,
+    /// A synchronous id took the event that ended its connection (DISCONNECTED, or the
+    /// failure of `rdma_connect`/`rdma_accept`): `rdma_disconnect` has none left to wait for.
+    ended: bool,
 }
 
 #[repr(C)]
@@ -900,6 +906,17 @@ fn wait_sync(id: &mut Id, want: rdma_cm_event_type) -> Result<(), c_int> {
 /// held.
 fn keep_event(id: &mut Id, e: *mut Ev) {
     release_event(id);
+    // SAFETY: an event of ours, now held by the id.
+    let kind = unsafe { (*e).ev.event };
+    if matches!(
+        kind,
+        RDMA_CM_EVENT_DISCONNECTED
+            | RDMA_CM_EVENT_REJECTED
+            | RDMA_CM_EVENT_UNREACHABLE
+            | RDMA_CM_EVENT_CONNECT_ERROR
+    ) {
+        id.lock().ended = true;
+    }
     id.id.event = e.cast();
 }
 
@@ -1383,6 +1400,7 @@ fn start_connection(
         registry().qps.remove(&q.qp.id());
         return fail(errno_of(&e), -1);
     }
+    id.lock().started = true;
     if is_sync(id) {
         if let Err(e) = wait_sync(id, RDMA_CM_EVENT_ESTABLISHED) {
             return fail(e, -1);
@@ -1471,22 +1489,45 @@ pub extern "C" fn __wc_rdma_reject(p: *mut rdma_cm_id, pdata: *const c_void, len
     })
 }
 
+/// `rdma_disconnect(3)` as librdmacm and the kernel's rdma_cm answer it on iWARP: `EINVAL`
+/// for an id that never started a connection (no iWARP CM id: a new id, a resolved one, a
+/// listener), 0 for a connection request's new id not yet accepted; otherwise the
+/// connection closes gracefully (once: a closed or failed one is left as it is) and a
+/// synchronous id waits for its DISCONNECTED (librdmacm's `ucma_complete`), which it then
+/// holds in `id->event`. (librdmacm would wait forever on a synchronous id whose
+/// connection already ended and whose DISCONNECTED it took; this returns 0 at once.)
 #[no_mangle]
 pub extern "C" fn __wc_rdma_disconnect(p: *mut rdma_cm_id) -> c_int {
     guard(-1, || {
         // SAFETY: p is ours.
-        let Some(id) = (unsafe { id_ref(p) }) else {
+        let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
             return fail(EINVAL, -1);
         };
-        // SAFETY: the id's QP is ours.
-        let Some(q) = (unsafe { qp_ref(id.id.qp) }) else {
+        if id.id.verbs.is_null() {
             return fail(EINVAL, -1);
-        };
-        match q.qp.disconnect() {
-            Ok(()) => 0,
-            // Already closing or failed: nothing left to disconnect.
-            Err(_) => 0,
         }
+        let (started, request, ended, sync) = {
+            let st = id.lock();
+            (st.started, st.request.is_some(), st.ended, st.sync)
+        };
+        if !started {
+            return if request { 0 } else { fail(EINVAL, -1) };
+        }
+        // SAFETY: the id's QP, if any, is ours.
+        let Some(q) = (unsafe { qp_ref(id.id.qp) }) else {
+            // The QP was destroyed (gracefully closed, its events forgotten): no event
+            // will come.
+            return 0;
+        };
+        // Closing or failed already: nothing left to disconnect (the kernel's
+        // iw_cm_disconnect answers 0 in those states too).
+        let _ = q.qp.disconnect();
+        if sync && !ended {
+            if let Err(e) = wait_sync(id, RDMA_CM_EVENT_DISCONNECTED) {
+                return fail(e, -1);
+            }
+        }
+        0
     })
 }
 
