@@ -33,7 +33,7 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 
-for t in rping ucmatose udaddy rdma_server rdma_client ib_write_bw ib_read_bw ib_send_bw \
+for t in rping ucmatose udaddy mckey rdma_server rdma_client ib_write_bw ib_read_bw ib_send_bw \
     ib_write_lat ib_read_lat ib_send_lat ib_atomic_bw ibv_devices objdump gcc; do
     if ! command -v "$t" >/dev/null; then
         echo "FAIL $t is not installed: scripts/install-deps.sh installs perftest, rdmacm-utils and ibverbs-utils"
@@ -118,6 +118,7 @@ contracts() {
     contract_pair cq_err_async 7492
     contract_pair srq_limit_event 7494
     contract_pair disconnect_states 7496
+    contract rdmacm_exports
     contract modify_qp_err_flush
     contract cq_event_ack
     contract post_num_sge
@@ -149,14 +150,14 @@ for pair in "libibverbs.so.1:IBVERBS" "librdmacm.so.1:RDMACM"; do
 done
 # The programs load: every symbol they import from the drop-ins (and the stand-ins) exists
 # at the version they ask for (LD_BIND_NOW resolves all of them at start-up).
-for p in rping ucmatose rdma_server rdma_client ib_write_bw ib_read_bw ib_send_bw ib_write_lat \
+for p in rping ucmatose rdma_server rdma_client mckey ib_write_bw ib_read_bw ib_send_bw ib_write_lat \
     ib_read_lat ib_send_lat ib_atomic_bw; do
     out=$(LD_BIND_NOW=1 LD_LIBRARY_PATH="$lib" "$(command -v $p)" --help 2>&1 </dev/null | head -3)
     if grep -q "symbol lookup error\|version .* not found\|undefined symbol" <<<"$out"; then
         bad "$p does not load on the drop-ins: $out"
     fi
 done
-ok "rdmacm-utils and perftest load against the drop-ins with every symbol bound"
+ok "rdmacm-utils (mckey too) and perftest load against the drop-ins with every symbol bound"
 devs=$("${WW[@]}" --memif-server "$sock" --ip 10.77.0.1 -- ibv_devices 2>&1)
 grep -q "warpcore0" <<<"$devs" || bad "ibv_devices does not list warpcore0: $devs"
 ok "ibv_devices lists warpcore0"

@@ -1307,6 +1307,54 @@ pub extern "C" fn __wc_rdma_create_srq(
     })
 }
 
+/// `rdma_create_srq_ex` as librdmacm does it: `EINVAL` without `IBV_SRQ_INIT_ATTR_TYPE`,
+/// the id's PD where the attributes name none, then `ibv_create_srq_ex`, which for a basic
+/// SRQ on a PD is `ibv_create_srq` (verbs.h) and otherwise (XRC and tag-matching SRQs)
+/// needs the extended verb this library does not provide: `EOPNOTSUPP`, as verbs.h answers
+/// then. The id takes the PD if it had none.
+#[no_mangle]
+pub extern "C" fn __wc_rdma_create_srq_ex(
+    p: *mut rdma_cm_id,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: p is ours; attr the caller's.
+        let (Some(id), Some(a)) = (unsafe { p.cast::<Id>().as_mut() }, unsafe { attr.as_mut() })
+        else {
+            return fail(EINVAL, -1);
+        };
+        if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE == 0 {
+            return fail(EINVAL, -1);
+        }
+        if let Err(e) = attach_device(&mut id.id) {
+            return fail(e, -1);
+        }
+        if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 || a.pd.is_null() {
+            a.pd = id.id.pd;
+            a.comp_mask |= IBV_SRQ_INIT_ATTR_PD;
+        }
+        if a.comp_mask & !(IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD) != 0
+            || a.srq_type != IBV_SRQT_BASIC
+        {
+            return fail(EOPNOTSUPP, -1);
+        }
+        let mut basic = ibv_srq_init_attr {
+            srq_context: a.srq_context,
+            attr: a.attr,
+        };
+        let srq = verbs::__wc_ibv_create_srq(a.pd, &mut basic);
+        if srq.is_null() {
+            return -1; // errno set
+        }
+        a.attr = basic.attr;
+        if id.id.pd.is_null() {
+            id.id.pd = a.pd;
+        }
+        id.id.srq = srq;
+        0
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn __wc_rdma_destroy_srq(p: *mut rdma_cm_id) {
     guard((), || {
@@ -1583,6 +1631,125 @@ pub extern "C" fn __wc_rdma_init_qp_attr(
         *m = (IBV_QP_STATE | IBV_QP_ACCESS_FLAGS) as c_int;
         0
     })
+}
+
+// ---------------------------------------------------------------- multicast and ECE
+
+/// The length of a socket address as librdmacm's `ucma_addrlen` takes it: 0 (invalid) for
+/// NULL or a family other than IPv4, IPv6 and AF_IB.
+///
+/// # Safety
+/// `sa` is NULL or a socket address.
+unsafe fn mc_addr_valid(sa: *const sockaddr) -> bool {
+    const AF_INET6: u16 = 10;
+    const AF_IB: u16 = 27;
+    // SAFETY: per the contract; sa_family is first in every sockaddr.
+    !sa.is_null() && matches!(unsafe { (*sa).sa_family }, AF_INET | AF_INET6 | AF_IB)
+}
+
+/// Multicast needs an unreliable-datagram id (RDMA_PS_UDP or RDMA_PS_IB, UD QPs), which
+/// iWARP lacks and this library never makes (`rdma_create_id` refuses other port spaces
+/// than RDMA_PS_TCP): the kernel's rdma_cm refuses a join on any other id, and so every
+/// join here, with `EINVAL` (`rdma_join_multicast` checks the id is bound and UD).
+fn refuse_join(p: *mut rdma_cm_id, addr: *const sockaddr) -> c_int {
+    // SAFETY: p is NULL or ours; addr NULL or the caller's socket address.
+    if unsafe { id_ref(p) }.is_none() || !unsafe { mc_addr_valid(addr) } {
+        return fail(EINVAL, -1);
+    }
+    eprintln!(
+        "warpcore: rdma_join_multicast: multicast needs an unreliable-datagram id \
+         (RDMA_PS_UDP), which iWARP does not have: ids are RDMA_PS_TCP only"
+    );
+    fail(EINVAL, -1)
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_join_multicast(
+    p: *mut rdma_cm_id,
+    addr: *mut sockaddr,
+    _context: *mut c_void,
+) -> c_int {
+    guard(-1, || refuse_join(p, addr))
+}
+
+#[no_mangle]
+pub extern "C" fn __wc_rdma_join_multicast_ex(
+    p: *mut rdma_cm_id,
+    attr: *mut rdma_cm_join_mc_attr_ex,
+    _context: *mut c_void,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: attr is NULL or the caller's.
+        let Some(a) = (unsafe { attr.as_ref() }) else {
+            return fail(EINVAL, -1);
+        };
+        // librdmacm's checks of the attributes, in its order.
+        if a.comp_mask >= RDMA_CM_JOIN_MC_ATTR_RESERVED {
+            return fail(EOPNOTSUPP, -1);
+        }
+        if a.comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS == 0
+            || a.comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS == 0
+            || a.join_flags >= RDMA_MC_JOIN_FLAG_RESERVED
+        {
+            return fail(EINVAL, -1);
+        }
+        refuse_join(p, a.addr)
+    })
+}
+
+/// `rdma_leave_multicast`: librdmacm looks the address up among the id's joined groups and
+/// answers `EADDRNOTAVAIL` for one it did not join; no join ever succeeds here.
+#[no_mangle]
+pub extern "C" fn __wc_rdma_leave_multicast(p: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
+    guard(-1, || {
+        // SAFETY: p is NULL or ours; addr NULL or the caller's socket address.
+        if unsafe { id_ref(p) }.is_none() || !unsafe { mc_addr_valid(addr) } {
+            return fail(EINVAL, -1);
+        }
+        fail(EADDRNOTAVAIL, -1)
+    })
+}
+
+/// `rdma_set_local_ece`: librdmacm's checks (an id without a QP, a vendor id, no
+/// `comp_mask`). ECE (Enhanced Connection Establishment) travels in InfiniBand CM
+/// messages only; on iWARP the kernel's rdma_cm carries nothing of it, nor does this
+/// library, so the value is accepted and has no effect.
+#[no_mangle]
+pub extern "C" fn __wc_rdma_set_local_ece(p: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+    guard(-1, || {
+        // SAFETY: p is NULL or ours; ece NULL or the caller's.
+        let (Some(id), Some(e)) = (unsafe { id_ref(p) }, unsafe { ece.as_ref() }) else {
+            return fail(EINVAL, -1);
+        };
+        if !id.id.qp.is_null() || e.vendor_id == 0 || e.comp_mask != 0 {
+            return fail(EINVAL, -1);
+        }
+        0
+    })
+}
+
+/// `rdma_get_remote_ece`: the peer's ECE, which on iWARP no message carries: zero, as
+/// librdmacm reports it there (an id with a QP is `EINVAL`, as in librdmacm).
+#[no_mangle]
+pub extern "C" fn __wc_rdma_get_remote_ece(p: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+    guard(-1, || {
+        // SAFETY: p is NULL or ours; ece NULL or the caller's.
+        let (Some(id), Some(e)) = (unsafe { id_ref(p) }, unsafe { ece.as_mut() }) else {
+            return fail(EINVAL, -1);
+        };
+        if !id.id.qp.is_null() {
+            return fail(EINVAL, -1);
+        }
+        *e = ibv_ece::default();
+        0
+    })
+}
+
+/// `rdma_reject_ece`: a reject whose InfiniBand reason says the ECE options are not
+/// supported; an MPA reject has no reason field, so on iWARP it is `rdma_reject`.
+#[no_mangle]
+pub extern "C" fn __wc_rdma_reject_ece(p: *mut rdma_cm_id, pdata: *const c_void, len: u8) -> c_int {
+    __wc_rdma_reject(p, pdata, len)
 }
 
 #[no_mangle]
