@@ -118,6 +118,7 @@ contracts() {
     contract_pair cq_err_async 7492
     contract_pair srq_limit_event 7494
     contract_pair disconnect_states 7496
+    contract_pair init_qp_attr_states 7498
     contract rdmacm_exports
     contract modify_qp_err_flush
     contract cq_event_ack

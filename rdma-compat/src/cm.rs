@@ -211,7 +211,8 @@ struct IdState {
     /// librdmacm's does (rdma_ack_cm_event(3)).
     unacked: usize,
     /// `rdma_connect` or `rdma_accept` started a connection: the kernel's rdma_cm would
-    /// have an iWARP CM id for it, without which `rdma_disconnect` is `EINVAL`.
+    /// have an iWARP CM id for it, without which `rdma_disconnect` is `EINVAL` and
+    /// `rdma_init_qp_attr` reports an unconnected id's attributes.
     started: bool,
     /// A synchronous id took the event that ended its connection (DISCONNECTED, or the
     /// failure of `rdma_connect`/`rdma_accept`): `rdma_disconnect` has none left to wait for.
@@ -1604,10 +1605,61 @@ pub extern "C" fn __wc_rdma_disconnect(p: *mut rdma_cm_id) -> c_int {
     })
 }
 
+/// `rdma_establish(3)` completes a connection made without a QP on the id; librdmacm
+/// refuses it (`EINVAL`) on an id with a QP, where the connection completes by itself, and
+/// this library makes no connection without one (`rdma_connect` needs the id's QP), so
+/// there is never one to complete.
 #[no_mangle]
 pub extern "C" fn __wc_rdma_establish(_p: *mut rdma_cm_id) -> c_int {
-    // MPA completes the connection; there is no separate establishment step.
-    0
+    fail(EINVAL, -1)
+}
+
+/// What the kernel's rdma_cm would answer an id in its iWARP CM (`iw_cm_init_qp_attr`),
+/// which `rdma_init_qp_attr` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IwState {
+    /// No iWARP CM id yet (never connected, accepted or listened on).
+    None,
+    /// Listening: no QP attributes.
+    Listen,
+    /// Connecting, a request received, established, or closed and idle again.
+    Usable,
+    /// A graceful close in progress.
+    Closing,
+}
+
+/// `rdma_init_qp_attr(3)`: librdmacm passes the state the caller asks for
+/// (`qp_attr->qp_state`) to the kernel, which answers, on iWARP, with the attributes of
+/// the move to it in the state the id is in (`rdma_init_qp_attr` and `iw_cm_init_qp_attr`):
+/// an id without an iWARP CM id, any state: no access flags (mask state, access flags);
+/// INIT or RTR: remote write and read (mask state, access flags); RTS: nothing to set
+/// (mask empty); any other state, a listener's, or one closing: `EINVAL`. The port is
+/// added to every answer. `Err` is the errno.
+pub(crate) fn iw_qp_attr(
+    iw: IwState,
+    want: ibv_qp_state,
+    port: u8,
+    a: &mut ibv_qp_attr,
+) -> Result<c_int, c_int> {
+    if want > IBV_QPS_ERR {
+        return Err(EINVAL);
+    }
+    *a = Default::default();
+    a.qp_state = want;
+    let mask = match iw {
+        IwState::None => IBV_QP_STATE | IBV_QP_ACCESS_FLAGS,
+        IwState::Listen | IwState::Closing => return Err(EINVAL),
+        IwState::Usable => match want {
+            IBV_QPS_INIT | IBV_QPS_RTR => {
+                a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+                IBV_QP_STATE | IBV_QP_ACCESS_FLAGS
+            }
+            IBV_QPS_RTS => 0,
+            _ => return Err(EINVAL),
+        },
+    };
+    a.port_num = port;
+    Ok((mask | IBV_QP_PORT) as c_int)
 }
 
 #[no_mangle]
@@ -1618,18 +1670,41 @@ pub extern "C" fn __wc_rdma_init_qp_attr(
 ) -> c_int {
     guard(-1, || {
         // SAFETY: p is ours; attr and mask the caller's.
-        let (Some(_), Some(a), Some(m)) =
+        let (Some(id), Some(a), Some(m)) =
             (unsafe { id_ref(p) }, unsafe { attr.as_mut() }, unsafe {
                 mask.as_mut()
             })
         else {
             return fail(EINVAL, -1);
         };
-        *a = Default::default();
-        a.qp_state = IBV_QPS_RTS;
-        a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-        *m = (IBV_QP_STATE | IBV_QP_ACCESS_FLAGS) as c_int;
-        0
+        // The kernel's ucma answers only for an id bound to a device.
+        if id.id.verbs.is_null() {
+            return fail(EINVAL, -1);
+        }
+        let iw = {
+            let st = id.lock();
+            if st.listening {
+                IwState::Listen
+            } else if st.started || st.request.is_some() {
+                // SAFETY: the id's QP, if any, is ours.
+                let closing = unsafe { qp_ref(id.id.qp) }
+                    .is_some_and(|q| q.qp.state() == wv::QpState::Closing);
+                if closing {
+                    IwState::Closing
+                } else {
+                    IwState::Usable
+                }
+            } else {
+                IwState::None
+            }
+        };
+        match iw_qp_attr(iw, a.qp_state, id.id.port_num, a) {
+            Ok(v) => {
+                *m = v;
+                0
+            }
+            Err(e) => fail(e, -1),
+        }
     })
 }
 
