@@ -120,6 +120,7 @@ contracts() {
     contract_pair disconnect_states 7496
     contract_pair init_qp_attr_states 7498
     contract rdmacm_exports
+    contract id_device_pd
     contract modify_qp_err_flush
     contract cq_event_ack
     contract post_num_sge

@@ -198,8 +198,6 @@ struct IdState {
     /// The engine QP this id's events follow.
     qp: Option<QpId>,
     established: bool,
-    /// Objects `rdma_create_qp` made for the application (destroyed with the id).
-    own_pd: bool,
     /// The send and the receive CQ (each with its channel) were made by `rdma_create_qp`.
     own_cqs: (bool, bool),
     /// The private channel of a synchronous id.
@@ -424,6 +422,8 @@ fn dispatch(ctx: &wv::Context, e: CmEvent) {
             let mut child = Box::new(Id {
                 id: rdma_cm_id {
                     verbs: lid.id.verbs,
+                    // librdmacm gives a request's new id the device's PD.
+                    pd: device_pd(lid.id.verbs).unwrap_or(null_mut()),
                     channel: chan,
                     context: lid.id.context,
                     ps: lid.id.ps,
@@ -748,13 +748,35 @@ pub extern "C" fn __wc_rdma_create_id(
     })
 }
 
-/// Points the id at the process's device (starting the engine).
+/// Points the id at the process's device (starting the engine) and, if it has none, at
+/// the device's PD (librdmacm's `ucma_get_device`).
 fn attach_device(id: &mut rdma_cm_id) -> Result<(), c_int> {
     if id.verbs.is_null() {
         id.verbs = verbs::context()?;
         id.port_num = 1;
     }
+    if id.pd.is_null() {
+        id.pd = device_pd(id.verbs)?;
+    }
     Ok(())
+}
+
+/// The device's PD, which librdmacm gives every id bound to the device (`id->pd`, one per
+/// device): `rdma_create_qp` and `rdma_create_srq` use it when the caller names none, and an
+/// application may register memory on it before the id has a QP. Made on first use, it
+/// lives as long as the process, as the device does (librdmacm frees it with the device's
+/// last id; an application that frees it itself breaks librdmacm's ids as it does ours).
+fn device_pd(ctx: *mut ibv_context) -> Result<*mut ibv_pd, c_int> {
+    static PD: Mutex<usize> = Mutex::new(0);
+    let mut pd = PD.lock().unwrap_or_else(|e| e.into_inner());
+    if *pd == 0 {
+        let p = verbs::__wc_ibv_alloc_pd(ctx);
+        if p.is_null() {
+            return Err(crate::ENOMEM);
+        }
+        *pd = p as usize;
+    }
+    Ok(*pd as *mut ibv_pd)
 }
 
 #[no_mangle]
@@ -802,9 +824,6 @@ pub extern "C" fn __wc_rdma_destroy_id(p: *mut rdma_cm_id) -> c_int {
         // ibv_destroy_qp) before the id; rdma_destroy_ep does both.
         if b.id.qp.is_null() {
             destroy_own_cqs(&b.id, st.own_cqs);
-        }
-        if st.own_pd && !b.id.pd.is_null() {
-            verbs::__wc_ibv_dealloc_pd(b.id.pd);
         }
         if st.sync {
             __wc_rdma_destroy_event_channel(b.id.channel);
@@ -1126,18 +1145,8 @@ fn create_qp_on(id: &mut Id, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> Re
     if !id.id.qp.is_null() {
         return Err(EINVAL);
     }
-    let mut pd = pd;
-    if pd.is_null() {
-        pd = id.id.pd;
-    }
-    if pd.is_null() {
-        pd = verbs::__wc_ibv_alloc_pd(id.id.verbs);
-        if pd.is_null() {
-            return Err(crate::ENOMEM);
-        }
-        id.id.pd = pd;
-        id.lock().own_pd = true;
-    }
+    // The caller's PD, else the id's (the device's, `attach_device`).
+    let pd = if pd.is_null() { id.id.pd } else { pd };
     if attr.send_cq.is_null() || attr.recv_cq.is_null() {
         // librdmacm's ucma_create_cqs: a channel and a CQ each way the caller left out.
         for send in [false, true] {
@@ -1193,6 +1202,8 @@ fn create_qp_on(id: &mut Id, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> Re
         .map(|r| usize::from(r.request.core));
     let qp = verbs::create_qp(pd, attr, core)?;
     id.id.qp = qp;
+    // librdmacm: the id's PD is its QP's.
+    id.id.pd = pd;
     // SAFETY: just created.
     let qid = unsafe { qp_ref(qp) }.map(|q| q.qp.id());
     id.lock().qp = qid;
@@ -2080,7 +2091,9 @@ pub extern "C" fn __wc_rdma_create_ep(
             }
             // SAFETY: p is the id just made.
             let id = unsafe { &mut *pid.cast::<Id>() };
-            id.id.pd = pd;
+            if !pd.is_null() {
+                id.id.pd = pd;
+            }
             // SAFETY: qp_attr is NULL or the caller's.
             id.lock().ep_attr = unsafe { qp_attr.as_ref() }.map(|a| ibv_qp_init_attr {
                 // librdmacm takes the QP type from the address information.
@@ -2095,7 +2108,9 @@ pub extern "C" fn __wc_rdma_create_ep(
             }
             // SAFETY: p is the id just made.
             let id = unsafe { &mut *pid.cast::<Id>() };
-            id.id.pd = pd;
+            if !pd.is_null() {
+                id.id.pd = pd;
+            }
             // SAFETY: qp_attr is NULL or the caller's.
             if let Some(a) = unsafe { qp_attr.as_mut() } {
                 a.qp_type = ep_qp_type(r);
