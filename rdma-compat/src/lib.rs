@@ -153,6 +153,31 @@ pub(crate) fn engine_if_open() -> Option<&'static Engine> {
 /// `ibv_query_device`'s `max_cqe` (2^20 entries).
 pub(crate) const COMPAT_MAX_CQE: usize = 1 << 20;
 
+/// A memif client (`WARPCORE_MEMIF`) needs its server's socket when its engine starts. The
+/// ranks of an MPI job start together, so one may ask first: wait for the socket, at most
+/// `WARPCORE_MEMIF_WAIT` seconds (default 30), then let the engine say why it cannot
+/// connect. Here, at the engine's start, not before the program: an application may make
+/// its peer start its engine first (fi_pingpong's server opens its device only once the
+/// client's control connection arrived).
+fn wait_for_memif_server() -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(path) = std::env::var("WARPCORE_MEMIF") else {
+        return Ok(());
+    };
+    let secs: u64 = match std::env::var("WARPCORE_MEMIF_WAIT") {
+        Err(_) => 30,
+        Ok(v) => v.parse().map_err(|_| {
+            format!("WARPCORE_MEMIF_WAIT: {v:?}: expected whole seconds to wait for the memif server's socket")
+        })?,
+    };
+    let is_socket = || std::fs::metadata(&path).is_ok_and(|m| m.file_type().is_socket());
+    let start = std::time::Instant::now();
+    while !is_socket() && start.elapsed() < std::time::Duration::from_secs(secs) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Ok(())
+}
+
 fn open_engine() -> Result<Engine, String> {
     use warpcore_apps::device::{EngineOptions, MemifRole};
     let env = warpcore_apps::env::from_env().map_err(|e| e.to_string())?;
@@ -179,6 +204,7 @@ fn open_engine() -> Result<Engine, String> {
         configure: &configure,
         ..EngineOptions::new("warpcore-verbs", MemifRole::Client)
     };
+    wait_for_memif_server()?;
     let ep = env.dev.open_engine(&opts).map_err(|e| e.to_string())?;
     let ip = env.dev.ip.map(|p| (p.addr, p.len)).unwrap_or((ep.ip, 24));
     let e = Engine {
