@@ -11,6 +11,11 @@ pub const GSO_SEGMENTS_MAX: usize = 64;
 /// Headroom DPDK keeps in front of every mbuf's data (`RTE_PKTMBUF_HEADROOM`).
 const HEADROOM: usize = 128;
 
+/// The shortest IPv4 and TCP headers (RFC 791, RFC 9293): librte_gso accesses both as
+/// whole headers of at least this length.
+const IPV4_HEADER_MIN: usize = 20;
+const TCP_HEADER_MIN: usize = 20;
+
 /// A segmentation context: the pool the segments' header copies and payload references come
 /// from, and the largest segment (Ethernet, IPv4 and TCP headers plus payload) to cut.
 #[derive(Debug)]
@@ -39,15 +44,27 @@ impl Gso {
     /// Cuts `pkt` (which must ask for TSO) into segments and returns a copy of each (the
     /// segments librte_gso builds share `pkt`'s buffers, so they never leave this call).
     /// A packet that fits one frame comes back whole. Refused with [`Error::Gso`], before
-    /// librte_gso sees it, when `pkt` does not ask for TSO, when its headers (the lengths
-    /// in its offload word) are not all in its first segment, do not fit one of the pool's
-    /// mbufs or leave no payload in a frame of the context's size.
+    /// librte_gso sees it, when `pkt` does not ask for TSO, when its IPv4 or TCP header
+    /// length (in its offload word) is under 20 octets, or when its headers are not all in
+    /// its first segment, do not fit one of the pool's mbufs or leave no payload in a frame
+    /// of the context's size.
     pub fn segment(&self, pkt: Mbuf) -> Result<Vec<Vec<u8>>, Error> {
         let refuse = |why: String| Err(Error::Gso { reason: why });
         if pkt.tx_tso_segsz().is_none() {
             return refuse("the packet does not ask for TSO".into());
         }
         let (l2, l3, l4) = pkt.tx_header_lens();
+        // librte_gso rewrites the IPv4 total length and identification and the TCP sequence
+        // number and flags of every segment's header copy in place, and reads them from
+        // `pkt`, at the offsets the lengths give but as whole 20-octet headers: shorter
+        // lengths would have it read and write past the headers, and so past the mbufs
+        // checked below to hold them.
+        if l3 < IPV4_HEADER_MIN || l4 < TCP_HEADER_MIN {
+            return refuse(format!(
+                "IPv4 header of {l3} octets and TCP header of {l4} (at least \
+                 {IPV4_HEADER_MIN} and {TCP_HEADER_MIN})"
+            ));
+        }
         let hdr = l2 + l3 + l4;
         if hdr > pkt.data_len() || hdr > self.room || hdr >= usize::from(self.ctx.gso_size) {
             return refuse(format!(
@@ -59,8 +76,9 @@ impl Gso {
         }
         let mut out = [std::ptr::null_mut::<ffi::rte_mbuf>(); GSO_SEGMENTS_MAX];
         // SAFETY: pkt is a valid packet we own for the call, its headers (as its offload word
-        // gives them, which librte_gso copies) are inside its first segment and fit a pool
-        // mbuf, and the frame size leaves payload (checked above); out has room for
+        // gives them, which librte_gso copies, with IPv4 and TCP headers long enough for the
+        // fields it rewrites) are inside its first segment and fit a pool mbuf, and the
+        // frame size leaves payload (checked above); out has room for
         // GSO_SEGMENTS_MAX pointers, the count passed; the context's pools live for the
         // process. rte_gso_segment does not free pkt; each segment it writes to out is a new
         // packet owned by us, whose payload refers to pkt's buffers.
