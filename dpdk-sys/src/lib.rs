@@ -20,7 +20,9 @@
 //!   that: a process opens at most one `Port` per port id ([`Error::PortInUse`]), a queue's
 //!   handle is handed out again only after the last one dropped, and a port whose queue
 //!   handles are alive is neither reconfigured nor stopped ([`Error::QueuesInUse`]), so no
-//!   handle outlives the queue it polls.
+//!   handle outlives the queue it polls. A port whose close the EAL interrupt thread did not
+//!   run within 5 s of the last drop (the close is then left to it) is never opened again
+//!   in the process.
 //! * Set-up failures return an [`Error`] that names the argument, device or queue that failed
 //!   together with DPDK's `rte_errno` text.
 //!
@@ -50,6 +52,8 @@ pub use mbuf::{Mbuf, RxChecksum, TxChecksumOffload, TxTso};
 pub use mempool::Mempool;
 pub use pcapng::{Direction, PcapngWriter};
 pub use port::prefault_memif_regions;
+#[doc(hidden)]
+pub use port::stall_interrupt_thread;
 pub use port::{
     LinkStatus, Offloads, Port, PortConfig, PortInfo, PortStats, RxQueue, TxQueue, XStat,
     AF_PACKET_FRAMESZ_DEFAULT, AF_PACKET_JUMBO_ARGS, AF_PACKET_JUMBO_BLOCKSZ,

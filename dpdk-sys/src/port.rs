@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 use std::ffi::{CStr, CString};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::{ffi, Eal, Error, Mbuf, Mempool};
@@ -207,9 +208,13 @@ struct PortShared {
     name: String,
     /// Set by the port (under `&mut Port`), cleared by each queue handle as it drops.
     taken: Mutex<QueuesTaken>,
+    /// How long dropping waits for the EAL interrupt thread to close the device
+    /// ([`CLOSE_TIMEOUT_MS`]; tests shorten it, [`Port::set_close_timeout_ms`]).
+    close_timeout_ms: AtomicU32,
     /// Declared last: fields drop after `Drop::drop` has closed the device, so the id is
-    /// free again only once nothing uses it.
-    _claim: PortClaim,
+    /// free again only once nothing uses it. Taken and kept forever when the close did not
+    /// finish in time (see `Drop`).
+    claim: Option<PortClaim>,
 }
 
 impl Drop for PortShared {
@@ -217,14 +222,22 @@ impl Drop for PortShared {
         // Stop and close on the EAL interrupt thread, serialised with the drivers' own event
         // handlers there (net_memif closes its end there when the peer closes first; two
         // concurrent closes in one process could crash it). See `wc_eth_dev_close_serialized`.
+        let timeout_ms = self.close_timeout_ms.load(Ordering::Relaxed);
         // SAFETY: no queue handle or Port refers to the device any more (they hold this Arc);
         // stopping an already stopped port and closing it are both allowed, and the shim only
-        // passes the port id to rte_eth_dev_stop/rte_eth_dev_close.
-        let r = unsafe { ffi::wc_eth_dev_close_serialized(self.id, CLOSE_TIMEOUT_MS) };
+        // passes the port id to rte_eth_dev_stop/rte_eth_dev_close. If the close is left to
+        // the interrupt thread, the id stays claimed (below), so nothing of ours reaches the
+        // device again.
+        let r = unsafe { ffi::wc_eth_dev_close_serialized(self.id, timeout_ms) };
         if r < 0 {
+            // The close is still to come, on the interrupt thread, at a time nobody knows:
+            // a `Port` opened on the id meanwhile would have its queues stopped and freed
+            // under its handles. So the id stays taken in this process for good.
+            std::mem::forget(self.claim.take());
             eprintln!(
-                "dpdk-sys: port {} ({}): the EAL interrupt thread did not close it within {} ms",
-                self.id, self.name, CLOSE_TIMEOUT_MS
+                "dpdk-sys: port {} ({}): the EAL interrupt thread did not close it within {} \
+                 ms; it closes it later, and the port id cannot be opened again in this process",
+                self.id, self.name, timeout_ms
             );
         }
     }
@@ -300,6 +313,30 @@ pub fn prefault_memif_regions() -> usize {
     // driver unmaps one meanwhile (called off the interrupt thread), madvise fails on the
     // hole or populates whatever was mapped there since: no contents change either way.
     unsafe { ffi::wc_memif_prefault_regions() }
+}
+
+/// Keeps the EAL interrupt thread busy for `ms` milliseconds from about now (an alarm
+/// whose callback sleeps): for tests of what waits on that thread, such as the close of a
+/// dropped [`Port`]. Returns DPDK's refusal to set the alarm.
+#[doc(hidden)]
+pub fn stall_interrupt_thread(_eal: &Eal, ms: u32) -> Result<(), Error> {
+    extern "C" fn sleep_cb(arg: *mut std::ffi::c_void) {
+        // Nothing here can panic (no unwinding out of a C callback): the duration was
+        // passed as the pointer's value.
+        std::thread::sleep(std::time::Duration::from_millis(arg as u64));
+    }
+    // SAFETY: the callback is a plain function that reads no memory through its argument
+    // (a number, not a pointer), so it is sound whenever the interrupt thread runs it.
+    let r = unsafe { ffi::rte_eal_alarm_set(1, Some(sleep_cb), ms as usize as *mut _) };
+    if r != 0 {
+        return Err(Error::Port {
+            port: u16::MAX,
+            name: "EAL interrupt thread".into(),
+            op: "rte_eal_alarm_set".into(),
+            reason: Error::code_reason(r),
+        });
+    }
+    Ok(())
 }
 
 fn port_name(id: u16) -> String {
@@ -406,7 +443,8 @@ impl Port {
                 id,
                 name,
                 taken: Mutex::new(QueuesTaken::default()),
-                _claim: claim,
+                close_timeout_ms: AtomicU32::new(CLOSE_TIMEOUT_MS),
+                claim: Some(claim),
             }),
             info,
             offloads: Offloads::default(),
@@ -417,6 +455,13 @@ impl Port {
     /// Port id.
     pub fn id(&self) -> u16 {
         self.shared.id
+    }
+
+    /// How long the close that dropping the port (and its last queue handle) makes waits
+    /// for the EAL interrupt thread, instead of 5 s: for tests of a close that takes longer.
+    #[doc(hidden)]
+    pub fn set_close_timeout_ms(&mut self, ms: u32) {
+        self.shared.close_timeout_ms.store(ms, Ordering::Relaxed);
     }
 
     /// Device name.
