@@ -1403,6 +1403,163 @@ mod tests {
         assert_eq!(fuse(FUSE_MIN), fused_available());
     }
 
+    /// Memory with an inaccessible page on either side of `len` octets (rounded up to
+    /// pages): a load or store that reaches past either end of a buffer placed against an
+    /// edge faults instead of touching a neighbour's octets.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    struct Fenced {
+        map: *mut u8,
+        map_len: usize,
+        len: usize,
+    }
+
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    impl Fenced {
+        const PAGE: usize = 4096;
+
+        fn new(len: usize) -> Fenced {
+            let len = len.div_ceil(Self::PAGE) * Self::PAGE;
+            let map_len = len + 2 * Self::PAGE;
+            // SAFETY: a fresh anonymous mapping, checked below; the middle pages are made
+            // readable and writable, the outer ones stay inaccessible.
+            unsafe {
+                let map = libc::mmap(
+                    std::ptr::null_mut(),
+                    map_len,
+                    libc::PROT_NONE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                assert_ne!(map, libc::MAP_FAILED);
+                let map = map.cast::<u8>();
+                let r = libc::mprotect(
+                    map.add(Self::PAGE).cast(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                );
+                assert_eq!(r, 0);
+                Fenced { map, map_len, len }
+            }
+        }
+
+        /// `n` octets starting right after the first fence (`at_end` false) or ending right
+        /// before the second (true).
+        fn slice(&mut self, n: usize, at_end: bool) -> &mut [u8] {
+            assert!(n <= self.len);
+            let start = if at_end { self.len - n } else { 0 };
+            // SAFETY: `[start, start + n)` lies in the accessible pages, borrowed uniquely
+            // through `&mut self`.
+            unsafe { std::slice::from_raw_parts_mut(self.map.add(Self::PAGE + start), n) }
+        }
+    }
+
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    impl Drop for Fenced {
+        fn drop(&mut self) {
+            // SAFETY: the mapping made in `new`, unmapped once.
+            unsafe { libc::munmap(self.map.cast(), self.map_len) };
+        }
+    }
+
+    /// No vector path reads an octet before or after its input, nor writes one around its
+    /// output: each runs on inputs and outputs placed against an inaccessible page on
+    /// either side (a fault fails the test), at every length around the vectors', lanes'
+    /// and folding steps' sizes, and with the results the crate gives. The guarded copy out
+    /// of registered memory runs the same way, from the last octets of a region.
+    #[test]
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    #[cfg_attr(miri, ignore = "Miri has no mprotect, nor most of these instructions")]
+    fn no_path_touches_an_octet_past_its_buffers() {
+        use crate::mem::{Access, MrTable, PdId, Region};
+        use std::sync::Arc;
+
+        assert!(
+            fused_available(),
+            "this test needs an x86-64 CPU with SSE4.2 and PCLMULQDQ"
+        );
+        report_path();
+        const AREA: usize = 3 * 4096;
+        let mut src_mem = Fenced::new(AREA);
+        let mut dst_mem = Fenced::new(AREA);
+        let fill: Vec<u8> = (0..AREA as u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8)
+            .collect();
+        src_mem.slice(AREA, false).copy_from_slice(&fill);
+        let lens = (0..=600).chain((601..AREA).step_by(37)).chain([AREA]);
+        for len in lens {
+            for src_at_end in [false, true] {
+                let src = src_mem.slice(len, src_at_end).to_vec();
+                let s = &*src_mem.slice(len, src_at_end);
+                let want = crc32c::crc32c_append(7, s);
+                let want_sum = warpcore_tcp::csum::fold(warpcore_tcp::csum::sum(s));
+                assert_eq!(crc32c_append(7, s), want, "{len} octets");
+                // SAFETY: the CPU has SSE4.2 and PCLMULQDQ (checked above).
+                assert_eq!(!unsafe { three_streams(!7, s) }, want, "lanes, {len}");
+                if len >= FOLD_MIN && fold512_available() {
+                    // SAFETY: the CPU has the features; `s` has `FOLD_MIN` octets or more.
+                    assert_eq!(!unsafe { fold512(!7, s) }, want, "fold512, {len}");
+                    let (sum, crc) = sum_crc512_checked(s);
+                    assert_eq!(crc, crc32c::crc32c(s), "digest, {len}");
+                    assert_eq!(warpcore_tcp::csum::fold(sum), want_sum, "digest, {len}");
+                }
+                if let Some(bulk) = bulk_sum() {
+                    assert_eq!(warpcore_tcp::csum::fold(bulk(s)), want_sum, "bulk, {len}");
+                }
+                for dst_at_end in [false, true] {
+                    for path in 0..3 {
+                        if path == 2 && !(len >= FOLD_MIN && fold256_available()) {
+                            continue;
+                        }
+                        let dst = dst_mem.slice(len, dst_at_end);
+                        dst.fill(0);
+                        // SAFETY: `src` is `len` readable octets, apart from `dst`; the CPU
+                        // has the features (checked above, and for the 256-bit path just
+                        // before, which takes at least `FOLD_MIN` octets).
+                        let (sum, crc) = unsafe {
+                            let p = src_mem.slice(len, src_at_end).as_ptr();
+                            match path {
+                                0 => copy_sum_crc(p, dst, 7),
+                                1 => copy_sum_crc_lanes(p, dst, 7),
+                                _ => copy_sum_crc_fold256(p, dst, 7),
+                            }
+                        };
+                        assert_eq!(&dst[..], &src[..], "copy path {path}, {len}");
+                        assert_eq!(crc, want, "copy path {path}, {len}");
+                        assert_eq!(warpcore_tcp::csum::fold(sum), want_sum, "path {path}");
+                    }
+                }
+            }
+        }
+
+        // Registered memory that ends at a fence, copied out from its last octets.
+        let base = src_mem.slice(AREA, false).as_mut_ptr();
+        // SAFETY: `AREA` octets at `base` stay mapped while the region lives (it is dropped
+        // with the table below, before `src_mem`), and no reference to them is used
+        // meanwhile: the slices above are gone.
+        let region = Arc::new(unsafe { Region::from_raw(base, AREA) });
+        let t = MrTable::with_seed(2, 3);
+        let stag = t.register(region, PdId(1), Access::LOCAL_WRITE, 0).unwrap();
+        let g = t.lookup_local(stag, PdId(1), true).unwrap();
+        for len in (0..=600).chain((601..AREA).step_by(37)).chain([AREA]) {
+            let to = (AREA - len) as u64;
+            let dst = dst_mem.slice(len, true);
+            let (sum, crc) = g.copy_out_summed_crc_at(to, dst, 7).unwrap();
+            assert_eq!(&dst[..], &fill[AREA - len..], "copy out, {len}");
+            assert_eq!(crc, crc32c::crc32c_append(7, dst), "copy out, {len}");
+            assert_eq!(
+                warpcore_tcp::csum::fold(sum),
+                warpcore_tcp::csum::fold(warpcore_tcp::csum::sum(dst)),
+                "copy out, {len}"
+            );
+            g.place_at(to, &fill[..len]).unwrap();
+            g.place_at(to, &fill[AREA - len..]).unwrap();
+        }
+        drop(g);
+        drop(t);
+        drop(src_mem);
+    }
+
     /// Extending over pieces equals the CRC of the whole, as the framers use it.
     #[test]
     fn appends_compose() {
