@@ -1021,18 +1021,18 @@ pub extern "C" fn __wc_rdma_listen(p: *mut rdma_cm_id, _backlog: c_int) -> c_int
             return fail(ENODEV, -1);
         };
         let mut reg = registry();
-        let mut port = id.lock().port;
-        if port == 0 {
-            // Bound to port 0: an ephemeral port, as the kernel's rdma_cm picks one
-            // (libfabric's passive endpoints listen so, then read the port with
-            // rdma_get_local_addr).
+        let bound = id.lock().port;
+        // Bound to port 0: an ephemeral port, as the kernel's rdma_cm picks one (libfabric's
+        // passive endpoints listen so, then read the port with rdma_get_local_addr); the
+        // id takes it once the listener exists.
+        let port = if bound == 0 {
             let Some(free) = (49152..=65535u16).find(|p| !reg.listeners.contains_key(p)) else {
                 return fail(EADDRINUSE, -1);
             };
-            port = free;
-            id.lock().port = port;
-            set_src(&mut id.id, SocketAddrV4::new(eng.ip, port));
-        }
+            free
+        } else {
+            bound
+        };
         if reg.listeners.contains_key(&port) {
             return fail(EADDRINUSE, -1);
         }
@@ -1050,6 +1050,10 @@ pub extern "C" fn __wc_rdma_listen(p: *mut rdma_cm_id, _backlog: c_int) -> c_int
             l.insert(port);
         }
         reg.listeners.insert(port, p as usize);
+        if bound == 0 {
+            id.lock().port = port;
+            set_src(&mut id.id, SocketAddrV4::new(eng.ip, port));
+        }
         id.lock().listening = true;
         0
     })
