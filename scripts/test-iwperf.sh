@@ -24,21 +24,14 @@ iters=${IWPERF_ITERS:-300}
 work=$(mktemp -d /tmp/iwperf-test.XXXXXX)
 sock=$work/memif.sock
 server_pid=""
-passed=0
-failed=0
 cleanup() {
     if [[ -n "$server_pid" ]]; then kill "$server_pid" 2>/dev/null || true; fi
     rm -rf "$work"
 }
 trap cleanup EXIT
 
-ok() { passed=$((passed + 1)); echo "ok   $*"; }
-bad() {
-    failed=$((failed + 1))
-    echo "FAIL $*"
-    for f in "$work"/*.log; do echo "--- $f"; tail -20 "$f"; done
-    exit 1
-}
+# shellcheck source=lib/tally.sh
+. scripts/lib/tally.sh
 
 server_args=()
 # pair NAME SERVER_MEMIF_ROLE TEST ARGS...: server and client processes; both must exit 0

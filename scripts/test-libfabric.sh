@@ -44,22 +44,14 @@ sock=$work/memif.sock
 A=198.18.0.71
 B=198.18.0.72
 pids=()
-passed=0
-failed=0
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
     ip netns del "$ns" 2>/dev/null || true
     rm -rf "$work"
 }
 trap cleanup EXIT
-ok() { passed=$((passed + 1)); echo "ok   $*"; }
-bad() {
-    failed=$((failed + 1))
-    echo "FAIL $*"
-    for f in "$work"/*.log; do [[ -f $f ]] && { echo "--- $f"; tail -25 "$f"; }; done
-    echo "$passed passed, $failed failed"
-    exit 1
-}
+# shellcheck source=lib/tally.sh
+. scripts/lib/tally.sh
 
 scripts/netns.sh create "$ns" || bad "cannot create network namespace $ns"
 ip -n "$ns" link add wclf0 type veth peer name wclf1 &&

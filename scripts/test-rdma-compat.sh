@@ -61,22 +61,14 @@ IWPING="$tgt/release/iwping"
 work=$(mktemp -d /tmp/rdma-compat-test.XXXXXX)
 sock=$work/memif.sock
 pids=()
-passed=0
-failed=0
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
     rm -rf "$work"
 }
 trap cleanup EXIT
 
-ok() { passed=$((passed + 1)); echo "ok   $*"; }
-bad() {
-    failed=$((failed + 1))
-    echo "FAIL $*"
-    for f in "$work"/*.log; do [[ -f $f ]] && { echo "--- $f"; tail -25 "$f"; }; done
-    echo "$passed passed, $failed failed"
-    exit 1
-}
+# shellcheck source=lib/tally.sh
+. scripts/lib/tally.sh
 
 # --- 5. the C contract checks ---------------------------------------------------------------
 # Built against the system's headers and libraries as Debian's gcc builds a program
