@@ -111,6 +111,7 @@ contracts() {
     contract_pair srq_limit_event 7494
     contract_pair disconnect_states 7496
     contract_pair init_qp_attr_states 7498
+    contract_pair connect_refused 7500
     contract rdmacm_exports
     contract id_device_pd
     contract modify_qp_err_flush

@@ -136,8 +136,12 @@ pub enum ConnError {
     LocalTerminate(ProtocolError),
     /// The MPA startup failed.
     Negotiation(NegotiationError),
-    /// TCP was reset or timed out.
-    TcpLost,
+    /// The TCP connection was reset before it was up: the peer's RST (nothing listens on
+    /// the port, or the peer refused or dropped the connection) or our own abort.
+    TcpReset,
+    /// The TCP connection timed out before it was up: the SYN's retransmissions or the
+    /// connection's user timeout ran out (no answer, or no ARP answer for the next hop).
+    TcpTimedOut,
     /// A completion queue of this QP overran: completions were lost, so the QP went to the
     /// error state (as the verbs prescribe for a CQ error) and a local catastrophic
     /// Terminate went to the peer. `CompletionQueue::overrun` tells which queue.
@@ -152,7 +156,8 @@ impl fmt::Display for ConnError {
                 write!(f, "sent Terminate: {}", e.terminate_code())
             }
             ConnError::Negotiation(e) => write!(f, "MPA startup failed: {e}"),
-            ConnError::TcpLost => f.write_str("TCP connection reset or timed out"),
+            ConnError::TcpReset => f.write_str("TCP connection reset"),
+            ConnError::TcpTimedOut => f.write_str("TCP connection timed out"),
             ConnError::CqOverrun => {
                 f.write_str("a completion queue overran (completions lost); QP in error")
             }
@@ -178,8 +183,9 @@ pub enum CmEvent {
         /// user is told them for a rejection as for an acceptance (MPA2-9.1-10).
         peer_ird_ord: Option<(u16, u16)>,
     },
-    /// The connection ended: `reset` for an abortive close (RST) by either side, otherwise
-    /// both FINs were exchanged after the send queues drained.
+    /// The connection ended: `reset` for an abortive close (RST) by either side or a TCP
+    /// timeout (the peer or the path went silent), otherwise both FINs were exchanged after
+    /// the send queues drained.
     Disconnected {
         /// The queue pair (now in the error state, its work requests flushed).
         qp: QpId,

@@ -539,11 +539,13 @@ pub(crate) fn failure_event(error: &wv::ConnError) -> (rdma_cm_event_type, c_int
         // The peer closed the stream during the MPA startup: refused (both providers
         // report -ECONNRESET for a close while they await the Reply).
         C::Negotiation(N::PeerClosed) => (RDMA_CM_EVENT_REJECTED, -ECONNRESET),
-        // TCP reset or timed out (a RST to our SYN, retransmissions or ARP exhausted): the
-        // engine does not tell these apart (one `TcpLost`), while rdma_cm reports a RST as
-        // REJECTED and a timeout as UNREACHABLE/-ETIMEDOUT. Kept as it was reported before
-        // the engine can say which (docs/rdma-compat.md).
-        C::TcpLost => (RDMA_CM_EVENT_UNREACHABLE, -ECONNREFUSED),
+        // A RST to our SYN (nothing listens) or a reset during the set-up: refused, as an
+        // iWARP provider reports a refused connect (cxgb4's -ECONNREFUSED, which
+        // cma_iw_handler makes REJECTED).
+        C::TcpReset => (RDMA_CM_EVENT_REJECTED, -ECONNREFUSED),
+        // The SYN's retransmissions or the user timeout ran out (no answer, no ARP
+        // answer): -ETIMEDOUT, UNREACHABLE.
+        C::TcpTimedOut => (RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT),
         // A malformed or unacceptable Reply, no common RTR or IRD, a Terminate: a protocol
         // failure (cxgb4's -EPROTO for a bad Reply).
         C::Negotiation(_) | C::LocalTerminate(_) | C::RemoteTerminate(_) => {
@@ -2262,13 +2264,17 @@ mod failure_tests {
             failure_event(&C::CqOverrun),
             (RDMA_CM_EVENT_CONNECT_ERROR, -crate::EIO)
         );
-        // TcpLost is a RST or a timeout, which the engine does not tell apart: reported
-        // as before (docs/rdma-compat.md), the one case the kernel's reading differs from.
         assert_eq!(
-            failure_event(&C::TcpLost),
-            (RDMA_CM_EVENT_UNREACHABLE, -ECONNREFUSED)
+            failure_event(&C::TcpReset),
+            (RDMA_CM_EVENT_REJECTED, -ECONNREFUSED)
+        );
+        assert_eq!(
+            failure_event(&C::TcpTimedOut),
+            (RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT)
         );
         for e in [
+            C::TcpReset,
+            C::TcpTimedOut,
             C::Negotiation(N::Timeout),
             C::Negotiation(N::PeerClosed),
             C::Negotiation(N::InvalidRtr),

@@ -662,7 +662,7 @@ pub fn tcp_segments(data: &[u8]) {
                         }
                     }
                 }
-                Event::Closed(id) | Event::Reset(id) => {
+                Event::Closed(id) | Event::Reset(id) | Event::TimedOut(id) => {
                     for (side, ext) in [(&mut passive, &mut ext_p), (&mut active, &mut ext_a)] {
                         if side.id == Some(id) {
                             let _ = stack.release(id);

@@ -211,8 +211,12 @@ pub enum Event {
     PeerClosed(ConnId),
     /// The connection finished closing normally.
     Closed(ConnId),
-    /// The connection was reset by the peer or timed out (MPA's error 1, MPA-8-1).
+    /// The connection was reset by the peer (MPA's error 1, MPA-8-1). The reference
+    /// (smoltcp) reports a timeout this way too: its socket does not say which.
     Reset(ConnId),
+    /// The connection timed out: retransmissions exhausted, the user timeout passed, or the
+    /// peer stayed silent in FIN-WAIT-2 (MPA's error 1 as well). Our TCP only.
+    TimedOut(ConnId),
 }
 
 /// Errors of [`Stack`] operations.
@@ -507,8 +511,8 @@ impl<D: PollDevice> Stack<D> {
     }
 
     /// Opens a connection to `remote` from `local_port` (an ephemeral port if `None`).
-    /// [`Event::Connected`] or [`Event::Reset`] follows. Tuning no connection can work with
-    /// is refused ([`StackError::InvalidTuning`]).
+    /// [`Event::Connected`], [`Event::Reset`] or [`Event::TimedOut`] follows. Tuning no
+    /// connection can work with is refused ([`StackError::InvalidTuning`]).
     pub fn connect(
         &mut self,
         remote: (Ipv4Address, u16),

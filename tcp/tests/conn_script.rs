@@ -647,7 +647,7 @@ fn fin_wait_2_without_data_for_the_limit_resets_the_connection() {
                 assert_eq!(rst.len(), 1, "{out:?}");
                 assert_eq!(rst[0].0, ms(2_003));
                 assert_eq!(c.state(), State::Closed);
-                assert_eq!(events(&mut c).last(), Some(&ConnEvent::Reset));
+                assert_eq!(events(&mut c).last(), Some(&ConnEvent::TimedOut));
             }
             None => {
                 assert!(out.is_empty(), "{out:?}");
@@ -747,7 +747,7 @@ fn rfc9293_3_8_4_keep_alive_probes_an_idle_peer_and_a_dead_one_is_reset() {
     // Silence from now on: reset three seconds after the peer was last heard.
     run_until(&mut c, ms(4000), ms(5000));
     assert_eq!(c.state(), State::Closed);
-    assert_eq!(events(&mut c), vec![ConnEvent::Reset]);
+    assert_eq!(events(&mut c), vec![ConnEvent::TimedOut]);
 }
 
 /// A burst's receive buffer stays while the connection is busy (growing it again for every

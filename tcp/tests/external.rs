@@ -165,7 +165,7 @@ fn transfer(seed: u64, total: u64) -> (u64, u64, u64) {
         let wb = b.poll(now);
         while let Some(e) = a.next_event() {
             assert!(
-                !matches!(e, Event::Reset(_) | Event::Closed(_)),
+                !matches!(e, Event::Reset(_) | Event::TimedOut(_) | Event::Closed(_)),
                 "{e:?} at {now} sent {sent} received {received} b {:?} a {:?}",
                 b.host_stats(),
                 a.host_stats()

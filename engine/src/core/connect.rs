@@ -414,8 +414,8 @@ impl<D: PollDevice> EngineCore<D> {
                         }
                     }
                 }
-                TcpEvent::Closed(c) | TcpEvent::Reset(c) => {
-                    let reset = matches!(ev, TcpEvent::Reset(_));
+                TcpEvent::Closed(c) | TcpEvent::Reset(c) | TcpEvent::TimedOut(c) => {
+                    let reset = !matches!(ev, TcpEvent::Closed(_));
                     if let Some(i) = self.find_qp(c) {
                         let Some(q) = self.qps[i].as_mut() else {
                             continue;
@@ -427,10 +427,16 @@ impl<D: PollDevice> EngineCore<D> {
                             let _ = self.stack.release(conn.tcp);
                             self.txrec.forget(conn.tcp);
                             if was == QpState::Connecting {
-                                self.ctx.events.push_back(CmEvent::Error {
-                                    qp: q.id,
-                                    error: ConnError::TcpLost,
-                                });
+                                // A connection that never came up: why, as rdma_cm tells a
+                                // refusal (REJECTED) from a timeout (UNREACHABLE).
+                                let error = if matches!(ev, TcpEvent::TimedOut(_)) {
+                                    ConnError::TcpTimedOut
+                                } else {
+                                    ConnError::TcpReset
+                                };
+                                self.ctx
+                                    .events
+                                    .push_back(CmEvent::Error { qp: q.id, error });
                             } else if !matches!(was, QpState::Error | QpState::Terminate) {
                                 self.ctx
                                     .events

@@ -147,8 +147,12 @@ pub enum ConnEvent {
     PeerClosed,
     /// The connection ended normally (or after our abort).
     Closed,
-    /// The peer reset it, or it timed out.
+    /// The peer reset it (an acceptable RST, RFC 9293 3.10.7 and RFC 5961 3.2).
     Reset,
+    /// It timed out: retransmissions exhausted, the user timeout (RFC 9293 3.8.3 R2) or
+    /// FIN-WAIT-2's bound passed without a word from the peer. A RST went to the peer where
+    /// the connection was synchronized.
+    TimedOut,
 }
 
 /// Errors of the user calls.
@@ -204,6 +208,7 @@ const EV_WRITABLE: u8 = 4;
 const EV_PEER_CLOSED: u8 = 8;
 const EV_CLOSED: u8 = 16;
 const EV_RESET: u8 = 32;
+const EV_TIMED_OUT: u8 = 64;
 
 /// Challenge ACKs allowed per second (RFC 5961 7).
 const CHALLENGE_ACKS_PER_SEC: u32 = 10;
@@ -1054,7 +1059,7 @@ impl Connection {
             return None;
         }
         // The lowest bit set first (the order of the EV_ constants), without a walk over
-        // all six.
+        // all seven.
         let bit = self.events & self.events.wrapping_neg();
         self.events &= !bit;
         Some(match bit {
@@ -1063,8 +1068,9 @@ impl Connection {
             EV_WRITABLE => ConnEvent::Writable,
             EV_PEER_CLOSED => ConnEvent::PeerClosed,
             EV_CLOSED => ConnEvent::Closed,
-            // `events` holds no other bit than these six.
-            _ => ConnEvent::Reset,
+            EV_RESET => ConnEvent::Reset,
+            // `events` holds no other bit than these seven.
+            _ => ConnEvent::TimedOut,
         })
     }
 
@@ -1854,7 +1860,7 @@ impl Connection {
             .timeout
             .is_some_and(|t| now - self.last_heard >= t && self.state != State::TimeWait);
         if (silent && self.user_timeout_applies()) || self.rec.backoffs() > MAX_RTO_BACKOFFS {
-            self.enter_closed(EV_RESET);
+            self.enter_closed(EV_TIMED_OUT);
             return;
         }
         if self.state == State::FinWait2 && self.fin_wait_2_at.is_some_and(|t| t <= now) {
@@ -1864,8 +1870,8 @@ impl Connection {
                 self.fin_wait_2_at = self.cfg.fin_wait_2_timeout.map(|t| now + t);
             } else {
                 // Linux's `tcp_fin_timeout`: the peer neither sends nor closes. A RST tells
-                // it, the user sees a reset, not a clean close.
-                self.enter_closed(EV_RESET);
+                // it; the user sees a timeout, not a clean close.
+                self.enter_closed(EV_TIMED_OUT);
                 self.rst_pending = true;
                 return;
             }
@@ -2788,7 +2794,7 @@ mod tests {
     }
 
     /// `poll_event` hands out the pending events lowest bit first, one per call, each once:
-    /// for every set of pending events the order of the walk over the six it replaced.
+    /// for every set of pending events the order of the walk over the seven.
     #[test]
     fn poll_event_takes_pending_events_in_the_order_of_their_bits() {
         let ep = Endpoints {
@@ -2803,8 +2809,9 @@ mod tests {
             (EV_PEER_CLOSED, ConnEvent::PeerClosed),
             (EV_CLOSED, ConnEvent::Closed),
             (EV_RESET, ConnEvent::Reset),
+            (EV_TIMED_OUT, ConnEvent::TimedOut),
         ];
-        for mask in 0u8..64 {
+        for mask in 0u8..128 {
             c.events = mask;
             let want: Vec<ConnEvent> = order
                 .iter()

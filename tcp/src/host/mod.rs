@@ -1657,7 +1657,9 @@ impl Inner {
                         self.events.push_back(Event::Acceptable(l));
                     }
                 }
-                (Role::HalfOpen(_), ConnEvent::Closed | ConnEvent::Reset) => drop_it = true,
+                (Role::HalfOpen(_), ConnEvent::Closed | ConnEvent::Reset | ConnEvent::TimedOut) => {
+                    drop_it = true
+                }
                 (Role::HalfOpen(_), _) | (Role::Orphan, _) => {}
                 (_, ConnEvent::Connected) => {}
                 (_, ConnEvent::Readable) => self.events.push_back(Event::Readable(id)),
@@ -1665,6 +1667,7 @@ impl Inner {
                 (_, ConnEvent::PeerClosed) => self.events.push_back(Event::PeerClosed(id)),
                 (_, ConnEvent::Closed) => self.events.push_back(Event::Closed(id)),
                 (_, ConnEvent::Reset) => self.events.push_back(Event::Reset(id)),
+                (_, ConnEvent::TimedOut) => self.events.push_back(Event::TimedOut(id)),
             }
         }
         if drop_it || (matches!(s.role, Role::HalfOpen(_) | Role::Orphan) && s.conn.is_finished()) {

@@ -178,7 +178,9 @@ pub fn bidirectional_in_place<DA: PollDevice, DB: PollDevice>(
             match e {
                 Event::Connected(_) => connected = true,
                 Event::PeerClosed(_) => fa.peer_closed = true,
-                Event::Reset(_) => panic!("client connection reset: {fa:?}"),
+                Event::Reset(_) | Event::TimedOut(_) => {
+                    panic!("client connection reset or timed out: {e:?} {fa:?}")
+                }
                 Event::Closed(_) => a_closed = true,
                 _ => {}
             }
@@ -192,7 +194,9 @@ pub fn bidirectional_in_place<DA: PollDevice, DB: PollDevice>(
                     }
                 }
                 Event::PeerClosed(_) => fb.peer_closed = true,
-                Event::Reset(_) => panic!("server connection reset: {fb:?}"),
+                Event::Reset(_) | Event::TimedOut(_) => {
+                    panic!("server connection reset or timed out: {e:?} {fb:?}")
+                }
                 Event::Closed(_) => b_closed = true,
                 _ => {}
             }

@@ -287,8 +287,9 @@ pub fn client(ctx: &Context, server_ip: [u8; 4]) {
             .unwrap();
             match event(ctx) {
                 CmEvent::Established(e) => break (qp, e),
+                // Nothing listens yet: the SYN draws a RST.
                 CmEvent::Error {
-                    error: ConnError::TcpLost,
+                    error: ConnError::TcpReset,
                     ..
                 } if i == 0 => {
                     let c = cq.wait(T).unwrap();

@@ -98,7 +98,9 @@ fn describe(e: &ConnError) -> Failure {
             Failure::Terminated(e.to_string())
         }
         ConnError::Negotiation(_) => Failure::Rejected(e.to_string()),
-        ConnError::TcpLost | ConnError::CqOverrun => Failure::Other(e.to_string()),
+        ConnError::TcpReset | ConnError::TcpTimedOut | ConnError::CqOverrun => {
+            Failure::Other(e.to_string())
+        }
     }
 }
 
@@ -336,9 +338,10 @@ pub fn client(ctx: &Context, cli: &Cli, server: Ipv4Addr) -> Result<u64, Failure
                     "the peer rejected our MPA Request (private data {private_data:02x?})"
                 )))
             }
-            // Refused (the server is not listening yet): try again while --retry lasts.
+            // Refused (the server is not listening yet) or not answered (not up yet): try
+            // again while --retry lasts.
             Some(CmEvent::Error {
-                error: ConnError::TcpLost | ConnError::Negotiation(_),
+                error: ConnError::TcpReset | ConnError::TcpTimedOut | ConnError::Negotiation(_),
                 ..
             }) if Instant::now() < retry_until => {
                 drop(side);

@@ -96,6 +96,10 @@ impl Client {
                 self.error = Some("connection reset".into());
                 self.phase = ClientPhase::Finished;
             }
+            Event::TimedOut(c) if c == self.conn => {
+                self.error = Some("connection timed out".into());
+                self.phase = ClientPhase::Finished;
+            }
             _ => {}
         }
     }

@@ -32,9 +32,14 @@ impl Exchange {
                 }
             }
             Event::PeerClosed(c) if Some(c) == self.conn => self.peer_closed = true,
-            Event::Reset(c) if Some(c) == self.conn => {
+            Event::Reset(c) | Event::TimedOut(c) if Some(c) == self.conn => {
+                let what = if matches!(e, Event::Reset(_)) {
+                    "reset"
+                } else {
+                    "timed out"
+                };
                 self.error = Some(format!(
-                    "connection reset after sending {} and receiving {} bytes",
+                    "connection {what} after sending {} and receiving {} bytes",
                     self.sent, self.received
                 ))
             }

@@ -69,7 +69,7 @@ impl Server {
                     sc.closing = true;
                 }
             }
-            Event::Closed(c) | Event::Reset(c) => {
+            Event::Closed(c) | Event::Reset(c) | Event::TimedOut(c) => {
                 if let Some(i) = self.conns.iter().position(|x| x.id == c) {
                     let sc = self.conns.swap_remove(i);
                     let _ = s.release(sc.id);
