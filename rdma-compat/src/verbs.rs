@@ -1660,7 +1660,13 @@ pub(crate) unsafe fn qp_ref<'a>(p: *mut ibv_qp) -> Option<&'a Qp> {
     unsafe { p.cast::<Qp>().as_ref() }
 }
 
-/// Most inline octets per work request (`max_inline_data`).
+/// Inline octets per work request (`max_inline_data`): what every QP holds, whatever it
+/// was asked for (at most this; more is `EINVAL`). Real providers answer so too: the
+/// capacity their send queue entries give, at least the request (siw its `SIW_MAX_INLINE`,
+/// mlx5 what the WQE size leaves), and libfabric's verbs provider, which asks small, offers
+/// the answer as its inject size. The engine copies inline data into a per-QP arena of
+/// `max_send_wr * MAX_INLINE` octets, mapped and registered at the QP's first inline post
+/// of at least one octet (`QpInit::max_inline`); a QP that never posts inline costs nothing.
 const MAX_INLINE: u32 = 1024;
 
 /// Creates an RC queue pair (`core`: the engine core of the connection request a passive
@@ -1706,7 +1712,7 @@ pub(crate) fn create_qp(
     };
     init.max_sge = max_sge;
     init.core = core;
-    init.max_inline = cap.max_inline_data;
+    init.max_inline = MAX_INLINE;
     init.rfc7306 = engine().map(|e| e.rfc7306).unwrap_or(true);
     if let Some(s) = srq {
         init = init.with_srq(&s.srq);
@@ -1720,6 +1726,8 @@ pub(crate) fn create_qp(
     }
     cap.max_send_sge = send_sge;
     cap.max_recv_sge = recv_sge;
+    // The QP's inline capacity, at least what was asked (checked above).
+    cap.max_inline_data = MAX_INLINE;
     let qpn = qp.id().qpn();
     let b = Box::new(Qp {
         ibv: ibv_qp {
