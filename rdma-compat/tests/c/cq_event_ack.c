@@ -12,7 +12,12 @@
  * descriptor and the descriptor polled readable, ibv_get_cq_event returns the event at
  * once, then fails with EAGAIN when none is left. Before the fix it failed with EAGAIN
  * with the event pending. The event comes from a receive posted to a QP in the error
- * state (its flushed completion signals the armed CQ's channel). One process, no peer:
+ * state (its flushed completion signals the armed CQ's channel).
+ * And ibv_req_notify_cq(3) on a CQ created without a channel: (d) it returns 0, as
+ * rdma-core's providers answer (they arm the CQ; with no channel nothing reads the
+ * notification), and has no visible effect: a completion after it is polled as any other.
+ * Before the fix it returned EOPNOTSUPP, which an application that arms every CQ it makes
+ * takes for a failure. One process, no peer:
  *   cq_event_ack
  */
 #include <errno.h>
@@ -151,5 +156,34 @@ int main(void)
 		DIE("ibv_destroy_cq: %s", strerror(errno));
 	int c = ibv_destroy_comp_channel(ch);
 	EXPECT(c == 0, "ibv_destroy_comp_channel succeeds once its CQs are destroyed (got %d)", c);
+
+	/* (d) a CQ without a channel: arming it succeeds and changes nothing. */
+	struct ibv_cq *plain = ibv_create_cq(ctx, 4, NULL, NULL, 0);
+	if (!plain)
+		DIE("ibv_create_cq: %s", strerror(errno));
+	int r0 = ibv_req_notify_cq(plain, 0), r1 = ibv_req_notify_cq(plain, 1);
+	EXPECT(r0 == 0 && r1 == 0,
+	       "ibv_req_notify_cq(3) on a CQ without a channel returns 0, for any completion and for solicited ones "
+	       "(got %d: %s; %d: %s)",
+	       r0, r0 ? strerror(r0) : "armed", r1, r1 ? strerror(r1) : "armed");
+	struct ibv_qp *qp = contract_rc_qp(pd, plain, plain, NULL, 1, 1);
+	struct ibv_qp_attr at = { .qp_state = IBV_QPS_ERR };
+	if (ibv_modify_qp(qp, &at, IBV_QP_STATE))
+		DIE("ibv_modify_qp to ERR: %s", strerror(errno));
+	struct ibv_sge s = { .addr = (uintptr_t)buf, .length = 64, .lkey = mr->lkey };
+	struct ibv_recv_wr w = { .wr_id = 7, .sg_list = &s, .num_sge = 1 }, *bad;
+	if (ibv_post_recv(qp, &w, &bad))
+		DIE("ibv_post_recv: %s", strerror(errno));
+	struct ibv_wc wc[2];
+	int n = 0;
+	for (int i = 0; i < 100 && n == 0; i++)
+		if ((n = ibv_poll_cq(plain, 2, wc)) == 0)
+			usleep(10000);
+	EXPECT(n == 1 && wc[0].wr_id == 7 && wc[0].status == IBV_WC_WR_FLUSH_ERR,
+	       "ibv_req_notify_cq(3) without a channel has no effect: the completion after it is polled as any other "
+	       "(%d polled, wr_id %llu, %s)",
+	       n, n > 0 ? (unsigned long long)wc[0].wr_id : 0ULL, n > 0 ? ibv_wc_status_str(wc[0].status) : "-");
+	if (ibv_destroy_qp(qp) || ibv_destroy_cq(plain))
+		DIE("teardown: %s", strerror(errno));
 	return contract_end();
 }
