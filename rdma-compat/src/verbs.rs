@@ -54,11 +54,85 @@ fn device() -> *mut ibv_device {
 #[repr(C)]
 pub(crate) struct Ctx {
     v: verbs_context,
-    /// The write end of the asynchronous event descriptor (`async_fd` is the read end).
-    async_tx: std::os::unix::net::UnixStream,
-    async_rx: std::os::unix::net::UnixStream,
-    async_q: Mutex<std::collections::VecDeque<ibv_async_event>>,
+    /// Its asynchronous events; `async_fd` is their descriptor.
+    async_ev: AsyncEvents,
     opens: AtomicUsize,
+}
+
+/// A context's asynchronous events (`ibv_get_async_event`) and their descriptor
+/// (`async_fd`): a queue, and a socket pair that holds one octet exactly while the queue
+/// holds any event (both changed under the queue's lock). So the descriptor is readable
+/// while an event waits (`poll()` users), and raising an event never writes more than that
+/// one octet: one per event filled the socket after about 280 unread events, and the thread
+/// raising the next (the CM dispatcher, which delivers every rdma_cm event too) blocked
+/// until the application read one.
+pub(crate) struct AsyncEvents {
+    q: Mutex<std::collections::VecDeque<ibv_async_event>>,
+    tx: std::os::unix::net::UnixStream,
+    rx: std::os::unix::net::UnixStream,
+}
+
+impl AsyncEvents {
+    pub(crate) fn new() -> std::io::Result<AsyncEvents> {
+        let (tx, rx) = std::os::unix::net::UnixStream::pair()?;
+        // The write end never holds more than one octet; non-blocking all the same, so a
+        // raiser can never wait on the application.
+        tx.set_nonblocking(true)?;
+        Ok(AsyncEvents {
+            q: Mutex::default(),
+            tx,
+            rx,
+        })
+    }
+
+    /// The descriptor the application polls (`async_fd`).
+    pub(crate) fn fd(&self) -> c_int {
+        self.rx.as_raw_fd()
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<ibv_async_event>> {
+        self.q.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues an event; the descriptor becomes readable if it was not.
+    pub(crate) fn post(&self, ev: ibv_async_event) {
+        let mut q = self.queue();
+        q.push_back(ev);
+        if q.len() == 1 {
+            let _ = std::io::Write::write(&mut &self.tx, &[1]);
+        }
+    }
+
+    /// The oldest event, without waiting; the descriptor stops being readable when it was
+    /// the last.
+    pub(crate) fn take(&self) -> Option<ibv_async_event> {
+        let mut q = self.queue();
+        let e = q.pop_front()?;
+        if q.is_empty() {
+            self.unready();
+        }
+        Some(e)
+    }
+
+    /// Takes the queued events `which` selects out of the queue; how many.
+    pub(crate) fn purge(&self, which: impl Fn(&ibv_async_event) -> bool) -> usize {
+        let mut q = self.queue();
+        let before = q.len();
+        q.retain(|e| !which(e));
+        let n = before - q.len();
+        if n > 0 && q.is_empty() {
+            self.unready();
+        }
+        n
+    }
+
+    /// Reads the octet back (the caller holds the queue's lock), without waiting whatever
+    /// mode the application gave the descriptor.
+    fn unready(&self) {
+        let mut tok = 0u8;
+        // SAFETY: recv(2) into one octet of ours, on our socket.
+        unsafe { recv(self.rx.as_raw_fd(), (&raw mut tok).cast(), 1, MSG_DONTWAIT) };
+    }
 }
 
 struct CtxPtr(*mut Ctx);
@@ -76,13 +150,13 @@ pub(crate) fn context() -> Result<*mut ibv_context, c_int> {
         if engine().is_err() {
             return Err(ENODEV);
         }
-        let (tx, rx) = std::os::unix::net::UnixStream::pair().map_err(|_| ENOMEM)?;
+        let async_ev = AsyncEvents::new().map_err(|_| ENOMEM)?;
         let mut v: verbs_context = Default::default();
         v.sz = std::mem::size_of::<verbs_context>();
         v.query_port = Some(query_port_ex);
         v.context.device = device();
         v.context.cmd_fd = -1;
-        v.context.async_fd = rx.as_raw_fd();
+        v.context.async_fd = async_ev.fd();
         v.context.num_comp_vectors = 1;
         // verbs.h's verbs_get_ctx() recognises an extended context by this marker.
         v.context.abi_compat = usize::MAX as *mut c_void;
@@ -97,9 +171,7 @@ pub(crate) fn context() -> Result<*mut ibv_context, c_int> {
         o.dealloc_mw = Some(dealloc_mw);
         let c = Box::new(Ctx {
             v,
-            async_tx: tx,
-            async_rx: rx,
-            async_q: Mutex::default(),
+            async_ev,
             opens: AtomicUsize::new(0),
         });
         let p = Box::into_raw(c);
@@ -155,42 +227,26 @@ pub(crate) fn push_cq_error(id: u64) {
 }
 
 /// Takes the queued, not yet delivered asynchronous events of a CQ or SRQ being destroyed
-/// off the queue (with their tokens of the descriptor); how many.
+/// off the queue; how many. (A reader woken by the descriptor that then finds the queue
+/// empty waits for the next event, or fails with `EAGAIN` on a non-blocking descriptor.)
 fn purge_async(kind: ibv_event_type, object: *mut c_void) -> u64 {
     let Some(c) = ctx_box() else { return 0 };
-    let mut q = c.async_q.lock().unwrap_or_else(|e| e.into_inner());
-    let before = q.len();
-    // SAFETY: reading the union member of the event's kind (a CQ or an SRQ pointer, both
-    // pointers in the same place).
-    q.retain(|e| !(e.event_type == kind && unsafe { e.element.cq }.cast::<c_void>() == object));
-    let n = before - q.len();
-    for _ in 0..n {
-        // A reader holding the token of a purged event finds the queue one short and waits
-        // for the next, as in the CM's event channel.
-        let mut tok = 0u8;
-        // SAFETY: recv(2) into one octet of ours, on our socket, without waiting.
-        unsafe {
-            recv(
-                c.async_rx.as_raw_fd(),
-                (&raw mut tok).cast(),
-                1,
-                MSG_DONTWAIT,
-            )
-        };
-    }
+    let n = c.async_ev.purge(|e| {
+        e.event_type == kind
+            // SAFETY: reading the union member of the event's kind (a CQ or an SRQ
+            // pointer, both pointers in the same place).
+            && unsafe { e.element.cq }.cast::<c_void>() == object
+    });
     n as u64
 }
 
 const MSG_DONTWAIT: c_int = 0x40;
 
-/// Queues an asynchronous event (`ibv_get_async_event`) and wakes its descriptor.
+/// Queues an asynchronous event (`ibv_get_async_event`); its descriptor is readable until
+/// the last queued is taken. Never waits for the application.
 pub(crate) fn push_async(ev: ibv_async_event) {
     if let Some(c) = ctx_box() {
-        c.async_q
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(ev);
-        let _ = std::io::Write::write(&mut &c.async_tx, &[1]);
+        c.async_ev.post(ev);
     }
 }
 
@@ -530,25 +586,19 @@ pub extern "C" fn __wc_ibv_get_async_event(c: *mut ibv_context, ev: *mut ibv_asy
             return -1;
         }
         loop {
-            if let Some(e) = b
-                .async_q
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .pop_front()
-            {
+            if let Some(e) = b.async_ev.take() {
                 // SAFETY: ev is a caller-owned ibv_async_event.
                 unsafe { ev.write(e) };
-                let mut tok = [0u8; 1];
-                let _ = std::io::Read::read(&mut &b.async_rx, &mut tok);
                 return 0;
             }
             // Block as the real library does (a read on async_fd), unless the caller made
             // the descriptor non-blocking.
-            if nonblocking(b.async_rx.as_raw_fd()) {
+            let fd = b.async_ev.fd();
+            if nonblocking(fd) {
                 set_errno(EAGAIN);
                 return -1;
             }
-            wait_readable(b.async_rx.as_raw_fd(), None);
+            wait_readable(fd, None);
         }
     })
 }
