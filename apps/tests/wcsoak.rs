@@ -88,3 +88,55 @@ fn a_closed_stdout_ends_the_soak_quietly() {
     assert_eq!(out.status.code(), Some(141), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// Runs a short soak with `--inject-defect defect`; it must fail, saying `says`.
+fn soak_fails(defect: &str, says: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_wcsoak"))
+        .args([
+            "--minutes",
+            "0.05",
+            "--report-secs",
+            "1",
+            "--loss",
+            "0",
+            "--qps",
+            "1",
+            "--ops",
+            "1",
+            "--inject-defect",
+            defect,
+        ])
+        .output()
+        .expect("run wcsoak");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "--inject-defect {defect}:\n{text}"
+    );
+    assert!(text.contains("wcsoak: FAILED: "), "{text}");
+    assert!(text.contains(says), "--inject-defect {defect}:\n{text}");
+}
+
+/// A FetchAdd whose result never lands in A's result word: the word still held what it
+/// held before, which on a connection's first FetchAdd was the fresh region's 0, the
+/// counter's original value, so the soak passed. The word is now poisoned first.
+#[test]
+fn a_fetch_add_result_that_never_lands_fails_the_soak() {
+    soak_fails("stale-fetch-add", "FetchAdd's result word in A is");
+}
+
+/// The Read behind the window's Write took one octet back and nothing compared it: a
+/// Read that returned wrong data passed. It now takes the Write back whole and is
+/// compared with what B holds.
+#[test]
+fn a_fence_read_that_returns_wrong_data_fails_the_soak() {
+    soak_fails(
+        "corrupt-fence-read",
+        "Read behind the window's Write returned to A: octet 0 of",
+    );
+}

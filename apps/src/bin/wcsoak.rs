@@ -4,12 +4,16 @@
 //! FetchAdds, and an RDMA Write through a type 2 memory window bound, invalidated and freed
 //! for it, with a fresh protection domain, memory regions, completion queue and shared
 //! receive queue each time, so regions, windows, queue pairs, SRQs and queues are created
-//! and destroyed all along. Every
-//! `--report-secs` it prints the process's RSS and open file descriptors, the engine
-//! tables' occupancy (read between connections, when nothing should be open) and, on DPDK
-//! ports, the mbufs taken from the pool; it fails if
-//! a transfer is wrong, if anything hangs (every wait is bounded), or if any of those
-//! figures grows after the warm-up (the reports of the first third of the run).
+//! and destroyed all along. Every result is checked against what the soak expects: the
+//! octets each Write, Read and Send placed (every place first filled with the complement of
+//! what must arrive, so nothing left there earlier passes), the original value a FetchAdd
+//! returned (in its completion and in A's result word) and the sum left in B's counter, and
+//! the Read behind the window's Write (it takes the Write back, compared with what B
+//! holds). Every `--report-secs` it prints the process's RSS and open file descriptors,
+//! the engine tables' occupancy (read between connections, when nothing should be open)
+//! and, on DPDK ports, the mbufs taken from the pool; it fails if a transfer is wrong, if
+//! anything hangs (every wait is bounded), or if any of those figures grows after the
+//! warm-up (the reports of the first third of the run).
 //!
 //! ```text
 //! wcsoak --minutes 2                  # what scripts/test.sh runs (scripts/soak.sh)
@@ -53,8 +57,12 @@ struct Cli {
     /// Seed of the link's fault generators and of the workload.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Testing aid: plant a defect the soak must catch. `leak-region` keeps one memory
-    /// region registered per round (as a leak would); the soak must fail.
+    /// Testing aid: plant a defect the soak must catch; with any of them the soak must
+    /// fail. `leak-region` keeps one memory region registered per round (as a leak would);
+    /// `stale-fetch-add` puts back, once a FetchAdd completed, what its result word held
+    /// before (as a result that never landed would); `corrupt-fence-read` flips an octet of
+    /// what the Read behind the window's Write returned (as a Read that returned wrong data
+    /// would).
     #[arg(long, value_name = "DEFECT")]
     inject_defect: Option<Defect>,
     /// Where the two engines run: `--loopback=link` (the default: the in-memory link with
@@ -83,6 +91,8 @@ fn at_least_one(s: &str) -> Result<usize, String> {
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum Defect {
     LeakRegion,
+    StaleFetchAdd,
+    CorruptFenceRead,
 }
 
 const PORT: u16 = 7399;
@@ -259,6 +269,11 @@ impl Soak {
         let off = self.rng.below((32 << 10) - len as u64) as usize;
         let data = self.rng.bytes(len);
         sa.mr.write(0, &data).map_err(|e| e.to_string())?;
+        // Every place a transfer lands is first filled with the complement of what must
+        // arrive, so what an earlier transfer (or a fresh region's zeros) left there can
+        // never pass for it.
+        poison(&sb.mr, off, &data)?;
+        poison(&sa.mr, SINK_AT, &data)?;
         let write = SendOp::Write {
             remote_stag: stag_b,
             remote_to: off as u64,
@@ -284,6 +299,7 @@ impl Soak {
             .post_recv(&recv)
             .map_err(|e| format!("post_recv to the SRQ: {e}"))?;
         sa.mr.write(0, &sdata).map_err(|e| e.to_string())?;
+        poison(&sb.mr, SEND_AT, &sdata)?;
         post(&c.qa, 4, SendOp::Send, &sa.mr, 0, slen)?;
         complete(&sa.cq, 4, WcOpcode::Send, "Send")?;
         let wc = complete(&sb.cq, 3, WcOpcode::Recv, "Recv")?;
@@ -299,25 +315,27 @@ impl Soak {
             add,
             add_mask: 0,
         };
+        // The result word is poisoned too: a FetchAdd whose result never lands fails.
+        let result = sa.mr.atomic_u64(COUNTER_AT).map_err(|e| e.to_string())?;
+        result.store(!*counter, Ordering::SeqCst);
+        let before = result.load(Ordering::SeqCst);
         post(&c.qa, 5, fa, &sa.mr, COUNTER_AT, 8)?;
-        complete(&sa.cq, 5, WcOpcode::AtomicFetchAdd, "FetchAdd")?;
-        let orig = sa
+        let wc = complete(&sa.cq, 5, WcOpcode::AtomicFetchAdd, "FetchAdd")?;
+        if self.defect == Some(Defect::StaleFetchAdd) {
+            result.store(before, Ordering::SeqCst);
+        }
+        let target = sb
             .mr
             .atomic_u64(COUNTER_AT)
             .map_err(|e| e.to_string())?
             .load(Ordering::SeqCst);
-        if orig != *counter {
-            return Err(format!("FetchAdd returned {orig}, expected {counter}"));
-        }
-        *counter += add;
-        let now = sb
-            .mr
-            .atomic_u64(COUNTER_AT)
-            .map_err(|e| e.to_string())?
-            .load(Ordering::SeqCst);
-        if now != *counter {
-            return Err(format!("B's counter is {now}, expected {counter}"));
-        }
+        *counter = check_fetch_add(
+            *counter,
+            add,
+            wc.atomic_orig,
+            result.load(Ordering::SeqCst),
+            target,
+        )?;
         // A type 2 memory window over [WINDOW_AT, WINDOW_AT + 8 KiB) of B's region, bound
         // by B's queue pair, written by A through the window's STag, then invalidated and
         // deallocated: windows are created and destroyed all along.
@@ -340,26 +358,40 @@ impl Soak {
         let woff = self.rng.below((8 << 10) - wlen as u64 + 1) as usize;
         let wdata = self.rng.bytes(wlen);
         sa.mr.write(0, &wdata).map_err(|e| e.to_string())?;
+        poison(&sb.mr, WINDOW_AT + woff, &wdata)?;
+        poison(&sa.mr, SINK_AT, &wdata)?;
         let through = SendOp::Write {
             remote_stag: w,
             remote_to: (WINDOW_AT + woff) as u64,
         };
         post(&c.qa, 7, through, &sa.mr, 0, wlen)?;
         complete(&sa.cq, 7, WcOpcode::Write, "Write through the window")?;
-        // Placed once a Read behind it returned (RDMAP-5.5-5), as above.
+        // Placed once a Read behind it returned (RDMAP-5.5-5), as above; the Read takes
+        // the whole Write back, and what it returned must be what B holds.
         let fence = SendOp::Read {
             remote_stag: stag_b,
             remote_to: (WINDOW_AT + woff) as u64,
         };
-        post(&c.qa, 8, fence, &sa.mr, SINK_AT, 1)?;
+        post(&c.qa, 8, fence, &sa.mr, SINK_AT, wlen)?;
         complete(&sa.cq, 8, WcOpcode::Read, "Read behind the window's Write")?;
+        if self.defect == Some(Defect::CorruptFenceRead) {
+            let mut o = [0u8];
+            sa.mr.read(SINK_AT, &mut o).map_err(|e| e.to_string())?;
+            sa.mr.write(SINK_AT, &[!o[0]]).map_err(|e| e.to_string())?;
+        }
         check(&sb.mr, WINDOW_AT + woff, &wdata, "Write through the window")?;
+        check(
+            &sa.mr,
+            SINK_AT,
+            &wdata,
+            "Read behind the window's Write returned to A",
+        )?;
         c.qb.post_local_invalidate(9, w, false)
             .map_err(|e| format!("invalidate the window: {e}"))?;
         complete(&sb.cq, 9, WcOpcode::LocalInvalidate, "LocalInvalidate")?;
         drop(mw);
         self.totals.ops += 6;
-        self.totals.bytes += (2 * len + slen + 8 + wlen + 1) as u64;
+        self.totals.bytes += (2 * len + slen + 8 + 2 * wlen) as u64;
         Ok(())
     }
 
@@ -443,9 +475,62 @@ fn complete(
     Ok(wc)
 }
 
+/// Fills `want.len()` octets of `mr` at `at` with the complement of `want`, so that only a
+/// transfer that places `want` there passes [`check`] afterwards.
+fn poison(mr: &MemoryRegion, at: usize, want: &[u8]) -> Result<(), String> {
+    let not: Vec<u8> = want.iter().map(|b| !b).collect();
+    mr.write(at, &not).map_err(|e| e.to_string())
+}
+
+/// Checks a FetchAdd of `add` to a counter that held `expected` (RFC 7306: the original
+/// value comes back, the sum stays at the target): the original value in the completion
+/// (`completion_orig`), the one written to the local result word (`returned`) and the
+/// target's word now (`target`). Returns the counter's new value.
+fn check_fetch_add(
+    expected: u64,
+    add: u64,
+    completion_orig: Option<u64>,
+    returned: u64,
+    target: u64,
+) -> Result<u64, String> {
+    if completion_orig != Some(expected) {
+        return Err(format!(
+            "FetchAdd's completion carries the original value {completion_orig:?}, expected \
+             {expected}"
+        ));
+    }
+    if returned != expected {
+        return Err(format!(
+            "FetchAdd's result word in A is {returned:#x}, expected the original value \
+             {expected:#x}"
+        ));
+    }
+    let sum = expected.wrapping_add(add);
+    if target != sum {
+        return Err(format!(
+            "B's counter is {target:#x} after FetchAdd, expected {expected:#x} + {add} = \
+             {sum:#x}"
+        ));
+    }
+    Ok(sum)
+}
+
 fn check(mr: &MemoryRegion, at: usize, want: &[u8], what: &str) -> Result<(), String> {
     let mut got = vec![0u8; want.len()];
     mr.read(at, &mut got).map_err(|e| e.to_string())?;
+    compare(&got, want, what)
+}
+
+/// Compares what arrived (`got`) with what should have (`want`), naming the first octet
+/// that differs.
+fn compare(got: &[u8], want: &[u8], what: &str) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!(
+            "{what}: {} octets, expected {}",
+            got.len(),
+            want.len()
+        ));
+    }
     match got.iter().zip(want).position(|(g, w)| g != w) {
         None => Ok(()),
         Some(i) => Err(format!(
@@ -657,5 +742,58 @@ fn main() -> ExitCode {
             eprintln!("wcsoak: FAILED: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The FetchAdd's three results are each checked: a wrong original value in the
+    /// completion, a missing one, a result word that never received it (here still
+    /// holding its poison), and a target that did not get the sum (the add lost, or done
+    /// twice) each fail.
+    #[test]
+    fn a_wrong_fetch_add_result_fails() {
+        assert_eq!(check_fetch_add(5, 3, Some(5), 5, 8), Ok(8));
+        assert_eq!(
+            check_fetch_add(u64::MAX, 2, Some(u64::MAX), u64::MAX, 1),
+            Ok(1)
+        );
+        for (orig, returned, target, says) in [
+            (
+                Some(4),
+                5,
+                8,
+                "completion carries the original value Some(4)",
+            ),
+            (None, 5, 8, "completion carries the original value None"),
+            (Some(5), !5, 8, "result word in A is"),
+            (Some(5), 5, 5, "B's counter is 0x5"),
+            (Some(5), 5, 11, "B's counter is 0xb"),
+        ] {
+            let e = check_fetch_add(5, 3, orig, returned, target).unwrap_err();
+            assert!(e.contains(says), "{e}");
+        }
+    }
+
+    /// A buffer with one octet spoiled, or cut short, fails the comparison and names the
+    /// octet; a poisoned buffer (what a transfer that never landed leaves) differs from
+    /// what was to arrive in every octet.
+    #[test]
+    fn corrupt_data_fails_the_comparison() {
+        let want: Vec<u8> = (0..100u8).collect();
+        assert_eq!(compare(&want, &want, "x"), Ok(()));
+        let mut bad = want.clone();
+        bad[37] ^= 0x40;
+        let e = compare(&bad, &want, "Read").unwrap_err();
+        assert!(e.starts_with("Read: octet 37 of 100"), "{e}");
+        let e = compare(&want[..99], &want, "Read").unwrap_err();
+        assert!(e.contains("99 octets, expected 100"), "{e}");
+        let poisoned: Vec<u8> = want.iter().map(|b| !b).collect();
+        assert!(poisoned.iter().zip(&want).all(|(p, w)| p != w));
+        assert!(compare(&poisoned, &want, "x")
+            .unwrap_err()
+            .contains("octet 0 "));
     }
 }
