@@ -9,11 +9,13 @@
 //! what must arrive, so nothing left there earlier passes), the original value a FetchAdd
 //! returned (in its completion and in A's result word) and the sum left in B's counter, and
 //! the Read behind the window's Write (it takes the Write back, compared with what B
-//! holds). Every `--report-secs` it prints the process's RSS and open file descriptors,
-//! the engine tables' occupancy (read between connections, when nothing should be open)
-//! and, on DPDK ports, the mbufs taken from the pool; it fails if a transfer is wrong, if
-//! anything hangs (every wait is bounded), or if any of those figures grows after the
-//! warm-up (the reports of the first third of the run).
+//! holds). Every `--report-secs` it prints the process's RSS and open file descriptors
+//! (from `/proc/self/status` and `/proc/self/fd`: one that cannot be read fails the soak,
+//! naming the file, rather than count as 0), the engine tables' occupancy (read between
+//! connections, when nothing should be open) and, on DPDK ports, the mbufs taken from the
+//! pool; it fails if a transfer is wrong, if anything hangs (every wait is bounded), or if
+//! any of those figures grows after the warm-up (the reports of the first third of the
+//! run).
 //!
 //! ```text
 //! wcsoak --minutes 2                  # what scripts/test.sh runs (scripts/soak.sh)
@@ -142,28 +144,54 @@ struct Snapshot {
     mbufs: Option<u64>,
 }
 
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
+/// Where the process's RSS and open descriptors are read.
+const STATUS: &str = "/proc/self/status";
+const FD_DIR: &str = "/proc/self/fd";
+
+/// The `VmRSS:` of the status file at `path`, in KiB. A file that cannot be read, has no
+/// such line or a value that does not parse is an error naming the file, never a 0 (growth
+/// would then be judged against 0); so is a 0, which no running process has.
+fn rss_kib(path: &str) -> Result<u64, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .ok_or_else(|| format!("{path}: no VmRSS line"))?;
+    let kib = match line.split_whitespace().collect::<Vec<_>>()[..] {
+        [_, v, "kB"] => v
+            .parse::<u64>()
+            .map_err(|e| format!("{path}: {line:?}: {e}"))?,
+        _ => return Err(format!("{path}: {line:?} is not \"VmRSS: <n> kB\"")),
+    };
+    if kib == 0 {
+        return Err(format!(
+            "{path}: {line:?}: a running process has some memory"
+        ));
+    }
+    Ok(kib)
 }
 
-fn fds() -> u64 {
-    std::fs::read_dir("/proc/self/fd")
-        .map(|d| d.count() as u64)
-        .unwrap_or(0)
+/// The entries of the descriptor directory at `path`. A directory that cannot be listed,
+/// or an entry that cannot be read, is an error naming it, never a 0; so is an empty one
+/// (the listing's own descriptor is in it).
+fn fds(path: &str) -> Result<u64, String> {
+    let mut n = 0u64;
+    for e in std::fs::read_dir(path).map_err(|e| format!("{path}: {e}"))? {
+        e.map_err(|e| format!("{path}: {e}"))?;
+        n += 1;
+    }
+    if n == 0 {
+        return Err(format!(
+            "{path}: no entry, not even the listing's own descriptor"
+        ));
+    }
+    Ok(n)
 }
 
 fn snapshot(a: &Context, b: &Context) -> Result<Snapshot, String> {
     let mut s = Snapshot {
-        rss_kib: rss_kib(),
-        fds: fds(),
+        rss_kib: rss_kib(STATUS)?,
+        fds: fds(FD_DIR)?,
         ..Snapshot::default()
     };
     for ctx in [a, b] {
@@ -795,5 +823,42 @@ mod tests {
         assert!(compare(&poisoned, &want, "x")
             .unwrap_err()
             .contains("octet 0 "));
+    }
+
+    /// A resource figure that cannot be read is an error naming the file, not a 0 that
+    /// the growth check would compare against.
+    #[test]
+    fn an_unreadable_resource_figure_is_an_error_naming_the_file() {
+        let dir = std::env::temp_dir().join(format!("wcsoak-proc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+        let status = |name: &str, text: &str| {
+            std::fs::write(dir.join(name), text).unwrap();
+            path(name)
+        };
+        let missing = path("missing");
+        for (p, says) in [
+            (missing.clone(), "missing: "),
+            (
+                status("no-rss", "Name:\twcsoak\nVmSize:\t 100 kB\n"),
+                "no VmRSS line",
+            ),
+            (status("garbled", "VmRSS:\t 12x kB\n"), "invalid digit"),
+            (status("no-unit", "VmRSS:\n"), "is not"),
+            (status("zero", "VmRSS:\t       0 kB\n"), "some memory"),
+        ] {
+            let e = rss_kib(&p).unwrap_err();
+            assert!(e.starts_with(&p) && e.contains(says), "{p}: {e}");
+        }
+        assert_eq!(rss_kib(&status("good", "VmRSS:\t    4242 kB\n")), Ok(4242));
+        let e = fds(&missing).unwrap_err();
+        assert!(e.starts_with(&missing), "{e}");
+        std::fs::create_dir_all(dir.join("empty")).unwrap();
+        let e = fds(&path("empty")).unwrap_err();
+        assert!(e.contains("no entry"), "{e}");
+        // The real ones read.
+        assert!(rss_kib(STATUS).unwrap() > 0);
+        assert!(fds(FD_DIR).unwrap() >= 3);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
