@@ -18,7 +18,9 @@
 //! `RESULT connrate stack=warpcore|kernel conns=N secs=S rate=R cycle_p50_us=..
 //! cycle_p99_us=.. established_p50_us=..` and the server `RESULT connrate-server
 //! verified=N`; every Send's octets are checked, and any failure after the first
-//! connection stood is an error (exit 1), as is a run that completed no connection.
+//! connection stood is an error (exit 1), as is a run that completed no connection. The
+//! server waits at most `--timeout` for its client, and fails when nothing moved for that
+//! long before the client's last connection (a client that died or hangs).
 //! `--capture` over DPDK ports (`--memif`, `--loopback=ring`, `--loopback=memif`) is
 //! rewritten as plain pcapng at the path given when the engines have stopped.
 #![forbid(unsafe_code)]
@@ -30,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use hdrhistogram::Histogram;
-use warpcore_apps::device::{DeviceArgs, EngineOptions, Loopback, MemifRole, PairAddrs};
+use warpcore_apps::device::{DeviceArgs, Endpoint, EngineOptions, Loopback, MemifRole, PairAddrs};
 use warpcore_tcp::link::Faults;
 use warpcore_verbs::{
     Access, CmEvent, CompletionQueue, Context, Drive, LinkConfig, MemoryRegion, MpaParams,
@@ -56,8 +58,10 @@ struct Cli {
     #[arg(long)]
     port: Option<u16>,
     /// The longest any one step may wait (the client's first connection retries that long
-    /// while the server comes up; with `--kernel`, how long after `--secs` a connection may
-    /// still be under way), in seconds (1 to a year).
+    /// while the server comes up; the server waits that long for its client, and fails when
+    /// nothing moved for that long before the client's last connection; with `--kernel`,
+    /// how long after `--secs` a connection may still be under way), in seconds (1 to a
+    /// year).
     #[arg(long, default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..=warpcore_apps::MAX_TIMEOUT_S))]
     timeout: u64,
@@ -197,6 +201,8 @@ struct Server {
     /// Queue pairs alive, with their buffer slot.
     qps: Vec<(QueuePair, usize)>,
     verified: u64,
+    /// A connection request came (a client is there).
+    requested: bool,
     /// The client's last connection (END) was verified and has closed.
     done: bool,
     end_seen: bool,
@@ -222,6 +228,7 @@ impl Server {
             free: (0..SERVER_SLOTS).rev().collect(),
             qps: Vec::new(),
             verified: 0,
+            requested: false,
             done: false,
             end_seen: false,
         })
@@ -245,6 +252,7 @@ impl Server {
     fn on_event(&mut self, e: CmEvent) -> Result<(), String> {
         match e {
             CmEvent::ConnectRequest(r) => {
+                self.requested = true;
                 let Some(slot) = self.free.pop() else {
                     self.ctx
                         .reject(&r, b"busy")
@@ -509,6 +517,32 @@ fn step_both(
     Ok(worked)
 }
 
+/// Runs the server until the client's last connection (END) was verified and every queue
+/// pair is gone. Bounded by `timeout` (`--timeout`) from the start on: a client that never
+/// comes, or that stops (dies, hangs) before its last connection, with nothing moving for
+/// that long, is an error, whether or not any Send was verified yet.
+fn serve(s: &mut Server, timeout: Duration) -> Result<(), String> {
+    let mut last_move = Instant::now();
+    while !s.done {
+        if s.step()? {
+            last_move = Instant::now();
+        } else if last_move.elapsed() > timeout {
+            return Err(if s.requested {
+                format!(
+                    "server: nothing moved for {timeout:?} (--timeout) with {} Sends verified \
+                     and {} connections open, before the client's last connection: the \
+                     client stopped",
+                    s.verified,
+                    s.qps.len()
+                )
+            } else {
+                format!("server: no client came within {timeout:?} (--timeout)")
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Runs the client (and, for a loopback, the server in the same thread) to the end.
 fn run_warpcore(
     cli: &Cli,
@@ -587,14 +621,7 @@ fn run_warpcore(
         report("warpcore", cli, &c.figures);
     }
     if let Some(s) = server.as_mut() {
-        let mut last_move = Instant::now();
-        while !s.done {
-            if s.step()? {
-                last_move = Instant::now();
-            } else if s.verified > 0 && last_move.elapsed() > timeout {
-                return Err(format!("server: nothing moved for {timeout:?}"));
-            }
-        }
+        serve(s, timeout)?;
         warpcore_apps::outln!(
             "wcconnrate: server: {} connections served, every Send verified",
             s.verified
@@ -628,10 +655,34 @@ fn warpcore_and_capture(cli: &Cli) -> Result<(), String> {
     r
 }
 
-fn open_warpcore(cli: &Cli) -> Result<(), String> {
-    let configure = |c: &mut warpcore_verbs::Config| {
-        c.drive = Drive::Caller;
+/// Each engine is driven by its caller.
+fn caller_driven(c: &mut warpcore_verbs::Config) {
+    c.drive = Drive::Caller;
+}
+
+/// `--loopback`'s two engines (server, client), with `--loss` on the in-memory link.
+fn open_loopback_pair(cli: &Cli) -> Result<(Endpoint, Endpoint), String> {
+    let faults = |seed: u64| Faults {
+        seed,
+        loss: cli.loss,
+        ..Faults::default()
     };
+    let o = EngineOptions {
+        fixed_mac: true,
+        configure: &caller_driven,
+        link: Some(LinkConfig {
+            faults_ab: faults(1),
+            faults_ba: faults(2),
+            ..LinkConfig::default()
+        }),
+        ..EngineOptions::new("wcconnrate", MemifRole::Server)
+    };
+    cli.dev
+        .open_engine_pair(&o, PairAddrs::BENCHMARK)
+        .map_err(|e| e.to_string())
+}
+
+fn open_warpcore(cli: &Cli) -> Result<(), String> {
     let size = cli.size as usize;
     let port = cli.port.unwrap_or(PORT);
     if cli.loss > 0.0 && cli.dev.loopback != Some(Loopback::Link) {
@@ -641,25 +692,7 @@ fn open_warpcore(cli: &Cli) -> Result<(), String> {
         ));
     }
     if cli.dev.loopback.is_some() {
-        let faults = |seed: u64| Faults {
-            seed,
-            loss: cli.loss,
-            ..Faults::default()
-        };
-        let o = EngineOptions {
-            fixed_mac: true,
-            configure: &configure,
-            link: Some(LinkConfig {
-                faults_ab: faults(1),
-                faults_ba: faults(2),
-                ..LinkConfig::default()
-            }),
-            ..EngineOptions::new("wcconnrate", MemifRole::Server)
-        };
-        let (s, c) = cli
-            .dev
-            .open_engine_pair(&o, PairAddrs::BENCHMARK)
-            .map_err(|e| e.to_string())?;
+        let (s, c) = open_loopback_pair(cli)?;
         let server = Server::new(s.ctx, port, size)?;
         let client = Client::new(c.ctx, s.ip, cli)?;
         return run_warpcore(cli, Some(client), Some(server));
@@ -670,7 +703,7 @@ fn open_warpcore(cli: &Cli) -> Result<(), String> {
         let o = EngineOptions {
             default_ip: Some(PairAddrs::BENCHMARK.of(!is_client)),
             fixed_mac: true,
-            configure: &configure,
+            configure: &caller_driven,
             ..EngineOptions::new("wcconnrate", MemifRole::serving(!is_client))
         };
         let ep = cli.dev.open_engine(&o).map_err(|e| e.to_string())?;
@@ -952,5 +985,63 @@ mod tests {
         drop(stranger);
         let e = r.expect("the kernel run still hangs 30 s on").unwrap_err();
         assert!(e.contains("--timeout"), "{e}");
+    }
+
+    /// A Warpcore server whose client stops early (here its connection stands, then the
+    /// client's engine stops running, as a client killed or hung would), or whose client
+    /// never comes, waited for ever: `--timeout` bounded its wait only once a Send had been
+    /// verified. It now ends with an error naming `--timeout`. (The channel's bound only
+    /// turns a hang into a failure here; the server's own `--timeout 1` ends it.)
+    #[test]
+    fn the_server_ends_when_its_client_stops_early() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let run = || -> Result<(String, String), String> {
+                let cli = Cli::try_parse_from(["wcconnrate", "--loopback=link", "--timeout", "1"])
+                    .map_err(|e| e.to_string())?;
+                let timeout = Duration::from_secs(cli.timeout);
+                let size = cli.size as usize;
+                // No client at all.
+                let alone = {
+                    let (s, _c) = open_loopback_pair(&cli)?;
+                    let mut server = Server::new(s.ctx, PORT, size)?;
+                    serve(&mut server, timeout).map(|()| "served".to_string())
+                };
+                // A client whose connection stands, then stops.
+                let (s, c) = open_loopback_pair(&cli)?;
+                let mut server = Server::new(s.ctx, PORT, size)?;
+                let pd = c.ctx.alloc_pd();
+                let cq = c.ctx.create_cq(4).map_err(|e| e.to_string())?;
+                let qp = pd
+                    .create_qp(&QpInit::new(&cq, &cq))
+                    .map_err(|e| e.to_string())?;
+                qp.connect(s.ip, PORT, &MpaParams::default(), b"")
+                    .map_err(|e| e.to_string())?;
+                loop {
+                    server.step()?;
+                    match c.ctx.next_event(Duration::ZERO) {
+                        None => {}
+                        Some(CmEvent::Established(_)) => break,
+                        Some(other) => return Err(format!("client: {other:?}")),
+                    }
+                }
+                let stopped = serve(&mut server, timeout).map(|()| "served".to_string());
+                Ok((alone.unwrap_or_else(|e| e), stopped.unwrap_or_else(|e| e)))
+            };
+            let _ = tx.send(run());
+        });
+        let (alone, stopped) = rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the server still waits 120 s on, with --timeout 1")
+            .unwrap();
+        assert!(
+            alone.contains("no client came within 1s (--timeout)"),
+            "{alone}"
+        );
+        assert!(
+            stopped.contains("(--timeout) with 0 Sends verified and 1 connections open")
+                && stopped.contains("the client stopped"),
+            "{stopped}"
+        );
     }
 }
