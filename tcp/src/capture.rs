@@ -1,6 +1,8 @@
 //! A capture wrapper: any [`PollDevice`] whose received and transmitted frames are also written
 //! to a classic pcap stream (Ethernet link type), stamped with the `Instant`s smoltcp passes
-//! in. Wireshark and tshark read the result.
+//! in. Wireshark and tshark read the result. A snaplen of 0 (every frame cut to nothing) or
+//! one the file header cannot hold is refused: [`Capture::try_new`] says so with
+//! [`StackError::InvalidArgument`], [`Capture::new`] writes nothing and counts errors.
 
 use std::cell::RefCell;
 use std::io::Write;
@@ -9,6 +11,27 @@ use smoltcp::phy::{self, Device, DeviceCapabilities};
 use smoltcp::time::Instant;
 
 use crate::device::{DeviceStats, PollDevice};
+use crate::StackError;
+
+/// The largest snaplen a capture takes: the pcap file header holds it in 32 bits.
+pub const MAX_SNAPLEN: usize = u32::MAX as usize;
+
+/// Refuses a snaplen no capture can use: 0, which cuts every frame to nothing (a file of
+/// empty records), and one above [`MAX_SNAPLEN`], which the file header cannot hold.
+fn check_snaplen(snaplen: usize) -> Result<(), StackError> {
+    match snaplen {
+        0 => Err(StackError::InvalidArgument(
+            "snaplen",
+            "of 0 would cut every frame to nothing: give at least 1 octet (65535 keeps \
+             every frame whole)",
+        )),
+        n if n > MAX_SNAPLEN => Err(StackError::InvalidArgument(
+            "snaplen",
+            "is above 4294967295 octets, more than the pcap file header can hold",
+        )),
+        _ => Ok(()),
+    }
+}
 
 /// The pcap sink shared by the tokens of a [`Capture`].
 #[derive(Debug)]
@@ -25,6 +48,9 @@ struct Sink<W: Write> {
     owed: Vec<u8>,
     /// Whether `owed` ends a frame's record (counted in `frames` once written).
     owed_frame: bool,
+    /// The snaplen was refused ([`check_snaplen`]): nothing is written, and the header
+    /// and every frame count as errors.
+    refused: bool,
 }
 
 impl<W: Write> Sink<W> {
@@ -47,6 +73,10 @@ impl<W: Write> Sink<W> {
     }
 
     fn header(&mut self) {
+        if self.refused {
+            self.errors += 1;
+            return;
+        }
         let mut h = [0u8; 24];
         h[0..4].copy_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
         h[4..6].copy_from_slice(&2u16.to_le_bytes());
@@ -62,7 +92,7 @@ impl<W: Write> Sink<W> {
     fn record(&mut self, at: Instant, frame: &[u8]) {
         // A failed write loses capture records, never the packet. While an earlier record
         // is still owed (the writer keeps failing), this one is lost.
-        if !self.pay() {
+        if self.refused || !self.pay() {
             self.errors += 1;
             return;
         }
@@ -98,7 +128,20 @@ pub struct Capture<D, W: Write> {
 
 impl<D: PollDevice, W: Write> Capture<D, W> {
     /// Wraps `inner`, writing the pcap file header to `out` at once. Frames longer than
-    /// `snaplen` are cut.
+    /// `snaplen` are cut. A snaplen of 0 (every frame cut to nothing) or above
+    /// [`MAX_SNAPLEN`] (more than the file header holds) is refused with
+    /// [`StackError::InvalidArgument`] naming `snaplen`; `inner` and `out` are dropped.
+    pub fn try_new(inner: D, out: W, snaplen: usize) -> Result<Self, StackError> {
+        check_snaplen(snaplen)?;
+        Ok(Self::new(inner, out, snaplen))
+    }
+
+    /// [`Capture::try_new`] for a snaplen known to be good (a constant such as 65535).
+    /// A snaplen `try_new` refuses is refused here too, without a panic: nothing at all is
+    /// written to `out` (not a file of empty records a reader would take for a capture),
+    /// the file header and every frame count as errors in [`Capture::captured`] and
+    /// [`Capture::finish`] (which a caller checks before judging a capture complete),
+    /// and [`Capture::refused`] says why. The packets pass all the same.
     pub fn new(inner: D, out: W, snaplen: usize) -> Self {
         let mut sink = Sink {
             out,
@@ -107,12 +150,19 @@ impl<D: PollDevice, W: Write> Capture<D, W> {
             errors: 0,
             owed: Vec::new(),
             owed_frame: false,
+            refused: check_snaplen(snaplen).is_err(),
         };
         sink.header();
         Capture {
             inner,
             sink: RefCell::new(sink),
         }
+    }
+
+    /// Why this capture writes nothing: the snaplen [`Capture::new`] was given, refused as
+    /// [`Capture::try_new`] would refuse it. `None` for a capture that writes.
+    pub fn refused(&self) -> Option<StackError> {
+        check_snaplen(self.sink.borrow().snaplen).err()
     }
 
     /// The wrapped device.
@@ -347,6 +397,7 @@ mod tests {
                 errors: 0,
                 owed: Vec::new(),
                 owed_frame: false,
+                refused: false,
             };
             sink.header();
             for (i, f) in frames.iter().enumerate() {
@@ -393,6 +444,7 @@ mod tests {
             errors: 0,
             owed: Vec::new(),
             owed_frame: false,
+            refused: false,
         };
         sink.header();
         for i in 0..4 {
@@ -403,5 +455,51 @@ mod tests {
         // the two frames after it and the final flush of its tail are the errors.
         assert_eq!((sink.frames, sink.errors), (1, 4));
         assert_eq!(records(&sink.out.0[..80]).len(), 1);
+    }
+
+    /// A snaplen of 0 wrote a pcap whose every record was cut to nothing (a capture in
+    /// name only). `try_new` refuses it, and one the file header cannot hold, naming the
+    /// argument; `new` writes nothing, says why, and counts the header and every frame as
+    /// errors.
+    #[test]
+    fn a_snaplen_of_zero_is_refused() {
+        use crate::link::{pair, LinkConfig};
+        let (a, _b) = pair(&LinkConfig::default());
+        let e = Capture::try_new(a, Vec::new(), 0).unwrap_err();
+        assert!(
+            matches!(e, StackError::InvalidArgument("snaplen", _)),
+            "{e}"
+        );
+        assert!(e.to_string().contains("cut every frame to nothing"), "{e}");
+        #[cfg(target_pointer_width = "64")]
+        {
+            let (a, _b) = pair(&LinkConfig::default());
+            let e = Capture::try_new(a, Vec::new(), MAX_SNAPLEN + 1).unwrap_err();
+            assert!(
+                matches!(e, StackError::InvalidArgument("snaplen", _)),
+                "{e}"
+            );
+        }
+        let (a, _b) = pair(&LinkConfig::default());
+        let (_, out) = Capture::try_new(a, Vec::new(), 1).unwrap().into_parts();
+        assert_eq!(out[16..20], 1u32.to_le_bytes());
+
+        let (a, _b) = pair(&LinkConfig::default());
+        let mut cap = Capture::new(a, Vec::new(), 0);
+        assert!(matches!(
+            cap.refused(),
+            Some(StackError::InvalidArgument("snaplen", _))
+        ));
+        for i in 0..3 {
+            cap.sink
+                .borrow_mut()
+                .record(Instant::from_micros(i), &frame(60, 9));
+        }
+        assert_eq!(cap.finish(), (0, 4), "the header and three frames");
+        let (_, out) = cap.into_parts();
+        assert!(out.is_empty(), "{} octets written", out.len());
+
+        let (a, _b) = pair(&LinkConfig::default());
+        assert_eq!(Capture::new(a, Vec::new(), 65535).refused(), None);
     }
 }
