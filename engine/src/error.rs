@@ -97,6 +97,39 @@ pub enum EngineError {
     RemoteToWrap,
 }
 
+/// A queue depth out of range, refused when the queue is created
+/// ([`CompletionQueue::try_new`](crate::CompletionQueue::try_new)): the depth asked for and
+/// what is wrong with it, in the words [`EngineConfig::validate`](crate::EngineConfig::validate)
+/// uses for the configured limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{queue} depth {depth} {reason}")]
+pub struct DepthError {
+    /// Which queue (`"completion queue"`).
+    pub queue: &'static str,
+    /// The depth asked for.
+    pub depth: usize,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+impl DepthError {
+    /// Checks `depth` of `queue` against `1..=`[`MAX_QUEUE_DEPTH`](crate::MAX_QUEUE_DEPTH).
+    pub(crate) fn check(queue: &'static str, depth: usize) -> Result<(), DepthError> {
+        let reason = if depth == 0 {
+            "must be at least 1"
+        } else if depth > crate::config::MAX_QUEUE_DEPTH {
+            "exceeds MAX_QUEUE_DEPTH (2^22)"
+        } else {
+            return Ok(());
+        };
+        Err(DepthError {
+            queue,
+            depth,
+            reason,
+        })
+    }
+}
+
 /// Why an engine core's device could not be brought up: the driver's own error is kept as
 /// the [`source`](std::error::Error::source), shared so that [`EngineError`] stays `Clone`.
 /// Two are equal when they say the same.

@@ -48,7 +48,7 @@ pub use crate::config::{
     EngineConfig, ENGINE_ACK_DELAY, MAX_ACK_DELAY, MAX_CONNECTIONS, MAX_QUEUE_DEPTH, MAX_SGE,
 };
 pub use crate::core::{validate_recv, validate_send, CoreStats, EngineCore, QpAttr, QpInfo};
-pub use crate::error::{DeviceError, EngineError};
+pub use crate::error::{DepthError, DeviceError, EngineError};
 pub use crate::srq::SharedRq;
 pub use crate::wr::{
     Completion, CompletionChannel, CompletionQueue, QpId, QpShared, QpState, RecvWr, SendOp,

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::config::MAX_SGE;
+use crate::error::DepthError;
 use crate::mem::{Access, PdId, StreamId};
 use crate::ring::mpmc;
 use crate::srq::SharedRq;
@@ -505,27 +506,52 @@ pub struct CompletionQueue {
 }
 
 impl CompletionQueue {
-    /// A queue of `depth` entries (allocated now, never again).
-    pub fn new(depth: usize) -> CompletionQueue {
-        CompletionQueue {
-            ring: mpmc::Queue::new(depth.max(1)),
+    /// A queue of `depth` entries (allocated now, never again), `depth` in
+    /// `1..=`[`MAX_QUEUE_DEPTH`](crate::MAX_QUEUE_DEPTH); any other depth is refused with a
+    /// [`DepthError`] naming it (a queue of 0 entries used to become one of 1, and an absurd
+    /// depth aborted the process on allocation).
+    pub fn try_new(depth: usize) -> Result<CompletionQueue, DepthError> {
+        DepthError::check("completion queue", depth)?;
+        Ok(CompletionQueue {
+            ring: mpmc::Queue::new(depth),
             overrun: AtomicBool::new(false),
             overrun_reported: AtomicBool::new(false),
             id: NEXT_CQ_ID.fetch_add(1, Ordering::Relaxed),
             notify: None,
-        }
+        })
     }
 
     /// A queue of `depth` entries that signals `channel` (naming itself by [`Self::id`])
-    /// when armed.
-    pub fn with_channel(depth: usize, channel: Arc<CompletionChannel>) -> Self {
-        CompletionQueue {
+    /// when armed; `depth` is checked as by [`CompletionQueue::try_new`].
+    pub fn try_with_channel(
+        depth: usize,
+        channel: Arc<CompletionChannel>,
+    ) -> Result<CompletionQueue, DepthError> {
+        Ok(CompletionQueue {
             notify: Some(Notify {
                 channel,
                 armed: AtomicU8::new(UNARMED),
             }),
-            ..CompletionQueue::new(depth)
-        }
+            ..CompletionQueue::try_new(depth)?
+        })
+    }
+
+    /// [`CompletionQueue::try_new`] for a depth the caller has already checked (the verbs
+    /// layer refuses 0 and depths above its configured `max_cq_depth`).
+    ///
+    /// # Panics
+    /// If `depth` is 0 or above [`MAX_QUEUE_DEPTH`](crate::MAX_QUEUE_DEPTH), with the
+    /// [`DepthError`]'s message.
+    pub fn new(depth: usize) -> CompletionQueue {
+        CompletionQueue::try_new(depth).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`CompletionQueue::try_with_channel`] for a depth the caller has already checked.
+    ///
+    /// # Panics
+    /// As [`CompletionQueue::new`].
+    pub fn with_channel(depth: usize, channel: Arc<CompletionChannel>) -> Self {
+        CompletionQueue::try_with_channel(depth, channel).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// The queue's identifier, unique in the process (what `CmEvent::CqError` and a

@@ -13,8 +13,8 @@ use std::time::{Duration as StdDuration, Instant as StdInstant};
 use common::*;
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use warpcore_engine::{
-    CmEvent, Completion, CompletionChannel, CompletionQueue, ConnError, MpaParams, QpId, QpState,
-    SendOp, WcOpcode, WcStatus,
+    CmEvent, Completion, CompletionChannel, CompletionQueue, ConnError, DepthError, MpaParams,
+    QpId, QpState, SendOp, WcOpcode, WcStatus, MAX_QUEUE_DEPTH,
 };
 
 /// Connects a new QP of A to a new QP of B (B listening on `PORT`) whose send and receive
@@ -394,4 +394,49 @@ fn two_threads_waiting_on_one_channel_both_wake_for_two_events() {
             "a waiter slept until its deadline with an event pending (event, in time): {got:?}"
         );
     }
+}
+
+/// A completion queue of 0 entries, or of more than `MAX_QUEUE_DEPTH`, is refused with a
+/// `DepthError` naming the depth, in the words `EngineConfig::validate` uses; the panicking
+/// constructors for checked depths refuse them too. `CompletionQueue::new(0)` used to give a
+/// queue of one entry, and a depth above the limit aborted the process on allocation.
+#[test]
+fn a_completion_queue_depth_out_of_range_is_refused_naming_it() {
+    let ch = Arc::new(CompletionChannel::new().unwrap());
+    for (depth, reason) in [
+        (0, "must be at least 1"),
+        (MAX_QUEUE_DEPTH + 1, "exceeds MAX_QUEUE_DEPTH (2^22)"),
+        (usize::MAX, "exceeds MAX_QUEUE_DEPTH (2^22)"),
+    ] {
+        let want = DepthError {
+            queue: "completion queue",
+            depth,
+            reason,
+        };
+        assert_eq!(CompletionQueue::try_new(depth).err(), Some(want));
+        assert_eq!(
+            CompletionQueue::try_with_channel(depth, Arc::clone(&ch)).err(),
+            Some(want)
+        );
+        assert_eq!(
+            want.to_string(),
+            format!("completion queue depth {depth} {reason}")
+        );
+        for make in [(|d| drop(CompletionQueue::new(d))) as fn(usize), |d| {
+            drop(CompletionQueue::with_channel(
+                d,
+                Arc::new(CompletionChannel::new().unwrap()),
+            ))
+        }] {
+            let panic = std::panic::catch_unwind(|| make(depth)).expect_err("refused");
+            let msg = panic.downcast_ref::<String>().expect("a formatted message");
+            assert_eq!(msg, &want.to_string());
+        }
+    }
+    // A queue of one entry holds exactly one.
+    let one = CompletionQueue::try_new(1).expect("depth 1");
+    one.push(write_done());
+    assert!(!one.overrun());
+    one.push(write_done());
+    assert!(one.overrun());
 }
