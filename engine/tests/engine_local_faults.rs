@@ -7,6 +7,8 @@
 //!   local catastrophic Terminate (0/0/FF);
 //! * a Read or an atomic whose local SGE's region is deregistered in flight, and a posted
 //!   receive whose buffer's region is deregistered before its Send arrives (departure 8).
+//! * a receive validated in RTS that reaches the core once its QP is in Terminate is
+//!   flushed at once, not when TCP finishes closing.
 
 mod common;
 mod engine_mw_common;
@@ -16,7 +18,9 @@ use std::sync::Arc;
 use common::*;
 use engine_mw_common::*;
 use warpcore_engine::mem::{Access, Region};
-use warpcore_engine::{EngineError, QpId, QpShared, QpState, SendOp, WcOpcode, WcStatus};
+use warpcore_engine::{
+    validate_recv, EngineError, MpaParams, QpId, QpShared, QpState, SendOp, WcOpcode, WcStatus,
+};
 
 /// A QP of depth 16 with RFC 7306 on, and its shared state.
 fn qp(side: &mut Side) -> (QpId, Arc<QpShared>) {
@@ -245,4 +249,44 @@ fn send_into_a_receive_without_its_region_fails_with_a_local_terminate() {
     assert_eq!(c.status, WcStatus::LocalProtection);
     assert_eq!(expect_terminate_from_a(&mut p, qa, qb), (0, 0, 0xFF));
     assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Error);
+}
+
+/// A receive validated by an application thread while its QP was in RTS, that reaches the
+/// engine core once the QP is in the Terminate state (a local protocol error: the peer
+/// wrote to an STag that does not exist), completes with a flush error at once, and the QP
+/// stays in Terminate until TCP has closed. It used to wait in the receive queue for TCP to
+/// finish closing.
+#[test]
+fn a_receive_posted_in_the_terminate_state_is_flushed_at_once() {
+    let mut p = Pair::default_pair();
+    let qa = p.a.qp(16);
+    let (qb, shared_b) = p.b.qp_shared(16);
+    p.b.core.listen(PORT, MpaParams::default()).unwrap();
+    p.a.core
+        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
+        .unwrap();
+    let req = p.wait_request();
+    p.b.core.accept(req.request, qb, b"", None).unwrap();
+    p.run_until_established();
+    let (_rb, sb) = p.b.region(4096, all_access());
+    let (_ra, sa) = p.a.region(4096, all_access());
+    // Checked (its slot reserved) by an application thread while B is in RTS...
+    let wr = recv_wr(7, &[(sb, 0, 64)]);
+    validate_recv(&shared_b, &p.b.mrs, &wr).unwrap();
+    // ... then B fails: A writes to an STag B never registered.
+    post_a(&mut p, qa, 1, write_op(0x00de_ad01, 0), &[(sa, 0, 8)]);
+    p.run_until(2000, |p| {
+        p.b.core.qp_state(qb).ok() == Some(QpState::Terminate)
+    });
+    p.b.take_completions();
+    while p.b.cq.pop().is_some() {}
+    // ... and only now does B's core take the receive.
+    p.b.core.post_recv_reserved(qb, wr);
+    let c = p.b.cq.pop().expect("the receive is flushed when posted");
+    assert_eq!(
+        (c.wr_id, c.qp, c.opcode, c.status),
+        (7, qb, WcOpcode::Recv, WcStatus::FlushErr)
+    );
+    assert_eq!(p.b.core.qp_state(qb).ok(), Some(QpState::Terminate));
+    assert_eq!(shared_b.rq_used(), 0);
 }

@@ -426,8 +426,11 @@ impl<D: PollDevice> EngineCore<D> {
     pub(crate) fn post_recv_reserved_ref(&mut self, id: QpId, wr: &RecvWr) {
         let Ok(q) = self.qp_mut(id) else { return };
         q.rq.push_back(*wr);
-        if q.state == QpState::Error {
-            q.flush();
+        // Validated before the QP failed: flushed now, not when TCP finishes closing (a QP
+        // in Terminate keeps that state until then; its receive queue was flushed when it
+        // entered it).
+        if matches!(q.state, QpState::Terminate | QpState::Error) {
+            q.flush_rq();
         }
     }
 }

@@ -171,6 +171,17 @@ impl Qp {
         }
         self.retire_sq();
         self.sq_next_seq = self.sq_head_seq;
+        self.flush_rq();
+        self.orq.clear();
+        self.irq.clear();
+        self.tx = None;
+    }
+
+    /// Completes every posted receive with [`WcStatus::FlushErr`], in order: the receive
+    /// half of [`Self::flush`], also for a receive that reaches the core once the QP is in
+    /// the Terminate or error state (validated by an application thread before), which
+    /// would otherwise wait for TCP to finish closing.
+    pub(super) fn flush_rq(&mut self) {
         while let Some(r) = self.rq.pop_front() {
             self.recv_cq.push(Completion {
                 wr_id: r.wr_id,
@@ -185,9 +196,6 @@ impl Qp {
             });
             self.shared.release_rq();
         }
-        self.orq.clear();
-        self.irq.clear();
-        self.tx = None;
     }
 
     /// A local failure found while starting work at the sending position (`tx_fault`):
