@@ -273,6 +273,9 @@ pub struct CoreStats {
     pub qps_live: u64,
     /// Occupancy when read: pending connection requests.
     pub requests_pending: u64,
+    /// Occupancy when read: MPA startup timer entries (one per QP whose MPA initiator
+    /// waits for its Reply; an entry goes with its QP).
+    pub mpa_timers: u64,
     /// Occupancy when read: TCP connections of the stack (listener sockets included), and
     /// of those, the ones whose QP is gone, waiting for TCP to finish closing.
     pub tcp_connections: u64,
@@ -630,7 +633,11 @@ pub struct EngineCore<D: PollDevice> {
     posted_out: Vec<PostedOut>,
     /// Scratch list of the slots a poller visits this loop.
     batch: Vec<usize>,
-    /// QPs with an MPA initiator (their startup timers are polled).
+    /// QPs with an MPA initiator (their startup timers are polled), one entry per QP:
+    /// [`Self::connect`] adds the slot's, [`Self::destroy_qp`] takes it out (a slot
+    /// destroyed and connected again before the timers were polled kept both its old entry
+    /// and the new one, a growing list under churn), `poll_timers` drops those whose
+    /// startup is over.
     initiators: Vec<usize>,
     /// Connection requests accepted from TCP so far (their arrival numbers).
     arrivals: u64,
@@ -764,6 +771,7 @@ impl<D: PollDevice> EngineCore<D> {
             tcp_dsacks_received: t.dsacks_received,
             qps_live: self.live.len() as u64,
             requests_pending: self.requests_live as u64,
+            mpa_timers: self.initiators.len() as u64,
             tcp_connections: self.stack.live() as u64,
             tcp_zombies: self.zombies.len() as u64,
             tx_from_memory_wire_octets: t.external_octets_sent,

@@ -111,6 +111,9 @@ impl<D: PollDevice> EngineCore<D> {
             self.live.remove(at);
         }
         self.free_slots.push(index);
+        // Its MPA startup timer entry goes with it (also one whose startup ended since the
+        // timers were last polled): the slot's next QP adds its own.
+        self.initiators.retain(|&i| i != index);
         if let Some(c) = conn {
             if !c.fin_sent {
                 let _ = self.stack.abort(c.tcp);
