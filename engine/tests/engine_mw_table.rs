@@ -60,15 +60,21 @@ fn region_with_bound_window_stays_until_the_window_goes() {
 fn a_stale_stag_is_invalid_even_when_its_slot_has_windows_bound() {
     let t = MrTable::with_seed(2, 9);
     let r = Arc::new(Region::allocate(4096, 64).unwrap());
+    let mw = t.alloc_mw(PD, MwType::Type1).unwrap();
     let old = t
         .register(Arc::clone(&r), PD, Access::LOCAL_WRITE, 0)
         .unwrap();
     t.deregister(old).unwrap();
-    let mw = t.alloc_mw(PD, MwType::Type1).unwrap();
-    let mr = t
-        .register(r, PD, Access::LOCAL_WRITE | Access::MW_BIND, 0)
-        .unwrap();
-    assert_eq!(mr.index(), old.index(), "the region reuses the slot");
+    // The region reuses the slot (after the table's spare slots were used once each).
+    let mr = loop {
+        let s = t
+            .register(Arc::clone(&r), PD, Access::LOCAL_WRITE | Access::MW_BIND, 0)
+            .unwrap();
+        if s.index() == old.index() {
+            break s;
+        }
+        t.deregister(s).unwrap();
+    };
     assert_ne!(mr, old);
     t.bind_mw(mw, mw.key() ^ 1, mr, PD, 0, 8, Access::REMOTE_READ, None)
         .unwrap();
@@ -260,10 +266,18 @@ fn a_deallocated_window_never_names_the_next_allocation_of_its_slot() {
     let mr = t
         .register(Arc::new(Region::allocate(64, 64).unwrap()), PD, rights, 0)
         .unwrap();
+    // The next window in the slot of `w` (after the table's spare slots were used once
+    // each): allocations in between advance no other slot's key.
+    let alloc_in_slot_of = |w: Stag| loop {
+        let s = t.alloc_mw(PD, MwType::Type1).unwrap();
+        if s.index() == w.index() {
+            break s;
+        }
+        t.deallocate(s, PD).unwrap();
+    };
     let a = t.alloc_mw(PD, MwType::Type1).unwrap();
     t.deallocate(a, PD).unwrap();
-    let b = t.alloc_mw(PD, MwType::Type1).unwrap();
-    assert_eq!(b.index(), a.index());
+    let b = alloc_in_slot_of(a);
     // Without binds the allocation key advances by the table's step.
     let step = b.key().wrapping_sub(a.key());
     // Bind `b` so that its key is one step behind its allocation key, then deallocate.
@@ -271,8 +285,7 @@ fn a_deallocated_window_never_names_the_next_allocation_of_its_slot() {
     t.bind_mw(b, back, mr, PD, 0, 8, Access::REMOTE_READ, None)
         .unwrap();
     t.deallocate(b, PD).unwrap();
-    let c = t.alloc_mw(PD, MwType::Type1).unwrap();
-    assert_eq!(c.index(), b.index());
+    let c = alloc_in_slot_of(b);
     assert_ne!(c.key(), b.key(), "the next allocation has a key of its own");
     assert_eq!(
         t.bind_mw(b, back ^ 1, mr, PD, 0, 8, Access::REMOTE_READ, None),

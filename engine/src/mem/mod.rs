@@ -46,9 +46,12 @@
 //! re-registration, so that STags are spread over the whole range and are not trivially
 //! predictable (RDMAP-8.1.1-9, RDMAP-8.1.1-10), and so that a stale STag cannot match a
 //! reused slot until the slot has been registered 256 more times. Freed slots go to the
-//! back of a FIFO, so a slot is reused only after every other free slot was, which makes
-//! those 256 re-registrations as far apart as the table allows. Index 0 is never handed
-//! out, so the STag value 0 is never valid.
+//! back of a FIFO, so a slot is reused only after every other free slot was, and the table
+//! keeps spare slots beyond its capacity ([`MIN_SPARE_SLOTS`] at least, index space
+//! permitting) that the FIFO never runs down to: those 256 re-registrations of a slot are
+//! at least 256 times the spares apart in registrations of the table, however full the
+//! application keeps it ([`MrTable::new`]). Index 0 is never handed out, so the STag value
+//! 0 is never valid.
 //!
 //! # Concurrency protocol
 //! Each slot holds a 64-bit state word and, beside it, the registration's metadata
@@ -177,7 +180,7 @@ pub use region::Region;
 #[cfg(feature = "planted-bounds-defect")]
 #[doc(hidden)]
 pub use table::PLANTED_SLACK;
-pub use table::{MrGuard, MrTable, MAX_CAPACITY};
+pub use table::{MrGuard, MrTable, MAX_CAPACITY, MIN_SPARE_SLOTS};
 
 /// Identifies the stream (queue pair) a type 2 memory window is bound to: an opaque,
 /// nonzero value the engine derives from the queue pair's handle, unique among live queue

@@ -26,6 +26,14 @@ use super::{
 /// The largest table: index 0 is never handed out, so 2^24 - 1 slots.
 pub const MAX_CAPACITY: usize = (1 << 24) - 1;
 
+/// The fewest spare slots a table keeps beside its capacity, index space permitting
+/// ([`MrTable::new`]): a freed slot is allocated again only after at least this many other
+/// allocations, so an STag value comes back only after 256 times as many.
+pub const MIN_SPARE_SLOTS: usize = 1024;
+
+/// The most spare slots a table keeps (64 octets each): 65,536, 4 MiB.
+const MAX_SPARE_SLOTS: usize = 1 << 16;
+
 const INDEX_MASK: u32 = 0x00FF_FFFF;
 
 // Layout of a slot's state word (module documentation, "Concurrency protocol").
@@ -178,8 +186,13 @@ unsafe impl Send for Slot {}
 pub struct MrTable {
     /// Slot 0 exists but is never allocated, so that STag index 0 never names a region.
     slots: Box<[Slot]>,
-    /// Free slot numbers, oldest freed first (preallocated: never grows).
+    /// Free slot numbers, oldest freed first (preallocated: never grows). It never gives
+    /// out its last `spare` entries: a freed slot waits behind at least `spare` others.
     free: Mutex<VecDeque<u32>>,
+    /// Registrations the table holds at once.
+    capacity: usize,
+    /// Slots beyond `capacity` ([`MrTable::new`]).
+    spare: usize,
     /// Odd multiplier of the 24-bit index bijection, and its inverse modulo 2^24.
     index_mul: u32,
     index_inv: u32,
@@ -190,6 +203,17 @@ pub struct MrTable {
 impl MrTable {
     /// A table for `capacity` registrations, with STag scrambling seeded from the
     /// operating system's randomness (via `std`'s `RandomState`).
+    ///
+    /// A slot's key takes 256 values, so an STag whose registration ended names the slot's
+    /// registration 256 allocations of that slot later again. Freed slots are reused
+    /// oldest first, and the table holds spare slots beyond its capacity that it never
+    /// lets the free list run down to: `capacity` of them, at least [`MIN_SPARE_SLOTS`] and
+    /// at most 65,536, as far as the 24-bit index allows (none at [`MAX_CAPACITY`]). A slot
+    /// is therefore allocated again only after at least that many other allocations, and
+    /// a stale STag matches a registration only after 256 times that many registrations
+    /// of the table (262,400 at least), however full it is kept. (Without spares, a table
+    /// kept full but for one slot handed a stale STag's slot and key back after 256
+    /// registrations.)
     ///
     /// # Panics
     /// If `capacity` is 0 or above [`MAX_CAPACITY`]; capacities are configuration,
@@ -221,7 +245,10 @@ impl MrTable {
         let index_inv = inv & INDEX_MASK;
         debug_assert_eq!(index_mul.wrapping_mul(index_inv) & INDEX_MASK, 1);
         let key_step = rng.next() as u8 | 1;
-        let slots = (0..=capacity)
+        let spare = capacity
+            .clamp(MIN_SPARE_SLOTS, MAX_SPARE_SLOTS)
+            .min(MAX_CAPACITY - capacity);
+        let slots = (0..=capacity + spare)
             .map(|_| Slot {
                 // The word holds the key of the last registration; the first registration
                 // adds the step, so start one step behind a pseudo-random key.
@@ -240,10 +267,12 @@ impl MrTable {
                 chk_access: AtomicU8::new(0),
             })
             .collect();
-        let free = (1..=capacity as u32).collect();
+        let free = (1..=(capacity + spare) as u32).collect();
         MrTable {
             slots,
             free: Mutex::new(free),
+            capacity,
+            spare,
             index_mul,
             index_inv,
             key_step,
@@ -252,12 +281,21 @@ impl MrTable {
 
     /// The number of registrations the table can hold.
     pub fn capacity(&self) -> usize {
-        self.slots.len() - 1
+        self.capacity
     }
 
     /// The number of slots currently registered (or being deregistered).
     pub fn registered(&self) -> usize {
-        self.capacity() - self.free_list().len()
+        self.capacity + self.spare - self.free_list().len()
+    }
+
+    /// Takes the free slot freed longest ago, unless only the spares are left.
+    fn take_free_slot(&self) -> Result<u32, MemError> {
+        let mut free = self.free_list();
+        if free.len() <= self.spare {
+            return Err(MemError::TableFull);
+        }
+        free.pop_front().ok_or(MemError::TableFull)
     }
 
     fn free_list(&self) -> std::sync::MutexGuard<'_, VecDeque<u32>> {
@@ -302,7 +340,7 @@ impl MrTable {
         if offset_base.checked_add(region.len() as u64).is_none() {
             return Err(MemError::ToWrap);
         }
-        let n = self.free_list().pop_front().ok_or(MemError::TableFull)?;
+        let n = self.take_free_slot()?;
         let slot = &self.slots[n as usize];
         let key = self.next_alloc_key(slot);
         // SAFETY: slot `n` was on the free list and we popped it, so this thread owns its
@@ -731,7 +769,7 @@ impl MrTable {
     }
 
     fn alloc_invalid(&self, kind: StagKind, pd: PdId) -> Result<Stag, MemError> {
-        let n = self.free_list().pop_front().ok_or(MemError::TableFull)?;
+        let n = self.take_free_slot()?;
         let slot = &self.slots[n as usize];
         let key = self.next_alloc_key(slot);
         // SAFETY: popped from the free list: owned, FREE, drained (as in `register`).
@@ -2072,20 +2110,30 @@ mod tests {
         );
     }
 
+    /// One slot's 256 registrations have 256 keys; a table of one registration cycles
+    /// through its spare slots too, so each comes back every `spare + 1` registrations.
     #[test]
     fn key_cycles_through_all_256_values_on_one_slot() {
         let t = MrTable::with_seed(1, 99);
+        assert_eq!(t.spare, MIN_SPARE_SLOTS);
+        let r = region(1);
         let mut keys = std::collections::HashSet::new();
         let mut index = None;
-        for _ in 0..256 {
-            let s = t.register(region(1), PdId(0), Access::empty(), 0).unwrap();
-            assert_eq!(*index.get_or_insert(s.index()), s.index());
-            assert!(
-                keys.insert(s.key()),
-                "key repeated within 256 registrations"
-            );
+        for i in 0..256 * (t.spare + 1) {
+            let s = t
+                .register(Arc::clone(&r), PdId(0), Access::empty(), 0)
+                .unwrap();
+            let first = *index.get_or_insert(s.index());
+            assert_eq!(s.index() == first, i % (t.spare + 1) == 0, "FIFO order");
+            if s.index() == first {
+                assert!(
+                    keys.insert(s.key()),
+                    "key repeated within 256 registrations of its slot"
+                );
+            }
             t.deregister(s).unwrap();
         }
+        assert_eq!(keys.len(), 256);
     }
 
     /// The check-only form answers as the invalidation would, changes nothing and leaves
