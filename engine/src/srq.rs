@@ -14,7 +14,10 @@
 //!
 //! A QP that goes to the error state flushes only the buffer it claimed (its message is
 //! lost); the others stay in the shared queue for the other QPs (as an SRQ's WQEs do in
-//! the verbs).
+//! the verbs). A buffer claimed for a message whose first segment fails the checks that
+//! need it (DDP's bounds: a Send longer than the buffer) or fails otherwise before the QP
+//! could use it is given back instead, ahead of the buffers in the queue: an invalid
+//! message of one QP does not consume a buffer the others could use.
 //!
 //! The limit event of the verbs (`IBV_EVENT_SRQ_LIMIT_REACHED`): arm it with
 //! [`SharedRq::arm_limit`]; the first claim that leaves fewer buffers than the limit
@@ -37,6 +40,9 @@ static NEXT_SRQ_ID: AtomicU64 = AtomicU64::new(1);
 #[derive(Debug)]
 pub struct SharedRq {
     queue: ArrayQueue<RecvWr>,
+    /// Buffers given back by a QP whose message failed before it could use them
+    /// ([`SharedRq::give_back`]): older than every buffer in `queue`, claimed first.
+    returned: ArrayQueue<RecvWr>,
     id: u64,
     pd: PdId,
     max_sge: u32,
@@ -51,6 +57,7 @@ impl SharedRq {
     pub fn new(pd: PdId, depth: u32, max_sge: u32) -> SharedRq {
         SharedRq {
             queue: ArrayQueue::new(depth.max(1) as usize),
+            returned: ArrayQueue::new(depth.max(1) as usize),
             id: NEXT_SRQ_ID.fetch_add(1, Ordering::Relaxed),
             pd,
             max_sge,
@@ -82,12 +89,12 @@ impl SharedRq {
 
     /// Receive buffers waiting (not yet claimed by a QP).
     pub fn len(&self) -> usize {
-        self.queue.len()
+        self.queue.len() + self.returned.len()
     }
 
     /// No buffer waiting.
     pub fn is_empty(&self) -> bool {
-        self.queue.is_empty()
+        self.queue.is_empty() && self.returned.is_empty()
     }
 
     /// Posts a receive buffer: its SGEs must be regions of the queue's PD with local write
@@ -112,6 +119,10 @@ impl SharedRq {
                 })?;
             g.bounds(s.to, s.len as usize)
                 .map_err(|_| EngineError::SgeOutOfBounds)?;
+        }
+        // Buffers given back count against the depth too.
+        if self.len() >= self.queue.capacity() {
+            return Err(EngineError::QueueFull);
         }
         self.queue.push(*wr).map_err(|_| EngineError::QueueFull)
     }
@@ -145,10 +156,10 @@ impl SharedRq {
     /// armed limit (true for exactly one claim per arming, whichever core makes it: the
     /// claimer reports the event).
     pub(crate) fn claim(&self) -> Option<(RecvWr, bool)> {
-        let wr = self.queue.pop()?;
+        let wr = self.returned.pop().or_else(|| self.queue.pop())?;
         let limit = self.limit.load(Ordering::Acquire);
         let reached = limit != 0
-            && self.queue.len() < limit as usize
+            && self.len() < limit as usize
             && self
                 .limit
                 .compare_exchange(limit, 0, Ordering::AcqRel, Ordering::Acquire)
@@ -157,5 +168,17 @@ impl SharedRq {
             self.limit_reached.store(true, Ordering::Release);
         }
         Some((wr, reached))
+    }
+
+    /// Engine side: puts back a buffer [`SharedRq::claim`] took for a message that failed
+    /// before it could use it: it is claimed next, before the buffers posted before it was
+    /// given back (among several given back at once by different cores, in the order they
+    /// were given back). `Err` hands it back when there is no room (buffers were posted
+    /// meanwhile up to the depth and more are being given back at once).
+    pub(crate) fn give_back(&self, wr: RecvWr) -> Result<(), RecvWr> {
+        if self.len() >= self.queue.capacity() {
+            return Err(wr);
+        }
+        self.returned.push(wr)
     }
 }

@@ -340,3 +340,39 @@ fn qps_of_two_cores_drain_one_queue() {
     }
     assert!(srq.is_empty());
 }
+
+/// Departure 23: a Send longer than the shared buffer its QP claimed for it fails that QP
+/// (DDP's untagged bounds, layer 1) and gives the buffer back, ahead of the buffers posted
+/// after it: the next message, of another QP, lands in it. The buffer used to be consumed
+/// by the invalid message, flushed with the failing QP.
+#[test]
+fn an_invalid_message_gives_its_claimed_buffer_back() {
+    let (mut p, srq, q) = srq_rig(2, 4);
+    let (rb, sb) = p.b.region(4096, Access::LOCAL_WRITE);
+    let (ra, sa) = p.a.region(4096, all_access());
+    ra.write_at(0, &pattern(128, 9)).unwrap();
+    srq.post(&p.b.mrs, &recv_wr(1, &[(sb, 0, 64)])).unwrap();
+    srq.post(&p.b.mrs, &recv_wr(2, &[(sb, 1024, 64)])).unwrap();
+    p.a.core
+        .post_send(q[0].0, send_wr(1, SendOp::Send, &[(sa, 0, 128)]))
+        .unwrap();
+    let (layer, _, _) = expect_terminate(&mut p, q[0].0, q[0].1);
+    assert_eq!(layer, 1, "DDP");
+    assert_eq!(p.b.core.qp_state(q[0].1).unwrap(), QpState::Error);
+    assert_eq!(srq.len(), 2, "the claimed buffer is back");
+    assert!(
+        !p.b.completions.iter().any(|c| c.qp == q[0].1),
+        "{:?}",
+        p.b.completions
+    );
+    p.a.core
+        .post_send(q[1].0, send_wr(2, SendOp::Send, &[(sa, 0, 64)]))
+        .unwrap();
+    let c = wait_completion(&mut p, true, 1, WcOpcode::Recv);
+    assert_eq!(
+        (c.qp, c.status, c.byte_len),
+        (q[1].1, WcStatus::Success, 64)
+    );
+    assert_eq!(read_region(&rb, 0, 64), pattern(128, 9)[..64]);
+    assert_eq!(srq.len(), 1);
+}

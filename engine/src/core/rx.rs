@@ -332,6 +332,7 @@ impl Qp {
         };
         // A QP on a shared receive queue claims the oldest buffer there for a message on
         // QN 0 when it holds none (module `srq`); none there: no buffer, as below.
+        let mut claimed = false;
         if self.rq.is_empty() {
             if let warpcore_proto::wire::ddp::DdpBuffer::Untagged { qn: qn::SEND, .. } =
                 seg.repr.buffer
@@ -340,6 +341,7 @@ impl Qp {
                     if let Some((wr, reached)) = q.claim() {
                         self.shared.claim_rq();
                         self.rq.push_back(wr);
+                        claimed = true;
                         if reached {
                             ctx.events
                                 .push_back(CmEvent::SrqLimitReached { srq: q.id() });
@@ -348,6 +350,35 @@ impl Qp {
                 }
             }
         }
+        let res = self.rx_segment(ulpdu, &seg, ctx, mrs, held);
+        // A segment that fails the checks that need the buffer (DDP's, a Send longer than
+        // it) or its placement fails the QP: the buffer it claimed for it goes back to the
+        // shared queue, ahead of the buffers there (module `srq`), for the other QPs,
+        // instead of being flushed with this QP (departure 23).
+        if claimed && res.is_err() && self.rq.len() == 1 {
+            if let (Some(wr), Some(q)) = (self.rq.pop_front(), self.shared.srq()) {
+                match q.give_back(wr) {
+                    Ok(()) => self.shared.release_rq(),
+                    // No room (buffers posted meanwhile): flushed with the QP, as before.
+                    Err(wr) => self.rq.push_front(wr),
+                }
+            }
+        }
+        res
+    }
+
+    /// [`Self::rx_ulpdu`] of a segment decoded, once a QP on a shared receive queue has
+    /// claimed its buffer. Inlined: the body it was until the buffer had to be given back
+    /// on failure.
+    #[inline(always)]
+    fn rx_segment<'m>(
+        &mut self,
+        ulpdu: &[u8],
+        seg: &Segment<'_>,
+        ctx: &mut Ctx,
+        mrs: &'m MrTable,
+        held: &mut RxHeld<'m>,
+    ) -> Result<(), RxFault> {
         let opcode = seg.repr.opcode;
         let immediate = matches!(opcode, Opcode::ImmediateData | Opcode::ImmediateDataSe);
         // A Send with Invalidate may wait for its region's guards to drain, ours included.
@@ -355,7 +386,7 @@ impl Qp {
             *held = None;
         }
         let stats = &mut ctx.stats;
-        let (guard, tagged) = self.rx_lookup(&seg, mrs, held)?;
+        let (guard, tagged) = self.rx_lookup(seg, mrs, held)?;
         // Immediate Data consumes a receive buffer whatever its length: the 8 octets go
         // into the completion, not into the buffer (EXT-6.3-2; departure in docs/engine.md).
         let untagged = UntaggedView {
@@ -393,13 +424,13 @@ impl Qp {
         match placement {
             Placement::Tagged(p) => self.rx_tagged(ulpdu, &p, opcode, guard, stats),
             Placement::Untagged(p) => match p.qn {
-                qn::SEND if immediate => self.rx_immediate(&seg, &p),
-                qn::SEND => self.rx_send(ulpdu, &seg, &p, mrs, stats),
+                qn::SEND if immediate => self.rx_immediate(seg, &p),
+                qn::SEND => self.rx_send(ulpdu, seg, &p, mrs, stats),
                 qn::READ_REQUEST if opcode == Opcode::AtomicRequest => {
-                    self.rx_atomic_request(&seg, mrs)
+                    self.rx_atomic_request(seg, mrs)
                 }
-                qn::ATOMIC_RESPONSE => self.rx_atomic_response(&seg, mrs),
-                qn::READ_REQUEST => self.rx_read_request(&seg, mrs),
+                qn::ATOMIC_RESPONSE => self.rx_atomic_response(seg, mrs),
+                qn::READ_REQUEST => self.rx_read_request(seg, mrs),
                 qn::TERMINATE => {
                     let RdmapHeader::Terminate(t) = seg.repr.header else {
                         return Err(RdmapError::UnexpectedOpcode.into());
