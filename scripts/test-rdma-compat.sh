@@ -116,6 +116,7 @@ contracts() {
     contract id_device_pd
     contract modify_qp_err_flush
     contract cq_event_ack
+    contract async_event_flood
     contract post_num_sge
     contract post_inline
     contract query_limits

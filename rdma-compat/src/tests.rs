@@ -1,6 +1,7 @@
 //! Unit tests of what needs no engine: the exported names and versions against Debian's
 //! libraries, the translations between the verbs' structs and Warpcore's, the event
-//! channel, address information, and the errors of bad arguments. The end-to-end tests
+//! channel and the asynchronous event queue, address information, and the errors of bad
+//! arguments. The end-to-end tests
 //! (Debian's own programs between two processes) are in `scripts/test-rdma-compat.sh`.
 
 use std::ffi::{c_int, CStr};
@@ -328,6 +329,45 @@ fn set_nonblocking(fd: c_int) {
         let fl = fcntl(fd, 3);
         fcntl(fd, 4, fl | 0o4000);
     }
+}
+
+/// A context's asynchronous events, thousands raised before the application reads any
+/// (a CQ error of each of many CQs): raising never waits for the reader, `async_fd` is
+/// readable until the last is taken, in order, or purged (a CQ's destroy taking its event
+/// back), and not after. One octet per event blocked the raiser after about 280.
+#[test]
+fn async_events_queue_thousands_unread() {
+    const N: usize = 5000;
+    let q = verbs::AsyncEvents::new().unwrap();
+    let fd = q.fd();
+    assert!(!readable_now(fd));
+    for i in 1..=N {
+        let mut e = ibv_async_event {
+            event_type: IBV_EVENT_CQ_ERR,
+            ..Default::default()
+        };
+        e.element.cq = i as *mut ibv_cq;
+        q.post(e);
+    }
+    // SAFETY: every event queued names a CQ (element.cq).
+    let cq_of = |e: &ibv_async_event| unsafe { e.element.cq } as usize;
+    for i in 1..N {
+        assert!(
+            readable_now(fd),
+            "not readable with {} events queued",
+            N + 1 - i
+        );
+        assert_eq!(q.take().map(|e| cq_of(&e)), Some(i));
+    }
+    assert!(readable_now(fd));
+    assert_eq!(q.purge(|e| cq_of(e) == N + 1), 0);
+    assert!(
+        readable_now(fd),
+        "a purge that takes nothing leaves the descriptor readable"
+    );
+    assert_eq!(q.purge(|e| cq_of(e) == N), 1);
+    assert!(!readable_now(fd), "readable with no event queued");
+    assert!(q.take().is_none());
 }
 
 #[test]

@@ -1713,14 +1713,20 @@ pub(crate) unsafe fn qp_ref<'a>(p: *mut ibv_qp) -> Option<&'a Qp> {
     unsafe { p.cast::<Qp>().as_ref() }
 }
 
-/// Inline octets per work request (`max_inline_data`): what every QP holds, whatever it
-/// was asked for (at most this; more is `EINVAL`). Real providers answer so too: the
-/// capacity their send queue entries give, at least the request (siw its `SIW_MAX_INLINE`,
-/// mlx5 what the WQE size leaves), and libfabric's verbs provider, which asks small, offers
-/// the answer as its inject size. The engine copies inline data into a per-QP arena of
-/// `max_send_wr * MAX_INLINE` octets, mapped and registered at the QP's first inline post
-/// of at least one octet (`QpInit::max_inline`); a QP that never posts inline costs nothing.
+/// The most inline octets per work request a QP can be asked for (`max_inline_data`; more
+/// is `EINVAL`).
 const MAX_INLINE: u32 = 1024;
+
+/// The inline octets every QP holds at least (the engine's own default,
+/// `QpInit::max_inline`): a QP asked for fewer gets this many in `cap.max_inline_data`, as
+/// real providers answer with the capacity their send queue entries give, at least the
+/// request (siw its `SIW_MAX_INLINE`, mlx5 what the WQE size leaves); libfabric's verbs
+/// provider, which asks small, offers the answer as its inject size. The engine copies
+/// inline data into a per-QP arena of `max_send_wr` times the capacity, mapped and
+/// registered at the QP's first inline post of at least one octet; a QP that never posts
+/// inline costs nothing. The floor keeps that arena at 256 KiB for the deepest send queue
+/// unless the application asks for more.
+const INLINE_FLOOR: u32 = 256;
 
 /// Creates an RC queue pair (`core`: the engine core of the connection request a passive
 /// side accepts on).
@@ -1765,7 +1771,8 @@ pub(crate) fn create_qp(
     };
     init.max_sge = max_sge;
     init.core = core;
-    init.max_inline = MAX_INLINE;
+    let inline = cap.max_inline_data.max(INLINE_FLOOR);
+    init.max_inline = inline;
     init.rfc7306 = engine().map(|e| e.rfc7306).unwrap_or(true);
     if let Some(s) = srq {
         init = init.with_srq(&s.srq);
@@ -1780,7 +1787,7 @@ pub(crate) fn create_qp(
     cap.max_send_sge = send_sge;
     cap.max_recv_sge = recv_sge;
     // The QP's inline capacity, at least what was asked (checked above).
-    cap.max_inline_data = MAX_INLINE;
+    cap.max_inline_data = inline;
     let qpn = qp.id().qpn();
     let b = Box::new(Qp {
         ibv: ibv_qp {

@@ -264,7 +264,9 @@ pub enum StackError {
     /// A [`StackConfig`] field (named) holds a value no stack can work with.
     #[error("StackConfig::{0} {1}")]
     InvalidConfig(&'static str, &'static str),
-    /// An argument (named) of a [`Stack`] call holds a value the call cannot work with.
+    /// An argument (named) of a [`Stack`] call, or of
+    /// [`Capture::try_new`](crate::capture::Capture::try_new), holds a value the call
+    /// cannot work with.
     #[error("argument {0} {1}")]
     InvalidArgument(&'static str, &'static str),
 }
