@@ -297,7 +297,7 @@ impl<D: PollDevice> RefStack<D> {
         if backlog > self.max_connections.saturating_sub(self.live()) {
             return Err(StackError::TableFull(self.max_connections));
         }
-        let id = ListenerId(self.listeners.len() as u32);
+        let id = ListenerId(self.listeners.len() as u32, 0);
         for _ in 0..backlog {
             self.add_backlog_socket(id, port, tuning)?;
         }
@@ -328,17 +328,32 @@ impl<D: PollDevice> RefStack<D> {
         let l = self
             .listeners
             .get_mut(listener.0 as usize)
+            .filter(|l| l.open)
             .ok_or(StackError::UnknownListener)?;
         Ok(l.ready.pop_front())
     }
 
-    /// Stops listening: the backlog sockets are dropped; accepted connections stay.
+    /// Listener entries (never reused).
+    pub fn listener_entries(&self) -> usize {
+        self.listeners.len()
+    }
+
+    /// Stops listening: the backlog sockets are dropped, connections not yet accepted are
+    /// reset; accepted connections stay. The handle is stale from here.
     pub fn unlisten(&mut self, listener: ListenerId) -> Result<(), StackError> {
         let l = self
             .listeners
             .get_mut(listener.0 as usize)
             .ok_or(StackError::UnknownListener)?;
+        if !l.open {
+            return Err(StackError::UnknownListener);
+        }
         l.open = false;
+        // Established but never accepted: reset, as ours does.
+        let ready: Vec<ConnId> = l.ready.drain(..).collect();
+        for id in ready {
+            let _ = self.release(id);
+        }
         for i in 0..self.slots.len() {
             let drop_it = matches!(&self.slots[i], Some(s) if s.role == Role::Backlog(listener));
             if drop_it {

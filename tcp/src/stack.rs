@@ -193,7 +193,7 @@ impl ConnId {
 
 /// Handle of a listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ListenerId(pub(crate) u32);
+pub struct ListenerId(pub(crate) u32, pub(crate) u32);
 
 /// What happened to a connection or listener since the last poll (edge-triggered).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -543,7 +543,17 @@ impl<D: PollDevice> Stack<D> {
         dispatch!(self, s => s.accept(listener))
     }
 
-    /// Stops listening; accepted connections stay.
+    /// Listener entries in the table, open or kept for reuse (the reference never reuses
+    /// one).
+    pub fn listener_entries(&self) -> usize {
+        dispatch!(ref self, s => s.listener_entries())
+    }
+
+    /// Stops listening: handshakes in progress are dropped, established connections not
+    /// yet accepted are reset and freed (no handle to them was handed out), accepted
+    /// connections stay. The handle is stale from here ([`StackError::UnknownListener`],
+    /// for `accept` and `unlisten` alike); Warpcore's TCP reuses its table entry for the
+    /// next `listen`, so listen/unlisten churn does not grow the table.
     pub fn unlisten(&mut self, listener: ListenerId) -> Result<(), StackError> {
         dispatch!(self, s => s.unlisten(listener))
     }

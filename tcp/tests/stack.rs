@@ -981,3 +981,60 @@ fn a_payload_cut_before_delivery_gets_no_digest() {
         "the cut payloads' octets"
     );
 }
+
+/// Listen/unlisten churn (a server that opens and closes listening endpoints, as
+/// libfabric's passive endpoints do) reuses the listener's table entry instead of growing
+/// the table by one entry a listen; a handle of a listener gone stays stale even once its
+/// entry serves another.
+#[test]
+fn unlisten_frees_the_listener_entry_and_its_handle_goes_stale() {
+    let (mut a, mut b) = stacks();
+    let t = TcpTuning::default();
+    let mut now = Instant::ZERO;
+    let first = b.listen(9200, 4, &t).expect("listen");
+    b.unlisten(first).expect("unlisten");
+    for i in 0..1_000u16 {
+        let l = b.listen(9200 + i % 7, 4, &t).expect("listen again");
+        b.unlisten(l).expect("unlisten again");
+    }
+    assert_eq!(b.listener_entries(), 1);
+    let l = b.listen(9200, 4, &t).expect("listen");
+    assert_eq!(b.accept(first), Err(StackError::UnknownListener));
+    assert_eq!(b.unlisten(first), Err(StackError::UnknownListener));
+    // The new listener works.
+    let c = a.connect((IP_B, 9200), None, &t).expect("connect");
+    let (ea, eb) = run(&mut a, &mut b, &mut now, 5);
+    assert!(ea.contains(&Event::Connected(c)), "{ea:?}");
+    assert!(eb.contains(&Event::Acceptable(l)), "{eb:?}");
+    assert!(b.accept(l).expect("accept").is_some());
+}
+
+/// A connection established on a listener but never accepted when the listener goes has
+/// no owner: it is reset (the peer learns at once, as from Linux closing a listening
+/// socket with connections in its accept queue) and freed, in both implementations; a
+/// SYN to the port afterwards draws a RST.
+#[test]
+fn unlisten_resets_the_connections_nobody_accepted() {
+    for imp in [
+        TcpImplementation::Warpcore,
+        TcpImplementation::SmoltcpReference,
+    ] {
+        let (mut a, mut b) = stacks_of(imp);
+        let t = TcpTuning::default();
+        let mut now = Instant::ZERO;
+        let l = b.listen(9300, 2, &t).expect("listen");
+        let c = a.connect((IP_B, 9300), None, &t).expect("connect");
+        let (ea, eb) = run(&mut a, &mut b, &mut now, 5);
+        assert!(ea.contains(&Event::Connected(c)), "{imp:?}: {ea:?}");
+        assert!(eb.contains(&Event::Acceptable(l)), "{imp:?}: {eb:?}");
+        assert!(b.live() > 0);
+        b.unlisten(l).expect("unlisten");
+        // The unaccepted connection is freed (and the reference's backlog sockets).
+        assert_eq!(b.live(), 0, "{imp:?}");
+        let (ea, _) = run(&mut a, &mut b, &mut now, 5);
+        assert!(ea.contains(&Event::Reset(c)), "{imp:?}: {ea:?}");
+        let c2 = a.connect((IP_B, 9300), None, &t).expect("connect again");
+        let (ea, _) = run(&mut a, &mut b, &mut now, 5);
+        assert!(ea.contains(&Event::Reset(c2)), "{imp:?}: {ea:?}");
+    }
+}

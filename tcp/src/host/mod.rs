@@ -166,6 +166,9 @@ struct Listener {
     /// Established, waiting for [`Host::accept`].
     ready: VecDeque<ConnId>,
     open: bool,
+    /// Counts the entry's uses: a [`ListenerId`] names one (an entry is reused once its
+    /// listener is gone, so listen/unlisten churn does not grow the table).
+    generation: u32,
 }
 
 /// Counters of the host (not of any one connection).
@@ -287,6 +290,8 @@ struct Inner {
     /// every insertion into and removal from `demux`, so it always agrees with it.
     demux_memo: Option<(Tuple, u32)>,
     listeners: Vec<Listener>,
+    /// Entries of listeners gone (`Host::unlisten`), for the next `listen`.
+    free_listeners: Vec<u32>,
     ports: HashMap<u16, ListenerId>,
     wheel: Wheel,
     due: Vec<Entry>,
@@ -410,6 +415,7 @@ impl<D: PollDevice> Host<D> {
                 demux: HashMap::with_hasher(KeyedHash::new(config.random_seed)),
                 demux_memo: None,
                 listeners: Vec::new(),
+                free_listeners: Vec::new(),
                 ports: HashMap::new(),
                 wheel: Wheel::new(now, config.max_connections),
                 due: Vec::with_capacity(64),
@@ -720,8 +726,7 @@ impl<D: PollDevice> Host<D> {
         if port == 0 || i.ports.contains_key(&port) {
             return Err(StackError::PortInUse(port));
         }
-        let id = ListenerId(i.listeners.len() as u32);
-        i.listeners.push(Listener {
+        let mut entry = Listener {
             port,
             tuning: *tuning,
             backlog,
@@ -729,41 +734,63 @@ impl<D: PollDevice> Host<D> {
             half_open_live: 0,
             ready: VecDeque::new(),
             open: true,
-        });
+            generation: 0,
+        };
+        let id = if let Some(index) = i.free_listeners.pop() {
+            let l = &mut i.listeners[index as usize];
+            entry.generation = l.generation;
+            *l = entry;
+            ListenerId(index, l.generation)
+        } else {
+            i.listeners.push(entry);
+            ListenerId(i.listeners.len() as u32 - 1, 0)
+        };
         i.ports.insert(port, id);
         Ok(id)
     }
 
-    /// Takes an established connection from the listener, if one is waiting.
-    pub fn accept(&mut self, listener: ListenerId) -> Result<Option<ConnId>, StackError> {
-        let l = self
-            .inner
-            .listeners
-            .get_mut(listener.0 as usize)
-            .ok_or(StackError::UnknownListener)?;
-        Ok(l.ready.pop_front())
+    /// The listener `id` names, if it still does.
+    fn listener_mut(&mut self, id: ListenerId) -> Result<&mut Listener, StackError> {
+        match self.inner.listeners.get_mut(id.0 as usize) {
+            Some(l) if l.open && l.generation == id.1 => Ok(l),
+            _ => Err(StackError::UnknownListener),
+        }
     }
 
-    /// Stops listening: handshakes in progress are dropped; accepted connections stay.
+    /// Takes an established connection from the listener, if one is waiting.
+    pub fn accept(&mut self, listener: ListenerId) -> Result<Option<ConnId>, StackError> {
+        Ok(self.listener_mut(listener)?.ready.pop_front())
+    }
+
+    /// Stops listening: handshakes in progress are dropped silently, established
+    /// connections not yet accepted are reset (as Linux resets its accept queue when a
+    /// listening socket closes) and freed, accepted connections stay. The handle is stale
+    /// from here ([`StackError::UnknownListener`]); its entry serves the next `listen`.
     pub fn unlisten(&mut self, listener: ListenerId) -> Result<(), StackError> {
-        let i = &mut self.inner;
-        let l = i
-            .listeners
-            .get_mut(listener.0 as usize)
-            .ok_or(StackError::UnknownListener)?;
-        if !l.open {
-            return Ok(());
-        }
+        let l = self.listener_mut(listener)?;
         l.open = false;
+        l.generation = l.generation.wrapping_add(1);
         let port = l.port;
         let half_open: Vec<ConnId> = l.half_open.drain(..).collect();
+        let ready: Vec<ConnId> = l.ready.drain(..).collect();
+        let i = &mut self.inner;
         i.ports.remove(&port);
         for id in half_open {
             if matches!(i.slot(id), Some(s) if s.role == Role::HalfOpen(listener)) {
                 i.remove(id.index);
             }
         }
+        i.free_listeners.push(listener.0);
+        for id in ready {
+            // Never handed out: the user holds no handle to release. The RST goes now.
+            let _ = self.release(id);
+        }
         Ok(())
+    }
+
+    /// Listener entries in the table (open or free for reuse).
+    pub fn listener_entries(&self) -> usize {
+        self.inner.listeners.len()
     }
 
     /// Lends the free contiguous part of the send buffer to `f`; returns what it wrote.
