@@ -493,6 +493,9 @@ struct Listener {
     params: MpaParams,
     /// The TCP port it listens on (reported in each [`ConnectRequest`]).
     port: u16,
+    /// Still listening (`EngineCore::unlisten` ends it; the entry serves the port's next
+    /// `listen`, so the table holds at most one entry a port).
+    open: bool,
 }
 
 /// What went wrong while handling one received ULPDU.

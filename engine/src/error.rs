@@ -14,6 +14,9 @@ pub enum EngineError {
     /// The connection request handle is stale or unknown.
     #[error("unknown connection request")]
     UnknownRequest,
+    /// Nothing listens on the port (`EngineCore::unlisten`).
+    #[error("not listening on port {0}")]
+    NotListening(u16),
     /// The listener handle is unknown.
     #[error("unknown listener")]
     UnknownListener,

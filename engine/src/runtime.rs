@@ -76,6 +76,8 @@ pub enum Command {
     },
     /// Listen on a port.
     Listen(u16, MpaParams, Reply<ListenerId>),
+    /// Stop listening on a port.
+    Unlisten(u16, Reply<()>),
     /// Accept a request on a queue pair.
     Accept {
         /// The request.
@@ -812,6 +814,9 @@ fn apply<D: PollDevice>(core: &mut EngineCore<D>, cmd: Front<'_, Command>) {
         }
         Command::Listen(port, params, r) => {
             let _ = r.try_send(core.listen(port, params));
+        }
+        Command::Unlisten(port, r) => {
+            let _ = r.try_send(core.unlisten(port));
         }
         Command::Accept {
             req,

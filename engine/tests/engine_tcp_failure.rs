@@ -9,7 +9,7 @@ mod common;
 use common::*;
 use warpcore_engine::tcp::link::LinkConfig;
 use warpcore_engine::tcp::smoltcp::time::Duration;
-use warpcore_engine::{CmEvent, ConnError, EngineConfig, MpaParams, QpId};
+use warpcore_engine::{CmEvent, ConnError, EngineConfig, EngineError, MpaParams, QpId};
 
 /// Steps the pair until A reports an error for `qa` (at most `max` steps); returns it.
 fn error_of(p: &mut Pair, qa: QpId, max: usize) -> ConnError {
@@ -62,4 +62,58 @@ fn a_syn_nobody_answers_times_out_and_says_so() {
         ConnError::TcpTimedOut.to_string(),
         "TCP connection timed out"
     );
+}
+
+/// Connects a fresh QP of A to B's `PORT`; returns the first outcome: `Ok` once
+/// established (B accepting the request), else A's error.
+fn try_connect(p: &mut Pair) -> Result<(), ConnError> {
+    let qa = p.a.qp(8);
+    let qb = p.b.qp(8);
+    p.a.core
+        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
+        .expect("connect");
+    let mut out = None;
+    p.run_until(4_000, |p| {
+        for e in p.b.take_events() {
+            if let CmEvent::ConnectRequest(r) = e {
+                p.b.core.accept(r.request, qb, b"", None).expect("accept");
+            }
+        }
+        for e in p.a.take_events() {
+            match e {
+                CmEvent::Established(_) => out = Some(Ok(())),
+                CmEvent::Error { qp, error } if qp == qa => out = Some(Err(error)),
+                _ => {}
+            }
+        }
+        out.is_some()
+    });
+    out.expect("an outcome")
+}
+
+/// `EngineCore::unlisten`: a port no longer listened on refuses connections at the TCP
+/// (a RST, `TcpReset` at the initiator) instead of taking them through the MPA startup to
+/// a request nobody wants; the port can be listened on again, and a port nothing listens
+/// on is `NotListening`.
+#[test]
+fn an_unlistened_port_refuses_connections_and_can_listen_again() {
+    let mut p = Pair::default_pair();
+    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
+    assert_eq!(try_connect(&mut p), Ok(()));
+    p.b.core.unlisten(PORT).expect("unlisten");
+    assert_eq!(
+        p.b.core.unlisten(PORT),
+        Err(EngineError::NotListening(PORT))
+    );
+    let before = p.b.core.stats().requests_refused;
+    assert_eq!(try_connect(&mut p), Err(ConnError::TcpReset));
+    assert_eq!(
+        p.b.core.stats().requests_refused,
+        before,
+        "no request was made"
+    );
+    p.b.core
+        .listen(PORT, MpaParams::default())
+        .expect("listen again");
+    assert_eq!(try_connect(&mut p), Ok(()));
 }

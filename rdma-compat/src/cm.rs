@@ -789,8 +789,22 @@ pub extern "C" fn __wc_rdma_destroy_id(p: *mut rdma_cm_id) -> c_int {
         }
         {
             let mut reg = registry();
+            let port = reg
+                .listeners
+                .iter()
+                .find(|(_, v)| **v == p as usize)
+                .map(|(k, _)| *k);
             reg.listeners.retain(|_, v| *v != p as usize);
             reg.qps.retain(|_, v| *v != p as usize);
+            // A listener's port stops listening in the engine too: a SYN to it now draws a
+            // RST (the peer's connect is refused at once, as by the kernel once the
+            // listening id is gone), not a TCP connection and an MPA Request the
+            // dispatcher would reject. Under the registry lock, as rdma_listen listens.
+            if let (Some(port), Ok(eng)) = (port, engine()) {
+                if listening().remove(&port) {
+                    let _ = eng.ctx.unlisten(port);
+                }
+            }
         }
         // Unregistered, the id gets no new event from the dispatcher; those queued are
         // cancelled (rdma_destroy_id(3)): a listener's connection requests with the child
@@ -1012,6 +1026,16 @@ pub extern "C" fn __wc_rdma_bind_addr(p: *mut rdma_cm_id, addr: *mut sockaddr) -
     })
 }
 
+/// The ports the engine listens on (`rdma_listen` adds, the listener's `rdma_destroy_id`
+/// takes away). Taken after the registry lock.
+fn listening() -> std::sync::MutexGuard<'static, std::collections::HashSet<u16>> {
+    static LISTENING: OnceLock<Mutex<std::collections::HashSet<u16>>> = OnceLock::new();
+    LISTENING
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
 #[no_mangle]
 pub extern "C" fn __wc_rdma_listen(p: *mut rdma_cm_id, _backlog: c_int) -> c_int {
     guard(-1, || {
@@ -1038,13 +1062,7 @@ pub extern "C" fn __wc_rdma_listen(p: *mut rdma_cm_id, _backlog: c_int) -> c_int
         if reg.listeners.contains_key(&port) {
             return fail(EADDRINUSE, -1);
         }
-        // The engine keeps a listener for the process's lifetime: a port listened on
-        // before (by an id since destroyed) is reused as it is.
-        static LISTENING: OnceLock<Mutex<std::collections::HashSet<u16>>> = OnceLock::new();
-        let mut l = LISTENING
-            .get_or_init(Mutex::default)
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut l = listening();
         if !l.contains(&port) {
             if let Err(e) = eng.ctx.listen(port, &eng.mpa) {
                 return fail(errno_of(&e).max(EADDRINUSE), -1);

@@ -107,6 +107,7 @@ pub(crate) fn errno_of(e: &warpcore_verbs::Error) -> c_int {
         E::Tcp(_) => EADDRINUSE,
         E::NeedsEngineThreads(_) | E::NoChannel => EOPNOTSUPP,
         E::StaleHandle => ENOENT,
+        E::NotListening(_) => EINVAL,
         // ibv_dereg_mr(3) with memory windows bound to the region.
         E::Memory(warpcore_verbs::MemError::Busy) => EBUSY,
         _ => EINVAL,

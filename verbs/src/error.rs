@@ -103,6 +103,9 @@ pub enum Error {
     /// The handle is stale (the object was destroyed) or belongs to another context.
     #[error("stale or foreign handle")]
     StaleHandle,
+    /// [`Context::unlisten`](crate::Context::unlisten) of a port nothing listens on.
+    #[error("not listening on port {0}")]
+    NotListening(u16),
     /// The memory region could not be allocated, registered, deregistered
     /// ([`MemError::Busy`]: windows are bound to it or fast registrations use it) or
     /// accessed.
@@ -177,6 +180,7 @@ impl From<EngineError> for Error {
             EngineError::UnknownQp | EngineError::UnknownRequest | EngineError::UnknownListener => {
                 Error::StaleHandle
             }
+            EngineError::NotListening(p) => Error::NotListening(p),
             EngineError::InvalidState(s) => Error::InvalidState(s),
             EngineError::QueueFull => Error::QueueFull,
             EngineError::TooManySges => Error::TooManySges,

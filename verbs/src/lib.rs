@@ -455,6 +455,30 @@ impl Context {
         Ok(())
     }
 
+    /// Stops listening on `port` on every engine core: a SYN to it then draws a RST (the
+    /// peer's connect fails at once), and TCP connections not yet taken up by the engine are
+    /// reset. Requests already reported ([`CmEvent::ConnectRequest`]) stay for
+    /// [`Context::accept`] or [`Context::reject`]. [`Error::NotListening`] if no core
+    /// listens on it.
+    pub fn unlisten(&self, port: u16) -> Result<(), Error> {
+        let mut stopped = false;
+        let mut first_err = None;
+        for c in 0..self.cores() {
+            match self.call(c, |r| Command::Unlisten(port, r)) {
+                Ok(()) => stopped = true,
+                Err(Error::NotListening(_)) => {}
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        match (first_err, stopped) {
+            (Some(e), _) => Err(e),
+            (None, true) => Ok(()),
+            (None, false) => Err(Error::NotListening(port)),
+        }
+    }
+
     /// Accepts a connection request on an idle queue pair of this context created on the
     /// request's core ([`QpInit::core`] = `request.request.core`), with our private data.
     /// A queue pair of another context is [`Error::StaleHandle`].

@@ -185,3 +185,17 @@ fn create_qp_refuses_a_shared_receive_queue_of_another_context() {
     assert_eq!(pd_a.create_qp(&init).map(|_| ()), Err(Error::StaleHandle));
     assert_eq!(a.stats().unwrap()[0].qps_live, 0, "nothing was created");
 }
+
+/// `Context::unlisten` of a port nothing listens on names the port; one that listens stops,
+/// once (a second call is the same error), and can listen again.
+#[test]
+fn unlisten_of_a_port_not_listened_on_is_refused_naming_it() {
+    let (b, _a) = common::link_contexts();
+    assert!(matches!(b.unlisten(7470), Err(Error::NotListening(7470))));
+    b.listen(7470, &MpaParams::default()).unwrap();
+    b.unlisten(7470).unwrap();
+    let e = b.unlisten(7470).unwrap_err();
+    assert!(matches!(e, Error::NotListening(7470)), "{e:?}");
+    assert_eq!(e.to_string(), "not listening on port 7470");
+    b.listen(7470, &MpaParams::default()).unwrap();
+}

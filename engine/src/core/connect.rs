@@ -223,11 +223,42 @@ impl<D: PollDevice> EngineCore<D> {
             TcpImplementation::SmoltcpReference => self.ctx.cfg.max_pending_requests.min(4),
         };
         let tcp = self.stack.listen(port, backlog, &self.ctx.cfg.tcp)?;
-        self.listeners.push(Listener { tcp, params, port });
+        let entry = Listener {
+            tcp,
+            params,
+            port,
+            open: true,
+        };
+        let index = match self.listeners.iter().position(|l| l.port == port) {
+            Some(i) => {
+                self.listeners[i] = entry;
+                i
+            }
+            None => {
+                self.listeners.push(entry);
+                self.listeners.len() - 1
+            }
+        };
         Ok(ListenerId {
             core: self.core,
-            index: (self.listeners.len() - 1) as u32,
+            index: index as u32,
         })
+    }
+
+    /// Stops listening on `port`: new connections to it are refused (a SYN draws a RST),
+    /// TCP connections established but not yet taken from the TCP's accept queue are
+    /// reset. Connection requests already reported ([`CmEvent::ConnectRequest`]) and
+    /// those still in their MPA startup stay: the user accepts or rejects them as before.
+    /// A port not listened on is [`EngineError::NotListening`].
+    pub fn unlisten(&mut self, port: u16) -> Result<(), EngineError> {
+        let l = self
+            .listeners
+            .iter_mut()
+            .find(|l| l.port == port && l.open)
+            .ok_or(EngineError::NotListening(port))?;
+        l.open = false;
+        self.stack.unlisten(l.tcp)?;
+        Ok(())
     }
 
     pub(super) fn req_mut(&mut self, id: RequestId) -> Result<&mut PendingReq, EngineError> {
@@ -488,7 +519,7 @@ impl<D: PollDevice> EngineCore<D> {
     }
 
     pub(super) fn on_acceptable(&mut self, l: warpcore_tcp::ListenerId) {
-        let Some(li) = self.listeners.iter().position(|x| x.tcp == l) else {
+        let Some(li) = self.listeners.iter().position(|x| x.tcp == l && x.open) else {
             return;
         };
         while let Ok(Some(tcp)) = self.stack.accept(l) {
