@@ -5,9 +5,10 @@
 
 use std::process::Command;
 
-/// Runs wcsoak for three seconds with reports every second (the warm-up is the first);
-/// `extra` flags after. Returns everything it printed; the run must pass.
-fn soak(extra: &[&str]) -> String {
+/// Runs a three-second wcsoak (reports every second, the warm-up the first, no loss, one
+/// QP, one operation a round) with `extra` flags after; returns its exit status and
+/// everything it printed.
+fn run_soak(extra: &[&str]) -> (Option<i32>, String) {
     let mut args = vec![
         "--minutes",
         "0.05",
@@ -30,7 +31,13 @@ fn soak(extra: &[&str]) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "wcsoak {args:?} failed:\n{text}");
+    (out.status.code(), text)
+}
+
+/// [`run_soak`]; the run must pass. Returns everything it printed.
+fn soak(extra: &[&str]) -> String {
+    let (code, text) = run_soak(extra);
+    assert_eq!(code, Some(0), "wcsoak {extra:?} failed:\n{text}");
     assert!(text.contains("wcsoak: ok:"), "{text}");
     text
 }
@@ -91,33 +98,8 @@ fn a_closed_stdout_ends_the_soak_quietly() {
 
 /// Runs a short soak with `--inject-defect defect`; it must fail, saying `says`.
 fn soak_fails(defect: &str, says: &str) {
-    let out = Command::new(env!("CARGO_BIN_EXE_wcsoak"))
-        .args([
-            "--minutes",
-            "0.05",
-            "--report-secs",
-            "1",
-            "--loss",
-            "0",
-            "--qps",
-            "1",
-            "--ops",
-            "1",
-            "--inject-defect",
-            defect,
-        ])
-        .output()
-        .expect("run wcsoak");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "--inject-defect {defect}:\n{text}"
-    );
+    let (code, text) = run_soak(&["--inject-defect", defect]);
+    assert_eq!(code, Some(1), "--inject-defect {defect}:\n{text}");
     assert!(text.contains("wcsoak: FAILED: "), "{text}");
     assert!(text.contains(says), "--inject-defect {defect}:\n{text}");
 }
