@@ -331,26 +331,44 @@ impl Qp {
             None => parse_checked(ulpdu, self.rfc7306)?,
         };
         // A QP on a shared receive queue claims the oldest buffer there for a message on
-        // QN 0 when it holds none (module `srq`); none there: no buffer, as below.
+        // QN 0 when it holds none (module `srq`); none there: no buffer, as below. Apart,
+        // so that a QP with buffers of its own pays nothing for giving one back.
+        if self.rq.is_empty()
+            && matches!(
+                seg.repr.buffer,
+                warpcore_proto::wire::ddp::DdpBuffer::Untagged { qn: qn::SEND, .. }
+            )
+            && self.shared.srq().is_some()
+        {
+            return self.rx_from_srq(ulpdu, &seg, ctx, mrs, held);
+        }
+        self.rx_segment(ulpdu, &seg, ctx, mrs, held)
+    }
+
+    /// [`Self::rx_ulpdu`] of an untagged Send on QN 0 for a QP on a shared receive queue
+    /// that holds no buffer: claims the oldest there, then handles the segment.
+    #[inline(never)]
+    fn rx_from_srq<'m>(
+        &mut self,
+        ulpdu: &[u8],
+        seg: &Segment<'_>,
+        ctx: &mut Ctx,
+        mrs: &'m MrTable,
+        held: &mut RxHeld<'m>,
+    ) -> Result<(), RxFault> {
         let mut claimed = false;
-        if self.rq.is_empty() {
-            if let warpcore_proto::wire::ddp::DdpBuffer::Untagged { qn: qn::SEND, .. } =
-                seg.repr.buffer
-            {
-                if let Some(q) = self.shared.srq() {
-                    if let Some((wr, reached)) = q.claim() {
-                        self.shared.claim_rq();
-                        self.rq.push_back(wr);
-                        claimed = true;
-                        if reached {
-                            ctx.events
-                                .push_back(CmEvent::SrqLimitReached { srq: q.id() });
-                        }
-                    }
+        if let Some(q) = self.shared.srq() {
+            if let Some((wr, reached)) = q.claim() {
+                self.shared.claim_rq();
+                self.rq.push_back(wr);
+                claimed = true;
+                if reached {
+                    ctx.events
+                        .push_back(CmEvent::SrqLimitReached { srq: q.id() });
                 }
             }
         }
-        let res = self.rx_segment(ulpdu, &seg, ctx, mrs, held);
+        let res = self.rx_segment(ulpdu, seg, ctx, mrs, held);
         // A segment that fails the checks that need the buffer (DDP's, a Send longer than
         // it) or its placement fails the QP: the buffer it claimed for it goes back to the
         // shared queue, ahead of the buffers there (module `srq`), for the other QPs,
@@ -367,9 +385,8 @@ impl Qp {
         res
     }
 
-    /// [`Self::rx_ulpdu`] of a segment decoded, once a QP on a shared receive queue has
-    /// claimed its buffer. Inlined: the body it was until the buffer had to be given back
-    /// on failure.
+    /// [`Self::rx_ulpdu`] of a segment decoded (and, for a QP on a shared receive queue,
+    /// its buffer claimed: [`Self::rx_from_srq`]). Inlined into both callers.
     #[inline(always)]
     fn rx_segment<'m>(
         &mut self,
