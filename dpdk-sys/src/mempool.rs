@@ -5,20 +5,28 @@ use std::ptr::NonNull;
 
 use crate::{ffi, Eal, Error, Mbuf};
 
+/// DPDK's mempool drivers whose gets or puts are single-threaded: rings created with
+/// `RING_F_SP_ENQ` and/or `RING_F_SC_DEQ` (`drivers/mempool/ring`).
+const SINGLE_THREAD_OPS: [&str; 3] = ["ring_sp_sc", "ring_sp_mc", "ring_mp_sc"];
+
 /// A pool of packet mbufs (`rte_pktmbuf_pool_create`).
 ///
 /// Pools are never freed: they live until the process exits, so an [`Mbuf`] can never outlive
 /// its pool. Create them once at start-up (house rule 7: no allocation on the data path).
-/// The handle is `Copy` and may be used from any thread (DPDK mempools are thread-safe;
-/// threads without an lcore id bypass the per-core cache).
+/// The handle is `Copy` and may be used from any thread: its gets and puts are safe for
+/// several producers and consumers (a pool over operations that are not is refused when it
+/// is made, see [`Mempool::new`]), and threads without an lcore id bypass the per-lcore
+/// cache, which only the one thread holding that lcore id touches.
 #[derive(Debug, Clone, Copy)]
 pub struct Mempool {
     raw: NonNull<ffi::rte_mempool>,
     data_room: u16,
 }
 
-// SAFETY: rte_mempool get/put operations are multi-producer/multi-consumer safe, and the pool
-// is never freed, so the pointer stays valid on every thread.
+// SAFETY: Mempool::new hands out only pools whose get/put operations are multi-producer and
+// multi-consumer safe (SINGLE_THREAD_OPS are refused), and the pool is never freed, so the
+// pointer stays valid on every thread. The per-lcore caches are indexed by rte_lcore_id(),
+// which is unique to the one thread that holds it (LCORE_ID_ANY, no cache, for the others).
 unsafe impl Send for Mempool {}
 // SAFETY: as above; &Mempool only allows alloc and counting, which are thread-safe.
 unsafe impl Sync for Mempool {}
@@ -31,6 +39,11 @@ impl Mempool {
     /// per-lcore cache of `cache` mbufs, on the NUMA socket of the calling lcore. Every page
     /// of the pool is written once here, so that without hugepages no mbuf's first use takes
     /// a page fault on the data path (the pool is resident from the start).
+    ///
+    /// Fails with [`Error::Mempool`] when DPDK cannot make the pool, and when the EAL's
+    /// mempool operations (`--mbuf-pool-ops-name`) are single-producer or single-consumer
+    /// rings: the handle may be used from any thread, and those race when two threads get or
+    /// put at once (the pool is freed again then, and its name can be used anew).
     pub fn new(
         _eal: &Eal,
         name: &str,
@@ -57,6 +70,26 @@ impl Mempool {
             data_room,
             reason: Error::last_reason(),
         })?;
+        // SAFETY: a pool just created (valid); the ops table entry's name is a NUL-terminated
+        // array inside DPDK's static table, copied at once.
+        let ops = unsafe { std::ffi::CStr::from_ptr(ffi::wc_mempool_ops_name(raw.as_ptr())) }
+            .to_string_lossy()
+            .into_owned();
+        if SINGLE_THREAD_OPS.contains(&ops.as_str()) {
+            // SAFETY: the pool was just created here and nothing else holds it or any of its
+            // objects; it is freed once and `raw` is not used after.
+            unsafe { ffi::rte_mempool_free(raw.as_ptr()) };
+            return Err(Error::Mempool {
+                name: name.into(),
+                count,
+                data_room,
+                reason: format!(
+                    "the mempool operations {ops:?} (--mbuf-pool-ops-name) are not safe for \
+                     several threads, and a Mempool may be used from any thread: use \
+                     ring_mp_mc (the default)"
+                ),
+            });
+        }
         // SAFETY: a pool just created, whose objects nobody holds yet; the shim writes each
         // page's first octet back unchanged (mbuf headers included) within the objects.
         unsafe { ffi::wc_mempool_prefault(raw.as_ptr()) };

@@ -71,6 +71,12 @@ char *wc_pktmbuf_adj(struct rte_mbuf *m, uint16_t len)
 	return rte_pktmbuf_adj(m, len);
 }
 
+/* The name of the operations (the driver) a pool gets and puts its objects with. */
+const char *wc_mempool_ops_name(const struct rte_mempool *mp)
+{
+	return rte_mempool_get_ops(mp->ops_index)->name;
+}
+
 unsigned wc_lcore_id(void)
 {
 	return rte_lcore_id();

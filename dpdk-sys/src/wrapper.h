@@ -28,6 +28,7 @@ void wc_pktmbuf_free(struct rte_mbuf *m);
 char *wc_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
 int wc_pktmbuf_chain(struct rte_mbuf *head, struct rte_mbuf *tail);
 char *wc_pktmbuf_adj(struct rte_mbuf *m, uint16_t len);
+const char *wc_mempool_ops_name(const struct rte_mempool *mp);
 unsigned wc_lcore_id(void);
 int wc_errno(void);
 uint64_t wc_tsc_cycles(void);
