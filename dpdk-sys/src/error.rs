@@ -128,6 +128,13 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A packet's transmit offload metadata does not fit its first segment
+    /// ([`crate::Mbuf::check_tx_offload`]): no driver may be handed it.
+    #[error("the packet's transmit offload cannot be handed to a driver: {why}")]
+    TxOffload {
+        /// What does not fit.
+        why: String,
+    },
     /// DPDK's software segmentation refused a packet or ran out of mbufs.
     #[error("segmenting a TCP super-frame (rte_gso_segment) failed: {reason}")]
     Gso {

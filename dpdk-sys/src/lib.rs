@@ -14,7 +14,9 @@
 //!   mempool operations (`--mbuf-pool-ops-name=ring_sp_sc`, ...) is refused.
 //! * An [`Mbuf`] owns exactly one packet (possibly a chain of segments). It frees itself on
 //!   drop; a transmit burst consumes it (the driver frees it after sending), and the mbufs a
-//!   full tx ring refused are handed back to the caller, never dropped silently.
+//!   full tx ring refused are handed back to the caller, never dropped silently. A packet
+//!   whose transmit offload metadata leaves its first segment is never handed to a driver
+//!   ([`Mbuf::check_tx_offload`]).
 //! * A [`Port`] is configured, started and stopped through its handle; its [`RxQueue`] and
 //!   [`TxQueue`] handles are unique (one owner per queue, as DPDK's lock-free bursts require)
 //!   and keep the device open until the last of them is dropped. Safe code cannot break

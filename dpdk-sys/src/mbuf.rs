@@ -2,7 +2,15 @@
 
 use std::ptr::NonNull;
 
-use crate::{ffi, Mempool};
+use crate::{ffi, Error, Mempool};
+
+/// The shortest IPv4 and TCP headers (RFC 791, RFC 9293).
+const IPV4_HEADER_MIN: usize = 20;
+const TCP_HEADER_MIN: usize = 20;
+
+/// The transmit flags that make a driver act on the header lengths of the offload word.
+const TX_OFFLOAD_FLAGS: u64 =
+    ffi::RTE_MBUF_F_TX_IP_CKSUM | ffi::RTE_MBUF_F_TX_L4_MASK | ffi::RTE_MBUF_F_TX_TCP_SEG;
 
 /// What a port's receive offload said of one checksum of a frame (`RTE_MBUF_F_RX_*_CKSUM_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -349,6 +357,71 @@ impl Mbuf {
             ((word >> 7) & 0x1ff) as usize,
             ((word >> 16) & 0xff) as usize,
         )
+    }
+
+    /// Whether the transmit offloads the packet asks for ([`Mbuf::set_tx_checksum_offload`],
+    /// [`Mbuf::set_tx_tso`]) can be handed to a driver: the header lengths they carry must
+    /// lie inside the first segment, as drivers read and write the headers there without
+    /// checking (net_tap copies them into a buffer of the segment's length and writes the TCP
+    /// checksum at l2 + l3 + 16; its TSO, librte_gso, rewrites whole 20-octet IPv4 and TCP
+    /// headers). So: an IPv4 header length of at least 20, the Ethernet, IPv4 (also as long
+    /// as its own IHL says) and TCP (at least 20 octets) headers all in the first segment,
+    /// and for TSO a TCP header length of at least 20 and a segment size above 0. A packet
+    /// that asks for no offload is always fit. [`crate::TxQueue::tx_prepare`] and
+    /// [`crate::TxQueue::tx_burst`] hand no unfit packet to the driver; this says why.
+    pub fn check_tx_offload(&self) -> Result<(), Error> {
+        let flags = self.ol_flags();
+        if flags & TX_OFFLOAD_FLAGS == 0 {
+            return Ok(());
+        }
+        let refuse = |why: String| Err(Error::TxOffload { why });
+        let (l2, l3, l4) = self.tx_header_lens();
+        let seg = self.data_len();
+        if l3 < IPV4_HEADER_MIN {
+            return refuse(format!(
+                "IPv4 header length {l3} (at least {IPV4_HEADER_MIN})"
+            ));
+        }
+        if l2 + l3 > seg {
+            return refuse(format!(
+                "the Ethernet and IPv4 headers ({l2} + {l3} octets) end past the first \
+                 segment's {seg} octets"
+            ));
+        }
+        // l2 + 20 <= seg: the IPv4 header's first octet is in the segment.
+        let ihl = usize::from(self.data()[l2] & 0x0f) * 4;
+        if l2 + ihl > seg {
+            return refuse(format!(
+                "the IPv4 header's own length (IHL, {ihl} octets) ends past the first \
+                 segment's {seg} octets"
+            ));
+        }
+        let tso = flags & ffi::RTE_MBUF_F_TX_TCP_SEG != 0;
+        if tso {
+            if l4 < TCP_HEADER_MIN {
+                return refuse(format!(
+                    "TCP header length {l4} (at least {TCP_HEADER_MIN}) for TSO"
+                ));
+            }
+            if self.tx_tso_segsz() == Some(0) {
+                return refuse("TSO segment size 0 (TCP payload octets per segment)".into());
+            }
+        }
+        if tso || flags & ffi::RTE_MBUF_F_TX_L4_MASK != 0 {
+            let end = l2 + l3 + l4.max(TCP_HEADER_MIN);
+            if end > seg {
+                return refuse(format!(
+                    "the TCP header ends at octet {end}, past the first segment's {seg} octets"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Mbuf::check_tx_offload`] without the words: a flag test for a packet that asks for
+    /// no offload (the data path's common case).
+    pub(crate) fn tx_offload_fits(&self) -> bool {
+        self.ol_flags() & TX_OFFLOAD_FLAGS == 0 || self.check_tx_offload().is_ok()
     }
 
     /// The checksum work the packet asks the port for on transmit

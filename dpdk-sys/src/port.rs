@@ -1110,14 +1110,22 @@ impl TxQueue {
     /// Transmits packets from the front of `pkts` (at most [`BURST_MAX`] per call). The
     /// packets the driver took are removed from `pkts` (it frees them once sent); those a full
     /// ring refused stay in `pkts`, in order, for the next call. Returns the number sent.
+    ///
+    /// A packet whose offload metadata does not fit it ([`Mbuf::check_tx_offload`], which
+    /// [`TxQueue::tx_prepare`] counts unfit) is never handed to the driver: the burst stops
+    /// before it, and it stays at the front of `pkts` (drop it to send what follows).
     pub fn tx_burst(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
-        let n = pkts.len().min(BURST_MAX);
+        let n = fit_prefix(pkts);
+        if n == 0 {
+            return 0;
+        }
         for (slot, m) in self.scratch.iter_mut().zip(pkts.iter()) {
             // The pointer is lent to the driver; ownership moves only for the sent prefix.
             *slot = m.as_raw();
         }
-        // SAFETY: scratch holds n valid mbufs owned by `pkts`; the driver takes ownership of
-        // the first `sent` of them.
+        // SAFETY: scratch holds n valid mbufs owned by `pkts`, each with offload lengths
+        // inside its first segment (fit_prefix); the driver takes ownership of the first
+        // `sent` of them.
         let sent =
             unsafe { ffi::wc_tx_burst(self.port, self.queue, self.scratch.as_mut_ptr(), n as u16) }
                 as usize;
@@ -1131,19 +1139,34 @@ impl TxQueue {
     /// [`BURST_MAX`]) for the offloads they ask for (`rte_eth_tx_prepare`: a NIC's own
     /// pseudo-header checksum rules, its smallest TSO segment, ...). Returns how many from
     /// the front are fit to send; when fewer than were looked at, the packet after them is
-    /// not, and sending it would fail or misbehave.
+    /// not, and sending it would fail or misbehave. A packet whose offload metadata does not
+    /// fit it ([`Mbuf::check_tx_offload`]) is unfit before the driver looks at it.
     pub fn tx_prepare(&mut self, pkts: &mut [Mbuf]) -> usize {
-        let n = pkts.len().min(BURST_MAX);
+        let n = fit_prefix(pkts);
+        if n == 0 {
+            return 0;
+        }
         for (slot, m) in self.scratch.iter_mut().zip(pkts.iter()) {
             *slot = m.as_raw();
         }
         // SAFETY: scratch holds n valid mbufs owned by `pkts`, borrowed mutably for the
-        // call; the driver only reads and fixes up their headers and flags.
+        // call, each with offload lengths inside its first segment (fit_prefix); the driver
+        // only reads and fixes up their headers and flags.
         let ready = unsafe {
             ffi::wc_tx_prepare(self.port, self.queue, self.scratch.as_mut_ptr(), n as u16)
         };
         usize::from(ready)
     }
+}
+
+/// How many packets from the front of `pkts` (at most [`BURST_MAX`]) may be handed to a
+/// driver: up to the first whose offload lengths leave its first segment
+/// ([`Mbuf::check_tx_offload`]).
+fn fit_prefix(pkts: &[Mbuf]) -> usize {
+    pkts.iter()
+        .take(BURST_MAX)
+        .take_while(|m| m.tx_offload_fits())
+        .count()
 }
 
 /// The receive checksum offloads to ask of a port with capabilities `rx_capa`: IPv4's and
