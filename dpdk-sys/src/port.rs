@@ -250,6 +250,16 @@ impl Drop for PortShared {
 /// can be neither reconfigured nor stopped ([`Error::QueuesInUse`]). So a queue is polled by
 /// one owner only, and never after it was released: DPDK's bursts take no lock, and a queue
 /// released by a reconfiguration is freed memory.
+///
+/// A `Port` may move to another thread (`Send`) but is not shared between threads (not
+/// `Sync`): its `&self` calls (`stats`, `xstats`, `link_status`, ...) are ethdev control
+/// operations, which DPDK does not make safe to run concurrently on one port (ixgbe's
+/// `stats_get` adds the hardware counters into the port's totals without a lock, say).
+///
+/// ```compile_fail,E0277
+/// fn shared<T: Sync>() {}
+/// shared::<warpcore_dpdk_sys::Port>();
+/// ```
 #[derive(Debug)]
 pub struct Port {
     shared: Arc<PortShared>,
@@ -257,6 +267,8 @@ pub struct Port {
     offloads: Offloads,
     /// The MTU set by [`Port::configure`] past what the ethdev layer accepts.
     data_path_mtu: Option<u16>,
+    /// Not `Sync` (see the type's docs); still `Send`.
+    _not_sync: std::marker::PhantomData<std::cell::Cell<()>>,
 }
 
 /// net_af_packet's default tpacket frame size (`framesz`).
@@ -449,6 +461,7 @@ impl Port {
             info,
             offloads: Offloads::default(),
             data_path_mtu: None,
+            _not_sync: std::marker::PhantomData,
         })
     }
 
@@ -1196,6 +1209,16 @@ mod tests {
         assert_eq!(rx_checksum_offloads(ip), 0);
         assert_eq!(rx_checksum_offloads(ip | tcp | udp), ip | tcp);
         assert_eq!(rx_checksum_offloads(0), 0);
+    }
+
+    /// A port (and its queue handles) may be handed to another thread; the port is not
+    /// shared (its doc test checks it is not `Sync`).
+    #[test]
+    fn ports_and_queue_handles_move_between_threads() {
+        fn sent<T: Send>() {}
+        sent::<Port>();
+        sent::<RxQueue>();
+        sent::<TxQueue>();
     }
 
     #[test]
