@@ -89,8 +89,9 @@ pub struct Mbuf {
     raw: NonNull<ffi::rte_mbuf>,
 }
 
-// SAFETY: an Mbuf is the unique owner of its segments; DPDK mbufs and their pools may be freed
-// from any thread.
+// SAFETY: an Mbuf is the unique owner of its segments; DPDK mbufs may be freed from any thread
+// into their pool, whose operations Mempool::new checked to be safe for several threads (the
+// rx queues, the pcapng writer and librte_gso take their mbufs from such pools too).
 unsafe impl Send for Mbuf {}
 
 impl Mbuf {
@@ -224,8 +225,12 @@ impl Mbuf {
     /// The first segment's data.
     pub fn data(&self) -> &[u8] {
         let m = self.seg();
-        // SAFETY: buf_addr + data_off points at data_len initialised bytes inside the buffer
-        // this mbuf owns; the borrow of self keeps them alive and unaliased by &mut.
+        // SAFETY: DPDK keeps data_off + data_len <= buf_len, so buf_addr + data_off points at
+        // data_len bytes inside the segment's buffer, all initialised (pool memory is mapped
+        // zeroed by the kernel and only ever written with bytes). The borrow of self keeps the
+        // mbuf alive, and nothing writes the bytes meanwhile: only data_mut and append do,
+        // through &mut self, and no Mbuf shares its buffer with another (none is cloned; the
+        // indirect segments librte_gso makes never leave Gso::segment, which only reads them).
         unsafe {
             std::slice::from_raw_parts(
                 (m.buf_addr as *const u8).add(m.data_off as usize),
@@ -236,7 +241,8 @@ impl Mbuf {
 
     /// The first segment's data, writable.
     pub fn data_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in data(); &mut self gives exclusive access to the bytes.
+        // SAFETY: as in data(); &mut self gives exclusive access to the bytes, as the buffer
+        // is shared with no other Mbuf.
         unsafe {
             let m = self.raw.as_mut();
             std::slice::from_raw_parts_mut(
@@ -281,7 +287,8 @@ impl Mbuf {
     }
 
     /// Grows the last segment by `len` bytes and returns them; `None` if the tailroom is too
-    /// small (the packet is unchanged then).
+    /// small (the packet is unchanged then). The bytes are not zeroed: they hold what an
+    /// earlier packet left in the buffer, so write all of them.
     pub fn append(&mut self, len: usize) -> Option<&mut [u8]> {
         let len16 = u16::try_from(len).ok()?;
         // SAFETY: self owns the chain; rte_pktmbuf_append returns NULL (changing nothing) or a
@@ -290,7 +297,9 @@ impl Mbuf {
         if p.is_null() {
             return None;
         }
-        // SAFETY: p points at len writable bytes owned by this mbuf, borrowed through &mut self.
+        // SAFETY: p points at len writable bytes of the last segment's buffer, which no other
+        // Mbuf shares (see data()), borrowed through &mut self. They hold whatever an earlier
+        // packet left there: initialised bytes (see data()), not necessarily zero.
         Some(unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len) })
     }
 
