@@ -928,23 +928,44 @@ impl Port {
     pub fn xstats(&self) -> Result<Vec<XStat>, Error> {
         let id = self.id();
         // SAFETY: valid port; a NULL array with size 0 asks for the count.
-        let n = unsafe { ffi::rte_eth_xstats_get_names(id, std::ptr::null_mut(), 0) };
-        if n < 0 {
-            return Err(self.err("rte_eth_xstats_get_names", n));
-        }
-        let mut names = vec![ffi::rte_eth_xstat_name::default(); n as usize];
-        let mut vals = vec![ffi::rte_eth_xstat::default(); n as usize];
-        // SAFETY: both arrays hold n entries.
-        let got = unsafe { ffi::rte_eth_xstats_get_names(id, names.as_mut_ptr(), n as u32) };
-        if got < 0 {
-            return Err(self.err("rte_eth_xstats_get_names", got));
-        }
-        // SAFETY: as above.
-        let got2 = unsafe { ffi::rte_eth_xstats_get(id, vals.as_mut_ptr(), n as u32) };
-        if got2 < 0 {
-            return Err(self.err("rte_eth_xstats_get", got2));
-        }
-        let count = (got.min(got2)) as usize;
+        let mut n = unsafe { ffi::rte_eth_xstats_get_names(id, std::ptr::null_mut(), 0) };
+        // A driver may add counters between the calls (a queue set up meanwhile): DPDK then
+        // returns the size it needs without filling the arrays, and we ask again.
+        let mut tries = 0;
+        let (names, vals, count) = loop {
+            if n < 0 {
+                return Err(self.err("rte_eth_xstats_get_names", n));
+            }
+            let mut names = vec![ffi::rte_eth_xstat_name::default(); n as usize];
+            let mut vals = vec![ffi::rte_eth_xstat::default(); n as usize];
+            // SAFETY: both arrays hold n entries.
+            let got = unsafe { ffi::rte_eth_xstats_get_names(id, names.as_mut_ptr(), n as u32) };
+            if got < 0 {
+                return Err(self.err("rte_eth_xstats_get_names", got));
+            }
+            // SAFETY: as above.
+            let got2 = unsafe { ffi::rte_eth_xstats_get(id, vals.as_mut_ptr(), n as u32) };
+            if got2 < 0 {
+                return Err(self.err("rte_eth_xstats_get", got2));
+            }
+            match xstats_count(n, got, got2) {
+                Ok(count) => break (names, vals, count),
+                Err(need) if tries < 3 => {
+                    tries += 1;
+                    n = need;
+                }
+                Err(need) => {
+                    return Err(Error::Port {
+                        port: id,
+                        name: self.name().into(),
+                        op: "rte_eth_xstats_get".into(),
+                        reason: format!(
+                            "the driver's counter count kept changing ({n}, then {need})"
+                        ),
+                    })
+                }
+            }
+        };
         Ok(vals[..count]
             .iter()
             .map(|v| {
@@ -1182,6 +1203,18 @@ fn fit_prefix(pkts: &[Mbuf]) -> usize {
         .count()
 }
 
+/// How many extended counters of a call that offered arrays of `n` may be read, given what
+/// `rte_eth_xstats_get_names` (`names`) and `rte_eth_xstats_get` (`values`) returned; or,
+/// when either needs more than `n` (the driver added counters since it was asked for the
+/// count: DPDK then fills nothing and returns the size it needs), that size.
+fn xstats_count(n: i32, names: i32, values: i32) -> Result<usize, i32> {
+    let need = names.max(values);
+    if need > n {
+        return Err(need);
+    }
+    Ok(names.min(values).max(0) as usize)
+}
+
 /// The receive checksum offloads to ask of a port with capabilities `rx_capa`: IPv4's and
 /// TCP's together, or none (see `Port::configure`).
 fn rx_checksum_offloads(rx_capa: u64) -> u64 {
@@ -1219,6 +1252,17 @@ mod tests {
         sent::<Port>();
         sent::<RxQueue>();
         sent::<TxQueue>();
+    }
+
+    /// A driver that grows its counter list between the count and the read must not make
+    /// `xstats` slice past its arrays: the larger size is asked for again.
+    #[test]
+    fn xstats_counts_never_exceed_the_arrays() {
+        assert_eq!(xstats_count(10, 10, 10), Ok(10));
+        assert_eq!(xstats_count(10, 8, 10), Ok(8));
+        assert_eq!(xstats_count(10, 10, 12), Err(12));
+        assert_eq!(xstats_count(10, 14, 10), Err(14));
+        assert_eq!(xstats_count(0, 0, 0), Ok(0));
     }
 
     #[test]
