@@ -2,7 +2,9 @@
 //! port) is `ConnError::TcpReset`, silence until the TCP gives up (no host at the address,
 //! so no ARP answer and no SYN-ACK) is `ConnError::TcpTimedOut`. rdma_cm tells these apart
 //! (REJECTED with -ECONNREFUSED, UNREACHABLE with -ETIMEDOUT), and so must the engine, or
-//! the drop-in librdmacm reports a refused connection as an unreachable host.
+//! the drop-in librdmacm reports a refused connection as an unreachable host. An unlisten
+//! ends the connections still in their MPA startup on the port (rejected or reset), so
+//! none reaches the user as a request on a port nobody listens on.
 
 mod common;
 
@@ -116,4 +118,159 @@ fn an_unlistened_port_refuses_connections_and_can_listen_again() {
         .listen(PORT, MpaParams::default())
         .expect("listen again");
     assert_eq!(try_connect(&mut p), Ok(()));
+}
+
+/// Polls A then B once each, 10 µs apart, collecting B's events into `b_events` (A's stay
+/// in `p.a.events`).
+fn step_pair(p: &mut Pair, b_events: &mut Vec<CmEvent>) {
+    p.a.core.poll(p.now);
+    p.b.core.poll(p.now);
+    while let Some(e) = p.b.core.next_event() {
+        b_events.push(e);
+    }
+    while let Some(e) = p.a.core.next_event() {
+        p.a.events.push(e);
+    }
+    p.now += Duration::from_micros(10);
+}
+
+/// Steps the pair until A reports how its connect ended (an error or a rejection), B's
+/// events gathered into `b_events`; returns A's outcome.
+fn initiator_outcome(p: &mut Pair, qa: QpId, b_events: &mut Vec<CmEvent>) -> CmEvent {
+    let mut out = None;
+    p.run_until(20_000, |p| {
+        b_events.extend(p.b.take_events());
+        for e in p.a.take_events() {
+            match e {
+                CmEvent::Error { qp, .. } | CmEvent::Rejected { qp, .. } if qp == qa => {
+                    out = Some(e)
+                }
+                CmEvent::Established(_) => panic!("connected: {e:?}"),
+                _ => {}
+            }
+        }
+        out.is_some()
+    });
+    b_events.extend(p.b.take_events());
+    out.expect("an outcome")
+}
+
+/// A connection the engine took from the TCP before `unlisten` but whose MPA Request had
+/// not arrived (A's frames after the handshake are lost) is reset at the unlisten: once
+/// A's link works again its Request is never read, B reports no `ConnectRequest` on the
+/// port nobody listens on, and A's connect ends refused (`TcpReset`, REJECTED/-ECONNREFUSED
+/// at an rdma_cm peer). Before, the request stayed in its startup and reached B's user
+/// when the retransmitted Request came.
+#[test]
+fn unlisten_resets_a_connection_whose_mpa_request_has_not_arrived() {
+    let mut p = Pair::default_pair();
+    let qa = p.a.qp(8);
+    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
+    p.a.core
+        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
+        .expect("connect");
+    let mut b_events = Vec::new();
+    let lost = warpcore_engine::tcp::link::Faults {
+        loss: 1.0,
+        ..Default::default()
+    };
+    for _ in 0..100 {
+        step_pair(&mut p, &mut b_events);
+        // The SYN and the handshake's ACK went out: everything after them is lost.
+        if p.a.core.stats().tcp_segments_sent >= 2 {
+            p.a.core.stack().device().set_tx_faults(lost.clone());
+        }
+        if p.b.core.stats().requests_pending == 1 {
+            break;
+        }
+    }
+    assert_eq!(
+        p.b.core.stats().requests_pending,
+        1,
+        "B took the connection"
+    );
+    assert!(b_events.is_empty(), "{b_events:?}");
+    p.b.core.unlisten(PORT).expect("unlisten");
+    assert_eq!(p.b.core.stats().requests_pending, 0, "the request ended");
+    p.a.core.stack().device().set_tx_faults(Default::default());
+    let out = initiator_outcome(&mut p, qa, &mut b_events);
+    assert!(
+        matches!(
+            out,
+            CmEvent::Error {
+                error: ConnError::TcpReset,
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    assert!(
+        !b_events
+            .iter()
+            .any(|e| matches!(e, CmEvent::ConnectRequest(_))),
+        "{b_events:?}"
+    );
+}
+
+/// A connection whose whole MPA Request sits in B's TCP receive buffer, not yet read by
+/// the engine (so not reported), when B unlistens: the Request is answered with a Reply
+/// with R = 1 (RFC 5044 §7.1.2, as iw_cm rejects a request reaching a listener that no
+/// longer listens), so A's user sees `Rejected`, and B's never sees the request. Before,
+/// the next loop read the Request and reported it as a `ConnectRequest` on a port nobody
+/// listened on.
+#[test]
+fn unlisten_rejects_a_connection_whose_mpa_request_arrived_unread() {
+    let mut p = Pair::default_pair();
+    let qa = p.a.qp(8);
+    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
+    p.a.core
+        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
+        .expect("connect");
+    let mut b_events = Vec::new();
+    let sent_by_a = |p: &Pair| p.a.core.stats().tcp_segments_sent;
+    // The SYN and the handshake's ACK from A, ...
+    for _ in 0..100 {
+        step_pair(&mut p, &mut b_events);
+        if sent_by_a(&p) >= 2 {
+            break;
+        }
+    }
+    assert_eq!(
+        sent_by_a(&p),
+        2,
+        "A sent its Request with the handshake's ACK"
+    );
+    // ... B alone takes the connection, nothing more from A yet, ...
+    p.b.core.poll(p.now);
+    assert_eq!(
+        p.b.core.stats().requests_pending,
+        1,
+        "B took the connection"
+    );
+    // ... A alone sends its Request, ...
+    for _ in 0..10 {
+        p.a.core.poll(p.now);
+        p.now += Duration::from_micros(10);
+        if sent_by_a(&p) > 2 {
+            break;
+        }
+    }
+    // ... and B's next loop receives it at its end, after the requests poller ran.
+    p.b.core.poll(p.now);
+    b_events.extend(std::iter::from_fn(|| p.b.core.next_event()));
+    assert!(
+        b_events.is_empty(),
+        "reported before the unlisten: {b_events:?}"
+    );
+    let ready = sent_by_a(&p) == 3 && p.b.core.stack().device().next_delivery().is_none();
+    assert!(ready, "the Request never arrived unread");
+    p.b.core.unlisten(PORT).expect("unlisten");
+    let out = initiator_outcome(&mut p, qa, &mut b_events);
+    assert!(matches!(out, CmEvent::Rejected { .. }), "{out:?}");
+    assert!(
+        !b_events
+            .iter()
+            .any(|e| matches!(e, CmEvent::ConnectRequest(_))),
+        "{b_events:?}"
+    );
 }

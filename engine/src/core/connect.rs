@@ -247,18 +247,63 @@ impl<D: PollDevice> EngineCore<D> {
 
     /// Stops listening on `port`: new connections to it are refused (a SYN draws a RST),
     /// TCP connections established but not yet taken from the TCP's accept queue are
-    /// reset. Connection requests already reported ([`CmEvent::ConnectRequest`]) and
-    /// those still in their MPA startup stay: the user accepts or rejects them as before.
-    /// A port not listened on is [`EngineError::NotListening`].
+    /// reset. Connection requests already reported ([`CmEvent::ConnectRequest`]) stay
+    /// the user's, to accept or reject as before (as rdma_cm's child ids outlive their
+    /// listener). Those still in their MPA startup, never reported, end here: a complete
+    /// MPA Request the TCP already holds is answered with a Reply with R = 1 (as iw_cm
+    /// rejects a request that reaches a listener no longer listening), and a connection
+    /// whose Request has not arrived whole is reset, as siw releases one whose listener
+    /// went (docs/engine.md, "Listening"). The initiator sees [`CmEvent::Rejected`] or
+    /// [`ConnError::TcpReset`]. A port not listened on is [`EngineError::NotListening`].
     pub fn unlisten(&mut self, port: u16) -> Result<(), EngineError> {
-        let l = self
+        let li = self
             .listeners
-            .iter_mut()
-            .find(|l| l.port == port && l.open)
+            .iter()
+            .position(|l| l.port == port && l.open)
             .ok_or(EngineError::NotListening(port))?;
-        l.open = false;
-        self.stack.unlisten(l.tcp)?;
+        self.listeners[li].open = false;
+        self.stack.unlisten(self.listeners[li].tcp)?;
+        self.end_unreported_requests(li as u32);
         Ok(())
+    }
+
+    /// Ends the requests of listener `listener` (just closed) that are still in their MPA
+    /// startup: nobody will be told of them, so none may reach the user later as a
+    /// [`CmEvent::ConnectRequest`] on a port nothing listens on. What the TCP holds is read
+    /// first: a whole Request gets a Reply with R = 1 (then FIN, as `reject`), which
+    /// RFC 5044 §7.1.2 and RFC 6581 give a responder that will not accept; anything less
+    /// (nothing yet, a partial or malformed Request) is reset, the answer of a responder
+    /// that has no Request to reply to.
+    fn end_unreported_requests(&mut self, listener: u32) {
+        for i in 0..self.requests.len() {
+            let Some(r) = self.requests[i].as_mut() else {
+                continue;
+            };
+            if r.listener != listener || r.phase != ReqPhase::Reading {
+                continue;
+            }
+            let resp = &mut r.responder;
+            let _ = self.stack.recv_with(r.tcp, |d| resp.handle_input(d));
+            let mut arrived = false;
+            let mut refused_by_mpa = false;
+            while let Some(ev) = r.responder.poll_event() {
+                match ev {
+                    nego::Event::Request(_) => arrived = true,
+                    // MPA refused the Request on its own: its Reply with R = 1 is queued.
+                    nego::Event::Rejected(_) => refused_by_mpa = true,
+                    _ => {}
+                }
+            }
+            if arrived && r.responder.reject(&[]).is_ok() {
+                while r.responder.poll_event().is_some() {}
+                r.phase = ReqPhase::Rejecting;
+            } else if refused_by_mpa {
+                r.phase = ReqPhase::Rejecting;
+            } else if let Some(r) = self.take_request(i) {
+                // Release resets a connection still open (RST).
+                let _ = self.stack.release(r.tcp);
+            }
+        }
     }
 
     pub(super) fn req_mut(&mut self, id: RequestId) -> Result<&mut PendingReq, EngineError> {
