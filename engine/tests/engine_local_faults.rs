@@ -8,7 +8,8 @@
 //! * a Read or an atomic whose local SGE's region is deregistered in flight, and a posted
 //!   receive whose buffer's region is deregistered before its Send arrives (departure 8).
 //! * a receive validated in RTS that reaches the core once its QP is in Terminate is
-//!   flushed at once, not when TCP finishes closing.
+//!   flushed at once, not when TCP finishes closing; so is a send request on a QP that sent
+//!   or received a Terminate, which never goes on the wire (RDMAP-5.4-6).
 
 mod common;
 mod engine_mw_common;
@@ -19,7 +20,8 @@ use common::*;
 use engine_mw_common::*;
 use warpcore_engine::mem::{Access, Region};
 use warpcore_engine::{
-    validate_recv, EngineError, MpaParams, QpId, QpShared, QpState, SendOp, WcOpcode, WcStatus,
+    validate_recv, validate_send, EngineError, MpaParams, QpId, QpShared, QpState, SendOp,
+    WcOpcode, WcStatus,
 };
 
 /// A QP of depth 16 with RFC 7306 on, and its shared state.
@@ -289,4 +291,92 @@ fn a_receive_posted_in_the_terminate_state_is_flushed_at_once() {
     );
     assert_eq!(p.b.core.qp_state(qb).ok(), Some(QpState::Terminate));
     assert_eq!(shared_b.rq_used(), 0);
+}
+
+/// Send requests validated by an application thread while their QP was in RTS, that reach
+/// the engine core once the QP has sent a Terminate (B, in Terminate) or received one (A,
+/// in error), complete with a flush error at once, in the call that takes them, and never
+/// go on the wire: after a Terminate no further RDMAP message is sent (RDMAP-5.4-6,
+/// RFC 5040 §5.3 and §7), and the verbs flush what is posted to a QP in error. The peer
+/// receives nothing but the Terminate: no FPDU after it, nothing placed.
+#[test]
+fn a_send_posted_after_a_terminate_is_flushed_at_once_and_never_sent() {
+    let mut p = Pair::default_pair();
+    let (qa, shared_a) = p.a.qp_shared(16);
+    let (qb, shared_b) = p.b.qp_shared(16);
+    p.b.core.listen(PORT, MpaParams::default()).unwrap();
+    p.a.core
+        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
+        .unwrap();
+    let req = p.wait_request();
+    p.b.core.accept(req.request, qb, b"", None).unwrap();
+    p.run_until_established();
+    let (ra, sa) = p.a.region(4096, all_access());
+    let (rb, sb) = p.b.region(4096, all_access());
+    // A receive on A that B's Send would complete, were it sent.
+    p.a.core
+        .post_recv(qa, recv_wr(50, &[(sa, 1024, 64)]))
+        .unwrap();
+    // Checked (their slots reserved) by application threads while both are in RTS: a Send
+    // from B and a Write from A into B's region.
+    let send_b = send_wr(60, SendOp::Send, &[(sb, 0, 32)]);
+    validate_send(&shared_b, &p.b.mrs, &send_b).unwrap();
+    let write_a = send_wr(70, write_op(sb.0, 512), &[(sa, 0, 32)]);
+    validate_send(&shared_a, &p.a.mrs, &write_a).unwrap();
+    ra.write_at(0, &[0xAB; 32]).unwrap();
+    // Then B fails: A writes to an STag B never registered, B sends a Terminate.
+    post_a(&mut p, qa, 1, write_op(0x00de_ad01, 0), &[(sa, 0, 8)]);
+    p.run_until(2000, |p| {
+        p.b.core.qp_state(qb).ok() == Some(QpState::Terminate)
+    });
+    p.b.take_completions();
+    while p.b.cq.pop().is_some() {}
+    let a_fpdus_rx = p.a.core.stats().fpdus_rx;
+    // B's core takes its Send only now: flushed in the call, never framed.
+    p.b.core.post_send_reserved(qb, send_b);
+    let c = p.b.cq.pop().expect("the send is flushed when posted");
+    assert_eq!(
+        (c.wr_id, c.qp, c.opcode, c.status),
+        (60, qb, WcOpcode::Send, WcStatus::FlushErr)
+    );
+    assert_eq!(shared_b.sq_used(), 0);
+    // A receives B's Terminate and is in error; its Write reaches its core only now.
+    let mut terminated = false;
+    p.run_until(2000, |p| {
+        terminated |= p.a.take_events().iter().any(|e| {
+            matches!(e, warpcore_engine::CmEvent::Error { qp, error: warpcore_engine::ConnError::RemoteTerminate(_) } if *qp == qa)
+        });
+        terminated
+    });
+    assert_eq!(p.a.core.qp_state(qa).ok(), Some(QpState::Error));
+    let a_completions = p.a.take_completions();
+    while p.a.cq.pop().is_some() {}
+    let b_fpdus_rx = p.b.core.stats().fpdus_rx;
+    p.a.core.post_send_reserved(qa, write_a);
+    let c = p.a.cq.pop().expect("the write is flushed when posted");
+    assert_eq!(
+        (c.wr_id, c.qp, c.opcode, c.status),
+        (70, qa, WcOpcode::Write, WcStatus::FlushErr)
+    );
+    assert_eq!(shared_a.sq_used(), 0);
+    p.run(500);
+    // A's receive was flushed, not completed by B's Send; A got the Terminate alone.
+    assert!(
+        a_completions
+            .iter()
+            .chain(p.a.take_completions().iter())
+            .all(|c| c.wr_id != 50 || c.status == WcStatus::FlushErr),
+        "{a_completions:?}"
+    );
+    assert_eq!(
+        p.a.core.stats().fpdus_rx,
+        a_fpdus_rx + 1,
+        "the Terminate alone"
+    );
+    assert_eq!(
+        p.b.core.stats().fpdus_rx,
+        b_fpdus_rx,
+        "nothing from A after"
+    );
+    assert_eq!(read_region(&rb, 512, 32), vec![0; 32]);
 }
