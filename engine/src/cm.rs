@@ -165,6 +165,28 @@ impl fmt::Display for ConnError {
     }
 }
 
+/// How an established connection ended ([`CmEvent::Disconnected`]): a user can tell a peer
+/// that reset the connection from one that went silent. rdma_cm on iWARP reports all three
+/// as `RDMA_CM_EVENT_DISCONNECTED`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DisconnectCause {
+    /// Graceful: both sides closed (FIN each way) once their send queues drained.
+    Closed,
+    /// Abortive: a RST ended the connection, the peer's or the one our `abort` sent.
+    Reset,
+    /// The TCP gave up on a silent peer or path: retransmissions or the user timeout
+    /// exhausted (the user timeout `timeout` of [`crate::EngineConfig::tcp`]), or a peer that never closed its side after our
+    /// FIN (FIN-WAIT-2's bound). No RST was received.
+    TimedOut,
+}
+
+impl DisconnectCause {
+    /// Whether the connection ended abortively (a reset or a timeout), not by both FINs.
+    pub fn is_abortive(self) -> bool {
+        self != DisconnectCause::Closed
+    }
+}
+
 /// What an engine core reports to the connection manager.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CmEvent {
@@ -183,14 +205,14 @@ pub enum CmEvent {
         /// user is told them for a rejection as for an acceptance (MPA2-9.1-10).
         peer_ird_ord: Option<(u16, u16)>,
     },
-    /// The connection ended: `reset` for an abortive close (RST) by either side or a TCP
-    /// timeout (the peer or the path went silent), otherwise both FINs were exchanged after
-    /// the send queues drained.
+    /// The connection ended; `cause` says how: both FINs exchanged after the send queues
+    /// drained, a reset (RST, the peer's or our `abort`), or a TCP timeout (the peer or the
+    /// path went silent).
     Disconnected {
         /// The queue pair (now in the error state, its work requests flushed).
         qp: QpId,
-        /// Abortive close.
-        reset: bool,
+        /// How the connection ended.
+        cause: DisconnectCause,
     },
     /// The connection failed (Terminate sent or received, startup failure, TCP lost).
     Error {

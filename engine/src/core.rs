@@ -153,7 +153,8 @@ use warpcore_tcp::smoltcp::wire::Ipv4Address;
 use warpcore_tcp::{ConnId, Event as TcpEvent, PollDevice, Stack, StackConfig, TcpImplementation};
 
 use crate::cm::{
-    CmEvent, ConnError, ConnectRequest, Established, ListenerId, MpaParams, RequestId,
+    CmEvent, ConnError, ConnectRequest, DisconnectCause, Established, ListenerId, MpaParams,
+    RequestId,
 };
 use crate::config::{EngineConfig, MAX_SGE};
 use crate::error::EngineError;

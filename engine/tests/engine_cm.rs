@@ -12,7 +12,8 @@ use warpcore_engine::proto::wire::mpa::FrameError;
 use warpcore_engine::tcp::smoltcp::socket::tcp::State as TcpState;
 use warpcore_engine::tcp::TcpTuning;
 use warpcore_engine::{
-    CmEvent, ConnError, EngineError, MpaParams, QpState, RtrTypes, SendOp, WcOpcode, WcStatus,
+    CmEvent, ConnError, DisconnectCause, EngineError, MpaParams, QpState, RtrTypes, SendOp,
+    WcOpcode, WcStatus,
 };
 
 fn exchange(p: &mut Pair, qa: warpcore_engine::QpId, qb: warpcore_engine::QpId) {
@@ -604,18 +605,20 @@ fn abortive_close_resets_both_sides() {
     let mut db = None;
     p.run_until(2000, |p| {
         for e in p.b.take_events() {
-            if let CmEvent::Disconnected { reset, .. } = e {
-                db = Some(reset);
+            if let CmEvent::Disconnected { cause, .. } = e {
+                db = Some(cause);
             }
         }
         db.is_some()
     });
-    assert_eq!(db, Some(true));
-    assert!(p
-        .a
-        .take_events()
-        .iter()
-        .any(|e| matches!(e, CmEvent::Disconnected { reset: true, .. })));
+    assert_eq!(db, Some(DisconnectCause::Reset));
+    assert!(p.a.take_events().iter().any(|e| matches!(
+        e,
+        CmEvent::Disconnected {
+            cause: DisconnectCause::Reset,
+            ..
+        }
+    )));
     assert_eq!(p.a.take_completions()[0].status, WcStatus::FlushErr);
     assert_eq!(p.b.take_completions()[0].status, WcStatus::FlushErr);
 }

@@ -16,7 +16,8 @@ use warpcore_engine::tcp::smoltcp::socket::tcp::State as TcpState;
 use warpcore_engine::tcp::smoltcp::time::{Duration, Instant};
 use warpcore_engine::tcp::{ConnId, ListenerId, Stack, TcpTuning};
 use warpcore_engine::{
-    CmEvent, CompletionQueue, ConnError, EngineConfig, EngineCore, MpaParams, QpId, QpState,
+    CmEvent, CompletionQueue, ConnError, DisconnectCause, EngineConfig, EngineCore, MpaParams,
+    QpId, QpState,
 };
 
 /// The startup timeout of these tests' engine (the default is 10 s).
@@ -321,7 +322,8 @@ fn mpa_7_1_2_27_a_peer_that_never_replies_times_out_and_holds_nothing() {
 /// closed too) to a peer that acknowledges our FIN and then neither sends nor closes:
 /// the engine's TCP resets the connection after a minute in FIN-WAIT-2
 /// (`TcpTuning::fin_wait_2_timeout`, Linux's `tcp_fin_timeout`), the local user gets
-/// `Disconnected { reset: true }`, and nothing is held. Before, the QP waited in Closing,
+/// `Disconnected { cause: TimedOut }` (the peer went silent: no RST came), and nothing is
+/// held. Before, the QP waited in Closing,
 /// without its `Disconnected`, for as long as the peer kept its side open (and a
 /// destroyed QP's connection stayed a zombie for good).
 #[test]
@@ -361,7 +363,7 @@ fn a_disconnect_to_a_peer_that_never_closes_ends_within_a_minute() {
             assert!(
                 w.events
                     .iter()
-                    .any(|e| matches!(e, CmEvent::Disconnected { qp, reset: true } if *qp == w.qp)),
+                    .any(|e| matches!(e, CmEvent::Disconnected { qp, cause: DisconnectCause::TimedOut } if *qp == w.qp)),
                 "{:?}",
                 w.events
             );

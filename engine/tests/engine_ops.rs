@@ -522,8 +522,10 @@ fn a_region_deregistered_while_tcp_may_send_from_it_resets_the_stream() {
     assert!(
         eb.iter().any(|e| matches!(
             e,
-            warpcore_engine::CmEvent::Disconnected { reset: true, .. }
-                | warpcore_engine::CmEvent::Error { .. }
+            warpcore_engine::CmEvent::Disconnected {
+                cause: warpcore_engine::DisconnectCause::Reset,
+                ..
+            } | warpcore_engine::CmEvent::Error { .. }
         )),
         "{eb:?}"
     );

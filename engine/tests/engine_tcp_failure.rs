@@ -11,7 +11,9 @@ mod common;
 use common::*;
 use warpcore_engine::tcp::link::LinkConfig;
 use warpcore_engine::tcp::smoltcp::time::Duration;
-use warpcore_engine::{CmEvent, ConnError, EngineConfig, EngineError, MpaParams, QpId};
+use warpcore_engine::{
+    CmEvent, ConnError, DisconnectCause, EngineConfig, EngineError, MpaParams, QpId, SendOp,
+};
 
 /// Steps the pair until A reports an error for `qa` (at most `max` steps); returns it.
 fn error_of(p: &mut Pair, qa: QpId, max: usize) -> ConnError {
@@ -273,4 +275,64 @@ fn unlisten_rejects_a_connection_whose_mpa_request_arrived_unread() {
             .any(|e| matches!(e, CmEvent::ConnectRequest(_))),
         "{b_events:?}"
     );
+}
+
+/// An established connection whose peer goes silent (the link drops everything B sends,
+/// with data outstanding from A) ends when A's TCP gives up after its user timeout, and A's
+/// user is told so: `Disconnected { cause: TimedOut }`, not the `Reset` of a peer's RST.
+/// Before, both were `Disconnected { reset: true }`.
+#[test]
+fn an_established_connection_whose_peer_goes_silent_times_out_and_says_so() {
+    let mut cfg = EngineConfig::default();
+    cfg.tcp.timeout = Some(Duration::from_millis(300));
+    cfg.tcp.keep_alive = Some(Duration::from_millis(100));
+    let mut p = Pair::new(&LinkConfig::default(), &cfg);
+    let (qa, _qb) = p.connect();
+    let (_ra, sa) = p.a.region(4096, all_access());
+    // B goes silent: nothing it sends arrives any more (no ACK, no RST).
+    p.b.core
+        .stack()
+        .device()
+        .set_tx_faults(warpcore_engine::tcp::link::Faults {
+            loss: 1.0,
+            ..Default::default()
+        });
+    post_a(&mut p, qa, 1, SendOp::Send, &[(sa, 0, 64)]);
+    let start = p.now;
+    let mut cause = None;
+    p.run_until(20_000, |p| {
+        for e in p.a.take_events() {
+            if let CmEvent::Disconnected { qp, cause: c } = e {
+                assert_eq!(qp, qa);
+                cause = Some(c);
+            }
+        }
+        cause.is_some()
+    });
+    assert_eq!(cause, Some(DisconnectCause::TimedOut));
+    assert!(cause.is_some_and(DisconnectCause::is_abortive));
+    assert!(
+        p.now - start >= Duration::from_millis(300),
+        "ended before its timeout: {}",
+        p.now - start
+    );
+}
+
+/// The peer's RST ends an established connection as `Disconnected { cause: Reset }`.
+#[test]
+fn an_established_connection_the_peer_resets_says_reset() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    p.b.core.abort(qb).expect("abort");
+    let mut cause = None;
+    p.run_until(2_000, |p| {
+        for e in p.a.take_events() {
+            if let CmEvent::Disconnected { qp, cause: c } = e {
+                assert_eq!(qp, qa);
+                cause = Some(c);
+            }
+        }
+        cause.is_some()
+    });
+    assert_eq!(cause, Some(DisconnectCause::Reset));
 }

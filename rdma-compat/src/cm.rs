@@ -485,14 +485,21 @@ fn dispatch(ctx: &wv::Context, e: CmEvent) {
                 )
             });
         }
-        CmEvent::Disconnected { qp, reset } => {
+        CmEvent::Disconnected { qp, cause } => {
             with_qp_id(qp, |id| {
                 set_err_state(id);
                 let est = id.lock().established;
                 if est {
+                    // A close, a reset and a timeout alike: rdma_cm on iWARP reports an
+                    // established connection's end as DISCONNECTED with status 0 (iw_cm's
+                    // CLOSE event), whatever ended it.
                     (RDMA_CM_EVENT_DISCONNECTED, 0, Vec::new(), (0, 0))
                 } else {
-                    let st = if reset { -ECONNRESET } else { -ENOTCONN };
+                    let st = if cause.is_abortive() {
+                        -ECONNRESET
+                    } else {
+                        -ENOTCONN
+                    };
                     (RDMA_CM_EVENT_CONNECT_ERROR, st, Vec::new(), (0, 0))
                 }
             });

@@ -109,9 +109,9 @@ pub use warpcore_engine::proto::mpa::negotiation::UsageError as MpaUsageError;
 pub use warpcore_engine::tcp::link::{Faults, LinkConfig, LinkEnd};
 pub use warpcore_engine::tcp::StackError;
 pub use warpcore_engine::{
-    CmEvent, Completion, ConnError, ConnectRequest, CoreStats, EngineConfig, Established,
-    MpaParams, QpState, RtrType, RtrTypes, SendOp, Sge, WcOpcode, WcStatus, ENGINE_ACK_DELAY,
-    MAX_ACK_DELAY, MAX_SGE,
+    CmEvent, Completion, ConnError, ConnectRequest, CoreStats, DisconnectCause, EngineConfig,
+    Established, MpaParams, QpState, RtrType, RtrTypes, SendOp, Sge, WcOpcode, WcStatus,
+    ENGINE_ACK_DELAY, MAX_ACK_DELAY, MAX_SGE,
 };
 
 /// The device an engine runs on.

@@ -35,8 +35,9 @@ use hdrhistogram::Histogram;
 use warpcore_apps::device::{DeviceArgs, Endpoint, EngineOptions, Loopback, MemifRole, PairAddrs};
 use warpcore_tcp::link::Faults;
 use warpcore_verbs::{
-    Access, CmEvent, CompletionQueue, Context, Drive, LinkConfig, MemoryRegion, MpaParams,
-    ProtectionDomain, QpId, QpInit, QueuePair, RecvWr, SendOp, SendWr, WcOpcode, WcStatus,
+    Access, CmEvent, CompletionQueue, Context, DisconnectCause, Drive, LinkConfig, MemoryRegion,
+    MpaParams, ProtectionDomain, QpId, QpInit, QueuePair, RecvWr, SendOp, SendWr, WcOpcode,
+    WcStatus,
 };
 
 #[derive(Parser, Debug)]
@@ -431,19 +432,19 @@ impl Client {
                 .map_err(|e| e.to_string())?;
                 s.qp.post_send(&wr).map_err(|e| format!("post_send: {e}"))?;
             }
-            CmEvent::Disconnected { qp, reset } => {
+            CmEvent::Disconnected { qp, cause } => {
                 let Some(i) = self.slot_of(qp) else {
                     return Ok(());
                 };
                 let s = self.slots[i].take().expect("slot in use");
-                if s.phase != Phase::Closing || reset {
+                if s.phase != Phase::Closing || cause != DisconnectCause::Closed {
                     self.failed(&format!(
                         "connection {} {} while {:?}",
                         s.seq,
-                        if reset {
-                            "reset"
-                        } else {
-                            "closed by the server"
+                        match cause {
+                            DisconnectCause::Reset => "reset",
+                            DisconnectCause::TimedOut => "timed out",
+                            DisconnectCause::Closed => "closed by the server",
                         },
                         s.phase
                     ))?;

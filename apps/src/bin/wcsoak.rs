@@ -33,8 +33,8 @@ use clap::Parser;
 use warpcore_apps::device::{DeviceArgs, EngineOptions, Loopback, MemifRole, PairAddrs};
 use warpcore_tcp::link::Faults;
 use warpcore_verbs::{
-    Access, CmEvent, Context, LinkConfig, MemoryRegion, MpaParams, MwType, QpInit, QueuePair,
-    RecvWr, SendOp, SendWr, WcOpcode, WcStatus,
+    Access, CmEvent, Context, DisconnectCause, LinkConfig, MemoryRegion, MpaParams, MwType, QpInit,
+    QueuePair, RecvWr, SendOp, SendWr, WcOpcode, WcStatus,
 };
 
 #[derive(Parser, Debug)]
@@ -427,7 +427,14 @@ impl Soak {
         c.qa.disconnect().map_err(|e| format!("disconnect: {e}"))?;
         for (ctx, who) in [(&self.a, "A"), (&self.b, "B")] {
             expect_event(ctx, &format!("{who}: disconnected"), |e| {
-                matches!(e, CmEvent::Disconnected { reset: false, .. }).then_some(())
+                matches!(
+                    e,
+                    CmEvent::Disconnected {
+                        cause: DisconnectCause::Closed,
+                        ..
+                    }
+                )
+                .then_some(())
             })?;
         }
         drop(c);

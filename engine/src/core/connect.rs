@@ -414,7 +414,7 @@ impl<D: PollDevice> EngineCore<D> {
         self.zombies.push(c.tcp);
         self.ctx.events.push_back(CmEvent::Disconnected {
             qp: qid,
-            reset: true,
+            cause: DisconnectCause::Reset,
         });
         Ok(())
     }
@@ -491,7 +491,12 @@ impl<D: PollDevice> EngineCore<D> {
                     }
                 }
                 TcpEvent::Closed(c) | TcpEvent::Reset(c) | TcpEvent::TimedOut(c) => {
-                    let reset = !matches!(ev, TcpEvent::Closed(_));
+                    // Why, for the user: a peer's RST is not a peer gone silent.
+                    let cause = match ev {
+                        TcpEvent::Closed(_) => DisconnectCause::Closed,
+                        TcpEvent::TimedOut(_) => DisconnectCause::TimedOut,
+                        _ => DisconnectCause::Reset,
+                    };
                     if let Some(i) = self.find_qp(c) {
                         let Some(q) = self.qps[i].as_mut() else {
                             continue;
@@ -516,7 +521,7 @@ impl<D: PollDevice> EngineCore<D> {
                             } else if !matches!(was, QpState::Error | QpState::Terminate) {
                                 self.ctx
                                     .events
-                                    .push_back(CmEvent::Disconnected { qp: q.id, reset });
+                                    .push_back(CmEvent::Disconnected { qp: q.id, cause });
                             }
                         }
                     } else if let Some(p) = self.zombies.iter().position(|z| *z == c) {

@@ -1660,7 +1660,7 @@ impl Qp {
                 }
                 ctx.events.push_back(CmEvent::Disconnected {
                     qp: qid,
-                    reset: false,
+                    cause: DisconnectCause::Closed,
                 });
             }
         }

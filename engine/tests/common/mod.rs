@@ -310,11 +310,11 @@ impl Pair {
     }
 
     /// Steps (at most `max` times) until both sides saw `Disconnected`; returns whether
-    /// each was a reset, A's then B's.
+    /// each was abortive (a reset or a timeout), A's then B's.
     pub fn run_until_disconnected(&mut self, max: usize) -> (bool, bool) {
         let reset = |ev: Vec<CmEvent>| {
             ev.into_iter().find_map(|e| match e {
-                CmEvent::Disconnected { reset, .. } => Some(reset),
+                CmEvent::Disconnected { cause, .. } => Some(cause.is_abortive()),
                 _ => None,
             })
         };

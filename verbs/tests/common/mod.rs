@@ -211,9 +211,14 @@ pub fn server(ctx: &Context, ready: impl FnOnce()) {
             qp.disconnect().unwrap();
         }
         match events.of(qp.id()) {
-            CmEvent::Disconnected { qp: q, reset } => {
+            CmEvent::Disconnected { qp: q, cause } => {
                 assert_eq!(q, qp.id());
-                assert_eq!(reset, close == "abort");
+                let want = if close == "abort" {
+                    DisconnectCause::Reset
+                } else {
+                    DisconnectCause::Closed
+                };
+                assert_eq!(cause, want);
             }
             e => panic!("expected Disconnected, got {e:?}"),
         }
@@ -387,9 +392,14 @@ pub fn client(ctx: &Context, server_ip: [u8; 4]) {
             _ => {}
         }
         match event(ctx) {
-            CmEvent::Disconnected { qp: q, reset } => {
+            CmEvent::Disconnected { qp: q, cause } => {
                 assert_eq!(q, qp.id());
-                assert_eq!(reset, close == "abort");
+                let want = if close == "abort" {
+                    DisconnectCause::Reset
+                } else {
+                    DisconnectCause::Closed
+                };
+                assert_eq!(cause, want);
             }
             e => panic!("expected Disconnected, got {e:?}"),
         }

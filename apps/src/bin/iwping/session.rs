@@ -10,9 +10,9 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use warpcore_verbs::{
-    Access, CmEvent, CompletionQueue, ConnError, ConnectRequest, Context, Established,
-    MemoryRegion, MpaParams, ProtectionDomain, QpInit, QueuePair, RecvWr, RtrTypes, SendOp, SendWr,
-    WcOpcode, WcStatus,
+    Access, CmEvent, CompletionQueue, ConnError, ConnectRequest, Context, DisconnectCause,
+    Established, MemoryRegion, MpaParams, ProtectionDomain, QpInit, QueuePair, RecvWr, RtrTypes,
+    SendOp, SendWr, WcOpcode, WcStatus,
 };
 
 use crate::cli::{Cli, Fault};
@@ -142,10 +142,20 @@ impl Side<'_> {
     fn check_events(&self) -> Result<Option<Got>, Failure> {
         match self.ctx.next_event(Duration::ZERO) {
             Some(CmEvent::Error { error, .. }) => Err(describe(&error)),
-            Some(CmEvent::Disconnected { reset: false, .. }) => Ok(Some(Got::Disconnected)),
-            Some(CmEvent::Disconnected { reset: true, .. }) => {
-                Err(Failure::Other("the peer reset the connection".into()))
-            }
+            Some(CmEvent::Disconnected {
+                cause: DisconnectCause::Closed,
+                ..
+            }) => Ok(Some(Got::Disconnected)),
+            Some(CmEvent::Disconnected {
+                cause: DisconnectCause::Reset,
+                ..
+            }) => Err(Failure::Other("the peer reset the connection".into())),
+            Some(CmEvent::Disconnected {
+                cause: DisconnectCause::TimedOut,
+                ..
+            }) => Err(Failure::Other(
+                "the connection timed out (the peer or the path went silent)".into(),
+            )),
             Some(CmEvent::ConnectRequest(r)) if self.backlog.is_some() => {
                 if let Some(b) = self.backlog {
                     b.borrow_mut().push_back(r);
