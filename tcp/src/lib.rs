@@ -49,7 +49,7 @@ pub use device::{DeviceStats, PollDevice};
 #[cfg(feature = "dpdk")]
 pub use dpdk::{DpdkDevice, DpdkDeviceConfig, DpdkDeviceConfigError};
 pub use host::{HostStats, TcpTotals};
-pub use link::{Faults, LinkConfig, LinkEnd};
+pub use link::{Faults, LinkConfig, LinkConfigError, LinkEnd};
 pub use smoltcp;
 pub use stack::{
     Congestion, ConnId, Event, ListenerId, Stack, StackConfig, StackError, TcpImplementation,

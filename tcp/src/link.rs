@@ -56,14 +56,77 @@ impl Default for Faults {
     }
 }
 
-/// Configuration of an in-memory link.
+/// The longest hold a link applies ([`Faults::latency`], [`Faults::reorder_delay`]): a day.
+/// No run waits that long for a frame, and a delivery time stays far from the end of
+/// smoltcp's `Instant` (a hold near `u64::MAX` microseconds overflowed it: a panic).
+pub const HOLD_MAX: Duration = Duration::from_secs(24 * 3600);
+
+/// The most frames a direction may hold ([`LinkConfig::queue_frames`]): a NIC's ring holds a
+/// few thousand, and the link allocates a buffer for each at start-up.
+pub const QUEUE_FRAMES_MAX: usize = 1 << 16;
+
+/// The range of [`LinkConfig::mtu`]: from the 68 octets every IPv4 module forwards (RFC 791)
+/// to a jumbo frame's 9000.
+pub const MTU_RANGE: std::ops::RangeInclusive<usize> = 68..=9000;
+
+/// A [`LinkConfig`] or [`Faults`] field (named) that no link can work with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LinkConfigError {
+    /// A field of [`LinkConfig`] itself.
+    #[error("LinkConfig::{0} {1}")]
+    Link(&'static str, &'static str),
+    /// A field of the [`Faults`] of one direction: `faults_ab`, `faults_ba`, or
+    /// `set_tx_faults` (for [`LinkEnd::set_tx_faults`]), then the field.
+    #[error("{0}.{1} {2}")]
+    Faults(&'static str, &'static str, &'static str),
+}
+
+impl Faults {
+    /// Refuses what no link can inject: a probability that is not a number or lies outside
+    /// 0..=1 (a NaN loss injected none, silently, and the test that asked for it passed
+    /// without a single loss), a rate of zero octets per second (`None` is the unlimited
+    /// rate; zero was taken as unlimited too), and a latency or reordering hold above
+    /// [`HOLD_MAX`]. `which` names the direction in the error.
+    fn check(&self, which: &'static str) -> Result<(), LinkConfigError> {
+        let bad = |field, why| Err(LinkConfigError::Faults(which, field, why));
+        for (field, p) in [
+            ("loss", self.loss),
+            ("duplicate", self.duplicate),
+            ("reorder", self.reorder),
+            ("corrupt", self.corrupt),
+        ] {
+            // `contains` is false for NaN.
+            if !(0.0..=1.0).contains(&p) {
+                return bad(field, "must be a probability from 0.0 to 1.0");
+            }
+        }
+        if self.rate_bytes_per_s == Some(0) {
+            return bad(
+                "rate_bytes_per_s",
+                "must be at least one octet per second (None: unlimited)",
+            );
+        }
+        if self.latency > HOLD_MAX {
+            return bad("latency", "must be at most a day (link::HOLD_MAX)");
+        }
+        if self.reorder_delay > HOLD_MAX {
+            return bad("reorder_delay", "must be at most a day (link::HOLD_MAX)");
+        }
+        Ok(())
+    }
+}
+
+/// Configuration of an in-memory link; [`LinkConfig::check`] tells what it refuses.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LinkConfig {
-    /// IP MTU (Ethernet payload) of both ends, up to 9000.
+    /// IP MTU (Ethernet payload) of both ends, from 68 to 9000 ([`MTU_RANGE`]). A stack
+    /// refuses a device below 576 on its own.
     pub mtu: usize,
-    /// Frames a direction holds before transmit refuses tokens (back-pressure).
+    /// Frames a direction holds before transmit refuses tokens (back-pressure): from 1 to
+    /// [`QUEUE_FRAMES_MAX`].
     pub queue_frames: usize,
-    /// Most frames smoltcp may send or receive in one burst (advertised as `max_burst_size`).
+    /// Most frames smoltcp may send or receive in one burst (advertised as `max_burst_size`),
+    /// at least one.
     pub max_burst_size: usize,
     /// Faults from end A to end B.
     pub faults_ab: Faults,
@@ -83,6 +146,27 @@ impl Default for LinkConfig {
                 ..Faults::default()
             },
         }
+    }
+}
+
+impl LinkConfig {
+    /// Refuses what no link can work with, naming the field: an MTU outside [`MTU_RANGE`]
+    /// (a huge one overflowed the frame size or the buffers allocated for the queue), a
+    /// queue of no frames (every transmit refused: nothing ever crossed) or more than
+    /// [`QUEUE_FRAMES_MAX`], a burst of no frames, and the faults [`Faults`] cannot inject.
+    pub fn check(&self) -> Result<(), LinkConfigError> {
+        let bad = |field, why| Err(LinkConfigError::Link(field, why));
+        if !MTU_RANGE.contains(&self.mtu) {
+            return bad("mtu", "must be from 68 to 9000 octets");
+        }
+        if self.queue_frames == 0 || self.queue_frames > QUEUE_FRAMES_MAX {
+            return bad("queue_frames", "must be from 1 to 65536");
+        }
+        if self.max_burst_size == 0 {
+            return bad("max_burst_size", "must be at least one frame");
+        }
+        self.faults_ab.check("faults_ab")?;
+        self.faults_ba.check("faults_ba")
     }
 }
 
@@ -293,7 +377,18 @@ fn lock(d: &Dir) -> MutexGuard<'_, Wire> {
 }
 
 /// Creates the two ends of a link.
+///
+/// # Panics
+/// If `config` fails [`LinkConfig::check`], with the error's text; [`try_pair`] returns
+/// the error instead.
 pub fn pair(config: &LinkConfig) -> (LinkEnd, LinkEnd) {
+    try_pair(config).unwrap_or_else(|e| panic!("link::pair: {e}"))
+}
+
+/// Creates the two ends of a link, or refuses a configuration that fails
+/// [`LinkConfig::check`].
+pub fn try_pair(config: &LinkConfig) -> Result<(LinkEnd, LinkEnd), LinkConfigError> {
+    config.check()?;
     let frame_max = config.mtu + 14;
     let ab = Arc::new(Dir::new(Wire::new(
         config.faults_ab.clone(),
@@ -312,7 +407,7 @@ pub fn pair(config: &LinkConfig) -> (LinkEnd, LinkEnd) {
         max_burst_size: config.max_burst_size,
         stats: DeviceStats::default(),
     };
-    (end(&ab, &ba), end(&ba, &ab))
+    Ok((end(&ab, &ba), end(&ba, &ab)))
 }
 
 impl LinkEnd {
@@ -326,11 +421,15 @@ impl LinkEnd {
         lock(&self.tx).stats
     }
 
-    /// Replaces the faults of the direction this end transmits on (the generator is reseeded).
-    pub fn set_tx_faults(&self, faults: Faults) {
+    /// Replaces the faults of the direction this end transmits on (the generator is
+    /// reseeded). Faults that fail the checks of [`LinkConfig::check`] are refused
+    /// ([`LinkConfigError::Faults`], direction `set_tx_faults`) and the old ones stay.
+    pub fn set_tx_faults(&self, faults: Faults) -> Result<(), LinkConfigError> {
+        faults.check("set_tx_faults")?;
         let mut w = lock(&self.tx);
         w.rng = Rng::new(faults.seed);
         w.faults = faults;
+        Ok(())
     }
 }
 
@@ -503,16 +602,16 @@ mod tests {
             reorder_delay: Duration::from_micros(50),
             ..Faults::default()
         };
-        a.set_tx_faults(held.clone());
+        a.set_tx_faults(held.clone()).unwrap();
         send(&mut a, Instant::from_micros(2000), 1);
-        a.set_tx_faults(Faults::default());
+        a.set_tx_faults(Faults::default()).unwrap();
         send(&mut a, Instant::from_micros(2010), 2);
         assert_eq!(recv_all(&mut b, Instant::from_micros(3000)), vec![2, 1]);
         let s = a.tx_fault_stats();
         assert_eq!((s.reordered, s.overtaken), (1, 1), "{s:?}");
         // A frame held back with nothing sent behind it arrives in order: held, not
         // overtaken (`overtaken` counts the reordering that happened).
-        a.set_tx_faults(held);
+        a.set_tx_faults(held).unwrap();
         send(&mut a, Instant::from_micros(4000), 3);
         assert_eq!(recv_all(&mut b, Instant::from_micros(5000)), vec![3]);
         let s = a.tx_fault_stats();

@@ -1052,3 +1052,168 @@ fn rfc8985_6_2_d_sacks_widen_the_reordering_window_on_a_reordering_link() {
         );
     }
 }
+
+/// Local misuse of the link: a configuration no link can work with is refused with the
+/// field named ([`LinkConfig::check`]), by `try_pair` as an error and by `pair` as a panic
+/// that names it. Before, a NaN probability injected nothing (the test asking for loss ran
+/// clean), a queue of no frames refused every transmit, and a huge MTU overflowed.
+#[test]
+fn link_configurations_no_link_can_work_with_are_refused_by_field() {
+    use warpcore_tcp::link::{try_pair, LinkConfigError};
+    let with_ab = |f: Faults| LinkConfig {
+        faults_ab: f,
+        ..LinkConfig::default()
+    };
+    let faults = Faults::default();
+    let cases: Vec<(LinkConfig, LinkConfigError)> = vec![
+        (
+            with_ab(Faults {
+                loss: f64::NAN,
+                ..faults.clone()
+            }),
+            LinkConfigError::Faults("faults_ab", "loss", ""),
+        ),
+        (
+            with_ab(Faults {
+                duplicate: 1.5,
+                ..faults.clone()
+            }),
+            LinkConfigError::Faults("faults_ab", "duplicate", ""),
+        ),
+        (
+            with_ab(Faults {
+                reorder: -0.1,
+                ..faults.clone()
+            }),
+            LinkConfigError::Faults("faults_ab", "reorder", ""),
+        ),
+        (
+            LinkConfig {
+                faults_ba: Faults {
+                    corrupt: f64::INFINITY,
+                    ..faults.clone()
+                },
+                ..LinkConfig::default()
+            },
+            LinkConfigError::Faults("faults_ba", "corrupt", ""),
+        ),
+        (
+            with_ab(Faults {
+                rate_bytes_per_s: Some(0),
+                ..faults.clone()
+            }),
+            LinkConfigError::Faults("faults_ab", "rate_bytes_per_s", ""),
+        ),
+        (
+            with_ab(Faults {
+                latency: Duration::from_micros(u64::MAX),
+                ..faults.clone()
+            }),
+            LinkConfigError::Faults("faults_ab", "latency", ""),
+        ),
+        (
+            with_ab(Faults {
+                reorder_delay: Duration::from_secs(u64::MAX / 1_000_000),
+                ..faults.clone()
+            }),
+            LinkConfigError::Faults("faults_ab", "reorder_delay", ""),
+        ),
+        (
+            LinkConfig {
+                queue_frames: 0,
+                ..LinkConfig::default()
+            },
+            LinkConfigError::Link("queue_frames", ""),
+        ),
+        (
+            LinkConfig {
+                queue_frames: usize::MAX,
+                ..LinkConfig::default()
+            },
+            LinkConfigError::Link("queue_frames", ""),
+        ),
+        (
+            LinkConfig {
+                max_burst_size: 0,
+                ..LinkConfig::default()
+            },
+            LinkConfigError::Link("max_burst_size", ""),
+        ),
+        (
+            LinkConfig {
+                mtu: usize::MAX,
+                ..LinkConfig::default()
+            },
+            LinkConfigError::Link("mtu", ""),
+        ),
+        (
+            LinkConfig {
+                mtu: 67,
+                ..LinkConfig::default()
+            },
+            LinkConfigError::Link("mtu", ""),
+        ),
+    ];
+    // The field named, whatever the explanation.
+    let field = |e: &LinkConfigError| match *e {
+        LinkConfigError::Link(f, _) => ("", f),
+        LinkConfigError::Faults(d, f, _) => (d, f),
+    };
+    for (cfg, want) in &cases {
+        let got = try_pair(cfg).err();
+        assert_eq!(got.as_ref().map(field), Some(field(want)), "{cfg:?}");
+        let text = got.unwrap().to_string();
+        let panic = std::panic::catch_unwind(|| drop(link::pair(cfg)))
+            .expect_err("pair accepted a configuration try_pair refuses");
+        let msg = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains(&text), "{msg:?} should carry {text:?}");
+    }
+    // The limits themselves are accepted.
+    for ok in [
+        LinkConfig {
+            mtu: 68,
+            queue_frames: 1,
+            max_burst_size: 1,
+            ..LinkConfig::default()
+        },
+        LinkConfig {
+            mtu: 9000,
+            queue_frames: link::QUEUE_FRAMES_MAX,
+            faults_ab: Faults {
+                loss: 1.0,
+                duplicate: 0.0,
+                latency: link::HOLD_MAX,
+                reorder_delay: link::HOLD_MAX,
+                rate_bytes_per_s: Some(1),
+                ..Faults::default()
+            },
+            ..LinkConfig::default()
+        },
+    ] {
+        assert!(try_pair(&ok).is_ok(), "{ok:?}");
+    }
+    // Faults changed on a live link are checked alike, and refused ones change nothing.
+    let (a, _b) = link::pair(&LinkConfig::default());
+    let nan = Faults {
+        loss: f64::NAN,
+        ..Faults::default()
+    };
+    assert_eq!(
+        a.set_tx_faults(nan).map_err(|e| field(&e)),
+        Err(("set_tx_faults", "loss"))
+    );
+}
+
+/// A link whose faults ask for loss and a stack over it: what `pair` accepted before, a
+/// NaN probability, ran the link without losing a frame (`Rng::chance` is false for NaN).
+#[test]
+#[should_panic(expected = "faults_ab.loss")]
+fn a_nan_loss_probability_is_not_silently_no_loss() {
+    let _ = link::pair(&LinkConfig {
+        faults_ab: Faults {
+            loss: f64::NAN,
+            ..Faults::default()
+        },
+        ..LinkConfig::default()
+    });
+}

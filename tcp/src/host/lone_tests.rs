@@ -289,8 +289,10 @@ impl World {
         };
         assert_eq!((remote(&mut b, s), remote(&mut b, s2)), (p1, p2));
         // Faults from now on (the handshake is not what is tested).
-        a.device().end.set_tx_faults(faults(su.seed));
-        b.device().set_tx_faults(faults(su.seed ^ 0x9e37_79b9));
+        a.device().end.set_tx_faults(faults(su.seed)).unwrap();
+        b.device()
+            .set_tx_faults(faults(su.seed ^ 0x9e37_79b9))
+            .unwrap();
         while a.next_event().is_some() {}
         while b.next_event().is_some() {}
         sent_by_a.borrow_mut().clear();
