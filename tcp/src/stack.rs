@@ -101,13 +101,16 @@ pub struct TcpTuning {
     /// MPA-5.1-3).
     pub nagle: bool,
     /// Delayed ACK timeout; `None` acknowledges at the end of every poll that received data.
+    /// Below half a second ([`ACK_DELAY_MAX`], RFC 1122 4.2.3.2).
     pub ack_delay: Option<Duration>,
     /// Congestion controller.
     pub congestion: Congestion,
     /// Lower bound of the retransmission timeout (RFC 6298 2.4 allows a floor; Warpcore's
-    /// TCP only: smoltcp's is fixed at one second). See `docs/net.md` for the default.
+    /// TCP only: smoltcp's is fixed at one second), at most the ceiling [`RTO_MAX`]. See
+    /// `docs/net.md` for the default.
     pub rto_min: Duration,
-    /// Retransmission timeout before the first RTT sample (RFC 6298 2.1; Warpcore's TCP only).
+    /// Retransmission timeout before the first RTT sample (RFC 6298 2.1; Warpcore's TCP
+    /// only): longer than zero and at most the ceiling [`RTO_MAX`].
     pub rto_initial: Duration,
     /// How long a connection stays in TIME-WAIT (RFC 9293 3.6.1; Warpcore's TCP only).
     pub time_wait: Duration,
@@ -128,9 +131,18 @@ pub struct TcpTuning {
     /// `tcp_fin_timeout`, which Linux applies to connections their user let go; Warpcore's
     /// TCP only). `None` (the default, RFC 9293): FIN-WAIT-2 lasts as long as the peer
     /// wants, for a user that half-closed and still reads. The engine, whose connections
-    /// never half-close for long, sets it.
+    /// never half-close for long, sets it. Longer than zero.
     pub fin_wait_2_timeout: Option<Duration>,
 }
+
+/// The longest ACK delay a connection may be given: RFC 1122 4.2.3.2 (and RFC 9293 3.8.6.3)
+/// require the delay to be less than half a second, so this value itself is refused.
+pub const ACK_DELAY_MAX: Duration = Duration::from_millis(500);
+
+/// The ceiling of Warpcore's retransmission timeout (RFC 6298 2.5: a ceiling may be placed
+/// provided it is at least 60 s): the backed-off RTO never exceeds it, so an RTO floor or an
+/// initial RTO above it could not be kept.
+pub const RTO_MAX: Duration = Duration::from_secs(60);
 
 impl Default for TcpTuning {
     fn default() -> Self {
@@ -157,7 +169,12 @@ impl TcpTuning {
     /// they connect or listen): a buffer of no octets (a zero window admits nothing; a zero
     /// send buffer sends nothing), a zero timeout (the connection would time out at once)
     /// or a zero keep-alive interval (a probe on every poll). `None` turns the latter two
-    /// off.
+    /// off. Also refused: an ACK delay of half a second or more (RFC 1122 4.2.3.2 MUST), a
+    /// zero FIN-WAIT-2 bound (the connection was reset the moment its FIN was
+    /// acknowledged, the peer's last data lost), a zero initial RTO (RFC 6298 5.5 doubles
+    /// it on each expiry: zero never backed off, the SYN went again at every poll and the
+    /// retries ran out within microseconds), and an RTO floor or initial RTO above the
+    /// ceiling [`RTO_MAX`] (RFC 6298 2.5; the floor was silently lowered to it).
     pub(crate) fn check(&self) -> Result<(), StackError> {
         let bad = |field, why| Err(StackError::InvalidTuning(field, why));
         if self.rx_buffer == 0 {
@@ -172,8 +189,38 @@ impl TcpTuning {
         if self.keep_alive == Some(Duration::ZERO) {
             return bad("keep_alive", "must be longer than zero (None: no probes)");
         }
+        if let Some(why) = ack_delay_refused(self.ack_delay) {
+            return bad("ack_delay", why);
+        }
+        if self.fin_wait_2_timeout == Some(Duration::ZERO) {
+            return bad(
+                "fin_wait_2_timeout",
+                "must be longer than zero (None: no limit)",
+            );
+        }
+        if self.rto_initial == Duration::ZERO {
+            return bad("rto_initial", "must be longer than zero (RFC 6298 5.5)");
+        }
+        if self.rto_initial > RTO_MAX {
+            return bad(
+                "rto_initial",
+                "must be at most the RTO ceiling of 60 s (RFC 6298 2.5)",
+            );
+        }
+        if self.rto_min > RTO_MAX {
+            return bad(
+                "rto_min",
+                "must be at most the RTO ceiling of 60 s (RFC 6298 2.5)",
+            );
+        }
         Ok(())
     }
+}
+
+/// Why an ACK delay is refused, if it is: RFC 1122 4.2.3.2 wants less than half a second.
+pub(crate) fn ack_delay_refused(d: Option<Duration>) -> Option<&'static str> {
+    d.filter(|&d| d >= ACK_DELAY_MAX)
+        .map(|_| "must be less than half a second (RFC 1122 4.2.3.2)")
 }
 
 /// Handle of a connection. Stale handles (of a released slot) are rejected, never aliased.
@@ -766,12 +813,17 @@ impl<D: PollDevice> Stack<D> {
 
     /// Changes the Nagle and delayed-ACK settings of a live connection (Warpcore's TCP has
     /// no Nagle: MPA wants whole FPDUs out at once, MPA-5.1-3; asking for it is refused).
+    /// An ACK delay of half a second or more is refused as [`TcpTuning::ack_delay`] is
+    /// ([`StackError::InvalidArgument`], RFC 1122 4.2.3.2).
     pub fn set_nagle_and_ack_delay(
         &mut self,
         id: ConnId,
         nagle: bool,
         ack_delay: Option<Duration>,
     ) -> Result<(), StackError> {
+        if let Some(why) = ack_delay_refused(ack_delay) {
+            return Err(StackError::InvalidArgument("ack_delay", why));
+        }
         dispatch!(self, s => s.set_nagle_and_ack_delay(id, nagle, ack_delay))
     }
 

@@ -376,6 +376,93 @@ fn unworkable_tuning_is_refused_naming_the_field() {
     }
 }
 
+/// Tuning against the RFCs' bounds is refused naming the field, by both implementations:
+/// an ACK delay of half a second or more (RFC 1122 4.2.3.2: less than 0.5 s, a MUST), also
+/// when set on a live connection; a zero initial RTO (RFC 6298 5.5 doubles it on each
+/// expiry: from zero it never backed off, the SYN went again at every poll and the
+/// retries ran out at once); an RTO floor or initial RTO above the 60 s ceiling (RFC 6298
+/// 2.5: the floor was silently lowered to it); and a zero FIN-WAIT-2 bound (reset the
+/// moment our FIN was acknowledged). Before, every one of them was taken.
+#[test]
+fn rfc1122_4_2_3_2_and_rfc6298_tuning_out_of_bounds_is_refused_naming_the_field() {
+    let d = TcpTuning::default();
+    let bad = [
+        (
+            "ack_delay",
+            TcpTuning {
+                ack_delay: Some(Duration::from_millis(500)),
+                ..d
+            },
+        ),
+        (
+            "rto_initial",
+            TcpTuning {
+                rto_initial: Duration::ZERO,
+                ..d
+            },
+        ),
+        (
+            "rto_initial",
+            TcpTuning {
+                rto_initial: Duration::from_secs(61),
+                ..d
+            },
+        ),
+        (
+            "rto_min",
+            TcpTuning {
+                rto_min: Duration::from_secs(61),
+                ..d
+            },
+        ),
+        (
+            "fin_wait_2_timeout",
+            TcpTuning {
+                fin_wait_2_timeout: Some(Duration::ZERO),
+                ..d
+            },
+        ),
+    ];
+    for imp in [
+        TcpImplementation::Warpcore,
+        TcpImplementation::SmoltcpReference,
+    ] {
+        let (mut a, _b) = stacks_of(imp);
+        for (field, t) in &bad {
+            match a.connect((IP_B, 1), None, t) {
+                Err(StackError::InvalidTuning(f, _)) => assert_eq!(f, *field, "{imp:?}"),
+                other => panic!("{imp:?}: connect with {t:?}: {other:?}"),
+            }
+            match a.listen(7, 1, t) {
+                Err(StackError::InvalidTuning(f, _)) => assert_eq!(f, *field, "{imp:?}"),
+                other => panic!("{imp:?}: listen with {t:?}: {other:?}"),
+            }
+            assert_eq!(a.live(), 0, "{imp:?}: nothing was opened");
+        }
+        // The bounds themselves are fine.
+        let edge = TcpTuning {
+            ack_delay: Some(Duration::from_micros(499_999)),
+            rto_initial: Duration::from_secs(60),
+            rto_min: Duration::from_secs(60),
+            fin_wait_2_timeout: Some(Duration::from_micros(1)),
+            ..d
+        };
+        let id = a.connect((IP_B, 1), None, &edge).expect("connect");
+        a.listen(7, 1, &edge).expect("listen");
+        // A live connection's ACK delay is held to the same bound.
+        assert_eq!(
+            a.set_nagle_and_ack_delay(id, false, Some(Duration::from_secs(1))),
+            Err(StackError::InvalidArgument(
+                "ack_delay",
+                "must be less than half a second (RFC 1122 4.2.3.2)"
+            )),
+            "{imp:?}"
+        );
+        a.set_nagle_and_ack_delay(id, false, Some(Duration::from_millis(200)))
+            .expect("a delay below half a second");
+    }
+}
+
 /// A backlog larger than the table is refused by smoltcp's reference (its backlog sockets
 /// are table entries), not an overflow panic, and bounded by the table in ours.
 #[test]

@@ -348,6 +348,7 @@ fn conn_config(t: &TcpTuning, mss: u16) -> ConnConfig {
         recovery: RecoveryConfig {
             rto_min: t.rto_min,
             rto_initial: t.rto_initial,
+            rto_max: crate::stack::RTO_MAX,
             congestion: match t.congestion {
                 Congestion::None => CcAlgorithm::None,
                 Congestion::Reno => CcAlgorithm::NewReno,
