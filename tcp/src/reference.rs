@@ -58,6 +58,8 @@ pub struct RefStack<D: PollDevice> {
     max_connections: usize,
     next_port: u16,
     now: Instant,
+    /// This stack's tag in every handle it makes (`crate::stack::new_stack_tag`).
+    tag: u32,
 }
 
 impl<D: PollDevice + std::fmt::Debug> std::fmt::Debug for RefStack<D> {
@@ -142,6 +144,7 @@ impl<D: PollDevice> RefStack<D> {
             max_connections: config.max_connections,
             next_port: EPHEMERAL_FIRST + (config.random_seed % span) as u16,
             now,
+            tag: crate::stack::new_stack_tag(),
         })
     }
 
@@ -225,6 +228,7 @@ impl<D: PollDevice> RefStack<D> {
         ConnId {
             index: index as u32,
             generation,
+            stack: self.tag,
         }
     }
 
@@ -235,7 +239,13 @@ impl<D: PollDevice> RefStack<D> {
 
     fn slot(&self, id: ConnId) -> Result<&Slot, StackError> {
         match self.slots.get(id.index as usize) {
-            Some(Some(s)) if s.generation == id.generation && s.role == Role::User => Ok(s),
+            Some(Some(s))
+                if s.generation == id.generation
+                    && id.stack == self.tag
+                    && s.role == Role::User =>
+            {
+                Ok(s)
+            }
             _ => Err(StackError::UnknownConnection),
         }
     }
@@ -297,7 +307,7 @@ impl<D: PollDevice> RefStack<D> {
         if backlog > self.max_connections.saturating_sub(self.live()) {
             return Err(StackError::TableFull(self.max_connections));
         }
-        let id = ListenerId(self.listeners.len() as u32, 0);
+        let id = ListenerId(self.listeners.len() as u32, 0, self.tag);
         for _ in 0..backlog {
             self.add_backlog_socket(id, port, tuning)?;
         }
@@ -325,10 +335,11 @@ impl<D: PollDevice> RefStack<D> {
 
     /// Takes an established connection from the listener, if one is waiting.
     pub fn accept(&mut self, listener: ListenerId) -> Result<Option<ConnId>, StackError> {
+        let tag = self.tag;
         let l = self
             .listeners
             .get_mut(listener.0 as usize)
-            .filter(|l| l.open)
+            .filter(|l| l.open && listener.2 == tag)
             .ok_or(StackError::UnknownListener)?;
         Ok(l.ready.pop_front())
     }
@@ -341,9 +352,11 @@ impl<D: PollDevice> RefStack<D> {
     /// Stops listening: the backlog sockets are dropped, connections not yet accepted are
     /// reset; accepted connections stay. The handle is stale from here.
     pub fn unlisten(&mut self, listener: ListenerId) -> Result<(), StackError> {
+        let tag = self.tag;
         let l = self
             .listeners
             .get_mut(listener.0 as usize)
+            .filter(|_| listener.2 == tag)
             .ok_or(StackError::UnknownListener)?;
         if !l.open {
             return Err(StackError::UnknownListener);
@@ -483,6 +496,7 @@ impl<D: PollDevice> RefStack<D> {
             let id = ConnId {
                 index: i as u32,
                 generation: slot.generation,
+                stack: self.tag,
             };
             let state = s.state();
             let prev = slot.state;
@@ -528,6 +542,7 @@ impl<D: PollDevice> RefStack<D> {
                 let id = ConnId {
                     index: i as u32,
                     generation: slot.generation,
+                    stack: self.tag,
                 };
                 let li = &mut self.listeners[l.0 as usize];
                 li.ready.push_back(id);

@@ -223,11 +223,24 @@ pub(crate) fn ack_delay_refused(d: Option<Duration>) -> Option<&'static str> {
         .map(|_| "must be less than half a second (RFC 1122 4.2.3.2)")
 }
 
-/// Handle of a connection. Stale handles (of a released slot) are rejected, never aliased.
+/// Handle of a connection. Stale handles (of a released slot) are rejected, never aliased,
+/// and so are handles of another [`Stack`] ([`StackError::UnknownConnection`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ConnId {
     pub(crate) index: u32,
     pub(crate) generation: u32,
+    /// The tag of the stack that made it ([`new_stack_tag`]).
+    pub(crate) stack: u32,
+}
+
+/// A tag no other stack of this process has, for the handles it makes: slots and
+/// generations alone start alike in every stack (slot 0, generation 0), so a handle of one
+/// stack named a live connection of another, and a call on it reached that connection.
+/// The tags wrap after 2^32 stacks, far beyond any process's.
+pub(crate) fn new_stack_tag() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 impl ConnId {
@@ -238,9 +251,10 @@ impl ConnId {
     }
 }
 
-/// Handle of a listener.
+/// Handle of a listener: its entry, generation and stack tag (a handle of another stack is
+/// refused, [`StackError::UnknownListener`], as [`ConnId`]s are).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ListenerId(pub(crate) u32, pub(crate) u32);
+pub struct ListenerId(pub(crate) u32, pub(crate) u32, pub(crate) u32);
 
 /// What happened to a connection or listener since the last poll (edge-triggered).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -463,6 +463,46 @@ fn rfc1122_4_2_3_2_and_rfc6298_tuning_out_of_bounds_is_refused_naming_the_field(
     }
 }
 
+/// Local misuse: a handle of one stack used on another. Every stack numbered its slots and
+/// generations from zero, so the first connection of stack A and the first of stack B had
+/// equal handles, and a call with A's reached B's connection (a send queued A's octets on
+/// B's peer, a release reset it). Both implementations now refuse another stack's
+/// connection and listener handles as unknown.
+#[test]
+fn a_handle_of_another_stack_is_refused() {
+    for imp in [
+        TcpImplementation::Warpcore,
+        TcpImplementation::SmoltcpReference,
+    ] {
+        let (mut a, _pa) = stacks_of(imp);
+        let (mut c, _pc) = stacks_of(imp);
+        let t = TcpTuning::default();
+        let ca = a.connect((IP_B, 9), None, &t).expect("connect on a");
+        let cc = c.connect((IP_B, 9), None, &t).expect("connect on c");
+        let la = a.listen(7, 1, &t).expect("listen on a");
+        let lc = c.listen(7, 1, &t).expect("listen on c");
+        assert_eq!(ca.slot(), cc.slot(), "{imp:?}: the same slot in each stack");
+        assert_ne!(ca, cc, "{imp:?}: handles of two stacks differ");
+        assert_ne!(la, lc, "{imp:?}: listener handles of two stacks differ");
+        assert_eq!(c.state(ca), Err(StackError::UnknownConnection), "{imp:?}");
+        assert_eq!(
+            c.send(ca, b"x"),
+            Err(StackError::UnknownConnection),
+            "{imp:?}"
+        );
+        assert_eq!(c.close(ca), Err(StackError::UnknownConnection), "{imp:?}");
+        assert_eq!(c.release(ca), Err(StackError::UnknownConnection), "{imp:?}");
+        assert_eq!(c.accept(la), Err(StackError::UnknownListener), "{imp:?}");
+        assert_eq!(c.unlisten(la), Err(StackError::UnknownListener), "{imp:?}");
+        // Each stack's own handles still work, and c's connection was not touched.
+        assert_eq!(c.state(cc), Ok(State::SynSent), "{imp:?}");
+        assert_eq!(c.send_queue(cc), Ok(0), "{imp:?}");
+        assert_eq!(a.state(ca), Ok(State::SynSent), "{imp:?}");
+        assert_eq!(c.accept(lc), Ok(None), "{imp:?}");
+        a.unlisten(la).expect("a's own listener");
+    }
+}
+
 /// A backlog larger than the table is refused by smoltcp's reference (its backlog sockets
 /// are table entries), not an overflow panic, and bounded by the table in ours.
 #[test]

@@ -311,6 +311,9 @@ struct Inner {
     now: Instant,
     next_port: u16,
     max_connections: usize,
+    /// This host's tag in every handle it makes (`crate::stack::new_stack_tag`): a handle
+    /// of another stack names none of its connections or listeners.
+    tag: u32,
     stats: HostStats,
     /// The counters of the connections removed so far.
     removed_totals: TcpTotals,
@@ -431,6 +434,7 @@ impl<D: PollDevice> Host<D> {
                 now,
                 next_port: EPHEMERAL_FIRST + (config.random_seed % span) as u16,
                 max_connections: config.max_connections,
+                tag: crate::stack::new_stack_tag(),
                 stats: HostStats::default(),
                 removed_totals: TcpTotals::default(),
             },
@@ -741,10 +745,10 @@ impl<D: PollDevice> Host<D> {
             let l = &mut i.listeners[index as usize];
             entry.generation = l.generation;
             *l = entry;
-            ListenerId(index, l.generation)
+            ListenerId(index, l.generation, i.tag)
         } else {
             i.listeners.push(entry);
-            ListenerId(i.listeners.len() as u32 - 1, 0)
+            ListenerId(i.listeners.len() as u32 - 1, 0, i.tag)
         };
         i.ports.insert(port, id);
         Ok(id)
@@ -753,7 +757,7 @@ impl<D: PollDevice> Host<D> {
     /// The listener `id` names, if it still does.
     fn listener_mut(&mut self, id: ListenerId) -> Result<&mut Listener, StackError> {
         match self.inner.listeners.get_mut(id.0 as usize) {
-            Some(l) if l.open && l.generation == id.1 => Ok(l),
+            Some(l) if l.open && l.generation == id.1 && id.2 == self.inner.tag => Ok(l),
             _ => Err(StackError::UnknownListener),
         }
     }
@@ -816,8 +820,10 @@ impl<D: PollDevice> Host<D> {
     {
         // One look-up of the slot serves the write and the dirty mark (the engine writes
         // every FPDU through here).
-        let Inner { slots, dirty, .. } = &mut self.inner;
-        let s = user_slot_in(slots, id)?;
+        let Inner {
+            slots, dirty, tag, ..
+        } = &mut self.inner;
+        let s = user_slot_in(slots, *tag, id)?;
         let r = match room {
             Some(room) => s.conn.send_with_room(room, f),
             None => s.conn.send_with(f),
@@ -873,9 +879,10 @@ impl<D: PollDevice> Host<D> {
             mac: our_mac,
             caps,
             now: host_now,
+            tag,
             ..
         } = &mut *inner;
-        let s = user_slot_in(slots, id)?;
+        let s = user_slot_in(slots, *tag, id)?;
         if s.defer_ack {
             return Ok(false);
         }
@@ -918,8 +925,10 @@ impl<D: PollDevice> Host<D> {
     where
         F: FnOnce(&[u8]) -> usize,
     {
-        let Inner { slots, dirty, .. } = &mut self.inner;
-        let s = user_slot_in(slots, id)?;
+        let Inner {
+            slots, dirty, tag, ..
+        } = &mut self.inner;
+        let s = user_slot_in(slots, *tag, id)?;
         let n = s
             .conn
             .recv_with(f)
@@ -1276,6 +1285,7 @@ impl<D: PollDevice> Host<D> {
                 let id = ConnId {
                     index,
                     generation: s.generation,
+                    stack: i.tag,
                 };
                 // Borrowed where it was returned, not moved into a binding of its own (a
                 // copy of the whole segment description per segment).
@@ -1469,7 +1479,10 @@ fn emit_tcp(
 /// [`Inner::user_slot_mut`] over the slots alone, so that a caller may hold the slot and
 /// another field of `Inner` (the dirty list) at once.
 #[inline]
-fn user_slot_in(slots: &mut [Option<Slot>], id: ConnId) -> Result<&mut Slot, StackError> {
+fn user_slot_in(slots: &mut [Option<Slot>], tag: u32, id: ConnId) -> Result<&mut Slot, StackError> {
+    if id.stack != tag {
+        return Err(StackError::UnknownConnection);
+    }
     match slots.get_mut(id.index as usize) {
         Some(Some(s))
             if s.generation == id.generation
@@ -1603,7 +1616,11 @@ impl Inner {
         self.demux_memo = None;
         self.live += 1;
         self.mark_dirty(index);
-        ConnId { index, generation }
+        ConnId {
+            index,
+            generation,
+            stack: self.tag,
+        }
     }
 
     fn remove(&mut self, index: u32) {
@@ -1641,7 +1658,7 @@ impl Inner {
 
     fn slot(&self, id: ConnId) -> Option<&Slot> {
         match self.slots.get(id.index as usize) {
-            Some(Some(s)) if s.generation == id.generation => Some(s),
+            Some(Some(s)) if s.generation == id.generation && id.stack == self.tag => Some(s),
             _ => None,
         }
     }
@@ -1654,7 +1671,7 @@ impl Inner {
     }
 
     fn user_slot_mut(&mut self, id: ConnId) -> Result<&mut Slot, StackError> {
-        user_slot_in(&mut self.slots, id)
+        user_slot_in(&mut self.slots, self.tag, id)
     }
 
     #[inline]
@@ -1672,6 +1689,7 @@ impl Inner {
         let id = ConnId {
             index,
             generation: s.generation,
+            stack: self.tag,
         };
         let mut drop_it = false;
         while let Some(ev) = s.conn.poll_event() {
@@ -2048,6 +2066,7 @@ impl Inner {
         let id = ConnId {
             index,
             generation: s.generation,
+            stack: self.tag,
         };
         s.conn.handle_segment_with(self.now, seg, &mut |data| {
             // The same octets as the segment's payload, not a part or a copy of them.
