@@ -456,8 +456,10 @@ impl Context {
     }
 
     /// Stops listening on `port` on every engine core: a SYN to it then draws a RST (the
-    /// peer's connect fails at once), and TCP connections not yet taken up by the engine are
-    /// reset. Requests already reported ([`CmEvent::ConnectRequest`]) stay for
+    /// peer's connect fails at once), TCP connections not yet taken up by the engine are
+    /// reset, and those in their MPA startup end: one whose MPA Request has arrived gets a
+    /// Reply with the Reject bit (the peer sees [`CmEvent::Rejected`]), one without a whole
+    /// Request a RST. Requests already reported ([`CmEvent::ConnectRequest`]) stay for
     /// [`Context::accept`] or [`Context::reject`]. [`Error::NotListening`] if no core
     /// listens on it.
     pub fn unlisten(&self, port: u16) -> Result<(), Error> {
