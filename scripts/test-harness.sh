@@ -129,6 +129,43 @@ else
     ok "cpus_pick" "$(IFS=';'; echo "${cpus_seen[*]}")"
 fi
 
+# ---- scripts/lib/tso-check.sh, the TSO verdict of test-net.sh and test-tcp-kernel.sh, on
+# tcpperf logs made up here: it passes super-frames carrying most segments, fails too few,
+# and fails a log that lacks a count (before, a DeviceStats line without tx_frames, as a
+# renamed field would print it, passed on any super-frame at all).
+# shellcheck source=scripts/lib/tso-check.sh
+source scripts/lib/tso-check.sh
+tso_log() { # tso_log NAME TX_FIELD TSO_SEGMENTS HOST_LINE(0/1): writes $work/tso-NAME.log
+    {
+        echo "exchange ok: sent 16777216 and received 16777216 bytes, byte-exact"
+        echo "tcpperf: device DeviceStats { rx_frames: 900, $2: 1200, rx_dropped: 0, tx_dropped: 0," \
+            "tx_backpressure: 0, tx_pool_empty: 0, tx_ring_full: 0, tx_tso_frames: 40," \
+            "tx_tso_segments: $3, pool_in_use: Some(12) }"
+        if (($4)); then
+            echo "tcpperf: host HostStats { rx_dropped: 0, rx_fragments: 0, rx_no_connection: 0," \
+                "rx_predicted: 700, rst_sent: 0, control_dropped: 0, quick_acks: 100, half_open_evicted: 0 }"
+        fi
+    } >"$work/tso-$1.log"
+}
+tso_log good tx_frames 1000 1
+tso_log few tx_frames 300 1
+tso_log noquick tx_frames 1000 0
+tso_log notx tx_packets 1000 1
+tso_seen=() tso_bad=""
+for c in good:0 few:1 noquick:1 notx:1; do
+    tso_check "$work/tso-${c%%:*}.log"
+    rc=$?
+    tso_seen+=("${c%%:*} $rc${TSO_NOTE}")
+    if { ((rc == 0)) && [[ ${c#*:} != 0 ]]; } || { ((rc != 0)) && [[ ${c#*:} == 0 ]]; }; then
+        tso_bad+="${tso_bad:+; }${c%%:*}: exit $rc${TSO_NOTE}"
+    fi
+done
+if [[ -n $tso_bad ]]; then
+    bad "tso_check fails what it cannot count" "$tso_bad"
+else
+    ok "tso_check fails what it cannot count" "$(IFS='|'; echo "${tso_seen[*]}")"
+fi
+
 # ---- test-tcp-kernel.sh builds tcpperf from the checkout before its runs (it used a
 # tcpperf left by an earlier build whenever one existed). Stand-ins: cargo records its
 # arguments; ip fails, so the script stops at its first namespace, before any real one is
