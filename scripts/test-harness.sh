@@ -166,6 +166,52 @@ else
     ok "tso_check fails what it cannot count" "$(IFS='|'; echo "${tso_seen[*]}")"
 fi
 
+# ---- test-rdma-compat.sh's premise check of the rdmacm_only_as_needed contract (the
+# program must not need libibverbs.so.1 itself, or the contract proves nothing), taken from
+# the script and run with objdump stand-ins: one whose dynamic section names libibverbs and
+# goes on printing (grep -q's early exit cuts it off, as a real objdump can be), one that
+# fails, one clean. Before, `! objdump | grep -q` under pipefail passed the first two.
+mkdir -p "$work/rc/needs" "$work/rc/fails" "$work/rc/clean"
+printf '#!/bin/sh
+echo "  NEEDED               librdmacm.so.1"
+echo "  NEEDED               libibverbs.so.1"
+sleep 0.3
+seq 1 200000
+' >"$work/rc/needs/objdump"
+printf '#!/bin/sh
+echo "objdump: %s: file format not recognized" >&2
+exit 1
+' '$2' >"$work/rc/fails/objdump"
+printf '#!/bin/sh
+echo "  NEEDED               librdmacm.so.1"
+echo "  NEEDED               libc.so.6"
+' >"$work/rc/clean/objdump"
+chmod +x "$work/rc/needs/objdump" "$work/rc/fails/objdump" "$work/rc/clean/objdump"
+sed -n '/^ *contract_build rdmacm_only_as_needed$/,/links libibverbs.so.1 itself/p' scripts/test-rdma-compat.sh \
+    >"$work/rc/check.sh"
+rc_check() { # rc_check STANDIN: what the check said ("bad: ..." as tally.sh's bad, or "passed")
+    (
+        set -o pipefail # as test-rdma-compat.sh runs
+        PATH="$work/rc/$1:$PATH" work=$work/rc
+        contract_build() { :; }
+        bad() { echo "bad: $*"; exit 1; }
+        check() { source "$work/check.sh"; }
+        check && echo passed
+    ) 2>/dev/null
+}
+rc_needs=$(rc_check needs) rc_fails=$(rc_check fails) rc_clean=$(rc_check clean)
+if ! grep -q objdump "$work/rc/check.sh"; then
+    bad "rdmacm_only_as_needed premise check" "not found in scripts/test-rdma-compat.sh"
+elif [[ $rc_needs != "bad: rdmacm_only_as_needed links libibverbs.so.1 itself"* ]]; then
+    bad "rdmacm_only_as_needed premise check" "a program that needs libibverbs.so.1: ${rc_needs:-nothing}"
+elif [[ $rc_fails != bad:* ]]; then
+    bad "rdmacm_only_as_needed premise check" "objdump failing: ${rc_fails:-nothing}"
+elif [[ $rc_clean != passed ]]; then
+    bad "rdmacm_only_as_needed premise check" "a clean program: ${rc_clean:-nothing}"
+else
+    ok "rdmacm_only_as_needed premise check" "fails NEEDED libibverbs (objdump cut off) and a failed objdump, passes a clean program"
+fi
+
 # ---- test-tcp-kernel.sh builds tcpperf from the checkout before its runs (it used a
 # tcpperf left by an earlier build whenever one existed). Stand-ins: cargo records its
 # arguments; ip fails, so the script stops at its first namespace, before any real one is
