@@ -7,12 +7,20 @@
 # forever after. Then the planted-defect proof: engine_rx built with a deliberately broken
 # bounds check must fail (fuzz/README.md).
 #
-#   scripts/test-fuzz.sh [SECONDS_PER_TARGET]      # default 5; 0 skips the runs
+#   scripts/test-fuzz.sh [SECONDS_PER_TARGET]      # default 5; 0 skips the runs (not with CI=true)
+#
+# A list of no targets fails, and so does a planted-defect test that did not run (a cargo
+# test filter that matches nothing passes with "0 passed"). With CI=true, 0 seconds fails:
+# CI must run the fuzz targets and the proof that engine_rx's judge can fail.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-5}
 if [[ "$secs" == 0 ]]; then
-    echo "test-fuzz: skipped (0 seconds)"
+    if [[ "${CI:-}" == true ]]; then
+        echo "test-fuzz: FAILED: 0 seconds a target with CI=true: CI must run the fuzz targets" >&2
+        exit 1
+    fi
+    echo "test-fuzz: SKIPPED (0 seconds a target): the fuzz targets and the planted-defect proof did NOT run"
     exit 0
 fi
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
@@ -23,6 +31,7 @@ fi
 # accept them.
 export RUSTC_BOOTSTRAP=1
 targets=$(cd fuzz && cargo fuzz list)
+[[ -n ${targets//[[:space:]]/} ]] || { echo "test-fuzz: FAILED: cargo fuzz list names no target" >&2; exit 1; }
 cd fuzz
 # -O: optimised; -a: debug assertions, which also turn on overflow checks, so that any
 # arithmetic overflow on hostile input is a crash (GUIDE: no input may panic or overflow).
@@ -77,8 +86,21 @@ fi
 # it must report the guard violation with the defect (and, in the normal suite, pass
 # without it: tests/fuzz_engine_rx.rs).
 cd ..
-cargo test -q -p warpcore-engine --no-default-features --features planted-bounds-defect \
-    --test fuzz_engine_rx -- write_past_the_end
+log=$(mktemp)
+if ! cargo test -q -p warpcore-engine --no-default-features --features planted-bounds-defect \
+    --test fuzz_engine_rx -- write_past_the_end >"$log" 2>&1; then
+    tail -n 30 "$log" >&2
+    rm -f "$log"
+    echo "test-fuzz: the planted bounds defect was NOT caught by fuzz_engine_rx's write_past_the_end" >&2
+    exit 1
+fi
+if ! grep -q "^test result: ok. 1 passed" "$log"; then
+    tail -n 5 "$log" >&2
+    rm -f "$log"
+    echo "test-fuzz: FAILED: no test of fuzz_engine_rx matching write_past_the_end ran" >&2
+    exit 1
+fi
+rm -f "$log"
 # Rebuild the correct engine_rx so that a later `cargo fuzz run` does not pick up the
 # planted binary.
 (cd fuzz && cargo fuzz build -O -a engine_rx)

@@ -212,6 +212,53 @@ else
     ok "rdmacm_only_as_needed premise check" "fails NEEDED libibverbs (objdump cut off) and a failed objdump, passes a clean program"
 fi
 
+# ---- test-fuzz.sh fails what it did not run: a target list of none (it printed "all
+# targets ran clean" over no target), a planted-defect test its name filter did not find
+# (cargo test passes "0 passed"), and 0 seconds with CI=true. Stand-ins: cargo (its fuzz
+# list, build and run, and test printing FZ_TESTS tests passed) and cargo-fuzz, on a copy of
+# the script with a one-file corpus.
+mkdir -p "$work/fz/bin" "$work/fz/tree/scripts" "$work/fz/tree/fuzz/corpus/engine_rx"
+cp scripts/test-fuzz.sh "$work/fz/tree/scripts/"
+echo seed >"$work/fz/tree/fuzz/corpus/engine_rx/seed"
+cat >"$work/fz/bin/cargo" <<'EOF'
+#!/bin/sh
+case "$1 $2" in
+    "fuzz list") [ -z "$FZ_TARGETS" ] || echo "$FZ_TARGETS" ;;
+    "fuzz build") ;;
+    "fuzz run")
+        case "$*" in
+            *planted-bounds-defect*) echo "engine_rx: guard octet 0 past the region written"; exit 77 ;;
+            *) echo "#64 DONE cov: 10 ft: 10 corp: 1/4b" ;;
+        esac ;;
+    "test -q") echo "running $FZ_TESTS tests"
+        echo "test result: ok. $FZ_TESTS passed; 0 failed; 0 ignored; 0 measured; 3 filtered out" ;;
+    *) echo "cargo stand-in: unexpected $*" >&2; exit 1 ;;
+esac
+EOF
+printf '#!/bin/sh\nexit 0\n' >"$work/fz/bin/cargo-fuzz"
+chmod +x "$work/fz/bin/cargo" "$work/fz/bin/cargo-fuzz"
+fz() { # fz SECONDS ENV...: the copy of test-fuzz.sh on the stand-ins; prints its exit status
+    env PATH="$work/fz/bin:$PATH" "${@:2}" timeout 30 bash "$work/fz/tree/scripts/test-fuzz.sh" "$1" \
+        >"$work/fz/out.log" 2>&1
+    echo $?
+}
+fz_good=$(fz 1 FZ_TARGETS=engine_rx FZ_TESTS=1 CI=)
+fz_good_out=$(cat "$work/fz/out.log")
+fz_notest=$(fz 1 FZ_TARGETS=engine_rx FZ_TESTS=0 CI=)
+fz_none=$(fz 1 FZ_TARGETS= FZ_TESTS=1 CI=)
+fz_zero=$(fz 0 CI=)
+fz_zero_out=$(cat "$work/fz/out.log")
+fz_zero_ci=$(fz 0 CI=true)
+if [[ $fz_good != 0 ]]; then
+    bad "test-fuzz.sh fails what it did not run" "every stand-in clean: exit $fz_good: $(tail -n 2 <<<"$fz_good_out" | tr '\n' ' ')"
+elif [[ $fz_notest == 0 || $fz_none == 0 || $fz_zero_ci == 0 ]]; then
+    bad "test-fuzz.sh fails what it did not run" "exit 0 on:$([[ $fz_notest != 0 ]] || echo " a planted-defect test that did not run;")$([[ $fz_none != 0 ]] || echo " no target;")$([[ $fz_zero_ci != 0 ]] || echo " 0 seconds with CI=true")"
+elif [[ $fz_zero != 0 ]] || ! grep -q "did NOT run" <<<"$fz_zero_out"; then
+    bad "test-fuzz.sh fails what it did not run" "0 seconds outside CI: exit $fz_zero: $fz_zero_out"
+else
+    ok "test-fuzz.sh fails what it did not run" "exit $fz_notest on 0 tests run, $fz_none on no target, $fz_zero_ci on 0 s with CI=true; 0 s outside CI says it did NOT run"
+fi
+
 # ---- test-tcp-kernel.sh builds tcpperf from the checkout before its runs (it used a
 # tcpperf left by an earlier build whenever one existed). Stand-ins: cargo records its
 # arguments; ip fails, so the script stops at its first namespace, before any real one is

@@ -6,7 +6,7 @@
 # unless WARPCORE_SKIP_SIW=1 says to skip it, and always when the rig is missing).
 #
 #   scripts/test.sh            # everything
-#   FUZZ_SECONDS=0 scripts/test.sh   # skip the fuzz smoke runs (e.g. while iterating)
+#   FUZZ_SECONDS=0 scripts/test.sh   # skip the fuzz smoke runs (e.g. while iterating; fails with CI=true)
 #
 # Exits non-zero on the first failure. CI (.ci/run) runs exactly this.
 set -euo pipefail
