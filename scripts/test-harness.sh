@@ -259,6 +259,46 @@ else
     ok "test-fuzz.sh fails what it did not run" "exit $fz_notest on 0 tests run, $fz_none on no target, $fz_zero_ci on 0 s with CI=true; 0 s outside CI says it did NOT run"
 fi
 
+# ---- scripts/lib/lossnet.sh's loss check (test-tcp-kernel.sh runs it after every case):
+# the lossy cases passed whether or not the bridge dropped anything, so a drop filter that
+# attaches and drops nothing made them clean runs reported as "1 % loss each way". On a
+# private lossnet (namespaces of its own), with pings as traffic: the check passes a clean
+# path at 0 ppm and a real filter at 30 %, and fails a filter built without its loss (a
+# clang stand-in that compiles every program with LOSS_PPM=0) at 30 %.
+mkdir -p "$work/ln/bin"
+cat >"$work/ln/bin/clang" <<EOF
+#!/bin/bash
+exec $(command -v clang) "\${@/#-DLOSS_PPM=*/-DLOSS_PPM=0}"
+EOF
+chmod +x "$work/ln/bin/clang"
+ln_out=$(
+    # shellcheck source=scripts/lib/lossnet.sh
+    source scripts/lib/lossnet.sh
+    LOSSNET_A=wcnet-hla$$ LOSSNET_B=wcnet-hlb$$ LOSSNET_BR=wcnet-hlr$$
+    trap 'lossnet_down; rm -rf "${LOSSNET_DIR%/planted}"' EXIT
+    ln_case() { # ln_case NAME PPM: pings through the filters; prints NAME, the check's exit and note
+        local d0
+        lossnet_loss "$2"
+        d0=$(lossnet_dropped)
+        ip netns exec "$LOSSNET_A" ping -q -c 100 -i 0.01 -W 1 198.18.0.12 >/dev/null 2>&1
+        lossnet_check_loss "$d0" "$2"
+        echo "$1 $? $LOSSNET_NOTE"
+    }
+    lossnet_up >/dev/null
+    ln_case clean 0
+    ln_case lossy 300000
+    LOSSNET_DIR=$LOSSNET_DIR/planted # no cached program of the real clang
+    mkdir -p "$LOSSNET_DIR"
+    PATH="$work/ln/bin:$PATH" ln_case planted 300000
+) 2>&1
+if ! grep -q '^clean 0 dropped 0 + 0 frames$' <<<"$ln_out" || ! grep -q '^lossy 0 dropped [1-9][0-9]* + [1-9][0-9]* frames$' <<<"$ln_out"; then
+    bad "lossnet's loss check fails a path that did not drop" "clean or real filter: $(tr '\n' ' ' <<<"$ln_out")"
+elif ! grep -q '^planted 1 .*not lossy' <<<"$ln_out"; then
+    bad "lossnet's loss check fails a path that did not drop" "a filter that drops nothing: $(grep -m1 '^planted' <<<"$ln_out" || tail -n 2 <<<"$ln_out")"
+else
+    ok "lossnet's loss check fails a path that did not drop" "$(tr '\n' ';' <<<"$ln_out" | sed 's/;$//; s/;/; /g')"
+fi
+
 # ---- test-tcp-kernel.sh builds tcpperf from the checkout before its runs (it used a
 # tcpperf left by an earlier build whenever one existed). Stand-ins: cargo records its
 # arguments; ip fails, so the script stops at its first namespace, before any real one is

@@ -5,7 +5,8 @@
 # (scripts/lib/lossnet.sh). Our side as client and as server, clean and at 1 % loss each way,
 # on net_af_packet and on net_tap with TSO super-frames;
 # every case moves BYTES (default 8 MiB) each way and checks them byte for byte on both
-# ends; then the same at 1 % loss with jumbo frames (MTU 9000 on every port, ours through
+# ends, and the bridge's drop counters show the loss happened (frames dropped each way in a
+# lossy case, none in a clean one: lossnet_check_loss); then the same at 1 % loss with jumbo frames (MTU 9000 on every port, ours through
 # net_af_packet's larger tpacket frames). One line per case; exits 1 on any failure. (scripts/test-net.sh covers net_tap and
 # a loss-free veth.)
 #
@@ -38,6 +39,10 @@ lossnet_up
 case_run() {
     local role=$1 ppm=$2 mode=${3:-afp} port=$((7100 + RANDOM % 500))
     lossnet_loss "$ppm"
+    # The frames the bridge dropped before this case: a lossy case must see drops both
+    # ways (a filter that drops nothing would pass it as a clean one), a clean case none.
+    local drops0
+    drops0=$(lossnet_dropped)
     local stack_args dev_args peer_args=() our_ip=198.18.0.1 what="MTU $mtu"
     if [[ $mode == tap ]]; then
         our_ip=198.18.1.1
@@ -85,6 +90,10 @@ case_run() {
         echo "FAIL our TCP as $role vs kernel, MTU $mtu: the kernel's MSS is ${mss:-unknown}, not a jumbo one"
         rc=1
     fi
+    if ((rc == 0)) && ! lossnet_check_loss "$drops0" "$ppm"; then
+        echo "FAIL our TCP as $role vs kernel, $what: $LOSSNET_NOTE"
+        rc=1
+    fi
     local tso_note=""
     if ((rc == 0)) && [[ $mode == tap ]]; then
         tso_check "$work/stack.log" || {
@@ -94,7 +103,7 @@ case_run() {
         tso_note=$TSO_NOTE
     fi
     if ((rc == 0)); then
-        echo "ok   our TCP as $role vs kernel, $what, $pct % loss each way: $(grep -h '^exchange ok' "$work/stack.log"); $(tail -1 "$work/peer.log")$tso_note ($took s)"
+        echo "ok   our TCP as $role vs kernel, $what, $pct % loss each way ($LOSSNET_NOTE): $(grep -h '^exchange ok' "$work/stack.log"); $(tail -1 "$work/peer.log")$tso_note ($took s)"
     else
         echo "FAIL our TCP as $role vs kernel, $what, $pct % loss each way"
         grep -hv '^EAL' "$work/stack.log" "$work/peer.log" | tail -n 20 || true

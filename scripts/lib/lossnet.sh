@@ -19,6 +19,8 @@
 #   lossnet_up                   # build the namespaces (replacing old ones)
 #   LOSSNET_MTU=9000 lossnet_up  # the same with jumbo frames on every port (default 1500)
 #   lossnet_loss PPM             # drop PPM parts per million of IPv4 frames, both ways
+#   lossnet_dropped              # frames the filters dropped so far, "WCPA WCPB"
+#   lossnet_check_loss BEFORE PPM  # the filters dropped since BEFORE as PPM says (below)
 #   lossnet_tap_route            # let net_tap users in wcnet-la reach wcnet-lb (below)
 #   lossnet_tap_up TAP           # the kernel side of net_tap's TAP in wcnet-la: 198.18.1.254
 #   lossnet_down                 # delete everything
@@ -101,6 +103,50 @@ lossnet_loss() {
                 lossnet_die "tc could not attach the drop filter to $dev"
         fi
     done
+}
+
+# lossnet_dropped: prints the frames the drop filters have dropped so far on wcpa and wcpb
+# ("WCPA WCPB"), from their clsact qdiscs' counters (every TC_ACT_SHOT of a filter on the
+# qdisc counts there, and the count outlives a filter swap); "?" for a port whose count tc
+# does not show.
+lossnet_dropped() {
+    local dev n out=()
+    for dev in wcpa wcpb; do
+        n=$(tc -n "$LOSSNET_BR" -s qdisc show dev "$dev" 2>/dev/null |
+            awk '/^qdisc clsact/ { c = 1; next } c && /dropped/ { sub(/.*\(dropped /, ""); sub(/,.*/, ""); print; exit }')
+        out+=("${n:-?}")
+    done
+    echo "${out[*]}"
+}
+
+# lossnet_check_loss BEFORE PPM: whether the filters dropped what PPM asks for since BEFORE
+# (lossnet_dropped's output then): with PPM > 0, at least one frame on each port (each way);
+# with 0, none. A filter that attaches but drops nothing (a program built without its
+# LOSS_PPM, say) would make a lossy run a clean one that passes as lossy. Sets LOSSNET_NOTE
+# to "dropped A + B frames" or to what went wrong; returns 1 on the latter.
+lossnet_check_loss() {
+    local before after ppm=$2 i d=() bad=""
+    read -ra before <<<"$1"
+    read -ra after <<<"$(lossnet_dropped)"
+    for i in 0 1; do
+        if ! [[ ${before[i]:-?} =~ ^[0-9]+$ && ${after[i]:-?} =~ ^[0-9]+$ ]]; then
+            bad="tc shows no drop count for the bridge ports (before: ${1:-none}, after: ${after[*]})"
+            break
+        fi
+        d+=($((after[i] - before[i])))
+    done
+    if [[ -z $bad ]]; then
+        if ((ppm > 0)) && ((d[0] == 0 || d[1] == 0)); then
+            bad="the drop filters dropped ${d[0]} + ${d[1]} frames at $ppm ppm: the run was not lossy each way"
+        elif ((ppm == 0 && d[0] + d[1] > 0)); then
+            bad="the bridge ports dropped ${d[0]} + ${d[1]} frames at 0 ppm"
+        fi
+    fi
+    if [[ -n $bad ]]; then
+        LOSSNET_NOTE=$bad
+        return 1
+    fi
+    LOSSNET_NOTE="dropped ${d[0]} + ${d[1]} frames"
 }
 
 # lossnet_tap_route: wcnet-la forwards, and wcnet-lb routes 198.18.1.0/24 through it.
