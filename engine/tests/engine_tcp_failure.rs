@@ -180,7 +180,11 @@ fn unlisten_resets_a_connection_whose_mpa_request_has_not_arrived() {
         step_pair(&mut p, &mut b_events);
         // The SYN and the handshake's ACK went out: everything after them is lost.
         if p.a.core.stats().tcp_segments_sent >= 2 {
-            p.a.core.stack().device().set_tx_faults(lost.clone());
+            p.a.core
+                .stack()
+                .device()
+                .set_tx_faults(lost.clone())
+                .expect("faults");
         }
         if p.b.core.stats().requests_pending == 1 {
             break;
@@ -194,7 +198,11 @@ fn unlisten_resets_a_connection_whose_mpa_request_has_not_arrived() {
     assert!(b_events.is_empty(), "{b_events:?}");
     p.b.core.unlisten(PORT).expect("unlisten");
     assert_eq!(p.b.core.stats().requests_pending, 0, "the request ended");
-    p.a.core.stack().device().set_tx_faults(Default::default());
+    p.a.core
+        .stack()
+        .device()
+        .set_tx_faults(Default::default())
+        .expect("faults");
     let out = initiator_outcome(&mut p, qa, &mut b_events);
     assert!(
         matches!(
@@ -206,12 +214,7 @@ fn unlisten_resets_a_connection_whose_mpa_request_has_not_arrived() {
         ),
         "{out:?}"
     );
-    assert!(
-        !b_events
-            .iter()
-            .any(|e| matches!(e, CmEvent::ConnectRequest(_))),
-        "{b_events:?}"
-    );
+    assert_no_request(&b_events);
 }
 
 /// A connection whose whole MPA Request sits in B's TCP receive buffer, not yet read by
@@ -269,12 +272,7 @@ fn unlisten_rejects_a_connection_whose_mpa_request_arrived_unread() {
     p.b.core.unlisten(PORT).expect("unlisten");
     let out = initiator_outcome(&mut p, qa, &mut b_events);
     assert!(matches!(out, CmEvent::Rejected { .. }), "{out:?}");
-    assert!(
-        !b_events
-            .iter()
-            .any(|e| matches!(e, CmEvent::ConnectRequest(_))),
-        "{b_events:?}"
-    );
+    assert_no_request(&b_events);
 }
 
 /// An established connection whose peer goes silent (the link drops everything B sends,
@@ -296,7 +294,8 @@ fn an_established_connection_whose_peer_goes_silent_times_out_and_says_so() {
         .set_tx_faults(warpcore_engine::tcp::link::Faults {
             loss: 1.0,
             ..Default::default()
-        });
+        })
+        .expect("faults");
     post_a(&mut p, qa, 1, SendOp::Send, &[(sa, 0, 64)]);
     let start = p.now;
     let mut cause = None;
@@ -335,4 +334,14 @@ fn an_established_connection_the_peer_resets_says_reset() {
         cause.is_some()
     });
     assert_eq!(cause, Some(DisconnectCause::Reset));
+}
+
+/// B's user was never told of the request.
+fn assert_no_request(b_events: &[CmEvent]) {
+    assert!(
+        !b_events
+            .iter()
+            .any(|e| matches!(e, CmEvent::ConnectRequest(_))),
+        "{b_events:?}"
+    );
 }

@@ -352,17 +352,7 @@ fn unworkable_tuning_is_refused_naming_the_field() {
         TcpImplementation::SmoltcpReference,
     ] {
         let (mut a, _b) = stacks_of(imp);
-        for (field, t) in &bad {
-            match a.connect((IP_B, 1), None, t) {
-                Err(StackError::InvalidTuning(f, _)) => assert_eq!(f, *field, "{imp:?}"),
-                other => panic!("{imp:?}: connect with zero {field}: {other:?}"),
-            }
-            match a.listen(7, 1, t) {
-                Err(StackError::InvalidTuning(f, _)) => assert_eq!(f, *field, "{imp:?}"),
-                other => panic!("{imp:?}: listen with zero {field}: {other:?}"),
-            }
-            assert_eq!(a.live(), 0, "{imp:?}: nothing was opened");
-        }
+        assert_tuning_refused(&mut a, imp, &bad);
         // One octet each way, and no timeout or probes at all, are fine.
         let small = TcpTuning {
             rx_buffer: 1,
@@ -373,6 +363,26 @@ fn unworkable_tuning_is_refused_naming_the_field() {
         };
         a.connect((IP_B, 1), None, &small).expect("connect");
         a.listen(7, 1, &small).expect("listen");
+    }
+}
+
+/// Each tuning of `bad` is refused by `connect` and `listen` with
+/// `StackError::InvalidTuning` naming its field, and opens nothing.
+fn assert_tuning_refused(
+    a: &mut Stack<LinkEnd>,
+    imp: TcpImplementation,
+    bad: &[(&str, TcpTuning)],
+) {
+    for (field, t) in bad {
+        match a.connect((IP_B, 1), None, t) {
+            Err(StackError::InvalidTuning(f, _)) => assert_eq!(f, *field, "{imp:?}"),
+            other => panic!("{imp:?}: connect with {t:?}: {other:?}"),
+        }
+        match a.listen(7, 1, t) {
+            Err(StackError::InvalidTuning(f, _)) => assert_eq!(f, *field, "{imp:?}"),
+            other => panic!("{imp:?}: listen with {t:?}: {other:?}"),
+        }
+        assert_eq!(a.live(), 0, "{imp:?}: nothing was opened");
     }
 }
 
@@ -428,17 +438,7 @@ fn rfc1122_4_2_3_2_and_rfc6298_tuning_out_of_bounds_is_refused_naming_the_field(
         TcpImplementation::SmoltcpReference,
     ] {
         let (mut a, _b) = stacks_of(imp);
-        for (field, t) in &bad {
-            match a.connect((IP_B, 1), None, t) {
-                Err(StackError::InvalidTuning(f, _)) => assert_eq!(f, *field, "{imp:?}"),
-                other => panic!("{imp:?}: connect with {t:?}: {other:?}"),
-            }
-            match a.listen(7, 1, t) {
-                Err(StackError::InvalidTuning(f, _)) => assert_eq!(f, *field, "{imp:?}"),
-                other => panic!("{imp:?}: listen with {t:?}: {other:?}"),
-            }
-            assert_eq!(a.live(), 0, "{imp:?}: nothing was opened");
-        }
+        assert_tuning_refused(&mut a, imp, &bad);
         // The bounds themselves are fine.
         let edge = TcpTuning {
             ack_delay: Some(Duration::from_micros(499_999)),
