@@ -5,7 +5,7 @@
 # (scripts/lib/lossnet.sh). Our side as client and as server, clean and at 1 % loss each way,
 # on net_af_packet and on net_tap with TSO super-frames;
 # every case moves BYTES (default 8 MiB) each way and checks them byte for byte on both
-# ends, and the bridge's drop counters show the loss happened (frames dropped each way in a
+# ends, and the bridge's drop counters show the loss happened (frames dropped in a
 # lossy case, none in a clean one: lossnet_check_loss); then the same at 1 % loss with jumbo frames (MTU 9000 on every port, ours through
 # net_af_packet's larger tpacket frames). One line per case; exits 1 on any failure. (scripts/test-net.sh covers net_tap and
 # a loss-free veth.)
