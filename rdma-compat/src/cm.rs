@@ -32,7 +32,7 @@ use crate::sys::*;
 use crate::verbs::{self, qp_ref};
 use crate::{
     engine, errno_of, guard, set_errno, EADDRINUSE, EADDRNOTAVAIL, EAFNOSUPPORT, ECONNREFUSED,
-    ECONNRESET, EHOSTUNREACH, EINVAL, ENODEV, ENOSYS, ENOTCONN, EOPNOTSUPP, ETIMEDOUT,
+    ECONNRESET, EHOSTUNREACH, EINVAL, ENODEV, ENOSYS, EOPNOTSUPP, ETIMEDOUT,
 };
 
 const EPROTO: c_int = 71;
@@ -495,12 +495,11 @@ fn dispatch(ctx: &wv::Context, e: CmEvent) {
                     // CLOSE event), whatever ended it.
                     (RDMA_CM_EVENT_DISCONNECTED, 0, Vec::new(), (0, 0))
                 } else {
-                    let st = if cause.is_abortive() {
-                        -ECONNRESET
-                    } else {
-                        -ENOTCONN
-                    };
-                    (RDMA_CM_EVENT_CONNECT_ERROR, st, Vec::new(), (0, 0))
+                    // SAFETY: the id's QP, if any, is live while the id is registered.
+                    let ours = unsafe { qp_ref(id.id.qp) }
+                        .is_some_and(|q| q.aborted.load(std::sync::atomic::Ordering::Acquire));
+                    let (kind, st) = closed_before_established(cause, ours);
+                    (kind, st, Vec::new(), (0, 0))
                 }
             });
         }
@@ -559,6 +558,29 @@ pub(crate) fn failure_event(error: &wv::ConnError) -> (rdma_cm_event_type, c_int
             (RDMA_CM_EVENT_CONNECT_ERROR, -EPROTO)
         }
         C::CqOverrun => (RDMA_CM_EVENT_CONNECT_ERROR, -crate::EIO),
+    }
+}
+
+/// The event and status of a connection that ended (`CmEvent::Disconnected`) before its id
+/// saw ESTABLISHED, as the kernel's rdma_cm reports it on iWARP: an iWARP provider
+/// answers a connect that never completed with an `IW_CM_EVENT_CONNECT_REPLY` whose status
+/// `cma_iw_handler` reads (`-ECONNRESET`/`-ECONNREFUSED` `REJECTED`, `-ETIMEDOUT`
+/// `UNREACHABLE`, any other `CONNECT_ERROR`), never a DISCONNECTED. The peer closing or
+/// resetting the stream before the MPA Reply is `-ECONNRESET` (siw's and cxgb4's status
+/// for a close or an abort while they await the Reply): `REJECTED`. A TCP timeout is
+/// `-ETIMEDOUT`: `UNREACHABLE`. `ours`: the application moved the QP to ERR itself
+/// (`ibv_modify_qp`, which resets the stream), which the providers answer with
+/// `-EINVAL` (siw's `siw_qp_cm_drop` while it awaits the Reply; cxgb4 fails the Reply's
+/// move of the QP to RTS): `CONNECT_ERROR`, not a rejection by the peer.
+pub(crate) fn closed_before_established(
+    cause: wv::DisconnectCause,
+    ours: bool,
+) -> (rdma_cm_event_type, c_int) {
+    use wv::DisconnectCause as D;
+    match cause {
+        _ if ours => (RDMA_CM_EVENT_CONNECT_ERROR, -EINVAL),
+        D::Closed | D::Reset => (RDMA_CM_EVENT_REJECTED, -ECONNRESET),
+        D::TimedOut => (RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT),
     }
 }
 
@@ -2307,6 +2329,45 @@ mod failure_tests {
         ] {
             let (kind, status) = failure_event(&e);
             assert_eq!(kind, kernel_kind(status), "{e:?}: status {status}");
+        }
+    }
+
+    /// A connection that ends (the engine's `Disconnected`) before its id saw ESTABLISHED
+    /// gets the event the kernel's rdma_cm gives the status an iWARP provider reports for
+    /// it (`cma_iw_handler`, IW_CM_EVENT_CONNECT_REPLY): the peer's close or reset
+    /// REJECTED/-ECONNRESET, a TCP timeout UNREACHABLE/-ETIMEDOUT, the application's own
+    /// move of the QP to ERR CONNECT_ERROR/-EINVAL (siw's `siw_qp_cm_drop`). Before, every
+    /// cause was CONNECT_ERROR, with -ECONNRESET (a status the kernel reports as REJECTED)
+    /// or -ENOTCONN.
+    #[test]
+    fn closed_before_established_maps_as_rdma_cm_on_iwarp() {
+        use wv::DisconnectCause as D;
+        assert_eq!(
+            closed_before_established(D::Reset, false),
+            (RDMA_CM_EVENT_REJECTED, -ECONNRESET)
+        );
+        assert_eq!(
+            closed_before_established(D::Closed, false),
+            (RDMA_CM_EVENT_REJECTED, -ECONNRESET)
+        );
+        assert_eq!(
+            closed_before_established(D::TimedOut, false),
+            (RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT)
+        );
+        for cause in [D::Reset, D::Closed, D::TimedOut] {
+            assert_eq!(
+                closed_before_established(cause, true),
+                (RDMA_CM_EVENT_CONNECT_ERROR, -EINVAL),
+                "{cause:?} after our own abort"
+            );
+            for ours in [false, true] {
+                let (kind, status) = closed_before_established(cause, ours);
+                assert_eq!(
+                    kind,
+                    kernel_kind(status),
+                    "{cause:?} (ours: {ours}): status {status}"
+                );
+            }
         }
     }
 }

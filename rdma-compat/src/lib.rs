@@ -89,7 +89,6 @@ pub(crate) const EAFNOSUPPORT: c_int = 97;
 pub(crate) const EADDRINUSE: c_int = 98;
 pub(crate) const EADDRNOTAVAIL: c_int = 99;
 pub(crate) const ECONNRESET: c_int = 104;
-pub(crate) const ENOTCONN: c_int = 107;
 pub(crate) const ETIMEDOUT: c_int = 110;
 pub(crate) const ECONNREFUSED: c_int = 111;
 pub(crate) const EHOSTUNREACH: c_int = 113;

@@ -9,7 +9,7 @@
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::os::fd::AsRawFd;
 use std::ptr::{self, null_mut};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -1704,6 +1704,20 @@ pub(crate) struct Qp {
     max_inline: u32,
     cap: ibv_qp_cap,
     srq: bool,
+    /// The application moved the QP to ERR (`ibv_modify_qp`), which aborts its connection:
+    /// set before the engine is asked, so the CM dispatcher thread, which may see the
+    /// engine's `Disconnected` before `ibv_modify_qp` returns, tells our own abort of a
+    /// connection being set up from the peer's doing (`cm::closed_before_established`).
+    pub aborted: AtomicBool,
+}
+
+impl Qp {
+    /// The engine's abort (RST, everything outstanding flushed), marked as the
+    /// application's own doing first ([`Qp::aborted`]).
+    fn abort(&self) -> Result<(), wv::Error> {
+        self.aborted.store(true, Ordering::Release);
+        self.qp.abort()
+    }
 }
 
 /// # Safety
@@ -1808,6 +1822,7 @@ pub(crate) fn create_qp(
         max_inline: cap.max_inline_data,
         cap: *cap,
         srq: srq.is_some(),
+        aborted: AtomicBool::new(false),
     });
     Ok(Box::into_raw(b).cast())
 }
@@ -1903,7 +1918,7 @@ pub extern "C" fn __wc_ibv_modify_qp(
             // A move to ERR flushes every outstanding work request (the engine's abort:
             // a connected QP resets its stream, an idle one just flushes) before it
             // returns; a QP already in error or terminated stays so.
-            IBV_QPS_ERR => match q.qp.abort() {
+            IBV_QPS_ERR => match q.abort() {
                 Ok(())
                 | Err(wv::Error::InvalidState(wv::QpState::Error | wv::QpState::Terminate)) => {
                     q.ibv.state = IBV_QPS_ERR;

@@ -6,10 +6,16 @@
  *     engine told a RST from a TCP timeout, every such failure was UNREACHABLE.
  *   - on a synchronous id (rdma_create_ep): rdma_connect fails with errno ECONNREFUSED.
  *   The id can then connect to the port that does listen.
+ * - a connect the application ends itself before it completes (ibv_modify_qp(3) of its QP
+ *   to IBV_QPS_ERR, while the SYN waits for an ARP answer that never comes): what the
+ *   providers report for it (siw's siw_qp_cm_drop while it awaits the MPA Reply: status
+ *   -EINVAL), which cma_iw_handler makes CONNECT_ERROR. Before, the engine's abort was
+ *   CONNECT_ERROR with -ECONNRESET, a status the kernel reports as REJECTED.
  *   connect_refused -s ADDR PORT   server: accepts one connection (contract_serve)
  *   connect_refused -c ADDR PORT   client: the checks (PORT+1 has no listener)
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <rdma/rdma_cma.h>
@@ -38,6 +44,29 @@ static int client(const char *a, const char *p)
 		rdma_ack_cm_event(ev);
 	rdma_destroy_qp(id);
 	rdma_destroy_id(id);
+
+	/* Host .250 of the server's /24: nobody answers its ARP. */
+	struct in_addr nobody_in;
+	char nobody[INET_ADDRSTRLEN];
+	if (inet_pton(AF_INET, a, &nobody_in) != 1)
+		DIE("ADDR %s: not an IPv4 address", a);
+	((uint8_t *)&nobody_in)[3] = 250;
+	inet_ntop(AF_INET, &nobody_in, nobody, sizeof nobody);
+	struct rdma_cm_id *ab = contract_active(ec, nobody, port, WAIT_MS);
+	if (rdma_connect(ab, &cp))
+		DIE("rdma_connect to %s: %s", nobody, strerror(errno));
+	struct ibv_qp_attr err = { .qp_state = IBV_QPS_ERR };
+	if (ibv_modify_qp(ab->qp, &err, IBV_QP_STATE))
+		DIE("ibv_modify_qp to ERR: %s", strerror(errno));
+	ev = contract_next_event(ec, WAIT_MS);
+	EXPECT(ev && ev->id == ab && ev->event == RDMA_CM_EVENT_CONNECT_ERROR && ev->status == -EINVAL,
+	       "a connect whose QP the application moves to ERR before it completes: CONNECT_ERROR, status -EINVAL "
+	       "(got %s, status %d)",
+	       ev ? rdma_event_str(ev->event) : "no event", ev ? ev->status : 0);
+	if (ev)
+		rdma_ack_cm_event(ev);
+	rdma_destroy_qp(ab);
+	rdma_destroy_id(ab);
 
 	struct rdma_cm_id *sync = contract_ep(a, closed_port, 0);
 	errno = 0;
