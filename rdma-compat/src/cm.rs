@@ -1510,13 +1510,11 @@ pub extern "C" fn __wc_rdma_connect(p: *mut rdma_cm_id, param: *mut rdma_conn_pa
             let d = eng.ctx.query_device();
             if mpa.rev == 2 {
                 // Our IRD is what we serve (responder resources), our ORD what we issue;
-                // 255 asks for the device's most. 0 keeps the configured value.
-                if resp > 0 {
-                    mpa.ird = ird.unwrap_or(d.max_qp_rd_atom);
-                }
-                if init > 0 {
-                    mpa.ord = ord.unwrap_or(d.max_qp_init_rd_atom);
-                }
+                // 255 asks for the device's most. 0 is none, as in rdma_cm: an IRD of 0
+                // has every inbound Read Request answered with a Terminate, an ORD of 0
+                // has every Read or atomic posted refused (EINVAL), as siw answers one.
+                mpa.ird = ird.unwrap_or(d.max_qp_rd_atom);
+                mpa.ord = ord.unwrap_or(d.max_qp_init_rd_atom);
             }
         }
         start_connection(id, p, q, || {
@@ -1568,8 +1566,9 @@ pub extern "C" fn __wc_rdma_accept(p: *mut rdma_cm_id, param: *mut rdma_conn_par
         let (pdata, io) = unsafe { conn_pdata(param) };
         // rdma_accept(3): our responder resources and initiator depth become the IRD and
         // ORD of the MPA Reply (RFC 6581 §9.1), capped there at the initiator's ORD and
-        // IRD. 255 asks for what the request offered, as far as the device goes; 0 keeps
-        // the configured value; no parameters at all answer as the listener was set up.
+        // IRD. 255 asks for what the request offered, as far as the device goes; 0 is
+        // none, as in rdma_cm (see rdma_connect); no parameters at all answer as the
+        // listener was set up.
         let ird_ord = match io {
             None => None,
             Some((resp, init)) => {
@@ -1578,20 +1577,14 @@ pub extern "C" fn __wc_rdma_accept(p: *mut rdma_cm_id, param: *mut rdma_conn_par
                     Err(e) => return fail(e, -1),
                 };
                 let d = eng.ctx.query_device();
-                let ird = match (resp, ird) {
-                    (0, _) => eng.mpa.ird,
-                    (_, Some(v)) => v,
-                    (_, None) => req
-                        .ord
-                        .map_or(d.max_qp_rd_atom, |o| o.min(d.max_qp_rd_atom)),
-                };
-                let ord = match (init, ord) {
-                    (0, _) => eng.mpa.ord,
-                    (_, Some(v)) => v,
-                    (_, None) => req
-                        .ird
-                        .map_or(d.max_qp_init_rd_atom, |i| i.min(d.max_qp_init_rd_atom)),
-                };
+                let ird = ird.unwrap_or_else(|| {
+                    req.ord
+                        .map_or(d.max_qp_rd_atom, |o| o.min(d.max_qp_rd_atom))
+                });
+                let ord = ord.unwrap_or_else(|| {
+                    req.ird
+                        .map_or(d.max_qp_init_rd_atom, |i| i.min(d.max_qp_init_rd_atom))
+                });
                 Some((ird, ord))
             }
         };

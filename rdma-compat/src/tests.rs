@@ -540,3 +540,18 @@ fn bad_arguments_are_errors() {
     assert_eq!(cm::__wc_rdma_get_cm_event(null_mut(), null_mut()), -1);
     assert_eq!(cm::__wc_rdma_ack_cm_event(null_mut()), -1);
 }
+
+/// A Read or atomic on a connection granted no initiator depth (ORD 0) is refused with
+/// EINVAL, as siw refuses it, not with ENOMEM, which ibv_post_send(3) gives a full send
+/// queue and an application retries; a full queue stays ENOMEM.
+#[test]
+fn read_without_ord_is_einval_not_a_full_queue() {
+    assert_eq!(
+        crate::errno_of(&warpcore_verbs::Error::NoReadCredits),
+        crate::EINVAL
+    );
+    assert_eq!(
+        crate::errno_of(&warpcore_verbs::Error::QueueFull),
+        crate::ENOMEM
+    );
+}

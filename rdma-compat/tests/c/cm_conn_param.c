@@ -8,14 +8,20 @@
  * - rdma_accept's responder_resources and initiator_depth are the IRD and ORD of the MPA
  *   Reply (RFC 6581 9.1): the initiator's ORD is capped at the first and its IRD set to
  *   the second. Before the fix rdma_accept ignored both.
+ * - responder_resources 0 and initiator_depth 0 mean none, as in rdma_cm (the MPA Rev 2
+ *   IRD and ORD 0): the request and both ESTABLISHED events say 0/0, and a Read posted on
+ *   the connection fails with EINVAL (siw's answer to a Read with no ORD). Before the fix
+ *   0 kept the configured value (8 each way) and the Read went out.
  * - A CONNECT_REQUEST is the listener's event (librdmacm counts it there): the new id can
  *   be rejected and destroyed before the request is acknowledged. Before the fix that
  *   rdma_destroy_id waited forever for the acknowledgement.
  *   cm_conn_param -s ADDR PORT   server: accepts one connection on PORT (checks its
- *                                parameters), rejects the next and destroys its id
+ *                                parameters), rejects the next and destroys its id, then
+ *                                accepts one with 0/0
  *   cm_conn_param -c ADDR PORT   client: the checks of the active side
  */
 #include <errno.h>
+#include <stdint.h>
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
@@ -111,6 +117,28 @@ static int server(const char *addr, const char *p)
 	rdma_ack_cm_event(contract_expect_event(ec, RDMA_CM_EVENT_DISCONNECTED, WAIT_MS));
 	rdma_destroy_qp(id);
 	rdma_destroy_id(id);
+
+	/* 3. No responder resources and no initiator depth either way. */
+	ev = contract_expect_event(ec, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
+	id = ev->id;
+	EXPECT(ev->param.conn.responder_resources == 0 && ev->param.conn.initiator_depth == 0,
+	       "rdma_connect(3) with responder_resources 0 and initiator_depth 0: the request offers none (want 0/0, "
+	       "got %u/%u)",
+	       ev->param.conn.responder_resources, ev->param.conn.initiator_depth);
+	rdma_ack_cm_event(ev);
+	contract_qp_on(id);
+	cp = contract_conn_param(0, 0, NULL, 0);
+	if (rdma_accept(id, &cp))
+		DIE("rdma_accept with 0/0: %s", strerror(errno));
+	ev = contract_expect_event(ec, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS);
+	EXPECT(ev->param.conn.responder_resources == 0 && ev->param.conn.initiator_depth == 0,
+	       "rdma_accept(3) with responder_resources 0 and initiator_depth 0: the connection serves no Read and "
+	       "issues none (want 0/0, got %u/%u)",
+	       ev->param.conn.responder_resources, ev->param.conn.initiator_depth);
+	rdma_ack_cm_event(ev);
+	rdma_ack_cm_event(contract_expect_event(ec, RDMA_CM_EVENT_DISCONNECTED, WAIT_MS));
+	rdma_destroy_qp(id);
+	rdma_destroy_id(id);
 	rdma_destroy_id(l);
 	rdma_destroy_event_channel(ec);
 	return contract_end();
@@ -160,6 +188,38 @@ static int client(const char *addr, const char *p)
 		DIE("rdma_disconnect: %s", strerror(errno));
 	rdma_ack_cm_event(contract_expect_event(ec, RDMA_CM_EVENT_DISCONNECTED, WAIT_MS));
 	rdma_destroy_qp(id);
+	rdma_destroy_id(id);
+
+	/* 3. No responder resources and no initiator depth: no Read may be issued. */
+	id = contract_active(ec, addr, port, WAIT_MS);
+	cp = contract_conn_param(0, 0, NULL, 0);
+	if (rdma_connect(id, &cp))
+		DIE("rdma_connect with 0/0: %s", strerror(errno));
+	ev = contract_expect_event(ec, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS);
+	EXPECT(ev->param.conn.responder_resources == 0 && ev->param.conn.initiator_depth == 0,
+	       "rdma_connect(3) with responder_resources 0 and initiator_depth 0: the connection serves no Read and "
+	       "issues none (want 0/0, got %u/%u)",
+	       ev->param.conn.responder_resources, ev->param.conn.initiator_depth);
+	rdma_ack_cm_event(ev);
+	static char buf[64];
+	struct ibv_mr *mr = ibv_reg_mr(id->pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	if (!mr)
+		DIE("ibv_reg_mr: %s", strerror(errno));
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = sizeof buf, .lkey = mr->lkey };
+	struct ibv_send_wr rd = { .wr_id = 7, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad = NULL;
+	rd.wr.rdma.remote_addr = (uintptr_t)buf;
+	rd.wr.rdma.rkey = mr->rkey;
+	int r = ibv_post_send(id->qp, &rd, &bad);
+	EXPECT(r == EINVAL && bad == &rd,
+	       "ibv_post_send(3): an RDMA Read on a connection with initiator_depth 0 is refused with EINVAL, bad_wr on "
+	       "it (got %d: %s)",
+	       r, r ? strerror(r) : "posted");
+	if (rdma_disconnect(id))
+		DIE("rdma_disconnect: %s", strerror(errno));
+	rdma_ack_cm_event(contract_expect_event(ec, RDMA_CM_EVENT_DISCONNECTED, WAIT_MS));
+	rdma_destroy_qp(id);
+	ibv_dereg_mr(mr);
 	rdma_destroy_id(id);
 	rdma_destroy_event_channel(ec);
 	return contract_end();
