@@ -15,7 +15,9 @@ use warpcore_engine::{EngineError, QpState};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The engine configuration is invalid: which field and why.
+    /// The configuration is invalid (a field of [`crate::EngineConfig`], of
+    /// [`crate::Config`] such as `prefix_len`, or a DPDK port's settings): which field and
+    /// why.
     #[error("invalid configuration: {0}")]
     Config(#[source] ConfigError),
     /// [`crate::Config::cpus`] names more or fewer CPUs than the device runs engine cores

@@ -137,7 +137,8 @@ pub struct Config {
     pub device: Device,
     /// IPv4 address of the interface.
     pub ip: Ipv4Addr,
-    /// Prefix length of the interface's network.
+    /// Prefix length of the interface's network: at most 32 (more fails
+    /// [`Context::open`] with [`Error::Config`] naming `prefix_len`).
     pub prefix_len: u8,
     /// Default gateway.
     pub gateway: Option<Ipv4Addr>,
@@ -240,6 +241,13 @@ impl Context {
     /// Opens the device and starts the engine cores.
     pub fn open(cfg: Config) -> Result<Context, Error> {
         cfg.engine.validate().map_err(Error::Config)?;
+        // smoltcp's `Ipv4Cidr::new` asserts it: refused here, named, instead of a panic.
+        if cfg.prefix_len > 32 {
+            return Err(Error::Config(ConfigError {
+                field: "prefix_len",
+                reason: "must be at most 32 (an IPv4 prefix)",
+            }));
+        }
         let o = cfg.ip.octets();
         #[allow(unused_mut)]
         let mut stack = StackConfig {

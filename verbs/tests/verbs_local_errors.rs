@@ -199,3 +199,32 @@ fn unlisten_of_a_port_not_listened_on_is_refused_naming_it() {
     assert_eq!(e.to_string(), "not listening on port 7470");
     b.listen(7470, &MpaParams::default()).unwrap();
 }
+
+/// A prefix length above 32 is the user's error, named: `Context::open` handed it to
+/// smoltcp's `Ipv4Cidr::new`, whose assertion panicked.
+#[test]
+fn a_prefix_length_above_32_is_refused_naming_it() {
+    for len in [33, u8::MAX] {
+        let (dev, _peer) = link_pair(&LinkConfig::default());
+        let mut cfg = Config::new(dev, [10, 0, 0, 9]);
+        cfg.prefix_len = len;
+        let e = Context::open(cfg).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Config(ConfigError {
+                    field: "prefix_len",
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
+    }
+    // 32 (a host route) and 0 (everything on link) stay allowed.
+    for len in [0, 32] {
+        let (dev, _peer) = link_pair(&LinkConfig::default());
+        let mut cfg = Config::new(dev, [10, 0, 0, 9]);
+        cfg.prefix_len = len;
+        Context::open(cfg).unwrap();
+    }
+}
