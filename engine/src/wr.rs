@@ -453,12 +453,15 @@ impl CompletionChannel {
         self.bell.ring();
     }
 
-    /// Waits up to `timeout` (`None`: for ever) for an event; returns the identifier of the
+    /// Waits up to `timeout` (`None`, or one too long for an `Instant` such as
+    /// `Duration::MAX`: for ever) for an event; returns the identifier of the
     /// completion queue that fired (`Ok(None)` on timeout). A pending event is returned
     /// even with a zero timeout. Each arming of a queue yields at most one event; poll the
     /// queue after arming it, as with `ibv_req_notify_cq`.
     pub fn get_event(&self, timeout: Option<std::time::Duration>) -> std::io::Result<Option<u64>> {
-        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        // A timeout past what an `Instant` holds (`Duration::MAX`) is no deadline; adding it
+        // panicked.
+        let deadline = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
         loop {
             {
                 let mut fired = self.fired.lock().unwrap_or_else(|e| e.into_inner());
@@ -1029,6 +1032,18 @@ mod tests {
             )
         });
         assert_eq!(ch.get_event(Some(zero)).unwrap(), Some(cq.id()));
+    }
+
+    /// A timeout too long for an `Instant` (`Duration::MAX`, a caller's "for ever") waits
+    /// without a deadline: adding it to now panicked. A pending event returns at once.
+    #[test]
+    fn get_event_with_the_longest_timeout_waits_without_a_deadline() {
+        let ch = Arc::new(CompletionChannel::new().unwrap());
+        let cq = CompletionQueue::with_channel(4, Arc::clone(&ch));
+        assert!(cq.arm(false));
+        cq.push(write_wc(1, WcStatus::Success));
+        let max = Some(std::time::Duration::MAX);
+        assert_eq!(ch.get_event(max).unwrap(), Some(cq.id()));
     }
 
     /// `SendWr::copy_from` onto a placeholder (the queues' in-place copy) gives the

@@ -48,12 +48,12 @@ impl CompletionChannel {
         cq
     }
 
-    /// Waits up to `timeout` (`None`: until one comes) for an armed queue of this channel to
-    /// signal, and returns that queue (`ibv_get_cq_event`). [`Error::Timeout`] when none
-    /// did in time. A zero timeout returns a pending event (a non-blocking
+    /// Waits up to `timeout` (`None` or `Some(Duration::MAX)`: until one comes) for an armed
+    /// queue of this channel to signal, and returns that queue (`ibv_get_cq_event`).
+    /// [`Error::Timeout`] when none did in time. A zero timeout returns a pending event (a non-blocking
     /// `ibv_get_cq_event`). An event of a queue dropped meanwhile is skipped.
     pub fn get_event(&self, timeout: Option<Duration>) -> Result<CompletionQueue, Error> {
-        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        let deadline = timeout.and_then(crate::deadline_after);
         loop {
             // Both ways below look at the channel before they look at the clock.
             let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
@@ -124,10 +124,10 @@ pub struct EventChannel {
 }
 
 impl EventChannel {
-    /// The next event, waiting up to `timeout` (`None`: until one comes); [`Error::Timeout`]
-    /// when none came (`rdma_get_cm_event`).
+    /// The next event, waiting up to `timeout` (`None` or `Some(Duration::MAX)`: until one
+    /// comes); [`Error::Timeout`] when none came (`rdma_get_cm_event`).
     pub fn get_event(&self, timeout: Option<Duration>) -> Result<CmEvent, Error> {
-        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        let deadline = timeout.and_then(crate::deadline_after);
         loop {
             if let Some(e) = self.ctx.take_event() {
                 return Ok(e);

@@ -192,6 +192,13 @@ fn stack_seed(given: Option<u64>) -> Result<u64, Error> {
     }
 }
 
+/// The instant `timeout` from now; `None` (no deadline: wait until it happens) for a
+/// timeout beyond what an `Instant` holds, such as `Duration::MAX`, where `now + timeout`
+/// panicked.
+pub(crate) fn deadline_after(timeout: Duration) -> Option<StdInstant> {
+    StdInstant::now().checked_add(timeout)
+}
+
 #[derive(Debug)]
 struct Inner {
     cores: Vec<CoreHandle>,
@@ -538,16 +545,17 @@ impl Context {
         })
     }
 
-    /// The next connection manager event of any core, waiting up to `timeout`.
+    /// The next connection manager event of any core, waiting up to `timeout`
+    /// (`Duration::MAX`: until one comes).
     pub fn next_event(&self, timeout: Duration) -> Option<CmEvent> {
-        let deadline = StdInstant::now() + timeout;
+        let deadline = deadline_after(timeout);
         let mut spins = 0u32;
         loop {
             self.progress();
             if let Some(e) = self.take_event() {
                 return Some(e);
             }
-            if StdInstant::now() >= deadline {
+            if deadline.is_some_and(|d| StdInstant::now() >= d) {
                 return None;
             }
             spins += 1;
@@ -1537,16 +1545,16 @@ impl CompletionQueue {
         self.driver.pop(&self.cq)
     }
 
-    /// Waits up to `timeout` for one completion (spins briefly, then parks in short
-    /// slices; only the calling thread waits).
+    /// Waits up to `timeout` (`Duration::MAX`: until one comes) for one completion (spins
+    /// briefly, then parks in short slices; only the calling thread waits).
     pub fn wait(&self, timeout: Duration) -> Result<Completion, Error> {
-        let deadline = StdInstant::now() + timeout;
+        let deadline = deadline_after(timeout);
         let mut spins = 0u32;
         loop {
             if let Some(c) = self.driver.pop(&self.cq) {
                 return Ok(c);
             }
-            if StdInstant::now() >= deadline {
+            if deadline.is_some_and(|d| StdInstant::now() >= d) {
                 return Err(Error::Timeout);
             }
             spins += 1;
@@ -1560,13 +1568,13 @@ impl CompletionQueue {
     /// EXT-6.3-*) or any completion in error (errors always notify, as in ibverbs). Every
     /// completion taken on the way is appended to `out` in queue order, so none is lost;
     /// returns the index in `out` of the one that ended the wait, or [`Error::Timeout`]
-    /// (with whatever arrived meanwhile in `out`).
+    /// (with whatever arrived meanwhile in `out`). `Duration::MAX` waits until one comes.
     pub fn wait_solicited(
         &self,
         timeout: Duration,
         out: &mut Vec<Completion>,
     ) -> Result<usize, Error> {
-        let deadline = StdInstant::now() + timeout;
+        let deadline = deadline_after(timeout);
         let mut spins = 0u32;
         loop {
             let mut took = false;
@@ -1581,7 +1589,7 @@ impl CompletionQueue {
             if took {
                 spins = 0;
             }
-            if StdInstant::now() >= deadline {
+            if deadline.is_some_and(|d| StdInstant::now() >= d) {
                 return Err(Error::Timeout);
             }
             spins += 1;

@@ -312,3 +312,52 @@ fn the_event_channel_wakes_on_connection_manager_events() {
         Error::NeedsEngineThreads(_)
     ));
 }
+
+/// `Duration::MAX` (a caller's "for ever") as the timeout of every wait: completion queue
+/// waits, the completion channel, the event channel and `next_event` each added it to the
+/// current instant, which panicked; now it is a wait without a deadline, and what is
+/// pending (or arrives) ends it.
+#[test]
+fn the_longest_timeout_waits_without_a_deadline() {
+    let (server, client) = link_contexts();
+    let ch = server.create_comp_channel().unwrap();
+    let cq = server.create_cq_with_channel(8, &ch).unwrap();
+    let qp = QpId {
+        core: 0,
+        index: 0,
+        generation: 1,
+    };
+    cq.push_flushed(1, qp, WcOpcode::Send);
+    assert_eq!(cq.wait(Duration::MAX).unwrap().wr_id, 1);
+    // A completion in error ends a solicited wait.
+    cq.push_flushed(2, qp, WcOpcode::Send);
+    let mut out = Vec::new();
+    assert_eq!(cq.wait_solicited(Duration::MAX, &mut out), Ok(0));
+    assert_eq!(out[0].wr_id, 2);
+    cq.req_notify(false).unwrap();
+    cq.push_flushed(3, qp, WcOpcode::Send);
+    assert!(ch.get_event(Some(Duration::MAX)).unwrap().same_as(&cq));
+
+    // A connection request for `next_event`, then one for the event channel (the peer's
+    // first request is answered, so it may send another).
+    let events = server.event_channel().unwrap();
+    server.listen(7415, &MpaParams::default()).unwrap();
+    let ccq = client.create_cq(8).unwrap();
+    let pd = client.alloc_pd();
+    let first = pd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
+    first
+        .connect([10, 0, 0, 2], 7415, &MpaParams::default(), b"")
+        .unwrap();
+    let Some(CmEvent::ConnectRequest(req)) = server.next_event(Duration::MAX) else {
+        panic!("expected the connection request");
+    };
+    server.reject(&req, b"").unwrap();
+    let second = pd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
+    second
+        .connect([10, 0, 0, 2], 7415, &MpaParams::default(), b"")
+        .unwrap();
+    assert!(matches!(
+        events.get_event(Some(Duration::MAX)),
+        Ok(CmEvent::ConnectRequest(_))
+    ));
+}
