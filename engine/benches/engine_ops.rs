@@ -77,8 +77,8 @@ impl Bench {
         let sa = ma.register(ra, PD, all, 0).unwrap();
         let sb = mb.register(rb, PD, all, 0).unwrap();
         let (cqa, cqb) = (
-            Arc::new(CompletionQueue::new(8192)),
-            Arc::new(CompletionQueue::new(8192)),
+            Arc::new(CompletionQueue::new(8192).unwrap()),
+            Arc::new(CompletionQueue::new(8192).unwrap()),
         );
         let attr = |cq: &Arc<CompletionQueue>| QpAttr {
             pd: PD,

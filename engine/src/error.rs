@@ -101,7 +101,7 @@ pub enum EngineError {
 }
 
 /// A queue depth out of range, refused when the queue is created
-/// ([`CompletionQueue::try_new`](crate::CompletionQueue::try_new)): the depth asked for and
+/// ([`CompletionQueue::new`](crate::CompletionQueue::new)): the depth asked for and
 /// what is wrong with it, in the words [`EngineConfig::validate`](crate::EngineConfig::validate)
 /// uses for the configured limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

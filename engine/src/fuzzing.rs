@@ -639,7 +639,7 @@ impl World {
             rtr_accept: RtrTypes::ALL,
         };
         engine.listen(PORT, params).map_err(|_| fail("listen"))?;
-        let cq = Arc::new(CompletionQueue::new(256));
+        let cq = Arc::new(CompletionQueue::new(256).expect("a valid depth"));
         let (qp, shared) = engine
             .create_qp(QpAttr {
                 pd: PD,

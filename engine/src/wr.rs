@@ -511,9 +511,10 @@ pub struct CompletionQueue {
 impl CompletionQueue {
     /// A queue of `depth` entries (allocated now, never again), `depth` in
     /// `1..=`[`MAX_QUEUE_DEPTH`](crate::MAX_QUEUE_DEPTH); any other depth is refused with a
-    /// [`DepthError`] naming it (a queue of 0 entries used to become one of 1, and an absurd
-    /// depth aborted the process on allocation).
-    pub fn try_new(depth: usize) -> Result<CompletionQueue, DepthError> {
+    /// [`DepthError`] naming it (a queue of 0 entries used to become one of 1, an absurd
+    /// depth aborted the process on allocation, and a later `new` panicked on both). The
+    /// verbs layer checks its configured `max_cq_depth` first.
+    pub fn new(depth: usize) -> Result<CompletionQueue, DepthError> {
         DepthError::check("completion queue", depth)?;
         Ok(CompletionQueue {
             ring: mpmc::Queue::new(depth),
@@ -525,8 +526,8 @@ impl CompletionQueue {
     }
 
     /// A queue of `depth` entries that signals `channel` (naming itself by [`Self::id`])
-    /// when armed; `depth` is checked as by [`CompletionQueue::try_new`].
-    pub fn try_with_channel(
+    /// when armed; `depth` is checked as by [`CompletionQueue::new`].
+    pub fn with_channel(
         depth: usize,
         channel: Arc<CompletionChannel>,
     ) -> Result<CompletionQueue, DepthError> {
@@ -535,26 +536,8 @@ impl CompletionQueue {
                 channel,
                 armed: AtomicU8::new(UNARMED),
             }),
-            ..CompletionQueue::try_new(depth)?
+            ..CompletionQueue::new(depth)?
         })
-    }
-
-    /// [`CompletionQueue::try_new`] for a depth the caller has already checked (the verbs
-    /// layer refuses 0 and depths above its configured `max_cq_depth`).
-    ///
-    /// # Panics
-    /// If `depth` is 0 or above [`MAX_QUEUE_DEPTH`](crate::MAX_QUEUE_DEPTH), with the
-    /// [`DepthError`]'s message.
-    pub fn new(depth: usize) -> CompletionQueue {
-        CompletionQueue::try_new(depth).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// [`CompletionQueue::try_with_channel`] for a depth the caller has already checked.
-    ///
-    /// # Panics
-    /// As [`CompletionQueue::new`].
-    pub fn with_channel(depth: usize, channel: Arc<CompletionChannel>) -> Self {
-        CompletionQueue::try_with_channel(depth, channel).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// The queue's identifier, unique in the process (what `CmEvent::CqError` and a
@@ -931,7 +914,7 @@ mod tests {
     #[test]
     fn cq_pop_equals_the_queue_pop() {
         let c = |k: u64| write_wc(k, WcStatus::Success);
-        let cq = CompletionQueue::new(3);
+        let cq = CompletionQueue::new(3).unwrap();
         let mut model = std::collections::VecDeque::new();
         let mut k = 0u64;
         for round in 0..40u64 {
@@ -965,7 +948,10 @@ mod tests {
     #[test]
     fn cq_runs_and_batches_equal_single_pushes_and_pops() {
         let c = |k: u64| write_wc(k, WcStatus::Success);
-        let (runs, singles) = (CompletionQueue::new(5), CompletionQueue::new(5));
+        let (runs, singles) = (
+            CompletionQueue::new(5).unwrap(),
+            CompletionQueue::new(5).unwrap(),
+        );
         let mut k = 0u64;
         let mut out = [c(0); 4];
         for round in 0..60u64 {
@@ -999,7 +985,7 @@ mod tests {
     #[test]
     fn cq_run_signals_an_armed_channel_once() {
         let ch = Arc::new(CompletionChannel::new().unwrap());
-        let cq = CompletionQueue::with_channel(64, Arc::clone(&ch));
+        let cq = CompletionQueue::with_channel(64, Arc::clone(&ch)).unwrap();
         let c = write_wc;
         let zero = std::time::Duration::ZERO;
         cq.push_run(8, |j| c(j as u64, WcStatus::Success));
@@ -1039,7 +1025,7 @@ mod tests {
     #[test]
     fn get_event_with_the_longest_timeout_waits_without_a_deadline() {
         let ch = Arc::new(CompletionChannel::new().unwrap());
-        let cq = CompletionQueue::with_channel(4, Arc::clone(&ch));
+        let cq = CompletionQueue::with_channel(4, Arc::clone(&ch)).unwrap();
         assert!(cq.arm(false));
         cq.push(write_wc(1, WcStatus::Success));
         let max = Some(std::time::Duration::MAX);

@@ -198,7 +198,7 @@ fn side_sharing(n: u8, end: link::LinkEnd, cfg: &EngineConfig, mrs: Arc<MrTable>
     Side {
         core,
         mrs,
-        cq: Arc::new(CompletionQueue::new(4096)),
+        cq: Arc::new(CompletionQueue::new(4096).unwrap()),
         events: Vec::new(),
         completions: Vec::new(),
     }

@@ -64,7 +64,7 @@ fn world_with(cfg: EngineConfig) -> World {
         peer,
         engine,
         mrs,
-        cq: Arc::new(CompletionQueue::new(256)),
+        cq: Arc::new(CompletionQueue::new(256).unwrap()),
         stag,
         region,
         now: Instant::ZERO,

@@ -47,7 +47,7 @@ fn world() -> World {
     let mrs = Arc::new(warpcore_engine::mem::MrTable::new(64));
     let mut engine =
         EngineCore::new(1, eb, &sc(2), cfg, mrs, StdInstant::now(), Instant::ZERO).unwrap();
-    let cq = Arc::new(CompletionQueue::new(256));
+    let cq = Arc::new(CompletionQueue::new(256).unwrap());
     let qp = engine.create_qp(common::qp_attr(&cq, 8, 1)).unwrap().0;
     World {
         peer,

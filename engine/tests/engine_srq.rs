@@ -249,8 +249,8 @@ fn qps_of_two_cores_drain_one_queue() {
         core(3, 1, l2a, &mrs_a),
         core(4, 1, l2b, &mrs_b),
     ];
-    let cq_a = Arc::new(CompletionQueue::new(64));
-    let cq_b = Arc::new(CompletionQueue::new(64));
+    let cq_a = Arc::new(CompletionQueue::new(64).unwrap());
+    let cq_b = Arc::new(CompletionQueue::new(64).unwrap());
     let srq = Arc::new(SharedRq::new(PD, 8, 1));
     let attr = |cq: &Arc<CompletionQueue>| qp_attr(cq, 16, 1);
     let mut now = Instant::ZERO;

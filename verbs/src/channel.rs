@@ -36,16 +36,19 @@ impl CompletionChannel {
         })
     }
 
-    pub(crate) fn new_cq(&self, depth: usize) -> Arc<warpcore_engine::CompletionQueue> {
+    pub(crate) fn new_cq(
+        &self,
+        depth: usize,
+    ) -> Result<Arc<warpcore_engine::CompletionQueue>, warpcore_engine::DepthError> {
         let cq = Arc::new(warpcore_engine::CompletionQueue::with_channel(
             depth,
             Arc::clone(&self.inner),
-        ));
+        )?);
         let id = cq.id();
         let mut map = self.cqs.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|_, w| w.strong_count() > 0);
         map.insert(id, Arc::downgrade(&cq));
-        cq
+        Ok(cq)
     }
 
     /// Waits up to `timeout` (`None` or `Some(Duration::MAX)`: until one comes) for an armed

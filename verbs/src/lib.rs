@@ -443,7 +443,10 @@ impl Context {
         if depth == 0 || depth > self.inner.cfg.max_cq_depth {
             return Err(Error::LimitExceeded("cq depth"));
         }
-        let cq = channel.new_cq(depth);
+        // The engine's own bound (MAX_QUEUE_DEPTH) holds the configured one.
+        let cq = channel
+            .new_cq(depth)
+            .map_err(|_| Error::LimitExceeded("cq depth"))?;
         Ok(CompletionQueue {
             cq,
             driver: polled::Driver::of(self),
@@ -456,7 +459,10 @@ impl Context {
             return Err(Error::LimitExceeded("cq depth"));
         }
         Ok(CompletionQueue {
-            cq: Arc::new(warpcore_engine::CompletionQueue::new(depth)),
+            cq: Arc::new(
+                warpcore_engine::CompletionQueue::new(depth)
+                    .map_err(|_| Error::LimitExceeded("cq depth"))?,
+            ),
             driver: polled::Driver::of(self),
         })
     }

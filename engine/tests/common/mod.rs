@@ -88,7 +88,7 @@ impl Side {
         Side {
             core,
             mrs,
-            cq: Arc::new(CompletionQueue::new(4096)),
+            cq: Arc::new(CompletionQueue::new(4096).unwrap()),
             events: Vec::new(),
             completions: Vec::new(),
         }
