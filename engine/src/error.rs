@@ -101,13 +101,14 @@ pub enum EngineError {
 }
 
 /// A queue depth out of range, refused when the queue is created
-/// ([`CompletionQueue::new`](crate::CompletionQueue::new)): the depth asked for and
+/// ([`CompletionQueue::new`](crate::CompletionQueue::new),
+/// [`SharedRq::new`](crate::SharedRq::new)): the depth asked for and
 /// what is wrong with it, in the words [`EngineConfig::validate`](crate::EngineConfig::validate)
 /// uses for the configured limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("{queue} depth {depth} {reason}")]
 pub struct DepthError {
-    /// Which queue (`"completion queue"`).
+    /// Which queue (`"completion queue"`, `"shared receive queue"`).
     pub queue: &'static str,
     /// The depth asked for.
     pub depth: usize,

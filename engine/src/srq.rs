@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crossbeam::queue::ArrayQueue;
 
-use crate::error::EngineError;
+use crate::error::{DepthError, EngineError};
 use crate::mem::{LookupFault, MrTable, PdId, Stag};
 use crate::wr::RecvWr;
 
@@ -53,17 +53,22 @@ pub struct SharedRq {
 
 impl SharedRq {
     /// A queue of `depth` receive buffers of at most `max_sge` SGEs each, in protection
-    /// domain `pd` (the QPs that use it must be of the same one).
-    pub fn new(pd: PdId, depth: u32, max_sge: u32) -> SharedRq {
-        SharedRq {
-            queue: ArrayQueue::new(depth.max(1) as usize),
-            returned: ArrayQueue::new(depth.max(1) as usize),
+    /// domain `pd` (the QPs that use it must be of the same one). `depth` is in
+    /// `1..=`[`MAX_QUEUE_DEPTH`](crate::MAX_QUEUE_DEPTH), else a [`DepthError`] names it
+    /// (as `ibv_create_srq` refuses a depth above the device's limit): a depth of 0 used to
+    /// make a queue of one, and `u32::MAX` to allocate two queues of 2^32 requests. The
+    /// verbs layer checks its configured `max_rq_depth` first.
+    pub fn new(pd: PdId, depth: u32, max_sge: u32) -> Result<SharedRq, DepthError> {
+        DepthError::check("shared receive queue", depth as usize)?;
+        Ok(SharedRq {
+            queue: ArrayQueue::new(depth as usize),
+            returned: ArrayQueue::new(depth as usize),
             id: NEXT_SRQ_ID.fetch_add(1, Ordering::Relaxed),
             pd,
             max_sge,
             limit: AtomicU32::new(0),
             limit_reached: AtomicBool::new(false),
-        }
+        })
     }
 
     /// The queue's identifier, unique in the process: what

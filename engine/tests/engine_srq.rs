@@ -11,12 +11,15 @@ use std::sync::Arc;
 use common::*;
 use engine_mw_common::*;
 use warpcore_engine::mem::{Access, MemError, PdId};
-use warpcore_engine::{CmEvent, EngineError, QpId, QpState, SendOp, SharedRq, WcOpcode, WcStatus};
+use warpcore_engine::{
+    CmEvent, DepthError, EngineError, QpId, QpState, SendOp, SharedRq, WcOpcode, WcStatus,
+    MAX_QUEUE_DEPTH,
+};
 
 /// B's QPs all on one SRQ, each connected to one of A's.
 fn srq_rig(n: usize, depth: u32) -> (Pair, Arc<SharedRq>, Vec<(QpId, QpId)>) {
     let mut p = Pair::default_pair();
-    let srq = Arc::new(SharedRq::new(PD, depth, 2));
+    let srq = Arc::new(SharedRq::new(PD, depth, 2).unwrap());
     let mut out = Vec::new();
     for i in 0..n {
         let qa = p.a.qp(64);
@@ -143,13 +146,38 @@ fn empty_queue_terminates_only_the_receiving_qp() {
     assert_eq!(untouched, [0u8; 64]);
 }
 
+/// A depth of 0 or above `MAX_QUEUE_DEPTH` is refused with a `DepthError` naming it: 0
+/// used to make a queue of one buffer (`depth()` said 1), and `u32::MAX` allocated two
+/// rings of 2^32 receive requests (the process aborted). The largest depth still works.
+#[test]
+fn a_shared_receive_queue_depth_out_of_range_is_refused_naming_it() {
+    for (depth, reason) in [
+        (0, "must be at least 1"),
+        (MAX_QUEUE_DEPTH as u32 + 1, "exceeds MAX_QUEUE_DEPTH (2^22)"),
+        (u32::MAX, "exceeds MAX_QUEUE_DEPTH (2^22)"),
+    ] {
+        let want = DepthError {
+            queue: "shared receive queue",
+            depth: depth as usize,
+            reason,
+        };
+        assert_eq!(SharedRq::new(PD, depth, 1).err(), Some(want));
+        assert_eq!(
+            want.to_string(),
+            format!("shared receive queue depth {depth} {reason}")
+        );
+    }
+    let one = SharedRq::new(PD, 1, 1).unwrap();
+    assert_eq!(one.depth(), 1);
+}
+
 /// Local misuse: typed errors, nothing changes.
 #[test]
 fn srq_limits_and_misuse() {
     let mut p = Pair::default_pair();
     let (_r, s) = p.b.region(4096, Access::LOCAL_WRITE);
     let (_r2, ro) = p.b.region(4096, Access::REMOTE_READ);
-    let srq = Arc::new(SharedRq::new(PD, 2, 1));
+    let srq = Arc::new(SharedRq::new(PD, 2, 1).unwrap());
     assert_eq!(
         srq.post(&p.b.mrs, &recv_wr(1, &[(s, 0, 8), (s, 8, 8)])),
         Err(EngineError::TooManySges)
@@ -174,7 +202,7 @@ fn srq_limits_and_misuse() {
     );
     // Attaching: same PD, idle, no receive posted, once.
     let (qb, shared) = qp_b(&mut p);
-    let other = Arc::new(SharedRq::new(PdId(5), 2, 1));
+    let other = Arc::new(SharedRq::new(PdId(5), 2, 1).unwrap());
     assert_eq!(
         shared.attach_srq(other),
         Err(EngineError::Memory(MemError::WrongPd))
@@ -251,7 +279,7 @@ fn qps_of_two_cores_drain_one_queue() {
     ];
     let cq_a = Arc::new(CompletionQueue::new(64).unwrap());
     let cq_b = Arc::new(CompletionQueue::new(64).unwrap());
-    let srq = Arc::new(SharedRq::new(PD, 8, 1));
+    let srq = Arc::new(SharedRq::new(PD, 8, 1).unwrap());
     let attr = |cq: &Arc<CompletionQueue>| qp_attr(cq, 16, 1);
     let mut now = Instant::ZERO;
     let mut step = |cores: &mut [EngineCore<LinkEnd>; 4]| {

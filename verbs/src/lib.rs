@@ -741,7 +741,11 @@ impl ProtectionDomain {
         }
         Ok(SharedReceiveQueue {
             ctx: self.ctx.clone(),
-            srq: Arc::new(SharedRq::new(self.id, depth, max_sge)),
+            // The engine's own bound (MAX_QUEUE_DEPTH) holds the configured one.
+            srq: Arc::new(
+                SharedRq::new(self.id, depth, max_sge)
+                    .map_err(|_| Error::LimitExceeded("srq depth"))?,
+            ),
         })
     }
 
