@@ -59,8 +59,8 @@ pub struct DpdkPort {
 
 impl DpdkPort {
     /// Configures and starts the port named `name` (e.g. `net_memif0`) with `queues` rx/tx
-    /// queue pairs (one per engine core; more than one enables RSS where the port has it)
-    /// and a pool of `mbufs` mbufs.
+    /// queue pairs (one per engine core, at least one, else [`Error::Config`]; more than
+    /// one enables RSS where the port has it) and a pool of `mbufs` mbufs.
     pub fn open(eal: &Eal, name: &str, queues: u16, mbufs: u32) -> Result<DpdkPort, Error> {
         let port = Port::by_name(eal, name).map_err(dpdk)?;
         let pool = Mempool::new(
@@ -101,6 +101,14 @@ impl DpdkPort {
         options: PortOptions,
     ) -> Result<DpdkPort, Error> {
         let PortOptions { mtu, tso } = options;
+        // No queue, no device, no engine core: a context on it would have none, and
+        // creating a queue pair there divided by zero (round robin over the cores).
+        if queues == 0 {
+            return Err(Error::Config(warpcore_engine::config::ConfigError {
+                field: "queues",
+                reason: "must be at least 1 (one per engine core)",
+            }));
+        }
         if mtu.is_some_and(|m| !(MTU_MIN..=MTU_MAX).contains(&m)) {
             return Err(Error::Config(warpcore_engine::config::ConfigError {
                 field: "mtu",
