@@ -114,6 +114,15 @@ pub use warpcore_engine::{
     ENGINE_ACK_DELAY, MAX_ACK_DELAY, MAX_SGE,
 };
 
+/// The largest inline payload a queue pair may ask for ([`QpInit::max_inline`]; more is
+/// [`Error::LimitExceeded`] at [`ProtectionDomain::create_qp`], as `ibv_create_qp` refuses
+/// a `max_inline_data` above the device's). Inline data is copied on the posting thread
+/// into an arena of `sq_depth` slots: 64 KiB keeps it at 64 MiB for the default deepest
+/// send queue (1,024), and a larger message is better sent from registered memory, without
+/// the copy. Unbounded, a `max_inline` of `u32::MAX` had the first inline post map and
+/// fault in `sq_depth` times 4 GiB.
+pub const MAX_INLINE: u32 = 64 * 1024;
+
 /// The device an engine runs on.
 #[derive(Debug)]
 pub enum Device {
@@ -751,8 +760,13 @@ impl ProtectionDomain {
 
     /// Creates a reliable-connected queue pair in the idle state. A shared receive queue
     /// ([`QpInit::with_srq`]) must be of this domain ([`Error::Stag`] with
-    /// [`MemError::WrongPd`]) and so of this context ([`Error::StaleHandle`]).
+    /// [`MemError::WrongPd`]) and so of this context ([`Error::StaleHandle`]). Depths and
+    /// SGEs above the engine configuration's limits, and a [`QpInit::max_inline`] above
+    /// [`MAX_INLINE`], are [`Error::LimitExceeded`].
     pub fn create_qp(&self, init: &QpInit) -> Result<QueuePair, Error> {
+        if init.max_inline > MAX_INLINE {
+            return Err(Error::LimitExceeded("max_inline"));
+        }
         if let Some(srq) = &init.srq {
             // Protection domain numbers are per context: another context's domain may have
             // the same number, and its SGEs name another region table.
@@ -1115,8 +1129,9 @@ pub struct QpInit {
     /// operation fails with [`Error::NotSupported`] and an inbound RFC 7306 message is
     /// answered with Terminate 0/2/06.
     pub rfc7306: bool,
-    /// Largest inline payload ([`QueuePair::post_send_inline`]); the queue pair registers
-    /// `sq_depth * max_inline` octets for it at its first inline post (0: no inline sends).
+    /// Largest inline payload ([`QueuePair::post_send_inline`]), at most [`MAX_INLINE`]; the
+    /// queue pair registers `sq_depth * max_inline` octets for it at its first inline post
+    /// (0: no inline sends).
     pub max_inline: u32,
     /// The shared receive queue to take receive buffers from (`None`: the QP's own receive
     /// queue of `rq_depth`). Its queue pairs may be on any engine cores.

@@ -228,3 +228,23 @@ fn a_prefix_length_above_32_is_refused_naming_it() {
         Context::open(cfg).unwrap();
     }
 }
+
+/// An inline capacity above `MAX_INLINE` is refused when the queue pair is created, as
+/// `ibv_create_qp` refuses a `max_inline_data` above the device's: unbounded, the first
+/// inline post of a queue pair asking for `u32::MAX` mapped and faulted in `sq_depth` times
+/// 4 GiB for its arena.
+#[test]
+fn an_inline_capacity_above_max_inline_is_refused_at_create_qp() {
+    let (b, _a) = common::link_contexts();
+    let pd = b.alloc_pd();
+    let cq = b.create_cq(8).unwrap();
+    for max_inline in [MAX_INLINE + 1, u32::MAX] {
+        let mut init = QpInit::new(&cq, &cq);
+        init.max_inline = max_inline;
+        let e = pd.create_qp(&init).unwrap_err();
+        assert_eq!(e, Error::LimitExceeded("max_inline"));
+    }
+    let mut init = QpInit::new(&cq, &cq);
+    init.max_inline = MAX_INLINE;
+    pd.create_qp(&init).unwrap();
+}
