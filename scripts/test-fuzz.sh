@@ -20,7 +20,7 @@ if [[ "$secs" == 0 ]]; then
         echo "test-fuzz: FAILED: 0 seconds a target with CI=true: CI must run the fuzz targets" >&2
         exit 1
     fi
-    echo "test-fuzz: SKIPPED (0 seconds a target): the fuzz targets and the planted-defect proof did NOT run"
+    echo "test-fuzz: SKIPPED (FUZZ_SECONDS=0, 0 seconds a target): the fuzz targets and the planted-defect proof did NOT run"
     exit 0
 fi
 if ! command -v cargo-fuzz >/dev/null 2>&1; then

@@ -504,6 +504,78 @@ else
     ok "loss.sh fails verdicts it cannot judge" "5 PASS on real rows; 5 FAIL not measured without 0.1 and 1 %; write_bw FAIL against 0 Gbit/s"
 fi
 
+# ---- scripts/test.sh's last line tallies its steps, skipped ones named, and a skip fails
+# the run unless it is a documented opt-out (FUZZ_SECONDS=0, WARPCORE_SKIP_NET,
+# WARPCORE_SKIP_SIW), and with CI=true any skip fails it (before, the last line was "all tests
+# passed" whatever had been skipped, and CI passed a WARPCORE_SKIP_SIW skip). A copy of
+# test.sh on stand-ins of every script it runs (TS_SKIP names the ones that print a SKIPPED
+# line, with TS_WHY in it; TS_FAIL the one that fails) and of cargo.
+mkdir -p "$work/ts/tree/scripts" "$work/ts/bin"
+cp scripts/test.sh "$work/ts/tree/scripts/"
+printf '#!/bin/sh\nexit 0\n' >"$work/ts/bin/cargo"
+printf '%s\n' '#!/bin/sh' 'n=$(basename "$0")' \
+    'case " $TS_SKIP " in *" $n "*) echo "${n%.sh}: SKIPPED ($TS_WHY): the stand-in did NOT run" ;; esac' \
+    'case " $TS_FAIL " in *" $n "*) echo "stand-in $n fails"; exit 3 ;; esac' >"$work/ts/standin"
+chmod +x "$work/ts/bin/cargo" "$work/ts/standin"
+ts_scripts=$(grep -o 'scripts/[a-z-]*\.sh' scripts/test.sh | sort -u | grep -vx scripts/test.sh)
+for s in $ts_scripts; do cp "$work/ts/standin" "$work/ts/tree/$s"; done
+ts() { # ts ENV...: the copy of test.sh; sets rc and last (its last line)
+    env -u CI -u FUZZ_SECONDS PATH="$work/ts/bin:$PATH" "$@" timeout 60 bash "$work/ts/tree/scripts/test.sh" \
+        >"$work/ts/out.log" 2>&1
+    rc=$?
+    last=$(tail -n 1 "$work/ts/out.log")
+}
+ts_bad=""
+n_ts=$(grep -c '^run ' scripts/test.sh)
+ts
+[[ $rc == 0 && $last == "test.sh: PASSED (all tests passed): $n_ts of $n_ts steps: $n_ts passed, 0 failed, 0 skipped" ]] ||
+    ts_bad+="every step clean: exit $rc: $last; "
+ts TS_SKIP=test-interop-short.sh TS_WHY=WARPCORE_SKIP_SIW=1
+[[ $rc == 0 && $last == *"$((n_ts - 1)) passed, 0 failed, 1 skipped  <-- NOT everything ran: interop"*"(WARPCORE_SKIP_SIW=1)"* ]] ||
+    ts_bad+="WARPCORE_SKIP_SIW=1: exit $rc: $last; "
+ts_skip=$last
+ts TS_SKIP="test-net.sh test-fuzz.sh" TS_WHY=WARPCORE_SKIP_NET=1 CI=true
+[[ $rc != 0 && $last == "test.sh: FAILED at step 'fuzz smoke runs'"* ]] ||
+    ts_bad+="CI=true, a WARPCORE_SKIP_NET skip: exit $rc: $last; "
+ts TS_SKIP=test-interop-short.sh TS_WHY=WARPCORE_SKIP_SIW=1 CI=true
+[[ $rc != 0 && $last == "test.sh: FAILED at step 'interop"*"$((n_ts - 1)) passed, 1 failed"* ]] ||
+    ts_bad+="CI=true, a WARPCORE_SKIP_SIW skip: exit $rc: $last; "
+ts TS_SKIP=test-engine.sh TS_WHY="no memif here"
+{ [[ $rc != 0 && $last == "test.sh: FAILED at step 'engine"* ]] && grep -q "no documented opt-out" "$work/ts/out.log"; } ||
+    ts_bad+="a skip that is no opt-out: exit $rc: $last; "
+ts TS_FAIL=test-net.sh
+[[ $rc == 3 && $last == "test.sh: FAILED at step 'packet path"*": 8 of $n_ts steps ran: 7 passed, 1 failed, 0 skipped" ]] ||
+    ts_bad+="a failing step: exit $rc: $last; "
+if [[ -n $ts_bad ]]; then
+    bad "test.sh tallies its steps and fails skips" "${ts_bad%; }"
+else
+    ok "test.sh tallies its steps and fails skips" "$(wc -w <<<"$ts_scripts") stand-ins; ${ts_skip#test.sh: }; fails an undocumented skip, any skip with CI=true, a failed step"
+fi
+
+# ---- test-interop-short.sh on a machine that cannot run the siw check (not root): fails;
+# WARPCORE_SKIP_SIW=1 makes it a SKIPPED line and exit 0, but not with CI=true (before, CI
+# passed with the opt-out). Run as nobody, from a copy nobody can read, on the stand-in rig.
+mkdir -p "$work/is/scripts" && cp scripts/test-interop-short.sh "$work/is/scripts/" && chmod -R a+rX "$work"
+issh() { # issh ENV...: test-interop-short.sh as nobody; sets is_out and rc
+    is_out=$(cd / && setpriv --reuid=65534 --regid=65534 --clear-groups env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+        SIWVM="$work/rig" "$@" bash "$work/is/scripts/test-interop-short.sh" 2>&1)
+    rc=$?
+}
+issh
+is_none=$rc
+issh WARPCORE_SKIP_SIW=1
+is_skip=$rc is_skip_out=$is_out
+issh WARPCORE_SKIP_SIW=1 CI=true
+if ((is_none == 0)); then
+    bad "test-interop-short.sh fails when it cannot run" "exit 0 without root and without an opt-out"
+elif ((is_skip != 0)) || ! grep -q "^interop-short: SKIPPED (WARPCORE_SKIP_SIW=1): .*not root" <<<"$is_skip_out"; then
+    bad "test-interop-short.sh fails when it cannot run" "WARPCORE_SKIP_SIW=1: exit $is_skip: $(tail -n 2 <<<"$is_skip_out" | tr '\n' ' ')"
+elif ((rc == 0)); then
+    bad "test-interop-short.sh fails when it cannot run" "CI=true with WARPCORE_SKIP_SIW=1 passed: $(tail -n 1 <<<"$is_out")"
+else
+    ok "test-interop-short.sh fails when it cannot run" "exit $is_none without root; SKIPPED with WARPCORE_SKIP_SIW=1; exit $rc with CI=true as well"
+fi
+
 if ((failed)); then
     echo "test-harness: $failed case(s) failed" >&2
     exit 1

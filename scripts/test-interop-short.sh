@@ -9,8 +9,10 @@
 #   checkout is incomplete;
 # - the machine cannot run it (not root, no /dev/net/tun, no qemu-system-x86_64, tshark or
 #   ethtool): fails, unless the caller opts out with WARPCORE_SKIP_SIW=1 (or a reason
-#   instead of 1), which prints what is missing and exits 0. On a machine that can run the
-#   check WARPCORE_SKIP_SIW is ignored: the check runs.
+#   instead of 1), which prints a SKIPPED line saying what is missing and exits 0 (and
+#   scripts/test.sh names the skip in its last line). With CI=true the opt-out fails too:
+#   CI must run the check (as test-net.sh's WARPCORE_SKIP_NET). On a machine that can run
+#   the check WARPCORE_SKIP_SIW is ignored: the check runs.
 #
 #   scripts/test-interop-short.sh
 #   WARPCORE_SKIP_SIW="laptop without qemu" scripts/test-interop-short.sh
@@ -34,8 +36,11 @@ for t in qemu-system-x86_64 tshark ethtool; do
 done
 if [ ${#cannot[@]} -gt 0 ]; then
     reasons=$(IFS=';'; echo "${cannot[*]}" | sed 's/;/; /g')
+    if [ "${CI:-}" = true ]; then
+        fail "this machine cannot run the siw check: $reasons (required with CI=true; WARPCORE_SKIP_SIW does not apply)"
+    fi
     if [ -n "${WARPCORE_SKIP_SIW:-}" ]; then
-        echo "interop-short: NOT RUN, opted out with WARPCORE_SKIP_SIW=$WARPCORE_SKIP_SIW: this machine cannot run the siw check: $reasons"
+        echo "interop-short: SKIPPED (WARPCORE_SKIP_SIW=$WARPCORE_SKIP_SIW): this machine cannot run the siw check: $reasons  <-- the siw check did NOT run"
         exit 0
     fi
     fail "this machine cannot run the siw check: $reasons (set WARPCORE_SKIP_SIW=1 to opt out explicitly)"

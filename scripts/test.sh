@@ -8,10 +8,22 @@
 #   scripts/test.sh            # everything
 #   FUZZ_SECONDS=0 scripts/test.sh   # skip the fuzz smoke runs (e.g. while iterating; fails with CI=true)
 #
-# Exits non-zero on the first failure. CI (.ci/run) runs exactly this.
+# Exits non-zero on the first failure. CI (.ci/run) runs exactly this. The last line tallies
+# the steps, the skipped ones named:
+#
+#   test.sh: PASSED (all tests passed): 17 of 17 steps: 17 passed, 0 failed, 0 skipped
+#   test.sh: PASSED, NOT everything ran: 17 of 17 steps: 16 passed, 0 failed, 1 skipped  <-- NOT everything ran: ...
+#   test.sh: FAILED: ...
+#
+# A step that does not run its check, in whole or in part, says so on its standard output
+# (which this script reads) with a line "[NAME: ]SKIPPED (VAR=VALUE...): what did not run".
+# Only the documented opt-outs may skip: FUZZ_SECONDS=0 (scripts/test-fuzz.sh),
+# WARPCORE_SKIP_NET (scripts/test-net.sh) and WARPCORE_SKIP_SIW (scripts/test-interop-short.sh);
+# such a step counts as skipped and the last line names it. A SKIPPED or NOT RUN line that
+# names none of them fails the run, and with CI=true every skip fails it: CI must run
+# everything (each of the three scripts refuses its opt-out under CI=true too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$(pwd)
 
 step() { printf '\n==> %s\n' "$*"; }
 
@@ -43,63 +55,99 @@ if [ "$(uname -m)" = x86_64 ] && [ -r /proc/cpuinfo ]; then
     fi
 fi
 
-step "system packages"
-scripts/install-deps.sh
+# The tally. Each step's standard output is kept in $logs too; a step fails on a non-zero
+# exit or on a skip it may not make (see the top).
+optouts="FUZZ_SECONDS WARPCORE_SKIP_NET WARPCORE_SKIP_SIW"
+logs=$(mktemp -d /tmp/wctest.XXXXXX)
+total=$(grep -c '^run ' scripts/test.sh)
+steps=0 passed=0 failed=0 skipped=0 skips=() current=""
+summary() {
+    local rc=$? s=""
+    rm -rf "$logs"
+    local verdict="PASSED (all tests passed)"
+    if ((${#skips[@]})); then
+        s=$(printf '; %s' "${skips[@]}")
+        s="  <-- NOT everything ran: ${s#; }" verdict="PASSED, NOT everything ran"
+    fi
+    if ((failed == 0 && rc == 0 && steps == total)); then
+        echo "test.sh: $verdict: $steps of $total steps: $passed passed, $failed failed, $skipped skipped$s"
+    else
+        ((failed)) || failed=1 current="${current:-set-up} (exit $rc)"
+        echo "test.sh: FAILED at step '$current': $steps of $total steps ran: $passed passed," \
+            "$failed failed, $skipped skipped$s"
+        ((rc)) || exit 1
+    fi
+}
+trap summary EXIT
+# run TITLE COMMAND...: one step.
+run() {
+    local title=$1 log rc line why bad=""
+    shift
+    current=$title
+    step "$title"
+    log=$logs/$steps.log
+    set +e
+    "$@" | tee "$log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    steps=$((steps + 1))
+    local mine=()
+    while IFS= read -r line; do
+        why=${line#*SKIPPED }
+        [[ $line == *SKIPPED* ]] || why=$line
+        mine+=("${why:0:160}")
+        local documented=0 o
+        for o in $optouts; do [[ $line == *"($o="* ]] && documented=1; done
+        if ((!documented)); then
+            bad="a skip that is no documented opt-out ($optouts): $line"
+        elif [[ ${CI:-} == true ]]; then
+            bad="a skip under CI=true (CI must run everything): $line"
+        fi
+    done < <(grep -E '(^|: )(SKIPPED|NOT RUN)\b' "$log" || true)
+    if ((rc != 0)); then
+        failed=$((failed + 1))
+        echo "test.sh: step '$title' FAILED (exit $rc)"
+        exit "$rc"
+    elif [[ -n $bad ]]; then
+        failed=$((failed + 1))
+        echo "test.sh: step '$title' FAILED: $bad"
+        exit 1
+    elif ((${#mine[@]})); then
+        skipped=$((skipped + 1))
+        skips+=("$title: $(IFS='|'; echo "${mine[*]}")")
+    else
+        passed=$((passed + 1))
+    fi
+}
 
-step "cargo fmt --check"
-cargo fmt --all -- --check
-
-step "cargo clippy -D warnings"
-cargo clippy --workspace --all-targets -- -D warnings
-
-step "cargo doc, warnings as errors (broken or private intra-doc links)"
-RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
-
-step "cargo build --no-default-features (the engine without DPDK)"
+run "system packages" scripts/install-deps.sh
+run "cargo fmt --check" cargo fmt --all -- --check
+run "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
+run "cargo doc, warnings as errors (broken or private intra-doc links)" \
+    env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 # Protocol, TCP, engine, verbs and the tools must build and run over the in-memory link alone.
-cargo build -p warpcore-proto -p warpcore-tcp -p warpcore-engine -p warpcore-verbs \
+run "cargo build --no-default-features (the engine without DPDK)" \
+    cargo build -p warpcore-proto -p warpcore-tcp -p warpcore-engine -p warpcore-verbs \
     -p warpcore-analysis -p warpcore-test-support -p warpcore-apps -p warpcore-bench \
     --no-default-features
-
-step "cargo test (workspace)"
 # The tshark judge must run, never be skipped: tell the tests it is required.
 export WARPCORE_REQUIRE_TSHARK=1
-cargo test --workspace
-
-step "fuzz smoke runs"
-scripts/test-fuzz.sh "${FUZZ_SECONDS:-5}"
-
-step "packet path: DPDK vdevs, kernel interop, tcpperf"
-scripts/test-net.sh
-
-step "our TCP against the kernel's over a lossy bridged path (net_af_packet, and net_tap with TSO; both roles, 0 and 1 % loss)"
-scripts/test-tcp-kernel.sh
-
-step "engine: the memif example between two processes"
-scripts/test-engine.sh
-
-step "iwperf: every test over net_memif between two processes, both directions, verified"
-scripts/test-iwperf.sh
-
-step "rdma-core programs unmodified on Warpcore: perftest, rping, ucmatose, rdma_server (with-warpcore)"
-scripts/test-rdma-compat.sh
-
-step "libfabric and Open MPI unmodified on Warpcore: fi_pingpong (verbs, verbs;ofi_rxm) and an MPI job, checked"
-scripts/test-libfabric.sh
-
-step "floods: 2,000 silent connections must not lock a listener (iwping over net_af_packet)"
-scripts/test-flood.sh
-
-step "soak: 2 minutes of connection churn and a verified workload under 1 % loss"
-scripts/soak.sh 2
-
-step "harness: the test scripts' own failure paths (a few seconds)"
-scripts/test-harness.sh
-
-step "judges: every judge catches a planted defect and passes a clean input"
-scripts/test-judges.sh
-
-step "interop: rping both ways and ib_write_bw against Linux siw in a QEMU VM (short subset)"
-scripts/test-interop-short.sh
-
-step "all tests passed"
+run "cargo test (workspace)" cargo test --workspace
+run "fuzz smoke runs" scripts/test-fuzz.sh "${FUZZ_SECONDS:-5}"
+run "packet path: DPDK vdevs, kernel interop, tcpperf" scripts/test-net.sh
+run "our TCP against the kernel's over a lossy bridged path (net_af_packet, and net_tap with TSO; both roles, 0 and 1 % loss)" \
+    scripts/test-tcp-kernel.sh
+run "engine: the memif example between two processes" scripts/test-engine.sh
+run "iwperf: every test over net_memif between two processes, both directions, verified" \
+    scripts/test-iwperf.sh
+run "rdma-core programs unmodified on Warpcore: perftest, rping, ucmatose, rdma_server (with-warpcore)" \
+    scripts/test-rdma-compat.sh
+run "libfabric and Open MPI unmodified on Warpcore: fi_pingpong (verbs, verbs;ofi_rxm) and an MPI job, checked" \
+    scripts/test-libfabric.sh
+run "floods: 2,000 silent connections must not lock a listener (iwping over net_af_packet)" \
+    scripts/test-flood.sh
+run "soak: 2 minutes of connection churn and a verified workload under 1 % loss" scripts/soak.sh 2
+run "harness: the test scripts' own failure paths (a few seconds)" scripts/test-harness.sh
+run "judges: every judge catches a planted defect and passes a clean input" scripts/test-judges.sh
+run "interop: rping both ways and ib_write_bw against Linux siw in a QEMU VM (short subset)" \
+    scripts/test-interop-short.sh
