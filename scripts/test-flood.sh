@@ -5,7 +5,8 @@
 # that must complete its pings; then, after the MPA startup timeout (10 s), every flood
 # connection must have been reset by the server. All inside one private network namespace:
 # a bridge joins the kernel (198.18.0.1), the server's veth (198.18.0.2) and the client's
-# veth (198.18.0.3). Needs root; prints one PASS/FAIL line and exits non-zero on failure.
+# veth (198.18.0.3); the server must then exit 0 (it serves one client) within 20 s,
+# reporting the pings. Needs root; prints one PASS/FAIL line and exits non-zero on failure.
 #
 #   scripts/test-flood.sh
 set -euo pipefail
@@ -30,6 +31,24 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "test-flood: FAIL: $*"; for f in "$work"/*.log; do echo "--- $f"; grep -v '^EAL' "$f" | tail -n 15; done; exit 1; }
+# server_end PID LOG SECONDS: the server serves one client and exits; it must exit 0 within
+# SECONDS of its client's end, having reported the client's pings. A server that crashed,
+# failed or hung once its client was done would otherwise go unnoticed (cleanup kills it).
+server_end() {
+    local pid=$1 log=$2 secs=$3 rc=0 i
+    for ((i = 0; i < secs * 10; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+        fail "the iwping -s server still ran $secs s after its client finished"
+    fi
+    wait "$pid" || rc=$?
+    ((rc == 0)) || fail "the iwping -s server exited $rc after its client finished"
+    grep -q "^iwping: server: 3 pings done" "$log" || fail "the iwping -s server did not report its 3 pings"
+}
 
 scripts/netns.sh create "$ns"
 vdev=$(scripts/netns.sh veth "$ns" 198.18.0.1/24)
@@ -49,7 +68,8 @@ cpus_pick
 ip netns exec "$ns" timeout 120 "$iwping" -s -a 198.18.0.2 -p 7471 --ip 198.18.0.2/24 \
     --vdev "net_af_packet0,iface=$vdev" --eal="-l $CPU_A $eal --file-prefix=wcfl-s$id" \
     --timeout 60 >"$work/server.log" 2>&1 &
-pids+=($!)
+server=$!
+pids+=("$server")
 
 # The flood: 2,000 connections from the kernel, held open, then checked after the timeout.
 cat >"$work/flood.py" <<'PY'
@@ -153,4 +173,5 @@ ip netns exec "$ns" timeout 60 "$iwping" -c -a 198.18.0.2 -p 7471 -C 3 --ip 198.
 t1=$(date +%s.%N)
 took=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
 grep -q "pings done" "$work/client.log" || fail "iwping -c did not report its pings"
-echo "test-flood: PASS: wave 1 ($reset_line); wave 2: iwping -c completed 3 pings in $took s (EAL start included) while ${FLOOD_N:-2000} more connections flooded the listener"
+server_end "$server" "$work/server.log" 20
+echo "test-flood: PASS: wave 1 ($reset_line); wave 2: iwping -c completed 3 pings in $took s (EAL start included) while ${FLOOD_N:-2000} more connections flooded the listener; the server exited 0"

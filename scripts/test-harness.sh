@@ -576,6 +576,44 @@ else
     ok "test-interop-short.sh fails when it cannot run" "exit $is_none without root; SKIPPED with WARPCORE_SKIP_SIW=1; exit $rc with CI=true as well"
 fi
 
+# ---- test-flood.sh's end of the iwping -s server (it serves the one legitimate client and
+# exits): before, the server ran in the background and was never waited for, so one that
+# crashed, failed or hung after its client finished passed (cleanup killed it). Its
+# server_end, taken from the script, on stand-in servers: one that exits 0 having reported
+# the pings, one that dies of a SIGSEGV, one that exits 1, one that never exits, one that
+# exits 0 without its pings line.
+sed -n '/^server_end() {$/,/^}$/p' scripts/test-flood.sh >"$work/server-end.sh"
+se_case() { # se_case NAME COMMAND: server_end on COMMAND as the server: "NAME passed" or "NAME fail: ..."
+    (
+        set -euo pipefail # as test-flood.sh runs
+        ulimit -c 0
+        name=$1
+        # shellcheck disable=SC2317 # called by server_end
+        fail() { echo "$name fail: $*"; exit 1; }
+        # shellcheck source=/dev/null
+        source "$work/server-end.sh"
+        sh -c "$2" >"$work/se-$name.log" 2>&1 &
+        server_end $! "$work/se-$name.log" 1
+        echo "$name passed"
+    ) 2>/dev/null
+}
+se_out=$(
+    se_case good 'echo "iwping: server: 3 pings done"'
+    se_case crash 'echo "iwping: server: 3 pings done"; kill -SEGV $$'
+    se_case exit1 'echo "iwping: server: no connection request"; exit 1'
+    se_case hangs 'exec sleep 30'
+    se_case nopings 'echo "iwping: listening on port 7471"'
+)
+if [[ ! -s "$work/server-end.sh" ]] || ! grep -q '^server_end "\$server" ' scripts/test-flood.sh; then
+    bad "test-flood.sh waits for its server" "no server_end in scripts/test-flood.sh, or it is not run on the server"
+elif [[ $(grep -c . <<<"$se_out") != 5 ]] || ! grep -q '^good passed$' <<<"$se_out"; then
+    bad "test-flood.sh waits for its server" "a clean server: $(tr '\n' ';' <<<"$se_out")"
+elif grep -q '^\(crash\|exit1\|hangs\|nopings\) passed$' <<<"$se_out"; then
+    bad "test-flood.sh waits for its server" "passed: $(grep ' passed$' <<<"$se_out" | grep -v '^good' | tr '\n' ' ')"
+else
+    ok "test-flood.sh waits for its server" "$(grep -v '^good' <<<"$se_out" | sed 's/ fail: the iwping -s server/:/' | tr '\n' ';' | sed 's/;$//; s/;/; /g')"
+fi
+
 if ((failed)); then
     echo "test-harness: $failed case(s) failed" >&2
     exit 1
