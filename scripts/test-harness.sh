@@ -614,6 +614,79 @@ else
     ok "test-flood.sh waits for its server" "$(grep -v '^good' <<<"$se_out" | sed 's/ fail: the iwping -s server/:/' | tr '\n' ';' | sed 's/;$//; s/;/; /g')"
 fi
 
+# ---- test-rdma-compat.sh's perftest verdicts (scripts/lib/perftest-row.sh): each perftest
+# client's result row is judged by its figures. Before, a run against iwperf --perftest
+# passed on the "#bytes" header alone, the iwperf client's output was not read at all, and
+# the perftest pairs passed on any line after the header. Real outputs (perftest 4.5 and
+# iwperf --perftest over with-warpcore, banners cut), then planted bad ones.
+# shellcheck source=scripts/lib/perftest-row.sh
+source scripts/lib/perftest-row.sh
+mkdir -p "$work/pt"
+pt_rule=---------------------------------------------------------------------------------------
+pt_bwh=" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
+pt_lath=" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
+pt_bwrow=$' 65536      1000             393.67             227.29 \t\t   0.003637'
+pt_latrow=$' 2       1000          22.25          23986.28      43.89    \t       671.77      \t2271.01\t\t11998.23 \t\t23986.28'
+pt_log() { # pt_log NAME LINE...: a perftest client's output, banner cut
+    printf '%s\n' "                    RDMA_Write BW Test" " Data ex. method : rdma_cm" "$pt_rule" "${@:2}" >"$work/pt/$1.log"
+}
+pt_log bw "$pt_bwh" "$pt_bwrow" "$pt_rule"
+pt_log lat "$pt_lath" "$pt_latrow" "$pt_rule"
+pt_log atomic "$pt_bwh" $' 8          1000             11.95              10.89  \t\t   1.426839' "$pt_rule"
+pt_log sendsrv "$pt_bwh" $' 65536      1000             0.00               272.64 \t\t   0.004362' "$pt_rule"
+pt_log cpufreq "$pt_bwh" "Conflicting CPU frequency values detected: 800.000000 != 3400.000000. CPU Frequency is not max." \
+    "$pt_bwrow" "$pt_rule"
+printf '%s\n' "iwperf: perftest: connected to 10.77.0.1:18515 (IRD 8 ORD 8)" "$pt_bwh" \
+    $' 65536      1000             n/a                324.04 \t\t   0.005185' \
+    "iwperf: perftest: client done (1000 iterations of 1 size(s), 65536 to 65536 octets)" >"$work/pt/iwbw.log"
+printf '%s\n' "iwperf: perftest: server version 6.06" "$pt_lath" \
+    " 2       1000             14.91          17244.31      33.91            300.04         1524.79        11231.91                17244.31" \
+    "iwperf: perftest: client done (1000 iterations of 1 size(s), 2 to 2 octets)" >"$work/pt/iwlat.log"
+pt_log nohdr "$pt_bwrow" "$pt_rule"
+pt_log norow "$pt_bwh" "$pt_rule"
+pt_log aborted "$pt_bwh" " Completion with error at client" " Failed status 5: wr_id 0 syndrom 0x0" "$pt_rule"
+pt_log short "$pt_bwh" " 65536      1000             393.67             227.29" "$pt_rule"
+pt_log tworows "$pt_bwh" "$pt_bwrow" "$pt_bwrow" "$pt_rule"
+pt_log avgzero "$pt_bwh" $' 65536      1000             393.67             0.00 \t\t   0.003637' "$pt_rule"
+pt_log avgnan "$pt_bwh" $' 65536      1000             393.67             -nan \t\t   0.003637' "$pt_rule"
+pt_log rateinf "$pt_bwh" $' 65536      1000             393.67             227.29 \t\t   inf' "$pt_rule"
+pt_log ratezero "$pt_bwh" $' 65536      1000             393.67             227.29 \t\t   0.000000' "$pt_rule"
+pt_log avgwrong "$pt_bwh" $' 65536      1000             393.67             22729.00 \t\t   0.003637' "$pt_rule"
+pt_log peakneg "$pt_bwh" $' 65536      1000             -1.00              227.29 \t\t   0.003637' "$pt_rule"
+pt_log latnan "$pt_lath" "${pt_latrow/671.77/-nan}" "$pt_rule"
+pt_log latzero "$pt_lath" "${pt_latrow/22.25/0.00}" "$pt_rule"
+pt_log latorder "$pt_lath" "${pt_latrow/43.89/99999.00}" "$pt_rule"
+pt_log latshort "$pt_lath" $' 2       1000          22.25          23986.28      43.89    \t       671.77' "$pt_rule"
+: >"$work/pt/empty.log"
+# NAME:TEST:BYTES:ITERS:WANT (0 passes, 1 fails)
+pt_good=() pt_caught=() pt_bad="" PERFTEST_NOTE="(no perftest_row)"
+for c in bw:ib_write_bw:65536:1000:0 lat:ib_write_lat:2:1000:0 atomic:ib_atomic_bw:8:1000:0 \
+    sendsrv:ib_send_bw:65536:1000:0 cpufreq:ib_write_bw:65536:1000:0 iwbw:write_bw:65536:1000:0 \
+    iwlat:write_lat:2:1000:0 \
+    bw:ib_write_bw:65536:2000:1 bw:ib_write_bw:4096:1000:1 lat:ib_read_lat:64:1000:1 bw:ib_write_lat:2:1000:1 \
+    lat:ib_write_bw:65536:1000:1 nohdr:ib_write_bw:65536:1000:1 norow:ib_write_bw:65536:1000:1 \
+    aborted:ib_write_bw:65536:1000:1 short:ib_write_bw:65536:1000:1 tworows:ib_write_bw:65536:1000:1 \
+    avgzero:ib_write_bw:65536:1000:1 avgnan:ib_write_bw:65536:1000:1 rateinf:ib_write_bw:65536:1000:1 \
+    ratezero:ib_write_bw:65536:1000:1 avgwrong:ib_write_bw:65536:1000:1 peakneg:ib_write_bw:65536:1000:1 \
+    latnan:ib_write_lat:2:1000:1 latzero:ib_write_lat:2:1000:1 latorder:ib_write_lat:2:1000:1 \
+    latshort:ib_write_lat:2:1000:1 empty:ib_write_bw:65536:1000:1 missing:ib_write_bw:65536:1000:1; do
+    IFS=: read -r name test bytes iters want <<<"$c"
+    perftest_row "$work/pt/$name.log" "$test" "$bytes" "$iters"
+    rc=$?
+    if ((want == 0)); then pt_good+=("$name"); else pt_caught+=("$name ($test $bytes x $iters)"); fi
+    if ((rc == 0 && want != 0)) || ((rc != 0 && want == 0)); then
+        pt_bad+="${pt_bad:+; }$name as $test, $bytes x $iters: exit $rc: $PERFTEST_NOTE"
+    fi
+done
+pt_uses=$(grep -c 'perftest_row "$work/client.log"' scripts/test-rdma-compat.sh)
+if [[ -n $pt_bad ]]; then
+    bad "perftest_row judges the figures" "$pt_bad"
+elif ((pt_uses != 4)) || grep -q '#bytes' scripts/test-rdma-compat.sh; then
+    bad "perftest_row judges the figures" "test-rdma-compat.sh runs perftest_row $pt_uses times (want 4: the pairs, --use-srq, both roles against iwperf) or still reads a header alone"
+else
+    ok "perftest_row judges the figures" "real outputs pass: ${pt_good[*]}; fail: $(IFS=,; echo "${pt_caught[*]}" | sed 's/,/, /g')"
+fi
+
 if ((failed)); then
     echo "test-harness: $failed case(s) failed" >&2
     exit 1

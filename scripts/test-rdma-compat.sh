@@ -9,7 +9,9 @@
 #      and rdma-compat/tests/c/verbs_check.c (windows, atomics, immediate data, Terminate);
 #   3. perftest -R: ib_write_bw, ib_read_bw, ib_send_bw, ib_write_lat, ib_read_lat,
 #      ib_send_lat, ib_atomic_bw between two with-warpcore processes, and each of the seven
-#      against iwperf --perftest in both roles;
+#      against iwperf --perftest in both roles; each client's result row judged by its
+#      figures (scripts/lib/perftest-row.sh: the size and -n asked for, positive finite
+#      bandwidth or latencies), not by its header alone;
 #   4. the errors a user hits: no WARPCORE_IP, a bad variable, UD (udaddy);
 #   5. the C contract checks, rdma-compat/tests/c/<contract>.c: clauses of the rdma-core man
 #      pages (object lifetimes, flushes, events), each program printing "ok: <clause>" per
@@ -69,6 +71,8 @@ trap cleanup EXIT
 
 # shellcheck source=lib/tally.sh
 . scripts/lib/tally.sh
+# shellcheck source=lib/perftest-row.sh
+. scripts/lib/perftest-row.sh
 
 # --- 5. the C contract checks ---------------------------------------------------------------
 # Built against the system's headers and libraries as Debian's gcc builds a program
@@ -259,15 +263,15 @@ for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat
     n=2000
     [[ $t == *_lat ]] && n=1000
     pair "$t -R" SRV "$t" -R -n "$n" :: CLI "$t" -R -n "$n" 10.77.0.1
-    line=$(grep -A1 "#bytes" "$work/client.log" | tail -1)
-    [[ -n "$line" ]] || bad "$t: no result line"
-    ok "$t -R -n $n: $(echo $line)"
+    # The client's result row, by its figures (scripts/lib/perftest-row.sh): the size and
+    # -n asked for, positive finite bandwidth or latencies.
+    perftest_row "$work/client.log" "$t" "$(perftest_default_size "$t")" "$n" || bad "$PERFTEST_NOTE"
+    ok "$t -R -n $n: $PERFTEST_NOTE"
 done
 # A shared receive queue (ibv_create_srq, ibv_post_srq_recv) on both sides.
 pair "ib_send_bw -R --use-srq" SRV ib_send_bw -R --use-srq -n 1000 :: CLI ib_send_bw -R --use-srq -n 1000 10.77.0.1
-line=$(grep -A1 "#bytes" "$work/client.log" | tail -1)
-[[ -n "$line" ]] || bad "ib_send_bw --use-srq: no result line"
-ok "ib_send_bw -R --use-srq -n 1000 (SRQs): $(echo $line)"
+perftest_row "$work/client.log" ib_send_bw 65536 1000 || bad "--use-srq: $PERFTEST_NOTE"
+ok "ib_send_bw -R --use-srq -n 1000 (SRQs): $PERFTEST_NOTE"
 
 # Against iwperf --perftest, both roles, every test iwperf's perftest mode speaks.
 for t in write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat; do
@@ -275,10 +279,14 @@ for t in write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat; do
     pair "ib_$t -R against iwperf $t --perftest (server)" \
         "$IWPERF" "$t" --perftest --memif "$sock" --ip 10.77.0.1 --poll-mode caller \
         :: CLI "ib_$t" -R -n $n 10.77.0.1
-    grep -q -A1 "#bytes" "$work/client.log" || bad "ib_$t printed no result against iwperf"
+    perftest_row "$work/client.log" "ib_$t" "$(perftest_default_size "$t")" "$n" ||
+        bad "against iwperf $t --perftest: $PERFTEST_NOTE"
+    row=$PERFTEST_NOTE
     pair "iwperf $t --perftest (client) against ib_$t -R" SRV "ib_$t" -R -n $n \
         :: "$IWPERF" "$t" --perftest -n $n --memif "$sock" --ip 10.77.0.2 --poll-mode caller 10.77.0.1
-    ok "ib_$t -R (with-warpcore) against iwperf $t --perftest, both roles"
+    perftest_row "$work/client.log" "$t" "$(perftest_default_size "$t")" "$n" ||
+        bad "iwperf --perftest (client) against ib_$t: $PERFTEST_NOTE"
+    ok "ib_$t -R (with-warpcore) against iwperf $t --perftest, both roles: ib_$t $row; iwperf $PERFTEST_NOTE"
 done
 
 # --- 4. errors users hit -------------------------------------------------------------------
