@@ -136,6 +136,17 @@ for s in live:
 print(f"flood: {still} of {established} established connections still open after the timeout", flush=True)
 sys.exit(1 if still else 0)
 PY
+# flood_held NAME: the wave flood_wave NAME started still runs, i.e. still holds its
+# connections (it holds them until told to check). A wave that ended early (flood.py failed,
+# or the server reset its connections at once) would leave the legitimate client an idle
+# listener, and the test would pass without a flood.
+flood_held() {
+    local pid=${!1} rc=0
+    if ! kill -0 "$pid" 2>/dev/null; then
+        wait "$pid" || rc=$?
+        fail "flood $1 had ended (exit $rc) before the legitimate client was done: the client ran without a flood"
+    fi
+}
 flood_wave() { # flood_wave NAME: starts a wave of FLOOD_N connections, waits until held
     echo start >"$work/$1.state"
     ip netns exec "$ns" python3 "$work/flood.py" 198.18.0.2 7471 "${FLOOD_N:-2000}" \
@@ -173,5 +184,6 @@ ip netns exec "$ns" timeout 60 "$iwping" -c -a 198.18.0.2 -p 7471 -C 3 --ip 198.
 t1=$(date +%s.%N)
 took=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
 grep -q "pings done" "$work/client.log" || fail "iwping -c did not report its pings"
+flood_held wave2
 server_end "$server" "$work/server.log" 20
 echo "test-flood: PASS: wave 1 ($reset_line); wave 2: iwping -c completed 3 pings in $took s (EAL start included) while ${FLOOD_N:-2000} more connections flooded the listener; the server exited 0"

@@ -687,6 +687,37 @@ else
     ok "perftest_row judges the figures" "real outputs pass: ${pt_good[*]}; fail: $(IFS=,; echo "${pt_caught[*]}" | sed 's/,/, /g')"
 fi
 
+# ---- test-flood.sh's second wave must still hold its connections when the legitimate
+# client is done: before, a wave that ended early (flood.py failing after "ready", every
+# connection reset at once) went unnoticed and the client's pings passed as "under a flood".
+# Its flood_held, taken from the script, on a stand-in wave that still runs and on one that
+# ended.
+sed -n '/^flood_held() {$/,/^}$/p' scripts/test-flood.sh >"$work/flood-held.sh"
+fh_case() { # fh_case NAME COMMAND: flood_held on COMMAND as the wave: "NAME held" or "NAME fail: ..."
+    (
+        set -euo pipefail # as test-flood.sh runs
+        name=$1
+        # shellcheck disable=SC2317 # called by flood_held
+        fail() { echo "$name fail: $*"; exit 1; }
+        # shellcheck source=/dev/null
+        source "$work/flood-held.sh"
+        sh -c "$2" >/dev/null &
+        wave2=$!
+        sleep 0.3
+        flood_held wave2
+        echo "$name held"
+        kill "$wave2"
+    ) 2>/dev/null
+}
+fh_out=$(fh_case running 'exec sleep 30'; fh_case ended 'echo "flood: no connection was established"; exit 2')
+if [[ ! -s "$work/flood-held.sh" ]] || ! grep -q '^flood_held wave2$' scripts/test-flood.sh; then
+    bad "test-flood.sh's second wave lasts the client" "no flood_held in scripts/test-flood.sh, or it is not run on wave2"
+elif [[ $fh_out != $'running held\nended fail: flood wave2 had ended (exit 2) '* ]]; then
+    bad "test-flood.sh's second wave lasts the client" "$(tr '\n' ';' <<<"$fh_out")"
+else
+    ok "test-flood.sh's second wave lasts the client" "a running wave passes; $(tail -n 1 <<<"$fh_out" | cut -c1-80)..."
+fi
+
 if ((failed)); then
     echo "test-harness: $failed case(s) failed" >&2
     exit 1
