@@ -718,6 +718,49 @@ else
     ok "test-flood.sh's second wave lasts the client" "a running wave passes; $(tail -n 1 <<<"$fh_out" | cut -c1-80)..."
 fi
 
+# ---- test-iwperf.sh judges each run's table by its figures (scripts/lib/perftest-row.sh,
+# with the -s, -n and -q of the run): before, a "#bytes" header alone passed. An iwperf
+# stand-in: its server makes the memif socket and exits 0; its first client prints a
+# verified run's output with the table IW_MODE asks for, later clients fail (so the script
+# stops after the first pair, write_lat -s 64 -n 300).
+mkdir -p "$work/iw"
+cat >"$work/iw/iwperf" <<'EOF'
+#!/bin/bash
+if [[ $2 != 198.18.0.2 ]]; then
+    for a in "$@"; do [[ $a == *socket=* ]] && sock=${a#*socket=} && sock=${sock%%,*}; done
+    exec python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$sock"
+fi
+[[ -e $IW_DIR/first ]] && exit 1
+touch "$IW_DIR/first"
+echo " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
+case $IW_MODE in
+    good) echo " 64      300              1.77           1043.47       589.95           603.70         179.19         1016.97                 1043.47" ;;
+    iters) echo " 64      30               1.77           1043.47       589.95           603.70         179.19         1016.97                 1043.47" ;;
+    nan) echo " 64      300              1.77           1043.47       589.95           -nan           179.19         1016.97                 1043.47" ;;
+esac
+echo "---------------------------------------------------------------------------------------"
+echo " HdrHistogram percentiles [usec], round trip"
+echo "verify: ok, 300 messages checked"
+EOF
+chmod +x "$work/iw/iwperf"
+iw_case() { # iw_case MODE: the first line test-iwperf.sh printed
+    rm -f "$work/iw/first"
+    CARGO_TARGET_DIR="$work/iw" IWPERF="$work/iw/iwperf" IWPERF_ITERS=300 IW_DIR="$work/iw" IW_MODE=$1 \
+        timeout 60 scripts/test-iwperf.sh 2>&1 | grep -m1 -E '^(ok|FAIL) '
+}
+iw_good=$(iw_case good) iw_none=$(iw_case none) iw_iters=$(iw_case iters) iw_nan=$(iw_case nan)
+if [[ $iw_none != "FAIL write_lat memif-server->client (table: write_lat: no result row"* ]]; then
+    bad "test-iwperf.sh judges the table's figures" "a header without a row: ${iw_none:-nothing}"
+elif [[ $iw_iters != "FAIL write_lat memif-server->client (table: "*"asked for 64 x 300"* ]]; then
+    bad "test-iwperf.sh judges the table's figures" "30 iterations of 300: ${iw_iters:-nothing}"
+elif [[ $iw_nan != "FAIL write_lat memif-server->client (table: write_lat: t_avg '-nan'"* ]]; then
+    bad "test-iwperf.sh judges the table's figures" "a -nan latency: ${iw_nan:-nothing}"
+elif [[ $iw_good != "ok   write_lat memif-server->client: 64 300 1.77 1043.47 589.95 603.70 179.19 1016.97 1043.47" ]]; then
+    bad "test-iwperf.sh judges the table's figures" "a good table: ${iw_good:-nothing}"
+else
+    ok "test-iwperf.sh judges the table's figures" "a good row passes; a header alone, 30 of 300 iterations and -nan fail"
+fi
+
 if ((failed)); then
     echo "test-harness: $failed case(s) failed" >&2
     exit 1

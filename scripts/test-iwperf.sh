@@ -32,6 +32,8 @@ trap cleanup EXIT
 
 # shellcheck source=lib/tally.sh
 . scripts/lib/tally.sh
+# shellcheck source=lib/perftest-row.sh
+. scripts/lib/perftest-row.sh
 
 server_args=()
 # pair NAME SERVER_MEMIF_ROLE TEST ARGS...: server and client processes; both must exit 0
@@ -76,9 +78,20 @@ pair() {
     server_pid=""
     grep -Eq "^verify: ok, [1-9][0-9]* messages checked$" "$work/client.log" \
         || bad "$name (no clean verification line)"
-    grep -q "#bytes" "$work/client.log" || bad "$name (no table)"
+    # The table's row by its figures (scripts/lib/perftest-row.sh): the -s and -n asked for
+    # (the iterations of all -q queue pairs, as perftest counts them), positive finite
+    # bandwidth or latencies; before, a "#bytes" header alone passed.
+    local size="" n="" q="" a
+    for a in "$@"; do
+        case $a in
+            -s) size=next ;; -n) n=next ;; -q) q=next ;;
+            *) [[ $size != next ]] || size=$a; [[ $n != next ]] || n=$a; [[ $q != next ]] || q=$a ;;
+        esac
+    done
+    perftest_row "$work/client.log" "$test" "${size:-$(perftest_default_size "$test")}" "$((${n:-0} * ${q:-1}))" ||
+        bad "$name (table: $PERFTEST_NOTE)"
     grep -q "HdrHistogram percentiles" "$work/client.log" || bad "$name (no histogram)"
-    ok "$name: $(grep -m1 -A1 '#bytes' "$work/client.log" | tail -1 | tr -s ' \t' ' ')"
+    ok "$name: $PERFTEST_NOTE"
 }
 
 for t in write_lat read_lat send_lat; do
