@@ -106,11 +106,11 @@ pub struct TcpTuning {
     /// Congestion controller.
     pub congestion: Congestion,
     /// Lower bound of the retransmission timeout (RFC 6298 2.4 allows a floor; Warpcore's
-    /// TCP only: smoltcp's is fixed at one second), at most the ceiling [`RTO_MAX`]. See
-    /// `docs/net.md` for the default.
+    /// TCP only: smoltcp's is fixed at one second), at most the ceiling [`RTO_MAX`] and at
+    /// most `rto_initial`. See `docs/net.md` for the default.
     pub rto_min: Duration,
     /// Retransmission timeout before the first RTT sample (RFC 6298 2.1; Warpcore's TCP
-    /// only): longer than zero and at most the ceiling [`RTO_MAX`].
+    /// only): longer than zero, at least `rto_min` and at most the ceiling [`RTO_MAX`].
     pub rto_initial: Duration,
     /// How long a connection stays in TIME-WAIT (RFC 9293 3.6.1; Warpcore's TCP only).
     pub time_wait: Duration,
@@ -173,8 +173,11 @@ impl TcpTuning {
     /// zero FIN-WAIT-2 bound (the connection was reset the moment its FIN was
     /// acknowledged, the peer's last data lost), a zero initial RTO (RFC 6298 5.5 doubles
     /// it on each expiry: zero never backed off, the SYN went again at every poll and the
-    /// retries ran out within microseconds), and an RTO floor or initial RTO above the
-    /// ceiling [`RTO_MAX`] (RFC 6298 2.5; the floor was silently lowered to it).
+    /// retries ran out within microseconds), an RTO floor or initial RTO above the
+    /// ceiling [`RTO_MAX`] (RFC 6298 2.5; the floor was silently lowered to it), and an RTO
+    /// floor above the initial RTO (the RTO before the first RTT sample is `rto_initial` as
+    /// given, RFC 6298 2.1, so the first SYN or data timeout fired below the floor, which
+    /// only applied from the first sample on, RFC 6298 2.4).
     pub(crate) fn check(&self) -> Result<(), StackError> {
         let bad = |field, why| Err(StackError::InvalidTuning(field, why));
         if self.rx_buffer == 0 {
@@ -211,6 +214,13 @@ impl TcpTuning {
             return bad(
                 "rto_min",
                 "must be at most the RTO ceiling of 60 s (RFC 6298 2.5)",
+            );
+        }
+        if self.rto_min > self.rto_initial {
+            return bad(
+                "rto_min",
+                "must be at most rto_initial (the RTO before the first RTT sample is \
+                 rto_initial as given, RFC 6298 2.1: it would lie below the floor)",
             );
         }
         Ok(())
