@@ -11,7 +11,7 @@ use smoltcp::wire::{
     Ipv4Address, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
 };
 use warpcore_tcp::link::{self, Faults, LinkConfig, LinkEnd};
-use warpcore_tcp::{Event, Stack, StackConfig, StackError, TcpTuning};
+use warpcore_tcp::{Congestion, Event, Stack, StackConfig, StackError, TcpTuning};
 
 const MIB: u64 = 1 << 20;
 
@@ -1216,4 +1216,212 @@ fn a_nan_loss_probability_is_not_silently_no_loss() {
         },
         ..LinkConfig::default()
     });
+}
+
+/// `tcp` from A (its MAC and IP_A) to B as a frame, checksums right: the peer a test plays.
+fn frame_from_a(tcp: &TcpRepr<'_>) -> Vec<u8> {
+    let ip = Ipv4Repr {
+        src_addr: IP_A,
+        dst_addr: IP_B,
+        next_header: IpProtocol::Tcp,
+        payload_len: tcp.buffer_len(),
+        hop_limit: 64,
+    };
+    let mut buf = vec![0u8; 14 + 20 + tcp.buffer_len()];
+    let mut eth = EthernetFrame::new_unchecked(&mut buf);
+    eth.set_dst_addr(EthernetAddress([0x02, 0, 0, 0, 0, 2]));
+    eth.set_src_addr(EthernetAddress([0x02, 0, 0, 0, 0, 1]));
+    eth.set_ethertype(EthernetProtocol::Ipv4);
+    let caps = smoltcp::phy::ChecksumCapabilities::default();
+    ip.emit(&mut Ipv4Packet::new_unchecked(&mut buf[14..]), &caps);
+    tcp.emit(
+        &mut TcpPacket::new_unchecked(&mut buf[34..]),
+        &IP_A.into(),
+        &IP_B.into(),
+        &caps,
+    );
+    buf
+}
+
+/// Polls `b` until it sent a TCP segment (answering its ARP requests for IP_A as A, and
+/// advancing the clock up to 3 s, past a SYN's or SYN-ACK's first retransmission): the
+/// segments' flags (SYN, ACK), sequence number and payload length, with the time reached.
+fn segments_from_b(
+    b: &mut Stack<LinkEnd>,
+    peer: &mut LinkEnd,
+    mut now: Instant,
+) -> (Vec<(bool, bool, i32, usize)>, Instant) {
+    let a_mac = EthernetAddress([0x02, 0, 0, 0, 0, 1]);
+    let end = now + Duration::from_secs(3);
+    while now < end {
+        b.poll(now);
+        let mut segs = Vec::new();
+        for f in drain(peer, now) {
+            let e = EthernetFrame::new_checked(&f[..]).expect("valid frame");
+            if e.ethertype() == EthernetProtocol::Arp {
+                let req = ArpRepr::parse(&ArpPacket::new_checked(e.payload()).expect("arp"))
+                    .expect("arp repr");
+                let ArpRepr::EthernetIpv4 {
+                    source_hardware_addr,
+                    source_protocol_addr,
+                    ..
+                } = req
+                else {
+                    continue;
+                };
+                let reply = ArpRepr::EthernetIpv4 {
+                    operation: ArpOperation::Reply,
+                    source_hardware_addr: a_mac,
+                    source_protocol_addr: IP_A,
+                    target_hardware_addr: source_hardware_addr,
+                    target_protocol_addr: source_protocol_addr,
+                };
+                let mut buf = vec![0u8; 14 + reply.buffer_len()];
+                let mut eth = EthernetFrame::new_unchecked(&mut buf);
+                eth.set_dst_addr(source_hardware_addr);
+                eth.set_src_addr(a_mac);
+                eth.set_ethertype(EthernetProtocol::Arp);
+                reply.emit(&mut ArpPacket::new_unchecked(&mut buf[14..]));
+                inject(peer, now, &buf);
+            } else if let Ok(ip) = Ipv4Packet::new_checked(e.payload()) {
+                let t = TcpPacket::new_checked(ip.payload()).expect("a TCP segment");
+                segs.push((t.syn(), t.ack(), t.seq_number().0, t.payload().len()));
+            }
+        }
+        if !segs.is_empty() {
+            return (segs, now);
+        }
+        now += Duration::from_millis(10);
+    }
+    panic!("B sent no segment within 3 s");
+}
+
+/// A collector of `tracing` warnings (their fields and message as text), for the current
+/// thread only (`tracing::subscriber::with_default`).
+#[derive(Debug, Default, Clone)]
+struct Warnings(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl tracing::Subscriber for Warnings {
+    fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+        *m.level() == tracing::Level::WARN
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, e: &tracing::Event<'_>) {
+        struct Text(String);
+        impl tracing::field::Visit for Text {
+            fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                self.0 += &format!("{}={:?} ", f.name(), v);
+            }
+        }
+        let mut t = Text(String::new());
+        e.record(&mut t);
+        self.0.lock().expect("not poisoned").push(t.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// RFC 7323 2.3: a Window Scale shift above 14 in the peer's SYN (passive open) or SYN-ACK
+/// (active open) is used as 14, and the TCP SHOULD log it. smoltcp's header parser turned
+/// it into 14 before the connection saw it, silently (a debug line at most), so nothing
+/// was counted nor logged. Now each such connection counts once in
+/// `TcpTotals::window_scale_clamped` and gives one `tracing` warning naming the peer and
+/// the shift; its window is still scaled by 14: a peer window field of 1 lets exactly
+/// 16 KiB out (with 15 it would be 32 KiB; congestion control is off and 1 MiB is queued).
+#[test]
+fn rfc7323_2_3_a_window_scale_above_14_is_counted_logged_and_used_as_14() {
+    let warnings = Warnings::default();
+    let seen = warnings.0.clone();
+    tracing::subscriber::with_default(warnings, || {
+        let (mut peer, eb) = link::pair(&LinkConfig::default());
+        let mut b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("stack");
+        let t = TcpTuning {
+            congestion: Congestion::None,
+            ..TcpTuning::default()
+        };
+        let seg = |control, seq: i32, ack: Option<i32>, ws| TcpRepr {
+            src_port: 40000,
+            dst_port: 5000,
+            control,
+            seq_number: TcpSeqNumber(seq),
+            ack_number: ack.map(TcpSeqNumber),
+            window_len: 1,
+            window_scale: ws,
+            max_seg_size: ws.map(|_| 1460),
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload: &[],
+        };
+        let data = vec![0x5a; 1 << 20];
+        // Sends what B may and returns the payload octets it sent.
+        let burst = |b: &mut Stack<LinkEnd>, peer: &mut LinkEnd, id, now| {
+            assert_eq!(b.send(id, &data), Ok(data.len()));
+            let (segs, _) = segments_from_b(b, peer, now);
+            segs.iter().map(|s| s.3).sum::<usize>()
+        };
+        let mut now = Instant::ZERO;
+
+        // Passive open: the SYN says 15.
+        let l = b.listen(5000, 1, &t).expect("listen");
+        inject(
+            &mut peer,
+            now,
+            &frame_from_a(&seg(TcpControl::Syn, 1000, None, Some(15))),
+        );
+        let (segs, at) = segments_from_b(&mut b, &mut peer, now);
+        now = at;
+        let &(true, true, iss, _) = segs.first().expect("one") else {
+            panic!("a SYN-ACK, not {segs:?}");
+        };
+        inject(
+            &mut peer,
+            now,
+            &frame_from_a(&seg(TcpControl::None, 1001, Some(iss + 1), None)),
+        );
+        b.poll(now);
+        let id = b.accept(l).expect("accept").expect("established");
+        let sent = burst(&mut b, &mut peer, id, now);
+        assert!(
+            sent <= 1 << 14 && sent > (1 << 14) - 1460,
+            "a window of 1 << 14 octets lets {sent} out"
+        );
+        assert_eq!(b.tcp_totals().expect("ours").window_scale_clamped, 1);
+
+        // Active open: the SYN-ACK says 200.
+        let c = b.connect((IP_A, 40000), Some(5001), &t).expect("connect");
+        let (segs, at) = segments_from_b(&mut b, &mut peer, now);
+        now = at;
+        let &(true, false, iss, _) = segs.first().expect("one") else {
+            panic!("a SYN, not {segs:?}");
+        };
+        let mut syn_ack = seg(TcpControl::Syn, 7000, Some(iss + 1), Some(200));
+        syn_ack.dst_port = 5001;
+        inject(&mut peer, now, &frame_from_a(&syn_ack));
+        let (segs, at) = segments_from_b(&mut b, &mut peer, now);
+        now = at;
+        assert_eq!(segs, [(false, true, iss + 1, 0)], "the handshake's ACK");
+        // A SYN's window is never scaled: the peer opens it with a scaled one.
+        let mut update = seg(TcpControl::None, 7001, Some(iss + 1), None);
+        update.dst_port = 5001;
+        inject(&mut peer, now, &frame_from_a(&update));
+        let sent = burst(&mut b, &mut peer, c, now);
+        assert!(
+            sent <= 1 << 14 && sent > (1 << 14) - 1460,
+            "a window of 1 << 14 octets lets {sent} out"
+        );
+        assert_eq!(b.tcp_totals().expect("ours").window_scale_clamped, 2);
+    });
+    let seen = seen.lock().expect("not poisoned");
+    assert_eq!(seen.len(), 2, "one warning per connection: {seen:?}");
+    for (w, shift) in seen.iter().zip([15, 200]) {
+        assert!(
+            w.contains(&format!("peer={IP_A}")) && w.contains(&format!("shift={shift}")),
+            "{w}"
+        );
+    }
 }

@@ -187,6 +187,10 @@ pub struct ConnStats {
     /// Segments dropped for carrying no timestamp option where both SYNs negotiated
     /// timestamps (RFC 7323 3.2).
     pub ts_missing_dropped: u64,
+    /// The peer's SYN carried a Window Scale shift above 14, taken as 14 (RFC 7323 2.3,
+    /// which wants it logged: one `tracing` warning names the peer and the shift). At most
+    /// one per connection.
+    pub window_scale_clamped: u64,
     /// Window-probe timer expiries: zero-window probes sent, and segments sender SWS
     /// avoidance held back that went at its override timeout (RFC 9293 3.8.6).
     pub window_probes: u64,
@@ -657,8 +661,12 @@ impl Connection {
     /// RFC 9293 3.7.1 (MSS), RFC 7323 2.2 (window scale), 3.2 (timestamps), RFC 2018 2.
     fn take_syn_options(&mut self, syn: &TcpRepr<'_>, now: Instant) {
         self.peer_mss = usize::from(syn.max_seg_size.unwrap_or(536)).max(64);
+        if let Some(ws @ 15..) = syn.window_scale {
+            self.window_scale_clamped(ws);
+        }
         if let (Some(ws), true) = (syn.window_scale, self.cfg.window_scale) {
             self.ws_ok = true;
+            // RFC 7323 2.3: a shift above 14 is used as 14 (counted and logged above).
             self.snd_shift = ws.min(14);
             self.rcv_shift = Self::shift_for(self.cfg.rx_buffer);
         } else {
@@ -675,6 +683,24 @@ impl Connection {
             self.ts_ok = false;
         }
         self.update_smss();
+    }
+
+    /// RFC 7323 2.3: the peer's SYN carried the Window Scale shift `ws`, above 14; the
+    /// TCP SHOULD log it (and uses 14). Counted, and warned of, once per connection. The
+    /// host hands the shift as sent: smoltcp's parser already gives 14 for it.
+    #[cold]
+    fn window_scale_clamped(&mut self, ws: u8) {
+        if self.stats.window_scale_clamped != 0 {
+            return;
+        }
+        self.stats.window_scale_clamped = 1;
+        let (ip, port) = self.ep.remote;
+        tracing::warn!(
+            peer = %ip,
+            peer_port = port,
+            shift = ws,
+            "RFC 7323 2.3: the peer's SYN carried a Window Scale shift above 14; 14 is used"
+        );
     }
 
     fn shift_for(buf: usize) -> u8 {

@@ -535,6 +535,16 @@ pub(super) fn parse_tcp<'a>(
     Ok(plain_repr(b, hl, control, flags & 0x10 != 0, timestamp))
 }
 
+/// The Window Scale shift the TCP segment `b` carries as sent (the last option, as
+/// `TcpRepr::parse` reads them), for a segment that parse gave a shift of 14: the parse
+/// turns every shift above 14 into 14 (RFC 7323 2.3), and the connection counts and logs
+/// such a shift. Only segments with a Window Scale option of 14 or more come here (SYNs).
+#[cold]
+pub(super) fn window_scale_as_sent(b: &[u8]) -> Option<u8> {
+    let summary = TcpPacket::new_checked(b).ok()?.options_summary().ok()?;
+    summary.window_scale.map(|ws| ws.max(14))
+}
+
 #[cfg(test)]
 pub(super) mod reference {
     //! The emitters [`super::write_headers`] replaced: smoltcp's, as the host called them.

@@ -240,6 +240,9 @@ pub struct TcpTotals {
     /// ([`crate::conn::Connection::send_external_record`]: the engine's FPDUs framed from
     /// registered memory), retransmissions included.
     pub external_octets_sent: u64,
+    /// Connections whose peer's SYN carried a Window Scale shift above 14, taken as 14
+    /// (RFC 7323 2.3; each also logged as a `tracing` warning).
+    pub window_scale_clamped: u64,
 }
 
 impl TcpTotals {
@@ -258,6 +261,7 @@ impl TcpTotals {
         self.window_probes += c.window_probes;
         self.delivered_in_place += c.delivered_in_place;
         self.external_octets_sent += c.external_octets_sent;
+        self.window_scale_clamped += c.window_scale_clamped;
     }
 }
 
@@ -2005,10 +2009,17 @@ impl Inner {
                 return;
             }
         }
-        let Ok(seg) = headers::parse_tcp(p.into_inner(), &src, &dst, &self.caps_no_tcp) else {
+        let Ok(mut seg) = headers::parse_tcp(p.into_inner(), &src, &dst, &self.caps_no_tcp) else {
             self.stats.rx_dropped += 1;
             return;
         };
+        if seg.window_scale == Some(14) {
+            // smoltcp's parser gives 14 for any shift above it (RFC 7323 2.3): the
+            // connection wants the shift as sent, to count and log it.
+            if let Some(ws) = headers::window_scale_as_sent(payload) {
+                seg.window_scale = Some(ws);
+            }
+        }
         let tuple = Tuple {
             local_port: seg.dst_port,
             remote_ip: ip.src_addr,
