@@ -51,7 +51,7 @@ mod ring;
 pub use eal::{Eal, EalBuilder};
 pub use error::Error;
 pub use gso::Gso;
-pub use mbuf::{Mbuf, RxChecksum, TxChecksumOffload, TxTso};
+pub use mbuf::{Mbuf, RxChecksum, TxChecksumOffload, TxOffloadField, TxOffloadLenError, TxTso};
 pub use mempool::Mempool;
 pub use pcapng::{Direction, PcapngWriter};
 pub use port::prefault_memif_regions;

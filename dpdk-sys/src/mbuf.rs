@@ -51,9 +51,9 @@ impl RxChecksum {
 /// checksum field when `tcp` is set (DPDK's contract for L4 offload).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TxChecksumOffload {
-    /// Ethernet header length in bytes.
+    /// Ethernet header length in bytes: at most 127 (DPDK's offload word holds 7 bits).
     pub l2_len: u8,
-    /// IPv4 header length in bytes.
+    /// IPv4 header length in bytes: at most 511 (DPDK's offload word holds 9 bits).
     pub l3_len: u16,
     /// Let the port fill the IPv4 header checksum.
     pub ipv4: bool,
@@ -69,14 +69,98 @@ pub struct TxChecksumOffload {
 /// pseudo-header sum without the length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TxTso {
-    /// Ethernet header length in bytes.
+    /// Ethernet header length in bytes: at most 127 (DPDK's offload word holds 7 bits).
     pub l2_len: u8,
-    /// IPv4 header length in bytes.
+    /// IPv4 header length in bytes: at most 511 (DPDK's offload word holds 9 bits).
     pub l3_len: u16,
     /// TCP header length in bytes (options included).
     pub l4_len: u8,
     /// TCP payload octets per segment.
     pub segsz: u16,
+}
+
+/// A header length field of the mbuf's transmit offload word (`tx_offload`), which holds
+/// `l2_len` in 7 bits and `l3_len` in 9 (`l4_len` and `tso_segsz` take their types' whole
+/// width, 8 and 16 bits, so every value of theirs fits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxOffloadField {
+    /// The Ethernet header length, [`TxChecksumOffload::l2_len`] or [`TxTso::l2_len`]: at
+    /// most 127.
+    L2Len,
+    /// The IPv4 header length, [`TxChecksumOffload::l3_len`] or [`TxTso::l3_len`]: at most
+    /// 511.
+    L3Len,
+}
+
+impl TxOffloadField {
+    /// The field's name in [`TxChecksumOffload`] and [`TxTso`].
+    pub fn name(self) -> &'static str {
+        match self {
+            TxOffloadField::L2Len => "l2_len",
+            TxOffloadField::L3Len => "l3_len",
+        }
+    }
+
+    /// The largest length the offload word holds in this field.
+    pub fn max(self) -> u16 {
+        match self {
+            TxOffloadField::L2Len => TX_L2_LEN_MAX,
+            TxOffloadField::L3Len => TX_L3_LEN_MAX,
+        }
+    }
+}
+
+impl std::fmt::Display for TxOffloadField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A header length [`Mbuf::set_tx_checksum_offload`] or [`Mbuf::set_tx_tso`] cannot store:
+/// DPDK's offload word would keep only its low bits, and the port would fill the checksums
+/// (or cut the segments) at the wrong offsets. Nothing was changed on the mbuf. Small and
+/// `Copy`: the setters are on the transmit path of every frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "transmit offload {field} = {value} octets does not fit DPDK's offload word (at most {max})",
+    max = field.max()
+)]
+pub struct TxOffloadLenError {
+    /// The field that does not fit.
+    pub field: TxOffloadField,
+    /// The length asked for.
+    pub value: u16,
+}
+
+/// The largest `l2_len` (7 bits) and `l3_len` (9 bits) of the offload word.
+const TX_L2_LEN_MAX: u16 = 0x7f;
+const TX_L3_LEN_MAX: u16 = 0x1ff;
+
+/// The `l2_len` and `l3_len` bits of the offload word, or which of the two does not fit
+/// (bit layout: l2_len:7, l3_len:9, l4_len:8, tso_segsz:16): one compare and branch on the
+/// transmit path.
+#[inline(always)]
+fn tx_offload_l2_l3(l2_len: u8, l3_len: u16) -> Result<u64, TxOffloadLenError> {
+    if (u16::from(l2_len) & !TX_L2_LEN_MAX) | (l3_len & !TX_L3_LEN_MAX) != 0 {
+        return Err(tx_offload_len_error(l2_len, l3_len));
+    }
+    Ok(u64::from(l2_len) | (u64::from(l3_len) << 7))
+}
+
+/// Which of `l2_len` and `l3_len` does not fit ([`tx_offload_l2_l3`] found one).
+#[cold]
+fn tx_offload_len_error(l2_len: u8, l3_len: u16) -> TxOffloadLenError {
+    if u16::from(l2_len) > TX_L2_LEN_MAX {
+        TxOffloadLenError {
+            field: TxOffloadField::L2Len,
+            value: u16::from(l2_len),
+        }
+    } else {
+        TxOffloadLenError {
+            field: TxOffloadField::L3Len,
+            value: l3_len,
+        }
+    }
 }
 
 /// One packet in DPDK memory: a chain of one or more `rte_mbuf` segments.
@@ -330,8 +414,12 @@ impl Mbuf {
     }
 
     /// Asks the port to cut the packet into TCP segments ([`TxTso`]); the IPv4 and TCP
-    /// checksums are then the port's too.
-    pub fn set_tx_tso(&mut self, t: TxTso) {
+    /// checksums are then the port's too. Refused, changing nothing, when `l2_len` or
+    /// `l3_len` does not fit its field of the offload word ([`TxOffloadLenError`]; before,
+    /// only its low bits were stored, and the port wrote the headers at the wrong offsets).
+    #[inline]
+    pub fn set_tx_tso(&mut self, t: TxTso) -> Result<(), TxOffloadLenError> {
+        let l2_l3 = tx_offload_l2_l3(t.l2_len, t.l3_len)?;
         // SAFETY: exclusive access through &mut self; ol_flags and tx_offload are plain data.
         let m = unsafe { self.raw.as_mut() };
         m.ol_flags |= ffi::RTE_MBUF_F_TX_IPV4
@@ -339,10 +427,9 @@ impl Mbuf {
             | ffi::RTE_MBUF_F_TX_TCP_CKSUM
             | ffi::RTE_MBUF_F_TX_TCP_SEG;
         // Bit layout of the tx_offload word: l2_len:7, l3_len:9, l4_len:8, tso_segsz:16.
-        m.__bindgen_anon_3.tx_offload = u64::from(t.l2_len & 0x7f)
-            | (u64::from(t.l3_len & 0x1ff) << 7)
-            | (u64::from(t.l4_len) << 16)
-            | (u64::from(t.segsz) << 24);
+        m.__bindgen_anon_3.tx_offload =
+            l2_l3 | (u64::from(t.l4_len) << 16) | (u64::from(t.segsz) << 24);
+        Ok(())
     }
 
     /// The payload octets per segment when the packet asks the port for TCP segmentation
@@ -451,8 +538,16 @@ impl Mbuf {
         })
     }
 
-    /// Asks the port to compute checksums on transmit (see [`TxChecksumOffload`]).
-    pub fn set_tx_checksum_offload(&mut self, o: TxChecksumOffload) {
+    /// Asks the port to compute checksums on transmit (see [`TxChecksumOffload`]). Refused,
+    /// changing nothing, when `l2_len` or `l3_len` does not fit its field of the offload
+    /// word ([`TxOffloadLenError`]; before, only its low bits were stored, and the port
+    /// filled the checksums at the wrong offsets).
+    #[inline]
+    pub fn set_tx_checksum_offload(
+        &mut self,
+        o: TxChecksumOffload,
+    ) -> Result<(), TxOffloadLenError> {
+        let l2_l3 = tx_offload_l2_l3(o.l2_len, o.l3_len)?;
         // SAFETY: exclusive access through &mut self; tx_offload is plain data.
         let m = unsafe { self.raw.as_mut() };
         let mut flags = 0u64;
@@ -467,8 +562,8 @@ impl Mbuf {
         }
         m.ol_flags |= flags;
         // Bit layout of the tx_offload word: l2_len:7, l3_len:9, l4_len:8, tso_segsz:16.
-        m.__bindgen_anon_3.tx_offload =
-            u64::from(o.l2_len & 0x7f) | (u64::from(o.l3_len & 0x1ff) << 7);
+        m.__bindgen_anon_3.tx_offload = l2_l3;
+        Ok(())
     }
 }
 

@@ -58,7 +58,7 @@ fn gso_frees_every_mbuf_once_and_refuses_short_headers() {
     };
     let packet = |frag: u16, t: TxTso| {
         let mut m = Mbuf::from_slice(&pool, &frame(3000, frag)).expect("super-frame");
-        m.set_tx_tso(t);
+        m.set_tx_tso(t).expect("lengths that fit");
         m
     };
 

@@ -53,7 +53,8 @@ fn packets_whose_offload_lengths_leave_the_first_segment_are_not_sent() {
     // Fit: a 54-octet frame whose IPv4 (IHL 5) and TCP headers are in the first segment, a
     // frame without offloads, and a TSO super-frame (a chain) with its headers in front.
     let mut ok = frame(&pool, 54, 5);
-    ok.set_tx_checksum_offload(csum(20));
+    ok.set_tx_checksum_offload(csum(20))
+        .expect("lengths that fit");
     let plain = frame(&pool, 20, 5);
     let mut tso = frame(&pool, 3000, 5);
     assert!(tso.nb_segs() > 1);
@@ -62,32 +63,42 @@ fn packets_whose_offload_lengths_leave_the_first_segment_are_not_sent() {
         l3_len: 20,
         l4_len: 20,
         segsz: 1460,
-    });
+    })
+    .expect("lengths that fit");
     for m in [&ok, &plain, &tso] {
         m.check_tx_offload().expect("fit to send");
     }
 
     // Unfit, each for one reason.
     let mut no_tcp = frame(&pool, 34, 5); // the TCP header is not in the segment
-    no_tcp.set_tx_checksum_offload(csum(20));
+    no_tcp
+        .set_tx_checksum_offload(csum(20))
+        .expect("lengths that fit");
     let mut short_l3 = frame(&pool, 54, 5); // an IPv4 header length under 20
-    short_l3.set_tx_checksum_offload(csum(0));
+    short_l3
+        .set_tx_checksum_offload(csum(0))
+        .expect("lengths that fit");
     let mut ihl = frame(&pool, 54, 15); // the IPv4 header's own length (60) goes past it
-    ihl.set_tx_checksum_offload(csum(20));
+    ihl.set_tx_checksum_offload(csum(20))
+        .expect("lengths that fit");
     let mut tso_l4 = frame(&pool, 3000, 5); // a TCP header length under 20
-    tso_l4.set_tx_tso(TxTso {
-        l2_len: 14,
-        l3_len: 20,
-        l4_len: 0,
-        segsz: 1460,
-    });
+    tso_l4
+        .set_tx_tso(TxTso {
+            l2_len: 14,
+            l3_len: 20,
+            l4_len: 0,
+            segsz: 1460,
+        })
+        .expect("lengths that fit");
     let mut tso_seg = frame(&pool, 3000, 5); // no payload per segment
-    tso_seg.set_tx_tso(TxTso {
-        l2_len: 14,
-        l3_len: 20,
-        l4_len: 20,
-        segsz: 0,
-    });
+    tso_seg
+        .set_tx_tso(TxTso {
+            l2_len: 14,
+            l3_len: 20,
+            l4_len: 20,
+            segsz: 0,
+        })
+        .expect("lengths that fit");
     for (m, what) in [
         (&no_tcp, "TCP header"),
         (&short_l3, "IPv4 header length 0"),

@@ -34,6 +34,11 @@ pub struct DeviceStats {
     /// than one mbuf on a port that sends no chained mbufs, or the driver's `tx_prepare`
     /// refused a TSO super-frame).
     pub tx_dropped: u64,
+    /// Of `tx_dropped`, frames whose transmit offload (checksum or TSO) header lengths
+    /// DPDK's mbuf could not hold (`warpcore_dpdk_sys::TxOffloadLenError`): an internal
+    /// error, as our header writer never produces such lengths. Dropped rather than handed
+    /// to the port with wrong offsets (the TCP sends them again).
+    pub tx_offload_refused: u64,
     /// Times a transmit token was refused (pool empty or tx queue full): back-pressure.
     pub tx_backpressure: u64,
     /// Of those, times the buffer pool was empty.

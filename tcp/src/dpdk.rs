@@ -7,7 +7,8 @@ use smoltcp::phy::{self, Checksum, ChecksumCapabilities, Device, DeviceCapabilit
 use smoltcp::time::Instant;
 use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
 use warpcore_dpdk_sys::{
-    Direction, Mbuf, Mempool, PcapngWriter, RxChecksum, RxQueue, TxChecksumOffload, TxQueue, TxTso,
+    Direction, Mbuf, Mempool, PcapngWriter, RxChecksum, RxQueue, TxChecksumOffload,
+    TxOffloadLenError, TxQueue, TxTso,
 };
 
 use crate::device::{DeviceStats, PollDevice};
@@ -165,12 +166,15 @@ impl Tso {
 
 /// Queues frame `m` for the tx ring: joined to the super-frame being built when TSO is on
 /// and [`Group::admits`] it, else on its own (possibly heading a new super-frame).
+/// `pending_frames` counts the frames queued (a super-frame's segments one each).
 fn queue_frame(
     pending: &mut Vec<Mbuf>,
+    pending_frames: &mut usize,
     mut m: Mbuf,
     tso: Option<&mut Tso>,
     stats: &mut DeviceStats,
 ) {
+    *pending_frames += 1;
     let Some(t) = tso else {
         pending.push(m);
         return;
@@ -193,12 +197,25 @@ fn queue_frame(
                         }
                         stats.tx_tso_segments += 1;
                         tso::rewrite_head(head.data_mut(), g);
-                        head.set_tx_tso(TxTso {
+                        let set = head.set_tx_tso(TxTso {
                             l2_len: 14,
                             l3_len: 20,
                             l4_len: g.l4_len as u8,
                             segsz: g.segsz as u16,
                         });
+                        if set.is_err() {
+                            // Not reached: these lengths fit the offload word. Were one
+                            // refused, the head would keep the word of fewer segments (or
+                            // none) under rewritten headers: the super-frame is dropped
+                            // whole (the TCP sends its segments again), never handed to
+                            // the port wrong.
+                            let segs = g.segs;
+                            drop(pending.pop());
+                            *pending_frames = pending_frames.saturating_sub(usize::from(segs));
+                            stats.tx_offload_refused += 1;
+                            stats.tx_dropped += 1;
+                            t.group = None;
+                        }
                     }
                     Err(_) => {
                         // Not reached: SEGMENTS_MAX keeps a chain far below DPDK's segment
@@ -519,7 +536,10 @@ fn tx_headers(seg: &[u8], pkt_len: usize) -> TxHeaders {
 /// pseudo-header sum (not inverted) in the TCP checksum field, as DPDK drivers expect.
 /// Returns false, changing nothing, when the headers do not all lie in the first segment
 /// (only a chained frame's can fail so): its checksums must then be computed in software.
-fn prepare_tx_offload(m: &mut Mbuf) -> bool {
+/// Fails when the mbuf cannot hold the header lengths ([`TxOffloadLenError`]): not reached,
+/// as an IPv4 header is at most 60 octets, and the caller then drops the frame.
+#[inline]
+fn prepare_tx_offload(m: &mut Mbuf) -> Result<bool, TxOffloadLenError> {
     let pkt_len = m.pkt_len();
     let headers = tx_headers(m.data(), pkt_len);
     let TxHeaders::Ipv4 {
@@ -531,7 +551,7 @@ fn prepare_tx_offload(m: &mut Mbuf) -> bool {
     } = headers
     else {
         // Nothing to offload (true), or headers beyond the first segment (false).
-        return headers == TxHeaders::None;
+        return Ok(headers == TxHeaders::None);
     };
     if tcp {
         let tcp_len = (total - ihl) as u32;
@@ -551,8 +571,8 @@ fn prepare_tx_offload(m: &mut Mbuf) -> bool {
         l3_len: ihl as u16,
         ipv4: true,
         tcp,
-    });
-    true
+    })?;
+    Ok(true)
 }
 
 /// Computes the IPv4 header and TCP checksums of the whole frame `frame` in software (what
@@ -637,11 +657,23 @@ impl phy::TxToken for DpdkTxToken<'_> {
                 };
                 if self.offload {
                     // One segment holds the whole frame, headers included.
-                    let prepared = prepare_tx_offload(&mut mbuf);
-                    debug_assert!(prepared, "a contiguous frame's headers are in it");
+                    match prepare_tx_offload(&mut mbuf) {
+                        Ok(prepared) => {
+                            debug_assert!(prepared, "a contiguous frame's headers are in it")
+                        }
+                        Err(_) => {
+                            offload_refused(self.stats);
+                            return r;
+                        }
+                    }
                 }
-                queue_frame(self.pending, mbuf, self.tso, self.stats);
-                *self.pending_frames += 1;
+                queue_frame(
+                    self.pending,
+                    self.pending_frames,
+                    mbuf,
+                    self.tso,
+                    self.stats,
+                );
                 self.stats.tx_frames += 1;
                 return r;
             }
@@ -663,8 +695,15 @@ impl phy::TxToken for DpdkTxToken<'_> {
             return r;
         }
         let mut chain = Mbuf::from_slice(&self.pool, &self.scratch[..len]);
-        let split = self.offload && chain.as_mut().is_some_and(|m| !prepare_tx_offload(m));
-        if split {
+        let prepared = match chain.as_mut() {
+            Some(m) if self.offload => prepare_tx_offload(m),
+            _ => Ok(true),
+        };
+        let Ok(prepared) = prepared else {
+            offload_refused(self.stats);
+            return r;
+        };
+        if !prepared {
             // The headers run past the first mbuf (a pool with tiny data rooms): no port
             // fills checksums it cannot find there, so compute them here, in the contiguous
             // scratch copy, and copy that (the first copy's mbufs back to the pool first).
@@ -674,8 +713,7 @@ impl phy::TxToken for DpdkTxToken<'_> {
         }
         match chain {
             Some(m) => {
-                queue_frame(self.pending, m, self.tso, self.stats);
-                *self.pending_frames += 1;
+                queue_frame(self.pending, self.pending_frames, m, self.tso, self.stats);
                 self.stats.tx_frames += 1;
             }
             // Pool ran dry mid-chain: TCP retransmits this segment later.
@@ -683,6 +721,14 @@ impl phy::TxToken for DpdkTxToken<'_> {
         }
         r
     }
+}
+
+/// A frame whose offload header lengths the mbuf refused ([`prepare_tx_offload`]): an
+/// internal error, counted; the frame is dropped (the TCP sends it again).
+#[cold]
+fn offload_refused(stats: &mut DeviceStats) {
+    stats.tx_offload_refused += 1;
+    stats.tx_dropped += 1;
 }
 
 /// The TCP segments frame `m` carries: each mbuf of a super-frame is one.
@@ -1104,12 +1150,14 @@ mod tests {
         d.tx_pending.clear();
         let big = || Mbuf::from_slice(&pool, &[0; 3000]).expect("a chain of two mbufs");
         let mut with_flag = big();
-        with_flag.set_tx_tso(TxTso {
-            l2_len: 14,
-            l3_len: 20,
-            l4_len: 20,
-            segsz: 1460,
-        });
+        with_flag
+            .set_tx_tso(TxTso {
+                l2_len: 14,
+                l3_len: 20,
+                l4_len: 20,
+                segsz: 1460,
+            })
+            .expect("lengths that fit");
         d.tx_pending.push(with_flag);
         d.flush();
         assert_eq!(
