@@ -56,6 +56,7 @@ fn main() {
         .allowlist_type("rte_.*")
         .allowlist_var("RTE_.*")
         .allowlist_var("RING_F_.*")
+        .allowlist_var("SOCKET_ID_ANY")
         .opaque_type("rte_l2tpv2_.*")
         .opaque_type("rte_gtp_psc_.*")
         .clang_macro_fallback()

@@ -619,7 +619,7 @@ impl Port {
             ));
         }
         // SAFETY: valid port.
-        let socket = unsafe { ffi::rte_eth_dev_socket_id(id) }.max(0) as u32;
+        let socket = queue_socket(unsafe { ffi::rte_eth_dev_socket_id(id) });
         for q in 0..cfg.rx_queues {
             // SAFETY: valid port and queue index; NULL rxconf selects the driver defaults
             // together with the port-level offloads; the pool lives forever.
@@ -1226,9 +1226,37 @@ fn rx_checksum_offloads(rx_capa: u64) -> u64 {
     }
 }
 
+/// The NUMA socket argument of `rte_eth_rx_queue_setup` and `rte_eth_tx_queue_setup` (a C
+/// `unsigned int`) for a port whose `rte_eth_dev_socket_id` is `dev_socket`: that socket, or
+/// `SOCKET_ID_ANY` (-1 as the unsigned the calls take, which they document as "no NUMA
+/// constraint") where DPDK could not tell it and answered -1 (a vdev, a machine of one
+/// node, a NIC whose firmware names none). That answer used to become socket 0: the
+/// descriptor rings were then asked of node 0, whose memory a process bound to another node
+/// (or an EAL given memory on another node only) does not have.
+fn queue_socket(dev_socket: i32) -> u32 {
+    if dev_socket < 0 {
+        ffi::SOCKET_ID_ANY as u32
+    } else {
+        dev_socket as u32
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `rte_eth_dev_socket_id`'s -1 (socket unknown) reaches the queue setup calls as
+    /// `SOCKET_ID_ANY` (all bits set in their `unsigned int`), not as socket 0; a known
+    /// socket passes unchanged.
+    #[test]
+    fn an_unknown_port_socket_sets_queues_up_on_any_socket_not_socket_0() {
+        assert_eq!(ffi::SOCKET_ID_ANY, -1);
+        assert_eq!(queue_socket(-1), u32::MAX);
+        assert_eq!(queue_socket(-1), ffi::SOCKET_ID_ANY as u32);
+        assert_eq!(queue_socket(0), 0);
+        assert_eq!(queue_socket(1), 1);
+        assert_eq!(queue_socket(7), 7);
+    }
 
     /// A port that verifies TCP checksums but not IPv4's (virtio) gets neither asked of
     /// it: asking for TCP's alone makes virtio hand over partial checksums, which the
