@@ -762,9 +762,12 @@ impl Recovery {
     }
 
     fn arm_pto(&mut self, now: Instant) {
-        // RFC 8985 7.2: no probe "if it is already in fast recovery, RTO recovery, or the
-        // sender has segments delivered but not yet ACKed" (SACKed): RACK and the
-        // recovery's retransmissions handle those (Linux: only in CA_Open or CWR).
+        // RFC 8985 7.2: the PTO is started or restarted after new data is sent or an ACK
+        // acknowledges new data, except in fast recovery, in RTO recovery (both: `recover`
+        // set, `enter_recovery` and the RTO) and while segments are SACKed
+        // (RACK.segs_sacked != 0): RACK and the recovery's retransmissions handle those
+        // (Linux: only in CA_Open or CWR). Test:
+        // `rfc8985_7_2_no_loss_probe_in_recovery_or_with_sacked_segments`.
         // Connections without SACK keep their probe outside recovery, unlike Linux's (which
         // ties TLP to SACK through RACK): 7.2's conditions hold without SACK (nothing is
         // ever SACKed), our RACK needs no SACK to run on the cumulative ACK a probe draws,
@@ -1173,7 +1176,10 @@ impl Recovery {
             // segment, which repaired the window one segment per round trip.
             self.grow(now, acked);
         }
-        // TLP: the probe timer restarts on every ACK (RFC 8985 7.2).
+        // TLP: the probe timer restarts on every ACK. RFC 8985 7.2 restarts it on an ACK of
+        // new data; here an ACK of nothing new (a duplicate ACK from a peer without SACK, a
+        // window update) restarts it too, which only postpones the probe (outside recovery:
+        // `arm_pto` arms none in it).
         self.arm_pto(now);
         if self.segs.is_empty() {
             self.rto_at = None;
