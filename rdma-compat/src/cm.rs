@@ -15,7 +15,9 @@
 //!   does.
 //!
 //! IRD and ORD: `rdma_connect`'s `responder_resources` and `initiator_depth` become the
-//! MPA Rev 2 IRD and ORD we offer; the peer's come back in the events' `conn` parameters.
+//! MPA Rev 2 IRD and ORD we offer; a CONNECT_REQUEST reports the peer's
+//! from the listener's side (`request_conn_values`), an ESTABLISHED ours the way siw and
+//! irdma report them (`established_conn_values`).
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -158,7 +160,7 @@ fn new_event(
     kind: rdma_cm_event_type,
     status: c_int,
     pdata: &[u8],
-    ird_ord: (u16, u16),
+    resp_init: (u16, u16),
 ) -> *mut Ev {
     let mut b = Box::new(Ev {
         ev: rdma_cm_event {
@@ -177,8 +179,8 @@ fn new_event(
             b.pdata.as_ptr().cast()
         },
         private_data_len: b.pdata.len().min(255) as u8,
-        responder_resources: ird_ord.0.min(255) as u8,
-        initiator_depth: ird_ord.1.min(255) as u8,
+        responder_resources: resp_init.0.min(255) as u8,
+        initiator_depth: resp_init.1.min(255) as u8,
         ..Default::default()
     };
     b.ev.param.conn = conn;
@@ -440,9 +442,10 @@ fn dispatch(ctx: &wv::Context, e: CmEvent) {
             });
             set_src(&mut child.id, SocketAddrV4::new(local, req.local_port));
             set_dst(&mut child.id, remote);
-            // The peer's IRD/ORD: our responder resources are its ORD, our initiator depth
-            // its IRD.
-            let ird_ord = (req.ord.unwrap_or(0), req.ird.unwrap_or(0));
+            let resp_init = engine().map_or((0, 0), |e| {
+                let d = e.ctx.query_device();
+                request_conn_values(req.ird, req.ord, d.max_qp_rd_atom, d.max_qp_init_rd_atom)
+            });
             let pdata = req.private_data.clone();
             child.lock().request = Some(req);
             let c = Box::into_raw(child);
@@ -452,7 +455,7 @@ fn dispatch(ctx: &wv::Context, e: CmEvent) {
                 RDMA_CM_EVENT_CONNECT_REQUEST,
                 0,
                 &pdata,
-                ird_ord,
+                resp_init,
             );
             if let Some(ch) = chan_of(lid) {
                 ch.post(ev);
@@ -470,7 +473,12 @@ fn dispatch(ctx: &wv::Context, e: CmEvent) {
                 } else {
                     est.private_data.clone()
                 };
-                (RDMA_CM_EVENT_ESTABLISHED, 0, pd, (est.ird, est.ord))
+                (
+                    RDMA_CM_EVENT_ESTABLISHED,
+                    0,
+                    pd,
+                    established_conn_values(est.ird, est.ord),
+                )
             });
         }
         CmEvent::Rejected {
@@ -528,6 +536,44 @@ fn dispatch(ctx: &wv::Context, e: CmEvent) {
         CmEvent::SrqLimitReached { srq } => verbs::push_srq_limit(srq),
         CmEvent::RequestCancelled(_) | CmEvent::RequestRefused { .. } => {}
     }
+}
+
+/// The `responder_resources` and `initiator_depth` of a CONNECT_REQUEST, as the kernel's
+/// rdma_cm reports siw's request on the passive side (checked against
+/// drivers/infiniband/sw/siw/siw_cm.c and core/cma.c): siw_proc_mpareq takes the peer's
+/// RFC 6581 IRD as its own ORD and the peer's ORD as its own IRD, each capped at the
+/// device's maximum, siw_cm_upcall hands them up swapped back (`event.ird` the peer's IRD,
+/// `event.ord` its ORD), and iw_conn_req_handler makes `initiator_depth = ird`,
+/// `responder_resources = ord`. So the request speaks from the listener's side: our
+/// responder resources are the peer's ORD (the Reads it will have outstanding), our
+/// initiator depth its IRD (the Reads it serves), each at most `max_qp_rd_atom` /
+/// `max_qp_init_rd_atom`, which an application may hand back to `rdma_accept` as they
+/// are (librdmacm refuses more than the maximum with EINVAL). A Rev 1 request carries
+/// none: 0/0, as siw's zeroed endpoint reports. (IB's CM and cxgb4 agree on this side.)
+pub(crate) fn request_conn_values(
+    peer_ird: Option<u16>,
+    peer_ord: Option<u16>,
+    max_qp_rd_atom: u16,
+    max_qp_init_rd_atom: u16,
+) -> (u16, u16) {
+    (
+        peer_ord.unwrap_or(0).min(max_qp_rd_atom),
+        peer_ird.unwrap_or(0).min(max_qp_init_rd_atom),
+    )
+}
+
+/// The `responder_resources` and `initiator_depth` of an ESTABLISHED, both sides, from our
+/// negotiated IRD and ORD, as the kernel's rdma_cm reports them over siw and irdma: their
+/// upcalls pass their own IRD and ORD (siw_cm_upcall: `event.ird = cep->ird`,
+/// `event.ord = cep->ord` for CONNECT_REPLY and ESTABLISHED; irdma_send_cm_event likewise),
+/// and cma_iw_handler makes `initiator_depth = ird`, `responder_resources = ord`. The
+/// values read as the peer's perspective: `responder_resources` is our ORD (what the
+/// peer's responder serves us), `initiator_depth` our IRD. The Linux SMB client's
+/// smbd_conn_upcall (fs/smb/client/smbdirect.c) swaps them back on iWARP devices for that
+/// reason ("Tested with siw and irdma"). (cxgb4 reports the other way round, as IB does;
+/// we follow siw and irdma.)
+pub(crate) fn established_conn_values(ird: u16, ord: u16) -> (u16, u16) {
+    (ord, ird)
 }
 
 /// The event and status of a connection that failed before it was established, as the

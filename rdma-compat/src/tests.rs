@@ -555,3 +555,30 @@ fn read_without_ord_is_einval_not_a_full_queue() {
         crate::ENOMEM
     );
 }
+
+/// A CONNECT_REQUEST reports the peer's RFC 6581 values from the listener's side, as the
+/// kernel's rdma_cm reports siw's (siw_proc_mpareq, siw_cm_upcall, iw_conn_req_handler):
+/// our responder resources are the peer's ORD, our initiator depth its IRD, each capped at
+/// the device's maximum as siw caps them (so an application may hand them back to
+/// rdma_accept, which refuses more than the maximum); a Rev 1 request carries none.
+#[test]
+fn connect_request_reports_the_peers_values_from_our_side_capped() {
+    // Peer IRD 5, ORD 3; device maxima 16.
+    assert_eq!(cm::request_conn_values(Some(5), Some(3), 16, 16), (3, 5));
+    // More than the device holds (0x3FFF: "not negotiated") is its maximum, each against
+    // its own limit: responder resources max_qp_rd_atom, initiator depth
+    // max_qp_init_rd_atom.
+    assert_eq!(
+        cm::request_conn_values(Some(40), Some(0x3FFF), 12, 10),
+        (12, 10)
+    );
+    assert_eq!(cm::request_conn_values(None, None, 16, 16), (0, 0));
+}
+
+/// An ESTABLISHED reports our negotiated IRD as initiator_depth and our ORD as
+/// responder_resources, as cma_iw_handler reports siw's and irdma's upcalls (their own
+/// ird/ord into initiator_depth/responder_resources).
+#[test]
+fn established_reports_ird_as_initiator_depth_as_siw_does() {
+    assert_eq!(cm::established_conn_values(1, 2), (2, 1));
+}

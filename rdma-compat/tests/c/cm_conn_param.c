@@ -8,6 +8,13 @@
  * - rdma_accept's responder_resources and initiator_depth are the IRD and ORD of the MPA
  *   Reply (RFC 6581 9.1): the initiator's ORD is capped at the first and its IRD set to
  *   the second. Before the fix rdma_accept ignored both.
+ * - The events report them as the kernel's rdma_cm reports siw's (cma.c's
+ *   iw_conn_req_handler and cma_iw_handler over siw_cm.c's upcalls): a CONNECT_REQUEST from
+ *   the listener's side (responder_resources the peer's initiator depth, initiator_depth
+ *   its responder resources), an ESTABLISHED on either side with our ORD in
+ *   responder_resources and our IRD in initiator_depth (siw and irdma pass their own
+ *   ird/ord, which cma_iw_handler puts into initiator_depth/responder_resources). Before
+ *   the fix ESTABLISHED had them the other way round.
  * - responder_resources 0 and initiator_depth 0 mean none, as in rdma_cm (the MPA Rev 2
  *   IRD and ORD 0): the request and both ESTABLISHED events say 0/0, and a Read posted on
  *   the connection fails with EINVAL (siw's answer to a Read with no ORD). Before the fix
@@ -94,9 +101,9 @@ static int server(const char *addr, const char *p)
 	if (rdma_accept(id, &cp))
 		DIE("rdma_accept with 1/2 after the refused ones: %s", strerror(errno));
 	ev = contract_expect_event(ec, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS);
-	EXPECT(ev->param.conn.responder_resources == 1 && ev->param.conn.initiator_depth == 2,
-	       "rdma_accept(3): the connection serves the responder resources and has the initiator depth accepted "
-	       "with (want 1/2, got %u/%u)",
+	EXPECT(ev->param.conn.responder_resources == 2 && ev->param.conn.initiator_depth == 1,
+	       "rdma_accept(3) with 1/2: ESTABLISHED reports our ORD (2) as responder_resources and our IRD (1) as "
+	       "initiator_depth, as rdma_cm reports siw's (want 2/1, got %u/%u)",
 	       ev->param.conn.responder_resources, ev->param.conn.initiator_depth);
 	rdma_ack_cm_event(ev);
 
@@ -164,9 +171,10 @@ static int client(const char *addr, const char *p)
 	if (rdma_connect(id, &cp))
 		DIE("rdma_connect: %s", strerror(errno));
 	struct rdma_cm_event *ev = contract_expect_event(ec, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS);
-	EXPECT(ev->param.conn.initiator_depth == 1 && ev->param.conn.responder_resources == 2,
-	       "rdma_accept(3) at the peer: our initiator depth is capped at its responder resources and our "
-	       "responder resources are its initiator depth (want 2/1, got %u/%u)",
+	EXPECT(ev->param.conn.responder_resources == 1 && ev->param.conn.initiator_depth == 2,
+	       "rdma_accept(3) at the peer with 1/2: our ORD is capped at its responder resources (1) and our IRD "
+	       "set to its initiator depth (2); ESTABLISHED reports the ORD as responder_resources and the IRD as "
+	       "initiator_depth, as rdma_cm reports siw's (want 1/2, got %u/%u)",
 	       ev->param.conn.responder_resources, ev->param.conn.initiator_depth);
 	rdma_ack_cm_event(ev);
 
