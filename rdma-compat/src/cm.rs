@@ -1502,6 +1502,10 @@ unsafe fn conn_pdata<'a>(param: *const rdma_conn_param) -> (&'a [u8], Option<(u8
     (pd, Some((c.responder_resources, c.initiator_depth)))
 }
 
+/// `responder_resources` and `initiator_depth` that ask for the device's most
+/// (`RDMA_MAX_RESP_RES`, `RDMA_MAX_INIT_DEPTH`): what a NULL `rdma_conn_param` stands for.
+const MOST: (u8, u8) = (RDMA_MAX_RESP_RES as u8, RDMA_MAX_INIT_DEPTH as u8);
+
 /// `responder_resources` and `initiator_depth` of an `rdma_conn_param`, checked as
 /// librdmacm checks them (rdma_connect(3), rdma_accept(3)): each at most the device's
 /// `max_qp_rd_atom` / `max_qp_init_rd_atom`, else `EINVAL` (not quietly lowered), or 255
@@ -1547,21 +1551,22 @@ pub extern "C" fn __wc_rdma_connect(p: *mut rdma_cm_id, param: *mut rdma_conn_pa
         };
         // SAFETY: param is NULL or the caller's.
         let (pdata, io) = unsafe { conn_pdata(param) };
+        // No parameters at all ask for the device's most each way, as librdmacm's
+        // rdma_connect sets both to the device's maximum for a NULL conn_param.
+        let (resp, init) = io.unwrap_or(MOST);
+        let (ird, ord) = match ird_ord_param(eng, resp, init) {
+            Ok(v) => v,
+            Err(e) => return fail(e, -1),
+        };
+        let d = eng.ctx.query_device();
         let mut mpa = eng.mpa.clone();
-        if let Some((resp, init)) = io {
-            let (ird, ord) = match ird_ord_param(eng, resp, init) {
-                Ok(v) => v,
-                Err(e) => return fail(e, -1),
-            };
-            let d = eng.ctx.query_device();
-            if mpa.rev == 2 {
-                // Our IRD is what we serve (responder resources), our ORD what we issue;
-                // 255 asks for the device's most. 0 is none, as in rdma_cm: an IRD of 0
-                // has every inbound Read Request answered with a Terminate, an ORD of 0
-                // has every Read or atomic posted refused (EINVAL), as siw answers one.
-                mpa.ird = ird.unwrap_or(d.max_qp_rd_atom);
-                mpa.ord = ord.unwrap_or(d.max_qp_init_rd_atom);
-            }
+        if mpa.rev == 2 {
+            // Our IRD is what we serve (responder resources), our ORD what we issue; 255
+            // asks for the device's most. 0 is none, as in rdma_cm: an IRD of 0 has every
+            // inbound Read Request answered with a Terminate, an ORD of 0 has every Read
+            // or atomic posted refused (EINVAL), as siw answers one.
+            mpa.ird = ird.unwrap_or(d.max_qp_rd_atom);
+            mpa.ord = ord.unwrap_or(d.max_qp_init_rd_atom);
         }
         start_connection(id, p, q, || {
             q.qp.connect(*dst.ip(), dst.port(), &mpa, pdata)
@@ -1612,30 +1617,27 @@ pub extern "C" fn __wc_rdma_accept(p: *mut rdma_cm_id, param: *mut rdma_conn_par
         let (pdata, io) = unsafe { conn_pdata(param) };
         // rdma_accept(3): our responder resources and initiator depth become the IRD and
         // ORD of the MPA Reply (RFC 6581 §9.1), capped there at the initiator's ORD and
-        // IRD. 255 asks for what the request offered, as far as the device goes; 0 is
-        // none, as in rdma_cm (see rdma_connect); no parameters at all answer as the
-        // listener was set up.
-        let ird_ord = match io {
-            None => None,
-            Some((resp, init)) => {
-                let (ird, ord) = match ird_ord_param(eng, resp, init) {
-                    Ok(v) => v,
-                    Err(e) => return fail(e, -1),
-                };
-                let d = eng.ctx.query_device();
-                let ird = ird.unwrap_or_else(|| {
-                    req.ord
-                        .map_or(d.max_qp_rd_atom, |o| o.min(d.max_qp_rd_atom))
-                });
-                let ord = ord.unwrap_or_else(|| {
-                    req.ird
-                        .map_or(d.max_qp_init_rd_atom, |i| i.min(d.max_qp_init_rd_atom))
-                });
-                Some((ird, ord))
-            }
+        // IRD. 255 asks for what the request offered, as far as the device goes (its
+        // most when a Rev 1 request offered nothing); 0 is none, as in rdma_cm (see
+        // rdma_connect). No parameters at all are 255 each way, as librdmacm's rdma_accept
+        // treats a NULL conn_param (the request's values, capped at the device's).
+        let (resp, init) = io.unwrap_or(MOST);
+        let (ird, ord) = match ird_ord_param(eng, resp, init) {
+            Ok(v) => v,
+            Err(e) => return fail(e, -1),
         };
+        let d = eng.ctx.query_device();
+        let ird = ird.unwrap_or_else(|| {
+            req.ord
+                .map_or(d.max_qp_rd_atom, |o| o.min(d.max_qp_rd_atom))
+        });
+        let ord = ord.unwrap_or_else(|| {
+            req.ird
+                .map_or(d.max_qp_init_rd_atom, |i| i.min(d.max_qp_init_rd_atom))
+        });
         start_connection(id, p, q, || {
-            eng.ctx.accept_with_ird_ord(&req, &q.qp, pdata, ird_ord)
+            eng.ctx
+                .accept_with_ird_ord(&req, &q.qp, pdata, Some((ird, ord)))
         })
     })
 }

@@ -15,6 +15,10 @@
  *   responder_resources and our IRD in initiator_depth (siw and irdma pass their own
  *   ird/ord, which cma_iw_handler puts into initiator_depth/responder_resources). Before
  *   the fix ESTABLISHED had them the other way round.
+ * - A NULL conn_param is the device's most each way in rdma_connect and the request's
+ *   values (as far as the device goes) in rdma_accept, as librdmacm fills one in (its
+ *   RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH handling). Before the fix both used the
+ *   configured 8.
  * - responder_resources 0 and initiator_depth 0 mean none, as in rdma_cm (the MPA Rev 2
  *   IRD and ORD 0): the request and both ESTABLISHED events say 0/0, and a Read posted on
  *   the connection fails with EINVAL (siw's answer to a Read with no ORD). Before the fix
@@ -24,7 +28,7 @@
  *   rdma_destroy_id waited forever for the acknowledgement.
  *   cm_conn_param -s ADDR PORT   server: accepts one connection on PORT (checks its
  *                                parameters), rejects the next and destroys its id, then
- *                                accepts one with 0/0
+ *                                accepts one with 0/0 and one with no parameters
  *   cm_conn_param -c ADDR PORT   client: the checks of the active side
  */
 #include <errno.h>
@@ -51,6 +55,11 @@ static struct ibv_device_attr device_attr(struct rdma_cm_id *id)
 		    da.max_qp_init_rd_atom);
 	return da;
 }
+
+/* The most both ways on a device: max_qp_rd_atom Reads served, max_qp_init_rd_atom issued;
+ * between two such devices each side's IRD and ORD end at the smaller. */
+#define MOST(da) ((unsigned)((da).max_qp_rd_atom < (da).max_qp_init_rd_atom ? (da).max_qp_rd_atom : \
+							     (da).max_qp_init_rd_atom))
 
 /* The "less than or equal to" clause of fn (rdma_connect or rdma_accept, called as call on
  * id): responder_resources above max_qp_rd_atom, then initiator_depth above
@@ -146,6 +155,29 @@ static int server(const char *addr, const char *p)
 	rdma_ack_cm_event(contract_expect_event(ec, RDMA_CM_EVENT_DISCONNECTED, WAIT_MS));
 	rdma_destroy_qp(id);
 	rdma_destroy_id(id);
+
+	/* 4. No parameters on either side: the client offers the device's most, and the
+	 * accept answers with what the request offered. */
+	unsigned most = MOST(da);
+	ev = contract_expect_event(ec, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
+	id = ev->id;
+	EXPECT(ev->param.conn.responder_resources == most && ev->param.conn.initiator_depth == most,
+	       "rdma_connect(3) with no conn_param: the request offers the device's most each way (want %u/%u, got "
+	       "%u/%u)",
+	       most, most, ev->param.conn.responder_resources, ev->param.conn.initiator_depth);
+	rdma_ack_cm_event(ev);
+	contract_qp_on(id);
+	if (rdma_accept(id, NULL))
+		DIE("rdma_accept with no conn_param: %s", strerror(errno));
+	ev = contract_expect_event(ec, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS);
+	EXPECT(ev->param.conn.responder_resources == most && ev->param.conn.initiator_depth == most,
+	       "rdma_accept(3) with no conn_param: the connection takes what the request offered (want %u/%u, got "
+	       "%u/%u)",
+	       most, most, ev->param.conn.responder_resources, ev->param.conn.initiator_depth);
+	rdma_ack_cm_event(ev);
+	rdma_ack_cm_event(contract_expect_event(ec, RDMA_CM_EVENT_DISCONNECTED, WAIT_MS));
+	rdma_destroy_qp(id);
+	rdma_destroy_id(id);
 	rdma_destroy_id(l);
 	rdma_destroy_event_channel(ec);
 	return contract_end();
@@ -228,6 +260,23 @@ static int client(const char *addr, const char *p)
 	rdma_ack_cm_event(contract_expect_event(ec, RDMA_CM_EVENT_DISCONNECTED, WAIT_MS));
 	rdma_destroy_qp(id);
 	ibv_dereg_mr(mr);
+	rdma_destroy_id(id);
+
+	/* 4. No conn_param: the device's most each way (both sides have the same device). */
+	id = contract_active(ec, addr, port, WAIT_MS);
+	unsigned most = MOST(device_attr(id));
+	if (rdma_connect(id, NULL))
+		DIE("rdma_connect with no conn_param: %s", strerror(errno));
+	ev = contract_expect_event(ec, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS);
+	EXPECT(ev->param.conn.responder_resources == most && ev->param.conn.initiator_depth == most,
+	       "rdma_connect(3) with no conn_param, accepted with none: the device's most each way (want %u/%u, got "
+	       "%u/%u)",
+	       most, most, ev->param.conn.responder_resources, ev->param.conn.initiator_depth);
+	rdma_ack_cm_event(ev);
+	if (rdma_disconnect(id))
+		DIE("rdma_disconnect: %s", strerror(errno));
+	rdma_ack_cm_event(contract_expect_event(ec, RDMA_CM_EVENT_DISCONNECTED, WAIT_MS));
+	rdma_destroy_qp(id);
 	rdma_destroy_id(id);
 	rdma_destroy_event_channel(ec);
 	return contract_end();
