@@ -15,7 +15,7 @@
 //!   does.
 //!
 //! IRD and ORD: `rdma_connect`'s `responder_resources` and `initiator_depth` become the
-//! MPA Rev 2 IRD and ORD we offer; a CONNECT_REQUEST reports the peer's
+//! IRD and ORD we offer (MPA Rev 2) or use (Rev 1); a CONNECT_REQUEST reports the peer's
 //! from the listener's side (`request_conn_values`), an ESTABLISHED ours the way siw and
 //! irdma report them (`established_conn_values`).
 
@@ -1560,14 +1560,16 @@ pub extern "C" fn __wc_rdma_connect(p: *mut rdma_cm_id, param: *mut rdma_conn_pa
         };
         let d = eng.ctx.query_device();
         let mut mpa = eng.mpa.clone();
-        if mpa.rev == 2 {
-            // Our IRD is what we serve (responder resources), our ORD what we issue; 255
-            // asks for the device's most. 0 is none, as in rdma_cm: an IRD of 0 has every
-            // inbound Read Request answered with a Terminate, an ORD of 0 has every Read
-            // or atomic posted refused (EINVAL), as siw answers one.
-            mpa.ird = ird.unwrap_or(d.max_qp_rd_atom);
-            mpa.ord = ord.unwrap_or(d.max_qp_init_rd_atom);
-        }
+        // Our IRD is what we serve (responder resources), our ORD what we issue; 255 asks
+        // for the device's most. 0 is none, as in rdma_cm: an IRD of 0 has every inbound
+        // Read Request answered with a Terminate, an ORD of 0 has every Read or atomic
+        // posted refused (EINVAL), as siw answers one. At MPA Rev 1 too, where nothing
+        // carries them: they are the QP's limits, as the kernel's providers apply
+        // conn_param's ird/ord to the QP whatever the revision (siw_connect and
+        // siw_proc_mpareply: irq_size/orq_size from cep->ird/ord, which only Rev 2
+        // negotiation changes).
+        mpa.ird = ird.unwrap_or(d.max_qp_rd_atom);
+        mpa.ord = ord.unwrap_or(d.max_qp_init_rd_atom);
         start_connection(id, p, q, || {
             q.qp.connect(*dst.ip(), dst.port(), &mpa, pdata)
         })
