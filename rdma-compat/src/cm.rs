@@ -1012,12 +1012,13 @@ fn rehome_child(child: &mut Id, listener_chan: *mut rdma_event_channel, sync: bo
     }
 }
 
-/// Waits, on a synchronous id, for the event its call queued: `Ok` for `want`, the
-/// event's errno otherwise. The event stays in `id->event` until the id's next synchronous
-/// call or its destruction, as librdmacm keeps it (`ucma_complete`): that is where a
-/// synchronous application reads what the peer sent (the private data of the MPA Reply
-/// after `rdma_connect`, its IRD/ORD, the status of a failure).
-fn wait_sync(id: &mut Id, want: rdma_cm_event_type) -> Result<(), c_int> {
+/// Waits, on a synchronous id, for the next event of its channel (the one its call queued,
+/// or one queued before it, as librdmacm takes whatever comes next) and answers as
+/// librdmacm's `ucma_complete` does (`sync_result`). The event stays in `id->event` until
+/// the id's next synchronous call or its destruction, as librdmacm keeps it: that is where
+/// a synchronous application reads what the peer sent (the private data of the MPA Reply
+/// after `rdma_connect`, its IRD/ORD, the status of a failure) and which event came.
+fn wait_sync(id: &mut Id) -> Result<(), c_int> {
     release_event(id);
     let Some(ch) = chan_of(id) else {
         return Err(EINVAL);
@@ -1026,15 +1027,21 @@ fn wait_sync(id: &mut Id, want: rdma_cm_event_type) -> Result<(), c_int> {
     keep_event(id, e);
     // SAFETY: an event of ours, held by the id.
     let ev = unsafe { &(*e).ev };
-    if ev.event == want {
-        Ok(())
-    } else {
-        // librdmacm's ucma_complete: a rejection is ECONNREFUSED whatever its status.
-        Err(match ev.status {
-            _ if ev.event == RDMA_CM_EVENT_REJECTED => ECONNREFUSED,
-            s if s < 0 => -s,
-            _ => ECONNREFUSED,
-        })
+    sync_result(ev.event, ev.status)
+}
+
+/// A synchronous call's answer to the event it took, as rdma-core's librdmacm
+/// `ucma_complete` gives it: whatever the event, a status of 0 is success (an event other
+/// than the one the call queued, say an ADDR_RESOLVED still pending on an id migrated to
+/// no channel before `rdma_resolve_route`, included: it is in `id->event`); otherwise a
+/// REJECTED is `ECONNREFUSED`, a negative status its errno, a positive one (an InfiniBand
+/// reason code, which iWARP never gives) itself.
+pub(crate) fn sync_result(event: rdma_cm_event_type, status: c_int) -> Result<(), c_int> {
+    match status {
+        0 => Ok(()),
+        _ if event == RDMA_CM_EVENT_REJECTED => Err(ECONNREFUSED),
+        s if s < 0 => Err(-s),
+        s => Err(s),
     }
 }
 
@@ -1199,7 +1206,7 @@ pub extern "C" fn __wc_rdma_resolve_addr(
         };
         ch.post(new_event(p, null_mut(), kind, status, &[], (0, 0)));
         if is_sync(id) {
-            if let Err(e) = wait_sync(id, RDMA_CM_EVENT_ADDR_RESOLVED) {
+            if let Err(e) = wait_sync(id) {
                 return fail(e, -1);
             }
         }
@@ -1229,7 +1236,7 @@ pub extern "C" fn __wc_rdma_resolve_route(p: *mut rdma_cm_id, _timeout_ms: c_int
             (0, 0),
         ));
         if is_sync(id) {
-            if let Err(e) = wait_sync(id, RDMA_CM_EVENT_ROUTE_RESOLVED) {
+            if let Err(e) = wait_sync(id) {
                 return fail(e, -1);
             }
         }
@@ -1591,7 +1598,7 @@ fn start_connection(
     }
     id.lock().started = true;
     if is_sync(id) {
-        if let Err(e) = wait_sync(id, RDMA_CM_EVENT_ESTABLISHED) {
+        if let Err(e) = wait_sync(id) {
             return fail(e, -1);
         }
     }
@@ -1704,7 +1711,7 @@ pub extern "C" fn __wc_rdma_disconnect(p: *mut rdma_cm_id) -> c_int {
         // iw_cm_disconnect answers 0 in those states too).
         let _ = q.qp.disconnect();
         if sync && !ended {
-            if let Err(e) = wait_sync(id, RDMA_CM_EVENT_DISCONNECTED) {
+            if let Err(e) = wait_sync(id) {
                 return fail(e, -1);
             }
         }

@@ -582,3 +582,24 @@ fn connect_request_reports_the_peers_values_from_our_side_capped() {
 fn established_reports_ird_as_initiator_depth_as_siw_does() {
     assert_eq!(cm::established_conn_values(1, 2), (2, 1));
 }
+
+/// A synchronous call answers the event it took as librdmacm's ucma_complete does: a
+/// status of 0 is success whatever the event, a REJECTED ECONNREFUSED, a negative status
+/// its errno, a positive one itself.
+#[test]
+fn synchronous_calls_answer_as_ucma_complete() {
+    assert_eq!(cm::sync_result(RDMA_CM_EVENT_ESTABLISHED, 0), Ok(()));
+    // An event the call did not queue, with status 0 (librdmacm returns 0).
+    assert_eq!(cm::sync_result(RDMA_CM_EVENT_ADDR_RESOLVED, 0), Ok(()));
+    assert_eq!(cm::sync_result(RDMA_CM_EVENT_DISCONNECTED, 0), Ok(()));
+    assert_eq!(
+        cm::sync_result(RDMA_CM_EVENT_REJECTED, -crate::ECONNRESET),
+        Err(crate::ECONNREFUSED)
+    );
+    assert_eq!(
+        cm::sync_result(RDMA_CM_EVENT_UNREACHABLE, -crate::ETIMEDOUT),
+        Err(crate::ETIMEDOUT)
+    );
+    // A positive status is the errno as it stands (librdmacm's ERR(status)).
+    assert_eq!(cm::sync_result(RDMA_CM_EVENT_CONNECT_ERROR, 5), Err(5));
+}

@@ -3,7 +3,10 @@
  * channel and moves any pending events associated with the rdma_cm_id to the new channel";
  * a NULL channel makes the id synchronous, which librdmacm refuses (EINVAL) for an id that
  * already is. Before the fix the pending events stayed on the old channel (and were freed
- * with it when that was a synchronous id's).
+ * with it when that was a synchronous id's). A pending event moved to an id made
+ * synchronous is what its next synchronous call takes, and librdmacm's ucma_complete
+ * answers any event of status 0 with success; before that fix such a call failed with
+ * ECONNREFUSED.
  *   migrate_id_moves -s ADDR PORT   server: a listener on PORT migrated with a connection
  *                                   request pending; accepts it (checks on its side)
  *   migrate_id_moves -c ADDR PORT   client: connects, then the checks that need no peer
@@ -105,6 +108,28 @@ static int client(const char *addr, const char *p)
 	EXPECT(r == -1 && e == EINVAL, "rdma_migrate_id of a synchronous id to NULL is refused with EINVAL (got %d: %s)", r,
 	       r ? strerror(e) : "moved");
 	rdma_destroy_id(sid);
+
+	/* 3. An ADDR_RESOLVED pending, then the id migrated to no channel: the next
+	 * synchronous call takes whatever event comes next, as librdmacm's ucma_complete does,
+	 * and a status of 0 is success whatever the event. rdma_resolve_route returns 0 with
+	 * the pending ADDR_RESOLVED in id->event. */
+	if (rdma_create_id(ec1, &id, NULL, RDMA_PS_TCP))
+		DIE("rdma_create_id: %s", strerror(errno));
+	if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000))
+		DIE("rdma_resolve_addr: %s", strerror(errno));
+	if (contract_readable(ec1->fd, 1000) != 1)
+		DIE("no event pending on the first channel");
+	if (rdma_migrate_id(id, NULL))
+		DIE("rdma_migrate_id to no channel: %s", strerror(errno));
+	r = rdma_resolve_route(id, 2000), e = errno;
+	/* errno as a number: its text, "Connection refused", would have the test script retry
+	 * the client as if the server had not been listening yet. */
+	EXPECT(r == 0 && id->event && id->event->event == RDMA_CM_EVENT_ADDR_RESOLVED,
+	       "rdma_resolve_route(3) on an id made synchronous with an ADDR_RESOLVED pending: 0, as librdmacm's "
+	       "ucma_complete answers an event of status 0, the ADDR_RESOLVED in id->event (got %d, errno %d, "
+	       "id->event %s)",
+	       r, r ? e : 0, id->event ? rdma_event_str(id->event->event) : "NULL");
+	rdma_destroy_id(id);
 	rdma_disconnect(cid);
 	if ((ev = contract_next_event(ec0, WAIT_MS)))
 		rdma_ack_cm_event(ev);
