@@ -761,6 +761,17 @@ impl Recovery {
             .is_some_and(|at| ts_rtt.is_none_or(|r| now - r >= at))
     }
 
+    /// Whether a loss probe may be pending now (RFC 8985 7.2's conditions, see `arm_pto`).
+    #[inline(always)]
+    fn pto_allowed(&self) -> bool {
+        self.cfg.rack_tlp
+            && !self.window_shut
+            && !self.segs.is_empty()
+            && self.tlp_end.is_none()
+            && self.recover.is_none()
+            && self.tally.sacked == 0
+    }
+
     fn arm_pto(&mut self, now: Instant) {
         // RFC 8985 7.2: the PTO is started or restarted after new data is sent or an ACK
         // acknowledges new data, except in fast recovery, in RTO recovery (both: `recover`
@@ -774,13 +785,7 @@ impl Recovery {
         // and the probe's ACK, or the three duplicate ACKs it and the tail complete, repair
         // a tail loss in about two round trips instead of an RTO; 7.4.2's response to the
         // loss it repaired needs only that ACK.
-        if !self.cfg.rack_tlp
-            || self.window_shut
-            || self.segs.is_empty()
-            || self.tlp_end.is_some()
-            || self.recover.is_some()
-            || self.tally.sacked > 0
-        {
+        if !self.pto_allowed() {
             self.pto_at = None;
             return;
         }
@@ -1176,11 +1181,17 @@ impl Recovery {
             // segment, which repaired the window one segment per round trip.
             self.grow(now, acked);
         }
-        // TLP: the probe timer restarts on every ACK. RFC 8985 7.2 restarts it on an ACK of
-        // new data; here an ACK of nothing new (a duplicate ACK from a peer without SACK, a
-        // window update) restarts it too, which only postpones the probe (outside recovery:
-        // `arm_pto` arms none in it).
-        self.arm_pto(now);
+        // TLP: RFC 8985 7.2 restarts the probe timer on an ACK that acknowledges new data
+        // (cumulatively; newly SACKed data leaves segments SACKed, where `arm_pto` arms
+        // none). An ACK of nothing new (a duplicate ACK from a peer without SACK, a window
+        // update, a repeated ACK from a SACK peer) leaves a running timer alone: restarting
+        // it there postponed the probe for as long as such ACKs kept coming, and left the
+        // tail loss to the RTO. It may still stop it (the conditions of `pto_allowed`).
+        if progressed {
+            self.arm_pto(now);
+        } else if !self.pto_allowed() {
+            self.pto_at = None;
+        }
         if self.segs.is_empty() {
             self.rto_at = None;
             self.pto_at = None;

@@ -904,6 +904,50 @@ fn rfc8985_7_2_no_loss_probe_in_recovery_or_with_sacked_segments() {
     assert_eq!(r.pto_at, None, "PTO armed in RTO recovery");
 }
 
+/// RFC 8985 7.2: the PTO is (re)started when a segment is sent or an ACK acknowledges new
+/// data, not by an ACK of nothing new. Before, every ACK restarted it: a peer without SACK
+/// sending two duplicate ACKs, or a SACK peer repeating its ACK (a window update on a
+/// stalled flow) every half millisecond, pushed the probe back each time, and the tail loss
+/// waited for the RTO.
+#[test]
+fn rfc8985_7_2_an_ack_of_nothing_new_does_not_restart_the_pto() {
+    // RFC 8985 7.2: a peer without SACK, two duplicate ACKs (below DupThresh).
+    let mut r = rtt_of_1_ms();
+    send_n(&mut r, us(2_000), S + 1000, 3);
+    let pto = r.poll_timeout().unwrap();
+    assert_eq!(pto, us(4_000), "PTO = 2 SRTT after the last send");
+    for t in [3_000, 3_900] {
+        let o = r.on_ack(us(t), S + 1000, &[], None);
+        assert_eq!((o.newly_acked, o.lost_marked), (0, 0));
+        assert_eq!(r.poll_timeout(), Some(pto), "a duplicate ACK moved the PTO");
+    }
+    assert_eq!(r.handle_timeout(pto), TimeoutAction::Probe);
+
+    // RFC 8985 7.2: a SACK peer (SACK seen, nothing SACKed now) repeating its ACK every
+    // 500 us: the probe goes at 2 SRTT after the last send all the same.
+    let mut r = rtt_of_1_ms();
+    send_n(&mut r, us(2_000), S + 1000, 3);
+    r.on_ack(us(2_500), S + 2000, &[(S + 2000, S + 3000)], None);
+    r.on_ack(us(2_600), S + 3000, &[], None);
+    // The ACK of new data restarted the PTO (2 SRTT from 2.6 ms; SRTT is still 1 ms, the
+    // ACKs carried no timestamps and Karn's rule gives samples of 500 and 600 us).
+    let pto = r.poll_timeout().unwrap();
+    assert!(pto > us(2_600) && pto < us(2_000) + r.rto(), "{pto:?}");
+    let mut t = 3_000;
+    while us(t) < pto {
+        let o = r.on_ack(us(t), S + 3000, &[], None);
+        assert_eq!((o.newly_acked, o.lost_marked), (0, 0));
+        assert_eq!(
+            r.poll_timeout(),
+            Some(pto),
+            "a repeated ACK at {t} us moved the PTO"
+        );
+        t += 500;
+    }
+    assert_eq!(r.handle_timeout(pto), TimeoutAction::Probe);
+    assert_eq!(r.stats().tlp_count, 1);
+}
+
 /// RFC 9438 4.8: in the first congestion avoidance stage after an RTO, K = 0 and W_max (and
 /// W_est) = the cwnd at the start of that stage, so the window grows about one segment per
 /// round trip from there (here 16165 -> 17182 in two round trips). Before, W_max stayed the
