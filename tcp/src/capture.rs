@@ -1,6 +1,10 @@
 //! A capture wrapper: any [`PollDevice`] whose received and transmitted frames are also written
 //! to a classic pcap stream (Ethernet link type), stamped with the `Instant`s smoltcp passes
-//! in. Wireshark and tshark read the result. A snaplen of 0 (every frame cut to nothing) or
+//! in. A transmitted frame is recorded when it leaves the device, once: when its token is
+//! consumed, or, for a device that hands frames to a driver in [`PollDevice::flush`]
+//! ([`PollDevice::defers_tx`], a DPDK port), when the driver has taken it (a frame the tx
+//! ring refused is recorded by the flush that sends it, one never sent not at all), stamped
+//! with the last poll's `Instant`. Wireshark and tshark read the result. A snaplen of 0 (every frame cut to nothing) or
 //! one the file header cannot hold is refused: [`Capture::try_new`] says so with
 //! [`StackError::InvalidArgument`], [`Capture::new`] writes nothing and counts errors.
 
@@ -124,10 +128,14 @@ impl<W: Write> Sink<W> {
 pub struct Capture<D, W: Write> {
     inner: D,
     sink: RefCell<Sink<W>>,
+    /// The `Instant` of the last receive or transmit call: the stamp of the frames the next
+    /// flush reports ([`PollDevice::flush_observed`]).
+    last_at: Instant,
 }
 
 impl<D: PollDevice, W: Write> Capture<D, W> {
-    /// Wraps `inner`, writing the pcap file header to `out` at once. Frames longer than
+    /// Wraps `inner` (telling it so: [`PollDevice::observe_tx`]), writing the pcap file
+    /// header to `out` at once. Frames longer than
     /// `snaplen` are cut. A snaplen of 0 (every frame cut to nothing) or above
     /// [`MAX_SNAPLEN`] (more than the file header holds) is refused with
     /// [`StackError::InvalidArgument`] naming `snaplen`; `inner` and `out` are dropped.
@@ -153,9 +161,12 @@ impl<D: PollDevice, W: Write> Capture<D, W> {
             refused: check_snaplen(snaplen).is_err(),
         };
         sink.header();
+        let mut inner = inner;
+        inner.observe_tx();
         Capture {
             inner,
             sink: RefCell::new(sink),
+            last_at: Instant::ZERO,
         }
     }
 
@@ -231,6 +242,8 @@ pub struct CaptureTxToken<'a, T, W: Write> {
     inner: T,
     sink: &'a RefCell<Sink<W>>,
     at: Instant,
+    /// The device sends in its flush ([`PollDevice::defers_tx`]): recorded there, not here.
+    deferred: bool,
 }
 
 impl<T: phy::TxToken, W: Write> phy::TxToken for CaptureTxToken<'_, T, W> {
@@ -239,6 +252,9 @@ impl<T: phy::TxToken, W: Write> phy::TxToken for CaptureTxToken<'_, T, W> {
         F: FnOnce(&mut [u8]) -> R,
     {
         let (sink, at) = (self.sink, self.at);
+        if self.deferred {
+            return self.inner.consume(len, f);
+        }
         self.inner.consume(len, |buf| {
             let r = f(buf);
             sink.borrow_mut().record(at, buf);
@@ -262,6 +278,8 @@ impl<D: PollDevice, W: Write> Device for Capture<D, W> {
         Self: 'a;
 
     fn receive(&mut self, timestamp: Instant) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
+        self.last_at = timestamp;
+        let deferred = self.inner.defers_tx();
         let (rx, tx) = self.inner.receive(timestamp)?;
         Some((
             CaptureRxToken {
@@ -273,16 +291,20 @@ impl<D: PollDevice, W: Write> Device for Capture<D, W> {
                 inner: tx,
                 sink: &self.sink,
                 at: timestamp,
+                deferred,
             },
         ))
     }
 
     fn transmit(&mut self, timestamp: Instant) -> Option<Self::TxToken<'_>> {
+        self.last_at = timestamp;
+        let deferred = self.inner.defers_tx();
         let tx = self.inner.transmit(timestamp)?;
         Some(CaptureTxToken {
             inner: tx,
             sink: &self.sink,
             at: timestamp,
+            deferred,
         })
     }
 
@@ -298,7 +320,25 @@ impl<D: PollDevice, W: Write> PollDevice for Capture<D, W> {
 
     fn flush(&mut self) -> bool {
         // The sink is flushed by into_parts (or by the writer's own drop), not per poll.
-        self.inner.flush()
+        self.flush_observed(&mut |_| {})
+    }
+
+    fn defers_tx(&self) -> bool {
+        self.inner.defers_tx()
+    }
+
+    fn observe_tx(&mut self) {
+        self.inner.observe_tx()
+    }
+
+    fn flush_observed(&mut self, sent: &mut dyn FnMut(&[u8])) -> bool {
+        // What the driver took in this flush (nothing from a device that sends with its
+        // tokens, recorded as they were consumed).
+        let (sink, at) = (&self.sink, self.last_at);
+        self.inner.flush_observed(&mut |frame| {
+            sink.borrow_mut().record(at, frame);
+            sent(frame)
+        })
     }
 
     fn stats(&self) -> DeviceStats {

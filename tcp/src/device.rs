@@ -15,6 +15,28 @@ pub trait PollDevice: Device {
         false
     }
 
+    /// Whether transmitted frames leave in [`PollDevice::flush`] (handed to a driver that may
+    /// take fewer than offered, the rest kept for a later flush or dropped) rather than when
+    /// their transmit token is consumed. A capture of such a device records what
+    /// [`PollDevice::flush_observed`] reports, not what the tokens were given.
+    fn defers_tx(&self) -> bool {
+        false
+    }
+
+    /// A capture records this device's frames from now on (through
+    /// [`PollDevice::flush_observed`] where it [`defers_tx`](PollDevice::defers_tx)): a
+    /// device that joins segments into TSO super-frames stops joining them, so that the
+    /// capture holds the frames the wire carries.
+    fn observe_tx(&mut self) {}
+
+    /// [`PollDevice::flush`], calling `sent` with each frame the driver accepted in it, in
+    /// order, once each. Only a device that [`defers_tx`](PollDevice::defers_tx) reports
+    /// anything; the others' frames left with their tokens.
+    fn flush_observed(&mut self, sent: &mut dyn FnMut(&[u8])) -> bool {
+        let _ = sent;
+        self.flush()
+    }
+
     /// Counters of the device.
     fn stats(&self) -> DeviceStats {
         DeviceStats::default()

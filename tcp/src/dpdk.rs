@@ -97,8 +97,11 @@ impl Default for DpdkDeviceConfig {
 ///   poll are joined into one super-frame the port cuts back into the same segments
 ///   ([`crate::tso`] says which frames join); the joined frames' headers are stripped
 ///   (no copy: the mbuf's start moves) and their mbufs chained to the first. While a pcapng
-///   capture is attached frames are not joined, so the capture holds the segments the wire
-///   carries (a super-frame would not fit its snap length).
+///   capture is attached, or once a [`crate::Capture`] wraps the device, frames are not
+///   joined, so the capture holds the segments the wire carries (a super-frame would not fit
+///   its snap length).
+/// * Captures (pcapng, [`crate::Capture`]) record a transmitted frame once the driver has
+///   taken it, once (see [`DpdkDevice::set_pcapng`]).
 #[derive(Debug)]
 pub struct DpdkDevice {
     rx: RxQueue,
@@ -126,7 +129,16 @@ pub struct DpdkDevice {
     no_checksums: bool,
     stats: DeviceStats,
     pcapng: Option<PcapngWriter>,
-    tx_recorded: usize,
+    /// While a capture is taken (pcapng, or a [`crate::Capture`] flushing through
+    /// [`PollDevice::flush_observed`]): copies of `tx_pending[..tx_staged.len()]`, made
+    /// before the frames are offered to the driver (which owns what it takes), recorded
+    /// for the frames it took and kept for those it refused. `None` where no copy could be
+    /// made (the pool was empty): that frame is missing from the capture
+    /// ([`DpdkDevice::capture_missed`]).
+    tx_staged: Vec<Option<Mbuf>>,
+    tx_capture_missed: u64,
+    /// A [`crate::Capture`] records the frames ([`PollDevice::observe_tx`]): none are joined.
+    tx_observed: bool,
     tx_spare: Option<Mbuf>,
     /// The next spare, allocated after a flush that sent frames: a poll's second frame (or
     /// the slot its connection takes after its segment) does not wait for an allocation
@@ -273,7 +285,9 @@ impl DpdkDevice {
             cfg,
             stats: DeviceStats::default(),
             pcapng: None,
-            tx_recorded: 0,
+            tx_staged: Vec::new(),
+            tx_capture_missed: 0,
+            tx_observed: false,
             tx_spare: None,
             tx_reserve: None,
             tso,
@@ -281,19 +295,33 @@ impl DpdkDevice {
     }
 
     /// Records every received and transmitted frame into `w` (DPDK's pcapng writer) from now
-    /// on. Transmitted frames are recorded when handed to the tx ring. No TSO super-frames
+    /// on. A transmitted frame is recorded once the driver has taken it (`tx_burst`), once:
+    /// one the tx ring refused is recorded by the flush whose burst takes it, one never taken
+    /// (dropped, or still queued when the device goes) not at all. To that end the frames
+    /// offered to the driver are copied first, into mbufs of the device's pool (at most
+    /// [`warpcore_dpdk_sys::BURST_MAX`] held while the ring refuses frames); a frame no copy
+    /// could be made of is counted in [`DpdkDevice::capture_missed`]. No TSO super-frames
     /// are built while a capture is attached. Refused when the capture has no interface for
     /// the device's port ([`PcapngWriter::covers`]: the port was made after the writer).
     pub fn set_pcapng(&mut self, w: PcapngWriter) -> Result<(), warpcore_dpdk_sys::Error> {
         w.covers(self.rx.port())?;
         w.covers(self.tx.port())?;
         self.pcapng = Some(w);
+        self.tx_staged.clear();
+        self.tx_staged.reserve(warpcore_dpdk_sys::BURST_MAX);
         Ok(())
     }
 
     /// Stops capturing and returns the writer (its drop closes the file).
     pub fn take_pcapng(&mut self) -> Option<PcapngWriter> {
+        self.tx_staged.clear();
         self.pcapng.take()
+    }
+
+    /// Transmitted frames the driver took that a capture (pcapng, or a [`crate::Capture`]
+    /// around this device) lacks: the pool had no mbuf for the copy made before the burst.
+    pub fn capture_missed(&self) -> u64 {
+        self.tx_capture_missed
     }
 
     /// Frames queued for the tx ring.
@@ -313,7 +341,7 @@ impl DpdkDevice {
     }
 
     /// Whether consecutive segments are joined into TSO super-frames for the port to cut
-    /// (except while a pcapng capture is attached).
+    /// (except while a pcapng capture is attached or a [`crate::Capture`] wraps the device).
     pub fn tso(&self) -> bool {
         self.tso.is_some()
     }
@@ -761,8 +789,8 @@ impl DpdkDevice {
     fn drop_pending(&mut self, i: usize) {
         drop(self.tx_pending.remove(i));
         self.stats.tx_dropped += 1;
-        if i < self.tx_recorded {
-            self.tx_recorded -= 1;
+        if i < self.tx_staged.len() {
+            drop(self.tx_staged.remove(i));
         }
         if i < self.tx_prepared {
             self.tx_prepared -= 1;
@@ -816,7 +844,10 @@ impl Device for DpdkDevice {
                 offload: self.tx_offload,
                 chains: self.tx_chains,
                 stats: &mut self.stats,
-                tso: self.tso.as_mut().filter(|_| self.pcapng.is_none()),
+                tso: self
+                    .tso
+                    .as_mut()
+                    .filter(|_| !self.tx_observed && self.pcapng.is_none()),
                 pending_frames: &mut self.tx_pending_frames,
             },
         ))
@@ -834,7 +865,10 @@ impl Device for DpdkDevice {
             offload: self.tx_offload,
             chains: self.tx_chains,
             stats: &mut self.stats,
-            tso: self.tso.as_mut().filter(|_| self.pcapng.is_none()),
+            tso: self
+                .tso
+                .as_mut()
+                .filter(|_| !self.tx_observed && self.pcapng.is_none()),
             pending_frames: &mut self.tx_pending_frames,
         })
     }
@@ -872,31 +906,90 @@ impl Device for DpdkDevice {
     }
 }
 
-impl PollDevice for DpdkDevice {
-    fn begin_poll(&mut self) {
-        self.rx_done.clear();
-        self.rx_armed = true;
+/// What [`PollDevice::flush_observed`] reports each frame the driver took to.
+type TxObserver<'a> = &'a mut dyn FnMut(&[u8]);
+
+impl DpdkDevice {
+    /// Copies the frames the next burst may take (at most
+    /// [`warpcore_dpdk_sys::BURST_MAX`], `tx_burst`'s limit) that have no copy yet.
+    #[cold]
+    fn stage_tx_copies(&mut self) {
+        let upto = self.tx_pending.len().min(warpcore_dpdk_sys::BURST_MAX);
+        while self.tx_staged.len() < upto {
+            let m = &self.tx_pending[self.tx_staged.len()];
+            let copy = if m.is_contiguous() {
+                Mbuf::from_slice(&self.pool, m.data())
+            } else {
+                let len = m.pkt_len();
+                if self.tx_scratch.len() < len {
+                    self.tx_scratch.resize(len, 0);
+                }
+                m.copy_to_slice(&mut self.tx_scratch[..len]);
+                Mbuf::from_slice(&self.pool, &self.tx_scratch[..len])
+            };
+            self.tx_staged.push(copy);
+        }
     }
 
-    fn flush(&mut self) -> bool {
+    /// Records the copies of the `sent` frames the driver just took (the front of
+    /// `tx_staged`) into the pcapng writer and hands them to `observer`, in order.
+    #[cold]
+    fn record_sent(&mut self, sent: usize, mut observer: Option<TxObserver<'_>>) {
+        let n = sent.min(self.tx_staged.len());
+        let (port, queue) = (self.tx.port(), self.tx.queue());
+        for copy in self.tx_staged.drain(..n) {
+            let Some(m) = copy else {
+                if self.tx_capture_missed == 0 {
+                    tracing::warn!(
+                        port,
+                        "capture: no mbuf for the copy of a transmitted frame (pool empty): \
+                         the capture misses it (DpdkDevice::capture_missed counts them)"
+                    );
+                }
+                self.tx_capture_missed += 1;
+                continue;
+            };
+            if let Some(w) = &mut self.pcapng {
+                // As in take_rx: checked by set_pcapng, counted in dropped() if refused.
+                let _ = w.record(port, queue, &m, Direction::Tx);
+            }
+            if let Some(f) = observer.as_mut() {
+                if m.is_contiguous() {
+                    f(m.data());
+                } else {
+                    let len = m.pkt_len();
+                    if self.tx_scratch.len() < len {
+                        self.tx_scratch.resize(len, 0);
+                    }
+                    m.copy_to_slice(&mut self.tx_scratch[..len]);
+                    f(&self.tx_scratch[..len]);
+                }
+            }
+        }
+    }
+
+    /// [`PollDevice::flush`], reporting the frames the driver took to `observer`.
+    fn flush_to(&mut self, mut observer: Option<TxObserver<'_>>) -> bool {
         if self.tx_pending.is_empty() {
             return false;
         }
         if self.tso.is_some() {
             self.prepare_pending();
         }
-        if let Some(w) = &mut self.pcapng {
-            // Record each frame once, before the driver owns it; frames a full ring refused
-            // were recorded by an earlier flush.
-            let (port, queue) = (self.tx.port(), self.tx.queue());
-            for m in &self.tx_pending[self.tx_recorded..] {
-                // As in take_rx: checked by set_pcapng, counted in dropped() if refused.
-                let _ = w.record(port, queue, m, Direction::Tx);
-            }
-            self.tx_recorded = self.tx_pending.len();
+        // A capture records a frame once the driver has taken it, and only then (it may take
+        // fewer than offered, and a frame it never takes never went out); the driver owns
+        // what it took, so what may go is copied before the burst.
+        let capture = self.pcapng.is_some() || observer.is_some();
+        if capture {
+            self.stage_tx_copies();
+        } else if !self.tx_staged.is_empty() {
+            // Copies left by a flush that had an observer: this one reports to none.
+            self.tx_staged.clear();
         }
         let sent = self.tx.tx_burst(&mut self.tx_pending);
-        self.tx_recorded = self.tx_recorded.saturating_sub(sent);
+        if capture {
+            self.record_sent(sent, observer.take());
+        }
         self.tx_prepared = self.tx_prepared.saturating_sub(sent);
         if let Some(t) = &mut self.tso {
             // Frames a full ring refused stay as they are.
@@ -928,6 +1021,30 @@ impl PollDevice for DpdkDevice {
             self.tx_reserve = self.pool.alloc();
         }
         sent > 0
+    }
+}
+
+impl PollDevice for DpdkDevice {
+    fn begin_poll(&mut self) {
+        self.rx_done.clear();
+        self.rx_armed = true;
+    }
+
+    fn flush(&mut self) -> bool {
+        self.flush_to(None)
+    }
+
+    fn defers_tx(&self) -> bool {
+        true
+    }
+
+    fn observe_tx(&mut self) {
+        self.tx_observed = true;
+        self.tx_staged.reserve(warpcore_dpdk_sys::BURST_MAX);
+    }
+
+    fn flush_observed(&mut self, sent: &mut dyn FnMut(&[u8])) -> bool {
+        self.flush_to(Some(sent))
     }
 
     fn stats(&self) -> DeviceStats {
