@@ -376,11 +376,13 @@ fn lock(d: &Dir) -> MutexGuard<'_, Wire> {
     d.wire.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Creates the two ends of a link.
+/// Creates the two ends of a link: a convenience for tests, benches and examples, whose
+/// configuration is written in their code. Where the configuration comes from a user (a
+/// command-line option, a library's caller), call [`try_pair`], which returns the
+/// [`LinkConfigError`] naming the field instead of panicking.
 ///
 /// # Panics
-/// If `config` fails [`LinkConfig::check`], with the error's text; [`try_pair`] returns
-/// the error instead.
+/// If `config` fails [`LinkConfig::check`], with the error's text.
 pub fn pair(config: &LinkConfig) -> (LinkEnd, LinkEnd) {
     try_pair(config).unwrap_or_else(|e| panic!("link::pair: {e}"))
 }
