@@ -784,6 +784,64 @@ else
     ok "test-iwperf.sh judges the table's figures" "a good row passes; a header alone, 30 of 300 iterations and -nan fail"
 fi
 
+# ---- test-net.sh on a memif client that fails: the server (waiting for a client that never
+# comes) is stopped at once and the FAIL line names the client. Before, the server was not
+# in the cleanup list, and the script's cleanup waited out its 120 s. A copy of the script on
+# stand-ins: tcpperf (its server binds the memif socket and sleeps TN_SERVER_SECS; its
+# client prints a byte-exact exchange or fails, by TN_CLIENT), tshark (reads 50,000 frames or,
+# with TN_TSHARK=fail, fails as on a capture cut short), cargo, pkg-config, install-dpdk.sh and
+# netns.sh (which fails, so the script stops at its first namespace).
+mkdir -p "$work/tn/tree/scripts/lib" "$work/tn/bin" "$work/tn/target/release"
+cp scripts/test-net.sh "$work/tn/tree/scripts/"
+cp scripts/lib/cpus.sh scripts/lib/tso-check.sh scripts/lib/tcp-peer.py "$work/tn/tree/scripts/lib/"
+printf '#!/bin/sh\nexit 0\n' >"$work/tn/tree/scripts/install-dpdk.sh"
+printf '#!/bin/sh\necho "netns stand-in: no namespaces here" >&2\nexit 1\n' >"$work/tn/tree/scripts/netns.sh"
+printf '#!/bin/sh\nexit 0\n' >"$work/tn/bin/cargo"
+printf '#!/bin/sh\nexit 0\n' >"$work/tn/bin/pkg-config"
+cat >"$work/tn/bin/tshark" <<'EOF'
+#!/bin/sh
+seq 1 50000
+[ "$TN_TSHARK" = fail ] || exit 0
+echo "tshark: The file \"memif.pcapng\" appears to have been cut short in the middle of a packet." >&2
+exit 2
+EOF
+cat >"$work/tn/target/release/tcpperf" <<'EOF'
+#!/bin/bash
+for a in "$@"; do
+    case $a in *role=server*) role=server ;; *role=client*) role=client ;; esac
+    [[ $a == *socket=* ]] && sock=${a#*socket=} && sock=${sock%%,*}
+done
+if [[ $role == server ]]; then
+    echo $$ >"$TN_DIR/server.pid"
+    exec python3 -c 'import socket, sys, time; socket.socket(socket.AF_UNIX).bind(sys.argv[1]); time.sleep(float(sys.argv[2]))' \
+        "$sock" "$TN_SERVER_SECS"
+fi
+[[ $TN_CLIENT == ok ]] || { echo "tcpperf: memif: no connection to the server"; exit 1; }
+echo "exchange ok: sent 67108864 and received 67108864 bytes, byte-exact"
+EOF
+chmod +x "$work/tn/bin/"* "$work/tn/tree/scripts/"*.sh "$work/tn/target/release/tcpperf"
+tn() { # tn ENV...: the copy of test-net.sh on the stand-ins (at most 20 s); sets tn_out and rc
+    rm -f "$work/tn/server.pid"
+    tn_out=$(env PATH="$work/tn/bin:$PATH" CARGO_TARGET_DIR="$work/tn/target" TN_DIR="$work/tn" "$@" \
+        timeout 20 bash "$work/tn/tree/scripts/test-net.sh" 2>&1)
+    rc=$?
+}
+tn_t0=$SECONDS
+tn TN_CLIENT=fail TN_SERVER_SECS=60 TN_TSHARK=ok
+tn_secs=$((SECONDS - tn_t0))
+tn_srv=$(cat "$work/tn/server.pid" 2>/dev/null)
+tn_left=no
+[[ -n $tn_srv ]] && kill -0 "$tn_srv" 2>/dev/null && { tn_left=yes; kill "$tn_srv"; }
+if [[ -z $tn_srv ]]; then
+    bad "test-net.sh stops the memif server when its client fails" "the server stand-in never started: $(tail -n 3 <<<"$tn_out" | tr '\n' ' ')"
+elif ((rc == 124)) || [[ $tn_left == yes ]]; then
+    bad "test-net.sh stops the memif server when its client fails" "exit $rc after $tn_secs s; the server still ran: $tn_left"
+elif ((rc == 0)) || ! grep -q '^FAIL: memif exchange: the client exited 1; the server was stopped$' <<<"$tn_out"; then
+    bad "test-net.sh stops the memif server when its client fails" "exit $rc: $(grep -m1 'memif exchange' <<<"$tn_out" || echo 'no memif exchange line')"
+else
+    ok "test-net.sh stops the memif server when its client fails" "exit $rc in $tn_secs s, server gone: $(grep -m1 '^FAIL: memif' <<<"$tn_out")"
+fi
+
 if ((failed)); then
     echo "test-harness: $failed case(s) failed" >&2
     exit 1

@@ -88,16 +88,30 @@ timeout 120 "$tcpperf" exchange --eal "-l $CPU_A $eal --file-prefix=wcnet-ms$id"
     --ip 198.18.0.1/24 --listen 7000 --bytes "$bytes" --capture "$work/memif.pcapng" \
     >"$work/memif-server.log" 2>&1 &
 srv=$!
+# In the cleanup list while it runs: a server whose client failed is stopped at once (it
+# would wait out its 120 s for a client that never comes, and cleanup with it).
+pids+=("$srv")
 for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.1; done
-if timeout 120 "$tcpperf" exchange --eal "-l $CPU_B $eal --file-prefix=wcnet-mc$id" \
+memif_rc=0 memif_why=""
+[[ -S "$sock" ]] || memif_why=" (the server made no socket in 10 s)"
+timeout 120 "$tcpperf" exchange --eal "-l $CPU_B $eal --file-prefix=wcnet-mc$id" \
     --vdev "net_memif0,role=client,socket=$sock,socket-abstract=no,rsize=10" \
-    --ip 198.18.0.2/24 --peer 198.18.0.1:7000 --bytes "$bytes" >"$work/memif-client.log" 2>&1 &&
-    wait "$srv"; then
-    ok "memif exchange: $(grep -h '^exchange ok' "$work/memif-client.log")"
-else
-    bad "memif exchange"
+    --ip 198.18.0.2/24 --peer 198.18.0.1:7000 --bytes "$bytes" >"$work/memif-client.log" 2>&1 || memif_rc=$?
+if ((memif_rc != 0)); then
+    kill "$srv" 2>/dev/null || true
+    wait "$srv" 2>/dev/null || true
+    bad "memif exchange: the client exited $memif_rc$( ((memif_rc == 124)) && echo ' (timed out after 120 s)')$memif_why; the server was stopped"
     grep -hv '^EAL' "$work/memif-client.log" "$work/memif-server.log" || true
+else
+    wait "$srv" || memif_rc=$?
+    if ((memif_rc != 0)); then
+        bad "memif exchange: the server exited $memif_rc$( ((memif_rc == 124)) && echo ' (timed out after 120 s)') after its client finished"
+        grep -hv '^EAL' "$work/memif-client.log" "$work/memif-server.log" || true
+    else
+        ok "memif exchange: $(grep -h '^exchange ok' "$work/memif-client.log")"
+    fi
 fi
+unset 'pids[-1]'
 if command -v tshark >/dev/null; then
     frames=$(tshark -r "$work/memif.pcapng" -Y tcp 2>/dev/null | wc -l)
     if ((frames > 40000)); then
