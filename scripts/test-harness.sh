@@ -842,6 +842,25 @@ else
     ok "test-net.sh stops the memif server when its client fails" "exit $rc in $tn_secs s, server gone: $(grep -m1 '^FAIL: memif' <<<"$tn_out")"
 fi
 
+# ---- test-net.sh on an external tool that fails: a FAIL line naming the step, then the
+# summary. Before, under set -e, a tshark that failed (its frame count in a pipeline) ended
+# the script with neither, and so did any other command no check tested (a namespace that
+# could not be made). The same copy and stand-ins, with a good memif exchange, a tshark that
+# fails and netns.sh failing at the first namespace.
+tn TN_CLIENT=ok TN_SERVER_SECS=0.2 TN_TSHARK=fail
+tn_last=$(tail -n 1 <<<"$tn_out")
+if ((rc == 0 || rc == 124)); then
+    bad "test-net.sh names a failed tool and sums up" "exit $rc: $(tail -n 3 <<<"$tn_out" | tr '\n' ' ')"
+elif ! grep -q '^FAIL: pcapng capture: tshark exited 2 after 50000 TCP frames: tshark: The file .* cut short' <<<"$tn_out"; then
+    bad "test-net.sh names a failed tool and sums up" "no FAIL line for tshark's exit 2: $(grep -m1 -i 'pcapng' <<<"$tn_out" || tail -n 2 <<<"$tn_out" | tr '\n' ' ')"
+elif ! grep -q "^FAIL: net_tap, stack as client vs kernel socket: 'scripts/netns.sh create .*' exited 1 " <<<"$tn_out"; then
+    bad "test-net.sh names a failed tool and sums up" "no FAIL line naming the step of netns.sh's failure: $(tail -n 3 <<<"$tn_out" | tr '\n' ' ')"
+elif [[ $tn_last != "1 passed, 2 failed" ]] || ! grep -q '^test-net: 1 passed, 2 failed, 0 skipped$' <<<"$tn_out"; then
+    bad "test-net.sh names a failed tool and sums up" "summary: $(tail -n 2 <<<"$tn_out" | tr '\n' ' ')"
+else
+    ok "test-net.sh names a failed tool and sums up" "exit $rc; $(grep -c '^FAIL: ' <<<"$tn_out") FAIL lines (tshark's exit 2, netns.sh in its step), then '$tn_last'"
+fi
+
 if ((failed)); then
     echo "test-harness: $failed case(s) failed" >&2
     exit 1

@@ -14,8 +14,10 @@
 # prerequisite is a failure, unless the caller opts out with WARPCORE_SKIP_NET=1 (or a reason
 # in it; as the siw check's WARPCORE_SKIP_SIW): then it is reported as SKIPPED, loudly. With
 # CI=true the opt-out is ignored: CI must run the packet path.
-# Exits non-zero on any failure and closes with an "N passed, N failed" line.
-set -euo pipefail
+# Exits non-zero on any failure and closes with an "N passed, N failed" line, also when a
+# command it runs fails where no check expects it (a tool, a namespace, the build): that is
+# a FAIL line naming the step and the command (the ERR trap below), then the summary.
+set -eEuo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
@@ -35,12 +37,26 @@ missing() {
     fi
 }
 finish() {
+    trap - ERR
     echo
     echo "test-net: $passed passed, $failed failed, $skipped skipped"
     echo "$passed passed, $failed failed"
-    ((failed == 0))
-    exit
+    if ((failed)); then exit 1; fi
+    exit 0
 }
+# The ERR trap (set -E: in functions too): a command that failed where no check tests it
+# ends the script with a FAIL line naming the step ($step) and the command, then the summary
+# (set -e alone exited without either). In a subshell (a command substitution) it only exits
+# with the status: the command that ran the subshell fails in turn and is the one reported.
+step="prerequisites"
+on_error() { # on_error STATUS COMMAND LINE
+    if [[ $BASHPID != "$$" ]]; then exit "$1"; fi
+    trap - ERR
+    echo "FAIL: $step: '$2' exited $1 (test-net.sh line $3)"
+    failed=$((failed + 1))
+    finish
+}
+trap 'on_error $? "$BASH_COMMAND" "$LINENO"' ERR
 
 # Idempotent and quick when everything is there; on a fresh machine it installs the tools the
 # tests below use (ethtool, iperf3, qperf, ...).
@@ -57,6 +73,7 @@ done
 ((prereq)) || finish
 
 echo "== building tcpperf (release)"
+step="building tcpperf"
 cargo build --release -q -p warpcore-apps --bin tcpperf
 case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac
 tcpperf=$tgt/release/tcpperf
@@ -80,6 +97,7 @@ cpus_pick
 
 # ------------------------------------------------------------------ 1. memif, two processes
 echo "== DPDK: net_memif between two processes, 64 MiB each way"
+step="memif exchange"
 sock=$work/memif.sock
 bytes=$((64 << 20))
 rm -f "$sock"
@@ -112,9 +130,16 @@ else
     fi
 fi
 unset 'pids[-1]'
+step="pcapng capture"
 if command -v tshark >/dev/null; then
-    frames=$(tshark -r "$work/memif.pcapng" -Y tcp 2>/dev/null | wc -l)
-    if ((frames > 40000)); then
+    # tshark's exit status is judged, not only its line count: a capture it could not read
+    # to the end (or a tshark that failed) is a FAIL naming it, and the script goes on.
+    tshark_rc=0
+    tshark -r "$work/memif.pcapng" -Y tcp >"$work/tshark.out" 2>"$work/tshark.err" || tshark_rc=$?
+    frames=$(wc -l <"$work/tshark.out")
+    if ((tshark_rc != 0)); then
+        bad "pcapng capture: tshark exited $tshark_rc after $frames TCP frames: $(grep -v '^Running as user' "$work/tshark.err" | head -n 1)"
+    elif ((frames > 40000)); then
         ok "pcapng capture of the memif run opens in tshark ($frames TCP frames)"
     else
         bad "pcapng capture: tshark read $frames TCP frames"
@@ -125,6 +150,7 @@ fi
 
 # ------------------------------------------------------------------ 2. tap + kernel peer
 # The kernel TCP peer (scripts/lib/tcp-peer.py, shared with scripts/test-tcp-kernel.sh).
+step="kernel interop setup"
 cp scripts/lib/tcp-peer.py "$work/peer.py"
 
 # shellcheck source=scripts/lib/tso-check.sh
@@ -135,13 +161,14 @@ source scripts/lib/tso-check.sh
 # most of our segments.
 tap_case() {
     local role=$1 tso=${2:-} bytes=$((16 << 20)) tap=wcnettap$((id % 10000))
-    scripts/netns.sh create "$ns"
     local peer_args=() stack_args tso_args=() what="net_tap"
     if [[ -n $tso ]]; then
         peer_args=(1400)
         tso_args=(--tso)
         what="net_tap with TSO (kernel MSS 1400)"
     fi
+    step="$what, stack as $role vs kernel socket"
+    scripts/netns.sh create "$ns"
     if [[ $role == client ]]; then
         # The stack connects to a kernel listener.
         ip netns exec "$ns" python3 "$work/peer.py" server 0.0.0.0 7000 "$bytes" "${peer_args[@]}" >"$work/peer.log" 2>&1 &
@@ -184,6 +211,7 @@ tap_case client tso
 tap_case server tso
 
 echo "== kernel interop over a veth pair with net_af_packet, 16 MiB each way"
+step="net_af_packet on veth"
 scripts/netns.sh create "$ns"
 vdev=$(scripts/netns.sh veth "$ns" 198.18.0.1/24)
 ip netns exec "$ns" python3 "$work/peer.py" server 0.0.0.0 7001 $((16 << 20)) >"$work/peer.log" 2>&1 &
@@ -213,6 +241,7 @@ ip netns del "$ns"
 
 # ------------------------------------------------------------------ 3. short comparison
 echo "== tcpperf vs kernel TCP (short)"
+step="tcpperf comparison"
 if TCPPERF=$tcpperf RESULTS=$work/results.txt scripts/tcpperf-compare.sh --short; then
     ok "tcpperf comparison ran (figures above)"
 else
