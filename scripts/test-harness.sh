@@ -861,6 +861,42 @@ else
     ok "test-net.sh names a failed tool and sums up" "exit $rc; $(grep -c '^FAIL: ' <<<"$tn_out") FAIL lines (tshark's exit 2, netns.sh in its step), then '$tn_last'"
 fi
 
+# ---- scripts/lib/capture-verdict.sh fails a tshark that could not run its display filter:
+# before, the pass that counts malformed frames and expert errors dropped tshark's exit
+# status, so a filter this tshark refuses (a field renamed in another Wireshark version)
+# counted 0 and 0, and the capture passed. On the siw capture with its MPA length cut to 2
+# (malformed), with the real tshark and with one whose filter names a field that is not one.
+mkdir -p "$work/cv"
+scripts/lib/pcap-plant.py interop/pcaps/siw_mpa2crc_rping.pcap "$work/cv/malformed.pcap" 9 0x43 2 >/dev/null
+cat >"$work/cv/tshark-badfilter" <<'EOF'
+#!/bin/bash
+args=() prev=""
+for a in "$@"; do
+    [[ $prev == -Y ]] && a=${a//_ws.expert.severity/_ws.expert.sevrity}
+    args+=("$a") prev=$a
+done
+exec tshark "${args[@]}"
+EOF
+chmod +x "$work/cv/tshark-badfilter"
+cv_run() { # cv_run TSHARK: capture_verdict on the malformed capture; prints what it set
+    (
+        set -euo pipefail # as scripts/test-judges.sh runs it
+        # shellcheck source=scripts/lib/capture-verdict.sh
+        source scripts/lib/capture-verdict.sh
+        TS="$1 -n --disable-protocol rpcordma -o tcp.try_heuristic_first:TRUE" IWDUMP=true
+        capture_verdict "$work/cv/malformed.pcap"
+        echo "tshark=$CV_TSHARK malformed=$CV_MALFORMED expert=$CV_EXPERT frames=$CV_FRAMES: ${CV_TSHARK_NOTE:-}"
+    ) 2>&1
+}
+cv_real=$(cv_run tshark) cv_bad=$(cv_run "$work/cv/tshark-badfilter")
+if [[ $cv_real != "tshark=0 malformed="[1-9]* ]]; then
+    bad "capture_verdict fails a refused display filter" "the real tshark on a malformed capture: $cv_real"
+elif [[ $cv_bad == "tshark=0 "* || $cv_bad != *"display-filter"*"sevrity"* ]]; then
+    bad "capture_verdict fails a refused display filter" "a refused filter: $cv_bad"
+else
+    ok "capture_verdict fails a refused display filter" "real tshark: ${cv_real%%:*}; refused filter: ${cv_bad:0:150}"
+fi
+
 if ((failed)); then
     echo "test-harness: $failed case(s) failed" >&2
     exit 1

@@ -20,25 +20,34 @@
 #   CV_IWARP      iWARP connections iwdump decoded (its first line's "N iWARP"): 0 means
 #                 iwdump judged nothing (a link type or framing it cannot read exits 0 with
 #                 warnings), so a caller that expects iWARP traffic fails on it
-#   CV_TSHARK     tshark's exit status reading the whole capture (-V pass; 0: read to the
-#                 end). Non-zero (a file cut short mid-frame, unreadable, tshark failing)
-#                 means the counts above cover part of the capture or none: callers fail on it.
-# and leaves tshark's -V text in PCAP.V, its error output in PCAP.V.err, and iwdump's report
-# in PCAP.iwdump.
+#   CV_TSHARK     tshark's exit status reading the capture: 0 when each of its three passes
+#                 (the frame count, the display filter of errors, -V) read it to the end,
+#                 else the first pass's non-zero status (a file cut short mid-frame,
+#                 unreadable, a display filter this tshark refuses, tshark failing). Non-zero
+#                 means the counts above cover part of the capture or none (a refused filter
+#                 counts 0 malformed and 0 expert errors): callers fail on it.
+#   CV_TSHARK_NOTE  which pass failed, with its status and first error line ("" when none)
+# and leaves tshark's -V text in PCAP.V, its error output in PCAP.V.err (CV_TSHARK_NOTE first
+# when another pass failed), and iwdump's report in PCAP.iwdump.
 #
 # Why -V: iwarp_mpa.crc_check is present for good and bad CRCs alike (counting it counts CRCs
 # seen), and no display filter selects a bad one; the verdict is only in the detail text.
 capture_verdict() {
     local pcap=$1
     : "${TS:?capture_verdict needs TS (the tshark command)}" "${IWDUMP:?capture_verdict needs IWDUMP}"
-    # tshark's own failures (CV_TSHARK, below) must not end a caller running under
-    # `set -e -o pipefail` before it judged them: these passes count what tshark read.
-    CV_FRAMES=$($TS -r "$pcap" 2>/dev/null | wc -l || true)
+    # tshark's own failures must not end a caller running under `set -e -o pipefail` before
+    # it judged them, nor pass as counts: each pass's status is kept, and the first that
+    # failed is CV_TSHARK (before, the first two passes' were dropped, and a display filter
+    # tshark refused read as 0 malformed frames and 0 expert errors: a pass).
+    local rc_frames=0 rc_errs=0 rc_v=0
+    $TS -r "$pcap" >"$pcap.cv-frames" 2>"$pcap.cv-frames.err" || rc_frames=$?
+    CV_FRAMES=$(wc -l <"$pcap.cv-frames")
     # One line per frame with an error: malformed?, then each expert item as SEVERITY=MESSAGE.
     local errs
     errs=$($TS -r "$pcap" -Y '_ws.malformed || _ws.expert.severity == error' -T fields \
         -E separator='|' -E aggregator='~' -E occurrence=a \
-        -e frame.number -e _ws.malformed -e _ws.expert.severity -e _ws.expert.message 2>/dev/null || true)
+        -e frame.number -e _ws.malformed -e _ws.expert.severity -e _ws.expert.message \
+        2>"$pcap.cv-errs.err") || rc_errs=$?
     local counts
     counts=$(awk -F'|' -v ov='New fragment overlaps old data (retransmission?)' '
         NF >= 4 {
@@ -53,8 +62,21 @@ capture_verdict() {
         }
         END { printf "%d %d %d\n", mf, ex, o }' <<<"$errs")
     read -r CV_MALFORMED CV_EXPERT CV_OVERLAP <<<"$counts"
-    CV_TSHARK=0
-    $TS -r "$pcap" -V >"$pcap.V" 2>"$pcap.V.err" || CV_TSHARK=$?
+    $TS -r "$pcap" -V >"$pcap.V" 2>"$pcap.V.err" || rc_v=$?
+    CV_TSHARK=0 CV_TSHARK_NOTE=""
+    local pass rc err
+    for pass in "frame-count:$rc_frames:$pcap.cv-frames.err" \
+        "display-filter (malformed, expert errors):$rc_errs:$pcap.cv-errs.err" "-V:$rc_v:$pcap.V.err"; do
+        IFS=: read -r pass rc err <<<"$pass"
+        ((rc != 0)) || continue
+        CV_TSHARK=$rc
+        CV_TSHARK_NOTE="tshark's $pass pass exited $rc: $(grep -v '^Running as user' "$err" | head -n 1 || true)"
+        break
+    done
+    if ((rc_v == 0 && CV_TSHARK != 0)); then
+        { echo "$CV_TSHARK_NOTE"; cat "$pcap.V.err"; } >"$pcap.cv-V.err" && mv "$pcap.cv-V.err" "$pcap.V.err"
+    fi
+    rm -f "$pcap.cv-frames" "$pcap.cv-frames.err" "$pcap.cv-errs.err"
     CV_BAD=$(grep -c 'Bad CRC32' "$pcap.V" || true)
     CV_GOOD=$(grep -c '(Good CRC32)' "$pcap.V" || true)
     CV_IWDUMP=0
