@@ -897,6 +897,44 @@ else
     ok "capture_verdict fails a refused display filter" "real tshark: ${cv_real%%:*}; refused filter: ${cv_bad:0:150}"
 fi
 
+# ---- test-rdma-compat.sh's "programs load" check (its loads, taken from the script): the
+# whole --help output is read and the exit status judged. Before, only its first 3 lines
+# were: a loader error after 3 lines of warnings passed, and so did a program the loader
+# refused silently (exit 127) or that crashed at start-up (a signal). Stand-in programs:
+# rping's and perftest's real --help statuses (22 and 1) pass.
+mkdir -p "$work/ld/bin"
+sed -n '/^loads() {$/,/^}$/p' scripts/test-rdma-compat.sh >"$work/ld/loads.sh"
+ld_prog() { # ld_prog NAME BODY: a stand-in program on $work/ld/bin
+    printf '#!/bin/bash\n%s\n' "$2" >"$work/ld/bin/$1"
+    chmod +x "$work/ld/bin/$1"
+}
+ld_prog usage22 'echo "Usage: rping -s|-c [options]"; exit 22'
+ld_prog usage1 'printf " Usage:\n  ib_write_bw            start a server\n"; exit 1'
+ld_prog late 'for i in 1 2 3; do echo "libibverbs: Warning: couldn'"'"'t load driver '"'"'stand-in$i'"'"'"; done
+echo "ucmatose: symbol lookup error: ucmatose: undefined symbol: rdma_create_qp_ex, version RDMACM_1.0"; exit 127'
+ld_prog silent127 'exit 127'
+ld_prog crash 'echo "Usage: mckey [options]"; kill -SEGV $$'
+ld_out=$(
+    # shellcheck source=/dev/null
+    source "$work/ld/loads.sh"
+    ulimit -c 0
+    # shellcheck disable=SC2034 # loads reads lib
+    lib=$work/ld/none PATH="$work/ld/bin:$PATH"
+    for p in usage22 usage1 late silent127 crash; do
+        if loads "$p"; then echo "$p loads"; else echo "$p fails: $LOAD_NOTE"; fi
+    done
+) 2>&1
+if [[ ! -s "$work/ld/loads.sh" ]] || ! grep -q 'loads "$p" || bad ' scripts/test-rdma-compat.sh; then
+    bad "test-rdma-compat.sh's programs-load check" "no loads in scripts/test-rdma-compat.sh, or it is not run on the programs"
+elif [[ $(grep -c ' loads$' <<<"$ld_out") != 2 ]] || ! grep -q '^usage22 loads$' <<<"$ld_out" || ! grep -q '^usage1 loads$' <<<"$ld_out"; then
+    bad "test-rdma-compat.sh's programs-load check" "$(tr '\n' ';' <<<"$ld_out")"
+elif ! grep -q '^late fails: ucmatose: symbol lookup error' <<<"$ld_out" || ! grep -q '^silent127 fails: --help exited 127' <<<"$ld_out" ||
+    ! grep -q '^crash fails: --help exited 139' <<<"$ld_out"; then
+    bad "test-rdma-compat.sh's programs-load check" "$(tr '\n' ';' <<<"$ld_out")"
+else
+    ok "test-rdma-compat.sh's programs-load check" "exits 22 and 1 load; a symbol error after 3 lines, a silent exit 127 and a SIGSEGV fail"
+fi
+
 if ((failed)); then
     echo "test-harness: $failed case(s) failed" >&2
     exit 1

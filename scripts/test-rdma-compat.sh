@@ -137,6 +137,22 @@ contracts() {
     contract rdmacm_only_as_needed
 }
 
+# loads PROG: PROG starts on the drop-ins in $lib with every symbol bound (LD_BIND_NOW). Its
+# --help output is read whole (a loader error after the usage text, as a symbol resolved
+# late prints it, was missed in the first 3 lines read before), and its exit status must be
+# the program's own: --help exits 1 or 22 (rping), the loader 127, a crash in a constructor
+# 128 + its signal. Sets LOAD_NOTE to what was wrong.
+loads() {
+    local out rc=0
+    out=$(LD_BIND_NOW=1 LD_LIBRARY_PATH="$lib" "$(command -v "$1")" --help 2>&1 </dev/null) || rc=$?
+    LOAD_NOTE=$(grep -m1 "symbol lookup error\|version .* not found\|undefined symbol\|error while loading shared libraries" <<<"$out")
+    [[ -z $LOAD_NOTE ]] || return 1
+    if ((rc == 127 || rc >= 128)); then
+        LOAD_NOTE="--help exited $rc (127: the loader; above 128: a signal): $(tail -n 1 <<<"$out")"
+        return 1
+    fi
+}
+
 # --- 1. symbols and versions -----------------------------------------------------------
 lib="$tgt/warpcore-rdma-$profile"
 if [[ -z $only ]]; then
@@ -158,10 +174,7 @@ done
 # at the version they ask for (LD_BIND_NOW resolves all of them at start-up).
 for p in rping ucmatose rdma_server rdma_client mckey ib_write_bw ib_read_bw ib_send_bw ib_write_lat \
     ib_read_lat ib_send_lat ib_atomic_bw; do
-    out=$(LD_BIND_NOW=1 LD_LIBRARY_PATH="$lib" "$(command -v $p)" --help 2>&1 </dev/null | head -3)
-    if grep -q "symbol lookup error\|version .* not found\|undefined symbol" <<<"$out"; then
-        bad "$p does not load on the drop-ins: $out"
-    fi
+    loads "$p" || bad "$p does not load on the drop-ins: $LOAD_NOTE"
 done
 ok "rdmacm-utils (mckey too) and perftest load against the drop-ins with every symbol bound"
 devs=$("${WW[@]}" --memif-server "$sock" --ip 10.77.0.1 -- ibv_devices 2>&1)
