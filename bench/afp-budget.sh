@@ -38,6 +38,8 @@ done
 (($(nproc) >= 2)) || { echo "bench/afp-budget.sh: needs 2 CPUs, this machine has $(nproc)" >&2; exit 1; }
 # shellcheck source=scripts/lib/lossnet.sh
 source scripts/lib/lossnet.sh
+# shellcheck source=scripts/lib/bg-end.sh
+source scripts/lib/bg-end.sh
 lossnet_harness bench/afp-budget.sh afp-budget
 fail() { lossnet_fail "$@"; }
 lossnet_build "$IWPERF" iwperf
@@ -78,7 +80,7 @@ serve warpcore 0.5 "$work/server.log" ip netns exec "$LOSSNET_B" timeout 120 "$I
 ip netns exec "$LOSSNET_A" timeout 120 "$IWPERF" write_bw 198.18.0.2 --ip 198.18.0.1 \
     --mac "$LOSSNET_MAC_A" --timeout 60 --json "$work/bw.json" --vdev net_af_packet0,iface=wcla \
     --eal="-l 1 $eal --file-prefix=wcbudget-c$$" -s 65536 -D "$run" --report_gbits >"$work/client.log" 2>&1 || fail "iwperf write_bw client"
-wait "$mpid"
+wait "$mpid" || fail "sampling /proc/stat and the veth's tx_packets during iwperf write_bw"
 wait "$spid" || fail "iwperf write_bw server"
 bw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"][0]["bw"]["average"])' "$work/bw.json") ||
     fail "no write_bw result"
@@ -86,8 +88,9 @@ bw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"][
 serve kernel 0.3 "$work/iperf3-s.log" ip netns exec "$LOSSNET_B" iperf3 -s -1 -A 0 -B 198.18.0.12
 ip netns exec "$LOSSNET_A" iperf3 -c 198.18.0.12 -A 1 -t "$run" -J >"$work/iperf3.json" 2>"$work/iperf3.log" ||
     fail "iperf3"
-wait "$mpid"
-wait "$spid" || true
+wait "$mpid" || fail "sampling /proc/stat and the veth's tx_packets during iperf3"
+# A server that failed or hung after its client (scripts/lib/bg-end.sh): no figure.
+bg_end "$spid" "iperf3 -s -1" 30 || fail "$BG_NOTE"
 kbw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"]/1e9)' "$work/iperf3.json") ||
     fail "no iperf3 result"
 

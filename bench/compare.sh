@@ -88,6 +88,8 @@ iwperf=$tgt/release/iwperf
 tcpperf=$tgt/release/tcpperf
 wcbench=$tgt/release/wcbench
 
+# shellcheck source=scripts/lib/bg-end.sh
+source "$root/scripts/lib/bg-end.sh"
 work=$(mktemp -d /tmp/wc-compare.XXXXXX)
 sock=$work/memif.sock
 pids=()
@@ -110,6 +112,16 @@ wait_port() {
     return 1
 }
 
+# server_end PID WHAT LOG: a server's end once its client is done (scripts/lib/bg-end.sh):
+# one that failed, crashed or hung ends the comparison (exit 1), naming it, and its run's
+# figures go into no report. (The qperf server runs until the cleanup: it never exits.)
+server_end() {
+    bg_end "$1" "$2" 30 && return 0
+    echo "compare: FAILED: $BG_NOTE" >&2
+    grep -v '^EAL' "$3" | tail -n 15 >&2
+    exit 1
+}
+
 # iw TEST ARGS...: server on CPU 0, client on CPU 1 (each process confined there with
 # taskset, its engine core pinned there with --cores; one thread runs the application and
 # its engine core, unless $mode says otherwise), over a fresh memif socket.
@@ -127,7 +139,7 @@ iw() {
     for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
     timeout 150 taskset -c "$cpu_c" "$iwperf" "$test" --memif "$sock" 198.18.0.2 --cores "$cpu_c" \
         --poll-mode "$mode" "${both[@]}" "$@" | tee "$work/client-$test.log"
-    wait "$sp"
+    server_end "$sp" "iwperf $test server" "$work/server-$test.log"
 }
 echo "== iwperf write_lat 64 B over net_memif"
 iw write_lat -s 64 -n "$lat_iters" --json "$work/write_lat.json" --hdr-log "$out/iwperf_write_lat_64.hlog"
@@ -162,7 +174,8 @@ raw() {
     for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
     timeout 120 taskset -c "$cpu_c" "$wcbench" raw \
         --vdev "net_memif0,role=client,socket=$sock,socket-abstract=no,$rings" "${both[@]}" "$@" | tee -a "$work/${rawout:-raw.txt}"
-    wait "$ep" || true
+    # The blast's figure is the echo side's count: one that failed is no clean run either.
+    server_end "$ep" "wcbench raw echo side" "$work/echo.log"
 }
 echo "== raw DPDK frames over net_memif (no TCP, no iWARP)"
 raw --mode pingpong --size 64 --count "$lat_iters" --hdr-log "$out/raw_pingpong_64.hlog"
@@ -201,23 +214,27 @@ echo "== kernel TCP over loopback: tcpperf kernel mode (the baseline), server CP
 # bytes iwperf's 64 KiB write_bw moves.
 kport=5302
 taskset -c "$cpu_s" "$tcpperf" kernel-server --listen "127.0.0.1:$kport" --tests 2 >"$work/tcpperf-server.log" 2>&1 &
-pids+=($!)
+ks=$!
+pids+=("$ks")
 wait_port "$kport"
 taskset -c "$cpu_c" "$tcpperf" kernel-client --server "127.0.0.1:$kport" --test rr --size 64 \
     --iterations "$lat_iters" --warmup 0 | tee "$work/tcpperf_rr.txt"
 taskset -c "$cpu_c" "$tcpperf" kernel-client --server "127.0.0.1:$kport" --test bulk \
     --bytes $((bw_iters * 65536)) | tee "$work/tcpperf_bulk.txt"
+server_end "$ks" "tcpperf kernel-server" "$work/tcpperf-server.log"
 
 echo "== kernel TCP over loopback: qperf and iperf3 (${ksecs} s each), server CPU $cpu_s, client CPU $cpu_c"
 taskset -c "$cpu_s" qperf >/dev/null 2>&1 &
 pids+=($!)
-taskset -c "$cpu_s" iperf3 -s -1 -p 5299 >/dev/null 2>&1 &
-pids+=($!)
+taskset -c "$cpu_s" iperf3 -s -1 -p 5299 >"$work/iperf3-server.log" 2>&1 &
+ips=$!
+pids+=("$ips")
 wait_port 19765
 wait_port 5299
 taskset -c "$cpu_c" qperf -t "$ksecs" -m 64 127.0.0.1 tcp_lat | tee "$work/qperf_lat.txt"
 taskset -c "$cpu_c" qperf -t "$ksecs" -m 65536 127.0.0.1 tcp_bw | tee "$work/qperf_bw.txt"
 taskset -c "$cpu_c" iperf3 -c 127.0.0.1 -p 5299 -t "$ksecs" -J >"$work/iperf3.json"
+server_end "$ips" "iperf3 -s -1" "$work/iperf3-server.log"
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 echo "== plot and report"

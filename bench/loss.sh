@@ -48,6 +48,8 @@ for t in iperf3 qperf python3; do
 done
 # shellcheck source=scripts/lib/lossnet.sh
 source scripts/lib/lossnet.sh
+# shellcheck source=scripts/lib/bg-end.sh
+source scripts/lib/bg-end.sh
 lossnet_harness bench/loss.sh loss-bench
 fail() { lossnet_fail "$@"; }
 lossnet_build "$IWPERF" iwperf
@@ -90,9 +92,12 @@ kernel_bw() {
     local spid=$!
     pids+=("$spid")
     sleep 0.3
+    # (This runs in a command substitution: the pids it adds are not the EXIT trap's, so it
+    # stops its server itself when the client fails.)
     ip netns exec "$LOSSNET_A" iperf3 -c 198.18.0.12 -t "$duration" -J >"$work/iperf3.json" 2>"$work/iperf3.log" ||
-        fail "iperf3"
-    wait "$spid" || true
+        { kill "$spid" 2>/dev/null; fail "iperf3"; }
+    # A server that failed or hung after its client (scripts/lib/bg-end.sh): no figure.
+    bg_end "$spid" "iperf3 -s -1" 30 || fail "$BG_NOTE"
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.3f" % (d["end"]["sum_received"]["bits_per_second"]/1e9))' "$work/iperf3.json"
 }
 

@@ -9,6 +9,11 @@
 #
 # Environment: TCPPERF (path of a built tcpperf; default: build it with --release),
 # RESULTS (file to append the RESULT lines to).
+#
+# Exits non-zero, with a line naming it, when a run fails: a client, and also a server after
+# its client is done (the memif server, iperf3 -s -1, tcpperf kernel-server: each must exit
+# 0 within 30 s; one that failed or hung measured nothing worth a figure). A figure the
+# tools did not print reads n/a in the table, and so does a ratio on it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -46,10 +51,22 @@ trap cleanup EXIT
 eal="--no-huge -m 512 --no-shconf --no-pci --no-telemetry --log-level=error"
 # shellcheck source=scripts/lib/cpus.sh
 source scripts/lib/cpus.sh
+# shellcheck source=scripts/lib/bg-end.sh
+source scripts/lib/bg-end.sh
 cpus_pick
 [[ -z $CPUS_NOTE ]] || echo "compare: NOTE: $CPUS_NOTE (the figures below suffer)"
 result() { grep -h '^RESULT' "$@" | tee -a "${RESULTS:-/dev/null}"; }
-field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" | head -1; }
+# field KEY: KEY's value on the first line of stdin that has it; n/a when none does (an
+# empty figure printed as a blank in the table).
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" | awk 'NR == 1 { v = $0 } END { print (v == "" ? "n/a" : v) }'; }
+# server_end PID WHAT LOG: the server's end after its client (scripts/lib/bg-end.sh); a
+# failed, crashed or hung server fails the comparison.
+server_end() {
+    bg_end "$1" "$2" 30 && return 0
+    echo "compare: FAILED: $BG_NOTE" >&2
+    grep -v '^EAL' "$3" | tail -n 15 >&2
+    exit 1
+}
 
 echo "== tcpperf over net_memif (two processes, cores $CPU_A and $CPU_B)"
 rm -f "$sock"
@@ -65,7 +82,7 @@ timeout 300 "$TCPPERF" client --eal "-l $CPU_B $eal --file-prefix=wcnet-cmpc$id"
     --vdev "net_memif0,role=client,socket=$sock,socket-abstract=no,rsize=10" \
     --ip 198.18.0.2/24 --server 198.18.0.1 --test rr,bulk --size 64 --iterations "$rr_iter" \
     --bytes "$bulk_bytes" >"$work/memif.log" 2>&1 || { cat "$work/memif.log" "$work/server.log"; exit 1; }
-wait "${pids[0]}" || { echo "compare: memif server failed" >&2; cat "$work/server.log"; exit 1; }
+server_end "${pids[0]}" "the memif tcpperf server" "$work/server.log"
 pids=()
 result "$work/memif.log"
 memif_p50=$(grep -h '^RESULT.*test=rr' "$work/memif.log" | field p50_us)
@@ -101,22 +118,27 @@ wait_port() {
     return 1
 }
 "${run[@]}" iperf3 -s -1 -p "$port" >"$work/iperf3-s.log" 2>&1 &
-pids+=($!)
+iperf3_srv=$!
+pids+=("$iperf3_srv")
 wait_port "$port"
 "${run[@]}" iperf3 -c "$host" -p "$port" -t "$kern_s" -J >"$work/iperf3.json"
+server_end "$iperf3_srv" "iperf3 -s -1" "$work/iperf3-s.log"
 kern_gbps=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.3f" % (d["end"]["sum_received"]["bits_per_second"]/1e9))' "$work/iperf3.json")
 "${run[@]}" qperf -lp "$((port + 1))" >"$work/qperf-s.log" 2>&1 &
 pids+=($!)
 wait_port "$((port + 1))"
 "${run[@]}" qperf -lp "$((port + 1))" "$host" -t "$kern_s" -m 64 tcp_lat >"$work/qperf.log"
 # qperf prints the one-way latency (half the round trip): double it to compare round trips.
-kern_rtt=$(awk '/latency/ {v=$3; u=$4; if (u=="ns") v/=1000; if (u=="ms") v*=1000; printf "%.2f", 2*v}' "$work/qperf.log")
+kern_rtt=$(awk '/latency/ && !done {v=$3; u=$4; if (u=="ns") v/=1000; if (u=="ms") v*=1000; printf "%.2f", 2*v; done=1}
+    END {if (!done) print "n/a"}' "$work/qperf.log")
 # The same tcpperf tests over kernel sockets: same protocol, clock and histogram.
 "${run[@]}" "$TCPPERF" kernel-server --listen "$host:$((port + 2))" --tests 2 >"$work/ks.log" 2>&1 &
-pids+=($!)
+ks_srv=$!
+pids+=("$ks_srv")
 wait_port "$((port + 2))"
 "${run[@]}" "$TCPPERF" kernel-client --server "$host:$((port + 2))" --test rr,bulk --size 64 \
     --iterations "$rr_iter" --bytes "$bulk_bytes" >"$work/kernel.log"
+server_end "$ks_srv" "tcpperf kernel-server" "$work/ks.log"
 result "$work/kernel.log"
 ktp_p50=$(grep -h '^RESULT.*test=rr' "$work/kernel.log" | field p50_us)
 ktp_gbps=$(grep -h '^RESULT.*test=bulk' "$work/kernel.log" | field gbps)
@@ -124,7 +146,8 @@ echo "RESULT mode=kernel-loopback test=bulk tool=iperf3 gbps=$kern_gbps" | tee -
 echo "RESULT mode=kernel-loopback test=rr tool=qperf size=64 rtt_us=$kern_rtt" | tee -a "${RESULTS:-/dev/null}"
 
 load=$(cut -d' ' -f1-3 /proc/loadavg)
-ratio() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print('%.2f' % (a/b) if b else 'n/a')" "$1" "$2"; }
+# ratio A B: A / B, or n/a when either is not a positive figure (n/a, empty, 0).
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { n = "^[0-9]+([.][0-9]+)?$"; if (a ~ n && b ~ n && a > 0 && b > 0) printf "%.2f\n", a / b; else print "n/a" }'; }
 cat <<TABLE
 
                                   request/response 64 B          bulk throughput

@@ -935,6 +935,114 @@ else
     ok "test-rdma-compat.sh's programs-load check" "exits 22 and 1 load; a symbol error after 3 lines, a silent exit 127 and a SIGSEGV fail"
 fi
 
+# ---- the end of a background server (scripts/lib/bg-end.sh): one that exited non-zero,
+# crashed or hung after its client was done is a failed run. Before, tcpperf-compare.sh and
+# bench/compare.sh never waited for iperf3 -s -1 or tcpperf kernel-server, and compare.sh
+# (the raw echo side), loss.sh and afp-budget.sh (iperf3 -s -1) ignored their status: the
+# figures of such a run were printed as measured. bg_end on stand-in servers, then
+# tcpperf-compare.sh --short on stand-ins (tcpperf's five modes, iperf3, qperf, ss) with a
+# kernel-server that exits 1 after its tests, and with every server clean but qperf
+# printing no latency (its figure and ratio must read n/a).
+mkdir -p "$work/bg/bin"
+bg_case() { # bg_case NAME COMMAND: bg_end on COMMAND with 1 s: "NAME STATUS NOTE"
+    (
+        # shellcheck source=scripts/lib/bg-end.sh
+        source scripts/lib/bg-end.sh
+        ulimit -c 0
+        sh -c "$2" >/dev/null 2>&1 &
+        bg_end $! "the $1 server" 1
+        echo "$1 $? $BG_NOTE"
+    ) 2>/dev/null
+}
+bg_out=$(bg_case clean 'sleep 0.2'; bg_case exit3 'exit 3'; bg_case crash 'kill -SEGV $$'; bg_case hangs 'exec sleep 30')
+cat >"$work/bg/tcpperf" <<'EOF'
+#!/bin/bash
+case $1 in
+    server)
+        for a in "$@"; do [[ $a == *socket=* ]] && sock=${a#*socket=} && sock=${sock%%,*}; done
+        exec python3 -c 'import socket, sys, time; socket.socket(socket.AF_UNIX).bind(sys.argv[1]); time.sleep(0.3)' "$sock" ;;
+    client | memory | kernel-client)
+        echo "RESULT mode=$1 test=rr size=64 count=20000 p50_us=8.00 p99_us=12.00"
+        echo "RESULT mode=$1 test=bulk bytes=536870912 seconds=0.5 gbps=8.500 cpu_share=0.99" ;;
+    kernel-server) sleep 0.3; [[ $BG_KS == fail ]] && { echo "tcpperf: kernel-server: bulk: 1 byte short"; exit 1; }; exit 0 ;;
+esac
+EOF
+cat >"$work/bg/bin/iperf3" <<'EOF'
+#!/bin/sh
+case " $* " in *" -s "*) sleep 0.3; exit 0 ;; esac
+echo '{"end":{"sum_received":{"bits_per_second":3e10}}}'
+EOF
+cat >"$work/bg/bin/qperf" <<'EOF'
+#!/bin/sh
+case " $* " in *" tcp_lat "*) [ "$BG_QPERF" = none ] || printf 'tcp_lat:\n    latency  =  10 us\n'; exit 0 ;; esac
+exec sleep 60
+EOF
+printf '#!/bin/sh\necho "LISTEN 0 128 127.0.0.1:5000 0.0.0.0:*"\n' >"$work/bg/bin/ss"
+chmod +x "$work/bg/tcpperf" "$work/bg/bin/"*
+bg_tc() { # bg_tc ENV...: tcpperf-compare.sh --short on the stand-ins; sets bg_tc_out and rc
+    bg_tc_out=$(env PATH="$work/bg/bin:$PATH" TCPPERF="$work/bg/tcpperf" "$@" timeout 60 scripts/tcpperf-compare.sh --short 2>&1)
+    rc=$?
+}
+bg_tc BG_KS=fail BG_QPERF=yes
+bg_tc_ks=$rc bg_tc_ks_out=$bg_tc_out
+bg_tc BG_KS=ok BG_QPERF=none
+bg_uses=()
+for u in 'server_end "$ks_srv" "tcpperf kernel-server"' 'server_end "$iperf3_srv" "iperf3 -s -1"'; do
+    grep -qF "$u" scripts/tcpperf-compare.sh || bg_uses+=("tcpperf-compare.sh: $u")
+done
+for u in 'server_end "$sp" "iwperf $test server"' 'server_end "$ep" "wcbench raw echo side"' \
+    'server_end "$ks" "tcpperf kernel-server"' 'server_end "$ips" "iperf3 -s -1"'; do
+    grep -qF "$u" bench/compare.sh || bg_uses+=("compare.sh: $u")
+done
+grep -qF 'bg_end "$spid" "iperf3 -s -1"' bench/loss.sh || bg_uses+=("loss.sh: bg_end on iperf3 -s -1")
+grep -qF 'bg_end "$spid" "iperf3 -s -1"' bench/afp-budget.sh || bg_uses+=("afp-budget.sh: bg_end on iperf3 -s -1")
+if [[ $bg_out != $'clean 0 \nexit3 3 the exit3 server exited 3\ncrash 139 the crash server exited 139 (signal 11)\nhangs 124 the hangs server still ran 1 s after its client finished (stopped)' ]]; then
+    bad "a failed background server fails the run" "bg_end: $(tr '\n' ';' <<<"$bg_out")"
+elif ((bg_tc_ks == 0 || bg_tc_ks == 124)) || ! grep -q '^compare: FAILED: tcpperf kernel-server exited 1$' <<<"$bg_tc_ks_out"; then
+    bad "a failed background server fails the run" "tcpperf-compare.sh, kernel-server exit 1: exit $bg_tc_ks: $(tail -n 3 <<<"$bg_tc_ks_out" | tr '\n' ' ')"
+elif ((rc != 0)) || ! grep -q 'rtt n/a us (qperf x2)' <<<"$bg_tc_out" ||
+    ! grep -q 'memif / kernel (qperf, iperf3)  latency xn/a .*throughput x0.28$' <<<"$bg_tc_out" ||
+    ! grep -q 'memif / kernel (tcpperf both)   latency x1.00 .*throughput x1.00$' <<<"$bg_tc_out"; then
+    bad "a failed background server fails the run" "tcpperf-compare.sh, clean servers, no qperf latency: exit $rc: $(grep -A 9 'request/response' <<<"$bg_tc_out" | tr -s ' ' | tr '\n' ';')"
+elif ((${#bg_uses[@]})); then
+    bad "a failed background server fails the run" "not ended with bg_end: ${bg_uses[*]}"
+else
+    ok "a failed background server fails the run" "bg_end: exit 3, SIGSEGV, a hang fail; tcpperf-compare.sh fails a kernel-server's exit 1, reads a missing qperf figure n/a; compare.sh, loss.sh, afp-budget.sh end theirs with it"
+fi
+
+# ---- bench/connrate.sh fails a round whose RESULT line has no rate (printf printed it as a
+# rate of 0 conns/s, and the median took it). A wcconnrate stand-in (server, client,
+# --kernel), the kernel side's RESULT line with or without its rate by CR_RATE.
+mkdir -p "$work/cr/bin" "$work/cr/target/release"
+printf '#!/bin/sh\nexit 0\n' >"$work/cr/bin/cargo"
+cat >"$work/cr/target/release/wcconnrate" <<'EOF'
+#!/bin/bash
+r="rate=1234.5 "
+[[ $CR_RATE == none ]] && r=""
+case " $* " in
+    *" --kernel "*) echo "RESULT connrate stack=kernel conns=10 secs=1.000 parallel=1 ${r}cycle_p50_us=50.0 cycle_p99_us=90.0" ;;
+    *" 198.18.0.2 "*) echo "RESULT connrate stack=warpcore conns=10 secs=1.000 parallel=1 rate=2345.6 cycle_p50_us=30.0 cycle_p99_us=60.0" ;;
+    *) for a in "$@"; do [[ $prev == --memif ]] && sock=$a; prev=$a; done
+        python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$sock"
+        echo "RESULT connrate-server verified=10" ;;
+esac
+EOF
+chmod +x "$work/cr/bin/cargo" "$work/cr/target/release/wcconnrate"
+cr() { # cr ENV...: bench/connrate.sh 1 1 1 on the stand-ins; sets cr_out and rc
+    cr_out=$(env PATH="$work/cr/bin:$PATH" CARGO_TARGET_DIR="$work/cr/target" "$@" timeout 30 bench/connrate.sh 1 1 1 2>&1)
+    rc=$?
+}
+cr CR_RATE=yes
+cr_good=$rc cr_good_out=$cr_out
+cr CR_RATE=none
+if ((cr_good != 0)) || ! grep -q '^| 1 | 2346 | 1234 | 1.90x | 30.0 / 50.0 |$' <<<"$cr_good_out"; then
+    bad "connrate.sh fails a round without a rate" "with rates: exit $cr_good: $(tail -n 3 <<<"$cr_good_out" | tr '\n' ' ')"
+elif ((rc == 0)) || ! grep -q "^FAIL kernel --parallel 1: no rate in 'RESULT connrate" <<<"$cr_out"; then
+    bad "connrate.sh fails a round without a rate" "the kernel's line without a rate: exit $rc: $(grep -m1 '^| 1 ' <<<"$cr_out" || tail -n 2 <<<"$cr_out" | tr '\n' ' ')"
+else
+    ok "connrate.sh fails a round without a rate" "with rates: $(grep -m1 '^| 1 ' <<<"$cr_good_out"); without: $(grep -m1 '^FAIL' <<<"$cr_out" | cut -c1-50)..."
+fi
+
 if ((failed)); then
     echo "test-harness: $failed case(s) failed" >&2
     exit 1
