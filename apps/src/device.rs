@@ -818,7 +818,11 @@ impl DeviceArgs {
                     "records DPDK ports; use --loopback=ring or --loopback=memif to capture",
                 )?;
                 let link = o.link.clone().unwrap_or_default();
-                let (a, b) = warpcore_verbs::link_pair(&link);
+                let (a, b) =
+                    warpcore_verbs::try_link_pair(&link).map_err(|e| DeviceError::Refused {
+                        flag: "--loopback=link",
+                        why: e.to_string(),
+                    })?;
                 let cs = self.engine_config(b, sip, false, o.configure);
                 let cc = self.engine_config(a, cip, false, o.configure);
                 let mtu = cs.engine.mtu;

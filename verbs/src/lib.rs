@@ -106,7 +106,7 @@ pub use error::{Error, IoError};
 pub use warpcore_engine::config::ConfigError;
 pub use warpcore_engine::mem::{Access, MemError, MwType};
 pub use warpcore_engine::proto::mpa::negotiation::UsageError as MpaUsageError;
-pub use warpcore_engine::tcp::link::{Faults, LinkConfig, LinkEnd};
+pub use warpcore_engine::tcp::link::{Faults, LinkConfig, LinkConfigError, LinkEnd};
 pub use warpcore_engine::tcp::StackError;
 pub use warpcore_engine::{
     CmEvent, Completion, ConnError, ConnectRequest, CoreStats, DisconnectCause, EngineConfig,
@@ -133,10 +133,22 @@ pub enum Device {
     Dpdk(dpdk::DpdkPort),
 }
 
-/// The two ends of an in-memory link, as devices for two contexts in one process.
+/// The two ends of an in-memory link, as devices for two contexts in one process, for a
+/// configuration written in code (tests, examples, benchmarks).
+///
+/// # Panics
+///
+/// On a `cfg` no link can work with (a loss probability that is not one, a queue of no
+/// frames, a rate of 0, ...); a configuration from a user goes through [`try_link_pair`].
 pub fn link_pair(cfg: &LinkConfig) -> (Device, Device) {
-    let (a, b) = warpcore_engine::tcp::link::pair(cfg);
-    (Device::Link(a), Device::Link(b))
+    try_link_pair(cfg).unwrap_or_else(|e| panic!("link_pair: {e}"))
+}
+
+/// [`link_pair`] that refuses a configuration no link can work with, naming the field
+/// ([`LinkConfigError`]), instead of panicking.
+pub fn try_link_pair(cfg: &LinkConfig) -> Result<(Device, Device), LinkConfigError> {
+    let (a, b) = warpcore_engine::tcp::link::try_pair(cfg)?;
+    Ok((Device::Link(a), Device::Link(b)))
 }
 
 /// How to open a [`Context`].

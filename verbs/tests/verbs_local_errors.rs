@@ -248,3 +248,24 @@ fn an_inline_capacity_above_max_inline_is_refused_at_create_qp() {
     init.max_inline = MAX_INLINE;
     pd.create_qp(&init).unwrap();
 }
+
+/// An in-memory link configured by a user (a loss probability from a command line, say) is
+/// refused naming the field by `try_link_pair`; `link_pair` panicked on it, and a NaN loss
+/// used to inject none at all. A sound configuration still makes a working pair.
+#[test]
+fn try_link_pair_refuses_a_link_config_naming_the_field() {
+    let mut cfg = LinkConfig::default();
+    cfg.faults_ab.loss = f64::NAN;
+    let e = try_link_pair(&cfg).expect_err("a NaN loss was accepted");
+    assert!(
+        matches!(e, LinkConfigError::Faults("faults_ab", "loss", _)),
+        "{e:?}"
+    );
+    let mut cfg = LinkConfig::default();
+    cfg.faults_ba.duplicate = 1.5;
+    let e = try_link_pair(&cfg).expect_err("a duplicate probability of 1.5 was accepted");
+    assert!(e.to_string().contains("faults_ba.duplicate"), "{e}");
+    let (a, b) = try_link_pair(&LinkConfig::default()).expect("the default link");
+    assert!(Context::open(Config::new(a, [198, 18, 0, 1])).is_ok());
+    assert!(Context::open(Config::new(b, [198, 18, 0, 2])).is_ok());
+}
