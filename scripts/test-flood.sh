@@ -31,23 +31,15 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "test-flood: FAIL: $*"; for f in "$work"/*.log; do echo "--- $f"; grep -v '^EAL' "$f" | tail -n 15; done; exit 1; }
+# shellcheck source=scripts/lib/bg-end.sh
+source scripts/lib/bg-end.sh
 # server_end PID LOG SECONDS: the server serves one client and exits; it must exit 0 within
-# SECONDS of its client's end, having reported the client's pings. A server that crashed,
-# failed or hung once its client was done would otherwise go unnoticed (cleanup kills it).
+# SECONDS of its client's end (bg_end), having reported the client's pings. A server that
+# crashed, failed or hung once its client was done would otherwise go unnoticed (cleanup
+# kills it).
 server_end() {
-    local pid=$1 log=$2 secs=$3 rc=0 i
-    for ((i = 0; i < secs * 10; i++)); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    if kill -0 "$pid" 2>/dev/null; then
-        kill "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-        fail "the iwping -s server still ran $secs s after its client finished"
-    fi
-    wait "$pid" || rc=$?
-    ((rc == 0)) || fail "the iwping -s server exited $rc after its client finished"
-    grep -q "^iwping: server: 3 pings done" "$log" || fail "the iwping -s server did not report its 3 pings"
+    bg_end "$1" "the iwping -s server" "$3" || fail "$BG_NOTE"
+    grep -q "^iwping: server: 3 pings done" "$2" || fail "the iwping -s server did not report its 3 pings"
 }
 
 scripts/netns.sh create "$ns"

@@ -613,6 +613,8 @@ se_case() { # se_case NAME COMMAND: server_end on COMMAND as the server: "NAME p
         name=$1
         # shellcheck disable=SC2317 # called by server_end
         fail() { echo "$name fail: $*"; exit 1; }
+        # shellcheck source=scripts/lib/bg-end.sh
+        source scripts/lib/bg-end.sh
         # shellcheck source=/dev/null
         source "$work/server-end.sh"
         sh -c "$2" >"$work/se-$name.log" 2>&1 &

@@ -6,7 +6,7 @@
 # failure (status 124, as timeout's). On a failure BG_NOTE says what happened, naming WHAT.
 # A server that failed, crashed or hung is a run that failed: its figures are no
 # measurement, so a caller fails (or reads them as n/a), never prints them as one.
-# Sourced by scripts/tcpperf-compare.sh, bench/compare.sh, bench/loss.sh and
+# Sourced by scripts/tcpperf-compare.sh, scripts/test-flood.sh, bench/compare.sh, bench/loss.sh and
 # bench/afp-budget.sh; scripts/test-harness.sh shows it failing each kind of end.
 bg_end() {
     local pid=$1 what=$2 secs=$3 rc=0 i
