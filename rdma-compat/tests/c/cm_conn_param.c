@@ -224,10 +224,7 @@ static int client(const char *addr, const char *p)
 		rdma_destroy_id(id2);
 	}
 
-	if (rdma_disconnect(id))
-		DIE("rdma_disconnect: %s", strerror(errno));
-	rdma_ack_cm_event(contract_expect_event(ec, RDMA_CM_EVENT_DISCONNECTED, WAIT_MS));
-	rdma_destroy_qp(id);
+	contract_hang_up(ec, id, WAIT_MS);
 	rdma_destroy_id(id);
 
 	/* 3. No responder resources and no initiator depth: no Read may be issued. */
@@ -241,24 +238,8 @@ static int client(const char *addr, const char *p)
 	       "issues none (want 0/0, got %u/%u)",
 	       ev->param.conn.responder_resources, ev->param.conn.initiator_depth);
 	rdma_ack_cm_event(ev);
-	static char buf[64];
-	struct ibv_mr *mr = ibv_reg_mr(id->pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
-	if (!mr)
-		DIE("ibv_reg_mr: %s", strerror(errno));
-	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = sizeof buf, .lkey = mr->lkey };
-	struct ibv_send_wr rd = { .wr_id = 7, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
-				  .send_flags = IBV_SEND_SIGNALED }, *bad = NULL;
-	rd.wr.rdma.remote_addr = (uintptr_t)buf;
-	rd.wr.rdma.rkey = mr->rkey;
-	int r = ibv_post_send(id->qp, &rd, &bad);
-	EXPECT(r == EINVAL && bad == &rd,
-	       "ibv_post_send(3): an RDMA Read on a connection with initiator_depth 0 is refused with EINVAL, bad_wr on "
-	       "it (got %d: %s)",
-	       r, r ? strerror(r) : "posted");
-	if (rdma_disconnect(id))
-		DIE("rdma_disconnect: %s", strerror(errno));
-	rdma_ack_cm_event(contract_expect_event(ec, RDMA_CM_EVENT_DISCONNECTED, WAIT_MS));
-	rdma_destroy_qp(id);
+	struct ibv_mr *mr = contract_read_refused(id, "a connection with initiator_depth 0");
+	contract_hang_up(ec, id, WAIT_MS);
 	ibv_dereg_mr(mr);
 	rdma_destroy_id(id);
 
@@ -273,10 +254,7 @@ static int client(const char *addr, const char *p)
 	       "%u/%u)",
 	       most, most, ev->param.conn.responder_resources, ev->param.conn.initiator_depth);
 	rdma_ack_cm_event(ev);
-	if (rdma_disconnect(id))
-		DIE("rdma_disconnect: %s", strerror(errno));
-	rdma_ack_cm_event(contract_expect_event(ec, RDMA_CM_EVENT_DISCONNECTED, WAIT_MS));
-	rdma_destroy_qp(id);
+	contract_hang_up(ec, id, WAIT_MS);
 	rdma_destroy_id(id);
 	rdma_destroy_event_channel(ec);
 	return contract_end();

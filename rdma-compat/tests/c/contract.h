@@ -209,6 +209,38 @@ static inline struct rdma_cm_id *contract_active(struct rdma_event_channel *ec, 
 	return id;
 }
 
+/* Posts a signaled RDMA Read of 64 octets on id's QP, connected without an ORD
+ * (initiator_depth 0): ibv_post_send(3) must refuse it with EINVAL, bad_wr on it (siw:
+ * "negotiated not to send READ req's"); `how` names the connection in the verdict. Returns
+ * the buffer's MR, to deregister once the QP is gone. */
+static inline struct ibv_mr *contract_read_refused(struct rdma_cm_id *id, const char *how)
+{
+	static char buf[64];
+	struct ibv_mr *mr = ibv_reg_mr(id->pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	if (!mr)
+		DIE("ibv_reg_mr: %s", strerror(errno));
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = sizeof buf, .lkey = mr->lkey };
+	struct ibv_send_wr rd = { .wr_id = 7, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad = NULL;
+	rd.wr.rdma.remote_addr = (uintptr_t)buf;
+	rd.wr.rdma.rkey = mr->rkey;
+	int r = ibv_post_send(id->qp, &rd, &bad);
+	EXPECT(r == EINVAL && bad == &rd,
+	       "ibv_post_send(3): an RDMA Read on %s is refused with EINVAL, bad_wr on it (got %d: %s)", how, r,
+	       r ? strerror(r) : "posted");
+	return mr;
+}
+
+/* The active side's end of a connection: rdma_disconnect, its DISCONNECTED event (within
+ * ms milliseconds, acknowledged), the QP destroyed. */
+static inline void contract_hang_up(struct rdma_event_channel *ec, struct rdma_cm_id *id, int ms)
+{
+	if (rdma_disconnect(id))
+		DIE("rdma_disconnect: %s", strerror(errno));
+	rdma_ack_cm_event(contract_expect_event(ec, RDMA_CM_EVENT_DISCONNECTED, ms));
+	rdma_destroy_qp(id);
+}
+
 /* An RC endpoint (rdma_create_ep) for address a, port p, passive or active, with a QP of
  * 8 work requests and one SGE each way: on pd, the CQs scq and rcq and the SRQ srq where
  * given, else on ones the library makes. */
