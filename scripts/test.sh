@@ -15,6 +15,9 @@
 #   test.sh: PASSED, NOT everything ran: 17 of 17 steps: 16 passed, 0 failed, 1 skipped  <-- NOT everything ran: ...
 #   test.sh: FAILED: ...
 #
+# Before it, each step's time, slowest first, and a NOTE when the whole run took more than
+# WARPCORE_SUITE_BUDGET seconds (default 1800: the house's 30 minutes).
+#
 # A step that does not run its check, in whole or in part, says so on its standard output
 # (which this script reads) with a line "[NAME: ]SKIPPED (VAR=VALUE...): what did not run".
 # Only the documented opt-outs may skip: FUZZ_SECONDS=0 (scripts/test-fuzz.sh),
@@ -60,10 +63,23 @@ fi
 optouts="FUZZ_SECONDS WARPCORE_SKIP_NET WARPCORE_SKIP_SIW"
 logs=$(mktemp -d /tmp/wctest.XXXXXX)
 total=$(grep -c '^run ' scripts/test.sh)
-steps=0 passed=0 failed=0 skipped=0 skips=() current=""
+steps=0 passed=0 failed=0 skipped=0 skips=() current="" times=()
+# The house budget for the whole suite (CI's limit is 90 minutes; the suite must stay well
+# under it on CI's 2 cores): over it, the tally's last lines say so and name the slowest
+# steps, so the growth is seen the run it happens, not sessions later.
+budget=${WARPCORE_SUITE_BUDGET:-1800}
 summary() {
     local rc=$? s=""
     rm -rf "$logs"
+    if ((${#times[@]})); then
+        echo
+        echo "test.sh: step times (slowest first), $((SECONDS / 60)) min $((SECONDS % 60)) s in all:"
+        printf '%s\n' "${times[@]}" | sort -rn | awk -F'\t' '{ printf "  %5d s  %s\n", $1, $2 }'
+        if ((SECONDS > budget)); then
+            echo "test.sh: NOTE: the suite took ${SECONDS} s, over its ${budget} s budget" \
+                "(WARPCORE_SUITE_BUDGET): trim the slowest steps above"
+        fi
+    fi
     local verdict="PASSED (all tests passed)"
     if ((${#skips[@]})); then
         s=$(printf '; %s' "${skips[@]}")
@@ -86,11 +102,13 @@ run() {
     current=$title
     step "$title"
     log=$logs/$steps.log
+    local t0=$SECONDS
     set +e
     "$@" | tee "$log"
     rc=${PIPESTATUS[0]}
     set -e
     steps=$((steps + 1))
+    times+=("$((SECONDS - t0))"$'\t'"$title")
     local mine=()
     while IFS= read -r line; do
         why=${line#*SKIPPED }
