@@ -114,11 +114,21 @@ wait_port() {
 
 # server_end PID WHAT LOG: a server's end once its client is done (scripts/lib/bg-end.sh):
 # one that failed, crashed or hung ends the comparison (exit 1), naming it, and its run's
-# figures go into no report. (The qperf server runs until the cleanup: it never exits.)
+# figures go into no report. (The qperf server never exits on its own: server_stop.)
 server_end() {
     bg_end "$1" "$2" 30 && return 0
     echo "compare: FAILED: $BG_NOTE" >&2
     grep -v '^EAL' "$3" | tail -n 15 >&2
+    exit 1
+}
+# server_stop PID WHAT LOG: the same for a server that serves until stopped (qperf's):
+# it must still be running when its clients are done (bg_stop), or their figures came from
+# no server of this run (another process's qperf on the port, when this one could not bind
+# it and exited 1).
+server_stop() {
+    bg_stop "$1" "$2" 10 && return 0
+    echo "compare: FAILED: $BG_NOTE" >&2
+    tail -n 15 "$3" >&2
     exit 1
 }
 
@@ -224,8 +234,9 @@ taskset -c "$cpu_c" "$tcpperf" kernel-client --server "127.0.0.1:$kport" --test 
 server_end "$ks" "tcpperf kernel-server" "$work/tcpperf-server.log"
 
 echo "== kernel TCP over loopback: qperf and iperf3 (${ksecs} s each), server CPU $cpu_s, client CPU $cpu_c"
-taskset -c "$cpu_s" qperf >/dev/null 2>&1 &
-pids+=($!)
+taskset -c "$cpu_s" qperf >"$work/qperf-server.log" 2>&1 &
+qs=$!
+pids+=("$qs")
 taskset -c "$cpu_s" iperf3 -s -1 -p 5299 >"$work/iperf3-server.log" 2>&1 &
 ips=$!
 pids+=("$ips")
@@ -233,6 +244,7 @@ wait_port 19765
 wait_port 5299
 taskset -c "$cpu_c" qperf -t "$ksecs" -m 64 127.0.0.1 tcp_lat | tee "$work/qperf_lat.txt"
 taskset -c "$cpu_c" qperf -t "$ksecs" -m 65536 127.0.0.1 tcp_bw | tee "$work/qperf_bw.txt"
+server_stop "$qs" "the qperf server" "$work/qperf-server.log"
 taskset -c "$cpu_c" iperf3 -c 127.0.0.1 -p 5299 -t "$ksecs" -J >"$work/iperf3.json"
 server_end "$ips" "iperf3 -s -1" "$work/iperf3-server.log"
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)

@@ -101,21 +101,23 @@ kernel_bw() {
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.3f" % (d["end"]["sum_received"]["bits_per_second"]/1e9))' "$work/iperf3.json"
 }
 
+# kernel_lat: qperf tcp_lat's latency (us) in klat; fails loudly. (Not in a command
+# substitution: there the server's pid would not reach the EXIT trap, and fail's logs would
+# go into the figure.)
 kernel_lat() {
     ip netns exec "$LOSSNET_B" qperf >"$work/qperf-s.log" 2>&1 &
     local spid=$!
     pids+=("$spid")
     sleep 0.3
     local out
-    out=$(ip netns exec "$LOSSNET_A" qperf 198.18.0.12 -t "$duration" -m 64 tcp_lat 2>&1) || { kill "$spid"; fail "qperf: $out"; }
-    kill "$spid" 2>/dev/null || true
-    wait "$spid" 2>/dev/null || true
+    out=$(ip netns exec "$LOSSNET_A" qperf 198.18.0.12 -t "$duration" -m 64 tcp_lat 2>&1) || fail "qperf tcp_lat: $out"
+    # The server must still run (scripts/lib/bg-end.sh): one that had exited (it could not
+    # bind its port) served nothing, and the figure would be another server's.
+    bg_stop "$spid" "the qperf server" 10 || fail "$BG_NOTE"
     # qperf prints "latency = 12.3 us" (or ms). Without a figure the row's columns would
     # shift (the TCP counters under the kernel's latency): fail instead.
-    local v
-    v=$(echo "$out" | awk '/latency/ { v=$3; if ($4=="ms") v*=1000; if ($4=="sec") v*=1e6; printf "%.1f", v }')
-    [[ -n $v ]] || fail "qperf printed no latency: $out"
-    echo "$v"
+    klat=$(echo "$out" | awk '/latency/ { v=$3; if ($4=="ms") v*=1000; if ($4=="sec") v*=1e6; printf "%.1f", v }')
+    [[ -n $klat ]] || fail "qperf printed no latency: $out"
 }
 
 rows=()
@@ -136,7 +138,7 @@ for ppm in $losses; do
     read -r med p99 max < <(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"][0]; l=r["lat_usec"]; print("%.2f %.2f %.1f" % (l["t_typical"], l["p99"], r["hdr_usec"]["max"]))' "$work/lat.json") ||
         fail "no write_lat result"
     kbw=$(kernel_bw)
-    klat=$(kernel_lat)
+    kernel_lat
     rows+=("$pct $bw $kbw $med $p99 $max $klat $tcpc")
     printf 'loss %5s %%: write_bw %s Gbit/s (TCP retx/RTO(spurious)/TLP/recoveries(undone) %s), iperf3 %s; write_lat %s / %s / %s us, qperf tcp_lat %s us\n' \
         "$pct" "$bw" "$tcpc" "$kbw" "$med" "$p99" "$max" "$klat"

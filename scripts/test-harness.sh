@@ -1045,6 +1045,110 @@ else
     ok "connrate.sh fails a round without a rate" "with rates: $(grep -m1 '^| 1 ' <<<"$cr_good_out"); without: $(grep -m1 '^FAIL' <<<"$cr_out" | cut -c1-50)..."
 fi
 
+# ---- a server that serves until stopped (qperf's) must still run when its clients are
+# done (scripts/lib/bg-end.sh's bg_stop). Before, bench/compare.sh and bench/loss.sh killed
+# their qperf server without looking: one that had exited at once (qperf prints "unable to
+# bind to listen port" and exits 1 when another qperf holds the port) passed, and the figure
+# its client printed came from the other process's server. bg_stop on stand-in servers, then
+# loss.sh whole and compare.sh's kernel section on stand-ins (ip runs what `ip netns exec`
+# names and nothing else, so no namespace is made; tc, ethtool, clang, ping; iwperf, iperf3,
+# qperf, taskset, ss), with a qperf server that runs and with one that cannot bind.
+mkdir -p "$work/ks/bin"
+stop_case() { # stop_case NAME COMMAND: bg_stop on COMMAND with 1 s: "NAME STATUS NOTE"
+    (
+        # shellcheck source=scripts/lib/bg-end.sh
+        source scripts/lib/bg-end.sh
+        sh -c "$2" >/dev/null 2>&1 &
+        sleep 0.3
+        bg_stop $! "the $1 server" 1
+        echo "$1 $? $BG_NOTE"
+    ) 2>/dev/null
+}
+stop_out=$(stop_case serves 'exec sleep 30'; stop_case bind 'exit 1'; stop_case clean0 'exit 0'
+    stop_case deaf 'trap "" TERM; sleep 30')
+cat >"$work/ks/bin/ip" <<'EOF'
+#!/bin/sh
+[ "$1 $2" = "netns exec" ] && { shift 3; exec "$@"; }
+exit 0
+EOF
+for t in tc ethtool clang ping; do printf '#!/bin/sh\nexit 0\n' >"$work/ks/bin/$t"; done
+printf '#!/bin/sh\nshift 2\nexec "$@"\n' >"$work/ks/bin/taskset"
+printf '#!/bin/sh\necho "LISTEN 0 128 127.0.0.1:5299 0.0.0.0:*"\n' >"$work/ks/bin/ss"
+cat >"$work/ks/iwperf" <<'EOF'
+#!/bin/bash
+json="" prev=""
+for a in "$@"; do [[ $prev == --json ]] && json=$a; prev=$a; done
+[[ -n $json ]] || exit 0
+case $1 in
+    write_bw) echo '{"results":[{"bw":{"average":5.0}}],"tcp":{"retransmitted_segments":0,"rtos":0,"spurious_rtos":0,"tail_loss_probes":0,"fast_recoveries":0,"undone_recoveries":0}}' >"$json" ;;
+    write_lat) echo '{"results":[{"lat_usec":{"t_typical":10.0,"p99":20.0},"hdr_usec":{"max":30.0}}]}' >"$json" ;;
+esac
+EOF
+cat >"$work/ks/bin/iperf3" <<'EOF'
+#!/bin/sh
+case " $* " in *" -s "*) sleep 0.4; exit 0 ;; esac
+echo '{"end":{"sum_received":{"bits_per_second":4e9}}}'
+EOF
+cat >"$work/ks/bin/qperf" <<'EOF'
+#!/bin/sh
+if [ $# = 0 ]; then
+    [ "$KS_QPERF" = bind ] && { echo "unable to bind to listen port" >&2; exit 1; }
+    echo $$ >"$KS_DIR/qperf.pid"
+    exec sleep 60
+fi
+case " $* " in
+    *" tcp_lat "*) printf 'tcp_lat:\n    latency  =  25.5 us\n' ;;
+    *) printf 'tcp_bw:\n    bw  =  3 GB/sec\n' ;;
+esac
+EOF
+chmod +x "$work/ks/bin/"* "$work/ks/iwperf"
+ks_loss() { # ks_loss ENV...: bench/loss.sh --quick at 0 % on the stand-ins; sets ks_out and rc
+    ks_out=$(env PATH="$work/ks/bin:$PATH" IWPERF="$work/ks/iwperf" LOSSES=0 KS_DIR="$work/ks" "$@" \
+        timeout 60 bench/loss.sh --quick 2>&1)
+    rc=$?
+}
+{
+    sed -n '/^wait_port() {$/,/^}$/p; /^server_end() {$/,/^}$/p; /^server_stop() {$/,/^}$/p' bench/compare.sh
+    sed -n '/^echo "== kernel TCP over loopback: qperf and iperf3/,/^server_end "\$ips"/p' bench/compare.sh
+} >"$work/ks/compare-kernel.sh"
+ks_cmp() { # ks_cmp ENV...: compare.sh's qperf and iperf3 section on the stand-ins; sets ks_out and rc
+    ks_out=$(env PATH="$work/ks/bin:$PATH" KS_DIR="$work/ks" work="$work/ks" "$@" timeout 30 bash -c \
+        'set -euo pipefail; cpu_s=0 cpu_c=1 ksecs=1 pids=(); source scripts/lib/bg-end.sh; source "$work/compare-kernel.sh"' 2>&1)
+    rc=$?
+}
+ks_gone() { # ks_gone: "gone" when the qperf server stand-in no longer runs (else stops it)
+    local p
+    p=$(cat "$work/ks/qperf.pid" 2>/dev/null) || { echo "never started"; return; }
+    rm -f "$work/ks/qperf.pid"
+    for _ in $(seq 1 20); do kill -0 "$p" 2>/dev/null || { echo gone; return; }; sleep 0.1; done
+    kill "$p"
+    echo "still ran"
+}
+ks_loss KS_QPERF=serves
+ks_l_good=$rc ks_l_good_out=$ks_out ks_l_good_gone=$(ks_gone)
+ks_loss KS_QPERF=bind
+ks_l_bind=$rc ks_l_bind_out=$ks_out
+ks_cmp KS_QPERF=serves
+ks_c_good=$rc ks_c_good_out=$ks_out ks_c_good_gone=$(ks_gone)
+ks_cmp KS_QPERF=bind
+ks_c_bind=$rc ks_c_bind_out=$ks_out
+ks_row='| 0 % | 5.000 | 0/0(0)/0/0(0) | 4.000 | 1.25x | 10.00 / 20.00 / 30.0 | 25.5 |'
+if [[ $stop_out != $'serves 0 \nbind 1 the bind server had exited 1 before its clients were done\nclean0 1 the clean0 server had exited 0 before its clients were done\ndeaf 124 the deaf server still ran 1 s after it was stopped (killed)' ]]; then
+    bad "a qperf server must serve until stopped" "bg_stop: $(tr '\n' ';' <<<"$stop_out")"
+elif ((ks_l_good != 0)) || ! grep -qxF "$ks_row" <<<"$ks_l_good_out" || [[ $ks_l_good_gone != gone ]]; then
+    bad "a qperf server must serve until stopped" "loss.sh, a qperf server that serves: exit $ks_l_good, server $ks_l_good_gone: $(tail -n 4 <<<"$ks_l_good_out" | tr '\n' ' ')"
+elif ((ks_l_bind == 0)) || ! grep -q 'FAILED: the qperf server had exited 1 before its clients were done' <<<"$ks_l_bind_out" ||
+    ! grep -q 'unable to bind to listen port' <<<"$ks_l_bind_out"; then
+    bad "a qperf server must serve until stopped" "loss.sh, a qperf server that could not bind: exit $ks_l_bind: $(grep -m1 -e FAILED -e '^| 0 %' <<<"$ks_l_bind_out")"
+elif ((ks_c_good != 0)) || ! grep -q 'latency  =  25.5 us' <<<"$ks_c_good_out" || [[ $ks_c_good_gone != gone ]]; then
+    bad "a qperf server must serve until stopped" "compare.sh, a qperf server that serves: exit $ks_c_good, server $ks_c_good_gone: $(tail -n 3 <<<"$ks_c_good_out" | tr '\n' ' ')"
+elif ((ks_c_bind == 0)) || ! grep -q '^compare: FAILED: the qperf server had exited 1 before its clients were done$' <<<"$ks_c_bind_out" ||
+    ! grep -q 'unable to bind to listen port' <<<"$ks_c_bind_out"; then
+    bad "a qperf server must serve until stopped" "compare.sh, a qperf server that could not bind: exit $ks_c_bind: $(tail -n 3 <<<"$ks_c_bind_out" | tr '\n' ' ')"
+else
+    ok "a qperf server must serve until stopped" "bg_stop: one that exited 1 or 0 early or ignored the stop fails; loss.sh and compare.sh fail a server that could not bind, pass and stop one that served"
+fi
+
 if ((failed)); then
     echo "test-harness: $failed case(s) failed" >&2
     exit 1

@@ -8,6 +8,14 @@
 # measurement, so a caller fails (or reads them as n/a), never prints them as one.
 # Sourced by scripts/tcpperf-compare.sh, scripts/test-flood.sh, bench/compare.sh, bench/loss.sh and
 # bench/afp-budget.sh; scripts/test-harness.sh shows it failing each kind of end.
+#
+# bg_stop PID WHAT SECS: the end of a background server that serves until it is stopped
+# (qperf's server), once its clients are done. It must still be running then: one that had
+# exited (a crash, or a port already taken, when qperf prints "unable to bind to listen
+# port" and exits 1) served nothing, and a client that got figures got them from another
+# process's server (on another CPU, in another run). Stops it (SIGTERM), waits up to SECS
+# seconds (then SIGKILL), and returns 0 when it ran until stopped and ended by the stop
+# (exit 0 or the SIGTERM); else non-zero, BG_NOTE saying what happened, naming WHAT.
 bg_end() {
     local pid=$1 what=$2 secs=$3 rc=0 i
     BG_NOTE=""
@@ -25,5 +33,30 @@ bg_end() {
     if ((rc != 0)); then
         BG_NOTE="$what exited $rc$( ((rc > 128)) && echo " (signal $((rc - 128)))")"
     fi
+    return "$rc"
+}
+
+bg_stop() {
+    local pid=$1 what=$2 secs=$3 rc=0 i
+    BG_NOTE=""
+    if ! kill -0 "$pid" 2>/dev/null; then
+        wait "$pid" || rc=$?
+        BG_NOTE="$what had exited $rc$( ((rc > 128)) && echo " (signal $((rc - 128)))") before its clients were done"
+        return $((rc == 0 ? 1 : rc))
+    fi
+    kill "$pid" 2>/dev/null || true
+    for ((i = 0; i < secs * 10; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+        BG_NOTE="$what still ran $secs s after it was stopped (killed)"
+        return 124
+    fi
+    wait "$pid" || rc=$?
+    ((rc == 0 || rc == 143)) && return 0
+    BG_NOTE="$what exited $rc$( ((rc > 128)) && echo " (signal $((rc - 128)))") when it was stopped"
     return "$rc"
 }

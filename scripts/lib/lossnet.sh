@@ -195,13 +195,18 @@ lossnet_cleanup() {
     rm -rf "$work" "$LOSSNET_DIR"
 }
 
-# lossnet_fail MESSAGE: prints MESSAGE and the tail of every log in `work`, exits 1.
+# lossnet_fail MESSAGE: prints MESSAGE and the tail of every log in `work` (on stderr: a
+# caller in a command substitution would take them for its output), exits 1. (Under the
+# callers' set -e and pipefail, grep's status on a log of nothing but EAL lines, or an
+# empty one, had ended the loop there: the logs after it, with the reason, went unshown.)
 lossnet_fail() {
     echo "$LOSSNET_NAME: FAILED: $*" >&2
     local f
     for f in "$work"/*.log; do
-        [[ -f $f ]] && { echo "--- $f"; grep -v '^EAL' "$f" | tail -n 15; }
-    done
+        [[ -f $f ]] || continue
+        echo "--- $f"
+        { grep -v '^EAL' "$f" || true; } | tail -n 15
+    done >&2
     exit 1
 }
 
