@@ -90,6 +90,8 @@ wcbench=$tgt/release/wcbench
 
 # shellcheck source=scripts/lib/bg-end.sh
 source "$root/scripts/lib/bg-end.sh"
+# shellcheck source=scripts/lib/iperf3-gbps.sh
+source "$root/scripts/lib/iperf3-gbps.sh"
 work=$(mktemp -d /tmp/wc-compare.XXXXXX)
 sock=$work/memif.sock
 pids=()
@@ -245,7 +247,12 @@ wait_port 5299
 taskset -c "$cpu_c" qperf -t "$ksecs" -m 64 127.0.0.1 tcp_lat | tee "$work/qperf_lat.txt"
 taskset -c "$cpu_c" qperf -t "$ksecs" -m 65536 127.0.0.1 tcp_bw | tee "$work/qperf_bw.txt"
 server_stop "$qs" "the qperf server" "$work/qperf-server.log"
-taskset -c "$cpu_c" iperf3 -c 127.0.0.1 -p 5299 -t "$ksecs" -J >"$work/iperf3.json"
+# iperf3 exits 0 on a refused connection, the reason in its JSON (scripts/lib/iperf3-gbps.sh):
+# the report's Python died on it in a KeyError that named none.
+irc=0
+taskset -c "$cpu_c" iperf3 -c 127.0.0.1 -p 5299 -t "$ksecs" -J >"$work/iperf3.json" || irc=$?
+iperf3_gbps "$work/iperf3.json" || { echo "compare: FAILED: iperf3 -c (exit $irc): $IPERF3_NOTE" >&2; exit 1; }
+((irc == 0)) || { echo "compare: FAILED: iperf3 -c exited $irc" >&2; exit 1; }
 server_end "$ips" "iperf3 -s -1" "$work/iperf3-server.log"
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 

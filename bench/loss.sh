@@ -14,7 +14,9 @@
 #   write_bw >= 1.0x iperf3 at 0.1 % and 1 %; write_lat p99 at 0.1 % <= 2x the loss-free
 #   p99 and max <= 20 ms; p99 at 1 % <= 5 ms. A verdict whose loss rate LOSSES leaves out
 #   is a FAIL line (not measured), as is one on a figure of 0.
-# Exit status: 1 when a measurement could not be taken; the verdicts only report, unless
+# Exit status: 1 when a measurement could not be taken (a kernel baseline too: an iperf3 that
+# measured nothing fails the run with iperf3's reason, and a qperf server that no longer ran
+# when its client was done fails it, naming the server); the verdicts only report, unless
 # --strict (then a FAIL verdict exits 2).
 #
 #   bench/loss.sh [--quick] [--strict]      # --quick: 2 s runs, 5,000 latency iterations
@@ -50,6 +52,8 @@ done
 source scripts/lib/lossnet.sh
 # shellcheck source=scripts/lib/bg-end.sh
 source scripts/lib/bg-end.sh
+# shellcheck source=scripts/lib/iperf3-gbps.sh
+source scripts/lib/iperf3-gbps.sh
 lossnet_harness bench/loss.sh loss-bench
 fail() { lossnet_fail "$@"; }
 lossnet_build "$IWPERF" iwperf
@@ -87,18 +91,21 @@ iwperf_pair() {
     wait "$spid" || fail "iwperf $test server"
 }
 
+# kernel_bw: iperf3's throughput (Gbit/s) in kbw; fails loudly, with iperf3's reason (it
+# exits 0 on a refused connection, the reason in its JSON: scripts/lib/iperf3-gbps.sh). A
+# baseline that did not run is no ratio. (Not in a command substitution: there the server's
+# pid would not reach the EXIT trap.)
 kernel_bw() {
     ip netns exec "$LOSSNET_B" iperf3 -s -1 -B 198.18.0.12 >"$work/iperf3-s.log" 2>&1 &
-    local spid=$!
+    local spid=$! rc=0
     pids+=("$spid")
     sleep 0.3
-    # (This runs in a command substitution: the pids it adds are not the EXIT trap's, so it
-    # stops its server itself when the client fails.)
-    ip netns exec "$LOSSNET_A" iperf3 -c 198.18.0.12 -t "$duration" -J >"$work/iperf3.json" 2>"$work/iperf3.log" ||
-        { kill "$spid" 2>/dev/null; fail "iperf3"; }
+    ip netns exec "$LOSSNET_A" iperf3 -c 198.18.0.12 -t "$duration" -J >"$work/iperf3.json" 2>"$work/iperf3.log" || rc=$?
+    iperf3_gbps "$work/iperf3.json" || fail "iperf3 -c (exit $rc): $IPERF3_NOTE"
+    ((rc == 0)) || fail "iperf3 -c exited $rc"
     # A server that failed or hung after its client (scripts/lib/bg-end.sh): no figure.
     bg_end "$spid" "iperf3 -s -1" 30 || fail "$BG_NOTE"
-    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.3f" % (d["end"]["sum_received"]["bits_per_second"]/1e9))' "$work/iperf3.json"
+    kbw=$IPERF3_GBPS
 }
 
 # kernel_lat: qperf tcp_lat's latency (us) in klat; fails loudly. (Not in a command
@@ -137,7 +144,7 @@ for ppm in $losses; do
     # largest sample, and a verdict on it would not see the one worst stall.
     read -r med p99 max < <(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"][0]; l=r["lat_usec"]; print("%.2f %.2f %.1f" % (l["t_typical"], l["p99"], r["hdr_usec"]["max"]))' "$work/lat.json") ||
         fail "no write_lat result"
-    kbw=$(kernel_bw)
+    kernel_bw
     kernel_lat
     rows+=("$pct $bw $kbw $med $p99 $max $klat $tcpc")
     printf 'loss %5s %%: write_bw %s Gbit/s (TCP retx/RTO(spurious)/TLP/recoveries(undone) %s), iperf3 %s; write_lat %s / %s / %s us, qperf tcp_lat %s us\n' \

@@ -1084,10 +1084,15 @@ case $1 in
     write_lat) echo '{"results":[{"lat_usec":{"t_typical":10.0,"p99":20.0},"hdr_usec":{"max":30.0}}]}' >"$json" ;;
 esac
 EOF
+# iperf3 3.12 with -J exits 0 on a refused connection, the reason in the report's "error".
 cat >"$work/ks/bin/iperf3" <<'EOF'
 #!/bin/sh
 case " $* " in *" -s "*) sleep 0.4; exit 0 ;; esac
-echo '{"end":{"sum_received":{"bits_per_second":4e9}}}'
+case $KS_IPERF3 in
+    refused) printf '{"start":{"connected":[]},"intervals":[],"end":{},"error":"unable to connect to server: Connection refused"}\n' ;;
+    zero) echo '{"end":{"sum_received":{"bits_per_second":0}}}' ;;
+    *) echo '{"end":{"sum_received":{"bits_per_second":4e9}}}' ;;
+esac
 EOF
 cat >"$work/ks/bin/qperf" <<'EOF'
 #!/bin/sh
@@ -1113,7 +1118,7 @@ ks_loss() { # ks_loss ENV...: bench/loss.sh --quick at 0 % on the stand-ins; set
 } >"$work/ks/compare-kernel.sh"
 ks_cmp() { # ks_cmp ENV...: compare.sh's qperf and iperf3 section on the stand-ins; sets ks_out and rc
     ks_out=$(env PATH="$work/ks/bin:$PATH" KS_DIR="$work/ks" work="$work/ks" "$@" timeout 30 bash -c \
-        'set -euo pipefail; cpu_s=0 cpu_c=1 ksecs=1 pids=(); source scripts/lib/bg-end.sh; source "$work/compare-kernel.sh"' 2>&1)
+        'set -euo pipefail; cpu_s=0 cpu_c=1 ksecs=1 pids=(); source scripts/lib/bg-end.sh; source scripts/lib/iperf3-gbps.sh; source "$work/compare-kernel.sh"' 2>&1)
     rc=$?
 }
 ks_gone() { # ks_gone: "gone" when the qperf server stand-in no longer runs (else stops it)
@@ -1147,6 +1152,34 @@ elif ((ks_c_bind == 0)) || ! grep -q '^compare: FAILED: the qperf server had exi
     bad "a qperf server must serve until stopped" "compare.sh, a qperf server that could not bind: exit $ks_c_bind: $(tail -n 3 <<<"$ks_c_bind_out" | tr '\n' ' ')"
 else
     ok "a qperf server must serve until stopped" "bg_stop: one that exited 1 or 0 early or ignored the stop fails; loss.sh and compare.sh fail a server that could not bind, pass and stop one that served"
+fi
+
+# ---- a kernel baseline that did not run fails the run, naming iperf3's reason. iperf3 3.12
+# exits 0 with -J on a refused connection and writes the reason into its JSON: loss.sh's
+# kernel_bw (in a command substitution, which swallowed lossnet_fail's logs) died in a
+# Python KeyError naming no reason, and on a report of 0 bits/s printed its row with a
+# ratio of n/a and exited 0; compare.sh's section passed both (its report's Python died
+# later, in the KeyError). The stand-ins of the case above, iperf3's client refused or
+# measuring 0.
+ks_loss KS_QPERF=serves KS_IPERF3=refused
+ks_l_ref=$rc ks_l_ref_out=$ks_out
+ks_loss KS_QPERF=serves KS_IPERF3=zero
+ks_l_zero=$rc ks_l_zero_out=$ks_out
+ks_cmp KS_QPERF=serves KS_IPERF3=refused
+ks_c_ref=$rc ks_c_ref_out=$ks_out
+ks_gone >/dev/null
+ks_refused='iperf3 -c (exit 0): iperf3: unable to connect to server: Connection refused'
+if ((ks_l_ref == 0)) || ! grep -qF "bench/loss.sh: FAILED: $ks_refused" <<<"$ks_l_ref_out"; then
+    bad "a kernel baseline that did not run fails with its reason" "loss.sh, iperf3 refused: exit $ks_l_ref: $(grep -m2 -e FAILED -e Error -e '^| 0 %' <<<"$ks_l_ref_out" | tr '\n' ' ')"
+elif ((ks_l_zero == 0)) || grep -q '^| 0 %' <<<"$ks_l_zero_out" ||
+    ! grep -qF 'bench/loss.sh: FAILED: iperf3 -c (exit 0): iperf3 measured no throughput (end.sum_received.bits_per_second: 0)' <<<"$ks_l_zero_out"; then
+    bad "a kernel baseline that did not run fails with its reason" "loss.sh, iperf3 at 0 bits/s: exit $ks_l_zero: $(grep -m2 -e FAILED -e '^| 0 %' <<<"$ks_l_zero_out" | tr '\n' ' ')"
+elif ((ks_c_ref == 0)) || ! grep -qxF "compare: FAILED: $ks_refused" <<<"$ks_c_ref_out"; then
+    bad "a kernel baseline that did not run fails with its reason" "compare.sh, iperf3 refused: exit $ks_c_ref: $(tail -n 2 <<<"$ks_c_ref_out" | tr '\n' ' ')"
+elif ! grep -qF 'iperf3_gbps "$work/iperf3.json" || fail "iperf3 -c (exit $irc): $IPERF3_NOTE"' bench/afp-budget.sh; then
+    bad "a kernel baseline that did not run fails with its reason" "bench/afp-budget.sh does not read its iperf3 report with iperf3_gbps"
+else
+    ok "a kernel baseline that did not run fails with its reason" "loss.sh and compare.sh fail a refused iperf3 naming it, loss.sh one of 0 bits/s; afp-budget.sh reads its report the same way"
 fi
 
 if ((failed)); then
