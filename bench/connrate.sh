@@ -12,7 +12,7 @@
 #
 #   bench/connrate.sh [ROUNDS] [SECONDS] [PARALLEL]   # default 3 rounds of 3 s, 8 at once
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
 rounds=${1:-3}
 secs=${2:-3}
@@ -31,26 +31,43 @@ cpus_pick
 cargo build --release -q -p warpcore-apps --bin wcconnrate || exit 1
 case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac
 CR=$tgt/release/wcconnrate
+# shellcheck source=scripts/lib/bg-end.sh
+source scripts/lib/bg-end.sh
 work=$(mktemp -d /tmp/connrate-bench.XXXXXX)
 sock=$work/memif.sock
-trap 'rm -rf "$work"' EXIT
+# Every process started here, ended at exit: a run stopped or failed left its server (and
+# its client) running for up to SECONDS + 90 s, each polling an engine core.
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
 
 field() { sed -nE "s/.* $1=([0-9.]+).*/\1/p" | head -1; }
 
-# warpcore P: one memif run; prints the client's RESULT line; fails loudly.
+# warpcore P: one memif run; the client's RESULT line in `line`; fails loudly. (Not in a
+# command substitution, and the client in the background: their pids must reach the EXIT
+# trap, which a subshell's never did.)
 warpcore() {
     rm -f "$sock"
     timeout $((secs + 90)) "$CR" --memif "$sock" --cores "$CPU_A" >"$work/server.log" 2>&1 &
-    local sp=$!
+    local sp=$! cp rc=0
+    pids+=("$sp")
     for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
-    if ! timeout $((secs + 60)) "$CR" 198.18.0.2 --memif "$sock" --cores "$CPU_B" --secs "$secs" \
-        --parallel "$1" >"$work/client.log" 2>&1; then
-        kill $sp 2>/dev/null
-        echo "FAIL warpcore --parallel $1: the client failed" >&2
+    timeout $((secs + 60)) "$CR" 198.18.0.2 --memif "$sock" --cores "$CPU_B" --secs "$secs" \
+        --parallel "$1" >"$work/client.log" 2>&1 &
+    cp=$!
+    pids+=("$cp")
+    wait "$cp" || rc=$?
+    if ((rc != 0)); then
+        echo "FAIL warpcore --parallel $1: the client exited $rc" >&2
         tail -5 "$work/client.log" "$work/server.log" >&2
         exit 1
     fi
-    wait $sp || { echo "FAIL warpcore: the server failed" >&2; tail -5 "$work/server.log" >&2; exit 1; }
+    # A server that failed or hung after its client (scripts/lib/bg-end.sh): no figure.
+    bg_end "$sp" "the wcconnrate server" 30 || { echo "FAIL warpcore: $BG_NOTE" >&2; tail -5 "$work/server.log" >&2; exit 1; }
+    pids=() # both ended: their pids are free for reuse, and not the cleanup's
     local n v
     n=$(field conns <"$work/client.log")
     v=$(sed -nE 's/^RESULT connrate-server verified=([0-9]+)/\1/p' "$work/server.log")
@@ -58,16 +75,23 @@ warpcore() {
         echo "FAIL warpcore: the client made ${n:-?} connections, the server verified ${v:-?}" >&2
         exit 1
     fi
-    grep "^RESULT connrate " "$work/client.log"
+    line=$(grep "^RESULT connrate " "$work/client.log") || true
 }
 
+# kernel P: one kernel TCP run; its RESULT line in `line`; fails loudly.
 kernel() {
-    if ! timeout $((secs + 60)) "$CR" --kernel --secs "$secs" --parallel "$1" >"$work/kernel.log" 2>&1; then
-        echo "FAIL kernel --parallel $1" >&2
+    local kp rc=0
+    timeout $((secs + 60)) "$CR" --kernel --secs "$secs" --parallel "$1" >"$work/kernel.log" 2>&1 &
+    kp=$!
+    pids+=("$kp")
+    wait "$kp" || rc=$?
+    if ((rc != 0)); then
+        echo "FAIL kernel --parallel $1: exit $rc" >&2
         tail -5 "$work/kernel.log" >&2
         exit 1
     fi
-    grep "^RESULT connrate " "$work/kernel.log"
+    pids=() # ended: its pid is free for reuse, and not the cleanup's
+    line=$(grep "^RESULT connrate " "$work/kernel.log") || true
 }
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
@@ -78,7 +102,7 @@ printf '%-6s %-9s %9s %12s %14s %14s\n' round stack parallel "conns/s" "life p50
 for r in $(seq 1 "$rounds"); do
     for p in "${counts[@]}"; do
         for stack in warpcore kernel; do
-            line=$($stack "$p") || exit 1
+            "$stack" "$p"
             rate=$(field rate <<<"$line")
             # A RESULT line without a rate measured nothing: printf would print it as 0.
             [[ $rate =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "FAIL $stack --parallel $p: no rate in '$line'" >&2; exit 1; }

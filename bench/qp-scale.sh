@@ -12,7 +12,7 @@
 #
 #   bench/qp-scale.sh [ROUNDS] [MESSAGES]   # default 3 rounds, 12,000,000 messages a run
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
 rounds=${1:-3}
 msgs=${2:-12000000}
@@ -29,34 +29,49 @@ cargo build --release -q -p warpcore-apps --bin iwperf || exit 1
 cargo build --release -q -p warpcore-bench --example qp_scale || exit 1
 case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac
 IW=$tgt/release/iwperf
+# shellcheck source=scripts/lib/bg-end.sh
+source scripts/lib/bg-end.sh
 work=$(mktemp -d /tmp/qp-scale-bench.XXXXXX)
 sock=$work/memif.sock
-trap 'rm -rf "$work"' EXIT
+# Every process started here, ended at exit: a run stopped or failed left its iwperf server
+# (and its client) running for up to 600 s, each polling an engine core.
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
 
-# rate QPS ITERS: one write_bw -s 64 run; prints the message rate (M msgs/s); fails loudly.
+# rate QPS ITERS: one write_bw -s 64 run; the message rate (M msgs/s) in `m`; fails loudly.
+# (Not in a command substitution, and the client in the background: their pids must reach
+# the EXIT trap, which a subshell's never did.)
 rate() {
     rm -f "$sock"
     timeout 600 "$IW" write_bw --memif "$sock" --cores "$CPU_A" --timeout 60 >"$work/server.log" 2>&1 &
-    local sp=$!
+    local sp=$! cp rc=0
+    pids+=("$sp")
     for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
-    if ! timeout 590 "$IW" write_bw 198.18.0.2 --memif "$sock" --cores "$CPU_B" --timeout 60 -s 64 \
-        -q "$1" -n "$2" >"$work/client.log" 2>&1; then
-        kill $sp 2>/dev/null
-        echo "FAIL write_bw -q $1: the client failed" >&2
+    timeout 590 "$IW" write_bw 198.18.0.2 --memif "$sock" --cores "$CPU_B" --timeout 60 -s 64 \
+        -q "$1" -n "$2" >"$work/client.log" 2>&1 &
+    cp=$!
+    pids+=("$cp")
+    wait "$cp" || rc=$?
+    if ((rc != 0)); then
+        echo "FAIL write_bw -q $1: the client exited $rc" >&2
         tail -5 "$work/client.log" "$work/server.log" >&2
         exit 1
     fi
-    wait $sp || { echo "FAIL write_bw -q $1: the server failed" >&2; tail -5 "$work/server.log" >&2; exit 1; }
+    # A server that failed or hung after its client (scripts/lib/bg-end.sh): no figure.
+    bg_end "$sp" "the iwperf write_bw -q $1 server" 30 || { echo "FAIL write_bw -q $1: $BG_NOTE" >&2; tail -5 "$work/server.log" >&2; exit 1; }
+    pids=() # both ended: their pids are free for reuse, and not the cleanup's
     # The message rate, the fifth column of the row under the "#bytes" header: a report
     # without one (or with no positive rate there) measured nothing, and fails.
-    local m
     m=$(grep -m1 -A1 "#bytes" "$work/client.log" | tail -n +2 | awk '{print $5}')
     if ! awk -v m="$m" 'BEGIN { exit !(m ~ /^[0-9]+(\.[0-9]+)?$/ && m > 0) }'; then
         echo "FAIL write_bw -q $1: no message rate in the client's report (got '${m}')" >&2
         tail -5 "$work/client.log" >&2
         exit 1
     fi
-    echo "$m"
 }
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
@@ -67,7 +82,7 @@ printf '%-6s %8s %12s %10s\n' round QPs "M msgs/s" "x one QP"
 for r in $(seq 1 "$rounds"); do
     one=""
     for q in 1 16 1024; do
-        m=$(rate "$q" $((msgs / q))) || exit 1
+        rate "$q" $((msgs / q))
         [[ $q == 1 ]] && one=$m
         x=$(awk -v a="$m" -v b="$one" 'BEGIN{printf "%.3f", a/b}')
         R[$q]+="$m "
@@ -84,7 +99,7 @@ for q in 1 16 1024; do
 done
 echo
 t0=$(date +%s.%N)
-m=$(rate 10000 200) || exit 1
+rate 10000 200
 echo "write_bw -q 10000 -s 64 -n 200 (2,000,000 Writes over 10,000 connections): completed, $m M msgs/s, $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s with set-up and teardown"
 echo
 "$tgt/release/examples/qp_scale" 1024 1 1000 | grep '^memory:'

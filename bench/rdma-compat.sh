@@ -9,7 +9,7 @@
 #
 #   bench/rdma-compat.sh [ROUNDS]      # default 3 rounds, about two minutes
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
 rounds=${1:-3}
 # A count of rounds that is not one (0, "three") ran none and printed medians of nothing
@@ -20,13 +20,24 @@ cargo build --release -q -p warpcore-apps --bin iwperf -p warpcore-rdma-compat -
 case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac
 IWPERF=$tgt/release/iwperf
 WW=$root/scripts/with-warpcore
+# shellcheck source=scripts/lib/bg-end.sh
+source scripts/lib/bg-end.sh
 work=$(mktemp -d /tmp/rdma-compat-bench.XXXXXX)
 sock=$work/memif.sock
-trap 'rm -rf "$work"' EXIT
+# Every process started here, ended at exit: a run stopped or failed left its server (and
+# its client) running for up to 120 s, each polling an engine core.
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
 lat_n=5000
 bw_n=5000
 
-# run NAME SERVER... :: CLIENT...: prints the client's output; fails loudly.
+# run NAME SERVER... :: CLIENT...: the client's output in $work/client.log; fails loudly.
+# (Not in a command substitution, and the client in the background: their pids must reach
+# the EXIT trap, which a subshell's never did.)
 run() {
     local name=$1
     shift
@@ -35,17 +46,22 @@ run() {
     shift
     rm -f "$sock"
     timeout 120 taskset -c 0 "${s[@]}" >"$work/server.log" 2>&1 &
-    local sp=$!
+    local sp=$! cp rc=0
+    pids+=("$sp")
     for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
     sleep 0.3
-    if ! timeout 110 taskset -c 1 "$@" >"$work/client.log" 2>&1; then
-        kill $sp 2>/dev/null
-        echo "FAIL $name: the client failed" >&2
+    timeout 110 taskset -c 1 "$@" >"$work/client.log" 2>&1 &
+    cp=$!
+    pids+=("$cp")
+    wait "$cp" || rc=$?
+    if ((rc != 0)); then
+        echo "FAIL $name: the client exited $rc" >&2
         tail -20 "$work/client.log" "$work/server.log" >&2
         exit 1
     fi
-    wait $sp || { echo "FAIL $name: the server failed" >&2; tail -20 "$work/server.log" >&2; exit 1; }
-    cat "$work/client.log"
+    # A server that failed or hung after its client (scripts/lib/bg-end.sh): no figure.
+    bg_end "$sp" "the $name server" 30 || { echo "FAIL $name: $BG_NOTE" >&2; tail -20 "$work/server.log" >&2; exit 1; }
+    pids=() # both ended: their pids are free for reuse, and not the cleanup's
 }
 # Result lines: perftest's and iwperf's tables share the layout. Latency: t_typical (the
 # median, column 5); bandwidth: BW average in MB/s (column 4).
@@ -60,18 +76,24 @@ iw_cli=("$IWPERF" --memif "$sock" --cores 1 --poll-mode caller --ip 10.78.0.2)
 
 declare -a L_IW L_WW B_IW B_WW S_IW S_WW
 for r in $(seq 1 "$rounds"); do
-    a=$(run "iwperf write_lat" "${iw_srv[0]}" write_lat "${iw_srv[@]:1}" :: \
-        "${iw_cli[0]}" write_lat "${iw_cli[@]:1}" -n $lat_n 10.78.0.1 | lat_of)
-    b=$(run "with-warpcore ib_write_lat" "${ww_srv[@]}" ib_write_lat -R -n $lat_n :: \
-        "${ww_cli[@]}" ib_write_lat -R -n $lat_n 10.78.0.1 | lat_of)
-    e=$(run "iwperf send_lat" "${iw_srv[0]}" send_lat "${iw_srv[@]:1}" :: \
-        "${iw_cli[0]}" send_lat "${iw_cli[@]:1}" -n $lat_n 10.78.0.1 | lat_of)
-    f=$(run "with-warpcore ib_send_lat" "${ww_srv[@]}" ib_send_lat -R -n $lat_n :: \
-        "${ww_cli[@]}" ib_send_lat -R -n $lat_n 10.78.0.1 | lat_of)
-    c=$(run "iwperf write_bw" "${iw_srv[0]}" write_bw "${iw_srv[@]:1}" :: \
-        "${iw_cli[0]}" write_bw "${iw_cli[@]:1}" -n $bw_n 10.78.0.1 | bw_of)
-    d=$(run "with-warpcore ib_write_bw" "${ww_srv[@]}" ib_write_bw -R -n $bw_n :: \
-        "${ww_cli[@]}" ib_write_bw -R -n $bw_n 10.78.0.1 | bw_of)
+    run "iwperf write_lat" "${iw_srv[0]}" write_lat "${iw_srv[@]:1}" :: \
+        "${iw_cli[0]}" write_lat "${iw_cli[@]:1}" -n $lat_n 10.78.0.1
+    a=$(lat_of <"$work/client.log")
+    run "with-warpcore ib_write_lat" "${ww_srv[@]}" ib_write_lat -R -n $lat_n :: \
+        "${ww_cli[@]}" ib_write_lat -R -n $lat_n 10.78.0.1
+    b=$(lat_of <"$work/client.log")
+    run "iwperf send_lat" "${iw_srv[0]}" send_lat "${iw_srv[@]:1}" :: \
+        "${iw_cli[0]}" send_lat "${iw_cli[@]:1}" -n $lat_n 10.78.0.1
+    e=$(lat_of <"$work/client.log")
+    run "with-warpcore ib_send_lat" "${ww_srv[@]}" ib_send_lat -R -n $lat_n :: \
+        "${ww_cli[@]}" ib_send_lat -R -n $lat_n 10.78.0.1
+    f=$(lat_of <"$work/client.log")
+    run "iwperf write_bw" "${iw_srv[0]}" write_bw "${iw_srv[@]:1}" :: \
+        "${iw_cli[0]}" write_bw "${iw_cli[@]:1}" -n $bw_n 10.78.0.1
+    c=$(bw_of <"$work/client.log")
+    run "with-warpcore ib_write_bw" "${ww_srv[@]}" ib_write_bw -R -n $bw_n :: \
+        "${ww_cli[@]}" ib_write_bw -R -n $bw_n 10.78.0.1
+    d=$(bw_of <"$work/client.log")
     for v in "$a" "$b" "$c" "$d" "$e" "$f"; do
         [[ $v =~ ^[0-9.]+$ ]] || { echo "FAIL: no figure in a result line (round $r: '$a' '$b' '$c' '$d' '$e' '$f')" >&2; exit 1; }
     done

@@ -1182,6 +1182,59 @@ else
     ok "a kernel baseline that did not run fails with its reason" "loss.sh and compare.sh fail a refused iperf3 naming it, loss.sh one of 0 bits/s; afp-budget.sh reads its report the same way"
 fi
 
+# ---- connrate.sh, qp-scale.sh and rdma-compat.sh stopped mid-run end what they started.
+# Their EXIT trap only removed the scratch directory: the server (and the client) of the
+# run under way ran on for up to 90-600 s, each polling an engine core, and the memif
+# socket's directory went from under them. Each script on stand-ins (a server that binds
+# its memif socket and serves for 60 s, a client that runs 60 s; cargo, taskset), sent a
+# SIGTERM once its client runs; then neither may run, and the scratch directory is gone.
+mkdir -p "$work/cu/bin" "$work/cu/target/release/examples"
+printf '#!/bin/sh\nexit 0\n' >"$work/cu/bin/cargo"
+printf '#!/bin/sh\nshift 2\nexec "$@"\n' >"$work/cu/bin/taskset"
+cat >"$work/cu/peer" <<'EOF'
+#!/bin/bash
+for a in "$@"; do
+    case $a in --secs | -q | -n) echo $$ >"$CU_DIR/client.pid"; exec sleep 60 ;; esac
+done
+prev=""
+for a in "$@"; do [[ $prev == --memif ]] && sock=$a; prev=$a; done
+echo "$sock" >"$CU_DIR/sock"
+echo $$ >"$CU_DIR/server.pid"
+exec python3 -c 'import socket, sys, time; socket.socket(socket.AF_UNIX).bind(sys.argv[1]); time.sleep(60)' "$sock"
+EOF
+chmod +x "$work/cu/bin/"* "$work/cu/peer"
+for b in wcconnrate iwperf examples/qp_scale; do cp "$work/cu/peer" "$work/cu/target/release/$b"; done
+cu_case() { # cu_case SCRIPT ARGS...: what was left when SCRIPT was stopped mid-run
+    rm -f "$work/cu/client.pid" "$work/cu/server.pid" "$work/cu/sock"
+    env PATH="$work/cu/bin:$PATH" CARGO_TARGET_DIR="$work/cu/target" CU_DIR="$work/cu" "$@" >"$work/cu/out.log" 2>&1 &
+    local sp=$! p left=() dir
+    for _ in $(seq 1 200); do [[ -s "$work/cu/client.pid" ]] && break; sleep 0.05; done
+    if [[ ! -s "$work/cu/client.pid" || ! -s "$work/cu/server.pid" ]]; then
+        kill "$sp" 2>/dev/null
+        echo "$1: the stand-ins never started: $(tail -n 2 "$work/cu/out.log" | tr '\n' ' ')"
+        return
+    fi
+    kill -TERM "$sp"
+    wait "$sp"
+    for p in server client; do
+        for _ in $(seq 1 20); do kill -0 "$(cat "$work/cu/$p.pid")" 2>/dev/null || break; sleep 0.1; done
+        kill -0 "$(cat "$work/cu/$p.pid")" 2>/dev/null && { left+=("its $p"); kill "$(cat "$work/cu/$p.pid")"; }
+    done
+    dir=$(dirname "$(cat "$work/cu/sock")")
+    [[ -d $dir ]] && { left+=("$dir"); rm -rf "$dir"; }
+    echo "$1: ${left[*]:-nothing left}"
+}
+cu_out=$(
+    cu_case bench/connrate.sh 1 1 1
+    cu_case bench/qp-scale.sh 1 1024
+    cu_case bench/rdma-compat.sh 1
+)
+if [[ $cu_out != $'bench/connrate.sh: nothing left\nbench/qp-scale.sh: nothing left\nbench/rdma-compat.sh: nothing left' ]]; then
+    bad "a bench script stopped mid-run ends what it started" "$(tr '\n' ';' <<<"$cu_out")"
+else
+    ok "a bench script stopped mid-run ends what it started" "connrate.sh, qp-scale.sh and rdma-compat.sh on a SIGTERM: server, client and scratch directory gone"
+fi
+
 if ((failed)); then
     echo "test-harness: $failed case(s) failed" >&2
     exit 1
