@@ -104,8 +104,10 @@ for r in $(seq 1 "$rounds"); do
         for stack in warpcore kernel; do
             "$stack" "$p"
             rate=$(field rate <<<"$line")
-            # A RESULT line without a rate measured nothing: printf would print it as 0.
+            # A RESULT line without a rate measured nothing: printf would print it as 0. A
+            # rate of 0 (no connection in SECONDS) is none either: the ratio divided by it ("infx").
             [[ $rate =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "FAIL $stack --parallel $p: no rate in '$line'" >&2; exit 1; }
+            awk -v r="$rate" 'BEGIN { exit !(r > 0) }' || { echo "FAIL $stack --parallel $p: a rate of 0 in '$line'" >&2; exit 1; }
             R[$stack.$p]+="$rate "
             P50[$stack.$p]+="$(field cycle_p50_us <<<"$line") "
             printf '%-6s %-9s %9s %12.0f %14s %14s\n' "$r" "$stack" "$p" "$rate" \

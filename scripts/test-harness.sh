@@ -1013,14 +1013,16 @@ else
 fi
 
 # ---- bench/connrate.sh fails a round whose RESULT line has no rate (printf printed it as a
-# rate of 0 conns/s, and the median took it). A wcconnrate stand-in (server, client,
-# --kernel), the kernel side's RESULT line with or without its rate by CR_RATE.
+# rate of 0 conns/s, and the median took it), or a rate of 0 (the ratio divided by it and
+# read "infx", with exit 0). A wcconnrate stand-in (server, client,
+# --kernel), the kernel side's RESULT line with, without or with a 0 rate by CR_RATE.
 mkdir -p "$work/cr/bin" "$work/cr/target/release"
 printf '#!/bin/sh\nexit 0\n' >"$work/cr/bin/cargo"
 cat >"$work/cr/target/release/wcconnrate" <<'EOF'
 #!/bin/bash
 r="rate=1234.5 "
 [[ $CR_RATE == none ]] && r=""
+[[ $CR_RATE == zero ]] && r="rate=0 "
 case " $* " in
     *" --kernel "*) echo "RESULT connrate stack=kernel conns=10 secs=1.000 parallel=1 ${r}cycle_p50_us=50.0 cycle_p99_us=90.0" ;;
     *" 198.18.0.2 "*) echo "RESULT connrate stack=warpcore conns=10 secs=1.000 parallel=1 rate=2345.6 cycle_p50_us=30.0 cycle_p99_us=60.0" ;;
@@ -1036,13 +1038,17 @@ cr() { # cr ENV...: bench/connrate.sh 1 1 1 on the stand-ins; sets cr_out and rc
 }
 cr CR_RATE=yes
 cr_good=$rc cr_good_out=$cr_out
+cr CR_RATE=zero
+cr_zero=$rc cr_zero_out=$cr_out
 cr CR_RATE=none
 if ((cr_good != 0)) || ! grep -q '^| 1 | 2346 | 1234 | 1.90x | 30.0 / 50.0 |$' <<<"$cr_good_out"; then
     bad "connrate.sh fails a round without a rate" "with rates: exit $cr_good: $(tail -n 3 <<<"$cr_good_out" | tr '\n' ' ')"
 elif ((rc == 0)) || ! grep -q "^FAIL kernel --parallel 1: no rate in 'RESULT connrate" <<<"$cr_out"; then
     bad "connrate.sh fails a round without a rate" "the kernel's line without a rate: exit $rc: $(grep -m1 '^| 1 ' <<<"$cr_out" || tail -n 2 <<<"$cr_out" | tr '\n' ' ')"
+elif ((cr_zero == 0)) || ! grep -q "^FAIL kernel --parallel 1: a rate of 0 in 'RESULT connrate" <<<"$cr_zero_out"; then
+    bad "connrate.sh fails a round without a rate" "the kernel's rate 0: exit $cr_zero: $(grep -m1 '^| 1 ' <<<"$cr_zero_out" || tail -n 2 <<<"$cr_zero_out" | tr '\n' ' ')"
 else
-    ok "connrate.sh fails a round without a rate" "with rates: $(grep -m1 '^| 1 ' <<<"$cr_good_out"); without: $(grep -m1 '^FAIL' <<<"$cr_out" | cut -c1-50)..."
+    ok "connrate.sh fails a round without a rate" "with rates: $(grep -m1 '^| 1 ' <<<"$cr_good_out"); without: $(grep -m1 '^FAIL' <<<"$cr_out" | cut -c1-50)...; a rate of 0 fails too"
 fi
 
 # ---- a server that serves until stopped (qperf's) must still run when its clients are
