@@ -362,7 +362,7 @@ pub extern "C" fn __wc_ibv_query_device(c: *mut ibv_context, out: *mut ibv_devic
         );
         d.node_guid = a.node_guid.to_be();
         d.sys_image_guid = d.node_guid;
-        d.max_mr_size = isize::MAX as u64;
+        d.max_mr_size = MAX_MR_SIZE as u64;
         d.page_size_cap = 4096;
         d.vendor_id = 0;
         d.max_qp = clamp(a.max_qp);
@@ -824,6 +824,12 @@ pub(crate) fn access_of(flags: c_int) -> Result<Access, c_int> {
     Ok(a)
 }
 
+/// `ibv_query_device`'s `max_mr_size`, and the longest region `ibv_reg_mr` registers: the
+/// most one [`wv::Region`] holds (Rust's bound on one object, `isize::MAX`). The Tagged
+/// Offsets of the region must fit below 2^64 as well (`iova` plus the length), which the
+/// registration checks (`EINVAL`).
+pub(crate) const MAX_MR_SIZE: usize = isize::MAX as usize;
+
 fn reg_mr(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, flags: c_int) -> *mut ibv_mr {
     guard(null_mut(), || {
         // SAFETY: pd is NULL or a PD of ours (ibv_reg_mr(3)).
@@ -833,6 +839,13 @@ fn reg_mr(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, flags: c_in
         };
         if addr.is_null() || len == 0 {
             set_errno(EINVAL);
+            return null_mut();
+        }
+        if len > MAX_MR_SIZE {
+            // ENOMEM, as siw_reg_user_mr answers a length above what the process may pin
+            // (RLIMIT_MEMLOCK) and ib_umem_get one it cannot: before, Region::from_raw's
+            // assertion panicked, and the caller read EIO.
+            set_errno(ENOMEM);
             return null_mut();
         }
         let access = match access_of(flags) {

@@ -655,7 +655,15 @@ pub struct ProtectionDomain {
 impl ProtectionDomain {
     /// Registers `len` octets of engine-allocated memory (zeroed, page-aligned, on 2 MiB
     /// hugepages when the machine has them) with `access`.
+    ///
+    /// A `len` above [`Region::max_allocate_len`] (`isize::MAX`, the most a region can
+    /// hold, and no more than the machine's memory and swap together, since every page is
+    /// touched here) is [`Error::LimitExceeded`]`("mr length")`; memory the system refuses
+    /// below that bound is [`Error::Memory`] with [`MemError::AllocFailed`].
     pub fn alloc_mr(&self, len: usize, access: Access) -> Result<MemoryRegion, Error> {
+        if len > Region::max_allocate_len() {
+            return Err(Error::LimitExceeded("mr length"));
+        }
         let r = Region::allocate(len, 4096).map_err(Error::Memory)?;
         self.register(Arc::new(r), access)
     }

@@ -269,3 +269,30 @@ fn try_link_pair_refuses_a_link_config_naming_the_field() {
     assert!(Context::open(Config::new(a, [198, 18, 0, 1])).is_ok());
     assert!(Context::open(Config::new(b, [198, 18, 0, 2])).is_ok());
 }
+
+/// `alloc_mr` of a length no region can hold, or no machine memory could back (every page
+/// is touched), is refused naming the length: before, a length above `isize::MAX` read
+/// "alignment is not a power of two or length is too large", and one above the machine's
+/// memory depended on the kernel's overcommit policy (refused by the default heuristic,
+/// handed to the out-of-memory killer under `vm.overcommit_memory=1`). Nothing is
+/// registered; a region of an ordinary length still is.
+#[test]
+fn an_mr_length_beyond_what_a_region_can_hold_is_refused_naming_it() {
+    let (b, _a) = common::link_contexts();
+    let pd = b.alloc_pd();
+    let most = Region::max_allocate_len();
+    let mut lens = vec![usize::MAX, isize::MAX as usize + 1, isize::MAX as usize];
+    if most < isize::MAX as usize {
+        lens.push(most + 1);
+    }
+    for len in lens {
+        let e = pd
+            .alloc_mr(len, Access::LOCAL_WRITE)
+            .map(|_| ())
+            .unwrap_err();
+        assert_eq!(e, Error::LimitExceeded("mr length"), "len {len:#x}");
+        assert_eq!(e.to_string(), "mr length exceeds the configured limit");
+    }
+    let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    mr.write(4088, b"in range").unwrap();
+}

@@ -66,10 +66,16 @@ impl Region {
     /// kernel supports it, so that placement takes no page fault. [`Region::is_huge`]
     /// says which way it went.
     ///
-    /// A zero-length region allocates nothing.
+    /// A zero-length region allocates nothing. A length above [`Region::max_allocate_len`]
+    /// is refused with [`MemError::AllocFailed`] before any mapping is tried: the
+    /// pre-faulting would otherwise meet the out-of-memory killer where the kernel
+    /// overcommits (`vm.overcommit_memory=1`), not an error.
     pub fn allocate(len: usize, align: usize) -> Result<Region, MemError> {
         if !align.is_power_of_two() || len > isize::MAX as usize {
             return Err(MemError::InvalidLayout);
+        }
+        if len > Self::max_allocate_len() {
+            return Err(MemError::AllocFailed);
         }
         if len == 0 {
             return Ok(Region {
@@ -104,6 +110,34 @@ impl Region {
             len,
             backing: Backing::Heap { layout },
         })
+    }
+
+    /// The longest region [`Region::allocate`] tries: `isize::MAX` (Rust's bound on one
+    /// allocation, and so on a [`Region`]), and on Linux no more than the machine's memory
+    /// and swap together (`sysinfo(2)`). `allocate` touches every page it maps, so a
+    /// longer region could never be backed; the kernel's default overcommit heuristic
+    /// refuses such a mapping anyway, and this bound refuses it under every overcommit
+    /// policy. A shorter region may still exceed what is free at the moment, or a cgroup's
+    /// limit: that is the system's memory policy, as for any other memory the process
+    /// writes.
+    pub fn max_allocate_len() -> usize {
+        let most = isize::MAX as usize;
+        // Miri does not model sysinfo.
+        #[cfg(all(target_os = "linux", not(miri)))]
+        {
+            // SAFETY: an all-zero `sysinfo` is a valid value of the plain C struct.
+            let mut si: libc::sysinfo = unsafe { core::mem::zeroed() };
+            // SAFETY: sysinfo writes only into the struct it is given, which lives here.
+            if unsafe { libc::sysinfo(&mut si) } == 0 {
+                // `c_ulong` fields: 64 bits here, 32 on 32-bit targets (widened).
+                let unit = u64::from(si.mem_unit.max(1));
+                let total = (si.totalram as u64)
+                    .saturating_add(si.totalswap as u64)
+                    .saturating_mul(unit);
+                return usize::try_from(total).map_or(most, |t| t.min(most));
+            }
+        }
+        most
     }
 
     /// One attempt at an anonymous private mapping of `len` bytes rounded up to `unit`.
@@ -435,6 +469,24 @@ mod tests {
         let mut b = [0];
         r.read_at(HUGE_PAGE_LEN, &mut b).unwrap();
         assert_eq!(b, [7]);
+    }
+
+    /// A length no machine memory could back is refused before anything is mapped, under
+    /// every overcommit policy, and the bound is one a region can have.
+    #[test]
+    fn allocate_refuses_more_than_the_machine_has() {
+        let most = Region::max_allocate_len();
+        assert!(most <= isize::MAX as usize && most > 0);
+        if most < isize::MAX as usize {
+            assert_eq!(
+                Region::allocate(most + 1, 4096).unwrap_err(),
+                MemError::AllocFailed
+            );
+        }
+        assert_eq!(
+            Region::allocate(isize::MAX as usize + 1, 4096).unwrap_err(),
+            MemError::InvalidLayout
+        );
     }
 
     #[test]

@@ -7,11 +7,15 @@
  *   EINVAL (22) for a bad index, which a caller testing for -1 takes for success.
  * - a CQ of max_cqe entries, a QP of max_qp_wr work requests and max_sge SGEs each way are
  *   created; one more of any is refused.
+ * - ibv_reg_mr(3) of a length above max_mr_size returns NULL with errno ENOMEM (as siw
+ *   answers a length above what the process may pin). Before the fix the length reached
+ *   Region::from_raw's assertion, and the caller read EIO.
  * One process, no peer:
  *   query_limits
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdint.h>
 #include <string.h>
 #include <infiniband/verbs.h>
 
@@ -80,6 +84,21 @@ int main(void)
 	EXPECT(q == NULL, "ibv_create_qp(3): a QP of max_sge + 1 SGEs is refused");
 	if (q)
 		ibv_destroy_qp(q);
+	static char page[4096];
+	struct ibv_mr *mr = ibv_reg_mr(pd, page, sizeof page, IBV_ACCESS_LOCAL_WRITE);
+	EXPECT(mr != NULL, "ibv_reg_mr(3): a page is registered (%s)", mr ? "registered" : strerror(errno));
+	if (mr)
+		ibv_dereg_mr(mr);
+	if (da.max_mr_size < SIZE_MAX) {
+		errno = 0;
+		mr = ibv_reg_mr(pd, page, (size_t)da.max_mr_size + 1, IBV_ACCESS_LOCAL_WRITE);
+		e = errno;
+		EXPECT(mr == NULL && e == ENOMEM,
+		       "ibv_reg_mr(3): a length of max_mr_size (%#llx) + 1 is refused with ENOMEM (got %s, %s)",
+		       (unsigned long long)da.max_mr_size, mr ? "a region" : "NULL", strerror(e));
+		if (mr)
+			ibv_dereg_mr(mr);
+	}
 	ibv_dealloc_pd(pd);
 	ibv_destroy_cq(cq);
 	return contract_end();
