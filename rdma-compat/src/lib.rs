@@ -99,7 +99,7 @@ pub(crate) fn errno_of(e: &warpcore_verbs::Error) -> c_int {
     match e {
         E::Timeout => ETIMEDOUT,
         // ibv_post_send(3): ENOMEM when the send queue is full.
-        E::QueueFull | E::LimitExceeded(_) | E::TableFull(_) => ENOMEM,
+        E::QueueFull | E::LimitExceeded(_) | E::TableFull(_) | E::PdNumbersExhausted => ENOMEM,
         // A Read or atomic on a connection with an ORD of 0 (rdma_connect's or
         // rdma_accept's initiator_depth 0) can never be issued: EINVAL, as siw refuses it
         // ("negotiated not to send READ req's"), not the ENOMEM of a full queue, which an

@@ -603,3 +603,13 @@ fn synchronous_calls_answer_as_ucma_complete() {
     // A positive status is the errno as it stands (librdmacm's ERR(status)).
     assert_eq!(cm::sync_result(RDMA_CM_EVENT_CONNECT_ERROR, 5), Err(5));
 }
+
+/// `ibv_alloc_pd` once every protection domain number was given out: NULL with ENOMEM (the
+/// verbs refuse rather than hand out a number a live domain has).
+#[test]
+fn exhausted_domain_numbers_are_enomem() {
+    assert_eq!(
+        crate::errno_of(&warpcore_verbs::Error::PdNumbersExhausted),
+        crate::ENOMEM
+    );
+}

@@ -760,12 +760,21 @@ pub extern "C" fn __wc_ibv_alloc_pd(c: *mut ibv_context) -> *mut ibv_pd {
             set_errno(ENODEV);
             return null_mut();
         };
+        // Every number the engine has for a domain given out: ENOMEM, as the kernel's
+        // object table answers when it is full.
+        let pd = match e.ctx.try_alloc_pd() {
+            Ok(pd) => pd,
+            Err(err) => {
+                set_errno(errno_of(&err));
+                return null_mut();
+            }
+        };
         let b = Box::new(Pd {
             ibv: ibv_pd {
                 context: c,
                 handle: 0,
             },
-            pd: e.ctx.alloc_pd(),
+            pd,
             uses: Uses::default(),
         });
         Box::into_raw(b).cast()

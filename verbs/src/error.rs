@@ -99,6 +99,10 @@ pub enum Error {
     /// A size exceeds the configured limit.
     #[error("{0} exceeds the configured limit")]
     LimitExceeded(&'static str),
+    /// Every protection domain number of the context was given out
+    /// ([`Context::try_alloc_pd`](crate::Context::try_alloc_pd)): numbers are never reused.
+    #[error("every protection domain number of this context was given out (u32::MAX)")]
+    PdNumbersExhausted,
     /// A table (queue pairs, memory regions, requests) is full.
     #[error("{0} table full")]
     TableFull(&'static str),

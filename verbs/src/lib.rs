@@ -85,7 +85,7 @@ mod polled;
 
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant as StdInstant};
 
@@ -224,7 +224,10 @@ pub(crate) fn deadline_after(timeout: Duration) -> Option<StdInstant> {
 struct Inner {
     cores: Vec<CoreHandle>,
     mrs: Arc<MrTable>,
-    next_pd: AtomicU32,
+    /// The next protection domain number. 64 bits, so that it never wraps: the numbers
+    /// above `u32::MAX` (the engine's [`PdId`]) are refused ([`Context::try_alloc_pd`])
+    /// instead of coming back as the numbers of domains that still live.
+    next_pd: AtomicU64,
     next_core: AtomicUsize,
     events: Mutex<VecDeque<CmEvent>>,
     /// The doorbell every core rings when it hands over events (once an event channel
@@ -351,7 +354,7 @@ impl Context {
             inner: Arc::new(Inner {
                 cores,
                 mrs,
-                next_pd: AtomicU32::new(1),
+                next_pd: AtomicU64::new(1),
                 next_core: AtomicUsize::new(0),
                 events: Mutex::new(VecDeque::new()),
                 event_bell: Mutex::new(None),
@@ -438,11 +441,33 @@ impl Context {
     }
 
     /// A new protection domain.
+    ///
+    /// # Panics
+    /// When every protection domain number of this context has been given out
+    /// ([`Error::PdNumbersExhausted`], after `u32::MAX` domains): use
+    /// [`Context::try_alloc_pd`] to get the error instead.
     pub fn alloc_pd(&self) -> ProtectionDomain {
-        ProtectionDomain {
-            ctx: self.clone(),
-            id: PdId(self.inner.next_pd.fetch_add(1, Ordering::Relaxed)),
+        match self.try_alloc_pd() {
+            Ok(pd) => pd,
+            Err(e) => panic!("Context::alloc_pd: {e}"),
         }
+    }
+
+    /// A new protection domain, or [`Error::PdNumbersExhausted`] once this context has
+    /// given out every number the engine has for one (`u32::MAX` of them; numbers are never
+    /// reused, since a dropped domain's memory regions, windows and queues may still live).
+    /// The engine tells domains apart by their number alone (DDP-8.2-1, RDMAP-8.1.1-2): a
+    /// number handed out twice would let a queue pair of the second domain use the first
+    /// one's regions, windows and shared receive queues.
+    pub fn try_alloc_pd(&self) -> Result<ProtectionDomain, Error> {
+        // A 64-bit counter cannot wrap back to numbers in use (2^64 calls), so every call
+        // past the end is refused, however many there are.
+        let n = self.inner.next_pd.fetch_add(1, Ordering::Relaxed);
+        let id = u32::try_from(n).map_err(|_| Error::PdNumbersExhausted)?;
+        Ok(ProtectionDomain {
+            ctx: self.clone(),
+            id: PdId(id),
+        })
     }
 
     /// A completion channel (`ibv_create_comp_channel`): completion queues created with
@@ -1698,5 +1723,71 @@ mod seed_tests {
         assert_eq!(stack_seed(Some(42)).unwrap(), 42);
         let (a, _b) = link_pair(&LinkConfig::default());
         assert_eq!(Config::new(a, [198, 18, 0, 1]).random_seed, None);
+    }
+}
+
+#[cfg(test)]
+mod pd_number_tests {
+    use super::*;
+    use warpcore_engine::mem::LookupFault;
+
+    /// Protection domain numbers are never handed out twice (DDP-8.2-1, RDMAP-8.1.1-2): the
+    /// counter was a `u32` that wrapped after 2^32 allocations, and the domain that then
+    /// got number 1 again passed every PD check against the first domain's objects. Here
+    /// the counter is set near its end (a unit test: `next_pd` is private, and no API sets
+    /// it) and the checks the wrap defeated are asked of every domain allocated after it.
+    #[test]
+    fn a_domain_number_is_never_given_out_twice() {
+        let (dev, _peer) = link_pair(&LinkConfig::default());
+        let ctx = Context::open(Config::new(dev, [10, 0, 0, 9])).unwrap();
+        let first = ctx.alloc_pd();
+        let mr = first.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+        let srq = first.create_srq(8, 1).unwrap();
+        let cq = ctx.create_cq(16).unwrap();
+        ctx.inner.next_pd.store(u32::MAX.into(), Ordering::Relaxed);
+        let mut refused = 0;
+        for _ in 0..4 {
+            let pd = match ctx.try_alloc_pd() {
+                Ok(pd) => pd,
+                Err(e) => {
+                    assert_eq!(e, Error::PdNumbersExhausted);
+                    refused += 1;
+                    continue;
+                }
+            };
+            // The shared receive queue of another domain (PdId compare in create_qp).
+            let qp = pd.create_qp(&QpInit::new(&cq, &cq).with_srq(&srq));
+            assert_eq!(
+                qp.map(|_| ()),
+                Err(Error::Stag(MemError::WrongPd)),
+                "domain {:?} took the SRQ of domain {:?}",
+                pd.id,
+                first.id
+            );
+            // The engine's lookup of another domain's region (what placement and the
+            // SGEs of a queue pair of `pd` go through).
+            let fault = ctx
+                .inner
+                .mrs
+                .lookup_local(Stag(mr.stag()), pd.id, false)
+                .map(|_| ())
+                .unwrap_err();
+            assert_eq!(fault, LookupFault::WrongPd, "domain {:?}", pd.id);
+        }
+        assert_eq!(refused, 3, "every allocation past u32::MAX is refused");
+        assert_eq!(
+            Error::PdNumbersExhausted.to_string(),
+            "every protection domain number of this context was given out (u32::MAX)"
+        );
+        // The domains that live keep working.
+        let qp = first
+            .create_qp(&QpInit::new(&cq, &cq).with_srq(&srq))
+            .unwrap();
+        drop(qp);
+        assert!(ctx
+            .inner
+            .mrs
+            .lookup_local(Stag(mr.stag()), first.id, false)
+            .is_ok());
     }
 }
