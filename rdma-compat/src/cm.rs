@@ -34,7 +34,7 @@ use crate::sys::*;
 use crate::verbs::{self, qp_ref};
 use crate::{
     engine, errno_of, guard, set_errno, EADDRINUSE, EADDRNOTAVAIL, EAFNOSUPPORT, ECONNREFUSED,
-    ECONNRESET, EHOSTUNREACH, EINVAL, ENODEV, ENOSYS, EOPNOTSUPP, ETIMEDOUT,
+    ECONNRESET, EHOSTUNREACH, EINVAL, ENETUNREACH, ENODEV, ENOSYS, EOPNOTSUPP, ETIMEDOUT,
 };
 
 const EPROTO: c_int = 71;
@@ -1190,21 +1190,34 @@ pub extern "C" fn __wc_rdma_resolve_addr(
                 return fail(EADDRNOTAVAIL, -1);
             }
         }
+        // No route to the address (off the port's subnet, no gateway): the call fails with
+        // ENETUNREACH and no event, as the kernel's does (rdma_resolve_ip's route lookup,
+        // ip_route_output_key, fails at once, and rdma_resolve_addr returns its error with
+        // the id back in ADDR_BOUND). The id keeps no destination, so rdma_resolve_route
+        // is EINVAL, as the kernel's state check answers. (Before, this queued an
+        // ADDR_ERROR with -EHOSTUNREACH, a status the kernel's IPv4 resolution never
+        // reports. Its ADDR_ERROR on iWARP carries -ETIMEDOUT, for a next hop that did not
+        // answer ARP within the call's timeout: docs/rdma-compat.md, "Address resolution".)
+        if !crate::reachable(eng, *d.ip()) {
+            return fail(ENETUNREACH, -1);
+        }
         set_src(
             &mut id.id,
             SocketAddrV4::new(eng.ip, s.map_or(0, |s| s.port())),
         );
         set_dst(&mut id.id, d);
         id.lock().dst = Some(d);
-        let (kind, status) = if crate::reachable(eng, *d.ip()) {
-            (RDMA_CM_EVENT_ADDR_RESOLVED, 0)
-        } else {
-            (RDMA_CM_EVENT_ADDR_ERROR, -EHOSTUNREACH)
-        };
         let Some(ch) = chan_of(id) else {
             return fail(EINVAL, -1);
         };
-        ch.post(new_event(p, null_mut(), kind, status, &[], (0, 0)));
+        ch.post(new_event(
+            p,
+            null_mut(),
+            RDMA_CM_EVENT_ADDR_RESOLVED,
+            0,
+            &[],
+            (0, 0),
+        ));
         if is_sync(id) {
             if let Err(e) = wait_sync(id) {
                 return fail(e, -1);

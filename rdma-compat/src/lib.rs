@@ -88,6 +88,7 @@ pub(crate) const EOPNOTSUPP: c_int = 95;
 pub(crate) const EAFNOSUPPORT: c_int = 97;
 pub(crate) const EADDRINUSE: c_int = 98;
 pub(crate) const EADDRNOTAVAIL: c_int = 99;
+pub(crate) const ENETUNREACH: c_int = 101;
 pub(crate) const ECONNRESET: c_int = 104;
 pub(crate) const ETIMEDOUT: c_int = 110;
 pub(crate) const ECONNREFUSED: c_int = 111;

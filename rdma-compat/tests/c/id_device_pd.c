@@ -6,6 +6,17 @@
  * is NULL, the rdma_cm_id will be created using a default protection domain"). Before the
  * fix id->pd stayed NULL until rdma_create_qp made a PD of the id's own: ibv_reg_mr(id->pd)
  * and rdma_create_srq(id, NULL) failed with EINVAL before it.
+ *
+ * Address and route resolution answer as the kernel's rdma_cm does on iWARP:
+ * - rdma_resolve_addr(3) of an address with no route (off the port's subnet, no gateway)
+ *   fails at once with errno ENETUNREACH and queues no event (rdma_resolve_ip's route
+ *   lookup fails; the id is back in ADDR_BOUND), so rdma_resolve_route(3) on that id is
+ *   EINVAL. Before the fix it queued ADDR_ERROR with status -EHOSTUNREACH, a status the
+ *   kernel's IPv4 resolution never reports, and a later rdma_resolve_route answered
+ *   ROUTE_RESOLVED.
+ * - ADDR_RESOLVED and ROUTE_RESOLVED carry status 0 (iWARP has no route query:
+ *   cma_resolve_iw_route queues ROUTE_RESOLVED, and librdmacm's ROUTE_ERROR rewrite is
+ *   for IB only).
  */
 #include <errno.h>
 #include <string.h>
@@ -28,9 +39,54 @@ static struct rdma_cm_id *resolved(struct rdma_event_channel *ec, int port)
 	return id;
 }
 
+/* Resolution of an address with no route, then of one on the subnet, on one id. */
+static void resolution_statuses(struct rdma_event_channel *ec)
+{
+	struct rdma_cm_id *id;
+	if (rdma_create_id(ec, &id, NULL, RDMA_PS_TCP))
+		DIE("rdma_create_id: %s", strerror(errno));
+	struct sockaddr_in far = contract_sockaddr("192.0.2.1", 7476);
+	errno = 0;
+	int r = rdma_resolve_addr(id, NULL, (struct sockaddr *)&far, 2000);
+	int e = errno;
+	EXPECT(r == -1 && e == ENETUNREACH,
+	       "rdma_resolve_addr(3) to an address with no route fails with ENETUNREACH (got %d, %s)", r,
+	       strerror(e));
+	struct rdma_cm_event *ev = contract_next_event(ec, 300);
+	EXPECT(ev == NULL, "... and queues no event (got %s, status %d)", ev ? rdma_event_str(ev->event) : "none",
+	       ev ? ev->status : 0);
+	if (ev)
+		rdma_ack_cm_event(ev);
+	errno = 0;
+	r = rdma_resolve_route(id, 2000);
+	e = errno;
+	EXPECT(r == -1 && e == EINVAL, "rdma_resolve_route(3) after it is EINVAL (got %d, %s)", r, strerror(e));
+	ev = contract_next_event(ec, 300);
+	if (ev)
+		rdma_ack_cm_event(ev);
+
+	struct sockaddr_in near = contract_sockaddr("10.77.0.2", 7476);
+	r = rdma_resolve_addr(id, NULL, (struct sockaddr *)&near, 2000);
+	ev = r ? NULL : contract_next_event(ec, 5000);
+	EXPECT(ev && ev->event == RDMA_CM_EVENT_ADDR_RESOLVED && ev->status == 0,
+	       "the same id then resolves an address on the subnet: ADDR_RESOLVED, status 0 (got %s, status %d)",
+	       ev ? rdma_event_str(ev->event) : strerror(errno), ev ? ev->status : 0);
+	if (ev)
+		rdma_ack_cm_event(ev);
+	r = rdma_resolve_route(id, 2000);
+	ev = r ? NULL : contract_next_event(ec, 5000);
+	EXPECT(ev && ev->event == RDMA_CM_EVENT_ROUTE_RESOLVED && ev->status == 0,
+	       "rdma_resolve_route(3): ROUTE_RESOLVED, status 0 (got %s, status %d)",
+	       ev ? rdma_event_str(ev->event) : strerror(errno), ev ? ev->status : 0);
+	if (ev)
+		rdma_ack_cm_event(ev);
+	rdma_destroy_id(id);
+}
+
 int main(void)
 {
 	struct rdma_event_channel *ec = contract_channel();
+	resolution_statuses(ec);
 	struct rdma_cm_id *a = resolved(ec, 7474), *b = resolved(ec, 7475);
 	EXPECT(a->pd && a->pd == b->pd && a->pd->context == a->verbs,
 	       "ids resolved to the device carry its one PD in id->pd (%p, %p)", (void *)a->pd, (void *)b->pd);
