@@ -53,6 +53,8 @@ eal="--no-huge -m 512 --no-shconf --no-pci --no-telemetry --log-level=error"
 source scripts/lib/cpus.sh
 # shellcheck source=scripts/lib/bg-end.sh
 source scripts/lib/bg-end.sh
+# shellcheck source=scripts/lib/iperf3-gbps.sh
+source scripts/lib/iperf3-gbps.sh
 cpus_pick
 [[ -z $CPUS_NOTE ]] || echo "compare: NOTE: $CPUS_NOTE (the figures below suffer)"
 result() { grep -h '^RESULT' "$@" | tee -a "${RESULTS:-/dev/null}"; }
@@ -65,6 +67,15 @@ server_end() {
     bg_end "$1" "$2" 30 && return 0
     echo "compare: FAILED: $BG_NOTE" >&2
     grep -v '^EAL' "$3" | tail -n 15 >&2
+    exit 1
+}
+# server_stop PID WHAT LOG: the same for a server that serves until stopped (qperf's): one
+# that had already exited (a second qperf that could not bind its port exits 1, and its
+# client measured another process's server) fails the comparison.
+server_stop() {
+    bg_stop "$1" "$2" 10 && return 0
+    echo "compare: FAILED: $BG_NOTE" >&2
+    tail -n 15 "$3" >&2
     exit 1
 }
 
@@ -121,13 +132,18 @@ wait_port() {
 iperf3_srv=$!
 pids+=("$iperf3_srv")
 wait_port "$port"
-"${run[@]}" iperf3 -c "$host" -p "$port" -t "$kern_s" -J >"$work/iperf3.json"
+irc=0
+"${run[@]}" iperf3 -c "$host" -p "$port" -t "$kern_s" -J >"$work/iperf3.json" || irc=$?
 server_end "$iperf3_srv" "iperf3 -s -1" "$work/iperf3-s.log"
-kern_gbps=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.3f" % (d["end"]["sum_received"]["bits_per_second"]/1e9))' "$work/iperf3.json")
+# iperf3 -J exits 0 on a refused connection, the reason in its report (scripts/lib/iperf3-gbps.sh).
+iperf3_gbps "$work/iperf3.json" || { echo "compare: FAILED: iperf3 -c (exit $irc): $IPERF3_NOTE" >&2; exit 1; }
+kern_gbps=$IPERF3_GBPS
 "${run[@]}" qperf -lp "$((port + 1))" >"$work/qperf-s.log" 2>&1 &
-pids+=($!)
+qperf_srv=$!
+pids+=("$qperf_srv")
 wait_port "$((port + 1))"
 "${run[@]}" qperf -lp "$((port + 1))" "$host" -t "$kern_s" -m 64 tcp_lat >"$work/qperf.log"
+server_stop "$qperf_srv" "the qperf server" "$work/qperf-s.log"
 # qperf prints the one-way latency (half the round trip): double it to compare round trips.
 kern_rtt=$(awk '/latency/ && !done {v=$3; u=$4; if (u=="ns") v/=1000; if (u=="ms") v*=1000; printf "%.2f", 2*v; done=1}
     END {if (!done) print "n/a"}' "$work/qperf.log")

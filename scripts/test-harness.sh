@@ -972,11 +972,13 @@ EOF
 cat >"$work/bg/bin/iperf3" <<'EOF'
 #!/bin/sh
 case " $* " in *" -s "*) sleep 0.3; exit 0 ;; esac
+[ "$BG_IPERF" = refused ] && { echo '{"error":"unable to connect to server: Connection refused"}'; exit 0; }
 echo '{"end":{"sum_received":{"bits_per_second":3e10}}}'
 EOF
 cat >"$work/bg/bin/qperf" <<'EOF'
 #!/bin/sh
 case " $* " in *" tcp_lat "*) [ "$BG_QPERF" = none ] || printf 'tcp_lat:\n    latency  =  10 us\n'; exit 0 ;; esac
+[ "$BG_QPERF" = dead ] && { echo "qperf: unable to bind to listen port"; exit 1; }
 exec sleep 60
 EOF
 printf '#!/bin/sh\necho "LISTEN 0 128 127.0.0.1:5000 0.0.0.0:*"\n' >"$work/bg/bin/ss"
@@ -987,6 +989,10 @@ bg_tc() { # bg_tc ENV...: tcpperf-compare.sh --short on the stand-ins; sets bg_t
 }
 bg_tc BG_KS=fail BG_QPERF=yes
 bg_tc_ks=$rc bg_tc_ks_out=$bg_tc_out
+bg_tc BG_KS=ok BG_QPERF=dead
+bg_tc_qd=$rc bg_tc_qd_out=$bg_tc_out
+bg_tc BG_KS=ok BG_QPERF=yes BG_IPERF=refused
+bg_tc_ir=$rc bg_tc_ir_out=$bg_tc_out
 bg_tc BG_KS=ok BG_QPERF=none
 bg_uses=()
 for u in 'server_end "$ks_srv" "tcpperf kernel-server"' 'server_end "$iperf3_srv" "iperf3 -s -1"'; do
@@ -1002,6 +1008,10 @@ if [[ $bg_out != $'clean 0 \nexit3 3 the exit3 server exited 3\ncrash 139 the cr
     bad "a failed background server fails the run" "bg_end: $(tr '\n' ';' <<<"$bg_out")"
 elif ((bg_tc_ks == 0 || bg_tc_ks == 124)) || ! grep -q '^compare: FAILED: tcpperf kernel-server exited 1$' <<<"$bg_tc_ks_out"; then
     bad "a failed background server fails the run" "tcpperf-compare.sh, kernel-server exit 1: exit $bg_tc_ks: $(tail -n 3 <<<"$bg_tc_ks_out" | tr '\n' ' ')"
+elif ((bg_tc_qd == 0 || bg_tc_qd == 124)) || ! grep -q '^compare: FAILED: the qperf server had exited 1 before its clients were done$' <<<"$bg_tc_qd_out"; then
+    bad "a failed background server fails the run" "tcpperf-compare.sh, a qperf server that could not bind: exit $bg_tc_qd: $(tail -n 3 <<<"$bg_tc_qd_out" | tr '\n' ' ')"
+elif ((bg_tc_ir == 0 || bg_tc_ir == 124)) || ! grep -q '^compare: FAILED: iperf3 -c (exit 0): iperf3: unable to connect to server: Connection refused$' <<<"$bg_tc_ir_out"; then
+    bad "a failed background server fails the run" "tcpperf-compare.sh, a refused iperf3 (exit 0, -J): exit $bg_tc_ir: $(tail -n 3 <<<"$bg_tc_ir_out" | tr '\n' ' ')"
 elif ((rc != 0)) || ! grep -q 'rtt n/a us (qperf x2)' <<<"$bg_tc_out" ||
     ! grep -q 'memif / kernel (qperf, iperf3)  latency xn/a .*throughput x0.28$' <<<"$bg_tc_out" ||
     ! grep -q 'memif / kernel (tcpperf both)   latency x1.00 .*throughput x1.00$' <<<"$bg_tc_out"; then
@@ -1009,7 +1019,7 @@ elif ((rc != 0)) || ! grep -q 'rtt n/a us (qperf x2)' <<<"$bg_tc_out" ||
 elif ((${#bg_uses[@]})); then
     bad "a failed background server fails the run" "not ended with bg_end: ${bg_uses[*]}"
 else
-    ok "a failed background server fails the run" "bg_end: exit 3, SIGSEGV, a hang fail; tcpperf-compare.sh fails a kernel-server's exit 1, reads a missing qperf figure n/a; compare.sh, loss.sh, afp-budget.sh end theirs with it"
+    ok "a failed background server fails the run" "bg_end: exit 3, SIGSEGV, a hang fail; tcpperf-compare.sh fails a kernel-server's exit 1, a qperf server that could not bind, a refused iperf3, reads a missing qperf figure n/a; compare.sh, loss.sh, afp-budget.sh end theirs with it"
 fi
 
 # ---- bench/connrate.sh fails a round whose RESULT line has no rate (printf printed it as a
