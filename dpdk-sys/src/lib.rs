@@ -16,7 +16,10 @@
 //!   drop; a transmit burst consumes it (the driver frees it after sending), and the mbufs a
 //!   full tx ring refused are handed back to the caller, never dropped silently. A packet
 //!   whose transmit offload metadata leaves its first segment is never handed to a driver
-//!   ([`Mbuf::check_tx_offload`]).
+//!   ([`Mbuf::check_tx_offload`]). Its bytes are written ([`Mbuf::data_mut`],
+//!   [`Mbuf::append`]) only where it is the sole owner of a direct buffer; a received mbuf
+//!   a driver shares with others (a clone, an external buffer, a raised reference count) is
+//!   refused with [`MbufShared`] rather than written under another packet's reader.
 //! * A [`Port`] is configured, started and stopped through its handle; its [`RxQueue`] and
 //!   [`TxQueue`] handles are unique (one owner per queue, as DPDK's lock-free bursts require)
 //!   and keep the device open until the last of them is dropped. Safe code cannot break
@@ -51,7 +54,9 @@ mod ring;
 pub use eal::{Eal, EalBuilder};
 pub use error::Error;
 pub use gso::Gso;
-pub use mbuf::{Mbuf, RxChecksum, TxChecksumOffload, TxOffloadField, TxOffloadLenError, TxTso};
+pub use mbuf::{
+    Mbuf, MbufShared, RxChecksum, TxChecksumOffload, TxOffloadField, TxOffloadLenError, TxTso,
+};
 pub use mempool::Mempool;
 pub use pcapng::{Direction, PcapngWriter};
 pub use port::prefault_memif_regions;
@@ -131,6 +136,7 @@ const _: () = {
     assert!(size_of::<rte_mbuf>() == 128);
     assert!(offset_of!(rte_mbuf, buf_addr) == 0);
     assert!(offset_of!(rte_mbuf, data_off) == 16);
+    assert!(offset_of!(rte_mbuf, refcnt) == 18);
     assert!(offset_of!(rte_mbuf, nb_segs) == 20);
     assert!(offset_of!(rte_mbuf, port) == 22);
     assert!(offset_of!(rte_mbuf, ol_flags) == 24);

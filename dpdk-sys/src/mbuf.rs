@@ -1,6 +1,7 @@
 //! Owned packet buffers.
 
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU16, Ordering};
 
 use crate::{ffi, Error, Mempool};
 
@@ -132,6 +133,61 @@ pub struct TxOffloadLenError {
     pub value: u16,
 }
 
+/// Why [`Mbuf::data_mut`] (or [`Mbuf::append`], [`Mbuf::tailroom`]) will not hand out
+/// writable bytes: the segment's buffer is not this `Mbuf`'s alone, so a write would show
+/// in another packet that may be read at the same time (or be another process's memory).
+/// An `Mbuf` the safe API builds ([`Mbuf::alloc`], [`Mbuf::from_slice`]) is never shared;
+/// one a driver hands over ([`crate::RxQueue::rx_burst`]) may be: a ring port delivers
+/// whatever its producer enqueued (a clone, a packet sent to several ports with its
+/// reference count raised), and drivers such as mlx5 (multi-packet receive queues) or
+/// vhost deliver external buffers. Reading ([`Mbuf::data`]) such a packet is fine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum MbufShared {
+    /// `RTE_MBUF_F_INDIRECT`: the segment is attached to another mbuf's buffer (a clone,
+    /// or one of librte_gso's payload segments).
+    #[error("the mbuf is indirect (RTE_MBUF_F_INDIRECT): its data is another mbuf's buffer")]
+    Indirect,
+    /// `RTE_MBUF_F_EXTERNAL`: the segment's buffer is memory it does not own (a driver's
+    /// or the application's), which other mbufs may point into.
+    #[error("the mbuf has an external buffer (RTE_MBUF_F_EXTERNAL), which others may share")]
+    External,
+    /// The segment's reference count is above 1: other holders (an indirect mbuf attached
+    /// to it, or a second owner of the same mbuf) see the same buffer.
+    #[error("the mbuf's reference count is {refcnt}: {n} other holder(s) share its buffer", n = refcnt - 1)]
+    Referenced {
+        /// The reference count read (`rte_mbuf_refcnt_read`).
+        refcnt: u16,
+    },
+}
+
+/// Whether segment `m` is the sole owner of a direct buffer (DPDK's `RTE_MBUF_DIRECT` and a
+/// reference count of 1): only then may the bytes of its buffer be written through it.
+///
+/// # Safety
+/// `m` must point at a valid mbuf segment of a chain the caller owns.
+#[inline(always)]
+unsafe fn sole_owner(m: *mut ffi::rte_mbuf) -> Result<(), MbufShared> {
+    // SAFETY: m is valid (the caller's contract); ol_flags is written only by an owner of
+    // the mbuf, and the caller is one.
+    let flags = unsafe { (*m).ol_flags };
+    if flags & ffi::RTE_MBUF_F_INDIRECT != 0 {
+        return Err(MbufShared::Indirect);
+    }
+    if flags & ffi::RTE_MBUF_F_EXTERNAL != 0 {
+        return Err(MbufShared::External);
+    }
+    // SAFETY: refcnt is a naturally aligned u16 of a valid mbuf which DPDK only reads and
+    // changes with atomic operations (rte_mbuf_refcnt_read/update/set), so an atomic load
+    // is the right access. Acquire: when the last other holder has just let go (an indirect
+    // mbuf detached), its accesses to the buffer happen before the writes we then allow.
+    let refcnt =
+        unsafe { AtomicU16::from_ptr(std::ptr::addr_of_mut!((*m).refcnt)) }.load(Ordering::Acquire);
+    if refcnt != 1 {
+        return Err(MbufShared::Referenced { refcnt });
+    }
+    Ok(())
+}
+
 /// The largest `l2_len` (7 bits) and `l3_len` (9 bits) of the offload word.
 const TX_L2_LEN_MAX: u16 = 0x7f;
 const TX_L3_LEN_MAX: u16 = 0x1ff;
@@ -173,7 +229,8 @@ pub struct Mbuf {
     raw: NonNull<ffi::rte_mbuf>,
 }
 
-// SAFETY: an Mbuf is the unique owner of its segments; DPDK mbufs may be freed from any thread
+// SAFETY: an Mbuf owns its segments (a segment shared with other holders, which only a
+// driver hands over, is written by none of them: see data()); DPDK mbufs may be freed from any thread
 // into their pool, whose operations Mempool::new checked to be safe for several threads (the
 // rx queues, the pcapng writer and librte_gso take their mbufs from such pools too).
 unsafe impl Send for Mbuf {}
@@ -291,17 +348,25 @@ impl Mbuf {
         )
     }
 
-    /// Bytes free after the data of the last segment.
+    /// Bytes [`Mbuf::append`] can add after the data of the last segment: those free in its
+    /// buffer, or 0 when the buffer is not this packet's alone ([`MbufShared`]), as writing
+    /// there could overwrite bytes another holder reads.
     pub fn tailroom(&self) -> usize {
         let last = self.last_seg();
+        // SAFETY: last is a segment of the chain self owns.
+        if unsafe { sole_owner(last) }.is_err() {
+            return 0;
+        }
+        // SAFETY: as above.
+        let last = unsafe { &*last };
         last.buf_len as usize - last.data_off as usize - last.data_len as usize
     }
 
-    fn last_seg(&self) -> &ffi::rte_mbuf {
-        let mut m = self.seg();
-        while !m.next.is_null() {
-            // SAFETY: segments of a chain we own are valid mbufs.
-            m = unsafe { &*m.next };
+    fn last_seg(&self) -> *mut ffi::rte_mbuf {
+        let mut m = self.raw.as_ptr();
+        // SAFETY: segments of a chain we own are valid mbufs.
+        while let Some(next) = NonNull::new(unsafe { (*m).next }) {
+            m = next.as_ptr();
         }
         m
     }
@@ -312,9 +377,12 @@ impl Mbuf {
         // SAFETY: DPDK keeps data_off + data_len <= buf_len, so buf_addr + data_off points at
         // data_len bytes inside the segment's buffer, all initialised (pool memory is mapped
         // zeroed by the kernel and only ever written with bytes). The borrow of self keeps the
-        // mbuf alive, and nothing writes the bytes meanwhile: only data_mut and append do,
-        // through &mut self, and no Mbuf shares its buffer with another (none is cloned; the
-        // indirect segments librte_gso makes never leave Gso::segment, which only reads them).
+        // mbuf alive, and no safe code writes the bytes meanwhile: only data_mut and append
+        // write, through &mut self, and only into a buffer the writing Mbuf is the sole owner
+        // of (sole_owner), which no other Mbuf can then be reading. A buffer shared with
+        // another Mbuf (a clone, a twice-owned mbuf from a ring port, an external buffer) is
+        // written by neither. (What a driver or a peer process does to memory it shares with
+        // us, a memif region say, is DMA-like and outside Rust's model, as for any NIC.)
         unsafe {
             std::slice::from_raw_parts(
                 (m.buf_addr as *const u8).add(m.data_off as usize),
@@ -323,17 +391,26 @@ impl Mbuf {
         }
     }
 
-    /// The first segment's data, writable.
-    pub fn data_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in data(); &mut self gives exclusive access to the bytes, as the buffer
-        // is shared with no other Mbuf.
-        unsafe {
+    /// The first segment's data, writable. Refused ([`MbufShared`]) when the first segment
+    /// is not the sole owner of a direct buffer: an indirect mbuf (a clone), an external
+    /// buffer, or a reference count above 1, where the bytes written would show in another
+    /// packet. Never refused for an mbuf from [`Mbuf::alloc`] or [`Mbuf::from_slice`] (nor
+    /// for one of theirs passed through a ring port pair); a driver's received mbuf may be.
+    #[inline]
+    pub fn data_mut(&mut self) -> Result<&mut [u8], MbufShared> {
+        // SAFETY: self owns the chain; raw is its first segment.
+        unsafe { sole_owner(self.raw.as_ptr()) }?;
+        // SAFETY: as in data() for the bounds and initialisation. The segment is the sole
+        // owner of a direct buffer (checked above: no other mbuf is attached to it, none
+        // shares its header, and it points into no memory of another's), so the borrow of
+        // &mut self is the only access to these bytes.
+        Ok(unsafe {
             let m = self.raw.as_mut();
             std::slice::from_raw_parts_mut(
                 (m.buf_addr as *mut u8).add(m.data_off as usize),
                 m.data_len as usize,
             )
-        }
+        })
     }
 
     /// Iterates over the data of every segment.
@@ -371,18 +448,22 @@ impl Mbuf {
     }
 
     /// Grows the last segment by `len` bytes and returns them; `None` if the tailroom is too
-    /// small (the packet is unchanged then). The bytes are not zeroed: they hold what an
+    /// small (the packet is unchanged then), which it always is for a last segment whose
+    /// buffer is not this packet's alone ([`Mbuf::tailroom`] is 0 then: the bytes past its
+    /// data may be another holder's data). The bytes are not zeroed: they hold what an
     /// earlier packet left in the buffer, so write all of them.
     pub fn append(&mut self, len: usize) -> Option<&mut [u8]> {
         let len16 = u16::try_from(len).ok()?;
+        // SAFETY: the last segment of the chain self owns.
+        unsafe { sole_owner(self.last_seg()) }.ok()?;
         // SAFETY: self owns the chain; rte_pktmbuf_append returns NULL (changing nothing) or a
         // pointer to `len` fresh bytes at the end of the last segment.
         let p = unsafe { ffi::wc_pktmbuf_append(self.raw.as_ptr(), len16) };
         if p.is_null() {
             return None;
         }
-        // SAFETY: p points at len writable bytes of the last segment's buffer, which no other
-        // Mbuf shares (see data()), borrowed through &mut self. They hold whatever an earlier
+        // SAFETY: p points at len writable bytes of the last segment's buffer, which it is the
+        // sole owner of (checked above), borrowed through &mut self. They hold whatever an earlier
         // packet left there: initialised bytes (see data()), not necessarily zero.
         Some(unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len) })
     }
@@ -571,5 +652,151 @@ impl Drop for Mbuf {
     fn drop(&mut self) {
         // SAFETY: self owns the chain; rte_pktmbuf_free frees every segment once.
         unsafe { ffi::wc_pktmbuf_free(self.raw.as_ptr()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Shared mbufs reach safe code only from a driver; these tests make them the way DPDK
+    //! does (clones, a raised reference count, an external buffer) and check that
+    //! [`Mbuf::data_mut`] and [`Mbuf::append`] refuse to write under another holder.
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+    use crate::{EalBuilder, PortConfig, RingPortPair};
+
+    static EXT_FREED: AtomicBool = AtomicBool::new(false);
+
+    extern "C" fn ext_free(_addr: *mut std::ffi::c_void, _opaque: *mut std::ffi::c_void) {
+        EXT_FREED.store(true, Ordering::SeqCst);
+    }
+
+    /// The only test of this binary that starts the EAL (once per process).
+    #[test]
+    fn data_mut_and_append_refuse_a_buffer_the_mbuf_does_not_own_alone() {
+        let eal = EalBuilder::for_test("mbuf_unit", 0, 128)
+            .init()
+            .expect("EAL init with --no-huge --no-pci");
+        let pool =
+            Mempool::new(&eal, "wcnet_u_pool", 511, 0, Mempool::DEFAULT_DATA_ROOM).expect("pool");
+        let free0 = pool.available();
+
+        // A fresh mbuf is its buffer's sole owner.
+        let mut m = Mbuf::from_slice(&pool, &[7u8; 64]).expect("mbuf");
+        let room = m.tailroom();
+        assert!(room > 0);
+        m.data_mut().expect("fresh mbuf")[0] = 1;
+        assert_eq!(m.data()[0], 1);
+
+        // A clone (rte_pktmbuf_clone): an indirect mbuf attached to m's buffer, which m's
+        // reference count now counts. A write through either would show in the other's
+        // data(): both are refused, appending too.
+        // SAFETY: m is a valid packet owned here; the clone is a new packet we own.
+        let clone = unsafe { ffi::rte_pktmbuf_clone(m.as_raw(), pool.as_ptr()) };
+        // SAFETY: the clone is ours alone (its buffer is m's, which data_mut now refuses).
+        let mut clone = unsafe { Mbuf::from_raw(NonNull::new(clone).expect("clone")) };
+        assert_eq!(clone.data(), m.data(), "the clone reads m's bytes");
+        assert_eq!(clone.data_mut().unwrap_err(), MbufShared::Indirect);
+        assert_eq!(
+            m.data_mut().unwrap_err(),
+            MbufShared::Referenced { refcnt: 2 }
+        );
+        assert!(m.append(1).is_none() && clone.append(1).is_none());
+        assert_eq!((m.tailroom(), clone.tailroom()), (0, 0));
+        assert_eq!(m.pkt_len(), 64, "a refused append changes nothing");
+        let text = m.data_mut().unwrap_err().to_string();
+        assert!(text.contains("reference count is 2"), "{text}");
+        // The clone gone, m owns its buffer alone again.
+        drop(clone);
+        assert!(m.data_mut().is_ok());
+        assert_eq!(m.tailroom(), room);
+
+        // A clone of a chain: m's first segment is its own, its last is shared. data_mut
+        // (first segment) is allowed, append (last segment) is not.
+        let mut chain = Mbuf::from_slice(&pool, &[9u8; 64]).expect("head");
+        let tail = Mbuf::from_slice(&pool, &[8u8; 64]).expect("tail");
+        // SAFETY: tail is a valid packet owned here.
+        let tail_clone = unsafe { ffi::rte_pktmbuf_clone(tail.as_raw(), pool.as_ptr()) };
+        // SAFETY: as above.
+        let tail_clone = unsafe { Mbuf::from_raw(NonNull::new(tail_clone).expect("clone")) };
+        chain.chain(tail).expect("chain");
+        assert!(chain.data_mut().is_ok());
+        assert!(chain.append(1).is_none());
+        assert_eq!(chain.tailroom(), 0);
+        drop(tail_clone);
+        assert!(chain.append(1).is_some());
+        drop(chain);
+
+        // One mbuf owned twice (its reference count raised, as for a packet sent to two
+        // ports): each owner frees it once, neither may write.
+        // SAFETY: m is valid; the count goes from 1 to 2 for the second owner made next.
+        unsafe { ffi::wc_mbuf_refcnt_update(m.as_raw(), 1) };
+        // SAFETY: the raised count makes this a second owner; each drop releases one count.
+        let mut twin = unsafe { Mbuf::from_raw(NonNull::new(m.as_raw()).expect("raw")) };
+        assert_eq!(
+            twin.data_mut().unwrap_err(),
+            MbufShared::Referenced { refcnt: 2 }
+        );
+        assert!(m.data_mut().is_err() && twin.append(1).is_none());
+        drop(twin);
+        assert!(m.data_mut().is_ok());
+
+        // An external buffer (rte_pktmbuf_attach_extbuf): memory the mbuf does not own.
+        let ext: &'static mut [u8; 256] = Box::leak(Box::new([5u8; 256]));
+        let shinfo = Box::leak(Box::new(ffi::rte_mbuf_ext_shared_info {
+            free_cb: Some(ext_free),
+            fcb_opaque: std::ptr::null_mut(),
+            refcnt: 1,
+        }));
+        let e = pool.alloc().expect("mbuf");
+        // SAFETY: e is a fresh direct mbuf with no data; ext and shinfo live for the
+        // process, shinfo's count of 1 is e's reference, released (calling ext_free) when
+        // e is freed.
+        unsafe { ffi::wc_pktmbuf_attach_extbuf(e.as_raw(), ext.as_mut_ptr().cast(), 256, shinfo) };
+        let mut e = e;
+        assert!(e.append(16).is_none(), "no append into an external buffer");
+        assert_eq!(e.tailroom(), 0);
+        assert_eq!(e.data_mut().unwrap_err(), MbufShared::External);
+        drop(e);
+        assert!(
+            EXT_FREED.load(Ordering::SeqCst),
+            "the external buffer was released"
+        );
+
+        // Through a ring port pair: a packet built here arrives as its own; a clone sent
+        // alongside its original (as a broadcast does) arrives refused.
+        let RingPortPair { mut a, mut b } = RingPortPair::new(&eal, "wcnet_u", 64).expect("rings");
+        for p in [&mut a, &mut b] {
+            p.configure(&PortConfig::default(), &pool)
+                .expect("configure");
+            p.start().expect("start");
+        }
+        let (mut atx, mut brx) = (a.tx_queue(0).expect("tx"), b.rx_queue(0).expect("rx"));
+        let own = Mbuf::from_slice(&pool, &[3u8; 60]).expect("frame");
+        let shared = Mbuf::from_slice(&pool, &[4u8; 60]).expect("frame");
+        // SAFETY: shared is a valid packet owned here.
+        let c = unsafe { ffi::rte_pktmbuf_clone(shared.as_raw(), pool.as_ptr()) };
+        // SAFETY: as above.
+        let c = unsafe { Mbuf::from_raw(NonNull::new(c).expect("clone")) };
+        let mut out = vec![own, shared];
+        assert_eq!(atx.tx_burst(&mut out), 2);
+        let mut got = Vec::new();
+        brx.rx_burst(&mut got, 8);
+        assert_eq!(got.len(), 2);
+        assert!(
+            got[0].data_mut().is_ok(),
+            "a packet of ours arrives as its own"
+        );
+        assert_eq!(
+            got[1].data_mut().unwrap_err(),
+            MbufShared::Referenced { refcnt: 2 }
+        );
+        drop(c);
+        assert!(got[1].data_mut().is_ok());
+        drop(got);
+        drop((atx, brx));
+        assert_eq!(pool.available(), free0 - 1, "all freed but m");
+        drop(m);
+        assert_eq!(pool.available(), free0, "every mbuf back in the pool");
     }
 }

@@ -205,8 +205,10 @@ impl PcapngWriter {
         // The enhanced packet block's header, prepended in the first segment: its timestamp
         // (high and low 32 bits, in the host's byte order like the whole file) is DPDK's
         // wrong one (see the type's docs) until replaced here.
+        // The copy is made of fresh direct mbufs (rte_pktmbuf_copy), which data_mut never
+        // refuses; were it refused, the block would keep DPDK's stamp.
         let ns = self.clock.ns(cycles);
-        if let Some(stamp) = copy.data_mut().get_mut(12..20) {
+        if let Some(stamp) = copy.data_mut().ok().and_then(|d| d.get_mut(12..20)) {
             stamp[..4].copy_from_slice(&((ns >> 32) as u32).to_ne_bytes());
             stamp[4..].copy_from_slice(&(ns as u32).to_ne_bytes());
         }

@@ -18,6 +18,7 @@
 _Static_assert(sizeof(struct rte_mbuf) == 128, "rte_mbuf is two cache lines");
 _Static_assert(offsetof(struct rte_mbuf, buf_addr) == 0, "buf_addr offset");
 _Static_assert(offsetof(struct rte_mbuf, data_off) == 16, "data_off offset");
+_Static_assert(offsetof(struct rte_mbuf, refcnt) == 18, "refcnt offset");
 _Static_assert(offsetof(struct rte_mbuf, nb_segs) == 20, "nb_segs offset");
 _Static_assert(offsetof(struct rte_mbuf, port) == 22, "port offset");
 _Static_assert(offsetof(struct rte_mbuf, ol_flags) == 24, "ol_flags offset");
@@ -64,6 +65,19 @@ char *wc_pktmbuf_append(struct rte_mbuf *m, uint16_t len)
 int wc_pktmbuf_chain(struct rte_mbuf *head, struct rte_mbuf *tail)
 {
 	return rte_pktmbuf_chain(head, tail);
+}
+
+/* Shared mbufs for the tests of Mbuf::data_mut (src/mbuf.rs): a second owner of the same
+ * mbuf, and an external buffer attached to one. */
+uint16_t wc_mbuf_refcnt_update(struct rte_mbuf *m, int16_t value)
+{
+	return rte_mbuf_refcnt_update(m, value);
+}
+
+void wc_pktmbuf_attach_extbuf(struct rte_mbuf *m, void *buf_addr, uint16_t buf_len,
+			      struct rte_mbuf_ext_shared_info *shinfo)
+{
+	rte_pktmbuf_attach_extbuf(m, buf_addr, RTE_BAD_IOVA, buf_len, shinfo);
 }
 
 char *wc_pktmbuf_adj(struct rte_mbuf *m, uint16_t len)

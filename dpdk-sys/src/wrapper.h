@@ -28,6 +28,9 @@ void wc_pktmbuf_free(struct rte_mbuf *m);
 char *wc_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
 int wc_pktmbuf_chain(struct rte_mbuf *head, struct rte_mbuf *tail);
 char *wc_pktmbuf_adj(struct rte_mbuf *m, uint16_t len);
+uint16_t wc_mbuf_refcnt_update(struct rte_mbuf *m, int16_t value);
+void wc_pktmbuf_attach_extbuf(struct rte_mbuf *m, void *buf_addr, uint16_t buf_len,
+			      struct rte_mbuf_ext_shared_info *shinfo);
 const char *wc_mempool_ops_name(const struct rte_mempool *mp);
 unsigned wc_lcore_id(void);
 int wc_errno(void);

@@ -7,7 +7,7 @@ use smoltcp::phy::{self, Checksum, ChecksumCapabilities, Device, DeviceCapabilit
 use smoltcp::time::Instant;
 use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
 use warpcore_dpdk_sys::{
-    Direction, Mbuf, Mempool, PcapngWriter, RxChecksum, RxQueue, TxChecksumOffload,
+    Direction, Mbuf, MbufShared, Mempool, PcapngWriter, RxChecksum, RxQueue, TxChecksumOffload,
     TxOffloadLenError, TxQueue, TxTso,
 };
 
@@ -208,19 +208,24 @@ fn queue_frame(
                             stats.tx_tso_segments += 1;
                         }
                         stats.tx_tso_segments += 1;
-                        tso::rewrite_head(head.data_mut(), g);
-                        let set = head.set_tx_tso(TxTso {
-                            l2_len: 14,
-                            l3_len: 20,
-                            l4_len: g.l4_len as u8,
-                            segsz: g.segsz as u16,
-                        });
-                        if set.is_err() {
-                            // Not reached: these lengths fit the offload word. Were one
-                            // refused, the head would keep the word of fewer segments (or
-                            // none) under rewritten headers: the super-frame is dropped
-                            // whole (the TCP sends its segments again), never handed to
-                            // the port wrong.
+                        // The head is a spare from the device's pool, its buffer its
+                        // own: data_mut does not refuse it.
+                        let rewritten = head.data_mut().map(|d| tso::rewrite_head(d, g));
+                        let set = rewritten.is_ok()
+                            && head
+                                .set_tx_tso(TxTso {
+                                    l2_len: 14,
+                                    l3_len: 20,
+                                    l4_len: g.l4_len as u8,
+                                    segsz: g.segsz as u16,
+                                })
+                                .is_ok();
+                        if !set {
+                            // Not reached: these lengths fit the offload word, and the
+                            // head's buffer is its own. Were either refused, the head would
+                            // keep the headers or the word of fewer segments (or none): the
+                            // super-frame is dropped whole (the TCP sends its segments
+                            // again), never handed to the port wrong.
                             let segs = g.segs;
                             drop(pending.pop());
                             *pending_frames = pending_frames.saturating_sub(usize::from(segs));
@@ -564,10 +569,12 @@ fn tx_headers(seg: &[u8], pkt_len: usize) -> TxHeaders {
 /// pseudo-header sum (not inverted) in the TCP checksum field, as DPDK drivers expect.
 /// Returns false, changing nothing, when the headers do not all lie in the first segment
 /// (only a chained frame's can fail so): its checksums must then be computed in software.
-/// Fails when the mbuf cannot hold the header lengths ([`TxOffloadLenError`]): not reached,
-/// as an IPv4 header is at most 60 octets, and the caller then drops the frame.
+/// Fails when the mbuf cannot hold the header lengths ([`TxOffloadLenError`]) or its buffer
+/// is not its own to write ([`MbufShared`]): neither is reached, as an IPv4 header is at most
+/// 60 octets and the frames are built in fresh mbufs of the device's pool; the caller then
+/// drops the frame.
 #[inline]
-fn prepare_tx_offload(m: &mut Mbuf) -> Result<bool, TxOffloadLenError> {
+fn prepare_tx_offload(m: &mut Mbuf) -> Result<bool, TxPrepareError> {
     let pkt_len = m.pkt_len();
     let headers = tx_headers(m.data(), pkt_len);
     let TxHeaders::Ipv4 {
@@ -592,7 +599,7 @@ fn prepare_tx_offload(m: &mut Mbuf) -> Result<bool, TxOffloadLenError> {
             sum = (sum & 0xffff) + (sum >> 16);
         }
         let at = ETH_LEN + ihl + 16;
-        m.data_mut()[at..at + 2].copy_from_slice(&(sum as u16).to_be_bytes());
+        m.data_mut()?[at..at + 2].copy_from_slice(&(sum as u16).to_be_bytes());
     }
     m.set_tx_checksum_offload(TxChecksumOffload {
         l2_len: ETH_LEN as u8,
@@ -601,6 +608,28 @@ fn prepare_tx_offload(m: &mut Mbuf) -> Result<bool, TxOffloadLenError> {
         tcp,
     })?;
     Ok(true)
+}
+
+/// Why [`prepare_tx_offload`] refused a frame (see there); the caller counts it in
+/// `tx_offload_refused`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TxPrepareError {
+    /// The header lengths do not fit the offload word ([`TxOffloadLenError`]).
+    Len,
+    /// The frame's first buffer is not its own to write ([`MbufShared`]).
+    Shared,
+}
+
+impl From<TxOffloadLenError> for TxPrepareError {
+    fn from(_: TxOffloadLenError) -> Self {
+        TxPrepareError::Len
+    }
+}
+
+impl From<MbufShared> for TxPrepareError {
+    fn from(_: MbufShared) -> Self {
+        TxPrepareError::Shared
+    }
 }
 
 /// Computes the IPv4 header and TCP checksums of the whole frame `frame` in software (what
