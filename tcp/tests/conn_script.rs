@@ -2033,3 +2033,64 @@ fn rfc7323_2_2_the_simultaneous_open_syn_ack_window_is_not_scaled() {
     let sent: usize = drain(&mut a, ms(3)).iter().map(|o| o.payload.len()).sum();
     assert!(sent <= 0xffff, "{sent} octets sent into a window of 65,535");
 }
+
+// ------------------------------------------------------------------ hostile segments
+// RFC 9293 3.10.7.4's checks, RFC 5961's blind-injection defences and RFC 2018 / 2883 SACK
+// validation, each pinned by the segment an attacker (or a broken peer) would send.
+
+/// RFC 5961 7: challenge ACKs (for in-window RSTs, 3.2, and SYNs, 4.2) are limited, here to
+/// ten a second, so a flood of forged segments cannot turn us into an ACK reflector; the
+/// limit starts again a second later.
+#[test]
+fn rfc5961_7_challenge_acks_are_rate_limited() {
+    let mut c = established(cfg(), true);
+    let mut acks = 0;
+    for i in 0..15u32 {
+        // RFC 5961 3.2 and 4.2: in-window RSTs and SYNs alternate, one shared limit.
+        let control = if i % 2 == 0 {
+            TcpControl::Rst
+        } else {
+            TcpControl::Syn
+        };
+        c.handle_segment(ms(2), &seg(control, PISS + 100 + i as usize, None, &[]));
+        acks += drain(&mut c, ms(2)).len();
+    }
+    assert_eq!(c.state(), State::Established);
+    assert_eq!(acks, 10, "ten challenge ACKs in the first second");
+    assert_eq!(c.stats().challenge_acks, 10);
+    // A second on, the next one is answered again.
+    c.handle_segment(ms(1003), &seg(TcpControl::Rst, PISS + 100, None, &[]));
+    let out = drain(&mut c, ms(1003));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].ack, Some(PISS + 1));
+    assert_eq!(c.stats().challenge_acks, 11);
+}
+
+/// RFC 5961 4.2 (RFC 9293 3.10.7.4 fourth): a SYN in a synchronized state draws a challenge
+/// ACK "irrespective of the sequence number": also one outside the window, which the first
+/// check would otherwise answer with an ACK of its own for every copy, past the challenge
+/// ACK limit (RFC 5961 7). The connection is untouched either way.
+#[test]
+fn rfc5961_4_2_a_syn_outside_the_window_draws_a_limited_challenge_ack() {
+    let mut c = established(cfg(), true);
+    let mut acks = Vec::new();
+    for i in 0..15usize {
+        // RFC 9293 3.10.7.4 first check fails: far past the window, or long before it.
+        let seq = if i % 2 == 0 {
+            PISS + 10_000_000
+        } else {
+            PISS - 10_000_000
+        };
+        c.handle_segment(ms(2), &seg(TcpControl::Syn, seq, None, &[]));
+        acks.extend(drain(&mut c, ms(2)));
+    }
+    assert_eq!(c.state(), State::Established);
+    assert_eq!(acks.len(), 10, "{acks:?}");
+    assert!(acks
+        .iter()
+        .all(|o| o.control == TcpControl::None && o.ack == Some(PISS + 1) && o.seq == ISS + 1));
+    assert_eq!(c.stats().challenge_acks, 10);
+    // Data still flows from where it was.
+    c.handle_segment(ms(3), &data(0, b"abc", ISS + 1));
+    assert_eq!(c.recv_queue(), 3);
+}

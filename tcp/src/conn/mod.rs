@@ -1361,6 +1361,14 @@ impl Connection {
             }
         }
         if !acceptable {
+            if seg.control == TcpControl::Syn {
+                // RFC 5961 4.2 (RFC 9293 3.10.7.4 fourth): a SYN draws a challenge ACK
+                // "irrespective of the sequence number", so one outside the window too,
+                // under the challenge ACK limit (RFC 5961 7). Answered by the first check's
+                // ACK instead, a flood of forged SYNs drew one ACK each.
+                self.challenge_ack(now);
+                return;
+            }
             if seg.control != TcpControl::Rst {
                 self.stats.duplicates += 1;
                 // An old FIN or segment: our ACK tells the peer where we are; one for
