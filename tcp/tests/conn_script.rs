@@ -2094,3 +2094,32 @@ fn rfc5961_4_2_a_syn_outside_the_window_draws_a_limited_challenge_ack() {
     c.handle_segment(ms(3), &data(0, b"abc", ISS + 1));
     assert_eq!(c.recv_queue(), 3);
 }
+
+/// RFC 2883 4 (a D-SACK block reports one duplicate segment) and RFC 3708 5 (a receiver's
+/// D-SACKs may lie): a first block below SEG.ACK that is longer than the largest window the
+/// peer ever offered cannot report a duplicate it received; it is ignored (Linux's "dubious
+/// DSACK"), not counted and not taken as evidence of reordering. A D-SACK of one segment is.
+#[test]
+fn rfc2883_4_a_dsack_block_wider_than_the_peer_window_is_ignored() {
+    let base = ISS.0 as u32 + 1;
+    for (block, counted) in [
+        ((base, base + 1448), 1),
+        ((base.wrapping_sub(20_000_000), base + 1448), 0),
+    ] {
+        let mut c = established(cfg(), false);
+        send(&mut c, ms(2), 4 * 1448);
+        let end = ISS + 1 + 4 * 1448;
+        c.handle_segment(
+            ms(3),
+            &stamped(seg(TcpControl::None, PISS + 1, Some(end), &[])),
+        );
+        let mut d = stamped(seg(TcpControl::None, PISS + 1, Some(end), &[]));
+        d.sack_ranges = [Some(block), None, None];
+        c.handle_segment(ms(4), &d);
+        assert_eq!(
+            c.stats().recovery.dsacks_received,
+            counted,
+            "block {block:?}"
+        );
+    }
+}

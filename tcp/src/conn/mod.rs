@@ -294,17 +294,21 @@ fn seq_diff(a: TcpSeqNumber, b: TcpSeqNumber) -> i64 {
 
 /// The D-SACK block an ACK's SACK blocks open with, if any (RFC 2883 4): a first block that
 /// lies at or below the cumulative ACK, or inside the second block, reports a segment
-/// received twice. A block that is empty, reaches past what was sent or lies implausibly
+/// received twice. A block that is empty, reaches past what was sent, lies implausibly
 /// far behind (more than 2^30 octets, where sequence comparisons stop meaning anything)
+/// or is longer than `max_wnd`, the largest window the peer offered (no segment we sent
+/// was longer, so no duplicate the peer received is: Linux's "dubious DSACK"; a forged one
+/// covering every retransmission would undo a recovery's window reduction, RFC 3708 5),
 /// is no evidence.
 fn dsack_block(
     ranges: &[Option<(u32, u32)>; 3],
     ack: TcpSeqNumber,
     snd_nxt: TcpSeqNumber,
+    max_wnd: usize,
 ) -> Option<(TcpSeqNumber, TcpSeqNumber)> {
     let (l, r) = ranges[0]?;
     let (l, r) = (TcpSeqNumber(l as i32), TcpSeqNumber(r as i32));
-    if l >= r || r > snd_nxt || seq_diff(ack, l) > 1 << 30 {
+    if l >= r || r > snd_nxt || seq_diff(ack, l) > 1 << 30 || seq_diff(r, l) > max_wnd as i64 {
         return None;
     }
     let dsack = r <= ack
@@ -1553,7 +1557,9 @@ impl Connection {
         }
         let sack = &blocks[..n_blocks];
         if self.sack_ok {
-            if let Some((l, r)) = dsack_block(&seg.sack_ranges, ack, self.snd_nxt) {
+            if let Some((l, r)) =
+                dsack_block(&seg.sack_ranges, ack, self.snd_nxt, self.max_snd_wnd.max(1))
+            {
                 self.rec.on_dsack(ack, self.snd_nxt, l, r);
             }
         }
@@ -3026,15 +3032,21 @@ mod tests {
             ),
         ];
         for (ranges, want) in cases {
-            assert_eq!(dsack_block(&ranges, ack, nxt).is_some(), want, "{ranges:?}");
+            assert_eq!(
+                dsack_block(&ranges, ack, nxt, 1 << 31).is_some(),
+                want,
+                "{ranges:?}"
+            );
         }
         // Across the sequence-space wrap.
         let ack = TcpSeqNumber(100);
         let r = [Some((u32::MAX - 99, 50)), None, None];
         assert_eq!(
-            dsack_block(&r, ack, TcpSeqNumber(9000)),
+            dsack_block(&r, ack, TcpSeqNumber(9000), 150),
             Some((TcpSeqNumber(-100), TcpSeqNumber(50)))
         );
+        // Longer than the largest window the peer offered: no duplicate it received.
+        assert_eq!(dsack_block(&r, ack, TcpSeqNumber(9000), 149), None);
     }
 
     /// A D-SACK block owed (the old part of a segment that also brings new octets) reaches
