@@ -2095,6 +2095,123 @@ fn rfc5961_4_2_a_syn_outside_the_window_draws_a_limited_challenge_ack() {
     assert_eq!(c.recv_queue(), 3);
 }
 
+/// RFC 9293 3.10.7.4 first check, all four rows of the acceptability table: a segment
+/// outside RCV.NXT..RCV.NXT+RCV.WND (data or not, window open or shut) moves nothing and is
+/// answered with <SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>; the acceptable ones are taken.
+#[test]
+fn rfc9293_3_10_7_4_unacceptable_segments_move_nothing_and_draw_an_ack() {
+    let mut config = cfg();
+    config.rx_buffer = 4096;
+    let mut c = established(config, true);
+    let wnd = 4096usize;
+    // Open window, no data: SEG.SEQ below RCV.NXT or at the right edge is unacceptable.
+    for seq in [PISS, PISS + 1 + wnd] {
+        c.handle_segment(ms(2), &seg(TcpControl::None, seq, Some(ISS + 1), &[]));
+        let out = drain(&mut c, ms(2));
+        assert_eq!(out.len(), 1, "{seq}");
+        assert_eq!((out[0].seq, out[0].ack), (ISS + 1, Some(PISS + 1)));
+    }
+    // Open window, data wholly past the right edge: not taken, not held for later.
+    c.handle_segment(ms(3), &data(wnd, &[9; 100], ISS + 1));
+    assert_eq!(drain(&mut c, ms(3))[0].ack, Some(PISS + 1));
+    assert_eq!(c.recv_queue(), 0);
+    // Data starting in the window but running past it: only the part inside is taken.
+    c.handle_segment(ms(4), &data(0, &[1; 5000], ISS + 1));
+    assert_eq!(c.recv_queue(), wnd);
+    let out = drain(&mut c, ms(4));
+    assert_eq!(out.last().unwrap().ack, Some(PISS + 1 + wnd));
+    assert_eq!(
+        out.last().unwrap().window,
+        0,
+        "the buffer is full: window shut"
+    );
+    // Shut window: data at RCV.NXT is unacceptable (one octet or many), answered.
+    c.handle_segment(ms(5), &data(wnd, &[2; 10], ISS + 1));
+    let out = drain(&mut c, ms(5));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].ack, Some(PISS + 1 + wnd));
+    assert_eq!(c.recv_queue(), wnd);
+    // Shut window, no data, SEG.SEQ = RCV.NXT: acceptable, and its window update is taken:
+    // our data can go once the peer's window opens.
+    let mut shut = seg(TcpControl::None, PISS + 1 + wnd, Some(ISS + 1), &[]);
+    shut.window_len = 0;
+    c.handle_segment(ms(6), &shut);
+    assert!(drain(&mut c, ms(6)).is_empty());
+    c.send(b"hello").unwrap();
+    assert!(drain(&mut c, ms(6)).iter().all(|o| o.payload.is_empty()));
+    // Shut window, no data, SEG.SEQ elsewhere: unacceptable, its window ignored.
+    let mut open = seg(TcpControl::None, PISS + 2 + wnd, Some(ISS + 1), &[]);
+    open.window_len = 1000;
+    c.handle_segment(ms(7), &open);
+    let out = drain(&mut c, ms(7));
+    assert!(out.iter().all(|o| o.payload.is_empty()), "{out:?}");
+    assert_eq!(out.len(), 1);
+}
+
+/// RFC 5961 5.2: SEG.ACK below SND.UNA - MAX.SND.WND (a blind injection's guess) is no
+/// acceptable ACK: the segment is dropped, its data not taken, and an ACK tells the peer
+/// where we are.
+#[test]
+fn rfc5961_5_2_an_ack_older_than_the_largest_window_is_dropped_and_answered() {
+    let mut c = established(cfg(), true);
+    // MAX.SND.WND is the peer's 65535 (no window scaling in the plain handshake).
+    c.handle_segment(ms(2), &data(0, b"abc", ISS + 1 - 70_000));
+    assert_eq!(c.recv_queue(), 0, "the injected data was taken");
+    let out = drain(&mut c, ms(2));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].ack, Some(PISS + 1));
+    // Within MAX.SND.WND of SND.UNA an old ACK is acceptable: the data is taken.
+    c.handle_segment(ms(3), &data(0, b"abc", ISS + 1 - 60_000));
+    assert_eq!(c.recv_queue(), 3);
+}
+
+/// RFC 2018 3 and RFC 6675 (the scoreboard holds only SND.UNA..SND.NXT): SACK blocks that
+/// lie beyond SND.NXT, below SND.UNA (not first, so no D-SACK, RFC 2883 4) or are empty or
+/// inverted are ignored: the connection does exactly what it does for the same ACK without
+/// them (no loss marked, no retransmission, no recovery).
+#[test]
+fn rfc2018_3_sack_blocks_outside_snd_una_to_snd_nxt_leave_the_scoreboard_alone() {
+    let base = ISS.0 as u32 + 1;
+    let nxt = base + 4 * 1448;
+    let bogus = [
+        // Beyond SND.NXT: data never sent "received".
+        [Some((nxt, nxt + 1448)), Some((base + 1448, nxt + 1)), None],
+        // Inverted, empty, and wrapping across the whole space.
+        [
+            Some((base + 2 * 1448, base + 1448)),
+            Some((base + 1448, base + 1448)),
+            Some((nxt, base + 1448)),
+        ],
+        // Below SND.UNA, after a first valid-looking block outside the window.
+        [
+            Some((nxt + 1, nxt + 2)),
+            Some((base.wrapping_sub(5000), base.wrapping_sub(1000))),
+            Some((base.wrapping_sub(1 << 31), base + 1448)),
+        ],
+    ];
+    for blocks in bogus {
+        let mut runs = Vec::new();
+        for with in [false, true] {
+            let mut c = established(cfg(), false);
+            let out = send(&mut c, ms(2), 4 * 1448);
+            assert_eq!(out.len(), 4);
+            let mut a = stamped(seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]));
+            if with {
+                a.sack_ranges = blocks;
+            }
+            c.handle_segment(ms(3), &a);
+            let out: Vec<_> = run_until(&mut c, ms(3), ms(50))
+                .into_iter()
+                .map(|(t, o)| (t, o.seq, o.payload.len()))
+                .collect();
+            let s = c.stats().recovery;
+            runs.push((out, s.fast_recoveries, s.dsacks_received, s.rto_count));
+        }
+        assert_eq!(runs[0], runs[1], "blocks {blocks:?}");
+        assert_eq!(runs[1].1, 0, "no recovery for {blocks:?}");
+    }
+}
+
 /// RFC 2883 4 (a D-SACK block reports one duplicate segment) and RFC 3708 5 (a receiver's
 /// D-SACKs may lie): a first block below SEG.ACK that is longer than the largest window the
 /// peer ever offered cannot report a duplicate it received; it is ignored (Linux's "dubious
@@ -2122,4 +2239,68 @@ fn rfc2883_4_a_dsack_block_wider_than_the_peer_window_is_ignored() {
             "block {block:?}"
         );
     }
+}
+
+/// RFC 2018 3: an option of n blocks is 8n + 2 octets, so 40 octets of options hold four
+/// (without timestamps). Parsed from the wire, such an option keeps its first three blocks
+/// (the first is the most recent, RFC 2018 4; smoltcp drops the fourth): no parse error,
+/// no panic, and the blocks kept are used.
+#[test]
+fn rfc2018_3_four_sack_blocks_from_the_wire_keep_the_first_three() {
+    use smoltcp::phy::ChecksumCapabilities;
+    use smoltcp::wire::{IpAddress, TcpPacket};
+    let mut c = established(cfg(), true);
+    let mut c_sack = established(
+        ConnConfig {
+            timestamps: false,
+            ..cfg()
+        },
+        false,
+    );
+    for c in [&mut c, &mut c_sack] {
+        assert_eq!(send(c, ms(2), 4 * 1448).len(), 4);
+    }
+    let base = ISS.0 as u32 + 1;
+    let blocks: [(u32, u32); 4] = [
+        (base + 1448, base + 4 * 1448), // segments 2..4: segment 1 is the hole
+        (base + 5 * 1448, base + 6 * 1448), // past SND.NXT: ignored
+        (base + 2 * 1448, base + 1448), // inverted: ignored
+        (base, base + 4 * 1448),        // the fourth: not kept
+    ];
+    let mut bytes = [0u8; 20 + 36];
+    bytes[0..2].copy_from_slice(&PEER.1.to_be_bytes());
+    bytes[2..4].copy_from_slice(&US.1.to_be_bytes());
+    bytes[4..8].copy_from_slice(&((PISS.0 as u32) + 1).to_be_bytes());
+    bytes[8..12].copy_from_slice(&base.to_be_bytes());
+    bytes[12] = (56 / 4) << 4;
+    bytes[13] = 0x10; // ACK
+    bytes[14..16].copy_from_slice(&0xffffu16.to_be_bytes());
+    bytes[20..24].copy_from_slice(&[1, 1, 5, 34]); // NOP, NOP, SACK of 4 blocks
+    for (i, (l, r)) in blocks.iter().enumerate() {
+        bytes[24 + 8 * i..28 + 8 * i].copy_from_slice(&l.to_be_bytes());
+        bytes[28 + 8 * i..32 + 8 * i].copy_from_slice(&r.to_be_bytes());
+    }
+    let packet = TcpPacket::new_checked(&bytes[..]).expect("a whole header");
+    let repr = TcpRepr::parse(
+        &packet,
+        &IpAddress::from(PEER.0),
+        &IpAddress::from(US.0),
+        &ChecksumCapabilities::ignored(),
+    )
+    .expect("four SACK blocks parse");
+    assert_eq!(
+        repr.sack_ranges,
+        [Some(blocks[0]), Some(blocks[1]), Some(blocks[2])]
+    );
+    // The plain connection (no SACK negotiated) ignores the option; the SACK one takes
+    // the first block and marks the hole lost (RFC 8985 6.2).
+    c.handle_segment(ms(3), &repr);
+    c_sack.handle_segment(ms(3), &repr);
+    run_until(&mut c, ms(3), ms(5));
+    let out = run_until(&mut c_sack, ms(3), ms(5));
+    assert_eq!(c.stats().recovery.fast_recoveries, 0);
+    assert_eq!(c_sack.stats().recovery.fast_recoveries, 1, "{out:?}");
+    assert!(out
+        .iter()
+        .any(|(_, o)| o.seq == ISS + 1 && !o.payload.is_empty()));
 }
