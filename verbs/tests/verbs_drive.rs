@@ -186,7 +186,7 @@ fn connect_on_this_thread(
     }
 }
 
-/// One thread can run two caller-driven engines (what `bench/examples/engine_profile` does),
+/// One thread can run two caller-driven engines (what `bench/examples/engine_profile.rs` does),
 /// and posting more requests than a caller-driven core's command ring holds runs the core
 /// to make room instead of failing. A post to a caller-driven core that nobody runs goes
 /// straight into its send queue only while its command ring is empty: here a post list

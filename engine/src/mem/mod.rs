@@ -26,7 +26,7 @@
 //!   combined with PCLMULQDQ for longer ones, or 512-bit folding where the CPU has AVX-512
 //!   and VPCLMULQDQ; the transmit copy with its sum and CRC in one pass
 //!   ([`crc::copy_sum_crc`]) folds 256 bits at a time where the CPU has AVX2 and VPCLMULQDQ
-//!   but not AVX-512 (`docs/decisions/0005`).
+//!   but not AVX-512 (`docs/decisions/0005-short-crc32c.md`).
 //! - [`Stag`], [`PdId`], [`Access`]: the handles and rights; [`MemError`] (control path),
 //!   [`LookupFault`] and [`BoundsFault`] (data path, small `Copy` enums mapping to the
 //!   protocol errors of `warpcore-proto`).
