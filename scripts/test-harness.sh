@@ -1251,6 +1251,53 @@ else
     ok "a bench script stopped mid-run ends what it started" "connrate.sh, qp-scale.sh and rdma-compat.sh on a SIGTERM: server, client and scratch directory gone"
 fi
 
+# ---- scripts/check-docs.sh passes the tree as it is and fails a page whose citations the
+# code drifted away from, naming FILE:LINE and what is wrong; exit 2 outside a work tree. A
+# scratch git work tree holds the tracked files (one file of each fuzz corpus: the check
+# needs the corpora only as directories) and a page of its own citing files of its own; then
+# the code drifts under the page, one defect of each kind: a script renamed, a test renamed,
+# a test target renamed, an option renamed, a variable read only in a comment. (The
+# variable's name is put together here, so that this file does not name it.)
+cdt=$work/cd
+cd_var=WARPCORE_HARNESS_""CITED
+mkdir -p "$cdt"
+git ls-files | awk -F/ '$1 == "fuzz" && $2 == "corpus" && seen[$3]++ { next } { print }' |
+    tar -T - -cf - | tar -xf - -C "$cdt"
+printf '#[test]\nfn a_cited_test() {\n    assert!(std::env::var("%s").is_err());\n}\n' "$cd_var" \
+    >"$cdt/engine/tests/harness_cite.rs"
+printf '#[test]\nfn a_target() {}\n' >"$cdt/engine/tests/harness_target.rs"
+printf '#!/bin/sh\n' >"$cdt/scripts/harness-cite.sh"
+printf '#!/bin/sh\ncase $1 in --known) ;; esac\n' >"$cdt/scripts/harness-opts.sh"
+printf '%s\n' '| file | tests |' '|---|---|' '| `engine/tests/harness_cite.rs` | `a_cited_test` |' '' \
+    'The harness cites `scripts/harness-cite.sh`,' '`scripts/harness-opts.sh --known`,' \
+    '`cargo test -p warpcore-engine --test harness_target`' "and \`$cd_var\`." >"$cdt/docs/harness-cite.md"
+(cd "$cdt" && git init -q && git add -A)
+cd_clean_out=$(scripts/check-docs.sh "$cdt" 2>&1)
+cd_clean=$?
+(cd "$cdt" && git mv scripts/harness-cite.sh scripts/harness-moved.sh &&
+    git mv engine/tests/harness_target.rs engine/tests/harness_targets.rs &&
+    sed -i 's/fn a_cited_test/fn a_renamed_test/; s|assert!.*|// '"$cd_var"' is read no more|' \
+        engine/tests/harness_cite.rs &&
+    sed -i 's/--known/--renamed/' scripts/harness-opts.sh && git add -A)
+cd_out=$(scripts/check-docs.sh "$cdt" 2>/dev/null)
+cd_bad=$?
+scripts/check-docs.sh "$work/bin" >/dev/null 2>&1
+cd_none=$?
+cd_want="docs/harness-cite.md:3: test: \`a_cited_test\` is no \`fn\` (nor module) in \`engine/tests/harness_cite.rs\`
+docs/harness-cite.md:5: path: \`scripts/harness-cite.sh\` does not exist (not tracked, not ignored)
+docs/harness-cite.md:6: option: \`scripts/harness-opts.sh\` takes no \`--known\`
+docs/harness-cite.md:7: cargo: no --test target \`harness_target\` in warpcore-engine
+docs/harness-cite.md:8: env: $cd_var: no script or source file reads it"
+if ((cd_clean != 0)) || ! grep -q '^check-docs: ok: ' <<<"$cd_clean_out"; then
+    bad "check-docs.sh fails stale citations" "the clean tree: exit $cd_clean: $(head -n 3 <<<"$cd_clean_out" | tr '\n' ' ')"
+elif ((cd_bad != 1)) || [[ $cd_out != "$cd_want" ]]; then
+    bad "check-docs.sh fails stale citations" "the drifted tree: exit $cd_bad, not the five findings: $(tr '\n' ';' <<<"$cd_out" | cut -c1-400)"
+elif ((cd_none != 2)); then
+    bad "check-docs.sh fails stale citations" "exit $cd_none outside a git work tree, not 2"
+else
+    ok "check-docs.sh fails stale citations" "clean: $(sed 's/^check-docs: ok: //; s/, all in the tree//' <<<"$cd_clean_out"); drifted: $(grep -o ': [a-z]*: ' <<<"$cd_out" | tr -d ': ' | tr '\n' ' ')named at their lines; exit 2 outside a work tree"
+fi
+
 if ((failed)); then
     echo "test-harness: $failed case(s) failed" >&2
     exit 1
