@@ -39,7 +39,7 @@
 #         like WARPCORE_SKIP_*): some tracked file that is not Markdown (and not this script)
 #         must name it on a line that is not a comment.
 #
-# Requirement IDs (MPA-7.1.2-16, DDP-7.2-3) are not checked: REQUIREMENTS.md lives beside the
+# Requirement IDs (MPA-7.1.2-16, DDP-7.1-12) are not checked: REQUIREMENTS.md lives beside the
 # repository, not in it, and a check must pass on a lone clone.
 #
 #   scripts/check-docs.sh           # the checkout this script lives in
