@@ -326,6 +326,7 @@ fn ddp_5_2_example_tagged() {
 /// The shape of a 64 KiB RDMA Write in the siw captures: ULPDU 1442 leaves 1428 payload
 /// octets per segment; ceil(65536 / 1428) = 46 segments, 45 × 1428 = 64260, so the last
 /// carries 1276 octets, a ULPDU of 1276 + 14 = 1290, and only it has L = 1 (DDP-4.1-3/4).
+/// DDP-4.2-6: every segment carries the STag the ULP supplied.
 #[test]
 fn siw_capture_shape_64k_write() {
     let data = vec![1u8; 65536];
@@ -676,6 +677,7 @@ fn err_tagged_invalid_stag() {
 }
 
 /// DDP-8.2-1/2: STag of another protection domain or stream → 0x1/0x02.
+/// DDP-4.2-5: the STag must be valid for the stream it arrives on.
 #[test]
 fn err_tagged_stag_not_associated() {
     let mem = ToyMem {
@@ -930,6 +932,7 @@ fn zero_length_tagged_skips_stag_and_to() {
 
 /// DDP-5.4-1/2/3: an untagged message is delivered at its L = 1 segment with length
 /// MO + length and its RsvdULP; segments may arrive in any MO order (DDP-5.3-3).
+/// DDP-5.4-3: delivery reports the message's RsvdULP.
 #[test]
 fn untagged_delivery_reports_length_once() {
     let mem = ToyMem::default();

@@ -29,6 +29,7 @@ fn untagged(qn: u32, msn: u32, mo: u32) -> DdpBuffer {
 
 /// WIRE-FORMATS §4.2, last-segment column: D+0 D+1 for every opcode, and the per-opcode
 /// facts of the table.
+/// RDMAP-4.1-5: each message kind uses its Figure 4 opcode.
 #[test]
 fn opcode_table_matches_wire_formats_4_2() {
     // (opcode, D+0 D+1, tagged, QN, header len, payload, solicited, invalidate)
@@ -431,6 +432,7 @@ fn vector_rtr_read_request_and_response() {
 
 /// WIRE-FORMATS §6.4: the "no matching RTR" Terminate (Layer 2, EType 0, code 7, no copied
 /// headers, QN 2, MSN 1, MO 0): RDMAP-4.8-*, RDMAP-5.4-2, MPA2-8.
+/// RDMAP-4.8-1: the Terminate header follows the DDP header.
 #[test]
 fn vector_terminate_no_matching_rtr() {
     let b = hex("41 47 00 00 00 00 00 00 00 02 00 00 00 01 00 00 00 00 20 07 00 00");
@@ -543,6 +545,7 @@ fn vector_mpa08_send() {
 }
 
 /// Send with Invalidate carries its STag in RsvdULP[8:39] (RDMAP-4.1-3).
+/// RDMAP-5.3-10: control octet and Invalidate STag both go to DDP.
 #[test]
 fn send_with_invalidate_stag() {
     let b = hex("41 44 DE AD BE EF 00 00 00 00 00 00 00 05 00 00 00 00 AA");
@@ -1191,6 +1194,7 @@ mod reads {
 
     /// RDMAP-4.4-2, RDMAP-5.2.2-1: the Read Response goes to SinkSTag/SinkTO, TO advancing
     /// per segment, L on the segment that completes RDMARDSZ.
+    /// RDMAP-5.2.2-6: every segment of a Read Response names the one sink STag.
     #[test]
     fn read_response_plan_segments() {
         let plan = handle_read_request(&req(3000, 0x1100), |stag| {
@@ -1231,6 +1235,7 @@ mod reads {
     }
 
     /// RDMAP-7.2-9..13 with the codes of WIRE-FORMATS §4.5.
+    /// RDMAP-7.2-10: a source STag not associated with the stream is refused.
     #[test]
     fn source_validation_error_mapping() {
         let cases: [(Result<AccessRegion, StagFault>, u32, u64, RdmapError); 7] = [
