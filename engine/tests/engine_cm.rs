@@ -84,6 +84,7 @@ fn rev_crc_marker_matrix() {
 }
 
 /// RFC 6581 §9.1: IRD/ORD are negotiated and reported on both sides.
+/// RDMAP-6.1-3: the negotiated ORD is made available to the ULP.
 #[test]
 fn ird_ord_negotiation_reported() {
     let mut p = Pair::default_pair();
@@ -505,6 +506,7 @@ fn mpa2_9_1_ird_ord_above_0x3fff_are_refused_not_taken_for_0x3fff() {
 
 /// Graceful close (RDMAP-06 §6): the send queue drains before FIN, both sides see
 /// Disconnected without reset, outstanding receives are flushed.
+/// DDP-6.2.1-2, DDP-6.2.1-5, DDP-3-11, DDP-3-12: posts after close fail; the FIN is answered.
 #[test]
 fn graceful_close_drains_then_fin() {
     let mut p = Pair::default_pair();

@@ -400,6 +400,7 @@ fn two_threads_waiting_on_one_channel_both_wake_for_two_events() {
 /// `DepthError` naming the depth, in the words `EngineConfig::validate` uses, by both
 /// constructors. `CompletionQueue::new(0)` used to give a queue of one entry, a depth above
 /// the limit aborted the process on allocation, and then `new` panicked on both.
+/// RDMAP-8.1.2-5: completion queue entries are allocated only within the set bounds.
 #[test]
 fn a_completion_queue_depth_out_of_range_is_refused_naming_it() {
     let ch = Arc::new(CompletionChannel::new().unwrap());

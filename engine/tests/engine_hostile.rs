@@ -362,6 +362,7 @@ fn read_req(msn: u32, src_stag: u32, src_to: u64, len: u32) -> Vec<u8> {
 }
 
 /// DDP-7.1-10: a Write to an unknown STag → 1/1/00.
+/// DDP-8.3-4: the invalid STag is reported to the local ULP as well.
 #[test]
 fn write_to_invalid_stag() {
     expect_terminate(
@@ -484,6 +485,7 @@ fn read_request_invalid_stag() {
 }
 
 /// RDMAP-6.1-2: more Read Requests than the negotiated IRD → 0/2/07 (siw's code).
+/// RDMAP-8.1.2-7: each stream's Read Request queue is its own, bounded by its IRD.
 #[test]
 fn read_requests_beyond_ird() {
     let reqs = |s| (1..=6).map(|m| read_req(m, s, 0, 8)).collect();
@@ -743,6 +745,7 @@ fn read_response(stag: u32, to: u64, last: bool, payload: &[u8]) -> Vec<u8> {
 
 /// RDMAP-5.2.2-3: a Read Response of the Read's STag, TO and length completes the Read
 /// with its octets (the reference for the refusals below).
+/// RDMAP-5.5-15: the delivered Read Response completes the Read.
 #[test]
 fn rdmap_5_2_2_a_matching_read_response_completes_the_read() {
     let w = world();

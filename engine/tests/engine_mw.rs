@@ -251,6 +251,7 @@ fn window_rights_are_its_own() {
 /// DDP-8.2-2, DDP-8.3.1-3, RDMAP-8.1.1-3: a type 2 window bound to one QP is refused on
 /// another stream of the same PD: a Write with DDP "STag not associated with the stream"
 /// (1/1/02), a Read with RDMAP 0/1/03. A type 1 window serves every stream of its PD.
+/// DDP-8.2-4: stream association (with PD association in mem_table).
 #[test]
 fn type2_window_bound_to_another_qp_is_refused() {
     let mut p = Pair::default_pair();

@@ -159,6 +159,7 @@ fn send_types_solicited_and_invalidate() {
 }
 
 /// DDP-5.2-9, RDMAP-5.2.1-13: zero-length Send, Write and Read all complete.
+/// RDMAP-5.3-9: the zero-length Send consumes B's posted receive.
 #[test]
 fn zero_length_operations() {
     let mut p = Pair::default_pair();
@@ -443,6 +444,7 @@ fn fpdus_are_placed_straight_from_the_frames() {
 /// acknowledgement, since a retransmission reads the buffer again (RDMAP-5.5-8: complete
 /// means the buffer may be reused); a small Write, copied into TCP's buffer, completes when
 /// queued, as before. While B does not run nothing acknowledges A's segments.
+/// RDMAP-5.5-7: no local completion before the LLP has the data.
 #[test]
 fn a_write_sent_from_registered_memory_completes_once_acknowledged() {
     let mut p = Pair::default_pair();

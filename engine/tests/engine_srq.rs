@@ -34,6 +34,7 @@ fn srq_rig(n: usize, depth: u32) -> (Pair, Arc<SharedRq>, Vec<(QpId, QpId)>) {
 /// Messages of several QPs, some of many segments, sent interleaved: each lands whole in
 /// the buffer its QP claimed, completes on that QP (`Completion::qp`) in the QP's order,
 /// and the queue's limit event fires when it runs low.
+/// DDP-8.3.2-7, RDMAP-8.1.2-8: per-QP attribution and the limit event detect over-use.
 #[test]
 fn several_qps_drain_one_queue() {
     let (mut p, srq, q) = srq_rig(3, 8);

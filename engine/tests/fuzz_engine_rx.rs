@@ -236,6 +236,7 @@ fn read_response_lands_in_our_sink() {
 }
 
 /// The peer's Terminate (RDMAP-5.4-5/7): reported, everything flushed, no Terminate back.
+/// RDMAP-5.4-4: the engine keeps a buffer for it; the application posts none.
 #[test]
 fn the_peers_terminate_flushes_everything() {
     let mut t = seg(Opcode::Terminate, StagPick::Garbage(0), ToPick::Raw(0), 0);

@@ -32,6 +32,7 @@ const RW: Access = Access::LOCAL_WRITE
     .union(Access::REMOTE_ATOMIC);
 
 /// GUIDE rule 6: after deregister + re-register of the same slot, the old STag is invalid.
+/// DDP-8.3-2, DDP-8.3.1-5: STags are made valid and revoked.
 #[test]
 fn stale_stag_after_reuse_of_the_same_slot_is_invalid() {
     // One slot: every registration reuses it.
@@ -99,6 +100,7 @@ fn double_deregister_and_unknown_stags_are_errors() {
 
 /// DDP-8.2-1, RDMAP-8.1.1-2: a stream of another PD cannot use the STag. The STag check
 /// comes first (siw's order), so a stale STag is invalid whatever the PD.
+/// DDP-8.2-4: protection-domain association.
 #[test]
 fn pd_mismatch_is_refused_after_the_stag_check() {
     let t = MrTable::new(4);
@@ -126,6 +128,7 @@ fn pd_mismatch_is_refused_after_the_stag_check() {
 
 /// RDMAP-8.1.1-6: every combination of registered rights against every combination of
 /// required rights; and `ibv_reg_mr`'s rule that remote write/atomic need local write.
+/// DDP-8.3.1-6: read/write remote access granted per STag.
 #[test]
 fn every_access_flag_is_enforced() {
     let t = MrTable::new(64);

@@ -37,7 +37,9 @@ impl UntaggedBuffers for UntaggedView {
     fn buffer_len(&self, q: u32, _msn: u32) -> Option<u64> {
         match q {
             qn::SEND => self.rq_head_len,
+            // RDMAP-5.2.1-2: each Read Request takes one of these (IRD bounds them).
             qn::READ_REQUEST => Some(64),
+            // RDMAP-5.4-4: a Terminate always finds its buffer.
             qn::TERMINATE => Some(TERMINATE_SEGMENT_MAX_LEN as u64),
             // The requester keeps room for every outstanding response: ORD bounds them (EXT-5.2.2-4).
             qn::ATOMIC_RESPONSE if self.rfc7306 => Some(64),
