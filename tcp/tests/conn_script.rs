@@ -2098,10 +2098,14 @@ fn rfc5961_4_2_a_syn_outside_the_window_draws_a_limited_challenge_ack() {
 /// RFC 9293 3.10.7.4 first check, all four rows of the acceptability table: a segment
 /// outside RCV.NXT..RCV.NXT+RCV.WND (data or not, window open or shut) moves nothing and is
 /// answered with <SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>; the acceptable ones are taken.
+/// Every unacceptable segment here is answered: the limit on ACKs for those without data
+/// (`oow_ack_interval`, pinned by the tests after `rfc5961_7_...`) is off, as this test is
+/// about which segments the table refuses, within a few milliseconds.
 #[test]
 fn rfc9293_3_10_7_4_unacceptable_segments_move_nothing_and_draw_an_ack() {
     let mut config = cfg();
     config.rx_buffer = 4096;
+    config.oow_ack_interval = Duration::ZERO;
     let mut c = established(config, true);
     let wnd = 4096usize;
     // Open window, no data: SEG.SEQ below RCV.NXT or at the right edge is unacceptable.
@@ -2303,4 +2307,154 @@ fn rfc2018_3_four_sack_blocks_from_the_wire_keep_the_first_three() {
     assert!(out
         .iter()
         .any(|(_, o)| o.seq == ISS + 1 && !o.payload.is_empty()));
+}
+
+// ------------------------------------------------------------------ ACK loops
+// RFC 9293 3.10.7.4 answers every unacceptable segment with an ACK and RFC 5961 5.2 every
+// ACK outside SND.UNA - MAX.SND.WND ..= SND.NXT; RFC 5961 7 limits only challenge ACKs. So
+// two endpoints out of step (each segment of one outside the other's window), or a forger
+// reflecting off us, could trade such ACKs for ever. As Linux (`tcp_oow_rate_limited`,
+// sysctl `tcp_invalid_ratelimit`, 500 ms): an ACK answering a segment without data outside
+// the window, or an ACK outside 5.2's range, goes at most once per
+// `ConnConfig::oow_ack_interval`; data outside the window is still answered every time.
+
+/// A burst of pure ACKs outside the window (old ones, and ones past its right edge) draws
+/// one ACK per `oow_ack_interval` (500 ms), not one each; the rest are counted.
+#[test]
+fn rfc9293_3_10_7_4_out_of_window_pure_acks_draw_one_ack_per_interval() {
+    let mut c = established(cfg(), true);
+    assert_eq!(cfg().oow_ack_interval, Duration::from_millis(500));
+    let wnd = cfg().rx_buffer;
+    let mut acks = Vec::new();
+    for i in 0..20usize {
+        let seq = if i % 2 == 0 { PISS } else { PISS + 1 + wnd + i };
+        c.handle_segment(ms(2), &seg(TcpControl::None, seq, Some(ISS + 1), &[]));
+        acks.extend(drain(&mut c, ms(2)));
+    }
+    assert_eq!(acks.len(), 1, "one ACK for the burst: {acks:?}");
+    assert_eq!((acks[0].seq, acks[0].ack), (ISS + 1, Some(PISS + 1)));
+    assert_eq!(c.stats().oow_acks_suppressed, 19);
+    assert_eq!(
+        c.stats().duplicates,
+        20,
+        "each is still counted as unacceptable"
+    );
+    // Within the interval: none; from its end on: the next one is answered.
+    c.handle_segment(ms(501), &seg(TcpControl::None, PISS, Some(ISS + 1), &[]));
+    assert!(drain(&mut c, ms(501)).is_empty());
+    c.handle_segment(ms(502), &seg(TcpControl::None, PISS, Some(ISS + 1), &[]));
+    assert_eq!(drain(&mut c, ms(502)).len(), 1, "500 ms after the last one");
+    c.handle_segment(ms(700), &seg(TcpControl::None, PISS, Some(ISS + 1), &[]));
+    assert!(drain(&mut c, ms(700)).is_empty());
+    assert_eq!(c.stats().oow_acks_suppressed, 21);
+    // The connection is as it was: in-order data is taken and acknowledged.
+    c.handle_segment(ms(701), &data(0, b"abc", ISS + 1));
+    assert_eq!(c.recv_queue(), 3);
+    assert_eq!(drain(&mut c, ms(701)).last().unwrap().ack, Some(PISS + 4));
+}
+
+/// Linux: "Data packets without SYNs are not likely part of an ACK loop". Data (or a FIN)
+/// outside the window draws its ACK every time (RFC 9293 3.10.7.4), even while pure ACKs
+/// outside it are being held back, and duplicate ACKs for in-window out-of-order data
+/// (RFC 5681 4.2) go one per segment as before.
+#[test]
+fn rfc9293_3_10_7_4_out_of_window_data_still_draws_an_ack_each() {
+    let mut c = established(cfg(), true);
+    c.handle_segment(ms(2), &data(0, b"abcdef", ISS + 1));
+    assert_eq!(drain(&mut c, ms(2)).last().unwrap().ack, Some(PISS + 7));
+    let mut acks = Vec::new();
+    for _ in 0..5 {
+        // An old pure ACK (limited), then octets received before, then an old FIN.
+        c.handle_segment(ms(3), &seg(TcpControl::None, PISS, Some(ISS + 1), &[]));
+        acks.push(drain(&mut c, ms(3)).len());
+        c.handle_segment(ms(3), &data(0, b"abc", ISS + 1));
+        acks.push(drain(&mut c, ms(3)).len());
+        c.handle_segment(ms(3), &seg(TcpControl::Fin, PISS + 2, Some(ISS + 1), &[]));
+        acks.push(drain(&mut c, ms(3)).len());
+    }
+    assert_eq!(
+        acks,
+        [1, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1],
+        "pure ACK, data, FIN: only the pure ACKs after the first go unanswered"
+    );
+    assert_eq!(c.stats().oow_acks_suppressed, 4);
+    assert_eq!(c.recv_queue(), 6, "nothing taken twice");
+    // Out-of-order data in the window: one duplicate ACK per segment.
+    for k in 0..4usize {
+        c.handle_segment(ms(4), &data(100 + 10 * k, &[7; 5], ISS + 1));
+        let out = drain(&mut c, ms(4));
+        assert_eq!(out.len(), 1, "segment {k}");
+        assert_eq!(out[0].ack, Some(PISS + 7));
+    }
+    assert_eq!(c.stats().oow_acks_suppressed, 4);
+}
+
+/// RFC 5961 5.2: SEG.ACK above SND.NXT or below SND.UNA - MAX.SND.WND drops the segment and
+/// draws an ACK, at most one per interval whether or not the segment carries data (Linux
+/// answers a too old ACK with `tcp_send_challenge_ack`, under `__tcp_oow_rate_limited`),
+/// as its data is never taken. The interval is shared with the first check's ACKs.
+#[test]
+fn rfc5961_5_2_acks_outside_the_range_draw_one_ack_per_interval() {
+    let mut c = established(cfg(), true);
+    let mut acks = Vec::new();
+    for i in 0..10u32 {
+        let ack = if i % 2 == 0 {
+            ISS + 1 + 100_000
+        } else {
+            ISS + 1 - 70_000
+        };
+        c.handle_segment(ms(2), &data(0, b"abc", ack));
+        acks.extend(drain(&mut c, ms(2)));
+        c.handle_segment(ms(2), &seg(TcpControl::None, PISS + 1, Some(ack), &[]));
+        acks.extend(drain(&mut c, ms(2)));
+    }
+    assert_eq!(acks.len(), 1, "{acks:?}");
+    assert_eq!(acks[0].ack, Some(PISS + 1));
+    assert_eq!(c.recv_queue(), 0, "no data taken");
+    assert_eq!(c.stats().oow_acks_suppressed, 19);
+    // Shared with the first check: an old pure ACK within the interval is not answered.
+    c.handle_segment(ms(300), &seg(TcpControl::None, PISS, Some(ISS + 1), &[]));
+    assert!(drain(&mut c, ms(300)).is_empty());
+    c.handle_segment(ms(502), &data(0, b"abc", ISS + 1 + 100_000));
+    assert_eq!(drain(&mut c, ms(502)).len(), 1);
+}
+
+/// RFC 7323 5.3: a segment PAWS rejects draws an ACK; one without data at most once per
+/// interval (Linux: the same `tcp_oow_rate_limited`, `TCPACKSkippedPAWS`), one with data
+/// every time.
+#[test]
+fn rfc7323_5_3_paws_rejected_pure_acks_draw_one_ack_per_interval() {
+    let mut c = established(cfg(), false);
+    let mut s = data(0, b"new", ISS + 1);
+    s.timestamp = Some(TcpTimestampRepr {
+        tsval: 100,
+        tsecr: 0,
+    });
+    c.handle_segment(ms(2), &s);
+    drain(&mut c, ms(2));
+    let old = TcpTimestampRepr {
+        tsval: 50,
+        tsecr: 0,
+    };
+    let mut acks = 0;
+    for _ in 0..6 {
+        let mut p = seg(TcpControl::None, PISS + 4, Some(ISS + 1), &[]);
+        p.timestamp = Some(old);
+        c.handle_segment(ms(3), &p);
+        acks += drain(&mut c, ms(3)).len();
+    }
+    assert_eq!(acks, 1);
+    assert_eq!(c.stats().paws_dropped, 6);
+    assert_eq!(c.stats().oow_acks_suppressed, 5);
+    let mut d = data(3, b"old", ISS + 1);
+    d.timestamp = Some(old);
+    for _ in 0..3 {
+        c.handle_segment(ms(3), &d);
+        assert_eq!(
+            drain(&mut c, ms(3)).len(),
+            1,
+            "data PAWS rejects is answered"
+        );
+    }
+    assert_eq!(c.recv_queue(), 3);
 }

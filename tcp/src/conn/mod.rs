@@ -102,6 +102,15 @@ pub struct ConnConfig {
     pub timestamps: bool,
     /// Offer window scaling (RFC 7323).
     pub window_scale: bool,
+    /// The least time between two ACKs sent in answer to segments outside the window that
+    /// carry no data (pure ACKs and SYNs, also those PAWS rejects) or to ACKs outside
+    /// RFC 5961 5.2's range: those between are not sent (counted in
+    /// [`ConnStats::oow_acks_suppressed`]), so two endpoints out of step, or a reflector's
+    /// forged segments, cannot trade ACKs without end. Linux's `tcp_invalid_ratelimit`
+    /// (`tcp_oow_rate_limited`), 500 ms by default as there; zero sends every one. An out
+    /// of window segment with data (or a FIN) is always answered (RFC 9293 3.10.7.4), and
+    /// duplicate ACKs for in-window data (RFC 5681 4.2) are not limited.
+    pub oow_ack_interval: Duration,
     /// Loss recovery and congestion control.
     pub recovery: RecoveryConfig,
 }
@@ -120,6 +129,7 @@ impl Default for ConnConfig {
             sack: true,
             timestamps: true,
             window_scale: true,
+            oow_ack_interval: Duration::from_millis(500),
             recovery: RecoveryConfig::default(),
         }
     }
@@ -182,6 +192,10 @@ pub struct ConnStats {
     pub duplicates: u64,
     /// Challenge ACKs sent (RFC 5961).
     pub challenge_acks: u64,
+    /// ACKs not sent in answer to segments outside the window without data or to ACKs
+    /// outside RFC 5961 5.2's range, within [`ConnConfig::oow_ack_interval`] of the last
+    /// one sent (Linux's `TCPACKSkippedSeq`, `..PAWS` and `..Challenge`).
+    pub oow_acks_suppressed: u64,
     /// Segments dropped by PAWS.
     pub paws_dropped: u64,
     /// Segments dropped for carrying no timestamp option where both SYNs negotiated
@@ -542,6 +556,8 @@ pub struct Connection {
     last_heard: Instant,
     challenge_window: Instant,
     challenges: u32,
+    /// When the last ACK limited by [`ConnConfig::oow_ack_interval`] was sent.
+    last_oow_ack: Option<Instant>,
     rec: Recovery,
     events: u8,
     finished: bool,
@@ -619,6 +635,7 @@ impl Connection {
             last_heard: now,
             challenge_window: now,
             challenges: 0,
+            last_oow_ack: None,
             rec: Recovery::new(&cfg.recovery, smss, now),
             events: 0,
             finished: false,
@@ -1270,6 +1287,26 @@ impl Connection {
         }
     }
 
+    /// Owes the ACK that answers a segment outside the window (RFC 9293 3.10.7.4 first
+    /// check, or one PAWS rejects) or an ACK outside RFC 5961 5.2's range, unless one such
+    /// ACK went less than [`ConnConfig::oow_ack_interval`] ago and `limited` (as Linux's
+    /// `__tcp_oow_rate_limited`): two endpoints out of step (or a forger reflecting off
+    /// us) would otherwise answer each other's ACKs with ACKs for ever. RFC 5961 7 bounds
+    /// only challenge ACKs; the RFCs' "an acknowledgment should be sent in reply" is kept
+    /// for the first of each interval.
+    fn oow_ack(&mut self, now: Instant, limited: bool) {
+        if limited {
+            if let Some(last) = self.last_oow_ack {
+                if now >= last && now - last < self.cfg.oow_ack_interval {
+                    self.stats.oow_acks_suppressed += 1;
+                    return;
+                }
+            }
+            self.last_oow_ack = Some(now);
+        }
+        self.ack_now = true;
+    }
+
     /// RFC 9293 3.10.7.4 for every state past SYN-SENT.
     fn on_synchronized(
         &mut self,
@@ -1334,13 +1371,18 @@ impl Connection {
             self.stats.ts_missing_dropped += 1;
             return;
         }
+        // Linux's `tcp_oow_rate_limited`: "Data packets without SYNs are not likely part of
+        // an ACK loop". A FIN counts as data (it takes sequence space), a SYN does not.
+        let no_data = seg_len == 0 || seg.control == TcpControl::Syn;
         // PAWS (RFC 7323 5.3), before anything else but RST.
         if self.ts_ok && seg.control != TcpControl::Rst {
             if let Some(ts) = seg.timestamp {
                 let stale = now - self.ts_recent_at > TS_STALE;
                 if !stale && (ts.tsval.wrapping_sub(self.ts_recent) as i32) < 0 {
                     self.stats.paws_dropped += 1;
-                    self.ack_now = true;
+                    // RFC 7323 5.3's ACK, limited as the first check's (Linux: the same
+                    // `tcp_oow_rate_limited`, `TCPACKSkippedPAWS`).
+                    self.oow_ack(now, no_data);
                     if rel < 0 && !seg.payload.is_empty() {
                         // Octets received before, most often a segment the network held
                         // back past its retransmission (which moved TS.Recent on): the
@@ -1376,8 +1418,11 @@ impl Connection {
             if seg.control != TcpControl::Rst {
                 self.stats.duplicates += 1;
                 // An old FIN or segment: our ACK tells the peer where we are; one for
-                // each duplicate that occupies sequence space (RFC 5681 4.2).
-                self.ack_now = true;
+                // each duplicate that occupies sequence space (RFC 5681 4.2). One without
+                // (a pure ACK) is answered at most once per `oow_ack_interval`: two
+                // endpoints out of step would trade such ACKs for ever (Linux's
+                // `tcp_validate_incoming`).
+                self.oow_ack(now, no_data);
                 self.quick_ack |= seg_len > 0;
                 if end_rel < 0 && !seg.payload.is_empty() {
                     // Octets all received before: reported as a D-SACK block.
@@ -1422,13 +1467,13 @@ impl Connection {
                 return;
             }
         }
-        // RFC 5961 5.2: SND.UNA - MAX.SND.WND <= SEG.ACK <= SND.NXT.
-        if ack > self.snd_nxt {
-            self.ack_now = true;
-            return;
-        }
-        if seq_diff(self.snd_una, ack) > self.max_snd_wnd.max(1) as i64 {
-            self.ack_now = true;
+        // RFC 5961 5.2: SND.UNA - MAX.SND.WND <= SEG.ACK <= SND.NXT. Outside it the segment
+        // is dropped and an ACK sent, at most one per `oow_ack_interval` whether or not it
+        // carried data (Linux answers a too old ACK with `tcp_send_challenge_ack`, limited
+        // by `__tcp_oow_rate_limited` alone): its data is never taken, so answering every
+        // copy only reflects a forger's flood.
+        if ack > self.snd_nxt || seq_diff(self.snd_una, ack) > self.max_snd_wnd.max(1) as i64 {
+            self.oow_ack(now, true);
             return;
         }
         // Timestamp bookkeeping (RFC 7323 4.3 (2)): TS.Recent takes SEG.TSval if it is not
