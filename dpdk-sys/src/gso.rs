@@ -44,14 +44,22 @@ impl Gso {
     /// Cuts `pkt` (which must ask for TSO) into segments and returns a copy of each (the
     /// segments librte_gso builds share `pkt`'s buffers, so they never leave this call).
     /// A packet that fits one frame comes back whole. Refused with [`Error::Gso`], before
-    /// librte_gso sees it, when `pkt` does not ask for TSO, when its IPv4 or TCP header
-    /// length (in its offload word) is under 20 octets, or when its headers are not all in
-    /// its first segment, do not fit one of the pool's mbufs or leave no payload in a frame
-    /// of the context's size.
+    /// librte_gso sees it, when `pkt` does not ask for TSO, when its header is shared with
+    /// another owner (a reference count above 1: librte_gso clears its TSO flag), when its
+    /// IPv4 or TCP header length (in its offload word) is under 20 octets, or when its
+    /// headers are not all in its first segment, do not fit one of the pool's mbufs or leave
+    /// no payload in a frame of the context's size.
     pub fn segment(&self, pkt: Mbuf) -> Result<Vec<Vec<u8>>, Error> {
         let refuse = |why: String| Err(Error::Gso { reason: why });
         if pkt.tx_tso_segsz().is_none() {
             return refuse("the packet does not ask for TSO".into());
+        }
+        // librte_gso clears the packet's TSO flag (RTE_MBUF_F_TX_TCP_SEG) when it cuts it:
+        // a header shared with another owner (a reference count above 1) is not ours to
+        // change.
+        // SAFETY: the first segment of the chain pkt owns.
+        if let Err(e) = unsafe { crate::mbuf::header_owner(pkt.as_raw()) } {
+            return refuse(format!("the packet's header is shared: {e}"));
         }
         let (l2, l3, l4) = pkt.tx_header_lens();
         // librte_gso rewrites the IPv4 total length and identification and the TCP sequence

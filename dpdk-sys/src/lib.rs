@@ -19,7 +19,11 @@
 //!   ([`Mbuf::check_tx_offload`]). Its bytes are written ([`Mbuf::data_mut`],
 //!   [`Mbuf::append`]) only where it is the sole owner of a direct buffer; a received mbuf
 //!   a driver shares with others (a clone, an external buffer, a raised reference count) is
-//!   refused with [`MbufShared`] rather than written under another packet's reader.
+//!   refused with [`MbufShared`] rather than written under another packet's reader. Its
+//!   header (lengths, data offset, next segment, offload flags and word) is changed
+//!   ([`Mbuf::adj`], [`Mbuf::chain`], [`Mbuf::set_tx_tso`], [`Mbuf::set_tx_checksum_offload`],
+//!   [`Mbuf::append`], [`Gso::segment`]) only where its reference count is 1: a received
+//!   `rte_mbuf` owned twice is refused ([`AdjError`], [`ChainRefused`], [`TxOffloadError`]).
 //! * A [`Port`] is configured, started and stopped through its handle; its [`RxQueue`] and
 //!   [`TxQueue`] handles are unique (one owner per queue, as DPDK's lock-free bursts require)
 //!   and keep the device open until the last of them is dropped. Safe code cannot break
@@ -55,7 +59,8 @@ pub use eal::{Eal, EalBuilder};
 pub use error::Error;
 pub use gso::Gso;
 pub use mbuf::{
-    Mbuf, MbufShared, RxChecksum, TxChecksumOffload, TxOffloadField, TxOffloadLenError, TxTso,
+    AdjError, ChainError, ChainRefused, Mbuf, MbufShared, RxChecksum, TxChecksumOffload,
+    TxOffloadError, TxOffloadField, TxOffloadLenError, TxTso,
 };
 pub use mempool::Mempool;
 pub use pcapng::{Direction, PcapngWriter};

@@ -176,16 +176,94 @@ unsafe fn sole_owner(m: *mut ffi::rte_mbuf) -> Result<(), MbufShared> {
     if flags & ffi::RTE_MBUF_F_EXTERNAL != 0 {
         return Err(MbufShared::External);
     }
-    // SAFETY: refcnt is a naturally aligned u16 of a valid mbuf which DPDK only reads and
-    // changes with atomic operations (rte_mbuf_refcnt_read/update/set), so an atomic load
-    // is the right access. Acquire: when the last other holder has just let go (an indirect
-    // mbuf detached), its accesses to the buffer happen before the writes we then allow.
+    // SAFETY: as this function's contract.
+    unsafe { header_owner(m) }
+}
+
+/// Whether segment `m`'s header (`rte_mbuf`: lengths, data offset, next segment, offload
+/// flags and word) is this `Mbuf`'s alone to change: a reference count of 1. Above 1 the
+/// same `rte_mbuf` may have a second owner (a packet a ring port's producer sent to two
+/// ports with its count raised, delivered to us and still held there), which reads the
+/// header while we would change it (or an indirect mbuf is attached to its buffer: we cannot
+/// tell the two apart, and refuse both). An indirect or external segment's header is its
+/// own: only its buffer is shared ([`sole_owner`]).
+///
+/// One atomic load (on x86-64 a plain `mov` of the mbuf's first cache line, which the
+/// header change touches anyway) and a compare.
+///
+/// # Safety
+/// `m` must point at a valid mbuf segment of a chain the caller owns.
+#[inline(always)]
+pub(crate) unsafe fn header_owner(m: *mut ffi::rte_mbuf) -> Result<(), MbufShared> {
+    // SAFETY: refcnt is a naturally aligned u16 of a valid mbuf (the caller's contract)
+    // which DPDK only reads and changes with atomic operations (rte_mbuf_refcnt_read/
+    // update/set), so an atomic load is the right access. Acquire: when the last other
+    // holder has just let go (an indirect mbuf detached, a second owner freed its
+    // reference), its accesses to the buffer and header happen before the writes we then
+    // allow.
     let refcnt =
         unsafe { AtomicU16::from_ptr(std::ptr::addr_of_mut!((*m).refcnt)) }.load(Ordering::Acquire);
     if refcnt != 1 {
         return Err(MbufShared::Referenced { refcnt });
     }
     Ok(())
+}
+
+/// Why [`Mbuf::adj`] changed nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AdjError {
+    /// The first segment's header is not this `Mbuf`'s alone ([`MbufShared::Referenced`]):
+    /// moving its data start would move another owner's packet.
+    #[error("cannot remove octets from the packet's start: {0}")]
+    Shared(MbufShared),
+    /// The first segment holds fewer octets than asked to remove.
+    #[error("cannot remove {len} octets from a first segment of {data_len}")]
+    TooLong {
+        /// Octets asked to remove.
+        len: usize,
+        /// Octets in the first segment.
+        data_len: usize,
+    },
+}
+
+/// Why [`Mbuf::chain`] changed nothing (see [`ChainRefused`], which gives the tail back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ChainError {
+    /// The head's first or last segment header is not this `Mbuf`'s alone
+    /// ([`MbufShared::Referenced`]): chaining changes its length and segment count (first)
+    /// and its next pointer (last) under another owner.
+    #[error("the head is shared: {0}")]
+    HeadShared(MbufShared),
+    /// The tail's first segment header is not the tail's alone: chaining changes its
+    /// packet length, and its other owner would find our segments after its packet.
+    #[error("the tail is shared: {0}")]
+    TailShared(MbufShared),
+    /// The chain would exceed DPDK's segment limit (`RTE_MBUF_MAX_NB_SEGS`).
+    #[error("the chain would exceed DPDK's segment limit")]
+    TooManySegments,
+}
+
+/// [`Mbuf::chain`] refused: why, and the tail, unchanged, back to its owner.
+#[derive(Debug, thiserror::Error)]
+#[error("chaining refused: {reason}")]
+pub struct ChainRefused {
+    /// Why.
+    pub reason: ChainError,
+    /// The packet that was to be appended, as it was.
+    pub tail: Mbuf,
+}
+
+/// Why [`Mbuf::set_tx_checksum_offload`] or [`Mbuf::set_tx_tso`] changed nothing. Small
+/// and `Copy`: the setters are on the transmit path of every frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TxOffloadError {
+    /// A header length does not fit the offload word.
+    #[error(transparent)]
+    Len(#[from] TxOffloadLenError),
+    /// The first segment's header is not this `Mbuf`'s alone ([`MbufShared::Referenced`]):
+    /// its offload flags and word are another owner's too.
+    #[error("cannot set transmit offloads: {0}")]
+    Shared(#[from] MbufShared),
 }
 
 /// The largest `l2_len` (7 bits) and `l3_len` (9 bits) of the offload word.
@@ -350,16 +428,36 @@ impl Mbuf {
 
     /// Bytes [`Mbuf::append`] can add after the data of the last segment: those free in its
     /// buffer, or 0 when the buffer is not this packet's alone ([`MbufShared`]), as writing
-    /// there could overwrite bytes another holder reads.
+    /// there could overwrite bytes another holder reads, or when the first segment's header
+    /// is shared ([`MbufShared::Referenced`]), whose packet length an append changes.
     pub fn tailroom(&self) -> usize {
         let last = self.last_seg();
         // SAFETY: last is a segment of the chain self owns.
-        if unsafe { sole_owner(last) }.is_err() {
+        if unsafe { self.appendable(last) }.is_err() {
             return 0;
         }
         // SAFETY: as above.
         let last = unsafe { &*last };
         last.buf_len as usize - last.data_off as usize - last.data_len as usize
+    }
+
+    /// Whether [`Mbuf::append`] may grow `last`: its buffer is its alone ([`sole_owner`])
+    /// and the first segment's header, whose packet length grows, is ours alone
+    /// ([`header_owner`]; for a single segment the first check read its count already).
+    ///
+    /// # Safety
+    /// `last` must be the last segment of the chain self owns.
+    #[inline(always)]
+    unsafe fn appendable(&self, last: *mut ffi::rte_mbuf) -> Result<(), MbufShared> {
+        let first = self.raw.as_ptr();
+        // SAFETY: last and first are segments of the chain self owns.
+        unsafe {
+            sole_owner(last)?;
+            if last != first {
+                header_owner(first)?;
+            }
+        }
+        Ok(())
     }
 
     fn last_seg(&self) -> *mut ffi::rte_mbuf {
@@ -450,12 +548,13 @@ impl Mbuf {
     /// Grows the last segment by `len` bytes and returns them; `None` if the tailroom is too
     /// small (the packet is unchanged then), which it always is for a last segment whose
     /// buffer is not this packet's alone ([`Mbuf::tailroom`] is 0 then: the bytes past its
-    /// data may be another holder's data). The bytes are not zeroed: they hold what an
-    /// earlier packet left in the buffer, so write all of them.
+    /// data may be another holder's data) or a first segment whose header is shared (its
+    /// packet length grows). The bytes are not zeroed: they hold what an earlier packet
+    /// left in the buffer, so write all of them.
     pub fn append(&mut self, len: usize) -> Option<&mut [u8]> {
         let len16 = u16::try_from(len).ok()?;
         // SAFETY: the last segment of the chain self owns.
-        unsafe { sole_owner(self.last_seg()) }.ok()?;
+        unsafe { self.appendable(self.last_seg()) }.ok()?;
         // SAFETY: self owns the chain; rte_pktmbuf_append returns NULL (changing nothing) or a
         // pointer to `len` fresh bytes at the end of the last segment.
         let p = unsafe { ffi::wc_pktmbuf_append(self.raw.as_ptr(), len16) };
@@ -468,40 +567,69 @@ impl Mbuf {
         Some(unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len) })
     }
 
-    /// Appends `tail` (a whole packet) as further segments. Fails, giving `tail` back, when
-    /// the chain would exceed DPDK's segment limit.
-    pub fn chain(&mut self, tail: Mbuf) -> Result<(), Mbuf> {
+    /// Appends `tail` (a whole packet) as further segments. Refused, changing nothing and
+    /// giving `tail` back ([`ChainRefused`]), when the chain would exceed DPDK's segment
+    /// limit, or when a header it changes is shared with another owner
+    /// ([`MbufShared::Referenced`]): the head's first segment (packet length, segment
+    /// count), its last (next pointer) and the tail's first (packet length).
+    pub fn chain(&mut self, tail: Mbuf) -> Result<(), ChainRefused> {
+        let refuse = |reason, tail| Err(ChainRefused { reason, tail });
+        let (first, last) = (self.raw.as_ptr(), self.last_seg());
+        // SAFETY: the first and last segments of the chain self owns.
+        if let Err(e) = unsafe { header_owner(first).and_then(|()| header_owner(last)) } {
+            return refuse(ChainError::HeadShared(e), tail);
+        }
+        // SAFETY: the first segment of the chain tail owns.
+        if let Err(e) = unsafe { header_owner(tail.raw.as_ptr()) } {
+            return refuse(ChainError::TailShared(e), tail);
+        }
         let t = tail.raw;
-        // SAFETY: both chains are owned; on success the head owns the tail's segments.
+        // SAFETY: both chains are owned, and their headers that change are theirs alone
+        // (checked above); on success the head owns the tail's segments.
         let ret = unsafe { ffi::wc_pktmbuf_chain(self.raw.as_ptr(), t.as_ptr()) };
         if ret == 0 {
             std::mem::forget(tail);
             Ok(())
         } else {
-            Err(tail)
+            refuse(ChainError::TooManySegments, tail)
         }
     }
 
     /// Removes `len` bytes from the start of the packet (they must all be in the first
-    /// segment). Returns false, changing nothing, when the first segment is shorter.
-    pub fn adj(&mut self, len: usize) -> bool {
-        let Ok(len16) = u16::try_from(len) else {
-            return false;
+    /// segment). Refused, changing nothing, when the first segment is shorter
+    /// ([`AdjError::TooLong`]) or its header is shared with another owner
+    /// ([`AdjError::Shared`]), whose packet would lose its start too.
+    pub fn adj(&mut self, len: usize) -> Result<(), AdjError> {
+        // SAFETY: the first segment of the chain self owns.
+        unsafe { header_owner(self.raw.as_ptr()) }.map_err(AdjError::Shared)?;
+        let too_long = AdjError::TooLong {
+            len,
+            data_len: self.data_len(),
         };
-        // SAFETY: self owns the chain; rte_pktmbuf_adj returns NULL (changing nothing) when
-        // len exceeds the first segment's data, else moves its start and shortens the packet.
+        let len16 = u16::try_from(len).map_err(|_| too_long)?;
+        // SAFETY: self owns the chain and its first header alone (checked above);
+        // rte_pktmbuf_adj returns NULL (changing nothing) when len exceeds the first
+        // segment's data, else moves its start and shortens the packet.
         let p = unsafe { ffi::wc_pktmbuf_adj(self.raw.as_ptr(), len16) };
-        !p.is_null()
+        if p.is_null() {
+            return Err(too_long);
+        }
+        Ok(())
     }
 
     /// Asks the port to cut the packet into TCP segments ([`TxTso`]); the IPv4 and TCP
     /// checksums are then the port's too. Refused, changing nothing, when `l2_len` or
-    /// `l3_len` does not fit its field of the offload word ([`TxOffloadLenError`]; before,
-    /// only its low bits were stored, and the port wrote the headers at the wrong offsets).
+    /// `l3_len` does not fit its field of the offload word ([`TxOffloadError::Len`]; before,
+    /// only its low bits were stored, and the port wrote the headers at the wrong offsets),
+    /// or when the first segment's header is shared with another owner
+    /// ([`TxOffloadError::Shared`]).
     #[inline]
-    pub fn set_tx_tso(&mut self, t: TxTso) -> Result<(), TxOffloadLenError> {
+    pub fn set_tx_tso(&mut self, t: TxTso) -> Result<(), TxOffloadError> {
         let l2_l3 = tx_offload_l2_l3(t.l2_len, t.l3_len)?;
-        // SAFETY: exclusive access through &mut self; ol_flags and tx_offload are plain data.
+        // SAFETY: the first segment of the chain self owns.
+        unsafe { header_owner(self.raw.as_ptr()) }?;
+        // SAFETY: exclusive access through &mut self, and the header is this Mbuf's alone
+        // (checked above); ol_flags and tx_offload are plain data.
         let m = unsafe { self.raw.as_mut() };
         m.ol_flags |= ffi::RTE_MBUF_F_TX_IPV4
             | ffi::RTE_MBUF_F_TX_IP_CKSUM
@@ -621,15 +749,16 @@ impl Mbuf {
 
     /// Asks the port to compute checksums on transmit (see [`TxChecksumOffload`]). Refused,
     /// changing nothing, when `l2_len` or `l3_len` does not fit its field of the offload
-    /// word ([`TxOffloadLenError`]; before, only its low bits were stored, and the port
-    /// filled the checksums at the wrong offsets).
+    /// word ([`TxOffloadError::Len`]; before, only its low bits were stored, and the port
+    /// filled the checksums at the wrong offsets), or when the first segment's header is
+    /// shared with another owner ([`TxOffloadError::Shared`]).
     #[inline]
-    pub fn set_tx_checksum_offload(
-        &mut self,
-        o: TxChecksumOffload,
-    ) -> Result<(), TxOffloadLenError> {
+    pub fn set_tx_checksum_offload(&mut self, o: TxChecksumOffload) -> Result<(), TxOffloadError> {
         let l2_l3 = tx_offload_l2_l3(o.l2_len, o.l3_len)?;
-        // SAFETY: exclusive access through &mut self; tx_offload is plain data.
+        // SAFETY: the first segment of the chain self owns.
+        unsafe { header_owner(self.raw.as_ptr()) }?;
+        // SAFETY: exclusive access through &mut self, and the header is this Mbuf's alone
+        // (checked above); ol_flags and tx_offload are plain data.
         let m = unsafe { self.raw.as_mut() };
         let mut flags = 0u64;
         if o.ipv4 || o.tcp {
@@ -669,6 +798,122 @@ mod tests {
 
     extern "C" fn ext_free(_addr: *mut std::ffi::c_void, _opaque: *mut std::ffi::c_void) {
         EXT_FREED.store(true, Ordering::SeqCst);
+    }
+
+    const SHARED2: MbufShared = MbufShared::Referenced { refcnt: 2 };
+
+    /// What the header of the first segment says: data offset, lengths, segment count,
+    /// offload flags and the offload word's header lengths.
+    fn header(m: &Mbuf) -> (u16, usize, usize, u16, u64, (usize, usize, usize)) {
+        (
+            m.seg().data_off,
+            m.data_len(),
+            m.pkt_len(),
+            m.nb_segs(),
+            m.ol_flags(),
+            m.tx_header_lens(),
+        )
+    }
+
+    /// One `rte_mbuf` owned twice (its reference count raised, as a ring port delivers a
+    /// packet its producer also sent elsewhere): every method that changes the header
+    /// (`adj`, `chain` as head or tail, `set_tx_tso`, `set_tx_checksum_offload`, `append`,
+    /// and `Gso::segment`, which clears the TSO flag) refuses it, changing nothing the other
+    /// owner reads; once the other owner let go, each is allowed again. Called from the
+    /// one test that starts the EAL.
+    fn header_mutators_refuse_a_twice_owned_mbuf(pool: &Mempool) {
+        let tso = TxTso {
+            l2_len: 14,
+            l3_len: 20,
+            l4_len: 20,
+            segsz: 100,
+        };
+        let csum = TxChecksumOffload {
+            l2_len: 14,
+            l3_len: 20,
+            ipv4: true,
+            tcp: true,
+        };
+        let mut frame = [0u8; 400];
+        frame[14] = 0x45; // IPv4, IHL 5
+        frame[23] = 6; // TCP
+        frame[16..18].copy_from_slice(&386u16.to_be_bytes());
+        frame[46] = 0x50; // TCP data offset 5
+        let mut h = Mbuf::from_slice(pool, &frame).expect("mbuf");
+        h.set_tx_tso(tso).expect("alone: allowed");
+        // SAFETY: h is valid; the count goes from 1 to 2 for the second owner made next.
+        unsafe { ffi::wc_mbuf_refcnt_update(h.as_raw(), 1) };
+        // SAFETY: the raised count makes this a second owner; each drop releases one count.
+        let mut twin = unsafe { Mbuf::from_raw(NonNull::new(h.as_raw()).expect("raw")) };
+        let before = header(&h);
+
+        assert_eq!(twin.adj(14), Err(AdjError::Shared(SHARED2)));
+        assert_eq!(twin.set_tx_tso(tso), Err(TxOffloadError::Shared(SHARED2)));
+        assert_eq!(
+            twin.set_tx_checksum_offload(csum),
+            Err(TxOffloadError::Shared(SHARED2))
+        );
+        assert!(twin.append(1).is_none());
+        assert_eq!(twin.tailroom(), 0);
+        // As the head of a chain: refused, the tail given back whole.
+        let other = Mbuf::from_slice(pool, &[1u8; 10]).expect("mbuf");
+        let r = twin.chain(other).expect_err("shared head");
+        assert_eq!(r.reason, ChainError::HeadShared(SHARED2));
+        assert!(r.to_string().contains("reference count is 2"), "{r}");
+        let other = r.tail;
+        assert_eq!((other.pkt_len(), other.nb_segs()), (10, 1));
+        // As the tail: refused, its header untouched.
+        let mut head = Mbuf::from_slice(pool, &[2u8; 10]).expect("mbuf");
+        let r = head.chain(twin).expect_err("shared tail");
+        assert_eq!(r.reason, ChainError::TailShared(SHARED2));
+        let twin = r.tail;
+        assert_eq!((head.pkt_len(), head.nb_segs()), (10, 1));
+        // librte_gso would clear the TSO flag of the packet it cuts.
+        let gso = crate::Gso::new(pool, 200);
+        let e = gso.segment(twin).expect_err("shared");
+        assert!(e.to_string().contains("shared"), "{e}");
+        // Nothing the other owner reads changed (twin, consumed, released its count).
+        assert_eq!(header(&h), before);
+        assert_eq!(h.tx_tso_segsz(), Some(100));
+
+        // The other owner gone: all allowed again.
+        assert_eq!(
+            h.adj(1000),
+            Err(AdjError::TooLong {
+                len: 1000,
+                data_len: 400
+            })
+        );
+        h.set_tx_checksum_offload(csum).expect("alone");
+        h.adj(14).expect("alone");
+        assert_eq!(h.data_len(), 386);
+        head.chain(h).expect("alone");
+        assert_eq!((head.pkt_len(), head.nb_segs()), (396, 2));
+
+        // A chain whose last segment is owned twice: chain would set that segment's next
+        // pointer, append its length: both refused; the first segment's own header may
+        // still change.
+        let tail = Mbuf::from_slice(pool, &[3u8; 10]).expect("mbuf");
+        // SAFETY: tail is valid; the count goes to 2 for the second owner made next.
+        unsafe { ffi::wc_mbuf_refcnt_update(tail.as_raw(), 1) };
+        // SAFETY: as above.
+        let tail_twin = unsafe { Mbuf::from_raw(NonNull::new(tail.as_raw()).expect("raw")) };
+        let mut chain = Mbuf::from_slice(pool, &[4u8; 10]).expect("mbuf");
+        // chain() refuses a shared tail (TailShared): made as a driver's chain would be.
+        // SAFETY: both are valid packets; chain takes over tail_twin's reference.
+        let ret = unsafe { ffi::wc_pktmbuf_chain(chain.as_raw(), tail_twin.into_raw().as_ptr()) };
+        assert_eq!(ret, 0);
+        let r = chain.chain(other).expect_err("shared last segment");
+        assert_eq!(r.reason, ChainError::HeadShared(SHARED2));
+        assert!(chain.append(1).is_none());
+        assert!(chain.adj(1).is_ok());
+        drop((chain, r));
+        assert_eq!(tail.pkt_len(), 10);
+        assert!(
+            tail.seg().next.is_null(),
+            "its other owner's packet ends where it did"
+        );
+        drop(tail);
     }
 
     /// The only test of this binary that starts the EAL (once per process).
@@ -711,15 +956,19 @@ mod tests {
         assert!(m.data_mut().is_ok());
         assert_eq!(m.tailroom(), room);
 
-        // A clone of a chain: m's first segment is its own, its last is shared. data_mut
-        // (first segment) is allowed, append (last segment) is not.
+        // A clone of a chain's last segment: the chain's first segment is its own, its last
+        // is shared. data_mut (first segment) is allowed, append (last segment) is not.
+        // (The clone is made after chaining: chain refuses a tail whose count is raised.)
         let mut chain = Mbuf::from_slice(&pool, &[9u8; 64]).expect("head");
         let tail = Mbuf::from_slice(&pool, &[8u8; 64]).expect("tail");
-        // SAFETY: tail is a valid packet owned here.
-        let tail_clone = unsafe { ffi::rte_pktmbuf_clone(tail.as_raw(), pool.as_ptr()) };
+        let tail_seg = tail.as_raw();
+        chain.chain(tail).expect("chain");
+        // SAFETY: tail_seg is the last segment of chain, valid while chain lives (the clone
+        // raises its count, so it outlives chain if need be); the clone is a new packet of
+        // one segment we own, attached to tail_seg's buffer.
+        let tail_clone = unsafe { ffi::rte_pktmbuf_clone(tail_seg, pool.as_ptr()) };
         // SAFETY: as above.
         let tail_clone = unsafe { Mbuf::from_raw(NonNull::new(tail_clone).expect("clone")) };
-        chain.chain(tail).expect("chain");
         assert!(chain.data_mut().is_ok());
         assert!(chain.append(1).is_none());
         assert_eq!(chain.tailroom(), 0);
@@ -740,6 +989,8 @@ mod tests {
         assert!(m.data_mut().is_err() && twin.append(1).is_none());
         drop(twin);
         assert!(m.data_mut().is_ok());
+
+        header_mutators_refuse_a_twice_owned_mbuf(&pool);
 
         // An external buffer (rte_pktmbuf_attach_extbuf): memory the mbuf does not own.
         let ext: &'static mut [u8; 256] = Box::leak(Box::new([5u8; 256]));
@@ -791,8 +1042,17 @@ mod tests {
             got[1].data_mut().unwrap_err(),
             MbufShared::Referenced { refcnt: 2 }
         );
+        // The received packet whose count the clone raised: its header is not changed
+        // either (adj and the offload setters would move the clone's view of it).
+        assert_eq!(got[1].adj(14), Err(AdjError::Shared(SHARED2)));
+        assert_eq!(
+            got[1].set_tx_checksum_offload(TxChecksumOffload::default()),
+            Err(TxOffloadError::Shared(SHARED2))
+        );
+        assert!(got[0].adj(14).is_ok(), "a packet of ours: its header too");
         drop(c);
         assert!(got[1].data_mut().is_ok());
+        assert!(got[1].adj(14).is_ok());
         drop(got);
         drop((atx, brx));
         assert_eq!(pool.available(), free0 - 1, "all freed but m");

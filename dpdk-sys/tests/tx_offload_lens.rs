@@ -7,7 +7,8 @@
 //! once per process.)
 
 use warpcore_dpdk_sys::{
-    EalBuilder, Mbuf, Mempool, TxChecksumOffload, TxOffloadField, TxOffloadLenError, TxTso,
+    EalBuilder, Mbuf, Mempool, TxChecksumOffload, TxOffloadError, TxOffloadField,
+    TxOffloadLenError, TxTso,
 };
 
 #[test]
@@ -30,13 +31,17 @@ fn offload_header_lengths_beyond_their_bit_fields_are_refused_naming_field_and_v
         l4_len: 255,
         segsz: u16::MAX,
     };
-    let l2 = |value| TxOffloadLenError {
-        field: TxOffloadField::L2Len,
-        value,
+    let l2 = |value| {
+        TxOffloadError::Len(TxOffloadLenError {
+            field: TxOffloadField::L2Len,
+            value,
+        })
     };
-    let l3 = |value| TxOffloadLenError {
-        field: TxOffloadField::L3Len,
-        value,
+    let l3 = |value| {
+        TxOffloadError::Len(TxOffloadLenError {
+            field: TxOffloadField::L3Len,
+            value,
+        })
     };
 
     // 532 = 512 + 20: masked, it was an ordinary IPv4 header length.

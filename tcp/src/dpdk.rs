@@ -8,7 +8,7 @@ use smoltcp::time::Instant;
 use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
 use warpcore_dpdk_sys::{
     Direction, Mbuf, MbufShared, Mempool, PcapngWriter, RxChecksum, RxQueue, TxChecksumOffload,
-    TxOffloadLenError, TxQueue, TxTso,
+    TxOffloadError, TxQueue, TxTso,
 };
 
 use crate::device::{DeviceStats, PollDevice};
@@ -199,7 +199,9 @@ fn queue_frame(
     if let Some((at, g)) = &mut t.group {
         if *at + 1 == pending.len() {
             let head = &mut pending[*at];
-            if g.admits(head.data(), m.data(), &s) && m.adj(s.hdr_len) {
+            // A frame whose headers cannot be cut (`adj` refuses only a shared header,
+            // never one of our fresh spares) goes on its own, as one that does not fit.
+            if g.admits(head.data(), m.data(), &s) && m.adj(s.hdr_len).is_ok() {
                 match head.chain(m) {
                     Ok(()) => {
                         g.add(&s);
@@ -208,8 +210,8 @@ fn queue_frame(
                             stats.tx_tso_segments += 1;
                         }
                         stats.tx_tso_segments += 1;
-                        // The head is a spare from the device's pool, its buffer its
-                        // own: data_mut does not refuse it.
+                        // The head is a spare from the device's pool, its buffer and
+                        // header its own: data_mut and set_tx_tso do not refuse it.
                         let rewritten = head.data_mut().map(|d| tso::rewrite_head(d, g));
                         let set = rewritten.is_ok()
                             && head
@@ -222,7 +224,8 @@ fn queue_frame(
                                 .is_ok();
                         if !set {
                             // Not reached: these lengths fit the offload word, and the
-                            // head's buffer is its own. Were either refused, the head would
+                            // head's buffer and header are its own. Were either refused
+                            // (counted in tx_offload_refused), the head would
                             // keep the headers or the word of fewer segments (or none): the
                             // super-frame is dropped whole (the TCP sends its segments
                             // again), never handed to the port wrong.
@@ -236,8 +239,10 @@ fn queue_frame(
                     }
                     Err(_) => {
                         // Not reached: SEGMENTS_MAX keeps a chain far below DPDK's segment
-                        // limit (RTE_MBUF_MAX_NB_SEGS). The frame lost its headers; TCP
-                        // sends the segment again.
+                        // limit (RTE_MBUF_MAX_NB_SEGS), and head and frame are spares of
+                        // the device's pool, their headers their own (ChainError's
+                        // HeadShared, TailShared). The frame lost its headers; TCP sends
+                        // the segment again.
                         stats.tx_dropped += 1;
                         t.group = None;
                     }
@@ -569,10 +574,10 @@ fn tx_headers(seg: &[u8], pkt_len: usize) -> TxHeaders {
 /// pseudo-header sum (not inverted) in the TCP checksum field, as DPDK drivers expect.
 /// Returns false, changing nothing, when the headers do not all lie in the first segment
 /// (only a chained frame's can fail so): its checksums must then be computed in software.
-/// Fails when the mbuf cannot hold the header lengths ([`TxOffloadLenError`]) or its buffer
-/// is not its own to write ([`MbufShared`]): neither is reached, as an IPv4 header is at most
-/// 60 octets and the frames are built in fresh mbufs of the device's pool; the caller then
-/// drops the frame.
+/// Fails when the mbuf cannot hold the header lengths ([`TxOffloadError::Len`]) or its
+/// buffer or header is not its own to write ([`MbufShared`], [`TxOffloadError::Shared`]):
+/// neither is reached, as an IPv4 header is at most 60 octets and the frames are built in
+/// fresh mbufs of the device's pool; the caller then drops the frame.
 #[inline]
 fn prepare_tx_offload(m: &mut Mbuf) -> Result<bool, TxPrepareError> {
     let pkt_len = m.pkt_len();
@@ -614,15 +619,18 @@ fn prepare_tx_offload(m: &mut Mbuf) -> Result<bool, TxPrepareError> {
 /// `tx_offload_refused`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TxPrepareError {
-    /// The header lengths do not fit the offload word ([`TxOffloadLenError`]).
+    /// The header lengths do not fit the offload word ([`TxOffloadError::Len`]).
     Len,
-    /// The frame's first buffer is not its own to write ([`MbufShared`]).
+    /// The frame's first buffer or header is not its own to write ([`MbufShared`]).
     Shared,
 }
 
-impl From<TxOffloadLenError> for TxPrepareError {
-    fn from(_: TxOffloadLenError) -> Self {
-        TxPrepareError::Len
+impl From<TxOffloadError> for TxPrepareError {
+    fn from(e: TxOffloadError) -> Self {
+        match e {
+            TxOffloadError::Len(_) => TxPrepareError::Len,
+            TxOffloadError::Shared(_) => TxPrepareError::Shared,
+        }
     }
 }
 
