@@ -202,7 +202,7 @@ fn requester_wire_order_queues_and_completion_after_the_response() {
 }
 
 /// EXT-5-5, EXT-5.2.2-1, EXT-5.2.2-2, EXT-5.2.1-10, EXT-5.4-9, EXT-5.4-10, EXT-5.2.1-11,
-/// EXT-5.2.1-5, EXT-5.2.1-6, EXT-5.4-6, EXT-5.1.2-2: the engine as responder. A Send, then
+/// EXT-5.2.1-5, EXT-5.2.1-6, EXT-5.4-6: the engine as responder. A Send, then
 /// four Atomic Requests whose results depend on their order (FetchAdd, a CmpSwap that only
 /// hits after it, another FetchAdd, a CmpSwap that misses), sent back to back. Each valid
 /// request gets an Atomic Response: untagged on QN 3 (opcode 1011b), MSNs 1.., in request

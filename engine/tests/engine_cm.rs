@@ -270,6 +270,7 @@ fn a_refused_accept_leaves_the_request_as_it_was() {
 /// Request (sent from A's raw TCP stack) makes the responder close the connection and tell
 /// its user, typed, what was wrong (`RequestRefused`); the application never sees a
 /// request. It used to be closed without a word.
+/// MPA-8-10: after error 4 the responder closes TCP at once.
 #[test]
 fn a_malformed_request_is_refused_and_reported() {
     type Mangle = fn(&mut Vec<u8>);

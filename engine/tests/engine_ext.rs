@@ -96,6 +96,7 @@ fn cmp_swap(stag: Stag, to: u64, compare: u64, cmask: u64, swap: u64, smask: u64
 /// EXT-5.1.1-1, EXT-5.1.2-1, EXT-5.2.2-*: FetchAdd and CmpSwap, plain and masked, on an
 /// 8-aligned word of the peer: memory byte-exact afterwards (host byte order), the original
 /// value in the completion and in the 8-octet local SGE.
+/// EXT-5-3, EXT-5.2.1-1: both AOpCodes (FetchAdd, CmpSwap) work end to end; EXT-5.2.2-5.
 #[test]
 fn atomics_plain_and_masked_return_the_original_value() {
     let mut p = Pair::default_pair();
@@ -207,6 +208,7 @@ fn side_sharing(n: u8, end: link::LinkEnd, cfg: &EngineConfig, mrs: Arc<MrTable>
 /// EXT-5-1, EXT-5.3-1: two peers, each on its own connection to its own responder core,
 /// the two responder cores sharing one region table, hammer one word with FetchAdd from two
 /// threads at once. The final sum is exact and every original value is returned once.
+/// EXT-5.4-2: atomic within the engine's scope (one region table shared by two cores).
 #[test]
 fn fetch_add_contention_from_two_peers_is_exact() {
     const N: u64 = 300;
@@ -341,6 +343,7 @@ fn expect_terminate(
 /// stream over it with Terminate 0/2/07 (`engine_hostile`'s `misaligned_atomic_request`).
 /// (It was posted and sent, and the Terminate failed both QPs.) An aligned one then
 /// completes.
+/// EXT-5.1.2-2: a CmpSwap at a TO that is not 8-aligned is refused too.
 #[test]
 fn a_misaligned_atomic_is_refused_at_post() {
     let mut p = Pair::default_pair();
@@ -494,6 +497,8 @@ fn rfc7306_disabled_post_time_error_and_inbound_0_2_06() {
 /// it wait, in order) and are served in request order at the responder; more Atomic
 /// Requests than IRD from a hostile peer are refused in engine_hostile-style tests of the
 /// Read path (the same `InboundReadQueue`); here the requester never exceeds ORD = 2.
+/// EXT-5.2.1-10, EXT-5.4-9, EXT-5.4-10: the original values only in-order execution and
+/// responses give.
 #[test]
 fn atomics_and_reads_share_ord_and_complete_in_order() {
     let mut p = Pair::default_pair();
@@ -543,6 +548,7 @@ fn atomics_and_reads_share_ord_and_complete_in_order() {
 /// EXT-6.3-*, RDMAP-5.5-*: Write with Immediate places the data and then completes a
 /// receive with the immediate value; Immediate Data with and without SE consumes one
 /// receive buffer each, in order with Sends.
+/// EXT-6.3-6: Immediate Data arrives in the order it was posted.
 #[test]
 fn write_with_imm_and_immediate_data_complete_receives_in_order() {
     let mut p = Pair::default_pair();

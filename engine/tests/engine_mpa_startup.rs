@@ -181,6 +181,8 @@ fn a_reply_split_at_every_octet_establishes() {
 /// a malformed Reply, each fed one octet at a time, fails the startup with the error that
 /// names what was wrong, the QP ends in the error state, and the connection is closed and
 /// released (the peer closes its side when it sees ours close).
+/// MPA-7.1.1-5 (the initiator checks the Reply key), MPA-8-10 (TCP closed at once after error
+/// 4).
 #[test]
 fn malformed_replies_fail_typed_and_release_the_connection() {
     type Mangle = fn(&mut Vec<u8>);

@@ -430,6 +430,7 @@ fn more_reads_than_negotiated_ird_terminate() {
 /// exactly when its receiver asked; payloads of every size around the 512-octet marker
 /// spacing cross many marker positions, with 2% loss, reordering and duplication both
 /// ways; every byte is checked.
+/// MPA-7.1.5-3: TCP's loss and reordering recovery is kept under MPA with markers.
 #[test]
 fn markers_both_ways_under_loss_and_reorder() {
     let faults = |seed| Faults {

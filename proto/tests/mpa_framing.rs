@@ -205,6 +205,7 @@ fn vector_2_figure_6_byte_exact() {
 
 /// Both vectors as one stream: a 492-octet first FPDU (leading marker included), then
 /// vector 2; the first 52 octets are vector 1's layout with a longer Send.
+/// MPA-3-1: two ULPDUs, two FPDUs, one whole ULPDU in each.
 #[test]
 fn vectors_as_one_stream() {
     // 492 = 4 (marker) + 2 + L + pad + 4  =>  L = 482 (pad 0).
@@ -406,6 +407,7 @@ fn borrowed_when_contiguous() {
 
 /// Corruption (MPA-8-2, MPA-8-3, MPA-8-12): with CRC on, flipping any single octet of a
 /// small stream is detected; no wrong ULPDU is ever delivered, nothing panics.
+/// MPA-4.4-1: CRC generation and checking.
 #[test]
 fn every_flipped_byte_is_detected_with_crc() {
     let ulpdus: Vec<Vec<u8>> = [0usize, 5, 13, 40, 600]
@@ -454,6 +456,7 @@ fn flipped_bytes_without_crc_never_panic() {
 
 /// A marker whose FPDUPTR disagrees with the length chain is code 3 (MPA-8-3), reported
 /// after the CRC is found valid when CRCs are on, at once when they are off.
+/// MPA-4.3-6: the low two FPDUPTR bits are taken as zero.
 #[test]
 fn marker_mismatch_with_valid_crc() {
     let ulpdu = pattern(1000, 3);

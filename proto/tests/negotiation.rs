@@ -514,6 +514,8 @@ fn feed(frame: &[u8], trailer: &[u8], split: Option<usize>, input: &mut dyn FnMu
 /// The full matrix: Rev, CRC and markers (with and without marker support) on each side,
 /// client-server and peer-to-peer with every offered/accepted RTR set. The expected outcome
 /// is derived from the rules in the comments, not from the machines.
+/// MPA-4.4-6, MPA-4.4-9, MPA-C.1-2 (CRCs iff either side sent C = 1), MPA-7.1-1 (both FPDU
+/// offsets are the frame lengths), MPA2-10-4 (Rev 1 Requests to Rev 2 responders).
 #[test]
 fn matrix_of_pairs() {
     let sets: Vec<RtrTypes> = (1u8..8)
@@ -951,6 +953,7 @@ fn initiator_gets(c: Config, reply: &[u8]) -> (Initiator, Vec<Event>) {
 
 /// MPA2-9.1-8/9: a responder ORD above the IRD we can give → Terminate code 6, and the
 /// responder's values still reach the ULP (MPA2-9.1-10).
+/// MPA2-9.1-6: the TERM is Layer 2 (LLP), EType 0 (MPA), code 6.
 #[test]
 fn insufficient_ird_terminates_with_code_6() {
     let e = EnhancedData {
@@ -1372,6 +1375,8 @@ fn timeouts() {
 
 /// Premature close: before any octet it is a lost connection, inside a frame a truncated
 /// frame; after the outcome it changes nothing.
+/// MPA-7.1.1-21: Private Data shorter than PD_Length (the stream ends inside it) fails as a
+/// malformed frame.
 #[test]
 fn premature_close() {
     let mut r = Responder::new(cfg(2, true, 1, 1), now0()).unwrap();
@@ -1542,6 +1547,7 @@ proptest! {
 /// MPA2-6-3, MPA2-10-2/6: a Rev 2 Request without S is an unenhanced Request; the Reply is
 /// unenhanced, at the lower of the two revisions. MPA2-10-7: a Rev 1 responder closes on an
 /// enhanced one.
+/// MPA2-10-4: the unenhanced Request is accepted.
 #[test]
 fn rev2_request_without_s() {
     let req = request_frame(2, None);

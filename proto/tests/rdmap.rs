@@ -30,6 +30,8 @@ fn untagged(qn: u32, msn: u32, mo: u32) -> DdpBuffer {
 /// WIRE-FORMATS §4.2, last-segment column: D+0 D+1 for every opcode, and the per-opcode
 /// facts of the table.
 /// RDMAP-4.1-5: each message kind uses its Figure 4 opcode.
+/// EXT-4.1-2, EXT-5-5, EXT-5.2.1-3, EXT-5.2.1-8, EXT-5.2.2-1, EXT-5.2.2-2, EXT-6.3-1: the T bit
+/// and QN of each RFC 7306 opcode.
 #[test]
 fn opcode_table_matches_wire_formats_4_2() {
     // (opcode, D+0 D+1, tagged, QN, header len, payload, solicited, invalidate)
