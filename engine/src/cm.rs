@@ -79,6 +79,18 @@ impl Default for MpaParams {
     }
 }
 
+/// Names a next-hop resolution asked for with
+/// [`EngineCore::resolve_neighbor`](crate::EngineCore::resolve_neighbor): the core that
+/// runs it and the TCP stack's handle of it. [`CmEvent::NeighborResolved`] or
+/// [`CmEvent::NeighborFailed`] names it once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NeighborId {
+    /// The owning core.
+    pub core: u16,
+    /// The stack's handle.
+    pub id: warpcore_tcp::ResolveId,
+}
+
 /// What the peer asked for in its MPA Request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectRequest {
@@ -140,8 +152,13 @@ pub enum ConnError {
     /// the port, or the peer refused or dropped the connection) or our own abort.
     TcpReset,
     /// The TCP connection timed out before it was up: the SYN's retransmissions or the
-    /// connection's user timeout ran out (no answer, or no ARP answer for the next hop).
+    /// connection's user timeout ran out with the SYN sent and no answer.
     TcpTimedOut,
+    /// The TCP connection gave up before it was up because its next hop (the peer on our
+    /// subnet, else the router) never answered ARP: no SYN could leave. The user timeout
+    /// (`timeout` of [`crate::EngineConfig::tcp`]) bounds the wait. rdma_cm over cxgb4
+    /// reports this ARP miss as `-EHOSTUNREACH` (docs/rdma-compat.md).
+    NeighborUnresolved,
     /// A completion queue of this QP overran: completions were lost, so the QP went to the
     /// error state (as the verbs prescribe for a CQ error) and a local catastrophic
     /// Terminate went to the peer. `CompletionQueue::overrun` tells which queue.
@@ -158,6 +175,9 @@ impl fmt::Display for ConnError {
             ConnError::Negotiation(e) => write!(f, "MPA startup failed: {e}"),
             ConnError::TcpReset => f.write_str("TCP connection reset"),
             ConnError::TcpTimedOut => f.write_str("TCP connection timed out"),
+            ConnError::NeighborUnresolved => {
+                f.write_str("the next hop did not answer ARP: host unreachable")
+            }
             ConnError::CqOverrun => {
                 f.write_str("a completion queue overran (completions lost); QP in error")
             }
@@ -238,6 +258,11 @@ pub enum CmEvent {
         /// The queue's identifier.
         srq: u64,
     },
+    /// A next-hop resolution (`resolve_neighbor`) found the hardware address of the next
+    /// hop towards its address (or it was known already).
+    NeighborResolved(NeighborId),
+    /// A next-hop resolution got no ARP answer within its timeout.
+    NeighborFailed(NeighborId),
     /// A connection request vanished before the application decided: the peer gave up, or
     /// the application did not accept or reject it within `EngineConfig::mpa_timeout_ms`
     /// (by then the initiator's own startup timer has expired; the slot is freed and the

@@ -154,7 +154,7 @@ use warpcore_tcp::{ConnId, Event as TcpEvent, PollDevice, Stack, StackConfig, Tc
 
 use crate::cm::{
     CmEvent, ConnError, ConnectRequest, DisconnectCause, Established, ListenerId, MpaParams,
-    RequestId,
+    NeighborId, RequestId,
 };
 use crate::config::{EngineConfig, MAX_SGE};
 use crate::error::EngineError;

@@ -42,7 +42,7 @@ pub mod wr;
 
 pub use crate::cm::{
     CmEvent, ConnError, ConnectRequest, DisconnectCause, Established, ListenerId, MpaParams,
-    RequestId, RtrType, RtrTypes,
+    NeighborId, RequestId, RtrType, RtrTypes,
 };
 pub use crate::config::{
     EngineConfig, ENGINE_ACK_DELAY, MAX_ACK_DELAY, MAX_CONNECTIONS, MAX_QUEUE_DEPTH, MAX_SGE,

@@ -99,6 +99,8 @@ pub enum Command {
     Abort(QpId, Reply<()>),
     /// The core's counters.
     Stats(Reply<crate::core::CoreStats>),
+    /// Resolve the next hop towards an address, with a timeout.
+    ResolveNeighbor(Ipv4Address, StdDuration, Reply<crate::cm::NeighborId>),
 }
 
 /// The idle back-off of an engine core: the one place it slows down.
@@ -838,6 +840,9 @@ fn apply<D: PollDevice>(core: &mut EngineCore<D>, cmd: Front<'_, Command>) {
         }
         Command::Stats(r) => {
             let _ = r.try_send(Ok(core.stats()));
+        }
+        Command::ResolveNeighbor(ip, timeout, r) => {
+            let _ = r.try_send(core.resolve_neighbor(ip, timeout));
         }
     }
 }

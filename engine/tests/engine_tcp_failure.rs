@@ -1,8 +1,11 @@
 //! A connection whose TCP never comes up says why: the peer's RST (nothing listens on the
-//! port) is `ConnError::TcpReset`, silence until the TCP gives up (no host at the address,
-//! so no ARP answer and no SYN-ACK) is `ConnError::TcpTimedOut`. rdma_cm tells these apart
-//! (REJECTED with -ECONNREFUSED, UNREACHABLE with -ETIMEDOUT), and so must the engine, or
-//! the drop-in librdmacm reports a refused connection as an unreachable host. An unlisten
+//! port) is `ConnError::TcpReset`, a SYN that left and drew no answer until the TCP gave
+//! up is `ConnError::TcpTimedOut`, and a next hop that never answered ARP (no host at the
+//! address, so no SYN could leave) is `ConnError::NeighborUnresolved`. rdma_cm tells these
+//! apart (REJECTED with -ECONNREFUSED, UNREACHABLE with -ETIMEDOUT, CONNECT_ERROR with
+//! -EHOSTUNREACH over cxgb4), and so must the engine, or the drop-in librdmacm reports a
+//! refused connection as an unreachable host. `EngineCore::resolve_neighbor` resolves a
+//! next hop on request (rdma_resolve_addr's ARP step). An unlisten
 //! ends the connections still in their MPA startup on the port (rejected or reset), so
 //! none reaches the user as a request on a port nobody listens on.
 
@@ -43,6 +46,34 @@ fn a_syn_answered_by_a_rst_is_a_reset_not_a_timeout() {
     assert_eq!(ConnError::TcpReset.to_string(), "TCP connection reset");
 }
 
+/// No host has 10.0.0.9 (ip(9)) on the link: no ARP answer, so no SYN ever leaves, and
+/// the connection's user timeout ends it. The cause is the next hop, not a silent peer:
+/// `NeighborUnresolved` (before, `TcpTimedOut`, as if a SYN had gone unanswered).
+#[test]
+fn a_connect_whose_next_hop_never_answers_arp_says_so() {
+    let mut cfg = EngineConfig::default();
+    cfg.tcp.timeout = Some(Duration::from_millis(300));
+    cfg.tcp.keep_alive = Some(Duration::from_millis(100));
+    let mut p = Pair::new(&LinkConfig::default(), &cfg);
+    let qa = p.a.qp(8);
+    p.a.core
+        .connect(qa, (ip(9), PORT), &MpaParams::default(), b"")
+        .expect("connect");
+    let start = p.now;
+    assert_eq!(error_of(&mut p, qa, 20_000), ConnError::NeighborUnresolved);
+    assert!(
+        p.now - start >= Duration::from_millis(300),
+        "ended before its timeout: {}",
+        p.now - start
+    );
+    assert_eq!(
+        ConnError::NeighborUnresolved.to_string(),
+        "the next hop did not answer ARP: host unreachable"
+    );
+}
+
+/// B answers ARP (A resolves it first), then goes silent: A's SYN leaves and draws
+/// nothing, and the connection's user timeout ends it as `TcpTimedOut`.
 #[test]
 fn a_syn_nobody_answers_times_out_and_says_so() {
     let mut cfg = EngineConfig::default();
@@ -50,22 +81,78 @@ fn a_syn_nobody_answers_times_out_and_says_so() {
     cfg.tcp.keep_alive = Some(Duration::from_millis(100));
     let mut p = Pair::new(&LinkConfig::default(), &cfg);
     let qa = p.a.qp(8);
-    // No host has 10.0.0.9 (ip(9)) on the link: no ARP answer, so no SYN ever reaches
-    // anyone, and the connection's user timeout ends it.
+    let r =
+        p.a.core
+            .resolve_neighbor(ip(2), std::time::Duration::from_secs(1))
+            .expect("resolve");
+    let mut resolved = false;
+    p.run_until(2_000, |p| {
+        resolved |= p.a.take_events().contains(&CmEvent::NeighborResolved(r));
+        resolved
+    });
+    assert!(resolved, "B answered no ARP request");
+    p.b.core
+        .stack()
+        .device()
+        .set_tx_faults(warpcore_engine::tcp::link::Faults {
+            loss: 1.0,
+            ..Default::default()
+        })
+        .expect("faults");
     p.a.core
-        .connect(qa, (ip(9), PORT), &MpaParams::default(), b"")
+        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
         .expect("connect");
     let start = p.now;
     assert_eq!(error_of(&mut p, qa, 20_000), ConnError::TcpTimedOut);
-    assert!(
-        p.now - start >= Duration::from_millis(300),
-        "ended before its timeout: {}",
-        p.now - start
-    );
+    assert!(p.now - start >= Duration::from_millis(300));
+    assert!(p.a.core.stats().tcp_segments_sent >= 1, "no SYN left");
     assert_eq!(
         ConnError::TcpTimedOut.to_string(),
         "TCP connection timed out"
     );
+}
+
+/// `resolve_neighbor` of an address nobody holds fails once its timeout has passed (not
+/// before), of one B holds resolves; an address off every route is refused at once.
+#[test]
+fn resolve_neighbor_reports_resolved_or_failed() {
+    let mut p = Pair::default_pair();
+    let gone =
+        p.a.core
+            .resolve_neighbor(ip(9), std::time::Duration::from_millis(200))
+            .expect("resolve");
+    let live =
+        p.a.core
+            .resolve_neighbor(ip(2), std::time::Duration::from_millis(200))
+            .expect("resolve");
+    assert_ne!(gone, live);
+    let start = p.now;
+    let (mut ok, mut failed_at) = (false, None);
+    p.run_until(40_000, |p| {
+        for e in p.a.take_events() {
+            match e {
+                CmEvent::NeighborResolved(r) if r == live => ok = true,
+                CmEvent::NeighborFailed(r) if r == gone => failed_at = Some(p.now),
+                _ => panic!("unexpected {e:?}"),
+            }
+        }
+        ok && failed_at.is_some()
+    });
+    assert!(ok, "B was not resolved");
+    let failed_at = failed_at.expect("ip(9) never failed");
+    assert!(
+        failed_at - start >= Duration::from_millis(200),
+        "failed before its timeout: {}",
+        failed_at - start
+    );
+    let far = warpcore_engine::tcp::smoltcp::wire::Ipv4Address::new(192, 0, 2, 1);
+    assert!(matches!(
+        p.a.core
+            .resolve_neighbor(far, std::time::Duration::from_secs(1)),
+        Err(EngineError::Stack(
+            warpcore_engine::tcp::StackError::NoRoute(_)
+        ))
+    ));
 }
 
 /// Connects a fresh QP of A to B's `PORT`; returns the first outcome: `Ok` once

@@ -535,6 +535,8 @@ fn dispatch(ctx: &wv::Context, e: CmEvent) {
         }
         CmEvent::SrqLimitReached { srq } => verbs::push_srq_limit(srq),
         CmEvent::RequestCancelled(_) | CmEvent::RequestRefused { .. } => {}
+        // Nothing here asks for a resolution yet: none is reported.
+        CmEvent::NeighborResolved(_) | CmEvent::NeighborFailed(_) => {}
     }
 }
 
@@ -595,9 +597,14 @@ pub(crate) fn failure_event(error: &wv::ConnError) -> (rdma_cm_event_type, c_int
         // iWARP provider reports a refused connect (cxgb4's -ECONNREFUSED, which
         // cma_iw_handler makes REJECTED).
         C::TcpReset => (RDMA_CM_EVENT_REJECTED, -ECONNREFUSED),
-        // The SYN's retransmissions or the user timeout ran out (no answer, no ARP
-        // answer): -ETIMEDOUT, UNREACHABLE.
+        // The SYN's retransmissions or the user timeout ran out, the SYN sent and
+        // unanswered: -ETIMEDOUT, UNREACHABLE.
         C::TcpTimedOut => (RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT),
+        // The next hop never answered ARP, so no SYN left: cxgb4's ARP miss
+        // (CPL_ERR_ARP_MISS, which its status2errno makes -EHOSTUNREACH, handed to
+        // connect_reply_upcall), which cma_iw_handler's default case makes CONNECT_ERROR
+        // (docs/rdma-compat.md, "Address resolution").
+        C::NeighborUnresolved => (RDMA_CM_EVENT_CONNECT_ERROR, -EHOSTUNREACH),
         // A malformed or unacceptable Reply, no common RTR or IRD, a Terminate: a protocol
         // failure (cxgb4's -EPROTO for a bad Reply).
         C::Negotiation(_) | C::LocalTerminate(_) | C::RemoteTerminate(_) => {
@@ -2382,9 +2389,16 @@ mod failure_tests {
             failure_event(&C::TcpTimedOut),
             (RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT)
         );
+        // cxgb4's ARP miss at connect time: -EHOSTUNREACH, CONNECT_ERROR (not the
+        // UNREACHABLE/-ETIMEDOUT of a SYN nobody answered).
+        assert_eq!(
+            failure_event(&C::NeighborUnresolved),
+            (RDMA_CM_EVENT_CONNECT_ERROR, -EHOSTUNREACH)
+        );
         for e in [
             C::TcpReset,
             C::TcpTimedOut,
+            C::NeighborUnresolved,
             C::Negotiation(N::Timeout),
             C::Negotiation(N::PeerClosed),
             C::Negotiation(N::InvalidRtr),

@@ -52,8 +52,8 @@ pub use host::{HostStats, TcpTotals};
 pub use link::{Faults, LinkConfig, LinkConfigError, LinkEnd};
 pub use smoltcp;
 pub use stack::{
-    Congestion, ConnId, Event, ListenerId, Stack, StackConfig, StackError, TcpImplementation,
-    TcpTuning,
+    Congestion, ConnId, Event, ListenerId, ResolveId, Stack, StackConfig, StackError,
+    TcpImplementation, TcpTuning,
 };
 #[cfg(feature = "dpdk")]
 pub use warpcore_dpdk_sys as dpdk_sys;

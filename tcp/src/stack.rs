@@ -288,6 +288,25 @@ pub enum Event {
     /// The connection timed out: retransmissions exhausted, the user timeout passed, or the
     /// peer stayed silent in FIN-WAIT-2 (MPA's error 1 as well). Our TCP only.
     TimedOut(ConnId),
+    /// The connection gave up (its user timeout, or its retransmissions, ran out) while its
+    /// next hop did not answer ARP: no segment of it could leave, so the peer was never
+    /// reached (or no longer is). Reported instead of [`Event::TimedOut`]; Linux's TCP
+    /// reports such a connect as `EHOSTUNREACH`, and cxgb4 its ARP miss so. Our TCP only.
+    NeighborUnreachable(ConnId),
+    /// A resolution asked for with [`Stack::resolve_neighbor`] found the next hop's
+    /// hardware address (or it was known already).
+    NeighborResolved(ResolveId),
+    /// A resolution asked for with [`Stack::resolve_neighbor`] got no ARP answer within
+    /// its timeout.
+    NeighborFailed(ResolveId),
+}
+
+/// Names a next-hop resolution asked for with [`Stack::resolve_neighbor`]: a sequence
+/// number of its stack (they wrap after 2^32) and the stack's tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ResolveId {
+    pub(crate) seq: u32,
+    pub(crate) stack: u32,
 }
 
 /// Errors of [`Stack`] operations.
@@ -335,6 +354,10 @@ pub enum StackError {
     /// A [`StackConfig`] field (named) holds a value no stack can work with.
     #[error("StackConfig::{0} {1}")]
     InvalidConfig(&'static str, &'static str),
+    /// Too many next-hop resolutions pending ([`Stack::resolve_neighbor`]): at most this
+    /// many.
+    #[error("too many neighbour resolutions pending (at most {0})")]
+    TooManyResolutions(usize),
     /// An argument (named) of a [`Stack`] call, or of
     /// [`Capture::try_new`](crate::capture::Capture::try_new), holds a value the call
     /// cannot work with.
@@ -583,8 +606,31 @@ impl<D: PollDevice> Stack<D> {
         dispatch!(ref self, s => s.live())
     }
 
+    /// Resolves the next hop towards `ip` (the address itself on the interface's subnet,
+    /// else its router) without opening a connection: [`Event::NeighborResolved`] follows
+    /// once its hardware address is known (at once, queued with the events, if it is
+    /// already), [`Event::NeighborFailed`] if ARP brings no answer within `timeout` from
+    /// `now`. Requests are repeated at the neighbour table's interval, as for a connection
+    /// waiting for its next hop (`crate::host::Host::resolve_neighbor`). An address no
+    /// connection could be opened to is refused ([`StackError::Unaddressable`]), one
+    /// without a route too ([`StackError::NoRoute`]); so are more than
+    /// [`crate::host::RESOLVE_MAX`] pending ([`StackError::TooManyResolutions`]). The
+    /// smoltcp reference cannot ([`StackError::Unsupported`]).
+    pub fn resolve_neighbor(
+        &mut self,
+        ip: Ipv4Address,
+        timeout: Duration,
+        now: Instant,
+    ) -> Result<ResolveId, StackError> {
+        match &mut self.imp {
+            Imp::Warpcore(s) => s.resolve_neighbor(ip, timeout, now),
+            Imp::Reference(_) => Err(StackError::Unsupported("neighbour resolution")),
+        }
+    }
+
     /// Opens a connection to `remote` from `local_port` (an ephemeral port if `None`).
-    /// [`Event::Connected`], [`Event::Reset`] or [`Event::TimedOut`] follows. Tuning no
+    /// [`Event::Connected`], [`Event::Reset`], [`Event::TimedOut`] or
+    /// [`Event::NeighborUnreachable`] follows. Tuning no
     /// connection can work with is refused ([`StackError::InvalidTuning`]).
     pub fn connect(
         &mut self,

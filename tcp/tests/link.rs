@@ -806,7 +806,9 @@ fn an_idle_connection_without_keepalive_rests_past_its_timeout() {
 }
 
 /// A connect whose next hop never answers ARP (its SYN never leaves) ends on the user
-/// timeout, keep-alive or not.
+/// timeout, keep-alive or not, and says why: [`Event::NeighborUnreachable`], not the
+/// [`Event::TimedOut`] of a peer that got the SYN and stayed silent (what Linux reports as
+/// `EHOSTUNREACH` rather than `ETIMEDOUT`).
 #[test]
 fn a_connect_to_an_unresolved_next_hop_ends_on_the_user_timeout() {
     let (ea, _silent) = link::pair(&LinkConfig::default());
@@ -829,11 +831,12 @@ fn a_connect_to_an_unresolved_next_hop_ends_on_the_user_timeout() {
         a.poll(now);
         while let Some(e) = a.next_event() {
             assert_ne!(e, Event::Reset(c), "no RST came: a timeout is no reset");
-            timed_out |= e == Event::TimedOut(c);
+            assert_ne!(e, Event::TimedOut(c), "the next hop failed, not the peer");
+            timed_out |= e == Event::NeighborUnreachable(c);
         }
         now += Duration::from_millis(10);
     }
-    assert!(timed_out, "the connect never timed out");
+    assert!(timed_out, "the connect never gave up on its next hop");
 }
 
 /// `poll_at` names the ARP retry of the next hops connections wait for only: a request for

@@ -280,8 +280,9 @@ fn no_event_names_a_handle_after_its_release() {
             | Event::PeerClosed(x)
             | Event::Closed(x)
             | Event::Reset(x)
-            | Event::TimedOut(x) => x == c,
-            Event::Acceptable(_) => false,
+            | Event::TimedOut(x)
+            | Event::NeighborUnreachable(x) => x == c,
+            Event::Acceptable(_) | Event::NeighborResolved(_) | Event::NeighborFailed(_) => false,
         };
         assert!(!ea.iter().any(names_c), "{imp:?}: {ea:?}");
         assert!(eb.contains(&Event::Reset(s)), "{imp:?}: {eb:?}");
@@ -1203,4 +1204,102 @@ fn unlisten_resets_the_connections_nobody_accepted() {
         let (ea, _) = run(&mut a, &mut b, &mut now, 5);
         assert!(ea.contains(&Event::Reset(c2)), "{imp:?}: {ea:?}");
     }
+}
+
+/// Polls `a` alone every 10 ms from `now` until `until`, collecting its events.
+fn run_alone(a: &mut Stack<LinkEnd>, now: &mut Instant, until: Instant) -> Vec<(Instant, Event)> {
+    let mut out = Vec::new();
+    while *now < until {
+        a.poll(*now);
+        out.extend(std::iter::from_fn(|| a.next_event()).map(|e| (*now, e)));
+        *now += Duration::from_millis(10);
+    }
+    out
+}
+
+/// ARP requests (EtherType 0x0806) among `frames`.
+fn arp_requests(frames: &[Vec<u8>]) -> usize {
+    frames
+        .iter()
+        .filter(|f| f.len() >= 14 && f[12..14] == [0x08, 0x06])
+        .count()
+}
+
+/// A resolution asked for an address whose host never answers ARP fails once its timeout
+/// has passed, not before, after requests repeated at the neighbour table's interval
+/// (rdma_resolve_addr's ADDR_ERROR, drivers/infiniband/core/addr.c); `poll_at` names the
+/// instants it needs.
+#[test]
+fn a_resolution_nobody_answers_fails_at_its_timeout() {
+    let (ea, mut silent) = link::pair(&LinkConfig::default());
+    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("a");
+    let absent = smoltcp::wire::Ipv4Address::new(198, 18, 0, 77);
+    let mut now = Instant::ZERO;
+    let r = a
+        .resolve_neighbor(absent, Duration::from_millis(500), now)
+        .expect("resolve");
+    assert!(a
+        .poll_at(now)
+        .is_some_and(|t| t <= now + Duration::from_millis(100)));
+    let events = run_alone(&mut a, &mut now, Instant::from_millis(1000));
+    assert_eq!(
+        events.iter().map(|e| e.1).collect::<Vec<_>>(),
+        vec![Event::NeighborFailed(r)],
+        "{events:?}"
+    );
+    let at = events[0].0;
+    assert!(
+        at >= Instant::from_millis(500) && at < Instant::from_millis(520),
+        "failed at {at}"
+    );
+    let frames = {
+        use smoltcp::phy::{Device, RxToken};
+        std::iter::from_fn(|| {
+            silent
+                .receive(now)
+                .map(|(rx, _)| rx.consume(|f| f.to_vec()))
+        })
+        .collect::<Vec<_>>()
+    };
+    let n = arp_requests(&frames);
+    assert!((5..=6).contains(&n), "{n} ARP requests in 500 ms");
+    // Nothing pending any more: no poll wanted.
+    assert_eq!(a.poll_at(now), None);
+}
+
+/// A resolution of a host that answers ARP reports it resolved; a second one, of the
+/// address now known, at once (without a request); an address off every route is refused.
+#[test]
+fn a_resolution_of_a_live_host_reports_it_resolved() {
+    let (mut a, mut b) = stacks();
+    let mut now = Instant::ZERO;
+    let r = a
+        .resolve_neighbor(IP_B, Duration::from_secs(3), now)
+        .expect("resolve");
+    let (ea, _) = run(&mut a, &mut b, &mut now, 5);
+    assert_eq!(ea, vec![Event::NeighborResolved(r)]);
+    let r2 = a
+        .resolve_neighbor(IP_B, Duration::from_millis(1), now)
+        .expect("resolve again");
+    assert_ne!(r, r2);
+    assert_eq!(a.next_event(), Some(Event::NeighborResolved(r2)));
+    let far = smoltcp::wire::Ipv4Address::new(203, 0, 113, 9);
+    assert_eq!(
+        a.resolve_neighbor(far, Duration::from_secs(1), now),
+        Err(StackError::NoRoute(far))
+    );
+    assert_eq!(
+        a.resolve_neighbor(IP_A, Duration::from_secs(1), now),
+        Err(StackError::Unaddressable(IP_A))
+    );
+}
+
+/// The smoltcp reference has no way to resolve on request: refused, named.
+#[test]
+fn the_reference_refuses_a_resolution() {
+    let (mut a, _b) = stacks_of(TcpImplementation::SmoltcpReference);
+    assert!(matches!(
+        a.resolve_neighbor(IP_B, Duration::from_secs(1), Instant::ZERO),
+        Err(StackError::Unsupported(_))
+    ));
 }

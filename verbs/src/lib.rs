@@ -110,8 +110,8 @@ pub use warpcore_engine::tcp::link::{Faults, LinkConfig, LinkConfigError, LinkEn
 pub use warpcore_engine::tcp::StackError;
 pub use warpcore_engine::{
     CmEvent, Completion, ConnError, ConnectRequest, CoreStats, DisconnectCause, EngineConfig,
-    Established, MpaParams, QpState, RtrType, RtrTypes, SendOp, Sge, WcOpcode, WcStatus,
-    ENGINE_ACK_DELAY, MAX_ACK_DELAY, MAX_SGE,
+    Established, MpaParams, NeighborId, QpState, RtrType, RtrTypes, SendOp, Sge, WcOpcode,
+    WcStatus, ENGINE_ACK_DELAY, MAX_ACK_DELAY, MAX_SGE,
 };
 
 /// The largest inline payload a queue pair may ask for ([`QpInit::max_inline`]; more is
@@ -595,6 +595,25 @@ impl Context {
         self.call(core, |r| {
             Command::Reject(request.request, private_data.to_vec(), r)
         })
+    }
+
+    /// Resolves the next hop towards `addr` (the address itself on the port's subnet, else
+    /// its gateway) with ARP, without connecting: the step of `rdma_resolve_addr` that
+    /// finds the peer on the link. Returns at once; [`CmEvent::NeighborResolved`] naming
+    /// the returned id follows once the next hop answers (at once if it is known),
+    /// [`CmEvent::NeighborFailed`] if it has not within `timeout` (requests repeat every
+    /// 100 ms). Runs on core 0 and fills that core's neighbour table only (each core
+    /// resolves its connections' next hops itself). Refused: an address without a route
+    /// or one no connection could be made to ([`Error::Tcp`] with
+    /// [`StackError::NoRoute`] / [`StackError::Unaddressable`]), too many pending
+    /// ([`StackError::TooManyResolutions`]).
+    pub fn resolve_neighbor(
+        &self,
+        addr: impl Into<Ipv4Addr>,
+        timeout: Duration,
+    ) -> Result<NeighborId, Error> {
+        let ip = to_smol(addr.into());
+        self.call(0, |r| Command::ResolveNeighbor(ip, timeout, r))
     }
 
     /// The next connection manager event of any core, waiting up to `timeout`

@@ -206,6 +206,28 @@ impl<D: PollDevice> EngineCore<D> {
         Ok(())
     }
 
+    /// Resolves the next hop towards `ip` (the address itself on our subnet, else its
+    /// router) with ARP, without a connection, as rdma_cm's address resolution does:
+    /// [`CmEvent::NeighborResolved`] follows once it answers (at once if it is known),
+    /// [`CmEvent::NeighborFailed`] if it has not within `timeout`. Requests repeat every
+    /// 100 ms (the neighbour table's interval, as for a connection). The resolution fills
+    /// this core's neighbour table only. Refused as the TCP refuses it
+    /// ([`EngineError::Stack`]: an address without a route, one no connection could be
+    /// opened to, too many pending, the smoltcp reference).
+    pub fn resolve_neighbor(
+        &mut self,
+        ip: Ipv4Address,
+        timeout: StdDuration,
+    ) -> Result<NeighborId, EngineError> {
+        let micros = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
+        let timeout = Duration::from_micros(micros);
+        let id = self.stack.resolve_neighbor(ip, timeout, self.now)?;
+        Ok(NeighborId {
+            core: self.core,
+            id,
+        })
+    }
+
     /// Listens on `port`; connection requests arrive as [`CmEvent::ConnectRequest`].
     /// Parameters no responder could use (a revision other than 1 or 2, IRD/ORD above
     /// 0x3FFF, or at Rev 2 no RTR type it could mark) are refused with
@@ -490,11 +512,32 @@ impl<D: PollDevice> EngineCore<D> {
                         }
                     }
                 }
-                TcpEvent::Closed(c) | TcpEvent::Reset(c) | TcpEvent::TimedOut(c) => {
+                TcpEvent::NeighborResolved(id) => {
+                    let id = NeighborId {
+                        core: self.core,
+                        id,
+                    };
+                    self.ctx.events.push_back(CmEvent::NeighborResolved(id));
+                }
+                TcpEvent::NeighborFailed(id) => {
+                    let id = NeighborId {
+                        core: self.core,
+                        id,
+                    };
+                    self.ctx.events.push_back(CmEvent::NeighborFailed(id));
+                }
+                TcpEvent::Closed(c)
+                | TcpEvent::Reset(c)
+                | TcpEvent::TimedOut(c)
+                | TcpEvent::NeighborUnreachable(c) => {
                     // Why, for the user: a peer's RST is not a peer gone silent.
                     let cause = match ev {
                         TcpEvent::Closed(_) => DisconnectCause::Closed,
-                        TcpEvent::TimedOut(_) => DisconnectCause::TimedOut,
+                        // An established connection whose next hop stopped answering ARP
+                        // went silent as far as its user can tell.
+                        TcpEvent::TimedOut(_) | TcpEvent::NeighborUnreachable(_) => {
+                            DisconnectCause::TimedOut
+                        }
                         _ => DisconnectCause::Reset,
                     };
                     if let Some(i) = self.find_qp(c) {
@@ -510,10 +553,13 @@ impl<D: PollDevice> EngineCore<D> {
                             if was == QpState::Connecting {
                                 // A connection that never came up: why, as rdma_cm tells a
                                 // refusal (REJECTED) from a timeout (UNREACHABLE).
-                                let error = if matches!(ev, TcpEvent::TimedOut(_)) {
-                                    ConnError::TcpTimedOut
-                                } else {
-                                    ConnError::TcpReset
+                                let error = match ev {
+                                    TcpEvent::TimedOut(_) => ConnError::TcpTimedOut,
+                                    // No SYN left: the next hop never answered ARP.
+                                    TcpEvent::NeighborUnreachable(_) => {
+                                        ConnError::NeighborUnresolved
+                                    }
+                                    _ => ConnError::TcpReset,
                                 };
                                 self.ctx
                                     .events

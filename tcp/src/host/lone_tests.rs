@@ -18,7 +18,7 @@ use smoltcp::wire::{Ipv4Address, Ipv4Cidr};
 use super::{Host, HostStats};
 use crate::device::{DeviceStats, PollDevice};
 use crate::link::{self, Faults, LinkConfig, LinkEnd, LinkRxToken, LinkTxToken};
-use crate::stack::{Congestion, Event, ListenerId, StackConfig, TcpTuning};
+use crate::stack::{Congestion, Event, ListenerId, ResolveId, StackConfig, TcpTuning};
 use crate::ConnId;
 
 const IP_A: Ipv4Address = Ipv4Address::new(198, 18, 0, 1);
@@ -460,6 +460,9 @@ fn untagged(e: Event) -> Event {
         Event::Closed(id) => Event::Closed(c(id)),
         Event::Reset(id) => Event::Reset(c(id)),
         Event::TimedOut(id) => Event::TimedOut(c(id)),
+        Event::NeighborUnreachable(id) => Event::NeighborUnreachable(c(id)),
+        Event::NeighborResolved(r) => Event::NeighborResolved(ResolveId { stack: 0, ..r }),
+        Event::NeighborFailed(r) => Event::NeighborFailed(ResolveId { stack: 0, ..r }),
     }
 }
 

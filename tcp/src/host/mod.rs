@@ -65,7 +65,9 @@ use crate::conn::{ConnConfig, ConnError, ConnEvent, Connection, Endpoints, Outgo
 use crate::csum;
 use crate::device::{DeviceStats, PollDevice};
 use crate::recovery::{Congestion as CcAlgorithm, RecoveryConfig};
-use crate::stack::{Congestion, ConnId, Event, ListenerId, StackConfig, StackError, TcpTuning};
+use crate::stack::{
+    Congestion, ConnId, Event, ListenerId, ResolveId, StackConfig, StackError, TcpTuning,
+};
 
 use headers::{FrameAddrs, HeaderRun, ETH_HDR, IP_HDR};
 use isn::{IsnGen, KeyedHash};
@@ -151,7 +153,23 @@ struct Slot {
     held: bool,
     /// The deadline armed in the wheel (an entry with this instant is live).
     armed: Option<Instant>,
+    /// The last transmit pass found no hardware address for `next_hop` (the connection
+    /// waits for ARP): a timeout then is the next hop's failure, reported as
+    /// [`Event::NeighborUnreachable`], not the peer's silence.
+    hop_pending: bool,
 }
+
+/// A next hop resolved on request ([`Host::resolve_neighbor`]).
+#[derive(Debug, Clone, Copy)]
+struct Resolving {
+    id: ResolveId,
+    next_hop: Ipv4Address,
+    deadline: Instant,
+}
+
+/// Most resolutions asked for and not yet answered (each costs a walk per poll while
+/// pending, and an ARP request per retry).
+pub const RESOLVE_MAX: usize = 256;
 
 #[derive(Debug)]
 struct Listener {
@@ -305,6 +323,10 @@ struct Inner {
     dirty: Vec<u32>,
     /// Connections waiting for a next hop's hardware address.
     unresolved: Vec<u32>,
+    /// Resolutions asked for by [`Host::resolve_neighbor`], not yet answered.
+    resolving: Vec<Resolving>,
+    /// The sequence number of the next [`ResolveId`].
+    next_resolve: u32,
     events: VecDeque<Event>,
     neighbors: Neighbors,
     control: VecDeque<Vec<u8>>,
@@ -430,6 +452,8 @@ impl<D: PollDevice> Host<D> {
                 served: Vec::with_capacity(64),
                 dirty: Vec::with_capacity(64),
                 unresolved: Vec::new(),
+                resolving: Vec::new(),
+                next_resolve: 0,
                 events: VecDeque::with_capacity(64),
                 neighbors: Neighbors::default(),
                 control: VecDeque::with_capacity(CONTROL_MAX),
@@ -622,6 +646,9 @@ impl<D: PollDevice> Host<D> {
         if self.inner.wheel.may_have_due(now) {
             work |= self.inner.run_timers(now);
         }
+        if !self.inner.resolving.is_empty() {
+            work |= self.inner.run_resolutions(now);
+        }
         // Nothing queued, nothing dirty, nobody waiting for ARP: no transmit pass (the idle
         // loop's floor).
         let i = &self.inner;
@@ -651,10 +678,8 @@ impl<D: PollDevice> Host<D> {
         }
         let wheel = i.wheel.next_deadline();
         let arp = i.arp_retry_at(now);
-        match (wheel, arp) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let resolving = i.resolve_due_at(now);
+        [wheel, arp, resolving].into_iter().flatten().min()
     }
 
     /// Takes the oldest pending event.
@@ -666,6 +691,66 @@ impl<D: PollDevice> Host<D> {
     #[inline]
     pub fn has_events(&self) -> bool {
         !self.inner.events.is_empty()
+    }
+
+    /// Resolves the next hop towards `ip` (itself on our subnet, else its router) on
+    /// request, as a connection's first transmit would, without a connection: an address
+    /// already known answers [`Event::NeighborResolved`] at once (queued with the
+    /// events); otherwise ARP requests go out, repeated at the neighbour table's retry
+    /// interval (100 ms, as for a connection waiting for its next hop), until an answer
+    /// ([`Event::NeighborResolved`]) or until `timeout` has passed since `now`
+    /// ([`Event::NeighborFailed`]). Refused: an address no connection could be opened
+    /// to ([`StackError::Unaddressable`]), one without a route ([`StackError::NoRoute`]),
+    /// and more than [`RESOLVE_MAX`] resolutions pending ([`StackError::TooManyResolutions`]).
+    pub fn resolve_neighbor(
+        &mut self,
+        ip: Ipv4Address,
+        timeout: Duration,
+        now: Instant,
+    ) -> Result<ResolveId, StackError> {
+        let i = &mut self.inner;
+        if ip.is_unspecified()
+            || ip.is_broadcast()
+            || ip.is_multicast()
+            || ip == i.cidr.address()
+            || ip == i.cidr.broadcast().unwrap_or(Ipv4Address::BROADCAST)
+        {
+            return Err(StackError::Unaddressable(ip));
+        }
+        let next_hop = i.route(ip).ok_or(StackError::NoRoute(ip))?;
+        if i.resolving.len() >= RESOLVE_MAX {
+            return Err(StackError::TooManyResolutions(RESOLVE_MAX));
+        }
+        let id = ResolveId {
+            seq: i.next_resolve,
+            stack: i.tag,
+        };
+        i.next_resolve = i.next_resolve.wrapping_add(1);
+        match i.neighbors.lookup(next_hop, now) {
+            Lookup::Found(_) => i.events.push_back(Event::NeighborResolved(id)),
+            Lookup::FoundRefresh(_) => {
+                i.arp_request(next_hop);
+                i.events.push_back(Event::NeighborResolved(id));
+            }
+            lookup @ (Lookup::Request | Lookup::Wait) => {
+                // The request goes out with the next poll (a request for the address sent
+                // within the retry interval, a connection's, is not repeated).
+                if lookup == Lookup::Request {
+                    i.arp_request(next_hop);
+                }
+                i.resolving.push(Resolving {
+                    id,
+                    next_hop,
+                    deadline: now + timeout,
+                });
+            }
+        }
+        Ok(id)
+    }
+
+    /// Resolutions asked for and not yet answered.
+    pub fn resolutions_pending(&self) -> usize {
+        self.inner.resolving.len()
     }
 
     /// Opens a connection to `remote` from `local_port` (an ephemeral port if `None`).
@@ -1270,6 +1355,7 @@ impl<D: PollDevice> Host<D> {
         let Some(Some(s)) = i.slots.get_mut(index as usize) else {
             return;
         };
+        s.hop_pending = mac.is_none();
         // The headers of this connection's run of segments in this pass.
         let mut run = HeaderRun::default();
         match mac {
@@ -1525,6 +1611,7 @@ impl Inner {
     fn skip_deferring_pass(&mut self, now: Instant) -> bool {
         let skip = self.control.is_empty()
             && self.unresolved.is_empty()
+            && self.resolving.is_empty()
             && !self.wheel.may_have_due(now)
             && self.dirty.iter().all(|&index| {
                 matches!(
@@ -1615,6 +1702,7 @@ impl Inner {
             defer_ack: false,
             held: false,
             armed: None,
+            hop_pending: false,
         });
         self.demux.insert(tuple, index);
         self.demux_memo = None;
@@ -1717,6 +1805,11 @@ impl Inner {
                 (_, ConnEvent::PeerClosed) => self.events.push_back(Event::PeerClosed(id)),
                 (_, ConnEvent::Closed) => self.events.push_back(Event::Closed(id)),
                 (_, ConnEvent::Reset) => self.events.push_back(Event::Reset(id)),
+                // Given up while its next hop never answered ARP: the hop's failure, not
+                // the peer's silence (the engine reports it as the host unreachable).
+                (_, ConnEvent::TimedOut) if s.hop_pending => {
+                    self.events.push_back(Event::NeighborUnreachable(id))
+                }
                 (_, ConnEvent::TimedOut) => self.events.push_back(Event::TimedOut(id)),
             }
         }
@@ -1794,6 +1887,51 @@ impl Inner {
                 _ => None,
             })
             .min()
+    }
+
+    /// When a pending resolution next needs the poll: its deadline or its next retry.
+    fn resolve_due_at(&self, now: Instant) -> Option<Instant> {
+        self.resolving
+            .iter()
+            .map(|r| {
+                let retry = self.neighbors.retry_at(r.next_hop).unwrap_or(now);
+                retry.min(r.deadline)
+            })
+            .min()
+    }
+
+    /// Answers the pending resolutions whose next hop is known now (resolved) or whose
+    /// deadline has passed (failed), and repeats the ARP request of the others when the
+    /// neighbour table allows one. Whether anything happened.
+    fn run_resolutions(&mut self, now: Instant) -> bool {
+        let mut work = false;
+        let mut k = 0;
+        while k < self.resolving.len() {
+            let r = self.resolving[k];
+            let outcome = match self.neighbors.lookup(r.next_hop, now) {
+                Lookup::Found(_) => Some(Event::NeighborResolved(r.id)),
+                Lookup::FoundRefresh(_) => {
+                    self.arp_request(r.next_hop);
+                    Some(Event::NeighborResolved(r.id))
+                }
+                _ if r.deadline <= now => Some(Event::NeighborFailed(r.id)),
+                Lookup::Request => {
+                    self.arp_request(r.next_hop);
+                    work = true;
+                    None
+                }
+                Lookup::Wait => None,
+            };
+            match outcome {
+                Some(e) => {
+                    self.events.push_back(e);
+                    self.resolving.swap_remove(k);
+                    work = true;
+                }
+                None => k += 1,
+            }
+        }
+        work
     }
 
     fn arp_request(&mut self, target: Ipv4Address) {

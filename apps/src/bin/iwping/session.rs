@@ -98,9 +98,10 @@ fn describe(e: &ConnError) -> Failure {
             Failure::Terminated(e.to_string())
         }
         ConnError::Negotiation(_) => Failure::Rejected(e.to_string()),
-        ConnError::TcpReset | ConnError::TcpTimedOut | ConnError::CqOverrun => {
-            Failure::Other(e.to_string())
-        }
+        ConnError::TcpReset
+        | ConnError::TcpTimedOut
+        | ConnError::NeighborUnresolved
+        | ConnError::CqOverrun => Failure::Other(e.to_string()),
     }
 }
 
