@@ -1303,3 +1303,39 @@ fn the_reference_refuses_a_resolution() {
         Err(StackError::Unsupported(_))
     ));
 }
+
+/// Many resolutions of one address (`ucmatose -c 300` starts 300 before it reads an event)
+/// share its ARP requests, one per retry interval, not one each; beyond
+/// `RESOLVE_MAX` pending a resolution is refused, named.
+#[test]
+fn resolutions_of_one_address_share_its_requests_and_are_bounded() {
+    use warpcore_tcp::host::RESOLVE_MAX;
+    let (ea, mut silent) = link::pair(&LinkConfig::default());
+    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("a");
+    let absent = smoltcp::wire::Ipv4Address::new(198, 18, 0, 77);
+    let now = Instant::ZERO;
+    for _ in 0..RESOLVE_MAX {
+        a.resolve_neighbor(absent, Duration::from_secs(1), now)
+            .expect("resolve");
+    }
+    assert_eq!(
+        a.resolve_neighbor(absent, Duration::from_secs(1), now),
+        Err(StackError::TooManyResolutions(RESOLVE_MAX))
+    );
+    a.poll(now);
+    a.poll(now + Duration::from_millis(50));
+    let frames = {
+        use smoltcp::phy::{Device, RxToken};
+        std::iter::from_fn(|| {
+            silent
+                .receive(now)
+                .map(|(rx, _)| rx.consume(|f| f.to_vec()))
+        })
+        .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        arp_requests(&frames),
+        1,
+        "one request within the retry interval"
+    );
+}

@@ -167,9 +167,10 @@ struct Resolving {
     deadline: Instant,
 }
 
-/// Most resolutions asked for and not yet answered (each costs a walk per poll while
-/// pending, and an ARP request per retry).
-pub const RESOLVE_MAX: usize = 256;
+/// Most resolutions asked for and not yet answered: as many addresses as the neighbour
+/// table holds (`ucmatose -c 300` starts 300 at once, all for one address). Each costs a
+/// look-up per poll while pending, and its next hop an ARP request per retry.
+pub const RESOLVE_MAX: usize = 4096;
 
 #[derive(Debug)]
 struct Listener {
