@@ -261,6 +261,9 @@ fn counted_id(ev: &rdma_cm_event) -> *mut rdma_cm_id {
 struct Registry {
     listeners: HashMap<u16, usize>,
     qps: HashMap<QpId, usize>,
+    /// The next-hop resolutions `rdma_resolve_addr` started, by the engine's handle, and
+    /// the id each answers (ADDR_RESOLVED or ADDR_ERROR).
+    resolving: HashMap<wv::NeighborId, usize>,
 }
 
 fn registry() -> std::sync::MutexGuard<'static, Registry> {
@@ -535,8 +538,31 @@ fn dispatch(ctx: &wv::Context, e: CmEvent) {
         }
         CmEvent::SrqLimitReached { srq } => verbs::push_srq_limit(srq),
         CmEvent::RequestCancelled(_) | CmEvent::RequestRefused { .. } => {}
-        // Nothing here asks for a resolution yet: none is reported.
-        CmEvent::NeighborResolved(_) | CmEvent::NeighborFailed(_) => {}
+        // rdma_resolve_addr's answer, as addr_handler (drivers/infiniband/core/cma.c) gives
+        // it: ADDR_RESOLVED with status 0, or ADDR_ERROR with rdma_resolve_ip's status,
+        // -ETIMEDOUT for a neighbour that did not answer within timeout_ms
+        // (drivers/infiniband/core/addr.c, process_one_req). The failed id is back in
+        // ADDR_BOUND: no destination for rdma_resolve_route or rdma_connect (EINVAL).
+        CmEvent::NeighborResolved(r) | CmEvent::NeighborFailed(r) => {
+            let Some(p) = registry().resolving.remove(&r) else {
+                return;
+            };
+            let p = p as *mut rdma_cm_id;
+            // SAFETY: registered ids are live (rdma_destroy_id unregisters first).
+            let Some(id) = (unsafe { id_ref(p) }) else {
+                return;
+            };
+            let (kind, status) = match e {
+                CmEvent::NeighborResolved(_) => (RDMA_CM_EVENT_ADDR_RESOLVED, 0),
+                _ => {
+                    id.lock().dst = None;
+                    (RDMA_CM_EVENT_ADDR_ERROR, -ETIMEDOUT)
+                }
+            };
+            if let Some(ch) = chan_of(id) {
+                ch.post(new_event(p, null_mut(), kind, status, &[], (0, 0)));
+            }
+        }
     }
 }
 
@@ -878,6 +904,9 @@ pub extern "C" fn __wc_rdma_destroy_id(p: *mut rdma_cm_id) -> c_int {
                 .map(|(k, _)| *k);
             reg.listeners.retain(|_, v| *v != p as usize);
             reg.qps.retain(|_, v| *v != p as usize);
+            // A resolution still running answers nobody (rdma_destroy_id cancels it, as the
+            // kernel's cma_cancel_operation cancels rdma_resolve_ip's request).
+            reg.resolving.retain(|_, v| *v != p as usize);
             // A listener's port stops listening in the engine too: a SYN to it now draws a
             // RST (the peer's connect is refused at once, as by the kernel once the
             // listening id is gone), not a TCP connection and an MPA Request the
@@ -1173,7 +1202,7 @@ pub extern "C" fn __wc_rdma_resolve_addr(
     p: *mut rdma_cm_id,
     src: *mut sockaddr,
     dst: *mut sockaddr,
-    _timeout_ms: c_int,
+    timeout_ms: c_int,
 ) -> c_int {
     guard(-1, || {
         // SAFETY: p is ours.
@@ -1213,18 +1242,56 @@ pub extern "C" fn __wc_rdma_resolve_addr(
             SocketAddrV4::new(eng.ip, s.map_or(0, |s| s.port())),
         );
         set_dst(&mut id.id, d);
-        id.lock().dst = Some(d);
-        let Some(ch) = chan_of(id) else {
+        if chan_of(id).is_none() {
             return fail(EINVAL, -1);
-        };
-        ch.post(new_event(
-            p,
-            null_mut(),
-            RDMA_CM_EVENT_ADDR_RESOLVED,
-            0,
-            &[],
-            (0, 0),
-        ));
+        }
+        id.lock().dst = Some(d);
+        // The neighbour is resolved as the kernel's rdma_resolve_ip resolves it: ARP for the
+        // next hop, asked again until it answers (ADDR_RESOLVED, status 0) or until
+        // timeout_ms has passed (ADDR_ERROR, -ETIMEDOUT), both from the dispatcher
+        // (`dispatch`). librdmacm hands timeout_ms to the kernel as a u32: a negative one
+        // is some 49 days. Under the registry lock, so the answer (which the dispatcher
+        // looks up there) cannot come before the resolution is recorded.
+        let timeout = std::time::Duration::from_millis(u64::from(timeout_ms as u32));
+        if *d.ip() == eng.ip {
+            // Our own address resolves at once, as the kernel's does through the loopback
+            // device (addr.c, addr_resolve_neigh: rdma_translate_ip for IFF_LOOPBACK).
+            if let Some(ch) = chan_of(id) {
+                ch.post(new_event(
+                    p,
+                    null_mut(),
+                    RDMA_CM_EVENT_ADDR_RESOLVED,
+                    0,
+                    &[],
+                    (0, 0),
+                ));
+            }
+            if is_sync(id) {
+                if let Err(e) = wait_sync(id) {
+                    return fail(e, -1);
+                }
+            }
+            return 0;
+        }
+        let mut reg = registry();
+        match eng.ctx.resolve_neighbor(*d.ip(), timeout) {
+            Ok(r) => {
+                reg.resolving.insert(r, p as usize);
+            }
+            Err(e) => {
+                drop(reg);
+                id.lock().dst = None;
+                // Too many resolutions pending: ENOMEM, as the kernel's allocation of
+                // another request would fail.
+                let errno = match e {
+                    wv::Error::Tcp(wv::StackError::TooManyResolutions(_)) => crate::ENOMEM,
+                    wv::Error::Tcp(wv::StackError::NoRoute(_)) => ENETUNREACH,
+                    e => errno_of(&e),
+                };
+                return fail(errno, -1);
+            }
+        }
+        drop(reg);
         if is_sync(id) {
             if let Err(e) = wait_sync(id) {
                 return fail(e, -1);

@@ -17,20 +17,30 @@
  * - ADDR_RESOLVED and ROUTE_RESOLVED carry status 0 (iWARP has no route query:
  *   cma_resolve_iw_route queues ROUTE_RESOLVED, and librdmacm's ROUTE_ERROR rewrite is
  *   for IB only).
+ * - rdma_resolve_addr(3) of an address on the subnet whose host never answers ARP (one
+ *   process: nobody holds 10.77.0.2) returns 0 and, once timeout_ms has passed, queues
+ *   ADDR_ERROR with status -ETIMEDOUT (addr.c's process_one_req turns the unresolved
+ *   neighbour's -ENODATA into -ETIMEDOUT at the timeout; cma.c's addr_handler reports it
+ *   as ADDR_ERROR), not before; the id is back in ADDR_BOUND, so rdma_resolve_route(3)
+ *   is EINVAL. On a synchronous id (no channel) the call itself fails with ETIMEDOUT
+ *   (librdmacm's ucma_complete). Before, ADDR_RESOLVED came at once and the connect
+ *   failed later. Our own address (10.77.0.1) resolves at once (the kernel's loopback).
  */
 #include <errno.h>
 #include <string.h>
+#include <time.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
 static const char *contract_name = "id_device_pd";
 #include "contract.h"
 
-/* A new id on ec with its address resolved to 10.77.0.2, port `port` (ADDR_RESOLVED taken). */
+/* A new id on ec with its address resolved to our own, 10.77.0.1, port `port`
+ * (ADDR_RESOLVED taken). */
 static struct rdma_cm_id *resolved(struct rdma_event_channel *ec, int port)
 {
 	struct rdma_cm_id *id;
-	struct sockaddr_in dst = contract_sockaddr("10.77.0.2", port);
+	struct sockaddr_in dst = contract_sockaddr("10.77.0.1", port);
 	if (rdma_create_id(ec, &id, NULL, RDMA_PS_TCP))
 		DIE("rdma_create_id: %s", strerror(errno));
 	if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000))
@@ -65,7 +75,7 @@ static void resolution_statuses(struct rdma_event_channel *ec)
 	if (ev)
 		rdma_ack_cm_event(ev);
 
-	struct sockaddr_in near = contract_sockaddr("10.77.0.2", 7476);
+	struct sockaddr_in near = contract_sockaddr("10.77.0.1", 7476);
 	r = rdma_resolve_addr(id, NULL, (struct sockaddr *)&near, 2000);
 	ev = r ? NULL : contract_next_event(ec, 5000);
 	EXPECT(ev && ev->event == RDMA_CM_EVENT_ADDR_RESOLVED && ev->status == 0,
@@ -83,10 +93,57 @@ static void resolution_statuses(struct rdma_event_channel *ec)
 	rdma_destroy_id(id);
 }
 
+/* Milliseconds of CLOCK_MONOTONIC. */
+static long long now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* An address on the subnet nobody holds: ADDR_ERROR -ETIMEDOUT at timeout_ms. */
+static void absent_host(struct rdma_event_channel *ec)
+{
+	struct rdma_cm_id *id;
+	if (rdma_create_id(ec, &id, NULL, RDMA_PS_TCP))
+		DIE("rdma_create_id: %s", strerror(errno));
+	struct sockaddr_in gone = contract_sockaddr("10.77.0.2", 7477);
+	long long t0 = now_ms();
+	int r = rdma_resolve_addr(id, NULL, (struct sockaddr *)&gone, 500);
+	EXPECT(r == 0, "rdma_resolve_addr(3) of an absent host on the subnet returns 0 (got %d: %s)", r,
+	       r ? strerror(errno) : "0");
+	struct rdma_cm_event *ev = r ? NULL : contract_next_event(ec, 5000);
+	long long took = now_ms() - t0;
+	EXPECT(ev && ev->event == RDMA_CM_EVENT_ADDR_ERROR && ev->status == -ETIMEDOUT && took >= 500,
+	       "... then ADDR_ERROR, status -ETIMEDOUT, once its timeout_ms of 500 passed (got %s, status %d, after "
+	       "%lld ms)",
+	       ev ? rdma_event_str(ev->event) : "no event", ev ? ev->status : 0, took);
+	if (ev)
+		rdma_ack_cm_event(ev);
+	errno = 0;
+	r = rdma_resolve_route(id, 2000);
+	int e = errno;
+	EXPECT(r == -1 && e == EINVAL, "rdma_resolve_route(3) after ADDR_ERROR is EINVAL (got %d, %s)", r,
+	       strerror(e));
+	rdma_destroy_id(id);
+
+	struct rdma_cm_id *sync;
+	if (rdma_create_id(NULL, &sync, NULL, RDMA_PS_TCP))
+		DIE("rdma_create_id (synchronous): %s", strerror(errno));
+	errno = 0;
+	r = rdma_resolve_addr(sync, NULL, (struct sockaddr *)&gone, 200);
+	e = errno;
+	EXPECT(r == -1 && e == ETIMEDOUT,
+	       "rdma_resolve_addr(3) of an absent host on a synchronous id fails with ETIMEDOUT (got %d, %s)", r,
+	       r ? strerror(e) : "0");
+	rdma_destroy_id(sync);
+}
+
 int main(void)
 {
 	struct rdma_event_channel *ec = contract_channel();
 	resolution_statuses(ec);
+	absent_host(ec);
 	struct rdma_cm_id *a = resolved(ec, 7474), *b = resolved(ec, 7475);
 	EXPECT(a->pd && a->pd == b->pd && a->pd->context == a->verbs,
 	       "ids resolved to the device carry its one PD in id->pd (%p, %p)", (void *)a->pd, (void *)b->pd);

@@ -109,7 +109,7 @@ int main(void)
 		rdma_destroy_srq(id);
 
 	/* With a QP on the id, the ECE calls are refused. */
-	struct sockaddr_in dst = contract_sockaddr("10.77.0.2", 7472);
+	struct sockaddr_in dst = contract_sockaddr("10.77.0.1", 7472);
 	if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000))
 		DIE("rdma_resolve_addr: %s", strerror(errno));
 	rdma_ack_cm_event(contract_expect_event(ec, RDMA_CM_EVENT_ADDR_RESOLVED, 5000));

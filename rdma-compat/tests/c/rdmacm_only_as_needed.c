@@ -21,7 +21,7 @@ int main(void)
 	if (!ec || rdma_create_id(ec, &id, NULL, RDMA_PS_TCP))
 		DIE("rdma_create_event_channel/rdma_create_id: %s", strerror(errno));
 	struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons(7999) };
-	inet_pton(AF_INET, "10.77.0.2", &dst.sin_addr);
+	inet_pton(AF_INET, "10.77.0.1", &dst.sin_addr);
 	int r = rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000);
 	struct rdma_cm_event *ev = NULL;
 	int g = r == 0 ? rdma_get_cm_event(ec, &ev) : -1;
