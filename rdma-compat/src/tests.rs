@@ -600,6 +600,13 @@ fn synchronous_calls_answer_as_ucma_complete() {
         cm::sync_result(RDMA_CM_EVENT_UNREACHABLE, -crate::ETIMEDOUT),
         Err(crate::ETIMEDOUT)
     );
+    // rdma_resolve_addr on a synchronous id whose neighbour never answered ARP within
+    // timeout_ms: its ADDR_ERROR's -ETIMEDOUT is the call's ETIMEDOUT (the C contract
+    // id_device_pd.c checks it end to end).
+    assert_eq!(
+        cm::sync_result(RDMA_CM_EVENT_ADDR_ERROR, -crate::ETIMEDOUT),
+        Err(crate::ETIMEDOUT)
+    );
     // A positive status is the errno as it stands (librdmacm's ERR(status)).
     assert_eq!(cm::sync_result(RDMA_CM_EVENT_CONNECT_ERROR, 5), Err(5));
 }
