@@ -133,6 +133,12 @@ pub struct TcpTuning {
     /// wants, for a user that half-closed and still reads. The engine, whose connections
     /// never half-close for long, sets it. Longer than zero.
     pub fin_wait_2_timeout: Option<Duration>,
+    /// The least time between two ACKs sent in answer to out-of-window segments that carry
+    /// no data (and to ACKs outside RFC 5961 5.2's range): Linux's `tcp_invalid_ratelimit`
+    /// (500 ms there and here), against ACK loops between two endpoints out of step and
+    /// reflection. Zero answers every one. Warpcore's TCP only; see
+    /// `ConnConfig::oow_ack_interval` and `TcpTotals::oow_acks_suppressed`.
+    pub oow_ack_interval: Duration,
 }
 
 /// The longest ACK delay a connection may be given: RFC 1122 4.2.3.2 (and RFC 9293 3.8.6.3)
@@ -160,6 +166,7 @@ impl Default for TcpTuning {
             keep_alive: Some(Duration::from_secs(10)),
             timeout: Some(Duration::from_secs(30)),
             fin_wait_2_timeout: None,
+            oow_ack_interval: Duration::from_millis(500),
         }
     }
 }

@@ -1428,3 +1428,88 @@ fn rfc7323_2_3_a_window_scale_above_14_is_counted_logged_and_used_as_14() {
         );
     }
 }
+
+/// RFC 9293 3.10.7.4 answers an unacceptable segment with an ACK; Linux limits the answers
+/// to out-of-window segments without data (`tcp_oow_rate_limited`, `tcp_invalid_ratelimit`)
+/// so two endpoints out of step cannot trade ACKs forever. Through the stack: ten old pure
+/// ACKs at once draw one ACK under the default `TcpTuning::oow_ack_interval` (500 ms) and are
+/// counted in `TcpTotals::oow_acks_suppressed`; with the interval 0 each draws its own.
+#[test]
+fn rfc9293_3_10_7_4_out_of_window_pure_acks_are_answered_once_per_tuned_interval() {
+    for (interval, answers, suppressed) in [
+        (TcpTuning::default().oow_ack_interval, 1, 9),
+        (Duration::ZERO, 10, 0),
+    ] {
+        let (mut peer, eb) = link::pair(&LinkConfig::default());
+        let mut b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("stack");
+        let t = TcpTuning {
+            oow_ack_interval: interval,
+            ..TcpTuning::default()
+        };
+        let seg = |control, seq: i32, ack: Option<i32>| TcpRepr {
+            src_port: 40000,
+            dst_port: 5000,
+            control,
+            seq_number: TcpSeqNumber(seq),
+            ack_number: ack.map(TcpSeqNumber),
+            window_len: 65535,
+            window_scale: None,
+            max_seg_size: (control == TcpControl::Syn).then_some(1460),
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload: &[],
+        };
+        let now = Instant::ZERO;
+        let l = b.listen(5000, 1, &t).expect("listen");
+        inject(
+            &mut peer,
+            now,
+            &frame_from_a(&seg(TcpControl::Syn, 1000, None)),
+        );
+        let (segs, now) = segments_from_b(&mut b, &mut peer, now);
+        let &(true, true, iss, _) = segs.first().expect("one") else {
+            panic!("a SYN-ACK, not {segs:?}");
+        };
+        inject(
+            &mut peer,
+            now,
+            &frame_from_a(&seg(TcpControl::None, 1001, Some(iss + 1))),
+        );
+        b.poll(now);
+        b.accept(l).expect("accept").expect("established");
+        // Ten pure ACKs 5,000 octets behind RCV.NXT (outside the window, no data), one a
+        // millisecond, each in a poll of its own (one poll sends one ACK at most).
+        let mut segs = Vec::new();
+        let mut now = now;
+        for _ in 0..10 {
+            now += Duration::from_millis(1);
+            inject(
+                &mut peer,
+                now,
+                &frame_from_a(&seg(TcpControl::None, 1001 - 5000, Some(iss + 1))),
+            );
+            b.poll(now);
+            for f in drain(&mut peer, now) {
+                let e = EthernetFrame::new_checked(&f[..]).expect("valid frame");
+                let ip = Ipv4Packet::new_checked(e.payload()).expect("IPv4, the peer is known");
+                let t = TcpPacket::new_checked(ip.payload()).expect("a TCP segment");
+                segs.push((t.syn(), t.ack(), t.seq_number().0, t.payload().len()));
+            }
+        }
+        assert_eq!(
+            segs.len(),
+            answers,
+            "interval {interval:?}: answers to ten old pure ACKs: {segs:?}"
+        );
+        assert!(
+            segs.iter().all(|s| *s == (false, true, iss + 1, 0)),
+            "{segs:?}"
+        );
+        assert_eq!(
+            b.tcp_totals().expect("ours").oow_acks_suppressed,
+            suppressed,
+            "interval {interval:?}"
+        );
+    }
+}

@@ -262,6 +262,9 @@ pub struct TcpTotals {
     /// Connections whose peer's SYN carried a Window Scale shift above 14, taken as 14
     /// (RFC 7323 2.3; each also logged as a `tracing` warning).
     pub window_scale_clamped: u64,
+    /// ACKs not sent in answer to out-of-window segments without data, within
+    /// `TcpTuning::oow_ack_interval` of the last one (Linux's `tcp_oow_rate_limited`).
+    pub oow_acks_suppressed: u64,
 }
 
 impl TcpTotals {
@@ -281,6 +284,7 @@ impl TcpTotals {
         self.delivered_in_place += c.delivered_in_place;
         self.external_octets_sent += c.external_octets_sent;
         self.window_scale_clamped += c.window_scale_clamped;
+        self.oow_acks_suppressed += c.oow_acks_suppressed;
     }
 }
 
@@ -375,6 +379,7 @@ fn conn_config(t: &TcpTuning, mss: u16) -> ConnConfig {
         timeout: t.timeout,
         time_wait: t.time_wait,
         fin_wait_2_timeout: t.fin_wait_2_timeout,
+        oow_ack_interval: t.oow_ack_interval,
         recovery: RecoveryConfig {
             rto_min: t.rto_min,
             rto_initial: t.rto_initial,
