@@ -4,6 +4,7 @@
 //! where the peer sees them, and an atomic's execution and completion are timed against
 //! what DDP has delivered. Requirement IDs are the rows of `shared/specs/REQUIREMENTS.md`.
 
+mod common;
 mod conformance_common;
 
 use conformance_common::*;

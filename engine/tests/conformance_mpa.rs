@@ -3,6 +3,7 @@
 //! judges the FPDUs the engine sends and sends FPDUs of its own (some with a broken CRC).
 //! Requirement IDs are the rows of `shared/specs/REQUIREMENTS.md`.
 
+mod common;
 mod conformance_common;
 
 use conformance_common::*;

@@ -18,7 +18,6 @@ use warpcore_engine::proto::wire::rdmap::{AtomicRequestRepr, Opcode};
 use warpcore_engine::proto::wire::segment::{RdmapHeader, Segment, SegmentRepr};
 use warpcore_engine::tcp::link::{self, LinkConfig, LinkEnd};
 use warpcore_engine::tcp::smoltcp::time::{Duration, Instant};
-use warpcore_engine::tcp::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
 use warpcore_engine::tcp::{ConnId, Stack, StackConfig, TcpTuning};
 use warpcore_engine::{
     CmEvent, Completion, CompletionQueue, EngineConfig, EngineCore, MpaParams, QpAttr, QpId,
@@ -28,19 +27,11 @@ use warpcore_engine::{
 pub const PORT: u16 = 4791;
 pub const PD: PdId = PdId(1);
 
-pub fn ip(n: u8) -> Ipv4Address {
-    Ipv4Address::new(10, 0, 0, n)
-}
+pub use crate::common::ip;
 
+/// Host `n`'s stack configuration (the engine tests' own, `common::stack_config`).
 fn stack_config(n: u8) -> StackConfig {
-    StackConfig {
-        mac: [2, 0, 0, 0, 0, n],
-        ip: Ipv4Cidr::new(ip(n), 24),
-        gateway: None,
-        routes: Vec::new(),
-        random_seed: u64::from(n) * 7919,
-        max_connections: 16,
-    }
+    crate::common::stack_config(n, 16)
 }
 
 pub fn access() -> Access {
