@@ -94,8 +94,12 @@ for r in $(seq 1 "$rounds"); do
     run "with-warpcore ib_write_bw" "${ww_srv[@]}" ib_write_bw -R -n $bw_n :: \
         "${ww_cli[@]}" ib_write_bw -R -n $bw_n 10.78.0.1
     d=$(bw_of <"$work/client.log")
-    for v in "$a" "$b" "$c" "$d" "$e" "$f"; do
-        [[ $v =~ ^[0-9.]+$ ]] || { echo "FAIL: no figure in a result line (round $r: '$a' '$b' '$c' '$d' '$e' '$f')" >&2; exit 1; }
+    # A figure of 0 (a median of nothing, a transfer of nothing) is no measurement either:
+    # the ratio of the medians divided by it, or read 0.00x, with exit 0.
+    for v in "iwperf write_lat=$a" "with-warpcore ib_write_lat=$b" "iwperf write_bw=$c" \
+        "with-warpcore ib_write_bw=$d" "iwperf send_lat=$e" "with-warpcore ib_send_lat=$f"; do
+        [[ ${v#*=} =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "FAIL ${v%%=*}: no figure in its result line (round $r: '${v#*=}')" >&2; exit 1; }
+        awk -v x="${v#*=}" 'BEGIN { exit !(x > 0) }' || { echo "FAIL ${v%%=*}: a figure of 0 in its result line (round $r: '${v#*=}')" >&2; exit 1; }
     done
     L_IW+=("$a"); L_WW+=("$b"); B_IW+=("$c"); B_WW+=("$d"); S_IW+=("$e"); S_WW+=("$f")
     printf 'round %d: write_lat 2 B median: iwperf %s us, ib_write_lat %s us; send_lat: iwperf %s us, ib_send_lat %s us; write_bw 64 KiB: iwperf %s MB/s, ib_write_bw %s MB/s\n' \

@@ -1061,6 +1061,56 @@ else
     ok "connrate.sh fails a round without a rate" "with rates: $(grep -m1 '^| 1 ' <<<"$cr_good_out"); without: $(grep -m1 '^FAIL' <<<"$cr_out" | cut -c1-50)...; a rate of 0 fails too"
 fi
 
+# ---- bench/rdma-compat.sh fails a round whose figure is 0, naming the row, as connrate.sh
+# does a rate of 0: its check took any digits and dots, so a median of 0 passed, and the
+# ratio of the medians divided by it ("infx") or read
+# 0.00x, with exit 0. Stand-ins: cargo, taskset, iwperf, the drop-in libraries (empty files
+# with-warpcore copies) and perftest's ib_write_lat, ib_send_lat and ib_write_bw: servers
+# bind their memif socket and exit, clients print a perftest table; RC_ZERO names the one
+# whose figure is 0.
+mkdir -p "$work/rc/bin" "$work/rc/target/release"
+printf '#!/bin/sh\nexit 0\n' >"$work/rc/bin/cargo"
+printf '#!/bin/sh\nshift 2\nexec "$@"\n' >"$work/rc/bin/taskset"
+for l in libibverbs.so librdmacm.so libwcstandin.so; do : >"$work/rc/target/release/$l"; done
+cat >"$work/rc/peer" <<'EOF'
+#!/bin/bash
+name=$(basename "$0")
+[[ $name == iwperf ]] && name="iwperf $1"
+case " $* " in
+    *" 10.78.0.1 "*)
+        v=1.50
+        [[ $name == *bw* ]] && v=1000.00
+        [[ $name == *"$RC_ZERO" ]] && v=0.00
+        echo " #bytes #iterations t_min[usec] t_max[usec] t_typical[usec] t_avg[usec]"
+        echo " 2 5000 1.00 $v $v 1.60" ;;
+    *) sock=${WARPCORE_MEMIF_SERVER:-}
+        prev=""
+        for a in "$@"; do [[ $prev == --memif ]] && sock=$a; prev=$a; done
+        python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$sock" ;;
+esac
+EOF
+chmod +x "$work/rc/bin/"* "$work/rc/peer"
+cp "$work/rc/peer" "$work/rc/target/release/iwperf"
+for b in ib_write_lat ib_send_lat ib_write_bw; do cp "$work/rc/peer" "$work/rc/bin/$b"; done
+rc_run() { # rc_run ZERO: bench/rdma-compat.sh 1 on the stand-ins; sets rc_out and rc
+    rc_out=$(env PATH="$work/rc/bin:$PATH" CARGO_TARGET_DIR="$work/rc/target" RC_ZERO="$1" timeout 60 bench/rdma-compat.sh 1 2>&1)
+    rc=$?
+}
+rc_run none
+rc_good=$rc rc_good_out=$rc_out
+rc_run "iwperf send_lat"
+rc_div=$rc rc_div_out=$rc_out
+rc_run ib_write_bw
+if ((rc_good != 0)) || ! grep -q '^write_bw:  iwperf 1000.00 MB/s, with-warpcore ib_write_bw -R 1000.00 MB/s: 1.00x$' <<<"$rc_good_out"; then
+    bad "rdma-compat.sh fails a figure of 0" "with figures: exit $rc_good: $(tail -n 3 <<<"$rc_good_out" | tr '\n' ' ')"
+elif ((rc_div == 0)) || ! grep -q "^FAIL iwperf send_lat: a figure of 0 in its result line (round 1: '0.00')$" <<<"$rc_div_out"; then
+    bad "rdma-compat.sh fails a figure of 0" "iwperf send_lat's median 0: exit $rc_div: $(tail -n 3 <<<"$rc_div_out" | tr '\n' ' ')"
+elif ((rc == 0)) || ! grep -q "^FAIL with-warpcore ib_write_bw: a figure of 0 in its result line (round 1: '0.00')$" <<<"$rc_out"; then
+    bad "rdma-compat.sh fails a figure of 0" "ib_write_bw's 0 MB/s: exit $rc: $(tail -n 3 <<<"$rc_out" | tr '\n' ' ')"
+else
+    ok "rdma-compat.sh fails a figure of 0" "with figures: 1.00x; $(grep -m1 '^FAIL' <<<"$rc_div_out" | cut -c1-60)...; ib_write_bw's 0 fails too"
+fi
+
 # ---- a server that serves until stopped (qperf's) must still run when its clients are
 # done (scripts/lib/bg-end.sh's bg_stop). Before, bench/compare.sh and bench/loss.sh killed
 # their qperf server without looking: one that had exited at once (qperf prints "unable to
