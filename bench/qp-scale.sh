@@ -5,7 +5,8 @@
 # interleaved round by round so the machine's load falls on all alike, each against the
 # one-QP rate of its own round; then one run of -q 10000 (it must complete); and the memory
 # per idle connected QP from bench/examples/qp_scale (1,024 idle connections, both ends in
-# one process, RSS growth). A run whose report holds no message rate fails.
+# one process, RSS growth). A run whose report holds no message rate fails, and so does a
+# qp_scale run whose output holds no memory: line (naming it, with its output's tail).
 #
 # ROUNDS is a whole number of at least 1 and MESSAGES of at least 1,024 (each of 1,024 QPs
 # sends MESSAGES / 1,024): anything else is refused (exit 2) before a run.
@@ -102,4 +103,17 @@ t0=$(date +%s.%N)
 rate 10000 200
 echo "write_bw -q 10000 -s 64 -n 200 (2,000,000 Writes over 10,000 connections): completed, $m M msgs/s, $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s with set-up and teardown"
 echo
-"$tgt/release/examples/qp_scale" 1024 1 1000 | grep '^memory:'
+# The memory per idle QP: bounded as the runs above are (a hung qp_scale held the script
+# forever), in the background for the EXIT trap, and a report without its memory: line (a
+# panic, a kill) fails naming what was missing, with the tail of its output.
+timeout 600 "$tgt/release/examples/qp_scale" 1024 1 1000 >"$work/qp_scale.log" 2>&1 &
+qp=$! rc=0
+pids+=("$qp")
+wait "$qp" || rc=$?
+pids=()
+if ! grep '^memory:' "$work/qp_scale.log"; then
+    echo "FAIL qp_scale 1024 1 1000: no 'memory:' line in its output (exit $rc$( ((rc == 124)) && echo ", timed out after 600 s"))" >&2
+    tail -5 "$work/qp_scale.log" >&2
+    exit 1
+fi
+((rc == 0)) || { echo "FAIL qp_scale 1024 1 1000: exited $rc" >&2; tail -5 "$work/qp_scale.log" >&2; exit 1; }

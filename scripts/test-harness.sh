@@ -1111,6 +1111,50 @@ else
     ok "rdma-compat.sh fails a figure of 0" "with figures: 1.00x; $(grep -m1 '^FAIL' <<<"$rc_div_out" | cut -c1-60)...; ib_write_bw's 0 fails too"
 fi
 
+# ---- bench/qp-scale.sh's last run, qp_scale's memory per idle QP, is bounded by a timeout
+# and fails loudly: it ran with none (a hung one held the script forever) and piped into
+# grep, so a qp_scale that panicked before its memory: line ended the script with exit 1
+# and not a word. Stand-ins: cargo, iwperf (a server binding its memif socket, a client
+# printing a table with a rate) and examples/qp_scale, which prints its memory: line and
+# its parent's name (QS=good) or panics (QS=panic).
+mkdir -p "$work/qs/bin" "$work/qs/target/release/examples"
+printf '#!/bin/sh\nexit 0\n' >"$work/qs/bin/cargo"
+cat >"$work/qs/target/release/iwperf" <<'EOF'
+#!/bin/bash
+case " $* " in
+    *" 198.18.0.2 "*) echo " #bytes #iterations BW_peak[MB/s] BW_average[MB/s] MsgRate[Mpps]"
+        echo " 64 1000 180.00 170.00 2.650000" ;;
+    *) prev=""
+        for a in "$@"; do [[ $prev == --memif ]] && sock=$a; prev=$a; done
+        python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$sock" ;;
+esac
+EOF
+cat >"$work/qs/target/release/examples/qp_scale" <<'EOF'
+#!/bin/bash
+echo "qp_scale: 1024 idle connections"
+if [[ $QS == panic ]]; then
+    echo "thread 'main' panicked at bench/examples/qp_scale.rs:1:1: stand-in panic" >&2
+    exit 101
+fi
+echo "memory: 1024 idle QPs, 5.0 KiB each (parent $(ps -o comm= -p $PPID))"
+EOF
+chmod +x "$work/qs/bin/cargo" "$work/qs/target/release/iwperf" "$work/qs/target/release/examples/qp_scale"
+qs() { # qs MODE: bench/qp-scale.sh 1 1024 on the stand-ins; sets qs_out and rc
+    qs_out=$(env PATH="$work/qs/bin:$PATH" CARGO_TARGET_DIR="$work/qs/target" QS="$1" timeout 60 bench/qp-scale.sh 1 1024 2>&1)
+    rc=$?
+}
+qs good
+qs_good=$rc qs_good_out=$qs_out
+qs panic
+if ((qs_good != 0)) || ! grep -q '^memory: 1024 idle QPs, 5.0 KiB each (parent timeout)$' <<<"$qs_good_out"; then
+    bad "qp-scale.sh's qp_scale run is bounded and fails loudly" "a good run (its memory: line, under timeout): exit $qs_good: $(tail -n 2 <<<"$qs_good_out" | tr '\n' ' ')"
+elif ((rc == 0)) || ! grep -q "^FAIL qp_scale 1024 1 1000: no 'memory:' line in its output (exit 101)$" <<<"$qs_out" ||
+    ! grep -q "stand-in panic" <<<"$qs_out"; then
+    bad "qp-scale.sh's qp_scale run is bounded and fails loudly" "a panicked qp_scale: exit $rc: $(tail -n 3 <<<"$qs_out" | tr '\n' ' ')"
+else
+    ok "qp-scale.sh's qp_scale run is bounded and fails loudly" "its memory: line under timeout; a panic: $(grep -m1 '^FAIL' <<<"$qs_out"), with the panic's line"
+fi
+
 # ---- a server that serves until stopped (qperf's) must still run when its clients are
 # done (scripts/lib/bg-end.sh's bg_stop). Before, bench/compare.sh and bench/loss.sh killed
 # their qperf server without looking: one that had exited at once (qperf prints "unable to
