@@ -82,8 +82,15 @@ serve warpcore 0.5 "$work/server.log" ip netns exec "$LOSSNET_B" timeout 120 "$I
 ip netns exec "$LOSSNET_A" timeout 120 "$IWPERF" write_bw 198.18.0.2 --ip 198.18.0.1 \
     --mac "$LOSSNET_MAC_A" --timeout 60 --json "$work/bw.json" --vdev net_af_packet0,iface=wcla \
     --eal="-l 1 $eal --file-prefix=wcbudget-c$$" -s 65536 -D "$run" --report_gbits >"$work/client.log" 2>&1 || fail "iwperf write_bw client"
-wait "$mpid" || fail "sampling /proc/stat and the veth's tx_packets during iwperf write_bw"
-wait "$spid" || fail "iwperf write_bw server"
+# Each process reaped leaves `pids` (scripts/lib/bg-end.sh): its pid is free for reuse.
+reap() { # reap PID WHAT: waits for PID, takes it out of pids, fails naming WHAT if it failed
+    local rc=0
+    wait "$1" || rc=$?
+    bg_forget "$1"
+    ((rc == 0)) || fail "$2"
+}
+reap "$mpid" "sampling /proc/stat and the veth's tx_packets during iwperf write_bw"
+reap "$spid" "iwperf write_bw server"
 bw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"][0]["bw"]["average"])' "$work/bw.json") ||
     fail "no write_bw result"
 
@@ -93,9 +100,12 @@ irc=0
 ip netns exec "$LOSSNET_A" iperf3 -c 198.18.0.12 -A 1 -t "$run" -J >"$work/iperf3.json" 2>"$work/iperf3.log" || irc=$?
 iperf3_gbps "$work/iperf3.json" || fail "iperf3 -c (exit $irc): $IPERF3_NOTE"
 ((irc == 0)) || fail "iperf3 -c exited $irc"
-wait "$mpid" || fail "sampling /proc/stat and the veth's tx_packets during iperf3"
+reap "$mpid" "sampling /proc/stat and the veth's tx_packets during iperf3"
 # A server that failed or hung after its client (scripts/lib/bg-end.sh): no figure.
-bg_end "$spid" "iperf3 -s -1" 30 || fail "$BG_NOTE"
+brc=0
+bg_end "$spid" "iperf3 -s -1" 30 || brc=$?
+bg_forget "$spid"
+((brc == 0)) || fail "$BG_NOTE"
 kbw=$IPERF3_GBPS
 
 python3 - "$work" "$bw" "$kbw" <<'PY'

@@ -117,8 +117,12 @@ wait_port() {
 # server_end PID WHAT LOG: a server's end once its client is done (scripts/lib/bg-end.sh):
 # one that failed, crashed or hung ends the comparison (exit 1), naming it, and its run's
 # figures go into no report. (The qperf server never exits on its own: server_stop.)
+# Either way the ended server leaves `pids` (bg_forget): its pid is free for reuse.
 server_end() {
-    bg_end "$1" "$2" 30 && return 0
+    local rc=0
+    bg_end "$1" "$2" 30 || rc=$?
+    bg_forget "$1"
+    ((rc == 0)) && return 0
     echo "compare: FAILED: $BG_NOTE" >&2
     grep -v '^EAL' "$3" | tail -n 15 >&2
     exit 1
@@ -128,7 +132,10 @@ server_end() {
 # no server of this run (another process's qperf on the port, when this one could not bind
 # it and exited 1).
 server_stop() {
-    bg_stop "$1" "$2" 10 && return 0
+    local rc=0
+    bg_stop "$1" "$2" 10 || rc=$?
+    bg_forget "$1"
+    ((rc == 0)) && return 0
     echo "compare: FAILED: $BG_NOTE" >&2
     tail -n 15 "$3" >&2
     exit 1

@@ -86,9 +86,15 @@ iwperf_pair() {
         --timeout 60 --json "$json" --vdev "net_af_packet0,iface=wcla${AFP_ARGS:-}" \
         --eal="-l 1 $eal --file-prefix=wcloss-c$$" "$@" >"$work/client.log" 2>&1; then
         kill "$spid" 2>/dev/null || true
+        wait "$spid" 2>/dev/null || true
+        bg_forget "$spid"
         fail "iwperf $test $*"
     fi
-    wait "$spid" || fail "iwperf $test server"
+    # Reaped, the server leaves `pids` (scripts/lib/bg-end.sh): its pid is free for reuse.
+    local rc=0
+    wait "$spid" || rc=$?
+    bg_forget "$spid"
+    ((rc == 0)) || fail "iwperf $test server"
 }
 
 # kernel_bw: iperf3's throughput (Gbit/s) in kbw; fails loudly, with iperf3's reason (it
@@ -104,7 +110,10 @@ kernel_bw() {
     iperf3_gbps "$work/iperf3.json" || fail "iperf3 -c (exit $rc): $IPERF3_NOTE"
     ((rc == 0)) || fail "iperf3 -c exited $rc"
     # A server that failed or hung after its client (scripts/lib/bg-end.sh): no figure.
-    bg_end "$spid" "iperf3 -s -1" 30 || fail "$BG_NOTE"
+    rc=0
+    bg_end "$spid" "iperf3 -s -1" 30 || rc=$?
+    bg_forget "$spid"
+    ((rc == 0)) || fail "$BG_NOTE"
     kbw=$IPERF3_GBPS
 }
 
@@ -120,7 +129,10 @@ kernel_lat() {
     out=$(ip netns exec "$LOSSNET_A" qperf 198.18.0.12 -t "$duration" -m 64 tcp_lat 2>&1) || fail "qperf tcp_lat: $out"
     # The server must still run (scripts/lib/bg-end.sh): one that had exited (it could not
     # bind its port) served nothing, and the figure would be another server's.
-    bg_stop "$spid" "the qperf server" 10 || fail "$BG_NOTE"
+    local rc=0
+    bg_stop "$spid" "the qperf server" 10 || rc=$?
+    bg_forget "$spid"
+    ((rc == 0)) || fail "$BG_NOTE"
     # qperf prints "latency = 12.3 us" (or ms). Without a figure the row's columns would
     # shift (the TCP counters under the kernel's latency): fail instead.
     klat=$(echo "$out" | awk '/latency/ { v=$3; if ($4=="ms") v*=1000; if ($4=="sec") v*=1e6; printf "%.1f", v }')

@@ -1292,6 +1292,45 @@ else
     ok "a kernel baseline that did not run fails with its reason" "loss.sh and compare.sh fail a refused iperf3 naming it, loss.sh one of 0 bits/s; afp-budget.sh reads its report the same way"
 fi
 
+# ---- a bench script takes a server it has ended out of the pids its EXIT trap kills
+# (scripts/lib/bg-end.sh's bg_forget), as connrate.sh, qp-scale.sh and rdma-compat.sh do:
+# compare.sh, loss.sh and afp-budget.sh kept every pid to the end, and their trap killed
+# each again, by then a number free for reuse: some other process's. The stand-ins of the
+# cases above (afp-budget.sh's ip also counts the sender's frames); loss.sh and afp-budget.sh
+# whole under bash -x, the pids their trap killed read from the trace; compare.sh's kernel
+# section, the pids it left.
+mkdir -p "$work/fg/bin"
+cat >"$work/fg/bin/ip" <<'EOF'
+#!/bin/bash
+if [[ "$1 $2 $4" == "netns exec cat" ]]; then
+    n=$(($(cat "$FG_DIR/frames" 2>/dev/null || echo 0) + 1000)); echo "$n" >"$FG_DIR/frames"; echo "$n"; exit 0
+fi
+[[ "$1 $2" == "netns exec" ]] && { shift 3; exec "$@"; }
+exit 0
+EOF
+chmod +x "$work/fg/bin/ip"
+fg_kills() { # fg_kills SCRIPT ARGS...: "exit N, killed at exit: PIDS" of SCRIPT under bash -x
+    local rc=0
+    env PATH="$work/fg/bin:$work/ks/bin:$PATH" IWPERF="$work/ks/iwperf" LOSSES=0 WINDOW=1 KS_DIR="$work/ks" \
+        FG_DIR="$work/fg" KS_QPERF=serves timeout 60 bash -x "$@" >"$work/fg/out.log" 2>&1 || rc=$?
+    ks_gone >/dev/null
+    echo "exit $rc, killed at exit: $(sed -n '/^+* lossnet_cleanup$/,$p' "$work/fg/out.log" | grep -Eo '^\++ kill [0-9]+$' | awk '{print $3}' | tr '\n' ' ')"
+}
+fg_loss=$(fg_kills bench/loss.sh --quick)
+fg_afp=$(fg_kills bench/afp-budget.sh)
+fg_cmp=$(env PATH="$work/ks/bin:$PATH" KS_DIR="$work/ks" work="$work/ks" KS_QPERF=serves timeout 30 bash -c \
+    'set -euo pipefail; cpu_s=0 cpu_c=1 ksecs=1 pids=(); source scripts/lib/bg-end.sh; source scripts/lib/iperf3-gbps.sh; source "$work/compare-kernel.sh"; echo "pids left: ${pids[*]}"' 2>&1 | tail -n 1)
+ks_gone >/dev/null
+if [[ $fg_loss != "exit 0, killed at exit: " ]]; then
+    bad "a bench script forgets the servers it ended" "loss.sh: $fg_loss$(grep -m1 FAILED "$work/fg/out.log")"
+elif [[ $fg_afp != "exit 0, killed at exit: " ]]; then
+    bad "a bench script forgets the servers it ended" "afp-budget.sh: $fg_afp$(grep -m1 FAILED "$work/fg/out.log")"
+elif [[ $fg_cmp != "pids left: " ]]; then
+    bad "a bench script forgets the servers it ended" "compare.sh's kernel section: $fg_cmp"
+else
+    ok "a bench script forgets the servers it ended" "loss.sh and afp-budget.sh kill nothing at exit, compare.sh's servers leave pids"
+fi
+
 # ---- connrate.sh, qp-scale.sh and rdma-compat.sh stopped mid-run end what they started.
 # Their EXIT trap only removed the scratch directory: the server (and the client) of the
 # run under way ran on for up to 90-600 s, each polling an engine core, and the memif

@@ -16,6 +16,10 @@
 # process's server (on another CPU, in another run). Stops it (SIGTERM), waits up to SECS
 # seconds (then SIGKILL), and returns 0 when it ran until stopped and ended by the stop
 # (exit 0 or the SIGTERM); else non-zero, BG_NOTE saying what happened, naming WHAT.
+#
+# bg_forget PID: takes PID out of the caller's `pids` (the processes its EXIT trap kills)
+# once PID has been reaped (bg_end, bg_stop or wait): its number is free for reuse then, and
+# a trap that still killed it would kill whichever process got the number next.
 bg_end() {
     local pid=$1 what=$2 secs=$3 rc=0 i
     BG_NOTE=""
@@ -34,6 +38,12 @@ bg_end() {
         BG_NOTE="$what exited $rc$( ((rc > 128)) && echo " (signal $((rc - 128)))")"
     fi
     return "$rc"
+}
+
+bg_forget() {
+    local p keep=()
+    for p in "${pids[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
+    pids=("${keep[@]}")
 }
 
 bg_stop() {
