@@ -620,3 +620,26 @@ fn exhausted_domain_numbers_are_enomem() {
         crate::ENOMEM
     );
 }
+
+/// The count behind `ibv_query_device`'s `max_pd`, `max_cq` and `max_srq`: `max` places are
+/// taken, the next is `ENOMEM` (siw_alloc_pd, siw_create_cq, siw_create_srq), a place given
+/// back is taken again, and giving back more than was taken does not wrap the count (the
+/// C contract query_limits.c checks the verbs end to end).
+#[test]
+fn live_objects_are_held_to_the_advertised_limit() {
+    let l = verbs::Live::new(3);
+    for _ in 0..3 {
+        assert_eq!(l.take(), Ok(()));
+    }
+    assert_eq!(l.take(), Err(crate::ENOMEM));
+    l.give_back();
+    assert_eq!(l.take(), Ok(()));
+    assert_eq!(l.take(), Err(crate::ENOMEM));
+    for _ in 0..5 {
+        l.give_back();
+    }
+    for _ in 0..3 {
+        assert_eq!(l.take(), Ok(()));
+    }
+    assert_eq!(l.take(), Err(crate::ENOMEM));
+}

@@ -370,16 +370,16 @@ pub extern "C" fn __wc_ibv_query_device(c: *mut ibv_context, out: *mut ibv_devic
         d.device_cap_flags = IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_MGT_EXTENSIONS;
         d.max_sge = clamp(a.max_sge);
         d.max_sge_rd = 1;
-        d.max_cq = 65536;
+        d.max_cq = clamp(CQS.max());
         d.max_cqe = clamp(a.max_cqe);
         d.max_mr = clamp(a.max_mr);
-        d.max_pd = 65536;
+        d.max_pd = clamp(PDS.max());
         d.max_qp_rd_atom = c_int::from(a.max_qp_rd_atom);
         d.max_res_rd_atom = c_int::from(a.max_qp_rd_atom) * d.max_qp;
         d.max_qp_init_rd_atom = c_int::from(a.max_qp_init_rd_atom);
         d.atomic_cap = IBV_ATOMIC_HCA;
         d.max_mw = clamp(a.max_mr);
-        d.max_srq = 65536;
+        d.max_srq = clamp(SRQS.max());
         d.max_srq_wr = d.max_qp_wr;
         d.max_srq_sge = d.max_sge;
         d.max_pkeys = 1;
@@ -733,6 +733,63 @@ fn pd_uses(p: *mut ibv_pd) -> Option<&'static Uses> {
     unsafe { pd_ref(p) }.map(|p| &p.uses)
 }
 
+/// `ibv_query_device`'s `max_pd`: the most protection domains the process holds at once
+/// (`ibv_alloc_pd` refuses one more).
+pub(crate) const MAX_PD: usize = 65536;
+/// `ibv_query_device`'s `max_cq`: the most completion queues at once (`ibv_create_cq`).
+pub(crate) const MAX_CQ: usize = 65536;
+/// `ibv_query_device`'s `max_srq`: the most shared receive queues at once
+/// (`ibv_create_srq`).
+pub(crate) const MAX_SRQ: usize = 65536;
+
+/// How many objects of one kind are live, against the limit `ibv_query_device` advertises
+/// for them: ibv_query_device(3) calls its maxima "the upper limits of supported
+/// resources", so the create past the limit fails with `ENOMEM` and the destroy gives the
+/// place back, as siw counts its PDs, CQs and SRQs (siw_alloc_pd, siw_create_cq,
+/// siw_create_srq: `atomic_inc_return(..) > SIW_MAX_*` is `-ENOMEM`). The engine has no
+/// table of these objects to fill, so without the count nothing held them to the number.
+#[derive(Debug)]
+pub(crate) struct Live {
+    n: AtomicUsize,
+    max: usize,
+}
+
+impl Live {
+    pub(crate) const fn new(max: usize) -> Self {
+        Self {
+            n: AtomicUsize::new(0),
+            max,
+        }
+    }
+
+    /// Takes a place, or `ENOMEM` when all `max` are taken.
+    pub(crate) fn take(&self) -> Result<(), c_int> {
+        self.n
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .map(|_| ())
+            .map_err(|_| ENOMEM)
+    }
+
+    /// The limit.
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Gives back a place [`Live::take`] took (the object is gone).
+    pub(crate) fn give_back(&self) {
+        let _ = self
+            .n
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+}
+
+/// The live PDs, CQs and SRQs of the process.
+pub(crate) static PDS: Live = Live::new(MAX_PD);
+pub(crate) static CQS: Live = Live::new(MAX_CQ);
+pub(crate) static SRQS: Live = Live::new(MAX_SRQ);
+
 // ---------------------------------------------------------------- protection domains
 
 #[repr(C)]
@@ -760,11 +817,17 @@ pub extern "C" fn __wc_ibv_alloc_pd(c: *mut ibv_context) -> *mut ibv_pd {
             set_errno(ENODEV);
             return null_mut();
         };
+        // max_pd domains live: ENOMEM, as siw_alloc_pd answers past SIW_MAX_PD.
+        if let Err(err) = PDS.take() {
+            set_errno(err);
+            return null_mut();
+        }
         // Every number the engine has for a domain given out: ENOMEM, as the kernel's
         // object table answers when it is full.
         let pd = match e.ctx.try_alloc_pd() {
             Ok(pd) => pd,
             Err(err) => {
+                PDS.give_back();
                 set_errno(errno_of(&err));
                 return null_mut();
             }
@@ -788,7 +851,11 @@ pub extern "C" fn __wc_ibv_dealloc_pd(p: *mut ibv_pd) -> c_int {
         return crate::EBUSY;
     }
     // SAFETY: p is NULL or ours (the matching create), no longer used by the caller.
-    unsafe { destroy::<_, Pd>(p) }
+    let r = unsafe { destroy::<_, Pd>(p) };
+    if r == 0 {
+        PDS.give_back();
+    }
+    r
 }
 
 // ---------------------------------------------------------------- memory regions
@@ -1209,6 +1276,11 @@ pub extern "C" fn __wc_ibv_create_cq(
             set_errno(ENODEV);
             return null_mut();
         };
+        // max_cq queues live: ENOMEM, as siw_create_cq answers past SIW_MAX_CQ.
+        if let Err(err) = CQS.take() {
+            set_errno(err);
+            return null_mut();
+        }
         let depth = cqe as usize;
         let chan = channel.cast::<Chan>();
         // SAFETY: channel is NULL or ours.
@@ -1216,6 +1288,9 @@ pub extern "C" fn __wc_ibv_create_cq(
             Some(ch) => e.ctx.create_cq_with_channel(depth, &ch.ch),
             None => e.ctx.create_cq(depth),
         };
+        if r.is_err() {
+            CQS.give_back();
+        }
         match r {
             Ok(cq) => {
                 let id = cq.id();
@@ -1288,6 +1363,7 @@ pub extern "C" fn __wc_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         // delivered any more (it is off its channel) and every one delivered has been
         // acknowledged, so nothing else refers to it.
         drop(unsafe { Box::from_raw(cq.cast::<Cq>()) });
+        CQS.give_back();
         0
     })
 }
@@ -1529,7 +1605,16 @@ pub extern "C" fn __wc_ibv_create_srq(
             set_errno(EINVAL);
             return null_mut();
         };
-        match p.pd.create_srq(a.attr.max_wr.max(1), a.attr.max_sge.max(1)) {
+        // max_srq queues live: ENOMEM, as siw_create_srq answers past SIW_MAX_SRQ.
+        if let Err(err) = SRQS.take() {
+            set_errno(err);
+            return null_mut();
+        }
+        let r = p.pd.create_srq(a.attr.max_wr.max(1), a.attr.max_sge.max(1));
+        if r.is_err() {
+            SRQS.give_back();
+        }
+        match r {
             Ok(srq) => {
                 a.attr.max_wr = srq.depth();
                 a.attr.max_sge = srq.max_sge();
@@ -1626,6 +1711,7 @@ pub extern "C" fn __wc_ibv_destroy_srq(s: *mut ibv_srq) -> c_int {
     // SAFETY: s is ours, no longer used by the caller nor by any QP.
     let r = unsafe { destroy::<_, Srq>(s) };
     if r == 0 {
+        SRQS.give_back();
         if let Some(u) = pd_uses(pd) {
             u.remove();
         }

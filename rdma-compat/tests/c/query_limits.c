@@ -10,12 +10,17 @@
  * - ibv_reg_mr(3) of a length above max_mr_size returns NULL with errno ENOMEM (as siw
  *   answers a length above what the process may pin). Before the fix the length reached
  *   Region::from_raw's assertion, and the caller read EIO.
+ * - max_pd PDs, max_cq CQs and max_srq SRQs are live at once; one more of any is refused
+ *   with ENOMEM (as siw_alloc_pd, siw_create_cq and siw_create_srq answer past SIW_MAX_PD,
+ *   SIW_MAX_CQ, SIW_MAX_SRQ), and once one is freed another is created. Before the fix
+ *   nothing counted them: the one past the limit was created.
  * One process, no peer:
  *   query_limits
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <infiniband/verbs.h>
 
@@ -31,6 +36,68 @@ static struct ibv_qp *qp_of(struct ibv_pd *pd, struct ibv_cq *cq, int wr, int sg
 	a.cap.max_send_wr = a.cap.max_recv_wr = wr;
 	a.cap.max_send_sge = a.cap.max_recv_sge = sge;
 	return ibv_create_qp(pd, &a);
+}
+
+enum kind { PD, CQ, SRQ };
+static const char *const kind_name[] = { "ibv_alloc_pd(3)", "ibv_create_cq(3)", "ibv_create_srq(3)" };
+
+static void *make(enum kind k, struct ibv_context *ctx, struct ibv_pd *pd)
+{
+	struct ibv_srq_init_attr sa;
+	switch (k) {
+	case PD:
+		return ibv_alloc_pd(ctx);
+	case CQ:
+		return ibv_create_cq(ctx, 1, NULL, NULL, 0);
+	case SRQ:
+		memset(&sa, 0, sizeof sa);
+		sa.attr.max_wr = sa.attr.max_sge = 1;
+		return ibv_create_srq(pd, &sa);
+	}
+	return NULL;
+}
+
+static int unmake(enum kind k, void *o)
+{
+	switch (k) {
+	case PD:
+		return ibv_dealloc_pd(o);
+	case CQ:
+		return ibv_destroy_cq(o);
+	case SRQ:
+		return ibv_destroy_srq(o);
+	}
+	return EINVAL;
+}
+
+/* Creates objects of kind k until refused, `held` of them already live: exactly `max` are
+ * live then, the next is refused with ENOMEM, and freeing one makes room for one. */
+static void fill_to_limit(enum kind k, struct ibv_context *ctx, struct ibv_pd *pd, int max, int held)
+{
+	if (max < held || max > (1 << 20))
+		DIE("%s: an implausible limit %d", kind_name[k], max);
+	void **o = calloc((size_t)max + 1, sizeof *o);
+	if (!o)
+		DIE("calloc");
+	int n = 0;
+	while (n < max + 1 - held && (o[n] = make(k, ctx, pd)) != NULL)
+		n++;
+	int e = errno;
+	EXPECT(n == max - held && e == ENOMEM,
+	       "%s: %d live at once (the advertised limit), one more is refused with ENOMEM (got %d live, %s)",
+	       kind_name[k], max, n + held, n == max + 1 - held ? "one more created" : strerror(e));
+	if (n > 0) {
+		unmake(k, o[--n]);
+		o[n] = make(k, ctx, pd);
+		EXPECT(o[n] != NULL, "%s: once one is freed another is created (%s)", kind_name[k],
+		       o[n] ? "created" : strerror(errno));
+		if (o[n])
+			n++;
+	}
+	while (n > 0)
+		if (unmake(k, o[--n]))
+			DIE("%s: freeing one failed", kind_name[k]);
+	free(o);
 }
 
 int main(void)
@@ -99,6 +166,10 @@ int main(void)
 		if (mr)
 			ibv_dereg_mr(mr);
 	}
+	/* One PD and one CQ are live here. */
+	fill_to_limit(PD, ctx, NULL, da.max_pd, 1);
+	fill_to_limit(CQ, ctx, NULL, da.max_cq, 1);
+	fill_to_limit(SRQ, ctx, pd, da.max_srq, 0);
 	ibv_dealloc_pd(pd);
 	ibv_destroy_cq(cq);
 	return contract_end();
