@@ -15,8 +15,10 @@
 //! * An [`Mbuf`] owns exactly one packet (possibly a chain of segments). It frees itself on
 //!   drop; a transmit burst consumes it (the driver frees it after sending), and the mbufs a
 //!   full tx ring refused are handed back to the caller, never dropped silently. A packet
-//!   whose transmit offload metadata leaves its first segment is never handed to a driver
-//!   ([`Mbuf::check_tx_offload`]). Its bytes are written ([`Mbuf::data_mut`],
+//!   whose transmit offload metadata leaves its first segment, or whose first segment's
+//!   buffer is not its own alone (the driver writes the headers there), is never handed to
+//!   a driver ([`Mbuf::check_tx_offload`]), and [`Mbuf::set_tx_tso`] and
+//!   [`Mbuf::set_tx_checksum_offload`] refuse to mark such a packet. Its bytes are written ([`Mbuf::data_mut`],
 //!   [`Mbuf::append`]) only where it is the sole owner of a direct buffer; a received mbuf
 //!   a driver shares with others (a clone, an external buffer, a raised reference count) is
 //!   refused with [`MbufShared`] rather than written under another packet's reader. Its

@@ -261,7 +261,9 @@ pub enum TxOffloadError {
     #[error(transparent)]
     Len(#[from] TxOffloadLenError),
     /// The first segment's header is not this `Mbuf`'s alone ([`MbufShared::Referenced`]):
-    /// its offload flags and word are another owner's too.
+    /// its offload flags and word are another owner's too; or its buffer is shared
+    /// ([`MbufShared::Indirect`], [`MbufShared::External`]), into which the port would
+    /// write the headers it fills in.
     #[error("cannot set transmit offloads: {0}")]
     Shared(#[from] MbufShared),
 }
@@ -621,15 +623,17 @@ impl Mbuf {
     /// checksums are then the port's too. Refused, changing nothing, when `l2_len` or
     /// `l3_len` does not fit its field of the offload word ([`TxOffloadError::Len`]; before,
     /// only its low bits were stored, and the port wrote the headers at the wrong offsets),
-    /// or when the first segment's header is shared with another owner
-    /// ([`TxOffloadError::Shared`]).
+    /// or when the first segment's buffer or header is not this `Mbuf`'s alone
+    /// ([`TxOffloadError::Shared`]: indirect, external or referenced twice), as the port
+    /// writes the headers in that buffer ([`crate::TxQueue::tx_prepare`] its pseudo-header
+    /// checksums, the TSO its per-segment headers) under the other holders.
     #[inline]
     pub fn set_tx_tso(&mut self, t: TxTso) -> Result<(), TxOffloadError> {
         let l2_l3 = tx_offload_l2_l3(t.l2_len, t.l3_len)?;
         // SAFETY: the first segment of the chain self owns.
-        unsafe { header_owner(self.raw.as_ptr()) }?;
+        unsafe { sole_owner(self.raw.as_ptr()) }?;
         // SAFETY: exclusive access through &mut self, and the header is this Mbuf's alone
-        // (checked above); ol_flags and tx_offload are plain data.
+        // (checked above, with its buffer); ol_flags and tx_offload are plain data.
         let m = unsafe { self.raw.as_mut() };
         m.ol_flags |= ffi::RTE_MBUF_F_TX_IPV4
             | ffi::RTE_MBUF_F_TX_IP_CKSUM
@@ -671,7 +675,11 @@ impl Mbuf {
     /// checksum at l2 + l3 + 16; its TSO, librte_gso, rewrites whole 20-octet IPv4 and TCP
     /// headers). So: an IPv4 header length of at least 20, the Ethernet, IPv4 (also as long
     /// as its own IHL says) and TCP (at least 20 octets) headers all in the first segment,
-    /// and for TSO a TCP header length of at least 20 and a segment size above 0. A packet
+    /// and for TSO a TCP header length of at least 20 and a segment size above 0. And as
+    /// the driver writes those headers (`rte_eth_tx_prepare` its pseudo-header checksums),
+    /// the first segment's buffer must be the packet's alone ([`MbufShared`]): an offload
+    /// asked before the packet was cloned or its count raised (an indirect clone carries
+    /// its original's offload flags) is refused here, as the setters refuse it. A packet
     /// that asks for no offload is always fit. [`crate::TxQueue::tx_prepare`] and
     /// [`crate::TxQueue::tx_burst`] hand no unfit packet to the driver; this says why.
     pub fn check_tx_offload(&self) -> Result<(), Error> {
@@ -680,6 +688,12 @@ impl Mbuf {
             return Ok(());
         }
         let refuse = |why: String| Err(Error::TxOffload { why });
+        // SAFETY: the first segment of the chain self owns.
+        if let Err(e) = unsafe { sole_owner(self.raw.as_ptr()) } {
+            return refuse(format!(
+                "the driver would write the headers into a buffer others share: {e}"
+            ));
+        }
         let (l2, l3, l4) = self.tx_header_lens();
         let seg = self.data_len();
         if l3 < IPV4_HEADER_MIN {
@@ -750,15 +764,17 @@ impl Mbuf {
     /// Asks the port to compute checksums on transmit (see [`TxChecksumOffload`]). Refused,
     /// changing nothing, when `l2_len` or `l3_len` does not fit its field of the offload
     /// word ([`TxOffloadError::Len`]; before, only its low bits were stored, and the port
-    /// filled the checksums at the wrong offsets), or when the first segment's header is
-    /// shared with another owner ([`TxOffloadError::Shared`]).
+    /// filled the checksums at the wrong offsets), or when the first segment's buffer or
+    /// header is not this `Mbuf`'s alone ([`TxOffloadError::Shared`]: indirect, external or
+    /// referenced twice), as the port writes the checksums (and
+    /// [`crate::TxQueue::tx_prepare`] the pseudo-header sums) in that buffer.
     #[inline]
     pub fn set_tx_checksum_offload(&mut self, o: TxChecksumOffload) -> Result<(), TxOffloadError> {
         let l2_l3 = tx_offload_l2_l3(o.l2_len, o.l3_len)?;
         // SAFETY: the first segment of the chain self owns.
-        unsafe { header_owner(self.raw.as_ptr()) }?;
+        unsafe { sole_owner(self.raw.as_ptr()) }?;
         // SAFETY: exclusive access through &mut self, and the header is this Mbuf's alone
-        // (checked above); ol_flags and tx_offload are plain data.
+        // (checked above, with its buffer); ol_flags and tx_offload are plain data.
         let m = unsafe { self.raw.as_mut() };
         let mut flags = 0u64;
         if o.ipv4 || o.tcp {
@@ -795,6 +811,20 @@ mod tests {
     use crate::{EalBuilder, PortConfig, RingPortPair};
 
     static EXT_FREED: AtomicBool = AtomicBool::new(false);
+
+    /// Offloads whose lengths fit the word: a refusal of them is about ownership.
+    const CSUM: TxChecksumOffload = TxChecksumOffload {
+        l2_len: 14,
+        l3_len: 20,
+        ipv4: true,
+        tcp: true,
+    };
+    const TSO: TxTso = TxTso {
+        l2_len: 14,
+        l3_len: 20,
+        l4_len: 20,
+        segsz: 1000,
+    };
 
     extern "C" fn ext_free(_addr: *mut std::ffi::c_void, _opaque: *mut std::ffi::c_void) {
         EXT_FREED.store(true, Ordering::SeqCst);
@@ -951,6 +981,22 @@ mod tests {
         assert_eq!(m.pkt_len(), 64, "a refused append changes nothing");
         let text = m.data_mut().unwrap_err().to_string();
         assert!(text.contains("reference count is 2"), "{text}");
+        // Nor is the clone marked for offloads, though its header is its own: the port
+        // would write the checksums (rte_eth_tx_prepare the pseudo-header sums, the TSO
+        // its segments' headers) into m's buffer.
+        assert_eq!(
+            clone.set_tx_checksum_offload(CSUM),
+            Err(TxOffloadError::Shared(MbufShared::Indirect))
+        );
+        assert_eq!(
+            clone.set_tx_tso(TSO),
+            Err(TxOffloadError::Shared(MbufShared::Indirect))
+        );
+        assert_eq!(
+            clone.ol_flags() & TX_OFFLOAD_FLAGS,
+            0,
+            "refused: nothing set"
+        );
         // The clone gone, m owns its buffer alone again.
         drop(clone);
         assert!(m.data_mut().is_ok());
@@ -1008,6 +1054,15 @@ mod tests {
         assert!(e.append(16).is_none(), "no append into an external buffer");
         assert_eq!(e.tailroom(), 0);
         assert_eq!(e.data_mut().unwrap_err(), MbufShared::External);
+        assert_eq!(
+            e.set_tx_checksum_offload(CSUM),
+            Err(TxOffloadError::Shared(MbufShared::External))
+        );
+        assert_eq!(
+            e.set_tx_tso(TSO),
+            Err(TxOffloadError::Shared(MbufShared::External))
+        );
+        assert_eq!(e.ol_flags() & TX_OFFLOAD_FLAGS, 0, "refused: nothing set");
         drop(e);
         assert!(
             EXT_FREED.load(Ordering::SeqCst),
@@ -1054,6 +1109,42 @@ mod tests {
         assert!(got[1].data_mut().is_ok());
         assert!(got[1].adj(14).is_ok());
         drop(got);
+
+        // A packet marked for checksum offload, then cloned: the clone carries the marking
+        // (rte_pktmbuf_attach copies the offload flags and word), and neither it nor the
+        // original, whose count the clone raised, goes to the driver's tx_prepare or
+        // tx_burst, which would write the headers into the buffer both see.
+        let mut frame = [0u8; 64];
+        frame[14] = 0x45; // IPv4, a 20-octet header (IHL 5)
+        let mut marked = Mbuf::from_slice(&pool, &frame).expect("frame");
+        marked
+            .set_tx_checksum_offload(CSUM)
+            .expect("its own buffer");
+        assert!(marked.check_tx_offload().is_ok());
+        // SAFETY: marked is a valid packet owned here; the clone is a new packet we own.
+        let c = unsafe { ffi::rte_pktmbuf_clone(marked.as_raw(), pool.as_ptr()) };
+        // SAFETY: as above.
+        let c = unsafe { Mbuf::from_raw(NonNull::new(c).expect("clone")) };
+        assert_eq!(
+            c.tx_checksum_offload(),
+            Some(CSUM),
+            "the clone is marked too"
+        );
+        let why = c.check_tx_offload().unwrap_err().to_string();
+        assert!(why.contains("indirect"), "{why}");
+        let why = marked.check_tx_offload().unwrap_err().to_string();
+        assert!(why.contains("reference count is 2"), "{why}");
+        let mut out = vec![c, marked];
+        assert_eq!(atx.tx_prepare(&mut out), 0, "the clone is unfit");
+        assert_eq!(atx.tx_prepare(&mut out[1..]), 0, "so is its original");
+        assert_eq!(atx.tx_burst(&mut out), 0, "neither is sent");
+        drop(out.remove(0));
+        assert!(
+            out[0].check_tx_offload().is_ok(),
+            "the clone gone: fit again"
+        );
+        assert_eq!(atx.tx_prepare(&mut out), 1);
+        drop(out);
         drop((atx, brx));
         assert_eq!(pool.available(), free0 - 1, "all freed but m");
         drop(m);
