@@ -64,7 +64,11 @@ field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" | awk 'NR == 1 { v = $0 } END { prin
 # server_end PID WHAT LOG: the server's end after its client (scripts/lib/bg-end.sh); a
 # failed, crashed or hung server fails the comparison.
 server_end() {
-    bg_end "$1" "$2" 30 && return 0
+    # Ended either way: the EXIT cleanup must not kill its pid, which may be reused by now.
+    local rc=0
+    bg_end "$1" "$2" 30 || rc=$?
+    bg_forget "$1"
+    ((rc)) || return 0
     echo "compare: FAILED: $BG_NOTE" >&2
     grep -v '^EAL' "$3" | tail -n 15 >&2
     exit 1
@@ -73,7 +77,10 @@ server_end() {
 # that had already exited (a second qperf that could not bind its port exits 1, and its
 # client measured another process's server) fails the comparison.
 server_stop() {
-    bg_stop "$1" "$2" 10 && return 0
+    local rc=0
+    bg_stop "$1" "$2" 10 || rc=$?
+    bg_forget "$1"
+    ((rc)) || return 0
     echo "compare: FAILED: $BG_NOTE" >&2
     tail -n 15 "$3" >&2
     exit 1

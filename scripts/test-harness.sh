@@ -993,6 +993,11 @@ bg_tc BG_KS=ok BG_QPERF=dead
 bg_tc_qd=$rc bg_tc_qd_out=$bg_tc_out
 bg_tc BG_KS=ok BG_QPERF=yes BG_IPERF=refused
 bg_tc_ir=$rc bg_tc_ir_out=$bg_tc_out
+# The clean run under bash -x: the pids its EXIT trap killed (none: each server it ended
+# was forgotten, bg_forget; before, the trap killed all four again, by then free for reuse).
+env PATH="$work/bg/bin:$PATH" TCPPERF="$work/bg/tcpperf" BG_KS=ok BG_QPERF=yes timeout 60 \
+    bash -x scripts/tcpperf-compare.sh --short >"$work/bg/trace.log" 2>&1
+bg_tc_kills=$(sed -n '/^+* cleanup$/,$p' "$work/bg/trace.log" | grep -Eo '^\++ kill [0-9]+$' | awk '{print $3}' | tr '\n' ' ')
 bg_tc BG_KS=ok BG_QPERF=none
 bg_uses=()
 for u in 'server_end "$ks_srv" "tcpperf kernel-server"' 'server_end "$iperf3_srv" "iperf3 -s -1"'; do
@@ -1016,10 +1021,12 @@ elif ((rc != 0)) || ! grep -q 'rtt n/a us (qperf x2)' <<<"$bg_tc_out" ||
     ! grep -q 'memif / kernel (qperf, iperf3)  latency xn/a .*throughput x0.28$' <<<"$bg_tc_out" ||
     ! grep -q 'memif / kernel (tcpperf both)   latency x1.00 .*throughput x1.00$' <<<"$bg_tc_out"; then
     bad "a failed background server fails the run" "tcpperf-compare.sh, clean servers, no qperf latency: exit $rc: $(grep -A 9 'request/response' <<<"$bg_tc_out" | tr -s ' ' | tr '\n' ';')"
+elif [[ -n $bg_tc_kills ]]; then
+    bad "a failed background server fails the run" "tcpperf-compare.sh's EXIT trap killed servers it had ended: $bg_tc_kills"
 elif ((${#bg_uses[@]})); then
     bad "a failed background server fails the run" "not ended with bg_end: ${bg_uses[*]}"
 else
-    ok "a failed background server fails the run" "bg_end: exit 3, SIGSEGV, a hang fail; tcpperf-compare.sh fails a kernel-server's exit 1, a qperf server that could not bind, a refused iperf3, reads a missing qperf figure n/a; compare.sh, loss.sh, afp-budget.sh end theirs with it"
+    ok "a failed background server fails the run" "bg_end: exit 3, SIGSEGV, a hang fail; tcpperf-compare.sh fails a kernel-server's exit 1, a qperf server that could not bind, a refused iperf3, forgets what it ended, reads a missing qperf figure n/a; compare.sh, loss.sh, afp-budget.sh end theirs with it"
 fi
 
 # ---- bench/connrate.sh fails a round whose RESULT line has no rate (printf printed it as a
