@@ -263,7 +263,8 @@ struct Registry {
     qps: HashMap<QpId, usize>,
     /// The next-hop resolutions `rdma_resolve_addr` started, by the engine's handle, and
     /// the id each answers (ADDR_RESOLVED or ADDR_ERROR).
-    resolving: HashMap<wv::NeighborId, usize>,
+    /// Each id's deadline too: its `timeout_ms` from the call, on the process's clock.
+    resolving: HashMap<wv::NeighborId, (usize, std::time::Instant)>,
 }
 
 fn registry() -> std::sync::MutexGuard<'static, Registry> {
@@ -544,9 +545,19 @@ fn dispatch(ctx: &wv::Context, e: CmEvent) {
         // (drivers/infiniband/core/addr.c, process_one_req). The failed id is back in
         // ADDR_BOUND: no destination for rdma_resolve_route or rdma_connect (EINVAL).
         CmEvent::NeighborResolved(r) | CmEvent::NeighborFailed(r) => {
-            let Some(p) = registry().resolving.remove(&r) else {
+            let Some((p, deadline)) = registry().resolving.remove(&r) else {
                 return;
             };
+            if matches!(e, CmEvent::NeighborFailed(_)) {
+                // Not before timeout_ms from the call (addr.c fails the request at its
+                // deadline, never sooner): the engine's deadline runs from its loop's
+                // clock read, which precedes the command, and its clock is not this one.
+                // The difference is a loop at most, a millisecond or so.
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if !left.is_zero() {
+                    std::thread::sleep(left);
+                }
+            }
             let p = p as *mut rdma_cm_id;
             // SAFETY: registered ids are live (rdma_destroy_id unregisters first).
             let Some(id) = (unsafe { id_ref(p) }) else {
@@ -906,7 +917,7 @@ pub extern "C" fn __wc_rdma_destroy_id(p: *mut rdma_cm_id) -> c_int {
             reg.qps.retain(|_, v| *v != p as usize);
             // A resolution still running answers nobody (rdma_destroy_id cancels it, as the
             // kernel's cma_cancel_operation cancels rdma_resolve_ip's request).
-            reg.resolving.retain(|_, v| *v != p as usize);
+            reg.resolving.retain(|_, v| v.0 != p as usize);
             // A listener's port stops listening in the engine too: a SYN to it now draws a
             // RST (the peer's connect is refused at once, as by the kernel once the
             // listening id is gone), not a TCP connection and an MPA Request the
@@ -1253,6 +1264,7 @@ pub extern "C" fn __wc_rdma_resolve_addr(
         // is some 49 days. Under the registry lock, so the answer (which the dispatcher
         // looks up there) cannot come before the resolution is recorded.
         let timeout = std::time::Duration::from_millis(u64::from(timeout_ms as u32));
+        let deadline = std::time::Instant::now() + timeout;
         if *d.ip() == eng.ip {
             // Our own address resolves at once, as the kernel's does through the loopback
             // device (addr.c, addr_resolve_neigh: rdma_translate_ip for IFF_LOOPBACK).
@@ -1276,7 +1288,7 @@ pub extern "C" fn __wc_rdma_resolve_addr(
         let mut reg = registry();
         match eng.ctx.resolve_neighbor(*d.ip(), timeout) {
             Ok(r) => {
-                reg.resolving.insert(r, p as usize);
+                reg.resolving.insert(r, (p as usize, deadline));
             }
             Err(e) => {
                 drop(reg);
