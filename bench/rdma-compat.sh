@@ -48,7 +48,14 @@ run() {
     timeout 120 taskset -c 0 "${s[@]}" >"$work/server.log" 2>&1 &
     local sp=$! cp rc=0
     pids+=("$sp")
-    for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
+    # A server that never made its socket (it failed, or waits on something) is no run: its
+    # client would only time out against nothing.
+    for _ in $(seq 1 400); do [[ -S "$sock" ]] && break; sleep 0.05; done
+    if [[ ! -S "$sock" ]]; then
+        echo "FAIL $name: the server made no memif socket in 20 s" >&2
+        tail -20 "$work/server.log" >&2
+        exit 1
+    fi
     sleep 0.3
     timeout 110 taskset -c 1 "$@" >"$work/client.log" 2>&1 &
     cp=$!

@@ -169,7 +169,7 @@ run "libfabric and Open MPI unmodified on Warpcore: fi_pingpong (verbs, verbs;of
 run "floods: 2,000 silent connections must not lock a listener (iwping over net_af_packet)" \
     scripts/test-flood.sh
 run "soak: 2 minutes of connection churn and a verified workload under 1 % loss" scripts/soak.sh 2
-run "harness: the test scripts' own failure paths (a few seconds)" scripts/test-harness.sh
+run "harness: the test scripts' own failure paths (about a minute)" scripts/test-harness.sh
 run "judges: every judge catches a planted defect and passes a clean input" scripts/test-judges.sh
 run "docs: every path, test, cargo target, option and variable the pages cite is in the tree (about a second)" scripts/check-docs.sh
 run "interop: rping both ways and ib_write_bw against Linux siw in a QEMU VM (short subset)" \
