@@ -87,7 +87,7 @@ fi
 # without it: tests/fuzz_engine_rx.rs).
 cd ..
 log=$(mktemp)
-if ! cargo test -q -p warpcore-engine --no-default-features --features planted-bounds-defect \
+if ! cargo test -q -p warpcore-engine --features planted-bounds-defect \
     --test fuzz_engine_rx -- write_past_the_end >"$log" 2>&1; then
     tail -n 30 "$log" >&2
     rm -f "$log"
