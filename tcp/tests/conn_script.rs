@@ -2040,10 +2040,13 @@ fn rfc7323_2_2_the_simultaneous_open_syn_ack_window_is_not_scaled() {
 
 /// RFC 5961 7: challenge ACKs (for in-window RSTs, 3.2, and SYNs, 4.2) are limited, here to
 /// ten a second, so a flood of forged segments cannot turn us into an ACK reflector; the
-/// limit starts again a second later.
+/// limit starts again a second later. (The interval every ACK answering a bad segment keeps,
+/// `oow_ack_interval`, is off here: `rfc5961_7_challenge_acks_share_the_oow_interval`.)
 #[test]
 fn rfc5961_7_challenge_acks_are_rate_limited() {
-    let mut c = established(cfg(), true);
+    let mut config = cfg();
+    config.oow_ack_interval = Duration::ZERO;
+    let mut c = established(config, true);
     let mut acks = 0;
     for i in 0..15u32 {
         // RFC 5961 3.2 and 4.2: in-window RSTs and SYNs alternate, one shared limit.
@@ -2072,7 +2075,9 @@ fn rfc5961_7_challenge_acks_are_rate_limited() {
 /// ACK limit (RFC 5961 7). The connection is untouched either way.
 #[test]
 fn rfc5961_4_2_a_syn_outside_the_window_draws_a_limited_challenge_ack() {
-    let mut c = established(cfg(), true);
+    let mut config = cfg();
+    config.oow_ack_interval = Duration::ZERO;
+    let mut c = established(config, true);
     let mut acks = Vec::new();
     for i in 0..15usize {
         // RFC 9293 3.10.7.4 first check fails: far past the window, or long before it.
@@ -2092,6 +2097,42 @@ fn rfc5961_4_2_a_syn_outside_the_window_draws_a_limited_challenge_ack() {
     assert_eq!(c.stats().challenge_acks, 10);
     // Data still flows from where it was.
     c.handle_segment(ms(3), &data(0, b"abc", ISS + 1));
+    assert_eq!(c.recv_queue(), 3);
+}
+
+/// Challenge ACKs also keep the interval of every ACK that answers a bad segment
+/// (`oow_ack_interval`, 500 ms), as Linux's `tcp_send_challenge_ack` checks
+/// `__tcp_oow_rate_limited` before its per-second budget: a flood of forged RSTs, SYNs and
+/// stale pure ACKs draws one ACK per interval in all, not one per interval of each kind
+/// plus ten challenge ACKs a second. The rest are counted as suppressed.
+#[test]
+fn rfc5961_7_challenge_acks_share_the_oow_interval() {
+    let mut c = established(cfg(), true);
+    assert_eq!(cfg().oow_ack_interval, Duration::from_millis(500));
+    let mut acks = Vec::new();
+    for i in 0..15u32 {
+        let s = match i % 3 {
+            0 => seg(TcpControl::Rst, PISS + 100 + i as usize, None, &[]),
+            1 => seg(TcpControl::Syn, PISS + 100, None, &[]),
+            _ => seg(TcpControl::None, PISS, Some(ISS + 1), &[]),
+        };
+        c.handle_segment(ms(2), &s);
+        acks.extend(drain(&mut c, ms(2)));
+    }
+    assert_eq!(acks.len(), 1, "one ACK for the whole flood: {acks:?}");
+    assert_eq!((acks[0].seq, acks[0].ack), (ISS + 1, Some(PISS + 1)));
+    assert_eq!(c.stats().challenge_acks, 1, "the first RST's");
+    assert_eq!(c.stats().oow_acks_suppressed, 14);
+    // A stale pure ACK answered at 300 ms would have reset the clock; none was, so a SYN
+    // 500 ms after the first challenge draws the next one, and one 100 ms later does not.
+    c.handle_segment(ms(502), &seg(TcpControl::Syn, PISS + 100, None, &[]));
+    assert_eq!(drain(&mut c, ms(502)).len(), 1, "500 ms after the last one");
+    c.handle_segment(ms(602), &seg(TcpControl::Rst, PISS + 100, None, &[]));
+    assert!(drain(&mut c, ms(602)).is_empty());
+    assert_eq!(c.stats().challenge_acks, 2);
+    assert_eq!(c.state(), State::Established);
+    // The connection is as it was.
+    c.handle_segment(ms(603), &data(0, b"abc", ISS + 1));
     assert_eq!(c.recv_queue(), 3);
 }
 

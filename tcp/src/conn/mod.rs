@@ -103,8 +103,9 @@ pub struct ConnConfig {
     /// Offer window scaling (RFC 7323).
     pub window_scale: bool,
     /// The least time between two ACKs sent in answer to segments outside the window that
-    /// carry no data (pure ACKs and SYNs, also those PAWS rejects) or to ACKs outside
-    /// RFC 5961 5.2's range: those between are not sent (counted in
+    /// carry no data (pure ACKs and SYNs, also those PAWS rejects), to ACKs outside
+    /// RFC 5961 5.2's range, and challenge ACKs (RFC 5961 3.2 and 4.2, which have RFC 5961
+    /// 7's per-second limit too): those between are not sent (counted in
     /// [`ConnStats::oow_acks_suppressed`]), so two endpoints out of step, or a reflector's
     /// forged segments, cannot trade ACKs without end. Linux's `tcp_invalid_ratelimit`
     /// (`tcp_oow_rate_limited`), 500 ms by default as there; zero sends every one. An out
@@ -192,9 +193,10 @@ pub struct ConnStats {
     pub duplicates: u64,
     /// Challenge ACKs sent (RFC 5961).
     pub challenge_acks: u64,
-    /// ACKs not sent in answer to segments outside the window without data or to ACKs
-    /// outside RFC 5961 5.2's range, within [`ConnConfig::oow_ack_interval`] of the last
-    /// one sent (Linux's `TCPACKSkippedSeq`, `..PAWS` and `..Challenge`).
+    /// ACKs not sent in answer to segments outside the window without data, to ACKs
+    /// outside RFC 5961 5.2's range, or as challenge ACKs, within
+    /// [`ConnConfig::oow_ack_interval`] of the last one sent (Linux's `TCPACKSkippedSeq`,
+    /// `..PAWS` and `..Challenge`).
     pub oow_acks_suppressed: u64,
     /// Segments dropped by PAWS.
     pub paws_dropped: u64,
@@ -1274,8 +1276,15 @@ impl Connection {
         (d < 60_000_000).then(|| Duration::from_micros(u64::from(d)))
     }
 
+    /// A challenge ACK (RFC 5961 3.2, 4.2, 5.2), under both limits Linux's
+    /// `tcp_send_challenge_ack` applies: first the one for every ACK that answers a bad
+    /// segment ([`ConnConfig::oow_ack_interval`], as [`Self::oow_ack`]), so that forged
+    /// RSTs and SYNs and out-of-window segments together draw one ACK per interval, then
+    /// RFC 5961 7's few a second.
     fn challenge_ack(&mut self, now: Instant) {
-        // RFC 5961 7: at most a few per second.
+        if self.oow_limited(now) {
+            return;
+        }
         if now - self.challenge_window >= Duration::from_secs(1) {
             self.challenge_window = now;
             self.challenges = 0;
@@ -1283,8 +1292,21 @@ impl Connection {
         if self.challenges < CHALLENGE_ACKS_PER_SEC {
             self.challenges += 1;
             self.stats.challenge_acks += 1;
+            self.last_oow_ack = Some(now);
             self.ack_now = true;
         }
+    }
+
+    /// Whether an ACK answering a bad segment now would come less than
+    /// [`ConnConfig::oow_ack_interval`] after the last one (counted as suppressed).
+    fn oow_limited(&mut self, now: Instant) -> bool {
+        if let Some(last) = self.last_oow_ack {
+            if now >= last && now - last < self.cfg.oow_ack_interval {
+                self.stats.oow_acks_suppressed += 1;
+                return true;
+            }
+        }
+        false
     }
 
     /// Owes the ACK that answers a segment outside the window (RFC 9293 3.10.7.4 first
@@ -1296,11 +1318,8 @@ impl Connection {
     /// for the first of each interval.
     fn oow_ack(&mut self, now: Instant, limited: bool) {
         if limited {
-            if let Some(last) = self.last_oow_ack {
-                if now >= last && now - last < self.cfg.oow_ack_interval {
-                    self.stats.oow_acks_suppressed += 1;
-                    return;
-                }
+            if self.oow_limited(now) {
+                return;
             }
             self.last_oow_ack = Some(now);
         }
