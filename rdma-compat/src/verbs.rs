@@ -369,7 +369,7 @@ pub extern "C" fn __wc_ibv_query_device(c: *mut ibv_context, out: *mut ibv_devic
         d.max_qp_wr = clamp(a.max_qp_wr);
         d.device_cap_flags = IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_MGT_EXTENSIONS;
         d.max_sge = clamp(a.max_sge);
-        d.max_sge_rd = 1;
+        d.max_sge_rd = MAX_SGE_RD as c_int;
         d.max_cq = clamp(CQS.max());
         d.max_cqe = clamp(a.max_cqe);
         d.max_mr = clamp(a.max_mr);
@@ -1835,6 +1835,10 @@ pub(crate) unsafe fn qp_ref<'a>(p: *mut ibv_qp) -> Option<&'a Qp> {
     unsafe { p.cast::<Qp>().as_ref() }
 }
 
+/// The most SGEs of an RDMA Read (`max_sge_rd`): the engine places a Read Response into one
+/// (`Error::ReadSgeCount` beyond it).
+const MAX_SGE_RD: u32 = 1;
+
 /// The most inline octets per work request a QP can be asked for (`max_inline_data`; more
 /// is `EINVAL`).
 const MAX_INLINE: u32 = 1024;
@@ -2219,8 +2223,16 @@ fn post_one(q: &Qp, w: &ibv_send_wr) -> Result<(), Posted> {
             .map_err(Posted::from);
     }
     let op = send_op(w).map_err(Posted::from)?;
+    // An RDMA Read scatters into at most max_sge_rd SGEs (ibv_query_device(3)), whatever
+    // the queue's max_send_sge; refused here, as the queue's own limit is, so that a QP in
+    // the error state refuses it too instead of completing it flushed.
+    let max_sge = if matches!(op, SendOp::Read { .. }) {
+        MAX_SGE_RD.min(q.cap.max_send_sge)
+    } else {
+        q.cap.max_send_sge
+    };
     // SAFETY: sg_list holds num_sge entries.
-    let sg = unsafe { sges(w.sg_list, w.num_sge, q.cap.max_send_sge) }.map_err(Posted::from)?;
+    let sg = unsafe { sges(w.sg_list, w.num_sge, max_sge) }.map_err(Posted::from)?;
     let signaled = q.sig_all || w.send_flags & IBV_SEND_SIGNALED != 0;
     let inline = w.send_flags & IBV_SEND_INLINE != 0 && !matches!(op, SendOp::Read { .. });
     let total: usize = sg.iter().map(|s| s.length as usize).sum();

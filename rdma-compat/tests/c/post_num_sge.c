@@ -9,7 +9,8 @@
  * error state, so they complete flushed). Before the fix the QP kept one limit, the
  * larger of the two (and reported it for both queues), and a post was checked only
  * against the engine's 4. An SRQ created with max_sge 1 reports 1 (ibv_query_srq(3); it
- * reported the engine's 4) and refuses a receive of 2 SGEs. One process, no peer:
+ * reported the engine's 4) and refuses a receive of 2 SGEs. An RDMA Read takes at most
+ * max_sge_rd (1) SGEs, fewer than the send queue's 2. One process, no peer:
  *   post_num_sge
  */
 #include <errno.h>
@@ -71,6 +72,27 @@ int main(void)
 	EXPECT(pr == 0 && ps == 0 && !rbad && !sbad,
 	       "ibv_post_recv(3) / ibv_post_send(3): a receive with 1 SGE and a send with 2 are accepted (post_recv %d, post_send %d)",
 	       pr, ps);
+
+	/* An RDMA Read scatters into at most max_sge_rd SGEs (ibv_query_device(3)), whatever
+	 * the queue's max_send_sge: the Read of 2 SGEs is refused with EINVAL, *bad_wr at it,
+	 * even on this QP in the error state (it is no request to flush); a Read of 1 SGE
+	 * is accepted. */
+	struct ibv_device_attr da;
+	if (ibv_query_device(ctx, &da))
+		DIE("ibv_query_device: %s", strerror(errno));
+	EXPECT(da.max_sge_rd == 1, "ibv_query_device(3): max_sge_rd 1 (got %d)", da.max_sge_rd);
+	struct ibv_send_wr rd1 = { .wr_id = 8, .sg_list = s, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
+				   .send_flags = IBV_SEND_SIGNALED,
+				   .wr.rdma = { .remote_addr = 0x1000, .rkey = 0x100 } },
+			   rd2 = rd1;
+	rd2.wr_id = 9;
+	rd2.num_sge = 2;
+	rd1.next = &rd2;
+	sbad = NULL;
+	ps = ibv_post_send(qp, &rd1, &sbad);
+	EXPECT(ps == EINVAL && sbad == &rd2,
+	       "ibv_post_send(3): an RDMA Read with 2 SGEs (max_sge_rd %d, max_send_sge 2) fails with EINVAL, *bad_wr at it; one of 1 SGE before it is accepted (got %d, bad_wr %s)",
+	       da.max_sge_rd, ps, sbad == &rd2 ? "at it" : sbad == &rd1 ? "at the one before" : "not set");
 
 	/* A shared receive queue of max_sge 1: reported as such, and posts checked against it. */
 	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 4, .max_sge = 1 } };
