@@ -839,6 +839,67 @@ fn a_connect_to_an_unresolved_next_hop_ends_on_the_user_timeout() {
     assert!(timed_out, "the connect never gave up on its next hop");
 }
 
+/// An established connection whose peer vanishes: while its ARP entry lasts, segments
+/// still leave and the user timeout is the peer's silence ([`Event::TimedOut`]); once the
+/// entry has expired and the refresh went unanswered, nothing can leave any more and the
+/// timeout is the next hop's failure ([`Event::NeighborUnreachable`], Linux's
+/// `EHOSTUNREACH` after its neighbour entry failed), not a peer that heard us and said
+/// nothing.
+#[test]
+fn an_established_connection_that_loses_its_next_hop_says_so() {
+    for (timeout_s, hop_lost) in [(5, false), (90, true)] {
+        let (mut a, mut b) = stacks(&LinkConfig::default());
+        let tuning = TcpTuning {
+            keep_alive: None,
+            timeout: Some(Duration::from_secs(timeout_s)),
+            ..TcpTuning::default()
+        };
+        let _l = b.listen(5000, 1, &tuning).expect("listen");
+        let ca = a.connect((IP_B, 5000), None, &tuning).expect("connect");
+        let mut now = Instant::ZERO;
+        let mut connected = false;
+        while !connected {
+            assert!(now < Instant::from_secs(1));
+            a.poll(now);
+            b.poll(now);
+            while let Some(e) = a.next_event() {
+                connected |= e == Event::Connected(ca);
+            }
+            while let Some(e) = b.next_event() {
+                if let Event::Acceptable(l) = e {
+                    b.accept(l).expect("accept");
+                }
+            }
+            now += Duration::from_micros(100);
+        }
+        // b goes away: it answers neither the data nor ARP from here on.
+        assert_eq!(a.send(ca, b"into the void").expect("send"), 13);
+        let start = now;
+        let mut ended = None;
+        while ended.is_none() && now < start + Duration::from_secs(timeout_s + 30) {
+            a.poll(now);
+            while let Some(e) = a.next_event() {
+                assert_ne!(e, Event::Reset(ca), "no RST came: a timeout is no reset");
+                if matches!(e, Event::TimedOut(c) | Event::NeighborUnreachable(c) if c == ca) {
+                    ended = Some(e);
+                }
+            }
+            now += Duration::from_millis(10);
+        }
+        let want = if hop_lost {
+            Event::NeighborUnreachable(ca)
+        } else {
+            Event::TimedOut(ca)
+        };
+        assert_eq!(ended, Some(want), "user timeout {timeout_s} s");
+        let waited = now - start;
+        assert!(
+            waited >= Duration::from_secs(timeout_s),
+            "gave up after {waited}, before the user timeout of {timeout_s} s"
+        );
+    }
+}
+
 /// `poll_at` names the ARP retry of the next hops connections wait for only: a request for
 /// an address whose connection was released, never answered, does not make it name an
 /// instant long past while another connection waits for ARP.
