@@ -737,19 +737,15 @@ fn a_burst_of_out_of_order_segments_draws_one_ack_each() {
     );
 }
 
-/// An idle connection with a user timeout and no keep-alive never times out, so it arms no
-/// timer for the timeout either: once the peer has been silent for `timeout`, its timer
-/// does not fire at every poll and `poll_at` names no instant already past.
-#[test]
-fn an_idle_connection_without_keepalive_rests_past_its_timeout() {
-    let (mut a, mut b) = stacks(&LinkConfig::default());
-    let tuning = TcpTuning {
-        keep_alive: None,
-        timeout: Some(Duration::from_millis(100)),
-        ..TcpTuning::default()
-    };
-    let _l = b.listen(5000, 1, &tuning).expect("listen");
-    let ca = a.connect((IP_B, 5000), None, &tuning).expect("connect");
+/// `a` connected to `b`'s port 5000 (accepted there), both with `tuning`, over the
+/// simulated clock from zero: the connection's handle on `a` and the instant reached.
+fn established(
+    a: &mut Stack<LinkEnd>,
+    b: &mut Stack<LinkEnd>,
+    tuning: &TcpTuning,
+) -> (warpcore_tcp::ConnId, Instant) {
+    let _l = b.listen(5000, 1, tuning).expect("listen");
+    let ca = a.connect((IP_B, 5000), None, tuning).expect("connect");
     let mut now = Instant::ZERO;
     let mut connected = false;
     while !connected {
@@ -766,6 +762,21 @@ fn an_idle_connection_without_keepalive_rests_past_its_timeout() {
         }
         now += Duration::from_micros(100);
     }
+    (ca, now)
+}
+
+/// An idle connection with a user timeout and no keep-alive never times out, so it arms no
+/// timer for the timeout either: once the peer has been silent for `timeout`, its timer
+/// does not fire at every poll and `poll_at` names no instant already past.
+#[test]
+fn an_idle_connection_without_keepalive_rests_past_its_timeout() {
+    let (mut a, mut b) = stacks(&LinkConfig::default());
+    let tuning = TcpTuning {
+        keep_alive: None,
+        timeout: Some(Duration::from_millis(100)),
+        ..TcpTuning::default()
+    };
+    let (ca, mut now) = established(&mut a, &mut b, &tuning);
     for _ in 0..100 {
         a.poll(now);
         b.poll(now);
@@ -854,24 +865,7 @@ fn an_established_connection_that_loses_its_next_hop_says_so() {
             timeout: Some(Duration::from_secs(timeout_s)),
             ..TcpTuning::default()
         };
-        let _l = b.listen(5000, 1, &tuning).expect("listen");
-        let ca = a.connect((IP_B, 5000), None, &tuning).expect("connect");
-        let mut now = Instant::ZERO;
-        let mut connected = false;
-        while !connected {
-            assert!(now < Instant::from_secs(1));
-            a.poll(now);
-            b.poll(now);
-            while let Some(e) = a.next_event() {
-                connected |= e == Event::Connected(ca);
-            }
-            while let Some(e) = b.next_event() {
-                if let Event::Acceptable(l) = e {
-                    b.accept(l).expect("accept");
-                }
-            }
-            now += Duration::from_micros(100);
-        }
+        let (ca, mut now) = established(&mut a, &mut b, &tuning);
         // b goes away: it answers neither the data nor ARP from here on.
         assert_eq!(a.send(ca, b"into the void").expect("send"), 13);
         let start = now;
