@@ -79,7 +79,8 @@ eal="--no-huge -m 256 --no-pci --no-telemetry --no-shconf --log-level=error"
 serve warpcore 0.5 "$work/server.log" ip netns exec "$LOSSNET_B" timeout 120 "$IWPERF" write_bw \
     --ip 198.18.0.2 --mac "$LOSSNET_MAC_B" --timeout 60 --vdev net_af_packet0,iface=wclb \
     --eal="-l 0 $eal --file-prefix=wcbudget-s$$" -s 65536 -D "$run"
-ip netns exec "$LOSSNET_A" timeout 120 "$IWPERF" write_bw 198.18.0.2 --ip 198.18.0.1 \
+# The clients too in `pids` while they run (bg_run): a run stopped mid-way ends them.
+bg_run ip netns exec "$LOSSNET_A" timeout 120 "$IWPERF" write_bw 198.18.0.2 --ip 198.18.0.1 \
     --mac "$LOSSNET_MAC_A" --timeout 60 --json "$work/bw.json" --vdev net_af_packet0,iface=wcla \
     --eal="-l 1 $eal --file-prefix=wcbudget-c$$" -s 65536 -D "$run" --report_gbits >"$work/client.log" 2>&1 || fail "iwperf write_bw client"
 # Each process reaped leaves `pids` (scripts/lib/bg-end.sh): its pid is free for reuse.
@@ -97,7 +98,7 @@ bw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"][
 serve kernel 0.3 "$work/iperf3-s.log" ip netns exec "$LOSSNET_B" iperf3 -s -1 -A 0 -B 198.18.0.12
 # iperf3 exits 0 on a refused connection, the reason in its JSON (scripts/lib/iperf3-gbps.sh).
 irc=0
-ip netns exec "$LOSSNET_A" iperf3 -c 198.18.0.12 -A 1 -t "$run" -J >"$work/iperf3.json" 2>"$work/iperf3.log" || irc=$?
+bg_run ip netns exec "$LOSSNET_A" iperf3 -c 198.18.0.12 -A 1 -t "$run" -J >"$work/iperf3.json" 2>"$work/iperf3.log" || irc=$?
 iperf3_gbps "$work/iperf3.json" || fail "iperf3 -c (exit $irc): $IPERF3_NOTE"
 ((irc == 0)) || fail "iperf3 -c exited $irc"
 reap "$mpid" "sampling /proc/stat and the veth's tx_packets during iperf3"

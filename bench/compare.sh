@@ -156,8 +156,10 @@ iw() {
     local sp=$!
     pids+=("$sp")
     for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
-    timeout 150 taskset -c "$cpu_c" "$iwperf" "$test" --memif "$sock" 198.18.0.2 --cores "$cpu_c" \
-        --poll-mode "$mode" "${both[@]}" "$@" | tee "$work/client-$test.log"
+    # The client too in `pids` while it runs (bg_run): a comparison stopped mid-run ends it.
+    bg_run timeout 150 taskset -c "$cpu_c" "$iwperf" "$test" --memif "$sock" 198.18.0.2 --cores "$cpu_c" \
+        --poll-mode "$mode" "${both[@]}" "$@" >"$work/client-$test.log"
+    cat "$work/client-$test.log"
     server_end "$sp" "iwperf $test server" "$work/server-$test.log"
 }
 echo "== iwperf write_lat 64 B over net_memif"
@@ -191,8 +193,9 @@ raw() {
     local ep=$!
     pids+=("$ep")
     for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
-    timeout 120 taskset -c "$cpu_c" "$wcbench" raw \
-        --vdev "net_memif0,role=client,socket=$sock,socket-abstract=no,$rings" "${both[@]}" "$@" | tee -a "$work/${rawout:-raw.txt}"
+    bg_run timeout 120 taskset -c "$cpu_c" "$wcbench" raw \
+        --vdev "net_memif0,role=client,socket=$sock,socket-abstract=no,$rings" "${both[@]}" "$@" >"$work/driver.txt"
+    tee -a "$work/${rawout:-raw.txt}" <"$work/driver.txt"
     # The blast's figure is the echo side's count: one that failed is no clean run either.
     server_end "$ep" "wcbench raw echo side" "$work/echo.log"
 }
@@ -225,7 +228,8 @@ for k in $(seq 1 "$bw_pairs"); do
 done
 
 echo "== single core memcpy and crc32c (CPU $cpu_c)"
-taskset -c "$cpu_c" "$wcbench" copy --sizes 64,65536 | tee "$work/copy.txt"
+bg_run taskset -c "$cpu_c" "$wcbench" copy --sizes 64,65536 >"$work/copy.txt"
+cat "$work/copy.txt"
 
 echo "== kernel TCP over loopback: tcpperf kernel mode (the baseline), server CPU $cpu_s, client CPU $cpu_c"
 # The same counts as iwperf's and nothing dropped at the start (--warmup 0), as iwperf
@@ -236,10 +240,12 @@ taskset -c "$cpu_s" "$tcpperf" kernel-server --listen "127.0.0.1:$kport" --tests
 ks=$!
 pids+=("$ks")
 wait_port "$kport"
-taskset -c "$cpu_c" "$tcpperf" kernel-client --server "127.0.0.1:$kport" --test rr --size 64 \
-    --iterations "$lat_iters" --warmup 0 | tee "$work/tcpperf_rr.txt"
-taskset -c "$cpu_c" "$tcpperf" kernel-client --server "127.0.0.1:$kport" --test bulk \
-    --bytes $((bw_iters * 65536)) | tee "$work/tcpperf_bulk.txt"
+bg_run taskset -c "$cpu_c" "$tcpperf" kernel-client --server "127.0.0.1:$kport" --test rr --size 64 \
+    --iterations "$lat_iters" --warmup 0 >"$work/tcpperf_rr.txt"
+cat "$work/tcpperf_rr.txt"
+bg_run taskset -c "$cpu_c" "$tcpperf" kernel-client --server "127.0.0.1:$kport" --test bulk \
+    --bytes $((bw_iters * 65536)) >"$work/tcpperf_bulk.txt"
+cat "$work/tcpperf_bulk.txt"
 server_end "$ks" "tcpperf kernel-server" "$work/tcpperf-server.log"
 
 echo "== kernel TCP over loopback: qperf and iperf3 (${ksecs} s each), server CPU $cpu_s, client CPU $cpu_c"
@@ -251,13 +257,15 @@ ips=$!
 pids+=("$ips")
 wait_port 19765
 wait_port 5299
-taskset -c "$cpu_c" qperf -t "$ksecs" -m 64 127.0.0.1 tcp_lat | tee "$work/qperf_lat.txt"
-taskset -c "$cpu_c" qperf -t "$ksecs" -m 65536 127.0.0.1 tcp_bw | tee "$work/qperf_bw.txt"
+bg_run taskset -c "$cpu_c" qperf -t "$ksecs" -m 64 127.0.0.1 tcp_lat >"$work/qperf_lat.txt"
+cat "$work/qperf_lat.txt"
+bg_run taskset -c "$cpu_c" qperf -t "$ksecs" -m 65536 127.0.0.1 tcp_bw >"$work/qperf_bw.txt"
+cat "$work/qperf_bw.txt"
 server_stop "$qs" "the qperf server" "$work/qperf-server.log"
 # iperf3 exits 0 on a refused connection, the reason in its JSON (scripts/lib/iperf3-gbps.sh):
 # the report's Python died on it in a KeyError that named none.
 irc=0
-taskset -c "$cpu_c" iperf3 -c 127.0.0.1 -p 5299 -t "$ksecs" -J >"$work/iperf3.json" || irc=$?
+bg_run taskset -c "$cpu_c" iperf3 -c 127.0.0.1 -p 5299 -t "$ksecs" -J >"$work/iperf3.json" || irc=$?
 iperf3_gbps "$work/iperf3.json" || { echo "compare: FAILED: iperf3 -c (exit $irc): $IPERF3_NOTE" >&2; exit 1; }
 ((irc == 0)) || { echo "compare: FAILED: iperf3 -c exited $irc" >&2; exit 1; }
 server_end "$ips" "iperf3 -s -1" "$work/iperf3-server.log"
@@ -493,10 +501,17 @@ PY
 if [[ "${CALLGRIND:-1}" == 1 ]] && command -v valgrind >/dev/null; then
     cargo build -q --profile bench -p warpcore-bench --example engine_profile
     prof=${CARGO_TARGET_DIR:-target}/release/examples/engine_profile
-    count() { # count WORKLOAD SIZE N -> instructions
-        valgrind --tool=callgrind --callgrind-out-file=/dev/null "$prof" "$1" "$2" "$3" \
-            2>&1 >/dev/null | sed -nE 's/.*Collected : ([0-9]+).*/\1/p'
+    # count WORKLOAD SIZE N: the instructions callgrind counted in `n`, or "failed (exit
+    # N)" (callgrind prints a partial count for a program that panicked: no measurement).
+    # Not in a command substitution: valgrind's pid must reach the EXIT trap (bg_run).
+    count() {
+        local rc=0
+        bg_run valgrind --tool=callgrind --callgrind-out-file=/dev/null "$prof" "$1" "$2" "$3" \
+            >/dev/null 2>"$work/callgrind.log" || rc=$?
+        n=$(sed -nE 's/.*Collected : ([0-9]+).*/\1/p' "$work/callgrind.log")
+        ((rc == 0)) || n="failed (exit $rc)"
     }
+    echo "== callgrind: engine_profile's instructions per message (two runs of each workload)"
     {
         echo "## Instructions per message (callgrind, engine_profile: both engines, one thread)"
         echo
@@ -504,13 +519,12 @@ if [[ "${CALLGRIND:-1}" == 1 ]] && command -v valgrind >/dev/null; then
         echo "|---|---|---|---|---|"
         declare -A counts=()
         for w in "write 64" "send 64" "read 64" "idle 64" "pingpong 64"; do
-            # One assignment each: in one line the first run's failure was hidden behind
-            # the second's success, and the partial count callgrind prints for a program
-            # that panicked counted as a measurement.
             # shellcheck disable=SC2086
-            a=$(count $w 2000) || a="failed (exit $?)"
+            count $w 2000
+            a=$n
             # shellcheck disable=SC2086
-            b=$(count $w 6000) || b="failed (exit $?)"
+            count $w 6000
+            b=$n
             if [[ $a =~ ^[0-9]+$ && $b =~ ^[0-9]+$ ]]; then
                 # One decimal, judged as it stands: rounded to a whole number first, a
                 # count up to half an instruction above its limit met it (1,500.4 read 1500).
@@ -541,7 +555,8 @@ if [[ "${CALLGRIND:-1}" == 1 ]] && command -v valgrind >/dev/null; then
         echo "| a 64 B Write <= 1,500 instructions, both sides together | ${counts[write]} | $(ok "${counts[write]}" 1500) |"
         echo "| an idle loop <= 200 instructions per core (<= 400 for both) | ${counts[idle]} | $(ok "${counts[idle]}" 400) |"
         echo
-    } | tee -a "$out/report.md"
+    } >"$work/callgrind.md"
+    tee -a "$out/report.md" <"$work/callgrind.md"
     if [[ -e "$work/callgrind-failed" ]]; then
         echo "compare: FAILED: callgrind counted nothing for some workload (the report says n/a)" >&2
         exit 1

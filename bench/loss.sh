@@ -82,7 +82,8 @@ iwperf_pair() {
     local spid=$!
     pids+=("$spid")
     sleep 0.5
-    if ! ip netns exec "$LOSSNET_A" timeout 180 "$IWPERF" "$test" 198.18.0.2 --ip 198.18.0.1 "${mac_a[@]}" \
+    # The client too in `pids` while it runs (bg_run): a run stopped mid-way ends it.
+    if ! bg_run ip netns exec "$LOSSNET_A" timeout 180 "$IWPERF" "$test" 198.18.0.2 --ip 198.18.0.1 "${mac_a[@]}" \
         --timeout 60 --json "$json" --vdev "net_af_packet0,iface=wcla${AFP_ARGS:-}" \
         --eal="-l 1 $eal --file-prefix=wcloss-c$$" "$@" >"$work/client.log" 2>&1; then
         kill "$spid" 2>/dev/null || true
@@ -106,7 +107,7 @@ kernel_bw() {
     local spid=$! rc=0
     pids+=("$spid")
     sleep 0.3
-    ip netns exec "$LOSSNET_A" iperf3 -c 198.18.0.12 -t "$duration" -J >"$work/iperf3.json" 2>"$work/iperf3.log" || rc=$?
+    bg_run ip netns exec "$LOSSNET_A" iperf3 -c 198.18.0.12 -t "$duration" -J >"$work/iperf3.json" 2>"$work/iperf3.log" || rc=$?
     iperf3_gbps "$work/iperf3.json" || fail "iperf3 -c (exit $rc): $IPERF3_NOTE"
     ((rc == 0)) || fail "iperf3 -c exited $rc"
     # A server that failed or hung after its client (scripts/lib/bg-end.sh): no figure.
@@ -119,14 +120,16 @@ kernel_bw() {
 
 # kernel_lat: qperf tcp_lat's latency (us) in klat; fails loudly. (Not in a command
 # substitution: there the server's pid would not reach the EXIT trap, and fail's logs would
-# go into the figure.)
+# go into the figure; nor its client: bg_run.)
 kernel_lat() {
     ip netns exec "$LOSSNET_B" qperf >"$work/qperf-s.log" 2>&1 &
     local spid=$!
     pids+=("$spid")
     sleep 0.3
     local out
-    out=$(ip netns exec "$LOSSNET_A" qperf 198.18.0.12 -t "$duration" -m 64 tcp_lat 2>&1) || fail "qperf tcp_lat: $out"
+    bg_run ip netns exec "$LOSSNET_A" qperf 198.18.0.12 -t "$duration" -m 64 tcp_lat >"$work/qperf.txt" 2>&1 ||
+        fail "qperf tcp_lat: $(cat "$work/qperf.txt")"
+    out=$(cat "$work/qperf.txt")
     # The server must still run (scripts/lib/bg-end.sh): one that had exited (it could not
     # bind its port) served nothing, and the figure would be another server's.
     local rc=0

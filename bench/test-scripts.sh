@@ -115,7 +115,7 @@ chmod +x "$work/cg/bin/cargo" "$work/cg/bin/valgrind"
 sed -n '/^if \[\[ "${CALLGRIND:-1}" == 1 \]\]/,/^fi$/p' bench/compare.sh >"$work/cg/section.sh"
 callgrind() { # callgrind PER_MILLI: the report's line on the 64 B Write's target
     PER_MILLI=$1 PATH="$work/cg/bin:$PATH" out="$work/cg" work="$work/cg" bash -c \
-        'set -euo pipefail; source "$work/section.sh"' 2>&1 | grep -F "| a 64 B Write <="
+        'set -euo pipefail; pids=(); source scripts/lib/bg-end.sh; source "$work/section.sh"' 2>&1 | grep -F "| a 64 B Write <="
 }
 above=$(callgrind 1500250) below=$(callgrind 1400250)
 if [[ $above != *"| 1500."[23]" | **missed** |"* ]]; then

@@ -17,6 +17,13 @@
 # seconds (then SIGKILL), and returns 0 when it ran until stopped and ended by the stop
 # (exit 0 or the SIGTERM); else non-zero, BG_NOTE saying what happened, naming WHAT.
 #
+# bg_run CMD...: CMD as a foreground command (its exit status returned, its output where the
+# caller sends it), but run in the background and in the caller's `pids` while it runs, then
+# forgotten (bg_forget). A script stopped (SIGTERM) while a foreground client ran ended in
+# its EXIT trap, which kills the pids it knows: the client, not among them, ran on for up to
+# its timeout (120-180 s), polling a core. CMD must be a program (a function would run in a
+# subshell, whose children the kill would not reach); its stdin is /dev/null.
+#
 # bg_forget PID: takes PID out of the caller's `pids` (the processes its EXIT trap kills)
 # once PID has been reaped (bg_end, bg_stop or wait): its number is free for reuse then, and
 # a trap that still killed it would kill whichever process got the number next.
@@ -37,6 +44,16 @@ bg_end() {
     if ((rc != 0)); then
         BG_NOTE="$what exited $rc$( ((rc > 128)) && echo " (signal $((rc - 128)))")"
     fi
+    return "$rc"
+}
+
+bg_run() {
+    local p rc=0
+    "$@" </dev/null &
+    p=$!
+    pids+=("$p")
+    wait "$p" || rc=$?
+    bg_forget "$p"
     return "$rc"
 }
 
