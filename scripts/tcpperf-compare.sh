@@ -96,7 +96,9 @@ for _ in $(seq 1 100); do [[ -S "$sock" ]] && break; sleep 0.1; done
 [[ -S "$sock" ]] || { echo "compare: memif server socket $sock did not appear" >&2; cat "$work/server.log"; exit 1; }
 # One client process runs both tests (two TCP connections over one memif connection): memif
 # reconnects and disconnects while the peer polls are what DPDK 22.11's net_memif handles worst.
-timeout 300 "$TCPPERF" client --eal "-l $CPU_B $eal --file-prefix=wcnet-cmpc$id" \
+# Each client too in `pids` while it runs (scripts/lib/bg-end.sh's bg_run): a comparison
+# stopped mid-run ends it, where a foreground client ran on for up to its timeout.
+bg_run timeout 300 "$TCPPERF" client --eal "-l $CPU_B $eal --file-prefix=wcnet-cmpc$id" \
     --vdev "net_memif0,role=client,socket=$sock,socket-abstract=no,rsize=10" \
     --ip 198.18.0.2/24 --server 198.18.0.1 --test rr,bulk --size 64 --iterations "$rr_iter" \
     --bytes "$bulk_bytes" >"$work/memif.log" 2>&1 || { cat "$work/memif.log" "$work/server.log"; exit 1; }
@@ -109,7 +111,7 @@ memif_gbps=$(grep -h '^RESULT.*test=bulk' "$work/memif.log" | field gbps)
 memif_cpu=$(grep -h '^RESULT.*test=bulk' "$work/memif.log" | field cpu_share)
 
 echo "== tcpperf over the in-memory link (one process)"
-"$TCPPERF" memory --test rr,bulk --iterations "$rr_iter" --bytes "$bulk_bytes" >"$work/mem.log" 2>&1
+bg_run "$TCPPERF" memory --test rr,bulk --iterations "$rr_iter" --bytes "$bulk_bytes" >"$work/mem.log" 2>&1
 result "$work/mem.log"
 mem_p50=$(grep -h '^RESULT.*test=rr' "$work/mem.log" | field p50_us)
 mem_gbps=$(grep -h '^RESULT.*test=bulk' "$work/mem.log" | field gbps)
@@ -140,7 +142,7 @@ iperf3_srv=$!
 pids+=("$iperf3_srv")
 wait_port "$port"
 irc=0
-"${run[@]}" iperf3 -c "$host" -p "$port" -t "$kern_s" -J >"$work/iperf3.json" || irc=$?
+bg_run "${run[@]}" iperf3 -c "$host" -p "$port" -t "$kern_s" -J >"$work/iperf3.json" || irc=$?
 server_end "$iperf3_srv" "iperf3 -s -1" "$work/iperf3-s.log"
 # iperf3 -J exits 0 on a refused connection, the reason in its report (scripts/lib/iperf3-gbps.sh).
 iperf3_gbps "$work/iperf3.json" || { echo "compare: FAILED: iperf3 -c (exit $irc): $IPERF3_NOTE" >&2; exit 1; }
@@ -149,7 +151,7 @@ kern_gbps=$IPERF3_GBPS
 qperf_srv=$!
 pids+=("$qperf_srv")
 wait_port "$((port + 1))"
-"${run[@]}" qperf -lp "$((port + 1))" "$host" -t "$kern_s" -m 64 tcp_lat >"$work/qperf.log"
+bg_run "${run[@]}" qperf -lp "$((port + 1))" "$host" -t "$kern_s" -m 64 tcp_lat >"$work/qperf.log"
 server_stop "$qperf_srv" "the qperf server" "$work/qperf-s.log"
 # qperf prints the one-way latency (half the round trip): double it to compare round trips.
 kern_rtt=$(awk '/latency/ && !done {v=$3; u=$4; if (u=="ns") v/=1000; if (u=="ms") v*=1000; printf "%.2f", 2*v; done=1}
@@ -159,7 +161,7 @@ kern_rtt=$(awk '/latency/ && !done {v=$3; u=$4; if (u=="ns") v/=1000; if (u=="ms
 ks_srv=$!
 pids+=("$ks_srv")
 wait_port "$((port + 2))"
-"${run[@]}" "$TCPPERF" kernel-client --server "$host:$((port + 2))" --test rr,bulk --size 64 \
+bg_run "${run[@]}" "$TCPPERF" kernel-client --server "$host:$((port + 2))" --test rr,bulk --size 64 \
     --iterations "$rr_iter" --bytes "$bulk_bytes" >"$work/kernel.log"
 server_end "$ks_srv" "tcpperf kernel-server" "$work/ks.log"
 result "$work/kernel.log"

@@ -1341,17 +1341,17 @@ else
     ok "a bench script forgets the servers it ended" "loss.sh and afp-budget.sh kill nothing at exit, compare.sh's servers leave pids"
 fi
 
-# ---- connrate.sh, qp-scale.sh, rdma-compat.sh, compare.sh, loss.sh and afp-budget.sh
-# stopped mid-run end what they started. The first three's EXIT trap only removed the
-# scratch directory: the server (and the client) of the run under way ran on for up to
-# 90-600 s, each polling an engine core, and the memif socket's directory went from under
-# them. The other three's trap killed their servers, but their clients ran in the
-# foreground, in no pid list (scripts/lib/bg-end.sh's bg_run now), and ran on for up to
-# 120-180 s. Each script on stand-ins (a server that binds its memif socket and serves for
-# 60 s, a client that runs 60 s; cargo, taskset; for loss.sh and afp-budget.sh an iwperf
-# whose client is the side given --json, and the ip, tc and ethtool of the cases above),
-# sent a SIGTERM once its client runs; then neither may run, and the scratch directory is
-# gone.
+# ---- connrate.sh, qp-scale.sh, rdma-compat.sh, compare.sh, tcpperf-compare.sh, loss.sh
+# and afp-budget.sh stopped mid-run end what they started. The first three's EXIT trap only
+# removed the scratch directory: the server (and the client) of the run under way ran on
+# for up to 90-600 s, each polling an engine core, and the memif socket's directory went
+# from under them. The other four's trap killed their servers, but their clients ran in
+# the foreground, in no pid list (scripts/lib/bg-end.sh's bg_run now), and ran on for up
+# to 120-300 s. Each script on stand-ins (a server that binds its memif socket and serves
+# for 60 s, a client that runs 60 s; cargo, taskset; a tcpperf of the same two for
+# tcpperf-compare.sh; for loss.sh and afp-budget.sh an iwperf whose client is the side
+# given --json, and the ip, tc and ethtool of the cases above), sent a SIGTERM once its
+# client runs; then neither may run, and the scratch directory is gone.
 mkdir -p "$work/cu/bin" "$work/cu/target/release/examples"
 printf '#!/bin/sh\nexit 0\n' >"$work/cu/bin/cargo"
 printf '#!/bin/sh\nshift 2\nexec "$@"\n' >"$work/cu/bin/taskset"
@@ -1381,6 +1381,21 @@ fi
 exec sleep 60
 EOF
 chmod +x "$work/cu/lfperf"
+cat >"$work/cu/tcpperf" <<'EOF'
+#!/bin/bash
+sock=$(grep -o 'socket=[^,]*' <<<"$*" | head -n 1)
+sock=${sock#socket=}
+case $1 in
+    server)
+        echo "$sock" >"$CU_DIR/sock"
+        echo $$ >"$CU_DIR/server.pid"
+        exec python3 -c 'import socket, sys, time; socket.socket(socket.AF_UNIX).bind(sys.argv[1]); time.sleep(60)' "$sock"
+        ;;
+    client) echo $$ >"$CU_DIR/client.pid"; exec sleep 60 ;;
+esac
+exit 1
+EOF
+chmod +x "$work/cu/tcpperf"
 cu_env=()
 cu_case() { # cu_case SCRIPT ARGS...: what was left when SCRIPT was stopped mid-run (more environment in cu_env)
     rm -f "$work/cu/client.pid" "$work/cu/server.pid" "$work/cu/sock"
@@ -1407,17 +1422,21 @@ cu_out=$(
     cu_case bench/qp-scale.sh 1 1024
     cu_case bench/rdma-compat.sh 1
     cu_case bench/compare.sh "$work/cu/out"
+    cu_env=(TCPPERF="$work/cu/tcpperf")
+    cu_case scripts/tcpperf-compare.sh --short
     cu_env=(PATH="$work/fg/bin:$work/ks/bin:$work/cu/bin:$PATH" IWPERF="$work/cu/lfperf" LOSSES=0 WINDOW=1
         FG_DIR="$work/fg" KS_DIR="$work/ks")
     cu_case bench/loss.sh --quick
     cu_case bench/afp-budget.sh
 )
 cu_want=""
-for s in connrate qp-scale rdma-compat compare loss afp-budget; do cu_want+="bench/$s.sh: nothing left"$'\n'; done
+for s in bench/connrate bench/qp-scale bench/rdma-compat bench/compare scripts/tcpperf-compare bench/loss bench/afp-budget; do
+    cu_want+="$s.sh: nothing left"$'\n'
+done
 if [[ $cu_out != "${cu_want%$'\n'}" ]]; then
     bad "a bench script stopped mid-run ends what it started" "$(tr '\n' ';' <<<"$cu_out")"
 else
-    ok "a bench script stopped mid-run ends what it started" "connrate.sh, qp-scale.sh, rdma-compat.sh, compare.sh, loss.sh and afp-budget.sh on a SIGTERM: server, client and scratch directory gone"
+    ok "a bench script stopped mid-run ends what it started" "connrate.sh, qp-scale.sh, rdma-compat.sh, compare.sh, tcpperf-compare.sh, loss.sh and afp-budget.sh on a SIGTERM: server, client and scratch directory gone"
 fi
 
 # ---- scripts/check-docs.sh passes the tree as it is and fails a page whose citations the
