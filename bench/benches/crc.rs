@@ -63,7 +63,7 @@ fn throughput(c: &mut Criterion) {
             })
         });
         // The receive pass: a full segment's checksum sum and CRC together, where the CPU
-        // has the 512-bit folding paths (`crc::payload_digest`).
+        // has the 512-bit or the 256-bit folding paths (`crc::payload_digest`).
         if let Some(digest) = crc::payload_digest() {
             g.bench_function("engine payload_digest (one pass)", |b| {
                 b.iter(|| {

@@ -240,7 +240,7 @@ pub struct CoreStats {
     pub fpdus_rx: u64,
     /// Of `fpdus_rx`, those whose CRC the deframer checked through the CRC32c the receive
     /// checksum's pass took of their segment (`crc::payload_digest`: a full segment that
-    /// is one FPDU, on a CPU with the 512-bit folding paths).
+    /// is one FPDU, on a CPU with the 512-bit or 256-bit folding paths).
     pub fpdus_rx_by_digest: u64,
     /// Payload octets placed into registered memory.
     pub placed_octets: u64,
@@ -700,7 +700,7 @@ impl<D: PollDevice> EngineCore<D> {
         if let Some(bulk) = crate::mem::crc::bulk_sum() {
             stack.set_bulk_sum(bulk);
         }
-        // Where the CPU has the 512-bit folding paths, a full segment's payload is summed
+        // Where the CPU has the folding paths (512-bit or 256-bit), a full segment's payload is summed
         // and its CRC32c taken in the same pass, and the deframer checks the FPDU filling
         // it against that CRC instead of reading it again (`Deframer::poll_digest`).
         if let Some(digest) = crate::mem::crc::payload_digest() {

@@ -422,7 +422,7 @@ fn bad_crc() {
 /// the receive checksum's pass takes the segment's CRC32c (`crc::payload_digest`) and the
 /// deframer checks the FPDU against it (`Deframer::poll_digest`): good full-segment
 /// Writes first, the second placed from its frame and checked that way (where the CPU has
-/// the 512-bit folding paths; computed elsewhere), then a Write with its CRC broken,
+/// the 512-bit or 256-bit folding paths; computed elsewhere), then a Write with its CRC broken,
 /// nothing of which is placed.
 #[test]
 fn bad_crc_in_a_full_segment() {

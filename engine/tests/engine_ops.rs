@@ -424,7 +424,8 @@ fn fpdus_are_placed_straight_from_the_frames() {
         "A: {in_place_a} octets of the Read Response in place"
     );
     // Full segments of one FPDU each: their CRC checked through the digest of the
-    // checksum's pass where the CPU has the 512-bit folding paths, never elsewhere.
+    // checksum's pass where the CPU has the folding paths (512-bit or 256-bit), never
+    // elsewhere.
     let by_digest = (
         a.fpdus_rx_by_digest - before.0.fpdus_rx_by_digest,
         b.fpdus_rx_by_digest - before.1.fpdus_rx_by_digest,

@@ -32,7 +32,10 @@
 //! [`bulk_sum`] gives the TCP crate a 512-bit sum for verifying received segments'
 //! checksums (256-bit where the CPU has AVX2 but not AVX-512F), which that crate (no
 //! `unsafe`) cannot choose at run time. Where the CPU has the 512-bit folding paths,
-//! [`payload_digest`] gives it `sum_crc_fold512` as well: a predicted segment's payload
+//! [`payload_digest`] gives it `sum_crc_fold512` as well (`sum_crc_fold256` where it has
+//! the 256-bit ones: on Zen 3 that one pass took 107-112 ns for 1,440 octets against
+//! 129-134 for the sum's pass and the three `crc32` lanes' after it, and as long at 8,960;
+//! `docs/decisions/0005-short-crc32c.md`, 2026-12-03 addendum): a predicted segment's payload
 //! summed and its CRC32c taken in one pass, the CRC then checking the FPDU that fills the
 //! segment (`Deframer::poll_digest`): the receive path's one read of each octet before
 //! its copy into registered memory.
@@ -671,14 +674,18 @@ pub fn bulk_sum() -> Option<warpcore_tcp::csum::BulkSum> {
 
 /// The received payload's sum and CRC32c in one pass ([`warpcore_tcp::csum::BulkSumDigest`],
 /// `Stack::set_payload_digest`) where the CPU has the 512-bit folding paths
-/// (`sum_crc_fold512`), else `None`: the host then verifies the checksum as before and the
-/// deframer computes each FPDU's CRC. A segment that carries one whole FPDU (an aligned
+/// (`sum_crc_fold512`) or the 256-bit ones (`sum_crc_fold256`), else `None`: the host then
+/// verifies the checksum as before and the deframer computes each FPDU's CRC. A segment that carries one whole FPDU (an aligned
 /// sender's) has its CRC checked from the digest (`Deframer::poll_digest`), so each of its
 /// octets is read once here and once for its copy into registered memory.
 pub fn payload_digest() -> Option<warpcore_tcp::csum::BulkSumDigest> {
     #[cfg(target_arch = "x86_64")]
     if fold512_available() {
         return Some(sum_crc512_checked);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if fold256_available() {
+        return Some(sum_crc256_checked);
     }
     None
 }
@@ -700,6 +707,19 @@ fn sum_crc512_checked(data: &[u8]) -> (u64, u32) {
         // SAFETY: the CPU has the features (checked just above; the standard library
         // caches the answer); `data` has at least `FOLD_MIN` octets; only `data` is read.
         return unsafe { sum_crc_fold512(data, 0) };
+    }
+    (warpcore_tcp::csum::sum(data), crc32c_append(0, data))
+}
+
+/// [`payload_digest`]'s function where the CPU has the 256-bit folding paths but not the
+/// 512-bit ones: `sum_crc_fold256` after the check it was chosen by, as
+/// [`sum_crc512_checked`].
+#[cfg(target_arch = "x86_64")]
+fn sum_crc256_checked(data: &[u8]) -> (u64, u32) {
+    if data.len() >= FOLD_MIN && fold256_available() {
+        // SAFETY: the CPU has the features (checked just above; the standard library
+        // caches the answer); `data` has at least `FOLD_MIN` octets; only `data` is read.
+        return unsafe { sum_crc_fold256(data, 0) };
     }
     (warpcore_tcp::csum::sum(data), crc32c_append(0, data))
 }
@@ -1036,7 +1056,8 @@ fn sum256_checked(data: &[u8]) -> u64 {
 /// [`copy_sum_crc_fold512`] on 256-bit registers (CPUs with AVX2 and VPCLMULQDQ but not
 /// AVX-512): each 32-octet vector is loaded from `src` once, stored into `dst`, summed and
 /// folded into the CRC from the one register, four vectors a step; the rest under 32
-/// octets is copied through a local buffer, which the sum and the CRC read.
+/// octets is copied through a local buffer, which the sum and the CRC read
+/// ([`fold256_pass`]).
 ///
 /// # Safety
 /// As [`copy_sum_crc`], and the CPU must have AVX2 and VPCLMULQDQ (`fold256_available`);
@@ -1044,6 +1065,43 @@ fn sum256_checked(data: &[u8]) -> u64 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse4.2,pclmulqdq,avx2,vpclmulqdq")]
 unsafe fn copy_sum_crc_fold256(src: *const u8, dst: &mut [u8], crc: u32) -> (u64, u32) {
+    assert!(dst.len() >= FOLD_MIN);
+    // SAFETY: the caller's contract for `src` and the features; `dst` is a unique borrow of
+    // `dst.len()` writable octets, so nothing else references it while it is written.
+    unsafe { fold256_pass::<true>(src, dst.as_mut_ptr(), dst.len(), crc) }
+}
+
+/// [`sum_crc_fold512`] on 256-bit registers (CPUs with AVX2 and VPCLMULQDQ but not
+/// AVX-512): [`fold256_pass`] without its store.
+///
+/// # Safety
+/// The CPU must have SSE4.2, PCLMULQDQ, AVX2 and VPCLMULQDQ (`fold256_available`);
+/// `data.len() >= FOLD_MIN`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2,pclmulqdq,avx2,vpclmulqdq")]
+unsafe fn sum_crc_fold256(data: &[u8], crc: u32) -> (u64, u32) {
+    assert!(data.len() >= FOLD_MIN);
+    // SAFETY: `data` is `data.len()` readable octets; nothing is written (`COPY` false, so
+    // the null destination is never used); the features are the caller's contract.
+    unsafe { fold256_pass::<false>(data.as_ptr(), std::ptr::null_mut(), data.len(), crc) }
+}
+
+/// The one pass of [`copy_sum_crc_fold256`] (`COPY`) and [`sum_crc_fold256`] (not), as
+/// [`fold512_pass`] in 32-octet vectors.
+///
+/// # Safety
+/// `src` valid for reads of `n` octets; with `COPY`, `d` valid for writes of `n` octets,
+/// not overlapping `src` and referenced by nothing else meanwhile (without, `d` is never
+/// used); `n >= FOLD_MIN`; the CPU has SSE4.2, PCLMULQDQ, AVX2 and VPCLMULQDQ.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2,pclmulqdq,avx2,vpclmulqdq")]
+#[inline]
+unsafe fn fold256_pass<const COPY: bool>(
+    src: *const u8,
+    d: *mut u8,
+    n: usize,
+    crc: u32,
+) -> (u64, u32) {
     use std::arch::x86_64::{
         __m256i, _mm256_add_epi32, _mm256_and_si256, _mm256_loadu_si256, _mm256_set1_epi32,
         _mm256_setzero_si256, _mm256_srli_epi32, _mm256_xor_si256, _mm256_zextsi128_si256,
@@ -1052,28 +1110,28 @@ unsafe fn copy_sum_crc_fold256(src: *const u8, dst: &mut [u8], crc: u32) -> (u64
     /// Vectors summed into the 32-bit lanes before these are added into `total`: each
     /// lane takes two 16-bit words a vector, 2 * 0xFFFF * 4,096 < 2^32.
     const SUM_RUN: usize = 4096;
-    let n = dst.len();
-    assert!(n >= FOLD_MIN);
-    let d = dst.as_mut_ptr();
+    debug_assert!(n >= FOLD_MIN);
     let low = _mm256_set1_epi32(0xFFFF);
     let mut total = 0u64;
     let mut acc = _mm256_setzero_si256();
-    // One vector: loaded once, stored, summed, and given for the CRC; the store in
-    // assembly, as in `copy_sum_crc_fold512` (the compiler would otherwise make the loop a
+    // One vector: loaded once, stored (with `COPY`), summed, and given for the CRC; the
+    // store in assembly, as in `fold512_pass` (the compiler would otherwise make the loop a
     // `memcpy` and the sums a second pass over `src`, which may change meanwhile).
     macro_rules! copy {
         ($at:expr) => {{
             let at = $at;
-            // SAFETY: `at + 32 <= n` at every use: inside `src` (the caller's contract) and
-            // inside `dst`, which nothing else references while it is borrowed here.
+            // SAFETY: `at + 32 <= n` at every use: inside `src` (the caller's contract) and,
+            // with `COPY`, inside `d`'s `n` octets, which nothing else references meanwhile.
             let v = unsafe {
                 let v = _mm256_loadu_si256(src.add(at).cast::<__m256i>());
-                std::arch::asm!(
-                    "vmovdqu ymmword ptr [{p}], {v}",
-                    p = in(reg) d.add(at),
-                    v = in(ymm_reg) v,
-                    options(nostack, preserves_flags)
-                );
+                if COPY {
+                    std::arch::asm!(
+                        "vmovdqu ymmword ptr [{p}], {v}",
+                        p = in(reg) d.add(at),
+                        v = in(ymm_reg) v,
+                        options(nostack, preserves_flags)
+                    );
+                }
                 v
             };
             acc = _mm256_add_epi32(acc, _mm256_and_si256(v, low));
@@ -1110,15 +1168,20 @@ unsafe fn copy_sum_crc_fold256(src: *const u8, dst: &mut [u8], crc: u32) -> (u64
     }
     total += lanes_sum256(acc);
     // The rest, under 32 octets, from an even offset (a multiple of 32): read from `src`
-    // once into `spill`, written to `dst` from there, summed and taken by the CRC from
-    // `spill` (what `dst` now holds, whatever `src` does meanwhile).
+    // once into `spill`, written to `d` from there (with `COPY`), summed and taken by the
+    // CRC from `spill` (what `d` now holds, whatever `src` does meanwhile).
     let rest = n - at;
     let mut spill = [0u8; 32];
     // SAFETY: `at + rest == n`: inside `src` (the caller's contract); `spill` holds 32
-    // octets and `rest < 32`; `spill` is local and cannot overlap `src`.
-    unsafe { std::ptr::copy_nonoverlapping(src.add(at), spill.as_mut_ptr(), rest) };
+    // octets and `rest < 32`; `spill` is local and cannot overlap `src`, nor `d` (with
+    // `COPY`: `d`'s `n` octets are the caller's alone).
+    unsafe {
+        std::ptr::copy_nonoverlapping(src.add(at), spill.as_mut_ptr(), rest);
+        if COPY {
+            std::ptr::copy_nonoverlapping(spill.as_ptr(), d.add(at), rest);
+        }
+    }
     let tail = &spill[..rest];
-    dst[at..].copy_from_slice(tail);
     total += warpcore_tcp::csum::sum(tail);
     (total, !reduce256(one, tail))
 }
@@ -1343,15 +1406,21 @@ mod tests {
     /// The payload digest's pass gives the TCP crate's sum and the CRC32c
     /// of the same octets, at every length around the vectors', the folding steps' and the
     /// sum runs' limits, from odd and even addresses; it is offered exactly where the CPU
-    /// has the 512-bit folding paths.
+    /// has the 512-bit or the 256-bit folding paths. Both passes are checked where the CPU
+    /// has them (the 256-bit one on a CPU with both too), and the fallbacks everywhere.
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn the_payload_digest_is_the_sum_and_the_crc() {
-        assert_eq!(payload_digest().is_some(), fold512_available());
+        assert_eq!(
+            payload_digest().is_some(),
+            fold512_available() || fold256_available()
+        );
         eprintln!(
             "payload digest: {}",
             if fold512_available() {
                 "one 512-bit pass"
+            } else if fold256_available() {
+                "one 256-bit pass"
             } else {
                 "not offered here (the fallback is tested)"
             }
@@ -1369,14 +1438,19 @@ mod tests {
         for len in lens {
             for off in [0usize, 1, 2, 63] {
                 let d = &data[off..off + len];
-                let (sum, crc) = sum_crc512_checked(d);
-                // Equal, not only after folding (as `sum512`'s).
-                assert_eq!(
-                    sum,
-                    warpcore_tcp::csum::sum(d),
-                    "sum, {len} octets at {off}"
-                );
-                assert_eq!(crc, crc32c::crc32c(d), "CRC, {len} octets at {off}");
+                for (name, f) in [
+                    ("512", sum_crc512_checked as fn(&[u8]) -> (u64, u32)),
+                    ("256", sum_crc256_checked),
+                ] {
+                    let (sum, crc) = f(d);
+                    // Equal, not only after folding (as `sum512`'s).
+                    assert_eq!(
+                        sum,
+                        warpcore_tcp::csum::sum(d),
+                        "{name}: sum, {len} octets at {off}"
+                    );
+                    assert_eq!(crc, crc32c::crc32c(d), "{name}: CRC, {len} octets at {off}");
+                }
             }
         }
     }
@@ -1502,6 +1576,12 @@ mod tests {
                     let (sum, crc) = sum_crc512_checked(s);
                     assert_eq!(crc, crc32c::crc32c(s), "digest, {len}");
                     assert_eq!(warpcore_tcp::csum::fold(sum), want_sum, "digest, {len}");
+                }
+                if len >= FOLD_MIN && fold256_available() {
+                    // The 256-bit digest reads from the fence's edge too.
+                    let (sum, crc) = sum_crc256_checked(s);
+                    assert_eq!(crc, crc32c::crc32c(s), "digest 256, {len}");
+                    assert_eq!(warpcore_tcp::csum::fold(sum), want_sum, "digest 256, {len}");
                 }
                 if let Some(bulk) = bulk_sum() {
                     assert_eq!(warpcore_tcp::csum::fold(bulk(s)), want_sum, "bulk, {len}");
