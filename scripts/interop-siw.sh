@@ -457,7 +457,9 @@ run_mode() { # run_mode MODE
         while :; do
             if [[ $ourargs == @ww* ]]; then
                 # An unmodified rdma-core program of ours on the drop-in libraries. As a client
-                # it retries while siw's server is not listening yet (the VM boots ~12 s).
+                # it retries while siw's server is not listening yet (the VM boots ~12 s), and
+                # while the VM does not answer ARP yet (rdma_resolve_addr's ADDR_ERROR after
+                # its timeout: a compat row first in its VM, `--tests compat`, failed so).
                 local tries=1 try
                 [ "$tdir" = client ] && tries=40
                 for try in $(seq 1 $tries); do
@@ -466,7 +468,7 @@ run_mode() { # run_mode MODE
                         >"$log" 2>&1 </dev/null
                     rc=$?
                     [ "$rc" = 0 ] && break
-                    grep -q -E 'REJECTED|UNREACHABLE|CONNECT_ERROR|connect error|Unable to perform rdma_client|Failed to connect|error -111' "$log" || break
+                    grep -q -E 'REJECTED|UNREACHABLE|ADDR_ERROR|CONNECT_ERROR|connect error|Unable to perform rdma_client|Failed to connect|error -111' "$log" || break
                     sleep 2
                 done
             elif [[ $ourargs == @iwperf* ]]; then
