@@ -62,11 +62,11 @@ warpcore() {
     wait "$cp" || rc=$?
     if ((rc != 0)); then
         echo "FAIL warpcore --parallel $1: the client exited $rc" >&2
-        tail -5 "$work/client.log" "$work/server.log" >&2
+        tail -n 5 "$work/client.log" "$work/server.log" >&2
         exit 1
     fi
     # A server that failed or hung after its client (scripts/lib/bg-end.sh): no figure.
-    bg_end "$sp" "the wcconnrate server" 30 || { echo "FAIL warpcore: $BG_NOTE" >&2; tail -5 "$work/server.log" >&2; exit 1; }
+    bg_end "$sp" "the wcconnrate server" 30 || { echo "FAIL warpcore: $BG_NOTE" >&2; tail -n 5 "$work/server.log" >&2; exit 1; }
     pids=() # both ended: their pids are free for reuse, and not the cleanup's
     local n v
     n=$(field conns <"$work/client.log")
@@ -87,7 +87,7 @@ kernel() {
     wait "$kp" || rc=$?
     if ((rc != 0)); then
         echo "FAIL kernel --parallel $1: exit $rc" >&2
-        tail -5 "$work/kernel.log" >&2
+        tail -n 5 "$work/kernel.log" >&2
         exit 1
     fi
     pids=() # ended: its pid is free for reuse, and not the cleanup's

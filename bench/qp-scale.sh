@@ -59,18 +59,18 @@ rate() {
     wait "$cp" || rc=$?
     if ((rc != 0)); then
         echo "FAIL write_bw -q $1: the client exited $rc" >&2
-        tail -5 "$work/client.log" "$work/server.log" >&2
+        tail -n 5 "$work/client.log" "$work/server.log" >&2
         exit 1
     fi
     # A server that failed or hung after its client (scripts/lib/bg-end.sh): no figure.
-    bg_end "$sp" "the iwperf write_bw -q $1 server" 30 || { echo "FAIL write_bw -q $1: $BG_NOTE" >&2; tail -5 "$work/server.log" >&2; exit 1; }
+    bg_end "$sp" "the iwperf write_bw -q $1 server" 30 || { echo "FAIL write_bw -q $1: $BG_NOTE" >&2; tail -n 5 "$work/server.log" >&2; exit 1; }
     pids=() # both ended: their pids are free for reuse, and not the cleanup's
     # The message rate, the fifth column of the row under the "#bytes" header: a report
     # without one (or with no positive rate there) measured nothing, and fails.
     m=$(grep -m1 -A1 "#bytes" "$work/client.log" | tail -n +2 | awk '{print $5}')
     if ! awk -v m="$m" 'BEGIN { exit !(m ~ /^[0-9]+(\.[0-9]+)?$/ && m > 0) }'; then
         echo "FAIL write_bw -q $1: no message rate in the client's report (got '${m}')" >&2
-        tail -5 "$work/client.log" >&2
+        tail -n 5 "$work/client.log" >&2
         exit 1
     fi
 }
@@ -113,7 +113,7 @@ wait "$qp" || rc=$?
 pids=()
 if ! grep '^memory:' "$work/qp_scale.log"; then
     echo "FAIL qp_scale 1024 1 1000: no 'memory:' line in its output (exit $rc$( ((rc == 124)) && echo ", timed out after 600 s"))" >&2
-    tail -5 "$work/qp_scale.log" >&2
+    tail -n 5 "$work/qp_scale.log" >&2
     exit 1
 fi
-((rc == 0)) || { echo "FAIL qp_scale 1024 1 1000: exited $rc" >&2; tail -5 "$work/qp_scale.log" >&2; exit 1; }
+((rc == 0)) || { echo "FAIL qp_scale 1024 1 1000: exited $rc" >&2; tail -n 5 "$work/qp_scale.log" >&2; exit 1; }

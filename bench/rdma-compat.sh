@@ -22,6 +22,8 @@ IWPERF=$tgt/release/iwperf
 WW=$root/scripts/with-warpcore
 # shellcheck source=scripts/lib/bg-end.sh
 source scripts/lib/bg-end.sh
+# shellcheck source=scripts/lib/perftest-row.sh
+source scripts/lib/perftest-row.sh
 work=$(mktemp -d /tmp/rdma-compat-bench.XXXXXX)
 sock=$work/memif.sock
 # Every process started here, ended at exit: a run stopped or failed left its server (and
@@ -44,31 +46,54 @@ run() {
     local s=()
     while [[ $1 != :: ]]; do s+=("$1"); shift; done
     shift
-    rm -f "$sock"
-    timeout 120 taskset -c 0 "${s[@]}" >"$work/server.log" 2>&1 &
-    local sp=$! cp rc=0
-    pids+=("$sp")
-    # A server that never made its socket (it failed, or waits on something) is no run: its
-    # client would only time out against nothing.
-    for _ in $(seq 1 400); do [[ -S "$sock" ]] && break; sleep 0.05; done
-    if [[ ! -S "$sock" ]]; then
-        echo "FAIL $name: the server made no memif socket in 20 s" >&2
-        tail -20 "$work/server.log" >&2
-        exit 1
-    fi
-    sleep 0.3
-    timeout 110 taskset -c 1 "$@" >"$work/client.log" 2>&1 &
-    cp=$!
-    pids+=("$cp")
-    wait "$cp" || rc=$?
-    if ((rc != 0)); then
-        echo "FAIL $name: the client exited $rc" >&2
-        tail -20 "$work/client.log" "$work/server.log" >&2
-        exit 1
-    fi
-    # A server that failed or hung after its client (scripts/lib/bg-end.sh): no figure.
-    bg_end "$sp" "the $name server" 30 || { echo "FAIL $name: $BG_NOTE" >&2; tail -20 "$work/server.log" >&2; exit 1; }
-    pids=() # both ended: their pids are free for reuse, and not the cleanup's
+    # A perftest side whose clock calibration failed after its test
+    # (scripts/lib/perftest-row.sh's perftest_clock_failed) runs the round's pair again, at
+    # most twice, and says so.
+    local clock=0 sp cp rc
+    while :; do
+        rm -f "$sock"
+        timeout 120 taskset -c 0 "${s[@]}" >"$work/server.log" 2>&1 &
+        sp=$! rc=0
+        pids+=("$sp")
+        # A server that never made its socket (it failed, or waits on something) is no run:
+        # its client would only time out against nothing.
+        for _ in $(seq 1 400); do [[ -S "$sock" ]] && break; sleep 0.05; done
+        if [[ ! -S "$sock" ]]; then
+            echo "FAIL $name: the server made no memif socket in 20 s" >&2
+            tail -n 20 "$work/server.log" >&2
+            exit 1
+        fi
+        sleep 0.3
+        timeout 110 taskset -c 1 "$@" >"$work/client.log" 2>&1 &
+        cp=$!
+        pids+=("$cp")
+        wait "$cp" || rc=$?
+        if ((rc != 0)); then
+            kill "$sp" 2>/dev/null
+            wait "$sp" 2>/dev/null
+            if ((clock < 2)) && perftest_clock_failed "$work/client.log"; then
+                clock=$((clock + 1))
+                echo "note $name: the client's perftest clock calibration failed ($(grep -m1 '^Correlation' "$work/client.log")): run again, $clock of 2" >&2
+                continue
+            fi
+            echo "FAIL $name: the client exited $rc" >&2
+            tail -n 20 "$work/client.log" "$work/server.log" >&2
+            exit 1
+        fi
+        # A server that failed or hung after its client (scripts/lib/bg-end.sh): no figure.
+        if ! bg_end "$sp" "the $name server" 30; then
+            if ((clock < 2)) && perftest_clock_failed "$work/server.log"; then
+                clock=$((clock + 1))
+                echo "note $name: the server's perftest clock calibration failed ($(grep -m1 '^Correlation' "$work/server.log")): run again, $clock of 2" >&2
+                continue
+            fi
+            echo "FAIL $name: $BG_NOTE" >&2
+            tail -n 20 "$work/server.log" >&2
+            exit 1
+        fi
+        pids=() # both ended: their pids are free for reuse, and not the cleanup's
+        return 0
+    done
 }
 # Result lines: perftest's and iwperf's tables share the layout. Latency: t_typical (the
 # median, column 5); bandwidth: BW average in MB/s (column 4).

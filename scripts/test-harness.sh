@@ -714,6 +714,62 @@ else
     ok "perftest_row judges the figures" "real outputs pass: ${pt_good[*]}; fail: $(IFS=,; echo "${pt_caught[*]}" | sed 's/,/, /g')"
 fi
 
+# ---- test-rdma-compat.sh's pair runs a pair again when perftest's clock calibration failed
+# after its test (perftest_clock_failed: "Correlation coefficient r^2: 0.782199 < 0.9",
+# which failed the whole suite on 2026-12-03 though ib_send_bw --use-srq had run): at most
+# twice, then it fails; any other client failure fails at once. Its pair and sides, taken
+# from the script, on stand-ins: a server that makes the memif socket and exits
+# (SERVER_FAILS times with the calibration failure first), a client that prints the
+# calibration failure CLIENT_FAILS times first (or "Failed to modify QP" when OTHER is set).
+mkdir -p "$work/pp"
+sed -n '/^pair() {$/,/^}$/p; /^sides() {$/,/^}$/p' scripts/test-rdma-compat.sh >"$work/pp/pair.sh"
+cat >"$work/pp/srv.sh" <<'EOF'
+#!/usr/bin/env bash
+n=$(($(cat "$PP/srv.n" 2>/dev/null || echo 0) + 1)); echo "$n" >"$PP/srv.n"
+python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$PP/memif.sock"
+if ((n <= SERVER_FAILS)); then printf 'Correlation coefficient r^2: 0.601638 < 0.9\nCan'"'"'t produce a report\n'; exit 1; fi
+EOF
+cat >"$work/pp/cli.sh" <<'EOF'
+#!/usr/bin/env bash
+n=$(($(cat "$PP/cli.n" 2>/dev/null || echo 0) + 1)); echo "$n" >"$PP/cli.n"
+if [[ -n ${OTHER:-} ]]; then echo "Failed to modify QP 1025 to RTR"; exit 1; fi
+if ((n <= CLIENT_FAILS)); then printf 'Correlation coefficient r^2: 0.782199 < 0.9\nCan'"'"'t produce a report\n'; exit 1; fi
+EOF
+chmod +x "$work/pp/srv.sh" "$work/pp/cli.sh"
+pp_run() { # pp_run SERVER_FAILS CLIENT_FAILS [OTHER]: pair's exit status, output and runs
+    rm -f "$work/pp/"*.n "$work/pp/memif.sock"
+    pp_out=$(PP="$work/pp" SERVER_FAILS=$1 CLIENT_FAILS=$2 OTHER=${3:-} timeout 60 bash -c '
+        set -uo pipefail; work=$PP/w; mkdir -p "$work"; sock=$PP/memif.sock; pids=()
+        WW=(false); MODE=thread
+        source scripts/lib/tally.sh; source scripts/lib/perftest-row.sh; source "$PP/pair.sh"
+        pair "ib_send_bw -R --use-srq" "$PP/srv.sh" :: "$PP/cli.sh" && echo "pair returned"' 2>&1)
+    pp_rc=$?
+    pp_runs="$(cat "$work/pp/srv.n" 2>/dev/null || echo 0)/$(cat "$work/pp/cli.n" 2>/dev/null || echo 0)"
+}
+pp_bad=""
+pp_run 0 1
+[[ $pp_rc == 0 && $pp_runs == 2/2 && $pp_out == *"pair returned"* && $pp_out == *"client's perftest clock calibration failed (Correlation coefficient r^2: 0.782199 < 0.9): run again, 1 of 2"* ]] ||
+    pp_bad+="client failing once: exit $pp_rc, server/client runs $pp_runs: $(tr '\n' ';' <<<"$pp_out"); "
+pp_run 1 0
+[[ $pp_rc == 0 && $pp_runs == 2/2 && $pp_out == *"server's perftest clock calibration failed"*"1 of 2"* ]] ||
+    pp_bad+="server failing once: exit $pp_rc, runs $pp_runs: $(tr '\n' ';' <<<"$pp_out"); "
+pp_run 0 3
+[[ $pp_rc == 1 && $pp_runs == 3/3 && $pp_out == *"FAIL ib_send_bw -R --use-srq: the client failed"* && $pp_out != *"pair returned"* ]] ||
+    pp_bad+="client failing three times: exit $pp_rc, runs $pp_runs: $(tr '\n' ';' <<<"$pp_out"); "
+pp_run 0 0 other
+[[ $pp_rc == 1 && $pp_runs == 1/1 && $pp_out == *"FAIL ib_send_bw -R --use-srq: the client failed"* && $pp_out != *"run again"* ]] ||
+    pp_bad+="another client failure: exit $pp_rc, runs $pp_runs: $(tr '\n' ';' <<<"$pp_out"); "
+pp_run 0 0
+[[ $pp_rc == 0 && $pp_runs == 1/1 && $pp_out != *"run again"* ]] ||
+    pp_bad+="no failure: exit $pp_rc, runs $pp_runs: $(tr '\n' ';' <<<"$pp_out"); "
+if [[ ! -s "$work/pp/pair.sh" ]] || ! grep -q perftest_clock_failed "$work/pp/pair.sh"; then
+    bad "test-rdma-compat.sh's pair reruns a perftest clock failure" "no pair() using perftest_clock_failed in scripts/test-rdma-compat.sh"
+elif [[ -n $pp_bad ]]; then
+    bad "test-rdma-compat.sh's pair reruns a perftest clock failure" "$pp_bad"
+else
+    ok "test-rdma-compat.sh's pair reruns a perftest clock failure" "client or server failing once: run again and pass (2 runs); three times: fails after 3 runs; another failure: fails after 1"
+fi
+
 # ---- test-flood.sh's second wave must still hold its connections when the legitimate
 # client is done: before, a wave that ended early (flood.py failing after "ready", every
 # connection reset at once) went unnoticed and the client's pings passed as "under a flood".
@@ -1076,7 +1132,8 @@ fi
 # 0.00x, with exit 0. Stand-ins: cargo, taskset, iwperf, the drop-in libraries (empty files
 # with-warpcore copies) and perftest's ib_write_lat, ib_send_lat and ib_write_bw: servers
 # bind their memif socket and exit, clients print a perftest table; RC_ZERO names the one
-# whose figure is 0.
+# whose figure is 0, RC_CLOCK one that fails perftest's clock calibration on its first run
+# (perftest_clock_failed: the round's pair runs again, with a note).
 mkdir -p "$work/rc/bin" "$work/rc/target/release"
 printf '#!/bin/sh\nexit 0\n' >"$work/rc/bin/cargo"
 printf '#!/bin/sh\nshift 2\nexec "$@"\n' >"$work/rc/bin/taskset"
@@ -1087,6 +1144,12 @@ name=$(basename "$0")
 [[ $name == iwperf ]] && name="iwperf $1"
 # A client names the server's address last (a server's own --ip 10.78.0.1 is no client's).
 if [[ ${*: -1} == 10.78.0.1 && ${*: -2:1} != --ip ]]; then
+        # RC_CLOCK: this client fails perftest's clock calibration on its first run.
+        if [[ -n ${RC_CLOCK:-} && $name == *"$RC_CLOCK" && ! -e $RC_CLOCK_SEEN ]]; then
+                : >"$RC_CLOCK_SEEN"
+                printf '%s\n' "Correlation coefficient r^2: 0.782199 < 0.9" "Can't produce a report"
+                exit 1
+        fi
         v=1.50
         [[ $name == *bw* ]] && v=1000.00
         [[ $name == *"$RC_ZERO" ]] && v=0.00
@@ -1111,14 +1174,20 @@ rc_good=$rc rc_good_out=$rc_out
 rc_run "iwperf send_lat"
 rc_div=$rc rc_div_out=$rc_out
 rc_run ib_write_bw
+rc_zero=$rc rc_zero_out=$rc_out
+RC_CLOCK=ib_send_lat RC_CLOCK_SEEN="$work/rc/clock-seen" rc_run none
+rc_clock=$rc rc_clock_out=$rc_out
+rc=$rc_zero rc_out=$rc_zero_out
 if ((rc_good != 0)) || ! grep -q '^write_bw:  iwperf 1000.00 MB/s, with-warpcore ib_write_bw -R 1000.00 MB/s: 1.00x$' <<<"$rc_good_out"; then
     bad "rdma-compat.sh fails a figure of 0" "with figures: exit $rc_good: $(tail -n 3 <<<"$rc_good_out" | tr '\n' ' ')"
 elif ((rc_div == 0)) || ! grep -q "^FAIL iwperf send_lat: a figure of 0 in its result line (round 1: '0.00')$" <<<"$rc_div_out"; then
     bad "rdma-compat.sh fails a figure of 0" "iwperf send_lat's median 0: exit $rc_div: $(tail -n 3 <<<"$rc_div_out" | tr '\n' ' ')"
 elif ((rc == 0)) || ! grep -q "^FAIL with-warpcore ib_write_bw: a figure of 0 in its result line (round 1: '0.00')$" <<<"$rc_out"; then
     bad "rdma-compat.sh fails a figure of 0" "ib_write_bw's 0 MB/s: exit $rc: $(tail -n 3 <<<"$rc_out" | tr '\n' ' ')"
+elif ((rc_clock != 0)) || ! grep -q "^note with-warpcore ib_send_lat: the client's perftest clock calibration failed (Correlation coefficient r^2: 0.782199 < 0.9): run again, 1 of 2$" <<<"$rc_clock_out"; then
+    bad "rdma-compat.sh fails a figure of 0" "a perftest clock calibration failure is run again: exit $rc_clock: $(tail -n 3 <<<"$rc_clock_out" | tr '\n' ' ')"
 else
-    ok "rdma-compat.sh fails a figure of 0" "with figures: 1.00x; $(grep -m1 '^FAIL' <<<"$rc_div_out" | cut -c1-60)...; ib_write_bw's 0 fails too"
+    ok "rdma-compat.sh fails a figure of 0" "with figures: 1.00x; $(grep -m1 '^FAIL' <<<"$rc_div_out" | cut -c1-60)...; ib_write_bw's 0 fails too; a perftest clock calibration failure is run again"
 fi
 
 # ---- bench/qp-scale.sh's last run, qp_scale's memory per idle QP, is bounded by a timeout
