@@ -700,9 +700,9 @@ impl<D: PollDevice> EngineCore<D> {
         if let Some(bulk) = crate::mem::crc::bulk_sum() {
             stack.set_bulk_sum(bulk);
         }
-        // Where the CPU has the folding paths (512-bit or 256-bit), a full segment's payload is summed
-        // and its CRC32c taken in the same pass, and the deframer checks the FPDU filling
-        // it against that CRC instead of reading it again (`Deframer::poll_digest`).
+        // Where the CPU has the folding paths (512-bit or 256-bit), a full segment's payload
+        // is summed and its CRC32c taken in the same pass, and the deframer checks the FPDU
+        // filling it against that CRC instead of reading it again (`Deframer::poll_digest`).
         if let Some(digest) = crate::mem::crc::payload_digest() {
             stack.set_payload_digest(Some((digest, crate::mem::crc::PAYLOAD_DIGEST_MIN)));
         }

@@ -675,9 +675,10 @@ pub fn bulk_sum() -> Option<warpcore_tcp::csum::BulkSum> {
 /// The received payload's sum and CRC32c in one pass ([`warpcore_tcp::csum::BulkSumDigest`],
 /// `Stack::set_payload_digest`) where the CPU has the 512-bit folding paths
 /// (`sum_crc_fold512`) or the 256-bit ones (`sum_crc_fold256`), else `None`: the host then
-/// verifies the checksum as before and the deframer computes each FPDU's CRC. A segment that carries one whole FPDU (an aligned
-/// sender's) has its CRC checked from the digest (`Deframer::poll_digest`), so each of its
-/// octets is read once here and once for its copy into registered memory.
+/// verifies the checksum as before and the deframer computes each FPDU's CRC. A segment
+/// that carries one whole FPDU (an aligned sender's) has its CRC checked from the digest
+/// (`Deframer::poll_digest`), so each of its octets is read once here and once for its
+/// copy into registered memory.
 pub fn payload_digest() -> Option<warpcore_tcp::csum::BulkSumDigest> {
     #[cfg(target_arch = "x86_64")]
     if fold512_available() {
