@@ -96,7 +96,7 @@ work=$(mktemp -d /tmp/wc-compare.XXXXXX)
 sock=$work/memif.sock
 pids=()
 cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    bg_kill_all
     rm -rf "$work"
 }
 trap cleanup EXIT

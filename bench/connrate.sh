@@ -39,7 +39,7 @@ sock=$work/memif.sock
 # its client) running for up to SECONDS + 90 s, each polling an engine core.
 pids=()
 cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    bg_kill_all
     rm -rf "$work"
 }
 trap cleanup EXIT

@@ -38,7 +38,7 @@ sock=$work/memif.sock
 # (and its client) running for up to 600 s, each polling an engine core.
 pids=()
 cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    bg_kill_all
     rm -rf "$work"
 }
 trap cleanup EXIT

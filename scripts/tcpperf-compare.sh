@@ -41,7 +41,7 @@ sock=$work/memif.sock
 ns=""
 pids=()
 cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    bg_kill_all
     wait 2>/dev/null || true
     [[ -n "$ns" ]] && ip netns del "$ns" 2>/dev/null || true
     rm -rf "$work"

@@ -24,7 +24,7 @@ ns=wcnet-fl$id
 work=$(mktemp -d "/tmp/wcflood-$id.XXXX")
 pids=()
 cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    bg_kill_all
     wait 2>/dev/null || true
     ip netns del "$ns" 2>/dev/null || true
     rm -rf "$work"

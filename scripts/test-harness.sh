@@ -853,7 +853,7 @@ fi
 # netns.sh (which fails, so the script stops at its first namespace).
 mkdir -p "$work/tn/tree/scripts/lib" "$work/tn/bin" "$work/tn/target/release"
 cp scripts/test-net.sh "$work/tn/tree/scripts/"
-cp scripts/lib/cpus.sh scripts/lib/tso-check.sh scripts/lib/tcp-peer.py "$work/tn/tree/scripts/lib/"
+cp scripts/lib/bg-end.sh scripts/lib/cpus.sh scripts/lib/tso-check.sh scripts/lib/tcp-peer.py "$work/tn/tree/scripts/lib/"
 printf '#!/bin/sh\nexit 0\n' >"$work/tn/tree/scripts/install-dpdk.sh"
 printf '#!/bin/sh\necho "netns stand-in: no namespaces here" >&2\nexit 1\n' >"$work/tn/tree/scripts/netns.sh"
 printf '#!/bin/sh\nexit 0\n' >"$work/tn/bin/cargo"
@@ -1506,6 +1506,35 @@ if [[ $cu_out != "${cu_want%$'\n'}" ]]; then
     bad "a bench script stopped mid-run ends what it started" "$(tr '\n' ';' <<<"$cu_out")"
 else
     ok "a bench script stopped mid-run ends what it started" "connrate.sh, qp-scale.sh, rdma-compat.sh, compare.sh, tcpperf-compare.sh, loss.sh and afp-budget.sh on a SIGTERM: server, client and scratch directory gone"
+fi
+
+# ---- bg_kill_all (scripts/lib/bg-end.sh, every EXIT trap that ends a script's processes)
+# ends a process a SIGTERM caught between its `CMD &` and its `pids+=("$!")`. The traps
+# killed only `pids`, and the case above once failed in CI on it: afp-budget.sh's client
+# (bg_run) had started and written its pid file before its shell appended the pid, and ran
+# on. Here the window is made certain: the shell sends itself the SIGTERM inside it. A
+# process started and reaped before is not killed (its number may be another's by then).
+# (The sleep's output elsewhere: holding a command substitution's pipe, it would make this
+# case wait for it.)
+bash -c 'source scripts/lib/bg-end.sh; pids=(); trap bg_kill_all EXIT; trap "exit 143" TERM
+    sleep 0.1 & wait $!; sleep 60 >/dev/null 2>&1 & echo $! >"$1"; kill -TERM $$; pids+=("$!")' \
+    _ "$work/kw.pid" >"$work/kw.log" 2>&1
+kw_rc=$?
+kw_out=$(cat "$work/kw.log")
+kw_left=no
+if [[ -s $work/kw.pid ]]; then
+    # Killed, it is a zombie until init reaps it (the shell that started it has exited).
+    for _ in $(seq 1 20); do
+        kw_state=$(sed 's/.*) //' "/proc/$(cat "$work/kw.pid")/stat" 2>/dev/null | cut -d' ' -f1)
+        [[ -z $kw_state || $kw_state == Z ]] && break
+        sleep 0.1
+    done
+    [[ -n $kw_state && $kw_state != Z ]] && { kw_left=yes; kill "$(cat "$work/kw.pid")"; }
+fi
+if [[ ! -s $work/kw.pid || $kw_rc != 143 || $kw_left == yes ]]; then
+    bad "bg_kill_all ends a process not yet in pids" "exit $kw_rc (143 wanted), left running: $kw_left, output: ${kw_out:0:200}"
+else
+    ok "bg_kill_all ends a process not yet in pids" "a SIGTERM between 'sleep 60 &' and pids+=: exit 143, the sleep gone"
 fi
 
 # ---- scripts/check-docs.sh passes the tree as it is and fails a page whose citations the

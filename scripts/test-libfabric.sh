@@ -43,9 +43,11 @@ work=$(mktemp -d /tmp/libfabric-test.XXXXXX)
 sock=$work/memif.sock
 A=198.18.0.71
 B=198.18.0.72
+# shellcheck source=scripts/lib/bg-end.sh
+source scripts/lib/bg-end.sh # bg_kill_all, for the EXIT trap
 pids=()
 cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    bg_kill_all
     ip netns del "$ns" 2>/dev/null || true
     rm -rf "$work"
 }

@@ -81,9 +81,11 @@ tcpperf=$tgt/release/tcpperf
 id=$$
 work=$(mktemp -d "/tmp/wcnet-test-$id.XXXX")
 ns=wcnet-t$id
+# shellcheck source=scripts/lib/bg-end.sh
+source scripts/lib/bg-end.sh # bg_kill_all, for the EXIT trap
 pids=()
 cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    bg_kill_all
     wait 2>/dev/null || true
     ip netns del "$ns" 2>/dev/null || true
     rm -rf "$work"

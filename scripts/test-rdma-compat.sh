@@ -62,9 +62,11 @@ IWPERF="$tgt/release/iwperf"
 IWPING="$tgt/release/iwping"
 work=$(mktemp -d /tmp/rdma-compat-test.XXXXXX)
 sock=$work/memif.sock
+# shellcheck source=scripts/lib/bg-end.sh
+source scripts/lib/bg-end.sh # bg_kill_all, for the EXIT trap
 pids=()
 cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    bg_kill_all
     rm -rf "$work"
 }
 trap cleanup EXIT

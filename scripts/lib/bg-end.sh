@@ -27,6 +27,14 @@
 # bg_forget PID: takes PID out of the caller's `pids` (the processes its EXIT trap kills)
 # once PID has been reaped (bg_end, bg_stop or wait): its number is free for reuse then, and
 # a trap that still killed it would kill whichever process got the number next.
+#
+# bg_kill_all: what an EXIT trap calls to end what the script started: every pid in `pids`,
+# and the last process started in the background ($!) while it is still this shell's child.
+# A SIGTERM that lands between `CMD &` and `pids+=("$!")` (bg_run's, or a caller's own) runs
+# the trap before the pid is in the list: the process ran on, and a busy 2-vCPU CI host let
+# a stand-in client start and write its pid file in that window (test-harness.sh's "stopped
+# mid-run" case for bench/afp-budget.sh). $! is killed only while its parent is this shell:
+# once reaped, its number may belong to another program.
 bg_end() {
     local pid=$1 what=$2 secs=$3 rc=0 i
     BG_NOTE=""
@@ -86,4 +94,14 @@ bg_stop() {
     ((rc == 0 || rc == 143)) && return 0
     BG_NOTE="$what exited $rc$( ((rc > 128)) && echo " (signal $((rc - 128)))") when it was stopped"
     return "$rc"
+}
+
+bg_kill_all() {
+    local p last=${!:-} stat ppid
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    [[ -n $last ]] && read -r stat 2>/dev/null <"/proc/$last/stat" || return 0
+    # The fields after the command's name, whose parentheses may hold spaces: state, ppid.
+    read -r _ ppid _ <<<"${stat##*) }"
+    [[ $ppid == "$BASHPID" ]] && kill "$last" 2>/dev/null
+    return 0
 }

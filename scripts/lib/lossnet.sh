@@ -29,6 +29,8 @@
 #   lossnet_build PATH BIN       # build warpcore-apps' BIN unless PATH exists
 # Needs: ip, tc, ethtool, clang (-target bpf), linux headers (linux-libc-dev).
 
+# shellcheck source=scripts/lib/bg-end.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bg-end.sh" # bg_kill_all, for the EXIT trap
 LOSSNET_A=wcnet-la
 LOSSNET_B=wcnet-lb
 LOSSNET_BR=wcnet-lbr
@@ -190,7 +192,7 @@ lossnet_harness() {
 }
 
 lossnet_cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    bg_kill_all
     lossnet_down
     rm -rf "$work" "$LOSSNET_DIR"
 }
