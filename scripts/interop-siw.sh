@@ -70,7 +70,7 @@ VM_IP=198.18.0.11 OUR_IP=198.18.0.2 VMTAP=wcsiwA VETH=wcv0
 TS="tshark -n --disable-protocol rpcordma -o tcp.try_heuristic_first:TRUE"
 
 echo "== building iwping, iwperf, iwdump (release)"
-cargo build --release -q -p warpcore-apps --bin iwping --bin iwperf --bin iwdump || exit 1
+scripts/build.sh || exit 1 # every binary the scripts run (scripts/build.sh)
 # Where cargo put them: $CARGO_TARGET_DIR (relative to the checkout, as cargo reads it here)
 # when set, else target/.
 case ${CARGO_TARGET_DIR:-target} in /*) tgt=${CARGO_TARGET_DIR} ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac

@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 minutes=${1:-2}
-cargo build --release -q -p warpcore-apps --bin wcsoak
+scripts/build.sh # every binary the scripts run, wcsoak among them
 soak=${CARGO_TARGET_DIR:-target}/release/wcsoak
 log=$(mktemp /tmp/wcsoak.XXXXXX)
 trap 'rm -f "$log"' EXIT

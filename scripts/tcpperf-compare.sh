@@ -27,7 +27,7 @@ else
 fi
 
 if [[ -z "${TCPPERF:-}" ]]; then
-    cargo build --release -q -p warpcore-apps --bin tcpperf
+    scripts/build.sh # every binary the scripts run, tcpperf among them
     case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac
     TCPPERF=$tgt/release/tcpperf
 fi

@@ -15,7 +15,7 @@ root=$(pwd)
 [[ $(id -u) -eq 0 ]] || { echo "test-flood: FAIL: needs root (namespaces, veths)"; exit 1; }
 # IWPING=path runs another build (e.g. an older one, to see this test fail on it).
 if [[ -z "${IWPING:-}" ]]; then
-    cargo build --release -q -p warpcore-apps --bin iwping
+    scripts/build.sh # every binary the scripts run, iwping among them
 fi
 iwping=${IWPING:-${CARGO_TARGET_DIR:-$root/target}/release/iwping}
 

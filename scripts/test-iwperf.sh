@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 if [[ -z "${IWPERF:-}" ]]; then
-    cargo build --release -q -p warpcore-apps --bin iwperf || exit 1
+    scripts/build.sh || exit 1 # every binary the scripts run, iwperf among them
     case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$(pwd)/${CARGO_TARGET_DIR:-target} ;; esac
     IWPERF=$tgt/release/iwperf
 fi

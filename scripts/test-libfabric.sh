@@ -32,8 +32,7 @@ for t in fi_info fi_pingpong mpirun mpicc ip tshark; do
     fi
 done
 [[ $(id -u) -eq 0 ]] || { echo "FAIL scripts/test-libfabric.sh needs root (a network namespace)"; exit 1; }
-cargo build --release -q -p warpcore-rdma-compat -p warpcore-rdmacm -p warpcore-provider-stand-ins \
-    -p warpcore-apps --bin iwdump || exit 1
+scripts/build.sh || exit 1 # the drop-in libraries and iwdump, among the rest
 case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac
 IWDUMP="$tgt/release/iwdump"
 

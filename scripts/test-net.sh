@@ -74,7 +74,8 @@ done
 
 echo "== building tcpperf (release)"
 step="building tcpperf"
-cargo build --release -q -p warpcore-apps --bin tcpperf
+# (scripts/build.sh: one build of every binary and drop-in library the scripts run.)
+scripts/build.sh
 case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac
 tcpperf=$tgt/release/tcpperf
 

@@ -42,18 +42,13 @@ for t in rping ucmatose udaddy mckey rdma_server rdma_client ib_write_bw ib_read
         exit 1
     fi
 done
-if [[ $only == contracts ]]; then
-    build=(-p warpcore-rdma-compat -p warpcore-rdmacm -p warpcore-provider-stand-ins)
-else
-    build=(-p warpcore-rdma-compat -p warpcore-rdmacm -p warpcore-provider-stand-ins
-        -p warpcore-apps --bin iwperf --bin iwping)
-fi
+# The drop-in libraries, iwperf and iwping among the rest (scripts/build.sh).
 if [[ $profile == release ]]; then
-    cargo build --release -q "${build[@]}" || exit 1
+    scripts/build.sh || exit 1
     WW=("$root/scripts/with-warpcore")
 else
     [[ $only == contracts ]] || { echo "--debug runs the contract checks only: add 'contracts'" >&2; exit 2; }
-    cargo build -q "${build[@]}" || exit 1
+    scripts/build.sh --debug || exit 1
     WW=("$root/scripts/with-warpcore" --debug)
 fi
 # Where cargo put it: $CARGO_TARGET_DIR (relative to the checkout) when set, else target/.

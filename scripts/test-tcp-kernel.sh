@@ -17,7 +17,7 @@ bytes=${BYTES:-$((8 << 20))}
 # Without TCPPERF, build tcpperf from this checkout now: lossnet_build only builds a binary
 # that is missing, and a tcpperf left from an earlier build would test old code.
 if [[ -z "${TCPPERF:-}" ]]; then
-    cargo build --release -q -p warpcore-apps --bin tcpperf
+    scripts/build.sh # every binary the scripts run, tcpperf among them
     TCPPERF=${CARGO_TARGET_DIR:-target}/release/tcpperf
 fi
 # shellcheck source=scripts/lib/lossnet.sh

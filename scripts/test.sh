@@ -156,6 +156,9 @@ run "cargo clippy --no-default-features --all-targets (the engine without DPDK)"
 export WARPCORE_REQUIRE_TSHARK=1
 run "cargo test (workspace)" cargo test --workspace
 run "fuzz smoke runs" scripts/test-fuzz.sh "${FUZZ_SECONDS:-5}"
+# Every binary and drop-in library the steps below run, in one cargo invocation (both cores,
+# one feature resolution: scripts/build.sh says why); each step's own build then finds it done.
+run "release build: the binaries and drop-in libraries the steps below run" scripts/build.sh
 run "packet path: DPDK vdevs, kernel interop, tcpperf" scripts/test-net.sh
 run "our TCP against the kernel's over a lossy bridged path (net_af_packet, and net_tap with TSO; both roles, 0 and 1 % loss)" \
     scripts/test-tcp-kernel.sh

@@ -21,7 +21,7 @@ cd "$(dirname "$0")/../.."
 
 iwperf=${1:-}
 if [[ -z "$iwperf" ]]; then
-    cargo build --release -q -p warpcore-apps --bin iwperf
+    scripts/build.sh # every binary the scripts run, iwperf among them
     iwperf=${CARGO_TARGET_DIR:-target}/release/iwperf
 fi
 [[ -x "$iwperf" ]] || { echo "judge iwperf --verify: no executable at $iwperf" >&2; exit 2; }

@@ -212,10 +212,11 @@ lossnet_fail() {
     exit 1
 }
 
-# lossnet_build PATH BIN: builds warpcore-apps' binary BIN (release) unless PATH is one.
+# lossnet_build PATH BIN: builds warpcore-apps' binary BIN (release) unless PATH is one
+# (scripts/build.sh, which builds every binary the scripts run).
 lossnet_build() {
     if [[ ! -x "$1" ]]; then
         echo "$LOSSNET_NAME: building $2"
-        cargo build --release -q -p warpcore-apps --bin "$2"
+        "$(dirname "${BASH_SOURCE[0]}")/../build.sh"
     fi
 }
