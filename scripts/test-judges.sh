@@ -136,12 +136,17 @@ fi
 cargo_judge() { # cargo_judge JUDGE DEFECT CLEAN PACKAGE TEST NAME
     local judge=$1 defect=$2 cleaninput=$3 pkg=$4 test=$5 name=$6 log
     log="$work/$test.$name.log"
-    if WARPCORE_REQUIRE_TSHARK=1 cargo test -q -p "$pkg" --test "$test" -- --exact "$name" >"$log" 2>&1 &&
-        grep -q "test result: ok. 1 passed" "$log"; then
-        caught "$judge, $defect" "test $test::$name"
-        clean "$judge, $cleaninput" "test $test::$name"
+    # --workspace, not -p "$pkg": the features the cargo test step resolved, so only what
+    # changed is built (-p warpcore-apps built 10 crates again, 22 s on 2 cores). Another
+    # package's test target of the same name (proto's tshark_judge) runs none of its tests
+    # under the exact name: one result line passes exactly 1 test.
+    if WARPCORE_REQUIRE_TSHARK=1 cargo test -q --workspace --test "$test" -- --exact "$name" >"$log" 2>&1 &&
+        [[ $(grep -o "test result: ok. [0-9]* passed" "$log" | grep -v " 0 passed" | tr '\n' '|') == \
+            "test result: ok. 1 passed|" ]]; then
+        caught "$judge, $defect" "test $pkg $test::$name"
+        clean "$judge, $cleaninput" "test $pkg $test::$name"
     else
-        missed "$judge, $defect" "test $test::$name failed or did not run"
+        missed "$judge, $defect" "test $pkg $test::$name failed or did not run (or another ran too)"
         tail -n 30 "$log"
     fi
 }
