@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one build of what the test, interop and demo scripts run: warpcore-apps' binaries
+# The one build of what the test and interop scripts run: warpcore-apps' binaries
 # (iwperf, iwping, iwdump, tcpperf, wcsoak, wcconnrate) and the drop-in C libraries
 # (libibverbs, librdmacm, the provider stand-ins), in one cargo invocation.
 #

@@ -1512,8 +1512,8 @@ fi
 # ends a process a SIGTERM caught between its `CMD &` and its `pids+=("$!")`. The traps
 # killed only `pids`, and the case above once failed in CI on it: afp-budget.sh's client
 # (bg_run) had started and written its pid file before its shell appended the pid, and ran
-# on. Here the window is made certain: the shell sends itself the SIGTERM inside it. A
-# process started and reaped before is not killed (its number may be another's by then).
+# on. Here the window is made certain: the shell sends itself the SIGTERM inside it (after
+# a process it started and reaped, as the scripts' $! usually is by their end).
 # (The sleep's output elsewhere: holding a command substitution's pipe, it would make this
 # case wait for it.)
 bash -c 'source scripts/lib/bg-end.sh; pids=(); trap bg_kill_all EXIT; trap "exit 143" TERM
