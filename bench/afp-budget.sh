@@ -29,7 +29,7 @@ run=$((window + 2))
 # Without IWPERF, build iwperf from this checkout now: lossnet_build only builds a binary
 # that is missing, and an iwperf left from an earlier build would measure old code.
 if [[ -z "${IWPERF:-}" ]]; then
-    cargo build --release -q -p warpcore-apps --bin iwperf
+    scripts/build.sh # every binary the scripts run, iwperf among them
     IWPERF=${CARGO_TARGET_DIR:-target}/release/iwperf
 fi
 for t in iperf3 python3; do

@@ -81,7 +81,8 @@ for tool in qperf iperf3 python3 taskset ss; do
     command -v "$tool" >/dev/null || { echo "compare: $tool missing (scripts/install-deps.sh)" >&2; exit 1; }
 done
 (($(nproc) >= 2)) || { echo "compare: needs CPUs $cpu_s and $cpu_c" >&2; exit 1; }
-cargo build --release -q -p warpcore-apps --bin iwperf --bin tcpperf
+scripts/build.sh # every binary the scripts run, iwperf and tcpperf among them
+# wcbench is warpcore-bench's, which scripts/build.sh does not build.
 cargo build --release -q -p warpcore-bench --bin wcbench
 case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac
 iwperf=$tgt/release/iwperf

@@ -28,7 +28,7 @@ counts=(1)
 source scripts/lib/cpus.sh
 cpus_pick
 [[ -z $CPUS_NOTE ]] || echo "connrate: $CPUS_NOTE" >&2
-cargo build --release -q -p warpcore-apps --bin wcconnrate || exit 1
+scripts/build.sh || exit 1 # every binary the scripts run, wcconnrate among them
 case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac
 CR=$tgt/release/wcconnrate
 # shellcheck source=scripts/lib/bg-end.sh

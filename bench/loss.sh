@@ -42,7 +42,7 @@ losses=${LOSSES:-"0 1000 10000 50000"}
 # Without IWPERF, build iwperf from this checkout now: lossnet_build only builds a binary
 # that is missing, and an iwperf left from an earlier build would measure old code.
 if [[ -z "${IWPERF:-}" ]]; then
-    cargo build --release -q -p warpcore-apps --bin iwperf
+    scripts/build.sh # every binary the scripts run, iwperf among them
     IWPERF=${CARGO_TARGET_DIR:-target}/release/iwperf
 fi
 for t in iperf3 qperf python3; do

@@ -26,7 +26,8 @@ whole='^[1-9][0-9]*$'
 source scripts/lib/cpus.sh
 cpus_pick
 [[ -z $CPUS_NOTE ]] || echo "qp-scale: $CPUS_NOTE" >&2
-cargo build --release -q -p warpcore-apps --bin iwperf || exit 1
+scripts/build.sh || exit 1 # every binary the scripts run, iwperf among them
+# qp_scale is an example of warpcore-bench, which scripts/build.sh does not build.
 cargo build --release -q -p warpcore-bench --example qp_scale || exit 1
 case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac
 IW=$tgt/release/iwperf

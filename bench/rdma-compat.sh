@@ -15,8 +15,7 @@ rounds=${1:-3}
 # A count of rounds that is not one (0, "three") ran none and printed medians of nothing
 # ("-nanx") with exit status 0.
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "bench/rdma-compat.sh: ROUNDS '$rounds' is not a number of rounds (1 or more)" >&2; exit 2; }
-cargo build --release -q -p warpcore-apps --bin iwperf -p warpcore-rdma-compat -p warpcore-rdmacm \
-    -p warpcore-provider-stand-ins || exit 1
+scripts/build.sh || exit 1 # the drop-in libraries and iwperf, among the rest
 case ${CARGO_TARGET_DIR:-target} in /*) tgt=$CARGO_TARGET_DIR ;; *) tgt=$root/${CARGO_TARGET_DIR:-target} ;; esac
 IWPERF=$tgt/release/iwperf
 WW=$root/scripts/with-warpcore
