@@ -103,6 +103,7 @@ contract_pair() {
 contracts() {
     contract lifetime_ebusy
     contract_pair destroy_id_cancels 7480
+    contract_pair destroy_channel_first 7504
     contract_pair flush_order_notify 7482
     contract_pair dereg_mr_ebusy 7484
     contract_pair cm_conn_param 7486

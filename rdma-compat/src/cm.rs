@@ -25,6 +25,7 @@ use std::net::{Ipv4Addr, SocketAddrV4, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::ptr::null_mut;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use warpcore_verbs as wv;
@@ -53,6 +54,66 @@ pub(crate) struct Chan {
     q: Mutex<VecDeque<usize>>,
     tx: UnixStream,
     rx: UnixStream,
+    /// The ids on this channel, and [`CHAN_CLOSED`] once the application destroyed it (or
+    /// the synchronous id whose private channel it is let it go): it is freed when both
+    /// hold, by whichever of [`chan_close`] and [`chan_leave`] makes them hold, once.
+    /// `rdma_destroy_event_channel` before the channel's ids (which rdma_destroy_event_channel(3)
+    /// asks the application not to do) then leaves the channel to its ids instead of
+    /// freeing it under them: the dispatcher queues their events on it, and a freed one
+    /// made it wait on freed memory while it held the registry, which stopped every later
+    /// `rdma_*` call of the process.
+    state: AtomicUsize,
+}
+
+/// [`Chan::state`]'s bit for a channel no longer the application's.
+const CHAN_CLOSED: usize = 1 << (usize::BITS - 1);
+
+/// An id joins channel `ch` (its own, or one it moves to).
+fn chan_join(ch: *mut rdma_event_channel) {
+    // SAFETY: ch is NULL or a channel of ours that is still open or still has ids (an id
+    // joins the channel it was created on or moves to, which the caller holds).
+    if let Some(c) = unsafe { ch.cast::<Chan>().as_ref() } {
+        c.state.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// An id leaves channel `ch` (destroyed, or moved elsewhere): the last id of a closed
+/// channel frees it.
+fn chan_leave(ch: *mut rdma_event_channel) {
+    // SAFETY: as in chan_join: the id leaving holds the channel until this call.
+    let Some(c) = (unsafe { ch.cast::<Chan>().as_ref() }) else {
+        return;
+    };
+    if c.state.fetch_sub(1, Ordering::AcqRel) == CHAN_CLOSED | 1 {
+        // SAFETY: closed and without ids: nobody refers to the channel any more.
+        unsafe { chan_free(ch) };
+    }
+}
+
+/// The application (or a synchronous id) lets channel `ch` go: freed now if no id is on
+/// it, else by its last id's [`chan_leave`].
+fn chan_close(ch: *mut rdma_event_channel) {
+    // SAFETY: ch is NULL or a channel of ours not closed before.
+    let Some(c) = (unsafe { ch.cast::<Chan>().as_ref() }) else {
+        return;
+    };
+    if c.state.fetch_or(CHAN_CLOSED, Ordering::AcqRel) == 0 {
+        // SAFETY: no id on it, and closed now: nobody else refers to it.
+        unsafe { chan_free(ch) };
+    }
+}
+
+/// Frees channel `ch` and the events still queued on it.
+///
+/// # Safety
+/// `ch` is a channel of ours that nothing refers to any more.
+unsafe fn chan_free(ch: *mut rdma_event_channel) {
+    // SAFETY: per the contract.
+    let c = unsafe { Box::from_raw(ch.cast::<Chan>()) };
+    for e in c.q.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        // SAFETY: queued events are ours and unacknowledged.
+        drop(unsafe { Box::from_raw(e as *mut Ev) });
+    }
 }
 
 impl Chan {
@@ -63,6 +124,7 @@ impl Chan {
             q: Mutex::default(),
             tx,
             rx,
+            state: AtomicUsize::new(0),
         });
         Some(Box::into_raw(b))
     }
@@ -233,7 +295,8 @@ unsafe fn id_ref<'a>(p: *mut rdma_cm_id) -> Option<&'a Id> {
 }
 
 fn chan_of(id: &Id) -> Option<&Chan> {
-    // SAFETY: an id's channel outlives it (rdma_destroy_event_channel(3): ids first).
+    // SAFETY: an id's channel outlives it: the id is counted on it (`chan_join`) until
+    // rdma_destroy_id or rdma_migrate_id takes it off (`chan_leave`).
     unsafe { id.id.channel.cast::<Chan>().as_ref() }
 }
 
@@ -452,6 +515,7 @@ fn dispatch(ctx: &wv::Context, e: CmEvent) {
             });
             let pdata = req.private_data.clone();
             child.lock().request = Some(req);
+            chan_join(child.id.channel);
             let c = Box::into_raw(child);
             let ev = new_event(
                 c.cast(),
@@ -468,10 +532,8 @@ fn dispatch(ctx: &wv::Context, e: CmEvent) {
         CmEvent::Established(est) => {
             with_qp_id(est.qp, |id| {
                 id.lock().established = true;
-                // SAFETY: the QP is the id's (set by rdma_create_qp).
-                if let Some(q) = unsafe { id.id.qp.as_mut() } {
-                    q.state = IBV_QPS_RTS;
-                }
+                // The QP is the id's (set by rdma_create_qp), live while it is registered.
+                verbs::set_qp_state(id.id.qp, IBV_QPS_RTS);
                 let pd = if id.lock().request.is_some() {
                     Vec::new() // the passive side saw the peer's data in the request
                 } else {
@@ -545,7 +607,7 @@ fn dispatch(ctx: &wv::Context, e: CmEvent) {
         // (drivers/infiniband/core/addr.c, process_one_req). The failed id is back in
         // ADDR_BOUND: no destination for rdma_resolve_route or rdma_connect (EINVAL).
         CmEvent::NeighborResolved(r) | CmEvent::NeighborFailed(r) => {
-            let Some((p, deadline)) = registry().resolving.remove(&r) else {
+            let Some(&(_, deadline)) = registry().resolving.get(&r) else {
                 return;
             };
             if matches!(e, CmEvent::NeighborFailed(_)) {
@@ -558,8 +620,17 @@ fn dispatch(ctx: &wv::Context, e: CmEvent) {
                     std::thread::sleep(left);
                 }
             }
+            // Taken out, the id looked at and its event queued under one hold of the
+            // registry, as `with_qp_id` does: an `rdma_destroy_id` meanwhile (during the
+            // wait above, say) has removed the resolution, so nothing here touches the
+            // freed id; one after purges the queued event.
+            let mut reg = registry();
+            let Some((p, _)) = reg.resolving.remove(&r) else {
+                return;
+            };
             let p = p as *mut rdma_cm_id;
-            // SAFETY: registered ids are live (rdma_destroy_id unregisters first).
+            // SAFETY: registered ids are live (rdma_destroy_id unregisters first, under
+            // the registry lock held here).
             let Some(id) = (unsafe { id_ref(p) }) else {
                 return;
             };
@@ -573,6 +644,7 @@ fn dispatch(ctx: &wv::Context, e: CmEvent) {
             if let Some(ch) = chan_of(id) {
                 ch.post(new_event(p, null_mut(), kind, status, &[], (0, 0)));
             }
+            drop(reg);
         }
     }
 }
@@ -675,10 +747,8 @@ pub(crate) fn closed_before_established(
 }
 
 fn set_err_state(id: &Id) {
-    // SAFETY: the id's QP, if any, is live while the id is registered.
-    if let Some(q) = unsafe { id.id.qp.as_mut() } {
-        q.state = IBV_QPS_ERR;
-    }
+    // The id's QP, if any, is live while the id is registered.
+    verbs::set_qp_state(id.id.qp, IBV_QPS_ERR);
 }
 
 /// Queues the event `f` builds on the channel of the id that owns `qp`.
@@ -729,16 +799,10 @@ pub extern "C" fn __wc_rdma_create_event_channel() -> *mut rdma_event_channel {
 
 #[no_mangle]
 pub extern "C" fn __wc_rdma_destroy_event_channel(ch: *mut rdma_event_channel) {
-    guard((), || {
-        if !ch.is_null() {
-            // SAFETY: ch came from rdma_create_event_channel; its ids are destroyed.
-            let c = unsafe { Box::from_raw(ch.cast::<Chan>()) };
-            for e in c.q.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
-                // SAFETY: queued events are ours and unacknowledged.
-                drop(unsafe { Box::from_raw(e as *mut Ev) });
-            }
-        }
-    })
+    // Freed now, or, while ids are still on it, by the last one's rdma_destroy_id (its
+    // descriptor stays open until then, so the dispatcher's token never reaches a
+    // descriptor the application reused).
+    guard((), || chan_close(ch))
 }
 
 #[no_mangle]
@@ -831,6 +895,7 @@ fn create_id(
     } else {
         (ch, false)
     };
+    chan_join(chan);
     let b = Box::new(Id {
         id: rdma_cm_id {
             channel: chan,
@@ -964,8 +1029,9 @@ pub extern "C" fn __wc_rdma_destroy_id(p: *mut rdma_cm_id) -> c_int {
             destroy_own_cqs(&b.id, st.own_cqs);
         }
         if st.sync {
-            __wc_rdma_destroy_event_channel(b.id.channel);
+            chan_close(b.id.channel);
         }
+        chan_leave(b.id.channel);
         0
     })
 }
@@ -1010,6 +1076,7 @@ pub extern "C" fn __wc_rdma_migrate_id(p: *mut rdma_cm_id, ch: *mut rdma_event_c
         // channel after the move, and a private old channel is not freed while the
         // dispatcher queues on it.
         let reg = registry();
+        chan_join(new);
         let old = std::mem::replace(&mut id.id.channel, new);
         id.lock().sync = ch.is_null();
         // SAFETY: the old channel is live until the id leaves it (freed below if private).
@@ -1032,8 +1099,9 @@ pub extern "C" fn __wc_rdma_migrate_id(p: *mut rdma_cm_id, ch: *mut rdma_event_c
         if was_sync {
             // librdmacm acknowledges the event a synchronous id held.
             release_event(id);
-            __wc_rdma_destroy_event_channel(old);
+            chan_close(old);
         }
+        chan_leave(old);
         0
     })
 }
@@ -1052,11 +1120,13 @@ fn rehome_child(child: &mut Id, listener_chan: *mut rdma_event_channel, sync: bo
     } else {
         listener_chan
     };
+    chan_join(new);
     let old = std::mem::replace(&mut child.id.channel, new);
     child.lock().sync = sync;
     if was_sync {
-        __wc_rdma_destroy_event_channel(old);
+        chan_close(old);
     }
+    chan_leave(old);
 }
 
 /// Waits, on a synchronous id, for the next event of its channel (the one its call queued,

@@ -2010,6 +2010,21 @@ fn linger(qp: &wv::QueuePair) {
     }
 }
 
+/// Sets `qp->state`, the field the application reads (rdma-core's inline helpers and its
+/// own code) while the connection manager's dispatcher thread, or another application
+/// thread in `ibv_modify_qp`, may set it: an atomic store through the raw pointer, never
+/// a write through a `&mut` that would alias the `&Qp` other threads hold (two plain
+/// writes from two threads were a data race).
+pub(crate) fn set_qp_state(qp: *mut ibv_qp, state: ibv_qp_state) {
+    if qp.is_null() {
+        return;
+    }
+    // SAFETY: qp is NULL (handled) or a live QP of ours; `state` is a 32-bit field aligned
+    // as one, and every write this library makes to it is this atomic store.
+    let field = unsafe { std::sync::atomic::AtomicU32::from_ptr(&raw mut (*qp).state) };
+    field.store(state, std::sync::atomic::Ordering::Release);
+}
+
 #[no_mangle]
 pub extern "C" fn __wc_ibv_modify_qp(
     qp: *mut ibv_qp,
@@ -2018,9 +2033,7 @@ pub extern "C" fn __wc_ibv_modify_qp(
 ) -> c_int {
     guard(EINVAL, || {
         // SAFETY: qp is ours; attr the caller's.
-        let (Some(q), Some(a)) = (unsafe { qp.cast::<Qp>().as_mut() }, unsafe {
-            attr.as_ref()
-        }) else {
+        let (Some(q), Some(a)) = (unsafe { qp_ref(qp) }, unsafe { attr.as_ref() }) else {
             return EINVAL;
         };
         if mask as c_uint & IBV_QP_STATE == 0 {
@@ -2033,7 +2046,7 @@ pub extern "C" fn __wc_ibv_modify_qp(
             IBV_QPS_ERR => match q.abort() {
                 Ok(())
                 | Err(wv::Error::InvalidState(wv::QpState::Error | wv::QpState::Terminate)) => {
-                    q.ibv.state = IBV_QPS_ERR;
+                    set_qp_state(qp, IBV_QPS_ERR);
                     0
                 }
                 Err(e) => errno_of(&e),
