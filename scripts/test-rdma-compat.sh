@@ -121,6 +121,7 @@ contracts() {
     contract cq_event_ack
     contract async_event_flood
     contract post_num_sge
+    contract reg_mr_fault
     contract post_inline
     contract query_limits
     # Only meaningful if the program itself does not need libibverbs.so.1. objdump's output

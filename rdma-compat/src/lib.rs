@@ -78,6 +78,7 @@ pub(crate) const EPERM: c_int = 1;
 pub(crate) const ENOENT: c_int = 2;
 pub(crate) const EIO: c_int = 5;
 pub(crate) const EBADF: c_int = 9;
+pub(crate) const EFAULT: c_int = 14;
 pub(crate) const EAGAIN: c_int = 11;
 pub(crate) const ENOMEM: c_int = 12;
 pub(crate) const EBUSY: c_int = 16;

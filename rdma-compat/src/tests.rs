@@ -643,3 +643,84 @@ fn live_objects_are_held_to_the_advertised_limit() {
     }
     assert_eq!(l.take(), Err(crate::ENOMEM));
 }
+
+/// `ibv_reg_mr`'s check of the range against the process's mappings, as ib_umem_get makes it
+/// when it pins the pages: covered without a gap, readable, writable where the region may
+/// be written (EFAULT otherwise).
+#[test]
+fn reg_mr_range_must_be_mapped_with_the_access_asked() {
+    let maps = "\
+1000-3000 rw-p 00000000 00:00 0
+3000-4000 r--p 00000000 00:00 0 /lib/x.so
+4000-5000 rw-p 00000000 00:00 0
+6000-7000 rw-p 00000000 00:00 0
+7000-8000 ---p 00000000 00:00 0
+";
+    let c = |a, e, w| verbs::covered(maps, a, e, w);
+    assert_eq!(
+        c(0x1000, 0x3000, true),
+        Ok(()),
+        "inside one writable mapping"
+    );
+    assert_eq!(
+        c(0x2800, 0x3000, true),
+        Ok(()),
+        "ending where the mapping ends"
+    );
+    assert_eq!(
+        c(0x1000, 0x5000, false),
+        Ok(()),
+        "three mappings end to end, read only"
+    );
+    assert_eq!(
+        c(0x1000, 0x5000, true),
+        Err(crate::EFAULT),
+        "a read-only page in the middle, written"
+    );
+    assert_eq!(
+        c(0x3000, 0x3800, true),
+        Err(crate::EFAULT),
+        "a read-only page, written"
+    );
+    assert_eq!(
+        c(0x4000, 0x6000, false),
+        Err(crate::EFAULT),
+        "a gap after the mapping"
+    );
+    assert_eq!(
+        c(0x5000, 0x5800, false),
+        Err(crate::EFAULT),
+        "nothing mapped there"
+    );
+    assert_eq!(
+        c(0x6800, 0x7800, false),
+        Err(crate::EFAULT),
+        "into a PROT_NONE page"
+    );
+    assert_eq!(
+        c(0x500, 0x1800, false),
+        Err(crate::EFAULT),
+        "starting before the first mapping"
+    );
+    assert_eq!(
+        c(0x7ff0, 0x9000, false),
+        Err(crate::EFAULT),
+        "past the last mapping"
+    );
+    assert_eq!(
+        verbs::mapped_for(usize::MAX - 0xfff, 0x2000, false),
+        Err(crate::EINVAL),
+        "a range that wraps"
+    );
+    // This process's own memory, as the check reads it.
+    let mut buf = vec![0u8; 3 * 4096];
+    assert_eq!(
+        verbs::mapped_for(buf.as_mut_ptr() as usize, buf.len(), true),
+        Ok(())
+    );
+    assert_eq!(
+        verbs::mapped_for(8, 4096, false),
+        Err(crate::EFAULT),
+        "page zero"
+    );
+}

@@ -17,7 +17,9 @@ use warpcore_verbs as wv;
 use wv::{Access, Completion, QpInit, SendOp, Sge, WcOpcode, WcStatus};
 
 use crate::sys::*;
-use crate::{engine, errno_of, guard, set_errno, EAGAIN, EINVAL, ENODEV, ENOMEM, EOPNOTSUPP};
+use crate::{
+    engine, errno_of, guard, set_errno, EAGAIN, EFAULT, EINVAL, ENODEV, ENOMEM, EOPNOTSUPP,
+};
 
 /// Our device (`warpcore0`): one per process, never freed.
 struct DevPtr(*mut ibv_device);
@@ -906,6 +908,56 @@ pub(crate) fn access_of(flags: c_int) -> Result<Access, c_int> {
 /// registration checks (`EINVAL`).
 pub(crate) const MAX_MR_SIZE: usize = isize::MAX as usize;
 
+/// Whether `[addr, addr + len)` is mapped in this process, readable and (`write`) writable,
+/// as `ib_umem_get` finds when it pins a registration's pages: `EINVAL` for a range that
+/// wraps, `EFAULT` for one with a page unmapped, or without the permission asked for, per
+/// `/proc/self/maps` (read at each registration, not on the data path). Where that file
+/// cannot be read, the range is taken as the application gives it, as before.
+/// Later changes (an `munmap` or `mprotect` after the registration) are not seen: nothing
+/// pins the pages, as the kernel does for a hardware RNIC (`docs/rdma-compat.md`).
+pub(crate) fn mapped_for(addr: usize, len: usize, write: bool) -> Result<(), c_int> {
+    let Some(end) = addr.checked_add(len) else {
+        return Err(EINVAL);
+    };
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return Ok(());
+    };
+    covered(&maps, addr, end, write)
+}
+
+/// [`mapped_for`] on the text of a `/proc/<pid>/maps`: whether its mappings, in the
+/// ascending order the kernel lists them, cover `[addr, end)` without a gap, each readable
+/// and, if `write`, writable.
+pub(crate) fn covered(maps: &str, addr: usize, end: usize, write: bool) -> Result<(), c_int> {
+    let mut at = addr;
+    for line in maps.lines() {
+        let mut f = line.split_ascii_whitespace();
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+            continue;
+        };
+        let Some((lo, hi)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+        else {
+            continue;
+        };
+        if hi <= at {
+            continue;
+        }
+        let p = perms.as_bytes();
+        let allowed = p.first() == Some(&b'r') && (!write || p.get(1) == Some(&b'w'));
+        if lo > at || !allowed {
+            return Err(EFAULT);
+        }
+        at = hi;
+        if at >= end {
+            return Ok(());
+        }
+    }
+    Err(EFAULT)
+}
+
 fn reg_mr(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, flags: c_int) -> *mut ibv_mr {
     guard(null_mut(), || {
         // SAFETY: pd is NULL or a PD of ours (ibv_reg_mr(3)).
@@ -931,6 +983,19 @@ fn reg_mr(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, flags: c_in
                 return null_mut();
             }
         };
+        // What the kernel's ib_umem_get checks when it pins the pages: the range does not
+        // wrap (EINVAL), and every page of it is mapped, readable, and writable if the
+        // region may be written (EFAULT). Registered, memory that is not there or is
+        // read-only was written by the first placement into it: a SIGSEGV of the engine,
+        // which a peer's Write or Send could set off.
+        if let Err(e) = mapped_for(
+            addr as usize,
+            len,
+            flags as c_uint & IBV_ACCESS_LOCAL_WRITE != 0,
+        ) {
+            set_errno(e);
+            return null_mut();
+        }
         // SAFETY: ibv_reg_mr's contract is Region::from_raw's: the application keeps the
         // memory mapped and reserved for the region until ibv_dereg_mr, and touches it only
         // through raw accesses (C code holds no Rust references).
