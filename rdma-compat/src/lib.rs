@@ -101,6 +101,13 @@ pub(crate) fn errno_of(e: &warpcore_verbs::Error) -> c_int {
     match e {
         E::Timeout => ETIMEDOUT,
         // ibv_post_send(3): ENOMEM when the send queue is full.
+        // A queue or SGE count above what ibv_query_device reports, asked of
+        // ibv_create_cq/qp/srq or ibv_modify_srq: EINVAL, as siw, rxe and mlx5 answer and
+        // the man pages list.
+        E::LimitExceeded(
+            "cq depth" | "srq depth" | "srq sges" | "srq limit" | "sq_depth" | "rq_depth"
+            | "max_sge" | "max_inline",
+        ) => EINVAL,
         E::QueueFull | E::LimitExceeded(_) | E::TableFull(_) | E::PdNumbersExhausted => ENOMEM,
         // A Read or atomic on a connection with an ORD of 0 (rdma_connect's or
         // rdma_accept's initiator_depth 0) can never be issued: EINVAL, as siw refuses it

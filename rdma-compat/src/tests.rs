@@ -155,9 +155,13 @@ fn send_work_requests_translate() {
             solicited: false
         })
     );
-    // UD-only and unknown opcodes.
+    // UD-only opcodes, and values verbs.h does not define (EINVAL, as mlx5 and siw).
     w.opcode = IBV_WR_TSO;
     assert_eq!(verbs::send_op(&w), Err(crate::EOPNOTSUPP));
+    for bad in [12, 13, 14, 16, 0x7fff_ffff] {
+        w.opcode = bad;
+        assert_eq!(verbs::send_op(&w), Err(crate::EINVAL), "opcode {bad}");
+    }
 }
 
 #[test]

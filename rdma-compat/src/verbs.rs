@@ -1330,10 +1330,12 @@ pub extern "C" fn __wc_ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
-    _comp_vector: c_int,
+    comp_vector: c_int,
 ) -> *mut ibv_cq {
     guard(null_mut(), || {
-        if !check_ctx(c) || cqe < 1 {
+        // The device has one completion vector (`num_comp_vectors` 1): another is EINVAL,
+        // as uverbs refuses a comp_vector at or above the device's count.
+        if !check_ctx(c) || cqe < 1 || comp_vector != 0 {
             set_errno(EINVAL);
             return null_mut();
         }
@@ -2217,7 +2219,13 @@ pub(crate) fn send_op(w: &ibv_send_wr) -> Result<SendOp, c_int> {
                 swap: w.wr.atomic.swap,
                 swap_mask: u64::MAX,
             },
-            _ => return Err(EOPNOTSUPP),
+            // Opcodes of verbs.h that an iWARP RC QP does not carry here (TSO, the
+            // driver's, ATOMIC_WRITE; LOCAL_INV and BIND_MW are taken before this, by
+            // `post_one`): not supported.
+            IBV_WR_TSO | IBV_WR_DRIVER1 | IBV_WR_ATOMIC_WRITE | IBV_WR_LOCAL_INV
+            | IBV_WR_BIND_MW => return Err(EOPNOTSUPP),
+            // A value verbs.h does not define: EINVAL, as mlx5 and siw answer one.
+            _ => return Err(EINVAL),
         }
     };
     Ok(op)
@@ -2357,7 +2365,13 @@ unsafe extern "C" fn post_recv(
             return EINVAL;
         };
         if q.srq {
-            return EINVAL; // ibv_post_recv(3) on a QP with an SRQ
+            // ibv_post_recv(3) on a QP with an SRQ: the first request is the bad one, as
+            // siw's and rxe's post_recv report it.
+            if !bad.is_null() {
+                // SAFETY: bad is the caller's out-pointer.
+                unsafe { *bad = wr };
+            }
+            return EINVAL;
         }
         post_recv_list(
             wr,

@@ -10,7 +10,8 @@
  * larger of the two (and reported it for both queues), and a post was checked only
  * against the engine's 4. An SRQ created with max_sge 1 reports 1 (ibv_query_srq(3); it
  * reported the engine's 4) and refuses a receive of 2 SGEs. An RDMA Read takes at most
- * max_sge_rd (1) SGEs, fewer than the send queue's 2. One process, no peer:
+ * max_sge_rd (1) SGEs, fewer than the send queue's 2. A QP on the SRQ refuses
+ * ibv_post_recv with *bad_wr at the first request. One process, no peer:
  *   post_num_sge
  */
 #include <errno.h>
@@ -108,6 +109,17 @@ int main(void)
 	pr = ibv_post_srq_recv(srq, &r4, &rbad);
 	EXPECT(pr == EINVAL && rbad == &r4,
 	       "ibv_post_srq_recv(3): a receive with 2 SGEs on an SRQ of max_sge 1 fails with EINVAL, *bad_wr at it (got %d)", pr);
+	/* A QP that takes its receives from the SRQ has no receive queue of its own:
+	 * ibv_post_recv on it fails with EINVAL, *bad_wr at the first request (siw and rxe;
+	 * it was left unset). */
+	struct ibv_qp *sqp = contract_rc_qp(pd, cq, cq, srq, 1, 1);
+	struct ibv_recv_wr r5 = { .wr_id = 11, .sg_list = s, .num_sge = 1 };
+	rbad = NULL;
+	pr = ibv_post_recv(sqp, &r5, &rbad);
+	EXPECT(pr == EINVAL && rbad == &r5,
+	       "ibv_post_recv(3) on a QP with an SRQ fails with EINVAL, *bad_wr at the first request (got %d, bad_wr %s)",
+	       pr, rbad == &r5 ? "at it" : "not set");
+	ibv_destroy_qp(sqp);
 	ibv_destroy_srq(srq);
 	return contract_end();
 }

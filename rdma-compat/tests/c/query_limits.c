@@ -6,7 +6,9 @@
  *   ibv_query_port(3) returns the errno value. Before the fix ibv_query_pkey returned
  *   EINVAL (22) for a bad index, which a caller testing for -1 takes for success.
  * - a CQ of max_cqe entries, a QP of max_qp_wr work requests and max_sge SGEs each way are
- *   created; one more of any is refused.
+ *   created; one more of any (or an SRQ of max_srq_wr + 1) is refused with EINVAL, as siw,
+ *   rxe and mlx5 answer and the man pages list (it was ENOMEM, a "try again later"), and
+ *   so is a CQ on completion vector 1 of a device with one (it was accepted).
  * - ibv_reg_mr(3) of a length above max_mr_size returns NULL with errno ENOMEM (as siw
  *   answers a length above what the process may pin). Before the fix the length reached
  *   Region::from_raw's assertion, and the caller read EIO.
@@ -129,8 +131,19 @@ int main(void)
 	struct ibv_cq *cq = ibv_create_cq(ctx, da.max_cqe, NULL, NULL, 0);
 	EXPECT(cq != NULL, "ibv_create_cq(3): a CQ of max_cqe (%d) entries is created (%s)", da.max_cqe,
 	       cq ? "created" : strerror(errno));
+	errno = 0;
 	struct ibv_cq *big = ibv_create_cq(ctx, da.max_cqe + 1, NULL, NULL, 0);
-	EXPECT(big == NULL, "ibv_create_cq(3): a CQ of max_cqe + 1 entries is refused");
+	int e1 = errno;
+	EXPECT(big == NULL && e1 == EINVAL, "ibv_create_cq(3): a CQ of max_cqe + 1 entries is refused with EINVAL (got %s)",
+	       big ? "a CQ" : strerror(e1));
+	if (big)
+		ibv_destroy_cq(big);
+	errno = 0;
+	big = ibv_create_cq(ctx, 4, NULL, NULL, 1);
+	e1 = errno;
+	EXPECT(big == NULL && e1 == EINVAL,
+	       "ibv_create_cq(3): comp_vector 1 of a device with num_comp_vectors %d is refused with EINVAL (got %s)",
+	       ctx->num_comp_vectors, big ? "a CQ" : strerror(e1));
 	if (big)
 		ibv_destroy_cq(big);
 	if (!cq)
@@ -143,14 +156,28 @@ int main(void)
 	       da.max_qp_wr, da.max_sge, q ? "created" : strerror(errno));
 	if (q)
 		ibv_destroy_qp(q);
+	errno = 0;
 	q = qp_of(pd, cq, da.max_qp_wr + 1, 1);
-	EXPECT(q == NULL, "ibv_create_qp(3): a QP of max_qp_wr + 1 work requests is refused");
+	int e2 = errno;
+	EXPECT(q == NULL && e2 == EINVAL, "ibv_create_qp(3): a QP of max_qp_wr + 1 work requests is refused with EINVAL (got %s)",
+	       q ? "a QP" : strerror(e2));
 	if (q)
 		ibv_destroy_qp(q);
+	errno = 0;
 	q = qp_of(pd, cq, 1, da.max_sge + 1);
-	EXPECT(q == NULL, "ibv_create_qp(3): a QP of max_sge + 1 SGEs is refused");
+	e2 = errno;
+	EXPECT(q == NULL && e2 == EINVAL, "ibv_create_qp(3): a QP of max_sge + 1 SGEs is refused with EINVAL (got %s)",
+	       q ? "a QP" : strerror(e2));
 	if (q)
 		ibv_destroy_qp(q);
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = da.max_srq_wr + 1, .max_sge = 1 } };
+	errno = 0;
+	struct ibv_srq *srq = ibv_create_srq(pd, &sa);
+	e2 = errno;
+	EXPECT(srq == NULL && e2 == EINVAL, "ibv_create_srq(3): an SRQ of max_srq_wr + 1 work requests is refused with EINVAL (got %s)",
+	       srq ? "an SRQ" : strerror(e2));
+	if (srq)
+		ibv_destroy_srq(srq);
 	static char page[4096];
 	struct ibv_mr *mr = ibv_reg_mr(pd, page, sizeof page, IBV_ACCESS_LOCAL_WRITE);
 	EXPECT(mr != NULL, "ibv_reg_mr(3): a page is registered (%s)", mr ? "registered" : strerror(errno));
