@@ -15,6 +15,11 @@ pub const MAX_SGE: usize = 4;
 /// allocation instead of being refused by [`EngineConfig::validate`].
 pub const MAX_QUEUE_DEPTH: usize = 1 << 22;
 
+/// The longest [`EngineConfig::shutdown_linger_ms`]: a minute. A core sleeps that long when
+/// it stops, in the thread that drops the context's last handle or joins the core, so a
+/// value without a ceiling (`u64::MAX`) made dropping a context hang.
+pub const SHUTDOWN_LINGER_MAX_MS: u64 = 60_000;
+
 /// The most connections per core [`EngineConfig::max_connections`] allows (2^20); the
 /// smoltcp reference allocates its table for all of them up front.
 pub const MAX_CONNECTIONS: usize = 1 << 20;
@@ -101,6 +106,7 @@ pub struct EngineConfig {
     /// On shutdown, how long a core keeps its device open after it stopped polling. Two
     /// processes over DPDK net_memif 22.11 need both sides to stop polling before either
     /// closes its port (a disconnect during `rx_burst` can crash the peer); 0 elsewhere.
+    /// At most [`SHUTDOWN_LINGER_MAX_MS`].
     pub shutdown_linger_ms: u64,
     /// FPDUs carrying at least this many payload octets are sent from registered memory
     /// (issue 12 item 3): the TCP holds no copy; each time a frame carries the FPDU, first
@@ -236,6 +242,39 @@ impl EngineConfig {
         if self.tcp.tx_buffer < 2 * 65536 || self.tcp.rx_buffer < 2 * 65536 {
             return err("tcp", "buffers must hold two maximal FPDUs (128 KiB)");
         }
+        // What both TCPs refuse at connect (`TcpTuning`), refused here naming the field:
+        // the smoltcp reference allocates its buffers whole (a larger one aborted the
+        // process), and a timer past a day overflowed the TCP's clock (a keep-alive probe
+        // at every poll, or a panic in a debug build).
+        if self.tcp.tx_buffer > warpcore_tcp::BUFFER_MAX {
+            return err(
+                "tcp.tx_buffer",
+                "must be at most 1 GiB (TCP's largest window)",
+            );
+        }
+        if self.tcp.rx_buffer > warpcore_tcp::BUFFER_MAX {
+            return err(
+                "tcp.rx_buffer",
+                "must be at most 1 GiB (TCP's largest window)",
+            );
+        }
+        for (field, t) in [
+            ("tcp.time_wait", Some(self.tcp.time_wait)),
+            ("tcp.keep_alive", self.tcp.keep_alive),
+            ("tcp.timeout", self.tcp.timeout),
+            ("tcp.fin_wait_2_timeout", self.tcp.fin_wait_2_timeout),
+            ("tcp.oow_ack_interval", Some(self.tcp.oow_ack_interval)),
+        ] {
+            if t.is_some_and(|t| t > warpcore_tcp::TIMER_MAX) {
+                return err(field, "must be at most a day (warpcore_tcp::TIMER_MAX)");
+            }
+        }
+        // The engine sleeps this long when it stops, in the thread that drops the last
+        // handle (a caller-driven core) or joins the engine's: a value without a ceiling
+        // made dropping a context wait for ever.
+        if self.shutdown_linger_ms > SHUTDOWN_LINGER_MAX_MS {
+            return err("shutdown_linger_ms", "must be at most 60,000 (a minute)");
+        }
         // Our peers' probe timeout allows 1 ms of ACK delay (RecoveryConfig::max_ack_delay):
         // a longer one would have every lone segment probed and sent twice.
         if self.tcp.ack_delay.is_some_and(|d| d > MAX_ACK_DELAY) {
@@ -320,7 +359,7 @@ mod tests {
     fn values_that_fail_later_are_refused_naming_the_field() {
         assert_eq!(EngineConfig::default().validate(), Ok(()));
         type Set = fn(&mut EngineConfig);
-        let cases: [(&str, Set); 13] = [
+        let cases: [(&str, Set); 21] = [
             ("tcp.timeout", |c| c.tcp.timeout = Some(Duration::ZERO)),
             ("tcp.keep_alive", |c| {
                 c.tcp.timeout = None;
@@ -345,6 +384,29 @@ mod tests {
             ("max_pending_requests", |c| {
                 c.max_pending_requests = c.max_connections + 1
             }),
+            // A linger that made dropping the context wait for ever; buffers the smoltcp
+            // reference allocated whole; timers that overflowed the TCP's clock.
+            ("shutdown_linger_ms", |c| c.shutdown_linger_ms = u64::MAX),
+            ("shutdown_linger_ms", |c| {
+                c.shutdown_linger_ms = SHUTDOWN_LINGER_MAX_MS + 1
+            }),
+            ("tcp.rx_buffer", |c| c.tcp.rx_buffer = 1 << 40),
+            ("tcp.tx_buffer", |c| {
+                c.tcp.tx_buffer = warpcore_tcp::BUFFER_MAX + 1
+            }),
+            ("tcp.keep_alive", |c| {
+                c.tcp.timeout = None;
+                c.tcp.keep_alive = Some(Duration::from_micros(u64::MAX));
+            }),
+            ("tcp.time_wait", |c| {
+                c.tcp.time_wait = warpcore_tcp::TIMER_MAX + Duration::from_micros(1)
+            }),
+            ("tcp.fin_wait_2_timeout", |c| {
+                c.tcp.fin_wait_2_timeout = Some(Duration::from_micros(u64::MAX))
+            }),
+            ("tcp.oow_ack_interval", |c| {
+                c.tcp.oow_ack_interval = Duration::from_micros(u64::MAX)
+            }),
         ];
         for (field, set) in cases {
             let mut cfg = EngineConfig::default();
@@ -362,10 +424,16 @@ mod tests {
             command_queue_depth: MAX_QUEUE_DEPTH,
             max_connections: MAX_CONNECTIONS,
             max_pending_requests: MAX_CONNECTIONS,
+            shutdown_linger_ms: SHUTDOWN_LINGER_MAX_MS,
             ..EngineConfig::default()
         };
         cfg.tcp.timeout = None;
         cfg.tcp.keep_alive = None;
+        cfg.tcp.rx_buffer = warpcore_tcp::BUFFER_MAX;
+        cfg.tcp.tx_buffer = warpcore_tcp::BUFFER_MAX;
+        cfg.tcp.time_wait = warpcore_tcp::TIMER_MAX;
+        cfg.tcp.fin_wait_2_timeout = Some(warpcore_tcp::TIMER_MAX);
+        cfg.tcp.oow_ack_interval = warpcore_tcp::TIMER_MAX;
         assert_eq!(cfg.validate(), Ok(()));
     }
 }

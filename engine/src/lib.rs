@@ -46,6 +46,7 @@ pub use crate::cm::{
 };
 pub use crate::config::{
     EngineConfig, ENGINE_ACK_DELAY, MAX_ACK_DELAY, MAX_CONNECTIONS, MAX_QUEUE_DEPTH, MAX_SGE,
+    SHUTDOWN_LINGER_MAX_MS,
 };
 pub use crate::core::{validate_recv, validate_send, CoreStats, EngineCore, QpAttr, QpInfo};
 pub use crate::error::{DepthError, DeviceError, EngineError};

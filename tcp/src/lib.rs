@@ -53,7 +53,7 @@ pub use link::{Faults, LinkConfig, LinkConfigError, LinkEnd};
 pub use smoltcp;
 pub use stack::{
     Congestion, ConnId, Event, ListenerId, ResolveId, Stack, StackConfig, StackError,
-    TcpImplementation, TcpTuning,
+    TcpImplementation, TcpTuning, BUFFER_MAX, TIMER_MAX,
 };
 #[cfg(feature = "dpdk")]
 pub use warpcore_dpdk_sys as dpdk_sys;

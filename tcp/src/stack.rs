@@ -145,6 +145,20 @@ pub struct TcpTuning {
 /// require the delay to be less than half a second, so this value itself is refused.
 pub const ACK_DELAY_MAX: Duration = Duration::from_millis(500);
 
+/// The longest timer [`TcpTuning`] takes (`time_wait`, `keep_alive`, `timeout`,
+/// `fin_wait_2_timeout`, `oow_ack_interval`), and the longest neighbour resolution
+/// (`Stack::resolve_neighbor`; a longer timeout counts as this): a day. Longer values
+/// mean nothing to a connection, and `now` plus one near `u64::MAX` microseconds
+/// overflowed smoltcp's `Instant` (a panic in a debug build; in a release one a deadline in
+/// the past: a keep-alive probe at every poll, TIME-WAIT ended at once).
+pub const TIMER_MAX: Duration = Duration::from_secs(24 * 3600);
+
+/// The largest send or receive buffer [`TcpTuning`] takes: 1 GiB, the largest window TCP
+/// can offer (RFC 7323 2.3: a window scale of at most 14 on a 16-bit field). The smoltcp
+/// reference allocates its buffers whole when a connection opens, so a larger one aborted
+/// the process for want of memory; Warpcore's TCP could never use more.
+pub const BUFFER_MAX: usize = 1 << 30;
+
 /// The ceiling of Warpcore's retransmission timeout (RFC 6298 2.5: a ceiling may be placed
 /// provided it is at least 60 s): the backed-off RTO never exceeds it, so an RTO floor or an
 /// initial RTO above it could not be kept.
@@ -192,6 +206,24 @@ impl TcpTuning {
         }
         if self.tx_buffer == 0 {
             return bad("tx_buffer", "must be at least one octet");
+        }
+        if self.rx_buffer > BUFFER_MAX {
+            return bad("rx_buffer", "must be at most 1 GiB (TCP's largest window)");
+        }
+        if self.tx_buffer > BUFFER_MAX {
+            return bad("tx_buffer", "must be at most 1 GiB (TCP's largest window)");
+        }
+        let timers = [
+            ("time_wait", Some(self.time_wait)),
+            ("keep_alive", self.keep_alive),
+            ("timeout", self.timeout),
+            ("fin_wait_2_timeout", self.fin_wait_2_timeout),
+            ("oow_ack_interval", Some(self.oow_ack_interval)),
+        ];
+        for (field, t) in timers {
+            if t.is_some_and(|t| t > TIMER_MAX) {
+                return bad(field, "must be at most a day (TIMER_MAX)");
+            }
         }
         if self.timeout == Some(Duration::ZERO) {
             return bad("timeout", "must be longer than zero (None: no timeout)");

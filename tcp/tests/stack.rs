@@ -1267,6 +1267,109 @@ fn a_resolution_nobody_answers_fails_at_its_timeout() {
     assert_eq!(a.poll_at(now), None);
 }
 
+/// A resolution whose timeout is past the end of the clock (`Duration::MAX`, or one near
+/// `i64::MAX` microseconds) waits as one of a day would (`TIMER_MAX`): its deadline was
+/// `now` plus the timeout, which wrapped smoltcp's `Instant` into the past (the failure
+/// at the first poll; a panic in a debug build).
+#[test]
+fn a_resolution_with_an_endless_timeout_waits_rather_than_failing_at_once() {
+    for timeout in [
+        Duration::from_micros(u64::MAX),
+        Duration::from_micros(i64::MAX as u64 - 10),
+    ] {
+        let (ea, _silent) = link::pair(&LinkConfig::default());
+        let mut a = Stack::new(ea, &config(1, IP_A), Instant::from_secs(5)).expect("a");
+        let absent = smoltcp::wire::Ipv4Address::new(198, 18, 0, 77);
+        let mut now = Instant::from_secs(5);
+        a.resolve_neighbor(absent, timeout, now).expect("resolve");
+        let events = run_alone(&mut a, &mut now, Instant::from_millis(6000));
+        assert!(events.is_empty(), "{timeout}: {events:?}");
+        assert!(
+            a.poll_at(now).is_some(),
+            "{timeout}: still resolving (ARP repeats)"
+        );
+    }
+}
+
+/// Timers and buffers past what a connection can use are refused, naming the field, by
+/// both implementations: a timer longer than a day (`TIMER_MAX`: `now` plus one near
+/// `u64::MAX` microseconds wrapped the TCP's clock into the past, so a keep-alive went out
+/// at every poll and TIME-WAIT ended at once) and a buffer above 1 GiB (`BUFFER_MAX`,
+/// TCP's largest window; the smoltcp reference allocated it whole and aborted).
+#[test]
+fn tuning_past_a_day_or_a_gibibyte_is_refused_naming_the_field() {
+    let d = TcpTuning::default();
+    let long = Duration::from_micros(u64::MAX);
+    let bad = [
+        (
+            "time_wait",
+            TcpTuning {
+                time_wait: long,
+                ..d
+            },
+        ),
+        (
+            "keep_alive",
+            TcpTuning {
+                keep_alive: Some(long),
+                timeout: None,
+                ..d
+            },
+        ),
+        (
+            "timeout",
+            TcpTuning {
+                timeout: Some(long),
+                keep_alive: Some(Duration::from_secs(1)),
+                ..d
+            },
+        ),
+        (
+            "fin_wait_2_timeout",
+            TcpTuning {
+                fin_wait_2_timeout: Some(long),
+                ..d
+            },
+        ),
+        (
+            "oow_ack_interval",
+            TcpTuning {
+                oow_ack_interval: long,
+                ..d
+            },
+        ),
+        (
+            "rx_buffer",
+            TcpTuning {
+                rx_buffer: warpcore_tcp::BUFFER_MAX + 1,
+                ..d
+            },
+        ),
+        (
+            "tx_buffer",
+            TcpTuning {
+                tx_buffer: 1 << 40,
+                ..d
+            },
+        ),
+    ];
+    for imp in [
+        TcpImplementation::Warpcore,
+        TcpImplementation::SmoltcpReference,
+    ] {
+        let (mut a, _b) = stacks_of(imp);
+        assert_tuning_refused(&mut a, imp, &bad);
+        let edge = TcpTuning {
+            time_wait: warpcore_tcp::TIMER_MAX,
+            oow_ack_interval: warpcore_tcp::TIMER_MAX,
+            fin_wait_2_timeout: Some(warpcore_tcp::TIMER_MAX),
+            ..d
+        };
+        a.connect((IP_B, 1), None, &edge)
+            .expect("connect at the bounds");
+    }
+}
+
 /// A resolution of a host that answers ARP reports it resolved; a second one, of the
 /// address now known, at once (without a request); an address off every route is refused.
 #[test]

@@ -708,12 +708,17 @@ impl<D: PollDevice> Host<D> {
     /// ([`Event::NeighborFailed`]). Refused: an address no connection could be opened
     /// to ([`StackError::Unaddressable`]), one without a route ([`StackError::NoRoute`]),
     /// and more than [`RESOLVE_MAX`] resolutions pending ([`StackError::TooManyResolutions`]).
+    /// A `timeout` above [`crate::TIMER_MAX`] (a day) counts as a day: the requests go on
+    /// until an answer, and the deadline stays far from the end of smoltcp's `Instant`
+    /// (`now` plus a timeout near `i64::MAX` microseconds overflowed it: a panic in a
+    /// debug build, a deadline in the past in a release one).
     pub fn resolve_neighbor(
         &mut self,
         ip: Ipv4Address,
         timeout: Duration,
         now: Instant,
     ) -> Result<ResolveId, StackError> {
+        let timeout = timeout.min(crate::TIMER_MAX);
         let i = &mut self.inner;
         if ip.is_unspecified()
             || ip.is_broadcast()
