@@ -115,6 +115,7 @@ contracts() {
     contract_pair init_qp_attr_states 7498
     contract_pair connect_refused 7500
     contract_pair cm_conn_param_rev1 7502
+    contract_pair bad_lkey_completes 7506
     contract rdmacm_exports
     contract id_device_pd
     contract modify_qp_err_flush

@@ -446,6 +446,9 @@ struct Qp {
     orq_high: u32,
     /// RFC 7306 in use on this connection (from [`QpShared::rfc7306`] at connect/accept).
     rfc7306: bool,
+    /// Local keys checked at post (from [`QpShared::sges_checked_at_post`] at
+    /// connect/accept): if not, `start_sq` checks them when a request starts.
+    sges_at_post: bool,
     /// A local error found while starting a message (an atomic target gone), reported by
     /// the send poller.
     tx_fault: Option<ProtocolError>,

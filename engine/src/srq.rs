@@ -49,6 +49,8 @@ pub struct SharedRq {
     /// 0: not armed.
     limit: AtomicU32,
     limit_reached: AtomicBool,
+    /// Whether receives' SGEs are checked at post ([`SharedRq::sges_checked_at_post`]).
+    sges_at_post: AtomicBool,
 }
 
 impl SharedRq {
@@ -68,6 +70,7 @@ impl SharedRq {
             max_sge,
             limit: AtomicU32::new(0),
             limit_reached: AtomicBool::new(false),
+            sges_at_post: AtomicBool::new(true),
         })
     }
 
@@ -102,9 +105,24 @@ impl SharedRq {
         self.queue.is_empty() && self.returned.is_empty()
     }
 
+    /// Whether [`SharedRq::post`] checks the SGEs' local keys (the default), or leaves them
+    /// to the placement of a message into the buffer, as a queue pair does with
+    /// [`QpShared::sges_checked_at_post`](crate::QpShared::sges_checked_at_post) off: a
+    /// buffer that fails there completes with `WcStatus::LocalProtection` on the queue
+    /// pair that claimed it, which goes to the error state.
+    pub fn sges_checked_at_post(&self) -> bool {
+        self.sges_at_post.load(Ordering::Relaxed)
+    }
+
+    /// Sets [`SharedRq::sges_checked_at_post`], for the posts that follow.
+    pub fn set_sges_checked_at_post(&self, on: bool) {
+        self.sges_at_post.store(on, Ordering::Relaxed);
+    }
+
     /// Posts a receive buffer: its SGEs must be regions of the queue's PD with local write
     /// access, inside their regions ([`EngineError::SgeInvalidStag`],
-    /// [`EngineError::SgeAccess`], [`EngineError::SgeOutOfBounds`]), at most `max_sge` of
+    /// [`EngineError::SgeAccess`], [`EngineError::SgeOutOfBounds`]; unless
+    /// [`SharedRq::sges_checked_at_post`] is off), at most `max_sge` of
     /// them ([`EngineError::TooManySges`]); [`EngineError::QueueFull`] when the queue
     /// holds `depth` buffers. Nothing changes on error.
     pub fn post(&self, mrs: &MrTable, wr: &RecvWr) -> Result<(), EngineError> {
@@ -115,7 +133,7 @@ impl SharedRq {
         if wr.sges.total_len() > u64::from(u32::MAX) {
             return Err(EngineError::MessageTooLong);
         }
-        for s in sges {
+        for s in sges.iter().filter(|_| self.sges_checked_at_post()) {
             let g = mrs
                 .lookup_local(Stag(s.stag), self.pd, true)
                 .map_err(|f| match f {

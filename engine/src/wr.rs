@@ -706,6 +706,8 @@ impl QpState {
 pub struct QpShared {
     state: AtomicU8,
     rfc7306: AtomicBool,
+    /// Whether local SGEs are checked at post ([`QpShared::sges_checked_at_post`]).
+    sges_at_post: AtomicBool,
     /// What the connection fixed when it entered RTS (stored before the state, so a thread
     /// that reads RTS reads these too): RFC 7306 in use, and the negotiated ORD.
     rfc7306_in_use: AtomicBool,
@@ -730,6 +732,7 @@ impl QpShared {
         QpShared {
             state: AtomicU8::new(QpState::Idle as u8),
             rfc7306: AtomicBool::new(true),
+            sges_at_post: AtomicBool::new(true),
             rfc7306_in_use: AtomicBool::new(false),
             ord: AtomicU32::new(0),
             sq_used: AtomicU32::new(0),
@@ -787,6 +790,28 @@ impl QpShared {
     /// accepted, so later changes do not affect a running connection.
     pub fn set_rfc7306(&self, on: bool) {
         self.rfc7306.store(on, Ordering::Release);
+    }
+
+    /// Whether the local SGEs of a work request (a local key naming a region of this
+    /// protection domain with the access the operation needs, the range inside it) are
+    /// checked when it is posted, on the posting thread, with a typed error and nothing
+    /// queued ([`validate_send`](crate::validate_send), [`validate_recv`](crate::validate_recv)):
+    /// the default. Off, a request is posted with whatever local keys it names and they are
+    /// checked when it runs, as rdma-core's providers (siw, rxe, mlx5) do: a send queue
+    /// request when the engine starts it (before anything of it goes on the wire), a
+    /// receive as its payload is placed. One that fails completes with
+    /// `WcStatus::LocalProtection`, the stream ends with a local catastrophic Terminate
+    /// (0/0/FF) and the queue pair goes to the error state, the requests behind it
+    /// flushed. Either way the engine looks every key up again, guarded, where it touches
+    /// the memory: the check at post is for the caller's sake, not the memory's.
+    pub fn sges_checked_at_post(&self) -> bool {
+        self.sges_at_post.load(Ordering::Relaxed)
+    }
+
+    /// Sets [`QpShared::sges_checked_at_post`]: before the first post (a request posted
+    /// earlier was checked, or not, as the setting then said).
+    pub fn set_sges_checked_at_post(&self, on: bool) {
+        self.sges_at_post.store(on, Ordering::Relaxed);
     }
 
     /// Whether the connection uses RFC 7306: [`QpShared::rfc7306`] as the engine read it

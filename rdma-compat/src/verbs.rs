@@ -1683,6 +1683,9 @@ pub extern "C" fn __wc_ibv_create_srq(
         }
         match r {
             Ok(srq) => {
+                // Local keys checked when a message is placed, as for a QP's receives
+                // (`create_qp`): ibv_post_srq_recv(3) accepts a bad lkey as siw does.
+                srq.set_sges_checked_at_post(false);
                 a.attr.max_wr = srq.depth();
                 a.attr.max_sge = srq.max_sge();
                 let b = Box::new(Srq {
@@ -1967,6 +1970,11 @@ pub(crate) fn create_qp(
     let inline = cap.max_inline_data.max(INLINE_FLOOR);
     init.max_inline = inline;
     init.rfc7306 = engine().map(|e| e.rfc7306).unwrap_or(true);
+    // Local keys checked when a request runs, not at post: ibv_post_send(3) and
+    // ibv_post_recv(3) accept a bad lkey as siw, rxe and mlx5 do, and the request
+    // completes with IBV_WC_LOC_PROT_ERR, the QP in the error state (the man pages list
+    // no errno for a bad key).
+    init.sges_checked_at_post = false;
     if let Some(s) = srq {
         init = init.with_srq(&s.srq);
     }

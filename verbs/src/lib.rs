@@ -866,6 +866,7 @@ impl ProtectionDomain {
         });
         let (id, shared) = self.ctx.call(core, |r| Command::CreateQp(attr, r))?;
         shared.set_rfc7306(init.rfc7306);
+        shared.set_sges_checked_at_post(init.sges_checked_at_post);
         let qp = QueuePair {
             ctx: self.ctx.clone(),
             id,
@@ -996,8 +997,19 @@ pub struct SharedReceiveQueue {
 }
 
 impl SharedReceiveQueue {
-    /// Posts a receive buffer (checked here: SGEs of this domain with local write, at most
-    /// the queue's SGE count, queue not full).
+    /// Whether [`SharedReceiveQueue::post_recv`] checks the local keys of a receive's
+    /// SGEs (the default: [`Error::SgeInvalidStag`], [`Error::SgeAccess`],
+    /// [`Error::SgeOutOfBounds`], nothing queued), or leaves them to the placement of a
+    /// message, as [`QpInit::sges_checked_at_post`] does for a queue pair's own receives:
+    /// the buffer then completes with [`WcStatus::LocalProtection`] on the queue pair that
+    /// took it, which goes to the error state. For the posts that follow.
+    pub fn set_sges_checked_at_post(&self, on: bool) {
+        self.srq.set_sges_checked_at_post(on);
+    }
+
+    /// Posts a receive buffer (checked here: SGEs of this domain with local write, unless
+    /// [`SharedReceiveQueue::set_sges_checked_at_post`] turned that off; at most the
+    /// queue's SGE count, queue not full).
     pub fn post_recv(&self, wr: &RecvWr) -> Result<(), Error> {
         self.srq.post(&self.ctx.inner.mrs, &wr.0)?;
         Ok(())
@@ -1200,6 +1212,17 @@ pub struct QpInit {
     /// The shared receive queue to take receive buffers from (`None`: the QP's own receive
     /// queue of `rq_depth`). Its queue pairs may be on any engine cores.
     pub srq: Option<SharedReceiveQueue>,
+    /// Check the local SGEs of each work request when it is posted (the default): a key
+    /// that names no region of this protection domain ([`Error::SgeInvalidStag`]), a region
+    /// without the access the operation needs ([`Error::SgeAccess`]) or a range outside it
+    /// ([`Error::SgeOutOfBounds`]) is refused then, and nothing is queued. `false` posts
+    /// such a request and fails it when it runs, as rdma-core's providers do (the drop-in
+    /// libibverbs sets it): a send queue request before anything of it is sent, a receive
+    /// when a message is placed into it; it completes with [`WcStatus::LocalProtection`],
+    /// the peer gets a local catastrophic Terminate and the queue pair goes to the error
+    /// state, the requests behind it flushed. Memory is looked up and bounds-checked where
+    /// it is touched either way.
+    pub sges_checked_at_post: bool,
 }
 
 impl QpInit {
@@ -1215,6 +1238,7 @@ impl QpInit {
             rfc7306: true,
             max_inline: 256,
             srq: None,
+            sges_checked_at_post: true,
         }
     }
 
@@ -1349,7 +1373,9 @@ impl QueuePair {
     }
 
     /// Posts a send work request. Checked here, on the calling thread: state RTS, SGEs
-    /// inside regions of this protection domain with the needed access, queue not full.
+    /// inside regions of this protection domain with the needed access (unless
+    /// [`QpInit::sges_checked_at_post`] was off: then when the request runs), queue not
+    /// full.
     pub fn post_send(&self, wr: &SendWr) -> Result<(), Error> {
         validate_send(&self.shared, &self.ctx.inner.mrs, &wr.0)?;
         let h = &self.ctx.inner.cores[self.core];

@@ -84,6 +84,7 @@ impl<D: PollDevice> EngineCore<D> {
             disconnect_requested: false,
             orq_high: 0,
             rfc7306: true,
+            sges_at_post: true,
             tx_fault: None,
         });
         if let Err(at) = self.live.binary_search(&index) {

@@ -55,6 +55,8 @@ impl Qp {
         conn.rtr_pending = n.rtr;
         // RFC 7306 is agreed out of band (no MPA bit): fixed for the connection now.
         self.rfc7306 = self.shared.rfc7306();
+        // Read once, as RFC 7306: send queue requests come only in RTS, after this.
+        self.sges_at_post = self.shared.sges_checked_at_post();
         // For the post-time checks of application threads (`validate_send`).
         self.shared.set_connection(self.rfc7306, self.ord);
     }

@@ -4,6 +4,7 @@
 //! segmented by DDP and framed by MPA straight into the TCP send buffer ([`send_fpdu`],
 //! [`send_fpdu_from`], payload gathered from registered memory by [`gather`]).
 
+use super::validate::check_sges;
 use super::*;
 use crate::SgeList;
 use std::ops::ControlFlow;
@@ -288,7 +289,7 @@ impl Qp {
         match self.irq.pop_front() {
             Some(Inbound::Read(plan)) => self.start_read_response(plan, mulpdu),
             Some(Inbound::Atomic(req)) => self.start_atomic_response(&req, mrs, mulpdu),
-            None => self.start_sq(mulpdu),
+            None => self.start_sq(mrs, mulpdu),
         }
     }
 
@@ -350,7 +351,7 @@ impl Qp {
     /// up, Reads and Atomics recorded as outstanding under ORD), or `None` while it must
     /// wait (a fence, ORD, a local operation).
     #[inline(always)]
-    fn start_sq(&mut self, mulpdu: usize) -> Option<()> {
+    fn start_sq(&mut self, mrs: &MrTable, mulpdu: usize) -> Option<()> {
         let conn = self.conn.as_mut()?;
         let idx = usize::try_from(self.sq_next_seq - self.sq_head_seq).ok()?;
         // Looked up once, mutably: its stage is advanced below through the same reference.
@@ -358,6 +359,17 @@ impl Qp {
         // Read fence: wait until every earlier Read completed.
         if e.wr.fence && !self.orq.is_empty() {
             return None;
+        }
+        // Local keys not checked at post (`QpShared::sges_checked_at_post`, the drop-in
+        // libibverbs): checked now, as post would have, before anything of the request is
+        // on the wire.
+        if !self.sges_at_post && e.stage == 0 {
+            let write = matches!(e.wr.op, SendOp::Read { .. }) || e.wr.op.is_atomic();
+            if check_sges(mrs, self.pd, e.wr.sges.as_slice(), write).is_err() {
+                let seq = self.sq_next_seq;
+                self.fail_unsegmentable(seq, false);
+                return None;
+            }
         }
         let len = e.wr.sges.total_len() as u32;
         let seq = self.sq_next_seq;
@@ -525,7 +537,8 @@ impl Qp {
     /// time (TO + length wrapping, `EngineError::RemoteToWrap`; lengths), so this is a broken
     /// invariant, not a peer's doing. It fails as a local error does (departure 8): a local
     /// protection completion, a local catastrophic Terminate (0/0/FF) to the peer, later
-    /// requests flushed.
+    /// requests flushed. Also a request whose local keys, not checked at post, fail when
+    /// it starts (`start_sq`).
     fn fail_unsegmentable(&mut self, seq: u64, advanced: bool) {
         if !advanced {
             self.sq_next_seq += 1;

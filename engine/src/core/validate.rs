@@ -45,7 +45,9 @@ fn validate_one_sge(
     if remote_to.is_some_and(|to| to_range_wraps(to, u64::from(s.len))) {
         return Err(EngineError::RemoteToWrap);
     }
-    check_sge(mrs, shared.pd, s, false)?;
+    if shared.sges_checked_at_post() {
+        check_sge(mrs, shared.pd, s, false)?;
+    }
     if !shared.reserve_sq() {
         return Err(EngineError::QueueFull);
     }
@@ -119,8 +121,10 @@ fn validate_send_general(shared: &QpShared, mrs: &MrTable, wr: &SendWr) -> Resul
     if is_atomic && remote_to.is_some_and(|to| to % 8 != 0) {
         return Err(EngineError::AtomicMisaligned);
     }
-    for s in sges {
-        check_sge(mrs, shared.pd, s, is_read)?;
+    if shared.sges_checked_at_post() {
+        for s in sges {
+            check_sge(mrs, shared.pd, s, is_read)?;
+        }
     }
     if !shared.reserve_sq() {
         return Err(EngineError::QueueFull);
@@ -145,13 +149,26 @@ pub fn validate_recv(shared: &QpShared, mrs: &MrTable, wr: &RecvWr) -> Result<()
     if wr.sges.total_len() > u64::from(u32::MAX) {
         return Err(EngineError::MessageTooLong);
     }
-    for s in sges {
-        check_sge(mrs, shared.pd, s, true)?;
+    if shared.sges_checked_at_post() {
+        for s in sges {
+            check_sge(mrs, shared.pd, s, true)?;
+        }
     }
     if !shared.reserve_rq() {
         return Err(EngineError::QueueFull);
     }
     Ok(())
+}
+
+/// [`check_sge`] of each of `sges`, in order: the first failure.
+#[inline]
+pub(super) fn check_sges(
+    mrs: &MrTable,
+    pd: PdId,
+    sges: &[Sge],
+    write: bool,
+) -> Result<(), EngineError> {
+    sges.iter().try_for_each(|s| check_sge(mrs, pd, s, write))
 }
 
 #[inline]
@@ -179,7 +196,7 @@ mod tests {
     /// the reservation of a send queue slot included, over every combination of QP state,
     /// SGE limit, local key (valid, another PD's, a stale key, a region without local
     /// write), local range (inside, at the end, past it), remote range (up to and past the
-    /// top of the TO space) and send queue room.
+    /// top of the TO space), send queue room and whether local keys are checked at post.
     #[test]
     fn a_one_sge_write_or_send_is_checked_as_any() {
         let mrs = MrTable::with_seed(16, 5);
@@ -236,7 +253,7 @@ mod tests {
                         })
                         .chain([SendOp::Send, SendOp::SendSe])
                     {
-                        for room in [true, false] {
+                        for (room, at_post) in [(true, true), (false, true), (true, false)] {
                             let sge = Sge {
                                 stag: stag.0,
                                 to,
@@ -252,6 +269,7 @@ mod tests {
                             let outcome = |general: bool| {
                                 let shared = QpShared::new(pd, 2, 2, max_sge);
                                 shared.set_state(st);
+                                shared.set_sges_checked_at_post(at_post);
                                 if !room {
                                     assert!(shared.reserve_sq() && shared.reserve_sq());
                                 }
@@ -263,7 +281,22 @@ mod tests {
                                 (r, shared.sq_used())
                             };
                             let (fast, general) = (outcome(false), outcome(true));
-                            assert_eq!(fast, general, "{st:?} {max_sge} {sge:?} {op:?}");
+                            assert_eq!(
+                                fast, general,
+                                "{st:?} {max_sge} {sge:?} {op:?} checked at post: {at_post}"
+                            );
+                            // Not checked at post, an SGE error never comes from here.
+                            assert!(
+                                at_post
+                                    || !matches!(
+                                        general.0,
+                                        Err(EngineError::SgeInvalidStag
+                                            | EngineError::SgeAccess
+                                            | EngineError::SgeOutOfBounds)
+                                    ),
+                                "{st:?} {max_sge} {sge:?} {op:?}: {:?}",
+                                general.0
+                            );
                             cases += usize::from(general.0.is_ok());
                         }
                     }

@@ -1,0 +1,383 @@
+//! Local keys checked when a request runs instead of when it is posted
+//! (`QpInit::sges_checked_at_post = false`, what the drop-in libibverbs asks for, as
+//! rdma-core's providers behave): the post is accepted; the request completes with
+//! `LocalProtection` before anything of it reaches the peer's memory; the requests behind
+//! it are flushed; the peer learns of it by a local catastrophic Terminate; and the
+//! default (checked at post) still refuses the same requests, typed, queueing nothing.
+
+use std::time::{Duration, Instant};
+
+use warpcore_verbs::*;
+
+const T: Duration = Duration::from_secs(10);
+const LEN: usize = 1 << 16;
+
+struct Pair {
+    client: Context,
+    server: Context,
+    cpd: ProtectionDomain,
+    cqp: QueuePair,
+    ccq: CompletionQueue,
+    cmr: MemoryRegion,
+    csrq: Option<SharedReceiveQueue>,
+    sqp: QueuePair,
+    smr: MemoryRegion,
+    scq: CompletionQueue,
+}
+
+impl Pair {
+    /// Two caller-driven engines over the in-memory link, one connected QP each; the
+    /// client's local keys checked at post or not as `at_post` says, the server's at post.
+    fn connect(port: u16, at_post: bool) -> Pair {
+        Pair::connect_with(port, at_post, false)
+    }
+
+    /// [`Pair::connect`], the client's QP taking its receives from a shared receive queue
+    /// (its keys checked as `at_post` says) if `srq`.
+    fn connect_with(port: u16, at_post: bool, srq: bool) -> Pair {
+        let (da, db) = link_pair(&LinkConfig::default());
+        let mut cs = Config::new(db, [10, 0, 0, 2]);
+        cs.drive = Drive::Caller;
+        let mut cc = Config::new(da, [10, 0, 0, 1]);
+        cc.drive = Drive::Caller;
+        let server = Context::open(cs).unwrap();
+        let client = Context::open(cc).unwrap();
+        let remote = Access::LOCAL_WRITE
+            | Access::REMOTE_WRITE
+            | Access::REMOTE_READ
+            | Access::REMOTE_ATOMIC;
+        let spd = server.alloc_pd();
+        let scq = server.create_cq(256).unwrap();
+        let smr = spd.alloc_mr(LEN, remote).unwrap();
+        let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
+        server.listen(port, &MpaParams::default()).unwrap();
+        let cpd = client.alloc_pd();
+        let ccq = client.create_cq(256).unwrap();
+        let cmr = cpd.alloc_mr(LEN, remote).unwrap();
+        let mut init = QpInit::new(&ccq, &ccq);
+        init.sges_checked_at_post = at_post;
+        let csrq = srq.then(|| {
+            let q = cpd.create_srq(16, 1).unwrap();
+            q.set_sges_checked_at_post(at_post);
+            q
+        });
+        if let Some(q) = &csrq {
+            init = init.with_srq(q);
+        }
+        let cqp = cpd.create_qp(&init).unwrap();
+        cqp.connect([10, 0, 0, 2], port, &MpaParams::default(), b"")
+            .unwrap();
+        let t0 = Instant::now();
+        let req = loop {
+            assert!(t0.elapsed() < T, "no connection request");
+            client.progress();
+            server.progress();
+            if let Some(CmEvent::ConnectRequest(r)) = server.next_event(Duration::ZERO) {
+                break r;
+            }
+        };
+        server.accept(&req, &sqp, b"").unwrap();
+        loop {
+            assert!(t0.elapsed() < T, "not established");
+            client.progress();
+            server.progress();
+            if let Some(CmEvent::Established(_)) = client.next_event(Duration::ZERO) {
+                break;
+            }
+        }
+        Pair {
+            client,
+            server,
+            cpd,
+            cqp,
+            ccq,
+            cmr,
+            csrq,
+            sqp,
+            smr,
+            scq,
+        }
+    }
+
+    fn both(&self) {
+        self.client.progress();
+        self.server.progress();
+    }
+
+    /// The client's next `n` completions, in order.
+    fn client_completions(&self, n: usize) -> Vec<Completion> {
+        let mut got = Vec::new();
+        let t0 = Instant::now();
+        while got.len() < n {
+            assert!(
+                t0.elapsed() < T,
+                "{} of {n} completions: {got:?}",
+                got.len()
+            );
+            self.both();
+            while let Some(c) = self.ccq.poll_one() {
+                got.push(c);
+            }
+        }
+        got
+    }
+
+    /// Runs both engines until the server reports its connection's end; returns its
+    /// error, if that was an error.
+    fn server_end(&self) -> Option<ConnError> {
+        let t0 = Instant::now();
+        loop {
+            assert!(t0.elapsed() < T, "the server's connection did not end");
+            self.both();
+            match self.server.next_event(Duration::ZERO) {
+                Some(CmEvent::Error { error, .. }) => return Some(error),
+                Some(CmEvent::Disconnected { .. }) => return None,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The ways a local SGE can be wrong, each with a bad SGE for an operation that reads
+/// (`false`) or writes (`true`) local memory.
+fn bad_sges(
+    p: &Pair,
+    other: &MemoryRegion,
+    read_only: &MemoryRegion,
+    write: bool,
+) -> Vec<(&'static str, Sge)> {
+    let len = if write { 8 } else { 64 };
+    let mut v = vec![
+        (
+            "an unknown key",
+            Sge {
+                stag: p.cmr.stag() ^ 0x5a5a_5a00,
+                to: 0,
+                len,
+            },
+        ),
+        ("another protection domain's region", other.sge(0, len)),
+        (
+            "a range past the region's end",
+            p.cmr.sge(LEN as u64 - 4, len),
+        ),
+    ];
+    if write {
+        v.push(("a region without local write", read_only.sge(0, len)));
+    }
+    v
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Send,
+    Write,
+    Read,
+    FetchAdd,
+}
+
+impl Op {
+    fn writes_local(self) -> bool {
+        matches!(self, Op::Read | Op::FetchAdd)
+    }
+
+    fn send_op(self, p: &Pair) -> SendOp {
+        match self {
+            Op::Send => SendOp::Send,
+            Op::Write => SendOp::Write {
+                remote_stag: p.smr.stag(),
+                remote_to: 0,
+            },
+            Op::Read => SendOp::Read {
+                remote_stag: p.smr.stag(),
+                remote_to: 0,
+            },
+            Op::FetchAdd => SendOp::AtomicFetchAdd {
+                remote_stag: p.smr.stag(),
+                remote_to: 0,
+                add: 1,
+                add_mask: 0,
+            },
+        }
+    }
+}
+
+#[test]
+fn a_bad_local_key_posted_fails_when_its_request_runs() {
+    let mut port = 9400;
+    for op in [Op::Send, Op::Write, Op::Read, Op::FetchAdd] {
+        let cases = {
+            let p = Pair::connect(port, false);
+            let other = p
+                .client
+                .alloc_pd()
+                .alloc_mr(4096, Access::LOCAL_WRITE)
+                .unwrap();
+            let ro = p.cpd.alloc_mr(4096, Access::empty()).unwrap();
+            bad_sges(&p, &other, &ro, op.writes_local()).len()
+        };
+        port += 1;
+        for k in 0..cases {
+            let p = Pair::connect(port, false);
+            port += 1;
+            let other = p
+                .client
+                .alloc_pd()
+                .alloc_mr(4096, Access::LOCAL_WRITE)
+                .unwrap();
+            let ro = p.cpd.alloc_mr(4096, Access::empty()).unwrap();
+            let (what, bad) = bad_sges(&p, &other, &ro, op.writes_local())[k];
+            let case = format!("{op:?} with {what}");
+            // The peer's memory and a receive for a Send: nothing may land in either.
+            p.smr.write(0, &[0xEE; 64]).unwrap();
+            p.sqp
+                .post_recv(&RecvWr::new(1, &[p.smr.sge(4096, 4096)]).unwrap())
+                .unwrap();
+            // A good request first, the bad one, a good one behind it.
+            let good = |id| {
+                SendWr::new(
+                    id,
+                    SendOp::Write {
+                        remote_stag: p.smr.stag(),
+                        remote_to: 8192,
+                    },
+                    &[p.cmr.sge(0, 16)],
+                )
+                .unwrap()
+            };
+            p.cqp.post_send(&good(10)).unwrap();
+            let wr = SendWr::new(11, op.send_op(&p), &[bad]).unwrap();
+            p.cqp
+                .post_send(&wr)
+                .unwrap_or_else(|e| panic!("{case}: refused at post: {e}"));
+            p.cqp.post_send(&good(12)).unwrap();
+            let c = p.client_completions(3);
+            let got: Vec<(u64, WcStatus)> = c.iter().map(|c| (c.wr_id, c.status)).collect();
+            assert_eq!(
+                got,
+                [
+                    (10, WcStatus::Success),
+                    (11, WcStatus::LocalProtection),
+                    (12, WcStatus::FlushErr)
+                ],
+                "{case}"
+            );
+            assert_eq!(p.cqp.state(), QpState::Error, "{case}");
+            // The peer: a Terminate naming a local catastrophic error, nothing placed.
+            match p.server_end() {
+                Some(ConnError::RemoteTerminate(_)) => {}
+                other => panic!("{case}: the server's connection ended with {other:?}"),
+            }
+            let mut b = [0u8; 64];
+            p.smr.read(0, &mut b).unwrap();
+            assert_eq!(b, [0xEE; 64], "{case}: the peer's memory changed");
+            let recv = p.scq.poll_one();
+            assert!(
+                recv.is_none_or(|c| c.status == WcStatus::FlushErr),
+                "{case}: the peer's receive completed with {recv:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_bad_local_key_in_a_posted_receive_fails_when_a_message_lands() {
+    for (k, port) in (0..8).zip(9500..) {
+        let on_srq = k >= 4;
+        let p = Pair::connect_with(port, false, on_srq);
+        let k = k % 4;
+        let other = p
+            .client
+            .alloc_pd()
+            .alloc_mr(4096, Access::LOCAL_WRITE)
+            .unwrap();
+        let ro = p.cpd.alloc_mr(4096, Access::empty()).unwrap();
+        let (what, bad) = bad_sges(&p, &other, &ro, true)[k];
+        let bad = Sge { len: 64, ..bad };
+        let what = format!("{what}{}", if on_srq { " on an SRQ" } else { "" });
+        let post = |wr: &RecvWr| match &p.csrq {
+            Some(q) => q.post_recv(wr),
+            None => p.cqp.post_recv(wr),
+        };
+        post(&RecvWr::new(21, &[bad]).unwrap())
+            .unwrap_or_else(|e| panic!("a receive with {what}: refused at post: {e}"));
+        post(&RecvWr::new(22, &[p.cmr.sge(0, 64)]).unwrap()).unwrap();
+        p.smr.write(0, &[7; 64]).unwrap();
+        p.sqp
+            .post_send(&SendWr::new(1, SendOp::Send, &[p.smr.sge(0, 64)]).unwrap())
+            .unwrap();
+        // A QP's own second receive is flushed with it; an SRQ's stays in the queue.
+        let want: &[(u64, WcStatus)] = if on_srq {
+            &[(21, WcStatus::LocalProtection)]
+        } else {
+            &[(21, WcStatus::LocalProtection), (22, WcStatus::FlushErr)]
+        };
+        let c = p.client_completions(want.len());
+        let got: Vec<(u64, WcStatus)> = c.iter().map(|c| (c.wr_id, c.status)).collect();
+        assert_eq!(got, want, "a receive with {what}");
+        assert_eq!(p.cqp.state(), QpState::Error, "a receive with {what}");
+        match p.server_end() {
+            Some(ConnError::RemoteTerminate(_)) => {}
+            other => panic!("a receive with {what}: the server's connection ended with {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn by_default_a_bad_local_key_is_refused_at_post_and_nothing_queued() {
+    let p = Pair::connect(9600, true);
+    let other = p
+        .client
+        .alloc_pd()
+        .alloc_mr(4096, Access::LOCAL_WRITE)
+        .unwrap();
+    let ro = p.cpd.alloc_mr(4096, Access::empty()).unwrap();
+    let want = [
+        Error::SgeInvalidStag,
+        Error::SgeInvalidStag,
+        Error::SgeOutOfBounds,
+        Error::SgeAccess,
+    ];
+    for op in [Op::Send, Op::Write, Op::Read, Op::FetchAdd] {
+        for (k, (what, bad)) in bad_sges(&p, &other, &ro, op.writes_local())
+            .into_iter()
+            .enumerate()
+        {
+            let wr = SendWr::new(11, op.send_op(&p), &[bad]).unwrap();
+            match p.cqp.post_send(&wr) {
+                Err(e) if e.to_string() == want[k].to_string() => {}
+                r => panic!("{op:?} with {what}: {r:?}, expected {:?}", want[k]),
+            }
+        }
+    }
+    let srq = p.cpd.create_srq(4, 1).unwrap();
+    for (what, bad) in bad_sges(&p, &other, &ro, true) {
+        let bad = Sge { len: 64, ..bad };
+        assert!(
+            p.cqp.post_recv(&RecvWr::new(21, &[bad]).unwrap()).is_err(),
+            "a receive with {what} was accepted"
+        );
+        assert!(
+            srq.post_recv(&RecvWr::new(21, &[bad]).unwrap()).is_err(),
+            "an SRQ receive with {what} was accepted"
+        );
+    }
+    // Nothing was queued: a good Write completes, alone, and the QP stays up.
+    let good = SendWr::new(
+        12,
+        SendOp::Write {
+            remote_stag: p.smr.stag(),
+            remote_to: 0,
+        },
+        &[p.cmr.sge(0, 16)],
+    )
+    .unwrap();
+    p.cqp.post_send(&good).unwrap();
+    let c = p.client_completions(1);
+    assert_eq!((c[0].wr_id, c[0].status), (12, WcStatus::Success));
+    for _ in 0..100 {
+        p.both();
+    }
+    assert!(p.ccq.poll_one().is_none());
+    assert_eq!(p.cqp.state(), QpState::Rts);
+}
