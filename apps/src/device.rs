@@ -817,7 +817,11 @@ impl DeviceArgs {
                     "--capture",
                     "records DPDK ports; use --loopback=ring or --loopback=memif to capture",
                 )?;
-                let link = o.link.clone().unwrap_or_default();
+                let mut link = o.link.clone().unwrap_or_default();
+                // `--mtu` is the link's, as it is a port's: the engine takes the device's.
+                if let Some(m) = self.mtu {
+                    link.mtu = usize::from(m);
+                }
                 let (a, b) =
                     warpcore_verbs::try_link_pair(&link).map_err(|e| DeviceError::Refused {
                         flag: "--loopback=link",
@@ -825,7 +829,7 @@ impl DeviceArgs {
                     })?;
                 let cs = self.engine_config(b, sip, false, o.configure);
                 let cc = self.engine_config(a, cip, false, o.configure);
-                let mtu = cs.engine.mtu;
+                let mtu = link.mtu;
                 let server = open_context(cs)?;
                 let client = open_context(cc)?;
                 Ok(pair(server, sip, client, cip, "in-memory link", mtu))

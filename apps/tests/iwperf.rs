@@ -1036,3 +1036,39 @@ fn a_closed_stdout_ends_the_run_quietly() {
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(out.status.code(), Some(141), "{err}");
 }
+
+/// `--mtu` over `--loopback=link` sizes the link, as it sizes a port: the report says 9000
+/// and the TCP's segments carry jumbo frames' payloads (before, the engine was told 9000 and
+/// the link stayed at 1500, so the report said 9000 over 1,448-octet segments).
+#[test]
+fn mtu_sizes_the_in_memory_link() {
+    let json = tmp("mtu_link.json");
+    let o = iwperf(&[
+        "write_bw",
+        "--loopback=link",
+        "--mtu",
+        "9000",
+        "-s",
+        "65536",
+        "-n",
+        "100",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.contains(" Mtu             : 9000[B]"), "{out}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written"))
+            .expect("json parses");
+    let _ = std::fs::remove_file(json);
+    assert_eq!(doc["mtu"], 9000, "{doc}");
+    let sent = doc["tcp"]["octets_sent_from_memory"]
+        .as_u64()
+        .expect("octets");
+    let segments = doc["tcp"]["segments_sent"].as_u64().expect("segments");
+    assert!(
+        sent >= 100 * 65536 && sent / segments.max(1) > 4000,
+        "{sent} octets from memory in {segments} segments: not jumbo frames"
+    );
+}

@@ -66,7 +66,9 @@ pub struct EngineConfig {
     pub tx_budget_fpdus: usize,
     /// Commands taken from the application ring per loop.
     pub command_budget: usize,
-    /// IP MTU of the device (sets the MSS and thereby MULPDU).
+    /// IP MTU of the device (sets the MSS and thereby MULPDU). The verbs layer sets it
+    /// from the device it opens (a DPDK port's MTU, an in-memory link's): what is given
+    /// here counts for an engine core built by hand.
     pub mtu: usize,
     /// TCP buffers and behaviour of every connection. The buffers default to 4 MiB each
     /// way: the receiver acknowledges once per loop, after all it received (at MTU 9000 a

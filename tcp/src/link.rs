@@ -413,6 +413,11 @@ pub fn try_pair(config: &LinkConfig) -> Result<(LinkEnd, LinkEnd), LinkConfigErr
 }
 
 impl LinkEnd {
+    /// The link's IP MTU ([`LinkConfig::mtu`]).
+    pub fn mtu(&self) -> usize {
+        self.mtu
+    }
+
     /// When the next frame towards this end becomes deliverable (for simulated clocks).
     pub fn next_delivery(&self) -> Option<Instant> {
         lock(&self.rx).queue.peek().map(|f| f.at)

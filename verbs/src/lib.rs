@@ -292,8 +292,8 @@ impl Context {
         let mrs = Arc::new(MrTable::new(cfg.engine.mr_table_capacity));
         let clock = core_clock();
         let mut cores = Vec::new();
-        #[allow(unused_mut)]
-        let mut mtu = cfg.engine.mtu;
+        // The device's MTU: each device below sets it.
+        let mtu: usize;
         let check_cpus = |cores: usize| {
             if cfg.cpus.is_empty() || cfg.cpus.len() == cores {
                 Ok(())
@@ -307,19 +307,20 @@ impl Context {
         match cfg.device {
             Device::Link(end) => {
                 check_cpus(1)?;
+                // The link's MTU governs, as a DPDK port's does: the TCP takes its MSS from
+                // the device, and the engine its first MULPDU and the port's reported MTU
+                // from `EngineConfig::mtu`, which would otherwise say what the link does not.
+                let mut engine = cfg.engine.clone();
+                engine.mtu = end.mtu();
+                mtu = end.mtu();
+                engine.validate().map_err(Error::Config)?;
                 let spec = CoreSpec {
                     device: Box::new(move || Ok(end)),
                     stack: stack.clone(),
                     cpu: cfg.cpus.first().copied(),
                     drive: cfg.drive,
                 };
-                cores.push(spawn_core(
-                    0,
-                    spec,
-                    cfg.engine.clone(),
-                    Arc::clone(&mrs),
-                    clock,
-                )?);
+                cores.push(spawn_core(0, spec, engine, Arc::clone(&mrs), clock)?);
             }
             #[cfg(feature = "dpdk")]
             Device::Dpdk(port) => {
