@@ -802,16 +802,24 @@ impl QpShared {
     /// receive as its payload is placed. One that fails completes with
     /// `WcStatus::LocalProtection`, the stream ends with a local catastrophic Terminate
     /// (0/0/FF) and the queue pair goes to the error state, the requests behind it
-    /// flushed. Either way the engine looks every key up again, guarded, where it touches
-    /// the memory: the check at post is for the caller's sake, not the memory's.
+    /// flushed. An SGE of no octets is not checked then, as the providers pass it over.
+    /// Either way the engine looks every key up again, guarded, where it touches the
+    /// memory: the check at post is for the caller's sake, not the memory's.
     pub fn sges_checked_at_post(&self) -> bool {
         self.sges_at_post.load(Ordering::Relaxed)
     }
 
-    /// Sets [`QpShared::sges_checked_at_post`]: before the first post (a request posted
-    /// earlier was checked, or not, as the setting then said).
-    pub fn set_sges_checked_at_post(&self, on: bool) {
+    /// Sets [`QpShared::sges_checked_at_post`], only while the QP is idle (the engine reads
+    /// it once when the QP connects or is accepted, and a send queue request posted under
+    /// one setting must run under the same one); otherwise
+    /// [`EngineError::InvalidState`](crate::EngineError::InvalidState) and nothing changes.
+    pub fn set_sges_checked_at_post(&self, on: bool) -> Result<(), crate::EngineError> {
+        let st = self.state();
+        if st != QpState::Idle {
+            return Err(crate::EngineError::InvalidState(st));
+        }
         self.sges_at_post.store(on, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Whether the connection uses RFC 7306: [`QpShared::rfc7306`] as the engine read it

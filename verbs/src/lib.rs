@@ -867,7 +867,6 @@ impl ProtectionDomain {
         });
         let (id, shared) = self.ctx.call(core, |r| Command::CreateQp(attr, r))?;
         shared.set_rfc7306(init.rfc7306);
-        shared.set_sges_checked_at_post(init.sges_checked_at_post);
         let qp = QueuePair {
             ctx: self.ctx.clone(),
             id,
@@ -875,6 +874,8 @@ impl ProtectionDomain {
             core,
             inline: None,
         };
+        // A new QP is idle, so the setting is taken (on failure `qp` drops and destroys it).
+        shared.set_sges_checked_at_post(init.sges_checked_at_post)?;
         if let Some(srq) = &init.srq {
             // On failure `qp` drops and destroys the new QP.
             shared.attach_srq(Arc::clone(&srq.srq))?;
@@ -1221,8 +1222,9 @@ pub struct QpInit {
     /// libibverbs sets it): a send queue request before anything of it is sent, a receive
     /// when a message is placed into it; it completes with [`WcStatus::LocalProtection`],
     /// the peer gets a local catastrophic Terminate and the queue pair goes to the error
-    /// state, the requests behind it flushed. Memory is looked up and bounds-checked where
-    /// it is touched either way.
+    /// state, the requests behind it flushed; an SGE of no octets is then passed over, as
+    /// the providers pass it. Memory is looked up and bounds-checked where it is touched
+    /// either way.
     pub sges_checked_at_post: bool,
 }
 

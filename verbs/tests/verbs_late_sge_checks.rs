@@ -138,15 +138,15 @@ impl Pair {
     }
 }
 
-/// The ways a local SGE can be wrong, each with a bad SGE for an operation that reads
-/// (`false`) or writes (`true`) local memory.
+/// The ways a local SGE can be wrong, each as a bad SGE of `len` octets for an operation
+/// that reads (`write` false) or writes (`write` true) local memory.
 fn bad_sges(
     p: &Pair,
     other: &MemoryRegion,
     read_only: &MemoryRegion,
     write: bool,
+    len: u32,
 ) -> Vec<(&'static str, Sge)> {
-    let len = if write { 8 } else { 64 };
     let mut v = vec![
         (
             "an unknown key",
@@ -168,116 +168,197 @@ fn bad_sges(
     v
 }
 
-#[derive(Clone, Copy, Debug)]
-enum Op {
-    Send,
-    Write,
-    Read,
-    FetchAdd,
+/// A local catastrophic Terminate (0/0/FF, RDMAP-7.1): our fault, not the peer's.
+fn is_local_catastrophic(e: &Option<ConnError>) -> bool {
+    matches!(e, Some(ConnError::RemoteTerminate(r))
+        if (r.code.layer(), r.code.etype(), r.code.code()) == (0, 0, 0xFF))
 }
 
-impl Op {
-    fn writes_local(self) -> bool {
-        matches!(self, Op::Read | Op::FetchAdd)
-    }
-
-    fn send_op(self, p: &Pair) -> SendOp {
-        match self {
-            Op::Send => SendOp::Send,
-            Op::Write => SendOp::Write {
-                remote_stag: p.smr.stag(),
-                remote_to: 0,
-            },
-            Op::Read => SendOp::Read {
-                remote_stag: p.smr.stag(),
-                remote_to: 0,
-            },
-            Op::FetchAdd => SendOp::AtomicFetchAdd {
-                remote_stag: p.smr.stag(),
-                remote_to: 0,
-                add: 1,
-                add_mask: 0,
-            },
+/// The send queue requests with a bad local SGE, for a fresh connection `p` (its keys),
+/// with a region of another PD and a read-only one: a description, the operation and its
+/// SGEs.
+fn bad_requests(
+    p: &Pair,
+    other: &MemoryRegion,
+    ro: &MemoryRegion,
+) -> Vec<(String, SendOp, Vec<Sge>)> {
+    let write_to = |to| SendOp::Write {
+        remote_stag: p.smr.stag(),
+        remote_to: to,
+    };
+    let read = SendOp::Read {
+        remote_stag: p.smr.stag(),
+        remote_to: 0,
+    };
+    let fetch_add = SendOp::AtomicFetchAdd {
+        remote_stag: p.smr.stag(),
+        remote_to: 0,
+        add: 1,
+        add_mask: 0,
+    };
+    let imm = SendOp::WriteWithImm {
+        remote_stag: p.smr.stag(),
+        remote_to: 0,
+        imm: 7,
+    };
+    let mut v = Vec::new();
+    // (operation, its name, whether it writes local memory, the SGE's length): a 64 B Write
+    // is framed whole (its copy finds the key bad), a 4 KiB one is sent from registered
+    // memory, and the rest start in `start_sq`.
+    for (op, name, writes, len) in [
+        (SendOp::Send, "Send", false, 64),
+        (write_to(0), "64 B Write", false, 64),
+        (write_to(0), "4 KiB Write", false, 4096),
+        (imm, "Write with Immediate", false, 64),
+        (read, "Read", true, 64),
+        (fetch_add, "FetchAdd", true, 8),
+    ] {
+        for (what, bad) in bad_sges(p, other, ro, writes, len) {
+            v.push((format!("{name} with {what}"), op, vec![bad]));
         }
     }
+    // A good SGE first, the bad one second.
+    let (what, bad) = bad_sges(p, other, ro, false, 64)[0];
+    v.push((
+        format!("Send with a good SGE, then {what}"),
+        SendOp::Send,
+        vec![p.cmr.sge(0, 64), bad],
+    ));
+    v
 }
 
 #[test]
 fn a_bad_local_key_posted_fails_when_its_request_runs() {
-    let mut port = 9400;
-    for op in [Op::Send, Op::Write, Op::Read, Op::FetchAdd] {
-        let cases = {
-            let p = Pair::connect(port, false);
-            let other = p
-                .client
-                .alloc_pd()
-                .alloc_mr(4096, Access::LOCAL_WRITE)
-                .unwrap();
-            let ro = p.cpd.alloc_mr(4096, Access::empty()).unwrap();
-            bad_sges(&p, &other, &ro, op.writes_local()).len()
+    let cases = {
+        let p = Pair::connect(9400, false);
+        let other = p
+            .client
+            .alloc_pd()
+            .alloc_mr(4096, Access::LOCAL_WRITE)
+            .unwrap();
+        let ro = p.cpd.alloc_mr(4096, Access::empty()).unwrap();
+        bad_requests(&p, &other, &ro).len()
+    };
+    for (k, port) in (0..cases).zip(9401..) {
+        let p = Pair::connect(port, false);
+        let other = p
+            .client
+            .alloc_pd()
+            .alloc_mr(4096, Access::LOCAL_WRITE)
+            .unwrap();
+        let ro = p.cpd.alloc_mr(4096, Access::empty()).unwrap();
+        let (case, op, sges) = bad_requests(&p, &other, &ro).swap_remove(k);
+        // The peer's memory and a receive for a Send: nothing may land in either.
+        p.smr.write(0, &[0xEE; 64]).unwrap();
+        p.sqp
+            .post_recv(&RecvWr::new(1, &[p.smr.sge(8192, 8192)]).unwrap())
+            .unwrap();
+        // A good request first, the bad one, an unsignalled good one and a signalled one
+        // behind it.
+        let good = |id| {
+            SendWr::new(
+                id,
+                SendOp::Write {
+                    remote_stag: p.smr.stag(),
+                    remote_to: 32768,
+                },
+                &[p.cmr.sge(0, 16)],
+            )
+            .unwrap()
         };
-        port += 1;
-        for k in 0..cases {
-            let p = Pair::connect(port, false);
-            port += 1;
-            let other = p
-                .client
-                .alloc_pd()
-                .alloc_mr(4096, Access::LOCAL_WRITE)
-                .unwrap();
-            let ro = p.cpd.alloc_mr(4096, Access::empty()).unwrap();
-            let (what, bad) = bad_sges(&p, &other, &ro, op.writes_local())[k];
-            let case = format!("{op:?} with {what}");
-            // The peer's memory and a receive for a Send: nothing may land in either.
-            p.smr.write(0, &[0xEE; 64]).unwrap();
-            p.sqp
-                .post_recv(&RecvWr::new(1, &[p.smr.sge(4096, 4096)]).unwrap())
-                .unwrap();
-            // A good request first, the bad one, a good one behind it.
-            let good = |id| {
-                SendWr::new(
-                    id,
-                    SendOp::Write {
-                        remote_stag: p.smr.stag(),
-                        remote_to: 8192,
-                    },
-                    &[p.cmr.sge(0, 16)],
-                )
-                .unwrap()
-            };
-            p.cqp.post_send(&good(10)).unwrap();
-            let wr = SendWr::new(11, op.send_op(&p), &[bad]).unwrap();
-            p.cqp
-                .post_send(&wr)
-                .unwrap_or_else(|e| panic!("{case}: refused at post: {e}"));
-            p.cqp.post_send(&good(12)).unwrap();
-            let c = p.client_completions(3);
-            let got: Vec<(u64, WcStatus)> = c.iter().map(|c| (c.wr_id, c.status)).collect();
-            assert_eq!(
-                got,
-                [
-                    (10, WcStatus::Success),
-                    (11, WcStatus::LocalProtection),
-                    (12, WcStatus::FlushErr)
-                ],
-                "{case}"
-            );
-            assert_eq!(p.cqp.state(), QpState::Error, "{case}");
-            // The peer: a Terminate naming a local catastrophic error, nothing placed.
-            match p.server_end() {
-                Some(ConnError::RemoteTerminate(_)) => {}
-                other => panic!("{case}: the server's connection ended with {other:?}"),
-            }
-            let mut b = [0u8; 64];
-            p.smr.read(0, &mut b).unwrap();
-            assert_eq!(b, [0xEE; 64], "{case}: the peer's memory changed");
-            let recv = p.scq.poll_one();
-            assert!(
-                recv.is_none_or(|c| c.status == WcStatus::FlushErr),
-                "{case}: the peer's receive completed with {recv:?}"
-            );
-        }
+        p.cqp.post_send(&good(10)).unwrap();
+        let wr = SendWr::new(11, op, &sges).unwrap();
+        p.cqp
+            .post_send(&wr)
+            .unwrap_or_else(|e| panic!("{case}: refused at post: {e}"));
+        p.cqp.post_send(&good(12).unsignaled()).unwrap();
+        p.cqp.post_send(&good(13)).unwrap();
+        let c = p.client_completions(4);
+        let got: Vec<(u64, WcStatus)> = c.iter().map(|c| (c.wr_id, c.status)).collect();
+        assert_eq!(
+            got,
+            [
+                (10, WcStatus::Success),
+                (11, WcStatus::LocalProtection),
+                (12, WcStatus::FlushErr),
+                (13, WcStatus::FlushErr)
+            ],
+            "{case}"
+        );
+        assert_eq!(p.cqp.state(), QpState::Error, "{case}");
+        // The peer: a Terminate naming a local catastrophic error, nothing placed.
+        let end = p.server_end();
+        assert!(
+            is_local_catastrophic(&end),
+            "{case}: the server's connection ended with {end:?}"
+        );
+        let mut b = [0u8; 64];
+        p.smr.read(0, &mut b).unwrap();
+        assert_eq!(b, [0xEE; 64], "{case}: the peer's memory changed");
+        let recv = p.scq.poll_one();
+        assert!(
+            recv.is_none_or(|c| c.status == WcStatus::FlushErr),
+            "{case}: the peer's receive completed with {recv:?}"
+        );
     }
+}
+
+/// An SGE of no octets touches no memory: its key is not checked when the request runs,
+/// as rdma-core's providers pass it over (and as every copy does).
+#[test]
+fn an_sge_of_no_octets_is_passed_over_whatever_its_key() {
+    let p = Pair::connect(9450, false);
+    let junk = Sge {
+        stag: 0,
+        to: 0,
+        len: 0,
+    };
+    p.cmr.write(0, &[5; 64]).unwrap();
+    p.sqp
+        .post_recv(&RecvWr::new(1, &[p.smr.sge(0, 4096)]).unwrap())
+        .unwrap();
+    let send = SendWr::new(20, SendOp::Send, &[p.cmr.sge(0, 64), junk]).unwrap();
+    p.cqp.post_send(&send).unwrap();
+    let write = SendWr::new(
+        21,
+        SendOp::Write {
+            remote_stag: p.smr.stag(),
+            remote_to: 8192,
+        },
+        &[junk],
+    )
+    .unwrap();
+    p.cqp.post_send(&write).unwrap();
+    let read = SendWr::new(
+        22,
+        SendOp::Read {
+            remote_stag: p.smr.stag(),
+            remote_to: 0,
+        },
+        &[junk],
+    )
+    .unwrap();
+    p.cqp.post_send(&read).unwrap();
+    let c = p.client_completions(3);
+    let got: Vec<(u64, WcStatus)> = c.iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(
+        got,
+        [
+            (20, WcStatus::Success),
+            (21, WcStatus::Success),
+            (22, WcStatus::Success)
+        ]
+    );
+    let t0 = Instant::now();
+    let r = loop {
+        assert!(t0.elapsed() < T, "the Send did not arrive");
+        p.both();
+        if let Some(r) = p.scq.poll_one() {
+            break r;
+        }
+    };
+    assert_eq!((r.status, r.byte_len), (WcStatus::Success, 64));
+    assert_eq!(p.cqp.state(), QpState::Rts);
 }
 
 #[test]
@@ -292,8 +373,7 @@ fn a_bad_local_key_in_a_posted_receive_fails_when_a_message_lands() {
             .alloc_mr(4096, Access::LOCAL_WRITE)
             .unwrap();
         let ro = p.cpd.alloc_mr(4096, Access::empty()).unwrap();
-        let (what, bad) = bad_sges(&p, &other, &ro, true)[k];
-        let bad = Sge { len: 64, ..bad };
+        let (what, bad) = bad_sges(&p, &other, &ro, true, 64)[k];
         let what = format!("{what}{}", if on_srq { " on an SRQ" } else { "" });
         let post = |wr: &RecvWr| match &p.csrq {
             Some(q) => q.post_recv(wr),
@@ -316,10 +396,18 @@ fn a_bad_local_key_in_a_posted_receive_fails_when_a_message_lands() {
         let got: Vec<(u64, WcStatus)> = c.iter().map(|c| (c.wr_id, c.status)).collect();
         assert_eq!(got, want, "a receive with {what}");
         assert_eq!(p.cqp.state(), QpState::Error, "a receive with {what}");
-        match p.server_end() {
-            Some(ConnError::RemoteTerminate(_)) => {}
-            other => panic!("a receive with {what}: the server's connection ended with {other:?}"),
-        }
+        let end = p.server_end();
+        assert!(
+            is_local_catastrophic(&end),
+            "a receive with {what}: the server's connection ended with {end:?}"
+        );
+        // The good buffer behind it got nothing.
+        let mut b = [0u8; 64];
+        p.cmr.read(0, &mut b).unwrap();
+        assert_eq!(
+            b, [0; 64],
+            "a receive with {what}: the next buffer was written"
+        );
     }
 }
 
@@ -338,21 +426,20 @@ fn by_default_a_bad_local_key_is_refused_at_post_and_nothing_queued() {
         Error::SgeOutOfBounds,
         Error::SgeAccess,
     ];
-    for op in [Op::Send, Op::Write, Op::Read, Op::FetchAdd] {
-        for (k, (what, bad)) in bad_sges(&p, &other, &ro, op.writes_local())
-            .into_iter()
-            .enumerate()
-        {
-            let wr = SendWr::new(11, op.send_op(&p), &[bad]).unwrap();
-            match p.cqp.post_send(&wr) {
-                Err(e) if e.to_string() == want[k].to_string() => {}
-                r => panic!("{op:?} with {what}: {r:?}, expected {:?}", want[k]),
-            }
+    for (case, op, sges) in bad_requests(&p, &other, &ro) {
+        let bad = sges.last().copied().unwrap();
+        let k = bad_sges(&p, &other, &ro, true, bad.len)
+            .iter()
+            .position(|(_, s)| *s == bad)
+            .unwrap();
+        let wr = SendWr::new(11, op, &sges).unwrap();
+        match p.cqp.post_send(&wr) {
+            Err(e) if e == want[k] => {}
+            r => panic!("{case}: {r:?}, expected {:?}", want[k]),
         }
     }
     let srq = p.cpd.create_srq(4, 1).unwrap();
-    for (what, bad) in bad_sges(&p, &other, &ro, true) {
-        let bad = Sge { len: 64, ..bad };
+    for (what, bad) in bad_sges(&p, &other, &ro, true, 64) {
         assert!(
             p.cqp.post_recv(&RecvWr::new(21, &[bad]).unwrap()).is_err(),
             "a receive with {what} was accepted"

@@ -5,6 +5,8 @@
  *     rxe and mlx5 check only when the request runs;
  *   ibv_poll_cq(3): such a request completes with IBV_WC_LOC_PROT_ERR, the QP moves to
  *     the error state and the requests behind it complete with IBV_WC_WR_FLUSH_ERR.
+ * The receives here are only shown to be accepted (and flushed with their QP): no message
+ * is placed into them; a receive that fails at placement is verbs_late_sge_checks.rs's.
  * Before the change the library checked the key at post and ibv_post_send / ibv_post_recv
  * failed with EPERM, nothing queued (ibv_post_srq_recv too).
  *   bad_lkey_completes -s ADDR PORT   server: accepts one connection, waits 5 s
