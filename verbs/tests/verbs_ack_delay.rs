@@ -4,6 +4,8 @@
 //! nobody answers is still acknowledged (its Write, sent from registered memory, completes);
 //! and a delay beyond what our peers' probe timeout allows is refused.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use warpcore_verbs::*;
@@ -25,43 +27,17 @@ impl Pair {
     /// Two caller-driven engines over the in-memory link, one connected QP each: this
     /// thread runs both cores, so an answer is posted a loop or two after its request lands.
     fn connect(port: u16) -> Pair {
-        let (da, db) = link_pair(&LinkConfig::default());
-        let mut cs = Config::new(db, [10, 0, 0, 2]);
-        cs.drive = Drive::Caller;
-        let mut cc = Config::new(da, [10, 0, 0, 1]);
-        cc.drive = Drive::Caller;
-        let server = Context::open(cs).unwrap();
-        let client = Context::open(cc).unwrap();
+        let (server, client) = common::caller_contexts(&LinkConfig::default());
         let remote = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
         let spd = server.alloc_pd();
         let scq = server.create_cq(256).unwrap();
         let smr = spd.alloc_mr(1 << 16, remote).unwrap();
         let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
-        server.listen(port, &MpaParams::default()).unwrap();
         let cpd = client.alloc_pd();
         let ccq = client.create_cq(256).unwrap();
         let cmr = cpd.alloc_mr(1 << 16, remote).unwrap();
         let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
-        cqp.connect([10, 0, 0, 2], port, &MpaParams::default(), b"")
-            .unwrap();
-        let t0 = Instant::now();
-        let req = loop {
-            assert!(t0.elapsed() < T, "no connection request");
-            client.progress();
-            server.progress();
-            if let Some(CmEvent::ConnectRequest(r)) = server.next_event(Duration::ZERO) {
-                break r;
-            }
-        };
-        server.accept(&req, &sqp, b"").unwrap();
-        loop {
-            assert!(t0.elapsed() < T, "not established");
-            client.progress();
-            server.progress();
-            if let Some(CmEvent::Established(_)) = client.next_event(Duration::ZERO) {
-                break;
-            }
-        }
+        common::connect_accept_driven(&server, &sqp, &client, &cqp, port);
         Pair {
             client,
             server,

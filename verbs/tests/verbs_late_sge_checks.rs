@@ -5,6 +5,8 @@
 //! it are flushed; the peer learns of it by a local catastrophic Terminate; and the
 //! default (checked at post) still refuses the same requests, typed, queueing nothing.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use warpcore_verbs::*;
@@ -35,13 +37,7 @@ impl Pair {
     /// [`Pair::connect`], the client's QP taking its receives from a shared receive queue
     /// (its keys checked as `at_post` says) if `srq`.
     fn connect_with(port: u16, at_post: bool, srq: bool) -> Pair {
-        let (da, db) = link_pair(&LinkConfig::default());
-        let mut cs = Config::new(db, [10, 0, 0, 2]);
-        cs.drive = Drive::Caller;
-        let mut cc = Config::new(da, [10, 0, 0, 1]);
-        cc.drive = Drive::Caller;
-        let server = Context::open(cs).unwrap();
-        let client = Context::open(cc).unwrap();
+        let (server, client) = common::caller_contexts(&LinkConfig::default());
         let remote = Access::LOCAL_WRITE
             | Access::REMOTE_WRITE
             | Access::REMOTE_READ
@@ -50,7 +46,6 @@ impl Pair {
         let scq = server.create_cq(256).unwrap();
         let smr = spd.alloc_mr(LEN, remote).unwrap();
         let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
-        server.listen(port, &MpaParams::default()).unwrap();
         let cpd = client.alloc_pd();
         let ccq = client.create_cq(256).unwrap();
         let cmr = cpd.alloc_mr(LEN, remote).unwrap();
@@ -65,26 +60,7 @@ impl Pair {
             init = init.with_srq(q);
         }
         let cqp = cpd.create_qp(&init).unwrap();
-        cqp.connect([10, 0, 0, 2], port, &MpaParams::default(), b"")
-            .unwrap();
-        let t0 = Instant::now();
-        let req = loop {
-            assert!(t0.elapsed() < T, "no connection request");
-            client.progress();
-            server.progress();
-            if let Some(CmEvent::ConnectRequest(r)) = server.next_event(Duration::ZERO) {
-                break r;
-            }
-        };
-        server.accept(&req, &sqp, b"").unwrap();
-        loop {
-            assert!(t0.elapsed() < T, "not established");
-            client.progress();
-            server.progress();
-            if let Some(CmEvent::Established(_)) = client.next_event(Duration::ZERO) {
-                break;
-            }
-        }
+        common::connect_accept_driven(&server, &sqp, &client, &cqp, port);
         Pair {
             client,
             server,
@@ -97,6 +73,16 @@ impl Pair {
             smr,
             scq,
         }
+    }
+
+    /// A region of another protection domain and a read-only one of the client's: what
+    /// the bad SGEs name besides an unknown key and a range past the end.
+    fn foreign_regions(&self) -> (MemoryRegion, MemoryRegion) {
+        let other = self.client.alloc_pd();
+        (
+            other.alloc_mr(4096, Access::LOCAL_WRITE).unwrap(),
+            self.cpd.alloc_mr(4096, Access::empty()).unwrap(),
+        )
     }
 
     fn both(&self) {
@@ -120,6 +106,19 @@ impl Pair {
             }
         }
         got
+    }
+
+    /// The client's QP failed on its own account: it is in the error state and the server's
+    /// connection ended with a local catastrophic Terminate (0/0/FF, RDMAP-7.1), not one
+    /// that blames the server.
+    fn assert_failed_locally(&self, case: &str) {
+        assert_eq!(self.cqp.state(), QpState::Error, "{case}");
+        let end = self.server_end();
+        assert!(
+            matches!(&end, Some(ConnError::RemoteTerminate(r))
+                if (r.code.layer(), r.code.etype(), r.code.code()) == (0, 0, 0xFF)),
+            "{case}: the server's connection ended with {end:?}"
+        );
     }
 
     /// Runs both engines until the server reports its connection's end; returns its
@@ -166,12 +165,6 @@ fn bad_sges(
         v.push(("a region without local write", read_only.sge(0, len)));
     }
     v
-}
-
-/// A local catastrophic Terminate (0/0/FF, RDMAP-7.1): our fault, not the peer's.
-fn is_local_catastrophic(e: &Option<ConnError>) -> bool {
-    matches!(e, Some(ConnError::RemoteTerminate(r))
-        if (r.code.layer(), r.code.etype(), r.code.code()) == (0, 0, 0xFF))
 }
 
 /// The send queue requests with a bad local SGE, for a fresh connection `p` (its keys),
@@ -231,22 +224,12 @@ fn bad_requests(
 fn a_bad_local_key_posted_fails_when_its_request_runs() {
     let cases = {
         let p = Pair::connect(9400, false);
-        let other = p
-            .client
-            .alloc_pd()
-            .alloc_mr(4096, Access::LOCAL_WRITE)
-            .unwrap();
-        let ro = p.cpd.alloc_mr(4096, Access::empty()).unwrap();
+        let (other, ro) = p.foreign_regions();
         bad_requests(&p, &other, &ro).len()
     };
     for (k, port) in (0..cases).zip(9401..) {
         let p = Pair::connect(port, false);
-        let other = p
-            .client
-            .alloc_pd()
-            .alloc_mr(4096, Access::LOCAL_WRITE)
-            .unwrap();
-        let ro = p.cpd.alloc_mr(4096, Access::empty()).unwrap();
+        let (other, ro) = p.foreign_regions();
         let (case, op, sges) = bad_requests(&p, &other, &ro).swap_remove(k);
         // The peer's memory and a receive for a Send: nothing may land in either.
         p.smr.write(0, &[0xEE; 64]).unwrap();
@@ -285,13 +268,8 @@ fn a_bad_local_key_posted_fails_when_its_request_runs() {
             ],
             "{case}"
         );
-        assert_eq!(p.cqp.state(), QpState::Error, "{case}");
         // The peer: a Terminate naming a local catastrophic error, nothing placed.
-        let end = p.server_end();
-        assert!(
-            is_local_catastrophic(&end),
-            "{case}: the server's connection ended with {end:?}"
-        );
+        p.assert_failed_locally(&case);
         let mut b = [0u8; 64];
         p.smr.read(0, &mut b).unwrap();
         assert_eq!(b, [0xEE; 64], "{case}: the peer's memory changed");
@@ -367,12 +345,7 @@ fn a_bad_local_key_in_a_posted_receive_fails_when_a_message_lands() {
         let on_srq = k >= 4;
         let p = Pair::connect_with(port, false, on_srq);
         let k = k % 4;
-        let other = p
-            .client
-            .alloc_pd()
-            .alloc_mr(4096, Access::LOCAL_WRITE)
-            .unwrap();
-        let ro = p.cpd.alloc_mr(4096, Access::empty()).unwrap();
+        let (other, ro) = p.foreign_regions();
         let (what, bad) = bad_sges(&p, &other, &ro, true, 64)[k];
         let what = format!("{what}{}", if on_srq { " on an SRQ" } else { "" });
         let post = |wr: &RecvWr| match &p.csrq {
@@ -395,12 +368,7 @@ fn a_bad_local_key_in_a_posted_receive_fails_when_a_message_lands() {
         let c = p.client_completions(want.len());
         let got: Vec<(u64, WcStatus)> = c.iter().map(|c| (c.wr_id, c.status)).collect();
         assert_eq!(got, want, "a receive with {what}");
-        assert_eq!(p.cqp.state(), QpState::Error, "a receive with {what}");
-        let end = p.server_end();
-        assert!(
-            is_local_catastrophic(&end),
-            "a receive with {what}: the server's connection ended with {end:?}"
-        );
+        p.assert_failed_locally(&format!("a receive with {what}"));
         // The good buffer behind it got nothing.
         let mut b = [0u8; 64];
         p.cmr.read(0, &mut b).unwrap();
@@ -414,12 +382,7 @@ fn a_bad_local_key_in_a_posted_receive_fails_when_a_message_lands() {
 #[test]
 fn by_default_a_bad_local_key_is_refused_at_post_and_nothing_queued() {
     let p = Pair::connect(9600, true);
-    let other = p
-        .client
-        .alloc_pd()
-        .alloc_mr(4096, Access::LOCAL_WRITE)
-        .unwrap();
-    let ro = p.cpd.alloc_mr(4096, Access::empty()).unwrap();
+    let (other, ro) = p.foreign_regions();
     let want = [
         Error::SgeInvalidStag,
         Error::SgeInvalidStag,

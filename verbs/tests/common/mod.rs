@@ -485,3 +485,50 @@ pub fn connect_accept(
         Some(CmEvent::Established(_))
     ));
 }
+
+/// Two caller-driven contexts over one in-memory link (`link`): (server at 10.0.0.2,
+/// client at 10.0.0.1). The test's thread runs both cores ([`connect_accept_driven`]).
+pub fn caller_contexts(link: &LinkConfig) -> (Context, Context) {
+    let (da, db) = link_pair(link);
+    let mut cs = Config::new(db, [10, 0, 0, 2]);
+    cs.drive = Drive::Caller;
+    let mut cc = Config::new(da, [10, 0, 0, 1]);
+    cc.drive = Drive::Caller;
+    (Context::open(cs).unwrap(), Context::open(cc).unwrap())
+}
+
+/// [`connect_accept`] for caller-driven contexts ([`caller_contexts`]): the server listens
+/// on `port`, the client's `cqp` connects, `sqp` accepts, and this thread runs both cores
+/// until the client is established; bounded by `CM_WAIT`.
+pub fn connect_accept_driven(
+    server: &Context,
+    sqp: &QueuePair,
+    client: &Context,
+    cqp: &QueuePair,
+    port: u16,
+) {
+    server.listen(port, &MpaParams::default()).unwrap();
+    cqp.connect([10, 0, 0, 2], port, &MpaParams::default(), b"")
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let req = loop {
+        assert!(
+            t0.elapsed() < CM_WAIT,
+            "no connection request within {CM_WAIT:?}"
+        );
+        client.progress();
+        server.progress();
+        if let Some(CmEvent::ConnectRequest(r)) = server.next_event(Duration::ZERO) {
+            break r;
+        }
+    };
+    server.accept(&req, sqp, b"").unwrap();
+    loop {
+        assert!(t0.elapsed() < CM_WAIT, "not established within {CM_WAIT:?}");
+        client.progress();
+        server.progress();
+        if let Some(CmEvent::Established(_)) = client.next_event(Duration::ZERO) {
+            break;
+        }
+    }
+}
