@@ -133,15 +133,17 @@ impl SharedRq {
         if wr.sges.total_len() > u64::from(u32::MAX) {
             return Err(EngineError::MessageTooLong);
         }
-        for s in sges.iter().filter(|_| self.sges_checked_at_post()) {
-            let g = mrs
-                .lookup_local(Stag(s.stag), self.pd, true)
-                .map_err(|f| match f {
-                    LookupFault::AccessDenied => EngineError::SgeAccess,
-                    _ => EngineError::SgeInvalidStag,
-                })?;
-            g.bounds(s.to, s.len as usize)
-                .map_err(|_| EngineError::SgeOutOfBounds)?;
+        if self.sges_checked_at_post() {
+            for s in sges {
+                let g = mrs
+                    .lookup_local(Stag(s.stag), self.pd, true)
+                    .map_err(|f| match f {
+                        LookupFault::AccessDenied => EngineError::SgeAccess,
+                        _ => EngineError::SgeInvalidStag,
+                    })?;
+                g.bounds(s.to, s.len as usize)
+                    .map_err(|_| EngineError::SgeOutOfBounds)?;
+            }
         }
         // Buffers given back count against the depth too.
         if self.len() >= self.queue.capacity() {
