@@ -36,8 +36,10 @@
 //! [`Connection::send_with`] and [`Connection::send`] outside records is a plain stream.
 //! A bulk sender's segment (the next record exactly the payload room, within both windows,
 //! nothing asked for before it) is planned by a short path that makes the walk's tests and
-//! changes without its dispatch and record search (`next_full_record`); the tests hold the
-//! two to each other at every poll.
+//! changes without its dispatch and record search (`next_full_record`), and the segments
+//! after it in the same transmit pass by a shorter one still, which tests only the amounts
+//! (`Connection::poll_full_again`: nothing else can change between two segments of a
+//! pass); the tests hold both to the walk at every poll.
 //! The receiving side's counterpart is header prediction: the next in-order data segment
 //! of an established connection, acknowledging nothing new with its window unchanged, is
 //! taken by a short path with the general path's outcome (`take_predicted`).
@@ -391,12 +393,25 @@ pub struct Outgoing<'a> {
     len: usize,
     /// The first external record the payload overlaps: its index and ring offset.
     first: Option<(usize, i64)>,
+    /// Whether the segment came from the full-record path (new data, exactly one record of
+    /// [`Connection::max_record_payload`] octets, nothing asked for before it): the segment
+    /// after it in the same transmit pass may then come from
+    /// [`Connection::poll_full_again`].
+    full: bool,
 }
 
 impl<'a> Outgoing<'a> {
     /// Payload octets.
     pub fn payload_len(&self) -> usize {
         self.len
+    }
+
+    /// Whether this segment came from the full-record path: the caller may ask
+    /// [`Connection::poll_full_again`] for the next one, with nothing else done to the
+    /// connection in between.
+    #[inline]
+    pub fn is_full_record(&self) -> bool {
+        self.full
     }
 
     /// The payload as one slice of the send buffer when the connection holds all of it in
@@ -947,22 +962,45 @@ impl Connection {
         (start < (off + len) as i64).then_some((k, start))
     }
 
-    /// [`Self::first_ext_after`], trying first where the last search ended and the record
-    /// after it (new segments follow each other record by record): no search per segment
-    /// in a bulk transfer.
+    /// [`Self::first_ext_after`], trying first the record where the last search ended
+    /// (with one look at it: does it hold `off`?), then that record and the one after it as
+    /// the first to end after `off` (new segments follow each other record by record): no
+    /// search per segment in a bulk transfer. Debug builds check every answer against the
+    /// search.
     #[inline]
     fn locate_ext(&mut self, off: usize, len: usize) -> Option<(usize, i64)> {
+        let found = self.locate_ext_hinted(off, len);
+        debug_assert_eq!(
+            found,
+            self.first_ext_after(off, len),
+            "locate_ext: the hint led to another record than the search"
+        );
+        found
+    }
+
+    /// [`Self::locate_ext`]'s work.
+    #[inline(always)]
+    fn locate_ext_hinted(&mut self, off: usize, len: usize) -> Option<(usize, i64)> {
         if self.ext.is_empty() {
             return None;
         }
         let ds = self.data_start();
         let off_i = off as i64;
         let ext = &self.ext;
+        let h = self.ext_hint;
+        // The common case first, with one look at the records: `off` inside the hinted one
+        // (a bulk transfer's segments, most of a record's run). The one before it ends
+        // where it starts or earlier, so it is the first to end after `off`.
+        if let Some(r) = ext.get(h) {
+            let start = seq_diff(r.start, ds);
+            if start <= off_i && start + i64::from(r.len) > off_i && len > 0 {
+                return Some((h, start));
+            }
+        }
         let first_after = |k: usize| {
             ext.get(k).is_some_and(|r| seq_diff(r.end(), ds) > off_i)
                 && (k == 0 || seq_diff(ext[k - 1].end(), ds) <= off_i)
         };
-        let h = self.ext_hint;
         let k = if first_after(h) {
             h
         } else if first_after(h + 1) {
@@ -2330,6 +2368,7 @@ impl Connection {
                 conn: self,
                 off: f.off,
                 len: f.len,
+                full: true,
             });
         }
         let (repr, off, len) = self.plan_in_full(now)?;
@@ -2344,6 +2383,90 @@ impl Connection {
             off,
             len,
             first,
+            full: false,
+        })
+    }
+
+    /// The segment after `prev`, a segment the full-record path just gave
+    /// ([`Outgoing::is_full_record`]) in the same transmit pass at the same `now`, with
+    /// nothing else done to the connection since (no segment received, no timer run, no
+    /// data queued, no other poll): the next record as one more full-record segment, or
+    /// `None`, nothing changed, when the next segment is anything else (the caller then
+    /// asks [`Self::poll_segment`], which decides as always). A bulk sender's run of
+    /// segments in one pass (issue 12 item 4: batching) pays the full-record path's checks
+    /// once, at its first segment: what they test besides the amounts cannot change
+    /// between two segments of a pass. No RST, probe or ACK is asked for (the first
+    /// segment's `sent_acking` cleared the ACK owed, and only a received segment or a timer
+    /// asks for the others), the state, the handshake's end, the loss marks and the SACK
+    /// state are as they were, the timestamp is the same (the same `now`), and so is the
+    /// window field (`window_field` of an unchanged receive side, with `rcv_adv` at what it
+    /// offered: the same value again). So the segment is `prev` with the next sequence
+    /// number, and the changes are the ones the path makes that are not already made:
+    /// `snd_nxt`, the record drained, the recovery's entry, the segment counted (the
+    /// recovery is not empty, so `note_waiting` has nothing to do, and `sent_acking`'s
+    /// fields already hold what it would store). What remains to test is what the amounts
+    /// decide: a whole record unsent and ending where the next boundary is, room in both
+    /// windows, and sender SWS avoidance letting it through. The tests hold it to
+    /// `poll_segment` at every segment of lossy, reordered exchanges
+    /// (`the_full_record_path_agrees_with_the_full_walk`).
+    #[inline]
+    pub fn poll_full_again(
+        &mut self,
+        now: Instant,
+        prev: &TcpRepr<'static>,
+    ) -> Option<Outgoing<'_>> {
+        #[cfg(test)]
+        if self.full_walk_only {
+            return None;
+        }
+        let (sent, unsent) = self.unsent();
+        let room = self.max_record_payload();
+        let seq = self.snd_nxt;
+        let end = seq + room;
+        if unsent < room || self.records.as_slice().first() != Some(&end) {
+            return None;
+        }
+        debug_assert!(
+            self.next_full_record_allowed() && !self.rec.is_empty(),
+            "poll_full_again after something other than a full-record segment of this pass"
+        );
+        let in_flight_wnd = seq_diff(self.snd_nxt, self.snd_una).max(0) as usize;
+        let peer_room = self.snd_wnd.saturating_sub(in_flight_wnd);
+        let n = unsent
+            .min(self.smss)
+            .min(peer_room)
+            .min(self.rec.send_allowance());
+        if n < room || (n < self.smss && n != unsent && n < self.max_snd_wnd / 2) {
+            return None;
+        }
+        self.snd_nxt = end;
+        self.records.drain_front(1);
+        self.rec.on_sent(now, seq, room, false);
+        self.stats.segments_sent += 1;
+        let repr = TcpRepr {
+            seq_number: seq,
+            ..*prev
+        };
+        debug_assert_eq!(
+            (
+                repr.window_len,
+                repr.ack_number,
+                repr.timestamp.map(|t| t.tsval)
+            ),
+            (
+                self.window_field(),
+                Some(self.rcv_nxt),
+                self.ts_ok.then(|| self.ts_now(now))
+            ),
+            "poll_full_again: the segment's fields moved within the pass"
+        );
+        Some(Outgoing {
+            repr,
+            first: self.locate_ext(sent, room),
+            conn: self,
+            off: sent,
+            len: room,
+            full: true,
         })
     }
 
@@ -2396,17 +2519,7 @@ impl Connection {
         // (A keep-alive or an ACK owed comes after new data in the walk, which leaves the
         // one and clears the other as `sent` does here; a record queued makes the stream
         // one of records; a FIN queued (`close`) moves the state past the two below.)
-        let asked = self.rst_pending
-            | self.rst_at.is_some()
-            | self.window_probe_due
-            | self.reopen_resend
-            | self.probe_pending;
-        if asked
-            || !self.syn_acked
-            || !matches!(self.state, State::Established | State::CloseWait)
-            || !self.rec.none_lost()
-            || (self.sack_ok && (!self.ooo.is_empty() || self.dsack.is_some()))
-        {
+        if !self.next_full_record_allowed() {
             return None;
         }
         let in_flight_wnd = seq_diff(self.snd_nxt, self.snd_una).max(0) as usize;
@@ -2433,6 +2546,22 @@ impl Connection {
         self.rec.on_sent(now, seq, room, false);
         self.sent_acking();
         Some(f)
+    }
+
+    /// Whether nothing but new data is due: the full-record path's tests besides the
+    /// amounts ([`Self::next_full_record`]).
+    #[inline(always)]
+    fn next_full_record_allowed(&self) -> bool {
+        let asked = self.rst_pending
+            | self.rst_at.is_some()
+            | self.window_probe_due
+            | self.reopen_resend
+            | self.probe_pending;
+        !asked
+            && self.syn_acked
+            && matches!(self.state, State::Established | State::CloseWait)
+            && self.rec.none_lost()
+            && !(self.sack_ok && (!self.ooo.is_empty() || self.dsack.is_some()))
     }
 
     /// The segment of [`Self::next_full_record`]'s `f`, as `base_segment` builds it for new
@@ -3323,14 +3452,25 @@ mod tests {
         }
     }
 
-    /// Every segment `c` sends now, into `q`, each polled twice: by `c` and by a copy of
-    /// it made to take the full walk ([`Connection::plan_in_full`] behind
-    /// [`Connection::nothing_to_send`]); the segments, their payloads and the two
-    /// connections afterwards must be the same. Counts in `fast` the polls the full-record
-    /// path ([`Connection::next_full_record`]) took.
-    fn drain_both_ways(c: &mut Connection, now: Instant, q: &mut Flight, fast: &mut usize) {
+    /// The polls [`drain_both_ways`] saw take the full-record path: its first segment of a
+    /// pass ([`Connection::next_full_record`]) and the ones after it
+    /// ([`Connection::poll_full_again`]).
+    #[derive(Default)]
+    struct Taken {
+        fast: usize,
+        again: usize,
+    }
+
+    /// Every segment `c` sends now, into `q`, each polled twice: by `c` as the host's
+    /// transmit pass polls ([`Connection::poll_full_again`] after a full-record segment,
+    /// else [`Connection::poll_segment`]) and by a copy of it made to take the full walk
+    /// ([`Connection::plan_in_full`] behind [`Connection::nothing_to_send`]); the
+    /// segments, their payloads and the two connections afterwards must be the same. One
+    /// call is one transmit pass: nothing else is done to `c` between its polls. Counts in
+    /// `taken` the polls the full-record path took.
+    fn drain_both_ways(c: &mut Connection, now: Instant, q: &mut Flight, taken: &mut Taken) {
         // The segment and its payload, an external record's octets standing for its token
-        // and offset.
+        // and offset, and whether it came from the full-record path.
         let owned = |o: Outgoing<'_>| {
             let mut payload = Vec::new();
             o.for_each_piece(|p| match p {
@@ -3339,16 +3479,29 @@ mod tests {
                     payload.extend((0..len).map(|i| (token as usize * 31 + at + i) as u8))
                 }
             });
-            (o.repr, payload)
+            ((o.repr, payload), o.is_full_record())
         };
+        let mut prev: Option<TcpRepr<'static>> = None;
         loop {
             let mut walk = c.clone();
             walk.full_walk_only = true;
-            *fast += usize::from(c.clone().next_full_record(now).is_some());
-            let got = c.poll_segment(now).map(owned);
-            let want = walk.poll_segment(now).map(owned);
+            let again = prev
+                .as_ref()
+                .and_then(|p| c.poll_full_again(now, p).map(owned));
+            let got = match again {
+                Some(g) => {
+                    taken.again += 1;
+                    Some(g)
+                }
+                None => {
+                    taken.fast += usize::from(c.clone().next_full_record(now).is_some());
+                    c.poll_segment(now).map(owned)
+                }
+            };
+            let want = walk.poll_segment(now).map(|o| owned(o).0);
             assert_eq!(
-                got, want,
+                got.as_ref().map(|g| &g.0),
+                want.as_ref(),
                 "the full-record path and the walk send differently"
             );
             walk.full_walk_only = false;
@@ -3357,9 +3510,10 @@ mod tests {
                 format!("{walk:?}"),
                 "the full-record path and the walk leave different connections"
             );
-            let Some(s) = got else {
+            let Some((s, full)) = got else {
                 return;
             };
+            prev = full.then_some(s.0);
             q.push_back(s);
         }
     }
@@ -3382,7 +3536,7 @@ mod tests {
                 assert_eq!(a.send(&vec![0x33; room]), Ok(room));
                 a.end_record();
             }
-            let mut fast = 0;
+            let mut fast = Taken::default();
             let mut q = Flight::new();
             assert!(
                 a.clone().next_full_record(now).is_some(),
@@ -3408,7 +3562,7 @@ mod tests {
                 "{what}: the fast path took it"
             );
             // The polls after the first may take it (the record after the FIN's, say).
-            drain_both_ways(&mut a, now, &mut Flight::new(), &mut 0);
+            drain_both_ways(&mut a, now, &mut Flight::new(), &mut Taken::default());
         }
     }
 
@@ -3433,7 +3587,7 @@ mod tests {
             let eb = Endpoints { local: PEER, remote: US };
             let mut now = Instant::from_millis(1);
             let (mut ab, mut ba) = (Flight::new(), Flight::new());
-            let mut fast = 0;
+            let mut fast = Taken::default();
             let mut a = Connection::connect(&cfg, ea, TcpSeqNumber(7), now);
             drain_both_ways(&mut a, now, &mut ab, &mut fast);
             let (mut syn, payload) = ab.pop_front().expect("the SYN");
@@ -3450,7 +3604,11 @@ mod tests {
                 a.end_record();
             }
             drain_both_ways(&mut a, now, &mut ab, &mut fast);
-            proptest::prop_assert!(fast > 0, "the bulk burst did not take the full-record path");
+            proptest::prop_assert!(fast.fast > 0, "the bulk burst did not take the full-record path");
+            proptest::prop_assert!(
+                fast.again > 0,
+                "the bulk burst's later segments did not take poll_full_again"
+            );
             let mut token = 1;
             for (op, n) in ops {
                 let k = usize::from(n);

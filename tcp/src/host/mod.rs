@@ -16,7 +16,9 @@
 //!                                       listener + SYN -> half-open table -> Connection::accept
 //!                                       nothing -> RST (RFC 9293 3.10.7.1), bounded per poll
 //! timer wheel (ticks passed)  -> Connection::handle_timeout
-//! dirty connections only      -> Connection::poll_segment -> Ethernet/IPv4/TCP headers written
+//! dirty connections only      -> Connection::poll_segment (after a full-record segment,
+//!                                Connection::poll_full_again first)
+//!                             -> Ethernet/IPv4/TCP headers written
 //!                                (module `headers`), payload copied from the send ring, external
 //!                                records written by `fill` -> device tx
 //!                             -> Connection::poll_event -> stack events; re-arm the timer
@@ -1369,6 +1371,9 @@ impl<D: PollDevice> Host<D> {
         s.hop_pending = mac.is_none();
         // The headers of this connection's run of segments in this pass.
         let mut run = HeaderRun::default();
+        // The last segment, while the pass's segments come from the full-record path: the
+        // next one is asked of `poll_full_again` first (its checks made once a run).
+        let mut full: Option<TcpRepr<'static>> = None;
         match mac {
             Some(mac) => loop {
                 // A slot before knowing whether there is anything to send: a refused one puts
@@ -1390,10 +1395,25 @@ impl<D: PollDevice> Host<D> {
                 };
                 // Borrowed where it was returned, not moved into a binding of its own (a
                 // copy of the whole segment description per segment).
-                let polled = s.conn.poll_segment(now);
+                let again = match &full {
+                    Some(prev) => s.conn.poll_full_again(now, prev),
+                    None => None,
+                };
+                let polled = match again {
+                    Some(o) => Some(o),
+                    None => s.conn.poll_segment(now),
+                };
                 let Some(out) = polled.as_ref() else {
                     break;
                 };
+                if out.is_full_record() {
+                    match &mut full {
+                        Some(prev) => prev.seq_number = out.repr.seq_number,
+                        None => full = Some(out.repr),
+                    }
+                } else {
+                    full = None;
+                }
                 let tcp_len = headers::tcp_header_len(&out.repr) + out.payload_len();
                 let src = i.cidr.address();
                 let dst = s.tuple.remote_ip;
