@@ -218,7 +218,7 @@ impl Eal {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -249,10 +249,18 @@ mod tests {
         );
     }
 
+    /// Held by this binary's tests around their `init` calls: `mbuf`'s test starts the EAL
+    /// (once per process) on another thread, and `is_started` is the process's.
+    pub(crate) static INIT_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn nul_in_an_argument_is_reported_before_dpdk_is_touched() {
+        let _held = INIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let before = Eal::is_started();
         let err = EalBuilder::new("prog").arg("bad\0arg").init().unwrap_err();
         assert!(matches!(err, Error::NulInArgument(ref a) if a == "bad\0arg"));
-        assert!(!Eal::is_started(), "the EAL was not attempted");
+        // When the other test started the EAL first, this call could not have; otherwise
+        // it must not have attempted it.
+        assert_eq!(Eal::is_started(), before, "the EAL was not attempted");
     }
 }

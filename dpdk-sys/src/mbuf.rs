@@ -949,9 +949,14 @@ mod tests {
     /// The only test of this binary that starts the EAL (once per process).
     #[test]
     fn data_mut_and_append_refuse_a_buffer_the_mbuf_does_not_own_alone() {
-        let eal = EalBuilder::for_test("mbuf_unit", 0, 128)
-            .init()
-            .expect("EAL init with --no-huge --no-pci");
+        let eal = {
+            let _held = crate::eal::tests::INIT_LOCK
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            EalBuilder::for_test("mbuf_unit", 0, 128)
+                .init()
+                .expect("EAL init with --no-huge --no-pci")
+        };
         let pool =
             Mempool::new(&eal, "wcnet_u_pool", 511, 0, Mempool::DEFAULT_DATA_ROOM).expect("pool");
         let free0 = pool.available();
