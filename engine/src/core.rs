@@ -36,7 +36,10 @@
 //! The pollers visit only the occupied QP slots, and receive only connections with new octets.
 //!
 //! Commands from application threads (the rings of [`crate::runtime`]) are applied between
-//! loops through the same methods tests call directly ([`EngineCore::post_send`], ...).
+//! loops through the same methods tests call directly ([`EngineCore::post_send`], ...),
+//! after the loop's receive snapshot ([`EngineCore::begin_poll`]): the frames a loop takes
+//! reached the device before the commands it applied, so a receive posted before the peer
+//! was told to Send is there for the Send.
 //!
 //! # Where each concern lives
 //! | module | what |
@@ -856,6 +859,28 @@ impl<D: PollDevice> EngineCore<D> {
     fn mark(&mut self, i: usize) {
         self.rx_ready.mark(i);
         self.tx_ready.mark(i);
+    }
+
+    /// Takes the next loop's receive snapshot now ([`warpcore_tcp::host::Host::begin_poll`]): the
+    /// runtime calls it before it applies the application's commands, so that a frame
+    /// [`Self::poll`] takes reached the device before they were applied. A receive posted
+    /// (a command) before the peer was told to Send is then always there for the Send, on
+    /// whatever schedule the threads ran: without the snapshot, a core that looked at an
+    /// empty command ring just before the application posted, and then took in its rx
+    /// burst a Send sent after that post, failed the stream with "no buffer"
+    /// (DDP 1/2/02), and the receive was flushed.
+    #[inline]
+    pub fn begin_poll(&mut self) {
+        self.stack.begin_poll();
+    }
+
+    /// The next loop takes no frame: it was given fewer of the queued commands than were
+    /// waiting before its snapshot (the runtime's per-loop `command_budget`), and its
+    /// frames may need them (a receive among them). They stay in the device for the next
+    /// loop.
+    #[inline]
+    pub fn hold_rx(&mut self) {
+        self.stack.hold_rx();
     }
 
     /// Runs one loop of the pollers at time `now`; returns whether any did work.

@@ -247,17 +247,31 @@ impl<D: PollDevice> CoreLoop<D> {
         } else {
             self.clock.now()
         };
+        // The receive snapshot first, then the commands: every frame this loop takes
+        // reached the device before the commands it applies were read, so a receive posted
+        // before the peer was told to Send is there for the Send (`EngineCore::begin_poll`).
+        self.core.begin_poll();
         // Poller 0: application rings, bounded. The idle loop's case is one look at an
         // empty ring, before the loop: the compiler sets up the inlined command handlers
         // ahead of the loop's first pop, ~30 instructions an idle loop paid for nothing.
         let mut work = false;
         if !self.commands.is_empty() {
+            let mut exhausted = true;
             for _ in 0..self.core.config().command_budget {
                 let Some(cmd) = self.commands.front() else {
+                    exhausted = false;
                     break;
                 };
                 work = true;
                 apply(&mut self.core, cmd);
+            }
+            // The ring went empty: every command queued before the snapshot was applied
+            // (those queued since cannot matter to its frames). The budget ran out first:
+            // some left may be older than the frames, which wait for a loop that applied
+            // them. (Bounded: the queues' depths bound the commands an application can
+            // queue before completions, which need received ACKs, free room.)
+            if exhausted && !self.commands.is_empty() {
+                self.core.hold_rx();
             }
         }
         // Pollers 1-7 (rx, tcp events, requests, receive, timers, send, tx flush).

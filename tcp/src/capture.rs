@@ -318,6 +318,10 @@ impl<D: PollDevice, W: Write> PollDevice for Capture<D, W> {
         self.inner.begin_poll()
     }
 
+    fn end_rx(&mut self) {
+        self.inner.end_rx()
+    }
+
     fn flush(&mut self) -> bool {
         // The sink is flushed by into_parts (or by the writer's own drop), not per poll.
         self.flush_observed(&mut |_| {})

@@ -7,8 +7,21 @@ use smoltcp::phy::Device;
 /// [`PollDevice::flush`] after it (a batching device hands its queued frames to the wire in
 /// one burst).
 pub trait PollDevice: Device {
-    /// Called once before each interface poll.
+    /// Called once before each interface poll: the receive snapshot. A device that can
+    /// tell takes only the frames that reached it by now in the poll that follows (a DPDK
+    /// port's one `rx_burst` a poll, taken here; the in-memory link's frames put on the
+    /// wire by now); later ones wait for the next poll. A caller that applies what was
+    /// queued for it after this call and before the poll (the engine's commands, a receive
+    /// posted among them) can rely on it: every frame the poll takes reached the device
+    /// before those were applied, so none was sent in answer to something it missed
+    /// ([`crate::host::Host::begin_poll`]).
     fn begin_poll(&mut self) {}
+
+    /// Called once a poll has taken the frames it takes (none, in a held poll): the
+    /// snapshot [`PollDevice::begin_poll`] took no longer limits what `receive` gives
+    /// (a caller that reads the device outside polls sees every frame, as before the
+    /// first poll).
+    fn end_rx(&mut self) {}
 
     /// Called once after each interface poll. Returns whether any frame left the device.
     fn flush(&mut self) -> bool {

@@ -76,7 +76,8 @@ impl Default for DpdkDeviceConfig {
 
 /// A smoltcp device on one rx queue and one tx queue of a DPDK port.
 ///
-/// * Receive: [`PollDevice::begin_poll`] arms one `rx_burst` that refills the batch; each
+/// * Receive: [`PollDevice::begin_poll`] takes the poll's one `rx_burst` (the receive
+///   snapshot), into the batch if a held poll left it empty; each
 ///   [`DpdkRxToken`] owns its mbuf and lends its bytes to smoltcp without a copy (a chained
 ///   mbuf is linearised into a scratch buffer first).
 /// * Transmit: each [`DpdkTxToken`] from `transmit` comes with a freshly allocated mbuf that
@@ -394,7 +395,10 @@ impl DpdkDevice {
         self.no_checksums
     }
 
-    fn take_rx(&mut self) -> Option<Mbuf> {
+    /// The poll's one `rx_burst`, if it is armed and the batch is empty (frames a held poll
+    /// left stay first).
+    #[inline]
+    fn burst_rx(&mut self) {
         if self.rx_batch.is_empty() && self.rx_armed {
             self.rx_armed = false;
             self.rx.rx_burst(&mut self.rx_batch, self.cfg.burst);
@@ -406,6 +410,10 @@ impl DpdkDevice {
                 }
             }
         }
+    }
+
+    fn take_rx(&mut self) -> Option<Mbuf> {
+        self.burst_rx();
         while let Some(m) = self.rx_batch.pop_front() {
             if self.rx_offload && !rx_checksums_ok(&m) {
                 self.stats.rx_dropped += 1;
@@ -1062,9 +1070,14 @@ impl DpdkDevice {
 }
 
 impl PollDevice for DpdkDevice {
+    /// Frees the last poll's received mbufs and takes the poll's one `rx_burst` now, unless
+    /// frames an earlier poll left wait in the batch: the receive snapshot (the frames this
+    /// poll may take; later ones wait for the next, and none is fetched mid-poll).
     fn begin_poll(&mut self) {
         self.rx_done.clear();
         self.rx_armed = true;
+        self.burst_rx();
+        self.rx_armed = false;
     }
 
     fn flush(&mut self) -> bool {

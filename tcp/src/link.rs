@@ -9,7 +9,7 @@
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
-use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use smoltcp::phy::{self, Device, DeviceCapabilities, Medium};
@@ -303,8 +303,12 @@ impl Wire {
         });
     }
 
-    fn pop(&mut self, now: Instant) -> Option<Vec<u8>> {
-        if self.queue.peek().is_none_or(|f| f.at > now) {
+    fn pop(&mut self, now: Instant, limit: u64) -> Option<Vec<u8>> {
+        if self
+            .queue
+            .peek()
+            .is_none_or(|f| f.at > now || f.seq > limit)
+        {
             return None;
         }
         let f = self.queue.pop()?;
@@ -327,6 +331,9 @@ struct Dir {
     /// poll costs a load, not a lock round trip (~40 instructions per idle loop). A frame
     /// pushed just after the load waits for the next poll, as on a real port.
     due: AtomicI64,
+    /// The `seq` of the last frame put on the wire, written under the lock after every
+    /// push: the receiver's snapshot ([`LinkEnd`]'s `begin_poll`).
+    pushed: AtomicU64,
 }
 
 impl Dir {
@@ -334,6 +341,7 @@ impl Dir {
         Dir {
             wire: Mutex::new(wire),
             due: AtomicI64::new(i64::MAX),
+            pushed: AtomicU64::new(0),
         }
     }
 
@@ -341,14 +349,15 @@ impl Dir {
     fn push(&self, now: Instant, frame: Vec<u8>) {
         let mut w = lock(self);
         w.push(now, frame);
+        self.pushed.store(w.seq, AtomicOrdering::Release);
         self.publish(&w);
     }
 
-    /// Takes the first frame due at `now`.
+    /// Takes the first frame due at `now` that was put on the wire by frame `limit`.
     #[inline(never)]
-    fn pop(&self, now: Instant) -> Option<Vec<u8>> {
+    fn pop(&self, now: Instant, limit: u64) -> Option<Vec<u8>> {
         let mut w = lock(self);
-        let frame = w.pop(now);
+        let frame = w.pop(now, limit);
         self.publish(&w);
         frame
     }
@@ -368,6 +377,9 @@ pub struct LinkEnd {
     mtu: usize,
     max_burst_size: usize,
     stats: DeviceStats,
+    /// The last frame of the receive direction a poll may take ([`PollDevice::begin_poll`]
+    /// takes the snapshot; without one, every frame due).
+    rx_limit: u64,
 }
 
 fn lock(d: &Dir) -> MutexGuard<'_, Wire> {
@@ -408,6 +420,7 @@ pub fn try_pair(config: &LinkConfig) -> Result<(LinkEnd, LinkEnd), LinkConfigErr
         mtu: config.mtu,
         max_burst_size: config.max_burst_size,
         stats: DeviceStats::default(),
+        rx_limit: u64::MAX,
     };
     Ok((end(&ab, &ba), end(&ba, &ab)))
 }
@@ -491,7 +504,7 @@ impl Device for LinkEnd {
         if timestamp.total_micros() < self.rx.due.load(AtomicOrdering::Acquire) {
             return None;
         }
-        let frame = self.rx.pop(timestamp)?;
+        let frame = self.rx.pop(timestamp, self.rx_limit)?;
         self.stats.rx_frames += 1;
         Some((
             LinkRxToken {
@@ -532,6 +545,18 @@ impl Device for LinkEnd {
 }
 
 impl PollDevice for LinkEnd {
+    /// The receive snapshot: this poll takes the frames put on the wire until now (when
+    /// they are due), none sent after, as a port's one `rx_burst` per poll does.
+    #[inline]
+    fn begin_poll(&mut self) {
+        self.rx_limit = self.rx.pushed.load(AtomicOrdering::Acquire);
+    }
+
+    #[inline]
+    fn end_rx(&mut self) {
+        self.rx_limit = u64::MAX;
+    }
+
     fn stats(&self) -> DeviceStats {
         self.stats
     }
@@ -558,6 +583,36 @@ mod tests {
             out.push(rx.consume(|f| f[0]));
         }
         out
+    }
+
+    /// `begin_poll` takes the receive snapshot: a poll takes the frames put on the wire
+    /// before it, none sent after, which wait for the next snapshot (the engine's runtime
+    /// applies its commands between the snapshot and the frames: `EngineCore::begin_poll`).
+    #[test]
+    fn a_poll_takes_only_the_frames_sent_before_its_snapshot() {
+        let (mut a, mut b) = pair(&LinkConfig::default());
+        let now = Instant::from_micros(50);
+        assert!(send(&mut a, now, 1));
+        assert!(send(&mut a, now, 2));
+        b.begin_poll();
+        assert!(send(&mut a, now, 3));
+        assert_eq!(recv_all(&mut b, now), [1, 2]);
+        b.begin_poll();
+        assert!(send(&mut a, now, 4));
+        assert_eq!(recv_all(&mut b, now), [3]);
+        b.begin_poll();
+        assert_eq!(recv_all(&mut b, now), [4]);
+        // A snapshot takes no frame that is not yet due.
+        assert!(send(&mut a, Instant::from_micros(60), 5));
+        b.begin_poll();
+        assert!(recv_all(&mut b, now).is_empty());
+        assert_eq!(recv_all(&mut b, Instant::from_micros(60)), [5]);
+        // Once the poll is over, the snapshot limits nothing.
+        b.begin_poll();
+        assert!(send(&mut a, now, 6));
+        assert!(recv_all(&mut b, now).is_empty());
+        b.end_rx();
+        assert_eq!(recv_all(&mut b, now), [6]);
     }
 
     #[test]

@@ -181,6 +181,7 @@ impl<D: PollDevice> RefStack<D> {
         self.now = now;
         self.device.begin_poll();
         let changed = self.iface.poll(now, &mut self.device, &mut self.sockets);
+        self.device.end_rx();
         let sent = self.device.flush();
         let before = self.events.len();
         self.scan();
@@ -478,6 +479,7 @@ impl<D: PollDevice> RefStack<D> {
             let _ = self
                 .iface
                 .poll(self.now, &mut self.device, &mut self.sockets);
+            self.device.end_rx();
             self.device.flush();
         }
         self.slots[id.index as usize] = None;

@@ -600,6 +600,24 @@ impl<D: PollDevice> Stack<D> {
         }
     }
 
+    /// Takes the next poll's receive snapshot now ([`crate::host::Host::begin_poll`]). The
+    /// smoltcp reference takes it inside its poll, as before.
+    #[inline]
+    pub fn begin_poll(&mut self) {
+        if let Imp::Warpcore(s) = &mut self.imp {
+            s.begin_poll();
+        }
+    }
+
+    /// The next poll leaves the frames of its snapshot in the device
+    /// ([`crate::host::Host::hold_rx`]). The smoltcp reference receives as always.
+    #[inline]
+    pub fn hold_rx(&mut self) {
+        if let Imp::Warpcore(s) = &mut self.imp {
+            s.hold_rx();
+        }
+    }
+
     /// [`Self::poll_transmit`] with `fill` ([`Self::poll_with_fill`]).
     pub fn poll_transmit_fill<X>(&mut self, now: Instant, fill: X) -> bool
     where

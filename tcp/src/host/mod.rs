@@ -109,6 +109,11 @@ type Deliver<'a> = dyn FnMut(ConnId, &[u8], Option<u32>) -> usize + 'a;
 
 /// Frames taken from the device per poll.
 const RX_BUDGET: usize = 64;
+
+/// [`Inner::rx_next`]: the next poll's snapshot is taken ([`Host::begin_poll`]).
+const RX_BEGUN: u8 = 1;
+/// [`Inner::rx_next`]: the next poll takes no frame ([`Host::hold_rx`]).
+const RX_HELD: u8 = 2;
 /// Most control frames (RST, ARP, ICMP) waiting to go out.
 pub const CONTROL_MAX: usize = 64;
 const TCP_HDR: usize = 20;
@@ -342,6 +347,9 @@ struct Inner {
     quick_ack: Option<u32>,
     isn: IsnGen,
     now: Instant,
+    /// What the caller asked of the next poll's receiving ([`Host::begin_poll`],
+    /// [`Host::hold_rx`]): `RX_BEGUN` (its snapshot taken), `RX_HELD` (no frame taken).
+    rx_next: u8,
     next_port: u16,
     max_connections: usize,
     /// This host's tag in every handle it makes (`crate::stack::new_stack_tag`): a handle
@@ -468,6 +476,7 @@ impl<D: PollDevice> Host<D> {
                 quick_ack: None,
                 isn: IsnGen::new(config.random_seed),
                 now,
+                rx_next: 0,
                 next_port: EPHEMERAL_FIRST + (config.random_seed % span) as u16,
                 max_connections: config.max_connections,
                 tag: crate::stack::new_stack_tag(),
@@ -593,9 +602,13 @@ impl<D: PollDevice> Host<D> {
     {
         self.inner.now = now;
         let events_before = self.inner.events.len();
-        self.device.begin_poll();
+        let rx_next = std::mem::take(&mut self.inner.rx_next);
+        if rx_next & RX_BEGUN == 0 {
+            self.device.begin_poll();
+        }
+        let budget = if rx_next & RX_HELD == 0 { RX_BUDGET } else { 0 };
         let mut work = false;
-        for _ in 0..RX_BUDGET {
+        for _ in 0..budget {
             let Some((rx, _)) = self.device.receive(now) else {
                 break;
             };
@@ -606,6 +619,7 @@ impl<D: PollDevice> Host<D> {
                 self.send_quick_ack(index, now);
             }
         }
+        self.device.end_rx();
         // The burst brought only data `deliver` placed, whose ACKs the pass would defer (a
         // ping-pong's lone segment): the poll ends here, so the caller sees the message at
         // once. Skipping the pass is the deferral: the next pass sends what the connections
@@ -615,6 +629,27 @@ impl<D: PollDevice> Host<D> {
             return true;
         }
         self.timers_and_transmit(now, work, events_before, make_fill)
+    }
+
+    /// Takes the next poll's receive snapshot now ([`PollDevice::begin_poll`]): that poll
+    /// takes only frames that reached the device by this call. A caller that applies what
+    /// its application queued (the engine's commands: a receive posted, a region
+    /// registered) after this call and before the poll knows that every frame of the poll
+    /// reached the device before it applied them, so nothing queued before such a frame
+    /// was sent is missed: a peer's Send, sent once the receive was posted (the peer told
+    /// so by any other path), finds that receive however the threads were scheduled.
+    /// Without this call the poll takes its snapshot itself.
+    pub fn begin_poll(&mut self) {
+        self.device.begin_poll();
+        self.inner.rx_next |= RX_BEGUN;
+    }
+
+    /// The next poll takes no frame: its snapshot's frames stay in the device for the poll
+    /// after (timers, transmit pass and flush run as always). For a caller that could not
+    /// apply all its application had queued before the snapshot (a bounded command drain
+    /// that left some): the frames may depend on those.
+    pub fn hold_rx(&mut self) {
+        self.inner.rx_next |= RX_HELD;
     }
 
     /// [`Self::poll`] without the rx burst: due timers, every dirty connection's segments
