@@ -2419,26 +2419,16 @@ impl Connection {
         if self.full_walk_only {
             return None;
         }
-        let (sent, unsent) = self.unsent();
-        let room = self.max_record_payload();
-        let seq = self.snd_nxt;
-        let end = seq + room;
-        if unsent < room || self.records.as_slice().first() != Some(&end) {
-            return None;
-        }
+        let (sent, unsent, room) = self.full_record_queued()?;
         debug_assert!(
             self.next_full_record_allowed() && !self.rec.is_empty(),
             "poll_full_again after something other than a full-record segment of this pass"
         );
-        let in_flight_wnd = seq_diff(self.snd_nxt, self.snd_una).max(0) as usize;
-        let peer_room = self.snd_wnd.saturating_sub(in_flight_wnd);
-        let n = unsent
-            .min(self.smss)
-            .min(peer_room)
-            .min(self.rec.send_allowance());
-        if n < room || (n < self.smss && n != unsent && n < self.max_snd_wnd / 2) {
+        if !self.full_record_fits(unsent, room) {
             return None;
         }
+        let seq = self.snd_nxt;
+        let end = seq + room;
         self.snd_nxt = end;
         self.records.drain_front(1);
         self.rec.on_sent(now, seq, room, false);
@@ -2509,31 +2499,15 @@ impl Connection {
         }
         // First what sets a bulk sender's segments apart (a small message's poll leaves
         // here), then what the walk would do before it.
-        let (sent, unsent) = self.unsent();
-        let room = self.max_record_payload();
-        let seq = self.snd_nxt;
-        let end = seq + room;
-        if unsent < room || self.records.as_slice().first() != Some(&end) {
-            return None;
-        }
+        let (sent, unsent, room) = self.full_record_queued()?;
         // (A keep-alive or an ACK owed comes after new data in the walk, which leaves the
         // one and clears the other as `sent` does here; a record queued makes the stream
         // one of records; a FIN queued (`close`) moves the state past the two below.)
-        if !self.next_full_record_allowed() {
+        if !self.next_full_record_allowed() || !self.full_record_fits(unsent, room) {
             return None;
         }
-        let in_flight_wnd = seq_diff(self.snd_nxt, self.snd_una).max(0) as usize;
-        let peer_room = self.snd_wnd.saturating_sub(in_flight_wnd);
-        let n = unsent
-            .min(self.smss)
-            .min(peer_room)
-            .min(self.rec.send_allowance());
-        // It carries one record, and `poll_new`'s sender SWS avoidance lets it through (which
-        // can refuse a segment of `room` octets only where the MSS leaves under 32 octets
-        // beside the options: `update_smss` then keeps `smss` above `room`).
-        if n < room || (n < self.smss && n != unsent && n < self.max_snd_wnd / 2) {
-            return None;
-        }
+        let seq = self.snd_nxt;
+        let end = seq + room;
         let f = FullRecord {
             seq,
             off: sent,
@@ -2546,6 +2520,35 @@ impl Connection {
         self.rec.on_sent(now, seq, room, false);
         self.sent_acking();
         Some(f)
+    }
+
+    /// The full-record path's first test, what sets a bulk sender's segments apart (a
+    /// small message's poll leaves here): the next record wholly unsent and exactly the
+    /// payload room ([`Self::max_record_payload`]) long. Its ring offset, the octets
+    /// unsent, and that room.
+    #[inline(always)]
+    fn full_record_queued(&self) -> Option<(usize, usize, usize)> {
+        let (sent, unsent) = self.unsent();
+        let room = self.max_record_payload();
+        let end = self.snd_nxt + room;
+        (unsent >= room && self.records.as_slice().first() == Some(&end))
+            .then_some((sent, unsent, room))
+    }
+
+    /// Whether the windows let the next record go in one segment of `room` octets with
+    /// `unsent` octets waiting: room in the peer's window and the congestion window, and
+    /// `poll_new`'s sender SWS avoidance lets it through (which can refuse a segment of
+    /// `room` octets only where the MSS leaves under 32 octets beside the options:
+    /// `update_smss` then keeps `smss` above `room`).
+    #[inline(always)]
+    fn full_record_fits(&self, unsent: usize, room: usize) -> bool {
+        let in_flight_wnd = seq_diff(self.snd_nxt, self.snd_una).max(0) as usize;
+        let peer_room = self.snd_wnd.saturating_sub(in_flight_wnd);
+        let n = unsent
+            .min(self.smss)
+            .min(peer_room)
+            .min(self.rec.send_allowance());
+        !(n < room || (n < self.smss && n != unsent && n < self.max_snd_wnd / 2))
     }
 
     /// Whether nothing but new data is due: the full-record path's tests besides the
