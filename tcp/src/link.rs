@@ -353,7 +353,9 @@ impl Dir {
         self.publish(&w);
     }
 
-    /// Takes the first frame due at `now` that was put on the wire by frame `limit`.
+    /// Takes the first frame due at `now` that was put on the wire by frame `limit`. Frames
+    /// leave in delivery order: a later frame that overtook (reordering faults) and is past
+    /// the limit holds those behind it until the next snapshot, one poll later.
     #[inline(never)]
     fn pop(&self, now: Instant, limit: u64) -> Option<Vec<u8>> {
         let mut w = lock(self);
