@@ -117,6 +117,66 @@ pub fn lcore_id() -> u32 {
     unsafe { ffi::wc_lcore_id() }
 }
 
+/// Gives the calling thread an lcore id of its own if it has none ([`Mempool::use_lcore_cache`]).
+/// Only ever called once the EAL is up (a [`Mempool`] exists).
+pub(crate) fn ensure_lcore() -> Option<u32> {
+    LCORE_GUARD.with(|g| {
+        if g.tried.get() {
+            return g.id.get();
+        }
+        g.tried.set(true);
+        let mut id = lcore_id();
+        if id == LCORE_ID_ANY {
+            // SAFETY: the EAL is initialised (the caller holds a Mempool); the call touches
+            // only DPDK's lcore table (under its own lock) and this thread's thread-local
+            // lcore id.
+            let rc = unsafe { ffi::rte_thread_register() };
+            id = lcore_id();
+            if rc != 0 || id == LCORE_ID_ANY {
+                return None;
+            }
+            g.registered.set(true);
+        }
+        g.id.set(Some(id));
+        Some(id)
+    })
+}
+
+/// `LCORE_ID_ANY`: the lcore id of a thread that has none.
+const LCORE_ID_ANY: u32 = u32::MAX;
+
+/// Gives a registered thread's lcore id back when the thread exits ([`ensure_lcore`]).
+struct LcoreGuard {
+    /// [`ensure_lcore`] ran on this thread.
+    tried: std::cell::Cell<bool>,
+    /// Its answer.
+    id: std::cell::Cell<Option<u32>>,
+    /// It registered the thread (which then gives its id back when it exits).
+    registered: std::cell::Cell<bool>,
+}
+
+impl Drop for LcoreGuard {
+    fn drop(&mut self) {
+        if self.registered.get() {
+            // SAFETY: runs on the exiting thread that registered itself (thread-local
+            // destructors run on their thread), whose DPDK thread-locals (C `__thread`
+            // variables, without destructors) are still in place; the thread uses no DPDK
+            // object after this.
+            unsafe { ffi::rte_thread_unregister() };
+        }
+    }
+}
+
+thread_local! {
+    static LCORE_GUARD: LcoreGuard = const {
+        LcoreGuard {
+            tried: std::cell::Cell::new(false),
+            id: std::cell::Cell::new(None),
+            registered: std::cell::Cell::new(false),
+        }
+    };
+}
+
 /// Returns `rte_errno` of the calling thread.
 pub(crate) fn errno() -> i32 {
     // SAFETY: reads DPDK's thread-local errno; no preconditions.

@@ -101,6 +101,27 @@ impl Mempool {
         Mbuf::alloc(self)
     }
 
+    /// Makes the calling thread allocate and free mbufs through the pools' per-lcore caches
+    /// (the `cache` of [`Mempool::new`]), and returns its lcore id: a thread DPDK did not
+    /// start (an engine thread, an application thread that drives a caller-driven core) has
+    /// none, and is given one (`rte_thread_register`); `None` when DPDK has none left to give
+    /// (`RTE_MAX_LCORE` threads hold one), the thread then works on without a cache.
+    ///
+    /// Without an lcore id every mbuf a thread takes from a pool, and every one it (or its
+    /// transmit queue's driver) gives back, is an atomic operation on the pool's shared ring,
+    /// which all such threads of the process contend for; with one, mbufs move in bulk
+    /// between the ring and the thread's cache. A thread given an id gives it back
+    /// (`rte_thread_unregister`) when it exits, so threads that come and go do not use up
+    /// DPDK's ids; mbufs left in that id's cache stay there for its next holder. DPDK's note
+    /// on `rte_thread_register` applies: it does not mix with DPDK's multi-process mode
+    /// (secondary processes), which Warpcore does not use.
+    ///
+    /// After the first call on a thread, one thread-local read.
+    #[inline]
+    pub fn use_lcore_cache(&self) -> Option<u32> {
+        crate::ensure_lcore()
+    }
+
     /// Data room per mbuf, headroom included.
     pub fn data_room(&self) -> u16 {
         self.data_room

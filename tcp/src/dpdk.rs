@@ -146,6 +146,8 @@ pub struct DpdkDevice {
     /// before the flush that sends the first.
     tx_reserve: Option<Mbuf>,
     tso: Option<Tso>,
+    /// A thread found no lcore id to take ([`DpdkDevice::use_lcore_cache`]); said once.
+    lcore_warned: bool,
 }
 
 /// TSO state of a device whose port cuts super-frames.
@@ -302,6 +304,7 @@ impl DpdkDevice {
             tx_spare: None,
             tx_reserve: None,
             tso,
+            lcore_warned: false,
         })
     }
 
@@ -847,7 +850,32 @@ impl DpdkDevice {
     #[inline]
     fn fill_spare(&mut self) {
         if self.tx_spare.is_none() {
-            self.tx_spare = self.tx_reserve.take().or_else(|| self.pool.alloc());
+            self.tx_spare = self.tx_reserve.take().or_else(|| {
+                // A thread that posts a lone Write to a caller-driven core sends it without
+                // running a loop (`begin_poll`) first.
+                self.use_lcore_cache();
+                self.pool.alloc()
+            });
+        }
+    }
+
+    /// Makes the running thread take and give back mbufs through the pool's per-lcore cache
+    /// ([`Mempool::use_lcore_cache`]): without an lcore id of its own, each mbuf is an atomic
+    /// operation on the pool's ring that every other such thread of the process contends for
+    /// (`bench/examples/mbuf_cache.rs`: ~14 ns an allocation and free with one, 500-650 ns
+    /// without, two threads on two CPUs; microseconds to milliseconds on one CPU, where a
+    /// thread preempted inside the ring's update stalls the other). Checked each loop: a
+    /// caller-driven core is run by whichever thread calls it.
+    #[inline]
+    fn use_lcore_cache(&mut self) {
+        if self.pool.use_lcore_cache().is_none() && !self.lcore_warned {
+            self.lcore_warned = true;
+            tracing::warn!(
+                port = self.tx.port(),
+                "DPDK has no lcore id left for this thread (RTE_MAX_LCORE): its mbufs bypass \
+                 the pool's per-lcore cache, which is much slower when several threads share \
+                 the pool"
+            );
         }
     }
 
@@ -1074,6 +1102,7 @@ impl PollDevice for DpdkDevice {
     /// frames an earlier poll left wait in the batch: the receive snapshot (the frames this
     /// poll may take; later ones wait for the next, and none is fetched mid-poll).
     fn begin_poll(&mut self) {
+        self.use_lcore_cache();
         self.rx_done.clear();
         self.rx_armed = true;
         self.burst_rx();

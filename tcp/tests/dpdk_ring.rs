@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use smoltcp::time::{Duration, Instant};
-use warpcore_tcp::dpdk_sys::{Eal, EalBuilder, Mempool, Port, PortConfig, RingPortPair};
+use warpcore_tcp::dpdk_sys::{lcore_id, Eal, EalBuilder, Mempool, Port, PortConfig, RingPortPair};
 use warpcore_tcp::{DpdkDevice, DpdkDeviceConfig, Stack, TcpTuning};
 
 /// Two stacks (A at `IP_A`, B at `IP_B`) on a fresh pair of ring ports named `name`: each
@@ -178,4 +178,44 @@ fn ring_ports_64_mib_each_way() {
         "mbufs leaked: {} of 96 free",
         small.available()
     );
+
+    // Stacks polled on a thread DPDK did not start (an engine thread, its device built
+    // there from queues handed over, as `engine::runtime::spawn_core` does): the device's
+    // first loop gives the thread an lcore id of its own, so its mbufs go through the
+    // pool's per-lcore cache instead of an atomic operation on the shared ring each.
+    let RingPortPair { mut a, mut b } =
+        RingPortPair::new(&eal, "wcnet_thread", 1024).expect("rings");
+    let mut queues = Vec::new();
+    for p in [&mut a, &mut b] {
+        p.configure(&port_cfg, &pool).expect("configure");
+        p.start().expect("start");
+        queues.push((p.rx_queue(0).expect("rx"), p.tx_queue(0).expect("tx")));
+    }
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            assert_eq!(lcore_id(), u32::MAX, "a plain thread has no lcore id");
+            let mut stacks =
+                queues
+                    .into_iter()
+                    .zip([(1, IP_A), (2, IP_B)])
+                    .map(|((rx, tx), (n, ip))| {
+                        let d = DpdkDevice::new(rx, tx, pool, DpdkDeviceConfig::default())
+                            .expect("device");
+                        Stack::new(d, &config(n, ip), Instant::ZERO).expect("stack")
+                    });
+            let (mut sa, mut sb) = (stacks.next().expect("a"), stacks.next().expect("b"));
+            bidirectional(
+                &mut sa,
+                &mut sb,
+                1 << 20,
+                &TcpTuning::default(),
+                sim_clock,
+                |_, _| None,
+                Duration::from_secs(600),
+            );
+            let id = lcore_id();
+            assert!(id != u32::MAX && id != 0, "lcore {id}");
+        });
+    });
+    drop((a, b));
 }
