@@ -58,6 +58,7 @@ mod port;
 mod ring;
 
 pub use eal::{Eal, EalBuilder};
+
 pub use error::Error;
 pub use gso::Gso;
 pub use mbuf::{
@@ -75,6 +76,7 @@ pub use port::{
     AF_PACKET_JUMBO_DATA_ROOM, AF_PACKET_JUMBO_FRAMESZ, BURST_MAX,
 };
 pub use ring::RingPortPair;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Largest Ethernet payload (IP MTU) the wrappers configure: jumbo frames up to 9000 bytes.
 pub const MTU_MAX: usize = 9000;
@@ -117,9 +119,10 @@ pub fn lcore_id() -> u32 {
     unsafe { ffi::wc_lcore_id() }
 }
 
-/// Gives the calling thread an lcore id of its own if it has none ([`Mempool::use_lcore_cache`]).
-/// Only ever called once the EAL is up (a [`Mempool`] exists).
-pub(crate) fn ensure_lcore() -> Option<u32> {
+/// Gives the calling thread an lcore id of its own if it has none and fewer than `limit`
+/// threads hold one from here ([`Mempool::use_lcore_cache`]). Only ever called once the EAL
+/// is up (a [`Mempool`] exists).
+pub(crate) fn ensure_lcore(limit: u32) -> Option<u32> {
     LCORE_GUARD.with(|g| {
         if g.tried.get() {
             return g.id.get();
@@ -127,12 +130,21 @@ pub(crate) fn ensure_lcore() -> Option<u32> {
         g.tried.set(true);
         let mut id = lcore_id();
         if id == LCORE_ID_ANY {
+            let counted = LCORE_THREADS
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < limit).then_some(n + 1)
+                })
+                .is_ok();
+            if !counted {
+                return None;
+            }
             // SAFETY: the EAL is initialised (the caller holds a Mempool); the call touches
             // only DPDK's lcore table (under its own lock) and this thread's thread-local
             // lcore id.
             let rc = unsafe { ffi::rte_thread_register() };
             id = lcore_id();
             if rc != 0 || id == LCORE_ID_ANY {
+                LCORE_THREADS.fetch_sub(1, Ordering::AcqRel);
                 return None;
             }
             g.registered.set(true);
@@ -142,10 +154,19 @@ pub(crate) fn ensure_lcore() -> Option<u32> {
     })
 }
 
+/// Threads that hold an lcore id from [`ensure_lcore`] now.
+static LCORE_THREADS: AtomicU32 = AtomicU32::new(0);
+
+/// The threads that hold an lcore id from [`Mempool::use_lcore_cache`] now.
+pub fn lcore_cache_threads() -> u32 {
+    LCORE_THREADS.load(Ordering::Acquire)
+}
+
 /// `LCORE_ID_ANY`: the lcore id of a thread that has none.
 const LCORE_ID_ANY: u32 = u32::MAX;
 
-/// Gives a registered thread's lcore id back when the thread exits ([`ensure_lcore`]).
+/// Gives a registered thread's lcore id back when the thread exits ([`ensure_lcore`]), its
+/// caches emptied into their pools first.
 struct LcoreGuard {
     /// [`ensure_lcore`] ran on this thread.
     tried: std::cell::Cell<bool>,
@@ -158,11 +179,16 @@ struct LcoreGuard {
 impl Drop for LcoreGuard {
     fn drop(&mut self) {
         if self.registered.get() {
-            // SAFETY: runs on the exiting thread that registered itself (thread-local
-            // destructors run on their thread), whose DPDK thread-locals (C `__thread`
-            // variables, without destructors) are still in place; the thread uses no DPDK
-            // object after this.
+            if let Some(id) = self.id.get() {
+                // SAFETY: runs on the exiting thread that holds lcore `id` (thread-local
+                // destructors run on their thread), the only user of that id's caches; its
+                // DPDK thread-locals (C `__thread` variables, without destructors) are
+                // still in place. The pools are never freed while the process runs.
+                unsafe { ffi::wc_mempool_flush_lcore_caches(id) };
+            }
+            // SAFETY: as above; the thread uses no DPDK object after this.
             unsafe { ffi::rte_thread_unregister() };
+            LCORE_THREADS.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }

@@ -21,6 +21,10 @@ const SINGLE_THREAD_OPS: [&str; 3] = ["ring_sp_sc", "ring_sp_mc", "ring_mp_sc"];
 pub struct Mempool {
     raw: NonNull<ffi::rte_mempool>,
     data_room: u16,
+    /// The mbufs it was made with.
+    count: u32,
+    /// Its per-lcore cache's size.
+    cache: u32,
 }
 
 // SAFETY: Mempool::new hands out only pools whose get/put operations are multi-producer and
@@ -93,7 +97,12 @@ impl Mempool {
         // SAFETY: a pool just created, whose objects nobody holds yet; the shim writes each
         // page's first octet back unchanged (mbuf headers included) within the objects.
         unsafe { ffi::wc_mempool_prefault(raw.as_ptr()) };
-        Ok(Mempool { raw, data_room })
+        Ok(Mempool {
+            raw,
+            data_room,
+            count,
+            cache,
+        })
     }
 
     /// Allocates one mbuf; `None` when the pool is empty (back-pressure, not an error).
@@ -104,22 +113,37 @@ impl Mempool {
     /// Makes the calling thread allocate and free mbufs through the pools' per-lcore caches
     /// (the `cache` of [`Mempool::new`]), and returns its lcore id: a thread DPDK did not
     /// start (an engine thread, an application thread that drives a caller-driven core) has
-    /// none, and is given one (`rte_thread_register`); `None` when DPDK has none left to give
-    /// (`RTE_MAX_LCORE` threads hold one), the thread then works on without a cache.
+    /// none, and is given one (`rte_thread_register`).
     ///
     /// Without an lcore id every mbuf a thread takes from a pool, and every one it (or its
     /// transmit queue's driver) gives back, is an atomic operation on the pool's shared ring,
     /// which all such threads of the process contend for; with one, mbufs move in bulk
-    /// between the ring and the thread's cache. A thread given an id gives it back
-    /// (`rte_thread_unregister`) when it exits, so threads that come and go do not use up
-    /// DPDK's ids; mbufs left in that id's cache stay there for its next holder. DPDK's note
-    /// on `rte_thread_register` applies: it does not mix with DPDK's multi-process mode
+    /// between the ring and the thread's cache.
+    ///
+    /// A cache holds up to 1.5 times its size while its thread is idle, out of every other
+    /// thread's reach, so ids are given to at most [`Mempool::lcore_threads_max`] threads
+    /// at once (a quarter of the pool in their caches at most). A thread without an id of
+    /// its own is given none beyond that, nor when the pool has no cache, nor when DPDK has
+    /// none left (`RTE_MAX_LCORE`): it gets `None` and works on without a cache. The
+    /// answer is decided at a thread's first call (with any pool) and kept. A thread given an id empties its caches into
+    /// their pools and gives the id back (`rte_thread_unregister`) when it exits, so
+    /// threads that come and go neither strand mbufs nor use up ids. DPDK's note on
+    /// `rte_thread_register` applies: it does not mix with DPDK's multi-process mode
     /// (secondary processes), which Warpcore does not use.
     ///
     /// After the first call on a thread, one thread-local read.
     #[inline]
     pub fn use_lcore_cache(&self) -> Option<u32> {
-        crate::ensure_lcore()
+        crate::ensure_lcore(self.lcore_threads_max())
+    }
+
+    /// How many threads [`Mempool::use_lcore_cache`] gives an lcore id to at once: so many
+    /// that their caches, full, hold at most a quarter of the pool (0 without a cache).
+    pub fn lcore_threads_max(&self) -> u32 {
+        if self.cache == 0 {
+            return 0;
+        }
+        (self.count / 4) / (self.cache * 3 / 2).max(1)
     }
 
     /// Data room per mbuf, headroom included.
@@ -131,6 +155,15 @@ impl Mempool {
     pub fn available(&self) -> u32 {
         // SAFETY: the pool pointer is valid for the life of the process.
         unsafe { ffi::rte_mempool_avail_count(self.raw.as_ptr()) }
+    }
+
+    /// Free mbufs held in the threads' per-lcore caches ([`Mempool::use_lcore_cache`]) rather
+    /// than the pool's shared ring: part of [`Mempool::available`], reachable only by the
+    /// thread whose cache holds them.
+    pub fn in_caches(&self) -> u32 {
+        // SAFETY: the pool pointer is valid for the life of the process; the count only
+        // reads the caches' lengths (a racy sum while threads use them, as DPDK's own).
+        unsafe { ffi::wc_mempool_cached(self.raw.as_ptr()) }
     }
 
     /// Mbufs currently taken from the pool (allocated and not yet freed; per-lcore caches

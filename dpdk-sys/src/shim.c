@@ -200,6 +200,37 @@ static void wc_touch_obj(struct rte_mempool *mp, void *opaque, void *obj, unsign
  * that without hugepages the kernel maps the whole pool at start-up instead of taking a
  * page fault on the data path the first time each mbuf's data room is used.
  */
+/* Returns what lcore `arg`'s cache of pool `mp` holds to the pool (rte_mempool_walk). */
+static void wc_flush_one(struct rte_mempool *mp, void *arg)
+{
+	unsigned lcore_id = *(const unsigned *)arg;
+	struct rte_mempool_cache *cache = rte_mempool_default_cache(mp, lcore_id);
+
+	if (cache != NULL)
+		rte_mempool_cache_flush(cache, mp);
+}
+
+/*
+ * Empties lcore `lcore_id`'s cache of every pool into the pool. Only the thread that holds
+ * that lcore id may call it (a cache has one user at a time, its lcore's thread).
+ */
+void wc_mempool_flush_lcore_caches(unsigned lcore_id)
+{
+	rte_mempool_walk(wc_flush_one, &lcore_id);
+}
+
+/* Free objects held in the per-lcore caches of `mp` (as rte_mempool_avail_count sums them). */
+unsigned wc_mempool_cached(const struct rte_mempool *mp)
+{
+	unsigned n = 0;
+
+	if (mp->cache_size == 0)
+		return 0;
+	for (unsigned i = 0; i < RTE_MAX_LCORE; i++)
+		n += mp->local_cache[i].len;
+	return n;
+}
+
 void wc_mempool_prefault(struct rte_mempool *mp)
 {
 	rte_mempool_obj_iter(mp, wc_touch_obj, NULL);

@@ -39,6 +39,10 @@ uint64_t wc_tsc_cycles(void);
 int wc_eth_dev_close_serialized(uint16_t port_id, unsigned timeout_ms);
 /* The driver arguments of a port's vdev string, or NULL (see shim.c). */
 const char *wc_port_devargs(uint16_t port_id);
+/* Empties one lcore's cache of every pool (see shim.c). */
+void wc_mempool_flush_lcore_caches(unsigned lcore_id);
+/* Free mbufs in a pool's per-lcore caches (see shim.c). */
+unsigned wc_mempool_cached(const struct rte_mempool *mp);
 /* Maps every page of a new pool's objects (see shim.c). */
 void wc_mempool_prefault(struct rte_mempool *mp);
 /* Maps the net_memif shared regions once a port's link is up (see shim.c). */

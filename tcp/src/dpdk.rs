@@ -146,7 +146,7 @@ pub struct DpdkDevice {
     /// before the flush that sends the first.
     tx_reserve: Option<Mbuf>,
     tso: Option<Tso>,
-    /// A thread found no lcore id to take ([`DpdkDevice::use_lcore_cache`]); said once.
+    /// A thread was given no lcore id ([`DpdkDevice::use_lcore_cache`]); said once.
     lcore_warned: bool,
 }
 
@@ -872,9 +872,11 @@ impl DpdkDevice {
             self.lcore_warned = true;
             tracing::warn!(
                 port = self.tx.port(),
-                "DPDK has no lcore id left for this thread (RTE_MAX_LCORE): its mbufs bypass \
-                 the pool's per-lcore cache, which is much slower when several threads share \
-                 the pool"
+                threads_max = self.pool.lcore_threads_max(),
+                "a thread runs this device's loop without an lcore id of its own (as many \
+                 threads as the pool allows hold one, or DPDK has none left): its mbufs \
+                 bypass the pool's per-lcore cache, which is much slower when several \
+                 threads share the pool"
             );
         }
     }
