@@ -58,7 +58,6 @@ mod port;
 mod ring;
 
 pub use eal::{Eal, EalBuilder};
-
 pub use error::Error;
 pub use gso::Gso;
 pub use mbuf::{
@@ -76,6 +75,7 @@ pub use port::{
     AF_PACKET_JUMBO_DATA_ROOM, AF_PACKET_JUMBO_FRAMESZ, BURST_MAX,
 };
 pub use ring::RingPortPair;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Largest Ethernet payload (IP MTU) the wrappers configure: jumbo frames up to 9000 bytes.
@@ -127,28 +127,34 @@ pub(crate) fn ensure_lcore(limit: u32) -> Option<u32> {
         if g.tried.get() {
             return g.id.get();
         }
-        g.tried.set(true);
-        let mut id = lcore_id();
-        if id == LCORE_ID_ANY {
-            let counted = LCORE_THREADS
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                    (n < limit).then_some(n + 1)
-                })
-                .is_ok();
-            if !counted {
-                return None;
-            }
-            // SAFETY: the EAL is initialised (the caller holds a Mempool); the call touches
-            // only DPDK's lcore table (under its own lock) and this thread's thread-local
-            // lcore id.
-            let rc = unsafe { ffi::rte_thread_register() };
-            id = lcore_id();
-            if rc != 0 || id == LCORE_ID_ANY {
-                LCORE_THREADS.fetch_sub(1, Ordering::AcqRel);
-                return None;
-            }
-            g.registered.set(true);
+        let id = lcore_id();
+        if id != LCORE_ID_ANY {
+            // An EAL thread, or one registered by its own code: its id is its own.
+            g.tried.set(true);
+            g.id.set(Some(id));
+            return Some(id);
         }
+        // Refused while `limit` threads hold an id: asked again at the next call (one
+        // atomic load), so the thread gets one once another has given its back.
+        let counted = LCORE_THREADS
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .is_ok();
+        if !counted {
+            return None;
+        }
+        g.tried.set(true);
+        // SAFETY: the EAL is initialised (the caller holds a Mempool); the call touches only
+        // DPDK's lcore table (under its own lock) and this thread's thread-local lcore id.
+        let rc = unsafe { ffi::rte_thread_register() };
+        let id = lcore_id();
+        if rc != 0 || id == LCORE_ID_ANY {
+            // DPDK has no id left (RTE_MAX_LCORE): not asked again.
+            LCORE_THREADS.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        g.registered.set(true);
         g.id.set(Some(id));
         Some(id)
     })
@@ -168,7 +174,7 @@ const LCORE_ID_ANY: u32 = u32::MAX;
 /// Gives a registered thread's lcore id back when the thread exits ([`ensure_lcore`]), its
 /// caches emptied into their pools first.
 struct LcoreGuard {
-    /// [`ensure_lcore`] ran on this thread.
+    /// [`ensure_lcore`] decided for good on this thread (`id` is its answer).
     tried: std::cell::Cell<bool>,
     /// Its answer.
     id: std::cell::Cell<Option<u32>>,

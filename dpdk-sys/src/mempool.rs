@@ -124,14 +124,15 @@ impl Mempool {
     /// thread's reach, so ids are given to at most [`Mempool::lcore_threads_max`] threads
     /// at once (a quarter of the pool in their caches at most). A thread without an id of
     /// its own is given none beyond that, nor when the pool has no cache, nor when DPDK has
-    /// none left (`RTE_MAX_LCORE`): it gets `None` and works on without a cache. The
-    /// answer is decided at a thread's first call (with any pool) and kept. A thread given an id empties its caches into
-    /// their pools and gives the id back (`rte_thread_unregister`) when it exits, so
-    /// threads that come and go neither strand mbufs nor use up ids. DPDK's note on
-    /// `rte_thread_register` applies: it does not mix with DPDK's multi-process mode
-    /// (secondary processes), which Warpcore does not use.
+    /// none left (`RTE_MAX_LCORE`): it gets `None` and works on without a cache. One
+    /// refused for the bound asks again at its next call (one atomic load) and gets an id
+    /// once another thread has given its back; one DPDK refused is not asked again. A
+    /// thread given an id empties its caches into their pools and gives the id back
+    /// (`rte_thread_unregister`) when it exits, so threads that come and go neither strand
+    /// mbufs nor use up ids. DPDK's note on `rte_thread_register` applies: it does not mix
+    /// with DPDK's multi-process mode (secondary processes), which Warpcore does not use.
     ///
-    /// After the first call on a thread, one thread-local read.
+    /// Once a thread has an id, one thread-local read a call.
     #[inline]
     pub fn use_lcore_cache(&self) -> Option<u32> {
         crate::ensure_lcore(self.lcore_threads_max())

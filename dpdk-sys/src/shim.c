@@ -183,23 +183,6 @@ const char *wc_port_devargs(uint16_t port_id)
 	return da == NULL ? NULL : da->args;
 }
 
-static void wc_touch_obj(struct rte_mempool *mp, void *opaque, void *obj, unsigned idx)
-{
-	volatile char *p = obj;
-	size_t o;
-
-	(void)opaque;
-	(void)idx;
-	for (o = 0; o < mp->elt_size; o += 4096)
-		p[o] = p[o];
-	p[mp->elt_size - 1] = p[mp->elt_size - 1];
-}
-
-/*
- * Writes one octet of every page of every object of a new pool (the same value back), so
- * that without hugepages the kernel maps the whole pool at start-up instead of taking a
- * page fault on the data path the first time each mbuf's data room is used.
- */
 /* Returns what lcore `arg`'s cache of pool `mp` holds to the pool (rte_mempool_walk). */
 static void wc_flush_one(struct rte_mempool *mp, void *arg)
 {
@@ -231,6 +214,23 @@ unsigned wc_mempool_cached(const struct rte_mempool *mp)
 	return n;
 }
 
+static void wc_touch_obj(struct rte_mempool *mp, void *opaque, void *obj, unsigned idx)
+{
+	volatile char *p = obj;
+	size_t o;
+
+	(void)opaque;
+	(void)idx;
+	for (o = 0; o < mp->elt_size; o += 4096)
+		p[o] = p[o];
+	p[mp->elt_size - 1] = p[mp->elt_size - 1];
+}
+
+/*
+ * Writes one octet of every page of every object of a new pool (the same value back), so
+ * that without hugepages the kernel maps the whole pool at start-up instead of taking a
+ * page fault on the data path the first time each mbuf's data room is used.
+ */
 void wc_mempool_prefault(struct rte_mempool *mp)
 {
 	rte_mempool_obj_iter(mp, wc_touch_obj, NULL);

@@ -48,12 +48,18 @@ fn a_plain_thread_gets_an_lcore_id_and_gives_it_back_when_it_exits() {
     assert_eq!(pool.in_caches(), 0, "the exiting thread emptied its cache");
     assert_eq!(lcore_cache_threads(), 0);
 
-    // Two threads at once hold two ids, and a third is refused while they do (the bound);
-    // the first thread's id was given back when it exited (DPDK hands out the lowest free
-    // id: without the give-back these would be first + 1 and first + 2).
-    let (hold, done) = (Barrier::new(3), Barrier::new(3));
-    let ids: Vec<Option<u32>> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..2)
+    // Two threads at once hold two ids, and a third is refused while they do (the bound),
+    // then given one when it asks again after they have exited. The first thread's id was
+    // given back when it exited (DPDK hands out the lowest free id: without the give-back
+    // these would be first + 1 and first + 2).
+    let (hold, done, asked, gone) = (
+        Barrier::new(3),
+        Barrier::new(3),
+        Barrier::new(2),
+        Barrier::new(2),
+    );
+    let (ids, third) = std::thread::scope(|s| {
+        let holders: Vec<_> = (0..2)
             .map(|_| {
                 s.spawn(|| {
                     let id = pool.use_lcore_cache();
@@ -63,18 +69,28 @@ fn a_plain_thread_gets_an_lcore_id_and_gives_it_back_when_it_exits() {
                 })
             })
             .collect();
+        let third = s.spawn(|| {
+            let refused = (pool.use_lcore_cache(), lcore_id());
+            asked.wait();
+            gone.wait(); // the holders have exited
+            (refused, pool.use_lcore_cache())
+        });
         hold.wait();
-        let third = s
-            .spawn(|| (pool.use_lcore_cache(), lcore_id()))
-            .join()
-            .expect("third");
-        assert_eq!(third, (None, u32::MAX), "beyond the pool's bound");
+        asked.wait();
         done.wait();
-        hs.into_iter().map(|h| h.join().expect("thread")).collect()
+        let ids: Vec<Option<u32>> = holders
+            .into_iter()
+            .map(|h| h.join().expect("holder"))
+            .collect();
+        assert_eq!(lcore_cache_threads(), 0, "the holders gave their ids back");
+        gone.wait();
+        (ids, third.join().expect("third"))
     });
     let mut sorted = ids.clone();
     sorted.sort_unstable();
     assert_eq!(sorted, vec![Some(first), Some(first + 1)], "{ids:?}");
+    assert_eq!(third.0, (None, u32::MAX), "refused beyond the pool's bound");
+    assert_eq!(third.1, Some(first), "given one once the holders had gone");
     assert_eq!(lcore_cache_threads(), 0);
 
     // A pool without a cache gives no id.
