@@ -6,13 +6,50 @@ mod common;
 
 use common::*;
 use smoltcp::time::{Duration, Instant};
-use warpcore_tcp::dpdk_sys::{lcore_id, Eal, EalBuilder, Mempool, Port, PortConfig, RingPortPair};
+use warpcore_tcp::dpdk_sys::{
+    lcore_id, Eal, EalBuilder, Mempool, Port, PortConfig, RingPortPair, RxQueue, TxQueue,
+};
 use warpcore_tcp::{DpdkDevice, DpdkDeviceConfig, Stack, TcpTuning};
 
-/// Two stacks (A at `IP_A`, B at `IP_B`) on a fresh pair of ring ports named `name`: each
-/// port configured with `port_cfg` over `pool` and started, each device made with `dev_cfg`
-/// (checksums skipped on both when `skip_csum`). The ports come back too: they must outlive
-/// the stacks.
+/// A fresh pair of ring ports named `name`, each configured with `port_cfg` over `pool` and
+/// started, and each one's queue pair (the ports must outlive them).
+fn ring_ports(
+    eal: &Eal,
+    name: &str,
+    pool: Mempool,
+    port_cfg: &PortConfig,
+) -> (Port, Port, [(RxQueue, TxQueue); 2]) {
+    let RingPortPair { mut a, mut b } = RingPortPair::new(eal, name, 1024).expect("rings");
+    let queues = [&mut a, &mut b].map(|p| {
+        p.configure(port_cfg, &pool).expect("configure");
+        p.start().expect("start");
+        (p.rx_queue(0).expect("rx"), p.tx_queue(0).expect("tx"))
+    });
+    (a, b, queues)
+}
+
+/// Two stacks (A at `IP_A`, B at `IP_B`) on the two queue pairs of [`ring_ports`], each device
+/// made with `dev_cfg` over `pool` (checksums skipped on both when `skip_csum`).
+fn stacks_on(
+    queues: [(RxQueue, TxQueue); 2],
+    pool: Mempool,
+    dev_cfg: DpdkDeviceConfig,
+    skip_csum: bool,
+) -> (Stack<DpdkDevice>, Stack<DpdkDevice>) {
+    let [qa, qb] = queues;
+    let stack = |(rx, tx): (RxQueue, TxQueue), n: u8, ip| {
+        let mut d = DpdkDevice::new(rx, tx, pool, dev_cfg).expect("device");
+        if skip_csum {
+            d.skip_checksums();
+            assert!(d.checksums_skipped() && !d.tx_checksum_offloaded());
+        }
+        Stack::new(d, &config(n, ip), Instant::ZERO).expect("stack")
+    };
+    (stack(qa, 1, IP_A), stack(qb, 2, IP_B))
+}
+
+/// [`ring_ports`] and [`stacks_on`] at once. The ports come back too: they must outlive the
+/// stacks.
 fn ring_stacks(
     eal: &Eal,
     name: &str,
@@ -21,24 +58,8 @@ fn ring_stacks(
     dev_cfg: DpdkDeviceConfig,
     skip_csum: bool,
 ) -> (Port, Port, Stack<DpdkDevice>, Stack<DpdkDevice>) {
-    let RingPortPair { mut a, mut b } = RingPortPair::new(eal, name, 1024).expect("rings");
-    let mut devs = Vec::new();
-    for p in [&mut a, &mut b] {
-        p.configure(port_cfg, &pool).expect("configure");
-        p.start().expect("start");
-        let rx = p.rx_queue(0).expect("rx");
-        let tx = p.tx_queue(0).expect("tx");
-        let mut d = DpdkDevice::new(rx, tx, pool, dev_cfg).expect("device");
-        if skip_csum {
-            d.skip_checksums();
-            assert!(d.checksums_skipped() && !d.tx_checksum_offloaded());
-        }
-        devs.push(d);
-    }
-    let db = devs.pop().expect("b");
-    let da = devs.pop().expect("a");
-    let sa = Stack::new(da, &config(1, IP_A), Instant::ZERO).expect("stack a");
-    let sb = Stack::new(db, &config(2, IP_B), Instant::ZERO).expect("stack b");
+    let (a, b, queues) = ring_ports(eal, name, pool, port_cfg);
+    let (sa, sb) = stacks_on(queues, pool, dev_cfg, skip_csum);
     (a, b, sa, sb)
 }
 
@@ -183,27 +204,11 @@ fn ring_ports_64_mib_each_way() {
     // there from queues handed over, as `engine::runtime::spawn_core` does): the device's
     // first loop gives the thread an lcore id of its own, so its mbufs go through the
     // pool's per-lcore cache instead of an atomic operation on the shared ring each.
-    let RingPortPair { mut a, mut b } =
-        RingPortPair::new(&eal, "wcnet_thread", 1024).expect("rings");
-    let mut queues = Vec::new();
-    for p in [&mut a, &mut b] {
-        p.configure(&port_cfg, &pool).expect("configure");
-        p.start().expect("start");
-        queues.push((p.rx_queue(0).expect("rx"), p.tx_queue(0).expect("tx")));
-    }
+    let (a, b, queues) = ring_ports(&eal, "wcnet_thread", pool, &port_cfg);
     std::thread::scope(|s| {
         s.spawn(move || {
             assert_eq!(lcore_id(), u32::MAX, "a plain thread has no lcore id");
-            let mut stacks =
-                queues
-                    .into_iter()
-                    .zip([(1, IP_A), (2, IP_B)])
-                    .map(|((rx, tx), (n, ip))| {
-                        let d = DpdkDevice::new(rx, tx, pool, DpdkDeviceConfig::default())
-                            .expect("device");
-                        Stack::new(d, &config(n, ip), Instant::ZERO).expect("stack")
-                    });
-            let (mut sa, mut sb) = (stacks.next().expect("a"), stacks.next().expect("b"));
+            let (mut sa, mut sb) = stacks_on(queues, pool, DpdkDeviceConfig::default(), false);
             bidirectional(
                 &mut sa,
                 &mut sb,
