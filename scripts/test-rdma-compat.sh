@@ -5,7 +5,9 @@
 #   1. the drop-ins export what the system's libraries export, under the same versions,
 #      and the programs load against them (every symbol they import resolves);
 #   2. rdmacm-utils: rping -v -V -C 10, ucmatose (8 connections), rdma_server/rdma_client,
-#      between two with-warpcore processes, and rping against iwping both ways;
+#      between two with-warpcore processes, rping between two DPDK applications' processes
+#      (each starts its own EAL first, which the drop-in joins), and rping against iwping
+#      both ways;
 #      and rdma-compat/tests/c/verbs_check.c (windows, atomics, immediate data, Terminate);
 #   3. perftest -R: ib_write_bw, ib_read_bw, ib_send_bw, ib_write_lat, ib_read_lat,
 #      ib_send_lat, ib_atomic_bw between two with-warpcore processes, and each of the seven
@@ -261,6 +263,31 @@ pair "rping" SRV rping -s -a 10.77.0.1 -v -V -C 10 :: CLI rping -c -a 10.77.0.1 
 n=$(grep -c "^ping data: rdma-ping-" "$work/client.log")
 [[ $n -eq 10 ]] || bad "rping client printed $n validated pings, wanted 10"
 ok "rping -v -V -C 10 between two with-warpcore processes (10 validated pings each way)"
+
+# Both sides DPDK applications' processes (as an SPDK target is): each rping has DPDK's EAL
+# started before its main (rdma-compat/tests/c/dpdk_host_preload.c, preloaded), so the
+# drop-in finds an EAL it did not start and must join it, probing its memif port there.
+read -ra dpdk_cflags <<<"$(pkg-config --cflags libdpdk)"
+read -ra dpdk_libs <<<"$(pkg-config --libs libdpdk)"
+gcc -shared -fPIC -O2 -Wall -Werror "${dpdk_cflags[@]}" -o "$work/dpdk_host_preload.so" \
+    rdma-compat/tests/c/dpdk_host_preload.c "${dpdk_libs[@]}" ||
+    bad "dpdk_host_preload.c does not build against the system's libdpdk-dev"
+host_eal() { # the EAL options of a DPDK application's process, as iwperf's without hugepages
+    echo "--no-huge -m 256 --no-pci --no-shconf --no-telemetry --log-level=error" \
+        "--file-prefix=wchost-$1-$$ --lcores=0@(0-$(($(nproc) - 1)))"
+}
+pair "rping in DPDK applications" \
+    SRV env LD_PRELOAD="$work/dpdk_host_preload.so" WC_HOST_EAL="$(host_eal s)" \
+    rping -s -a 10.77.0.1 -v -V -C 10 \
+    :: CLI env LD_PRELOAD="$work/dpdk_host_preload.so" WC_HOST_EAL="$(host_eal c)" \
+    rping -c -a 10.77.0.1 -v -V -C 10
+for side in server client; do
+    grep -q "^dpdk_host_preload: the application started the EAL" "$work/$side.log" ||
+        bad "rping in DPDK applications: the $side's EAL was not started before its main"
+done
+n=$(grep -c "^ping data: rdma-ping-" "$work/client.log")
+[[ $n -eq 10 ]] || bad "rping in DPDK applications: the client printed $n validated pings, wanted 10"
+ok "rping -v -V -C 10 between two DPDK applications' processes (the drop-in joins their EALs)"
 
 pair "ucmatose" SRV ucmatose -c 8 -C 50 -S 4096 :: CLI ucmatose -s 10.77.0.1 -c 8 -C 50 -S 4096
 grep -q "return status 0" "$work/client.log" || bad "ucmatose client did not return status 0"

@@ -932,9 +932,11 @@ mod dpdk {
                 check_memif_socket(&v)?;
             }
             let args = self.eal_args(tool, role);
+            // In a DPDK application's process (a drop-in libibverbs user such as SPDK), its
+            // EAL is joined: only the devices of these arguments are used (`Eal::joined`).
             EalBuilder::new(tool)
                 .args(args.iter())
-                .init()
+                .init_or_join()
                 .map_err(|source| DeviceError::Eal {
                     args: args.join(" "),
                     source,

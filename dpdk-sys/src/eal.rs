@@ -184,9 +184,79 @@ impl EalBuilder {
         }
         Ok(Eal {
             args: self.args,
+            joined: false,
             _not_send: std::marker::PhantomData,
         })
     }
+
+    /// [`EalBuilder::init`], unless the process's application has started DPDK's EAL itself
+    /// (a DPDK application, such as SPDK's NVMe-oF target, that loads Warpcore's drop-in
+    /// libibverbs): that EAL is then joined as it is. Its options are the application's:
+    /// of these arguments only the devices are used, each `--vdev` and each `-a`/`--allow`
+    /// probed now (`rte_dev_probe`; one the application has probed already is taken as it
+    /// is), and [`Eal::joined`] says so. The application's EAL must have the drivers
+    /// (Debian's DPDK loads every one it ships) and memory for Warpcore's pool.
+    ///
+    /// Fails as [`EalBuilder::init`] does, and with [`Error::EalJoin`] naming the device
+    /// that could not be probed.
+    pub fn init_or_join(self) -> Result<Eal, Error> {
+        // SAFETY: rte_lcore_count reads the EAL configuration's lcore count, a static that
+        // stays 0 until an rte_eal_init has succeeded; it has no other precondition.
+        let running = unsafe { ffi::rte_lcore_count() } > 0;
+        if !running || EAL_STARTED.load(Ordering::SeqCst) {
+            return self.init();
+        }
+        let devices = self.devices();
+        let cdevs = devices
+            .iter()
+            .map(|d| CString::new(d.as_str()).map_err(|_| Error::NulInArgument(d.clone())))
+            .collect::<Result<Vec<_>, _>>()?;
+        if EAL_STARTED.swap(true, Ordering::SeqCst) {
+            return Err(Error::EalAlreadyInitialised);
+        }
+        for (d, c) in devices.iter().zip(&cdevs) {
+            // SAFETY: the EAL is up (its lcore count is set); `c` is a valid NUL-terminated
+            // string for the call (DPDK copies the device arguments).
+            let rc = unsafe { ffi::rte_dev_probe(c.as_ptr()) };
+            if rc < 0 && rc != -libc_eexist() {
+                return Err(Error::EalJoin {
+                    device: d.clone(),
+                    reason: Error::code_reason(rc),
+                });
+            }
+        }
+        Ok(Eal {
+            args: self.args,
+            joined: true,
+            _not_send: std::marker::PhantomData,
+        })
+    }
+
+    /// The devices the arguments name: each `--vdev` and each `-a`/`--allow`.
+    fn devices(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut it = self.args.iter().skip(1);
+        while let Some(a) = it.next() {
+            if let Some(v) = a
+                .strip_prefix("--vdev=")
+                .or_else(|| a.strip_prefix("--allow="))
+            {
+                out.push(v.to_owned());
+            } else if a == "--vdev" || a == "-a" || a == "--allow" {
+                if let Some(v) = it.next() {
+                    out.push(v.clone());
+                }
+            } else if let Some(v) = a.strip_prefix("-a").filter(|v| !v.is_empty()) {
+                out.push(v.to_owned());
+            }
+        }
+        out
+    }
+}
+
+/// `EEXIST`: what `rte_dev_probe` answers (negated) for a device already probed.
+const fn libc_eexist() -> c_int {
+    17
 }
 
 /// Proof that the EAL is initialised. Creating pools and ports takes a reference to it.
@@ -196,13 +266,21 @@ impl EalBuilder {
 #[derive(Debug)]
 pub struct Eal {
     args: Vec<String>,
+    joined: bool,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl Eal {
-    /// The arguments the EAL was initialised with.
+    /// The arguments the EAL was initialised with (when [`Eal::joined`]: the arguments
+    /// given, of which only the devices were used).
     pub fn args(&self) -> &[String] {
         &self.args
+    }
+
+    /// Whether this is the EAL the process's application started, joined by
+    /// [`EalBuilder::init_or_join`], rather than one started here.
+    pub fn joined(&self) -> bool {
+        self.joined
     }
 
     /// Number of ethdev ports that probed.
@@ -220,6 +298,39 @@ impl Eal {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    /// What `init_or_join` probes on an EAL the application started: every device, in each
+    /// spelling DPDK takes, and nothing else.
+    #[test]
+    fn the_devices_a_join_probes_are_every_vdev_and_allowed_device() {
+        let b = EalBuilder::new("prog").args([
+            "--no-huge",
+            "-m",
+            "256",
+            "--vdev=net_memif0,role=client,socket=/tmp/s",
+            "--vdev",
+            "net_tap0,iface=wc0",
+            "-a",
+            "0000:01:00.0",
+            "-a0000:02:00.0",
+            "--allow=0000:03:00.0",
+            "--allow",
+            "0000:04:00.0",
+            "--file-prefix=x",
+            "--vdev",
+        ]);
+        assert_eq!(
+            b.devices(),
+            [
+                "net_memif0,role=client,socket=/tmp/s",
+                "net_tap0,iface=wc0",
+                "0000:01:00.0",
+                "0000:02:00.0",
+                "0000:03:00.0",
+                "0000:04:00.0",
+            ]
+        );
+    }
 
     #[test]
     fn builder_emits_exactly_the_documented_arguments() {

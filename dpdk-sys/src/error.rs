@@ -15,6 +15,18 @@ pub enum Error {
         /// DPDK's reason (`rte_errno` text).
         reason: String,
     },
+    /// The process's application had started DPDK's EAL, and a device Warpcore needs could
+    /// not be probed on it ([`crate::EalBuilder::init_or_join`]).
+    #[error(
+        "joining the EAL this process's application started: probing device {device:?} \
+         failed: {reason}"
+    )]
+    EalJoin {
+        /// The device arguments (`net_memif0,role=client,...`, a PCI address).
+        device: String,
+        /// DPDK's reason.
+        reason: String,
+    },
     /// An argument contained a NUL byte and cannot be passed to C.
     #[error("argument {0:?} contains a NUL byte")]
     NulInArgument(String),
