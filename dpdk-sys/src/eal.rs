@@ -8,6 +8,14 @@ use crate::{ffi, Error};
 /// Set once `rte_eal_init` has been attempted; DPDK does not allow a second call.
 static EAL_STARTED: AtomicBool = AtomicBool::new(false);
 
+/// Set when [`EalBuilder::init_or_join`] joined the application's EAL.
+static EAL_JOINED: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process's EAL is the application's, joined ([`Eal::joined`]).
+pub(crate) fn joined() -> bool {
+    EAL_JOINED.load(Ordering::Relaxed)
+}
+
 /// Builds the EAL argument list.
 ///
 /// The defaults suit machines without hugepages or NICs: see [`EalBuilder::no_huge`] and
@@ -195,7 +203,10 @@ impl EalBuilder {
     /// of these arguments only the devices are used, each `--vdev` and each `-a`/`--allow`
     /// probed now (`rte_dev_probe`; one the application has probed already is taken as it
     /// is), and [`Eal::joined`] says so. The application's EAL must have the drivers
-    /// (Debian's DPDK loads every one it ships) and memory for Warpcore's pool.
+    /// (Debian's DPDK loads every one it ships) and memory for Warpcore's pool. As a guest,
+    /// Warpcore gives its threads no lcore id there ([`crate::Mempool::use_lcore_cache`]
+    /// answers `None` for a thread without one): registering one would disable DPDK's
+    /// multi-process mode for the application.
     ///
     /// Fails as [`EalBuilder::init`] does, and with [`Error::EalJoin`] naming the device
     /// that could not be probed.
@@ -214,6 +225,7 @@ impl EalBuilder {
         if EAL_STARTED.swap(true, Ordering::SeqCst) {
             return Err(Error::EalAlreadyInitialised);
         }
+        EAL_JOINED.store(true, Ordering::Relaxed);
         for (d, c) in devices.iter().zip(&cdevs) {
             // SAFETY: the EAL is up (its lcore count is set); `c` is a valid NUL-terminated
             // string for the call (DPDK copies the device arguments).

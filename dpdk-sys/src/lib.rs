@@ -134,6 +134,13 @@ pub(crate) fn ensure_lcore(limit: u32) -> Option<u32> {
             g.id.set(Some(id));
             return Some(id);
         }
+        if eal::joined() {
+            // A guest in the application's EAL: registering a thread would disable DPDK's
+            // multi-process mode for the application (rte_thread_register calls
+            // rte_mp_disable), whose secondary processes could no longer attach.
+            g.tried.set(true);
+            return None;
+        }
         // Refused while `limit` threads hold an id: asked again at the next call (one
         // atomic load), so the thread gets one once another has given its back.
         let counted = LCORE_THREADS
@@ -158,6 +165,12 @@ pub(crate) fn ensure_lcore(limit: u32) -> Option<u32> {
         g.id.set(Some(id));
         Some(id)
     })
+}
+
+/// Whether this process's EAL is its application's, joined as a guest
+/// ([`EalBuilder::init_or_join`]).
+pub fn eal_joined() -> bool {
+    eal::joined()
 }
 
 /// Threads that hold an lcore id from [`ensure_lcore`] now.

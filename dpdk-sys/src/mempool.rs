@@ -124,7 +124,8 @@ impl Mempool {
     /// thread's reach, so ids are given to at most [`Mempool::lcore_threads_max`] threads
     /// at once (a quarter of the pool in their caches at most). A thread without an id of
     /// its own is given none beyond that, nor when the pool has no cache, nor when DPDK has
-    /// none left (`RTE_MAX_LCORE`): it gets `None` and works on without a cache. One
+    /// none left (`RTE_MAX_LCORE`), nor in an EAL joined as a guest
+    /// ([`crate::EalBuilder::init_or_join`]): it gets `None` and works on without a cache. One
     /// refused for the bound asks again at its next call (one atomic load) and gets an id
     /// once another thread has given its back; one DPDK refused is not asked again. A
     /// thread given an id empties its caches into their pools and gives the id back

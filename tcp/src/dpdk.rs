@@ -870,6 +870,11 @@ impl DpdkDevice {
     fn use_lcore_cache(&mut self) {
         if self.pool.use_lcore_cache().is_none() && !self.lcore_warned {
             self.lcore_warned = true;
+            if warpcore_dpdk_sys::eal_joined() {
+                // A guest in the application's EAL gives its threads no lcore id, by design
+                // (`EalBuilder::init_or_join`): nothing to say.
+                return;
+            }
             tracing::warn!(
                 port = self.tx.port(),
                 threads_max = self.pool.lcore_threads_max(),
