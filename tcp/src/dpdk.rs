@@ -862,7 +862,7 @@ impl DpdkDevice {
     /// Makes the running thread take and give back mbufs through the pool's per-lcore cache
     /// ([`Mempool::use_lcore_cache`]): without an lcore id of its own, each mbuf is an atomic
     /// operation on the pool's ring that every other such thread of the process contends for
-    /// (`bench/examples/mbuf_cache.rs`: ~14 ns an allocation and free with one, 500-650 ns
+    /// (`bench/examples/mbuf_cache.rs`: 14-21 ns an allocation and free with one, 195-768 ns
     /// without, two threads on two CPUs; microseconds to milliseconds on one CPU, where a
     /// thread preempted inside the ring's update stalls the other). Checked each loop: a
     /// caller-driven core is run by whichever thread calls it.
