@@ -8,13 +8,8 @@ use crate::{ffi, Error};
 /// Set once `rte_eal_init` has been attempted; DPDK does not allow a second call.
 static EAL_STARTED: AtomicBool = AtomicBool::new(false);
 
-/// Set when [`EalBuilder::init_or_join`] joined the application's EAL.
-static EAL_JOINED: AtomicBool = AtomicBool::new(false);
-
-/// Whether this process's EAL is the application's, joined ([`Eal::joined`]).
-pub(crate) fn joined() -> bool {
-    EAL_JOINED.load(Ordering::Relaxed)
-}
+/// Set when [`EalBuilder::init_or_join`] joined the application's EAL ([`crate::eal_joined`]).
+pub(crate) static EAL_JOINED: AtomicBool = AtomicBool::new(false);
 
 /// Builds the EAL argument list.
 ///
@@ -192,7 +187,6 @@ impl EalBuilder {
         }
         Ok(Eal {
             args: self.args,
-            joined: false,
             _not_send: std::marker::PhantomData,
         })
     }
@@ -230,7 +224,7 @@ impl EalBuilder {
             // SAFETY: the EAL is up (its lcore count is set); `c` is a valid NUL-terminated
             // string for the call (DPDK copies the device arguments).
             let rc = unsafe { ffi::rte_dev_probe(c.as_ptr()) };
-            if rc < 0 && rc != -libc_eexist() {
+            if rc < 0 && rc != -EEXIST {
                 return Err(Error::EalJoin {
                     device: d.clone(),
                     reason: Error::code_reason(rc),
@@ -239,7 +233,6 @@ impl EalBuilder {
         }
         Ok(Eal {
             args: self.args,
-            joined: true,
             _not_send: std::marker::PhantomData,
         })
     }
@@ -266,10 +259,8 @@ impl EalBuilder {
     }
 }
 
-/// `EEXIST`: what `rte_dev_probe` answers (negated) for a device already probed.
-const fn libc_eexist() -> c_int {
-    17
-}
+/// Linux's `EEXIST`: what `rte_dev_probe` answers (negated) for a device already probed.
+const EEXIST: c_int = 17;
 
 /// Proof that the EAL is initialised. Creating pools and ports takes a reference to it.
 ///
@@ -278,7 +269,6 @@ const fn libc_eexist() -> c_int {
 #[derive(Debug)]
 pub struct Eal {
     args: Vec<String>,
-    joined: bool,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
@@ -292,7 +282,7 @@ impl Eal {
     /// Whether this is the EAL the process's application started, joined by
     /// [`EalBuilder::init_or_join`], rather than one started here.
     pub fn joined(&self) -> bool {
-        self.joined
+        crate::eal_joined()
     }
 
     /// Number of ethdev ports that probed.

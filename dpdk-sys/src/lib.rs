@@ -121,56 +121,65 @@ pub fn lcore_id() -> u32 {
 
 /// Gives the calling thread an lcore id of its own if it has none and fewer than `limit`
 /// threads hold one from here ([`Mempool::use_lcore_cache`]). Only ever called once the EAL
-/// is up (a [`Mempool`] exists).
+/// is up (a [`Mempool`] exists). Once decided for the thread, one thread-local read.
+#[inline]
 pub(crate) fn ensure_lcore(limit: u32) -> Option<u32> {
     LCORE_GUARD.with(|g| {
         if g.tried.get() {
-            return g.id.get();
+            g.id.get()
+        } else {
+            decide_lcore(g, limit)
         }
-        let id = lcore_id();
-        if id != LCORE_ID_ANY {
-            // An EAL thread, or one registered by its own code: its id is its own.
-            g.tried.set(true);
-            g.id.set(Some(id));
-            return Some(id);
-        }
-        if eal::joined() {
-            // A guest in the application's EAL: registering a thread would disable DPDK's
-            // multi-process mode for the application (rte_thread_register calls
-            // rte_mp_disable), whose secondary processes could no longer attach.
-            g.tried.set(true);
-            return None;
-        }
-        // Refused while `limit` threads hold an id: asked again at the next call (one
-        // atomic load), so the thread gets one once another has given its back.
-        let counted = LCORE_THREADS
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < limit).then_some(n + 1)
-            })
-            .is_ok();
-        if !counted {
-            return None;
-        }
-        g.tried.set(true);
-        // SAFETY: the EAL is initialised (the caller holds a Mempool); the call touches only
-        // DPDK's lcore table (under its own lock) and this thread's thread-local lcore id.
-        let rc = unsafe { ffi::rte_thread_register() };
-        let id = lcore_id();
-        if rc != 0 || id == LCORE_ID_ANY {
-            // DPDK has no id left (RTE_MAX_LCORE): not asked again.
-            LCORE_THREADS.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
-        g.registered.set(true);
-        g.id.set(Some(id));
-        Some(id)
     })
+}
+
+/// [`ensure_lcore`]'s first call on a thread (and the calls of a thread refused for the
+/// bound, until it gets an id).
+#[cold]
+fn decide_lcore(g: &LcoreGuard, limit: u32) -> Option<u32> {
+    let id = lcore_id();
+    if id != LCORE_ID_ANY {
+        // An EAL thread, or one registered by its own code: its id is its own.
+        g.tried.set(true);
+        g.id.set(Some(id));
+        return Some(id);
+    }
+    if eal_joined() {
+        // A guest in the application's EAL: registering a thread would disable DPDK's
+        // multi-process mode for the application (rte_thread_register calls
+        // rte_mp_disable), whose secondary processes could no longer attach.
+        g.tried.set(true);
+        return None;
+    }
+    // Refused while `limit` threads hold an id: asked again at the next call (one atomic
+    // load), so the thread gets one once another has given its back.
+    let counted = LCORE_THREADS
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < limit).then_some(n + 1)
+        })
+        .is_ok();
+    if !counted {
+        return None;
+    }
+    g.tried.set(true);
+    // SAFETY: the EAL is initialised (the caller holds a Mempool); the call touches only
+    // DPDK's lcore table (under its own lock) and this thread's thread-local lcore id.
+    let rc = unsafe { ffi::rte_thread_register() };
+    let id = lcore_id();
+    if rc != 0 || id == LCORE_ID_ANY {
+        // DPDK has no id left (RTE_MAX_LCORE): not asked again.
+        LCORE_THREADS.fetch_sub(1, Ordering::AcqRel);
+        return None;
+    }
+    g.registered.set(true);
+    g.id.set(Some(id));
+    Some(id)
 }
 
 /// Whether this process's EAL is its application's, joined as a guest
 /// ([`EalBuilder::init_or_join`]).
 pub fn eal_joined() -> bool {
-    eal::joined()
+    eal::EAL_JOINED.load(Ordering::Relaxed)
 }
 
 /// Threads that hold an lcore id from [`ensure_lcore`] now.

@@ -21,10 +21,8 @@ const SINGLE_THREAD_OPS: [&str; 3] = ["ring_sp_sc", "ring_sp_mc", "ring_mp_sc"];
 pub struct Mempool {
     raw: NonNull<ffi::rte_mempool>,
     data_room: u16,
-    /// The mbufs it was made with.
-    count: u32,
-    /// Its per-lcore cache's size.
-    cache: u32,
+    /// [`Mempool::lcore_threads_max`], worked out once: it is read at every loop.
+    lcore_threads_max: u32,
 }
 
 // SAFETY: Mempool::new hands out only pools whose get/put operations are multi-producer and
@@ -97,11 +95,16 @@ impl Mempool {
         // SAFETY: a pool just created, whose objects nobody holds yet; the shim writes each
         // page's first octet back unchanged (mbuf headers included) within the objects.
         unsafe { ffi::wc_mempool_prefault(raw.as_ptr()) };
+        // A cache holds up to 1.5 times its size (DPDK's flush threshold): so many threads
+        // that their full caches hold a quarter of the pool at most.
+        let lcore_threads_max = match cache {
+            0 => 0,
+            c => (count / 4) / (c * 3 / 2).max(1),
+        };
         Ok(Mempool {
             raw,
             data_room,
-            count,
-            cache,
+            lcore_threads_max,
         })
     }
 
@@ -141,11 +144,9 @@ impl Mempool {
 
     /// How many threads [`Mempool::use_lcore_cache`] gives an lcore id to at once: so many
     /// that their caches, full, hold at most a quarter of the pool (0 without a cache).
+    #[inline]
     pub fn lcore_threads_max(&self) -> u32 {
-        if self.cache == 0 {
-            return 0;
-        }
-        (self.count / 4) / (self.cache * 3 / 2).max(1)
+        self.lcore_threads_max
     }
 
     /// Data room per mbuf, headroom included.
