@@ -431,6 +431,7 @@ cmp_run() { # cmp_run P50 COUNT KERNEL_GBPS: the target lines of the report
         "RESULT raw_blast size=9014 sent=9 received=9 mpps=1.7 gbps=120.0" >"$w/raw.txt"
     grep "size=1514" "$w/raw.txt" >"$w/raw4096.txt"
     grep "size=1514" "$w/raw.txt" >"$w/pair1.txt"
+    echo "RESULT raw_blast size=1514 payload_pass_mib=8 sent=9 received=9 mpps=4.0 gbps=48.0" >"$w/pass1.txt"
     echo "RESULT copy size=64 memcpy_gbps=100 crc32c_gbps=50" >"$w/copy.txt"
     echo "RESULT mode=kernel test=rr size=64 count=2000 p50_us=20.00 p99_us=40.00" >"$w/tcpperf_rr.txt"
     echo "RESULT mode=kernel test=bulk bytes=131072000 seconds=1 gbps=$3" >"$w/tcpperf_bulk.txt"
