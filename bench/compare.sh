@@ -374,14 +374,9 @@ for k in range(1, pairs_n + 1):
     pairs.append((pw, pb, pw / pb if pb and pb == pb and pw == pw else nan, "blast" if k % 2 else "write_bw"))
 pair_ratios = [p[2] for p in pairs]
 # The blast with the payload pass run after each pair (informative: no verdict reads it).
+# A run that failed stopped compare.sh before this; a missing file reads n/a.
 def raw_pass(n):
-    # A run that failed stopped compare.sh before this; a missing file reads n/a.
-    if not os.path.exists(os.path.join(work, n)):
-        return nan
-    for l in text(n).splitlines():
-        if l.startswith("RESULT raw_blast") and "payload_pass_mib=" in l and field(l, "size") == 1514:
-            return field(l, "gbps")
-    return nan
+    return raw_blast(1514, text(n))[0] if os.path.exists(os.path.join(work, n)) else nan
 passes = [raw_pass("pass%d.txt" % k) for k in range(1, pairs_n + 1)]
 # A pair that measured nothing makes the median n/a (and the verdict missed), never skipped;
 # so for the columns' medians: sorting a list with a NaN in it leaves it anywhere, and the

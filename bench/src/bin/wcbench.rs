@@ -479,12 +479,7 @@ impl PayloadSource {
         );
         self.at += n;
         crc_out.copy_from_slice(&crc.to_be_bytes());
-        let mut s = sum;
-        while s >> 16 != 0 {
-            s = (s & 0xffff) + (s >> 16);
-        }
-        // The sum is of little-endian words (`warpcore_tcp::csum::finish`'s order).
-        head[50..52].copy_from_slice(&(!(s as u16)).to_le_bytes());
+        head[50..52].copy_from_slice(&warpcore_tcp::csum::finish(sum));
     }
 }
 
