@@ -25,6 +25,9 @@
 #     each pair the blast with the payload work an iWARP sender cannot avoid (`wcbench raw
 #     --payload-pass-mib 8`: the payload from an 8 MiB source, copied with its checksum and
 #     CRC32c in one pass), reported beside them and judged by nothing;
+#   * back-to-back pairs of write_lat (64 B) and the raw 64 B ping-pong (alternating which
+#     goes first), whose median ratio judges issue 12's latency target (inconclusive, not
+#     met, when the pairs' ping-pongs or write_lat runs lie more than 1.5x apart);
 #   * the targets of issue 6 and issue 12 as met/missed lines, and callgrind instruction
 #     counts per message.
 #
@@ -35,8 +38,10 @@
 # and 1 s for qperf and iperf3): LAT_ITERS (20000), BW_ITERS (20000), RATE_ITERS (300000),
 # THREAD_LAT_ITERS (300), KERNEL_SECS (3), BW_PAIRS (3: back-to-back pairs of the 64 KiB
 # write_bw and the raw 1514-byte blast, whose median ratio judges the MTU 1500 target; the
-# same with --short), CALLGRIND (1: append instruction counts per message from callgrind,
-# about a minute; 0: skip).
+# same with --short), LAT_PAIRS (3: back-to-back pairs of write_lat and the raw ping-pong,
+# LAT_ITERS round trips each, whose median ratio judges issue 12's latency target; the same
+# with --short), CALLGRIND (1: append instruction counts per message from callgrind, about a
+# minute; 0: skip).
 set -euo pipefail
 short=0
 args=()
@@ -75,6 +80,8 @@ bw_pairs=${BW_PAIRS:-3}
 # has none.
 pair_iters=${PAIR_ITERS:-$((3 * bw_iters))}
 ((bw_pairs >= 1)) || { echo "compare: BW_PAIRS must be at least 1" >&2; exit 1; }
+lat_pairs=${LAT_PAIRS:-3}
+((lat_pairs >= 1)) || { echo "compare: LAT_PAIRS must be at least 1" >&2; exit 1; }
 cmdline="bench/compare.sh $*"
 # The CPUs of every two-process measurement: server (or echo side) and client (or driver).
 cpu_s=0
@@ -236,6 +243,22 @@ for k in $(seq 1 "$bw_pairs"); do
     rawout=pass$k.txt raw --mode blast --size 1514 --count 2000000 --payload-pass-mib 8
 done
 
+# The latency bound's ratio from back-to-back pairs, for the same reason: the write_lat and
+# the ping-pong above run tens of seconds apart, and this host's speed flips within seconds
+# (the engine's own work on one core, timed by itself, by up to 2x: docs/iwperf.md), so one
+# of them may catch the fast mode and the other the slow. Each pair runs the two one after
+# the other, in alternating order; the target's verdict takes the median of the ratios.
+echo "== write_lat 64 B and the raw 64 B ping-pong back to back, $lat_pairs pairs"
+for k in $(seq 1 "$lat_pairs"); do
+    if ((k % 2)); then
+        rawout=latpair$k.txt raw --mode pingpong --size 64 --count "$lat_iters"
+        iw write_lat -s 64 -n "$lat_iters" --json "$work/latpair$k.json"
+    else
+        iw write_lat -s 64 -n "$lat_iters" --json "$work/latpair$k.json"
+        rawout=latpair$k.txt raw --mode pingpong --size 64 --count "$lat_iters"
+    fi
+done
+
 echo "== single core memcpy and crc32c (CPU $cpu_c)"
 bg_run taskset -c "$cpu_c" "$wcbench" copy --sizes 64,65536 >"$work/copy.txt"
 cat "$work/copy.txt"
@@ -296,10 +319,12 @@ plot_latency() {
 plot_latency
 
 python3 - "$work" "$out" "$cmdline" "$load_before" "$load_after" "$((SECONDS - t0))" \
-    "$cpu_s" "$cpu_c" "$lat_iters" "$bw_iters" "$rate_iters" "$thread_lat_iters" "$ksecs" "$bw_pairs" "$pair_iters" <<'PY'
+    "$cpu_s" "$cpu_c" "$lat_iters" "$bw_iters" "$rate_iters" "$thread_lat_iters" "$ksecs" "$bw_pairs" "$pair_iters" \
+    "$lat_pairs" <<'PY'
 import json, re, sys, os, datetime, platform, statistics
-(work, out, cmd, lb, la, secs, cs, cc, lat_n, bw_n, rate_n, thr_n, ksecs, pairs_n, pair_it) = sys.argv[1:]
+(work, out, cmd, lb, la, secs, cs, cc, lat_n, bw_n, rate_n, thr_n, ksecs, pairs_n, pair_it, lat_pairs_n) = sys.argv[1:]
 lat_n, bw_n, rate_n, thr_n, pairs_n, pair_it = int(lat_n), int(bw_n), int(rate_n), int(thr_n), int(pairs_n), int(pair_it)
+lat_pairs_n = int(lat_pairs_n)
 nan = float("nan")
 def js(n): return json.load(open(os.path.join(work, n)))
 # Every figure parsed here is a positive measurement: 0 is what an empty histogram or a run
@@ -394,6 +419,17 @@ def spread(xs):
     xs = [x for x in xs if x == x and x > 0]
     return max(xs) / min(xs) if len(xs) >= 2 else 1.0
 pair_spread = max(spread([p[0] for p in pairs]), spread([p[1] for p in pairs]))
+# The latency pairs: (write_lat median, raw ping-pong median, ratio, which ran first), in
+# run order; judged as the MTU 1500 pairs are (the median ratio, inconclusive past
+# PAIR_SPREAD).
+lat_pairs = []
+for k in range(1, lat_pairs_n + 1):
+    lw = hdr(js("latpair%d.json" % k)["results"][0], "p50", lat_n)
+    lr = field(text("latpair%d.txt" % k), "half_rtt_p50_us")
+    lat_pairs.append((lw, lr, lw / lr if lr == lr and lw == lw else nan, "ping-pong" if k % 2 else "write_lat"))
+lat_pair_ratios = [p[2] for p in lat_pairs]
+lat_pair_median = median(lat_pair_ratios)
+lat_pair_spread = max(spread([p[0] for p in lat_pairs]), spread([p[1] for p in lat_pairs]))
 
 def f(x, d=2): return ("%%.%df" % d) % x if x == x else "n/a"
 def r(a, b): return "%.3g" % (a / b) if b and b == b and a == a else "n/a"
@@ -466,6 +502,13 @@ pass_ratios = [pp / p[1] if p[1] and p[1] == p[1] and pp == pp else nan for p, p
 bw_pass = [p[0] / pp if pp and pp == pp and p[0] == p[0] else nan for p, pp in zip(pairs, passes)]
 md.append("| median | | %s | %s | %s | %s | %s | %s |" % (f(median([p[0] for p in pairs])), f(median([p[1] for p in pairs])), f(pair_median, 3), f(median(passes)), f(median(pass_ratios), 3), f(median(bw_pass), 3)))
 md.append("")
+md.append("### The latency bound, back to back\n")
+md.append("Each pair runs iwperf write_lat 64 B and the raw 64 B ping-pong (%d round trips each) one right after the other, alternating which goes first; the issue 12 latency target takes the median of the pairs' ratios of medians (write_lat's of every half round trip, the ping-pong's after its fixed tenth of warm-up), and reads inconclusive (not met) when the pairs' ping-pongs or their write_lat runs lie more than %sx apart.\n" % (lat_n, PAIR_SPREAD))
+md.append("| latency pair | first | write_lat median (us) | raw ping-pong median (us) | ratio |\n|---|---|---|---|---|")
+for i, (lw, lr, lx, first) in enumerate(lat_pairs, 1):
+    md.append("| %d | %s | %s | %s | %s |" % (i, first, f(lw), f(lr), f(lx, 3)))
+md.append("| the pairs' median | | %s | %s | %s |" % (f(median([p[0] for p in lat_pairs])), f(median([p[1] for p in lat_pairs])), f(lat_pair_median, 3)))
+md.append("")
 md.append("## Message rate\n")
 md.append("| figure | tool | CPUs | statistic | value |\n|---|---|---|---|---|")
 md.append("| 64 B RDMA Writes, one engine core per side | %s write_bw -s 64 | %s | messages / seconds of the whole run (%d Writes), none dropped | %s M msgs/s |" % (iwcmd, two, rate_n, f(iw_rate, 3)))
@@ -495,8 +538,11 @@ md.append("| 64 KiB write_bw >= 0.6x the raw 1514-byte blast at MTU 1500, the me
         f(min(p[1] for p in pairs)), f(max(p[1] for p in pairs)), f(min(p[0] for p in pairs)), f(max(p[0] for p in pairs)), PAIR_SPREAD)))
 md.append("| 64 KiB write_bw at MTU 9000 >= 1.0x kernel TCP bulk (%s Gbit/s) | %s Gbit/s (%s x) | %s |" % (
     f(k_bulk), f(j_bw), r(j_bw, k_bulk), verdict(j_bw >= k_bulk)))
-md.append("| 64 B write_lat median <= 2.0x raw ping-pong median (%s us) | %s us (%s x) | %s |" % (
-    f(2 * raw_p50), f(iw_p50), r(iw_p50, raw_p50), verdict(iw_p50 <= 2 * raw_p50)))
+md.append("| 64 B write_lat median <= 2.0x raw ping-pong median, the median of %d back-to-back pairs' ratios | %s x (pairs: %s) | %s |" % (
+    lat_pairs_n, f(lat_pair_median, 3), ", ".join(f(x, 3) for x in lat_pair_ratios),
+    verdict(lat_pair_median <= 2.0) if lat_pair_spread <= PAIR_SPREAD else
+    "**inconclusive** (the host's speed changed between the pairs: ping-pongs %s-%s, write_lat %s-%s us, more than %sx apart)" % (
+        f(min(p[1] for p in lat_pairs)), f(max(p[1] for p in lat_pairs)), f(min(p[0] for p in lat_pairs)), f(max(p[0] for p in lat_pairs)), PAIR_SPREAD)))
 md.append("| 64 B Write rate >= 4 M msgs/s per engine core | %s M/s | %s |" % (f(iw_rate, 3), verdict(iw_rate >= 4.0)))
 md.append("")
 if os.path.exists(os.path.join(out, "latency_percentiles.png")):

@@ -34,8 +34,11 @@ report() { # report DIR: the report compare.sh's Python writes from the files in
     local w=$1
     local lat='{"results":[{"hdr_usec":{"p50":0.9,"p99":2.0,"count":2000}}]}'
     local bw='{"results":[{"bw":{"average":40.0,"peak":45.0,"msg_rate_mpps":0.07}}]}'
-    for f in write_lat write_lat_thread write_lat_nocsum; do echo "$lat" >"$w/$f.json"; done
+    for f in write_lat write_lat_thread write_lat_nocsum latpair1 latpair2 latpair3; do echo "$lat" >"$w/$f.json"; done
     for f in write_bw write_bw_nocsum write_bw_9000 pair1 pair2 pair3; do echo "$bw" >"$w/$f.json"; done
+    for k in 1 2 3; do
+        echo "RESULT raw_pingpong size=64 half_rtt_p50_us=0.60 p99_us=0.70 p999_us=1.00 samples=2000" >"$w/latpair$k.txt"
+    done
     echo '{"results":[{"bw":{"average":1.0,"peak":1.0,"msg_rate_mpps":5.0}}]}' >"$w/write_rate.json"
     printf '%s\n' "RESULT raw_pingpong size=64 half_rtt_p50_us=0.60 p99_us=0.70 p999_us=1.00 samples=2000" \
         "RESULT raw_blast size=1514 sent=9 received=9 mpps=6.0 gbps=60.0" \
@@ -47,7 +50,7 @@ report() { # report DIR: the report compare.sh's Python writes from the files in
     echo "bw = 3 GB/sec" >"$w/qperf_bw.txt"
     echo '{"end":{"sum_received":{"bits_per_second":3e10}}}' >"$w/iperf3.json"
     mkdir -p "$w/out"
-    python3 "$work/report.py" "$w" "$w/out" cmd 0 0 1 0 1 2000 2000 2000 2000 1 3 6000 2>&1
+    python3 "$work/report.py" "$w" "$w/out" cmd 0 0 1 0 1 2000 2000 2000 2000 1 3 6000 3 2>&1
 }
 mkdir -p "$work/cmp-good" "$work/cmp-gap"
 # Every blast measured (the 4,096-slot one at 80 Gbit/s), then the 4,096-slot blast and

@@ -423,7 +423,7 @@ cmp_run() { # cmp_run P50 COUNT KERNEL_GBPS: the target lines of the report
     mkdir -p "$w"
     local lat='{"results":[{"hdr_usec":{"p50":'$1',"p99":'$1',"count":'$2'}}]}'
     local bw='{"results":[{"bw":{"average":40.0,"peak":45.0,"msg_rate_mpps":0.07}}]}'
-    for f in write_lat write_lat_thread write_lat_nocsum; do echo "$lat" >"$w/$f.json"; done
+    for f in write_lat write_lat_thread write_lat_nocsum latpair1; do echo "$lat" >"$w/$f.json"; done
     for f in write_bw write_bw_nocsum write_bw_9000 pair1; do echo "$bw" >"$w/$f.json"; done
     echo '{"results":[{"bw":{"average":1.0,"peak":1.0,"msg_rate_mpps":5.0}}]}' >"$w/write_rate.json"
     printf '%s\n' "RESULT raw_pingpong size=64 half_rtt_p50_us=0.60 p99_us=0.70 p999_us=1.00 samples=2000" \
@@ -431,6 +431,7 @@ cmp_run() { # cmp_run P50 COUNT KERNEL_GBPS: the target lines of the report
         "RESULT raw_blast size=9014 sent=9 received=9 mpps=1.7 gbps=120.0" >"$w/raw.txt"
     grep "size=1514" "$w/raw.txt" >"$w/raw4096.txt"
     grep "size=1514" "$w/raw.txt" >"$w/pair1.txt"
+    grep "raw_pingpong" "$w/raw.txt" >"$w/latpair1.txt"
     echo "RESULT raw_blast size=1514 payload_pass_mib=8 sent=9 received=9 mpps=4.0 gbps=48.0" >"$w/pass1.txt"
     echo "RESULT copy size=64 memcpy_gbps=100 crc32c_gbps=50" >"$w/copy.txt"
     echo "RESULT mode=kernel test=rr size=64 count=2000 p50_us=20.00 p99_us=40.00" >"$w/tcpperf_rr.txt"
@@ -439,7 +440,7 @@ cmp_run() { # cmp_run P50 COUNT KERNEL_GBPS: the target lines of the report
     echo "bw = 3 GB/sec" >"$w/qperf_bw.txt"
     echo '{"end":{"sum_received":{"bits_per_second":3e10}}}' >"$w/iperf3.json"
     mkdir -p "$w/out"
-    python3 "$work/cmp/report.py" "$w" "$w/out" cmd 0 0 1 0 1 2000 2000 2000 2000 1 1 6000 2>&1 |
+    python3 "$work/cmp/report.py" "$w" "$w/out" cmd 0 0 1 0 1 2000 2000 2000 2000 1 1 6000 1 2>&1 |
         grep -E "^\| (64 B write_lat median|same, .--no-csum. \(|64 KiB write_bw (at MTU 9000 )?>= 1.0x kernel)"
 }
 mkdir -p "$work/cmp"
@@ -469,7 +470,7 @@ cmp_pairs() { # cmp_pairs BLAST1 BLAST2 BLAST3: the MTU 1500 target's line (writ
         echo '{"results":[{"bw":{"average":40.0,"peak":45.0,"msg_rate_mpps":0.07}}]}' >"$w/pair$k.json"
         echo "RESULT raw_blast size=1514 sent=9 received=9 mpps=6.0 gbps=${!k}" >"$w/pair$k.txt"
     done
-    python3 "$work/cmp/report.py" "$w" "$w/out" cmd 0 0 1 0 1 2000 2000 2000 2000 1 3 6000 2>&1 |
+    python3 "$work/cmp/report.py" "$w" "$w/out" cmd 0 0 1 0 1 2000 2000 2000 2000 1 3 6000 1 2>&1 |
         grep -E "^\| 64 KiB write_bw >= 0.6x the raw"
 }
 cmp_steady=$(cmp_pairs 60.0 62.0 58.0) cmp_flip=$(cmp_pairs 15.0 66.0 84.0)
@@ -479,6 +480,35 @@ elif [[ $cmp_flip != *"**inconclusive**"* || $cmp_flip == *"| met |" ]]; then
     bad "compare.sh's pairs must agree" "pairs with blasts 15-84 Gbit/s judged: ${cmp_flip:0:200}"
 else
     ok "compare.sh's pairs must agree" "steady pairs met, blasts 15-84 Gbit/s inconclusive"
+fi
+
+# ---- bench/compare.sh's latency verdict: pairs too, judged as the MTU 1500 ones. The one
+# write_lat run and the one ping-pong ran tens of seconds apart, and on a host whose speed
+# flips within seconds one read 1.72 us in the slow mode and the other 0.39 in the fast
+# (4.4x), or both slow (2.0x). Three made-up pairs (write_lat 0.9 us each) in one run of the
+# report's Python: steady ping-pongs meet the target, the same median over ping-pongs 3.3x
+# apart does not, and steady pairs over the bound miss it.
+cmp_latpairs() { # cmp_latpairs IW RAW1 RAW2 RAW3: the latency target's line (issue 12)
+    local w=$work/cmp/latpairs$1-$2-$3-$4
+    cp -r "$work/cmp/w0.930.0" "$w"
+    for k in 1 2 3; do
+        local raw_k=$((k + 1))
+        echo '{"results":[{"hdr_usec":{"p50":'$1',"p99":2.0,"count":2000}}]}' >"$w/latpair$k.json"
+        echo "RESULT raw_pingpong size=64 half_rtt_p50_us=${!raw_k} p99_us=1.5 p999_us=2.0 samples=2000" >"$w/latpair$k.txt"
+    done
+    python3 "$work/cmp/report.py" "$w" "$w/out" cmd 0 0 1 0 1 2000 2000 2000 2000 1 1 6000 3 2>&1 |
+        grep -E "^\| 64 B write_lat median <= 2.0x raw ping-pong median, the median of 3"
+}
+cmp_lat_steady=$(cmp_latpairs 0.9 0.60 0.62 0.58) cmp_lat_flip=$(cmp_latpairs 0.9 0.30 0.95 1.00)
+cmp_lat_over=$(cmp_latpairs 0.9 0.30 0.31 0.29)
+if [[ $cmp_lat_steady != *"| met |" ]]; then
+    bad "compare.sh's latency pairs must agree" "steady pairs not met: ${cmp_lat_steady:0:160}"
+elif [[ $cmp_lat_flip != *"**inconclusive**"* || $cmp_lat_flip == *"| met |" ]]; then
+    bad "compare.sh's latency pairs must agree" "ping-pongs of 0.30-1.00 us judged: ${cmp_lat_flip:0:200}"
+elif [[ $cmp_lat_over != *"| **missed** |" ]]; then
+    bad "compare.sh's latency pairs must agree" "steady pairs at 3x not missed: ${cmp_lat_over:0:160}"
+else
+    ok "compare.sh's latency pairs must agree" "steady pairs at 1.5x met, at 3x missed; ping-pongs 0.30-1.00 us inconclusive"
 fi
 
 # ---- bench/compare.sh's callgrind section: a run of engine_profile that failed is no count.
