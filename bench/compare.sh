@@ -418,10 +418,8 @@ PAIR_SPREAD = 1.5
 def spread(xs):
     xs = [x for x in xs if x == x and x > 0]
     return max(xs) / min(xs) if len(xs) >= 2 else 1.0
-pair_spread = max(spread([p[0] for p in pairs]), spread([p[1] for p in pairs]))
 # The latency pairs: (write_lat median, raw ping-pong median, ratio, which ran first), in
-# run order; judged as the MTU 1500 pairs are (the median ratio, inconclusive past
-# PAIR_SPREAD).
+# run order; judged as the MTU 1500 pairs are (`pairs_verdict`).
 lat_pairs = []
 for k in range(1, lat_pairs_n + 1):
     lw = hdr(js("latpair%d.json" % k)["results"][0], "p50", lat_n)
@@ -429,7 +427,6 @@ for k in range(1, lat_pairs_n + 1):
     lat_pairs.append((lw, lr, lw / lr if lr == lr and lw == lw else nan, "ping-pong" if k % 2 else "write_lat"))
 lat_pair_ratios = [p[2] for p in lat_pairs]
 lat_pair_median = median(lat_pair_ratios)
-lat_pair_spread = max(spread([p[0] for p in lat_pairs]), spread([p[1] for p in lat_pairs]))
 
 def f(x, d=2): return ("%%.%df" % d) % x if x == x else "n/a"
 def r(a, b): return "%.3g" % (a / b) if b and b == b and a == a else "n/a"
@@ -514,6 +511,13 @@ md.append("| figure | tool | CPUs | statistic | value |\n|---|---|---|---|---|")
 md.append("| 64 B RDMA Writes, one engine core per side | %s write_bw -s 64 | %s | messages / seconds of the whole run (%d Writes), none dropped | %s M msgs/s |" % (iwcmd, two, rate_n, f(iw_rate, 3)))
 md.append("")
 def verdict(ok): return "met" if ok else "**missed**"
+# The verdict on back-to-back pairs (measured, bound, ...): `ok` on their median ratio, or
+# inconclusive when the bounds or the measured runs lie more than PAIR_SPREAD apart.
+def pairs_verdict(ps, ok, bound, what, unit):
+    if max(spread([p[0] for p in ps]), spread([p[1] for p in ps])) <= PAIR_SPREAD:
+        return verdict(ok)
+    return "**inconclusive** (the host's speed changed between the pairs: %s %s-%s, %s %s-%s %s, more than %sx apart)" % (
+        bound, f(min(p[1] for p in ps)), f(max(p[1] for p in ps)), what, f(min(p[0] for p in ps)), f(max(p[0] for p in ps)), unit, PAIR_SPREAD)
 # Both bounds or none: min() with a NaN keeps the other argument, and would judge the target
 # against the kernel alone when the raw ping-pong measured nothing (or the reverse).
 t_lat = min(0.2 * k_p50, 2 * raw_p50) if k_p50 == k_p50 and raw_p50 == raw_p50 else nan
@@ -533,16 +537,12 @@ md.append("## Targets (issue 12, the zero-copy data path; instruction counts in 
 md.append("| target | measured | verdict |\n|---|---|---|")
 md.append("| 64 KiB write_bw >= 0.6x the raw 1514-byte blast at MTU 1500, the median of %d back-to-back pairs' ratios | %s x (pairs: %s) | %s |" % (
     pairs_n, f(pair_median, 3), ", ".join(f(x, 3) for x in pair_ratios),
-    verdict(pair_median >= 0.6) if pair_spread <= PAIR_SPREAD else
-    "**inconclusive** (the host's speed changed between the pairs: blasts %s-%s, write_bw %s-%s Gbit/s, more than %sx apart)" % (
-        f(min(p[1] for p in pairs)), f(max(p[1] for p in pairs)), f(min(p[0] for p in pairs)), f(max(p[0] for p in pairs)), PAIR_SPREAD)))
+    pairs_verdict(pairs, pair_median >= 0.6, "blasts", "write_bw", "Gbit/s")))
 md.append("| 64 KiB write_bw at MTU 9000 >= 1.0x kernel TCP bulk (%s Gbit/s) | %s Gbit/s (%s x) | %s |" % (
     f(k_bulk), f(j_bw), r(j_bw, k_bulk), verdict(j_bw >= k_bulk)))
 md.append("| 64 B write_lat median <= 2.0x raw ping-pong median, the median of %d back-to-back pairs' ratios | %s x (pairs: %s) | %s |" % (
     lat_pairs_n, f(lat_pair_median, 3), ", ".join(f(x, 3) for x in lat_pair_ratios),
-    verdict(lat_pair_median <= 2.0) if lat_pair_spread <= PAIR_SPREAD else
-    "**inconclusive** (the host's speed changed between the pairs: ping-pongs %s-%s, write_lat %s-%s us, more than %sx apart)" % (
-        f(min(p[1] for p in lat_pairs)), f(max(p[1] for p in lat_pairs)), f(min(p[0] for p in lat_pairs)), f(max(p[0] for p in lat_pairs)), PAIR_SPREAD)))
+    pairs_verdict(lat_pairs, lat_pair_median <= 2.0, "ping-pongs", "write_lat", "us")))
 md.append("| 64 B Write rate >= 4 M msgs/s per engine core | %s M/s | %s |" % (f(iw_rate, 3), verdict(iw_rate >= 4.0)))
 md.append("")
 if os.path.exists(os.path.join(out, "latency_percentiles.png")):
