@@ -1315,8 +1315,9 @@ fn step(
 }
 
 /// One script of `steps` peer segments from `seed` into a fast-path and a general-path
-/// connection. Returns how many segments took the fast path.
-fn predicted_against_general(seed: u64, plain: bool, steps: usize) -> u64 {
+/// connection. Returns how many segments took the fast path, and how many of those
+/// acknowledged new data of ours.
+fn predicted_against_general(seed: u64, plain: bool, steps: usize) -> (u64, u64) {
     let mut r = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     // Odd seeds delay their ACKs (RFC 1122 4.2.3.2): the second full segment or the
     // timer sends one.
@@ -1339,6 +1340,7 @@ fn predicted_against_general(seed: u64, plain: bool, steps: usize) -> u64 {
     // Where the peer's FIN went, once sent: its stream ends there.
     let mut fin_at: Option<usize> = None;
     let before = warpcore_tcp::conn::predicted_segments();
+    let answered_before = warpcore_tcp::conn::answered_segments();
     let payload: Vec<u8> = (0..4096u32).map(|i| (i * 31 + seed as u32) as u8).collect();
     for i in 0..steps {
         now += Duration::from_micros(1 + rand(&mut r) % 300);
@@ -1355,9 +1357,26 @@ fn predicted_against_general(seed: u64, plain: bool, steps: usize) -> u64 {
         } else {
             TcpControl::None
         };
+        // Beyond what we sent, for this segment only (a near miss of the fast path's
+        // second case, RFC 5961 5.2).
+        let mut ack_beyond = 0;
         match pick {
             // The next in-order data (the fast path's case, and its near misses below).
-            0..=59 => {}
+            0..=44 => {}
+            // The next in-order data acknowledging new data of ours: all of it (an
+            // answer's segment), part of it, or (rarely) more than we sent.
+            45..=59 => {
+                if seen_high > acked {
+                    acked = if rand(&mut r).is_multiple_of(2) {
+                        seen_high
+                    } else {
+                        acked + 1 + (rand(&mut r) as usize % (seen_high - acked))
+                    };
+                }
+                if rand(&mut r).is_multiple_of(10) {
+                    ack_beyond = 1 + (rand(&mut r) % 3000) as usize;
+                }
+            }
             // Beyond a gap, then (next time) the gap; late in a script sometimes the
             // peer's FIN there, with or without data: the segment that fills the gap
             // must then take the FIN in too.
@@ -1441,7 +1460,12 @@ fn predicted_against_general(seed: u64, plain: bool, steps: usize) -> u64 {
             }
         }
         let data = &payload[..len.min(payload.len())];
-        let mut s = seg(control, PISS + 1 + at, Some(ISS + 1 + acked), data);
+        let mut s = seg(
+            control,
+            PISS + 1 + at,
+            Some(ISS + 1 + acked + ack_beyond),
+            data,
+        );
         s.window_len = window;
         if !plain {
             s.timestamp = ts.map(|tsval| TcpTimestampRepr { tsval, tsecr: echo });
@@ -1479,25 +1503,71 @@ fn predicted_against_general(seed: u64, plain: bool, steps: usize) -> u64 {
         format!("{general:?}"),
         "seed {seed} at the end"
     );
-    warpcore_tcp::conn::predicted_segments() - before
+    (
+        warpcore_tcp::conn::predicted_segments() - before,
+        warpcore_tcp::conn::answered_segments() - answered_before,
+    )
 }
 
 #[test]
 fn rfc9293_3_10_7_4_header_prediction_does_what_the_general_path_does() {
-    let (mut predicted, mut segments) = (0, 0);
+    let (mut predicted, mut answered, mut segments) = (0, 0, 0);
     for seed in 0..48 {
         for plain in [false, true] {
-            predicted += predicted_against_general(seed, plain, 160);
+            let (p, a) = predicted_against_general(seed, plain, 160);
+            predicted += p;
+            answered += a;
             segments += 160;
         }
     }
     // The scripts are mostly the next in-order data: the fast path must have taken a fair
-    // share of them, or the comparison above compared the general path with itself.
-    eprintln!("the fast path took {predicted} of {segments} segments");
+    // share of them, in both of its cases, or the comparison above compared the general
+    // path with itself.
+    eprintln!(
+        "the fast path took {predicted} of {segments} segments, {answered} of them acknowledging new data"
+    );
     assert!(
         predicted * 5 > segments,
         "the fast path took only {predicted} of {segments} segments"
     );
+    assert!(
+        answered * 50 > segments,
+        "the fast path took only {answered} of {segments} segments that acknowledged new data"
+    );
+}
+
+#[test]
+fn rfc9293_3_10_7_4_a_ping_pongs_segments_all_take_the_fast_path() {
+    // Each side sends one segment and waits for the other's: every segment after the
+    // first acknowledges the one it answers.
+    let mut c = established(cfg(), false);
+    let (before, answered) = (
+        warpcore_tcp::conn::predicted_segments(),
+        warpcore_tcp::conn::answered_segments(),
+    );
+    let (request, answer) = ([5u8; 64], [9u8; 64]);
+    let mut now = ms(2);
+    for (i, tsval) in (0..100).zip(11..) {
+        let mut s = data(i * 64, &request, ISS + 1 + i * 64);
+        s.window_len = 0xffff;
+        s.timestamp = Some(TcpTimestampRepr { tsval, tsecr: 0 });
+        let mut took = 0;
+        c.handle_segment_with(now, &s, &mut |d| {
+            took += d.len();
+            d.len()
+        });
+        assert_eq!(took, 64, "request {i}");
+        assert_eq!(c.send(&answer), Ok(64));
+        let out = drain(&mut c, now);
+        assert_eq!(out.len(), 1, "answer {i}: {out:?}");
+        assert_eq!(out[0].payload.len(), 64);
+        now += Duration::from_micros(3);
+    }
+    // The first request acknowledges nothing of ours and brings the first scaled window:
+    // the general path's. Every later one acknowledges the answer before it.
+    assert_eq!(warpcore_tcp::conn::predicted_segments() - before, 99);
+    assert_eq!(warpcore_tcp::conn::answered_segments() - answered, 99);
+    assert_eq!(c.stats().delivered_in_place, 100 * 64);
 }
 
 #[test]

@@ -41,8 +41,10 @@
 //! (`Connection::poll_full_again`: nothing else can change between two segments of a
 //! pass); the tests hold both to the walk at every poll.
 //! The receiving side's counterpart is header prediction: the next in-order data segment
-//! of an established connection, acknowledging nothing new with its window unchanged, is
-//! taken by a short path with the general path's outcome (`take_predicted`).
+//! of an established connection, acknowledging nothing new with its window unchanged (a
+//! bulk receiver's) or acknowledging new data of ours (a request's or an answer's, whose
+//! ACK the general ACK processing takes), is taken by a short path with the general path's
+//! outcome (`take_predicted`).
 //!
 //! # External records: transmitting from the owner's memory
 //! [`Connection::send_external_record`] queues a record whose octets the connection never
@@ -249,6 +251,8 @@ thread_local! {
     /// [`predicted_segments`]; a counter on the connection would make the two paths'
     /// states differ).
     static PREDICTED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Of those, the ones that acknowledged new data of ours ([`answered_segments`]).
+    static ANSWERED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// Test-only (feature `self-check`): every connection on this thread takes the general
@@ -267,6 +271,14 @@ pub fn set_general_paths_only(on: bool) {
 #[doc(hidden)]
 pub fn predicted_segments() -> u64 {
     PREDICTED.with(|n| n.get())
+}
+
+/// Test-only (feature `self-check`): of [`predicted_segments`], those that acknowledged
+/// new data of ours (a request's or an answer's segment).
+#[cfg(feature = "self-check")]
+#[doc(hidden)]
+pub fn answered_segments() -> u64 {
+    ANSWERED.with(|n| n.get())
 }
 
 /// Whether the fast path may be taken (always, but under [`set_general_paths_only`]).
@@ -1567,22 +1579,30 @@ impl Connection {
 
     /// Header prediction (the receive fast path of RFC 9293 3.10.7.4's processing, as in
     /// Jacobson's and Linux's `tcp_rcv_established`): the next in-order data segment of an
-    /// established connection, acknowledging nothing new, its window and timestamp what the
-    /// general path would take without a second look. Does exactly what the general path
-    /// does with such a segment, in fewer steps; returns false, having changed nothing, for
-    /// any other segment. What each condition spares:
+    /// established connection, its timestamp what the general path would take without a
+    /// second look, and either acknowledging nothing new with the window as it was, or
+    /// acknowledging new data of ours. Does exactly what the general path does with such a
+    /// segment, in fewer steps; returns false, having changed nothing, for any other
+    /// segment. What each condition spares:
     ///
     /// * ESTABLISHED, no SYN, FIN or RST (PSH is allowed): no state change, no FIN;
     /// * SEG.SEQ = RCV.NXT, some octets, all within the window: acceptable (first check),
     ///   nothing to trim (seventh), no out-of-order data or FIN waiting behind it;
     /// * a timestamp not older than TS.Recent where they are in use: PAWS passes (RFC 7323
     ///   5.3) and TS.Recent takes it (4.3);
-    /// * SEG.ACK = SND.UNA, no SACK blocks: nothing acknowledged, nothing for recovery;
-    ///   acceptable under RFC 5961 5.2 and a sign of life;
-    /// * the window as it is and open: the window update (fifth) moves only SND.WL1/WL2.
+    /// * either SEG.ACK = SND.UNA, no SACK blocks, the window as it is and open: nothing
+    ///   acknowledged, nothing for recovery, acceptable under RFC 5961 5.2 and a sign of
+    ///   life, and the window update (fifth) moves only SND.WL1/WL2;
+    /// * or SND.UNA < SEG.ACK <= SND.NXT with no FIN of ours sent (Linux takes such a
+    ///   segment on its slow path): acceptable under RFC 5961 5.2, and the general ACK
+    ///   processing (`process_ack`: SACK, the scoreboard, the window) changes no state, so
+    ///   the text that follows is taken as in the first case. Each segment of a
+    ///   request/response exchange (an RDMA Write answered by a Write, a Send by a Send)
+    ///   is one of these.
     ///
-    /// A bulk receiver's segments all take this path; `tests/conn_script.rs` holds it to the
-    /// general path over seeded scripts of segments around it (feature `self-check`).
+    /// A bulk receiver's segments and a ping-pong's all take this path;
+    /// `tests/conn_script.rs` holds it to the general path over seeded scripts of
+    /// segments around it (feature `self-check`).
     #[inline]
     fn take_predicted(
         &mut self,
@@ -1599,21 +1619,30 @@ impl Connection {
         } else {
             None
         };
-        let predicted = self.state == State::Established
+        let Some(ack) = seg.ack_number else {
+            return false;
+        };
+        let in_order = self.state == State::Established
             && matches!(seg.control, TcpControl::None | TcpControl::Psh)
             && seg.seq_number == self.rcv_nxt
             && len > 0
             && len <= self.rcv_wnd()
             && self.ooo.is_empty()
-            && self.fin_off.is_none()
-            && seg.ack_number == Some(self.snd_una)
+            && self.fin_off.is_none();
+        if !in_order {
+            return false;
+        }
+        // Nothing new acknowledged: the bulk receiver's segment.
+        let same = ack == self.snd_una
             && (!self.sack_ok || seg.sack_ranges.iter().all(Option::is_none))
             && self.snd_wnd > 0
             && usize::from(seg.window_len) << self.snd_shift == self.snd_wnd;
-        if !predicted {
+        // Or new data of ours acknowledged, within what we sent, before any FIN of ours:
+        // a request's or an answer's segment, which the ACK processing below takes whole.
+        let answers = !same && ack > self.snd_una && ack <= self.snd_nxt && self.fin_seq.is_none();
+        if !same && !answers {
             return false;
         }
-        let ack = self.snd_una;
         self.last_heard = now;
         // As the general path: SEG.SEQ (= RCV.NXT) <= Last.ACK.sent only while every
         // segment received so far is acknowledged (Linux: `rcv_nxt == rcv_wup`).
@@ -1621,7 +1650,14 @@ impl Connection {
             self.ts_recent = ts.tsval;
             self.ts_recent_at = now;
         }
-        if self.snd_wl1 < seg.seq_number || (self.snd_wl1 == seg.seq_number && self.snd_wl2 <= ack)
+        if answers {
+            // The fifth step as the general path takes it (SACK blocks, the window, the
+            // scoreboard); with no FIN of ours sent it changes no state.
+            self.process_ack(now, seg, ack);
+            #[cfg(feature = "self-check")]
+            ANSWERED.with(|n| n.set(n.get() + 1));
+        } else if self.snd_wl1 < seg.seq_number
+            || (self.snd_wl1 == seg.seq_number && self.snd_wl2 <= ack)
         {
             self.snd_wl1 = seg.seq_number;
             self.snd_wl2 = ack;
