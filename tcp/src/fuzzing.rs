@@ -15,7 +15,11 @@
 //! * every segment the stack sends carries, at each stream offset, the octet the user wrote
 //!   there (retransmissions come from the same source), never beyond what was written;
 //! * every frame the stack sends parses as Ethernet/ARP or Ethernet/IPv4/TCP|ICMP;
-//! * buffered octets never exceed the configured buffers.
+//! * buffered octets never exceed the configured buffers;
+//! * with feature `self-check`, the receive fast paths change nothing: the same input run
+//!   again with every connection held to the general path
+//!   ([`crate::conn::set_general_paths_only`]) sends the same frames, delivers the same
+//!   octets and raises the same events, step by step.
 
 use std::collections::VecDeque;
 
@@ -398,6 +402,60 @@ fn check_output(f: &[u8], passive: &mut Side, active: &mut Side, arp_due: &mut b
 
 /// Runs one fuzz input (see the module documentation).
 pub fn tcp_segments(data: &[u8]) {
+    #[cfg(not(feature = "self-check"))]
+    run(data);
+    #[cfg(feature = "self-check")]
+    {
+        let fast = run(data);
+        crate::conn::set_general_paths_only(true);
+        let general = std::panic::catch_unwind(|| run(data));
+        crate::conn::set_general_paths_only(false);
+        let general = general.unwrap_or_else(|e| std::panic::resume_unwind(e));
+        for (step, (f, g)) in fast.iter().zip(&general).enumerate() {
+            assert_eq!(
+                f, g,
+                "step {step}: the fast paths and the general path differ"
+            );
+        }
+        assert_eq!(
+            fast.len(),
+            general.len(),
+            "the two runs took different steps"
+        );
+    }
+}
+
+/// What one step of a run showed: the frames sent, the octets delivered in place and the
+/// events, in order.
+#[derive(Debug, Default, PartialEq)]
+struct Shown {
+    frames: Vec<Vec<u8>>,
+    delivered: Vec<(u32, u32, usize)>,
+    events: Vec<Event>,
+}
+
+/// `e` without its stack's tag (each run has its own stack, and so its own tag).
+fn untagged(e: Event) -> Event {
+    let c = |id: ConnId| ConnId { stack: 0, ..id };
+    match e {
+        Event::Connected(id) => Event::Connected(c(id)),
+        Event::Acceptable(l) => Event::Acceptable(crate::ListenerId(l.0, l.1, 0)),
+        Event::Readable(id) => Event::Readable(c(id)),
+        Event::Writable(id) => Event::Writable(c(id)),
+        Event::PeerClosed(id) => Event::PeerClosed(c(id)),
+        Event::Closed(id) => Event::Closed(c(id)),
+        Event::Reset(id) => Event::Reset(c(id)),
+        Event::TimedOut(id) => Event::TimedOut(c(id)),
+        Event::NeighborUnreachable(id) => Event::NeighborUnreachable(c(id)),
+        Event::NeighborResolved(r) => Event::NeighborResolved(crate::ResolveId { stack: 0, ..r }),
+        Event::NeighborFailed(r) => Event::NeighborFailed(crate::ResolveId { stack: 0, ..r }),
+    }
+}
+
+/// One run of the script in `data` (see the module documentation); returns what each step
+/// showed.
+fn run(data: &[u8]) -> Vec<Shown> {
+    let mut shown = Vec::new();
     let mut u = Unstructured::new(data);
     let cfg = StackConfig {
         mac: US_MAC.0,
@@ -427,6 +485,7 @@ pub fn tcp_segments(data: &[u8]) {
         let Ok(op) = Op::arbitrary(&mut u) else {
             break;
         };
+        let mut seen = Shown::default();
         // The peer's stream starts where the stack says: the first ACK it sent (where
         // `check_output` learns it) may already cover data that came with the SYN or before
         // that ACK went out.
@@ -630,6 +689,7 @@ pub fn tcp_segments(data: &[u8]) {
                 };
                 check_delivered(side.peer_base, side.delivered, &d[..k]);
                 side.delivered += k as u64;
+                seen.delivered.push((id.index, id.generation, k));
                 k
             },
             fill,
@@ -647,6 +707,7 @@ pub fn tcp_segments(data: &[u8]) {
             }
         }
         while let Some(e) = stack.next_event() {
+            seen.events.push(untagged(e));
             match e {
                 Event::Acceptable(l) => {
                     assert_eq!(l, listener);
@@ -692,7 +753,10 @@ pub fn tcp_segments(data: &[u8]) {
         if arp_due {
             stack.device_mut().rx.push_back(arp_reply());
         }
+        seen.frames = out;
+        shown.push(seen);
     }
+    shown
 }
 
 /// Asserts that `d`, delivered at stream offset `off` of a peer whose SYN-ACK our stack
