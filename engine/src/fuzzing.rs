@@ -36,6 +36,11 @@
 //!    latest, RDMAP-6.2.1-2); otherwise no work request completed twice, none was flushed
 //!    while the QP stayed usable; at most one error is reported (RDMAP-7.1-5).
 //! 6. The world goes quiet soon after the stream ends (no livelock).
+//! 7. With feature `self-check` (on in the fuzz crate and the engine's tests), the fast
+//!    paths change nothing: the input run again with the engine's and the TCP's fast paths
+//!    off (`core::set_general_paths_only`, `warpcore_tcp::conn::set_general_paths_only`)
+//!    ends with the same [`Report`]: the same Terminates, FPDUs sent, QP state, completions
+//!    and the same octets in every region ([`Report::memory`]).
 //!
 //! With the test-only feature `planted-bounds-defect` the tagged bounds check lets a
 //! segment reach past its region's end; invariant 2 must catch it ([`planted_defect_input`]).
@@ -402,7 +407,7 @@ impl fmt::Display for Violation {
 }
 
 /// What a clean run saw (for tests that want to look further than "no violation").
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Report {
     /// Terminates the engine sent, decoded.
     pub terminates: Vec<TerminateReport>,
@@ -418,13 +423,43 @@ pub struct Report {
     pub local_error: bool,
     /// Whether the engine reported the peer's Terminate.
     pub remote_terminate: bool,
+    /// Every work request's completions, by `wr_id`, in order.
+    pub completions: Vec<(u64, Vec<WcStatus>)>,
+    /// FNV-1a of the whole arena (the regions and their guards) at the end.
+    pub memory: u64,
 }
 
 /// The fuzz body: one input, structured or raw (see [`check`]); panics on any violation.
 pub fn engine_rx(data: &[u8]) {
-    if let Err(v) = check(data) {
-        panic!("{v}");
+    let fast = check(data).unwrap_or_else(|v| panic!("{v}"));
+    #[cfg(feature = "self-check")]
+    {
+        let general = general_paths_only(|| check(data));
+        let general = general.unwrap_or_else(|v| panic!("the general paths only: {v}"));
+        assert_eq!(
+            fast, general,
+            "invariant 7: the fast paths and the general paths ended differently"
+        );
     }
+    #[cfg(not(feature = "self-check"))]
+    let _ = fast;
+}
+
+/// `f` run with the engine's and the TCP's fast paths off on this thread (feature
+/// `self-check`), on again afterwards, whether `f` returned or panicked.
+#[cfg(feature = "self-check")]
+pub fn general_paths_only<T>(f: impl FnOnce() -> T) -> T {
+    struct On;
+    impl Drop for On {
+        fn drop(&mut self) {
+            crate::core::set_general_paths_only(false);
+            warpcore_tcp::conn::set_general_paths_only(false);
+        }
+    }
+    crate::core::set_general_paths_only(true);
+    warpcore_tcp::conn::set_general_paths_only(true);
+    let _on = On;
+    f()
 }
 
 /// Runs one input and checks every invariant.
@@ -1121,6 +1156,15 @@ impl World {
         }
         self.check_memory()?;
         self.check_state()?;
+        self.report.completions = std::mem::take(&mut self.completions).into_iter().collect();
+        // FNV-1a over the arena: the same octets in every region after both runs.
+        self.report.memory = self
+            .arena
+            .snapshot()
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+            });
         Ok(std::mem::take(&mut self.report))
     }
 

@@ -3,7 +3,9 @@
 //! hand-made inputs show each invariant's path taken (placement, refusal, scatter, Read and
 //! Read Response, the peer's Terminate); random inputs run through the body; and the planted
 //! defect (feature `planted-bounds-defect`) is caught on an input the correct engine
-//! answers with a Terminate.
+//! answers with a Terminate. The corpus and the random inputs run twice, the second time
+//! on the general paths only (`fuzzing::general_paths_only`), and must end alike
+//! (invariant 7).
 //!
 //! `cargo test -p warpcore-engine --test fuzz_engine_rx -- --ignored write_seed_corpus`
 //! rewrites the `seed-*` files of the corpus from the hand-made inputs below.
@@ -11,8 +13,8 @@
 use std::path::PathBuf;
 
 use warpcore_engine::fuzzing::{
-    check, planted_defect_input, raw_seed, run, Hdr, Piece, Report, RxInput, Seg, Setup, StagPick,
-    ToPick, Violation, FOREIGN, LOCAL, RO, RW, TOP,
+    check, general_paths_only, planted_defect_input, raw_seed, run, Hdr, Piece, Report, RxInput,
+    Seg, Setup, StagPick, ToPick, Violation, FOREIGN, LOCAL, RO, RW, TOP,
 };
 use warpcore_engine::proto::error::{DdpError, MpaError, ProtocolError, RdmapError};
 use warpcore_engine::proto::wire::rdmap::Opcode;
@@ -303,9 +305,15 @@ fn random_inputs_keep_every_invariant() {
                 (x >> 24) as u8
             })
             .collect();
-        if let Err(v) = check(&data) {
-            if !cfg!(feature = "planted-bounds-defect") {
-                panic!("{v} on {data:02x?}");
+        match check(&data) {
+            Err(v) => {
+                if !cfg!(feature = "planted-bounds-defect") {
+                    panic!("{v} on {data:02x?}");
+                }
+            }
+            Ok(fast) => {
+                let general = general_paths_only(|| check(&data));
+                assert_eq!(Ok(fast), general, "invariant 7 on {data:02x?}");
             }
         }
     }
@@ -326,10 +334,16 @@ fn corpus_replays_clean() {
     for p in &files {
         let data = std::fs::read(p).expect("corpus file");
         let outcome = std::panic::catch_unwind(|| check(&data));
-        match outcome {
-            Ok(Ok(_)) => {}
+        let fast = match outcome {
+            Ok(Ok(r)) => r,
             Ok(Err(v)) => panic!("{}: {v}", p.display()),
             Err(_) => panic!("{}: the engine panicked", p.display()),
+        };
+        let general = std::panic::catch_unwind(|| general_paths_only(|| check(&data)));
+        match general {
+            Ok(Ok(r)) => assert_eq!(fast, r, "{}: invariant 7", p.display()),
+            Ok(Err(v)) => panic!("{}: the general paths only: {v}", p.display()),
+            Err(_) => panic!("{}: the engine panicked on the general paths", p.display()),
         }
     }
 }
