@@ -434,24 +434,6 @@ struct Shown {
     events: Vec<Event>,
 }
 
-/// `e` without its stack's tag (each run has its own stack, and so its own tag).
-fn untagged(e: Event) -> Event {
-    let c = |id: ConnId| ConnId { stack: 0, ..id };
-    match e {
-        Event::Connected(id) => Event::Connected(c(id)),
-        Event::Acceptable(l) => Event::Acceptable(crate::ListenerId(l.0, l.1, 0)),
-        Event::Readable(id) => Event::Readable(c(id)),
-        Event::Writable(id) => Event::Writable(c(id)),
-        Event::PeerClosed(id) => Event::PeerClosed(c(id)),
-        Event::Closed(id) => Event::Closed(c(id)),
-        Event::Reset(id) => Event::Reset(c(id)),
-        Event::TimedOut(id) => Event::TimedOut(c(id)),
-        Event::NeighborUnreachable(id) => Event::NeighborUnreachable(c(id)),
-        Event::NeighborResolved(r) => Event::NeighborResolved(crate::ResolveId { stack: 0, ..r }),
-        Event::NeighborFailed(r) => Event::NeighborFailed(crate::ResolveId { stack: 0, ..r }),
-    }
-}
-
 /// One run of the script in `data` (see the module documentation); returns what each step
 /// showed.
 fn run(data: &[u8]) -> Vec<Shown> {
@@ -707,7 +689,7 @@ fn run(data: &[u8]) -> Vec<Shown> {
             }
         }
         while let Some(e) = stack.next_event() {
-            seen.events.push(untagged(e));
+            seen.events.push(e.untagged());
             match e {
                 Event::Acceptable(l) => {
                     assert_eq!(l, listener);

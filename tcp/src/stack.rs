@@ -348,6 +348,28 @@ pub struct ResolveId {
     pub(crate) stack: u32,
 }
 
+impl Event {
+    /// The event with the stack tag of its handle cleared, so that the same event of two
+    /// stacks compares equal (tests and the fuzz body run the same script on two stacks).
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn untagged(self) -> Event {
+        let c = |id: ConnId| ConnId { stack: 0, ..id };
+        match self {
+            Event::Connected(id) => Event::Connected(c(id)),
+            Event::Acceptable(l) => Event::Acceptable(ListenerId(l.0, l.1, 0)),
+            Event::Readable(id) => Event::Readable(c(id)),
+            Event::Writable(id) => Event::Writable(c(id)),
+            Event::PeerClosed(id) => Event::PeerClosed(c(id)),
+            Event::Closed(id) => Event::Closed(c(id)),
+            Event::Reset(id) => Event::Reset(c(id)),
+            Event::TimedOut(id) => Event::TimedOut(c(id)),
+            Event::NeighborUnreachable(id) => Event::NeighborUnreachable(c(id)),
+            Event::NeighborResolved(r) => Event::NeighborResolved(ResolveId { stack: 0, ..r }),
+            Event::NeighborFailed(r) => Event::NeighborFailed(ResolveId { stack: 0, ..r }),
+        }
+    }
+}
+
 /// Errors of [`Stack`] operations.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StackError {

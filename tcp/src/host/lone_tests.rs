@@ -18,7 +18,7 @@ use smoltcp::wire::{Ipv4Address, Ipv4Cidr};
 use super::{Host, HostStats};
 use crate::device::{DeviceStats, PollDevice};
 use crate::link::{self, Faults, LinkConfig, LinkEnd, LinkRxToken, LinkTxToken};
-use crate::stack::{Congestion, Event, ListenerId, ResolveId, StackConfig, TcpTuning};
+use crate::stack::{Congestion, StackConfig, TcpTuning};
 use crate::ConnId;
 
 const IP_A: Ipv4Address = Ipv4Address::new(198, 18, 0, 1);
@@ -407,7 +407,7 @@ impl World {
         while let Some(e) = self.a.next_event() {
             // The two worlds are two stacks, whose handles differ in their stack's tag
             // alone: the events are compared without it.
-            self.events_a.push(format!("{:?}", untagged(e)));
+            self.events_a.push(format!("{:?}", e.untagged()));
         }
         while self.b.next_event().is_some() {}
     }
@@ -445,24 +445,6 @@ impl World {
             stats,
         );
         out
-    }
-}
-
-/// `e` with the stack tag of its handle cleared.
-fn untagged(e: Event) -> Event {
-    let c = |id: ConnId| ConnId { stack: 0, ..id };
-    match e {
-        Event::Connected(id) => Event::Connected(c(id)),
-        Event::Acceptable(l) => Event::Acceptable(ListenerId(l.0, l.1, 0)),
-        Event::Readable(id) => Event::Readable(c(id)),
-        Event::Writable(id) => Event::Writable(c(id)),
-        Event::PeerClosed(id) => Event::PeerClosed(c(id)),
-        Event::Closed(id) => Event::Closed(c(id)),
-        Event::Reset(id) => Event::Reset(c(id)),
-        Event::TimedOut(id) => Event::TimedOut(c(id)),
-        Event::NeighborUnreachable(id) => Event::NeighborUnreachable(c(id)),
-        Event::NeighborResolved(r) => Event::NeighborResolved(ResolveId { stack: 0, ..r }),
-        Event::NeighborFailed(r) => Event::NeighborFailed(ResolveId { stack: 0, ..r }),
     }
 }
 
