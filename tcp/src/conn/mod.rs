@@ -1593,8 +1593,9 @@ impl Connection {
     /// * either SEG.ACK = SND.UNA, no SACK blocks, the window as it is and open: nothing
     ///   acknowledged, nothing for recovery, acceptable under RFC 5961 5.2 and a sign of
     ///   life, and the window update (fifth) moves only SND.WL1/WL2;
-    /// * or SND.UNA < SEG.ACK <= SND.NXT with no FIN of ours sent (Linux takes such a
-    ///   segment on its slow path): acceptable under RFC 5961 5.2, and the general ACK
+    /// * or SND.UNA < SEG.ACK <= SND.NXT with no FIN of ours sent (Linux's fast path takes
+    ///   such a data segment too, calling `tcp_ack` from it, though only with the window
+    ///   unchanged): acceptable under RFC 5961 5.2, and the general ACK
     ///   processing (`process_ack`: SACK, the scoreboard, the window) changes no state, so
     ///   the text that follows is taken as in the first case. Each segment of a
     ///   request/response exchange (an RDMA Write answered by a Write, a Send by a Send)
