@@ -412,6 +412,14 @@ pub struct Outgoing<'a> {
     full: bool,
 }
 
+/// A full-record segment [`Connection::full_again_ready`] found to go next: its payload's
+/// ring offset and length.
+#[derive(Debug, Clone, Copy)]
+pub struct FullAgain {
+    sent: usize,
+    room: usize,
+}
+
 impl<'a> Outgoing<'a> {
     /// Payload octets.
     pub fn payload_len(&self) -> usize {
@@ -2452,6 +2460,18 @@ impl Connection {
         now: Instant,
         prev: &TcpRepr<'static>,
     ) -> Option<Outgoing<'_>> {
+        let next = self.full_again_ready()?;
+        Some(self.take_full_again(now, prev, next))
+    }
+
+    /// The test half of [`Self::poll_full_again`], nothing changed: whether the segment
+    /// after a full-record segment of this pass is one more full-record segment. A caller
+    /// that then takes it with [`Self::take_full_again`] and else asks
+    /// [`Self::poll_segment`] has each answer written where it keeps it (`poll_full_again`'s
+    /// `None` followed by `poll_segment` copies the second answer, 152 octets, out of the
+    /// first's place).
+    #[inline]
+    pub fn full_again_ready(&self) -> Option<FullAgain> {
         #[cfg(test)]
         if self.full_walk_only {
             return None;
@@ -2464,6 +2484,22 @@ impl Connection {
         if !self.full_record_fits(unsent, room) {
             return None;
         }
+        Some(FullAgain { sent, room })
+    }
+
+    /// The segment [`Self::full_again_ready`] found, taken: the changes of
+    /// [`Self::poll_full_again`] made and the segment returned. `next` must come from
+    /// `full_again_ready` with nothing done to the connection since. Always inlined: a
+    /// call returns the segment through memory, and the caller then copied it into its
+    /// own `Option` (a `memcpy` call), whatever the source's shape.
+    #[inline(always)]
+    pub fn take_full_again(
+        &mut self,
+        now: Instant,
+        prev: &TcpRepr<'static>,
+        next: FullAgain,
+    ) -> Outgoing<'_> {
+        let FullAgain { sent, room } = next;
         let seq = self.snd_nxt;
         let end = seq + room;
         self.snd_nxt = end;
@@ -2487,14 +2523,14 @@ impl Connection {
             ),
             "poll_full_again: the segment's fields moved within the pass"
         );
-        Some(Outgoing {
+        Outgoing {
             repr,
             first: self.locate_ext(sent, room),
             conn: self,
             off: sent,
             len: room,
             full: true,
-        })
+        }
     }
 
     /// What [`Connection::poll_transmit`] sends: the segment without payload and the ring

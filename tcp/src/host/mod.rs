@@ -17,7 +17,7 @@
 //!                                       nothing -> RST (RFC 9293 3.10.7.1), bounded per poll
 //! timer wheel (ticks passed)  -> Connection::handle_timeout
 //! dirty connections only      -> Connection::poll_segment (after a full-record segment,
-//!                                Connection::poll_full_again first)
+//!                                Connection::full_again_ready / take_full_again first)
 //!                             -> Ethernet/IPv4/TCP headers written
 //!                                (module `headers`), payload copied from the send ring, external
 //!                                records written by `fill` -> device tx
@@ -1430,12 +1430,14 @@ impl<D: PollDevice> Host<D> {
                 };
                 // Borrowed where it was returned, not moved into a binding of its own (a
                 // copy of the whole segment description per segment).
+                // Each answer written where it is kept: `poll_full_again`'s answer moved
+                // into a binding of its own cost a 152-octet `memcpy` call a segment.
                 let again = match &full {
-                    Some(prev) => s.conn.poll_full_again(now, prev),
+                    Some(prev) => s.conn.full_again_ready().map(|next| (prev, next)),
                     None => None,
                 };
                 let polled = match again {
-                    Some(o) => Some(o),
+                    Some((prev, next)) => Some(s.conn.take_full_again(now, prev, next)),
                     None => s.conn.poll_segment(now),
                 };
                 let Some(out) = polled.as_ref() else {
