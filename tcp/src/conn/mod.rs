@@ -2500,6 +2500,11 @@ impl Connection {
         next: FullAgain,
     ) -> Outgoing<'_> {
         let FullAgain { sent, room } = next;
+        debug_assert_eq!(
+            self.full_record_queued().map(|(s, _, r)| (s, r)),
+            Some((sent, room)),
+            "take_full_again: the connection changed since full_again_ready"
+        );
         let seq = self.snd_nxt;
         let end = seq + room;
         self.snd_nxt = end;

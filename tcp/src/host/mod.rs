@@ -1428,10 +1428,9 @@ impl<D: PollDevice> Host<D> {
                     generation: s.generation,
                     stack: i.tag,
                 };
-                // Borrowed where it was returned, not moved into a binding of its own (a
-                // copy of the whole segment description per segment).
-                // Each answer written where it is kept: `poll_full_again`'s answer moved
-                // into a binding of its own cost a 152-octet `memcpy` call a segment.
+                // Each answer built where it is kept and borrowed there, never moved into a
+                // binding of its own: `poll_full_again`'s answer moved so cost a 152-octet
+                // `memcpy` call a segment.
                 let again = match &full {
                     Some(prev) => s.conn.full_again_ready().map(|next| (prev, next)),
                     None => None,
