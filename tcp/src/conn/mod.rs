@@ -449,6 +449,19 @@ impl<'a> Outgoing<'a> {
         (s.len() == self.len).then_some(s)
     }
 
+    /// The payload's one piece when it lies wholly inside one external record (a bulk
+    /// sender's segment: one FPDU): the record's token and the payload's offset in it,
+    /// the one `Piece::External` that [`Outgoing::for_each_piece`] would give, found
+    /// without its walk.
+    #[inline]
+    pub fn single_external(&self) -> Option<(u64, usize)> {
+        let (k, start) = self.first?;
+        let r = self.conn.ext.get(k)?;
+        let pos = self.off as i64;
+        (start <= pos && start + i64::from(r.len) >= (self.off + self.len) as i64)
+            .then(|| (r.token, (pos - start) as usize))
+    }
+
     /// Calls `f` with each piece of the payload in order: octets of the send buffer (at
     /// most two slices per run, where the ring wraps) and external ones.
     pub fn for_each_piece(&self, mut f: impl FnMut(Piece<'a>)) {
@@ -3552,14 +3565,33 @@ mod tests {
     fn drain_both_ways(c: &mut Connection, now: Instant, q: &mut Flight, taken: &mut Taken) {
         // The segment and its payload, an external record's octets standing for its token
         // and offset, and whether it came from the full-record path.
+        // `single_external` is checked against the walk at every segment: it names the one
+        // external piece exactly when the walk gives one covering the whole payload.
         let owned = |o: Outgoing<'_>| {
             let mut payload = Vec::new();
-            o.for_each_piece(|p| match p {
-                Piece::Octets(b) => payload.extend_from_slice(b),
-                Piece::External { token, at, len } => {
-                    payload.extend((0..len).map(|i| (token as usize * 31 + at + i) as u8))
+            let mut externals = Vec::new();
+            let mut pieces = 0;
+            o.for_each_piece(|p| {
+                pieces += 1;
+                match p {
+                    Piece::Octets(b) => payload.extend_from_slice(b),
+                    Piece::External { token, at, len } => {
+                        externals.push((token, at, len));
+                        payload.extend((0..len).map(|i| (token as usize * 31 + at + i) as u8))
+                    }
                 }
             });
+            let one = match externals[..] {
+                [(token, at, len)] if pieces == 1 && len == o.payload_len() && len > 0 => {
+                    Some((token, at))
+                }
+                _ => None,
+            };
+            assert_eq!(
+                o.single_external(),
+                one,
+                "single_external and the walk differ"
+            );
             ((o.repr, payload), o.is_full_record())
         };
         let mut prev: Option<TcpRepr<'static>> = None;

@@ -1517,37 +1517,51 @@ fn emit_segment(
     let payload = &mut tcp[hl..hl + n];
     let want = caps.tcp.tx();
     let (mut at, mut external, mut ok, mut total) = (0usize, 0usize, true, 0u64);
-    out.for_each_piece(|p| match p {
-        _ if !ok => {}
-        Piece::Octets(o) => {
-            let d = &mut payload[at..at + o.len()];
-            if want {
-                total += csum::at_offset(csum::copy_and_sum_to_fold(d, o), at);
-            } else {
-                d.copy_from_slice(o);
+    if let Some((token, from)) = out.single_external() {
+        // A bulk sender's segment, one FPDU: the walk's one piece, given at once.
+        match fill(token, from, payload, want) {
+            Some(s) => {
+                debug_assert!(
+                    !want || csum::fold(s) == csum::fold(csum::sum(payload)),
+                    "fill returned a sum that is not its octets'"
+                );
+                (total, at, external) = (s, n, n);
             }
-            at += o.len();
+            None => ok = false,
         }
-        Piece::External {
-            token,
-            at: from,
-            len,
-        } => {
-            let d = &mut payload[at..at + len];
-            match fill(token, from, d, want) {
-                Some(s) => {
-                    debug_assert!(
-                        !want || csum::fold(s) == csum::fold(csum::sum(d)),
-                        "fill returned a sum that is not its octets'"
-                    );
-                    total += csum::at_offset(s, at);
-                    at += len;
-                    external += len;
+    } else {
+        out.for_each_piece(|p| match p {
+            _ if !ok => {}
+            Piece::Octets(o) => {
+                let d = &mut payload[at..at + o.len()];
+                if want {
+                    total += csum::at_offset(csum::copy_and_sum_to_fold(d, o), at);
+                } else {
+                    d.copy_from_slice(o);
                 }
-                None => ok = false,
+                at += o.len();
             }
-        }
-    });
+            Piece::External {
+                token,
+                at: from,
+                len,
+            } => {
+                let d = &mut payload[at..at + len];
+                match fill(token, from, d, want) {
+                    Some(s) => {
+                        debug_assert!(
+                            !want || csum::fold(s) == csum::fold(csum::sum(d)),
+                            "fill returned a sum that is not its octets'"
+                        );
+                        total += csum::at_offset(s, at);
+                        at += len;
+                        external += len;
+                    }
+                    None => ok = false,
+                }
+            }
+        });
+    }
     if !ok || at != n {
         let r = &out.repr;
         let rst = rst_segment(r.src_port, r.dst_port, r.seq_number, r.ack_number);
