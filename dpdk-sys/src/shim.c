@@ -4,6 +4,7 @@
  * at the Rust call sites.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -278,32 +279,59 @@ static void wc_populate(unsigned long lo, unsigned long hi)
 	}
 }
 
+/* One line of /proc/self/maps: populates it if it is a writable memif region. */
+static size_t wc_prefault_line(const char *line)
+{
+	unsigned long lo, hi;
+	char perms[8];
+
+	if (strstr(line, "/memfd:memif_region_") == NULL)
+		return 0;
+	if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3 || hi <= lo || perms[0] != 'r' ||
+	    perms[1] != 'w')
+		return 0;
+	wc_populate(lo, hi);
+	return hi - lo;
+}
+
 /*
  * Populates every "memif_region_" mapping of this process writable (MADV_POPULATE_WRITE,
  * Linux 5.14; before it, a read of each page, which for shared memory maps the page
  * writable too). The contents are not changed. Returns the octets covered.
+ *
+ * /proc/self/maps is read with system calls into buffers on the stack, not with stdio: on
+ * the EAL interrupt thread, fopen's malloc was that thread's first allocation, which creates
+ * its malloc arena through libc's munmap, and libfabric's memory monitor may be rewriting
+ * munmap's first instructions at that moment (SIGSEGV at __munmap+9, fi_pingpong over
+ * verbs;ofi_rxm in scripts/test-libfabric.sh, once; the same race as madvise's above).
+ * A line longer than the line buffer keeps its start (addresses, permissions); a memif
+ * region's line is far shorter.
  */
 size_t wc_memif_prefault_regions(void)
 {
-	FILE *f = fopen("/proc/self/maps", "r");
-	char line[512];
-	size_t total = 0;
+	char buf[4096], line[512];
+	size_t total = 0, len = 0;
+	long fd = syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
+	long n, i;
 
-	if (f == NULL)
+	if (fd < 0)
 		return 0;
-	while (fgets(line, sizeof(line), f) != NULL) {
-		unsigned long lo, hi;
-		char perms[8];
-
-		if (strstr(line, "/memfd:memif_region_") == NULL)
-			continue;
-		if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3 || hi <= lo ||
-		    perms[0] != 'r' || perms[1] != 'w')
-			continue;
-		wc_populate(lo, hi);
-		total += hi - lo;
+	while ((n = syscall(SYS_read, fd, buf, sizeof(buf))) > 0) {
+		for (i = 0; i < n; i++) {
+			if (buf[i] == '\n') {
+				line[len] = '\0';
+				total += wc_prefault_line(line);
+				len = 0;
+			} else if (len < sizeof(line) - 1) {
+				line[len++] = buf[i];
+			}
+		}
 	}
-	fclose(f);
+	if (len > 0) {
+		line[len] = '\0';
+		total += wc_prefault_line(line);
+	}
+	syscall(SYS_close, fd);
 	return total;
 }
 
