@@ -61,8 +61,8 @@ impl Region {
     /// an anonymous mapping of 2 MiB hugepages (`MAP_HUGETLB`, length rounded up to a
     /// multiple of 2 MiB), which spares the TLB on large transfers; if the machine has no
     /// free hugepages, it falls back to ordinary pages (mapped at a 2 MiB boundary, with
-    /// `MADV_HUGEPAGE`, so transparent hugepages may back all of it). Regions whose alignment exceeds the page size
-    /// come from the global allocator. Every page is touched (pre-faulted) here where the
+    /// `MADV_HUGEPAGE`, so transparent hugepages may back all of it). Regions whose alignment
+    /// exceeds the page size come from the global allocator. Every page is touched (pre-faulted) here where the
     /// kernel supports it, so that placement takes no page fault. [`Region::is_huge`]
     /// says which way it went.
     ///
