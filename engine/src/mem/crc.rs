@@ -15,7 +15,8 @@
 //!
 //! [`copy_sum_crc`] copies an FPDU's payload from registered memory into a frame, sums it
 //! for the TCP checksum and extends the CRC over it in one pass (three lanes at once, as
-//! above): the transmit path's one touch of each octet.
+//! above, on 32-octet vectors where the CPU has AVX2, the sum and the CRC taken from the
+//! register stored): the transmit path's one touch of each octet.
 //!
 //! On a CPU with AVX-512F, AVX-512BW and VPCLMULQDQ, inputs from [`FOLD_MIN`] octets on take
 //! neither `crc32` lanes: 64-octet vectors are folded into four 512-bit registers by carry-less
@@ -277,12 +278,13 @@ pub fn copy_sum_crc_slices(src: &[u8], dst: &mut [u8], crc: u32) -> (u64, u32) {
 /// (`copy_sum_crc_fold512`): each 64-octet vector loaded once, stored, summed and folded
 /// into the CRC from the one register; on a CPU with AVX2 and VPCLMULQDQ but not those, the
 /// same in 32-octet vectors (`copy_sum_crc_fold256`). Otherwise one pass over three lanes of
-/// the input at once (`copy_sum_crc_lanes`): each 16-octet vector is loaded once, stored,
-/// widened into the checksum's 32-bit lanes, and its words run through `crc32` from the copy
-/// just stored (the instruction loads them itself, with a memory operand), so the CRC's one
-/// instruction a cycle overlaps the copy's loads and stores instead of following them;
-/// passes of up to 4 KiB a lane, combined as in [`crc32c_append`]'s three streams, then a
-/// tail under 96 octets.
+/// the input at once, so that the CRC's one instruction a cycle overlaps the copy's loads
+/// and stores instead of following them; passes of up to 4 KiB a lane, combined as in
+/// [`crc32c_append`]'s three streams, then a tail under 96 octets. With AVX2
+/// (`copy_sum_crc_lanes256`) each 32-octet vector is loaded once, stored, widened into the
+/// checksum's 32-bit lanes, and its four words moved from that register into `crc32`;
+/// without it (`copy_sum_crc_lanes`) 16-octet vectors, whose words `crc32` reads back from
+/// the copy just stored (the instruction loads them itself, with a memory operand).
 ///
 /// # Safety
 /// `src` must be valid for reads of `dst.len()` octets (it may change meanwhile: it is
@@ -303,12 +305,25 @@ pub unsafe fn copy_sum_crc(src: *const u8, dst: &mut [u8], crc: u32) -> (u64, u3
         // holds at least `FOLD_MIN` octets.
         return unsafe { copy_sum_crc_fold256(src, dst, crc) };
     }
+    if lanes256_available() {
+        // SAFETY: the caller's contract for `src`, `dst` and SSE4.2 and PCLMULQDQ; the CPU
+        // has AVX2 (just checked).
+        return unsafe { copy_sum_crc_lanes256(src, dst, crc) };
+    }
     // SAFETY: the caller's contract, passed on.
     unsafe { copy_sum_crc_lanes(src, dst, crc) }
 }
 
+/// Whether the CPU has AVX2, which [`copy_sum_crc_lanes256`] needs besides SSE4.2 and
+/// PCLMULQDQ (the answer is cached by the standard library).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn lanes256_available() -> bool {
+    std::is_x86_feature_detected!("avx2")
+}
+
 /// [`copy_sum_crc`] in three lanes of `crc32` instructions and 16-octet vectors (CPUs
-/// without AVX-512F, AVX-512BW and VPCLMULQDQ).
+/// without AVX2, and no folding path's features).
 ///
 /// # Safety
 /// As [`copy_sum_crc`].
@@ -362,6 +377,82 @@ unsafe fn copy_sum_crc_lanes(src: *const u8, dst: &mut [u8], crc: u32) -> (u64, 
             let lanes: [u32; 4] = std::mem::transmute(a);
             total += lanes.iter().map(|&l| u64::from(l)).sum::<u64>();
         }
+        c = combine(shift, ca, cb, cd, lane);
+        done += 3 * lane;
+    }
+    // The tail, under three steps, at a multiple of 32 octets (an even offset).
+    let tail = &mut dst[done..];
+    // SAFETY: `done + tail.len() == n`: inside `src`; `tail` is part of `dst`.
+    unsafe { std::ptr::copy_nonoverlapping(src.add(done), tail.as_mut_ptr(), tail.len()) };
+    total += warpcore_tcp::csum::sum(tail);
+    (total, !serial(c, tail))
+}
+
+/// [`copy_sum_crc_lanes`] on 32-octet vectors (CPUs with AVX2 but neither folding path's
+/// features, such as AMD Zen 2): the same three lanes of `crc32` and the same passes, but
+/// each lane's 32-octet step is one load and one store, and the sum (two widenings, two
+/// additions) and the CRC (the register's four words moved out to `crc32`) are taken from
+/// the register stored. The 16-octet form's `crc32` reads each word back from the store
+/// just made, which this core does not forward well: the CRC waited for the stores. The
+/// load and the store are one assembly block, so that the compiler cannot read `src` again
+/// for the sum or the CRC (without it, it gave `crc32` memory operands on `src`, which may
+/// change meanwhile). Copying 1,448 octets from an 8 MiB source into 64 recycled frames:
+/// 144-150 ns against the 16-octet form's 168-185 (a `memcpy`, then `sum256` and the CRC
+/// over the copy: 162-180); 8,948 octets: 760-807 against 910-1,015
+/// (`docs/decisions/0005-short-crc32c.md`, 2026-12-05 addendum).
+///
+/// # Safety
+/// As [`copy_sum_crc`], and the CPU must have AVX2 ([`lanes256_available`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2,pclmulqdq,avx2")]
+unsafe fn copy_sum_crc_lanes256(src: *const u8, dst: &mut [u8], crc: u32) -> (u64, u32) {
+    use std::arch::x86_64::{
+        __m256i, _mm256_add_epi32, _mm256_extract_epi64, _mm256_setzero_si256,
+        _mm256_unpackhi_epi16, _mm256_unpacklo_epi16, _mm_crc32_u64,
+    };
+    const V: usize = 32;
+    let shift = shift_table();
+    let n = dst.len();
+    let d = dst.as_mut_ptr();
+    let zero = _mm256_setzero_si256();
+    let mut total = 0u64;
+    let mut c = !crc;
+    let mut done = 0usize;
+    while n - done >= 3 * V {
+        let lane = ((n - done) / (3 * V) * V).min(MAX_LANE);
+        let (mut lo, mut hi) = (zero, zero);
+        let (mut ca, mut cb, mut cd) = (u64::from(c), 0u64, 0u64);
+        let mut i = done;
+        while i < done + lane {
+            // One 32-octet step of each lane: a at i, b a lane later, d two lanes later.
+            for (k, cs) in [(0, &mut ca), (lane, &mut cb), (2 * lane, &mut cd)] {
+                let at = i + k;
+                let v: __m256i;
+                // SAFETY: `at + 32 <= done + 3 * lane <= n`: inside `src` (the caller's
+                // contract) and inside `dst`, which nothing else references meanwhile.
+                unsafe {
+                    std::arch::asm!(
+                        "vmovdqu {v}, ymmword ptr [{s}]",
+                        "vmovdqu ymmword ptr [{p}], {v}",
+                        s = in(reg) src.add(at),
+                        p = in(reg) d.add(at),
+                        v = out(ymm_reg) v,
+                        options(nostack, preserves_flags)
+                    );
+                }
+                lo = _mm256_add_epi32(lo, _mm256_unpacklo_epi16(v, zero));
+                hi = _mm256_add_epi32(hi, _mm256_unpackhi_epi16(v, zero));
+                let mut x = *cs;
+                x = _mm_crc32_u64(x, _mm256_extract_epi64::<0>(v) as u64);
+                x = _mm_crc32_u64(x, _mm256_extract_epi64::<1>(v) as u64);
+                x = _mm_crc32_u64(x, _mm256_extract_epi64::<2>(v) as u64);
+                *cs = _mm_crc32_u64(x, _mm256_extract_epi64::<3>(v) as u64);
+            }
+            i += V;
+        }
+        // A pass adds at most 3 * MAX_LANE / 32 = 384 words of 16 bits to each 32-bit
+        // lane: no overflow.
+        total += lanes_sum256(lo) + lanes_sum256(hi);
         c = combine(shift, ca, cb, cd, lane);
         done += 3 * lane;
     }
@@ -1266,8 +1357,17 @@ mod tests {
                 // The dispatcher (the 512-bit folding path where the CPU has it, else the
                 // 256-bit one), the three-lane path, and the 256-bit folding path called
                 // directly (an AVX-512 CPU has what it needs, and would not take it).
-                for (init, path) in [(0u32, 0), (0x1234_5678, 0), (7, 1), (0x0BAD_CAFE, 2)] {
+                for (init, path) in [
+                    (0u32, 0),
+                    (0x1234_5678, 0),
+                    (7, 1),
+                    (0x0BAD_CAFE, 2),
+                    (0x5EED_F00D, 3),
+                ] {
                     if path == 2 && !(len >= FOLD_MIN && fold256_available()) {
+                        continue;
+                    }
+                    if path == 3 && !lanes256_available() {
                         continue;
                     }
                     let mut buf = vec![0xA5u8; len + 16];
@@ -1279,7 +1379,8 @@ mod tests {
                         match path {
                             0 => copy_sum_crc(src.as_ptr(), dst, init),
                             1 => copy_sum_crc_lanes(src.as_ptr(), dst, init),
-                            _ => copy_sum_crc_fold256(src.as_ptr(), dst, init),
+                            2 => copy_sum_crc_fold256(src.as_ptr(), dst, init),
+                            _ => copy_sum_crc_lanes256(src.as_ptr(), dst, init),
                         }
                     };
                     assert_eq!(&buf[doff..doff + len], src, "copy, {len} octets at {off}");
@@ -1305,7 +1406,8 @@ mod tests {
 
     /// Which long-input path this CPU takes, in the test's output: the 512-bit folding one
     /// (AVX-512F, AVX-512BW and VPCLMULQDQ), the 256-bit one for the copy into a frame
-    /// (AVX2 and VPCLMULQDQ), or the three `crc32` lanes. The tests compare every path the
+    /// (AVX2 and VPCLMULQDQ), or the three `crc32` lanes (the copy on 32-octet vectors where
+    /// the CPU has AVX2, else 16-octet ones). The tests compare every path the
     /// CPU can run with the crate. With `WARPCORE_EXPECT_CRC_PATH` set (`scripts/test.sh`,
     /// the suite CI runs, reads the CPU's flags from `/proc/cpuinfo`), the engine's own
     /// detection must name the same path: a detection that missed a feature would otherwise
@@ -1314,13 +1416,25 @@ mod tests {
         #[cfg(target_arch = "x86_64")]
         {
             // The copy's path (the CRC alone folds only with the 512-bit one).
-            let (path, copy) = match (fold512_available(), fold256_available()) {
-                (true, _) => (
+            let (path, copy) = match (
+                fold512_available(),
+                fold256_available(),
+                lanes256_available(),
+            ) {
+                (true, _, _) => (
                     "fold512",
                     "512-bit folding (the 256-bit one and the lanes called directly)",
                 ),
-                (false, true) => ("fold256", "256-bit folding (the lanes called directly)"),
-                (false, false) => ("lanes", "three crc32 lanes (no AVX2 and VPCLMULQDQ here)"),
+                (false, true, _) => ("fold256", "256-bit folding (the lanes called directly)"),
+                (false, false, true) => (
+                    "lanes256",
+                    "three crc32 lanes on 32-octet vectors (no VPCLMULQDQ here; the 16-octet \
+                     form called directly)",
+                ),
+                (false, false, false) => (
+                    "lanes",
+                    "three crc32 lanes on 16-octet vectors (no AVX2 here)",
+                ),
             };
             if let Some(want) = std::env::var_os("WARPCORE_EXPECT_CRC_PATH") {
                 assert_eq!(
@@ -1588,8 +1702,11 @@ mod tests {
                     assert_eq!(warpcore_tcp::csum::fold(bulk(s)), want_sum, "bulk, {len}");
                 }
                 for dst_at_end in [false, true] {
-                    for path in 0..3 {
+                    for path in 0..4 {
                         if path == 2 && !(len >= FOLD_MIN && fold256_available()) {
+                            continue;
+                        }
+                        if path == 3 && !lanes256_available() {
                             continue;
                         }
                         let dst = dst_mem.slice(len, dst_at_end);
@@ -1602,7 +1719,8 @@ mod tests {
                             match path {
                                 0 => copy_sum_crc(p, dst, 7),
                                 1 => copy_sum_crc_lanes(p, dst, 7),
-                                _ => copy_sum_crc_fold256(p, dst, 7),
+                                2 => copy_sum_crc_fold256(p, dst, 7),
+                                _ => copy_sum_crc_lanes256(p, dst, 7),
                             }
                         };
                         assert_eq!(&dst[..], &src[..], "copy path {path}, {len}");
