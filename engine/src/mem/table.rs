@@ -1461,9 +1461,13 @@ const fn planted_slack() -> u64 {
 }
 
 /// The longest copy after which [`MrGuard::copy_out_summed_crc_at`] prefetches the next
-/// as many octets (`MrGuard::prefetch_next`): a segment of an MTU of 1500 or a little more.
-/// Past it the copy runs long enough for the CPU's own prefetcher to follow it, and
-/// prefetching a jumbo frame's worth ahead made write_bw at MTU 9000 slower.
+/// as many octets (`crc::copy_sum_crc_ahead`, `crc::prefetch`): a segment of an MTU of
+/// 1500 or a little more. The next FPDU of a message sent from registered memory continues
+/// where the one being copied ends; copied from the next segment's transmit, a few hundred
+/// nanoseconds later, its source is then in L1 rather than in L3 or memory (without it the
+/// copy of a 64 KiB Write's FPDUs waited on the source at every segment). Past this length
+/// the copy runs long enough for the CPU's own prefetcher to follow it, and prefetching a
+/// jumbo frame's worth ahead made write_bw at MTU 9000 slower.
 const PREFETCH_MAX: usize = 2048;
 
 /// A registration held for one placement: the region cannot be deregistered (nor
@@ -1668,49 +1672,33 @@ impl<'a> MrGuard<'a> {
         crc: u32,
     ) -> Result<(u64, u32), BoundsFault> {
         let offset = self.bounds(to, dst.len())?;
-        if dst.len() <= PREFETCH_MAX {
-            self.prefetch_next(offset + dst.len(), dst.len());
-        }
+        // The next FPDU's source, where a message's next segment continues (cut at the
+        // region's end), prefetched after a copy of up to `PREFETCH_MAX` octets.
+        let next = offset + dst.len();
+        let ahead = if dst.len() <= PREFETCH_MAX {
+            next.saturating_add(dst.len()).min(self.meta().len) - next.min(self.meta().len)
+        } else {
+            0
+        };
         #[cfg(target_arch = "x86_64")]
         if crc::fuse(dst.len()) {
             // SAFETY: `bounds` proved `[offset, offset + dst.len())` inside the region the
             // guard keeps alive, valid for reads; `dst` is a unique borrow, so not
-            // registered memory; the CPU has the features (`fuse` checked).
-            return Ok(unsafe { crc::copy_sum_crc(self.meta().ptr.add(offset), dst, crc) });
+            // registered memory; the CPU has the features (`fuse` checked). The prefetch
+            // reads nothing.
+            return Ok(unsafe {
+                crc::copy_sum_crc_ahead(
+                    self.meta().ptr.add(offset),
+                    dst,
+                    crc,
+                    self.meta().ptr.wrapping_add(next),
+                    ahead,
+                )
+            });
         }
+        crc::prefetch(self.meta().ptr.wrapping_add(next), ahead);
         let sum = warpcore_tcp::csum::copy_and_sum_from(dst, self.reader(offset, dst.len()));
         Ok((sum, crc::crc32c_append(crc, dst)))
-    }
-
-    /// Asks the CPU to bring the region's octets `[offset, offset + len)` (cut at the
-    /// region's end) into its caches: the source of the next FPDU of a message sent from
-    /// registered memory, which continues where the one being copied ends. Copied from the
-    /// next segment's transmit, a few hundred nanoseconds later, they are then in L1 rather
-    /// than in L3 or memory: the copy of a 64 KiB Write's FPDUs otherwise waits on the
-    /// source at every segment (`perf` of write_bw: the one pass's loads and the short
-    /// tail's). A prefetch reads nothing architecturally and never faults; the range stays
-    /// inside the region anyway.
-    #[inline]
-    fn prefetch_next(&self, offset: usize, len: usize) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let end = offset.saturating_add(len).min(self.meta().len);
-            let base = self.meta().ptr;
-            let mut at = offset;
-            while at < end {
-                // SAFETY: `_mm_prefetch` needs SSE, part of every x86_64 CPU; it is a hint
-                // that dereferences nothing, so any address is sound (`wrapping_add` keeps
-                // the arithmetic defined; the address is inside the region anyway).
-                unsafe {
-                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                        base.wrapping_add(at).cast::<i8>(),
-                    );
-                }
-                at += 64;
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (offset, len);
     }
 
     /// Reads for the summing copies: `read(at, out)` copies `out.len()` octets of the
