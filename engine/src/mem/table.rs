@@ -1464,7 +1464,7 @@ const fn planted_slack() -> u64 {
 /// as many octets (`crc::copy_sum_crc_ahead`, `crc::prefetch`): a segment of an MTU of
 /// 1500 or a little more. The next FPDU of a message sent from registered memory continues
 /// where the one being copied ends; copied from the next segment's transmit, a few hundred
-/// nanoseconds later, its source is then in L1 rather than in L3 or memory (without it the
+/// nanoseconds later, its source is then in L2 rather than in L3 or memory (without it the
 /// copy of a 64 KiB Write's FPDUs waited on the source at every segment). Past this length
 /// the copy runs long enough for the CPU's own prefetcher to follow it, and prefetching a
 /// jumbo frame's worth ahead made write_bw at MTU 9000 slower.
