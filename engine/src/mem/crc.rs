@@ -316,13 +316,13 @@ pub unsafe fn copy_sum_crc(src: *const u8, dst: &mut [u8], crc: u32) -> (u64, u3
 
 /// [`copy_sum_crc`], and a prefetch of the `ahead_len` octets at `ahead` (the source of the
 /// next FPDU of the same message) into the second-level cache, so that the next copy finds
-/// its source there ([`prefetch`]). On the 32-octet lanes' path (`copy_sum_crc_lanes256`) the prefetches
-/// are spread over the copy, two cache lines every 96 octets copied; elsewhere they are
-/// issued before it. Issued at once, the ~23 of an MTU 1500 segment waited for the core's
-/// miss buffers (a third of `TxRecord::write`'s samples in a write_bw sender); spread, they
-/// overlap the copy (`TxRecord::write` 5.8 % -> 3.8 % of the sender, ahead in 12 of 14
-/// alternating write_bw pairs; docs/iwperf.md). A prefetch is a hint: it reads nothing
-/// architecturally and never faults, so `ahead` may be any address.
+/// its source there ([`prefetch`]). On the 32-octet lanes' path (`copy_sum_crc_lanes256`)
+/// the prefetches are spread over the copy, two cache lines every 96 octets copied;
+/// elsewhere they are issued before it. Issued at once, the ~23 of an MTU 1500 segment
+/// waited for the core's miss buffers (a third of `TxRecord::write`'s samples in a
+/// write_bw sender); spread, they overlap the copy (`TxRecord::write` 6.0 % -> 3.3 % of
+/// the sender; docs/iwperf.md). A prefetch is a hint: it reads nothing architecturally and
+/// never faults, so `ahead` may be any address.
 ///
 /// # Safety
 /// As [`copy_sum_crc`].
@@ -1455,8 +1455,9 @@ mod tests {
             for (off, doff) in [(0usize, 0usize), (1, 5), (3, 2), (8, 7)] {
                 let src = &data[off..off + len];
                 // The dispatcher (the 512-bit folding path where the CPU has it, else the
-                // 256-bit one), the three-lane path, and the 256-bit folding path called
-                // directly (an AVX-512 CPU has what it needs, and would not take it).
+                // 256-bit one, else the 32-octet lanes), the 16-octet lanes, and the
+                // 256-bit folding path and the 32-octet lanes called directly (a CPU with a
+                // folding path has what they need, and would not take them).
                 for (init, path) in [
                     (0u32, 0),
                     (0x1234_5678, 0),
