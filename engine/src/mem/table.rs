@@ -1673,7 +1673,7 @@ impl<'a> MrGuard<'a> {
     ) -> Result<(u64, u32), BoundsFault> {
         let offset = self.bounds(to, dst.len())?;
         // The next FPDU's source, where a message's next segment continues (cut at the
-        // region's end), prefetched after a copy of up to `PREFETCH_MAX` octets.
+        // region's end), prefetched with a copy of up to `PREFETCH_MAX` octets.
         let next = offset + dst.len();
         let ahead = if dst.len() <= PREFETCH_MAX {
             next.saturating_add(dst.len()).min(self.meta().len) - next.min(self.meta().len)
