@@ -579,20 +579,28 @@ unsafe fn copy_sum_crc_rest(src: *const u8, dst: *mut u8, len: usize, c: u32) ->
     use std::arch::x86_64::{_mm_crc32_u16, _mm_crc32_u32, _mm_crc32_u64, _mm_crc32_u8};
     debug_assert!(len < 32);
     let (mut total, mut at) = (0u64, 0usize);
+    // The word at `at` loaded by `$load` into a register and stored from it by `$store`.
+    macro_rules! piece {
+        ($t:ty, $load:literal, $store:literal) => {{
+            let w: $t;
+            // SAFETY: every use is at `at + size <= len`: inside `src` and `dst` (the
+            // caller's contract).
+            unsafe {
+                std::arch::asm!(
+                    $load,
+                    $store,
+                    s = in(reg) src.add(at),
+                    p = in(reg) dst.add(at),
+                    w = out(reg) w,
+                    options(nostack, preserves_flags)
+                );
+            }
+            w
+        }};
+    }
     let mut c64 = u64::from(c);
     while len - at >= 8 {
-        let w: u64;
-        // SAFETY: `at + 8 <= len`: inside `src` and `dst` (the caller's contract).
-        unsafe {
-            std::arch::asm!(
-                "mov {w}, qword ptr [{s}]",
-                "mov qword ptr [{p}], {w}",
-                s = in(reg) src.add(at),
-                p = in(reg) dst.add(at),
-                w = out(reg) w,
-                options(nostack, preserves_flags)
-            );
-        }
+        let w = piece!(u64, "mov {w}, qword ptr [{s}]", "mov qword ptr [{p}], {w}");
         total += (w & 0xffff_ffff) + (w >> 32);
         c64 = _mm_crc32_u64(c64, w);
         at += 8;
@@ -600,52 +608,31 @@ unsafe fn copy_sum_crc_rest(src: *const u8, dst: *mut u8, len: usize, c: u32) ->
     // `crc32` keeps the state in the low 32 bits.
     let mut c = c64 as u32;
     if len - at >= 4 {
-        let w: u32;
-        // SAFETY: `at + 4 <= len`: inside `src` and `dst`.
-        unsafe {
-            std::arch::asm!(
-                "mov {w:e}, dword ptr [{s}]",
-                "mov dword ptr [{p}], {w:e}",
-                s = in(reg) src.add(at),
-                p = in(reg) dst.add(at),
-                w = out(reg) w,
-                options(nostack, preserves_flags)
-            );
-        }
+        let w = piece!(
+            u32,
+            "mov {w:e}, dword ptr [{s}]",
+            "mov dword ptr [{p}], {w:e}"
+        );
         total += u64::from(w);
         c = _mm_crc32_u32(c, w);
         at += 4;
     }
     if len - at >= 2 {
-        let w: u32;
-        // SAFETY: `at + 2 <= len`: inside `src` and `dst`.
-        unsafe {
-            std::arch::asm!(
-                "movzx {w:e}, word ptr [{s}]",
-                "mov word ptr [{p}], {w:x}",
-                s = in(reg) src.add(at),
-                p = in(reg) dst.add(at),
-                w = out(reg) w,
-                options(nostack, preserves_flags)
-            );
-        }
+        let w = piece!(
+            u32,
+            "movzx {w:e}, word ptr [{s}]",
+            "mov word ptr [{p}], {w:x}"
+        );
         total += u64::from(w);
         c = _mm_crc32_u16(c, w as u16);
         at += 2;
     }
     if len > at {
-        let w: u32;
-        // SAFETY: `at + 1 == len`: inside `src` and `dst`.
-        unsafe {
-            std::arch::asm!(
-                "movzx {w:e}, byte ptr [{s}]",
-                "mov byte ptr [{p}], {w:l}",
-                s = in(reg) src.add(at),
-                p = in(reg) dst.add(at),
-                w = out(reg) w,
-                options(nostack, preserves_flags)
-            );
-        }
+        let w = piece!(
+            u32,
+            "movzx {w:e}, byte ptr [{s}]",
+            "mov byte ptr [{p}], {w:l}"
+        );
         // The last octet at an even offset: the low octet of a little-endian word.
         total += u64::from(w);
         c = _mm_crc32_u8(c, w as u8);
