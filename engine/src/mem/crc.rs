@@ -293,25 +293,8 @@ pub fn copy_sum_crc_slices(src: &[u8], dst: &mut [u8], crc: u32) -> (u64, u32) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse4.2,pclmulqdq")]
 pub unsafe fn copy_sum_crc(src: *const u8, dst: &mut [u8], crc: u32) -> (u64, u32) {
-    if dst.len() >= FOLD_MIN && fold512_available() {
-        // SAFETY: the caller's contract for `src` and `dst`; the CPU has SSE4.2 and
-        // PCLMULQDQ (the caller's contract) and AVX-512F, AVX-512BW and VPCLMULQDQ (just checked);
-        // `dst` holds at least `FOLD_MIN` octets.
-        return unsafe { copy_sum_crc_fold512(src, dst, crc) };
-    }
-    if dst.len() >= FOLD_MIN && fold256_available() {
-        // SAFETY: the caller's contract for `src` and `dst`; the CPU has SSE4.2 and
-        // PCLMULQDQ (the caller's contract) and AVX2 and VPCLMULQDQ (just checked); `dst`
-        // holds at least `FOLD_MIN` octets.
-        return unsafe { copy_sum_crc_fold256(src, dst, crc) };
-    }
-    if lanes256_available() {
-        // SAFETY: the caller's contract for `src`, `dst` and SSE4.2 and PCLMULQDQ; the CPU
-        // has AVX2 (just checked).
-        return unsafe { copy_sum_crc_lanes256(src, dst, crc, std::ptr::null(), 0) };
-    }
-    // SAFETY: the caller's contract, passed on.
-    unsafe { copy_sum_crc_lanes(src, dst, crc) }
+    // SAFETY: the caller's contract, passed on; nothing to prefetch.
+    unsafe { copy_sum_crc_ahead(src, dst, crc, std::ptr::null(), 0) }
 }
 
 /// [`copy_sum_crc`], and a prefetch of the `ahead_len` octets at `ahead` (the source of the
@@ -335,16 +318,27 @@ pub unsafe fn copy_sum_crc_ahead(
     ahead: *const u8,
     ahead_len: usize,
 ) -> (u64, u32) {
-    if !(dst.len() >= FOLD_MIN && (fold512_available() || fold256_available()))
-        && lanes256_available()
-    {
+    let folds = dst.len() >= FOLD_MIN;
+    if !(folds && (fold512_available() || fold256_available())) && lanes256_available() {
         // SAFETY: the caller's contract for `src`, `dst` and SSE4.2 and PCLMULQDQ; the CPU
         // has AVX2 (just checked).
         return unsafe { copy_sum_crc_lanes256(src, dst, crc, ahead, ahead_len.div_ceil(64)) };
     }
     prefetch(ahead, ahead_len);
+    if folds && fold512_available() {
+        // SAFETY: the caller's contract for `src` and `dst`; the CPU has SSE4.2 and
+        // PCLMULQDQ (the caller's contract) and AVX-512F, AVX-512BW and VPCLMULQDQ (just checked);
+        // `dst` holds at least `FOLD_MIN` octets.
+        return unsafe { copy_sum_crc_fold512(src, dst, crc) };
+    }
+    if folds && fold256_available() {
+        // SAFETY: the caller's contract for `src` and `dst`; the CPU has SSE4.2 and
+        // PCLMULQDQ (the caller's contract) and AVX2 and VPCLMULQDQ (just checked); `dst`
+        // holds at least `FOLD_MIN` octets.
+        return unsafe { copy_sum_crc_fold256(src, dst, crc) };
+    }
     // SAFETY: the caller's contract, passed on.
-    unsafe { copy_sum_crc(src, dst, crc) }
+    unsafe { copy_sum_crc_lanes(src, dst, crc) }
 }
 
 /// Asks the CPU to bring the `len` octets at `p` into its second-level cache, one prefetch

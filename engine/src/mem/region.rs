@@ -62,9 +62,9 @@ impl Region {
     /// multiple of 2 MiB), which spares the TLB on large transfers; if the machine has no
     /// free hugepages, it falls back to ordinary pages (mapped at a 2 MiB boundary, with
     /// `MADV_HUGEPAGE`, so transparent hugepages may back all of it). Regions whose alignment
-    /// exceeds the page size come from the global allocator. Every page is touched (pre-faulted) here where the
-    /// kernel supports it, so that placement takes no page fault. [`Region::is_huge`]
-    /// says which way it went.
+    /// exceeds the page size come from the global allocator. Every page is touched
+    /// (pre-faulted) here where the kernel supports it, so that placement takes no page
+    /// fault. [`Region::is_huge`] says which way it went.
     ///
     /// A zero-length region allocates nothing. A length above [`Region::max_allocate_len`]
     /// is refused with [`MemError::AllocFailed`] before any mapping is tried: the

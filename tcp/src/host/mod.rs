@@ -1517,16 +1517,19 @@ fn emit_segment(
     let payload = &mut tcp[hl..hl + n];
     let want = caps.tcp.tx();
     let (mut at, mut external, mut ok, mut total) = (0usize, 0usize, true, 0u64);
+    // An external piece written by the owner's `fill` into `d`: its sum, or `None`.
+    let mut fill_piece = |token, from, d: &mut [u8]| {
+        let s = fill(token, from, d, want)?;
+        debug_assert!(
+            !want || csum::fold(s) == csum::fold(csum::sum(d)),
+            "fill returned a sum that is not its octets'"
+        );
+        Some(s)
+    };
     if let Some((token, from)) = out.single_external() {
         // A bulk sender's segment, one FPDU: the walk's one piece, given at once.
-        match fill(token, from, payload, want) {
-            Some(s) => {
-                debug_assert!(
-                    !want || csum::fold(s) == csum::fold(csum::sum(payload)),
-                    "fill returned a sum that is not its octets'"
-                );
-                (total, at, external) = (s, n, n);
-            }
+        match fill_piece(token, from, payload) {
+            Some(s) => (total, at, external) = (s, n, n),
             None => ok = false,
         }
     } else {
@@ -1545,21 +1548,14 @@ fn emit_segment(
                 token,
                 at: from,
                 len,
-            } => {
-                let d = &mut payload[at..at + len];
-                match fill(token, from, d, want) {
-                    Some(s) => {
-                        debug_assert!(
-                            !want || csum::fold(s) == csum::fold(csum::sum(d)),
-                            "fill returned a sum that is not its octets'"
-                        );
-                        total += csum::at_offset(s, at);
-                        at += len;
-                        external += len;
-                    }
-                    None => ok = false,
+            } => match fill_piece(token, from, &mut payload[at..at + len]) {
+                Some(s) => {
+                    total += csum::at_offset(s, at);
+                    at += len;
+                    external += len;
                 }
-            }
+                None => ok = false,
+            },
         });
     }
     if !ok || at != n {
