@@ -301,7 +301,8 @@ pub unsafe fn copy_sum_crc(src: *const u8, dst: &mut [u8], crc: u32) -> (u64, u3
 /// next FPDU of the same message) into the second-level cache, so that the next copy finds
 /// its source there ([`prefetch`]). On the 32-octet lanes' path (`copy_sum_crc_lanes256`)
 /// the prefetches are spread over the copy, two cache lines every 96 octets copied;
-/// elsewhere they are issued before it. Issued at once, the ~23 of an MTU 1500 segment
+/// elsewhere they are issued before it, and only up to [`PREFETCH_AT_ONCE_MAX`] octets
+/// ([`prefetch_at_once`]). Issued at once, the ~23 of an MTU 1500 segment
 /// waited for the core's miss buffers (a third of `TxRecord::write`'s samples in a
 /// write_bw sender); spread, they overlap the copy (`TxRecord::write` 6.0 % -> 3.3 % of
 /// the sender; docs/iwperf.md). A prefetch is a hint: it reads nothing architecturally and
@@ -324,7 +325,7 @@ pub unsafe fn copy_sum_crc_ahead(
         // has AVX2 (just checked).
         return unsafe { copy_sum_crc_lanes256(src, dst, crc, ahead, ahead_len.div_ceil(64)) };
     }
-    prefetch(ahead, ahead_len);
+    prefetch_at_once(ahead, ahead_len);
     if folds && fold512_available() {
         // SAFETY: the caller's contract for `src` and `dst`; the CPU has SSE4.2 and
         // PCLMULQDQ (the caller's contract) and AVX-512F, AVX-512BW and VPCLMULQDQ (just checked);
@@ -359,6 +360,20 @@ pub fn prefetch(p: *const u8, len: usize) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (p, len);
+}
+
+/// The most octets [`prefetch_at_once`] prefetches: a segment of an MTU of 1500 or a
+/// little more. A jumbo frame's worth issued before its copy made write_bw at MTU 9000
+/// slower (2026-11-30, docs/iwperf.md): the copy then waited behind ~140 prefetches.
+pub const PREFETCH_AT_ONCE_MAX: usize = 2048;
+
+/// [`prefetch`] for a prefetch issued all at once before a copy, rather than spread over
+/// it: nothing when `len` is over [`PREFETCH_AT_ONCE_MAX`].
+#[inline]
+pub fn prefetch_at_once(p: *const u8, len: usize) {
+    if len <= PREFETCH_AT_ONCE_MAX {
+        prefetch(p, len);
+    }
 }
 
 /// One cache line's prefetch ([`prefetch`]).

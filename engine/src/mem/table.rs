@@ -1461,14 +1461,17 @@ const fn planted_slack() -> u64 {
 }
 
 /// The longest copy after which [`MrGuard::copy_out_summed_crc_at`] prefetches the next
-/// as many octets (`crc::copy_sum_crc_ahead`, `crc::prefetch`): a segment of an MTU of
-/// 1500 or a little more. The next FPDU of a message sent from registered memory continues
-/// where the one being copied ends; copied from the next segment's transmit, a few hundred
-/// nanoseconds later, its source is then in L2 rather than in L3 or memory (without it the
-/// copy of a 64 KiB Write's FPDUs waited on the source at every segment). Past this length
-/// the copy runs long enough for the CPU's own prefetcher to follow it, and prefetching a
-/// jumbo frame's worth ahead made write_bw at MTU 9000 slower.
-const PREFETCH_MAX: usize = 2048;
+/// as many octets (`crc::copy_sum_crc_ahead`, `crc::prefetch_at_once`): a segment of an
+/// MTU of 9000 or a little more. The next FPDU of a message sent from registered memory
+/// continues where the one being copied ends; copied from the next segment's transmit, a
+/// few hundred nanoseconds later, its source is then in L2 rather than in L3 or memory
+/// (without it the copy of a 64 KiB Write's FPDUs waited on the source at every segment).
+/// Where the prefetches are issued before the copy rather than spread over it, only up to
+/// [`crc::PREFETCH_AT_ONCE_MAX`] octets are: a jumbo frame's worth issued at once made
+/// write_bw at MTU 9000 slower (2026-11-30), spread over the copy it made it faster
+/// (2026-12-05: 13 alternating pairs, median 24.4 against 23.3 Gbit/s, ahead in 12;
+/// docs/iwperf.md).
+const PREFETCH_MAX: usize = 9 * 1024;
 
 /// A registration held for one placement: the region cannot be deregistered (nor
 /// invalidated) until the guard drops. Offers the bounds check and the copies.
@@ -1696,7 +1699,7 @@ impl<'a> MrGuard<'a> {
                 )
             });
         }
-        crc::prefetch(self.meta().ptr.wrapping_add(next), ahead);
+        crc::prefetch_at_once(self.meta().ptr.wrapping_add(next), ahead);
         let sum = warpcore_tcp::csum::copy_and_sum_from(dst, self.reader(offset, dst.len()));
         Ok((sum, crc::crc32c_append(crc, dst)))
     }
