@@ -1469,7 +1469,7 @@ const fn planted_slack() -> u64 {
 /// Where the prefetches are issued before the copy rather than spread over it, only up to
 /// [`crc::PREFETCH_AT_ONCE_MAX`] octets are: a jumbo frame's worth issued at once made
 /// write_bw at MTU 9000 slower (2026-11-30), spread over the copy it made it faster
-/// (2026-12-05: 13 alternating pairs, median 24.4 against 23.3 Gbit/s, ahead in 12;
+/// (2026-12-05: 13 alternating pairs, median 24.9 against 23.3 Gbit/s, ahead in 12;
 /// docs/iwperf.md).
 const PREFETCH_MAX: usize = 9 * 1024;
 
