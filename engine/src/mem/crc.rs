@@ -363,8 +363,8 @@ pub fn prefetch(p: *const u8, len: usize) {
 }
 
 /// The most octets [`prefetch_at_once`] prefetches: a segment of an MTU of 1500 or a
-/// little more. A jumbo frame's worth issued before its copy made write_bw at MTU 9000
-/// slower (2026-11-30, docs/iwperf.md): the copy then waited behind ~140 prefetches.
+/// little more. A jumbo frame's worth (~140 lines) issued before its copy made write_bw
+/// at MTU 9000 slower (2026-11-30, docs/iwperf.md).
 pub const PREFETCH_AT_ONCE_MAX: usize = 2048;
 
 /// [`prefetch`] for a prefetch issued all at once before a copy, rather than spread over
