@@ -869,8 +869,14 @@ impl<D: PollDevice> EngineCore<D> {
     /// empty command ring just before the application posted, and then took in its rx
     /// burst a Send sent after that post, failed the stream with "no buffer"
     /// (DDP 1/2/02), and the receive was flushed.
+    ///
+    /// `now` is the loop's time, the one [`Self::poll`] will be given: the commands applied
+    /// between the two count from it. Without it they counted from the previous loop's,
+    /// which after a park (up to 200 µs, more on a loaded host) made a 300 ms neighbour
+    /// resolution fail 0.3 ms before its caller's 300 ms had passed.
     #[inline]
-    pub fn begin_poll(&mut self) {
+    pub fn begin_poll(&mut self, now: Instant) {
+        self.now = now;
         self.stack.begin_poll();
     }
 

@@ -250,7 +250,7 @@ impl<D: PollDevice> CoreLoop<D> {
         // The receive snapshot first, then the commands: every frame this loop takes
         // reached the device before the commands it applies were read, so a receive posted
         // before the peer was told to Send is there for the Send (`EngineCore::begin_poll`).
-        self.core.begin_poll();
+        self.core.begin_poll(now);
         // Poller 0: application rings, bounded. The idle loop's case is one look at an
         // empty ring, before the loop: the compiler sets up the inlined command handlers
         // ahead of the loop's first pop, ~30 instructions an idle loop paid for nothing.

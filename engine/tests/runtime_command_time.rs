@@ -1,0 +1,86 @@
+//! The time a core's commands count from: the loop's own, read before they are applied,
+//! not the previous loop's. A core that parks when idle (up to 200 µs, longer on a loaded
+//! host) and is woken by a command used to apply it at the time of its last loop before
+//! the park, so a timeout the command started ran short by the park: CI saw a 300 ms
+//! neighbour resolution fail after 299.7 ms by its caller's clock. Here the clock is the
+//! test's: the core loops at t0, the clock moves 250 ms (a long park), the resolution is
+//! asked for, and it must not fail until 300 ms after that loop.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration as StdDuration, Instant as StdInstant};
+
+use warpcore_engine::clock::Clock;
+use warpcore_engine::cm::CmEvent;
+use warpcore_engine::mem::MrTable;
+use warpcore_engine::runtime::{spawn_core, Command, CoreSpec, Drive};
+use warpcore_engine::tcp::link::{self, LinkConfig};
+use warpcore_engine::tcp::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
+use warpcore_engine::tcp::StackConfig;
+use warpcore_engine::EngineConfig;
+
+#[test]
+fn a_command_counts_from_the_loop_that_applies_it_not_the_loop_before() {
+    // The peer's end is never read: nobody answers the ARP requests.
+    let (ours, _peer) = link::pair(&LinkConfig::default());
+    let us = Arc::new(AtomicU64::new(0));
+    let us2 = Arc::clone(&us);
+    let origin = StdInstant::now();
+    let clock = Clock::new(move || origin + StdDuration::from_micros(us2.load(Ordering::SeqCst)));
+    let spec = CoreSpec {
+        device: Box::new(move || Ok(ours)),
+        stack: StackConfig {
+            mac: [0x02, 0, 0, 0, 0, 2],
+            ip: Ipv4Cidr::new(Ipv4Address::new(10, 0, 0, 2), 24),
+            gateway: None,
+            routes: Vec::new(),
+            random_seed: 7,
+            max_connections: 16,
+        },
+        cpu: None,
+        drive: Drive::Caller,
+    };
+    let cfg = EngineConfig::default();
+    let mrs = Arc::new(MrTable::new(cfg.mr_table_capacity));
+    let core = spawn_core(0, spec, cfg, mrs, clock).expect("core");
+    let set = |ms: u64| us.store(ms * 1_000, Ordering::SeqCst);
+    set(1);
+    core.progress();
+    // A park of 250 ms, then the command.
+    set(251);
+    let (tx, rx) = crossbeam::channel::bounded(1);
+    core.submit(Command::ResolveNeighbor(
+        Ipv4Address::new(10, 0, 0, 9),
+        StdDuration::from_millis(300),
+        tx,
+    ))
+    .expect("submitted");
+    core.progress();
+    let id = rx
+        .try_recv()
+        .expect("applied by the loop")
+        .expect("resolution started");
+    let failed = |core: &warpcore_engine::runtime::CoreHandle| {
+        let mut failed = false;
+        while let Some(e) = core.next_event() {
+            match e {
+                CmEvent::NeighborFailed(r) if r == id => failed = true,
+                CmEvent::NeighborResolved(r) if r == id => panic!("nobody answered"),
+                _ => {}
+            }
+        }
+        failed
+    };
+    // Every 10 ms up to 299 ms after the loop that applied it: still pending (with the
+    // previous loop's time it failed from 50 ms before this).
+    for ms in (261..=550).step_by(10) {
+        set(ms);
+        core.progress();
+        assert!(!failed(&core), "failed {} ms after it was asked", ms - 251);
+    }
+    // Its 300 ms are up: failed within a loop or two.
+    set(551);
+    core.progress();
+    core.progress();
+    assert!(failed(&core), "still pending 300 ms after it was asked");
+}
