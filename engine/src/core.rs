@@ -869,15 +869,20 @@ impl<D: PollDevice> EngineCore<D> {
     /// empty command ring just before the application posted, and then took in its rx
     /// burst a Send sent after that post, failed the stream with "no buffer"
     /// (DDP 1/2/02), and the receive was flushed.
-    ///
-    /// `now` is the loop's time, the one [`Self::poll`] will be given: the commands applied
-    /// between the two count from it. Without it they counted from the previous loop's,
-    /// which after a park (up to 200 µs, more on a loaded host) made a 300 ms neighbour
-    /// resolution fail 0.3 ms before its caller's 300 ms had passed.
     #[inline]
-    pub fn begin_poll(&mut self, now: Instant) {
-        self.now = now;
+    pub fn begin_poll(&mut self) {
         self.stack.begin_poll();
+    }
+
+    /// The time the commands applied before the next [`Self::poll`] count from (a neighbour
+    /// resolution's timeout, a connection's MPA timer): the runtime gives the loop's own,
+    /// the one that poll will be given, before it applies the loop's first command. Without
+    /// it they counted from the previous loop's, which after a park (up to 200 µs, more on a
+    /// loaded host) made a 300 ms neighbour resolution fail 0.3 ms before its caller's
+    /// 300 ms had passed. Set only when there are commands: the idle loop pays nothing.
+    #[inline]
+    pub fn commands_at(&mut self, now: Instant) {
+        self.now = now;
     }
 
     /// The next loop takes no frame: it was given fewer of the queued commands than were

@@ -45,7 +45,7 @@ fn send_after(before_b: impl FnOnce(&mut Pair)) -> (Pair, QpId, Stag) {
 /// took the Send with no receive posted and failed the stream.
 #[test]
 fn a_poll_takes_no_frame_that_arrived_after_its_snapshot() {
-    let (mut p, qb, sb) = send_after(|p| p.b.core.begin_poll(p.now));
+    let (mut p, qb, sb) = send_after(|p| p.b.core.begin_poll());
     let now = p.now;
     p.b.core.poll(now);
     left_then_placed(p, qb, sb, "B took the Send before its receive was posted");
@@ -94,8 +94,8 @@ fn a_poll_takes_what_arrived_before_its_snapshot() {
     p.b.core
         .post_recv(qb, recv_wr(950, &[(sb, 0, 256)]))
         .unwrap();
+    p.b.core.begin_poll();
     let now = p.now;
-    p.b.core.begin_poll(now);
     p.b.core.poll(now);
     assert!(
         p.b.core.stack().device().next_delivery().is_none(),
