@@ -12,37 +12,20 @@ use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use warpcore_engine::clock::Clock;
 use warpcore_engine::cm::CmEvent;
-use warpcore_engine::mem::MrTable;
-use warpcore_engine::runtime::{spawn_core, Command, CoreSpec, Drive};
-use warpcore_engine::tcp::link::{self, LinkConfig};
-use warpcore_engine::tcp::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
-use warpcore_engine::tcp::StackConfig;
-use warpcore_engine::EngineConfig;
+use warpcore_engine::runtime::{Command, CoreHandle, Drive};
+use warpcore_engine::tcp::smoltcp::wire::Ipv4Address;
+
+mod runtime_common;
+use runtime_common::core_on;
 
 #[test]
 fn a_command_counts_from_the_loop_that_applies_it_not_the_loop_before() {
-    // The peer's end is never read: nobody answers the ARP requests.
-    let (ours, _peer) = link::pair(&LinkConfig::default());
     let us = Arc::new(AtomicU64::new(0));
     let us2 = Arc::clone(&us);
     let origin = StdInstant::now();
     let clock = Clock::new(move || origin + StdDuration::from_micros(us2.load(Ordering::SeqCst)));
-    let spec = CoreSpec {
-        device: Box::new(move || Ok(ours)),
-        stack: StackConfig {
-            mac: [0x02, 0, 0, 0, 0, 2],
-            ip: Ipv4Cidr::new(Ipv4Address::new(10, 0, 0, 2), 24),
-            gateway: None,
-            routes: Vec::new(),
-            random_seed: 7,
-            max_connections: 16,
-        },
-        cpu: None,
-        drive: Drive::Caller,
-    };
-    let cfg = EngineConfig::default();
-    let mrs = Arc::new(MrTable::new(cfg.mr_table_capacity));
-    let core = spawn_core(0, spec, cfg, mrs, clock).expect("core");
+    // The peer's end is never read: nobody answers the ARP requests.
+    let (core, _peer) = core_on(Drive::Caller, clock);
     let set = |ms: u64| us.store(ms * 1_000, Ordering::SeqCst);
     set(1);
     core.progress();
@@ -60,7 +43,7 @@ fn a_command_counts_from_the_loop_that_applies_it_not_the_loop_before() {
         .try_recv()
         .expect("applied by the loop")
         .expect("resolution started");
-    let failed = |core: &warpcore_engine::runtime::CoreHandle| {
+    let failed = |core: &CoreHandle| {
         let mut failed = false;
         while let Some(e) = core.next_event() {
             match e {

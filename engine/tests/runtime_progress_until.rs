@@ -10,47 +10,30 @@ use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use warpcore_engine::clock::Clock;
-use warpcore_engine::mem::MrTable;
-use warpcore_engine::runtime::{spawn_core, CoreHandle, CoreSpec, Drive, CLOCK_REUSE_LOOPS};
-use warpcore_engine::tcp::link::{self, LinkConfig, LinkEnd};
+use warpcore_engine::runtime::{CoreHandle, Drive, CLOCK_REUSE_LOOPS};
+use warpcore_engine::tcp::link::LinkEnd;
 use warpcore_engine::tcp::smoltcp::phy::{Device, RxToken, TxToken};
 use warpcore_engine::tcp::smoltcp::time::Instant;
 use warpcore_engine::tcp::smoltcp::wire::{
     ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
-    EthernetRepr, Ipv4Address, Ipv4Cidr,
+    EthernetRepr, Ipv4Address,
 };
-use warpcore_engine::tcp::StackConfig;
-use warpcore_engine::EngineConfig;
 
-const CORE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
+mod runtime_common;
+use runtime_common::core_on;
+
 const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 1];
 
 /// A core at 10.0.0.2 on one end of an in-memory link (the other end returned), driven
 /// `drive`, whose clock moves 1 us per read and counts its reads.
 fn core(drive: Drive) -> (CoreHandle, LinkEnd, Arc<AtomicU64>) {
-    let (ours, peer) = link::pair(&LinkConfig::default());
     let reads = Arc::new(AtomicU64::new(0));
     let r2 = Arc::clone(&reads);
     let origin = StdInstant::now();
     let clock = Clock::new(move || {
         origin + StdDuration::from_micros(r2.fetch_add(1, Ordering::SeqCst) + 1)
     });
-    let spec = CoreSpec {
-        device: Box::new(move || Ok(ours)),
-        stack: StackConfig {
-            mac: CORE_MAC,
-            ip: Ipv4Cidr::new(Ipv4Address::new(10, 0, 0, 2), 24),
-            gateway: None,
-            routes: Vec::new(),
-            random_seed: 7,
-            max_connections: 16,
-        },
-        cpu: None,
-        drive,
-    };
-    let cfg = EngineConfig::default();
-    let mrs = Arc::new(MrTable::new(cfg.mr_table_capacity));
-    let handle = spawn_core(0, spec, cfg, mrs, clock).expect("core");
+    let (handle, peer) = core_on(drive, clock);
     (handle, peer, reads)
 }
 
