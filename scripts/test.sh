@@ -93,6 +93,10 @@ summary() {
         echo "test.sh: $verdict: $steps of $total steps: $passed passed, $failed failed, $skipped skipped$s"
     else
         ((failed)) || failed=1 current="${current:-set-up} (exit $rc)"
+        # A full disk fails a step in its own words (a capture cut short, a link error): the
+        # free space is named here, so such a failure is told from a defect at first sight.
+        echo "test.sh: free disk when it failed: $(df -P -h /tmp . 2>/dev/null |
+            awk 'NR > 1 && !seen[$6]++ { printf "%s%s on %s", sep, $4, $6; sep = ", " }')"
         echo "test.sh: FAILED at step '$current': $steps of $total steps ran: $passed passed," \
             "$failed failed, $skipped skipped$s"
         ((rc)) || exit 1
