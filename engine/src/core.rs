@@ -875,14 +875,19 @@ impl<D: PollDevice> EngineCore<D> {
     }
 
     /// The time the commands applied before the next [`Self::poll`] count from (a neighbour
-    /// resolution's timeout, a connection's MPA timer): the runtime gives the loop's own,
-    /// the one that poll will be given, before it applies the loop's first command. Without
+    /// resolution's timeout, a connection's MPA timer, its TCP connect's timeout): the
+    /// runtime gives a reading taken once it saw commands waiting, the one that poll will be
+    /// given, before it applies the loop's first command. Without
     /// it they counted from the previous loop's, which after a park (up to 200 µs, more on a
     /// loaded host) made a 300 ms neighbour resolution fail 0.3 ms before its caller's
     /// 300 ms had passed. Set only when there are commands: the idle loop pays nothing.
     #[inline]
     pub fn commands_at(&mut self, now: Instant) {
         self.now = now;
+        // The TCP's too: a connect's timeout counts from it (and a release's RST goes at
+        // it), not from the last poll's time, stale by a park or, in a caller-driven core,
+        // by however long the application went without driving it.
+        self.stack.set_time(now);
     }
 
     /// The next loop takes no frame: it was given fewer of the queued commands than were

@@ -255,9 +255,9 @@ impl<D: PollDevice> CoreLoop<D> {
         // Poller 0: application rings, bounded. The idle loop's case is one look at an
         // empty ring; the commands are applied out of line (inlined here, the code around
         // them cost the idle loop ~8 instructions more, callgrind's `engine_profile idle`).
-        let mut work = false;
+        let (mut work, mut now) = (false, now);
         if !self.commands.is_empty() {
-            work = self.apply_commands(now);
+            (work, now) = self.apply_commands();
         }
         // Pollers 1-7 (rx, tcp events, requests, receive, timers, send, tx flush).
         work |= self.core.poll(now);
@@ -269,11 +269,16 @@ impl<D: PollDevice> CoreLoop<D> {
     }
 
     /// Poller 0 of [`Self::step_with`] when the command ring is not empty: up to
-    /// `command_budget` commands applied at the loop's time `now` (not the previous loop's:
-    /// a timeout a command starts counts from here). Whether any was. Out of line: the
-    /// idle loop does not pay for its set-up (the note in [`Self::step_with`]).
+    /// `command_budget` commands applied at a clock reading taken now (not the previous
+    /// loop's time, nor the loop's own reading, which may be older than the commands: reused
+    /// from an idle loop before, or taken before the core was preempted while the
+    /// application queued them; a timeout a command starts counts from here). Whether any
+    /// was, and the reading, which the rest of the loop runs at (the clock never goes
+    /// back). Out of line: the idle loop does not pay for its set-up (the note in
+    /// [`Self::step_with`]).
     #[inline(never)]
-    fn apply_commands(&mut self, now: Instant) -> bool {
+    fn apply_commands(&mut self) -> (bool, Instant) {
+        let now = self.clock.now();
         self.core.commands_at(now);
         let mut work = false;
         let mut exhausted = true;
@@ -293,7 +298,7 @@ impl<D: PollDevice> CoreLoop<D> {
         if exhausted && !self.commands.is_empty() {
             self.core.hold_rx();
         }
-        work
+        (work, now)
     }
 
     /// Moves the core's events to the application's ring; an event the application has no

@@ -612,9 +612,10 @@ fn dispatch(ctx: &wv::Context, e: CmEvent) {
             };
             if matches!(e, CmEvent::NeighborFailed(_)) {
                 // Not before timeout_ms from the call (addr.c fails the request at its
-                // deadline, never sooner): the engine's deadline runs from its loop's
-                // clock read, which precedes the command, and its clock is not this one.
-                // The difference is a loop at most, a millisecond or so.
+                // deadline, never sooner): the engine's deadline runs from its own clock's
+                // reading when it applied the command (taken after it saw the command),
+                // and that clock, interpolated between readings of the system's, is not
+                // this one. The difference is well under a millisecond.
                 let left = deadline.saturating_duration_since(std::time::Instant::now());
                 if !left.is_zero() {
                     std::thread::sleep(left);

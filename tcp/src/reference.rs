@@ -188,6 +188,12 @@ impl<D: PollDevice> RefStack<D> {
         changed != smoltcp::iface::PollResult::None || sent || self.events.len() != before
     }
 
+    /// Moves the stack's time on to `now` (never back) between polls: the time
+    /// [`Self::release`] runs its RST's poll at ([`crate::host::Host::set_time`]).
+    pub fn set_time(&mut self, now: Instant) {
+        self.now = self.now.max(now);
+    }
+
     /// When the stack next needs a poll without new input (`None`: only on input).
     pub fn poll_at(&mut self, now: Instant) -> Option<Instant> {
         self.iface.poll_at(now, &self.sockets)

@@ -631,6 +631,15 @@ impl<D: PollDevice> Stack<D> {
         }
     }
 
+    /// Moves the stack's time on to `now` (never back) between polls, for the calls that
+    /// take no time of their own: [`Self::connect`] (its timeout counts from it) and
+    /// [`Self::release`] (its RST) ([`crate::host::Host::set_time`]). A caller that
+    /// connects long after its last poll calls it first.
+    #[inline]
+    pub fn set_time(&mut self, now: Instant) {
+        dispatch!(self, s => s.set_time(now))
+    }
+
     /// The next poll leaves the frames of its snapshot in the device
     /// ([`crate::host::Host::hold_rx`]). The smoltcp reference receives as always.
     #[inline]
@@ -710,7 +719,8 @@ impl<D: PollDevice> Stack<D> {
     /// Opens a connection to `remote` from `local_port` (an ephemeral port if `None`).
     /// [`Event::Connected`], [`Event::Reset`], [`Event::TimedOut`] or
     /// [`Event::NeighborUnreachable`] follows. Tuning no
-    /// connection can work with is refused ([`StackError::InvalidTuning`]).
+    /// connection can work with is refused ([`StackError::InvalidTuning`]). Its timeout
+    /// counts from the stack's time: the last poll's, or [`Self::set_time`]'s if later.
     pub fn connect(
         &mut self,
         remote: (Ipv4Address, u16),

@@ -17,6 +17,11 @@ pub const CORE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
 /// A core at 10.0.0.2/24 with `CORE_MAC` on one end of an in-memory link (the other end
 /// returned), driven `drive`, on `clock`.
 pub fn core_on(drive: Drive, clock: Clock) -> (CoreHandle, LinkEnd) {
+    core_with(drive, clock, EngineConfig::default())
+}
+
+/// [`core_on`] with `cfg`.
+pub fn core_with(drive: Drive, clock: Clock, cfg: EngineConfig) -> (CoreHandle, LinkEnd) {
     let (ours, peer) = link::pair(&LinkConfig::default());
     let spec = CoreSpec {
         device: Box::new(move || Ok(ours)),
@@ -31,7 +36,6 @@ pub fn core_on(drive: Drive, clock: Clock) -> (CoreHandle, LinkEnd) {
         cpu: None,
         drive,
     };
-    let cfg = EngineConfig::default();
     let mrs = Arc::new(MrTable::new(cfg.mr_table_capacity));
     let handle = spawn_core(0, spec, cfg, mrs, clock).expect("core");
     (handle, peer)

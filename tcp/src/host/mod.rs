@@ -644,6 +644,17 @@ impl<D: PollDevice> Host<D> {
         self.inner.rx_next |= RX_BEGUN;
     }
 
+    /// Moves the host's time on to `now` (never back) between polls: the time
+    /// [`Self::connect`] starts a connection at (its user timeout in SYN-SENT counts from
+    /// it, and its ISN) and [`Self::release`] sends its RST at. Both otherwise take the
+    /// last poll's, which is stale by however long the caller went without polling (an
+    /// application that connects seconds after its last poll would see its connect time
+    /// out that much early).
+    #[inline]
+    pub fn set_time(&mut self, now: Instant) {
+        self.inner.now = self.inner.now.max(now);
+    }
+
     /// The next poll takes no frame: its snapshot's frames stay in the device for the poll
     /// after (timers, transmit pass and flush run as always). For a caller that could not
     /// apply all its application had queued before the snapshot (a bounded command drain
