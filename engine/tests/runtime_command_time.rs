@@ -16,10 +16,10 @@ use std::time::{Duration as StdDuration, Instant as StdInstant};
 use warpcore_engine::clock::Clock;
 use warpcore_engine::cm::CmEvent;
 use warpcore_engine::mem::PdId;
-use warpcore_engine::runtime::{Command, CoreHandle, Drive};
+use warpcore_engine::runtime::{Command, CoreHandle, Drive, Reply};
 use warpcore_engine::tcp::smoltcp::time::Duration;
 use warpcore_engine::tcp::smoltcp::wire::Ipv4Address;
-use warpcore_engine::{CompletionQueue, ConnError, EngineConfig, MpaParams, QpAttr};
+use warpcore_engine::{CompletionQueue, ConnError, EngineConfig, EngineError, MpaParams, QpAttr};
 
 mod runtime_common;
 use runtime_common::{core_on, core_with};
@@ -33,6 +33,36 @@ fn test_clock() -> (Clock, impl Fn(u64)) {
     (clock, move |ms: u64| us.store(ms * 1_000, Ordering::SeqCst))
 }
 
+/// Submits the command `make` builds around its reply slot and runs one loop of `core`:
+/// the reply the loop gave.
+fn apply<T>(core: &CoreHandle, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, EngineError> {
+    let (tx, rx) = crossbeam::channel::bounded(1);
+    core.submit(make(tx)).expect("submitted");
+    core.progress();
+    rx.try_recv().expect("applied by the loop")
+}
+
+/// The command that failed 300 ms after it was asked at 251 ms: `core` driven every 10 ms
+/// from 261 to 550 ms, `failure` (which drains the core's events) seeing nothing, then at
+/// 551 ms, a loop or two: what `failure` saw then.
+fn fails_300_ms_after_251<T: std::fmt::Debug>(
+    core: &CoreHandle,
+    set: &dyn Fn(u64),
+    failure: &dyn Fn(&CoreHandle) -> Option<T>,
+) -> T {
+    for ms in (261..=550).step_by(10) {
+        set(ms);
+        core.progress();
+        if let Some(f) = failure(core) {
+            panic!("failed {} ms after it was asked: {f:?}", ms - 251);
+        }
+    }
+    set(551);
+    core.progress();
+    core.progress();
+    failure(core).expect("still pending 300 ms after it was asked")
+}
+
 #[test]
 fn a_command_counts_from_the_loop_that_applies_it_not_the_loop_before() {
     let (clock, set) = test_clock();
@@ -42,41 +72,23 @@ fn a_command_counts_from_the_loop_that_applies_it_not_the_loop_before() {
     core.progress();
     // A park of 250 ms, then the command.
     set(251);
-    let (tx, rx) = crossbeam::channel::bounded(1);
-    core.submit(Command::ResolveNeighbor(
-        Ipv4Address::new(10, 0, 0, 9),
-        StdDuration::from_millis(300),
-        tx,
-    ))
-    .expect("submitted");
-    core.progress();
-    let id = rx
-        .try_recv()
-        .expect("applied by the loop")
-        .expect("resolution started");
-    let failed = |core: &CoreHandle| {
-        let mut failed = false;
+    let to = Ipv4Address::new(10, 0, 0, 9);
+    let id = apply(&core, |r| {
+        Command::ResolveNeighbor(to, StdDuration::from_millis(300), r)
+    })
+    .expect("resolution started");
+    // With the previous loop's time it failed from 50 ms after it was asked.
+    fails_300_ms_after_251(&core, &set, &|core| {
+        let mut failed = None;
         while let Some(e) = core.next_event() {
             match e {
-                CmEvent::NeighborFailed(r) if r == id => failed = true,
+                CmEvent::NeighborFailed(r) if r == id => failed = Some(()),
                 CmEvent::NeighborResolved(r) if r == id => panic!("nobody answered"),
                 _ => {}
             }
         }
         failed
-    };
-    // Every 10 ms up to 299 ms after the loop that applied it: still pending (with the
-    // previous loop's time it failed from 50 ms before this).
-    for ms in (261..=550).step_by(10) {
-        set(ms);
-        core.progress();
-        assert!(!failed(&core), "failed {} ms after it was asked", ms - 251);
-    }
-    // Its 300 ms are up: failed within a loop or two.
-    set(551);
-    core.progress();
-    core.progress();
-    assert!(failed(&core), "still pending 300 ms after it was asked");
+    });
 }
 
 #[test]
@@ -98,26 +110,20 @@ fn a_connect_times_out_from_the_loop_that_applies_it_not_the_last_poll() {
         rq_depth: 8,
         max_sge: 1,
     };
-    let (tx, rx) = crossbeam::channel::bounded(1);
-    core.submit(Command::CreateQp(attr, tx)).expect("submitted");
-    core.progress();
-    let (qp, _shared) = rx.try_recv().expect("applied").expect("created");
+    let (qp, _shared) = apply(&core, |r| Command::CreateQp(attr, r)).expect("created");
     // The application goes 250 ms without driving its core, then connects.
     set(251);
-    let (tx, rx) = crossbeam::channel::bounded(1);
-    core.submit(Command::Connect {
+    apply(&core, |reply| Command::Connect {
         qp,
         remote: (Ipv4Address::new(10, 0, 0, 9), 4791),
         params: MpaParams::default(),
         private_data: Vec::new(),
-        reply: tx,
+        reply,
     })
-    .expect("submitted");
-    core.progress();
-    rx.try_recv()
-        .expect("applied by the loop")
-        .expect("connect started");
-    let failed = |core: &CoreHandle| {
+    .expect("connect started");
+    // With the last poll's time it failed from 50 ms after it was asked; at its 300 ms,
+    // the next hop never resolved.
+    let error = fails_300_ms_after_251(&core, &set, &|core| {
         let mut failed = None;
         while let Some(e) = core.next_event() {
             match e {
@@ -127,26 +133,6 @@ fn a_connect_times_out_from_the_loop_that_applies_it_not_the_last_poll() {
             }
         }
         failed
-    };
-    // Every 10 ms up to 299 ms after the loop that applied it: still connecting (with the
-    // last poll's time it failed from 50 ms before this).
-    for ms in (261..=550).step_by(10) {
-        set(ms);
-        core.progress();
-        assert_eq!(
-            failed(&core),
-            None,
-            "failed {} ms after it was asked",
-            ms - 251
-        );
-    }
-    // Its 300 ms are up: failed within a loop or two, the next hop never resolved.
-    set(551);
-    core.progress();
-    core.progress();
-    assert_eq!(
-        failed(&core),
-        Some(ConnError::NeighborUnresolved),
-        "not failed 300 ms after it was asked"
-    );
+    });
+    assert_eq!(error, ConnError::NeighborUnresolved);
 }
