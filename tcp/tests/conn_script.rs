@@ -2569,3 +2569,150 @@ fn rfc7323_5_3_paws_rejected_pure_acks_draw_one_ack_per_interval() {
     }
     assert_eq!(c.recv_queue(), 3);
 }
+
+// ------------------------------------------- SYN-RECEIVED's ACKs, a RST's data, RFC 6298 5.7
+
+/// RFC 5961 3.2 ("in all states except SYN-SENT") and RFC 9293 3.10.7.4 first check: in
+/// SYN-RECEIVED an in-window RST that is not exact draws a challenge ACK, and an
+/// unacceptable segment draws an ACK. (Nothing went out: the SYN states sent only their
+/// SYN, so the `ack_now` the challenge set waited for the handshake's end.)
+#[test]
+fn rfc5961_3_2_syn_received_in_window_rst_draws_a_challenge_ack() {
+    let mut syn = seg(TcpControl::Syn, PISS, None, &[]);
+    syn.max_seg_size = Some(1460);
+    let mut c = Connection::accept(&cfg(), ep(), ISS, &syn, ms(0));
+    assert_eq!(drain(&mut c, ms(0))[0].control, TcpControl::Syn);
+    c.handle_segment(ms(1), &seg(TcpControl::Rst, PISS + 100, None, &[]));
+    assert_eq!(c.state(), State::SynReceived);
+    let out = drain(&mut c, ms(1));
+    assert_eq!(out.len(), 1, "one challenge ACK from SYN-RECEIVED: {out:?}");
+    assert_eq!(
+        (out[0].control, out[0].seq, out[0].ack),
+        (TcpControl::None, ISS + 1, Some(PISS + 1)),
+        "a bare ACK of the peer's SYN: {out:?}"
+    );
+    // The exact RST then resets the half-open connection.
+    c.handle_segment(ms(2), &seg(TcpControl::Rst, PISS + 1, None, &[]));
+    assert_eq!(c.state(), State::Closed);
+}
+
+/// RFC 5961 4.2 in SYN-RECEIVED: a SYN with another sequence number (the client came back
+/// from the same port with a new ISN) draws a challenge ACK, whose ACK the client's
+/// SYN-SENT answers with the RST that clears the stale half-open connection (RFC 9293
+/// 3.5.1). It is a bare ACK of the peer's first SYN, SEG.SEQ = SND.NXT.
+#[test]
+fn rfc5961_4_2_syn_received_new_syn_draws_a_challenge_ack() {
+    let mut syn = seg(TcpControl::Syn, PISS, None, &[]);
+    syn.max_seg_size = Some(1460);
+    let mut c = Connection::accept(&cfg(), ep(), ISS, &syn, ms(0));
+    assert_eq!(drain(&mut c, ms(0))[0].control, TcpControl::Syn);
+    let mut syn2 = seg(TcpControl::Syn, PISS + 1_000_000, None, &[]);
+    syn2.max_seg_size = Some(1460);
+    c.handle_segment(ms(1), &syn2);
+    assert_eq!(c.state(), State::SynReceived);
+    let out = drain(&mut c, ms(1));
+    assert_eq!(out.len(), 1, "one challenge ACK from SYN-RECEIVED: {out:?}");
+    assert_eq!(
+        (out[0].control, out[0].seq, out[0].ack),
+        (TcpControl::None, ISS + 1, Some(PISS + 1)),
+        "a bare ACK of the peer's first SYN: {out:?}"
+    );
+    // The client's SYN-SENT answers the unacceptable ACK with <SEQ=SEG.ACK><CTL=RST>
+    // (RFC 9293 3.10.7.3), exactly at our RCV.NXT: the stale connection ends.
+    c.handle_segment(ms(2), &seg(TcpControl::Rst, PISS + 1, None, &[]));
+    assert_eq!(c.state(), State::Closed);
+    // Its SYN-ACK is not sent again after the ACK.
+    assert!(run_until(&mut c, ms(2), ms(5_000)).is_empty());
+}
+
+/// RFC 9293 3.10.7.4: with RCV.WND zero "special allowance should be made to accept valid
+/// ACKs, URGs, and RSTs"; RFC 9293 3.5.3 / RFC 1122 4.2.2.12: a RST may carry data
+/// (diagnostics). A RST exactly at RCV.NXT carrying a payload resets the connection when
+/// the receive buffer is full (its octets took no part in the acceptability test).
+#[test]
+fn rfc9293_3_10_7_4_a_rst_with_data_at_rcv_nxt_resets_with_a_zero_window() {
+    let config = ConnConfig {
+        rx_buffer: 1000,
+        ..cfg()
+    };
+    let mut c = established(config, true);
+    let fill = [7u8; 1000];
+    c.handle_segment(ms(2), &data(0, &fill, ISS + 1));
+    assert_eq!(c.recv_queue(), 1000);
+    drain(&mut c, ms(2));
+    let rst = seg(TcpControl::Rst, PISS + 1 + 1000, None, b"reason");
+    c.handle_segment(ms(3), &rst);
+    assert_eq!(
+        c.state(),
+        State::Closed,
+        "exact RST with data ignored at zero window"
+    );
+}
+
+/// RFC 6298 5.7: "If the timer expires awaiting the ACK of a SYN segment and the TCP
+/// implementation is using an RTO less than 3 seconds, the RTO MUST be re-initialized to 3
+/// seconds when data transmission begins (i.e., after the three-way handshake completes)."
+/// The SYN went twice (no RTT sample by Karn, no timestamps): 3 s, not the backed-off 2 s.
+#[test]
+fn rfc6298_5_7_rto_is_three_seconds_after_a_syn_timeout() {
+    let mut c = Connection::connect(&cfg(), ep(), ISS, ms(0));
+    let syn = drain(&mut c, ms(0));
+    assert_eq!(syn.len(), 1);
+    let out = run_until(&mut c, ms(0), ms(1500));
+    assert_eq!(
+        out.iter()
+            .filter(|(_, o)| o.control == TcpControl::Syn)
+            .count(),
+        1,
+        "one SYN retransmission at 1 s: {out:?}"
+    );
+    let mut sa = seg(TcpControl::Syn, PISS, Some(ISS + 1), &[]);
+    sa.max_seg_size = Some(1460);
+    c.handle_segment(ms(1500), &sa);
+    assert_eq!(c.state(), State::Established);
+    drain(&mut c, ms(1500));
+    assert_eq!(
+        c.stats().recovery.rto_us,
+        3_000_000,
+        "RTO after the handshake"
+    );
+}
+
+/// RFC 6298 5.7's fallback only follows a SYN timeout: a SYN answered before its timer
+/// expired is timed (no timestamps; Karn's rule allows it), and the RTO comes from that
+/// sample (2.2: 900 ms + 4 x 450 ms), not the 3 s fallback.
+#[test]
+fn rfc6298_5_7_a_syn_answered_in_time_sets_the_rto_from_its_sample() {
+    let mut c = Connection::connect(&cfg(), ep(), ISS, ms(0));
+    assert_eq!(drain(&mut c, ms(0)).len(), 1);
+    let mut sa = seg(TcpControl::Syn, PISS, Some(ISS + 1), &[]);
+    sa.max_seg_size = Some(1460);
+    c.handle_segment(ms(900), &sa);
+    assert_eq!(c.state(), State::Established);
+    drain(&mut c, ms(900));
+    assert_eq!(c.stats().recovery.rto_us, 2_700_000);
+}
+
+/// RFC 6298 5.7 on the passive side: the SYN-ACK timed out and went again; the ACK that
+/// ends the handshake gives no sample (Karn, no timestamps): 3 s.
+#[test]
+fn rfc6298_5_7_rto_is_three_seconds_after_a_syn_ack_timeout() {
+    let mut syn = seg(TcpControl::Syn, PISS, None, &[]);
+    syn.max_seg_size = Some(1460);
+    let mut c = Connection::accept(&cfg(), ep(), ISS, &syn, ms(0));
+    assert_eq!(drain(&mut c, ms(0))[0].control, TcpControl::Syn);
+    let out = run_until(&mut c, ms(0), ms(1500));
+    assert_eq!(
+        out.iter()
+            .filter(|(_, o)| o.control == TcpControl::Syn)
+            .count(),
+        1,
+        "one SYN-ACK retransmission at 1 s: {out:?}"
+    );
+    c.handle_segment(
+        ms(1500),
+        &seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]),
+    );
+    assert_eq!(c.state(), State::Established);
+    assert_eq!(c.stats().recovery.rto_us, 3_000_000);
+}

@@ -1318,6 +1318,7 @@ impl Connection {
             // `ack` is acceptable (above): it covers our SYN and nothing else was sent.
             self.syn_acked = true;
             self.rec.on_ack(now, ack, &[], ts_rtt);
+            self.rec.on_handshake_done();
             self.state = State::Established;
             self.events |= EV_CONNECTED;
             self.ack_now = true;
@@ -1407,7 +1408,15 @@ impl Connection {
         if fast_paths() && self.take_predicted(now, seg, deliver) {
             return;
         }
-        let seg_len = seg.segment_len();
+        // A RST's payload (RFC 9293 3.5.3: diagnostic text) takes no sequence space the
+        // acceptability test weighs: a RST exactly at RCV.NXT is acceptable with the
+        // window zero (3.10.7.4: "special allowance should be made to accept valid ACKs,
+        // URGs, and RSTs"), data or not.
+        let seg_len = if seg.control == TcpControl::Rst {
+            0
+        } else {
+            seg.segment_len()
+        };
         let wnd = self.rcv_wnd();
         // First: sequence number acceptability.
         let rel = seq_diff(seg.seq_number, self.rcv_nxt);
@@ -1753,6 +1762,7 @@ impl Connection {
             if !self.syn_acked {
                 n -= 1; // our SYN
                 self.syn_acked = true;
+                self.rec.on_handshake_done();
             }
             if let Some(f) = self.fin_seq {
                 if ack > f {
@@ -2733,8 +2743,21 @@ impl Connection {
         match self.state {
             State::Closed | State::Listen => return None,
             State::SynSent | State::SynReceived => {
-                // Nothing else until the handshake completes.
-                return (!self.syn_sent).then(|| self.send_syn(now));
+                if !self.syn_sent {
+                    return Some(self.send_syn(now));
+                }
+                // SYN-RECEIVED, our SYN out: an ACK asked for (RFC 9293 3.10.7.4's first
+                // check, RFC 5961 3.2 and 4.2's challenge ACK, which hold "in all states
+                // except SYN-SENT") goes as a bare ACK of the peer's SYN, SEG.SEQ = SND.NXT
+                // (Linux's `tcp_v4_reqsk_send_ack`). A client back on the same port with a
+                // new ISN answers it with the RST that ends this half-open connection
+                // (RFC 9293 3.5.1). Nothing else until the handshake completes.
+                if self.state == State::SynReceived && self.ack_now {
+                    let seg = self.base_segment(now, TcpControl::None, self.snd_nxt);
+                    self.sent(&seg);
+                    return Some((seg, 0, 0));
+                }
+                return None;
             }
             // Closed by the user in SYN-RECEIVED (RFC 9293 3.10.4: FIN-WAIT-1 at once) with
             // our SYN not yet sent, or due again after an RTO: the SYN goes first, the FIN

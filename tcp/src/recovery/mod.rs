@@ -258,6 +258,8 @@ struct Cubic {
 
 const CUBIC_C: f64 = 0.4;
 const CUBIC_BETA: f64 = 0.7;
+/// The RTO once a handshake whose SYN timed out gave no RTT sample (RFC 6298 5.7).
+const RTO_FALLBACK: Duration = Duration::from_secs(3);
 /// Consecutive RTOs after which the connection gives up (like Linux's tcp_retries2 = 15).
 pub const MAX_RTO_BACKOFFS: u32 = 15;
 
@@ -845,6 +847,17 @@ impl Recovery {
             self.on_clean_ack(now, ack, ts_rtt)
         } else {
             self.on_ack_general(now, ack, sack, ts_rtt)
+        }
+    }
+
+    /// Our SYN acknowledged (the ACK processed): where its timer expired and the handshake
+    /// gave no RTT sample (no timestamps, and Karn's rule keeps the retransmitted SYN's
+    /// ACK from timing it), the RTO "MUST be re-initialized to 3 seconds when data
+    /// transmission begins" if the initial one is shorter (RFC 6298 5.7, Linux's
+    /// `TCP_TIMEOUT_FALLBACK`), not left at the SYN's backed-off value.
+    pub fn on_handshake_done(&mut self) {
+        if self.srtt.is_none() && self.stats.rto_count > 0 && self.cfg.rto_initial < RTO_FALLBACK {
+            self.rto = RTO_FALLBACK.max(self.cfg.rto_min).min(self.cfg.rto_max);
         }
     }
 
