@@ -1156,3 +1156,72 @@ fn rdmap_5_4_6_an_error_after_our_fin_moves_the_qp_to_error() {
     }
     assert_eq!(reported, Some((1, 2, 2)), "the error reported to the user");
 }
+
+/// A Read of no octets (no local SGE: its sink STag on the wire is 0) that the peer
+/// answers with a Read Response carrying octets under STag 0 is the peer's error
+/// (RDMAP-5.2.2-5: a response longer than the Read; DDP-7.1-10: STag 0 names no buffer):
+/// a DDP tagged-buffer Terminate (layer 1, type 1), and the Read is not blamed on local
+/// memory (the receive path's "our Read's sink went away" case, `rx_lookup`, took it for
+/// a local fault: a local catastrophic Terminate and `LocalProtection`).
+#[test]
+fn rdmap_5_2_2_5_octets_answering_a_read_of_none_are_the_peers_error() {
+    let mut w = world();
+    let (tcp, mut framer, mut d, qp) = connect(&mut w, 0);
+    let wr = warpcore_engine::SendWr {
+        wr_id: 78,
+        op: warpcore_engine::SendOp::Read {
+            remote_stag: 0x1234,
+            remote_to: 0,
+        },
+        sges: common::sges(&[]),
+        signaled: true,
+        fence: false,
+    };
+    w.engine.post_send(qp, wr).unwrap();
+    send_ulpdus(&mut w, tcp, &mut framer, &[write(0, 0, b"")], false);
+    let mut rr = None;
+    let mut term = None;
+    let mut collect = |w: &mut World, rr: &mut Option<ReadRequestRepr>| {
+        step_and_read(w, tcp, &mut d, |u| {
+            if let Ok(s) = Segment::parse(u) {
+                match s.repr.header {
+                    RdmapHeader::ReadRequest(h) => *rr = Some(h),
+                    RdmapHeader::Terminate(t) => {
+                        term = Some((t.code.layer(), t.code.etype(), t.code.code()))
+                    }
+                    _ => {}
+                }
+            }
+        });
+    };
+    for _ in 0..2000 {
+        collect(&mut w, &mut rr);
+        if rr.is_some() {
+            break;
+        }
+    }
+    let rr = rr.expect("the engine's Read Request");
+    assert_eq!((rr.read_size, rr.sink_stag), (0, 0));
+    send_ulpdus(
+        &mut w,
+        tcp,
+        &mut framer,
+        &[read_response(0, rr.sink_to, true, &[9; 8])],
+        false,
+    );
+    for _ in 0..300 {
+        collect(&mut w, &mut None);
+    }
+    let c = w.cq.pop().expect("the Read completes");
+    assert_eq!(w.engine.qp_state(qp).unwrap(), QpState::Error);
+    assert_eq!(
+        term.map(|t| (t.0, t.1)),
+        Some((1, 1)),
+        "Terminate {term:?}, Read completion {c:?}: the peer's over-long response is a DDP tagged-buffer error"
+    );
+    assert_ne!(
+        c.status,
+        warpcore_engine::WcStatus::LocalProtection,
+        "the Read was blamed on local memory: {c:?}"
+    );
+}

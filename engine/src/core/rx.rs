@@ -619,9 +619,12 @@ impl Qp {
                 Ok(g) => *held = Some((g, stream, need)),
                 Err(_)
                     if opcode == Opcode::ReadResponse
-                        && self
-                            .answerable_head()
-                            .is_some_and(|h| h.atomic.is_none() && h.sink_stag == stag) =>
+                        && self.answerable_head().is_some_and(|h| {
+                            // A Read of no octets has no sink memory that could go
+                            // away: octets under its (absent) sink STag are the peer's
+                            // error, for DDP to report.
+                            h.atomic.is_none() && h.len != 0 && h.sink_stag == stag
+                        }) =>
                 {
                     // The sink of our own Read went away under it (deregistered or
                     // invalidated locally): a local fault, not the peer's (departure 8).
