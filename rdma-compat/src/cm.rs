@@ -473,6 +473,18 @@ fn dispatch(ctx: &wv::Context, e: CmEvent) {
             // SAFETY: a registered listener is live (destroy unregisters it first, under
             // the registry lock we hold).
             let lid = unsafe { &*l };
+            // librdmacm gives a request's new id the device the request came on and the
+            // device's PD (ucma_get_device), whatever its listener was bound to: a listener
+            // never bound (rdma_listen alone, the kernel binds it to any address) has no
+            // device of its own, and its requests' ids had none (verbs and pd NULL).
+            let Some((verbs, pd)) = verbs::context()
+                .ok()
+                .and_then(|v| Some((v, device_pd(v).ok()?)))
+            else {
+                drop(reg);
+                let _ = ctx.reject(&req, &[]);
+                return;
+            };
             let sync = lid.lock().sync;
             let chan = if sync {
                 match Chan::new() {
@@ -490,9 +502,8 @@ fn dispatch(ctx: &wv::Context, e: CmEvent) {
             let local = engine().map(|e| e.ip).unwrap_or(Ipv4Addr::UNSPECIFIED);
             let mut child = Box::new(Id {
                 id: rdma_cm_id {
-                    verbs: lid.id.verbs,
-                    // librdmacm gives a request's new id the device's PD.
-                    pd: device_pd(lid.id.verbs).unwrap_or(null_mut()),
+                    verbs,
+                    pd,
                     channel: chan,
                     context: lid.id.context,
                     ps: lid.id.ps,
