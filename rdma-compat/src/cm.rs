@@ -1488,6 +1488,9 @@ fn create_qp_on(id: &mut Id, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> Re
         .as_ref()
         .map(|r| usize::from(r.request.core));
     let qp = verbs::create_qp(pd, attr, core)?;
+    // librdmacm's rdma_create_qp moves the new QP to INIT (ucma_init_conn_qp), which
+    // rdma-core's ibv_modify_qp records in qp->state.
+    verbs::set_qp_state(qp, IBV_QPS_INIT);
     id.id.qp = qp;
     // librdmacm: the id's PD is its QP's.
     id.id.pd = pd;

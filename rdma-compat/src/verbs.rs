@@ -2000,7 +2000,9 @@ pub(crate) fn create_qp(
             srq: attr.srq,
             handle: qpn,
             qp_num: qpn,
-            state: IBV_QPS_INIT,
+            // A new QP is in RESET, as rdma-core's ibv_create_qp leaves it (cmd_qp.c,
+            // set_qp); rdma_create_qp moves it to INIT, as librdmacm's ucma_init_conn_qp.
+            state: IBV_QPS_RESET,
             qp_type: IBV_QPT_RC,
             ..Default::default()
         },
@@ -2100,6 +2102,13 @@ pub(crate) fn set_qp_state(qp: *mut ibv_qp, state: ibv_qp_state) {
     field.store(state, std::sync::atomic::Ordering::Release);
 }
 
+/// Reads `qp->state` (an atomic load: see [`set_qp_state`]).
+fn qp_state_field(qp: *mut ibv_qp) -> ibv_qp_state {
+    // SAFETY: qp is a live QP of ours (the callers checked); as in set_qp_state.
+    let field = unsafe { std::sync::atomic::AtomicU32::from_ptr(&raw mut (*qp).state) };
+    field.load(std::sync::atomic::Ordering::Acquire)
+}
+
 #[no_mangle]
 pub extern "C" fn __wc_ibv_modify_qp(
     qp: *mut ibv_qp,
@@ -2128,8 +2137,13 @@ pub extern "C" fn __wc_ibv_modify_qp(
             },
             // The iWARP connection manager moves the QP to RTS when MPA completes; the
             // transitions an application makes before that (INIT, RTR, RTS, as librdmacm's
-            // rdma_init_qp_attr tells it) change nothing here.
-            IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR | IBV_QPS_RTS => 0,
+            // rdma_init_qp_attr tells it) change nothing in the engine. They succeed, and
+            // qp->state takes the state asked for, as rdma-core's ibv_modify_qp sets it
+            // after the provider succeeds (verbs.c).
+            s @ (IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR | IBV_QPS_RTS) => {
+                set_qp_state(qp, s);
+                0
+            }
             IBV_QPS_SQD => EOPNOTSUPP,
             _ => EINVAL,
         }
@@ -2140,7 +2154,7 @@ pub extern "C" fn __wc_ibv_modify_qp(
 pub extern "C" fn __wc_ibv_query_qp(
     qp: *mut ibv_qp,
     attr: *mut ibv_qp_attr,
-    _mask: c_int,
+    mask: c_int,
     init: *mut ibv_qp_init_attr,
 ) -> c_int {
     guard(EINVAL, || {
@@ -2149,7 +2163,13 @@ pub extern "C" fn __wc_ibv_query_qp(
             return EINVAL;
         };
         let state = match q.qp.state() {
-            wv::QpState::Idle => IBV_QPS_INIT,
+            // Not connected yet: the state the application (or rdma_cm) last moved it to
+            // (RESET when new, INIT after rdma_create_qp, ...), which the engine does not
+            // tell apart.
+            wv::QpState::Idle => match qp_state_field(qp) {
+                s @ (IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR | IBV_QPS_RTS) => s,
+                _ => IBV_QPS_INIT,
+            },
             wv::QpState::Connecting => IBV_QPS_RTR,
             wv::QpState::Rts => IBV_QPS_RTS,
             wv::QpState::Closing => IBV_QPS_SQD,
@@ -2163,6 +2183,10 @@ pub extern "C" fn __wc_ibv_query_qp(
             a.cap = q.cap;
             a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
             a.port_num = 1;
+            // rdma-core's ibv_query_qp: asked for the state, qp->state takes it (verbs.c).
+            if mask as c_uint & IBV_QP_STATE != 0 {
+                set_qp_state(qp, state);
+            }
         }
         // SAFETY: init is the caller's.
         if let Some(i) = unsafe { init.as_mut() } {
