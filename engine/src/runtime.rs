@@ -68,6 +68,8 @@ pub enum Command {
         qp: QpId,
         /// Peer address and port.
         remote: (Ipv4Address, u16),
+        /// Local port to connect from (`None`: an ephemeral one the TCP chooses).
+        local_port: Option<u16>,
         /// MPA settings.
         params: MpaParams,
         /// Private data of the MPA Request.
@@ -840,11 +842,13 @@ fn apply<D: PollDevice>(core: &mut EngineCore<D>, cmd: Front<'_, Command>) {
         Command::Connect {
             qp,
             remote,
+            local_port,
             params,
             private_data,
             reply,
         } => {
-            let _ = reply.try_send(core.connect(qp, remote, &params, &private_data));
+            let _ =
+                reply.try_send(core.connect_from(qp, remote, local_port, &params, &private_data));
         }
         Command::Listen(port, params, r) => {
             let _ = r.try_send(core.listen(port, params));

@@ -116,6 +116,7 @@ fn a_connect_times_out_from_the_loop_that_applies_it_not_the_last_poll() {
     apply(&core, |reply| Command::Connect {
         qp,
         remote: (Ipv4Address::new(10, 0, 0, 9), 4791),
+        local_port: None,
         params: MpaParams::default(),
         private_data: Vec::new(),
         reply,

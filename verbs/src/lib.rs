@@ -1365,10 +1365,41 @@ impl QueuePair {
         params: &MpaParams,
         private_data: &[u8],
     ) -> Result<(), Error> {
-        let remote = (to_smol(addr.into()), port);
+        self.connect_with(addr.into(), port, None, params, private_data)
+    }
+
+    /// [`QueuePair::connect`] from local port `local_port` instead of an ephemeral port
+    /// the TCP chooses (as a socket bound before its `connect`, or an rdma_cm id bound
+    /// before `rdma_connect`). A port whose 4-tuple with `addr:port` is in use on the
+    /// QP's engine core (a connection, one in TIME-WAIT included), or port 0, is refused
+    /// with [`Error::Tcp`] holding [`StackError::PortInUse`]
+    /// naming the port; nothing changes and the QP may connect again. The port is
+    /// checked on the QP's core only: with several cores, keeping the ports of one
+    /// process apart is the caller's part.
+    pub fn connect_from(
+        &self,
+        local_port: u16,
+        addr: impl Into<Ipv4Addr>,
+        port: u16,
+        params: &MpaParams,
+        private_data: &[u8],
+    ) -> Result<(), Error> {
+        self.connect_with(addr.into(), port, Some(local_port), params, private_data)
+    }
+
+    fn connect_with(
+        &self,
+        addr: Ipv4Addr,
+        port: u16,
+        local_port: Option<u16>,
+        params: &MpaParams,
+        private_data: &[u8],
+    ) -> Result<(), Error> {
+        let remote = (to_smol(addr), port);
         self.ctx.call(self.core, |reply| Command::Connect {
             qp: self.id,
             remote,
+            local_port,
             params: params.clone(),
             private_data: private_data.to_vec(),
             reply,

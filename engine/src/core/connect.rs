@@ -183,12 +183,30 @@ impl<D: PollDevice> EngineCore<D> {
         }
     }
 
-    /// Connects an idle queue pair to `remote` as MPA initiator with `private_data`.
-    /// [`CmEvent::Established`], [`CmEvent::Rejected`] or [`CmEvent::Error`] follows.
+    /// Connects an idle queue pair to `remote` as MPA initiator with `private_data`, from
+    /// an ephemeral local port the TCP chooses (the next one of its cursor whose 4-tuple
+    /// is free and that nothing listens on). [`CmEvent::Established`],
+    /// [`CmEvent::Rejected`] or [`CmEvent::Error`] follows.
     pub fn connect(
         &mut self,
         id: QpId,
         remote: (Ipv4Address, u16),
+        params: &MpaParams,
+        private_data: &[u8],
+    ) -> Result<(), EngineError> {
+        self.connect_from(id, remote, None, params, private_data)
+    }
+
+    /// [`Self::connect`] from `local_port` if given (the port an rdma_cm id was bound to),
+    /// else from an ephemeral one. A local port whose 4-tuple with `remote` is in use on
+    /// this core (a connection, one in TIME-WAIT included), or port 0, is refused with
+    /// [`EngineError::Stack`] holding [`StackError::PortInUse`](crate::tcp::StackError::PortInUse)
+    /// naming the port, and nothing changes.
+    pub fn connect_from(
+        &mut self,
+        id: QpId,
+        remote: (Ipv4Address, u16),
+        local_port: Option<u16>,
         params: &MpaParams,
         private_data: &[u8],
     ) -> Result<(), EngineError> {
@@ -199,7 +217,7 @@ impl<D: PollDevice> EngineCore<D> {
             return Err(EngineError::InvalidState(st));
         }
         let init = Initiator::new(config, now_std)?;
-        let tcp = self.stack.connect(remote, None, &self.ctx.cfg.tcp)?;
+        let tcp = self.stack.connect(remote, local_port, &self.ctx.cfg.tcp)?;
         self.bind_conn(tcp, id);
         self.initiators.push(usize::from(id.index));
         let q = self.qp_mut(id)?;
