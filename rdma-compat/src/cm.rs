@@ -252,8 +252,12 @@ fn new_event(
 /// What an id is doing.
 #[derive(Default)]
 struct IdState {
-    /// Our port (bound, listening, or the child's listener's).
+    /// Our port (bound, listening, the child's listener's, or the one `rdma_resolve_addr`
+    /// gave an active id).
     port: u16,
+    /// The port this id holds in [`Registry::held`] (an active id's, from
+    /// `rdma_resolve_addr`), given back by `rdma_destroy_id`.
+    held: Option<u16>,
     /// The peer, once resolved or connected.
     dst: Option<SocketAddrV4>,
     /// A child id: the request it answers.
@@ -323,11 +327,63 @@ fn counted_id(ev: &rdma_cm_event) -> *mut rdma_cm_id {
 #[derive(Default)]
 struct Registry {
     listeners: HashMap<u16, usize>,
+    /// The ports active ids connect from (`rdma_resolve_addr` gave them or they were bound),
+    /// each with how many ids hold it: an ephemeral port is chosen among the others.
+    held: HashMap<u16, usize>,
     qps: HashMap<QpId, usize>,
     /// The next-hop resolutions `rdma_resolve_addr` started, by the engine's handle, and
     /// the id each answers (ADDR_RESOLVED or ADDR_ERROR).
     /// Each id's deadline too: its `timeout_ms` from the call, on the process's clock.
     resolving: HashMap<wv::NeighborId, (usize, std::time::Instant)>,
+}
+
+/// The ephemeral ports: those the kernel's rdma_cm and Warpcore's TCP take theirs from
+/// (IANA's dynamic range).
+const EPHEMERAL: std::ops::RangeInclusive<u16> = 49152..=65535;
+
+impl Registry {
+    /// Whether `port` is taken: a listener's, or an active id's.
+    fn port_taken(&self, port: u16) -> bool {
+        self.listeners.contains_key(&port) || self.held.contains_key(&port)
+    }
+
+    /// An ephemeral port no listener and no active id of the process has, for an active
+    /// id (`rdma_resolve_addr` of an unbound id, as the kernel's rdma_cm binds one there).
+    /// Taken in turn from a cursor that starts at a point drawn from the process id and
+    /// the clock, as the kernel draws its ports at random: a port given back is not taken
+    /// again at once (its last connection may still be in TIME-WAIT at the peer, or in
+    /// ours), nor by the next run of the program.
+    fn ephemeral_port(&self) -> Option<u16> {
+        static CURSOR: OnceLock<std::sync::atomic::AtomicU32> = OnceLock::new();
+        let span = u32::from(EPHEMERAL.end() - EPHEMERAL.start()) + 1;
+        let cursor = CURSOR.get_or_init(|| {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            std::sync::atomic::AtomicU32::new(std::process::id().wrapping_mul(7919) ^ t)
+        });
+        (0..span)
+            .map(|_| {
+                let k = cursor.fetch_add(1, Ordering::Relaxed) % span;
+                EPHEMERAL.start() + k as u16
+            })
+            .find(|p| !self.port_taken(*p))
+    }
+
+    /// Takes `port` for an active id.
+    fn hold(&mut self, port: u16) {
+        *self.held.entry(port).or_default() += 1;
+    }
+
+    /// Gives back a port [`Self::hold`] took.
+    fn release(&mut self, port: u16) {
+        if let Some(n) = self.held.get_mut(&port) {
+            *n -= 1;
+            if *n == 0 {
+                self.held.remove(&port);
+            }
+        }
+    }
 }
 
 fn registry() -> std::sync::MutexGuard<'static, Registry> {
@@ -992,6 +1048,10 @@ pub extern "C" fn __wc_rdma_destroy_id(p: *mut rdma_cm_id) -> c_int {
                 .map(|(k, _)| *k);
             reg.listeners.retain(|_, v| *v != p as usize);
             reg.qps.retain(|_, v| *v != p as usize);
+            // SAFETY: p came from rdma_create_id or a connect request and is live.
+            if let Some(port) = unsafe { &*p.cast::<Id>() }.lock().held.take() {
+                reg.release(port);
+            }
             // A resolution still running answers nobody (rdma_destroy_id cancels it, as the
             // kernel's cma_cancel_operation cancels rdma_resolve_ip's request).
             reg.resolving.retain(|_, v| v.0 != p as usize);
@@ -1263,7 +1323,7 @@ pub extern "C" fn __wc_rdma_listen(p: *mut rdma_cm_id, _backlog: c_int) -> c_int
         // passive endpoints listen so, then read the port with rdma_get_local_addr); the
         // id takes it once the listener exists.
         let port = if bound == 0 {
-            let Some(free) = (49152..=65535u16).find(|p| !reg.listeners.contains_key(p)) else {
+            let Some(free) = EPHEMERAL.clone().find(|p| !reg.port_taken(*p)) else {
                 return fail(EADDRINUSE, -1);
             };
             free
@@ -1330,14 +1390,42 @@ pub extern "C" fn __wc_rdma_resolve_addr(
         if !crate::reachable(eng, *d.ip()) {
             return fail(ENETUNREACH, -1);
         }
-        set_src(
-            &mut id.id,
-            SocketAddrV4::new(eng.ip, s.map_or(0, |s| s.port())),
-        );
-        set_dst(&mut id.id, d);
         if chan_of(id).is_none() {
             return fail(EINVAL, -1);
         }
+        // The id's port, which its connection will use (rdma_connect): the one it was bound
+        // to (rdma_bind_addr, or an earlier rdma_resolve_addr: the kernel binds an id
+        // once, and src is ignored after), else src's, else an ephemeral port free in the
+        // process, bound now, as the kernel's rdma_resolve_addr binds an unbound id
+        // (cma_bind_addr): rdma_get_src_port and rdma_get_local_addr answer it from here
+        // on, as they do the kernel's.
+        let port = {
+            let mut reg = registry();
+            let mut st = id.lock();
+            let port = match (st.port, s.map_or(0, |s| s.port())) {
+                (0, 0) => match reg.ephemeral_port() {
+                    Some(p) => p,
+                    None => return fail(EADDRNOTAVAIL, -1),
+                },
+                (0, p) | (p, _) => p,
+            };
+            // A port another id holds or listens on: EADDRINUSE, as the kernel's
+            // cma_bind_addr refuses a port bound already (no SO_REUSEADDR).
+            if st.held != Some(port) && reg.port_taken(port) {
+                return fail(EADDRINUSE, -1);
+            }
+            if st.held != Some(port) {
+                if let Some(old) = st.held.take() {
+                    reg.release(old);
+                }
+                reg.hold(port);
+                st.held = Some(port);
+            }
+            st.port = port;
+            port
+        };
+        set_src(&mut id.id, SocketAddrV4::new(eng.ip, port));
+        set_dst(&mut id.id, d);
         id.lock().dst = Some(d);
         // The neighbour is resolved as the kernel's rdma_resolve_ip resolves it: ARP for the
         // next hop, asked again until it answers (ADDR_RESOLVED, status 0) or until
@@ -1761,8 +1849,16 @@ pub extern "C" fn __wc_rdma_connect(p: *mut rdma_cm_id, param: *mut rdma_conn_pa
         // negotiation changes).
         mpa.ird = ird.unwrap_or(d.max_qp_rd_atom);
         mpa.ord = ord.unwrap_or(d.max_qp_init_rd_atom);
+        // From the id's port (rdma_resolve_addr bound it), as the kernel's connection
+        // uses the id's bound address and port; one whose connection to this peer is
+        // still there is EADDRINUSE.
+        let port = id.lock().port;
         start_connection(id, p, q, || {
-            q.qp.connect(*dst.ip(), dst.port(), &mpa, pdata)
+            if port == 0 {
+                q.qp.connect(*dst.ip(), dst.port(), &mpa, pdata)
+            } else {
+                q.qp.connect_from(port, *dst.ip(), dst.port(), &mpa, pdata)
+            }
         })
     })
 }
