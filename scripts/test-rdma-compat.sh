@@ -118,6 +118,7 @@ contracts() {
     contract_pair connect_refused 7500
     contract_pair cm_conn_param_rev1 7502
     contract_pair bad_lkey_completes 7506
+    contract_pair listen_unbound_id 7508
     contract_pair src_port_contract 7510
     contract rdmacm_exports
     contract id_device_pd
@@ -128,6 +129,7 @@ contracts() {
     contract reg_mr_fault
     contract post_inline
     contract query_limits
+    contract qp_state_field
     # Only meaningful if the program itself does not need libibverbs.so.1. objdump's output
     # is read whole before grep judges it: `! objdump | grep -q` under pipefail passed when
     # grep's early exit on the match cut objdump off (SIGPIPE) and when objdump failed.
