@@ -120,6 +120,7 @@ contracts() {
     contract_pair bad_lkey_completes 7506
     contract_pair listen_unbound_id 7508
     contract_pair src_port_contract 7510
+    contract_pair threaded_post_imm_flush 7512
     contract rdmacm_exports
     contract id_device_pd
     contract modify_qp_err_flush
