@@ -175,6 +175,30 @@ impl Chan {
 
     /// The next event, blocking unless the descriptor is non-blocking.
     fn take(&self) -> Result<*mut Ev, c_int> {
+        self.take_then(|_| {})
+    }
+
+    /// [`Self::take`] for `rdma_get_cm_event`: the event is counted against its id
+    /// ([`IdState::unacked`]) before the queue's lock is let go. `rdma_destroy_id` on
+    /// another thread purges the id's queued events under that lock and then waits for
+    /// the count: counted after the lock (as it was), an event just taken was in neither,
+    /// and the id could be freed under the thread about to count it (librdmacm counts the
+    /// events the kernel reported, `events_reported`, in the same way).
+    fn take_counted(&self) -> Result<*mut Ev, c_int> {
+        self.take_then(|e| {
+            // SAFETY: a queued event is ours; its ids are live (a destroyed id's events
+            // are purged from the queue, under the lock held here, before it is freed).
+            let ev = unsafe { &(*e).ev };
+            // SAFETY: as above.
+            if let Some(i) = unsafe { id_ref(counted_id(ev)) } {
+                i.lock().unacked += 1;
+            }
+        })
+    }
+
+    /// The next event, blocking unless the descriptor is non-blocking, given to `taken`
+    /// while the queue is still locked.
+    fn take_then(&self, taken: impl FnOnce(*mut Ev)) -> Result<*mut Ev, c_int> {
         loop {
             let mut tok = [0u8; 1];
             match std::io::Read::read(&mut &self.rx, &mut tok) {
@@ -203,6 +227,7 @@ impl Chan {
                 if !q.is_empty() {
                     self.token();
                 }
+                taken(e as *mut Ev);
                 return Ok(e as *mut Ev);
             }
         }
@@ -884,15 +909,8 @@ pub extern "C" fn __wc_rdma_get_cm_event(
         }
         // SAFETY: ch came from rdma_create_event_channel.
         let c = unsafe { &*ch.cast::<Chan>() };
-        match c.take() {
+        match c.take_counted() {
             Ok(e) => {
-                // SAFETY: a queued event is ours; its ids are live (a destroyed id's
-                // events are purged from the queue first).
-                let ev = unsafe { &(*e).ev };
-                // SAFETY: as above.
-                if let Some(i) = unsafe { id_ref(counted_id(ev)) } {
-                    i.lock().unacked += 1;
-                }
                 // SAFETY: out is the caller's.
                 unsafe { *out = e.cast() };
                 0
