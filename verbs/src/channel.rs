@@ -36,6 +36,11 @@ impl CompletionChannel {
         })
     }
 
+    /// The context that made it.
+    pub(crate) fn context(&self) -> &Context {
+        &self.ctx
+    }
+
     pub(crate) fn new_cq(
         &self,
         depth: usize,

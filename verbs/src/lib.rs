@@ -269,6 +269,12 @@ fn to_smol(ip: Ipv4Addr) -> Ipv4Address {
 }
 
 impl Context {
+    /// Whether `other` is this context (a clone of it), not another one: handles name
+    /// objects of one context's tables.
+    pub(crate) fn same(&self, other: &Context) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// Opens the device and starts the engine cores.
     pub fn open(cfg: Config) -> Result<Context, Error> {
         cfg.engine.validate().map_err(Error::Config)?;
@@ -481,12 +487,16 @@ impl Context {
     }
 
     /// A completion queue of `depth` entries that signals `channel` when armed
-    /// ([`CompletionQueue::req_notify`]).
+    /// ([`CompletionQueue::req_notify`]). A channel of another context is
+    /// [`Error::StaleHandle`] (its waits would run the other context's cores).
     pub fn create_cq_with_channel(
         &self,
         depth: usize,
         channel: &CompletionChannel,
     ) -> Result<CompletionQueue, Error> {
+        if !self.same(channel.context()) {
+            return Err(Error::StaleHandle);
+        }
         if depth == 0 || depth > self.inner.cfg.max_cq_depth {
             return Err(Error::LimitExceeded("cq depth"));
         }
@@ -575,7 +585,7 @@ impl Context {
     ) -> Result<(), Error> {
         // Queue pair ids are per core of one context: another context's id would name
         // whichever of ours has the same number.
-        if !Arc::ptr_eq(&self.inner, &qp.ctx.inner) {
+        if !self.same(&qp.ctx) {
             return Err(Error::StaleHandle);
         }
         if usize::from(request.request.core) != qp.core {
@@ -835,7 +845,7 @@ impl ProtectionDomain {
         if let Some(srq) = &init.srq {
             // Protection domain numbers are per context: another context's domain may have
             // the same number, and its SGEs name another region table.
-            if !Arc::ptr_eq(&srq.ctx.inner, &self.ctx.inner) {
+            if !self.ctx.same(&srq.ctx) {
                 return Err(Error::StaleHandle);
             }
             if srq.srq.pd() != self.id {
@@ -1537,7 +1547,8 @@ impl QueuePair {
     /// [`ProtectionDomain::register_at_address`]). Returns the window's new STag (also
     /// [`MemoryWindow::stag`]), which a request posted after this one may advertise.
     /// Checked here: typed [`Error::Stag`] errors for the wrong kind or domain, rights,
-    /// bounds, a Tagged Offset past 2^64 - 1 ([`MemError::ToWrap`]).
+    /// bounds, a Tagged Offset past 2^64 - 1 ([`MemError::ToWrap`]); a window or region of
+    /// another context is [`Error::StaleHandle`].
     pub fn post_bind_mw(
         &self,
         wr_id: u64,
@@ -1547,6 +1558,11 @@ impl QueuePair {
         len: u64,
         access: Access,
     ) -> Result<u32, Error> {
+        // STags are per context: another context's would name whichever window or region
+        // of ours has the same index (and most often fail later on its key).
+        if !self.ctx.same(&mw.ctx) || !self.ctx.same(&mr.ctx) {
+            return Err(Error::StaleHandle);
+        }
         let mut cur = mw.stag.lock().unwrap_or_else(|e| e.into_inner());
         // The bind names the window as allocated, not by the key the binds before it will
         // have left (one may fail): a failed bind cannot make the next one name a key the
@@ -1568,7 +1584,8 @@ impl QueuePair {
     /// Posts a Fast-Register work request ([`SendOp::FastReg`]): when it executes, the
     /// (invalid) STag of `fr` becomes valid under a new key over `len` octets at `offset`
     /// of `mr` (whatever the region's own Tagged Offsets), zero-based (TO 0 is the octet at
-    /// `offset`), with `access`. Returns the new STag (also [`FastRegMr::stag`]).
+    /// `offset`), with `access`. Returns the new STag (also [`FastRegMr::stag`]). A
+    /// registration or region of another context is [`Error::StaleHandle`].
     pub fn post_fast_reg(
         &self,
         wr_id: u64,
@@ -1578,6 +1595,10 @@ impl QueuePair {
         len: u64,
         access: Access,
     ) -> Result<u32, Error> {
+        // As in `post_bind_mw`: STags are per context.
+        if !self.ctx.same(&fr.ctx) || !self.ctx.same(&mr.ctx) {
+            return Err(Error::StaleHandle);
+        }
         let mut cur = fr.stag.lock().unwrap_or_else(|e| e.into_inner());
         // Named as allocated, as in `post_bind_mw`.
         let new_key = next_key(&self.ctx, fr.alloc, *cur);

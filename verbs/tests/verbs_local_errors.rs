@@ -296,3 +296,62 @@ fn an_mr_length_beyond_what_a_region_can_hold_is_refused_naming_it() {
     let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     mr.write(4088, b"in range").unwrap();
 }
+
+/// `post_bind_mw` and `post_fast_reg` refuse a window, fast registration or region of
+/// another context (STags are per context: its index would name one of ours), and
+/// `create_cq_with_channel` another context's channel (its waits would run the other
+/// context's cores): `Error::StaleHandle`, nothing posted. The same calls with this
+/// context's handles pass that check.
+#[test]
+fn binds_fast_registrations_and_channels_of_another_context_are_stale_handles() {
+    let (a, b) = common::link_contexts();
+    let pd_a = a.alloc_pd();
+    let pd_b = b.alloc_pd();
+    let cq = a.create_cq(16).unwrap();
+    let qp = pd_a.create_qp(&QpInit::new(&cq, &cq)).unwrap();
+    let acc = Access::LOCAL_WRITE | Access::MW_BIND;
+    let (mr_a, mr_b) = (
+        pd_a.alloc_mr(4096, acc).unwrap(),
+        pd_b.alloc_mr(4096, acc).unwrap(),
+    );
+    let (mw_a, mw_b) = (
+        pd_a.alloc_mw(MwType::Type1).unwrap(),
+        pd_b.alloc_mw(MwType::Type1).unwrap(),
+    );
+    let (fr_a, fr_b) = (
+        pd_a.alloc_fast_reg().unwrap(),
+        pd_b.alloc_fast_reg().unwrap(),
+    );
+    let stag_a = mw_a.stag();
+    for (mw, mr) in [(&mw_b, &mr_a), (&mw_a, &mr_b)] {
+        assert_eq!(
+            qp.post_bind_mw(1, mw, mr, 0, 64, Access::REMOTE_READ),
+            Err(Error::StaleHandle)
+        );
+    }
+    assert_eq!(mw_a.stag(), stag_a, "no new key taken");
+    for (fr, mr) in [(&fr_b, &mr_a), (&fr_a, &mr_b)] {
+        assert_eq!(
+            qp.post_fast_reg(2, fr, mr, 0, 64, Access::REMOTE_READ),
+            Err(Error::StaleHandle)
+        );
+    }
+    // This context's own handles pass the check, to the next one (an idle queue pair
+    // takes no send request).
+    let idle = Err(Error::InvalidState(QpState::Idle));
+    assert_eq!(
+        qp.post_bind_mw(3, &mw_a, &mr_a, 0, 64, Access::REMOTE_READ),
+        idle
+    );
+    assert_eq!(
+        qp.post_fast_reg(4, &fr_a, &mr_a, 0, 64, Access::REMOTE_READ),
+        idle
+    );
+    let ch_b = b.create_comp_channel().unwrap();
+    assert_eq!(
+        a.create_cq_with_channel(16, &ch_b).map(|_| ()),
+        Err(Error::StaleHandle)
+    );
+    let ch_a = a.create_comp_channel().unwrap();
+    a.create_cq_with_channel(16, &ch_a).unwrap();
+}
