@@ -431,3 +431,29 @@ fn a_completion_queue_depth_out_of_range_is_refused_naming_it() {
     one.push(write_done());
     assert!(one.overrun());
 }
+
+/// A queue pair destroyed with requests still queued flushes them into its queue; when
+/// those overrun it, the queue's asynchronous error (`CqError`, IBV_EVENT_CQ_ERR) is
+/// reported once, although no queue pair is left whose sweep would find the overrun.
+#[test]
+fn flushes_of_a_destroyed_queue_pair_that_overrun_its_queue_report_it() {
+    let mut p = Pair::default_pair();
+    let small = Arc::new(CompletionQueue::new(2).unwrap());
+    let (q, _) = p.b.core.create_qp(qp_attr(&small, 8, 1)).expect("qp");
+    let (_r, s) = p.b.region(4096, all_access());
+    for i in 0..3 {
+        p.b.core.post_recv(q, recv_wr(i, &[(s, 64 * i, 64)])).unwrap();
+    }
+    p.run(10);
+    p.b.take_events();
+    p.b.core.destroy_qp(q).expect("destroy");
+    assert!(small.overrun(), "three flushes into a queue of two");
+    // Loops of the engine after it: the error is there, and once.
+    p.run(200);
+    let events = p.b.take_events();
+    let cq_errors = events
+        .iter()
+        .filter(|e| matches!(e, CmEvent::CqError { cq } if *cq == small.id()))
+        .count();
+    assert_eq!(cq_errors, 1, "{events:?}");
+}

@@ -106,6 +106,13 @@ impl<D: PollDevice> EngineCore<D> {
         let q = self.qp_mut(id)?;
         q.flush();
         let conn = q.conn.take();
+        // Its flushed requests may have overrun a queue (IBV_EVENT_CQ_ERR): reported now,
+        // once for the queue as `cq_overran` does, since no sweep looks at a destroyed
+        // queue pair's queues (and no other may complete into them).
+        let overran = [&q.send_cq, &q.recv_cq].map(|cq| cq.take_overrun_report().then(|| cq.id()));
+        for cq in overran.into_iter().flatten() {
+            self.ctx.events.push_back(CmEvent::CqError { cq });
+        }
         let index = usize::from(id.index);
         self.qps[index] = None;
         if let Ok(at) = self.live.binary_search(&index) {
