@@ -442,7 +442,9 @@ fn flushes_of_a_destroyed_queue_pair_that_overrun_its_queue_report_it() {
     let (q, _) = p.b.core.create_qp(qp_attr(&small, 8, 1)).expect("qp");
     let (_r, s) = p.b.region(4096, all_access());
     for i in 0..3 {
-        p.b.core.post_recv(q, recv_wr(i, &[(s, 64 * i, 64)])).unwrap();
+        p.b.core
+            .post_recv(q, recv_wr(i, &[(s, 64 * i, 64)]))
+            .unwrap();
     }
     p.run(10);
     p.b.take_events();

@@ -94,6 +94,20 @@ fn access_flags_translate_and_bad_ones_are_refused() {
         verbs::access_of(IBV_ACCESS_ZERO_BASED as c_int),
         Err(crate::EOPNOTSUPP)
     );
+    // The optional flags (bits 20 to 29: relaxed ordering and those to come) are hints,
+    // ignored as rdma-core and the kernel ignore them where unsupported; bit 30 is not one.
+    for bit in 20..=29 {
+        assert_eq!(
+            verbs::access_of(IBV_ACCESS_LOCAL_WRITE as c_int | 1 << bit),
+            Ok(Access::LOCAL_WRITE),
+            "optional bit {bit}"
+        );
+    }
+    assert_eq!(
+        verbs::access_of(IBV_ACCESS_RELAXED_ORDERING as c_int),
+        Ok(Access::empty())
+    );
+    assert_eq!(verbs::access_of(1 << 30), Err(crate::EOPNOTSUPP));
 }
 
 #[test]

@@ -869,14 +869,22 @@ pub(crate) struct Mr {
     mr: Mutex<Option<wv::MemoryRegion>>,
 }
 
+/// `IBV_ACCESS_OPTIONAL_RANGE` (ib_user_ioctl_verbs.h: bits `IB_UVERBS_ACCESS_OPTIONAL_FIRST`,
+/// 1 << 20, to `IB_UVERBS_ACCESS_OPTIONAL_LAST`, 1 << 29), a macro bindgen does not carry.
+const ACCESS_OPTIONAL_RANGE: c_uint =
+    ((IBV_ACCESS_OPTIONAL_FIRST << 10) - 1) & !(IBV_ACCESS_OPTIONAL_FIRST - 1);
+
 pub(crate) fn access_of(flags: c_int) -> Result<Access, c_int> {
-    let f = flags as c_uint;
+    // The optional access flags (IBV_ACCESS_RELAXED_ORDERING and those after it) are hints
+    // a provider may ignore: rdma-core's ibv_reg_mr_iova2 strips them for a kernel without
+    // IB_UVERBS_CORE_SUPPORT_OPTIONAL_MR_ACCESS and the kernel's ib_check_mr_access lets
+    // them through, so a program passing one (UCX, newer perftest) registers everywhere.
+    let f = flags as c_uint & !ACCESS_OPTIONAL_RANGE;
     let known = IBV_ACCESS_LOCAL_WRITE
         | IBV_ACCESS_REMOTE_WRITE
         | IBV_ACCESS_REMOTE_READ
         | IBV_ACCESS_REMOTE_ATOMIC
-        | IBV_ACCESS_MW_BIND
-        | IBV_ACCESS_RELAXED_ORDERING;
+        | IBV_ACCESS_MW_BIND;
     if f & !known != 0 {
         // Zero-based, on-demand paging, huge-page hints and the rest: not supported.
         return Err(EOPNOTSUPP);
