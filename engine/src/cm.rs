@@ -271,8 +271,10 @@ pub enum CmEvent {
     /// MPA itself refused a peer's Request before it reached the application: one that
     /// requires markers while this listener's `MpaParams::markers_supported` is off (a
     /// Reply with R = 1 goes back, MPA-4.3-1, MPA-7.1.1-10), or a malformed one (the
-    /// connection is closed, MPA-7.1.1-3, MPA-7.1.2-4/17). A connection that sends no
-    /// complete Request in time is reset without an event (`CoreStats::requests_timed_out`).
+    /// connection is closed, MPA-7.1.1-3, MPA-7.1.2-4/17), a Request cut short by the
+    /// peer's FIN included (`Frame(Truncated)`, MPA-7.1.1-21). A connection that sends no
+    /// complete Request in time is reset without an event (`CoreStats::requests_timed_out`),
+    /// and one closed before any octet of a Request is closed without one.
     RequestRefused {
         /// The listener it arrived on.
         listener: ListenerId,

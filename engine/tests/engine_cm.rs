@@ -852,3 +852,68 @@ fn connect_destroy_churn_leaves_one_mpa_timer_per_connecting_qp() {
     p.a.core.destroy_qp(q).expect("destroy");
     assert_eq!(p.a.core.stats().mpa_timers, 0);
 }
+
+/// MPA-7.1.1-21, MPA-7.1.2-22/26: a Request whose PD_Length announces more Private Data
+/// than arrives before the initiator's FIN is malformed: the responder closes and reports
+/// an error locally, `RequestRefused` with `Frame(Truncated)`, as for any malformed Request
+/// (it closed without a word before).
+#[test]
+fn mpa_7_1_1_21_a_request_truncated_by_fin_is_reported() {
+    let mut p = Pair::default_pair();
+    p.b.core.listen(PORT, MpaParams::default()).unwrap();
+    let mut init = Initiator::new(
+        nego::Config {
+            private_data: b"hello, responder".to_vec(),
+            ..nego::Config::default()
+        },
+        std::time::Instant::now(),
+    )
+    .unwrap();
+    let mut request = vec![0u8; 1024];
+    let n = init.poll_transmit(&mut request);
+    // Header, enhanced data and 3 of the 16 private-data octets PD_Length announces.
+    request.truncate(n - 13);
+    let tcp =
+        p.a.core
+            .stack_mut()
+            .connect((ip(2), PORT), None, &TcpTuning::default())
+            .unwrap();
+    let mut off = 0;
+    let mut closed = false;
+    let mut events = Vec::new();
+    let mut steps = 0;
+    p.run_until(5000, |p| {
+        let stack = p.a.core.stack_mut();
+        if off < request.len() && stack.state(tcp) == Ok(TcpState::Established) {
+            off += stack.send(tcp, &request[off..]).unwrap();
+        }
+        if off == request.len() && !closed {
+            stack.close(tcp).unwrap();
+            closed = true;
+        }
+        let _ = stack.recv_with(tcp, |d| d.len());
+        events.extend(p.b.take_events());
+        steps += 1;
+        // Long enough for the FIN to arrive and the responder to close (well short of the
+        // 10 s startup timeout, which resets silently by design).
+        closed && steps > 3000
+    });
+    assert!(closed);
+    assert!(
+        matches!(
+            p.a.core.stack_mut().state(tcp).ok(),
+            Some(TcpState::TimeWait | TcpState::Closed)
+        ),
+        "the responder closed its side"
+    );
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            CmEvent::RequestRefused {
+                error: NegotiationError::Frame(FrameError::Truncated),
+                ..
+            }
+        )),
+        "a Request cut short by FIN is dropped without a word: {events:?}"
+    );
+}

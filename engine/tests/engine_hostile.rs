@@ -1225,3 +1225,84 @@ fn rdmap_5_2_2_5_octets_answering_a_read_of_none_are_the_peers_error() {
         "the Read was blamed on local memory: {c:?}"
     );
 }
+
+/// MPA-7.1.2-8/10, MPA-7.1.2-16: an initiator that puts an FPDU right behind its Request
+/// (before it has our Reply: the peer's protocol error, but one the responder cannot tell
+/// from a legal first FPDU, MPA-7.1.2-10) still gets our Reply first: the responder's
+/// stream starts with it. (The receive poller, which runs before the transmit poller in the
+/// loop after `accept`, took the early FPDU as the initiator's first and dropped the
+/// responder with the Reply still queued in it: the Reply never went out.)
+#[test]
+fn mpa_7_1_2_8_an_fpdu_behind_the_request_does_not_swallow_the_reply() {
+    let mut w = world();
+    let qp = new_qp(&mut w);
+    let tcp = w
+        .peer
+        .connect((ip(2), PORT), None, &TcpTuning::default())
+        .unwrap();
+    let cfg = nego::Config {
+        peer_to_peer: false,
+        ..nego::Config::default()
+    };
+    let mut init = Initiator::new(cfg, std::time::Instant::now()).unwrap();
+    let mut req = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        let n = init.poll_transmit(&mut buf);
+        if n == 0 {
+            break;
+        }
+        req.extend_from_slice(&buf[..n]);
+    }
+    // The early FPDU: a zero-length Write, CRC on (both sides ask for it by default).
+    let mut framer = Framer::new(FramerConfig {
+        markers: false,
+        crc: true,
+        mulpdu: fpdu::mulpdu(1460, false),
+        stream_offset: 0,
+    });
+    let u = write(0, 0, b"");
+    let mut out = vec![0u8; framer.fpdu_wire_len(u.len())];
+    let n = framer.emit(&[&u], &mut out).unwrap();
+    req.extend_from_slice(&out[..n]);
+    let mut off = 0;
+    let mut request = None;
+    for _ in 0..5000 {
+        w.step();
+        if off < req.len() {
+            off += w.peer.send(tcp, &req[off..]).unwrap_or(0);
+        }
+        while let Some(e) = w.engine.next_event() {
+            if let CmEvent::ConnectRequest(r) = e {
+                request = Some(r);
+            }
+        }
+        if request.is_some() && off == req.len() {
+            break;
+        }
+    }
+    // Let the FPDU reach the engine's receive buffer too.
+    for _ in 0..50 {
+        w.step();
+    }
+    let r = request.expect("request");
+    w.engine.accept(r.request, qp, b"reply pd", None).unwrap();
+    let mut rx = Vec::new();
+    for _ in 0..2000 {
+        w.step();
+        let _ = w.peer.recv_with(tcp, |d| {
+            rx.extend_from_slice(d);
+            d.len()
+        });
+    }
+    let mut events = Vec::new();
+    while let Some(e) = w.engine.next_event() {
+        events.push(e);
+    }
+    assert!(
+        rx.starts_with(b"MPA ID Rep Frame"),
+        "the responder's stream does not start with its Reply: {} octets {:02x?}; events {events:?}",
+        rx.len(),
+        &rx[..rx.len().min(32)]
+    );
+}

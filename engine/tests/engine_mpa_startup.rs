@@ -374,3 +374,34 @@ fn a_disconnect_to_a_peer_that_never_closes_ends_within_a_minute() {
         assert!(w.peer.state(tcp).is_err() || w.peer.state(tcp) == Ok(TcpState::Closed));
     }
 }
+
+/// Each ending once: a startup that ended in `Rejected` has told its user how the
+/// connection ended; an `abort` afterwards (the user freeing the QP, as rdma_cm users do
+/// after REJECTED) reports no `Disconnected` on top (it reported `Reset` before).
+#[test]
+fn abort_after_rejected_reports_no_second_ending() {
+    let mut w = world();
+    let params = MpaParams {
+        peer_to_peer: false,
+        ..MpaParams::default()
+    };
+    let (tcp, request) = w.start(&params);
+    let reply = reply_to(&request, false, b"no");
+    w.send_octet_by_octet(tcp, &reply);
+    w.wait_event(|e| matches!(e, CmEvent::Rejected { .. }).then_some(()));
+    w.engine.abort(w.qp).unwrap();
+    for _ in 0..200 {
+        w.step();
+    }
+    let endings: Vec<_> = w
+        .events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                CmEvent::Rejected { .. } | CmEvent::Disconnected { .. } | CmEvent::Error { .. }
+            )
+        })
+        .collect();
+    assert_eq!(endings.len(), 1, "{endings:?}");
+}

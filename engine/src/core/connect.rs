@@ -386,6 +386,11 @@ impl<D: PollDevice> EngineCore<D> {
         };
         let cfg = self.ctx.cfg.clone();
         self.bind_conn(r.tcp, id);
+        // The Reply goes to TCP now, into the fresh connection's empty send buffer
+        // (MPA-7.1.2-8), so no octet of ours can precede it, whatever the next loop's
+        // receive poller makes of what the initiator sent behind its Request. What TCP
+        // could not take (a peer gone already) the transmit poller offers again.
+        let _ = self.stack.send_with(r.tcp, |b| responder.poll_transmit(b));
         let q = self.qp_mut(id)?;
         let mut negotiated = None;
         while let Some(ev) = responder.poll_event() {
@@ -437,7 +442,10 @@ impl<D: PollDevice> EngineCore<D> {
 
     /// Abortive close: RST at once, everything outstanding is flushed. A QP that never
     /// connected (idle) has no stream to reset: it moves to the error state and its posted
-    /// receives are flushed (the verbs' move to ERR), with no event.
+    /// receives are flushed (the verbs' move to ERR), with no event. Otherwise
+    /// [`CmEvent::Disconnected`] with [`DisconnectCause::Reset`] follows, unless the
+    /// connection's end was reported already ([`CmEvent::Rejected`], or a
+    /// [`CmEvent::Error`] that left the QP in Error or Terminate).
     pub fn abort(&mut self, id: QpId) -> Result<(), EngineError> {
         if !self.posted_out.is_empty() {
             self.complete_posted_out();
@@ -450,14 +458,20 @@ impl<D: PollDevice> EngineCore<D> {
             }
             return Err(EngineError::InvalidState(q.state));
         };
+        // A connection whose end was reported already (`Rejected`, or an `Error` that left
+        // the QP in Error or Terminate, TCP still closing) gets no second ending, as the
+        // TCP close handler gives none for such a QP.
+        let told = matches!(q.state, QpState::Error | QpState::Terminate);
         q.flush();
         let qid = q.id;
         let _ = self.stack.abort(c.tcp);
         self.zombies.push(c.tcp);
-        self.ctx.events.push_back(CmEvent::Disconnected {
-            qp: qid,
-            cause: DisconnectCause::Reset,
-        });
+        if !told {
+            self.ctx.events.push_back(CmEvent::Disconnected {
+                qp: qid,
+                cause: DisconnectCause::Reset,
+            });
+        }
         Ok(())
     }
 
@@ -821,7 +835,25 @@ impl<D: PollDevice> EngineCore<D> {
                     if r.phase == ReqPhase::Reading && r.peer_closed {
                         // The peer closed before its Request was whole: it never will be.
                         // Our side closes now rather than hold the slot until the
-                        // startup timeout.
+                        // startup timeout. A Request cut short (some of it arrived) is
+                        // reported to our user as malformed requests are (MPA-7.1.1-21:
+                        // close and report an error locally); a connection closed before
+                        // any octet of it is not a request at all.
+                        r.responder.handle_close();
+                        while let Some(ev) = r.responder.poll_event() {
+                            if let nego::Event::Failed(f) = ev {
+                                if matches!(f.error, nego::NegotiationError::Frame(_)) {
+                                    self.ctx.events.push_back(CmEvent::RequestRefused {
+                                        listener: ListenerId {
+                                            core: self.core,
+                                            index: r.listener,
+                                        },
+                                        remote: r.remote,
+                                        error: f.error,
+                                    });
+                                }
+                            }
+                        }
                         let _ = self.stack.close(r.tcp);
                         r.phase = ReqPhase::Closing;
                         work = true;

@@ -554,7 +554,13 @@ impl Qp {
         let first = r
             .handle_first_ulpdu(ulpdu)
             .map_err(|e| ProtocolError::Mpa(e.mpa_error()))?;
-        conn.mpa = Mpa::Done;
+        // The fence is lifted once the Reply is all with TCP too: until then the
+        // responder keeps what is left of it for the transmit poller (`tx_control`
+        // switches to `Mpa::Done` when it is out). Dropped here, the Reply was lost
+        // when the initiator's first FPDU came before our Reply left.
+        if r.can_send_fpdus() {
+            conn.mpa = Mpa::Done;
+        }
         match first {
             None => Ok(false),
             Some(RtrType::Write) => Ok(true),

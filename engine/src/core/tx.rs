@@ -903,7 +903,7 @@ impl Qp {
             return ControlFlow::Break(work);
         }
         if let Some(c) = self.conn.as_mut() {
-            if matches!(c.mpa, Mpa::Initiator(_)) {
+            if matches!(c.mpa, Mpa::Initiator(_) | Mpa::Responder(_)) {
                 c.mpa = Mpa::Done;
             }
         }
