@@ -32,7 +32,8 @@ pub struct StackConfig {
 impl StackConfig {
     /// Refuses what no stack can work with (both implementations check it when created):
     /// a group MAC (receivers drop frames from group sources), an interface
-    /// address that is unspecified, multicast, broadcast or its subnet's broadcast, and a
+    /// address of 0/8 (unspecified included) or 127/8, multicast, broadcast or its subnet's
+    /// broadcast, and a
     /// gateway or route next hop off the subnet (ARP cannot reach it), on the interface's
     /// own address or on its broadcast, and a table of no connections (every connect and
     /// every SYN refused).
@@ -49,14 +50,18 @@ impl StackConfig {
         }
         let ip = self.ip.address();
         let subnet_broadcast = self.ip.broadcast();
-        if ip.is_unspecified()
+        // RFC 1122 3.2.1.3: {0, <host>} and {127, <any>} never appear on the wire, and
+        // the host discards datagrams from them (`unicast_source`): its peers' too.
+        if ip.octets()[0] == 0
+            || ip.is_loopback()
             || ip.is_multicast()
             || ip.is_broadcast()
             || Some(ip) == subnet_broadcast
         {
             return bad(
                 "ip",
-                "must be a unicast address (not unspecified, multicast or a broadcast)",
+                "must be a unicast address a wire carries (not of 0/8 or 127/8, not \
+                 multicast or a broadcast)",
             );
         }
         let on_link = |hop: Ipv4Address| {

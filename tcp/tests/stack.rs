@@ -658,6 +658,20 @@ fn unworkable_stack_config_is_refused_naming_the_field() {
         (
             "ip",
             StackConfig {
+                ip: Ipv4Cidr::new(net(0, 1, 2, 3), 8),
+                ..good.clone()
+            },
+        ),
+        (
+            "ip",
+            StackConfig {
+                ip: Ipv4Cidr::new(net(127, 0, 0, 1), 8),
+                ..good.clone()
+            },
+        ),
+        (
+            "ip",
+            StackConfig {
                 ip: Ipv4Cidr::new(net(224, 0, 0, 1), 24),
                 ..good.clone()
             },

@@ -1717,10 +1717,13 @@ impl Inner {
         skip
     }
 
-    /// Whether `ip` may be a packet's source (RFC 1122 3.2.1.3): not unspecified, broadcast
-    /// (limited or our subnet's) or multicast.
+    /// Whether `ip` may be a packet's source (RFC 1122 3.2.1.3): not unspecified or of
+    /// "this network" ({0, <host>}, (a) and (b): a source only while a host learns its own
+    /// address, which no TCP segment or echo request is), loopback ({127, <any>}, (g): "MUST
+    /// NOT appear outside a host"), broadcast (limited or our subnet's) or multicast.
     fn unicast_source(&self, ip: Ipv4Address) -> bool {
-        !(ip.is_unspecified()
+        !(ip.octets()[0] == 0
+            || ip.is_loopback()
             || ip.is_broadcast()
             || ip.is_multicast()
             || self.cidr.broadcast() == Some(ip))

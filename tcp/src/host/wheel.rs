@@ -170,7 +170,9 @@ impl Wheel {
         if !self.may_have_due(now) {
             return;
         }
-        let now_tick = tick_of(now);
+        // Never before the current tick: a `now` earlier than the last expiry's (a clock
+        // the caller let go back) made the span below negative, cast to a huge `usize`.
+        let now_tick = tick_of(now).max(self.current);
         let n = self.heads.len();
         // After a long pause one sweep of every bucket finds everything due.
         let first = self.current.max(now_tick - n as i64 + 1);
@@ -530,5 +532,21 @@ mod tests {
         w.insert(e(5, 1));
         assert_eq!(w.next_deadline(), Some(Instant::from_micros(5)));
         assert_eq!(expire(&mut w, 1_000_000), vec![1]);
+    }
+
+    /// A poll whose `now` lies before the last one's (the host takes `now` as given, never
+    /// clamping it: `Host::poll`), with an entry armed in the past in the current bucket,
+    /// fires the entry. (`expire` computed its span of ticks as `now_tick - first + 1`,
+    /// negative here, cast to `usize`: `start + span` overflowed, a panic in a debug build;
+    /// in a release one the sweep was skipped and `current` moved back.)
+    #[test]
+    fn a_poll_earlier_than_the_last_fires_what_is_due() {
+        let mut w = Wheel::new(Instant::ZERO, 1);
+        w.insert(e(10_000, 1));
+        assert_eq!(expire(&mut w, 10_000), vec![1]);
+        // Armed in the past (a deadline already passed), then a poll at an earlier instant
+        // than the last one but after the deadline.
+        w.insert(e(500, 2));
+        assert_eq!(expire(&mut w, 600), vec![2]);
     }
 }
