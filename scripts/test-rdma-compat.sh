@@ -121,6 +121,7 @@ contracts() {
     contract_pair listen_unbound_id 7508
     contract_pair src_port_contract 7510
     contract_pair threaded_post_imm_flush 7512
+    contract_pair unsignaled_bind_inv 7514
     contract rdmacm_exports
     contract id_device_pd
     contract modify_qp_err_flush
@@ -131,6 +132,7 @@ contracts() {
     contract post_inline
     contract query_limits
     contract qp_state_field
+    contract verbs_strs_rereg
     # Only meaningful if the program itself does not need libibverbs.so.1. objdump's output
     # is read whole before grep judges it: `! objdump | grep -q` under pipefail passed when
     # grep's early exit on the match cut objdump off (SIGPIPE) and when objdump failed.

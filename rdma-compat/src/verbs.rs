@@ -1174,7 +1174,16 @@ fn window_access(flags: c_uint) -> Access {
 }
 
 /// Posts the bind of `mw` to `info` on `q`; the window's rkey becomes the new STag.
-fn post_bind(q: &Qp, wr_id: u64, mw: *mut ibv_mw, info: &ibv_mw_bind_info) -> Result<u32, Posted> {
+/// `send_flags` are the work request's (or `ibv_mw_bind`'s): unsignalled without
+/// `IBV_SEND_SIGNALED` on a QP without `sq_sig_all` (ibv_post_send(3), ibv_bind_mw(3)),
+/// fenced with `IBV_SEND_FENCE`.
+fn post_bind(
+    q: &Qp,
+    wr_id: u64,
+    mw: *mut ibv_mw,
+    info: &ibv_mw_bind_info,
+    send_flags: c_uint,
+) -> Result<u32, Posted> {
     // SAFETY: mw and the region are ours (ibv_bind_mw(3), IBV_WR_BIND_MW).
     let (Some(w), Some(m)) = (unsafe { mw.cast::<Mw>().as_mut() }, unsafe {
         info.mr.cast::<Mr>().as_ref()
@@ -1192,13 +1201,15 @@ fn post_bind(q: &Qp, wr_id: u64, mw: *mut ibv_mw, info: &ibv_mw_bind_info) -> Re
     let Some(offset) = info.addr.checked_sub(mr.base_to()) else {
         return Err(wv::Error::Stag(wv::MemError::OutOfBounds).into());
     };
-    let stag = q.qp.post_bind_mw(
+    let stag = q.qp.post_bind_mw_with(
         wr_id,
         &w.mw,
         mr,
         offset,
         info.length,
         window_access(info.mw_access_flags),
+        q.sig_all || send_flags & IBV_SEND_SIGNALED != 0,
+        send_flags & IBV_SEND_FENCE != 0,
     )?;
     w.ibv.rkey = stag;
     Ok(stag)
@@ -1210,7 +1221,7 @@ unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, bind: *mut ibv_mw
         let (Some(q), Some(b)) = (unsafe { qp_ref(qp) }, unsafe { bind.as_ref() }) else {
             return EINVAL;
         };
-        match post_bind(q, b.wr_id, mw, &b.bind_info) {
+        match post_bind(q, b.wr_id, mw, &b.bind_info, b.send_flags) {
             Ok(_) => 0,
             Err(Posted::Errno(e)) => e,
             Err(Posted::Engine(e)) => errno_of(&e),
@@ -2338,14 +2349,19 @@ fn post_one(q: &Qp, w: &ibv_send_wr) -> Result<(), Posted> {
         if b.rkey != (cur & !0xFF) | (cur.wrapping_add(1) & 0xFF) {
             return Err(EINVAL.into());
         }
-        return post_bind(q, w.wr_id, b.mw, &b.bind_info).map(|_| ());
+        return post_bind(q, w.wr_id, b.mw, &b.bind_info, w.send_flags).map(|_| ());
     }
     if w.opcode == IBV_WR_LOCAL_INV {
         // SAFETY: the union member of IBV_WR_LOCAL_INV.
         let stag = unsafe { w.__bindgen_anon_1.invalidate_rkey };
         return q
             .qp
-            .post_local_invalidate(w.wr_id, stag, fenced)
+            .post_local_invalidate_with(
+                w.wr_id,
+                stag,
+                q.sig_all || w.send_flags & IBV_SEND_SIGNALED != 0,
+                fenced,
+            )
             .map_err(Posted::from);
     }
     let op = send_op(w).map_err(Posted::from)?;
@@ -2495,7 +2511,11 @@ pub extern "C" fn __wc_ibv_rereg_mr(
     _len: usize,
     _access: c_int,
 ) -> c_int {
-    EOPNOTSUPP
+    // ibv_rereg_mr(3) returns a (negative) enum ibv_rereg_mr_err_code, errno set: what
+    // rdma-core answers for a provider without rereg_mr (dummy_ops.c: EOPNOTSUPP, turned
+    // into IBV_REREG_MR_ERR_CMD by verbs.c). A positive errno read as success by `< 0`.
+    set_errno(EOPNOTSUPP);
+    IBV_REREG_MR_ERR_CMD
 }
 
 #[no_mangle]
@@ -2547,18 +2567,20 @@ pub extern "C" fn __wc_ibv_wc_status_str(s: ibv_wc_status) -> *const c_char {
         IBV_WC_FATAL_ERR => "fatal error",
         IBV_WC_RESP_TIMEOUT_ERR => "response timeout error",
         IBV_WC_GENERAL_ERR => "general error",
+        IBV_WC_TM_ERR => "TM error",
+        IBV_WC_TM_RNDV_INCOMPLETE => "TM software rendezvous",
     )
 }
 
 #[no_mangle]
 pub extern "C" fn __wc_ibv_port_state_str(s: ibv_port_state) -> *const c_char {
     cstr_table!(s,
-        IBV_PORT_NOP => "PORT_NOP",
-        IBV_PORT_DOWN => "PORT_DOWN",
-        IBV_PORT_INIT => "PORT_INIT",
-        IBV_PORT_ARMED => "PORT_ARMED",
-        IBV_PORT_ACTIVE => "PORT_ACTIVE",
-        IBV_PORT_ACTIVE_DEFER => "PORT_ACTIVE_DEFER",
+        IBV_PORT_NOP => "no state change (NOP)",
+        IBV_PORT_DOWN => "down",
+        IBV_PORT_INIT => "init",
+        IBV_PORT_ARMED => "armed",
+        IBV_PORT_ACTIVE => "active",
+        IBV_PORT_ACTIVE_DEFER => "active defer",
     )
 }
 

@@ -1558,6 +1558,23 @@ impl QueuePair {
         len: u64,
         access: Access,
     ) -> Result<u32, Error> {
+        self.post_bind_mw_with(wr_id, mw, mr, offset, len, access, true, false)
+    }
+
+    /// [`QueuePair::post_bind_mw`] with the flags of [`SendWr::unsignaled`] (when
+    /// `signaled` is false) and [`SendWr::fenced`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn post_bind_mw_with(
+        &self,
+        wr_id: u64,
+        mw: &MemoryWindow,
+        mr: &MemoryRegion,
+        offset: u64,
+        len: u64,
+        access: Access,
+        signaled: bool,
+        fenced: bool,
+    ) -> Result<u32, Error> {
         // STags are per context: another context's would name whichever window or region
         // of ours has the same index (and most often fail later on its key).
         if !self.ctx.same(&mw.ctx) || !self.ctx.same(&mr.ctx) {
@@ -1576,7 +1593,14 @@ impl QueuePair {
             len,
             access,
         };
-        self.post_send(&SendWr::new(wr_id, op, &[])?)?;
+        let mut wr = SendWr::new(wr_id, op, &[])?;
+        if !signaled {
+            wr = wr.unsignaled();
+        }
+        if fenced {
+            wr = wr.fenced();
+        }
+        self.post_send(&wr)?;
         *cur = Stag::new(cur.index(), new_key);
         Ok(cur.0)
     }
@@ -1620,7 +1644,22 @@ impl QueuePair {
     /// domain), executed in send queue order ([`SendOp::LocalInvalidate`]); `fenced`
     /// makes it wait for earlier RDMA Reads too.
     pub fn post_local_invalidate(&self, wr_id: u64, stag: u32, fenced: bool) -> Result<(), Error> {
+        self.post_local_invalidate_with(wr_id, stag, true, fenced)
+    }
+
+    /// [`QueuePair::post_local_invalidate`], unsignalled when `signaled` is false (no
+    /// completion on success, as [`SendWr::unsignaled`]).
+    pub fn post_local_invalidate_with(
+        &self,
+        wr_id: u64,
+        stag: u32,
+        signaled: bool,
+        fenced: bool,
+    ) -> Result<(), Error> {
         let mut wr = SendWr::new(wr_id, SendOp::LocalInvalidate { stag }, &[])?;
+        if !signaled {
+            wr = wr.unsignaled();
+        }
         if fenced {
             wr = wr.fenced();
         }
