@@ -325,7 +325,14 @@ impl Qp {
         if fast_paths() && self.rx_plain_write(ulpdu, mrs, held, &mut ctx.stats) {
             return Ok(());
         }
-        if self.rx_fenced(ulpdu)? {
+        // The fence is a responder's first ULPDU's business only (and the ULPDUs until its
+        // Reply is all out): out of line, the steady path tests one tag.
+        if self
+            .conn
+            .as_ref()
+            .is_none_or(|c| !matches!(c.mpa, Mpa::Done))
+            && self.rx_fenced(ulpdu)?
+        {
             return Ok(());
         }
         let seg = match plain_data(ulpdu).filter(|_| fast_paths()) {
@@ -534,7 +541,8 @@ impl Qp {
     /// (MPA2-9.2-10/11): it is decoded like any Terminate, so our user learns the peer's
     /// verdict rather than seeing us answer a Terminate with a Terminate. Parsed here only
     /// while the fence holds (the first ULPDU), not per FPDU.
-    #[inline(always)]
+    #[cold]
+    #[inline(never)]
     fn rx_fenced(&mut self, ulpdu: &[u8]) -> Result<bool, RxFault> {
         let conn = self
             .conn
