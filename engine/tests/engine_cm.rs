@@ -335,17 +335,7 @@ fn a_malformed_request_is_refused_and_reported() {
                 },
             )
             .unwrap();
-        let mut init = Initiator::new(
-            nego::Config {
-                private_data: b"hello".to_vec(),
-                ..nego::Config::default()
-            },
-            std::time::Instant::now(),
-        )
-        .unwrap();
-        let mut request = vec![0u8; 1024];
-        let n = init.poll_transmit(&mut request);
-        request.truncate(n);
+        let mut request = mpa_request(b"hello");
         mangle(&mut request);
         let tcp =
             p.a.core
@@ -379,6 +369,22 @@ fn a_malformed_request_is_refused_and_reported() {
             stack.state(tcp) == Ok(TcpState::CloseWait)
         });
     }
+}
+
+/// The MPA Request an engine initiator with default settings and `private_data` sends.
+fn mpa_request(private_data: &[u8]) -> Vec<u8> {
+    let mut init = Initiator::new(
+        nego::Config {
+            private_data: private_data.to_vec(),
+            ..nego::Config::default()
+        },
+        std::time::Instant::now(),
+    )
+    .unwrap();
+    let mut request = vec![0u8; 1024];
+    let n = init.poll_transmit(&mut request);
+    request.truncate(n);
+    request
 }
 
 /// Local misuse is refused with a typed error, nothing changed (the engine's contract):
@@ -861,18 +867,9 @@ fn connect_destroy_churn_leaves_one_mpa_timer_per_connecting_qp() {
 fn mpa_7_1_1_21_a_request_truncated_by_fin_is_reported() {
     let mut p = Pair::default_pair();
     p.b.core.listen(PORT, MpaParams::default()).unwrap();
-    let mut init = Initiator::new(
-        nego::Config {
-            private_data: b"hello, responder".to_vec(),
-            ..nego::Config::default()
-        },
-        std::time::Instant::now(),
-    )
-    .unwrap();
-    let mut request = vec![0u8; 1024];
-    let n = init.poll_transmit(&mut request);
+    let mut request = mpa_request(b"hello, responder");
     // Header, enhanced data and 3 of the 16 private-data octets PD_Length announces.
-    request.truncate(n - 13);
+    request.truncate(request.len() - 13);
     let tcp =
         p.a.core
             .stack_mut()

@@ -680,8 +680,18 @@ type ReadOutcome = (
 /// The engine Reads 8 octets into `sink` at TO 0 from the hand-driven peer, which answers
 /// with `resp(sink_stag, sink_to)` (its Read Response ULPDUs).
 fn read_then_respond_into(
-    mut w: World,
+    w: World,
     sink: Stag,
+    resp: impl FnOnce(u32, u64) -> Vec<Vec<u8>>,
+) -> ReadOutcome {
+    read_then_respond(w, &[(sink, 0, 8)], resp)
+}
+
+/// [`read_then_respond_into`] with the Read's local SGEs `sges` (none: a Read of no
+/// octets, sink STag 0 on the wire).
+fn read_then_respond(
+    mut w: World,
+    sges: &[(Stag, u64, u32)],
     resp: impl FnOnce(u32, u64) -> Vec<Vec<u8>>,
 ) -> ReadOutcome {
     let (tcp, mut framer, mut d, qp) = connect(&mut w, 0);
@@ -691,7 +701,7 @@ fn read_then_respond_into(
             remote_stag: 0x1234,
             remote_to: 0,
         },
-        sges: common::sges(&[(sink, 0, 8)]),
+        sges: common::sges(sges),
         signaled: true,
         fence: false,
     };
@@ -720,7 +730,11 @@ fn read_then_respond_into(
         }
     }
     let rr = rr.expect("the engine's Read Request");
-    assert_eq!((rr.read_size, rr.sink_stag), (8, sink.0));
+    let len: u32 = sges.iter().map(|s| s.2).sum();
+    assert_eq!(
+        (rr.read_size, rr.sink_stag),
+        (len, sges.first().map_or(0, |s| s.0 .0))
+    );
     let ulpdus = resp(rr.sink_stag, rr.sink_to);
     send_ulpdus(&mut w, tcp, &mut framer, &ulpdus, false);
     for _ in 0..300 {
@@ -1165,55 +1179,11 @@ fn rdmap_5_4_6_an_error_after_our_fin_moves_the_qp_to_error() {
 /// a local fault: a local catastrophic Terminate and `LocalProtection`).
 #[test]
 fn rdmap_5_2_2_5_octets_answering_a_read_of_none_are_the_peers_error() {
-    let mut w = world();
-    let (tcp, mut framer, mut d, qp) = connect(&mut w, 0);
-    let wr = warpcore_engine::SendWr {
-        wr_id: 78,
-        op: warpcore_engine::SendOp::Read {
-            remote_stag: 0x1234,
-            remote_to: 0,
-        },
-        sges: common::sges(&[]),
-        signaled: true,
-        fence: false,
-    };
-    w.engine.post_send(qp, wr).unwrap();
-    send_ulpdus(&mut w, tcp, &mut framer, &[write(0, 0, b"")], false);
-    let mut rr = None;
-    let mut term = None;
-    let mut collect = |w: &mut World, rr: &mut Option<ReadRequestRepr>| {
-        step_and_read(w, tcp, &mut d, |u| {
-            if let Ok(s) = Segment::parse(u) {
-                match s.repr.header {
-                    RdmapHeader::ReadRequest(h) => *rr = Some(h),
-                    RdmapHeader::Terminate(t) => {
-                        term = Some((t.code.layer(), t.code.etype(), t.code.code()))
-                    }
-                    _ => {}
-                }
-            }
-        });
-    };
-    for _ in 0..2000 {
-        collect(&mut w, &mut rr);
-        if rr.is_some() {
-            break;
-        }
-    }
-    let rr = rr.expect("the engine's Read Request");
-    assert_eq!((rr.read_size, rr.sink_stag), (0, 0));
-    send_ulpdus(
-        &mut w,
-        tcp,
-        &mut framer,
-        &[read_response(0, rr.sink_to, true, &[9; 8])],
-        false,
-    );
-    for _ in 0..300 {
-        collect(&mut w, &mut None);
-    }
-    let c = w.cq.pop().expect("the Read completes");
-    assert_eq!(w.engine.qp_state(qp).unwrap(), QpState::Error);
+    let (_w, c, st, term) = read_then_respond(world(), &[], |stag, to| {
+        vec![read_response(stag, to, true, &[9; 8])]
+    });
+    let c = c.expect("the Read completes");
+    assert_eq!(st, QpState::Error);
     assert_eq!(
         term.map(|t| (t.0, t.1)),
         Some((1, 1)),

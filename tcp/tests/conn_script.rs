@@ -99,6 +99,15 @@ fn cfg() -> ConnConfig {
     }
 }
 
+/// A passive connection to the peer's SYN (PISS, MSS 1460), its SYN-ACK out at 0 ms.
+fn syn_received() -> Connection {
+    let mut syn = seg(TcpControl::Syn, PISS, None, &[]);
+    syn.max_seg_size = Some(1460);
+    let mut c = Connection::accept(&cfg(), ep(), ISS, &syn, ms(0));
+    assert_eq!(drain(&mut c, ms(0))[0].control, TcpControl::Syn);
+    c
+}
+
 /// Runs timers up to `until` in steps, collecting what goes out.
 fn run_until(c: &mut Connection, from: Instant, until: Instant) -> Vec<(Instant, Out)> {
     let mut out = Vec::new();
@@ -1676,10 +1685,7 @@ fn rfc9293_3_10_7_3_a_bad_ack_in_syn_sent_draws_a_reset_at_its_ack() {
 /// nothing was sent at all).
 #[test]
 fn rfc9293_3_10_7_4_a_bad_ack_in_syn_received_draws_a_reset_at_its_ack() {
-    let mut syn = seg(TcpControl::Syn, PISS, None, &[]);
-    syn.max_seg_size = Some(1460);
-    let mut c = Connection::accept(&cfg(), ep(), ISS, &syn, ms(0));
-    assert_eq!(drain(&mut c, ms(0))[0].control, TcpControl::Syn);
+    let mut c = syn_received();
     let bad = ISS + 50_000;
     c.handle_segment(ms(1), &seg(TcpControl::None, PISS + 1, Some(bad), &[]));
     assert_eq!(c.state(), State::SynReceived);
@@ -2578,10 +2584,7 @@ fn rfc7323_5_3_paws_rejected_pure_acks_draw_one_ack_per_interval() {
 /// SYN, so the `ack_now` the challenge set waited for the handshake's end.)
 #[test]
 fn rfc5961_3_2_syn_received_in_window_rst_draws_a_challenge_ack() {
-    let mut syn = seg(TcpControl::Syn, PISS, None, &[]);
-    syn.max_seg_size = Some(1460);
-    let mut c = Connection::accept(&cfg(), ep(), ISS, &syn, ms(0));
-    assert_eq!(drain(&mut c, ms(0))[0].control, TcpControl::Syn);
+    let mut c = syn_received();
     c.handle_segment(ms(1), &seg(TcpControl::Rst, PISS + 100, None, &[]));
     assert_eq!(c.state(), State::SynReceived);
     let out = drain(&mut c, ms(1));
@@ -2602,10 +2605,7 @@ fn rfc5961_3_2_syn_received_in_window_rst_draws_a_challenge_ack() {
 /// 3.5.1). It is a bare ACK of the peer's first SYN, SEG.SEQ = SND.NXT.
 #[test]
 fn rfc5961_4_2_syn_received_new_syn_draws_a_challenge_ack() {
-    let mut syn = seg(TcpControl::Syn, PISS, None, &[]);
-    syn.max_seg_size = Some(1460);
-    let mut c = Connection::accept(&cfg(), ep(), ISS, &syn, ms(0));
-    assert_eq!(drain(&mut c, ms(0))[0].control, TcpControl::Syn);
+    let mut c = syn_received();
     let mut syn2 = seg(TcpControl::Syn, PISS + 1_000_000, None, &[]);
     syn2.max_seg_size = Some(1460);
     c.handle_segment(ms(1), &syn2);
@@ -2697,10 +2697,7 @@ fn rfc6298_5_7_a_syn_answered_in_time_sets_the_rto_from_its_sample() {
 /// ends the handshake gives no sample (Karn, no timestamps): 3 s.
 #[test]
 fn rfc6298_5_7_rto_is_three_seconds_after_a_syn_ack_timeout() {
-    let mut syn = seg(TcpControl::Syn, PISS, None, &[]);
-    syn.max_seg_size = Some(1460);
-    let mut c = Connection::accept(&cfg(), ep(), ISS, &syn, ms(0));
-    assert_eq!(drain(&mut c, ms(0))[0].control, TcpControl::Syn);
+    let mut c = syn_received();
     let out = run_until(&mut c, ms(0), ms(1500));
     assert_eq!(
         out.iter()

@@ -339,6 +339,125 @@ fn a_stray_segment_from_a_group_or_unspecified_source_draws_no_rst() {
     assert_eq!(drain(&mut attacker, now).len(), 1, "one RST");
 }
 
+/// RFC 1122 3.2.1.3 (g): an address of the form {127, <any>} "MUST NOT appear outside a
+/// host", and "a host MUST silently discard an incoming datagram containing an IP source
+/// address that is invalid by the rules of this section". (So is {0, <host>}, (b), outside
+/// of a host's own initialisation, which no TCP segment is.) A stray ACK from 127.0.0.1 or
+/// 0.1.2.3 on the wire drew a RST addressed to that source; a SYN from 127.0.0.1 to a
+/// listener of a host with a gateway made a half-open connection whose SYN-ACK went out
+/// towards 127.0.0.1 through the gateway.
+#[test]
+fn rfc1122_3_2_1_3_loopback_and_this_network_sources_are_discarded() {
+    let (mut attacker, eb) = link::pair(&LinkConfig::default());
+    let mut cfg = config(2, IP_B);
+    cfg.gateway = Some(IP_A);
+    let mut b = Stack::new(eb, &cfg, Instant::ZERO).expect("stack");
+    let _l = b.listen(5000, 4, &TcpTuning::default()).expect("listen");
+    let mut now = Instant::ZERO;
+    let mut replies = Vec::new();
+    for src in [Ipv4Address::new(127, 0, 0, 1), Ipv4Address::new(0, 1, 2, 3)] {
+        inject(
+            &mut attacker,
+            now,
+            &tcp_frame_from(src, 6000, TcpControl::None, Some(77), false),
+        );
+        b.poll(now);
+        now += Duration::from_millis(1);
+        b.poll(now);
+        let n = drain(&mut attacker, now).len();
+        if n != 0 {
+            replies.push(format!(
+                "stray ACK from {src}: {n} replies (a RST to {src})"
+            ));
+        }
+    }
+    let lo = Ipv4Address::new(127, 0, 0, 1);
+    inject(
+        &mut attacker,
+        now,
+        &tcp_frame_from(lo, 5000, TcpControl::Syn, None, false),
+    );
+    b.poll(now);
+    now += Duration::from_millis(1);
+    b.poll(now);
+    let n = drain(&mut attacker, now).len();
+    if n != 0 || b.live() != 0 {
+        replies.push(format!(
+            "SYN from {lo}: {n} frames sent (SYN-ACK or ARP for the gateway), {} half-open",
+            b.live()
+        ));
+    }
+    assert!(replies.is_empty(), "{replies:#?}");
+}
+
+/// A stray segment without ACK carrying 10 octets, its IPv4 header with 4 octets of
+/// options (IHL 6) and its frame padded past the IPv4 total length: the RST answers the
+/// segment's own length (RFC 9293 3.10.7.1: <SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>),
+/// not the padding's, and the options do not shift the TCP header.
+#[test]
+fn rfc791_a_stray_segment_with_ip_options_and_padding_draws_the_right_rst() {
+    let (mut attacker, eb) = link::pair(&LinkConfig::default());
+    let mut b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("stack");
+    let now = Instant::ZERO;
+    let payload = [0x55u8; 10];
+    let tcp = TcpRepr {
+        src_port: 40000,
+        dst_port: 6000,
+        control: TcpControl::Psh,
+        seq_number: TcpSeqNumber(1000),
+        ack_number: None,
+        window_len: 1000,
+        window_scale: None,
+        max_seg_size: None,
+        sack_permitted: false,
+        sack_ranges: [None, None, None],
+        timestamp: None,
+        payload: &payload,
+    };
+    let tcp_len = 20 + payload.len();
+    let mut f = vec![0u8; 14 + 24 + tcp_len + 20];
+    let mut eth = EthernetFrame::new_unchecked(&mut f);
+    eth.set_dst_addr(EthernetAddress([0x02, 0, 0, 0, 0, 2]));
+    eth.set_src_addr(EthernetAddress([0x02, 0, 0, 0, 0, 1]));
+    eth.set_ethertype(EthernetProtocol::Ipv4);
+    {
+        let mut ip = Ipv4Packet::new_unchecked(&mut f[14..]);
+        ip.set_version(4);
+        ip.set_header_len(24);
+        ip.set_total_len((24 + tcp_len) as u16);
+        ip.set_hop_limit(64);
+        ip.set_next_header(IpProtocol::Tcp);
+        ip.set_src_addr(IP_A);
+        ip.set_dst_addr(IP_B);
+        ip.set_dont_frag(true);
+    }
+    f[14 + 20..14 + 24].copy_from_slice(&[1, 1, 1, 0]); // NOP NOP NOP EOL
+    Ipv4Packet::new_unchecked(&mut f[14..]).fill_checksum();
+    let caps = smoltcp::phy::ChecksumCapabilities::default();
+    tcp.emit(
+        &mut TcpPacket::new_unchecked(&mut f[38..38 + tcp_len]),
+        &IP_A.into(),
+        &IP_B.into(),
+        &caps,
+    );
+    for x in &mut f[38 + tcp_len..] {
+        *x = 0xee;
+    }
+    inject(&mut attacker, now, &f);
+    b.poll(now);
+    let out = drain(&mut attacker, now);
+    assert_eq!(out.len(), 1, "one RST");
+    let e = EthernetFrame::new_checked(&out[0][..]).unwrap();
+    let ip = Ipv4Packet::new_checked(e.payload()).unwrap();
+    assert_eq!(ip.dst_addr(), IP_A);
+    let t = TcpPacket::new_checked(ip.payload()).unwrap();
+    assert!(t.rst() && t.ack());
+    assert_eq!(t.seq_number(), TcpSeqNumber(0));
+    assert_eq!(t.ack_number(), TcpSeqNumber(1010));
+    assert!(t.verify_checksum(&IP_B.into(), &IP_A.into()));
+    assert!(ip.verify_checksum());
+}
+
 /// A datagram that claims the stack's own address as its source came from no peer: it is
 /// dropped as a martian (as Linux's `ip_route_input_slow` drops one). A SYN from our own
 /// address and listening port to that port (the "land" attack) made a half-open

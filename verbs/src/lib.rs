@@ -1296,6 +1296,13 @@ impl SendWr {
         self.0.signaled = false;
         self
     }
+
+    /// [`SendWr::unsignaled`] unless `signaled`, [`SendWr::fenced`] if `fenced`.
+    fn flagged(mut self, signaled: bool, fenced: bool) -> SendWr {
+        self.0.signaled = signaled;
+        self.0.fence |= fenced;
+        self
+    }
 }
 
 /// Why [`QueuePair::post_send_list`] stopped: the requests before index `posted` were
@@ -1593,14 +1600,7 @@ impl QueuePair {
             len,
             access,
         };
-        let mut wr = SendWr::new(wr_id, op, &[])?;
-        if !signaled {
-            wr = wr.unsignaled();
-        }
-        if fenced {
-            wr = wr.fenced();
-        }
-        self.post_send(&wr)?;
+        self.post_send(&SendWr::new(wr_id, op, &[])?.flagged(signaled, fenced))?;
         *cur = Stag::new(cur.index(), new_key);
         Ok(cur.0)
     }
@@ -1656,14 +1656,9 @@ impl QueuePair {
         signaled: bool,
         fenced: bool,
     ) -> Result<(), Error> {
-        let mut wr = SendWr::new(wr_id, SendOp::LocalInvalidate { stag }, &[])?;
-        if !signaled {
-            wr = wr.unsignaled();
-        }
-        if fenced {
-            wr = wr.fenced();
-        }
-        self.post_send(&wr)
+        self.post_send(
+            &SendWr::new(wr_id, SendOp::LocalInvalidate { stag }, &[])?.flagged(signaled, fenced),
+        )
     }
 
     /// Posts a receive work request (also before the connection exists).

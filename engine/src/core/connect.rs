@@ -795,14 +795,11 @@ impl<D: PollDevice> EngineCore<D> {
                                 // send): the Reply with R = 1 goes out, and our user is
                                 // told, typed, so neither side waits in silence.
                                 if rej.reason == nego::RejectReason::MarkersUnsupported {
-                                    self.ctx.events.push_back(CmEvent::RequestRefused {
-                                        listener: ListenerId {
-                                            core: self.core,
-                                            index: r.listener,
-                                        },
-                                        remote: r.remote,
-                                        error: nego::NegotiationError::MarkersUnsupported,
-                                    });
+                                    self.ctx.events.push_back(request_refused(
+                                        self.core,
+                                        r,
+                                        nego::NegotiationError::MarkersUnsupported,
+                                    ));
                                 }
                                 r.phase = ReqPhase::Rejecting;
                             }
@@ -818,14 +815,9 @@ impl<D: PollDevice> EngineCore<D> {
                                 // A malformed Request (key, revision, PD_Length, enhanced
                                 // format): TCP closes and our user is told what was wrong
                                 // (MPA-7.1.1-3, MPA-7.1.2-4, MPA-7.1.2-17).
-                                self.ctx.events.push_back(CmEvent::RequestRefused {
-                                    listener: ListenerId {
-                                        core: self.core,
-                                        index: r.listener,
-                                    },
-                                    remote: r.remote,
-                                    error: f.error,
-                                });
+                                self.ctx
+                                    .events
+                                    .push_back(request_refused(self.core, r, f.error));
                                 let _ = self.stack.close(r.tcp);
                                 r.phase = ReqPhase::Closing;
                             }
@@ -843,14 +835,9 @@ impl<D: PollDevice> EngineCore<D> {
                         while let Some(ev) = r.responder.poll_event() {
                             if let nego::Event::Failed(f) = ev {
                                 if matches!(f.error, nego::NegotiationError::Frame(_)) {
-                                    self.ctx.events.push_back(CmEvent::RequestRefused {
-                                        listener: ListenerId {
-                                            core: self.core,
-                                            index: r.listener,
-                                        },
-                                        remote: r.remote,
-                                        error: f.error,
-                                    });
+                                    self.ctx
+                                        .events
+                                        .push_back(request_refused(self.core, r, f.error));
                                 }
                             }
                         }
@@ -946,5 +933,17 @@ impl<D: PollDevice> EngineCore<D> {
             true
         });
         work
+    }
+}
+
+/// What `RequestRefused` reports of pending request `r` on `core`'s listener.
+fn request_refused(core: u16, r: &PendingReq, error: nego::NegotiationError) -> CmEvent {
+    CmEvent::RequestRefused {
+        listener: ListenerId {
+            core,
+            index: r.listener,
+        },
+        remote: r.remote,
+        error,
     }
 }
