@@ -77,6 +77,23 @@ impl World {
         self.engine.poll(self.now);
         self.now += Duration::from_micros(100);
     }
+
+    /// `n` steps, taking what the peer's `tcp` receives; then the engine's events.
+    fn run_reading(&mut self, tcp: ConnId, n: usize) -> (Vec<u8>, Vec<CmEvent>) {
+        let mut rx = Vec::new();
+        for _ in 0..n {
+            self.step();
+            let _ = self.peer.recv_with(tcp, |d| {
+                rx.extend_from_slice(d);
+                d.len()
+            });
+        }
+        let mut events = Vec::new();
+        while let Some(e) = self.engine.next_event() {
+            events.push(e);
+        }
+        (rx, events)
+    }
 }
 
 /// A connection from the hand-driven peer, in FPDU mode: (tcp, framer, deframer, qp).
@@ -929,19 +946,8 @@ fn mpa_7_1_2_16_a_fenced_responder_sends_no_terminate_on_a_local_failure() {
     w.engine.post_send(qp, wr(1, op(fr))).unwrap();
     // Fast registration of a now valid STag: fails at execution (StillValid).
     w.engine.post_send(qp, wr(2, op(next))).unwrap();
-    let mut rx = Vec::new();
-    for _ in 0..2000 {
-        w.step();
-        let _ = w.peer.recv_with(tcp, |d| {
-            rx.extend_from_slice(d);
-            d.len()
-        });
-    }
+    let (rx, events) = w.run_reading(tcp, 2000);
     // The local failure is reported, and the QP fails.
-    let mut events = Vec::new();
-    while let Some(e) = w.engine.next_event() {
-        events.push(e);
-    }
     assert!(
         events.iter().any(|e| matches!(
             e,
@@ -1257,18 +1263,7 @@ fn mpa_7_1_2_8_an_fpdu_behind_the_request_does_not_swallow_the_reply() {
     }
     let r = request.expect("request");
     w.engine.accept(r.request, qp, b"reply pd", None).unwrap();
-    let mut rx = Vec::new();
-    for _ in 0..2000 {
-        w.step();
-        let _ = w.peer.recv_with(tcp, |d| {
-            rx.extend_from_slice(d);
-            d.len()
-        });
-    }
-    let mut events = Vec::new();
-    while let Some(e) = w.engine.next_event() {
-        events.push(e);
-    }
+    let (rx, events) = w.run_reading(tcp, 2000);
     assert!(
         rx.starts_with(b"MPA ID Rep Frame"),
         "the responder's stream does not start with its Reply: {} octets {:02x?}; events {events:?}",

@@ -2578,51 +2578,37 @@ fn rfc7323_5_3_paws_rejected_pure_acks_draw_one_ack_per_interval() {
 
 // ------------------------------------------- SYN-RECEIVED's ACKs, a RST's data, RFC 6298 5.7
 
-/// RFC 5961 3.2 ("in all states except SYN-SENT") and RFC 9293 3.10.7.4 first check: in
-/// SYN-RECEIVED an in-window RST that is not exact draws a challenge ACK, and an
-/// unacceptable segment draws an ACK. (Nothing went out: the SYN states sent only their
-/// SYN, so the `ack_now` the challenge set waited for the handshake's end.)
+/// RFC 5961 3.2 ("in all states except SYN-SENT") and 4.2, RFC 9293 3.10.7.4 first
+/// check: in SYN-RECEIVED an in-window RST that is not exact, or a SYN with another
+/// sequence number (the client came back from the same port with a new ISN), draws a
+/// challenge ACK: a bare ACK of the peer's first SYN, SEG.SEQ = SND.NXT. The client's
+/// SYN-SENT answers it with <SEQ=SEG.ACK><CTL=RST> (RFC 9293 3.10.7.3), exactly at our
+/// RCV.NXT, which clears the stale half-open connection (3.5.1), and nothing goes after.
+/// (Nothing went out: the SYN states sent only their SYN, so the `ack_now` the challenge
+/// set waited for the handshake's end.)
 #[test]
-fn rfc5961_3_2_syn_received_in_window_rst_draws_a_challenge_ack() {
-    let mut c = syn_received();
-    c.handle_segment(ms(1), &seg(TcpControl::Rst, PISS + 100, None, &[]));
-    assert_eq!(c.state(), State::SynReceived);
-    let out = drain(&mut c, ms(1));
-    assert_eq!(out.len(), 1, "one challenge ACK from SYN-RECEIVED: {out:?}");
-    assert_eq!(
-        (out[0].control, out[0].seq, out[0].ack),
-        (TcpControl::None, ISS + 1, Some(PISS + 1)),
-        "a bare ACK of the peer's SYN: {out:?}"
-    );
-    // The exact RST then resets the half-open connection.
-    c.handle_segment(ms(2), &seg(TcpControl::Rst, PISS + 1, None, &[]));
-    assert_eq!(c.state(), State::Closed);
-}
-
-/// RFC 5961 4.2 in SYN-RECEIVED: a SYN with another sequence number (the client came back
-/// from the same port with a new ISN) draws a challenge ACK, whose ACK the client's
-/// SYN-SENT answers with the RST that clears the stale half-open connection (RFC 9293
-/// 3.5.1). It is a bare ACK of the peer's first SYN, SEG.SEQ = SND.NXT.
-#[test]
-fn rfc5961_4_2_syn_received_new_syn_draws_a_challenge_ack() {
-    let mut c = syn_received();
+fn rfc5961_3_2_and_4_2_syn_received_draws_a_challenge_ack() {
     let mut syn2 = seg(TcpControl::Syn, PISS + 1_000_000, None, &[]);
     syn2.max_seg_size = Some(1460);
-    c.handle_segment(ms(1), &syn2);
-    assert_eq!(c.state(), State::SynReceived);
-    let out = drain(&mut c, ms(1));
-    assert_eq!(out.len(), 1, "one challenge ACK from SYN-RECEIVED: {out:?}");
-    assert_eq!(
-        (out[0].control, out[0].seq, out[0].ack),
-        (TcpControl::None, ISS + 1, Some(PISS + 1)),
-        "a bare ACK of the peer's first SYN: {out:?}"
-    );
-    // The client's SYN-SENT answers the unacceptable ACK with <SEQ=SEG.ACK><CTL=RST>
-    // (RFC 9293 3.10.7.3), exactly at our RCV.NXT: the stale connection ends.
-    c.handle_segment(ms(2), &seg(TcpControl::Rst, PISS + 1, None, &[]));
-    assert_eq!(c.state(), State::Closed);
-    // Its SYN-ACK is not sent again after the ACK.
-    assert!(run_until(&mut c, ms(2), ms(5_000)).is_empty());
+    let cases = [
+        ("in-window RST", seg(TcpControl::Rst, PISS + 100, None, &[])),
+        ("SYN with a new ISN", syn2),
+    ];
+    for (name, provocation) in cases {
+        let mut c = syn_received();
+        c.handle_segment(ms(1), &provocation);
+        assert_eq!(c.state(), State::SynReceived, "{name}");
+        let out = drain(&mut c, ms(1));
+        assert_eq!(out.len(), 1, "{name}: one challenge ACK: {out:?}");
+        assert_eq!(
+            (out[0].control, out[0].seq, out[0].ack),
+            (TcpControl::None, ISS + 1, Some(PISS + 1)),
+            "{name}: a bare ACK of the peer's SYN: {out:?}"
+        );
+        c.handle_segment(ms(2), &seg(TcpControl::Rst, PISS + 1, None, &[]));
+        assert_eq!(c.state(), State::Closed, "{name}");
+        assert!(run_until(&mut c, ms(2), ms(5_000)).is_empty(), "{name}");
+    }
 }
 
 /// RFC 9293 3.10.7.4: with RCV.WND zero "special allowance should be made to accept valid
