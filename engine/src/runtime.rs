@@ -100,6 +100,8 @@ pub enum Command {
     Disconnect(QpId, Reply<()>),
     /// Abortive close.
     Abort(QpId, Reply<()>),
+    /// Take a failed queue pair back to the idle state ([`EngineCore::reset_qp`]).
+    ResetQp(QpId, Reply<()>),
     /// The core's counters.
     Stats(Reply<crate::core::CoreStats>),
     /// Resolve the next hop towards an address, with a timeout.
@@ -873,6 +875,9 @@ fn apply<D: PollDevice>(core: &mut EngineCore<D>, cmd: Front<'_, Command>) {
         }
         Command::Abort(qp, r) => {
             let _ = r.try_send(core.abort(qp));
+        }
+        Command::ResetQp(qp, r) => {
+            let _ = r.try_send(core.reset_qp(qp));
         }
         Command::Stats(r) => {
             let _ = r.try_send(Ok(core.stats()));

@@ -131,6 +131,70 @@ impl<D: PollDevice> EngineCore<D> {
         Ok(())
     }
 
+    /// Takes a queue pair that failed (the error state, or Terminate) back to the idle
+    /// state, as a new one: the verbs' move from ERR to RESET (IB spec's QP state machine,
+    /// the kernel's `ib_modify_qp_is_ok`; siw moves ERROR to IDLE). Every outstanding work
+    /// request is flushed (again: a failed QP flushed them when it failed; any that reached
+    /// the core since complete with [`WcStatus::FlushErr`]); a connection it still holds (TCP
+    /// still closing after a Terminate) is let go as [`Self::destroy_qp`] lets it go: aborted
+    /// unless its FIN went out, left to the zombies, with no further [`CmEvent`] (its end
+    /// was reported when the QP failed). The per-connection state starts over as
+    /// [`Self::create_qp`] makes it; the id, protection domain, completion queues, depths,
+    /// shared receive queue and the settings the user made on its [`QpShared`]
+    /// ([`QpShared::rfc7306`], [`QpShared::sges_checked_at_post`]) are kept, and
+    /// [`QpShared::ord`] / [`QpShared::rfc7306_in_use`] read as on a new QP. Receives may be
+    /// posted and the QP connected or accepted again.
+    ///
+    /// An idle QP is left as it is. A QP with a live connection (connecting, in RTS,
+    /// closing) is refused with [`EngineError::InvalidState`]: [`Self::abort`] first. A
+    /// completion queue that overran stays in error: a QP fed by one fails again at the
+    /// next sweep ([`CmEvent::CqError`]).
+    pub fn reset_qp(&mut self, id: QpId) -> Result<(), EngineError> {
+        match self.qp_ref(id)?.state {
+            QpState::Idle => return Ok(()),
+            QpState::Error | QpState::Terminate => {}
+            s => return Err(EngineError::InvalidState(s)),
+        }
+        // Writes framed at post complete before the flush, in order (as `abort`).
+        if !self.posted_out.is_empty() {
+            self.complete_posted_out();
+        }
+        let q = self.qp_mut(id)?;
+        q.flush();
+        let conn = q.conn.take();
+        // As `create_qp` makes it. The SQ sequence numbers go on from where they are (the
+        // queue is empty): nothing refers to the old ones, and none is reused.
+        q.sq.clear();
+        q.sq_next_seq = q.sq_head_seq;
+        q.rq.clear();
+        q.orq.clear();
+        q.ord = 0;
+        q.irq.clear();
+        q.ird = InboundReadQueue::new(0);
+        q.tx = None;
+        q.read_placed = 0;
+        q.disconnect_requested = false;
+        q.orq_high = 0;
+        q.rfc7306 = true;
+        q.sges_at_post = true;
+        q.tx_fault = None;
+        // What application threads check posts against, before the state they read first.
+        q.shared.set_connection(false, 0);
+        q.set_state(QpState::Idle);
+        let index = usize::from(id.index);
+        // Its MPA startup timer entry goes (a connect adds a new one).
+        self.initiators.retain(|&i| i != index);
+        if let Some(c) = conn {
+            if !c.fin_sent {
+                let _ = self.stack.abort(c.tcp);
+            }
+            // Released when TCP reports it closed (`conn_qp` may still name this slot for
+            // it: `find_qp` checks the QP's own connection, which is no longer this one).
+            self.zombies.push(c.tcp);
+        }
+        Ok(())
+    }
+
     /// The state of a queue pair.
     pub fn qp_state(&self, id: QpId) -> Result<QpState, EngineError> {
         self.qp_ref(id).map(|q| q.state)
