@@ -914,3 +914,186 @@ fn mpa_7_1_1_21_a_request_truncated_by_fin_is_reported() {
         "a Request cut short by FIN is dropped without a word: {events:?}"
     );
 }
+
+/// Connects A's `qa` to B's listener again (B still listens on [`PORT`]) and accepts on
+/// `qb`, both QPs reset to idle; steps until both are established, asserting that no event
+/// but the request and the establishments comes (nothing of the old connections).
+fn reconnect(p: &mut Pair, qa: warpcore_engine::QpId, qb: warpcore_engine::QpId) {
+    p.a.core
+        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"again")
+        .expect("a reset QP connects again");
+    let mut req = None;
+    p.run_until(2000, |p| {
+        for e in p.b.take_events() {
+            match e {
+                CmEvent::ConnectRequest(r) => req = Some(r),
+                e => panic!("B: an event from the old connection after the reset: {e:?}"),
+            }
+        }
+        req.is_some()
+    });
+    let req = req.unwrap();
+    assert_eq!(req.private_data, b"again");
+    p.b.core
+        .accept(req.request, qb, b"", None)
+        .expect("a reset QP accepts");
+    let mut up = (false, false);
+    p.run_until(2000, |p| {
+        for (side, ev) in [(0, p.a.take_events()), (1, p.b.take_events())] {
+            for e in ev {
+                match e {
+                    CmEvent::Established(_) if side == 0 => up.0 = true,
+                    CmEvent::Established(_) => up.1 = true,
+                    e => panic!("side {side}: an event from the old connection: {e:?}"),
+                }
+            }
+        }
+        up.0 && up.1
+    });
+    assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Rts);
+    assert_eq!(p.b.core.qp_state(qb).unwrap(), QpState::Rts);
+}
+
+/// The verbs' ERR -> RESET (IB spec's QP state machine; siw's ERROR -> IDLE): a QP whose
+/// connection was aborted is reset to idle, keeps the settings its user made on it
+/// (RFC 7306 off here) and reads as a new QP (no ORD, RFC 7306 not in use); a receive
+/// posted then is queued, not flushed; it connects (and the peer's reset QP accepts)
+/// again and moves data both ways, every completion successful and none left over from
+/// the old connection; resetting an idle QP changes nothing.
+#[test]
+fn an_aborted_qp_reset_to_idle_connects_and_moves_data_again() {
+    let mut p = Pair::default_pair();
+    let (qa, shared_a) = p.a.qp_shared(64);
+    let qb = p.b.qp(64);
+    shared_a.set_rfc7306(false);
+    p.b.core.listen(PORT, MpaParams::default()).unwrap();
+    p.a.core
+        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
+        .unwrap();
+    let req = p.wait_request();
+    p.b.core.accept(req.request, qb, b"", None).unwrap();
+    p.run_until_established();
+    assert!(shared_a.ord() > 0);
+    let (_ra, sa) = p.a.region(4096, all_access());
+    p.a.core.post_recv(qa, recv_wr(1, &[(sa, 0, 10)])).unwrap();
+    p.a.core.abort(qa).unwrap();
+    p.run_until_disconnected(2000);
+    // B's QP failed too (its peer reset the stream).
+    assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Error);
+    assert_eq!(p.b.core.qp_state(qb).unwrap(), QpState::Error);
+    let flushed = p.a.take_completions();
+    assert_eq!(
+        dbg(&flushed
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect::<Vec<_>>()),
+        dbg(&[(1, WcStatus::FlushErr)])
+    );
+    p.b.take_completions();
+
+    p.a.core.reset_qp(qa).unwrap();
+    p.b.core.reset_qp(qb).unwrap();
+    assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Idle);
+    assert_eq!(p.b.core.qp_state(qb).unwrap(), QpState::Idle);
+    assert_eq!(shared_a.state(), QpState::Idle);
+    assert!(!shared_a.rfc7306(), "the user's setting is kept");
+    assert_eq!((shared_a.ord(), shared_a.rfc7306_in_use()), (0, false));
+    assert_eq!((shared_a.sq_used(), shared_a.rq_used()), (0, 0));
+    let info = p.a.core.qp_info(qa).unwrap();
+    assert_eq!((info.ird, info.ord, info.reads_in_flight_max), (0, 0, 0));
+    // Idle: a second reset is a no-op.
+    p.a.core.reset_qp(qa).unwrap();
+    assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Idle);
+    // A receive posted now waits for a message.
+    p.a.core
+        .post_recv(qa, recv_wr(7, &[(sa, 100, 10)]))
+        .unwrap();
+    p.run(200);
+    assert!(
+        p.a.take_completions().is_empty(),
+        "the receive is queued, not flushed"
+    );
+    assert!(p.a.take_events().is_empty() && p.b.take_events().is_empty());
+    assert_eq!(shared_a.rq_used(), 1);
+
+    reconnect(&mut p, qa, qb);
+    assert!(
+        !shared_a.rfc7306_in_use(),
+        "read from the kept setting at connect"
+    );
+    // The receive posted while idle takes B's first Send.
+    let (rb, sb) = p.b.region(4096, all_access());
+    rb.write_at(0, b"hello").unwrap();
+    p.b.core
+        .post_send(qb, send_wr(9, SendOp::Send, &[(sb, 0, 5)]))
+        .unwrap();
+    p.run_until(2000, |p| !p.a.completions.is_empty());
+    let c = p.a.take_completions();
+    assert_eq!(
+        (c[0].wr_id, c[0].status, c[0].byte_len),
+        (7, WcStatus::Success, 5)
+    );
+    p.run_until(2000, |p| !p.b.completions.is_empty());
+    let c = p.b.take_completions();
+    assert_eq!((c[0].wr_id, c[0].status), (9, WcStatus::Success));
+    exchange(&mut p, qa, qb);
+    p.run(200);
+    assert!(p.a.take_events().is_empty() && p.b.take_events().is_empty());
+    assert!(p.a.take_completions().is_empty() && p.b.take_completions().is_empty());
+}
+
+/// A QP failed by its peer's Terminate (no receive buffer: DDP-7.1-2), reset at once while
+/// TCP may still be closing the old stream, and its peer (in Terminate or Error after
+/// sending it) reset too: the old connection goes without another event on either side,
+/// and the two QPs connect and move data again.
+#[test]
+fn qps_failed_by_a_terminate_are_reset_and_reused() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (_ra, sa) = p.a.region(4096, all_access());
+    p.a.core
+        .post_send(qa, send_wr(1, SendOp::Send, &[(sa, 0, 5)]))
+        .unwrap();
+    p.a.core
+        .post_recv(qa, recv_wr(2, &[(sa, 100, 10)]))
+        .unwrap();
+    p.run_until_both_fail(3000);
+    assert!(matches!(
+        p.b.core.qp_state(qb).unwrap(),
+        QpState::Terminate | QpState::Error
+    ));
+    p.a.core.reset_qp(qa).unwrap();
+    p.b.core.reset_qp(qb).unwrap();
+    let ca = p.a.take_completions();
+    // The Send may have been handed to TCP whole before the Terminate came (then it
+    // completed successfully); the receive is flushed.
+    assert_eq!(
+        ca.iter().find(|c| c.wr_id == 2).map(|c| c.status),
+        Some(WcStatus::FlushErr),
+        "{ca:?}"
+    );
+    p.b.take_completions();
+    reconnect(&mut p, qa, qb);
+    exchange(&mut p, qa, qb);
+    p.run(300);
+    assert!(p.a.take_events().is_empty() && p.b.take_events().is_empty());
+}
+
+/// A QP with a live connection is not reset (abort it first): InvalidState, nothing
+/// changes, the connection still carries data.
+#[test]
+fn reset_is_refused_while_connected() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    assert!(matches!(
+        p.a.core.reset_qp(qa),
+        Err(EngineError::InvalidState(QpState::Rts))
+    ));
+    assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Rts);
+    exchange(&mut p, qa, qb);
+    p.a.core.disconnect(qa).unwrap();
+    assert!(matches!(
+        p.a.core.reset_qp(qa),
+        Err(EngineError::InvalidState(QpState::Closing))
+    ));
+}
