@@ -1681,6 +1681,24 @@ impl QueuePair {
     pub fn abort(&self) -> Result<(), Error> {
         self.ctx.call(self.core, |r| Command::Abort(self.id, r))
     }
+
+    /// Takes a queue pair that failed (state [`QpState::Error`] or [`QpState::Terminate`])
+    /// back to [`QpState::Idle`], as a new one: the verbs' move from ERR to RESET. Its work
+    /// requests are flushed (any not flushed yet complete with a flush error), a connection
+    /// it still holds (TCP still closing) is let go without a further [`CmEvent`], and its
+    /// per-connection state starts over; its protection domain, completion queues, depths,
+    /// shared receive queue and the settings it was created with ([`QpInit::rfc7306`],
+    /// [`QpInit::sges_checked_at_post`]) stay. Receives
+    /// may then be posted and the QP connected or accepted again. An idle QP is left as
+    /// it is.
+    ///
+    /// # Errors
+    /// [`Error::InvalidState`] for a QP with a live connection (connecting, in RTS,
+    /// closing): abort it first ([`QueuePair::abort`]); the engine's errors for a QP or
+    /// core that is gone.
+    pub fn reset(&self) -> Result<(), Error> {
+        self.ctx.call(self.core, |r| Command::ResetQp(self.id, r))
+    }
 }
 
 impl Drop for QueuePair {
