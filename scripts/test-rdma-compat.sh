@@ -133,6 +133,7 @@ contracts() {
     contract query_limits
     contract qp_state_field
     contract verbs_strs_rereg
+    contract qp_reset_after_err
     # Only meaningful if the program itself does not need libibverbs.so.1. objdump's output
     # is read whole before grep judges it: `! objdump | grep -q` under pipefail passed when
     # grep's early exit on the match cut objdump off (SIGPIPE) and when objdump failed.

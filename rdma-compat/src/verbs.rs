@@ -2154,6 +2154,26 @@ pub extern "C" fn __wc_ibv_modify_qp(
                 }
                 Err(e) => errno_of(&e),
             },
+            // A failed QP (ERR) goes back to RESET: the engine's reset flushes what is
+            // left, lets its connection go and makes it idle as a new QP, ready for INIT
+            // and reuse. From ERR no other state may be reached (the IB QP state machine,
+            // the kernel's ib_modify_qp_is_ok): INIT, RTR, RTS are EINVAL, nothing changed.
+            s @ (IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR | IBV_QPS_RTS)
+                if matches!(q.qp.state(), wv::QpState::Error | wv::QpState::Terminate) =>
+            {
+                if s != IBV_QPS_RESET {
+                    return EINVAL;
+                }
+                match q.qp.reset() {
+                    Ok(()) => {
+                        // A connection set up from here on is not the one aborted.
+                        q.aborted.store(false, Ordering::Release);
+                        set_qp_state(qp, IBV_QPS_RESET);
+                        0
+                    }
+                    Err(e) => errno_of(&e),
+                }
+            }
             // The iWARP connection manager moves the QP to RTS when MPA completes; the
             // transitions an application makes before that (INIT, RTR, RTS, as librdmacm's
             // rdma_init_qp_attr tells it) change nothing in the engine. They succeed, and
