@@ -122,13 +122,21 @@ impl<D: PollDevice> EngineCore<D> {
         // Its MPA startup timer entry goes with it (also one whose startup ended since the
         // timers were last polled): the slot's next QP adds its own.
         self.initiators.retain(|&i| i != index);
+        self.let_go(conn);
+        Ok(())
+    }
+
+    /// A connection its QP no longer holds: reset unless our FIN went out (a graceful close
+    /// under way finishes on its own, `destroy_qp` says why), and left to the zombies to be
+    /// released when TCP reports it closed (`conn_qp` may still name the QP's slot for it:
+    /// `find_qp` checks the QP's own connection, which is no longer this one).
+    fn let_go(&mut self, conn: Option<Conn>) {
         if let Some(c) = conn {
             if !c.fin_sent {
                 let _ = self.stack.abort(c.tcp);
             }
             self.zombies.push(c.tcp);
         }
-        Ok(())
     }
 
     /// Takes a queue pair that failed (the error state, or Terminate) back to the idle
@@ -184,14 +192,7 @@ impl<D: PollDevice> EngineCore<D> {
         let index = usize::from(id.index);
         // Its MPA startup timer entry goes (a connect adds a new one).
         self.initiators.retain(|&i| i != index);
-        if let Some(c) = conn {
-            if !c.fin_sent {
-                let _ = self.stack.abort(c.tcp);
-            }
-            // Released when TCP reports it closed (`conn_qp` may still name this slot for
-            // it: `find_qp` checks the QP's own connection, which is no longer this one).
-            self.zombies.push(c.tcp);
-        }
+        self.let_go(conn);
         Ok(())
     }
 

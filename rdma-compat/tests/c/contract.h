@@ -112,6 +112,18 @@ static inline struct ibv_qp *contract_rc_qp(struct ibv_pd *pd, struct ibv_cq *sc
 		DIE("ibv_create_qp: %s", strerror(errno));
 	return q;
 }
+
+/* The first device's context, a PD, one CQ of 16 entries and an RC QP of one SGE each way
+ * completing into it (*pd and *cq are set). */
+static inline struct ibv_qp *contract_lone_qp(struct ibv_pd **pd, struct ibv_cq **cq)
+{
+	struct ibv_context *ctx = contract_open_device();
+	*pd = ibv_alloc_pd(ctx);
+	*cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	if (!*pd || !*cq)
+		DIE("pd/cq: %s", strerror(errno));
+	return contract_rc_qp(*pd, *cq, *cq, NULL, 1, 1);
+}
 #endif
 
 #ifdef RDMA_CMA_H

@@ -36,12 +36,9 @@ static int query(struct ibv_qp *qp)
 
 int main(void)
 {
-	struct ibv_context *ctx = contract_open_device();
-	struct ibv_pd *pd = ibv_alloc_pd(ctx);
-	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
-	if (!pd || !cq)
-		DIE("pd/cq: %s", strerror(errno));
-	struct ibv_qp *qp = contract_rc_qp(pd, cq, cq, NULL, 1, 1);
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp = contract_lone_qp(&pd, &cq);
 	if (move(qp, IBV_QPS_INIT) || move(qp, IBV_QPS_ERR))
 		DIE("ibv_modify_qp to INIT, ERR");
 	int r = move(qp, IBV_QPS_INIT);

@@ -18,12 +18,9 @@ static const char *contract_name = "qp_state_field";
 
 int main(void)
 {
-	struct ibv_context *ctx = contract_open_device();
-	struct ibv_pd *pd = ibv_alloc_pd(ctx);
-	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
-	if (!pd || !cq)
-		DIE("pd/cq: %s", strerror(errno));
-	struct ibv_qp *qp = contract_rc_qp(pd, cq, cq, NULL, 1, 1);
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp = contract_lone_qp(&pd, &cq);
 	EXPECT(qp->state == IBV_QPS_RESET, "ibv_create_qp(3): a new QP is in RESET (qp->state %d)", qp->state);
 	int states[] = { IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPS_RESET, IBV_QPS_INIT };
 	for (unsigned i = 0; i < sizeof states / sizeof states[0]; i++) {
