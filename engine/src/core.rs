@@ -161,7 +161,7 @@ use crate::cm::{
 };
 use crate::config::{EngineConfig, MAX_SGE};
 use crate::error::EngineError;
-use crate::mem::{Access, BoundsFault, LookupFault, MrGuard, MrTable, PdId, Stag};
+use crate::mem::{Access, BoundsFault, LookupFault, MrGuard, MrTable, PdId, Stag, StreamId};
 use crate::wr::{
     Completion, CompletionQueue, QpId, QpShared, QpState, RecvWr, SendOp, SendWr, Sge, WcOpcode,
     WcStatus,
@@ -427,6 +427,10 @@ struct Conn {
 #[derive(Debug)]
 struct Qp {
     id: QpId,
+    /// The DDP stream identity type 2 windows bind to and every remote access is checked
+    /// against: [`QpId::stream`] when created, a new one from [`EngineCore::reset_qp`]
+    /// (the QP's next connection is another stream, DDP-8.2-2, RDMAP-8.1.1-3).
+    stream: StreamId,
     shared: Arc<QpShared>,
     pd: PdId,
     send_cq: Arc<CompletionQueue>,
@@ -600,6 +604,8 @@ impl ReadySet {
 /// One engine core over a device `D`: see the module documentation.
 pub struct EngineCore<D: PollDevice> {
     core: u16,
+    /// Queue pairs reset so far ([`EngineCore::reset_qp`]): each reset's stream identity.
+    resets: u64,
     stack: Stack<D>,
     ctx: Ctx,
     /// The QP slots. The table grows by one slot when a QP is created and no slot is free,
@@ -698,6 +704,10 @@ impl<D: PollDevice> EngineCore<D> {
     ) -> Result<Self, EngineError> {
         cfg.validate()
             .map_err(|e| EngineError::LimitExceeded(e.field))?;
+        // Stream identities keep the core in 14 bits (`QpId::stream`, `reset_stream`).
+        if core >= 1 << 14 {
+            return Err(EngineError::LimitExceeded("core"));
+        }
         let mut sc = stack_cfg.clone();
         sc.max_connections = cfg.max_connections;
         let mut stack = Stack::with_implementation(device, &sc, now, cfg.tcp_implementation)?;
@@ -714,6 +724,7 @@ impl<D: PollDevice> EngineCore<D> {
         }
         Ok(EngineCore {
             core,
+            resets: 0,
             qps: Vec::new(),
             free_slots: Vec::new(),
             live: Vec::new(),

@@ -35,9 +35,10 @@ impl QpId {
             | (self.generation & 0x3FF)
     }
 
-    /// The stream identity type 2 memory windows are bound to: the whole handle, so a
-    /// window bound to a destroyed QP never matches the QP that reuses its slot; never 0
-    /// (bit 63 set; cores are numbered below 2^15).
+    /// The stream identity of the QP's first connection, which type 2 memory windows are
+    /// bound to: the whole handle, so a window bound to a destroyed QP never matches the
+    /// QP that reuses its slot; never 0 (bit 63 set), bit 62 clear (cores are numbered
+    /// below 2^14; a reset QP's later connections take identities with bit 62 set).
     pub fn stream(self) -> StreamId {
         1 << 63
             | (u64::from(self.core) << 48)

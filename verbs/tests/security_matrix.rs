@@ -1095,3 +1095,72 @@ fn send_invalidate_revoked_between_segments() {
         usable,
     );
 }
+
+/// DDP-8.2-2, DDP-8.3.1-3, RDMAP-8.1.1-3: a type 2 window is
+/// bound to the stream whose Bind ran. The responder's QP binds one on its first connection
+/// (to A's first QP), the connection ends (abort), the QP is reset (`QueuePair::reset`) and
+/// accepts a new connection from another QP of the peer: a new DDP stream. The window of
+/// the old stream must not serve the new one: the Write through it must be refused and the
+/// target region left as it was.
+#[test]
+fn a_type2_window_does_not_serve_the_next_connection_of_a_reset_qp() {
+    let env = Env::bare(all() | Access::MW_BIND);
+    let mw = env.bpd.alloc_mw(MwType::Type2).unwrap();
+    let w = env
+        .bqp
+        .post_bind_mw(7, &mw, &env.target, 0, TARGET_LEN as u64, window_rights())
+        .unwrap();
+    let c = env.bcq.wait(T).unwrap();
+    assert_eq!((c.opcode, c.status), (WcOpcode::BindMw, WcStatus::Success));
+    // The first connection (and with it the window's stream) ends.
+    env.bqp.abort().unwrap();
+    assert_eq!(wait_state(&env.bqp, QpState::Error), QpState::Error);
+    env.bqp.reset().unwrap();
+    assert_eq!(env.bqp.state(), QpState::Idle);
+    // A new connection, from another QP of A, accepted on the same (reset) QP of B.
+    env.b.listen(PORT + 2, &MpaParams::default()).unwrap();
+    let aqp2 = env.apd.create_qp(&QpInit::new(&env.acq, &env.acq)).unwrap();
+    aqp2.connect([10, 0, 0, 2], PORT + 2, &MpaParams::default(), b"")
+        .unwrap();
+    let deadline = Instant::now() + T;
+    let req = loop {
+        match env.b.next_event(Duration::from_millis(1)) {
+            Some(CmEvent::ConnectRequest(r)) => break r,
+            Some(_) => {}
+            None => assert!(Instant::now() < deadline, "no connection request"),
+        }
+    };
+    env.b.accept(&req, &env.bqp, b"").unwrap();
+    for (ctx, qp) in [(&env.a, &aqp2), (&env.b, &env.bqp)] {
+        loop {
+            match ctx.next_event(Duration::from_millis(1)) {
+                Some(CmEvent::Established(e)) if e.qp == qp.id() => break,
+                Some(_) => {}
+                None => assert!(Instant::now() < deadline, "new connection not up"),
+            }
+        }
+    }
+    assert!(
+        env.bqp.id().qpn() != 0 && mw.is_bound(),
+        "the window is still bound"
+    );
+    // The new peer writes through the old stream's window, then reads the guard region
+    // (the Read's answer comes after the Write was handled).
+    aqp2.post_send(&SendWr::new(1, write_op(w, 0), &[env.amr.sge(0, 64)]).unwrap())
+        .unwrap();
+    aqp2.post_send(
+        &SendWr::new(2, read_op(env.guard.stag(), 0), &[env.amr.sge(8192, 64)]).unwrap(),
+    )
+    .unwrap();
+    let got = drain(&env.acq, 2);
+    assert_eq!(
+        contents(&env.target),
+        env.snapshot[1],
+        "the new stream wrote through a type 2 window bound to the old one: {}",
+        wcs(&got)
+    );
+    // The Write completes at A once handed to TCP; B's refusal (a Terminate) fails the
+    // connection, so the Read behind it does not succeed.
+    assert_ne!(got[1].status, WcStatus::Success, "the Read: {}", wcs(&got));
+    drop(mw);
+}

@@ -65,6 +65,7 @@ impl<D: PollDevice> EngineCore<D> {
         // QpShared enforces): an idle QP holds no work-request slots (issue 11, item 3).
         self.qps[index] = Some(Qp {
             id,
+            stream: id.stream(),
             shared: Arc::clone(&shared),
             pd: attr.pd,
             send_cq: attr.send_cq,
@@ -167,9 +168,15 @@ impl<D: PollDevice> EngineCore<D> {
         if !self.posted_out.is_empty() {
             self.complete_posted_out();
         }
+        // The next connection is another DDP stream: a type 2 window bound on this one
+        // must not serve it (DDP-8.2-2, DDP-8.3.1-3, RDMAP-8.1.1-3), nor the remote
+        // invalidations and Read Responses checked against it.
+        self.resets += 1;
+        let stream = reset_stream(self.core, self.resets);
         let q = self.qp_mut(id)?;
         q.flush();
         let conn = q.conn.take();
+        q.stream = stream;
         // As `create_qp` makes it. The SQ sequence numbers go on from where they are (the
         // queue is empty): nothing refers to the old ones, and none is reused.
         q.sq.clear();
@@ -509,4 +516,11 @@ impl<D: PollDevice> EngineCore<D> {
             q.flush_rq();
         }
     }
+}
+
+/// The stream identity of a queue pair's connection after its `n`-th reset on `core`:
+/// bits 63 and 62 set, the core in bits 48-61, `n` below. No [`QpId::stream`] has bit 62
+/// (cores are numbered below 2^14), and `n` never repeats on a core (2^48 resets).
+fn reset_stream(core: u16, n: u64) -> StreamId {
+    1 << 63 | 1 << 62 | u64::from(core & 0x3FFF) << 48 | (n & ((1 << 48) - 1))
 }

@@ -158,7 +158,7 @@ impl Qp {
             {
                 break;
             }
-            let result = execute(mrs, self.pd, self.id.stream(), &e.wr.op);
+            let result = execute(mrs, self.pd, self.stream, &e.wr.op);
             let seq = self.sq_next_seq;
             self.sq_next_seq += 1;
             any = true;

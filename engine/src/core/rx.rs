@@ -511,7 +511,7 @@ impl Qp {
         let stag = Stag(u32::from_be_bytes([h[2], h[3], h[4], h[5]]));
         let to = u64::from_be_bytes([h[6], h[7], h[8], h[9], h[10], h[11], h[12], h[13]]);
         let need = HeldRight::RemoteWrite;
-        let stream = self.id.stream();
+        let stream = self.stream;
         let hit = held.as_ref().is_some_and(|(g, s, a)| {
             g.stag() == stag && g.pd() == self.pd && *s == stream && *a == need
         });
@@ -621,7 +621,7 @@ impl Qp {
         } else {
             HeldRight::RemoteWrite
         };
-        let stream = self.id.stream();
+        let stream = self.stream;
         // The held guard answers as a fresh lookup would: same STag, PD, stream and right.
         let hit = held.as_ref().is_some_and(|(g, s, a)| {
             g.stag() == Stag(stag) && g.pd() == self.pd && *s == stream && *a == need
@@ -769,7 +769,7 @@ impl Qp {
             // carries the Invalidate STag (RDMAP-4.1-3); it is checked before
             // the segment is placed, so a refused Send with Invalidate places
             // nothing (the security matrix).
-            mrs.check_invalidate_remote(Stag(inv), self.pd, self.id.stream())
+            mrs.check_invalidate_remote(Stag(inv), self.pd, self.stream)
                 .map_err(invalidate_error)?;
         }
         match scatter(mrs, self.pd, head.sges.as_slice(), u64::from(p.mo), data) {
@@ -796,7 +796,7 @@ impl Qp {
                 // STag since the check above; then the Terminate goes out now
                 // and the placed payload is flushed with the receive
                 // (`MrTable::invalidate_remote`; docs/engine.md departure 24).
-                mrs.invalidate_remote(Stag(inv), self.pd, self.id.stream())
+                mrs.invalidate_remote(Stag(inv), self.pd, self.stream)
                     .map_err(invalidate_error)?;
                 invalidated = Some(inv);
             }
@@ -880,7 +880,7 @@ impl Qp {
         // REMOTE_ATOMIC right: a region grants atomics only with it, so the
         // right stands for both remote rights proto's check asks for.
         let pd = self.pd;
-        let stream = self.id.stream();
+        let stream = self.stream;
         let mut misaligned = false;
         let checked = handle_atomic_request(&ar, |stag| {
             let g = mrs
@@ -977,7 +977,7 @@ impl Qp {
         }
         self.ird.admit()?;
         let plan = handle_read_request(&rr, |stag| {
-            mrs.lookup_remote(Stag(stag), self.pd, self.id.stream(), Access::empty())
+            mrs.lookup_remote(Stag(stag), self.pd, self.stream, Access::empty())
                 .map(|g| g.access_region())
                 .map_err(LookupFault::stag_fault)
         });

@@ -319,7 +319,7 @@ impl Qp {
         mrs: &MrTable,
         mulpdu: usize,
     ) -> Option<()> {
-        let orig = match execute_atomic(req, mrs, self.pd, self.id.stream()) {
+        let orig = match execute_atomic(req, mrs, self.pd, self.stream) {
             Ok(orig) => orig,
             Err(e) => {
                 self.tx_fault = Some(ProtocolError::Rdmap(e));
@@ -1110,7 +1110,7 @@ impl Qp {
             };
             let plen = s.payload_len as usize;
             let off = u64::from(s.payload_offset);
-            let (sq, sq_head, pd, stream) = (&self.sq, self.sq_head_seq, self.pd, self.id.stream());
+            let (sq, sq_head, pd, stream) = (&self.sq, self.sq_head_seq, self.pd, self.stream);
             let src = &msg.src;
             let mrs: &MrTable = &ctx.mrs;
             if plen >= ctx.cfg.tx_from_memory_min && from_memory {
