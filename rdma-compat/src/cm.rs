@@ -839,9 +839,17 @@ pub(crate) fn closed_before_established(
     }
 }
 
+/// `qp->state` of the id's QP to ERR for an event that ended its connection, if the QP is
+/// still failed: an application that saw its requests flushed may have reset it (ERR ->
+/// RESET, the engine's `reset_qp`) before the dispatcher reached the event, and its RESET,
+/// INIT or new connection is not to be overwritten.
 fn set_err_state(id: &Id) {
-    // The id's QP, if any, is live while the id is registered.
-    verbs::set_qp_state(id.id.qp, IBV_QPS_ERR);
+    // SAFETY: the id's QP, if any, is live while the id is registered.
+    let failed = unsafe { qp_ref(id.id.qp) }
+        .is_some_and(|q| matches!(q.qp.state(), wv::QpState::Error | wv::QpState::Terminate));
+    if failed {
+        verbs::set_qp_state(id.id.qp, IBV_QPS_ERR);
+    }
 }
 
 /// Queues the event `f` builds on the channel of the id that owns `qp`.
