@@ -50,14 +50,9 @@ impl StackConfig {
         }
         let ip = self.ip.address();
         let subnet_broadcast = self.ip.broadcast();
-        // RFC 1122 3.2.1.3: {0, <host>} and {127, <any>} never appear on the wire, and
-        // the host discards datagrams from them (`unicast_source`): its peers' too.
-        if ip.octets()[0] == 0
-            || ip.is_loopback()
-            || ip.is_multicast()
-            || ip.is_broadcast()
-            || Some(ip) == subnet_broadcast
-        {
+        // The host discards datagrams from any other source (`unicast_source`): its
+        // peers' too.
+        if !crate::host::wire_unicast(ip, &self.ip) {
             return bad(
                 "ip",
                 "must be a unicast address a wire carries (not of 0/8 or 127/8, not \

@@ -4,6 +4,47 @@
 use super::*;
 
 impl Qp {
+    /// A queue pair in the idle state with nothing posted and no connection, its send
+    /// queue's sequence numbers starting at `sq_seq`: what [`EngineCore::create_qp`] makes
+    /// and what [`EngineCore::reset_qp`] starts over from. The queues start empty and grow
+    /// with what is posted (at most the depths, which [`QpShared`] enforces): an idle QP
+    /// holds no work-request slots (issue 11, item 3). The caller sets the shared state.
+    fn idle(
+        id: QpId,
+        stream: StreamId,
+        shared: Arc<QpShared>,
+        pd: PdId,
+        send_cq: Arc<CompletionQueue>,
+        recv_cq: Arc<CompletionQueue>,
+        sq_seq: u64,
+    ) -> Qp {
+        Qp {
+            id,
+            stream,
+            shared,
+            pd,
+            send_cq,
+            recv_cq,
+            state: QpState::Idle,
+            sq: VecDeque::new(),
+            sq_head_seq: sq_seq,
+            sq_next_seq: sq_seq,
+            rq: VecDeque::new(),
+            orq: VecDeque::new(),
+            ord: 0,
+            irq: VecDeque::new(),
+            ird: InboundReadQueue::new(0),
+            tx: None,
+            conn: None,
+            read_placed: 0,
+            disconnect_requested: false,
+            orq_high: 0,
+            rfc7306: true,
+            sges_at_post: true,
+            tx_fault: None,
+        }
+    }
+
     /// Appends `wr` to the send queue, a new entry with `status`: the entry is pushed
     /// with an empty request and `wr` copied into it where it lies in the queue, field by
     /// field. Built whole and then pushed, the entry went through the stack (the queue may
@@ -61,33 +102,15 @@ impl<D: PollDevice> EngineCore<D> {
             attr.rq_depth,
             attr.max_sge,
         ));
-        // The queues start empty and grow with what is posted (at most the depths, which
-        // QpShared enforces): an idle QP holds no work-request slots (issue 11, item 3).
-        self.qps[index] = Some(Qp {
+        self.qps[index] = Some(Qp::idle(
             id,
-            stream: id.stream(),
-            shared: Arc::clone(&shared),
-            pd: attr.pd,
-            send_cq: attr.send_cq,
-            recv_cq: attr.recv_cq,
-            state: QpState::Idle,
-            sq: VecDeque::new(),
-            sq_head_seq: 0,
-            sq_next_seq: 0,
-            rq: VecDeque::new(),
-            orq: VecDeque::new(),
-            ord: 0,
-            irq: VecDeque::new(),
-            ird: InboundReadQueue::new(0),
-            tx: None,
-            conn: None,
-            read_placed: 0,
-            disconnect_requested: false,
-            orq_high: 0,
-            rfc7306: true,
-            sges_at_post: true,
-            tx_fault: None,
-        });
+            id.stream(),
+            Arc::clone(&shared),
+            attr.pd,
+            attr.send_cq,
+            attr.recv_cq,
+            0,
+        ));
         if let Err(at) = self.live.binary_search(&index) {
             self.live.insert(at, index);
         }
@@ -176,23 +199,19 @@ impl<D: PollDevice> EngineCore<D> {
         let q = self.qp_mut(id)?;
         q.flush();
         let conn = q.conn.take();
-        q.stream = stream;
-        // As `create_qp` makes it. The SQ sequence numbers go on from where they are (the
-        // queue is empty): nothing refers to the old ones, and none is reused.
-        q.sq.clear();
-        q.sq_next_seq = q.sq_head_seq;
-        q.rq.clear();
-        q.orq.clear();
-        q.ord = 0;
-        q.irq.clear();
-        q.ird = InboundReadQueue::new(0);
-        q.tx = None;
-        q.read_placed = 0;
-        q.disconnect_requested = false;
-        q.orq_high = 0;
-        q.rfc7306 = true;
-        q.sges_at_post = true;
-        q.tx_fault = None;
+        // As `create_qp` makes it, from one constructor (a field added later starts over
+        // too). The SQ sequence numbers go on from where they are (the queue is empty):
+        // nothing refers to the old ones, and none is reused.
+        let fresh = Qp::idle(
+            id,
+            stream,
+            Arc::clone(&q.shared),
+            q.pd,
+            Arc::clone(&q.send_cq),
+            Arc::clone(&q.recv_cq),
+            q.sq_head_seq,
+        );
+        *q = fresh;
         // What application threads check posts against, before the state they read first.
         q.shared.set_connection(false, 0);
         q.set_state(QpState::Idle);

@@ -1717,16 +1717,9 @@ impl Inner {
         skip
     }
 
-    /// Whether `ip` may be a packet's source (RFC 1122 3.2.1.3): not unspecified or of
-    /// "this network" ({0, <host>}, (a) and (b): a source only while a host learns its own
-    /// address, which no TCP segment or echo request is), loopback ({127, <any>}, (g): "MUST
-    /// NOT appear outside a host"), broadcast (limited or our subnet's) or multicast.
+    /// Whether `ip` may be a packet's source: [`wire_unicast`] on our subnet.
     fn unicast_source(&self, ip: Ipv4Address) -> bool {
-        !(ip.octets()[0] == 0
-            || ip.is_loopback()
-            || ip.is_broadcast()
-            || ip.is_multicast()
-            || self.cidr.broadcast() == Some(ip))
+        wire_unicast(ip, &self.cidr)
     }
 
     /// The next hop towards `ip`: itself on our prefix, else the most specific route, else the
@@ -2440,4 +2433,18 @@ impl Inner {
             self.stats.rst_sent += 1;
         }
     }
+}
+
+/// Whether `ip` is a unicast address a wire carries on subnet `cidr` (RFC 1122 3.2.1.3):
+/// not unspecified or of "this network" ({0, <host>}, (a) and (b): a source only while a
+/// host learns its own address, which no TCP segment or echo request is), loopback ({127,
+/// <any>}, (g): "MUST NOT appear outside a host"), broadcast (limited or the subnet's) or
+/// multicast. Datagrams from any other source are discarded (`unicast_source`), and
+/// [`crate::StackConfig`] refuses any other interface address.
+pub(crate) fn wire_unicast(ip: Ipv4Address, cidr: &Ipv4Cidr) -> bool {
+    !(ip.octets()[0] == 0
+        || ip.is_loopback()
+        || ip.is_broadcast()
+        || ip.is_multicast()
+        || cidr.broadcast() == Some(ip))
 }
