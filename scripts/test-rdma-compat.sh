@@ -122,6 +122,7 @@ contracts() {
     contract_pair src_port_contract 7510
     contract_pair threaded_post_imm_flush 7512
     contract_pair unsignaled_bind_inv 7514
+    contract_pair last_wqe_reached 7518
     contract rdmacm_exports
     contract id_device_pd
     contract modify_qp_err_flush
@@ -134,6 +135,7 @@ contracts() {
     contract qp_state_field
     contract verbs_strs_rereg
     contract qp_reset_after_err
+    contract verbs_helpers
     # Only meaningful if the program itself does not need libibverbs.so.1. objdump's output
     # is read whole before grep judges it: `! objdump | grep -q` under pipefail passed when
     # grep's early exit on the match cut objdump off (SIGPIPE) and when objdump failed.

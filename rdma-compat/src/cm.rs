@@ -542,6 +542,23 @@ fn start_background_driver(ctx: &wv::Context) -> Result<(), wv::Error> {
 }
 
 fn dispatch(ctx: &wv::Context, e: CmEvent) {
+    // The events that leave a QP in the error state, its work requests flushed.
+    let failed = match &e {
+        CmEvent::Disconnected { qp, .. }
+        | CmEvent::Error { qp, .. }
+        | CmEvent::Rejected { qp, .. } => Some(*qp),
+        _ => None,
+    };
+    dispatch_cm(ctx, e);
+    // After the connection's own event (queued on its id's channel, `qp->state` set to
+    // ERR): a QP on an SRQ reports IBV_EVENT_QP_LAST_WQE_REACHED (`verbs::qp_failed`),
+    // whether or not an id owns it.
+    if let Some(qp) = failed {
+        verbs::qp_failed(qp);
+    }
+}
+
+fn dispatch_cm(ctx: &wv::Context, e: CmEvent) {
     match e {
         CmEvent::ConnectRequest(req) => {
             let reg = registry();

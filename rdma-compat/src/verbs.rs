@@ -228,15 +228,15 @@ pub(crate) fn push_cq_error(id: u64) {
     drop(map);
 }
 
-/// Takes the queued, not yet delivered asynchronous events of a CQ or SRQ being destroyed
-/// off the queue; how many. (A reader woken by the descriptor that then finds the queue
+/// Takes the queued, not yet delivered asynchronous events of a CQ, SRQ or QP being
+/// destroyed off the queue; how many. (A reader woken by the descriptor that then finds the queue
 /// empty waits for the next event, or fails with `EAGAIN` on a non-blocking descriptor.)
 fn purge_async(kind: ibv_event_type, object: *mut c_void) -> u64 {
     let Some(c) = ctx_box() else { return 0 };
     let n = c.async_ev.purge(|e| {
         e.event_type == kind
-            // SAFETY: reading the union member of the event's kind (a CQ or an SRQ
-            // pointer, both pointers in the same place).
+            // SAFETY: reading the union member of the event's kind (a CQ, an SRQ or a
+            // QP pointer, all pointers in the same place).
             && unsafe { e.element.cq }.cast::<c_void>() == object
     });
     n as u64
@@ -619,6 +619,14 @@ pub extern "C" fn __wc_ibv_ack_async_event(ev: *mut ibv_async_event) {
                 let mut ev = c.events.lock().unwrap_or_else(|e| e.into_inner());
                 ev.async_unacked = ev.async_unacked.saturating_sub(1);
                 c.all_acked.notify_all();
+            }
+        }
+        if e.event_type == IBV_EVENT_QP_LAST_WQE_REACHED {
+            // SAFETY: the QP of an unacknowledged event is live (as above).
+            if let Some(q) = unsafe { qp_ref(e.element.qp) } {
+                let mut lw = q.last_wqe.lock().unwrap_or_else(|e| e.into_inner());
+                lw.unacked = lw.unacked.saturating_sub(1);
+                q.all_acked.notify_all();
             }
         }
         if e.event_type == IBV_EVENT_SRQ_LIMIT_REACHED {
@@ -1906,6 +1914,23 @@ pub(crate) struct Qp {
     /// engine's `Disconnected` before `ibv_modify_qp` returns, tells our own abort of a
     /// connection being set up from the peer's doing (`cm::closed_before_established`).
     pub aborted: AtomicBool,
+    /// Its `IBV_EVENT_QP_LAST_WQE_REACHED` (a QP on an SRQ only): raised once per entry
+    /// into the error state, and how many are queued or delivered and not yet acknowledged
+    /// (`ibv_destroy_qp` waits on `all_acked` until none is).
+    last_wqe: Mutex<LastWqe>,
+    all_acked: Condvar,
+}
+
+/// A QP's Last WQE Reached event state ([`Qp::last_wqe`]).
+#[derive(Default)]
+struct LastWqe {
+    /// Raised for the QP's current stay in the error state: a second way into it (the
+    /// application's move to ERR and the engine's event of the connection it aborted, or a
+    /// Terminate and then the stream's close) raises no second event. Cleared when the QP
+    /// is reset (ERR -> RESET), so its next failure raises one again.
+    raised: bool,
+    /// Queued or delivered and not yet acknowledged.
+    unacked: u64,
 }
 
 impl Qp {
@@ -2031,8 +2056,76 @@ pub(crate) fn create_qp(
         cap: *cap,
         srq: srq.is_some(),
         aborted: AtomicBool::new(false),
+        last_wqe: Mutex::default(),
+        all_acked: Condvar::new(),
     });
-    Ok(Box::into_raw(b).cast())
+    let id = b.qp.id();
+    let p = Box::into_raw(b);
+    if srq.is_some() {
+        srq_qps().insert(id, p as usize);
+    }
+    Ok(p.cast())
+}
+
+/// The live QPs that receive through an SRQ, by the engine's id (what the engine's
+/// `CmEvent::Disconnected`, `Error` and `Rejected` name), pointers as usize: registered by
+/// `create_qp`, removed first by `ibv_destroy_qp`. Only these raise
+/// `IBV_EVENT_QP_LAST_WQE_REACHED`.
+fn srq_qps() -> std::sync::MutexGuard<'static, std::collections::HashMap<wv::QpId, usize>> {
+    static M: OnceLock<Mutex<std::collections::HashMap<wv::QpId, usize>>> = OnceLock::new();
+    M.get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// Queues `IBV_EVENT_QP_LAST_WQE_REACHED` (`element.qp` naming it) for a QP on an SRQ that
+/// is in the error state, unless it was raised already for this stay there.
+///
+/// The semantics: ibv_get_async_event(3) (rdma-core `libibverbs/man/ibv_get_async_event.3`)
+/// lists it as "Last WQE Reached on a QP associated with an SRQ"; the InfiniBand
+/// specification (10.3.1, quoted by the kernel's `__ib_drain_srq` in
+/// drivers/infiniband/core/verbs.c) has the consumer move such a QP to the error state and
+/// wait for this event before destroying or resetting it: from then on the QP consumes no
+/// more receive requests of the SRQ, and the completions of those it took (flushed) are in
+/// its CQ. Providers raise it when the QP enters the error state: rdmavt's
+/// `rvt_error_qp` (drivers/infiniband/sw/rdmavt/qp.c) once, not for a QP already in ERR or
+/// still in RESET, after the flush; cxgb4, an iWARP RNIC, in `__flush_qp` for a QP in the
+/// error state with an SRQ (drivers/infiniband/hw/cxgb4/qp.c, since 6.13), whatever moved
+/// it there (the application's modify to ERR, a peer's abort, a Terminate, the stream's
+/// close). siw raises none.
+///
+/// Here the engine's QP has flushed everything (and claims nothing more from the SRQ)
+/// before `abort` returns and before it reports the connection's end, so the event goes
+/// after those completions, after `qp->state` reads ERR and, for a connection that ended,
+/// after its rdma_cm event was queued.
+fn raise_last_wqe(q: &Qp, p: *mut ibv_qp) {
+    let mut lw = q.last_wqe.lock().unwrap_or_else(|e| e.into_inner());
+    // A QP reset meanwhile (ERR -> RESET by the application) is no longer in error: the
+    // engine's state tells (checked under the lock the reset clears `raised` under).
+    if lw.raised || !matches!(q.qp.state(), wv::QpState::Error | wv::QpState::Terminate) {
+        return;
+    }
+    lw.raised = true;
+    lw.unacked += 1;
+    let mut ev = ibv_async_event {
+        event_type: IBV_EVENT_QP_LAST_WQE_REACHED,
+        ..Default::default()
+    };
+    ev.element.qp = p;
+    push_async(ev);
+}
+
+/// The engine reported that the QP `id`'s connection ended or failed (it is in the error
+/// state, its work requests flushed): `IBV_EVENT_QP_LAST_WQE_REACHED` if it receives
+/// through an SRQ ([`raise_last_wqe`]); nothing for another QP, or one destroyed meanwhile.
+pub(crate) fn qp_failed(id: wv::QpId) {
+    let map = srq_qps();
+    let Some(&p) = map.get(&id) else { return };
+    // SAFETY: a registered QP is live (ibv_destroy_qp unregisters it under this lock
+    // first).
+    let q = unsafe { &*(p as *const Qp) };
+    raise_last_wqe(q, p as *mut ibv_qp);
+    drop(map);
 }
 
 #[no_mangle]
@@ -2061,7 +2154,19 @@ pub extern "C" fn __wc_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         }
         // SAFETY: qp came from ibv_create_qp or rdma_create_qp.
         if let Some(q) = unsafe { qp_ref(qp) } {
+            // No Last WQE Reached for a QP being destroyed (its graceful close below
+            // included): out of the registry first. One still queued is taken back, one
+            // delivered waited for until acknowledged (ibv_get_async_event(3): "destroying
+            // an object (CQ, SRQ or QP) will wait for all affiliated events for the
+            // object to be acknowledged").
+            srq_qps().remove(&q.qp.id());
             linger(&q.qp);
+            let purged = purge_async(IBV_EVENT_QP_LAST_WQE_REACHED, qp.cast());
+            let mut lw = q.last_wqe.lock().unwrap_or_else(|e| e.into_inner());
+            lw.unacked = lw.unacked.saturating_sub(purged);
+            while lw.unacked > 0 {
+                lw = q.all_acked.wait(lw).unwrap_or_else(|e| e.into_inner());
+            }
         }
         crate::cm::forget_qp(qp);
         // SAFETY: as above; the application is done with it.
@@ -2146,14 +2251,29 @@ pub extern "C" fn __wc_ibv_modify_qp(
             // A move to ERR flushes every outstanding work request (the engine's abort:
             // a connected QP resets its stream, an idle one just flushes) before it
             // returns; a QP already in error or terminated stays so.
-            IBV_QPS_ERR => match q.abort() {
-                Ok(())
-                | Err(wv::Error::InvalidState(wv::QpState::Error | wv::QpState::Terminate)) => {
-                    set_qp_state(qp, IBV_QPS_ERR);
-                    0
+            IBV_QPS_ERR => {
+                // Still in RESET (never moved on, never connected): as rdmavt's
+                // rvt_error_qp, such a QP reaches ERR without a Last WQE Reached event.
+                let from_reset =
+                    qp_state_field(qp) == IBV_QPS_RESET && q.qp.state() == wv::QpState::Idle;
+                match q.abort() {
+                    Ok(())
+                    | Err(wv::Error::InvalidState(wv::QpState::Error | wv::QpState::Terminate)) => {
+                        set_qp_state(qp, IBV_QPS_ERR);
+                        if q.srq {
+                            if from_reset {
+                                // Counted as raised: the engine's report of the same
+                                // stay in ERR raises none either.
+                                q.last_wqe.lock().unwrap_or_else(|e| e.into_inner()).raised = true;
+                            } else {
+                                raise_last_wqe(q, qp);
+                            }
+                        }
+                        0
+                    }
+                    Err(e) => errno_of(&e),
                 }
-                Err(e) => errno_of(&e),
-            },
+            }
             // A failed QP (ERR) goes back to RESET: the engine's reset flushes what is
             // left, lets its connection go and makes it idle as a new QP, ready for INIT
             // and reuse. From ERR no other state may be reached (the IB QP state machine,
@@ -2168,6 +2288,8 @@ pub extern "C" fn __wc_ibv_modify_qp(
                     Ok(()) => {
                         // A connection set up from here on is not the one aborted.
                         q.aborted.store(false, Ordering::Release);
+                        // Its next entry into ERR raises Last WQE Reached again.
+                        q.last_wqe.lock().unwrap_or_else(|e| e.into_inner()).raised = false;
                         set_qp_state(qp, IBV_QPS_RESET);
                         0
                     }
@@ -2641,4 +2763,205 @@ pub extern "C" fn __wc_ibv_event_type_str(t: ibv_event_type) -> *const c_char {
         IBV_EVENT_GID_CHANGE => "GID table change",
         IBV_EVENT_WQ_FATAL => "WQ fatal",
     )
+}
+
+// ---------------------------------------------------------------- rates, ECE, imports, fork
+//
+// The functions below are rdma-core's own where they need no provider (the rate tables of
+// libibverbs/verbs.c), or what rdma-core's libibverbs answers for a provider without the
+// operation (libibverbs/dummy_ops.c, which fills every op a provider leaves out), as siw's
+// context does: the same return value and errno, so a program sees what it would see on
+// siw. Values from rdma-core 44 (Debian's libibverbs1 44.0, which these libraries replace).
+
+/// The IB rates' multiples of 2.5 Gb/s (rdma-core `libibverbs/verbs.c`,
+/// `ibv_rate_to_mult`/`mult_to_ibv_rate`): the rates that are such a multiple only.
+const RATE_MULT: [(ibv_rate, c_int); 15] = [
+    (IBV_RATE_2_5_GBPS, 1),
+    (IBV_RATE_5_GBPS, 2),
+    (IBV_RATE_10_GBPS, 4),
+    (IBV_RATE_20_GBPS, 8),
+    (IBV_RATE_30_GBPS, 12),
+    (IBV_RATE_40_GBPS, 16),
+    (IBV_RATE_60_GBPS, 24),
+    (IBV_RATE_80_GBPS, 32),
+    (IBV_RATE_120_GBPS, 48),
+    (IBV_RATE_28_GBPS, 11),
+    (IBV_RATE_50_GBPS, 20),
+    (IBV_RATE_400_GBPS, 160),
+    (IBV_RATE_600_GBPS, 240),
+    (IBV_RATE_800_GBPS, 320),
+    (IBV_RATE_1200_GBPS, 480),
+];
+
+/// The IB rates in Mb/s (rdma-core `libibverbs/verbs.c`, `ibv_rate_to_mbps`/
+/// `mbps_to_ibv_rate`): the link's data rate after its encoding, so IBV_RATE_100_GBPS
+/// (4x EDR, 64b/66b) is 103,125, not 100,000.
+const RATE_MBPS: [(ibv_rate, c_int); 23] = [
+    (IBV_RATE_2_5_GBPS, 2500),
+    (IBV_RATE_5_GBPS, 5000),
+    (IBV_RATE_10_GBPS, 10000),
+    (IBV_RATE_20_GBPS, 20000),
+    (IBV_RATE_30_GBPS, 30000),
+    (IBV_RATE_40_GBPS, 40000),
+    (IBV_RATE_60_GBPS, 60000),
+    (IBV_RATE_80_GBPS, 80000),
+    (IBV_RATE_120_GBPS, 120000),
+    (IBV_RATE_14_GBPS, 14062),
+    (IBV_RATE_56_GBPS, 56250),
+    (IBV_RATE_112_GBPS, 112500),
+    (IBV_RATE_168_GBPS, 168750),
+    (IBV_RATE_25_GBPS, 25781),
+    (IBV_RATE_100_GBPS, 103125),
+    (IBV_RATE_200_GBPS, 206250),
+    (IBV_RATE_300_GBPS, 309375),
+    (IBV_RATE_28_GBPS, 28125),
+    (IBV_RATE_50_GBPS, 53125),
+    (IBV_RATE_400_GBPS, 425000),
+    (IBV_RATE_600_GBPS, 637500),
+    (IBV_RATE_800_GBPS, 850000),
+    (IBV_RATE_1200_GBPS, 1275000),
+];
+
+/// `ibv_rate_to_mult`: the rate as a multiple of 2.5 Gb/s, -1 for any other value.
+#[no_mangle]
+pub extern "C" fn __wc_ibv_rate_to_mult(rate: ibv_rate) -> c_int {
+    RATE_MULT
+        .iter()
+        .find(|(r, _)| *r == rate)
+        .map_or(-1, |&(_, m)| m)
+}
+
+/// `mult_to_ibv_rate`: the rate of a multiple of 2.5 Gb/s, `IBV_RATE_MAX` for any other.
+#[no_mangle]
+pub extern "C" fn __wc_mult_to_ibv_rate(mult: c_int) -> ibv_rate {
+    RATE_MULT
+        .iter()
+        .find(|(_, m)| *m == mult)
+        .map_or(IBV_RATE_MAX, |&(r, _)| r)
+}
+
+/// `ibv_rate_to_mbps`: the rate in Mb/s, -1 for any other value.
+#[no_mangle]
+pub extern "C" fn __wc_ibv_rate_to_mbps(rate: ibv_rate) -> c_int {
+    RATE_MBPS
+        .iter()
+        .find(|(r, _)| *r == rate)
+        .map_or(-1, |&(_, m)| m)
+}
+
+/// `mbps_to_ibv_rate`: the rate of exactly that many Mb/s, `IBV_RATE_MAX` for any other.
+#[no_mangle]
+pub extern "C" fn __wc_mbps_to_ibv_rate(mbps: c_int) -> ibv_rate {
+    RATE_MBPS
+        .iter()
+        .find(|(_, m)| *m == mbps)
+        .map_or(IBV_RATE_MAX, |&(r, _)| r)
+}
+
+/// `ibv_set_ece`: ECE (Enhanced Connection Establishment) is carried by InfiniBand CM
+/// messages, which iWARP has none of (docs/rdma-compat.md, `rdma_set_local_ece`).
+/// rdma-core's verbs.c refuses a `vendor_id` of 0 itself (errno and return value
+/// `EOPNOTSUPP`) and otherwise returns the provider's answer, `EOPNOTSUPP` from
+/// dummy_ops.c's `set_ece` for siw and any provider without it (errno untouched).
+#[no_mangle]
+pub extern "C" fn __wc_ibv_set_ece(_qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int {
+    // SAFETY: ece is the caller's (rdma-core reads it unchecked as well).
+    if unsafe { ece.as_ref() }.is_none_or(|e| e.vendor_id == 0) {
+        set_errno(EOPNOTSUPP);
+    }
+    EOPNOTSUPP
+}
+
+/// `ibv_query_ece`: dummy_ops.c's `query_ece`, `EOPNOTSUPP` (errno untouched).
+#[no_mangle]
+pub extern "C" fn __wc_ibv_query_ece(_qp: *mut ibv_qp, _ece: *mut ibv_ece) -> c_int {
+    EOPNOTSUPP
+}
+
+/// `ibv_import_mr`: a memory region of another process's context shared through the
+/// kernel's uverbs file, which Warpcore's context has none of (as `ibv_import_device` and
+/// `ibv_import_pd`): dummy_ops.c's `import_mr`, NULL with errno `EOPNOTSUPP`.
+#[no_mangle]
+pub extern "C" fn __wc_ibv_import_mr(_pd: *mut ibv_pd, _handle: u32) -> *mut ibv_mr {
+    set_errno(EOPNOTSUPP);
+    null_mut()
+}
+
+/// `ibv_unimport_mr`: dummy_ops.c's `unimport_mr` does nothing (no region was imported).
+#[no_mangle]
+pub extern "C" fn __wc_ibv_unimport_mr(_mr: *mut ibv_mr) {}
+
+/// `ibv_import_dm`: device memory, which Warpcore has none of: dummy_ops.c's `import_dm`,
+/// NULL with errno `EOPNOTSUPP`.
+#[no_mangle]
+pub extern "C" fn __wc_ibv_import_dm(_c: *mut ibv_context, _handle: u32) -> *mut ibv_dm {
+    set_errno(EOPNOTSUPP);
+    null_mut()
+}
+
+/// `ibv_unimport_dm`: dummy_ops.c's `unimport_dm` does nothing.
+#[no_mangle]
+pub extern "C" fn __wc_ibv_unimport_dm(_dm: *mut ibv_dm) {}
+
+/// `ibv_query_qp_data_in_order`: 1 only where the provider guarantees that the data of
+/// an operation is written in order; dummy_ops.c's `query_qp_data_in_order` (siw's and
+/// every provider's but mlx5's) answers 0, "not guaranteed", and so do we: a Write's
+/// segments are placed as they arrive (DDP places out of order, RFC 5041 section 5).
+#[no_mangle]
+pub extern "C" fn __wc_ibv_query_qp_data_in_order(
+    _qp: *mut ibv_qp,
+    _op: ibv_wr_opcode,
+    _flags: u32,
+) -> c_int {
+    0
+}
+
+/// `ibv_dontfork_range`: rdma-core's memory.c advises `MADV_DONTFORK` only once
+/// `ibv_fork_init` built its range tree, which it does not when fork needs no help
+/// (`ibv_is_fork_initialized` `IBV_FORK_UNNEEDED`, as ours always answers: Warpcore pins
+/// nothing); without the tree it returns 0 and changes nothing.
+#[no_mangle]
+pub extern "C" fn __wc_ibv_dontfork_range(_base: *mut c_void, _size: usize) -> c_int {
+    0
+}
+
+/// `ibv_dofork_range`: as [`__wc_ibv_dontfork_range`], 0 and nothing changed.
+#[no_mangle]
+pub extern "C" fn __wc_ibv_dofork_range(_base: *mut c_void, _size: usize) -> c_int {
+    0
+}
+
+/// `_ibv_query_gid_table` (verbs.h's `ibv_query_gid_table`): every valid GID of every
+/// port, as `ibv_query_gid_ex` reports each, into `entries` (`entry_size` apart); the
+/// number of entries, or a negative errno (rdma-core `libibverbs/cmd_device.c`: `flags`
+/// other than 0 `-EOPNOTSUPP`, more valid GIDs than `max_entries` `-EINVAL`). Warpcore's
+/// one port has one GID, the IPv4-mapped address.
+#[no_mangle]
+pub extern "C" fn __wc__ibv_query_gid_table(
+    c: *mut ibv_context,
+    entries: *mut ibv_gid_entry,
+    max_entries: usize,
+    flags: u32,
+    entry_size: usize,
+) -> isize {
+    guard(-(EINVAL as isize), || {
+        if flags != 0 {
+            return -(EOPNOTSUPP as isize);
+        }
+        if !check_ctx(c) || entry_size < std::mem::size_of::<ibv_gid_entry>() {
+            return -(EINVAL as isize);
+        }
+        let mut e: ibv_gid_entry = Default::default();
+        let r = __wc__ibv_query_gid_ex(c, 1, 0, &mut e, 0, entry_size);
+        if r != 0 {
+            return -(r as isize);
+        }
+        if max_entries < 1 || entries.is_null() {
+            return -(EINVAL as isize);
+        }
+        // SAFETY: entries holds max_entries (at least one) entries of entry_size octets,
+        // each at least an ibv_gid_entry (checked).
+        unsafe { entries.write_unaligned(e) };
+        1
+    })
 }
