@@ -15,6 +15,7 @@
 //! (docs/decisions/0008-doorbell-eventfd.md).
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
 use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
@@ -23,6 +24,10 @@ use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 #[derive(Debug)]
 pub struct Doorbell {
     fd: OwnedFd,
+    /// Held by [`Doorbell::take`] across its poll and its read, so that two threads
+    /// taking at once cannot both see one ring and the second then sleep in `read` on the
+    /// blocking descriptor. Never taken by [`Doorbell::ring`]: cores do not wait on it.
+    taking: Mutex<()>,
 }
 
 impl Doorbell {
@@ -44,6 +49,7 @@ impl Doorbell {
     fn with_flags(flags: EventfdFlags) -> std::io::Result<Doorbell> {
         Ok(Doorbell {
             fd: eventfd(0, flags)?,
+            taking: Mutex::new(()),
         })
     }
 
@@ -59,10 +65,13 @@ impl Doorbell {
     }
 
     /// Takes one pending ring (a counting doorbell) or all of them (a plain one) without
-    /// waiting; returns whether there was one. The read follows a zero-timeout poll, so it
-    /// does not block on a blocking descriptor unless another thread reads the descriptor
-    /// in between (rings are taken only here, by the doorbell's owner).
+    /// waiting; returns whether there was one. The read follows a zero-timeout poll, and
+    /// takers are serialized from the poll to the read, so it does not block on a blocking
+    /// descriptor (unless something other than `take` reads the descriptor, which its
+    /// users must not do). Several threads may take at once (clones of one event channel).
     pub fn take(&self) -> bool {
+        // Nothing is left inconsistent by a panic while it is held: poisoning is ignored.
+        let _taking = self.taking.lock().unwrap_or_else(PoisonError::into_inner);
         if !self.pending(Some(&Timespec::default())) {
             return false;
         }
@@ -141,5 +150,49 @@ mod tests {
         assert!(counting.take());
         assert!(!counting.take(), "nothing left, and taking did not block");
         assert!(!counting.wait(soon()).unwrap());
+    }
+
+    /// Two threads taking from one plain doorbell with one ring pending (two clones of a
+    /// verbs `EventChannel` in `get_event`): both may see the descriptor readable, and
+    /// the second `read` then sleeps on the blocking descriptor, past any deadline, until
+    /// the next ring. `take` must never block: one takes the ring, the other returns
+    /// `false`.
+    #[test]
+    fn concurrent_takes_never_block() {
+        use std::sync::{mpsc, Arc, Barrier};
+        let d = Arc::new(Doorbell::new().unwrap());
+        let rounds = if cfg!(miri) { 4 } else { 2_000 };
+        for round in 0..rounds {
+            d.ring();
+            let start = Arc::new(Barrier::new(2));
+            let (tx, rx) = mpsc::channel();
+            let takers: Vec<_> = (0..2)
+                .map(|_| {
+                    let (d, start, tx) = (Arc::clone(&d), Arc::clone(&start), tx.clone());
+                    std::thread::spawn(move || {
+                        start.wait();
+                        tx.send(d.take()).unwrap();
+                    })
+                })
+                .collect();
+            let mut taken = 0;
+            let mut blocked = false;
+            for _ in 0..2 {
+                match rx.recv_timeout(Duration::from_secs(2)) {
+                    Ok(t) => taken += usize::from(t),
+                    Err(_) => {
+                        // Release the sleeper so that the test ends, then fail.
+                        blocked = true;
+                        d.ring();
+                        taken += usize::from(rx.recv().unwrap());
+                    }
+                }
+            }
+            for t in takers {
+                t.join().unwrap();
+            }
+            assert!(!blocked, "round {round}: a take blocked on the descriptor");
+            assert_eq!(taken, 1, "round {round}: exactly one take gets the ring");
+        }
     }
 }
