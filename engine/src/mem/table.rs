@@ -213,7 +213,11 @@ impl MrTable {
     /// a stale STag matches a registration only after 256 times that many registrations
     /// of the table (262,400 at least), however full it is kept. (Without spares, a table
     /// kept full but for one slot handed a stale STag's slot and key back after 256
-    /// registrations.)
+    /// registrations.) That holds for the STags the table chooses (registrations',
+    /// windows' and fast registrations' as allocated): binds and fast registrations do
+    /// not move a slot's sequence of allocation keys. The keys of a window's binds and of
+    /// fast registrations are the application's: a stale STag of those may name the slot's
+    /// next registration (of the same PD, to be usable) as soon as the slot comes back.
     ///
     /// # Panics
     /// If `capacity` is 0 or above [`MAX_CAPACITY`]; capacities are configuration,
@@ -249,22 +253,22 @@ impl MrTable {
             .clamp(MIN_SPARE_SLOTS, MAX_SPARE_SLOTS)
             .min(MAX_CAPACITY - capacity);
         let slots = (0..=capacity + spare)
-            .map(|_| Slot {
-                // The word holds the key of the last registration; the first registration
-                // adds the step, so start one step behind a pseudo-random key.
-                word: AtomicU64::new(word_with(
-                    0,
-                    FREE,
-                    (rng.next() as u8).wrapping_sub(key_step),
-                )),
-                meta: UnsafeCell::new(EMPTY_META),
-                region: UnsafeCell::new(None),
-                info: AtomicU64::new(0),
-                binds: std::sync::atomic::AtomicU32::new(0),
-                chk_seq: AtomicU64::new(0),
-                chk_base: AtomicU64::new(0),
-                chk_len: AtomicU64::new(0),
-                chk_access: AtomicU8::new(0),
+            .map(|_| {
+                // `info` holds the key of the last allocation; the first allocation adds
+                // the step, so start one step behind a pseudo-random key (the word too:
+                // no STag names a slot before its first allocation).
+                let start = (rng.next() as u8).wrapping_sub(key_step);
+                Slot {
+                    word: AtomicU64::new(word_with(0, FREE, start)),
+                    meta: UnsafeCell::new(EMPTY_META),
+                    region: UnsafeCell::new(None),
+                    info: AtomicU64::new(info_word(StagKind::Mr, PdId(0), start)),
+                    binds: std::sync::atomic::AtomicU32::new(0),
+                    chk_seq: AtomicU64::new(0),
+                    chk_base: AtomicU64::new(0),
+                    chk_len: AtomicU64::new(0),
+                    chk_access: AtomicU8::new(0),
+                }
             })
             .collect();
         let free = (1..=(capacity + spare) as u32).collect();
@@ -375,17 +379,17 @@ impl MrTable {
     }
 
     /// The key of a new allocation of `slot` (just popped from the free list, so owned and
-    /// `FREE`): the slot's last key advanced by the table's step, and advanced once more if
-    /// that is the key the previous allocation was made with. Binds and fast registrations
-    /// name a window or fast registration by that key ([`MrTable::bind_mw`]): a request
-    /// still queued for the previous allocation (its handle was dropped) then never names
-    /// the next one.
+    /// `FREE`): the previous allocation's key advanced by the table's (odd) step, never the
+    /// previous allocation's key itself. Binds and fast registrations name a window or fast
+    /// registration by that key ([`MrTable::bind_mw`]): a request still queued for the
+    /// previous allocation (its handle was dropped) then never names the next one. The
+    /// allocation keys of a slot follow the step whatever keys its binds and fast
+    /// registrations chose in between (the application's), so an STag the table chose
+    /// comes back only after 256 allocations of its slot ([`MrTable::new`]); advanced from
+    /// the slot's last key instead, a window rebound through the key space brought its
+    /// slot's next allocation onto keys one step apart from its old ones.
     fn next_alloc_key(&self, slot: &Slot) -> u8 {
-        let mut key = key_of(slot.word.load(Ordering::Relaxed)).wrapping_add(self.key_step);
-        if key == alloc_key_of(slot.info.load(Ordering::Relaxed)) {
-            key = key.wrapping_add(self.key_step);
-        }
-        key
+        alloc_key_of(slot.info.load(Ordering::Relaxed)).wrapping_add(self.key_step)
     }
 
     /// Moves the slot of `stag` from one of `from` to `to` (keeping key and count) and
@@ -646,6 +650,21 @@ impl MrTable {
     ///
     /// Must not be called by a thread that holds an [`MrGuard`] of the same STag.
     pub fn invalidate(&self, stag: Stag) -> Result<(), MemError> {
+        self.invalidate_if(stag, |_| None::<MemError>)
+            .and_then(|refused| refused.map_or(Ok(()), Err))
+    }
+
+    /// [`MrTable::invalidate`], with `refuse` asked about the registration once this
+    /// thread owns the slot (drained of guards: nothing can change it any more). On `Some`
+    /// the slot goes back to `VALID` untouched and the answer is `Ok(Some(..))`. What a
+    /// caller checked before may be stale by then even though the key matches: bind and
+    /// fast-registration keys are the application's choice, so two binds can bring a key
+    /// back over another registration (as `check_local`'s sequence guards against).
+    fn invalidate_if<E>(
+        &self,
+        stag: Stag,
+        refuse: impl FnOnce(&Meta) -> Option<E>,
+    ) -> Result<Option<E>, MemError> {
         if self.busy_with_binds(stag) {
             return Err(MemError::Busy);
         }
@@ -653,6 +672,12 @@ impl MrTable {
         if slot.binds.load(Ordering::Acquire) != 0 {
             Self::publish(slot, VALID, stag.key());
             return Err(MemError::Busy);
+        }
+        // SAFETY: BUSY with a drained count, moved there by this thread: it owns the slot,
+        // and nothing writes `meta` while it does.
+        if let Some(e) = refuse(unsafe { &*slot.meta.get() }) {
+            Self::publish(slot, VALID, stag.key());
+            return Ok(Some(e));
         }
         // SAFETY: BUSY with a drained count, moved there by this thread: it owns the slot.
         let old = unsafe {
@@ -673,7 +698,7 @@ impl MrTable {
         };
         Self::publish(slot, INVALID, stag.key());
         drop(old);
-        Ok(())
+        Ok(None)
     }
 
     /// Local Invalidate by a queue pair of protection domain `pd`: any valid STag of the
@@ -683,7 +708,9 @@ impl MrTable {
         if spd != pd {
             return Err(MemError::WrongPd);
         }
-        self.invalidate(stag)
+        // The PD again once the slot is owned: the one above is read without a guard.
+        self.invalidate_if(stag, |m| (m.pd != pd).then_some(MemError::WrongPd))
+            .and_then(|refused| refused.map_or(Ok(()), Err))
     }
 
     /// A peer's invalidation through a Send with (SE and) Invalidate arriving on stream
@@ -701,12 +728,17 @@ impl MrTable {
         stream: StreamId,
     ) -> Result<(), InvalidateFault> {
         self.check_invalidate_remote(stag, pd, stream)?;
-        // The key checked above is checked again by the transition: a rebind or an
-        // invalidation in between changes the key or the state and fails it.
-        self.invalidate(stag).map_err(|e| match e {
-            MemError::Busy => InvalidateFault::NotInvalidatable,
-            _ => InvalidateFault::Invalid,
-        })
+        check_hook::run();
+        // The key checked above is checked again by the transition (an invalidation in
+        // between fails it), and the rest once the slot is owned: two binds by another
+        // queue pair can bring the key back on a type 2 window bound to that queue pair's
+        // stream (DDP-8.2-2, RDMAP-8.1.1-3, RDMAP-8.1.1-8).
+        match self.invalidate_if(stag, |m| remote_invalidate_fault(m, pd, stream)) {
+            Ok(None) => Ok(()),
+            Ok(Some(f)) => Err(f),
+            Err(MemError::Busy) => Err(InvalidateFault::NotInvalidatable),
+            Err(_) => Err(InvalidateFault::Invalid),
+        }
     }
 
     /// The checks of [`MrTable::invalidate_remote`] without the invalidation: whether a
@@ -726,14 +758,12 @@ impl MrTable {
                 LookupFault::WrongPd | LookupFault::WrongQp => InvalidateFault::NotAssociated,
                 LookupFault::InvalidStag | LookupFault::AccessDenied => InvalidateFault::Invalid,
             })?;
-        let allowed = match g.meta().kind {
-            StagKind::Mr => g.meta().access.contains(Access::REMOTE_INVALIDATE),
-            StagKind::FastReg | StagKind::Window(MwType::Type2) => true,
-            StagKind::Window(MwType::Type1) => false,
-        };
+        if let Some(f) = remote_invalidate_fault(g.meta(), pd, stream) {
+            return Err(f);
+        }
         // A region with bound windows or fast registrations over it cannot be invalidated
         // (`invalidate`: Busy).
-        if !allowed || g.slot.binds.load(Ordering::Acquire) != 0 {
+        if g.slot.binds.load(Ordering::Acquire) != 0 {
             return Err(InvalidateFault::NotInvalidatable);
         }
         Ok(())
@@ -1368,8 +1398,9 @@ fn cold<T>(f: impl FnOnce() -> T) -> T {
 }
 
 /// What [`MrTable::check_local`] runs after it read the copied rights and before it reads
-/// the copied range: nothing, except in this crate's unit tests, which put a run of other
-/// registrations there (`check_hook::set`, for the next check on the same thread).
+/// the copied range, and [`MrTable::invalidate_remote`] between its check and the
+/// invalidation: nothing, except in this crate's unit tests, which put a run of other
+/// registrations there (`check_hook::set`, for the next such call on the same thread).
 mod check_hook {
     #[cfg(not(test))]
     #[inline(always)]
@@ -1392,6 +1423,22 @@ mod check_hook {
     pub(super) fn set(f: impl FnOnce() + 'static) {
         HOOK.with(|h| *h.borrow_mut() = Some(Box::new(f)));
     }
+}
+
+/// Why a peer on stream `stream` of protection domain `pd` may not invalidate the
+/// registration `m` (RDMAP-5.3-11/12, RDMAP-7.2-4/5, RDMAP-8.1.1-8): another PD or a type 2
+/// window bound to another stream ("not associated"), or one shared by the streams of the
+/// PD (a type 1 window, a region without [`Access::REMOTE_INVALIDATE`]).
+fn remote_invalidate_fault(m: &Meta, pd: PdId, stream: StreamId) -> Option<InvalidateFault> {
+    if m.pd != pd || (m.qp != 0 && m.qp != stream) {
+        return Some(InvalidateFault::NotAssociated);
+    }
+    let allowed = match m.kind {
+        StagKind::Mr => m.access.contains(Access::REMOTE_INVALIDATE),
+        StagKind::FastReg | StagKind::Window(MwType::Type2) => true,
+        StagKind::Window(MwType::Type1) => false,
+    };
+    (!allowed).then_some(InvalidateFault::NotInvalidatable)
 }
 
 /// The rights checks of a lookup, in `lookup_in`'s order (siw's): the registration's PD
@@ -2177,6 +2224,42 @@ mod tests {
             t.check_invalidate_remote(open, pd, 3),
             Err(InvalidateFault::Invalid)
         );
+    }
+
+    /// A Send with Invalidate checked for stream 3 must not invalidate a type 2 window that,
+    /// between the check and the invalidation, was rebound to stream 4 and got its key back
+    /// (two binds by the other queue pair, whose keys are the application's choice): the
+    /// window is not associated with stream 3 any more (DDP-8.2-2, RDMAP-8.1.1-3,
+    /// RDMAP-5.3-11/12). The key alone does not say the registration is the one checked,
+    /// as `check_local_is_not_fooled_by_a_key_that_came_back` shows for the local check.
+    #[test]
+    fn invalidate_remote_rechecks_the_stream_when_the_key_came_back() {
+        let t = std::sync::Arc::new(MrTable::with_seed(8, 5));
+        let pd = PdId(1);
+        let mr = t
+            .register(region(64), pd, Access::LOCAL_WRITE | Access::MW_BIND, 0)
+            .unwrap();
+        let w = t.alloc_mw(pd, MwType::Type2).unwrap();
+        let k = w.key() ^ 1;
+        let s = t
+            .bind_mw(w, k, mr, pd, 0, 8, Access::REMOTE_READ, Some(3))
+            .unwrap();
+        let other = std::sync::Arc::clone(&t);
+        check_hook::set(move || {
+            other
+                .bind_mw(w, k ^ 2, mr, pd, 0, 8, Access::REMOTE_READ, Some(4))
+                .unwrap();
+            let back = other
+                .bind_mw(w, k, mr, pd, 0, 8, Access::REMOTE_READ, Some(4))
+                .unwrap();
+            assert_eq!(back, s, "the key came back, bound to stream 4");
+        });
+        assert_eq!(
+            t.invalidate_remote(s, pd, 3),
+            Err(InvalidateFault::NotAssociated)
+        );
+        assert!(t.is_valid(s), "stream 4's window stays valid");
+        assert!(t.lookup_remote(s, pd, 4, Access::REMOTE_READ).is_ok());
     }
 
     #[test]
