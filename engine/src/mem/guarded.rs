@@ -113,11 +113,16 @@ impl Drop for GuardedArena {
     fn drop(&mut self) {
         // Free the memory only if no region outlives the arena (a table that still holds a
         // registration, an `Arc` kept by the caller); otherwise leak it: never a use after
-        // free.
-        if self.regions.iter().all(|r| Arc::strong_count(r) == 1) {
-            self.regions.clear();
+        // free. `try_unwrap` takes each last `Arc` in one atomic step, so a `Weak` upgraded
+        // meanwhile either counts (and the memory is leaked) or fails; a count read and a
+        // drop afterwards would let one upgraded in between outlive the memory.
+        let mut all_gone = true;
+        for r in self.regions.drain(..) {
+            all_gone &= Arc::try_unwrap(r).is_ok();
+        }
+        if all_gone {
             // SAFETY: `words` came from `Box::into_raw` and every region pointing into it
-            // is gone (their last `Arc`s were just dropped), so nothing aliases it.
+            // is gone (their last `Arc`s were just taken and dropped), so nothing aliases it.
             drop(unsafe { Box::from_raw(self.words) });
         }
     }
