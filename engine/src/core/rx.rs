@@ -366,29 +366,39 @@ impl Qp {
         held: &mut RxHeld<'m>,
     ) -> Result<(), RxFault> {
         let mut claimed = false;
+        let mut reached = None;
         if let Some(q) = self.shared.srq() {
-            if let Some((wr, reached)) = q.claim() {
+            if let Some((wr, r)) = q.claim() {
                 self.shared.claim_rq();
                 self.rq.push_back(wr);
                 claimed = true;
-                if reached {
-                    ctx.events
-                        .push_back(CmEvent::SrqLimitReached { srq: q.id() });
-                }
+                reached = r;
             }
         }
         let res = self.rx_segment(ulpdu, seg, ctx, mrs, held);
         // A segment that fails the checks that need the buffer (DDP's, a Send longer than
         // it) or its placement fails the QP: the buffer it claimed for it goes back to the
         // shared queue, ahead of the buffers there (module `srq`), for the other QPs,
-        // instead of being flushed with this QP (departure 23).
+        // instead of being flushed with this QP (departure 23). The claim is undone, the
+        // limit's disarming with it: no buffer left the queue, so no limit event.
         if claimed && res.is_err() && self.rq.len() == 1 {
             if let (Some(wr), Some(q)) = (self.rq.pop_front(), self.shared.srq()) {
-                match q.give_back(wr) {
+                match q.give_back(wr, reached.take()) {
                     Ok(()) => self.shared.release_rq(),
-                    // No room (buffers posted meanwhile): flushed with the QP, as before.
-                    Err(wr) => self.rq.push_front(wr),
+                    // No room (buffers posted meanwhile): flushed with the QP, as before;
+                    // the claim stands, and so does its limit event.
+                    Err((wr, r)) => {
+                        self.rq.push_front(wr);
+                        reached = r;
+                    }
                 }
+            }
+        }
+        // The verbs' IBV_EVENT_SRQ_LIMIT_REACHED, for a claim that kept its buffer.
+        if reached.is_some() {
+            if let Some(q) = self.shared.srq() {
+                ctx.events
+                    .push_back(CmEvent::SrqLimitReached { srq: q.id() });
             }
         }
         res
