@@ -2822,40 +2822,38 @@ const RATE_MBPS: [(ibv_rate, c_int); 23] = [
     (IBV_RATE_1200_GBPS, 1275000),
 ];
 
+/// The right of `table`'s pair whose left is `a`.
+fn right_of<A: PartialEq + Copy, B: Copy>(table: &[(A, B)], a: A) -> Option<B> {
+    table.iter().find(|(l, _)| *l == a).map(|&(_, r)| r)
+}
+
+/// The left of `table`'s pair whose right is `b`.
+fn left_of<A: Copy, B: PartialEq + Copy>(table: &[(A, B)], b: B) -> Option<A> {
+    table.iter().find(|(_, r)| *r == b).map(|&(l, _)| l)
+}
+
 /// `ibv_rate_to_mult`: the rate as a multiple of 2.5 Gb/s, -1 for any other value.
 #[no_mangle]
 pub extern "C" fn __wc_ibv_rate_to_mult(rate: ibv_rate) -> c_int {
-    RATE_MULT
-        .iter()
-        .find(|(r, _)| *r == rate)
-        .map_or(-1, |&(_, m)| m)
+    right_of(&RATE_MULT, rate).unwrap_or(-1)
 }
 
 /// `mult_to_ibv_rate`: the rate of a multiple of 2.5 Gb/s, `IBV_RATE_MAX` for any other.
 #[no_mangle]
 pub extern "C" fn __wc_mult_to_ibv_rate(mult: c_int) -> ibv_rate {
-    RATE_MULT
-        .iter()
-        .find(|(_, m)| *m == mult)
-        .map_or(IBV_RATE_MAX, |&(r, _)| r)
+    left_of(&RATE_MULT, mult).unwrap_or(IBV_RATE_MAX)
 }
 
 /// `ibv_rate_to_mbps`: the rate in Mb/s, -1 for any other value.
 #[no_mangle]
 pub extern "C" fn __wc_ibv_rate_to_mbps(rate: ibv_rate) -> c_int {
-    RATE_MBPS
-        .iter()
-        .find(|(r, _)| *r == rate)
-        .map_or(-1, |&(_, m)| m)
+    right_of(&RATE_MBPS, rate).unwrap_or(-1)
 }
 
 /// `mbps_to_ibv_rate`: the rate of exactly that many Mb/s, `IBV_RATE_MAX` for any other.
 #[no_mangle]
 pub extern "C" fn __wc_mbps_to_ibv_rate(mbps: c_int) -> ibv_rate {
-    RATE_MBPS
-        .iter()
-        .find(|(_, m)| *m == mbps)
-        .map_or(IBV_RATE_MAX, |&(r, _)| r)
+    left_of(&RATE_MBPS, mbps).unwrap_or(IBV_RATE_MAX)
 }
 
 /// `ibv_set_ece`: ECE (Enhanced Connection Establishment) is carried by InfiniBand CM
