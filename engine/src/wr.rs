@@ -565,9 +565,17 @@ impl CompletionQueue {
                     ARMED_NEXT
                 };
                 // A queue armed for any completion stays so when asked for solicited ones.
+                // Sequentially consistent, as `notify`'s look at the arming and the
+                // queue's cursors are: the caller polls the queue next, and either that
+                // poll sees a completion a core pushed meanwhile or the core sees this
+                // arming (store buffering: with acquire/release only, both could read the
+                // old value, and a thread that then sleeps on the channel would sleep
+                // through the completion; Miri found it,
+                // `an_arming_racing_a_push_is_seen_or_signalled`). Plain loads and
+                // locked operations on x86 either way.
                 let _ = n
                     .armed
-                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |cur| {
                         Some(if cur == ARMED_NEXT { cur } else { a })
                     });
                 true
@@ -616,11 +624,13 @@ impl CompletionQueue {
     #[inline]
     fn notify(&self, notable: bool) {
         if let Some(n) = &self.notify {
-            let a = n.armed.load(Ordering::Acquire);
+            // Sequentially consistent, after the push's claim of the ring (a SeqCst
+            // compare-and-swap of its tail): see `arm`.
+            let a = n.armed.load(Ordering::SeqCst);
             let fire = a == ARMED_NEXT || (a == ARMED_SOLICITED && notable);
             if fire
                 && n.armed
-                    .compare_exchange(a, UNARMED, Ordering::AcqRel, Ordering::Acquire)
+                    .compare_exchange(a, UNARMED, Ordering::SeqCst, Ordering::SeqCst)
                     .is_ok()
             {
                 n.channel.signal(self.id);
@@ -1052,6 +1062,41 @@ mod tests {
             )
         });
         assert_eq!(ch.get_event(Some(zero)).unwrap(), Some(cq.id()));
+    }
+
+    /// `ibv_req_notify_cq`'s contract with the queue polled after the arming: a completion
+    /// pushed by a core while an application thread arms the queue is either seen by the
+    /// poll that follows the arming or signals the channel; never neither (a thread that
+    /// then sleeps on the channel would sleep through it). The store-buffering shape
+    /// (core: push, then read the arming; application: arm, then read the queue) needs
+    /// every one of the four accesses sequentially consistent. x86 never shows the bad
+    /// outcome (its loads and locked operations are the same either way): the test finds
+    /// it under Miri, whose weak memory emulation produced it in the first round with the
+    /// acquire/release orderings (`cargo +nightly miri test -p warpcore-engine --lib
+    /// an_arming_racing`).
+    #[test]
+    fn an_arming_racing_a_push_is_seen_or_signalled() {
+        let rounds = if cfg!(miri) { 300 } else { 5_000 };
+        for round in 0..rounds {
+            // Miri has no EFD_SEMAPHORE eventfd: a plain doorbell rings as well.
+            let ch = Arc::new(CompletionChannel {
+                bell: crate::doorbell::Doorbell::new().unwrap(),
+                fired: std::sync::Mutex::new(std::collections::VecDeque::new()),
+            });
+            let cq = Arc::new(CompletionQueue::with_channel(4, ch).unwrap());
+            let core = {
+                let cq = Arc::clone(&cq);
+                std::thread::spawn(move || cq.push(write_wc(1, WcStatus::Success)))
+            };
+            assert!(cq.arm(false));
+            let seen = !cq.is_empty();
+            core.join().unwrap();
+            let signalled = cq.notify.as_ref().unwrap().armed.load(Ordering::Relaxed) == UNARMED;
+            assert!(
+                seen || signalled,
+                "round {round}: neither seen nor signalled"
+            );
+        }
     }
 
     /// A timeout too long for an `Instant` (`Duration::MAX`, a caller's "for ever") waits

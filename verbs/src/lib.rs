@@ -83,10 +83,10 @@ mod channel;
 mod error;
 mod polled;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant as StdInstant};
 
 pub use warpcore_engine::mem::Region;
@@ -233,6 +233,9 @@ struct Inner {
     /// The doorbell every core rings when it hands over events (once an event channel
     /// exists).
     event_bell: Mutex<Option<Arc<warpcore_engine::doorbell::Doorbell>>>,
+    /// The completion queues this context made, by identifier (unique in the process):
+    /// a queue pair completes only into these ([`ProtectionDomain::create_qp`]).
+    cqs: Mutex<HashMap<u64, Weak<warpcore_engine::CompletionQueue>>>,
     cfg: EngineConfig,
     /// The port: address and prefix, MAC, IP MTU.
     port: (Ipv4Addr, u8, [u8; 6], usize),
@@ -365,6 +368,7 @@ impl Context {
                 next_core: AtomicUsize::new(0),
                 events: Mutex::new(VecDeque::new()),
                 event_bell: Mutex::new(None),
+                cqs: Mutex::default(),
                 cfg: cfg.engine,
                 port: (cfg.ip, cfg.prefix_len, stack.mac, mtu),
             }),
@@ -504,6 +508,7 @@ impl Context {
         let cq = channel
             .new_cq(depth)
             .map_err(|_| Error::LimitExceeded("cq depth"))?;
+        self.own_cq(&cq);
         Ok(CompletionQueue {
             cq,
             driver: polled::Driver::of(self),
@@ -515,13 +520,29 @@ impl Context {
         if depth == 0 || depth > self.inner.cfg.max_cq_depth {
             return Err(Error::LimitExceeded("cq depth"));
         }
+        let cq = Arc::new(
+            warpcore_engine::CompletionQueue::new(depth)
+                .map_err(|_| Error::LimitExceeded("cq depth"))?,
+        );
+        self.own_cq(&cq);
         Ok(CompletionQueue {
-            cq: Arc::new(
-                warpcore_engine::CompletionQueue::new(depth)
-                    .map_err(|_| Error::LimitExceeded("cq depth"))?,
-            ),
+            cq,
             driver: polled::Driver::of(self),
         })
+    }
+
+    /// Records `cq` as made by this context (the queues of dropped ones are forgotten).
+    fn own_cq(&self, cq: &Arc<warpcore_engine::CompletionQueue>) {
+        let mut map = self.inner.cqs.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, w| w.strong_count() > 0);
+        map.insert(cq.id(), Arc::downgrade(cq));
+    }
+
+    /// Whether this context made `cq`.
+    fn owns_cq(&self, cq: &Arc<warpcore_engine::CompletionQueue>) -> bool {
+        let map = self.inner.cqs.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&cq.id())
+            .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(cq)))
     }
 
     /// Listens on `port` on every engine core (with RSS, a SYN reaches any of them).
@@ -640,7 +661,7 @@ impl Context {
             if deadline.is_some_and(|d| StdInstant::now() >= d) {
                 return None;
             }
-            spins += 1;
+            spins = spins.saturating_add(1);
             if spins < 100 {
                 std::hint::spin_loop();
             } else {
@@ -837,10 +858,17 @@ impl ProtectionDomain {
     /// ([`QpInit::with_srq`]) must be of this domain ([`Error::Stag`] with
     /// [`MemError::WrongPd`]) and so of this context ([`Error::StaleHandle`]). Depths and
     /// SGEs above the engine configuration's limits, and a [`QpInit::max_inline`] above
-    /// [`MAX_INLINE`], are [`Error::LimitExceeded`].
+    /// [`MAX_INLINE`], are [`Error::LimitExceeded`]. A completion queue of another context
+    /// is [`Error::StaleHandle`], as `ibv_create_qp` refuses another device context's CQ:
+    /// polls and waits of a caller-driven context's queue run that context's cores only,
+    /// so a queue of another context would never see this queue pair's completions (and
+    /// its overrun, `CmEvent::CqError`, would be reported by the wrong context).
     pub fn create_qp(&self, init: &QpInit) -> Result<QueuePair, Error> {
         if init.max_inline > MAX_INLINE {
             return Err(Error::LimitExceeded("max_inline"));
+        }
+        if !(self.ctx.owns_cq(&init.send_cq) && self.ctx.owns_cq(&init.recv_cq)) {
+            return Err(Error::StaleHandle);
         }
         if let Some(srq) = &init.srq {
             // Protection domain numbers are per context: another context's domain may have
@@ -1715,7 +1743,7 @@ impl Drop for QueuePair {
             let (tx, _rx) = crossbeam::channel::bounded(1);
             match h.submit(Command::DestroyQp(self.id, tx)) {
                 Err(warpcore_engine::EngineError::LimitExceeded(_)) => {
-                    spins += 1;
+                    spins = spins.saturating_add(1);
                     if spins < 64 {
                         std::thread::yield_now();
                     } else {
@@ -1779,7 +1807,7 @@ impl CompletionQueue {
             if deadline.is_some_and(|d| StdInstant::now() >= d) {
                 return Err(Error::Timeout);
             }
-            spins += 1;
+            spins = spins.saturating_add(1);
             self.driver.pause(spins);
         }
     }
@@ -1814,7 +1842,7 @@ impl CompletionQueue {
             if deadline.is_some_and(|d| StdInstant::now() >= d) {
                 return Err(Error::Timeout);
             }
-            spins += 1;
+            spins = spins.saturating_add(1);
             self.driver.pause(spins);
         }
     }
