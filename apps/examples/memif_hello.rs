@@ -158,6 +158,7 @@ fn client(ctx: Context) -> Result<(), Error> {
         remote_stag: stag,
         remote_to: 1536,
         imm: 0xC0FFEE,
+        solicited: false,
     };
     qp.post_send(&SendWr::new(4, write_imm, &[mr.sge(300, 25)])?)?;
     let fetch_add = SendOp::AtomicFetchAdd {

@@ -172,7 +172,8 @@ pub enum SendOp {
         swap_mask: u64,
     },
     /// RDMA Write followed by an RFC 7306 Immediate Data message carrying `imm` (sent
-    /// big-endian, EXT-6.3-5): the peer's receive completes with [`WcOpcode::RecvImm`]
+    /// big-endian, EXT-6.3-5), with the Solicited Event flag if `solicited` (Immediate
+    /// Data with SE, 0x9): the peer's receive completes with [`WcOpcode::RecvImm`]
     /// once the written data is placed (the Write precedes it on the stream).
     WriteWithImm {
         /// The peer's STag.
@@ -181,6 +182,10 @@ pub enum SendOp {
         remote_to: u64,
         /// The immediate value.
         imm: u64,
+        /// Send the Immediate Data message with the Solicited Event flag (opcode 0x9;
+        /// `IBV_SEND_SOLICITED` on `IBV_WR_RDMA_WRITE_WITH_IMM`): the peer's completion is
+        /// solicited and wakes a CQ armed for solicited completions.
+        solicited: bool,
     },
     /// RFC 7306 Immediate Data (opcode 0x8) or Immediate Data with Solicited Event (0x9):
     /// exactly 8 octets, `imm` big-endian on the wire, that consume one receive buffer of
@@ -1152,6 +1157,7 @@ mod tests {
                 remote_stag: 29,
                 remote_to: 30,
                 imm: 31,
+                solicited: false,
             },
             SendOp::Immediate {
                 imm: 32,

@@ -466,6 +466,7 @@ fn rfc7306_disabled_post_time_error_and_inbound_0_2_06() {
             remote_stag: 1,
             remote_to: 0,
             imm: 5,
+            solicited: false,
         },
         SendOp::Immediate {
             imm: 5,
@@ -568,6 +569,7 @@ fn write_with_imm_and_immediate_data_complete_receives_in_order() {
                 remote_stag: sb.0,
                 remote_to: 0,
                 imm: 0x1122_3344_5566_7788,
+                solicited: false,
             },
             vec![(sa, 0, 70_000)],
         ),

@@ -63,6 +63,7 @@ fn remote_to_wrap_is_refused_at_post_time() {
                 remote_stag: 0x1234,
                 remote_to: top + 1,
                 imm: 7,
+                solicited: false,
             },
             &[(sa, 0, 64)],
         ),

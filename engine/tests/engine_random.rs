@@ -458,6 +458,7 @@ fn run(seed: u64, crc: bool, rev: u8) -> (Model, Octets) {
                                     remote_stag: s_w.0,
                                     remote_to: *to as u64,
                                     imm,
+                                    solicited,
                                 },
                                 &[(s_src, (i * SLOT) as u64, data.len() as u32)],
                             )
@@ -467,7 +468,7 @@ fn run(seed: u64, crc: bool, rev: u8) -> (Model, Octets) {
                     p.a.core.post_send(qa, wr).unwrap();
                     ops.push(Op::Imm {
                         imm,
-                        solicited: solicited && write.is_none(),
+                        solicited,
                         write,
                     });
                     continue;

@@ -132,9 +132,23 @@ fn send_work_requests_translate() {
         Ok(SendOp::WriteWithImm {
             remote_stag: 0xAB,
             remote_to: 0x1000,
-            imm: 0x1234_5678
+            imm: 0x1234_5678,
+            solicited: false
         })
     );
+    // IBV_SEND_SOLICITED on a Write with Immediate: its Immediate Data message carries
+    // the Solicited Event flag (0x9), as on a Send.
+    w.send_flags = IBV_SEND_SOLICITED;
+    assert_eq!(
+        verbs::send_op(&w),
+        Ok(SendOp::WriteWithImm {
+            remote_stag: 0xAB,
+            remote_to: 0x1000,
+            imm: 0x1234_5678,
+            solicited: true
+        })
+    );
+    w.send_flags = 0;
     w.opcode = IBV_WR_SEND;
     w.send_flags = IBV_SEND_SOLICITED;
     assert_eq!(verbs::send_op(&w), Ok(SendOp::SendSe));

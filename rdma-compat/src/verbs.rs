@@ -2386,6 +2386,7 @@ pub(crate) fn send_op(w: &ibv_send_wr) -> Result<SendOp, c_int> {
                 remote_stag: w.wr.rdma.rkey,
                 remote_to: w.wr.rdma.remote_addr,
                 imm: u64::from(u32::from_be(w.__bindgen_anon_1.imm_data)),
+                solicited,
             },
             // RFC 7306's Immediate Data message carries no payload: a Send with Immediate
             // of zero octets maps onto it; with payload there is no iWARP equivalent.

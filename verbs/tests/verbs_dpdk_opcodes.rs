@@ -134,6 +134,7 @@ fn every_opcode(client: &Context, server: &Context, port: u16, params: &MpaParam
             remote_stag: st,
             remote_to: 12_288,
             imm: 0x1122_3344_5566_7788,
+            solicited: false,
         },
         &[s(0, 512)],
     );

@@ -74,6 +74,7 @@ fn atomics_and_immediate_data_over_verbs() {
         remote_stag: smr.stag(),
         remote_to: 1000,
         imm: 0xFEED,
+        solicited: false,
     };
     cqp.post_send(&SendWr::new(12, wi, &[cmr.sge(100, 16)]).unwrap())
         .unwrap();

@@ -193,6 +193,7 @@ fn bad_requests(
         remote_stag: p.smr.stag(),
         remote_to: 0,
         imm: 7,
+        solicited: false,
     };
     let mut v = Vec::new();
     // (operation, its name, whether it writes local memory, the SGE's length): a 64 B Write

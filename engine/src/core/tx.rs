@@ -424,6 +424,9 @@ impl Qp {
                 let op = match e.wr.op {
                     SendOp::Immediate {
                         solicited: true, ..
+                    }
+                    | SendOp::WriteWithImm {
+                        solicited: true, ..
                     } => Opcode::ImmediateDataSe,
                     _ => Opcode::ImmediateData,
                 };

@@ -361,6 +361,7 @@ pub fn client(ctx: &Context, server_ip: [u8; 4]) {
             remote_stag: stag,
             remote_to: 44_000,
             imm: 0x7306 + i as u64,
+            solicited: false,
         };
         qp.post_send(&SendWr::new(8, wi, &[s(0, 64)]).unwrap())
             .unwrap();

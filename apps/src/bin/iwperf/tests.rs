@@ -444,6 +444,7 @@ pub fn client_lat(
                     remote_stag: c.peer.data_stag,
                     remote_to: 0,
                     imm: i,
+                    solicited: false,
                 };
                 t0 = Instant::now();
                 post_data(c, i, op, size, ph.stall)?;
@@ -753,6 +754,7 @@ pub fn server_lat(
                         remote_stag: c.peer.data_stag,
                         remote_to: 0,
                         imm: i,
+                        solicited: false,
                     };
                     post_data(c, i, op, size, ph.stall)?;
                     c.note_data_sent();
@@ -928,6 +930,7 @@ pub fn bw_phase(
                             remote_stag: c.peer.data_stag,
                             remote_to: slot,
                             imm: i,
+                            solicited: false,
                         },
                         T::WriteBw => SendOp::Write {
                             remote_stag: c.peer.data_stag,
