@@ -946,6 +946,23 @@ mod tests {
         drop(tail);
     }
 
+    /// A chain whose packet length claims more than its segments hold (a driver's
+    /// inconsistency, which safe code cannot make): `copy_to_slice` copies and counts only
+    /// the segments' octets, the count `DpdkRxToken::consume` (tcp) relies on so that an
+    /// earlier frame's octets in its scratch buffer are not passed on as this frame's.
+    fn copy_to_slice_counts_only_the_segments_octets(pool: &Mempool) {
+        let mut m = Mbuf::from_slice(pool, &[1u8; 10]).expect("mbuf");
+        m.chain(Mbuf::from_slice(pool, &[2u8; 5]).expect("mbuf"))
+            .expect("chain");
+        // SAFETY: m is owned here; pkt_len is plain data, set back before m is freed.
+        unsafe { (*m.as_raw()).pkt_len = 100 };
+        let mut out = [0xEEu8; 100];
+        assert_eq!(m.copy_to_slice(&mut out), 15, "only the segments' octets");
+        assert_eq!(&out[..15], &[[1u8; 10].as_slice(), &[2u8; 5]].concat()[..]);
+        // SAFETY: as above.
+        unsafe { (*m.as_raw()).pkt_len = 15 };
+    }
+
     /// The only test of this binary that starts the EAL (once per process).
     #[test]
     fn data_mut_and_append_refuse_a_buffer_the_mbuf_does_not_own_alone() {
@@ -1042,6 +1059,7 @@ mod tests {
         assert!(m.data_mut().is_ok());
 
         header_mutators_refuse_a_twice_owned_mbuf(&pool);
+        copy_to_slice_counts_only_the_segments_octets(&pool);
 
         // An external buffer (rte_pktmbuf_attach_extbuf): memory the mbuf does not own.
         let ext: &'static mut [u8; 256] = Box::leak(Box::new([5u8; 256]));

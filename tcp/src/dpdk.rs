@@ -455,8 +455,9 @@ fn rx_checksums_ok(m: &Mbuf) -> bool {
     if !m.is_contiguous() {
         // Chained frames are rare (jumbo frames on small mbufs): copy to verify.
         let mut v = vec![0; m.pkt_len()];
-        m.copy_to_slice(&mut v);
-        return software_checksums_ok(&v, need);
+        // The octets the frame's consumer sees (DpdkRxToken::consume): no more.
+        let n = m.copy_to_slice(&mut v);
+        return software_checksums_ok(&v[..n], need);
     }
     software_checksums_ok(m.data(), need)
 }
@@ -695,8 +696,11 @@ impl phy::RxToken for DpdkRxToken<'_> {
             if self.scratch.len() < len {
                 self.scratch.resize(len, 0);
             }
-            self.mbuf.copy_to_slice(&mut self.scratch[..len]);
-            f(&self.scratch[..len])
+            // Only the octets the segments hold: a driver whose packet length exceeds its
+            // segments' sum would otherwise pass an earlier frame's octets left in the
+            // scratch buffer as this frame's.
+            let n = self.mbuf.copy_to_slice(&mut self.scratch[..len]);
+            f(&self.scratch[..n])
         };
         // Freed when the next poll begins (an unconsumed token frees it when it drops).
         self.done.push(self.mbuf);
