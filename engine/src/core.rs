@@ -179,7 +179,9 @@ mod validate;
 use tx::LoneWrite;
 use txrec::TxRecords;
 
-pub use validate::{validate_recv, validate_send};
+pub use validate::{
+    ends_in_flush, reserve_flushed_send, validate_recv, validate_recv_late, validate_send,
+};
 
 #[cfg(feature = "self-check")]
 thread_local! {

@@ -48,7 +48,10 @@ pub use crate::config::{
     EngineConfig, ENGINE_ACK_DELAY, MAX_ACK_DELAY, MAX_CONNECTIONS, MAX_QUEUE_DEPTH, MAX_SGE,
     SHUTDOWN_LINGER_MAX_MS,
 };
-pub use crate::core::{validate_recv, validate_send, CoreStats, EngineCore, QpAttr, QpInfo};
+pub use crate::core::{
+    ends_in_flush, reserve_flushed_send, validate_recv, validate_recv_late, validate_send,
+    CoreStats, EngineCore, QpAttr, QpInfo,
+};
 pub use crate::error::{DepthError, DeviceError, EngineError};
 pub use crate::srq::SharedRq;
 pub use crate::wr::{

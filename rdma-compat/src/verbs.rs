@@ -1325,23 +1325,15 @@ struct Events {
 
 /// Whether a post failed only because the QP is closing or in error: the verbs complete
 /// such a request with `IBV_WC_WR_FLUSH_ERR` instead of failing the post (what every
-/// provider does; perftest reposts a receive after the peer has closed).
+/// provider does; perftest reposts a receive after the peer has closed). It is handed to
+/// the engine core to be flushed there (`QueuePair::post_send_flushed`,
+/// `post_recv_late`), behind the requests posted before it: completed on the posting
+/// thread it overtook those still draining in a graceful close.
 fn flushes(e: &wv::Error) -> bool {
     matches!(
         e,
         wv::Error::InvalidState(wv::QpState::Closing | wv::QpState::Terminate | wv::QpState::Error)
     )
-}
-
-/// Completes a work request posted to a queue pair in the error state with a flush error
-/// (the verbs accept it; the engine's typed API refuses it): into the engine's queue,
-/// behind the flushes of the requests posted before it (posting order), signalling the
-/// channel of an armed CQ (ibv_req_notify_cq(3)).
-fn push_flush(cq: *mut ibv_cq, wr_id: u64, qp: wv::QpId, opcode: WcOpcode) {
-    // SAFETY: a QP's CQs outlive it (a CQ with QPs is not destroyed).
-    if let Some(c) = unsafe { cq_ref(cq) } {
-        c.cq.push_flushed(wr_id, qp, opcode);
-    }
 }
 
 /// # Safety
@@ -1861,7 +1853,13 @@ unsafe extern "C" fn post_srq_recv(
         let Some(q) = (unsafe { s.cast::<Srq>().as_ref() }) else {
             return EINVAL;
         };
-        post_recv_list(wr, bad, q.srq.max_sge(), |r| q.srq.post_recv(r), |_| {})
+        post_recv_list(
+            wr,
+            bad,
+            q.srq.max_sge(),
+            |r| q.srq.post_recv(r),
+            |r| q.srq.post_recv(r),
+        )
     })
 }
 
@@ -1870,7 +1868,7 @@ fn post_recv_list(
     bad: *mut *mut ibv_recv_wr,
     max_sge: u32,
     post: impl Fn(&wv::RecvWr) -> Result<(), wv::Error>,
-    flush: impl Fn(u64),
+    late: impl Fn(&wv::RecvWr) -> Result<(), wv::Error>,
 ) -> c_int {
     while !wr.is_null() {
         // SAFETY: the caller's list of work requests (ibv_post_recv(3)).
@@ -1880,11 +1878,10 @@ fn post_recv_list(
             let (v, n) = to_sges(s);
             wv::RecvWr::new(w.wr_id, &v[..n]).map_err(|e| errno_of(&e))
         });
+        // A QP closing or failed takes it to be flushed, behind the receives posted before
+        // it (or filled by a message still arriving while it closes).
         let r = r.and_then(|rw| match post(&rw) {
-            Err(e) if flushes(&e) => {
-                flush(w.wr_id);
-                Ok(())
-            }
+            Err(e) if flushes(&e) => late(&rw).map_err(|e| errno_of(&e)),
             r => r.map_err(|e| errno_of(&e)),
         });
         if let Err(e) = r {
@@ -2439,9 +2436,10 @@ unsafe extern "C" fn post_send(
             // SAFETY: the caller's list (ibv_post_send(3)).
             let w = unsafe { &*wr };
             let r = match post_one(q, w) {
+                // Completed flushed by the engine core, behind the requests posted before
+                // it (some may still be draining or on their way to the core).
                 Err(Posted::Engine(e)) if flushes(&e) => {
-                    push_flush(q.ibv.send_cq, w.wr_id, q.qp.id(), WcOpcode::Send);
-                    Ok(())
+                    q.qp.post_send_flushed(w.wr_id).map_err(|e| errno_of(&e))
                 }
                 Err(Posted::Engine(e)) => Err(errno_of(&e)),
                 Err(Posted::Errno(e)) => Err(e),
@@ -2577,7 +2575,7 @@ unsafe extern "C" fn post_recv(
             bad,
             q.cap.max_recv_sge,
             |r| q.qp.post_recv(r),
-            |id| push_flush(q.ibv.recv_cq, id, q.qp.id(), WcOpcode::Recv),
+            |r| q.qp.post_recv_late(r),
         )
     })
 }

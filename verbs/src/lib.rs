@@ -1464,6 +1464,25 @@ impl QueuePair {
         Ok(())
     }
 
+    /// Queues a send request, named `wr_id`, that completes with [`WcStatus::FlushErr`]
+    /// behind every request posted before it: what `ibv_post_send(3)` does on a queue
+    /// pair that is closing or failed, where [`QueuePair::post_send`] refuses with
+    /// [`Error::InvalidState`]. It goes through the engine core as a post does, so its
+    /// completion never overtakes those of requests still draining (a graceful close) or
+    /// still on their way to the core. Nothing is sent. [`Error::InvalidState`] in any
+    /// other state, [`Error::QueueFull`] when the send queue is full.
+    pub fn post_send_flushed(&self, wr_id: u64) -> Result<(), Error> {
+        warpcore_engine::reserve_flushed_send(&self.shared)?;
+        // A request the core flushes because the QP is not in RTS (`post_send_reserved`),
+        // whatever it is: a Send of nothing, signalled (error completions always are).
+        let wr = SendWr::new(wr_id, SendOp::Send, &[])?;
+        let h = &self.ctx.inner.cores[self.core];
+        h.post_send(self.id, &wr.0).inspect_err(|_| {
+            self.shared.release_sq();
+        })?;
+        Ok(())
+    }
+
     /// Posts a list of send work requests at once (`ibv_post_send` with a chained list):
     /// each is checked as [`QueuePair::post_send`] checks one, and they are queued to the
     /// engine core in order under one lock with one wake-up. The requests before the first
@@ -1692,6 +1711,22 @@ impl QueuePair {
     /// Posts a receive work request (also before the connection exists).
     pub fn post_recv(&self, wr: &RecvWr) -> Result<(), Error> {
         validate_recv(&self.shared, &self.ctx.inner.mrs, &wr.0)?;
+        let h = &self.ctx.inner.cores[self.core];
+        h.post_recv(self.id, &wr.0).inspect_err(|_| {
+            self.shared.release_rq();
+        })?;
+        Ok(())
+    }
+
+    /// Posts a receive work request to a queue pair that is closing or failed (where
+    /// [`QueuePair::post_recv`] refuses with [`Error::InvalidState`]), as
+    /// `ibv_post_recv(3)` takes one: checked as a post is but for the state, and queued by
+    /// the core behind the receives posted before it. It completes with
+    /// [`WcStatus::FlushErr`] when they are flushed (at once on a QP that failed), in
+    /// order, or receives a message that still arrives while the connection closes.
+    /// [`Error::InvalidState`] in any other state.
+    pub fn post_recv_late(&self, wr: &RecvWr) -> Result<(), Error> {
+        warpcore_engine::validate_recv_late(&self.shared, &self.ctx.inner.mrs, &wr.0)?;
         let h = &self.ctx.inner.cores[self.core];
         h.post_recv(self.id, &wr.0).inspect_err(|_| {
             self.shared.release_rq();

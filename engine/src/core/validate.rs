@@ -139,6 +139,51 @@ pub fn validate_recv(shared: &QpShared, mrs: &MrTable, wr: &RecvWr) -> Result<()
     if !matches!(st, QpState::Idle | QpState::Connecting | QpState::Rts) {
         return Err(EngineError::InvalidState(st));
     }
+    validate_recv_checks(shared, mrs, wr)
+}
+
+/// The states in which a queue pair's posts are refused by [`validate_send`] and
+/// [`validate_recv`] but accepted by the verbs as requests to be flushed
+/// (`ibv_post_send(3)` / `ibv_post_recv(3)` on a QP in the error state): closing,
+/// Terminate, error.
+pub fn ends_in_flush(st: QpState) -> bool {
+    matches!(st, QpState::Closing | QpState::Terminate | QpState::Error)
+}
+
+/// [`validate_recv`] for a queue pair that is closing or failed ([`ends_in_flush`]): the
+/// same checks but the state's, and the slot reserved. The core queues the receive behind
+/// those posted before it: flushed with them ([`WcStatus::FlushErr`], at once if the QP
+/// failed), or filled by a message that still arrives while the connection closes.
+pub fn validate_recv_late(
+    shared: &QpShared,
+    mrs: &MrTable,
+    wr: &RecvWr,
+) -> Result<(), EngineError> {
+    let st = shared.state();
+    if !ends_in_flush(st) {
+        return Err(EngineError::InvalidState(st));
+    }
+    validate_recv_checks(shared, mrs, wr)
+}
+
+/// What [`validate_send`] reserves for a queue pair that is closing or failed
+/// ([`ends_in_flush`]): its send queue slot, for a request the core completes with
+/// [`WcStatus::FlushErr`] behind those posted before it, in order (`post_send_reserved`
+/// flushes whatever reaches it outside RTS). Nothing of the request is checked: it is
+/// neither sent nor executed.
+pub fn reserve_flushed_send(shared: &QpShared) -> Result<(), EngineError> {
+    let st = shared.state();
+    if !ends_in_flush(st) {
+        return Err(EngineError::InvalidState(st));
+    }
+    if !shared.reserve_sq() {
+        return Err(EngineError::QueueFull);
+    }
+    Ok(())
+}
+
+/// [`validate_recv`]'s checks after the state's.
+fn validate_recv_checks(shared: &QpShared, mrs: &MrTable, wr: &RecvWr) -> Result<(), EngineError> {
     if shared.srq().is_some() {
         return Err(EngineError::UsesSrq);
     }
