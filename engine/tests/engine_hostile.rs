@@ -1271,3 +1271,56 @@ fn mpa_7_1_2_8_an_fpdu_behind_the_request_does_not_swallow_the_reply() {
         &rx[..rx.len().min(32)]
     );
 }
+
+/// RDMAP-5.2.1-13/14: a Read Request of zero octets is answered with a zero-length Read
+/// Response without its Data Source STag or TO being validated, whatever the engine's
+/// `tx_from_memory_min` (0: "every FPDU from registered memory, zero-length ones
+/// included"). With 0 the header-only response went to the from-memory path, which
+/// looked the unvalidated source up, failed, and ended the stream with a local
+/// catastrophic Terminate (0/0/FF) instead of answering.
+#[test]
+fn zero_length_read_with_an_unchecked_source_is_answered_from_memory_too() {
+    for min in [512, 0] {
+        let mut w = world_with(EngineConfig {
+            tx_from_memory_min: min,
+            ..EngineConfig::default()
+        });
+        let (tcp, mut framer, mut d, qp) = connect(&mut w, 0);
+        let good = w.stag.0;
+        // An invalid source STag, then a valid STag with a TO far outside its region,
+        // then an ordinary Read: all three answered, in order.
+        send_ulpdus(
+            &mut w,
+            tcp,
+            &mut framer,
+            &[
+                read_req(1, good ^ 0x100, 0, 0),
+                read_req(2, good, 1 << 40, 0),
+                read_req(3, good, 0, 16),
+            ],
+            false,
+        );
+        let mut got = Vec::new();
+        for _ in 0..300 {
+            step_and_read(&mut w, tcp, &mut d, |u| {
+                let s = Segment::parse(u).expect("a valid segment from the engine");
+                got.push((s.repr.opcode, s.repr.last, s.payload.len(), s.repr.buffer));
+            });
+        }
+        let sink = DdpBuffer::Tagged { stag: 0x100, to: 0 };
+        assert_eq!(
+            got,
+            vec![
+                (Opcode::ReadResponse, true, 0, sink),
+                (Opcode::ReadResponse, true, 0, sink),
+                (Opcode::ReadResponse, true, 16, sink),
+            ],
+            "tx_from_memory_min {min}"
+        );
+        assert_eq!(
+            w.engine.qp_state(qp).unwrap(),
+            QpState::Rts,
+            "tx_from_memory_min {min}"
+        );
+    }
+}

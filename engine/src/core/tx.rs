@@ -1116,7 +1116,12 @@ impl Qp {
             let (sq, sq_head, pd, stream) = (&self.sq, self.sq_head_seq, self.pd, self.stream);
             let src = &msg.src;
             let mrs: &MrTable = &ctx.mrs;
-            if plen >= ctx.cfg.tx_from_memory_min && from_memory {
+            // A Read Response of no octets has nothing to read, and its source was never
+            // validated (RDMAP-5.2.1-13/14): the from-memory path would look it up (and
+            // fail the stream on an STag or TO the peer may name freely). It is framed
+            // below as the header-only FPDU it is, whatever `tx_from_memory_min`.
+            let header_only_read = plen == 0 && matches!(src, TxSrc::ReadResp(_));
+            if plen >= ctx.cfg.tx_from_memory_min && from_memory && !header_only_read {
                 // Sent from registered memory (module `txrec`): its source checked now,
                 // copied into each frame that carries it. The message's next segments
                 // join it while they are full ones (the last may be shorter) that fit the
@@ -1817,6 +1822,67 @@ fn msg_seq(tx: &Option<TxMsg>) -> Option<u64> {
 mod tests {
     use super::*;
     use crate::mem::Region;
+    use std::sync::atomic::Ordering;
+
+    /// EXT-5-1, EXT-5.3-1: the engine's atomic primitive ([`execute_atomic`], what every
+    /// core runs for an inbound Atomic Request) loses no update when two cores run it on
+    /// one word at once: a masked FetchAdd in each of two 32-bit lanes (the carry out of
+    /// the low lane must not reach the high one), and a CmpSwap used as an increment of a
+    /// second word (each success must be exact). Each call looks the STag up, as a core
+    /// does per request.
+    #[test]
+    fn execute_atomic_from_two_threads_loses_no_update() {
+        let r = Arc::new(Region::allocate(64, 64).unwrap());
+        let t = Arc::new(MrTable::with_seed(4, 7));
+        let pd = PdId(1);
+        let access = Access::LOCAL_WRITE | Access::REMOTE_ATOMIC | Access::REMOTE_READ;
+        let stag = t.register(Arc::clone(&r), pd, access, 0).unwrap().0;
+        let per_thread: u64 = if cfg!(miri) { 200 } else { 100_000 };
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        let workers: Vec<_> = (0..2u32)
+            .map(|i| {
+                let (t, barrier) = (Arc::clone(&t), Arc::clone(&barrier));
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    let mask = 0x8000_0000_8000_0000;
+                    // Thread 0 adds 0xFFFF_FFFF to the low lane (a carry out of it every
+                    // time it is not zero, dropped by the mask), thread 1 one to the high lane.
+                    let add = if i == 0 { 0xFFFF_FFFF } else { 1 << 32 };
+                    let mut swaps = 0u64;
+                    for n in 0..per_thread {
+                        let fa = AtomicRequestRepr::fetch_add(n as u32, stag, 8, add, mask);
+                        execute_atomic(&fa, &t, pd, 0).unwrap();
+                        // An increment by CmpSwap: retried until it matches.
+                        let mut guess = 0;
+                        loop {
+                            let cs = AtomicRequestRepr::cmp_swap(
+                                n as u32,
+                                stag,
+                                16,
+                                guess + 1,
+                                u64::MAX,
+                                guess,
+                                u64::MAX,
+                            );
+                            let orig = execute_atomic(&cs, &t, pd, 0).unwrap();
+                            if orig == guess {
+                                swaps += 1;
+                                break;
+                            }
+                            guess = orig;
+                        }
+                    }
+                    swaps
+                })
+            })
+            .collect();
+        let swaps: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+        let lanes = r.atomic_u64_at(8).unwrap().load(Ordering::SeqCst);
+        let low = (per_thread.wrapping_mul(0xFFFF_FFFF)) & 0xFFFF_FFFF;
+        assert_eq!(lanes, (per_thread << 32) | low, "masked FetchAdd lanes");
+        assert_eq!(swaps, 2 * per_thread);
+        assert_eq!(r.atomic_u64_at(16).unwrap().load(Ordering::SeqCst), swaps);
+    }
 
     /// `gather`'s one-SGE fast path gives what its general loop gives (the same SGE
     /// followed by an empty one takes the loop, with the same outcome by definition):
