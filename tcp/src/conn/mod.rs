@@ -1131,9 +1131,18 @@ impl Connection {
             self.state,
             State::Closed | State::Listen | State::SynSent | State::TimeWait
         );
+        // A RST still owed (an earlier abort not yet polled out, the FIN-WAIT-2 limit's)
+        // stays owed: the host's release aborts again, and clearing it here left the peer
+        // a half-open connection.
+        let owed = self.rst_pending;
         self.enter_closed(EV_CLOSED);
         // CLOSED at once; the RST leaves when the host can send it.
-        self.rst_pending = synchronized;
+        self.rst_pending = synchronized || owed;
+    }
+
+    /// A RST is owed and not yet sent (an abort's, or the FIN-WAIT-2 limit's).
+    pub(crate) fn rst_owed(&self) -> bool {
+        self.rst_pending
     }
 
     /// The host may free the connection (CLOSED, its events taken).
@@ -2048,10 +2057,29 @@ impl Connection {
     /// in a SYN state (whether or not the SYN has left: a next hop that never resolves
     /// ends the attempt too).
     fn user_timeout_applies(&self) -> bool {
+        if self.window_probe_answered() {
+            // The peer answered the last probe of its shut window: it is alive, and the
+            // connection stays open however long the window stays shut (RFC 9293 3.8.6.1,
+            // RFC 1122 4.2.2.17). Silence counts again from the next probe
+            // (`handle_timeout`): counted from the last answer, it ended the connection
+            // once the probes' backoff passed the user timeout, every probe answered.
+            return false;
+        }
         !self.rec.is_empty()
             || (self.tx.len() > 0 && self.snd_wnd == 0)
             || self.cfg.keep_alive.is_some()
             || matches!(self.state, State::SynSent | State::SynReceived)
+    }
+
+    /// Whether the peer's window is shut with something of ours waiting on it (outstanding
+    /// or queued) and the peer answered the last probe ([`Recovery::peer_alive`]: no
+    /// retransmission timeout since).
+    fn window_probe_answered(&self) -> bool {
+        self.syn_acked
+            && !matches!(self.state, State::SynSent | State::SynReceived)
+            && self.snd_wnd == 0
+            && (!self.rec.is_empty() || self.tx.len() > 0)
+            && self.rec.backoffs() == 0
     }
 
     /// Runs the timers due at `now`.
@@ -2090,9 +2118,15 @@ impl Connection {
             self.delack_at = None;
             self.ack_now = true;
         }
+        let answered = self.window_probe_answered();
         match self.rec.handle_timeout(now) {
             TimeoutAction::Probe => self.probe_pending = true,
             TimeoutAction::Retransmit => {
+                if answered {
+                    // A new probe of the shut window after the last one was answered: the
+                    // peer's silence counts from here (`user_timeout_applies`).
+                    self.last_heard = self.last_heard.max(now);
+                }
                 if matches!(self.state, State::SynSent | State::SynReceived) {
                     self.syn_sent = false;
                 }

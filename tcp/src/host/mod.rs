@@ -135,7 +135,8 @@ enum Role {
     /// Established from a listener (in its accept queue or accepted).
     Passive,
     /// Released by the user in TIME-WAIT: the host keeps it until TIME-WAIT ends (RFC 9293
-    /// 3.6.1), outside the user's table, the oldest dropped beyond `max_connections`.
+    /// 3.6.1), outside the user's table, the oldest dropped beyond `max_connections`. Also
+    /// one released open whose RST the device had no room for: kept until it goes.
     Orphan,
 }
 
@@ -315,7 +316,7 @@ struct Inner {
     generations: Vec<u32>,
     free: Vec<u32>,
     live: usize,
-    /// Orphans in TIME-WAIT, oldest first (stale handles skipped).
+    /// Orphans (in TIME-WAIT, or owing a RST), oldest first (stale handles skipped).
     orphans: VecDeque<ConnId>,
     orphans_live: usize,
     demux: HashMap<Tuple, u32, KeyedHash>,
@@ -1244,24 +1245,8 @@ impl<D: PollDevice> Host<D> {
         if s.conn.state() == State::TimeWait {
             // The host finishes TIME-WAIT on its own (old duplicates of this 4-tuple still
             // meet it); the user's table has the room at once.
-            s.role = Role::Orphan;
             s.conn.shed_buffers();
-            let i = &mut self.inner;
-            i.orphans_live += 1;
-            i.orphans.push_back(id);
-            while i.orphans_live > i.max_connections {
-                let Some(old) = i.orphans.pop_front() else {
-                    break;
-                };
-                if matches!(i.slot(old), Some(s) if s.role == Role::Orphan) {
-                    i.remove(old.index);
-                }
-            }
-            if i.orphans.len() > 2 * i.orphans_live + 64 {
-                let mut q = std::mem::take(&mut i.orphans);
-                q.retain(|&o| matches!(i.slot(o), Some(s) if s.role == Role::Orphan));
-                i.orphans = q;
-            }
+            self.inner.adopt_orphan(id);
             return Ok(());
         }
         if !s.conn.is_finished() {
@@ -1270,6 +1255,18 @@ impl<D: PollDevice> Host<D> {
             // The RST only: the abort's events (its Closed) go with the slot, as the handle
             // is stale from here (an event for it named a handle the user had let go).
             self.transmit_frames(id.index, now, &mut no_fill);
+            // A device that took no more frames (back-pressure: many connections released
+            // at once) left the RST owed (RFC 9293 3.10.5): the host keeps the connection
+            // as an orphan until the RST goes at the next transmit pass, then frees it
+            // (`after_activity`). Dropped with the slot, the RST never left and the peer
+            // kept a half-open connection. One whose next hop is unresolved goes now (no
+            // frame can reach the peer, and nothing would end its wait).
+            if let Some(s) = self.inner.slot(id) {
+                if s.conn.rst_owed() && !s.hop_pending {
+                    self.inner.adopt_orphan(id);
+                    return Ok(());
+                }
+            }
         }
         self.inner.remove(id.index);
         Ok(())
@@ -1829,6 +1826,30 @@ impl Inner {
                 self.dirty.retain(|d| *d != index);
             }
             self.unresolved.retain(|d| *d != index);
+        }
+    }
+
+    /// Takes a released connection out of the user's table, the host finishing it (TIME-WAIT,
+    /// or a RST still owed): the oldest orphans beyond `max_connections` go first.
+    fn adopt_orphan(&mut self, id: ConnId) {
+        let Some(Some(s)) = self.slots.get_mut(id.index as usize) else {
+            return;
+        };
+        s.role = Role::Orphan;
+        self.orphans_live += 1;
+        self.orphans.push_back(id);
+        while self.orphans_live > self.max_connections {
+            let Some(old) = self.orphans.pop_front() else {
+                break;
+            };
+            if matches!(self.slot(old), Some(s) if s.role == Role::Orphan) {
+                self.remove(old.index);
+            }
+        }
+        if self.orphans.len() > 2 * self.orphans_live + 64 {
+            let mut q = std::mem::take(&mut self.orphans);
+            q.retain(|&o| matches!(self.slot(o), Some(s) if s.role == Role::Orphan));
+            self.orphans = q;
         }
     }
 

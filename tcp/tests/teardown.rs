@@ -1,0 +1,594 @@
+//! Connection teardown (RFC 9293 3.6, 3.10.4, 3.10.5, 3.10.7.4 eighth): FIN
+//! sending and receiving in every state, half-close, TIME-WAIT, closing-state timeouts,
+//! RSTs in closing states, abort and the host's release of a connection. Packetdrill-style
+//! scripts for one connection (as `conn_script.rs`) and host tests over the in-memory link.
+
+mod common;
+
+use common::*;
+use smoltcp::socket::tcp::State;
+use smoltcp::time::{Duration, Instant};
+use smoltcp::wire::{Ipv4Address, TcpControl, TcpRepr, TcpSeqNumber};
+use warpcore_tcp::conn::{ConnConfig, ConnEvent, Connection, Endpoints};
+use warpcore_tcp::link::{self, LinkConfig, LinkEnd};
+use warpcore_tcp::{ConnId, Event, Stack, TcpTuning};
+
+const US: (Ipv4Address, u16) = (Ipv4Address::new(198, 18, 0, 1), 4791);
+const PEER: (Ipv4Address, u16) = (Ipv4Address::new(198, 18, 0, 2), 50000);
+const ISS: TcpSeqNumber = TcpSeqNumber(1000);
+const PISS: TcpSeqNumber = TcpSeqNumber(500_000);
+
+fn ms(n: u64) -> Instant {
+    Instant::from_micros(n as i64 * 1000)
+}
+
+#[derive(Debug, Clone)]
+struct Out {
+    control: TcpControl,
+    seq: TcpSeqNumber,
+    ack: Option<TcpSeqNumber>,
+    payload: Vec<u8>,
+}
+
+fn drain(c: &mut Connection, now: Instant) -> Vec<Out> {
+    let mut v = Vec::new();
+    while let Some(s) = c.poll_transmit(now) {
+        v.push(Out {
+            control: s.control,
+            seq: s.seq_number,
+            ack: s.ack_number,
+            payload: s.payload.to_vec(),
+        });
+        assert!(v.len() < 10_000, "poll_transmit never ends");
+    }
+    v
+}
+
+fn events(c: &mut Connection) -> Vec<ConnEvent> {
+    std::iter::from_fn(|| c.poll_event()).collect()
+}
+
+fn seg(
+    control: TcpControl,
+    seq: TcpSeqNumber,
+    ack: Option<TcpSeqNumber>,
+    payload: &[u8],
+) -> TcpRepr<'_> {
+    TcpRepr {
+        src_port: PEER.1,
+        dst_port: US.1,
+        control,
+        seq_number: seq,
+        ack_number: ack,
+        window_len: 0xffff,
+        window_scale: None,
+        max_seg_size: None,
+        sack_permitted: false,
+        sack_ranges: [None; 3],
+        timestamp: None,
+        payload,
+    }
+}
+
+fn cfg() -> ConnConfig {
+    ConnConfig {
+        rx_buffer: 64 * 1024,
+        tx_buffer: 256 * 1024,
+        mss: 1460,
+        ..ConnConfig::default()
+    }
+}
+
+/// Runs timers up to `until`, collecting what goes out.
+fn run_until(c: &mut Connection, from: Instant, until: Instant) -> Vec<(Instant, Out)> {
+    let mut out = Vec::new();
+    let mut now = from;
+    loop {
+        for o in drain(c, now) {
+            out.push((now, o));
+        }
+        match c.poll_timeout() {
+            Some(t) if t <= until => {
+                now = t.max(now);
+                c.handle_timeout(now);
+            }
+            _ => return out,
+        }
+    }
+}
+
+/// An established active connection without options (MSS 1460, no scaling, SACK or
+/// timestamps), at t = 1 ms, its events taken.
+fn established(config: ConnConfig) -> Connection {
+    let ep = Endpoints {
+        local: US,
+        remote: PEER,
+    };
+    let mut c = Connection::connect(&config, ep, ISS, ms(0));
+    assert_eq!(drain(&mut c, ms(0)).len(), 1);
+    let mut sa = seg(TcpControl::Syn, PISS, Some(ISS + 1), &[]);
+    sa.max_seg_size = Some(1460);
+    c.handle_segment(ms(1), &sa);
+    assert_eq!(c.state(), State::Established);
+    drain(&mut c, ms(1));
+    assert_eq!(events(&mut c), vec![ConnEvent::Connected]);
+    c
+}
+
+fn data(off: usize, payload: &[u8], ack: TcpSeqNumber) -> TcpRepr<'_> {
+    seg(TcpControl::Psh, PISS + 1 + off, Some(ack), payload)
+}
+
+// ---------------------------------------------------------------- one connection
+
+/// RFC 9293 3.10.4 (CLOSE: the FIN goes after what was queued) and 3.10.7.4 fifth (an
+/// ACK of the data but not of the FIN): the data goes first with the FIN on its last
+/// segment; an ACK short of the FIN leaves FIN-WAIT-1, and the FIN alone goes again at
+/// the RTO until acknowledged.
+#[test]
+fn rfc9293_3_10_4_queued_data_then_fin_and_a_fin_acknowledged_partly() {
+    let mut c = established(cfg());
+    assert_eq!(c.send(&[5u8; 3000]), Ok(3000));
+    c.close();
+    assert_eq!(c.state(), State::FinWait1);
+    assert!(c.send(b"x").is_err(), "no data after CLOSE");
+    let out = drain(&mut c, ms(2));
+    let total: usize = out.iter().map(|o| o.payload.len()).sum();
+    assert_eq!(total, 3000);
+    let fins: Vec<_> = out
+        .iter()
+        .filter(|o| o.control == TcpControl::Fin)
+        .collect();
+    assert_eq!(fins.len(), 1, "{out:?}");
+    let last = out.last().expect("segments");
+    assert_eq!(last.control, TcpControl::Fin, "the FIN rides the last data");
+    assert_eq!(last.seq + last.payload.len(), ISS + 1 + 3000);
+    // All the data acknowledged, not the FIN.
+    c.handle_segment(
+        ms(3),
+        &seg(TcpControl::None, PISS + 1, Some(ISS + 1 + 3000), &[]),
+    );
+    assert_eq!(c.state(), State::FinWait1);
+    assert_eq!(c.send_queue(), 0);
+    let out = run_until(&mut c, ms(3), ms(5_000));
+    let again: Vec<_> = out
+        .iter()
+        .filter(|(_, o)| o.control == TcpControl::Fin)
+        .collect();
+    assert!(!again.is_empty(), "the FIN goes again: {out:?}");
+    for (_, o) in &again {
+        assert_eq!(o.seq, ISS + 1 + 3000);
+        assert!(o.payload.is_empty(), "the FIN alone: {o:?}");
+    }
+    c.handle_segment(
+        ms(5_001),
+        &seg(TcpControl::None, PISS + 1, Some(ISS + 2 + 3000), &[]),
+    );
+    assert_eq!(c.state(), State::FinWait2);
+}
+
+/// RFC 9293 3.6 / 3.10.7.4 seventh (half-close): in FIN-WAIT-1 and FIN-WAIT-2 the peer's
+/// data is still taken, acknowledged and readable; its FIN then ends in TIME-WAIT.
+#[test]
+fn rfc9293_3_6_half_close_data_after_our_fin_is_taken_and_acked() {
+    let mut c = established(cfg());
+    c.close();
+    let out = drain(&mut c, ms(2));
+    assert_eq!(out[0].control, TcpControl::Fin);
+    // FIN-WAIT-1: the peer's data crosses our FIN (it does not acknowledge it).
+    c.handle_segment(ms(3), &data(0, b"hello", ISS + 1));
+    assert_eq!(c.state(), State::FinWait1);
+    let out = drain(&mut c, ms(3));
+    assert_eq!(out.last().and_then(|o| o.ack), Some(PISS + 6), "{out:?}");
+    // FIN-WAIT-2.
+    c.handle_segment(ms(4), &data(5, b" world", ISS + 2));
+    assert_eq!(c.state(), State::FinWait2);
+    let out = drain(&mut c, ms(4));
+    assert_eq!(out.last().and_then(|o| o.ack), Some(PISS + 12), "{out:?}");
+    let mut buf = [0u8; 32];
+    assert_eq!(c.recv(&mut buf), Ok(11));
+    assert_eq!(&buf[..11], b"hello world");
+    // FIN with data.
+    c.handle_segment(ms(5), &seg(TcpControl::Fin, PISS + 12, Some(ISS + 2), b"!"));
+    assert_eq!(c.state(), State::TimeWait);
+    let out = drain(&mut c, ms(5));
+    assert_eq!(out.last().and_then(|o| o.ack), Some(PISS + 14), "{out:?}");
+    assert_eq!(c.recv(&mut buf), Ok(1));
+}
+
+/// RFC 9293 3.10.7.4 eighth, TIME-WAIT: a retransmitted FIN is acknowledged again and
+/// restarts the 2 MSL timer; a new SYN draws a (challenge) ACK and leaves TIME-WAIT as it
+/// is (RFC 5961 4.2; RFC 6191 reuse is not implemented); an in-window RST that is not
+/// exactly at RCV.NXT draws a challenge ACK (RFC 5961 3.2), one at RCV.NXT closes.
+#[test]
+fn rfc9293_3_10_7_4_time_wait_retransmitted_fin_syn_and_rst() {
+    let mut config = cfg();
+    config.time_wait = Duration::from_secs(2);
+    let mut c = established(config);
+    c.close();
+    drain(&mut c, ms(2));
+    c.handle_segment(ms(3), &seg(TcpControl::Fin, PISS + 1, Some(ISS + 2), &[]));
+    assert_eq!(c.state(), State::TimeWait);
+    drain(&mut c, ms(3));
+    assert_eq!(c.poll_timeout(), Some(ms(2_003)));
+    c.handle_segment(
+        ms(1_000),
+        &seg(TcpControl::Fin, PISS + 1, Some(ISS + 2), &[]),
+    );
+    let out = drain(&mut c, ms(1_000));
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].ack, Some(PISS + 2));
+    assert_eq!(c.poll_timeout(), Some(ms(3_000)), "2 MSL again");
+    // A new SYN.
+    let syn = seg(TcpControl::Syn, PISS + 100_000, None, &[]);
+    c.handle_segment(ms(1_100), &syn);
+    assert_eq!(c.state(), State::TimeWait);
+    let out = drain(&mut c, ms(1_100));
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].control, TcpControl::None);
+    assert_eq!(out[0].ack, Some(PISS + 2));
+    // A RST in the window, not at RCV.NXT (past the oow interval of the last ACK).
+    c.handle_segment(ms(1_700), &seg(TcpControl::Rst, PISS + 10, None, &[]));
+    assert_eq!(c.state(), State::TimeWait);
+    let out = drain(&mut c, ms(1_700));
+    assert_eq!(out.len(), 1, "a challenge ACK: {out:?}");
+    c.handle_segment(ms(1_800), &seg(TcpControl::Rst, PISS + 2, None, &[]));
+    assert_eq!(c.state(), State::Closed);
+    assert!(c.is_finished() || !events(&mut c).is_empty());
+}
+
+/// RFC 9293 3.10.7.4 second, CLOSING / LAST-ACK / FIN-WAIT: a RST in the window but not at
+/// RCV.NXT draws a challenge ACK and changes nothing (RFC 5961 3.2); one at RCV.NXT resets.
+#[test]
+fn rfc5961_3_2_rst_in_closing_states() {
+    // CLOSING.
+    let mut c = established(cfg());
+    c.close();
+    drain(&mut c, ms(2));
+    c.handle_segment(ms(3), &seg(TcpControl::Fin, PISS + 1, Some(ISS + 1), &[]));
+    assert_eq!(c.state(), State::Closing);
+    drain(&mut c, ms(3));
+    c.handle_segment(ms(600), &seg(TcpControl::Rst, PISS + 5, None, &[]));
+    assert_eq!(c.state(), State::Closing);
+    assert_eq!(drain(&mut c, ms(600)).len(), 1);
+    c.handle_segment(ms(601), &seg(TcpControl::Rst, PISS + 2, None, &[]));
+    assert_eq!(c.state(), State::Closed);
+    // LAST-ACK.
+    let mut c = established(cfg());
+    c.handle_segment(ms(2), &seg(TcpControl::Fin, PISS + 1, Some(ISS + 1), &[]));
+    c.close();
+    assert_eq!(c.state(), State::LastAck);
+    drain(&mut c, ms(2));
+    c.handle_segment(ms(600), &seg(TcpControl::Rst, PISS + 5, None, &[]));
+    assert_eq!(c.state(), State::LastAck);
+    c.handle_segment(ms(601), &seg(TcpControl::Rst, PISS + 2, None, &[]));
+    assert_eq!(c.state(), State::Closed);
+    assert_eq!(events(&mut c).last(), Some(&ConnEvent::Reset));
+}
+
+/// RFC 9293 3.8.3 R2 and 3.10.7.4 (LAST-ACK, CLOSING, FIN-WAIT-1): a peer that never
+/// answers our FIN does not hold the connection for ever, even without keep-alive or a
+/// user timeout: the retransmissions give up and the connection ends timed out.
+#[test]
+fn rfc9293_3_8_3_an_unanswered_fin_ends_in_a_timeout() {
+    for state in [State::FinWait1, State::LastAck, State::Closing] {
+        let mut config = cfg();
+        config.keep_alive = None;
+        config.timeout = None;
+        let mut c = established(config);
+        match state {
+            State::LastAck => {
+                c.handle_segment(ms(2), &seg(TcpControl::Fin, PISS + 1, Some(ISS + 1), &[]));
+                c.close();
+            }
+            State::Closing => {
+                c.close();
+                drain(&mut c, ms(2));
+                c.handle_segment(ms(2), &seg(TcpControl::Fin, PISS + 1, Some(ISS + 1), &[]));
+            }
+            _ => c.close(),
+        }
+        assert_eq!(c.state(), state);
+        let day = 24 * 3600 * 1000;
+        let out = run_until(&mut c, ms(2), ms(day));
+        assert!(out.iter().any(|(_, o)| o.control == TcpControl::Fin));
+        assert_eq!(c.state(), State::Closed, "{state}: {out:?}");
+        assert!(events(&mut c).contains(&ConnEvent::TimedOut), "{state}");
+        assert_eq!(c.poll_timeout(), None);
+    }
+}
+
+/// RFC 9293 3.8.6.1 (zero-window probing) with the FIN to send: data queued behind a shut
+/// peer window is probed, then goes with the FIN once the window opens; the connection is
+/// not given up while the peer answers with a zero window.
+#[test]
+fn rfc9293_3_8_6_1_a_shut_window_holds_the_data_and_fin_not_the_connection() {
+    let mut config = cfg();
+    config.keep_alive = None;
+    config.timeout = Some(Duration::from_secs(30));
+    let mut c = established(config);
+    // The peer shuts its window.
+    let mut shut = seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]);
+    shut.window_len = 0;
+    c.handle_segment(ms(2), &shut);
+    assert_eq!(c.send(&[9u8; 100]), Ok(100));
+    c.close();
+    assert!(
+        drain(&mut c, ms(2)).is_empty(),
+        "nothing fits a shut window"
+    );
+    // Ten minutes of probes, each answered with the window still shut.
+    let mut now = ms(2);
+    let mut probes = 0;
+    while now < ms(600_000) {
+        let Some(t) = c.poll_timeout() else { break };
+        now = t;
+        c.handle_timeout(now);
+        for o in drain(&mut c, now) {
+            probes += 1;
+            let acked = ISS + 1;
+            let mut a = seg(TcpControl::None, PISS + 1, Some(acked), &[]);
+            a.window_len = 0;
+            let _ = o;
+            c.handle_segment(now, &a);
+        }
+        drain(&mut c, now);
+    }
+    assert!(probes > 3, "probed {probes} times");
+    assert_eq!(c.state(), State::FinWait1, "alive while the peer answers");
+    // The window opens: the data and the FIN go.
+    now += Duration::from_millis(1);
+    c.handle_segment(now, &seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]));
+    let out = drain(&mut c, now);
+    let end = out
+        .iter()
+        .map(|o| (o.seq + o.payload.len()).0)
+        .max()
+        .expect("segments");
+    assert_eq!(TcpSeqNumber(end), ISS + 101, "{out:?}");
+    assert!(out.iter().any(|o| o.control == TcpControl::Fin), "{out:?}");
+}
+
+/// RFC 9293 3.10.5 (ABORT): whatever state, the RST owed goes once the host polls,
+/// including after a second abort (the host's release aborts again).
+#[test]
+fn rfc9293_3_10_5_a_second_abort_keeps_the_rst_owed() {
+    let mut c = established(cfg());
+    c.abort();
+    c.abort();
+    let out = drain(&mut c, ms(2));
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].control, TcpControl::Rst);
+    assert_eq!(out[0].seq, ISS + 1);
+}
+
+/// RFC 9293 3.10.5 (ABORT) in each state: a RST in the synchronized states (SYN-RECEIVED,
+/// ESTABLISHED, FIN-WAIT-1/2, CLOSE-WAIT), none in SYN-SENT or TIME-WAIT; CLOSED at once.
+#[test]
+fn rfc9293_3_10_5_abort_in_each_state() {
+    // SYN-SENT: no RST.
+    let ep = Endpoints {
+        local: US,
+        remote: PEER,
+    };
+    let mut c = Connection::connect(&cfg(), ep, ISS, ms(0));
+    drain(&mut c, ms(0));
+    c.abort();
+    assert_eq!(c.state(), State::Closed);
+    assert!(drain(&mut c, ms(1)).is_empty());
+    // FIN-WAIT-2 and CLOSE-WAIT: a RST at SND.NXT.
+    let mut c = established(cfg());
+    c.close();
+    drain(&mut c, ms(2));
+    c.handle_segment(ms(3), &seg(TcpControl::None, PISS + 1, Some(ISS + 2), &[]));
+    assert_eq!(c.state(), State::FinWait2);
+    c.abort();
+    let out = drain(&mut c, ms(4));
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].control, out[0].seq), (TcpControl::Rst, ISS + 2));
+    let mut c = established(cfg());
+    c.handle_segment(ms(2), &seg(TcpControl::Fin, PISS + 1, Some(ISS + 1), &[]));
+    drain(&mut c, ms(2));
+    assert_eq!(c.state(), State::CloseWait);
+    c.abort();
+    let out = drain(&mut c, ms(4));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].control, TcpControl::Rst);
+    // TIME-WAIT: none.
+    let mut c = established(cfg());
+    c.close();
+    drain(&mut c, ms(2));
+    c.handle_segment(ms(3), &seg(TcpControl::Fin, PISS + 1, Some(ISS + 2), &[]));
+    drain(&mut c, ms(3));
+    assert_eq!(c.state(), State::TimeWait);
+    c.abort();
+    assert!(drain(&mut c, ms(4)).is_empty());
+    assert_eq!(c.state(), State::Closed);
+}
+
+// ---------------------------------------------------------------- the host
+
+fn run(
+    a: &mut Stack<LinkEnd>,
+    b: &mut Stack<LinkEnd>,
+    now: &mut Instant,
+    steps: usize,
+) -> (Vec<Event>, Vec<Event>) {
+    let (mut ea, mut eb) = (Vec::new(), Vec::new());
+    for _ in 0..steps {
+        a.poll(*now);
+        b.poll(*now);
+        ea.extend(std::iter::from_fn(|| a.next_event()));
+        eb.extend(std::iter::from_fn(|| b.next_event()));
+        *now += Duration::from_micros(100);
+    }
+    (ea, eb)
+}
+
+fn stacks(link: &LinkConfig, max_connections: usize) -> (Stack<LinkEnd>, Stack<LinkEnd>) {
+    let (ea, eb) = link::pair(link);
+    let mut ca = config(1, IP_A);
+    let mut cb = config(2, IP_B);
+    ca.max_connections = max_connections;
+    cb.max_connections = max_connections;
+    (
+        Stack::new(ea, &ca, Instant::ZERO).expect("a"),
+        Stack::new(eb, &cb, Instant::ZERO).expect("b"),
+    )
+}
+
+/// `n` connections from `a` to `b`'s new listener on `port`, established and accepted.
+fn connect_n(
+    a: &mut Stack<LinkEnd>,
+    b: &mut Stack<LinkEnd>,
+    now: &mut Instant,
+    port: u16,
+    n: usize,
+    t: &TcpTuning,
+) -> Vec<(ConnId, ConnId)> {
+    let l = b.listen(port, n, t).expect("listen");
+    let mut pairs = Vec::new();
+    for _ in 0..n {
+        let c = a.connect((IP_B, port), None, t).expect("connect");
+        run(a, b, now, 5);
+        let s = b.accept(l).expect("accept").expect("accepted");
+        assert_eq!(a.state(c), Ok(State::Established));
+        pairs.push((c, s));
+    }
+    pairs
+}
+
+/// RFC 9293 3.10.5: `abort` then `release` before the next poll (a user that resets a
+/// connection and lets its handle go at once) still resets the peer. The release aborted a
+/// second time, which cleared the RST the first abort owed: the peer was left with a
+/// half-open connection.
+#[test]
+fn rfc9293_3_10_5_abort_then_release_still_resets_the_peer() {
+    let (mut a, mut b) = stacks(&LinkConfig::default(), 16);
+    let mut now = Instant::ZERO;
+    let t = TcpTuning::default();
+    let pairs = connect_n(&mut a, &mut b, &mut now, 9100, 1, &t);
+    let (c, s) = pairs[0];
+    a.abort(c).expect("abort");
+    a.release(c).expect("release");
+    let (_, eb) = run(&mut a, &mut b, &mut now, 5);
+    assert!(
+        eb.contains(&Event::Reset(s)),
+        "the peer sees a reset: {eb:?}"
+    );
+}
+
+/// RFC 9293 3.10.5 at scale, under back-pressure: releasing many open connections at once
+/// (each aborted, its RST sent "at once") while the device takes only a few frames per
+/// poll still resets every peer. The RST that found the device full was dropped with the
+/// slot, and those peers kept half-open connections.
+#[test]
+fn rfc9293_3_10_5_releasing_many_open_connections_resets_every_peer() {
+    let link = LinkConfig {
+        queue_frames: 4,
+        ..LinkConfig::default()
+    };
+    let n = 12;
+    let (mut a, mut b) = stacks(&link, 64);
+    let mut now = Instant::ZERO;
+    let t = TcpTuning::default();
+    let pairs = connect_n(&mut a, &mut b, &mut now, 9100, n, &t);
+    for &(c, _) in &pairs {
+        a.release(c).expect("release");
+    }
+    assert_eq!(a.live(), 0, "the user's table has the room at once");
+    let (_, eb) = run(&mut a, &mut b, &mut now, 50);
+    let reset = pairs
+        .iter()
+        .filter(|(_, s)| eb.contains(&Event::Reset(*s)))
+        .count();
+    assert_eq!(reset, n, "{eb:?}");
+    // Nothing of them is left on `a`: no timer armed.
+    assert_eq!(a.timers_armed(), Some(0));
+}
+
+/// RFC 9293 3.6 / 3.10.7.4 at scale: many connections closed gracefully at once end in
+/// TIME-WAIT on the active side; released there they finish it inside the stack and then
+/// leave nothing behind (no timer, no orphan, the ports back in the ephemeral pool: the
+/// same 4-tuples are taken again by new connections).
+#[test]
+fn rfc9293_3_6_many_graceful_closes_release_everything_after_time_wait() {
+    let (mut a, mut b) = stacks(&LinkConfig::default(), 256);
+    let mut now = Instant::ZERO;
+    let t = TcpTuning {
+        time_wait: Duration::from_millis(50),
+        ..TcpTuning::default()
+    };
+    let n = 200;
+    let pairs = connect_n(&mut a, &mut b, &mut now, 9100, n, &t);
+    for &(c, _) in &pairs {
+        a.close(c).expect("close");
+    }
+    let (_, eb) = run(&mut a, &mut b, &mut now, 5);
+    for &(_, s) in &pairs {
+        assert!(eb.contains(&Event::PeerClosed(s)));
+        b.close(s).expect("close");
+    }
+    let (ea, eb) = run(&mut a, &mut b, &mut now, 5);
+    for &(c, s) in &pairs {
+        assert!(ea.contains(&Event::Closed(c)), "{ea:?}");
+        assert!(eb.contains(&Event::Closed(s)), "{eb:?}");
+        assert_eq!(a.state(c), Ok(State::TimeWait));
+        a.release(c).expect("release");
+        b.release(s).expect("release");
+        assert!(a.state(c).is_err(), "a released handle is stale");
+    }
+    // TIME-WAIT goes on inside the stack: one timer each.
+    assert_eq!(a.live(), 0);
+    assert_eq!(a.timers_armed(), Some(n));
+    let (ea, _) = run(&mut a, &mut b, &mut now, 600);
+    assert!(ea.is_empty(), "no event names a released handle: {ea:?}");
+    assert_eq!((a.live(), b.live()), (0, 0));
+    assert_eq!((a.timers_armed(), b.timers_armed()), (Some(0), Some(0)));
+    // The ephemeral ports come round again: the pool is not exhausted by them.
+    let again = connect_n(&mut a, &mut b, &mut now, 9101, 10, &t);
+    for &(c, _) in &again {
+        assert_eq!(a.state(c), Ok(State::Established));
+    }
+}
+
+/// RFC 9293 3.8.3 R2 with a shut peer window: a peer that stops answering the probes is
+/// still given up at the user timeout, counted from the first probe it left unanswered.
+#[test]
+fn rfc9293_3_8_3_a_shut_window_whose_peer_goes_silent_times_out() {
+    let mut config = cfg();
+    config.keep_alive = None;
+    config.timeout = Some(Duration::from_secs(30));
+    let mut c = established(config);
+    let mut shut = seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]);
+    shut.window_len = 0;
+    c.handle_segment(ms(2), &shut);
+    assert_eq!(c.send(&[9u8; 100]), Ok(100));
+    c.close();
+    drain(&mut c, ms(2));
+    // Answered for two minutes, then silence.
+    let mut now = ms(2);
+    let mut last_answer = now;
+    let mut first_unanswered = None;
+    while c.state() != State::Closed {
+        let Some(t) = c.poll_timeout() else { break };
+        now = t;
+        assert!(now < ms(3_600_000), "never given up");
+        c.handle_timeout(now);
+        let sent = !drain(&mut c, now).is_empty();
+        if sent && now < ms(120_000) {
+            c.handle_segment(now, &shut);
+            last_answer = now;
+        } else if sent && first_unanswered.is_none() {
+            first_unanswered = Some(now);
+        }
+        drain(&mut c, now);
+    }
+    assert!(events(&mut c).contains(&ConnEvent::TimedOut));
+    let first = first_unanswered.expect("a probe went unanswered");
+    assert!(last_answer < first);
+    assert!(
+        now >= first + Duration::from_secs(30) && now <= first + Duration::from_secs(31),
+        "timed out at {now}, first unanswered probe at {first}"
+    );
+}
