@@ -15,6 +15,7 @@ use warpcore_engine::proto::mpa::framer::{Framer, FramerConfig};
 use warpcore_engine::proto::mpa::negotiation::{self as nego, Initiator};
 use warpcore_engine::proto::wire::ddp::DdpBuffer;
 use warpcore_engine::proto::wire::fpdu;
+use warpcore_engine::proto::wire::mpa::{RtrType, RtrTypes};
 use warpcore_engine::proto::wire::rdmap::{
     AtomicRequestRepr, AtomicResponseRepr, Opcode, ReadRequestRepr,
 };
@@ -41,6 +42,11 @@ fn world() -> World {
 }
 
 fn world_with(cfg: EngineConfig) -> World {
+    world_listening(MpaParams::default(), cfg)
+}
+
+/// [`world_with`] whose engine listens with `params`.
+fn world_listening(params: MpaParams, cfg: EngineConfig) -> World {
     let (ea, eb) = link::pair(&LinkConfig::default());
     let sc = |n: u8| common::stack_config(n, 16);
     let peer = Stack::new(ea, &sc(1), Instant::ZERO).unwrap();
@@ -55,7 +61,7 @@ fn world_with(cfg: EngineConfig) -> World {
         Instant::ZERO,
     )
     .unwrap();
-    engine.listen(PORT, MpaParams::default()).unwrap();
+    engine.listen(PORT, params).unwrap();
     let region = Arc::new(Region::allocate(4096, 4096).unwrap());
     let stag = mrs
         .register(Arc::clone(&region), PD, all_access(), 0)
@@ -1323,4 +1329,103 @@ fn zero_length_read_with_an_unchecked_source_is_answered_from_memory_too() {
             "tx_from_memory_min {min}"
         );
     }
+}
+
+/// Initiator settings of the peer-to-peer model offering the RTR types `offer`.
+fn p2p(offer: RtrTypes) -> nego::Config {
+    nego::Config {
+        peer_to_peer: true,
+        rtr: offer,
+        ird: 4,
+        ord: 4,
+        ..nego::Config::default()
+    }
+}
+
+/// MPA2-5-1, MPA2-9.2-9: the first FPDU after a peer-to-peer Reply must be one of the
+/// marked RTRs; any other FPDU in its place (a Send carrying data, an RTR of a type the
+/// responder did not mark) is not delivered (no receive completes, nothing placed), and
+/// the engine answers Terminate 2/0/07 and fails the QP.
+#[test]
+fn a_first_fpdu_other_than_a_marked_rtr_is_refused_with_2_0_07() {
+    let firsts = [
+        ("a Send with data", send(1, b"not an rtr")),
+        ("a Send RTR", RtrType::Send.ulpdu().to_vec()),
+        ("a Read RTR", RtrType::Read.ulpdu().to_vec()),
+    ];
+    for (name, first) in firsts {
+        let mut w = world();
+        let ((tcp, mut framer, mut d, qp), rtr) = connect_with(&mut w, 1, p2p(RtrTypes::WRITE));
+        assert_eq!(rtr, Some(RtrType::Write), "{name}");
+        send_ulpdus(&mut w, tcp, &mut framer, &[first], false);
+        assert_eq!(
+            terminate_from_engine(&mut w, tcp, &mut d),
+            (2, 0, 7),
+            "{name}"
+        );
+        let (_, events) = w.run_reading(tcp, 100);
+        let c0 = w.cq.pop().expect("the posted receive is flushed");
+        assert_eq!(c0.status, warpcore_engine::WcStatus::FlushErr, "{name}");
+        assert_eq!(
+            first_changed(&w.region),
+            None,
+            "{name}: something was placed"
+        );
+        assert!(
+            events.iter().any(|e| matches!(
+                e,
+                CmEvent::Error {
+                    error: ConnError::LocalTerminate(_),
+                    ..
+                }
+            )),
+            "{name}: {events:?}"
+        );
+        assert_eq!(w.engine.qp_state(qp).unwrap(), QpState::Error, "{name}");
+    }
+}
+
+/// MPA2-9.2-5, MPA2-9.1-3: a responder marks only RTR types it can serve. An engine with
+/// `max_ird` 0 serves no Read, whatever the listener's IRD says: with IRD 0x3FFF ("not
+/// negotiated", which the engine turns into `max_ird`) it must not mark the Read RTR, or an
+/// initiator that can send only that one sends a Read the responder has no IRD credit for.
+#[test]
+fn no_read_rtr_marked_without_any_ird() {
+    let params = MpaParams {
+        ird: 0x3FFF,
+        ..MpaParams::default()
+    };
+    let cfg = EngineConfig {
+        max_ird: 0,
+        ..EngineConfig::default()
+    };
+    let mut w = world_listening(params, cfg);
+    let qp = new_qp(&mut w);
+    let tcp = w
+        .peer
+        .connect((ip(2), PORT), None, &TcpTuning::default())
+        .unwrap();
+    let mut init = Initiator::new(p2p(RtrTypes::READ), std::time::Instant::now()).unwrap();
+    let mut established = None;
+    for _ in 0..5000 {
+        w.step();
+        let _ = w.peer.send_with(tcp, |b| init.poll_transmit(b));
+        while let Some(e) = w.engine.next_event() {
+            match e {
+                CmEvent::ConnectRequest(r) => w.engine.accept(r.request, qp, b"", None).unwrap(),
+                CmEvent::Established(e) => established = Some(e),
+                _ => {}
+            }
+        }
+        if established.is_some() {
+            break;
+        }
+    }
+    let e = established.expect("accepted");
+    assert_eq!(e.ird, 0, "the engine's IRD");
+    assert!(
+        !e.rtr_accepted.contains(RtrType::Read),
+        "a Read RTR marked with IRD 0: {:?}",
+        e.rtr_accepted
+    );
 }
