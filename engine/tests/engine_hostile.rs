@@ -1429,3 +1429,70 @@ fn no_read_rtr_marked_without_any_ird() {
         e.rtr_accepted
     );
 }
+
+/// A Terminate ULPDU (untagged, QN 2, MSN 1, MO 0, L = 1) whose Terminate header is
+/// `header`, as given (a hostile peer's: HdrCt may announce what it does not hold).
+fn terminate_ulpdu(header: &[u8]) -> Vec<u8> {
+    let mut u = vec![0x41, 0x47, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 0];
+    u.extend_from_slice(header);
+    u
+}
+
+/// The peer terminates with 0/2/07 and sets M, D and R but sends only the control word
+/// (or a cut DDP part): the engine reports `RemoteTerminate` with 0/2/07, sends no
+/// Terminate of its own, fails the QP and flushes its receives.
+#[test]
+fn terminate_claiming_absent_headers_is_reported_not_answered() {
+    for header in [
+        &[0x02u8, 0x07, 0xE0, 0x00][..],
+        &[0x02, 0x07, 0xC0, 0x00, 0x00, 0x05, 0x41, 0x43, 0x00][..],
+    ] {
+        let mut w = world();
+        let (tcp, mut framer, mut deframer, qp) = connect(&mut w, 2);
+        send_ulpdus(&mut w, tcp, &mut framer, &[terminate_ulpdu(header)], false);
+        let mut answered = None;
+        for _ in 0..300 {
+            step_and_read(&mut w, tcp, &mut deframer, |u| {
+                if let Ok(seg) = Segment::parse(u) {
+                    if let RdmapHeader::Terminate(t) = seg.repr.header {
+                        answered = answered.or(Some(t.code));
+                    }
+                }
+            });
+        }
+        assert_eq!(
+            answered, None,
+            "{header:02x?}: the engine answered with a Terminate"
+        );
+        assert_eq!(
+            w.engine.qp_state(qp).unwrap(),
+            QpState::Error,
+            "{header:02x?}"
+        );
+        let mut remote = None;
+        while let Some(e) = w.engine.next_event() {
+            match e {
+                CmEvent::Error {
+                    error: ConnError::RemoteTerminate(r),
+                    ..
+                } => remote = Some(r),
+                CmEvent::Error { error, .. } => panic!("{header:02x?}: reported {error:?}"),
+                _ => {}
+            }
+        }
+        let r = remote.unwrap_or_else(|| panic!("{header:02x?}: no RemoteTerminate"));
+        let c = r.code;
+        assert_eq!(
+            (c.layer(), c.etype(), c.code()),
+            (0, 2, 0x07),
+            "{header:02x?}"
+        );
+        assert_eq!((r.ddp, r.read_request), (None, None), "{header:02x?}");
+        let mut flushed = 0;
+        while let Some(c) = w.cq.pop() {
+            assert_eq!(c.status, warpcore_engine::WcStatus::FlushErr);
+            flushed += 1;
+        }
+        assert_eq!(flushed, 2, "{header:02x?}: receives flushed");
+    }
+}

@@ -1701,3 +1701,38 @@ mod terminates {
         }
     }
 }
+
+/// A Terminate whose HdrCt bits announce headers the segment does not hold is refused by
+/// the strict header parser (RDMAP-4.8-9/10), but its control word still tells the peer's
+/// verdict (RDMAP-5.4-5): `warpcore_proto::rdmap::TerminateReport::decode_control_word`.
+#[test]
+fn control_word_of_a_terminate_claiming_absent_headers() {
+    // M, D and R set, nothing after the control word; then a cut untagged DDP part.
+    for header in [
+        &[0x02u8, 0x07, 0xE0, 0x00][..],
+        &[0x02, 0x07, 0xC0, 0x00, 0x00, 0x05, 0x41, 0x43, 0x00][..],
+    ] {
+        assert!(
+            warpcore_proto::wire::rdmap::TerminateRepr::parse_bytes(header).is_err(),
+            "{header:02x?}"
+        );
+        let r = warpcore_proto::rdmap::TerminateReport::decode_control_word(header)
+            .expect("control word");
+        assert_eq!(
+            r.code,
+            warpcore_proto::error::TerminateCode::new(0, 2, 0x07)
+        );
+        assert_eq!(
+            r.error,
+            Some(warpcore_proto::error::RdmapError::CatastrophicStream.into())
+        );
+        assert_eq!(
+            (r.ddp, r.ddp_segment_len, r.read_request),
+            (None, None, None)
+        );
+    }
+    assert_eq!(
+        warpcore_proto::rdmap::TerminateReport::decode_control_word(&[0x02, 0x07, 0xE0]),
+        None
+    );
+}

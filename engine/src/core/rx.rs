@@ -9,7 +9,7 @@ use super::tx::tx_settled_but_txrec;
 use super::*;
 use warpcore_proto::ddp::{TaggedPlacement, UntaggedPlacement};
 use warpcore_proto::wire::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
-use warpcore_proto::wire::segment::SegmentRepr;
+use warpcore_proto::wire::segment::{SegmentError, SegmentRepr};
 
 /// The tagged lookup done once per segment, before DDP validation: DDP does the TO range,
 /// wrap and bounds arithmetic on the region it returns (DDP-7.1-10..14).
@@ -185,11 +185,30 @@ fn plain_data(ulpdu: &[u8]) -> Option<Segment<'_>> {
     })
 }
 
+/// What a ULPDU `Segment::parse` refused with `e` earns: the Terminate `e` maps to; but a
+/// Terminate whose HdrCt bits announce headers it does not carry (its control word whole)
+/// is the peer's verdict all the same, delivered to the user (RDMAP-5.4-5, RDMAP-7.1-1)
+/// and not answered with a Terminate of ours (RDMAP-5.4-7; siw answers no Terminate
+/// either, `siw_proc_terminate`).
+#[cold]
+#[inline(never)]
+fn segment_fault(ulpdu: &[u8], e: SegmentError) -> RxFault {
+    if e == SegmentError::HeaderTruncated(Opcode::Terminate) {
+        if let Some(r) = ulpdu
+            .get(UNTAGGED_HEADER_LEN..)
+            .and_then(TerminateReport::decode_control_word)
+        {
+            return RxFault::RemoteTerminate(r);
+        }
+    }
+    e.protocol_error().into()
+}
+
 /// The general decode: `Segment::parse`, then RDMAP's inbound checks, for what
 /// [`plain_data`] does not decode (or everything, under `core::set_general_paths_only`).
 #[inline(always)]
 fn parse_checked(ulpdu: &[u8], rfc7306: bool) -> Result<Segment<'_>, RxFault> {
-    let seg = Segment::parse(ulpdu).map_err(|e| e.protocol_error())?;
+    let seg = Segment::parse(ulpdu).map_err(|e| segment_fault(ulpdu, e))?;
     // RFC 7306 opcodes only where the connection uses RFC 7306; otherwise 0/2/06 as for an
     // RFC 5040 receiver (EXT-8.2-2, EXT-1.1-1).
     let rdmap_cfg = RdmapConfig {

@@ -40,8 +40,8 @@
 use crate::error::{ProtocolError, TerminateCode};
 use crate::wire::ddp::{DdpBuffer, DdpRepr, DdpSegment};
 use crate::wire::rdmap::{
-    qn, Control, CopiedDdpHeader, Opcode, ReadRequestRepr, TerminateRepr, RDMAP_VERSION,
-    READ_REQUEST_LEN, TERMINATE_MAX_LEN,
+    qn, Control, CopiedDdpHeader, Opcode, ReadRequestRepr, Terminate, TerminateRepr, RDMAP_VERSION,
+    READ_REQUEST_LEN, TERMINATE_CONTROL_LEN, TERMINATE_MAX_LEN,
 };
 use crate::wire::segment::{RdmapHeader, SegmentRepr};
 use crate::wire::Result;
@@ -189,6 +189,29 @@ impl TerminateReport {
             opcode,
             read_request,
         }
+    }
+}
+
+impl TerminateReport {
+    /// Decodes only the control word of a received Terminate header `header` (the octets
+    /// after the Terminate's DDP header) whose HdrCt bits announce parts the segment does
+    /// not hold, which [`TerminateRepr::parse`] refuses (D = 1 without the whole DDP
+    /// Segment Length and copied DDP header: RDMAP-4.8-9/10 are the sender's MUSTs). Layer,
+    /// EType and Error Code are still the peer's verdict, which RDMAP delivers to its ULP
+    /// (RDMAP-5.4-5, RDMAP-7.1-1) rather than answering the Terminate with one of its own;
+    /// the copied headers are reported absent. `None` if `header` is shorter than the
+    /// control word.
+    pub fn decode_control_word(header: &[u8]) -> Option<TerminateReport> {
+        let word = header.get(..TERMINATE_CONTROL_LEN)?;
+        // Only the control word's accessors are used, which read octets 0 to 3.
+        let view = Terminate::new_unchecked(word);
+        Some(TerminateReport::decode(&TerminateRepr {
+            code: view.code(),
+            m: view.m(),
+            ddp: None,
+            r_bit: view.r(),
+            rdma: None,
+        }))
     }
 }
 
