@@ -312,6 +312,7 @@ fn client_run(
                 }),
             stall: timeout,
             progress,
+            hdr_log: cli.hdr_log.is_some(),
             cq_mod: u64::from(cli.cq_mod.unwrap_or(1)),
             post_list: u64::from(cli.post_list.unwrap_or(1)),
         };
@@ -364,18 +365,22 @@ fn client_run(
                     warpcore_apps::outln!("{}", header(cli));
                 }
             }
-            let st = report::lat_stats(&o.samples, factor).map(|s| s.scaled(scale));
+            let st = report::lat_stats_in(&o.samples, factor, scale);
             match cli.output {
                 Some(_) => warpcore_apps::outln!("{}", report::output_latency(st.as_ref())),
                 None => warpcore_apps::outln!("{}", report::lat_row(o.size, o.iters, st.as_ref())),
             }
         }
-        outs.push(o);
         // --run_infinitely: the one size again and again, a row each -D seconds, until
-        // the process is stopped (as perftest).
-        if !cli.run_infinitely {
+        // the process is stopped (as perftest). Its rows are printed as they come and only
+        // the last is kept (for --out_json): keeping every row's histograms grew the
+        // process without bound.
+        if cli.run_infinitely {
+            outs.clear();
+        } else {
             sizes.next();
         }
+        outs.push(o);
     }
     if let Some(path) = cli.out_json_path() {
         if let Some(last) = outs.last() {
@@ -511,6 +516,7 @@ fn server_run(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result<
                 margin: Duration::from_nanos(start.v0),
                 stall: timeout,
                 progress: false,
+                hdr_log: false,
             };
             let o = tests::bw_phase(
                 &mut conns,

@@ -154,13 +154,21 @@ pub fn rtt_factor(t: TestName) -> u64 {
 /// 1000 * `rtt_factor` to print microseconds. `None` when fewer than
 /// `LAT_MEASURE_TAIL + 1` samples leave nothing to keep (perftest would divide by zero).
 pub fn lat_stats(samples_ns: &[u64], rtt_factor: u64) -> Option<LatStats> {
+    lat_stats_in(samples_ns, rtt_factor, 1.0)
+}
+
+/// [`lat_stats`] in units of `per_us` per microsecond (-C: the CPU clock in MHz, so
+/// cycles). Every statistic is computed in that unit, as perftest computes it in the unit
+/// it prints: its standard deviation truncates each deviation to a whole unit (a whole
+/// cycle with -C), so scaling microsecond figures afterwards would be wrong.
+pub fn lat_stats_in(samples_ns: &[u64], rtt_factor: u64, per_us: f64) -> Option<LatStats> {
     let mut delta: Vec<u64> = samples_ns.to_vec();
     delta.sort_unstable();
     let measure_cnt = delta
         .len()
         .checked_sub(LAT_MEASURE_TAIL)
         .filter(|&m| m > 0)?;
-    let quotient = 1000.0 * rtt_factor.max(1) as f64;
+    let quotient = 1000.0 * rtt_factor.max(1) as f64 / per_us;
     let us = |x: u64| x as f64 / quotient;
     // get_median: for an even count, the integer mean of the two middle samples.
     let median = if (measure_cnt - 1) % 2 != 0 {
@@ -390,21 +398,6 @@ pub fn bw_row(o: &Outcome, gbits: bool, no_peak: bool) -> String {
     )
 }
 
-impl LatStats {
-    /// Every figure times `k` (microseconds to cycles with -C: `k` = MHz).
-    pub fn scaled(self, k: f64) -> LatStats {
-        LatStats {
-            min: self.min * k,
-            max: self.max * k,
-            typical: self.typical * k,
-            avg: self.avg * k,
-            stdev: self.stdev * k,
-            p99: self.p99 * k,
-            p999: self.p999 * k,
-        }
-    }
-}
-
 /// The CPU clock in MHz that perftest converts its cycle counts with (`get_cpu_mhz`: the
 /// `cpu MHz` lines of /proc/cpuinfo; the highest, as CPUs may differ). -C multiplies
 /// iwperf's nanosecond timings by it.
@@ -553,7 +546,7 @@ pub fn write_perftest_json(
             }
         }
     } else {
-        let st = lat_stats(&o.samples, rtt_factor(t)).map(|s| s.scaled(cycles_mhz.unwrap_or(1.0)));
+        let st = lat_stats_in(&o.samples, rtt_factor(t), cycles_mhz.unwrap_or(1.0));
         match (cli.output, st) {
             (Some(_), s) => {
                 // null, not 0, when there were too few samples (as `lat_usec` in --json).
@@ -854,6 +847,28 @@ mod tests {
         assert!(close(s.typical, 100.5), "{s:?}");
         assert!(close(s.avg, 100.5), "{s:?}");
         assert!(close(s.stdev, 3283.5f64.sqrt()), "{s:?}");
+    }
+
+    /// perftest's -C (`--report-cycles`) computes every statistic over cycles: its
+    /// `int temp_var` truncates each deviation to whole *cycles*, not microseconds. iwperf
+    /// computed the standard deviation in microseconds (sub-microsecond deviations
+    /// truncated to 0) and then multiplied by the clock: sub-microsecond jitter printed
+    /// `t_stdev[cycles]` 0.00 where perftest prints hundreds of cycles.
+    #[test]
+    fn cycles_stdev_truncates_whole_cycles_as_perftest() {
+        // Kept (rtt_factor 1): 1.0 1.4 1.8 2.2 2.6 us; the two 1 ms samples are dropped.
+        // At 1000 MHz (1 cycle = 1 ns) the deviations from 1800 cycles are -800 -400 0 400
+        // 800 cycles: stdev = sqrt((2 * 640000 + 2 * 160000) / 5) = sqrt(320000) = 565.69.
+        let s = [1000, 1400, 1800, 2200, 2600, 1_000_000, 1_000_000];
+        let us = lat_stats(&s, 1).unwrap();
+        assert!(close(us.stdev, 0.0), "{us:?}"); // perftest in usec: truncated to 0
+        let cy = lat_stats_in(&s, 1, 1000.0).unwrap();
+        assert!(close(cy.stdev, 320_000f64.sqrt()), "{cy:?}");
+        assert!(close(cy.avg, 1800.0) && close(cy.min, 1000.0) && close(cy.max, 1_000_000.0));
+        assert!(
+            close(cy.typical, 1800.0) && close(cy.p99, 1_000_000.0),
+            "{cy:?}"
+        );
     }
 
     #[test]

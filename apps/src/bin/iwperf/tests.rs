@@ -28,6 +28,8 @@ pub struct Phase {
     pub stall: Duration,
     /// Print a progress line every second.
     pub progress: bool,
+    /// Keep each second's histogram for `--hdr-log` ([`Outcome::intervals`]).
+    pub hdr_log: bool,
     /// perftest's -Q: one signalled request in this many (bandwidth tests; 1: all).
     pub cq_mod: u64,
     /// perftest's -l: requests posted per post_send_list (bandwidth tests; 1: one by one).
@@ -86,10 +88,21 @@ struct Rec {
     t0: Instant,
     istart: Instant,
     intervals: Vec<Interval>,
+    /// Keep the closed intervals (`--hdr-log`).
+    keep: bool,
 }
 
 impl Rec {
+    /// A recorder that keeps no per-second histograms (no `--hdr-log`).
+    #[cfg(test)]
     fn new() -> Rec {
+        Rec::keeping_intervals(false)
+    }
+    /// A recorder; with `keep` (`--hdr-log`) it keeps each closed second's histogram. Each
+    /// is a full-range histogram of ~270 KB, so without a log to write them to they are
+    /// only added to the phase's histogram and dropped (a long -D or --run_infinitely
+    /// would otherwise hold gigabytes of them).
+    fn keeping_intervals(keep: bool) -> Rec {
         let now = Instant::now();
         Rec {
             hist: hist(),
@@ -97,6 +110,7 @@ impl Rec {
             t0: now,
             istart: now,
             intervals: Vec::new(),
+            keep,
         }
     }
     /// One sample, into the current interval only: [`Self::tick_at`] adds each closed
@@ -122,6 +136,13 @@ impl Rec {
     fn tick_at(&mut self, now: Instant, force: bool) -> bool {
         if !force && now - self.istart < Duration::from_secs(1) {
             return false;
+        }
+        if !self.keep {
+            // Same bounds and precision: the addition cannot fail.
+            let _ = self.hist.add(&self.interval);
+            self.interval.reset();
+            self.istart = now;
+            return true;
         }
         let h = std::mem::replace(&mut self.interval, hist());
         if !h.is_empty() {
@@ -430,7 +451,7 @@ pub fn client_lat(
             size
         }
     };
-    let mut rec = Rec::new();
+    let mut rec = Rec::keeping_intervals(ph.hdr_log);
     let mut samples = Vec::with_capacity(ph.iters.min(10_000_000) as usize);
     let t_start = Instant::now();
     let mut i = 0u64;
@@ -694,6 +715,7 @@ pub fn server_lat(
             margin: Duration::ZERO,
             stall: Duration::from_secs(60),
             progress: false,
+            hdr_log: false,
         };
         start_phase(conns, &ph, false)?;
         let c = &mut conns[0];
@@ -879,7 +901,7 @@ pub fn bw_phase(
             ..Tx::default()
         })
         .collect();
-    let mut rec = Rec::new();
+    let mut rec = Rec::keeping_intervals(ph.hdr_log);
     let t_start = Instant::now();
     let mut last_progress = Instant::now();
     let mut meter = PeakMeter::new(PEAK_WINDOW);
@@ -1242,5 +1264,32 @@ mod unit_tests {
         r.tick(true);
         assert_eq!(r.hist.len(), 4);
         assert!(r.hist.max() >= 3_500_000_000_000, "{}", r.hist.max());
+    }
+
+    /// Each closed second of a phase kept its own full-range histogram (1 ns .. 1 h at 3
+    /// digits: 33,792 counters, 270 KB) for `--hdr-log`, even when no log was asked for:
+    /// `-D 3600` held ~1 GB of them and `-D 86400` (allowed) ~23 GB; --run_infinitely
+    /// grew by ~1.6 MB per 5 s row until the machine ran out of memory. A phase without
+    /// --hdr-log keeps none; the whole phase's histogram still holds every sample.
+    #[test]
+    fn per_second_histograms_are_kept_only_for_hdr_log() {
+        let mut r = Rec::new();
+        assert!(
+            r.interval.distinct_values() * 8 > 200_000,
+            "a histogram is ~270 KB"
+        );
+        for k in 1..=3u64 {
+            r.record(k * 1_000);
+            r.tick(true);
+        }
+        assert_eq!(r.hist.len(), 3);
+        assert_eq!(r.intervals.len(), 0, "intervals kept without --hdr-log");
+        let mut logged = Rec::keeping_intervals(true);
+        for k in 1..=3u64 {
+            logged.record(k * 1_000);
+            logged.tick(true);
+        }
+        assert_eq!(logged.hist.len(), 3);
+        assert_eq!(logged.intervals.len(), 3);
     }
 }
