@@ -507,6 +507,7 @@ fn server_run(cli: &Cli, ep: &Endpoint, mpa: &MpaParams, print: bool) -> Result<
             if start.kind != wire::Kind::Start {
                 return Err(format!("expected Start, got {:?}", start.kind));
             }
+            lay.check_start_size(start.size)?;
             let ph = Phase {
                 cq_mod: 1,
                 post_list: 1,

@@ -64,6 +64,20 @@ pub struct Opts {
 }
 
 impl Layout {
+    /// Whether a client's Start may run a phase of `size` octets on this layout: between
+    /// 1 and the largest size its hello announced (the data region is sized for that).
+    /// The client's own checks keep it there; a peer that breaks them gets this error
+    /// instead of a phase that would index outside its buffers.
+    pub fn check_start_size(&self, size: u64) -> Result<(), String> {
+        if size == 0 || size > self.max_size {
+            return Err(format!(
+                "the client's Start asks for {size}-octet messages; its hello announced 1 to {}",
+                self.max_size
+            ));
+        }
+        Ok(())
+    }
+
     /// The layout of a run.
     pub fn new(
         test: TestName,
@@ -1098,6 +1112,19 @@ pub fn accept(
                     .get(Hello::LEN..Hello::LEN + 4)
                     .map(|b| u32::from_be_bytes(b.try_into().unwrap_or_default()))
                     .unwrap_or(0) as u64;
+                // What a client's own checks allow (`-s` up to 2^31, `-t` up to 1000): the
+                // server sizes its regions from these, so a hello beyond them is refused
+                // rather than allocated (3 x 4 GiB a QP for a hostile one).
+                if max_size > 1 << 31 || h.tx_depth == 0 || h.tx_depth > 1000 {
+                    let why = format!(
+                        "the hello asks for messages of up to {max_size} octets and a TX depth \
+                         of {} (at most 2^31 and 1 to 1000)",
+                        h.tx_depth
+                    );
+                    eprintln!("iwperf: refused the client at {}: {why}", req.remote.0);
+                    let _ = ctx.reject(&req, why.as_bytes());
+                    continue;
+                }
                 let rx_depth = req
                     .private_data
                     .get(Hello::LEN + 4..Hello::LEN + 8)
@@ -1157,6 +1184,20 @@ pub fn accept(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A client's Start is checked against the layout its hello gave the server: a size of
+    /// 0 (write_lat's server indexed octet `size - 1`) or above the announced largest (the
+    /// data region is sized for it) is a typed error, not a phase.
+    #[test]
+    fn a_start_outside_the_hello_s_sizes_is_refused() {
+        let lay = Layout::new(TestName::WriteLat, 4096, 1, false, false, Opts::default());
+        assert!(lay.check_start_size(1).is_ok());
+        assert!(lay.check_start_size(4096).is_ok());
+        for bad in [0, 4097, u64::MAX] {
+            let e = lay.check_start_size(bad).unwrap_err();
+            assert!(e.contains(&bad.to_string()), "{e}");
+        }
+    }
 
     #[test]
     fn mismatch_reports_survive_the_wire_and_name_the_message() {

@@ -704,6 +704,7 @@ pub fn server_lat(
         if start.kind != Kind::Start {
             return Err(format!("expected Start, got {:?}", start.kind));
         }
+        conns[0].layout().check_start_size(start.size)?;
         let size = start.size;
         let s = size as usize;
         let ph = Phase {
