@@ -268,6 +268,14 @@ impl<D: PollDevice> EngineCore<D> {
         // Each connection builds its responder from these parameters; were they refused
         // there, every connection would be reset after it took a request slot.
         Responder::new(self.mpa_config(&params, Vec::new(), false), self.now_std())?;
+        // One listener a port, whatever the TCP underneath: the reference TCP lets a second
+        // socket listen on a port, and the entry below would then forget the first TCP
+        // listener, which went on taking connections nobody read and could not be ended.
+        if self.listeners.iter().any(|l| l.port == port && l.open) {
+            return Err(EngineError::Stack(warpcore_tcp::StackError::PortInUse(
+                port,
+            )));
+        }
         // Warpcore's TCP bounds handshakes in progress (SYN-RECEIVED) by the backlog and
         // evicts the oldest beyond it: as many as the table holds, so a SYN flood must
         // cycle through the whole table, which takes far longer than one handshake. The

@@ -1,0 +1,455 @@
+//! The connection manager: listeners, pending requests, accept/reject races,
+//! connect, the event stream and resource release at scale.
+
+mod common;
+
+use common::*;
+use warpcore_engine::tcp::link::LinkConfig;
+use warpcore_engine::tcp::smoltcp::socket::tcp::State;
+use warpcore_engine::tcp::smoltcp::time::Duration;
+use warpcore_engine::tcp::TcpTuning;
+use warpcore_engine::{CmEvent, ConnError, EngineConfig, EngineError, MpaParams, QpState};
+
+/// Steps until every table of both cores is back to idle: no QP-less TCP connection, no
+/// pending request, no MPA timer, no zombie (B keeps its listener's entry if `listening`).
+fn run_until_released(p: &mut Pair, max: usize) {
+    for _ in 0..max {
+        let (a, b) = (p.a.core.stats(), p.b.core.stats());
+        if a.requests_pending == 0
+            && b.requests_pending == 0
+            && a.mpa_timers == 0
+            && b.mpa_timers == 0
+            && a.tcp_zombies == 0
+            && b.tcp_zombies == 0
+            && a.tcp_connections == 0
+            && b.tcp_connections == 0
+        {
+            return;
+        }
+        p.step();
+    }
+    panic!(
+        "not released: A {:?}\nB {:?}",
+        p.a.core.stats(),
+        p.b.core.stats()
+    );
+}
+
+#[test]
+fn connections_opened_and_closed_by_the_hundred_release_everything() {
+    let mut p = Pair::default_pair();
+    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
+    for round in 0..8 {
+        let mut pairs = Vec::new();
+        for _ in 0..128 {
+            let qa = p.a.qp(4);
+            p.a.core
+                .connect(qa, (ip(2), PORT), &MpaParams::default(), b"x")
+                .unwrap();
+            pairs.push(qa);
+        }
+        let mut reqs = Vec::new();
+        p.run_until(5000, |p| {
+            for e in p.b.take_events() {
+                if let CmEvent::ConnectRequest(r) = e {
+                    reqs.push(r);
+                }
+            }
+            reqs.len() == 128
+        });
+        let mut qbs = Vec::new();
+        for r in &reqs {
+            let qb = p.b.qp(4);
+            p.b.core.accept(r.request, qb, b"", None).unwrap();
+            qbs.push(qb);
+        }
+        p.run(200);
+        for (k, &qa) in pairs.iter().enumerate() {
+            match (k + round) % 3 {
+                0 => p.a.core.disconnect(qa).unwrap(),
+                1 => p.a.core.abort(qa).unwrap(),
+                _ => p.a.core.destroy_qp(qa).unwrap(),
+            }
+        }
+        p.run(2000);
+        for &qa in &pairs {
+            let _ = p.a.core.destroy_qp(qa);
+        }
+        for &qb in &qbs {
+            let _ = p.b.core.destroy_qp(qb);
+        }
+        p.a.take_events();
+        p.b.take_events();
+    }
+    p.b.core.unlisten(PORT).unwrap();
+    run_until_released(&mut p, 200_000);
+}
+
+/// Connects a fresh A QP to B and waits for B's request.
+fn request(p: &mut Pair) -> (warpcore_engine::QpId, warpcore_engine::ConnectRequest) {
+    let qa = p.a.qp(4);
+    p.a.core
+        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"r")
+        .unwrap();
+    (qa, p.wait_request())
+}
+
+#[test]
+fn accept_racing_the_peers_reset_ends_once() {
+    let mut p = Pair::default_pair();
+    p.b.core.listen(PORT, MpaParams::default()).unwrap();
+    let (qa, req) = request(&mut p);
+    p.a.core.abort(qa).unwrap();
+    // A sends its RST; B's rx burst takes it (its Reset event waits for B's next loop).
+    for _ in 0..20 {
+        p.a.core.poll(p.now);
+        p.now += Duration::from_micros(10);
+        p.b.core.poll(p.now);
+        if p.b.core.stack_mut().has_events() {
+            break;
+        }
+    }
+    let qb = p.b.qp(4);
+    let r = p.b.core.accept(req.request, qb, b"", None);
+    p.run(200);
+    let ev = p.b.take_events();
+    // Either the accept came first (one Established, then the reset ends it) or the
+    // reset did (the request is cancelled and the accept refused): one ending either way.
+    match r {
+        Ok(()) => assert!(
+            matches!(
+                ev.as_slice(),
+                [
+                    CmEvent::Established(_),
+                    CmEvent::Disconnected {
+                        cause: warpcore_engine::DisconnectCause::Reset,
+                        ..
+                    }
+                ]
+            ),
+            "{ev:?}"
+        ),
+        Err(e) => {
+            assert_eq!(e, EngineError::UnknownRequest);
+            assert!(
+                matches!(ev.as_slice(), [CmEvent::RequestCancelled(_)]),
+                "{ev:?}"
+            );
+        }
+    }
+    p.a.core.destroy_qp(qa).unwrap();
+    p.b.core.destroy_qp(qb).unwrap();
+    p.b.core.unlisten(PORT).unwrap();
+    run_until_released(&mut p, 100_000);
+}
+
+#[test]
+fn a_qp_destroyed_mid_connect_cancels_the_request_and_holds_nothing() {
+    let mut p = Pair::default_pair();
+    p.b.core.listen(PORT, MpaParams::default()).unwrap();
+    let (qa, req) = request(&mut p);
+    p.a.core.destroy_qp(qa).unwrap();
+    p.run(500);
+    let ev = p.b.take_events();
+    assert_eq!(ev, vec![CmEvent::RequestCancelled(req.request)]);
+    let qb = p.b.qp(4);
+    assert_eq!(
+        p.b.core.accept(req.request, qb, b"", None),
+        Err(EngineError::UnknownRequest)
+    );
+    let ea = p.a.take_events();
+    assert!(ea.is_empty(), "{ea:?}");
+    p.b.core.unlisten(PORT).unwrap();
+    run_until_released(&mut p, 100_000);
+}
+
+#[test]
+fn connect_to_a_port_nobody_listens_on_fails_once_and_holds_nothing() {
+    let mut p = Pair::default_pair();
+    let qa = p.a.qp(4);
+    p.a.core
+        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"r")
+        .unwrap();
+    assert!(matches!(
+        p.a.core
+            .connect(qa, (ip(2), PORT), &MpaParams::default(), b"r"),
+        Err(EngineError::InvalidState(QpState::Connecting))
+    ));
+    p.run(500);
+    let ev = p.a.take_events();
+    assert!(matches!(
+        ev.as_slice(),
+        [CmEvent::Error {
+            error: ConnError::TcpReset,
+            ..
+        }]
+    ));
+    run_until_released(&mut p, 100_000);
+    p.a.core.reset_qp(qa).unwrap();
+    p.a.core.destroy_qp(qa).unwrap();
+}
+
+#[test]
+fn a_slowloris_request_times_out_at_the_startup_timeout() {
+    let mut p = Pair::default_pair();
+    p.b.core.listen(PORT, MpaParams::default()).unwrap();
+    let c =
+        p.a.core
+            .stack_mut()
+            .connect((ip(2), PORT), None, &TcpTuning::default())
+            .unwrap();
+    let req = b"MPA ID Req Frame\x81\x00\x00\x00";
+    let mut sent = 0;
+    let mut next = p.now;
+    let t0 = p.now;
+    let mut seen = false;
+    while p.now - t0 < Duration::from_secs(30) {
+        p.step();
+        let st = p.a.core.stack_mut().state(c);
+        if st == Ok(State::Established) && p.now >= next && sent < req.len() {
+            sent += p.a.core.stack_mut().send(c, &req[sent..sent + 1]).unwrap();
+            next = p.now + Duration::from_millis(600);
+        }
+        let pend = p.b.core.stats().requests_pending;
+        seen |= pend == 1;
+        if seen && pend == 0 {
+            break;
+        }
+    }
+    assert!(p.now - t0 < Duration::from_secs(11));
+    assert_eq!(p.b.core.stats().requests_timed_out, 1);
+}
+
+#[test]
+fn a_rejected_peer_that_never_closes_is_released_within_twice_the_timeout() {
+    let mut p = Pair::default_pair();
+    p.b.core.listen(PORT, MpaParams::default()).unwrap();
+    let (c, req) = raw_request(&mut p, false, false);
+    p.b.core.reject(req.request, &[7u8; 100]).unwrap();
+    assert_eq!(
+        p.b.core.reject(req.request, b""),
+        Err(EngineError::UnknownRequest)
+    );
+    let t0 = p.now;
+    p.run_until(1_000_000, |p| p.b.core.stats().requests_pending == 0);
+    assert!(p.now - t0 <= Duration::from_secs(21), "{}", p.now - t0);
+    // The Reply with its private data reached the peer before the end.
+    let mut buf = [0u8; 1024];
+    let n = p.a.core.stack_mut().recv(c, &mut buf).unwrap();
+    assert_eq!(n, 20 + 4 + 100);
+}
+
+#[test]
+fn unlisten_keeps_reported_requests_and_resets_the_rest() {
+    let mut p = Pair::default_pair();
+    p.b.core.listen(PORT, MpaParams::default()).unwrap();
+    assert!(p.b.core.listen(PORT, MpaParams::default()).is_err());
+    let (qa1, r1) = request(&mut p);
+    let (qa2, r2) = request(&mut p);
+    // A silent connection too.
+    let c =
+        p.a.core
+            .stack_mut()
+            .connect((ip(2), PORT), None, &TcpTuning::default())
+            .unwrap();
+    p.run_until(5000, |p| p.b.core.stats().requests_pending == 3);
+    p.b.core.unlisten(PORT).unwrap();
+    assert_eq!(
+        p.b.core.unlisten(PORT),
+        Err(EngineError::NotListening(PORT))
+    );
+    assert_eq!(p.b.core.stats().requests_pending, 2);
+    let qb = p.b.qp(4);
+    p.b.core.accept(r1.request, qb, b"", None).unwrap();
+    p.b.core.reject(r2.request, b"no").unwrap();
+    p.run(500);
+    let ea = p.a.take_events();
+    assert!(
+        matches!(ea.as_slice(), [CmEvent::Established(e), CmEvent::Rejected { qp, .. }]
+            if e.qp == qa1 && *qp == qa2),
+        "{ea:?}"
+    );
+    // The silent connection, never reported, was reset.
+    assert_eq!(p.a.core.stack_mut().state(c), Ok(State::Closed));
+    // Listen again.
+    p.b.core.listen(PORT, MpaParams::default()).unwrap();
+    let (qa3, r3) = request(&mut p);
+    let qb3 = p.b.qp(4);
+    p.b.core.accept(r3.request, qb3, b"", None).unwrap();
+    p.run(500);
+    let ea = p.a.take_events();
+    assert!(
+        matches!(ea.as_slice(), [CmEvent::Established(e)] if e.qp == qa3),
+        "{ea:?}"
+    );
+    for q in [qa1, qa2, qa3] {
+        p.a.core.destroy_qp(q).unwrap();
+    }
+    for q in [qb, qb3] {
+        p.b.core.destroy_qp(q).unwrap();
+    }
+    let _ = p.a.core.stack_mut().release(c);
+    p.b.core.unlisten(PORT).unwrap();
+    run_until_released(&mut p, 100_000);
+}
+
+/// A raw TCP connection from A's stack that sends an MPA Request (`p2p`: the peer-to-peer
+/// model) and, if `fin`, closes at once; B's request.
+fn raw_request(
+    p: &mut Pair,
+    p2p: bool,
+    fin: bool,
+) -> (
+    warpcore_engine::tcp::ConnId,
+    warpcore_engine::ConnectRequest,
+) {
+    let c =
+        p.a.core
+            .stack_mut()
+            .connect((ip(2), PORT), None, &TcpTuning::default())
+            .unwrap();
+    let mut req = None;
+    let mut sent = false;
+    p.run_until(5000, |p| {
+        if !sent && p.a.core.stack_mut().state(c) == Ok(State::Established) {
+            let mut init = warpcore_engine::proto::mpa::negotiation::Initiator::new(
+                warpcore_engine::proto::mpa::negotiation::Config {
+                    peer_to_peer: p2p,
+                    ..Default::default()
+                },
+                std::time::Instant::now(),
+            )
+            .unwrap();
+            let mut b = vec![0u8; 1024];
+            let n = init.poll_transmit(&mut b);
+            p.a.core.stack_mut().send(c, &b[..n]).unwrap();
+            if fin {
+                p.a.core.stack_mut().close(c).unwrap();
+            }
+            sent = true;
+        }
+        for e in p.b.take_events() {
+            if let CmEvent::ConnectRequest(r) = e {
+                req = Some(r);
+            }
+        }
+        req.is_some()
+    });
+    (c, req.unwrap())
+}
+
+#[test]
+fn accept_after_the_peers_fin_fails_typed_and_releases() {
+    for p2p in [false, true] {
+        let mut p = Pair::default_pair();
+        p.b.core.listen(PORT, MpaParams::default()).unwrap();
+        let (c, req) = raw_request(&mut p, p2p, true);
+        p.run(100);
+        let qb = p.b.qp(4);
+        p.b.core.accept(req.request, qb, b"", None).unwrap();
+        p.run(3000);
+        let ev = p.b.take_events();
+        assert!(
+            matches!(
+                ev.as_slice(),
+                [
+                    CmEvent::Established(_),
+                    CmEvent::Error {
+                        error: ConnError::Negotiation(_),
+                        ..
+                    }
+                ]
+            ),
+            "p2p {p2p}: {ev:?}"
+        );
+        assert_eq!(p.b.core.qp_state(qb), Ok(QpState::Error));
+        let _ = p.a.core.stack_mut().release(c);
+        p.b.core.destroy_qp(qb).unwrap();
+        p.b.core.unlisten(PORT).unwrap();
+        run_until_released(&mut p, 100_000);
+    }
+}
+
+/// A second `listen` on a port this core already listens on is refused, whichever TCP
+/// runs underneath (the reference TCP lets two sockets listen on one port, and the engine
+/// took the second for the first, orphaning the first TCP listener: connections it took
+/// were never read, and it could never be unlistened), and the first listener keeps
+/// serving.
+#[test]
+fn listen_twice_on_a_port_is_refused_and_the_first_keeps_serving() {
+    for imp in [
+        warpcore_engine::tcp::TcpImplementation::Warpcore,
+        warpcore_engine::tcp::TcpImplementation::SmoltcpReference,
+    ] {
+        let cfg = EngineConfig {
+            tcp_implementation: imp,
+            ..EngineConfig::default()
+        };
+        let mut p = Pair::new(&LinkConfig::default(), &cfg);
+        p.b.core.listen(PORT, MpaParams::default()).expect("listen");
+        let again = p.b.core.listen(PORT, MpaParams::default());
+        assert!(
+            matches!(
+                again,
+                Err(EngineError::Stack(
+                    warpcore_engine::tcp::StackError::PortInUse(PORT)
+                ))
+            ),
+            "{imp:?}: {again:?}"
+        );
+        // The first listener still takes connections.
+        let (qa, req) = request(&mut p);
+        let qb = p.b.qp(4);
+        p.b.core.accept(req.request, qb, b"", None).unwrap();
+        p.run_until_established();
+        // One unlisten ends it; nothing listens afterwards.
+        p.b.core.unlisten(PORT).unwrap();
+        assert_eq!(
+            p.b.core.unlisten(PORT),
+            Err(EngineError::NotListening(PORT))
+        );
+        p.a.core.destroy_qp(qa).unwrap();
+        p.b.core.destroy_qp(qb).unwrap();
+    }
+}
+
+/// Accept on a QP of another core, or on one not idle, is refused and leaves the request
+/// acceptable; a reject whose private data MPA refuses leaves it too.
+#[test]
+fn refused_accepts_leave_the_request_acceptable() {
+    let mut p = Pair::default_pair();
+    p.b.core.listen(PORT, MpaParams::default()).unwrap();
+    let (qa, req) = request(&mut p);
+    let foreign = p.a.qp(4);
+    assert_eq!(
+        p.b.core.accept(req.request, foreign, b"", None),
+        Err(EngineError::UnknownQp)
+    );
+    let (qa2, req2) = request(&mut p);
+    let qb2 = p.b.qp(4);
+    p.b.core.accept(req2.request, qb2, b"", None).unwrap();
+    assert!(matches!(
+        p.b.core.accept(req.request, qb2, b"", None),
+        Err(EngineError::InvalidState(_))
+    ));
+    assert!(p.b.core.reject(req.request, &[0u8; 4096]).is_err());
+    let qb = p.b.qp(4);
+    p.b.core.accept(req.request, qb, b"", None).unwrap();
+    p.run(500);
+    let ea = p.a.take_events();
+    assert_eq!(
+        ea.iter()
+            .filter(|e| matches!(e, CmEvent::Established(_)))
+            .count(),
+        2,
+        "{ea:?}"
+    );
+    for q in [qa, qa2, foreign] {
+        p.a.core.destroy_qp(q).unwrap();
+    }
+    for q in [qb, qb2] {
+        p.b.core.destroy_qp(q).unwrap();
+    }
+    p.b.core.unlisten(PORT).unwrap();
+    run_until_released(&mut p, 100_000);
+}
