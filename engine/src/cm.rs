@@ -216,7 +216,7 @@ pub enum CmEvent {
     Established(Established),
     /// Our MPA Request was rejected; the peer's private data and IRD/ORD.
     Rejected {
-        /// The queue pair (now in the error state).
+        /// The queue pair (now in the error state, its work requests flushed).
         qp: QpId,
         /// The peer's private data.
         private_data: Vec<u8>,
@@ -236,7 +236,8 @@ pub enum CmEvent {
     },
     /// The connection failed (Terminate sent or received, startup failure, TCP lost).
     Error {
-        /// The queue pair (now in the error state).
+        /// The queue pair (now in the error state, or Terminate while the stream
+        /// closes; its work requests flushed).
         qp: QpId,
         /// Why.
         error: ConnError,

@@ -21,24 +21,6 @@ fn stacks_of(imp: TcpImplementation) -> (Stack<LinkEnd>, Stack<LinkEnd>) {
     )
 }
 
-/// Polls both stacks for `steps` steps of 100 us and collects their events.
-fn run(
-    a: &mut Stack<LinkEnd>,
-    b: &mut Stack<LinkEnd>,
-    now: &mut Instant,
-    steps: usize,
-) -> (Vec<Event>, Vec<Event>) {
-    let (mut ea, mut eb) = (Vec::new(), Vec::new());
-    for _ in 0..steps {
-        a.poll(*now);
-        b.poll(*now);
-        ea.extend(std::iter::from_fn(|| a.next_event()));
-        eb.extend(std::iter::from_fn(|| b.next_event()));
-        *now += Duration::from_micros(100);
-    }
-    (ea, eb)
-}
-
 fn accepted_over_several_polls(imp: TcpImplementation) {
     let (mut a, mut b) = stacks_of(imp);
     let t = TcpTuning::default();

@@ -4,120 +4,16 @@
 //! scripts for one connection (as `conn_script.rs`) and host tests over the in-memory link.
 
 mod common;
+mod script;
 
 use common::*;
+use script::*;
 use smoltcp::socket::tcp::State;
 use smoltcp::time::{Duration, Instant};
-use smoltcp::wire::{Ipv4Address, TcpControl, TcpRepr, TcpSeqNumber};
-use warpcore_tcp::conn::{ConnConfig, ConnEvent, Connection, Endpoints};
+use smoltcp::wire::{TcpControl, TcpSeqNumber};
+use warpcore_tcp::conn::{ConnEvent, Connection, Endpoints};
 use warpcore_tcp::link::{self, LinkConfig, LinkEnd};
 use warpcore_tcp::{ConnId, Event, Stack, TcpTuning};
-
-const US: (Ipv4Address, u16) = (Ipv4Address::new(198, 18, 0, 1), 4791);
-const PEER: (Ipv4Address, u16) = (Ipv4Address::new(198, 18, 0, 2), 50000);
-const ISS: TcpSeqNumber = TcpSeqNumber(1000);
-const PISS: TcpSeqNumber = TcpSeqNumber(500_000);
-
-fn ms(n: u64) -> Instant {
-    Instant::from_micros(n as i64 * 1000)
-}
-
-#[derive(Debug, Clone)]
-struct Out {
-    control: TcpControl,
-    seq: TcpSeqNumber,
-    ack: Option<TcpSeqNumber>,
-    payload: Vec<u8>,
-}
-
-fn drain(c: &mut Connection, now: Instant) -> Vec<Out> {
-    let mut v = Vec::new();
-    while let Some(s) = c.poll_transmit(now) {
-        v.push(Out {
-            control: s.control,
-            seq: s.seq_number,
-            ack: s.ack_number,
-            payload: s.payload.to_vec(),
-        });
-        assert!(v.len() < 10_000, "poll_transmit never ends");
-    }
-    v
-}
-
-fn events(c: &mut Connection) -> Vec<ConnEvent> {
-    std::iter::from_fn(|| c.poll_event()).collect()
-}
-
-fn seg(
-    control: TcpControl,
-    seq: TcpSeqNumber,
-    ack: Option<TcpSeqNumber>,
-    payload: &[u8],
-) -> TcpRepr<'_> {
-    TcpRepr {
-        src_port: PEER.1,
-        dst_port: US.1,
-        control,
-        seq_number: seq,
-        ack_number: ack,
-        window_len: 0xffff,
-        window_scale: None,
-        max_seg_size: None,
-        sack_permitted: false,
-        sack_ranges: [None; 3],
-        timestamp: None,
-        payload,
-    }
-}
-
-fn cfg() -> ConnConfig {
-    ConnConfig {
-        rx_buffer: 64 * 1024,
-        tx_buffer: 256 * 1024,
-        mss: 1460,
-        ..ConnConfig::default()
-    }
-}
-
-/// Runs timers up to `until`, collecting what goes out.
-fn run_until(c: &mut Connection, from: Instant, until: Instant) -> Vec<(Instant, Out)> {
-    let mut out = Vec::new();
-    let mut now = from;
-    loop {
-        for o in drain(c, now) {
-            out.push((now, o));
-        }
-        match c.poll_timeout() {
-            Some(t) if t <= until => {
-                now = t.max(now);
-                c.handle_timeout(now);
-            }
-            _ => return out,
-        }
-    }
-}
-
-/// An established active connection without options (MSS 1460, no scaling, SACK or
-/// timestamps), at t = 1 ms, its events taken.
-fn established(config: ConnConfig) -> Connection {
-    let ep = Endpoints {
-        local: US,
-        remote: PEER,
-    };
-    let mut c = Connection::connect(&config, ep, ISS, ms(0));
-    assert_eq!(drain(&mut c, ms(0)).len(), 1);
-    let mut sa = seg(TcpControl::Syn, PISS, Some(ISS + 1), &[]);
-    sa.max_seg_size = Some(1460);
-    c.handle_segment(ms(1), &sa);
-    assert_eq!(c.state(), State::Established);
-    drain(&mut c, ms(1));
-    assert_eq!(events(&mut c), vec![ConnEvent::Connected]);
-    c
-}
-
-fn data(off: usize, payload: &[u8], ack: TcpSeqNumber) -> TcpRepr<'_> {
-    seg(TcpControl::Psh, PISS + 1 + off, Some(ack), payload)
-}
 
 // ---------------------------------------------------------------- one connection
 
@@ -127,7 +23,7 @@ fn data(off: usize, payload: &[u8], ack: TcpSeqNumber) -> TcpRepr<'_> {
 /// the RTO until acknowledged.
 #[test]
 fn rfc9293_3_10_4_queued_data_then_fin_and_a_fin_acknowledged_partly() {
-    let mut c = established(cfg());
+    let mut c = established(cfg(), true);
     assert_eq!(c.send(&[5u8; 3000]), Ok(3000));
     c.close();
     assert_eq!(c.state(), State::FinWait1);
@@ -171,7 +67,7 @@ fn rfc9293_3_10_4_queued_data_then_fin_and_a_fin_acknowledged_partly() {
 /// data is still taken, acknowledged and readable; its FIN then ends in TIME-WAIT.
 #[test]
 fn rfc9293_3_6_half_close_data_after_our_fin_is_taken_and_acked() {
-    let mut c = established(cfg());
+    let mut c = established(cfg(), true);
     c.close();
     let out = drain(&mut c, ms(2));
     assert_eq!(out[0].control, TcpControl::Fin);
@@ -204,7 +100,7 @@ fn rfc9293_3_6_half_close_data_after_our_fin_is_taken_and_acked() {
 fn rfc9293_3_10_7_4_time_wait_retransmitted_fin_syn_and_rst() {
     let mut config = cfg();
     config.time_wait = Duration::from_secs(2);
-    let mut c = established(config);
+    let mut c = established(config, true);
     c.close();
     drain(&mut c, ms(2));
     c.handle_segment(ms(3), &seg(TcpControl::Fin, PISS + 1, Some(ISS + 2), &[]));
@@ -242,7 +138,7 @@ fn rfc9293_3_10_7_4_time_wait_retransmitted_fin_syn_and_rst() {
 #[test]
 fn rfc5961_3_2_rst_in_closing_states() {
     // CLOSING.
-    let mut c = established(cfg());
+    let mut c = established(cfg(), true);
     c.close();
     drain(&mut c, ms(2));
     c.handle_segment(ms(3), &seg(TcpControl::Fin, PISS + 1, Some(ISS + 1), &[]));
@@ -254,7 +150,7 @@ fn rfc5961_3_2_rst_in_closing_states() {
     c.handle_segment(ms(601), &seg(TcpControl::Rst, PISS + 2, None, &[]));
     assert_eq!(c.state(), State::Closed);
     // LAST-ACK.
-    let mut c = established(cfg());
+    let mut c = established(cfg(), true);
     c.handle_segment(ms(2), &seg(TcpControl::Fin, PISS + 1, Some(ISS + 1), &[]));
     c.close();
     assert_eq!(c.state(), State::LastAck);
@@ -275,7 +171,7 @@ fn rfc9293_3_8_3_an_unanswered_fin_ends_in_a_timeout() {
         let mut config = cfg();
         config.keep_alive = None;
         config.timeout = None;
-        let mut c = established(config);
+        let mut c = established(config, true);
         match state {
             State::LastAck => {
                 c.handle_segment(ms(2), &seg(TcpControl::Fin, PISS + 1, Some(ISS + 1), &[]));
@@ -306,7 +202,7 @@ fn rfc9293_3_8_6_1_a_shut_window_holds_the_data_and_fin_not_the_connection() {
     let mut config = cfg();
     config.keep_alive = None;
     config.timeout = Some(Duration::from_secs(30));
-    let mut c = established(config);
+    let mut c = established(config, true);
     // The peer shuts its window.
     let mut shut = seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]);
     shut.window_len = 0;
@@ -353,7 +249,7 @@ fn rfc9293_3_8_6_1_a_shut_window_holds_the_data_and_fin_not_the_connection() {
 /// including after a second abort (the host's release aborts again).
 #[test]
 fn rfc9293_3_10_5_a_second_abort_keeps_the_rst_owed() {
-    let mut c = established(cfg());
+    let mut c = established(cfg(), true);
     c.abort();
     c.abort();
     let out = drain(&mut c, ms(2));
@@ -377,7 +273,7 @@ fn rfc9293_3_10_5_abort_in_each_state() {
     assert_eq!(c.state(), State::Closed);
     assert!(drain(&mut c, ms(1)).is_empty());
     // FIN-WAIT-2 and CLOSE-WAIT: a RST at SND.NXT.
-    let mut c = established(cfg());
+    let mut c = established(cfg(), true);
     c.close();
     drain(&mut c, ms(2));
     c.handle_segment(ms(3), &seg(TcpControl::None, PISS + 1, Some(ISS + 2), &[]));
@@ -386,7 +282,7 @@ fn rfc9293_3_10_5_abort_in_each_state() {
     let out = drain(&mut c, ms(4));
     assert_eq!(out.len(), 1);
     assert_eq!((out[0].control, out[0].seq), (TcpControl::Rst, ISS + 2));
-    let mut c = established(cfg());
+    let mut c = established(cfg(), true);
     c.handle_segment(ms(2), &seg(TcpControl::Fin, PISS + 1, Some(ISS + 1), &[]));
     drain(&mut c, ms(2));
     assert_eq!(c.state(), State::CloseWait);
@@ -395,7 +291,7 @@ fn rfc9293_3_10_5_abort_in_each_state() {
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].control, TcpControl::Rst);
     // TIME-WAIT: none.
-    let mut c = established(cfg());
+    let mut c = established(cfg(), true);
     c.close();
     drain(&mut c, ms(2));
     c.handle_segment(ms(3), &seg(TcpControl::Fin, PISS + 1, Some(ISS + 2), &[]));
@@ -407,23 +303,6 @@ fn rfc9293_3_10_5_abort_in_each_state() {
 }
 
 // ---------------------------------------------------------------- the host
-
-fn run(
-    a: &mut Stack<LinkEnd>,
-    b: &mut Stack<LinkEnd>,
-    now: &mut Instant,
-    steps: usize,
-) -> (Vec<Event>, Vec<Event>) {
-    let (mut ea, mut eb) = (Vec::new(), Vec::new());
-    for _ in 0..steps {
-        a.poll(*now);
-        b.poll(*now);
-        ea.extend(std::iter::from_fn(|| a.next_event()));
-        eb.extend(std::iter::from_fn(|| b.next_event()));
-        *now += Duration::from_micros(100);
-    }
-    (ea, eb)
-}
 
 fn stacks(link: &LinkConfig, max_connections: usize) -> (Stack<LinkEnd>, Stack<LinkEnd>) {
     let (ea, eb) = link::pair(link);
@@ -559,7 +438,7 @@ fn rfc9293_3_8_3_a_shut_window_whose_peer_goes_silent_times_out() {
     let mut config = cfg();
     config.keep_alive = None;
     config.timeout = Some(Duration::from_secs(30));
-    let mut c = established(config);
+    let mut c = established(config, true);
     let mut shut = seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]);
     shut.window_len = 0;
     c.handle_segment(ms(2), &shut);

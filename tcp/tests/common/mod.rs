@@ -258,3 +258,21 @@ pub fn faulty_link(seed: u64, loss: f64) -> LinkConfig {
         ..LinkConfig::default()
     }
 }
+
+/// Polls both stacks for `steps` steps of 100 us and collects their events.
+pub fn run(
+    a: &mut Stack<LinkEnd>,
+    b: &mut Stack<LinkEnd>,
+    now: &mut Instant,
+    steps: usize,
+) -> (Vec<Event>, Vec<Event>) {
+    let (mut ea, mut eb) = (Vec::new(), Vec::new());
+    for _ in 0..steps {
+        a.poll(*now);
+        b.poll(*now);
+        ea.extend(std::iter::from_fn(|| a.next_event()));
+        eb.extend(std::iter::from_fn(|| b.next_event()));
+        *now += Duration::from_micros(100);
+    }
+    (ea, eb)
+}
