@@ -91,6 +91,8 @@ pub struct EngineConfig {
     /// the peer does not answer completes up to 20 us later. Our TCP's probe timeout allows a
     /// peer 1 ms of ACK delay with one segment in flight (RFC 8985 7.2), so this delay never
     /// fires a probe; [`EngineConfig::validate`] refuses more than that.
+    /// `rx_window_clamp` is the engine's (refused unless `None`): its listeners' connections
+    /// offer 4 KiB until their request is accepted, then the whole `rx_buffer`.
     pub tcp: TcpTuning,
     /// Which TCP runs under the core: Warpcore's own (the default) or the smoltcp reference
     /// (kept for differential tests, never the default path).
@@ -302,6 +304,15 @@ impl EngineConfig {
         if self.tcp.nagle {
             return err("tcp.nagle", "must be off (MPA-5.1-3: FPDUs leave at once)");
         }
+        // The engine sets the clamp itself: a listener's connections offer
+        // `REQUEST_WINDOW` until accepted, then the whole buffer (a clamp kept after that
+        // would cap every connection's window for good).
+        if self.tcp.rx_window_clamp.is_some() {
+            return err(
+                "tcp.rx_window_clamp",
+                "must be None (the engine clamps a listener's connections until accept)",
+            );
+        }
         // smoltcp applies the timeout to idle connections too: without probes shorter than
         // it, every idle queue pair would be reset (`TcpTuning::keep_alive`).
         if let Some(t) = self.tcp.timeout {
@@ -361,13 +372,16 @@ mod tests {
     fn values_that_fail_later_are_refused_naming_the_field() {
         assert_eq!(EngineConfig::default().validate(), Ok(()));
         type Set = fn(&mut EngineConfig);
-        let cases: [(&str, Set); 21] = [
+        let cases: [(&str, Set); 22] = [
             ("tcp.timeout", |c| c.tcp.timeout = Some(Duration::ZERO)),
             ("tcp.keep_alive", |c| {
                 c.tcp.timeout = None;
                 c.tcp.keep_alive = Some(Duration::ZERO);
             }),
             ("tcp.nagle", |c| c.tcp.nagle = true),
+            ("tcp.rx_window_clamp", |c| {
+                c.tcp.rx_window_clamp = Some(4096)
+            }),
             ("mr_table_capacity", |c| {
                 c.mr_table_capacity = crate::mem::MAX_CAPACITY + 1
             }),

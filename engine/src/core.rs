@@ -153,7 +153,9 @@ use warpcore_proto::TerminateReport;
 use warpcore_tcp::smoltcp::socket::tcp::State as TcpState;
 use warpcore_tcp::smoltcp::time::{Duration, Instant};
 use warpcore_tcp::smoltcp::wire::Ipv4Address;
-use warpcore_tcp::{ConnId, Event as TcpEvent, PollDevice, Stack, StackConfig, TcpImplementation};
+use warpcore_tcp::{
+    ConnId, Event as TcpEvent, PollDevice, Stack, StackConfig, TcpImplementation, TcpTuning,
+};
 
 use crate::cm::{
     CmEvent, ConnError, ConnectRequest, DisconnectCause, Established, ListenerId, MpaParams,

@@ -1208,20 +1208,10 @@ fn rdmap_5_2_2_5_octets_answering_a_read_of_none_are_the_peers_error() {
     );
 }
 
-/// MPA-7.1.2-8/10, MPA-7.1.2-16: an initiator that puts an FPDU right behind its Request
-/// (before it has our Reply: the peer's protocol error, but one the responder cannot tell
-/// from a legal first FPDU, MPA-7.1.2-10) still gets our Reply first: the responder's
-/// stream starts with it. (The receive poller, which runs before the transmit poller in the
-/// loop after `accept`, took the early FPDU as the initiator's first and dropped the
-/// responder with the Reply still queued in it: the Reply never went out.)
-#[test]
-fn mpa_7_1_2_8_an_fpdu_behind_the_request_does_not_swallow_the_reply() {
-    let mut w = world();
-    let qp = new_qp(&mut w);
-    let tcp = w
-        .peer
-        .connect((ip(2), PORT), None, &TcpTuning::default())
-        .unwrap();
+/// An MPA Request (the client-server model) and `n` zero-length Writes behind it
+/// (well-formed FPDUs, CRC on as both sides ask by default; zero-length tagged segments
+/// are not looked up, DDP-5.2-11): the stream, and the Request's length.
+fn request_with_fpdus_behind(n: usize) -> (Vec<u8>, usize) {
     let cfg = nego::Config {
         peer_to_peer: false,
         ..nego::Config::default()
@@ -1236,7 +1226,7 @@ fn mpa_7_1_2_8_an_fpdu_behind_the_request_does_not_swallow_the_reply() {
         }
         req.extend_from_slice(&buf[..n]);
     }
-    // The early FPDU: a zero-length Write, CRC on (both sides ask for it by default).
+    let request_len = req.len();
     let mut framer = Framer::new(FramerConfig {
         markers: false,
         crc: true,
@@ -1245,8 +1235,29 @@ fn mpa_7_1_2_8_an_fpdu_behind_the_request_does_not_swallow_the_reply() {
     });
     let u = write(0, 0, b"");
     let mut out = vec![0u8; framer.fpdu_wire_len(u.len())];
-    let n = framer.emit(&[&u], &mut out).unwrap();
-    req.extend_from_slice(&out[..n]);
+    for _ in 0..n {
+        let k = framer.emit(&[&u], &mut out).unwrap();
+        req.extend_from_slice(&out[..k]);
+    }
+    (req, request_len)
+}
+
+/// MPA-7.1.2-8/10, MPA-7.1.2-16: an initiator that puts an FPDU right behind its Request
+/// (before it has our Reply: the peer's protocol error, but one the responder cannot tell
+/// from a legal first FPDU, MPA-7.1.2-10) still gets our Reply first: the responder's
+/// stream starts with it. (The receive poller, which runs before the transmit poller in the
+/// loop after `accept`, took the early FPDU as the initiator's first and dropped the
+/// responder with the Reply still queued in it: the Reply never went out.)
+#[test]
+fn mpa_7_1_2_8_an_fpdu_behind_the_request_does_not_swallow_the_reply() {
+    let mut w = world();
+    let qp = new_qp(&mut w);
+    let tcp = w
+        .peer
+        .connect((ip(2), PORT), None, &TcpTuning::default())
+        .unwrap();
+    // The early FPDU: a zero-length Write, CRC on (both sides ask for it by default).
+    let (req, _) = request_with_fpdus_behind(1);
     let mut off = 0;
     let mut request = None;
     for _ in 0..5000 {
@@ -1276,6 +1287,75 @@ fn mpa_7_1_2_8_an_fpdu_behind_the_request_does_not_swallow_the_reply() {
         rx.len(),
         &rx[..rx.len().min(32)]
     );
+}
+
+/// MPA-7.1.2-27 (a startup guard against denial of service): while a request waits for the
+/// application, the listener's connection offers a window of 4 KiB, not the TCP's 1 MiB
+/// receive buffer, so a peer that sends on behind its Request (no honest initiator sends
+/// an FPDU before it has the Reply, mpa-08 §7.1.2 rule 2's note) parks that much at most.
+/// Before, all 256 KiB of it was taken and held, up to 1 MiB a request for as long as the
+/// request waited (~1 GiB over a full table of 1,024). `accept` opens the whole window:
+/// the rest of the stream then flows into the QP.
+#[test]
+fn mpa_7_1_2_27_a_pending_request_parks_at_most_a_small_window_behind_it() {
+    let mut w = world();
+    let qp = new_qp(&mut w);
+    let tcp = w
+        .peer
+        .connect((ip(2), PORT), None, &TcpTuning::default())
+        .unwrap();
+    // 256 KiB of zero-length Writes (20 octets each) behind the Request.
+    let (stream, request_len) = request_with_fpdus_behind(256 * 1024 / 20);
+    let mut off = 0;
+    let mut request = None;
+    let step = |w: &mut World, off: &mut usize| {
+        w.step();
+        if *off < stream.len() {
+            *off += w.peer.send(tcp, &stream[*off..]).unwrap_or(0);
+        }
+    };
+    for _ in 0..5000 {
+        step(&mut w, &mut off);
+        while let Some(e) = w.engine.next_event() {
+            if let CmEvent::ConnectRequest(r) = e {
+                request = Some(r);
+            }
+        }
+        if request.is_some() && off == stream.len() {
+            break;
+        }
+    }
+    // Give the peer ample time to push what the window lets through (a second).
+    for _ in 0..10_000 {
+        step(&mut w, &mut off);
+    }
+    assert_eq!(off, stream.len());
+    let taken = off - w.peer.send_queue(tcp).unwrap();
+    assert!(
+        taken <= request_len + 4096,
+        "the responder took {taken} octets behind a {request_len}-octet Request before accept"
+    );
+    let r = request.expect("request");
+    w.engine.accept(r.request, qp, b"", None).unwrap();
+    // The whole window at once: the 256 KiB arrive in a dozen steps (with the clamp kept,
+    // 4 KiB a round trip, they took 180).
+    for _ in 0..60 {
+        step(&mut w, &mut off);
+        if w.peer.send_queue(tcp).unwrap() == 0 {
+            break;
+        }
+    }
+    assert_eq!(
+        w.peer.send_queue(tcp).unwrap(),
+        0,
+        "the stream did not flow at the full window after accept"
+    );
+    let (_, events) = w.run_reading(tcp, 100);
+    assert!(
+        matches!(events.as_slice(), [CmEvent::Established(_)]),
+        "{events:?}"
+    );
+    assert_eq!(w.engine.qp_state(qp), Ok(QpState::Rts));
 }
 
 /// RDMAP-5.2.1-13/14: a Read Request of zero octets is answered with a zero-length Read

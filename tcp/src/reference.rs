@@ -458,6 +458,12 @@ impl<D: PollDevice> RefStack<D> {
         Ok(())
     }
 
+    /// Nothing to lift: the reference ignores [`crate::TcpTuning::rx_window_clamp`] (its
+    /// window is its buffer's free space from the SYN on).
+    pub fn clear_window_clamp(&mut self, id: ConnId) -> Result<(), StackError> {
+        self.socket(id).map(|_| ())
+    }
+
     /// Sends FIN after the buffered data (graceful close of the sending half).
     pub fn close(&mut self, id: ConnId) -> Result<(), StackError> {
         self.socket(id)?.close();

@@ -95,6 +95,15 @@ pub struct TcpTuning {
     /// Receive buffer in bytes. Above 64 KiB the window scale option makes it usable
     /// (smoltcp derives the scale from this size).
     pub rx_buffer: usize,
+    /// The most octets a connection's receive window offers until
+    /// [`Stack::clear_window_clamp`] (Linux's `TCP_WINDOW_CLAMP`; a listener's connections
+    /// inherit it, as there), its SYN's window included, so lifting it only opens the
+    /// window. For a server that reads a bounded greeting before it takes the connection
+    /// (the engine's listeners: an MPA Request): what a peer can park in the receive
+    /// buffer meanwhile is the clamp, not `rx_buffer`. The window scale still follows
+    /// `rx_buffer`. `None` (the default): no clamp. At least one octet. Warpcore's TCP
+    /// only: the smoltcp reference ignores it.
+    pub rx_window_clamp: Option<usize>,
     /// Send buffer in bytes.
     pub tx_buffer: usize,
     /// Nagle's algorithm (off by default: MPA writes whole FPDUs and wants them out at once,
@@ -168,6 +177,7 @@ impl Default for TcpTuning {
     fn default() -> Self {
         TcpTuning {
             rx_buffer: 1 << 20,
+            rx_window_clamp: None,
             tx_buffer: 1 << 20,
             nagle: false,
             ack_delay: None,
@@ -187,8 +197,8 @@ impl Default for TcpTuning {
 
 impl TcpTuning {
     /// Refuses values no connection can work with (both implementations check them before
-    /// they connect or listen): a buffer of no octets (a zero window admits nothing; a zero
-    /// send buffer sends nothing), a zero timeout (the connection would time out at once)
+    /// they connect or listen): a buffer or window clamp of no octets (a zero window admits
+    /// nothing; a zero send buffer sends nothing), a zero timeout (the connection would time out at once)
     /// or a zero keep-alive interval (a probe on every poll). `None` turns the latter two
     /// off. Also refused: an ACK delay of half a second or more (RFC 1122 4.2.3.2 MUST), a
     /// zero FIN-WAIT-2 bound (the connection was reset the moment its FIN was
@@ -206,6 +216,12 @@ impl TcpTuning {
         }
         if self.tx_buffer == 0 {
             return bad("tx_buffer", "must be at least one octet");
+        }
+        if self.rx_window_clamp == Some(0) {
+            return bad(
+                "rx_window_clamp",
+                "must be at least one octet (None: no clamp)",
+            );
         }
         if self.rx_buffer > BUFFER_MAX {
             return bad("rx_buffer", "must be at most 1 GiB (TCP's largest window)");
@@ -1004,6 +1020,13 @@ impl<D: PollDevice> Stack<D> {
         if let Imp::Warpcore(s) = &mut self.imp {
             s.set_payload_digest(digest);
         }
+    }
+
+    /// Lifts connection `id`'s [`TcpTuning::rx_window_clamp`]: its window is offered from the
+    /// whole receive buffer from now on, announced at the next poll (nothing changes
+    /// without a clamp; the smoltcp reference has none).
+    pub fn clear_window_clamp(&mut self, id: ConnId) -> Result<(), StackError> {
+        dispatch!(self, s => s.clear_window_clamp(id))
     }
 
     /// Sends FIN after the buffered data (graceful close of the sending half).

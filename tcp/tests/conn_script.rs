@@ -2546,3 +2546,42 @@ fn rfc6298_5_7_rto_is_three_seconds_after_a_syn_ack_timeout() {
     assert_eq!(c.state(), State::Established);
     assert_eq!(c.stats().recovery.rto_us, 3_000_000);
 }
+
+/// A window clamp (`ConnConfig::rx_window_clamp`, Linux's `TCP_WINDOW_CLAMP`; the engine's
+/// listeners until a request is accepted) bounds the window from the SYN-ACK on, so what
+/// the peer sends beyond it is not taken; lifting it announces the rest of the buffer at
+/// once. The window only opens (RFC 9293 3.8.6.2.1: no shrinking).
+#[test]
+fn a_window_clamp_bounds_the_window_from_the_syn_and_lifting_it_opens_it() {
+    let config = ConnConfig {
+        rx_window_clamp: Some(4096),
+        ..cfg()
+    };
+    let mut syn = seg(TcpControl::Syn, PISS, None, &[]);
+    syn.max_seg_size = Some(1460);
+    let mut c = Connection::accept(&config, ep(), ISS, &syn, ms(0));
+    let sa = drain(&mut c, ms(0));
+    assert_eq!(sa[0].control, TcpControl::Syn);
+    assert_eq!(sa[0].window, 4096, "the SYN-ACK offers the clamp");
+    c.handle_segment(ms(1), &seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]));
+    assert_eq!(c.state(), State::Established);
+    // 6,000 octets in six segments against a window of 4,096: the rest is not taken.
+    let payload = [7u8; 1000];
+    for i in 0..6 {
+        c.handle_segment(ms(2), &data(i * 1000, &payload, ISS + 1));
+    }
+    assert_eq!(c.recv_queue(), 4096);
+    let acks = drain(&mut c, ms(2));
+    let last = acks.last().expect("an ACK");
+    assert_eq!(last.ack, Some(PISS + 1 + 4096));
+    assert_eq!(last.window, 0, "{acks:?}");
+    // Lifted: one window update at once, offering the rest of the 64 KiB buffer.
+    assert!(c.clear_window_clamp());
+    let update = drain(&mut c, ms(3));
+    assert_eq!(update.len(), 1, "{update:?}");
+    assert_eq!(usize::from(update[0].window), 64 * 1024 - 4096);
+    // The peer's next segment is taken; lifting again changes nothing.
+    c.handle_segment(ms(4), &data(4096, &payload, ISS + 1));
+    assert_eq!(c.recv_queue(), 4096 + 1000);
+    assert!(!c.clear_window_clamp());
+}

@@ -316,6 +316,13 @@ fn unworkable_tuning_is_refused_naming_the_field() {
         ("rx_buffer", TcpTuning { rx_buffer: 0, ..d }),
         ("tx_buffer", TcpTuning { tx_buffer: 0, ..d }),
         (
+            "rx_window_clamp",
+            TcpTuning {
+                rx_window_clamp: Some(0),
+                ..d
+            },
+        ),
+        (
             "timeout",
             TcpTuning {
                 timeout: Some(Duration::ZERO),

@@ -5,6 +5,15 @@
 
 use super::*;
 
+/// The receive window a listener's connection offers until its request is accepted: an MPA
+/// Request is at most 532 octets (the 20-octet header and 512 of Private Data,
+/// MPA-7.1.1-22), so a Request arrives whole in one segment, and what a peer can park
+/// behind it while the application decides is this much, not the TCP's whole receive
+/// buffer (1 MiB by default: ~1 GiB over a full table of 1,024 requests before; 4 MiB
+/// now). Nothing honest sends more before the Reply: an initiator sends no FPDU until
+/// it has the Reply (mpa-08 §7.1.2 rule 2's note).
+pub(super) const REQUEST_WINDOW: usize = 4096;
+
 /// The IRD/ORD we announce: at most our configured limit, except 0x3FFF ("not negotiated",
 /// RFC 6581 §9.1), which goes on the wire as is. A value above 0x3FFF, which no 14-bit
 /// field holds, is passed on unchanged for MPA to refuse (`UsageError::IrdOrdOutOfRange`):
@@ -284,7 +293,16 @@ impl<D: PollDevice> EngineCore<D> {
             TcpImplementation::Warpcore => self.ctx.cfg.max_connections,
             TcpImplementation::SmoltcpReference => self.ctx.cfg.max_pending_requests.min(4),
         };
-        let tcp = self.stack.listen(port, backlog, &self.ctx.cfg.tcp)?;
+        // Until a connection is accepted only its MPA Request is read: its window is
+        // clamped to `REQUEST_WINDOW` (the TCP's window clamp, lifted in `accept`), so a
+        // peer that sends more behind its Request parks that much at most, not the whole
+        // receive buffer, for as long as the request waits (up to `mpa_timeout_ms`, in
+        // each of `max_pending_requests` slots).
+        let tuning = TcpTuning {
+            rx_window_clamp: Some(REQUEST_WINDOW),
+            ..self.ctx.cfg.tcp
+        };
+        let tcp = self.stack.listen(port, backlog, &tuning)?;
         let entry = Listener {
             tcp,
             params,
@@ -406,6 +424,8 @@ impl<D: PollDevice> EngineCore<D> {
         };
         let cfg = self.ctx.cfg.clone();
         self.bind_conn(r.tcp, id);
+        // The QP reads its stream from now on: the whole receive buffer is offered.
+        let _ = self.stack.clear_window_clamp(r.tcp);
         // The Reply goes to TCP now, into the fresh connection's empty send buffer
         // (MPA-7.1.2-8), so no octet of ours can precede it, whatever the next loop's
         // receive poller makes of what the initiator sent behind its Request. What TCP

@@ -83,6 +83,13 @@ use ring::SendRing;
 pub struct ConnConfig {
     /// Receive buffer (the most octets advertised as window).
     pub rx_buffer: usize,
+    /// The most octets the window offers until [`Connection::clear_window_clamp`] (Linux's
+    /// `TCP_WINDOW_CLAMP`, inherited by a listener's connections as there): the SYN's
+    /// window included, so lifting it only ever opens the window (RFC 9293 3.8.6.2.1: no
+    /// shrinking). For a server that reads a bounded greeting before it decides to take
+    /// the connection (an MPA Request): what a peer can park in its buffer meanwhile is
+    /// this, not `rx_buffer`. `None`: `rx_buffer` from the start.
+    pub rx_window_clamp: Option<usize>,
     /// Send buffer.
     pub tx_buffer: usize,
     /// The MSS we advertise (the host derives it from the MTU).
@@ -124,6 +131,7 @@ impl Default for ConnConfig {
     fn default() -> Self {
         ConnConfig {
             rx_buffer: 256 * 1024,
+            rx_window_clamp: None,
             tx_buffer: 256 * 1024,
             mss: 1460,
             ack_delay: None,
@@ -562,6 +570,9 @@ pub struct Connection {
     fin_received: bool,
     /// Right edge last advertised (stream offset).
     rcv_adv: u64,
+    /// The receive buffer the window is offered from: `rx_buffer`, or less while
+    /// [`ConnConfig::rx_window_clamp`] holds.
+    rx_window: usize,
     // --- options
     ws_ok: bool,
     sack_ok: bool,
@@ -658,6 +669,9 @@ impl Connection {
             fin_off: None,
             fin_received: false,
             rcv_adv: 0,
+            rx_window: cfg
+                .rx_window_clamp
+                .map_or(cfg.rx_buffer, |c| c.min(cfg.rx_buffer)),
             ws_ok: false,
             sack_ok: false,
             ts_ok: false,
@@ -1223,13 +1237,30 @@ impl Connection {
 
     /// Our receive window now (octets), before scaling.
     fn rcv_wnd(&self) -> usize {
-        self.cfg.rx_buffer.saturating_sub(self.rx.len())
+        self.rx_window.saturating_sub(self.rx.len())
     }
 
     /// How far the right edge of the window offered must be able to move before it moves:
     /// min(Fr * RCV.BUFF, MSS) with Fr = 1/2 (RFC 9293 3.8.6.2.2).
     fn sws_step(&self) -> usize {
-        (self.cfg.rx_buffer / 2).min(usize::from(self.cfg.mss))
+        (self.rx_window / 2).min(usize::from(self.cfg.mss))
+    }
+
+    /// Lifts [`ConnConfig::rx_window_clamp`]: the window is offered from the whole
+    /// `rx_buffer` from now on, and the larger window is announced at the next transmit
+    /// opportunity if it grew by the RFC 9293 3.8.6.2.2 step (returns whether an update is
+    /// owed). Nothing changes without a clamp.
+    pub fn clear_window_clamp(&mut self) -> bool {
+        if self.rx_window == self.cfg.rx_buffer {
+            return false;
+        }
+        self.rx_window = self.cfg.rx_buffer;
+        if matches!(self.state, State::SynSent | State::SynReceived) {
+            // The handshake's own next segment offers the window.
+            return false;
+        }
+        self.maybe_window_update();
+        self.ack_now
     }
 
     /// The window offered (octets, before scaling), with receiver SWS avoidance (RFC 1122
@@ -2199,7 +2230,7 @@ impl Connection {
         let ack = (self.state != State::SynSent).then_some(self.rcv_nxt);
         let window_len = if syn {
             // RFC 7323 2.2: the window of a SYN is never scaled.
-            self.cfg.rx_buffer.min(0xffff) as u16
+            self.rx_window.min(0xffff) as u16
         } else {
             self.window_field()
         };

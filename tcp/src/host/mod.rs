@@ -383,6 +383,7 @@ fn conn_config(t: &TcpTuning, mss: u16) -> ConnConfig {
     let defaults = ConnConfig::default();
     ConnConfig {
         rx_buffer: t.rx_buffer,
+        rx_window_clamp: t.rx_window_clamp,
         tx_buffer: t.tx_buffer,
         mss,
         ack_delay: t.ack_delay,
@@ -1221,6 +1222,15 @@ impl<D: PollDevice> Host<D> {
             return Err(StackError::Unsupported("Nagle's algorithm"));
         }
         s.conn.set_ack_delay(ack_delay);
+        Ok(())
+    }
+
+    /// Lifts connection `id`'s [`TcpTuning::rx_window_clamp`] ([`Connection::clear_window_clamp`]):
+    /// the larger window goes to the peer at the next poll.
+    pub fn clear_window_clamp(&mut self, id: ConnId) -> Result<(), StackError> {
+        if self.inner.user_slot_mut(id)?.conn.clear_window_clamp() {
+            self.inner.mark_dirty(id.index);
+        }
         Ok(())
     }
 
