@@ -784,6 +784,13 @@ impl Cli {
         {
             return Err("-H, -U and -C apply to latency tests".into());
         }
+        if (self.report_histogram || self.report_unsorted) && self.duration.is_some() {
+            return Err(
+                "-H and -U list every sample of a run by iterations (-n): a latency run by \
+                 time (-D) keeps none, only its HdrHistogram"
+                    .into(),
+            );
+        }
         if let Some(q) = self.cq_mod {
             if !self.test.is_bw() {
                 return Err("-Q applies to bandwidth tests".into());

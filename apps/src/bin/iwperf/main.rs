@@ -365,7 +365,7 @@ fn client_run(
                     warpcore_apps::outln!("{}", header(cli));
                 }
             }
-            let st = report::lat_stats_in(&o.samples, factor, scale);
+            let st = report::outcome_lat_stats(&o, factor, scale);
             match cli.output {
                 Some(_) => warpcore_apps::outln!("{}", report::output_latency(st.as_ref())),
                 None => warpcore_apps::outln!("{}", report::lat_row(o.size, o.iters, st.as_ref())),

@@ -418,6 +418,32 @@ fn parse_cpu_mhz(cpuinfo: &str) -> Option<f64> {
         .reduce(f64::max)
 }
 
+/// A latency phase's row (with `-C` in units of `per_us` a microsecond): perftest's
+/// statistics over its samples ([`lat_stats_in`]) for a run by iterations; for a run by
+/// time (`-D`), which keeps no samples (8 octets a round trip, without bound: ~20 GB an
+/// hour at 1.5 us), the run's HdrHistogram's own: its min, max, median, mean, standard
+/// deviation and 99 / 99.9 % quantiles over every sample (3 significant digits, nothing
+/// dropped).
+pub fn outcome_lat_stats(o: &Outcome, rtt_factor: u64, per_us: f64) -> Option<LatStats> {
+    // A run by iterations records each sample in both: only a run by time has a
+    // histogram without samples.
+    if !o.samples.is_empty() || o.hist.is_empty() {
+        return lat_stats_in(&o.samples, rtt_factor, per_us);
+    }
+    // The histogram holds what the row prints: full intervals divided by `rtt_factor`, ns.
+    let h = &o.hist;
+    let u = |ns: f64| ns / 1000.0 * per_us;
+    Some(LatStats {
+        min: u(h.min() as f64),
+        max: u(h.max() as f64),
+        typical: u(h.value_at_quantile(0.5) as f64),
+        avg: u(h.mean()),
+        stdev: u(h.stdev()),
+        p99: u(h.value_at_quantile(0.99) as f64),
+        p999: u(h.value_at_quantile(0.999) as f64),
+    })
+}
+
 /// perftest's -U / -H listing: `#, usec` (or `cycles`), then one `n, value` line per
 /// sample: in the order measured (`sorted` false), or sorted without the
 /// [`LAT_MEASURE_TAIL`] largest (the ones the statistics keep). Samples are full intervals
@@ -546,7 +572,7 @@ pub fn write_perftest_json(
             }
         }
     } else {
-        let st = lat_stats_in(&o.samples, rtt_factor(t), cycles_mhz.unwrap_or(1.0));
+        let st = outcome_lat_stats(o, rtt_factor(t), cycles_mhz.unwrap_or(1.0));
         match (cli.output, st) {
             (Some(_), s) => {
                 // null, not 0, when there were too few samples (as `lat_usec` in --json).
@@ -697,7 +723,7 @@ pub fn write_json(
                     "seconds": o.secs,
                 });
             } else {
-                v["lat_usec"] = match lat_stats(&o.samples, rtt_factor(cli.test)) {
+                v["lat_usec"] = match outcome_lat_stats(o, rtt_factor(cli.test), 1.0) {
                     Some(s) => serde_json::json!({
                         "t_min": s.min, "t_max": s.max, "t_typical": s.typical, "t_avg": s.avg,
                         "t_stdev": s.stdev, "p99": s.p99, "p99_9": s.p999,
@@ -916,6 +942,33 @@ mod tests {
             errors: 0,
             first_error: None,
         }
+    }
+
+    /// A latency run by time (-D) keeps no samples (they grew 8 octets a round trip
+    /// without bound): its row comes from the run's histogram, which holds what the row
+    /// prints (half round trips here, ns); a run by iterations keeps perftest's statistics.
+    #[test]
+    fn a_latency_run_by_time_takes_its_row_from_the_histogram() {
+        let mut o = bw_outcome(0, 1.0, None);
+        for ns in [1000u64, 2000, 3000, 4000, 100_000] {
+            o.hist.record(ns).unwrap();
+        }
+        let s = outcome_lat_stats(&o, 2, 1.0).expect("a row from the histogram");
+        // Within the histogram's 3 significant digits.
+        let near = |a: f64, b: f64| (a - b).abs() <= b / 1000.0;
+        assert!(near(s.min, 1.0) && near(s.typical, 3.0), "{s:?}");
+        assert!((s.max - 100.0).abs() < 0.1, "{s:?}");
+        assert!((s.avg - 22.0).abs() < 0.05, "{s:?}");
+        assert!((s.p99 - 100.0).abs() < 0.1, "{s:?}");
+        // -C: cycles at 2,000 per microsecond.
+        let c = outcome_lat_stats(&o, 2, 2000.0).unwrap();
+        assert!(near(c.typical, 6000.0), "{c:?}");
+        // Samples kept (a run by iterations): perftest's statistics over them, the two
+        // largest dropped, whatever the histogram holds.
+        o.samples = vec![2000, 4000, 6000, 8000, 200_000];
+        let p = outcome_lat_stats(&o, 2, 1.0).unwrap();
+        assert_eq!(Some(p), lat_stats(&o.samples, 2));
+        assert!(close(p.max, 4.0) && close(p.typical, 2.0), "{p:?}");
     }
 
     #[test]
