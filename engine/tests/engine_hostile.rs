@@ -344,21 +344,9 @@ fn write(stag: u32, to: u64, payload: &[u8]) -> Vec<u8> {
     )
 }
 
+/// A whole Send message in one segment.
 fn send(msn: u32, payload: &[u8]) -> Vec<u8> {
-    seg(
-        SegmentRepr {
-            last: true,
-            buffer: DdpBuffer::Untagged {
-                rsvd_ulp2: 0,
-                qn: 0,
-                msn,
-                mo: 0,
-            },
-            opcode: Opcode::Send,
-            header: RdmapHeader::None,
-        },
-        payload,
-    )
+    send_seg(msn, 0, true, payload)
 }
 
 fn read_req(msn: u32, src_stag: u32, src_to: u64, len: u32) -> Vec<u8> {
@@ -1574,5 +1562,352 @@ fn terminate_claiming_absent_headers_is_reported_not_answered() {
             flushed += 1;
         }
         assert_eq!(flushed, 2, "{header:02x?}: receives flushed");
+    }
+}
+
+/// a stream of Writes and Sends, framed with and without
+/// markers and CRCs, split into two TCP sends at every octet, through the in-place and the
+/// queued receive paths, places exactly what it places unsplit (MPA-5.1-5, MPA-6-3,
+/// MPA-6-4, MPA-4.3-12).
+#[test]
+fn mpa_5_1_5_a_stream_split_at_every_octet_places_what_it_places_whole() {
+    for (markers, crc, budget) in [
+        (false, true, 1usize << 18),
+        (true, true, 1 << 18),
+        (false, true, 13),
+        (true, true, 13),
+        (true, false, 1 << 18),
+        (false, false, 1 << 18),
+    ] {
+        let params = MpaParams {
+            markers,
+            crc,
+            ..MpaParams::default()
+        };
+        let build = |stag: u32| {
+            let a: Vec<u8> = (0..300u32).map(|i| (i * 7 + 1) as u8).collect();
+            let b: Vec<u8> = (0..41u32).map(|i| (i * 3 + 5) as u8).collect();
+            let c: Vec<u8> = (0..701u32).map(|i| (i * 11 + 9) as u8).collect();
+            vec![
+                write(stag, 100, &a),
+                send(1, &b),
+                write(stag, 1000, &c),
+                send(2, &[]),
+            ]
+        };
+        type Outcome = (Vec<u8>, Vec<(u64, u32)>);
+        let mut reference: Option<Outcome> = None;
+        let mut wire_len = None;
+        let mut k = 0usize;
+        loop {
+            let mut w = world_listening(
+                params.clone(),
+                EngineConfig {
+                    rx_budget_bytes: budget,
+                    ..EngineConfig::default()
+                },
+            );
+            let ((tcp, mut framer, _d, qp), _) = connect_with(
+                &mut w,
+                2,
+                nego::Config {
+                    ird: 4,
+                    ord: 4,
+                    crc,
+                    ..nego::Config::default()
+                },
+            );
+            let ulpdus = build(w.stag.0);
+            let mut bytes = Vec::new();
+            for u in &ulpdus {
+                let mut out = vec![0u8; framer.fpdu_wire_len(u.len())];
+                let n = framer.emit(&[u], &mut out).unwrap();
+                bytes.extend_from_slice(&out[..n]);
+            }
+            let total = *wire_len.get_or_insert(bytes.len());
+            assert_eq!(total, bytes.len());
+            for part in [&bytes[..k], &bytes[k..]] {
+                let mut off = 0;
+                while off < part.len() {
+                    off += w.peer.send(tcp, &part[off..]).unwrap();
+                    w.step();
+                }
+                for _ in 0..5 {
+                    w.step();
+                }
+            }
+            for _ in 0..400 {
+                w.step();
+            }
+            assert_eq!(
+                w.engine.qp_state(qp).unwrap(),
+                QpState::Rts,
+                "markers {markers} split {k}"
+            );
+            let region = common::read_region(&w.region, 0, 4096);
+            let mut comps = Vec::new();
+            while let Some(c) = w.cq.pop() {
+                assert_eq!(c.status, warpcore_engine::WcStatus::Success);
+                comps.push((c.wr_id, c.byte_len));
+            }
+            match &reference {
+                None => {
+                    assert_eq!(comps, vec![(0, 41), (1, 0)], "markers {markers}");
+                    assert_eq!(region[100], 1);
+                    assert_eq!(region[1000], 9);
+                    eprintln!("markers {markers}: {total} octets on the wire");
+                    reference = Some((region, comps))
+                }
+                Some((r, c)) => {
+                    assert!(r == &region, "markers {markers} split {k}: region differs");
+                    assert_eq!(c, &comps, "markers {markers} split {k}");
+                }
+            }
+            k += if budget < 100 { 7 } else { 1 };
+            if k > total {
+                break;
+            }
+        }
+    }
+}
+
+/// An untagged Send segment: queue 0, `msn`, `mo`, `last`.
+fn send_seg(msn: u32, mo: u32, last: bool, payload: &[u8]) -> Vec<u8> {
+    seg(
+        SegmentRepr {
+            last,
+            buffer: DdpBuffer::Untagged {
+                rsvd_ulp2: 0,
+                qn: 0,
+                msn,
+                mo,
+            },
+            opcode: Opcode::Send,
+            header: RdmapHeader::None,
+        },
+        payload,
+    )
+}
+
+/// untagged and Read Request refusals earn the Terminates
+/// of DDP-7.2 / RDMAP-06 Figure 9 (DDP-7.1-1..5, RDMAP-7.2-6..13, RDMAP-7.2-2), nothing placed.
+#[test]
+fn ddp_7_1_untagged_and_read_request_refusals_earn_their_terminates() {
+    // MO at the buffer's end with payload: invalid MO.
+    expect_terminate(
+        "mo at end",
+        |_| vec![send_seg(1, 64, true, b"x")],
+        false,
+        1,
+        (1, 2, 4),
+    );
+    // MO near 2^32: invalid MO.
+    expect_terminate(
+        "mo huge",
+        |_| vec![send_seg(1, u32::MAX - 3, true, b"xxxxxxxx")],
+        false,
+        1,
+        (1, 2, 4),
+    );
+    // Too long for the buffer in one segment.
+    expect_terminate(
+        "too long",
+        |_| vec![send_seg(1, 0, true, &[7; 65])],
+        false,
+        1,
+        (1, 2, 5),
+    );
+    // MSN 0 (the wrap's neighbour) is out of range.
+    expect_terminate(
+        "msn 0",
+        |_| vec![send_seg(0, 0, true, b"x")],
+        false,
+        1,
+        (1, 2, 3),
+    );
+    // A Send on QN 5.
+    let mut u = send_seg(1, 0, true, b"x");
+    u[2..6].copy_from_slice(&[0, 0, 0, 0]);
+    u[6..10].copy_from_slice(&5u32.to_be_bytes());
+    expect_terminate("qn 5", move |_| vec![u], false, 1, (1, 2, 1));
+    // Read Request with L = 0.
+    expect_terminate(
+        "read l0",
+        |s| {
+            let mut r = read_req(1, s, 0, 8);
+            r[0] &= !0x40;
+            vec![r]
+        },
+        false,
+        1,
+        (0, 2, 7),
+    );
+    // Read Request whose source TO + length wraps.
+    expect_terminate(
+        "read wrap",
+        |s| vec![read_req(1, s, u64::MAX - 3, 8)],
+        false,
+        1,
+        (0, 1, 4),
+    );
+    // Read Request past the end.
+    expect_terminate(
+        "read bounds",
+        |s| vec![read_req(1, s, 4090, 8)],
+        false,
+        1,
+        (0, 1, 1),
+    );
+    // Read Request with MSN 2.
+    expect_terminate(
+        "read msn",
+        |s| vec![read_req(2, s, 0, 8)],
+        false,
+        1,
+        (1, 2, 3),
+    );
+}
+
+/// a CRC error ends its own stream with 2/0/02 (MPA-8-2,
+/// MPA-8-12) while another QP on the same core goes on placing and completing.
+#[test]
+fn mpa_8_2_a_crc_error_ends_its_stream_while_another_qp_keeps_working() {
+    let mut w = world();
+    let (tcp_a, mut fa, mut da, qa) = connect(&mut w, 1);
+    let (tcp_b, mut fb, _db, qb) = connect(&mut w, 1);
+    let stag = w.stag.0;
+    // A: a Write and then a Send with a broken CRC; B: Writes before and after.
+    send_ulpdus(
+        &mut w,
+        tcp_b,
+        &mut fb,
+        &[write(stag, 2000, &[1; 100])],
+        false,
+    );
+    send_ulpdus(
+        &mut w,
+        tcp_a,
+        &mut fa,
+        &[write(stag, 0, &[2; 100]), send(1, b"x")],
+        true,
+    );
+    let got = terminate_from_engine(&mut w, tcp_a, &mut da);
+    assert_eq!(got, (2, 0, 2));
+    send_ulpdus(
+        &mut w,
+        tcp_b,
+        &mut fb,
+        &[write(stag, 3000, &[3; 100]), send(1, b"yy")],
+        false,
+    );
+    for _ in 0..100 {
+        w.step();
+    }
+    assert_eq!(w.engine.qp_state(qa).unwrap(), QpState::Error);
+    assert_eq!(w.engine.qp_state(qb).unwrap(), QpState::Rts);
+    assert_eq!(common::read_region(&w.region, 2000, 100), vec![1; 100]);
+    assert_eq!(common::read_region(&w.region, 3000, 100), vec![3; 100]);
+    let mut ok = 0;
+    while let Some(c) = w.cq.pop() {
+        if c.status == warpcore_engine::WcStatus::Success {
+            assert_eq!(c.byte_len, 2);
+            ok += 1;
+        }
+    }
+    assert_eq!(ok, 1);
+}
+
+/// MPA-8-3, MPA-8-6, MPA-4.3-3, MPA-4.3-11.
+#[test]
+fn mpa_8_3_a_marker_mismatch_under_a_valid_crc_earns_2_0_03() {
+    // The engine requires markers; the first FPDU's leading marker (stream offset 0) carries
+    // FPDUPTR 4 instead of 0, with the CRC recomputed over it: MPA 2/0/03, nothing placed.
+    for (at, ptr) in [(0usize, 4u16), (512, 0)] {
+        let params = MpaParams {
+            markers: true,
+            ..MpaParams::default()
+        };
+        let mut w = world_listening(params, EngineConfig::default());
+        let (tcp, mut framer, mut d, qp) = connect(&mut w, 1);
+        let u = write(w.stag.0, 0, &[0x11; 900]);
+        let mut out = vec![0u8; framer.fpdu_wire_len(u.len())];
+        let n = framer.emit(&[&u], &mut out).unwrap();
+        out.truncate(n);
+        out[at + 2..at + 4].copy_from_slice(&ptr.to_be_bytes());
+        let crc = fpdu::crc32c_append(0, &out[..n - 4]);
+        out[n - 4..].copy_from_slice(&fpdu::crc_to_wire(crc));
+        let mut off = 0;
+        while off < out.len() {
+            off += w.peer.send(tcp, &out[off..]).unwrap();
+            w.step();
+        }
+        let got = terminate_from_engine(&mut w, tcp, &mut d);
+        assert_eq!(got, (2, 0, 3), "marker at {at}");
+        for _ in 0..50 {
+            w.step();
+        }
+        assert_eq!(w.engine.qp_state(qp).unwrap(), QpState::Error);
+        assert_eq!(first_changed(&w.region), None);
+    }
+}
+
+/// RDMAP-5.4-5, RDMAP-7.1-1, MPA2-9.2-10/11 (docs/engine.md departure 26): a peer-to-peer
+/// initiator may send a Terminate in place of its RTR. One whose HdrCt bits announce headers
+/// it does not hold (siw's style, `terminate_claiming_absent_headers_is_reported_not_answered`)
+/// is still the peer's verdict there: reported as `RemoteTerminate`, never answered with a
+/// Terminate of ours (the fenced responder's first-ULPDU check must not take it for a bad RTR).
+#[test]
+fn mpa2_9_2_10_a_terminate_with_absent_headers_in_place_of_the_rtr_is_reported_not_answered() {
+    for header in [
+        // Well formed (no HdrCt bits): reported as the peer's before the fix too.
+        &[0x20u8, 0x07, 0x00, 0x00][..],
+        &[0x02, 0x07, 0xE0, 0x00][..],
+        &[0x20, 0x07, 0xE0, 0x00][..],
+        &[0x02, 0x07, 0xC0, 0x00, 0x00, 0x05, 0x41, 0x43, 0x00][..],
+    ] {
+        let mut w = world();
+        let cfg = nego::Config {
+            peer_to_peer: true,
+            rtr: RtrTypes::only(RtrType::Write),
+            ird: 4,
+            ord: 4,
+            ..nego::Config::default()
+        };
+        let ((tcp, mut framer, mut deframer, qp), rtr) = connect_with(&mut w, 2, cfg);
+        assert_eq!(rtr, Some(RtrType::Write));
+        // The Terminate goes first, in place of the RTR.
+        send_ulpdus(&mut w, tcp, &mut framer, &[terminate_ulpdu(header)], false);
+        let mut answered = None;
+        for _ in 0..300 {
+            step_and_read(&mut w, tcp, &mut deframer, |u| {
+                if let Ok(seg) = Segment::parse(u) {
+                    if let RdmapHeader::Terminate(t) = seg.repr.header {
+                        answered = answered.or(Some(t.code));
+                    }
+                }
+            });
+        }
+        assert_eq!(
+            answered, None,
+            "{header:02x?}: the engine answered the peer's Terminate with one of its own"
+        );
+        assert_eq!(w.engine.qp_state(qp).unwrap(), QpState::Error);
+        let mut remote = None;
+        while let Some(e) = w.engine.next_event() {
+            match e {
+                CmEvent::Error {
+                    error: ConnError::RemoteTerminate(r),
+                    ..
+                } => remote = Some(r),
+                CmEvent::Error { error, .. } => panic!("{header:02x?}: reported {error:?}"),
+                _ => {}
+            }
+        }
+        let r = remote.unwrap_or_else(|| panic!("{header:02x?}: no RemoteTerminate"));
+        assert_eq!(
+            (r.code.layer(), r.code.etype(), r.code.code()),
+            (header[0] >> 4, header[0] & 0xF, header[1]),
+            "{header:02x?}"
+        );
     }
 }

@@ -193,15 +193,23 @@ fn plain_data(ulpdu: &[u8]) -> Option<Segment<'_>> {
 #[cold]
 #[inline(never)]
 fn segment_fault(ulpdu: &[u8], e: SegmentError) -> RxFault {
-    if e == SegmentError::HeaderTruncated(Opcode::Terminate) {
-        if let Some(r) = ulpdu
-            .get(UNTAGGED_HEADER_LEN..)
-            .and_then(TerminateReport::decode_control_word)
-        {
-            return RxFault::RemoteTerminate(r);
-        }
+    if let Some(r) = truncated_terminate(ulpdu, e) {
+        return RxFault::RemoteTerminate(r);
     }
     e.protocol_error().into()
+}
+
+/// The peer's verdict in a Terminate that `Segment::parse` refused with `e` because its
+/// HdrCt bits announce headers it does not hold, its control word whole: what
+/// [`segment_fault`] reports, and what a fenced responder takes for a Terminate in place of
+/// the RTR ([`Qp::rx_fenced`]; RDMAP-5.4-5, MPA2-9.2-10/11).
+fn truncated_terminate(ulpdu: &[u8], e: SegmentError) -> Option<TerminateReport> {
+    if e != SegmentError::HeaderTruncated(Opcode::Terminate) {
+        return None;
+    }
+    ulpdu
+        .get(UNTAGGED_HEADER_LEN..)
+        .and_then(TerminateReport::decode_control_word)
 }
 
 /// The general decode: `Segment::parse`, then RDMAP's inbound checks, for what
@@ -579,9 +587,14 @@ impl Qp {
             .ok_or(RxFault::Protocol(ProtocolError::Mpa(
                 MpaError::LocalCatastrophic,
             )))?;
+        // A Terminate in place of the RTR (MPA2-9.2-10/11) is the peer's verdict, to be
+        // delivered (RDMAP-5.4-5), not a bad RTR to answer: also one whose HdrCt bits
+        // announce headers it does not hold, which `segment_fault` reports as the peer's.
         if matches!(conn.mpa, Mpa::Responder(_))
-            && Segment::parse(ulpdu)
-                .is_ok_and(|s| matches!(s.repr.header, RdmapHeader::Terminate(_)))
+            && match Segment::parse(ulpdu) {
+                Ok(s) => matches!(s.repr.header, RdmapHeader::Terminate(_)),
+                Err(e) => truncated_terminate(ulpdu, e).is_some(),
+            }
         {
             conn.mpa = Mpa::Done;
         }
