@@ -1781,8 +1781,11 @@ impl Connection {
         let old_una = self.snd_una;
         if advanced || !sack.is_empty() || (seg.payload.is_empty() && !self.rec.is_empty()) {
             // An answer to a zero-window probe is no duplicate ACK: the shut window could
-            // take nothing (RFC 5681 2's "outstanding data" it acknowledges not).
-            let pure_dup = !advanced
+            // take nothing (RFC 5681 2's "outstanding data" it acknowledges not). Nor is
+            // an ACK older than SND.UNA, one the network reordered: a duplicate ACK
+            // acknowledges exactly the greatest ACK received so far (RFC 5681 2,
+            // condition (e)); three such old ACKs drew a spurious fast retransmit.
+            let pure_dup = ack == self.snd_una
                 && seg.payload.is_empty()
                 && seg.control == TcpControl::None
                 && self.snd_wnd > 0

@@ -7,13 +7,17 @@ use std::collections::{BTreeMap, VecDeque};
 /// Most disjoint blocks held (a peer cannot make us track more holes than this).
 pub(crate) const MAX_BLOCKS: usize = 64;
 
+/// Blocks remembered in the order they took octets: as many as a SACK option holds.
+const RECENT: usize = 3;
+
 /// Blocks keyed by stream offset (octets after the peer's ISN + 1).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Reassembly {
     blocks: BTreeMap<u64, VecDeque<u8>>,
-    /// Start of the block holding the most recently received octets (first SACK block,
-    /// RFC 2018 4).
-    recent: Option<u64>,
+    /// Starts of the blocks that most recently took octets, the latest first: the first
+    /// SACK block, then the blocks most recently reported first (RFC 2018 4). Entries whose
+    /// block merged into another or was taken are skipped when read.
+    recent: [Option<u64>; RECENT],
     octets: usize,
     /// Octets held before an insert that it copied or moved (blocks joined into a span, a
     /// block's buffer reallocated or rotated): what a peer can make a small segment cost.
@@ -109,7 +113,18 @@ impl Reassembly {
         }
         self.octets += buf.len();
         self.blocks.insert(first, buf);
-        self.recent = Some(first);
+        // RFC 2018 4: this block goes first, the ones reported before it after it (those
+        // still held apart: a block this insert joined is part of this one now).
+        let mut recent = [None; RECENT];
+        recent[0] = Some(first);
+        let mut k = 1;
+        for &r in self.recent.iter().flatten() {
+            if k < RECENT && r != first && self.blocks.contains_key(&r) {
+                recent[k] = Some(r);
+                k += 1;
+            }
+        }
+        self.recent = recent;
     }
 
     /// Counts (tests only) the octets of `buf` that growing it by `n` reallocates.
@@ -174,8 +189,10 @@ impl Reassembly {
             }
             let mut b = self.blocks.remove(&s)?;
             self.octets -= b.len();
-            if self.recent == Some(s) {
-                self.recent = None;
+            for r in &mut self.recent {
+                if *r == Some(s) {
+                    *r = None;
+                }
             }
             if e > off {
                 b.drain(..(off - s) as usize);
@@ -184,23 +201,25 @@ impl Reassembly {
         }
     }
 
-    /// Up to `N` blocks as (start, end) stream offsets, the most recent first (RFC 2018 4),
-    /// then the rest in ascending order; `None` past the last. An array: a segment's SACK
-    /// option holds three at most, and building it allocates nothing.
+    /// Up to `N` blocks as (start, end) stream offsets: the one that took the latest
+    /// octets first, then the others that most recently took octets, latest first (RFC
+    /// 2018 4: the blocks reported first before, repeated so that the loss of an ACK hides
+    /// none; the lowest ones instead left a block in the middle reported once), then the
+    /// rest in ascending order; `None` past the last. An array: a segment's SACK option
+    /// holds three at most, and building it allocates nothing.
     pub fn sack_blocks<const N: usize>(&self) -> [Option<(u64, u64)>; N] {
         let mut out = [None; N];
         let mut k = 0;
-        if let Some(r) = self.recent {
-            if let (Some(b), Some(slot)) = (self.blocks.get(&r), out.first_mut()) {
-                *slot = Some((r, r + b.len() as u64));
-                k = 1;
-            }
-        }
-        for (&s, b) in &self.blocks {
+        let recent = self
+            .recent
+            .iter()
+            .flatten()
+            .filter_map(|r| self.blocks.get_key_value(r));
+        for (&s, b) in recent.chain(&self.blocks) {
             if k >= N {
                 break;
             }
-            if Some(s) != self.recent {
+            if !out[..k].iter().flatten().any(|&(l, _)| l == s) {
                 out[k] = Some((s, s + b.len() as u64));
                 k += 1;
             }
@@ -257,13 +276,11 @@ mod tests {
                 // The SACK blocks: the most recent first, then the others in order.
                 let mut want: Vec<(u64, u64)> = Vec::new();
                 let block = |s: u64| (s, s + r.blocks[&s].len() as u64);
-                want.extend(r.recent.map(block));
-                want.extend(
-                    r.blocks
-                        .keys()
-                        .filter(|&&s| Some(s) != r.recent)
-                        .map(|&s| block(s)),
-                );
+                for s in r.recent.iter().flatten().chain(r.blocks.keys()) {
+                    if r.blocks.contains_key(s) && want.iter().all(|w| w.0 != *s) {
+                        want.push(block(*s));
+                    }
+                }
                 let got = r.sack_blocks::<3>();
                 let n = want.len().min(3);
                 assert_eq!(got.iter().flatten().copied().collect::<Vec<_>>(), want[..n]);

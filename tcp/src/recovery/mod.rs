@@ -942,6 +942,9 @@ impl Recovery {
                 latest = Some((s.xmit, s.end, s.resent));
             }
         };
+        // RFC 6298 3 (Karn): an ACK that covers a retransmission gives no sample at all
+        // (see `on_ack_general`).
+        let mut resent_acked = false;
         if self.segs.back().is_some_and(|b| b.end <= ack) {
             // Everything outstanding acknowledged (a request's answer, a burst's last ACK):
             // the scoreboard empties at once and its sums are zero.
@@ -952,6 +955,7 @@ impl Recovery {
                 if !s.resent {
                     karn = Some(now - s.xmit);
                 }
+                resent_acked |= s.resent;
                 note(s);
             }
             self.segs.clear();
@@ -963,12 +967,14 @@ impl Recovery {
                 if !front.resent {
                     karn = Some(now - front.xmit);
                 }
+                resent_acked |= front.resent;
                 note(&front);
                 self.tally.sub(&front);
                 self.segs.pop_front();
             } else {
                 if front.start < ack {
                     out.newly_acked += ack - front.start;
+                    resent_acked |= front.resent;
                     note(&front);
                     self.segs[0].start = ack;
                     self.tally.change(&front, &self.segs[0]);
@@ -976,7 +982,7 @@ impl Recovery {
                 break;
             }
         }
-        if let Some(r) = ts_rtt.or(karn) {
+        if let Some(r) = ts_rtt.or(karn.filter(|_| !resent_acked)) {
             self.sample_rtt(r);
             out.rtt_sample = Some(r);
         }
@@ -1037,6 +1043,14 @@ impl Recovery {
         // the fack before the ACK: the order of deliveries within one ACK is unknown.)
         let fack0 = self.fack;
         let mut reordered = false;
+        // RFC 6298 3 (Karn): an ACK that covers a retransmission gives no sample at all,
+        // not even from the segments sent once that it covers too (Linux's
+        // FLAG_RETRANS_DATA_ACKED in `tcp_clean_rtx_queue`): their cumulative ACK waited
+        // for the hole the retransmission filled, so the time since they left is the
+        // repair's, not a round trip (after an RTO, SRTT grew by the backed-off timeout).
+        // A timestamp echo (`ts_rtt`) times the segment that drew the ACK and stays valid.
+        // Test: `rfc6298_3_no_sample_from_an_ack_that_covers_a_retransmission`.
+        let mut resent_acked = false;
         let mut below_fack = |end: TcpSeqNumber, s: &Seg| {
             reordered |= !s.resent && !s.sacked && fack0.is_some_and(|f| end < f);
         };
@@ -1051,6 +1065,7 @@ impl Recovery {
                 if !front.resent && !front.sacked {
                     karn = Some(now - front.xmit);
                 }
+                resent_acked |= front.resent && !front.sacked;
                 if !front.sacked {
                     note(&front, &mut delivered_latest);
                 }
@@ -1059,6 +1074,7 @@ impl Recovery {
             } else if front.start < ack {
                 below_fack(ack, &front);
                 out.newly_acked += ack - front.start;
+                resent_acked |= front.resent && !front.sacked;
                 if !front.sacked {
                     note(&front, &mut delivered_latest);
                 }
@@ -1110,7 +1126,7 @@ impl Recovery {
         }
         // RTT: the timestamp echo if there is one, else Karn's rule (RFC 6298 3).
         if progressed {
-            if let Some(r) = ts_rtt.or(karn) {
+            if let Some(r) = ts_rtt.or(karn.filter(|_| !resent_acked)) {
                 self.sample_rtt(r);
                 out.rtt_sample = Some(r);
             }
@@ -1157,6 +1173,11 @@ impl Recovery {
         }
         if self.cfg.rack_tlp {
             out.lost_marked += self.detect_loss(now);
+        } else if out.newly_sacked > 0 {
+            // RFC 6675 5: without RACK, SACK blocks drive the loss detection (duplicate
+            // ACKs are counted only from a peer that does not SACK, above). Test:
+            // `rfc6675_5_without_rack_sack_blocks_still_drive_a_fast_retransmit`.
+            out.lost_marked += self.sack_mark_lost();
         }
         // Congestion response.
         let acked = out.newly_acked;
@@ -1256,7 +1277,14 @@ impl Recovery {
         };
         let mut lost = 0;
         let mut timer: Option<Instant> = None;
-        for s in self.segs.iter_mut() {
+        // Without SACK information (a peer that never sent a block) an ACK tells of no
+        // delivery above SND.UNA: the only segment it can show missing is the one at
+        // SND.UNA (RFC 6582 3.2 step 3's partial ACK), not every one sent before the
+        // retransmission it acknowledges, which the receiver most likely holds (that was
+        // a go-back-N of the window at each partial ACK). Test:
+        // `rfc8985_6_2_without_sack_a_partial_ack_marks_only_the_next_hole_lost`.
+        let judged = if self.sack_seen { self.segs.len() } else { 1 };
+        for s in self.segs.iter_mut().take(judged) {
             let before = s.xmit < rack_xmit || (s.xmit == rack_xmit && s.end < self.rack_end);
             if !before && !s.resent {
                 // Entries never resent are in sending order: this one and every later one
@@ -1278,6 +1306,30 @@ impl Recovery {
             }
         }
         self.reorder_at = timer;
+        lost
+    }
+
+    /// RFC 6675 4's IsLost, the loss detection of RFC 6675 5 where RACK is off: a segment
+    /// not SACKed is lost once DupThresh (3) SACKed segments lie above it, or more than
+    /// (DupThresh - 1) * SMSS SACKed octets. Retransmissions are not judged again (RFC
+    /// 6675 leaves a lost retransmission to the RTO).
+    fn sack_mark_lost(&mut self) -> usize {
+        const DUP_THRESH: usize = 3;
+        let (mut segs_above, mut octets_above, mut lost) = (0, 0, 0);
+        for s in self.segs.iter_mut().rev() {
+            if s.sacked {
+                segs_above += 1;
+                octets_above += s.len();
+            } else if !s.lost
+                && !s.retransmitted
+                && (segs_above >= DUP_THRESH || octets_above > (DUP_THRESH - 1) * self.smss)
+            {
+                let was = *s;
+                s.lost = true;
+                self.tally.change(&was, s);
+                lost += 1;
+            }
+        }
         lost
     }
 
@@ -1564,6 +1616,12 @@ impl Recovery {
         if self.pto_at.is_some_and(|t| t <= now) {
             self.pto_at = None;
             self.stats.tlp_count += 1;
+            // RFC 8985 7.3: after attempting a loss probe, sent or not, the RTO timer is
+            // re-armed (Linux's `tcp_rearm_rto` in `tcp_send_loss_probe`). Left where the
+            // first transmission put it, it could fire a fraction of a round trip after
+            // the probe (PTO 2 SRTT close to the RTO floor), before the probe's ACK: a
+            // spurious timeout. Test: `rfc8985_7_3_the_rto_is_rearmed_after_a_loss_probe`.
+            self.rto_at = Some(now + self.rto);
             return TimeoutAction::Probe;
         }
         TimeoutAction::None

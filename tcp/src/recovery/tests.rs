@@ -429,11 +429,12 @@ fn rfc8985_7_3_one_loss_probe_per_flight() {
     // The probe: the last segment again.
     r.on_sent(pto, S + 3000, 1000, true);
     r.probe_sent(true);
-    // Nothing answers: the next deadline is the RTO (5 ms floor), and it retransmits.
+    // Nothing answers: the next deadline is the RTO (5 ms floor), re-armed at the probe
+    // (RFC 8985 7.3), and it retransmits.
     let next = r.poll_timeout().unwrap();
     assert_eq!(
         next,
-        us(2_000) + Duration::from_millis(5),
+        pto + Duration::from_millis(5),
         "no second probe before the RTO"
     );
     assert_eq!(r.handle_timeout(next), TimeoutAction::Retransmit);
@@ -1267,4 +1268,111 @@ fn rfc3708_a_retransmission_after_the_d_sacks_keeps_the_reduction() {
     r.on_ack(us(10_000), S + 6000, &[], None);
     assert_eq!(r.stats().undone_recoveries, 0);
     assert!(r.cwnd() <= reduced + 2000, "{} vs {reduced}", r.cwnd());
+}
+
+/// RFC 8985 7.3: after attempting a loss probe the sender MUST re-arm the RTO timer (from
+/// the probe, as Linux's `tcp_send_loss_probe` does with `tcp_rearm_rto`). With an SRTT of
+/// 2.4 ms the PTO (4.8 ms) came 0.2 ms before the RTO (its 5 ms floor, armed at the first
+/// transmission), so the RTO fired long before the probe's ACK could come back: a spurious
+/// timeout, cwnd down to one segment and the whole flight marked lost, whenever a tail was
+/// probed.
+#[test]
+fn rfc8985_7_3_the_rto_is_rearmed_after_a_loss_probe() {
+    let mut r = rec(Congestion::Cubic);
+    let mut t = 0;
+    let mut seq = S;
+    // Steady 2.4 ms samples: SRTT 2.4 ms, RTTVAR small, RTO at its 5 ms floor.
+    for _ in 0..10 {
+        r.on_sent(us(t), seq, 1000, false);
+        seq += 1000;
+        t += 2_400;
+        r.on_ack(us(t), seq, &[], None);
+    }
+    assert_eq!(r.srtt(), Some(Duration::from_micros(2_400)));
+    assert_eq!(r.rto(), Duration::from_millis(5));
+    // A flight of three segments, the tail lost.
+    for _ in 0..3 {
+        r.on_sent(us(t), seq, 1000, false);
+        seq += 1000;
+    }
+    let pto = r.poll_timeout().unwrap();
+    assert_eq!(pto, us(t + 4_800), "PTO = 2 SRTT");
+    assert_eq!(r.handle_timeout(pto), TimeoutAction::Probe);
+    r.on_sent(pto, seq - 1000, 1000, true);
+    r.probe_sent(true);
+    // The probe's ACK is due one RTT later: no RTO before then.
+    let next = r.poll_timeout().unwrap();
+    assert!(
+        next >= pto + r.rto(),
+        "the RTO fires {} us after the probe, not re-armed from it",
+        (next - pto).total_micros()
+    );
+    assert_eq!(
+        r.handle_timeout(pto + Duration::from_micros(2_400)),
+        TimeoutAction::None
+    );
+    assert_eq!(r.stats().rto_count, 0);
+}
+
+/// RFC 6298 3 (Karn): no RTT sample from an ACK that acknowledges a retransmission, not
+/// even from the segments sent once that it covers too (as Linux's `tcp_clean_rtx_queue`
+/// drops the sample once `FLAG_RETRANS_DATA_ACKED`): the cumulative ACK of those segments
+/// was held back by the hole the retransmission filled, so the time since they were sent
+/// is the repair's, not a round trip. Without timestamps every RTO (and every fast
+/// retransmit) fed such samples in: in a two-connection simulation losing 30 % of the ACKs
+/// (no timestamps, RACK-TLP off), SRTT reached 10 s and the RTO its 60 s ceiling; 4 MiB
+/// took 283 s or more than 600 s (two seeds) instead of 2-3.5 s.
+#[test]
+fn rfc6298_3_no_sample_from_an_ack_that_covers_a_retransmission() {
+    for clean in [false, true] {
+        let mut r = rec(Congestion::NewReno);
+        // SRTT 1 ms.
+        sample_then_send(&mut r, 0);
+        assert_eq!(r.srtt(), Some(Duration::from_millis(1)));
+        // Ten segments at 2 ms; the first is lost and the RTO resends it.
+        send_n(&mut r, us(2_000), S + 1000, 10);
+        let t = fire_rto(&mut r);
+        assert_eq!(r.next_retransmit(), Some((S + 1000, 1000)));
+        r.on_sent(t, S + 1000, 1000, true);
+        if clean {
+            // The ACK takes the fast path (no RTO state left to undo).
+            r.undo = None;
+            r.recover = None;
+        }
+        // One ACK (1 ms later) covers the retransmission and the nine held behind it.
+        let o = r.on_ack(t + Duration::from_millis(1), S + 11_000, &[], None);
+        assert_eq!(o.newly_acked, 10_000);
+        assert_eq!(
+            o.rtt_sample, None,
+            "sampled {:?} (clean path: {clean})",
+            o.rtt_sample
+        );
+        assert_eq!(r.srtt(), Some(Duration::from_millis(1)));
+    }
+}
+
+/// RFC 8985 6.2 infers a loss from the delivery of a segment sent later; without SACK a
+/// cumulative ACK tells of no delivery above SND.UNA, so the only segment it can show
+/// missing is the one at SND.UNA (RFC 6582 3.2 step 3: a partial ACK retransmits the first
+/// unacknowledged segment). RACK marked every segment sent before the acknowledged
+/// retransmission lost, the ones the receiver held behind the next hole too: a go-back-N
+/// of the whole window at each partial ACK (in a two-connection simulation of 4 MiB at
+/// 1 % loss without SACK, 87-107 segments resent for 21-22 lost; 24-51 with RACK off).
+#[test]
+fn rfc8985_6_2_without_sack_a_partial_ack_marks_only_the_next_hole_lost() {
+    let mut r = rec(Congestion::NewReno);
+    sample_then_send(&mut r, 10);
+    // Segments 1 and 5 lost: three duplicate ACKs, the fast retransmit of segment 1.
+    for _ in 0..3 {
+        r.on_ack(us(3_000), S + 1000, &[], None);
+    }
+    assert_eq!(r.next_retransmit(), Some((S + 1000, 1000)));
+    r.on_sent(us(3_000), S + 1000, 1000, true);
+    // Its ACK, a millisecond later, acknowledges up to segment 5, the next hole.
+    r.on_ack(us(4_000), S + 5000, &[], None);
+    let mut lost = Vec::new();
+    for s in r.segs.iter().filter(|s| s.awaits_retransmit()) {
+        lost.push(s.start - S);
+    }
+    assert_eq!(lost, vec![5000], "segments marked lost (offsets from S)");
 }
