@@ -630,6 +630,20 @@ pub struct EngineCore<D: PollDevice> {
     /// The occupied entries of `requests` (its poller does nothing while there are none).
     requests_live: usize,
     req_generations: Vec<u32>,
+    /// Pending requests the requests poller must visit: new ones, those whose connection
+    /// brought octets or a FIN, those answering. The others wait for such an event or for
+    /// `req_due`: a loop costs the requests with something to do, not every one pending (a
+    /// thousand silent connections cost each loop a thousand visits).
+    req_ready: ReadySet,
+    /// No pending request's deadline (MPA-7.1.2-27's startup timeout, the closing bound)
+    /// comes before this instant (`None`: none known); at it, every request is visited.
+    req_due: Option<StdInstant>,
+    /// The request slot of each TCP connection, indexed by [`ConnId::slot`] (`NO_QP`:
+    /// none), as `conn_qp`: a TCP event finds its request without a scan. Entries may be
+    /// stale; `find_req` checks.
+    conn_req: Vec<u32>,
+    /// Scratch list of the requests the requests poller visits.
+    req_batch: Vec<usize>,
     /// TCP connections whose QP is gone, released once TCP finished closing.
     zombies: Vec<ConnId>,
     /// The QP slot of each TCP connection, indexed by [`ConnId::slot`] (`NO_QP`: none), so a
@@ -737,6 +751,10 @@ impl<D: PollDevice> EngineCore<D> {
             requests: Vec::new(),
             requests_live: 0,
             req_generations: Vec::new(),
+            req_ready: ReadySet::new(),
+            req_due: None,
+            conn_req: Vec::new(),
+            req_batch: Vec::new(),
             zombies: Vec::new(),
             conn_qp: Vec::new(),
             rx_ready: ReadySet::new(),

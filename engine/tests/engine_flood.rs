@@ -309,3 +309,55 @@ fn a_peer_that_closes_mid_request_frees_its_slot_at_once() {
     );
     assert_eq!(p.b.core.stats().requests_timed_out, 0);
 }
+
+/// MPA-7.1.2-27 (work per loop under a flood): a thousand connections that never send their MPA
+/// Request (a cheap flood: one handshake each, then silence; the table holds 1,024 of them
+/// for `mpa_timeout_ms`) made every loop of the core visit every pending request (a read of
+/// its TCP connection and its startup timer), so each loop of every QP on the core cost
+/// what a thousand idle connections cost: RDMAP's latency for all of them held hostage by
+/// one peer. A loop must cost about the same with the requests as without: they are
+/// visited when their connection has something for them or their deadline comes
+/// (MPA-7.1.2-27's timeout, which still ends them all), not at every loop.
+#[test]
+fn mpa_7_1_2_27_silent_pending_requests_do_not_cost_every_loop() {
+    use std::time::Instant as Wall;
+    let mut p = Pair::default_pair();
+    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
+    p.run(10);
+    let loops = 2000;
+    let time_b_loops = |p: &mut Pair| {
+        let t = Wall::now();
+        for _ in 0..loops {
+            p.b.core.poll(p.now);
+            p.now += Duration::from_micros(1);
+        }
+        t.elapsed()
+    };
+    let idle = time_b_loops(&mut p);
+    let n = 1000;
+    let mut silent = Vec::new();
+    for _ in 0..n {
+        silent.push(
+            p.a.core
+                .stack_mut()
+                .connect((ip(2), PORT), None, &TcpTuning::default())
+                .expect("connect"),
+        );
+    }
+    p.run_until(20_000, |p| p.b.core.stats().requests_pending == n);
+    let loaded = time_b_loops(&mut p);
+    assert_eq!(p.b.core.stats().requests_pending, n, "still pending");
+    eprintln!("{loops} loops: {idle:?} idle, {loaded:?} with {n} silent pending requests");
+    assert!(
+        loaded < idle * 5 + std::time::Duration::from_millis(20),
+        "{loops} loops took {loaded:?} with {n} silent pending requests, {idle:?} without"
+    );
+    // Their startup timeout still ends every one of them (MPA-7.1.2-27).
+    let timeout = Duration::from_millis(EngineConfig::default().mpa_timeout_ms);
+    let end = p.now + timeout + Duration::from_millis(100);
+    while p.now < end {
+        p.step();
+    }
+    assert_eq!(p.b.core.stats().requests_pending, 0);
+    assert_eq!(p.b.core.stats().requests_timed_out, n);
+}

@@ -1687,3 +1687,188 @@ fn rfc9293_3_10_7_4_out_of_window_pure_acks_are_answered_once_per_tuned_interval
         );
     }
 }
+
+/// An ARP request from `src` at `mac` (broadcast), asking for `target`: not for B.
+fn arp_request_from(src: Ipv4Address, mac: EthernetAddress, target: Ipv4Address) -> Vec<u8> {
+    let req = ArpRepr::EthernetIpv4 {
+        operation: ArpOperation::Request,
+        source_hardware_addr: mac,
+        source_protocol_addr: src,
+        target_hardware_addr: EthernetAddress([0; 6]),
+        target_protocol_addr: target,
+    };
+    let mut buf = vec![0u8; 14 + req.buffer_len()];
+    let mut eth = EthernetFrame::new_unchecked(&mut buf);
+    eth.set_dst_addr(EthernetAddress::BROADCAST);
+    eth.set_src_addr(mac);
+    eth.set_ethertype(EthernetProtocol::Arp);
+    req.emit(&mut ArpPacket::new_unchecked(&mut buf[14..]));
+    buf
+}
+
+/// RFC 4987 3.4 (resource exhaustion): a SYN flood from more on-link sources than the neighbour
+/// table can glean (RFC 4987 3.4 keeps the backlog's half-open connections; `docs/net.md`)
+/// leaves thousands of half-open connections waiting for ARP. Each ARP frame on the LAN,
+/// for us or not, then woke every one of them, and each re-filed itself on the waiting list
+/// after a scan of that list: work quadratic in the half-open connections, per ARP frame a
+/// peer sends. A poll after such a frame must cost about what a poll costs, not seconds.
+#[test]
+fn rfc4987_3_4_arp_frames_do_not_cost_quadratic_work_under_an_unresolvable_syn_flood() {
+    use std::time::Instant as Wall;
+    const N: u32 = 4096 + 30_000;
+    let (mut attacker, eb) = link::pair(&LinkConfig::default());
+    let cfg = StackConfig {
+        ip: smoltcp::wire::Ipv4Cidr::new(IP_B, 16),
+        max_connections: N as usize + 64,
+        ..config(2, IP_B)
+    };
+    let mut b = Stack::new(eb, &cfg, Instant::ZERO).expect("stack");
+    let _l = b
+        .listen(5000, N as usize + 64, &TcpTuning::default())
+        .expect("listen");
+    let mac = EthernetAddress([0x02, 0, 0, 0, 0, 1]);
+    let mut now = Instant::ZERO;
+    let mut sent = 0u32;
+    let mut k = 0u32;
+    while sent < N {
+        for _ in 0..64 {
+            k += 1;
+            // 198.18.x.y of the /16, neither B nor the broadcast address.
+            let src = Ipv4Address::from(u32::from(Ipv4Address::new(198, 18, 0, 0)) + k + 10);
+            inject(&mut attacker, now, &syn_from(src, mac));
+            sent += 1;
+        }
+        b.poll(now);
+        drain(&mut attacker, now);
+        now += Duration::from_micros(1);
+    }
+    b.poll(now);
+    drain(&mut attacker, now);
+    assert_eq!(
+        b.live(),
+        sent as usize,
+        "every SYN kept (the backlog holds them)"
+    );
+    // Polls with nothing new, and polls each with an ARP request between two other hosts
+    // of the LAN (not for B, resolving nothing B waits for).
+    let other = Ipv4Address::new(198, 18, 250, 1);
+    let started = Wall::now();
+    for j in 0..5u8 {
+        now += Duration::from_micros(10);
+        b.poll(now);
+        let f = arp_request_from(other, EthernetAddress([0x02, 0, 0, 0, 9, j]), IP_A);
+        inject(&mut attacker, now, &f);
+        b.poll(now);
+        drain(&mut attacker, now);
+    }
+    let took = started.elapsed();
+    eprintln!("10 polls, 5 of them with an ARP frame: {took:?}");
+    assert!(
+        took < std::time::Duration::from_millis(250),
+        "10 polls (5 with an ARP frame of two other hosts) took {took:?} with {} half-open \
+         connections waiting for ARP",
+        sent - 4096
+    );
+}
+
+/// RFC 4987 3.4 (one peer's flood against the others): a SYN flood fills the connection table
+/// with half-open connections (the engine gives its listeners a backlog of the whole
+/// table). A SYN evicts the oldest of them (RFC 4987 3.4, recycling the oldest half-open
+/// TCB), but our own `connect` found the table full and failed: a remote peer that sends a
+/// SYN per slot kept every outgoing connection of the host from opening for as long as its
+/// flood lasted. A half-open connection, which no peer has acknowledged, gives way to it.
+#[test]
+fn rfc4987_3_4_a_syn_flood_does_not_lock_out_our_own_connects() {
+    let (mut attacker, eb) = link::pair(&LinkConfig::default());
+    let cfg = StackConfig {
+        max_connections: 16,
+        ..config(2, IP_B)
+    };
+    let mut b = Stack::new(eb, &cfg, Instant::ZERO).expect("stack");
+    let _l = b.listen(5000, 16, &TcpTuning::default()).expect("listen");
+    let mac = EthernetAddress([0x02, 0, 0, 0, 0, 1]);
+    let now = Instant::ZERO;
+    for n in 0..16u16 {
+        let mut f = syn_from(IP_A, mac);
+        let mut tp = TcpPacket::new_unchecked(&mut f[34..]);
+        tp.set_src_port(1024 + n);
+        tp.fill_checksum(&IP_A.into(), &IP_B.into());
+        inject(&mut attacker, now, &f);
+    }
+    b.poll(now);
+    drain(&mut attacker, now);
+    assert_eq!(
+        b.live(),
+        16,
+        "the flood's half-open connections fill the table"
+    );
+    let c = b.connect((IP_A, 7000), None, &TcpTuning::default());
+    assert!(
+        c.is_ok(),
+        "our connect under a SYN flood: {c:?} (the table held only half-open connections)"
+    );
+    assert_eq!(b.live(), 16, "one half-open connection made room");
+    assert_eq!(b.host_stats().expect("warpcore").half_open_evicted, 1);
+}
+
+/// RFC 4987 3.4 (one peer's flood against the others): a SYN flood against one listening port
+/// that fills the connection table left a SYN for another port no room: a SYN evicted only
+/// its own listener's oldest half-open connection, and the other listener had none. The
+/// flood on one service thus refused every handshake of every other service of the host.
+/// A half-open connection of the flooded listener gives way to it (RFC 4987 3.4).
+#[test]
+fn rfc4987_3_4_a_syn_flood_on_one_port_does_not_refuse_another() {
+    let (mut attacker, eb) = link::pair(&LinkConfig::default());
+    let cfg = StackConfig {
+        max_connections: 16,
+        ..config(2, IP_B)
+    };
+    let mut b = Stack::new(eb, &cfg, Instant::ZERO).expect("stack");
+    let _flooded = b.listen(5000, 16, &TcpTuning::default()).expect("listen");
+    let _other = b.listen(5001, 16, &TcpTuning::default()).expect("listen");
+    let mac = EthernetAddress([0x02, 0, 0, 0, 0, 1]);
+    let now = Instant::ZERO;
+    for n in 0..16u16 {
+        let mut f = syn_from(IP_A, mac);
+        let mut tp = TcpPacket::new_unchecked(&mut f[34..]);
+        tp.set_src_port(1024 + n);
+        tp.fill_checksum(&IP_A.into(), &IP_B.into());
+        inject(&mut attacker, now, &f);
+    }
+    b.poll(now);
+    drain(&mut attacker, now);
+    assert_eq!(
+        b.live(),
+        16,
+        "the flood's half-open connections fill the table"
+    );
+    // A client's SYN for the other port.
+    let mut f = syn_from(IP_A, mac);
+    let mut tp = TcpPacket::new_unchecked(&mut f[34..]);
+    tp.set_dst_port(5001);
+    tp.set_src_port(40_000);
+    tp.fill_checksum(&IP_A.into(), &IP_B.into());
+    inject(&mut attacker, now, &f);
+    b.poll(now);
+    let synacks = drain(&mut attacker, now)
+        .iter()
+        .filter(|f| {
+            let Ok(e) = EthernetFrame::new_checked(&f[..]) else {
+                return false;
+            };
+            let Ok(ip) = Ipv4Packet::new_checked(e.payload()) else {
+                return false;
+            };
+            let Ok(t) = TcpPacket::new_checked(ip.payload()) else {
+                return false;
+            };
+            t.syn() && t.ack() && t.src_port() == 5001 && t.dst_port() == 40_000
+        })
+        .count();
+    let stats = b.host_stats().expect("warpcore");
+    assert_eq!(
+        synacks, 1,
+        "the SYN for port 5001 under a flood of port 5000 drew no SYN-ACK ({stats:?})"
+    );
+    assert_eq!(stats.syn_dropped, 0);
+}

@@ -377,8 +377,10 @@ impl<D: PollDevice> EngineCore<D> {
             if arrived && r.responder.reject(&[]).is_ok() {
                 while r.responder.poll_event().is_some() {}
                 r.phase = ReqPhase::Rejecting;
+                self.req_ready.mark(i);
             } else if refused_by_mpa {
                 r.phase = ReqPhase::Rejecting;
+                self.req_ready.mark(i);
             } else if let Some(r) = self.take_request(i) {
                 // Release resets a connection still open (RST).
                 let _ = self.stack.release(r.tcp);
@@ -457,6 +459,7 @@ impl<D: PollDevice> EngineCore<D> {
         r.responder.reject(private_data)?;
         while r.responder.poll_event().is_some() {}
         r.phase = ReqPhase::Rejecting;
+        self.req_ready.mark(req.index as usize);
         Ok(())
     }
 
@@ -557,11 +560,13 @@ impl<D: PollDevice> EngineCore<D> {
                 TcpEvent::PeerClosed(c) => {
                     if self.find_qp(c).is_none() {
                         // A request still pending: no further TCP event comes for its FIN,
-                        // so the QP that accepts it must know (departure 26).
-                        for r in self.requests.iter_mut().flatten() {
-                            if r.tcp == c {
+                        // so the QP that accepts it must know (departure 26). Its poller
+                        // visits it (a request still reading closes now).
+                        if let Some(i) = self.find_req(c) {
+                            if let Some(r) = self.requests[i].as_mut() {
                                 r.peer_closed = true;
                             }
+                            self.req_ready.mark(i);
                         }
                     }
                     if let Some(i) = self.find_qp(c) {
@@ -655,6 +660,9 @@ impl<D: PollDevice> EngineCore<D> {
                 TcpEvent::Readable(c) => {
                     if let Some(i) = self.find_qp(c) {
                         self.rx_ready.mark(i);
+                    } else if let Some(i) = self.find_req(c) {
+                        // Octets of a pending request's startup (or, closing, to discard).
+                        self.req_ready.mark(i);
                     }
                 }
                 // The initiator's MPA Request goes out; freed send space lets FPDUs follow
@@ -670,20 +678,20 @@ impl<D: PollDevice> EngineCore<D> {
     }
 
     pub(super) fn cancel_request(&mut self, tcp: ConnId) {
-        for i in 0..self.requests.len() {
-            if self.requests[i].as_ref().is_some_and(|r| r.tcp == tcp) {
-                if let Some(r) = self.take_request(i) {
-                    let _ = self.stack.release(r.tcp);
-                    if r.phase == ReqPhase::Waiting {
-                        self.ctx
-                            .events
-                            .push_back(CmEvent::RequestCancelled(RequestId {
-                                core: self.core,
-                                index: i as u32,
-                                generation: self.req_generations[i],
-                            }));
-                    }
-                }
+        // One look-up, not a scan of the table: a flood's RSTs each end one request.
+        let Some(i) = self.find_req(tcp) else {
+            return;
+        };
+        if let Some(r) = self.take_request(i) {
+            let _ = self.stack.release(r.tcp);
+            if r.phase == ReqPhase::Waiting {
+                self.ctx
+                    .events
+                    .push_back(CmEvent::RequestCancelled(RequestId {
+                        core: self.core,
+                        index: i as u32,
+                        generation: self.req_generations[i],
+                    }));
             }
         }
     }
@@ -717,9 +725,20 @@ impl<D: PollDevice> EngineCore<D> {
             self.req_generations[slot] = self.req_generations[slot].wrapping_add(1);
             self.arrivals += 1;
             self.requests_live += 1;
+            let since = self.now_std();
+            if self.conn_req.len() <= tcp.slot() {
+                self.conn_req.resize(tcp.slot() + 1, NO_QP);
+            }
+            self.conn_req[tcp.slot()] = slot as u32;
+            // Read at the next loop (the Request may be here already), then on its
+            // connection's events or at its deadline.
+            self.req_ready.grow(self.requests.len());
+            self.req_ready.mark(slot);
+            let due = since + StdDuration::from_millis(self.ctx.cfg.mpa_timeout_ms);
+            self.req_due = Some(self.req_due.map_or(due, |d| d.min(due)));
             self.requests[slot] = Some(PendingReq {
                 tcp,
-                since: self.now_std(),
+                since,
                 arrival: self.arrivals,
                 responder: Box::new(responder),
                 listener: li as u32,
@@ -772,6 +791,16 @@ impl<D: PollDevice> EngineCore<D> {
         None
     }
 
+    /// The request slot whose connection is `tcp`, if any: one lookup, no scan.
+    pub(super) fn find_req(&self, tcp: ConnId) -> Option<usize> {
+        let i = *self.conn_req.get(tcp.slot())? as usize;
+        self.requests
+            .get(i)?
+            .as_ref()
+            .is_some_and(|r| r.tcp == tcp)
+            .then_some(i)
+    }
+
     /// Takes pending request `i` out of the table.
     pub(super) fn take_request(&mut self, i: usize) -> Option<PendingReq> {
         let r = self.requests.get_mut(i)?.take();
@@ -785,11 +814,37 @@ impl<D: PollDevice> EngineCore<D> {
         if self.requests_live == 0 {
             return false;
         }
-        let mut work = false;
         let now_std = self.now_std();
+        // Every request at a deadline, else only those marked (`req_ready`): a loop costs
+        // the requests with something to do (MPA-7.1.2-27's timeout needs no visit before
+        // it is due).
+        let due = self.req_due.is_some_and(|t| now_std >= t);
+        if !due && self.req_ready.is_empty() {
+            return false;
+        }
+        let mut batch = std::mem::take(&mut self.req_batch);
+        self.req_ready.take_into(&mut batch);
+        if due {
+            batch.clear();
+            batch.extend(0..self.requests.len());
+            // Found again below from every request still pending.
+            self.req_due = None;
+        }
+        let work = self.visit_requests(&batch, now_std);
+        batch.clear();
+        self.req_batch = batch;
+        work
+    }
+
+    /// The requests poller's visit of requests `batch` at `now_std`; each request still
+    /// pending after it is marked again if it has more to do at once, and its deadline is
+    /// kept in `req_due`.
+    fn visit_requests(&mut self, batch: &[usize], now_std: StdInstant) -> bool {
+        let mut work = false;
         let limit = StdDuration::from_millis(self.ctx.cfg.mpa_timeout_ms);
-        for i in 0..self.requests.len() {
-            let Some(r) = self.requests[i].as_mut() else {
+        for &i in batch {
+            let mut read_some = false;
+            let Some(Some(r)) = self.requests.get_mut(i) else {
                 continue;
             };
             let mut timed_out = false;
@@ -801,6 +856,7 @@ impl<D: PollDevice> EngineCore<D> {
                         .recv_with(r.tcp, |d| resp.handle_input(d))
                         .unwrap_or(0);
                     work |= n > 0;
+                    read_some = n > 0;
                     r.responder.handle_timeout(now_std);
                     while let Some(ev) = r.responder.poll_event() {
                         work = true;
@@ -937,6 +993,25 @@ impl<D: PollDevice> EngineCore<D> {
                 }
                 self.ctx.stats.requests_timed_out += 1;
                 work = true;
+            }
+            let Some(Some(r)) = self.requests.get(i) else {
+                continue;
+            };
+            // Visited again at once: a Reply still going out, a startup that read octets
+            // (more may wait behind them). Otherwise at its connection's next event or at
+            // its deadline (strictly after it, as the checks above are).
+            let again = match r.phase {
+                ReqPhase::Rejecting => true,
+                ReqPhase::Reading => read_some,
+                ReqPhase::Waiting | ReqPhase::Closing => false,
+            };
+            let deadline = match r.phase {
+                ReqPhase::Closing => r.since + 2 * limit,
+                _ => r.since + limit,
+            } + StdDuration::from_micros(1);
+            self.req_due = Some(self.req_due.map_or(deadline, |d| d.min(deadline)));
+            if again {
+                self.req_ready.mark(i);
             }
         }
         work

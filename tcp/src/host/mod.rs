@@ -165,7 +165,15 @@ struct Slot {
     /// waits for ARP): a timeout then is the next hop's failure, reported as
     /// [`Event::NeighborUnreachable`], not the peer's silence.
     hop_pending: bool,
+    /// Its place in [`Inner::unresolved`] ([`NOT_WAITING`]: not there): filing and
+    /// unfiling a connection that waits for ARP cost no scan of the list, which a SYN
+    /// flood from sources the neighbour table cannot glean fills with thousands (RFC 4987
+    /// 3.4: the backlog keeps them).
+    waiting_at: u32,
 }
+
+/// [`Slot::waiting_at`] of a connection not waiting for ARP.
+const NOT_WAITING: u32 = u32::MAX;
 
 /// A next hop resolved on request ([`Host::resolve_neighbor`]).
 #[derive(Debug, Clone, Copy)]
@@ -334,8 +342,13 @@ struct Inner {
     /// device flush, so that the frames leave first.
     served: Vec<u32>,
     dirty: Vec<u32>,
-    /// Connections waiting for a next hop's hardware address.
+    /// Connections waiting for a next hop's hardware address (each once, at its
+    /// [`Slot::waiting_at`]).
     unresolved: Vec<u32>,
+    /// No connection of `unresolved` may ask for its next hop again before this instant (a
+    /// lower bound, taken as each was filed; `None` when none waits): `poll_at` and each
+    /// transmit pass read it instead of looking every waiting next hop up, per poll.
+    unresolved_retry: Option<Instant>,
     /// Resolutions asked for by [`Host::resolve_neighbor`], not yet answered.
     resolving: Vec<Resolving>,
     /// The sequence number of the next [`ResolveId`].
@@ -470,6 +483,7 @@ impl<D: PollDevice> Host<D> {
                 served: Vec::with_capacity(64),
                 dirty: Vec::with_capacity(64),
                 unresolved: Vec::new(),
+                unresolved_retry: None,
                 resolving: Vec::new(),
                 next_resolve: 0,
                 events: VecDeque::with_capacity(64),
@@ -834,9 +848,6 @@ impl<D: PollDevice> Host<D> {
             return Err(StackError::Unaddressable(ip));
         }
         let next_hop = i.route(ip).ok_or(StackError::NoRoute(ip))?;
-        if i.live - i.orphans_live >= i.max_connections {
-            return Err(StackError::TableFull(i.max_connections));
-        }
         let port = match local_port {
             Some(p) => {
                 let t = Tuple {
@@ -851,6 +862,13 @@ impl<D: PollDevice> Host<D> {
             }
             None => i.ephemeral_port(ip, remote.1)?,
         };
+        // A full table makes room by evicting a listener's oldest half-open connection,
+        // as a SYN does (RFC 4987 3.4): a SYN flood fills the table with them (the engine's
+        // backlog is the whole table), and no remote peer's flood may lock our own
+        // connections out. Only a table of connections a peer completed is full.
+        if i.live - i.orphans_live >= i.max_connections && !i.evict_any_half_open() {
+            return Err(StackError::TableFull(i.max_connections));
+        }
         let tuple = Tuple {
             local_port: port,
             remote_ip: ip,
@@ -1301,10 +1319,7 @@ impl<D: PollDevice> Host<D> {
         if !self.inner.unresolved.is_empty()
             && self.inner.arp_retry_at(now).is_none_or(|t| t <= now)
         {
-            let waiting = std::mem::take(&mut self.inner.unresolved);
-            for index in waiting {
-                self.inner.mark_dirty(index);
-            }
+            self.inner.wake_unresolved();
         }
         let mut dirty = std::mem::take(&mut self.inner.dirty);
         let mut kept = 0;
@@ -1501,8 +1516,21 @@ impl<D: PollDevice> Host<D> {
                 }
             },
             None => {
-                if !i.unresolved.contains(&index) {
+                // Filed once, in constant time (RFC 4987 3.4: a SYN flood from sources the
+                // neighbour table cannot glean leaves thousands here; a scan of the list
+                // per filing made each wake-up of them quadratic).
+                if s.waiting_at == NOT_WAITING {
+                    s.waiting_at = i.unresolved.len() as u32;
                     i.unresolved.push(index);
+                    // No request held back: the look-up just made found the list of
+                    // requests full (a flood of new next hops) and recorded none. It may
+                    // ask again after the usual interval, not at every poll: `now` woke
+                    // every such connection at each pass.
+                    let retry = i
+                        .neighbors
+                        .retry_at(next_hop)
+                        .unwrap_or(now + neighbor::RETRY);
+                    i.unresolved_retry = Some(i.unresolved_retry.map_or(retry, |r| r.min(retry)));
                 }
             }
         }
@@ -1794,6 +1822,7 @@ impl Inner {
             held: false,
             armed: None,
             hop_pending: false,
+            waiting_at: NOT_WAITING,
         });
         self.demux.insert(tuple, index);
         self.demux_memo = None;
@@ -1835,7 +1864,7 @@ impl Inner {
             if s.dirty {
                 self.dirty.retain(|d| *d != index);
             }
-            self.unresolved.retain(|d| *d != index);
+            self.unfile_unresolved(s.waiting_at);
         }
     }
 
@@ -1991,17 +2020,55 @@ impl Inner {
     }
 
     /// When a connection waiting for ARP may ask again: the earliest retry among the next
-    /// hops the waiting connections need (`now` for one with no request held back). The
-    /// retries of addresses nobody waits for any more (a connection released while
-    /// unresolved) are no deadline: they would name an instant long past at every call.
+    /// hops the waiting connections need, as each was filed (one whose request the full
+    /// list of requests did not record, the retry interval after its filing). The retries
+    /// of addresses nobody waits for any more (a connection released while unresolved) are
+    /// no deadline: they would name an instant long past at every call.
     fn arp_retry_at(&self, now: Instant) -> Option<Instant> {
-        self.unresolved
-            .iter()
-            .filter_map(|&k| match self.slots.get(k as usize) {
-                Some(Some(s)) => Some(self.neighbors.retry_at(s.next_hop).unwrap_or(now)),
-                _ => None,
-            })
-            .min()
+        // The bound taken as the connections were filed, not a look-up of each one's next
+        // hop at every poll (thousands under a SYN flood the table could not glean). A
+        // connection that left early only makes the bound early: the pass it wakes
+        // re-files those still waiting with their own retries.
+        if self.unresolved.is_empty() {
+            return None;
+        }
+        Some(self.unresolved_retry.unwrap_or(now))
+    }
+
+    /// Marks every connection waiting for ARP dirty (its transmit pass looks its next hop
+    /// up again, and files it again if still unknown).
+    fn wake_unresolved(&mut self) {
+        let waiting = std::mem::take(&mut self.unresolved);
+        self.unresolved_retry = None;
+        for &index in &waiting {
+            if let Some(Some(s)) = self.slots.get_mut(index as usize) {
+                s.waiting_at = NOT_WAITING;
+            }
+            self.mark_dirty(index);
+        }
+        // Keep the allocation.
+        let mut waiting = waiting;
+        waiting.clear();
+        if self.unresolved.is_empty() {
+            self.unresolved = waiting;
+        }
+    }
+
+    /// Takes the connection filed at `at` in `unresolved` (if any) out of it, in constant
+    /// time: the last one takes its place.
+    fn unfile_unresolved(&mut self, at: u32) {
+        if at == NOT_WAITING || at as usize >= self.unresolved.len() {
+            return;
+        }
+        self.unresolved.swap_remove(at as usize);
+        if let Some(&moved) = self.unresolved.get(at as usize) {
+            if let Some(Some(s)) = self.slots.get_mut(moved as usize) {
+                s.waiting_at = at;
+            }
+        }
+        if self.unresolved.is_empty() {
+            self.unresolved_retry = None;
+        }
     }
 
     /// When a pending resolution next needs the poll: its deadline or its next retry.
@@ -2130,6 +2197,7 @@ impl Inner {
         };
         let now = self.now;
         let for_us = target_protocol_addr == self.cidr.address();
+        let known_before = self.neighbors.knows(source_protocol_addr, now);
         // RFC 826: merge the sender if known; add it if the packet is for us.
         let resolved = if for_us && self.cidr.contains_addr(&source_protocol_addr) {
             self.neighbors
@@ -2138,11 +2206,12 @@ impl Inner {
             self.neighbors
                 .refresh(source_protocol_addr, source_hardware_addr, now)
         };
-        if resolved || !self.unresolved.is_empty() {
-            let waiting = std::mem::take(&mut self.unresolved);
-            for index in waiting {
-                self.mark_dirty(index);
-            }
+        // Only an address learnt (asked for, or newly known) can end a connection's wait:
+        // any other ARP frame on the LAN woke every waiting connection, thousands under a
+        // SYN flood from sources the table could not glean (RFC 4987 3.4), per frame.
+        let learned = !known_before && self.neighbors.knows(source_protocol_addr, now);
+        if (resolved || learned) && !self.unresolved.is_empty() {
+            self.wake_unresolved();
         }
         if for_us && operation == ArpOperation::Request && source_hardware_addr.is_unicast() {
             let reply = ArpRepr::EthernetIpv4 {
@@ -2387,7 +2456,12 @@ impl Inner {
         if self.listeners[l.0 as usize].half_open_live >= backlog {
             self.evict_oldest_half_open(l);
         }
-        if self.live - self.orphans_live >= self.max_connections && !self.evict_oldest_half_open(l)
+        // A full table: this listener's oldest half-open connection makes room, else
+        // another listener's (RFC 4987 3.4): a flood against one port filled the table with
+        // its own half-open connections and refused every SYN for any other port.
+        if self.live - self.orphans_live >= self.max_connections
+            && !self.evict_oldest_half_open(l)
+            && !self.evict_any_half_open()
         {
             self.stats.syn_dropped += 1;
             return;
@@ -2422,6 +2496,23 @@ impl Inner {
             }
             self.listeners[l.0 as usize].half_open.pop_front();
         }
+    }
+
+    /// Evicts the oldest half-open connection of the listener holding the most (for our
+    /// own `connect`, or another listener's SYN, at a full table, RFC 4987 3.4); false if
+    /// no listener holds one.
+    fn evict_any_half_open(&mut self) -> bool {
+        let Some(l) = self
+            .listeners
+            .iter()
+            .enumerate()
+            .filter(|(_, li)| li.half_open_live > 0)
+            .max_by_key(|(_, li)| li.half_open_live)
+            .map(|(k, li)| ListenerId(k as u32, li.generation, self.tag))
+        else {
+            return false;
+        };
+        self.evict_oldest_half_open(l)
     }
 
     fn evict_oldest_half_open(&mut self, l: ListenerId) -> bool {

@@ -12,7 +12,7 @@ const LIFETIME: Duration = Duration::from_secs(60);
 /// An entry in use this close to expiry is refreshed by a request while still in use.
 const REFRESH_BEFORE: Duration = Duration::from_secs(5);
 /// Least time between two requests for the same address.
-const RETRY: Duration = Duration::from_millis(100);
+pub(crate) const RETRY: Duration = Duration::from_millis(100);
 /// Most addresses cached or being resolved: a flood of ARP traffic cannot grow the table.
 const CAPACITY: usize = 4096;
 
@@ -211,6 +211,11 @@ impl Neighbors {
         if self.entries.get(&ip).is_none_or(|e| e.expires <= now) {
             self.fill(ip, mac, now);
         }
+    }
+
+    /// Whether `ip` has a live entry (a look-up would find it), changing nothing.
+    pub fn knows(&self, ip: Ipv4Address, now: Instant) -> bool {
+        self.entries.get(&ip).is_some_and(|e| e.expires > now)
     }
 
     /// Only updates an address already known (RFC 826: merge without adding).
