@@ -1506,6 +1506,26 @@ fn terminate_ulpdu(header: &[u8]) -> Vec<u8> {
     u
 }
 
+/// The code of the first Terminate the engine sends on `tcp` within `steps` steps, if any.
+fn terminate_sent_within(
+    w: &mut World,
+    tcp: ConnId,
+    deframer: &mut Deframer,
+    steps: usize,
+) -> Option<warpcore_engine::proto::TerminateCode> {
+    let mut answered = None;
+    for _ in 0..steps {
+        step_and_read(w, tcp, deframer, |u| {
+            if let Ok(seg) = Segment::parse(u) {
+                if let RdmapHeader::Terminate(t) = seg.repr.header {
+                    answered = answered.or(Some(t.code));
+                }
+            }
+        });
+    }
+    answered
+}
+
 /// The peer terminates with 0/2/07 and sets M, D and R but sends only the control word
 /// (or a cut DDP part): the engine reports `RemoteTerminate` with 0/2/07, sends no
 /// Terminate of its own, fails the QP and flushes its receives.
@@ -1518,16 +1538,7 @@ fn terminate_claiming_absent_headers_is_reported_not_answered() {
         let mut w = world();
         let (tcp, mut framer, mut deframer, qp) = connect(&mut w, 2);
         send_ulpdus(&mut w, tcp, &mut framer, &[terminate_ulpdu(header)], false);
-        let mut answered = None;
-        for _ in 0..300 {
-            step_and_read(&mut w, tcp, &mut deframer, |u| {
-                if let Ok(seg) = Segment::parse(u) {
-                    if let RdmapHeader::Terminate(t) = seg.repr.header {
-                        answered = answered.or(Some(t.code));
-                    }
-                }
-            });
-        }
+        let answered = terminate_sent_within(&mut w, tcp, &mut deframer, 300);
         assert_eq!(
             answered, None,
             "{header:02x?}: the engine answered with a Terminate"
@@ -1877,16 +1888,7 @@ fn mpa2_9_2_10_a_terminate_with_absent_headers_in_place_of_the_rtr_is_reported_n
         assert_eq!(rtr, Some(RtrType::Write));
         // The Terminate goes first, in place of the RTR.
         send_ulpdus(&mut w, tcp, &mut framer, &[terminate_ulpdu(header)], false);
-        let mut answered = None;
-        for _ in 0..300 {
-            step_and_read(&mut w, tcp, &mut deframer, |u| {
-                if let Ok(seg) = Segment::parse(u) {
-                    if let RdmapHeader::Terminate(t) = seg.repr.header {
-                        answered = answered.or(Some(t.code));
-                    }
-                }
-            });
-        }
+        let answered = terminate_sent_within(&mut w, tcp, &mut deframer, 300);
         assert_eq!(
             answered, None,
             "{header:02x?}: the engine answered the peer's Terminate with one of its own"

@@ -1771,21 +1771,18 @@ fn rfc4987_3_4_arp_frames_do_not_cost_quadratic_work_under_an_unresolvable_syn_f
     );
 }
 
-/// RFC 4987 3.4 (one peer's flood against the others): a SYN flood fills the connection table
-/// with half-open connections (the engine gives its listeners a backlog of the whole
-/// table). A SYN evicts the oldest of them (RFC 4987 3.4, recycling the oldest half-open
-/// TCB), but our own `connect` found the table full and failed: a remote peer that sends a
-/// SYN per slot kept every outgoing connection of the host from opening for as long as its
-/// flood lasted. A half-open connection, which no peer has acknowledged, gives way to it.
-#[test]
-fn rfc4987_3_4_a_syn_flood_does_not_lock_out_our_own_connects() {
+/// B with a table of 16 connections listening on `ports`, filled by 16 SYNs from A's address
+/// to the first port (half-open connections): (the attacker's end, B, A's MAC, the time).
+fn flooded_table(ports: &[u16]) -> (LinkEnd, Stack<LinkEnd>, EthernetAddress, Instant) {
     let (mut attacker, eb) = link::pair(&LinkConfig::default());
     let cfg = StackConfig {
         max_connections: 16,
         ..config(2, IP_B)
     };
     let mut b = Stack::new(eb, &cfg, Instant::ZERO).expect("stack");
-    let _l = b.listen(5000, 16, &TcpTuning::default()).expect("listen");
+    for &port in ports {
+        b.listen(port, 16, &TcpTuning::default()).expect("listen");
+    }
     let mac = EthernetAddress([0x02, 0, 0, 0, 0, 1]);
     let now = Instant::ZERO;
     for n in 0..16u16 {
@@ -1802,6 +1799,18 @@ fn rfc4987_3_4_a_syn_flood_does_not_lock_out_our_own_connects() {
         16,
         "the flood's half-open connections fill the table"
     );
+    (attacker, b, mac, now)
+}
+
+/// RFC 4987 3.4 (one peer's flood against the others): a SYN flood fills the connection table
+/// with half-open connections (the engine gives its listeners a backlog of the whole
+/// table). A SYN evicts the oldest of them (RFC 4987 3.4, recycling the oldest half-open
+/// TCB), but our own `connect` found the table full and failed: a remote peer that sends a
+/// SYN per slot kept every outgoing connection of the host from opening for as long as its
+/// flood lasted. A half-open connection, which no peer has acknowledged, gives way to it.
+#[test]
+fn rfc4987_3_4_a_syn_flood_does_not_lock_out_our_own_connects() {
+    let (_attacker, mut b, _, _) = flooded_table(&[5000]);
     let c = b.connect((IP_A, 7000), None, &TcpTuning::default());
     assert!(
         c.is_ok(),
@@ -1818,30 +1827,7 @@ fn rfc4987_3_4_a_syn_flood_does_not_lock_out_our_own_connects() {
 /// A half-open connection of the flooded listener gives way to it (RFC 4987 3.4).
 #[test]
 fn rfc4987_3_4_a_syn_flood_on_one_port_does_not_refuse_another() {
-    let (mut attacker, eb) = link::pair(&LinkConfig::default());
-    let cfg = StackConfig {
-        max_connections: 16,
-        ..config(2, IP_B)
-    };
-    let mut b = Stack::new(eb, &cfg, Instant::ZERO).expect("stack");
-    let _flooded = b.listen(5000, 16, &TcpTuning::default()).expect("listen");
-    let _other = b.listen(5001, 16, &TcpTuning::default()).expect("listen");
-    let mac = EthernetAddress([0x02, 0, 0, 0, 0, 1]);
-    let now = Instant::ZERO;
-    for n in 0..16u16 {
-        let mut f = syn_from(IP_A, mac);
-        let mut tp = TcpPacket::new_unchecked(&mut f[34..]);
-        tp.set_src_port(1024 + n);
-        tp.fill_checksum(&IP_A.into(), &IP_B.into());
-        inject(&mut attacker, now, &f);
-    }
-    b.poll(now);
-    drain(&mut attacker, now);
-    assert_eq!(
-        b.live(),
-        16,
-        "the flood's half-open connections fill the table"
-    );
+    let (mut attacker, mut b, mac, now) = flooded_table(&[5000, 5001]);
     // A client's SYN for the other port.
     let mut f = syn_from(IP_A, mac);
     let mut tp = TcpPacket::new_unchecked(&mut f[34..]);

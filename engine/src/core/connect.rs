@@ -687,11 +687,7 @@ impl<D: PollDevice> EngineCore<D> {
             if r.phase == ReqPhase::Waiting {
                 self.ctx
                     .events
-                    .push_back(CmEvent::RequestCancelled(RequestId {
-                        core: self.core,
-                        index: i as u32,
-                        generation: self.req_generations[i],
-                    }));
+                    .push_back(CmEvent::RequestCancelled(self.request_id(i)));
             }
         }
     }
@@ -791,6 +787,15 @@ impl<D: PollDevice> EngineCore<D> {
         None
     }
 
+    /// The application's name of pending request `i`.
+    fn request_id(&self, i: usize) -> RequestId {
+        RequestId {
+            core: self.core,
+            index: i as u32,
+            generation: self.req_generations[i],
+        }
+    }
+
     /// The request slot whose connection is `tcp`, if any: one lookup, no scan.
     pub(super) fn find_req(&self, tcp: ConnId) -> Option<usize> {
         let i = *self.conn_req.get(tcp.slot())? as usize;
@@ -847,6 +852,11 @@ impl<D: PollDevice> EngineCore<D> {
             let Some(Some(r)) = self.requests.get_mut(i) else {
                 continue;
             };
+            let id = RequestId {
+                core: self.core,
+                index: i as u32,
+                generation: self.req_generations[i],
+            };
             let mut timed_out = false;
             match r.phase {
                 ReqPhase::Reading => {
@@ -865,11 +875,7 @@ impl<D: PollDevice> EngineCore<D> {
                                 r.phase = ReqPhase::Waiting;
                                 self.ctx.events.push_back(CmEvent::ConnectRequest(
                                     ConnectRequest {
-                                        request: RequestId {
-                                            core: self.core,
-                                            index: i as u32,
-                                            generation: self.req_generations[i],
-                                        },
+                                        request: id,
                                         listener: ListenerId {
                                             core: self.core,
                                             index: r.listener,
@@ -976,13 +982,7 @@ impl<D: PollDevice> EngineCore<D> {
                     // (mpa-08 §7.1.2 rule 10), so the slot is freed and the application
                     // told; its RequestId is stale from now on.
                     if now_std.saturating_duration_since(r.since) > limit {
-                        self.ctx
-                            .events
-                            .push_back(CmEvent::RequestCancelled(RequestId {
-                                core: self.core,
-                                index: i as u32,
-                                generation: self.req_generations[i],
-                            }));
+                        self.ctx.events.push_back(CmEvent::RequestCancelled(id));
                         timed_out = true;
                     }
                 }
