@@ -277,6 +277,11 @@ pub struct CoreStats {
     /// Pending connection requests dropped after `mpa_timeout_ms`: no complete MPA
     /// Request, or a request the application never accepted nor rejected.
     pub requests_timed_out: u64,
+    /// Pending connection requests visited by the requests poller (each visit reads the
+    /// request's connection and checks its timers): a loop visits the requests with
+    /// something to do (new, their connection's octets or FIN, a Reply going out), and all
+    /// of them at most once every 50 ms for their deadlines.
+    pub request_visits: u64,
     /// Occupancy when read: queue pairs in the table.
     pub qps_live: u64,
     /// Occupancy when read: pending connection requests.

@@ -14,6 +14,11 @@ use super::*;
 /// it has the Reply (mpa-08 §7.1.2 rule 2's note).
 pub(super) const REQUEST_WINDOW: usize = 4096;
 
+/// The least time between two visits of every pending request for their deadlines (the
+/// startup timeout, `mpa_timeout_ms`, and the closing bound): a request times out at most
+/// this much after its deadline.
+const REQUEST_SCAN_INTERVAL: StdDuration = StdDuration::from_millis(50);
+
 /// The IRD/ORD we announce: at most our configured limit, except 0x3FFF ("not negotiated",
 /// RFC 6581 §9.1), which goes on the wire as is. A value above 0x3FFF, which no 14-bit
 /// field holds, is passed on unchanged for MPA to refuse (`UsageError::IrdOrdOutOfRange`):
@@ -836,6 +841,16 @@ impl<D: PollDevice> EngineCore<D> {
             self.req_due = None;
         }
         let work = self.visit_requests(&batch, now_std);
+        if due {
+            // The next full visit no sooner than `REQUEST_SCAN_INTERVAL` from now: with a
+            // table of requests whose deadlines fall apart (a slow flood of silent
+            // connections), a visit of all of them at each one's deadline cost N visits
+            // N times per startup timeout; now at most one every interval, each timeout
+            // met within it.
+            if let Some(d) = self.req_due {
+                self.req_due = Some(d.max(now_std + REQUEST_SCAN_INTERVAL));
+            }
+        }
         batch.clear();
         self.req_batch = batch;
         work
@@ -852,6 +867,7 @@ impl<D: PollDevice> EngineCore<D> {
             let Some(Some(r)) = self.requests.get_mut(i) else {
                 continue;
             };
+            self.ctx.stats.request_visits += 1;
             let id = RequestId {
                 core: self.core,
                 index: i as u32,
