@@ -305,6 +305,20 @@ impl<D: PollDevice> CoreLoop<D> {
         (work, now)
     }
 
+    /// The core's last loops when it stops (its context dropped): the commands still in
+    /// its ring are carried out, then one more loop sends what they queued. A queue pair
+    /// dropped just before its context queued its destroy (`QueuePair`'s drop does not
+    /// wait for it): skipped, its connection was never aborted and the peer, told
+    /// nothing (no RST, no FIN), held it until its keep-alive probes went unanswered
+    /// (30 s by default; for good without keep-alives). Bounded: no application thread
+    /// can queue more once the handle is dropped.
+    fn finish(&mut self) {
+        while !self.commands.is_empty() {
+            self.step();
+        }
+        self.step();
+    }
+
     /// Moves the core's events to the application's ring; an event the application has no
     /// room for waits in `pending`, never lost. Returns whether any was handed out.
     #[inline(never)]
@@ -338,6 +352,8 @@ trait Step: Send {
     /// QP's send queue now, as the loop takes [`Command::PostSend`] from the ring, unless
     /// commands wait in the ring (false: nothing done; the request must go behind them).
     fn post_send_now(&mut self, qp: QpId, wr: &SendWr) -> bool;
+    /// [`CoreLoop::finish`].
+    fn finish(&mut self);
 }
 
 impl<D: PollDevice + Send> Step for CoreLoop<D> {
@@ -359,6 +375,9 @@ impl<D: PollDevice + Send> Step for CoreLoop<D> {
     }
     fn linger(&self) -> StdDuration {
         StdDuration::from_millis(self.core.config().shutdown_linger_ms)
+    }
+    fn finish(&mut self) {
+        CoreLoop::finish(self)
     }
 }
 
@@ -516,11 +535,8 @@ impl CoreHandle {
         &self,
         mut push: impl FnMut(&mut Producer<Command>) -> bool,
     ) -> Result<(), EngineError> {
-        if let Runner::Thread { join, .. } = &self.runner {
-            match join {
-                Some(j) if !j.is_finished() => {}
-                _ => return Err(EngineError::CoreGone),
-            }
+        if self.gone() {
+            return Err(EngineError::CoreGone);
         }
         let mut p = self.commands.lock().unwrap_or_else(|e| e.into_inner());
         if push(&mut p) {
@@ -549,11 +565,8 @@ impl CoreHandle {
     /// dropped and [`EngineError::LimitExceeded`] says so). A caller-driven core is run
     /// once to make room, as [`CoreHandle::submit`] does.
     pub fn submit_all(&self, cmds: Vec<Command>) -> Result<usize, (usize, EngineError)> {
-        if let Runner::Thread { join, .. } = &self.runner {
-            match join {
-                Some(j) if !j.is_finished() => {}
-                _ => return Err((0, EngineError::CoreGone)),
-            }
+        if self.gone() {
+            return Err((0, EngineError::CoreGone));
         }
         let total = cmds.len();
         let mut it = cmds.into_iter();
@@ -591,6 +604,17 @@ impl CoreHandle {
         }
         debug_assert_eq!(queued, total);
         Ok(queued)
+    }
+
+    /// Whether the core will never run again: its thread ended, or (caller-driven) its
+    /// loop panicked ([`CallerLock`] poisoned). Commands are refused then
+    /// ([`EngineError::CoreGone`]): queued, none would ever be applied, and a caller that
+    /// waits for room in a full ring (a `QueuePair`'s drop) would wait for ever.
+    fn gone(&self) -> bool {
+        match &self.runner {
+            Runner::Thread { join, .. } => join.as_ref().is_none_or(|j| j.is_finished()),
+            Runner::Caller(c) => c.poisoned.load(Ordering::Relaxed),
+        }
     }
 
     /// Takes the oldest event of this core.
@@ -641,8 +665,13 @@ impl CoreHandle {
                 }
             }
             Runner::Caller(c) => {
+                // A core whose loop panicked is never run again, not even to finish.
+                let poisoned = c.poisoned.load(Ordering::Relaxed);
                 let core = c.take();
-                if let Some(core) = core {
+                if let Some(mut core) = core {
+                    if !poisoned {
+                        core.finish();
+                    }
                     // As a core thread does: stop polling, keep the device open a while.
                     thread::sleep(core.linger());
                     drop(core);
@@ -779,6 +808,7 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
                 let work = lp.step_with(reuse.last_will_do(spun));
                 spun = backoff.pause(work, &mut lp.commands);
             }
+            lp.finish();
             // Stopped polling; keep the device open a while (see `shutdown_linger_ms`).
             thread::sleep(linger);
             drop(lp);

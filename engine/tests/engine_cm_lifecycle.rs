@@ -453,3 +453,44 @@ fn refused_accepts_leave_the_request_acceptable() {
     p.b.core.unlisten(PORT).unwrap();
     run_until_released(&mut p, 100_000);
 }
+
+/// A closes gracefully and destroys its QP once its FIN went out (`destroy_qp`
+/// then lets TCP finish the close: the connection goes to the zombies, not reset) while B,
+/// told of the close, still drains 60 MiB of Writes to A. Nothing read the zombie's
+/// receive buffer: once it filled, B sat behind a zero window (its probes answered, so
+/// no timeout) until A's FIN-WAIT-2 timeout reset the connection, 144 s of simulated time
+/// later, B's QP held all along and its end a Reset. The close must complete as a close.
+#[test]
+fn a_qp_destroyed_after_its_fin_lets_the_peer_finish_its_close() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (_ra, sa) = p.a.region(1 << 20, all_access());
+    let (_rb, sb) = p.b.region(1 << 20, all_access());
+    for k in 0..60u64 {
+        p.b.core
+            .post_send(qb, send_wr(k, write_op(sa.0, 0), &[(sb, 0, 1 << 20)]))
+            .unwrap();
+    }
+    p.run(3);
+    p.a.core.disconnect(qa).unwrap();
+    // A's send queue is empty: its FIN goes out at once.
+    p.run(3);
+    p.a.core.destroy_qp(qa).unwrap();
+    let mut ending = None;
+    let mut writes = 0;
+    p.run_until(1_000_000, |p| {
+        for e in p.b.take_events() {
+            if let CmEvent::Disconnected { qp, cause } = e {
+                assert_eq!(qp, qb);
+                assert!(ending.replace(cause).is_none(), "two endings");
+            }
+        }
+        writes += p.b.take_completions().len();
+        ending.is_some() && p.a.core.stats().tcp_zombies == 0
+    });
+    assert_eq!(
+        ending,
+        Some(warpcore_engine::DisconnectCause::Closed),
+        "B's end after {writes} completions"
+    );
+}

@@ -127,9 +127,14 @@ impl<D: PollDevice> EngineCore<D> {
         if !self.posted_out.is_empty() {
             self.complete_posted_out();
         }
+        self.note_acked(id);
         let q = self.qp_mut(id)?;
-        q.flush();
+        // The connection first: every request completes now, those whose buffers TCP
+        // still reads (FPDUs sent from registered memory, unacknowledged) flushed, and
+        // the connection is then reset so that nothing reads them again (RDMAP-5.5-8).
         let conn = q.conn.take();
+        let reads_buffers = q.sq.iter().any(|e| e.unacked > 0);
+        q.flush();
         // Its flushed requests may have overrun a queue (IBV_EVENT_CQ_ERR): reported now,
         // once for the queue as `cq_overran` does, since no sweep looks at a destroyed
         // queue pair's queues (and no other may complete into them).
@@ -146,20 +151,48 @@ impl<D: PollDevice> EngineCore<D> {
         // Its MPA startup timer entry goes with it (also one whose startup ended since the
         // timers were last polled): the slot's next QP adds its own.
         self.initiators.retain(|&i| i != index);
-        self.let_go(conn);
+        self.let_go(conn, reads_buffers);
         Ok(())
+    }
+
+    /// Notes what TCP had acknowledged of QP `id`'s FPDUs sent from registered memory,
+    /// before the QP lets its connection go: a request `flush` would hold for it completes
+    /// as acknowledged (RDMAP-5.5-8), not flushed.
+    pub(super) fn note_acked(&mut self, id: QpId) {
+        if id.core != self.core {
+            return;
+        }
+        let EngineCore {
+            qps, stack, txrec, ..
+        } = self;
+        let Some(Some(q)) = qps.get_mut(usize::from(id.index)) else {
+            return;
+        };
+        let Some(tcp) = q.conn.as_ref().map(|c| c.tcp) else {
+            return;
+        };
+        if q.id == id && txrec.outstanding(tcp) > 0 {
+            if let Ok(Some(upto)) = stack.take_acked_external(tcp) {
+                txrec.acked(tcp, upto, |seq| q.record_acked(seq));
+            }
+        }
     }
 
     /// A connection its QP no longer holds: reset unless our FIN went out (a graceful close
     /// under way finishes on its own, `destroy_qp` says why), and left to the zombies to be
     /// released when TCP reports it closed (`conn_qp` may still name the QP's slot for it:
     /// `find_qp` checks the QP's own connection, which is no longer this one).
-    fn let_go(&mut self, conn: Option<Conn>) {
+    /// `reads_buffers`: TCP may still read the buffers of requests that completed
+    /// (flushed) with the QP's let-go (FPDUs sent from registered memory, unacknowledged):
+    /// reset all the same, as nothing may read a buffer handed back (RDMAP-5.5-8).
+    fn let_go(&mut self, conn: Option<Conn>, reads_buffers: bool) {
         if let Some(c) = conn {
-            if !c.fin_sent {
+            if !c.fin_sent || reads_buffers {
                 let _ = self.stack.abort(c.tcp);
             }
             self.zombies.push(c.tcp);
+            // What arrived and was not read yet: no Readable event comes for it again.
+            self.discard_zombie_input(c.tcp);
         }
     }
 
@@ -196,9 +229,12 @@ impl<D: PollDevice> EngineCore<D> {
         // invalidations and Read Responses checked against it.
         self.resets += 1;
         let stream = reset_stream(self.core, self.resets);
+        self.note_acked(id);
         let q = self.qp_mut(id)?;
-        q.flush();
+        // The connection first, as `destroy_qp` takes it: every request completes now.
         let conn = q.conn.take();
+        let reads_buffers = q.sq.iter().any(|e| e.unacked > 0);
+        q.flush();
         // As `create_qp` makes it, from one constructor (a field added later starts over
         // too). The SQ sequence numbers go on from where they are (the queue is empty):
         // nothing refers to the old ones, and none is reused.
@@ -218,7 +254,7 @@ impl<D: PollDevice> EngineCore<D> {
         let index = usize::from(id.index);
         // Its MPA startup timer entry goes (a connect adds a new one).
         self.initiators.retain(|&i| i != index);
-        self.let_go(conn);
+        self.let_go(conn, reads_buffers);
         Ok(())
     }
 

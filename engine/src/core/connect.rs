@@ -498,6 +498,8 @@ impl<D: PollDevice> EngineCore<D> {
         if !self.posted_out.is_empty() {
             self.complete_posted_out();
         }
+        // What TCP acknowledged completes as such; the rest is flushed (RDMAP-5.5-8).
+        self.note_acked(id);
         let q = self.qp_mut(id)?;
         let Some(c) = q.conn.take() else {
             if q.state == QpState::Idle {
@@ -628,6 +630,11 @@ impl<D: PollDevice> EngineCore<D> {
                         let Some(q) = self.qps[i].as_mut() else {
                             continue;
                         };
+                        // What TCP had acknowledged by its end completes as such: a request
+                        // `flush` held for it (RDMAP-5.5-8) is then a success, not flushed.
+                        if let Ok(Some(upto)) = self.stack.take_acked_external(c) {
+                            self.txrec.acked(c, upto, |seq| q.record_acked(seq));
+                        }
                         let conn = q.conn.take();
                         let was = q.state;
                         q.flush();
@@ -668,6 +675,8 @@ impl<D: PollDevice> EngineCore<D> {
                     } else if let Some(i) = self.find_req(c) {
                         // Octets of a pending request's startup (or, closing, to discard).
                         self.req_ready.mark(i);
+                    } else if self.zombies.contains(&c) {
+                        self.discard_zombie_input(c);
                     }
                 }
                 // The initiator's MPA Request goes out; freed send space lets FPDUs follow
@@ -680,6 +689,20 @@ impl<D: PollDevice> EngineCore<D> {
             }
         }
         work
+    }
+
+    /// Reads and drops what arrived on `tcp`, a connection of the zombies (its QP gone,
+    /// our FIN sent): nothing else reads it, and a receive buffer left to fill closed the
+    /// window on a peer still draining its send queue, which then could neither finish
+    /// its close nor time out (it probes a zero window that is answered) until our
+    /// FIN-WAIT-2 timeout reset the connection, minutes later. Dropped, the close
+    /// completes once the peer has sent what it owes.
+    pub(super) fn discard_zombie_input(&mut self, tcp: ConnId) {
+        while let Ok(n) = self.stack.recv_with(tcp, |d| d.len()) {
+            if n == 0 {
+                break;
+            }
+        }
     }
 
     pub(super) fn cancel_request(&mut self, tcp: ConnId) {

@@ -151,26 +151,31 @@ impl Qp {
 
     /// Moves to the error state and flushes every outstanding work request: those not done
     /// complete with [`WcStatus::FlushErr`] (done ones keep their status), in queue order
-    /// (RDMAP-6.2.1-2: after a Terminate everything outstanding completes in error). A
-    /// Send or Write whose every FPDU was queued in TCP and that waited only for the
-    /// acknowledgement of those sent from registered memory (`txrec`) completes as it did
-    /// when it was queued: successfully. It waited so that a retransmission into a live
-    /// stream never reads a buffer the application got back; the stream is ending in error
-    /// now (the peer places nothing after its Terminate; before ours, what a retransmission
-    /// carries of a buffer reused meanwhile is as undefined as the application's use of it).
+    /// (RDMAP-6.2.1-2: after a Terminate everything outstanding completes in error).
+    ///
+    /// A Send or Write with FPDUs sent from registered memory that TCP has not had
+    /// acknowledged (`SqEntry::unacked`, module `txrec`) is held while the QP still has its
+    /// connection: TCP reads its buffer again for every (re)transmission of those FPDUs,
+    /// which still go out ahead of our Terminate and FIN and which the peer places, so a
+    /// completion now (successful or flushed, either hands the buffer back) would let the
+    /// application's next use of the buffer reach the peer (RDMAP-5.5-8, RDMAP-5.5-7;
+    /// departure 1). It completes once TCP has them acknowledged ([`Qp::record_acked`]:
+    /// successfully if it was queued whole, else flushed), or flushed when the connection
+    /// ends (the QP no longer holds it: this is called again then, or the caller took it
+    /// first). Never successfully when they were not acknowledged. The requests behind it
+    /// complete after it, in order.
     pub(super) fn flush(&mut self) {
         self.set_state(QpState::Error);
+        let live = self.conn.is_some();
         for e in self.sq.iter_mut() {
-            if e.status.is_none() {
-                e.status = Some(if e.sent_whole {
-                    WcStatus::Success
-                } else {
-                    WcStatus::FlushErr
-                });
+            if e.status.is_none() && !(live && e.unacked > 0) {
+                e.status = Some(WcStatus::FlushErr);
             }
         }
         self.retire_sq();
-        self.sq_next_seq = self.sq_head_seq;
+        // Nothing more starts; what is held waits for its acknowledgement (every entry
+        // left is past the sending position, as a request flushed at post is).
+        self.sq_next_seq = self.sq_head_seq + self.sq.len() as u64;
         self.flush_rq();
         self.orq.clear();
         self.irq.clear();

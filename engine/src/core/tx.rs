@@ -796,6 +796,11 @@ impl<D: PollDevice> EngineCore<D> {
             if let Ok(Some(upto)) = stack.take_acked_external(tcp) {
                 txrec.acked(tcp, upto, |seq| q.record_acked(seq));
                 acked = true;
+                // A failed QP's requests that `flush` held for these acknowledgements
+                // complete now (RDMAP-5.5-8): no later step of a failed QP retires.
+                if matches!(q.state, QpState::Error | QpState::Terminate) {
+                    q.retire_sq();
+                }
             }
         }
         let mut work = acked;
@@ -1076,6 +1081,17 @@ impl Qp {
                         }
                         WriteWhole::Declined { local_next } => known_local = Some(local_next),
                     }
+                }
+                // An Atomic Response owed behind Read Responses sent from registered
+                // memory waits until TCP has them acknowledged: the atomic executes when
+                // its response starts, and a Read requested before it must not see it,
+                // which a (re)transmission reading the source afterwards would show
+                // (RFC 7306 §5.4 rule 8, §7's table; EXT-5.2.2-6; departure 16). The
+                // acknowledgement's Writable event brings the QP back.
+                if matches!(self.irq.front(), Some(Inbound::Atomic(_)))
+                    && records.read_responses_unacked(tcp)
+                {
+                    break;
                 }
                 let local_next = known_local.unwrap_or_else(|| self.local_op_next());
                 if local_next {
@@ -1575,10 +1591,17 @@ impl Qp {
     /// TCP acknowledged an FPDU of SQ entry `seq` sent from registered memory: once all
     /// of them are and its last was queued, the request is done.
     pub(super) fn record_acked(&mut self, seq: u64) {
+        let flushed = matches!(self.state, QpState::Error | QpState::Terminate);
         if let Some(e) = self.entry_mut(seq) {
             e.unacked = e.unacked.saturating_sub(1);
-            if e.unacked == 0 && e.sent_whole && e.status.is_none() {
-                e.status = Some(WcStatus::Success);
+            if e.unacked == 0 && e.status.is_none() {
+                if e.sent_whole {
+                    e.status = Some(WcStatus::Success);
+                } else if flushed {
+                    // Held by `flush` until TCP no longer reads its buffer (RDMAP-5.5-8):
+                    // not all of it was queued, so it completes flushed.
+                    e.status = Some(WcStatus::FlushErr);
+                }
             }
         }
     }

@@ -632,6 +632,19 @@ impl TxRecords {
         }
     }
 
+    /// Whether a Read Response of `conn` sent from registered memory is not acknowledged
+    /// yet: TCP may still read its source for a (re)transmission. An Atomic Response
+    /// behind it waits ([`Qp::tx_fpdus`]): its atomic, executed when it starts, must not
+    /// show in a Read Response requested before it (RFC 7306 §5.4 rule 8 and §7's
+    /// table, EXT-5.2.2-6; departure 16). Walks the records (only with an Atomic
+    /// Response owed).
+    pub fn read_responses_unacked(&self, conn: ConnId) -> bool {
+        match self.by_conn.get(conn.slot()) {
+            Some(Some(r)) if r.conn == conn => r.recs.iter().any(|x| x.sq().is_none()),
+            _ => false,
+        }
+    }
+
     /// Drops the records of `conn` up to token `upto` (acknowledged), calling `done` with
     /// the SQ sequence number of each that belonged to a request.
     pub fn acked(&mut self, conn: ConnId, upto: u64, mut done: impl FnMut(u64)) {

@@ -1,0 +1,144 @@
+//! A context dropped while its connections are up: the destroys its queue pairs queued
+//! are carried out (the peer is reset, not left to its keep-alive), and a caller-driven
+//! core whose loop panicked refuses commands instead of hanging a drop.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{caller_contexts, connect_accept, connect_accept_driven, link_contexts};
+use warpcore_verbs::*;
+
+/// The server's next ending of a connection: waited for up to 20 s with an engine thread
+/// (under the 30 s in which the keep-alive probes would find the peer gone: the ending
+/// sought is the peer's RST), or within `loops` runs of a caller-driven core.
+fn ending(server: &Context, driven: bool) -> Option<CmEvent> {
+    if !driven {
+        let t0 = std::time::Instant::now();
+        while let Some(left) = Duration::from_secs(20).checked_sub(t0.elapsed()) {
+            match server.next_event(left) {
+                Some(e @ (CmEvent::Disconnected { .. } | CmEvent::Error { .. })) => return Some(e),
+                Some(_) => {}
+                None => return None,
+            }
+        }
+        return None;
+    }
+    for _ in 0..100_000 {
+        server.progress();
+        if let Some(e @ (CmEvent::Disconnected { .. } | CmEvent::Error { .. })) =
+            server.next_event(Duration::ZERO)
+        {
+            return Some(e);
+        }
+    }
+    None
+}
+
+/// The user drops its queue pair, then its context (engine threads): the dropped queue
+/// pair is destroyed, which aborts its connection (`EngineCore::destroy_qp`), so the peer
+/// learns of the end at once (an RST), not from its keep-alive timeout 30 s later (nor
+/// never, without keep-alives).
+#[test]
+fn dropping_the_context_after_its_queue_pair_resets_the_peer() {
+    let (server, client) = link_contexts();
+    server.listen(7501, &MpaParams::default()).unwrap();
+    let spd = server.alloc_pd();
+    let scq = server.create_cq(64).unwrap();
+    let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
+    let cpd = client.alloc_pd();
+    let ccq = client.create_cq(64).unwrap();
+    let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
+    connect_accept(&server, &sqp, &client, &cqp, 7501);
+    // Established on the server too.
+    let t0 = std::time::Instant::now();
+    while sqp.state() != QpState::Rts {
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(cqp);
+    drop(ccq);
+    drop(cpd);
+    drop(client);
+    let e = ending(&server, false);
+    assert!(
+        matches!(e, Some(CmEvent::Disconnected { qp, cause: DisconnectCause::Reset }) if qp == sqp.id()),
+        "the server's connection was not ended: {e:?} (state {:?})",
+        sqp.state()
+    );
+}
+
+/// The same with caller-driven cores: the drop's destroy waits in the command ring, and
+/// the context's shutdown must carry it out before the core goes.
+#[test]
+fn dropping_a_caller_driven_context_after_its_queue_pair_resets_the_peer() {
+    let (server, client) = caller_contexts(&LinkConfig::default());
+    let spd = server.alloc_pd();
+    let scq = server.create_cq(64).unwrap();
+    let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
+    let cpd = client.alloc_pd();
+    let ccq = client.create_cq(64).unwrap();
+    let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
+    connect_accept_driven(&server, &sqp, &client, &cqp, 7502);
+    for _ in 0..1000 {
+        server.progress();
+        client.progress();
+        if sqp.state() == QpState::Rts {
+            break;
+        }
+    }
+    assert_eq!(sqp.state(), QpState::Rts);
+    drop(cqp);
+    drop(ccq);
+    drop(cpd);
+    drop(client);
+    let e = ending(&server, true);
+    assert!(
+        matches!(e, Some(CmEvent::Disconnected { qp, cause: DisconnectCause::Reset }) if qp == sqp.id()),
+        "the server's connection was not ended: {e:?} (state {:?})",
+        sqp.state()
+    );
+}
+
+/// A caller-driven core whose loop panicked (here: the caller's own test in
+/// `progress_until`, run inside the loop) is never run again. A queue pair dropped while
+/// that core's command ring is full waited for room that never comes: the drop spun
+/// for ever. A core that panicked is gone, as a core thread that ended is
+/// (`EngineError::CoreGone`): the drop, and every post, gives up at once.
+#[test]
+fn dropping_a_queue_pair_of_a_panicked_caller_driven_core_does_not_hang() {
+    let (dev_a, _dev_b) = link_pair(&LinkConfig::default());
+    let mut cfg = Config::new(dev_a, [10, 0, 0, 1]);
+    cfg.drive = Drive::Caller;
+    cfg.engine.command_queue_depth = 2;
+    let ctx = Context::open(cfg).unwrap();
+    let pd = ctx.alloc_pd();
+    let cq = ctx.create_cq(16).unwrap();
+    let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let qp = pd.create_qp(&QpInit::new(&cq, &cq)).unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        ctx.progress_until(10, || panic!("the caller's test panicked"))
+    }));
+    assert!(r.is_err());
+    // Fill the command ring (receives are queued through it).
+    let mut queued = 0;
+    for i in 0..16 {
+        if qp
+            .post_recv(&RecvWr::new(i, &[mr.sge(0, 64)]).unwrap())
+            .is_err()
+        {
+            break;
+        }
+        queued += 1;
+    }
+    assert!(queued <= 2, "{queued} receives queued on a ring of 2");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(qp);
+        let _ = tx.send(());
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_secs(10)).is_ok(),
+        "the queue pair's drop never returned"
+    );
+}
