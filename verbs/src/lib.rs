@@ -1198,17 +1198,28 @@ impl MemoryRegion {
     /// The region's memory as a shared slice.
     ///
     /// # Safety
-    /// The engine may write any octet of the region at any time while a peer has access
-    /// (RDMA Write, Read Response, Send placement). The caller must ensure that no such
-    /// write can happen while the slice is alive: either the region grants no remote write
-    /// and no receive, Read sink or Write targeting it is outstanding, or the application
-    /// protocol guarantees the peer is quiescent (e.g. after a completion that the peer
-    /// sends only once it stopped writing). Otherwise the slice would alias memory being
-    /// mutated, which is undefined behaviour.
+    /// For as long as the returned slice lives, nothing may write to any octet of the
+    /// region ([`Region::as_slice`]'s contract):
+    /// - not the engine: it may write any octet at any time while a peer has access (RDMA
+    ///   Write, Read Response, Send placement, atomics), also through a memory window bound
+    ///   to the region or a fast registration over its memory, whose rights may include
+    ///   remote write although the region's own do not. Either no registration over the
+    ///   memory allows writes (the region and every window or fast registration over it
+    ///   lack [`Access::LOCAL_WRITE`], [`Access::REMOTE_WRITE`] and
+    ///   [`Access::REMOTE_ATOMIC`], or they are gone) and no receive or Read sink
+    ///   targeting it is outstanding, or the application protocol guarantees that the peer
+    ///   is quiescent and nothing local targets it (e.g. after a completion that the peer
+    ///   sends only once it stopped writing);
+    /// - not the application: no [`MemoryRegion::write`], no store through
+    ///   [`MemoryRegion::atomic_u64`], nor any write through another handle or pointer to
+    ///   the same memory.
+    ///
+    /// Otherwise the slice would alias memory being mutated, which is undefined behaviour.
     #[allow(unsafe_code)]
     pub unsafe fn as_slice(&self) -> &[u8] {
-        // The forwarded contract (above) is exactly `Region::as_slice`'s.
-        self.region.as_slice()
+        // SAFETY: the caller's contract (above) is `Region::as_slice`'s: no write to any
+        // octet of the region, by the engine or by the application, while the slice lives.
+        unsafe { self.region.as_slice() }
     }
 }
 

@@ -994,8 +994,9 @@ fn sum_crc512_checked(data: &[u8]) -> (u64, u32) {
 #[cfg(target_arch = "x86_64")]
 fn sum_crc256_checked(data: &[u8]) -> (u64, u32) {
     if data.len() >= FOLD_MIN && fold256_available() {
-        // SAFETY: the CPU has the features (checked just above; the standard library
-        // caches the answer); `data` has at least `FOLD_MIN` octets; only `data` is read.
+        // SAFETY: the CPU has SSE4.2, PCLMULQDQ, AVX2 and VPCLMULQDQ, `sum_crc_fold256`'s
+        // features (`fold256_available` checked all four just above; the answer is
+        // cached); `data` has at least `FOLD_MIN` octets; only `data` is read.
         return unsafe { sum_crc_fold256(data, 0) };
     }
     (warpcore_tcp::csum::sum(data), crc32c_append(0, data))
@@ -1211,14 +1212,33 @@ unsafe fn fold512_pass<const COPY: bool>(
     (total, !reduce512(one, &spill[..rest]))
 }
 
-/// Whether the CPU has what the 256-bit folding paths need besides SSE4.2 and PCLMULQDQ:
-/// AVX2 and VPCLMULQDQ (AMD Zen 3, Intel Alder Lake and later client cores: carry-less
-/// multiplication of two 128-bit lanes per instruction, without AVX-512). The standard
-/// library caches the answer.
+/// Whether the CPU has what the 256-bit folding paths need: SSE4.2 and PCLMULQDQ (for the
+/// reduction), AVX2 and VPCLMULQDQ (AMD Zen 3, Intel Alder Lake and later client cores:
+/// carry-less multiplication of two 128-bit lanes per instruction, without AVX-512). All
+/// four are checked, as [`fold512_available`] checks its five: [`sum_crc256_checked`],
+/// which [`payload_digest`] hands out, has no caller that checked SSE4.2 and PCLMULQDQ
+/// before it (every CPU with the last two has the first two, but the paths' contracts name
+/// all four). The answer is kept in one static octet, as [`fold512_available`]'s.
 #[cfg(target_arch = "x86_64")]
-#[inline]
+#[inline(always)]
 fn fold256_available() -> bool {
-    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("vpclmulqdq")
+    use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+    /// 0 not asked yet, 1 no, 2 yes.
+    static KNOWN: AtomicU8 = AtomicU8::new(0);
+    #[cold]
+    #[inline(never)]
+    fn detect(known: &AtomicU8) -> bool {
+        let yes = std::is_x86_feature_detected!("sse4.2")
+            && std::is_x86_feature_detected!("pclmulqdq")
+            && std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("vpclmulqdq");
+        known.store(1 + u8::from(yes), Relaxed);
+        yes
+    }
+    match KNOWN.load(Relaxed) {
+        0 => detect(&KNOWN),
+        k => k == 2,
+    }
 }
 
 /// A folding constant pair in each 128-bit lane of a 256-bit register.
