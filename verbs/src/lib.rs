@@ -1173,7 +1173,10 @@ impl MemoryRegion {
         self.region.write_at(offset, data).map_err(Error::Memory)
     }
 
-    /// The 64-bit word at `offset` (8-aligned) as an atomic.
+    /// The 64-bit word at `offset` (8-aligned) as an atomic: for the target of the peer's
+    /// RFC 7306 atomics, or a word only this application writes. Polling a word the peer
+    /// writes by RDMA Write or Send is a data race with the engine's plain copies
+    /// ([`Region::atomic_u64_at`]); a completion tells that data arrived.
     pub fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64, Error> {
         self.region.atomic_u64_at(offset).map_err(Error::Memory)
     }

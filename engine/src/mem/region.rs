@@ -361,8 +361,13 @@ impl Region {
     }
 
     /// The 8 bytes at `offset` as an atomic word, for the application's side of RFC 7306
-    /// atomics or for flags polled by the application. The address (not just the offset)
-    /// must be 8-aligned.
+    /// atomics (the engine executes a peer's atomics on it with atomic operations too), or
+    /// for words only the application writes. The address (not just the offset) must be
+    /// 8-aligned. A word a peer may write by RDMA Write or a Send's placement is written
+    /// with plain copies: polling it with this races with them (a data race in Rust's
+    /// memory model, as memory a DMA device writes is; Miri reports it), whatever x86
+    /// makes of an aligned word in practice. A completion, not the memory, tells that
+    /// data arrived.
     pub fn atomic_u64_at(&self, offset: usize) -> Result<&AtomicU64, MemError> {
         if !self.range_ok(offset, 8) {
             return Err(MemError::OutOfBounds);
