@@ -312,10 +312,14 @@ impl<D: PollDevice> CoreLoop<D> {
     /// nothing (no RST, no FIN), held it until its keep-alive probes went unanswered
     /// (30 s by default; for good without keep-alives). Bounded: no application thread
     /// can queue more once the handle is dropped.
+    /// Connection requests still pending (reported to an application that will never
+    /// answer them now, or still being read) are reset, so that their initiators learn
+    /// of it at once rather than at their MPA startup timeout.
     fn finish(&mut self) {
         while !self.commands.is_empty() {
             self.step();
         }
+        self.core.reset_pending_requests();
         self.step();
     }
 

@@ -142,3 +142,47 @@ fn dropping_a_queue_pair_of_a_panicked_caller_driven_core_does_not_hang() {
         "the queue pair's drop never returned"
     );
 }
+
+/// A context dropped with a connection request it never answered (reported, neither
+/// accepted nor rejected): its core resets the request's connection as it stops, so the
+/// initiator learns at once, not at its MPA startup timeout (10 s) waiting for a Reply
+/// that can no longer come.
+#[test]
+fn dropping_a_context_with_a_request_pending_resets_its_initiator() {
+    let (server, client) = caller_contexts(&LinkConfig::default());
+    server.listen(7503, &MpaParams::default()).unwrap();
+    let cpd = client.alloc_pd();
+    let ccq = client.create_cq(64).unwrap();
+    let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
+    cqp.connect([10, 0, 0, 2], 7503, &MpaParams::default(), b"")
+        .unwrap();
+    let mut reported = false;
+    for _ in 0..10_000 {
+        server.progress();
+        client.progress();
+        if let Some(CmEvent::ConnectRequest(_)) = server.next_event(Duration::ZERO) {
+            reported = true;
+            break;
+        }
+    }
+    assert!(reported, "no connection request reached the server");
+    drop(server);
+    let t0 = std::time::Instant::now();
+    let mut ended = None;
+    for _ in 0..100_000 {
+        client.progress();
+        if let Some(e @ (CmEvent::Error { .. } | CmEvent::Disconnected { .. })) =
+            client.next_event(Duration::ZERO)
+        {
+            ended = Some(e);
+            break;
+        }
+    }
+    assert!(
+        matches!(ended, Some(CmEvent::Error { qp, .. }) if qp == cqp.id()),
+        "the initiator was not told: {ended:?} after {:?} (state {:?})",
+        t0.elapsed(),
+        cqp.state()
+    );
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}

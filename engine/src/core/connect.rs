@@ -705,6 +705,19 @@ impl<D: PollDevice> EngineCore<D> {
         }
     }
 
+    /// Resets the connection of every pending request (RST) and frees its slot: the core
+    /// stops (its context dropped), and nobody will accept, reject or read them now, while
+    /// their initiators would otherwise wait for their MPA startup timeout (or, a request
+    /// still closing, for its close that no loop finishes). No event: no application
+    /// reads them any more.
+    pub fn reset_pending_requests(&mut self) {
+        for i in 0..self.requests.len() {
+            if let Some(r) = self.take_request(i) {
+                let _ = self.stack.release(r.tcp);
+            }
+        }
+    }
+
     pub(super) fn cancel_request(&mut self, tcp: ConnId) {
         // One look-up, not a scan of the table: a flood's RSTs each end one request.
         let Some(i) = self.find_req(tcp) else {
