@@ -723,22 +723,31 @@ pub const FOLD_MIN: usize = 256;
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn fold512_available() -> bool {
-    use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
-    /// 0 not asked yet, 1 no, 2 yes.
-    static KNOWN: AtomicU8 = AtomicU8::new(0);
-    #[cold]
-    #[inline(never)]
-    fn detect(known: &AtomicU8) -> bool {
-        let yes = std::is_x86_feature_detected!("sse4.2")
+    static KNOWN: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+    cached_detect(&KNOWN, || {
+        std::is_x86_feature_detected!("sse4.2")
             && std::is_x86_feature_detected!("pclmulqdq")
             && std::is_x86_feature_detected!("avx512f")
             && std::is_x86_feature_detected!("avx512bw")
-            && std::is_x86_feature_detected!("vpclmulqdq");
+            && std::is_x86_feature_detected!("vpclmulqdq")
+    })
+}
+
+/// The answer of `detect`, asked once and kept in `known` (0 not asked yet, 1 no, 2 yes):
+/// one load per call after the first.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn cached_detect(known: &std::sync::atomic::AtomicU8, detect: fn() -> bool) -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    #[cold]
+    #[inline(never)]
+    fn ask(known: &std::sync::atomic::AtomicU8, detect: fn() -> bool) -> bool {
+        let yes = detect();
         known.store(1 + u8::from(yes), Relaxed);
         yes
     }
-    match KNOWN.load(Relaxed) {
-        0 => detect(&KNOWN),
+    match known.load(Relaxed) {
+        0 => ask(known, detect),
         k => k == 2,
     }
 }
@@ -1222,23 +1231,13 @@ unsafe fn fold512_pass<const COPY: bool>(
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn fold256_available() -> bool {
-    use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
-    /// 0 not asked yet, 1 no, 2 yes.
-    static KNOWN: AtomicU8 = AtomicU8::new(0);
-    #[cold]
-    #[inline(never)]
-    fn detect(known: &AtomicU8) -> bool {
-        let yes = std::is_x86_feature_detected!("sse4.2")
+    static KNOWN: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+    cached_detect(&KNOWN, || {
+        std::is_x86_feature_detected!("sse4.2")
             && std::is_x86_feature_detected!("pclmulqdq")
             && std::is_x86_feature_detected!("avx2")
-            && std::is_x86_feature_detected!("vpclmulqdq");
-        known.store(1 + u8::from(yes), Relaxed);
-        yes
-    }
-    match KNOWN.load(Relaxed) {
-        0 => detect(&KNOWN),
-        k => k == 2,
-    }
+            && std::is_x86_feature_detected!("vpclmulqdq")
+    })
 }
 
 /// A folding constant pair in each 128-bit lane of a 256-bit register.
