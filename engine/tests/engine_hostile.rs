@@ -1526,6 +1526,26 @@ fn terminate_sent_within(
     answered
 }
 
+/// The peer's Terminate the engine reported (`RemoteTerminate`), after every event it
+/// queued; any other error reported, or none, fails the test (`header` names the case).
+fn remote_terminate_reported(
+    w: &mut World,
+    header: &[u8],
+) -> warpcore_engine::proto::TerminateReport {
+    let mut remote = None;
+    while let Some(e) = w.engine.next_event() {
+        match e {
+            CmEvent::Error {
+                error: ConnError::RemoteTerminate(r),
+                ..
+            } => remote = Some(r),
+            CmEvent::Error { error, .. } => panic!("{header:02x?}: reported {error:?}"),
+            _ => {}
+        }
+    }
+    remote.unwrap_or_else(|| panic!("{header:02x?}: no RemoteTerminate"))
+}
+
 /// The peer terminates with 0/2/07 and sets M, D and R but sends only the control word
 /// (or a cut DDP part): the engine reports `RemoteTerminate` with 0/2/07, sends no
 /// Terminate of its own, fails the QP and flushes its receives.
@@ -1548,18 +1568,7 @@ fn terminate_claiming_absent_headers_is_reported_not_answered() {
             QpState::Error,
             "{header:02x?}"
         );
-        let mut remote = None;
-        while let Some(e) = w.engine.next_event() {
-            match e {
-                CmEvent::Error {
-                    error: ConnError::RemoteTerminate(r),
-                    ..
-                } => remote = Some(r),
-                CmEvent::Error { error, .. } => panic!("{header:02x?}: reported {error:?}"),
-                _ => {}
-            }
-        }
-        let r = remote.unwrap_or_else(|| panic!("{header:02x?}: no RemoteTerminate"));
+        let r = remote_terminate_reported(&mut w, header);
         let c = r.code;
         assert_eq!(
             (c.layer(), c.etype(), c.code()),
@@ -1894,18 +1903,7 @@ fn mpa2_9_2_10_a_terminate_with_absent_headers_in_place_of_the_rtr_is_reported_n
             "{header:02x?}: the engine answered the peer's Terminate with one of its own"
         );
         assert_eq!(w.engine.qp_state(qp).unwrap(), QpState::Error);
-        let mut remote = None;
-        while let Some(e) = w.engine.next_event() {
-            match e {
-                CmEvent::Error {
-                    error: ConnError::RemoteTerminate(r),
-                    ..
-                } => remote = Some(r),
-                CmEvent::Error { error, .. } => panic!("{header:02x?}: reported {error:?}"),
-                _ => {}
-            }
-        }
-        let r = remote.unwrap_or_else(|| panic!("{header:02x?}: no RemoteTerminate"));
+        let r = remote_terminate_reported(&mut w, header);
         assert_eq!(
             (r.code.layer(), r.code.etype(), r.code.code()),
             (header[0] >> 4, header[0] & 0xF, header[1]),

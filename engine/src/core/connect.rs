@@ -627,14 +627,15 @@ impl<D: PollDevice> EngineCore<D> {
                         _ => DisconnectCause::Reset,
                     };
                     if let Some(i) = self.find_qp(c) {
-                        let Some(q) = self.qps[i].as_mut() else {
+                        let Some(id) = self.qps[i].as_ref().map(|q| q.id) else {
                             continue;
                         };
                         // What TCP had acknowledged by its end completes as such: a request
                         // `flush` held for it (RDMAP-5.5-8) is then a success, not flushed.
-                        if let Ok(Some(upto)) = self.stack.take_acked_external(c) {
-                            self.txrec.acked(c, upto, |seq| q.record_acked(seq));
-                        }
+                        self.note_acked(id);
+                        let Some(q) = self.qps[i].as_mut() else {
+                            continue;
+                        };
                         let conn = q.conn.take();
                         let was = q.state;
                         q.flush();
