@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use warpcore_engine::mem::{Access, Stag};
-use warpcore_engine::{CmEvent, MpaParams, QpId, SendOp, WcStatus};
+use warpcore_engine::{CmEvent, ConnError, DisconnectCause, MpaParams, QpId, SendOp, WcStatus};
 
 /// A's QP, its local keys checked when a request starts (not at post), connected to B's.
 fn connect_late_checks(p: &mut Pair) -> QpId {
@@ -173,6 +173,79 @@ fn rdmap_5_5_8_a_destroyed_qp_leaves_no_reader_of_its_buffers() {
         placed, 0,
         "B placed {placed} octets written after the QP was destroyed"
     );
+}
+
+/// RDMAP-5.4-5/6, RDMAP-7.1-4 and RDMAP-5.5-8 together: a QP destroyed after it failed
+/// and sent its Terminate and FIN behind a Write from registered memory that B has not
+/// acknowledged yet (B does not run). The buffers are the application's once the QP is
+/// gone, but the graceful close is under way: TCP keeps a copy of what it still has to
+/// send of the Write, so B receives the whole Write and then the Terminate, which it
+/// reports (`RemoteTerminate`), and never a reset, which could overtake the Terminate;
+/// nothing the application writes into its buffer afterwards reaches B.
+#[test]
+fn rdmap_5_4_a_qp_destroyed_after_its_terminate_still_delivers_it_and_the_data_before() {
+    let mut p = Pair::default_pair();
+    let qa = connect_late_checks(&mut p);
+    let (ra, sa) = p.a.region(1 << 20, all_access());
+    let (rb, sb) = p.b.region(1 << 20, all_access());
+    let len = 300_000usize;
+    let data: Vec<u8> = pattern(len, 5)
+        .into_iter()
+        .map(|b| if b == 0xEE { 0x11 } else { b })
+        .collect();
+    ra.write_at(0, &data).unwrap();
+    post_a(&mut p, qa, 1, write(sb.0, 0), &[(sa, 0, len as u32)]);
+    post_a(&mut p, qa, 2, SendOp::Send, &[(Stag(sa.0 ^ 0x5a), 0, 16)]);
+    p.run_a_alone(100);
+    assert!(p
+        .a
+        .events
+        .iter()
+        .any(|e| matches!(e, CmEvent::Error { .. })));
+    assert!(p.a.core.stats().tx_from_memory_octets > 200_000);
+    p.a.core.destroy_qp(qa).unwrap();
+    ra.fill(0, len, 0xEE).unwrap();
+    p.run_until(50_000, |p| {
+        p.b.events
+            .iter()
+            .any(|e| matches!(e, CmEvent::Error { .. } | CmEvent::Disconnected { .. }))
+    });
+    p.run(2000);
+    let sink = read_region(&rb, 0, len);
+    let placed = sink.iter().filter(|&&b| b == 0xEE).count();
+    assert_eq!(
+        placed, 0,
+        "B placed {placed} octets written after the QP was destroyed"
+    );
+    let ends: Vec<_> =
+        p.b.events
+            .iter()
+            .filter(|e| matches!(e, CmEvent::Error { .. } | CmEvent::Disconnected { .. }))
+            .collect();
+    assert!(
+        matches!(
+            ends.first(),
+            Some(CmEvent::Error {
+                error: ConnError::RemoteTerminate(_),
+                ..
+            })
+        ),
+        "B did not report A's Terminate first: {ends:?}"
+    );
+    assert!(
+        !ends.iter().any(|e| matches!(
+            e,
+            CmEvent::Error {
+                error: ConnError::TcpReset,
+                ..
+            } | CmEvent::Disconnected {
+                cause: DisconnectCause::Reset,
+                ..
+            }
+        )),
+        "A reset the connection: {ends:?}"
+    );
+    assert!(sink == data, "B does not hold the whole Write");
 }
 
 /// RFC 7306 §5.4 rule 8 and §7's table (RDMA Read then Atomic: "Atomic Response Message

@@ -884,6 +884,25 @@ impl<D: PollDevice> Stack<D> {
         }
     }
 
+    /// Makes the external records of `id` not yet acknowledged the connection's own: what
+    /// it still has to send or may resend of them is written by `fill(token, at, dst)` (the
+    /// octets `[at, at + dst.len())` of the record's run; `false` when it cannot) into the
+    /// send-buffer room each reserves, and TCP sends those octets from there from now on,
+    /// reading nothing of the owner's again (`crate::conn`, "External records"). For an
+    /// owner that must give its memory back while a graceful close still delivers it.
+    /// `Ok(false)` when a `fill` failed: that record and the later ones stay external. The
+    /// reference holds none: `Ok(true)`.
+    pub fn internalize_external(
+        &mut self,
+        id: ConnId,
+        fill: impl FnMut(u64, usize, &mut [u8]) -> bool,
+    ) -> Result<bool, StackError> {
+        match &mut self.imp {
+            Imp::Warpcore(s) => s.internalize_external(id, fill),
+            Imp::Reference(_) => Ok(true),
+        }
+    }
+
     /// The token of the last external record of `id` wholly acknowledged since the last
     /// call (none from the reference).
     pub fn take_acked_external(&mut self, id: ConnId) -> Result<Option<u64>, StackError> {

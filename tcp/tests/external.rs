@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::*;
 use smoltcp::time::{Duration, Instant};
-use warpcore_tcp::link::{self, LinkConfig, LinkEnd};
+use warpcore_tcp::link::{self, Faults, LinkConfig, LinkEnd};
 use warpcore_tcp::{csum, ConnId, Event, Stack, StackError, TcpTuning};
 
 const SALT: u32 = 0x0e47_0001;
@@ -463,4 +463,112 @@ fn external_records_a_caller_got_wrong_are_refused_naming_the_argument() {
     assert_eq!(a.send_queue(ca), Ok(500), "nothing more queued");
     assert_eq!(a.send_external_run(ca, 500, 100, 6), Ok(true));
     assert_eq!(a.send_queue(ca), Ok(1000));
+}
+
+/// `Stack::internalize_external`: an owner that must take its memory back while the
+/// connection still has records of it to send and resend (the engine's queue pair
+/// destroyed during a graceful close) has them copied into the send buffer. Over a lossy
+/// link, mid-transfer (records acknowledged, partly acknowledged, in flight and unsent),
+/// then a FIN: every octet arrives byte exact, retransmissions included, and the owner's
+/// fill is never asked for anything again.
+#[test]
+fn internalized_external_records_arrive_byte_exact_and_are_never_asked_for_again() {
+    for seed in [5_u64, 0x77, 0xdead_beef] {
+        let (ea, eb) = link::pair(&lossy(seed));
+        let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("a");
+        let mut b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("b");
+        let mut now = Instant::ZERO;
+        let (ca, cb) = connect(&mut a, &mut b, &mut now);
+        let room = a.max_record_payload(ca).expect("ours").expect("ours");
+        // Runs of 8 records of `room` octets, token k starting at octet k * run.
+        let run = 8 * room;
+        let fill_run = |t: u64, at: usize, dst: &mut [u8]| {
+            let start = t * run as u64 + at as u64;
+            for (k, b) in dst.iter_mut().enumerate() {
+                *b = pattern(SALT, start + k as u64);
+            }
+        };
+        let (mut queued, mut got, mut internalized) = (0u64, Vec::new(), false);
+        let (mut fills_after, mut closed, mut blackout) = (0u64, false, None);
+        let total_runs = 200u64;
+        let deadline = now + Duration::from_secs(600);
+        loop {
+            assert!(now < deadline, "seed {seed:#x}: stalled at {}", got.len());
+            while !internalized && queued < total_runs {
+                if !a.send_external_run(ca, run, room, queued).expect("queue") {
+                    break;
+                }
+                queued += 1;
+            }
+            // Half-way through the stream, a's frames are all lost for a while (the peer's
+            // acknowledgements still come): SND.UNA stops where the peer's in-order point
+            // stopped, mostly inside a run, and everything after it must be sent again,
+            // from the copies.
+            if blackout.is_none() && got.len() as u64 >= 60 * run as u64 {
+                a.device()
+                    .set_tx_faults(Faults {
+                        loss: 1.0,
+                        ..Faults::default()
+                    })
+                    .expect("faults");
+                blackout = Some(now + Duration::from_micros(500));
+            }
+            if !internalized && blackout.is_some_and(|t| now >= t) {
+                a.device()
+                    .set_tx_faults(lossy(seed ^ 0x55).faults_ab)
+                    .expect("faults");
+                assert!(a.tcp_totals().expect("ours").external_octets_sent > 0);
+                let mut asked = 0u64;
+                let done = a
+                    .internalize_external(ca, |t, at, dst| {
+                        asked += dst.len() as u64;
+                        fill_run(t, at, dst);
+                        true
+                    })
+                    .expect("ours");
+                assert!(done, "seed {seed:#x}: every fill succeeded");
+                assert!(
+                    asked > 0,
+                    "seed {seed:#x}: records were still unacknowledged"
+                );
+                a.close(ca).expect("close");
+                internalized = true;
+            }
+            let w = a.poll_with_fill(
+                now,
+                |_, _| 0,
+                |_, t, at, dst, sum| {
+                    if internalized {
+                        fills_after += 1;
+                    }
+                    fill_run(t, at, dst);
+                    Some(if sum { csum::sum(dst) } else { 0 })
+                },
+            ) | b.poll(now);
+            let _ = b.recv_with(cb, |d| {
+                got.extend_from_slice(d);
+                d.len()
+            });
+            while a.next_event().is_some() {}
+            while let Some(e) = b.next_event() {
+                closed |= matches!(e, Event::PeerClosed(_) | Event::Closed(_));
+            }
+            if closed && got.len() as u64 == queued * run as u64 {
+                break;
+            }
+            let wake = [a.poll_at(now), b.poll_at(now)]
+                .into_iter()
+                .flatten()
+                .chain(next_delivery(&a, &b))
+                .min();
+            now = sim_clock(now, w, wake);
+        }
+        assert!(internalized);
+        assert_eq!(fills_after, 0, "seed {seed:#x}: the owner was asked again");
+        let bad = got
+            .iter()
+            .enumerate()
+            .find(|&(k, &b)| b != pattern(SALT, k as u64));
+        assert!(bad.is_none(), "seed {seed:#x}: octet {bad:?} wrong");
+    }
 }

@@ -128,12 +128,12 @@ impl<D: PollDevice> EngineCore<D> {
             self.complete_posted_out();
         }
         self.note_acked(id);
-        let q = self.qp_mut(id)?;
         // The connection first: every request completes now, those whose buffers TCP
         // still reads (FPDUs sent from registered memory, unacknowledged) flushed, and
-        // the connection is then reset so that nothing reads them again (RDMAP-5.5-8).
-        let conn = q.conn.take();
-        let reads_buffers = q.sq.iter().any(|e| e.unacked > 0);
+        // nothing may read those buffers again (RDMAP-5.5-8): TCP takes a copy of what it
+        // still has to send of them, or the connection is reset.
+        let (conn, reads_buffers) = self.release_conn(id)?;
+        let q = self.qp_mut(id)?;
         q.flush();
         // Its flushed requests may have overrun a queue (IBV_EVENT_CQ_ERR): reported now,
         // once for the queue as `cq_overran` does, since no sweep looks at a destroyed
@@ -178,13 +178,57 @@ impl<D: PollDevice> EngineCore<D> {
         }
     }
 
+    /// Takes QP `id`'s connection from it, before its requests complete with the QP's
+    /// destruction or reset, and says whether TCP may still read the buffers of any of them
+    /// (FPDUs sent from registered memory, unacknowledged: [`Self::let_go`] then resets the
+    /// connection). Where a graceful close is under way (our Terminate or FIN sent), TCP
+    /// is given a copy of what it still has to send or resend of those FPDUs
+    /// ([`warpcore_tcp::Stack::internalize_external`], the octets written into its send
+    /// buffer as into a frame), so that the close goes on, the Terminate and the data
+    /// before it delivered, while the application has its buffers back: an RST there
+    /// could overtake the Terminate (`destroy_qp`), and the peer would lose the tail of
+    /// a stream whose end we had announced.
+    fn release_conn(&mut self, id: QpId) -> Result<(Option<Conn>, bool), EngineError> {
+        let q = self.qp_mut(id)?;
+        let conn = q.conn.take();
+        let mut reads_buffers = q.sq.iter().any(|e| e.unacked > 0);
+        let closing = conn.as_ref().filter(|c| c.fin_sent).map(|c| c.tcp);
+        if let Some(tcp) = closing.filter(|&t| reads_buffers || self.txrec.outstanding(t) > 0) {
+            let EngineCore {
+                stack,
+                txrec,
+                rx_mrs,
+                ..
+            } = self;
+            let mrs: &MrTable = rx_mrs;
+            let mut held: txrec::TxHeld<'_> = None;
+            let copied = stack.internalize_external(tcp, |token, at, dst| {
+                txrec
+                    .fill(tcp, token, at, dst, false, mrs, &mut held)
+                    .is_some()
+            });
+            drop(held);
+            if copied == Ok(true) {
+                // TCP reads none of them again.
+                txrec.forget(tcp);
+                reads_buffers = false;
+            } else {
+                // A buffer could not be read (a fill failed: noted for `fail_unfillable`,
+                // which finds no QP holding the connection and leaves it): reset.
+                reads_buffers = true;
+            }
+        }
+        Ok((conn, reads_buffers))
+    }
+
     /// A connection its QP no longer holds: reset unless our FIN went out (a graceful close
     /// under way finishes on its own, `destroy_qp` says why), and left to the zombies to be
     /// released when TCP reports it closed (`conn_qp` may still name the QP's slot for it:
     /// `find_qp` checks the QP's own connection, which is no longer this one).
     /// `reads_buffers`: TCP may still read the buffers of requests that completed
-    /// (flushed) with the QP's let-go (FPDUs sent from registered memory, unacknowledged):
-    /// reset all the same, as nothing may read a buffer handed back (RDMAP-5.5-8).
+    /// (flushed) with the QP's let-go (FPDUs sent from registered memory, unacknowledged,
+    /// and not copied into TCP: [`Self::release_conn`]): reset all the same, as nothing may
+    /// read a buffer handed back (RDMAP-5.5-8).
     fn let_go(&mut self, conn: Option<Conn>, reads_buffers: bool) {
         if let Some(c) = conn {
             if !c.fin_sent || reads_buffers {
@@ -230,10 +274,9 @@ impl<D: PollDevice> EngineCore<D> {
         self.resets += 1;
         let stream = reset_stream(self.core, self.resets);
         self.note_acked(id);
-        let q = self.qp_mut(id)?;
         // The connection first, as `destroy_qp` takes it: every request completes now.
-        let conn = q.conn.take();
-        let reads_buffers = q.sq.iter().any(|e| e.unacked > 0);
+        let (conn, reads_buffers) = self.release_conn(id)?;
+        let q = self.qp_mut(id)?;
         q.flush();
         // As `create_qp` makes it, from one constructor (a field added later starts over
         // too). The SQ sequence numbers go on from where they are (the queue is empty):

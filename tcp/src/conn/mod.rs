@@ -987,6 +987,43 @@ impl Connection {
         self.stats.external_octets_sent += n as u64;
     }
 
+    /// Makes every external record still unacknowledged the connection's own: the octets
+    /// it has still to send or may resend (those past SND.UNA) are written by
+    /// `fill(token, at, dst)` (the octets `[at, at + dst.len())` of the record's run, as the
+    /// owner writes them into frames; `false` when it cannot) into the send-buffer span the
+    /// record reserves, and the record is forgotten: from then on those octets go out from
+    /// the buffer like any written with [`Connection::send`], and nothing of the owner's is
+    /// read again. For an owner that must hand its memory back while the connection still
+    /// has to deliver it: a graceful close under way (a Terminate, our FIN) whose reset
+    /// would overtake it. Records are taken oldest first; `false` when a `fill` failed:
+    /// that record and those after it stay external (the owner's memory may still be read,
+    /// so the owner resets the connection), the ones before are the connection's.
+    pub fn internalize_external(
+        &mut self,
+        mut fill: impl FnMut(u64, usize, &mut [u8]) -> bool,
+    ) -> bool {
+        let ds = self.data_start();
+        while let Some(r) = self.ext.front().copied() {
+            // Acknowledged octets left the ring: the record's part from SND.UNA on.
+            let from = seq_diff(r.start, ds);
+            let skip = (-from).max(0) as usize;
+            let (mut off, mut at) = (from.max(0) as usize, skip);
+            let len = r.len as usize;
+            while at < len {
+                let piece = self.tx.slice_mut(off, len - at);
+                if piece.is_empty() || !fill(r.token, at, piece) {
+                    return false;
+                }
+                let n = piece.len();
+                off += n;
+                at += n;
+            }
+            self.ext.pop_front();
+        }
+        self.ext_hint = 0;
+        true
+    }
+
     /// External records still unacknowledged.
     pub fn external_records(&self) -> usize {
         self.ext.len()

@@ -236,6 +236,18 @@ impl SendRing {
         &self.buf[start..start + n]
     }
 
+    /// [`SendRing::slice`], to write: a span an external record reserved, filled in when
+    /// the record becomes the ring's own (`Connection::internalize_external`).
+    pub fn slice_mut(&mut self, offset: usize, max: usize) -> &mut [u8] {
+        if offset >= self.len || self.buf.is_empty() {
+            return &mut [];
+        }
+        let cap = self.buf.len();
+        let start = wrap(self.head + offset, cap);
+        let n = max.min(self.len - offset).min(cap - start);
+        &mut self.buf[start..start + n]
+    }
+
     /// Drops `n` octets from the head (acknowledged).
     pub fn consume(&mut self, n: usize) {
         let n = n.min(self.len);

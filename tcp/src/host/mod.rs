@@ -1175,6 +1175,21 @@ impl<D: PollDevice> Host<D> {
         Ok(queued)
     }
 
+    /// [`Connection::internalize_external`]: the unacknowledged external records of `id`
+    /// written into its send buffer by `fill(token, at, dst)` and made its own. `Ok(false)`
+    /// when a `fill` failed (the records from that one on stay external).
+    pub fn internalize_external(
+        &mut self,
+        id: ConnId,
+        fill: impl FnMut(u64, usize, &mut [u8]) -> bool,
+    ) -> Result<bool, StackError> {
+        Ok(self
+            .inner
+            .user_slot_mut(id)?
+            .conn
+            .internalize_external(fill))
+    }
+
     /// [`Connection::take_acked_external`].
     pub fn take_acked_external(&mut self, id: ConnId) -> Result<Option<u64>, StackError> {
         Ok(self.inner.user_slot_mut(id)?.conn.take_acked_external())
