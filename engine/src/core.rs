@@ -48,6 +48,7 @@
 //! | `commands` | the application's commands: QPs created and destroyed, work requests posted |
 //! | `validate` | post-time checks of work requests ([`validate_send`], [`validate_recv`]) |
 //! | `connect` | MPA startup (both roles), listeners and requests, TCP events, timers, teardown |
+//! | `deadlines` | the deadline heaps of pending requests and MPA initiators, the zombie set |
 //! | `rx` | the receive path, below |
 //! | `tx` | the transmit path, below |
 //! | `qp` | QP state: in-order retirement, completions, flush, local and remote Terminates |
@@ -171,6 +172,7 @@ use crate::wr::{
 
 mod commands;
 mod connect;
+mod deadlines;
 mod local;
 mod qp;
 mod rx;
@@ -178,6 +180,7 @@ mod tx;
 mod txrec;
 mod validate;
 
+use deadlines::{Deadlines, Zombies};
 use tx::LoneWrite;
 use txrec::TxRecords;
 
@@ -279,15 +282,23 @@ pub struct CoreStats {
     pub requests_timed_out: u64,
     /// Pending connection requests visited by the requests poller (each visit reads the
     /// request's connection and checks its timers): a loop visits the requests with
-    /// something to do (new, their connection's octets or FIN, a Reply going out), and all
-    /// of them at most once every 50 ms for their deadlines.
+    /// something to do (new, their connection's octets or FIN, a Reply going out), and
+    /// those whose deadline has passed.
     pub request_visits: u64,
+    /// MPA initiator startup timer entries the timers poller took because they were due:
+    /// a QP's deadline, or an entry left by a QP gone or past its startup (deleted lazily).
+    /// The others cost a loop nothing.
+    pub mpa_timer_visits: u64,
+    /// Entries of the zombie set (connections whose QP is gone) examined to find a TCP
+    /// event's connection there: one a look-up.
+    pub zombie_probes: u64,
     /// Occupancy when read: queue pairs in the table.
     pub qps_live: u64,
     /// Occupancy when read: pending connection requests.
     pub requests_pending: u64,
-    /// Occupancy when read: MPA startup timer entries (one per QP whose MPA initiator
-    /// waits for its Reply; an entry goes with its QP).
+    /// Occupancy when read: live MPA startup timer entries (one per QP whose MPA
+    /// initiator waits for its Reply; the entries of QPs gone or past their startup,
+    /// deleted lazily, are not counted).
     pub mpa_timers: u64,
     /// Occupancy when read: TCP connections of the stack (listener sockets included), and
     /// of those, the ones whose QP is gone, waiting for TCP to finish closing.
@@ -498,6 +509,9 @@ struct PendingReq {
     since: StdInstant,
     /// Arrival order (eviction takes the oldest; two may share `since`).
     arrival: u64,
+    /// The deadline of its live entry in `EngineCore::req_deadlines` (`None`: its entry
+    /// was taken, the request visited at it); an entry at another instant is stale.
+    timer: Option<StdInstant>,
     responder: Box<Responder>,
     listener: u32,
     phase: ReqPhase,
@@ -637,12 +651,17 @@ pub struct EngineCore<D: PollDevice> {
     req_generations: Vec<u32>,
     /// Pending requests the requests poller must visit: new ones, those whose connection
     /// brought octets or a FIN, those answering. The others wait for such an event or for
-    /// `req_due`: a loop costs the requests with something to do, not every one pending (a
-    /// thousand silent connections cost each loop a thousand visits).
+    /// their deadline (`req_deadlines`): a loop costs the requests with something to do,
+    /// not every one pending (a thousand silent connections cost each loop a thousand
+    /// visits).
     req_ready: ReadySet,
-    /// No pending request's deadline (MPA-7.1.2-27's startup timeout, the closing bound)
-    /// comes before this instant (`None`: none known); at it, every request is visited.
-    req_due: Option<StdInstant>,
+    /// The pending requests' deadlines (MPA-7.1.2-27's startup timeout, the closing
+    /// bound), keyed by slot and generation; a request's live entry is the one its
+    /// `PendingReq::timer` names. A loop visits the requests whose deadline has passed,
+    /// each at its deadline: a visit of every request at the earliest deadline cost a slow
+    /// flood N visits N times per timeout, and one at most every 50 ms let a request
+    /// outlive its deadline by up to 50 ms.
+    req_deadlines: Deadlines<(u32, u32)>,
     /// The request slot of each TCP connection, indexed by [`ConnId::slot`] (`NO_QP`:
     /// none), as `conn_qp`: a TCP event finds its request without a scan. Entries may be
     /// stale; `find_req` checks.
@@ -650,7 +669,7 @@ pub struct EngineCore<D: PollDevice> {
     /// Scratch list of the requests the requests poller visits.
     req_batch: Vec<usize>,
     /// TCP connections whose QP is gone, released once TCP finished closing.
-    zombies: Vec<ConnId>,
+    zombies: Zombies,
     /// The QP slot of each TCP connection, indexed by [`ConnId::slot`] (`NO_QP`: none), so a
     /// TCP event finds its QP without a scan. Entries may be stale; `find_qp` checks.
     conn_qp: Vec<u32>,
@@ -672,12 +691,13 @@ pub struct EngineCore<D: PollDevice> {
     posted_out: Vec<PostedOut>,
     /// Scratch list of the slots a poller visits this loop.
     batch: Vec<usize>,
-    /// QPs with an MPA initiator (their startup timers are polled), one entry per QP:
-    /// [`Self::connect`] adds the slot's, [`Self::destroy_qp`] takes it out (a slot
-    /// destroyed and connected again before the timers were polled kept both its old entry
-    /// and the new one, a growing list under churn), `poll_timers` drops those whose
-    /// startup is over.
-    initiators: Vec<usize>,
+    /// The startup deadlines of the QPs' MPA initiators (MPA-7.1.2-27), keyed by QP slot
+    /// and generation: [`Self::connect`] adds one, `poll_timers` takes those due, each at
+    /// its deadline (it visited every connecting QP at every loop). An entry whose QP was
+    /// destroyed or reset, or whose startup ended, is dropped when it surfaces (its QP's
+    /// initiator no longer has that deadline), or by a compaction when stale entries
+    /// outnumber the live QPs (a churn of connects and destroys).
+    mpa_timers: Deadlines<(u16, u32)>,
     /// Connection requests accepted from TCP so far (their arrival numbers).
     arrivals: u64,
     /// When every live QP is next visited regardless of the ready sets.
@@ -757,10 +777,10 @@ impl<D: PollDevice> EngineCore<D> {
             requests_live: 0,
             req_generations: Vec::new(),
             req_ready: ReadySet::new(),
-            req_due: None,
+            req_deadlines: Deadlines::new(),
             conn_req: Vec::new(),
             req_batch: Vec::new(),
-            zombies: Vec::new(),
+            zombies: Zombies::new(),
             conn_qp: Vec::new(),
             rx_ready: ReadySet::new(),
             tx_ready: ReadySet::new(),
@@ -768,7 +788,7 @@ impl<D: PollDevice> EngineCore<D> {
             framed_at_post: false,
             posted_out: Vec::new(),
             batch: Vec::new(),
-            initiators: Vec::new(),
+            mpa_timers: Deadlines::new(),
             arrivals: 0,
             sweep_at: now + SWEEP_INTERVAL,
             clock_base,
@@ -819,7 +839,7 @@ impl<D: PollDevice> EngineCore<D> {
             tcp_dsacks_received: t.dsacks_received,
             qps_live: self.live.len() as u64,
             requests_pending: self.requests_live as u64,
-            mpa_timers: self.initiators.len() as u64,
+            mpa_timers: self.live_mpa_timers() as u64,
             tcp_connections: self.stack.live() as u64,
             tcp_zombies: self.zombies.len() as u64,
             tx_from_memory_wire_octets: t.external_octets_sent,
@@ -982,7 +1002,12 @@ impl<D: PollDevice> EngineCore<D> {
         if !self.rx_ready.is_empty() {
             work |= self.poll_rx();
         }
-        if !self.initiators.is_empty() {
+        // The clock is read only when some startup timer is pending.
+        if self
+            .mpa_timers
+            .peek()
+            .is_some_and(|(at, _)| at <= self.now_std())
+        {
             work |= self.poll_timers();
         }
         if !self.tx_ready.is_empty() {
@@ -1075,8 +1100,27 @@ impl<D: PollDevice> EngineCore<D> {
         work
     }
 
-    /// When the core next needs a poll without new input (for simulated clocks).
+    /// When the core next needs a poll without new input (for simulated clocks): the
+    /// stack's next timer, or the earliest live MPA deadline (a pending request's, an
+    /// initiator's: MPA-7.1.2-27), whichever comes first.
     pub fn poll_at(&mut self) -> Option<Instant> {
-        self.stack.poll_at(self.now)
+        let stack = self.stack.poll_at(self.now);
+        let mpa = [self.next_request_deadline(), self.next_mpa_timer()]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|t| self.instant_of(t));
+        match (stack, mpa) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The engine time of `t` (rounded up to the clock's microsecond: a poll at it is not
+    /// before `t`).
+    fn instant_of(&self, t: StdInstant) -> Instant {
+        let d = t.saturating_duration_since(self.clock_base);
+        let micros = d.as_micros() + u128::from(!d.subsec_nanos().is_multiple_of(1000));
+        Instant::from_micros(i64::try_from(micros).unwrap_or(i64::MAX))
     }
 }

@@ -10,8 +10,9 @@ use common::*;
 use warpcore_engine::tcp::link::LinkConfig;
 use warpcore_engine::tcp::smoltcp::socket::tcp::State;
 use warpcore_engine::tcp::smoltcp::time::Duration;
+use warpcore_engine::tcp::smoltcp::time::Instant;
 use warpcore_engine::tcp::{ConnId, TcpTuning};
-use warpcore_engine::{CmEvent, EngineConfig, EngineError, MpaParams};
+use warpcore_engine::{CmEvent, ConnError, EngineConfig, EngineError, MpaParams};
 
 /// One more silent connection from A's TCP stack to B's listener; the flooder frees its
 /// own connections that B reset, as a real one would, so its table never fills.
@@ -353,9 +354,9 @@ fn mpa_7_1_2_27_silent_pending_requests_do_not_cost_every_loop() {
 
 /// MPA-7.1.2-27 (work under a slow flood): silent connections arriving a few milliseconds
 /// apart have deadlines as far apart, and a visit of every pending request at each one's
-/// deadline cost N visits N times per startup timeout (501,500 for these 1,000). The
-/// deadline visits come at most every 50 ms, each request timing out within that of its
-/// deadline.
+/// deadline cost N visits N times per startup timeout (501,500 for these 1,000; 52,400
+/// with a visit of all at most every 50 ms). Each is visited at its own deadline now
+/// (`mpa_7_1_2_27_each_request_times_out_at_its_deadline_alone`).
 #[test]
 fn mpa_7_1_2_27_deadlines_far_apart_do_not_each_visit_every_request() {
     let mut p = Pair::default_pair();
@@ -383,11 +384,282 @@ fn mpa_7_1_2_27_deadlines_far_apart_do_not_each_visit_every_request() {
     }
     let st = p.b.core.stats();
     assert_eq!((st.requests_pending, st.requests_timed_out), (0, n as u64));
-    // A visit of all those pending at most every 50 ms (52,400 visits), not at each of the
-    // 1,000 deadlines (501,500).
+    // Not a visit of all those pending at each of the 1,000 deadlines (501,500).
     assert!(
         st.request_visits < 150_000,
         "{} visits for {n} requests",
         st.request_visits
+    );
+}
+
+/// MPA-7.1.2-27 (a deadline structure, not a periodic scan): silent connections arriving
+/// 5 ms apart each time out at the first loop at or after their own deadline (B polled
+/// every millisecond), and only they are visited then: one deadline visit per request. A
+/// visit of every pending request at most every 50 ms let a request outlive its deadline
+/// by up to 50 ms and cost each timeout a visit of every request still pending.
+#[test]
+fn mpa_7_1_2_27_each_request_times_out_at_its_deadline_alone() {
+    let mut p = Pair::default_pair();
+    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
+    p.run(10);
+    let n = 200;
+    let limit = Duration::from_millis(EngineConfig::default().mpa_timeout_ms);
+    // The engine time of each request's arrival: the loop in which B took it on.
+    let mut arrivals: Vec<Instant> = Vec::new();
+    let tick = |p: &mut Pair, arrivals: &mut Vec<Instant>| {
+        p.a.core.poll(p.now);
+        p.b.core.poll(p.now);
+        let pending = p.b.core.stats().requests_pending as usize;
+        while arrivals.len() < pending {
+            arrivals.push(p.now);
+        }
+        p.now += Duration::from_millis(1);
+    };
+    for _ in 0..n {
+        p.a.core
+            .stack_mut()
+            .connect((ip(2), PORT), None, &TcpTuning::default())
+            .expect("connect");
+        for _ in 0..5 {
+            tick(&mut p, &mut arrivals);
+        }
+    }
+    for _ in 0..20 {
+        tick(&mut p, &mut arrivals);
+    }
+    assert_eq!(arrivals.len(), n, "{:?}", p.b.core.stats());
+    assert_eq!(p.b.core.stats().requests_timed_out, 0);
+    let visits_before = p.b.core.stats().request_visits;
+    // B alone from here, every millisecond: after each loop, exactly the requests whose
+    // deadline (`limit` after arrival) that loop reached have timed out.
+    let end = *arrivals.last().unwrap() + limit + Duration::from_millis(10);
+    while p.now < end {
+        p.b.core.poll(p.now);
+        let due = arrivals.iter().filter(|&&t| t + limit <= p.now).count() as u64;
+        let st = p.b.core.stats();
+        assert_eq!(
+            st.requests_timed_out, due,
+            "at {}: {} timed out, {due} due",
+            p.now, st.requests_timed_out
+        );
+        p.now += Duration::from_millis(1);
+    }
+    let st = p.b.core.stats();
+    assert_eq!((st.requests_pending, st.requests_timed_out), (0, n as u64));
+    // One visit each, at its deadline.
+    let visits = st.request_visits - visits_before;
+    assert_eq!(
+        visits, n as u64,
+        "{visits} deadline visits for {n} requests"
+    );
+}
+
+/// The core's next wake-up (`EngineCore::poll_at`, which a simulated clock jumps to)
+/// includes the earliest MPA deadline: a caller that sleeps until it is polled at it, and a
+/// silent pending request is reset at its startup timeout to the microsecond
+/// (MPA-7.1.2-27); the same for a connecting initiator whose Reply never comes. Before,
+/// only the TCP's timers counted: an idle core with nothing else due had no wake-up at all.
+#[test]
+fn mpa_7_1_2_27_poll_at_includes_the_earliest_mpa_deadline() {
+    let limit = Duration::from_millis(EngineConfig::default().mpa_timeout_ms);
+    // The responder: one silent connection.
+    let mut p = Pair::default_pair();
+    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
+    p.run(10);
+    p.a.core
+        .stack_mut()
+        .connect((ip(2), PORT), None, &TcpTuning::default())
+        .expect("connect");
+    let mut since = None;
+    p.run_until(2000, |p| {
+        if p.b.core.stats().requests_pending == 1 {
+            since = Some(p.now);
+        }
+        since.is_some()
+    });
+    // MPA's startup timer: a Request not whole at `limit` after the connection came.
+    let deadline = since.unwrap() + limit;
+    // A second on, the TCP's own timers long done.
+    let idle = deadline - limit + Duration::from_secs(1);
+    p.run_until(100_000, |p| p.now >= idle);
+    let at = p.b.core.poll_at();
+    assert!(
+        at.is_some_and(|t| t <= deadline),
+        "B's next wake-up {at:?}, the request's deadline {deadline}"
+    );
+    // Stepped from wake-up to wake-up, the request times out at its deadline (the rig
+    // moves its clock at least 10 µs a step).
+    p.run_until(100_000, |p| p.b.core.stats().requests_timed_out == 1);
+    let step = Duration::from_micros(10);
+    assert!(
+        p.now >= deadline && p.now <= deadline + step,
+        "timed out at {}, due at {deadline}",
+        p.now
+    );
+
+    // The initiator: A's startup timeout (1 s) runs out before B's (10 s), and B's
+    // application never answers the request.
+    let a_cfg = EngineConfig {
+        mpa_timeout_ms: 1000,
+        ..EngineConfig::default()
+    };
+    let mut p = Pair::with_configs(&LinkConfig::default(), &a_cfg, &EngineConfig::default());
+    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
+    p.run(10);
+    let qa = p.a.qp(16);
+    // A's clock at the connect: its startup timer counts from there.
+    let t0 = p.now;
+    p.a.core.poll(t0);
+    p.a.core
+        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
+        .expect("connect");
+    let _ = p.wait_request();
+    let deadline = t0 + Duration::from_millis(a_cfg.mpa_timeout_ms);
+    p.run_until(100_000, |p| p.now >= t0 + Duration::from_millis(500));
+    let at = p.a.core.poll_at();
+    assert!(
+        at.is_some_and(|t| t <= deadline),
+        "A's next wake-up {at:?}, the initiator's deadline {deadline}"
+    );
+    let mut failed = None;
+    p.run_until(100_000, |p| {
+        let timed_out = p.a.take_events().iter().any(
+            |e| matches!(e, CmEvent::Error { qp, error: ConnError::Negotiation(_) } if *qp == qa),
+        );
+        if timed_out {
+            failed = Some(p.now);
+        }
+        failed.is_some()
+    });
+    // The event is taken after the loop that raised it (the clock then stands still: the
+    // loop did work).
+    assert!(
+        failed.is_some_and(|t| t >= deadline && t <= deadline + step),
+        "failed at {failed:?}, due at {deadline}"
+    );
+}
+
+/// MPA-7.1.2-27 (work per loop of connecting QPs): the startup timers of connecting
+/// initiators cost a loop nothing until one is due, then each is taken once, at its
+/// deadline (`CoreStats::mpa_timer_visits`); the timers poller visited every connecting
+/// QP at every loop (200 QPs waiting for a Reply: 400,000 visits in 2,000 loops).
+#[test]
+fn mpa_7_1_2_27_connecting_initiators_cost_no_loop_before_their_deadline() {
+    let a_cfg = EngineConfig {
+        mpa_timeout_ms: 1000,
+        ..EngineConfig::default()
+    };
+    let mut p = Pair::with_configs(&LinkConfig::default(), &a_cfg, &EngineConfig::default());
+    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
+    p.run(10);
+    let n = 200;
+    let qas: Vec<_> = (0..n).map(|_| p.a.qp(4)).collect();
+    // A's clock at the connects: their startup timers count from there.
+    let t0 = p.now;
+    p.a.core.poll(t0);
+    for &qa in &qas {
+        p.a.core
+            .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
+            .expect("connect");
+    }
+    // B's application sits on every request: no Reply comes.
+    let mut requests = 0;
+    p.run_until(20_000, |p| {
+        requests +=
+            p.b.take_events()
+                .iter()
+                .filter(|e| matches!(e, CmEvent::ConnectRequest(_)))
+                .count();
+        requests == n
+    });
+    let deadline = t0 + Duration::from_millis(a_cfg.mpa_timeout_ms);
+    assert!(p.now < deadline, "{}", p.now);
+    assert_eq!(p.a.core.stats().mpa_timers, n as u64);
+    for _ in 0..2000 {
+        p.a.core.poll(p.now);
+        p.now += Duration::from_micros(1);
+    }
+    assert_eq!(
+        p.a.core.stats().mpa_timer_visits,
+        0,
+        "timers visited before any was due"
+    );
+    // A polled every millisecond: every initiator fails in the loop at its deadline.
+    p.a.take_events();
+    let mut failed = Vec::new();
+    while failed.len() < n && p.now < deadline + Duration::from_millis(100) {
+        p.a.core.poll(p.now);
+        p.b.core.poll(p.now);
+        while let Some(e) = p.a.core.next_event() {
+            if let CmEvent::Error {
+                error: ConnError::Negotiation(_),
+                ..
+            } = e
+            {
+                failed.push(p.now);
+            }
+        }
+        p.now += Duration::from_millis(1);
+    }
+    assert_eq!(failed.len(), n);
+    let ms = Duration::from_millis(1);
+    assert!(
+        failed
+            .iter()
+            .all(|&t| t == failed[0] && t >= deadline && t < deadline + ms),
+        "failed at {:?}..{:?}, due at {deadline}",
+        failed.first(),
+        failed.last()
+    );
+    assert_eq!(p.a.core.stats().mpa_timer_visits, n as u64);
+    assert_eq!(p.a.core.stats().mpa_timers, 0);
+}
+
+/// A mass teardown leaves thousands of zombie connections (their QPs gone, TCP still
+/// closing); each of their TCP events (the end of the connection, octets to drop) looked
+/// for its connection in the list of all of them (`CoreStats::zombie_probes`: 200 zombies'
+/// ends cost ~20,000 probes). One look-up each now.
+#[test]
+fn zombie_events_find_their_connection_with_one_probe() {
+    const N: usize = 200;
+    let mut p = Pair::default_pair();
+    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
+    let qas: Vec<_> = (0..N).map(|_| p.a.qp(4)).collect();
+    for &qa in &qas {
+        p.a.core
+            .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
+            .expect("connect");
+    }
+    let mut accepted = 0;
+    p.run_until(20_000, |p| {
+        for e in p.b.take_events() {
+            if let CmEvent::ConnectRequest(r) = e {
+                let qb = p.b.qp(4);
+                p.b.core.accept(r.request, qb, b"", None).expect("accept");
+                accepted += 1;
+            }
+        }
+        accepted == N
+    });
+    let mut established = 0;
+    p.run_until(20_000, |p| {
+        established +=
+            p.a.take_events()
+                .iter()
+                .filter(|e| matches!(e, CmEvent::Established(_)))
+                .count();
+        established == N
+    });
+    // All destroyed at once: N zombies, then their ends.
+    let before = p.a.core.stats().zombie_probes;
+    for &qa in &qas {
+        p.a.core.destroy_qp(qa).expect("destroy");
+    }
+    assert_eq!(p.a.core.stats().tcp_zombies, N as u64);
+    p.run_until(20_000, |p| p.a.core.stats().tcp_zombies == 0);
+    let probes = p.a.core.stats().zombie_probes - before;
+    assert!(
+        probes <= 2 * N as u64,
+        "{probes} zombie probes for {N} zombies' ends"
     );
 }

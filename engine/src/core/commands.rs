@@ -148,9 +148,8 @@ impl<D: PollDevice> EngineCore<D> {
             self.live.remove(at);
         }
         self.free_slots.push(index);
-        // Its MPA startup timer entry goes with it (also one whose startup ended since the
-        // timers were last polled): the slot's next QP adds its own.
-        self.initiators.retain(|&i| i != index);
+        // Its MPA startup timer entry, if any, is stale from now on (the slot's next QP has
+        // another generation): dropped when it surfaces, or by a compaction.
         self.let_go(conn, reads_buffers);
         Ok(())
     }
@@ -234,7 +233,7 @@ impl<D: PollDevice> EngineCore<D> {
             if !c.fin_sent || reads_buffers {
                 let _ = self.stack.abort(c.tcp);
             }
-            self.zombies.push(c.tcp);
+            self.zombies.insert(c.tcp);
             // What arrived and was not read yet: no Readable event comes for it again.
             self.discard_zombie_input(c.tcp);
         }
@@ -294,9 +293,8 @@ impl<D: PollDevice> EngineCore<D> {
         // What application threads check posts against, before the state they read first.
         q.shared.set_connection(false, 0);
         q.set_state(QpState::Idle);
-        let index = usize::from(id.index);
-        // Its MPA startup timer entry goes (a connect adds a new one).
-        self.initiators.retain(|&i| i != index);
+        // Its MPA startup timer entry, if any, is stale (the QP has no initiator now; a
+        // connect adds a new one): dropped when it surfaces, or by a compaction.
         self.let_go(conn, reads_buffers);
         Ok(())
     }

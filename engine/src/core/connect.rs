@@ -14,11 +14,6 @@ use super::*;
 /// it has the Reply (mpa-08 §7.1.2 rule 2's note).
 pub(super) const REQUEST_WINDOW: usize = 4096;
 
-/// The least time between two visits of every pending request for their deadlines (the
-/// startup timeout, `mpa_timeout_ms`, and the closing bound): a request times out at most
-/// this much after its deadline.
-const REQUEST_SCAN_INTERVAL: StdDuration = StdDuration::from_millis(50);
-
 /// The IRD/ORD we announce: at most our configured limit, except 0x3FFF ("not negotiated",
 /// RFC 6581 §9.1), which goes on the wire as is. A value above 0x3FFF, which no 14-bit
 /// field holds, is passed on unchanged for MPA to refuse (`UsageError::IrdOrdOutOfRange`):
@@ -243,12 +238,21 @@ impl<D: PollDevice> EngineCore<D> {
             return Err(EngineError::InvalidState(st));
         }
         let init = Initiator::new(config, now_std)?;
+        let deadline = init.poll_timeout();
         let tcp = self.stack.connect(remote, local_port, &self.ctx.cfg.tcp)?;
         self.bind_conn(tcp, id);
-        self.initiators.push(usize::from(id.index));
         let q = self.qp_mut(id)?;
         q.conn = Some(Conn::new(tcp, Mpa::Initiator(Box::new(init))));
         q.set_state(QpState::Connecting);
+        // Its startup timeout (MPA-7.1.2-27), polled when due (`poll_timers`).
+        if let Some(at) = deadline {
+            self.mpa_timers.push(at, (id.index, id.generation));
+            if self.mpa_timers.needs_compaction(self.live.len()) {
+                let qps = &self.qps;
+                self.mpa_timers
+                    .retain(|at, key| initiator_entry_live(qps, at, key));
+            }
+        }
         Ok(())
     }
 
@@ -515,7 +519,7 @@ impl<D: PollDevice> EngineCore<D> {
         q.flush();
         let qid = q.id;
         let _ = self.stack.abort(c.tcp);
-        self.zombies.push(c.tcp);
+        self.zombies.insert(c.tcp);
         if !told {
             self.ctx.events.push_back(CmEvent::Disconnected {
                 qp: qid,
@@ -662,10 +666,9 @@ impl<D: PollDevice> EngineCore<D> {
                                     .push_back(CmEvent::Disconnected { qp: q.id, cause });
                             }
                         }
-                    } else if let Some(p) = self.zombies.iter().position(|z| *z == c) {
-                        let z = self.zombies.swap_remove(p);
-                        let _ = self.stack.release(z);
-                        self.txrec.forget(z);
+                    } else if self.take_zombie(c) {
+                        let _ = self.stack.release(c);
+                        self.txrec.forget(c);
                     } else {
                         self.cancel_request(c);
                     }
@@ -676,7 +679,7 @@ impl<D: PollDevice> EngineCore<D> {
                     } else if let Some(i) = self.find_req(c) {
                         // Octets of a pending request's startup (or, closing, to discard).
                         self.req_ready.mark(i);
-                    } else if self.zombies.contains(&c) {
+                    } else if self.is_zombie(c) {
                         self.discard_zombie_input(c);
                     }
                 }
@@ -690,6 +693,19 @@ impl<D: PollDevice> EngineCore<D> {
             }
         }
         work
+    }
+
+    /// Whether `tcp` is a zombie (its QP gone): one look-up per TCP event
+    /// (`CoreStats::zombie_probes`), whatever the number of zombies.
+    fn is_zombie(&mut self, tcp: ConnId) -> bool {
+        self.ctx.stats.zombie_probes += 1;
+        self.zombies.contains(tcp)
+    }
+
+    /// Takes `tcp` out of the zombies; whether it was one (one look-up, as `is_zombie`).
+    fn take_zombie(&mut self, tcp: ConnId) -> bool {
+        self.ctx.stats.zombie_probes += 1;
+        self.zombies.remove(tcp)
     }
 
     /// Reads and drops what arrived on `tcp`, a connection of the zombies (its QP gone,
@@ -772,18 +788,22 @@ impl<D: PollDevice> EngineCore<D> {
             // connection's events or at its deadline.
             self.req_ready.grow(self.requests.len());
             self.req_ready.mark(slot);
-            let due = since + StdDuration::from_millis(self.ctx.cfg.mpa_timeout_ms);
-            self.req_due = Some(self.req_due.map_or(due, |d| d.min(due)));
-            self.requests[slot] = Some(PendingReq {
+            let r = PendingReq {
                 tcp,
                 since,
                 arrival: self.arrivals,
+                timer: None,
                 responder: Box::new(responder),
                 listener: li as u32,
                 phase: ReqPhase::Reading,
                 remote,
                 peer_closed: false,
-            });
+            };
+            let deadline = request_deadline(&r, self.mpa_limit());
+            self.requests[slot] = Some(r);
+            if let Some(at) = deadline {
+                self.arm_request_timer(slot, at);
+            }
         }
     }
 
@@ -862,40 +882,86 @@ impl<D: PollDevice> EngineCore<D> {
             return false;
         }
         let now_std = self.now_std();
-        // Every request at a deadline, else only those marked (`req_ready`): a loop costs
-        // the requests with something to do (MPA-7.1.2-27's timeout needs no visit before
-        // it is due).
-        let due = self.req_due.is_some_and(|t| now_std >= t);
-        if !due && self.req_ready.is_empty() {
+        // Those marked (`req_ready`) and those whose deadline has passed, each at its
+        // deadline (MPA-7.1.2-27): a loop costs the requests with something to do, and
+        // the others none.
+        if !self.req_deadlines.is_due(now_std) && self.req_ready.is_empty() {
             return false;
+        }
+        while let Some((at, key)) = self.req_deadlines.pop_due(now_std) {
+            if request_entry_live(&self.requests, &self.req_generations, at, key) {
+                let i = key.0 as usize;
+                if let Some(Some(r)) = self.requests.get_mut(i) {
+                    // Taken: the visit arms it again if it stays pending.
+                    r.timer = None;
+                }
+                // Marked, so that one also marked by its connection is visited once.
+                self.req_ready.mark(i);
+            }
         }
         let mut batch = std::mem::take(&mut self.req_batch);
         self.req_ready.take_into(&mut batch);
-        if due {
-            batch.clear();
-            batch.extend(0..self.requests.len());
-            // Found again below from every request still pending.
-            self.req_due = None;
-        }
         let work = self.visit_requests(&batch, now_std);
-        if due {
-            // The next full visit no sooner than `REQUEST_SCAN_INTERVAL` from now: with a
-            // table of requests whose deadlines fall apart (a slow flood of silent
-            // connections), a visit of all of them at each one's deadline cost N visits
-            // N times per startup timeout; now at most one every interval, each timeout
-            // met within it.
-            if let Some(d) = self.req_due {
-                self.req_due = Some(d.max(now_std + REQUEST_SCAN_INTERVAL));
-            }
-        }
         batch.clear();
         self.req_batch = batch;
         work
     }
 
+    /// The startup timeout, `mpa_timeout_ms`.
+    fn mpa_limit(&self) -> StdDuration {
+        StdDuration::from_millis(self.ctx.cfg.mpa_timeout_ms)
+    }
+
+    /// Puts pending request `i`'s deadline `at` in `req_deadlines`, unless its live entry
+    /// is there already; the entry it had at another instant is left stale. Compacts the
+    /// queue when stale entries outnumber the live ones (requests accepted, evicted or
+    /// reset long before their deadlines: a flood's churn).
+    fn arm_request_timer(&mut self, i: usize, at: StdInstant) {
+        let Some(Some(r)) = self.requests.get_mut(i) else {
+            return;
+        };
+        if r.timer == Some(at) {
+            return;
+        }
+        r.timer = Some(at);
+        self.req_deadlines
+            .push(at, (i as u32, self.req_generations[i]));
+        if self.req_deadlines.needs_compaction(self.requests_live) {
+            let (requests, gens) = (&self.requests, &self.req_generations);
+            self.req_deadlines
+                .retain(|at, key| request_entry_live(requests, gens, at, key));
+        }
+    }
+
+    /// The earliest live deadline of a pending request (stale entries ahead of it are
+    /// dropped).
+    pub(super) fn next_request_deadline(&mut self) -> Option<StdInstant> {
+        let (requests, gens) = (&self.requests, &self.req_generations);
+        self.req_deadlines
+            .prune_head(|at, key| request_entry_live(requests, gens, at, key));
+        self.req_deadlines.peek().map(|(at, _)| at)
+    }
+
+    /// The earliest live MPA initiator deadline (stale entries ahead of it are dropped).
+    pub(super) fn next_mpa_timer(&mut self) -> Option<StdInstant> {
+        let qps = &self.qps;
+        self.mpa_timers
+            .prune_head(|at, key| initiator_entry_live(qps, at, key));
+        self.mpa_timers.peek().map(|(at, _)| at)
+    }
+
+    /// The MPA initiators waiting for their Reply with a deadline (`CoreStats::mpa_timers`):
+    /// a count over the timer entries, at a read of the counters.
+    pub(super) fn live_mpa_timers(&self) -> usize {
+        self.mpa_timers
+            .iter()
+            .filter(|&(at, key)| initiator_entry_live(&self.qps, at, key))
+            .count()
+    }
+
     /// The requests poller's visit of requests `batch` at `now_std`; each request still
     /// pending after it is marked again if it has more to do at once, and its deadline is
-    /// kept in `req_due`.
+    /// armed in `req_deadlines`.
     fn visit_requests(&mut self, batch: &[usize], now_std: StdInstant) -> bool {
         let mut work = false;
         let limit = StdDuration::from_millis(self.ctx.cfg.mpa_timeout_ms);
@@ -1058,50 +1124,96 @@ impl<D: PollDevice> EngineCore<D> {
                 ReqPhase::Reading => read_some,
                 ReqPhase::Waiting | ReqPhase::Closing => false,
             };
-            let deadline = match r.phase {
-                ReqPhase::Closing => r.since + 2 * limit,
-                _ => r.since + limit,
-            } + StdDuration::from_micros(1);
-            self.req_due = Some(self.req_due.map_or(deadline, |d| d.min(deadline)));
+            let deadline = request_deadline(r, limit);
             if again {
                 self.req_ready.mark(i);
+            }
+            // A request visited again at once needs no entry for a deadline already
+            // passed (a Reply still going out): it is armed again when it waits.
+            if let Some(at) = deadline.filter(|&at| !again || at > now_std) {
+                self.arm_request_timer(i, at);
             }
         }
         work
     }
 
-    /// MPA startup timers of the QPs with an initiator (the list forgets the others).
+    /// MPA startup timers that are due (MPA-7.1.2-27): each entry taken fails its QP's
+    /// startup if the QP still has that deadline, else (the QP destroyed or reset, its
+    /// startup over) it is dropped. The entries not yet due cost nothing.
     pub(super) fn poll_timers(&mut self) -> bool {
         let now_std = self.now_std();
-        let EngineCore {
-            qps,
-            ctx,
-            initiators,
-            tx_ready,
-            ..
-        } = self;
         let mut work = false;
-        initiators.retain(|&i| {
-            let Some(q) = qps[i].as_mut() else {
-                return false;
+        while let Some((at, (slot, generation))) = self.mpa_timers.pop_due(now_std) {
+            self.ctx.stats.mpa_timer_visits += 1;
+            let EngineCore {
+                qps, ctx, tx_ready, ..
+            } = self;
+            let i = usize::from(slot);
+            let Some(Some(q)) = qps.get_mut(i) else {
+                continue;
             };
+            if q.id.generation != generation {
+                continue;
+            }
             let fired = match q.conn.as_mut().map(|c| &mut c.mpa) {
-                Some(Mpa::Initiator(i)) if i.poll_timeout().is_some_and(|t| t <= now_std) => {
-                    i.handle_timeout(now_std);
+                Some(Mpa::Initiator(init)) if init.poll_timeout() == Some(at) => {
+                    init.handle_timeout(now_std);
                     true
                 }
-                Some(Mpa::Initiator(_)) => false,
-                _ => return false,
+                _ => false,
             };
             if fired {
                 work = true;
                 q.drive_initiator(ctx);
                 tx_ready.mark(i);
             }
-            true
-        });
+        }
         work
     }
+}
+
+/// Pending request `r`'s deadline at its phase, the first instant its visit acts on it:
+/// the startup timeout (MPA-7.1.2-27), at which MPA's own timer fails a Request not yet
+/// whole (`Responder::handle_timeout`: at `limit`) and after which a request the
+/// application has not answered is dropped (strictly after `limit`), or while closing,
+/// the bound on the peer's close (strictly after twice `limit`). `None`: a timeout too
+/// large for the clock, never reached.
+fn request_deadline(r: &PendingReq, limit: StdDuration) -> Option<StdInstant> {
+    let after = StdDuration::from_micros(1);
+    match r.phase {
+        ReqPhase::Reading => r.responder.poll_timeout(),
+        ReqPhase::Waiting | ReqPhase::Rejecting => r.since.checked_add(limit + after),
+        ReqPhase::Closing => r.since.checked_add(2 * limit + after),
+    }
+}
+
+/// Whether `req_deadlines` entry `(at, (slot, generation))` is its request's live one.
+fn request_entry_live(
+    requests: &[Option<PendingReq>],
+    generations: &[u32],
+    at: StdInstant,
+    (slot, generation): (u32, u32),
+) -> bool {
+    let i = slot as usize;
+    generations.get(i) == Some(&generation)
+        && matches!(requests.get(i), Some(Some(r)) if r.timer == Some(at))
+}
+
+/// Whether `mpa_timers` entry `(at, (slot, generation))` is the deadline of its QP's MPA
+/// initiator.
+fn initiator_entry_live(
+    qps: &[Option<Qp>],
+    at: StdInstant,
+    (slot, generation): (u16, u32),
+) -> bool {
+    matches!(
+        qps.get(usize::from(slot)),
+        Some(Some(q)) if q.id.generation == generation
+            && matches!(
+                q.conn.as_ref().map(|c| &c.mpa),
+                Some(Mpa::Initiator(init)) if init.poll_timeout() == Some(at)
+            )
+    )
 }
 
 /// What `RequestRefused` reports of pending request `r` on `core`'s listener.

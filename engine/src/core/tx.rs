@@ -1679,7 +1679,7 @@ impl Qp {
         stack: &mut Stack<D>,
         tcp: ConnId,
         ctx: &mut Ctx,
-        zombies: &mut Vec<ConnId>,
+        zombies: &mut Zombies,
     ) -> bool {
         if self.state != QpState::Closing {
             return false;
@@ -1700,7 +1700,7 @@ impl Qp {
             if c.peer_closed {
                 self.flush();
                 if let Some(c) = self.conn.take() {
-                    zombies.push(c.tcp);
+                    zombies.insert(c.tcp);
                 }
                 ctx.events.push_back(CmEvent::Disconnected {
                     qp: qid,

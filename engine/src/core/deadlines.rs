@@ -1,0 +1,177 @@
+//! Deadline queues of the connection manager (the pending requests' startup and closing
+//! bounds, the MPA initiators' startup timeouts, MPA-7.1.2-27) and the set of zombie
+//! connections: structures a loop or a TCP event consults in O(1) / O(log n) whatever
+//! the number of entries (a slow SYN / MPA flood holds thousands).
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::Instant as StdInstant;
+
+use warpcore_tcp::ConnId;
+
+/// Entries below which a queue is never compacted: a few stale entries cost nothing.
+const COMPACT_SLACK: usize = 64;
+
+/// Deadlines keyed by `K` (a slot and its generation), earliest first: a loop pops only
+/// those that have passed (O(log n) each), instead of visiting every entry to find them.
+///
+/// Deletion is lazy: an entry whose owner went (its slot freed or reused under another
+/// generation) or whose deadline moved stays until it surfaces, and its owner's check at
+/// the pop drops it. So that a churn of short-lived owners (connections accepted, evicted
+/// or reset long before their deadlines) cannot grow the heap without bound, `push`'s
+/// caller compacts it ([`Self::needs_compaction`], [`Self::retain`]) when it holds more
+/// than twice its live owners: each compaction drops at least as many entries as were
+/// pushed since the last one, O(1) amortised per push.
+#[derive(Debug)]
+pub(super) struct Deadlines<K: Ord + Copy> {
+    heap: BinaryHeap<Reverse<(StdInstant, K)>>,
+}
+
+impl<K: Ord + Copy> Deadlines<K> {
+    pub(super) fn new() -> Self {
+        Deadlines {
+            heap: BinaryHeap::new(),
+        }
+    }
+
+    /// Adds `key`'s deadline `at`.
+    pub(super) fn push(&mut self, at: StdInstant, key: K) {
+        self.heap.push(Reverse((at, key)));
+    }
+
+    /// The earliest entry, live or stale.
+    pub(super) fn peek(&self) -> Option<(StdInstant, K)> {
+        self.heap.peek().map(|Reverse(e)| *e)
+    }
+
+    /// Whether the earliest entry is due at `now`.
+    pub(super) fn is_due(&self, now: StdInstant) -> bool {
+        self.peek().is_some_and(|(at, _)| at <= now)
+    }
+
+    /// Takes the earliest entry if it is due at `now`.
+    pub(super) fn pop_due(&mut self, now: StdInstant) -> Option<(StdInstant, K)> {
+        if self.is_due(now) {
+            self.heap.pop().map(|Reverse(e)| e)
+        } else {
+            None
+        }
+    }
+
+    /// Drops the earliest entries `live` says are stale, so that [`Self::peek`] names a
+    /// live deadline (the wake-up a caller reports).
+    pub(super) fn prune_head(&mut self, mut live: impl FnMut(StdInstant, K) -> bool) {
+        while let Some((at, k)) = self.peek() {
+            if live(at, k) {
+                break;
+            }
+            self.heap.pop();
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    /// Entries, live and stale, in no order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (StdInstant, K)> + '_ {
+        self.heap.iter().map(|Reverse(e)| *e)
+    }
+
+    /// Whether the queue holds more than twice `live` owners' entries (plus some slack):
+    /// then it is worth a [`Self::retain`].
+    pub(super) fn needs_compaction(&self, live: usize) -> bool {
+        self.heap.len() > 2 * live + COMPACT_SLACK
+    }
+
+    /// Keeps the entries `live` says are live (a compaction, O(n)).
+    pub(super) fn retain(&mut self, mut live: impl FnMut(StdInstant, K) -> bool) {
+        self.heap.retain(|Reverse((at, k))| live(*at, *k));
+    }
+}
+
+/// The TCP connections whose QP is gone, released once TCP reports them closed, indexed by
+/// [`ConnId::slot`]: a TCP event (`Closed`, `Readable`) finds whether its connection is one
+/// with one look-up, not a scan of the list (thousands after a mass teardown, each of their
+/// events scanned them all). A slot holds at most one zombie: the stack reuses a slot only
+/// after its connection is released, which for a zombie is its removal here.
+#[derive(Debug, Default)]
+pub(super) struct Zombies {
+    by_slot: Vec<Option<ConnId>>,
+    len: usize,
+}
+
+impl Zombies {
+    pub(super) fn new() -> Self {
+        Zombies::default()
+    }
+
+    /// Adds `tcp` (again: no change).
+    pub(super) fn insert(&mut self, tcp: ConnId) {
+        let slot = tcp.slot();
+        if self.by_slot.len() <= slot {
+            self.by_slot.resize(slot + 1, None);
+        }
+        if self.by_slot[slot].replace(tcp).is_none() {
+            self.len += 1;
+        }
+    }
+
+    pub(super) fn contains(&self, tcp: ConnId) -> bool {
+        self.by_slot.get(tcp.slot()) == Some(&Some(tcp))
+    }
+
+    /// Takes `tcp` out; whether it was a zombie.
+    pub(super) fn remove(&mut self, tcp: ConnId) -> bool {
+        match self.by_slot.get_mut(tcp.slot()) {
+            Some(z) if *z == Some(tcp) => {
+                *z = None;
+                self.len -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn deadlines_pop_in_order_only_when_due() {
+        let t0 = StdInstant::now();
+        let ms = Duration::from_millis;
+        let mut d = Deadlines::new();
+        d.push(t0 + ms(30), 3u32);
+        d.push(t0 + ms(10), 1);
+        d.push(t0 + ms(20), 2);
+        assert_eq!(d.pop_due(t0 + ms(5)), None);
+        assert_eq!(d.pop_due(t0 + ms(20)), Some((t0 + ms(10), 1)));
+        assert_eq!(d.pop_due(t0 + ms(20)), Some((t0 + ms(20), 2)));
+        assert_eq!(d.pop_due(t0 + ms(20)), None);
+        d.prune_head(|_, k| k != 3);
+        assert_eq!(d.peek(), None);
+    }
+
+    #[test]
+    fn a_churn_of_stale_entries_is_compacted() {
+        let t0 = StdInstant::now();
+        let mut d = Deadlines::new();
+        // One live owner (key 0) while 10,000 short-lived ones come and go.
+        d.push(t0, 0u32);
+        for k in 1..10_000u32 {
+            d.push(t0, k);
+            if d.needs_compaction(1) {
+                d.retain(|_, key| key == 0 || key == k);
+            }
+        }
+        assert!(d.len() <= 2 + COMPACT_SLACK, "{} entries", d.len());
+    }
+}
