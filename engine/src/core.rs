@@ -170,6 +170,9 @@ use crate::wr::{
     WcStatus,
 };
 
+/// An engine time no loop reaches: no deadline.
+const NEVER: Instant = Instant::from_micros_const(i64::MAX);
+
 mod commands;
 mod connect;
 mod deadlines;
@@ -698,6 +701,12 @@ pub struct EngineCore<D: PollDevice> {
     /// initiator no longer has that deadline), or by a compaction when stale entries
     /// outnumber the live QPs (a churn of connects and destroys).
     mpa_timers: Deadlines<(u16, u32)>,
+    /// The engine time at which `mpa_timers`' earliest entry is due (rounded up to the
+    /// clock's microsecond; the far future when there is none): what a loop compares its
+    /// time with, one comparison. An initiator's entry outlives its startup (deleted
+    /// lazily), and reading the heap and converting its instant at every loop cost an
+    /// idle loop ~15 instructions a core.
+    mpa_due: Instant,
     /// Connection requests accepted from TCP so far (their arrival numbers).
     arrivals: u64,
     /// When every live QP is next visited regardless of the ready sets.
@@ -789,6 +798,7 @@ impl<D: PollDevice> EngineCore<D> {
             posted_out: Vec::new(),
             batch: Vec::new(),
             mpa_timers: Deadlines::new(),
+            mpa_due: NEVER,
             arrivals: 0,
             sweep_at: now + SWEEP_INTERVAL,
             clock_base,
@@ -1002,12 +1012,8 @@ impl<D: PollDevice> EngineCore<D> {
         if !self.rx_ready.is_empty() {
             work |= self.poll_rx();
         }
-        // The clock is read only when some startup timer is pending.
-        if self
-            .mpa_timers
-            .peek()
-            .is_some_and(|(at, _)| at <= self.now_std())
-        {
+        // The startup timers only when the earliest is due.
+        if now >= self.mpa_due {
             work |= self.poll_timers();
         }
         if !self.tx_ready.is_empty() {
@@ -1118,7 +1124,7 @@ impl<D: PollDevice> EngineCore<D> {
 
     /// The engine time of `t` (rounded up to the clock's microsecond: a poll at it is not
     /// before `t`).
-    fn instant_of(&self, t: StdInstant) -> Instant {
+    pub(super) fn instant_of(&self, t: StdInstant) -> Instant {
         let d = t.saturating_duration_since(self.clock_base);
         let micros = d.as_micros() + u128::from(!d.subsec_nanos().is_multiple_of(1000));
         Instant::from_micros(i64::try_from(micros).unwrap_or(i64::MAX))

@@ -252,6 +252,7 @@ impl<D: PollDevice> EngineCore<D> {
                 self.mpa_timers
                     .retain(|at, key| initiator_entry_live(qps, at, key));
             }
+            self.note_mpa_due();
         }
         Ok(())
     }
@@ -947,6 +948,7 @@ impl<D: PollDevice> EngineCore<D> {
         let qps = &self.qps;
         self.mpa_timers
             .prune_head(|at, key| initiator_entry_live(qps, at, key));
+        self.note_mpa_due();
         self.mpa_timers.peek().map(|(at, _)| at)
     }
 
@@ -1168,7 +1170,17 @@ impl<D: PollDevice> EngineCore<D> {
                 tx_ready.mark(i);
             }
         }
+        self.note_mpa_due();
         work
+    }
+
+    /// Notes when `mpa_timers`' earliest entry is due, in engine time (`mpa_due`, which
+    /// each loop compares with its time).
+    fn note_mpa_due(&mut self) {
+        self.mpa_due = match self.mpa_timers.peek() {
+            Some((at, _)) => self.instant_of(at),
+            None => NEVER,
+        };
     }
 }
 
