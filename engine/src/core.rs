@@ -292,6 +292,11 @@ pub struct CoreStats {
     /// a QP's deadline, or an entry left by a QP gone or past its startup (deleted lazily).
     /// The others cost a loop nothing.
     pub mpa_timer_visits: u64,
+    /// Entries looked at to find the pending request a full table evicts for a new
+    /// connection (`evict_request`): the oldest closing or reading request, and the stale
+    /// entries before it in their queues (each dropped once). It scanned the whole table
+    /// twice for each new connection of a flood.
+    pub eviction_probes: u64,
     /// Entries of the zombie set (connections whose QP is gone) examined to find a TCP
     /// event's connection there: one a look-up.
     pub zombie_probes: u64,
@@ -665,6 +670,17 @@ pub struct EngineCore<D: PollDevice> {
     /// flood N visits N times per timeout, and one at most every 50 ms let a request
     /// outlive its deadline by up to 50 ms.
     req_deadlines: Deadlines<(u32, u32)>,
+    /// Empty slots of the request table below its width, for the next request: a new
+    /// connection found one by a scan of the table. Entries may be stale (a slot taken
+    /// since by the table's growth path); `free_request_slot` checks.
+    req_free: Vec<usize>,
+    /// The requests still reading their MPA Request and those closing, each in arrival
+    /// order (keyed by slot and generation; an entry whose request ended or moved on is
+    /// stale and dropped when it surfaces, the queue compacted as `req_deadlines`): the
+    /// candidates `evict_request` takes from a full table, oldest first, found without the
+    /// two scans of the whole table it made for every connection of a flood.
+    req_reading: Deadlines<(u32, u32), u64>,
+    req_closing: Deadlines<(u32, u32), u64>,
     /// The request slot of each TCP connection, indexed by [`ConnId::slot`] (`NO_QP`:
     /// none), as `conn_qp`: a TCP event finds its request without a scan. Entries may be
     /// stale; `find_req` checks.
@@ -787,6 +803,9 @@ impl<D: PollDevice> EngineCore<D> {
             req_generations: Vec::new(),
             req_ready: ReadySet::new(),
             req_deadlines: Deadlines::new(),
+            req_free: Vec::new(),
+            req_reading: Deadlines::new(),
+            req_closing: Deadlines::new(),
             conn_req: Vec::new(),
             req_batch: Vec::new(),
             zombies: Zombies::new(),

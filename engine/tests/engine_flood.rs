@@ -663,3 +663,42 @@ fn zombie_events_find_their_connection_with_one_probe() {
         "{probes} zombie probes for {N} zombies' ends"
     );
 }
+
+/// RFC 4987 3.4, MPA-7.1.2-27: a flood of silent connections against a full table of
+/// pending requests costs each new connection a look at the oldest evictable request, not
+/// a scan of the table (two per connection: the oldest closing, then the oldest reading,
+/// `CoreStats::eviction_probes`), and each eviction still takes the oldest silent one.
+#[test]
+fn a_full_request_table_evicts_the_oldest_with_a_look_not_a_scan() {
+    let cfg = EngineConfig {
+        max_pending_requests: 512,
+        ..EngineConfig::default()
+    };
+    let mut p = Pair::new(&LinkConfig::default(), &cfg);
+    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
+    let mut silent = Vec::new();
+    let flood = 512 + 300;
+    for _ in 0..flood {
+        silent_connection(&mut p, &mut silent);
+        p.run(2);
+    }
+    p.run(2);
+    let st = p.b.core.stats();
+    assert!(st.requests_evicted >= 250, "{st:?}");
+    assert!(
+        st.eviction_probes <= 2 * st.requests_evicted,
+        "{} entries looked at for {} evictions",
+        st.eviction_probes,
+        st.requests_evicted
+    );
+    // The oldest went: the connections left established on A's side are the newest.
+    let alive: Vec<bool> = silent
+        .iter()
+        .map(|&c| p.a.core.stack_mut().state(c) == Ok(State::Established))
+        .collect();
+    let first_alive = alive.iter().position(|&a| a).expect("some alive");
+    assert!(
+        alive[first_alive..].iter().filter(|&&a| !a).count() <= 2,
+        "an eviction took a newer connection before an older one: {alive:?}"
+    );
+}

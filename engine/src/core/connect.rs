@@ -802,6 +802,7 @@ impl<D: PollDevice> EngineCore<D> {
             };
             let deadline = request_deadline(&r, self.mpa_limit());
             self.requests[slot] = Some(r);
+            self.file_for_eviction(slot);
             if let Some(at) = deadline {
                 self.arm_request_timer(slot, at);
             }
@@ -816,19 +817,21 @@ impl<D: PollDevice> EngineCore<D> {
     /// gets it read within a loop or two (issue 15: 2,000 silent connections must not lock
     /// the listener).
     fn evict_request(&mut self) -> Option<usize> {
-        let oldest = |phase: ReqPhase, reqs: &[Option<PendingReq>]| {
-            reqs.iter()
-                .enumerate()
-                .filter_map(|(i, r)| {
-                    r.as_ref()
-                        .filter(|r| r.phase == phase)
-                        .map(|r| (i, r.arrival))
-                })
-                .min_by_key(|&(_, arrival)| arrival)
-                .map(|(i, _)| i)
-        };
-        let i = oldest(ReqPhase::Closing, &self.requests)
-            .or_else(|| oldest(ReqPhase::Reading, &self.requests))?;
+        // The oldest of each kind from its queue in arrival order (`req_closing`,
+        // `req_reading`), stale entries dropped on the way: O(log n) a connection, where
+        // two scans of the table made each connection of a flood cost the table's size.
+        let (requests, gens) = (&self.requests, &self.req_generations);
+        let probes = &mut self.ctx.stats.eviction_probes;
+        let i = [&mut self.req_closing, &mut self.req_reading]
+            .into_iter()
+            .zip([ReqPhase::Closing, ReqPhase::Reading])
+            .find_map(|(q, phase)| {
+                q.prune_head(|arrival, key| {
+                    *probes += 1;
+                    arrival_entry_live(requests, gens, arrival, key, phase)
+                });
+                q.pop().map(|(_, (slot, _))| slot as usize)
+            })?;
         let r = self.take_request(i)?;
         let _ = self.stack.release(r.tcp);
         self.ctx.stats.requests_evicted += 1;
@@ -839,8 +842,10 @@ impl<D: PollDevice> EngineCore<D> {
     /// [`EngineConfig::max_pending_requests`]) when none is: the table is as wide as the
     /// most requests pending at once so far, not its limit.
     fn free_request_slot(&mut self) -> Option<usize> {
-        if self.requests_live < self.requests.len() {
-            return self.requests.iter().position(Option::is_none);
+        while let Some(i) = self.req_free.pop() {
+            if matches!(self.requests.get(i), Some(None)) {
+                return Some(i);
+            }
         }
         if self.requests.len() < self.ctx.cfg.max_pending_requests {
             self.requests.push(None);
@@ -874,8 +879,30 @@ impl<D: PollDevice> EngineCore<D> {
         let r = self.requests.get_mut(i)?.take();
         if r.is_some() {
             self.requests_live -= 1;
+            self.req_free.push(i);
         }
         r
+    }
+
+    /// Files pending request `i` (just made, or just closing) in `req_reading` or
+    /// `req_closing` by its arrival, compacting that queue when stale entries outnumber
+    /// the live requests (most requests leave the reading phase by being accepted, long
+    /// before any eviction would surface their entries).
+    fn file_for_eviction(&mut self, i: usize) {
+        let Some(Some(r)) = self.requests.get(i) else {
+            return;
+        };
+        let (phase, arrival) = (r.phase, r.arrival);
+        let q = match phase {
+            ReqPhase::Reading => &mut self.req_reading,
+            ReqPhase::Closing => &mut self.req_closing,
+            _ => return,
+        };
+        q.push(arrival, (i as u32, self.req_generations[i]));
+        if q.needs_compaction(self.requests_live) {
+            let (requests, gens) = (&self.requests, &self.req_generations);
+            q.retain(|arrival, key| arrival_entry_live(requests, gens, arrival, key, phase));
+        }
     }
 
     pub(super) fn poll_requests(&mut self) -> bool {
@@ -973,6 +1000,7 @@ impl<D: PollDevice> EngineCore<D> {
                 continue;
             };
             self.ctx.stats.request_visits += 1;
+            let was_closing = r.phase == ReqPhase::Closing;
             let id = RequestId {
                 core: self.core,
                 index: i as u32,
@@ -1118,6 +1146,13 @@ impl<D: PollDevice> EngineCore<D> {
             let Some(Some(r)) = self.requests.get(i) else {
                 continue;
             };
+            if !was_closing && r.phase == ReqPhase::Closing {
+                // Closing now: the first a full table gives up (`evict_request`).
+                self.file_for_eviction(i);
+            }
+            let Some(Some(r)) = self.requests.get(i) else {
+                continue;
+            };
             // Visited again at once: a Reply still going out, a startup that read octets
             // (more may wait behind them). Otherwise at its connection's next event or at
             // its deadline (strictly after it, as the checks above are).
@@ -1197,6 +1232,20 @@ fn request_deadline(r: &PendingReq, limit: StdDuration) -> Option<StdInstant> {
         ReqPhase::Waiting | ReqPhase::Rejecting => r.since.checked_add(limit + after),
         ReqPhase::Closing => r.since.checked_add(2 * limit + after),
     }
+}
+
+/// Whether `req_reading` / `req_closing` entry `(arrival, (slot, generation))` is its
+/// request's, still in `phase`.
+fn arrival_entry_live(
+    requests: &[Option<PendingReq>],
+    generations: &[u32],
+    arrival: u64,
+    (slot, generation): (u32, u32),
+    phase: ReqPhase,
+) -> bool {
+    let i = slot as usize;
+    generations.get(i) == Some(&generation)
+        && matches!(requests.get(i), Some(Some(r)) if r.arrival == arrival && r.phase == phase)
 }
 
 /// Whether `req_deadlines` entry `(at, (slot, generation))` is its request's live one.

@@ -14,6 +14,8 @@ const COMPACT_SLACK: usize = 64;
 
 /// Deadlines keyed by `K` (a slot and its generation), earliest first: a loop pops only
 /// those that have passed (O(log n) each), instead of visiting every entry to find them.
+/// The order may be any other `T` than an instant: the pending requests' arrival numbers
+/// order the candidates for eviction the same way.
 ///
 /// Deletion is lazy: an entry whose owner went (its slot freed or reused under another
 /// generation) or whose deadline moved stays until it surfaces, and its owner's check at
@@ -23,11 +25,11 @@ const COMPACT_SLACK: usize = 64;
 /// than twice its live owners: each compaction drops at least as many entries as were
 /// pushed since the last one, O(1) amortised per push.
 #[derive(Debug)]
-pub(super) struct Deadlines<K: Ord + Copy> {
-    heap: BinaryHeap<Reverse<(StdInstant, K)>>,
+pub(super) struct Deadlines<K: Ord + Copy, T: Ord + Copy = StdInstant> {
+    heap: BinaryHeap<Reverse<(T, K)>>,
 }
 
-impl<K: Ord + Copy> Deadlines<K> {
+impl<K: Ord + Copy, T: Ord + Copy> Deadlines<K, T> {
     pub(super) fn new() -> Self {
         Deadlines {
             heap: BinaryHeap::new(),
@@ -35,22 +37,22 @@ impl<K: Ord + Copy> Deadlines<K> {
     }
 
     /// Adds `key`'s deadline `at`.
-    pub(super) fn push(&mut self, at: StdInstant, key: K) {
+    pub(super) fn push(&mut self, at: T, key: K) {
         self.heap.push(Reverse((at, key)));
     }
 
     /// The earliest entry, live or stale.
-    pub(super) fn peek(&self) -> Option<(StdInstant, K)> {
+    pub(super) fn peek(&self) -> Option<(T, K)> {
         self.heap.peek().map(|Reverse(e)| *e)
     }
 
     /// Whether the earliest entry is due at `now`.
-    pub(super) fn is_due(&self, now: StdInstant) -> bool {
+    pub(super) fn is_due(&self, now: T) -> bool {
         self.peek().is_some_and(|(at, _)| at <= now)
     }
 
     /// Takes the earliest entry if it is due at `now`.
-    pub(super) fn pop_due(&mut self, now: StdInstant) -> Option<(StdInstant, K)> {
+    pub(super) fn pop_due(&mut self, now: T) -> Option<(T, K)> {
         if self.is_due(now) {
             self.heap.pop().map(|Reverse(e)| e)
         } else {
@@ -58,9 +60,14 @@ impl<K: Ord + Copy> Deadlines<K> {
         }
     }
 
+    /// Takes the earliest entry, due or not.
+    pub(super) fn pop(&mut self) -> Option<(T, K)> {
+        self.heap.pop().map(|Reverse(e)| e)
+    }
+
     /// Drops the earliest entries `live` says are stale, so that [`Self::peek`] names a
     /// live deadline (the wake-up a caller reports).
-    pub(super) fn prune_head(&mut self, mut live: impl FnMut(StdInstant, K) -> bool) {
+    pub(super) fn prune_head(&mut self, mut live: impl FnMut(T, K) -> bool) {
         while let Some((at, k)) = self.peek() {
             if live(at, k) {
                 break;
@@ -75,7 +82,7 @@ impl<K: Ord + Copy> Deadlines<K> {
     }
 
     /// Entries, live and stale, in no order.
-    pub(super) fn iter(&self) -> impl Iterator<Item = (StdInstant, K)> + '_ {
+    pub(super) fn iter(&self) -> impl Iterator<Item = (T, K)> + '_ {
         self.heap.iter().map(|Reverse(e)| *e)
     }
 
@@ -86,7 +93,7 @@ impl<K: Ord + Copy> Deadlines<K> {
     }
 
     /// Keeps the entries `live` says are live (a compaction, O(n)).
-    pub(super) fn retain(&mut self, mut live: impl FnMut(StdInstant, K) -> bool) {
+    pub(super) fn retain(&mut self, mut live: impl FnMut(T, K) -> bool) {
         self.heap.retain(|Reverse((at, k))| live(*at, *k));
     }
 }
