@@ -309,6 +309,11 @@ pub struct Recovery {
     /// reordering window by min_RTT / 4 once per round trip, for 16 recovery episodes.
     reo_wnd_mult: u32,
     reo_wnd_persist: u32,
+    /// Set to SND.NXT by a D-SACK, cleared by the first ACK that reaches it
+    /// ([`Recovery::end_dsack_round`]), so that it never lies more than a window from
+    /// SND.UNA: kept until the next D-SACK instead, it went stale, and once SND.UNA ran
+    /// 2^31 octets past it the modular `ack >= d` read "before" and that D-SACK (and every
+    /// one for the next 2^31 octets) was taken as one of the same round trip.
     dsack_round: Option<TcpSeqNumber>,
     /// The congestion state before the last recovery episode's reduction, kept until
     /// D-SACKs have reported every retransmission of that episode unneeded (then it comes
@@ -317,6 +322,16 @@ pub struct Recovery {
     /// The ranges the episode of `episode_undo` retransmitted and no D-SACK has covered
     /// yet (at most [`EPISODE_RESENT_MAX`]; kept across episodes to reuse its memory).
     episode_resent: Vec<(TcpSeqNumber, TcpSeqNumber)>,
+    /// The SACK blocks of the last ACK within what was outstanding (RFC 2018 4; Linux's
+    /// `recv_sack_cache`): every entry wholly within one is SACKed (but the front one, which
+    /// a cumulative ACK may cut), so the next ACK's blocks, mostly the same ones grown by a
+    /// segment, pass over those entries with a binary search instead of visiting each.
+    /// Replaced at every ACK (it never lies more than a window from SND.UNA, where sequence
+    /// comparisons hold), emptied when an RTO forgets the SACKs (RFC 2018 8) or an entry
+    /// is split (`mark_retransmitted`: a piece may lie within a block that covered the
+    /// entry in part).
+    sack_cache: [(TcpSeqNumber, TcpSeqNumber); SACK_CACHE],
+    sack_cached: usize,
     reorder_at: Option<Instant>,
     pto_at: Option<Instant>,
     /// RFC 8985's TLP.end_seq: the end of what was sent when the last loss probe went
@@ -371,9 +386,28 @@ struct EpisodeUndo {
     all_dsacked: bool,
 }
 
+/// SACK blocks remembered from one ACK to the next (`Recovery::sack_cache`): RFC 2018 3's
+/// most, four (three with timestamps).
+const SACK_CACHE: usize = 4;
+
 /// Retransmissions an episode may have for its reduction to be undone by D-SACKs: past
 /// that it was no reordering (and the list stays small whatever the peer does).
 const EPISODE_RESENT_MAX: usize = 64;
+
+#[cfg(test)]
+thread_local! {
+    /// Tests only: scoreboard entries the SACK and retransmission walks looked at on this
+    /// thread, the probes of `walk_start`'s search included (a counter in `Recovery` would
+    /// make the fast and general ACK paths' states, which a test compares, differ).
+    static VISITS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts one scoreboard entry looked at (tests only: `VISITS`).
+#[inline(always)]
+fn visited() {
+    #[cfg(test)]
+    VISITS.with(|v| v.set(v.get() + 1));
+}
 
 fn dur_us(d: Duration) -> u64 {
     d.total_micros()
@@ -412,6 +446,8 @@ impl Recovery {
             dsack_round: None,
             episode_undo: None,
             episode_resent: Vec::new(),
+            sack_cache: [(TcpSeqNumber(0), TcpSeqNumber(0)); SACK_CACHE],
+            sack_cached: 0,
             reorder_at: None,
             pto_at: None,
             tlp_end: None,
@@ -511,6 +547,27 @@ impl Recovery {
                 t.add(s);
             }
             debug_assert_eq!(t, self.tally, "scoreboard sums out of step");
+            // The order `walk_start`'s binary search relies on, and what `sack_cache`
+            // promises (but for the front entry, which a cumulative ACK may have cut to
+            // within a block: no skip passes over it, the skips go forward from a SACKed
+            // entry).
+            debug_assert!(
+                self.segs
+                    .iter()
+                    .zip(self.segs.iter().skip(1))
+                    .all(|(a, b)| a.end <= b.start),
+                "scoreboard out of sequence order"
+            );
+            debug_assert!(
+                self.sack_cache[..self.sack_cached]
+                    .iter()
+                    .all(|&(l, r)| self
+                        .segs
+                        .iter()
+                        .skip(1)
+                        .all(|s| s.sacked || !(l <= s.start && s.end <= r))),
+                "an entry within a cached SACK block is not SACKed"
+            );
         }
     }
 
@@ -570,9 +627,8 @@ impl Recovery {
         if self.tlp_retrans_at.is_some() && self.tlp_end == Some(r) {
             self.tlp_retrans_at = None;
         }
-        if self.dsack_round.is_some_and(|d| ack >= d) {
-            self.dsack_round = None;
-        }
+        // The ACK carrying the D-SACK comes to `on_ack` after this: it may end the round.
+        self.end_dsack_round(ack);
         if self.dsack_round.is_none() {
             self.dsack_round = Some(snd_nxt);
             // The window is at most SRTT whatever the multiplier: 255 steps of min_RTT / 4
@@ -699,10 +755,40 @@ impl Recovery {
         self.pto_at = None;
     }
 
+    /// Where a walk of the scoreboard over `[l, r)` (a SACK block's, RFC 2018 4; a
+    /// retransmission's) may start: the count of leading entries that end at or before
+    /// `l`, which such a walk passes over unchanged. A binary search, O(log n): the walk
+    /// from the front it replaces cost every segment below the range, per SACK block of
+    /// every ACK in recovery (RFC 6675 5) and per retransmission, so with thousands of
+    /// segments in flight (a window of megabytes) a recovery episode was quadratic.
+    ///
+    /// The entries lie in ascending, non-overlapping sequence order within less than 2^31
+    /// octets (`debug_check_tally` checks the order; `flight_size` the span), so where `l`
+    /// and `r` lie at or above the front's start every comparison with them is the linear
+    /// one and the search finds exactly what the walk skipped. The connection passes only
+    /// blocks within [SND.UNA, SND.NXT] and its own retransmissions; any other range starts
+    /// at the front, as before (`None`).
+    fn walk_start(&self, l: TcpSeqNumber, r: TcpSeqNumber) -> Option<usize> {
+        let f = self.segs.front()?;
+        (f.start <= l && f.start <= r).then(|| self.first_ending_after(l))
+    }
+
+    /// The index of the first entry that ends after `seq` (`seq` at or above the front's
+    /// start, see `walk_start`), by binary search.
+    fn first_ending_after(&self, seq: TcpSeqNumber) -> usize {
+        self.segs.partition_point(|s| {
+            visited();
+            s.end <= seq
+        })
+    }
+
     /// Marks `[seq, end)` retransmitted at `now`, splitting entries it covers in part.
     fn mark_retransmitted(&mut self, now: Instant, seq: TcpSeqNumber, end: TcpSeqNumber) {
-        let mut i = 0;
+        // From the first entry the range covers (a binary search): a retransmission in the
+        // middle of a large window costs the entries it covers, not the walk up to them.
+        let mut i = self.walk_start(seq, end).unwrap_or(0);
         while i < self.segs.len() {
+            visited();
             let s = self.segs[i];
             if s.end <= seq {
                 i += 1;
@@ -716,6 +802,9 @@ impl Recovery {
                 let mut head = s;
                 head.end = seq;
                 self.segs[i].start = seq;
+                // A piece of an entry a SACK block covered in part may lie wholly within
+                // it, not SACKed: the cache promises no more (rare, a partial resend).
+                self.sack_cached = 0;
                 self.tally.change(&s, &self.segs[i]);
                 self.tally.add(&head);
                 self.segs.insert(i, head);
@@ -726,6 +815,7 @@ impl Recovery {
                 let mut tail = s;
                 tail.start = end;
                 self.segs[i].end = end;
+                self.sack_cached = 0;
                 self.tally.change(&s, &self.segs[i]);
                 self.tally.add(&tail);
                 self.segs.insert(i + 1, tail);
@@ -738,6 +828,18 @@ impl Recovery {
             e.xmit = now;
             self.tally.change(&before, e);
             i += 1;
+        }
+    }
+
+    /// RFC 8985 6.2 step 4: "If RACK.dsack_round is not None and SND.UNA >=
+    /// RACK.dsack_round", the D-SACK's round trip is over, tested at every ACK (`ack`, the
+    /// new SND.UNA) rather than only at the next D-SACK: sequence numbers compare modulo
+    /// 2^32 (a difference below 2^31 reads "after"), which holds for a round ending within
+    /// a window of SND.UNA, not for one left standing while gigabytes go by.
+    #[inline(always)]
+    fn end_dsack_round(&mut self, ack: TcpSeqNumber) {
+        if self.dsack_round.is_some_and(|d| ack >= d) {
+            self.dsack_round = None;
         }
     }
 
@@ -929,6 +1031,9 @@ impl Recovery {
         ts_rtt: Option<Duration>,
     ) -> AckOutcome {
         let tlp_loss = self.tlp_answered(now, ack, ts_rtt);
+        self.end_dsack_round(ack);
+        // An ACK without blocks: none to remember (as `on_ack_general`).
+        self.sack_cached = 0;
         let mut out = AckOutcome::default();
         let mut karn: Option<Duration> = None;
         // The latest segment delivered (no segment is SACKed: every one acknowledged).
@@ -1026,6 +1131,7 @@ impl Recovery {
         ts_rtt: Option<Duration>,
     ) -> AckOutcome {
         let tlp_loss = self.tlp_answered(now, ack, ts_rtt);
+        self.end_dsack_round(ack);
         let mut out = AckOutcome::default();
         let mut karn: Option<Duration> = None;
         let mut delivered_latest: Option<(Instant, TcpSeqNumber, bool)> = None;
@@ -1085,18 +1191,39 @@ impl Recovery {
                 break;
             }
         }
-        // SACK blocks (RFC 2018 4): mark what they cover.
+        // SACK blocks (RFC 2018 4): mark what they cover. Each walk starts at the first
+        // entry the block can cover (a binary search), not at the front, and passes over
+        // the entries within a block of the last ACK (`sack_cache`: SACKed already) with
+        // another: a peer repeats its blocks in every ACK, each grown by the segment that
+        // drew it (RFC 2018 4), so a block costs about the segments it newly covers, not
+        // the window below it nor all it covers (with thousands of segments in flight and
+        // three blocks per ACK, a recovery episode was quadratic).
         let mut sacked_top: Option<TcpSeqNumber> = None;
+        let (cache, cached) = (self.sack_cache, self.sack_cached);
+        self.sack_cached = 0;
         for &(l, r) in sack {
             if r <= l {
                 continue;
             }
             self.sack_seen = true;
-            for s in self.segs.iter_mut() {
+            // A block not within what is outstanding (`walk_start`) is walked from the
+            // front, as ever, and not cached.
+            let start = self.walk_start(l, r);
+            let mut i = start.unwrap_or(0);
+            while let Some(s) = self.segs.get_mut(i) {
+                visited();
                 if s.start >= r {
                     break;
                 }
-                if !s.sacked && s.start >= l && s.end <= r {
+                if s.sacked && start.is_some() {
+                    let (a, b) = (s.start, s.end);
+                    if let Some(&(_, cr)) =
+                        cache[..cached].iter().find(|&&(cl, cr)| cl <= a && b <= cr)
+                    {
+                        i = self.first_ending_after(cr);
+                        continue;
+                    }
+                } else if !s.sacked && s.start >= l && s.end <= r {
                     below_fack(s.end, s);
                     if sacked_top.is_none_or(|t| t < s.end) {
                         sacked_top = Some(s.end);
@@ -1107,6 +1234,11 @@ impl Recovery {
                     out.newly_sacked += s.len();
                     note(s, &mut delivered_latest);
                 }
+                i += 1;
+            }
+            if start.is_some() && self.sack_cached < SACK_CACHE {
+                self.sack_cache[self.sack_cached] = (l, r);
+                self.sack_cached += 1;
             }
         }
         self.reordering_seen |= reordered;
@@ -1633,6 +1765,9 @@ impl Recovery {
     /// reordering timer running meanwhile.
     fn resend_all_and_back_off(&mut self, now: Instant, forget_sacks: bool) {
         let mut tally = Tally::default();
+        if forget_sacks {
+            self.sack_cached = 0;
+        }
         for s in self.segs.iter_mut() {
             if forget_sacks {
                 s.sacked = false;

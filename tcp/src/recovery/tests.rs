@@ -1376,3 +1376,216 @@ fn rfc8985_6_2_without_sack_a_partial_ack_marks_only_the_next_hole_lost() {
     }
     assert_eq!(lost, vec![5000], "segments marked lost (offsets from S)");
 }
+
+/// Scoreboard entries the SACK and retransmission walks looked at on this thread since the
+/// last call (`VISITS`).
+fn take_visits() -> u64 {
+    VISITS.with(|v| v.replace(0))
+}
+
+/// The most entries one SACK block (RFC 2018 4) or one retransmission may cost over a
+/// scoreboard of `n` entries: two binary searches of at most log2(n) + 1 probes each (the
+/// walk's start, the skip over what a block of the last ACK covered) and a few entries
+/// (the one the skip lands on, the one newly covered, the one that ends the walk).
+fn walk_bound(n: usize) -> u64 {
+    let log = u64::from(usize::BITS - n.leading_zeros()) + 1;
+    2 * log + 4
+}
+
+/// RFC 2018 4 and RFC 6675 5: in a recovery episode with three holes in a window of 3000
+/// segments, every ACK carries up to three blocks (the one the arriving segment grew,
+/// first, then the two before), and each costs O(log n) entries looked at, not a walk
+/// from the front of the scoreboard (up to n per block: 3000 + 2000 + 1000 for the
+/// last ACKs, quadratic over the episode). What the blocks mark is unchanged: each ACK
+/// newly SACKs exactly its segment.
+#[test]
+fn rfc6675_sack_blocks_cost_what_they_newly_cover_not_the_window() {
+    const N: usize = 3000;
+    let mut r = rtt_of_1_ms();
+    let base = S + 1000;
+    send_n(&mut r, us(2_000), base, N);
+    let seg = |k: usize| base + k * 1000;
+    let mut worst = 0;
+    for k in 1..N {
+        if k % 1000 == 0 {
+            continue; // the holes: segments 0, 1000 and 2000
+        }
+        let g = k / 1000;
+        let mut blocks = vec![(seg(g * 1000 + 1), seg(k + 1))];
+        for h in (g.saturating_sub(2)..g).rev() {
+            blocks.push((seg(h * 1000 + 1), seg(h * 1000 + 1000)));
+        }
+        take_visits();
+        let o = r.on_ack(us(3_000 + k as i64), base, &blocks, None);
+        let v = take_visits();
+        assert_eq!(o.newly_sacked, 1000, "ack {k}");
+        assert!(
+            v <= blocks.len() as u64 * walk_bound(N),
+            "ack {k}: {v} entries looked at for {} blocks",
+            blocks.len()
+        );
+        worst = worst.max(v);
+    }
+    assert_eq!(r.tally.sacked, N - 3);
+    assert!(worst > 0);
+}
+
+/// RFC 6675 5 (4.3): a retransmission in the middle of a window of 3000 segments (the
+/// scoreboard marks it and splits nothing) costs O(log n) entries looked at, not the walk
+/// from the front up to it.
+#[test]
+fn rfc6675_a_retransmission_costs_the_segments_it_covers() {
+    const N: usize = 3000;
+    let mut r = rtt_of_1_ms();
+    let base = S + 1000;
+    send_n(&mut r, us(2_000), base, N);
+    take_visits();
+    r.on_sent(us(3_000), base + 2500 * 1000, 1000, true);
+    let v = take_visits();
+    assert!(v <= walk_bound(N), "{v} entries looked at");
+    let s = r.segs.iter().find(|s| s.retransmitted).unwrap();
+    assert_eq!((s.start, s.end), (base + 2500 * 1000, base + 2501 * 1000));
+    assert_eq!(r.segs.len(), N);
+}
+
+/// RFC 8985 6.2 step 4: RACK.dsack_round ends once SND.UNA reaches it. Across the
+/// sequence-number wrap (2^32 to 0) a round ends as anywhere else; and a round that ended
+/// long ago stays ended: a D-SACK after more than 2^31 octets (here 2.5 GiB, which also
+/// runs across the wrap) starts a new round trip and widens the window. Before, the round
+/// was kept until the next D-SACK and compared with its ACK then, modulo 2^32: 2^31 octets
+/// on, that ACK read as before the round, and every D-SACK of the next 2^31 octets was
+/// ignored.
+#[test]
+fn rfc8985_6_2_step_4_a_dsack_round_ends_at_the_wrap_and_stays_ended() {
+    let start = TcpSeqNumber(-10_000); // 2^32 - 10000
+    let mut r = rec(Congestion::Cubic);
+    r.on_sent(us(0), start, 1000, false);
+    r.on_ack(
+        us(1_000),
+        start + 1000,
+        &[],
+        Some(Duration::from_micros(1_000)),
+    );
+    let mut una = start + 1000;
+    let mut now = 2_000;
+    // A D-SACK: a round trip until SND.NXT, which lies past the wrap.
+    send_n(&mut r, us(now), una, 12);
+    let nxt = una + 12_000;
+    assert!(nxt.0 > 0 && una.0 < 0);
+    r.on_dsack(una, nxt, start, start + 1000);
+    assert_eq!(r.stats().reo_wnd_mult, 2);
+    // Within the round, across the wrap: the same round trip.
+    r.on_ack(us(now + 500), una + 9000, &[], None);
+    r.on_dsack(una + 9000, nxt, start, start + 1000);
+    assert_eq!(r.stats().reo_wnd_mult, 2);
+    // An ACK reaches the round's end (past 0): the next D-SACK steps again.
+    r.on_ack(us(now + 1_000), nxt, &[], None);
+    una = nxt;
+    now += 1_000;
+    r.on_dsack(una, una, start, start + 1000);
+    assert_eq!(r.stats().reo_wnd_mult, 3);
+    // That round (SND.NXT = SND.UNA) ends with the next ACK; then 2.5 GiB go by.
+    for _ in 0..5 {
+        r.on_sent(us(now), una, 1 << 29, false);
+        una += 1 << 29;
+        now += 1_000;
+        r.on_ack(us(now), una, &[], None);
+    }
+    r.on_sent(us(now), una, 1000, false);
+    r.on_dsack(una, una + 1000, start, start + 1000);
+    assert_eq!(r.stats().reo_wnd_mult, 4);
+}
+
+proptest! {
+    /// RFC 2018 4: an ACK marks SACKed exactly the entries of the scoreboard that one of its
+    /// blocks covers whole, and reports their octets newly SACKed, whatever the blocks
+    /// (grown from the last ACK's, repeated, new, below or across the cumulative ACK,
+    /// across the sequence wrap), the entries (split by partial retransmissions, cut by
+    /// the cumulative ACK) and however `on_ack` finds them (its binary searches, the skip
+    /// over the last ACK's blocks): the walk from the front over every entry, as before.
+    #[test]
+    fn sack_marking_agrees_with_the_walk_over_every_entry(
+        ops in proptest::collection::vec(
+            (0u8..5, 0u32..1_000_000, 0u32..1_000_000, 0u32..1_000_000),
+            1..120,
+        ),
+    ) {
+        let base = TcpSeqNumber(-30_000);
+        let mut r = rec(Congestion::Cubic);
+        let (mut una, mut nxt, mut now) = (base, base, 0i64);
+        let mut last: Vec<(TcpSeqNumber, TcpSeqNumber)> = Vec::new();
+        for (kind, a, b, c) in ops {
+            now += 100;
+            let span = (nxt - una) as u32;
+            match kind {
+                0 => {
+                    for _ in 0..=(a % 8) {
+                        r.on_sent(us(now), nxt, 1000, false);
+                        nxt += 1000;
+                    }
+                }
+                1 | 2 => {
+                    // The cumulative ACK anywhere (kind 2 leaves it).
+                    let ack = if kind == 1 { una + (a % (span + 1)) as usize } else { una };
+                    let mut blocks = Vec::new();
+                    if span > 0 {
+                        for j in 0..=(b % 3) as usize {
+                            let x = c.rotate_left(8 * j as u32);
+                            let blk = match (x % 3, last.get(j)) {
+                                // The last ACK's block, grown by a segment or not.
+                                (0, Some(&(l, rr))) => {
+                                    let grown = rr + (x as usize / 3 % 2) * 1000;
+                                    (l, if grown > nxt { nxt } else { grown })
+                                }
+                                _ => {
+                                    // Anywhere from SND.UNA, on boundaries or not.
+                                    let unit = if x % 2 == 0 { 1000 } else { 1 };
+                                    let l = una + (a.rotate_left(3 * j as u32) % span) as usize / unit * unit;
+                                    let len = ((x / 7) % span) as usize / unit * unit + unit;
+                                    let rr = l + len;
+                                    (l, if rr > nxt { nxt } else { rr })
+                                }
+                            };
+                            blocks.push(blk);
+                        }
+                    }
+                    // Each entry's flag before, by its end (the cumulative ACK may cut its
+                    // start).
+                    let before: Vec<(TcpSeqNumber, bool)> =
+                        r.segs.iter().map(|s| (s.end, s.sacked)).collect();
+                    let o = r.on_ack(us(now), ack, &blocks, None);
+                    una = una.max(ack);
+                    let mut newly = 0;
+                    for s in &r.segs {
+                        let was = before.iter().find(|p| p.0 == s.end).is_some_and(|p| p.1);
+                        let covered = blocks
+                            .iter()
+                            .any(|&(l, rr)| l < rr && l <= s.start && s.end <= rr);
+                        prop_assert_eq!(s.sacked, was || covered, "{:?} {:?}", s, blocks);
+                        if s.sacked && !was {
+                            newly += s.len();
+                        }
+                    }
+                    // (The cumulative ACK goes first: a block below it marks nothing.)
+                    prop_assert_eq!(o.newly_sacked, newly);
+                    last = blocks;
+                }
+                3 => {
+                    // What the connection would resend: whole entries.
+                    if let Some((seq, len)) = r.next_retransmit() {
+                        r.on_sent(us(now), seq, len, true);
+                    }
+                }
+                _ => {
+                    // Part of an outstanding range resent (an MSS that shrank): entries
+                    // split.
+                    if span > 1 {
+                        let seq = una + (a % span) as usize;
+                        let len = ((b % 1500) as usize + 1).min(nxt - seq);
+                        r.on_sent(us(now), seq, len, true);
+                    }
+                }
+            }
+        }
+    }
+}
