@@ -4,8 +4,10 @@
 
 mod common;
 
+use std::sync::Arc;
+
 use common::*;
-use warpcore_engine::mem::{Access, Stag};
+use warpcore_engine::mem::{Access, Region, Stag};
 use warpcore_engine::{CmEvent, ConnError, DisconnectCause, MpaParams, QpId, SendOp, WcStatus};
 
 /// A's QP, its local keys checked when a request starts (not at post), connected to B's.
@@ -138,24 +140,23 @@ fn rdmap_5_5_8_an_aborted_write_from_memory_never_acknowledged_is_not_a_success(
     );
 }
 
-/// RDMAP-5.5-8: a QP destroyed while TCP may still (re)send FPDUs of its requests from
-/// registered memory (it failed and sent its Terminate and FIN behind a Write none of
-/// which B acknowledged yet): the application owns every buffer once the QP is gone, so
-/// nothing may read them again; what it writes there must never reach the peer.
-#[test]
-fn rdmap_5_5_8_a_destroyed_qp_leaves_no_reader_of_its_buffers() {
-    let mut p = Pair::default_pair();
-    let qa = connect_late_checks(&mut p);
+/// A's QP, failed (a later request's bad local key, not checked at post) behind a Write of
+/// 300,000 octets sent from registered memory, none of it acknowledged (B does not run):
+/// its Terminate and FIN went out behind the Write's FPDUs. Then destroyed, and the
+/// application writes 0xEE over its buffer at once. Returns B's sink and the Write's data
+/// (which holds no 0xEE).
+fn destroyed_behind_an_unacknowledged_write(p: &mut Pair, salt: u8) -> (Arc<Region>, Vec<u8>) {
+    let qa = connect_late_checks(p);
     let (ra, sa) = p.a.region(1 << 20, all_access());
     let (rb, sb) = p.b.region(1 << 20, all_access());
     let len = 300_000usize;
-    let data: Vec<u8> = pattern(len, 3)
+    let data: Vec<u8> = pattern(len, salt)
         .into_iter()
         .map(|b| if b == 0xEE { 0x11 } else { b })
         .collect();
     ra.write_at(0, &data).unwrap();
-    post_a(&mut p, qa, 1, write(sb.0, 0), &[(sa, 0, len as u32)]);
-    post_a(&mut p, qa, 2, SendOp::Send, &[(Stag(sa.0 ^ 0x5a), 0, 16)]);
+    post_a(p, qa, 1, write(sb.0, 0), &[(sa, 0, len as u32)]);
+    post_a(p, qa, 2, SendOp::Send, &[(Stag(sa.0 ^ 0x5a), 0, 16)]);
     p.run_a_alone(100);
     assert!(p
         .a
@@ -166,8 +167,19 @@ fn rdmap_5_5_8_a_destroyed_qp_leaves_no_reader_of_its_buffers() {
     p.a.core.destroy_qp(qa).unwrap();
     // The QP is gone: its buffers are the application's.
     ra.fill(0, len, 0xEE).unwrap();
+    (rb, data)
+}
+
+/// RDMAP-5.5-8: a QP destroyed while TCP may still (re)send FPDUs of its requests from
+/// registered memory (it failed and sent its Terminate and FIN behind a Write none of
+/// which B acknowledged yet): the application owns every buffer once the QP is gone, so
+/// nothing may read them again; what it writes there must never reach the peer.
+#[test]
+fn rdmap_5_5_8_a_destroyed_qp_leaves_no_reader_of_its_buffers() {
+    let mut p = Pair::default_pair();
+    let (rb, data) = destroyed_behind_an_unacknowledged_write(&mut p, 3);
     p.run(5000);
-    let sink = read_region(&rb, 0, len);
+    let sink = read_region(&rb, 0, data.len());
     let placed = sink.iter().filter(|&&b| b == 0xEE).count();
     assert_eq!(
         placed, 0,
@@ -185,43 +197,17 @@ fn rdmap_5_5_8_a_destroyed_qp_leaves_no_reader_of_its_buffers() {
 #[test]
 fn rdmap_5_4_a_qp_destroyed_after_its_terminate_still_delivers_it_and_the_data_before() {
     let mut p = Pair::default_pair();
-    let qa = connect_late_checks(&mut p);
-    let (ra, sa) = p.a.region(1 << 20, all_access());
-    let (rb, sb) = p.b.region(1 << 20, all_access());
-    let len = 300_000usize;
-    let data: Vec<u8> = pattern(len, 5)
-        .into_iter()
-        .map(|b| if b == 0xEE { 0x11 } else { b })
-        .collect();
-    ra.write_at(0, &data).unwrap();
-    post_a(&mut p, qa, 1, write(sb.0, 0), &[(sa, 0, len as u32)]);
-    post_a(&mut p, qa, 2, SendOp::Send, &[(Stag(sa.0 ^ 0x5a), 0, 16)]);
-    p.run_a_alone(100);
-    assert!(p
-        .a
-        .events
-        .iter()
-        .any(|e| matches!(e, CmEvent::Error { .. })));
-    assert!(p.a.core.stats().tx_from_memory_octets > 200_000);
-    p.a.core.destroy_qp(qa).unwrap();
-    ra.fill(0, len, 0xEE).unwrap();
-    p.run_until(50_000, |p| {
-        p.b.events
-            .iter()
-            .any(|e| matches!(e, CmEvent::Error { .. } | CmEvent::Disconnected { .. }))
-    });
+    let (rb, data) = destroyed_behind_an_unacknowledged_write(&mut p, 5);
+    let is_end = |e: &CmEvent| matches!(e, CmEvent::Error { .. } | CmEvent::Disconnected { .. });
+    p.run_until(50_000, |p| p.b.events.iter().any(is_end));
     p.run(2000);
-    let sink = read_region(&rb, 0, len);
+    let sink = read_region(&rb, 0, data.len());
     let placed = sink.iter().filter(|&&b| b == 0xEE).count();
     assert_eq!(
         placed, 0,
         "B placed {placed} octets written after the QP was destroyed"
     );
-    let ends: Vec<_> =
-        p.b.events
-            .iter()
-            .filter(|e| matches!(e, CmEvent::Error { .. } | CmEvent::Disconnected { .. }))
-            .collect();
+    let ends: Vec<_> = p.b.events.iter().filter(|e| is_end(e)).collect();
     assert!(
         matches!(
             ends.first(),

@@ -57,6 +57,16 @@ fn connect(a: &mut Stack<LinkEnd>, b: &mut Stack<LinkEnd>, now: &mut Instant) ->
     panic!("no connection");
 }
 
+/// Two stacks over an in-memory link of `link`'s faults, a connected to b.
+fn connected(link: &LinkConfig) -> (Stack<LinkEnd>, Stack<LinkEnd>, Instant, ConnId, ConnId) {
+    let (ea, eb) = link::pair(link);
+    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("a");
+    let mut b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("b");
+    let mut now = Instant::ZERO;
+    let (ca, cb) = connect(&mut a, &mut b, &mut now);
+    (a, b, now, ca, cb)
+}
+
 /// One record the sender queued: where it starts in the stream, its length, and its token
 /// if external; for a run of records under one token (`Stack::send_external_run`), the
 /// length of each but the last.
@@ -74,11 +84,7 @@ struct Rec {
 fn transfer(seed: u64, total: u64) -> (u64, u64, u64) {
     let cut_before = RUN_FILLS_CUT.load(Ordering::Relaxed);
     let fills_before = RUN_FILLS.load(Ordering::Relaxed);
-    let (ea, eb) = link::pair(&lossy(seed));
-    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("a");
-    let mut b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("b");
-    let mut now = Instant::ZERO;
-    let (ca, cb) = connect(&mut a, &mut b, &mut now);
+    let (mut a, mut b, mut now, ca, cb) = connected(&lossy(seed));
     let room = a.max_record_payload(ca).expect("ours").expect("ours");
     let mut rng = seed | 1;
     let mut next = || {
@@ -302,11 +308,7 @@ fn external_records_arrive_byte_exact_under_loss_and_are_never_asked_for_after_t
 /// the peer received only octets that were written.
 #[test]
 fn a_record_the_owner_cannot_write_resets_the_connection() {
-    let (ea, eb) = link::pair(&LinkConfig::default());
-    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("a");
-    let mut b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("b");
-    let mut now = Instant::ZERO;
-    let (ca, cb) = connect(&mut a, &mut b, &mut now);
+    let (mut a, mut b, mut now, ca, cb) = connected(&LinkConfig::default());
     assert!(
         a.send_with(ca, |buf| {
             buf[..100].fill(7);
@@ -368,11 +370,7 @@ fn a_poll_makes_its_fill_for_a_transmit_pass_only_after_every_delivery_and_drops
             self.0.borrow_mut().push("drop");
         }
     }
-    let (ea, eb) = link::pair(&LinkConfig::default());
-    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("a");
-    let mut b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("b");
-    let mut now = Instant::ZERO;
-    let (ca, cb) = connect(&mut a, &mut b, &mut now);
+    let (mut a, mut b, mut now, ca, cb) = connected(&LinkConfig::default());
     // Settle: nothing left to send or receive either way, nothing due.
     for _ in 0..100 {
         while a.next_event().is_some() || b.next_event().is_some() {}
@@ -446,11 +444,7 @@ fn a_poll_makes_its_fill_for_a_transmit_pass_only_after_every_delivery_and_drops
 /// never comes).
 #[test]
 fn external_records_a_caller_got_wrong_are_refused_naming_the_argument() {
-    let (ea, eb) = link::pair(&LinkConfig::default());
-    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("a");
-    let mut b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("b");
-    let mut now = Instant::ZERO;
-    let (ca, _cb) = connect(&mut a, &mut b, &mut now);
+    let (mut a, _b, _now, ca, _cb) = connected(&LinkConfig::default());
     let refused = |r: Result<bool, StackError>, arg: &str| match r {
         Err(StackError::InvalidArgument(name, _)) => assert_eq!(name, arg),
         other => panic!("{arg}: {other:?}"),
@@ -474,11 +468,7 @@ fn external_records_a_caller_got_wrong_are_refused_naming_the_argument() {
 #[test]
 fn internalized_external_records_arrive_byte_exact_and_are_never_asked_for_again() {
     for seed in [5_u64, 0x77, 0xdead_beef] {
-        let (ea, eb) = link::pair(&lossy(seed));
-        let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("a");
-        let mut b = Stack::new(eb, &config(2, IP_B), Instant::ZERO).expect("b");
-        let mut now = Instant::ZERO;
-        let (ca, cb) = connect(&mut a, &mut b, &mut now);
+        let (mut a, mut b, mut now, ca, cb) = connected(&lossy(seed));
         let room = a.max_record_payload(ca).expect("ours").expect("ours");
         // Runs of 8 records of `room` octets, token k starting at octet k * run.
         let run = 8 * room;
