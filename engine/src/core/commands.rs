@@ -211,11 +211,12 @@ impl<D: PollDevice> EngineCore<D> {
                 // TCP reads none of them again.
                 txrec.forget(tcp);
                 reads_buffers = false;
-            } else {
-                // A buffer could not be read (a fill failed: noted for `fail_unfillable`,
-                // which finds no QP holding the connection and leaves it): reset.
-                reads_buffers = true;
             }
+            // Else a buffer could not be read (a fill failed: noted for `fail_unfillable`,
+            // which finds no QP holding the connection and leaves it). The records from it
+            // on stay TCP's to read: a request's, handed back with the QP, means a reset
+            // (`reads_buffers`); a Read Response's source is read as before, and only a
+            // retransmission that cannot read it resets the connection.
         }
         Ok((conn, reads_buffers))
     }
