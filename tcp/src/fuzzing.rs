@@ -591,9 +591,40 @@ fn run(data: &[u8]) -> Vec<Shown> {
                 }
             }
             Op::Close(which) => {
-                let side = if which { &passive } else { &active };
+                let (side, ext) = if which {
+                    (&passive, &mut ext_p)
+                } else {
+                    (&active, &mut ext_a)
+                };
                 if let Some(id) = side.id {
                     let _ = stack.close(id);
+                    // One close in two also takes the external records back from their
+                    // owner, as the engine does for a queue pair destroyed after its FIN
+                    // (`Stack::internalize_external`): what is sent of them from now on
+                    // must still be the user's octets (checked at every frame), and no
+                    // fill may ask for them again (the records leave `ext.live`).
+                    if step % 2 == 1 && !ext.live.is_empty() {
+                        let live = &ext.live;
+                        let mut failed_at = None;
+                        let _ = stack.internalize_external(id, |token, at, dst| {
+                            let Some(&(_, start, len)) = live.iter().find(|r| r.0 == token) else {
+                                panic!("internalize asked for record {token}, never queued");
+                            };
+                            assert!(at + dst.len() <= len, "past the end of record {token}");
+                            // As the fill: one record in 29 cannot be written.
+                            if token.is_multiple_of(29) {
+                                failed_at = Some(token);
+                                return false;
+                            }
+                            for (k, b) in dst.iter_mut().enumerate() {
+                                *b = user_octet(start + (at + k) as u64);
+                            }
+                            true
+                        });
+                        // Those before a failed one are the connection's now (records are
+                        // taken oldest first), the others stay external.
+                        ext.live.retain(|r| failed_at.is_some_and(|t| r.0 >= t));
+                    }
                 }
             }
             Op::Abort(which) => {
