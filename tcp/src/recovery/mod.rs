@@ -332,6 +332,17 @@ pub struct Recovery {
     /// entry in part).
     sack_cache: [(TcpSeqNumber, TcpSeqNumber); SACK_CACHE],
     sack_cached: usize,
+    /// Where the per-ACK and per-poll walks of the scoreboard start (see [`Marks`]).
+    marks: Marks,
+    /// RFC 8985 6.2 step 5 orders segments by their last transmission, and a
+    /// retransmission's is its own (Linux moves it to the tail of `tsorted_sent_queue`):
+    /// the ranges retransmitted, `(start, end, when)`, in the order they went out, so in
+    /// time order, kept while RACK runs with SACK (`tracks_retx_order`). Every entry ever
+    /// resent that RACK may judge (not SACKed, not awaiting its retransmission) lies within
+    /// a range here sent at its `xmit`; a range may outlive its entries (acknowledged,
+    /// SACKed, resent again): `detect_loss` drops it when it reaches it. Entries never
+    /// resent need no list: they are in sequence order, which is their sending order.
+    retx_order: VecDeque<(TcpSeqNumber, TcpSeqNumber, Instant)>,
     reorder_at: Option<Instant>,
     pto_at: Option<Instant>,
     /// RFC 8985's TLP.end_seq: the end of what was sent when the last loss probe went
@@ -386,6 +397,27 @@ struct EpisodeUndo {
     all_dsacked: bool,
 }
 
+/// Lower bounds where the walks of the scoreboard start (`None`: at the front), each a
+/// sequence number at an entry's boundary promising something of every entry that ends at
+/// or before it. They make a walk cost what it judges, not the segments below: with
+/// thousands of segments in flight each walk from the front, per ACK or per poll, made a
+/// recovery episode quadratic. What could break a promise resets it (an RTO, its undo);
+/// all are forgotten when the scoreboard empties and a bound below SND.UNA counts as none,
+/// so that none lies more than a window from SND.UNA, where sequence comparisons hold.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Marks {
+    /// RFC 8985 6.2 step 5: every entry below never resent is SACKed or lost, so not one
+    /// RACK judges (`detect_loss`'s walk of the entries never resent starts here). Entries
+    /// never resent leave that state only by an RTO's undo (`undo_rto`, which resets it).
+    rack_floor: Option<TcpSeqNumber>,
+    /// No entry below awaits its retransmission (`next_retransmit` starts here): set to the
+    /// one it finds, lowered to every entry marked lost (`lower_lost_hint`).
+    lost_hint: Option<TcpSeqNumber>,
+    /// RFC 6675 4's IsLost (`sack_mark_lost`): every entry below is SACKed, lost or
+    /// retransmitted, so not one IsLost may mark. Kept only while something is SACKed.
+    islost_floor: Option<TcpSeqNumber>,
+}
+
 /// SACK blocks remembered from one ACK to the next (`Recovery::sack_cache`): RFC 2018 3's
 /// most, four (three with timestamps).
 const SACK_CACHE: usize = 4;
@@ -400,6 +432,14 @@ thread_local! {
     /// thread, the probes of `walk_start`'s search included (a counter in `Recovery` would
     /// make the fast and general ACK paths' states, which a test compares, differ).
     static VISITS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests only: `detect_loss`, `sack_mark_lost` and `next_retransmit` walk every entry
+    /// from the front as they did before `Marks` and `retx_order`, the reference that
+    /// `tests::loss_marks_agree_with_the_walks_over_every_entry` holds them to.
+    static REFERENCE_WALKS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Counts one scoreboard entry looked at (tests only: `VISITS`).
@@ -448,6 +488,8 @@ impl Recovery {
             episode_resent: Vec::new(),
             sack_cache: [(TcpSeqNumber(0), TcpSeqNumber(0)); SACK_CACHE],
             sack_cached: 0,
+            marks: Marks::default(),
+            retx_order: VecDeque::new(),
             reorder_at: None,
             pto_at: None,
             tlp_end: None,
@@ -829,6 +871,21 @@ impl Recovery {
             self.tally.change(&before, e);
             i += 1;
         }
+        if self.tracks_retx_order() {
+            // RACK's time order (RFC 8985 6.2 step 5): this range, last sent now.
+            self.retx_order.push_back((seq, end, now));
+            // Ranges outlive their entries until `detect_loss` reaches them: past twice the
+            // scoreboard (and some), the list is built again from it, O(n log n) once per
+            // n retransmissions, so that it stays bounded whatever the peer acknowledges.
+            if self.retx_order.len() > 2 * self.segs.len() + 64 {
+                self.rebuild_retx_order();
+            }
+        }
+        if self.tally.lost == 0 {
+            // Nothing awaits its retransmission: the hint bounds nothing (and would go
+            // stale while nothing is lost).
+            self.marks.lost_hint = None;
+        }
     }
 
     /// RFC 8985 6.2 step 4: "If RACK.dsack_round is not None and SND.UNA >=
@@ -1106,6 +1163,8 @@ impl Recovery {
             }
             self.pto_at = None;
             self.reorder_at = None;
+            // As `on_ack_general` (nothing left to bound, no range to keep).
+            self.forget_marks();
             return out;
         }
         if self.cfg.rack_tlp {
@@ -1191,6 +1250,13 @@ impl Recovery {
                 break;
             }
         }
+        // IsLost's floor (RFC 6675 4) is kept while something is SACKed (every ACK then comes
+        // here, not to `on_clean_ack`, and keeps it within a window of SND.UNA).
+        if self.marks.islost_floor.is_some_and(|f| {
+            self.tally.sacked == 0 || self.segs.front().is_none_or(|s| f < s.start)
+        }) {
+            self.marks.islost_floor = None;
+        }
         // SACK blocks (RFC 2018 4): mark what they cover. Each walk starts at the first
         // entry the block can cover (a binary search), not at the front, and passes over
         // the entries within a block of the last ACK (`sack_cache`: SACKed already) with
@@ -1205,7 +1271,12 @@ impl Recovery {
             if r <= l {
                 continue;
             }
-            self.sack_seen = true;
+            if !self.sack_seen {
+                self.sack_seen = true;
+                // RACK judges every entry from now on, not only the front (`detect_loss`):
+                // its time order of the retransmissions starts here.
+                self.rebuild_retx_order();
+            }
             // A block not within what is outstanding (`walk_start`) is walked from the
             // front, as ever, and not cached.
             let start = self.walk_start(l, r);
@@ -1286,6 +1357,7 @@ impl Recovery {
                         s.lost = true;
                         self.tally.change(&before, s);
                         out.lost_marked += 1;
+                        self.marks.lost_hint = None;
                     }
                 }
             }
@@ -1299,6 +1371,7 @@ impl Recovery {
                         s.lost = true;
                         self.tally.change(&before, s);
                         out.lost_marked += 1;
+                        self.marks.lost_hint = None;
                     }
                 }
             }
@@ -1363,6 +1436,7 @@ impl Recovery {
             self.pto_at = None;
             self.reorder_at = None;
             self.dup_sacked = 0;
+            self.forget_marks();
         }
         out
     }
@@ -1387,11 +1461,46 @@ impl Recovery {
                 self.tally.change(&was, s);
             }
         }
+        // Entries RACK and IsLost had done with are theirs to judge again (RFC 8985 6.2
+        // step 5, RFC 6675 4): their walks start at the front, the resent ones go back to
+        // RACK's time order.
+        self.marks.rack_floor = None;
+        self.marks.islost_floor = None;
+        self.rebuild_retx_order();
     }
 
     /// RFC 8985 6.2 step 5: marks lost every segment sent before the RACK segment whose
     /// reordering window passed; arms the reorder timer for the rest.
+    ///
+    /// The segments judged are those not SACKed nor awaiting their retransmission, sent
+    /// (last) before the RACK segment. Walked in sequence order from the front, as before,
+    /// every ACK of a recovery episode passed over every SACKed and lost entry below the
+    /// RACK segment, and over every retransmission sent after it: quadratic with thousands
+    /// of segments in flight. Instead, as Linux's `tcp_rack_detect_loss` over its
+    /// time-ordered list, the walk goes in sending order and stops where the rest cannot
+    /// change the outcome, in two parts: the entries never resent, whose sending order is
+    /// their sequence order, from `marks.rack_floor`; the retransmissions, from
+    /// `retx_order`. In each the times only grow, so the deadlines (time + RACK.rtt +
+    /// reo_wnd) too: the first one judged that has not passed sets the timer (the least)
+    /// and none after it can be marked. The outcome is the walk over every entry's: the
+    /// same entries marked lost, the same timer
+    /// (`tests::loss_marks_agree_with_the_walks_over_every_entry`).
     fn detect_loss(&mut self, now: Instant) -> usize {
+        #[cfg(test)]
+        if REFERENCE_WALKS.with(std::cell::Cell::get) {
+            return self.detect_loss_reference(now);
+        }
+        // Bounds at or below SND.UNA bound nothing (and would go stale): the walks start at
+        // the front without a search (an ACK of the bulk path: the front entry, sent after
+        // the RACK segment, ends the walk at once, as before).
+        if let Some(front) = self.segs.front().map(|f| f.start) {
+            if self.marks.rack_floor.is_some_and(|f| f <= front) {
+                self.marks.rack_floor = None;
+            }
+            if self.marks.lost_hint.is_some_and(|h| h <= front) {
+                self.marks.lost_hint = None;
+            }
+        }
         let Some(rack_xmit) = self.rack_xmit else {
             return 0;
         };
@@ -1407,6 +1516,11 @@ impl Recovery {
                 .map_or(Duration::ZERO, |m| m / 4 * self.reo_wnd_mult);
             self.srtt.map_or(w, |s| w.min(s))
         };
+        let wait = self.rack_rtt + reo_wnd;
+        let rack_end = self.rack_end;
+        // Sent before the RACK segment (RFC 8985's RACK_sent_after, the tie broken by the
+        // sequence number).
+        let before = move |s: &Seg| s.xmit < rack_xmit || (s.xmit == rack_xmit && s.end < rack_end);
         let mut lost = 0;
         let mut timer: Option<Instant> = None;
         // Without SACK information (a peer that never sent a block) an ACK tells of no
@@ -1415,27 +1529,120 @@ impl Recovery {
         // retransmission it acknowledges, which the receiver most likely holds (that was
         // a go-back-N of the window at each partial ACK). Test:
         // `rfc8985_6_2_without_sack_a_partial_ack_marks_only_the_next_hole_lost`.
-        let judged = if self.sack_seen { self.segs.len() } else { 1 };
-        for s in self.segs.iter_mut().take(judged) {
-            let before = s.xmit < rack_xmit || (s.xmit == rack_xmit && s.end < self.rack_end);
-            if !before && !s.resent {
-                // Entries never resent are in sending order: this one and every later one
-                // (first sent, or resent, after it) left after the RACK segment.
-                break;
+        if !self.sack_seen {
+            if let Some(s) = self.segs.front_mut() {
+                visited();
+                if Self::rack_judges(s) && before(s) {
+                    let deadline = s.xmit + wait;
+                    if deadline <= now {
+                        let was = *s;
+                        s.lost = true;
+                        s.retransmitted = false;
+                        self.tally.change(&was, s);
+                        lost += 1;
+                        self.marks.lost_hint = None;
+                    } else {
+                        timer = Some(deadline);
+                    }
+                }
             }
-            if s.sacked || (s.lost && !s.retransmitted) || !before {
+            self.reorder_at = timer;
+            return lost;
+        }
+        let fresh = self.tally.lost == 0;
+        let mut lowest: Option<TcpSeqNumber> = None;
+        // The entries never resent, in sequence order from the floor: their times grow with
+        // the sequence (each left when first sent), so once one is not before the RACK
+        // segment none after it is, and a retransmission above it was sent later still.
+        let mut i = self
+            .marks
+            .rack_floor
+            .and_then(|f| self.walk_start(f, f))
+            .unwrap_or(0);
+        while let Some(s) = self.segs.get_mut(i) {
+            visited();
+            if s.resent || !Self::rack_judges(s) {
+                // A retransmission (judged below), or SACKed or lost: not RACK's, and not
+                // again while never resent (`Marks::rack_floor`).
+                i += 1;
                 continue;
             }
-            let deadline = s.xmit + self.rack_rtt + reo_wnd;
-            if deadline <= now {
+            if !before(s) {
+                break;
+            }
+            let deadline = s.xmit + wait;
+            if deadline > now {
+                timer = Some(deadline);
+                break;
+            }
+            let was = *s;
+            s.lost = true;
+            s.retransmitted = false;
+            self.tally.change(&was, s);
+            lost += 1;
+            lowest.get_or_insert(s.start);
+            i += 1;
+        }
+        self.marks.rack_floor = match self.segs.get(i) {
+            Some(s) => Some(s.start),
+            None => self.segs.back().map(|b| b.end),
+        };
+        // The retransmissions, in the order they went out. A range sent after the RACK
+        // segment ends the walk (all later ones were too); one whose entries RACK no longer
+        // judges leaves the list.
+        let mut k = 0;
+        while let Some(&(rs, re, rx)) = self.retx_order.get(k) {
+            visited();
+            if rx > rack_xmit {
+                break;
+            }
+            let (mut kept, mut waits) = (false, false);
+            let mut j = self.walk_start(rs, re).unwrap_or(0);
+            while let Some(s) = self.segs.get_mut(j) {
+                visited();
+                if s.start >= re {
+                    break;
+                }
+                j += 1;
+                // Entries of this transmission (not resent again since) that RACK judges.
+                if s.end <= rs || !s.resent || s.xmit != rx || !Self::rack_judges(s) {
+                    continue;
+                }
+                if !before(s) {
+                    // Sent at the RACK segment's time, above it: the tie (later ranges of
+                    // the same time may still hold entries below it).
+                    kept = true;
+                    continue;
+                }
+                let deadline = s.xmit + wait;
+                if deadline > now {
+                    timer = Some(timer.map_or(deadline, |t| t.min(deadline)));
+                    (kept, waits) = (true, true);
+                    continue;
+                }
                 let was = *s;
                 s.lost = true;
                 s.retransmitted = false;
                 self.tally.change(&was, s);
                 lost += 1;
-            } else {
-                timer = Some(timer.map_or(deadline, |t| t.min(deadline)));
+                lowest = Some(match lowest {
+                    Some(l) if l <= s.start => l,
+                    _ => s.start,
+                });
             }
+            if waits {
+                // Every later range was sent at this time or after: its deadlines are no
+                // earlier, none has passed, none is less than the timer.
+                break;
+            }
+            if kept || k > 0 {
+                k += 1;
+            } else {
+                self.retx_order.pop_front();
+            }
+        }
+        if let Some(m) = lowest {
+            self.lower_lost_hint(m, fresh);
         }
         self.reorder_at = timer;
         lost
@@ -1445,24 +1652,113 @@ impl Recovery {
     /// not SACKed is lost once DupThresh (3) SACKed segments lie above it, or more than
     /// (DupThresh - 1) * SMSS SACKed octets. Retransmissions are not judged again (RFC
     /// 6675 leaves a lost retransmission to the RTO).
+    ///
+    /// A walk down from the top of the scoreboard, counting what is SACKed above. It starts
+    /// at RACK.fack, the end of the highest SACKed entry (nothing above is SACKed, so
+    /// nothing there is lost), and stops at `marks.islost_floor`, below which nothing is
+    /// left to mark: the counts above an entry only grow while it waits (SACKs add to them,
+    /// a cumulative ACK takes entries below it), so once IsLost holds for an entry it holds
+    /// for all below, which are then marked, SACKed or retransmitted. Walked over the whole
+    /// scoreboard, every ACK that SACKed something new in a recovery episode cost every
+    /// segment in flight; now it costs what it newly covers and the entries among the top
+    /// DupThresh SACKed ones (`tests::loss_marks_agree_with_the_walks_over_every_entry`
+    /// holds it to the walk over every entry).
     fn sack_mark_lost(&mut self) -> usize {
+        #[cfg(test)]
+        if REFERENCE_WALKS.with(std::cell::Cell::get) {
+            return self.sack_mark_lost_reference();
+        }
         const DUP_THRESH: usize = 3;
+        let fresh = self.tally.lost == 0;
+        // Entries ending at or below RACK.fack: every SACKed one (`advance_fack`).
+        let top = self
+            .fack
+            .and_then(|f| self.walk_start(f, f))
+            .unwrap_or(self.segs.len());
+        let bottom = self
+            .marks
+            .islost_floor
+            .and_then(|f| self.walk_start(f, f))
+            .unwrap_or(0);
         let (mut segs_above, mut octets_above, mut lost) = (0, 0, 0);
-        for s in self.segs.iter_mut().rev() {
+        // The lowest entry marked, and the lowest left that IsLost may mark later.
+        let (mut lowest, mut open) = (None, None);
+        let mut i = top;
+        while i > bottom {
+            i -= 1;
+            visited();
+            let s = &mut self.segs[i];
             if s.sacked {
                 segs_above += 1;
                 octets_above += s.len();
-            } else if !s.lost
-                && !s.retransmitted
-                && (segs_above >= DUP_THRESH || octets_above > (DUP_THRESH - 1) * self.smss)
-            {
-                let was = *s;
-                s.lost = true;
-                self.tally.change(&was, s);
-                lost += 1;
+            } else if !s.lost && !s.retransmitted {
+                if segs_above >= DUP_THRESH || octets_above > (DUP_THRESH - 1) * self.smss {
+                    let was = *s;
+                    s.lost = true;
+                    self.tally.change(&was, s);
+                    lost += 1;
+                    lowest = Some(s.start);
+                } else {
+                    open = Some(s.start);
+                }
             }
         }
+        if open.is_some() {
+            self.marks.islost_floor = open;
+        } else if top > bottom {
+            self.marks.islost_floor = Some(self.segs[top - 1].end);
+        }
+        if let Some(m) = lowest {
+            self.lower_lost_hint(m, fresh);
+        }
         lost
+    }
+
+    /// Whether RACK judges the entry (RFC 8985 6.2 step 5): neither SACKed nor lost and
+    /// waiting for its retransmission, which is to say in the pipe (RFC 6675).
+    fn rack_judges(s: &Seg) -> bool {
+        s.in_pipe()
+    }
+
+    /// Whether `retx_order` is kept: RACK judges every entry only once the peer SACKs.
+    fn tracks_retx_order(&self) -> bool {
+        self.cfg.rack_tlp && self.sack_seen
+    }
+
+    /// Builds `retx_order` from the scoreboard: every entry resent that RACK judges, by
+    /// its transmission time. O(n log n), where the list could have missed entries (RACK
+    /// judges every entry from the first SACK block on; an RTO's undo makes the entries it
+    /// marked lost judged again) or grew long with ranges that outlived their entries.
+    fn rebuild_retx_order(&mut self) {
+        self.retx_order.clear();
+        if !self.tracks_retx_order() {
+            return;
+        }
+        self.retx_order.extend(
+            self.segs
+                .iter()
+                .filter(|s| s.resent && Self::rack_judges(s))
+                .map(|s| (s.start, s.end, s.xmit)),
+        );
+        // Stable: in sequence order among equal times.
+        self.retx_order.make_contiguous().sort_by_key(|r| r.2);
+    }
+
+    /// Entries from `m` up were marked lost: `next_retransmit`'s search starts at or below
+    /// them. `fresh`: none awaited its retransmission before, so the hint bounded nothing.
+    fn lower_lost_hint(&mut self, m: TcpSeqNumber, fresh: bool) {
+        self.marks.lost_hint = if fresh {
+            Some(m)
+        } else {
+            self.marks.lost_hint.map(|h| if h <= m { h } else { m })
+        };
+    }
+
+    /// The scoreboard emptied, or an RTO changed every entry: no bound of `marks` holds
+    /// and no range of `retx_order` has an entry RACK judges.
+    fn forget_marks(&mut self) {
+        self.marks = Marks::default();
+        self.retx_order.clear();
     }
 
     fn enter_recovery(&mut self, now: Instant) {
@@ -1639,10 +1935,39 @@ impl Recovery {
             return None;
         }
         let flight = self.in_flight();
-        let s = self
+        #[cfg(test)]
+        if REFERENCE_WALKS.with(std::cell::Cell::get) {
+            return self.next_retransmit_reference(flight);
+        }
+        // The first entry awaiting its retransmission, searched from the hint (no entry
+        // below it awaits one, `Marks::lost_hint`), not from the front: polled while
+        // anything is lost, the search from the front passed over every entry below the
+        // next hole, again for each retransmission (RFC 6675 5 (4.3): in recovery with
+        // thousands of segments in flight, quadratic). Set to what it finds before the
+        // window's check, so that a search the window holds back is not repeated.
+        let from = self
+            .marks
+            .lost_hint
+            .and_then(|h| self.walk_start(h, h))
+            .unwrap_or(0);
+        let awaits = |s: &Seg| {
+            visited();
+            s.awaits_retransmit()
+        };
+        let i = self
             .segs
-            .iter()
-            .find(|s| s.lost && !s.retransmitted && !s.sacked)?;
+            .range(from..)
+            .position(awaits)
+            .map(|p| from + p)
+            .or_else(|| {
+                debug_assert!(
+                    from == 0,
+                    "an entry awaiting its retransmission below the hint"
+                );
+                self.segs.iter().position(|s| s.awaits_retransmit())
+            })?;
+        let s = self.segs[i];
+        self.marks.lost_hint = Some(s.start);
         // RFC 6675 5 (4.3) and RFC 5681 3.2 step 2: the first retransmission of a recovery
         // episode goes out at once, whatever the pipe (the reduction may have left cwnd
         // below it); the rest wait for pipe < cwnd.
@@ -1768,6 +2093,9 @@ impl Recovery {
         if forget_sacks {
             self.sack_cached = 0;
         }
+        // Every entry not SACKed awaits its retransmission: the walks start again at the
+        // front, and RACK judges no retransmission until one is sent again.
+        self.forget_marks();
         for s in self.segs.iter_mut() {
             if forget_sacks {
                 s.sacked = false;

@@ -1419,8 +1419,9 @@ fn rfc6675_sack_blocks_cost_what_they_newly_cover_not_the_window() {
         let o = r.on_ack(us(3_000 + k as i64), base, &blocks, None);
         let v = take_visits();
         assert_eq!(o.newly_sacked, 1000, "ack {k}");
+        // And RACK's walk (RFC 8985 6.2 step 5, counted too): two binary searches more.
         assert!(
-            v <= blocks.len() as u64 * walk_bound(N),
+            v <= (blocks.len() as u64 + 2) * walk_bound(N),
             "ack {k}: {v} entries looked at for {} blocks",
             blocks.len()
         );
@@ -1588,4 +1589,353 @@ proptest! {
             }
         }
     }
+}
+
+/// The walks over every entry from the front that `detect_loss`, `sack_mark_lost` and
+/// `next_retransmit` made before `Marks` and `retx_order` (as they were, line for line):
+/// the reference `loss_marks_agree_with_the_walks_over_every_entry` holds them to, taken
+/// instead of them while `REFERENCE_WALKS` is set.
+impl Recovery {
+    pub(super) fn detect_loss_reference(&mut self, now: Instant) -> usize {
+        let Some(rack_xmit) = self.rack_xmit else {
+            return 0;
+        };
+        let sacked = self.tally.sacked;
+        let reo_wnd = if !self.reordering_seen && (self.recover.is_some() || sacked >= 3) {
+            Duration::ZERO
+        } else {
+            let w = self
+                .min_rtt
+                .map_or(Duration::ZERO, |m| m / 4 * self.reo_wnd_mult);
+            self.srtt.map_or(w, |s| w.min(s))
+        };
+        let mut lost = 0;
+        let mut timer: Option<Instant> = None;
+        let judged = if self.sack_seen { self.segs.len() } else { 1 };
+        for s in self.segs.iter_mut().take(judged) {
+            visited();
+            let before = s.xmit < rack_xmit || (s.xmit == rack_xmit && s.end < self.rack_end);
+            if !before && !s.resent {
+                break;
+            }
+            if s.sacked || (s.lost && !s.retransmitted) || !before {
+                continue;
+            }
+            let deadline = s.xmit + self.rack_rtt + reo_wnd;
+            if deadline <= now {
+                let was = *s;
+                s.lost = true;
+                s.retransmitted = false;
+                self.tally.change(&was, s);
+                lost += 1;
+            } else {
+                timer = Some(timer.map_or(deadline, |t| t.min(deadline)));
+            }
+        }
+        self.reorder_at = timer;
+        lost
+    }
+
+    pub(super) fn sack_mark_lost_reference(&mut self) -> usize {
+        const DUP_THRESH: usize = 3;
+        let (mut segs_above, mut octets_above, mut lost) = (0, 0, 0);
+        for s in self.segs.iter_mut().rev() {
+            visited();
+            if s.sacked {
+                segs_above += 1;
+                octets_above += s.len();
+            } else if !s.lost
+                && !s.retransmitted
+                && (segs_above >= DUP_THRESH || octets_above > (DUP_THRESH - 1) * self.smss)
+            {
+                let was = *s;
+                s.lost = true;
+                self.tally.change(&was, s);
+                lost += 1;
+            }
+        }
+        lost
+    }
+
+    pub(super) fn next_retransmit_reference(&self, flight: usize) -> Option<(TcpSeqNumber, usize)> {
+        let s = self.segs.iter().find(|s| {
+            visited();
+            s.lost && !s.retransmitted && !s.sacked
+        })?;
+        if self.cfg.congestion != Congestion::None
+            && flight + s.len() > self.cwnd
+            && flight > 0
+            && !self.retransmit_first
+        {
+            return None;
+        }
+        Some((s.start, s.len()))
+    }
+}
+
+/// Runs `f` with the walks over every entry (`REFERENCE_WALKS`).
+fn by_reference<T>(f: impl FnOnce() -> T) -> T {
+    REFERENCE_WALKS.with(|c| c.set(true));
+    let t = f();
+    REFERENCE_WALKS.with(|c| c.set(false));
+    t
+}
+
+/// The state but for the bounds and lists that only speed the walks up.
+fn without_marks(r: &Recovery) -> String {
+    let mut r = r.clone();
+    r.marks = Marks::default();
+    r.retx_order.clear();
+    format!("{r:?}")
+}
+
+proptest! {
+    /// RFC 8985 6.2 step 5, RFC 6675 4 (IsLost) and 5 (4.3): the loss marking and the
+    /// choice of the next retransmission, which start their walks at `Marks`' bounds and
+    /// take RACK's retransmissions in their time order (`retx_order`), mark the same
+    /// segments lost at the same ACKs and timers, arm the same reorder timer and resend
+    /// the same ranges as the walks over every entry from the front, whatever the sends,
+    /// the ACKs and their SACK blocks (grown, repeated, anywhere, D-SACKs), the timestamp
+    /// echoes (an RTO undone), the retransmissions (whole, in part: split entries; at the
+    /// same instant: RACK's tie), the reorder timers, loss probes and RTOs, with RACK-TLP
+    /// or RFC 6675's IsLost. The whole state but those bounds is compared after each step.
+    #[test]
+    fn loss_marks_agree_with_the_walks_over_every_entry(
+        cc in 0u8..3,
+        rack_tlp in any::<bool>(),
+        ops in proptest::collection::vec(
+            (0u8..8, 0u32..1_000_000, 0u32..1_000_000, 0u32..1_500, any::<bool>()),
+            1..200,
+        ),
+    ) {
+        let congestion = [Congestion::None, Congestion::NewReno, Congestion::Cubic][cc as usize];
+        let cfg = RecoveryConfig { congestion, rack_tlp, ..RecoveryConfig::default() };
+        let base = TcpSeqNumber(-30_000);
+        let mut new = Recovery::new(&cfg, 1000, us(0));
+        let mut old = new.clone();
+        let (mut una, mut nxt, mut now) = (base, base, us(0));
+        let mut last: Vec<(TcpSeqNumber, TcpSeqNumber)> = Vec::new();
+        for (kind, a, b, step, flag) in ops {
+            // Steps of zero: segments sent at the same instant (RACK's tie on the end).
+            now += Duration::from_micros(u64::from(step % 3 * step));
+            let span = (nxt - una) as u32;
+            match kind {
+                0 | 1 => {
+                    for _ in 0..=(a % 6) {
+                        new.on_sent(now, nxt, 1000, false);
+                        old.on_sent(now, nxt, 1000, false);
+                        nxt += 1000;
+                    }
+                }
+                2 | 3 => {
+                    // The cumulative ACK anywhere (kind 3 mostly leaves it).
+                    let ack = if kind == 2 || a % 4 == 0 { una + (a % (span + 1)) as usize } else { una };
+                    let mut blocks = Vec::new();
+                    if span > 0 && b % 5 != 0 {
+                        for j in 0..=(b % 3) as usize {
+                            let x = b.rotate_left(8 * j as u32);
+                            let blk = match (x % 3, last.get(j)) {
+                                (0, Some(&(l, r))) => {
+                                    let grown = r + (x as usize / 3 % 2) * 1000;
+                                    (l, if grown > nxt { nxt } else { grown })
+                                }
+                                _ => {
+                                    let unit = if x % 5 == 0 { 1 } else { 1000 };
+                                    let l = una + (a.rotate_left(3 * j as u32) % span) as usize / unit * unit;
+                                    let len = ((x / 7) % span) as usize / unit * unit + unit;
+                                    let r = l + len;
+                                    (l, if r > nxt { nxt } else { r })
+                                }
+                            };
+                            blocks.push(blk);
+                        }
+                    }
+                    // A timestamp echo: an RTT from now back to some earlier instant (before
+                    // or after an RTO's retransmission: an RTO undone or not).
+                    let ts = flag.then(|| Duration::from_micros(u64::from(a % 20_000)));
+                    let o = new.on_ack(now, ack, &blocks, ts);
+                    let p = by_reference(|| old.on_ack(now, ack, &blocks, ts));
+                    prop_assert_eq!(o, p);
+                    una = una.max(ack);
+                    last = blocks;
+                }
+                4 => {
+                    // What the connection would resend: a lost range, else the last segment.
+                    let r = new.next_retransmit().or_else(|| new.last_segment());
+                    let q = by_reference(|| old.next_retransmit().or_else(|| old.last_segment()));
+                    prop_assert_eq!(r, q);
+                    if let Some((seq, len)) = r {
+                        new.on_sent(now, seq, len, true);
+                        old.on_sent(now, seq, len, true);
+                    }
+                }
+                5 => {
+                    // Part of an outstanding range resent (an MSS that shrank): entries split.
+                    if span > 1 {
+                        let seq = una + (a % span) as usize;
+                        let len = ((b % 2500) as usize + 1).min(nxt - seq);
+                        new.on_sent(now, seq, len, true);
+                        old.on_sent(now, seq, len, true);
+                    }
+                }
+                6 => {
+                    // The timers: reorder, probe (answered as the connection would), RTO.
+                    if let Some(t) = new.poll_timeout() {
+                        now = now.max(t);
+                    }
+                    let t = new.handle_timeout(now);
+                    prop_assert_eq!(t, by_reference(|| old.handle_timeout(now)));
+                    if t == TimeoutAction::Probe {
+                        if let Some((seq, len)) = new.last_segment() {
+                            new.on_sent(now, seq, len, true);
+                            old.on_sent(now, seq, len, true);
+                            new.probe_sent(true);
+                            old.probe_sent(true);
+                        }
+                    }
+                }
+                _ => {
+                    // A D-SACK for some octets sent so far: reordering seen, a wider window.
+                    let sent = (nxt - base) as u32;
+                    if sent > 0 {
+                        let l = base + (b % sent) as usize;
+                        let r = l + ((a % 3000) as usize + 1).min(nxt - l);
+                        new.on_dsack(una, nxt, l, r);
+                        old.on_dsack(una, nxt, l, r);
+                    }
+                }
+            }
+            // What the connection would resend now (a look, not a step: the hint moves).
+            let r = new.clone().next_retransmit();
+            prop_assert_eq!(r, by_reference(|| old.clone().next_retransmit()));
+            prop_assert_eq!(without_marks(&new), without_marks(&old));
+        }
+    }
+}
+
+/// RFC 8985 6.2 step 5: 3000 segments in flight, the first lost, resent once RACK marks
+/// it, and 500 ACKs each SACKing one more segment (RFC 2018 4). Each ACK's RACK walk costs
+/// O(log n) and what it judges, not the SACKed segments below the RACK segment nor the
+/// retransmission sent after it (before: the walk from the front passed over every one of
+/// them, 500 entries at the last ACK, quadratic over an episode).
+#[test]
+fn rfc8985_6_2_rack_walk_costs_what_it_judges_not_the_sacked_segments() {
+    const N: usize = 3000;
+    let mut r = rtt_of_1_ms();
+    let base = S + 1000;
+    send_n(&mut r, us(2_000), base, N);
+    let seg = |k: usize| base + k * 1000;
+    let mut worst = 0;
+    for k in 1..=500 {
+        take_visits();
+        let o = r.on_ack(us(3_000 + k as i64), base, &[(seg(1), seg(k + 1))], None);
+        let _ = r.next_retransmit();
+        let v = take_visits();
+        assert_eq!(o.newly_sacked, 1000, "ack {k}");
+        // The SACK block's walk, RACK's two (its floor, its first retransmission) and the
+        // search for the next retransmission: O(log n) each.
+        assert!(v <= 4 * walk_bound(N), "ack {k}: {v} entries looked at");
+        worst = worst.max(v);
+        if let Some((seq, len)) = r.next_retransmit() {
+            assert_eq!((seq, len), (base, 1000), "ack {k}");
+            r.on_sent(us(3_000 + k as i64), seq, len, true);
+        }
+    }
+    // Segment 0 was marked lost (DupThresh SACKed: no reordering window) and resent once.
+    assert_eq!(r.stats.retransmitted_segments, 1);
+    assert!(r.segs[0].retransmitted && !r.segs[0].lost);
+    assert!(r.none_lost());
+    assert!(worst > 0);
+}
+
+/// RFC 8985 6.2 step 5 after an RTO (RFC 6298 5.4, RFC 2018 8: every segment lost, SACKs
+/// forgotten): 3000 segments await their retransmission, and each ACK of a retransmission
+/// costs O(log n), not a walk over every segment still waiting (sent before the RACK
+/// segment, the retransmission ACKed, and lost: passed over, 2,500 of them at each of
+/// 500 ACKs). The first ACK after the RTO walks them once.
+#[test]
+fn rfc8985_6_2_rack_walk_after_an_rto_costs_what_it_judges() {
+    const N: usize = 3000;
+    let mut r = rtt_of_1_ms();
+    let base = S + 1000;
+    send_n(&mut r, us(2_000), base, N);
+    let seg = |k: usize| base + k * 1000;
+    // A SACK peer (RACK judges every segment), the last segment SACKed.
+    r.on_ack(us(2_500), base, &[(seg(N - 1), seg(N))], None);
+    let mut now = fire_rto(&mut r).total_micros();
+    assert_eq!(r.tally.lost, N);
+    let mut worst = 0;
+    for k in 0..500 {
+        r.on_sent(us(now), seg(k), 1000, true);
+        now += 1_000;
+        take_visits();
+        let o = r.on_ack(us(now), seg(k + 1), &[], None);
+        let v = take_visits();
+        assert_eq!((o.newly_acked, o.lost_marked), (1000, 0), "ack {k}");
+        if k > 0 {
+            assert!(v <= 2 * walk_bound(N), "ack {k}: {v} entries looked at");
+            worst = worst.max(v);
+        }
+    }
+    assert_eq!(r.tally.lost, N - 500);
+    assert!(worst > 0);
+}
+
+/// RFC 6675 5 (4.3): after an RTO marked 3000 segments lost, each search for the next one
+/// to resend costs O(log n), not the walk from the front over those resent already (2,500
+/// entries for the 2,500th).
+#[test]
+fn rfc6675_the_next_retransmission_is_found_from_the_last_one() {
+    const N: usize = 3000;
+    let mut r = rec(Congestion::None);
+    let base = S;
+    send_n(&mut r, us(0), base, N);
+    let now = fire_rto(&mut r);
+    let mut worst = 0;
+    for k in 0..N {
+        take_visits();
+        let next = r.next_retransmit();
+        let v = take_visits();
+        assert_eq!(next, Some((base + k * 1000, 1000)));
+        assert!(
+            v <= walk_bound(N) + 2,
+            "retransmission {k}: {v} entries looked at"
+        );
+        worst = worst.max(v);
+        r.on_sent(now, base + k * 1000, 1000, true);
+    }
+    assert_eq!(r.next_retransmit(), None);
+    assert!(worst > 0);
+}
+
+/// RFC 6675 4 (IsLost) and 5, RACK off: 3000 segments in flight, the first lost, and 500
+/// ACKs each SACKing one more segment. Each ACK's marking costs O(log n) and the segments
+/// it newly covers, not a walk down the whole scoreboard (3000 entries per ACK, quadratic
+/// over an episode). Segment 0 is marked lost at the third SACKed segment, as before.
+#[test]
+fn rfc6675_islost_costs_what_the_ack_newly_covers_not_the_window() {
+    const N: usize = 3000;
+    let cfg = RecoveryConfig {
+        rack_tlp: false,
+        ..RecoveryConfig::default()
+    };
+    let mut r = Recovery::new(&cfg, 1000, us(0));
+    r.on_sent(us(0), S, 1000, false);
+    r.on_ack(us(1_000), S + 1000, &[], Some(Duration::from_micros(1_000)));
+    let base = S + 1000;
+    send_n(&mut r, us(2_000), base, N);
+    let seg = |k: usize| base + k * 1000;
+    let mut worst = 0;
+    for k in 1..=500 {
+        take_visits();
+        let o = r.on_ack(us(3_000 + k as i64), base, &[(seg(1), seg(k + 1))], None);
+        let v = take_visits();
+        assert_eq!(o.newly_sacked, 1000, "ack {k}");
+        assert_eq!(o.lost_marked, usize::from(k == 3), "ack {k}");
+        assert!(v <= 2 * walk_bound(N), "ack {k}: {v} entries looked at");
+        worst = worst.max(v);
+    }
+    assert_eq!(r.tally.lost, 1);
+    assert!(r.segs[0].lost);
+    assert!(worst > 0);
 }
