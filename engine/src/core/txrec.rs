@@ -65,9 +65,12 @@
 //! the request's FPDUs to be acknowledged (`Qp::invalidates_unacked_source`).
 //!
 //! Records are kept per TCP connection (indexed by [`ConnId::slot`], generation-checked),
-//! not per QP: a connection handed to the zombies after a graceful close can still resend
-//! from them. Stale records of a connection that is gone are dropped when its slot is
-//! reused; they hold no memory of the regions, only STags and offsets.
+//! not per QP. A QP destroyed or reset during a graceful close has TCP copy what it still
+//! has to send of them into its send buffer (`release_conn`, through [`TxRecords::fill`])
+//! and its records forgotten: the zombie connection reads no region after the QP is gone.
+//! Where a copy fails and only Read Responses remain, their records stay and the zombie
+//! resends from them. Stale records of a connection that is gone are dropped when its slot
+//! is reused; they hold no memory of the regions, only STags and offsets.
 
 use super::*;
 use crate::mem::StreamId;
