@@ -395,7 +395,21 @@ struct EpisodeUndo {
     /// Every retransmission so far was D-SACKed while the episode went on: the undo waits
     /// for its end (as Linux undoes by D-SACK only out of recovery).
     all_dsacked: bool,
+    /// [`EPISODE_HORIZON`] past the highest sequence sent when the episode began or last
+    /// retransmitted: the first ACK that reaches it ends the wait
+    /// ([`Recovery::end_stale_episode`]). Kept until the next episode instead, the
+    /// retransmitted ranges outlived a wrap of the sequence space, and a D-SACK 2^32
+    /// octets later with the same numbers (a segment the network duplicated) restored the
+    /// window from before a long-past reduction.
+    horizon: TcpSeqNumber,
 }
+
+/// How far past the last retransmission's SND.NXT an episode's undo waits for D-SACKs:
+/// a window at most (2^30, RFC 7323 2.3; [`crate::BUFFER_MAX`]), so that the highest
+/// sequence sent lies within 2^31 of the horizon and modular comparisons with it hold.
+/// Linux likewise takes a D-SACK block more than the largest window below SND.UNA for
+/// stale (`tcp_is_sackblock_valid`).
+const EPISODE_HORIZON: usize = 1 << 30;
 
 /// Lower bounds where the walks of the scoreboard start (`None`: at the front), each a
 /// sequence number at an entry's boundary promising something of every entry that ends at
@@ -740,6 +754,7 @@ impl Recovery {
                     // A retransmission after the D-SACKs covered the earlier ones: it
                     // needs one of its own before the episode counts as spurious.
                     u.all_dsacked = false;
+                    u.horizon = self.high.map_or(end, |h| h.max(end)) + EPISODE_HORIZON;
                 } else {
                     self.episode_undo = None;
                 }
@@ -897,6 +912,16 @@ impl Recovery {
     fn end_dsack_round(&mut self, ack: TcpSeqNumber) {
         if self.dsack_round.is_some_and(|d| ack >= d) {
             self.dsack_round = None;
+        }
+    }
+
+    /// Ends the wait for D-SACKs of the last episode's retransmissions once SND.UNA
+    /// reaches its horizon ([`EpisodeUndo::horizon`]): a D-SACK for them can no longer be
+    /// told from one for octets with the same numbers a wrap of the sequence space later.
+    fn end_stale_episode(&mut self, ack: TcpSeqNumber) {
+        if self.episode_undo.as_ref().is_some_and(|u| ack >= u.horizon) {
+            self.episode_undo = None;
+            self.episode_resent.clear();
         }
     }
 
@@ -1089,6 +1114,7 @@ impl Recovery {
     ) -> AckOutcome {
         let tlp_loss = self.tlp_answered(now, ack, ts_rtt);
         self.end_dsack_round(ack);
+        self.end_stale_episode(ack);
         // An ACK without blocks: none to remember (as `on_ack_general`).
         self.sack_cached = 0;
         let mut out = AckOutcome::default();
@@ -1191,6 +1217,7 @@ impl Recovery {
     ) -> AckOutcome {
         let tlp_loss = self.tlp_answered(now, ack, ts_rtt);
         self.end_dsack_round(ack);
+        self.end_stale_episode(ack);
         let mut out = AckOutcome::default();
         let mut karn: Option<Duration> = None;
         let mut delivered_latest: Option<(Instant, TcpSeqNumber, bool)> = None;
@@ -1535,10 +1562,7 @@ impl Recovery {
                 if Self::rack_judges(s) && before(s) {
                     let deadline = s.xmit + wait;
                     if deadline <= now {
-                        let was = *s;
-                        s.lost = true;
-                        s.retransmitted = false;
-                        self.tally.change(&was, s);
+                        Self::mark_lost(&mut self.tally, s);
                         lost += 1;
                         self.marks.lost_hint = None;
                     } else {
@@ -1575,10 +1599,7 @@ impl Recovery {
                 timer = Some(deadline);
                 break;
             }
-            let was = *s;
-            s.lost = true;
-            s.retransmitted = false;
-            self.tally.change(&was, s);
+            Self::mark_lost(&mut self.tally, s);
             lost += 1;
             lowest.get_or_insert(s.start);
             i += 1;
@@ -1620,10 +1641,7 @@ impl Recovery {
                     (kept, waits) = (true, true);
                     continue;
                 }
-                let was = *s;
-                s.lost = true;
-                s.retransmitted = false;
-                self.tally.change(&was, s);
+                Self::mark_lost(&mut self.tally, s);
                 lost += 1;
                 lowest = Some(match lowest {
                     Some(l) if l <= s.start => l,
@@ -1714,6 +1732,16 @@ impl Recovery {
         lost
     }
 
+    /// Marks the entry lost, waiting for its retransmission (RFC 8985 6.2 step 5: a
+    /// retransmission judged lost is sent again), and keeps `tally`'s sums with it. An
+    /// associated function: the callers hold `s` borrowed from the scoreboard.
+    fn mark_lost(tally: &mut Tally, s: &mut Seg) {
+        let was = *s;
+        s.lost = true;
+        s.retransmitted = false;
+        tally.change(&was, s);
+    }
+
     /// Whether RACK judges the entry (RFC 8985 6.2 step 5): neither SACKed nor lost and
     /// waiting for its retransmission, which is to say in the pipe (RFC 6675).
     fn rack_judges(s: &Seg) -> bool {
@@ -1764,12 +1792,14 @@ impl Recovery {
     fn enter_recovery(&mut self, now: Instant) {
         self.recover = self.high;
         self.retransmit_first = true;
-        // What the reduction changes, until D-SACKs say whether it was needed.
-        self.episode_undo = Some(EpisodeUndo {
+        // What the reduction changes, until D-SACKs say whether it was needed (an episode
+        // has something outstanding: `high` is known).
+        self.episode_undo = self.high.map(|h| EpisodeUndo {
             cwnd: self.cwnd,
             ssthresh: self.ssthresh,
             cubic: self.cubic,
             all_dsacked: false,
+            horizon: h + EPISODE_HORIZON,
         });
         self.episode_resent.clear();
         // RFC 8985 7.2: no loss probe in recovery (`arm_pto`), nor one armed before it.

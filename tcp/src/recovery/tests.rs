@@ -1245,6 +1245,41 @@ fn rfc3708_an_rto_ends_an_episodes_undo() {
     assert_eq!(r.stats().undone_recoveries, 0);
 }
 
+/// RFC 3708 2 with Linux's `tcp_is_sackblock_valid`: an episode whose retransmission no
+/// D-SACK covered stops waiting once SND.UNA is a window's span (2^30) past it. Kept until
+/// the next episode instead, its range outlived a wrap of the sequence space: 2^32 octets
+/// later a D-SACK with the same numbers (a segment the network duplicated) restored the
+/// window from before the long-past reduction. A D-SACK within the span still undoes it
+/// (`rfc3708_d_sacks_for_every_retransmission_undo_the_episode`).
+#[test]
+fn rfc3708_an_episodes_undo_ends_before_the_sequence_space_wraps() {
+    for (octets, undone) in [(1usize << 29, 1), (1 << 32, 0)] {
+        let mut r = rtt_of_1_ms();
+        r.cwnd = 20_000;
+        send_n(&mut r, us(2_000), S + 1000, 1);
+        send_n(&mut r, us(2_500), S + 2000, 3);
+        r.on_ack(us(4_000), S + 1000, &[(S + 2000, S + 5000)], None);
+        let (seq, len) = r.next_retransmit().expect("retransmit");
+        r.on_sent(us(4_000), seq, len, true);
+        r.on_ack(us(5_000), S + 5000, &[], None);
+        // Loss-free flights of 60,000 octets, each acknowledged whole.
+        let mut next = S + 5000;
+        let mut now = 5_000;
+        let mut sent = 0;
+        while sent < octets {
+            let n = 60_000.min(octets - sent);
+            r.on_sent(us(now), next, n, false);
+            next += n;
+            sent += n;
+            now += 1_000;
+            r.on_ack(us(now), next, &[], None);
+        }
+        // The same numbers as the retransmission, 2^32 octets on: another segment.
+        r.on_dsack(next, next, S + 1000, S + 2000);
+        assert_eq!(r.stats().undone_recoveries, undone, "after {octets} octets");
+    }
+}
+
 /// RFC 3708 2: the undo needs every retransmission of the episode D-SACKed, also those
 /// sent after D-SACKs had covered the earlier ones (a second loss in the same episode).
 #[test]
