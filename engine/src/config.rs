@@ -56,7 +56,13 @@ pub struct EngineConfig {
     /// the table grows with the requests pending at once (about a kilobyte each), so the
     /// bound costs memory only under a flood, at most about a megabyte.
     pub max_pending_requests: usize,
-    /// Connection manager events buffered per core.
+    /// Connection manager events buffered per core: the ring to the application. Events
+    /// beyond it wait in the core, never lost, but those a network peer can cause without
+    /// end are bounded there: at most this many `RequestRefused` reports wait (further
+    /// ones are counted in `CoreStats::refusals_unreported`), and a request that ends
+    /// before the application took its `ConnectRequest` withdraws that event
+    /// (`CoreStats::requests_withdrawn`), so undelivered requests are at most
+    /// `max_pending_requests`.
     pub event_queue_depth: usize,
     /// Commands (work requests, CM calls) buffered from application threads per core.
     pub command_queue_depth: usize,

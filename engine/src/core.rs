@@ -283,6 +283,13 @@ pub struct CoreStats {
     /// Pending connection requests dropped after `mpa_timeout_ms`: no complete MPA
     /// Request, or a request the application never accepted nor rejected.
     pub requests_timed_out: u64,
+    /// Pending connection requests that ended (the peer gave up, or the startup timeout
+    /// passed) while their [`CmEvent::ConnectRequest`] still waited for the application
+    /// to take it: the event was withdrawn, and no `RequestCancelled` queued.
+    pub requests_withdrawn: u64,
+    /// [`CmEvent::RequestRefused`] reports dropped because `event_queue_depth` of them
+    /// waited for the application already (the refusals themselves went ahead).
+    pub refusals_unreported: u64,
     /// Pending connection requests visited by the requests poller (each visit reads the
     /// request's connection and checks its timers): a loop visits the requests with
     /// something to do (new, their connection's octets or FIN, a Reply going out), and
@@ -569,7 +576,49 @@ struct Ctx {
     mrs: Arc<MrTable>,
     cfg: EngineConfig,
     events: VecDeque<CmEvent>,
+    /// [`CmEvent::RequestRefused`] events in `events` ([`Ctx::report_refused`]).
+    refusals_queued: usize,
     stats: CoreStats,
+}
+
+impl Ctx {
+    /// Queues a [`CmEvent::RequestRefused`], unless `event_queue_depth` of them wait for
+    /// the application already: each malformed Request a peer sends makes one, so an
+    /// application that reads no events for a while (busy elsewhere, or a listener it
+    /// polls rarely) would otherwise let a peer's flood of bad Requests grow the queue
+    /// without bound. The refusal itself (the connection closed or the Reply with R = 1
+    /// sent) happens either way; a report dropped here is counted
+    /// ([`CoreStats::refusals_unreported`]).
+    fn report_refused(&mut self, ev: CmEvent) {
+        if self.refusals_queued >= self.cfg.event_queue_depth {
+            self.stats.refusals_unreported += 1;
+            return;
+        }
+        self.refusals_queued += 1;
+        self.events.push_back(ev);
+    }
+
+    /// Tells the application that pending request `id` is gone (the peer gave up, or the
+    /// startup timeout passed). If its [`CmEvent::ConnectRequest`] still waits in the
+    /// queue, the application never learnt of the request: the event is withdrawn instead
+    /// and nothing is queued ([`CoreStats::requests_withdrawn`]). So the requests of an
+    /// application that reads no events cost the queue at most the request table's
+    /// worth, `max_pending_requests`, where each one a flood's peers opened and dropped
+    /// added two events (Linux's rdma_cm likewise counts undelivered connect requests
+    /// against the listener's backlog).
+    fn report_cancelled(&mut self, id: RequestId) {
+        let queued = self
+            .events
+            .iter()
+            .position(|e| matches!(e, CmEvent::ConnectRequest(c) if c.request == id));
+        match queued {
+            Some(k) => {
+                self.events.remove(k);
+                self.stats.requests_withdrawn += 1;
+            }
+            None => self.events.push_back(CmEvent::RequestCancelled(id)),
+        }
+    }
 }
 
 /// `conn_qp` entry of a connection without a QP.
@@ -831,6 +880,7 @@ impl<D: PollDevice> EngineCore<D> {
             stack,
             ctx: Ctx {
                 events: VecDeque::with_capacity(cfg.event_queue_depth),
+                refusals_queued: 0,
                 stats: CoreStats::default(),
                 cfg,
                 mrs,
@@ -890,7 +940,11 @@ impl<D: PollDevice> EngineCore<D> {
 
     /// Takes the oldest connection manager event.
     pub fn next_event(&mut self) -> Option<CmEvent> {
-        self.ctx.events.pop_front()
+        let ev = self.ctx.events.pop_front();
+        if matches!(ev, Some(CmEvent::RequestRefused { .. })) {
+            self.ctx.refusals_queued -= 1;
+        }
+        ev
     }
 
     /// Whether [`EngineCore::next_event`] has an event.

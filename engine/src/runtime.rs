@@ -24,7 +24,6 @@
 //!   scheduler wake-up that every hand-off between an application thread and its core's
 //!   thread otherwise costs.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{self, JoinHandle, Thread};
@@ -184,7 +183,10 @@ struct CoreLoop<D: PollDevice> {
     events: Producer<CmEvent>,
     /// Rung when events were handed to the application ([`CoreHandle::set_event_doorbell`]).
     event_bell: Arc<OnceLock<Arc<Doorbell>>>,
-    pending: VecDeque<CmEvent>,
+    /// The event the application's ring had no room for, taken from the core: the rest
+    /// wait in the core's queue, where a request's report can still be withdrawn and
+    /// refusals are bounded (`Ctx::report_cancelled`, `Ctx::report_refused`).
+    held: Option<CmEvent>,
     clock: CoreClock,
 }
 
@@ -266,7 +268,7 @@ impl<D: PollDevice> CoreLoop<D> {
         // Pollers 1-7 (rx, tcp events, requests, receive, timers, send, tx flush).
         work |= self.core.poll(now);
         // Events out (none, the idle loop's case, costs two tests).
-        if self.core.has_events() || !self.pending.is_empty() {
+        if self.core.has_events() || self.held.is_some() {
             work |= self.hand_out_events();
         }
         work
@@ -323,17 +325,15 @@ impl<D: PollDevice> CoreLoop<D> {
         self.step();
     }
 
-    /// Moves the core's events to the application's ring; an event the application has no
-    /// room for waits in `pending`, never lost. Returns whether any was handed out.
+    /// Moves the core's events to the application's ring while it has room; the event it
+    /// had none for waits in `held`, the others in the core, never lost. Returns whether
+    /// any was handed out.
     #[inline(never)]
     fn hand_out_events(&mut self) -> bool {
-        while let Some(ev) = self.core.next_event() {
-            self.pending.push_back(ev);
-        }
         let mut handed = false;
-        while let Some(ev) = self.pending.pop_front() {
+        while let Some(ev) = self.held.take().or_else(|| self.core.next_event()) {
             if let Err(ev) = self.events.push(ev) {
-                self.pending.push_front(ev);
+                self.held = Some(ev);
                 break;
             }
             handed = true;
@@ -744,7 +744,6 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
 ) -> Result<CoreHandle, EngineError> {
     let (commands, c2) = channel::<Command>(cfg.command_queue_depth);
     let (e2, events) = channel::<CmEvent>(cfg.event_queue_depth);
-    let pending = VecDeque::with_capacity(cfg.event_queue_depth);
     let event_bell: Arc<OnceLock<Arc<Doorbell>>> = Arc::default();
     let bell2 = Arc::clone(&event_bell);
     let build = move |device: D, cfg: EngineConfig, clock: Clock| {
@@ -756,7 +755,7 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
             commands: c2,
             events: e2,
             event_bell: bell2,
-            pending,
+            held: None,
             clock,
         })
     };

@@ -202,6 +202,7 @@ fn side_sharing(n: u8, end: link::LinkEnd, cfg: &EngineConfig, mrs: Arc<MrTable>
         cq: Arc::new(CompletionQueue::new(4096).unwrap()),
         events: Vec::new(),
         completions: Vec::new(),
+        hold_events: false,
     }
 }
 

@@ -702,3 +702,110 @@ fn a_full_request_table_evicts_the_oldest_with_a_look_not_a_scan() {
         "an eviction took a newer connection before an older one: {alive:?}"
     );
 }
+
+/// Opens `n` TCP connections from A's stack to B's listener, sends `request` on each once
+/// it is established, and returns them.
+fn raw_requests(p: &mut Pair, n: usize, request: &[u8]) -> Vec<ConnId> {
+    let conns: Vec<ConnId> = (0..n)
+        .map(|_| {
+            p.a.core
+                .stack_mut()
+                .connect((ip(2), PORT), None, &TcpTuning::default())
+                .expect("connect")
+        })
+        .collect();
+    let mut sent = vec![false; n];
+    p.run_until(100_000, |p| {
+        let stack = p.a.core.stack_mut();
+        for (k, &c) in conns.iter().enumerate() {
+            if !sent[k] && stack.state(c) == Ok(State::Established) {
+                assert_eq!(stack.send(c, request).expect("send"), request.len());
+                sent[k] = true;
+            }
+        }
+        sent.iter().all(|&s| s)
+    });
+    conns
+}
+
+/// MPA-7.1.1-3 (a malformed Request is refused and reported), against an application that
+/// reads no events for a while: each refusal queued a `RequestRefused` without bound, so a
+/// peer's flood of bad Requests grew the core's queue (and the runtime's, behind the ring)
+/// as long as it went on. At most `event_queue_depth` reports wait; the rest are counted,
+/// and every connection is refused all the same.
+#[test]
+fn mpa_7_1_1_3_refusal_reports_wait_bounded_for_an_application_that_reads_none() {
+    let cfg = EngineConfig {
+        event_queue_depth: 16,
+        ..EngineConfig::default()
+    };
+    let mut p = Pair::new(&LinkConfig::default(), &cfg);
+    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
+    p.b.hold_events = true;
+    // A bad key: a malformed Request (MPA-7.1.2-4).
+    let conns = raw_requests(&mut p, 40, b"XPA ID Req Frame\x40\x01\x00\x00");
+    p.run_until(100_000, |p| {
+        p.b.core.stats().requests_pending == 0 && p.b.core.stats().refusals_unreported + 16 >= 40
+    });
+    // Every connection was closed by B.
+    p.run(200);
+    for &c in &conns {
+        let st = p.a.core.stack_mut().state(c);
+        assert!(matches!(st, Ok(State::CloseWait | State::Closed)), "{st:?}");
+    }
+    assert_eq!(p.b.core.stats().refusals_unreported, 24);
+    p.b.hold_events = false;
+    p.step();
+    let events = p.b.take_events();
+    assert_eq!(events.len(), 16, "{events:?}");
+    assert!(events
+        .iter()
+        .all(|e| matches!(e, CmEvent::RequestRefused { .. })));
+    // Taken, they make room: the next bad Request is reported again.
+    raw_requests(&mut p, 1, b"XPA ID Req Frame\x40\x01\x00\x00");
+    p.run_until(100_000, |p| {
+        p.b.events
+            .iter()
+            .any(|e| matches!(e, CmEvent::RequestRefused { .. }))
+    });
+    assert_eq!(p.b.core.stats().refusals_unreported, 24);
+}
+
+/// A request whose peer gives up (RST) or whose startup times out before the application
+/// took its `ConnectRequest`: the event is withdrawn, and no `RequestCancelled` queued
+/// (the application never learnt of it). Each such request added two events that waited
+/// for an application reading none, without bound as a flood's peers came and went; now
+/// the undelivered requests are at most the table's `max_pending_requests`. Once the
+/// application has taken the `ConnectRequest`, the cancel still comes
+/// (`a_request_never_answered_is_dropped_with_an_event`).
+#[test]
+fn a_request_gone_before_the_application_took_its_event_withdraws_it() {
+    let mut p = Pair::new(&LinkConfig::default(), &EngineConfig::default());
+    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
+    p.b.hold_events = true;
+    let request = b"MPA ID Req Frame\x40\x01\x00\x00";
+    let conns = raw_requests(&mut p, 8, request);
+    p.run_until(100_000, |p| p.b.core.stats().requests_pending == 8);
+    // Six peers give up with a reset; two stay until the startup timeout.
+    for &c in &conns[..6] {
+        p.a.core.stack_mut().abort(c).expect("abort");
+    }
+    p.run_until(100_000, |p| p.b.core.stats().requests_pending == 2);
+    assert_eq!(p.b.core.stats().requests_withdrawn, 6);
+    let timeout = Duration::from_millis(EngineConfig::default().mpa_timeout_ms);
+    let end = p.now + timeout + Duration::from_secs(1);
+    p.run_until(1_000_000, |p| p.now >= end);
+    let st = p.b.core.stats();
+    assert_eq!(
+        (
+            st.requests_pending,
+            st.requests_timed_out,
+            st.requests_withdrawn
+        ),
+        (0, 2, 8)
+    );
+    p.b.hold_events = false;
+    p.step();
+    let events = p.b.take_events();
+    assert!(events.is_empty(), "{events:?}");
+}

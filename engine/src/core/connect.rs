@@ -744,9 +744,8 @@ impl<D: PollDevice> EngineCore<D> {
         if let Some(r) = self.take_request(i) {
             let _ = self.stack.release(r.tcp);
             if r.phase == ReqPhase::Waiting {
-                self.ctx
-                    .events
-                    .push_back(CmEvent::RequestCancelled(self.request_id(i)));
+                let id = self.request_id(i);
+                self.ctx.report_cancelled(id);
             }
         }
     }
@@ -1046,7 +1045,7 @@ impl<D: PollDevice> EngineCore<D> {
                                 // send): the Reply with R = 1 goes out, and our user is
                                 // told, typed, so neither side waits in silence.
                                 if rej.reason == nego::RejectReason::MarkersUnsupported {
-                                    self.ctx.events.push_back(request_refused(
+                                    self.ctx.report_refused(request_refused(
                                         self.core,
                                         r,
                                         nego::NegotiationError::MarkersUnsupported,
@@ -1067,8 +1066,7 @@ impl<D: PollDevice> EngineCore<D> {
                                 // format): TCP closes and our user is told what was wrong
                                 // (MPA-7.1.1-3, MPA-7.1.2-4, MPA-7.1.2-17).
                                 self.ctx
-                                    .events
-                                    .push_back(request_refused(self.core, r, f.error));
+                                    .report_refused(request_refused(self.core, r, f.error));
                                 let _ = self.stack.close(r.tcp);
                                 r.phase = ReqPhase::Closing;
                             }
@@ -1087,8 +1085,7 @@ impl<D: PollDevice> EngineCore<D> {
                             if let nego::Event::Failed(f) = ev {
                                 if matches!(f.error, nego::NegotiationError::Frame(_)) {
                                     self.ctx
-                                        .events
-                                        .push_back(request_refused(self.core, r, f.error));
+                                        .report_refused(request_refused(self.core, r, f.error));
                                 }
                             }
                         }
@@ -1131,7 +1128,7 @@ impl<D: PollDevice> EngineCore<D> {
                     // (mpa-08 §7.1.2 rule 10), so the slot is freed and the application
                     // told; its RequestId is stale from now on.
                     if now_std.saturating_duration_since(r.since) > limit {
-                        self.ctx.events.push_back(CmEvent::RequestCancelled(id));
+                        self.ctx.report_cancelled(id);
                         timed_out = true;
                     }
                 }

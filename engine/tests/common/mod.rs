@@ -69,6 +69,9 @@ pub struct Side {
     pub cq: Arc<CompletionQueue>,
     pub events: Vec<CmEvent>,
     pub completions: Vec<Completion>,
+    /// Leaves the core's events in its queue (an application that reads none for a
+    /// while); `Pair::step` takes them otherwise.
+    pub hold_events: bool,
 }
 
 impl Side {
@@ -91,6 +94,7 @@ impl Side {
             cq: Arc::new(CompletionQueue::new(4096).unwrap()),
             events: Vec::new(),
             completions: Vec::new(),
+            hold_events: false,
         }
     }
 
@@ -117,7 +121,10 @@ impl Side {
     }
 
     fn drain(&mut self) {
-        while let Some(e) = self.core.next_event() {
+        while !self.hold_events {
+            let Some(e) = self.core.next_event() else {
+                break;
+            };
             self.events.push(e);
         }
         while let Some(c) = self.cq.pop() {

@@ -16,6 +16,7 @@ pub const CORE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
 
 /// A core at 10.0.0.2/24 with `CORE_MAC` on one end of an in-memory link (the other end
 /// returned), driven `drive`, on `clock`.
+#[allow(dead_code)] // Not every test file that shares this module uses it.
 pub fn core_on(drive: Drive, clock: Clock) -> (CoreHandle, LinkEnd) {
     core_with(drive, clock, EngineConfig::default())
 }

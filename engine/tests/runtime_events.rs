@@ -1,0 +1,110 @@
+//! The runtime's hand-out of connection manager events to an application that reads none
+//! for a while: what a network peer can cause without end stays bounded behind the ring.
+
+use std::time::Instant as StdInstant;
+
+use warpcore_engine::clock::Clock;
+use warpcore_engine::runtime::{Command, Drive};
+use warpcore_engine::tcp::smoltcp::socket::tcp::State;
+use warpcore_engine::tcp::smoltcp::time::Instant;
+use warpcore_engine::tcp::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
+use warpcore_engine::tcp::{ConnId, Stack, StackConfig, TcpTuning};
+use warpcore_engine::{CmEvent, EngineConfig, MpaParams};
+
+mod runtime_common;
+use runtime_common::core_with;
+
+const PORT: u16 = 4791;
+const DEPTH: usize = 16;
+const FLOOD: usize = 40;
+
+/// MPA-7.1.1-3 (a malformed Request is refused and reported): the runtime moved every
+/// event the core made into a queue of its own behind the application's ring, so the core's
+/// bound on waiting `RequestRefused` reports (`event_queue_depth`) never applied and a
+/// peer's flood of bad Requests grew that queue without end while the application read no
+/// events. The core keeps what the ring has no room for now: the application finds at most
+/// the ring's worth, one held, and the core's `event_queue_depth` reports, however long the
+/// flood.
+#[test]
+fn mpa_7_1_1_3_a_flood_of_bad_requests_leaves_bounded_events_behind_the_ring() {
+    let origin = StdInstant::now();
+    let clock = Clock::new(StdInstant::now);
+    let cfg = EngineConfig {
+        event_queue_depth: DEPTH,
+        ..EngineConfig::default()
+    };
+    let (core, end) = core_with(Drive::Caller, clock, cfg);
+    let (tx, rx) = crossbeam::channel::bounded(1);
+    core.submit(Command::Listen(PORT, MpaParams::default(), tx))
+        .expect("submit");
+    assert!(core.progress_until(1_000, |_| !rx.is_empty()));
+    rx.recv().expect("reply").expect("listen");
+
+    // A bad key: a malformed Request (MPA-7.1.2-4), refused with a close.
+    let request = b"XPA ID Req Frame\x40\x01\x00\x00";
+    let now = || Instant::from_micros(origin.elapsed().as_micros() as i64);
+    let mut peer = Stack::new(
+        end,
+        &StackConfig {
+            mac: [0x02, 0, 0, 0, 0, 1],
+            ip: Ipv4Cidr::new(Ipv4Address::new(10, 0, 0, 1), 24),
+            gateway: None,
+            routes: Vec::new(),
+            random_seed: 3,
+            max_connections: 64,
+        },
+        now(),
+    )
+    .expect("peer stack");
+    // One connection after another, each refused before the next opens: the core's loops
+    // see one refusal at a time (a flood at once would meet the core's bound within one
+    // loop, whatever the runtime does with its events).
+    let remote = (Ipv4Address::new(10, 0, 0, 2), PORT);
+    for k in 0..FLOOD {
+        let c: ConnId = peer
+            .connect(remote, None, &TcpTuning::default())
+            .expect("connect");
+        let mut sent = false;
+        let mut refused = false;
+        // Time, not loops: a first connection waits for ARP (retried every 100 ms).
+        let t0 = StdInstant::now();
+        while t0.elapsed() < std::time::Duration::from_secs(10) {
+            peer.poll(now());
+            core.progress();
+            let st = peer.state(c);
+            if !sent && st == Ok(State::Established) {
+                assert_eq!(peer.send(c, request).expect("send"), request.len());
+                sent = true;
+            }
+            if matches!(st, Ok(State::CloseWait | State::Closed)) {
+                refused = true;
+                break;
+            }
+        }
+        assert!(sent && refused, "connection {k}: {:?}", peer.state(c));
+        let _ = peer.abort(c);
+        peer.poll(now());
+    }
+    let (tx, rx) = crossbeam::channel::bounded(1);
+    core.submit(Command::Stats(tx)).expect("submit");
+    assert!(core.progress_until(1_000, |_| !rx.is_empty()));
+    let stats = rx.recv().expect("reply").expect("stats");
+    let mut events = Vec::new();
+    while let Some(e) = core.next_event() {
+        events.push(e);
+        core.progress();
+    }
+    assert!(events
+        .iter()
+        .all(|e| matches!(e, CmEvent::RequestRefused { .. })));
+    assert!(
+        events.len() <= 2 * DEPTH + 1,
+        "{} events for {FLOOD} refusals",
+        events.len()
+    );
+    assert!(stats.refusals_unreported > 0);
+    assert_eq!(
+        events.len() as u64 + stats.refusals_unreported,
+        FLOOD as u64
+    );
+}
