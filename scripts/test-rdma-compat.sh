@@ -136,6 +136,7 @@ contracts() {
     contract verbs_strs_rereg
     contract qp_reset_after_err
     contract verbs_helpers
+    contract bad_input_bounds
     # Only meaningful if the program itself does not need libibverbs.so.1. objdump's output
     # is read whole before grep judges it: `! objdump | grep -q` under pipefail passed when
     # grep's early exit on the match cut objdump off (SIGPIPE) and when objdump failed.

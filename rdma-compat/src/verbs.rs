@@ -493,10 +493,13 @@ pub extern "C" fn __wc__ibv_query_gid_ex(
     index: u32,
     entry: *mut ibv_gid_entry,
     _flags: u32,
-    _size: usize,
+    size: usize,
 ) -> c_int {
     guard(EINVAL, || {
-        if entry.is_null() {
+        // The entry is `size` octets: rdma-core passes it to the kernel as the out
+        // attribute's length (cmd_device.c, __ibv_query_gid_ex), and uverbs refuses one
+        // shorter than its struct with EINVAL. Before, a whole entry was written past it.
+        if entry.is_null() || size < std::mem::size_of::<ibv_gid_entry>() {
             return EINVAL;
         }
         let mut g: ibv_gid = Default::default();
@@ -2528,7 +2531,9 @@ fn post_one(q: &Qp, w: &ibv_send_wr) -> Result<(), Posted> {
             return Err(EINVAL.into());
         }
         let mut data = Vec::with_capacity(total);
-        for s in sg {
+        // An SGE of no octets is nothing to copy, whatever its addr (NULL included, which
+        // a slice may not be made from): the providers' memcpy of 0 octets touches nothing.
+        for s in sg.iter().filter(|s| s.length != 0) {
             // SAFETY: inline data is read from the caller's buffers at post time
             // (IBV_SEND_INLINE: addr/length name readable memory, lkey unused).
             data.extend_from_slice(unsafe {
