@@ -40,6 +40,7 @@ fn core(n: u8, end: LinkEnd, mrs: Arc<MrTable>) -> EngineCore<LinkEnd> {
         routes: Vec::new(),
         random_seed: u64::from(n),
         max_connections: 16,
+        out_of_order_budget_bytes: warpcore_engine::tcp::OUT_OF_ORDER_BUDGET_DEFAULT,
     };
     let cfg = EngineConfig {
         tcp: warpcore_engine::tcp::TcpTuning {

@@ -113,6 +113,16 @@ pub struct EngineConfig {
     /// for each of [`EngineConfig::max_qps`] plus room for connections still being set up
     /// or closing; the TCP's tables grow with the connections that exist, not with this.
     pub max_connections: usize,
+    /// The most octets a core's TCP connections hold out of order together: the core's
+    /// stack's [`warpcore_tcp::StackConfig::out_of_order_budget_bytes`] (set from here, as
+    /// `max_connections` is). Each connection's window (`tcp.rx_buffer`, 4 MiB) bounds its
+    /// own; this bounds what peers holding many connections can make a core keep (10,240
+    /// windows: 40 GiB). An out-of-order segment beyond it is dropped unSACKed and sent
+    /// again by its peer ([`crate::CoreStats::tcp_out_of_order_refused`]). 128 MiB
+    /// ([`warpcore_tcp::OUT_OF_ORDER_BUDGET_DEFAULT`]) by default: 32 whole windows, far
+    /// more than the few bulk transfers of a core recovering from loss at once hold. Any
+    /// value is taken (0: nothing held out of order).
+    pub tcp_out_of_order_budget_bytes: usize,
     /// On shutdown, how long a core keeps its device open after it stopped polling. Two
     /// processes over DPDK net_memif 22.11 need both sides to stop polling before either
     /// closes its port (a disconnect during `rx_burst` can crash the peer); 0 elsewhere.
@@ -172,6 +182,7 @@ impl Default for EngineConfig {
             tcp_implementation: TcpImplementation::Warpcore,
             mpa_timeout_ms: 10_000,
             max_connections: 10_240,
+            tcp_out_of_order_budget_bytes: warpcore_tcp::OUT_OF_ORDER_BUDGET_DEFAULT,
             shutdown_linger_ms: 0,
             tx_from_memory_min: 512,
         }

@@ -345,6 +345,12 @@ pub struct CoreStats {
     pub tcp_undone_recoveries: u64,
     /// ACKs received with a D-SACK block (RFC 2883): segments the peer got twice.
     pub tcp_dsacks_received: u64,
+    /// Out-of-order segments the core's TCP dropped unSACKed because the octets its
+    /// connections held out of order would have passed
+    /// [`EngineConfig::tcp_out_of_order_budget_bytes`] (their peers send them again).
+    pub tcp_out_of_order_refused: u64,
+    /// Occupancy when read: octets the core's TCP connections hold out of order.
+    pub tcp_out_of_order_held: u64,
     /// Occupancy when read: buffers taken from the device's pool (mbufs on a DPDK port;
     /// cores whose ports share a pool report the same figure), `None` for a device without
     /// one (the in-memory link).
@@ -827,6 +833,7 @@ impl<D: PollDevice> EngineCore<D> {
         }
         let mut sc = stack_cfg.clone();
         sc.max_connections = cfg.max_connections;
+        sc.out_of_order_budget_bytes = cfg.tcp_out_of_order_budget_bytes;
         let mut stack = Stack::with_implementation(device, &sc, now, cfg.tcp_implementation)?;
         // Received segments' checksums summed with the CPU's widest vectors, where the TCP
         // crate (no `unsafe`, so no run-time choice of instructions) would use SSE2.
@@ -906,6 +913,7 @@ impl<D: PollDevice> EngineCore<D> {
     /// Counters.
     pub fn stats(&self) -> CoreStats {
         let t = self.stack.tcp_totals().unwrap_or_default();
+        let h = self.stack.host_stats().unwrap_or_default();
         CoreStats {
             tcp_segments_sent: t.segments_sent,
             tcp_segments_received: t.segments_received,
@@ -916,6 +924,8 @@ impl<D: PollDevice> EngineCore<D> {
             tcp_fast_recoveries: t.fast_recoveries,
             tcp_undone_recoveries: t.undone_recoveries,
             tcp_dsacks_received: t.dsacks_received,
+            tcp_out_of_order_refused: h.out_of_order_refused,
+            tcp_out_of_order_held: h.out_of_order_held,
             qps_live: self.live.len() as u64,
             requests_pending: self.requests_live as u64,
             mpa_timers: self.live_mpa_timers() as u64,

@@ -627,6 +627,7 @@ impl World {
             routes: Vec::new(),
             random_seed: u64::from(n) * 7919,
             max_connections: 2,
+            out_of_order_budget_bytes: warpcore_tcp::OUT_OF_ORDER_BUDGET_DEFAULT,
         };
         let mut peer = Stack::new(a, &sc(1), Instant::ZERO).map_err(|_| fail("peer stack"))?;
         let cfg = EngineConfig {

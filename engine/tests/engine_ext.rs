@@ -185,6 +185,7 @@ fn side_sharing(n: u8, end: link::LinkEnd, cfg: &EngineConfig, mrs: Arc<MrTable>
         routes: Vec::new(),
         random_seed: u64::from(n) * 7919 + 13,
         max_connections: cfg.max_connections,
+        out_of_order_budget_bytes: warpcore_engine::tcp::OUT_OF_ORDER_BUDGET_DEFAULT,
     };
     let core = EngineCore::new(
         u16::from(n) - 1,

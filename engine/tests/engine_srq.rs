@@ -255,6 +255,7 @@ fn qps_of_two_cores_drain_one_queue() {
             routes: Vec::new(),
             random_seed: u64::from(n) * 31,
             max_connections: 8,
+            out_of_order_budget_bytes: warpcore_engine::tcp::OUT_OF_ORDER_BUDGET_DEFAULT,
         };
         EngineCore::new(
             idx,

@@ -52,6 +52,7 @@ fn mpa_7_1_1_3_a_flood_of_bad_requests_leaves_bounded_events_behind_the_ring() {
             routes: Vec::new(),
             random_seed: 3,
             max_connections: 64,
+            out_of_order_budget_bytes: warpcore_engine::tcp::OUT_OF_ORDER_BUDGET_DEFAULT,
         },
         now(),
     )

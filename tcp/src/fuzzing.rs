@@ -15,7 +15,10 @@
 //! * every segment the stack sends carries, at each stream offset, the octet the user wrote
 //!   there (retransmissions come from the same source), never beyond what was written;
 //! * every frame the stack sends parses as Ethernet/ARP or Ethernet/IPv4/TCP|ICMP;
-//! * buffered octets never exceed the configured buffers;
+//! * buffered octets never exceed the configured buffers, and the octets held out of order
+//!   never the stack's budget ([`StackConfig::out_of_order_budget_bytes`], one receive
+//!   buffer's worth here, so that two connections' out-of-order data meets it), whose
+//!   count always equals the sum over the connections;
 //! * with feature `self-check`, the receive fast paths change nothing: the same input run
 //!   again with every connection held to the general path
 //!   ([`crate::conn::set_general_paths_only`]) sends the same frames, delivers the same
@@ -446,6 +449,7 @@ fn run(data: &[u8]) -> Vec<Shown> {
         routes: Vec::new(),
         random_seed: 7,
         max_connections: 8,
+        out_of_order_budget_bytes: BUF,
     };
     let tuning = TcpTuning {
         rx_buffer: BUF,
@@ -758,6 +762,16 @@ fn run(data: &[u8]) -> Vec<Shown> {
                 }
             }
         }
+        let held = stack.host_stats().map(|h| h.out_of_order_held as usize);
+        assert_eq!(
+            held,
+            stack.out_of_order_held_by_connections(),
+            "the out-of-order count is not the connections' sum"
+        );
+        assert!(
+            held.is_some_and(|h| h <= BUF),
+            "out-of-order octets {held:?} above the budget"
+        );
         let out = std::mem::take(&mut stack.device_mut().tx);
         let mut arp_due = false;
         for f in &out {

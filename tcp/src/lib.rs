@@ -18,7 +18,8 @@
 //!   refuses the token and the bytes stay in the TCP send buffer, to go out on a later poll.
 //! * Untrusted input never panics: malformed frames, unknown EtherTypes, bad checksums and
 //!   segments for unknown connections are dropped or answered with RST; half-open
-//!   connections, out-of-order data and control frames are bounded.
+//!   connections, out-of-order data (per connection by its window, per stack by
+//!   [`StackConfig::out_of_order_budget_bytes`]) and control frames are bounded.
 //! * Connections are named by [`ConnId`] handles that carry a generation, so a stale handle is
 //!   rejected with [`StackError::UnknownConnection`] instead of reaching a reused slot.
 //! * With the `dpdk` feature (on by default) [`DpdkDevice`] runs the stack on a DPDK queue
@@ -53,7 +54,7 @@ pub use link::{Faults, LinkConfig, LinkConfigError, LinkEnd};
 pub use smoltcp;
 pub use stack::{
     Congestion, ConnId, Event, ListenerId, ResolveId, Stack, StackConfig, StackError,
-    TcpImplementation, TcpTuning, BUFFER_MAX, TIMER_MAX,
+    TcpImplementation, TcpTuning, BUFFER_MAX, OUT_OF_ORDER_BUDGET_DEFAULT, TIMER_MAX,
 };
 #[cfg(feature = "dpdk")]
 pub use warpcore_dpdk_sys as dpdk_sys;

@@ -27,7 +27,32 @@ pub struct StackConfig {
     /// Most connections (listening sockets of backlogs included): at least one;
     /// `usize::MAX` for no bound but memory.
     pub max_connections: usize,
+    /// The most octets all connections together hold out of order (segments beyond
+    /// RCV.NXT waiting for the gap before them to fill). Each connection's window bounds
+    /// its own, but a peer, or many, with thousands of connections could otherwise make
+    /// the stack hold each one's whole window out of order (the engine's 4 MiB windows on
+    /// 10,240 connections: 40 GiB); Linux bounds the like across sockets with `tcp_mem`.
+    /// An out-of-order segment whose new octets would take the total past this is dropped
+    /// whole, neither held nor SACKed, and the peer sends it again (RFC 9293 3.10.7.4 lets a
+    /// receiver keep or drop such segments; RFC 2018 3 has it report only what it holds):
+    /// nothing is lost, and in-order data never counts against it, so every connection
+    /// still makes progress. What is already held is never given up (no SACK reneging).
+    /// Counted in [`crate::HostStats::out_of_order_refused`], the total held in
+    /// [`crate::HostStats::out_of_order_held`]. These are octets of payload; the buffers
+    /// holding them may take up to about twice that while they grow.
+    ///
+    /// [`OUT_OF_ORDER_BUDGET_DEFAULT`] (128 MiB) by default: 32 full windows of the
+    /// engine's (4 MiB) or 128 of [`TcpTuning`]'s default (1 MiB), so a few bulk
+    /// transfers recovering from loss at the same time never meet it. Any value is taken:
+    /// 0 holds nothing out of order (every such segment waits for its retransmission:
+    /// correct, slow), `usize::MAX` has no bound but the windows. Warpcore's TCP only: the
+    /// smoltcp reference ignores it (its sockets hold out-of-order data inside their
+    /// receive buffers, allocated whole when they open).
+    pub out_of_order_budget_bytes: usize,
 }
+
+/// The default of [`StackConfig::out_of_order_budget_bytes`]: 128 MiB.
+pub const OUT_OF_ORDER_BUDGET_DEFAULT: usize = 128 << 20;
 
 impl StackConfig {
     /// Refuses what no stack can work with (both implementations check it when created):
@@ -36,7 +61,8 @@ impl StackConfig {
     /// broadcast, and a
     /// gateway or route next hop off the subnet (ARP cannot reach it), on the interface's
     /// own address or on its broadcast, and a table of no connections (every connect and
-    /// every SYN refused).
+    /// every SYN refused). Every out-of-order budget is taken (0 included: see
+    /// [`StackConfig::out_of_order_budget_bytes`]).
     pub(crate) fn check(&self) -> Result<(), StackError> {
         let bad = |field, why| Err(StackError::InvalidConfig(field, why));
         if self.max_connections == 0 {
@@ -556,6 +582,18 @@ impl<D: PollDevice> Stack<D> {
     pub fn host_stats(&self) -> Option<crate::HostStats> {
         match &self.imp {
             Imp::Warpcore(s) => Some(s.host_stats()),
+            Imp::Reference(_) => None,
+        }
+    }
+
+    /// The octets held out of order summed over every connection of Warpcore's TCP (`None`
+    /// for the reference): the fuzz body and the tests check that
+    /// [`crate::HostStats::out_of_order_held`], the count kept as octets come and go,
+    /// equals it.
+    #[cfg(feature = "fuzzing")]
+    pub fn out_of_order_held_by_connections(&self) -> Option<usize> {
+        match &self.imp {
+            Imp::Warpcore(s) => Some(s.out_of_order_held_by_connections()),
             Imp::Reference(_) => None,
         }
     }

@@ -752,6 +752,16 @@ fn unworkable_stack_config_is_refused_naming_the_field() {
             .expect("an unbounded table");
         s.connect((IP_B, 1), None, &TcpTuning::default())
             .expect("connect");
+        // Any out-of-order budget is taken: none (nothing held out of order, every such
+        // segment resent) and no bound but the windows.
+        for budget in [0, usize::MAX] {
+            let (ea, _eb) = link::pair(&LinkConfig::default());
+            let cfg = StackConfig {
+                out_of_order_budget_bytes: budget,
+                ..good.clone()
+            };
+            Stack::with_implementation(ea, &cfg, Instant::ZERO, imp).expect("any budget");
+        }
     }
 }
 

@@ -297,6 +297,7 @@ impl Context {
             routes: Vec::new(),
             random_seed: stack_seed(cfg.random_seed)?,
             max_connections: cfg.engine.max_connections,
+            out_of_order_budget_bytes: cfg.engine.tcp_out_of_order_budget_bytes,
         };
         let mrs = Arc::new(MrTable::new(cfg.engine.mr_table_capacity));
         let clock = core_clock();

@@ -1327,6 +1327,7 @@ mod tests {
             routes: Vec::new(),
             random_seed: 1,
             max_connections: 2,
+            out_of_order_budget_bytes: warpcore_tcp::OUT_OF_ORDER_BUDGET_DEFAULT,
         };
         let mut stack = Stack::new(end, &sc, Instant::ZERO).unwrap();
         stack

@@ -33,6 +33,7 @@ pub fn stack_config(n: u8, max_connections: usize) -> StackConfig {
         routes: Vec::new(),
         random_seed: u64::from(n) * 7919,
         max_connections,
+        out_of_order_budget_bytes: warpcore_engine::tcp::OUT_OF_ORDER_BUDGET_DEFAULT,
     }
 }
 

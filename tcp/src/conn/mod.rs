@@ -74,6 +74,7 @@ use smoltcp::wire::{Ipv4Address, TcpControl, TcpRepr, TcpSeqNumber, TcpTimestamp
 use crate::recovery::{
     earliest_of, Recovery, RecoveryConfig, RecoveryStats, TimeoutAction, MAX_RTO_BACKOFFS,
 };
+pub(crate) use reasm::OutOfOrderBudget;
 use reasm::Reassembly;
 use records::Records;
 use ring::SendRing;
@@ -1211,7 +1212,7 @@ impl Connection {
         }
         self.wrap_buf = Vec::new();
         self.rx = VecDeque::new();
-        self.ooo = Reassembly::default();
+        self.ooo.clear();
     }
 
     /// Octets of memory the buffers hold now (send ring, receive queue, out-of-order data).
@@ -1222,6 +1223,19 @@ impl Connection {
             + self.wrap_buf.capacity()
             + self.records.capacity() * std::mem::size_of::<TcpSeqNumber>()
             + self.ext.capacity() * std::mem::size_of::<ExtRecord>()
+    }
+
+    /// Counts the octets this connection holds out of order against the host's `budget`
+    /// from now on (`StackConfig::out_of_order_budget_bytes`): an out-of-order segment
+    /// whose new octets would take the host past it is dropped. A connection outside a host
+    /// has none: its window alone bounds what it holds.
+    pub(crate) fn set_out_of_order_budget(&mut self, budget: std::sync::Arc<OutOfOrderBudget>) {
+        self.ooo.set_budget(budget);
+    }
+
+    /// Octets held out of order now.
+    pub(crate) fn out_of_order_octets(&self) -> usize {
+        self.ooo.octets()
     }
 
     /// Counters.
@@ -1268,6 +1282,9 @@ impl Connection {
         self.window_probe_at = None;
         self.time_wait_at = None;
         self.ack_now = false;
+        // Nothing will fill the gaps: the octets held out of order go back to the host's
+        // budget now, not when the user releases the connection.
+        self.ooo.clear();
     }
 
     // ------------------------------------------------------------------ receive
@@ -2026,7 +2043,10 @@ impl Connection {
                 if let Some((l, r)) = self.ooo.held_within(off, off + data.len() as u64) {
                     self.note_duplicate(l as i64, r as i64);
                 }
-                self.ooo.insert(off, data);
+                // Refused (the host's out-of-order budget spent, or no block left), the
+                // segment is dropped: not SACKed, the peer sends it again (RFC 9293
+                // 3.10.7.4, RFC 2018 3). It is ACKed as any out-of-order segment.
+                let _stored = self.ooo.insert(off, data);
                 // RFC 5681 4.2: out-of-order data is ACKed at once (with SACK blocks).
                 self.ack_now = true;
                 self.quick_ack = true;
@@ -2041,8 +2061,8 @@ impl Connection {
             self.fin_received = true;
             self.rcv_nxt += 1;
             // Nothing held out of order can be the peer's data any more (Linux's `tcp_fin`
-            // purges it too).
-            self.ooo = Reassembly::default();
+            // purges it too); its octets go back to the host's budget.
+            self.ooo.clear();
             self.events |= EV_PEER_CLOSED;
             self.ack_now = true;
             match self.state {

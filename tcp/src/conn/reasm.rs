@@ -1,8 +1,16 @@
 //! Out-of-order segments held until the gap before them fills (RFC 9293 3.10.7.4 "seventh"
 //! allows keeping segments beyond RCV.NXT inside the window). Blocks are kept disjoint and
 //! bounded in number; what does not fit is dropped, never merged wrongly.
+//!
+//! A connection's window bounds what it holds; the octets every connection of a host holds
+//! together are bounded by the host's [`OutOfOrderBudget`]
+//! (`StackConfig::out_of_order_budget_bytes`), which each [`Reassembly`] of the host charges
+//! for every octet it takes and credits for every octet it lets go (taken when the gap
+//! fills, purged, or dropped with its connection), so the count is exact by construction.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
 
 /// Most disjoint blocks held (a peer cannot make us track more holes than this).
 pub(crate) const MAX_BLOCKS: usize = 64;
@@ -10,8 +18,81 @@ pub(crate) const MAX_BLOCKS: usize = 64;
 /// Blocks remembered in the order they took octets: as many as a SACK option holds.
 const RECENT: usize = 3;
 
+/// The out-of-order octets the connections of one host hold together, and the most they
+/// may (`StackConfig::out_of_order_budget_bytes`): a peer, or many, with thousands of
+/// connections could otherwise make the host hold each one's whole window out of order
+/// (Linux bounds the like with `tcp_mem`). Shared by the host and its connections'
+/// [`Reassembly`]s, and touched on the out-of-order paths only: an insert that takes new
+/// octets, a take when a gap fills, a purge, a connection dropped. Atomic because the host
+/// (and every connection with it) moves between threads; one thread drives it at a time,
+/// so the counters are never contended.
+pub(crate) struct OutOfOrderBudget {
+    held: AtomicUsize,
+    limit: usize,
+    refused: AtomicU64,
+}
+
+impl std::fmt::Debug for OutOfOrderBudget {
+    /// The limit only: the count is the host's, not the connection's (two copies of a
+    /// connection that print alike must print alike whatever the others hold).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutOfOrderBudget")
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OutOfOrderBudget {
+    /// A budget of `limit` octets, none held.
+    pub fn new(limit: usize) -> Arc<Self> {
+        Arc::new(OutOfOrderBudget {
+            held: AtomicUsize::new(0),
+            limit,
+            refused: AtomicU64::new(0),
+        })
+    }
+
+    /// Octets held now.
+    pub fn held(&self) -> usize {
+        self.held.load(Relaxed)
+    }
+
+    /// Segments refused so far for want of budget.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Relaxed)
+    }
+
+    /// Takes `n` octets if they fit (counting a refusal if not).
+    fn charge(&self, n: usize) -> bool {
+        let fits = self
+            .held
+            .fetch_update(Relaxed, Relaxed, |h| {
+                h.checked_add(n).filter(|&t| t <= self.limit)
+            })
+            .is_ok();
+        if !fits {
+            self.refused.fetch_add(1, Relaxed);
+        }
+        fits
+    }
+
+    /// Takes `n` octets whether they fit or not (a copy of octets already held).
+    fn charge_anyway(&self, n: usize) {
+        self.held.fetch_add(n, Relaxed);
+    }
+
+    /// Gives `n` octets back.
+    fn credit(&self, n: usize) {
+        let before = self.held.fetch_sub(n, Relaxed);
+        debug_assert!(
+            before >= n,
+            "out-of-order budget: {n} octets given back, {before} held"
+        );
+    }
+}
+
 /// Blocks keyed by stream offset (octets after the peer's ISN + 1).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub(crate) struct Reassembly {
     blocks: BTreeMap<u64, VecDeque<u8>>,
     /// Starts of the blocks that most recently took octets, the latest first: the first
@@ -19,11 +100,40 @@ pub(crate) struct Reassembly {
     /// block merged into another or was taken are skipped when read.
     recent: [Option<u64>; RECENT],
     octets: usize,
+    /// The host's budget these octets count against ([`OutOfOrderBudget`]); `None` for a
+    /// connection outside a host (the window alone bounds it).
+    budget: Option<Arc<OutOfOrderBudget>>,
     /// Octets held before an insert that it copied or moved (blocks joined into a span, a
     /// block's buffer reallocated or rotated): what a peer can make a small segment cost.
     /// The tests count it instead of timing a flood.
     #[cfg(test)]
     moved: usize,
+}
+
+/// A copy holds its octets twice: the budget counts both (tests copy connections).
+impl Clone for Reassembly {
+    fn clone(&self) -> Self {
+        if let Some(b) = &self.budget {
+            b.charge_anyway(self.octets);
+        }
+        Reassembly {
+            blocks: self.blocks.clone(),
+            recent: self.recent,
+            octets: self.octets,
+            budget: self.budget.clone(),
+            #[cfg(test)]
+            moved: self.moved,
+        }
+    }
+}
+
+/// A connection dropped (released, removed, its host gone) gives its octets back.
+impl Drop for Reassembly {
+    fn drop(&mut self) {
+        if let Some(b) = &self.budget {
+            b.credit(self.octets);
+        }
+    }
 }
 
 impl Reassembly {
@@ -34,6 +144,31 @@ impl Reassembly {
     /// Octets held.
     pub fn octets(&self) -> usize {
         self.octets
+    }
+
+    /// Counts the octets held against `budget` from now on (the host's, given to each
+    /// connection it makes).
+    pub fn set_budget(&mut self, budget: Arc<OutOfOrderBudget>) {
+        budget.charge_anyway(self.octets);
+        if let Some(old) = self.budget.replace(budget) {
+            old.credit(self.octets);
+        }
+    }
+
+    /// Drops every octet held, giving them back to the budget (the peer's FIN makes them
+    /// meaningless, the connection closed, or its buffers were shed). Assigning a fresh
+    /// `Reassembly` instead would lose the budget.
+    pub fn clear(&mut self) {
+        if let Some(b) = &self.budget {
+            b.credit(self.octets);
+        }
+        self.blocks = BTreeMap::new();
+        self.recent = [None; RECENT];
+        self.octets = 0;
+        #[cfg(test)]
+        {
+            self.moved = 0;
+        }
     }
 
     /// Stores `data` at stream offset `off` (beyond the in-order point), merging with
@@ -51,9 +186,16 @@ impl Reassembly {
     /// that took 14 % of both engines' instructions in `engine_profile`'s 64 KiB Writes.
     /// The second grew the first block it touched: a peer sending one octet just before a
     /// block of the window's size had all of it copied, 4 MiB per 55-octet segment.)
-    pub fn insert(&mut self, off: u64, data: &[u8]) {
+    ///
+    /// Returns false, holding nothing more, when the octets not yet held would take the
+    /// host's [`OutOfOrderBudget`] past its limit (the refusal counted there), or would need
+    /// a block beyond [`MAX_BLOCKS`]: the segment is dropped whole, so no SACK block reports
+    /// it (RFC 2018 3 lets a receiver report only what it holds) and the peer sends it again
+    /// (RFC 9293 3.10.7.4 lets a receiver keep or drop segments beyond RCV.NXT). Nothing
+    /// held is given up: SACKed octets are never reneged.
+    pub fn insert(&mut self, off: u64, data: &[u8]) -> bool {
         if data.is_empty() {
-            return;
+            return true;
         }
         let end = off + data.len() as u64;
         // Blocks never touch one another, so at most one block that starts at or before
@@ -66,21 +208,39 @@ impl Reassembly {
             .filter(|(s, b)| **s + b.len() as u64 >= off);
         let (mut first, mut last_end) = (off, end);
         let mut base: Option<(u64, usize)> = None;
+        // Octets of `[off, end)` held already: what the insert does not add. (A block
+        // that only touches the new octets overlaps none.)
+        let mut overlap = 0;
         for (&s, b) in before.into_iter().chain(self.blocks.range(off + 1..=end)) {
+            let e = s + b.len() as u64;
+            overlap += e.min(end) - s.max(off);
             first = first.min(s);
-            last_end = last_end.max(s + b.len() as u64);
+            last_end = last_end.max(e);
             if base.is_none_or(|(_, l)| b.len() > l) {
                 base = Some((s, b.len()));
             }
         }
+        // A block of their own for the new octets only if there is room for one.
+        if base.is_none() && self.blocks.len() >= MAX_BLOCKS {
+            return false;
+        }
+        // The octets this insert adds, charged before anything changes.
+        let new = data.len() - overlap as usize;
+        if new > 0 {
+            if let Some(b) = &self.budget {
+                if !b.charge(new) {
+                    return false;
+                }
+            }
+        }
+        let held_before = self.octets;
         // The base: the largest block joined (its octets stay where they are), else the
-        // new octets, as a block of their own if there is room for one.
+        // new octets.
         let (start, mut buf) = match base.and_then(|(s, _)| Some((s, self.blocks.remove(&s)?))) {
             Some((s, b)) => {
                 self.octets -= b.len();
                 (s, b)
             }
-            None if self.blocks.len() >= MAX_BLOCKS => return,
             None => (off, VecDeque::from(data.to_vec())),
         };
         // What lies before the base and after it: the new octets, overwritten by those of
@@ -112,6 +272,8 @@ impl Reassembly {
             }
         }
         self.octets += buf.len();
+        // What the budget was charged is what the blocks grew by.
+        debug_assert_eq!(self.octets, held_before + new);
         self.blocks.insert(first, buf);
         // RFC 2018 4: this block goes first, the ones reported before it after it (those
         // still held apart: a block this insert joined is part of this one now).
@@ -125,6 +287,7 @@ impl Reassembly {
             }
         }
         self.recent = recent;
+        true
     }
 
     /// Counts (tests only) the octets of `buf` that growing it by `n` reallocates.
@@ -179,7 +342,7 @@ impl Reassembly {
 
     /// Takes the block that starts at or before `off` and reaches past it: the octets from
     /// `off` on (the block's own buffer, made contiguous, not a copy). Blocks wholly before
-    /// `off` are dropped.
+    /// `off` are dropped. Either way their octets are given back to the budget.
     pub fn take_at(&mut self, off: u64) -> Option<Vec<u8>> {
         loop {
             let (&s, b) = self.blocks.iter().next()?;
@@ -189,6 +352,9 @@ impl Reassembly {
             }
             let mut b = self.blocks.remove(&s)?;
             self.octets -= b.len();
+            if let Some(budget) = &self.budget {
+                budget.credit(b.len());
+            }
             for r in &mut self.recent {
                 if *r == Some(s) {
                     *r = None;
@@ -398,6 +564,111 @@ mod tests {
             assert_eq!(r.take_at(a), Some(want), "{a_len} {b_len} {new_len}");
             assert!(r.is_empty());
         }
+    }
+
+    /// The host's budget over several reassemblies at once (the stack-wide bound
+    /// of out-of-order octets): random inserts, takes, purges, copies and drops against a
+    /// first-copy-wins model per reassembly, with a budget that refuses many of them.
+    /// After every step the budget's count is the sum of the octets held (never above its
+    /// limit); an insert is refused exactly when the octets it would add do not fit, and a
+    /// refused one changes nothing; when the last reassembly goes, nothing is held.
+    #[test]
+    fn budget_counts_exactly_what_every_reassembly_holds() {
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut refusals = 0;
+        for round in 0..200u64 {
+            let limit = 1 + (next() % 400) as usize;
+            let budget = OutOfOrderBudget::new(limit);
+            let mut rs: Vec<(Reassembly, Vec<Option<u8>>)> = (0..4)
+                .map(|_| {
+                    let mut r = Reassembly::default();
+                    r.set_budget(Arc::clone(&budget));
+                    (r, vec![None; 400])
+                })
+                .collect();
+            for k in 0..60u64 {
+                let i = (next() % rs.len() as u64) as usize;
+                let (r, model) = &mut rs[i];
+                match next() % 10 {
+                    0 => {
+                        // The gap fills: everything up to the first block's end goes.
+                        if let Some((&s, b)) = r.blocks.iter().next() {
+                            let e = s + b.len() as u64;
+                            let got = r.take_at(s).expect("the first block");
+                            assert_eq!(got.len() as u64, e - s);
+                            for m in &mut model[..e as usize] {
+                                *m = None;
+                            }
+                        }
+                    }
+                    1 => {
+                        r.clear();
+                        model.iter_mut().for_each(|m| *m = None);
+                    }
+                    2 => {
+                        // A copy (a test's clone of a connection) counts too, until dropped.
+                        let copy = r.clone();
+                        let held: usize = rs.iter().map(|(r, _)| r.octets()).sum();
+                        assert_eq!(budget.held(), held + copy.octets());
+                    }
+                    3 => {
+                        // A connection dropped: a fresh one takes its place.
+                        let mut fresh = Reassembly::default();
+                        fresh.set_budget(Arc::clone(&budget));
+                        *r = fresh;
+                        model.iter_mut().for_each(|m| *m = None);
+                    }
+                    _ => {
+                        let off = 10 + next() % 300;
+                        let len = 1 + next() % 60;
+                        let data: Vec<u8> = (0..len).map(|j| (k * 61 + j + round) as u8).collect();
+                        let new = (off..off + len)
+                            .filter(|&o| model[o as usize].is_none())
+                            .count();
+                        let fits = budget.held() + new <= limit;
+                        let room = r.blocks.len() < MAX_BLOCKS;
+                        let (before, refused) = (r.octets(), budget.refused());
+                        let stored = r.insert(off, &data);
+                        if !fits && new > 0 {
+                            assert!(!stored, "{new} octets stored past the budget");
+                            assert_eq!(r.octets(), before, "a refused insert held octets");
+                            assert_eq!(budget.refused(), refused + 1);
+                            refusals += 1;
+                        } else if room {
+                            assert!(stored, "{new} octets refused within the budget");
+                            for (j, &d) in data.iter().enumerate() {
+                                model[off as usize + j].get_or_insert(d);
+                            }
+                        }
+                        assert_eq!(r.octets(), model.iter().flatten().count());
+                    }
+                }
+                let held: usize = rs.iter().map(|(r, _)| r.octets()).sum();
+                assert_eq!(budget.held(), held, "round {round} step {k}");
+                assert!(budget.held() <= limit);
+            }
+            // Every octet held is the model's.
+            for (r, model) in &rs {
+                for (&s, b) in &r.blocks {
+                    for (j, &o) in b.iter().enumerate() {
+                        assert_eq!(model[s as usize + j], Some(o));
+                    }
+                }
+            }
+            drop(rs);
+            assert_eq!(
+                budget.held(),
+                0,
+                "octets left counted after every reassembly went"
+            );
+        }
+        assert!(refusals > 100, "the budget refused only {refusals} inserts");
     }
 
     #[test]

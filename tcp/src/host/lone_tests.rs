@@ -85,6 +85,7 @@ fn config(mac_last: u8, ip: Ipv4Address) -> StackConfig {
         routes: Vec::new(),
         random_seed: u64::from(mac_last) * 7919,
         max_connections: 4,
+        out_of_order_budget_bytes: crate::OUT_OF_ORDER_BUDGET_DEFAULT,
     }
 }
 

@@ -44,6 +44,11 @@
 //! * RSTs for segments that match nothing, ARP replies and ICMP echo replies wait in a queue of
 //!   at most [`CONTROL_MAX`] frames; beyond that they are dropped (and counted), so a flood of
 //!   stray segments cannot make the host allocate.
+//! * Out-of-order data: each connection holds at most its window, in at most 64 blocks, and
+//!   all of them together at most `StackConfig::out_of_order_budget_bytes` (one
+//!   `OutOfOrderBudget` shared by the host's connections, charged and credited on the
+//!   out-of-order paths only); a segment beyond it is dropped unSACKed and resent by its
+//!   peer ([`HostStats::out_of_order_refused`]).
 
 mod headers;
 mod isn;
@@ -53,6 +58,7 @@ mod neighbor;
 mod wheel;
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use smoltcp::phy::{Checksum, ChecksumCapabilities, RxToken, TxToken};
 use smoltcp::socket::tcp::State;
@@ -63,7 +69,9 @@ use smoltcp::wire::{
     Ipv4Cidr, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
 };
 
-use crate::conn::{ConnConfig, ConnError, ConnEvent, Connection, Endpoints, Outgoing, Piece};
+use crate::conn::{
+    ConnConfig, ConnError, ConnEvent, Connection, Endpoints, OutOfOrderBudget, Outgoing, Piece,
+};
 use crate::csum;
 use crate::device::{DeviceStats, PollDevice};
 use crate::recovery::{Congestion as CcAlgorithm, RecoveryConfig};
@@ -238,6 +246,12 @@ pub struct HostStats {
     /// Segments whose external records the owner could not write ([`Fill`]): each went
     /// out as an RST and reset its connection.
     pub external_fill_failures: u64,
+    /// Out-of-order segments dropped, neither held nor SACKed, because their new octets
+    /// would have taken the octets all connections hold out of order past
+    /// `StackConfig::out_of_order_budget_bytes` (their peers send them again).
+    pub out_of_order_refused: u64,
+    /// Occupancy when read: octets all connections hold out of order now.
+    pub out_of_order_held: u64,
 }
 
 /// Counters summed over every connection the host has had, live ones included.
@@ -372,6 +386,9 @@ struct Inner {
     stats: HostStats,
     /// The counters of the connections removed so far.
     removed_totals: TcpTotals,
+    /// What every connection holds out of order, against
+    /// `StackConfig::out_of_order_budget_bytes` (each connection counts its own into it).
+    ooo_budget: Arc<OutOfOrderBudget>,
 }
 
 /// Warpcore's TCP/IPv4 host over one device (see the module documentation).
@@ -498,6 +515,7 @@ impl<D: PollDevice> Host<D> {
                 tag: crate::stack::new_stack_tag(),
                 stats: HostStats::default(),
                 removed_totals: TcpTotals::default(),
+                ooo_budget: OutOfOrderBudget::new(config.out_of_order_budget_bytes),
             },
         })
     }
@@ -525,7 +543,24 @@ impl<D: PollDevice> Host<D> {
 
     /// Host counters.
     pub fn host_stats(&self) -> HostStats {
-        self.inner.stats
+        let b = &self.inner.ooo_budget;
+        HostStats {
+            out_of_order_refused: b.refused(),
+            out_of_order_held: b.held() as u64,
+            ..self.inner.stats
+        }
+    }
+
+    /// The octets held out of order summed over every connection in the table (a walk:
+    /// tests and the fuzz body check that [`HostStats::out_of_order_held`] equals it).
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn out_of_order_held_by_connections(&self) -> usize {
+        self.inner
+            .slots
+            .iter()
+            .flatten()
+            .map(|s| s.conn.out_of_order_octets())
+            .sum()
     }
 
     /// The TCP counters of every connection so far (a walk over the live ones).
@@ -1809,11 +1844,14 @@ impl Inner {
 
     fn insert(
         &mut self,
-        conn: Connection,
+        mut conn: Connection,
         tuple: Tuple,
         next_hop: Ipv4Address,
         role: Role,
     ) -> ConnId {
+        // Every connection of the table counts what it holds out of order against the
+        // host's budget (and gives it back when it lets it go, or is dropped).
+        conn.set_out_of_order_budget(Arc::clone(&self.ooo_budget));
         let index = match self.free.pop() {
             Some(i) => {
                 self.generations[i as usize] = self.generations[i as usize].wrapping_add(1);

@@ -24,6 +24,7 @@ pub fn config(mac_last: u8, ip: Ipv4Address) -> StackConfig {
         routes: Vec::new(),
         random_seed: u64::from(mac_last) * 7919,
         max_connections: 16,
+        out_of_order_budget_bytes: warpcore_tcp::OUT_OF_ORDER_BUDGET_DEFAULT,
     }
 }
 

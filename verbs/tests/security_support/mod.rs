@@ -39,6 +39,7 @@ impl Hostile {
             routes: Vec::new(),
             random_seed: u64::from(n),
             max_connections: 4,
+            out_of_order_budget_bytes: warpcore_engine::tcp::OUT_OF_ORDER_BUDGET_DEFAULT,
         };
         Hostile {
             stack: Stack::new(end, &sc, Instant::ZERO).expect("stack"),

@@ -61,6 +61,7 @@ pub(crate) fn stack_config(
         routes: Vec::new(),
         random_seed: u64::from(u32::from_be_bytes(ip.address().octets())) ^ 0x7c9e,
         max_connections: 64,
+        out_of_order_budget_bytes: warpcore_tcp::OUT_OF_ORDER_BUDGET_DEFAULT,
     }
 }
 

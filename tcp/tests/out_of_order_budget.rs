@@ -1,0 +1,432 @@
+//! The stack-wide budget of out-of-order octets (`StackConfig::out_of_order_budget_bytes`):
+//! a hostile peer holding many connections cannot make the stack hold more than it out of
+//! order, whatever the connections' windows; what it refuses is neither held nor SACKed
+//! (RFC 9293 3.10.7.4, RFC 2018 3) and arrives byte-exact once resent; and every path that
+//! lets octets held out of order go gives them back, so the count returns to zero.
+
+mod common;
+
+use common::*;
+use smoltcp::phy::{Device, RxToken, TxToken};
+use smoltcp::time::{Duration, Instant};
+use smoltcp::wire::{
+    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol, IpProtocol,
+    Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
+};
+use warpcore_tcp::link::{self, LinkConfig, LinkEnd};
+use warpcore_tcp::{ConnId, Event, Stack, StackConfig, TcpTuning};
+
+/// The peer's initial sequence number on every connection.
+const PEER_ISS: i32 = 100_000;
+/// The payload of each segment the peer sends.
+const SEG: usize = 1000;
+const A_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 1]);
+
+fn inject(end: &mut LinkEnd, now: Instant, frame: &[u8]) {
+    end.transmit(now)
+        .expect("room on the link")
+        .consume(frame.len(), |b| b.copy_from_slice(frame));
+}
+
+/// A segment from the peer (A) on its port `port` to B's port 5000.
+fn frame(port: u16, control: TcpControl, seq: i32, ack: Option<i32>, payload: &[u8]) -> Vec<u8> {
+    let syn = control == TcpControl::Syn;
+    let tcp = TcpRepr {
+        src_port: port,
+        dst_port: 5000,
+        control,
+        seq_number: TcpSeqNumber(seq),
+        ack_number: ack.map(TcpSeqNumber),
+        window_len: 65535,
+        window_scale: None,
+        max_seg_size: syn.then_some(1460),
+        sack_permitted: syn,
+        sack_ranges: [None; 3],
+        timestamp: None,
+        payload,
+    };
+    let ip = Ipv4Repr {
+        src_addr: IP_A,
+        dst_addr: IP_B,
+        next_header: IpProtocol::Tcp,
+        payload_len: tcp.buffer_len(),
+        hop_limit: 64,
+    };
+    let mut buf = vec![0u8; 14 + 20 + tcp.buffer_len()];
+    let mut eth = EthernetFrame::new_unchecked(&mut buf);
+    eth.set_dst_addr(EthernetAddress([0x02, 0, 0, 0, 0, 2]));
+    eth.set_src_addr(A_MAC);
+    eth.set_ethertype(EthernetProtocol::Ipv4);
+    let caps = smoltcp::phy::ChecksumCapabilities::default();
+    ip.emit(&mut Ipv4Packet::new_unchecked(&mut buf[14..]), &caps);
+    tcp.emit(
+        &mut TcpPacket::new_unchecked(&mut buf[34..]),
+        &IP_A.into(),
+        &IP_B.into(),
+        &caps,
+    );
+    buf
+}
+
+/// What B sent on one connection.
+#[derive(Debug, Clone)]
+struct Sent {
+    port: u16,
+    syn: bool,
+    rst: bool,
+    seq: i32,
+    ack: Option<i32>,
+    /// Octets the SACK blocks cover (RFC 2018 3).
+    sacked: usize,
+}
+
+/// Polls B once at `now` and returns the TCP segments it sent, answering its ARP requests
+/// for A.
+fn exchange(b: &mut Stack<LinkEnd>, peer: &mut LinkEnd, now: Instant) -> Vec<Sent> {
+    b.poll(now);
+    let mut out = Vec::new();
+    let mut arp = false;
+    while let Some((rx, _tx)) = peer.receive(now) {
+        let f = rx.consume(|f| f.to_vec());
+        let e = EthernetFrame::new_checked(&f[..]).expect("a frame");
+        if e.ethertype() == EthernetProtocol::Arp {
+            let req = ArpRepr::parse(&ArpPacket::new_checked(e.payload()).expect("arp"))
+                .expect("arp repr");
+            let ArpRepr::EthernetIpv4 {
+                source_hardware_addr,
+                source_protocol_addr,
+                ..
+            } = req
+            else {
+                continue;
+            };
+            let reply = ArpRepr::EthernetIpv4 {
+                operation: ArpOperation::Reply,
+                source_hardware_addr: A_MAC,
+                source_protocol_addr: IP_A,
+                target_hardware_addr: source_hardware_addr,
+                target_protocol_addr: source_protocol_addr,
+            };
+            let mut buf = vec![0u8; 14 + reply.buffer_len()];
+            let mut eth = EthernetFrame::new_unchecked(&mut buf);
+            eth.set_dst_addr(source_hardware_addr);
+            eth.set_src_addr(A_MAC);
+            eth.set_ethertype(EthernetProtocol::Arp);
+            reply.emit(&mut ArpPacket::new_unchecked(&mut buf[14..]));
+            inject(peer, now, &buf);
+            arp = true;
+            continue;
+        }
+        let ip = Ipv4Packet::new_checked(e.payload()).expect("IPv4");
+        let t = TcpPacket::new_checked(ip.payload()).expect("TCP");
+        let r = TcpRepr::parse(
+            &t,
+            &IP_B.into(),
+            &IP_A.into(),
+            &smoltcp::phy::ChecksumCapabilities::default(),
+        )
+        .expect("a TCP segment");
+        out.push(Sent {
+            port: r.dst_port,
+            syn: r.control == TcpControl::Syn,
+            rst: r.control == TcpControl::Rst,
+            seq: r.seq_number.0,
+            ack: r.ack_number.map(|a| a.0),
+            sacked: r
+                .sack_ranges
+                .iter()
+                .flatten()
+                .map(|&(l, r)| r.wrapping_sub(l) as usize)
+                .sum(),
+        });
+    }
+    if arp {
+        // The frames that waited for the answer.
+        out.extend(exchange(b, peer, now));
+    }
+    out
+}
+
+/// One connection the peer opened: its port, B's ISS and B's handle.
+#[derive(Debug, Clone, Copy)]
+struct Conn {
+    port: u16,
+    b_iss: i32,
+    id: ConnId,
+}
+
+impl Conn {
+    /// The peer's segment of `len` octets at stream offset `off`, with `control`.
+    fn data(&self, off: usize, len: usize, control: TcpControl) -> Vec<u8> {
+        let payload: Vec<u8> = (0..len).map(|i| pattern(7, (off + i) as u64)).collect();
+        frame(
+            self.port,
+            control,
+            PEER_ISS + 1 + off as i32,
+            Some(self.b_iss + 1),
+            &payload,
+        )
+    }
+}
+
+/// B listening on 5000 with a budget of `budget` out-of-order octets, and the peer's end.
+fn server(budget: usize) -> (Stack<LinkEnd>, LinkEnd, warpcore_tcp::ListenerId) {
+    let (peer, eb) = link::pair(&LinkConfig::default());
+    let cfg = StackConfig {
+        max_connections: 64,
+        out_of_order_budget_bytes: budget,
+        ..config(2, IP_B)
+    };
+    let mut b = Stack::new(eb, &cfg, Instant::ZERO).expect("stack");
+    let l = b.listen(5000, 64, &TcpTuning::default()).expect("listen");
+    (b, peer, l)
+}
+
+/// `n` connections from the peer's ports 40000 on, established and accepted.
+fn open(
+    b: &mut Stack<LinkEnd>,
+    peer: &mut LinkEnd,
+    l: warpcore_tcp::ListenerId,
+    n: u16,
+    now: Instant,
+) -> Vec<Conn> {
+    (0..n)
+        .map(|k| {
+            let port = 40000 + k;
+            inject(
+                peer,
+                now,
+                &frame(port, TcpControl::Syn, PEER_ISS, None, &[]),
+            );
+            let sent = exchange(b, peer, now);
+            let syn_ack = sent
+                .iter()
+                .find(|s| s.port == port && s.syn)
+                .unwrap_or_else(|| panic!("no SYN-ACK for port {port}: {sent:?}"));
+            let b_iss = syn_ack.seq;
+            inject(
+                peer,
+                now,
+                &frame(port, TcpControl::None, PEER_ISS + 1, Some(b_iss + 1), &[]),
+            );
+            exchange(b, peer, now);
+            let id = b.accept(l).expect("accept").expect("established");
+            Conn { port, b_iss, id }
+        })
+        .collect()
+}
+
+/// The octets B holds out of order: its count, checked against the sum over its
+/// connections.
+fn held(b: &Stack<LinkEnd>) -> usize {
+    let h = b.host_stats().expect("Warpcore's TCP").out_of_order_held as usize;
+    assert_eq!(
+        Some(h),
+        b.out_of_order_held_by_connections(),
+        "the stack's count is not the sum over its connections"
+    );
+    h
+}
+
+fn refused(b: &Stack<LinkEnd>) -> u64 {
+    b.host_stats().expect("Warpcore's TCP").out_of_order_refused
+}
+
+/// Twelve connections of a hostile peer each send eight 1000-octet segments past a gap at
+/// their stream's start (96,000 octets out of order, each connection well within its
+/// 64 KiB window) to a stack whose budget is 16 KiB. The first two connections' segments
+/// fit (16,000 octets) and are held and SACKed whole; every later one is refused: not
+/// SACKed, still answered by a duplicate ACK each (RFC 5681 4.2), and counted (80). Before
+/// the budget the stack held and SACKed all 96,000 octets. When the first connection's gap
+/// fills, its 8,000 octets go in order and back to the budget, and the third connection's
+/// segments, sent again, are held and SACKed in their place.
+#[test]
+fn rfc9293_3_10_7_4_out_of_order_octets_of_many_connections_stay_within_the_stack_budget() {
+    const BUDGET: usize = 16 * 1024;
+    const CONNS: u16 = 12;
+    const PER_CONN: usize = 8;
+    let (mut b, mut peer, l) = server(BUDGET);
+    let now = Instant::from_millis(1);
+    let conns = open(&mut b, &mut peer, l, CONNS, now);
+    let mut sacked = vec![0; conns.len()];
+    for (k, c) in conns.iter().enumerate() {
+        for j in 1..=PER_CONN {
+            inject(&mut peer, now, &c.data(j * SEG, SEG, TcpControl::Psh));
+        }
+        let acks: Vec<Sent> = exchange(&mut b, &mut peer, now)
+            .into_iter()
+            .filter(|s| s.port == c.port)
+            .collect();
+        // One ACK for each out-of-order segment, held or not, acknowledging the gap.
+        assert_eq!(acks.len(), PER_CONN, "connection {k}: {acks:?}");
+        assert!(acks.iter().all(|a| a.ack == Some(PEER_ISS + 1) && !a.rst));
+        sacked[k] = acks.last().expect("an ACK").sacked;
+        assert!(held(&b) <= BUDGET, "held {} past {BUDGET}", held(&b));
+    }
+    let total: usize = sacked.iter().sum();
+    assert!(
+        total <= BUDGET,
+        "{total} octets SACKed across {CONNS} connections against a budget of {BUDGET}"
+    );
+    assert_eq!(
+        sacked[..2],
+        [PER_CONN * SEG; 2],
+        "within the budget: SACKed"
+    );
+    assert!(sacked[2..].iter().all(|&s| s == 0), "{sacked:?}");
+    assert_eq!(held(&b), 2 * PER_CONN * SEG);
+    assert_eq!(refused(&b), u64::from(CONNS - 2) * PER_CONN as u64);
+
+    // The first connection's gap fills: its held octets go in order, and back.
+    let c0 = conns[0];
+    inject(&mut peer, now, &c0.data(0, SEG, TcpControl::Psh));
+    let acks = exchange(&mut b, &mut peer, now);
+    let want = PEER_ISS + 1 + ((PER_CONN + 1) * SEG) as i32;
+    assert!(
+        acks.iter()
+            .any(|a| a.port == c0.port && a.ack == Some(want)),
+        "{acks:?}"
+    );
+    assert_eq!(b.recv_queue(c0.id), Ok((PER_CONN + 1) * SEG));
+    let mut got = vec![0; (PER_CONN + 1) * SEG];
+    assert_eq!(b.recv(c0.id, &mut got), Ok(got.len()));
+    assert!(got
+        .iter()
+        .enumerate()
+        .all(|(i, &o)| o == pattern(7, i as u64)));
+    assert_eq!(held(&b), PER_CONN * SEG);
+    // The third connection's segments, resent, take the room.
+    let c2 = conns[2];
+    for j in 1..=PER_CONN {
+        inject(&mut peer, now, &c2.data(j * SEG, SEG, TcpControl::Psh));
+    }
+    let acks: Vec<Sent> = exchange(&mut b, &mut peer, now)
+        .into_iter()
+        .filter(|s| s.port == c2.port)
+        .collect();
+    assert_eq!(acks.last().map(|a| a.sacked), Some(PER_CONN * SEG));
+    assert_eq!(held(&b), 2 * PER_CONN * SEG);
+    assert_eq!(refused(&b), u64::from(CONNS - 2) * PER_CONN as u64);
+}
+
+/// Two stacks whose out-of-order budgets are tiny (none at all, and four segments' worth)
+/// move 4 MiB each way over a link that loses, duplicates and reorders: every byte arrives
+/// byte-exact (checked against the salted pattern) though both stacks refused out-of-order
+/// segments (counted), and neither ever held more than its budget (sampled at every step
+/// of the transfer, the count always the sum over the connections).
+#[test]
+fn a_tiny_out_of_order_budget_loses_no_byte_over_a_lossy_link() {
+    for (budget, seed) in [(4 * 1460, 0x00b0_0001), (0, 0x00b0_0002)] {
+        let (ea, eb) = link::pair(&faulty_link(seed, 0.01));
+        let cfg = |mac, ip| StackConfig {
+            out_of_order_budget_bytes: budget,
+            ..config(mac, ip)
+        };
+        let mut a = Stack::new(ea, &cfg(1, IP_A), Instant::ZERO).expect("stack a");
+        let mut b = Stack::new(eb, &cfg(2, IP_B), Instant::ZERO).expect("stack b");
+        let most = std::cell::Cell::new(0);
+        let t = bidirectional(
+            &mut a,
+            &mut b,
+            4 << 20,
+            &TcpTuning::default(),
+            sim_clock,
+            |a, b| {
+                most.set(most.get().max(held(a)).max(held(b)));
+                next_delivery(a, b)
+            },
+            Duration::from_secs(3600),
+        );
+        let (ra, rb) = (refused(&a), refused(&b));
+        let (sa, sb) = (a.device().tx_fault_stats(), b.device().tx_fault_stats());
+        eprintln!(
+            "budget {budget}: {t} simulated, refused {ra} (a) {rb} (b), most held {}; \
+             a->b {sa:?}, b->a {sb:?}",
+            most.get()
+        );
+        assert!(sa.lost > 0 && sb.lost > 0, "the link lost nothing");
+        assert!(ra > 0 && rb > 0, "budget {budget}: refused {ra} and {rb}");
+        assert!(most.get() <= budget, "held {} past {budget}", most.get());
+    }
+}
+
+/// Every way octets held out of order are let go gives them back to the stack's budget:
+/// the gap filling (taken in order), the peer's RST, the user's abort, the user's release
+/// of an open connection, the peer's FIN landing before them (Linux's `tcp_fin` purge),
+/// and the user timeout. After each the count is the sum over the connections left, and
+/// at the end nothing is counted (a leak would starve the stack slowly, connection by
+/// connection).
+#[test]
+fn out_of_order_accounting_returns_to_zero_whatever_frees_the_octets() {
+    let (mut b, mut peer, l) = server(1 << 20);
+    let mut now = Instant::from_millis(1);
+    let conns = open(&mut b, &mut peer, l, 6, now);
+    // Each connection holds 2 + k segments out of order past a one-segment gap.
+    for (k, c) in conns.iter().enumerate() {
+        for j in 0..2 + k {
+            inject(&mut peer, now, &c.data((2 + j) * SEG, SEG, TcpControl::Psh));
+        }
+    }
+    exchange(&mut b, &mut peer, now);
+    let share = |k: usize| (2 + k) * SEG;
+    let mut left: usize = (0..conns.len()).map(share).sum();
+    assert_eq!(held(&b), left);
+    let events = |b: &mut Stack<LinkEnd>| std::iter::from_fn(|| b.next_event()).collect::<Vec<_>>();
+
+    // 0: the gap fills; the held octets are taken in order.
+    inject(&mut peer, now, &conns[0].data(0, 2 * SEG, TcpControl::Psh));
+    exchange(&mut b, &mut peer, now);
+    assert_eq!(b.recv_queue(conns[0].id), Ok(2 * SEG + share(0)));
+    left -= share(0);
+    assert_eq!(held(&b), left, "after the gap filled");
+
+    // 1: the peer resets the connection (a RST at RCV.NXT).
+    inject(
+        &mut peer,
+        now,
+        &frame(conns[1].port, TcpControl::Rst, PEER_ISS + 1, None, &[]),
+    );
+    exchange(&mut b, &mut peer, now);
+    assert!(events(&mut b).contains(&Event::Reset(conns[1].id)));
+    left -= share(1);
+    assert_eq!(held(&b), left, "after the peer's RST, before the release");
+    b.release(conns[1].id).expect("release");
+    assert_eq!(held(&b), left);
+
+    // 2: the user aborts.
+    b.abort(conns[2].id).expect("abort");
+    left -= share(2);
+    assert_eq!(held(&b), left, "after the abort");
+    exchange(&mut b, &mut peer, now);
+    b.release(conns[2].id).expect("release");
+
+    // 3: the user releases the open connection.
+    b.release(conns[3].id).expect("release");
+    left -= share(3);
+    assert_eq!(held(&b), left, "after the release");
+
+    // 4: the peer's FIN ends the stream before the octets held: they are purged.
+    inject(&mut peer, now, &conns[4].data(0, SEG, TcpControl::Fin));
+    exchange(&mut b, &mut peer, now);
+    assert!(events(&mut b).contains(&Event::PeerClosed(conns[4].id)));
+    left -= share(4);
+    assert_eq!(held(&b), left, "after the FIN");
+    b.release(conns[4].id).expect("release");
+
+    // 5: the peer goes silent; keep-alives go unanswered until the user timeout.
+    let mut timed_out = false;
+    for _ in 0..120 {
+        now += Duration::from_millis(500);
+        exchange(&mut b, &mut peer, now);
+        if events(&mut b).contains(&Event::TimedOut(conns[5].id)) {
+            timed_out = true;
+            break;
+        }
+    }
+    assert!(timed_out, "no user timeout within a minute");
+    assert_eq!(held(&b), 0, "after the user timeout");
+    b.release(conns[5].id).expect("release");
+    b.release(conns[0].id).expect("release");
+    assert_eq!(held(&b), 0);
+    assert_eq!(b.live(), 0, "every connection released");
+}
