@@ -1563,6 +1563,38 @@ fn create_qp_on(id: &mut Id, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> Re
     if !id.id.qp.is_null() {
         return Err(EINVAL);
     }
+    let given = (attr.send_cq, attr.recv_cq);
+    let before = (
+        id.id.send_cq,
+        id.id.send_cq_channel,
+        id.id.recv_cq,
+        id.id.recv_cq_channel,
+    );
+    let made = create_qp_cqs_and_qp(id, pd, attr);
+    if made.is_err() {
+        // librdmacm's rdma_create_qp_ex destroys the CQs and channels it made for a QP it
+        // could not create (`ucma_destroy_cqs`): kept, they stayed on the id, and a second
+        // try made new ones over them, the first pair never destroyed.
+        let own = std::mem::take(&mut id.lock().own_cqs);
+        destroy_own_cqs(&id.id, own);
+        (
+            id.id.send_cq,
+            id.id.send_cq_channel,
+            id.id.recv_cq,
+            id.id.recv_cq_channel,
+        ) = before;
+        (attr.send_cq, attr.recv_cq) = given;
+    }
+    made
+}
+
+/// [`create_qp_on`]'s CQs (those the caller left out) and QP; on an error the CQs it made
+/// are left on the id (`own_cqs`) for the caller to destroy.
+fn create_qp_cqs_and_qp(
+    id: &mut Id,
+    pd: *mut ibv_pd,
+    attr: &mut ibv_qp_init_attr,
+) -> Result<(), c_int> {
     // The caller's PD, else the id's (the device's, `attach_device`).
     let pd = if pd.is_null() { id.id.pd } else { pd };
     if attr.send_cq.is_null() || attr.recv_cq.is_null() {

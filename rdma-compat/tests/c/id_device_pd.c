@@ -7,6 +7,9 @@
  * fix id->pd stayed NULL until rdma_create_qp made a PD of the id's own: ibv_reg_mr(id->pd)
  * and rdma_create_srq(id, NULL) failed with EINVAL before it.
  *
+ * rdma_create_qp(3) that fails after it made the CQs the caller left out destroys them
+ * again, as librdmacm's rdma_create_qp_ex does (ucma_destroy_cqs).
+ *
  * Address and route resolution answer as the kernel's rdma_cm does on iWARP:
  * - rdma_resolve_addr(3) of an address with no route (off the port's subnet, no gateway)
  *   fails at once with errno ENETUNREACH and queues no event (rdma_resolve_ip's route
@@ -159,6 +162,24 @@ int main(void)
 	int r = rdma_create_srq(b, NULL, &sa);
 	EXPECT(r == 0 && b->srq && b->srq->pd == b->pd, "rdma_create_srq with a NULL PD uses id->pd (got %d: %s)", r,
 	       r ? strerror(errno) : "0");
+
+	/* A QP the device cannot make (more SGEs than it has), its CQs left to rdma_create_qp:
+	 * librdmacm destroys the CQs and channels it made for it (ucma_destroy_cqs), so the id
+	 * holds none after the failure and a second try makes its own. Before, they stayed on
+	 * the id and the second try made new ones over them. */
+	struct ibv_qp_init_attr big;
+	memset(&big, 0, sizeof big);
+	big.qp_type = IBV_QPT_RC;
+	big.cap.max_send_wr = big.cap.max_recv_wr = 4;
+	big.cap.max_send_sge = big.cap.max_recv_sge = 1u << 20;
+	errno = 0;
+	int q = rdma_create_qp(a, NULL, &big);
+	EXPECT(q == -1 && a->qp == NULL, "rdma_create_qp(3) of a QP beyond the device's SGEs fails (got %d: %s)", q,
+	       strerror(errno));
+	EXPECT(!a->send_cq && !a->recv_cq && !a->send_cq_channel && !a->recv_cq_channel && !big.send_cq &&
+		       !big.recv_cq,
+	       "... leaving no CQ or channel it made on the id (send %p/%p, recv %p/%p)", (void *)a->send_cq,
+	       (void *)a->send_cq_channel, (void *)a->recv_cq, (void *)a->recv_cq_channel);
 
 	contract_qp_on(a);
 	EXPECT(a->qp->pd == a->pd, "rdma_create_qp with a NULL PD puts the QP on id->pd");

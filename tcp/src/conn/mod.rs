@@ -1234,6 +1234,7 @@ impl Connection {
     }
 
     /// Octets held out of order now.
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn out_of_order_octets(&self) -> usize {
         self.ooo.octets()
     }
