@@ -249,31 +249,8 @@ fn hostile_frames_are_dropped_or_reset_without_panic() {
     );
     b.poll(now);
     for f in drain(&mut attacker, now) {
-        let e = EthernetFrame::new_checked(&f[..]).expect("valid frame");
-        if e.ethertype() == EthernetProtocol::Arp {
-            let req = ArpRepr::parse(&ArpPacket::new_checked(e.payload()).expect("arp"))
-                .expect("arp repr");
-            if let ArpRepr::EthernetIpv4 {
-                source_hardware_addr,
-                source_protocol_addr,
-                ..
-            } = req
-            {
-                let reply = ArpRepr::EthernetIpv4 {
-                    operation: ArpOperation::Reply,
-                    source_hardware_addr: EthernetAddress([0x02, 0, 0, 0, 0, 1]),
-                    source_protocol_addr: IP_A,
-                    target_hardware_addr: source_hardware_addr,
-                    target_protocol_addr: source_protocol_addr,
-                };
-                let mut buf = vec![0u8; 14 + reply.buffer_len()];
-                let mut eth = EthernetFrame::new_unchecked(&mut buf);
-                eth.set_dst_addr(source_hardware_addr);
-                eth.set_src_addr(EthernetAddress([0x02, 0, 0, 0, 0, 1]));
-                eth.set_ethertype(EthernetProtocol::Arp);
-                reply.emit(&mut ArpPacket::new_unchecked(&mut buf[14..]));
-                inject(&mut attacker, now, &buf);
-            }
+        if let Some(reply) = arp_reply(&f, EthernetAddress([0x02, 0, 0, 0, 0, 1])) {
+            inject(&mut attacker, now, &reply);
         }
     }
     b.poll(now);
@@ -1435,31 +1412,8 @@ fn segments_from_b(
         let mut segs = Vec::new();
         for f in drain(peer, now) {
             let e = EthernetFrame::new_checked(&f[..]).expect("valid frame");
-            if e.ethertype() == EthernetProtocol::Arp {
-                let req = ArpRepr::parse(&ArpPacket::new_checked(e.payload()).expect("arp"))
-                    .expect("arp repr");
-                let ArpRepr::EthernetIpv4 {
-                    source_hardware_addr,
-                    source_protocol_addr,
-                    ..
-                } = req
-                else {
-                    continue;
-                };
-                let reply = ArpRepr::EthernetIpv4 {
-                    operation: ArpOperation::Reply,
-                    source_hardware_addr: a_mac,
-                    source_protocol_addr: IP_A,
-                    target_hardware_addr: source_hardware_addr,
-                    target_protocol_addr: source_protocol_addr,
-                };
-                let mut buf = vec![0u8; 14 + reply.buffer_len()];
-                let mut eth = EthernetFrame::new_unchecked(&mut buf);
-                eth.set_dst_addr(source_hardware_addr);
-                eth.set_src_addr(a_mac);
-                eth.set_ethertype(EthernetProtocol::Arp);
-                reply.emit(&mut ArpPacket::new_unchecked(&mut buf[14..]));
-                inject(peer, now, &buf);
+            if let Some(reply) = arp_reply(&f, a_mac) {
+                inject(peer, now, &reply);
             } else if let Ok(ip) = Ipv4Packet::new_checked(e.payload()) {
                 let t = TcpPacket::new_checked(ip.payload()).expect("a TCP segment");
                 segs.push((t.syn(), t.ack(), t.seq_number().0, t.payload().len()));

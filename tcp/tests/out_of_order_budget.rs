@@ -10,8 +10,8 @@ use common::*;
 use smoltcp::phy::{Device, RxToken, TxToken};
 use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{
-    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol, IpProtocol,
-    Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
+    EthernetAddress, EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl,
+    TcpPacket, TcpRepr, TcpSeqNumber,
 };
 use warpcore_tcp::link::{self, LinkConfig, LinkEnd};
 use warpcore_tcp::{ConnId, Event, Stack, StackConfig, TcpTuning};
@@ -88,35 +88,12 @@ fn exchange(b: &mut Stack<LinkEnd>, peer: &mut LinkEnd, now: Instant) -> Vec<Sen
     let mut arp = false;
     while let Some((rx, _tx)) = peer.receive(now) {
         let f = rx.consume(|f| f.to_vec());
-        let e = EthernetFrame::new_checked(&f[..]).expect("a frame");
-        if e.ethertype() == EthernetProtocol::Arp {
-            let req = ArpRepr::parse(&ArpPacket::new_checked(e.payload()).expect("arp"))
-                .expect("arp repr");
-            let ArpRepr::EthernetIpv4 {
-                source_hardware_addr,
-                source_protocol_addr,
-                ..
-            } = req
-            else {
-                continue;
-            };
-            let reply = ArpRepr::EthernetIpv4 {
-                operation: ArpOperation::Reply,
-                source_hardware_addr: A_MAC,
-                source_protocol_addr: IP_A,
-                target_hardware_addr: source_hardware_addr,
-                target_protocol_addr: source_protocol_addr,
-            };
-            let mut buf = vec![0u8; 14 + reply.buffer_len()];
-            let mut eth = EthernetFrame::new_unchecked(&mut buf);
-            eth.set_dst_addr(source_hardware_addr);
-            eth.set_src_addr(A_MAC);
-            eth.set_ethertype(EthernetProtocol::Arp);
-            reply.emit(&mut ArpPacket::new_unchecked(&mut buf[14..]));
-            inject(peer, now, &buf);
+        if let Some(reply) = arp_reply(&f, A_MAC) {
+            inject(peer, now, &reply);
             arp = true;
             continue;
         }
+        let e = EthernetFrame::new_checked(&f[..]).expect("a frame");
         let ip = Ipv4Packet::new_checked(e.payload()).expect("IPv4");
         let t = TcpPacket::new_checked(ip.payload()).expect("TCP");
         let r = TcpRepr::parse(

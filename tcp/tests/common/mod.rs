@@ -3,7 +3,10 @@
 #![allow(dead_code)]
 
 use smoltcp::time::{Duration, Instant};
-use smoltcp::wire::{Ipv4Address, Ipv4Cidr};
+use smoltcp::wire::{
+    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
+    Ipv4Address, Ipv4Cidr,
+};
 use warpcore_tcp::link::{Faults, LinkConfig, LinkEnd};
 use warpcore_tcp::{ConnId, Event, PollDevice, Stack, StackConfig, TcpTuning};
 
@@ -276,4 +279,36 @@ pub fn run(
         *now += Duration::from_micros(100);
     }
     (ea, eb)
+}
+
+/// The ARP reply that `mac` at `IP_A` sends to the ARP request in Ethernet frame `frame`
+/// (`None` if it is none): how the tests that play peer A by hand answer a stack's
+/// resolution of A.
+pub fn arp_reply(frame: &[u8], mac: EthernetAddress) -> Option<Vec<u8>> {
+    let e = EthernetFrame::new_checked(frame).ok()?;
+    if e.ethertype() != EthernetProtocol::Arp {
+        return None;
+    }
+    let ArpRepr::EthernetIpv4 {
+        source_hardware_addr,
+        source_protocol_addr,
+        ..
+    } = ArpRepr::parse(&ArpPacket::new_checked(e.payload()).ok()?).ok()?
+    else {
+        return None;
+    };
+    let reply = ArpRepr::EthernetIpv4 {
+        operation: ArpOperation::Reply,
+        source_hardware_addr: mac,
+        source_protocol_addr: IP_A,
+        target_hardware_addr: source_hardware_addr,
+        target_protocol_addr: source_protocol_addr,
+    };
+    let mut buf = vec![0u8; 14 + reply.buffer_len()];
+    let mut eth = EthernetFrame::new_unchecked(&mut buf);
+    eth.set_dst_addr(source_hardware_addr);
+    eth.set_src_addr(mac);
+    eth.set_ethertype(EthernetProtocol::Arp);
+    reply.emit(&mut ArpPacket::new_unchecked(&mut buf[14..]));
+    Some(buf)
 }
