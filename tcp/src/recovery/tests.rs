@@ -1223,10 +1223,9 @@ fn rfc3708_d_sacks_for_every_retransmission_undo_the_episode() {
     }
 }
 
-/// An RTO ends the wait (its own undo goes by timestamps, RFC 3522): a D-SACK for the
-/// earlier episode's retransmission then restores nothing.
-#[test]
-fn rfc3708_an_rto_ends_an_episodes_undo() {
+/// A recovery episode that resent segment S + 1000 once (the three after it, sent later,
+/// SACKed long after) and ended with the ACK of S + 5000: the undo waits for a D-SACK.
+fn ended_episode_resent_once() -> Recovery {
     let mut r = rtt_of_1_ms();
     r.cwnd = 20_000;
     send_n(&mut r, us(2_000), S + 1000, 1);
@@ -1235,6 +1234,14 @@ fn rfc3708_an_rto_ends_an_episodes_undo() {
     let (seq, len) = r.next_retransmit().expect("retransmit");
     r.on_sent(us(4_000), seq, len, true);
     r.on_ack(us(5_000), S + 5000, &[], None);
+    r
+}
+
+/// An RTO ends the wait (its own undo goes by timestamps, RFC 3522): a D-SACK for the
+/// earlier episode's retransmission then restores nothing.
+#[test]
+fn rfc3708_an_rto_ends_an_episodes_undo() {
+    let mut r = ended_episode_resent_once();
     // An RTO on the next flight.
     send_n(&mut r, us(5_000), S + 5000, 2);
     while r.stats().rto_count == 0 {
@@ -1254,14 +1261,7 @@ fn rfc3708_an_rto_ends_an_episodes_undo() {
 #[test]
 fn rfc3708_an_episodes_undo_ends_before_the_sequence_space_wraps() {
     for (octets, undone) in [(1usize << 29, 1), (1 << 32, 0)] {
-        let mut r = rtt_of_1_ms();
-        r.cwnd = 20_000;
-        send_n(&mut r, us(2_000), S + 1000, 1);
-        send_n(&mut r, us(2_500), S + 2000, 3);
-        r.on_ack(us(4_000), S + 1000, &[(S + 2000, S + 5000)], None);
-        let (seq, len) = r.next_retransmit().expect("retransmit");
-        r.on_sent(us(4_000), seq, len, true);
-        r.on_ack(us(5_000), S + 5000, &[], None);
+        let mut r = ended_episode_resent_once();
         // Loss-free flights of 60,000 octets, each acknowledged whole.
         let mut next = S + 5000;
         let mut now = 5_000;
