@@ -671,9 +671,18 @@ impl Context {
         }
     }
 
-    /// The oldest event any core handed over, without waiting.
+    /// The oldest event any core handed over, without waiting. The cores' rings are
+    /// emptied into the context's queue only once it is empty: emptied at every call, an
+    /// application taking events more slowly than a peer makes them (each round of
+    /// requests that come and go, or of malformed Requests) had the queue grow by up to a
+    /// ring's worth per event it took, and the events left in the cores, where a request
+    /// that ends withdraws its `ConnectRequest` and refusals are capped, never stayed
+    /// there. So the queue holds at most one ring's worth per core.
     pub(crate) fn take_event(&self) -> Option<CmEvent> {
         let mut q = self.inner.events.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = q.pop_front() {
+            return Some(e);
+        }
         for c in &self.inner.cores {
             while let Some(e) = c.next_event() {
                 q.push_back(e);
