@@ -118,6 +118,7 @@ contracts() {
     contract_pair connect_refused 7500
     contract_pair cm_conn_param_rev1 7502
     contract_pair bad_lkey_completes 7506
+    contract_pair listen_backlog 7520
     contract_pair listen_unbound_id 7508
     contract_pair src_port_contract 7510
     contract_pair threaded_post_imm_flush 7512

@@ -151,12 +151,28 @@ impl Chan {
     /// token if the queue is left empty, so that none is handed out once the id is freed
     /// (rdma_destroy_id(3) cancels what is outstanding).
     fn purge(&self, id: *mut rdma_cm_id) -> Vec<*mut Ev> {
+        self.take_where(|ev| ev.id == id || ev.listen_id == id)
+    }
+
+    /// The queued events `pred` picks, counted without taking them (under the queue's
+    /// lock, as the dispatcher's next post).
+    fn count_where(&self, mut pred: impl FnMut(&rdma_cm_event) -> bool) -> usize {
+        let q = self.q.lock().unwrap_or_else(|e| e.into_inner());
+        q.iter()
+            // SAFETY: a queued event is ours and live until taken.
+            .filter(|&&e| pred(unsafe { &(*(e as *mut Ev)).ev }))
+            .count()
+    }
+
+    /// Takes the queued events `pred` picks out of the queue, and the token if the queue
+    /// is left empty ([`Self::purge`]).
+    fn take_where(&self, mut pred: impl FnMut(&rdma_cm_event) -> bool) -> Vec<*mut Ev> {
         let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = Vec::new();
         q.retain(|&e| {
             // SAFETY: a queued event is ours and live until taken.
             let ev = unsafe { &(*(e as *mut Ev)).ev };
-            let mine = ev.id == id || ev.listen_id == id;
+            let mine = pred(ev);
             if mine {
                 out.push(e as *mut Ev);
             }
@@ -288,6 +304,10 @@ struct IdState {
     /// A child id: the request it answers.
     request: Option<ConnectRequest>,
     listening: bool,
+    /// A listener's backlog: the most connection requests whose CONNECT_REQUEST waits in
+    /// its channel, not yet taken by `rdma_get_cm_event` (`rdma_listen`'s, as the kernel's
+    /// ucma counts it).
+    backlog: usize,
     /// The engine QP this id's events follow.
     qp: Option<QpId>,
     established: bool,
@@ -541,6 +561,40 @@ fn start_background_driver(ctx: &wv::Context) -> Result<(), wv::Error> {
     Ok(())
 }
 
+/// A connection request that ended before the application answered it (its peer gave up,
+/// or the engine's startup timeout passed): if its CONNECT_REQUEST still waits in a
+/// listener's channel, unread, it is taken out and its new id destroyed, so the
+/// application never sees a request that is gone (the engine withdraws such an event
+/// itself while it still holds it: docs/engine.md) and the listener's backlog gets its
+/// room back. One the application has read stays: its `rdma_accept` fails.
+fn withdraw_request(rid: wv::RequestId) {
+    let mut gone = Vec::new();
+    {
+        let reg = registry();
+        for &lp in reg.listeners.values() {
+            // SAFETY: a registered listener is live (destroy unregisters it first, under
+            // the registry lock we hold).
+            let lid = unsafe { &*(lp as *mut Id) };
+            if let Some(ch) = chan_of(lid) {
+                gone.extend(ch.take_where(|ev| {
+                    ev.event == RDMA_CM_EVENT_CONNECT_REQUEST
+                        && ev.listen_id == lp as *mut rdma_cm_id
+                        // SAFETY: a queued CONNECT_REQUEST's new id is live: nobody but
+                        // the event has it until the application takes the event.
+                        && unsafe { id_ref(ev.id) }.is_some_and(|c| {
+                            c.lock().request.as_ref().is_some_and(|r| r.request == rid)
+                        })
+                }));
+            }
+        }
+    }
+    for e in gone {
+        // SAFETY: an event of ours, taken out of the queue: nobody else has it.
+        let ev = unsafe { Box::from_raw(e) };
+        __wc_rdma_destroy_id(ev.ev.id);
+    }
+}
+
 fn dispatch(ctx: &wv::Context, e: CmEvent) {
     // The events that leave a QP in the error state, its work requests flushed.
     let failed = match &e {
@@ -571,6 +625,22 @@ fn dispatch_cm(ctx: &wv::Context, e: CmEvent) {
             // SAFETY: a registered listener is live (destroy unregisters it first, under
             // the registry lock we hold).
             let lid = unsafe { &*l };
+            // The listener's backlog (rdma_listen(3)): a request beyond it, while as many
+            // CONNECT_REQUESTs wait in the listener's channel unread, is refused, as the
+            // kernel's ucma drops one past `backlog` and the peer's connect fails. Without
+            // it, an application that read no events while peers kept connecting held a
+            // new id and event for each, without bound.
+            let backlog = lid.lock().backlog;
+            let waiting = chan_of(lid).map_or(0, |ch| {
+                ch.count_where(|ev| {
+                    ev.event == RDMA_CM_EVENT_CONNECT_REQUEST && ev.listen_id == l.cast()
+                })
+            });
+            if waiting >= backlog {
+                drop(reg);
+                let _ = ctx.reject(&req, &[]);
+                return;
+            }
             // librdmacm gives a request's new id the device the request came on and the
             // device's PD (ucma_get_device), whatever its listener was bound to: a listener
             // never bound (rdma_listen alone, the kernel binds it to any address) has no
@@ -709,7 +779,8 @@ fn dispatch_cm(ctx: &wv::Context, e: CmEvent) {
             verbs::push_cq_error(cq);
         }
         CmEvent::SrqLimitReached { srq } => verbs::push_srq_limit(srq),
-        CmEvent::RequestCancelled(_) | CmEvent::RequestRefused { .. } => {}
+        CmEvent::RequestCancelled(rid) => withdraw_request(rid),
+        CmEvent::RequestRefused { .. } => {}
         // rdma_resolve_addr's answer, as addr_handler (drivers/infiniband/core/cma.c) gives
         // it: ADDR_RESOLVED with status 0, or ADDR_ERROR with rdma_resolve_ip's status,
         // -ETIMEDOUT for a neighbour that did not answer within timeout_ms
@@ -1351,7 +1422,7 @@ fn listening() -> std::sync::MutexGuard<'static, std::collections::HashSet<u16>>
 }
 
 #[no_mangle]
-pub extern "C" fn __wc_rdma_listen(p: *mut rdma_cm_id, _backlog: c_int) -> c_int {
+pub extern "C" fn __wc_rdma_listen(p: *mut rdma_cm_id, backlog: c_int) -> c_int {
     guard(-1, || {
         // SAFETY: p is ours (the caller's id, not used by it during the call).
         let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
@@ -1388,10 +1459,20 @@ pub extern "C" fn __wc_rdma_listen(p: *mut rdma_cm_id, _backlog: c_int) -> c_int
             id.lock().port = port;
             set_src(&mut id.id, SocketAddrV4::new(eng.ip, port));
         }
+        // The kernel's ucma: a backlog of at most its `max_backlog` (1,024), that for
+        // none or a negative one.
+        id.lock().backlog = match usize::try_from(backlog) {
+            Ok(b @ 1..=MAX_BACKLOG) => b,
+            _ => MAX_BACKLOG,
+        };
         id.lock().listening = true;
         0
     })
 }
+
+/// The largest listen backlog, and the backlog of `rdma_listen(id, 0)`: the kernel's ucma
+/// default of its `max_backlog` sysctl.
+const MAX_BACKLOG: usize = 1024;
 
 #[no_mangle]
 pub extern "C" fn __wc_rdma_resolve_addr(

@@ -110,8 +110,8 @@ pub use warpcore_engine::tcp::link::{Faults, LinkConfig, LinkConfigError, LinkEn
 pub use warpcore_engine::tcp::StackError;
 pub use warpcore_engine::{
     CmEvent, Completion, ConnError, ConnectRequest, CoreStats, DisconnectCause, EngineConfig,
-    Established, MpaParams, NeighborId, QpState, RtrType, RtrTypes, SendOp, Sge, WcOpcode,
-    WcStatus, ENGINE_ACK_DELAY, MAX_ACK_DELAY, MAX_SGE,
+    Established, MpaParams, NeighborId, QpState, RequestId, RtrType, RtrTypes, SendOp, Sge,
+    WcOpcode, WcStatus, ENGINE_ACK_DELAY, MAX_ACK_DELAY, MAX_SGE,
 };
 
 /// The largest inline payload a queue pair may ask for ([`QpInit::max_inline`]; more is
