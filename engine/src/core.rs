@@ -351,6 +351,9 @@ pub struct CoreStats {
     pub tcp_out_of_order_refused: u64,
     /// Occupancy when read: octets the core's TCP connections hold out of order.
     pub tcp_out_of_order_held: u64,
+    /// Out-of-order segments the core's TCP dropped unSACKed because their connection held
+    /// its most disjoint out-of-order blocks (64) already (their peers send them again).
+    pub tcp_out_of_order_no_block: u64,
     /// Occupancy when read: buffers taken from the device's pool (mbufs on a DPDK port;
     /// cores whose ports share a pool report the same figure), `None` for a device without
     /// one (the in-memory link).
@@ -926,6 +929,7 @@ impl<D: PollDevice> EngineCore<D> {
             tcp_dsacks_received: t.dsacks_received,
             tcp_out_of_order_refused: h.out_of_order_refused,
             tcp_out_of_order_held: h.out_of_order_held,
+            tcp_out_of_order_no_block: t.out_of_order_no_block,
             qps_live: self.live.len() as u64,
             requests_pending: self.requests_live as u64,
             mpa_timers: self.live_mpa_timers() as u64,

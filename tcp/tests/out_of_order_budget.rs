@@ -407,3 +407,55 @@ fn out_of_order_accounting_returns_to_zero_whatever_frees_the_octets() {
     assert_eq!(held(&b), 0);
     assert_eq!(b.live(), 0, "every connection released");
 }
+
+/// A peer that puts each segment past a hole of its own (70 disjoint 10-octet segments on
+/// one connection, well within its window and the budget) makes the connection hold 64
+/// blocks, the most it tracks; the other six are dropped, neither held nor SACKed (RFC
+/// 2018 3, RFC 9293 3.10.7.4), and counted (`TcpTotals::out_of_order_no_block`; before,
+/// such drops were counted nowhere). Once the holes fill, everything held goes in order,
+/// byte-exact, and the six arrive when sent again.
+#[test]
+fn a_connection_tracks_at_most_64_holes_and_counts_the_segments_it_drops_for_want_of_a_block() {
+    const SEGS: usize = 70;
+    const HELD: usize = 64;
+    let (mut b, mut peer, l) = server(1 << 20);
+    let now = Instant::from_millis(1);
+    let c = open(&mut b, &mut peer, l, 1, now)[0];
+    // Ten at a time: the link holds fewer frames than seventy.
+    let mut acks = Vec::new();
+    for k in 0..SEGS {
+        inject(&mut peer, now, &c.data(10 + 20 * k, 10, TcpControl::Psh));
+        if k % 10 == 9 {
+            acks.extend(exchange(&mut b, &mut peer, now));
+        }
+    }
+    assert_eq!(
+        acks.len(),
+        SEGS,
+        "one ACK for each out-of-order segment: {acks:?}"
+    );
+    // What the connection SACKs is what it holds: the last six report no more octets.
+    assert!(acks[HELD..]
+        .iter()
+        .all(|a| a.sacked == acks[HELD - 1].sacked));
+    assert!(acks.iter().all(|a| a.ack == Some(PEER_ISS + 1) && !a.rst));
+    let totals = || b.tcp_totals().expect("Warpcore's TCP");
+    assert_eq!(totals().out_of_order, SEGS as u64);
+    assert_eq!(totals().out_of_order_no_block, (SEGS - HELD) as u64);
+    assert_eq!(held(&b), HELD * 10);
+    assert_eq!(refused(&b), 0, "the budget refused none");
+    // The holes, filled by one segment up to the first dropped one, then the rest again.
+    let upto = 10 + 20 * HELD;
+    inject(&mut peer, now, &c.data(0, upto, TcpControl::Psh));
+    exchange(&mut b, &mut peer, now);
+    assert_eq!(held(&b), 0);
+    let end = 10 + 20 * SEGS;
+    inject(&mut peer, now, &c.data(upto, end - upto, TcpControl::Psh));
+    exchange(&mut b, &mut peer, now);
+    let mut got = vec![0; end];
+    assert_eq!(b.recv(c.id, &mut got), Ok(end));
+    assert!(got
+        .iter()
+        .enumerate()
+        .all(|(i, &o)| o == pattern(7, i as u64)));
+}

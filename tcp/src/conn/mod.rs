@@ -202,6 +202,10 @@ pub struct ConnStats {
     pub segments_received: u64,
     /// Out-of-order segments received.
     pub out_of_order: u64,
+    /// Of those, dropped (neither held nor SACKed; the peer sends them again) because they
+    /// needed a block of their own and the connection already held the most disjoint
+    /// out-of-order blocks it keeps (64): a peer cannot make it track more holes.
+    pub out_of_order_no_block: u64,
     /// Segments outside the window or duplicates.
     pub duplicates: u64,
     /// Challenge ACKs sent (RFC 5961).
@@ -2046,8 +2050,11 @@ impl Connection {
                 }
                 // Refused (the host's out-of-order budget spent, or no block left), the
                 // segment is dropped: not SACKed, the peer sends it again (RFC 9293
-                // 3.10.7.4, RFC 2018 3). It is ACKed as any out-of-order segment.
-                let _stored = self.ooo.insert(off, data);
+                // 3.10.7.4, RFC 2018 3). It is ACKed as any out-of-order segment. The
+                // budget counts its refusals; the blocks' are the connection's.
+                if self.ooo.insert(off, data) == reasm::Stored::NoBlock {
+                    self.stats.out_of_order_no_block += 1;
+                }
                 // RFC 5681 4.2: out-of-order data is ACKed at once (with SACK blocks).
                 self.ack_now = true;
                 self.quick_ack = true;

@@ -91,6 +91,19 @@ impl OutOfOrderBudget {
     }
 }
 
+/// What [`Reassembly::insert`] did with a segment's octets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stored {
+    /// Held (or held already: a copy of octets the blocks have).
+    Held,
+    /// Refused: its new octets would take the host's [`OutOfOrderBudget`] past its limit
+    /// (counted there).
+    OverBudget,
+    /// Refused: it needed a block of its own and [`MAX_BLOCKS`] are held already (the
+    /// connection counts it: `ConnStats::out_of_order_no_block`).
+    NoBlock,
+}
+
 /// Blocks keyed by stream offset (octets after the peer's ISN + 1).
 #[derive(Debug, Default)]
 pub(crate) struct Reassembly {
@@ -187,15 +200,16 @@ impl Reassembly {
     /// The second grew the first block it touched: a peer sending one octet just before a
     /// block of the window's size had all of it copied, 4 MiB per 55-octet segment.)
     ///
-    /// Returns false, holding nothing more, when the octets not yet held would take the
-    /// host's [`OutOfOrderBudget`] past its limit (the refusal counted there), or would need
-    /// a block beyond [`MAX_BLOCKS`]: the segment is dropped whole, so no SACK block reports
+    /// Refuses the segment, holding nothing more, when the octets not yet held would take
+    /// the host's [`OutOfOrderBudget`] past its limit ([`Stored::OverBudget`], the refusal
+    /// counted there), or would need a block beyond [`MAX_BLOCKS`] ([`Stored::NoBlock`]):
+    /// the segment is dropped whole, so no SACK block reports
     /// it (RFC 2018 3 lets a receiver report only what it holds) and the peer sends it again
     /// (RFC 9293 3.10.7.4 lets a receiver keep or drop segments beyond RCV.NXT). Nothing
     /// held is given up: SACKed octets are never reneged.
-    pub fn insert(&mut self, off: u64, data: &[u8]) -> bool {
+    pub fn insert(&mut self, off: u64, data: &[u8]) -> Stored {
         if data.is_empty() {
-            return true;
+            return Stored::Held;
         }
         let end = off + data.len() as u64;
         // Blocks never touch one another, so at most one block that starts at or before
@@ -222,14 +236,14 @@ impl Reassembly {
         }
         // A block of their own for the new octets only if there is room for one.
         if base.is_none() && self.blocks.len() >= MAX_BLOCKS {
-            return false;
+            return Stored::NoBlock;
         }
         // The octets this insert adds, charged before anything changes.
         let new = data.len() - overlap as usize;
         if new > 0 {
             if let Some(b) = &self.budget {
                 if !b.charge(new) {
-                    return false;
+                    return Stored::OverBudget;
                 }
             }
         }
@@ -287,7 +301,7 @@ impl Reassembly {
             }
         }
         self.recent = recent;
-        true
+        Stored::Held
     }
 
     /// Counts (tests only) the octets of `buf` that growing it by `n` reallocates.
@@ -634,7 +648,7 @@ mod tests {
                         let fits = budget.held() + new <= limit;
                         let room = r.blocks.len() < MAX_BLOCKS;
                         let (before, refused) = (r.octets(), budget.refused());
-                        let stored = r.insert(off, &data);
+                        let stored = r.insert(off, &data) == Stored::Held;
                         if !fits && new > 0 {
                             assert!(!stored, "{new} octets stored past the budget");
                             assert_eq!(r.octets(), before, "a refused insert held octets");

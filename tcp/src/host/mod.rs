@@ -263,6 +263,9 @@ pub struct TcpTotals {
     pub segments_received: u64,
     /// Out-of-order segments received.
     pub out_of_order: u64,
+    /// Of those, dropped because their connection held its most disjoint out-of-order
+    /// blocks (64) already (`ConnStats::out_of_order_no_block`).
+    pub out_of_order_no_block: u64,
     /// Segments retransmitted.
     pub retransmitted_segments: u64,
     /// Octets retransmitted.
@@ -302,6 +305,7 @@ impl TcpTotals {
         self.segments_sent += c.segments_sent;
         self.segments_received += c.segments_received;
         self.out_of_order += c.out_of_order;
+        self.out_of_order_no_block += c.out_of_order_no_block;
         self.retransmitted_segments += c.recovery.retransmitted_segments;
         self.retransmitted_octets += c.recovery.retransmitted_octets;
         self.rtos += c.recovery.rto_count;
