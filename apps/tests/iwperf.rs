@@ -142,6 +142,8 @@ fn bandwidth_tests_print_perftest_table_json_and_hdr_log() {
         let undone = tcp["undone_recoveries"].as_u64().unwrap();
         assert!(undone <= tcp["fast_recoveries"].as_u64().unwrap(), "{tcp}");
         assert!(tcp["dsacks_received"].as_u64().is_some(), "{tcp}");
+        // Nothing out of order over this lossless link, so nothing dropped.
+        assert_eq!(tcp["out_of_order_dropped"].as_u64(), Some(0), "{tcp}");
         // Issue 12 item 2: what this side received in order (the Read Responses of
         // read_bw, the peer's Sends of the bidirectional send_bw) was placed straight from
         // the frames.

@@ -625,6 +625,11 @@ pub struct TcpSummary {
     pub undone_recoveries: u64,
     /// ACKs with a D-SACK block (RFC 2883): segments the peer received twice.
     pub dsacks_received: u64,
+    /// Out-of-order segments this side dropped unSACKed (its peer sends them again):
+    /// refused by the out-of-order budget (`CoreStats::tcp_out_of_order_refused`) or for
+    /// want of a block (`CoreStats::tcp_out_of_order_no_block`). Loss recovery is slower
+    /// when this is not 0.
+    pub out_of_order_dropped: u64,
     /// Received stream octets the engine deframed and placed straight from the frames
     /// (`CoreStats::rx_in_place_octets`); the rest went through the TCP receive queue.
     pub octets_placed_from_frames: u64,
@@ -650,6 +655,7 @@ impl TcpSummary {
             t.fast_recoveries += c.tcp_fast_recoveries;
             t.undone_recoveries += c.tcp_undone_recoveries;
             t.dsacks_received += c.tcp_dsacks_received;
+            t.out_of_order_dropped += c.tcp_out_of_order_refused + c.tcp_out_of_order_no_block;
             t.octets_placed_from_frames += c.rx_in_place_octets;
             t.octets_sent_from_memory += c.tx_from_memory_wire_octets;
         }
@@ -659,7 +665,7 @@ impl TcpSummary {
     /// One line for the text report.
     pub fn line(&self) -> String {
         format!(
-            "[iwperf] TCP (this side): {} segments sent, {} received, {} retransmitted, {} RTOs ({} spurious, undone), {} tail loss probes, {} recoveries ({} undone by D-SACKs, {} D-SACKs received); {} received octets placed straight from the frames, {} sent straight from registered memory",
+            "[iwperf] TCP (this side): {} segments sent, {} received, {} retransmitted, {} RTOs ({} spurious, undone), {} tail loss probes, {} recoveries ({} undone by D-SACKs, {} D-SACKs received), {} out-of-order segments dropped; {} received octets placed straight from the frames, {} sent straight from registered memory",
             self.segments_sent,
             self.segments_received,
             self.retransmitted_segments,
@@ -669,6 +675,7 @@ impl TcpSummary {
             self.fast_recoveries,
             self.undone_recoveries,
             self.dsacks_received,
+            self.out_of_order_dropped,
             self.octets_placed_from_frames,
             self.octets_sent_from_memory
         )
@@ -685,6 +692,7 @@ impl TcpSummary {
             "fast_recoveries": self.fast_recoveries,
             "undone_recoveries": self.undone_recoveries,
             "dsacks_received": self.dsacks_received,
+            "out_of_order_dropped": self.out_of_order_dropped,
             "octets_placed_from_frames": self.octets_placed_from_frames,
             "octets_sent_from_memory": self.octets_sent_from_memory,
         })
