@@ -124,6 +124,8 @@ contracts() {
     contract_pair threaded_post_imm_flush 7512
     contract_pair unsignaled_bind_inv 7514
     contract_pair last_wqe_reached 7518
+    contract_pair sync_request_fds 7522
+    contract_pair second_connect 7524
     contract rdmacm_exports
     contract id_device_pd
     contract modify_qp_err_flush

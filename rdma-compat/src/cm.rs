@@ -653,18 +653,15 @@ fn dispatch_cm(ctx: &wv::Context, e: CmEvent) {
                 let _ = ctx.reject(&req, &[]);
                 return;
             };
-            let sync = lid.lock().sync;
-            let chan = if sync {
-                match Chan::new() {
-                    Some(c) => c.cast::<rdma_event_channel>(),
-                    None => {
-                        let _ = ctx.reject(&req, &[]);
-                        return;
-                    }
-                }
-            } else {
-                lid.id.channel
-            };
+            // The new id is on its listener's channel until its request is read, a
+            // synchronous listener's too: librdmacm gives such an id a channel of its own
+            // only when `rdma_get_request` reads the request (`ucma_process_conn_req`:
+            // `rdma_migrate_id(id, NULL)`), and the kernel holds an unread request without
+            // a descriptor. A channel made here (two descriptors) for each request a peer
+            // sent, unread, let peers take up to twice the backlog (2,048 for
+            // `rdma_listen(id, 0)`) of the process's descriptors, past the usual limit of
+            // 1,024: its own `open`, `socket` and `ibv_create_comp_channel` then failed.
+            let chan = lid.id.channel;
             let o = req.remote.0.octets();
             let remote = SocketAddrV4::new(Ipv4Addr::new(o[0], o[1], o[2], o[3]), req.remote.1);
             let local = engine().map(|e| e.ip).unwrap_or(Ipv4Addr::UNSPECIFIED);
@@ -682,7 +679,6 @@ fn dispatch_cm(ctx: &wv::Context, e: CmEvent) {
                 st: Mutex::new(IdState {
                     port: req.local_port,
                     dst: Some(remote),
-                    sync,
                     ..Default::default()
                 }),
             });
@@ -1007,6 +1003,18 @@ pub extern "C" fn __wc_rdma_get_cm_event(
         let c = unsafe { &*ch.cast::<Chan>() };
         match c.take_counted() {
             Ok(e) => {
+                // SAFETY: an event of ours, just taken; a CONNECT_REQUEST's listener is
+                // live while the event is unacknowledged (counted against it above).
+                let ev = unsafe { &(*e).ev };
+                let request = ev.event == RDMA_CM_EVENT_CONNECT_REQUEST;
+                // SAFETY: as above (only a CONNECT_REQUEST's listener is looked at).
+                if request && unsafe { id_ref(ev.listen_id) }.is_some_and(is_sync) {
+                    // librdmacm's ucma_process_conn_req: the new id of a synchronous
+                    // listener's request gets a channel of its own when the request is
+                    // read (rdma_get_request does the same); it stays on the listener's
+                    // if none can be made.
+                    let _ = __wc_rdma_migrate_id(ev.id, null_mut());
+                }
                 // SAFETY: out is the caller's.
                 unsafe { *out = e.cast() };
                 0
@@ -1277,7 +1285,7 @@ pub extern "C" fn __wc_rdma_migrate_id(p: *mut rdma_cm_id, ch: *mut rdma_event_c
                 // events go (librdmacm makes it on the listener's channel when the request
                 // is read), as the dispatcher would have made it.
                 // SAFETY: the new id the dispatcher made; the application has not seen it.
-                rehome_child(unsafe { &mut *ev.id.cast::<Id>() }, new, ch.is_null());
+                rehome_child(unsafe { &mut *ev.id.cast::<Id>() }, new);
             }
             to.post(e);
         }
@@ -1292,26 +1300,12 @@ pub extern "C" fn __wc_rdma_migrate_id(p: *mut rdma_cm_id, ch: *mut rdma_event_c
     })
 }
 
-/// Moves the new id of a pending connection request to the channel its listener moved to:
-/// a private channel of its own when the listener became synchronous (as `dispatch` gives
-/// a synchronous listener's requests), else the listener's.
-fn rehome_child(child: &mut Id, listener_chan: *mut rdma_event_channel, sync: bool) {
-    let was_sync = child.lock().sync;
-    let new = if sync {
-        match Chan::new() {
-            Some(c) => c.cast(),
-            // The request keeps its channel; the new id stays usable there.
-            None => return,
-        }
-    } else {
-        listener_chan
-    };
-    chan_join(new);
-    let old = std::mem::replace(&mut child.id.channel, new);
-    child.lock().sync = sync;
-    if was_sync {
-        chan_close(old);
-    }
+/// Moves the new id of a pending connection request to the channel its listener moved to
+/// (a synchronous listener's included: the new id gets a channel of its own only when
+/// `rdma_get_request` reads the request).
+fn rehome_child(child: &mut Id, listener_chan: *mut rdma_event_channel) {
+    chan_join(listener_chan);
+    let old = std::mem::replace(&mut child.id.channel, listener_chan);
     chan_leave(old);
 }
 
@@ -2027,9 +2021,18 @@ fn start_connection(
     q: &verbs::Qp,
     start: impl FnOnce() -> Result<(), wv::Error>,
 ) -> c_int {
-    registry().qps.insert(q.qp.id(), p as usize);
+    let before = registry().qps.insert(q.qp.id(), p as usize);
     if let Err(e) = start() {
-        registry().qps.remove(&q.qp.id());
+        // Only a registration this call made goes: a second rdma_connect or rdma_accept
+        // on an id whose connection is under way or established fails (EINVAL, as the
+        // kernel's state check answers it) and leaves that connection's events to come to
+        // the id. Removed, as it was, the id never heard of its connection again (no
+        // ESTABLISHED, DISCONNECTED or failure).
+        let mut reg = registry();
+        match before {
+            Some(v) => reg.qps.insert(q.qp.id(), v),
+            None => reg.qps.remove(&q.qp.id()),
+        };
         return fail(errno_of(&e), -1);
     }
     id.lock().started = true;
@@ -2714,6 +2717,17 @@ pub extern "C" fn __wc_rdma_get_request(
                 // SAFETY: as above; not wanted.
                 drop(unsafe { Box::from_raw(e) });
                 continue;
+            }
+            // The new id of a synchronous listener's request gets its own channel now, as
+            // librdmacm's `ucma_process_conn_req` migrates it to none (until now it was on
+            // the listener's, where it cost no descriptor).
+            if __wc_rdma_migrate_id(child, null_mut()) != 0 {
+                let err = errno();
+                // SAFETY: as above.
+                drop(unsafe { Box::from_raw(e) });
+                __wc_rdma_reject(child, std::ptr::null(), 0);
+                __wc_rdma_destroy_id(child);
+                return fail(err, -1);
             }
             // SAFETY: the child id the dispatcher made for the request.
             let c = unsafe { &mut *child.cast::<Id>() };
