@@ -66,6 +66,8 @@
 //!                  ├ rx_fenced           a fenced responder's first ULPDU (the RTR)
 //!                  ├ plain_data / Segment::parse + check_inbound: the decode and RDMAP's
 //!                  │                     checks; an SRQ buffer claimed if needed
+//!                  ├ rx_malformed        a refused message without ULP payload: DDP's
+//!                  │                     untagged checks first, then RDMAP's error
 //!                  ├ rx_lookup           the one STag lookup (MrTable::lookup_remote)
 //!                  ├ DdpReceiver::handle_header
 //!                  └ rx_tagged           Write / Read Response: MrGuard::place_at, ORQ head

@@ -1911,3 +1911,250 @@ fn mpa2_9_2_10_a_terminate_with_absent_headers_in_place_of_the_rtr_is_reported_n
         );
     }
 }
+
+/// A Read Request as [`read_req`], then edited: MO, the L flag, octets appended after its
+/// 28-octet header, or the header cut to `cut` octets.
+fn read_req_edited(
+    msn: u32,
+    src_stag: u32,
+    mo: u32,
+    last: bool,
+    trailing: usize,
+    cut: Option<usize>,
+) -> Vec<u8> {
+    let mut r = read_req(msn, src_stag, 0, 8);
+    r[14..18].copy_from_slice(&mo.to_be_bytes());
+    if !last {
+        r[0] &= !0x40;
+    }
+    r.extend(std::iter::repeat_n(0u8, trailing));
+    if let Some(n) = cut {
+        r.truncate(18 + n);
+    }
+    r
+}
+
+// RDMAP-7.2-6, RDMAP-7.2-1, DDP-7.1-1..5, DDP-7.1-15, RDMAP-06 §7.1 rules 22/23
+// (RDMAP-7.1-3/4): DDP validates every untagged field of a Read Request before RDMAP judges
+// the message, so a Read Request with a DDP fault (MSN out of range, MO outside the QN 1
+// buffer) and an RDMAP fault its octets show (L = 0 or MO > 0: not whole in one segment; its
+// header cut short or followed by octets: 0/2/07) earns DDP's Terminate. Before the fix each
+// of the `rdmap_7_2_6_read_request_*` tests below earned 0/2/07: the decode's RDMAP checks ran
+// before DDP's. Linux siw answers the MSN ones with DDP 1/2/03 too (`siw_init_rresp`; it
+// checks no MO).
+
+/// MSN 2 (1 expected) and MO 4: DDP's 1/2/03 (DDP-7.1-5, RDMAP-7.2-6).
+#[test]
+fn rdmap_7_2_6_read_request_msn_and_mo() {
+    let u = |s| vec![read_req_edited(2, s, 4, true, 0, None)];
+    expect_terminate("msn+mo", u, false, 1, (1, 2, 3));
+}
+
+/// MSN 2 and L = 0: DDP's 1/2/03 (DDP-7.1-5, RDMAP-7.2-6).
+#[test]
+fn rdmap_7_2_6_read_request_msn_and_not_last() {
+    let u = |s| vec![read_req_edited(2, s, 0, false, 0, None)];
+    expect_terminate("msn+l0", u, false, 1, (1, 2, 3));
+}
+
+/// MSN 2 and four octets after the 28-octet header: DDP's 1/2/03 (DDP-7.1-5, RDMAP-7.2-6).
+#[test]
+fn rdmap_7_2_6_read_request_msn_and_trailing_octets() {
+    let u = |s| vec![read_req_edited(2, s, 0, true, 4, None)];
+    expect_terminate("msn+trailing", u, false, 1, (1, 2, 3));
+}
+
+/// MSN 2 and the header cut to 20 of its 28 octets: DDP's 1/2/03 (DDP-7.1-5, RDMAP-7.2-6,
+/// RDMAP-4.4-1).
+#[test]
+fn rdmap_7_2_6_read_request_msn_and_cut_header() {
+    let u = |s| vec![read_req_edited(2, s, 0, true, 0, Some(20))];
+    expect_terminate("msn+cut", u, false, 1, (1, 2, 3));
+}
+
+/// MO 4096, outside the QN 1 buffer: DDP's invalid MO 1/2/04 (DDP-7.1-3), not RDMAP's
+/// "not whole in one segment".
+#[test]
+fn rdmap_7_2_6_read_request_mo_outside_its_buffer() {
+    let u = |s| vec![read_req_edited(1, s, 4096, true, 0, None)];
+    expect_terminate("mo outside", u, false, 1, (1, 2, 4));
+}
+
+/// Three faults: MSN, MO and an invalid source STag (RDMAP-7.2-9): DDP's 1/2/03 first.
+#[test]
+fn rdmap_7_2_6_read_request_msn_mo_and_invalid_source_stag() {
+    let u = |s: u32| vec![read_req_edited(2, s ^ 0x100, 4, true, 0, None)];
+    expect_terminate("msn+mo+stag", u, false, 1, (1, 2, 3));
+}
+
+/// RDMAP-6.1-5: with IRD = 4 Reads outstanding, a fifth with MSN 7 (5 expected) and L = 0:
+/// beyond IRD and not whole (both RDMAP's), MSN out of range (DDP's, first: 1/2/03).
+#[test]
+fn rdmap_7_2_6_read_request_beyond_ird_with_msn_and_not_last() {
+    let u = |s| {
+        let mut v: Vec<Vec<u8>> = (1..=4).map(|m| read_req(m, s, 0, 8)).collect();
+        v.push(read_req_edited(7, s, 0, false, 0, None));
+        v
+    };
+    expect_terminate("ird+msn+l0", u, false, 1, (1, 2, 3));
+}
+
+/// EXT-8.2-1, EXT-5.2-1: an Atomic Request with MSN 2 (1 expected) and MO 4: DDP's 1/2/03,
+/// not RDMAP's 0/2/07.
+#[test]
+fn rdmap_7_2_6_atomic_request_msn_and_mo() {
+    let u = |s| {
+        let mut a = atomic_req(2, s, 0);
+        a[14..18].copy_from_slice(&4u32.to_be_bytes());
+        vec![a]
+    };
+    expect_terminate("atomic msn+mo", u, false, 1, (1, 2, 3));
+}
+
+/// EXT-8.2-1, EXT-6.3-7, DDP-7.1-2: Immediate Data that is not exactly 8 octets (0/2/07)
+/// with no receive posted for it (DDP 1/2/02): DDP's Terminate. Before the fix: 0/2/07.
+/// The same segment with a receive posted keeps RDMAP's 0/2/07.
+#[test]
+fn rdmap_7_2_6_immediate_data_without_a_buffer_is_ddp_first() {
+    let imm = |msn: u32| {
+        seg(
+            SegmentRepr {
+                last: true,
+                buffer: DdpBuffer::Untagged {
+                    rsvd_ulp2: 0,
+                    qn: 0,
+                    msn,
+                    mo: 0,
+                },
+                opcode: Opcode::ImmediateData,
+                header: RdmapHeader::ImmediateData(
+                    warpcore_engine::proto::wire::rdmap::ImmediateDataRepr { data: [7; 8] },
+                ),
+            },
+            &[],
+        )
+    };
+    let long = move |_| {
+        let mut u = imm(1);
+        u.extend_from_slice(&[0; 4]);
+        vec![u]
+    };
+    expect_terminate("imm no buffer", long, false, 0, (1, 2, 2));
+    expect_terminate("imm long", long, false, 1, (0, 2, 7));
+}
+
+/// Immediate Data of 12 octets (0/2/07, EXT-6.3-7) on QN 0 of a QP on a shared receive
+/// queue that holds no buffer of its own: DDP looks for the buffer in the shared queue
+/// first (DDP-7.1-2, EXT-8.2-1). An empty queue: no buffer, 1/2/02 (before the fix: 0/2/07);
+/// a buffer there: RDMAP's 0/2/07, and the buffer claimed for it goes back (departure 23).
+#[test]
+fn rdmap_7_2_6_immediate_data_on_a_shared_receive_queue_is_ddp_first() {
+    for posted in [0usize, 1] {
+        let mut w = world();
+        let (qp, shared) = w.engine.create_qp(common::qp_attr(&w.cq, 8, 1)).unwrap();
+        let srq = Arc::new(warpcore_engine::SharedRq::new(PD, 4, 1).unwrap());
+        shared.attach_srq(Arc::clone(&srq)).unwrap();
+        for i in 0..posted {
+            srq.post(&w.mrs, &common::recv_wr(i as u64, &[(w.stag, 0, 64)]))
+                .unwrap();
+        }
+        let ((tcp, mut framer, mut deframer, _), _) = connect_qp(
+            &mut w,
+            qp,
+            0,
+            nego::Config {
+                ird: 4,
+                ord: 4,
+                ..nego::Config::default()
+            },
+        );
+        let mut u = seg(
+            SegmentRepr {
+                last: true,
+                buffer: DdpBuffer::Untagged {
+                    rsvd_ulp2: 0,
+                    qn: 0,
+                    msn: 1,
+                    mo: 0,
+                },
+                opcode: Opcode::ImmediateData,
+                header: RdmapHeader::ImmediateData(
+                    warpcore_engine::proto::wire::rdmap::ImmediateDataRepr { data: [7; 8] },
+                ),
+            },
+            &[],
+        );
+        u.extend_from_slice(&[0; 4]);
+        send_ulpdus(&mut w, tcp, &mut framer, &[u], false);
+        let got = terminate_from_engine(&mut w, tcp, &mut deframer);
+        let want = if posted == 0 { (1, 2, 2) } else { (0, 2, 7) };
+        assert_eq!(got, want, "{posted} posted");
+        assert_eq!(srq.len(), posted, "the shared queue keeps its buffers");
+    }
+}
+
+/// The orders that held before the fix and must keep holding: DDP's faults before RDMAP's
+/// later checks (an invalid source STag, RDMAP-7.2-9; IRD, RDMAP-6.1-5; a Data Sink range
+/// that wraps), the QN check of the decode (DDP 1/2/01, as siw) before the whole-message
+/// one, and each RDMAP fault alone still RDMAP's.
+#[test]
+fn rdmap_7_2_6_read_request_fault_orders_kept() {
+    expect_terminate(
+        "msn+stag",
+        |s| vec![read_req(2, s ^ 0x100, 0, 8)],
+        false,
+        1,
+        (1, 2, 3),
+    );
+    expect_terminate(
+        "ird+msn",
+        |s| (1..=5).map(|m| read_req(m + m / 5, s, 0, 8)).collect(),
+        false,
+        1,
+        (1, 2, 3),
+    );
+    expect_terminate(
+        "msn+sink wrap",
+        |s| {
+            let mut r = read_req(2, s, 0, 8);
+            // SinkTO (octets 22..30) at 2^64 - 4: SinkTO + 8 wraps.
+            r[22..30].copy_from_slice(&(u64::MAX - 3).to_be_bytes());
+            vec![r]
+        },
+        false,
+        1,
+        (1, 2, 3),
+    );
+    expect_terminate(
+        "qn+l0+stag",
+        |s| {
+            let mut r = read_req_edited(1, s ^ 0x100, 0, false, 0, None);
+            r[6..10].copy_from_slice(&5u32.to_be_bytes());
+            vec![r]
+        },
+        false,
+        1,
+        (1, 2, 1),
+    );
+    expect_terminate(
+        "mo 4 alone",
+        |s| vec![read_req_edited(1, s, 4, true, 0, None)],
+        false,
+        1,
+        (0, 2, 7),
+    );
+    expect_terminate(
+        "trailing alone",
+        |s| vec![read_req_edited(1, s, 0, true, 4, None)],
+        false,
+        1,
+        (0, 2, 7),
+    );
+    expect_terminate(
+        "cut alone",
+        |s| vec![read_req_edited(1, s, 0, true, 0, Some(20))],
+        false,
+        1,
+        (0, 2, 7),
+    );
+}

@@ -8,7 +8,9 @@
 use super::tx::tx_settled_but_txrec;
 use super::*;
 use warpcore_proto::ddp::{TaggedPlacement, UntaggedPlacement};
-use warpcore_proto::wire::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
+use warpcore_proto::wire::ddp::{
+    DdpBuffer, DdpRepr, DdpSegment, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
+};
 use warpcore_proto::wire::segment::{SegmentError, SegmentRepr};
 
 /// The tagged lookup done once per segment, before DDP validation: DDP does the TO range,
@@ -131,7 +133,6 @@ impl HeldRight {
 /// as for any segment. Anything else is `None`, for the general decode.
 #[inline(always)]
 fn plain_data(ulpdu: &[u8]) -> Option<Segment<'_>> {
-    use warpcore_proto::wire::ddp::DdpBuffer;
     /// DDP control octet, L masked: T, reserved bits 0, DDP version.
     const DDP_TAGGED: u8 = 0x80 | DDP_VERSION;
     const DDP_UNTAGGED: u8 = DDP_VERSION;
@@ -214,6 +215,8 @@ fn truncated_terminate(ulpdu: &[u8], e: SegmentError) -> Option<TerminateReport>
 
 /// The general decode: `Segment::parse`, then RDMAP's inbound checks, for what
 /// [`plain_data`] does not decode (or everything, under `core::set_general_paths_only`).
+/// A fault goes to [`Qp::rx_malformed`], which ranks DDP's untagged checks before the
+/// RDMAP faults DDP precedes.
 #[inline(always)]
 fn parse_checked(ulpdu: &[u8], rfc7306: bool) -> Result<Segment<'_>, RxFault> {
     let seg = Segment::parse(ulpdu).map_err(|e| segment_fault(ulpdu, e))?;
@@ -364,7 +367,10 @@ impl Qp {
         }
         let seg = match plain_data(ulpdu).filter(|_| fast_paths()) {
             Some(seg) => seg,
-            None => parse_checked(ulpdu, self.rfc7306)?,
+            None => match parse_checked(ulpdu, self.rfc7306) {
+                Ok(seg) => seg,
+                Err(f) => return self.rx_malformed(ulpdu, f, ctx),
+            },
         };
         // A QP on a shared receive queue claims the oldest buffer there for a message on
         // QN 0 when it holds none (module `srq`); none there: no buffer, as below. Apart,
@@ -381,6 +387,112 @@ impl Qp {
         self.rx_segment(ulpdu, &seg, ctx, mrs, held)
     }
 
+    /// What a ULPDU the decode refused with `fault` earns ([`parse_checked`]). DDP validates
+    /// every untagged field of a message before RDMAP judges it (RDMAP-7.2-6, RDMAP-7.2-1,
+    /// EXT-8.2-1; DDP-7.1-1..5, DDP-7.1-15): RDMAP's errors on an incoming message are those
+    /// found once DDP delivered it (RDMAP-06 §7.1 rules 22 and 23; RDMAP-7.1-3/4), and DDP
+    /// places or delivers nothing of a segment it refused. So the RDMAP faults of a message
+    /// without ULP payload (Read Request, Terminate, the RFC 7306 messages) that the decode
+    /// finds from its octets alone, an RDMAP header cut short or followed by octets, or a
+    /// message not whole in one segment (L = 0 or MO > 0; `check_inbound`), all 0/2/07,
+    /// come after DDP's QN, MSN, buffer and MO checks: a Read Request whose MSN is out of
+    /// range and whose MO is not 0 earns DDP's 1/2/03, as it does from siw (which does not
+    /// check MO), not 0/2/07. The checks the decode makes first stay first (DDP version,
+    /// the DDP header's length, RDMAP version, opcode, buffer model, QN; siw's
+    /// `siw_get_hdr` order, docs/decisions/0001 RDMAP item 5). Cold: a valid message never
+    /// comes here, and the decode of one is unchanged.
+    #[cold]
+    #[inline(never)]
+    fn rx_malformed(&mut self, ulpdu: &[u8], fault: RxFault, ctx: &mut Ctx) -> Result<(), RxFault> {
+        let deferred = match Segment::parse(ulpdu) {
+            Err(SegmentError::HeaderTruncated(op) | SegmentError::UnexpectedPayload(op)) => {
+                Some(op)
+            }
+            // Decoded: the fault is `check_inbound`'s; its whole-message check is the one
+            // DDP precedes (an RFC 7306 opcode not agreed is an opcode check, first as
+            // siw makes it).
+            Ok(seg)
+                if !seg.repr.opcode.carries_payload()
+                    && matches!(
+                        fault,
+                        RxFault::Protocol(ProtocolError::Rdmap(RdmapError::CatastrophicStream))
+                    ) =>
+            {
+                Some(seg.repr.opcode)
+            }
+            _ => None,
+        };
+        // A Terminate whose control word says more than it holds is the peer's verdict
+        // (`segment_fault`), not an error of ours to rank.
+        let Some(opcode) = deferred.filter(|_| matches!(fault, RxFault::Protocol(_))) else {
+            return Err(fault);
+        };
+        let Ok(ddp) = DdpSegment::new_checked(ulpdu).and_then(|v| DdpRepr::parse(&v)) else {
+            return Err(fault);
+        };
+        // Every message without ULP payload is untagged (the decode checked the T bit).
+        let qn = match ddp.buffer {
+            DdpBuffer::Untagged { qn, .. } => qn,
+            DdpBuffer::Tagged { .. } => return Err(fault),
+        };
+        let verdict = |q: &mut Self, _: &mut Ctx| q.ddp_before_rdmap(ulpdu, &ddp, opcode, fault);
+        // Immediate Data on QN 0 of a QP on a shared receive queue that holds no buffer:
+        // DDP looks for the buffer there, as `rx_from_srq` does (given back: the message
+        // fails either way).
+        if qn == qn::SEND && self.rq.is_empty() && self.shared.srq().is_some() {
+            self.with_srq_buffer(ctx, verdict)
+        } else {
+            verdict(self, ctx)
+        }
+    }
+
+    /// [`Self::rx_malformed`]'s verdict on the untagged DDP header `ddp` of `ulpdu`, a
+    /// message of `opcode` that RDMAP refuses with `fault`: DDP's error if DDP refuses the
+    /// segment (its validation as [`Self::rx_segment`] makes it), `fault` otherwise,
+    /// nothing if DDP already failed (DDP-7.1-17).
+    fn ddp_before_rdmap(
+        &mut self,
+        ulpdu: &[u8],
+        ddp: &DdpRepr,
+        opcode: Opcode,
+        fault: RxFault,
+    ) -> Result<(), RxFault> {
+        let untagged = self.untagged_view(matches!(
+            opcode,
+            Opcode::ImmediateData | Opcode::ImmediateDataSe
+        ));
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(fault);
+        };
+        let payload_len = ulpdu.len().saturating_sub(ddp.header_len());
+        let no_tag = TaggedView(Err(TaggedFault::InvalidStag));
+        match conn
+            .ddp_rx
+            .handle_header(ddp, payload_len, &no_tag, &untagged)?
+        {
+            Some(_) => Err(fault),
+            None => Ok(()),
+        }
+    }
+
+    /// The untagged queues as DDP sees them for a segment of this QP; `immediate`: the
+    /// segment is Immediate Data, which takes a receive buffer whatever its length (the 8
+    /// octets go into the completion, not into the buffer: EXT-6.3-2; departure in
+    /// docs/engine.md).
+    #[inline(always)]
+    fn untagged_view(&self, immediate: bool) -> UntaggedView {
+        UntaggedView {
+            rq_head_len: self.rq.front().map(|r| {
+                if immediate {
+                    r.sges.total_len().max(8)
+                } else {
+                    r.sges.total_len()
+                }
+            }),
+            rfc7306: self.rfc7306,
+        }
+    }
+
     /// [`Self::rx_ulpdu`] of an untagged Send on QN 0 for a QP on a shared receive queue
     /// that holds no buffer: claims the oldest there, then handles the segment.
     #[inline(never)]
@@ -392,6 +504,18 @@ impl Qp {
         mrs: &'m MrTable,
         held: &mut RxHeld<'m>,
     ) -> Result<(), RxFault> {
+        self.with_srq_buffer(ctx, |q, ctx| q.rx_segment(ulpdu, seg, ctx, mrs, held))
+    }
+
+    /// Runs `handle` for a message on QN 0 of a QP on a shared receive queue that holds no
+    /// buffer, with the oldest buffer there claimed for it (if there is one); a failed
+    /// `handle` gives it back.
+    #[inline(always)]
+    fn with_srq_buffer(
+        &mut self,
+        ctx: &mut Ctx,
+        handle: impl FnOnce(&mut Self, &mut Ctx) -> Result<(), RxFault>,
+    ) -> Result<(), RxFault> {
         let mut claimed = false;
         let mut reached = None;
         if let Some(q) = self.shared.srq() {
@@ -402,7 +526,7 @@ impl Qp {
                 reached = r;
             }
         }
-        let res = self.rx_segment(ulpdu, seg, ctx, mrs, held);
+        let res = handle(self, ctx);
         // A segment that fails the checks that need the buffer (DDP's, a Send longer than
         // it) or its placement fails the QP: the buffer it claimed for it goes back to the
         // shared queue, ahead of the buffers there (module `srq`), for the other QPs,
@@ -452,16 +576,7 @@ impl Qp {
         let (guard, tagged) = self.rx_lookup(seg, mrs, held)?;
         // Immediate Data consumes a receive buffer whatever its length: the 8 octets go
         // into the completion, not into the buffer (EXT-6.3-2; departure in docs/engine.md).
-        let untagged = UntaggedView {
-            rq_head_len: self.rq.front().map(|r| {
-                if immediate {
-                    r.sges.total_len().max(8)
-                } else {
-                    r.sges.total_len()
-                }
-            }),
-            rfc7306: self.rfc7306,
-        };
+        let untagged = self.untagged_view(immediate);
         let conn = self
             .conn
             .as_mut()

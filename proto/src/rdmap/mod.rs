@@ -52,7 +52,8 @@ pub struct RdmapConfig {
 ///
 /// The Invalidate STag of a Send with Invalidate is checked by the caller against its STag
 /// table ([`invalidate_error`]); DDP checks (QN validity, MSN, MO, buffers) are
-/// [`crate::ddp`]'s.
+/// [`crate::ddp`]'s, and a DDP fault of the same segment is reported before the whole-message
+/// error (RDMAP-7.2-6: DDP validates every untagged field before RDMAP judges the message).
 pub fn check_inbound(seg: &SegmentRepr, config: &RdmapConfig) -> Result<(), ProtocolError> {
     let agreed = match seg.opcode {
         Opcode::AtomicRequest | Opcode::AtomicResponse => config.atomics,

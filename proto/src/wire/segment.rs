@@ -30,7 +30,9 @@
 //!    §4.6.7 item 1), and the trailing octets are kept as its `payload`.
 //!
 //! Checks that need connection state (MSN windows, STags, IRD, whether RFC 7306 was agreed)
-//! belong to [`crate::ddp`] and [`crate::rdmap`].
+//! belong to [`crate::ddp`] and [`crate::rdmap`]. Check 7 is RDMAP's judgement of a message
+//! DDP has to validate first (RDMAP-7.2-6, EXT-8.2-1): a receiver that also finds a DDP fault
+//! (QN, MSN, buffer, MO) in the same segment reports DDP's, as the engine does.
 
 use crate::error::{DdpError, ProtocolError, RdmapError};
 use crate::wire::ddp::{DdpBuffer, DdpRepr, DdpSegment, DDP_VERSION};
