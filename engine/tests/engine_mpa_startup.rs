@@ -10,7 +10,7 @@ use std::time::Instant as StdInstant;
 
 use common::{ip, PORT};
 use warpcore_engine::proto::mpa::negotiation::{self as nego, NegotiationError, Responder};
-use warpcore_engine::proto::wire::mpa::FrameError;
+use warpcore_engine::proto::wire::mpa::{FrameError, RtrType};
 use warpcore_engine::tcp::link::{self, LinkConfig, LinkEnd};
 use warpcore_engine::tcp::smoltcp::socket::tcp::State as TcpState;
 use warpcore_engine::tcp::smoltcp::time::{Duration, Instant};
@@ -33,6 +33,7 @@ struct World {
     events: Vec<CmEvent>,
     now: Instant,
     _cq: Arc<CompletionQueue>,
+    mrs: Arc<warpcore_engine::mem::MrTable>,
 }
 
 fn world() -> World {
@@ -45,8 +46,16 @@ fn world() -> World {
         ..EngineConfig::default()
     };
     let mrs = Arc::new(warpcore_engine::mem::MrTable::new(64));
-    let mut engine =
-        EngineCore::new(1, eb, &sc(2), cfg, mrs, StdInstant::now(), Instant::ZERO).unwrap();
+    let mut engine = EngineCore::new(
+        1,
+        eb,
+        &sc(2),
+        cfg,
+        Arc::clone(&mrs),
+        StdInstant::now(),
+        Instant::ZERO,
+    )
+    .unwrap();
     let cq = Arc::new(CompletionQueue::new(256).unwrap());
     let qp = engine.create_qp(common::qp_attr(&cq, 8, 1)).unwrap().0;
     World {
@@ -57,6 +66,7 @@ fn world() -> World {
         events: Vec::new(),
         now: Instant::ZERO,
         _cq: cq,
+        mrs,
     }
 }
 
@@ -404,4 +414,183 @@ fn abort_after_rejected_reports_no_second_ending() {
         })
         .collect();
     assert_eq!(endings.len(), 1, "{endings:?}");
+}
+
+/// MPA-7.1.2-15 (after a valid Reply with R = 0 the initiator parses what follows as
+/// FPDUs), MPA-7.1-1 (FPDU mode starts at the octet after the Reply): a responder's first
+/// FPDU that arrives in the same TCP segment as its Reply, or split with it at any octet,
+/// is deframed from the octet right after the Reply and delivered: the Send lands in the
+/// posted receive, byte for byte, and nothing fails.
+#[test]
+fn mpa_7_1_2_15_an_fpdu_in_the_replys_segment_is_delivered() {
+    use warpcore_engine::proto::mpa::framer::{Framer, FramerConfig};
+    use warpcore_engine::proto::wire::fpdu;
+    use warpcore_engine::WcStatus;
+    let payload = b"first fpdu, right behind the reply";
+    // A Send, QN 0, MSN 1, MO 0, last (the Send RTR's header plus a payload).
+    let mut send = RtrType::Send.ulpdu().to_vec();
+    send.extend_from_slice(payload);
+    for split in [None, Some(7), Some(20), Some(1)] {
+        let mut w = world();
+        let region = Arc::new(warpcore_engine::mem::Region::allocate(4096, 4096).unwrap());
+        let stag = w
+            .mrs
+            .register(Arc::clone(&region), common::PD, common::all_access(), 0)
+            .unwrap();
+        w.engine
+            .post_recv(w.qp, common::recv_wr(7, &[(stag, 0, 256)]))
+            .unwrap();
+        let params = MpaParams {
+            peer_to_peer: false,
+            ..MpaParams::default()
+        };
+        let (tcp, request) = w.start(&params);
+        let reply = reply_to(&request, true, b"pd");
+        let mut framer = Framer::new(FramerConfig {
+            markers: false,
+            crc: true,
+            mulpdu: fpdu::mulpdu(1460, false),
+            stream_offset: 0,
+        });
+        let mut out = vec![0u8; framer.fpdu_wire_len(send.len())];
+        let n = framer.emit(&[&send], &mut out).unwrap();
+        let mut stream = reply.clone();
+        stream.extend_from_slice(&out[..n]);
+        match split {
+            None => assert_eq!(w.peer.send(tcp, &stream).unwrap(), stream.len()),
+            Some(1) => w.send_octet_by_octet(tcp, &stream),
+            Some(k) => {
+                let at = reply.len() - k;
+                assert_eq!(w.peer.send(tcp, &stream[..at]).unwrap(), at);
+                w.step();
+                w.step();
+                assert_eq!(w.peer.send(tcp, &stream[at..]).unwrap(), stream.len() - at);
+            }
+        }
+        let mut got = None;
+        for _ in 0..2000 {
+            w.step();
+            if let Some(c) = w._cq.pop() {
+                got = Some(c);
+                break;
+            }
+        }
+        let c = got.unwrap_or_else(|| panic!("{split:?}: no completion; {:?}", w.events));
+        assert_eq!(
+            c.status,
+            WcStatus::Success,
+            "{split:?}: {c:?} {:?}",
+            w.events
+        );
+        assert_eq!(c.byte_len as usize, payload.len(), "{split:?}");
+        let mut placed = vec![0u8; payload.len()];
+        region.read_at(0, &mut placed).unwrap();
+        assert_eq!(&placed[..], &payload[..], "{split:?}");
+        assert!(
+            w.events
+                .iter()
+                .any(|e| matches!(e, CmEvent::Established(_))),
+            "{split:?}: {:?}",
+            w.events
+        );
+        assert_eq!(w.engine.qp_state(w.qp).unwrap(), QpState::Rts, "{split:?}");
+    }
+}
+
+/// MPA2-9.1-8/9 (an initiator without the IRD the responder's ORD needs sends Terminate
+/// 2/0/06 and ends the connection), MPA2-9.2-4/13 with MPA2-9.2-10/11 (A not echoed, or no
+/// marked RTR type the initiator can send: Terminate 2/0/07): a hostile responder's
+/// accepting Reply that fails the enhanced negotiation makes the engine, as initiator,
+/// send exactly that Terminate as its first FPDU (no RTR before it, MPA2-5-1), report
+/// the typed error, and close.
+#[test]
+fn mpa2_9_failed_negotiation_after_a_valid_reply_sends_its_terminate() {
+    use warpcore_engine::proto::mpa::deframer::{Deframer, DeframerConfig};
+    use warpcore_engine::proto::wire::mpa::RtrTypes;
+    use warpcore_engine::proto::wire::segment::{RdmapHeader, Segment};
+    type Edit = fn(&mut [u8]);
+    let cases: [(&str, MpaParams, Edit, NegotiationError, u8); 3] = [
+        (
+            "responder ORD above our IRD",
+            MpaParams::default(),
+            // ORD (P+22..23, low 14 bits) 0x1000: far above our IRD of 8.
+            |r| {
+                let word = u16::from_be_bytes([r[22], r[23]]) & 0xC000 | 0x1000;
+                r[22..24].copy_from_slice(&word.to_be_bytes());
+            },
+            NegotiationError::InsufficientIrd,
+            6,
+        ),
+        (
+            "A not echoed",
+            MpaParams::default(),
+            |r| r[20] &= !0x80,
+            NegotiationError::ModelMismatch,
+            7,
+        ),
+        (
+            "only the Send RTR marked, Write offered",
+            MpaParams {
+                rtr_offer: RtrTypes::WRITE,
+                ..MpaParams::default()
+            },
+            // B = 1, C = D = 0.
+            |r| {
+                r[20] |= 0x40;
+                r[22] &= !0xC0;
+            },
+            NegotiationError::NoMatchingRtr,
+            7,
+        ),
+    ];
+    for (name, params, edit, want, code) in cases {
+        let mut w = world();
+        let (tcp, request) = w.start(&params);
+        let mut reply = reply_to(&request, true, b"pd");
+        edit(&mut reply);
+        assert_eq!(w.peer.send(tcp, &reply).unwrap(), reply.len(), "{name}");
+        let mut rx = Vec::new();
+        let mut first = None;
+        for _ in 0..5000 {
+            w.step();
+            let _ = w.peer.recv_with(tcp, |data| {
+                rx.extend_from_slice(data);
+                data.len()
+            });
+            let mut d = Deframer::new(DeframerConfig {
+                markers: false,
+                crc: true,
+                ..DeframerConfig::default()
+            });
+            if let Ok((_, Some(u))) = d.poll(&rx) {
+                first = Some(u.to_vec());
+                break;
+            }
+        }
+        let first = first.unwrap_or_else(|| panic!("{name}: no FPDU; {:?}", w.events));
+        let seg = Segment::parse(&first).expect("a DDP segment");
+        let RdmapHeader::Terminate(t) = seg.repr.header else {
+            panic!("{name}: first FPDU is not a Terminate: {:?}", seg.repr);
+        };
+        assert_eq!(
+            (t.code.layer(), t.code.etype(), t.code.code()),
+            (2, 0, code),
+            "{name}"
+        );
+        let got = w.wait_event(|e| match e {
+            CmEvent::Error {
+                error: ConnError::Negotiation(n),
+                ..
+            } => Some(*n),
+            _ => None,
+        });
+        assert_eq!(got, want, "{name}");
+        assert!(
+            !w.events
+                .iter()
+                .any(|e| matches!(e, CmEvent::Established(_))),
+            "{name}: {:?}",
+            w.events
+        );
+    }
 }
