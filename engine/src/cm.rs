@@ -147,7 +147,18 @@ pub enum ConnError {
     /// We detected a protocol error and sent a Terminate with this error.
     LocalTerminate(ProtocolError),
     /// The MPA startup failed.
-    Negotiation(NegotiationError),
+    Negotiation {
+        /// Why.
+        error: NegotiationError,
+        /// The peer's IRD and ORD (Rev 2) when its frame was valid and our checks of it
+        /// then failed: an accepting Reply whose ORD is above the IRD we can provide (a
+        /// user may connect again asking for it: RFC 6581 9.1), whose A flag or RTR types
+        /// do not match. MPA2-9.1-1 and MPA2-9.1-10: an initiator passes the responder's
+        /// IRD and ORD to its ULP for accepting and rejecting Replies alike (a rejecting
+        /// Reply's are in [`CmEvent::Rejected`]). `None` when no valid frame came (a
+        /// timeout, a close, a malformed frame) or it was Rev 1.
+        peer_ird_ord: Option<(u16, u16)>,
+    },
     /// The TCP connection was reset before it was up: the peer's RST (nothing listens on
     /// the port, or the peer refused or dropped the connection) or our own abort.
     TcpReset,
@@ -172,7 +183,7 @@ impl fmt::Display for ConnError {
             ConnError::LocalTerminate(e) => {
                 write!(f, "sent Terminate: {}", e.terminate_code())
             }
-            ConnError::Negotiation(e) => write!(f, "MPA startup failed: {e}"),
+            ConnError::Negotiation { error, .. } => write!(f, "MPA startup failed: {error}"),
             ConnError::TcpReset => f.write_str("TCP connection reset"),
             ConnError::TcpTimedOut => f.write_str("TCP connection timed out"),
             ConnError::NeighborUnresolved => {

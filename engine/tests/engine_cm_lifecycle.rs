@@ -355,7 +355,7 @@ fn accept_after_the_peers_fin_fails_typed_and_releases() {
                 [
                     CmEvent::Established(_),
                     CmEvent::Error {
-                        error: ConnError::Negotiation(_),
+                        error: ConnError::Negotiation { .. },
                         ..
                     }
                 ]

@@ -524,7 +524,7 @@ fn mpa_7_1_2_27_poll_at_includes_the_earliest_mpa_deadline() {
     let mut failed = None;
     p.run_until(100_000, |p| {
         let timed_out = p.a.take_events().iter().any(
-            |e| matches!(e, CmEvent::Error { qp, error: ConnError::Negotiation(_) } if *qp == qa),
+            |e| matches!(e, CmEvent::Error { qp, error: ConnError::Negotiation { .. } } if *qp == qa),
         );
         if timed_out {
             failed = Some(p.now);
@@ -592,7 +592,7 @@ fn mpa_7_1_2_27_connecting_initiators_cost_no_loop_before_their_deadline() {
         p.b.core.poll(p.now);
         while let Some(e) = p.a.core.next_event() {
             if let CmEvent::Error {
-                error: ConnError::Negotiation(_),
+                error: ConnError::Negotiation { .. },
                 ..
             } = e
             {

@@ -899,7 +899,10 @@ fn departure_26_an_initiator_fin_before_accept_fails_the_accepted_qp() {
         events.iter().any(|e| matches!(
             e,
             CmEvent::Error {
-                error: ConnError::Negotiation(nego::NegotiationError::PeerClosed),
+                error: ConnError::Negotiation {
+                    error: nego::NegotiationError::PeerClosed,
+                    ..
+                },
                 ..
             }
         )),

@@ -250,12 +250,17 @@ fn malformed_replies_fail_typed_and_release_the_connection() {
         w.send_octet_by_octet(tcp, &reply);
         let got = w.wait_event(|e| match e {
             CmEvent::Error {
-                error: ConnError::Negotiation(n),
+                error:
+                    ConnError::Negotiation {
+                        error,
+                        peer_ird_ord,
+                    },
                 ..
-            } => Some(*n),
+            } => Some((*error, *peer_ird_ord)),
             _ => None,
         });
-        assert_eq!(got, want, "{name}");
+        // No valid frame: no IRD and ORD of the peer's to pass on.
+        assert_eq!(got, (want, None), "{name}");
         assert_eq!(w.engine.qp_state(w.qp).unwrap(), QpState::Error, "{name}");
         assert!(
             !w.events
@@ -295,7 +300,7 @@ fn mpa_7_1_2_27_a_peer_that_never_replies_times_out_and_holds_nothing() {
     let got = w.wait_event(|e| match e {
         CmEvent::Error {
             qp,
-            error: ConnError::Negotiation(n),
+            error: ConnError::Negotiation { error: n, .. },
         } => Some((*qp, *n)),
         _ => None,
     });
@@ -502,7 +507,8 @@ fn mpa_7_1_2_15_an_fpdu_in_the_replys_segment_is_delivered() {
 /// marked RTR type the initiator can send: Terminate 2/0/07): a hostile responder's
 /// accepting Reply that fails the enhanced negotiation makes the engine, as initiator,
 /// send exactly that Terminate as its first FPDU (no RTR before it, MPA2-5-1), report
-/// the typed error, and close.
+/// the typed error with the responder's IRD and ORD (MPA2-9.1-10; before, the error had
+/// none and they were dropped), and close.
 #[test]
 fn mpa2_9_failed_negotiation_after_a_valid_reply_sends_its_terminate() {
     use warpcore_engine::proto::mpa::deframer::{Deframer, DeframerConfig};
@@ -579,12 +585,19 @@ fn mpa2_9_failed_negotiation_after_a_valid_reply_sends_its_terminate() {
         );
         let got = w.wait_event(|e| match e {
             CmEvent::Error {
-                error: ConnError::Negotiation(n),
+                error:
+                    ConnError::Negotiation {
+                        error,
+                        peer_ird_ord,
+                    },
                 ..
-            } => Some(*n),
+            } => Some((*error, *peer_ird_ord)),
             _ => None,
         });
-        assert_eq!(got, want, "{name}");
+        // MPA2-9.1-10: the responder's IRD and ORD (the Reply's enhanced word, low 14
+        // bits each) reach the user with the failure.
+        let word = |i: usize| u16::from_be_bytes([reply[i], reply[i + 1]]) & 0x3FFF;
+        assert_eq!(got, (want, Some((word(20), word(22)))), "{name}");
         assert!(
             !w.events
                 .iter()

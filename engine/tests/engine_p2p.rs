@@ -271,7 +271,7 @@ fn rtr_mismatch_is_a_clean_terminate_2_0_07() {
                 // Read RTR): only Send remains, which the initiator did not offer.
                 assert!(!accept.intersection(offer).is_empty());
             }
-            let Outcome::Failed(ConnError::Negotiation(e)) = oi else {
+            let Outcome::Failed(ConnError::Negotiation { error: e, .. }) = oi else {
                 panic!("{offer:?}/{accept:?}: initiator {oi:?}");
             };
             assert_eq!(e, NegotiationError::NoMatchingRtr);
@@ -597,13 +597,13 @@ fn markers_refused_is_a_clean_rejection() {
         ..Default::default()
     };
     let (qi, qr, oi, or) = attempt(&mut p, false, &pi, &pr);
-    let Outcome::Failed(ConnError::Negotiation(e)) = oi else {
+    let Outcome::Failed(ConnError::Negotiation { error: e, .. }) = oi else {
         panic!("initiator {oi:?}");
     };
     assert_eq!(e, NegotiationError::MarkersUnsupported);
     // The responder accepted, then the initiator closed before its first FPDU: a typed
     // startup failure, not a Closing that waits forever for the fence to lift.
-    let Some(Outcome::Failed(ConnError::Negotiation(e))) = or else {
+    let Some(Outcome::Failed(ConnError::Negotiation { error: e, .. })) = or else {
         panic!("responder {or:?}");
     };
     assert_eq!(e, NegotiationError::PeerClosed);

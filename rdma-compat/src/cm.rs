@@ -875,10 +875,15 @@ pub(crate) fn failure_event(error: &wv::ConnError) -> (rdma_cm_event_type, c_int
     use wv::ConnError as C;
     match error {
         // No MPA Reply within the startup timer (siw's and cxgb4's MPA timer: -ETIMEDOUT).
-        C::Negotiation(N::Timeout) => (RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT),
+        C::Negotiation {
+            error: N::Timeout, ..
+        } => (RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT),
         // The peer closed the stream during the MPA startup: refused (both providers
         // report -ECONNRESET for a close while they await the Reply).
-        C::Negotiation(N::PeerClosed) => (RDMA_CM_EVENT_REJECTED, -ECONNRESET),
+        C::Negotiation {
+            error: N::PeerClosed,
+            ..
+        } => (RDMA_CM_EVENT_REJECTED, -ECONNRESET),
         // A RST to our SYN (nothing listens) or a reset during the set-up: refused, as an
         // iWARP provider reports a refused connect (cxgb4's -ECONNREFUSED, which
         // cma_iw_handler makes REJECTED).
@@ -893,7 +898,7 @@ pub(crate) fn failure_event(error: &wv::ConnError) -> (rdma_cm_event_type, c_int
         C::NeighborUnresolved => (RDMA_CM_EVENT_CONNECT_ERROR, -EHOSTUNREACH),
         // A malformed or unacceptable Reply, no common RTR or IRD, a Terminate: a protocol
         // failure (cxgb4's -EPROTO for a bad Reply).
-        C::Negotiation(_) | C::LocalTerminate(_) | C::RemoteTerminate(_) => {
+        C::Negotiation { .. } | C::LocalTerminate(_) | C::RemoteTerminate(_) => {
             (RDMA_CM_EVENT_CONNECT_ERROR, -EPROTO)
         }
         C::CqOverrun => (RDMA_CM_EVENT_CONNECT_ERROR, -crate::EIO),
@@ -2786,11 +2791,17 @@ mod failure_tests {
     #[test]
     fn connect_failures_map_as_rdma_cm_on_iwarp() {
         assert_eq!(
-            failure_event(&C::Negotiation(N::Timeout)),
+            failure_event(&C::Negotiation {
+                error: N::Timeout,
+                peer_ird_ord: None
+            }),
             (RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT)
         );
         assert_eq!(
-            failure_event(&C::Negotiation(N::PeerClosed)),
+            failure_event(&C::Negotiation {
+                error: N::PeerClosed,
+                peer_ird_ord: None
+            }),
             (RDMA_CM_EVENT_REJECTED, -ECONNRESET)
         );
         for e in [
@@ -2802,7 +2813,10 @@ mod failure_tests {
             N::UnsupportedRevision(3),
         ] {
             assert_eq!(
-                failure_event(&C::Negotiation(e)),
+                failure_event(&C::Negotiation {
+                    error: e,
+                    peer_ird_ord: None
+                }),
                 (RDMA_CM_EVENT_CONNECT_ERROR, -EPROTO),
                 "{e:?}"
             );
@@ -2829,9 +2843,18 @@ mod failure_tests {
             C::TcpReset,
             C::TcpTimedOut,
             C::NeighborUnresolved,
-            C::Negotiation(N::Timeout),
-            C::Negotiation(N::PeerClosed),
-            C::Negotiation(N::InvalidRtr),
+            C::Negotiation {
+                error: N::Timeout,
+                peer_ird_ord: None,
+            },
+            C::Negotiation {
+                error: N::PeerClosed,
+                peer_ird_ord: None,
+            },
+            C::Negotiation {
+                error: N::InvalidRtr,
+                peer_ird_ord: None,
+            },
             C::CqOverrun,
         ] {
             let (kind, status) = failure_event(&e);

@@ -140,7 +140,12 @@ impl Qp {
                     }
                     ctx.events.push_back(CmEvent::Error {
                         qp: self.id,
-                        error: ConnError::Negotiation(f.error),
+                        error: ConnError::Negotiation {
+                            error: f.error,
+                            // MPA2-9.1-10: the responder's IRD and ORD reach the user
+                            // even though its Reply failed our checks.
+                            peer_ird_ord: f.peer.as_ref().and_then(|p| p.ird().zip(p.ord())),
+                        },
                     });
                 }
                 nego::Event::Request(_) => {}

@@ -1341,7 +1341,10 @@ impl<D: PollDevice> EngineCore<D> {
             q.set_state(QpState::Error);
             ctx.events.push_back(CmEvent::Error {
                 qp: q.id,
-                error: ConnError::Negotiation(nego::NegotiationError::PeerClosed),
+                error: ConnError::Negotiation {
+                    error: nego::NegotiationError::PeerClosed,
+                    peer_ird_ord: None,
+                },
             });
             work = true;
         }

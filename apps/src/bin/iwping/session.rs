@@ -97,7 +97,7 @@ fn describe(e: &ConnError) -> Failure {
         ConnError::RemoteTerminate(_) | ConnError::LocalTerminate(_) => {
             Failure::Terminated(e.to_string())
         }
-        ConnError::Negotiation(_) => Failure::Rejected(e.to_string()),
+        ConnError::Negotiation { .. } => Failure::Rejected(e.to_string()),
         ConnError::TcpReset
         | ConnError::TcpTimedOut
         | ConnError::NeighborUnresolved
@@ -352,7 +352,7 @@ pub fn client(ctx: &Context, cli: &Cli, server: Ipv4Addr) -> Result<u64, Failure
             // Refused (the server is not listening yet) or not answered (not up yet): try
             // again while --retry lasts.
             Some(CmEvent::Error {
-                error: ConnError::TcpReset | ConnError::TcpTimedOut | ConnError::Negotiation(_),
+                error: ConnError::TcpReset | ConnError::TcpTimedOut | ConnError::Negotiation { .. },
                 ..
             }) if Instant::now() < retry_until => {
                 drop(side);
