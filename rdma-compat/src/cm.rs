@@ -1427,6 +1427,11 @@ pub extern "C" fn __wc_rdma_listen(p: *mut rdma_cm_id, backlog: c_int) -> c_int 
         let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
             return fail(EINVAL, -1);
         };
+        // An id listening already: EINVAL, as the kernel's rdma_listen answers (its
+        // rdma_bind_addr refuses an id that is not idle). Before, EADDRINUSE.
+        if id.lock().listening {
+            return fail(EINVAL, -1);
+        }
         let Ok(eng) = engine() else {
             return fail(ENODEV, -1);
         };
@@ -1485,6 +1490,12 @@ pub extern "C" fn __wc_rdma_resolve_addr(
         let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
             return fail(EINVAL, -1);
         };
+        // A resolution of this id's still running: EINVAL, as the kernel's state check
+        // answers an id in ADDR_QUERY (rdma_resolve_addr: ADDR_BOUND -> ADDR_QUERY fails).
+        // Before, a second one ran beside it and the id got two answers.
+        if registry().resolving.values().any(|v| v.0 == p as usize) {
+            return fail(EINVAL, -1);
+        }
         // SAFETY: src and dst are NULL or the caller's socket addresses.
         let (s, d) = match unsafe { (from_sockaddr(src), from_sockaddr(dst)) } {
             (Ok(s), Ok(Some(d))) => (s, d),

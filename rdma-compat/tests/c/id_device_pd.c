@@ -28,6 +28,10 @@
  *   is EINVAL. On a synchronous id (no channel) the call itself fails with ETIMEDOUT
  *   (librdmacm's ucma_complete). Before, ADDR_RESOLVED came at once and the connect
  *   failed later. Our own address (10.77.0.1) resolves at once (the kernel's loopback).
+ *   rdma_resolve_addr(3) again while the first resolution runs is EINVAL (the kernel's
+ *   id is in ADDR_QUERY) and the id gets one answer; before, it got two.
+ * - rdma_listen(3) on an id that listens already is EINVAL, as the kernel's rdma_listen
+ *   answers (its rdma_bind_addr refuses an id that is not idle); before, EADDRINUSE.
  */
 #include <errno.h>
 #include <string.h>
@@ -115,12 +119,24 @@ static void absent_host(struct rdma_event_channel *ec)
 	int r = rdma_resolve_addr(id, NULL, (struct sockaddr *)&gone, 500);
 	EXPECT(r == 0, "rdma_resolve_addr(3) of an absent host on the subnet returns 0 (got %d: %s)", r,
 	       r ? strerror(errno) : "0");
+	/* Again while it runs: EINVAL (the kernel's id is in ADDR_QUERY), and still one
+	 * answer. Before, a second resolution ran beside the first and two came. */
+	errno = 0;
+	int again = rdma_resolve_addr(id, NULL, (struct sockaddr *)&gone, 500);
+	int again_errno = errno;
+	EXPECT(again == -1 && again_errno == EINVAL,
+	       "rdma_resolve_addr(3) again while the first runs is EINVAL (got %d, %s)", again,
+	       again ? strerror(again_errno) : "0");
 	struct rdma_cm_event *ev = r ? NULL : contract_next_event(ec, 5000);
 	long long took = now_ms() - t0;
 	EXPECT(ev && ev->event == RDMA_CM_EVENT_ADDR_ERROR && ev->status == -ETIMEDOUT && took >= 500,
 	       "... then ADDR_ERROR, status -ETIMEDOUT, once its timeout_ms of 500 passed (got %s, status %d, after "
 	       "%lld ms)",
 	       ev ? rdma_event_str(ev->event) : "no event", ev ? ev->status : 0, took);
+	if (ev)
+		rdma_ack_cm_event(ev);
+	ev = contract_next_event(ec, 1000);
+	EXPECT(!ev, "... and no second answer (got %s)", ev ? rdma_event_str(ev->event) : "none");
 	if (ev)
 		rdma_ack_cm_event(ev);
 	errno = 0;
@@ -147,6 +163,19 @@ int main(void)
 	struct rdma_event_channel *ec = contract_channel();
 	resolution_statuses(ec);
 	absent_host(ec);
+	/* rdma_listen twice on one id: EINVAL the second time. */
+	struct rdma_cm_id *l;
+	struct sockaddr_in la = contract_sockaddr("10.77.0.1", 7478);
+	if (rdma_create_id(ec, &l, NULL, RDMA_PS_TCP) || rdma_bind_addr(l, (struct sockaddr *)&la) ||
+	    rdma_listen(l, 4))
+		DIE("listener: %s", strerror(errno));
+	errno = 0;
+	int relisten = rdma_listen(l, 4);
+	int relisten_errno = errno;
+	EXPECT(relisten == -1 && relisten_errno == EINVAL,
+	       "rdma_listen(3) on an id that listens already is EINVAL (got %d, %s)", relisten,
+	       relisten ? strerror(relisten_errno) : "0");
+	rdma_destroy_id(l);
 	struct rdma_cm_id *a = resolved(ec, 7474), *b = resolved(ec, 7475);
 	EXPECT(a->pd && a->pd == b->pd && a->pd->context == a->verbs,
 	       "ids resolved to the device carry its one PD in id->pd (%p, %p)", (void *)a->pd, (void *)b->pd);
