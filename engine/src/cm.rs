@@ -28,6 +28,12 @@ pub struct RequestId {
     pub index: u32,
     /// Generation of the slot.
     pub generation: u32,
+    /// The engine core that made it, unique in the process
+    /// ([`EngineCore::instance`](crate::EngineCore::instance)): core number, slot and
+    /// generation are per engine, and another engine's core of the same number (another
+    /// context's) hands out the same ones, so its request would name one of this core's,
+    /// another peer's. A request of another engine is refused as unknown.
+    pub engine: u64,
 }
 
 /// MPA settings of one side of a connection (mpa-08 §7.1, RFC 6581).

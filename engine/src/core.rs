@@ -692,9 +692,14 @@ impl ReadySet {
     }
 }
 
+/// Engine cores made so far in the process ([`EngineCore::instance`]).
+static ENGINE_INSTANCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 /// One engine core over a device `D`: see the module documentation.
 pub struct EngineCore<D: PollDevice> {
     core: u16,
+    /// This core's number in the process ([`EngineCore::instance`]).
+    instance: u64,
     /// Queue pairs reset so far ([`EngineCore::reset_qp`]): each reset's stream identity.
     resets: u64,
     stack: Stack<D>,
@@ -853,6 +858,7 @@ impl<D: PollDevice> EngineCore<D> {
         }
         Ok(EngineCore {
             core,
+            instance: ENGINE_INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             resets: 0,
             qps: Vec::new(),
             free_slots: Vec::new(),
@@ -903,6 +909,14 @@ impl<D: PollDevice> EngineCore<D> {
     /// The core's number.
     pub fn core_index(&self) -> u16 {
         self.core
+    }
+
+    /// This engine core's number in the process, never given to another one: what its
+    /// [`RequestId`]s carry ([`RequestId::engine`]), so that a request of another engine
+    /// (another context's core of the same [`Self::core_index`]) is refused, not taken
+    /// for one of this core's.
+    pub fn instance(&self) -> u64 {
+        self.instance
     }
 
     /// The configuration.

@@ -583,7 +583,9 @@ impl Context {
 
     /// Accepts a connection request on an idle queue pair of this context created on the
     /// request's core ([`QpInit::core`] = `request.request.core`), with our private data.
-    /// A queue pair of another context is [`Error::StaleHandle`].
+    /// A queue pair or a request of another context is [`Error::StaleHandle`] (a request
+    /// names its engine core, [`RequestId::engine`]: another context's would otherwise
+    /// name one of ours, another peer's), as is a request already answered or gone.
     pub fn accept(
         &self,
         request: &ConnectRequest,
@@ -622,7 +624,8 @@ impl Context {
         })
     }
 
-    /// Rejects a connection request with our private data.
+    /// Rejects a connection request with our private data. A request of another context,
+    /// or one already answered or gone, is [`Error::StaleHandle`], nothing rejected.
     pub fn reject(&self, request: &ConnectRequest, private_data: &[u8]) -> Result<(), Error> {
         let core = usize::from(request.request.core);
         self.call(core, |r| {

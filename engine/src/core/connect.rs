@@ -405,7 +405,10 @@ impl<D: PollDevice> EngineCore<D> {
 
     pub(super) fn req_mut(&mut self, id: RequestId) -> Result<&mut PendingReq, EngineError> {
         let i = id.index as usize;
-        if id.core != self.core || self.req_generations.get(i) != Some(&id.generation) {
+        if id.core != self.core
+            || id.engine != self.instance
+            || self.req_generations.get(i) != Some(&id.generation)
+        {
             return Err(EngineError::UnknownRequest);
         }
         match self.requests.get_mut(i) {
@@ -865,6 +868,7 @@ impl<D: PollDevice> EngineCore<D> {
             core: self.core,
             index: i as u32,
             generation: self.req_generations[i],
+            engine: self.instance,
         }
     }
 
@@ -1009,6 +1013,7 @@ impl<D: PollDevice> EngineCore<D> {
                 core: self.core,
                 index: i as u32,
                 generation: self.req_generations[i],
+                engine: self.instance,
             };
             let mut timed_out = false;
             match r.phase {
