@@ -136,6 +136,21 @@ impl World {
         }
         panic!("event not reported: {:?}", self.events);
     }
+
+    /// The failed MPA startup the engine reports: why, and the peer's IRD and ORD.
+    fn negotiation_failure(&mut self) -> (NegotiationError, Option<(u16, u16)>) {
+        self.wait_event(|e| match e {
+            CmEvent::Error {
+                error:
+                    ConnError::Negotiation {
+                        error,
+                        peer_ird_ord,
+                    },
+                ..
+            } => Some((*error, *peer_ird_ord)),
+            _ => None,
+        })
+    }
 }
 
 /// The Reply proto's responder answers `request` with: accepting (or rejecting) with
@@ -248,17 +263,7 @@ fn malformed_replies_fail_typed_and_release_the_connection() {
         let mut reply = reply_to(&request, true, b"pd");
         mangle(&mut reply);
         w.send_octet_by_octet(tcp, &reply);
-        let got = w.wait_event(|e| match e {
-            CmEvent::Error {
-                error:
-                    ConnError::Negotiation {
-                        error,
-                        peer_ird_ord,
-                    },
-                ..
-            } => Some((*error, *peer_ird_ord)),
-            _ => None,
-        });
+        let got = w.negotiation_failure();
         // No valid frame: no IRD and ORD of the peer's to pass on.
         assert_eq!(got, (want, None), "{name}");
         assert_eq!(w.engine.qp_state(w.qp).unwrap(), QpState::Error, "{name}");
@@ -583,17 +588,7 @@ fn mpa2_9_failed_negotiation_after_a_valid_reply_sends_its_terminate() {
             (2, 0, code),
             "{name}"
         );
-        let got = w.wait_event(|e| match e {
-            CmEvent::Error {
-                error:
-                    ConnError::Negotiation {
-                        error,
-                        peer_ird_ord,
-                    },
-                ..
-            } => Some((*error, *peer_ird_ord)),
-            _ => None,
-        });
+        let got = w.negotiation_failure();
         // MPA2-9.1-10: the responder's IRD and ORD (the Reply's enhanced word, low 14
         // bits each) reach the user with the failure.
         let word = |i: usize| u16::from_be_bytes([reply[i], reply[i + 1]]) & 0x3FFF;

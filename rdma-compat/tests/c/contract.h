@@ -221,6 +221,59 @@ static inline struct rdma_cm_id *contract_active(struct rdma_event_channel *ec, 
 	return id;
 }
 
+/* A control connection for two-process checks whose server keeps state from what the
+ * client does (so the harness may not simply run a client again that found nobody
+ * listening): the server listens on it after the listener under test, the client connects
+ * to it first, retrying while refused, and its disconnect is the server's go. */
+
+/* Client: the control connection to addr, port on ctl, connecting again (a new id) while
+ * it is refused, the server not yet listening, for at most ten seconds; each step's event
+ * within ms milliseconds. */
+static inline struct rdma_cm_id *contract_control_connection(struct rdma_event_channel *ctl, const char *addr,
+							     int port, int ms)
+{
+	struct rdma_conn_param cp = contract_conn_param(1, 1, NULL, 0);
+	for (int tries = 0;; tries++) {
+		struct rdma_cm_id *id = contract_active(ctl, addr, port, ms);
+		if (rdma_connect(id, &cp))
+			DIE("rdma_connect (the control connection): %s", strerror(errno));
+		struct rdma_cm_event *ev = contract_next_event(ctl, ms);
+		if (!ev)
+			DIE("the control connection: no event within %d ms", ms);
+		int got = ev->event, status = ev->status;
+		rdma_ack_cm_event(ev);
+		if (got == RDMA_CM_EVENT_ESTABLISHED)
+			return id;
+		if (got != RDMA_CM_EVENT_REJECTED || tries == 100)
+			DIE("the control connection: %s (status %d) after %d tries", rdma_event_str(got), status,
+			    tries + 1);
+		rdma_destroy_qp(id);
+		rdma_destroy_id(id);
+		usleep(100000);
+	}
+}
+
+/* Server: listens on ctl at addr, port and returns the control connection's new id, with
+ * a QP, not yet accepted (the client's request within a minute). */
+static inline struct rdma_cm_id *contract_control_request(struct rdma_event_channel *ctl, const char *addr, int port)
+{
+	contract_listener(ctl, addr, port);
+	struct rdma_cm_event *ev = contract_expect_event(ctl, RDMA_CM_EVENT_CONNECT_REQUEST, 60000);
+	struct rdma_cm_id *id = ev->id;
+	rdma_ack_cm_event(ev);
+	contract_qp_on(id);
+	return id;
+}
+
+/* Server: accepts the control connection id (its ESTABLISHED within ms milliseconds). */
+static inline void contract_control_accept(struct rdma_event_channel *ctl, struct rdma_cm_id *id, int ms)
+{
+	struct rdma_conn_param cp = contract_conn_param(1, 1, NULL, 0);
+	if (rdma_accept(id, &cp))
+		DIE("rdma_accept (the control connection): %s", strerror(errno));
+	rdma_ack_cm_event(contract_expect_event(ctl, RDMA_CM_EVENT_ESTABLISHED, ms));
+}
+
 /* Posts a signaled RDMA Read of 64 octets on id's QP, connected without an ORD
  * (initiator_depth 0): ibv_post_send(3) must refuse it with EINVAL, bad_wr on it (siw:
  * "negotiated not to send READ req's"); `how` names the connection in the verdict. Returns

@@ -53,18 +53,11 @@ static int server(const char *a, const char *p)
 	if (rdma_listen(l, N))
 		DIE("rdma_listen: %s", strerror(errno));
 	struct rdma_event_channel *ctl = contract_channel();
-	contract_listener(ctl, a, contract_port(p) + 1);
-	struct rdma_cm_event *ev = contract_expect_event(ctl, RDMA_CM_EVENT_CONNECT_REQUEST, 60000);
-	struct rdma_cm_id *probe = ev->id;
-	rdma_ack_cm_event(ev);
-	contract_qp_on(probe);
+	struct rdma_cm_id *probe = contract_control_request(ctl, a, contract_port(p) + 1);
 	/* Counted before the accept: the client connects to PORT only once the control
 	 * connection is established. */
 	int before = open_fds();
-	struct rdma_conn_param pcp = contract_conn_param(1, 1, NULL, 0);
-	if (rdma_accept(probe, &pcp))
-		DIE("rdma_accept (the control connection): %s", strerror(errno));
-	rdma_ack_cm_event(contract_expect_event(ctl, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS));
+	contract_control_accept(ctl, probe, WAIT_MS);
 	/* The go: the client saw the request past the backlog refused, so N wait unread. */
 	rdma_ack_cm_event(contract_expect_event(ctl, RDMA_CM_EVENT_DISCONNECTED, 60000));
 	int grown = open_fds() - before;
@@ -89,35 +82,10 @@ static int server(const char *a, const char *p)
 	return contract_end();
 }
 
-/* The control connection to PORT + 1 on ctl: connects again (a new id) while it is
- * refused, the server not yet listening, for at most ten seconds. */
-static struct rdma_cm_id *control_connection(struct rdma_event_channel *ctl, const char *a, int port)
-{
-	struct rdma_conn_param cp = contract_conn_param(1, 1, NULL, 0);
-	for (int tries = 0;; tries++) {
-		struct rdma_cm_id *id = contract_active(ctl, a, port, WAIT_MS);
-		if (rdma_connect(id, &cp))
-			DIE("rdma_connect (the control connection): %s", strerror(errno));
-		struct rdma_cm_event *ev = contract_next_event(ctl, WAIT_MS);
-		if (!ev)
-			DIE("the control connection: no event within %d ms", WAIT_MS);
-		int got = ev->event, status = ev->status;
-		rdma_ack_cm_event(ev);
-		if (got == RDMA_CM_EVENT_ESTABLISHED)
-			return id;
-		if (got != RDMA_CM_EVENT_REJECTED || tries == 100)
-			DIE("the control connection: %s (status %d) after %d tries", rdma_event_str(got), status,
-			    tries + 1);
-		rdma_destroy_qp(id);
-		rdma_destroy_id(id);
-		usleep(100000);
-	}
-}
-
 static int client(const char *a, const char *p)
 {
 	struct rdma_event_channel *ec = contract_channel(), *ctl = contract_channel();
-	struct rdma_cm_id *ctl_id = control_connection(ctl, a, contract_port(p) + 1);
+	struct rdma_cm_id *ctl_id = contract_control_connection(ctl, a, contract_port(p) + 1, WAIT_MS);
 	/* All resolved before any connects, so that no refusal comes between an id's steps on
 	 * the shared channel. */
 	struct rdma_cm_id *ids[N + 1];
