@@ -1812,3 +1812,130 @@ fn rfc4987_3_4_a_syn_flood_on_one_port_does_not_refuse_another() {
     );
     assert_eq!(stats.syn_dropped, 0);
 }
+
+/// The ARP reply from `ip` at `mac` to B (IP_B at `b_mac`).
+fn arp_reply_from(ip: Ipv4Address, mac: EthernetAddress, b_mac: EthernetAddress) -> Vec<u8> {
+    let reply = ArpRepr::EthernetIpv4 {
+        operation: ArpOperation::Reply,
+        source_hardware_addr: mac,
+        source_protocol_addr: ip,
+        target_hardware_addr: b_mac,
+        target_protocol_addr: IP_B,
+    };
+    let mut buf = vec![0u8; 14 + reply.buffer_len()];
+    let mut eth = EthernetFrame::new_unchecked(&mut buf);
+    eth.set_dst_addr(b_mac);
+    eth.set_src_addr(mac);
+    eth.set_ethertype(EthernetProtocol::Arp);
+    reply.emit(&mut ArpPacket::new_unchecked(&mut buf[14..]));
+    buf
+}
+
+/// The target of the ARP request in `frame`, if it is one.
+fn arp_request_target(frame: &[u8]) -> Option<Ipv4Address> {
+    let e = EthernetFrame::new_checked(frame).ok()?;
+    if e.ethertype() != EthernetProtocol::Arp {
+        return None;
+    }
+    match ArpRepr::parse(&ArpPacket::new_checked(e.payload()).ok()?).ok()? {
+        ArpRepr::EthernetIpv4 {
+            operation: ArpOperation::Request,
+            target_protocol_addr,
+            ..
+        } => Some(target_protocol_addr),
+        _ => None,
+    }
+}
+
+/// RFC 826 ("merge", the table's upkeep left to the implementation), RFC 1122 2.3.2.1
+/// (ARP cache flooding) and RFC 4987 3.4: an on-link peer fills the neighbour table with
+/// ARP requests for B from forged senders of a large subnet, then answers B's request for
+/// the source of one SYN of its own. The answer to a request B sent took the place of the
+/// oldest entry nobody had asked for, which was the next hop of B's live connection: the
+/// flood evicted it, one SYN and one ARP reply per eviction, and the connection had to
+/// resolve its next hop again (and, with the list of requests full under a SYN flood,
+/// could not: the answer to a request the full list did not record found no room). A next
+/// hop that a connection uses is never the one to give way (as Linux's forced neighbour
+/// GC spares entries in use), and its answer always finds room.
+#[test]
+fn rfc826_an_arp_flood_does_not_evict_a_live_connections_next_hop() {
+    let (mut peer, eb) = link::pair(&LinkConfig::default());
+    let cfg = StackConfig {
+        ip: smoltcp::wire::Ipv4Cidr::new(IP_B, 16),
+        ..config(2, IP_B)
+    };
+    let mut b = Stack::new(eb, &cfg, Instant::ZERO).expect("stack");
+    let b_mac = EthernetAddress([0x02, 0, 0, 0, 0, 2]);
+    b.listen(5000, 64, &TcpTuning::default()).expect("listen");
+    // B's connection to A: A answers B's ARP request, B's SYN leaves for A's MAC.
+    let a_mac = EthernetAddress([0x02, 0, 0, 0, 0, 0xa1]);
+    let mut now = Instant::ZERO;
+    let c = b
+        .connect((IP_A, 7000), None, &TcpTuning::default())
+        .expect("connect");
+    b.poll(now);
+    for f in drain(&mut peer, now) {
+        if let Some(r) = arp_reply(&f, a_mac) {
+            inject(&mut peer, now, &r);
+        }
+    }
+    b.poll(now);
+    let out = drain(&mut peer, now);
+    assert!(
+        out.iter().any(|f| f[..6] == a_mac.0 && tcp_of(f).is_some()),
+        "B's SYN went to A"
+    );
+    // The flood: ARP requests for B from 4,200 forged senders of the /16, filling the
+    // table (4,096 entries) with entries fresher than A's.
+    now += Duration::from_millis(1);
+    let attacker = EthernetAddress([0x02, 0, 0, 0, 0, 0x66]);
+    for k in 0..4200u32 {
+        let src = Ipv4Address::from(u32::from(Ipv4Address::new(198, 18, 10, 0)) + k);
+        inject(&mut peer, now, &arp_request_from(src, attacker, IP_B));
+        if k % 64 == 63 {
+            b.poll(now);
+            drain(&mut peer, now);
+            now += Duration::from_micros(1);
+        }
+    }
+    b.poll(now);
+    drain(&mut peer, now);
+    // Two SYNs from new on-link sources: the full table cannot glean them, B asks for each
+    // and the attacker answers.
+    for x in [
+        Ipv4Address::new(198, 18, 200, 1),
+        Ipv4Address::new(198, 18, 200, 2),
+    ] {
+        inject(&mut peer, now, &syn_from(x, attacker));
+        b.poll(now);
+        for f in drain(&mut peer, now) {
+            if arp_request_target(&f) == Some(x) {
+                inject(&mut peer, now, &arp_reply_from(x, attacker, b_mac));
+            }
+        }
+        b.poll(now);
+        drain(&mut peer, now);
+        now += Duration::from_micros(10);
+    }
+    // B retransmits its SYN (simulated clock, past the initial RTO): to A's MAC straight
+    // away, without asking for A again.
+    let mut asked_for_a = 0;
+    let mut syns_to_a = 0;
+    while now < Instant::from_secs(3) {
+        now += Duration::from_millis(10);
+        b.poll(now);
+        for f in drain(&mut peer, now) {
+            if arp_request_target(&f) == Some(IP_A) {
+                asked_for_a += 1;
+            } else if f[..6] == a_mac.0 && tcp_of(&f).is_some() {
+                syns_to_a += 1;
+            }
+        }
+    }
+    assert_eq!(b.state(c), Ok(smoltcp::socket::tcp::State::SynSent));
+    assert_eq!(
+        asked_for_a, 0,
+        "the ARP flood evicted the next hop of B's live connection"
+    );
+    assert!(syns_to_a > 0, "B retransmitted its SYN to A");
+}

@@ -1883,6 +1883,7 @@ impl Inner {
         });
         self.demux.insert(tuple, index);
         self.demux_memo = None;
+        self.neighbors.hold(next_hop);
         self.live += 1;
         self.mark_dirty(index);
         ConnId {
@@ -1907,6 +1908,7 @@ impl Inner {
                 self.demux.remove(&s.tuple);
                 self.demux_memo = None;
             }
+            self.neighbors.release(s.next_hop);
             self.live -= 1;
             self.free.push(index);
             // Its timer goes with it: a SYN flood evicts half-open connections by the

@@ -48,6 +48,9 @@ struct Memo {
 pub(crate) struct Neighbors {
     entries: HashMap<Ipv4Address, Entry>,
     asked: HashMap<Ipv4Address, Instant>,
+    /// Next hops of live connections, each with how many use it ([`Self::hold`]): a full
+    /// table never evicts one, and always takes one's answer.
+    held: HashMap<Ipv4Address, u32>,
     /// The answer of the last lookup that found its address: a host sends to one or a few
     /// next hops, and every transmit pass of a connection looks its next hop up (a SipHash
     /// of the map each time otherwise). Cleared by every change to `entries`.
@@ -178,13 +181,17 @@ impl Neighbors {
                 self.prune_from = soonest;
             }
             if self.entries.len() >= CAPACITY {
-                if !self.asked.contains_key(&ip) {
+                if !self.asked.contains_key(&ip) && !self.held.contains_key(&ip) {
                     return false;
                 }
                 let victim = self
                     .entries
                     .iter()
-                    .filter(|(k, _)| !self.asked.contains_key(*k) && Some(**k) != memo)
+                    .filter(|(k, _)| {
+                        !self.asked.contains_key(*k)
+                            && !self.held.contains_key(*k)
+                            && Some(**k) != memo
+                    })
                     .min_by_key(|(_, e)| e.expires)
                     .map(|(k, _)| *k);
                 let Some(victim) = victim else {
@@ -201,6 +208,21 @@ impl Neighbors {
             },
         );
         self.asked.remove(&ip).is_some()
+    }
+
+    /// A connection uses `ip` as its next hop (until [`Self::release`]).
+    pub fn hold(&mut self, ip: Ipv4Address) {
+        *self.held.entry(ip).or_insert(0) += 1;
+    }
+
+    /// A connection that used `ip` as its next hop is gone.
+    pub fn release(&mut self, ip: Ipv4Address) {
+        if let Some(n) = self.held.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                self.held.remove(&ip);
+            }
+        }
     }
 
     /// Adds `ip` at `mac` learnt from a SYN of an on-link peer, only where the address has
