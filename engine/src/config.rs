@@ -118,7 +118,10 @@ pub struct EngineConfig {
     /// `max_connections` is). Each connection's window (`tcp.rx_buffer`, 4 MiB) bounds its
     /// own; this bounds what peers holding many connections can make a core keep (10,240
     /// windows: 40 GiB). An out-of-order segment beyond it is dropped unSACKed and sent
-    /// again by its peer ([`crate::CoreStats::tcp_out_of_order_refused`]). 128 MiB
+    /// again by its peer ([`crate::CoreStats::tcp_out_of_order_refused`]), unless its
+    /// connection holds less than its share (the budget over the connections holding
+    /// octets) and another more: that one then gives up its highest octets for it
+    /// (reneging, RFC 2018 8; [`crate::CoreStats::tcp_out_of_order_reneged`]). 128 MiB
     /// ([`warpcore_tcp::OUT_OF_ORDER_BUDGET_DEFAULT`]) by default: 32 whole windows, far
     /// more than the few bulk transfers of a core recovering from loss at once hold. Any
     /// value is taken (0: nothing held out of order).

@@ -356,6 +356,11 @@ pub struct CoreStats {
     /// Out-of-order segments the core's TCP dropped unSACKed because their connection held
     /// its most disjoint out-of-order blocks (64) already (their peers send them again).
     pub tcp_out_of_order_no_block: u64,
+    /// Octets the core's TCP connections gave up after holding them out of order (and
+    /// SACKing them: reneging, RFC 2018 8): a connection over its share of
+    /// [`EngineConfig::tcp_out_of_order_budget_bytes`] makes room for one under it whose
+    /// segment the budget refused (their peers send them again).
+    pub tcp_out_of_order_reneged: u64,
     /// Occupancy when read: buffers taken from the device's pool (mbufs on a DPDK port;
     /// cores whose ports share a pool report the same figure), `None` for a device without
     /// one (the in-memory link).
@@ -946,6 +951,7 @@ impl<D: PollDevice> EngineCore<D> {
             tcp_out_of_order_refused: h.out_of_order_refused,
             tcp_out_of_order_held: h.out_of_order_held,
             tcp_out_of_order_no_block: t.out_of_order_no_block,
+            tcp_out_of_order_reneged: h.out_of_order_reneged,
             qps_live: self.live.len() as u64,
             requests_pending: self.requests_live as u64,
             mpa_timers: self.live_mpa_timers() as u64,

@@ -17,8 +17,9 @@
 //! * every frame the stack sends parses as Ethernet/ARP or Ethernet/IPv4/TCP|ICMP;
 //! * buffered octets never exceed the configured buffers, and the octets held out of order
 //!   never the stack's budget ([`StackConfig::out_of_order_budget_bytes`], one receive
-//!   buffer's worth here, so that two connections' out-of-order data meets it), whose
-//!   count always equals the sum over the connections;
+//!   buffer's worth here, so that two connections' out-of-order data meets it, and one
+//!   reneges for the other: RFC 2018 8), whose count always equals the sum over the
+//!   connections and whose index of holders is exactly theirs;
 //! * with feature `self-check`, the receive fast paths change nothing: the same input run
 //!   again with every connection held to the general path
 //!   ([`crate::conn::set_general_paths_only`]) sends the same frames, delivers the same

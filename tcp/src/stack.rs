@@ -36,9 +36,15 @@ pub struct StackConfig {
     /// whole, neither held nor SACKed, and the peer sends it again (RFC 9293 3.10.7.4 lets a
     /// receiver keep or drop such segments; RFC 2018 3 has it report only what it holds):
     /// nothing is lost, and in-order data never counts against it, so every connection
-    /// still makes progress. What is already held is never given up (no SACK reneging).
-    /// Counted in [`crate::HostStats::out_of_order_refused`], the total held in
-    /// [`crate::HostStats::out_of_order_held`]. These are octets of payload; the buffers
+    /// still makes progress. A connection refused while it holds less than its share (the
+    /// budget over the connections that hold octets, itself included) has the largest
+    /// holder, if that one holds more than its share, give up its highest octets, down to
+    /// its share and at least what the segment needs, and the segment is held after all
+    /// (reneging, which RFC 2018 8 allows: the peer keeps SACKed data until it is
+    /// cumulatively acknowledged), so connections that fill the budget and never fill
+    /// their gaps cannot keep the others from holding any. Counted in
+    /// [`crate::HostStats::out_of_order_refused`] and `out_of_order_reneges`, the total
+    /// held in [`crate::HostStats::out_of_order_held`]. These are octets of payload; the buffers
     /// holding them may take up to about twice that while they grow.
     ///
     /// [`OUT_OF_ORDER_BUDGET_DEFAULT`] (128 MiB) by default: 32 full windows of the

@@ -78,6 +78,8 @@ struct Sent {
     ack: Option<i32>,
     /// Octets the SACK blocks cover (RFC 2018 3).
     sacked: usize,
+    /// The SACK blocks, as the peer's stream offsets (a D-SACK block included).
+    blocks: Vec<(usize, usize)>,
 }
 
 /// Polls B once at `now` and returns the TCP segments it sent, answering its ARP requests
@@ -115,6 +117,15 @@ fn exchange(b: &mut Stack<LinkEnd>, peer: &mut LinkEnd, now: Instant) -> Vec<Sen
                 .flatten()
                 .map(|&(l, r)| r.wrapping_sub(l) as usize)
                 .sum(),
+            blocks: r
+                .sack_ranges
+                .iter()
+                .flatten()
+                .map(|&(l, r)| {
+                    let at = |s: u32| s.wrapping_sub(PEER_ISS as u32 + 1) as usize;
+                    (at(l), at(r))
+                })
+                .collect(),
         });
     }
     if arp {
@@ -209,14 +220,131 @@ fn refused(b: &Stack<LinkEnd>) -> u64 {
     b.host_stats().expect("Warpcore's TCP").out_of_order_refused
 }
 
+/// Times connections reneged, and the octets they gave up.
+fn reneged(b: &Stack<LinkEnd>) -> (u64, u64) {
+    let h = b.host_stats().expect("Warpcore's TCP");
+    (h.out_of_order_reneges, h.out_of_order_reneged)
+}
+
+/// The peer sends segments `segs` (each `SEG` octets at `k * SEG`) on `c`, eight frames at
+/// a time (the link holds a few more); B's answers on `c`.
+fn send_segments(
+    b: &mut Stack<LinkEnd>,
+    peer: &mut LinkEnd,
+    c: Conn,
+    segs: std::ops::RangeInclusive<usize>,
+    now: Instant,
+) -> Vec<Sent> {
+    let segs: Vec<usize> = segs.collect();
+    let mut acks = Vec::new();
+    for batch in segs.chunks(8) {
+        for &k in batch {
+            inject(peer, now, &c.data(k * SEG, SEG, TcpControl::Psh));
+        }
+        acks.extend(
+            exchange(b, peer, now)
+                .into_iter()
+                .filter(|s| s.port == c.port),
+        );
+    }
+    acks
+}
+
+/// Reads everything `c` has in order and checks it against the peer's pattern: `len`
+/// octets from the stream's start.
+fn read_all(b: &mut Stack<LinkEnd>, c: Conn, len: usize) {
+    assert_eq!(b.recv_queue(c.id), Ok(len));
+    let mut got = vec![0; len];
+    assert_eq!(b.recv(c.id, &mut got), Ok(len));
+    assert!(got
+        .iter()
+        .enumerate()
+        .all(|(i, &o)| o == pattern(7, i as u64)));
+}
+
+/// RFC 2018 8 (a receiver may discard data it SACKed) against a peer that fills the
+/// stack's out-of-order budget and never fills its gap. One connection (the hog) holds
+/// the whole budget, sixteen segments past a hole; its seventeenth is refused, and the
+/// hog, holding more than its share, has no one renege for it. Then a second connection
+/// loses a segment: the four behind it are held and SACKed (before, every one was
+/// refused, and every segment behind each of its losses was sent again for as long as the
+/// hog lived), because the hog gives up its highest octets down to its share (half of the
+/// budget now that two connections hold octets): its SACK block ends at 9,000 octets
+/// from then on. When the hog's hole fills, only what it kept is acknowledged; the rest,
+/// sent again, completes its stream byte-exact, as does the second connection's.
+#[test]
+fn rfc2018_8_the_largest_holder_reneges_for_a_connection_under_its_share() {
+    const BUDGET: usize = 16 * SEG;
+    let (mut b, mut peer, l) = server(BUDGET);
+    let now = Instant::from_millis(1);
+    let conns = open(&mut b, &mut peer, l, 2, now);
+    let (hog, other) = (conns[0], conns[1]);
+
+    let acks = send_segments(&mut b, &mut peer, hog, 1..=16, now);
+    assert_eq!(
+        acks.last().map(|a| a.blocks.clone()),
+        Some(vec![(SEG, 17 * SEG)])
+    );
+    assert_eq!(held(&b), BUDGET);
+    let acks = send_segments(&mut b, &mut peer, hog, 17..=17, now);
+    assert_eq!(acks.last().map(|a| a.sacked), Some(16 * SEG), "{acks:?}");
+    assert_eq!(
+        (refused(&b), reneged(&b)),
+        (1, (0, 0)),
+        "the hog's own refusal"
+    );
+
+    let acks = send_segments(&mut b, &mut peer, other, 1..=4, now);
+    assert_eq!(acks.len(), 4, "{acks:?}");
+    assert!(acks.iter().all(|a| a.ack == Some(PEER_ISS + 1)));
+    assert_eq!(
+        acks.iter().map(|a| a.sacked).collect::<Vec<_>>(),
+        [SEG, 2 * SEG, 3 * SEG, 4 * SEG],
+        "the segments behind the other connection's loss held and SACKed"
+    );
+    assert_eq!(refused(&b), 1, "none of the other connection's refused");
+    assert_eq!(
+        reneged(&b),
+        (1, 8 * SEG as u64),
+        "the hog down to its share"
+    );
+    assert_eq!(held(&b), 8 * SEG + 4 * SEG);
+    // A copy of a segment the hog still holds: the ACK's D-SACK block, then what it holds.
+    let acks = send_segments(&mut b, &mut peer, hog, 2..=2, now);
+    assert_eq!(
+        acks.last().map(|a| a.blocks.clone()),
+        Some(vec![(2 * SEG, 3 * SEG), (SEG, 9 * SEG)])
+    );
+
+    // The hog's hole fills: what it kept goes in order, the rest comes again.
+    let acks = send_segments(&mut b, &mut peer, hog, 0..=0, now);
+    assert_eq!(
+        acks.last().and_then(|a| a.ack),
+        Some(PEER_ISS + 1 + 9 * SEG as i32)
+    );
+    let acks = send_segments(&mut b, &mut peer, hog, 9..=17, now);
+    assert_eq!(
+        acks.last().and_then(|a| a.ack),
+        Some(PEER_ISS + 1 + 18 * SEG as i32)
+    );
+    read_all(&mut b, hog, 18 * SEG);
+    send_segments(&mut b, &mut peer, other, 0..=0, now);
+    read_all(&mut b, other, 5 * SEG);
+    assert_eq!(held(&b), 0);
+}
+
 /// Twelve connections of a hostile peer each send eight 1000-octet segments past a gap at
 /// their stream's start (96,000 octets out of order, each connection well within its
-/// 64 KiB window) to a stack whose budget is 16 KiB. The first two connections' segments
-/// fit (16,000 octets) and are held and SACKed whole; every later one is refused: not
-/// SACKed, still answered by a duplicate ACK each (RFC 5681 4.2), and counted (80). Before
-/// the budget the stack held and SACKed all 96,000 octets. When the first connection's gap
-/// fills, its 8,000 octets go in order and back to the budget, and the third connection's
-/// segments, sent again, are held and SACKed in their place.
+/// 64 KiB window) to a stack whose budget is 16 KiB (before the budget the stack held and
+/// SACKed all 96,000 octets). The stack never holds more than its budget (checked after
+/// every connection's segments). The first two connections' segments fit and are held and
+/// SACKed whole; each later one arrives with the budget full and is held and SACKed up to
+/// its share, in whole segments: the budget over the connections that hold octets, itself
+/// included (16,384 / (k + 1) for the k-th), the largest holders giving up octets for it
+/// (RFC 2018 8); before reneging, every one of them was refused whole while the first
+/// two lived. The segments past a connection's share are refused, unSACKed but answered
+/// by a duplicate ACK each (RFC 5681 4.2), and counted. When the first connection's gap
+/// fills, what it kept goes in order, byte-exact, and back to the budget.
 #[test]
 fn rfc9293_3_10_7_4_out_of_order_octets_of_many_connections_stay_within_the_stack_budget() {
     const BUDGET: usize = 16 * 1024;
@@ -226,66 +354,34 @@ fn rfc9293_3_10_7_4_out_of_order_octets_of_many_connections_stay_within_the_stac
     let now = Instant::from_millis(1);
     let conns = open(&mut b, &mut peer, l, CONNS, now);
     let mut sacked = vec![0; conns.len()];
-    for (k, c) in conns.iter().enumerate() {
-        for j in 1..=PER_CONN {
-            inject(&mut peer, now, &c.data(j * SEG, SEG, TcpControl::Psh));
-        }
-        let acks: Vec<Sent> = exchange(&mut b, &mut peer, now)
-            .into_iter()
-            .filter(|s| s.port == c.port)
-            .collect();
+    for (k, &c) in conns.iter().enumerate() {
+        let acks = send_segments(&mut b, &mut peer, c, 1..=PER_CONN, now);
         // One ACK for each out-of-order segment, held or not, acknowledging the gap.
         assert_eq!(acks.len(), PER_CONN, "connection {k}: {acks:?}");
         assert!(acks.iter().all(|a| a.ack == Some(PEER_ISS + 1) && !a.rst));
         sacked[k] = acks.last().expect("an ACK").sacked;
         assert!(held(&b) <= BUDGET, "held {} past {BUDGET}", held(&b));
     }
-    let total: usize = sacked.iter().sum();
-    assert!(
-        total <= BUDGET,
-        "{total} octets SACKed across {CONNS} connections against a budget of {BUDGET}"
-    );
-    assert_eq!(
-        sacked[..2],
-        [PER_CONN * SEG; 2],
-        "within the budget: SACKed"
-    );
-    assert!(sacked[2..].iter().all(|&s| s == 0), "{sacked:?}");
-    assert_eq!(held(&b), 2 * PER_CONN * SEG);
-    assert_eq!(refused(&b), u64::from(CONNS - 2) * PER_CONN as u64);
+    let share = |k: usize| (BUDGET / (k + 1) / SEG * SEG).min(PER_CONN * SEG);
+    assert_eq!(sacked, (0..conns.len()).map(share).collect::<Vec<_>>());
+    let refusals: usize = sacked.iter().map(|s| PER_CONN - s / SEG).sum();
+    assert_eq!(refused(&b), refusals as u64);
+    assert!(reneged(&b).0 > 0);
 
-    // The first connection's gap fills: its held octets go in order, and back.
+    // The first connection's gap fills: what it kept goes in order, and back.
+    let before = held(&b);
     let c0 = conns[0];
-    inject(&mut peer, now, &c0.data(0, SEG, TcpControl::Psh));
-    let acks = exchange(&mut b, &mut peer, now);
-    let want = PEER_ISS + 1 + ((PER_CONN + 1) * SEG) as i32;
+    let acks = send_segments(&mut b, &mut peer, c0, 0..=0, now);
+    let acked = acks.last().and_then(|a| a.ack).expect("an ACK") - (PEER_ISS + 1);
+    let kept = acked as usize - SEG;
     assert!(
-        acks.iter()
-            .any(|a| a.port == c0.port && a.ack == Some(want)),
-        "{acks:?}"
+        (share(CONNS as usize - 1)..PER_CONN * SEG).contains(&kept),
+        "{kept}"
     );
-    assert_eq!(b.recv_queue(c0.id), Ok((PER_CONN + 1) * SEG));
-    let mut got = vec![0; (PER_CONN + 1) * SEG];
-    assert_eq!(b.recv(c0.id, &mut got), Ok(got.len()));
-    assert!(got
-        .iter()
-        .enumerate()
-        .all(|(i, &o)| o == pattern(7, i as u64)));
-    assert_eq!(held(&b), PER_CONN * SEG);
-    // The third connection's segments, resent, take the room.
-    let c2 = conns[2];
-    for j in 1..=PER_CONN {
-        inject(&mut peer, now, &c2.data(j * SEG, SEG, TcpControl::Psh));
-    }
-    let acks: Vec<Sent> = exchange(&mut b, &mut peer, now)
-        .into_iter()
-        .filter(|s| s.port == c2.port)
-        .collect();
-    assert_eq!(acks.last().map(|a| a.sacked), Some(PER_CONN * SEG));
-    assert_eq!(held(&b), 2 * PER_CONN * SEG);
-    assert_eq!(refused(&b), u64::from(CONNS - 2) * PER_CONN as u64);
+    read_all(&mut b, c0, acked as usize);
+    assert_eq!(held(&b), before - kept);
+    assert_eq!(refused(&b), refusals as u64);
 }
-
 /// Two stacks whose out-of-order budgets are tiny (none at all, and four segments' worth)
 /// move 4 MiB each way over a link that loses, duplicates and reorders: every byte arrives
 /// byte-exact (checked against the salted pattern) though both stacks refused out-of-order
@@ -325,6 +421,124 @@ fn a_tiny_out_of_order_budget_loses_no_byte_over_a_lossy_link() {
         assert!(ra > 0 && rb > 0, "budget {budget}: refused {ra} and {rb}");
         assert!(most.get() <= budget, "held {} past {budget}", most.get());
     }
+}
+
+/// Reneging against a real sender (RFC 2018 8: the sender keeps what was SACKed until it
+/// is cumulatively acknowledged): four connections each move 512 KiB from one stack to
+/// another over a link that loses 2 % of frames each way (and duplicates and reorders),
+/// the receiver's out-of-order budget six segments, so its connections refuse one
+/// another's segments and reneging is frequent (counted). Every byte of every stream
+/// arrives byte-exact, each checked against its connection's own pattern, and the
+/// receiver never holds more than its budget (sampled at every step).
+#[test]
+fn rfc2018_8_reneged_octets_are_sent_again_and_every_stream_arrives_byte_exact() {
+    const CONNS: usize = 4;
+    const TOTAL: u64 = 512 << 10;
+    const BUDGET: usize = 6 * 1460;
+    let (ea, eb) = link::pair(&faulty_link(0x00b0_0003, 0.02));
+    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("stack a");
+    let cfg_b = StackConfig {
+        out_of_order_budget_bytes: BUDGET,
+        ..config(2, IP_B)
+    };
+    let mut b = Stack::new(eb, &cfg_b, Instant::ZERO).expect("stack b");
+    let tuning = TcpTuning::default();
+    let _l = b.listen(5000, CONNS, &tuning).expect("listen");
+    // Each stream's pattern is salted with the sender's port.
+    let port = |s: &mut Stack<LinkEnd>, c: ConnId, local: bool| {
+        let (l, r) = s.endpoints(c).expect("endpoints");
+        u32::from(if local { l } else { r }.expect("an endpoint").port)
+    };
+    let senders: Vec<ConnId> = (0..CONNS)
+        .map(|_| a.connect((IP_B, 5000), None, &tuning).expect("connect"))
+        .collect();
+    let mut sent: Vec<Flow> = (0..CONNS).map(|_| Flow::default()).collect();
+    let mut receivers: Vec<(ConnId, Flow)> = Vec::new();
+    let mut connected = 0;
+    let mut now = Instant::ZERO;
+    let mut most = 0;
+    loop {
+        assert!(
+            now < Instant::from_secs(3600),
+            "not done within an hour: {receivers:?}"
+        );
+        let mut work = a.poll(now) | b.poll(now);
+        while let Some(e) = a.next_event() {
+            match e {
+                Event::Connected(_) => connected += 1,
+                Event::Reset(_) | Event::TimedOut(_) => panic!("sender: {e:?}"),
+                _ => {}
+            }
+        }
+        while let Some(e) = b.next_event() {
+            match e {
+                Event::Acceptable(l) => {
+                    while let Some(c) = b.accept(l).expect("accept") {
+                        receivers.push((c, Flow::default()));
+                    }
+                }
+                Event::PeerClosed(c) => {
+                    if let Some((_, f)) = receivers.iter_mut().find(|(r, _)| *r == c) {
+                        f.peer_closed = true;
+                    }
+                }
+                Event::Reset(_) | Event::TimedOut(_) => panic!("receiver: {e:?}"),
+                _ => {}
+            }
+        }
+        if connected == CONNS {
+            for (c, f) in senders.iter().zip(&mut sent) {
+                let salt = port(&mut a, *c, true);
+                work |= pump(&mut a, *c, f, TOTAL, salt, 0);
+            }
+        }
+        for (c, f) in &mut receivers {
+            let salt = port(&mut b, *c, false);
+            loop {
+                let off = f.received;
+                let n = b
+                    .recv_with(*c, |data| {
+                        for (k, &o) in data.iter().enumerate() {
+                            let i = off + k as u64;
+                            assert_eq!(o, pattern(salt, i), "stream {salt}: byte {i}");
+                        }
+                        data.len()
+                    })
+                    // Nothing left once the peer closed: refused, as a read at EOF.
+                    .unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                f.received += n as u64;
+                work = true;
+            }
+            // Nothing sent back: the receiver's FIN once the sender's arrived.
+            if f.peer_closed && !f.fin_sent {
+                b.close(*c).expect("close");
+                f.fin_sent = true;
+            }
+        }
+        most = most.max(held(&b));
+        if receivers.len() == CONNS
+            && receivers
+                .iter()
+                .all(|(_, f)| f.received == TOTAL && f.peer_closed)
+        {
+            break;
+        }
+        let mut wake = next_delivery(&a, &b);
+        for t in [a.poll_at(now), b.poll_at(now)].into_iter().flatten() {
+            wake = Some(wake.map_or(t, |w: Instant| w.min(t)));
+        }
+        now = sim_clock(now, work, wake);
+    }
+    let (times, octets) = reneged(&b);
+    eprintln!(
+        "{now} simulated, refused {}, reneged {times} times ({octets} octets), most held {most}",
+        refused(&b)
+    );
+    assert!(times > 10, "reneged only {times} times");
+    assert!(most <= BUDGET, "held {most} past {BUDGET}");
 }
 
 /// Every way octets held out of order are let go gives them back to the stack's budget:

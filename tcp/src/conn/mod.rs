@@ -206,6 +206,10 @@ pub struct ConnStats {
     /// needed a block of their own and the connection already held the most disjoint
     /// out-of-order blocks it keeps (64): a peer cannot make it track more holes.
     pub out_of_order_no_block: u64,
+    /// Octets held out of order that this connection gave up (reneged, RFC 2018 8) so that
+    /// another connection of the host, holding less than its share of the host's
+    /// out-of-order budget, could hold a segment (`HostStats::out_of_order_reneges`).
+    pub out_of_order_reneged: u64,
     /// Segments outside the window or duplicates.
     pub duplicates: u64,
     /// Challenge ACKs sent (RFC 5961).
@@ -320,6 +324,16 @@ enum Send {
 
 /// A segment to send without its payload, and the ring range (offset, length) of the payload.
 type Plan = (TcpRepr<'static>, usize, usize);
+
+/// An out-of-order segment's octets the host's budget refused ([`Reassembly::insert`]'s
+/// `Stored::OverBudget`): `len` octets at stream offset `off`, `start` octets into the
+/// segment's payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RefusedOutOfOrder {
+    off: u64,
+    start: usize,
+    pub(crate) len: usize,
+}
 
 /// What sets a segment of [`Connection::next_full_record`] apart from the others of its run:
 /// its sequence number, the ring range of its payload and its timestamp value.
@@ -567,6 +581,10 @@ pub struct Connection {
     /// Stream offset of RCV.NXT (octets in order so far).
     rcv_off: u64,
     ooo: Reassembly,
+    /// The last segment's octets refused by the host's out-of-order budget, until the host
+    /// takes them ([`Connection::take_refused_out_of_order`]): it may have a holder
+    /// renege and store them after all.
+    refused_ooo: Option<RefusedOutOfOrder>,
     /// The octets (stream offsets) of the last duplicate segment, reported as a D-SACK
     /// block first in the next ACK and in that one only (RFC 2883 4).
     dsack: Option<(u64, u64)>,
@@ -670,6 +688,7 @@ impl Connection {
             rx: VecDeque::new(),
             rcv_off: 0,
             ooo: Reassembly::default(),
+            refused_ooo: None,
             dsack: None,
             fin_off: None,
             fin_received: false,
@@ -1233,14 +1252,52 @@ impl Connection {
     /// from now on (`StackConfig::out_of_order_budget_bytes`): an out-of-order segment
     /// whose new octets would take the host past it is dropped. A connection outside a host
     /// has none: its window alone bounds what it holds.
-    pub(crate) fn set_out_of_order_budget(&mut self, budget: std::sync::Arc<OutOfOrderBudget>) {
-        self.ooo.set_budget(budget);
+    pub(crate) fn set_out_of_order_budget(
+        &mut self,
+        budget: std::sync::Arc<OutOfOrderBudget>,
+        key: u32,
+    ) {
+        self.ooo.set_budget(budget, Some(key));
     }
 
     /// Octets held out of order now.
-    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn out_of_order_octets(&self) -> usize {
         self.ooo.octets()
+    }
+
+    /// The octets of the segment just handled that the host's out-of-order budget refused,
+    /// if any (taken: asked again, `None`).
+    #[inline(always)]
+    pub(crate) fn take_refused_out_of_order(&mut self) -> Option<RefusedOutOfOrder> {
+        self.refused_ooo.take()
+    }
+
+    /// Stores the refused octets `r` of the segment whose payload is `payload` again, once
+    /// the host had another connection renege (the segment's other effects, its ACK and
+    /// D-SACK block, happened when it was handled). True if they are held now.
+    pub(crate) fn store_refused_out_of_order(
+        &mut self,
+        payload: &[u8],
+        r: RefusedOutOfOrder,
+    ) -> bool {
+        let Some(data) = payload.get(r.start..r.start + r.len) else {
+            return false;
+        };
+        // Nothing the connection did since can have moved RCV.NXT past them or purged
+        // them (the host asks right after the segment), but check rather than assume.
+        if r.off <= self.rcv_off || self.fin_received {
+            return false;
+        }
+        self.ooo.insert(r.off, data) == reasm::Stored::Held
+    }
+
+    /// Gives up at least `n` of the octets held out of order (all if fewer), the highest
+    /// first ([`Reassembly::renege`]; RFC 2018 8), for a connection the host's budget
+    /// refused; returns the octets given up.
+    pub(crate) fn renege_out_of_order(&mut self, n: usize) -> usize {
+        let freed = self.ooo.renege(n);
+        self.stats.out_of_order_reneged += freed as u64;
+        freed
     }
 
     /// Counters.
@@ -1995,6 +2052,8 @@ impl Connection {
         let rel = seq_diff(seg.seq_number, self.rcv_nxt);
         let mut data = seg.payload;
         let mut off = self.rcv_off as i64 + rel;
+        // Where `data` starts in the payload.
+        let mut start = 0;
         // Trim what is already in order (a D-SACK block for it).
         if off < self.rcv_off as i64 {
             if !data.is_empty() {
@@ -2005,6 +2064,7 @@ impl Connection {
                 data = &[];
             } else {
                 data = &data[cut..];
+                start = cut;
             }
             off = self.rcv_off as i64;
         }
@@ -2051,9 +2111,19 @@ impl Connection {
                 // Refused (the host's out-of-order budget spent, or no block left), the
                 // segment is dropped: not SACKed, the peer sends it again (RFC 9293
                 // 3.10.7.4, RFC 2018 3). It is ACKed as any out-of-order segment. The
-                // budget counts its refusals; the blocks' are the connection's.
-                if self.ooo.insert(off, data) == reasm::Stored::NoBlock {
-                    self.stats.out_of_order_no_block += 1;
+                // budget counts its refusals; the blocks' are the connection's. One
+                // refused by the budget waits for the host, which may have the largest
+                // holder renege and store it after all (`take_refused_out_of_order`).
+                match self.ooo.insert(off, data) {
+                    reasm::Stored::Held => {}
+                    reasm::Stored::NoBlock => self.stats.out_of_order_no_block += 1,
+                    reasm::Stored::OverBudget => {
+                        self.refused_ooo = Some(RefusedOutOfOrder {
+                            off,
+                            start,
+                            len: data.len(),
+                        });
+                    }
                 }
                 // RFC 5681 4.2: out-of-order data is ACKed at once (with SACK blocks).
                 self.ack_now = true;

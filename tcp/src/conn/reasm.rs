@@ -7,10 +7,16 @@
 //! (`StackConfig::out_of_order_budget_bytes`), which each [`Reassembly`] of the host charges
 //! for every octet it takes and credits for every octet it lets go (taken when the gap
 //! fills, purged, or dropped with its connection), so the count is exact by construction.
+//!
+//! The budget also keeps its holders ordered by what they hold, so that a connection
+//! refused while it holds less than its fair share can take octets back from the largest
+//! holder (reneging, which RFC 2018 8 allows): one peer filling the budget cannot leave
+//! the host's other connections without out-of-order room for as long as its connections
+//! live. The host decides ([`crate::host`]); [`Reassembly::renege`] gives the octets up.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Most disjoint blocks held (a peer cannot make us track more holes than this).
 pub(crate) const MAX_BLOCKS: usize = 64;
@@ -25,11 +31,18 @@ const RECENT: usize = 3;
 /// [`Reassembly`]s, and touched on the out-of-order paths only: an insert that takes new
 /// octets, a take when a gap fills, a purge, a connection dropped. Atomic because the host
 /// (and every connection with it) moves between threads; one thread drives it at a time,
-/// so the counters are never contended.
+/// so the counters and the holders' lock are never contended.
 pub(crate) struct OutOfOrderBudget {
     held: AtomicUsize,
     limit: usize,
     refused: AtomicU64,
+    /// `(octets held, key)` of every keyed [`Reassembly`] holding octets (the host keys
+    /// each connection by its slot): the largest holder without a walk over the table.
+    /// Updated where `held` is (the out-of-order paths), never on the in-order path.
+    holders: Mutex<BTreeSet<(usize, u32)>>,
+    /// Times octets were taken back from a holder ([`Reassembly::renege`]), and how many.
+    reneges: AtomicU64,
+    reneged: AtomicU64,
 }
 
 impl std::fmt::Debug for OutOfOrderBudget {
@@ -49,7 +62,64 @@ impl OutOfOrderBudget {
             held: AtomicUsize::new(0),
             limit,
             refused: AtomicU64::new(0),
+            holders: Mutex::new(BTreeSet::new()),
+            reneges: AtomicU64::new(0),
+            reneged: AtomicU64::new(0),
         })
+    }
+
+    /// The most octets all holders may hold together.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Times octets held were taken back from a holder, and the octets taken.
+    pub fn reneged(&self) -> (u64, u64) {
+        (self.reneges.load(Relaxed), self.reneged.load(Relaxed))
+    }
+
+    /// A refusal that the host undid: the segment was held after all, once a holder
+    /// reneged (it is not a segment dropped for want of budget).
+    pub fn forgive_refusal(&self) {
+        let before = self.refused.fetch_sub(1, Relaxed);
+        debug_assert!(
+            before > 0,
+            "out-of-order budget: a refusal forgiven, none counted"
+        );
+    }
+
+    fn holders(&self) -> MutexGuard<'_, BTreeSet<(usize, u32)>> {
+        // Nothing panics while the lock is held; a poisoned set is still exact.
+        self.holders.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The holders' index as it is now (tests and the fuzz body compare it with the
+    /// connections').
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub fn holders_snapshot(&self) -> BTreeSet<(usize, u32)> {
+        self.holders().clone()
+    }
+
+    /// The holder `key` went from `before` to `after` octets.
+    fn reindex(&self, key: u32, before: usize, after: usize) {
+        if before == after {
+            return;
+        }
+        let mut h = self.holders();
+        if before > 0 {
+            h.remove(&(before, key));
+        }
+        if after > 0 {
+            h.insert((after, key));
+        }
+    }
+
+    /// How many keyed reassemblies hold octets, and the one that holds the most other than
+    /// `key`: `(octets, key)`.
+    pub fn largest_other(&self, key: u32) -> (usize, Option<(usize, u32)>) {
+        let h = self.holders();
+        let largest = h.iter().rev().find(|&&(_, k)| k != key).copied();
+        (h.len(), largest)
     }
 
     /// Octets held now.
@@ -116,6 +186,9 @@ pub(crate) struct Reassembly {
     /// The host's budget these octets count against ([`OutOfOrderBudget`]); `None` for a
     /// connection outside a host (the window alone bounds it).
     budget: Option<Arc<OutOfOrderBudget>>,
+    /// This reassembly's key among the budget's holders (the host's slot of its
+    /// connection); `None`: not among them (a copy, or no budget).
+    key: Option<u32>,
     /// Octets held before an insert that it copied or moved (blocks joined into a span, a
     /// block's buffer reallocated or rotated): what a peer can make a small segment cost.
     /// The tests count it instead of timing a flood.
@@ -123,7 +196,8 @@ pub(crate) struct Reassembly {
     moved: usize,
 }
 
-/// A copy holds its octets twice: the budget counts both (tests copy connections).
+/// A copy holds its octets twice: the budget counts both (tests copy connections). The copy
+/// is not among the budget's holders (it has no key): only the original can be reneged.
 impl Clone for Reassembly {
     fn clone(&self) -> Self {
         if let Some(b) = &self.budget {
@@ -134,6 +208,7 @@ impl Clone for Reassembly {
             recent: self.recent,
             octets: self.octets,
             budget: self.budget.clone(),
+            key: None,
             #[cfg(test)]
             moved: self.moved,
         }
@@ -143,9 +218,8 @@ impl Clone for Reassembly {
 /// A connection dropped (released, removed, its host gone) gives its octets back.
 impl Drop for Reassembly {
     fn drop(&mut self) {
-        if let Some(b) = &self.budget {
-            b.credit(self.octets);
-        }
+        let n = std::mem::take(&mut self.octets);
+        self.gave_back(n);
     }
 }
 
@@ -160,11 +234,31 @@ impl Reassembly {
     }
 
     /// Counts the octets held against `budget` from now on (the host's, given to each
-    /// connection it makes).
-    pub fn set_budget(&mut self, budget: Arc<OutOfOrderBudget>) {
-        budget.charge_anyway(self.octets);
-        if let Some(old) = self.budget.replace(budget) {
+    /// connection it makes), among its holders as `key` if given (the host's slot of the
+    /// connection: a key names one reassembly of the budget at a time).
+    pub fn set_budget(&mut self, budget: Arc<OutOfOrderBudget>, key: Option<u32>) {
+        if let Some(old) = &self.budget {
             old.credit(self.octets);
+            if let Some(k) = self.key {
+                old.reindex(k, self.octets, 0);
+            }
+        }
+        budget.charge_anyway(self.octets);
+        if let Some(k) = key {
+            budget.reindex(k, 0, self.octets);
+        }
+        self.budget = Some(budget);
+        self.key = key;
+    }
+
+    /// `n` of the octets held before this change are no longer held (`self.octets` is
+    /// already what is left): the budget is credited and the holders' index follows.
+    fn gave_back(&self, n: usize) {
+        if let Some(b) = &self.budget {
+            b.credit(n);
+            if let Some(k) = self.key {
+                b.reindex(k, self.octets + n, self.octets);
+            }
         }
     }
 
@@ -172,12 +266,10 @@ impl Reassembly {
     /// meaningless, the connection closed, or its buffers were shed). Assigning a fresh
     /// `Reassembly` instead would lose the budget.
     pub fn clear(&mut self) {
-        if let Some(b) = &self.budget {
-            b.credit(self.octets);
-        }
+        let n = std::mem::take(&mut self.octets);
+        self.gave_back(n);
         self.blocks = BTreeMap::new();
         self.recent = [None; RECENT];
-        self.octets = 0;
         #[cfg(test)]
         {
             self.moved = 0;
@@ -206,7 +298,8 @@ impl Reassembly {
     /// the segment is dropped whole, so no SACK block reports
     /// it (RFC 2018 3 lets a receiver report only what it holds) and the peer sends it again
     /// (RFC 9293 3.10.7.4 lets a receiver keep or drop segments beyond RCV.NXT). Nothing
-    /// held is given up: SACKed octets are never reneged.
+    /// held is given up here; the host may have another holder give some up
+    /// ([`Reassembly::renege`]) and insert the segment again.
     pub fn insert(&mut self, off: u64, data: &[u8]) -> Stored {
         if data.is_empty() {
             return Stored::Held;
@@ -288,6 +381,9 @@ impl Reassembly {
         self.octets += buf.len();
         // What the budget was charged is what the blocks grew by.
         debug_assert_eq!(self.octets, held_before + new);
+        if let (Some(b), Some(k)) = (&self.budget, self.key) {
+            b.reindex(k, held_before, self.octets);
+        }
         self.blocks.insert(first, buf);
         // RFC 2018 4: this block goes first, the ones reported before it after it (those
         // still held apart: a block this insert joined is part of this one now).
@@ -366,9 +462,7 @@ impl Reassembly {
             }
             let mut b = self.blocks.remove(&s)?;
             self.octets -= b.len();
-            if let Some(budget) = &self.budget {
-                budget.credit(b.len());
-            }
+            self.gave_back(b.len());
             for r in &mut self.recent {
                 if *r == Some(s) {
                     *r = None;
@@ -379,6 +473,43 @@ impl Reassembly {
                 return Some(Vec::from(b));
             }
         }
+    }
+
+    /// Gives up at least `n` of the octets held (all of them if fewer), the highest stream
+    /// offsets first: those the connection would pass to its user last, as Linux's
+    /// `tcp_prune_ofo_queue` drops the queue's tail. Whole blocks go, and the last one
+    /// reached is cut at its end, so no new hole is made and the blocks left are what
+    /// the SACK blocks report from now on (RFC 2018 8 lets a receiver discard what it
+    /// SACKed; the sender keeps it until it is cumulatively acknowledged). Returns the
+    /// octets given back to the budget.
+    pub fn renege(&mut self, n: usize) -> usize {
+        let mut freed = 0;
+        while freed < n {
+            let Some(mut last) = self.blocks.last_entry() else {
+                break;
+            };
+            let len = last.get().len();
+            if len <= n - freed {
+                let s = *last.key();
+                last.remove();
+                for r in &mut self.recent {
+                    if *r == Some(s) {
+                        *r = None;
+                    }
+                }
+                freed += len;
+            } else {
+                last.get_mut().truncate(len - (n - freed));
+                freed = n;
+            }
+        }
+        self.octets -= freed;
+        self.gave_back(freed);
+        if let Some(b) = self.budget.as_ref().filter(|_| freed > 0) {
+            b.reneges.fetch_add(1, Relaxed);
+            b.reneged.fetch_add(freed as u64, Relaxed);
+        }
+        freed
     }
 
     /// Up to `N` blocks as (start, end) stream offsets: the one that took the latest
@@ -584,8 +715,10 @@ mod tests {
     /// of out-of-order octets): random inserts, takes, purges, copies and drops against a
     /// first-copy-wins model per reassembly, with a budget that refuses many of them.
     /// After every step the budget's count is the sum of the octets held (never above its
-    /// limit); an insert is refused exactly when the octets it would add do not fit, and a
-    /// refused one changes nothing; when the last reassembly goes, nothing is held.
+    /// limit) and its holders' index is exactly each keyed reassembly's octets; an insert
+    /// is refused exactly when the octets it would add do not fit, and a refused one
+    /// changes nothing; a renege gives up the highest octets held, as many as asked (or
+    /// all); when the last reassembly goes, nothing is held and no holder is indexed.
     #[test]
     fn budget_counts_exactly_what_every_reassembly_holds() {
         let mut seed = 0x2545_F491_4F6C_DD1Du64;
@@ -600,9 +733,9 @@ mod tests {
             let limit = 1 + (next() % 400) as usize;
             let budget = OutOfOrderBudget::new(limit);
             let mut rs: Vec<(Reassembly, Vec<Option<u8>>)> = (0..4)
-                .map(|_| {
+                .map(|i| {
                     let mut r = Reassembly::default();
-                    r.set_budget(Arc::clone(&budget));
+                    r.set_budget(Arc::clone(&budget), Some(i));
                     (r, vec![None; 400])
                 })
                 .collect();
@@ -634,9 +767,28 @@ mod tests {
                     3 => {
                         // A connection dropped: a fresh one takes its place.
                         let mut fresh = Reassembly::default();
-                        fresh.set_budget(Arc::clone(&budget));
+                        fresh.set_budget(Arc::clone(&budget), Some(i as u32));
                         *r = fresh;
                         model.iter_mut().for_each(|m| *m = None);
+                    }
+                    4 => {
+                        // Reneged: the highest octets held go, `n` of them or all.
+                        let n = (next() % 80) as usize;
+                        let before = r.octets();
+                        let (times, octets) = budget.reneged();
+                        let freed = r.renege(n);
+                        assert_eq!(freed, n.min(before));
+                        let mut left = freed;
+                        for m in model.iter_mut().rev().filter(|m| m.is_some()) {
+                            if left == 0 {
+                                break;
+                            }
+                            *m = None;
+                            left -= 1;
+                        }
+                        assert_eq!(r.octets(), model.iter().flatten().count());
+                        let counted = u64::from(freed > 0);
+                        assert_eq!(budget.reneged(), (times + counted, octets + freed as u64));
                     }
                     _ => {
                         let off = 10 + next() % 300;
@@ -666,6 +818,13 @@ mod tests {
                 let held: usize = rs.iter().map(|(r, _)| r.octets()).sum();
                 assert_eq!(budget.held(), held, "round {round} step {k}");
                 assert!(budget.held() <= limit);
+                let indexed: BTreeSet<(usize, u32)> = rs
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (r, _))| r.octets() > 0)
+                    .map(|(i, (r, _))| (r.octets(), i as u32))
+                    .collect();
+                assert_eq!(*budget.holders(), indexed, "round {round} step {k}");
             }
             // Every octet held is the model's.
             for (r, model) in &rs {
@@ -681,6 +840,7 @@ mod tests {
                 0,
                 "octets left counted after every reassembly went"
             );
+            assert!(budget.holders().is_empty(), "holders left indexed");
         }
         assert!(refusals > 100, "the budget refused only {refusals} inserts");
     }

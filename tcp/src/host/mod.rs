@@ -48,7 +48,9 @@
 //!   all of them together at most `StackConfig::out_of_order_budget_bytes` (one
 //!   `OutOfOrderBudget` shared by the host's connections, charged and credited on the
 //!   out-of-order paths only); a segment beyond it is dropped unSACKed and resent by its
-//!   peer ([`HostStats::out_of_order_refused`]).
+//!   peer ([`HostStats::out_of_order_refused`]), unless its connection holds less than its
+//!   share and the largest holder more: that one then reneges (RFC 2018 8) for it
+//!   ([`HostStats::out_of_order_reneges`]).
 
 mod headers;
 mod isn;
@@ -71,6 +73,7 @@ use smoltcp::wire::{
 
 use crate::conn::{
     ConnConfig, ConnError, ConnEvent, Connection, Endpoints, OutOfOrderBudget, Outgoing, Piece,
+    RefusedOutOfOrder,
 };
 use crate::csum;
 use crate::device::{DeviceStats, PollDevice};
@@ -252,6 +255,13 @@ pub struct HostStats {
     pub out_of_order_refused: u64,
     /// Occupancy when read: octets all connections hold out of order now.
     pub out_of_order_held: u64,
+    /// Times a connection holding more than its share of the out-of-order budget gave
+    /// octets up (reneged, RFC 2018 8) so that one holding less could hold a segment the
+    /// budget had refused (the segment is then held, not counted in
+    /// `out_of_order_refused`).
+    pub out_of_order_reneges: u64,
+    /// The octets given up so (`ConnStats::out_of_order_reneged` of each connection).
+    pub out_of_order_reneged: u64,
 }
 
 /// Counters summed over every connection the host has had, live ones included.
@@ -548,23 +558,36 @@ impl<D: PollDevice> Host<D> {
     /// Host counters.
     pub fn host_stats(&self) -> HostStats {
         let b = &self.inner.ooo_budget;
+        let (reneges, reneged) = b.reneged();
         HostStats {
             out_of_order_refused: b.refused(),
             out_of_order_held: b.held() as u64,
+            out_of_order_reneges: reneges,
+            out_of_order_reneged: reneged,
             ..self.inner.stats
         }
     }
 
     /// The octets held out of order summed over every connection in the table (a walk:
     /// tests and the fuzz body check that [`HostStats::out_of_order_held`] equals it).
+    /// Panics if the budget's index of holders is not exactly the connections' holdings
+    /// (what reneging picks its holder from).
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn out_of_order_held_by_connections(&self) -> usize {
-        self.inner
+        let holders: std::collections::BTreeSet<(usize, u32)> = self
+            .inner
             .slots
             .iter()
-            .flatten()
-            .map(|s| s.conn.out_of_order_octets())
-            .sum()
+            .enumerate()
+            .filter_map(|(i, s)| Some((s.as_ref()?.conn.out_of_order_octets(), i as u32)))
+            .filter(|&(n, _)| n > 0)
+            .collect();
+        assert_eq!(
+            self.inner.ooo_budget.holders_snapshot(),
+            holders,
+            "the out-of-order budget's holders are not the connections'"
+        );
+        holders.iter().map(|&(n, _)| n).sum()
     }
 
     /// The TCP counters of every connection so far (a walk over the live ones).
@@ -1853,9 +1876,6 @@ impl Inner {
         next_hop: Ipv4Address,
         role: Role,
     ) -> ConnId {
-        // Every connection of the table counts what it holds out of order against the
-        // host's budget (and gives it back when it lets it go, or is dropped).
-        conn.set_out_of_order_budget(Arc::clone(&self.ooo_budget));
         let index = match self.free.pop() {
             Some(i) => {
                 self.generations[i as usize] = self.generations[i as usize].wrapping_add(1);
@@ -1867,6 +1887,11 @@ impl Inner {
                 (self.slots.len() - 1) as u32
             }
         };
+        // Every connection of the table counts what it holds out of order against the
+        // host's budget (and gives it back when it lets it go, or is dropped), keyed by its
+        // slot among the budget's holders (the slot's last connection was dropped when it
+        // was freed, its key with it).
+        conn.set_out_of_order_budget(Arc::clone(&self.ooo_budget), index);
         let generation = self.generations[index as usize];
         self.slots[index as usize] = Some(Slot {
             conn,
@@ -2473,11 +2498,60 @@ impl Inner {
         if !seg.payload.is_empty() && !s.dirty {
             s.defer_ack = true;
         }
+        // The budget's refusals are among the segments that owe a quick ACK (out of
+        // order), so the in-order path does not ask for them.
+        let mut refused = None;
         if s.conn.quick_ack_owed() {
             self.quick_ack = Some(index);
+            refused = s.conn.take_refused_out_of_order();
         }
         mark_slot_dirty(s, &mut self.dirty, index);
+        if let Some(r) = refused {
+            self.renege_for(index, seg.payload, r);
+        }
         true
+    }
+
+    /// The host's out-of-order budget refused `r`, octets of the segment whose payload is
+    /// `payload`, for the connection in slot `index`. If that connection, holding them, would
+    /// hold no more than its share of the budget (the limit over the connections holding
+    /// octets, itself included), and the largest other holder holds more, that holder
+    /// gives up octets (its highest first, down to its share and at least as many as `r`
+    /// needs: `Reassembly::renege`; RFC 2018 8 lets a receiver discard what it SACKed) and
+    /// `r` is held after all. So one peer that fills the budget and never fills its gaps
+    /// (or a bulk connection after a loss at a large window) leaves the others their
+    /// share, instead of every segment behind their losses being sent again for as long as
+    /// its connections live. The holders' index gives the largest without a walk, so a
+    /// flood of refused segments costs a lookup each.
+    #[cold]
+    #[inline(never)]
+    fn renege_for(&mut self, index: u32, payload: &[u8], r: RefusedOutOfOrder) {
+        let Some(Some(s)) = self.slots.get(index as usize) else {
+            return;
+        };
+        let mine = s.conn.out_of_order_octets();
+        let (holders, largest) = self.ooo_budget.largest_other(index);
+        let Some((theirs, victim)) = largest else {
+            return;
+        };
+        // The connections that share the budget, this one counted whether or not it
+        // holds octets yet.
+        let sharing = holders + usize::from(mine == 0);
+        let share = self.ooo_budget.limit() / sharing.max(1);
+        if mine + r.len > share || theirs <= share {
+            return;
+        }
+        let Some(Some(v)) = self.slots.get_mut(victim as usize) else {
+            return;
+        };
+        if v.conn.renege_out_of_order(r.len.max(theirs - share)) < r.len {
+            return;
+        }
+        if let Some(Some(s)) = self.slots.get_mut(index as usize) {
+            if s.conn.store_refused_out_of_order(payload, r) {
+                self.ooo_budget.forgive_refusal();
+            }
+        }
     }
 
     /// A SYN for a listener: a new half-open connection, evicting the listener's oldest if

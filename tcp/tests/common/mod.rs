@@ -69,7 +69,7 @@ fn offer(f: &mut Flow, rng: &mut u64, salt: u32, data: &[u8]) -> usize {
     n
 }
 
-fn pump(
+pub fn pump(
     stack: &mut Stack<impl PollDevice>,
     c: ConnId,
     f: &mut Flow,
