@@ -141,8 +141,8 @@ use warpcore_proto::mpa::negotiation::{self as nego, Initiator, Negotiated, Resp
 use warpcore_proto::rdmap::atomic::{self as ext_atomic, handle_atomic_request};
 use warpcore_proto::rdmap::terminate::TERMINATE_SEGMENT_MAX_LEN;
 use warpcore_proto::rdmap::{
-    check_inbound, emit_terminate, handle_read_request, invalidate_error, to_range_wraps,
-    InboundReadQueue, Offending, RdmapConfig, ReadResponsePlan,
+    check_inbound, emit_terminate, emit_terminate_delivered, handle_read_request, invalidate_error,
+    to_range_wraps, InboundReadQueue, Offending, RdmapConfig, ReadResponsePlan,
 };
 use warpcore_proto::wire::ddp::DDP_VERSION;
 use warpcore_proto::wire::fpdu::{self, MAX_ULPDU_LEN};

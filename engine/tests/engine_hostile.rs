@@ -2161,3 +2161,131 @@ fn rdmap_7_2_6_read_request_fault_orders_kept() {
         (0, 2, 7),
     );
 }
+
+/// Runs until the engine's Terminate arrives at the peer; returns it whole.
+fn terminate_repr_from_engine(
+    w: &mut World,
+    tcp: ConnId,
+    d: &mut Deframer,
+) -> warpcore_engine::proto::wire::rdmap::TerminateRepr {
+    for _ in 0..5000 {
+        let mut term = None;
+        step_and_read(w, tcp, d, |u| {
+            if let Ok(seg) = Segment::parse(u) {
+                if let RdmapHeader::Terminate(t) = seg.repr.header {
+                    term = term.or(Some(t));
+                }
+            }
+        });
+        if let Some(t) = term {
+            return t;
+        }
+    }
+    panic!("no Terminate from the engine")
+}
+
+/// RFC 7306 §8.1 rule 2 (EXT-8.1-2): an error RDMAP finds on an incoming Atomic Request or
+/// Atomic Response once DDP delivered it is answered with a Terminate that carries the
+/// offending message's DDP header (D = 1, no RDMA header). An Atomic Request with an
+/// AOpCode RFC 7306 does not define (EXT-5.2.1-7, 0/2/06 by docs/decisions/0001 RDMAP item
+/// 6) and an Atomic Response that answers nothing outstanding (EXT-5.2.2 item 7, 0/2/06)
+/// are both whole, valid DDP messages of a known layout: their Terminates named the
+/// offending message by nothing (D = 0), so a requester could not tell which of its
+/// atomics was refused (`Qp::remote_terminate` names a request by its QN 1 MSN).
+#[test]
+fn ext_8_1_2_refused_atomic_messages_copy_their_ddp_header() {
+    use warpcore_engine::mem::Access;
+    let atomic_request = |stag: u32, aopcode: u8| {
+        let mut r = AtomicRequestRepr::fetch_add(7, stag, 8, 1, 0);
+        r.aopcode = aopcode;
+        seg(
+            SegmentRepr {
+                last: true,
+                buffer: DdpBuffer::Untagged {
+                    rsvd_ulp2: 0,
+                    qn: 1,
+                    msn: 1,
+                    mo: 0,
+                },
+                opcode: Opcode::AtomicRequest,
+                header: RdmapHeader::AtomicRequest(r),
+            },
+            &[],
+        )
+    };
+    let atomic_response = seg(
+        SegmentRepr {
+            last: true,
+            buffer: DdpBuffer::Untagged {
+                rsvd_ulp2: 0,
+                qn: 3,
+                msn: 1,
+                mo: 0,
+            },
+            opcode: Opcode::AtomicResponse,
+            header: RdmapHeader::AtomicResponse(AtomicResponseRepr {
+                orig_request_id: 1,
+                orig_value: 5,
+            }),
+        },
+        &[],
+    );
+    for (name, aopcode) in [
+        ("reserved AOpCode 1", Some(1)),
+        ("AOpCode 0xF", Some(0xF)),
+        ("unsolicited response", None),
+    ] {
+        let mut w = world();
+        let region = Arc::new(Region::allocate(4096, 4096).unwrap());
+        let stag = w
+            .mrs
+            .register(
+                Arc::clone(&region),
+                PD,
+                all_access() | Access::REMOTE_ATOMIC,
+                0,
+            )
+            .unwrap();
+        let (tcp, mut framer, mut d, qp) = connect(&mut w, 1);
+        let offending = match aopcode {
+            Some(a) => atomic_request(stag.0, a),
+            None => atomic_response.clone(),
+        };
+        send_ulpdus(
+            &mut w,
+            tcp,
+            &mut framer,
+            std::slice::from_ref(&offending),
+            false,
+        );
+        let t = terminate_repr_from_engine(&mut w, tcp, &mut d);
+        let c = t.code;
+        assert_eq!((c.layer(), c.etype(), c.code()), (0, 2, 6), "{name}");
+        let (len, copied) = t
+            .ddp
+            .unwrap_or_else(|| panic!("{name}: the Terminate copies no DDP header"));
+        assert_eq!(
+            copied.as_bytes(),
+            &offending[..18],
+            "{name}: the offending DDP header"
+        );
+        assert!(t.m, "{name}: M with D");
+        assert_eq!(len, 0, "{name}: no payload after the RDMAP header");
+        assert!(
+            !t.r_bit && t.rdma.is_none(),
+            "{name}: no RDMA header (EXT-8.1-2)"
+        );
+        // Nothing executed.
+        assert_eq!(
+            region
+                .atomic_u64_at(8)
+                .unwrap()
+                .load(std::sync::atomic::Ordering::SeqCst),
+            0
+        );
+        for _ in 0..50 {
+            w.step();
+        }
+        assert_eq!(w.engine.qp_state(qp).unwrap(), QpState::Error, "{name}");
+    }
+}

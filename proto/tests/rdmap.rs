@@ -1528,6 +1528,78 @@ mod terminates {
         assert_eq!(buf[..n].to_vec(), expect);
     }
 
+    /// RFC 7306 §8.1 rule 2 (EXT-8.1-2): an Atomic Request, Atomic Response or Immediate
+    /// Data message that RDMAP refuses once DDP delivered it names itself by its DDP header
+    /// whatever the error, the unexpected opcode of an unsupported AOpCode (EXT-5.2.1-7) or
+    /// of an unsolicited Atomic Response included, and never by an RDMA header;
+    /// `terminate_header_delivered` gives that, and for every other message, a local
+    /// catastrophic error or an invalid RDMAP version exactly what `terminate_header` gives.
+    /// (`terminate_header` copies no header for an unexpected opcode; that Terminate was
+    /// all the engine sent for those two refusals.)
+    #[test]
+    fn ext_8_1_2_a_delivered_rfc7306_message_copies_its_ddp_header() {
+        // An Atomic Request (FetchAdd with the reserved AOpCode 1) on QN 1 MSN 3, an Atomic
+        // Response on QN 3 MSN 1 and Immediate Data on QN 0 MSN 2.
+        let mut request = hex("41 4A 00 00 00 00 00 00 00 01 00 00 00 03 00 00 00 00");
+        request.extend_from_slice(&hex("00 00 00 01 00 00 00 07 00 00 12 34"));
+        request.extend_from_slice(&[0; 40]);
+        let mut response = hex("41 4B 00 00 00 00 00 00 00 03 00 00 00 01 00 00 00 00");
+        response.extend_from_slice(&[0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 5]);
+        let mut immediate = hex("41 48 00 00 00 00 00 00 00 00 00 00 00 02 00 00 00 00");
+        immediate.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        for m in [&request, &response, &immediate] {
+            let off = Offending::new(m);
+            for e in [RdmapError::UnexpectedOpcode, RdmapError::CatastrophicStream] {
+                let t = terminate_header_delivered(e.into(), Some(&off));
+                let (len, copied) = t.ddp.expect("the DDP header");
+                assert_eq!((copied.as_bytes(), len), (&m[..18], 0), "{e:?}");
+                assert!(t.m && !t.r_bit && t.rdma.is_none(), "{e:?}");
+            }
+            // A remote protection error (the atomic's target STag) as before.
+            let e = RdmapError::InvalidStag.into();
+            assert_eq!(
+                terminate_header_delivered(e, Some(&off)),
+                terminate_header(e, Some(&off))
+            );
+            // The codes that copy nothing still copy nothing.
+            for e in [RdmapError::LocalCatastrophic, RdmapError::InvalidVersion] {
+                assert!(terminate_header_delivered(e.into(), Some(&off))
+                    .ddp
+                    .is_none());
+            }
+            let mut buf = [0u8; TERMINATE_SEGMENT_MAX_LEN];
+            let n =
+                emit_terminate_delivered(RdmapError::UnexpectedOpcode.into(), Some(&off), &mut buf)
+                    .unwrap();
+            assert_eq!(n, 18 + 4 + 2 + 18);
+        }
+        // The same Atomic Request with T = 1 (the buffer model wrong for the opcode,
+        // RDMAP-7.2-2): refused by the decode, not delivered, so the rule of its error.
+        let mut tagged = request.clone();
+        tagged[0] |= 0x80;
+        let e = RdmapError::UnexpectedOpcode.into();
+        assert!(
+            terminate_header_delivered(e, Some(&Offending::new(&tagged)))
+                .ddp
+                .is_none()
+        );
+        // Any other message: exactly `terminate_header`.
+        for m in [write_segment(), send_inv_segment(), read_request_segment()] {
+            let off = Offending::new(&m);
+            for e in all_errors() {
+                assert_eq!(
+                    terminate_header_delivered(e, Some(&off)),
+                    terminate_header(e, Some(&off)),
+                    "{e:?}"
+                );
+            }
+        }
+        assert_eq!(
+            terminate_header_delivered(RdmapError::UnexpectedOpcode.into(), None),
+            terminate_header(RdmapError::UnexpectedOpcode.into(), None)
+        );
+    }
+
     /// A remote operation error on a Send: untagged 18-octet header, no RDMA header.
     #[test]
     fn operation_error_on_send() {

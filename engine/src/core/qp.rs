@@ -243,7 +243,18 @@ impl Qp {
         if let Some(conn) = self.conn.as_mut() {
             let mut buf = [0u8; TERM_FPDU_MAX];
             let off = offending.map(Offending::new);
-            if let Ok(n) = emit_terminate(err, off.as_ref(), &mut buf) {
+            // An offending message is one DDP delivered (or refused itself). On a stream
+            // with RFC 7306, an Atomic Request, Atomic Response or Immediate Data message
+            // that RDMAP refuses names itself by its DDP header in every case (RFC 7306
+            // §8.1 rule 2, EXT-8.1-2), an unsupported AOpCode and an unsolicited Atomic
+            // Response too; without RFC 7306 those opcodes are unknown ones (no header,
+            // docs/decisions/0001 RDMAP items 3 and 12).
+            let emitted = if self.rfc7306 {
+                emit_terminate_delivered(err, off.as_ref(), &mut buf)
+            } else {
+                emit_terminate(err, off.as_ref(), &mut buf)
+            };
+            if let Ok(n) = emitted {
                 conn.term = Some((buf, n));
             }
         }

@@ -22,7 +22,10 @@ pub mod read;
 pub mod terminate;
 
 pub use read::{handle_read_request, InboundReadQueue, ReadResponsePlan};
-pub use terminate::{emit_terminate, terminate_header, Offending, TerminateReport};
+pub use terminate::{
+    emit_terminate, emit_terminate_delivered, terminate_header, terminate_header_delivered,
+    Offending, TerminateReport,
+};
 
 use crate::error::{DdpError, ProtocolError, RdmapError};
 use crate::wire::ddp::DdpBuffer;

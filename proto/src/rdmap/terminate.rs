@@ -15,7 +15,9 @@
 //!
 //! - **No copied header for an invalid DDP version, an invalid RDMAP version or an
 //!   unexpected opcode**, because the layout of the offending segment is then unknown; siw
-//!   does the same (`siw_send_terminate`, WIRE-FORMATS §4.6.7 item 4).
+//!   does the same (`siw_send_terminate`, WIRE-FORMATS §4.6.7 item 4). Not for an RFC 7306
+//!   message DDP delivered, whose layout is known: [`terminate_header_delivered`] copies
+//!   its DDP header for every RDMAP error (EXT-8.1-2).
 //! - **No copied header without an offending segment**: errors while building an outgoing
 //!   message, local catastrophic and LLP errors carry only the code (RDMAP-7.1-2; the draft
 //!   says "set to zero", which with the variable-length layout means left out and D = 0).
@@ -37,13 +39,13 @@
 //!   without a header in that case; our parser tolerates it ([`crate::wire::rdmap::Terminate`]).
 //!   RFC 7306 messages never get an RDMA header (EXT-8.1-2).
 
-use crate::error::{ProtocolError, TerminateCode};
+use crate::error::{ProtocolError, RdmapError, TerminateCode, TerminateHeaders};
 use crate::wire::ddp::{DdpBuffer, DdpRepr, DdpSegment};
 use crate::wire::rdmap::{
     qn, Control, CopiedDdpHeader, Opcode, ReadRequestRepr, Terminate, TerminateRepr, RDMAP_VERSION,
     READ_REQUEST_LEN, TERMINATE_CONTROL_LEN, TERMINATE_MAX_LEN,
 };
-use crate::wire::segment::{RdmapHeader, SegmentRepr};
+use crate::wire::segment::{RdmapHeader, Segment, SegmentRepr};
 use crate::wire::Result;
 
 /// The largest Terminate segment we emit: 18-octet DDP header plus the 52-octet maximum
@@ -83,7 +85,46 @@ fn offending_opcode(ctrl: Control) -> Option<Opcode> {
 /// documentation says. Never fails: parts that cannot be copied (a segment shorter than its
 /// DDP header, a Read Request shorter than its RDMA header) are left out.
 pub fn terminate_header(error: ProtocolError, offending: Option<&Offending<'_>>) -> TerminateRepr {
-    let want = error.terminate_headers();
+    terminate_header_as(error, error.terminate_headers(), offending)
+}
+
+/// [`terminate_header`] for an error RDMAP found on an incoming message that DDP had
+/// delivered, on a stream that uses RFC 7306: an Atomic Request, Atomic Response or
+/// Immediate Data message refused by RDMAP always copies its DDP header (RFC 7306 §8.1
+/// rule 2, EXT-8.1-2), also for the errors whose Terminate otherwise copies none (an
+/// unexpected opcode: an unsupported AOpCode, EXT-5.2.1-7; an Atomic Response that answers
+/// nothing). Such a message was decoded whole, so the layout the "no header" rule guards
+/// against not knowing is known. Never an RDMA header for them (EXT-8.1-2). Any other
+/// offending message, a local catastrophic error or an invalid RDMAP version: as
+/// [`terminate_header`]. Not for a stream without RFC 7306, whose receiver refuses the
+/// four opcodes as an RFC 5040 receiver does (docs/decisions/0001 RDMAP item 12).
+pub fn terminate_header_delivered(
+    error: ProtocolError,
+    offending: Option<&Offending<'_>>,
+) -> TerminateRepr {
+    let mut want = error.terminate_headers();
+    // Decoded whole: a segment the decode refuses (the buffer model or QN wrong for the
+    // opcode, a header cut short or followed by octets) keeps the rule of its error.
+    let extension = offending
+        .and_then(|off| Segment::parse(off.ulpdu).ok())
+        .is_some_and(|seg| seg.repr.opcode.is_extension());
+    let remote = matches!(
+        error,
+        ProtocolError::Rdmap(e) if !matches!(e, RdmapError::LocalCatastrophic | RdmapError::InvalidVersion)
+    );
+    if extension && remote {
+        want.ddp = true;
+        want.rdma_if_read_request = false;
+    }
+    terminate_header_as(error, want, offending)
+}
+
+/// [`terminate_header`] copying the parts `want` names.
+fn terminate_header_as(
+    error: ProtocolError,
+    want: TerminateHeaders,
+    offending: Option<&Offending<'_>>,
+) -> TerminateRepr {
     let mut repr = TerminateRepr {
         code: error.terminate_code(),
         m: false,
@@ -140,6 +181,15 @@ pub fn emit_terminate(
     buf: &mut [u8],
 ) -> Result<usize> {
     terminate_segment(terminate_header(error, offending)).emit(buf)
+}
+
+/// [`emit_terminate`] with the header [`terminate_header_delivered`] builds.
+pub fn emit_terminate_delivered(
+    error: ProtocolError,
+    offending: Option<&Offending<'_>>,
+    buf: &mut [u8],
+) -> Result<usize> {
+    terminate_segment(terminate_header_delivered(error, offending)).emit(buf)
 }
 
 /// A received Terminate, decoded for the local user (RDMAP-5.4-5, RDMAP-7.1-1).
