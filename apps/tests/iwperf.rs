@@ -144,6 +144,7 @@ fn bandwidth_tests_print_perftest_table_json_and_hdr_log() {
         assert!(tcp["dsacks_received"].as_u64().is_some(), "{tcp}");
         // Nothing out of order over this lossless link, so nothing dropped.
         assert_eq!(tcp["out_of_order_dropped"].as_u64(), Some(0), "{tcp}");
+        assert_eq!(tcp["out_of_order_reneged"].as_u64(), Some(0), "{tcp}");
         // Issue 12 item 2: what this side received in order (the Read Responses of
         // read_bw, the peer's Sends of the bidirectional send_bw) was placed straight from
         // the frames.

@@ -630,6 +630,11 @@ pub struct TcpSummary {
     /// want of a block (`CoreStats::tcp_out_of_order_no_block`). Loss recovery is slower
     /// when this is not 0.
     pub out_of_order_dropped: u64,
+    /// Octets this side held out of order (and SACKed) and then gave up so that another of
+    /// its connections, under its share of the out-of-order budget, could hold a segment
+    /// (reneging, RFC 2018 8; `CoreStats::tcp_out_of_order_reneged`): the peer sends them
+    /// again.
+    pub out_of_order_reneged: u64,
     /// Received stream octets the engine deframed and placed straight from the frames
     /// (`CoreStats::rx_in_place_octets`); the rest went through the TCP receive queue.
     pub octets_placed_from_frames: u64,
@@ -656,6 +661,7 @@ impl TcpSummary {
             t.undone_recoveries += c.tcp_undone_recoveries;
             t.dsacks_received += c.tcp_dsacks_received;
             t.out_of_order_dropped += c.tcp_out_of_order_refused + c.tcp_out_of_order_no_block;
+            t.out_of_order_reneged += c.tcp_out_of_order_reneged;
             t.octets_placed_from_frames += c.rx_in_place_octets;
             t.octets_sent_from_memory += c.tx_from_memory_wire_octets;
         }
@@ -665,7 +671,7 @@ impl TcpSummary {
     /// One line for the text report.
     pub fn line(&self) -> String {
         format!(
-            "[iwperf] TCP (this side): {} segments sent, {} received, {} retransmitted, {} RTOs ({} spurious, undone), {} tail loss probes, {} recoveries ({} undone by D-SACKs, {} D-SACKs received), {} out-of-order segments dropped; {} received octets placed straight from the frames, {} sent straight from registered memory",
+            "[iwperf] TCP (this side): {} segments sent, {} received, {} retransmitted, {} RTOs ({} spurious, undone), {} tail loss probes, {} recoveries ({} undone by D-SACKs, {} D-SACKs received), {} out-of-order segments dropped ({} octets reneged); {} received octets placed straight from the frames, {} sent straight from registered memory",
             self.segments_sent,
             self.segments_received,
             self.retransmitted_segments,
@@ -676,6 +682,7 @@ impl TcpSummary {
             self.undone_recoveries,
             self.dsacks_received,
             self.out_of_order_dropped,
+            self.out_of_order_reneged,
             self.octets_placed_from_frames,
             self.octets_sent_from_memory
         )
@@ -693,6 +700,7 @@ impl TcpSummary {
             "undone_recoveries": self.undone_recoveries,
             "dsacks_received": self.dsacks_received,
             "out_of_order_dropped": self.out_of_order_dropped,
+            "out_of_order_reneged": self.out_of_order_reneged,
             "octets_placed_from_frames": self.octets_placed_from_frames,
             "octets_sent_from_memory": self.octets_sent_from_memory,
         })
