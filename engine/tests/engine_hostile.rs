@@ -544,29 +544,32 @@ fn atomic_and_read_requests_beyond_ird() {
     expect_terminate("ird-atomic", reqs, false, 1, (0, 2, 7));
 }
 
+/// An Atomic Response (QN 3, MSN 1) to a request nobody made.
+fn unsolicited_atomic_response_ulpdu() -> Vec<u8> {
+    seg(
+        SegmentRepr {
+            last: true,
+            buffer: DdpBuffer::Untagged {
+                rsvd_ulp2: 0,
+                qn: 3,
+                msn: 1,
+                mo: 0,
+            },
+            opcode: Opcode::AtomicResponse,
+            header: RdmapHeader::AtomicResponse(AtomicResponseRepr {
+                orig_request_id: 1,
+                orig_value: 5,
+            }),
+        },
+        &[],
+    )
+}
+
 /// EXT-5.2.2-*: an Atomic Response nobody asked for → 0/2/06 (as an unsolicited Read
 /// Response).
 #[test]
 fn unsolicited_atomic_response() {
-    let u = |_| {
-        vec![seg(
-            SegmentRepr {
-                last: true,
-                buffer: DdpBuffer::Untagged {
-                    rsvd_ulp2: 0,
-                    qn: 3,
-                    msn: 1,
-                    mo: 0,
-                },
-                opcode: Opcode::AtomicResponse,
-                header: RdmapHeader::AtomicResponse(AtomicResponseRepr {
-                    orig_request_id: 1,
-                    orig_value: 5,
-                }),
-            },
-            &[],
-        )]
-    };
+    let u = |_| vec![unsolicited_atomic_response_ulpdu()];
     expect_terminate("unsolicited-atomic", u, false, 1, (0, 2, 6));
 }
 
@@ -2213,23 +2216,7 @@ fn ext_8_1_2_refused_atomic_messages_copy_their_ddp_header() {
             &[],
         )
     };
-    let atomic_response = seg(
-        SegmentRepr {
-            last: true,
-            buffer: DdpBuffer::Untagged {
-                rsvd_ulp2: 0,
-                qn: 3,
-                msn: 1,
-                mo: 0,
-            },
-            opcode: Opcode::AtomicResponse,
-            header: RdmapHeader::AtomicResponse(AtomicResponseRepr {
-                orig_request_id: 1,
-                orig_value: 5,
-            }),
-        },
-        &[],
-    );
+    let atomic_response = unsolicited_atomic_response_ulpdu();
     for (name, aopcode) in [
         ("reserved AOpCode 1", Some(1)),
         ("AOpCode 0xF", Some(0xF)),
