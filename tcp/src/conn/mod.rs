@@ -327,12 +327,15 @@ type Plan = (TcpRepr<'static>, usize, usize);
 
 /// An out-of-order segment's octets the host's budget refused ([`Reassembly::insert`]'s
 /// `Stored::OverBudget`): `len` octets at stream offset `off`, `start` octets into the
-/// segment's payload.
+/// payload of the segment at `seq` with `payload_len` octets (which names that segment
+/// when the octets are stored again: never another's payload).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RefusedOutOfOrder {
     off: u64,
     start: usize,
     pub(crate) len: usize,
+    seq: TcpSeqNumber,
+    payload_len: usize,
 }
 
 /// What sets a segment of [`Connection::next_full_record`] apart from the others of its run:
@@ -1272,15 +1275,19 @@ impl Connection {
         self.refused_ooo.take()
     }
 
-    /// Stores the refused octets `r` of the segment whose payload is `payload` again, once
+    /// Stores the refused octets `r` of `seg`, the segment they were refused from, again, once
     /// the host had another connection renege (the segment's other effects, its ACK and
     /// D-SACK block, happened when it was handled). True if they are held now.
     pub(crate) fn store_refused_out_of_order(
         &mut self,
-        payload: &[u8],
+        seg: &TcpRepr<'_>,
         r: RefusedOutOfOrder,
     ) -> bool {
-        let Some(data) = payload.get(r.start..r.start + r.len) else {
+        // The segment the octets were refused from, and no other.
+        if seg.seq_number != r.seq || seg.payload.len() != r.payload_len {
+            return false;
+        }
+        let Some(data) = seg.payload.get(r.start..r.start + r.len) else {
             return false;
         };
         // Nothing the connection did since can have moved RCV.NXT past them or purged
@@ -2122,6 +2129,8 @@ impl Connection {
                             off,
                             start,
                             len: data.len(),
+                            seq: seg.seq_number,
+                            payload_len: seg.payload.len(),
                         });
                     }
                 }

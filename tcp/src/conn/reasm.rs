@@ -400,6 +400,12 @@ impl Reassembly {
         Stored::Held
     }
 
+    /// Octets of memory the blocks' buffers take (tests only).
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        self.blocks.values().map(VecDeque::capacity).sum()
+    }
+
     /// Counts (tests only) the octets of `buf` that growing it by `n` reallocates.
     #[inline(always)]
     fn note_growth(&mut self, buf: &VecDeque<u8>, n: usize) {
@@ -499,7 +505,17 @@ impl Reassembly {
                 }
                 freed += len;
             } else {
-                last.get_mut().truncate(len - (n - freed));
+                let b = last.get_mut();
+                b.truncate(len - (n - freed));
+                // The buffer's memory goes with the octets (truncating keeps it): the
+                // budget bounds what the blocks take, about twice the octets at most, and
+                // the connection reneged for takes its own. Shrunk to twice what is left
+                // once it takes four times that: the copy of what is left is paid for by
+                // the octets given up since the last one (at least half), so a peer
+                // cannot make each renege copy a large block.
+                if b.capacity() > 4 * b.len() {
+                    b.shrink_to(2 * b.len());
+                }
                 freed = n;
             }
         }
@@ -709,6 +725,46 @@ mod tests {
             assert_eq!(r.take_at(a), Some(want), "{a_len} {b_len} {new_len}");
             assert!(r.is_empty());
         }
+    }
+
+    /// A renege gives the memory of the octets it gives up back, not only their
+    /// count. The budget bounds what the host's reassemblies take in memory ("up to about
+    /// twice" the octets held, `StackConfig::out_of_order_budget_bytes`); a block cut at
+    /// its end kept its whole buffer, so a connection reneged from the whole budget down to
+    /// a share still held the memory of all of it while the connection it reneged for took
+    /// its share in new buffers: each holder kept twice its peak, not its share (RFC 2018 8
+    /// lets the receiver discard the octets; Linux's `tcp_prune_ofo_queue` frees them).
+    #[test]
+    fn renege_gives_the_memory_back() {
+        let budget = OutOfOrderBudget::new(1 << 20);
+        let mut r = Reassembly::default();
+        r.set_budget(Arc::clone(&budget), Some(0));
+        // One block of 64 segments behind a hole, grown segment by segment.
+        for k in 0..64u64 {
+            assert_eq!(r.insert(1000 + k * 1000, &[k as u8; 1000]), Stored::Held);
+        }
+        assert!(r.capacity() >= 64_000);
+        assert_eq!(r.renege(60_000), 60_000);
+        assert_eq!(r.octets(), 4_000);
+        assert!(
+            r.capacity() <= 2 * r.octets(),
+            "{} octets held in buffers of {}",
+            r.octets(),
+            r.capacity()
+        );
+        // Small reneges after it copy nothing again (the shrink is paid for by the octets
+        // given up before it, so a peer cannot make each renege copy the block).
+        let cap = r.capacity();
+        for _ in 0..10 {
+            assert_eq!(r.renege(1), 1);
+        }
+        assert_eq!(r.capacity(), cap);
+        // What is left is intact and grows again.
+        assert_eq!(r.insert(4990, &[3; 10]), Stored::Held);
+        assert_eq!(r.insert(5000, &[4; 1000]), Stored::Held);
+        let b = r.take_at(1000).expect("the block");
+        assert_eq!(b.len(), 5_000);
+        assert!(b.iter().enumerate().all(|(i, &o)| o == (i / 1000) as u8));
     }
 
     /// The host's budget over several reassemblies at once (the stack-wide bound

@@ -2507,13 +2507,13 @@ impl Inner {
         }
         mark_slot_dirty(s, &mut self.dirty, index);
         if let Some(r) = refused {
-            self.renege_for(index, seg.payload, r);
+            self.renege_for(index, seg, r);
         }
         true
     }
 
-    /// The host's out-of-order budget refused `r`, octets of the segment whose payload is
-    /// `payload`, for the connection in slot `index`. If that connection, holding them, would
+    /// The host's out-of-order budget refused `r`, octets of `seg`, for the connection in
+    /// slot `index`. If that connection, holding them, would
     /// hold no more than its share of the budget (the limit over the connections holding
     /// octets, itself included), and the largest other holder holds more, that holder
     /// gives up octets (its highest first, down to its share and at least as many as `r`
@@ -2525,7 +2525,7 @@ impl Inner {
     /// flood of refused segments costs a lookup each.
     #[cold]
     #[inline(never)]
-    fn renege_for(&mut self, index: u32, payload: &[u8], r: RefusedOutOfOrder) {
+    fn renege_for(&mut self, index: u32, seg: &TcpRepr<'_>, r: RefusedOutOfOrder) {
         let Some(Some(s)) = self.slots.get(index as usize) else {
             return;
         };
@@ -2548,7 +2548,7 @@ impl Inner {
             return;
         }
         if let Some(Some(s)) = self.slots.get_mut(index as usize) {
-            if s.conn.store_refused_out_of_order(payload, r) {
+            if s.conn.store_refused_out_of_order(seg, r) {
                 self.ooo_budget.forgive_refusal();
             }
         }
