@@ -613,8 +613,10 @@ impl CoreHandle {
     /// Whether the core will never run again: its thread ended, or (caller-driven) its
     /// loop panicked ([`CallerLock`] poisoned). Commands are refused then
     /// ([`EngineError::CoreGone`]): queued, none would ever be applied, and a caller that
-    /// waits for room in a full ring (a `QueuePair`'s drop) would wait for ever.
-    fn gone(&self) -> bool {
+    /// waits for room in a full ring (a `QueuePair`'s drop) would wait for ever. A caller
+    /// waiting for the reply of a command queued before the core went asks this too: that
+    /// command stays in the ring, its reply channel never sends nor closes.
+    pub fn gone(&self) -> bool {
         match &self.runner {
             Runner::Thread { join, .. } => join.as_ref().is_none_or(|j| j.is_finished()),
             Runner::Caller(c) => c.poisoned.load(Ordering::Relaxed),
@@ -742,6 +744,11 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
     mrs: Arc<MrTable>,
     clock: Clock,
 ) -> Result<CoreHandle, EngineError> {
+    // Checked before the rings are built from it, as `EngineCore::new` checks it (with
+    // the same error): a ring depth that is 0 or not a power of two panicked in
+    // `spsc::channel`, and an absurd one was allocated before anything refused it.
+    cfg.validate()
+        .map_err(|e| EngineError::LimitExceeded(e.field))?;
     let (commands, c2) = channel::<Command>(cfg.command_queue_depth);
     let (e2, events) = channel::<CmEvent>(cfg.event_queue_depth);
     let event_bell: Arc<OnceLock<Arc<Doorbell>>> = Arc::default();

@@ -109,3 +109,58 @@ fn mpa_7_1_1_3_a_flood_of_bad_requests_leaves_bounded_events_behind_the_ring() {
         FLOOD as u64
     );
 }
+
+/// A command or event ring depth that `EngineConfig::validate` refuses (0, or not a power
+/// of two) is the caller's error, named, as every other bad setting is
+/// (`EngineError::LimitExceeded` with the field): `spawn_core` built the two rings before
+/// the core checked its configuration, so such a depth panicked in `spsc::channel`
+/// ("capacity must be a power of two") on the caller's thread, and an absurd one
+/// (2^40) was allocated before anything refused it.
+#[test]
+fn spawn_core_refuses_a_bad_ring_depth_with_a_typed_error() {
+    use std::sync::Arc;
+    use warpcore_engine::mem::MrTable;
+    use warpcore_engine::runtime::{spawn_core, CoreSpec};
+    use warpcore_engine::tcp::link::{self, LinkConfig};
+    use warpcore_engine::EngineError;
+    type Set = fn(&mut EngineConfig);
+    let bad: [(&str, Set); 3] = [
+        ("command 0", |c| c.command_queue_depth = 0),
+        ("command 3", |c| c.command_queue_depth = 3),
+        ("event 5", |c| c.event_queue_depth = 5),
+    ];
+    for drive in [Drive::Thread, Drive::Caller] {
+        for (what, set) in bad {
+            let mut cfg = EngineConfig::default();
+            set(&mut cfg);
+            let want = cfg.validate().expect_err(what).field;
+            let (ours, _peer) = link::pair(&LinkConfig::default());
+            let spec = CoreSpec {
+                device: Box::new(move || Ok(ours)),
+                stack: StackConfig {
+                    mac: runtime_common::CORE_MAC,
+                    ip: Ipv4Cidr::new(Ipv4Address::new(10, 0, 0, 2), 24),
+                    gateway: None,
+                    routes: Vec::new(),
+                    random_seed: 7,
+                    max_connections: 16,
+                    out_of_order_budget_bytes: warpcore_engine::tcp::OUT_OF_ORDER_BUDGET_DEFAULT,
+                },
+                cpu: None,
+                drive,
+            };
+            let mrs = Arc::new(MrTable::new(cfg.mr_table_capacity));
+            let clock = Clock::new(StdInstant::now);
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                spawn_core(0, spec, cfg, mrs, clock).map(|_| ())
+            }));
+            match r {
+                Ok(Err(EngineError::LimitExceeded(field))) => {
+                    assert_eq!(field, want, "{drive:?}, {what}")
+                }
+                Ok(other) => panic!("{drive:?}, {what}: {other:?}"),
+                Err(_) => panic!("{drive:?}, {what}: spawn_core panicked"),
+            }
+        }
+    }
+}

@@ -60,6 +60,8 @@ impl CompletionChannel {
     /// queue of this channel to signal, and returns that queue (`ibv_get_cq_event`).
     /// [`Error::Timeout`] when none did in time. A zero timeout returns a pending event (a non-blocking
     /// `ibv_get_cq_event`). An event of a queue dropped meanwhile is skipped.
+    /// [`Error::EngineGone`] when no event is pending and the channel's caller-driven
+    /// context's cores stopped for good (a loop panicked): none can come any more.
     pub fn get_event(&self, timeout: Option<Duration>) -> Result<CompletionQueue, Error> {
         let deadline = timeout.and_then(crate::deadline_after);
         loop {
@@ -73,6 +75,13 @@ impl CompletionChannel {
                     let work = self.ctx.progress();
                     if let Some(id) = self.inner.get_event(Some(Duration::ZERO))? {
                         break id;
+                    }
+                    // Cores that stopped for good (a loop panicked) signal nothing more.
+                    if self.ctx.cores_gone() {
+                        match self.inner.get_event(Some(Duration::ZERO))? {
+                            Some(id) => break id,
+                            None => return Err(Error::EngineGone),
+                        }
                     }
                     if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
                         return Err(Error::Timeout);
@@ -124,7 +133,9 @@ impl AsRawFd for CompletionChannel {
 /// and returns it. It is also a file descriptor ([`AsFd`], [`AsRawFd`]) that becomes
 /// readable when events were handed over, for `poll()` and `epoll` loops (then take them
 /// with `get_event(Some(Duration::ZERO))` until it times out, which leaves the descriptor
-/// unreadable until the next hand-over). Poll the descriptor, do not read it.
+/// unreadable until the next hand-over). Poll the descriptor, do not read it. A new
+/// channel's descriptor starts readable once, events or not (an event queued while the
+/// channel was made must not wait for the next one): the first `get_event` may time out.
 #[derive(Debug, Clone)]
 pub struct EventChannel {
     pub(crate) bell: Arc<warpcore_engine::doorbell::Doorbell>,

@@ -420,6 +420,12 @@ impl Context {
         self.inner.cores.iter().any(CoreHandle::caller_driven)
     }
 
+    /// Whether this is a caller-driven context whose cores all stopped for good (each
+    /// one's loop panicked): nothing runs them again ([`polled::Driver::gone`]).
+    pub(crate) fn cores_gone(&self) -> bool {
+        self.caller_driven() && self.inner.cores.iter().all(CoreHandle::gone)
+    }
+
     /// Number of engine cores.
     pub fn cores(&self) -> usize {
         self.inner.cores.len()
@@ -715,6 +721,12 @@ impl Context {
                 for c in &self.inner.cores {
                     c.set_event_doorbell(Arc::clone(&b));
                 }
+                // A core that queued an event just before it could see the bell rang
+                // nothing, and this thread may not see that event's ring tail yet (a
+                // store on each side, then a load of the other's: no order without a
+                // fence on both). Rung once here, the first `get_event` takes the ring
+                // and looks at the queues again instead of sleeping until the next event.
+                b.ring();
                 *slot = Some(Arc::clone(&b));
                 b
             }
@@ -1859,12 +1871,18 @@ impl CompletionQueue {
 
     /// Waits up to `timeout` (`Duration::MAX`: until one comes) for one completion (spins
     /// briefly, then parks in short slices; only the calling thread waits).
+    /// [`Error::EngineGone`] when the queue is empty and its caller-driven context's cores
+    /// stopped for good (a loop panicked): none can come any more.
     pub fn wait(&self, timeout: Duration) -> Result<Completion, Error> {
         let deadline = deadline_after(timeout);
         let mut spins = 0u32;
         loop {
             if let Some(c) = self.driver.pop(&self.cq) {
                 return Ok(c);
+            }
+            if self.driver.gone() {
+                // What the core pushed before it stopped is still handed out.
+                return self.cq.pop().ok_or(Error::EngineGone);
             }
             if deadline.is_some_and(|d| StdInstant::now() >= d) {
                 return Err(Error::Timeout);
@@ -1881,6 +1899,8 @@ impl CompletionQueue {
     /// completion taken on the way is appended to `out` in queue order, so none is lost;
     /// returns the index in `out` of the one that ended the wait, or [`Error::Timeout`]
     /// (with whatever arrived meanwhile in `out`). `Duration::MAX` waits until one comes.
+    /// [`Error::EngineGone`] (with what was taken in `out`) when the queue is empty and its
+    /// caller-driven context's cores stopped for good (a loop panicked).
     pub fn wait_solicited(
         &self,
         timeout: Duration,
@@ -1900,6 +1920,12 @@ impl CompletionQueue {
             }
             if took {
                 spins = 0;
+            }
+            // Looked at after the queue was found empty: what the core pushed before it
+            // stopped was taken above (a push the panicking loop made meanwhile is taken
+            // on the next pass, which finds it before this test).
+            if self.driver.gone() && self.cq.is_empty() {
+                return Err(Error::EngineGone);
             }
             if deadline.is_some_and(|d| StdInstant::now() >= d) {
                 return Err(Error::Timeout);

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use crossbeam::channel::Receiver;
+use crossbeam::channel::{Receiver, RecvTimeoutError, TryRecvError};
 use warpcore_engine::runtime::CoreHandle;
 use warpcore_engine::{Completion, CompletionQueue};
 
@@ -48,19 +48,36 @@ pub(crate) fn progress_until(
 /// How long a control call waits for its reply.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How often a control call waiting on a core with its own thread looks whether that
+/// thread ended ([`CoreHandle::gone`]).
+const GONE_CHECK: Duration = Duration::from_millis(10);
+
 /// Waits for a control call's reply, running the core meanwhile if it is caller-driven.
+/// [`Error::EngineGone`] when the core stops for good while the call waits (its thread
+/// ended, or a caller-driven loop panicked): the command stays in the ring, never applied,
+/// and its reply channel neither sends nor closes, so the call waited out its whole
+/// timeout (a caller-driven one spinning at full speed all along).
 pub(crate) fn wait_reply<T>(core: &CoreHandle, rx: &Receiver<T>) -> Result<T, Error> {
-    if !core.caller_driven() {
-        return rx.recv_timeout(CALL_TIMEOUT).map_err(|_| Error::EngineGone);
-    }
     let deadline = Instant::now() + CALL_TIMEOUT;
+    let caller = core.caller_driven();
     loop {
-        core.progress();
-        if let Ok(r) = rx.try_recv() {
-            return Ok(r);
+        if caller {
+            core.progress();
+            match rx.try_recv() {
+                Ok(r) => return Ok(r),
+                Err(TryRecvError::Disconnected) => return Err(Error::EngineGone),
+                Err(TryRecvError::Empty) => {}
+            }
+        } else {
+            match rx.recv_timeout(GONE_CHECK) {
+                Ok(r) => return Ok(r),
+                Err(RecvTimeoutError::Disconnected) => return Err(Error::EngineGone),
+                Err(RecvTimeoutError::Timeout) => {}
+            }
         }
-        if Instant::now() >= deadline {
-            return Err(Error::EngineGone);
+        if core.gone() || Instant::now() >= deadline {
+            // A reply sent just before the core went (or the deadline passed) still counts.
+            return rx.try_recv().map_err(|_| Error::EngineGone);
         }
     }
 }
@@ -100,6 +117,14 @@ impl Driver {
             Some(ctx) if ctx.progress() => n + cq.pop_into(&mut out[n..]),
             _ => n,
         }
+    }
+
+    /// Whether the caller-driven context's cores all stopped for good (a loop panicked,
+    /// [`CoreHandle::gone`]): nothing will run them again, so nothing more completes into
+    /// its queues nor signals its channels, and a blocking wait must not go on. Always
+    /// false for cores with their own threads.
+    pub(crate) fn gone(&self) -> bool {
+        self.0.as_ref().is_some_and(Context::cores_gone)
     }
 
     /// The idle step of a blocking wait after `spins` empty polls: spin, then park in short

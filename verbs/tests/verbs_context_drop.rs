@@ -186,3 +186,115 @@ fn dropping_a_context_with_a_request_pending_resets_its_initiator() {
     );
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
 }
+
+/// A control call (here `Context::stats`) whose command is queued on a caller-driven core
+/// when another thread's loop on that core panics: the core is gone, its command is never
+/// applied, and the call must say so (`Error::EngineGone`) at once, as a call made after
+/// the panic does (`CoreGone` from the refused submit). It spun instead, trying the
+/// poisoned core and the reply channel back to back at full speed, for the whole call
+/// timeout (30 s). The panic is forced after the call's command is queued: the holder
+/// keeps the core (inside `progress_until`) until the caller thread is about to call,
+/// and a while more.
+#[test]
+fn a_control_call_on_a_core_that_panics_meanwhile_returns_at_once() {
+    use std::sync::mpsc;
+    let (dev_a, _dev_b) = link_pair(&LinkConfig::default());
+    let mut cfg = Config::new(dev_a, [10, 0, 0, 1]);
+    cfg.drive = Drive::Caller;
+    let ctx = Context::open(cfg).unwrap();
+    let (held_tx, held_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let holder = {
+        let ctx = ctx.clone();
+        std::thread::spawn(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                ctx.progress_until(u32::MAX, || {
+                    let _ = held_tx.send(());
+                    let _ = go_rx.recv();
+                    panic!("the holder's test panicked");
+                })
+            }));
+            assert!(r.is_err());
+        })
+    };
+    held_rx.recv().unwrap();
+    let (about_tx, about_rx) = mpsc::channel::<()>();
+    let (done_tx, done_rx) = mpsc::channel();
+    {
+        let ctx = ctx.clone();
+        std::thread::spawn(move || {
+            about_tx.send(()).unwrap();
+            let _ = done_tx.send(ctx.stats().map(|_| ()));
+        });
+    }
+    about_rx.recv().unwrap();
+    // The call queues its command (a push under a mutex) and then waits for the reply.
+    std::thread::sleep(Duration::from_millis(200));
+    go_tx.send(()).unwrap();
+    holder.join().unwrap();
+    match done_rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(Err(Error::EngineGone)) => {}
+        Ok(other) => panic!("the call returned {other:?}"),
+        Err(_) => panic!("the call still waits for a core that panicked"),
+    }
+}
+
+/// Blocking waits on a caller-driven context whose core's loop panicked (the only core it
+/// has): nothing will ever run it, so nothing will complete into its queues or signal its
+/// channel. `CompletionQueue::wait`, `wait_solicited` and `CompletionChannel::get_event`
+/// with no deadline waited for ever (spinning and yielding), where posts and control calls
+/// on that core already give up with `Error::EngineGone`; they must too, once the queue
+/// holds nothing more.
+#[test]
+fn blocking_waits_on_a_caller_driven_core_that_panicked_return() {
+    use std::sync::mpsc;
+    let (dev_a, _dev_b) = link_pair(&LinkConfig::default());
+    let mut cfg = Config::new(dev_a, [10, 0, 0, 1]);
+    cfg.drive = Drive::Caller;
+    let ctx = Context::open(cfg).unwrap();
+    let ch = ctx.create_comp_channel().unwrap();
+    let cq = ctx.create_cq_with_channel(16, &ch).unwrap();
+    cq.req_notify(false).unwrap();
+    // A completion queued before the panic is still handed out.
+    cq.push_flushed(
+        7,
+        QpId {
+            core: 0,
+            index: 0,
+            generation: 0,
+        },
+        WcOpcode::Send,
+    );
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        ctx.progress_until(10, || panic!("the caller's test panicked"))
+    }));
+    assert!(r.is_err());
+    assert_eq!(
+        ch.get_event(Some(Duration::ZERO)).map(|q| q.id()).ok(),
+        Some(cq.id())
+    );
+    assert_eq!(cq.wait(Duration::MAX).map(|c| c.wr_id).ok(), Some(7));
+    let (tx, rx) = mpsc::channel();
+    {
+        let (cq, ch) = (cq.clone(), ch.clone());
+        std::thread::spawn(move || {
+            let _ = tx.send(("wait", cq.wait(Duration::MAX).map(|_| ())));
+            let mut out = Vec::new();
+            let _ = tx.send((
+                "wait_solicited",
+                cq.wait_solicited(Duration::MAX, &mut out).map(|_| ()),
+            ));
+            cq.req_notify(false).unwrap();
+            let _ = tx.send(("get_event", ch.get_event(None).map(|_| ())));
+        });
+    }
+    for want in ["wait", "wait_solicited", "get_event"] {
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok((what, r)) => {
+                assert_eq!(what, want);
+                assert!(matches!(r, Err(Error::EngineGone)), "{what}: {r:?}");
+            }
+            Err(_) => panic!("{want} still waits on a core that panicked"),
+        }
+    }
+}
