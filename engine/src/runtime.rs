@@ -611,7 +611,7 @@ impl CoreHandle {
     }
 
     /// Whether the core will never run again: its thread ended, or (caller-driven) its
-    /// loop panicked ([`CallerLock`] poisoned). Commands are refused then
+    /// loop panicked (the lock of its loop poisoned). Commands are refused then
     /// ([`EngineError::CoreGone`]): queued, none would ever be applied, and a caller that
     /// waits for room in a full ring (a `QueuePair`'s drop) would wait for ever. A caller
     /// waiting for the reply of a command queued before the core went asks this too: that
