@@ -362,12 +362,57 @@ for t in write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat; do
 done
 
 # --- 4. errors users hit -------------------------------------------------------------------
+# launcher_refusals: with-warpcore refuses what it would otherwise drop without a
+# word, before the program runs (exit 2, the options named): a second device (the port
+# is the first vdev's; a --pci beside it was probed and never used, a second --memif*
+# made the engine fail only at the program's first verbs call), none at all, an option
+# given twice (the last silently won), a --vdev holding the ';' that separates vdevs in
+# WARPCORE_VDEV. A stand-in cargo: nothing is built, the "libraries" are marked files.
+launcher_refusals() {
+    local d="$work/launcher-stub" out rc args
+    mkdir -p "$d/bin" "$d/target/release"
+    printf '#!/bin/sh\nexit 0\n' >"$d/bin/cargo"
+    chmod +x "$d/bin/cargo"
+    for l in libibverbs librdmacm libwcstandin; do echo "$l" >"$d/target/release/$l.so"; done
+    local -a cases=(
+        "--pci|--memif-server $sock --pci 0000:00:04.0 --ip 10.77.0.1"
+        "--memif-server|--memif $sock --memif-server $sock --ip 10.77.0.1"
+        "--vdev|--pci 0000:00:04.0 --vdev net_tap0 --ip 10.77.0.1"
+        "--ip given twice|--memif $sock --ip 10.77.0.1 --ip 10.77.0.2"
+        "--poll-mode given twice|--poll-mode busy --memif $sock --poll-mode caller --ip 10.77.0.1"
+        "no device|--ip 10.77.0.1"
+        "';'|--vdev net_tap0;net_tap1 --ip 10.77.0.1"
+    )
+    for c in "${cases[@]}"; do
+        read -r -a args <<<"${c#*|}"
+        rc=0
+        out=$(PATH="$d/bin:$PATH" CARGO_TARGET_DIR="$d/target" "$root/scripts/with-warpcore" \
+            "${args[@]}" -- true 2>&1) || rc=$?
+        [[ $rc -eq 2 ]] && grep -qF -- "${c%%|*}" <<<"$out" ||
+            bad "launcher_refusals: with-warpcore ${args[*]} exited $rc, not 2 naming '${c%%|*}': $out"
+    done
+    # Still taken: --vdev repeated (every vdev is probed, the first is the port).
+    rc=0
+    out=$(PATH="$d/bin:$PATH" CARGO_TARGET_DIR="$d/target" "$root/scripts/with-warpcore" \
+        --vdev net_tap0 --vdev net_tap1 --ip 10.77.0.1 -- sh -c 'echo "$WARPCORE_VDEV"' 2>&1) || rc=$?
+    [[ $rc -eq 0 && $out == "net_tap0;net_tap1" ]] ||
+        bad "launcher_refusals: --vdev twice was not taken (exit $rc): $out"
+    ok "launcher_refusals: two devices, none, an option twice, a ';' in --vdev: refused, named"
+}
+launcher_refusals
 out=$(env -u WARPCORE_IP WARPCORE_MEMIF="$sock" LD_LIBRARY_PATH="$lib" ibv_devices 2>&1)
 grep -q "WARPCORE_IP" <<<"$out" || bad "a missing WARPCORE_IP is not named: $out"
 ok "a missing WARPCORE_IP is named: $(grep WARPCORE_IP <<<"$out" | head -1)"
 out=$(WARPCORE_IP=10.77.0.1 WARPCORE_MEMIF="$sock" WARPCORE_CRC=maybe LD_LIBRARY_PATH="$lib" ibv_devices 2>&1)
 grep -q "WARPCORE_CRC" <<<"$out" || bad "a bad WARPCORE_CRC is not named: $out"
 ok "a bad WARPCORE_CRC is named"
+# own_variable_named_at_listing: a bad variable the drop-in reads itself is named
+# when the device list is asked for, and no device is listed (before, WARPCORE_SETTLE_MS=abc
+# listed warpcore0 and was taken for 0 at the first connection).
+out=$(WARPCORE_IP=10.77.0.1 WARPCORE_MEMIF="$sock" WARPCORE_SETTLE_MS=abc LD_LIBRARY_PATH="$lib" ibv_devices 2>&1)
+grep -q "WARPCORE_SETTLE_MS" <<<"$out" && ! grep -q "warpcore0" <<<"$out" ||
+    bad "own_variable_named_at_listing: a bad WARPCORE_SETTLE_MS is not named, or a device is listed: $out"
+ok "own_variable_named_at_listing: a bad WARPCORE_SETTLE_MS is named, no device listed"
 # udaddy asks for UD (the RDMA_PS_UDP port space): refused with EOPNOTSUPP (iWARP has
 # none), promptly and without a crash.
 rm -f "$sock"

@@ -96,8 +96,17 @@ impl CpuList {
             }
             Ok(n)
         };
+        if s.trim().is_empty() {
+            return Err(format!("empty CPU list {s:?}"));
+        }
         let mut v = Vec::new();
-        for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        for part in s.trim().split(',') {
+            if part.trim().is_empty() {
+                // "0,,1": a CPU left out, not one fewer asked for.
+                return Err(format!(
+                    "empty element in CPU list {s:?} (expected e.g. 0,1 or 0-3)"
+                ));
+            }
             match part.split_once('-') {
                 Some((a, b)) => {
                     let (a, b) = (cpu(a)?, cpu(b)?);
@@ -108,9 +117,6 @@ impl CpuList {
                 }
                 None => v.push(cpu(part)?),
             }
-        }
-        if v.is_empty() {
-            return Err(format!("empty CPU list {s:?}"));
         }
         Ok(v)
     }
@@ -310,6 +316,14 @@ pub fn finish_capture(path: &Path) -> Result<u64, String> {
 /// A memif server refuses to start on a socket file left by a dead process, and two servers
 /// on one live socket would steal each other's peer: remove a stale file, refuse a live one.
 pub fn check_memif_socket(vdev: &str) -> Result<(), DeviceError> {
+    check_memif_socket_in(vdev, || std::fs::read_to_string("/proc/net/unix"))
+}
+
+/// [`check_memif_socket`] with the kernel's table of Unix sockets read by `unix_table`.
+fn check_memif_socket_in(
+    vdev: &str,
+    unix_table: impl FnOnce() -> std::io::Result<String>,
+) -> Result<(), DeviceError> {
     if !vdev.starts_with("net_memif") {
         return Ok(());
     }
@@ -330,7 +344,15 @@ pub fn check_memif_socket(vdev: &str) -> Result<(), DeviceError> {
     // memif listens on a SOCK_SEQPACKET socket, which std cannot connect to; the kernel's
     // table of Unix sockets says whether a process still listens on the path
     // (flag __SO_ACCEPTCON, 0x10000).
-    let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    // A table that cannot be read says nothing: taken for empty, it would have made a live
+    // server's socket stale, removed under it.
+    let table = unix_table().map_err(|e| DeviceError::MemifSocket {
+        path: sock.into(),
+        why: format!(
+            "exists, and whether a process listens on it cannot be told: /proc/net/unix: {e} \
+             (remove the file if no memif server uses it)"
+        ),
+    })?;
     let live = table.lines().skip(1).any(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
         f.len() >= 8 && f[7] == sock && f[3] == "00010000"
@@ -1151,5 +1173,49 @@ mod tests {
         };
         let e = d.open_engine_pair(&o, addrs).unwrap_err();
         assert!(e.to_string().starts_with("--vdev:"), "{e}");
+    }
+
+    /// An empty element of a CPU list (a CPU left out by a typo, "0,,1", "0,", ",1") is
+    /// refused, not dropped: the user meant a CPU there.
+    #[test]
+    fn cpu_list_empty_element_is_refused() {
+        for v in ["0,,1", "0,", ",1", " , "] {
+            let e = v.parse::<CpuList>().unwrap_err();
+            assert!(e.contains("empty element"), "{v:?}: {e}");
+            assert!(e.contains(&format!("{v:?}")), "{v:?}: {e}");
+        }
+        assert_eq!("0, 2-3".parse::<CpuList>().unwrap().0, [0, 2, 3]);
+        assert_eq!(" 1 ".parse::<CpuList>().unwrap().0, [1]);
+    }
+
+    /// Whether a process still listens on a memif server's socket is read from
+    /// /proc/net/unix; when that cannot be read the check fails, naming why, instead of
+    /// taking the socket for stale and removing it from under a live server.
+    #[test]
+    fn memif_liveness_check_that_cannot_run_fails() {
+        let dir = std::env::temp_dir().join(format!("wc-review-memif-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("s.sock");
+        std::fs::write(&sock, b"").unwrap();
+        let vdev = format!(
+            "net_memif0,role=server,socket={},socket-abstract=no,rsize=10",
+            sock.display()
+        );
+        let unreadable = || Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied));
+        let e = check_memif_socket_in(&vdev, unreadable)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("/proc/net/unix"), "{e}");
+        assert!(
+            sock.exists(),
+            "the socket was removed though nobody could tell it stale"
+        );
+        // Readable and nobody listening: stale, removed.
+        check_memif_socket_in(&vdev, || {
+            Ok("Num RefCount Protocol Flags Type St Inode Path\n".into())
+        })
+        .unwrap();
+        assert!(!sock.exists());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

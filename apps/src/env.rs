@@ -2,14 +2,15 @@
 //! drop-in rdma-core libraries run unmodified applications whose command lines are theirs
 //! (issue 13), so the device, the address, the cores, the poll mode and the MPA options
 //! come from `WARPCORE_*` variables instead. A variable that is missing where one is
-//! needed, or whose value is bad, is an [`EnvError`] naming it and saying what was wanted.
+//! needed, or whose value is bad (not UTF-8 too), is an [`EnvError`] naming it and saying
+//! what was wanted.
 //!
 //! | variable | meaning |
 //! | --- | --- |
-//! | `WARPCORE_MEMIF_SERVER=PATH` | a net_memif port, this process the memif server of `PATH` |
-//! | `WARPCORE_MEMIF=PATH` | a net_memif port, this process the memif client of `PATH` |
+//! | `WARPCORE_MEMIF_SERVER=PATH` | a net_memif port, this process the memif server of `PATH` (no `,` or `=` in it) |
+//! | `WARPCORE_MEMIF=PATH` | a net_memif port, this process the memif client of `PATH` (no `,` or `=` in it) |
 //! | `WARPCORE_VDEV=ARGS[;ARGS...]` | DPDK vdevs (`net_tap0,iface=...`, `net_af_packet0,...`) |
-//! | `WARPCORE_PCI=ADDR` | a NIC by PCI address |
+//! | `WARPCORE_PCI=ADDR` | a NIC by PCI address (not beside a memif or a vdev) |
 //! | `WARPCORE_EAL="ARGS"` | EAL arguments verbatim (replacing the defaults) |
 //! | `WARPCORE_IP=A.B.C.D[/LEN]` | this side's address (required), /24 when no length |
 //! | `WARPCORE_GATEWAY=A.B.C.D` | default gateway |
@@ -23,6 +24,7 @@
 //! | `WARPCORE_MPA_REV=1\|2` | MPA revision (default 2) |
 //! | `WARPCORE_P2P=none\|write\|send\|read` | RFC 6581 peer-to-peer mode and the RTR offered (default write) |
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use warpcore_verbs::{Drive, MpaParams, RtrTypes};
@@ -52,14 +54,32 @@ pub struct EnvConfig {
 
 /// Reads the configuration from the process environment.
 pub fn from_env() -> Result<EnvConfig, EnvError> {
-    from_vars(|k| std::env::var(k).ok())
+    from_os_vars(|k| std::env::var_os(k))
+}
+
+/// One variable's value as text: `None` when unset, an [`EnvError`] naming it when it is
+/// set but not UTF-8 (taken for unset, it would have left a default in its place or been
+/// reported as missing).
+pub fn utf8_var(var: &'static str, v: Option<OsString>) -> Result<Option<String>, EnvError> {
+    v.map(|v| {
+        v.into_string().map_err(|v| EnvError {
+            var,
+            why: format!("{v:?} is not valid UTF-8"),
+        })
+    })
+    .transpose()
 }
 
 /// Reads the configuration from `get` (the environment, or a map in tests).
 pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<EnvConfig, EnvError> {
+    from_os_vars(|k| get(k).map(OsString::from))
+}
+
+/// Reads the configuration from `get`, values as the environment holds them (any octets).
+pub fn from_os_vars(get: impl Fn(&str) -> Option<OsString>) -> Result<EnvConfig, EnvError> {
     let bad = |var: &'static str, why: String| EnvError { var, why };
     let parse = |var: &'static str, want: &str| -> Result<Option<String>, EnvError> {
-        match get(var) {
+        match utf8_var(var, get(var))? {
             Some(v) if v.trim().is_empty() => Err(bad(var, format!("is empty; expected {want}"))),
             v => Ok(v),
         }
@@ -75,6 +95,8 @@ pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<EnvConfig, EnvE
             .ok_or_else(|| bad("WARPCORE_MTU", format!("{m:?}: expected 576 to 9000")))?;
         dev.mtu = Some(mtu);
     }
+    // Which of the two memif variables made the memif port, if one did.
+    let mut memif_var: Option<&'static str> = None;
     for (var, role) in [
         ("WARPCORE_MEMIF_SERVER", "server"),
         ("WARPCORE_MEMIF", "client"),
@@ -88,6 +110,19 @@ pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<EnvConfig, EnvE
                         .into(),
                 ));
             }
+            // The path goes into DPDK's device arguments, `key=value` pairs split at ','
+            // and '=': such a path would be cut there (a socket other than the one named,
+            // or an EAL that refuses an argument it did not get).
+            if let Some(c) = p.chars().find(|c| matches!(c, ',' | '=')) {
+                return Err(bad(
+                    var,
+                    format!(
+                        "{p:?}: a memif socket path cannot hold {c:?} (DPDK's device \
+                         arguments are split there); pick another path"
+                    ),
+                ));
+            }
+            memif_var = Some(var);
             dev.vdev.push(format!(
                 "net_memif0,role={role},socket={p},socket-abstract=no,{}",
                 dev.memif_ring_args()
@@ -99,6 +134,15 @@ pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<EnvConfig, EnvE
             .extend(v.split(';').filter(|s| !s.is_empty()).map(String::from));
     }
     dev.pci = parse("WARPCORE_PCI", "a PCI address")?;
+    if let (Some(pci), false) = (&dev.pci, dev.vdev.is_empty()) {
+        // The port is the first vdev's (the environment has no --dpdk-port): the NIC would
+        // only be probed, never used.
+        let other = memif_var.unwrap_or("WARPCORE_VDEV");
+        return Err(bad(
+            "WARPCORE_PCI",
+            format!("{pci:?} and {other} name two ports; the engine runs on one: set one of them"),
+        ));
+    }
     dev.eal = parse("WARPCORE_EAL", "EAL arguments")?;
     if !dev.names_port() {
         return Err(bad(
@@ -324,5 +368,69 @@ mod tests {
             assert!(e.to_string().contains(says), "{vars:?}: {e}");
             assert!(e.to_string().starts_with(var), "{e}");
         }
+    }
+
+    /// A value that is not UTF-8 is named, not taken for unset: WARPCORE_CRC would have
+    /// fallen back to its default silently, and a memif path was reported as no device
+    /// under WARPCORE_MEMIF_SERVER.
+    #[test]
+    fn non_utf8_value_is_named() {
+        use std::os::unix::ffi::OsStringExt;
+        for (var, base) in [
+            (
+                "WARPCORE_CRC",
+                &[("WARPCORE_MEMIF", "/s"), ("WARPCORE_IP", "1.2.3.4")][..],
+            ),
+            ("WARPCORE_MEMIF", &[("WARPCORE_IP", "1.2.3.4")][..]),
+            ("WARPCORE_IP", &[("WARPCORE_MEMIF", "/s")][..]),
+        ] {
+            let e = from_os_vars(|k| {
+                if k == var {
+                    return Some(OsString::from_vec(b"o\xffn".to_vec()));
+                }
+                base.iter()
+                    .find(|(b, _)| *b == k)
+                    .map(|(_, v)| OsString::from(v))
+            })
+            .unwrap_err();
+            assert_eq!(e.var, var, "{e}");
+            assert!(e.to_string().contains("not valid UTF-8"), "{e}");
+        }
+    }
+
+    /// A memif socket path with a ',' or '=' would be cut in DPDK's device arguments: it
+    /// is refused, naming the variable, not passed on as another socket.
+    #[test]
+    fn memif_path_that_device_arguments_cut_is_refused() {
+        for var in ["WARPCORE_MEMIF", "WARPCORE_MEMIF_SERVER"] {
+            for path in ["/tmp/a,b.sock", "/tmp/a=b.sock"] {
+                let e = run(&[(var, path), ("WARPCORE_IP", "1.2.3.4")]).unwrap_err();
+                assert_eq!(e.var, var, "{e}");
+                assert!(e.to_string().contains("cannot hold"), "{e}");
+            }
+        }
+    }
+
+    /// WARPCORE_PCI beside a memif or a vdev named a NIC the engine never used: the port is
+    /// the first vdev's (the environment has no `--dpdk-port`), the NIC only probed. It is
+    /// refused, naming both, not ignored.
+    #[test]
+    fn pci_beside_a_vdev_is_refused() {
+        for other in [
+            ("WARPCORE_MEMIF", "/s"),
+            ("WARPCORE_MEMIF_SERVER", "/s"),
+            ("WARPCORE_VDEV", "net_tap0,iface=wc0"),
+        ] {
+            let e = run(&[
+                other,
+                ("WARPCORE_PCI", "0000:00:04.0"),
+                ("WARPCORE_IP", "1.2.3.4"),
+            ])
+            .unwrap_err();
+            assert_eq!(e.var, "WARPCORE_PCI", "{e}");
+            assert!(e.to_string().contains(other.0), "{e}");
+        }
+        let c = run(&[("WARPCORE_PCI", "0000:00:04.0"), ("WARPCORE_IP", "1.2.3.4")]).unwrap();
+        assert_eq!(c.dev.pci.as_deref(), Some("0000:00:04.0"));
     }
 }

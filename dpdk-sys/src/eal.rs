@@ -1,6 +1,7 @@
 //! The Environment Abstraction Layer: argument builder and one-time initialisation.
 
 use std::ffi::{c_char, c_int, CStr, CString};
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::{ffi, Error};
@@ -167,6 +168,7 @@ impl EalBuilder {
                 reason: Error::last_reason(),
             });
         }
+        remove_empty_runtime_dir();
         // rte_eal_init returns how many arguments its getopt took, having moved the ones it
         // did not (anything not an option: `-l 0 1` leaves `1`) past them, to argv[ret + 1..],
         // and ignores those: the EAL is up, but not as asked.
@@ -259,6 +261,22 @@ impl EalBuilder {
     }
 }
 
+/// Removes the runtime directory of the EAL this process just started if it holds nothing.
+/// DPDK makes one for the file prefix (`/var/run/dpdk/PREFIX` for root, else under
+/// `$XDG_RUNTIME_DIR` or `/tmp`) and never removes it; Warpcore's prefixes carry the process
+/// id, so every run left one behind. With nothing shared (`--no-shconf`, which
+/// `--in-memory` implies: no configuration file, no multi-process socket; with
+/// `--no-telemetry`, no telemetry socket) it is empty once `rte_eal_init` returns, and
+/// nothing is made there later. `rmdir` removes only an empty directory: one that holds
+/// anything (a shared configuration, a telemetry socket) stays.
+fn remove_empty_runtime_dir() {
+    // SAFETY: rte_eal_init succeeded; the call returns a pointer to the EAL's static,
+    // NUL-terminated path.
+    let p = unsafe { CStr::from_ptr(ffi::rte_eal_get_runtime_dir()) };
+    let dir = std::path::Path::new(std::ffi::OsStr::from_bytes(p.to_bytes()));
+    let _ = std::fs::remove_dir(dir);
+}
+
 /// Linux's `EEXIST`: what `rte_dev_probe` answers (negated) for a device already probed.
 const EEXIST: c_int = 17;
 
@@ -289,6 +307,15 @@ impl Eal {
     pub fn port_count(&self) -> u16 {
         // SAFETY: the EAL is initialised (self exists); the call only reads the port table.
         unsafe { ffi::rte_eth_dev_count_avail() }
+    }
+
+    /// The EAL's runtime directory (`/var/run/dpdk/PREFIX` for root): removed at start
+    /// when it held nothing ([`EalBuilder::init`]), so it need not exist.
+    pub fn runtime_dir(&self) -> std::path::PathBuf {
+        // SAFETY: the EAL is initialised (self exists); the call returns a pointer to the
+        // EAL's static, NUL-terminated path.
+        let p = unsafe { CStr::from_ptr(ffi::rte_eal_get_runtime_dir()) };
+        std::path::PathBuf::from(std::ffi::OsStr::from_bytes(p.to_bytes()))
     }
 
     /// Whether `rte_eal_init` has been attempted in this process.

@@ -963,18 +963,10 @@ fn with_qp_id(qp: QpId, f: impl FnOnce(&Id) -> (rdma_cm_event_type, c_int, Vec<u
     drop(reg);
 }
 
-/// `WARPCORE_SETTLE_MS` (default 0): how long an active side's ESTABLISHED is held back.
+/// `WARPCORE_SETTLE_MS` (default 0): how long an active side's ESTABLISHED is held back
+/// (read, and a bad value refused, when the engine starts: `crate::own_vars`).
 fn settle_ms() -> u64 {
-    static S: OnceLock<u64> = OnceLock::new();
-    *S.get_or_init(|| match std::env::var("WARPCORE_SETTLE_MS") {
-        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
-            eprintln!(
-                "warpcore: WARPCORE_SETTLE_MS={v:?} is not a number of milliseconds; using 0"
-            );
-            0
-        }),
-        Err(_) => 0,
-    })
+    crate::engine_if_open().map_or(0, |e| e.settle_ms)
 }
 
 // ---------------------------------------------------------------- channels and events

@@ -132,6 +132,8 @@ pub(crate) struct Engine {
     pub ctx: Context,
     pub mpa: MpaParams,
     pub rfc7306: bool,
+    /// `WARPCORE_SETTLE_MS`.
+    pub settle_ms: u64,
     pub ip: std::net::Ipv4Addr,
     pub prefix_len: u8,
     pub gateway: bool,
@@ -167,44 +169,84 @@ pub(crate) fn engine_if_open() -> Option<&'static Engine> {
 /// `ibv_query_device`'s `max_cqe` (2^20 entries).
 pub(crate) const COMPAT_MAX_CQE: usize = 1 << 20;
 
-/// A memif client (`WARPCORE_MEMIF`) needs its server's socket when its engine starts. The
-/// ranks of an MPI job start together, so one may ask first: wait for the socket, at most
-/// `WARPCORE_MEMIF_WAIT` seconds (default 30), then let the engine say why it cannot
-/// connect. Here, at the engine's start, not before the program: an application may make
-/// its peer start its engine first (fi_pingpong's server opens its device only once the
-/// client's control connection arrived).
-fn wait_for_memif_server() -> Result<(), String> {
-    use std::os::unix::fs::FileTypeExt;
-    let Ok(path) = std::env::var("WARPCORE_MEMIF") else {
-        return Ok(());
-    };
-    let secs: u64 = match std::env::var("WARPCORE_MEMIF_WAIT") {
-        Err(_) => 30,
-        Ok(v) => v.parse().map_err(|_| {
-            format!("WARPCORE_MEMIF_WAIT: {v:?}: expected whole seconds to wait for the memif server's socket")
-        })?,
-    };
-    let is_socket = || std::fs::metadata(&path).is_ok_and(|m| m.file_type().is_socket());
-    let start = std::time::Instant::now();
-    while !is_socket() && start.elapsed() < std::time::Duration::from_secs(secs) {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    Ok(())
+/// What the drop-in reads of the environment itself (the rest is `warpcore_apps::env`'s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OwnVars {
+    /// `WARPCORE_RFC7306` (default on).
+    pub rfc7306: bool,
+    /// `WARPCORE_SETTLE_MS` (default 0).
+    pub settle_ms: u64,
+    /// `WARPCORE_MEMIF_WAIT` (default 30).
+    pub memif_wait_s: u64,
 }
 
-fn open_engine() -> Result<Engine, String> {
-    use warpcore_apps::device::{EngineOptions, MemifRole};
-    let env = warpcore_apps::env::from_env().map_err(|e| e.to_string())?;
-    let rfc7306 = match std::env::var("WARPCORE_RFC7306").as_deref() {
-        Err(_) | Ok("on") => true,
-        Ok("off") => false,
-        Ok(o) => {
+/// Reads [`OwnVars`] through `get` (the environment, or a map in tests). A bad value, or
+/// one that is not UTF-8, is an error naming the variable: it stops the engine's start
+/// instead of leaving the default in its place.
+pub(crate) fn own_vars(
+    get: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Result<OwnVars, String> {
+    let var = |k: &'static str| warpcore_apps::env::utf8_var(k, get(k)).map_err(|e| e.to_string());
+    let rfc7306 = match var("WARPCORE_RFC7306")?.as_deref() {
+        None | Some("on") => true,
+        Some("off") => false,
+        Some(o) => {
             return Err(format!(
                 "WARPCORE_RFC7306: {o:?}: expected on or off (off towards siw, which has no \
                  RFC 7306)"
             ))
         }
     };
+    let settle_ms = match var("WARPCORE_SETTLE_MS")? {
+        None => 0,
+        Some(v) => v.trim().parse().map_err(|_| {
+            format!(
+                "WARPCORE_SETTLE_MS: {v:?}: expected whole milliseconds to hold an active \
+                 side's ESTABLISHED back"
+            )
+        })?,
+    };
+    let memif_wait_s = match var("WARPCORE_MEMIF_WAIT")? {
+        None => 30,
+        Some(v) => v.parse().map_err(|_| {
+            format!(
+                "WARPCORE_MEMIF_WAIT: {v:?}: expected whole seconds to wait for the memif \
+                 server's socket"
+            )
+        })?,
+    };
+    Ok(OwnVars {
+        rfc7306,
+        settle_ms,
+        memif_wait_s,
+    })
+}
+
+/// A memif client (`WARPCORE_MEMIF`) needs its server's socket when its engine starts. The
+/// ranks of an MPI job start together, so one may ask first: wait for the socket, at most
+/// `WARPCORE_MEMIF_WAIT` seconds (default 30), then let the engine say why it cannot
+/// connect. Here, at the engine's start, not before the program: an application may make
+/// its peer start its engine first (fi_pingpong's server opens its device only once the
+/// client's control connection arrived).
+fn wait_for_memif_server(secs: u64) {
+    use std::os::unix::fs::FileTypeExt;
+    let Some(path) = std::env::var_os("WARPCORE_MEMIF") else {
+        return;
+    };
+    let is_socket = || std::fs::metadata(&path).is_ok_and(|m| m.file_type().is_socket());
+    let start = std::time::Instant::now();
+    while !is_socket() && start.elapsed() < std::time::Duration::from_secs(secs) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// `WARPCORE_CAPTURE` as the engine started with it (what [`finish_capture`] rewrites).
+static CAPTURE: OnceLock<std::path::PathBuf> = OnceLock::new();
+
+fn open_engine() -> Result<Engine, String> {
+    use warpcore_apps::device::{EngineOptions, MemifRole};
+    let env = warpcore_apps::env::from_env().map_err(|e| e.to_string())?;
+    let own = own_vars(|k| std::env::var_os(k))?;
     let drive = env.drive;
     let configure = move |c: &mut warpcore_verbs::Config| {
         c.drive = drive;
@@ -218,21 +260,24 @@ fn open_engine() -> Result<Engine, String> {
         configure: &configure,
         ..EngineOptions::new("warpcore-verbs", MemifRole::Client)
     };
-    wait_for_memif_server()?;
+    wait_for_memif_server(own.memif_wait_s);
     let ep = env.dev.open_engine(&opts).map_err(|e| e.to_string())?;
     let ip = env.dev.ip.map(|p| (p.addr, p.len)).unwrap_or((ep.ip, 24));
     let e = Engine {
         ctx: ep.ctx,
         mpa: env.mpa,
-        rfc7306,
+        rfc7306: own.rfc7306,
+        settle_ms: own.settle_ms,
         ip: ip.0,
         prefix_len: ip.1,
         gateway: env.dev.gateway.is_some(),
     };
     cm::start_dispatcher(&e.ctx).map_err(|err| format!("the CM event thread: {err}"))?;
-    if env.dev.capture.is_some() {
-        // SAFETY: registering a plain function to run at exit.
-        unsafe { atexit(finish_capture) };
+    if let Some(p) = &env.dev.capture {
+        if CAPTURE.set(p.clone()).is_ok() {
+            // SAFETY: registering a plain function to run at exit.
+            unsafe { atexit(finish_capture) };
+        }
     }
     Ok(e)
 }
@@ -245,9 +290,9 @@ extern "C" {
 /// the tools rewrite its raw file as plain pcapng after their engine stops, and the drop-in,
 /// whose engine lives as long as the process, does it here.
 extern "C" fn finish_capture() {
-    if let Ok(p) = std::env::var("WARPCORE_CAPTURE") {
-        match warpcore_apps::device::finish_capture(std::path::Path::new(&p)) {
-            Ok(n) => eprintln!("warpcore: {n} frames captured to {p}"),
+    if let Some(p) = CAPTURE.get() {
+        match warpcore_apps::device::finish_capture(p) {
+            Ok(n) => eprintln!("warpcore: {n} frames captured to {}", p.display()),
             Err(e) => eprintln!("warpcore: {e}"),
         }
     }

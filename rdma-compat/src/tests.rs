@@ -756,3 +756,37 @@ fn reg_mr_range_must_be_mapped_with_the_access_asked() {
         "page zero"
     );
 }
+
+/// The variables the drop-in reads itself: a bad value, or one that is not UTF-8, stops
+/// the engine's start naming the variable. Before, WARPCORE_SETTLE_MS=abc was "using 0"
+/// (read only at the first connection, the engine long started), and a WARPCORE_RFC7306,
+/// WARPCORE_SETTLE_MS or WARPCORE_MEMIF_WAIT that is not UTF-8 was taken for unset: its
+/// default, silently.
+#[test]
+fn own_variables_bad_or_not_utf8_are_refused() {
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStringExt;
+    let with = |k: &'static str, v: OsString| move |q: &str| (q == k).then(|| v.clone());
+    assert_eq!(
+        crate::own_vars(|_| None),
+        Ok(crate::OwnVars {
+            rfc7306: true,
+            settle_ms: 0,
+            memif_wait_s: 30
+        })
+    );
+    assert_eq!(
+        crate::own_vars(with("WARPCORE_SETTLE_MS", "100".into())).map(|o| o.settle_ms),
+        Ok(100)
+    );
+    for var in [
+        "WARPCORE_RFC7306",
+        "WARPCORE_SETTLE_MS",
+        "WARPCORE_MEMIF_WAIT",
+    ] {
+        let e = crate::own_vars(with(var, OsString::from_vec(b"1\xff".to_vec()))).expect_err(var);
+        assert!(e.starts_with(var) && e.contains("not valid UTF-8"), "{e}");
+        let e = crate::own_vars(with(var, "abc".into())).expect_err(var);
+        assert!(e.starts_with(var) && e.contains("\"abc\""), "{e}");
+    }
+}

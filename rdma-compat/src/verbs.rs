@@ -263,7 +263,11 @@ pub extern "C" fn __wc_ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_dev
     guard(null_mut(), || {
         // A device is listed when the environment names a port; the engine starts at
         // ibv_open_device. A configuration error is printed (the caller sees no device).
-        let n = match warpcore_apps::env::from_env() {
+        // (The drop-in's own variables too: a device listed would not open.)
+        let config = warpcore_apps::env::from_env()
+            .map_err(|e| e.to_string())
+            .and_then(|_| crate::own_vars(|k| std::env::var_os(k)));
+        let n = match config {
             Ok(_) => 1,
             Err(e) => {
                 static ONCE: std::sync::Once = std::sync::Once::new();
