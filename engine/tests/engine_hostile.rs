@@ -504,6 +504,11 @@ fn read_requests_beyond_ird() {
 }
 
 fn atomic_req(msn: u32, stag: u32, to: u64) -> Vec<u8> {
+    atomic_request_seg(msn, AtomicRequestRepr::fetch_add(msn, stag, to, 1, 0))
+}
+
+/// The Atomic Request `r` as the message of MSN `msn` on QN 1.
+fn atomic_request_seg(msn: u32, r: AtomicRequestRepr) -> Vec<u8> {
     seg(
         SegmentRepr {
             last: true,
@@ -514,7 +519,7 @@ fn atomic_req(msn: u32, stag: u32, to: u64) -> Vec<u8> {
                 mo: 0,
             },
             opcode: Opcode::AtomicRequest,
-            header: RdmapHeader::AtomicRequest(AtomicRequestRepr::fetch_add(msn, stag, to, 1, 0)),
+            header: RdmapHeader::AtomicRequest(r),
         },
         &[],
     )
@@ -2201,20 +2206,7 @@ fn ext_8_1_2_refused_atomic_messages_copy_their_ddp_header() {
     let atomic_request = |stag: u32, aopcode: u8| {
         let mut r = AtomicRequestRepr::fetch_add(7, stag, 8, 1, 0);
         r.aopcode = aopcode;
-        seg(
-            SegmentRepr {
-                last: true,
-                buffer: DdpBuffer::Untagged {
-                    rsvd_ulp2: 0,
-                    qn: 1,
-                    msn: 1,
-                    mo: 0,
-                },
-                opcode: Opcode::AtomicRequest,
-                header: RdmapHeader::AtomicRequest(r),
-            },
-            &[],
-        )
+        atomic_request_seg(1, r)
     };
     let atomic_response = unsolicited_atomic_response_ulpdu();
     for (name, aopcode) in [

@@ -120,8 +120,7 @@ fn mpa_7_1_1_3_a_flood_of_bad_requests_leaves_bounded_events_behind_the_ring() {
 fn spawn_core_refuses_a_bad_ring_depth_with_a_typed_error() {
     use std::sync::Arc;
     use warpcore_engine::mem::MrTable;
-    use warpcore_engine::runtime::{spawn_core, CoreSpec};
-    use warpcore_engine::tcp::link::{self, LinkConfig};
+    use warpcore_engine::runtime::spawn_core;
     use warpcore_engine::EngineError;
     type Set = fn(&mut EngineConfig);
     let bad: [(&str, Set); 3] = [
@@ -134,21 +133,7 @@ fn spawn_core_refuses_a_bad_ring_depth_with_a_typed_error() {
             let mut cfg = EngineConfig::default();
             set(&mut cfg);
             let want = cfg.validate().expect_err(what).field;
-            let (ours, _peer) = link::pair(&LinkConfig::default());
-            let spec = CoreSpec {
-                device: Box::new(move || Ok(ours)),
-                stack: StackConfig {
-                    mac: runtime_common::CORE_MAC,
-                    ip: Ipv4Cidr::new(Ipv4Address::new(10, 0, 0, 2), 24),
-                    gateway: None,
-                    routes: Vec::new(),
-                    random_seed: 7,
-                    max_connections: 16,
-                    out_of_order_budget_bytes: warpcore_engine::tcp::OUT_OF_ORDER_BUDGET_DEFAULT,
-                },
-                cpu: None,
-                drive,
-            };
+            let (spec, _peer) = runtime_common::core_spec(drive);
             let mrs = Arc::new(MrTable::new(cfg.mr_table_capacity));
             let clock = Clock::new(StdInstant::now);
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -23,6 +23,14 @@ pub fn core_on(drive: Drive, clock: Clock) -> (CoreHandle, LinkEnd) {
 
 /// [`core_on`] with `cfg`.
 pub fn core_with(drive: Drive, clock: Clock, cfg: EngineConfig) -> (CoreHandle, LinkEnd) {
+    let (spec, peer) = core_spec(drive);
+    let mrs = Arc::new(MrTable::new(cfg.mr_table_capacity));
+    let handle = spawn_core(0, spec, cfg, mrs, clock).expect("core");
+    (handle, peer)
+}
+
+/// The spec of a core at 10.0.0.2 on one end of an in-memory link, and the other end.
+pub fn core_spec(drive: Drive) -> (CoreSpec<LinkEnd>, LinkEnd) {
     let (ours, peer) = link::pair(&LinkConfig::default());
     let spec = CoreSpec {
         device: Box::new(move || Ok(ours)),
@@ -38,7 +46,5 @@ pub fn core_with(drive: Drive, clock: Clock, cfg: EngineConfig) -> (CoreHandle, 
         cpu: None,
         drive,
     };
-    let mrs = Arc::new(MrTable::new(cfg.mr_table_capacity));
-    let handle = spawn_core(0, spec, cfg, mrs, clock).expect("core");
-    (handle, peer)
+    (spec, peer)
 }
