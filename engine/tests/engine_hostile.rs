@@ -6,7 +6,7 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration as StdDuration, Instant as StdInstant};
+use std::time::Duration as StdDuration;
 
 use common::{all_access, ip, PD, PORT};
 use warpcore_engine::mem::{MrTable, Region, Stag};
@@ -20,7 +20,7 @@ use warpcore_engine::proto::wire::rdmap::{
     AtomicRequestRepr, AtomicResponseRepr, Opcode, ReadRequestRepr,
 };
 use warpcore_engine::proto::wire::segment::{RdmapHeader, Segment, SegmentRepr};
-use warpcore_engine::tcp::link::{self, LinkConfig, LinkEnd};
+use warpcore_engine::tcp::link::LinkEnd;
 use warpcore_engine::tcp::smoltcp::time::{Duration, Instant};
 use warpcore_engine::tcp::{ConnId, Stack, TcpTuning};
 use warpcore_engine::{
@@ -47,20 +47,8 @@ fn world_with(cfg: EngineConfig) -> World {
 
 /// [`world_with`] whose engine listens with `params`.
 fn world_listening(params: MpaParams, cfg: EngineConfig) -> World {
-    let (ea, eb) = link::pair(&LinkConfig::default());
-    let sc = |n: u8| common::stack_config(n, 16);
-    let peer = Stack::new(ea, &sc(1), Instant::ZERO).unwrap();
     let mrs = Arc::new(MrTable::new(64));
-    let mut engine = EngineCore::new(
-        1,
-        eb,
-        &sc(2),
-        cfg,
-        Arc::clone(&mrs),
-        StdInstant::now(),
-        Instant::ZERO,
-    )
-    .unwrap();
+    let (peer, mut engine) = common::hand_driven_pair(cfg, &mrs);
     engine.listen(PORT, params).unwrap();
     let region = Arc::new(Region::allocate(4096, 4096).unwrap());
     let stag = mrs

@@ -6,12 +6,11 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Instant as StdInstant;
 
 use common::{ip, PORT};
 use warpcore_engine::proto::mpa::negotiation::{self as nego, NegotiationError, Responder};
 use warpcore_engine::proto::wire::mpa::{FrameError, RtrType};
-use warpcore_engine::tcp::link::{self, LinkConfig, LinkEnd};
+use warpcore_engine::tcp::link::LinkEnd;
 use warpcore_engine::tcp::smoltcp::socket::tcp::State as TcpState;
 use warpcore_engine::tcp::smoltcp::time::{Duration, Instant};
 use warpcore_engine::tcp::{ConnId, ListenerId, Stack, TcpTuning};
@@ -37,25 +36,13 @@ struct World {
 }
 
 fn world() -> World {
-    let (ea, eb) = link::pair(&LinkConfig::default());
-    let sc = |n: u8| common::stack_config(n, 16);
-    let mut peer = Stack::new(ea, &sc(1), Instant::ZERO).unwrap();
-    let listener = peer.listen(PORT, 4, &TcpTuning::default()).unwrap();
     let cfg = EngineConfig {
         mpa_timeout_ms: MPA_TIMEOUT_MS,
         ..EngineConfig::default()
     };
     let mrs = Arc::new(warpcore_engine::mem::MrTable::new(64));
-    let mut engine = EngineCore::new(
-        1,
-        eb,
-        &sc(2),
-        cfg,
-        Arc::clone(&mrs),
-        StdInstant::now(),
-        Instant::ZERO,
-    )
-    .unwrap();
+    let (mut peer, mut engine) = common::hand_driven_pair(cfg, &mrs);
+    let listener = peer.listen(PORT, 4, &TcpTuning::default()).unwrap();
     let cq = Arc::new(CompletionQueue::new(256).unwrap());
     let qp = engine.create_qp(common::qp_attr(&cq, 8, 1)).unwrap().0;
     World {

@@ -494,24 +494,7 @@ fn rfc2018_8_reneged_octets_are_sent_again_and_every_stream_arrives_byte_exact()
         }
         for (c, f) in &mut receivers {
             let salt = port(&mut b, *c, false);
-            loop {
-                let off = f.received;
-                let n = b
-                    .recv_with(*c, |data| {
-                        for (k, &o) in data.iter().enumerate() {
-                            let i = off + k as u64;
-                            assert_eq!(o, pattern(salt, i), "stream {salt}: byte {i}");
-                        }
-                        data.len()
-                    })
-                    // Nothing left once the peer closed: refused, as a read at EOF.
-                    .unwrap_or(0);
-                if n == 0 {
-                    break;
-                }
-                f.received += n as u64;
-                work = true;
-            }
+            work |= read_checked(&mut b, *c, f, salt);
             // Nothing sent back: the receiver's FIN once the sender's arrived.
             if f.peer_closed && !f.fin_sent {
                 b.close(*c).expect("close");

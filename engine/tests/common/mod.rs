@@ -53,6 +53,29 @@ pub fn lossy_link(loss: f64, (seed_ab, seed_ba): (u64, u64)) -> LinkConfig {
 
 /// QP attributes in the tests' PD, sends and receives completing into `cq`, `depth` of
 /// each, `max_sge` SGEs.
+/// A hand-driven TCP peer (10.0.0.1) and an engine core (10.0.0.2, core index 1) over the
+/// in-memory link, each stack of 16 connections, the core with `cfg` and `mrs`: the
+/// harness of the tests that play the engine's peer octet by octet.
+pub fn hand_driven_pair(
+    cfg: EngineConfig,
+    mrs: &Arc<MrTable>,
+) -> (warpcore_engine::tcp::Stack<LinkEnd>, EngineCore<LinkEnd>) {
+    let (ea, eb) = link::pair(&LinkConfig::default());
+    let peer = warpcore_engine::tcp::Stack::new(ea, &stack_config(1, 16), Instant::ZERO)
+        .expect("the peer's stack");
+    let engine = EngineCore::new(
+        1,
+        eb,
+        &stack_config(2, 16),
+        cfg,
+        Arc::clone(mrs),
+        StdInstant::now(),
+        Instant::ZERO,
+    )
+    .expect("core");
+    (peer, engine)
+}
+
 pub fn qp_attr(cq: &Arc<CompletionQueue>, depth: u32, max_sge: u32) -> QpAttr {
     QpAttr {
         pd: PD,

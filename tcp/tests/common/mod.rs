@@ -100,6 +100,18 @@ pub fn pump(
         f.fin_sent = true;
         progress = true;
     }
+    read_checked(stack, c, f, rx_salt) || progress
+}
+
+/// Reads everything `c` has queued into `f.received`, checking each octet against the
+/// pattern salted with `rx_salt`; whether it read any.
+pub fn read_checked(
+    stack: &mut Stack<impl PollDevice>,
+    c: ConnId,
+    f: &mut Flow,
+    rx_salt: u32,
+) -> bool {
+    let mut progress = false;
     loop {
         let off = f.received;
         let n = stack
@@ -110,6 +122,7 @@ pub fn pump(
                 }
                 data.len()
             })
+            // Nothing left once the peer closed: refused, as a read at EOF.
             .unwrap_or(0);
         if n == 0 {
             break;
