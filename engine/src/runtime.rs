@@ -390,6 +390,8 @@ enum Runner {
         stop: Arc<AtomicBool>,
         thread: Thread,
         join: Option<JoinHandle<()>>,
+        /// Set as the thread ends, however it ends ([`CoreWatch`]).
+        ended: Arc<AtomicBool>,
     },
     Caller(CallerLock<Box<dyn Step>>),
 }
@@ -451,6 +453,33 @@ struct PoisonOnUnwind<'a>(&'a AtomicBool);
 impl Drop for PoisonOnUnwind<'_> {
     fn drop(&mut self) {
         self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Whether a core with its own thread stopped for good, seen without holding the core
+/// ([`CoreHandle::watch`]): the thread ended, after a shutdown or a panic. A completion
+/// queue outlives the context that created it, and a thread blocked on one cannot ask the
+/// core's handle, which may be gone with the context: it asks this.
+#[derive(Debug, Clone)]
+pub struct CoreWatch(Arc<AtomicBool>);
+
+impl CoreWatch {
+    /// Whether the core's thread ended: nothing more comes from that core (completions,
+    /// events, channel signals). What it queued before it ended is still there to take.
+    pub fn gone(&self) -> bool {
+        // Acquire: what the thread pushed before it ended is seen by a caller that sees it
+        // gone, so "empty and gone" means empty for good.
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// Marks a core thread's [`CoreWatch`] gone when the thread's closure ends: on return, and
+/// while unwinding from a panic (dropped after the core's loop, which drops first).
+struct EndedOnDrop(Arc<AtomicBool>);
+
+impl Drop for EndedOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
     }
 }
 
@@ -618,8 +647,20 @@ impl CoreHandle {
     /// command stays in the ring, its reply channel never sends nor closes.
     pub fn gone(&self) -> bool {
         match &self.runner {
-            Runner::Thread { join, .. } => join.as_ref().is_none_or(|j| j.is_finished()),
+            // The flag rather than `JoinHandle::is_finished`: its Acquire load makes what
+            // the thread queued before it ended visible to a caller that sees it gone.
+            Runner::Thread { join, ended, .. } => join.is_none() || ended.load(Ordering::Acquire),
             Runner::Caller(c) => c.poisoned.load(Ordering::Relaxed),
+        }
+    }
+
+    /// A watch on a core with its own thread: whether that thread ended
+    /// ([`CoreWatch::gone`]), asked without holding this handle. `None` for a caller-driven
+    /// core, which stops only with its handle or when its loop panics ([`CoreHandle::gone`]).
+    pub fn watch(&self) -> Option<CoreWatch> {
+        match &self.runner {
+            Runner::Thread { ended, .. } => Some(CoreWatch(Arc::clone(ended))),
+            Runner::Caller(_) => None,
         }
     }
 
@@ -663,7 +704,9 @@ impl CoreHandle {
 
     fn shutdown(&mut self) {
         match &mut self.runner {
-            Runner::Thread { stop, thread, join } => {
+            Runner::Thread {
+                stop, thread, join, ..
+            } => {
                 stop.store(true, Ordering::SeqCst);
                 thread.unpark();
                 if let Some(j) = join.take() {
@@ -779,10 +822,14 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
     let stop = Arc::new(AtomicBool::new(false));
     let (ready_tx, ready_rx) = crossbeam::channel::bounded::<Result<(), EngineError>>(1);
     let s2 = Arc::clone(&stop);
+    let ended = Arc::new(AtomicBool::new(false));
+    let ended_on_drop = EndedOnDrop(Arc::clone(&ended));
     let (cpu, device, drive) = (spec.cpu, spec.device, spec.drive);
     let join = thread::Builder::new()
         .name(format!("warpcore-core{index}"))
         .spawn(move || {
+            // Declared first, dropped last: after the loop (and the queues it fills).
+            let _ended = ended_on_drop;
             if let Some(cpu) = cpu {
                 // A CPU asked for and not had is the user's error, named: a core left
                 // unpinned would run the benchmark the user did not ask for. (`CPU_SET`
@@ -844,6 +891,7 @@ pub fn spawn_core<D: PollDevice + Send + 'static>(
             stop,
             thread,
             join: Some(join),
+            ended,
         },
     })
 }

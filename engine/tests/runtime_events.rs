@@ -149,3 +149,106 @@ fn spawn_core_refuses_a_bad_ring_depth_with_a_typed_error() {
         }
     }
 }
+
+/// A device that panics in the poll after `armed` is set: a core thread's loop that
+/// panics, as a bug would make it.
+struct Bomb {
+    end: warpcore_engine::tcp::link::LinkEnd,
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl warpcore_engine::tcp::smoltcp::phy::Device for Bomb {
+    type RxToken<'a> = warpcore_engine::tcp::link::LinkRxToken<'a>;
+    type TxToken<'a> = warpcore_engine::tcp::link::LinkTxToken<'a>;
+
+    fn receive(&mut self, now: Instant) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
+        self.end.receive(now)
+    }
+
+    fn transmit(&mut self, now: Instant) -> Option<Self::TxToken<'_>> {
+        self.end.transmit(now)
+    }
+
+    fn capabilities(&self) -> warpcore_engine::tcp::smoltcp::phy::DeviceCapabilities {
+        self.end.capabilities()
+    }
+}
+
+impl warpcore_engine::tcp::PollDevice for Bomb {
+    fn begin_poll(&mut self) {
+        if self.armed.load(std::sync::atomic::Ordering::Relaxed) {
+            panic!("the test's device panicked in the core's loop");
+        }
+    }
+
+    fn stats(&self) -> warpcore_engine::tcp::DeviceStats {
+        self.end.stats()
+    }
+}
+
+/// A core thread that ended, by a panic or by its handle's shutdown, is seen gone by a
+/// [`CoreWatch`](warpcore_engine::runtime::CoreWatch) taken from its handle, which the
+/// verbs' completion queues keep instead of the context: a queue outlives its context,
+/// and a thread blocked on it had no way to learn that nothing could complete into it
+/// any more (`CompletionQueue::wait(Duration::MAX)` waited for ever). A caller-driven core
+/// has no watch (its handle answers).
+#[test]
+fn a_core_watch_sees_its_thread_end_by_a_panic_or_a_shutdown() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+    use warpcore_engine::mem::MrTable;
+    use warpcore_engine::runtime::{spawn_core, CoreSpec};
+    let spawn = |armed: &Arc<AtomicBool>| {
+        let (spec, _peer) = runtime_common::core_spec(Drive::Thread);
+        let (end, _peer2) = warpcore_engine::tcp::link::pair(&Default::default());
+        let armed = Arc::clone(armed);
+        let spec = CoreSpec {
+            device: Box::new(move || Ok(Bomb { end, armed })),
+            stack: spec.stack,
+            cpu: None,
+            drive: Drive::Thread,
+        };
+        let cfg = EngineConfig::default();
+        let mrs = Arc::new(MrTable::new(cfg.mr_table_capacity));
+        spawn_core(0, spec, cfg, mrs, Clock::new(StdInstant::now)).expect("core")
+    };
+    let gone_within = |gone: &dyn Fn() -> bool| {
+        let t0 = StdInstant::now();
+        while !gone() {
+            if t0.elapsed() > Duration::from_secs(10) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    };
+    // A panic.
+    let armed = Arc::new(AtomicBool::new(false));
+    let core = spawn(&armed);
+    let watch = core.watch().expect("a core thread has a watch");
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(
+        !watch.gone() && !core.gone(),
+        "gone before anything ended it"
+    );
+    armed.store(true, Ordering::Relaxed);
+    assert!(
+        gone_within(&|| watch.gone()),
+        "the watch never saw the panic"
+    );
+    assert!(core.gone());
+    drop(core);
+    // A shutdown: the handle dropped, the watch kept.
+    let core = spawn(&Arc::new(AtomicBool::new(false)));
+    let watch = core.watch().expect("a core thread has a watch");
+    assert!(!watch.gone());
+    drop(core);
+    assert!(
+        watch.gone(),
+        "the watch did not see the shutdown that joined the thread"
+    );
+    // Caller-driven: no watch.
+    let (core, _peer) = runtime_common::core_on(Drive::Caller, Clock::new(StdInstant::now));
+    assert!(core.watch().is_none());
+}

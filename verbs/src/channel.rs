@@ -60,8 +60,10 @@ impl CompletionChannel {
     /// queue of this channel to signal, and returns that queue (`ibv_get_cq_event`).
     /// [`Error::Timeout`] when none did in time. A zero timeout returns a pending event (a non-blocking
     /// `ibv_get_cq_event`). An event of a queue dropped meanwhile is skipped.
-    /// [`Error::EngineGone`] when no event is pending and the channel's caller-driven
-    /// context's cores stopped for good (a loop panicked): none can come any more.
+    /// [`Error::EngineGone`] when no event is pending and the channel's context's cores
+    /// stopped for good (a caller-driven loop panicked, a core thread panicked): none can
+    /// come any more. (With engine threads, a wait without events wakes every
+    /// 100 ms to ask.)
     pub fn get_event(&self, timeout: Option<Duration>) -> Result<CompletionQueue, Error> {
         let deadline = timeout.and_then(crate::deadline_after);
         loop {
@@ -94,10 +96,20 @@ impl CompletionChannel {
                     }
                 }
             } else {
-                let Some(id) = self.inner.get_event(left)? else {
-                    return Err(Error::Timeout);
-                };
-                id
+                // In slices: a core thread that ended (a panic) signals nothing, and says
+                // nothing either.
+                let slice = left.map_or(polled::GONE_POLL, |l| l.min(polled::GONE_POLL));
+                match self.inner.get_event(Some(slice))? {
+                    Some(id) => id,
+                    None if self.ctx.cores_gone() => {
+                        match self.inner.get_event(Some(Duration::ZERO))? {
+                            Some(id) => id,
+                            None => return Err(Error::EngineGone),
+                        }
+                    }
+                    None if left.is_some_and(|l| l <= slice) => return Err(Error::Timeout),
+                    None => continue,
+                }
             };
             let cq = self
                 .cqs
@@ -145,11 +157,19 @@ pub struct EventChannel {
 impl EventChannel {
     /// The next event, waiting up to `timeout` (`None` or `Some(Duration::MAX)`: until one
     /// comes); [`Error::Timeout`] when none came (`rdma_get_cm_event`).
+    /// [`Error::EngineGone`] when none is queued and the context's core threads ended (a
+    /// panic): none can come any more. (A wait without events wakes every
+    /// 100 ms to ask.)
     pub fn get_event(&self, timeout: Option<Duration>) -> Result<CmEvent, Error> {
         let deadline = timeout.and_then(crate::deadline_after);
         loop {
             if let Some(e) = self.ctx.take_event() {
                 return Ok(e);
+            }
+            // Asked after the queue was found empty: an event handed over before the
+            // threads ended is taken by the look that follows.
+            if self.ctx.cores_gone() {
+                return self.ctx.take_event().ok_or(Error::EngineGone);
             }
             // Nothing queued: the rings pending were spent (a core rings after it queued its
             // events). Take them, then look again: events queued before the take are seen
@@ -162,10 +182,13 @@ impl EventChannel {
                     return Ok(e);
                 }
             }
-            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            let now = std::time::Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
                 return Err(Error::Timeout);
             }
-            self.bell.wait(deadline)?;
+            let slice = now + polled::GONE_POLL;
+            self.bell
+                .wait(Some(deadline.map_or(slice, |d| d.min(slice))))?;
         }
     }
 }

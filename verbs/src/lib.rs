@@ -420,10 +420,10 @@ impl Context {
         self.inner.cores.iter().any(CoreHandle::caller_driven)
     }
 
-    /// Whether this is a caller-driven context whose cores all stopped for good (each
-    /// one's loop panicked): nothing runs them again ([`polled::Driver::gone`]).
+    /// Whether this context's cores all stopped for good (a caller-driven one's loop
+    /// panicked, a core thread ended): nothing runs them again ([`polled::Driver::gone`]).
     pub(crate) fn cores_gone(&self) -> bool {
-        self.caller_driven() && self.inner.cores.iter().all(CoreHandle::gone)
+        self.inner.cores.iter().all(CoreHandle::gone)
     }
 
     /// Number of engine cores.
@@ -659,7 +659,9 @@ impl Context {
     }
 
     /// The next connection manager event of any core, waiting up to `timeout`
-    /// (`Duration::MAX`: until one comes).
+    /// (`Duration::MAX`: until one comes). `None` when none came in time, and at once when
+    /// none is queued and the cores stopped for good (a caller-driven loop panicked, a
+    /// core thread ended): none can come any more.
     pub fn next_event(&self, timeout: Duration) -> Option<CmEvent> {
         let deadline = deadline_after(timeout);
         let mut spins = 0u32;
@@ -667,6 +669,11 @@ impl Context {
             self.progress();
             if let Some(e) = self.take_event() {
                 return Some(e);
+            }
+            // Asked after the queue was found empty; an event handed over before the cores
+            // went is taken by the look that follows.
+            if self.cores_gone() {
+                return self.take_event();
             }
             if deadline.is_some_and(|d| StdInstant::now() >= d) {
                 return None;
@@ -1871,8 +1878,9 @@ impl CompletionQueue {
 
     /// Waits up to `timeout` (`Duration::MAX`: until one comes) for one completion (spins
     /// briefly, then parks in short slices; only the calling thread waits).
-    /// [`Error::EngineGone`] when the queue is empty and its caller-driven context's cores
-    /// stopped for good (a loop panicked): none can come any more.
+    /// [`Error::EngineGone`] when the queue is empty and the cores of the context that
+    /// created it stopped for good (a caller-driven loop panicked; the core threads ended,
+    /// because the context was dropped or a thread panicked): none can come any more.
     pub fn wait(&self, timeout: Duration) -> Result<Completion, Error> {
         let deadline = deadline_after(timeout);
         let mut spins = 0u32;
@@ -1899,8 +1907,8 @@ impl CompletionQueue {
     /// completion taken on the way is appended to `out` in queue order, so none is lost;
     /// returns the index in `out` of the one that ended the wait, or [`Error::Timeout`]
     /// (with whatever arrived meanwhile in `out`). `Duration::MAX` waits until one comes.
-    /// [`Error::EngineGone`] (with what was taken in `out`) when the queue is empty and its
-    /// caller-driven context's cores stopped for good (a loop panicked).
+    /// [`Error::EngineGone`] (with what was taken in `out`) when the queue is empty and the
+    /// cores of the context that created it stopped for good (as for [`Self::wait`]).
     pub fn wait_solicited(
         &self,
         timeout: Duration,

@@ -6,10 +6,11 @@
 //! manager waits ([`crate::Context::next_event`]) and control calls ([`wait_reply`]). With
 //! cores on their own threads all of this reduces to what it was: a pop, a channel wait.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::{Receiver, RecvTimeoutError, TryRecvError};
-use warpcore_engine::runtime::CoreHandle;
+use warpcore_engine::runtime::{CoreHandle, CoreWatch};
 use warpcore_engine::{Completion, CompletionQueue};
 
 use crate::{Context, Error};
@@ -82,16 +83,38 @@ pub(crate) fn wait_reply<T>(core: &CoreHandle, rx: &Receiver<T>) -> Result<T, Er
     }
 }
 
-/// What a completion queue runs when it finds itself empty: the caller-driven context that
-/// created it, or nothing.
+/// How long a blocking wait on a channel of a context with engine threads sleeps before it
+/// asks whether the threads ended ([`Context::cores_gone`]): a thread that panicked
+/// signals nothing.
+pub(crate) const GONE_POLL: Duration = Duration::from_millis(100);
+
+/// What a completion queue runs when it finds itself empty, and how it learns that its
+/// cores stopped for good: the caller-driven context that created it, or watches on the
+/// threads of the cores of a context with engine threads (not the context itself, which
+/// the queue must not keep alive).
 #[derive(Debug, Clone)]
-pub(crate) struct Driver(Option<Context>);
+pub(crate) enum Driver {
+    /// The caller-driven context that created the queue: its polls run that context's
+    /// cores.
+    Caller(Context),
+    /// The threads of the cores of the context that created the queue.
+    Threads(Arc<[CoreWatch]>),
+}
 
 impl Driver {
     /// The driver of completion queues created by `ctx`.
     pub(crate) fn of(ctx: &Context) -> Driver {
-        let caller = ctx.inner.cores.iter().any(CoreHandle::caller_driven);
-        Driver(caller.then(|| ctx.clone()))
+        if ctx.inner.cores.iter().any(CoreHandle::caller_driven) {
+            Driver::Caller(ctx.clone())
+        } else {
+            Driver::Threads(
+                ctx.inner
+                    .cores
+                    .iter()
+                    .filter_map(CoreHandle::watch)
+                    .collect(),
+            )
+        }
     }
 
     /// Takes a completion; when there is none and the cores are caller-driven, runs them
@@ -100,8 +123,8 @@ impl Driver {
         if let Some(c) = cq.pop() {
             return Some(c);
         }
-        match &self.0 {
-            Some(ctx) if ctx.progress() => cq.pop(),
+        match self {
+            Driver::Caller(ctx) if ctx.progress() => cq.pop(),
             _ => None,
         }
     }
@@ -113,18 +136,21 @@ impl Driver {
         if n == out.len() {
             return n;
         }
-        match &self.0 {
-            Some(ctx) if ctx.progress() => n + cq.pop_into(&mut out[n..]),
+        match self {
+            Driver::Caller(ctx) if ctx.progress() => n + cq.pop_into(&mut out[n..]),
             _ => n,
         }
     }
 
-    /// Whether the caller-driven context's cores all stopped for good (a loop panicked,
-    /// [`CoreHandle::gone`]): nothing will run them again, so nothing more completes into
-    /// its queues nor signals its channels, and a blocking wait must not go on. Always
-    /// false for cores with their own threads.
+    /// Whether the cores all stopped for good: a caller-driven context's loops panicked
+    /// ([`CoreHandle::gone`]), or the threads of a context's cores ended (it was dropped
+    /// and shut them down, or they panicked; [`CoreWatch::gone`]). Nothing will complete
+    /// into its queues nor signal its channels any more, so a blocking wait must not go on.
     pub(crate) fn gone(&self) -> bool {
-        self.0.as_ref().is_some_and(Context::cores_gone)
+        match self {
+            Driver::Caller(ctx) => ctx.cores_gone(),
+            Driver::Threads(watches) => watches.iter().all(CoreWatch::gone),
+        }
     }
 
     /// The idle step of a blocking wait after `spins` empty polls: spin, then park in short
@@ -132,7 +158,7 @@ impl Driver {
     pub(crate) fn pause(&self, spins: u32) {
         if spins < 200 {
             std::hint::spin_loop();
-        } else if self.0.is_some() {
+        } else if matches!(self, Driver::Caller(_)) {
             std::thread::yield_now();
         } else {
             std::thread::park_timeout(Duration::from_micros(20));

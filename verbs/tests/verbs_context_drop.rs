@@ -244,7 +244,8 @@ fn a_control_call_on_a_core_that_panics_meanwhile_returns_at_once() {
 /// channel. `CompletionQueue::wait`, `wait_solicited` and `CompletionChannel::get_event`
 /// with no deadline waited for ever (spinning and yielding), where posts and control calls
 /// on that core already give up with `Error::EngineGone`; they must too, once the queue
-/// holds nothing more.
+/// holds nothing more. `Context::next_event` waited out its whole timeout; it returns
+/// `None` at once.
 #[test]
 fn blocking_waits_on_a_caller_driven_core_that_panicked_return() {
     use std::sync::mpsc;
@@ -295,6 +296,61 @@ fn blocking_waits_on_a_caller_driven_core_that_panicked_return() {
                 assert!(matches!(r, Err(Error::EngineGone)), "{what}: {r:?}");
             }
             Err(_) => panic!("{want} still waits on a core that panicked"),
+        }
+    }
+    // The connection manager's wait: `None` (no event can come), not the whole timeout.
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(ctx.next_event(Duration::MAX).is_none());
+    });
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(10)).ok(),
+        Some(true),
+        "next_event still waits on a core that panicked"
+    );
+}
+
+/// Blocking waits on a completion queue whose context (engine threads) was dropped: the
+/// drop shut the core threads down, so nothing can complete into the queue any more, yet
+/// the queue lives on (it does not keep its context alive). `CompletionQueue::wait` and
+/// `wait_solicited` with no deadline waited for ever (parking in short slices, asking
+/// nothing); they return `Error::EngineGone` once the queue holds nothing more, as on a
+/// caller-driven context whose loop panicked.
+#[test]
+fn blocking_waits_on_a_queue_whose_context_was_dropped_return() {
+    use std::sync::mpsc;
+    let (dev_a, _dev_b) = link_pair(&LinkConfig::default());
+    let ctx = Context::open(Config::new(dev_a, [10, 0, 0, 1])).unwrap();
+    assert!(!ctx.caller_driven());
+    let cq = ctx.create_cq(16).unwrap();
+    // A completion queued before the drop is still handed out.
+    cq.push_flushed(
+        9,
+        QpId {
+            core: 0,
+            index: 0,
+            generation: 0,
+        },
+        WcOpcode::Send,
+    );
+    drop(ctx);
+    assert_eq!(cq.wait(Duration::MAX).map(|c| c.wr_id).ok(), Some(9));
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(("wait", cq.wait(Duration::MAX).map(|_| ())));
+        let mut out = Vec::new();
+        let _ = tx.send((
+            "wait_solicited",
+            cq.wait_solicited(Duration::MAX, &mut out).map(|_| ()),
+        ));
+    });
+    for want in ["wait", "wait_solicited"] {
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok((what, r)) => {
+                assert_eq!(what, want);
+                assert!(matches!(r, Err(Error::EngineGone)), "{what}: {r:?}");
+            }
+            Err(_) => panic!("{want} still waits on a queue whose context was dropped"),
         }
     }
 }
