@@ -32,6 +32,11 @@ pub enum Error {
         /// Engine cores the device runs (a link one, a DPDK port one per queue).
         cores: usize,
     },
+    /// [`crate::Config::cpus`] names a CPU twice: two engine cores pinned to one CPU
+    /// take turns on it (busy-polling ones starve each other), which nobody asks for on
+    /// purpose ("0,0" for "0,1").
+    #[error("Config::cpus names CPU {0} twice: give each engine core a CPU of its own")]
+    CpuTwice(usize),
     /// The port cannot run the way it was asked to.
     #[error("a {driver} port cannot {what}: {why}")]
     PortUnsupported {

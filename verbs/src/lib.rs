@@ -167,7 +167,8 @@ pub struct Config {
     pub mac: Option<[u8; 6]>,
     /// CPUs to pin the engine cores to, one per core (empty: the cores unpinned). A link
     /// device runs one core; a DPDK port one core per configured queue. Another number of
-    /// CPUs fails [`Context::open`] with [`Error::CpuCount`]. A CPU the core's
+    /// CPUs fails [`Context::open`] with [`Error::CpuCount`], a CPU named twice with
+    /// [`Error::CpuTwice`]. A CPU the core's
     /// thread cannot be pinned to (absent, or outside the process's allowed set) fails
     /// [`Context::open`] with [`Error::Device`] naming it; [`Drive::Caller`] pins nothing
     /// (the caller's thread runs the core).
@@ -304,16 +305,7 @@ impl Context {
         let mut cores = Vec::new();
         // The device's MTU: each device below sets it.
         let mtu: usize;
-        let check_cpus = |cores: usize| {
-            if cfg.cpus.is_empty() || cfg.cpus.len() == cores {
-                Ok(())
-            } else {
-                Err(Error::CpuCount {
-                    given: cfg.cpus.len(),
-                    cores,
-                })
-            }
-        };
+        let check_cpus = |cores: usize| check_cpus(&cfg.cpus, cores);
         match cfg.device {
             Device::Link(end) => {
                 check_cpus(1)?;
@@ -1980,6 +1972,47 @@ impl CompletionQueue {
 
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
+
+/// [`Config::cpus`] for a device that runs `cores` engine cores: none, or one each, each
+/// its own ([`Error::CpuCount`], [`Error::CpuTwice`]).
+fn check_cpus(cpus: &[usize], cores: usize) -> Result<(), Error> {
+    if !cpus.is_empty() && cpus.len() != cores {
+        return Err(Error::CpuCount {
+            given: cpus.len(),
+            cores,
+        });
+    }
+    for (i, c) in cpus.iter().enumerate() {
+        if cpus[..i].contains(c) {
+            return Err(Error::CpuTwice(*c));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod cpu_tests {
+    use super::*;
+
+    /// Two engine cores pinned to one CPU (a typo: "0,0" for "0,1") took turns on it, the
+    /// busy-polling ones starving each other; refused, naming the CPU. (A unit test: a
+    /// link runs one core, and only a DPDK port with several queues runs more.)
+    #[test]
+    fn a_cpu_named_twice_is_refused() {
+        assert_eq!(check_cpus(&[3, 1, 3], 3), Err(Error::CpuTwice(3)));
+        assert_eq!(check_cpus(&[0, 0], 2), Err(Error::CpuTwice(0)));
+        assert_eq!(
+            Error::CpuTwice(0).to_string(),
+            "Config::cpus names CPU 0 twice: give each engine core a CPU of its own"
+        );
+        assert_eq!(
+            check_cpus(&[0, 0], 1),
+            Err(Error::CpuCount { given: 2, cores: 1 })
+        );
+        assert_eq!(check_cpus(&[2, 0, 1], 3), Ok(()));
+        assert_eq!(check_cpus(&[], 4), Ok(()));
+    }
+}
 
 #[cfg(test)]
 mod seed_tests {
