@@ -126,6 +126,7 @@ contracts() {
     contract_pair last_wqe_reached 7518
     contract_pair sync_request_fds 7522
     contract_pair second_connect 7524
+    contract_pair rejected_qp_err 7526
     contract rdmacm_exports
     contract id_device_pd
     contract modify_qp_err_flush
@@ -140,6 +141,8 @@ contracts() {
     contract qp_reset_after_err
     contract verbs_helpers
     contract bad_input_bounds
+    contract gid_mac
+    contract atomic_cap_off
     # Only meaningful if the program itself does not need libibverbs.so.1. objdump's output
     # is read whole before grep judges it: `! objdump | grep -q` under pipefail passed when
     # grep's early exit on the match cut objdump off (SIGPIPE) and when objdump failed.

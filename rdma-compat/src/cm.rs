@@ -725,7 +725,12 @@ fn dispatch_cm(ctx: &wv::Context, e: CmEvent) {
         CmEvent::Rejected {
             qp, private_data, ..
         } => {
-            with_qp_id(qp, |_| {
+            with_qp_id(qp, |id| {
+                // librdmacm answers REJECTED with ucma_modify_qp_err (rdma-core
+                // librdmacm/cma.c, rdma_get_cm_event): ibv_modify_qp of the id's QP to ERR,
+                // which libibverbs records in qp->state. The engine's QP is in the error
+                // state already, its work requests flushed.
+                set_err_state(id);
                 (
                     RDMA_CM_EVENT_REJECTED,
                     -ECONNREFUSED,

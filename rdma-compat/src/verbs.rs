@@ -383,7 +383,14 @@ pub extern "C" fn __wc_ibv_query_device(c: *mut ibv_context, out: *mut ibv_devic
         d.max_qp_rd_atom = c_int::from(a.max_qp_rd_atom);
         d.max_res_rd_atom = c_int::from(a.max_qp_rd_atom) * d.max_qp;
         d.max_qp_init_rd_atom = c_int::from(a.max_qp_init_rd_atom);
-        d.atomic_cap = IBV_ATOMIC_HCA;
+        // Atomics are RFC 7306's: with WARPCORE_RFC7306=off every one posted is refused
+        // (EOPNOTSUPP), so the device has none to offer, as siw reports (atomic_cap 0) and
+        // as applications test before they post one (ibv_query_device(3)).
+        d.atomic_cap = if e.rfc7306 {
+            IBV_ATOMIC_HCA
+        } else {
+            IBV_ATOMIC_NONE
+        };
         d.max_mw = clamp(a.max_mr);
         d.max_srq = clamp(SRQS.max());
         d.max_srq_wr = d.max_qp_wr;
@@ -482,10 +489,18 @@ pub extern "C" fn __wc_ibv_query_gid(
             return -1;
         };
         let Ok(p) = e.ctx.query_port(1) else {
+            set_errno(EINVAL);
             return -1;
         };
+        // The GID an iWARP provider reports: the port's MAC address in the first six
+        // octets, zeroes after it (siw_query_gid, drivers/infiniband/sw/siw/siw_verbs.c:
+        // "subnet_prefix == interface_id == 0"; cxgb4, i40iw and irdma likewise), which
+        // libibverbs hands on from the kernel's GID table. It was the IPv4-mapped address,
+        // which no iWARP provider reports.
+        let mut raw = [0u8; 16];
+        raw[..6].copy_from_slice(&p.mac);
         // SAFETY: gid is a caller-owned 16-octet ibv_gid.
-        unsafe { (*gid).raw = p.gid };
+        unsafe { (*gid).raw = raw };
         0
     })
 }
@@ -514,9 +529,10 @@ pub extern "C" fn __wc__ibv_query_gid_ex(
         en.gid = g;
         en.gid_index = 0;
         en.port_num = port;
-        // iWARP has no RoCE GID type: report RoCE v2 (the IP-based one) for callers that
-        // only check it is IP-based.
-        en.gid_type = IBV_GID_TYPE_ROCE_V2;
+        // The type the kernel's GID cache gives an iWARP port's entries (cache.c,
+        // config_non_roce_gid_cache leaves IB_GID_TYPE_IB), which siw's users read: the
+        // GID is the MAC (above), not an IP-based RoCE v2 one as was reported.
+        en.gid_type = IBV_GID_TYPE_IB;
         en.ndev_ifindex = 0;
         // SAFETY: entry is a caller-owned ibv_gid_entry.
         unsafe { entry.write(en) };
@@ -524,8 +540,9 @@ pub extern "C" fn __wc__ibv_query_gid_ex(
     })
 }
 
-/// `ibv_query_gid_type` (rdma-core's private ABI, which `ibv_devinfo` uses): the one GID
-/// is IP-based; there is no iWARP GID type, so RoCE v2 (the IP-based one) is reported.
+/// `ibv_query_gid_type` (rdma-core's private ABI, which `ibv_devinfo` uses): the type the
+/// kernel's sysfs shows for an iWARP port's GID (siw's: `IB/RoCE v1`, the GID cache's
+/// IB_GID_TYPE_IB), as `_ibv_query_gid_ex` reports it.
 #[no_mangle]
 pub extern "C" fn __wc_ibv_query_gid_type(
     c: *mut ibv_context,
@@ -534,13 +551,13 @@ pub extern "C" fn __wc_ibv_query_gid_type(
     ty: *mut c_uint,
 ) -> c_int {
     // enum ibv_gid_type_sysfs (rdma-core's private driver.h): IB/RoCE v1 = 0, RoCE v2 = 1.
-    const IBV_GID_TYPE_SYSFS_ROCE_V2: c_uint = 1;
+    const IBV_GID_TYPE_SYSFS_IB_ROCE_V1: c_uint = 0;
     if !check_ctx(c) || ty.is_null() || port != 1 || index != 0 {
         set_errno(EINVAL);
         return -1;
     }
     // SAFETY: ty is the caller's.
-    unsafe { *ty = IBV_GID_TYPE_SYSFS_ROCE_V2 };
+    unsafe { *ty = IBV_GID_TYPE_SYSFS_IB_ROCE_V1 };
     0
 }
 
@@ -2941,7 +2958,7 @@ pub extern "C" fn __wc_ibv_dofork_range(_base: *mut c_void, _size: usize) -> c_i
 /// port, as `ibv_query_gid_ex` reports each, into `entries` (`entry_size` apart); the
 /// number of entries, or a negative errno (rdma-core `libibverbs/cmd_device.c`: `flags`
 /// other than 0 `-EOPNOTSUPP`, more valid GIDs than `max_entries` `-EINVAL`). Warpcore's
-/// one port has one GID, the IPv4-mapped address.
+/// one port has one GID, its MAC address followed by zeroes (`__wc_ibv_query_gid`).
 #[no_mangle]
 pub extern "C" fn __wc__ibv_query_gid_table(
     c: *mut ibv_context,

@@ -74,7 +74,8 @@ pub struct PortAttr {
     /// MTU, as iWARP providers report `active_mtu`.
     pub active_mtu: u32,
     /// The port's one GID, index 0: its IPv4 address as an IPv4-mapped IPv6 address
-    /// (`::ffff:a.b.c.d`), as iWARP devices report it.
+    /// (`::ffff:a.b.c.d`). (The kernel's iWARP providers report the MAC followed by zeroes
+    /// instead, as the drop-in libibverbs does: `rdma-compat`'s `ibv_query_gid`.)
     pub gid: [u8; 16],
     /// GIDs in the table: 1.
     pub gid_tbl_len: u32,
