@@ -16,8 +16,9 @@
 #   is a FAIL line (not measured), as is one on a figure of 0.
 # Exit status: 1 when a measurement could not be taken (a kernel baseline too: an iperf3 that
 # measured nothing fails the run with iperf3's reason, and a qperf server that no longer ran
-# when its client was done fails it, naming the server); the verdicts only report, unless
-# --strict (then a FAIL verdict exits 2).
+# when its client was done fails it, naming the server; and a row whose loss did not happen:
+# the bridge's drop counters must show frames dropped at a loss above 0 and none at 0); the
+# verdicts only report, unless --strict (then a FAIL verdict exits 2).
 #
 #   bench/loss.sh [--quick] [--strict]      # --quick: 2 s runs, 5,000 latency iterations
 #   IWPERF=target/release/iwperf LOSSES="0 1000 10000" bench/loss.sh   (parts per million)
@@ -145,6 +146,10 @@ kernel_lat() {
 rows=()
 for ppm in $losses; do
     lossnet_loss "$ppm"
+    # The frames the bridge dropped before this row: a lossy row must see drops (a filter
+    # that attaches and drops nothing made it a loss-free one, and its verdicts passed on
+    # it), a loss-free row none (scripts/lib/lossnet.sh's lossnet_check_loss).
+    drops0=$(lossnet_dropped)
     pct=$(awk -v p="$ppm" 'BEGIN { printf "%g", p / 10000 }')
     # --margin 0: the whole run counts, as iperf3's does (perftest's default margin would
     # leave out iwperf's first and last quarter, slow start and drain, and not iperf3's).
@@ -161,9 +166,10 @@ for ppm in $losses; do
         fail "no write_lat result"
     kernel_bw
     kernel_lat
+    lossnet_check_loss "$drops0" "$ppm" || fail "loss $pct %: $LOSSNET_NOTE"
     rows+=("$pct $bw $kbw $med $p99 $max $klat $tcpc")
-    printf 'loss %5s %%: write_bw %s Gbit/s (TCP retx/RTO(spurious)/TLP/recoveries(undone) %s), iperf3 %s; write_lat %s / %s / %s us, qperf tcp_lat %s us\n' \
-        "$pct" "$bw" "$tcpc" "$kbw" "$med" "$p99" "$max" "$klat"
+    printf 'loss %5s %%: write_bw %s Gbit/s (TCP retx/RTO(spurious)/TLP/recoveries(undone) %s), iperf3 %s; write_lat %s / %s / %s us, qperf tcp_lat %s us (%s)\n' \
+        "$pct" "$bw" "$tcpc" "$kbw" "$med" "$p99" "$max" "$klat" "$LOSSNET_NOTE"
 done
 
 echo

@@ -22,7 +22,9 @@ build_pkgs=(pkg-config clang libclang-dev dpdk dpdk-dev libdpdk-dev libibverbs-d
 # checks as Debian's gcc builds a program (clang alone provides no `gcc`).
 # libfabric-bin, openmpi-bin, libopenmpi-dev: libfabric's verbs provider and Open MPI over
 # it, on the drop-in libraries (scripts/test-libfabric.sh).
-test_pkgs=(tshark iperf3 qperf socat iproute2 iputils-ping ethtool python3 qemu-system-x86 kmod cpio binutils make linux-libc-dev perftest rdmacm-utils ibverbs-utils gcc libfabric-bin openmpi-bin libopenmpi-dev)
+# valgrind: bench/compare.sh's instruction counts per message (callgrind), issue 12's
+# load-independent evidence.
+test_pkgs=(tshark iperf3 qperf socat iproute2 iputils-ping ethtool python3 qemu-system-x86 kmod cpio binutils make linux-libc-dev perftest rdmacm-utils ibverbs-utils gcc libfabric-bin openmpi-bin libopenmpi-dev valgrind)
 pkgs=("${build_pkgs[@]}")
 if [[ "${1:-}" != "--demo" ]]; then
     pkgs+=("${test_pkgs[@]}")

@@ -38,7 +38,11 @@ source scripts/lib/bg-end.sh
 # crashed, failed or hung once its client was done would otherwise go unnoticed (cleanup
 # kills it).
 server_end() {
-    bg_end "$1" "the iwping -s server" "$3" || fail "$BG_NOTE"
+    local rc=0
+    bg_end "$1" "the iwping -s server" "$3" || rc=$?
+    # Ended either way: its pid is free for reuse, and not the EXIT trap's to kill.
+    bg_forget "$1"
+    ((rc == 0)) || fail "$BG_NOTE"
     grep -q "^iwping: server: 3 pings done" "$2" || fail "the iwping -s server did not report its 3 pings"
 }
 
@@ -155,7 +159,10 @@ flood_wave() { # flood_wave NAME: starts a wave of FLOOD_N connections, waits un
 flood_wave wave1
 sleep 12
 echo check >"$work/wave1.state"
-wait "$wave1" || { sed "s/^flood:/flood wave1:/" "$work/wave1.log"; fail "flood connections outlived the startup timeout"; }
+wave1_rc=0
+wait "$wave1" || wave1_rc=$?
+bg_forget "$wave1" # reaped: its pid is free for reuse
+((wave1_rc == 0)) || { sed "s/^flood:/flood wave1:/" "$work/wave1.log"; fail "flood connections outlived the startup timeout"; }
 reset_line=$(tail -n 1 "$work/wave1.log" | sed 's/^flood: //')
 
 # Wave 2: held while the legitimate client connects and pings, over a second veth on the

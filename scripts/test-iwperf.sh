@@ -71,7 +71,10 @@ pair() {
         server_pid=""
         bad "$name"
     fi
-    if ! timeout 20 tail --pid="$server_pid" -f /dev/null || ! wait "$server_pid"; then
+    # A server still running 20 s after its client keeps its pid in server_pid: bad exits,
+    # and the EXIT trap stops it (with its pid forgotten first, it ran on, polling a core).
+    timeout 20 tail --pid="$server_pid" -f /dev/null || bad "$name (server still ran 20 s after its client)"
+    if ! wait "$server_pid"; then
         server_pid=""
         bad "$name (server)"
     fi

@@ -121,7 +121,11 @@ pair() {
         kill "$sp" 2>/dev/null
         bad "$name: the client failed"
     done
-    wait "$sp" || bad "$name: the server failed"
+    local rc=0
+    wait "$sp" || rc=$?
+    # Reaped: its pid is free for reuse, and not the EXIT trap's to kill (bg_forget).
+    bg_forget "$sp"
+    ((rc == 0)) || bad "$name: the server failed"
 }
 
 # --- 2. FI_EP_MSG: verbs alone --------------------------------------------------------

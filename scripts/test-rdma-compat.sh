@@ -242,6 +242,9 @@ pair() {
             fi
             kill "$sp" 2>/dev/null
             wait "$sp" 2>/dev/null
+            # Reaped: its pid is free for reuse, and not the EXIT trap's to kill
+            # (scripts/lib/bg-end.sh's bg_forget).
+            bg_forget "$sp"
             if ((clock < 2)) && perftest_clock_failed "$work/client.log"; then
                 clock=$((clock + 1))
                 echo "note $name: the client's perftest clock calibration failed ($(grep -m1 '^Correlation' "$work/client.log")): run again, $clock of 2"
@@ -249,7 +252,10 @@ pair() {
             fi
             bad "$name: the client failed"
         done
-        if ! wait "$sp"; then
+        local src=0
+        wait "$sp" || src=$?
+        bg_forget "$sp"
+        if ((src != 0)); then
             if ((clock < 2)) && perftest_clock_failed "$work/server.log"; then
                 clock=$((clock + 1))
                 echo "note $name: the server's perftest clock calibration failed ($(grep -m1 '^Correlation' "$work/server.log")): run again, $clock of 2"
