@@ -28,8 +28,21 @@ homes='work|home|root|check|Users'
 abs="(^|[^A-Za-z0-9_.~\$}/-])/($homes)/"
 outside="shared""/interop"
 
-# -I skips binary files (the captures); -n names the line; -E for the alternations.
-hits=$(git ls-files -z | xargs -0 -r grep -nIE -e "$abs" -e "$outside" -- 2>/dev/null)
+# -I skips binary files (the captures); -n names the line; -E for the alternations. grep's
+# status 1 (no line matched) is the good case; 2 (a file it could not read, e.g. one deleted
+# but still tracked) fails the check: xargs folds every status into 123, so each batch maps
+# its grep's 2 to 255, which makes xargs stop and exit 124.
+hits=$(git ls-files -z | xargs -0 -r sh -c '
+    a=$0 o=$1
+    shift
+    grep -HnIE -e "$a" -e "$o" -- "$@"
+    rc=$?
+    [ "$rc" -le 1 ] || exit 255' "$abs" "$outside")
+rc=$?
+if ((rc != 0 && rc != 123)); then
+    echo "check-paths: FAILED: could not read every tracked file (xargs/grep exit $rc, messages above)" >&2
+    exit 1
+fi
 if [ -n "$hits" ]; then
     echo "$hits"
     echo "check-paths: FAILED: $(echo "$hits" | wc -l) line(s) above name a machine path; use a path relative to the checkout" >&2

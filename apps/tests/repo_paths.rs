@@ -180,3 +180,25 @@ fn outside_a_work_tree_the_check_refuses() {
     let (code, out, err) = check_paths(&repo_root().join("apps"));
     assert_eq!(code, 2, "{out}{err}");
 }
+
+/// A tracked file the check cannot read (deleted from the work tree, still tracked) fails
+/// it: grep's error status was folded by xargs into the "nothing matched" one and thrown
+/// away with its message, so the check said ok over a file it never read.
+#[test]
+fn a_tracked_file_that_cannot_be_read_fails_the_check() {
+    let dir = scratch("unreadable");
+    git(&dir, &["init", "-q"]);
+    std::fs::write(dir.join("a.sh"), "echo fine\n").unwrap();
+    std::fs::write(dir.join("gone.sh"), "echo fine\n").unwrap();
+    git(&dir, &["add", "a.sh", "gone.sh"]);
+    let (code, out, err) = check_paths(&dir);
+    assert_eq!(code, 0, "{out}{err}");
+    std::fs::remove_file(dir.join("gone.sh")).unwrap();
+    let (code, out, err) = check_paths(&dir);
+    assert_eq!(
+        code, 1,
+        "a tracked file it could not read passed:\n{out}{err}"
+    );
+    assert!(err.contains("could not read every tracked file"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
