@@ -111,6 +111,13 @@ row() { # row TEST MODE DIR VERDICT REASON
     esac
 }
 
+# nonzero_row LINE: whether a perftest result row (#bytes #iterations, then bandwidths and a
+# message rate, or latencies) has a figure after its first two that is not zero: a run that
+# moved nothing and still exited 0 printed such a row, and any row counted as a result.
+nonzero_row() {
+    awk '{ z = 1; for (i = 3; i <= NF; i++) if ($i + 0 != 0) z = 0; exit z }' <<<"$1"
+}
+
 perftest_server_rows() { # perftest_server_rows MODE PCRC: perftest's clients in the VM, ours = server
     local mode=$1 pcrc=$2
     # MPA Rev 1 has no IRD/ORD exchange: the Read depth is agreed out of band, so
@@ -330,6 +337,7 @@ judge() { # judge NAME DIR MODE OURLOG OURRC GUESTSECTION PCAP VMCMD OURARGS -> 
             local line
             line=$(cat "$log" "$gs" | grep -m1 -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' | tr -d '\r' | tr -s ' \t' ' ')
             [ -n "$line" ] || why="$why; no result line"
+            [ -z "$line" ] || nonzero_row "$line" || why="$why; an all-zero result row: '${line# }'"
             [ -z "$why" ] && why="perftest -R both ends: '${line# }'; $cap"
         fi
         ;;
@@ -340,6 +348,7 @@ judge() { # judge NAME DIR MODE OURLOG OURRC GUESTSECTION PCAP VMCMD OURARGS -> 
         # perftest's latency servers print no result: ours (the client) does
         [ -n "$line" ] || [ "$dir" != client ] || line=$(grep -m1 -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' "$log" | tr -s ' \t' ' ')
         [ -n "$line" ] || why="$why; $name printed no result line"
+        [ -z "$line" ] || nonzero_row "$line" || why="$why; $name printed an all-zero result row: '${line# }'"
         [ "$term_us$term_vm" = 00 ] || why="$why; unexpected Terminate"
         if [ "${name%%-*}" = ib_write_lat ] && [ "$dir" = client ]; then
             # the test QP is the second connection siw accepted; who sent its first FPDU?

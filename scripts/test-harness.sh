@@ -1726,6 +1726,21 @@ else
     ok "check-docs.sh fails stale citations" "clean: $(sed 's/^check-docs: ok: //; s/, all in the tree//' <<<"$cd_clean_out"); drifted: $(grep -o ': [a-z]*: ' <<<"$cd_out" | tr -d ': ' | tr '\n' ' ')named at their lines; exit 2 outside a work tree"
 fi
 
+# interop-siw.sh's perftest rows took any line that looked like a result, a row of zeros
+# from a run that moved nothing and exited 0 among them (nonzero_row).
+nz=$(
+    eval "$(sed -n '/^nonzero_row() {$/,/^}$/p' scripts/interop-siw.sh)"
+    for l in " 65536 50 1090.12 1089.55 0.017432" " 2 200 8.10 20.33 8.55 8.80 0.50 12.00 20.33" \
+        " 65536 50 0.00 0.00 0.000000" " 2 200 0 0 0 0 0 0 0"; do
+        nonzero_row "$l" && echo -n "y" || echo -n "n"
+    done
+)
+if [[ $nz == yynn ]]; then
+    ok "interop-siw.sh refuses an all-zero perftest row" "two real rows taken, two rows of zeros refused"
+else
+    bad "interop-siw.sh refuses an all-zero perftest row" "real, real, zeros, zeros gave '$nz', not 'yynn'"
+fi
+
 if ((failed)); then
     echo "test-harness: $failed case(s) failed" >&2
     exit 1
