@@ -254,6 +254,9 @@ struct Cubic {
     /// counted in the epoch's t (RFC 9438 5.8); the epoch moves on by it once the window
     /// limits the sender again.
     unlimited_since: Option<Instant>,
+    /// cwnd_prior, in segments: the window before the last reduction (RFC 9438 4.3: once
+    /// W_est reaches it, W_est grows by Reno's one segment a round trip).
+    cwnd_prior: f64,
 }
 
 const CUBIC_C: f64 = 0.4;
@@ -1183,7 +1186,7 @@ impl Recovery {
         self.advance_fack(ack);
         if self.segs.is_empty() {
             if tlp_loss {
-                self.reduce_window_tlp(now);
+                self.reduce_window_tlp();
             } else {
                 self.grow(now, out.newly_acked);
             }
@@ -1197,9 +1200,9 @@ impl Recovery {
             out.lost_marked += self.detect_loss(now);
         }
         if out.lost_marked > 0 {
-            self.enter_recovery(now);
+            self.enter_recovery();
         } else if tlp_loss {
-            self.reduce_window_tlp(now);
+            self.reduce_window_tlp();
         } else {
             self.grow(now, out.newly_acked);
         }
@@ -1436,9 +1439,9 @@ impl Recovery {
             }
         }
         if out.lost_marked > 0 && self.recover.is_none() {
-            self.enter_recovery(now);
+            self.enter_recovery();
         } else if tlp_loss {
-            self.reduce_window_tlp(now);
+            self.reduce_window_tlp();
         } else if acked > 0 && (self.recover.is_none() || self.rto_recovery) {
             // RFC 5681 3.1, RFC 6298 5: after an RTO the sender slow-starts from one segment
             // (up to ssthresh, then congestion avoidance, as Linux grows cwnd in CA_Loss)
@@ -1789,7 +1792,7 @@ impl Recovery {
         self.retx_order.clear();
     }
 
-    fn enter_recovery(&mut self, now: Instant) {
+    fn enter_recovery(&mut self) {
         self.recover = self.high;
         self.retransmit_first = true;
         // What the reduction changes, until D-SACKs say whether it was needed (an episode
@@ -1804,20 +1807,20 @@ impl Recovery {
         self.episode_resent.clear();
         // RFC 8985 7.2: no loss probe in recovery (`arm_pto`), nor one armed before it.
         self.pto_at = None;
-        self.reduce_window(now);
+        self.reduce_window();
     }
 
     /// The reduction for a loss a loss probe repaired: no D-SACK undoes it, nor may an
     /// earlier episode's undo, coming later, restore the window from before it.
-    fn reduce_window_tlp(&mut self, now: Instant) {
+    fn reduce_window_tlp(&mut self) {
         self.episode_undo = None;
-        self.reduce_window(now);
+        self.reduce_window();
     }
 
     /// The window reduction of a loss (once per episode): of entering recovery, or of a
     /// loss a loss probe repaired (RFC 8985 7.4.2, a reduction with no episode to follow:
     /// Linux's CWR state entered and left at once in `tcp_process_tlp_ack`).
-    fn reduce_window(&mut self, now: Instant) {
+    fn reduce_window(&mut self) {
         self.stats.fast_recoveries += 1;
         match self.cfg.congestion {
             Congestion::None => {}
@@ -1839,13 +1842,19 @@ impl Recovery {
                 } else {
                     w
                 };
+                self.cubic.cwnd_prior = w;
                 self.ssthresh = ((self.cwnd as f64 * CUBIC_BETA) as usize).max(2 * self.smss);
                 self.cwnd = self.ssthresh;
                 // RFC 9438 4.2: K = cbrt((W_max - cwnd_epoch) / C), cwnd_epoch the window
                 // after the reduction (W_max (1 - beta) without fast convergence).
                 let epoch_w = self.cwnd as f64 / self.smss as f64;
                 self.cubic.k = ((self.cubic.w_max - epoch_w).max(0.0) / CUBIC_C).cbrt();
-                self.cubic.epoch = Some(now);
+                // RFC 9438 4.2: t counts from the start of the congestion avoidance stage,
+                // which is the first ACK that may grow the window after the recovery the
+                // reduction starts (`grow` starts the epoch then; Linux's `bictcp_update`
+                // as `epoch_start` is 0), not the loss: a recovery of a round trip or more
+                // counted in t had W_cubic run that far ahead.
+                self.cubic.epoch = None;
                 self.cubic.unlimited_since = None;
                 self.cubic.w_est = self.cwnd as f64 / self.smss as f64;
             }
@@ -1932,12 +1941,22 @@ impl Recovery {
                 let rtt = self.srtt.map_or(0.0, |d| d.total_micros() as f64 / 1e6);
                 let t = (now - epoch).total_micros() as f64 / 1e6;
                 let cur = self.cwnd as f64 / smss;
+                let w_cubic = |t: f64| CUBIC_C * (t - self.cubic.k).powi(3) + self.cubic.w_max;
                 // RFC 9438 4.2: W_cubic(t + RTT).
-                let target = CUBIC_C * (t + rtt - self.cubic.k).powi(3) + self.cubic.w_max;
-                // RFC 9438 4.3: the Reno-friendly estimate.
-                let alpha = 3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA);
+                let target = w_cubic(t + rtt);
+                // RFC 9438 4.3: the Reno-friendly estimate, by alpha_cubic, which becomes 1
+                // (Reno's one segment a round trip) once W_est has reached the window before
+                // the last reduction (a SHOULD; Linux keeps alpha_cubic).
+                let alpha = if self.cubic.w_est >= self.cubic.cwnd_prior {
+                    1.0
+                } else {
+                    3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA)
+                };
                 self.cubic.w_est += alpha * (acked as f64 / smss) / cur.max(1.0);
-                let next = if self.cubic.w_est > target {
+                // In the Reno-friendly region when W_cubic(t), not the target a round
+                // trip ahead, is below W_est (RFC 9438 4.3; Linux's `tcp_friendliness`
+                // compares W_est with the window itself).
+                let next = if self.cubic.w_est > w_cubic(t) {
                     self.cubic.w_est
                 } else {
                     // 4.4/4.5: (target - cwnd) / cwnd per ACKed segment, capped at 1.5x.
@@ -2071,6 +2090,7 @@ impl Recovery {
                     _ => 0.5,
                 };
                 self.ssthresh = ((flight as f64 * beta) as usize).max(2 * self.smss);
+                self.cubic.cwnd_prior = self.cwnd as f64 / self.smss as f64;
                 self.cwnd = self.smss;
                 // RFC 9438 4.8: the first congestion avoidance stage after an RTO has K = 0
                 // and W_max = W_est = the cwnd at its start: `grow` sets them so when it
@@ -2097,7 +2117,7 @@ impl Recovery {
         if self.reorder_at.is_some_and(|t| t <= now) {
             self.reorder_at = None;
             if self.detect_loss(now) > 0 && self.recover.is_none() {
-                self.enter_recovery(now);
+                self.enter_recovery();
             }
         }
         if self.pto_at.is_some_and(|t| t <= now) {

@@ -559,6 +559,7 @@ fn cubic_after_a_reduction() -> Recovery {
         epoch: Some(us(0)),
         w_est: 70.0,
         unlimited_since: None,
+        cwnd_prior: 100.0,
     };
     r
 }
@@ -1973,4 +1974,71 @@ fn rfc6675_islost_costs_what_the_ack_newly_covers_not_the_window() {
     assert_eq!(r.tally.lost, 1);
     assert!(r.segs[0].lost);
     assert!(worst > 0);
+}
+
+/// RFC 9438 4.2: t counts from the start of the congestion avoidance stage, not from the
+/// loss: the epoch is unset while the recovery the reduction started lasts (here 50 ms,
+/// the retransmission's round trip) and starts at the first ACK that may grow the window
+/// after it. It started at the loss, so W_cubic(t) ran a whole recovery ahead.
+#[test]
+fn rfc9438_4_2_the_epoch_starts_with_congestion_avoidance_not_at_the_loss() {
+    let mut r = rec(Congestion::Cubic);
+    for k in 0..20 {
+        r.on_sent(us(0), S + k * 1000, 1000, false);
+    }
+    r.cwnd = 20_000;
+    let base = (S.0 as u32).wrapping_add(1000);
+    let o = r.on_ack(
+        us(1_000),
+        S,
+        &[(TcpSeqNumber(base as i32), S + 20_000)],
+        None,
+    );
+    assert_eq!(o.lost_marked, 1);
+    assert_eq!(r.cubic.epoch, None, "the epoch started at the loss");
+    // The retransmission, acknowledged 50 ms later with everything: the ACK that ends the
+    // recovery is the first that may grow the window, and starts the epoch.
+    r.on_sent(us(1_000), S, 1000, true);
+    r.on_ack(us(51_000), S + 20_000, &[], None);
+    assert_eq!(r.recover, None);
+    assert_eq!(r.cubic.epoch, Some(us(51_000)));
+}
+
+/// RFC 9438 4.3: CUBIC is in the Reno-friendly region when W_cubic(t) is below W_est, and
+/// cwnd then follows W_est. The region was judged against the target a round trip ahead,
+/// W_cubic(t + RTT): with a long round trip (2 s here) that target ran above W_est while
+/// W_cubic(t) was below it, and cwnd crept up the concave curve instead of taking W_est.
+#[test]
+fn rfc9438_4_3_the_reno_friendly_region_is_judged_by_w_cubic_of_t() {
+    let mut r = cubic_after_a_reduction();
+    r.srtt = Some(Duration::from_secs(2));
+    // W_cubic(0.001) = 70.01 < W_est = 75 < W_cubic(2.001) = 95.6.
+    r.cubic.w_est = 75.0;
+    let (mut t, mut round) = (0, rounds_of_1000());
+    round(&mut r, 70, &mut t);
+    // W_est after the round: 75 + 0.53 (it grew towards W_cubic(2.001 s) = 95.6 instead).
+    assert!(
+        (75_000..76_000).contains(&r.cwnd()),
+        "cwnd {} not W_est in the Reno-friendly region",
+        r.cwnd()
+    );
+}
+
+/// RFC 9438 4.3: alpha_cubic is 3 (1 - beta) / (1 + beta) (0.53) while W_est is below
+/// cwnd_prior, the window before the last reduction, and SHOULD be 1 once W_est has reached
+/// it: W_est then grows by one segment a round trip, as Reno's window.
+#[test]
+fn rfc9438_4_3_alpha_becomes_one_once_w_est_reaches_cwnd_prior() {
+    for (prior, want) in [(100.0, 3.0 * 0.3 / 1.7), (70.0, 1.0)] {
+        let mut r = cubic_after_a_reduction();
+        r.cubic.cwnd_prior = prior;
+        let before = r.cubic.w_est;
+        let (mut t, mut round) = (0, rounds_of_1000());
+        round(&mut r, 70, &mut t);
+        let grew = r.cubic.w_est - before;
+        assert!(
+            (grew - want).abs() < 0.01,
+            "cwnd_prior {prior}: W_est grew by {grew} in a round trip, not {want}"
+        );
+    }
 }
