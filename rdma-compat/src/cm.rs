@@ -709,6 +709,7 @@ fn dispatch_cm(ctx: &wv::Context, e: CmEvent) {
                 id.lock().established = true;
                 // The QP is the id's (set by rdma_create_qp), live while it is registered.
                 verbs::set_qp_state(id.id.qp, IBV_QPS_RTS);
+                verbs::set_qp_ird_ord(id.id.qp, est.ird, est.ord);
                 let pd = if id.lock().request.is_some() {
                     Vec::new() // the passive side saw the peer's data in the request
                 } else {

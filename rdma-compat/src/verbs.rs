@@ -9,7 +9,7 @@
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::os::fd::AsRawFd;
 use std::ptr::{self, null_mut};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -407,18 +407,23 @@ fn clamp(v: usize) -> c_int {
     c_int::try_from(v).unwrap_or(c_int::MAX)
 }
 
-fn fill_port(out: *mut ibv_port_attr, size: usize) -> c_int {
-    let Ok(e) = engine() else { return ENODEV };
-    let Ok(p) = e.ctx.query_port(1) else {
-        return EINVAL;
-    };
-    let mtu = match p.active_mtu {
+/// A port MTU in octets (one of 256 to 4096, `PortAttr::active_mtu`) as its `ibv_mtu`.
+fn ib_mtu(octets: u32) -> ibv_mtu {
+    match octets {
         4096 => IBV_MTU_4096,
         2048 => IBV_MTU_2048,
         1024 => IBV_MTU_1024,
         512 => IBV_MTU_512,
         _ => IBV_MTU_256,
+    }
+}
+
+fn fill_port(out: *mut ibv_port_attr, size: usize) -> c_int {
+    let Ok(e) = engine() else { return ENODEV };
+    let Ok(p) = e.ctx.query_port(1) else {
+        return EINVAL;
     };
+    let mtu = ib_mtu(p.active_mtu);
     let mut a: ibv_port_attr = Default::default();
     a.state = IBV_PORT_ACTIVE;
     a.max_mtu = mtu;
@@ -1935,6 +1940,10 @@ pub(crate) struct Qp {
     /// engine's `Disconnected` before `ibv_modify_qp` returns, tells our own abort of a
     /// connection being set up from the peer's doing (`cm::closed_before_established`).
     pub aborted: AtomicBool,
+    /// The connection's negotiated IRD (high 16 bits) and ORD (low 16), set when it is
+    /// established ([`set_qp_ird_ord`]), for `ibv_query_qp`'s `max_dest_rd_atomic` and
+    /// `max_rd_atomic`; 0 before.
+    ird_ord: AtomicU32,
     /// Its `IBV_EVENT_QP_LAST_WQE_REACHED` (a QP on an SRQ only): raised once per entry
     /// into the error state, and how many are queued or delivered and not yet acknowledged
     /// (`ibv_destroy_qp` waits on `all_acked` until none is).
@@ -2077,6 +2086,7 @@ pub(crate) fn create_qp(
         cap: *cap,
         srq: srq.is_some(),
         aborted: AtomicBool::new(false),
+        ird_ord: AtomicU32::new(0),
         last_wqe: Mutex::default(),
         all_acked: Condvar::new(),
     });
@@ -2247,6 +2257,16 @@ pub(crate) fn set_qp_state(qp: *mut ibv_qp, state: ibv_qp_state) {
     field.store(state, std::sync::atomic::Ordering::Release);
 }
 
+/// Records the negotiated IRD and ORD of `qp`'s connection as it is established (the
+/// connection manager's dispatcher), which `ibv_query_qp` reports.
+pub(crate) fn set_qp_ird_ord(qp: *mut ibv_qp, ird: u16, ord: u16) {
+    // SAFETY: qp is NULL or a live QP of ours (the caller's id holds it).
+    if let Some(q) = unsafe { qp_ref(qp) } {
+        q.ird_ord
+            .store(u32::from(ird) << 16 | u32::from(ord), Ordering::Release);
+    }
+}
+
 /// Reads `qp->state` (an atomic load: see [`set_qp_state`]).
 fn qp_state_field(qp: *mut ibv_qp) -> ibv_qp_state {
     // SAFETY: qp is a live QP of ours (the callers checked); as in set_qp_state.
@@ -2365,6 +2385,17 @@ pub extern "C" fn __wc_ibv_query_qp(
             a.cap = q.cap;
             a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
             a.port_num = 1;
+            // As siw reports them (siw_query_qp): the path MTU is the port's, and the
+            // Reads and atomics in flight each way are the connection's negotiated ORD
+            // (ours outstanding, max_rd_atomic) and IRD (the peer's we serve,
+            // max_dest_rd_atomic), 0 before it is established. They read 0 always.
+            let io = q.ird_ord.load(Ordering::Acquire);
+            a.max_dest_rd_atomic = (io >> 16).min(255) as u8;
+            a.max_rd_atomic = (io & 0xFFFF).min(255) as u8;
+            a.path_mtu = engine()
+                .ok()
+                .and_then(|e| e.ctx.query_port(1).ok())
+                .map_or(IBV_MTU_1024, |p| ib_mtu(p.active_mtu));
             // rdma-core's ibv_query_qp: asked for the state, qp->state takes it (verbs.c).
             if mask as c_uint & IBV_QP_STATE != 0 {
                 set_qp_state(qp, state);

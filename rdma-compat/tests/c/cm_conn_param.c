@@ -115,6 +115,21 @@ static int server(const char *addr, const char *p)
 	       "initiator_depth, as rdma_cm reports siw's (want 2/1, got %u/%u)",
 	       ev->param.conn.responder_resources, ev->param.conn.initiator_depth);
 	rdma_ack_cm_event(ev);
+	/* ibv_query_qp(3) of the established QP: the Reads in flight each way and the path
+	 * MTU, as siw's siw_query_qp reports them (they read 0). */
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qi;
+	struct ibv_port_attr pa;
+	if (ibv_query_qp(id->qp, &qa, IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_PATH_MTU, &qi))
+		DIE("ibv_query_qp: %s", strerror(errno));
+	if (ibv_query_port(id->verbs, 1, &pa))
+		DIE("ibv_query_port: %s", strerror(errno));
+	EXPECT(qa.max_rd_atomic == 2 && qa.max_dest_rd_atomic == 1,
+	       "ibv_query_qp(3) after rdma_accept with 1/2: max_rd_atomic is our ORD (2), max_dest_rd_atomic our "
+	       "IRD (1) (got %u/%u)",
+	       qa.max_rd_atomic, qa.max_dest_rd_atomic);
+	EXPECT(qa.path_mtu == pa.active_mtu && qa.path_mtu >= IBV_MTU_256,
+	       "ibv_query_qp(3): path_mtu is the port's active_mtu (%d, got %d)", pa.active_mtu, qa.path_mtu);
 
 	/* 2. The next request: rejected, and its id destroyed before the event is acknowledged. */
 	ev = contract_expect_event(ec, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
