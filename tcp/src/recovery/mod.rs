@@ -525,13 +525,14 @@ impl Recovery {
 
     /// The peer's window is shut (zero) or open again. While it is shut, what is
     /// outstanding is a zero-window probe's octet (or octets the peer's shrunken window
-    /// left outside): the retransmission timer probes the window, backing off, and its
-    /// expiry is no sign of congestion, since the peer could not have taken the octets
-    /// (RFC 9293 3.8.6.1, RFC 1122 4.2.2.17: probing goes on however long the window is
-    /// shut; Linux's persist timer leaves cwnd alone too). Without this every probe's
-    /// timeout collapsed cwnd to one segment and ssthresh to two, and the connection
-    /// crawled back from there once the window opened. No loss probe runs meanwhile
-    /// either: it could only resend the probe.
+    /// left outside): the retransmission timer probes the window with the head segment
+    /// alone (`next_retransmit` holds back the rest until the window opens), backing off,
+    /// and its expiry is no sign of congestion, since the peer could not have taken the
+    /// octets (RFC 9293 3.8.6.1, RFC 1122 4.2.2.17: probing goes on however long the
+    /// window is shut; Linux's persist timer leaves cwnd alone too). Without this every
+    /// probe's timeout collapsed cwnd to one segment and ssthresh to two, and the
+    /// connection crawled back from there once the window opened. No loss probe runs
+    /// meanwhile either: it could only resend the probe.
     pub fn set_window_shut(&mut self, shut: bool) {
         self.window_shut = shut;
         if shut {
@@ -730,16 +731,21 @@ impl Recovery {
     /// Undoes the last recovery episode's window reduction: D-SACKs reported every one of
     /// its retransmissions unneeded (RFC 3708 2; the response as RFC 4015's and Linux's
     /// `tcp_undo_cwnd_reduction`: the larger of the windows, CUBIC's state before).
+    /// `undone_recoveries` counts the undos that gave something back: not one whose
+    /// window had grown past the old one meanwhile, nor one without congestion control.
     fn undo_episode(&mut self) {
         let Some(u) = self.episode_undo.take() else {
             return;
         };
-        self.stats.undone_recoveries += 1;
-        if self.cfg.congestion != Congestion::None {
-            self.cwnd = self.cwnd.max(u.cwnd);
-            self.ssthresh = self.ssthresh.max(u.ssthresh);
-            self.cubic = u.cubic;
+        if self.cfg.congestion == Congestion::None
+            || (self.cwnd >= u.cwnd && self.ssthresh >= u.ssthresh)
+        {
+            return;
         }
+        self.stats.undone_recoveries += 1;
+        self.cwnd = self.cwnd.max(u.cwnd);
+        self.ssthresh = self.ssthresh.max(u.ssthresh);
+        self.cubic = u.cubic;
     }
 
     /// A segment covering `[seq, seq + len)` left at `now` (SYN and FIN count one each).
@@ -1042,9 +1048,35 @@ impl Recovery {
     /// ACK from timing it), the RTO "MUST be re-initialized to 3 seconds when data
     /// transmission begins" if the initial one is shorter (RFC 6298 5.7, Linux's
     /// `TCP_TIMEOUT_FALLBACK`), not left at the SYN's backed-off value.
+    ///
+    /// After a SYN (or SYN-ACK) timeout the congestion state starts afresh: the SYN's RTO
+    /// ran the data RTO's response (ssthresh = max(FlightSize * beta, 2 SMSS), `recover`
+    /// set, a window of one segment of the MSS guessed before the option exchange, which
+    /// `set_smss` then kept), and kept, it ended slow start at two segments. RFC 5681 3.1
+    /// wants only the initial window to be one segment (of the SMSS the options gave);
+    /// ssthresh starts arbitrarily high as ever, nothing having been in flight to halve
+    /// (Linux: `tcp_init_transfer` cuts cwnd to one segment after SYN retransmissions,
+    /// `tcp_init_metrics` sets ssthresh to infinity). Where an ACK showed the timeout
+    /// spurious (RFC 3522, undone by `on_ack`), the SYN was not lost: the initial window
+    /// of RFC 6928, of the negotiated SMSS. Test (scripted):
+    /// `rfc5681_3_1_a_lost_syn_leaves_slow_start_open`.
     pub fn on_handshake_done(&mut self) {
         if self.srtt.is_none() && self.stats.rto_count > 0 && self.cfg.rto_initial < RTO_FALLBACK {
             self.rto = RTO_FALLBACK.max(self.cfg.rto_min).min(self.cfg.rto_max);
+        }
+        if self.stats.rto_count > 0 {
+            let segments = if self.stats.spurious_rtos == 0 {
+                1
+            } else {
+                self.cfg.initial_window_segments.max(1) as usize
+            };
+            self.cwnd = segments * self.smss;
+            self.ssthresh = usize::MAX;
+            self.cubic = Cubic::default();
+            self.recover = None;
+            self.rto_recovery = false;
+            self.undo = None;
+            self.episode_undo = None;
         }
     }
 
@@ -1429,12 +1461,17 @@ impl Recovery {
                 if self.reo_wnd_persist == 0 {
                     self.reo_wnd_mult = 1;
                 }
-                if self.episode_undo.is_some_and(|u| u.all_dsacked) {
-                    self.undo_episode();
-                }
                 if !std::mem::take(&mut self.rto_recovery) {
                     // RFC 6582 3.2 step 3 (full ACK): deflate to ssthresh.
                     self.cwnd = self.cwnd.min(self.ssthresh.max(2 * self.smss));
+                }
+                // RFC 3708: every retransmission of the episode was D-SACKed while it
+                // lasted: its reduction is undone now, after the deflation (which would
+                // take the restored window back to the reduced ssthresh; Linux's
+                // `tcp_try_undo_recovery` skips `tcp_end_cwnd_reduction` when it undoes).
+                // Test: `rfc3708_an_undo_at_the_episodes_end_survives_the_deflation`.
+                if self.episode_undo.is_some_and(|u| u.all_dsacked) {
+                    self.undo_episode();
                 }
             }
         }
@@ -2017,6 +2054,15 @@ impl Recovery {
             })?;
         let s = self.segs[i];
         self.marks.lost_hint = Some(s.start);
+        // RFC 9293 3.8.6.1: while the peer's window is shut only the head (the first entry
+        // not SACKed, at SND.UNA) goes again, a zero-window probe; the rest waits for the
+        // window to open (Linux's `__tcp_retransmit_skb` refuses a segment past the
+        // window's end but the one at SND.UNA). A peer that shrank its window to zero with
+        // a flight outstanding got the whole flight at every expiry of the probe timer.
+        // Test: `rfc9293_3_8_6_a_window_shrunk_to_zero_is_probed_with_one_segment`.
+        if self.window_shut && !self.segs.range(..i).all(|e| e.sacked) {
+            return None;
+        }
         // RFC 6675 5 (4.3) and RFC 5681 3.2 step 2: the first retransmission of a recovery
         // episode goes out at once, whatever the pipe (the reduction may have left cwnd
         // below it); the rest wait for pipe < cwnd.
@@ -2052,10 +2098,11 @@ impl Recovery {
             return TimeoutAction::None;
         }
         if self.window_shut && self.rto_at.is_some_and(|t| t <= now) {
-            // Probing the shut window (`set_window_shut`): everything outstanding goes
-            // again, the timer backs off (RFC 6298 5.5) and the consecutive-timeout count
-            // runs on (`peer_alive` restarts it when the peer answers); the congestion
-            // state stays as it was.
+            // Probing the shut window (`set_window_shut`): everything outstanding is to go
+            // again, the head at once as the probe and the rest once the window opens
+            // (`next_retransmit`), the timer backs off (RFC 6298 5.5) and the
+            // consecutive-timeout count runs on (`peer_alive` restarts it when the peer
+            // answers); the congestion state stays as it was.
             self.stats.window_probe_timeouts += 1;
             self.backoffs += 1;
             self.resend_all_and_back_off(now, false);

@@ -2042,3 +2042,39 @@ fn rfc9438_4_3_alpha_becomes_one_once_w_est_reaches_cwnd_prior() {
         );
     }
 }
+
+/// RFC 3708 2 with Linux's `tcp_try_undo_recovery` / `tcp_undo_cwnd_reduction`: an episode
+/// whose every retransmission was D-SACKed while it lasted is undone at its end. From
+/// congestion avoidance (ssthresh below cwnd before the episode) the full ACK's deflation
+/// (RFC 6582 3.2 step 3, cwnd = min(cwnd, ssthresh)) must not take the restored window
+/// back to the reduced ssthresh: the undo restored the old cwnd and the deflation then
+/// undid it, while `undone_recoveries` counted an undo that changed nothing.
+/// (`rfc3708_d_sacks_for_every_retransmission_undo_the_episode` starts from slow start,
+/// ssthresh infinite, where the deflation changes nothing.)
+#[test]
+fn rfc3708_an_undo_at_the_episodes_end_survives_the_deflation() {
+    for cc in [Congestion::NewReno, Congestion::Cubic] {
+        let mut r = rec(cc);
+        r.on_sent(us(0), S, 1000, false);
+        r.on_ack(us(1_000), S + 1000, &[], Some(Duration::from_micros(1_000)));
+        // Congestion avoidance: cwnd 20 segments, ssthresh 10.
+        r.cwnd = 20_000;
+        r.ssthresh = 10_000;
+        let before = r.cwnd();
+        send_n(&mut r, us(2_000), S + 1000, 1);
+        send_n(&mut r, us(2_500), S + 2000, 3);
+        let o = r.on_ack(us(4_000), S + 1000, &[(S + 2000, S + 5000)], None);
+        assert_eq!(o.lost_marked, 1);
+        let (seq, len) = r.next_retransmit().expect("retransmit");
+        r.on_sent(us(4_000), seq, len, true);
+        // The original arrived after all: its D-SACK comes while the episode lasts.
+        r.on_dsack(S + 1000, S + 5000, S + 1000, S + 2000);
+        r.on_ack(us(5_000), S + 5000, &[], None);
+        assert_eq!(r.stats().undone_recoveries, 1, "{cc:?}");
+        assert!(
+            r.cwnd() >= before,
+            "{cc:?}: cwnd {} after the undo, {before} before",
+            r.cwnd()
+        );
+    }
+}

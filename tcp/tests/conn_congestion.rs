@@ -1,0 +1,145 @@
+//! Packetdrill-style scripts of the sender's congestion and window behaviour at the edges
+//! the bulk scripts of `conn_script.rs` do not reach: the window after a lost SYN (RFC
+//! 5681 3.1) and the retransmission timer probing a window the peer shrank to zero (RFC
+//! 9293 3.8.6). One test per behaviour, named after it, citing the RFC section; the peer is
+//! scripted by hand.
+
+use smoltcp::socket::tcp::State;
+use smoltcp::time::Instant;
+use smoltcp::wire::{TcpControl, TcpSeqNumber, TcpTimestampRepr};
+use warpcore_tcp::conn::{ConnConfig, ConnEvent, Connection};
+
+mod script;
+use script::*;
+
+fn send(c: &mut Connection, now: Instant, n: usize) -> Vec<Out> {
+    let v: Vec<u8> = (0..n).map(|i| i as u8).collect();
+    assert_eq!(c.send(&v), Ok(n));
+    drain(c, now)
+}
+
+/// An active connection whose first SYN was lost: the SYN goes again at the 1 s RTO and
+/// the peer answers that one (no timestamps, so no Eifel undo). Returns it at 1,001 ms.
+fn established_after_a_lost_syn(config: ConnConfig) -> Connection {
+    let mut c = Connection::connect(&config, ep(), ISS, ms(0));
+    assert_eq!(drain(&mut c, ms(0)).len(), 1);
+    let again = run_until(&mut c, ms(0), ms(1000));
+    assert_eq!(again.len(), 1, "the SYN again at the RTO: {again:?}");
+    let mut sa = seg(TcpControl::Syn, PISS, Some(ISS + 1), &[]);
+    sa.max_seg_size = Some(1460);
+    c.handle_segment(ms(1001), &sa);
+    assert_eq!(c.state(), State::Established);
+    drain(&mut c, ms(1001));
+    assert_eq!(events(&mut c), vec![ConnEvent::Connected]);
+    c
+}
+
+/// RFC 5681 3.1: "if a SYN or SYN/ACK is lost, the initial window used by a sender after a
+/// correctly transmitted SYN MUST be one segment" -- the window, not the slow-start
+/// threshold: ssthresh "SHOULD be set arbitrarily high" initially, and nothing was in
+/// flight to halve. Linux (`tcp_init_transfer` -> `tcp_init_metrics`) starts the transfer
+/// with ssthresh infinite after a SYN retransmission. The SYN's RTO had set
+/// ssthresh = max(FlightSize * beta, 2 SMSS) = 2 SMSS and nothing reset it, so the
+/// connection left slow start at two segments (1, 2, 2, 2, 3 segments per round trip).
+#[test]
+fn rfc5681_3_1_a_lost_syn_leaves_slow_start_open() {
+    let mut c = established_after_a_lost_syn(cfg());
+    let s = c.stats().recovery;
+    assert_eq!(s.ssthresh, u64::MAX, "ssthresh after a lost SYN: {s:?}");
+    // The initial window: one segment of the SMSS the SYN-ACK negotiated.
+    assert_eq!(s.cwnd, 1460, "{s:?}");
+    // Five round trips of 1 ms, every segment acknowledged: slow start doubles the window
+    // each (1, 2, 4, 8, 16 segments, or at least more than the 7 a linear increase gives).
+    let mut now = 1002;
+    let mut acked = ISS + 1;
+    let mut per_round = Vec::new();
+    let big: Vec<u8> = vec![7; 200_000];
+    c.send(&big).unwrap();
+    for _ in 0..5 {
+        let out = drain(&mut c, ms(now));
+        per_round.push(out.len());
+        let end = out.last().map_or(acked, |o| o.seq + o.payload.len());
+        now += 1;
+        acked = end;
+        c.handle_segment(ms(now), &seg(TcpControl::None, PISS + 1, Some(acked), &[]));
+    }
+    assert_eq!(per_round[0], 1, "one segment first: {per_round:?}");
+    assert!(per_round[4] >= 8, "segments per round trip: {per_round:?}");
+}
+
+/// RFC 5681 3.1 with RFC 6928 2: the one-segment window after a lost SYN is one segment of
+/// the SMSS the option exchange gave. With timestamps (12 octets of every segment's
+/// options) that is 1,448 octets; the window stayed one segment of the 1,460 guessed
+/// before the SYN-ACK (`set_smss` keeps a window an RTO set). The SYN-ACK echoes the
+/// retransmitted SYN's TSval, so the timeout was no spurious one (RFC 3522).
+#[test]
+fn rfc5681_3_1_the_window_after_a_lost_syn_is_one_negotiated_segment() {
+    let mut c = Connection::connect(&cfg(), ep(), ISS, ms(0));
+    assert_eq!(drain(&mut c, ms(0)).len(), 1);
+    let again = run_until(&mut c, ms(0), ms(1000));
+    assert_eq!(again.len(), 1, "the SYN again at the RTO: {again:?}");
+    let mut sa = seg(TcpControl::Syn, PISS, Some(ISS + 1), &[]);
+    sa.max_seg_size = Some(1460);
+    sa.timestamp = Some(TcpTimestampRepr {
+        tsval: 1,
+        tsecr: again[0].1.ts.expect("timestamps offered").tsval,
+    });
+    c.handle_segment(ms(1001), &sa);
+    assert_eq!(c.state(), State::Established);
+    let s = c.stats().recovery;
+    assert_eq!(s.spurious_rtos, 0, "{s:?}");
+    assert_eq!(s.cwnd, 1448, "{s:?}");
+    assert_eq!(s.ssthresh, u64::MAX, "{s:?}");
+}
+
+/// RFC 9293 3.8.6: a peer that shrinks its window to zero with a flight of ours outstanding.
+/// The retransmission timer then probes the shut window (RFC 9293 3.8.6.1; Linux's
+/// `tcp_retransmit_timer` resends the head segment only, "our retransmits become zero
+/// probes"). Each expiry marked the whole flight lost and, cwnd being left alone
+/// (`set_window_shut`), resent all of it (14,600 octets at 7, 17, 37, 77 and 157 ms) into
+/// the shut window at every backed-off expiry.
+#[test]
+fn rfc9293_3_8_6_a_window_shrunk_to_zero_is_probed_with_one_segment() {
+    let mut c = established(cfg(), true);
+    let out = send(&mut c, ms(2), 10 * 1460);
+    assert_eq!(out.len(), 10);
+    // The peer takes nothing and shuts its window (shrinking it: 14,600 octets were in it).
+    let mut z = seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]);
+    z.window_len = 0;
+    c.handle_segment(ms(3), &z);
+    let out = run_until(&mut c, ms(3), ms(200));
+    let mut per_expiry: Vec<(u64, usize, TcpSeqNumber)> = Vec::new();
+    for (t, o) in &out {
+        let t = t.total_millis() as u64;
+        match per_expiry.last_mut() {
+            Some((at, n, _)) if *at == t => *n += o.payload.len(),
+            _ => per_expiry.push((t, o.payload.len(), o.seq)),
+        }
+    }
+    // Backed off (5 ms floor): 7, 17, 37, 77, 157 ms.
+    assert!(per_expiry.len() >= 4, "{per_expiry:?}");
+    for (t, n, seq) in &per_expiry {
+        assert!(
+            *n <= 1460,
+            "{n} octets into the shut window at {t} ms: {per_expiry:?}"
+        );
+        assert_eq!(*seq, ISS + 1, "the head segment at {t} ms: {per_expiry:?}");
+    }
+    let s = c.stats().recovery;
+    assert_eq!(s.rto_count, 0, "no congestion response: {s:?}");
+    assert!(s.window_probe_timeouts >= 4, "{s:?}");
+    // The window opens (still acknowledging nothing): the whole flight goes again at once,
+    // cwnd as it was, each segment once: the rest, which the probe timer's expiries marked
+    // lost, and the head, the last probe, which the shut window could not take.
+    let mut open = seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]);
+    open.window_len = 0xffff;
+    c.handle_segment(ms(200), &open);
+    let out = drain(&mut c, ms(200));
+    let mut sent: Vec<(usize, usize)> = out
+        .iter()
+        .map(|o| (o.seq - (ISS + 1), o.payload.len()))
+        .collect();
+    sent.sort_unstable();
+    let flight: Vec<(usize, usize)> = (0..10).map(|k| (k * 1460, 1460)).collect();
+    assert_eq!(sent, flight, "(offset, length) sent once the window opened");
+}
