@@ -41,7 +41,7 @@ pub mod host;
 pub mod link;
 pub mod recovery;
 pub mod reference;
-mod rng;
+pub mod rng;
 pub mod stack;
 pub mod tso;
 

@@ -1,13 +1,15 @@
-//! A small seeded generator for fault injection (xorshift64*), so runs are reproducible.
+//! A small seeded generator for fault injection (xorshift64*), so runs are reproducible;
+//! public for the seeded workloads of the test suites.
 
 const SEED_MIX: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// Deterministic pseudo-random numbers from a 64-bit seed.
 #[derive(Debug, Clone)]
-pub(crate) struct Rng(u64);
+pub struct Rng(u64);
 
 impl Rng {
-    pub(crate) fn new(seed: u64) -> Self {
+    /// A generator whose stream is a function of `seed` alone.
+    pub fn new(seed: u64) -> Self {
         // Zero is a fixed point of xorshift: the seed is mixed with a constant, a bijection,
         // so that distinct seeds start distinct streams (forcing the state odd instead, as
         // this did, gave seeds 2k and 2k + 1 the same faults). The one seed mixed to zero
@@ -18,7 +20,8 @@ impl Rng {
         }
     }
 
-    pub(crate) fn next_u64(&mut self) -> u64 {
+    /// The next 64 bits.
+    pub fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -28,12 +31,12 @@ impl Rng {
     }
 
     /// True with probability `p` (0.0 ..= 1.0).
-    pub(crate) fn chance(&mut self, p: f64) -> bool {
+    pub fn chance(&mut self, p: f64) -> bool {
         p > 0.0 && ((self.next_u64() >> 11) as f64) < p * (1u64 << 53) as f64
     }
 
     /// Uniform in `0..n` (`n > 0`).
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
+    pub fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n
     }
 }

@@ -239,6 +239,34 @@ fn a_control_call_on_a_core_that_panics_meanwhile_returns_at_once() {
     }
 }
 
+/// Queues one flushed Send completion of work request `wr_id` on `cq`.
+fn push_one_flushed(cq: &CompletionQueue, wr_id: u64) {
+    let qp = QpId {
+        core: 0,
+        index: 0,
+        generation: 0,
+    };
+    cq.push_flushed(wr_id, qp, WcOpcode::Send);
+}
+
+/// The blocking waits `wants` reported in turn on `rx`, each within 10 s and each
+/// `Error::EngineGone` (not still waiting on `on`).
+fn each_engine_gone(
+    rx: &std::sync::mpsc::Receiver<(&str, Result<(), Error>)>,
+    wants: &[&str],
+    on: &str,
+) {
+    for want in wants {
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok((what, r)) => {
+                assert_eq!(what, *want);
+                assert!(matches!(r, Err(Error::EngineGone)), "{what}: {r:?}");
+            }
+            Err(_) => panic!("{want} still waits on {on}"),
+        }
+    }
+}
+
 /// Blocking waits on a caller-driven context whose core's loop panicked (the only core it
 /// has): nothing will ever run it, so nothing will complete into its queues or signal its
 /// channel. `CompletionQueue::wait`, `wait_solicited` and `CompletionChannel::get_event`
@@ -257,15 +285,7 @@ fn blocking_waits_on_a_caller_driven_core_that_panicked_return() {
     let cq = ctx.create_cq_with_channel(16, &ch).unwrap();
     cq.req_notify(false).unwrap();
     // A completion queued before the panic is still handed out.
-    cq.push_flushed(
-        7,
-        QpId {
-            core: 0,
-            index: 0,
-            generation: 0,
-        },
-        WcOpcode::Send,
-    );
+    push_one_flushed(&cq, 7);
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         ctx.progress_until(10, || panic!("the caller's test panicked"))
     }));
@@ -289,15 +309,11 @@ fn blocking_waits_on_a_caller_driven_core_that_panicked_return() {
             let _ = tx.send(("get_event", ch.get_event(None).map(|_| ())));
         });
     }
-    for want in ["wait", "wait_solicited", "get_event"] {
-        match rx.recv_timeout(Duration::from_secs(10)) {
-            Ok((what, r)) => {
-                assert_eq!(what, want);
-                assert!(matches!(r, Err(Error::EngineGone)), "{what}: {r:?}");
-            }
-            Err(_) => panic!("{want} still waits on a core that panicked"),
-        }
-    }
+    each_engine_gone(
+        &rx,
+        &["wait", "wait_solicited", "get_event"],
+        "a core that panicked",
+    );
     // The connection manager's wait: `None` (no event can come), not the whole timeout.
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -324,15 +340,7 @@ fn blocking_waits_on_a_queue_whose_context_was_dropped_return() {
     assert!(!ctx.caller_driven());
     let cq = ctx.create_cq(16).unwrap();
     // A completion queued before the drop is still handed out.
-    cq.push_flushed(
-        9,
-        QpId {
-            core: 0,
-            index: 0,
-            generation: 0,
-        },
-        WcOpcode::Send,
-    );
+    push_one_flushed(&cq, 9);
     drop(ctx);
     assert_eq!(cq.wait(Duration::MAX).map(|c| c.wr_id).ok(), Some(9));
     let (tx, rx) = mpsc::channel();
@@ -344,13 +352,9 @@ fn blocking_waits_on_a_queue_whose_context_was_dropped_return() {
             cq.wait_solicited(Duration::MAX, &mut out).map(|_| ()),
         ));
     });
-    for want in ["wait", "wait_solicited"] {
-        match rx.recv_timeout(Duration::from_secs(10)) {
-            Ok((what, r)) => {
-                assert_eq!(what, want);
-                assert!(matches!(r, Err(Error::EngineGone)), "{what}: {r:?}");
-            }
-            Err(_) => panic!("{want} still waits on a queue whose context was dropped"),
-        }
-    }
+    each_engine_gone(
+        &rx,
+        &["wait", "wait_solicited"],
+        "a queue whose context was dropped",
+    );
 }

@@ -29,21 +29,18 @@ const SEEDS: u64 = 32;
 const B_RECV_SLOTS: usize = 16;
 const B_RECV_SLOT: usize = 512;
 
-struct Rng(u64);
+/// The link's seeded generator, with the choices this workload makes.
+struct Rng(warpcore_engine::tcp::rng::Rng);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        self.0.next_u64()
     }
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        self.0.below(n as u64) as usize
     }
     fn chance(&mut self, pct: u64) -> bool {
-        self.next() % 100 < pct
+        self.0.below(100) < pct
     }
     fn pick<T: Copy>(&mut self, v: &[T]) -> T {
         v[self.below(v.len())]
@@ -689,7 +686,7 @@ impl World {
 #[test]
 fn a_local_users_random_mistakes_get_typed_errors_and_leave_the_contexts_serving() {
     for seed in 0..SEEDS {
-        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let mut rng = Rng(warpcore_engine::tcp::rng::Rng::new(seed));
         let mut w = World::new();
         for i in 0..STEPS {
             w.step(&mut rng);

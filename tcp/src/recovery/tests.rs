@@ -212,17 +212,16 @@ fn rfc3522_an_ack_echoing_the_retransmission_leaves_the_rto_in_force() {
     assert_eq!(r.cwnd(), 6000);
 }
 
-#[test]
-fn rfc9438_4_6_cubic_reduces_to_beta_and_regrows_towards_w_max() {
+/// CUBIC with a cwnd of 20 segments, all 20 sent at 0 and the first lost: the rest SACKed
+/// at 1 ms (19 segments SACKed, >= DupThresh: no reordering window, the first is lost at
+/// once), which starts a recovery.
+fn cubic_first_of_twenty_lost() -> Recovery {
     let mut r = rec(Congestion::Cubic);
-    // 20 segments in flight, RTT 1 ms.
     for k in 0..20 {
         r.on_sent(us(0), S + k * 1000, 1000, false);
     }
     r.cwnd = 20_000;
     let base = (S.0 as u32).wrapping_add(1000);
-    // Segment 0 lost, the rest SACKed at 1 ms; RACK marks it after the reordering window.
-    // 19 segments SACKed (>= DupThresh): no reordering window, segment 0 is lost at once.
     let o = r.on_ack(
         us(1_000),
         S,
@@ -230,6 +229,12 @@ fn rfc9438_4_6_cubic_reduces_to_beta_and_regrows_towards_w_max() {
         None,
     );
     assert_eq!(o.lost_marked, 1);
+    r
+}
+
+#[test]
+fn rfc9438_4_6_cubic_reduces_to_beta_and_regrows_towards_w_max() {
+    let mut r = cubic_first_of_twenty_lost();
     assert_eq!(r.stats().fast_recoveries, 1);
     assert_eq!(r.next_retransmit(), Some((S, 1000)));
     assert_eq!(r.cwnd(), 14_000, "beta 0.7");
@@ -1982,19 +1987,7 @@ fn rfc6675_islost_costs_what_the_ack_newly_covers_not_the_window() {
 /// after it. It started at the loss, so W_cubic(t) ran a whole recovery ahead.
 #[test]
 fn rfc9438_4_2_the_epoch_starts_with_congestion_avoidance_not_at_the_loss() {
-    let mut r = rec(Congestion::Cubic);
-    for k in 0..20 {
-        r.on_sent(us(0), S + k * 1000, 1000, false);
-    }
-    r.cwnd = 20_000;
-    let base = (S.0 as u32).wrapping_add(1000);
-    let o = r.on_ack(
-        us(1_000),
-        S,
-        &[(TcpSeqNumber(base as i32), S + 20_000)],
-        None,
-    );
-    assert_eq!(o.lost_marked, 1);
+    let mut r = cubic_first_of_twenty_lost();
     assert_eq!(r.cubic.epoch, None, "the epoch started at the loss");
     // The retransmission, acknowledged 50 ms later with everything: the ACK that ends the
     // recovery is the first that may grow the window, and starts the epoch.
