@@ -2093,7 +2093,8 @@ fn rfc9293_3_10_7_4_unacceptable_segments_move_nothing_and_draw_an_ack() {
         0,
         "the buffer is full: window shut"
     );
-    // Shut window: data at RCV.NXT is unacceptable (one octet or many), answered.
+    // Shut window: the octets of data at RCV.NXT (one or many) are not taken, answered
+    // (its ACK is: `conn_window.rs`, `rfc9293_3_10_7_4_a_shut_receive_window_still_takes_the_ack`).
     c.handle_segment(ms(5), &data(wnd, &[2; 10], ISS + 1));
     let out = drain(&mut c, ms(5));
     assert_eq!(out.len(), 1);

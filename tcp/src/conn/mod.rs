@@ -253,9 +253,26 @@ const EV_TIMED_OUT: u8 = 64;
 
 /// Challenge ACKs allowed per second (RFC 5961 7).
 const CHALLENGE_ACKS_PER_SEC: u32 = 10;
-/// Timestamps tick in microseconds; ts_recent older than 2^31 ticks is stale (RFC 7323 5.5
-/// scaled to our clock).
+/// How long TS.Recent, the peer's last timestamp, stays valid without a segment that
+/// moves it on (RFC 7323 5.5): the peer's clock rate is unknown, and its TSval may have
+/// moved by half its space in this time if it ticks in microseconds as ours does (Linux 6.7
+/// and later with `tcp_usec_ts`, which takes TS.Recent as stale after as long:
+/// `TCP_PAWS_WRAP`). A slower clock (Linux's default 1 ms, the RFC's 1 ms to 1 s) takes
+/// 24.8 days or more to move as far, so this only accepts its segments sooner than
+/// 5.5's 24 days would.
 const TS_STALE: Duration = Duration::from_micros(1 << 31);
+
+/// Our TSval ticks in microseconds, half its space in 2^31 us (35.8 minutes). A peer takes
+/// our TS.Recent as valid for 24 days of idleness (RFC 7323 5.5; Linux before 6.7,
+/// `TCP_PAWS_24DAYS`; FreeBSD), and moves it on only with an acceptable segment of ours
+/// (4.3), which a keep-alive probe (SEG.SEQ = SND.NXT - 1) is not: after 36 minutes
+/// without one, every segment we sent would look older than TS.Recent there and be
+/// dropped by PAWS. So an established connection that sent no acceptable segment for a
+/// whole period of this timer sends a pure ACK at SND.NXT ([`Connection::acceptable_seq`])
+/// at its expiry, at most two periods (9 minutes) after its last one, and again every two
+/// periods while it stays idle: two in a row may be lost, and the third still arrives
+/// before our clock runs half its space past the peer's TS.Recent.
+const TS_REFRESH: Duration = Duration::from_micros(1 << 28);
 
 #[cfg(feature = "self-check")]
 thread_local! {
@@ -635,6 +652,11 @@ pub struct Connection {
     window_probe_backoff: u32,
     keepalive_at: Option<Instant>,
     keepalive_pending: bool,
+    /// When to check that an acceptable segment carried our TSval to the peer in the last
+    /// [`TS_REFRESH`], and whether one did since the last check (every segment that acks
+    /// but a keep-alive probe).
+    ts_refresh_at: Option<Instant>,
+    ts_sent_fresh: bool,
     time_wait_at: Option<Instant>,
     /// When FIN-WAIT-2 without new data ends in a reset (`ConnConfig::fin_wait_2_timeout`),
     /// and RCV.NXT when that deadline was set (data since pushes it back).
@@ -720,6 +742,8 @@ impl Connection {
             window_probe_backoff: 0,
             keepalive_at: None,
             keepalive_pending: false,
+            ts_refresh_at: None,
+            ts_sent_fresh: false,
             time_wait_at: None,
             fin_wait_2_at: None,
             fin_wait_2_rcv: TcpSeqNumber(0),
@@ -1348,6 +1372,7 @@ impl Connection {
         self.reopen_resend = false;
         self.delack_at = None;
         self.keepalive_at = None;
+        self.ts_refresh_at = None;
         self.window_probe_at = None;
         self.time_wait_at = None;
         self.ack_now = false;
@@ -1358,8 +1383,17 @@ impl Connection {
 
     // ------------------------------------------------------------------ receive
 
-    /// Our receive window now (octets), before scaling.
+    /// Our receive window now (octets), before scaling: what the receive path accepts past
+    /// RCV.NXT. The buffer's free space, or as far as the right edge last offered where
+    /// that lies further ([`Self::window_field`] rounds it up to the window scale's unit
+    /// rather than move it left): every octet we offered is taken.
     fn rcv_wnd(&self) -> usize {
+        self.rcv_free()
+            .max(self.rcv_adv.saturating_sub(self.rcv_off) as usize)
+    }
+
+    /// The receive buffer's free space (octets).
+    fn rcv_free(&self) -> usize {
         self.rx_window.saturating_sub(self.rx.len())
     }
 
@@ -1391,7 +1425,7 @@ impl Connection {
     /// until the free space reaches past it by `sws_step`, so a buffer read in small pieces
     /// offers no window of a few octets for a sender to fill with a segment as small.
     fn rcv_wnd_offered(&self) -> usize {
-        let free = self.rcv_wnd();
+        let free = self.rcv_free();
         let held = self.rcv_adv.saturating_sub(self.rcv_off) as usize;
         if free >= held + self.sws_step() {
             free
@@ -1400,15 +1434,41 @@ impl Connection {
         }
     }
 
+    /// The window field of our next segment: [`Self::rcv_wnd_offered`] scaled down. A scaled
+    /// window is a multiple of the unit 2^shift from SEG.ACK, and RCV.NXT moves by any
+    /// number of octets, so the right edge last offered (`rcv_adv`) is rarely one of them:
+    /// rounded down, it moved left by up to 2^shift - 1 octets at each ACK while we held
+    /// it (RFC 9293 3.8.6, SHLD-14: a receiver should not shrink the window; RFC 7323
+    /// 2.4). It is rounded up instead, as Linux's `tcp_select_window`
+    /// (`ALIGN(cur_win, 1 << rcv_wscale)`), and [`Self::rcv_wnd`] accepts up to it. Each
+    /// such ACK may move the edge up to 2^shift - 1 octets further past the buffer's free
+    /// space, so it runs ahead by at most [`Self::rcv_run_ahead`] (a sixteenth of the
+    /// buffer), where it moves left by less than the unit again: the receive queue never
+    /// holds more than the buffer and that sixteenth.
     fn window_field(&self) -> u16 {
-        let w = self.rcv_wnd_offered() >> self.rcv_shift;
-        w.min(0xffff) as u16
+        let shift = self.rcv_shift;
+        let down = self.rcv_wnd_offered() >> shift;
+        let held = self.rcv_adv.saturating_sub(self.rcv_off) as usize;
+        let up = (held + (1 << shift) - 1) >> shift;
+        // The buffer and its run-ahead, less what the queue holds (more than the buffer
+        // once the edge ran ahead and the peer filled it).
+        let most = (self.rx_window + self.rcv_run_ahead()).saturating_sub(self.rx.len()) >> shift;
+        down.max(up.min(most)).min(0xffff) as u16
+    }
+
+    /// How far the right edge offered may run ahead of the receive buffer's free space
+    /// ([`Self::window_field`]): a sixteenth of the buffer. The edge runs ahead by less
+    /// than 2^shift octets at each ACK while the application reads slower than the peer
+    /// sends; a window closed from full with one ACK a segment stays within it up to a
+    /// window scale of 7 (4 to 8 MiB buffers).
+    fn rcv_run_ahead(&self) -> usize {
+        self.rx_window / 16
     }
 
     fn maybe_window_update(&mut self) {
         // RFC 9293 3.8.6.2.2: announce a larger window once it grew by at least
         // min(buffer / 2, MSS) past what was advertised.
-        let edge = self.rcv_off + self.rcv_wnd() as u64;
+        let edge = self.rcv_off + self.rcv_free() as u64;
         let step = self.sws_step() as u64;
         if edge >= self.rcv_adv + step && self.state != State::Closed {
             self.ack_now = true;
@@ -1486,6 +1546,7 @@ impl Connection {
             self.events |= EV_CONNECTED;
             self.ack_now = true;
             self.arm_keepalive(now);
+            self.arm_ts_refresh(now);
         } else {
             // Simultaneous open (RFC 9293 3.5): SYN-RECEIVED, our SYN goes again with ACK.
             // SND.NXT stays past our SYN if it left: the peer may acknowledge it before our
@@ -1621,10 +1682,17 @@ impl Connection {
             return;
         }
         let end_rel = rel + seg_len as i64 - 1;
+        // With our window shut no segment with octets is acceptable, "but special allowance
+        // should be made to accept valid ACKs" (RFC 9293 3.10.7.4): one at RCV.NXT (the
+        // peer's zero-window probe, or data it sent before our window closed) goes through
+        // for its ACK, window and timestamp, its octets and FIN not taken (below), as
+        // Linux's `tcp_sequence` lets it through and `tcp_data_queue` drops the data.
+        // Dropped whole, the ACK of our data a probe carries was lost with it.
+        let shut = seg_len > 0 && wnd == 0 && rel == 0;
         let acceptable = match (seg_len, wnd) {
             (0, 0) => rel == 0,
             (0, _) => rel >= 0 && rel < wnd as i64,
-            (_, 0) => false,
+            (_, 0) => shut,
             (_, _) => (rel >= 0 && rel < wnd as i64) || (end_rel >= 0 && end_rel < wnd as i64),
         };
         // RFC 7323 3.2: once both SYNs carried TSopt, every non-RST segment must: one
@@ -1724,6 +1792,7 @@ impl Connection {
                     self.state = State::FinWait1;
                 }
                 self.arm_keepalive(now);
+                self.arm_ts_refresh(now);
             } else {
                 self.queue_rst_for_ack(ack);
                 return;
@@ -1759,7 +1828,13 @@ impl Connection {
             return;
         }
         // Seventh: text; eighth: FIN.
-        if matches!(
+        if shut {
+            // Nothing of it fits the shut window: answered with our ACK and window, as the
+            // unacceptable segment it was before its ACK was taken.
+            self.stats.duplicates += 1;
+            self.ack_now = true;
+            self.quick_ack = true;
+        } else if matches!(
             self.state,
             State::Established | State::FinWait1 | State::FinWait2
         ) {
@@ -1853,9 +1928,10 @@ impl Connection {
         } else if self.snd_wl1 < seg.seq_number
             || (self.snd_wl1 == seg.seq_number && self.snd_wl2 <= ack)
         {
+            // The window as it was and open: the override timeout of sender SWS avoidance
+            // runs on (`process_ack`).
             self.snd_wl1 = seg.seq_number;
             self.snd_wl2 = ack;
-            self.window_probe_at = None;
         }
         self.take_in_order(seg.payload, deliver);
         self.took_in_order(now, false);
@@ -1955,8 +2031,15 @@ impl Connection {
             }
             self.window_probe_backoff = 0;
         }
-        // Window update (RFC 9293 3.10.7.4 fifth, SND.WL1/WL2).
-        if self.snd_wl1 < seg.seq_number || (self.snd_wl1 == seg.seq_number && self.snd_wl2 <= ack)
+        // Window update (RFC 9293 3.10.7.4 fifth, SND.WL1/WL2), and from every ACK that
+        // advances SND.UNA whatever its SEG.SEQ (Linux's `tcp_may_update_window`): SND.WND
+        // is an offset from SND.UNA, so one kept from an older ACK (the peer's segment that
+        // passed the WL1 test lies above a retransmission that fills its hole and
+        // acknowledges more of ours) would put the right edge past what the peer offered,
+        // by everything the new ACK covers.
+        if advanced
+            || self.snd_wl1 < seg.seq_number
+            || (self.snd_wl1 == seg.seq_number && self.snd_wl2 <= ack)
         {
             let was_zero = self.snd_wnd == 0;
             self.snd_wnd = usize::from(seg.window_len) << self.snd_shift;
@@ -1964,15 +2047,23 @@ impl Connection {
             self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
             self.snd_wl1 = seg.seq_number;
             self.snd_wl2 = ack;
-            if self.snd_wnd > 0 {
+            // The window-probe timer, as sender SWS avoidance's override timeout (RFC 9293
+            // 3.8.6.2.1), runs on from when the data was first held back: an update of a
+            // window still open (the peer's every segment repeats it) restarted it, so a
+            // peer that kept sending held our data back for as long as it did. It stops
+            // when a shut window opens (the probing is over), when an ACK of new data
+            // comes (it is armed with nothing in flight only: data went since, and what is
+            // held back now waits from now) and at firing (`handle_timeout`).
+            if advanced {
                 self.window_probe_at = None;
-                if was_zero {
-                    self.window_probe_backoff = 0;
-                    // Octets still outstanding are most likely the window probe's, which
-                    // the shut window could not take (RFC 9293 3.10.7.4): they go again now,
-                    // not at their retransmission timer, backed off through the probing.
-                    self.reopen_resend = seq_diff(self.snd_nxt, self.snd_una) > 0;
-                }
+            }
+            if self.snd_wnd > 0 && was_zero {
+                self.window_probe_at = None;
+                self.window_probe_backoff = 0;
+                // Octets still outstanding are most likely the window probe's, which the
+                // shut window could not take (RFC 9293 3.10.7.4): they go again now, not at
+                // their retransmission timer, backed off through the probing.
+                self.reopen_resend = seq_diff(self.snd_nxt, self.snd_una) > 0;
             }
         }
         // Our FIN acknowledged: the closing states move on.
@@ -2177,11 +2268,17 @@ impl Connection {
         self.state = State::TimeWait;
         self.time_wait_at = Some(now + self.cfg.time_wait);
         self.keepalive_at = None;
+        self.ts_refresh_at = None;
         self.window_probe_at = None;
     }
 
     fn arm_keepalive(&mut self, now: Instant) {
         self.keepalive_at = self.cfg.keep_alive.map(|k| now + k);
+    }
+
+    /// Starts the [`TS_REFRESH`] timer once the connection is established with timestamps.
+    fn arm_ts_refresh(&mut self, now: Instant) {
+        self.ts_refresh_at = self.ts_ok.then(|| now + TS_REFRESH);
     }
 
     // ------------------------------------------------------------------ timers
@@ -2212,6 +2309,7 @@ impl Connection {
             self.delack_at,
             self.window_probe_at,
             self.keepalive_at,
+            self.ts_refresh_at,
             self.time_wait_at,
             self.fin_wait_2_at.filter(|_| self.state == State::FinWait2),
             user,
@@ -2313,10 +2411,14 @@ impl Connection {
         }
         if self.window_probe_at.is_some_and(|t| t <= now) {
             self.window_probe_at = None;
-            self.stats.window_probes += 1;
-            self.window_probe_backoff = (self.window_probe_backoff + 1).min(16);
-            // Send one octet past the zero window (RFC 9293 3.8.6.1) below.
-            self.window_probe_due = true;
+            // Armed with nothing in flight; if data went since (the window opened enough
+            // for it), its ACK or its retransmission timer comes instead.
+            if self.rec.is_empty() {
+                self.stats.window_probes += 1;
+                self.window_probe_backoff = (self.window_probe_backoff + 1).min(16);
+                // Send one octet past the zero window (RFC 9293 3.8.6.1) below.
+                self.window_probe_due = true;
+            }
         }
         if self.keepalive_at.is_some_and(|t| t <= now) {
             // RFC 1122 4.2.3.6: a probe only after a whole keep-alive interval without a
@@ -2343,6 +2445,26 @@ impl Connection {
             } else {
                 self.cfg.keep_alive.map(|k| now + k)
             };
+        }
+        if self.ts_refresh_at.is_some_and(|t| t <= now) {
+            // No acceptable segment of ours for a whole period: a pure ACK carries our
+            // TSval to the peer's TS.Recent (RFC 7323 4.3) before PAWS there takes our
+            // clock for older (`TS_REFRESH`).
+            if !self.ts_sent_fresh
+                && matches!(
+                    self.state,
+                    State::Established
+                        | State::CloseWait
+                        | State::FinWait1
+                        | State::FinWait2
+                        | State::Closing
+                        | State::LastAck
+                )
+            {
+                self.ack_now = true;
+            }
+            self.ts_sent_fresh = false;
+            self.ts_refresh_at = Some(now + TS_REFRESH);
         }
     }
 
@@ -2449,6 +2571,7 @@ impl Connection {
     #[inline(always)]
     fn sent_acking(&mut self) {
         self.stats.segments_sent += 1;
+        self.ts_sent_fresh = true;
         self.ack_now = false;
         self.quick_ack = false;
         self.dsack = None;
@@ -3015,7 +3138,10 @@ impl Connection {
             self.keepalive_pending = false;
             // RFC 9293 3.8.4: SEG.SEQ = SND.NXT - 1, no data.
             let seg = self.base_segment(now, TcpControl::None, self.snd_nxt - 1);
+            // Outside the peer's window, it moves no TS.Recent there (`TS_REFRESH`).
+            let fresh = self.ts_sent_fresh;
             self.sent(&seg);
+            self.ts_sent_fresh = fresh;
             return Some((seg, 0, 0));
         }
         if self.ack_now {

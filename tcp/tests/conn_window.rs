@@ -1,0 +1,289 @@
+//! The send and receive windows of one connection, and the timestamps that keep its
+//! segments acceptable to the peer: packetdrill-style scripts (as `conn_script.rs`), one
+//! per behaviour, named after the RFC section it holds the connection to. The peer is
+//! scripted by hand; nothing else runs.
+
+use smoltcp::socket::tcp::State;
+use smoltcp::time::Instant;
+use smoltcp::wire::{TcpControl, TcpTimestampRepr};
+use warpcore_tcp::conn::Connection;
+
+mod script;
+use script::*;
+
+fn send(c: &mut Connection, now: Instant, n: usize) -> Vec<Out> {
+    let v: Vec<u8> = (0..n).map(|i| i as u8).collect();
+    assert_eq!(c.send(&v), Ok(n));
+    drain(c, now)
+}
+
+/// RFC 9293 3.10.7.4 fifth check: the send window is an offset from the ACK that carried it.
+/// A segment from the peer that advances SND.UNA but fails the SND.WL1 test (a
+/// retransmission filling a hole, SEG.SEQ below that of an out-of-order segment taken
+/// before) leaves SND.WND as the older segment gave it, relative to an older ACK; taken
+/// relative to the new SND.UNA it moves the right edge past what the peer offered, by
+/// everything the new ACK covers. Linux's `tcp_may_update_window` takes the window of every
+/// ACK that advances SND.UNA (`after(ack, tp->snd_una)`), for this reason.
+#[test]
+fn rfc9293_3_10_7_4_never_send_past_the_right_edge_the_peer_offered() {
+    let mut c = established(cfg(), true);
+    // Four segments of ours in flight.
+    let out = send(&mut c, ms(2), 4 * 1460);
+    assert_eq!(out.len(), 4);
+    let una0 = ISS + 1;
+    // The peer's data: its second segment arrives first (its first is lost), acknowledging
+    // nothing of ours yet, with 8,000 octets of window: right edge una0 + 8,000.
+    let mut d2 = data(1000, &[2; 1000], una0);
+    d2.window_len = 8000;
+    c.handle_segment(ms(3), &d2);
+    // The peer's retransmission of its first segment acknowledges our four segments and
+    // offers the same right edge (its reader is not reading): 8,000 - 5,840 = 2,160.
+    let mut d1 = data(0, &[1; 1000], una0 + 4 * 1460);
+    d1.window_len = 8000 - 4 * 1460;
+    c.handle_segment(ms(4), &d1);
+    let edge = una0 + 8000;
+    let out = send(&mut c, ms(4), 20_000);
+    for o in &out {
+        let end = o.seq + o.payload.len();
+        assert!(
+            end <= edge,
+            "sent {}..{} past the peer's right edge {}",
+            o.seq,
+            end,
+            edge
+        );
+    }
+}
+
+/// RFC 9293 3.10.7.4: "If the RCV.WND is zero, no segments will be acceptable, but special
+/// allowance should be made to accept valid ACKs". A data segment at RCV.NXT while our
+/// window is shut (a zero-window probe of the peer: data, carrying the ACK of our data) is
+/// dropped whole, its ACK too; Linux's `tcp_sequence` lets SEG.SEQ = RCV.NXT through with a
+/// zero window, processes the ACK and drops only the data.
+#[test]
+fn rfc9293_3_10_7_4_a_shut_receive_window_still_takes_the_ack() {
+    let mut config = cfg();
+    config.rx_buffer = 4096;
+    let mut c = established(config, true);
+    // Our 1,000 octets go out.
+    assert_eq!(send(&mut c, ms(2), 1000).len(), 1);
+    // The peer fills our window without acknowledging them (its ACK for them is delayed).
+    c.handle_segment(ms(2), &data(0, &[5; 2048], ISS + 1));
+    c.handle_segment(ms(2), &data(2048, &[5; 2048], ISS + 1));
+    let acks = drain(&mut c, ms(2));
+    assert_eq!(acks.last().unwrap().window, 0, "{acks:?}");
+    // Its zero-window probe: one octet at RCV.NXT, acknowledging our 1,000 octets.
+    c.handle_segment(ms(3), &data(4096, &[5], ISS + 1 + 1000));
+    assert!(
+        c.nothing_in_flight(),
+        "the probe's ACK of our data was not taken"
+    );
+}
+
+/// RFC 9293 3.8.6 ("shrinking the window" is strongly discouraged) and RFC 7323 2.4 /
+/// Appendix F: with a window scale in use the right edge we advertise must not move left
+/// while we hold it back for receiver SWS avoidance. Linux's `tcp_select_window` rounds the
+/// held window up to the scale's granularity (`ALIGN(cur_win, 1 << rcv_wscale)`) for this;
+/// rounding it down retracts the edge by up to 2^shift - 1 octets at each ACK.
+#[test]
+fn rfc7323_2_4_the_advertised_right_edge_never_moves_left() {
+    let mut config = cfg();
+    config.rx_buffer = 4 << 20; // window scale 7
+    let mut c = established(config, false);
+    let mut worst: Option<(u64, u64)> = None;
+    let mut edge_max = 0u64;
+    let mut off = 0usize;
+    for i in 0..200u64 {
+        let len = 1000 + (i as usize * 37) % 400; // odd sizes, never a multiple of 128
+        let payload = vec![1; len];
+        let mut s = data(off, &payload, ISS + 1);
+        s.timestamp = Some(TcpTimestampRepr {
+            tsval: 1 + i as u32,
+            tsecr: 0,
+        });
+        c.handle_segment(ms(2 + i), &s);
+        off += len;
+        for o in drain(&mut c, ms(2 + i)) {
+            let ack = o.ack.unwrap();
+            let edge = u64::from((ack - (PISS + 1)) as u32) + (u64::from(o.window) << 7);
+            if edge < edge_max && worst.is_none_or(|(_, d)| edge_max - edge > d) {
+                worst = Some((i, edge_max - edge));
+            }
+            edge_max = edge_max.max(edge);
+        }
+    }
+    assert_eq!(worst, None, "(segment, octets the right edge moved left)");
+}
+
+/// RFC 9293 3.8.6.1: a peer that keeps its window shut and answers every probe keeps the
+/// connection open, probing backed off up to the RTO ceiling, and the data flows once the
+/// window opens (regression guard; passes).
+#[test]
+fn rfc9293_3_8_6_1_an_hour_of_shut_window_answered_then_the_data() {
+    let mut c = established(cfg(), true);
+    let mut z = seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]);
+    z.window_len = 0;
+    c.handle_segment(ms(2), &z);
+    assert!(send(&mut c, ms(2), 50_000).is_empty());
+    let mut now = ms(2);
+    let mut probes = 0u32;
+    let mut last_probe = now;
+    let mut max_gap = 0i64;
+    while now < ms(3_600_000) {
+        let Some(t) = c.poll_timeout() else { break };
+        now = t.max(now);
+        c.handle_timeout(now);
+        for o in drain(&mut c, now) {
+            assert!(o.payload.len() <= 1, "{o:?}");
+            if o.payload.len() == 1 {
+                probes += 1;
+                max_gap = max_gap.max((now - last_probe).total_millis() as i64);
+                last_probe = now;
+                c.handle_segment(now, &z);
+            }
+        }
+    }
+    assert_eq!(c.state(), State::Established);
+    assert!(probes > 50, "{probes}");
+    assert!(max_gap <= 60_000, "probe gap {max_gap} ms");
+    let mut open = seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]);
+    open.window_len = 0xffff;
+    c.handle_segment(now, &open);
+    let out = drain(&mut c, now);
+    assert_eq!(out[0].seq, ISS + 1);
+    assert!(out.len() >= 2, "{out:?}");
+}
+
+/// RFC 7323 5.4-5.5: a peer takes TS.Recent as valid for 24 days of idleness ("the
+/// timestamp clock frequency in the range 1 ms to 1 sec per tick"; Linux before 6.7:
+/// `TCP_PAWS_24DAYS`, the Debian 6.1 kernel of the interop rig). Our TSval ticks in
+/// microseconds, half its space in 35.8 minutes, and keep-alive probes (SEG.SEQ =
+/// SND.NXT - 1, outside the peer's window) never move the peer's TS.Recent on (it takes
+/// TSval only from acceptable segments). After 36 to 72 minutes of idleness every segment
+/// we send reads as older than TS.Recent there and is dropped by PAWS until our clock
+/// comes round again: the connection stalls and its user timeout ends it.
+#[test]
+fn rfc7323_5_5_forty_idle_minutes_do_not_make_our_tsval_look_old() {
+    let mut c = established(cfg(), false);
+    // The last acceptable segment we sent: 100 octets at 2 ms, acknowledged at 3 ms.
+    let out = send(&mut c, ms(2), 100);
+    let mut last_acceptable = Some(out[0].ts.unwrap().tsval);
+    let mut a = seg(TcpControl::None, PISS + 1, Some(ISS + 101), &[]);
+    a.timestamp = Some(TcpTimestampRepr {
+        tsval: 2,
+        tsecr: last_acceptable.unwrap(),
+    });
+    c.handle_segment(ms(3), &a);
+    let mut now = ms(3);
+    let mut peer_ts = 3u32;
+    let ack_of_keepalive = |ts: u32, ecr: u32| {
+        let mut a = seg(TcpControl::None, PISS + 1, Some(ISS + 101), &[]);
+        a.timestamp = Some(TcpTimestampRepr {
+            tsval: ts,
+            tsecr: ecr,
+        });
+        a
+    };
+    while now < ms(40 * 60 * 1000) {
+        let Some(t) = c.poll_timeout() else { break };
+        now = t.max(now);
+        c.handle_timeout(now);
+        for o in drain(&mut c, now) {
+            let ts = o.ts.unwrap().tsval;
+            if o.seq == ISS + 101 {
+                last_acceptable = Some(ts);
+            }
+            // The peer answers the keep-alive (with its millisecond clock).
+            peer_ts += 10_000;
+            c.handle_segment(now, &ack_of_keepalive(peer_ts, ts));
+        }
+    }
+    assert_eq!(c.state(), State::Established);
+    let out = send(&mut c, now, 100);
+    let ts = out[0].ts.unwrap().tsval;
+    let recent = last_acceptable.expect("an acceptable segment");
+    // Linux < 6.7's tcp_paws_check: (s32)(ts_recent - rcv_tsval) <= 1, or 24 days passed.
+    assert!(
+        (recent.wrapping_sub(ts) as i32) <= 1,
+        "TSval {ts} after TS.Recent {recent}: older by PAWS arithmetic"
+    );
+}
+
+/// RFC 9293 3.8.6.2.1 (4): data held back by sender SWS avoidance goes once the override
+/// timeout passes. The timer (`window_probe_at`) is cleared by every window update that
+/// leaves the window open, the same window again included, so a peer that keeps sending
+/// (its data segments carry the same small window) pushes the override back for as long
+/// as it sends.
+#[test]
+fn rfc9293_3_8_6_2_1_the_override_timeout_is_not_restarted_by_each_ack() {
+    let mut c = established(cfg(), true); // the SYN-ACK offered 65,535 octets
+                                          // The peer's window narrows to 1,000 octets; 5,000 of ours wait.
+    let mut w = seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]);
+    w.window_len = 1000;
+    c.handle_segment(ms(2), &w);
+    assert!(
+        send(&mut c, ms(2), 5000).is_empty(),
+        "SWS avoidance holds them"
+    );
+    // The peer sends us a segment every 2 ms, each with the same window.
+    let mut sent_at = None;
+    let mut now = ms(2);
+    for k in 0..100usize {
+        let next = ms(4 + 2 * k as u64);
+        for (t, o) in run_until(&mut c, now, next) {
+            if !o.payload.is_empty() && sent_at.is_none() {
+                sent_at = Some(t);
+            }
+        }
+        now = next;
+        let mut d = data(k * 100, &[3; 100], ISS + 1);
+        d.window_len = 1000;
+        c.handle_segment(now, &d);
+        for o in drain(&mut c, now) {
+            if !o.payload.is_empty() && sent_at.is_none() {
+                sent_at = Some(now);
+            }
+        }
+    }
+    let rto = c.stats().recovery.rto_us / 1000;
+    assert!(
+        sent_at.is_some_and(|t| t <= ms(2 + 4 * rto.max(1))),
+        "held data sent at {sent_at:?} (RTO {rto} ms)"
+    );
+}
+
+/// RFC 7323 2.4 with the right edge rounded up (`rfc7323_2_4_the_advertised_right_edge_never_moves_left`):
+/// each ACK may move the edge up to 2^shift - 1 octets past the buffer's free space, so a
+/// peer sending small segments (20 octets here, an ACK for every 40 against a unit of 32)
+/// ratchets it on (bounded at four buffers instead, 5 MiB were queued for a 1 MiB buffer
+/// before the window closed). The edge runs ahead of the buffer by a sixteenth of it at most: an application
+/// that never reads still sees the window close, its queue holding no more than that.
+#[test]
+fn rfc7323_2_4_the_right_edge_runs_ahead_of_the_buffer_by_a_sixteenth_at_most() {
+    let mut config = cfg();
+    config.rx_buffer = 1 << 20; // window scale 5: a unit of 32 octets
+    let mut c = established(config, false);
+    let mut off = 0usize;
+    // The handshake's ACK offered the whole buffer.
+    let mut edge = 1usize << 20;
+    let mut now = 2;
+    while off + 20 <= edge {
+        c.handle_segment(ms(now), &stamped(data(off, &[4; 20], ISS + 1)));
+        off += 20;
+        for o in drain(&mut c, ms(now)) {
+            let ack = o.ack.unwrap() - (PISS + 1);
+            edge = ack + (usize::from(o.window) << 5);
+        }
+        now += 1;
+    }
+    assert!(
+        c.recv_queue() <= (1 << 20) + (1 << 16),
+        "{} octets queued for a 1 MiB buffer",
+        c.recv_queue()
+    );
+    assert!(
+        edge - off < 20,
+        "the window never closed: {} octets",
+        edge - off
+    );
+}
