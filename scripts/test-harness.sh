@@ -1620,7 +1620,10 @@ cu_case() { # cu_case SCRIPT ARGS...: what was left when SCRIPT was stopped mid-
     kill -TERM "$sp"
     wait "$sp"
     for p in server client; do
-        for _ in $(seq 1 20); do kill -0 "$(cat "$work/cu/$p.pid")" 2>/dev/null || break; sleep 0.1; done
+        # Up to 10 s for the signal the script's trap sent to take: 2 s was too short once
+        # at a load of 4.8 (qp-scale.sh's client), and a script that leaks its stand-ins
+        # leaves them for 60 s, so the check stays as sharp.
+        for _ in $(seq 1 100); do kill -0 "$(cat "$work/cu/$p.pid")" 2>/dev/null || break; sleep 0.1; done
         kill -0 "$(cat "$work/cu/$p.pid")" 2>/dev/null && { left+=("its $p"); kill "$(cat "$work/cu/$p.pid")"; }
     done
     dir=$(dirname "$(cat "$work/cu/sock")")
