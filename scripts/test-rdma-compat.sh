@@ -127,6 +127,7 @@ contracts() {
     contract_pair sync_request_fds 7522
     contract_pair second_connect 7524
     contract_pair rejected_qp_err 7526
+    contract_pair mr_mw_inputs 7528
     contract rdmacm_exports
     contract id_device_pd
     contract modify_qp_err_flush

@@ -110,6 +110,80 @@ fn access_flags_translate_and_bad_ones_are_refused() {
     assert_eq!(verbs::access_of(1 << 30), Err(crate::EOPNOTSUPP));
 }
 
+/// ibv_reg_mr(3)'s `IBV_ACCESS_HUGETLB` is a hint: the kernel's `ib_check_mr_access`
+/// accepts it (`IB_ACCESS_SUPPORTED`) and siw ignores it, so it registers; the other checks
+/// still apply with it.
+#[test]
+fn hugetlb_access_is_a_hint() {
+    assert_eq!(
+        verbs::access_of((IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_HUGETLB) as c_int),
+        Ok(Access::LOCAL_WRITE)
+    );
+    assert_eq!(
+        verbs::access_of((IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_HUGETLB) as c_int),
+        Err(crate::EINVAL)
+    );
+    assert_eq!(
+        verbs::access_of((IBV_ACCESS_ZERO_BASED | IBV_ACCESS_HUGETLB) as c_int),
+        Err(crate::EOPNOTSUPP)
+    );
+}
+
+/// ibv_rereg_mr(3): "IBV_REREG_MR_ERR_INPUT - Old MR is valid, an input error was detected
+/// by libibverbs" (rdma-core's verbs.c, errno EINVAL, before the provider is asked), not
+/// IBV_REREG_MR_ERR_CMD ("MR shouldn't be used"), which is left for valid input to a
+/// provider without rereg_mr (errno EOPNOTSUPP), as siw is.
+#[test]
+fn rereg_mr_input_errors_are_err_input() {
+    let mut mr: ibv_mr = Default::default();
+    let m: *mut ibv_mr = &mut mr;
+    let mut buf = [0u8; 64];
+    let addr = buf.as_mut_ptr().cast();
+    let errno = || std::io::Error::last_os_error().raw_os_error();
+    let translation = IBV_REREG_MR_CHANGE_TRANSLATION as c_int;
+    for (what, mr, flags, addr, len, access) in [
+        (
+            "a NULL mr",
+            null_mut(),
+            IBV_REREG_MR_CHANGE_ACCESS as c_int,
+            null_mut(),
+            0,
+            0,
+        ),
+        ("an unknown flag", m, 1 << 3, null_mut(), 0, 0),
+        ("a negative flags", m, -1, null_mut(), 0, 0),
+        ("a translation at NULL", m, translation, null_mut(), 64, 0),
+        ("a translation of 0 octets", m, translation, addr, 0, 0),
+        (
+            "access without CHANGE_ACCESS",
+            m,
+            IBV_REREG_MR_CHANGE_PD as c_int,
+            null_mut(),
+            0,
+            IBV_ACCESS_LOCAL_WRITE as c_int,
+        ),
+    ] {
+        assert_eq!(
+            verbs::__wc_ibv_rereg_mr(mr, flags, null_mut(), addr, len, access),
+            IBV_REREG_MR_ERR_INPUT,
+            "{what}"
+        );
+        assert_eq!(errno(), Some(crate::EINVAL), "{what}");
+    }
+    assert_eq!(
+        verbs::__wc_ibv_rereg_mr(
+            m,
+            (IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS) as c_int,
+            null_mut(),
+            addr,
+            64,
+            IBV_ACCESS_LOCAL_WRITE as c_int
+        ),
+        IBV_REREG_MR_ERR_CMD
+    );
+    assert_eq!(errno(), Some(crate::EOPNOTSUPP));
+}
+
 #[test]
 fn send_work_requests_translate() {
     let mut w: ibv_send_wr = Default::default();

@@ -916,14 +916,18 @@ pub(crate) fn access_of(flags: c_int) -> Result<Access, c_int> {
     // a provider may ignore: rdma-core's ibv_reg_mr_iova2 strips them for a kernel without
     // IB_UVERBS_CORE_SUPPORT_OPTIONAL_MR_ACCESS and the kernel's ib_check_mr_access lets
     // them through, so a program passing one (UCX, newer perftest) registers everywhere.
-    let f = flags as c_uint & !ACCESS_OPTIONAL_RANGE;
+    // IBV_ACCESS_HUGETLB is a hint as well ("huge pages are guaranteed to be used for this
+    // MR, applicable with IBV_ACCESS_ON_DEMAND in explicit mode only", ibv_reg_mr(3)): the
+    // kernel's ib_check_mr_access accepts it (IB_ACCESS_SUPPORTED) and siw ignores it, so
+    // a program passing it for its huge-page buffers registers them there.
+    let f = flags as c_uint & !(ACCESS_OPTIONAL_RANGE | IBV_ACCESS_HUGETLB);
     let known = IBV_ACCESS_LOCAL_WRITE
         | IBV_ACCESS_REMOTE_WRITE
         | IBV_ACCESS_REMOTE_READ
         | IBV_ACCESS_REMOTE_ATOMIC
         | IBV_ACCESS_MW_BIND;
     if f & !known != 0 {
-        // Zero-based, on-demand paging, huge-page hints and the rest: not supported.
+        // Zero-based, on-demand paging and the rest: not supported.
         return Err(EOPNOTSUPP);
     }
     // ibv_reg_mr(3): remote write or atomic access needs local write.
@@ -1221,6 +1225,14 @@ fn post_bind(
     info: &ibv_mw_bind_info,
     send_flags: c_uint,
 ) -> Result<u32, Posted> {
+    // ibv_bind_mw(3): with IBV_ACCESS_ZERO_BASED "the address set on the 'remote_addr'
+    // field on the WR will be an offset from the MW's start address". The engine's windows
+    // take the region's Tagged Offsets (as zero-based regions, ibv_reg_mr's EOPNOTSUPP, are
+    // not supported either): refused, where it was dropped and the window bound at
+    // addresses the peer, sending offsets, would never hit.
+    if info.mw_access_flags & IBV_ACCESS_ZERO_BASED != 0 {
+        return Err(EOPNOTSUPP.into());
+    }
     // SAFETY: mw and the region are ours (ibv_bind_mw(3), IBV_WR_BIND_MW).
     let (Some(w), Some(m)) = (unsafe { mw.cast::<Mw>().as_mut() }, unsafe {
         info.mr.cast::<Mr>().as_ref()
@@ -2702,16 +2714,32 @@ pub extern "C" fn __wc_ibv_unimport_pd(_pd: *mut ibv_pd) {}
 
 #[no_mangle]
 pub extern "C" fn __wc_ibv_rereg_mr(
-    _mr: *mut ibv_mr,
-    _flags: c_int,
+    mr: *mut ibv_mr,
+    flags: c_int,
     _pd: *mut ibv_pd,
-    _addr: *mut c_void,
-    _len: usize,
-    _access: c_int,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
 ) -> c_int {
-    // ibv_rereg_mr(3) returns a (negative) enum ibv_rereg_mr_err_code, errno set: what
-    // rdma-core answers for a provider without rereg_mr (dummy_ops.c: EOPNOTSUPP, turned
-    // into IBV_REREG_MR_ERR_CMD by verbs.c). A positive errno read as success by `< 0`.
+    // ibv_rereg_mr(3): "IBV_REREG_MR_ERR_INPUT - Old MR is valid, an input error was
+    // detected by libibverbs". rdma-core's verbs.c makes these checks before it asks the
+    // provider, with errno EINVAL: flags outside IBV_REREG_MR_FLAGS_SUPPORTED, a new
+    // translation without an address or a length, access flags without
+    // IBV_REREG_MR_CHANGE_ACCESS (and a NULL mr, which verbs.c would dereference). Answered
+    // IBV_REREG_MR_ERR_CMD ("MR shouldn't be used"), an application that checks the code
+    // deregistered an MR it could have kept.
+    let f = flags as c_uint;
+    if mr.is_null()
+        || f & !IBV_REREG_MR_FLAGS_SUPPORTED != 0
+        || (f & IBV_REREG_MR_CHANGE_TRANSLATION != 0 && (len == 0 || addr.is_null()))
+        || (access != 0 && f & IBV_REREG_MR_CHANGE_ACCESS == 0)
+    {
+        set_errno(EINVAL);
+        return IBV_REREG_MR_ERR_INPUT;
+    }
+    // The rest: what rdma-core answers for a provider without rereg_mr, as siw is
+    // (dummy_ops.c: EOPNOTSUPP, turned into IBV_REREG_MR_ERR_CMD by verbs.c). A positive
+    // errno read as success by `< 0`.
     set_errno(EOPNOTSUPP);
     IBV_REREG_MR_ERR_CMD
 }
