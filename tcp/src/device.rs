@@ -67,7 +67,8 @@ pub struct DeviceStats {
     pub rx_dropped: u64,
     /// Frames lost on transmit (e.g. a chained mbuf could not be completed, a frame larger
     /// than one mbuf on a port that sends no chained mbufs, or the driver's `tx_prepare`
-    /// refused a TSO super-frame).
+    /// refused a TSO super-frame). Counted in the frames of `tx_frames`: a super-frame
+    /// dropped counts each segment it carried.
     pub tx_dropped: u64,
     /// Of `tx_dropped`, frames whose transmit offload (checksum or TSO) header lengths
     /// DPDK's mbuf could not hold (`warpcore_dpdk_sys::TxOffloadLenError`): an internal
@@ -81,7 +82,8 @@ pub struct DeviceStats {
     /// Flushes in which the tx ring took fewer frames than were waiting.
     pub tx_ring_full: u64,
     /// TSO super-frames handed to the port: frames of two or more segments joined for the
-    /// port to cut ([`crate::tso`]).
+    /// port to cut ([`crate::tso`]). One the device drops instead (counted in `tx_dropped`)
+    /// leaves this count and `tx_tso_segments`.
     pub tx_tso_frames: u64,
     /// Segments those super-frames carried (each also counted in `tx_frames`).
     pub tx_tso_segments: u64,

@@ -236,7 +236,10 @@ fn queue_frame(
                             drop(pending.pop());
                             *pending_frames = pending_frames.saturating_sub(usize::from(segs));
                             stats.tx_offload_refused += 1;
-                            stats.tx_dropped += 1;
+                            stats.tx_dropped += u64::from(segs);
+                            stats.tx_tso_frames = stats.tx_tso_frames.saturating_sub(1);
+                            stats.tx_tso_segments =
+                                stats.tx_tso_segments.saturating_sub(u64::from(segs));
                             t.group = None;
                         }
                     }
@@ -833,15 +836,23 @@ impl DpdkDevice {
             let ok = self.tx.tx_prepare(&mut self.tx_pending[from..]);
             self.tx_prepared += ok;
             if ok < looked {
-                self.drop_pending(self.tx_prepared);
+                let segs = frames_in(&self.tx_pending[self.tx_prepared]);
+                self.drop_pending(self.tx_prepared, segs);
             }
         }
     }
 
-    /// Drops queued frame `i`, counted in `tx_dropped` (the TCP sends it again).
-    fn drop_pending(&mut self, i: usize) {
+    /// Drops queued frame `i`, which carries `segs` of the TCP's segments (a super-frame's,
+    /// each counted in `tx_frames` and `tx_tso_segments` when it joined): each is counted in
+    /// `tx_dropped` (the TCP sends it again), and a super-frame leaves the TSO counts, as the
+    /// port never sent it.
+    fn drop_pending(&mut self, i: usize, segs: usize) {
         drop(self.tx_pending.remove(i));
-        self.stats.tx_dropped += 1;
+        self.stats.tx_dropped += segs as u64;
+        if segs > 1 {
+            self.stats.tx_tso_frames = self.stats.tx_tso_frames.saturating_sub(1);
+            self.stats.tx_tso_segments = self.stats.tx_tso_segments.saturating_sub(segs as u64);
+        }
         if i < self.tx_staged.len() {
             drop(self.tx_staged.remove(i));
         }
@@ -1089,11 +1100,14 @@ impl DpdkDevice {
             // A super-frame the driver failed to send after cutting it may have lost its TSO
             // flag (net_tap clears it in librte_gso and leaves it so when its write fails):
             // as one frame it is too big ever to go, and it would hold up the queue.
-            let stuck = self.tx_pending.first().is_some_and(|m| {
-                m.nb_segs() > 1 && m.tx_tso_segsz().is_none() && m.pkt_len() > self.cfg.mtu + 14
+            // Each of its mbufs is one of the segments joined (the frames joined are
+            // contiguous), as `frames_in` counts them while the flag is there.
+            let stuck = self.tx_pending.first().and_then(|m| {
+                (m.nb_segs() > 1 && m.tx_tso_segsz().is_none() && m.pkt_len() > self.cfg.mtu + 14)
+                    .then(|| usize::from(m.nb_segs()))
             });
-            if stuck {
-                self.drop_pending(0);
+            if let Some(segs) = stuck {
+                self.drop_pending(0, segs);
             }
         }
         // Only a TSO port's frames can hold more than one segment.
@@ -1317,6 +1331,7 @@ mod tests {
         let pool = Mempool::new(&eal, "wcnet_unit_pool", 1023, 0, Mempool::DEFAULT_DATA_ROOM)
             .expect("pool");
         a_refused_super_frame_without_its_tso_flag_is_dropped_and_one_with_it_kept(&eal, pool);
+        a_dropped_super_frame_counts_each_of_its_segments(&eal, pool);
         a_frame_chained_over_small_mbufs_gets_its_checksums(&eal, pool);
         no_chain_goes_to_a_port_that_sends_none(&eal, pool);
     }
@@ -1388,7 +1403,112 @@ mod tests {
             d.tx_pending.is_empty(),
             "the flagless frame still holds the queue"
         );
-        assert_eq!(d.stats.tx_dropped, 1);
+        assert_eq!(
+            d.stats.tx_dropped, 2,
+            "a super-frame of two mbufs: two segments lost"
+        );
+        assert_eq!(d.tx_pending(), 0);
+    }
+
+    /// A super-frame the device drops (the driver's `tx_prepare` refuses it, or net_tap
+    /// left it without its TSO flag at the head of the queue) loses every segment it carried:
+    /// each was counted in `tx_frames` and in `tx_tso_segments` when it was joined, so each
+    /// counts in `tx_dropped`, and the super-frame leaves the TSO counts, which say what the
+    /// port was handed to send (`scripts/lib/tso-check.sh` reads them). Before, one drop
+    /// counted one frame and the TSO counts kept the super-frame: three segments queued and
+    /// lost showed as two sent, and in a super-frame.
+    fn a_dropped_super_frame_counts_each_of_its_segments(
+        eal: &warpcore_dpdk_sys::Eal,
+        pool: Mempool,
+    ) {
+        use warpcore_dpdk_sys::{PortConfig, RingPortPair};
+        let RingPortPair { mut a, mut b } =
+            RingPortPair::new(eal, "wcnet_unit_drop", 64).expect("ring ports");
+        for p in [&mut a, &mut b] {
+            p.configure(&PortConfig::default(), &pool)
+                .expect("configure");
+            p.start().expect("start");
+        }
+        let mut d = DpdkDevice::new(
+            a.rx_queue(0).expect("rx"),
+            a.tx_queue(0).expect("tx"),
+            pool,
+            DpdkDeviceConfig::default(),
+        )
+        .expect("device");
+        d.force_tso_for_test();
+        // Three consecutive segments of 1,000 octets from `seq`: one super-frame.
+        let segment = |seq: u32| {
+            let mut f = tcp_frame(32, 1000);
+            f[ETH_LEN + 24..ETH_LEN + 28].copy_from_slice(&seq.to_be_bytes());
+            f
+        };
+        let queue_three = |d: &mut DpdkDevice, seq: u32| {
+            for k in 0..3 {
+                let f = segment(seq + 1000 * k);
+                let token = d.transmit(Instant::ZERO).expect("a transmit token");
+                phy::TxToken::consume(token, f.len(), |b| b.copy_from_slice(&f));
+            }
+            assert_eq!((d.tx_pending.len(), d.tx_pending()), (1, 3), "joined");
+        };
+        let counts = |d: &DpdkDevice| {
+            let s = d.stats;
+            (
+                s.tx_frames,
+                s.tx_dropped,
+                s.tx_tso_frames,
+                s.tx_tso_segments,
+            )
+        };
+
+        queue_three(&mut d, 1000);
+        assert_eq!(counts(&d), (3, 0, 1, 3));
+        // The driver refuses it in tx_prepare: here a TSO segment size of 0, which the
+        // queue's own check refuses before the driver sees it.
+        d.tx_pending[0]
+            .set_tx_tso(TxTso {
+                l2_len: 14,
+                l3_len: 20,
+                l4_len: 32,
+                segsz: 0,
+            })
+            .expect("lengths that fit");
+        d.flush();
+        assert!(d.tx_pending.is_empty(), "dropped");
+        assert_eq!(
+            counts(&d),
+            (3, 3, 0, 0),
+            "tx_prepare refused it: its three segments lost, no super-frame sent"
+        );
+
+        // Fill the ring (nobody reads port b) until it refuses a frame.
+        while d.tx_pending.is_empty() {
+            d.tx_pending
+                .push(Mbuf::from_slice(&pool, &[0; 60]).expect("mbuf"));
+            d.flush();
+        }
+        d.tx_pending.clear();
+        (d.tx_pending_frames, d.tx_prepared) = (0, 0);
+        queue_three(&mut d, 4000);
+        assert_eq!(counts(&d), (6, 3, 1, 3));
+        // net_tap cut it, its write failed and the flag stays cleared: the same mbufs (the
+        // first segment's frame, then each further segment's payload), no TSO flag.
+        let mut flagless = Mbuf::from_slice(&pool, &segment(4000)).expect("mbuf");
+        for _ in 0..2 {
+            let tail = Mbuf::from_slice(&pool, &[0x5a; 1000]).expect("mbuf");
+            flagless.chain(tail).expect("a chain of three");
+        }
+        d.tx_pending[0] = flagless;
+        d.flush();
+        assert!(
+            d.tx_pending.is_empty(),
+            "the flagless super-frame is dropped"
+        );
+        assert_eq!(
+            counts(&d),
+            (6, 6, 0, 0),
+            "left without its flag: its three segments lost, no super-frame sent"
+        );
         assert_eq!(d.tx_pending(), 0);
     }
 
