@@ -1214,7 +1214,9 @@ fn window_access(flags: c_uint) -> Access {
     a
 }
 
-/// Posts the bind of `mw` to `info` on `q`; the window's rkey becomes the new STag.
+/// Posts the bind of `mw` to `info` on `q`; the window's rkey becomes the new STag, under
+/// `key` (`IBV_WR_BIND_MW`'s, the application's choice) or, with `None`, the key after the
+/// last bind posted (`ibv_bind_mw`, which chooses it for the application).
 /// `send_flags` are the work request's (or `ibv_mw_bind`'s): unsignalled without
 /// `IBV_SEND_SIGNALED` on a QP without `sq_sig_all` (ibv_post_send(3), ibv_bind_mw(3)),
 /// fenced with `IBV_SEND_FENCE`.
@@ -1224,6 +1226,7 @@ fn post_bind(
     mw: *mut ibv_mw,
     info: &ibv_mw_bind_info,
     send_flags: c_uint,
+    key: Option<u8>,
 ) -> Result<u32, Posted> {
     // ibv_bind_mw(3): with IBV_ACCESS_ZERO_BASED "the address set on the 'remote_addr'
     // field on the WR will be an offset from the MW's start address". The engine's windows
@@ -1250,16 +1253,32 @@ fn post_bind(
     let Some(offset) = info.addr.checked_sub(mr.base_to()) else {
         return Err(wv::Error::Stag(wv::MemError::OutOfBounds).into());
     };
-    let stag = q.qp.post_bind_mw_with(
-        wr_id,
-        &w.mw,
-        mr,
-        offset,
-        info.length,
-        window_access(info.mw_access_flags),
-        q.sig_all || send_flags & IBV_SEND_SIGNALED != 0,
-        send_flags & IBV_SEND_FENCE != 0,
-    )?;
+    let signaled = q.sig_all || send_flags & IBV_SEND_SIGNALED != 0;
+    let fenced = send_flags & IBV_SEND_FENCE != 0;
+    let access = window_access(info.mw_access_flags);
+    let stag = match key {
+        Some(k) => q.qp.post_bind_mw_with_key(
+            wr_id,
+            &w.mw,
+            mr,
+            offset,
+            info.length,
+            access,
+            k,
+            signaled,
+            fenced,
+        ),
+        None => q.qp.post_bind_mw_with(
+            wr_id,
+            &w.mw,
+            mr,
+            offset,
+            info.length,
+            access,
+            signaled,
+            fenced,
+        ),
+    }?;
     w.ibv.rkey = stag;
     Ok(stag)
 }
@@ -1270,7 +1289,7 @@ unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, bind: *mut ibv_mw
         let (Some(q), Some(b)) = (unsafe { qp_ref(qp) }, unsafe { bind.as_ref() }) else {
             return EINVAL;
         };
-        match post_bind(q, b.wr_id, mw, &b.bind_info, b.send_flags) {
+        match post_bind(q, b.wr_id, mw, &b.bind_info, b.send_flags, None) {
             Ok(_) => 0,
             Err(Posted::Errno(e)) => e,
             Err(Posted::Engine(e)) => errno_of(&e),
@@ -2552,12 +2571,25 @@ fn post_one(q: &Qp, w: &ibv_send_wr) -> Result<(), Posted> {
         let cur = unsafe { b.mw.as_ref() }
             .map(|m| m.rkey)
             .ok_or(Posted::Errno(EINVAL))?;
-        // The new rkey is the application's choice in the verbs (ibv_inc_rkey); ours
-        // advances the key by one, which is what ibv_inc_rkey gives.
-        if b.rkey != (cur & !0xFF) | (cur.wrapping_add(1) & 0xFF) {
+        // The new rkey is the application's choice in the verbs (ibv_inc_rkey from the
+        // rkey it holds): its key octet is taken as it is, its index must be the window's.
+        // (It had to be the window's rkey plus one, and the engine took the key after the
+        // last bind posted: an application that kept mw->rkey back after a bind that
+        // failed when it ran, as ibv_bind_mw(3) tells it to, had its next bind accepted
+        // under one key and bound under the next, and advertised a key the window never
+        // had.)
+        if b.rkey & !0xFF != cur & !0xFF {
             return Err(EINVAL.into());
         }
-        return post_bind(q, w.wr_id, b.mw, &b.bind_info, w.send_flags).map(|_| ());
+        return post_bind(
+            q,
+            w.wr_id,
+            b.mw,
+            &b.bind_info,
+            w.send_flags,
+            Some(b.rkey as u8),
+        )
+        .map(|_| ());
     }
     if w.opcode == IBV_WR_LOCAL_INV {
         // SAFETY: the union member of IBV_WR_LOCAL_INV.

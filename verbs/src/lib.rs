@@ -1667,6 +1667,53 @@ impl QueuePair {
         signaled: bool,
         fenced: bool,
     ) -> Result<u32, Error> {
+        self.post_bind_mw_keyed(wr_id, mw, mr, offset, len, access, None, signaled, fenced)
+    }
+
+    /// [`QueuePair::post_bind_mw_with`] under the key the caller chose (the low eight bits of
+    /// the new STag, as `IBV_WR_BIND_MW`'s `rkey`: the verbs leave the key to the consumer,
+    /// who advances it with `ibv_inc_rkey` from the rkey it holds), instead of the one after
+    /// the last bind posted. A key the window has now is refused when the bind runs or at
+    /// once ([`MemError::SameKey`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn post_bind_mw_with_key(
+        &self,
+        wr_id: u64,
+        mw: &MemoryWindow,
+        mr: &MemoryRegion,
+        offset: u64,
+        len: u64,
+        access: Access,
+        key: u8,
+        signaled: bool,
+        fenced: bool,
+    ) -> Result<u32, Error> {
+        self.post_bind_mw_keyed(
+            wr_id,
+            mw,
+            mr,
+            offset,
+            len,
+            access,
+            Some(key),
+            signaled,
+            fenced,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn post_bind_mw_keyed(
+        &self,
+        wr_id: u64,
+        mw: &MemoryWindow,
+        mr: &MemoryRegion,
+        offset: u64,
+        len: u64,
+        access: Access,
+        key: Option<u8>,
+        signaled: bool,
+        fenced: bool,
+    ) -> Result<u32, Error> {
         // STags are per context: another context's would name whichever window or region
         // of ours has the same index (and most often fail later on its key).
         if !self.ctx.same(&mw.ctx) || !self.ctx.same(&mr.ctx) {
@@ -1676,7 +1723,7 @@ impl QueuePair {
         // The bind names the window as allocated, not by the key the binds before it will
         // have left (one may fail): a failed bind cannot make the next one name a key the
         // window never gets.
-        let new_key = next_key(&self.ctx, mw.alloc, *cur);
+        let new_key = key.unwrap_or_else(|| next_key(&self.ctx, mw.alloc, *cur));
         let op = SendOp::BindMw {
             mw: mw.alloc.0,
             new_key,

@@ -118,6 +118,39 @@ static int client(const char *a, const char *p)
 	if (ibv_post_send(id->qp, &inv, &bad))
 		DIE("IBV_WR_LOCAL_INV: %s", strerror(errno));
 	usleep(100000);
+
+	/* IBV_WR_BIND_MW under a key of the application's choosing (ibv_post_send(3): the
+	 * desired new rkey), not mw->rkey plus one: bound under that key. It had to be plus
+	 * one, and the engine took the key after the last bind posted, so an application that
+	 * kept mw->rkey back after a bind that failed, as ibv_bind_mw(3) tells it to, had a
+	 * key advertised that the window never got. */
+	uint32_t chosen = (mw2->rkey & ~0xFFu) | ((mw2->rkey + 7) & 0xFFu);
+	b.wr_id = 14;
+	b.bind_mw.rkey = chosen;
+	bad = NULL;
+	r = ibv_post_send(id->qp, &b, &bad);
+	n = 0;
+	for (int i = 0; !r && n == 0 && i < 200; i++) {
+		n = ibv_poll_cq(id->send_cq, 1, &wc);
+		if (!n)
+			usleep(10000);
+	}
+	EXPECT(r == 0 && n == 1 && wc.wr_id == 14 && wc.status == IBV_WC_SUCCESS && mw2->rkey == chosen,
+	       "ibv_post_send(3): IBV_WR_BIND_MW under the application's key %#x is bound under it (got %d: %s, %d completions, %s, rkey %#x)",
+	       chosen, r, r ? strerror(r) : "posted", n, n == 1 ? ibv_wc_status_str(wc.status) : "-", mw2->rkey);
+	/* An rkey that names another window is refused. */
+	b.wr_id = 15;
+	b.bind_mw.rkey = chosen ^ 0x100;
+	bad = NULL;
+	r = ibv_post_send(id->qp, &b, &bad);
+	EXPECT(r == EINVAL && bad == &b && mw2->rkey == chosen,
+	       "ibv_post_send(3): IBV_WR_BIND_MW with an rkey of another window's index is EINVAL (got %d: %s)", r,
+	       r ? strerror(r) : "posted");
+	inv.wr_id = 16;
+	inv.invalidate_rkey = mw2->rkey;
+	if (ibv_post_send(id->qp, &inv, &bad))
+		DIE("IBV_WR_LOCAL_INV: %s", strerror(errno));
+	usleep(100000);
 	ibv_dealloc_mw(mw2);
 	ibv_dealloc_mw(mw1);
 	r = ibv_dereg_mr(mr);
