@@ -287,3 +287,46 @@ fn rfc7323_2_4_the_right_edge_runs_ahead_of_the_buffer_by_a_sixteenth_at_most() 
         edge - off
     );
 }
+
+/// RFC 9293 3.10.7.4 fifth check: "If SND.UNA =< SEG.ACK =< SND.NXT, the send window
+/// should be updated" and "If the ACK is a duplicate (SEG.ACK < SND.UNA), it can be
+/// ignored": an older ACK's window is an offset from that older ACK, not from SND.UNA.
+/// Taking the window of every ACK that advances SND.UNA moves SND.WL1 back to the
+/// retransmission's SEG.SEQ, so a segment the network held back (sent before the
+/// retransmission, SEG.SEQ above it, SEG.ACK below SND.UNA) then passes the WL1 test, and
+/// its window, put on SND.UNA, moves the right edge past what the peer offered (Linux's
+/// `tcp_ack` takes no window from an ACK below SND.UNA either: `old_ack`).
+#[test]
+fn rfc9293_3_10_7_4_an_old_ack_never_moves_the_right_edge() {
+    let mut c = established(cfg(), true);
+    let out = send(&mut c, ms(2), 4 * 1460);
+    assert_eq!(out.len(), 4);
+    let una0 = ISS + 1;
+    // The peer's segments in the order it sent them: its first (lost), its second
+    // (held back by the network) and third, both acknowledging our first segment with the
+    // right edge una0 + 8,000; then the retransmission of its first, acknowledging all
+    // four with the same right edge.
+    let mut d2 = data(1000, &[2; 1000], una0 + 1460);
+    d2.window_len = 8000 - 1460;
+    let mut d3 = data(2000, &[3; 1000], una0 + 1460);
+    d3.window_len = 8000 - 1460;
+    let mut d1 = data(0, &[1; 1000], una0 + 4 * 1460);
+    d1.window_len = 8000 - 4 * 1460;
+    c.handle_segment(ms(3), &d3);
+    c.handle_segment(ms(4), &d1);
+    // The second arrives last: in order, its data taken, its ACK older than SND.UNA.
+    c.handle_segment(ms(5), &d2);
+    let edge = una0 + 8000;
+    let out = send(&mut c, ms(5), 20_000);
+    assert!(!out.is_empty());
+    for o in &out {
+        let end = o.seq + o.payload.len();
+        assert!(
+            end <= edge,
+            "sent {}..{} past the peer's right edge {}",
+            o.seq,
+            end,
+            edge
+        );
+    }
+}

@@ -2036,10 +2036,15 @@ impl Connection {
         // is an offset from SND.UNA, so one kept from an older ACK (the peer's segment that
         // passed the WL1 test lies above a retransmission that fills its hole and
         // acknowledges more of ours) would put the right edge past what the peer offered,
-        // by everything the new ACK covers.
+        // by everything the new ACK covers. Never from an ACK below SND.UNA ("If SND.UNA =<
+        // SEG.ACK =< SND.NXT, the send window should be updated"; Linux's `old_ack`): its
+        // window is an offset from that older ACK, and with SND.WL1 moved back to a
+        // retransmission's SEG.SEQ (above) a segment the network held back passes the WL1
+        // test. Test: `rfc9293_3_10_7_4_an_old_ack_never_moves_the_right_edge`.
         if advanced
-            || self.snd_wl1 < seg.seq_number
-            || (self.snd_wl1 == seg.seq_number && self.snd_wl2 <= ack)
+            || (ack == self.snd_una
+                && (self.snd_wl1 < seg.seq_number
+                    || (self.snd_wl1 == seg.seq_number && self.snd_wl2 <= ack)))
         {
             let was_zero = self.snd_wnd == 0;
             self.snd_wnd = usize::from(seg.window_len) << self.snd_shift;

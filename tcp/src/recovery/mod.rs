@@ -2127,6 +2127,7 @@ impl Recovery {
                     rto_recovery: self.rto_recovery,
                 });
             }
+            let first = self.backoffs == 0;
             self.backoffs += 1;
             let flight = self.flight_size();
             if self.cfg.congestion != Congestion::None {
@@ -2137,7 +2138,14 @@ impl Recovery {
                     _ => 0.5,
                 };
                 self.ssthresh = ((flight as f64 * beta) as usize).max(2 * self.smss);
-                self.cubic.cwnd_prior = self.cwnd as f64 / self.smss as f64;
+                // RFC 9438 4.3's cwnd_prior: the window before the first of consecutive
+                // RTOs (RFC 5681 3.1 holds ssthresh for the ones that follow, as `Undo`
+                // keeps the state before the first); a repeated one, its cwnd one segment
+                // already, reduces nothing.
+                // Test: `rfc9438_4_3_a_repeated_rto_keeps_cwnd_prior`.
+                if first {
+                    self.cubic.cwnd_prior = self.cwnd as f64 / self.smss as f64;
+                }
                 self.cwnd = self.smss;
                 // RFC 9438 4.8: the first congestion avoidance stage after an RTO has K = 0
                 // and W_max = W_est = the cwnd at its start: `grow` sets them so when it

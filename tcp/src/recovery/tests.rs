@@ -2071,3 +2071,24 @@ fn rfc3708_an_undo_at_the_episodes_end_survives_the_deflation() {
         );
     }
 }
+
+/// RFC 9438 4.3: alpha_cubic becomes 1 once W_est reaches cwnd_prior, "the cwnd at the time
+/// of most recently setting ssthresh"; RFC 5681 3.1: when the segment the RTO resends "has
+/// already been retransmitted by way of the retransmission timer at least once, the value
+/// of ssthresh is held constant" (and the code keeps the first RTO's `Undo` likewise). A
+/// second consecutive RTO reduces nothing (cwnd is one segment already): it took
+/// cwnd_prior to that one segment, so the congestion avoidance stage that follows ran
+/// with alpha 1 from its start, as if no window had been lost.
+#[test]
+fn rfc9438_4_3_a_repeated_rto_keeps_cwnd_prior() {
+    let (mut r, _) = after_rto();
+    let prior = r.cubic.cwnd_prior;
+    assert!(prior >= 10.0, "cwnd_prior {prior} after the first RTO");
+    let mut now = r.poll_timeout().unwrap();
+    while r.handle_timeout(now) != TimeoutAction::Retransmit {
+        now = r.poll_timeout().unwrap();
+    }
+    assert_eq!(r.stats().rto_count, 2);
+    assert_eq!(r.cwnd(), 1000);
+    assert_eq!(r.cubic.cwnd_prior, prior, "the second RTO moved cwnd_prior");
+}
