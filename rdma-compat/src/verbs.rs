@@ -1256,29 +1256,17 @@ fn post_bind(
     let signaled = q.sig_all || send_flags & IBV_SEND_SIGNALED != 0;
     let fenced = send_flags & IBV_SEND_FENCE != 0;
     let access = window_access(info.mw_access_flags);
-    let stag = match key {
-        Some(k) => q.qp.post_bind_mw_with_key(
-            wr_id,
-            &w.mw,
-            mr,
-            offset,
-            info.length,
-            access,
-            k,
-            signaled,
-            fenced,
-        ),
-        None => q.qp.post_bind_mw_with(
-            wr_id,
-            &w.mw,
-            mr,
-            offset,
-            info.length,
-            access,
-            signaled,
-            fenced,
-        ),
-    }?;
+    let stag = q.qp.post_bind_mw_with_key(
+        wr_id,
+        &w.mw,
+        mr,
+        offset,
+        info.length,
+        access,
+        key,
+        signaled,
+        fenced,
+    )?;
     w.ibv.rkey = stag;
     Ok(stag)
 }

@@ -1667,42 +1667,16 @@ impl QueuePair {
         signaled: bool,
         fenced: bool,
     ) -> Result<u32, Error> {
-        self.post_bind_mw_keyed(wr_id, mw, mr, offset, len, access, None, signaled, fenced)
+        self.post_bind_mw_with_key(wr_id, mw, mr, offset, len, access, None, signaled, fenced)
     }
 
-    /// [`QueuePair::post_bind_mw_with`] under the key the caller chose (the low eight bits of
-    /// the new STag, as `IBV_WR_BIND_MW`'s `rkey`: the verbs leave the key to the consumer,
-    /// who advances it with `ibv_inc_rkey` from the rkey it holds), instead of the one after
-    /// the last bind posted. A key the window has now is refused when the bind runs or at
-    /// once ([`MemError::SameKey`]).
+    /// [`QueuePair::post_bind_mw_with`] under the key `key` (`Some`: the low eight bits of
+    /// the new STag the caller chose, as `IBV_WR_BIND_MW`'s `rkey`: the verbs leave the key
+    /// to the consumer, who advances it with `ibv_inc_rkey` from the rkey it holds; `None`:
+    /// the key after the last bind posted). A key the window has now is refused when the
+    /// bind runs or at once ([`MemError::SameKey`]).
     #[allow(clippy::too_many_arguments)]
     pub fn post_bind_mw_with_key(
-        &self,
-        wr_id: u64,
-        mw: &MemoryWindow,
-        mr: &MemoryRegion,
-        offset: u64,
-        len: u64,
-        access: Access,
-        key: u8,
-        signaled: bool,
-        fenced: bool,
-    ) -> Result<u32, Error> {
-        self.post_bind_mw_keyed(
-            wr_id,
-            mw,
-            mr,
-            offset,
-            len,
-            access,
-            Some(key),
-            signaled,
-            fenced,
-        )
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn post_bind_mw_keyed(
         &self,
         wr_id: u64,
         mw: &MemoryWindow,
