@@ -1318,8 +1318,11 @@ fn mpa_7_1_2_27_a_pending_request_parks_at_most_a_small_window_behind_it() {
     }
     assert_eq!(off, stream.len());
     let taken = off - w.peer.send_queue(tcp).unwrap();
+    // The clamp's 4 KiB and the sixteenth of it the TCP's right edge may run ahead of the
+    // buffer, rounded up to the window scale's unit rather than moved left (RFC 7323 2.4,
+    // docs/net.md).
     assert!(
-        taken <= request_len + 4096,
+        taken <= request_len + 4096 + 4096 / 16,
         "the responder took {taken} octets behind a {request_len}-octet Request before accept"
     );
     let r = request.expect("request");
