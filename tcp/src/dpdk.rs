@@ -1336,6 +1336,23 @@ mod tests {
         no_chain_goes_to_a_port_that_sends_none(&eal, pool);
     }
 
+    /// A pair of ring ports named `name`, configured with the defaults over `pool` and
+    /// started.
+    fn started_ring_ports(
+        eal: &warpcore_dpdk_sys::Eal,
+        name: &str,
+        pool: &Mempool,
+    ) -> (warpcore_dpdk_sys::Port, warpcore_dpdk_sys::Port) {
+        use warpcore_dpdk_sys::{PortConfig, RingPortPair};
+        let RingPortPair { mut a, mut b } = RingPortPair::new(eal, name, 64).expect("ring ports");
+        for p in [&mut a, &mut b] {
+            p.configure(&PortConfig::default(), pool)
+                .expect("configure");
+            p.start().expect("start");
+        }
+        (a, b)
+    }
+
     /// net_tap clears a super-frame's TSO flag when it cuts it and leaves it so when its
     /// write then fails; the frame, too big to go as one, must not hold the queue up. Here
     /// a full ring refuses the frames, as the failed write would.
@@ -1343,14 +1360,7 @@ mod tests {
         eal: &warpcore_dpdk_sys::Eal,
         pool: Mempool,
     ) {
-        use warpcore_dpdk_sys::{PortConfig, RingPortPair};
-        let RingPortPair { mut a, mut b } =
-            RingPortPair::new(eal, "wcnet_unit", 64).expect("ring ports");
-        for p in [&mut a, &mut b] {
-            p.configure(&PortConfig::default(), &pool)
-                .expect("configure");
-            p.start().expect("start");
-        }
+        let (mut a, _b) = started_ring_ports(eal, "wcnet_unit", &pool);
         // A burst DPDK would cut to BURST_MAX: refused, the queue handles given back.
         let err = DpdkDevice::new(
             a.rx_queue(0).expect("rx"),
@@ -1421,14 +1431,7 @@ mod tests {
         eal: &warpcore_dpdk_sys::Eal,
         pool: Mempool,
     ) {
-        use warpcore_dpdk_sys::{PortConfig, RingPortPair};
-        let RingPortPair { mut a, mut b } =
-            RingPortPair::new(eal, "wcnet_unit_drop", 64).expect("ring ports");
-        for p in [&mut a, &mut b] {
-            p.configure(&PortConfig::default(), &pool)
-                .expect("configure");
-            p.start().expect("start");
-        }
+        let (mut a, _b) = started_ring_ports(eal, "wcnet_unit_drop", &pool);
         let mut d = DpdkDevice::new(
             a.rx_queue(0).expect("rx"),
             a.tx_queue(0).expect("tx"),
