@@ -45,6 +45,30 @@ fn tcpperf_refuses_sizes_and_counts_that_cannot_run() {
     }
 }
 
+/// tcpperf: `--warmup` + `--iterations` round trips overflowed: `--iterations
+/// 18446744073709551615` with the default warm-up of 1,000 wrapped (in a release build) to
+/// 999 round trips, all warm-up, and the run reported the empty histogram's zeros with
+/// status 0 (a debug build panicked). Refused before any run, naming both flags.
+#[test]
+fn tcpperf_refuses_round_trips_that_cannot_be_counted() {
+    const MAX: &str = "18446744073709551615";
+    let exe = env!("CARGO_BIN_EXE_tcpperf");
+    for args in [
+        &["memory", "--iterations", MAX][..],
+        &["memory", "--warmup", MAX, "--iterations", "1"],
+        &[
+            "kernel-client",
+            "--server",
+            "127.0.0.1:1",
+            "--iterations",
+            MAX,
+        ],
+    ] {
+        refused(exe, args, "--warmup");
+        refused(exe, args, "--iterations");
+    }
+}
+
 /// wcconnrate: a negative, NaN or endless `--secs` panicked turning it into a Duration;
 /// `--loss` took any number (negative: no loss, above 1: nothing through); `--kernel`
 /// silently ignored a server address, a device, `--loss`, `--port` (its server listens on

@@ -261,6 +261,48 @@ fn a_latency_run_by_time_reports_from_its_histogram() {
     }
 }
 
+/// A run by time in which no message completed measured nothing: `-D 1e-12` (0 ns, over
+/// before the first post) printed a bandwidth row of 0.00 MB/sec (with `-b`, the server's
+/// figures alone as the sum) or a latency row of n/a, wrote its JSON, and exited 0, a
+/// clean run to every script. It fails now (status 1), naming the phase, with no row.
+#[test]
+fn a_timed_run_that_completes_nothing_fails() {
+    let json = tmp("nothing.json");
+    for args in [
+        &["write_bw", "-s", "4096"][..],
+        &["write_bw", "-s", "4096", "-b"],
+        &["send_lat", "-s", "64"],
+    ] {
+        let _ = std::fs::remove_file(&json);
+        let mut a = args.to_vec();
+        a.extend([
+            "--loopback=link",
+            "-D",
+            "1e-12",
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        let o = iwperf(&a);
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{a:?}: {out}\n{err}");
+        assert!(err.contains("nothing was measured"), "{a:?}: {err}");
+        assert!(err.contains(args[0]), "{a:?}: {err}");
+        let header = if args[0].ends_with("_bw") {
+            " #bytes     #iterations"
+        } else {
+            " #bytes #iterations"
+        };
+        let rows: Vec<&str> = out
+            .lines()
+            .skip_while(|l| !l.starts_with(header))
+            .skip(1)
+            .take_while(|l| !l.starts_with("---"))
+            .collect();
+        assert!(rows.is_empty(), "{a:?}: a row of nothing: {rows:?}");
+        assert!(!json.exists(), "{a:?}: a JSON report of nothing");
+    }
+}
+
 #[test]
 fn all_sizes_run_in_order() {
     // -a runs 2 B .. 8 MiB; keep it short with few iterations on the small link.

@@ -296,6 +296,8 @@ fn client_run(
         None
     };
     let mut outs = Vec::new();
+    // A phase that measured nothing ends the run (`report::nothing_measured`).
+    let mut empty = None;
     let mut sizes = sizes.iter().copied().peekable();
     while let Some(&size) = sizes.peek() {
         let ph = Phase {
@@ -338,6 +340,10 @@ fn client_run(
                 cli.inject_defect,
             )?
         };
+        if let Some(e) = report::nothing_measured(test, &o) {
+            empty = Some(e);
+            break;
+        }
         if test.is_bw() {
             let (_, avg, rate, _) = report::bw_figures(&o, cli.report_gbits);
             match cli.output {
@@ -382,6 +388,11 @@ fn client_run(
         }
         outs.push(o);
     }
+    if let Some(e) = empty {
+        // No row, no report files: the server is let go as after a whole run.
+        say_bye(ep, &mut conns, timeout)?;
+        return Err(e);
+    }
     if let Some(path) = cli.out_json_path() {
         if let Some(last) = outs.last() {
             report::write_perftest_json(&path, cli, &bi, last, cycles)?;
@@ -407,12 +418,7 @@ fn client_run(
     } else {
         Verdict::Clean
     };
-    conns[0].send_ctrl(wire::Ctrl::new(wire::Kind::Bye, 0, 0), timeout)?;
-    for c in &conns {
-        let _ = c.qp.disconnect();
-    }
-    // Let the Bye and the FINs go out before the engine stops.
-    wait_disconnected(&ep.ctx, conns.len());
+    say_bye(ep, &mut conns, timeout)?;
     // This side's TCP counters (the retransmissions and timeouts behind a figure).
     let tcp = report::TcpSummary::of(&ep.ctx);
     if full {
@@ -427,6 +433,17 @@ fn client_run(
         report::write_hdr_log(p, cli, &outs)?;
     }
     Ok(verdict)
+}
+
+/// Ends the run with the server: its Bye, then every connection closed.
+fn say_bye(ep: &Endpoint, conns: &mut [Conn], timeout: Duration) -> Result<(), String> {
+    conns[0].send_ctrl(wire::Ctrl::new(wire::Kind::Bye, 0, 0), timeout)?;
+    for c in conns.iter() {
+        let _ = c.qp.disconnect();
+    }
+    // Let the Bye and the FINs go out before the engine stops.
+    wait_disconnected(&ep.ctx, conns.len());
+    Ok(())
 }
 
 /// Waits (at most 2 s) until `n` connections reported `Disconnected`.

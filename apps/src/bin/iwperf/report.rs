@@ -364,6 +364,28 @@ pub fn bw_figures(o: &Outcome, gbits: bool) -> (Option<f64>, f64, f64, u64) {
     (peak.map(unit), unit(avg_bps), rate, o.iters)
 }
 
+/// Why a phase measured nothing, if it did not: no message completed on this side (or, with
+/// `-b`, on the peer's) within what the row counts (a `-D` shorter than the first message
+/// took, or a margin window that saw none). Its row would print an average and a message
+/// rate of 0 (or, with `-b`, the peer's figures alone as the sum), so the run fails
+/// instead.
+pub fn nothing_measured(test: TestName, o: &Outcome) -> Option<String> {
+    let what = if test.is_bw() { "message" } else { "iteration" };
+    let side = if o.iters == 0 {
+        "this side"
+    } else if o.peer.is_some_and(|p| p.3 == 0) {
+        "the server's side (-b)"
+    } else {
+        return None;
+    };
+    Some(format!(
+        "{} {} B: no {what} completed on {side} in the interval measured: nothing was \
+         measured (give a longer -D)",
+        test.name(),
+        o.size
+    ))
+}
+
 /// A figure with two decimals, or `n/a`.
 pub fn or_na(v: Option<f64>) -> String {
     v.map_or_else(|| "n/a".to_string(), |v| format!("{v:.2}"))
@@ -605,7 +627,7 @@ pub fn write_perftest_json(
 pub fn hdr_what(t: TestName) -> &'static str {
     match t {
         TestName::WriteLat | TestName::SendLat => "half round trip",
-        TestName::ReadLat => "round trip",
+        TestName::ReadLat | TestName::AtomicLat => "round trip",
         _ => "post to completion per work request",
     }
 }
@@ -1011,6 +1033,50 @@ mod tests {
         assert!(close(bw_figures(&o, false).0.unwrap(), 1.5e8 / 1048576.0));
         o.peer = Some((1_000_000, 0.01, None, 1000));
         assert_eq!(bw_figures(&o, false).0, None);
+    }
+
+    /// A phase with no completed message on either side (with `-b`) measured nothing: its
+    /// row would be zeros, or the other side's figures passed off as the sum.
+    #[test]
+    fn a_phase_without_messages_on_either_side_measured_nothing() {
+        let mut o = bw_outcome(1_000_000, 0.01, Some(1e8));
+        assert_eq!(nothing_measured(TestName::WriteBw, &o), None);
+        o.peer = Some((1_000_000, 0.01, Some(5e7), 1000));
+        assert_eq!(nothing_measured(TestName::WriteBw, &o), None);
+        o.peer = Some((0, 0.0, None, 0));
+        let e = nothing_measured(TestName::WriteBw, &o).expect("the server moved nothing");
+        assert!(e.contains("server's side") && e.contains("1000 B"), "{e}");
+        let o = bw_outcome(0, 0.0, None);
+        let e = nothing_measured(TestName::SendLat, &o).expect("no iteration");
+        assert!(e.contains("send_lat") && e.contains("this side"), "{e}");
+    }
+
+    /// The histogram block of a latency test holds what its table prints (docs/iwperf.md,
+    /// "Output"): atomic_lat's full round trips (`rtt_factor` 1, as read_lat) were labelled
+    /// as a bandwidth test's "post to completion per work request".
+    #[test]
+    fn every_latency_histogram_is_labelled_as_its_table() {
+        for t in [
+            TestName::WriteLat,
+            TestName::SendLat,
+            TestName::ReadLat,
+            TestName::AtomicLat,
+        ] {
+            let want = if rtt_factor(t) == 2 {
+                "half round trip"
+            } else {
+                "round trip"
+            };
+            assert_eq!(hdr_what(t), want, "{t:?}");
+        }
+        for t in [
+            TestName::WriteBw,
+            TestName::SendBw,
+            TestName::ReadBw,
+            TestName::AtomicBw,
+        ] {
+            assert_eq!(hdr_what(t), "post to completion per work request", "{t:?}");
+        }
     }
 
     #[test]

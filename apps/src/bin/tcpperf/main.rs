@@ -226,6 +226,20 @@ impl TestArgs {
     fn congestion(&self) -> Cc {
         self.congestion.unwrap_or(Cc::Cubic)
     }
+
+    /// Checks what clap cannot: the round trips of a request/response test, warm-up and
+    /// recorded, must be countable. Their sum wrapped (`--iterations 18446744073709551615`
+    /// with the default warm-up of 1,000 ran 999 round trips, all warm-up) and the run
+    /// reported an empty histogram's zeros as a success.
+    fn validate(&self) -> Result<(), String> {
+        if self.warmup.checked_add(self.iterations).is_none() {
+            return Err(format!(
+                "--warmup {} and --iterations {}: more round trips than can be counted",
+                self.warmup, self.iterations
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// A count of at least 1 (`--buffer`: a connection with no buffer moves nothing).
@@ -258,6 +272,14 @@ impl From<Cc> for warpcore_tcp::Congestion {
 }
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Mode::Client { test, .. } | Mode::Memory { test, .. } | Mode::KernelClient { test, .. } =
+        &cli.mode
+    {
+        if let Err(e) = test.validate() {
+            eprintln!("tcpperf: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let result = match cli.mode {
         Mode::Memory { test, mtu, pcap } => run_memory(test, usize::from(mtu), pcap),
         Mode::KernelServer { listen, tests } => kernel::server(&listen, tests),
