@@ -128,6 +128,7 @@ contracts() {
     contract_pair second_connect 7524
     contract_pair rejected_qp_err 7526
     contract_pair mr_mw_inputs 7528
+    contract_pair get_request_other_event 7532
     contract rdmacm_exports
     contract id_device_pd
     contract modify_qp_err_flush
@@ -144,6 +145,8 @@ contracts() {
     contract bad_input_bounds
     contract gid_mac
     contract atomic_cap_off
+    contract verbs_inputs_errno
+    contract migrate_waits_ack
     # Only meaningful if the program itself does not need libibverbs.so.1. objdump's output
     # is read whole before grep judges it: `! objdump | grep -q` under pipefail passed when
     # grep's early exit on the match cut objdump off (SIGPIPE) and when objdump failed.

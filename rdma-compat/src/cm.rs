@@ -321,6 +321,10 @@ struct IdState {
     /// `rdma_ack_cm_event` has not taken back: `rdma_destroy_id` waits for them, as
     /// librdmacm's does (rdma_ack_cm_event(3)).
     unacked: usize,
+    /// How many of those `rdma_ack_cm_event` has taken back, ever: `rdma_migrate_id` waits
+    /// until it reaches what was handed out when the id moved (librdmacm's
+    /// `events_completed` against the kernel's `events_reported`).
+    acked: u64,
     /// `rdma_connect` or `rdma_accept` started a connection: the kernel's rdma_cm would
     /// have an iWARP CM id for it, without which `rdma_disconnect` is `EINVAL` and
     /// `rdma_init_qp_attr` reports an unconnected id's attributes.
@@ -1040,6 +1044,7 @@ pub extern "C" fn __wc_rdma_ack_cm_event(ev: *mut rdma_cm_event) -> c_int {
         if let Some(i) = unsafe { id_ref(counted_id(&b.ev)) } {
             let mut st = i.lock();
             st.unacked = st.unacked.saturating_sub(1);
+            st.acked += 1;
         }
         0
     })
@@ -1275,7 +1280,12 @@ pub extern "C" fn __wc_rdma_migrate_id(p: *mut rdma_cm_id, ch: *mut rdma_event_c
         let reg = registry();
         chan_join(new);
         let old = std::mem::replace(&mut id.id.channel, new);
-        id.lock().sync = ch.is_null();
+        // The events of the id handed out so far (acknowledged or not), for the wait below.
+        let handed_out = {
+            let mut st = id.lock();
+            st.sync = ch.is_null();
+            st.acked + st.unacked as u64
+        };
         // SAFETY: the old channel is live until the id leaves it (freed below if private).
         let moved = unsafe { old.cast::<Chan>().as_ref() }.map_or_else(Vec::new, |c| c.purge(p));
         // SAFETY: new is a live channel (the caller's, or the one just made).
@@ -1299,6 +1309,14 @@ pub extern "C" fn __wc_rdma_migrate_id(p: *mut rdma_cm_id, ch: *mut rdma_event_c
             chan_close(old);
         }
         chan_leave(old);
+        // rdma_migrate_id(3): "This call will block while there are any unacknowledged
+        // events on the current event channel": librdmacm waits until the events the
+        // kernel reported for the id before the move are acknowledged, so no thread still
+        // handles one of the id's events from the old channel when this returns. (A
+        // CONNECT_REQUEST counts as its listener's, `counted_id`.) It returned at once.
+        while id.lock().acked < handed_out {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         0
     })
 }
@@ -2711,57 +2729,65 @@ pub extern "C" fn __wc_rdma_get_request(
 ) -> c_int {
     guard(-1, || {
         // SAFETY: listen is ours.
-        let Some(l) = (unsafe { id_ref(listen) }) else {
+        let Some(l) = (unsafe { listen.cast::<Id>().as_mut() }) else {
             return fail(EINVAL, -1);
         };
         if out.is_null() || !l.lock().sync {
             return fail(EINVAL, -1);
         }
+        // librdmacm acknowledges the event the id held from its last call first.
+        release_event(l);
         let Some(ch) = chan_of(l) else {
             return fail(EINVAL, -1);
         };
-        loop {
-            let e = match ch.take() {
-                Ok(e) => e,
-                Err(e) => return fail(e, -1),
+        let e = match ch.take() {
+            Ok(e) => e,
+            Err(e) => return fail(e, -1),
+        };
+        // SAFETY: an event of ours, taken off the channel: only this call has it.
+        let (kind, status, child) = unsafe { ((*e).ev.event, (*e).ev.status, (*e).ev.id) };
+        if kind != RDMA_CM_EVENT_CONNECT_REQUEST {
+            // Whatever came instead, librdmacm's rdma_get_request answers and keeps in
+            // `listen->event`: a REJECTED is ECONNREFUSED, an error status its errno,
+            // any other event EINVAL (an id that does not listen: the DISCONNECTED of a
+            // synchronous connection, say). Before, the event was dropped unseen and
+            // the call waited on for a request that would never come.
+            keep_event(l, e);
+            let err = match sync_result(kind, status) {
+                Err(err) => err,
+                Ok(()) => EINVAL,
             };
-            // SAFETY: an event of ours, taken off the channel: only this call has it.
-            let (kind, child) = unsafe { ((*e).ev.event, (*e).ev.id) };
-            if kind != RDMA_CM_EVENT_CONNECT_REQUEST {
-                // SAFETY: as above; not wanted.
-                drop(unsafe { Box::from_raw(e) });
-                continue;
-            }
-            // The new id of a synchronous listener's request gets its own channel now, as
-            // librdmacm's `ucma_process_conn_req` migrates it to none (until now it was on
-            // the listener's, where it cost no descriptor).
-            if __wc_rdma_migrate_id(child, null_mut()) != 0 {
-                let err = errno();
+            return fail(err, -1);
+        }
+        // The new id of a synchronous listener's request gets its own channel now, as
+        // librdmacm's `ucma_process_conn_req` migrates it to none (until now it was on
+        // the listener's, where it cost no descriptor).
+        if __wc_rdma_migrate_id(child, null_mut()) != 0 {
+            let err = errno();
+            // SAFETY: as above.
+            drop(unsafe { Box::from_raw(e) });
+            __wc_rdma_reject(child, std::ptr::null(), 0);
+            __wc_rdma_destroy_id(child);
+            return fail(err, -1);
+        }
+        // SAFETY: the child id the dispatcher made for the request.
+        let c = unsafe { &mut *child.cast::<Id>() };
+        let attr = l.lock().ep_attr;
+        if let Some(mut a) = attr {
+            if let Err(err) = create_qp_on(c, l.id.pd, &mut a) {
                 // SAFETY: as above.
                 drop(unsafe { Box::from_raw(e) });
                 __wc_rdma_reject(child, std::ptr::null(), 0);
                 __wc_rdma_destroy_id(child);
                 return fail(err, -1);
             }
-            // SAFETY: the child id the dispatcher made for the request.
-            let c = unsafe { &mut *child.cast::<Id>() };
-            let attr = l.lock().ep_attr;
-            if let Some(mut a) = attr {
-                if let Err(err) = create_qp_on(c, l.id.pd, &mut a) {
-                    // SAFETY: as above.
-                    drop(unsafe { Box::from_raw(e) });
-                    __wc_rdma_reject(child, std::ptr::null(), 0);
-                    __wc_rdma_destroy_id(child);
-                    return fail(err, -1);
-                }
-            }
-            // rdma_get_request(3): the new id references the request's event (its private
-            // data, IRD/ORD) until it is accepted, rejected or destroyed.
-            keep_event(c, e);
-            // SAFETY: out is the caller's.
-            unsafe { *out = child };
-            return 0;
         }
+        // rdma_get_request(3): the new id references the request's event (its private
+        // data, IRD/ORD) until it is accepted, rejected or destroyed.
+        keep_event(c, e);
+        // SAFETY: out is the caller's.
+        unsafe { *out = child };
+        0
     })
 }
 

@@ -107,7 +107,39 @@ fn access_flags_translate_and_bad_ones_are_refused() {
         verbs::access_of(IBV_ACCESS_RELAXED_ORDERING as c_int),
         Ok(Access::empty())
     );
-    assert_eq!(verbs::access_of(1 << 30), Err(crate::EOPNOTSUPP));
+    assert_eq!(verbs::access_of(1 << 30), Err(crate::EINVAL));
+}
+
+/// The kernel's `ib_check_mr_access` (include/rdma/ib_verbs.h), which rdma-core's
+/// `ibv_reg_mr` hands the flags to on siw: a bit outside `IB_ACCESS_SUPPORTED` (none of
+/// rdma-core 44's `IBV_ACCESS_*`, not in the optional range) is `EINVAL`, checked after
+/// remote write or atomic without local write (`EINVAL` too) and before the flags the
+/// device does not support (on-demand paging: `EOPNOTSUPP`). Every unknown bit was
+/// `EOPNOTSUPP`.
+#[test]
+fn unknown_access_bits_are_einval() {
+    let lw = IBV_ACCESS_LOCAL_WRITE as c_int;
+    for bit in (8..20).chain([30, 31]) {
+        assert_eq!(
+            verbs::access_of(lw | 1 << bit),
+            Err(crate::EINVAL),
+            "bit {bit}"
+        );
+    }
+    // An unknown bit beside a flag the device lacks: the unknown bit decides.
+    assert_eq!(
+        verbs::access_of(lw | IBV_ACCESS_ON_DEMAND as c_int | 1 << 12),
+        Err(crate::EINVAL)
+    );
+    assert_eq!(
+        verbs::access_of(IBV_ACCESS_REMOTE_WRITE as c_int | IBV_ACCESS_ZERO_BASED as c_int),
+        Err(crate::EINVAL)
+    );
+    // Known flags this device does not support stay EOPNOTSUPP.
+    assert_eq!(
+        verbs::access_of(lw | IBV_ACCESS_ON_DEMAND as c_int),
+        Err(crate::EOPNOTSUPP)
+    );
 }
 
 /// ibv_reg_mr(3)'s `IBV_ACCESS_HUGETLB` is a hint: the kernel's `ib_check_mr_access`

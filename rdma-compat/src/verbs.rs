@@ -305,11 +305,22 @@ pub extern "C" fn __wc_ibv_get_device_name(dev: *mut ibv_device) -> *const c_cha
 }
 
 #[no_mangle]
-pub extern "C" fn __wc_ibv_get_device_guid(_dev: *mut ibv_device) -> u64 {
-    match crate::engine_if_open() {
-        Some(e) => e.ctx.query_device().node_guid.to_be(),
-        None => 0,
-    }
+pub extern "C" fn __wc_ibv_get_device_guid(dev: *mut ibv_device) -> u64 {
+    guard(0, || {
+        if dev.is_null() || dev != device() {
+            return 0;
+        }
+        // rdma-core reads the node GUID (sysfs node_guid) without opening the device, and
+        // it is the one ibv_query_device reports. Ours is the EUI-64 of the port's MAC,
+        // which a DPDK port has once it is probed: the engine starts here, as at
+        // ibv_open_device (before, this answered 0 until the device was opened, so
+        // ibv_devices listed warpcore0 with GUID 0000000000000000). 0 if it cannot start,
+        // as rdma-core answers when it cannot read the GUID.
+        match engine() {
+            Ok(e) => e.ctx.query_device().node_guid.to_be(),
+            Err(_) => 0,
+        }
+    })
 }
 
 #[no_mangle]
@@ -926,15 +937,22 @@ pub(crate) fn access_of(flags: c_int) -> Result<Access, c_int> {
         | IBV_ACCESS_REMOTE_READ
         | IBV_ACCESS_REMOTE_ATOMIC
         | IBV_ACCESS_MW_BIND;
-    if f & !known != 0 {
-        // Zero-based, on-demand paging and the rest: not supported.
-        return Err(EOPNOTSUPP);
-    }
-    // ibv_reg_mr(3): remote write or atomic access needs local write.
+    // In the order of the kernel's ib_check_mr_access (include/rdma/ib_verbs.h), which
+    // rdma-core's ibv_reg_mr passes the flags to: remote write or atomic access without
+    // local write is EINVAL (ibv_reg_mr(3)); so is a bit that is none of rdma-core 44's
+    // IBV_ACCESS_* flags (outside IB_ACCESS_SUPPORTED; it was EOPNOTSUPP here).
     if f & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) != 0
         && f & IBV_ACCESS_LOCAL_WRITE == 0
     {
         return Err(EINVAL);
+    }
+    if f & !(known | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND) != 0 {
+        return Err(EINVAL);
+    }
+    if f & !known != 0 {
+        // Zero-based and on-demand paging: flags of the API this device does not support
+        // (the kernel answers ODP without the capability with EOPNOTSUPP).
+        return Err(EOPNOTSUPP);
     }
     let mut a = Access::empty();
     for (bit, acc) in [
@@ -1014,7 +1032,16 @@ fn reg_mr(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, flags: c_in
             set_errno(EINVAL);
             return null_mut();
         };
-        if addr.is_null() || len == 0 {
+        // In the kernel's order: the access flags (ib_uverbs_reg_mr's ib_check_mr_access),
+        // then siw_reg_user_mr's length checks, then ib_umem_get's of the pages below.
+        let access = match access_of(flags) {
+            Ok(a) => a,
+            Err(e) => {
+                set_errno(e);
+                return null_mut();
+            }
+        };
+        if len == 0 {
             set_errno(EINVAL);
             return null_mut();
         }
@@ -1025,13 +1052,12 @@ fn reg_mr(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, flags: c_in
             set_errno(ENOMEM);
             return null_mut();
         }
-        let access = match access_of(flags) {
-            Ok(a) => a,
-            Err(e) => {
-                set_errno(e);
-                return null_mut();
-            }
-        };
+        // A NULL address is EFAULT, what ib_umem_get finds when it pins page 0, which no
+        // process maps (vm.mmap_min_addr); it was EINVAL.
+        if addr.is_null() {
+            set_errno(EFAULT);
+            return null_mut();
+        }
         // What the kernel's ib_umem_get checks when it pins the pages: the range does not
         // wrap (EINVAL), and every page of it is mapped, readable, and writable if the
         // region may be written (EFAULT). Registered, memory that is not there or is
@@ -2046,11 +2072,14 @@ pub(crate) fn create_qp(
     // it); the engine's QP takes the larger.
     let (send_sge, recv_sge) = (cap.max_send_sge.max(1), cap.max_recv_sge.max(1));
     let max_sge = send_sge.max(recv_sge);
-    if max_sge as usize > wv::MAX_SGE || cap.max_inline_data > MAX_INLINE {
+    // A QP without a send queue (max_send_wr 0) is EINVAL, as siw_create_qp refuses it
+    // ("QP must have send queue"; drivers/infiniband/sw/siw/siw_verbs.c): it was made with
+    // a send queue of one entry the application never asked for.
+    if cap.max_send_wr == 0 || max_sge as usize > wv::MAX_SGE || cap.max_inline_data > MAX_INLINE {
         return Err(EINVAL);
     }
     let mut init = QpInit::new(&scq.cq, &rcq.cq);
-    init.sq_depth = cap.max_send_wr.max(1);
+    init.sq_depth = cap.max_send_wr;
     // With an SRQ the QP's own receive queue is never used (the engine wants one of at
     // least one entry all the same).
     init.rq_depth = if srq.is_some() {
@@ -2650,9 +2679,11 @@ unsafe extern "C" fn post_recv(
         let Some(q) = (unsafe { qp_ref(qp) }) else {
             return EINVAL;
         };
-        if q.srq {
-            // ibv_post_recv(3) on a QP with an SRQ: the first request is the bad one, as
-            // siw's and rxe's post_recv report it.
+        if q.srq || q.cap.max_recv_wr == 0 {
+            // ibv_post_recv(3) on a QP with an SRQ, or made without a receive queue
+            // (max_recv_wr 0; the engine's QP has one entry all the same): the first
+            // request is the bad one, as siw's post_recv reports both
+            // (`qp->srq || qp->attrs.rq_size == 0`) and rxe's the first.
             if !bad.is_null() {
                 // SAFETY: bad is the caller's out-pointer.
                 unsafe { *bad = wr };
