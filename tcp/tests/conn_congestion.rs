@@ -143,3 +143,61 @@ fn rfc9293_3_8_6_a_window_shrunk_to_zero_is_probed_with_one_segment() {
     let flight: Vec<(usize, usize)> = (0..10).map(|k| (k * 1460, 1460)).collect();
     assert_eq!(sent, flight, "(offset, length) sent once the window opened");
 }
+
+/// RFC 9293 3.8.6.1 and RFC 6298 5.5: the retransmission timer's expiries while the peer's
+/// window is shut are zero-window probes, not retransmission timeouts (`set_window_shut`),
+/// and their backoff ends when the window opens (Linux's `tcp_ack_probe` sets
+/// `icsk_backoff` to 0). It ran on: the flight resent when the window opened was timed by
+/// the probes' backed-off RTO (32 times the RTO after five unanswered probes), and the
+/// probes stayed counted as consecutive timeouts, so the first real RTO after the window
+/// opened was taken for a repeated one: it kept no state to restore (RFC 4015 3.1), and an
+/// ACK showing it spurious (RFC 3522: its echo older than the RTO) undid nothing, cwnd left
+/// at one segment.
+#[test]
+fn rfc6298_5_5_the_probes_backoff_ends_when_the_window_opens() {
+    let mut c = established(cfg(), false);
+    let out = send(&mut c, ms(2), 10 * 1448);
+    assert_eq!(out.len(), 10);
+    let before = c.stats().recovery;
+    // The peer shuts its window on the flight and answers no probe.
+    let mut z = stamped(seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]));
+    z.window_len = 0;
+    c.handle_segment(ms(3), &z);
+    run_until(&mut c, ms(3), ms(200));
+    let s = c.stats().recovery;
+    assert!(s.window_probe_timeouts >= 4, "{s:?}");
+    assert_eq!(s.rto_count, 0, "{s:?}");
+    // The window opens (acknowledging nothing): the flight goes again, timed by the RTO of
+    // before the probing.
+    let mut open = stamped(seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]));
+    open.window_len = 0xffff;
+    c.handle_segment(ms(200), &open);
+    let resent = drain(&mut c, ms(200));
+    assert!(!resent.is_empty());
+    let s = c.stats().recovery;
+    assert_eq!(
+        s.rto_us, before.rto_us,
+        "the probes' backoff outlived the shut window: {s:?}"
+    );
+    // The peer is silent: the next expiry is a real RTO.
+    let mut now = ms(200);
+    while c.stats().recovery.rto_count == 0 {
+        let t = c.poll_timeout().expect("a timer runs");
+        now = t.max(now);
+        c.handle_timeout(now);
+        drain(&mut c, now);
+        assert!(c.state() == State::Established, "gave up at {now}");
+    }
+    assert_eq!(c.stats().recovery.cwnd, 1448);
+    // The ACK of the flight sent at 200 ms arrives: its echo is older than the RTO, which
+    // was spurious, and the window of before it returns.
+    let mut ack = seg(TcpControl::None, PISS + 1, Some(ISS + 1 + 10 * 1448), &[]);
+    ack.timestamp = Some(TcpTimestampRepr {
+        tsval: 2,
+        tsecr: resent[0].ts.expect("timestamps").tsval,
+    });
+    c.handle_segment(now + smoltcp::time::Duration::from_micros(100), &ack);
+    let s = c.stats().recovery;
+    assert_eq!(s.spurious_rtos, 1, "{s:?}");
+    assert!(s.cwnd >= before.cwnd, "{s:?}");
+}

@@ -6,7 +6,7 @@
 use smoltcp::socket::tcp::State;
 use smoltcp::time::Instant;
 use smoltcp::wire::{TcpControl, TcpSeqNumber, TcpTimestampRepr};
-use warpcore_tcp::conn::Connection;
+use warpcore_tcp::conn::{ConnEvent, Connection};
 
 mod script;
 use script::*;
@@ -69,6 +69,54 @@ fn rfc9293_3_10_7_4_a_shut_receive_window_still_takes_the_ack() {
         c.nothing_in_flight(),
         "the probe's ACK of our data was not taken"
     );
+}
+
+/// RFC 9293 3.10.7.4 with a shut receive window: a bare FIN at RCV.NXT takes no buffer
+/// space, so it is taken, as Linux's `tcp_data_queue` takes one ("Some stacks are known to
+/// send bare FIN packets in a loop even if we send RWIN 0 in our ACK"). Refused, the peer
+/// closed and we did not know: its FIN waited for its next retransmission after our window
+/// opened (up to the RTO ceiling later), and a peer that had closed its socket gave up
+/// retransmitting it meanwhile (Linux's orphan retries), so the close was lost and the
+/// connection ended by a RST.
+#[test]
+fn rfc9293_3_10_7_4_a_bare_fin_is_taken_with_the_window_shut() {
+    let mut config = cfg();
+    config.rx_buffer = 4096;
+    let mut c = established(config, true);
+    // The peer fills our window; we read nothing.
+    c.handle_segment(ms(2), &data(0, &[5; 2048], ISS + 1));
+    c.handle_segment(ms(2), &data(2048, &[5; 2048], ISS + 1));
+    let acks = drain(&mut c, ms(2));
+    assert_eq!(acks.last().unwrap().window, 0, "{acks:?}");
+    events(&mut c);
+    // The peer closes: a bare FIN at RCV.NXT.
+    c.handle_segment(
+        ms(3),
+        &seg(TcpControl::Fin, PISS + 1 + 4096, Some(ISS + 1), &[]),
+    );
+    assert_eq!(c.state(), State::CloseWait);
+    assert!(
+        events(&mut c).contains(&ConnEvent::PeerClosed),
+        "the peer's close not reported"
+    );
+    // Our ACK covers the FIN, the window still shut.
+    let out = drain(&mut c, ms(3));
+    let last = out.last().expect("the FIN is acknowledged");
+    assert_eq!(last.ack, Some(PISS + 1 + 4096 + 1), "{out:?}");
+    assert_eq!(last.window, 0, "{out:?}");
+    // A FIN with octets is still refused whole with the window shut: its FIN lies past
+    // octets there is no room for.
+    let mut config = cfg();
+    config.rx_buffer = 4096;
+    let mut c = established(config, true);
+    c.handle_segment(ms(2), &data(0, &[5; 2048], ISS + 1));
+    c.handle_segment(ms(2), &data(2048, &[5; 2048], ISS + 1));
+    assert_eq!(drain(&mut c, ms(2)).last().unwrap().window, 0);
+    c.handle_segment(
+        ms(3),
+        &seg(TcpControl::Fin, PISS + 1 + 4096, Some(ISS + 1), &[6]),
+    );
+    assert_eq!(c.state(), State::Established);
 }
 
 /// RFC 9293 3.8.6 ("shrinking the window" is strongly discouraged) and RFC 7323 2.4 /

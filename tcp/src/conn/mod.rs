@@ -1532,7 +1532,7 @@ impl Connection {
         self.last_heard = now;
         self.snd_wnd = usize::from(seg.window_len); // SYN windows are never scaled
         self.max_snd_wnd = self.snd_wnd;
-        self.rec.set_window_shut(self.snd_wnd == 0);
+        self.rec.set_window_shut(now, self.snd_wnd == 0);
         self.snd_wl1 = seg.seq_number;
         if let Some(ack) = seg.ack_number {
             self.snd_wl2 = ack;
@@ -1555,7 +1555,7 @@ impl Connection {
             self.state = State::SynReceived;
             self.syn_sent = false;
             self.rec = Recovery::new(&self.cfg.recovery, self.smss, now);
-            self.rec.set_window_shut(self.snd_wnd == 0);
+            self.rec.set_window_shut(now, self.snd_wnd == 0);
         }
     }
 
@@ -1687,12 +1687,19 @@ impl Connection {
         // peer's zero-window probe, or data it sent before our window closed) goes through
         // for its ACK, window and timestamp, its octets and FIN not taken (below), as
         // Linux's `tcp_sequence` lets it through and `tcp_data_queue` drops the data.
-        // Dropped whole, the ACK of our data a probe carries was lost with it.
-        let shut = seg_len > 0 && wnd == 0 && rel == 0;
+        // Dropped whole, the ACK of our data a probe carries was lost with it. A bare FIN
+        // at RCV.NXT is taken whole: it needs no room in the buffer (Linux's
+        // `tcp_data_queue` queues it with a zero window, "Some stacks are known to send bare
+        // FIN packets in a loop even if we send RWIN 0"). Refused, the peer's close waited
+        // for its next retransmission after our window opened, up to the RTO ceiling, or
+        // was lost to a peer that gave up retransmitting it meanwhile (Linux's orphan
+        // retries). Test: `rfc9293_3_10_7_4_a_bare_fin_is_taken_with_the_window_shut`.
+        let bare_fin = seg.control == TcpControl::Fin && seg.payload.is_empty() && rel == 0;
+        let shut = seg_len > 0 && wnd == 0 && rel == 0 && !bare_fin;
         let acceptable = match (seg_len, wnd) {
             (0, 0) => rel == 0,
             (0, _) => rel >= 0 && rel < wnd as i64,
-            (_, 0) => shut,
+            (_, 0) => shut || bare_fin,
             (_, _) => (rel >= 0 && rel < wnd as i64) || (end_rel >= 0 && end_rel < wnd as i64),
         };
         // RFC 7323 3.2: once both SYNs carried TSopt, every non-RST segment must: one
@@ -2048,7 +2055,7 @@ impl Connection {
         {
             let was_zero = self.snd_wnd == 0;
             self.snd_wnd = usize::from(seg.window_len) << self.snd_shift;
-            self.rec.set_window_shut(self.snd_wnd == 0);
+            self.rec.set_window_shut(now, self.snd_wnd == 0);
             self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
             self.snd_wl1 = seg.seq_number;
             self.snd_wl2 = ack;

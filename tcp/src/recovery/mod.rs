@@ -374,6 +374,14 @@ pub struct Recovery {
     stats: RecoveryStats,
     /// The peer's window is shut (see [`Recovery::set_window_shut`]).
     window_shut: bool,
+    /// Expiries of the retransmission timer probing the shut window since the peer last
+    /// answered: counted with `backoffs` towards giving up (`Recovery::backoffs`), but no
+    /// retransmission timeouts (RFC 9293 3.8.6.1), so not in the consecutive-RTO count
+    /// that tells a first RTO from a repeated one.
+    probe_backoffs: u32,
+    /// The RTO before the first probing expiry of this shut window: the probes' backoff
+    /// ends with the shut window (`set_window_shut`) or an ACK of new data.
+    probe_rto: Option<Duration>,
 }
 
 /// The state an RTO replaced (RFC 4015 3.1: the sender's state before the timeout).
@@ -520,6 +528,8 @@ impl Recovery {
             last_sent: None,
             stats: RecoveryStats::default(),
             window_shut: false,
+            probe_backoffs: 0,
+            probe_rto: None,
         }
     }
 
@@ -533,7 +543,24 @@ impl Recovery {
     /// probe's timeout collapsed cwnd to one segment and ssthresh to two, and the
     /// connection crawled back from there once the window opened. No loss probe runs
     /// meanwhile either: it could only resend the probe.
-    pub fn set_window_shut(&mut self, shut: bool) {
+    ///
+    /// When the window opens the probing is over, and its backoff with it (as Linux's
+    /// `tcp_ack_probe` clears `icsk_backoff`): the RTO of before the first probe returns,
+    /// timing what is outstanding from `now`, and the probes no longer count as
+    /// consecutive timeouts. Kept, the flight resent as the window opened waited out the
+    /// probes' backed-off RTO, and the first real RTO after it was taken for a repeated
+    /// one (no state kept to undo it, RFC 4015 3.1). Test (scripted):
+    /// `rfc6298_5_5_the_probes_backoff_ends_when_the_window_opens`.
+    pub fn set_window_shut(&mut self, now: Instant, shut: bool) {
+        if self.window_shut && !shut {
+            self.probe_backoffs = 0;
+            if let Some(rto) = self.probe_rto.take() {
+                self.rto = rto;
+                if self.rto_at.is_some() {
+                    self.rto_at = Some(now + self.rto);
+                }
+            }
+        }
         self.window_shut = shut;
         if shut {
             self.pto_at = None;
@@ -572,11 +599,13 @@ impl Recovery {
     /// the consecutive-RTO count that ends a connection starts over.
     pub fn peer_alive(&mut self) {
         self.backoffs = 0;
+        self.probe_backoffs = 0;
     }
 
-    /// Consecutive RTOs without progress.
+    /// Consecutive expiries of the retransmission timer without progress or an answer:
+    /// RTOs and probes of a shut window.
     pub fn backoffs(&self) -> u32 {
-        self.backoffs
+        self.backoffs + self.probe_backoffs
     }
 
     /// Octets in flight (RFC 6675 pipe): sent, not SACKed, not lost-and-unsent, and
@@ -1087,6 +1116,11 @@ impl Recovery {
     #[inline(always)]
     fn on_progress(&mut self, now: Instant, sampled: bool) {
         self.backoffs = 0;
+        self.probe_backoffs = 0;
+        // The probes' backoff ends too (`set_window_shut`).
+        if let Some(rto) = self.probe_rto.take() {
+            self.rto = rto;
+        }
         self.dupacks = 0;
         self.rto_at = (!self.segs.is_empty()).then(|| now + self.rto);
         if !sampled {
@@ -2102,9 +2136,11 @@ impl Recovery {
             // again, the head at once as the probe and the rest once the window opens
             // (`next_retransmit`), the timer backs off (RFC 6298 5.5) and the
             // consecutive-timeout count runs on (`peer_alive` restarts it when the peer
-            // answers); the congestion state stays as it was.
+            // answers), apart from the RTOs' (`probe_backoffs`); the congestion state
+            // stays as it was.
             self.stats.window_probe_timeouts += 1;
-            self.backoffs += 1;
+            self.probe_backoffs += 1;
+            self.probe_rto.get_or_insert(self.rto);
             self.resend_all_and_back_off(now, false);
             return TimeoutAction::Retransmit;
         }
