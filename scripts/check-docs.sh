@@ -39,8 +39,10 @@
 #         like WARPCORE_SKIP_*): some tracked file that is not Markdown (and not this script)
 #         must name it on a line that is not a comment.
 #
-# Requirement IDs (MPA-7.1.2-16, DDP-7.1-12) are not checked: REQUIREMENTS.md lives beside the
-# repository, not in it, and a check must pass on a lone clone.
+#  req    A requirement ID (MPA-7.1.2-16, DDP-7.1-12, MPA2-9.1-11..14 cites MPA2-9.1-11) must be a
+#         row of REQUIREMENTS.md. The checklist lives beside the repository, not in it
+#         (../shared/specs/REQUIREMENTS.md from the work tree's top), and a check must pass on
+#         a lone clone: without that file no ID is read (the last line says so).
 #
 #   scripts/check-docs.sh           # the checkout this script lives in
 #   scripts/check-docs.sh DIR       # the git work tree at DIR (the harness plants defects there)
@@ -82,7 +84,7 @@ for f in rs_files:
 src_modules = {re.sub(r"\.rs$", "", p) for f in rs_files if "/src/" in "/" + f
                for p in f.split("/")[f.split("/").index("src") + 1:]} if rs_files else set()
 findings = []
-seen = {"path": 0, "test": 0, "cargo": 0, "env": 0, "option": 0}
+seen = {"path": 0, "test": 0, "cargo": 0, "env": 0, "option": 0, "req": 0}
 def report(page, line, kind, what):
     findings.append(f"{page}:{line}: {kind}: {what}")
 
@@ -163,6 +165,15 @@ for f in tracked:
     for line in t.splitlines():
         if not comment(line):
             env_read.update(ENV.findall(line))
+
+# ---- requirement IDs, where the checklist sits beside the checkout ---------------------------
+req_file = os.path.join("..", "shared", "specs", "REQUIREMENTS.md")
+req_ids = None
+if os.path.isfile(req_file):
+    with open(req_file, encoding="utf-8", errors="replace") as fh:
+        req_ids = set(re.findall(r"^\|\s*([A-Z][A-Z0-9]*-[0-9][0-9.]*-[0-9]+)\s*\|", fh.read(), re.M))
+REQ = re.compile(r"(?<![\w-])((?:" + "|".join(sorted({i.split("-")[0] for i in req_ids or []}, key=len,
+                 reverse=True)) + r")-[0-9](?:[0-9.]*[0-9])?-[0-9]+)(?![\w-])") if req_ids else None
 
 # ---- reading the pages ----------------------------------------------------------------------
 PLACEHOLDER = re.compile(r"[<>*{}\[\]$|]|\.\.\.")
@@ -419,6 +430,10 @@ for page in pages:
         para.append((n, l))
     prose(para)
     for n, l in enumerate(lines, 1):
+        for i in (REQ.findall(l) if REQ else []):
+            seen["req"] += 1
+            if i not in req_ids:
+                report(page, n, "req", f"{i}: no such row in {req_file}")
         for v in ENV.findall(l):
             seen["env"] += 1
             if v not in env_read:
@@ -443,5 +458,7 @@ if findings:
     sys.exit(1)
 print(f"check-docs: ok: {len(pages)} pages: {seen['path']} paths, {seen['test']} test names, "
       f"{seen['cargo']} cargo commands, {seen['option']} script options, {seen['env']} environment "
-      f"variables cited, all in the tree")
+      f"variables" + (f", {seen['req']} requirement IDs" if req_ids else
+                       " (no requirement IDs: no ../shared/specs/REQUIREMENTS.md)") +
+      " cited, all in the tree")
 PY

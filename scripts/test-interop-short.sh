@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The short interop check against Linux siw, for scripts/test.sh: rping both directions and
-# ib_write_bw -R against iwperf --perftest, MPA Rev 2 default mode (one VM boot, about 1.5 min
+# The short interop check against Linux siw, for scripts/test.sh (scripts/interop-siw.sh
+# --short): rping both directions, ib_write_bw -R against iwperf --perftest, and Debian's
+# rping -c and ib_write_bw -R server on the drop-in libraries (scripts/with-warpcore), MPA
+# Rev 2 default mode (one VM boot, about 1.5 min
 # on 2 cores under TCG; the first run also builds the VM, about 1 min, see
 # interop/siw-vm/README.md). Any failed row exits non-zero.
 #

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The whole Warpcore test suite: installs what is missing, then runs the format check, clippy
-# with warnings as errors, every cargo test (unit, property, capture and tshark tests), a short
-# smoke run of every fuzz target, the DPDK/TCP packet-path tests, the engine, iwperf and
-# the short interop check against Linux siw in a QEMU VM (fails where the machine cannot run it
+# with warnings as errors (with and without DPDK), cargo doc with warnings as errors, every
+# cargo test (unit, property, capture and tshark tests), a short smoke run of every fuzz
+# target, one release build, the DPDK/TCP packet-path tests, our TCP against the kernel's,
+# the engine, iwperf, the rdma-core and libfabric programs on the drop-in libraries, the
+# flood, the soak, the harness's and the judges' own checks, the docs check, and the short
+# interop check against Linux siw in a QEMU VM (fails where the machine cannot run it
 # unless WARPCORE_SKIP_SIW=1 says to skip it, and always when the rig is missing).
 #
 #   scripts/test.sh            # everything
@@ -11,8 +14,8 @@
 # Exits non-zero on the first failure. CI (.ci/run) runs exactly this. The last line tallies
 # the steps, the skipped ones named:
 #
-#   test.sh: PASSED (all tests passed): 17 of 17 steps: 17 passed, 0 failed, 0 skipped
-#   test.sh: PASSED, NOT everything ran: 17 of 17 steps: 16 passed, 0 failed, 1 skipped  <-- NOT everything ran: ...
+#   test.sh: PASSED (all tests passed): 20 of 20 steps: 20 passed, 0 failed, 0 skipped
+#   test.sh: PASSED, NOT everything ran: 20 of 20 steps: 19 passed, 0 failed, 1 skipped  <-- NOT everything ran: ...
 #   test.sh: FAILED: ...
 #
 # Before it, each step's time, slowest first, and a NOTE when the whole run took more than

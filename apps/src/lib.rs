@@ -1,11 +1,11 @@
 //! # warpcore-apps: the command-line tools and the library they share
 //!
-//! The tools (`iwperf`, `iwping`, `iwdump`, `tcpperf`, `wcsoak`) live in `src/bin/`. What
-//! they share lives here:
+//! The tools (`iwperf`, `iwping`, `iwdump`, `tcpperf`, `wcsoak`, `wcconnrate`) live in
+//! `src/bin/`. What they share lives here:
 //! - [`device`]: one device layer: the command-line flags that name a device
-//!   ([`device::DeviceArgs`], flattened into every tool's clap parser), the EAL arguments
-//!   built from them, and the one path that initialises the EAL, opens a DPDK port or a
-//!   loopback pair and starts Warpcore engines on it;
+//!   ([`device::DeviceArgs`], flattened into the clap parser of every tool but iwdump),
+//!   the EAL arguments built from them, and the one path that initialises the EAL, opens
+//!   a DPDK port or a loopback pair and starts Warpcore engines on it;
 //! - [`mod@env`]: the same configuration from `WARPCORE_*` environment variables, for programs
 //!   whose command line is not Warpcore's (the rdma-core drop-in libraries);
 //! - the capture analysis behind `iwdump`, from `warpcore-analysis` (re-exported here under

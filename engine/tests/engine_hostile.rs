@@ -1277,11 +1277,11 @@ fn mpa_7_1_2_8_an_fpdu_behind_the_request_does_not_swallow_the_reply() {
 }
 
 /// MPA-7.1.2-27 (a startup guard against denial of service): while a request waits for the
-/// application, the listener's connection offers a window of 4 KiB, not the TCP's 1 MiB
+/// application, the listener's connection offers a window of 4 KiB, not the engine's 4 MiB
 /// receive buffer, so a peer that sends on behind its Request (no honest initiator sends
 /// an FPDU before it has the Reply, mpa-08 §7.1.2 rule 2's note) parks that much at most.
-/// Before, all 256 KiB of it was taken and held, up to 1 MiB a request for as long as the
-/// request waited (~1 GiB over a full table of 1,024). `accept` opens the whole window:
+/// Before, all 256 KiB of it was taken and held, up to 4 MiB a request for as long as the
+/// request waited (4 GiB over a full table of 1,024). `accept` opens the whole window:
 /// the rest of the stream then flows into the QP.
 #[test]
 fn mpa_7_1_2_27_a_pending_request_parks_at_most_a_small_window_behind_it() {

@@ -9,7 +9,8 @@
 //! shorter than 128 octets (headers, small payloads) and tails take eight octets per step
 //! in two 64-bit accumulators instead, without the lanes' setup and drain. The
 //! results are checked against smoltcp's in this module's tests (every length, every
-//! offset), and smoltcp still parses and emits every header.
+//! offset). The host's own header writer and parser (module `host::headers`, decision 0006)
+//! fill and check the field; smoltcp parses only the rare layouts.
 //!
 //! Sums are kept in "native words": 16-bit words loaded little-endian, which RFC 1071 §2(B)
 //! allows (the one's-complement sum is byte-order independent); [`finish`] turns the folded

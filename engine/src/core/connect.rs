@@ -9,8 +9,8 @@ use super::*;
 /// Request is at most 532 octets (the 20-octet header and 512 of Private Data,
 /// MPA-7.1.1-22), so a Request arrives whole in one segment, and what a peer can park
 /// behind it while the application decides is this much, not the TCP's whole receive
-/// buffer (1 MiB by default: ~1 GiB over a full table of 1,024 requests before; 4 MiB
-/// now). Nothing honest sends more before the Reply: an initiator sends no FPDU until
+/// buffer (`EngineConfig::tcp`'s 4 MiB by default: up to 4 GiB over a full table of 1,024
+/// requests before). Nothing honest sends more before the Reply: an initiator sends no FPDU until
 /// it has the Reply (mpa-08 §7.1.2 rule 2's note).
 pub(super) const REQUEST_WINDOW: usize = 4096;
 
