@@ -249,7 +249,10 @@ fn a_latency_run_by_time_reports_from_its_histogram() {
     let r = &doc["results"][0];
     let lat = &r["lat_usec"];
     let hdr = &r["hdr_usec"];
-    assert!(r["iterations"].as_u64().unwrap() > 100, "{r}");
+    // Enough round trips for a median of kept samples to read differently from the
+    // histogram's p50; a loaded machine (a debug build beside a build of the workspace)
+    // managed 55 in the second, so the floor is no rate.
+    assert!(r["iterations"].as_u64().unwrap() > 20, "{r}");
     assert_eq!(lat["t_typical"], hdr["p50"], "{r}");
     assert_eq!(lat["p99"], hdr["p99"], "{r}");
     assert_eq!(lat["t_max"], hdr["max"], "{r}");
