@@ -103,9 +103,11 @@ pub struct EngineConfig {
     /// Which TCP runs under the core: Warpcore's own (the default) or the smoltcp reference
     /// (kept for differential tests, never the default path).
     pub tcp_implementation: TcpImplementation,
-    /// How long the MPA startup may take: an initiator waits this long for the Reply, a
-    /// responder for the Request (then the connection is reset), and a request the
-    /// application has not answered by then is dropped ([`crate::CmEvent::RequestCancelled`]).
+    /// How long the MPA startup may take: an initiator waits this long for the Reply
+    /// (counted from its TCP connection's establishment, when MPA starts; also from
+    /// `connect` if `tcp.timeout` is `None`), a responder for the Request (then the
+    /// connection is reset), and a request the application has not answered by then is
+    /// dropped ([`crate::CmEvent::RequestCancelled`]).
     /// 10 s: long enough for a peer under emulation or far away (siw in a TCG VM answers in
     /// well under a second), short enough that a silent connection soon frees its slot.
     pub mpa_timeout_ms: u64,

@@ -832,26 +832,28 @@ fn mpa_7_1_2_16_a_fenced_responder_that_disconnects_still_closes() {
     );
 }
 
-/// A QP slot destroyed and connected again (as initiator) between two loops, over and over,
-/// holds one MPA startup timer entry, not one per connection it ever had: the entry goes
-/// with its QP. The old connection's entry used to stay beside the new one's, so the list
-/// of timers the core polls grew by one with each cycle.
+/// A QP slot destroyed and connected again (as initiator) while it waits for its Reply,
+/// over and over, holds one MPA startup timer entry, not one per connection it ever had:
+/// the entry goes with its QP. The old connection's entry used to stay beside the new
+/// one's, so the list of timers the core polls grew by one with each cycle. (The timer
+/// starts once TCP is established, so each cycle waits for B's request: B's application
+/// never answers.)
 #[test]
 fn connect_destroy_churn_leaves_one_mpa_timer_per_connecting_qp() {
     let mut p = Pair::default_pair();
+    p.b.core.listen(PORT, MpaParams::default()).expect("listen");
     let connect = |p: &mut Pair| {
         let q = p.a.qp(4);
         p.a.core
             .connect(q, (ip(2), PORT), &MpaParams::default(), b"")
             .expect("connect");
+        p.wait_request();
         q
     };
     let mut q = connect(&mut p);
-    p.run_a_alone(1);
     for _ in 0..200 {
         p.a.core.destroy_qp(q).expect("destroy");
         q = connect(&mut p);
-        p.run_a_alone(1);
         assert_eq!(p.a.core.qp_state(q), Ok(QpState::Connecting));
     }
     assert_eq!(p.a.core.stats().mpa_timers, 1);

@@ -589,3 +589,80 @@ fn mpa2_9_failed_negotiation_after_a_valid_reply_sends_its_terminate() {
         );
     }
 }
+
+/// MPA-7.1.2-27 (mpa-08 §7.1.2 rules 2, 3 and 10): MPA starts once its TCP connection is
+/// established, so the wait for the Reply is timed from then, not from `connect`. Here the
+/// responder's SYN-ACKs are lost for 1.5 s (more than the 1 s startup timeout): the
+/// handshake takes two SYN retransmissions, then the Reply comes at once. The initiator
+/// used to count the handshake too and failed with `Negotiation(Timeout)` at 1 s, before
+/// its Request had even left; Linux siw arms its MPA timer after `kernel_connect`.
+#[test]
+fn mpa_7_1_2_27_the_reply_timer_starts_once_tcp_is_established() {
+    let mut w = world();
+    // The engine knows the peer's MAC first, so its SYN leaves at once.
+    let r = w
+        .engine
+        .resolve_neighbor(ip(1), std::time::Duration::from_secs(1))
+        .unwrap();
+    w.wait_event(|e| (*e == CmEvent::NeighborResolved(r)).then_some(()));
+    w.events.clear();
+    let silent = warpcore_engine::tcp::link::Faults {
+        loss: 1.0,
+        ..Default::default()
+    };
+    w.peer.device().set_tx_faults(silent).unwrap();
+    w.engine
+        .connect(
+            w.qp,
+            (ip(1), PORT),
+            &MpaParams::default(),
+            b"from the engine",
+        )
+        .unwrap();
+    let started = w.now;
+    let mut tcp = None;
+    let mut request = Vec::new();
+    let mut replied = false;
+    for _ in 0..20_000 {
+        w.step_by(Duration::from_millis(1));
+        if w.now - started >= Duration::from_millis(1_500) {
+            w.peer
+                .device()
+                .set_tx_faults(warpcore_engine::tcp::link::Faults::default())
+                .unwrap();
+        }
+        if tcp.is_none() {
+            tcp = w.peer.accept(w.listener).unwrap();
+        }
+        if let Some(c) = tcp {
+            let _ = w.peer.recv_with(c, |d| {
+                request.extend_from_slice(d);
+                d.len()
+            });
+            if !replied && request.len() >= 20 {
+                let pd_len = u16::from_be_bytes([request[18], request[19]]) as usize;
+                if request.len() >= 20 + pd_len {
+                    let reply = reply_to(&request, true, b"");
+                    assert_eq!(w.peer.send(c, &reply).unwrap(), reply.len());
+                    replied = true;
+                }
+            }
+        }
+        if w.events.iter().any(|e| {
+            matches!(
+                e,
+                CmEvent::Established(_) | CmEvent::Error { .. } | CmEvent::Rejected { .. }
+            )
+        }) {
+            break;
+        }
+    }
+    assert!(
+        matches!(w.events.as_slice(), [CmEvent::Established(_)]),
+        "after {}: {:?}",
+        w.now - started,
+        w.events
+    );
+    // The handshake did outlast the startup timeout.
+    assert!(w.now - started > Duration::from_millis(MPA_TIMEOUT_MS));
+}

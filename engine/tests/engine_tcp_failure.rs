@@ -432,3 +432,41 @@ fn assert_no_request(b_events: &[CmEvent]) {
         "{b_events:?}"
     );
 }
+
+/// With the default timeouts (TCP's user timeout 30 s, the MPA startup's 10 s) a SYN that
+/// draws nothing ends as the TCP's timeout, `TcpTimedOut` (rdma_cm's UNREACHABLE,
+/// -ETIMEDOUT), as the module says: the MPA startup timer (MPA-7.1.2-27) counts only once
+/// TCP is established, since MPA starts then (mpa-08 §7.1.2). It used to count from
+/// `connect`, so every unanswered connect of the default configuration failed after 10 s
+/// as `Negotiation(Timeout)`, an MPA failure on a connection that never existed.
+#[test]
+fn a_syn_nobody_answers_is_a_tcp_timeout_with_the_default_timeouts() {
+    let cfg = EngineConfig::default();
+    assert!(cfg
+        .tcp
+        .timeout
+        .is_some_and(|t| t.total_millis() > cfg.mpa_timeout_ms));
+    let mut p = Pair::new(&LinkConfig::default(), &cfg);
+    let qa = p.a.qp(8);
+    let r =
+        p.a.core
+            .resolve_neighbor(ip(2), std::time::Duration::from_secs(1))
+            .expect("resolve");
+    let mut resolved = false;
+    p.run_until(2_000, |p| {
+        resolved |= p.a.take_events().contains(&CmEvent::NeighborResolved(r));
+        resolved
+    });
+    p.b.core
+        .stack()
+        .device()
+        .set_tx_faults(warpcore_engine::tcp::link::Faults {
+            loss: 1.0,
+            ..Default::default()
+        })
+        .expect("faults");
+    p.a.core
+        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
+        .expect("connect");
+    assert_eq!(error_of(&mut p, qa, 200_000), ConnError::TcpTimedOut);
+}

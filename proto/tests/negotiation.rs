@@ -1373,6 +1373,36 @@ fn timeouts() {
     assert!(matches!(events_r(&mut r)[..], [Event::Request(_)]));
 }
 
+/// MPA-7.1.2-27, mpa-08 §7.1.2: an initiator built before its TCP connection is
+/// established counts its wait for the Reply from the establishment (`restart_timer`);
+/// once the outcome is known a restart arms nothing.
+#[test]
+fn the_initiator_timer_restarts_from_the_tcp_establishment() {
+    let t0 = Instant::now();
+    let c = Config {
+        timeout: Duration::from_millis(500),
+        ..cfg(2, true, 1, 1)
+    };
+    let mut i = Initiator::new(c.clone(), t0).unwrap();
+    let up = t0 + Duration::from_millis(400);
+    i.restart_timer(up);
+    assert_eq!(i.poll_timeout(), Some(up + Duration::from_millis(500)));
+    i.handle_timeout(t0 + Duration::from_millis(500));
+    assert!(events_i(&mut i).is_empty(), "timed out from `new`");
+    i.handle_timeout(up + Duration::from_millis(500));
+    assert_eq!(
+        only_failure(events_i(&mut i)).error,
+        NegotiationError::Timeout
+    );
+    i.restart_timer(up + Duration::from_secs(1));
+    assert_eq!(i.poll_timeout(), None);
+
+    let mut i = Initiator::new(c, t0).unwrap();
+    i.handle_input(&hex(SIW_MPA2_REP_1_1));
+    i.restart_timer(up);
+    assert_eq!(i.poll_timeout(), None);
+}
+
 /// Premature close: before any octet it is a lost connection, inside a frame a truncated
 /// frame; after the outcome it changes nothing.
 /// MPA-7.1.1-21: Private Data shorter than PD_Length (the stream ends inside it) fails as a

@@ -249,17 +249,48 @@ impl<D: PollDevice> EngineCore<D> {
         let q = self.qp_mut(id)?;
         q.conn = Some(Conn::new(tcp, Mpa::Initiator(Box::new(init))));
         q.set_state(QpState::Connecting);
-        // Its startup timeout (MPA-7.1.2-27), polled when due (`poll_timers`).
-        if let Some(at) = deadline {
-            self.mpa_timers.push(at, (id.index, id.generation));
-            if self.mpa_timers.needs_compaction(self.live.len()) {
-                let qps = &self.qps;
-                self.mpa_timers
-                    .retain(|at, key| initiator_entry_live(qps, at, key));
+        // Its startup timeout (MPA-7.1.2-27), polled when due (`poll_timers`), counts from
+        // the TCP connection's establishment (`start_mpa_timer`): MPA starts then (mpa-08
+        // §7.1.2), and the handshake ends in its own timeout (`TcpTimedOut`,
+        // `NeighborUnresolved`). Only on a TCP without a user timeout, which could take far
+        // longer to give up (or, waiting for ARP, never), does the startup timer bound the
+        // handshake too, from here.
+        if self.ctx.cfg.tcp.timeout.is_none() {
+            if let Some(at) = deadline {
+                self.arm_mpa_timer(at, (id.index, id.generation));
             }
-            self.note_mpa_due();
         }
         Ok(())
+    }
+
+    /// The TCP connection of QP slot `i` is established: an MPA initiator awaiting its
+    /// Reply counts its startup timeout (MPA-7.1.2-27) from now ([`Initiator::restart_timer`];
+    /// an entry armed at `connect` is left stale).
+    fn start_mpa_timer(&mut self, i: usize) {
+        let now_std = self.now_std();
+        let Some(Some(q)) = self.qps.get_mut(i) else {
+            return;
+        };
+        let key = (q.id.index, q.id.generation);
+        let Some(Mpa::Initiator(init)) = q.conn.as_mut().map(|c| &mut c.mpa) else {
+            return;
+        };
+        init.restart_timer(now_std);
+        if let Some(at) = init.poll_timeout() {
+            self.arm_mpa_timer(at, key);
+        }
+    }
+
+    /// Puts an initiator's startup deadline `at` in `mpa_timers` for QP `key` (slot,
+    /// generation), compacting the heap when stale entries outnumber the live QPs.
+    fn arm_mpa_timer(&mut self, at: StdInstant, key: (u16, u32)) {
+        self.mpa_timers.push(at, key);
+        if self.mpa_timers.needs_compaction(self.live.len()) {
+            let qps = &self.qps;
+            self.mpa_timers
+                .retain(|at, key| initiator_entry_live(qps, at, key));
+        }
+        self.note_mpa_due();
     }
 
     /// Resolves the next hop towards `ip` (the address itself on our subnet, else its
@@ -694,7 +725,14 @@ impl<D: PollDevice> EngineCore<D> {
                 }
                 // The initiator's MPA Request goes out; freed send space lets FPDUs follow
                 // (a settled QP has none to send: the latency path's ACK of its last Write).
-                TcpEvent::Connected(c) | TcpEvent::Writable(c) => {
+                TcpEvent::Connected(c) => {
+                    if let Some(i) = self.find_qp(c) {
+                        // MPA starts now: so does the wait for the Reply (MPA-7.1.2-27).
+                        self.start_mpa_timer(i);
+                        self.mark_tx_unless_settled(i);
+                    }
+                }
+                TcpEvent::Writable(c) => {
                     if let Some(i) = self.find_qp(c) {
                         self.mark_tx_unless_settled(i);
                     }

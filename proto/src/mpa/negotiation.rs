@@ -17,7 +17,9 @@
 //!    took. It never takes an octet after the Reply: whatever is left over is FPDU data for the
 //!    deframer and must be kept.
 //! 3. Arm a timer for [`Initiator::poll_timeout`] and call [`Initiator::handle_timeout`] when
-//!    it fires; on a peer FIN/RST before the outcome call [`Initiator::handle_close`].
+//!    it fires; on a peer FIN/RST before the outcome call [`Initiator::handle_close`]. An
+//!    initiator built before its TCP connection was established counts from its
+//!    establishment through [`Initiator::restart_timer`] (then arm the new deadline).
 //! 4. Drain [`Initiator::poll_event`]. [`Event::Established`] carries the [`Negotiated`]
 //!    parameters: switch both directions to FPDU mode at [`Negotiated::tx_fpdu_offset`] /
 //!    [`Negotiated::rx_fpdu_offset`] (stream offsets counted from the first octet of the
@@ -663,6 +665,18 @@ impl Initiator {
         if self.phase == Phase::AwaitingFrame && self.deadline.is_some_and(|d| now >= d) {
             self.deadline = None;
             self.fail(NegotiationError::Timeout, None, None);
+        }
+    }
+
+    /// Counts the startup timeout from `now` while the Reply is awaited (a no-op once the
+    /// outcome is known): for a caller that builds the initiator before its TCP
+    /// connection is established, once it is. MPA starts on an established connection
+    /// (mpa-08 §7.1.2 rules 1 and 3), so the wait for the Reply (MPA-7.1.2-27) does not
+    /// include the TCP handshake, which has timeouts of its own; Linux siw, too, arms its
+    /// MPA timer once its connect returned.
+    pub fn restart_timer(&mut self, now: Instant) {
+        if self.phase == Phase::AwaitingFrame {
+            self.deadline = now.checked_add(self.config.timeout);
         }
     }
 
