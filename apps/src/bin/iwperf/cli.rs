@@ -696,8 +696,13 @@ impl Cli {
             return Err("-n must be at least 1".into());
         }
         if let Some(d) = self.duration {
-            if !(d > 0.0 && d < 86400.0) {
-                return Err(format!("-D {d}: duration must be between 0 and 86400 s"));
+            // At least a nanosecond: the in-band exchange carries the duration in whole
+            // nanoseconds, and 0 there means a run by iterations, so a shorter one reached
+            // the server as a run it would hold the client's to by count.
+            if !(1e-9..86400.0).contains(&d) {
+                return Err(format!(
+                    "-D {d}: duration must be at least 1e-9 (a nanosecond) and below 86400 s"
+                ));
             }
         }
         if self.qps == 0 || self.qps > crate::net::MAX_QPS {
@@ -1213,6 +1218,23 @@ mod tests {
         assert!(e.contains("leave nothing of -D 4"), "{e}");
         assert!(validate(&["-D", "4", "--margin", "1"]).is_ok());
         assert!(validate(&["-D", "1", "--margin", "0"]).is_ok());
+    }
+
+    /// A `-D` under a nanosecond went on the wire as 0 ns, which the server reads as a run
+    /// by iterations: refused, naming the bound.
+    #[test]
+    fn a_duration_under_a_nanosecond_is_refused() {
+        let validate = |d: &str| {
+            Cli::try_parse_from(["iwperf", "write_bw", "--loopback=link", &format!("-D={d}")])
+                .unwrap()
+                .validate()
+        };
+        for d in ["1e-12", "0", "-1", "86400", "NaN"] {
+            let e = validate(d).unwrap_err();
+            assert!(e.contains("at least 1e-9"), "{d}: {e}");
+        }
+        assert!(validate("1e-9").is_ok());
+        assert!(validate("86399").is_ok());
     }
 
     /// `--timeout 0` left a loopback run waiting forever: a timeout is at least a second.
