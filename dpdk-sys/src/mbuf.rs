@@ -347,7 +347,9 @@ impl Mbuf {
     /// Takes ownership of a raw mbuf.
     ///
     /// # Safety
-    /// `raw` must be a valid packet mbuf (chain) that nothing else owns or frees.
+    /// `raw` must be a valid packet mbuf (chain) that nothing else owns or frees, whose
+    /// layout holds ([`Mbuf::layout_holds`]) or is checked before its data is read (a
+    /// driver's, `RxQueue::rx_burst`).
     pub(crate) unsafe fn from_raw(raw: NonNull<ffi::rte_mbuf>) -> Mbuf {
         Mbuf { raw }
     }
@@ -362,6 +364,49 @@ impl Mbuf {
     /// The raw pointer, still owned by `self`.
     pub(crate) fn as_raw(&self) -> *mut ffi::rte_mbuf {
         self.raw.as_ptr()
+    }
+
+    /// Whether the packet's layout holds what [`Mbuf::data`], [`Mbuf::segments`] and the
+    /// DPDK functions given a received packet (`rte_pcapng_copy`, `rte_pktmbuf_copy`) rely
+    /// on, the length checks of DPDK's `rte_mbuf_check`: at least one segment; each of the
+    /// `nb_segs` segments has a buffer and its data inside it (`data_off + data_len <=
+    /// buf_len`); their data lengths add up to `pkt_len`; and a chain of more than one
+    /// segment ends after `nb_segs` (a single segment's `next`, in the mbuf's second cache
+    /// line, is not read: [`Mbuf::segments`] stops after `nb_segs` segments). Every packet
+    /// the safe API builds holds it (DPDK's append, adj and chain keep it);
+    /// [`crate::RxQueue::rx_burst`] checks each packet a driver hands over, as a driver's
+    /// (or a ring port's producer's) bug would otherwise have [`Mbuf::data`] read past the
+    /// buffer. For a single segment: five fields of the first cache line, which the
+    /// receive path reads anyway.
+    pub(crate) fn layout_holds(&self) -> bool {
+        let head = self.seg();
+        let nb_segs = head.nb_segs;
+        let mut left = head.pkt_len;
+        let mut m: *const ffi::rte_mbuf = head;
+        for _ in 0..nb_segs {
+            if m.is_null() {
+                return false;
+            }
+            // SAFETY: m is the head (valid) or the `next` of a segment of the chain self
+            // owns, non-NULL (checked above): the driver's segment.
+            let s = unsafe { &*m };
+            if s.buf_addr.is_null()
+                || u32::from(s.data_off) + u32::from(s.data_len) > u32::from(s.buf_len)
+            {
+                return false;
+            }
+            let Some(l) = left.checked_sub(u32::from(s.data_len)) else {
+                return false;
+            };
+            left = l;
+            // One segment: its `next` is not read (see above).
+            m = if nb_segs > 1 {
+                s.next
+            } else {
+                std::ptr::null()
+            };
+        }
+        nb_segs > 0 && left == 0 && m.is_null()
     }
 
     fn seg(&self) -> &ffi::rte_mbuf {
@@ -474,8 +519,11 @@ impl Mbuf {
     /// The first segment's data.
     pub fn data(&self) -> &[u8] {
         let m = self.seg();
-        // SAFETY: DPDK keeps data_off + data_len <= buf_len, so buf_addr + data_off points at
-        // data_len bytes inside the segment's buffer, all initialised (pool memory is mapped
+        // SAFETY: data_off + data_len <= buf_len and buf_addr is not NULL, in each of the
+        // first nb_segs segments: DPDK's append, adj and chain keep it in every packet the
+        // safe API builds, and rx_burst hands over no driver's packet that breaks it
+        // (layout_holds). So buf_addr + data_off points at data_len bytes inside the
+        // segment's buffer, all initialised (pool memory is mapped
         // zeroed by the kernel and only ever written with bytes). The borrow of self keeps the
         // mbuf alive, and no safe code writes the bytes meanwhile: only data_mut and append
         // write, through &mut self, and only into a buffer the writing Mbuf is the sole owner
@@ -513,14 +561,18 @@ impl Mbuf {
         })
     }
 
-    /// Iterates over the data of every segment.
+    /// Iterates over the data of every segment: the `nb_segs` the first segment counts
+    /// (a received single segment's `next` is not checked, `Mbuf::layout_holds`).
     pub fn segments(&self) -> impl Iterator<Item = &[u8]> + '_ {
         let mut cur: *const ffi::rte_mbuf = self.raw.as_ptr();
+        let mut left = self.nb_segs();
         std::iter::from_fn(move || {
-            if cur.is_null() {
+            if cur.is_null() || left == 0 {
                 return None;
             }
-            // SAFETY: cur is a segment of the chain self owns; see data().
+            left -= 1;
+            // SAFETY: cur is one of the first nb_segs segments of the chain self owns; see
+            // data().
             unsafe {
                 let m = &*cur;
                 cur = m.next;
@@ -963,6 +1015,72 @@ mod tests {
         unsafe { (*m.as_raw()).pkt_len = 15 };
     }
 
+    /// A driver (here a ring port's producer) that hands over a packet whose segment
+    /// lengths do not hold together: a segment's data past its buffer, a packet length
+    /// more or less than its segments hold, a segment count that misses a segment of the
+    /// chain. `rx_burst` used to pass each on, and `data()` made a slice past the
+    /// segment's buffer of the first (the SAFETY argument of `data()` took DPDK's layout
+    /// for granted), and DPDK's packet copy (`rte_pcapng_copy` of a capture) takes the
+    /// second's packet length for what its chain holds. Now each is freed unread and
+    /// counted; a sound packet beside them arrives, and every mbuf is back in the pool.
+    fn rx_burst_frees_a_driver_packet_whose_lengths_do_not_hold(eal: &crate::Eal, pool: &Mempool) {
+        let RingPortPair { mut a, mut b } = RingPortPair::new(eal, "wcnet_rv", 64).expect("rings");
+        for p in [&mut a, &mut b] {
+            p.configure(&PortConfig::default(), pool)
+                .expect("configure");
+            p.start().expect("start");
+        }
+        let (mut atx, mut brx) = (a.tx_queue(0).expect("tx"), b.rx_queue(0).expect("rx"));
+        let free0 = pool.available();
+        let set = |m: &Mbuf, pkt_len: u32, data_len: u16, nb_segs: u16| {
+            // SAFETY: m is owned here and not yet sent; its lengths are plain data, which
+            // this driver's bug breaks (nothing reads the data before rx_burst).
+            unsafe {
+                let r = m.as_raw();
+                (*r).pkt_len = pkt_len;
+                (*r).data_len = data_len;
+                (*r).nb_segs = nb_segs;
+            }
+        };
+        // Data past the buffer: data_off (the headroom) + buf_len > buf_len.
+        let past = Mbuf::from_slice(pool, &[1u8; 60]).expect("mbuf");
+        let buf_len = past.seg().buf_len;
+        set(&past, u32::from(buf_len), buf_len, 1);
+        // A packet length past what its two segments hold (10 + 5).
+        let mut long = Mbuf::from_slice(pool, &[2u8; 10]).expect("mbuf");
+        long.chain(Mbuf::from_slice(pool, &[3u8; 5]).expect("mbuf"))
+            .expect("chain");
+        set(&long, 100, 10, 2);
+        // A first segment longer than the packet.
+        let short = Mbuf::from_slice(pool, &[4u8; 60]).expect("mbuf");
+        set(&short, 30, 60, 1);
+        // A segment count of 2 on a chain of three, the packet length that of two.
+        let mut three = Mbuf::from_slice(pool, &[5u8; 10]).expect("mbuf");
+        for _ in 0..2 {
+            three
+                .chain(Mbuf::from_slice(pool, &[6u8; 10]).expect("mbuf"))
+                .expect("chain");
+        }
+        set(&three, 20, 10, 2);
+        let sound = Mbuf::from_slice(pool, &[7u8; 3000]).expect("a chain of two");
+        let mut out = vec![past, long, sound, short, three];
+        assert_eq!(atx.tx_burst(&mut out), 5);
+        let mut got = Vec::new();
+        let n = brx.rx_burst(&mut got, 8);
+        assert_eq!(
+            (n, got.len()),
+            (1, 1),
+            "only the sound packet is handed over"
+        );
+        assert_eq!(brx.malformed(), 4);
+        assert_eq!(got[0].pkt_len(), 3000);
+        let mut back = vec![0u8; 3000];
+        assert_eq!(got[0].copy_to_slice(&mut back), 3000);
+        assert_eq!(back, [7u8; 3000]);
+        drop(got);
+        assert_eq!(pool.available(), free0, "the refused packets were freed");
+    }
+
     /// The only test of this binary that starts the EAL (once per process).
     #[test]
     fn data_mut_and_append_refuse_a_buffer_the_mbuf_does_not_own_alone() {
@@ -1060,6 +1178,7 @@ mod tests {
 
         header_mutators_refuse_a_twice_owned_mbuf(&pool);
         copy_to_slice_counts_only_the_segments_octets(&pool);
+        rx_burst_frees_a_driver_packet_whose_lengths_do_not_hold(&eal, &pool);
 
         // An external buffer (rte_pktmbuf_attach_extbuf): memory the mbuf does not own.
         let ext: &'static mut [u8; 256] = Box::leak(Box::new([5u8; 256]));

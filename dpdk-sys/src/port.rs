@@ -1037,6 +1037,7 @@ impl Port {
             port: self.id(),
             queue,
             scratch: Box::new([std::ptr::null_mut(); BURST_MAX]),
+            malformed: 0,
         })
     }
 
@@ -1061,6 +1062,8 @@ pub struct RxQueue {
     port: u16,
     queue: u16,
     scratch: Box<[*mut ffi::rte_mbuf; BURST_MAX]>,
+    /// Packets `rx_burst` freed unread: their layout did not hold (`Mbuf::layout_holds`).
+    malformed: u64,
 }
 
 // SAFETY: the handle is the only user of its queue; DPDK allows a queue to be polled from any
@@ -1089,17 +1092,47 @@ impl RxQueue {
     }
 
     /// Receives up to `max` (at most [`BURST_MAX`]) packets, appending them to `out`.
-    /// Returns how many arrived.
+    /// Returns how many were appended.
+    ///
+    /// A packet whose segment lengths do not hold together (a segment's data past its
+    /// buffer, data lengths that do not add up to the packet length, a chain longer or
+    /// shorter than its segment count: the length checks of DPDK's `rte_mbuf_check`) is
+    /// freed unread and counted ([`RxQueue::malformed`]): only a driver's bug (or a ring
+    /// port's producer's) makes one, and reading it would read past its buffers.
     pub fn rx_burst(&mut self, out: &mut impl Extend<Mbuf>, max: usize) -> usize {
         let n_max = max.min(BURST_MAX) as u16;
         // SAFETY: scratch has room for n_max pointers; this handle owns the queue.
         let n = unsafe { ffi::wc_rx_burst(self.port, self.queue, self.scratch.as_mut_ptr(), n_max) }
             as usize;
-        out.extend(self.scratch[..n].iter().map(|&p| {
-            // SAFETY: rx_burst returned n valid mbufs whose ownership passes to us.
-            unsafe { Mbuf::from_raw(NonNull::new_unchecked(p)) }
+        if n == 0 {
+            // An idle poll's answer: nothing to check or hand over.
+            return 0;
+        }
+        let (mut kept, malformed) = (0, &mut self.malformed);
+        out.extend(self.scratch[..n].iter().filter_map(|&p| {
+            let Some(p) = NonNull::new(p) else {
+                *malformed += 1;
+                return None;
+            };
+            // SAFETY: rx_burst returned n mbufs whose ownership passes to us; their layout
+            // is checked next, before anything reads their data (a packet whose layout
+            // does not hold is freed: rte_pktmbuf_free reads no length).
+            let m = unsafe { Mbuf::from_raw(p) };
+            if m.layout_holds() {
+                kept += 1;
+                Some(m)
+            } else {
+                *malformed += 1;
+                None
+            }
         }));
-        n
+        kept
+    }
+
+    /// Packets [`RxQueue::rx_burst`] freed unread because their segment lengths did not
+    /// hold together (a driver's bug).
+    pub fn malformed(&self) -> u64 {
+        self.malformed
     }
 }
 

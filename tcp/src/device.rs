@@ -63,7 +63,9 @@ pub struct DeviceStats {
     pub rx_frames: u64,
     /// Frames smoltcp produced that went out (or were queued to).
     pub tx_frames: u64,
-    /// Frames dropped by the device before smoltcp saw them (e.g. bad offloaded checksum).
+    /// Frames dropped by the device before smoltcp saw them (e.g. bad offloaded checksum,
+    /// or a DPDK driver's packet whose segment lengths did not hold together,
+    /// `warpcore_dpdk_sys::RxQueue::malformed`).
     pub rx_dropped: u64,
     /// Frames lost on transmit (e.g. a chained mbuf could not be completed, a frame larger
     /// than one mbuf on a port that sends no chained mbufs, or the driver's `tx_prepare`

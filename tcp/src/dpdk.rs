@@ -1162,6 +1162,8 @@ impl PollDevice for DpdkDevice {
     fn stats(&self) -> DeviceStats {
         DeviceStats {
             pool_in_use: Some(u64::from(self.pool.in_use())),
+            // The driver's packets rx_burst freed unread (their lengths did not hold).
+            rx_dropped: self.stats.rx_dropped + self.rx.malformed(),
             ..self.stats
         }
     }
