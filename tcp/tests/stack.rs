@@ -1455,3 +1455,46 @@ fn resolutions_of_one_address_share_its_requests_and_are_bounded() {
         "one request within the retry interval"
     );
 }
+
+/// RFC 6056 3.3.3 (Algorithm 3) and 2.2: the ephemeral port of a connection to one peer does
+/// not give away the ports of connections to others. A global counter (the port after the
+/// last connection's, whoever its peer) let any peer that saw one of our connections name
+/// the port of the next one to anyone else, a blind attacker's missing piece of the
+/// 4-tuple; each destination's ports now run from a secret offset of its own. Ports stay
+/// in the ephemeral range, and a destination's next connection still takes a fresh port.
+#[test]
+fn rfc6056_3_3_3_ports_to_other_peers_do_not_follow_the_last_one() {
+    let (mut a, _b) = stacks();
+    let t = TcpTuning {
+        rx_buffer: 1024,
+        tx_buffer: 1024,
+        ..TcpTuning::default()
+    };
+    let local_port = |a: &mut Stack<LinkEnd>, remote: (smoltcp::wire::Ipv4Address, u16)| {
+        let c = a.connect(remote, None, &t).expect("connect");
+        let (local, _) = a.endpoints(c).expect("endpoints");
+        let p = local.expect("local").port;
+        assert!(p >= 49152, "port {p} outside the ephemeral range");
+        p
+    };
+    let peers: Vec<_> = (0..8u8)
+        .map(|k| {
+            (
+                smoltcp::wire::Ipv4Address::new(198, 18, 0, 10 + k),
+                7000 + u16::from(k),
+            )
+        })
+        .collect();
+    let ports: Vec<u16> = peers.iter().map(|&r| local_port(&mut a, r)).collect();
+    let followed = ports
+        .windows(2)
+        .filter(|w| w[1] == w[0].wrapping_add(1))
+        .count();
+    assert_eq!(
+        followed, 0,
+        "each port to a new peer is the last one's plus one: {ports:?}"
+    );
+    // The same destination again: a port of its own sequence, not the one in use.
+    let again = local_port(&mut a, peers[0]);
+    assert_ne!(again, ports[0]);
+}

@@ -179,7 +179,8 @@ pub struct Config {
     /// threads, or the application's threads ([`Drive::Caller`], see [`Context::progress`]).
     pub drive: Drive,
     /// The seed of the TCP's secrets: the key of its initial sequence numbers (RFC 6528),
-    /// of its 4-tuple hash table (against hash flooding) and the first ephemeral port.
+    /// of its 4-tuple hash table (against hash flooding) and of its ephemeral ports (RFC
+    /// 6056 3.3.3).
     /// `None` (the default): 64 bits from the operating system's random source at each
     /// [`Context::open`], so sequence numbers cannot be predicted from the address and two
     /// processes on one address do not start from the same ephemeral port (the second then

@@ -210,8 +210,8 @@ impl<D: PollDevice> EngineCore<D> {
     }
 
     /// Connects an idle queue pair to `remote` as MPA initiator with `private_data`, from
-    /// an ephemeral local port the TCP chooses (the next one of its cursor whose 4-tuple
-    /// is free and that nothing listens on). [`CmEvent::Established`],
+    /// an ephemeral local port the TCP chooses (the next one of the destination's RFC
+    /// 6056 3.3.3 sequence whose 4-tuple is free and that nothing listens on). [`CmEvent::Established`],
     /// [`CmEvent::Rejected`] or [`CmEvent::Error`] follows.
     pub fn connect(
         &mut self,

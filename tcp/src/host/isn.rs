@@ -4,6 +4,10 @@
 //! clock of 4 us ticks (RFC 6528 3, RFC 9293 3.4.1) and F is SipHash-2-4 under a secret key.
 //! The key comes from the stack's seed, so runs over the in-memory link stay reproducible;
 //! the engine seeds production stacks from the operating system's randomness.
+//!
+//! Ephemeral ports per RFC 6056 3.3.3 (Algorithm 3, the simple hash-based one): port = min +
+//! (next + F(remote address, remote port, secret)) mod count, with `next` one counter for
+//! every destination and F a keyed SipHash-2-4 of its own key.
 
 use std::hash::{BuildHasher, Hasher};
 
@@ -52,6 +56,50 @@ impl IsnGen {
     }
 }
 
+/// The RFC 6056 3.3.3 (Algorithm 3) ephemeral port selector: each destination's ports run
+/// from its own secret offset, so a peer that sees the ports of its own connections learns
+/// nothing of the ports of ours to anyone else (a global counter from a random start, as
+/// before, gave every connection the port after the last one's, whoever its peer: RFC 6056
+/// 2.2's trivially guessed sequence, to any peer that also saw one of our connections).
+#[derive(Debug, Clone)]
+pub(crate) struct PortGen {
+    k0: u64,
+    k1: u64,
+    /// RFC 6056's `next_ephemeral`: one step per port tried, for any destination.
+    next: u32,
+}
+
+impl PortGen {
+    pub fn new(seed: u64) -> Self {
+        let mut s = seed ^ 0x6056_6056_6056_6056;
+        PortGen {
+            k0: splitmix(&mut s),
+            k1: splitmix(&mut s),
+            next: splitmix(&mut s) as u32,
+        }
+    }
+
+    /// The candidates for a connection to `remote`, in the order to try them: each of the
+    /// `count` ports from `first` on, once, starting at this destination's offset plus the
+    /// counter, which advances by one per candidate taken (RFC 6056 3.3.3).
+    pub fn candidates(
+        &mut self,
+        remote: (Ipv4Address, u16),
+        first: u16,
+        count: u32,
+    ) -> impl Iterator<Item = u16> + '_ {
+        let mut h = SipHasher24::new_with_keys(self.k0, self.k1);
+        h.write(&remote.0.octets());
+        h.write_u16(remote.1);
+        let offset = h.finish() as u32;
+        (0..count).map(move |_| {
+            let k = self.next.wrapping_add(offset) % count;
+            self.next = self.next.wrapping_add(1);
+            first + k as u16
+        })
+    }
+}
+
 /// A keyed SipHash-1-3 for the connection table: peers choose the 4-tuples, so an unkeyed
 /// hash would let them collide every entry into one bucket.
 #[derive(Debug, Clone, Copy)]
@@ -95,5 +143,20 @@ mod tests {
         assert_ne!(IsnGen::new(2).isn(t0, A, B), i0);
         // Same key and inputs: reproducible.
         assert_eq!(IsnGen::new(1).isn(t0, A, B), i0);
+    }
+
+    /// RFC 6056 3.3.3: a destination's candidates are every port of the range once (so a
+    /// full range is found full only after each was tried), and the counter they share
+    /// moves on by one per candidate taken.
+    #[test]
+    fn rfc6056_3_3_3_candidates_cover_the_range_once() {
+        let mut g = PortGen::new(7);
+        let all: std::collections::BTreeSet<u16> = g.candidates(B, 49152, 16384).collect();
+        assert_eq!(all.len(), 16384);
+        assert_eq!(all.first(), Some(&49152));
+        assert_eq!(all.last(), Some(&u16::MAX));
+        let p = g.candidates(B, 49152, 16384).next().unwrap();
+        let q = g.candidates(B, 49152, 16384).next().unwrap();
+        assert_eq!(q, if p == u16::MAX { 49152 } else { p + 1 });
     }
 }

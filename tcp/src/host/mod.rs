@@ -83,7 +83,7 @@ use crate::stack::{
 };
 
 use headers::{FrameAddrs, HeaderRun, ETH_HDR, IP_HDR};
-use isn::{IsnGen, KeyedHash};
+use isn::{IsnGen, KeyedHash, PortGen};
 use neighbor::{Lookup, Neighbors};
 use wheel::{Entry, Wheel};
 
@@ -392,7 +392,8 @@ struct Inner {
     /// What the caller asked of the next poll's receiving ([`Host::begin_poll`],
     /// [`Host::hold_rx`]): `RX_BEGUN` (its snapshot taken), `RX_HELD` (no frame taken).
     rx_next: u8,
-    next_port: u16,
+    /// The ephemeral port selector (RFC 6056 3.3.3).
+    ports_gen: PortGen,
     max_connections: usize,
     /// This host's tag in every handle it makes (`crate::stack::new_stack_tag`): a handle
     /// of another stack names none of its connections or listeners.
@@ -481,7 +482,6 @@ impl<D: PollDevice> Host<D> {
             ));
         }
         let mss = (ip_mtu - (IP_HDR + TCP_HDR)).min(65_495) as u16;
-        let span = u64::from(u16::MAX - EPHEMERAL_FIRST);
         Ok(Host {
             device,
             inner: Inner {
@@ -524,7 +524,7 @@ impl<D: PollDevice> Host<D> {
                 isn: IsnGen::new(config.random_seed),
                 now,
                 rx_next: 0,
-                next_port: EPHEMERAL_FIRST + (config.random_seed % span) as u16,
+                ports_gen: PortGen::new(config.random_seed),
                 max_connections: config.max_connections,
                 tag: crate::stack::new_stack_tag(),
                 stats: HostStats::default(),
@@ -1848,25 +1848,23 @@ impl Inner {
             .or(self.gateway)
     }
 
+    /// A local port for a connection to `(ip, port)`: the first candidate of RFC 6056
+    /// 3.3.3's sequence for that destination whose 4-tuple is free (TIME-WAIT included) and
+    /// that no listener holds; every port of the range is tried once before giving up.
     fn ephemeral_port(&mut self, ip: Ipv4Address, port: u16) -> Result<u16, StackError> {
-        let span = u32::from(u16::MAX - EPHEMERAL_FIRST) + 1;
-        for _ in 0..span {
-            let p = self.next_port;
-            self.next_port = if p == u16::MAX {
-                EPHEMERAL_FIRST
-            } else {
-                p + 1
-            };
-            let t = Tuple {
-                local_port: p,
-                remote_ip: ip,
-                remote_port: port,
-            };
-            if !self.demux.contains_key(&t) && !self.ports.contains_key(&p) {
-                return Ok(p);
-            }
-        }
-        Err(StackError::PortInUse(0))
+        let count = u32::from(u16::MAX - EPHEMERAL_FIRST) + 1;
+        let (demux, ports) = (&self.demux, &self.ports);
+        self.ports_gen
+            .candidates((ip, port), EPHEMERAL_FIRST, count)
+            .find(|&p| {
+                let t = Tuple {
+                    local_port: p,
+                    remote_ip: ip,
+                    remote_port: port,
+                };
+                !demux.contains_key(&t) && !ports.contains_key(&p)
+            })
+            .ok_or(StackError::PortInUse(0))
     }
 
     fn insert(
