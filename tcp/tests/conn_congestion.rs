@@ -201,3 +201,65 @@ fn rfc6298_5_5_the_probes_backoff_ends_when_the_window_opens() {
     assert_eq!(s.spurious_rtos, 1, "{s:?}");
     assert!(s.cwnd >= before.cwnd, "{s:?}");
 }
+
+/// RFC 4015 3.1 and RFC 5681 3.1: the state an RTO's undo restores is the sender's before
+/// the first of consecutive timeouts, and only progress (an ACK of new data) ends the run
+/// of them. A peer that answers a zero-window probe is alive (`Recovery::peer_alive`: the
+/// count that gives the peer up starts over) but acknowledged nothing, so an RTO after its
+/// window opens again is a repeated one. `peer_alive` cleared the consecutive-RTO count
+/// too: that RTO was taken for a first one and saved the collapsed window (one segment) as
+/// the state to restore, so an ACK of the original flight (its echo older than the first
+/// RTO: every timeout spurious, RFC 3522) gave back one segment, not the window of before.
+#[test]
+fn rfc4015_3_1_an_answered_probe_does_not_restart_the_rto_run() {
+    let mut c = established(cfg(), false);
+    let first = send(&mut c, ms(2), 10 * 1448);
+    assert_eq!(first.len(), 10);
+    let before = c.stats().recovery;
+    // Two real RTOs, the peer silent.
+    let mut now = ms(2);
+    while c.stats().recovery.rto_count < 2 {
+        let t = c.poll_timeout().expect("a timer runs");
+        now = t.max(now);
+        c.handle_timeout(now);
+        drain(&mut c, now);
+    }
+    assert_eq!(c.stats().recovery.cwnd, 1448);
+    // The peer shuts its window, then answers again with it shut (acknowledging nothing):
+    // it is alive.
+    let mut z = stamped(seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]));
+    z.window_len = 0;
+    now += smoltcp::time::Duration::from_millis(1);
+    c.handle_segment(now, &z);
+    drain(&mut c, now);
+    now += smoltcp::time::Duration::from_millis(1);
+    c.handle_segment(now, &z);
+    drain(&mut c, now);
+    // The window opens, still acknowledging nothing; the peer is silent after it.
+    let mut open = stamped(seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]));
+    open.window_len = 0xffff;
+    now += smoltcp::time::Duration::from_millis(1);
+    c.handle_segment(now, &open);
+    drain(&mut c, now);
+    while c.stats().recovery.rto_count < 3 {
+        let t = c.poll_timeout().expect("a timer runs");
+        now = t.max(now);
+        c.handle_timeout(now);
+        drain(&mut c, now);
+        assert!(c.state() == State::Established, "gave up at {now}");
+    }
+    // The ACK of the original flight: its echo is older than the first RTO.
+    let mut ack = seg(TcpControl::None, PISS + 1, Some(ISS + 1 + 10 * 1448), &[]);
+    ack.timestamp = Some(TcpTimestampRepr {
+        tsval: 2,
+        tsecr: first[0].ts.expect("timestamps").tsval,
+    });
+    c.handle_segment(now + smoltcp::time::Duration::from_micros(100), &ack);
+    let s = c.stats().recovery;
+    assert_eq!(s.spurious_rtos, 1, "{s:?}");
+    assert!(
+        s.cwnd >= before.cwnd,
+        "the window before the first RTO ({}) not restored: {s:?}",
+        before.cwnd
+    );
+}

@@ -278,7 +278,16 @@ pub struct Recovery {
     rttvar: Duration,
     rto: Duration,
     min_rtt: Option<Duration>,
+    /// Consecutive RTOs since the last progress (an ACK of new data) or undo: the first
+    /// of them keeps the state to restore (`Undo`, RFC 4015 3.1) and CUBIC's cwnd_prior.
     backoffs: u32,
+    /// RTOs since the peer last answered (progress, an undo, or an answer to a probe of
+    /// its shut window, `peer_alive`): counted with `probe_backoffs` towards giving up
+    /// (`Recovery::backoffs`). An answer that acknowledges nothing ends no run of RTOs
+    /// (`backoffs`): it cleared that count too, and the next RTO, taken for a first one,
+    /// replaced the state from before the run with the collapsed window. Test (scripted):
+    /// `rfc4015_3_1_an_answered_probe_does_not_restart_the_rto_run`.
+    unanswered_rtos: u32,
     cwnd: usize,
     ssthresh: usize,
     /// In a recovery episode until SND.UNA passes this.
@@ -492,6 +501,7 @@ impl Recovery {
             rto: cfg.rto_initial,
             min_rtt: None,
             backoffs: 0,
+            unanswered_rtos: 0,
             cwnd: cfg.initial_window_segments.max(1) as usize * smss,
             ssthresh: usize::MAX,
             recover: None,
@@ -596,16 +606,18 @@ impl Recovery {
     }
 
     /// The peer answered without acknowledging anything new (a zero-window probe's ACK):
-    /// the consecutive-RTO count that ends a connection starts over.
+    /// the count of expiries that ends a connection starts over. The run of consecutive
+    /// RTOs goes on (nothing was acknowledged): a later RTO is a repeated one, whose
+    /// state to restore stays the one from before the first (RFC 4015 3.1, RFC 5681 3.1).
     pub fn peer_alive(&mut self) {
-        self.backoffs = 0;
+        self.unanswered_rtos = 0;
         self.probe_backoffs = 0;
     }
 
     /// Consecutive expiries of the retransmission timer without progress or an answer:
     /// RTOs and probes of a shut window.
     pub fn backoffs(&self) -> u32 {
-        self.backoffs + self.probe_backoffs
+        self.unanswered_rtos + self.probe_backoffs
     }
 
     /// Octets in flight (RFC 6675 pipe): sent, not SACKed, not lost-and-unsent, and
@@ -1116,6 +1128,7 @@ impl Recovery {
     #[inline(always)]
     fn on_progress(&mut self, now: Instant, sampled: bool) {
         self.backoffs = 0;
+        self.unanswered_rtos = 0;
         self.probe_backoffs = 0;
         // The probes' backoff ends too (`set_window_shut`).
         if let Some(rto) = self.probe_rto.take() {
@@ -1553,6 +1566,7 @@ impl Recovery {
         }
         self.rto = self.rto.min(u.rto);
         self.backoffs = 0;
+        self.unanswered_rtos = 0;
         self.recover = u.recover;
         self.rto_recovery = u.rto_recovery;
         for s in self.segs.iter_mut() {
@@ -2164,7 +2178,9 @@ impl Recovery {
                 });
             }
             let first = self.backoffs == 0;
-            self.backoffs += 1;
+            // A run of RTOs outlives answers that acknowledge nothing (`peer_alive`).
+            self.backoffs = self.backoffs.saturating_add(1);
+            self.unanswered_rtos += 1;
             let flight = self.flight_size();
             if self.cfg.congestion != Congestion::None {
                 // RFC 5681 (4): ssthresh = max(FlightSize / 2, 2 SMSS); CUBIC's with its
