@@ -151,7 +151,13 @@ impl Chan {
     /// token if the queue is left empty, so that none is handed out once the id is freed
     /// (rdma_destroy_id(3) cancels what is outstanding).
     fn purge(&self, id: *mut rdma_cm_id) -> Vec<*mut Ev> {
-        self.take_where(|ev| ev.id == id || ev.listen_id == id)
+        self.purge_then(id, || ()).0
+    }
+
+    /// [`Self::purge`], and `then`'s answer, asked while the queue is still locked (no
+    /// event of the id is taken by another thread in between).
+    fn purge_then<T>(&self, id: *mut rdma_cm_id, then: impl FnOnce() -> T) -> (Vec<*mut Ev>, T) {
+        self.take_where_then(|ev| ev.id == id || ev.listen_id == id, then)
     }
 
     /// The queued events `pred` picks, counted without taking them (under the queue's
@@ -166,7 +172,16 @@ impl Chan {
 
     /// Takes the queued events `pred` picks out of the queue, and the token if the queue
     /// is left empty ([`Self::purge`]).
-    fn take_where(&self, mut pred: impl FnMut(&rdma_cm_event) -> bool) -> Vec<*mut Ev> {
+    fn take_where(&self, pred: impl FnMut(&rdma_cm_event) -> bool) -> Vec<*mut Ev> {
+        self.take_where_then(pred, || ()).0
+    }
+
+    /// [`Self::take_where`], and `then`'s answer, asked before the queue's lock is let go.
+    fn take_where_then<T>(
+        &self,
+        mut pred: impl FnMut(&rdma_cm_event) -> bool,
+        then: impl FnOnce() -> T,
+    ) -> (Vec<*mut Ev>, T) {
         let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = Vec::new();
         q.retain(|&e| {
@@ -186,7 +201,9 @@ impl Chan {
             // descriptor's own mode is the application's).
             unsafe { recv(self.rx.as_raw_fd(), (&raw mut tok).cast(), 1, MSG_DONTWAIT) };
         }
-        out
+        let t = then();
+        drop(q);
+        (out, t)
     }
 
     /// The next event, blocking unless the descriptor is non-blocking.
@@ -712,7 +729,13 @@ fn dispatch_cm(ctx: &wv::Context, e: CmEvent) {
             with_qp_id(est.qp, |id| {
                 id.lock().established = true;
                 // The QP is the id's (set by rdma_create_qp), live while it is registered.
-                verbs::set_qp_state(id.id.qp, IBV_QPS_RTS);
+                // RTS while the connection is up: a QP the application moved to ERR (or
+                // reset) on another thread since the engine reported the connection keeps
+                // what it stored (its DISCONNECTED follows), as its ibv_modify_qp came
+                // last; it was overwritten with RTS.
+                verbs::set_qp_state_if(id.id.qp, IBV_QPS_RTS, |s| {
+                    matches!(s, wv::QpState::Rts | wv::QpState::Closing)
+                });
                 verbs::set_qp_ird_ord(id.id.qp, est.ird, est.ord);
                 let pd = if id.lock().request.is_some() {
                     Vec::new() // the passive side saw the peer's data in the request
@@ -943,12 +966,11 @@ pub(crate) fn closed_before_established(
 /// RESET, the engine's `reset_qp`) before the dispatcher reached the event, and its RESET,
 /// INIT or new connection is not to be overwritten.
 fn set_err_state(id: &Id) {
-    // SAFETY: the id's QP, if any, is live while the id is registered.
-    let failed = unsafe { qp_ref(id.id.qp) }
-        .is_some_and(|q| matches!(q.qp.state(), wv::QpState::Error | wv::QpState::Terminate));
-    if failed {
-        verbs::set_qp_state(id.id.qp, IBV_QPS_ERR);
-    }
+    // Checked and stored under the lock a reset holds (it was checked, then stored: a
+    // reset in between was overwritten with ERR, and no later event corrected it).
+    verbs::set_qp_state_if(id.id.qp, IBV_QPS_ERR, |s| {
+        matches!(s, wv::QpState::Error | wv::QpState::Terminate)
+    });
 }
 
 /// Queues the event `f` builds on the channel of the id that owns `qp`.
@@ -1280,14 +1302,23 @@ pub extern "C" fn __wc_rdma_migrate_id(p: *mut rdma_cm_id, ch: *mut rdma_event_c
         let reg = registry();
         chan_join(new);
         let old = std::mem::replace(&mut id.id.channel, new);
-        // The events of the id handed out so far (acknowledged or not), for the wait below.
-        let handed_out = {
-            let mut st = id.lock();
-            st.sync = ch.is_null();
+        id.lock().sync = ch.is_null();
+        // The events of the id handed out so far (acknowledged or not), for the wait below,
+        // counted under the old queue's lock as its pending events are taken out:
+        // `rdma_get_cm_event` on another thread counts the event it takes under that lock
+        // (`take_counted`), so each of the id's events is either in this count or moved,
+        // never neither. Counted before the purge (as it was), an event another thread
+        // took between the two was in neither, and this call returned while that thread
+        // still handled it from the old channel.
+        let handed_out = || {
+            let st = id.lock();
             st.acked + st.unacked as u64
         };
         // SAFETY: the old channel is live until the id leaves it (freed below if private).
-        let moved = unsafe { old.cast::<Chan>().as_ref() }.map_or_else(Vec::new, |c| c.purge(p));
+        let (moved, handed_out) = match unsafe { old.cast::<Chan>().as_ref() } {
+            Some(c) => c.purge_then(p, handed_out),
+            None => (Vec::new(), handed_out()),
+        };
         // SAFETY: new is a live channel (the caller's, or the one just made).
         let to = unsafe { &*new.cast::<Chan>() };
         for e in moved {

@@ -1991,7 +1991,12 @@ pub(crate) struct Qp {
     ird_ord: AtomicU32,
     /// Its `IBV_EVENT_QP_LAST_WQE_REACHED` (a QP on an SRQ only): raised once per entry
     /// into the error state, and how many are queued or delivered and not yet acknowledged
-    /// (`ibv_destroy_qp` waits on `all_acked` until none is).
+    /// (`ibv_destroy_qp` waits on `all_acked` until none is). Also the lock that orders
+    /// the application's moves to ERR and RESET (the engine's `abort` or `reset` and the
+    /// store in `qp->state`) against what the CM dispatcher decides from the engine's
+    /// state: the ERR or RTS it stores for a connection's event ([`set_qp_state_if`]) and
+    /// the Last WQE Reached it raises ([`raise_last_wqe`]), so that nothing decided before
+    /// the application's move is stored after it.
     last_wqe: Mutex<LastWqe>,
     all_acked: Condvar,
 }
@@ -2305,6 +2310,26 @@ pub(crate) fn set_qp_state(qp: *mut ibv_qp, state: ibv_qp_state) {
     field.store(state, std::sync::atomic::Ordering::Release);
 }
 
+/// Sets `qp->state` to `state` for a connection's event (the CM dispatcher: RTS for
+/// ESTABLISHED, ERR for the event that ended the connection) if the engine's state of the
+/// QP, read under the lock `ibv_modify_qp` holds across the engine's abort or reset and
+/// its own store of ERR or RESET, passes `now`: a decision taken before an application's
+/// move on another thread is never stored after it. Nothing for a NULL QP.
+pub(crate) fn set_qp_state_if(
+    qp: *mut ibv_qp,
+    state: ibv_qp_state,
+    now: impl FnOnce(wv::QpState) -> bool,
+) {
+    // SAFETY: qp is NULL or a live QP of ours (the caller's id holds it while registered).
+    let Some(q) = (unsafe { qp_ref(qp) }) else {
+        return;
+    };
+    let _lw = q.last_wqe.lock().unwrap_or_else(|e| e.into_inner());
+    if now(q.qp.state()) {
+        set_qp_state(qp, state);
+    }
+}
+
 /// Records the negotiated IRD and ORD of `qp`'s connection as it is established (the
 /// connection manager's dispatcher), which `ibv_query_qp` reports.
 pub(crate) fn set_qp_ird_ord(qp: *mut ibv_qp, ird: u16, ord: u16) {
@@ -2345,18 +2370,27 @@ pub extern "C" fn __wc_ibv_modify_qp(
                 // rvt_error_qp, such a QP reaches ERR without a Last WQE Reached event.
                 let from_reset =
                     qp_state_field(qp) == IBV_QPS_RESET && q.qp.state() == wv::QpState::Idle;
-                match q.abort() {
+                // The abort and the store of ERR under the lock the dispatcher decides
+                // qp->state under (set_qp_state_if): its RTS for an ESTABLISHED the engine
+                // reported before this abort is stored before this ERR, never after it.
+                let mut lw = q.last_wqe.lock().unwrap_or_else(|e| e.into_inner());
+                let r = q.abort();
+                if let Ok(())
+                | Err(wv::Error::InvalidState(wv::QpState::Error | wv::QpState::Terminate)) = r
+                {
+                    set_qp_state(qp, IBV_QPS_ERR);
+                    if q.srq && from_reset {
+                        // Counted as raised: the engine's report of the same stay in ERR
+                        // raises none either.
+                        lw.raised = true;
+                    }
+                }
+                drop(lw);
+                match r {
                     Ok(())
                     | Err(wv::Error::InvalidState(wv::QpState::Error | wv::QpState::Terminate)) => {
-                        set_qp_state(qp, IBV_QPS_ERR);
-                        if q.srq {
-                            if from_reset {
-                                // Counted as raised: the engine's report of the same
-                                // stay in ERR raises none either.
-                                q.last_wqe.lock().unwrap_or_else(|e| e.into_inner()).raised = true;
-                            } else {
-                                raise_last_wqe(q, qp);
-                            }
+                        if q.srq && !from_reset {
+                            raise_last_wqe(q, qp);
                         }
                         0
                     }
@@ -2373,12 +2407,17 @@ pub extern "C" fn __wc_ibv_modify_qp(
                 if s != IBV_QPS_RESET {
                     return EINVAL;
                 }
+                // Held across the reset and the stores: the dispatcher's ERR for the event
+                // of the connection that failed (set_qp_state_if), or its Last WQE Reached,
+                // decided from the engine's state before the reset, is not stored after it
+                // (qp->state read ERR, a RESET QP, and no event followed to correct it).
+                let mut lw = q.last_wqe.lock().unwrap_or_else(|e| e.into_inner());
                 match q.qp.reset() {
                     Ok(()) => {
                         // A connection set up from here on is not the one aborted.
                         q.aborted.store(false, Ordering::Release);
                         // Its next entry into ERR raises Last WQE Reached again.
-                        q.last_wqe.lock().unwrap_or_else(|e| e.into_inner()).raised = false;
+                        lw.raised = false;
                         set_qp_state(qp, IBV_QPS_RESET);
                         0
                     }
