@@ -263,3 +263,41 @@ fn rfc4015_3_1_an_answered_probe_does_not_restart_the_rto_run() {
         before.cwnd
     );
 }
+
+/// RFC 6298 2.3: "When a subsequent RTT measurement R' is made, a host MUST set ... RTO <-
+/// SRTT + max (G, K*RTTVAR)". The ACK of a zero-window probe that acknowledges new data
+/// and carries a timestamp echo (RFC 7323 4) is such a measurement; the probes' backoff
+/// ends with it (`Recovery::set_window_shut`), but the RTO the sample gave must stand. The
+/// pre-probe RTO was put back over it (`on_progress` ran after `sample_rtt`), so the RTO
+/// after the probing ignored the RTT just measured: too short for a path whose RTT grew
+/// (spurious RTOs), or still backed off where RTOs came before the window shut.
+#[test]
+fn rfc6298_2_3_an_acked_probes_rtt_sample_sets_the_rto() {
+    let mut c = established(cfg(), false);
+    let out = send(&mut c, ms(2), 1448);
+    assert_eq!(out.len(), 1);
+    let before = c.stats().recovery;
+    // The peer shuts its window on the segment and answers no probe.
+    let mut z = stamped(seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]));
+    z.window_len = 0;
+    c.handle_segment(ms(3), &z);
+    run_until(&mut c, ms(3), ms(40));
+    let s = c.stats().recovery;
+    assert!(s.window_probe_timeouts >= 2, "{s:?}");
+    assert!(s.rto_us > before.rto_us, "the probes back off: {s:?}");
+    // At 52 ms the peer acknowledges the segment, echoing its first transmission's
+    // timestamp (a 50 ms sample), and opens its window.
+    let mut ack = seg(TcpControl::None, PISS + 1, Some(ISS + 1 + 1448), &[]);
+    ack.timestamp = Some(TcpTimestampRepr {
+        tsval: 2,
+        tsecr: out[0].ts.expect("timestamps").tsval,
+    });
+    c.handle_segment(ms(52), &ack);
+    let s = c.stats().recovery;
+    assert!(s.srtt_us > before.srtt_us, "the sample was taken: {s:?}");
+    let want = (s.srtt_us + (4 * s.rttvar_us).max(1)).max(5_000);
+    assert_eq!(
+        s.rto_us, want,
+        "RTO = SRTT + 4 RTTVAR after the sample (RFC 6298 2.3): {s:?}"
+    );
+}

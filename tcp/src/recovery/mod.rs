@@ -1130,9 +1130,13 @@ impl Recovery {
         self.backoffs = 0;
         self.unanswered_rtos = 0;
         self.probe_backoffs = 0;
-        // The probes' backoff ends too (`set_window_shut`).
+        // The probes' backoff ends too (`set_window_shut`), unless this ACK's RTT sample
+        // has set the RTO already (`sample_rtt` runs first): RFC 6298 2.3's RTO stands.
+        // Test: `rfc6298_2_3_an_acked_probes_rtt_sample_sets_the_rto`.
         if let Some(rto) = self.probe_rto.take() {
-            self.rto = rto;
+            if !sampled {
+                self.rto = rto;
+            }
         }
         self.dupacks = 0;
         self.rto_at = (!self.segs.is_empty()).then(|| now + self.rto);
