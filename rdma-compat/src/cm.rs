@@ -730,9 +730,11 @@ fn dispatch_cm(ctx: &wv::Context, e: CmEvent) {
                 id.lock().established = true;
                 // The QP is the id's (set by rdma_create_qp), live while it is registered.
                 // RTS while the connection is up: a QP the application moved to ERR (or
-                // reset) on another thread since the engine reported the connection keeps
-                // what it stored (its DISCONNECTED follows), as its ibv_modify_qp came
-                // last; it was overwritten with RTS.
+                // reset once failed) on another thread since the engine reported the
+                // connection keeps what it stored (its DISCONNECTED follows), as its
+                // ibv_modify_qp came last; it was overwritten with RTS. (A RESET, INIT,
+                // RTR or RTS stored while the connection is up changes nothing in the
+                // engine, which still reads RTS here: that store is overwritten.)
                 verbs::set_qp_state_if(id.id.qp, IBV_QPS_RTS, |s| {
                     matches!(s, wv::QpState::Rts | wv::QpState::Closing)
                 });

@@ -262,7 +262,7 @@ fn check_ctx(c: *mut ibv_context) -> bool {
 pub extern "C" fn __wc_ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
     guard(null_mut(), || {
         // A device is listed when the environment names a port; the engine starts at
-        // ibv_open_device. A configuration error is printed (the caller sees no device).
+        // ibv_open_device (or ibv_get_device_guid). A configuration error is printed (the caller sees no device).
         // (The drop-in's own variables too: a device listed would not open.)
         let config = warpcore_apps::env::from_env()
             .map_err(|e| e.to_string())
