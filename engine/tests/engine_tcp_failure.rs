@@ -72,15 +72,9 @@ fn a_connect_whose_next_hop_never_answers_arp_says_so() {
     );
 }
 
-/// B answers ARP (A resolves it first), then goes silent: A's SYN leaves and draws
-/// nothing, and the connection's user timeout ends it as `TcpTimedOut`.
-#[test]
-fn a_syn_nobody_answers_times_out_and_says_so() {
-    let mut cfg = EngineConfig::default();
-    cfg.tcp.timeout = Some(Duration::from_millis(300));
-    cfg.tcp.keep_alive = Some(Duration::from_millis(100));
-    let mut p = Pair::new(&LinkConfig::default(), &cfg);
-    let qa = p.a.qp(8);
+/// A resolves B (B answers ARP), then B goes silent (every frame it sends lost) and A
+/// connects QP `qa` to it: the SYN leaves and draws nothing.
+fn connect_into_silence(p: &mut Pair, qa: QpId) {
     let r =
         p.a.core
             .resolve_neighbor(ip(2), std::time::Duration::from_secs(1))
@@ -102,6 +96,18 @@ fn a_syn_nobody_answers_times_out_and_says_so() {
     p.a.core
         .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
         .expect("connect");
+}
+
+/// B answers ARP (A resolves it first), then goes silent: A's SYN leaves and draws
+/// nothing, and the connection's user timeout ends it as `TcpTimedOut`.
+#[test]
+fn a_syn_nobody_answers_times_out_and_says_so() {
+    let mut cfg = EngineConfig::default();
+    cfg.tcp.timeout = Some(Duration::from_millis(300));
+    cfg.tcp.keep_alive = Some(Duration::from_millis(100));
+    let mut p = Pair::new(&LinkConfig::default(), &cfg);
+    let qa = p.a.qp(8);
+    connect_into_silence(&mut p, qa);
     let start = p.now;
     assert_eq!(error_of(&mut p, qa, 20_000), ConnError::TcpTimedOut);
     assert!(p.now - start >= Duration::from_millis(300));
@@ -448,25 +454,6 @@ fn a_syn_nobody_answers_is_a_tcp_timeout_with_the_default_timeouts() {
         .is_some_and(|t| t.total_millis() > cfg.mpa_timeout_ms));
     let mut p = Pair::new(&LinkConfig::default(), &cfg);
     let qa = p.a.qp(8);
-    let r =
-        p.a.core
-            .resolve_neighbor(ip(2), std::time::Duration::from_secs(1))
-            .expect("resolve");
-    let mut resolved = false;
-    p.run_until(2_000, |p| {
-        resolved |= p.a.take_events().contains(&CmEvent::NeighborResolved(r));
-        resolved
-    });
-    p.b.core
-        .stack()
-        .device()
-        .set_tx_faults(warpcore_engine::tcp::link::Faults {
-            loss: 1.0,
-            ..Default::default()
-        })
-        .expect("faults");
-    p.a.core
-        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
-        .expect("connect");
+    connect_into_silence(&mut p, qa);
     assert_eq!(error_of(&mut p, qa, 200_000), ConnError::TcpTimedOut);
 }
