@@ -326,8 +326,12 @@ pub struct CoreStats {
     /// context's cores: the same figure on each).
     pub mrs_registered: u64,
     /// QPs found with work by the periodic sweep although nothing had marked them ready (0
-    /// unless a wake-up trigger is missing; the sweep bounds the delay to 50 ms).
+    /// unless a wake-up trigger is missing; the sweep bounds the delay to about 50 ms).
     pub missed_wakeups: u64,
+    /// QP visits by that sweep so far: every live QP about every 50 ms, at most
+    /// 256 in one loop (a core with thousands of QPs spreads a pass over the interval
+    /// rather than stalling its busy QPs for the whole table at once).
+    pub sweep_visits: u64,
     /// TCP counters summed over every connection of the core so far (Warpcore's TCP; zero
     /// on the smoltcp reference): segments sent and received.
     pub tcp_segments_sent: u64,
@@ -644,6 +648,12 @@ const NO_QP: u32 = u32::MAX;
 /// behind the ready sets; [`CoreStats::missed_wakeups`] counts what it finds).
 const SWEEP_INTERVAL: Duration = Duration::from_millis(50);
 
+/// The most live QPs one loop's sweep visits: a pass over more is spread over
+/// [`SWEEP_INTERVAL`] in chunks of this many, so that a core with 10,000 QPs (each visit a
+/// receive and a transmit attempt) does not hold its busy QPs for the whole table every
+/// 50 ms, a stall of a millisecond or more in their latency's tail.
+const SWEEP_CHUNK: usize = 256;
+
 /// QP slots a poller must visit, each listed once (a mark per slot). What can give a QP work
 /// marks it: a command for it, a TCP event of its connection, its own receive activity; a
 /// QP leaves the set when a visit finds nothing to do, and is not marked for the transmit
@@ -795,8 +805,15 @@ pub struct EngineCore<D: PollDevice> {
     mpa_due: Instant,
     /// Connection requests accepted from TCP so far (their arrival numbers).
     arrivals: u64,
-    /// When every live QP is next visited regardless of the ready sets.
+    /// When the sweep next visits live QPs regardless of the ready sets (its next chunk).
     sweep_at: Instant,
+    /// The slot from which the sweep's pass goes on (`live` is sorted by slot, and a QP
+    /// keeps its slot: a pass in chunks visits every QP live throughout it once).
+    sweep_from: usize,
+    /// When the sweep's current pass began (its first chunk).
+    sweep_pass: Instant,
+    /// The sweep's chunk of slots (kept for its capacity).
+    sweep_slots: Vec<usize>,
     clock_base: StdInstant,
     now: Instant,
     /// Scratch for a payload gathered before framing and for an FPDU framed before it is
@@ -892,6 +909,9 @@ impl<D: PollDevice> EngineCore<D> {
             mpa_due: NEVER,
             arrivals: 0,
             sweep_at: now + SWEEP_INTERVAL,
+            sweep_from: 0,
+            sweep_pass: now,
+            sweep_slots: Vec::new(),
             clock_base,
             now,
             gather: Vec::new(),
@@ -1111,8 +1131,7 @@ impl<D: PollDevice> EngineCore<D> {
         work |= self.poll_tcp_events();
         work |= self.poll_requests();
         if now >= self.sweep_at {
-            self.sweep_at = now + SWEEP_INTERVAL;
-            work |= self.sweep();
+            work |= self.sweep(now);
         }
         if cfg!(any(test, feature = "self-check")) {
             self.check_rx_unmarked();
@@ -1191,13 +1210,26 @@ impl<D: PollDevice> EngineCore<D> {
         }
     }
 
-    /// Visits every live QP that no ready set lists, as the pollers would, and counts those
-    /// that had work ([`CoreStats::missed_wakeups`]: a trigger that should have marked them
-    /// did not). Also where a CQ overrun reaches the QPs of that CQ that were idle.
-    fn sweep(&mut self) -> bool {
+    /// Visits the next chunk of the live QPs (at most [`SWEEP_CHUNK`]; a pass over all of
+    /// them every [`SWEEP_INTERVAL`]), each whether or not a ready set lists it, as the
+    /// pollers would, and counts those that had work ([`CoreStats::missed_wakeups`]: a
+    /// trigger that should have marked them did not). Also where a CQ overrun reaches the
+    /// QPs of that CQ that were idle. Sets when it next runs.
+    fn sweep(&mut self, now: Instant) -> bool {
         let mut work = false;
-        for k in 0..self.live.len() {
-            let i = self.live[k];
+        if self.sweep_from == 0 {
+            self.sweep_pass = now;
+        }
+        let start = self.live.partition_point(|&i| i < self.sweep_from);
+        let end = self.live.len().min(start + SWEEP_CHUNK);
+        let mut slots = std::mem::take(&mut self.sweep_slots);
+        slots.clear();
+        slots.extend_from_slice(&self.live[start..end]);
+        for &i in &slots {
+            if self.qps[i].is_none() {
+                continue;
+            }
+            self.ctx.stats.sweep_visits += 1;
             if !self.rx_ready.is_marked(i) && self.rx_one(i) {
                 self.ctx.stats.missed_wakeups += 1;
                 self.tx_ready.mark(i);
@@ -1209,9 +1241,26 @@ impl<D: PollDevice> EngineCore<D> {
                 work = true;
             }
         }
-        let all = self.live.clone();
-        self.poll_cq_overrun(&all);
-        self.txrec.trim_idle();
+        self.poll_cq_overrun(&slots);
+        let left = self.live.len() - end;
+        match slots.last() {
+            Some(&last) if left > 0 => {
+                // The rest of the pass in chunks spread over what is left of its interval.
+                self.sweep_from = last + 1;
+                let chunks = u32::try_from(left.div_ceil(SWEEP_CHUNK) + 1).unwrap_or(u32::MAX);
+                let due = self.sweep_pass + SWEEP_INTERVAL;
+                let rest = if due > now { due - now } else { Duration::ZERO };
+                self.sweep_at = now + rest / chunks;
+            }
+            _ => {
+                // The pass is over: the next begins an interval after this one began (or
+                // now, when this one overran it).
+                self.sweep_from = 0;
+                self.txrec.trim_idle();
+                self.sweep_at = (self.sweep_pass + SWEEP_INTERVAL).max(now);
+            }
+        }
+        self.sweep_slots = slots;
         work
     }
 

@@ -81,3 +81,41 @@ fn a_timeout_without_shorter_keep_alive_is_refused() {
     cfg.tcp.timeout = None;
     assert!(cfg.validate().is_ok());
 }
+
+/// The sweep that visits every live QP whether or not anything marked it (the safety net
+/// behind the ready sets) visits a core's 1,000 QPs in chunks of at most 256 a loop, spread
+/// over its 50 ms, not all in one loop: a core with thousands of QPs (issue 11: 10,000)
+/// would otherwise hold its busy QPs for a whole table's receive and transmit attempts
+/// every 50 ms. Every QP is still visited once a pass.
+#[test]
+fn the_sweep_over_many_qps_is_spread_over_its_interval() {
+    let mut p = Pair::default_pair();
+    let n = 1000u64;
+    for _ in 0..n {
+        p.a.qp(4);
+    }
+    assert_eq!(p.a.core.stats().qps_live, n);
+    let visits = |p: &Pair| p.a.core.stats().sweep_visits;
+    let before = visits(&p);
+    let (mut most, mut loops_sweeping) = (0, 0);
+    // 200 ms of loops 100 us apart: passes begin at 50, 100 and 150 ms.
+    let end = p.now + Duration::from_millis(200);
+    while p.now < end {
+        let v = visits(&p);
+        p.a.core.poll(p.now);
+        let d = visits(&p) - v;
+        most = most.max(d);
+        loops_sweeping += u64::from(d > 0);
+        p.now += Duration::from_micros(100);
+    }
+    let total = visits(&p) - before;
+    assert!(most <= 256, "one loop's sweep visited {most} QPs");
+    assert!(
+        (3 * n..=4 * n).contains(&total),
+        "{total} visits in 200 ms: three whole passes over {n} QPs expected"
+    );
+    assert!(
+        loops_sweeping >= 3 * n.div_ceil(256),
+        "{loops_sweeping} loops swept"
+    );
+}
