@@ -60,7 +60,9 @@ pub struct MpaParams {
     pub peer_to_peer: bool,
     /// Initiator in the peer-to-peer model: the RTR types we offer (MPA2-9.2-2). Of the
     /// ones the responder marks we send Write, else Send, else Read (MPA2-9.2-9); none in
-    /// common fails the connection with Terminate 2/0/07 (MPA2-9.2-10/11). Default: Write.
+    /// common fails the connection with Terminate 2/0/07 (MPA2-9.2-10/11). The Read RTR is
+    /// not offered by an engine with `EngineConfig::max_ord` 0 (it could not have the Read
+    /// outstanding; `connect` refuses an offer left empty). Default: Write.
     pub rtr_offer: RtrTypes,
     /// Responder: the RTR types we accept as the initiator's first FPDU (MPA2-9.2-3,
     /// MPA2-9.2-5). At Rev 2 it must hold one we can mark: not empty, and not the Read RTR

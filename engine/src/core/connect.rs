@@ -190,11 +190,17 @@ impl<D: PollDevice> EngineCore<D> {
             ird: clamp_offer(p.ird, self.ctx.cfg.max_ird),
             ord: clamp_offer(p.ord, self.ctx.cfg.max_ord),
             peer_to_peer: initiator && p.peer_to_peer && p.rev >= 2,
-            // An initiator offers the RTR types chosen; a responder accepts the ones chosen,
+            // An initiator offers the RTR types chosen, but no Read RTR when it can issue
+            // no Read at all: MPA judges the Read RTR by the ORD it is given, and 0x3FFF
+            // passes that check while the engine makes it `max_ord` (`clamp_ird_ord`), here
+            // 0, and the Read RTR would be a Read outstanding beyond it (RDMAP-6.1-4,
+            // MPA2-9.2-2: only the types it can send). A responder accepts the ones chosen,
             // but no Read RTR when it can serve no Read at all: MPA judges the Read RTR by
             // the IRD it is given, and 0x3FFF passes that check while the engine makes it
             // `max_ird` (`clamp_ird_ord`), here 0 (MPA2-9.2-5, MPA2-9.1-3).
-            rtr: if initiator {
+            rtr: if initiator && self.ctx.cfg.max_ord == 0 {
+                p.rtr_offer.iter().filter(|t| *t != RtrType::Read).collect()
+            } else if initiator {
                 p.rtr_offer
             } else if self.ctx.cfg.max_ird == 0 {
                 p.rtr_accept
