@@ -471,3 +471,153 @@ fn rfc9293_3_8_3_a_shut_window_whose_peer_goes_silent_times_out() {
         "timed out at {now}, first unanswered probe at {first}"
     );
 }
+
+/// The frames waiting on the link for `to`, taken off and put back on it from `from`'s end in
+/// the same order (so `to` still receives them); returns copies of them.
+fn tap(to: &mut Stack<LinkEnd>, from: &mut Stack<LinkEnd>, now: Instant) -> Vec<Vec<u8>> {
+    use smoltcp::phy::{Device, RxToken, TxToken};
+    let mut got = Vec::new();
+    while let Some((rx, _)) = to.device_mut().receive(now) {
+        got.push(rx.consume(|f| f.to_vec()));
+    }
+    for f in &got {
+        let tx = from.device_mut().transmit(now).expect("room on the link");
+        tx.consume(f.len(), |buf| buf.copy_from_slice(f));
+    }
+    got
+}
+
+/// RFC 7323 5.8 and RFC 1337 (hazard H1), RFC 6191 2: TIME-WAIT here is short (10 s, and
+/// a peer's RST may end it, 3.10.7.4) because PAWS is to keep a segment of an earlier
+/// incarnation of a 4-tuple out of a later one whose window it falls in (decision 0002).
+/// That holds only if the sender's timestamp clock never goes back from one incarnation
+/// of a 4-tuple to the next. Each connection's clock offset was drawn from its ISN (`ISS
+/// ^ 0x5a5a5a5a`), so a later incarnation's TSvals could lie below the earlier one's, and
+/// then an old duplicate passed PAWS and its octets were delivered as the new stream's.
+/// Here `a` reconnects from the same port again and again, each time after the last
+/// incarnation's TIME-WAIT, and the last incarnation's data segments (whose sequence
+/// numbers fall in the new window: the ISN moves by only 250,000 a second) arrive again
+/// before the new data: `b` must deliver the new stream only.
+#[test]
+fn rfc7323_5_8_old_duplicates_of_an_earlier_incarnation_are_kept_out() {
+    let (mut a, mut b) = stacks(&LinkConfig::default(), 16);
+    let t = TcpTuning {
+        time_wait: Duration::from_millis(20),
+        ..TcpTuning::default()
+    };
+    let l = b.listen(9300, 4, &t).expect("listen");
+    let mut now = Instant::ZERO;
+    let total: u64 = 96 * 1024;
+    let mut old: Vec<Vec<u8>> = Vec::new();
+    let step = |a: &mut Stack<LinkEnd>, b: &mut Stack<LinkEnd>, now: &mut Instant| {
+        a.poll(*now);
+        let seen = tap(b, a, *now);
+        b.poll(*now);
+        *now += Duration::from_micros(50);
+        seen
+    };
+    for inc in 0..48u32 {
+        let c = a
+            .connect((IP_B, 9300), Some(40_000), &t)
+            .unwrap_or_else(|e| panic!("incarnation {inc}: connect {e:?}"));
+        let mut s = None;
+        for _ in 0..200 {
+            step(&mut a, &mut b, &mut now);
+            if s.is_none() {
+                s = b.accept(l).expect("accept");
+            }
+            if s.is_some() && a.state(c) == Ok(State::Established) {
+                break;
+            }
+        }
+        let s = s.unwrap_or_else(|| panic!("incarnation {inc} not accepted"));
+        // The earlier incarnation's segments, held back by the network, arrive now.
+        for f in old.drain(..) {
+            use smoltcp::phy::{Device, TxToken};
+            let tx = a.device_mut().transmit(now).expect("room on the link");
+            tx.consume(f.len(), |buf| buf.copy_from_slice(&f));
+            step(&mut a, &mut b, &mut now);
+        }
+        let (mut fa, mut fb) = (Flow::default(), Flow::default());
+        let salt = 0x1000 + inc;
+        for _ in 0..20_000 {
+            if fa.sent < total {
+                let off = fa.sent;
+                fa.sent += a
+                    .send_with(c, |buf| {
+                        let n = buf.len().min((total - off) as usize);
+                        for (k, x) in buf[..n].iter_mut().enumerate() {
+                            *x = pattern(salt, off + k as u64);
+                        }
+                        n
+                    })
+                    .expect("send") as u64;
+            }
+            old.extend(step(&mut a, &mut b, &mut now));
+            // Panics at an octet that is not this incarnation's.
+            read_checked(&mut b, s, &mut fb, salt);
+            if fb.received == total {
+                break;
+            }
+        }
+        assert_eq!(fb.received, total, "incarnation {inc}");
+        assert_eq!(b.state(s), Ok(State::Established), "incarnation {inc}");
+        // `a` closes first (TIME-WAIT on its side), then `b`.
+        a.close(c).expect("close");
+        for _ in 0..40 {
+            step(&mut a, &mut b, &mut now);
+        }
+        b.close(s).expect("close");
+        for _ in 0..40 {
+            step(&mut a, &mut b, &mut now);
+        }
+        assert_eq!(a.state(c), Ok(State::TimeWait), "incarnation {inc}");
+        a.release(c).expect("release");
+        b.release(s).expect("release");
+        // TIME-WAIT ends: the 4-tuple is free again.
+        for _ in 0..1_000 {
+            if a.timers_armed() == Some(0) {
+                break;
+            }
+            step(&mut a, &mut b, &mut now);
+        }
+        let _ = fa.received;
+        while a.next_event().is_some() || b.next_event().is_some() {}
+    }
+}
+
+/// RFC 9293 3.10.7.4 (second check, TIME-WAIT: "If the RST bit is set, then enter the
+/// CLOSED state, delete the TCB, and return", no signal to the user, unlike the
+/// synchronized states before it) and 3.10.5 (ABORT in TIME-WAIT: "respond with ok"):
+/// the user was told `Closed` on entering TIME-WAIT (both FINs through), and nothing ends
+/// the connection a second time. A peer's RST at RCV.NXT there (a client back on the same
+/// port answers our challenge ACK with it) raised `Reset` after `Closed`, and an abort a
+/// second `Closed`: a graceful close reported as a reset, or twice.
+#[test]
+fn rfc9293_3_10_7_4_time_wait_ends_without_a_second_event() {
+    for by_rst in [true, false] {
+        let mut c = established(cfg(), true);
+        c.close();
+        drain(&mut c, ms(2));
+        c.handle_segment(ms(3), &seg(TcpControl::Fin, PISS + 1, Some(ISS + 2), &[]));
+        assert_eq!(c.state(), State::TimeWait);
+        drain(&mut c, ms(3));
+        assert_eq!(
+            events(&mut c),
+            vec![ConnEvent::PeerClosed, ConnEvent::Closed]
+        );
+        if by_rst {
+            c.handle_segment(ms(4), &seg(TcpControl::Rst, PISS + 2, None, &[]));
+        } else {
+            c.abort();
+        }
+        assert_eq!(c.state(), State::Closed, "RST {by_rst}");
+        assert_eq!(
+            events(&mut c),
+            vec![],
+            "RST {by_rst}: the user was told already"
+        );
+        assert!(drain(&mut c, ms(4)).is_empty(), "RST {by_rst}");
+        assert!(c.is_finished(), "RST {by_rst}");
+    }
+}

@@ -794,6 +794,18 @@ impl Connection {
         c
     }
 
+    /// Sets the offset of our timestamp clock (TSval = the microsecond clock + `offset`),
+    /// before the first segment goes: the host's, the same for every incarnation of the
+    /// 4-tuple, so PAWS keeps an earlier incarnation's old duplicates out (RFC 7323 5.8,
+    /// RFC 6191 2). Without it, one drawn from the ISS, which gives no such order.
+    pub(crate) fn set_ts_offset(&mut self, offset: u32) {
+        debug_assert_eq!(
+            self.stats.segments_sent, 0,
+            "the clock is fixed once a segment left"
+        );
+        self.ts_offset = offset;
+    }
+
     /// RFC 9293 3.7.1 (MSS), RFC 7323 2.2 (window scale), 3.2 (timestamps), RFC 2018 2.
     fn take_syn_options(&mut self, syn: &TcpRepr<'_>, now: Instant) {
         self.peer_mss = usize::from(syn.max_seg_size.unwrap_or(536)).max(64);
@@ -1237,7 +1249,13 @@ impl Connection {
         // stays owed: the host's release aborts again, and clearing it here left the peer
         // a half-open connection.
         let owed = self.rst_pending;
-        self.enter_closed(EV_CLOSED);
+        // RFC 9293 3.10.5: in TIME-WAIT "respond with ok": `Closed` went on entering it.
+        let ev = if self.state == State::TimeWait {
+            0
+        } else {
+            EV_CLOSED
+        };
+        self.enter_closed(ev);
         // CLOSED at once; the RST leaves when the host can send it.
         self.rst_pending = synchronized || owed;
     }
@@ -1775,7 +1793,15 @@ impl Connection {
         // Second: RST (RFC 5961 3.2).
         if seg.control == TcpControl::Rst {
             if rel == 0 {
-                self.enter_closed(EV_RESET);
+                // RFC 9293 3.10.7.4: in TIME-WAIT the TCB goes without a signal: the user
+                // was told `Closed` when both FINs were through, and a graceful close is
+                // no reset (a client back on the same port sends this RST).
+                let ev = if self.state == State::TimeWait {
+                    0
+                } else {
+                    EV_RESET
+                };
+                self.enter_closed(ev);
             } else {
                 self.challenge_ack(now);
             }

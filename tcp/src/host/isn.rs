@@ -8,6 +8,15 @@
 //! Ephemeral ports per RFC 6056 3.3.3 (Algorithm 3, the simple hash-based one): port = min +
 //! (next + F(remote address, remote port, secret)) mod count, with `next` one counter for
 //! every destination and F a keyed SipHash-2-4 of its own key.
+//!
+//! Timestamp clock offsets per 4-tuple: TSval = our microsecond clock + G(local address,
+//! local port, remote address, remote port, secret), G a keyed SipHash-2-4 of its own key.
+//! The offset hides the clock (as F hides M) and stays the same for every incarnation of a
+//! 4-tuple, so the TSvals of a later incarnation never lie below an earlier one's: PAWS
+//! keeps an old duplicate out of the new connection (RFC 7323 5.8; RFC 6191 2 and 3 ask
+//! timestamps monotonic across the incarnations of a 4-tuple), what lets TIME-WAIT be
+//! short or end early (RFC 1337's hazard H1). Drawn from each connection's ISN, as
+//! before, a later incarnation's clock could lie billions of ticks behind an earlier one's.
 
 use std::hash::{BuildHasher, Hasher};
 
@@ -29,15 +38,33 @@ fn splitmix(x: &mut u64) -> u64 {
 pub(crate) struct IsnGen {
     k0: u64,
     k1: u64,
+    /// The key of the timestamp clock offsets ([`IsnGen::ts_offset`]).
+    ts0: u64,
+    ts1: u64,
 }
 
 impl IsnGen {
     pub fn new(seed: u64) -> Self {
         let mut s = seed ^ 0x6528_6528_6528_6528;
+        // The ISN key first: drawn as before, so a seed gives the same ISNs.
+        let (k0, k1) = (splitmix(&mut s), splitmix(&mut s));
         IsnGen {
-            k0: splitmix(&mut s),
-            k1: splitmix(&mut s),
+            k0,
+            k1,
+            ts0: splitmix(&mut s),
+            ts1: splitmix(&mut s),
         }
+    }
+
+    /// The timestamp clock offset of every connection of this 4-tuple (module docs): the
+    /// same for each incarnation, unrelated to the ISN's.
+    pub fn ts_offset(&self, local: (Ipv4Address, u16), remote: (Ipv4Address, u16)) -> u32 {
+        let mut h = SipHasher24::new_with_keys(self.ts0, self.ts1);
+        h.write(&local.0.octets());
+        h.write_u16(local.1);
+        h.write(&remote.0.octets());
+        h.write_u16(remote.1);
+        h.finish() as u32
     }
 
     pub fn isn(
@@ -143,6 +170,20 @@ mod tests {
         assert_ne!(IsnGen::new(2).isn(t0, A, B), i0);
         // Same key and inputs: reproducible.
         assert_eq!(IsnGen::new(1).isn(t0, A, B), i0);
+    }
+
+    /// RFC 7323 5.8, RFC 6191 3: the timestamp clock offset is the same for every
+    /// incarnation of a 4-tuple (whatever the time), differs per 4-tuple and per key, and
+    /// leaves the ISNs of a seed as they were.
+    #[test]
+    fn rfc6191_3_the_timestamp_offset_is_one_per_4_tuple() {
+        let g = IsnGen::new(1);
+        assert_eq!(g.ts_offset(A, B), IsnGen::new(1).ts_offset(A, B));
+        assert_ne!(g.ts_offset(A, (B.0, B.1 + 1)), g.ts_offset(A, B));
+        assert_ne!(IsnGen::new(2).ts_offset(A, B), g.ts_offset(A, B));
+        let mut s = 1u64 ^ 0x6528_6528_6528_6528;
+        let (k0, k1) = (splitmix(&mut s), splitmix(&mut s));
+        assert_eq!((g.k0, g.k1), (k0, k1));
     }
 
     /// RFC 6056 3.3.3: a destination's candidates are every port of the range once (so a

@@ -941,7 +941,9 @@ impl<D: PollDevice> Host<D> {
             remote,
         };
         let iss = i.isn.isn(i.now, ep.local, ep.remote);
-        let conn = Connection::connect(&conn_config(tuning, i.mss), ep, iss, i.now);
+        let mut conn = Connection::connect(&conn_config(tuning, i.mss), ep, iss, i.now);
+        // RFC 7323 5.8, RFC 6191 2: a clock that never goes back across incarnations.
+        conn.set_ts_offset(i.isn.ts_offset(ep.local, ep.remote));
         Ok(i.insert(conn, tuple, next_hop, Role::Active))
     }
 
@@ -2602,7 +2604,9 @@ impl Inner {
             remote: (tuple.remote_ip, tuple.remote_port),
         };
         let iss = self.isn.isn(self.now, ep.local, ep.remote);
-        let conn = Connection::accept(&conn_config(&tuning, self.mss), ep, iss, syn, self.now);
+        let mut conn = Connection::accept(&conn_config(&tuning, self.mss), ep, iss, syn, self.now);
+        // RFC 7323 5.8, RFC 6191 2: a clock that never goes back across incarnations.
+        conn.set_ts_offset(self.isn.ts_offset(ep.local, ep.remote));
         let id = self.insert(conn, tuple, next_hop, Role::HalfOpen(l));
         let li = &mut self.listeners[l.0 as usize];
         li.half_open.push_back(id);
