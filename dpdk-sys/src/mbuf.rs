@@ -370,14 +370,17 @@ impl Mbuf {
     /// DPDK functions given a received packet (`rte_pcapng_copy`, `rte_pktmbuf_copy`) rely
     /// on, the length checks of DPDK's `rte_mbuf_check`: at least one segment; each of the
     /// `nb_segs` segments has a buffer and its data inside it (`data_off + data_len <=
-    /// buf_len`); their data lengths add up to `pkt_len`; and a chain of more than one
-    /// segment ends after `nb_segs` (a single segment's `next`, in the mbuf's second cache
-    /// line, is not read: [`Mbuf::segments`] stops after `nb_segs` segments). Every packet
-    /// the safe API builds holds it (DPDK's append, adj and chain keep it);
-    /// [`crate::RxQueue::rx_burst`] checks each packet a driver hands over, as a driver's
-    /// (or a ring port's producer's) bug would otherwise have [`Mbuf::data`] read past the
-    /// buffer. For a single segment: five fields of the first cache line, which the
-    /// receive path reads anyway.
+    /// buf_len`); their data lengths add up to `pkt_len`; and the chain ends after
+    /// `nb_segs`, a single segment's `next` NULL too: [`Mbuf::segments`] stops after
+    /// `nb_segs` segments, but [`Mbuf::append`], [`Mbuf::chain`] and DPDK's free follow
+    /// `next` to the chain's end, so a single segment with a `next` appended to (or chained
+    /// after) a segment no reader of the packet sees. Every packet the safe API builds
+    /// holds it (DPDK's append, adj and chain keep it); [`crate::RxQueue::rx_burst`] checks
+    /// each packet a driver hands over (never an idle poll's, which has none), as a
+    /// driver's (or a ring port's producer's) bug would otherwise have [`Mbuf::data`] read
+    /// past the buffer. For a single segment: five fields of the first cache line, which
+    /// the receive path reads anyway, and `next` in the second, which the packet's free
+    /// reads anyway.
     pub(crate) fn layout_holds(&self) -> bool {
         let head = self.seg();
         let nb_segs = head.nb_segs;
@@ -399,12 +402,7 @@ impl Mbuf {
                 return false;
             };
             left = l;
-            // One segment: its `next` is not read (see above).
-            m = if nb_segs > 1 {
-                s.next
-            } else {
-                std::ptr::null()
-            };
+            m = s.next;
         }
         nb_segs > 0 && left == 0 && m.is_null()
     }
@@ -562,7 +560,7 @@ impl Mbuf {
     }
 
     /// Iterates over the data of every segment: the `nb_segs` the first segment counts
-    /// (a received single segment's `next` is not checked, `Mbuf::layout_holds`).
+    /// (a received packet's chain is checked to end there, `Mbuf::layout_holds`).
     pub fn segments(&self) -> impl Iterator<Item = &[u8]> + '_ {
         let mut cur: *const ffi::rte_mbuf = self.raw.as_ptr();
         let mut left = self.nb_segs();
@@ -1081,6 +1079,58 @@ mod tests {
         assert_eq!(pool.available(), free0, "the refused packets were freed");
     }
 
+    /// A driver's single segment (`nb_segs` 1, its lengths sound) whose `next` is not NULL:
+    /// `layout_holds` did not read a single segment's `next`, so `rx_burst` handed it over,
+    /// and `append` (which DPDK's last-segment walk follows `next` for) wrote past the
+    /// segment every reader of the packet sees, growing `pkt_len` over octets `data()` and
+    /// `segments()` never show. Now it is freed unread and counted like any packet whose
+    /// chain does not end after `nb_segs` (`rte_mbuf_check`: "bad nb_segs"), and every
+    /// mbuf is back in the pool.
+    fn review_rx_burst_frees_a_single_segment_with_a_next(eal: &crate::Eal, pool: &Mempool) {
+        let RingPortPair { mut a, mut b } = RingPortPair::new(eal, "wcnet_rn", 64).expect("rings");
+        for p in [&mut a, &mut b] {
+            p.configure(&PortConfig::default(), pool)
+                .expect("configure");
+            p.start().expect("start");
+        }
+        let (mut atx, mut brx) = (a.tx_queue(0).expect("tx"), b.rx_queue(0).expect("rx"));
+        let free0 = pool.available();
+        // A chain of two whose head claims to be the whole packet, alone.
+        let mut one = Mbuf::from_slice(pool, &[8u8; 10]).expect("mbuf");
+        one.chain(Mbuf::from_slice(pool, &[9u8; 5]).expect("mbuf"))
+            .expect("chain");
+        // SAFETY: one is owned here and not yet sent; its lengths are plain data, which
+        // this driver's bug breaks (nothing reads the data before rx_burst). The chain
+        // stays linked, so its free still frees both segments.
+        unsafe {
+            let r = one.as_raw();
+            (*r).pkt_len = 10;
+            (*r).nb_segs = 1;
+        }
+        let sound = Mbuf::from_slice(pool, &[7u8; 60]).expect("mbuf");
+        let mut out = vec![one, sound];
+        assert_eq!(atx.tx_burst(&mut out), 2);
+        let mut got = Vec::new();
+        let n = brx.rx_burst(&mut got, 8);
+        assert_eq!(
+            brx.malformed(),
+            1,
+            "the single segment with a next is refused"
+        );
+        assert_eq!(
+            (n, got.len()),
+            (1, 1),
+            "only the sound packet is handed over"
+        );
+        assert_eq!(got[0].data(), &[7u8; 60]);
+        drop(got);
+        assert_eq!(
+            pool.available(),
+            free0,
+            "the refused packet was freed whole"
+        );
+    }
+
     /// The only test of this binary that starts the EAL (once per process).
     #[test]
     fn data_mut_and_append_refuse_a_buffer_the_mbuf_does_not_own_alone() {
@@ -1179,6 +1229,7 @@ mod tests {
         header_mutators_refuse_a_twice_owned_mbuf(&pool);
         copy_to_slice_counts_only_the_segments_octets(&pool);
         rx_burst_frees_a_driver_packet_whose_lengths_do_not_hold(&eal, &pool);
+        review_rx_burst_frees_a_single_segment_with_a_next(&eal, &pool);
 
         // An external buffer (rte_pktmbuf_attach_extbuf): memory the mbuf does not own.
         let ext: &'static mut [u8; 256] = Box::leak(Box::new([5u8; 256]));

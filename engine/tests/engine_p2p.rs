@@ -203,6 +203,39 @@ fn each_rtr_type_as_initiator_and_responder() {
     }
 }
 
+/// A Read RTR is a zero-length Read Request that holds an ORD slot until its Read Response
+/// comes back (MPA2-5-1, RDMAP-6.1-1): the ORD high-water mark the engine reports
+/// (`QpInfo::reads_in_flight_max`) counts it as a Read in flight, as every other Read. The
+/// RTR's Read was queued past the count, which read 0 after it; other RTR types hold no
+/// ORD slot.
+#[test]
+fn review_a_read_rtr_counts_in_the_reads_in_flight_high_water_mark() {
+    for flip in [false, true] {
+        for t in [RtrType::Send, RtrType::Write, RtrType::Read] {
+            let mut p = Pair::default_pair();
+            let pi = MpaParams {
+                rtr_offer: RtrTypes::only(t),
+                ..Default::default()
+            };
+            let pr = MpaParams {
+                rtr_accept: RtrTypes::only(t),
+                ..Default::default()
+            };
+            let (qi, _qr, oi, or) = attempt(&mut p, flip, &pi, &pr);
+            assert!(
+                matches!((oi, or), (Outcome::Up(_), Some(Outcome::Up(_)))),
+                "{t:?} flip={flip}: not established"
+            );
+            p.run(200);
+            let (i, _) = roles(&mut p, flip);
+            let info = i.core.qp_info(qi).unwrap();
+            let want = u32::from(t == RtrType::Read);
+            assert_eq!(info.reads_in_flight_max, want, "{t:?} flip={flip}");
+            assert!(info.reads_in_flight_max <= info.ord, "{t:?} flip={flip}");
+        }
+    }
+}
+
 /// The initiator offers more than one type: of those the responder marks, Write is
 /// preferred, then Send, then Read (MPA2-9.2-9).
 #[test]

@@ -100,7 +100,8 @@ impl Default for DpdkDeviceConfig {
 ///   (no copy: the mbuf's start moves) and their mbufs chained to the first. While a pcapng
 ///   capture is attached, or once a [`crate::Capture`] wraps the device, frames are not
 ///   joined, so the capture holds the segments the wire carries (a super-frame would not fit
-///   its snap length).
+///   its snap length); a super-frame already queued when the capture begins is recorded as
+///   the segments the port cuts it into ([`crate::tso::cut`]).
 /// * Captures (pcapng, [`crate::Capture`]) record a transmitted frame once the driver has
 ///   taken it, once (see [`DpdkDevice::set_pcapng`]).
 #[derive(Debug)]
@@ -135,8 +136,9 @@ pub struct DpdkDevice {
     /// before the frames are offered to the driver (which owns what it takes), recorded
     /// for the frames it took and kept for those it refused. `None` where no copy could be
     /// made (the pool was empty): that frame is missing from the capture
-    /// ([`DpdkDevice::capture_missed`]).
-    tx_staged: Vec<Option<Mbuf>>,
+    /// ([`DpdkDevice::capture_missed`]). Each with what the port cuts it into
+    /// ([`Staged`]).
+    tx_staged: Vec<(Option<Mbuf>, Staged)>,
     tx_capture_missed: u64,
     /// A [`crate::Capture`] records the frames ([`PollDevice::observe_tx`]): none are joined.
     tx_observed: bool,
@@ -318,8 +320,10 @@ impl DpdkDevice {
     /// offered to the driver are copied first, into mbufs of the device's pool (at most
     /// [`warpcore_dpdk_sys::BURST_MAX`] held while the ring refuses frames); a frame no copy
     /// could be made of is counted in [`DpdkDevice::capture_missed`]. No TSO super-frames
-    /// are built while a capture is attached. Refused when the capture has no interface for
-    /// the device's port ([`PcapngWriter::covers`]: the port was made after the writer).
+    /// are built while a capture is attached; one queued before is recorded as the
+    /// segments the port cuts it into, as the wire carries them. Refused when the capture
+    /// has no interface for the device's port ([`PcapngWriter::covers`]: the port was made
+    /// after the writer).
     pub fn set_pcapng(&mut self, w: PcapngWriter) -> Result<(), warpcore_dpdk_sys::Error> {
         w.covers(self.rx.port())?;
         w.covers(self.tx.port())?;
@@ -1012,6 +1016,16 @@ impl Device for DpdkDevice {
 /// What [`PollDevice::flush_observed`] reports each frame the driver took to.
 type TxObserver<'a> = &'a mut dyn FnMut(&[u8]);
 
+/// What the port sends for a queued frame, as its capture copy records it.
+#[derive(Debug, Clone, Copy)]
+struct Staged {
+    /// The TCP segments it carries ([`frames_in`]).
+    segs: usize,
+    /// A TSO super-frame's segment payload: the port cuts it into `segs` frames, and the
+    /// capture records those. `None`: the frame goes as it is.
+    segsz: Option<u16>,
+}
+
 impl DpdkDevice {
     /// Copies the frames the next burst may take (at most
     /// [`warpcore_dpdk_sys::BURST_MAX`], `tx_burst`'s limit) that have no copy yet.
@@ -1020,6 +1034,12 @@ impl DpdkDevice {
         let upto = self.tx_pending.len().min(warpcore_dpdk_sys::BURST_MAX);
         while self.tx_staged.len() < upto {
             let m = &self.tx_pending[self.tx_staged.len()];
+            // A super-frame joined before the capture began (none is joined while one is
+            // taken): the capture records the segments the port cuts it into.
+            let staged = Staged {
+                segs: frames_in(m),
+                segsz: m.tx_tso_segsz().filter(|_| m.nb_segs() > 1),
+            };
             let copy = if m.is_contiguous() {
                 Mbuf::from_slice(&self.pool, m.data())
             } else {
@@ -1030,28 +1050,30 @@ impl DpdkDevice {
                 m.copy_to_slice(&mut self.tx_scratch[..len]);
                 Mbuf::from_slice(&self.pool, &self.tx_scratch[..len])
             };
-            self.tx_staged.push(copy);
+            self.tx_staged.push((copy, staged));
         }
     }
 
     /// Records the copies of the `sent` frames the driver just took (the front of
-    /// `tx_staged`) into the pcapng writer and hands them to `observer`, in order.
+    /// `tx_staged`) into the pcapng writer and hands them to `observer`, in order. A TSO
+    /// super-frame (queued before the capture began) is recorded as the frames the port
+    /// cuts it into ([`tso::cut`]): the wire's segments, each whole, not one frame of up to
+    /// 64 KiB that a snap length cuts short and whose headers no receiver ever saw.
     #[cold]
     fn record_sent(&mut self, sent: usize, mut observer: Option<TxObserver<'_>>) {
         let n = sent.min(self.tx_staged.len());
         let (port, queue) = (self.tx.port(), self.tx.queue());
-        for copy in self.tx_staged.drain(..n) {
+        let mut staged = std::mem::take(&mut self.tx_staged);
+        for (copy, st) in staged.drain(..n) {
             let Some(m) = copy else {
-                if self.tx_capture_missed == 0 {
-                    tracing::warn!(
-                        port,
-                        "capture: no mbuf for the copy of a transmitted frame (pool empty): \
-                         the capture misses it (DpdkDevice::capture_missed counts them)"
-                    );
-                }
-                self.tx_capture_missed += 1;
+                self.count_capture_missed(port, st.segs as u64);
                 continue;
             };
+            if let Some(segsz) = st.segsz {
+                if self.record_cut(&m, usize::from(segsz), &mut observer) {
+                    continue;
+                }
+            }
             if let Some(w) = &mut self.pcapng {
                 // As in take_rx: checked by set_pcapng, counted in dropped() if refused.
                 let _ = w.record(port, queue, &m, Direction::Tx);
@@ -1069,6 +1091,59 @@ impl DpdkDevice {
                 }
             }
         }
+        self.tx_staged = staged;
+    }
+
+    /// Records the copy `m` of a TSO super-frame as the frames the port cuts it into, every
+    /// `segsz` payload octets ([`tso::cut`]). False, nothing recorded, when `m` is no
+    /// TCP/IPv4 frame to cut.
+    #[cold]
+    fn record_cut(
+        &mut self,
+        m: &Mbuf,
+        segsz: usize,
+        observer: &mut Option<TxObserver<'_>>,
+    ) -> bool {
+        let (port, queue) = (self.tx.port(), self.tx.queue());
+        let len = m.pkt_len();
+        if self.tx_scratch.len() < len {
+            self.tx_scratch.resize(len, 0);
+        }
+        m.copy_to_slice(&mut self.tx_scratch[..len]);
+        let mut missed = 0u64;
+        let (pcapng, pool) = (&mut self.pcapng, &self.pool);
+        let cut = tso::cut(&self.tx_scratch[..len], segsz, |seg| {
+            if let Some(w) = pcapng.as_mut() {
+                match Mbuf::from_slice(pool, seg) {
+                    // As in take_rx: checked by set_pcapng, counted in dropped() if refused.
+                    Some(c) => {
+                        let _ = w.record(port, queue, &c, Direction::Tx);
+                    }
+                    None => missed += 1,
+                }
+            }
+            if let Some(f) = observer.as_mut() {
+                f(seg);
+            }
+        });
+        if missed > 0 {
+            self.count_capture_missed(port, missed);
+        }
+        cut
+    }
+
+    /// Counts `n` transmitted frames a capture lacks (the pool had no mbuf for a copy),
+    /// with a warning the first time.
+    #[cold]
+    fn count_capture_missed(&mut self, port: u16, n: u64) {
+        if self.tx_capture_missed == 0 {
+            tracing::warn!(
+                port,
+                "capture: no mbuf for the copy of a transmitted frame (pool empty): \
+                 the capture misses it (DpdkDevice::capture_missed counts them)"
+            );
+        }
+        self.tx_capture_missed += n;
     }
 
     /// [`PollDevice::flush`], reporting the frames the driver took to `observer`.

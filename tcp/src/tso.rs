@@ -180,6 +180,60 @@ pub fn rewrite_head(head: &mut [u8], g: &Group) {
     head[at..at + 2].copy_from_slice(&sum.to_le_bytes());
 }
 
+/// The frames the port sends for super-frame `frame` (whole, its head's header rewritten
+/// by [`rewrite_head`]) cut every `segsz` payload octets, each handed to `each` in order, as
+/// a capture must record them (what the wire carries, not the super-frame): the head's
+/// header with the IPv4 total length of the segment, the identification counting up from
+/// the head's, the sequence number of its first octet, PSH on the last segment only, and
+/// both checksums filled in (the port's). False, nothing handed over, for a frame that is
+/// no Ethernet/IPv4/TCP frame with payload (or a `segsz` of 0): no super-frame of ours.
+pub fn cut(frame: &[u8], segsz: usize, mut each: impl FnMut(&[u8])) -> bool {
+    let Ok(eth) = EthernetFrame::new_checked(frame) else {
+        return false;
+    };
+    if eth.ethertype() != EthernetProtocol::Ipv4 || frame.len() < ETH + IP {
+        return false;
+    }
+    let l3 = usize::from(frame[ETH] & 0x0f) * 4;
+    if l3 < IP || frame.len() < ETH + l3 + 20 || frame[ETH + 9] != u8::from(IpProtocol::Tcp) {
+        return false;
+    }
+    let l4 = usize::from(frame[ETH + l3 + 12] >> 4) * 4;
+    let hdr_len = ETH + l3 + l4;
+    if l4 < 20 || frame.len() <= hdr_len || segsz == 0 {
+        return false;
+    }
+    let id0 = u16::from_be_bytes([frame[ETH + 4], frame[ETH + 5]]);
+    let t = ETH + l3;
+    let seq0 = u32::from_be_bytes([frame[t + 4], frame[t + 5], frame[t + 6], frame[t + 7]]);
+    let payload = &frame[hdr_len..];
+    let n = payload.len().div_ceil(segsz);
+    let mut seg = Vec::with_capacity(hdr_len + segsz.min(payload.len()));
+    for (k, chunk) in payload.chunks(segsz).enumerate() {
+        seg.clear();
+        seg.extend_from_slice(&frame[..hdr_len]);
+        seg.extend_from_slice(chunk);
+        let total = (seg.len() - ETH) as u16;
+        seg[ETH + 2..ETH + 4].copy_from_slice(&total.to_be_bytes());
+        let id = id0.wrapping_add(k as u16);
+        seg[ETH + 4..ETH + 6].copy_from_slice(&id.to_be_bytes());
+        let seq = seq0.wrapping_add((k * segsz) as u32);
+        seg[t + 4..t + 8].copy_from_slice(&seq.to_be_bytes());
+        if k + 1 < n {
+            // What librte_gso (net_tap's TSO) and NICs do: PSH (and FIN, which never
+            // joins) on the last segment only.
+            seg[t + 13] &= !0x08;
+        }
+        let mut ipp = Ipv4Packet::new_unchecked(&mut seg[ETH..]);
+        ipp.fill_checksum();
+        let (src, dst) = (ipp.src_addr(), ipp.dst_addr());
+        let mut tcp = TcpPacket::new_unchecked(&mut seg[t..]);
+        tcp.fill_checksum(&src.into(), &dst.into());
+        each(&seg);
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,6 +413,54 @@ mod tests {
             Group::start(&sa, 1000, 1000).unwrap().segs_max,
             SEGMENTS_MAX
         );
+    }
+
+    /// A super-frame joined from three frames and cut as the port cuts it gives back the
+    /// frames the TCP built, byte for byte, but for what the port changes: the
+    /// identification counting up from the head's, PSH on the last only, and the checksums
+    /// over those. Anything but a TCP/IPv4 frame with payload is not cut.
+    #[test]
+    fn review_a_super_frame_cut_gives_back_the_frames_joined() {
+        let frames = [
+            frame(1000, &[1; 300], TcpControl::Psh, 5),
+            frame(1300, &[2; 300], TcpControl::Psh, 5),
+            frame(1600, &[3; 120], TcpControl::Psh, 5),
+        ];
+        let mut g = Group::start(&segment(&frames[0]).unwrap(), 1000, 64).unwrap();
+        let mut sup = frames[0].clone();
+        for f in &frames[1..] {
+            let s = segment(f).unwrap();
+            assert!(g.admits(&sup, f, &s));
+            g.add(&s);
+            sup.extend_from_slice(&f[s.hdr_len..]);
+        }
+        rewrite_head(&mut sup, &g);
+        sup[ETH + 4..ETH + 6].copy_from_slice(&0x1234u16.to_be_bytes());
+        let mut got = Vec::new();
+        assert!(cut(&sup, g.segsz, |f| got.push(f.to_vec())));
+        assert_eq!(got.len(), 3);
+        for (k, (got, sent)) in got.iter().zip(&frames).enumerate() {
+            let mut want = sent.clone();
+            want[ETH + 4..ETH + 6].copy_from_slice(&(0x1234 + k as u16).to_be_bytes());
+            if k < 2 {
+                want[ETH + IP + 13] &= !0x08;
+            }
+            let mut ip = Ipv4Packet::new_unchecked(&mut want[ETH..]);
+            ip.fill_checksum();
+            let mut t = TcpPacket::new_unchecked(ip.payload_mut());
+            t.fill_checksum(
+                &Ipv4Address::new(10, 0, 0, 1).into(),
+                &Ipv4Address::new(10, 0, 0, 2).into(),
+            );
+            assert_eq!(got, &want, "segment {k}");
+        }
+        // No cut: an ARP-like frame, a TCP header with no payload, a segment size of 0.
+        let mut arp = frames[0].clone();
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        let hdr = segment(&frames[0]).unwrap().hdr_len;
+        for (f, segsz) in [(&arp[..], 300), (&frames[0][..hdr], 300), (&sup[..], 0)] {
+            assert!(!cut(f, segsz, |_| panic!("nothing to hand over")));
+        }
     }
 
     #[test]

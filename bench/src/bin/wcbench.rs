@@ -361,6 +361,7 @@ fn raw(
             frame[14] = 2;
             let t0 = Instant::now();
             let mut sent = 0u64;
+            let (mut stalled, mut stall_t0) = (0u32, t0);
             while sent < count {
                 while out.len() < 32 && sent + (out.len() as u64) < count {
                     let m = match &mut source {
@@ -377,9 +378,28 @@ fn raw(
                 }
                 let before = out.len();
                 tx.tx_burst(&mut out);
-                sent += (before - out.len()) as u64;
+                let took = (before - out.len()) as u64;
+                sent += took;
                 inb.clear();
                 rx.rx_burst(&mut inb, 32);
+                // A ring that takes nothing (or a pool with no mbuf for a frame) waited
+                // here for ever: the clock is read every 4,096 bursts that moved nothing.
+                if took > 0 {
+                    stalled = 0;
+                } else {
+                    stalled = stalled.wrapping_add(1);
+                    if stalled == 1 {
+                        stall_t0 = Instant::now();
+                    } else if stalled.is_multiple_of(4096)
+                        && stall_t0.elapsed() > Duration::from_secs(5)
+                    {
+                        return Err(format!(
+                            "the tx ring took no frame for 5 s ({sent} of {count} sent, {} \
+                             queued): nothing more was measured",
+                            out.len()
+                        ));
+                    }
+                }
             }
             let send_secs = t0.elapsed().as_secs_f64();
             std::thread::sleep(Duration::from_millis(200));
@@ -397,15 +417,9 @@ fn raw(
                     let secs = f64::from_bits(u64::from_be_bytes(
                         d[23..31].try_into().unwrap_or_default(),
                     ));
-                    let secs = if secs > 0.0 { secs } else { send_secs };
-                    let pass = match payload_pass_mib {
-                        Some(mib) => format!(" payload_pass_mib={mib}"),
-                        None => String::new(),
-                    };
                     println!(
-                        "RESULT raw_blast size={size}{pass} sent={sent} received={got} mpps={:.3} gbps={:.3}",
-                        got as f64 / secs / 1e6,
-                        (got * size as u64) as f64 * 8.0 / secs / 1e9
+                        "{}",
+                        blast_result(size, payload_pass_mib, sent, got, secs, send_secs)?
                     );
                     return Ok(());
                 }
@@ -415,6 +429,47 @@ fn raw(
             }
         }
     }
+}
+
+/// The blast's `RESULT` line from what the echo side reported: `got` frames received over
+/// `secs` (its first to last frame; `send_secs`, the sending time, when it saw fewer than
+/// two). A blast the echo side received none of measured nothing: it is an error, not a
+/// rate of 0 (a run whose frames all went astray printed `received=0 mpps=0.000` and
+/// exited 0, as iwperf's `nothing_measured` refuses for its tests).
+#[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
+fn blast_result(
+    size: usize,
+    payload_pass_mib: Option<usize>,
+    sent: u64,
+    got: u64,
+    secs: f64,
+    send_secs: f64,
+) -> Result<String, String> {
+    if got == 0 {
+        return Err(format!(
+            "raw blast: the echo side received none of the {sent} frames sent: nothing was \
+             measured"
+        ));
+    }
+    let secs = if secs.is_finite() && secs > 0.0 {
+        secs
+    } else {
+        send_secs
+    };
+    if !(secs.is_finite() && secs > 0.0) {
+        return Err(format!(
+            "raw blast: {got} frames received in no measurable time: no rate to report"
+        ));
+    }
+    let pass = match payload_pass_mib {
+        Some(mib) => format!(" payload_pass_mib={mib}"),
+        None => String::new(),
+    };
+    Ok(format!(
+        "RESULT raw_blast size={size}{pass} sent={sent} received={got} mpps={:.3} gbps={:.3}",
+        got as f64 / secs / 1e6,
+        (got * size as u64) as f64 * 8.0 / secs / 1e9
+    ))
 }
 
 /// The octets of a frame before an FPDU's payload in iWARP over TCP/IPv4: Ethernet (14),
@@ -783,6 +838,29 @@ mod tests {
         assert_eq!(check_secs(0.5).unwrap(), 0.5);
         assert!(check_count(0).unwrap_err().contains("--count 0"));
         assert_eq!(check_count(1).unwrap(), 1);
+    }
+
+    /// A blast the echo side received nothing of printed `received=0 mpps=0.000` and
+    /// exited 0: now an error saying nothing was measured. A blast that did arrive is
+    /// still reported, with the echo side's time or, without one, the sending time.
+    #[test]
+    fn a_blast_that_measured_nothing_is_an_error() {
+        let e = blast_result(1514, None, 100_000, 0, 0.0, 0.5).unwrap_err();
+        assert!(
+            e.contains("nothing was measured") && e.contains("100000"),
+            "{e}"
+        );
+        let e = blast_result(1514, None, 100_000, 0, 1.0, 0.5).unwrap_err();
+        assert!(e.contains("nothing was measured"), "{e}");
+        let e = blast_result(1514, None, 1, 1, 0.0, 0.0).unwrap_err();
+        assert!(e.contains("no measurable time"), "{e}");
+        let ok = blast_result(1000, Some(8), 10, 10, 1.0, 2.0).unwrap();
+        assert!(
+            ok.contains("payload_pass_mib=8 sent=10 received=10 mpps=0.000 gbps=0.000"),
+            "{ok}"
+        );
+        let ok = blast_result(1000, None, 2_000_000, 1_000_000, f64::NAN, 2.0).unwrap();
+        assert!(ok.contains("mpps=0.500 gbps=4.000"), "{ok}");
     }
 
     /// A misspelt `--mode` is refused before the port opens, naming the modes.

@@ -137,8 +137,9 @@ enum Mode {
         /// Port to listen on (server role).
         #[arg(long, default_value_t = 7000)]
         listen: u16,
-        /// Bytes to send and to expect, each way.
-        #[arg(long, default_value_t = 16 << 20)]
+        /// Bytes to send and to expect, each way (at least 1: an exchange of none checks
+        /// no byte, and passed).
+        #[arg(long, default_value_t = 16 << 20, value_parser = clap::value_parser!(u64).range(1..))]
         bytes: u64,
         /// Give up after this many seconds (1 to a year).
         #[arg(long, default_value_t = 60,
@@ -341,5 +342,29 @@ fn main() -> ExitCode {
             eprintln!("tcpperf: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `exchange --bytes 0` opened a connection, checked no byte and exited 0, the
+    /// byte-exact interop test passing over nothing. It is refused, naming the option, as
+    /// the bulk test's `--bytes 0` is.
+    #[test]
+    fn review_an_exchange_of_no_bytes_is_refused() {
+        let e = Cli::try_parse_from(["tcpperf", "exchange", "--ip", "10.0.0.1/24", "--bytes", "0"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--bytes"), "{e}");
+        let ok =
+            Cli::try_parse_from(["tcpperf", "exchange", "--ip", "10.0.0.1/24", "--bytes", "1"])
+                .unwrap();
+        assert!(matches!(ok.mode, Mode::Exchange { bytes: 1, .. }));
+        let e = Cli::try_parse_from(["tcpperf", "memory", "--test", "bulk", "--bytes", "0"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--bytes"), "{e}");
     }
 }
