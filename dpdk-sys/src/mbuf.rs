@@ -1086,7 +1086,7 @@ mod tests {
     /// `segments()` never show. Now it is freed unread and counted like any packet whose
     /// chain does not end after `nb_segs` (`rte_mbuf_check`: "bad nb_segs"), and every
     /// mbuf is back in the pool.
-    fn review_rx_burst_frees_a_single_segment_with_a_next(eal: &crate::Eal, pool: &Mempool) {
+    fn rx_burst_frees_a_single_segment_with_a_next(eal: &crate::Eal, pool: &Mempool) {
         let RingPortPair { mut a, mut b } = RingPortPair::new(eal, "wcnet_rn", 64).expect("rings");
         for p in [&mut a, &mut b] {
             p.configure(&PortConfig::default(), pool)
@@ -1229,7 +1229,7 @@ mod tests {
         header_mutators_refuse_a_twice_owned_mbuf(&pool);
         copy_to_slice_counts_only_the_segments_octets(&pool);
         rx_burst_frees_a_driver_packet_whose_lengths_do_not_hold(&eal, &pool);
-        review_rx_burst_frees_a_single_segment_with_a_next(&eal, &pool);
+        rx_burst_frees_a_single_segment_with_a_next(&eal, &pool);
 
         // An external buffer (rte_pktmbuf_attach_extbuf): memory the mbuf does not own.
         let ext: &'static mut [u8; 256] = Box::leak(Box::new([5u8; 256]));
