@@ -209,7 +209,7 @@ fn each_rtr_type_as_initiator_and_responder() {
 /// RTR's Read was queued past the count, which read 0 after it; other RTR types hold no
 /// ORD slot.
 #[test]
-fn review_a_read_rtr_counts_in_the_reads_in_flight_high_water_mark() {
+fn a_read_rtr_counts_in_the_reads_in_flight_high_water_mark() {
     for flip in [false, true] {
         for t in [RtrType::Send, RtrType::Write, RtrType::Read] {
             let mut p = Pair::default_pair();

@@ -988,7 +988,10 @@ impl Qp {
             }
             RtrType::Read => {
                 let _ = conn.ddp_tx.set_next_msn(qn::READ_REQUEST, 2);
-                self.orq.push_back(OrqEntry {
+                // Through push_outstanding, as every Read in flight: the RTR's Read holds
+                // an ORD slot (RDMAP-6.1-1) and counts in the high-water mark
+                // (`QpInfo::reads_in_flight_max`), which missed it.
+                self.push_outstanding(OrqEntry {
                     seq: None,
                     sink_stag: 0,
                     sink_to: 0,
