@@ -420,7 +420,7 @@ mod tests {
     /// identification counting up from the head's, PSH on the last only, and the checksums
     /// over those. Anything but a TCP/IPv4 frame with payload is not cut.
     #[test]
-    fn review_a_super_frame_cut_gives_back_the_frames_joined() {
+    fn a_super_frame_cut_gives_back_the_frames_joined() {
         let frames = [
             frame(1000, &[1; 300], TcpControl::Psh, 5),
             frame(1300, &[2; 300], TcpControl::Psh, 5),

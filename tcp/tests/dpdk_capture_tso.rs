@@ -173,7 +173,7 @@ fn pcap_frames(bytes: &[u8]) -> Vec<(usize, Vec<u8>)> {
 }
 
 #[test]
-fn review_a_super_frame_queued_before_a_capture_is_recorded_as_the_wire_segments() {
+fn a_super_frame_queued_before_a_capture_is_recorded_as_the_wire_segments() {
     let eal = EalBuilder::for_test("dpdk_capture_tso", 0, 256)
         .init()
         .expect("EAL init with --no-huge --no-pci");
