@@ -353,7 +353,7 @@ mod tests {
     /// byte-exact interop test passing over nothing. It is refused, naming the option, as
     /// the bulk test's `--bytes 0` is.
     #[test]
-    fn review_an_exchange_of_no_bytes_is_refused() {
+    fn an_exchange_of_no_bytes_is_refused() {
         let e = Cli::try_parse_from(["tcpperf", "exchange", "--ip", "10.0.0.1/24", "--bytes", "0"])
             .unwrap_err()
             .to_string();
