@@ -129,10 +129,12 @@ contracts() {
     contract_pair rejected_qp_err 7526
     contract_pair mr_mw_inputs 7528
     contract_pair get_request_other_event 7532
+    contract_pair modify_during_connect 7540
     contract rdmacm_exports
     contract id_device_pd
     contract modify_qp_err_flush
     contract cq_event_ack
+    contract destroy_cq_drops_event
     contract async_event_flood
     contract post_num_sge
     contract reg_mr_fault
@@ -147,6 +149,7 @@ contracts() {
     contract atomic_cap_off
     contract verbs_inputs_errno
     contract migrate_waits_ack
+    contract migrate_same_channel
     # Only meaningful if the program itself does not need libibverbs.so.1. objdump's output
     # is read whole before grep judges it: `! objdump | grep -q` under pipefail passed when
     # grep's early exit on the match cut objdump off (SIGPIPE) and when objdump failed.

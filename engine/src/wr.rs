@@ -459,6 +459,22 @@ impl CompletionChannel {
         self.bell.ring();
     }
 
+    /// Takes the pending events of queue `cq` off the channel, each with its token (under
+    /// the queue's lock, as `get_event` takes one); returns how many. For a queue being
+    /// destroyed: the kernel's uverbs deletes a destroyed CQ's queued events from its
+    /// completion channel (`ib_uverbs_release_ucq`), so the descriptor stays readable
+    /// only while an event of a live queue waits.
+    fn forget(&self, cq: u64) -> usize {
+        let mut fired = self.fired.lock().unwrap_or_else(|e| e.into_inner());
+        let before = fired.len();
+        fired.retain(|&id| id != cq);
+        let n = before - fired.len();
+        for _ in 0..n {
+            self.bell.take();
+        }
+        n
+    }
+
     /// Waits up to `timeout` (`None`, or one too long for an `Instant` such as
     /// `Duration::MAX`: for ever) for an event; returns the identifier of the
     /// completion queue that fired (`Ok(None)` on timeout). A pending event is returned
@@ -586,6 +602,20 @@ impl CompletionQueue {
                 true
             }
             None => false,
+        }
+    }
+
+    /// Disarms the queue and takes the events it signalled and nobody has taken yet off its
+    /// channel; returns how many. For a queue being destroyed, no QP completing into it
+    /// any more (the verbs' `ibv_destroy_cq`): its channel's descriptor no longer reads
+    /// readable for it.
+    pub fn forget_events(&self) -> usize {
+        match &self.notify {
+            Some(n) => {
+                n.armed.store(UNARMED, Ordering::SeqCst);
+                n.channel.forget(self.id)
+            }
+            None => 0,
         }
     }
 
@@ -1027,6 +1057,41 @@ mod tests {
         }
         assert!(runs.overrun(), "the runs overran the queue of 5");
         assert_eq!(runs.pop_into(&mut []), 0);
+    }
+
+    /// A queue being destroyed takes its pending events off its channel, tokens and all,
+    /// and only its own: the descriptor then reads readable only for the others'.
+    #[test]
+    fn forget_events_takes_only_the_queues_own() {
+        let ch = Arc::new(CompletionChannel::new().unwrap());
+        let gone = CompletionQueue::with_channel(8, Arc::clone(&ch)).unwrap();
+        let stays = CompletionQueue::with_channel(8, Arc::clone(&ch)).unwrap();
+        let zero = std::time::Duration::ZERO;
+        let readable = |ch: &CompletionChannel| {
+            let fd = ch.fd();
+            let mut fds = [rustix::event::PollFd::new(
+                &fd,
+                rustix::event::PollFlags::IN,
+            )];
+            let now = rustix::event::Timespec::default();
+            matches!(rustix::event::poll(&mut fds, Some(&now)), Ok(1))
+        };
+        assert!(gone.arm(false) && stays.arm(false));
+        gone.push(write_wc(1, WcStatus::Success));
+        stays.push(write_wc(2, WcStatus::Success));
+        assert!(gone.arm(false));
+        gone.push(write_wc(3, WcStatus::Success));
+        assert!(gone.arm(false));
+        assert_eq!(gone.forget_events(), 2);
+        gone.push(write_wc(4, WcStatus::Success));
+        assert!(readable(&ch));
+        assert_eq!(ch.get_event(Some(zero)).unwrap(), Some(stays.id()));
+        assert!(
+            !readable(&ch),
+            "readable with no event of a live queue left"
+        );
+        assert_eq!(ch.get_event(Some(zero)).unwrap(), None);
+        assert_eq!(CompletionQueue::new(8).unwrap().forget_events(), 0);
     }
 
     /// An armed queue signals its channel once per run (ARMED_NEXT), and a queue armed for

@@ -42,6 +42,7 @@ const EPROTO: c_int = 71;
 
 const AF_INET: u16 = 2;
 const MSG_DONTWAIT: c_int = 0x40;
+const MSG_PEEK: c_int = 0x2;
 
 extern "C" {
     fn recv(fd: c_int, buf: *mut c_void, len: usize, flags: c_int) -> isize;
@@ -136,14 +137,37 @@ impl Chan {
     fn post(&self, ev: *mut Ev) {
         let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
         q.push_back(ev as usize);
-        if q.len() == 1 {
-            self.token();
-        }
+        self.settle(&q);
     }
 
     /// Writes the token (under the queue's lock).
     fn token(&self) {
         let _ = std::io::Write::write(&mut &self.tx, &[1]);
+    }
+
+    /// Leaves the token in the socket exactly if `q`, the locked queue, holds an event:
+    /// writes it if the queue holds one and the socket none, reads it back if the queue is
+    /// empty. Judged from what the socket holds (a peek), not from what the queue's length
+    /// implies: a reader reads its token outside the lock ([`Self::read_token`]), so a
+    /// purge that emptied the queue meanwhile found no token to take back, a post after
+    /// it wrote one (the queue held one event again), and the reader's pop of that event
+    /// left it behind with the queue empty. The descriptor then read readable with no
+    /// event (for good: each later event brought one token more), and a program that
+    /// polls the descriptor and then calls `rdma_get_cm_event` blocked in that call.
+    fn settle(&self, q: &VecDeque<usize>) {
+        let fd = self.rx.as_raw_fd();
+        let mut tok = 0u8;
+        if q.is_empty() {
+            // SAFETY: recv(2) into one octet of ours, on our socket, without waiting (the
+            // descriptor's own mode is the application's).
+            unsafe { recv(fd, (&raw mut tok).cast(), 1, MSG_DONTWAIT) };
+        } else {
+            // SAFETY: as above, the octet left in the socket (MSG_PEEK).
+            let there = unsafe { recv(fd, (&raw mut tok).cast(), 1, MSG_DONTWAIT | MSG_PEEK) };
+            if there != 1 {
+                self.token();
+            }
+        }
     }
 
     /// Takes the queued events of `id` out of the queue (those naming it as their id, and
@@ -193,13 +217,10 @@ impl Chan {
             }
             !mine
         });
-        if q.is_empty() && !out.is_empty() {
+        if !out.is_empty() {
             // A reader that holds the token already finds the queue empty and reads again,
             // as after any token without an event.
-            let mut tok = 0u8;
-            // SAFETY: recv(2) into one octet of ours, on our socket, without waiting (the
-            // descriptor's own mode is the application's).
-            unsafe { recv(self.rx.as_raw_fd(), (&raw mut tok).cast(), 1, MSG_DONTWAIT) };
+            self.settle(&q);
         }
         let t = then();
         drop(q);
@@ -231,11 +252,21 @@ impl Chan {
 
     /// The next event, blocking unless the descriptor is non-blocking, given to `taken`
     /// while the queue is still locked.
-    fn take_then(&self, taken: impl FnOnce(*mut Ev)) -> Result<*mut Ev, c_int> {
+    fn take_then(&self, mut taken: impl FnMut(*mut Ev)) -> Result<*mut Ev, c_int> {
+        loop {
+            self.read_token()?;
+            if let Some(e) = self.pop_after_token(&mut taken) {
+                return Ok(e);
+            }
+        }
+    }
+
+    /// Waits for the token and reads it (outside the queue's lock: the wait may be long).
+    fn read_token(&self) -> Result<(), c_int> {
         loop {
             let mut tok = [0u8; 1];
             match std::io::Read::read(&mut &self.rx, &mut tok) {
-                Ok(1) => {}
+                Ok(1) => return Ok(()),
                 // The channel was destroyed while this thread waited in it (the application
                 // does that on exit, its CM thread still blocked): librdmacm's read would
                 // never return either, so neither does this (the memory is gone; nothing
@@ -254,16 +285,19 @@ impl Chan {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Err(crate::EAGAIN),
                 Err(_) => return Err(crate::EIO),
             }
-            let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(e) = q.pop_front() {
-                // More wait: the token goes back for the next reader.
-                if !q.is_empty() {
-                    self.token();
-                }
-                taken(e as *mut Ev);
-                return Ok(e as *mut Ev);
-            }
         }
+    }
+
+    /// After [`Self::read_token`]: the oldest event, given to `taken` under the queue's
+    /// lock, or `None` if the queue is empty (another path took what the token stood for).
+    fn pop_after_token(&self, taken: &mut impl FnMut(*mut Ev)) -> Option<*mut Ev> {
+        let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
+        let e = q.pop_front()?;
+        // More wait: the token goes back for the next reader (and none is left behind if
+        // none does).
+        self.settle(&q);
+        taken(e as *mut Ev);
+        Some(e as *mut Ev)
     }
 }
 
@@ -729,15 +763,14 @@ fn dispatch_cm(ctx: &wv::Context, e: CmEvent) {
             with_qp_id(est.qp, |id| {
                 id.lock().established = true;
                 // The QP is the id's (set by rdma_create_qp), live while it is registered.
-                // RTS while the connection is up: a QP the application moved to ERR (or
-                // reset once failed) on another thread since the engine reported the
-                // connection keeps what it stored (its DISCONNECTED follows), as its
-                // ibv_modify_qp came last; it was overwritten with RTS. (A RESET, INIT,
-                // RTR or RTS stored while the connection is up changes nothing in the
-                // engine, which still reads RTS here: that store is overwritten.)
-                verbs::set_qp_state_if(id.id.qp, IBV_QPS_RTS, |s| {
-                    matches!(s, wv::QpState::Rts | wv::QpState::Closing)
-                });
+                // RTS while the connection is up, unless the application moved the QP
+                // itself since the connection started: to ERR (or reset once failed) on
+                // another thread since the engine reported the connection (its
+                // DISCONNECTED follows), or to RESET, INIT, RTR or RTS, which change
+                // nothing in the engine. Its ibv_modify_qp came last and stands, as with
+                // rdma-core over a kernel iWARP provider (set_qp_rts_established); such
+                // a move was overwritten with RTS.
+                verbs::set_qp_rts_established(id.id.qp);
                 verbs::set_qp_ird_ord(id.id.qp, est.ird, est.ord);
                 let pd = if id.lock().request.is_some() {
                     Vec::new() // the passive side saw the peer's data in the request
@@ -1293,9 +1326,13 @@ pub extern "C" fn __wc_rdma_migrate_id(p: *mut rdma_cm_id, ch: *mut rdma_event_c
         } else {
             ch
         };
-        if new == id.id.channel {
-            return 0;
-        }
+        // The id's own channel is no exception (it returned 0 at once): librdmacm writes
+        // the move to the kernel all the same, whose ucma_migrate_id answers with the
+        // events it reported for the id (and, since Linux 5.10, moves the id's pending
+        // events to the tail of the same list), and librdmacm then waits for their
+        // acknowledgement as for any move (librdmacm cma.c, rdma_migrate_id;
+        // drivers/infiniband/core/ucma.c, ucma_migrate_id).
+        let same = new == id.id.channel;
         // rdma_migrate_id(3) "moves any pending events associated with the rdma_cm_id to
         // the new channel". Under the registry's lock, which the dispatcher holds while it
         // queues an event on an id's channel: none of the id's events goes to the old
@@ -1339,7 +1376,11 @@ pub extern "C" fn __wc_rdma_migrate_id(p: *mut rdma_cm_id, ch: *mut rdma_event_c
         if was_sync {
             // librdmacm acknowledges the event a synchronous id held.
             release_event(id);
-            chan_close(old);
+            // Its private channel is let go, unless the application named that very
+            // channel (then it is the application's now, as any channel it passes).
+            if !same {
+                chan_close(old);
+            }
         }
         chan_leave(old);
         // rdma_migrate_id(3): "This call will block while there are any unacknowledged
@@ -2087,7 +2128,10 @@ fn start_connection(
     start: impl FnOnce() -> Result<(), wv::Error>,
 ) -> c_int {
     let before = registry().qps.insert(q.qp.id(), p as usize);
+    // The application's moves of the QP from here on stand against ESTABLISHED's RTS.
+    let mark = verbs::connection_starts(id.id.qp);
     if let Err(e) = start() {
+        verbs::connection_not_started(id.id.qp, mark);
         // Only a registration this call made goes: a second rdma_connect or rdma_accept
         // on an id whose connection is under way or established fails (EINVAL, as the
         // kernel's state check answers it) and leaves that connection's events to come to
@@ -2458,39 +2502,45 @@ pub extern "C" fn __wc_rdma_set_option(
     _optval: *mut c_void,
     _optlen: usize,
 ) -> c_int {
-    // SAFETY: p is ours.
-    if unsafe { id_ref(p) }.is_none() {
-        return fail(EINVAL, -1);
-    }
-    // Type of service, address reuse, IPv6-only, ACK timeout: accepted, no effect on a
-    // user-space TCP that neither marks DSCP nor shares ports with other processes.
-    match (level as u32, optname as u32) {
-        (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS)
-        | (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR)
-        | (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY)
-        | (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => 0,
-        _ => fail(ENOSYS, -1),
-    }
+    guard(-1, || {
+        // SAFETY: p is ours.
+        if unsafe { id_ref(p) }.is_none() {
+            return fail(EINVAL, -1);
+        }
+        // Type of service, address reuse, IPv6-only, ACK timeout: accepted, no effect on a
+        // user-space TCP that neither marks DSCP nor shares ports with other processes.
+        match (level as u32, optname as u32) {
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS)
+            | (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR)
+            | (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY)
+            | (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => 0,
+            _ => fail(ENOSYS, -1),
+        }
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn __wc_rdma_get_src_port(p: *mut rdma_cm_id) -> u16 {
-    // SAFETY: p is ours.
-    match unsafe { id_ref(p) } {
-        // SAFETY: the union holds a sockaddr_in (we only fill AF_INET).
-        Some(id) => unsafe { id.id.route.addr.__bindgen_anon_1.src_sin.sin_port },
-        None => 0,
-    }
+    guard(0, || {
+        // SAFETY: p is ours.
+        match unsafe { id_ref(p) } {
+            // SAFETY: the union holds a sockaddr_in (we only fill AF_INET).
+            Some(id) => unsafe { id.id.route.addr.__bindgen_anon_1.src_sin.sin_port },
+            None => 0,
+        }
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn __wc_rdma_get_dst_port(p: *mut rdma_cm_id) -> u16 {
-    // SAFETY: p is ours.
-    match unsafe { id_ref(p) } {
-        // SAFETY: as above.
-        Some(id) => unsafe { id.id.route.addr.__bindgen_anon_2.dst_sin.sin_port },
-        None => 0,
-    }
+    guard(0, || {
+        // SAFETY: p is ours.
+        match unsafe { id_ref(p) } {
+            // SAFETY: as above.
+            Some(id) => unsafe { id.id.route.addr.__bindgen_anon_2.dst_sin.sin_port },
+            None => 0,
+        }
+    })
 }
 
 #[no_mangle]
@@ -2509,10 +2559,12 @@ pub extern "C" fn __wc_rdma_get_devices(num: *mut c_int) -> *mut *mut ibv_contex
 
 #[no_mangle]
 pub extern "C" fn __wc_rdma_free_devices(list: *mut *mut ibv_context) {
-    if !list.is_null() {
-        // SAFETY: lists come from rdma_get_devices.
-        drop(unsafe { Box::from_raw(list.cast::<[*mut ibv_context; 2]>()) });
-    }
+    guard((), || {
+        if !list.is_null() {
+            // SAFETY: lists come from rdma_get_devices.
+            drop(unsafe { Box::from_raw(list.cast::<[*mut ibv_context; 2]>()) });
+        }
+    })
 }
 
 // ---------------------------------------------------------------- addrinfo and endpoints
@@ -2665,10 +2717,12 @@ pub extern "C" fn __wc_rdma_getaddrinfo(
 
 #[no_mangle]
 pub extern "C" fn __wc_rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
-    if !res.is_null() {
-        // SAFETY: res came from rdma_getaddrinfo (one entry, no chain).
-        drop(unsafe { Box::from_raw(res.cast::<AddrInfo>()) });
-    }
+    guard((), || {
+        if !res.is_null() {
+            // SAFETY: res came from rdma_getaddrinfo (one entry, no chain).
+            drop(unsafe { Box::from_raw(res.cast::<AddrInfo>()) });
+        }
+    })
 }
 
 #[no_mangle]
@@ -2967,5 +3021,66 @@ mod failure_tests {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod channel_tests {
+    use super::*;
+
+    fn readable_now(fd: c_int) -> bool {
+        let mut p = verbs::PollFd {
+            fd,
+            events: 1,
+            revents: 0,
+        };
+        extern "C" {
+            fn poll(fds: *mut verbs::PollFd, n: u64, timeout: c_int) -> c_int;
+        }
+        // SAFETY: one valid pollfd (the test's own), no wait.
+        unsafe { poll(&mut p, 1, 0) == 1 && p.revents & 1 != 0 }
+    }
+
+    /// rdma_get_cm_event(3) on a descriptor poll(2) reported readable returns an event: the
+    /// channel's descriptor is readable exactly while an event waits. A reader takes its
+    /// token before it locks the queue; when another path (rdma_destroy_id's purge, a
+    /// withdrawn connection request, rdma_migrate_id) took the event meanwhile and a new
+    /// one was queued, the reader's pop of the new one left a token behind with the queue
+    /// empty, and every later event added one more: poll() said readable with nothing
+    /// queued, and rdma_get_cm_event then blocked.
+    #[test]
+    fn no_spurious_token_after_another_path_took_the_event() {
+        let ch = Chan::new().expect("a channel");
+        // SAFETY: the channel just made, freed at the end.
+        let c = unsafe { &*ch };
+        let fd = c.ch.fd;
+        let (a, b) = (0x1000 as *mut rdma_cm_id, 0x2000 as *mut rdma_cm_id);
+        let ev = |id| new_event(id, null_mut(), RDMA_CM_EVENT_ADDR_RESOLVED, 0, &[], (0, 0));
+        c.post(ev(a));
+        assert!(readable_now(fd));
+        // A reader in rdma_get_cm_event has read the token, not yet locked the queue ...
+        assert_eq!(c.read_token(), Ok(()));
+        // ... when another path takes the event and a new one is queued.
+        let gone = c.take_where(|e| e.id == a);
+        assert_eq!(gone.len(), 1);
+        c.post(ev(b));
+        // The reader goes on: it takes the new one.
+        let got = c.pop_after_token(&mut |_| {}).expect("the queued event");
+        // SAFETY: the event just taken.
+        assert_eq!(unsafe { (*got).ev.id }, b);
+        assert!(
+            !readable_now(fd),
+            "the descriptor is readable with no event queued"
+        );
+        // The next event makes it readable, and taking it leaves it unreadable again.
+        c.post(ev(a));
+        let next = c.take().expect("the next event");
+        assert!(!readable_now(fd), "readable after the last event was taken");
+        for e in gone.into_iter().chain([got, next]) {
+            // SAFETY: events of the test's, taken off the queue.
+            drop(unsafe { Box::from_raw(e) });
+        }
+        // SAFETY: the channel is the test's; no id is on it.
+        unsafe { chan_free(ch.cast()) };
     }
 }

@@ -896,3 +896,122 @@ fn own_variables_bad_or_not_utf8_are_refused() {
         assert!(e.starts_with(var) && e.contains("\"abc\""), "{e}");
     }
 }
+
+/// The body of the function `name` defined in `src` (the text between its outer braces,
+/// line comments removed), and its parameter list; `None` if `src` defines no such
+/// function. A declaration (`fn name(..);` in an `extern` block) is skipped.
+fn fn_body_and_params(src: &str, name: &str) -> Option<(String, String)> {
+    let src: String = src
+        .lines()
+        .map(|l| match l.find("// ") {
+            Some(i) if !l[..i].contains('"') => &l[..i],
+            _ if l.trim_start().starts_with("//") => "",
+            _ => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let pat = format!("fn {name}(");
+    let mut from = 0;
+    while let Some(at) = src[from..].find(&pat) {
+        let start = from + at + pat.len();
+        from = start;
+        // The parameter list, to its matching parenthesis.
+        let mut depth = 1;
+        let mut end = start;
+        for (i, c) in src[start..].char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                _ => {}
+            }
+            if depth == 0 {
+                end = start + i;
+                break;
+            }
+        }
+        let params = src[start..end].to_string();
+        let rest = &src[end..];
+        let (Some(brace), semi) = (rest.find('{'), rest.find(';')) else {
+            continue;
+        };
+        if semi.is_some_and(|s| s < brace) {
+            continue; // a declaration
+        }
+        let body_start = end + brace + 1;
+        let mut depth = 1;
+        for (i, c) in src[body_start..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                _ => {}
+            }
+            if depth == 0 {
+                return Some((src[body_start..body_start + i].trim().to_string(), params));
+            }
+        }
+    }
+    None
+}
+
+/// Every exported function (`extern "C" fn`, the `__wc_` names and the `context->ops`
+/// entries) that uses a pointer the application passes runs its body under `guard`, or
+/// is one call to a function that does: a panic of ours (a bug) is then an error with
+/// `errno` `EIO`, never an unwind into C, which aborts the application. `ibv_query_srq`,
+/// `ibv_destroy_srq`, `ibv_dealloc_pd`, `ibv_dealloc_mw`, `ibv_close_device`,
+/// `rdma_set_option`, `rdma_freeaddrinfo` and others ran unguarded.
+#[test]
+fn every_export_runs_under_guard() {
+    let sources = [include_str!("verbs.rs"), include_str!("cm.rs")];
+    let guarded = |name: &str| {
+        sources
+            .iter()
+            .find_map(|s| fn_body_and_params(s, name))
+            .is_some_and(|(b, _)| b.starts_with("guard("))
+    };
+    let mut unguarded = Vec::new();
+    let mut seen = 0;
+    for src in sources {
+        for line in src.lines() {
+            let Some(at) = line.find("extern \"C\" fn ") else {
+                continue;
+            };
+            let name: String = line[at + 14..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if name.is_empty() {
+                continue; // a function pointer type
+            }
+            let Some((body, params)) = fn_body_and_params(src, &name) else {
+                continue;
+            };
+            seen += 1;
+            // The pointers it uses: parameters of a pointer type not named `_...`.
+            let uses_pointer = params.split(',').any(|p| {
+                let mut kv = p.splitn(2, ':');
+                let (n, t) = (kv.next().unwrap_or("").trim(), kv.next().unwrap_or(""));
+                t.contains('*') && !n.starts_with('_') && !n.is_empty()
+            });
+            if !uses_pointer || body.starts_with("guard(") {
+                continue;
+            }
+            // One call to a guarded function (ibv_reg_mr's `reg_mr`, ...).
+            let callee: String = body
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            let one_call = !callee.is_empty()
+                && body[callee.len()..].starts_with('(')
+                && body.ends_with(')')
+                && !body.contains(';');
+            if !(one_call && guarded(&callee)) {
+                unguarded.push(name);
+            }
+        }
+    }
+    assert!(seen > 100, "only {seen} exported functions found");
+    assert!(
+        unguarded.is_empty(),
+        "exported functions that use the caller's pointers outside guard(): {unguarded:?}"
+    );
+}

@@ -18,7 +18,7 @@ use wv::{Access, Completion, QpInit, SendOp, Sge, WcOpcode, WcStatus};
 
 use crate::sys::*;
 use crate::{
-    engine, errno_of, guard, set_errno, EAGAIN, EFAULT, EINVAL, ENODEV, ENOMEM, EOPNOTSUPP,
+    engine, errno_of, guard, set_errno, EAGAIN, EFAULT, EINVAL, EIO, ENODEV, ENOMEM, EOPNOTSUPP,
 };
 
 /// Our device (`warpcore0`): one per process, never freed.
@@ -297,11 +297,13 @@ pub extern "C" fn __wc_ibv_free_device_list(list: *mut *mut ibv_device) {
 
 #[no_mangle]
 pub extern "C" fn __wc_ibv_get_device_name(dev: *mut ibv_device) -> *const c_char {
-    if dev.is_null() {
-        return ptr::null();
-    }
-    // SAFETY: dev is our device (the only one listed).
-    unsafe { (*dev).name.as_ptr() }
+    guard(ptr::null(), || {
+        if dev.is_null() {
+            return ptr::null();
+        }
+        // SAFETY: dev is our device (the only one listed).
+        unsafe { (*dev).name.as_ptr() }
+    })
 }
 
 #[no_mangle]
@@ -352,21 +354,23 @@ pub extern "C" fn __wc_ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context
 
 #[no_mangle]
 pub extern "C" fn __wc_ibv_close_device(c: *mut ibv_context) -> c_int {
-    // The engine and its EAL live until the process exits: DPDK cannot initialise twice.
-    if !check_ctx(c) {
-        return EINVAL;
-    }
-    if let Some(b) = ctx_box() {
-        let _ = b
-            .opens
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-    }
-    0
+    guard(EIO, || {
+        // The engine and its EAL live until the process exits: DPDK cannot initialise twice.
+        if !check_ctx(c) {
+            return EINVAL;
+        }
+        if let Some(b) = ctx_box() {
+            let _ = b
+                .opens
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
+        0
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn __wc_ibv_query_device(c: *mut ibv_context, out: *mut ibv_device_attr) -> c_int {
-    guard(EINVAL, || {
+    guard(EIO, || {
         if !check_ctx(c) || out.is_null() {
             return EINVAL;
         }
@@ -464,7 +468,7 @@ unsafe extern "C" fn query_port_ex(
     out: *mut ibv_port_attr,
     size: usize,
 ) -> c_int {
-    guard(EINVAL, || {
+    guard(EIO, || {
         if !check_ctx(c) || out.is_null() || port != 1 {
             return EINVAL;
         }
@@ -476,7 +480,7 @@ unsafe extern "C" fn query_port_ex(
 /// when the context has no `query_port` entry, which ours has.
 #[no_mangle]
 pub extern "C" fn __wc_ibv_query_port(c: *mut ibv_context, port: u8, out: *mut c_void) -> c_int {
-    guard(EINVAL, || {
+    guard(EIO, || {
         if !check_ctx(c) || out.is_null() || port != 1 {
             return EINVAL;
         }
@@ -530,7 +534,7 @@ pub extern "C" fn __wc__ibv_query_gid_ex(
     _flags: u32,
     size: usize,
 ) -> c_int {
-    guard(EINVAL, || {
+    guard(EIO, || {
         // The entry is `size` octets: rdma-core passes it to the kernel as the out
         // attribute's length (cmd_device.c, __ibv_query_gid_ex), and uverbs refuses one
         // shorter than its struct with EINVAL. Before, a whole entry was written past it.
@@ -566,15 +570,17 @@ pub extern "C" fn __wc_ibv_query_gid_type(
     index: c_uint,
     ty: *mut c_uint,
 ) -> c_int {
-    // enum ibv_gid_type_sysfs (rdma-core's private driver.h): IB/RoCE v1 = 0, RoCE v2 = 1.
-    const IBV_GID_TYPE_SYSFS_IB_ROCE_V1: c_uint = 0;
-    if !check_ctx(c) || ty.is_null() || port != 1 || index != 0 {
-        set_errno(EINVAL);
-        return -1;
-    }
-    // SAFETY: ty is the caller's.
-    unsafe { *ty = IBV_GID_TYPE_SYSFS_IB_ROCE_V1 };
-    0
+    guard(-1, || {
+        // enum ibv_gid_type_sysfs (rdma-core's private driver.h): IB/RoCE v1 = 0, RoCE v2 = 1.
+        const IBV_GID_TYPE_SYSFS_IB_ROCE_V1: c_uint = 0;
+        if !check_ctx(c) || ty.is_null() || port != 1 || index != 0 {
+            set_errno(EINVAL);
+            return -1;
+        }
+        // SAFETY: ty is the caller's.
+        unsafe { *ty = IBV_GID_TYPE_SYSFS_IB_ROCE_V1 };
+        0
+    })
 }
 
 /// `ibv_read_sysfs_file`: Warpcore's device has no sysfs directory.
@@ -598,13 +604,15 @@ pub extern "C" fn __wc_ibv_query_pkey(
 ) -> c_int {
     // ibv_query_pkey(3): 0 on success, -1 on error (errno set), unlike ibv_query_port's
     // errno value.
-    if !check_ctx(c) || pkey.is_null() || port != 1 || index != 0 {
-        set_errno(EINVAL);
-        return -1;
-    }
-    // SAFETY: pkey is a caller-owned u16.
-    unsafe { *pkey = 0xFFFF_u16.to_be() };
-    0
+    guard(-1, || {
+        if !check_ctx(c) || pkey.is_null() || port != 1 || index != 0 {
+            set_errno(EINVAL);
+            return -1;
+        }
+        // SAFETY: pkey is a caller-owned u16.
+        unsafe { *pkey = 0xFFFF_u16.to_be() };
+        0
+    })
 }
 
 #[no_mangle]
@@ -737,7 +745,7 @@ pub(crate) fn wait_readable(fd: c_int, timeout: Option<Duration>) {
 #[no_mangle]
 pub extern "C" fn __wc_rpoll(fds: *mut c_void, nfds: u64, timeout: c_int) -> c_int {
     // SAFETY: the caller's pollfd array, as poll(2) takes it.
-    unsafe { poll(fds.cast(), nfds, timeout) }
+    guard(-1, || unsafe { poll(fds.cast(), nfds, timeout) })
 }
 
 /// Destroys one of our objects: `p`, the public struct, is the first field of a box of `T`
@@ -746,7 +754,7 @@ pub extern "C" fn __wc_rpoll(fds: *mut c_void, nfds: u64, timeout: c_int) -> c_i
 /// # Safety
 /// `p` is NULL or such a box, which the caller no longer uses.
 pub(crate) unsafe fn destroy<P, T>(p: *mut P) -> c_int {
-    guard(EINVAL, || {
+    guard(EIO, || {
         if p.is_null() {
             return EINVAL;
         }
@@ -896,16 +904,18 @@ pub extern "C" fn __wc_ibv_alloc_pd(c: *mut ibv_context) -> *mut ibv_pd {
 
 #[no_mangle]
 pub extern "C" fn __wc_ibv_dealloc_pd(p: *mut ibv_pd) -> c_int {
-    // ibv_alloc_pd(3): deallocating fails while MRs, MWs, SRQs or QPs use the PD.
-    if pd_uses(p).is_some_and(Uses::busy) {
-        return crate::EBUSY;
-    }
-    // SAFETY: p is NULL or ours (the matching create), no longer used by the caller.
-    let r = unsafe { destroy::<_, Pd>(p) };
-    if r == 0 {
-        PDS.give_back();
-    }
-    r
+    guard(EIO, || {
+        // ibv_alloc_pd(3): deallocating fails while MRs, MWs, SRQs or QPs use the PD.
+        if pd_uses(p).is_some_and(Uses::busy) {
+            return crate::EBUSY;
+        }
+        // SAFETY: p is NULL or ours (the matching create), no longer used by the caller.
+        let r = unsafe { destroy::<_, Pd>(p) };
+        if r == 0 {
+            PDS.give_back();
+        }
+        r
+    })
 }
 
 // ---------------------------------------------------------------- memory regions
@@ -1135,7 +1145,7 @@ pub extern "C" fn __wc_ibv_reg_mr_iova2(
 
 #[no_mangle]
 pub extern "C" fn __wc_ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
-    guard(EINVAL, || {
+    guard(EIO, || {
         // SAFETY: mr is NULL or ours (the matching create).
         let Some(m) = (unsafe { mr.cast::<Mr>().as_ref() }) else {
             return EINVAL;
@@ -1213,16 +1223,18 @@ unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, ty: ibv_mw_type) -> *mut ibv_mw {
 }
 
 unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
-    // SAFETY: mw is NULL or ours (the matching create).
-    let pd = unsafe { mw.as_ref() }.map_or(null_mut(), |m| m.pd);
-    // SAFETY: mw is NULL or ours (the matching create), no longer used by the caller.
-    let r = unsafe { destroy::<_, Mw>(mw) };
-    if r == 0 {
-        if let Some(u) = pd_uses(pd) {
-            u.remove();
+    guard(EIO, || {
+        // SAFETY: mw is NULL or ours (the matching create).
+        let pd = unsafe { mw.as_ref() }.map_or(null_mut(), |m| m.pd);
+        // SAFETY: mw is NULL or ours (the matching create), no longer used by the caller.
+        let r = unsafe { destroy::<_, Mw>(mw) };
+        if r == 0 {
+            if let Some(u) = pd_uses(pd) {
+                u.remove();
+            }
         }
-    }
-    r
+        r
+    })
 }
 
 /// The window rights of `mw_access_flags`.
@@ -1298,7 +1310,7 @@ fn post_bind(
 }
 
 unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, bind: *mut ibv_mw_bind) -> c_int {
-    guard(EINVAL, || {
+    guard(EIO, || {
         // SAFETY: qp is ours; bind the caller's.
         let (Some(q), Some(b)) = (unsafe { qp_ref(qp) }, unsafe { bind.as_ref() }) else {
             return EINVAL;
@@ -1358,7 +1370,7 @@ pub extern "C" fn __wc_ibv_create_comp_channel(c: *mut ibv_context) -> *mut ibv_
 
 #[no_mangle]
 pub extern "C" fn __wc_ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> c_int {
-    guard(EINVAL, || {
+    guard(EIO, || {
         if ch.is_null() {
             return EINVAL;
         }
@@ -1488,7 +1500,7 @@ pub extern "C" fn __wc_ibv_create_cq(
 
 #[no_mangle]
 pub extern "C" fn __wc_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
-    guard(EINVAL, || {
+    guard(EIO, || {
         // SAFETY: cq is NULL or came from ibv_create_cq.
         let Some(c) = (unsafe { cq_ref(cq) }) else {
             return EINVAL;
@@ -1505,6 +1517,10 @@ pub extern "C" fn __wc_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&c.cq.id());
+            // Its events still waiting on the channel go too, as the kernel's uverbs
+            // deletes them (ib_uverbs_release_ucq): they kept the descriptor readable, and
+            // an ibv_get_cq_event after poll(2) said so blocked.
+            c.cq.forget_events();
         }
         // ibv_get_cq_event(3): "destroying a CQ will wait for all completion events to be
         // acknowledged" (the application may still hold the CQ of an event it has not
@@ -1641,59 +1657,60 @@ pub(crate) fn wc_of(c: &Completion) -> ibv_wc {
 pub(crate) static EMPTY_POLLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
-    let got = poll_cq_inner(cq, n, wc);
-    if got == 0 {
-        EMPTY_POLLS.fetch_add(1, Ordering::Relaxed);
-    }
-    got
-}
-
-fn poll_cq_inner(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
     guard(-1, || {
-        // SAFETY: cq is one of ours (ibv_poll_cq(3)).
-        let Some(q) = (unsafe { cq_ref(cq) }) else {
-            return -1;
-        };
-        if n <= 0 {
-            return 0;
+        let got = poll_cq_inner(cq, n, wc);
+        if got == 0 {
+            EMPTY_POLLS.fetch_add(1, Ordering::Relaxed);
         }
-        if wc.is_null() {
-            return -1;
-        }
-        let mut done = 0usize;
-        let mut buf = [Completion {
-            wr_id: 0,
-            qp: wv::QpId {
-                core: 0,
-                index: 0,
-                generation: 0,
-            },
-            opcode: WcOpcode::Send,
-            status: WcStatus::Success,
-            byte_len: 0,
-            solicited: false,
-            invalidated: None,
-            imm: None,
-            atomic_orig: None,
-        }; 16];
-        while done < n as usize {
-            let want = (n as usize - done).min(buf.len());
-            let got = q.cq.poll(&mut buf[..want]);
-            for (i, c) in buf[..got].iter().enumerate() {
-                // SAFETY: wc has room for n entries (ibv_poll_cq(3)); done + i < n.
-                unsafe { wc.add(done + i).write(wc_of(c)) };
-            }
-            done += got;
-            if got < want {
-                break;
-            }
-        }
-        done as c_int
+        got
     })
 }
 
+/// `poll_cq`'s body (run under its guard).
+fn poll_cq_inner(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    // SAFETY: cq is one of ours (ibv_poll_cq(3)).
+    let Some(q) = (unsafe { cq_ref(cq) }) else {
+        return -1;
+    };
+    if n <= 0 {
+        return 0;
+    }
+    if wc.is_null() {
+        return -1;
+    }
+    let mut done = 0usize;
+    let mut buf = [Completion {
+        wr_id: 0,
+        qp: wv::QpId {
+            core: 0,
+            index: 0,
+            generation: 0,
+        },
+        opcode: WcOpcode::Send,
+        status: WcStatus::Success,
+        byte_len: 0,
+        solicited: false,
+        invalidated: None,
+        imm: None,
+        atomic_orig: None,
+    }; 16];
+    while done < n as usize {
+        let want = (n as usize - done).min(buf.len());
+        let got = q.cq.poll(&mut buf[..want]);
+        for (i, c) in buf[..got].iter().enumerate() {
+            // SAFETY: wc has room for n entries (ibv_poll_cq(3)); done + i < n.
+            unsafe { wc.add(done + i).write(wc_of(c)) };
+        }
+        done += got;
+        if got < want {
+            break;
+        }
+    }
+    done as c_int
+}
+
 unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
-    guard(EINVAL, || {
+    guard(EIO, || {
         // SAFETY: cq is one of ours.
         let Some(q) = (unsafe { cq_ref(cq) }) else {
             return EINVAL;
@@ -1813,7 +1830,7 @@ pub extern "C" fn __wc_ibv_modify_srq(
     attr: *mut ibv_srq_attr,
     mask: c_int,
 ) -> c_int {
-    guard(EINVAL, || {
+    guard(EIO, || {
         // SAFETY: s is ours; attr the caller's.
         let (Some(q), Some(a)) = (unsafe { s.cast::<Srq>().as_ref() }, unsafe {
             attr.as_ref()
@@ -1836,50 +1853,54 @@ pub extern "C" fn __wc_ibv_modify_srq(
 
 #[no_mangle]
 pub extern "C" fn __wc_ibv_query_srq(s: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
-    // SAFETY: s is ours; attr the caller's.
-    let (Some(q), Some(a)) = (unsafe { s.cast::<Srq>().as_ref() }, unsafe {
-        attr.as_mut()
-    }) else {
-        return EINVAL;
-    };
-    a.max_wr = q.srq.depth();
-    // What the queue was created with, which its posts are checked against.
-    a.max_sge = q.srq.max_sge();
-    // 0 once reached: the engine disarms it as the verbs do.
-    a.srq_limit = q.srq.armed_limit();
-    0
+    guard(EIO, || {
+        // SAFETY: s is ours; attr the caller's.
+        let (Some(q), Some(a)) = (unsafe { s.cast::<Srq>().as_ref() }, unsafe {
+            attr.as_mut()
+        }) else {
+            return EINVAL;
+        };
+        a.max_wr = q.srq.depth();
+        // What the queue was created with, which its posts are checked against.
+        a.max_sge = q.srq.max_sge();
+        // 0 once reached: the engine disarms it as the verbs do.
+        a.srq_limit = q.srq.armed_limit();
+        0
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn __wc_ibv_destroy_srq(s: *mut ibv_srq) -> c_int {
-    // SAFETY: s is NULL or ours (the matching create).
-    let Some(q) = (unsafe { s.cast::<Srq>().as_ref() }) else {
-        return EINVAL;
-    };
-    // ibv_create_srq(3): destroying fails while a QP uses the SRQ.
-    if q.uses.busy() {
-        return crate::EBUSY;
-    }
-    // Its limit event: no new one (out of the registry), a queued one taken back, a
-    // delivered one waited for until acknowledged (ibv_get_async_event(3)).
-    srqs().remove(&q.srq.id());
-    let purged = purge_async(IBV_EVENT_SRQ_LIMIT_REACHED, s.cast());
-    let mut n = q.async_unacked.lock().unwrap_or_else(|e| e.into_inner());
-    *n = n.saturating_sub(purged);
-    while *n > 0 {
-        n = q.all_acked.wait(n).unwrap_or_else(|e| e.into_inner());
-    }
-    drop(n);
-    let pd = q.ibv.pd;
-    // SAFETY: s is ours, no longer used by the caller nor by any QP.
-    let r = unsafe { destroy::<_, Srq>(s) };
-    if r == 0 {
-        SRQS.give_back();
-        if let Some(u) = pd_uses(pd) {
-            u.remove();
+    guard(EIO, || {
+        // SAFETY: s is NULL or ours (the matching create).
+        let Some(q) = (unsafe { s.cast::<Srq>().as_ref() }) else {
+            return EINVAL;
+        };
+        // ibv_create_srq(3): destroying fails while a QP uses the SRQ.
+        if q.uses.busy() {
+            return crate::EBUSY;
         }
-    }
-    r
+        // Its limit event: no new one (out of the registry), a queued one taken back, a
+        // delivered one waited for until acknowledged (ibv_get_async_event(3)).
+        srqs().remove(&q.srq.id());
+        let purged = purge_async(IBV_EVENT_SRQ_LIMIT_REACHED, s.cast());
+        let mut n = q.async_unacked.lock().unwrap_or_else(|e| e.into_inner());
+        *n = n.saturating_sub(purged);
+        while *n > 0 {
+            n = q.all_acked.wait(n).unwrap_or_else(|e| e.into_inner());
+        }
+        drop(n);
+        let pd = q.ibv.pd;
+        // SAFETY: s is ours, no longer used by the caller nor by any QP.
+        let r = unsafe { destroy::<_, Srq>(s) };
+        if r == 0 {
+            SRQS.give_back();
+            if let Some(u) = pd_uses(pd) {
+                u.remove();
+            }
+        }
+        r
+    })
 }
 
 /// The SGE list of a work request, of at most `max` entries (the limit of the queue it is
@@ -1922,7 +1943,7 @@ unsafe extern "C" fn post_srq_recv(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    guard(EINVAL, || {
+    guard(EIO, || {
         // SAFETY: s is ours.
         let Some(q) = (unsafe { s.cast::<Srq>().as_ref() }) else {
             return EINVAL;
@@ -1994,7 +2015,8 @@ pub(crate) struct Qp {
     /// (`ibv_destroy_qp` waits on `all_acked` until none is). Also the lock that orders
     /// the application's moves to ERR and RESET (the engine's `abort` or `reset` and the
     /// store in `qp->state`) against what the CM dispatcher decides from the engine's
-    /// state: the ERR or RTS it stores for a connection's event ([`set_qp_state_if`]) and
+    /// state: the ERR or RTS it stores for a connection's event ([`set_qp_state_if`],
+    /// [`set_qp_rts_established`]) and
     /// the Last WQE Reached it raises ([`raise_last_wqe`]), so that nothing decided before
     /// the application's move is stored after it.
     last_wqe: Mutex<LastWqe>,
@@ -2011,6 +2033,13 @@ struct LastWqe {
     raised: bool,
     /// Queued or delivered and not yet acknowledged.
     unacked: u64,
+    /// The application's state moves (`ibv_modify_qp` with `IBV_QP_STATE`, each that
+    /// succeeded), counted under this lock.
+    moves: u64,
+    /// `moves` when the QP's current connection started (`rdma_connect`, `rdma_accept`):
+    /// ESTABLISHED stores RTS only if the application has made no move since
+    /// ([`set_qp_rts_established`]).
+    moves_at_connect: u64,
 }
 
 impl Qp {
@@ -2232,7 +2261,7 @@ pub extern "C" fn __wc_ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_att
 
 #[no_mangle]
 pub extern "C" fn __wc_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
-    guard(EINVAL, || {
+    guard(EIO, || {
         if qp.is_null() {
             return EINVAL;
         }
@@ -2330,6 +2359,53 @@ pub(crate) fn set_qp_state_if(
     }
 }
 
+/// A connection of `qp` starts (`rdma_connect`, `rdma_accept`): the application's state
+/// moves from here on are its own word on `qp->state` ([`set_qp_rts_established`]). The
+/// mark it replaces, for [`connection_not_started`].
+pub(crate) fn connection_starts(qp: *mut ibv_qp) -> u64 {
+    // SAFETY: qp is NULL or a live QP of ours (the caller's id holds it).
+    let Some(q) = (unsafe { qp_ref(qp) }) else {
+        return 0;
+    };
+    let mut lw = q.last_wqe.lock().unwrap_or_else(|e| e.into_inner());
+    let moves = lw.moves;
+    std::mem::replace(&mut lw.moves_at_connect, moves)
+}
+
+/// The connection [`connection_starts`] announced did not start (a second `rdma_connect`
+/// on a connection under way, say): the mark goes back to `before`, the one it replaced.
+pub(crate) fn connection_not_started(qp: *mut ibv_qp, before: u64) {
+    // SAFETY: as in connection_starts.
+    if let Some(q) = unsafe { qp_ref(qp) } {
+        q.last_wqe
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .moves_at_connect = before;
+    }
+}
+
+/// `qp->state` to RTS for its connection's ESTABLISHED (the CM dispatcher), while the
+/// engine's QP is connected (not moved to ERR or reset on another thread since the engine
+/// reported it) and the application has not moved the QP itself since the connection
+/// started. RTS stands for what librdmacm does on its own (rdma_accept's RTR and RTS;
+/// on InfiniBand the active side's at the connect response), never after a move of the
+/// application's: with rdma-core over a kernel iWARP provider nothing but the
+/// application's calls writes the field (the kernel's iw_cm moves the QP to RTS without
+/// it), so an application's RESET, INIT, RTR or RTS made while its connection was set up
+/// is what it reads after ESTABLISHED. It was overwritten with RTS.
+pub(crate) fn set_qp_rts_established(qp: *mut ibv_qp) {
+    // SAFETY: qp is NULL or a live QP of ours (the caller's id holds it while registered).
+    let Some(q) = (unsafe { qp_ref(qp) }) else {
+        return;
+    };
+    let lw = q.last_wqe.lock().unwrap_or_else(|e| e.into_inner());
+    if lw.moves == lw.moves_at_connect
+        && matches!(q.qp.state(), wv::QpState::Rts | wv::QpState::Closing)
+    {
+        set_qp_state(qp, IBV_QPS_RTS);
+    }
+}
+
 /// Records the negotiated IRD and ORD of `qp`'s connection as it is established (the
 /// connection manager's dispatcher), which `ibv_query_qp` reports.
 pub(crate) fn set_qp_ird_ord(qp: *mut ibv_qp, ird: u16, ord: u16) {
@@ -2353,7 +2429,7 @@ pub extern "C" fn __wc_ibv_modify_qp(
     attr: *mut ibv_qp_attr,
     mask: c_int,
 ) -> c_int {
-    guard(EINVAL, || {
+    guard(EIO, || {
         // SAFETY: qp is ours; attr the caller's.
         let (Some(q), Some(a)) = (unsafe { qp_ref(qp) }, unsafe { attr.as_ref() }) else {
             return EINVAL;
@@ -2379,6 +2455,7 @@ pub extern "C" fn __wc_ibv_modify_qp(
                 | Err(wv::Error::InvalidState(wv::QpState::Error | wv::QpState::Terminate)) = r
                 {
                     set_qp_state(qp, IBV_QPS_ERR);
+                    lw.moves += 1;
                     if q.srq && from_reset {
                         // Counted as raised: the engine's report of the same stay in ERR
                         // raises none either.
@@ -2419,6 +2496,7 @@ pub extern "C" fn __wc_ibv_modify_qp(
                         // Its next entry into ERR raises Last WQE Reached again.
                         lw.raised = false;
                         set_qp_state(qp, IBV_QPS_RESET);
+                        lw.moves += 1;
                         0
                     }
                     Err(e) => errno_of(&e),
@@ -2428,9 +2506,13 @@ pub extern "C" fn __wc_ibv_modify_qp(
             // transitions an application makes before that (INIT, RTR, RTS, as librdmacm's
             // rdma_init_qp_attr tells it) change nothing in the engine. They succeed, and
             // qp->state takes the state asked for, as rdma-core's ibv_modify_qp sets it
-            // after the provider succeeds (verbs.c).
+            // after the provider succeeds (verbs.c). Stored and counted under the lock
+            // ESTABLISHED's RTS is decided under: a move made while the connection is set
+            // up is not overwritten by it (set_qp_rts_established).
             s @ (IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR | IBV_QPS_RTS) => {
+                let mut lw = q.last_wqe.lock().unwrap_or_else(|e| e.into_inner());
                 set_qp_state(qp, s);
+                lw.moves += 1;
                 0
             }
             IBV_QPS_SQD => EOPNOTSUPP,
@@ -2446,7 +2528,7 @@ pub extern "C" fn __wc_ibv_query_qp(
     mask: c_int,
     init: *mut ibv_qp_init_attr,
 ) -> c_int {
-    guard(EINVAL, || {
+    guard(EIO, || {
         // SAFETY: qp is ours; attr and init the caller's.
         let Some(q) = (unsafe { qp_ref(qp) }) else {
             return EINVAL;
@@ -2569,7 +2651,7 @@ unsafe extern "C" fn post_send(
     mut wr: *mut ibv_send_wr,
     bad: *mut *mut ibv_send_wr,
 ) -> c_int {
-    guard(EINVAL, || {
+    guard(EIO, || {
         // SAFETY: qp is ours.
         let Some(q) = (unsafe { qp_ref(qp) }) else {
             return EINVAL;
@@ -2713,7 +2795,7 @@ unsafe extern "C" fn post_recv(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    guard(EINVAL, || {
+    guard(EIO, || {
         // SAFETY: qp is ours.
         let Some(q) = (unsafe { qp_ref(qp) }) else {
             return EINVAL;
@@ -2811,27 +2893,29 @@ pub extern "C" fn __wc_ibv_rereg_mr(
     len: usize,
     access: c_int,
 ) -> c_int {
-    // ibv_rereg_mr(3): "IBV_REREG_MR_ERR_INPUT - Old MR is valid, an input error was
-    // detected by libibverbs". rdma-core's verbs.c makes these checks before it asks the
-    // provider, with errno EINVAL: flags outside IBV_REREG_MR_FLAGS_SUPPORTED, a new
-    // translation without an address or a length, access flags without
-    // IBV_REREG_MR_CHANGE_ACCESS (and a NULL mr, which verbs.c would dereference). Answered
-    // IBV_REREG_MR_ERR_CMD ("MR shouldn't be used"), an application that checks the code
-    // deregistered an MR it could have kept.
-    let f = flags as c_uint;
-    if mr.is_null()
-        || f & !IBV_REREG_MR_FLAGS_SUPPORTED != 0
-        || (f & IBV_REREG_MR_CHANGE_TRANSLATION != 0 && (len == 0 || addr.is_null()))
-        || (access != 0 && f & IBV_REREG_MR_CHANGE_ACCESS == 0)
-    {
-        set_errno(EINVAL);
-        return IBV_REREG_MR_ERR_INPUT;
-    }
-    // The rest: what rdma-core answers for a provider without rereg_mr, as siw is
-    // (dummy_ops.c: EOPNOTSUPP, turned into IBV_REREG_MR_ERR_CMD by verbs.c). A positive
-    // errno read as success by `< 0`.
-    set_errno(EOPNOTSUPP);
-    IBV_REREG_MR_ERR_CMD
+    guard(IBV_REREG_MR_ERR_CMD, || {
+        // ibv_rereg_mr(3): "IBV_REREG_MR_ERR_INPUT - Old MR is valid, an input error was
+        // detected by libibverbs". rdma-core's verbs.c makes these checks before it asks the
+        // provider, with errno EINVAL: flags outside IBV_REREG_MR_FLAGS_SUPPORTED, a new
+        // translation without an address or a length, access flags without
+        // IBV_REREG_MR_CHANGE_ACCESS (and a NULL mr, which verbs.c would dereference). Answered
+        // IBV_REREG_MR_ERR_CMD ("MR shouldn't be used"), an application that checks the code
+        // deregistered an MR it could have kept.
+        let f = flags as c_uint;
+        if mr.is_null()
+            || f & !IBV_REREG_MR_FLAGS_SUPPORTED != 0
+            || (f & IBV_REREG_MR_CHANGE_TRANSLATION != 0 && (len == 0 || addr.is_null()))
+            || (access != 0 && f & IBV_REREG_MR_CHANGE_ACCESS == 0)
+        {
+            set_errno(EINVAL);
+            return IBV_REREG_MR_ERR_INPUT;
+        }
+        // The rest: what rdma-core answers for a provider without rereg_mr, as siw is
+        // (dummy_ops.c: EOPNOTSUPP, turned into IBV_REREG_MR_ERR_CMD by verbs.c). A positive
+        // errno read as success by `< 0`.
+        set_errno(EOPNOTSUPP);
+        IBV_REREG_MR_ERR_CMD
+    })
 }
 
 #[no_mangle]
@@ -3037,11 +3121,13 @@ pub extern "C" fn __wc_mbps_to_ibv_rate(mbps: c_int) -> ibv_rate {
 /// dummy_ops.c's `set_ece` for siw and any provider without it (errno untouched).
 #[no_mangle]
 pub extern "C" fn __wc_ibv_set_ece(_qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int {
-    // SAFETY: ece is the caller's (rdma-core reads it unchecked as well).
-    if unsafe { ece.as_ref() }.is_none_or(|e| e.vendor_id == 0) {
-        set_errno(EOPNOTSUPP);
-    }
-    EOPNOTSUPP
+    guard(EIO, || {
+        // SAFETY: ece is the caller's (rdma-core reads it unchecked as well).
+        if unsafe { ece.as_ref() }.is_none_or(|e| e.vendor_id == 0) {
+            set_errno(EOPNOTSUPP);
+        }
+        EOPNOTSUPP
+    })
 }
 
 /// `ibv_query_ece`: dummy_ops.c's `query_ece`, `EOPNOTSUPP` (errno untouched).
@@ -3116,7 +3202,7 @@ pub extern "C" fn __wc__ibv_query_gid_table(
     flags: u32,
     entry_size: usize,
 ) -> isize {
-    guard(-(EINVAL as isize), || {
+    guard(-(EIO as isize), || {
         if flags != 0 {
             return -(EOPNOTSUPP as isize);
         }

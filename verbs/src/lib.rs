@@ -1865,6 +1865,16 @@ impl CompletionQueue {
         self.driver.pop_into(&self.cq, out)
     }
 
+    /// Disarms the queue and takes the events it signalled on its channel that no
+    /// [`CompletionChannel::get_event`] has taken yet off the channel; returns how many.
+    /// For a queue about to be dropped for good (the verbs' `ibv_destroy_cq`, whose kernel
+    /// side deletes the CQ's pending events from its completion channel): the channel's
+    /// descriptor then reads readable only while another queue's event waits. (An event
+    /// of a dropped queue is skipped by `get_event`, but kept the descriptor readable.)
+    pub fn forget_events(&self) -> usize {
+        self.cq.forget_events()
+    }
+
     /// Appends a flushed completion (`WcStatus::FlushErr`) of work request `wr_id` of
     /// queue pair `qp` behind those already queued, as the engine's own flushes are: a
     /// layer above that accepts work requests on a QP in the error state (the verbs
