@@ -877,6 +877,12 @@ impl Connection {
         self.state
     }
 
+    /// Consecutive expiries of the retransmission timer without progress or an answer
+    /// (RTOs and probes of a shut window): the count RFC 1122 4.2.3.5 compares with R1.
+    pub fn rto_backoffs(&self) -> u32 {
+        self.rec.backoffs()
+    }
+
     /// Endpoints.
     pub fn endpoints(&self) -> Endpoints {
         self.ep

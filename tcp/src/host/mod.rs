@@ -125,6 +125,10 @@ const RX_BUDGET: usize = 64;
 const RX_BEGUN: u8 = 1;
 /// [`Inner::rx_next`]: the next poll takes no frame ([`Host::hold_rx`]).
 const RX_HELD: u8 = 2;
+/// RFC 1122 4.2.3.5's R1: from this many unanswered retransmission timeouts of a
+/// connection on, each one passes negative advice to the link layer, which asks ARP for the
+/// next hop again (RFC 1122 2.3.2.1 (4), higher-layer advice).
+const NEGATIVE_ADVICE_RTOS: u32 = 3;
 /// Most control frames (RST, ARP, ICMP) waiting to go out.
 pub const CONTROL_MAX: usize = 64;
 const TCP_HDR: usize = 20;
@@ -2085,9 +2089,25 @@ impl Inner {
             }
             s.armed = None;
             self.stats.timers_fired += 1;
+            let before = s.conn.rto_backoffs();
             s.conn.handle_timeout(now);
+            let after = s.conn.rto_backoffs();
+            let next_hop = s.next_hop;
             work = true;
             self.mark_dirty(e.index);
+            // RFC 1122 4.2.3.5 (b), 2.3.2.1 (4): retransmissions past R1 are negative advice
+            // to the link layer: the next hop's entry is checked by a new ARP request while
+            // it stays in use, so a peer that came back at another hardware address (a
+            // restart on another NIC) is reached again once it answers. The entry used to
+            // live its whole 60 s since the last ARP frame, longer than the user timeout
+            // (30 s): every retransmission went to the old address and the connection
+            // timed out instead of drawing the restarted peer's RST.
+            if after > before
+                && after >= NEGATIVE_ADVICE_RTOS
+                && self.neighbors.advise(next_hop, now)
+            {
+                self.arp_request(next_hop);
+            }
         }
         self.due = due;
         work

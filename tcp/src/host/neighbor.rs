@@ -249,6 +249,13 @@ impl Neighbors {
         }
     }
 
+    /// Negative advice from a connection's retransmissions (RFC 1122 2.3.2.1 (4)): whether
+    /// to ask again for `ip`, a known address not asked for within [`RETRY`] (then noted as
+    /// asked). The entry stays in use meanwhile; an answer replaces its hardware address.
+    pub fn advise(&mut self, ip: Ipv4Address, now: Instant) -> bool {
+        self.knows(ip, now) && self.may_ask(ip, now)
+    }
+
     /// Whether `ip` has a live entry (a look-up would find it), changing nothing.
     pub fn knows(&self, ip: Ipv4Address, now: Instant) -> bool {
         self.entries.get(&ip).is_some_and(|e| e.expires > now)
@@ -473,5 +480,33 @@ mod tests {
         n.fill(IP, EthernetAddress::BROADCAST, Instant::ZERO);
         assert_eq!(n.lookup(IP, Instant::ZERO), Lookup::Request);
         assert!(!n.refresh(Ipv4Address::new(198, 18, 0, 9), MAC, Instant::ZERO));
+    }
+
+    /// RFC 1122 2.3.2.1 (4): negative advice asks again for a known address only, at most
+    /// once per retry interval, keeps the entry in use meanwhile, and the answer's new
+    /// hardware address replaces the old one at once.
+    #[test]
+    fn negative_advice_asks_again_and_the_answer_moves_the_entry() {
+        let mut n = Neighbors::default();
+        let t0 = Instant::from_millis(0);
+        assert!(
+            !n.advise(IP, t0),
+            "an unknown address is not asked for by advice"
+        );
+        n.fill(IP, MAC, t0);
+        let t1 = t0 + Duration::from_secs(10);
+        assert!(n.advise(IP, t1));
+        assert!(!n.advise(IP, t1 + RETRY - Duration::from_millis(1)));
+        assert_eq!(n.lookup(IP, t1), Lookup::Found(MAC));
+        let moved = EthernetAddress([2, 0, 0, 0, 0, 9]);
+        assert!(
+            n.fill(IP, moved, t1 + Duration::from_millis(1)),
+            "the answer was waited for"
+        );
+        assert_eq!(
+            n.lookup(IP, t1 + Duration::from_millis(2)),
+            Lookup::Found(moved)
+        );
+        assert!(n.advise(IP, t1 + RETRY));
     }
 }
