@@ -2670,3 +2670,52 @@ fn rfc2018_4_sack_blocks_repeat_the_most_recently_reported() {
     let block = |off: u32| (base + off, base + off + 500);
     assert_eq!(last, vec![block(7000), block(5000), block(3000)]);
 }
+
+/// RFC 7323 2.2 ("may send a Window Scale option in a <SYN,ACK> segment only if the option
+/// was received in the initial <SYN>"), 3.2 (TSopt likewise) and RFC 2018 2 (SACK-permitted
+/// "must not be sent on non-SYN segments", and on a SYN-ACK only if the SYN carried it):
+/// in a simultaneous open our SYN-ACK answers the peer's SYN, so it carries an option
+/// only if that SYN did. It carried all three whatever the peer's SYN held (the option
+/// choice tested "active", true for our side of a simultaneous open).
+#[test]
+fn review_rfc7323_2_2_simultaneous_open_syn_ack_options_follow_the_peer_syn() {
+    for peer_offers in [false, true] {
+        let mut c = Connection::connect(&cfg(), ep(), ISS, ms(0));
+        let syn = drain(&mut c, ms(0));
+        assert!(syn[0].ws.is_some() && syn[0].ts.is_some() && syn[0].sack_permitted);
+        // The peer's SYN crosses ours.
+        let mut s = seg(TcpControl::Syn, PISS, None, &[]);
+        s.max_seg_size = Some(1460);
+        if peer_offers {
+            s.window_scale = Some(7);
+            s.sack_permitted = true;
+            s.timestamp = Some(TcpTimestampRepr { tsval: 1, tsecr: 0 });
+        }
+        c.handle_segment(ms(1), &s);
+        assert_eq!(c.state(), State::SynReceived);
+        let out = drain(&mut c, ms(1));
+        assert_eq!(out.len(), 1, "{out:?}");
+        let sa = &out[0];
+        assert_eq!(sa.control, TcpControl::Syn);
+        assert_eq!(sa.ack, Some(PISS + 1));
+        assert_eq!(sa.ws.is_some(), peer_offers, "{sa:?}");
+        assert_eq!(sa.ts.is_some(), peer_offers, "{sa:?}");
+        assert_eq!(sa.sack_permitted, peer_offers, "{sa:?}");
+        if peer_offers {
+            // The same shift as our SYN's (RFC 7323 2.2: one shift per direction).
+            assert_eq!(sa.ws, syn[0].ws);
+        }
+        // The SYN-ACK's retransmission at the RTO likewise.
+        let again = run_until(&mut c, ms(1), ms(1_500));
+        let sa2 = again
+            .iter()
+            .find(|(_, o)| o.control == TcpControl::Syn)
+            .map(|(_, o)| o)
+            .expect("SYN-ACK again");
+        assert_eq!(
+            (sa2.ws.is_some(), sa2.ts.is_some(), sa2.sack_permitted),
+            (peer_offers, peer_offers, peer_offers),
+            "{sa2:?}"
+        );
+    }
+}

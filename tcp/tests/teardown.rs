@@ -10,7 +10,7 @@ use common::*;
 use script::*;
 use smoltcp::socket::tcp::State;
 use smoltcp::time::{Duration, Instant};
-use smoltcp::wire::{TcpControl, TcpSeqNumber};
+use smoltcp::wire::{TcpControl, TcpSeqNumber, TcpTimestampRepr};
 use warpcore_tcp::conn::{ConnEvent, Connection, Endpoints};
 use warpcore_tcp::link::{self, LinkConfig, LinkEnd};
 use warpcore_tcp::{ConnId, Event, Stack, TcpTuning};
@@ -94,7 +94,8 @@ fn rfc9293_3_6_half_close_data_after_our_fin_is_taken_and_acked() {
 
 /// RFC 9293 3.10.7.4 eighth, TIME-WAIT: a retransmitted FIN is acknowledged again and
 /// restarts the 2 MSL timer; a new SYN draws a (challenge) ACK and leaves TIME-WAIT as it
-/// is (RFC 5961 4.2; RFC 6191 reuse is not implemented); an in-window RST that is not
+/// is (RFC 5961 4.2: the connection alone; a host with a listener for the port reopens
+/// the 4-tuple instead, RFC 6191, `review_rfc6191_*`); an in-window RST that is not
 /// exactly at RCV.NXT draws a challenge ACK (RFC 5961 3.2), one at RCV.NXT closes.
 #[test]
 fn rfc9293_3_10_7_4_time_wait_retransmitted_fin_syn_and_rst() {
@@ -620,4 +621,100 @@ fn rfc9293_3_10_7_4_time_wait_ends_without_a_second_event() {
         assert!(drain(&mut c, ms(4)).is_empty(), "RST {by_rst}");
         assert!(c.is_finished(), "RST {by_rst}");
     }
+}
+
+/// RFC 6191 2 (RFC 9293 3.6.1 MAY-2, RFC 1122 4.2.2.13): which SYNs may reopen a 4-tuple
+/// held in TIME-WAIT. With timestamps on the old incarnation, a TSval newer than the last
+/// one seen (whatever the sequence number) and no other; without, a sequence number above
+/// RCV.NXT; a SYN-ACK never.
+#[test]
+fn review_rfc6191_time_wait_reopen_rule() {
+    let syn_ts = |seq: TcpSeqNumber, tsval: Option<u32>| {
+        let mut s = seg(TcpControl::Syn, seq, None, &[]);
+        s.timestamp = tsval.map(|tsval| TcpTimestampRepr { tsval, tsecr: 0 });
+        s
+    };
+    for plain in [false, true] {
+        let mut c = established(cfg(), plain);
+        c.close();
+        drain(&mut c, ms(2));
+        let mut fin = seg(TcpControl::Fin, PISS + 1, Some(ISS + 2), &[]);
+        if !plain {
+            fin.timestamp = Some(TcpTimestampRepr {
+                tsval: 1_000,
+                tsecr: 0,
+            });
+        }
+        c.handle_segment(ms(3), &fin);
+        assert_eq!(c.state(), State::TimeWait, "plain {plain}");
+        drain(&mut c, ms(3));
+        events(&mut c);
+        let above = PISS + 100_000;
+        let below = PISS + 1;
+        if plain {
+            assert!(c.time_wait_reopens(&syn_ts(above, None)));
+            assert!(!c.time_wait_reopens(&syn_ts(below, None)));
+            assert!(!c.time_wait_reopens(&syn_ts(PISS + 2, None)), "at RCV.NXT");
+            // The new incarnation will use timestamps (RFC 6191 2, second case).
+            assert!(c.time_wait_reopens(&syn_ts(below, Some(5))));
+        } else {
+            assert!(c.time_wait_reopens(&syn_ts(below, Some(1_001))));
+            assert!(!c.time_wait_reopens(&syn_ts(above, Some(1_000))));
+            assert!(!c.time_wait_reopens(&syn_ts(above, Some(999))));
+            // Without timestamps now: by its sequence number.
+            assert!(c.time_wait_reopens(&syn_ts(above, None)));
+            assert!(!c.time_wait_reopens(&syn_ts(below, None)));
+        }
+        let mut syn_ack = syn_ts(above, Some(2_000));
+        syn_ack.ack_number = Some(ISS + 2);
+        assert!(!c.time_wait_reopens(&syn_ack), "plain {plain}");
+        // Ending it: CLOSED without a second event, the floor above all we sent.
+        let floor = c.end_time_wait_for_reopen();
+        assert_eq!(c.state(), State::Closed);
+        assert_eq!(events(&mut c), vec![], "plain {plain}");
+        assert!(floor > ISS + 2);
+    }
+}
+
+/// RFC 6191 2 (RFC 9293 3.6.1 MAY-2/MAY-3, RFC 1122 4.2.2.13): a client back from the
+/// same port while the server holds the last incarnation in TIME-WAIT connects at once.
+/// The server answered its SYN with a challenge ACK, the client's RST ended TIME-WAIT and
+/// its SYN got through only at its RTO, about a second later. Without a listener for the
+/// port the SYN still draws a challenge ACK (checked by the connection test above).
+#[test]
+fn review_rfc6191_a_reconnect_from_the_same_port_reopens_time_wait() {
+    let (mut a, mut b) = stacks(&LinkConfig::default(), 16);
+    let t = TcpTuning {
+        time_wait: Duration::from_secs(10),
+        ..TcpTuning::default()
+    };
+    let l = b.listen(9400, 4, &t).expect("listen");
+    let mut now = Instant::ZERO;
+    let c = a.connect((IP_B, 9400), Some(41_000), &t).expect("connect");
+    run(&mut a, &mut b, &mut now, 5);
+    let s = b.accept(l).expect("accept").expect("accepted");
+    assert_eq!(a.state(c), Ok(State::Established));
+    // The server closes first: TIME-WAIT on its side.
+    b.close(s).expect("close");
+    run(&mut a, &mut b, &mut now, 5);
+    a.close(c).expect("close");
+    run(&mut a, &mut b, &mut now, 5);
+    assert_eq!(b.state(s), Ok(State::TimeWait));
+    a.release(c).expect("release");
+    b.release(s).expect("release");
+    run(&mut a, &mut b, &mut now, 5);
+    let c2 = a
+        .connect((IP_B, 9400), Some(41_000), &t)
+        .expect("reconnect");
+    // 10 ms: far below the client's 1 s initial RTO.
+    run(&mut a, &mut b, &mut now, 100);
+    assert_eq!(a.state(c2), Ok(State::Established), "reconnect stalled");
+    let s2 = b.accept(l).expect("accept").expect("reconnect accepted");
+    assert_eq!(b.state(s2), Ok(State::Established));
+    // Both directions carry data on the new incarnation.
+    assert_eq!(a.send(c2, b"hello").expect("send"), 5);
+    run(&mut a, &mut b, &mut now, 5);
+    let mut buf = [0u8; 16];
+    assert_eq!(b.recv(s2, &mut buf).expect("recv"), 5);
+    assert_eq!(&buf[..5], b"hello");
 }

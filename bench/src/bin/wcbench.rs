@@ -408,15 +408,26 @@ fn raw(
             out.push(Mbuf::from_slice(&pool, &end).ok_or("pool empty")?);
             send(&mut tx, &mut out);
             let tw = Instant::now();
+            let mut bad_reports = 0u64;
             loop {
                 inb.clear();
                 rx.rx_burst(&mut inb, 32);
-                if let Some(m) = inb.iter().find(|m| m.data().get(14) == Some(&3)) {
-                    let d = m.data();
-                    let got = u64::from_be_bytes(d[15..23].try_into().unwrap_or_default());
-                    let secs = f64::from_bits(u64::from_be_bytes(
-                        d[23..31].try_into().unwrap_or_default(),
-                    ));
+                // A frame marked as the report but too short to hold it (a foreign or
+                // truncated frame) is counted and ignored: the wait goes on for the real one.
+                let mut report = None;
+                for m in inb.iter().filter(|m| m.data().get(14) == Some(&3)) {
+                    match echo_report(m.data()) {
+                        Some(r) => {
+                            report = Some(r);
+                            break;
+                        }
+                        None => bad_reports += 1,
+                    }
+                }
+                if let Some((got, secs)) = report {
+                    if bad_reports > 0 {
+                        eprintln!("wcbench: ignored {bad_reports} short report frame(s)");
+                    }
                     println!(
                         "{}",
                         blast_result(size, payload_pass_mib, sent, got, secs, send_secs)?
@@ -424,11 +435,25 @@ fn raw(
                     return Ok(());
                 }
                 if tw.elapsed() > Duration::from_secs(5) {
-                    return Err("the echo side did not report".into());
+                    return Err(format!(
+                        "the echo side did not report ({bad_reports} short report frame(s) \
+                         ignored)"
+                    ));
                 }
             }
         }
     }
+}
+
+/// The echo side's report (frames received, seconds from its first to its last), from a
+/// frame marked as a report (octet 14 = 3): the count at octets 15..23 and the seconds'
+/// bits at 23..31, big-endian. None for a frame too short to hold them (a foreign or
+/// truncated frame), which indexed past its end and panicked.
+#[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
+fn echo_report(d: &[u8]) -> Option<(u64, f64)> {
+    let got = u64::from_be_bytes(d.get(15..23)?.try_into().ok()?);
+    let secs = f64::from_bits(u64::from_be_bytes(d.get(23..31)?.try_into().ok()?));
+    Some((got, secs))
 }
 
 /// The blast's `RESULT` line from what the echo side reported: `got` frames received over
@@ -749,6 +774,22 @@ fn main() -> std::process::ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A report-marked frame shorter than the report (23 or 31 octets) is no report: it
+    /// panicked at `d[15..23]`. A full one reads back what the echo side wrote.
+    #[test]
+    fn a_short_report_frame_is_no_report() {
+        for len in [15, 16, 22, 23, 30] {
+            let mut d = vec![0u8; len];
+            d[14] = 3;
+            assert_eq!(echo_report(&d), None, "{len} octets");
+        }
+        let mut d = vec![0u8; 60];
+        d[14] = 3;
+        d[15..23].copy_from_slice(&1234u64.to_be_bytes());
+        d[23..31].copy_from_slice(&2.5f64.to_bits().to_be_bytes());
+        assert_eq!(echo_report(&d), Some((1234, 2.5)));
+    }
 
     /// `--payload-pass-mib` is refused where it would measure nothing it says: another
     /// mode, no source, a frame with no payload after the headers.
