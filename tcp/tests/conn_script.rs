@@ -2678,7 +2678,7 @@ fn rfc2018_4_sack_blocks_repeat_the_most_recently_reported() {
 /// only if that SYN did. It carried all three whatever the peer's SYN held (the option
 /// choice tested "active", true for our side of a simultaneous open).
 #[test]
-fn review_rfc7323_2_2_simultaneous_open_syn_ack_options_follow_the_peer_syn() {
+fn rfc7323_2_2_simultaneous_open_syn_ack_options_follow_the_peer_syn() {
     for peer_offers in [false, true] {
         let mut c = Connection::connect(&cfg(), ep(), ISS, ms(0));
         let syn = drain(&mut c, ms(0));

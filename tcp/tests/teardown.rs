@@ -95,7 +95,7 @@ fn rfc9293_3_6_half_close_data_after_our_fin_is_taken_and_acked() {
 /// RFC 9293 3.10.7.4 eighth, TIME-WAIT: a retransmitted FIN is acknowledged again and
 /// restarts the 2 MSL timer; a new SYN draws a (challenge) ACK and leaves TIME-WAIT as it
 /// is (RFC 5961 4.2: the connection alone; a host with a listener for the port reopens
-/// the 4-tuple instead, RFC 6191, `review_rfc6191_*`); an in-window RST that is not
+/// the 4-tuple instead, RFC 6191, `rfc6191_*`); an in-window RST that is not
 /// exactly at RCV.NXT draws a challenge ACK (RFC 5961 3.2), one at RCV.NXT closes.
 #[test]
 fn rfc9293_3_10_7_4_time_wait_retransmitted_fin_syn_and_rst() {
@@ -628,7 +628,7 @@ fn rfc9293_3_10_7_4_time_wait_ends_without_a_second_event() {
 /// one seen (whatever the sequence number) and no other; without, a sequence number above
 /// RCV.NXT; a SYN-ACK never.
 #[test]
-fn review_rfc6191_time_wait_reopen_rule() {
+fn rfc6191_time_wait_reopen_rule() {
     let syn_ts = |seq: TcpSeqNumber, tsval: Option<u32>| {
         let mut s = seg(TcpControl::Syn, seq, None, &[]);
         s.timestamp = tsval.map(|tsval| TcpTimestampRepr { tsval, tsecr: 0 });
@@ -682,7 +682,7 @@ fn review_rfc6191_time_wait_reopen_rule() {
 /// its SYN got through only at its RTO, about a second later. Without a listener for the
 /// port the SYN still draws a challenge ACK (checked by the connection test above).
 #[test]
-fn review_rfc6191_a_reconnect_from_the_same_port_reopens_time_wait() {
+fn rfc6191_a_reconnect_from_the_same_port_reopens_time_wait() {
     let (mut a, mut b) = stacks(&LinkConfig::default(), 16);
     let t = TcpTuning {
         time_wait: Duration::from_secs(10),

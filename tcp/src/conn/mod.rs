@@ -1276,6 +1276,42 @@ impl Connection {
         self.finished && self.events == 0 && !self.rst_pending
     }
 
+    /// RFC 6191 2 (RFC 9293 3.6.1 MAY-2 and MAY-3, RFC 1122 4.2.2.13): whether `syn`, a SYN
+    /// for this connection's 4-tuple while it is in TIME-WAIT, opens a new incarnation (the
+    /// host drops this TCB with [`Connection::end_time_wait_for_reopen`] and hands the SYN
+    /// to its listener) instead of drawing a challenge ACK. Safe because our timestamp
+    /// clock offset is the same for every incarnation of a 4-tuple (module `host::isn`):
+    /// - both this incarnation and the new one use timestamps: its TSval is newer than the
+    ///   last one seen here;
+    /// - only the new one does: always (PAWS and RFC 7323 3.2 keep this one's segments out);
+    /// - the new one does not: its sequence number is above RCV.NXT (RFC 1122 4.2.2.13).
+    pub fn time_wait_reopens(&self, syn: &TcpRepr<'_>) -> bool {
+        if self.state != State::TimeWait
+            || syn.control != TcpControl::Syn
+            || syn.ack_number.is_some()
+        {
+            return false;
+        }
+        match syn.timestamp.filter(|_| self.cfg.timestamps) {
+            Some(ts) if self.ts_ok => ts.tsval.wrapping_sub(self.ts_recent) as i32 > 0,
+            Some(_) => true,
+            None => seq_diff(syn.seq_number, self.rcv_nxt) > 0,
+        }
+    }
+
+    /// Ends TIME-WAIT for a SYN [`Connection::time_wait_reopens`] accepted: CLOSED with no
+    /// signal (the user was told `Closed` on entering TIME-WAIT, as for a RST there,
+    /// RFC 9293 3.10.7.4). Returns the smallest ISS the new incarnation may take: above
+    /// every sequence number this one used (RFC 1122 4.2.2.13 (a), RFC 9293 3.6.1), by a
+    /// maximal unscaled window (as Linux's `tcp_timewait_state_process`: `tw_snd_nxt +
+    /// 65535 + 2`), so no ACK meant for this incarnation acknowledges the new SYN-ACK.
+    pub fn end_time_wait_for_reopen(&mut self) -> TcpSeqNumber {
+        let floor = self.snd_nxt + 65537;
+        if self.state == State::TimeWait {
+            self.enter_closed(0);
+        }
+        floor
+    }
     /// Gives back the buffers' memory once nothing can use it any more (a released
     /// connection in TIME-WAIT: everything it sent was acknowledged, nothing more arrives).
     pub fn shed_buffers(&mut self) {
@@ -2547,8 +2583,13 @@ impl Connection {
         } else {
             self.window_field()
         };
+        // Our first SYN (SYN-SENT) offers what we support; a SYN-ACK (a passive open, or a
+        // simultaneous one, RFC 9293 3.5) only what the peer's SYN carried: RFC 7323 2.2
+        // and 3.2, RFC 2018 2. Tested `self.active`, our side of a simultaneous open sent
+        // them all whatever the peer's SYN held.
+        let first_syn = self.state == State::SynSent;
         let offer_ts = if syn {
-            self.cfg.timestamps && (self.active || self.ts_ok)
+            self.cfg.timestamps && (first_syn || self.ts_ok)
         } else {
             self.ts_ok
         };
@@ -2557,8 +2598,8 @@ impl Connection {
             tsecr: if self.ts_ok { self.ts_recent } else { 0 },
         });
         let (window_scale, max_seg_size, sack_permitted) = if syn {
-            let ws = self.cfg.window_scale && (self.active || self.ws_ok);
-            let shift = if self.active {
+            let ws = self.cfg.window_scale && (first_syn || self.ws_ok);
+            let shift = if first_syn {
                 Self::shift_for(self.cfg.rx_buffer)
             } else {
                 self.rcv_shift
@@ -2566,7 +2607,7 @@ impl Connection {
             (
                 ws.then_some(shift),
                 Some(self.cfg.mss),
-                self.cfg.sack && (self.active || self.sack_ok),
+                self.cfg.sack && (first_syn || self.sack_ok),
             )
         } else {
             (None, None, false)

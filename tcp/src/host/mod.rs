@@ -2459,14 +2459,24 @@ impl Inner {
                 found
             }
         };
+        let mut iss_floor = None;
         if let Some(index) = found {
+            // RFC 6191 2 (RFC 9293 3.6.1, RFC 1122 4.2.2.13): a SYN that may reopen a
+            // connection we hold in TIME-WAIT (a client back from the same port) goes to
+            // the listener, the TIME-WAIT TCB dropped, instead of drawing a challenge ACK
+            // whose RST from the client ended TIME-WAIT and left its SYN to its RTO (~1 s).
+            if self.ports.contains_key(&seg.dst_port) {
+                iss_floor = self.end_time_wait_for(index, &seg);
+            }
             if self.hand_to_slot(index, &seg, None, deliver) {
                 return;
             }
         }
         if let Some(&l) = self.ports.get(&seg.dst_port) {
             match (seg.control, seg.ack_number) {
-                (TcpControl::Syn, None) => return self.on_syn(l, tuple, src_mac, ip, &seg),
+                (TcpControl::Syn, None) => {
+                    return self.on_syn(l, tuple, src_mac, ip, &seg, iss_floor)
+                }
                 // RFC 9293 3.10.7.2: in LISTEN a RST is ignored, an ACK draws a RST, anything
                 // else is dropped.
                 (TcpControl::Rst, _) => return,
@@ -2574,8 +2584,25 @@ impl Inner {
         }
     }
 
+    /// If the connection in slot `index` is in TIME-WAIT and `seg` a SYN that may reopen it
+    /// ([`Connection::time_wait_reopens`]), ends it (CLOSED, removed at its next activity
+    /// pass as after a RST there) and returns the floor of the new incarnation's ISS.
+    #[cold]
+    fn end_time_wait_for(&mut self, index: u32, seg: &TcpRepr<'_>) -> Option<TcpSeqNumber> {
+        let Some(Some(s)) = self.slots.get_mut(index as usize) else {
+            return None;
+        };
+        if seg.control != TcpControl::Syn || !s.conn.time_wait_reopens(seg) {
+            return None;
+        }
+        let floor = s.conn.end_time_wait_for_reopen();
+        mark_slot_dirty(s, &mut self.dirty, index);
+        Some(floor)
+    }
+
     /// A SYN for a listener: a new half-open connection, evicting the listener's oldest if
-    /// its backlog is full.
+    /// its backlog is full. `iss_floor`: the ISS must lie above it (a SYN that ended a
+    /// TIME-WAIT of this 4-tuple, RFC 1122 4.2.2.13 (a)).
     fn on_syn(
         &mut self,
         l: ListenerId,
@@ -2583,6 +2610,7 @@ impl Inner {
         src_mac: EthernetAddress,
         ip: &Ipv4Repr,
         syn: &TcpRepr<'_>,
+        iss_floor: Option<TcpSeqNumber>,
     ) {
         // RFC 1122 4.2.3.10 and 3.2.1.3: a SYN from a broadcast or multicast source (IPv4,
         // or Ethernet) is discarded: no half-open connection, no SYN-ACK sent to many.
@@ -2623,7 +2651,14 @@ impl Inner {
             local: (self.cidr.address(), tuple.local_port),
             remote: (tuple.remote_ip, tuple.remote_port),
         };
-        let iss = self.isn.isn(self.now, ep.local, ep.remote);
+        let mut iss = self.isn.isn(self.now, ep.local, ep.remote);
+        if let Some(floor) = iss_floor {
+            // RFC 6191 2, RFC 1122 4.2.2.13 (a): above the last incarnation's sequence
+            // numbers; the RFC 6528 ISN when it already is.
+            if iss < floor {
+                iss = floor;
+            }
+        }
         let mut conn = Connection::accept(&conn_config(&tuning, self.mss), ep, iss, syn, self.now);
         // RFC 7323 5.8, RFC 6191 2: a clock that never goes back across incarnations.
         conn.set_ts_offset(self.isn.ts_offset(ep.local, ep.remote));
