@@ -4,12 +4,77 @@
 
 mod common;
 
+use std::sync::Arc;
+
 use common::*;
+use warpcore_engine::mem::{Region, Stag};
 use warpcore_engine::proto::mpa::negotiation::NegotiationError;
 use warpcore_engine::tcp::link::LinkConfig;
 use warpcore_engine::{
-    CmEvent, ConnError, EngineConfig, MpaParams, RtrType, RtrTypes, SendOp, WcOpcode, WcStatus,
+    CmEvent, Completion, ConnError, EngineConfig, MpaParams, QpId, RtrType, RtrTypes, SendOp,
+    WcOpcode, WcStatus,
 };
+
+/// A registered region and its STag.
+type Registered = (Arc<Region>, Stag);
+
+/// A and B connected with IRD = ORD = `n`, each with a region of `len` octets (every
+/// access): (A's QP, B's QP, A's region and STag, B's region and STag).
+fn connected_for_reads(p: &mut Pair, n: u16, len: usize) -> (QpId, QpId, Registered, Registered) {
+    let params = MpaParams {
+        ird: n,
+        ord: n,
+        ..Default::default()
+    };
+    let (qa, qb) = p.connect_with(&params, &params, 64);
+    let a = p.a.region(len, all_access());
+    let b = p.b.region(len, all_access());
+    (qa, qb, a, b)
+}
+
+/// Posts `count` Reads of `size` octets on `side`'s QP `qp`: Read `k` (its wr_id) from the
+/// peer's `remote` at `k * size` into `local` at `local_base + k * size`.
+fn post_reads(
+    side: &mut Side,
+    qp: QpId,
+    (local, local_base): (Stag, u64),
+    remote: Stag,
+    count: u64,
+    size: u32,
+) {
+    for k in 0..count {
+        let off = k * u64::from(size);
+        side.core
+            .post_send(
+                qp,
+                send_wr(
+                    k,
+                    read_op(remote.0, off),
+                    &[(local, local_base + off, size)],
+                ),
+            )
+            .unwrap();
+    }
+}
+
+/// Every one of `count` Reads completed once, in posting order: a run answered, then the
+/// rest flushed. Returns how many were answered.
+fn answered_then_flushed(c: &[Completion], count: u64, what: &str) -> usize {
+    assert_eq!(
+        c.iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+        (0..count).collect::<Vec<_>>(),
+        "{what}: {c:?}"
+    );
+    let ok = c
+        .iter()
+        .take_while(|c| c.status == WcStatus::Success)
+        .count();
+    assert!(
+        c[ok..].iter().all(|c| c.status == WcStatus::FlushErr),
+        "{what}: {c:?}"
+    );
+    ok
+}
 
 /// RDMAP-6.1-4/5, RDMAP-5.5-13, RDMAP-5.2.1-14: both sides read from each other at once
 /// with IRD = ORD = 1 over a lossy, reordering link; each side answers the peer's Reads
@@ -107,41 +172,14 @@ fn bidirectional_reads(markers: bool, rtr: RtrTypes, crc: bool) {
 #[test]
 fn abort_with_reads_outstanding_completes_every_read_once() {
     let mut p = Pair::default_pair();
-    let two = MpaParams {
-        ird: 2,
-        ord: 2,
-        ..Default::default()
-    };
-    let (qa, _qb) = p.connect_with(&two, &two, 64);
-    let (_ra, sa) = p.a.region(1 << 22, all_access());
-    let (_rb, sb) = p.b.region(1 << 22, all_access());
-    for k in 0..12u64 {
-        p.a.core
-            .post_send(
-                qa,
-                send_wr(k, read_op(sb.0, k * 300_000), &[(sa, k * 300_000, 300_000)]),
-            )
-            .unwrap();
-    }
+    let (qa, _qb, (_ra, sa), (_rb, sb)) = connected_for_reads(&mut p, 2, 1 << 22);
+    post_reads(&mut p.a, qa, (sa, 0), sb, 12, 300_000);
     // Some Reads answered, some in flight, the rest queued behind ORD.
     p.run_until(20_000, |p| !p.a.completions.is_empty());
     p.a.core.abort(qa).unwrap();
     p.run(200);
-    let c = p.a.take_completions();
-    assert_eq!(
-        c.iter().map(|c| c.wr_id).collect::<Vec<_>>(),
-        (0..12).collect::<Vec<_>>(),
-        "{c:?}"
-    );
-    let ok = c
-        .iter()
-        .take_while(|c| c.status == WcStatus::Success)
-        .count();
-    assert!(ok < 12, "the abort came too late to test anything: {c:?}");
-    assert!(
-        c[ok..].iter().all(|c| c.status == WcStatus::FlushErr),
-        "{c:?}"
-    );
+    let ok = answered_then_flushed(&p.a.take_completions(), 12, "A");
+    assert!(ok < 12, "the abort came too late to test anything");
 }
 
 /// RDMAP-06 §6 (graceful close), RDMAP-6.1-4: a disconnect with Reads outstanding and more
@@ -149,24 +187,10 @@ fn abort_with_reads_outstanding_completes_every_read_once() {
 #[test]
 fn disconnect_with_reads_queued_behind_ord_drains_them() {
     let mut p = Pair::default_pair();
-    let one = MpaParams {
-        ird: 1,
-        ord: 1,
-        ..Default::default()
-    };
-    let (qa, _qb) = p.connect_with(&one, &one, 64);
-    let (ra, sa) = p.a.region(1 << 21, all_access());
-    let (rb, sb) = p.b.region(1 << 21, all_access());
+    let (qa, _qb, (ra, sa), (rb, sb)) = connected_for_reads(&mut p, 1, 1 << 21);
     let src = pattern(1 << 20, 5);
     rb.write_at(0, &src).unwrap();
-    for k in 0..8u64 {
-        p.a.core
-            .post_send(
-                qa,
-                send_wr(k, read_op(sb.0, k * 100_000), &[(sa, k * 100_000, 100_000)]),
-            )
-            .unwrap();
-    }
+    post_reads(&mut p.a, qa, (sa, 0), sb, 8, 100_000);
     p.a.core.disconnect(qa).unwrap();
     let (ra_reset, rb_reset) = p.run_until_disconnected(50_000);
     assert!(!ra_reset && !rb_reset);
@@ -184,38 +208,11 @@ fn disconnect_with_reads_queued_behind_ord_drains_them() {
 #[test]
 fn peer_close_with_reads_queued_behind_ord() {
     let mut p = Pair::new(&LinkConfig::default(), &EngineConfig::default());
-    let one = MpaParams {
-        ird: 1,
-        ord: 1,
-        ..Default::default()
-    };
-    let (qa, qb) = p.connect_with(&one, &one, 64);
-    let (_ra, sa) = p.a.region(1 << 20, all_access());
-    let (_rb, sb) = p.b.region(1 << 20, all_access());
-    for k in 0..6u64 {
-        p.a.core
-            .post_send(
-                qa,
-                send_wr(k, read_op(sb.0, k * 1000), &[(sa, k * 1000, 1000)]),
-            )
-            .unwrap();
-    }
+    let (qa, qb, (_ra, sa), (_rb, sb)) = connected_for_reads(&mut p, 1, 1 << 20);
+    post_reads(&mut p.a, qa, (sa, 0), sb, 6, 1000);
     p.b.core.disconnect(qb).unwrap();
     p.run_until_disconnected(50_000);
-    let c = p.a.take_completions();
-    assert_eq!(
-        c.iter().map(|c| c.wr_id).collect::<Vec<_>>(),
-        (0..6).collect::<Vec<_>>(),
-        "{c:?}"
-    );
-    let ok = c
-        .iter()
-        .take_while(|c| c.status == WcStatus::Success)
-        .count();
-    assert!(
-        c[ok..].iter().all(|c| c.status == WcStatus::FlushErr),
-        "{c:?}"
-    );
+    answered_then_flushed(&p.a.take_completions(), 6, "A");
     assert!(p
         .b
         .events
@@ -231,31 +228,11 @@ fn peer_close_with_reads_queued_behind_ord() {
 fn crossing_disconnects_with_reads_both_ways() {
     for steps_before in [0, 3, 10, 40] {
         let mut p = Pair::default_pair();
-        let one = MpaParams {
-            ird: 1,
-            ord: 1,
-            ..Default::default()
-        };
-        let (qa, qb) = p.connect_with(&one, &one, 64);
-        let (ra, sa) = p.a.region(1 << 20, all_access());
-        let (rb, sb) = p.b.region(1 << 20, all_access());
+        let (qa, qb, (ra, sa), (rb, sb)) = connected_for_reads(&mut p, 1, 1 << 20);
         ra.write_at(0, &pattern(1 << 19, 1)).unwrap();
         rb.write_at(0, &pattern(1 << 19, 2)).unwrap();
-        for k in 0..6u64 {
-            let (off, len) = (k * 50_000, 50_000);
-            p.a.core
-                .post_send(
-                    qa,
-                    send_wr(k, read_op(sb.0, off), &[(sa, (1 << 19) + off, len)]),
-                )
-                .unwrap();
-            p.b.core
-                .post_send(
-                    qb,
-                    send_wr(k, read_op(sa.0, off), &[(sb, (1 << 19) + off, len)]),
-                )
-                .unwrap();
-        }
+        post_reads(&mut p.a, qa, (sa, 1 << 19), sb, 6, 50_000);
+        post_reads(&mut p.b, qb, (sb, 1 << 19), sa, 6, 50_000);
         p.run(steps_before);
         p.a.core.disconnect(qa).unwrap();
         p.b.core.disconnect(qb).unwrap();
@@ -265,19 +242,7 @@ fn crossing_disconnects_with_reads_both_ways() {
             ("A", p.a.take_completions(), &ra, 2),
             ("B", p.b.take_completions(), &rb, 1),
         ] {
-            assert_eq!(
-                c.iter().map(|c| c.wr_id).collect::<Vec<_>>(),
-                (0..6).collect::<Vec<_>>(),
-                "{side} {steps_before}: {c:?}"
-            );
-            let ok = c
-                .iter()
-                .take_while(|c| c.status == WcStatus::Success)
-                .count();
-            assert!(
-                c[ok..].iter().all(|c| c.status == WcStatus::FlushErr),
-                "{side} {steps_before}: {c:?}"
-            );
+            let ok = answered_then_flushed(&c, 6, &format!("{side} {steps_before}"));
             let src = pattern(1 << 19, seed);
             assert!(read_region(r, 1 << 19, ok * 50_000) == src[..ok * 50_000]);
         }
