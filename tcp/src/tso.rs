@@ -185,27 +185,17 @@ pub fn rewrite_head(head: &mut [u8], g: &Group) {
 /// a capture must record them (what the wire carries, not the super-frame): the head's
 /// header with the IPv4 total length of the segment, the identification counting up from
 /// the head's, the sequence number of its first octet, PSH on the last segment only, and
-/// both checksums filled in (the port's). False, nothing handed over, for a frame that is
-/// no Ethernet/IPv4/TCP frame with payload (or a `segsz` of 0): no super-frame of ours.
+/// both checksums filled in (the port's). False, nothing handed over, for a frame
+/// [`segment`] refuses (no Ethernet/IPv4/TCP frame with payload that could join one) or a
+/// `segsz` of 0: no super-frame of ours.
 pub fn cut(frame: &[u8], segsz: usize, mut each: impl FnMut(&[u8])) -> bool {
-    let Ok(eth) = EthernetFrame::new_checked(frame) else {
+    // The super-frame read as any frame that may join one ([`segment`]: its head's IPv4
+    // total length, rewritten, is the whole frame's).
+    let Some(head) = segment(frame).filter(|_| segsz != 0) else {
         return false;
     };
-    if eth.ethertype() != EthernetProtocol::Ipv4 || frame.len() < ETH + IP {
-        return false;
-    }
-    let l3 = usize::from(frame[ETH] & 0x0f) * 4;
-    if l3 < IP || frame.len() < ETH + l3 + 20 || frame[ETH + 9] != u8::from(IpProtocol::Tcp) {
-        return false;
-    }
-    let l4 = usize::from(frame[ETH + l3 + 12] >> 4) * 4;
-    let hdr_len = ETH + l3 + l4;
-    if l4 < 20 || frame.len() <= hdr_len || segsz == 0 {
-        return false;
-    }
+    let (hdr_len, seq0, t) = (head.hdr_len, head.seq, ETH + IP);
     let id0 = u16::from_be_bytes([frame[ETH + 4], frame[ETH + 5]]);
-    let t = ETH + l3;
-    let seq0 = u32::from_be_bytes([frame[t + 4], frame[t + 5], frame[t + 6], frame[t + 7]]);
     let payload = &frame[hdr_len..];
     let n = payload.len().div_ceil(segsz);
     let mut seg = Vec::with_capacity(hdr_len + segsz.min(payload.len()));
