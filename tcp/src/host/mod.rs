@@ -2465,7 +2465,9 @@ impl Inner {
             // connection we hold in TIME-WAIT (a client back from the same port) goes to
             // the listener, the TIME-WAIT TCB dropped, instead of drawing a challenge ACK
             // whose RST from the client ended TIME-WAIT and left its SYN to its RTO (~1 s).
-            if self.ports.contains_key(&seg.dst_port) {
+            // A SYN first: every other segment of a connection passes with one comparison,
+            // not a look-up of the listeners.
+            if seg.control == TcpControl::Syn && self.ports.contains_key(&seg.dst_port) {
                 iss_floor = self.end_time_wait_for(index, &seg);
             }
             if self.hand_to_slot(index, &seg, None, deliver) {
