@@ -19,6 +19,7 @@
 //! from the listener's side (`request_conn_values`), an ESTABLISHED ours the way siw and
 //! irdma report them (`established_conn_values`).
 
+use std::cell::UnsafeCell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::net::{Ipv4Addr, SocketAddrV4, ToSocketAddrs};
@@ -385,10 +386,43 @@ struct IdState {
     ended: bool,
 }
 
+/// An rdma_cm id. The application, its threads' calls and the dispatcher thread share it,
+/// so after its creation it is only ever reached through `&Id` (a `&mut Id` held across a
+/// call's wait asserted that no other thread touched the id, while the dispatcher and
+/// `rdma_ack_cm_event` did, through its lock and fields), and the application's
+/// `struct rdma_cm_id` is read and written a field at a time through a raw pointer
+/// ([`get!`], [`set!`]), never through a reference to the whole of it, as librdmacm's C
+/// does.
 #[repr(C)]
 pub(crate) struct Id {
-    id: rdma_cm_id,
+    /// First, so the pointer the application holds is the id's.
+    cm: UnsafeCell<rdma_cm_id>,
     st: Mutex<IdState>,
+}
+
+/// Reads a field of an id's `struct rdma_cm_id` (`get!(id.qp)`, `get!(id.route.addr...)`).
+macro_rules! get {
+    ($id:ident . $($f:ident).+) => {{
+        let p = $id.cm.get();
+        // (`get!` is also used inside callers' unsafe blocks.)
+        #[allow(unused_unsafe)]
+        // SAFETY: `$id` is a live `&Id`, so its `rdma_cm_id` is too; the field is read by
+        // value through the cell's raw pointer, with no reference to the struct that
+        // another thread's access could alias (a union field read here is one the id's
+        // code wrote: the addresses are always `sockaddr_in`).
+        let v = unsafe { (*p).$($f).+ };
+        v
+    }};
+}
+
+/// Writes a field of an id's `struct rdma_cm_id` (`set!(id.qp = qp)`).
+macro_rules! set {
+    ($id:ident . $($f:ident).+ = $v:expr) => {{
+        let v = $v;
+        let p = $id.cm.get();
+        // SAFETY: as in `get!`: one field written through the cell's raw pointer.
+        unsafe { (*p).$($f).+ = v }
+    }};
 }
 
 /// # Safety
@@ -401,7 +435,7 @@ unsafe fn id_ref<'a>(p: *mut rdma_cm_id) -> Option<&'a Id> {
 fn chan_of(id: &Id) -> Option<&Chan> {
     // SAFETY: an id's channel outlives it: the id is counted on it (`chan_join`) until
     // rdma_destroy_id or rdma_migrate_id takes it off (`chan_leave`).
-    unsafe { id.id.channel.cast::<Chan>().as_ref() }
+    unsafe { get!(id.channel).cast::<Chan>().as_ref() }
 }
 
 impl Id {
@@ -531,12 +565,12 @@ unsafe fn from_sockaddr(sa: *const sockaddr) -> Result<Option<SocketAddrV4>, c_i
     )))
 }
 
-fn set_src(id: &mut rdma_cm_id, a: SocketAddrV4) {
-    id.route.addr.__bindgen_anon_1.src_sin = sin(a);
+fn set_src(id: &Id, a: SocketAddrV4) {
+    set!(id.route.addr.__bindgen_anon_1.src_sin = sin(a));
 }
 
-fn set_dst(id: &mut rdma_cm_id, a: SocketAddrV4) {
-    id.route.addr.__bindgen_anon_2.dst_sin = sin(a);
+fn set_dst(id: &Id, a: SocketAddrV4) {
+    set!(id.route.addr.__bindgen_anon_2.dst_sin = sin(a));
 }
 
 fn fail<T>(e: c_int, v: T) -> T {
@@ -716,36 +750,36 @@ fn dispatch_cm(ctx: &wv::Context, e: CmEvent) {
             // sent, unread, let peers take up to twice the backlog (2,048 for
             // `rdma_listen(id, 0)`) of the process's descriptors, past the usual limit of
             // 1,024: its own `open`, `socket` and `ibv_create_comp_channel` then failed.
-            let chan = lid.id.channel;
+            let chan = get!(lid.channel);
             let o = req.remote.0.octets();
             let remote = SocketAddrV4::new(Ipv4Addr::new(o[0], o[1], o[2], o[3]), req.remote.1);
             let local = engine().map(|e| e.ip).unwrap_or(Ipv4Addr::UNSPECIFIED);
-            let mut child = Box::new(Id {
-                id: rdma_cm_id {
+            let child = Box::new(Id {
+                cm: UnsafeCell::new(rdma_cm_id {
                     verbs,
                     pd,
                     channel: chan,
-                    context: lid.id.context,
-                    ps: lid.id.ps,
+                    context: get!(lid.context),
+                    ps: get!(lid.ps),
                     port_num: 1,
                     qp_type: IBV_QPT_RC,
                     ..Default::default()
-                },
+                }),
                 st: Mutex::new(IdState {
                     port: req.local_port,
                     dst: Some(remote),
                     ..Default::default()
                 }),
             });
-            set_src(&mut child.id, SocketAddrV4::new(local, req.local_port));
-            set_dst(&mut child.id, remote);
+            set_src(&child, SocketAddrV4::new(local, req.local_port));
+            set_dst(&child, remote);
             let resp_init = engine().map_or((0, 0), |e| {
                 let d = e.ctx.query_device();
                 request_conn_values(req.ird, req.ord, d.max_qp_rd_atom, d.max_qp_init_rd_atom)
             });
             let pdata = req.private_data.clone();
             child.lock().request = Some(req);
-            chan_join(child.id.channel);
+            chan_join(get!(child.channel));
             let c = Box::into_raw(child);
             let ev = new_event(
                 c.cast(),
@@ -770,8 +804,8 @@ fn dispatch_cm(ctx: &wv::Context, e: CmEvent) {
                 // nothing in the engine. Its ibv_modify_qp came last and stands, as with
                 // rdma-core over a kernel iWARP provider (set_qp_rts_established); such
                 // a move was overwritten with RTS.
-                verbs::set_qp_rts_established(id.id.qp);
-                verbs::set_qp_ird_ord(id.id.qp, est.ird, est.ord);
+                verbs::set_qp_rts_established(get!(id.qp));
+                verbs::set_qp_ird_ord(get!(id.qp), est.ird, est.ord);
                 let pd = if id.lock().request.is_some() {
                     Vec::new() // the passive side saw the peer's data in the request
                 } else {
@@ -813,7 +847,7 @@ fn dispatch_cm(ctx: &wv::Context, e: CmEvent) {
                     (RDMA_CM_EVENT_DISCONNECTED, 0, Vec::new(), (0, 0))
                 } else {
                     // SAFETY: the id's QP, if any, is live while the id is registered.
-                    let ours = unsafe { qp_ref(id.id.qp) }
+                    let ours = unsafe { qp_ref(get!(id.qp)) }
                         .is_some_and(|q| q.aborted.load(std::sync::atomic::Ordering::Acquire));
                     let (kind, st) = closed_before_established(cause, ours);
                     (kind, st, Vec::new(), (0, 0))
@@ -1003,7 +1037,7 @@ pub(crate) fn closed_before_established(
 fn set_err_state(id: &Id) {
     // Checked and stored under the lock a reset holds (it was checked, then stored: a
     // reset in between was overwritten with ERR, and no later event corrected it).
-    verbs::set_qp_state_if(id.id.qp, IBV_QPS_ERR, |s| {
+    verbs::set_qp_state_if(get!(id.qp), IBV_QPS_ERR, |s| {
         matches!(s, wv::QpState::Error | wv::QpState::Terminate)
     });
 }
@@ -1152,13 +1186,13 @@ fn create_id(
     };
     chan_join(chan);
     let b = Box::new(Id {
-        id: rdma_cm_id {
+        cm: UnsafeCell::new(rdma_cm_id {
             channel: chan,
             context,
             ps,
             qp_type: IBV_QPT_RC,
             ..Default::default()
-        },
+        }),
         st: Mutex::new(IdState {
             sync,
             ..Default::default()
@@ -1191,13 +1225,13 @@ pub extern "C" fn __wc_rdma_create_id(
 
 /// Points the id at the process's device (starting the engine) and, if it has none, at
 /// the device's PD (librdmacm's `ucma_get_device`).
-fn attach_device(id: &mut rdma_cm_id) -> Result<(), c_int> {
-    if id.verbs.is_null() {
-        id.verbs = verbs::context()?;
-        id.port_num = 1;
+fn attach_device(id: &Id) -> Result<(), c_int> {
+    if get!(id.verbs).is_null() {
+        set!(id.verbs = verbs::context()?);
+        set!(id.port_num = 1);
     }
-    if id.pd.is_null() {
-        id.pd = device_pd(id.verbs)?;
+    if get!(id.pd).is_null() {
+        set!(id.pd = device_pd(get!(id.verbs))?);
     }
     Ok(())
 }
@@ -1273,9 +1307,9 @@ pub extern "C" fn __wc_rdma_destroy_id(p: *mut rdma_cm_id) -> c_int {
         }
         // SAFETY: p came from rdma_create_id or a connect request; the application is
         // done with it and no event names it any more.
-        let mut b = unsafe { Box::from_raw(p.cast::<Id>()) };
-        release_event(&mut b);
-        let st = b.st.into_inner().unwrap_or_else(|e| e.into_inner());
+        let b = unsafe { Box::from_raw(p.cast::<Id>()) };
+        release_event(&b);
+        let st = std::mem::take(&mut *b.lock());
         if let Some(req) = st.request.as_ref().filter(|_| st.qp.is_none()) {
             // A request never accepted: refuse it so the peer is not left waiting.
             if let Some(e) = crate::engine_if_open() {
@@ -1284,25 +1318,25 @@ pub extern "C" fn __wc_rdma_destroy_id(p: *mut rdma_cm_id) -> c_int {
         }
         // As in librdmacm, the QP is the application's to destroy (rdma_destroy_qp or
         // ibv_destroy_qp) before the id; rdma_destroy_ep does both.
-        if b.id.qp.is_null() {
-            destroy_own_cqs(&b.id, st.own_cqs);
+        if get!(b.qp).is_null() {
+            destroy_own_cqs(&b, st.own_cqs);
         }
         if st.sync {
-            chan_close(b.id.channel);
+            chan_close(get!(b.channel));
         }
-        chan_leave(b.id.channel);
+        chan_leave(get!(b.channel));
         0
     })
 }
 
-fn destroy_own_cqs(id: &rdma_cm_id, (send, recv): (bool, bool)) {
+fn destroy_own_cqs(id: &Id, (send, recv): (bool, bool)) {
     if send {
-        verbs::__wc_ibv_destroy_cq(id.send_cq);
-        verbs::__wc_ibv_destroy_comp_channel(id.send_cq_channel);
+        verbs::__wc_ibv_destroy_cq(get!(id.send_cq));
+        verbs::__wc_ibv_destroy_comp_channel(get!(id.send_cq_channel));
     }
     if recv {
-        verbs::__wc_ibv_destroy_cq(id.recv_cq);
-        verbs::__wc_ibv_destroy_comp_channel(id.recv_cq_channel);
+        verbs::__wc_ibv_destroy_cq(get!(id.recv_cq));
+        verbs::__wc_ibv_destroy_comp_channel(get!(id.recv_cq_channel));
     }
 }
 
@@ -1310,7 +1344,7 @@ fn destroy_own_cqs(id: &rdma_cm_id, (send, recv): (bool, bool)) {
 pub extern "C" fn __wc_rdma_migrate_id(p: *mut rdma_cm_id, ch: *mut rdma_event_channel) -> c_int {
     guard(-1, || {
         // SAFETY: p is ours.
-        let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
+        let Some(id) = (unsafe { p.cast::<Id>().as_ref() }) else {
             return fail(EINVAL, -1);
         };
         let was_sync = id.lock().sync;
@@ -1332,7 +1366,7 @@ pub extern "C" fn __wc_rdma_migrate_id(p: *mut rdma_cm_id, ch: *mut rdma_event_c
         // events to the tail of the same list), and librdmacm then waits for their
         // acknowledgement as for any move (librdmacm cma.c, rdma_migrate_id;
         // drivers/infiniband/core/ucma.c, ucma_migrate_id).
-        let same = new == id.id.channel;
+        let same = new == get!(id.channel);
         // rdma_migrate_id(3) "moves any pending events associated with the rdma_cm_id to
         // the new channel". Under the registry's lock, which the dispatcher holds while it
         // queues an event on an id's channel: none of the id's events goes to the old
@@ -1340,7 +1374,8 @@ pub extern "C" fn __wc_rdma_migrate_id(p: *mut rdma_cm_id, ch: *mut rdma_event_c
         // dispatcher queues on it.
         let reg = registry();
         chan_join(new);
-        let old = std::mem::replace(&mut id.id.channel, new);
+        let old = get!(id.channel);
+        set!(id.channel = new);
         id.lock().sync = ch.is_null();
         // The events of the id handed out so far (acknowledged or not), for the wait below,
         // counted under the old queue's lock as its pending events are taken out:
@@ -1368,7 +1403,7 @@ pub extern "C" fn __wc_rdma_migrate_id(p: *mut rdma_cm_id, ch: *mut rdma_event_c
                 // events go (librdmacm makes it on the listener's channel when the request
                 // is read), as the dispatcher would have made it.
                 // SAFETY: the new id the dispatcher made; the application has not seen it.
-                rehome_child(unsafe { &mut *ev.id.cast::<Id>() }, new);
+                rehome_child(unsafe { &*ev.id.cast::<Id>() }, new);
             }
             to.post(e);
         }
@@ -1398,9 +1433,10 @@ pub extern "C" fn __wc_rdma_migrate_id(p: *mut rdma_cm_id, ch: *mut rdma_event_c
 /// Moves the new id of a pending connection request to the channel its listener moved to
 /// (a synchronous listener's included: the new id gets a channel of its own only when
 /// `rdma_get_request` reads the request).
-fn rehome_child(child: &mut Id, listener_chan: *mut rdma_event_channel) {
+fn rehome_child(child: &Id, listener_chan: *mut rdma_event_channel) {
     chan_join(listener_chan);
-    let old = std::mem::replace(&mut child.id.channel, listener_chan);
+    let old = get!(child.channel);
+    set!(child.channel = listener_chan);
     chan_leave(old);
 }
 
@@ -1410,7 +1446,7 @@ fn rehome_child(child: &mut Id, listener_chan: *mut rdma_event_channel) {
 /// the id's next synchronous call or its destruction, as librdmacm keeps it: that is where
 /// a synchronous application reads what the peer sent (the private data of the MPA Reply
 /// after `rdma_connect`, its IRD/ORD, the status of a failure) and which event came.
-fn wait_sync(id: &mut Id) -> Result<(), c_int> {
+fn wait_sync(id: &Id) -> Result<(), c_int> {
     release_event(id);
     let Some(ch) = chan_of(id) else {
         return Err(EINVAL);
@@ -1439,7 +1475,7 @@ pub(crate) fn sync_result(event: rdma_cm_event_type, status: c_int) -> Result<()
 
 /// Gives a synchronous id the event its last call took (`id->event`), freeing the one it
 /// held.
-fn keep_event(id: &mut Id, e: *mut Ev) {
+fn keep_event(id: &Id, e: *mut Ev) {
     release_event(id);
     // SAFETY: an event of ours, now held by the id.
     let kind = unsafe { (*e).ev.event };
@@ -1452,12 +1488,13 @@ fn keep_event(id: &mut Id, e: *mut Ev) {
     ) {
         id.lock().ended = true;
     }
-    id.id.event = e.cast();
+    set!(id.event = e.cast());
 }
 
 /// Frees the event a synchronous id holds in `id->event` (librdmacm acknowledges it).
-fn release_event(id: &mut Id) {
-    let e = std::mem::replace(&mut id.id.event, null_mut());
+fn release_event(id: &Id) {
+    let e = get!(id.event);
+    set!(id.event = null_mut());
     if !e.is_null() {
         // SAFETY: an id's event is one of ours that only the id holds (it was taken off
         // the channel by a synchronous call, and is never counted as handed out).
@@ -1473,7 +1510,7 @@ fn is_sync(id: &Id) -> bool {
 pub extern "C" fn __wc_rdma_bind_addr(p: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
     guard(-1, || {
         // SAFETY: p is ours.
-        let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
+        let Some(id) = (unsafe { p.cast::<Id>().as_ref() }) else {
             return fail(EINVAL, -1);
         };
         // SAFETY: addr is the caller's socket address.
@@ -1482,7 +1519,7 @@ pub extern "C" fn __wc_rdma_bind_addr(p: *mut rdma_cm_id, addr: *mut sockaddr) -
             Ok(None) => return fail(EINVAL, -1),
             Err(e) => return fail(e, -1),
         };
-        if let Err(e) = attach_device(&mut id.id) {
+        if let Err(e) = attach_device(id) {
             return fail(e, -1);
         }
         let Ok(eng) = engine() else {
@@ -1495,7 +1532,7 @@ pub extern "C" fn __wc_rdma_bind_addr(p: *mut rdma_cm_id, addr: *mut sockaddr) -
             return fail(EADDRNOTAVAIL, -1);
         }
         id.lock().port = a.port();
-        set_src(&mut id.id, SocketAddrV4::new(eng.ip, a.port()));
+        set_src(id, SocketAddrV4::new(eng.ip, a.port()));
         0
     })
 }
@@ -1514,7 +1551,7 @@ fn listening() -> std::sync::MutexGuard<'static, std::collections::HashSet<u16>>
 pub extern "C" fn __wc_rdma_listen(p: *mut rdma_cm_id, backlog: c_int) -> c_int {
     guard(-1, || {
         // SAFETY: p is ours (the caller's id, not used by it during the call).
-        let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
+        let Some(id) = (unsafe { p.cast::<Id>().as_ref() }) else {
             return fail(EINVAL, -1);
         };
         // An id listening already: EINVAL, as the kernel's rdma_listen answers (its
@@ -1551,7 +1588,7 @@ pub extern "C" fn __wc_rdma_listen(p: *mut rdma_cm_id, backlog: c_int) -> c_int 
         reg.listeners.insert(port, p as usize);
         if bound == 0 {
             id.lock().port = port;
-            set_src(&mut id.id, SocketAddrV4::new(eng.ip, port));
+            set_src(id, SocketAddrV4::new(eng.ip, port));
         }
         // The kernel's ucma: a backlog of at most its `max_backlog` (1,024), that for
         // none or a negative one.
@@ -1577,7 +1614,7 @@ pub extern "C" fn __wc_rdma_resolve_addr(
 ) -> c_int {
     guard(-1, || {
         // SAFETY: p is ours.
-        let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
+        let Some(id) = (unsafe { p.cast::<Id>().as_ref() }) else {
             return fail(EINVAL, -1);
         };
         // A resolution of this id's still running: EINVAL, as the kernel's state check
@@ -1592,7 +1629,7 @@ pub extern "C" fn __wc_rdma_resolve_addr(
             (Err(e), _) | (_, Err(e)) => return fail(e, -1),
             _ => return fail(EINVAL, -1),
         };
-        if let Err(e) = attach_device(&mut id.id) {
+        if let Err(e) = attach_device(id) {
             return fail(e, -1);
         }
         let Ok(eng) = engine() else {
@@ -1648,8 +1685,8 @@ pub extern "C" fn __wc_rdma_resolve_addr(
             st.port = port;
             port
         };
-        set_src(&mut id.id, SocketAddrV4::new(eng.ip, port));
-        set_dst(&mut id.id, d);
+        set_src(id, SocketAddrV4::new(eng.ip, port));
+        set_dst(id, d);
         id.lock().dst = Some(d);
         // The neighbour is resolved as the kernel's rdma_resolve_ip resolves it: ARP for the
         // next hop, asked again until it answers (ADDR_RESOLVED, status 0) or until
@@ -1711,7 +1748,7 @@ pub extern "C" fn __wc_rdma_resolve_addr(
 pub extern "C" fn __wc_rdma_resolve_route(p: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
     guard(-1, || {
         // SAFETY: p is ours.
-        let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
+        let Some(id) = (unsafe { p.cast::<Id>().as_ref() }) else {
             return fail(EINVAL, -1);
         };
         if id.lock().dst.is_none() {
@@ -1739,17 +1776,17 @@ pub extern "C" fn __wc_rdma_resolve_route(p: *mut rdma_cm_id, _timeout_ms: c_int
 
 // ---------------------------------------------------------------- QPs on ids
 
-fn create_qp_on(id: &mut Id, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> Result<(), c_int> {
-    attach_device(&mut id.id)?;
-    if !id.id.qp.is_null() {
+fn create_qp_on(id: &Id, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> Result<(), c_int> {
+    attach_device(id)?;
+    if !get!(id.qp).is_null() {
         return Err(EINVAL);
     }
     let given = (attr.send_cq, attr.recv_cq);
     let before = (
-        id.id.send_cq,
-        id.id.send_cq_channel,
-        id.id.recv_cq,
-        id.id.recv_cq_channel,
+        get!(id.send_cq),
+        get!(id.send_cq_channel),
+        get!(id.recv_cq),
+        get!(id.recv_cq_channel),
     );
     let made = create_qp_cqs_and_qp(id, pd, attr);
     if made.is_err() {
@@ -1757,13 +1794,12 @@ fn create_qp_on(id: &mut Id, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> Re
         // could not create (`ucma_destroy_cqs`): kept, they stayed on the id, and a second
         // try made new ones over them, the first pair never destroyed.
         let own = std::mem::take(&mut id.lock().own_cqs);
-        destroy_own_cqs(&id.id, own);
-        (
-            id.id.send_cq,
-            id.id.send_cq_channel,
-            id.id.recv_cq,
-            id.id.recv_cq_channel,
-        ) = before;
+        destroy_own_cqs(id, own);
+        let (send_cq, send_cq_channel, recv_cq, recv_cq_channel) = before;
+        set!(id.send_cq = send_cq);
+        set!(id.send_cq_channel = send_cq_channel);
+        set!(id.recv_cq = recv_cq);
+        set!(id.recv_cq_channel = recv_cq_channel);
         (attr.send_cq, attr.recv_cq) = given;
     }
     made
@@ -1772,12 +1808,12 @@ fn create_qp_on(id: &mut Id, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> Re
 /// [`create_qp_on`]'s CQs (those the caller left out) and QP; on an error the CQs it made
 /// are left on the id (`own_cqs`) for the caller to destroy.
 fn create_qp_cqs_and_qp(
-    id: &mut Id,
+    id: &Id,
     pd: *mut ibv_pd,
     attr: &mut ibv_qp_init_attr,
 ) -> Result<(), c_int> {
     // The caller's PD, else the id's (the device's, `attach_device`).
-    let pd = if pd.is_null() { id.id.pd } else { pd };
+    let pd = if pd.is_null() { get!(id.pd) } else { pd };
     if attr.send_cq.is_null() || attr.recv_cq.is_null() {
         // librdmacm's ucma_create_cqs: a channel and a CQ each way the caller left out.
         for send in [false, true] {
@@ -1789,14 +1825,14 @@ fn create_qp_cqs_and_qp(
             if !cq_slot.is_null() {
                 continue;
             }
-            let ch = verbs::__wc_ibv_create_comp_channel(id.id.verbs);
+            let ch = verbs::__wc_ibv_create_comp_channel(get!(id.verbs));
             if ch.is_null() {
                 return Err(crate::ENOMEM);
             }
             let cq = verbs::__wc_ibv_create_cq(
-                id.id.verbs,
+                get!(id.verbs),
                 depth.max(1) as c_int,
-                (id as *mut Id).cast(),
+                std::ptr::from_ref(id).cast_mut().cast(),
                 ch,
                 0,
             );
@@ -1806,11 +1842,11 @@ fn create_qp_cqs_and_qp(
             }
             *cq_slot = cq;
             if send {
-                id.id.send_cq_channel = ch;
-                id.id.send_cq = cq;
+                set!(id.send_cq_channel = ch);
+                set!(id.send_cq = cq);
             } else {
-                id.id.recv_cq_channel = ch;
-                id.id.recv_cq = cq;
+                set!(id.recv_cq_channel = ch);
+                set!(id.recv_cq = cq);
             }
             let mut st = id.lock();
             if send {
@@ -1820,11 +1856,11 @@ fn create_qp_cqs_and_qp(
             }
         }
     } else {
-        id.id.send_cq = attr.send_cq;
-        id.id.recv_cq = attr.recv_cq;
+        set!(id.send_cq = attr.send_cq);
+        set!(id.recv_cq = attr.recv_cq);
     }
-    if attr.srq.is_null() && !id.id.srq.is_null() {
-        attr.srq = id.id.srq;
+    if attr.srq.is_null() && !get!(id.srq).is_null() {
+        attr.srq = get!(id.srq);
     }
     let core = id
         .lock()
@@ -1835,9 +1871,9 @@ fn create_qp_cqs_and_qp(
     // librdmacm's rdma_create_qp moves the new QP to INIT (ucma_init_conn_qp), which
     // rdma-core's ibv_modify_qp records in qp->state.
     verbs::set_qp_state(qp, IBV_QPS_INIT);
-    id.id.qp = qp;
+    set!(id.qp = qp);
     // librdmacm: the id's PD is its QP's.
-    id.id.pd = pd;
+    set!(id.pd = pd);
     // SAFETY: just created.
     let qid = unsafe { qp_ref(qp) }.map(|q| q.qp.id());
     id.lock().qp = qid;
@@ -1852,7 +1888,7 @@ pub extern "C" fn __wc_rdma_create_qp(
 ) -> c_int {
     guard(-1, || {
         // SAFETY: p is ours; attr the caller's.
-        let (Some(id), Some(a)) = (unsafe { p.cast::<Id>().as_mut() }, unsafe { attr.as_mut() })
+        let (Some(id), Some(a)) = (unsafe { p.cast::<Id>().as_ref() }, unsafe { attr.as_mut() })
         else {
             return fail(EINVAL, -1);
         };
@@ -1870,7 +1906,7 @@ pub extern "C" fn __wc_rdma_create_qp_ex(
 ) -> c_int {
     guard(-1, || {
         // SAFETY: p is ours; attr the caller's.
-        let (Some(id), Some(a)) = (unsafe { p.cast::<Id>().as_mut() }, unsafe { attr.as_mut() })
+        let (Some(id), Some(a)) = (unsafe { p.cast::<Id>().as_ref() }, unsafe { attr.as_mut() })
         else {
             return fail(EINVAL, -1);
         };
@@ -1908,23 +1944,23 @@ pub extern "C" fn __wc_rdma_create_qp_ex(
 pub extern "C" fn __wc_rdma_destroy_qp(p: *mut rdma_cm_id) {
     guard((), || {
         // SAFETY: p is ours.
-        let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
+        let Some(id) = (unsafe { p.cast::<Id>().as_ref() }) else {
             return;
         };
-        if !id.id.qp.is_null() {
-            verbs::__wc_ibv_destroy_qp(id.id.qp);
-            id.id.qp = null_mut();
+        if !get!(id.qp).is_null() {
+            verbs::__wc_ibv_destroy_qp(get!(id.qp));
+            set!(id.qp = null_mut());
         }
         // librdmacm destroys the CQs and channels it made for the QP with it.
         let own = std::mem::take(&mut id.lock().own_cqs);
-        destroy_own_cqs(&id.id, own);
+        destroy_own_cqs(id, own);
         if own.0 {
-            id.id.send_cq = null_mut();
-            id.id.send_cq_channel = null_mut();
+            set!(id.send_cq = null_mut());
+            set!(id.send_cq_channel = null_mut());
         }
         if own.1 {
-            id.id.recv_cq = null_mut();
-            id.id.recv_cq_channel = null_mut();
+            set!(id.recv_cq = null_mut());
+            set!(id.recv_cq_channel = null_mut());
         }
     })
 }
@@ -1937,18 +1973,18 @@ pub extern "C" fn __wc_rdma_create_srq(
 ) -> c_int {
     guard(-1, || {
         // SAFETY: p is ours.
-        let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
+        let Some(id) = (unsafe { p.cast::<Id>().as_ref() }) else {
             return fail(EINVAL, -1);
         };
-        if let Err(e) = attach_device(&mut id.id) {
+        if let Err(e) = attach_device(id) {
             return fail(e, -1);
         }
-        let pd = if pd.is_null() { id.id.pd } else { pd };
+        let pd = if pd.is_null() { get!(id.pd) } else { pd };
         let srq = verbs::__wc_ibv_create_srq(pd, attr);
         if srq.is_null() {
             return -1; // errno set
         }
-        id.id.srq = srq;
+        set!(id.srq = srq);
         0
     })
 }
@@ -1965,18 +2001,18 @@ pub extern "C" fn __wc_rdma_create_srq_ex(
 ) -> c_int {
     guard(-1, || {
         // SAFETY: p is ours; attr the caller's.
-        let (Some(id), Some(a)) = (unsafe { p.cast::<Id>().as_mut() }, unsafe { attr.as_mut() })
+        let (Some(id), Some(a)) = (unsafe { p.cast::<Id>().as_ref() }, unsafe { attr.as_mut() })
         else {
             return fail(EINVAL, -1);
         };
         if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE == 0 {
             return fail(EINVAL, -1);
         }
-        if let Err(e) = attach_device(&mut id.id) {
+        if let Err(e) = attach_device(id) {
             return fail(e, -1);
         }
         if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 || a.pd.is_null() {
-            a.pd = id.id.pd;
+            a.pd = get!(id.pd);
             a.comp_mask |= IBV_SRQ_INIT_ATTR_PD;
         }
         if a.comp_mask & !(IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD) != 0
@@ -1993,10 +2029,10 @@ pub extern "C" fn __wc_rdma_create_srq_ex(
             return -1; // errno set
         }
         a.attr = basic.attr;
-        if id.id.pd.is_null() {
-            id.id.pd = a.pd;
+        if get!(id.pd).is_null() {
+            set!(id.pd = a.pd);
         }
-        id.id.srq = srq;
+        set!(id.srq = srq);
         0
     })
 }
@@ -2005,12 +2041,12 @@ pub extern "C" fn __wc_rdma_create_srq_ex(
 pub extern "C" fn __wc_rdma_destroy_srq(p: *mut rdma_cm_id) {
     guard((), || {
         // SAFETY: p is ours.
-        let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
+        let Some(id) = (unsafe { p.cast::<Id>().as_ref() }) else {
             return;
         };
-        if !id.id.srq.is_null() {
-            verbs::__wc_ibv_destroy_srq(id.id.srq);
-            id.id.srq = null_mut();
+        if !get!(id.srq).is_null() {
+            verbs::__wc_ibv_destroy_srq(get!(id.srq));
+            set!(id.srq = null_mut());
         }
     })
 }
@@ -2071,11 +2107,11 @@ fn ird_ord_param(
 pub extern "C" fn __wc_rdma_connect(p: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
     guard(-1, || {
         // SAFETY: p is ours.
-        let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
+        let Some(id) = (unsafe { p.cast::<Id>().as_ref() }) else {
             return fail(EINVAL, -1);
         };
         // SAFETY: the id's QP is ours.
-        let Some(q) = (unsafe { qp_ref(id.id.qp) }) else {
+        let Some(q) = (unsafe { qp_ref(get!(id.qp)) }) else {
             return fail(EINVAL, -1);
         };
         let Some(dst) = id.lock().dst else {
@@ -2122,16 +2158,16 @@ pub extern "C" fn __wc_rdma_connect(p: *mut rdma_cm_id, param: *mut rdma_conn_pa
 /// Registers the id for its QP's events, starts the connection (`rdma_connect`,
 /// `rdma_accept`), and on a synchronous id waits for ESTABLISHED.
 fn start_connection(
-    id: &mut Id,
+    id: &Id,
     p: *mut rdma_cm_id,
     q: &verbs::Qp,
     start: impl FnOnce() -> Result<(), wv::Error>,
 ) -> c_int {
     let before = registry().qps.insert(q.qp.id(), p as usize);
     // The application's moves of the QP from here on stand against ESTABLISHED's RTS.
-    let mark = verbs::connection_starts(id.id.qp);
+    let mark = verbs::connection_starts(get!(id.qp));
     if let Err(e) = start() {
-        verbs::connection_not_started(id.id.qp, mark);
+        verbs::connection_not_started(get!(id.qp), mark);
         // Only a registration this call made goes: a second rdma_connect or rdma_accept
         // on an id whose connection is under way or established fails (EINVAL, as the
         // kernel's state check answers it) and leaves that connection's events to come to
@@ -2157,14 +2193,14 @@ fn start_connection(
 pub extern "C" fn __wc_rdma_accept(p: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
     guard(-1, || {
         // SAFETY: p is ours.
-        let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
+        let Some(id) = (unsafe { p.cast::<Id>().as_ref() }) else {
             return fail(EINVAL, -1);
         };
         let Some(req) = id.lock().request.clone() else {
             return fail(EINVAL, -1);
         };
         // SAFETY: the id's QP is ours.
-        let Some(q) = (unsafe { qp_ref(id.id.qp) }) else {
+        let Some(q) = (unsafe { qp_ref(get!(id.qp)) }) else {
             return fail(EINVAL, -1);
         };
         let Ok(eng) = engine() else {
@@ -2236,10 +2272,10 @@ pub extern "C" fn __wc_rdma_reject(p: *mut rdma_cm_id, pdata: *const c_void, len
 pub extern "C" fn __wc_rdma_disconnect(p: *mut rdma_cm_id) -> c_int {
     guard(-1, || {
         // SAFETY: p is ours.
-        let Some(id) = (unsafe { p.cast::<Id>().as_mut() }) else {
+        let Some(id) = (unsafe { p.cast::<Id>().as_ref() }) else {
             return fail(EINVAL, -1);
         };
-        if id.id.verbs.is_null() {
+        if get!(id.verbs).is_null() {
             return fail(EINVAL, -1);
         }
         let (started, request, ended, sync) = {
@@ -2250,7 +2286,7 @@ pub extern "C" fn __wc_rdma_disconnect(p: *mut rdma_cm_id) -> c_int {
             return if request { 0 } else { fail(EINVAL, -1) };
         }
         // SAFETY: the id's QP, if any, is ours.
-        let Some(q) = (unsafe { qp_ref(id.id.qp) }) else {
+        let Some(q) = (unsafe { qp_ref(get!(id.qp)) }) else {
             // The QP was destroyed (gracefully closed, its events forgotten): no event
             // will come.
             return 0;
@@ -2340,7 +2376,7 @@ pub extern "C" fn __wc_rdma_init_qp_attr(
             return fail(EINVAL, -1);
         };
         // The kernel's ucma answers only for an id bound to a device.
-        if id.id.verbs.is_null() {
+        if get!(id.verbs).is_null() {
             return fail(EINVAL, -1);
         }
         let iw = {
@@ -2349,7 +2385,7 @@ pub extern "C" fn __wc_rdma_init_qp_attr(
                 IwState::Listen
             } else if st.started || st.request.is_some() {
                 // SAFETY: the id's QP, if any, is ours.
-                let closing = unsafe { qp_ref(id.id.qp) }
+                let closing = unsafe { qp_ref(get!(id.qp)) }
                     .is_some_and(|q| q.qp.state() == wv::QpState::Closing);
                 if closing {
                     IwState::Closing
@@ -2360,7 +2396,7 @@ pub extern "C" fn __wc_rdma_init_qp_attr(
                 IwState::None
             }
         };
-        match iw_qp_attr(iw, a.qp_state, id.id.port_num, a) {
+        match iw_qp_attr(iw, a.qp_state, get!(id.port_num), a) {
             Ok(v) => {
                 *m = v;
                 0
@@ -2458,7 +2494,7 @@ pub extern "C" fn __wc_rdma_set_local_ece(p: *mut rdma_cm_id, ece: *mut ibv_ece)
         let (Some(id), Some(e)) = (unsafe { id_ref(p) }, unsafe { ece.as_ref() }) else {
             return fail(EINVAL, -1);
         };
-        if !id.id.qp.is_null() || e.vendor_id == 0 || e.comp_mask != 0 {
+        if !get!(id.qp).is_null() || e.vendor_id == 0 || e.comp_mask != 0 {
             return fail(EINVAL, -1);
         }
         0
@@ -2474,7 +2510,7 @@ pub extern "C" fn __wc_rdma_get_remote_ece(p: *mut rdma_cm_id, ece: *mut ibv_ece
         let (Some(id), Some(e)) = (unsafe { id_ref(p) }, unsafe { ece.as_mut() }) else {
             return fail(EINVAL, -1);
         };
-        if !id.id.qp.is_null() {
+        if !get!(id.qp).is_null() {
             return fail(EINVAL, -1);
         }
         *e = ibv_ece::default();
@@ -2524,8 +2560,8 @@ pub extern "C" fn __wc_rdma_get_src_port(p: *mut rdma_cm_id) -> u16 {
     guard(0, || {
         // SAFETY: p is ours.
         match unsafe { id_ref(p) } {
-            // SAFETY: the union holds a sockaddr_in (we only fill AF_INET).
-            Some(id) => unsafe { id.id.route.addr.__bindgen_anon_1.src_sin.sin_port },
+            // The union holds a sockaddr_in (we only fill AF_INET).
+            Some(id) => get!(id.route.addr.__bindgen_anon_1.src_sin.sin_port),
             None => 0,
         }
     })
@@ -2536,8 +2572,7 @@ pub extern "C" fn __wc_rdma_get_dst_port(p: *mut rdma_cm_id) -> u16 {
     guard(0, || {
         // SAFETY: p is ours.
         match unsafe { id_ref(p) } {
-            // SAFETY: as above.
-            Some(id) => unsafe { id.id.route.addr.__bindgen_anon_2.dst_sin.sin_port },
+            Some(id) => get!(id.route.addr.__bindgen_anon_2.dst_sin.sin_port),
             None => 0,
         }
     })
@@ -2751,9 +2786,9 @@ pub extern "C" fn __wc_rdma_create_ep(
                 return cleanup(errno());
             }
             // SAFETY: p is the id just made.
-            let id = unsafe { &mut *pid.cast::<Id>() };
+            let id = unsafe { &*pid.cast::<Id>() };
             if !pd.is_null() {
-                id.id.pd = pd;
+                set!(id.pd = pd);
             }
             // SAFETY: qp_attr is NULL or the caller's.
             id.lock().ep_attr = unsafe { qp_attr.as_ref() }.map(|a| ibv_qp_init_attr {
@@ -2768,9 +2803,9 @@ pub extern "C" fn __wc_rdma_create_ep(
                 return cleanup(errno());
             }
             // SAFETY: p is the id just made.
-            let id = unsafe { &mut *pid.cast::<Id>() };
+            let id = unsafe { &*pid.cast::<Id>() };
             if !pd.is_null() {
-                id.id.pd = pd;
+                set!(id.pd = pd);
             }
             // SAFETY: qp_attr is NULL or the caller's.
             if let Some(a) = unsafe { qp_attr.as_mut() } {
@@ -2816,7 +2851,7 @@ pub extern "C" fn __wc_rdma_get_request(
 ) -> c_int {
     guard(-1, || {
         // SAFETY: listen is ours.
-        let Some(l) = (unsafe { listen.cast::<Id>().as_mut() }) else {
+        let Some(l) = (unsafe { listen.cast::<Id>().as_ref() }) else {
             return fail(EINVAL, -1);
         };
         if out.is_null() || !l.lock().sync {
@@ -2858,10 +2893,10 @@ pub extern "C" fn __wc_rdma_get_request(
             return fail(err, -1);
         }
         // SAFETY: the child id the dispatcher made for the request.
-        let c = unsafe { &mut *child.cast::<Id>() };
+        let c = unsafe { &*child.cast::<Id>() };
         let attr = l.lock().ep_attr;
         if let Some(mut a) = attr {
-            if let Err(err) = create_qp_on(c, l.id.pd, &mut a) {
+            if let Err(err) = create_qp_on(c, get!(l.pd), &mut a) {
                 // SAFETY: as above.
                 drop(unsafe { Box::from_raw(e) });
                 __wc_rdma_reject(child, std::ptr::null(), 0);
