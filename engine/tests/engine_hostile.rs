@@ -2259,3 +2259,34 @@ fn ext_8_1_2_refused_atomic_messages_copy_their_ddp_header() {
         assert_eq!(w.engine.qp_state(qp).unwrap(), QpState::Error, "{name}");
     }
 }
+
+/// RDMAP-7.1-3, RDMAP-06 Figure 10: a Read Response that answers no outstanding Read
+/// (docs/engine.md departure 3) is refused with 0/2/06 after DDP delivered it; its layout is
+/// known, so the Terminate names it by its DDP header and segment length (D = M = 1, no
+/// RDMA header). Before the fix the Terminate copied nothing, as for an undefined opcode.
+#[test]
+fn rdmap_7_1_3_an_unsolicited_read_response_is_named_in_the_terminate() {
+    let mut w = world();
+    let (tcp, mut framer, mut d, qp) = connect(&mut w, 1);
+    let offending = read_response(w.stag.0, 0x40, true, b"data");
+    send_ulpdus(
+        &mut w,
+        tcp,
+        &mut framer,
+        std::slice::from_ref(&offending),
+        false,
+    );
+    let t = terminate_repr_from_engine(&mut w, tcp, &mut d);
+    let c = t.code;
+    assert_eq!((c.layer(), c.etype(), c.code()), (0, 2, 6));
+    let (len, copied) = t
+        .ddp
+        .expect("the Terminate copies the Read Response's DDP header");
+    assert_eq!((copied.as_bytes(), len), (&offending[..14], 4));
+    assert!(t.m && !t.r_bit && t.rdma.is_none());
+    for _ in 0..50 {
+        w.step();
+    }
+    assert_eq!(w.engine.qp_state(qp).unwrap(), QpState::Error);
+    assert_eq!(first_changed(&w.region), None, "nothing placed");
+}

@@ -1600,6 +1600,45 @@ mod terminates {
         );
     }
 
+    /// RDMAP-7.1-3, RDMAP-06 Figure 10 (remote operation error: DDP header "yes, if
+    /// possible"): a Read Response that DDP delivered and RDMAP refuses as unexpected (it
+    /// answers no outstanding Read, RDMAP-5.2.2-4; docs/engine.md departure 3) is a message
+    /// of a known layout, so its Terminate names it by its DDP header and segment length, on
+    /// every stream, with no RDMA header. Before the fix the 0/2/06 Terminate copied
+    /// nothing, as for an opcode whose layout is unknown. An undefined opcode, and a Read
+    /// Response whose T bit is wrong (refused by the decode), still copy nothing.
+    #[test]
+    fn rdmap_7_1_3_an_unexpected_read_response_copies_its_ddp_header() {
+        // A Read Response (opcode 0x2, T = 1, L = 1) of 6 octets to STag 0x1234, TO 0x100.
+        let mut rresp = hex("C1 42 00 00 12 34 00 00 00 00 00 00 01 00");
+        rresp.extend_from_slice(&[0xA5; 6]);
+        let e: ProtocolError = RdmapError::UnexpectedOpcode.into();
+        let off = Offending::new(&rresp);
+        for t in [
+            terminate_header(e, Some(&off)),
+            terminate_header_delivered(e, Some(&off)),
+        ] {
+            assert_eq!(t.code, TerminateCode::new(0, 2, 6));
+            let (len, copied) = t.ddp.expect("the Read Response's DDP header");
+            assert_eq!((copied.as_bytes(), len), (&rresp[..14], 6));
+            assert!(t.m && !t.r_bit && t.rdma.is_none());
+        }
+        let mut buf = [0u8; TERMINATE_SEGMENT_MAX_LEN];
+        let n = emit_terminate(e, Some(&off), &mut buf).unwrap();
+        let mut expect =
+            hex("41 47 00 00 00 00 00 00 00 02 00 00 00 01 00 00 00 00 02 06 C0 00 00 06");
+        expect.extend_from_slice(&rresp[..14]);
+        assert_eq!(buf[..n].to_vec(), expect);
+        // Not decodable as a Read Response: the layout is unknown, nothing copied.
+        let mut undefined = rresp.clone();
+        undefined[1] = 0x4C;
+        let mut untagged = rresp.clone();
+        untagged[0] &= !0x80;
+        for m in [&undefined, &untagged] {
+            assert!(terminate_header(e, Some(&Offending::new(m))).ddp.is_none());
+        }
+    }
+
     /// A remote operation error on a Send: untagged 18-octet header, no RDMA header.
     #[test]
     fn operation_error_on_send() {

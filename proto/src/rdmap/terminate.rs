@@ -17,7 +17,9 @@
 //!   unexpected opcode**, because the layout of the offending segment is then unknown; siw
 //!   does the same (`siw_send_terminate`, WIRE-FORMATS §4.6.7 item 4). Not for an RFC 7306
 //!   message DDP delivered, whose layout is known: [`terminate_header_delivered`] copies
-//!   its DDP header for every RDMAP error (EXT-8.1-2).
+//!   its DDP header for every RDMAP error (EXT-8.1-2). Nor for a Read Response that
+//!   decodes whole and is unexpected (it answers no outstanding Read): an error on an
+//!   incoming Read Response copies its DDP header (RDMAP-7.1-3), on every stream.
 //! - **No copied header without an offending segment**: errors while building an outgoing
 //!   message, local catastrophic and LLP errors carry only the code (RDMAP-7.1-2; the draft
 //!   says "set to zero", which with the variable-length layout means left out and D = 0).
@@ -85,7 +87,26 @@ fn offending_opcode(ctrl: Control) -> Option<Opcode> {
 /// documentation says. Never fails: parts that cannot be copied (a segment shorter than its
 /// DDP header, a Read Request shorter than its RDMA header) are left out.
 pub fn terminate_header(error: ProtocolError, offending: Option<&Offending<'_>>) -> TerminateRepr {
-    terminate_header_as(error, error.terminate_headers(), offending)
+    terminate_header_as(error, headers_wanted(error, offending), offending)
+}
+
+/// The parts Figure 10 has a Terminate for `error` copy from `offending`:
+/// [`ProtocolError::terminate_headers`], except that an unexpected opcode on a Read Response
+/// that decodes whole (one that answers no outstanding Read, RDMAP-5.2.2-4) copies the DDP
+/// header. The message is of a known layout and DDP delivered it, so RDMAP-7.1-3 (an error
+/// on an incoming Read Response: the DDP header and segment length) and Figure 10 (remote
+/// operation error: "yes, if possible") apply; the "no header" rule is for an opcode whose
+/// layout is unknown. A segment the decode refuses keeps the rule of its error.
+fn headers_wanted(error: ProtocolError, offending: Option<&Offending<'_>>) -> TerminateHeaders {
+    let mut want = error.terminate_headers();
+    if error == ProtocolError::Rdmap(RdmapError::UnexpectedOpcode)
+        && offending
+            .and_then(|off| Segment::parse(off.ulpdu).ok())
+            .is_some_and(|seg| seg.repr.opcode == Opcode::ReadResponse)
+    {
+        want.ddp = true;
+    }
+    want
 }
 
 /// [`terminate_header`] for an error RDMAP found on an incoming message that DDP had
@@ -102,7 +123,7 @@ pub fn terminate_header_delivered(
     error: ProtocolError,
     offending: Option<&Offending<'_>>,
 ) -> TerminateRepr {
-    let mut want = error.terminate_headers();
+    let mut want = headers_wanted(error, offending);
     // Decoded whole: a segment the decode refuses (the buffer model or QN wrong for the
     // opcode, a header cut short or followed by octets) keeps the rule of its error.
     let extension = offending
