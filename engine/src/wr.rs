@@ -631,6 +631,18 @@ impl CompletionQueue {
         self.notify(notable);
     }
 
+    /// Application side: appends a completion if the queue has room, as [`Self::push`]
+    /// does (an armed queue signals its channel), or hands it back untouched when the
+    /// queue is full: no overrun is raised. For a completion an application thread queues
+    /// itself (a flush the layer above makes), whose caller can be told, where an overrun
+    /// would lose it silently and fail every queue pair completing into the queue.
+    pub fn try_push(&self, c: Completion) -> Result<(), Completion> {
+        let notable = c.solicited || c.status != WcStatus::Success;
+        self.ring.push(c)?;
+        self.notify(notable);
+        Ok(())
+    }
+
     /// Engine side: appends `n` completions, `make(j)` building the `j`-th, in order, with
     /// one atomic claim of the ring ([`crate::ring::mpmc::Queue::push_with`]), as `n`
     /// [`CompletionQueue::push`]es would: the ones that do not fit are lost and raise the

@@ -62,7 +62,9 @@ pub enum Error {
     /// The queue pair is in the wrong state for this call.
     #[error("queue pair in state {0:?}")]
     InvalidState(QpState),
-    /// The send or receive queue is full.
+    /// The send or receive queue is full (or, for
+    /// [`CompletionQueue::push_flushed`](crate::CompletionQueue::push_flushed), the
+    /// completion queue).
     #[error("work queue full")]
     QueueFull,
     /// More SGEs than the queue pair allows.

@@ -1880,19 +1880,26 @@ impl CompletionQueue {
     /// layer above that accepts work requests on a QP in the error state (the verbs
     /// complete them flushed where [`QueuePair::post_send`] refuses them) keeps each work
     /// queue's completions in posting order, and an armed queue signals its channel. A
-    /// full queue loses it and raises [`Self::overrun`], as an engine completion would.
-    pub fn push_flushed(&self, wr_id: u64, qp: QpId, opcode: WcOpcode) {
-        self.cq.push(Completion {
-            wr_id,
-            qp,
-            opcode,
-            status: WcStatus::FlushErr,
-            byte_len: 0,
-            solicited: false,
-            invalidated: None,
-            imm: None,
-            atomic_orig: None,
-        });
+    /// full queue refuses it with [`Error::QueueFull`]: nothing is queued and no overrun is
+    /// raised (the caller is told, where an engine completion that finds no room is lost
+    /// and fails the queue pairs completing into the queue, [`Self::overrun`]).
+    pub fn push_flushed(&self, wr_id: u64, qp: QpId, opcode: WcOpcode) -> Result<(), Error> {
+        // House rule: a local caller's call that cannot be done is a typed error. Pushed
+        // as the engine pushes, the completion was lost and the overrun it raised failed
+        // every queue pair of the queue (CmEvent::CqError, ConnError::CqOverrun).
+        self.cq
+            .try_push(Completion {
+                wr_id,
+                qp,
+                opcode,
+                status: WcStatus::FlushErr,
+                byte_len: 0,
+                solicited: false,
+                invalidated: None,
+                imm: None,
+                atomic_orig: None,
+            })
+            .map_err(|_| Error::QueueFull)
     }
 
     /// Takes one completion if there is one.

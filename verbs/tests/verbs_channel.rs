@@ -327,15 +327,15 @@ fn the_longest_timeout_waits_without_a_deadline() {
         index: 0,
         generation: 1,
     };
-    cq.push_flushed(1, qp, WcOpcode::Send);
+    cq.push_flushed(1, qp, WcOpcode::Send).unwrap();
     assert_eq!(cq.wait(Duration::MAX).unwrap().wr_id, 1);
     // A completion in error ends a solicited wait.
-    cq.push_flushed(2, qp, WcOpcode::Send);
+    cq.push_flushed(2, qp, WcOpcode::Send).unwrap();
     let mut out = Vec::new();
     assert_eq!(cq.wait_solicited(Duration::MAX, &mut out), Ok(0));
     assert_eq!(out[0].wr_id, 2);
     cq.req_notify(false).unwrap();
-    cq.push_flushed(3, qp, WcOpcode::Send);
+    cq.push_flushed(3, qp, WcOpcode::Send).unwrap();
     assert!(ch.get_event(Some(Duration::MAX)).unwrap().same_as(&cq));
 
     // A connection request for `next_event`, then one for the event channel (the peer's

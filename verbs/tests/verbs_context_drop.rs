@@ -246,7 +246,7 @@ fn push_one_flushed(cq: &CompletionQueue, wr_id: u64) {
         index: 0,
         generation: 0,
     };
-    cq.push_flushed(wr_id, qp, WcOpcode::Send);
+    cq.push_flushed(wr_id, qp, WcOpcode::Send).unwrap();
 }
 
 /// The blocking waits `wants` reported in turn on `rx`, each within 10 s and each

@@ -71,3 +71,31 @@ fn an_overflowing_queue_is_reported_once_and_fails_its_queue_pairs() {
     assert!(small.overrun());
     assert_eq!(sqp.state(), QpState::Error);
 }
+
+/// House rule (bad local input: a typed error, never a silent success): a flushed
+/// completion the application pushes into a full queue (`push_flushed`) was lost, the
+/// call returning as if it had been queued, and the overrun it raised then failed every
+/// queue pair completing into the queue (`CmEvent::CqError`, `ConnError::CqOverrun`, a
+/// Terminate to each peer) for the caller's own mistake. The caller is right there to be
+/// told: the push is refused, nothing lost, the queue and its queue pairs left alone.
+#[test]
+fn a_flushed_completion_pushed_into_a_full_queue_is_refused_not_lost() {
+    let (server, _client) = link_contexts();
+    let cq = server.create_cq(1).unwrap();
+    let pd = server.alloc_pd();
+    let qp = pd.create_qp(&QpInit::new(&cq, &cq)).unwrap();
+    let first = cq.push_flushed(1, qp.id(), WcOpcode::Send);
+    let second = cq.push_flushed(2, qp.id(), WcOpcode::Send);
+    // The cores' sweeps would have found an overrun by now: nothing happened.
+    assert_eq!(server.next_event(Duration::from_millis(300)), None);
+    assert_eq!(qp.state(), QpState::Idle);
+    assert!(!cq.overrun(), "a refused push is no overrun");
+    assert_eq!(first, Ok(()));
+    assert_eq!(
+        second,
+        Err(Error::QueueFull),
+        "a push into a full queue is refused, typed"
+    );
+    assert_eq!(cq.poll_one().map(|c| c.wr_id), Some(1));
+    assert!(cq.poll_one().is_none());
+}
