@@ -191,6 +191,7 @@ use txrec::TxRecords;
 
 pub use validate::{
     ends_in_flush, reserve_flushed_send, validate_recv, validate_recv_late, validate_send,
+    validate_send_inline,
 };
 
 #[cfg(feature = "self-check")]

@@ -50,7 +50,7 @@ pub use crate::config::{
 };
 pub use crate::core::{
     ends_in_flush, reserve_flushed_send, validate_recv, validate_recv_late, validate_send,
-    CoreStats, EngineCore, QpAttr, QpInfo,
+    validate_send_inline, CoreStats, EngineCore, QpAttr, QpInfo,
 };
 pub use crate::error::{DepthError, DeviceError, EngineError};
 pub use crate::srq::SharedRq;

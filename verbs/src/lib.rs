@@ -1286,7 +1286,9 @@ pub struct QpInit {
     pub rfc7306: bool,
     /// Largest inline payload ([`QueuePair::post_send_inline`]), at most [`MAX_INLINE`]; the
     /// queue pair registers `sq_depth * max_inline` octets for it at its first inline post
-    /// (0: no inline sends).
+    /// (0: no inline sends). A limit of its own beside [`QpInit::max_sge`], as
+    /// `max_inline_data` is beside `max_send_sge`: an inline post names no SGE of the
+    /// caller's, so a queue pair with `max_sge` 0 still sends inline.
     pub max_inline: u32,
     /// The shared receive queue to take receive buffers from (`None`: the QP's own receive
     /// queue of `rq_depth`). Its queue pairs may be on any engine cores.
@@ -1615,7 +1617,9 @@ impl QueuePair {
             wr = wr.fenced();
         }
         // Reserve first: only then is the slot's previous request known to be retired.
-        validate_send(&self.shared, &self.ctx.inner.mrs, &wr.0)?;
+        // The arena's SGE is not the caller's: not counted against `max_sge` (a queue
+        // pair may send inline only, `max_sge` 0), as `max_inline_data` is a cap of its own.
+        warpcore_engine::validate_send_inline(&self.shared, &self.ctx.inner.mrs, &wr.0)?;
         if !sges.is_empty() {
             if let Err(e) = mr.write(off, data) {
                 self.shared.release_sq();

@@ -355,3 +355,46 @@ fn binds_fast_registrations_and_channels_of_another_context_are_stale_handles() 
     let ch_a = a.create_comp_channel().unwrap();
     a.create_cq_with_channel(16, &ch_a).unwrap();
 }
+
+/// `QpInit::max_inline` is a capacity of its own (`ibv_qp_cap`'s `max_inline_data` beside
+/// `max_send_sge`), and `post_send_inline` takes octets, not SGEs: the one SGE it builds
+/// over the queue pair's own arena is not the caller's. A queue pair made to send inline
+/// only (`max_sge` 0, `max_inline` 64) refused every inline post with
+/// `Error::TooManySges`, an error naming SGEs the caller never gave; the inline post is
+/// taken, and an SGE the caller does give is still refused beyond `max_sge`.
+#[test]
+fn an_inline_only_queue_pair_sends_inline() {
+    let (b, a) = common::link_contexts();
+    let (apd, bpd) = (a.alloc_pd(), b.alloc_pd());
+    let acq = a.create_cq(16).unwrap();
+    let bcq = b.create_cq(16).unwrap();
+    let amr = apd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let bmr = bpd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let bqp = bpd.create_qp(&QpInit::new(&bcq, &bcq)).unwrap();
+    let mut init = QpInit::new(&acq, &acq);
+    init.max_sge = 0;
+    init.max_inline = 64;
+    let aqp = apd.create_qp(&init).unwrap();
+    bqp.post_recv(&RecvWr::new(7, &[bmr.sge(0, 64)]).unwrap())
+        .unwrap();
+    b.listen(7461, &MpaParams::default()).unwrap();
+    common::connect_accept(&b, &bqp, &a, &aqp, 7461);
+    assert_eq!(
+        aqp.post_send_inline(1, SendOp::Send, b"inline only"),
+        Ok(())
+    );
+    let c = acq.wait(T).unwrap();
+    assert_eq!((c.wr_id, c.status), (1, WcStatus::Success));
+    let r = bcq.wait(T).unwrap();
+    assert_eq!((r.wr_id, r.status, r.byte_len), (7, WcStatus::Success, 11));
+    let mut got = [0u8; 11];
+    bmr.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"inline only");
+    // The caller's own SGEs are still bounded by max_sge 0.
+    let wr = SendWr::new(2, SendOp::Send, &[amr.sge(0, 8)]).unwrap();
+    assert_eq!(aqp.post_send(&wr), Err(Error::TooManySges));
+    assert_eq!(
+        aqp.post_send_list(&[wr]).map_err(|e| e.error),
+        Err(Error::TooManySges)
+    );
+}

@@ -24,6 +24,21 @@ pub fn validate_send(shared: &QpShared, mrs: &MrTable, wr: &SendWr) -> Result<()
     validate_send_general(shared, mrs, wr)
 }
 
+/// [`validate_send`] of a request the verbs layer built over a queue pair's inline arena
+/// (`QueuePair::post_send_inline`): the same checks and reservation, but for the SGE count
+/// against [`QpShared::max_sge`]. The caller gave octets, not SGEs, and the one SGE over
+/// the arena is the layer's own; the inline capacity is a limit of its own, as
+/// `ibv_qp_cap`'s `max_inline_data` is beside `max_send_sge` (checked by the layer). With
+/// the count asked, a queue pair made to send inline only (`max_sge` 0) refused every
+/// inline post with [`EngineError::TooManySges`].
+pub fn validate_send_inline(
+    shared: &QpShared,
+    mrs: &MrTable,
+    wr: &SendWr,
+) -> Result<(), EngineError> {
+    validate_send_checks(shared, mrs, wr, false)
+}
+
 /// [`validate_send`] of a Write (to the remote TO `remote_to`) or a Send (`None`) of one
 /// SGE `s`: the state, the SGE count (one), a Write's remote range, the SGE, the queue
 /// room. None of the operation checks between them applies to these, and one SGE's
@@ -56,12 +71,24 @@ fn validate_one_sge(
 
 /// [`validate_send`] of any request.
 fn validate_send_general(shared: &QpShared, mrs: &MrTable, wr: &SendWr) -> Result<(), EngineError> {
+    validate_send_checks(shared, mrs, wr, true)
+}
+
+/// [`validate_send_general`], with the SGE count against [`QpShared::max_sge`] asked only
+/// if `count_sges` ([`validate_send_inline`] does not ask it).
+#[inline(always)]
+fn validate_send_checks(
+    shared: &QpShared,
+    mrs: &MrTable,
+    wr: &SendWr,
+    count_sges: bool,
+) -> Result<(), EngineError> {
     let st = shared.state();
     if st != QpState::Rts {
         return Err(EngineError::InvalidState(st));
     }
     let sges = wr.sges.as_slice();
-    if sges.len() > shared.max_sge as usize {
+    if count_sges && sges.len() > shared.max_sge as usize {
         return Err(EngineError::TooManySges);
     }
     // Binds, fast registrations and Local Invalidates: what does not depend on the STag
