@@ -116,8 +116,9 @@ pub struct ConnConfig {
     pub window_scale: bool,
     /// The least time between two ACKs sent in answer to segments outside the window that
     /// carry no data (pure ACKs and SYNs, also those PAWS rejects), to ACKs outside
-    /// RFC 5961 5.2's range, and challenge ACKs (RFC 5961 3.2 and 4.2, which have RFC 5961
-    /// 7's per-second limit too): those between are not sent (counted in
+    /// RFC 5961 5.2's range, challenge ACKs (RFC 5961 3.2 and 4.2, which have RFC 5961
+    /// 7's per-second limit too), and SYN-ACKs sent again for the peer's SYN again in
+    /// SYN-RECEIVED (Linux's `tcp_check_req`): those between are not sent (counted in
     /// [`ConnStats::oow_acks_suppressed`]), so two endpoints out of step, or a reflector's
     /// forged segments, cannot trade ACKs without end. Linux's `tcp_invalid_ratelimit`
     /// (`tcp_oow_rate_limited`), 500 ms by default as there; zero sends every one. An out
@@ -215,9 +216,9 @@ pub struct ConnStats {
     /// Challenge ACKs sent (RFC 5961).
     pub challenge_acks: u64,
     /// ACKs not sent in answer to segments outside the window without data, to ACKs
-    /// outside RFC 5961 5.2's range, or as challenge ACKs, within
-    /// [`ConnConfig::oow_ack_interval`] of the last one sent (Linux's `TCPACKSkippedSeq`,
-    /// `..PAWS` and `..Challenge`).
+    /// outside RFC 5961 5.2's range, as challenge ACKs, or as SYN-ACKs for a SYN again in
+    /// SYN-RECEIVED, within [`ConnConfig::oow_ack_interval`] of the last one sent (Linux's
+    /// `TCPACKSkippedSeq`, `..PAWS`, `..Challenge` and `..SynRecv`).
     pub oow_acks_suppressed: u64,
     /// Segments dropped by PAWS.
     pub paws_dropped: u64,
@@ -1707,14 +1708,19 @@ impl Connection {
         // The peer's SYN again in SYN-RECEIVED: our SYN-ACK may have been lost, and the peer
         // waits for it. Its SEG.SEQ is RCV.NXT - 1, which fails the acceptability test
         // below, so it is taken here: the SYN-ACK goes again at once, not at our RTO
-        // (as Linux's `tcp_check_req`).
+        // (as Linux's `tcp_check_req`). At most one per `oow_ack_interval`, as there
+        // (`tcp_oow_rate_limited`, `TCPACKSkippedSynRecv`; RFC 5961 7): each copy of the
+        // SYN drew a SYN-ACK, a retransmission of ours that restarted its timer.
         if seg.control == TcpControl::Syn
             && seg.ack_number.is_none()
             && self.state == State::SynReceived
             && !self.active
             && rel == -1
         {
-            self.syn_sent = false;
+            if !self.oow_limited(now) {
+                self.last_oow_ack = Some(now);
+                self.syn_sent = false;
+            }
             return;
         }
         // Simultaneous open (RFC 9293 3.5, Figure 8): in SYN-RECEIVED from SYN-SENT the peer's
@@ -3850,6 +3856,44 @@ mod tests {
             "no SYN-ACK for the SYN again"
         );
         assert!(c.poll_transmit(t1).is_none(), "one SYN-ACK per SYN");
+    }
+
+    /// RFC 9293 3.10.7.4, RFC 5961 7 / Linux's `tcp_check_req` (`tcp_oow_rate_limited`,
+    /// `TCPACKSkippedSynRecv`): the SYN-ACK a duplicate SYN in SYN-RECEIVED draws again is
+    /// limited to one per `oow_ack_interval`. A peer (or a forger who saw the first SYN)
+    /// repeating the SYN otherwise drew one SYN-ACK per copy, each also a retransmission
+    /// of our SYN that restarted its timer.
+    #[test]
+    fn duplicate_syns_in_syn_received_draw_one_syn_ack_per_interval() {
+        let ep = Endpoints {
+            local: US,
+            remote: PEER,
+        };
+        let t0 = Instant::from_millis(0);
+        let mut syn = from_peer(TcpControl::Syn, PISS, TcpSeqNumber(0), Some(1460));
+        syn.ack_number = None;
+        let cfg = ConnConfig::default();
+        let mut c = Connection::accept(&cfg, ep, TcpSeqNumber(7000), &syn, t0);
+        assert_eq!(
+            c.poll_transmit(t0).map(|s| s.control),
+            Some(TcpControl::Syn)
+        );
+        let syn_acks = |c: &mut Connection, at: Instant, copies: usize| {
+            let mut n = 0;
+            for _ in 0..copies {
+                c.handle_segment(at, &syn);
+                while let Some(s) = c.poll_transmit(at) {
+                    n += usize::from(s.control == TcpControl::Syn);
+                }
+            }
+            n
+        };
+        let t1 = Instant::from_millis(3);
+        assert_eq!(syn_acks(&mut c, t1, 100), 1, "a flood of duplicate SYNs");
+        assert_eq!(c.stats().oow_acks_suppressed, 99);
+        // The next interval: the peer's SYN again (its retransmission) is answered.
+        let t2 = t1 + cfg.oow_ack_interval;
+        assert_eq!(syn_acks(&mut c, t2, 1), 1, "the SYN a whole interval later");
     }
 
     /// RFC 2018 4: every SACK block of an ACK within what is outstanding marks the segments
