@@ -32,7 +32,7 @@ use warpcore_proto::wire::mpa::{
 };
 use warpcore_proto::wire::rdmap::{Opcode, ReadRequestRepr};
 use warpcore_proto::wire::segment::{RdmapHeader, SegmentError};
-use warpcore_proto::{TerminateCode, TerminateReport};
+use warpcore_proto::{MpaError, TerminateCode, TerminateReport};
 
 use crate::fpdu::{self, Deframed, DeframerConfig, FpduEvent};
 use crate::tcp::{Connection, Stream};
@@ -139,6 +139,11 @@ pub struct Negotiated {
     pub rtr_supported: RtrTypes,
     /// The RTR the initiator actually sent first, if its first FPDU is one.
     pub rtr_sent: Option<RtrType>,
+    /// Peer-to-peer mode, but the initiator can send none of the RTR types the responder
+    /// flagged: a responder supporting none of the offered types flags others
+    /// (MPA2-9.2-8), and the initiator then sends a Terminate 2/0/7 in place of an RTR
+    /// (MPA2-9.2-10). Neither is a violation.
+    pub no_common_rtr: bool,
 }
 
 /// Counters for one opcode in one direction.
@@ -237,8 +242,10 @@ pub enum FindingKind {
     /// An MPA Request or Reply frame is malformed (MPA-8-4; Terminate 2/0/4).
     MalformedStartup,
     /// The Reply does not satisfy the Request (MPA2-9.2-4 A echoed, MPA2-9.1-4 responder ORD
-    /// at most the initiator IRD, a common RTR type, MPA2-10-5/6 format), as proto's
-    /// initiator negotiation machine judges it (Terminate 2/0/4, 2/0/6 or 2/0/7).
+    /// at most the initiator IRD, MPA2-10-5/6 format), as proto's initiator negotiation
+    /// machine judges it (Terminate 2/0/4, 2/0/6 or 2/0/7). No RTR type in common is not
+    /// one: RFC 6581 §9.2 lets the responder flag only types it supports (MPA2-9.2-8) and
+    /// has the initiator answer with a Terminate 2/0/7 (MPA2-9.2-10).
     Negotiation,
     /// An FPDU's CRC does not match where CRCs were negotiated (MPA-7.1.1-13, MPA-8-2;
     /// Terminate 2/0/2).
@@ -766,8 +773,18 @@ pub fn analyse_connection(conn: &Connection) -> ConnectionReport {
             .push("the responder rejected the connection (R = 1)".into());
         return ConnectionReport::Iwarp(Box::new(report));
     }
+    let mut no_common_rtr = false;
     match judge_reply(&report.request, &streams[1].data[..reply.len]) {
         Ok(Ok(_)) => {}
+        // RFC 6581 §9.2: a responder that supports none of the offered RTR types flags one
+        // it supports (MPA2-9.2-8); the initiator must then send a Terminate 2/0/7 in place
+        // of the RTR (MPA2-9.2-10). The Reply conforms.
+        Ok(Err(negotiation::NegotiationError::NoMatchingRtr)) => {
+            no_common_rtr = true;
+            report.notes.push(
+                "peer-to-peer mode with no RTR type in common the initiator can send: it must send a Terminate 2/0/7 in place of an RTR (RFC 6581 9.2)".into(),
+            );
+        }
         Ok(Err(e)) => report.findings.push(Finding {
             kind: FindingKind::Negotiation,
             direction: Some(Direction::ResponderToInitiator),
@@ -790,6 +807,7 @@ pub fn analyse_connection(conn: &Connection) -> ConnectionReport {
         rtr_offered: req_enh.map_or(RtrTypes::EMPTY, |e| e.effective_rtr()),
         rtr_supported: rep_enh.map_or(RtrTypes::EMPTY, |e| e.effective_rtr()),
         rtr_sent: None,
+        no_common_rtr,
     };
     let fpdu_streams = FpduStreams {
         start: [
@@ -1502,9 +1520,16 @@ fn check_connection(report: &mut IwarpConnection, segments: &[DecodedSegment]) {
                         ));
                     } else if let Some(n) = p2p {
                         let agreed = n.rtr_offered.intersection(n.rtr_supported);
-                        let ok = ds
-                            .rtr
-                            .is_some_and(|r| agreed.is_empty() || agreed.contains(r));
+                        // Without an RTR in common, the Terminate 2/0/7 MPA2-9.2-10 calls
+                        // for comes in its place.
+                        let no_rtr_term = n.no_common_rtr
+                            && s.terminate.is_some_and(|t| {
+                                t.code == MpaError::NoMatchingRtr.terminate_code()
+                            });
+                        let ok = no_rtr_term
+                            || ds
+                                .rtr
+                                .is_some_and(|r| agreed.is_empty() || agreed.contains(r));
                         if !ok {
                             find(
                                 FindingKind::Rtr,

@@ -1035,6 +1035,64 @@ fn reply_that_does_not_fit_the_request() {
     assert_eq!(kinds(&report), [FindingKind::Rtr]);
 }
 
+/// RFC 6581 §9.2: a responder that supports none of the RTR types the initiator offered
+/// MUST flag one it does support (MPA2-9.2-8), and the initiator, unable to send any of
+/// those, MUST send a Terminate 2/0/7 instead of an RTR (MPA2-9.2-10). Both sides conform:
+/// no violation. An initiator that sends anything else first still breaks MPA2-5-1.
+#[test]
+fn no_common_rtr_answered_by_terminate_is_no_violation() {
+    let offer = EnhancedData {
+        peer_to_peer: true,
+        rtr: RtrTypes::WRITE,
+        ird: 4,
+        ord: 4,
+    };
+    let only_read = EnhancedData {
+        rtr: RtrTypes::READ,
+        ..offer
+    };
+    let spec = Spec {
+        enhanced: [offer, only_read],
+        ..Spec::default()
+    };
+    let term = TerminateRepr {
+        code: warpcore_proto::MpaError::NoMatchingRtr.terminate_code(),
+        m: false,
+        ddp: None,
+        r_bit: false,
+        rdma: None,
+    };
+    let buffer = DdpBuffer::Untagged {
+        rsvd_ulp2: 0,
+        qn: 2,
+        msn: 1,
+        mo: 0,
+    };
+    let term = Msg {
+        dir: I,
+        ulpdus: vec![ulpdu(
+            true,
+            buffer,
+            Opcode::Terminate,
+            RdmapHeader::Terminate(term),
+            &[],
+        )],
+    };
+    let report = analyse(build(&spec, &[term]));
+    assert_eq!(report.violations(), 0, "{}", render_text(&report, true));
+    assert!(
+        only_connection(&report)
+            .notes
+            .iter()
+            .any(|n| n.contains("no RTR type in common")),
+        "{}",
+        render_text(&report, true)
+    );
+    // Traffic without the Terminate: the RTR rule still holds.
+    let report = analyse(build(&spec, &[send(I, 1, 10, 100)]));
+    assert_eq!(kinds(&report), [FindingKind::Rtr]);
+}
+
 /// Spoils the CRC of the first FPDU `dir` sends: the first frame of `dir` after the Request
 /// and the Reply (SYN, SYN-ACK, Request, Reply come first), whose last octet is that CRC's.
 fn spoil_first_fpdu(frames: &mut [Frame], dir: usize) {
