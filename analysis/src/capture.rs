@@ -12,7 +12,7 @@ use std::time::Duration;
 use pcap_file::pcap::PcapParser;
 use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
 use pcap_file::pcapng::{Block, PcapNgParser};
-use pcap_file::{DataLink, PcapError, TsResolution};
+use pcap_file::{DataLink, Endianness, PcapError, TsResolution};
 
 /// The link-layer framing of a captured frame, as far as this tool decodes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -187,6 +187,10 @@ struct Interface {
     link: LinkType,
     /// Timestamp units per second.
     units_per_sec: u64,
+    /// SnapLen: the most octets a packet of this interface holds (0: no limit).
+    snaplen: u32,
+    /// if_tsoffset: seconds to add to every timestamp of the interface (signed).
+    offset_secs: i64,
 }
 
 fn interface_of(
@@ -195,7 +199,13 @@ fn interface_of(
     // The default resolution is microseconds; if_tsresol gives a power of 10, or of 2 when
     // its top bit is set (pcapng spec section 4.2).
     let mut units_per_sec = 1_000_000u64;
+    let mut offset_secs = 0i64;
     for opt in &idb.options {
+        // if_tsoffset, a signed 64-bit count of seconds, must be added to every packet's
+        // timestamp to make it absolute (pcapng spec section 4.2).
+        if let InterfaceDescriptionOption::IfTsOffset(o) = opt {
+            offset_secs = *o as i64;
+        }
         if let InterfaceDescriptionOption::IfTsResol(r) = opt {
             let exp = u32::from(r & 0x7F);
             units_per_sec = if r & 0x80 != 0 {
@@ -208,6 +218,21 @@ fn interface_of(
     Interface {
         link: LinkType::from_datalink(idb.linktype),
         units_per_sec,
+        snaplen: idb.snaplen,
+        offset_secs,
+    }
+}
+
+impl Interface {
+    /// The absolute capture time of a packet stamped `units` on this interface.
+    fn timestamp(&self, units: u64) -> Duration {
+        let t = timestamp_from_units(units, self.units_per_sec);
+        let offset = Duration::from_secs(self.offset_secs.unsigned_abs());
+        if self.offset_secs >= 0 {
+            t.checked_add(offset).unwrap_or(t)
+        } else {
+            t.saturating_sub(offset)
+        }
     }
 }
 
@@ -266,7 +291,7 @@ fn parse_pcapng(bytes: &[u8]) -> Result<Capture, CaptureError> {
                 let units = u64::try_from(epb.timestamp.as_nanos()).unwrap_or(u64::MAX);
                 capture.frames.push(Frame {
                     number,
-                    timestamp: timestamp_from_units(units, iface.units_per_sec),
+                    timestamp: iface.timestamp(units),
                     link: iface.link,
                     data: epb.data.into_owned(),
                     original_len: epb.original_len,
@@ -279,11 +304,19 @@ fn parse_pcapng(bytes: &[u8]) -> Result<Capture, CaptureError> {
                         .push(format!("frame {number}: no interface; skipped"));
                     continue;
                 };
+                // pcap-file hands over the whole block body, padding included; the packet
+                // is min(original length, SnapLen) octets of it (pcapng spec section 4.4).
+                let snap = match iface.snaplen {
+                    0 => u32::MAX,
+                    n => n,
+                };
+                let len = usize::try_from(spb.original_len.min(snap)).unwrap_or(usize::MAX);
+                let data = spb.data.get(..len).unwrap_or(&spb.data);
                 capture.frames.push(Frame {
                     number,
                     timestamp: Duration::ZERO,
                     link: iface.link,
-                    data: spb.data.into_owned(),
+                    data: data.to_vec(),
                     original_len: spb.original_len,
                 });
             }
@@ -294,9 +327,16 @@ fn parse_pcapng(bytes: &[u8]) -> Result<Capture, CaptureError> {
                         .push(format!("frame {number}: unknown interface; skipped"));
                     continue;
                 };
+                // The timestamp is two 32-bit words, high then low, each in the section's
+                // byte order (pcapng spec appendix A); pcap-file 2 reads them as one 64-bit
+                // integer, which in a little-endian section swaps the halves.
+                let units = match parser.section().endianness {
+                    Endianness::Little => pb.timestamp.rotate_left(32),
+                    Endianness::Big => pb.timestamp,
+                };
                 capture.frames.push(Frame {
                     number,
-                    timestamp: timestamp_from_units(pb.timestamp, iface.units_per_sec),
+                    timestamp: iface.timestamp(units),
                     link: iface.link,
                     data: pb.data.into_owned(),
                     original_len: pb.original_len,
@@ -369,6 +409,125 @@ mod tests {
         let c = parse_capture(&pcap_file(65535, &[(0, 0, 80, 60)])).unwrap();
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
         assert_eq!((c.frames[0].data.len(), c.frames[0].original_len), (80, 80));
+    }
+
+    /// A little-endian pcapng file: a section header, one Ethernet interface description
+    /// (snap length `snaplen`, microsecond stamps) and then `blocks` (type, body), each padded.
+    fn pcapng_file(snaplen: u32, blocks: &[(u32, Vec<u8>)]) -> Vec<u8> {
+        fn block(out: &mut Vec<u8>, ty: u32, body: &[u8]) {
+            let pad = (4 - body.len() % 4) % 4;
+            let total = (12 + body.len() + pad) as u32;
+            out.extend_from_slice(&ty.to_le_bytes());
+            out.extend_from_slice(&total.to_le_bytes());
+            out.extend_from_slice(body);
+            out.resize(out.len() + pad, 0);
+            out.extend_from_slice(&total.to_le_bytes());
+        }
+        let mut f = Vec::new();
+        let mut shb = 0x1A2B_3C4Du32.to_le_bytes().to_vec();
+        shb.extend_from_slice(&[1, 0, 0, 0]);
+        shb.extend_from_slice(&u64::MAX.to_le_bytes());
+        block(&mut f, 0x0A0D_0D0A, &shb);
+        let mut idb = vec![1, 0, 0, 0];
+        idb.extend_from_slice(&snaplen.to_le_bytes());
+        block(&mut f, 1, &idb);
+        for (ty, body) in blocks {
+            block(&mut f, *ty, body);
+        }
+        f
+    }
+
+    /// A Simple Packet Block holds min(original length, snap length) packet octets and then
+    /// padding to 32 bits (pcapng spec, section 4.4): the padding is no part of the frame.
+    #[test]
+    fn simple_packet_block_padding_is_not_frame_data() {
+        let frame: Vec<u8> = (1..=61).collect();
+        let mut spb = 61u32.to_le_bytes().to_vec();
+        spb.extend_from_slice(&frame);
+        // A 100-octet frame cut by a snap length of 64: 64 octets are captured.
+        let long: Vec<u8> = (0..64).collect();
+        let mut cut = 100u32.to_le_bytes().to_vec();
+        cut.extend_from_slice(&long);
+        let c = parse_capture(&pcapng_file(64, &[(3, spb), (3, cut)])).unwrap();
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        assert_eq!(c.frames.len(), 2);
+        assert_eq!(c.frames[0].data, frame);
+        assert_eq!(c.frames[0].original_len, 61);
+        assert_eq!(
+            (c.frames[1].data.len(), c.frames[1].original_len),
+            (64, 100)
+        );
+    }
+
+    /// The obsolete Packet Block stores its timestamp as two 32-bit words, high then low,
+    /// each in the section's byte order (pcapng spec, appendix A), like the Enhanced Packet
+    /// Block: a little-endian file's 1.5 s is 1.5 s, not 1.5 s with its halves swapped.
+    #[test]
+    fn packet_block_timestamp_halves_in_order() {
+        let units: u64 = (1 << 32) + 500_000; // microseconds
+        let mut pb = 0u16.to_le_bytes().to_vec(); // interface 0
+        pb.extend_from_slice(&0u16.to_le_bytes()); // drops
+        pb.extend_from_slice(&((units >> 32) as u32).to_le_bytes());
+        pb.extend_from_slice(&(units as u32).to_le_bytes());
+        pb.extend_from_slice(&60u32.to_le_bytes());
+        pb.extend_from_slice(&60u32.to_le_bytes());
+        pb.extend_from_slice(&[0xAA; 60]);
+        let c = parse_capture(&pcapng_file(65535, &[(2, pb)])).unwrap();
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        assert_eq!(c.frames.len(), 1);
+        assert_eq!(
+            c.frames[0].timestamp,
+            Duration::from_micros(units),
+            "{:?}",
+            c.frames[0].timestamp
+        );
+        assert_eq!(c.frames[0].data, [0xAA; 60]);
+    }
+
+    /// if_tsoffset (option 14) is added to every timestamp of its interface (pcapng spec
+    /// section 4.2): two interfaces stamped 1.5 s with offsets 100 and -1 s are 98 s apart.
+    #[test]
+    fn interface_timestamp_offset_is_applied() {
+        let idb = |offset: i64| {
+            let mut b = vec![1, 0, 0, 0];
+            b.extend_from_slice(&65535u32.to_le_bytes());
+            b.extend_from_slice(&[14, 0, 8, 0]);
+            b.extend_from_slice(&offset.to_le_bytes());
+            b.extend_from_slice(&[0, 0, 0, 0]);
+            b
+        };
+        let epb = |iface: u32| {
+            let units: u64 = 1_500_000; // microseconds
+            let mut b = iface.to_le_bytes().to_vec();
+            b.extend_from_slice(&((units >> 32) as u32).to_le_bytes());
+            b.extend_from_slice(&(units as u32).to_le_bytes());
+            b.extend_from_slice(&60u32.to_le_bytes());
+            b.extend_from_slice(&60u32.to_le_bytes());
+            b.extend_from_slice(&[0xAA; 60]);
+            b
+        };
+        // pcapng_file's own interface 0 has no offset; these are interfaces 1 and 2.
+        let c = parse_capture(&pcapng_file(
+            65535,
+            &[
+                (1, idb(100)),
+                (1, idb(-1)),
+                (6, epb(1)),
+                (6, epb(2)),
+                (6, epb(0)),
+            ],
+        ))
+        .unwrap();
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        let times: Vec<Duration> = c.frames.iter().map(|f| f.timestamp).collect();
+        assert_eq!(
+            times,
+            [
+                Duration::from_millis(101_500),
+                Duration::from_millis(500),
+                Duration::from_millis(1_500)
+            ]
+        );
     }
 
     #[test]
