@@ -11,7 +11,8 @@
 //! * [`Mempool`]s live until the process exits (DPDK reclaims their memory then). That is what
 //!   makes an [`Mbuf`] sound without a lifetime: the pool it came from can never go away under
 //!   it. A pool may be used from any thread, so one over single-producer or single-consumer
-//!   mempool operations (`--mbuf-pool-ops-name=ring_sp_sc`, ...) is refused.
+//!   mempool operations (`--mbuf-pool-ops-name=ring_sp_sc`, ...), or over operations that
+//!   index per-lcore state with the thread's lcore id (`bucket`), is refused.
 //! * An [`Mbuf`] owns exactly one packet (possibly a chain of segments). It frees itself on
 //!   drop; a transmit burst consumes it (the driver frees it after sending), and the mbufs a
 //!   full tx ring refused are handed back to the caller, never dropped silently. A packet

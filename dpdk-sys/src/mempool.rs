@@ -9,6 +9,11 @@ use crate::{ffi, Eal, Error, Mbuf};
 /// `RING_F_SP_ENQ` and/or `RING_F_SC_DEQ` (`drivers/mempool/ring`).
 const SINGLE_THREAD_OPS: [&str; 3] = ["ring_sp_sc", "ring_sp_mc", "ring_mp_sc"];
 
+/// DPDK's mempool drivers whose gets and puts index per-lcore state with `rte_lcore_id()`:
+/// `bucket` (`bd->buckets[rte_lcore_id()]` in `drivers/mempool/bucket`), which a thread
+/// without an lcore id (`LCORE_ID_ANY`) makes read far past the array (a SIGSEGV).
+const LCORE_ONLY_OPS: [&str; 1] = ["bucket"];
+
 /// A pool of packet mbufs (`rte_pktmbuf_pool_create`).
 ///
 /// Pools are never freed: they live until the process exits, so an [`Mbuf`] can never outlive
@@ -26,9 +31,9 @@ pub struct Mempool {
 }
 
 // SAFETY: Mempool::new hands out only pools whose get/put operations are multi-producer and
-// multi-consumer safe (SINGLE_THREAD_OPS are refused), and the pool is never freed, so the
-// pointer stays valid on every thread. The per-lcore caches are indexed by rte_lcore_id(),
-// which is unique to the one thread that holds it (LCORE_ID_ANY, no cache, for the others).
+// multi-consumer safe and need no lcore id (SINGLE_THREAD_OPS and LCORE_ONLY_OPS are
+// refused), and the pool is never freed, so the pointer stays valid on every thread. The
+// per-lcore caches are indexed by rte_lcore_id(), which is unique to the one thread that holds it (LCORE_ID_ANY, no cache, for the others).
 unsafe impl Send for Mempool {}
 // SAFETY: as above; &Mempool only allows alloc and counting, which are thread-safe.
 unsafe impl Sync for Mempool {}
@@ -44,8 +49,10 @@ impl Mempool {
     ///
     /// Fails with [`Error::Mempool`] when DPDK cannot make the pool, and when the EAL's
     /// mempool operations (`--mbuf-pool-ops-name`) are single-producer or single-consumer
-    /// rings: the handle may be used from any thread, and those race when two threads get or
-    /// put at once (the pool is freed again then, and its name can be used anew).
+    /// rings, or `bucket`: the handle may be used from any thread, and the rings race when
+    /// two threads get or put at once, while `bucket` indexes per-lcore state with the
+    /// calling thread's lcore id, which a thread DPDK did not start does not have (the pool
+    /// is freed again then, and its name can be used anew).
     pub fn new(
         _eal: &Eal,
         name: &str,
@@ -77,7 +84,14 @@ impl Mempool {
         let ops = unsafe { std::ffi::CStr::from_ptr(ffi::wc_mempool_ops_name(raw.as_ptr())) }
             .to_string_lossy()
             .into_owned();
-        if SINGLE_THREAD_OPS.contains(&ops.as_str()) {
+        let unfit = if SINGLE_THREAD_OPS.contains(&ops.as_str()) {
+            Some("are not safe for several threads")
+        } else if LCORE_ONLY_OPS.contains(&ops.as_str()) {
+            Some("need an lcore id on every thread that uses them")
+        } else {
+            None
+        };
+        if let Some(why) = unfit {
             // SAFETY: the pool was just created here and nothing else holds it or any of its
             // objects; it is freed once and `raw` is not used after.
             unsafe { ffi::rte_mempool_free(raw.as_ptr()) };
@@ -86,9 +100,8 @@ impl Mempool {
                 count,
                 data_room,
                 reason: format!(
-                    "the mempool operations {ops:?} (--mbuf-pool-ops-name) are not safe for \
-                     several threads, and a Mempool may be used from any thread: use \
-                     ring_mp_mc (the default)"
+                    "the mempool operations {ops:?} (--mbuf-pool-ops-name) {why}, and a \
+                     Mempool may be used from any thread: use ring_mp_mc (the default)"
                 ),
             });
         }
