@@ -13,6 +13,11 @@ const TCP_HEADER_MIN: usize = 20;
 const TX_OFFLOAD_FLAGS: u64 =
     ffi::RTE_MBUF_F_TX_IP_CKSUM | ffi::RTE_MBUF_F_TX_L4_MASK | ffi::RTE_MBUF_F_TX_TCP_SEG;
 
+/// Every transmit flag [`Mbuf::set_tx_checksum_offload`] and [`Mbuf::set_tx_tso`] set: each
+/// setter clears them all before it sets its own, so what an earlier call asked for does not
+/// stay behind (the offload word it goes with is replaced too).
+const TX_SETTER_FLAGS: u64 = TX_OFFLOAD_FLAGS | ffi::RTE_MBUF_F_TX_IPV4;
+
 /// What a port's receive offload said of one checksum of a frame (`RTE_MBUF_F_RX_*_CKSUM_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RxChecksum {
@@ -670,9 +675,10 @@ impl Mbuf {
     }
 
     /// Asks the port to cut the packet into TCP segments ([`TxTso`]); the IPv4 and TCP
-    /// checksums are then the port's too. Refused, changing nothing, when `l2_len` or
-    /// `l3_len` does not fit its field of the offload word ([`TxOffloadError::Len`]; before,
-    /// only its low bits were stored, and the port wrote the headers at the wrong offsets),
+    /// checksums are then the port's too (in place of what an earlier call asked). Refused,
+    /// changing nothing, when `l2_len` or `l3_len` does not fit its field of the offload
+    /// word ([`TxOffloadError::Len`]; before, only its low bits were stored, and the port
+    /// wrote the headers at the wrong offsets),
     /// or when the first segment's buffer or header is not this `Mbuf`'s alone
     /// ([`TxOffloadError::Shared`]: indirect, external or referenced twice), as the port
     /// writes the headers in that buffer ([`crate::TxQueue::tx_prepare`] its pseudo-header
@@ -685,7 +691,8 @@ impl Mbuf {
         // SAFETY: exclusive access through &mut self, and the header is this Mbuf's alone
         // (checked above, with its buffer); ol_flags and tx_offload are plain data.
         let m = unsafe { self.raw.as_mut() };
-        m.ol_flags |= ffi::RTE_MBUF_F_TX_IPV4
+        m.ol_flags = (m.ol_flags & !TX_SETTER_FLAGS)
+            | ffi::RTE_MBUF_F_TX_IPV4
             | ffi::RTE_MBUF_F_TX_IP_CKSUM
             | ffi::RTE_MBUF_F_TX_TCP_CKSUM
             | ffi::RTE_MBUF_F_TX_TCP_SEG;
@@ -811,7 +818,9 @@ impl Mbuf {
         })
     }
 
-    /// Asks the port to compute checksums on transmit (see [`TxChecksumOffload`]). Refused,
+    /// Asks the port to compute checksums on transmit (see [`TxChecksumOffload`]): exactly
+    /// those `o` asks for, in place of what an earlier call (of this or of
+    /// [`Mbuf::set_tx_tso`]) asked of the mbuf; with neither checksum, nothing. Refused,
     /// changing nothing, when `l2_len` or `l3_len` does not fit its field of the offload
     /// word ([`TxOffloadError::Len`]; before, only its low bits were stored, and the port
     /// filled the checksums at the wrong offsets), or when the first segment's buffer or
@@ -836,7 +845,11 @@ impl Mbuf {
         if o.tcp {
             flags |= ffi::RTE_MBUF_F_TX_TCP_CKSUM;
         }
-        m.ol_flags |= flags;
+        // What an earlier call asked for goes: a TCP checksum no longer asked for would have
+        // the port overwrite the one the caller computed (over a field without the
+        // pseudo-header sum: a wrong checksum on the wire, RFC 9293 3.1), and a TSO flag
+        // left without its segment size (the word is replaced below) makes the packet unfit.
+        m.ol_flags = (m.ol_flags & !TX_SETTER_FLAGS) | flags;
         // Bit layout of the tx_offload word: l2_len:7, l3_len:9, l4_len:8, tso_segsz:16.
         m.__bindgen_anon_3.tx_offload = l2_l3;
         Ok(())
