@@ -8,7 +8,7 @@ use warpcore_engine::tcp::link::LinkConfig;
 use warpcore_engine::tcp::smoltcp::socket::tcp::State;
 use warpcore_engine::tcp::smoltcp::time::Duration;
 use warpcore_engine::tcp::TcpTuning;
-use warpcore_engine::{CmEvent, ConnError, EngineConfig, EngineError, MpaParams, QpState};
+use warpcore_engine::{CmEvent, ConnError, EngineConfig, EngineError, MpaParams, QpState, SendOp};
 
 /// Steps until every table of both cores is back to idle: no QP-less TCP connection, no
 /// pending request, no MPA timer, no zombie (B keeps its listener's entry if `listening`).
@@ -492,5 +492,84 @@ fn a_qp_destroyed_after_its_fin_lets_the_peer_finish_its_close() {
         ending,
         Some(warpcore_engine::DisconnectCause::Closed),
         "B's end after {writes} completions"
+    );
+}
+
+/// RDMAP-06 §7 (errors found by RDMAP or DDP abortively terminate the RDMAP, DDP and LLP
+/// streams) and §6.2.1: B closes gracefully (its FIN goes out at once, its send queue being
+/// empty) while A's messages are still on their way; A's Send then finds no receive at B
+/// (1/2/02). No Terminate can follow B's FIN, but the stream failed all the same and A's
+/// message was dropped, and so are the Writes A goes on sending behind it: A must learn
+/// it from an abortive end, not from a clean close that says everything it sent was
+/// taken. Before, B let the graceful close finish, dropping what A still sent, and A saw
+/// `Disconnected { Closed }` with every request completed successfully: the loss silent.
+#[test]
+fn an_error_after_our_fin_ends_the_stream_abortively_for_the_peer() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (_ra, sa) = p.a.region(1 << 20, all_access());
+    let (_rb, sb) = p.b.region(1 << 20, all_access());
+    for k in 0..3 {
+        p.a.core
+            .post_send(qa, send_wr(k, write_op(sb.0, 0), &[(sa, 0, 100_000)]))
+            .unwrap();
+    }
+    p.a.core
+        .post_send(qa, send_wr(9, SendOp::Send, &[(sa, 0, 10)]))
+        .unwrap();
+    // More Writes behind it: B drops them all once it failed.
+    for k in 10..16 {
+        p.a.core
+            .post_send(qa, send_wr(k, write_op(sb.0, 0), &[(sa, 0, 500_000)]))
+            .unwrap();
+    }
+    p.b.core.disconnect(qb).unwrap();
+    let (mut end_a, mut end_b) = (None, None);
+    p.run_until(100_000, |p| {
+        for e in p.a.take_events() {
+            if matches!(e, CmEvent::Disconnected { .. } | CmEvent::Error { .. }) {
+                assert!(end_a.replace(e).is_none(), "two endings for A");
+            }
+        }
+        for e in p.b.take_events() {
+            if matches!(e, CmEvent::Disconnected { .. } | CmEvent::Error { .. }) {
+                assert!(end_b.replace(e).is_none(), "two endings for B");
+            }
+        }
+        end_a.is_some() && end_b.is_some()
+    });
+    assert!(
+        matches!(
+            end_b,
+            Some(CmEvent::Error {
+                error: ConnError::LocalTerminate(_),
+                ..
+            })
+        ),
+        "B found the error: {end_b:?}"
+    );
+    assert!(
+        matches!(
+            end_a,
+            Some(CmEvent::Disconnected { cause, .. }) if cause.is_abortive()
+        ) || matches!(
+            end_a,
+            Some(CmEvent::Error {
+                error: ConnError::RemoteTerminate(_),
+                ..
+            })
+        ),
+        "A's stream failed at B, yet A saw {end_a:?}"
+    );
+    // Everything is released on both sides; each of A's requests completed once, in
+    // order, and not all of those B dropped as successes.
+    run_until_released(&mut p, 100_000);
+    let done = p.a.take_completions();
+    let ids: Vec<u64> = done.iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, [0, 1, 2, 9, 10, 11, 12, 13, 14, 15], "{done:?}");
+    assert!(
+        done.iter()
+            .any(|c| c.wr_id >= 10 && c.status == warpcore_engine::WcStatus::FlushErr),
+        "{done:?}"
     );
 }

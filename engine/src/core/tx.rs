@@ -941,8 +941,13 @@ impl Qp {
         if conn.fin_sent {
             // The error came after our FIN (a graceful close waiting for the peer to
             // drain): nothing may follow a FIN, so no Terminate can go out; the stream
-            // fails all the same (the user was told, `fail_local`).
+            // fails all the same (the user was told, `fail_local`). The RDMAP, DDP and LLP
+            // streams are abortively terminated (RDMAP-06 §7, §6.2): the connection is
+            // reset, so that the peer, whose message was dropped, does not take the end
+            // of the stream for a clean close. TCP reads no buffer of ours again; what it
+            // held completes flushed when it reports the connection closed.
             conn.term = None;
+            let _ = stack.abort(tcp);
             self.set_state(QpState::Error);
             return true;
         }
