@@ -1,10 +1,13 @@
 //! # warpcore-engine: the run-to-completion iWARP engine
 //!
 //! Engine cores own TCP connections, queue pairs and their protocol state (shared nothing);
-//! application threads reach them only through lock-free queues (work requests and
-//! connection manager calls in, completions and events out). Each core runs a fixed list of
-//! pollers with bounded work per loop ([`core`]); [`runtime`] pins one thread per core and
-//! keeps the one idle back-off.
+//! application threads reach them through queues (work requests and connection manager
+//! calls in, completions and events out; the command ring's producer end is behind a mutex
+//! only application threads take). Each core runs a fixed list of pollers with bounded work
+//! per loop ([`core`]); [`runtime`] runs each core on a pinned thread of its own by default
+//! and keeps the one idle back-off, or leaves the loop to the application's threads
+//! ([`runtime::Drive::Caller`]: they run it when they poll, wait or call, and a send request
+//! posted to such a core that no thread is running goes straight into its send queue).
 //!
 //! ## Contract
 //! - **No input from the network panics or escapes a registered region**: every received
@@ -14,8 +17,13 @@
 //!   to the error state and flushes its work requests; other connections are untouched.
 //! - **Local misuse changes nothing**: posting in the wrong state, an SGE outside its
 //!   region or a full queue is refused with an [`EngineError`] before anything is queued.
-//! - **Limits are configuration** ([`EngineConfig`]), validated once; the data path does
-//!   not allocate after start-up.
+//!   The one exception is a QP whose local keys are checked when a request runs
+//!   ([`QpShared::sges_checked_at_post`] off, as the drop-in libibverbs sets it): its bad
+//!   SGE is posted and completes with `LocalProtection`, the QP going to the error state.
+//! - **Limits are configuration** ([`EngineConfig`]), validated once; the engine's own
+//!   queues and scratch buffers are allocated when the core or the QP is set up, not on the
+//!   data path (the TCP's send and receive buffers grow on demand there, up to
+//!   `EngineConfig::tcp`'s sizes).
 //! - **Unsafe code** lives only in `mem` (placement into registered memory) and `ring`.
 //! - Nothing here reads a clock on the data path: cores get `now` from their driver.
 //!

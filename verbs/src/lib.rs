@@ -63,10 +63,11 @@
 //! only through lock-free queues. Posting a work request validates it on the calling
 //! thread (state, SGEs against the region table, queue depth) and returns a typed
 //! [`Error`] without side effects when it is refused. [`CompletionQueue::wait`] blocks the
-//! calling thread only (spin, then short parks); an engine core never waits for an
-//! application thread. With [`Config::drive`] = [`Drive::Caller`] there are no core threads:
-//! the application threads run the cores whenever they poll, wait or call (see
-//! [`Context::progress`]).
+//! calling thread only (spin, then short parks); an engine core waits for an application
+//! thread only while that thread copies out a completion it has claimed from a queue the
+//! core is pushing into (the completion queue's slot is room only once it is read). With
+//! [`Config::drive`] = [`Drive::Caller`] there are no core threads: the application
+//! threads run the cores whenever they poll, wait or call (see [`Context::progress`]).
 //!
 //! ## Registered memory
 //! The network writes into a [`MemoryRegion`] while the application may read it, so no
