@@ -414,15 +414,7 @@ mod tests {
     /// A little-endian pcapng file: a section header, one Ethernet interface description
     /// (snap length `snaplen`, microsecond stamps) and then `blocks` (type, body), each padded.
     fn pcapng_file(snaplen: u32, blocks: &[(u32, Vec<u8>)]) -> Vec<u8> {
-        fn block(out: &mut Vec<u8>, ty: u32, body: &[u8]) {
-            let pad = (4 - body.len() % 4) % 4;
-            let total = (12 + body.len() + pad) as u32;
-            out.extend_from_slice(&ty.to_le_bytes());
-            out.extend_from_slice(&total.to_le_bytes());
-            out.extend_from_slice(body);
-            out.resize(out.len() + pad, 0);
-            out.extend_from_slice(&total.to_le_bytes());
-        }
+        use crate::pcapng::block;
         let mut f = Vec::new();
         let mut shb = 0x1A2B_3C4Du32.to_le_bytes().to_vec();
         shb.extend_from_slice(&[1, 0, 0, 0]);

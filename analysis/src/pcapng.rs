@@ -27,7 +27,8 @@ fn u16_at(b: &[u8], i: usize, le: bool) -> Option<u16> {
     })
 }
 
-fn block(out: &mut Vec<u8>, ty: u32, body: &[u8]) {
+/// One little-endian pcapng block of type `ty` around `body`, padded to 32 bits.
+pub(crate) fn block(out: &mut Vec<u8>, ty: u32, body: &[u8]) {
     let pad = (4 - body.len() % 4) % 4;
     let total = (12 + body.len() + pad) as u32;
     out.extend_from_slice(&ty.to_le_bytes());
