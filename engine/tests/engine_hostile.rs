@@ -2095,6 +2095,60 @@ fn rdmap_7_2_6_immediate_data_on_a_shared_receive_queue_is_ddp_first() {
     }
 }
 
+/// EXT-6.3-2, EXT-6.3-7, RDMAP-7.2-2: Immediate Data is a whole message in one segment. A
+/// peer that starts a Send (MSN 1, L = 0, 4 or 8 octets placed: within the 8 octets the
+/// Immediate Data's length claims for the message, so DDP's MO checks pass) and ends the
+/// same message with an Immediate Data segment (MSN 1, MO 0, L = 1) sent a message that is
+/// neither: the stream ends with 0/2/07 and the receive is flushed. Before the fix it
+/// completed as a `RecvImm` of length 0, the placed octets silently dropped.
+#[test]
+fn ext_6_3_immediate_data_ending_a_started_send_terminates() {
+    for sent in [4usize, 8] {
+        immediate_data_ending_a_started_send(sent);
+    }
+}
+
+fn immediate_data_ending_a_started_send(sent: usize) {
+    let mut w = world();
+    let (tcp, mut framer, mut deframer, qp) = connect(&mut w, 1);
+    let imm = seg(
+        SegmentRepr {
+            last: true,
+            buffer: DdpBuffer::Untagged {
+                rsvd_ulp2: 0,
+                qn: 0,
+                msn: 1,
+                mo: 0,
+            },
+            opcode: Opcode::ImmediateData,
+            header: RdmapHeader::ImmediateData(
+                warpcore_engine::proto::wire::rdmap::ImmediateDataRepr { data: [7; 8] },
+            ),
+        },
+        &[],
+    );
+    let ulpdus = [send_seg(1, 0, false, &vec![9; sent]), imm];
+    send_ulpdus(&mut w, tcp, &mut framer, &ulpdus, false);
+    let got = terminate_from_engine(&mut w, tcp, &mut deframer);
+    assert_eq!(got, (0, 2, 7), "{sent} octets sent: Terminate code");
+    for _ in 0..50 {
+        w.step();
+    }
+    assert_eq!(w.engine.qp_state(qp).unwrap(), QpState::Error);
+    let mut statuses = Vec::new();
+    while let Some(c) = w.cq.pop() {
+        statuses.push((c.status, c.opcode));
+    }
+    assert_eq!(
+        statuses,
+        [(
+            warpcore_engine::WcStatus::FlushErr,
+            warpcore_engine::WcOpcode::Recv
+        )],
+        "{sent} octets sent: the receive is flushed, not completed"
+    );
+}
+
 /// The orders that held before the fix and must keep holding: DDP's faults before RDMAP's
 /// later checks (an invalid source STag, RDMAP-7.2-9; IRD, RDMAP-6.1-5; a Data Sink range
 /// that wraps), the QN check of the decode (DDP 1/2/01, as siw) before the whole-message

@@ -893,6 +893,13 @@ impl Qp {
         let RdmapHeader::ImmediateData(h) = seg.repr.header else {
             return Err(RdmapError::UnexpectedOpcode.into());
         };
+        // A segment of a message DDP has already seen segments of (a Send begun with the
+        // same MSN): the message is not whole in one segment, so it is malformed as
+        // check_inbound rules for L = 0 or MO > 0 (RDMAP-7.2-2, EXT-6.3-7), not a RecvImm
+        // that would drop the octets placed before it.
+        if !p.first {
+            return Err(RdmapError::CatastrophicStream.into());
+        }
         if p.message_len.is_some() {
             self.complete_recv(Completion {
                 opcode: WcOpcode::RecvImm,
