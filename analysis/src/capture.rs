@@ -116,7 +116,7 @@ pub fn parse_capture(bytes: &[u8]) -> Result<Capture, CaptureError> {
     if PCAP_MAGICS.iter().any(|m| m == magic) {
         parse_pcap(bytes)
     } else if magic == PCAPNG_MAGIC {
-        parse_pcapng(bytes)
+        read_pcapng(bytes)
     } else {
         Err(CaptureError::NotACapture(format!(
             "unknown magic number {:02x}{:02x}{:02x}{:02x}",
@@ -246,7 +246,74 @@ fn timestamp_from_units(units: u64, units_per_sec: u64) -> Duration {
     Duration::new(secs, nanos)
 }
 
-fn parse_pcapng(bytes: &[u8]) -> Result<Capture, CaptureError> {
+/// A pcapng file: read with pcap-file; if it refuses a block whose framing is whole (an
+/// option it does not take, as in the raw files DPDK's `rte_pcapng` and `dpdk-dumpcap`
+/// write), the whole file is read again through [`crate::pcapng::normalise`], which leaves
+/// the options out, and a warning says so; the frames after the refused block are not lost.
+fn read_pcapng(bytes: &[u8]) -> Result<Capture, CaptureError> {
+    let (capture, refused) = match parse_pcapng(bytes) {
+        Ok(read) => read,
+        // The section header refused, its byte-order magic sound (an option pcap-file
+        // does not take): read again as below, or the error if that fails too.
+        Err(e) => {
+            let magic = bytes.get(8..12);
+            if magic != Some(&[0x4D, 0x3C, 0x2B, 0x1A][..])
+                && magic != Some(&[0x1A, 0x2B, 0x3C, 0x4D][..])
+            {
+                return Err(e);
+            }
+            let empty = Capture {
+                format: CaptureFormat::PcapNg,
+                frames: Vec::new(),
+                warnings: vec![e.to_string()],
+            };
+            (empty, Some((0, e.to_string())))
+        }
+    };
+    let Some((at, why)) = refused else {
+        return Ok(capture);
+    };
+    let (plain, cleaned) = crate::pcapng::normalise(bytes);
+    match parse_pcapng(&plain) {
+        Ok((mut again, None)) if again.frames.len() >= capture.frames.len() => {
+            let mut warnings = vec![format!(
+                "pcapng block at octet {at} refused ({why}); the file was read with the \
+                 options of its blocks left out"
+            )];
+            if let Some((off, why)) = cleaned.cut {
+                warnings.push(format!(
+                    "capture file damaged at octet {off} ({why}); the rest is ignored"
+                ));
+            }
+            warnings.append(&mut again.warnings);
+            again.warnings = warnings;
+            Ok(again)
+        }
+        _ if at == 0 => Err(CaptureError::NotACapture(why)),
+        _ => Ok(capture),
+    }
+}
+
+/// The block framing at the start of `rest` in a section of byte order `endianness` is
+/// whole: a type, a length of at least 12 within `rest`, and the same length at its end.
+fn whole_block(rest: &[u8], endianness: Endianness) -> bool {
+    let at = |i: usize| -> Option<u32> {
+        let a: [u8; 4] = rest.get(i..i + 4)?.try_into().ok()?;
+        Some(match endianness {
+            Endianness::Little => u32::from_le_bytes(a),
+            Endianness::Big => u32::from_be_bytes(a),
+        })
+    };
+    match at(4).map(|l| l as usize) {
+        Some(len) if len >= 12 && len <= rest.len() => at(len - 4) == Some(len as u32),
+        _ => false,
+    }
+}
+
+/// Reads a pcapng file with pcap-file; the second value is the octet offset of a block
+/// whose framing is whole but whose contents pcap-file refused, and why (reading stopped
+/// there, with a warning).
+fn parse_pcapng(bytes: &[u8]) -> Result<(Capture, Option<(usize, String)>), CaptureError> {
     let (mut rest, mut parser) = PcapNgParser::new(bytes)
         .map_err(|e| CaptureError::NotACapture(format!("bad pcapng header: {}", describe(&e))))?;
     let mut capture = Capture {
@@ -254,6 +321,7 @@ fn parse_pcapng(bytes: &[u8]) -> Result<Capture, CaptureError> {
         frames: Vec::new(),
         warnings: Vec::new(),
     };
+    let mut refused = None;
     let mut interfaces: Vec<Interface> = Vec::new();
     while !rest.is_empty() {
         let block = match parser.next_block(rest) {
@@ -262,11 +330,22 @@ fn parse_pcapng(bytes: &[u8]) -> Result<Capture, CaptureError> {
                 block
             }
             Err(e) => {
-                capture.warnings.push(format!(
-                    "capture file damaged after frame {}: {}; the rest is ignored",
-                    capture.frames.len(),
-                    describe(&e)
-                ));
+                let at = bytes.len() - rest.len();
+                if whole_block(rest, parser.section().endianness) {
+                    capture.warnings.push(format!(
+                        "pcapng block at octet {at} refused after frame {}: {}; the rest is \
+                         ignored",
+                        capture.frames.len(),
+                        describe(&e)
+                    ));
+                    refused = Some((at, describe(&e)));
+                } else {
+                    capture.warnings.push(format!(
+                        "capture file damaged after frame {}: {}; the rest is ignored",
+                        capture.frames.len(),
+                        describe(&e)
+                    ));
+                }
                 break;
             }
         };
@@ -345,7 +424,7 @@ fn parse_pcapng(bytes: &[u8]) -> Result<Capture, CaptureError> {
             _ => {}
         }
     }
-    Ok(capture)
+    Ok((capture, refused))
 }
 
 #[cfg(test)]
@@ -520,6 +599,113 @@ mod tests {
                 Duration::from_millis(1_500)
             ]
         );
+    }
+
+    /// A block whose options pcap-file refuses (as in raw `rte_pcapng` / `dpdk-dumpcap`
+    /// files) no longer ends the capture: the file is read again with the options left out
+    /// and every frame after the block is kept, with a warning naming the block. Refused
+    /// here: an Enhanced Packet Block's comment that is not UTF-8, an interface
+    /// description's `if_speed` of 4 octets. The interface's `if_tsoffset` and a Simple
+    /// Packet Block after the refusal survive the second reading. Before: reading stopped
+    /// at the refused block (1 and 0 frames).
+    #[test]
+    fn blocks_with_refused_options_do_not_end_the_capture() {
+        let epb = |iface: u32, octet: u8, comment: &[u8]| {
+            let mut b = iface.to_le_bytes().to_vec();
+            b.extend_from_slice(&0u32.to_le_bytes());
+            b.extend_from_slice(&2_000_000u32.to_le_bytes());
+            b.extend_from_slice(&60u32.to_le_bytes());
+            b.extend_from_slice(&60u32.to_le_bytes());
+            b.extend_from_slice(&[octet; 60]);
+            if !comment.is_empty() {
+                b.extend_from_slice(&1u16.to_le_bytes());
+                b.extend_from_slice(&(comment.len() as u16).to_le_bytes());
+                b.extend_from_slice(comment);
+                b.resize(b.len().div_ceil(4) * 4, 0);
+                b.extend_from_slice(&[0, 0, 0, 0]);
+            }
+            b
+        };
+        let mut spb = 60u32.to_le_bytes().to_vec();
+        spb.extend_from_slice(&[4; 60]);
+        let c = parse_capture(&pcapng_file(
+            65535,
+            &[
+                (6, epb(0, 1, b"")),
+                (6, epb(0, 2, &[0xFF, 0xFE, 0x80])),
+                (6, epb(0, 3, b"")),
+                (3, spb.clone()),
+            ],
+        ))
+        .unwrap();
+        let octets: Vec<u8> = c.frames.iter().map(|f| f.data[0]).collect();
+        assert_eq!(octets, [1, 2, 3, 4], "{:?}", c.warnings);
+        assert_eq!(c.frames[2].timestamp, Duration::from_secs(2));
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert!(c.warnings[0].contains("refused"), "{:?}", c.warnings);
+        let mut idb = vec![1, 0, 0, 0];
+        idb.extend_from_slice(&65535u32.to_le_bytes());
+        idb.extend_from_slice(&[8, 0, 4, 0, 0, 0, 0, 0]);
+        idb.extend_from_slice(&[14, 0, 8, 0]);
+        idb.extend_from_slice(&10i64.to_le_bytes());
+        idb.extend_from_slice(&[0, 0, 0, 0]);
+        let c = parse_capture(&pcapng_file(
+            65535,
+            &[(1, idb), (6, epb(1, 5, b"")), (6, epb(0, 6, b""))],
+        ))
+        .unwrap();
+        let got: Vec<(u8, Duration)> = c.frames.iter().map(|f| (f.data[0], f.timestamp)).collect();
+        assert_eq!(
+            got,
+            [(5, Duration::from_secs(12)), (6, Duration::from_secs(2))],
+            "{:?}",
+            c.warnings
+        );
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    }
+
+    /// A section header whose option pcap-file refuses (a hardware string that is not
+    /// UTF-8): the file is read with the options left out; a section header with a bad
+    /// byte-order magic is still not a capture.
+    #[test]
+    fn a_section_header_with_a_refused_option_is_read() {
+        let mut f = pcapng_file(
+            65535,
+            &[(3, [60u32.to_le_bytes().to_vec(), vec![4; 60]].concat())],
+        );
+        let good = f.clone();
+        // The section header's body: magic, version, length, then shb_hardware (2) of 4
+        // octets that are not UTF-8 and the end of options; 8 octets more for the block.
+        let mut shb = 0x1A2B_3C4Du32.to_le_bytes().to_vec();
+        shb.extend_from_slice(&[1, 0, 0, 0]);
+        shb.extend_from_slice(&u64::MAX.to_le_bytes());
+        shb.extend_from_slice(&[2, 0, 4, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0]);
+        let mut head = Vec::new();
+        crate::pcapng::block(&mut head, 0x0A0D_0D0A, &shb);
+        f.splice(..28, head);
+        let c = parse_capture(&f).unwrap();
+        assert_eq!(c.frames.len(), 1, "{:?}", c.warnings);
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        let mut bad = good;
+        bad[8..12].copy_from_slice(&[1, 2, 3, 4]);
+        assert!(matches!(
+            parse_capture(&bad),
+            Err(CaptureError::NotACapture(_))
+        ));
+    }
+
+    /// A file cut in the middle of a block is damage, not a refusal: the frames before it
+    /// and one warning, as before.
+    #[test]
+    fn a_cut_block_is_damage_not_a_refusal() {
+        let mut spb = 60u32.to_le_bytes().to_vec();
+        spb.extend_from_slice(&[4; 60]);
+        let mut f = pcapng_file(65535, &[(3, spb.clone()), (3, spb)]);
+        f.truncate(f.len() - 10);
+        let c = parse_capture(&f).unwrap();
+        assert_eq!(c.frames.len(), 1);
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert!(c.warnings[0].contains("damaged"), "{:?}", c.warnings);
     }
 
     #[test]

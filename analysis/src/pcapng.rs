@@ -1,12 +1,16 @@
 //! The one pcapng normaliser: DPDK 22.11's `rte_pcapng` writes block options that the pcap-file crate
 //! behind `iwdump` refuses, so iwperf rewrites the file at exit as plain pcapng: the
-//! section header, each interface description with only its timestamp resolution, and each
-//! enhanced packet block without options. Wireshark reads both forms.
+//! section header, each interface description with only its timestamp resolution and
+//! offset, and each enhanced, simple or (obsolete) packet block without options. Wireshark
+//! reads both forms. [`crate::capture::parse_capture`] reads a file through [`normalise`]
+//! when pcap-file refuses one of its blocks (a raw `rte_pcapng` or `dpdk-dumpcap` file).
 
 use std::path::Path;
 
 const SHB: u32 = 0x0A0D_0D0A;
 const IDB: u32 = 1;
+const PB: u32 = 2;
+const SPB: u32 = 3;
 const EPB: u32 = 6;
 
 fn u32_at(b: &[u8], i: usize, le: bool) -> Option<u32> {
@@ -15,6 +19,15 @@ fn u32_at(b: &[u8], i: usize, le: bool) -> Option<u32> {
         u32::from_le_bytes(a)
     } else {
         u32::from_be_bytes(a)
+    })
+}
+
+fn u64_at(b: &[u8], i: usize, le: bool) -> Option<u64> {
+    let a: [u8; 8] = b.get(i..i + 8)?.try_into().ok()?;
+    Some(if le {
+        u64::from_le_bytes(a)
+    } else {
+        u64::from_be_bytes(a)
     })
 }
 
@@ -58,6 +71,16 @@ pub struct Cleaned {
 /// [`clean`], saying where the raw file was cut short when it was.
 pub fn clean_report(raw: &Path, out: &Path) -> Result<Cleaned, String> {
     let b = std::fs::read(raw).map_err(|e| format!("{}: {e}", raw.display()))?;
+    let (o, cleaned) = normalise(&b);
+    std::fs::write(out, o).map_err(|e| format!("{}: {e}", out.display()))?;
+    Ok(cleaned)
+}
+
+/// The plain pcapng form of the pcapng file `b` ([`clean`] without the files): every block
+/// in little-endian order, options left out but `if_tsresol` and `if_tsoffset`, blocks
+/// other than section headers, interface descriptions and packets dropped; up to the last
+/// whole block.
+pub fn normalise(b: &[u8]) -> (Vec<u8>, Cleaned) {
     let mut o = Vec::with_capacity(b.len());
     let mut i = 0usize;
     let mut le = true;
@@ -68,12 +91,13 @@ pub fn clean_report(raw: &Path, out: &Path) -> Result<Cleaned, String> {
             cut = Some((i, "fewer octets left than a block header"));
             break;
         }
-        let ty = u32_at(&b, i, le).ok_or("truncated block")?;
+        // Both reads are within the 12 octets checked above.
+        let ty = u32_at(b, i, le).unwrap_or(0);
         if ty == SHB {
             le = b.get(i + 8..i + 12) == Some(&[0x4D, 0x3C, 0x2B, 0x1A][..]);
         }
-        let len = u32_at(&b, i + 4, le).ok_or("truncated block")? as usize;
-        if len < 12 || i + len > b.len() {
+        let len = u32_at(b, i + 4, le).unwrap_or(0) as usize;
+        if len < 12 || len > b.len() - i {
             // A block cut short by an interrupted run ends the file.
             cut = Some((i, "a block longer than the rest of the file"));
             break;
@@ -108,6 +132,12 @@ pub fn clean_report(raw: &Path, out: &Path) -> Result<Cleaned, String> {
                     if code == 9 && olen == 1 {
                         s.extend_from_slice(&[9, 0, 1, 0, body[j + 4], 0, 0, 0]);
                     }
+                    // if_tsoffset: seconds to add to every stamp (pcapng spec section 4.2).
+                    if code == 14 && olen == 8 {
+                        let v = u64_at(body, j + 4, le).unwrap_or(0);
+                        s.extend_from_slice(&[14, 0, 8, 0]);
+                        s.extend_from_slice(&v.to_le_bytes());
+                    }
                     j += 4 + olen.div_ceil(4) * 4;
                 }
                 s.extend_from_slice(&[0, 0, 0, 0]);
@@ -127,12 +157,38 @@ pub fn clean_report(raw: &Path, out: &Path) -> Result<Cleaned, String> {
                 block(&mut o, EPB, &s);
                 packets += 1;
             }
+            SPB if body.len() >= 4 => {
+                // The original length, then the packet and its padding (section 4.4): the
+                // reader cuts it to min(original length, snap length).
+                let mut s = u32_at(body, 0, le).unwrap_or(0).to_le_bytes().to_vec();
+                s.extend_from_slice(&body[4..]);
+                block(&mut o, SPB, &s);
+                packets += 1;
+            }
+            PB if body.len() >= 20 => {
+                // Interface and drop count (16 bits each), timestamp high and low, captured
+                // and original length (appendix A).
+                let cap = u32_at(body, 12, le).unwrap_or(0) as usize;
+                if 20 + cap > body.len() {
+                    cut = Some((i, "a packet block shorter than its captured length"));
+                    break;
+                }
+                let mut s = Vec::with_capacity(20 + cap);
+                for k in 0..2 {
+                    s.extend_from_slice(&u16_at(body, k * 2, le).unwrap_or(0).to_le_bytes());
+                }
+                for k in 1..5 {
+                    s.extend_from_slice(&u32_at(body, k * 4, le).unwrap_or(0).to_le_bytes());
+                }
+                s.extend_from_slice(&body[20..20 + cap]);
+                block(&mut o, PB, &s);
+                packets += 1;
+            }
             _ => {}
         }
         i += len;
     }
-    std::fs::write(out, o).map_err(|e| format!("{}: {e}", out.display()))?;
-    Ok(Cleaned { packets, cut })
+    (o, Cleaned { packets, cut })
 }
 
 #[cfg(test)]
