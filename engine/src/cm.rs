@@ -168,7 +168,9 @@ pub enum ConnError {
         peer_ird_ord: Option<(u16, u16)>,
     },
     /// The TCP connection was reset before it was up: the peer's RST (nothing listens on
-    /// the port, or the peer refused or dropped the connection) or our own abort.
+    /// the port, or the peer refused or dropped the connection). Our own abort of a
+    /// connecting QP is not this: it reports [`CmEvent::Disconnected`] with
+    /// [`DisconnectCause::Reset`].
     TcpReset,
     /// The TCP connection timed out before it was up: the SYN's retransmissions or the
     /// connection's user timeout ran out with the SYN sent and no answer.
