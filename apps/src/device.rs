@@ -851,6 +851,22 @@ impl DeviceArgs {
                     })?;
                 let cs = self.engine_config(b, sip, false, o.configure);
                 let cc = self.engine_config(a, cip, false, o.configure);
+                // `--cores` pins the application thread through the EAL and the engine
+                // threads through the engine. The in-memory link has no EAL, and
+                // caller-driven engines have no threads (the engine pins nothing then): the
+                // CPUs were ignored, a CPU that does not exist included, and the run was not
+                // the pinned one asked for.
+                if self.cores.is_some() && cs.drive == warpcore_verbs::Drive::Caller {
+                    return Err(DeviceError::Refused {
+                        flag: "--cores",
+                        why: "the engines over the in-memory link (--loopback=link) are \
+                              caller-driven here: no EAL pins the application thread and \
+                              there are no engine threads, so nothing would be pinned (run \
+                              the process under taskset, use a DPDK loopback, or engine \
+                              threads)"
+                            .into(),
+                    });
+                }
                 let mtu = link.mtu;
                 let server = open_context(cs)?;
                 let client = open_context(cc)?;
@@ -1031,6 +1047,39 @@ mod dpdk {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--cores` over the in-memory link with caller-driven engines pinned nothing (no EAL,
+    /// no engine thread) and was accepted, a CPU the machine does not have included: the
+    /// run went unpinned without a word. It is refused, naming the flag; engine threads
+    /// still take it (and name a CPU they cannot have).
+    #[test]
+    fn cores_that_nothing_would_pin_are_refused() {
+        let d = DeviceArgs {
+            loopback: Some(Loopback::Link),
+            cores: Some("0,1023".parse().unwrap()),
+            ..DeviceArgs::default()
+        };
+        let caller = EngineOptions {
+            configure: &|c| c.drive = warpcore_verbs::Drive::Caller,
+            ..EngineOptions::new("pin", MemifRole::Server)
+        };
+        let e = d
+            .open_engine_pair(&caller, PairAddrs::BENCHMARK)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("--cores:"), "{e}");
+        let threads = EngineOptions {
+            configure: &|c| c.drive = warpcore_verbs::Drive::Thread,
+            ..EngineOptions::new("pin", MemifRole::Server)
+        };
+        let e = d
+            .open_engine_pair(&threads, PairAddrs::BENCHMARK)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("CPU 1023"), "{e}");
+    }
     use clap::Parser;
 
     /// The whole raw capture becomes PATH and goes; one cut short is an error naming the
