@@ -117,6 +117,10 @@ pub enum AtomicType {
 /// Largest `-I`.
 pub const MAX_INLINE: u32 = 4096;
 
+/// Largest `-r`: a queue pair's receive queue holds 1024, four of them for iwperf's control
+/// messages.
+pub const MAX_RX_DEPTH: u32 = 1020;
+
 /// `on` / `off`.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnOff {
@@ -848,10 +852,10 @@ impl Cli {
                         .into(),
                 );
             }
-            if r == 0 || r > 1020 {
+            if r == 0 || r > MAX_RX_DEPTH {
                 return Err(format!(
-                    "-r {r}: between 1 and 1020 (a queue pair's receive queue holds 1024, four \
-                     of them for iwperf's control messages)"
+                    "-r {r}: between 1 and {MAX_RX_DEPTH} (a queue pair's receive queue holds \
+                     1024, four of them for iwperf's control messages)"
                 ));
             }
             if self.server.is_none() && self.dev.loopback.is_none() {

@@ -1025,9 +1025,12 @@ pub fn connect(
             // for a QP index twice. A refused connection reports an error at once.
             match mpa_of(ctx.next_event(left)) {
                 Ok(est) => {
-                    c.peer = Hello::decode(&est.private_data).ok_or(
-                        "the peer is not an iwperf server (no iwperf hello in its MPA Reply)",
-                    )?;
+                    c.peer = Hello::parse(&est.private_data).map_err(|why| {
+                        format!(
+                            "the server's MPA Reply carries {why}: not an iwperf server of \
+                             this client's version (run the same iwperf on both sides)"
+                        )
+                    })?;
                     c.est = Some(est);
                     conns.push(c);
                     break;
@@ -1083,9 +1086,19 @@ pub fn accept(
         };
         match ev {
             CmEvent::ConnectRequest(req) => {
-                let Some(h) = Hello::decode(&req.private_data) else {
-                    let _ = ctx.reject(&req, b"not an iwperf client");
-                    continue;
+                let h = match Hello::parse(&req.private_data) {
+                    Ok(h) => h,
+                    Err(why) => {
+                        // Named to both: a client of another iwperf version is told so (and
+                        // this side says whom it refused), not that it is no iwperf at all.
+                        let why = format!(
+                            "not an iwperf client of this server's version: its MPA Request \
+                             carries {why} (run the same iwperf on both sides)"
+                        );
+                        eprintln!("iwperf: refused the client at {}: {why}", req.remote.0);
+                        let _ = ctx.reject(&req, why.as_bytes());
+                        continue;
+                    }
                 };
                 let refusal = if h.test != expect_test {
                     Err(format!(
@@ -1112,25 +1125,44 @@ pub fn accept(
                     .get(Hello::LEN..Hello::LEN + 4)
                     .map(|b| u32::from_be_bytes(b.try_into().unwrap_or_default()))
                     .unwrap_or(0) as u64;
-                // What a client's own checks allow (`-s` up to 2^31, `-t` up to 1000): the
-                // server sizes its regions from these, so a hello beyond them is refused
-                // rather than allocated (3 x 4 GiB a QP for a hostile one).
-                if max_size > 1 << 31 || h.tx_depth == 0 || h.tx_depth > 1000 {
-                    let why = format!(
-                        "the hello asks for messages of up to {max_size} octets and a TX depth \
-                         of {} (at most 2^31 and 1 to 1000)",
-                        h.tx_depth
-                    );
-                    eprintln!("iwperf: refused the client at {}: {why}", req.remote.0);
-                    let _ = ctx.reject(&req, why.as_bytes());
-                    continue;
-                }
                 let rx_depth = req
                     .private_data
                     .get(Hello::LEN + 4..Hello::LEN + 8)
                     .map(|b| u32::from_be_bytes(b.try_into().unwrap_or_default()))
-                    .unwrap_or(0)
-                    .min(4096);
+                    .unwrap_or(0);
+                // What a client's own checks allow (`-s` up to 2^31, `-t` up to 1000, `-q` 1
+                // to MAX_QPS, `-r` up to 1020): the server sizes its regions and queues from
+                // these, so a hello beyond them is refused rather than allocated (3 x 4 GiB a
+                // QP for a hostile one). A QP count of 0 (or an index beyond the count) names
+                // no connection of a run: accepted, it ended the wait for the run's QPs at
+                // once with none, and the server indexed its first (a panic); a `-r` above
+                // what a receive queue holds failed the posting of the receives.
+                let refusal = if max_size > 1 << 31 || h.tx_depth == 0 || h.tx_depth > 1000 {
+                    Some(format!(
+                        "the hello asks for messages of up to {max_size} octets and a TX depth \
+                         of {} (at most 2^31 and 1 to 1000)",
+                        h.tx_depth
+                    ))
+                } else if h.qps == 0 || h.qps > crate::net::MAX_QPS || h.qp_index >= h.qps {
+                    Some(format!(
+                        "the hello names QP {} of {} (a run has 1 to {} QPs, numbered from 0)",
+                        h.qp_index,
+                        h.qps,
+                        crate::net::MAX_QPS
+                    ))
+                } else if rx_depth > crate::cli::MAX_RX_DEPTH {
+                    Some(format!(
+                        "the hello asks for -r {rx_depth} (at most {})",
+                        crate::cli::MAX_RX_DEPTH
+                    ))
+                } else {
+                    None
+                };
+                if let Some(why) = refusal {
+                    eprintln!("iwperf: refused the client at {}: {why}", req.remote.0);
+                    let _ = ctx.reject(&req, why.as_bytes());
+                    continue;
+                }
                 let lay = Layout::new(
                     TestName::ALL[usize::from(h.test)],
                     max_size.max(1),
@@ -1184,6 +1216,184 @@ pub fn accept(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two engines on the in-memory link (server, client), engine threads running them.
+    fn hello_pair() -> (crate::net::Endpoint, crate::net::Endpoint) {
+        use clap::Parser;
+        let cli = crate::cli::Cli::try_parse_from([
+            "iwperf",
+            "write_lat",
+            "--loopback=link",
+            "--poll-mode",
+            "thread",
+        ])
+        .unwrap();
+        match crate::net::open(&cli).unwrap() {
+            crate::net::Opened::Pair(s, c) => (s, c),
+            crate::net::Opened::Single(_) => unreachable!("--loopback opens a pair"),
+        }
+    }
+
+    /// A client's MPA Request private data: `h`, the largest size, `-r` and a run shape.
+    fn hello_request(h: &Hello, rx_depth: u32) -> Vec<u8> {
+        let mut pd = h.encode().to_vec();
+        pd.extend_from_slice(&2u32.to_be_bytes());
+        pd.extend_from_slice(&rx_depth.to_be_bytes());
+        pd.extend_from_slice(
+            &wire::RunShape {
+                size: 2,
+                iters: 10,
+                duration_ns: 0,
+            }
+            .encode(),
+        );
+        pd
+    }
+
+    /// Connects one QP of `ctx` to `server` with `private_data` and returns the outcome.
+    fn try_hello(ctx: &Context, server: std::net::Ipv4Addr, private_data: &[u8]) -> CmEvent {
+        let pd = ctx.alloc_pd();
+        let cq = ctx.create_cq(8).unwrap();
+        let mut init = QpInit::new(&cq, &cq);
+        init.rq_depth = 8;
+        let qp = pd.create_qp(&init).unwrap();
+        qp.connect(server, 18515, &MpaParams::default(), private_data)
+            .unwrap();
+        let ev = ctx
+            .next_event(Duration::from_secs(20))
+            .expect("an answer to the MPA Request");
+        let _ = qp.disconnect();
+        ev
+    }
+
+    /// The reason of a rejection, or what came instead.
+    fn rejection_of(ev: CmEvent) -> String {
+        match ev {
+            CmEvent::Rejected { private_data, .. } => {
+                String::from_utf8_lossy(&private_data).into_owned()
+            }
+            other => format!("not rejected: {other:?}"),
+        }
+    }
+
+    /// A hello that names no QP (QP count 0), a QP index beyond its count, or a `-r` above
+    /// what a QP's receive queue holds comes from the network: the server refuses it with
+    /// the reason. A QP count of 0 was accepted and `accept` returned no connection at all,
+    /// which the server then indexed (`conns[0]`): a panic on a peer's private data; a `-r`
+    /// of 2000 made posting the receives fail and the server exit.
+    #[test]
+    fn a_hello_naming_no_qp_or_too_many_receives_is_refused() {
+        let (s, c) = hello_pair();
+        let hello = Hello {
+            test: TestName::WriteLat.index(),
+            qps: 1,
+            tx_depth: 1,
+            ..Hello::default()
+        };
+        std::thread::scope(|sc| {
+            let server = sc.spawn(|| {
+                accept(
+                    &s.ctx,
+                    18515,
+                    &MpaParams::default(),
+                    TestName::WriteLat.index(),
+                    &crate::cli::ServerRun::default(),
+                    Some(Duration::from_secs(8)),
+                )
+                .map(|(conns, _, _)| conns.len())
+            });
+            for (h, rx, want) in [
+                (Hello { qps: 0, ..hello }, 0, "QP"),
+                (
+                    Hello {
+                        qp_index: 1,
+                        ..hello
+                    },
+                    0,
+                    "QP",
+                ),
+                (hello, 2000, "-r"),
+            ] {
+                let why = rejection_of(try_hello(&c.ctx, s.ip, &hello_request(&h, rx)));
+                assert!(why.contains(want), "{h:?} -r {rx}: {why}");
+            }
+            match server.join().unwrap() {
+                Err(e) => assert!(e.contains("no client connected"), "{e}"),
+                Ok(n) => panic!("the server took a client with {n} connection(s)"),
+            }
+        });
+    }
+
+    /// A hello of another iwperf version is named as such, to the client in the rejection
+    /// and to the user of the client when the server's Reply carries one: both used to say
+    /// "not an iwperf client / server", which sends the user looking for the wrong peer.
+    #[test]
+    fn a_hello_of_another_version_is_named() {
+        let (s, c) = hello_pair();
+        let hello = Hello {
+            test: TestName::WriteLat.index(),
+            qps: 1,
+            tx_depth: 1,
+            ..Hello::default()
+        };
+        let mut pd = hello_request(&hello, 0);
+        pd[4] = wire::VERSION + 1;
+        std::thread::scope(|sc| {
+            let server = sc.spawn(|| {
+                accept(
+                    &s.ctx,
+                    18515,
+                    &MpaParams::default(),
+                    TestName::WriteLat.index(),
+                    &crate::cli::ServerRun::default(),
+                    Some(Duration::from_secs(5)),
+                )
+                .map(|(conns, _, _)| conns.len())
+            });
+            let why = rejection_of(try_hello(&c.ctx, s.ip, &pd));
+            let theirs = format!("version {}", wire::VERSION + 1);
+            assert!(
+                why.contains(&theirs) && why.contains(&format!("{}", wire::VERSION)),
+                "{why}"
+            );
+            assert!(server.join().unwrap().is_err());
+        });
+        // The other way: a server whose Reply carries another version's hello.
+        let (s, c) = hello_pair();
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                s.ctx.listen(18515, &MpaParams::default()).unwrap();
+                let Some(CmEvent::ConnectRequest(req)) = s.ctx.next_event(Duration::from_secs(20))
+                else {
+                    panic!("no connection request");
+                };
+                let pd = s.ctx.alloc_pd();
+                let cq = s.ctx.create_cq(8).unwrap();
+                let qp = pd.create_qp(&QpInit::new(&cq, &cq)).unwrap();
+                let mut reply = hello.encode();
+                reply[4] = wire::VERSION + 1;
+                s.ctx.accept(&req, &qp, &reply).unwrap();
+                let _ = s.ctx.next_event(Duration::from_secs(5));
+                std::thread::sleep(Duration::from_secs(1));
+            });
+            let lay = Layout::new(TestName::WriteLat, 2, 1, false, false, Opts::default());
+            let e = connect(
+                &c.ctx,
+                s.ip,
+                18515,
+                &MpaParams::default(),
+                lay,
+                1,
+                TestName::WriteLat.index(),
+                wire::RunShape::default(),
+                Duration::from_secs(10),
+            )
+            .map(|v| v.len())
+            .unwrap_err();
+            let theirs = format!("version {}", wire::VERSION + 1);
+            assert!(e.contains(&theirs), "{e}");
+        });
+    }
 
     /// A client's Start is checked against the layout its hello gave the server: a size of
     /// 0 (write_lat's server indexed octet `size - 1`) or above the announced largest (the

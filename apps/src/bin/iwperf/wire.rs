@@ -71,6 +71,27 @@ impl Hello {
         b
     }
 
+    /// Decodes, saying why not: no iwperf hello at all, or one of another version (named,
+    /// with ours: a peer running another iwperf is not a peer running something else).
+    pub fn parse(b: &[u8]) -> Result<Hello, String> {
+        if b.len() < 5 || &b[..4] != MAGIC {
+            return Err("no iwperf hello".into());
+        }
+        if b[4] != VERSION {
+            return Err(format!(
+                "an iwperf hello of version {}, not version {VERSION}",
+                b[4]
+            ));
+        }
+        Hello::decode(b).ok_or_else(|| {
+            format!(
+                "a short iwperf hello ({} octets, {} expected)",
+                b.len(),
+                Hello::LEN
+            )
+        })
+    }
+
     /// Decodes; `None` for anything that is not an iwperf hello of our version.
     pub fn decode(b: &[u8]) -> Option<Hello> {
         if b.len() < Hello::LEN || &b[..4] != MAGIC || b[4] != VERSION {
