@@ -376,6 +376,62 @@ fn split_at_every_byte() {
     }
 }
 
+/// Split at every byte with markers, at every 4-aligned marker phase (MPA-4.3-8): the
+/// stream of `split_at_every_byte` starts on a marker, so its markers all fall inside a
+/// ULPDU's payload. Here the stream starts at each phase in turn, so markers also fall
+/// between two FPDUs (MPA-4.3-11, MPA-4.4-17), inside the DDP header and between pad and CRC
+/// (MPA-4.4-16); the test checks that each of these cases occurs. CRC off is fed with
+/// garbage in every CRC field, which MUST NOT be checked (MPA-4.1-4).
+#[test]
+fn split_at_every_byte_at_every_marker_phase() {
+    // Short ULPDUs (RTR-sized, header-sized) so that markers land on every field.
+    let sizes = [0usize, 1, 2, 3, 14, 18, 26, 41, 46, 70, 100, 505];
+    let ulpdus: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| pattern(len, i as u8 + 1))
+        .collect();
+    for crc in [false, true] {
+        let (mut between, mut in_header, mut before_crc) = (0, 0, 0);
+        for phase in (0..512u64).step_by(4) {
+            // Frames with CRCs either way: with CRC off the fields are then overwritten.
+            let mut f = framer(true, true, phase);
+            let mut wire = Vec::new();
+            for u in &ulpdus {
+                let start = f.stream_offset();
+                wire.extend(frame_all(&mut f, std::slice::from_ref(u)));
+                let end = f.stream_offset();
+                let n = wire.len();
+                if !crc {
+                    wire[n - 4..].copy_from_slice(&[0xA5, 0x5A, 0xC3, (n % 251) as u8]);
+                }
+                let mut m = start + fpdu::octets_to_next_marker(start) as u64;
+                while m < end {
+                    let rel = m - start;
+                    if rel == 0 {
+                        between += 1;
+                    } else if end - m == 8 {
+                        before_crc += 1;
+                    } else if rel < 2 + 18 + 4 {
+                        in_header += 1;
+                    }
+                    m += 512;
+                }
+            }
+            let mut d = deframer(true, crc, phase);
+            let (got, err) = deframe_chunks(&mut d, wire.chunks(1));
+            assert_eq!(err, None, "phase {phase} crc {crc}");
+            assert!(got == ulpdus, "phase {phase} crc {crc}");
+            assert!(!d.in_fpdu());
+            assert_eq!(d.stream_offset(), phase + wire.len() as u64);
+        }
+        assert!(
+            between > 0 && in_header > 0 && before_crc > 0,
+            "marker cases covered: {between} {in_header} {before_crc}"
+        );
+    }
+}
+
 /// Zero copy when the FPDU is contiguous in the input; reassembly otherwise.
 #[test]
 fn borrowed_when_contiguous() {
