@@ -150,6 +150,7 @@ contracts() {
     contract verbs_inputs_errno
     contract migrate_waits_ack
     contract migrate_same_channel
+    contract srq_qp_recv_caps
     # Only meaningful if the program itself does not need libibverbs.so.1. objdump's output
     # is read whole before grep judges it: `! objdump | grep -q` under pipefail passed when
     # grep's early exit on the match cut objdump off (SIGPIPE) and when objdump failed.

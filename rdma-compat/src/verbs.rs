@@ -2103,8 +2103,18 @@ pub(crate) fn create_qp(
     let srq = unsafe { attr.srq.cast::<Srq>().as_ref() };
     let cap = &mut attr.cap;
     // Each queue keeps its own limit (ibv_query_qp reports it, a post is checked against
-    // it); the engine's QP takes the larger.
-    let (send_sge, recv_sge) = (cap.max_send_sge.max(1), cap.max_recv_sge.max(1));
+    // it); the engine's QP takes the larger. A QP on an SRQ has no receive queue of its
+    // own: ibv_create_qp(3) "The attributes max_recv_wr and max_recv_sge are ignored by
+    // ibv_create_qp() if the QP is to be associated with an SRQ" (its receives are the
+    // SRQ's, bounded by the SRQ's own max_sge), so they are neither checked nor kept, and
+    // both read 0 (rxe reports them so). A max_recv_sge above the device's limit
+    // made such a QP EINVAL.
+    let send_sge = cap.max_send_sge.max(1);
+    let recv_sge = if srq.is_some() {
+        0
+    } else {
+        cap.max_recv_sge.max(1)
+    };
     let max_sge = send_sge.max(recv_sge);
     // A QP without a send queue (max_send_wr 0) is EINVAL, as siw_create_qp refuses it
     // ("QP must have send queue"; drivers/infiniband/sw/siw/siw_verbs.c): it was made with
@@ -2143,6 +2153,9 @@ pub(crate) fn create_qp(
     }
     cap.max_send_sge = send_sge;
     cap.max_recv_sge = recv_sge;
+    if srq.is_some() {
+        cap.max_recv_wr = 0;
+    }
     // The QP's inline capacity, at least what was asked (checked above).
     cap.max_inline_data = inline;
     let qpn = qp.id().qpn();
