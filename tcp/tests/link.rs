@@ -1939,3 +1939,143 @@ fn rfc826_an_arp_flood_does_not_evict_a_live_connections_next_hop() {
     );
     assert!(syns_to_a > 0, "B retransmitted its SYN to A");
 }
+
+/// An ICMP Destination Unreachable of `code` from IP_B to IP_A (A's MAC `a_mac`), quoting
+/// `quoted` (as RFC 792 asks: the header of a datagram A sent and the first 8 octets of its
+/// data, the header's total length the datagram's own).
+fn icmp_unreachable(code: u8, quoted: &[u8], a_mac: EthernetAddress) -> Vec<u8> {
+    let mut icmp = vec![3, code, 0, 0, 0, 0, 0, 0];
+    icmp.extend_from_slice(quoted);
+    let mut p = smoltcp::wire::Icmpv4Packet::new_unchecked(&mut icmp[..]);
+    p.fill_checksum();
+    let ip = Ipv4Repr {
+        src_addr: IP_B,
+        dst_addr: IP_A,
+        next_header: IpProtocol::Icmp,
+        payload_len: icmp.len(),
+        hop_limit: 64,
+    };
+    let mut buf = vec![0u8; 14 + 20 + icmp.len()];
+    let mut eth = EthernetFrame::new_unchecked(&mut buf);
+    eth.set_dst_addr(a_mac);
+    eth.set_src_addr(EthernetAddress([0x02, 0, 0, 0, 0, 2]));
+    eth.set_ethertype(EthernetProtocol::Ipv4);
+    let caps = smoltcp::phy::ChecksumCapabilities::default();
+    ip.emit(&mut Ipv4Packet::new_unchecked(&mut buf[14..]), &caps);
+    buf[34..].copy_from_slice(&icmp);
+    buf
+}
+
+/// RFC 1122 4.2.3.9 (RFC 5461 4.1): an ICMP port or protocol unreachable about our SYN is
+/// a hard error that refuses the connect at once (reported as a reset, as a RST would be),
+/// instead of the SYN going again until the user timeout (a port a firewall rejects with
+/// ICMP, `iptables -j REJECT`'s default). RFC 5927 4.1: only an error quoting the SYN's
+/// ports and sequence number counts; a soft error (network unreachable) does not end it.
+#[test]
+fn rfc1122_4_2_3_9_an_icmp_port_unreachable_refuses_the_connect() {
+    for code in [3u8, 2] {
+        let (ea, mut peer) = link::pair(&LinkConfig::default());
+        let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("stack a");
+        let tuning = TcpTuning {
+            timeout: Some(Duration::from_secs(30)),
+            ..TcpTuning::default()
+        };
+        let c = a.connect((IP_B, 7777), None, &tuning).expect("connect");
+        let b_mac = EthernetAddress([0x02, 0, 0, 0, 0, 2]);
+        let mut now = Instant::ZERO;
+        // A asks for B's address; B answers; A's SYN leaves.
+        let mut syn = None;
+        let mut a_mac = None;
+        for _ in 0..20 {
+            a.poll(now);
+            for f in drain(&mut peer, now) {
+                let eth = EthernetFrame::new_checked(&f[..]).expect("ethernet");
+                a_mac = Some(eth.src_addr());
+                match eth.ethertype() {
+                    EthernetProtocol::Arp => {
+                        let reply = ArpRepr::EthernetIpv4 {
+                            operation: ArpOperation::Reply,
+                            source_hardware_addr: b_mac,
+                            source_protocol_addr: IP_B,
+                            target_hardware_addr: eth.src_addr(),
+                            target_protocol_addr: IP_A,
+                        };
+                        let mut buf = vec![0u8; 14 + reply.buffer_len()];
+                        let mut e = EthernetFrame::new_unchecked(&mut buf);
+                        e.set_dst_addr(eth.src_addr());
+                        e.set_src_addr(b_mac);
+                        e.set_ethertype(EthernetProtocol::Arp);
+                        reply.emit(&mut ArpPacket::new_unchecked(&mut buf[14..]));
+                        inject(&mut peer, now, &buf);
+                    }
+                    EthernetProtocol::Ipv4 => syn = Some(f[14..].to_vec()),
+                    _ => {}
+                }
+            }
+            if syn.is_some() {
+                break;
+            }
+            now += Duration::from_millis(1);
+        }
+        let syn = syn.expect("A sent its SYN");
+        let a_mac = a_mac.expect("A sent a frame");
+        let ihl = usize::from(syn[0] & 0x0f) * 4;
+        // Forged or stale errors: a sequence number not in flight, another port, a soft
+        // error (network unreachable). None ends the connect.
+        let mut wrong_seq = syn.clone();
+        wrong_seq[ihl + 7] = wrong_seq[ihl + 7].wrapping_add(1);
+        let mut wrong_port = syn.clone();
+        wrong_port[ihl + 3] = wrong_port[ihl + 3].wrapping_add(1);
+        // Hostile quotes: cut short of the 8 octets, an IHL below 5 or past the quote.
+        // None panics or ends the connect either.
+        let q = ihl + 8;
+        let mut short_ihl = syn[..q].to_vec();
+        short_ihl[0] = 0x44;
+        let mut long_ihl = syn[..q].to_vec();
+        long_ihl[0] = 0x4f;
+        for f in [
+            icmp_unreachable(code, &wrong_seq[..q], a_mac),
+            icmp_unreachable(code, &wrong_port[..q], a_mac),
+            icmp_unreachable(0, &syn[..q], a_mac),
+            icmp_unreachable(code, &syn[..q - 1], a_mac),
+            icmp_unreachable(code, &syn[..4], a_mac),
+            icmp_unreachable(code, &[], a_mac),
+            icmp_unreachable(code, &short_ihl, a_mac),
+            icmp_unreachable(code, &long_ihl, a_mac),
+        ] {
+            inject(&mut peer, now, &f);
+        }
+        for _ in 0..10 {
+            a.poll(now);
+            drain(&mut peer, now);
+            while let Some(e) = a.next_event() {
+                assert_ne!(
+                    e,
+                    Event::Reset(c),
+                    "code {code}: a forged or soft error refused"
+                );
+            }
+            now += Duration::from_millis(1);
+        }
+        assert_eq!(
+            a.state(c).expect("state"),
+            smoltcp::socket::tcp::State::SynSent
+        );
+        // The error about the SYN itself: refused within the poll.
+        inject(&mut peer, now, &icmp_unreachable(code, &syn[..q], a_mac));
+        let mut refused = false;
+        for _ in 0..10 {
+            a.poll(now);
+            drain(&mut peer, now);
+            while let Some(e) = a.next_event() {
+                assert_ne!(e, Event::TimedOut(c), "code {code}: refused, not timed out");
+                refused |= e == Event::Reset(c);
+            }
+            now += Duration::from_millis(1);
+        }
+        assert!(
+            refused,
+            "code {code}: the ICMP hard error did not refuse the connect"
+        );
+    }
+}

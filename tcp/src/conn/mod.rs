@@ -1267,6 +1267,24 @@ impl Connection {
         self.rst_pending = synchronized || owed;
     }
 
+    /// An ICMP hard error (Destination Unreachable, protocol or port: RFC 1122 4.2.3.9)
+    /// about a segment of ours that began at `seq`: in SYN-SENT, where RFC 5461 4.1 and
+    /// RFC 1122 4.2.3.9 abort on it, the connection is refused (CLOSED, reported as a
+    /// reset, as a RST would be), when `seq` lies within SND.UNA..SND.NXT, what we sent and
+    /// is not yet acknowledged (RFC 5927 4.1: a forged error must guess the ISN as well as
+    /// the ports). Anywhere else it is ignored (RFC 5461 4.2: a synchronized connection
+    /// treats hard errors as soft ones). Whether it ended the connection.
+    pub(crate) fn icmp_hard_error(&mut self, seq: TcpSeqNumber) -> bool {
+        if self.state != State::SynSent
+            || seq_diff(seq, self.snd_una) < 0
+            || seq_diff(seq, self.snd_nxt) >= 0
+        {
+            return false;
+        }
+        self.enter_closed(EV_RESET);
+        true
+    }
+
     /// A RST is owed and not yet sent (an abort's, or the FIN-WAIT-2 limit's).
     pub(crate) fn rst_owed(&self) -> bool {
         self.rst_pending

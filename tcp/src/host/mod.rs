@@ -5,7 +5,9 @@
 //!
 //! ```text
 //! device rx (a batch)  -> Ethernet -> ARP (neighbour cache, replies)
-//!                                  -> IPv4 (checked; fragments dropped) -> ICMP echo reply
+//!                                  -> IPv4 (checked; fragments dropped) -> ICMP echo reply;
+//!                                     protocol/port unreachable -> a SYN-SENT connection
+//!                                     refused (RFC 1122 4.2.3.9, RFC 5927 4.1)
 //!                                  -> TCP (checksum per the device's offload; the common option
 //!                                     layouts read by module `headers`, others by smoltcp) -> demux:
 //!                                       (header prediction first: the connection the last
@@ -2374,6 +2376,14 @@ impl Inner {
             self.stats.rx_dropped += 1;
             return;
         }
+        // Destination Unreachable, protocol or port (RFC 792 type 3, codes 2 and 3): the
+        // hard errors of RFC 1122 4.2.3.9. Read here, not by smoltcp's parse, which takes
+        // only a quoted datagram whose total length it holds whole (RFC 792 quotes its
+        // header and 8 octets).
+        if let [3, 2 | 3, ..] = *payload {
+            self.process_icmp_hard_error(payload);
+            return;
+        }
         let Some(Icmpv4Repr::EchoRequest {
             ident,
             seq_no,
@@ -2411,6 +2421,50 @@ impl Inner {
             &self.caps,
         );
         self.queue_control(f);
+    }
+
+    /// RFC 1122 4.2.3.9: an ICMP Destination Unreachable, protocol or port (`icmp`, the
+    /// whole message), about a TCP segment we sent goes to the connection that sent it
+    /// ([`Connection::icmp_hard_error`]): a connection still in SYN-SENT is refused, as
+    /// by a RST, instead of sending its SYN again until its user timeout (a port a
+    /// firewall rejects with ICMP, `iptables -j REJECT`'s default). The quoted datagram
+    /// must be ours (our address its source, TCP) and name a connection by its ports and
+    /// a sequence number it has in flight (RFC 5927 4.1, checked by the connection).
+    fn process_icmp_hard_error(&mut self, icmp: &[u8]) {
+        // The message's checksum (RFC 792) where the port did not verify it.
+        if self.caps.icmpv4.rx() && !csum::verifies(csum::sum_to_fold(icmp)) {
+            self.stats.rx_dropped += 1;
+            return;
+        }
+        // After the ICMP header's 8 octets: the datagram's IPv4 header and at least the
+        // first 8 octets of its data (RFC 792): the TCP ports and sequence number.
+        let inner = icmp.get(8..).unwrap_or(&[]);
+        let Some(&v) = inner.first() else {
+            return;
+        };
+        let ihl = usize::from(v & 0x0f) * 4;
+        if v >> 4 != 4 || ihl < IP_HDR || inner.len() < ihl + 8 || inner[9] != 6 {
+            return;
+        }
+        let octets = |at: usize| [inner[at], inner[at + 1], inner[at + 2], inner[at + 3]];
+        if Ipv4Address::from(octets(12)) != self.cidr.address() {
+            return;
+        }
+        let tcp = &inner[ihl..ihl + 8];
+        let tuple = Tuple {
+            local_port: u16::from_be_bytes([tcp[0], tcp[1]]),
+            remote_ip: Ipv4Address::from(octets(16)),
+            remote_port: u16::from_be_bytes([tcp[2], tcp[3]]),
+        };
+        let seq = TcpSeqNumber(i32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]));
+        let Some(&index) = self.demux.get(&tuple) else {
+            return;
+        };
+        if let Some(Some(s)) = self.slots.get_mut(index as usize) {
+            if s.conn.icmp_hard_error(seq) {
+                mark_slot_dirty(s, &mut self.dirty, index);
+            }
+        }
     }
 
     fn process_tcp(
