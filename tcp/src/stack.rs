@@ -451,7 +451,8 @@ pub enum StackError {
     /// No route leads to the address (outside every prefix and no gateway).
     #[error("no route to {0}")]
     NoRoute(Ipv4Address),
-    /// The address cannot be connected to (unspecified, broadcast, multicast or our own).
+    /// The address cannot be connected to (unspecified, "this network", loopback,
+    /// broadcast, multicast or our own: RFC 1122 3.2.1.3).
     #[error("cannot connect to {0}")]
     Unaddressable(Ipv4Address),
     /// A tuning option the chosen implementation does not offer.

@@ -1498,3 +1498,39 @@ fn rfc6056_3_3_3_ports_to_other_peers_do_not_follow_the_last_one() {
     let again = local_port(&mut a, peers[0]);
     assert_ne!(again, ports[0]);
 }
+
+/// RFC 1122 3.2.1.3: a loopback address ({127, <any>}, (g): "MUST NOT appear outside a
+/// host") and a "this network" one ({0, <host>}, (b): a source only) are no destination a
+/// SYN or an ARP request may go to: a connect to either, or a resolution of it, is refused
+/// at once ([`StackError::Unaddressable`]), as one to a broadcast or multicast address is,
+/// not sent to the gateway to time out after the user timeout.
+#[test]
+fn rfc1122_3_2_1_3_a_connect_to_loopback_or_this_network_is_refused() {
+    let (ea, _eb) = link::pair(&LinkConfig::default());
+    let cfg = StackConfig {
+        gateway: Some(smoltcp::wire::Ipv4Address::new(198, 18, 0, 254)),
+        ..config(1, IP_A)
+    };
+    let mut a = Stack::new(ea, &cfg, Instant::ZERO).expect("stack");
+    for ip in [
+        smoltcp::wire::Ipv4Address::new(127, 0, 0, 1),
+        smoltcp::wire::Ipv4Address::new(127, 1, 2, 3),
+        smoltcp::wire::Ipv4Address::new(0, 1, 2, 3),
+    ] {
+        assert_eq!(
+            a.connect((ip, 80), None, &TcpTuning::default()),
+            Err(StackError::Unaddressable(ip)),
+            "connect to {ip}"
+        );
+        assert_eq!(
+            a.resolve_neighbor(ip, Duration::from_secs(1), Instant::ZERO)
+                .map(drop),
+            Err(StackError::Unaddressable(ip)),
+            "resolution of {ip}"
+        );
+    }
+    // An address off the subnet still goes through the gateway.
+    let far = smoltcp::wire::Ipv4Address::new(203, 0, 113, 9);
+    a.connect((far, 80), None, &TcpTuning::default())
+        .expect("connect through the gateway");
+}

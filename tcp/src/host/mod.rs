@@ -852,12 +852,8 @@ impl<D: PollDevice> Host<D> {
     ) -> Result<ResolveId, StackError> {
         let timeout = timeout.min(crate::TIMER_MAX);
         let i = &mut self.inner;
-        if ip.is_unspecified()
-            || ip.is_broadcast()
-            || ip.is_multicast()
-            || ip == i.cidr.address()
-            || ip == i.cidr.broadcast().unwrap_or(Ipv4Address::BROADCAST)
-        {
+        // RFC 1122 3.2.1.3: no loopback or "this network" address either (`wire_unicast`).
+        if !wire_unicast(ip, &i.cidr) || ip == i.cidr.address() {
             return Err(StackError::Unaddressable(ip));
         }
         let next_hop = i.route(ip).ok_or(StackError::NoRoute(ip))?;
@@ -906,13 +902,10 @@ impl<D: PollDevice> Host<D> {
         check_tuning(tuning)?;
         let i = &mut self.inner;
         let ip = remote.0;
-        if ip.is_unspecified()
-            || ip.is_broadcast()
-            || ip.is_multicast()
-            || ip == i.cidr.address()
-            || ip == i.cidr.broadcast().unwrap_or(Ipv4Address::BROADCAST)
-            || remote.1 == 0
-        {
+        // RFC 1122 3.2.1.3: no loopback ("MUST NOT appear outside a host") or "this
+        // network" address either (`wire_unicast`): sent to the gateway, a SYN to one
+        // went on until the user timeout.
+        if !wire_unicast(ip, &i.cidr) || ip == i.cidr.address() || remote.1 == 0 {
             return Err(StackError::Unaddressable(ip));
         }
         let next_hop = i.route(ip).ok_or(StackError::NoRoute(ip))?;
