@@ -15,8 +15,9 @@ esac
 
 # libibverbs-dev, librdmacm-dev: the rdma-core headers rdma-compat's layouts come from.
 build_pkgs=(pkg-config clang libclang-dev dpdk dpdk-dev libdpdk-dev libibverbs-dev librdmacm-dev)
-# qemu-system-x86, kmod, cpio, binutils, make: the Linux siw VM of the interop check
-# (scripts/test-interop-short.sh, interop/siw-vm/build.sh).
+# qemu-system-x86, kmod, cpio, binutils, make, xz-utils: the Linux siw VM of the interop
+# check (scripts/test-interop-short.sh, interop/siw-vm/build.sh, whose `tar -xJ` of the
+# kernel source runs xz: xz-utils is of priority standard, absent from minimal installs).
 # perftest, rdmacm-utils, ibverbs-utils: Debian's unmodified rdma-core programs run on
 # Warpcore through scripts/with-warpcore (scripts/test-rdma-compat.sh); gcc builds its C
 # checks as Debian's gcc builds a program (clang alone provides no `gcc`).
@@ -24,7 +25,7 @@ build_pkgs=(pkg-config clang libclang-dev dpdk dpdk-dev libdpdk-dev libibverbs-d
 # it, on the drop-in libraries (scripts/test-libfabric.sh).
 # valgrind: bench/compare.sh's instruction counts per message (callgrind), issue 12's
 # load-independent evidence.
-test_pkgs=(tshark iperf3 qperf socat iproute2 iputils-ping ethtool python3 qemu-system-x86 kmod cpio binutils make linux-libc-dev perftest rdmacm-utils ibverbs-utils gcc libfabric-bin openmpi-bin libopenmpi-dev valgrind)
+test_pkgs=(tshark iperf3 qperf socat iproute2 iputils-ping ethtool python3 qemu-system-x86 kmod cpio binutils make xz-utils linux-libc-dev perftest rdmacm-utils ibverbs-utils gcc libfabric-bin openmpi-bin libopenmpi-dev valgrind)
 pkgs=("${build_pkgs[@]}")
 if [[ "${1:-}" != "--demo" ]]; then
     pkgs+=("${test_pkgs[@]}")

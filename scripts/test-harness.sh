@@ -46,6 +46,31 @@ else
     bad "install-deps covers the suite's tools" "scripts/install-deps.sh --list printed no package list"
 fi
 
+# ---- install_deps_siw_vm_build: the siw VM's first build (interop/siw-vm/build.sh,
+# which test-interop-short.sh runs while the VM cache is empty) unpacks the kernel source
+# with `tar -xJ`, which runs xz. xz-utils is of priority standard: missing from minimal
+# Debian installs (container and cloud images) and no dependency of any package
+# install-deps.sh installs, so on such a machine the suite's interop step failed with
+# "tar (child): xz: Cannot exec". Every tool the build runs that Debian's required packages
+# do not provide (TOOL:PACKAGE) must come from install-deps.sh's list.
+siw_need="xz:xz-utils cpio:cpio depmod:kmod readelf:binutils make:make gcc:gcc
+    qemu-system-x86_64:qemu-system-x86 tshark:tshark"
+if ! grep -q 'tar -xJ' interop/siw-vm/build.sh; then
+    bad "install_deps_siw_vm_build" "interop/siw-vm/build.sh no longer unpacks with tar -xJ: revisit this case's tool list"
+elif pkgs=$(scripts/install-deps.sh --list) && [[ -n $pkgs ]]; then
+    gaps=()
+    for tp in $siw_need; do
+        grep -qx -- "${tp#*:}" <<<"$pkgs" || gaps+=("${tp%%:*} (package ${tp#*:})")
+    done
+    if ((${#gaps[@]})); then
+        bad "install_deps_siw_vm_build" "the siw VM build runs, and scripts/install-deps.sh does not install: ${gaps[*]}"
+    else
+        ok "install_deps_siw_vm_build" "$(wc -w <<<"$siw_need") tools of interop/siw-vm/build.sh, each from a package install-deps.sh installs"
+    fi
+else
+    bad "install_deps_siw_vm_build" "scripts/install-deps.sh --list printed no package list"
+fi
+
 # ---- interop-siw.sh: a plan of no rows must not pass. Stand-ins: cargo (no build), the
 # rig's run.sh and net.sh (no VM, no network), an empty VM image.
 mkdir -p "$work/bin" "$work/rig" "$work/vm"
