@@ -18,7 +18,11 @@
 # campaign moves from one to the other). A crash leaves its reproducer in fuzz/artifacts/<target>/ and makes
 # the campaign exit non-zero once every target ran: each one found becomes a corpus entry
 # and a test once fixed (proto/tests/fuzz_corpus.rs and engine/tests/fuzz_engine_rx.rs
-# replay the corpora).
+# replay the corpora). A target whose run fuzzed nothing (cargo fuzz run failed before
+# libFuzzer printed a status line: no "#N" count in its log) is a failure too, named with
+# the run's exit status and the end of its log; the campaign goes on with the other targets
+# and exits non-zero at the end. Its scratch directories in /tmp go with it, also when it
+# is stopped (Ctrl-C, a kill).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -48,7 +52,11 @@ for t in "${targets[@]}"; do
 done
 
 report=$(mktemp /tmp/wcfuzz-report.XXXXXX)
-crashed=0
+work=""
+# The report and the scratch copy of a corpus (one hour of a campaign stopped by a Ctrl-C
+# left both in /tmp).
+trap 'rm -f "$report"; [[ -z $work ]] || rm -rf "$work"' EXIT
+crashed=0 unrun=()
 for t in "${targets[@]}"; do
     corpus=$root/fuzz/corpus/$t
     mkdir -p "$corpus" "$root/fuzz/artifacts/$t"
@@ -61,13 +69,15 @@ for t in "${targets[@]}"; do
     # -fork: libFuzzer's own workers on the one corpus, and with -ignore_crashes a crash (or
     # timeout, or running out of memory) is recorded in the artifacts and the campaign goes
     # on for its whole time (-jobs stopped a one-job run at its first crash).
-    set +e
+    # Its exit status alone says little (fork mode exits with its last job's status, and a
+    # crash it went on after is in the artifacts), but a run that fuzzed nothing is named
+    # with it below.
+    rc=0
     # shellcheck disable=SC2046
     (cd "$work" && cargo fuzz run --fuzz-dir "$root/fuzz" $(fuzz_args "$t") "$t" "$work/corpus" -- \
         -max_total_time="$secs" -fork="$jobs" -ignore_crashes=1 -ignore_timeouts=1 \
         -ignore_ooms=1 -artifact_prefix="$root/fuzz/artifacts/$t/" -print_final_stats=1 \
-        >"$work/run.log" 2>&1)
-    set -e
+        >"$work/run.log" 2>&1) || rc=$?
     execs=0 cov=0 ft=0
     for log in "$work"/fuzz-*.log "$work/run.log"; do
         [ -f "$log" ] || continue
@@ -88,6 +98,19 @@ for t in "${targets[@]}"; do
         crashed=1
         echo "fuzz-campaign: $t: $crashes new crash(es) in fuzz/artifacts/$t:" >&2
         grep -h -E "^(==[0-9]+==|SUMMARY|thread .* panicked)" "$work"/fuzz-*.log | head -n 10 >&2 || true
+    fi
+    # A run that printed no libFuzzer status line fuzzed nothing (cargo fuzz could not start
+    # it: a bad option, a build or a disk that failed): not a row of 0 execs that passes.
+    if ((execs == 0)); then
+        unrun+=("$t (exit $rc)")
+        echo "fuzz-campaign: $t: FAILED: the run fuzzed nothing (cargo fuzz run exited $rc," \
+            "no libFuzzer status line in its log); the corpus is left as it was:" >&2
+        tail -n 20 "$work/run.log" >&2
+        printf '| %s | %s | not run (exit %s) | - | - | %s -> %s | %s |\n' \
+            "$t" "$minutes" "$rc" "$before" "$before" "$crashes" >>"$report"
+        rm -rf "$work"
+        work=""
+        continue
     fi
     # Minimise what the run found together with what was committed.
     # shellcheck disable=SC2046
@@ -110,14 +133,19 @@ for t in "${targets[@]}"; do
     printf '| %s | %s | %s | %s | %s / %s | %s -> %s | %s |\n' \
         "$t" "$minutes" "$execs" "$rate" "$cov" "$ft" "$before" "$after" "$crashes" >>"$report"
     rm -rf "$work"
+    work=""
 done
 
 echo
 echo "| target | minutes | execs | execs/s | cov / ft | corpus files | new crashes |"
 echo "|---|---|---|---|---|---|---|"
 cat "$report"
-rm -f "$report"
+if ((${#unrun[@]})); then
+    echo "fuzz-campaign: FAILED: ${#unrun[@]} target(s) fuzzed nothing: ${unrun[*]}" >&2
+fi
 if ((crashed)); then
     echo "fuzz-campaign: crashes found (see fuzz/artifacts/)" >&2
+fi
+if ((crashed || ${#unrun[@]})); then
     exit 1
 fi

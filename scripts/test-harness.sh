@@ -284,6 +284,65 @@ else
     ok "test-fuzz.sh fails what it did not run" "exit $fz_notest on 0 tests run, $fz_none on no target, $fz_zero_ci on 0 s with CI=true; 0 s outside CI says it did NOT run"
 fi
 
+# ---- fuzz_campaign_unrun: fuzz-campaign.sh fails a target whose run fuzzed nothing,
+# and leaves no scratch copy of a corpus in /tmp when stopped. Before, it ignored cargo fuzz
+# run's failure: a run that never started printed a row of 0 execs and the campaign exited 0
+# ("A check that cannot run fails loudly"); and a campaign stopped mid-run (Ctrl-C, a kill)
+# left its scratch corpus in /tmp. Stand-ins: cargo (its fuzz build, run and cmin; FC_RUN=ok: the run prints a fork-mode
+# status line, fail: it exits 1 as a cargo fuzz that could not start the run, hang: it writes
+# its pid and sleeps) and cargo-fuzz, on a copy of the script with a one-file corpus.
+fct=hfc$$
+mkdir -p "$work/fc/bin" "$work/fc/tree/scripts" "$work/fc/tree/fuzz/corpus/$fct"
+cp scripts/fuzz-campaign.sh "$work/fc/tree/scripts/"
+echo seed >"$work/fc/tree/fuzz/corpus/$fct/seed"
+cat >"$work/fc/bin/cargo" <<'EOF'
+#!/bin/sh
+case "$1 $2" in
+    "fuzz build" | "fuzz cmin") ;;
+    "fuzz run")
+        case $FC_RUN in
+            ok) echo "#4096: cov: 10 ft: 20 corp: 1 exec/s 4096 oom/timeout/crash: 0/0/0 time: 1s job: 1 dft_time: 0" ;;
+            fail) echo "error: failed to spawn the fuzz target: No such file or directory (os error 2)" >&2; exit 1 ;;
+            hang) echo $$ >"$FC_PID"; exec sleep 30 ;;
+        esac ;;
+    *) echo "cargo stand-in: unexpected $*" >&2; exit 1 ;;
+esac
+EOF
+printf '#!/bin/sh\nexit 0\n' >"$work/fc/bin/cargo-fuzz"
+chmod +x "$work/fc/bin/cargo" "$work/fc/bin/cargo-fuzz"
+fc() { # fc FC_RUN: the copy of fuzz-campaign.sh (0.01 minutes, one job) on the stand-ins
+    env PATH="$work/fc/bin:$PATH" FC_RUN="$1" FC_PID="$work/fc/pid" FUZZ_JOBS=1 \
+        timeout 30 bash "$work/fc/tree/scripts/fuzz-campaign.sh" 0.01 "$fct" 2>&1
+}
+fc_ok_out=$(fc ok)
+fc_ok=$?
+fc_fail_out=$(fc fail)
+fc_fail=$?
+# Stopped (SIGTERM) while its run runs: nothing of it may stay in /tmp.
+rm -f "$work/fc/pid"
+env PATH="$work/fc/bin:$PATH" FC_RUN=hang FC_PID="$work/fc/pid" FUZZ_JOBS=1 \
+    bash "$work/fc/tree/scripts/fuzz-campaign.sh" 0.01 "$fct" >"$work/fc/stop.log" 2>&1 &
+fc_bg=$!
+for _ in $(seq 1 100); do [[ -s $work/fc/pid ]] && break; sleep 0.1; done
+fc_during=$(compgen -G "/tmp/wcfuzz-$fct.*")
+kill -TERM "$fc_bg"
+wait "$fc_bg"
+kill "$(cat "$work/fc/pid" 2>/dev/null)" 2>/dev/null
+sleep 0.2
+fc_left=$(compgen -G "/tmp/wcfuzz-$fct.*")
+rm -rf /tmp/wcfuzz-"$fct".*
+if ((fc_ok != 0)) || ! grep -qF "| $fct | 0.01 | 4096 |" <<<"$fc_ok_out"; then
+    bad "fuzz_campaign_unrun: fuzz-campaign.sh fails a run that fuzzed nothing" "a clean run: exit $fc_ok: $(tail -n 3 <<<"$fc_ok_out" | tr '\n' ' ')"
+elif ((fc_fail == 0)) || ! grep -q "$fct.*fuzzed nothing" <<<"$fc_fail_out"; then
+    bad "fuzz_campaign_unrun: fuzz-campaign.sh fails a run that fuzzed nothing" "a cargo fuzz run that failed at once: exit $fc_fail: $(tail -n 4 <<<"$fc_fail_out" | tr '\n' ' ')"
+elif [[ -z $fc_during ]]; then
+    bad "fuzz_campaign_unrun: fuzz-campaign.sh fails a run that fuzzed nothing" "stopped mid-run: no scratch directory /tmp/wcfuzz-$fct.* while it ran (the check saw nothing)"
+elif [[ -n $fc_left ]]; then
+    bad "fuzz_campaign_unrun: fuzz-campaign.sh fails a run that fuzzed nothing" "stopped mid-run (SIGTERM), it left $(tr '\n' ' ' <<<"$fc_left")in /tmp"
+else
+    ok "fuzz_campaign_unrun: fuzz-campaign.sh fails a run that fuzzed nothing" "a clean run: exit 0, 4096 execs; a run that failed at once: exit $fc_fail, named; stopped mid-run: its scratch corpus removed"
+fi
+
 # ---- scripts/lib/lossnet.sh's loss check (test-tcp-kernel.sh runs it after every case):
 # the lossy cases passed whether or not the bridge dropped anything, so a drop filter that
 # attaches and drops nothing made them clean runs reported as "1 % loss each way". On a
