@@ -273,8 +273,8 @@ judge() { # judge NAME DIR MODE OURLOG OURRC GUESTSECTION PCAP VMCMD OURARGS -> 
     capture_verdict "$pcap"
     frames=$CV_FRAMES malformed=$CV_MALFORMED experr=$CV_EXPERT
     badcrc=$CV_BAD goodcrc=$CV_GOOD dump=$CV_IWDUMP
-    term_us=$($TS -r "$pcap" -Y "iwarp_rdma.opcode==7 && ip.src==$OUR_IP" 2>/dev/null | wc -l)
-    term_vm=$($TS -r "$pcap" -Y "iwarp_rdma.opcode==7 && ip.src==$VM_IP" 2>/dev/null | wc -l)
+    term_us=$(ts_count "$pcap" "iwarp_rdma.opcode==7 && ip.src==$OUR_IP")
+    term_vm=$(ts_count "$pcap" "iwarp_rdma.opcode==7 && ip.src==$VM_IP")
     local cap="frames $frames"
     [ "$CV_OVERLAP" = 0 ] || cap="$cap, $CV_OVERLAP retransmitted segments over data tshark had reassembled (same bytes)"
     [ "$frames" -gt 0 ] || why="$why; nothing captured"
@@ -408,11 +408,11 @@ judge() { # judge NAME DIR MODE OURLOG OURRC GUESTSECTION PCAP VMCMD OURARGS -> 
         ;;
     markers)
         local data
-        data=$($TS -r "$pcap" -Y iwarp_rdma 2>/dev/null | wc -l)
+        data=$(ts_count "$pcap" iwarp_rdma)
         [ "$data" = 0 ] || why="$why; $data RDMAP frames after a markers request"
         if [ "$dir" = client ]; then
             [ "$rc" = 4 ] && grep -q 'rejected' "$log" || why="$why; iwping exit $rc, no rejection reported"
-            local rej; rej=$($TS -r "$pcap" -Y "iwarp_mpa.rep && iwarp_mpa.rej_flag==1 && ip.src==$VM_IP" 2>/dev/null | wc -l)
+            local rej; rej=$(ts_count "$pcap" "iwarp_mpa.rep && iwarp_mpa.rej_flag==1 && ip.src==$VM_IP")
             [ "$rej" -ge 1 ] || why="$why; siw sent no MPA Reply with R=1"
             [ -z "$why" ] && why="siw rejected M=1 (Reply R=1), iwping reported it (exit 4); $cap"
         else

@@ -1138,6 +1138,29 @@ else
     ok "capture_verdict fails a refused display filter" "real tshark: ${cv_real%%:*}; refused filter: ${cv_bad:0:150}"
 fi
 
+# ---- ts_count (scripts/lib/capture-verdict.sh) fails a display filter tshark refuses:
+# interop-siw.sh counted Terminates, RDMAP frames and siw's rejecting Replies with
+# `tshark -Y FILTER 2>/dev/null | wc -l`, which read a refused filter as 0 frames (so "no
+# unexpected Terminate" passed). Run without pipefail in the caller: ts_count must not
+# depend on it.
+tc_run() { # tc_run FILTER: ts_count's answer on a siw capture
+    (
+        set -u
+        # shellcheck source=scripts/lib/capture-verdict.sh
+        source scripts/lib/capture-verdict.sh
+        TS="tshark -n"
+        ts_count interop/pcaps/siw_mpa2_rping.pcap "$1"
+    ) 2>/dev/null
+}
+tc_good=$(tc_run iwarp_mpa) tc_bad=$(tc_run "iwarp_rdma.opcodez==7")
+if [[ ! $tc_good =~ ^[1-9][0-9]*$ ]]; then
+    bad "ts_count fails a refused display filter" "a valid filter counted '$tc_good'"
+elif [[ $tc_bad != tshark-failed ]]; then
+    bad "ts_count fails a refused display filter" "a refused filter counted '$tc_bad'"
+else
+    ok "ts_count fails a refused display filter" "iwarp_mpa: $tc_good frames; a refused filter: $tc_bad"
+fi
+
 # ---- test-rdma-compat.sh's "programs load" check (its loads, taken from the script): the
 # whole --help output is read and the exit status judged. Before, only its first 3 lines
 # were: a loader error after 3 lines of warnings passed, and so did a program the loader

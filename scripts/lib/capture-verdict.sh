@@ -94,3 +94,20 @@ capture_verdict() {
     CV_IWARP=$(sed -n 's/.* connection(s), \([0-9][0-9]*\) iWARP.*/\1/p' "$pcap.iwdump" | head -n1)
     CV_IWARP=${CV_IWARP:-0}
 }
+
+# ts_count PCAP FILTER: how many frames of PCAP the display filter FILTER matches, or
+# "tshark-failed" (tshark's message on stderr) when tshark cannot apply it (a field a newer
+# Wireshark renamed): the judges comparing the count (scripts/interop-siw.sh's Terminates,
+# RDMAP frames after a markers request, siw's rejecting Reply) then fail, where a count
+# read through `2>/dev/null | wc -l` was 0 ("no Terminate") and passed.
+ts_count() {
+    local n err
+    err=$(mktemp)
+    if n=$(set -o pipefail; $TS -r "$1" -Y "$2" 2>"$err" | wc -l); then
+        echo "$n"
+    else
+        echo "capture-verdict: tshark could not apply '$2' to $1: $(grep -v '^Running as user' "$err" | head -n1)" >&2
+        echo tshark-failed
+    fi
+    rm -f "$err"
+}
