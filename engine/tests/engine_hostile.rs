@@ -1693,6 +1693,26 @@ fn mpa_5_1_5_a_stream_split_at_every_octet_places_what_it_places_whole() {
     }
 }
 
+/// An Immediate Data segment (RFC 7306): queue 0, `msn`, MO 0, L = 1, the value 7s.
+fn imm_seg(msn: u32) -> Vec<u8> {
+    seg(
+        SegmentRepr {
+            last: true,
+            buffer: DdpBuffer::Untagged {
+                rsvd_ulp2: 0,
+                qn: 0,
+                msn,
+                mo: 0,
+            },
+            opcode: Opcode::ImmediateData,
+            header: RdmapHeader::ImmediateData(
+                warpcore_engine::proto::wire::rdmap::ImmediateDataRepr { data: [7; 8] },
+            ),
+        },
+        &[],
+    )
+}
+
 /// An untagged Send segment: queue 0, `msn`, `mo`, `last`.
 fn send_seg(msn: u32, mo: u32, last: bool, payload: &[u8]) -> Vec<u8> {
     seg(
@@ -2018,26 +2038,8 @@ fn rdmap_7_2_6_atomic_request_msn_and_mo() {
 /// The same segment with a receive posted keeps RDMAP's 0/2/07.
 #[test]
 fn rdmap_7_2_6_immediate_data_without_a_buffer_is_ddp_first() {
-    let imm = |msn: u32| {
-        seg(
-            SegmentRepr {
-                last: true,
-                buffer: DdpBuffer::Untagged {
-                    rsvd_ulp2: 0,
-                    qn: 0,
-                    msn,
-                    mo: 0,
-                },
-                opcode: Opcode::ImmediateData,
-                header: RdmapHeader::ImmediateData(
-                    warpcore_engine::proto::wire::rdmap::ImmediateDataRepr { data: [7; 8] },
-                ),
-            },
-            &[],
-        )
-    };
     let long = move |_| {
-        let mut u = imm(1);
+        let mut u = imm_seg(1);
         u.extend_from_slice(&[0; 4]);
         vec![u]
     };
@@ -2070,22 +2072,7 @@ fn rdmap_7_2_6_immediate_data_on_a_shared_receive_queue_is_ddp_first() {
                 ..nego::Config::default()
             },
         );
-        let mut u = seg(
-            SegmentRepr {
-                last: true,
-                buffer: DdpBuffer::Untagged {
-                    rsvd_ulp2: 0,
-                    qn: 0,
-                    msn: 1,
-                    mo: 0,
-                },
-                opcode: Opcode::ImmediateData,
-                header: RdmapHeader::ImmediateData(
-                    warpcore_engine::proto::wire::rdmap::ImmediateDataRepr { data: [7; 8] },
-                ),
-            },
-            &[],
-        );
+        let mut u = imm_seg(1);
         u.extend_from_slice(&[0; 4]);
         send_ulpdus(&mut w, tcp, &mut framer, &[u], false);
         let got = terminate_from_engine(&mut w, tcp, &mut deframer);
@@ -2111,23 +2098,7 @@ fn ext_6_3_immediate_data_ending_a_started_send_terminates() {
 fn immediate_data_ending_a_started_send(sent: usize) {
     let mut w = world();
     let (tcp, mut framer, mut deframer, qp) = connect(&mut w, 1);
-    let imm = seg(
-        SegmentRepr {
-            last: true,
-            buffer: DdpBuffer::Untagged {
-                rsvd_ulp2: 0,
-                qn: 0,
-                msn: 1,
-                mo: 0,
-            },
-            opcode: Opcode::ImmediateData,
-            header: RdmapHeader::ImmediateData(
-                warpcore_engine::proto::wire::rdmap::ImmediateDataRepr { data: [7; 8] },
-            ),
-        },
-        &[],
-    );
-    let ulpdus = [send_seg(1, 0, false, &vec![9; sent]), imm];
+    let ulpdus = [send_seg(1, 0, false, &vec![9; sent]), imm_seg(1)];
     send_ulpdus(&mut w, tcp, &mut framer, &ulpdus, false);
     let got = terminate_from_engine(&mut w, tcp, &mut deframer);
     assert_eq!(got, (0, 2, 7), "{sent} octets sent: Terminate code");
