@@ -1276,6 +1276,30 @@ mod tests {
         }
     }
 
+    /// A write_lat client's hello: one QP, TX depth 1.
+    fn write_lat_hello() -> Hello {
+        Hello {
+            test: TestName::WriteLat.index(),
+            qps: 1,
+            tx_depth: 1,
+            ..Hello::default()
+        }
+    }
+
+    /// A write_lat server's `accept` on `s` for up to `secs` seconds: how many connections
+    /// it took.
+    fn serve_write_lat(s: &crate::net::Endpoint, secs: u64) -> Result<usize, String> {
+        accept(
+            &s.ctx,
+            18515,
+            &MpaParams::default(),
+            TestName::WriteLat.index(),
+            &crate::cli::ServerRun::default(),
+            Some(Duration::from_secs(secs)),
+        )
+        .map(|(conns, _, _)| conns.len())
+    }
+
     /// A hello that names no QP (QP count 0), a QP index beyond its count, or a `-r` above
     /// what a QP's receive queue holds comes from the network: the server refuses it with
     /// the reason. A QP count of 0 was accepted and `accept` returned no connection at all,
@@ -1284,24 +1308,9 @@ mod tests {
     #[test]
     fn a_hello_naming_no_qp_or_too_many_receives_is_refused() {
         let (s, c) = hello_pair();
-        let hello = Hello {
-            test: TestName::WriteLat.index(),
-            qps: 1,
-            tx_depth: 1,
-            ..Hello::default()
-        };
+        let hello = write_lat_hello();
         std::thread::scope(|sc| {
-            let server = sc.spawn(|| {
-                accept(
-                    &s.ctx,
-                    18515,
-                    &MpaParams::default(),
-                    TestName::WriteLat.index(),
-                    &crate::cli::ServerRun::default(),
-                    Some(Duration::from_secs(8)),
-                )
-                .map(|(conns, _, _)| conns.len())
-            });
+            let server = sc.spawn(|| serve_write_lat(&s, 8));
             for (h, rx, want) in [
                 (Hello { qps: 0, ..hello }, 0, "QP"),
                 (
@@ -1330,26 +1339,11 @@ mod tests {
     #[test]
     fn a_hello_of_another_version_is_named() {
         let (s, c) = hello_pair();
-        let hello = Hello {
-            test: TestName::WriteLat.index(),
-            qps: 1,
-            tx_depth: 1,
-            ..Hello::default()
-        };
+        let hello = write_lat_hello();
         let mut pd = hello_request(&hello, 0);
         pd[4] = wire::VERSION + 1;
         std::thread::scope(|sc| {
-            let server = sc.spawn(|| {
-                accept(
-                    &s.ctx,
-                    18515,
-                    &MpaParams::default(),
-                    TestName::WriteLat.index(),
-                    &crate::cli::ServerRun::default(),
-                    Some(Duration::from_secs(5)),
-                )
-                .map(|(conns, _, _)| conns.len())
-            });
+            let server = sc.spawn(|| serve_write_lat(&s, 5));
             let why = rejection_of(try_hello(&c.ctx, s.ip, &pd));
             let theirs = format!("version {}", wire::VERSION + 1);
             assert!(
