@@ -247,7 +247,14 @@ mod tests {
             assert!(rest.is_empty());
         }
         // Still serving: a real test completes it.
-        let test = TestArgs {
+        let test = small_rr();
+        one(&addr.to_string(), &test, TestKind::Rr).unwrap();
+        server.join().unwrap().unwrap();
+    }
+
+    /// A short request-response test: 3 iterations of 8 octets.
+    fn small_rr() -> TestArgs {
+        TestArgs {
             test: vec![TestKind::Rr],
             size: 8,
             iterations: 3,
@@ -256,9 +263,7 @@ mod tests {
             buffer: None,
             timeout_s: 10,
             congestion: None,
-        };
-        one(&addr.to_string(), &test, TestKind::Rr).unwrap();
-        server.join().unwrap().unwrap();
+        }
     }
 
     /// One bad connection ended the kernel server, also a serve-forever one: a stranger's
@@ -288,16 +293,7 @@ mod tests {
         s.peek(&mut [0u8; 1]).unwrap();
         drop(s);
         // The next client is served.
-        let test = TestArgs {
-            test: vec![TestKind::Rr],
-            size: 8,
-            iterations: 3,
-            warmup: 1,
-            bytes: 1,
-            buffer: None,
-            timeout_s: 10,
-            congestion: None,
-        };
+        let test = small_rr();
         one(&addr.to_string(), &test, TestKind::Rr).expect("the next client is served");
         let e = server.join().unwrap().unwrap_err();
         assert!(e.starts_with("1 of 2 test connections failed"), "{e}");
