@@ -242,7 +242,8 @@ pub enum SendOp {
     },
     /// Local Invalidate of a local STag of this QP's protection domain (a window, a fast
     /// registration or a region), in send queue order; with `fence` it also waits for
-    /// earlier RDMA Reads (whose responses may still land in the STag's memory).
+    /// earlier RDMA Reads (whose responses may still land in the STag's memory). An STag
+    /// already invalid under this key (the peer invalidated it) is left so, successfully.
     /// Completes with [`WcOpcode::LocalInvalidate`].
     LocalInvalidate {
         /// The STag to invalidate.

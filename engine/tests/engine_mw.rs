@@ -818,3 +818,114 @@ fn send_with_invalidate_of_the_window_a_write_just_filled() {
         assert_eq!(read_b(&rb, 0, 256), pattern(256, 4));
     });
 }
+
+/// A Local Invalidate of a Read's sink, fenced behind the Read (IBV_SEND_FENCE; RDMAP-5.5
+/// rule 13, docs/engine.md "Local Invalidate": "with `fence` it also waits for earlier
+/// Reads and atomics"): it runs only once the Read Response was placed, so the Read
+/// completes with the data and the invalidation after it, both successfully.
+#[test]
+fn fenced_local_invalidate_waits_for_the_read_into_its_stag() {
+    let mut p = Pair::default_pair();
+    let (qa, _qb) = p.connect();
+    let (rb, sb) = p.b.region(1 << 16, all_access());
+    let (ra, sa) = p.a.region(1 << 16, all_access());
+    let data = pattern(1 << 16, 5);
+    rb.write_at(0, &data).unwrap();
+    post_a(&mut p, qa, 1, read_op(sb.0, 0), &[(sa, 0, 1 << 16)]);
+    let mut inv = op_wr(2, SendOp::LocalInvalidate { stag: sa.0 });
+    inv.fence = true;
+    p.a.core.post_send(qa, inv).unwrap();
+    let mut done = Vec::new();
+    p.run_until(20_000, |p| {
+        done.extend(p.a.take_completions());
+        done.len() == 2
+    });
+    let got: Vec<_> = done.iter().map(|c| (c.wr_id, c.opcode, c.status)).collect();
+    assert_eq!(
+        got,
+        [
+            (1, WcOpcode::Read, WcStatus::Success),
+            (2, WcOpcode::LocalInvalidate, WcStatus::Success)
+        ],
+        "A's events: {:?}",
+        p.a.events
+    );
+    assert!(!p.a.mrs.is_valid(sa));
+    assert_eq!(read_region(&ra, 0, 1 << 16), data);
+}
+
+/// A Local Invalidate of an STag the peer already invalidated with a Send with Invalidate
+/// (the SMB Direct client's pattern: it asks the server for remote invalidation and still
+/// posts its own LOCAL_INV of the fast registration) succeeds and leaves the QP in RTS:
+/// "per RDMA verbs definition, an STag may already be in invalid state if invalidation is
+/// requested" (siw's `siw_invalidate_stag`; rxe and RNICs likewise for a fast
+/// registration). The same for a second Local Invalidate. A stale key (the STag before a
+/// new registration) is still refused. Before, the request completed with
+/// `LocalProtection` and took the QP to the error state (a Terminate to the peer).
+#[test]
+fn local_invalidate_of_an_stag_already_invalid_succeeds() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (_rb, mr) = p.b.region(4096, Access::LOCAL_WRITE);
+    let (_rx, rxs) = p.b.region(4096, all_access());
+    let (_ra, sa) = p.a.region(4096, all_access());
+    let fr = p.b.mrs.alloc_fast_reg(PD).unwrap();
+    let fr_op = SendOp::FastReg {
+        stag: fr.0,
+        new_key: fr.key().wrapping_add(1),
+        mr: mr.0,
+        mr_to: 0,
+        len: 1024,
+        base_to: 0,
+        access: Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+    };
+    p.b.core.post_send(qb, op_wr(30, fr_op)).unwrap();
+    assert_eq!(
+        wait_completion(&mut p, true, 30, WcOpcode::FastReg).status,
+        WcStatus::Success
+    );
+    let f1 = next(fr);
+    // The peer invalidates it (RDMAP-5.3-11/12).
+    p.b.core
+        .post_recv(qb, recv_wr(10, &[(rxs, 0, 64)]))
+        .unwrap();
+    p.a.core
+        .post_send(
+            qa,
+            send_wr(1, SendOp::SendInvalidate { stag: f1.0 }, &[(sa, 0, 8)]),
+        )
+        .unwrap();
+    let c = wait_completion(&mut p, true, 10, WcOpcode::Recv);
+    assert_eq!((c.status, c.invalidated), (WcStatus::Success, Some(f1.0)));
+    assert!(!p.b.mrs.is_valid(f1));
+    // Then the local ULP's own invalidation, twice.
+    for id in [31, 32] {
+        p.b.core
+            .post_send(qb, op_wr(id, SendOp::LocalInvalidate { stag: f1.0 }))
+            .unwrap();
+        assert_eq!(
+            wait_completion(&mut p, true, id, WcOpcode::LocalInvalidate).status,
+            WcStatus::Success
+        );
+    }
+    p.run(200);
+    assert_eq!(p.b.core.qp_state(qb).unwrap(), QpState::Rts);
+    assert_eq!(p.a.core.qp_state(qa).unwrap(), QpState::Rts);
+    assert!(!p.b.mrs.is_valid(f1));
+    // A stale key still fails the request (and the QP): the STag's registration is gone.
+    p.b.core
+        .post_send(
+            qb,
+            op_wr(
+                33,
+                SendOp::LocalInvalidate {
+                    stag: Stag::new(f1.index(), f1.key().wrapping_add(7)).0,
+                },
+            ),
+        )
+        .unwrap();
+    assert_eq!(
+        wait_completion(&mut p, true, 33, WcOpcode::LocalInvalidate).status,
+        WcStatus::LocalProtection
+    );
+}

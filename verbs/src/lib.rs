@@ -1754,7 +1754,8 @@ impl QueuePair {
 
     /// Posts a Local Invalidate of `stag` (a window, fast registration or region of this
     /// domain), executed in send queue order ([`SendOp::LocalInvalidate`]); `fenced`
-    /// makes it wait for earlier RDMA Reads too.
+    /// makes it wait for earlier RDMA Reads too. An STag already invalid (the peer's Send
+    /// with Invalidate came first) stays so and the request succeeds, as in siw.
     pub fn post_local_invalidate(&self, wr_id: u64, stag: u32, fenced: bool) -> Result<(), Error> {
         self.post_local_invalidate_with(wr_id, stag, true, fenced)
     }

@@ -702,15 +702,48 @@ impl MrTable {
     }
 
     /// Local Invalidate by a queue pair of protection domain `pd`: any valid STag of the
-    /// domain (a window of either type, a fast registration, an ordinary region).
+    /// domain (a window of either type, a fast registration, an ordinary region). An STag
+    /// already invalid under this very key (the peer's Send with Invalidate got there
+    /// first, or an earlier Local Invalidate) stays so and the request succeeds: "per RDMA
+    /// verbs definition, an STag may already be in invalid state if invalidation is
+    /// requested" (siw's `siw_invalidate_stag`; the SMB Direct client posts its Local
+    /// Invalidate of a fast registration it asked the server to invalidate). A key that is
+    /// not the slot's current one is refused ([`MemError::InvalidStag`]).
     pub fn invalidate_local(&self, stag: Stag, pd: PdId) -> Result<(), MemError> {
         let (_, spd) = self.slot_info(stag).ok_or(MemError::InvalidStag)?;
         if spd != pd {
             return Err(MemError::WrongPd);
         }
         // The PD again once the slot is owned: the one above is read without a guard.
-        self.invalidate_if(stag, |m| (m.pd != pd).then_some(MemError::WrongPd))
-            .and_then(|refused| refused.map_or(Ok(()), Err))
+        match self.invalidate_if(stag, |m| (m.pd != pd).then_some(MemError::WrongPd)) {
+            Ok(None) => Ok(()),
+            Ok(Some(e)) => Err(e),
+            // Not valid (or an orphaned region, invalid with windows still over it): fine
+            // if it is invalid under this key.
+            Err(MemError::InvalidStag | MemError::Busy) if self.already_invalid(stag) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether `stag` names its slot's current allocation (the key) and that is invalid;
+    /// a transient `BUSY` under the same key (an invalidation or orphaning under way on
+    /// another thread, which publishes the key again) is waited for.
+    fn already_invalid(&self, stag: Stag) -> bool {
+        let Some(slot) = self.slot_of(stag) else {
+            return false;
+        };
+        let backoff = Backoff::new();
+        loop {
+            let w = slot.word.load(Ordering::Acquire);
+            if key_of(w) != stag.key() {
+                return false;
+            }
+            match state_of(w) {
+                INVALID => return true,
+                BUSY => Self::pause(&backoff),
+                _ => return false,
+            }
+        }
     }
 
     /// A peer's invalidation through a Send with (SE and) Invalidate arriving on stream
