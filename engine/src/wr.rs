@@ -383,7 +383,9 @@ pub enum WcStatus {
     /// bind, fast registration or Local Invalidate failed when it was executed (the STag
     /// was not in the state it needs then); the QP then goes to the error state.
     LocalProtection,
-    /// The received message was longer than the posted buffers.
+    /// The received message was longer than the posted buffers (a Send longer than the
+    /// queue pair's own receive: the stream ends with DDP's Terminate 1/2/05 and the
+    /// receives behind it are flushed; a buffer of a shared receive queue goes back to it).
     LocalLength,
     /// The peer reported a remote access error in a Terminate.
     RemoteAccess,
@@ -404,7 +406,9 @@ pub struct Completion {
     pub opcode: WcOpcode,
     /// How it ended.
     pub status: WcStatus,
-    /// Octets received (receives) or transferred (Reads, Writes, Sends).
+    /// Octets received (receives) or transferred (Reads, Writes, Sends); 0 in a
+    /// completion in error (flushed, refused): nothing it names was transferred that the
+    /// application may count on.
     pub byte_len: u32,
     /// A received Send carried the Solicited Event flag.
     pub solicited: bool,

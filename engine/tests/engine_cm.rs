@@ -749,8 +749,10 @@ fn send_longer_than_buffer_terminates() {
         (rep.code.layer(), rep.code.etype(), rep.code.code()),
         (1, 2, 5)
     );
+    // The receive too short for the message fails with a local length error (siw's
+    // SIW_WC_LOC_LEN_ERR), not a plain flush.
     let cb = p.b.take_completions();
-    assert_eq!((cb[0].wr_id, cb[0].status), (1, WcStatus::FlushErr));
+    assert_eq!((cb[0].wr_id, cb[0].status), (1, WcStatus::LocalLength));
 }
 
 /// RDMAP-06 §6 graceful close with a Read in flight: A's Read Request crosses B's FIN (B

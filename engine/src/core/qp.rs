@@ -92,7 +92,16 @@ impl Qp {
             qp: self.id,
             opcode,
             status,
-            byte_len: e.byte_len,
+            // A request that failed or was flushed transferred nothing the application may
+            // count on (a refused Read placed nothing, a flushed Write was never sent):
+            // 0 octets, as a flushed receive reports and as rdma-core's providers do (rxe
+            // fills `byte_len` only on success; siw flushes with 0). RDMAP-7.1-3,
+            // RDMAP-6.2.1-2.
+            byte_len: if status == WcStatus::Success {
+                e.byte_len
+            } else {
+                0
+            },
             solicited: false,
             invalidated: None,
             imm: None,

@@ -593,11 +593,29 @@ impl Qp {
             buffer: seg.repr.buffer,
         };
         let payload_len = ulpdu.len().saturating_sub(ddp.header_len());
-        let Some(placement) = conn
+        let placement = match conn
             .ddp_rx
-            .handle_header(&ddp, payload_len, &tagged, &untagged)?
-        else {
-            return Ok(());
+            .handle_header(&ddp, payload_len, &tagged, &untagged)
+        {
+            Ok(Some(p)) => p,
+            Ok(None) => return Ok(()),
+            // A Send longer than the QP's own head receive (DDP-7.1-4, Terminate 1/2/05):
+            // that receive fails with a local length error, as the verbs report a receive
+            // too short for its message (siw's SIW_WC_LOC_LEN_ERR), ahead of the flush of
+            // those behind it (RDMAP-6.2.1-2). A buffer claimed from a shared receive
+            // queue goes back to it instead (`with_srq_buffer`, departure 23).
+            Err(DdpError::UntaggedTooLong)
+                if !immediate
+                    && self.shared.srq().is_none()
+                    && matches!(ddp.buffer, DdpBuffer::Untagged { qn: qn::SEND, .. }) =>
+            {
+                self.complete_recv(Completion {
+                    status: WcStatus::LocalLength,
+                    ..self.recv_completion()
+                });
+                return Err(DdpError::UntaggedTooLong.into());
+            }
+            Err(e) => return Err(e.into()),
         };
         match placement {
             Placement::Tagged(p) => self.rx_tagged(ulpdu, &p, opcode, guard, stats),
