@@ -22,7 +22,9 @@ pub struct DpdkDeviceConfig {
     /// Frames one rx burst fetches and smoltcp may send per poll.
     pub burst: usize,
     /// Frames waiting for the tx ring before transmit refuses tokens (back-pressure). The
-    /// segments of a TSO super-frame count one each.
+    /// segments of a TSO super-frame count one each. Any bound from 1 is taken (each frame
+    /// waiting holds an mbuf: the pool bounds them too); no more than 1,024 frames' room is
+    /// allocated up front.
     pub tx_pending_max: usize,
 }
 
@@ -63,6 +65,10 @@ impl DpdkDeviceConfig {
         Ok(())
     }
 }
+
+/// Frames [`DpdkDevice::new`] makes room for in its transmit queue at most, whatever
+/// [`DpdkDeviceConfig::tx_pending_max`] allows (the default's 512 and more).
+const TX_PENDING_RESERVED: usize = 4 * warpcore_dpdk_sys::BURST_MAX;
 
 impl Default for DpdkDeviceConfig {
     fn default() -> Self {
@@ -291,7 +297,12 @@ impl DpdkDevice {
             rx_batch: VecDeque::with_capacity(cfg.burst),
             rx_armed: true,
             rx_done: Vec::with_capacity(cfg.burst),
-            tx_pending: Vec::with_capacity(cfg.tx_pending_max),
+            // Room for the frames a default bound lets wait, not for any bound the check
+            // accepts: `usize::MAX` (no back-pressure but the pool's) overflowed the
+            // capacity (a panic), and a large one aborted on an allocation of 8 octets a
+            // frame made up front. The queue grows if more wait (each holds an mbuf of the
+            // pool, which bounds them).
+            tx_pending: Vec::with_capacity(cfg.tx_pending_max.min(TX_PENDING_RESERVED)),
             tx_pending_frames: 0,
             tx_prepared: 0,
             rx_scratch: vec![0; frame_max.max(2048)],
@@ -1411,6 +1422,7 @@ mod tests {
         a_dropped_super_frame_counts_each_of_its_segments(&eal, pool);
         a_frame_chained_over_small_mbufs_gets_its_checksums(&eal, pool);
         no_chain_goes_to_a_port_that_sends_none(&eal, pool);
+        a_huge_tx_pending_max_is_a_device_not_a_panic(&eal, pool);
     }
 
     /// A pair of ring ports named `name`, configured with the defaults over `pool` and
@@ -1805,5 +1817,33 @@ mod tests {
         assert_eq!((d.stats.tx_frames, d.stats.tx_dropped), (1, 1));
         drop(d);
         assert_eq!(small.in_use(), 0, "the refused frame took no mbuf with it");
+    }
+
+    /// `tx_pending_max` bounds the frames waiting for the ring; the pool bounds them
+    /// anyway (each holds an mbuf). A large bound the check accepts (tcpperf's
+    /// `--tx-pending`, "at least 1") must give a device, not a panic ("capacity overflow")
+    /// or an abort (an allocation of 8 octets per frame it allows, made up front).
+    fn a_huge_tx_pending_max_is_a_device_not_a_panic(eal: &warpcore_dpdk_sys::Eal, pool: Mempool) {
+        let (mut a, _b) = started_ring_ports(eal, "wcnet_unit_huge", &pool);
+        let cfg = DpdkDeviceConfig {
+            tx_pending_max: usize::MAX,
+            ..DpdkDeviceConfig::default()
+        };
+        assert_eq!(cfg.check(), Ok(()), "the check accepts it");
+        let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            DpdkDevice::new(
+                a.rx_queue(0).expect("rx"),
+                a.tx_queue(0).expect("tx"),
+                pool,
+                cfg,
+            )
+        }));
+        let mut d = made.expect("DpdkDevice::new panicked").expect("a device");
+        let frame = tcp_frame(20, 200);
+        let token = d.transmit(Instant::ZERO).expect("a token");
+        phy::TxToken::consume(token, frame.len(), |b| b.copy_from_slice(&frame));
+        assert_eq!(d.tx_pending(), 1);
+        assert!(d.flush(), "the frame goes");
+        assert_eq!(d.tx_pending(), 0);
     }
 }
