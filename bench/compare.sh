@@ -28,6 +28,10 @@
 #   * back-to-back pairs of write_lat (64 B) and the raw 64 B ping-pong (alternating which
 #     goes first), whose median ratio judges issue 12's latency target (inconclusive, not
 #     met, when the pairs' ping-pongs or write_lat runs lie more than 1.5x apart);
+#   * back-to-back pairs of the 64 KiB write_bw at MTU 9000 and tcpperf's kernel bulk of the
+#     same byte count (alternating which goes first), whose median ratio judges issue 12's
+#     MTU 9000 target (inconclusive, not met, when the pairs' kernel bulks or write_bw runs
+#     lie more than 1.5x apart);
 #   * the targets of issue 6 and issue 12 as met/missed lines, and callgrind instruction
 #     counts per message.
 #
@@ -37,11 +41,13 @@
 # Environment (defaults; with --short a tenth of each count, 100 threaded-mode iterations
 # and 1 s for qperf and iperf3): LAT_ITERS (20000), BW_ITERS (20000), RATE_ITERS (300000),
 # THREAD_LAT_ITERS (300), KERNEL_SECS (3), BW_PAIRS (3: back-to-back pairs of the 64 KiB
-# write_bw and the raw 1514-byte blast, whose median ratio judges the MTU 1500 target; the
-# same with --short), LAT_PAIRS (3: back-to-back pairs of write_lat and the raw ping-pong,
-# LAT_ITERS round trips each, whose median ratio judges issue 12's latency target; the same
-# with --short), CALLGRIND (1: append instruction counts per message from callgrind, about a
-# minute; needs valgrind, and a missing one fails the run at its start; 0: skip).
+# write_bw and the raw 1514-byte blast, whose median ratio judges the MTU 1500 target, and
+# as many of the 64 KiB write_bw at MTU 9000 and the kernel bulk, whose median ratio judges
+# the MTU 9000 target; the same with --short), LAT_PAIRS (3: back-to-back pairs of write_lat
+# and the raw ping-pong, LAT_ITERS round trips each, whose median ratio judges issue 12's
+# latency target; the same with --short), CALLGRIND (1: append instruction counts per
+# message from callgrind, about a minute; needs valgrind, and a missing one fails the run at
+# its start; 0: skip).
 set -euo pipefail
 short=0
 args=()
@@ -270,6 +276,38 @@ for k in $(seq 1 "$lat_pairs"); do
     fi
 done
 
+# The MTU 9000 target's ratio from back-to-back pairs, for the same reason: the MTU 9000
+# write_bw row and the kernel bulk row run minutes apart, and on a host whose speed flips
+# between modes one caught the fast mode and the other the slow (docs/iwperf.md: 1.62x met
+# in one run, "0.447x missed (kernel TCP in the fast mode)" in another). Each pair runs
+# write_bw 64 KiB at MTU 9000 (both sides) and tcpperf's kernel bulk of the same byte count,
+# on a server of its own, one right after the other in alternating order.
+# kbulk FILE PORT: tcpperf kernel-server (one test) on CPU $cpu_s, its bulk client on $cpu_c.
+kbulk() {
+    taskset -c "$cpu_s" "$tcpperf" kernel-server --listen "127.0.0.1:$2" --tests 1 >"$work/tcpperf-server-$2.log" 2>&1 &
+    local sp=$!
+    pids+=("$sp")
+    wait_port "$2"
+    bg_run taskset -c "$cpu_c" "$tcpperf" kernel-client --server "127.0.0.1:$2" --test bulk \
+        --bytes $((bw_iters * 65536)) >"$work/$1"
+    cat "$work/$1"
+    server_end "$sp" "tcpperf kernel-server" "$work/tcpperf-server-$2.log"
+}
+echo "== write_bw 64 KiB at MTU 9000 and the kernel TCP bulk back to back, $bw_pairs pairs"
+for k in $(seq 1 "$bw_pairs"); do
+    if ((k % 2)); then
+        kbulk "kpair$k.txt" $((5310 + k))
+        both=(--mtu 9000)
+        iw write_bw -s 65536 -n "$bw_iters" --report_gbits --json "$work/jpair$k.json"
+        both=()
+    else
+        both=(--mtu 9000)
+        iw write_bw -s 65536 -n "$bw_iters" --report_gbits --json "$work/jpair$k.json"
+        both=()
+        kbulk "kpair$k.txt" $((5310 + k))
+    fi
+done
+
 echo "== single core memcpy and crc32c (CPU $cpu_c)"
 bg_run taskset -c "$cpu_c" "$wcbench" copy --sizes 64,65536 >"$work/copy.txt"
 cat "$work/copy.txt"
@@ -438,6 +476,16 @@ for k in range(1, lat_pairs_n + 1):
     lat_pairs.append((lw, lr, lw / lr if lr == lr and lw == lw else nan, "ping-pong" if k % 2 else "write_lat"))
 lat_pair_ratios = [p[2] for p in lat_pairs]
 lat_pair_median = median(lat_pair_ratios)
+# The MTU 9000 pairs: (write_bw at MTU 9000, kernel bulk, ratio, which ran first), in run
+# order; judged as the MTU 1500 pairs are (`pairs_verdict`). The single rows (j_bw, k_bulk)
+# ran minutes apart: reported, judged by nothing.
+jumbo_pairs = []
+for k in range(1, pairs_n + 1):
+    jw = bwf(js("jpair%d.json" % k)["results"][0], "average")
+    kb = field(text("kpair%d.txt" % k), "gbps")
+    jumbo_pairs.append((jw, kb, jw / kb if kb == kb and jw == jw else nan, "kernel bulk" if k % 2 else "write_bw"))
+jumbo_pair_ratios = [p[2] for p in jumbo_pairs]
+jumbo_pair_median = median(jumbo_pair_ratios)
 
 def f(x, d=2): return ("%%.%df" % d) % x if x == x else "n/a"
 def r(a, b): return "%.3g" % (a / b) if b and b == b and a == a else "n/a"
@@ -517,6 +565,13 @@ for i, (lw, lr, lx, first) in enumerate(lat_pairs, 1):
     md.append("| %d | %s | %s | %s | %s |" % (i, first, f(lw), f(lr), f(lx, 3)))
 md.append("| the pairs' median | | %s | %s | %s |" % (f(median([p[0] for p in lat_pairs])), f(median([p[1] for p in lat_pairs])), f(lat_pair_median, 3)))
 md.append("")
+md.append("### The MTU 9000 target, back to back\n")
+md.append("Each pair runs iwperf write_bw 64 KiB at MTU 9000 (both sides; %d x 64 KiB = %d bytes, whole-run average) and tcpperf's kernel bulk of the same byte count (`kernel-client --test bulk`, on a `kernel-server --tests 1` of its own) one right after the other, alternating which goes first; the issue 12 MTU 9000 target takes the median of the pairs' ratios, and reads inconclusive (not met) when the pairs' kernel bulks or their write_bw runs lie more than %sx apart.\n" % (bw_n, bw_n * 65536, PAIR_SPREAD))
+md.append("| MTU 9000 pair | first | write_bw at MTU 9000 (Gbit/s) | kernel TCP bulk (Gbit/s) | ratio |\n|---|---|---|---|---|")
+for i, (jw, kb, jx, first) in enumerate(jumbo_pairs, 1):
+    md.append("| %d | %s | %s | %s | %s |" % (i, first, f(jw), f(kb), f(jx, 3)))
+md.append("| the pairs' median | | %s | %s | %s |" % (f(median([p[0] for p in jumbo_pairs])), f(median([p[1] for p in jumbo_pairs])), f(jumbo_pair_median, 3)))
+md.append("")
 md.append("## Message rate\n")
 md.append("| figure | tool | CPUs | statistic | value |\n|---|---|---|---|---|")
 md.append("| 64 B RDMA Writes, one engine core per side | %s write_bw -s 64 | %s | messages / seconds of the whole run (%d Writes), none dropped | %s M msgs/s |" % (iwcmd, two, rate_n, f(iw_rate, 3)))
@@ -549,8 +604,9 @@ md.append("| target | measured | verdict |\n|---|---|---|")
 md.append("| 64 KiB write_bw >= 0.6x the raw 1514-byte blast at MTU 1500, the median of %d back-to-back pairs' ratios | %s x (pairs: %s) | %s |" % (
     pairs_n, f(pair_median, 3), ", ".join(f(x, 3) for x in pair_ratios),
     pairs_verdict(pairs, pair_median >= 0.6, "blasts", "write_bw", "Gbit/s")))
-md.append("| 64 KiB write_bw at MTU 9000 >= 1.0x kernel TCP bulk (%s Gbit/s) | %s Gbit/s (%s x) | %s |" % (
-    f(k_bulk), f(j_bw), r(j_bw, k_bulk), verdict(j_bw >= k_bulk)))
+md.append("| 64 KiB write_bw at MTU 9000 >= 1.0x kernel TCP bulk, the median of %d back-to-back pairs' ratios | %s x (pairs: %s) | %s |" % (
+    pairs_n, f(jumbo_pair_median, 3), ", ".join(f(x, 3) for x in jumbo_pair_ratios),
+    pairs_verdict(jumbo_pairs, jumbo_pair_median >= 1.0, "kernel bulks", "write_bw", "Gbit/s")))
 md.append("| 64 B write_lat median <= 2.0x raw ping-pong median, the median of %d back-to-back pairs' ratios | %s x (pairs: %s) | %s |" % (
     lat_pairs_n, f(lat_pair_median, 3), ", ".join(f(x, 3) for x in lat_pair_ratios),
     pairs_verdict(lat_pairs, lat_pair_median <= 2.0, "ping-pongs", "write_lat", "us")))

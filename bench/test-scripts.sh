@@ -35,8 +35,10 @@ report() { # report DIR: the report compare.sh's Python writes from the files in
     local lat='{"results":[{"hdr_usec":{"p50":0.9,"p99":2.0,"count":2000}}]}'
     local bw='{"results":[{"bw":{"average":40.0,"peak":45.0,"msg_rate_mpps":0.07}}]}'
     for f in write_lat write_lat_thread write_lat_nocsum latpair1 latpair2 latpair3; do echo "$lat" >"$w/$f.json"; done
-    for f in write_bw write_bw_nocsum write_bw_9000 pair1 pair2 pair3; do echo "$bw" >"$w/$f.json"; done
+    for f in write_bw write_bw_nocsum write_bw_9000 pair1 pair2 pair3 jpair1 jpair2 jpair3; do echo "$bw" >"$w/$f.json"; done
     for k in 1 2 3; do
+        # The MTU 9000 pairs' kernel bulks, unless the case gave its own.
+        [[ -e $w/kpair$k.txt ]] || echo "RESULT mode=kernel test=bulk bytes=131072000 seconds=1 gbps=30.0" >"$w/kpair$k.txt"
         echo "RESULT raw_pingpong size=64 half_rtt_p50_us=0.60 p99_us=0.70 p999_us=1.00 samples=2000" >"$w/latpair$k.txt"
     done
     echo '{"results":[{"bw":{"average":1.0,"peak":1.0,"msg_rate_mpps":5.0}}]}' >"$w/write_rate.json"
@@ -73,6 +75,34 @@ elif [[ $(larger "$gap") != n/a || $(median_row "$gap") != n/a/n/a ]]; then
     bad "compare.sh's ratios over a run that measured nothing" "the 4,096-slot blast and a pair's blast missing: larger-blast ratio '$(larger "$gap")', median row blast/ratio '$(median_row "$gap")' (n/a each)"
 else
     ok "compare.sh's ratios over a run that measured nothing" "against the larger blast 0.5 measured, n/a without the 4,096-slot blast; the pairs' median blast n/a with one missing"
+fi
+
+# ---- compare_mtu9000_pairs: issue 12's MTU 9000 target (write_bw >= 1.0x kernel TCP
+# bulk) was judged by the one MTU 9000 write_bw row against the one kernel bulk row, run
+# minutes apart on a host whose speed flips between modes (docs/iwperf.md: "0.447x missed
+# (kernel TCP in the fast mode)", 1.62x met in another run). The MTU 1500 and latency
+# targets take the median of back-to-back pairs and read inconclusive when the pairs' runs
+# lie more than 1.5x apart; this one must too. The rows meet it (40 against 30 Gbit/s) in
+# every case here: the verdict must come from the pairs (write_bw 40 at MTU 9000 each).
+jumbo() { # jumbo KBULK1 KBULK2 KBULK3: the MTU 9000 target's line of the report
+    local w=$work/jumbo-$1-$2-$3
+    mkdir -p "$w"
+    : >"$w/raw4096.txt"
+    for k in 1 2 3; do
+        echo "RESULT raw_blast size=1514 sent=9 received=9 mpps=6.0 gbps=60.0" >"$w/pair$k.txt"
+        echo "RESULT mode=kernel test=bulk bytes=131072000 seconds=1 gbps=${!k}" >"$w/kpair$k.txt"
+    done
+    report "$w" | grep -E "^\| 64 KiB write_bw at MTU 9000 >= 1.0x kernel"
+}
+j_steady=$(jumbo 30.0 31.0 29.0) j_flip=$(jumbo 15.0 45.0 60.0) j_over=$(jumbo 50.0 52.0 48.0)
+if [[ $j_steady != *"the median of 3 back-to-back pairs"*"| met |" ]]; then
+    bad "compare_mtu9000_pairs" "steady pairs (kernel bulk 29-31 Gbit/s) not met by their median: ${j_steady:0:200}"
+elif [[ $j_flip != *"**inconclusive**"* || $j_flip == *"| met |" ]]; then
+    bad "compare_mtu9000_pairs" "pairs with kernel bulks 15-60 Gbit/s judged: ${j_flip:0:200}"
+elif [[ $j_over != *"| **missed** |" ]]; then
+    bad "compare_mtu9000_pairs" "steady pairs under the kernel (48-52 Gbit/s) not missed: ${j_over:0:200}"
+else
+    ok "compare_mtu9000_pairs" "steady pairs at 1.33x met, at 0.8x missed; kernel bulks 15-60 Gbit/s inconclusive"
 fi
 
 # ---- compare.sh's plot: the report shows the PNG it finds in OUT_DIR, and a failed plot

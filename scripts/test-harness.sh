@@ -508,7 +508,7 @@ cmp_run() { # cmp_run P50 COUNT KERNEL_GBPS: the target lines of the report
     local lat='{"results":[{"hdr_usec":{"p50":'$1',"p99":'$1',"count":'$2'}}]}'
     local bw='{"results":[{"bw":{"average":40.0,"peak":45.0,"msg_rate_mpps":0.07}}]}'
     for f in write_lat write_lat_thread write_lat_nocsum latpair1; do echo "$lat" >"$w/$f.json"; done
-    for f in write_bw write_bw_nocsum write_bw_9000 pair1; do echo "$bw" >"$w/$f.json"; done
+    for f in write_bw write_bw_nocsum write_bw_9000 pair1 jpair1; do echo "$bw" >"$w/$f.json"; done
     echo '{"results":[{"bw":{"average":1.0,"peak":1.0,"msg_rate_mpps":5.0}}]}' >"$w/write_rate.json"
     printf '%s\n' "RESULT raw_pingpong size=64 half_rtt_p50_us=0.60 p99_us=0.70 p999_us=1.00 samples=2000" \
         "RESULT raw_blast size=1514 sent=9 received=9 mpps=6.0 gbps=60.0" \
@@ -520,6 +520,7 @@ cmp_run() { # cmp_run P50 COUNT KERNEL_GBPS: the target lines of the report
     echo "RESULT copy size=64 memcpy_gbps=100 crc32c_gbps=50" >"$w/copy.txt"
     echo "RESULT mode=kernel test=rr size=64 count=2000 p50_us=20.00 p99_us=40.00" >"$w/tcpperf_rr.txt"
     echo "RESULT mode=kernel test=bulk bytes=131072000 seconds=1 gbps=$3" >"$w/tcpperf_bulk.txt"
+    cp "$w/tcpperf_bulk.txt" "$w/kpair1.txt" # the MTU 9000 pair's kernel bulk
     echo "latency = 10 us" >"$w/qperf_lat.txt"
     echo "bw = 3 GB/sec" >"$w/qperf_bw.txt"
     echo '{"end":{"sum_received":{"bits_per_second":3e10}}}' >"$w/iperf3.json"
@@ -553,6 +554,8 @@ cmp_pairs() { # cmp_pairs BLAST1 BLAST2 BLAST3: the MTU 1500 target's line (writ
     for k in 1 2 3; do
         echo '{"results":[{"bw":{"average":40.0,"peak":45.0,"msg_rate_mpps":0.07}}]}' >"$w/pair$k.json"
         echo "RESULT raw_blast size=1514 sent=9 received=9 mpps=6.0 gbps=${!k}" >"$w/pair$k.txt"
+        cp "$w/jpair1.json" "$w/jpair$k.json" 2>/dev/null
+        cp "$w/kpair1.txt" "$w/kpair$k.txt" 2>/dev/null
     done
     python3 "$work/cmp/report.py" "$w" "$w/out" cmd 0 0 1 0 1 2000 2000 2000 2000 1 3 6000 1 2>&1 |
         grep -E "^\| 64 KiB write_bw >= 0.6x the raw"
