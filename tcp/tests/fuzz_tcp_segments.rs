@@ -2,7 +2,7 @@
 //! committed corpus `fuzz/corpus/tcp_segments/` replays on every `cargo test`, and seeded
 //! random inputs run through the body, so its invariants are exercised without cargo-fuzz.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use warpcore_tcp::fuzzing::tcp_segments;
 
@@ -10,23 +10,48 @@ fn corpus_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/tcp_segments")
 }
 
+/// Replays every file of `dir` through the body; returns how many it replayed. A missing,
+/// unreadable or empty corpus fails (the replay must not pass vacuously), and so does a
+/// panic of the body, naming the file.
+fn replay_dir(dir: &Path) -> usize {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("corpus {} unreadable: {e}", dir.display()))
+        .map(|e| e.expect("corpus directory entry").path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "corpus {} is empty", dir.display());
+    for path in &files {
+        let data = std::fs::read(path).expect("corpus file");
+        if std::panic::catch_unwind(|| tcp_segments(&data)).is_err() {
+            panic!(
+                "fuzz body `tcp_segments` failed on {} ({} octets)",
+                path.display(),
+                data.len()
+            );
+        }
+    }
+    files.len()
+}
+
 #[test]
 fn committed_corpus_replays_clean() {
     let dir = corpus_dir();
-    let mut n = 0;
-    if let Ok(entries) = std::fs::read_dir(&dir) {
-        for e in entries.flatten() {
-            let data = std::fs::read(e.path()).expect("corpus file");
-            tcp_segments(&data);
-            n += 1;
-        }
-    }
+    let n = replay_dir(&dir);
     eprintln!(
         "replayed {n} corpus inputs from {}; the receive fast path took {} segments, {} of them acknowledging new data",
         dir.display(),
         warpcore_tcp::conn::predicted_segments(),
         warpcore_tcp::conn::answered_segments()
     );
+}
+
+/// GUIDE §4 rung 4: the corpus replay must not pass vacuously. A corpus directory that is
+/// missing (a moved `fuzz/`, a typo in the path) replayed zero files and passed.
+#[test]
+#[should_panic(expected = "corpus")]
+fn a_missing_corpus_fails_the_replay() {
+    replay_dir(&corpus_dir().with_file_name("no-such-corpus"));
 }
 
 #[test]
