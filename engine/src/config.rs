@@ -321,6 +321,29 @@ impl EngineConfig {
                 "must be longer than zero (None: no probes)",
             );
         }
+        if self.tcp.fin_wait_2_timeout == Some(Duration::ZERO) {
+            return err(
+                "tcp.fin_wait_2_timeout",
+                "must be longer than zero (None: no limit)",
+            );
+        }
+        // RFC 6298 5.5: a zero RTO never backs off; 2.5: the ceiling RTO_MAX holds both
+        // the initial RTO and the floor; 2.1/2.4: the floor is at most the initial RTO.
+        if self.tcp.rto_initial == Duration::ZERO {
+            return err("tcp.rto_initial", "must be longer than zero (RFC 6298 5.5)");
+        }
+        if self.tcp.rto_initial > warpcore_tcp::stack::RTO_MAX {
+            return err(
+                "tcp.rto_initial",
+                "must be at most the RTO ceiling of 60 s (RFC 6298 2.5)",
+            );
+        }
+        if self.tcp.rto_min > self.tcp.rto_initial {
+            return err(
+                "tcp.rto_min",
+                "must be at most tcp.rto_initial (RFC 6298 2.1, 2.4)",
+            );
+        }
         // MPA hands TCP whole FPDUs that must leave at once (MPA-5.1-3); Warpcore's TCP
         // refuses Nagle's algorithm at connect.
         if self.tcp.nagle {
@@ -472,6 +495,55 @@ mod tests {
         cfg.tcp.time_wait = warpcore_tcp::TIMER_MAX;
         cfg.tcp.fin_wait_2_timeout = Some(warpcore_tcp::TIMER_MAX);
         cfg.tcp.oow_ack_interval = warpcore_tcp::TIMER_MAX;
+        assert_eq!(cfg.validate(), Ok(()));
+    }
+}
+
+#[cfg(test)]
+mod tuning_tests {
+    use super::*;
+    use warpcore_tcp::stack::RTO_MAX;
+
+    /// GUIDE rule 7: every limit is checked once, at start-up. Each tuning below is one
+    /// `TcpTuning` refuses at every connect and listen (`StackError::InvalidTuning`), yet
+    /// `validate` passed it: the context opened and each connection attempt failed after.
+    #[test]
+    fn tcp_tuning_refused_at_connect_is_refused_by_validate() {
+        type Set = fn(&mut EngineConfig);
+        let cases: [(&str, Set); 5] = [
+            // A FIN-WAIT-2 bound of zero reset a connection as its FIN was acknowledged.
+            ("tcp.fin_wait_2_timeout", |c| {
+                c.tcp.fin_wait_2_timeout = Some(Duration::ZERO)
+            }),
+            // RFC 6298 5.5: a zero RTO never backs off.
+            ("tcp.rto_initial", |c| {
+                c.tcp.rto_min = Duration::ZERO;
+                c.tcp.rto_initial = Duration::ZERO;
+            }),
+            // RFC 6298 2.5: above the ceiling the RTO could not be kept.
+            ("tcp.rto_initial", |c| {
+                c.tcp.rto_initial = RTO_MAX + Duration::from_micros(1)
+            }),
+            ("tcp.rto_min", |c| {
+                c.tcp.rto_initial = RTO_MAX;
+                c.tcp.rto_min = Duration::from_micros(u64::MAX);
+            }),
+            // RFC 6298 2.1/2.4: the floor above the initial RTO.
+            ("tcp.rto_min", |c| {
+                c.tcp.rto_initial = Duration::from_millis(10);
+                c.tcp.rto_min = Duration::from_millis(11);
+            }),
+        ];
+        for (field, set) in cases {
+            let mut cfg = EngineConfig::default();
+            set(&mut cfg);
+            assert_eq!(cfg.validate().map_err(|e| e.field), Err(field), "{cfg:?}");
+        }
+        // The extremes `TcpTuning` takes still pass.
+        let mut cfg = EngineConfig::default();
+        cfg.tcp.rto_initial = RTO_MAX;
+        cfg.tcp.rto_min = RTO_MAX;
+        cfg.tcp.fin_wait_2_timeout = Some(Duration::from_micros(1));
         assert_eq!(cfg.validate(), Ok(()));
     }
 }
