@@ -126,7 +126,8 @@ pub struct LinkConfig {
     /// [`QUEUE_FRAMES_MAX`].
     pub queue_frames: usize,
     /// Most frames smoltcp may send or receive in one burst (advertised as `max_burst_size`),
-    /// at least one.
+    /// from 1 to [`QUEUE_FRAMES_MAX`] (smoltcp multiplies it by the MSS: a huge one
+    /// overflowed there).
     pub max_burst_size: usize,
     /// Faults from end A to end B.
     pub faults_ab: Faults,
@@ -153,7 +154,8 @@ impl LinkConfig {
     /// Refuses what no link can work with, naming the field: an MTU outside [`MTU_RANGE`]
     /// (a huge one overflowed the frame size or the buffers allocated for the queue), a
     /// queue of no frames (every transmit refused: nothing ever crossed) or more than
-    /// [`QUEUE_FRAMES_MAX`], a burst of no frames, and the faults [`Faults`] cannot inject.
+    /// [`QUEUE_FRAMES_MAX`], a burst of no frames or more than [`QUEUE_FRAMES_MAX`], and the
+    /// faults [`Faults`] cannot inject.
     pub fn check(&self) -> Result<(), LinkConfigError> {
         let bad = |field, why| Err(LinkConfigError::Link(field, why));
         if !MTU_RANGE.contains(&self.mtu) {
@@ -164,6 +166,12 @@ impl LinkConfig {
         }
         if self.max_burst_size == 0 {
             return bad("max_burst_size", "must be at least one frame");
+        }
+        // smoltcp's reference sizes its window by `max_burst_size * MSS`: a larger burst
+        // overflowed that product (a panic in a debug build). No burst is longer than a
+        // queue holds.
+        if self.max_burst_size > QUEUE_FRAMES_MAX {
+            return bad("max_burst_size", "must be at most 65536 frames");
         }
         self.faults_ab.check("faults_ab")?;
         self.faults_ba.check("faults_ba")

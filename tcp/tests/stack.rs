@@ -1534,3 +1534,43 @@ fn rfc1122_3_2_1_3_a_connect_to_loopback_or_this_network_is_refused() {
     a.connect((far, 80), None, &TcpTuning::default())
         .expect("connect through the gateway");
 }
+
+/// A link's burst size is a count of frames (`LinkConfig::max_burst_size`) that smoltcp
+/// multiplies by the MSS when the reference sends a segment: `usize::MAX` frames overflowed
+/// there (a panic in a debug build; in a release one a wrapped product that could shrink
+/// the window the reference offers). Refused as the link's other limits are, naming the
+/// field, and the largest burst taken is the largest queue (`QUEUE_FRAMES_MAX`): a burst
+/// longer than a direction holds means nothing more.
+#[test]
+fn a_link_burst_beyond_the_queue_is_refused_not_overflowed() {
+    for burst in [link::QUEUE_FRAMES_MAX + 1, usize::MAX / 1000, usize::MAX] {
+        let cfg = LinkConfig {
+            max_burst_size: burst,
+            ..LinkConfig::default()
+        };
+        match link::try_pair(&cfg) {
+            Err(link::LinkConfigError::Link(field, _)) => assert_eq!(field, "max_burst_size"),
+            Err(e) => panic!("burst {burst}: {e}"),
+            Ok((ea, eb)) => {
+                // Accepted: it must work, over the reference that uses it.
+                let imp = TcpImplementation::SmoltcpReference;
+                let mut a = Stack::with_implementation(ea, &config(1, IP_A), Instant::ZERO, imp)
+                    .expect("a");
+                let mut b = Stack::with_implementation(eb, &config(2, IP_B), Instant::ZERO, imp)
+                    .expect("b");
+                let t = TcpTuning::default();
+                let l = b.listen(9000, 1, &t).expect("listen");
+                a.connect((IP_B, 9000), None, &t).expect("connect");
+                let mut now = Instant::ZERO;
+                run(&mut a, &mut b, &mut now, 5);
+                assert!(b.accept(l).expect("accept").is_some(), "burst {burst}");
+            }
+        }
+    }
+    // The largest burst is taken.
+    let cfg = LinkConfig {
+        max_burst_size: link::QUEUE_FRAMES_MAX,
+        ..LinkConfig::default()
+    };
+    assert!(link::try_pair(&cfg).is_ok());
+}
