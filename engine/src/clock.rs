@@ -22,7 +22,9 @@
 //!   and the TCP's RTT samples assume a monotonic `now`).
 //! - **Until the rate is known** (the first millisecond), and whenever the counter jumps
 //!   (backwards, or more than a millisecond ahead: a core that slept), the core reads the
-//!   clock itself, as without a counter.
+//!   clock itself, as without a counter. A counter found to disagree with the clock at an
+//!   anchor (it ran ahead while the clock did not, as a TSC does through a suspend that
+//!   `CLOCK_MONOTONIC` leaves out) has its rate measured afresh from there.
 //!
 //! Idle loops that follow one another with nothing between them (an engine thread
 //! spinning, [`crate::runtime::CoreHandle::progress_until`]) need not read it each time:
@@ -191,7 +193,23 @@ impl CoreClock {
         // A counter behind its last anchor (wrapped, or another CPU's) is not trusted: start
         // measuring again from here.
         let behind = |a: u64, b: u64| a.wrapping_sub(b) > i64::MAX as u64;
-        if behind(count, t.count) || behind(count, t.first_count) || behind(after, before) {
+        // A counter that disagrees with the clock since the last anchor (it jumped ahead
+        // while the clock did not: a suspend the clock leaves out, a hypervisor moving the
+        // counter's offset) is not trusted either: measured across the jump, the rate came
+        // out too slow, the core's time stood nearly still between anchors that came
+        // seconds apart, and its timers fired that late. Allowed: a millisecond, or 1/64
+        // of the time since the anchor (a rate's error, under 1/1,000 once measured).
+        let disagrees = t.mult != 0 && {
+            let counted = u128::from(count.wrapping_sub(t.count));
+            let said = i64::try_from((counted * u128::from(t.mult)) >> 32).unwrap_or(i64::MAX);
+            let since = us - t.us;
+            said.abs_diff(since) > ANCHOR_US.max(since / 64) as u64
+        };
+        if disagrees
+            || behind(count, t.count)
+            || behind(count, t.first_count)
+            || behind(after, before)
+        {
             t.first_count = count;
             t.first_us = us;
             t.mult = 0;
@@ -329,6 +347,33 @@ mod tests {
             f.advance(100, 3, 1);
             check(&mut c, &f, 1);
         }
+    }
+
+    /// A counter that jumps ahead while the clock does not (a TSC that keeps counting
+    /// through a suspend-to-idle that `CLOCK_MONOTONIC` leaves out, a hypervisor moving its
+    /// offset): the rate was measured from the first anchor, jump included, so it came out
+    /// thousands of times too slow and the core's time nearly stood still between anchors
+    /// that came seconds apart (every TCP and MPA timer that late). The clock is the truth
+    /// (GUIDE rule 3): a counter found to disagree with it is measured afresh.
+    #[test]
+    fn a_counter_that_jumps_ahead_of_the_clock_does_not_slow_time() {
+        let (f, clock) = Fake::new();
+        let mut c = CoreClock::new(clock, f.origin);
+        for _ in 0..100_000 {
+            f.advance(137, 12, 5);
+            c.now();
+        }
+        // An hour of counts (2.4 GHz) without the clock moving.
+        COUNTER.with(|k| k.set(k.get() + 3_600 * 2_400_000_000));
+        let (mut worst, mut last) = (0i64, 0i64);
+        for _ in 0..200_000 {
+            f.advance(137, 12, 5);
+            let now = c.now().total_micros();
+            assert!(now >= last, "backwards: {now} after {last}");
+            last = now;
+            worst = worst.max((now - f.true_us()).abs());
+        }
+        assert!(worst <= 2, "the core's time off the clock by {worst} us");
     }
 
     #[test]
