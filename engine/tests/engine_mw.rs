@@ -9,7 +9,9 @@ mod engine_mw_common;
 use common::*;
 use engine_mw_common::*;
 use warpcore_engine::mem::{Access, MemError, MwType, PdId, Stag};
-use warpcore_engine::{CmEvent, EngineError, QpState, SendOp, WcOpcode, WcStatus};
+use warpcore_engine::{
+    CmEvent, Completion, EngineError, QpId, QpState, SendOp, WcOpcode, WcStatus,
+};
 
 const WINDOW_ALL: Access = Access::WINDOW_RIGHTS;
 
@@ -311,16 +313,7 @@ fn window_invalidation_local_and_remote() {
     let mw = p.b.mrs.alloc_mw(PD, MwType::Type2).unwrap();
     let w1 = bind(&mut p, qb, mw, mr, 0, 4096, WINDOW_ALL);
     // Remote: a Send with Invalidate on the window's own stream.
-    p.b.core
-        .post_recv(qb, recv_wr(10, &[(rxs, 0, 64)]))
-        .unwrap();
-    p.a.core
-        .post_send(
-            qa,
-            send_wr(1, SendOp::SendInvalidate { stag: w1.0 }, &[(sa, 0, 8)]),
-        )
-        .unwrap();
-    let c = wait_completion(&mut p, true, 10, WcOpcode::Recv);
+    let c = invalidate_by_send(&mut p, (qa, qb), rxs, sa, w1.0);
     assert_eq!(
         (c.status, c.invalidated, c.qp),
         (WcStatus::Success, Some(w1.0), qb)
@@ -886,16 +879,7 @@ fn local_invalidate_of_an_stag_already_invalid_succeeds() {
     );
     let f1 = next(fr);
     // The peer invalidates it (RDMAP-5.3-11/12).
-    p.b.core
-        .post_recv(qb, recv_wr(10, &[(rxs, 0, 64)]))
-        .unwrap();
-    p.a.core
-        .post_send(
-            qa,
-            send_wr(1, SendOp::SendInvalidate { stag: f1.0 }, &[(sa, 0, 8)]),
-        )
-        .unwrap();
-    let c = wait_completion(&mut p, true, 10, WcOpcode::Recv);
+    let c = invalidate_by_send(&mut p, (qa, qb), rxs, sa, f1.0);
     assert_eq!((c.status, c.invalidated), (WcStatus::Success, Some(f1.0)));
     assert!(!p.b.mrs.is_valid(f1));
     // Then the local ULP's own invalidation, twice.
@@ -928,4 +912,25 @@ fn local_invalidate_of_an_stag_already_invalid_succeeds() {
         wait_completion(&mut p, true, 33, WcOpcode::LocalInvalidate).status,
         WcStatus::LocalProtection
     );
+}
+
+/// B posts a receive of 64 octets at `rxs` (wr_id 10); A sends it 8 octets of `sa` with
+/// Invalidate of `stag` (RDMAP-5.3-11/12); the receive's completion.
+fn invalidate_by_send(
+    p: &mut Pair,
+    (qa, qb): (QpId, QpId),
+    rxs: Stag,
+    sa: Stag,
+    stag: u32,
+) -> Completion {
+    p.b.core
+        .post_recv(qb, recv_wr(10, &[(rxs, 0, 64)]))
+        .unwrap();
+    p.a.core
+        .post_send(
+            qa,
+            send_wr(1, SendOp::SendInvalidate { stag }, &[(sa, 0, 8)]),
+        )
+        .unwrap();
+    wait_completion(p, true, 10, WcOpcode::Recv)
 }

@@ -2,42 +2,21 @@
 //! committed corpus `fuzz/corpus/tcp_segments/` replays on every `cargo test`, and seeded
 //! random inputs run through the body, so its invariants are exercised without cargo-fuzz.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use warpcore_tcp::fuzzing::tcp_segments;
+
+#[path = "../../fuzz/replay.rs"]
+mod replay;
 
 fn corpus_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/tcp_segments")
 }
 
-/// Replays every file of `dir` through the body; returns how many it replayed. A missing,
-/// unreadable or empty corpus fails (the replay must not pass vacuously), and so does a
-/// panic of the body, naming the file.
-fn replay_dir(dir: &Path) -> usize {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("corpus {} unreadable: {e}", dir.display()))
-        .map(|e| e.expect("corpus directory entry").path())
-        .filter(|p| p.is_file())
-        .collect();
-    files.sort();
-    assert!(!files.is_empty(), "corpus {} is empty", dir.display());
-    for path in &files {
-        let data = std::fs::read(path).expect("corpus file");
-        if std::panic::catch_unwind(|| tcp_segments(&data)).is_err() {
-            panic!(
-                "fuzz body `tcp_segments` failed on {} ({} octets)",
-                path.display(),
-                data.len()
-            );
-        }
-    }
-    files.len()
-}
-
 #[test]
 fn committed_corpus_replays_clean() {
     let dir = corpus_dir();
-    let n = replay_dir(&dir);
+    let n = replay::replay_dir(&dir, "tcp_segments", tcp_segments);
     eprintln!(
         "replayed {n} corpus inputs from {}; the receive fast path took {} segments, {} of them acknowledging new data",
         dir.display(),
@@ -51,7 +30,11 @@ fn committed_corpus_replays_clean() {
 #[test]
 #[should_panic(expected = "corpus")]
 fn a_missing_corpus_fails_the_replay() {
-    replay_dir(&corpus_dir().with_file_name("no-such-corpus"));
+    replay::replay_dir(
+        &corpus_dir().with_file_name("no-such-corpus"),
+        "tcp_segments",
+        tcp_segments,
+    );
 }
 
 #[test]
