@@ -7,7 +7,8 @@
 //! [`EngineCore`] over the in-memory link listens; a peer made of our TCP stack and proto's
 //! MPA initiator connects; the engine accepts onto a queue pair with receives posted (and,
 //! as the input asks, its own RDMA Reads and an atomic outstanding, so that Read and Atomic
-//! Responses have something to answer). Five regions are registered, all carved out of one
+//! Responses have something to answer); a second peer connection, well-behaved, is
+//! accepted onto a second queue pair (invariant 8). Five regions are registered, all carved out of one
 //! [`GuardedArena`] with guard octets around each:
 //!
 //! | region | rights | PD | the peer may change |
@@ -41,6 +42,12 @@
 //!    off (`core::set_general_paths_only`, `warpcore_tcp::conn::set_general_paths_only`)
 //!    ends with the same [`Report`]: the same Terminates, FPDUs sent, QP state, completions
 //!    and the same octets in every region ([`Report::memory`]).
+//! 8. The rest of the engine keeps serving: a second connection, set up after the first
+//!    and idle while the hostile stream runs, has its queue pair in RTS at the end with no
+//!    error or disconnection reported, and a Send crosses it each way (the peer's lands,
+//!    exactly, in its posted buffer of a region of its own; the engine's reaches the peer
+//!    intact); [`Violation::Bystander`] otherwise. [`run_with_bystander_aborted`] shows the
+//!    check failing on a connection the engine itself aborted.
 //!
 //! With the test-only feature `planted-bounds-defect` the tagged bounds check lets a
 //! segment reach past its region's end; invariant 2 must catch it ([`planted_defect_input`]).
@@ -385,6 +392,8 @@ pub enum Violation {
     State(String),
     /// The world could not be set up (a harness bug, never the input's fault).
     Setup(String),
+    /// The other connection, which did nothing wrong, stopped being served (invariant 8).
+    Bystander(String),
 }
 
 impl fmt::Display for Violation {
@@ -402,6 +411,10 @@ impl fmt::Display for Violation {
             Violation::Terminate(s) => write!(f, "engine_rx: Terminate: {s}"),
             Violation::State(s) => write!(f, "engine_rx: final state: {s}"),
             Violation::Setup(s) => write!(f, "engine_rx: setup: {s}"),
+            Violation::Bystander(s) => write!(
+                f,
+                "engine_rx: the other connection is no longer served: {s}"
+            ),
         }
     }
 }
@@ -513,6 +526,18 @@ pub fn run_stream(setup: &Setup, stream: &[u8], cuts: &[u16]) -> Result<Report, 
     w.feed(stream, cuts)
 }
 
+/// Runs a structured input after the engine aborted the other connection (invariant 8's
+/// bystander) itself: the proof that invariant 8 fails an engine that stops serving a
+/// connection that did nothing wrong.
+pub fn run_with_bystander_aborted(input: &RxInput) -> Result<Report, Violation> {
+    let mut w = World::new(&input.setup)?;
+    w.engine
+        .abort(w.bystander.qp)
+        .map_err(|e| Violation::Setup(format!("abort: {e:?}")))?;
+    let stream = w.encode(&input.pieces);
+    w.feed(&stream, &input.cuts)
+}
+
 /// The input that the planted defect (feature `planted-bounds-defect`) fails on: an RDMA
 /// Write of 32 octets into the last 16 octets of `RW` and on past its end. A correct engine
 /// answers it with a Terminate (DDP 0x1/0x03 base or bounds violation) and places nothing.
@@ -604,6 +629,80 @@ struct World {
     events: Vec<CmEvent>,
     terminate_seen: bool,
     violation: Option<Violation>,
+    /// The second, well-behaved connection (invariant 8).
+    bystander: Bystander,
+}
+
+/// Invariant 8's well-behaved connection: its own queue pair, completion queue and region
+/// (registered after [`REGIONS`], so the corpus's STags keep naming the same regions).
+struct Bystander {
+    arena: GuardedArena,
+    before: Vec<u8>,
+    stag: u32,
+    cq: Arc<CompletionQueue>,
+    qp: QpId,
+    tcp: ConnId,
+    negotiated: Negotiated,
+}
+
+/// The bystander's region: its receive buffer is the first half, the source of the Send
+/// the engine sends it the second.
+const BYSTANDER_LEN: usize = 64;
+/// The Send the bystander's peer sends (and the length of the engine's answer).
+const BYSTANDER_MSG: &[u8; 16] = b"still serving...";
+/// The bystander's receive and send work requests.
+const BYSTANDER_RECV: u64 = 901;
+/// See [`BYSTANDER_RECV`].
+const BYSTANDER_SEND: u64 = 900;
+/// Steps the bystander's round trip gets (20 ms simulated).
+const BYSTANDER_STEPS: usize = 200;
+
+/// Runs the MPA startup of a connection of the peer to the engine, accepted onto `qp`.
+fn handshake(
+    peer: &mut Stack<LinkEnd>,
+    engine: &mut EngineCore<LinkEnd>,
+    qp: QpId,
+    cfg: nego::Config,
+    tuning: &TcpTuning,
+    now: &mut Instant,
+) -> Result<(ConnId, Negotiated), Violation> {
+    let fail = |what: &str| Violation::Setup(what.to_string());
+    let tcp = peer
+        .connect((ip(2), PORT), None, tuning)
+        .map_err(|_| fail("connect"))?;
+    let mut init = Initiator::new(cfg, std::time::Instant::now()).map_err(|_| fail("initiator"))?;
+    let mut negotiated = None;
+    let mut accepted = false;
+    for _ in 0..2000 {
+        peer.poll(*now);
+        engine.poll(*now);
+        *now += Duration::from_micros(100);
+        let _ = peer.send_with(tcp, |b| init.poll_transmit(b));
+        if negotiated.is_none() {
+            let _ = peer.recv_with(tcp, |d| init.handle_input(d));
+        }
+        while let Some(e) = init.poll_event() {
+            if let nego::Event::Established(n) = e {
+                negotiated = Some(n);
+            }
+        }
+        while let Some(e) = engine.next_event() {
+            if let CmEvent::ConnectRequest(r) = e {
+                engine
+                    .accept(r.request, qp, b"", None)
+                    .map_err(|_| fail("accept"))?;
+                accepted = true;
+            }
+        }
+        if accepted && negotiated.is_some() {
+            break;
+        }
+    }
+    let negotiated = negotiated.ok_or_else(|| fail("MPA startup did not finish"))?;
+    if engine.qp_state(qp) != Ok(QpState::Rts) {
+        return Err(fail("QP not in RTS after the startup"));
+    }
+    Ok((tcp, negotiated))
 }
 
 impl World {
@@ -713,10 +812,11 @@ impl World {
             posted.insert(wr_id, true);
         }
         let p2p = setup.p2p && !setup.rev1;
-        let tcp = peer
-            .connect((ip(2), PORT), None, &tuning)
-            .map_err(|_| fail("connect"))?;
-        let mut init = Initiator::new(
+        let mut now = Instant::ZERO;
+        let (tcp, negotiated) = handshake(
+            &mut peer,
+            &mut engine,
+            qp,
             nego::Config {
                 rev: if setup.rev1 { 1 } else { 2 },
                 crc: setup.crc,
@@ -728,41 +828,9 @@ impl World {
                 rtr: RtrTypes::ALL,
                 ..nego::Config::default()
             },
-            std::time::Instant::now(),
-        )
-        .map_err(|_| fail("initiator"))?;
-        let mut now = Instant::ZERO;
-        let mut negotiated = None;
-        let mut accepted = false;
-        for _ in 0..2000 {
-            peer.poll(now);
-            engine.poll(now);
-            now += Duration::from_micros(100);
-            let _ = peer.send_with(tcp, |b| init.poll_transmit(b));
-            if negotiated.is_none() {
-                let _ = peer.recv_with(tcp, |d| init.handle_input(d));
-            }
-            while let Some(e) = init.poll_event() {
-                if let nego::Event::Established(n) = e {
-                    negotiated = Some(n);
-                }
-            }
-            while let Some(e) = engine.next_event() {
-                if let CmEvent::ConnectRequest(r) = e {
-                    engine
-                        .accept(r.request, qp, b"", None)
-                        .map_err(|_| fail("accept"))?;
-                    accepted = true;
-                }
-            }
-            if accepted && negotiated.is_some() {
-                break;
-            }
-        }
-        let negotiated = negotiated.ok_or_else(|| fail("MPA startup did not finish"))?;
-        if engine.qp_state(qp) != Ok(QpState::Rts) {
-            return Err(fail("QP not in RTS after the startup"));
-        }
+            &tuning,
+            &mut now,
+        )?;
         // Our own Reads and atomic: their responses are what Read and Atomic Responses
         // from the peer may answer. They leave once the peer's first FPDU lifts the fence.
         for (i, &(to, len)) in READ_SINKS
@@ -821,6 +889,63 @@ impl World {
             local_ok.push((to as usize, len as usize));
             posted.insert(300, false);
         }
+        // Invariant 8: a second connection, set up after the first so that the first's TCP
+        // and MPA startup are what they were before it existed.
+        let b_arena = GuardedArena::new(&[BYSTANDER_LEN], GUARD_LEN, arena_fill);
+        let b_stag = mrs
+            .register(
+                Arc::clone(&b_arena.regions()[0]),
+                PD,
+                Access::LOCAL_WRITE,
+                0,
+            )
+            .map_err(|_| fail("register the bystander's region"))?
+            .0;
+        let b_before = b_arena.snapshot();
+        let b_cq = Arc::new(CompletionQueue::new(16).expect("a valid depth"));
+        let (b_qp, _) = engine
+            .create_qp(QpAttr {
+                pd: PD,
+                send_cq: Arc::clone(&b_cq),
+                recv_cq: Arc::clone(&b_cq),
+                sq_depth: 2,
+                rq_depth: 2,
+                max_sge: 1,
+            })
+            .map_err(|_| fail("create the bystander's QP"))?;
+        engine
+            .post_recv(
+                b_qp,
+                RecvWr {
+                    wr_id: BYSTANDER_RECV,
+                    sges: SgeList::from_slice(&[Sge {
+                        stag: b_stag,
+                        to: 0,
+                        len: (BYSTANDER_LEN / 2) as u32,
+                    }])
+                    .ok_or_else(|| fail("sges"))?,
+                },
+            )
+            .map_err(|_| fail("post the bystander's receive"))?;
+        let (b_tcp, b_negotiated) = handshake(
+            &mut peer,
+            &mut engine,
+            b_qp,
+            nego::Config {
+                // The listener's revision: a listener made for revision 1 refuses an
+                // enhanced Request (`EnhancedNotSupported`).
+                rev: if setup.rev1 { 1 } else { 2 },
+                crc: true,
+                markers: false,
+                markers_supported: true,
+                ird: 4,
+                ord: 4,
+                rtr: RtrTypes::ALL,
+                ..nego::Config::default()
+            },
+            &tuning,
+            &mut now,
+        )?;
         let deframer = Deframer::new(DeframerConfig {
             markers: negotiated.markers_rx,
             crc: negotiated.crc,
@@ -849,6 +974,15 @@ impl World {
             events: Vec::new(),
             terminate_seen: false,
             violation: None,
+            bystander: Bystander {
+                arena: b_arena,
+                before: b_before,
+                stag: b_stag,
+                cq: b_cq,
+                qp: b_qp,
+                tcp: b_tcp,
+                negotiated: b_negotiated,
+            },
         };
         w.drain();
         Ok(w)
@@ -1166,7 +1300,140 @@ impl World {
             .fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
                 (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
             });
+        self.check_bystander()?;
+        if let Some(v) = self.violation.take() {
+            return Err(v);
+        }
         Ok(std::mem::take(&mut self.report))
+    }
+
+    /// Invariant 8: whatever the first connection's peer did, the engine goes on serving
+    /// the other: its queue pair was never failed, a Send from its peer lands in its posted
+    /// buffer and completes, and a Send posted on it reaches its peer intact.
+    fn check_bystander(&mut self) -> Result<(), Violation> {
+        let fail = |s: String| Err(Violation::Bystander(s));
+        let qp = self.bystander.qp;
+        if let Some(e) = self.events.iter().find(|e| match e {
+            CmEvent::Error { qp: q, .. } | CmEvent::Disconnected { qp: q, .. } => *q == qp,
+            _ => false,
+        }) {
+            return fail(format!("its queue pair got {e:?}"));
+        }
+        let state = self.engine.qp_state(qp);
+        if state != Ok(QpState::Rts) {
+            return fail(format!("its queue pair is in {state:?}"));
+        }
+        // The peer's Send: DDP untagged, last, QN 0, MSN 1, MO 0 (RDMAP-5.1, DDP-4.3).
+        let mut ulpdu = vec![0x41, 0x40 | Opcode::Send as u8, 0, 0, 0, 0];
+        ulpdu.extend_from_slice(&0u32.to_be_bytes());
+        ulpdu.extend_from_slice(&1u32.to_be_bytes());
+        ulpdu.extend_from_slice(&0u32.to_be_bytes());
+        ulpdu.extend_from_slice(BYSTANDER_MSG);
+        let n = &self.bystander.negotiated;
+        let (markers_tx, markers_rx, crc) = (n.markers_tx, n.markers_rx, n.crc);
+        let mut framer = Framer::new(FramerConfig {
+            markers: markers_tx,
+            crc,
+            mulpdu: MAX_ULPDU_LEN,
+            stream_offset: 0,
+        });
+        let mut fpdu = vec![0u8; framer.fpdu_wire_len(ulpdu.len())];
+        let len = framer
+            .emit(&[&ulpdu], &mut fpdu)
+            .map_err(|e| Violation::Setup(format!("framing the bystander's Send: {e:?}")))?;
+        fpdu.truncate(len);
+        if self.peer.send(self.bystander.tcp, &fpdu) != Ok(fpdu.len()) {
+            return fail("its peer's TCP connection no longer takes data".into());
+        }
+        let src = BYSTANDER_LEN / 2;
+        self.engine
+            .post_send(
+                qp,
+                SendWr {
+                    wr_id: BYSTANDER_SEND,
+                    op: SendOp::Send,
+                    sges: SgeList::from_slice(&[Sge {
+                        stag: self.bystander.stag,
+                        to: src as u64,
+                        len: BYSTANDER_MSG.len() as u32,
+                    }])
+                    .ok_or_else(|| Violation::Setup("sges".into()))?,
+                    signaled: true,
+                    fence: false,
+                },
+            )
+            .or_else(|e| fail(format!("posting a Send on it: {e:?}")))?;
+        let mut deframer = Deframer::new(DeframerConfig {
+            markers: markers_rx,
+            crc,
+            max_ulpdu_len: MAX_ULPDU_LEN,
+            stream_offset: 0,
+        });
+        let mut received: Vec<Vec<u8>> = Vec::new();
+        let mut completions = Vec::new();
+        let mut deframed = Ok(());
+        for _ in 0..BYSTANDER_STEPS {
+            self.step();
+            while let Some(c) = self.bystander.cq.pop() {
+                completions.push(c);
+            }
+            let _ = self.peer.recv_with(self.bystander.tcp, |data| {
+                let mut used = 0;
+                while deframed.is_ok() {
+                    match deframer.poll(&data[used..]) {
+                        Ok((k, Some(u))) => {
+                            used += k;
+                            received.push(u.to_vec());
+                        }
+                        Ok((k, None)) => {
+                            used += k;
+                            break;
+                        }
+                        Err(e) => {
+                            deframed = Err(format!("its stream does not deframe: {e:?}"));
+                            used = data.len();
+                        }
+                    }
+                }
+                used
+            });
+            if completions.len() == 2 && !received.is_empty() {
+                break;
+            }
+        }
+        deframed.or_else(fail)?;
+        let recv = completions.iter().find(|c| c.wr_id == BYSTANDER_RECV);
+        match recv {
+            Some(c)
+                if c.status == WcStatus::Success
+                    && c.opcode == WcOpcode::Recv
+                    && c.byte_len as usize == BYSTANDER_MSG.len() => {}
+            other => return fail(format!("its receive completed as {other:?}")),
+        }
+        match completions.iter().find(|c| c.wr_id == BYSTANDER_SEND) {
+            Some(c) if c.status == WcStatus::Success => {}
+            other => return fail(format!("its Send completed as {other:?}")),
+        }
+        if completions.len() != 2 {
+            return fail(format!("{} completions, not 2", completions.len()));
+        }
+        let after = self.bystander.arena.snapshot();
+        let (start, _) = self.bystander.arena.spans()[0];
+        let mut want = self.bystander.before.clone();
+        want[start..start + BYSTANDER_MSG.len()].copy_from_slice(BYSTANDER_MSG);
+        if after != want {
+            return fail("its region does not hold exactly the Send its peer sent".into());
+        }
+        let [u] = received.as_slice() else {
+            return fail(format!("its peer received {} FPDUs, not 1", received.len()));
+        };
+        let sent = &after[start + src..start + src + BYSTANDER_MSG.len()];
+        match Segment::parse(u) {
+            Ok(seg) if seg.repr.opcode == Opcode::Send && seg.payload == sent => Ok(()),
+            other => fail(format!(
+                "its peer received {other:?}, not a Send of {sent:02x?}"
+            )),
+        }
     }
 
     fn check_memory(&mut self) -> Result<(), Violation> {

@@ -13,8 +13,9 @@
 use std::path::PathBuf;
 
 use warpcore_engine::fuzzing::{
-    check, general_paths_only, planted_defect_input, raw_seed, run, Hdr, Piece, Report, RxInput,
-    Seg, Setup, StagPick, ToPick, Violation, FOREIGN, LOCAL, RO, RW, TOP,
+    check, general_paths_only, planted_defect_input, raw_seed, run, run_with_bystander_aborted,
+    Hdr, Piece, Report, RxInput, Seg, Setup, StagPick, ToPick, Violation, FOREIGN, LOCAL, RO, RW,
+    TOP,
 };
 use warpcore_engine::proto::error::{DdpError, MpaError, ProtocolError, RdmapError};
 use warpcore_engine::proto::wire::rdmap::Opcode;
@@ -114,6 +115,24 @@ fn write_past_the_end_is_refused_and_the_planted_defect_is_caught() {
             terminated(&r),
             ProtocolError::Ddp(DdpError::TaggedBaseOrBounds)
         );
+    }
+}
+
+/// Invariant 8: the other connection's Sends cross both ways after the first's peer earned
+/// a Terminate (every clean run checks it), and the invariant fails an engine that stopped
+/// serving it: here one that aborted it itself.
+#[test]
+fn the_other_connection_is_served_and_the_judge_sees_it_fail() {
+    let terminated_input = planted_defect_input();
+    if !cfg!(feature = "planted-bounds-defect") {
+        let r = run(&terminated_input).unwrap_or_else(|v| panic!("{v}"));
+        assert_eq!(r.terminates.len(), 1, "{r:?}");
+    }
+    for i in [input(vec![write(RW, ToPick::Start(8), 100)]), input(vec![])] {
+        match run_with_bystander_aborted(&i) {
+            Err(Violation::Bystander(why)) => assert!(why.contains("Disconnected"), "{why}"),
+            other => panic!("an aborted bystander went unnoticed: {other:?}"),
+        }
     }
 }
 
