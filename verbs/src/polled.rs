@@ -56,10 +56,20 @@ const GONE_CHECK: Duration = Duration::from_millis(10);
 /// Waits for a control call's reply, running the core meanwhile if it is caller-driven.
 /// [`Error::EngineGone`] when the core stops for good while the call waits (its thread
 /// ended, or a caller-driven loop panicked): the command stays in the ring, never applied,
-/// and its reply channel neither sends nor closes, so the call waited out its whole
-/// timeout (a caller-driven one spinning at full speed all along).
+/// and its reply channel neither sends nor closes. [`Error::Timeout`] when the core is
+/// still running but has not answered within [`CALL_TIMEOUT`] (a core stalled or starved
+/// of its CPU): the command may still be applied later, its reply then dropped.
 pub(crate) fn wait_reply<T>(core: &CoreHandle, rx: &Receiver<T>) -> Result<T, Error> {
-    let deadline = Instant::now() + CALL_TIMEOUT;
+    wait_reply_within(core, rx, CALL_TIMEOUT)
+}
+
+/// [`wait_reply`] with the timeout given.
+fn wait_reply_within<T>(
+    core: &CoreHandle,
+    rx: &Receiver<T>,
+    timeout: Duration,
+) -> Result<T, Error> {
+    let deadline = Instant::now() + timeout;
     let caller = core.caller_driven();
     loop {
         if caller {
@@ -76,9 +86,18 @@ pub(crate) fn wait_reply<T>(core: &CoreHandle, rx: &Receiver<T>) -> Result<T, Er
                 Err(RecvTimeoutError::Timeout) => {}
             }
         }
-        if core.gone() || Instant::now() >= deadline {
+        let gone = core.gone();
+        if gone || Instant::now() >= deadline {
             // A reply sent just before the core went (or the deadline passed) still counts.
-            return rx.try_recv().map_err(|_| Error::EngineGone);
+            // A live core that did not answer in time is not a stopped engine: the caller
+            // gets a timeout, not EngineGone (which tells it to give the context up).
+            return rx.try_recv().map_err(|_| {
+                if gone {
+                    Error::EngineGone
+                } else {
+                    Error::Timeout
+                }
+            });
         }
     }
 }
@@ -162,6 +181,34 @@ impl Driver {
             std::thread::yield_now();
         } else {
             std::thread::park_timeout(Duration::from_micros(20));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{link_pair, Config, Drive, LinkConfig};
+
+    /// A control call whose live core does not answer in time times out: it used to be told
+    /// the engine had stopped (EngineGone), which sends an application to tear down a
+    /// context that still works. Both kinds of core.
+    #[test]
+    fn a_live_core_that_does_not_answer_in_time_is_a_timeout_not_engine_gone() {
+        for drive in [Drive::Thread, Drive::Caller] {
+            let (dev, _peer) = link_pair(&LinkConfig::default());
+            let mut cfg = Config::new(dev, [10, 0, 0, 1]);
+            cfg.drive = drive;
+            let ctx = Context::open(cfg).unwrap();
+            let core = &ctx.inner.cores[0];
+            // A reply channel nobody answers on (its sender kept alive): the core runs,
+            // it just never replies.
+            let (_tx, rx) = crossbeam::channel::bounded::<()>(1);
+            let r = wait_reply_within(core, &rx, Duration::from_millis(50));
+            assert_eq!(r, Err(Error::Timeout), "{drive:?}");
+            assert!(!core.gone(), "{drive:?}");
+            // A real call still works afterwards.
+            assert!(ctx.stats().is_ok(), "{drive:?}");
         }
     }
 }
