@@ -391,7 +391,8 @@ pub enum WcStatus {
     RemoteAccess,
     /// The peer reported another error in a Terminate, or the stream failed.
     RemoteOperation,
-    /// This side detected a protocol error and terminated the stream.
+    /// This side detected a protocol error and terminated the stream: a Read whose Read
+    /// Response it refused (the requests behind it are flushed).
     Fatal,
 }
 

@@ -2321,3 +2321,84 @@ fn rdmap_7_1_3_an_unsolicited_read_response_is_named_in_the_terminate() {
     assert_eq!(w.engine.qp_state(qp).unwrap(), QpState::Error);
     assert_eq!(first_changed(&w.region), None, "nothing placed");
 }
+
+/// RDMAP-5.2.2-5, RDMAP-7.1-1 (review): a Read whose Read Response this side refuses (a
+/// response that runs past the Read, lands at another TO, names another or an invalid
+/// STag, or ends short) is the request that failed: it completes with
+/// `WcStatus::Fatal` ("this side detected a protocol error and terminated the stream"),
+/// not `FlushErr` as if it had merely been caught by another request's failure (the verbs
+/// give the failing request its own error, siw `SIW_WC_GENERAL_ERR`; a flush status on
+/// every request hid which one failed). A Read posted behind it is flushed.
+#[test]
+fn a_read_whose_response_is_refused_fails_with_its_own_status() {
+    use warpcore_engine::WcStatus;
+    type Resp = fn(u32, u64) -> Vec<Vec<u8>>;
+    let cases: [(&str, Resp); 5] = [
+        ("longer", |s, to| vec![read_response(s, to, true, &[9; 64])]),
+        ("another TO", |s, to| {
+            vec![read_response(s, to + 2048, true, &[9; 8])]
+        }),
+        ("past the region", |s, to| {
+            vec![read_response(s, to + 8192, true, &[9; 8])]
+        }),
+        ("invalid STag", |s, to| {
+            vec![read_response(s ^ 0x100, to, true, &[9; 8])]
+        }),
+        ("shorter", |s, to| vec![read_response(s, to, true, &[9; 4])]),
+    ];
+    for (name, resp) in cases {
+        let mut w = world();
+        let (tcp, mut framer, mut d, qp) = connect(&mut w, 0);
+        let read = |wr_id: u64, to: u64| warpcore_engine::SendWr {
+            wr_id,
+            op: warpcore_engine::SendOp::Read {
+                remote_stag: 0x1234,
+                remote_to: 0,
+            },
+            sges: common::sges(&[(w.stag, to, 8)]),
+            signaled: true,
+            fence: false,
+        };
+        let (first, second) = (read(77, 0), read(78, 64));
+        w.engine.post_send(qp, first).unwrap();
+        w.engine.post_send(qp, second).unwrap();
+        // Lift the responder's MPA fence (MPA-7.1.2-16): a zero-length Write.
+        send_ulpdus(&mut w, tcp, &mut framer, &[write(0, 0, b"")], false);
+        let mut reqs = Vec::new();
+        for _ in 0..2000 {
+            step_and_read(&mut w, tcp, &mut d, |u| {
+                if let Ok(s) = Segment::parse(u) {
+                    if let RdmapHeader::ReadRequest(h) = s.repr.header {
+                        reqs.push(h);
+                    }
+                }
+            });
+            if reqs.len() == 2 {
+                break;
+            }
+        }
+        assert_eq!(reqs.len(), 2, "{name}: the engine's Read Requests");
+        send_ulpdus(
+            &mut w,
+            tcp,
+            &mut framer,
+            &resp(reqs[0].sink_stag, reqs[0].sink_to),
+            false,
+        );
+        let term = terminate_from_engine(&mut w, tcp, &mut d);
+        for _ in 0..50 {
+            w.step();
+        }
+        assert_eq!(w.engine.qp_state(qp).unwrap(), QpState::Error, "{name}");
+        let mut got = Vec::new();
+        while let Some(c) = w.cq.pop() {
+            got.push((c.wr_id, c.status, c.byte_len));
+        }
+        assert_eq!(
+            got,
+            vec![(77, WcStatus::Fatal, 0), (78, WcStatus::FlushErr, 0)],
+            "{name} (Terminate {term:?})"
+        );
+        assert_eq!(first_changed(&w.region), None, "{name}: octet placed");
+    }
+}

@@ -384,7 +384,34 @@ impl Qp {
         {
             return self.rx_from_srq(ulpdu, &seg, ctx, mrs, held);
         }
-        self.rx_segment(ulpdu, &seg, ctx, mrs, held)
+        let res = self.rx_segment(ulpdu, &seg, ctx, mrs, held);
+        if res.is_err() && seg.repr.opcode == Opcode::ReadResponse {
+            self.read_response_refused();
+        }
+        res
+    }
+
+    /// A Read Response segment this side refused (DDP's checks of its tagged buffer, or
+    /// RDMAP-5.2.2-5's of the Read it answers): Read Responses answer our Reads in order
+    /// (RDMAP-5.2.2-4), so the Read it answers, the outstanding one whose request went out,
+    /// is the request that failed. It completes with [`WcStatus::Fatal`] (this side
+    /// detected a protocol error and terminated the stream; RDMAP-7.1-1), ahead of the
+    /// flush of those behind it, rather than as flushed: the verbs give the failing request
+    /// its own error (siw's `SIW_WC_GENERAL_ERR`). A status set already stays (a sink that
+    /// went away: `LocalProtection`). An unsolicited response answers no Read.
+    #[cold]
+    #[inline(never)]
+    fn read_response_refused(&mut self) {
+        let Some(seq) = self
+            .answerable_head()
+            .filter(|h| h.atomic.is_none())
+            .and_then(|h| h.seq)
+        else {
+            return;
+        };
+        if let Some(e) = self.entry_mut(seq) {
+            e.status.get_or_insert(WcStatus::Fatal);
+        }
     }
 
     /// What a ULPDU the decode refused with `fault` earns ([`parse_checked`]). DDP validates
