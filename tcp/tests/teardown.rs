@@ -163,6 +163,45 @@ fn rfc5961_3_2_rst_in_closing_states() {
     assert_eq!(events(&mut c).last(), Some(&ConnEvent::Reset));
 }
 
+/// RFC 9293 3.10.7.4 second / RFC 5961 3.2 after the peer's FIN (CLOSE-WAIT, LAST-ACK,
+/// CLOSING): a peer that sends its FIN and then aborts (macOS on ^C, for one) sends its RST
+/// at the FIN's own sequence number, RCV.NXT - 1 once the FIN is taken. Linux's
+/// `tcp_reset_check` accepts it there; dropped, the connection waited on a peer that no
+/// longer exists (its challenge ACKs go unanswered), in LAST-ACK until the FIN's
+/// retransmissions gave up. Another sequence number below RCV.NXT still changes nothing.
+#[test]
+fn a_rst_at_the_peers_fin_resets_after_the_fin() {
+    // CLOSE-WAIT.
+    let mut c = established(cfg(), true);
+    c.handle_segment(ms(2), &seg(TcpControl::Fin, PISS + 1, Some(ISS + 1), &[]));
+    assert_eq!(c.state(), State::CloseWait);
+    drain(&mut c, ms(2));
+    events(&mut c);
+    c.handle_segment(ms(3), &seg(TcpControl::Rst, PISS, None, &[]));
+    assert_eq!(c.state(), State::CloseWait, "RCV.NXT - 2 is not the FIN's");
+    c.handle_segment(ms(4), &seg(TcpControl::Rst, PISS + 1, None, &[]));
+    assert_eq!(c.state(), State::Closed);
+    assert_eq!(events(&mut c).last(), Some(&ConnEvent::Reset));
+    // LAST-ACK.
+    let mut c = established(cfg(), true);
+    c.handle_segment(ms(2), &seg(TcpControl::Fin, PISS + 1, Some(ISS + 1), &[]));
+    c.close();
+    assert_eq!(c.state(), State::LastAck);
+    drain(&mut c, ms(2));
+    c.handle_segment(ms(3), &seg(TcpControl::Rst, PISS + 1, None, &[]));
+    assert_eq!(c.state(), State::Closed);
+    assert_eq!(events(&mut c).last(), Some(&ConnEvent::Reset));
+    // CLOSING.
+    let mut c = established(cfg(), true);
+    c.close();
+    drain(&mut c, ms(2));
+    c.handle_segment(ms(3), &seg(TcpControl::Fin, PISS + 1, Some(ISS + 1), &[]));
+    assert_eq!(c.state(), State::Closing);
+    drain(&mut c, ms(3));
+    c.handle_segment(ms(4), &seg(TcpControl::Rst, PISS + 1, None, &[]));
+    assert_eq!(c.state(), State::Closed);
+}
+
 /// RFC 9293 3.8.3 R2 and 3.10.7.4 (LAST-ACK, CLOSING, FIN-WAIT-1): a peer that never
 /// answers our FIN does not hold the connection for ever, even without keep-alive or a
 /// user timeout: the retransmissions give up and the connection ends timed out.

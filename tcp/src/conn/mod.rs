@@ -1828,6 +1828,23 @@ impl Connection {
             }
         }
         if !acceptable {
+            // RFC 9293 3.10.7.4 second / RFC 5961 3.2, after the peer's FIN: a peer that
+            // closes and then aborts (macOS on ^C) sends its RST at the FIN's own sequence
+            // number, RCV.NXT - 1 once the FIN is taken. It resets, as Linux's
+            // `tcp_reset_check` has it (CLOSE-WAIT, LAST-ACK, CLOSING); dropped, the
+            // connection waited on a peer that is gone, in LAST-ACK until our FIN's
+            // retransmissions gave up. Test: `a_rst_at_the_peers_fin_resets_after_the_fin`.
+            if seg.control == TcpControl::Rst
+                && rel == -1
+                && self.fin_received
+                && matches!(
+                    self.state,
+                    State::CloseWait | State::LastAck | State::Closing
+                )
+            {
+                self.enter_closed(EV_RESET);
+                return;
+            }
             if seg.control == TcpControl::Syn {
                 // RFC 5961 4.2 (RFC 9293 3.10.7.4 fourth): a SYN draws a challenge ACK
                 // "irrespective of the sequence number", so one outside the window too,
