@@ -1104,6 +1104,48 @@ fn rfc9293_3_10_4_close_in_syn_received_sends_the_syn_before_the_fin() {
     assert_eq!(c.state(), State::FinWait2);
 }
 
+/// RFC 1122 4.2.3.6 and RFC 9293 3.10.4 (CLOSE in SYN-RECEIVED): a connection closed before
+/// its handshake completed reaches FIN-WAIT-2 with the peer's ACK of our SYN and FIN, and
+/// waits there for the peer's last data and FIN as any other (half-close, RFC 9293 3.6).
+/// Keep-alive must probe the peer there too: the user timeout counts silence as death
+/// wherever keep-alive is configured, and the handshake's ACK never armed the keep-alive
+/// timer on this path (only the SYN-RECEIVED to ESTABLISHED transition did). A live,
+/// half-closed peer that took longer than the user timeout to send its last data was given
+/// up as timed out (no RST: left half-open), its data lost.
+#[test]
+fn keep_alive_probes_fin_wait_2_after_a_close_in_syn_received() {
+    let mut config = cfg();
+    config.keep_alive = Some(Duration::from_secs(10));
+    config.timeout = Some(Duration::from_secs(30));
+    config.fin_wait_2_timeout = None;
+    let mut syn = seg(TcpControl::Syn, PISS, None, &[]);
+    syn.max_seg_size = Some(1460);
+    let mut c = Connection::accept(&config, ep(), ISS, &syn, ms(0));
+    c.close();
+    assert_eq!(drain(&mut c, ms(0)).len(), 2, "SYN-ACK then FIN");
+    c.handle_segment(ms(1), &seg(TcpControl::None, PISS + 1, Some(ISS + 2), &[]));
+    assert_eq!(c.state(), State::FinWait2);
+    let mut now = ms(1);
+    let mut probes = 0;
+    while now < ms(120_000) {
+        let next = now + Duration::from_secs(1);
+        for (t, o) in run_until(&mut c, now, next) {
+            // A keep-alive: SEG.SEQ = SND.NXT - 1, no data; the live peer answers it.
+            assert_eq!((o.seq, o.payload.len()), (ISS + 1, 0), "{o:?}");
+            probes += 1;
+            c.handle_segment(t, &seg(TcpControl::None, PISS + 1, Some(ISS + 2), &[]));
+        }
+        now = next;
+        assert_eq!(c.state(), State::FinWait2, "at {now}");
+    }
+    assert!(probes >= 10, "{probes} keep-alives");
+    // The peer's last data and FIN still arrive.
+    c.handle_segment(now, &data(0, b"late", ISS + 2));
+    c.handle_segment(now, &seg(TcpControl::Fin, PISS + 5, Some(ISS + 2), &[]));
+    assert_eq!(c.state(), State::TimeWait);
+    assert_eq!(c.recv_queue(), 4);
+}
+
 // Header prediction (`Connection::take_predicted`, the receive fast path) against the
 // general path: seeded scripts of peer segments, mostly the next in-order data and
 // everything around it that must not take the fast path (PSH or not, old or missing

@@ -2121,6 +2121,18 @@ impl Connection {
                 n -= 1; // our SYN
                 self.syn_acked = true;
                 self.rec.on_handshake_done();
+                // A connection closed in SYN-RECEIVED (RFC 9293 3.10.4: FIN-WAIT-1 at once)
+                // completes its handshake here, past the SYN-RECEIVED transition that arms
+                // the timers of a synchronized connection: without them no keep-alive
+                // probed a live, half-closed peer in FIN-WAIT-2 (RFC 1122 4.2.3.6) and the
+                // user timeout gave it up. Test:
+                // `keep_alive_probes_fin_wait_2_after_a_close_in_syn_received`.
+                if self.keepalive_at.is_none() {
+                    self.arm_keepalive(now);
+                }
+                if self.ts_refresh_at.is_none() {
+                    self.arm_ts_refresh(now);
+                }
             }
             if let Some(f) = self.fin_seq {
                 if ack > f {
