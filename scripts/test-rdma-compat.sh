@@ -130,6 +130,7 @@ contracts() {
     contract_pair mr_mw_inputs 7528
     contract_pair get_request_other_event 7532
     contract_pair modify_during_connect 7540
+    contract_pair imm_inline_atomic 7542
     contract rdmacm_exports
     contract id_device_pd
     contract modify_qp_err_flush
@@ -151,6 +152,7 @@ contracts() {
     contract migrate_waits_ack
     contract migrate_same_channel
     contract srq_qp_recv_caps
+    contract post_err_qp
     # Only meaningful if the program itself does not need libibverbs.so.1. objdump's output
     # is read whole before grep judges it: `! objdump | grep -q` under pipefail passed when
     # grep's early exit on the match cut objdump off (SIGPIPE) and when objdump failed.

@@ -289,6 +289,27 @@ fn send_work_requests_translate() {
             solicited: false
         })
     );
+    // post_err_qp.c: SGEs of no octets are no payload either (the message is the
+    // gather list's octets, ibv_post_send(3)); one octet is.
+    let mut sg = [ibv_sge {
+        addr: 0x1000,
+        length: 0,
+        lkey: 7,
+    }; 2];
+    w.sg_list = sg.as_mut_ptr();
+    w.num_sge = 2;
+    assert_eq!(
+        verbs::send_op(&w),
+        Ok(SendOp::Immediate {
+            imm: 0x1234_5678,
+            solicited: false
+        })
+    );
+    sg[1].length = 1;
+    w.sg_list = sg.as_mut_ptr();
+    assert_eq!(verbs::send_op(&w), Err(crate::EOPNOTSUPP));
+    w.sg_list = null_mut();
+    w.num_sge = 0;
     // UD-only opcodes, and values verbs.h does not define (EINVAL, as mlx5 and siw).
     w.opcode = IBV_WR_TSO;
     assert_eq!(verbs::send_op(&w), Err(crate::EOPNOTSUPP));

@@ -1318,6 +1318,14 @@ unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, bind: *mut ibv_mw
         match post_bind(q, b.wr_id, mw, &b.bind_info, b.send_flags, None) {
             Ok(_) => 0,
             Err(Posted::Errno(e)) => e,
+            // ibv_bind_mw(3) posts a bind work request: on a QP closing or failed it
+            // completes flushed, as IBV_WR_BIND_MW through ibv_post_send does (and as
+            // mlx5's and rxe's ibv_bind_mw, which post one, answer); the window keeps its
+            // rkey. It was EINVAL, nothing posted.
+            Err(Posted::Engine(e)) if flushes(&e) => match q.qp.post_send_flushed(b.wr_id) {
+                Ok(()) => 0,
+                Err(e) => errno_of(&e),
+            },
             Err(Posted::Engine(e)) => errno_of(&e),
         }
     })
@@ -2598,6 +2606,20 @@ pub extern "C" fn __wc_ibv_query_qp(
     })
 }
 
+/// Whether `w`'s gather list holds no octets: no SGE, or at most [`wv::MAX_SGE`] SGEs
+/// (more is refused by the post) each of length 0.
+fn no_octets(w: &ibv_send_wr) -> bool {
+    if w.num_sge == 0 {
+        return true;
+    }
+    if w.num_sge < 0 || w.num_sge as usize > wv::MAX_SGE || w.sg_list.is_null() {
+        return false;
+    }
+    // SAFETY: sg_list holds num_sge entries (ibv_post_send(3)), at most MAX_SGE here.
+    let sg = unsafe { std::slice::from_raw_parts(w.sg_list, w.num_sge as usize) };
+    sg.iter().all(|s| s.length == 0)
+}
+
 /// One `ibv_send_wr` as a Warpcore send operation.
 pub(crate) fn send_op(w: &ibv_send_wr) -> Result<SendOp, c_int> {
     let solicited = w.send_flags & IBV_SEND_SOLICITED != 0;
@@ -2623,8 +2645,10 @@ pub(crate) fn send_op(w: &ibv_send_wr) -> Result<SendOp, c_int> {
                 solicited,
             },
             // RFC 7306's Immediate Data message carries no payload: a Send with Immediate
-            // of zero octets maps onto it; with payload there is no iWARP equivalent.
-            IBV_WR_SEND_WITH_IMM if w.num_sge == 0 => SendOp::Immediate {
+            // of zero octets maps onto it (no SGE, or SGEs of no octets: the message is
+            // the gather list's octets, ibv_post_send(3)); with payload there is no iWARP
+            // equivalent.
+            IBV_WR_SEND_WITH_IMM if no_octets(w) => SendOp::Immediate {
                 imm: u64::from(u32::from_be(w.__bindgen_anon_1.imm_data)),
                 solicited,
             },
@@ -2767,12 +2791,23 @@ fn post_one(q: &Qp, w: &ibv_send_wr) -> Result<(), Posted> {
     // SAFETY: sg_list holds num_sge entries.
     let sg = unsafe { sges(w.sg_list, w.num_sge, max_sge) }.map_err(Posted::from)?;
     let signaled = q.sig_all || w.send_flags & IBV_SEND_SIGNALED != 0;
-    let inline = w.send_flags & IBV_SEND_INLINE != 0 && !matches!(op, SendOp::Read { .. });
+    // ibv_post_send(3): IBV_SEND_INLINE is "Valid only for Send and RDMA Write": a Read's
+    // or an atomic's SGE is where the answer lands, no payload to copy. The flag is passed
+    // over for them, as rxe passes it over (an atomic with it was EINVAL, the engine's
+    // InvalidInline).
+    let inline = w.send_flags & IBV_SEND_INLINE != 0
+        && !matches!(op, SendOp::Read { .. })
+        && !op.is_atomic();
     let total: usize = sg.iter().map(|s| s.length as usize).sum();
     // An inline post of nothing needs no inline room (as on any provider; the engine's
     // inline path wants room for at least one octet): posted without SGEs, whose keys an
-    // inline post does not check.
-    let sg = if inline && total == 0 { &[][..] } else { sg };
+    // inline post does not check. An Immediate Data message carries none either (its SGEs,
+    // if any, are of no octets: `send_op`).
+    let sg = if (inline && total == 0) || matches!(op, SendOp::Immediate { .. }) {
+        &[][..]
+    } else {
+        sg
+    };
     if inline && total > 0 {
         if total > q.max_inline as usize {
             return Err(EINVAL.into());
