@@ -42,8 +42,13 @@ pub enum EngineError {
     /// The message is longer than 2^32 - 1 octets.
     #[error("message longer than 2^32-1 octets")]
     MessageTooLong,
-    /// An RDMA Read needs exactly one local SGE (one Data Sink STag, RDMAP-06 §5.2.1).
-    #[error("an RDMA Read takes exactly one SGE")]
+    /// An Immediate Data request whose SGEs hold octets: Immediate Data carries no
+    /// payload (EXT-6.3-2), so they would be dropped.
+    #[error("Immediate Data carries no payload: its SGEs must hold no octets")]
+    ImmediatePayload,
+    /// An RDMA Read takes at most one local SGE (one Data Sink STag, RDMAP-06 §5.2.1);
+    /// none for a Read of no octets.
+    #[error("an RDMA Read takes at most one SGE (none: a Read of no octets)")]
     ReadSgeCount,
     /// The negotiated ORD is 0: this QP cannot issue RDMA Reads nor atomics.
     #[error("ORD is 0: no RDMA Reads possible")]

@@ -131,7 +131,8 @@ pub enum SendOp {
         /// The peer's Tagged Offset.
         remote_to: u64,
     },
-    /// RDMA Read from the peer's region into the (single) local SGE.
+    /// RDMA Read from the peer's region into the (single) local SGE; with none, a Read of
+    /// no octets.
     Read {
         /// The peer's STag (Data Source).
         remote_stag: u32,

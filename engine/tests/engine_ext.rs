@@ -607,7 +607,7 @@ fn write_with_imm_and_immediate_data_complete_receives_in_order() {
                 &[(sa, 0, 1)]
             )
         ),
-        Err(EngineError::MessageTooLong)
+        Err(EngineError::ImmediatePayload)
     );
     p.run_until(5000, |p| {
         p.a.completions.len() == 4 && p.b.completions.len() == 4

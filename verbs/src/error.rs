@@ -82,8 +82,14 @@ pub enum Error {
     /// The message is longer than 2^32 - 1 octets.
     #[error("message too long")]
     MessageTooLong,
-    /// An RDMA Read takes exactly one local SGE.
-    #[error("an RDMA Read takes exactly one local SGE")]
+    /// An Immediate Data request ([`crate::SendOp::Immediate`]) whose SGEs hold octets:
+    /// Immediate Data carries no payload (EXT-6.3-2). (Its inline form is
+    /// [`Error::InvalidInline`].)
+    #[error("Immediate Data carries no payload: its SGEs must hold no octets")]
+    ImmediatePayload,
+    /// An RDMA Read takes at most one local SGE, its Data Sink (RDMAP-06 §5.2.1); none
+    /// for a Read of no octets.
+    #[error("an RDMA Read takes at most one local SGE (none: a Read of no octets)")]
     ReadSgeCount,
     /// The connection has no RDMA Read credits (ORD 0): no Reads nor atomics.
     #[error("ORD is 0: no RDMA Reads possible")]
@@ -133,6 +139,15 @@ pub enum Error {
     /// The queue pair lives on another engine core than the connection request.
     #[error("queue pair and connection request are on different engine cores")]
     WrongCore,
+    /// [`QpInit::core`](crate::QpInit::core) names an engine core the context does not
+    /// run (its cores are numbered from 0: [`Context::cores`](crate::Context::cores)).
+    #[error("no engine core {core}: this context runs {cores} (0 to {})", cores.saturating_sub(1))]
+    NoSuchCore {
+        /// The core asked for.
+        core: usize,
+        /// How many cores the context runs.
+        cores: usize,
+    },
     /// Waiting timed out.
     #[error("timed out")]
     Timeout,
@@ -201,6 +216,7 @@ impl From<EngineError> for Error {
             EngineError::SgeAccess => Error::SgeAccess,
             EngineError::SgeOutOfBounds => Error::SgeOutOfBounds,
             EngineError::MessageTooLong => Error::MessageTooLong,
+            EngineError::ImmediatePayload => Error::ImmediatePayload,
             EngineError::ReadSgeCount => Error::ReadSgeCount,
             EngineError::NoReadCredits => Error::NoReadCredits,
             EngineError::NotSupported(w) => Error::NotSupported(w),

@@ -909,7 +909,7 @@ impl ProtectionDomain {
         let n = self.ctx.cores();
         let core = match init.core {
             Some(c) if c < n => c,
-            Some(_) => return Err(Error::WrongCore),
+            Some(c) => return Err(Error::NoSuchCore { core: c, cores: n }),
             None => self.ctx.inner.next_core.fetch_add(1, Ordering::Relaxed) % n,
         };
         let attr = QpAttr {
@@ -1276,8 +1276,9 @@ pub struct QpInit {
     pub rq_depth: u32,
     /// SGEs per work request (at most [`MAX_SGE`]).
     pub max_sge: u32,
-    /// Engine core to create it on (`None`: round robin). A passive side must use the
-    /// connection request's core.
+    /// Engine core to create it on (`None`: round robin), below [`Context::cores`]
+    /// ([`Error::NoSuchCore`] otherwise). A passive side must use the connection
+    /// request's core.
     pub core: Option<usize>,
     /// Use RFC 7306 (atomics, Write with Immediate, Immediate Data) on this connection.
     /// MPA has no bit for it, so both sides must agree out of band (EXT-1.1-1). On by
@@ -1287,9 +1288,10 @@ pub struct QpInit {
     pub rfc7306: bool,
     /// Largest inline payload ([`QueuePair::post_send_inline`]), at most [`MAX_INLINE`]; the
     /// queue pair registers `sq_depth * max_inline` octets for it at its first inline post
-    /// (0: no inline sends). A limit of its own beside [`QpInit::max_sge`], as
-    /// `max_inline_data` is beside `max_send_sge`: an inline post names no SGE of the
-    /// caller's, so a queue pair with `max_sge` 0 still sends inline.
+    /// in RTS (a post refused for the state registers nothing; 0: no inline sends). A
+    /// limit of its own beside [`QpInit::max_sge`], as `max_inline_data` is beside
+    /// `max_send_sge`: an inline post names no SGE of the caller's, so a queue pair with
+    /// `max_sge` 0 still sends inline.
     pub max_inline: u32,
     /// The shared receive queue to take receive buffers from (`None`: the QP's own receive
     /// queue of `rq_depth`). Its queue pairs may be on any engine cores.
@@ -1445,6 +1447,9 @@ impl QueuePair {
 
     /// Connects to `addr:port` as MPA initiator with `private_data`.
     /// [`CmEvent::Established`], [`CmEvent::Rejected`] or [`CmEvent::Error`] follows.
+    /// Port 0 is refused with [`Error::Tcp`] holding [`StackError::InvalidArgument`]
+    /// naming the remote port; an address no connection can be made to (ours, loopback,
+    /// broadcast, multicast, ...) with [`StackError::Unaddressable`] naming it.
     pub fn connect(
         &self,
         addr: impl Into<Ipv4Addr>,
@@ -1593,6 +1598,13 @@ impl QueuePair {
             return Err(Error::InvalidInline);
         }
         let mut state = a.state.lock().unwrap_or_else(|e| e.into_inner());
+        // A queue pair not in RTS refuses the post (`validate_send_inline` asks again):
+        // refused before the arena is registered, so that a refused call changes nothing
+        // and an idle queue pair holds no arena.
+        let st = self.shared.state();
+        if state.1.is_none() && st != QpState::Rts {
+            return Err(Error::InvalidState(st));
+        }
         if state.1.is_none() {
             // The first inline post registers the arena (a full region table is this
             // post's typed error).

@@ -82,3 +82,32 @@ fn a_connection_from_a_chosen_port_uses_it_and_a_port_in_use_is_refused_naming_i
     server.accept(&r3, &s3, b"").unwrap();
     established(&client, &c3);
 }
+
+/// A connect to port 0 of a reachable peer is refused naming the port: it was refused as
+/// `StackError::Unaddressable` of the peer's address ("cannot connect to 10.0.0.2"), which
+/// tells the user the address is at fault while it is fine. (RFC 6335 6: port 0 is
+/// reserved, no connection is made to it.) Nothing changes: the queue pair stays idle and
+/// connects to the listener's port after.
+#[test]
+fn a_connect_to_port_0_is_refused_naming_the_port() {
+    let (server, client) = common::link_contexts();
+    server.listen(7101, &MpaParams::default()).unwrap();
+    let spd = server.alloc_pd();
+    let scq = server.create_cq(16).unwrap();
+    let cpd = client.alloc_pd();
+    let ccq = client.create_cq(16).unwrap();
+    let c = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
+    let s = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
+    let params = MpaParams::default();
+    let want = Err(Error::Tcp(StackError::InvalidArgument(
+        "remote port",
+        "must not be 0 (no connection is made to port 0)",
+    )));
+    assert_eq!(c.connect([10, 0, 0, 2], 0, &params, b""), want);
+    assert_eq!(c.connect_from(45001, [10, 0, 0, 2], 0, &params, b""), want);
+    assert_eq!(c.state(), QpState::Idle);
+    c.connect([10, 0, 0, 2], 7101, &params, b"").unwrap();
+    let r = request(&server);
+    server.accept(&r, &s, b"").unwrap();
+    established(&client, &c);
+}

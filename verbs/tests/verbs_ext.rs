@@ -254,3 +254,51 @@ fn inline_sends_copy_at_post_time() {
         assert_eq!(got, want, "inline send {i}");
     }
 }
+
+/// An Immediate Data request with octets in its SGEs is refused naming what is wrong:
+/// Immediate Data carries no payload (EXT-6.3-2). It was refused as
+/// `Error::MessageTooLong`, whose documentation says "longer than 2^32 - 1 octets", for
+/// an SGE of 8 octets. An Immediate whose SGEs hold no octets still goes out, and nothing
+/// of the refused one was queued.
+#[test]
+fn immediate_data_with_octets_is_refused_by_name() {
+    let (b, a) = common::link_contexts();
+    let (apd, bpd) = (a.alloc_pd(), b.alloc_pd());
+    let acq = a.create_cq(16).unwrap();
+    let bcq = b.create_cq(16).unwrap();
+    let amr = apd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let bmr = bpd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let bqp = bpd.create_qp(&QpInit::new(&bcq, &bcq)).unwrap();
+    let aqp = apd.create_qp(&QpInit::new(&acq, &acq)).unwrap();
+    bqp.post_recv(&RecvWr::new(7, &[bmr.sge(0, 64)]).unwrap())
+        .unwrap();
+    b.listen(7462, &MpaParams::default()).unwrap();
+    common::connect_accept(&b, &bqp, &a, &aqp, 7462);
+    let imm = SendOp::Immediate {
+        imm: 0x1122,
+        solicited: false,
+    };
+    let e = aqp
+        .post_send(&SendWr::new(1, imm, &[amr.sge(0, 8)]).unwrap())
+        .unwrap_err();
+    assert_eq!(e, Error::ImmediatePayload);
+    assert_eq!(
+        e.to_string(),
+        "Immediate Data carries no payload: its SGEs must hold no octets"
+    );
+    assert_eq!(
+        aqp.post_send_list(&[SendWr::new(2, imm, &[amr.sge(0, 1), amr.sge(8, 0)]).unwrap()])
+            .map_err(|e| e.error),
+        Err(Error::ImmediatePayload)
+    );
+    assert!(acq.poll_one().is_none(), "nothing was queued");
+    aqp.post_send(&SendWr::new(3, imm, &[amr.sge(0, 0)]).unwrap())
+        .unwrap();
+    let c = acq.wait(T).unwrap();
+    assert_eq!((c.wr_id, c.status), (3, WcStatus::Success));
+    let r = bcq.wait(T).unwrap();
+    assert_eq!(
+        (r.wr_id, r.status, r.imm),
+        (7, WcStatus::Success, Some(0x1122))
+    );
+}

@@ -398,3 +398,115 @@ fn an_inline_only_queue_pair_sends_inline() {
         Err(Error::TooManySges)
     );
 }
+
+/// An inline post refused because the queue pair is not in RTS changes nothing: it used
+/// to register the queue pair's inline arena (`sq_depth × max_inline` octets, touched page
+/// by page, and a slot of the region table) before the state was asked, so an idle queue
+/// pair kept 64 MiB and a table slot after one refused call, against "nothing changed when
+/// a call returns an error" and `QpInit::max_inline`'s "an idle queue pair ... holds no
+/// arena". Seen here as the table slot: with room for two regions, one refused inline post
+/// left room for one.
+#[test]
+fn a_refused_inline_post_registers_no_arena() {
+    let (dev, _peer) = link_pair(&LinkConfig::default());
+    let mut cfg = Config::new(dev, [10, 0, 0, 9]);
+    cfg.engine.mr_table_capacity = 2;
+    let ctx = Context::open(cfg).unwrap();
+    let pd = ctx.alloc_pd();
+    let cq = ctx.create_cq(16).unwrap();
+    let qp = pd.create_qp(&QpInit::new(&cq, &cq)).unwrap();
+    for op in [
+        SendOp::Send,
+        SendOp::Write {
+            remote_stag: 1,
+            remote_to: 0,
+        },
+    ] {
+        assert_eq!(
+            qp.post_send_inline(1, op, b"not yet"),
+            Err(Error::InvalidState(QpState::Idle))
+        );
+    }
+    let regions: Vec<_> = (0..2)
+        .map(|i| {
+            pd.alloc_mr(64, Access::LOCAL_WRITE)
+                .unwrap_or_else(|e| panic!("region {i} refused after a refused inline post: {e}"))
+        })
+        .collect();
+    assert_eq!(regions.len(), 2);
+    // Failed, the same holds.
+    qp.abort().unwrap();
+    assert_eq!(qp.state(), QpState::Error);
+    drop(regions);
+    assert_eq!(
+        qp.post_send_inline(2, SendOp::Send, b"failed"),
+        Err(Error::InvalidState(QpState::Error))
+    );
+    let _a = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let _b = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+}
+
+/// A queue pair asked on an engine core the context does not run is refused naming the
+/// core and how many there are: it was `Error::WrongCore`, whose message ("queue pair and
+/// connection request are on different engine cores") speaks of a connection request
+/// where there is none. Nothing is created: the context's one core still takes its
+/// queue pairs.
+#[test]
+fn a_queue_pair_on_a_core_the_context_lacks_is_refused_naming_it() {
+    let (dev, _peer) = link_pair(&LinkConfig::default());
+    let ctx = Context::open(Config::new(dev, [10, 0, 0, 9])).unwrap();
+    let pd = ctx.alloc_pd();
+    let cq = ctx.create_cq(16).unwrap();
+    for core in [1, 3, usize::MAX] {
+        let mut init = QpInit::new(&cq, &cq);
+        init.core = Some(core);
+        let e = pd.create_qp(&init).map(|_| ()).unwrap_err();
+        assert_eq!(e, Error::NoSuchCore { core, cores: 1 });
+        assert_eq!(
+            e.to_string(),
+            format!("no engine core {core}: this context runs 1 (0 to 0)")
+        );
+    }
+    let mut init = QpInit::new(&cq, &cq);
+    init.core = Some(0);
+    assert_eq!(pd.create_qp(&init).unwrap().core(), 0);
+}
+
+/// An RDMA Read takes at most one local SGE, none for a Read of no octets (the engine
+/// sends it with no Data Sink memory, as the zero-length Read of RFC 6581 §9.2 is sent):
+/// `Error::ReadSgeCount` said "exactly one local SGE", while a Read without one is
+/// posted and completes. The refusal of two now says what the rule is.
+#[test]
+fn a_read_takes_at_most_one_local_sge_as_its_error_says() {
+    let (b, a) = common::link_contexts();
+    let (apd, bpd) = (a.alloc_pd(), b.alloc_pd());
+    let acq = a.create_cq(16).unwrap();
+    let bcq = b.create_cq(16).unwrap();
+    let amr = apd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let bmr = bpd
+        .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_READ)
+        .unwrap();
+    let bqp = bpd.create_qp(&QpInit::new(&bcq, &bcq)).unwrap();
+    let aqp = apd.create_qp(&QpInit::new(&acq, &acq)).unwrap();
+    b.listen(7463, &MpaParams::default()).unwrap();
+    common::connect_accept(&b, &bqp, &a, &aqp, 7463);
+    let read = SendOp::Read {
+        remote_stag: bmr.stag(),
+        remote_to: 0,
+    };
+    let e = aqp
+        .post_send(&SendWr::new(1, read, &[amr.sge(0, 8), amr.sge(8, 8)]).unwrap())
+        .unwrap_err();
+    assert_eq!(e, Error::ReadSgeCount);
+    assert_eq!(
+        e.to_string(),
+        "an RDMA Read takes at most one local SGE (none: a Read of no octets)"
+    );
+    aqp.post_send(&SendWr::new(2, read, &[]).unwrap()).unwrap();
+    let c = acq.wait(T).unwrap();
+    assert_eq!(
+        (c.wr_id, c.opcode, c.status, c.byte_len),
+        (2, WcOpcode::Read, WcStatus::Success, 0)
+    );
+    assert_eq!((aqp.state(), bqp.state()), (QpState::Rts, QpState::Rts));
+}

@@ -233,7 +233,8 @@ impl<D: PollDevice> EngineCore<D> {
     /// else from an ephemeral one. A local port whose 4-tuple with `remote` is in use on
     /// this core (a connection, one in TIME-WAIT included), or port 0, is refused with
     /// [`EngineError::Stack`] holding [`StackError::PortInUse`](crate::tcp::StackError::PortInUse)
-    /// naming the port, and nothing changes.
+    /// naming the port, and nothing changes. A remote port 0 is refused with
+    /// [`StackError::InvalidArgument`](crate::tcp::StackError::InvalidArgument) naming it.
     pub fn connect_from(
         &mut self,
         id: QpId,
@@ -242,6 +243,16 @@ impl<D: PollDevice> EngineCore<D> {
         params: &MpaParams,
         private_data: &[u8],
     ) -> Result<(), EngineError> {
+        // RFC 6335 6: port 0 is reserved; no connection is made to it. Named here: the TCP
+        // refused it as an unaddressable peer address, which blamed the address.
+        if remote.1 == 0 {
+            return Err(EngineError::Stack(
+                warpcore_tcp::StackError::InvalidArgument(
+                    "remote port",
+                    "must not be 0 (no connection is made to port 0)",
+                ),
+            ));
+        }
         let config = self.mpa_config(params, private_data.to_vec(), true);
         let now_std = self.now_std();
         let st = self.qp_mut(id)?.state;

@@ -120,8 +120,9 @@ fn validate_send_checks(
     }
     // The message length, summed once.
     let total_len = wr.sges.total_len();
+    // EXT-6.3-2: named as such, not as a message longer than 2^32 - 1 octets.
     if matches!(wr.op, SendOp::Immediate { .. }) && total_len != 0 {
-        return Err(EngineError::MessageTooLong);
+        return Err(EngineError::ImmediatePayload);
     }
     let is_read = is_read || is_atomic;
     if total_len > u64::from(u32::MAX) {
