@@ -20,7 +20,10 @@
 //! verified=N`; every Send's octets are checked, and any failure after the first
 //! connection stood is an error (exit 1), as is a run that completed no connection. The
 //! server waits at most `--timeout` for its client, and fails when nothing moved for that
-//! long before the client's last connection (a client that died or hangs).
+//! long before the client's last connection (a client that died or hangs). A connection
+//! request that is no connection of the run (one MPA refused, a stranger's or one cut short
+//! by a client killed in its handshake; one gone before the server's answer) is counted and
+//! reported, and the server serves on.
 //! `--capture` over DPDK ports (`--memif`, `--loopback=ring`, `--loopback=memif`) is
 //! rewritten as plain pcapng at the path given when the engines have stopped.
 #![forbid(unsafe_code)]
@@ -35,9 +38,9 @@ use hdrhistogram::Histogram;
 use warpcore_apps::device::{DeviceArgs, Endpoint, EngineOptions, Loopback, MemifRole, PairAddrs};
 use warpcore_tcp::link::Faults;
 use warpcore_verbs::{
-    Access, CmEvent, CompletionQueue, Context, DisconnectCause, Drive, LinkConfig, MemoryRegion,
-    MpaParams, ProtectionDomain, QpId, QpInit, QueuePair, RecvWr, SendOp, SendWr, WcOpcode,
-    WcStatus,
+    Access, CmEvent, CompletionQueue, Context, DisconnectCause, Drive, Error, LinkConfig,
+    MemoryRegion, MpaParams, ProtectionDomain, QpId, QpInit, QueuePair, RecvWr, SendOp, SendWr,
+    WcOpcode, WcStatus,
 };
 
 #[derive(Parser, Debug)]
@@ -202,6 +205,11 @@ struct Server {
     /// Queue pairs alive, with their buffer slot.
     qps: Vec<(QueuePair, usize)>,
     verified: u64,
+    /// Connection attempts that were no connection of the run: Requests MPA refused before
+    /// they reached us (a malformed one, a stranger's, one cut short by a client killed in
+    /// its handshake) and requests gone before our answer reached them. Counted and
+    /// reported; the server serves on.
+    refused: u64,
     /// A connection request came (a client is there).
     requested: bool,
     /// The client's last connection (END) was verified and has closed.
@@ -229,6 +237,7 @@ impl Server {
             free: (0..SERVER_SLOTS).rev().collect(),
             qps: Vec::new(),
             verified: 0,
+            refused: 0,
             requested: false,
             done: false,
             end_seen: false,
@@ -255,9 +264,12 @@ impl Server {
             CmEvent::ConnectRequest(r) => {
                 self.requested = true;
                 let Some(slot) = self.free.pop() else {
-                    self.ctx
-                        .reject(&r, b"busy")
-                        .map_err(|e| format!("reject: {e}"))?;
+                    match self.ctx.reject(&r, b"busy") {
+                        // The request went away before our answer (the peer gave up).
+                        Ok(()) | Err(Error::StaleHandle) => {}
+                        Err(e) => return Err(format!("reject: {e}")),
+                    }
+                    self.refused += 1;
                     return Ok(());
                 };
                 let mut init = QpInit::new(&self.cq, &self.cq);
@@ -273,16 +285,28 @@ impl Server {
                 pd_qp
                     .post_recv(&wr)
                     .map_err(|e| format!("server post_recv: {e}"))?;
-                self.ctx
-                    .accept(&r, &pd_qp, b"")
-                    .map_err(|e| format!("accept: {e}"))?;
-                self.qps.push((pd_qp, slot));
+                match self.ctx.accept(&r, &pd_qp, b"") {
+                    Ok(()) => self.qps.push((pd_qp, slot)),
+                    // The request was cancelled (the peer reset it, or its MPA startup timed
+                    // out) between its report and our answer: nothing to serve. Dropping the
+                    // queue pair flushes its receive, which frees the slot.
+                    Err(Error::StaleHandle) => {
+                        drop(pd_qp);
+                        self.refused += 1;
+                    }
+                    Err(e) => return Err(format!("accept: {e}")),
+                }
             }
             CmEvent::Established(_) => {}
             CmEvent::Disconnected { qp, .. } | CmEvent::Error { qp, .. } => {
                 self.release(qp);
             }
             CmEvent::RequestCancelled(_) => {}
+            // MPA refused a Request before it reached us (a malformed one, MPA-7.1.1-3, or
+            // one cut short by the peer's FIN, MPA-7.1.1-21): a stranger on the port or a
+            // client killed in its handshake. No connection of the run was lost; the
+            // server serves on (it used to fail the run on the first one).
+            CmEvent::RequestRefused { .. } => self.refused += 1,
             other => return Err(format!("server: unexpected event {other:?}")),
         }
         Ok(())
@@ -416,9 +440,14 @@ impl Client {
                     return Ok(());
                 };
                 let s = self.slots[i].as_mut().expect("slot in use");
-                self.figures
-                    .established
-                    .saturating_record(s.started.elapsed().as_micros() as u64);
+                // The last connection (END) only tells the server to finish: it is not
+                // measured (nor counted in `conns` or the cycle times), so its
+                // establishment is no figure either.
+                if s.seq != END {
+                    self.figures
+                        .established
+                        .saturating_record(s.started.elapsed().as_micros() as u64);
+                }
                 s.phase = Phase::Sending;
                 let at = i * self.size;
                 self.mr
@@ -624,8 +653,10 @@ fn run_warpcore(
     if let Some(s) = server.as_mut() {
         serve(s, timeout)?;
         warpcore_apps::outln!(
-            "wcconnrate: server: {} connections served, every Send verified",
-            s.verified
+            "wcconnrate: server: {} connections served, every Send verified; {} connection \
+             requests refused or gone before the answer",
+            s.verified,
+            s.refused
         );
         warpcore_apps::outln!("RESULT connrate-server verified={}", s.verified);
         if let Some(c) = client.as_ref() {
@@ -1044,5 +1075,105 @@ mod tests {
                 && stopped.contains("the client stopped"),
             "{stopped}"
         );
+    }
+    /// A connection request MPA refused before it reached the server (a stranger's
+    /// malformed Request on the port, one cut short by a client killed in its handshake:
+    /// `RequestRefused`, MPA-7.1.1-3 / MPA-7.1.1-21), and a request gone before the
+    /// server's answer reached it (`accept` then says `StaleHandle`), ended the server with
+    /// an error ("unexpected event", "accept: ..."), abandoning the run of the real client.
+    /// Both are counted now, and a real connection is served after them.
+    #[test]
+    fn a_refused_or_vanished_request_does_not_end_the_server() {
+        use warpcore_engine::ListenerId;
+        use warpcore_proto::mpa::negotiation::NegotiationError;
+        use warpcore_tcp::smoltcp::wire::Ipv4Address;
+        let cli = Cli::try_parse_from(["wcconnrate", "--loopback=link", "--timeout", "5"]).unwrap();
+        let (s, c) = open_loopback_pair(&cli).unwrap();
+        let mut server = Server::new(s.ctx.clone(), PORT, cli.size as usize).unwrap();
+        let refused = CmEvent::RequestRefused {
+            listener: ListenerId { core: 0, index: 0 },
+            remote: (Ipv4Address::new(198, 18, 0, 9), 40000),
+            error: NegotiationError::UnsupportedRevision(3),
+        };
+        assert_eq!(server.on_event(refused), Ok(()));
+        assert_eq!(server.refused, 1);
+        // A real request, answered (rejected) before the server's turn: gone when the
+        // server accepts it.
+        let pd = c.ctx.alloc_pd();
+        let cq = c.ctx.create_cq(4).unwrap();
+        let qp = pd.create_qp(&QpInit::new(&cq, &cq)).unwrap();
+        qp.connect(s.ip, PORT, &MpaParams::default(), b"").unwrap();
+        let t0 = Instant::now();
+        let req = loop {
+            assert!(c.ctx.next_event(Duration::ZERO).is_none());
+            match s.ctx.next_event(Duration::ZERO) {
+                Some(e @ CmEvent::ConnectRequest(_)) => break e,
+                Some(other) => panic!("server: {other:?}"),
+                None => assert!(t0.elapsed() < Duration::from_secs(30), "no request"),
+            }
+        };
+        let CmEvent::ConnectRequest(r) = &req else {
+            unreachable!()
+        };
+        s.ctx.reject(r, b"").unwrap();
+        assert_eq!(server.on_event(req), Ok(()));
+        assert_eq!(server.refused, 2);
+        assert!(server.qps.is_empty());
+        // The server goes on: its receive slot comes back (the dropped queue pair's
+        // receive flushed), and it still serves.
+        let t0 = Instant::now();
+        while server.free.len() < SERVER_SLOTS {
+            server.step().unwrap();
+            let _ = c.ctx.next_event(Duration::ZERO);
+            assert!(t0.elapsed() < Duration::from_secs(30), "slot never freed");
+        }
+        drop(qp);
+        let mut client = Client::new(c.ctx, s.ip, &cli).unwrap();
+        client.start(0, 1).unwrap();
+        let mut finished = Vec::new();
+        let t0 = Instant::now();
+        while finished.is_empty() {
+            server.step().unwrap();
+            client.step(&mut finished).unwrap();
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "the connection hangs"
+            );
+        }
+        assert_eq!(client.figures.conns, 1);
+        let t0 = Instant::now();
+        while server.verified < 1 {
+            server.step().unwrap();
+            assert!(t0.elapsed() < Duration::from_secs(30), "never verified");
+        }
+    }
+    /// The connection that ends the run (END) was left out of the connection count and of
+    /// the cycle times, but its establishment went into `established_p50_us`: the figure
+    /// took one sample more than `conns`, made after the measured run, alone.
+    #[test]
+    fn the_closing_connection_is_not_in_the_established_figure() {
+        let cli = Cli::try_parse_from(["wcconnrate", "--loopback=link", "--timeout", "5"]).unwrap();
+        let (s, c) = open_loopback_pair(&cli).unwrap();
+        let mut server = Server::new(s.ctx, PORT, cli.size as usize).unwrap();
+        let mut client = Client::new(c.ctx, s.ip, &cli).unwrap();
+        let mut finished = Vec::new();
+        let mut stepped = |client: &mut Client, seq: u64| {
+            client.start(0, seq).unwrap();
+            finished.clear();
+            let t0 = Instant::now();
+            while finished.is_empty() {
+                server.step().unwrap();
+                client.step(&mut finished).unwrap();
+                assert!(
+                    t0.elapsed() < Duration::from_secs(30),
+                    "connection {seq} hangs"
+                );
+            }
+        };
+        stepped(&mut client, 1);
+        stepped(&mut client, END);
+        assert_eq!(client.figures.conns, 1);
+        assert_eq!(client.figures.cycle.len(), 1);
+        assert_eq!(client.figures.established.len(), client.figures.conns);
     }
 }
