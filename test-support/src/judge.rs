@@ -35,7 +35,8 @@ pub fn iwdump_report(path: &Path, name: &str) -> CaptureReport {
 }
 
 /// Asserts that the capture at `path` holds at least one iWARP connection with CRCs, that
-/// iwdump finds no violation, CRC, marker or segment error in it and every TCP segment
+/// iwdump judged all of it (no capture gap, no frame cut by the snap length) and finds no
+/// violation, CRC, marker or segment error in it and every TCP segment
 /// aligned with FPDUs (both ends Warpcore on its own TCP), and that tshark (where it
 /// runs, see [`crate::tshark::present_or_skip`]) finds no malformed frame or bad CRC and
 /// dissects more than ten FPDUs.
@@ -54,6 +55,18 @@ pub fn judge_capture(path: &Path) {
             assert_eq!(d.crc_errors, 0, "bad CRC:\n{text}");
             assert_eq!(d.malformed_segments, 0, "malformed segment:\n{text}");
             assert_eq!(d.marker_errors, 0, "marker error:\n{text}");
+            // Every octet of the run is judged, or the judge fails: past a capture gap (a
+            // frame the capture dropped) or a frame cut by the snap length iwdump decodes
+            // nothing, so no CRC, marker or segment there was checked, and counting only
+            // what was checked passed a run the judge never saw the rest of.
+            if let Some(u) = &d.alignment_unknown_from {
+                panic!(
+                    "{} from seq {} on ({} segments): the rest of the stream was not judged:\n{text}",
+                    u.reason.description(),
+                    u.seq,
+                    d.alignment_unknown_segments
+                );
+            }
         }
         if c.negotiated.as_ref().is_some_and(|n| n.crc) {
             crc_fpdus += 1;
@@ -162,5 +175,83 @@ mod tests {
         tail.extend_from_slice(&[0; 5]);
         let e = normalise("tail", &tail).expect_err("trailing octets must be refused");
         assert!(e.contains("cut short"), "{e}");
+    }
+    /// The siw reference capture (Ethernet, CRCs negotiated) at `name`, frames `keep`
+    /// rewritten as a DPDK-style pcapng file; judged; the judge's complaint if it failed.
+    fn judge_siw(name: &str, tag: &str, keep: impl Fn(usize) -> bool) -> Result<(), String> {
+        let cap = warpcore_analysis::capture::read_capture_file(
+            &crate::paths::interop_pcaps().join(name),
+        )
+        .expect("read the siw capture");
+        let frames: Vec<&[u8]> = cap
+            .frames
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| keep(*k))
+            .map(|(_, f)| &f.data[..])
+            .collect();
+        let dir = std::env::temp_dir().join(format!("wc-judge-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.pcapng");
+        std::fs::write(&path, crate::pcapng::ethernet(&frames)).unwrap();
+        let r = std::panic::catch_unwind(|| judge_capture(&path)).map_err(|e| {
+            e.downcast_ref::<String>()
+                .cloned()
+                .unwrap_or_else(|| "panic".into())
+        });
+        std::fs::remove_dir_all(&dir).unwrap();
+        r
+    }
+
+    /// A capture that misses frames (DPDK's capture ring overflowed, a frame dropped on
+    /// the way to the file) leaves the rest of that direction's stream undecoded: iwdump
+    /// notes the gap and checks no CRC, marker or segment after it, and the judge counted
+    /// only what it had checked, so it passed a run most of which it never saw (a check
+    /// that could not run, passing). It now fails, naming the gap.
+    #[test]
+    fn a_capture_gap_fails_the_judge() {
+        const SIW: &str = "siw_mpa2crc_ib_send_lat.pcap";
+        judge_siw(SIW, "siw-whole", |_| true).expect("the whole capture passes");
+        // Drop one of the connection's data frames from the middle of the run.
+        let cap =
+            warpcore_analysis::capture::read_capture_file(&crate::paths::interop_pcaps().join(SIW))
+                .unwrap();
+        // Ethernet, IPv4, TCP: the frames carrying data, with their ports.
+        let data: Vec<(usize, (u16, u16))> = cap
+            .frames
+            .iter()
+            .enumerate()
+            .filter_map(|(k, f)| {
+                let d = &f.data;
+                if d.get(12..14)? != [8, 0] {
+                    return None;
+                }
+                let ihl = usize::from(d.get(14)? & 15) * 4;
+                let total = usize::from(u16::from_be_bytes(d.get(16..18)?.try_into().ok()?));
+                let t = 14 + ihl;
+                let ports = (
+                    u16::from_be_bytes(d.get(t..t + 2)?.try_into().ok()?),
+                    u16::from_be_bytes(d.get(t + 2..t + 4)?.try_into().ok()?),
+                );
+                let payload = total - ihl - usize::from(d.get(t + 12)? >> 4) * 4;
+                (payload > 0).then_some((k, ports))
+            })
+            .collect();
+        // The busiest direction is the iWARP connection's (perftest's own TCP exchange
+        // carries a dozen messages); drop a frame in the middle of it.
+        let busiest = data
+            .iter()
+            .map(|(_, p)| *p)
+            .max_by_key(|p| data.iter().filter(|(_, q)| q == p).count())
+            .unwrap();
+        let of_it: Vec<usize> = data
+            .iter()
+            .filter(|(_, p)| *p == busiest)
+            .map(|(k, _)| *k)
+            .collect();
+        assert!(of_it.len() > 100, "{busiest:?}: {} frames", of_it.len());
+        let dropped = of_it[of_it.len() / 2];
+        let e = judge_siw(SIW, "siw-gap", |k| k != dropped).expect_err("a capture gap must fail");
+        assert!(e.contains("capture gap"), "{e}");
     }
 }
