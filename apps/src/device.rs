@@ -5,10 +5,10 @@
 //! Warpcore engines on them).
 //!
 //! The EAL is initialised once per process from the typed builder of `warpcore-dpdk-sys`:
-//! `--eal` verbatim when given, otherwise no hugepages (or hugepages without files when at
-//! least 256 MB of free 2 MB pages exist), no shared configuration, no telemetry, a
-//! per-process file prefix, no PCI scan unless `--pci` names a NIC, and the vdevs of
-//! `--vdev` and `--memif`.
+//! `--eal` verbatim when given, otherwise no hugepages (or hugepages without files when
+//! the free 2 MB pages hold all of the EAL's memory, `-m`: 256 MB, 1,024 MB for jumbo
+//! frames), no shared configuration, no telemetry, a per-process file prefix, no PCI scan
+//! unless `--pci` names a NIC, and the vdevs of `--vdev` and `--memif`.
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -52,7 +52,32 @@ impl std::str::FromStr for IpPrefix {
             .ok()
             .filter(|l| *l <= 32)
             .ok_or_else(|| format!("bad prefix length {l:?} (0 to 32)"))?;
+        if let Some(why) = not_a_host_address(addr, len) {
+            return Err(format!("{addr}/{len} is {why}, not a host's address"));
+        }
         Ok(IpPrefix { addr, len })
+    }
+}
+
+/// Why `addr` on a network of prefix `len` cannot be a host's own address (RFC 1122
+/// 3.2.1.3; a /31 has no network or broadcast address, RFC 3021), or `None`.
+fn not_a_host_address(addr: Ipv4Addr, len: u8) -> Option<&'static str> {
+    let a = u32::from(addr);
+    let host_mask = u32::MAX.checked_shr(u32::from(len)).unwrap_or(0);
+    if addr.is_unspecified() || addr.octets()[0] == 0 {
+        Some("\"this network\" (0.0.0.0/8, RFC 1122 3.2.1.3)")
+    } else if addr.is_loopback() {
+        Some("a loopback address (127.0.0.0/8, RFC 1122 3.2.1.3)")
+    } else if addr.is_multicast() {
+        Some("a multicast group (224.0.0.0/4, RFC 1112 4)")
+    } else if addr.is_broadcast() {
+        Some("the limited broadcast address")
+    } else if len <= 30 && a & host_mask == 0 {
+        Some("the network's own address (host part all zeros)")
+    } else if len <= 30 && a & host_mask == host_mask {
+        Some("the network's broadcast address (host part all ones)")
+    } else {
+        None
     }
 }
 
@@ -70,7 +95,31 @@ impl std::str::FromStr for Mac {
             .map(|p| u8::from_str_radix(p, 16))
             .collect::<Result<_, _>>()
             .map_err(|_| bad())?;
-        Ok(Mac(v.try_into().map_err(|_| bad())?))
+        let mac: [u8; 6] = v.try_into().map_err(|_| bad())?;
+        // A station's address is an individual one: a frame's source is never a group
+        // (I/G bit, the first octet's lowest, set), nor all zeros (IEEE 802 8.2).
+        if mac[0] & 1 == 1 {
+            return Err(format!(
+                "{s:?} is a group (multicast) address, not a station's (its first octet is odd)"
+            ));
+        }
+        if mac == [0; 6] {
+            return Err(format!("{s:?} is all zeros, not a station's address"));
+        }
+        Ok(Mac(mac))
+    }
+}
+
+/// clap value parser for `--memif PATH`: the path goes into DPDK's device arguments,
+/// `key=value` pairs split at ',' and '=', so a path holding either would be cut there (a
+/// socket other than the one named, or an EAL error about an argument never given).
+fn memif_path(s: &str) -> Result<PathBuf, String> {
+    match s.chars().find(|c| matches!(c, ',' | '=')) {
+        Some(c) => Err(format!(
+            "{s:?}: a memif socket path cannot hold {c:?} (DPDK's device arguments are split \
+             there); pick another path"
+        )),
+        None => Ok(PathBuf::from(s)),
     }
 }
 
@@ -137,7 +186,7 @@ impl std::str::FromStr for CpuList {
 pub struct DeviceArgs {
     /// Shorthand for a net_memif vdev on this socket path (the serving side is the memif
     /// server, the connecting side its client).
-    #[arg(long, help_heading = "Device")]
+    #[arg(long, value_parser = memif_path, help_heading = "Device")]
     pub memif: Option<PathBuf>,
     /// A DPDK vdev (net_memif0,..., net_tap0,..., net_af_packet0,..., net_ring0), repeatable.
     #[arg(long, help_heading = "Device")]
@@ -149,7 +198,8 @@ pub struct DeviceArgs {
     /// --memif are still added).
     #[arg(long, allow_hyphen_values = true, help_heading = "Device")]
     pub eal: Option<String>,
-    /// DPDK port name (default: the first vdev's or the PCI device's name, else port 0).
+    /// DPDK port name (default: the first vdev's or the PCI device's name, else port 0;
+    /// needed when two of --vdev, --memif and --pci are given: the engine runs on one).
     #[arg(long = "dpdk-port", help_heading = "Device")]
     pub dpdk_port: Option<String>,
     /// Both ends in this process: two net_ring ports (DPDK), or the in-memory link.
@@ -163,16 +213,20 @@ pub struct DeviceArgs {
     )]
     pub loopback: Option<Loopback>,
     /// This side's IPv4 address and prefix length, e.g. 198.18.0.2/24 (/24 if left out).
+    /// With --loopback: the serving end's; the other end takes another host address of
+    /// its network.
     #[arg(long, help_heading = "Device")]
     pub ip: Option<IpPrefix>,
-    /// Default gateway.
+    /// Default gateway (refused with --loopback: both ends share one network).
     #[arg(long, help_heading = "Device")]
     pub gateway: Option<Ipv4Addr>,
-    /// Ethernet address of this side (default: the tool's choice, see its help).
+    /// Ethernet address of this side, an individual one (default: the tool's choice, see
+    /// its help; refused with --loopback, where each end has its own).
     #[arg(long, help_heading = "Device")]
     pub mac: Option<Mac>,
     /// CPUs: the first runs the application (the EAL's main lcore), the others the engine
-    /// core(s); one CPU is shared by both.
+    /// core(s); one CPU is shared by both. With --loopback, at most three: the second for
+    /// the server's engine core, the third for the client's.
     #[arg(long, help_heading = "Device")]
     pub cores: Option<CpuList>,
     /// IP MTU of the port (576 to 9000; default: the port's own).
@@ -417,9 +471,57 @@ impl DeviceArgs {
         }
     }
 
+    /// The engine CPUs of the two engines of `--loopback` (server's, client's): each runs
+    /// one engine core, so the server's takes the first engine CPU of `--cores` and the
+    /// client's the second, or both the one given. More than two are refused, naming
+    /// `--cores` (handed to both, they failed each engine's open with an error naming no
+    /// flag).
+    pub fn pair_cpus(&self) -> Result<(Vec<usize>, Vec<usize>), DeviceError> {
+        match self.engine_cpus()[..] {
+            [] => Ok((Vec::new(), Vec::new())),
+            [one] => Ok((vec![one], vec![one])),
+            [s, c] => Ok((vec![s], vec![c])),
+            _ => Err(DeviceError::Refused {
+                flag: "--cores",
+                why: "--loopback runs two engine cores, one for each end: give at most \
+                      three CPUs (the application's, the server's engine core's, the \
+                      client's)"
+                    .into(),
+            }),
+        }
+    }
+
     /// Whether anything names a DPDK port.
     pub fn names_port(&self) -> bool {
         !self.vdev.is_empty() || self.memif.is_some() || self.pci.is_some() || self.eal.is_some()
+    }
+
+    /// Refuses flags that name two ports when `--dpdk-port` does not pick one: the engine
+    /// runs on one ([`DeviceArgs::port_name`], the first vdev's), and the other (a NIC
+    /// probed, a memif server listening) would be left unused without a word.
+    pub fn one_port(&self) -> Result<(), DeviceError> {
+        if self.dpdk_port.is_some() {
+            return Ok(());
+        }
+        // In the order `port_name` takes them: the first is used, the others are not.
+        let named: Vec<&'static str> = [
+            ("--vdev", !self.vdev.is_empty()),
+            ("--memif", self.memif.is_some()),
+            ("--pci", self.pci.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(f, set)| set.then_some(f))
+        .collect();
+        match named[..] {
+            [used, unused, ..] => Err(DeviceError::Refused {
+                flag: unused,
+                why: format!(
+                    "{used} names another port, and the engine runs on one: give one of \
+                     them, or pick the port with --dpdk-port NAME"
+                ),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// The vdevs: `--vdev` as given plus the `--memif PATH` shorthand in `role`.
@@ -461,6 +563,11 @@ impl DeviceArgs {
 
     /// The EAL arguments (without the program name) for process `tool` in `role`.
     pub fn eal_args(&self, tool: &str, role: MemifRole) -> Vec<String> {
+        self.eal_args_with(tool, role, hugepages_free())
+    }
+
+    /// [`DeviceArgs::eal_args`] with `free_hugepages` free 2 MB hugepages.
+    fn eal_args_with(&self, tool: &str, role: MemifRole, free_hugepages: u64) -> Vec<String> {
         let mut a: Vec<String> = Vec::new();
         match &self.eal {
             Some(s) => a.extend(s.split_whitespace().map(String::from)),
@@ -478,7 +585,9 @@ impl DeviceArgs {
                 }
                 // Jumbo frames need bigger mbufs: give the pool room.
                 let mb = if self.jumbo() { 1024 } else { 256 };
-                if hugepages_free() >= 128 {
+                // Hugepages only when they hold all of `-m`: the EAL reserves it at start and
+                // fails when it cannot (jumbo frames' 1,024 MB on 256 MB of pages did).
+                if free_hugepages >= mb / 2 {
                     a.push("--in-memory".into());
                 } else {
                     a.push("--no-huge".into());
@@ -587,6 +696,41 @@ impl PairAddrs {
             self.client
         }
     }
+}
+
+/// The client's address in a pair whose server is `sip` (`--ip`, or the tool's default):
+/// `default` when it is another host of the server's network, else the first host address
+/// of that network that is not the server's (the other one of a /31, RFC 3021). Both ends
+/// must be on one network: the in-memory link and the joined ports have no router
+/// (RFC 1122 3.3.1.1). A /32 leaves no address for the client and is refused, naming
+/// `--ip`.
+fn pair_client(sip: IpPrefix, default: Ipv4Addr) -> Result<IpPrefix, DeviceError> {
+    let mask = u32::MAX.checked_shl(32 - u32::from(sip.len)).unwrap_or(0);
+    let server = u32::from(sip.addr);
+    let net = server & mask;
+    let host = |a: u32| {
+        a & mask == net && a != server && (sip.len >= 31 || (a & !mask != 0 && a | mask != !0))
+    };
+    let addr = match sip.len {
+        32 => {
+            return Err(DeviceError::Refused {
+                flag: "--ip",
+                why: format!(
+                    "{}/32 leaves no address on its network for the other end of --loopback \
+                     (give a prefix of 31 or less)",
+                    sip.addr
+                ),
+            })
+        }
+        _ if host(u32::from(default)) => u32::from(default),
+        31 => server ^ 1,
+        _ if host(net + 1) => net + 1,
+        _ => net + 2,
+    };
+    Ok(IpPrefix {
+        addr: Ipv4Addr::from(addr),
+        len: sip.len,
+    })
 }
 
 /// One opened Warpcore engine and what a banner says about it.
@@ -700,13 +844,14 @@ impl DeviceArgs {
         &self,
         device: warpcore_verbs::Device,
         ip: IpPrefix,
+        cpus: Vec<usize>,
         fixed_mac: bool,
         configure: &dyn Fn(&mut warpcore_verbs::Config),
     ) -> warpcore_verbs::Config {
         let mut cfg = warpcore_verbs::Config::new(device, ip.addr);
         cfg.prefix_len = ip.len;
         cfg.gateway = self.gateway;
-        cfg.cpus = self.engine_cpus();
+        cfg.cpus = cpus;
         cfg.mac = self
             .mac
             .map(|m| m.0)
@@ -774,6 +919,7 @@ impl DeviceArgs {
         let cfg = self.engine_config(
             warpcore_verbs::Device::Dpdk(port),
             ip,
+            self.engine_cpus(),
             o.fixed_mac && is_memif,
             o.configure,
         );
@@ -811,14 +957,28 @@ impl DeviceArgs {
             "names a port to another process; --loopback needs none",
         )?;
         self.refuse("--pci", "names a NIC; --loopback needs none")?;
+        self.refuse(
+            "--dpdk-port",
+            "names a port to open; --loopback opens ports of its own",
+        )?;
+        // Both engines share one link: one Ethernet address for both would make each take
+        // the other's frames for its own, and a gateway routes nothing between two hosts of
+        // one network.
+        self.refuse(
+            "--mac",
+            "names one side's Ethernet address; --loopback runs both ends in this process, \
+             each with an address of its own",
+        )?;
+        self.refuse(
+            "--gateway",
+            "--loopback puts both ends on one network: nothing is routed through a gateway",
+        )?;
+        self.pair_cpus()?;
         let sip = self.ip.unwrap_or(IpPrefix {
             addr: addrs.server,
             len: 24,
         });
-        let cip = IpPrefix {
-            addr: addrs.client,
-            len: sip.len,
-        };
+        let cip = pair_client(sip, addrs.client)?;
         match self.loopback.unwrap_or(Loopback::Auto) {
             #[cfg(feature = "dpdk")]
             Loopback::Ring | Loopback::Auto => self.open_ring_engines(o, sip, cip),
@@ -839,6 +999,11 @@ impl DeviceArgs {
                     "--capture",
                     "records DPDK ports; use --loopback=ring or --loopback=memif to capture",
                 )?;
+                self.refuse(
+                    "--eal",
+                    "the in-memory link (--loopback=link) starts no EAL; use \
+                     --loopback=ring or --loopback=memif",
+                )?;
                 let mut link = o.link.clone().unwrap_or_default();
                 // `--mtu` is the link's, as it is a port's: the engine takes the device's.
                 if let Some(m) = self.mtu {
@@ -849,8 +1014,9 @@ impl DeviceArgs {
                         flag: "--loopback=link",
                         why: e.to_string(),
                     })?;
-                let cs = self.engine_config(b, sip, false, o.configure);
-                let cc = self.engine_config(a, cip, false, o.configure);
+                let (scpu, ccpu) = self.pair_cpus()?;
+                let cs = self.engine_config(b, sip, scpu, false, o.configure);
+                let cc = self.engine_config(a, cip, ccpu, false, o.configure);
                 // `--cores` pins the application thread through the EAL and the engine
                 // threads through the engine. The in-memory link has no EAL, and
                 // caller-driven engines have no threads (the engine pins nothing then): the
@@ -882,7 +1048,7 @@ impl DeviceArgs {
         sip: IpPrefix,
         cip: IpPrefix,
     ) -> Result<(Endpoint, Endpoint), DeviceError> {
-        use warpcore_verbs::dpdk::DpdkPort;
+        use warpcore_verbs::{dpdk::DpdkPort, Device};
         let r = self.open_ring_pair(o.tool)?;
         let set_up = |port, what| {
             DpdkPort::from_port_with_mtu(port, r.pool, 1, self.mtu)
@@ -892,8 +1058,9 @@ impl DeviceArgs {
         let pb = set_up(r.b, "net_ring port b")?;
         self.start_capture(&mut pa, &r.eal, o.tool)?;
         let mtu = pa.mtu();
-        let cc = self.engine_config(warpcore_verbs::Device::Dpdk(pa), cip, true, o.configure);
-        let cs = self.engine_config(warpcore_verbs::Device::Dpdk(pb), sip, true, o.configure);
+        let (scpu, ccpu) = self.pair_cpus()?;
+        let cc = self.engine_config(Device::Dpdk(pa), cip, ccpu, true, o.configure);
+        let cs = self.engine_config(Device::Dpdk(pb), sip, scpu, true, o.configure);
         let client = open_context(cc)?;
         let server = open_context(cs)?;
         Ok(pair(server, sip, client, cip, "net_ring (loopback)", mtu))
@@ -906,7 +1073,7 @@ impl DeviceArgs {
         sip: IpPrefix,
         cip: IpPrefix,
     ) -> Result<(Endpoint, Endpoint), DeviceError> {
-        use warpcore_verbs::dpdk::DpdkPort;
+        use warpcore_verbs::{dpdk::DpdkPort, Device};
         let r = self.open_memif_pair(o.tool)?;
         let set_up = |port, what| {
             DpdkPort::from_port_with_mtu(port, r.pool, 1, self.mtu)
@@ -916,8 +1083,9 @@ impl DeviceArgs {
         let pc = set_up(r.b, "net_memif client port")?;
         self.start_capture(&mut ps, &r.eal, o.tool)?;
         let mtu = ps.mtu();
-        let cs = self.engine_config(warpcore_verbs::Device::Dpdk(ps), sip, true, o.configure);
-        let cc = self.engine_config(warpcore_verbs::Device::Dpdk(pc), cip, true, o.configure);
+        let (scpu, ccpu) = self.pair_cpus()?;
+        let cs = self.engine_config(Device::Dpdk(ps), sip, scpu, true, o.configure);
+        let cc = self.engine_config(Device::Dpdk(pc), cip, ccpu, true, o.configure);
         let server = open_context(cs)?;
         let client = open_context(cc)?;
         Ok(pair(server, sip, client, cip, "net_memif (loopback)", mtu))
@@ -990,6 +1158,7 @@ mod dpdk {
                      net_af_packet0,iface=veth0), --pci ADDR or --eal ARGS",
                 ));
             }
+            self.one_port()?;
             let eal = self.init_eal(tool, role)?;
             let pool = Mempool::new(&eal, &format!("{tool}_pool"), 16383, 256, self.data_room())
                 .map_err(dpdk("DPDK mempool"))?;
@@ -1266,5 +1435,279 @@ mod tests {
         .unwrap();
         assert!(!sock.exists());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[cfg(test)]
+mod argument_tests {
+    use super::*;
+
+    fn link_pair(d: &DeviceArgs) -> Result<(Endpoint, Endpoint), DeviceError> {
+        let addrs = PairAddrs {
+            server: Ipv4Addr::new(10, 0, 0, 2),
+            client: Ipv4Addr::new(10, 0, 0, 1),
+        };
+        d.open_engine_pair(&EngineOptions::new("review", MemifRole::Server), addrs)
+    }
+
+    fn link(ip: Option<&str>) -> DeviceArgs {
+        DeviceArgs {
+            loopback: Some(Loopback::Link),
+            ip: ip.map(|s| s.parse().unwrap()),
+            ..DeviceArgs::default()
+        }
+    }
+
+    /// `--loopback` with `--ip`: the server took the address and the client always the
+    /// tool's fixed one, so `--ip 10.0.0.1/24` (wcsoak's client address) gave both ends one
+    /// address, and `--ip 192.168.1.2/24` put the client on another network (no route
+    /// between them, RFC 1122 3.3.1.1). The client now gets another host address of the
+    /// server's network; a /32 leaves none and is refused, naming `--ip`.
+    #[test]
+    fn pair_ip_gives_the_client_another_address_on_its_network() {
+        for (ip, want_client) in [
+            ("10.0.0.1/24", "10.0.0.2"),
+            ("192.168.1.2/24", "192.168.1.1"),
+            ("192.168.1.1/24", "192.168.1.2"),
+            ("10.0.0.5/24", "10.0.0.1"),
+            ("172.16.0.9/31", "172.16.0.8"),
+            ("10.0.0.2/24", "10.0.0.1"),
+        ] {
+            let (s, c) = link_pair(&link(Some(ip))).unwrap();
+            let want: IpPrefix = ip.parse().unwrap();
+            assert_eq!(s.ip, want.addr, "{ip}");
+            assert_eq!(c.ip.to_string(), want_client, "{ip}");
+            let sa = s.ctx.query_port(1).unwrap().addr;
+            let ca = c.ctx.query_port(1).unwrap().addr;
+            assert_eq!(sa, (want.addr, want.len), "{ip}");
+            assert_eq!(ca, (c.ip, want.len), "{ip}");
+        }
+        let e = link_pair(&link(Some("10.0.0.2/32")))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("--ip:"), "{e}");
+    }
+
+    /// `--mac` with `--loopback` gave both engines of the pair the one Ethernet address
+    /// (each took it as its own), and `--gateway` was set on both though they share one
+    /// network and route nothing through it: both are refused, naming the flag.
+    #[test]
+    fn pair_refuses_mac_and_gateway() {
+        let d = DeviceArgs {
+            mac: Some("02:00:00:00:00:07".parse().unwrap()),
+            ..link(None)
+        };
+        let e = link_pair(&d).unwrap_err().to_string();
+        assert!(e.starts_with("--mac:"), "{e}");
+        let d = DeviceArgs {
+            gateway: Some(Ipv4Addr::new(10, 0, 0, 254)),
+            ..link(None)
+        };
+        let e = link_pair(&d).unwrap_err().to_string();
+        assert!(e.starts_with("--gateway:"), "{e}");
+        // Without them the pair opens, on two addresses and two MACs.
+        let (s, c) = link_pair(&link(None)).unwrap();
+        assert_ne!(
+            s.ctx.query_port(1).unwrap().mac,
+            c.ctx.query_port(1).unwrap().mac
+        );
+    }
+
+    /// `--ip` took any address as this host's: the network's own address and its directed
+    /// broadcast (10.0.0.0/24, 10.0.0.255/24), 255.255.255.255, a multicast group, 0.0.0.0
+    /// and the loopback network, none of which a host may take as its address (RFC 1122
+    /// 3.2.1.3; RFC 1112 4). They are refused, naming the address; a /31 (RFC 3021) and a
+    /// /32 have no such addresses.
+    #[test]
+    fn ip_that_no_host_may_have_is_refused() {
+        for bad in [
+            "10.0.0.0/24",
+            "10.0.0.255/24",
+            "10.1.255.255/16",
+            "255.255.255.255/32",
+            "224.0.0.1/24",
+            "239.1.2.3/32",
+            "0.0.0.0/0",
+            "0.0.0.5/8",
+            "127.0.0.1/8",
+        ] {
+            let e = bad.parse::<IpPrefix>().unwrap_err();
+            let addr = bad.split('/').next().unwrap();
+            assert!(e.contains(addr) && e.contains("host"), "{bad}: {e}");
+        }
+        for good in [
+            "10.0.0.1/24",
+            "10.0.0.254/24",
+            "10.0.0.0/31",
+            "10.0.0.1/31",
+            "10.0.0.0/32",
+            "198.18.0.2",
+        ] {
+            good.parse::<IpPrefix>().unwrap();
+        }
+    }
+
+    /// `--mac` took a group address (the I/G bit, the first octet's lowest, set: multicast,
+    /// ff:ff:ff:ff:ff:ff) or all zeros as this station's, an address a frame's source cannot
+    /// be (IEEE 802 8.2; a Linux bridge drops such frames): refused, naming it.
+    #[test]
+    fn mac_that_is_no_station_address_is_refused() {
+        for bad in [
+            "01:00:5e:00:00:01",
+            "ff:ff:ff:ff:ff:ff",
+            "00:00:00:00:00:00",
+        ] {
+            let e = bad.parse::<Mac>().unwrap_err();
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+        "02:00:00:00:00:01".parse::<Mac>().unwrap();
+        "00:1b:21:0a:0b:0c".parse::<Mac>().unwrap();
+    }
+
+    /// `--pci` beside `--vdev` or `--memif`, or `--memif` beside `--vdev`, named two ports
+    /// and, without `--dpdk-port`, the engine ran on the first vdev: the NIC was probed and
+    /// never used, a memif server listened on a socket no engine served. Refused before
+    /// the EAL starts, naming the flag left unused (WARPCORE_PCI beside WARPCORE_VDEV
+    /// already was); `--dpdk-port` picks one and the EAL is started.
+    #[cfg(feature = "dpdk")]
+    #[test]
+    fn two_ports_without_dpdk_port_are_refused() {
+        let sock = std::env::temp_dir().join(format!("wc-review-two-{}.sock", std::process::id()));
+        // An EAL argument the EAL refuses: a run that gets as far as the EAL fails there.
+        let eal = Some("--review-no-such-eal-option".to_string());
+        let pci = Some("0000:ff:00.0".to_string());
+        let tap = vec!["net_null0".to_string()];
+        for (d, flag, other) in [
+            (
+                DeviceArgs {
+                    pci: pci.clone(),
+                    vdev: tap.clone(),
+                    ..DeviceArgs::default()
+                },
+                "--pci:",
+                "--vdev",
+            ),
+            (
+                DeviceArgs {
+                    memif: Some(sock.clone()),
+                    vdev: tap.clone(),
+                    ..DeviceArgs::default()
+                },
+                "--memif:",
+                "--vdev",
+            ),
+            (
+                DeviceArgs {
+                    memif: Some(sock.clone()),
+                    pci: pci.clone(),
+                    ..DeviceArgs::default()
+                },
+                "--pci:",
+                "--memif",
+            ),
+        ] {
+            let d = DeviceArgs {
+                eal: eal.clone(),
+                ..d
+            };
+            let e = d.open_port("review", MemifRole::Server).unwrap_err();
+            let m = e.to_string();
+            assert!(m.starts_with(flag) && m.contains(other), "{m}");
+            let picked = DeviceArgs {
+                dpdk_port: Some("net_null0".into()),
+                ..d
+            };
+            let e = picked.open_port("review", MemifRole::Server).unwrap_err();
+            assert!(matches!(e, DeviceError::Eal { .. }), "{e}");
+        }
+    }
+
+    /// The EAL got hugepages (`--in-memory`) once 128 free 2 MB pages (256 MB) existed, but
+    /// is told to reserve `-m 1024` MB at start for jumbo frames: with 128 to 511 free
+    /// pages an `--mtu 9000` run failed in EAL initialisation ("not enough memory") where
+    /// `--no-huge` would have worked. Hugepages are taken only when they hold all of `-m`.
+    #[test]
+    fn hugepages_only_when_they_hold_the_eal_memory() {
+        let args = |mtu: Option<u16>, free: u64| {
+            let d = DeviceArgs {
+                mtu,
+                memif: Some("/tmp/review.sock".into()),
+                ..DeviceArgs::default()
+            };
+            d.eal_args_with("t", MemifRole::Server, free)
+        };
+        let huge = |a: &[String]| {
+            let m = a.iter().position(|x| x == "-m").unwrap();
+            (a.contains(&"--in-memory".to_string()), a[m + 1].clone())
+        };
+        assert_eq!(huge(&args(None, 127)), (false, "256".into()));
+        assert_eq!(huge(&args(None, 128)), (true, "256".into()));
+        assert_eq!(huge(&args(Some(9000), 128)), (false, "1024".into()));
+        assert_eq!(huge(&args(Some(9000), 511)), (false, "1024".into()));
+        assert_eq!(huge(&args(Some(9000), 512)), (true, "1024".into()));
+        for (mtu, free) in [(None, 0), (Some(9000), 300)] {
+            let a = args(mtu, free);
+            assert!(a.contains(&"--no-huge".to_string()), "{a:?}");
+        }
+    }
+
+    /// `--memif PATH` goes into DPDK's device arguments, split at ',' and '=': a path
+    /// holding either was cut there (`/tmp/x=y/s.sock` served on `/tmp/x`, `/tmp/a,b.sock`
+    /// an EAL error about an argument never given). Refused at the command line, naming the
+    /// character, as WARPCORE_MEMIF already was.
+    #[test]
+    fn memif_path_that_device_arguments_cut_is_refused() {
+        #[derive(clap::Parser, Debug)]
+        struct T {
+            #[command(flatten)]
+            dev: DeviceArgs,
+        }
+        use clap::Parser;
+        for (path, c) in [("/tmp/a,b.sock", "','"), ("/tmp/x=y/s.sock", "'='")] {
+            let e = T::try_parse_from(["t", "--memif", path])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("--memif") && e.contains(c), "{path}: {e}");
+        }
+        let t = T::try_parse_from(["t", "--memif", "/tmp/ok.sock"]).unwrap();
+        assert_eq!(t.dev.memif.as_deref(), Some(Path::new("/tmp/ok.sock")));
+    }
+
+    /// `--dpdk-port` with `--loopback` (which opens ports of its own) and `--eal` with
+    /// `--loopback=link` (which starts no EAL) were accepted and ignored: refused, naming
+    /// the flag.
+    #[test]
+    fn pair_refuses_dpdk_port_and_link_eal() {
+        let d = DeviceArgs {
+            dpdk_port: Some("net_tap0".into()),
+            ..link(None)
+        };
+        let e = link_pair(&d).unwrap_err().to_string();
+        assert!(e.starts_with("--dpdk-port:"), "{e}");
+        let d = DeviceArgs {
+            eal: Some("-l 0 --no-huge".into()),
+            ..link(None)
+        };
+        let e = link_pair(&d).unwrap_err().to_string();
+        assert!(e.starts_with("--eal:"), "{e}");
+    }
+
+    /// `--loopback --cores A,S,C` gave both engines of the pair the engine CPUs S and C, and
+    /// each engine runs one core: every such run failed with "engine: Config::cpus names 2
+    /// CPU(s) for 1 engine core(s)", an error about no flag the user gave. The server's
+    /// engine now takes S and the client's C; a fourth CPU is refused naming `--cores`.
+    #[test]
+    fn pair_cores_go_one_to_each_end() {
+        let cores = |c: &str| DeviceArgs {
+            cores: Some(c.parse().unwrap()),
+            ..link(None)
+        };
+        assert_eq!(cores("0,0,0").pair_cpus().unwrap(), (vec![0], vec![0]));
+        assert_eq!(cores("0,1,2").pair_cpus().unwrap(), (vec![1], vec![2]));
+        assert_eq!(cores("0,1").pair_cpus().unwrap(), (vec![1], vec![1]));
+        assert_eq!(cores("5").pair_cpus().unwrap(), (vec![5], vec![5]));
+        link_pair(&cores("0,0,0")).unwrap();
+        let e = link_pair(&cores("0,0,0,0")).unwrap_err().to_string();
+        assert!(e.starts_with("--cores:"), "{e}");
     }
 }
