@@ -279,6 +279,8 @@ judge() { # judge NAME DIR MODE OURLOG OURRC GUESTSECTION PCAP VMCMD OURARGS -> 
     [ "$CV_OVERLAP" = 0 ] || cap="$cap, $CV_OVERLAP retransmitted segments over data tshark had reassembled (same bytes)"
     [ "$frames" -gt 0 ] || why="$why; nothing captured"
     [ "$CV_TSHARK" = 0 ] || why="$why; tshark exit $CV_TSHARK reading the capture: $(grep -v '^Running as user' "$pcap.V.err" | head -n1)"
+    # the capture of this VM lost packets (run_mode, capture_drops): not all was judged
+    [ "${CAPTURE_DROPS:-0}" = 0 ] || why="$why; the capture tshark took lost $CAPTURE_DROPS packets (its log: dropped), so part of the traffic went unjudged"
     [ "$malformed" = 0 ] || why="$why; tshark: $malformed malformed"
     [ "$experr" = 0 ] || why="$why; tshark: $experr frames with expert errors"
     [ "$dump" = 0 ] || why="$why; iwdump: $(grep -m1 'VIOLATION' "$pcap.iwdump" || tail -n1 "$pcap.iwdump")"
@@ -293,12 +295,15 @@ judge() { # judge NAME DIR MODE OURLOG OURRC GUESTSECTION PCAP VMCMD OURARGS -> 
     res=$(sed -n 's/.*=== RESULT .* rc=\([0-9]*\).*/\1/p' "$gs")
     [ -n "$res" ] || why="$why; siw side never finished"
     # siw at MPA Rev 1 keeps ORD 0, so rping -s cannot even post its RDMA Read: nothing of
-    # ours to test in that direction. Not a pass: shown as n/a, provided we ended cleanly.
+    # ours to test in that direction. Not a pass: shown as n/a, provided we ended cleanly and
+    # the capture passed every judge above (an n/a is no failure: before, only the malformed
+    # count and iwdump's status were read, and a capture tshark could not read to its end,
+    # or none at all, gave n/a too) with no Terminate either way.
     if [ "$mode" = mpa1 ] && [ "$dir" = client ] && [[ $name != wc-* ]] && grep -q 'post send error -1' "$gs"; then
-        if [ "$rc" = 1 ] && grep -q 'server disconnected' "$log" && [ "$malformed" = 0 ] && [ "$dump" = 0 ]; then
+        if [ "$rc" = 1 ] && grep -q 'server disconnected' "$log" && [ -z "$why" ] && [ "$term_us$term_vm" = 00 ]; then
             echo "n/a|siw limitation: rping -s cannot post its RDMA Read at MPA Rev 1 (siw ORD 0, 'post send error -1'); we saw the close cleanly; $cap"
         else
-            echo "fail|siw could not Read at Rev 1 and we did not end cleanly (exit $rc)$why"
+            echo "fail|siw could not Read at Rev 1 and we did not end cleanly (exit $rc, Terminates: $term_us from us, $term_vm from siw)$why"
         fi
         return
     fi
@@ -308,10 +313,10 @@ judge() { # judge NAME DIR MODE OURLOG OURRC GUESTSECTION PCAP VMCMD OURARGS -> 
         local prog=${name#wc-}
         # As for iwping: siw at MPA Rev 1 keeps ORD 0, so its rping -s cannot post its Read.
         if [ "$mode" = mpa1 ] && [ "$dir" = client ] && [ "$prog" = rping ] && grep -q 'post send error -1' "$gs"; then
-            if [ "$malformed" = 0 ] && [ "$dump" = 0 ] && [ "$term_us$term_vm" = 00 ]; then
+            if [ -z "$why" ] && [ "$term_us$term_vm" = 00 ]; then
                 echo "n/a|siw limitation: rping -s cannot post its RDMA Read at MPA Rev 1 (siw ORD 0, 'post send error -1'); our rping -c saw the close cleanly; $cap"
             else
-                echo "fail|siw could not Read at Rev 1 and the capture is not clean$why"
+                echo "fail|siw could not Read at Rev 1 and the capture is not clean (Terminates: $term_us from us, $term_vm from siw)$why"
             fi
             return
         fi
@@ -507,6 +512,8 @@ run_mode() { # run_mode MODE
     done
     kill "$VMPID" 2>/dev/null; wait "$VMPID" 2>/dev/null; VMPID=
     sleep 1; kill "$TSPID" 2>/dev/null; wait "$TSPID" 2>/dev/null; TSPID=
+    # Every row of this VM is judged on that capture: packets it dropped fail them (judge).
+    CAPTURE_DROPS=$(capture_drops "$dir/tshark.log")
     while IFS='|' read -r head vmcmd ourargs opts; do
         set -- $head
         local name=$1 tdir=$2 port=$3 log="$dir/$1-$2.log"

@@ -1164,6 +1164,198 @@ else
     ok "ts_count fails a refused display filter" "iwarp_mpa: $tc_good frames; a refused filter: $tc_bad"
 fi
 
+# ---- mpa1_na_judges_the_capture: interop-siw.sh's judge shows siw's MPA Rev 1
+# limitation (its rping -s cannot post its Read) as n/a, "we saw the close cleanly". An n/a
+# row is no failure, so that claim must rest on the capture verdicts every other row gets.
+# Before, it read only the malformed count and iwdump's exit status: a capture tshark could
+# not read to its end (exit 2), or none at all (0 frames, so 0 malformed and iwdump exit 0),
+# still gave n/a. On the siw Rev 1 rping capture, cut 10 octets short and empty; the whole
+# capture stays n/a. iwdump is a stand-in reporting one iWARP connection and no violation,
+# as the real one does on the cut capture.
+mkdir -p "$work/na"
+sed -n '/^count() {/p; /^rping_teardown_race() {$/,/^}$/p; /^judge() {/,/^}$/p' \
+    scripts/interop-siw.sh >"$work/na/judge.sh"
+printf '#!/bin/sh\necho "$1: pcap, 1 TCP connection(s), 1 iWARP"\n' >"$work/na/iwdump"
+chmod +x "$work/na/iwdump"
+src=interop/pcaps/siw_mpa1_rping.pcap
+cp "$src" "$work/na/whole.pcap"
+head -c $(($(stat -c %s "$src") - 10)) "$src" >"$work/na/cut.pcap"
+head -c 24 "$src" >"$work/na/empty.pcap"
+printf '=== BEGIN rping client\r\npost send error -1\r\nDISCONNECT EVENT...\r\n=== RESULT rping client rc=0\r\n' \
+    >"$work/na/rping-client.guest"
+printf 'iwping: server disconnected after 0 pings\n' >"$work/na/rping-client.log"
+na_run() { # na_run PCAP [wc-rping]: interop-siw.sh's verdict on the mpa1 rping (or wc-rping) client row
+    (
+        set -u
+        # shellcheck source=scripts/lib/capture-verdict.sh
+        source scripts/lib/capture-verdict.sh
+        # shellcheck disable=SC1091
+        source "$work/na/judge.sh"
+        TS="tshark -n --disable-protocol rpcordma -o tcp.try_heuristic_first:TRUE"
+        IWDUMP=$work/na/iwdump OUR_IP=198.18.0.2 VM_IP=198.18.0.11
+        cp "$work/na/$1.pcap" "$work/na/run.pcap"
+        judge "${2:-rping}" client mpa1 "$work/na/rping-client.log" 1 "$work/na/rping-client.guest" \
+            "$work/na/run.pcap" "rping -s -v -V -a $VM_IP -p 7174" "-c -a $VM_IP -p 7174 -C 5 -S 64 -v -V --mpa-rev 1"
+    ) 2>/dev/null
+}
+na_whole=$(na_run whole) na_cut=$(na_run cut) na_empty=$(na_run empty)
+na_wc_whole=$(na_run whole wc-rping) na_wc_cut=$(na_run cut wc-rping)
+if [[ $na_whole != "n/a|siw limitation"* || $na_wc_whole != "n/a|siw limitation"* ]]; then
+    bad "mpa1_na_judges_the_capture" "the whole capture: '${na_whole:0:100}' (wc-rping: '${na_wc_whole:0:100}'), not n/a"
+elif [[ $na_wc_cut != fail\|*"tshark exit 2"* ]]; then
+    bad "mpa1_na_judges_the_capture" "wc-rping, a capture cut mid-frame: '${na_wc_cut:0:160}', not a failure naming tshark's exit"
+elif [[ $na_cut != fail\|*"tshark exit 2"* ]]; then
+    bad "mpa1_na_judges_the_capture" "a capture cut mid-frame: '${na_cut:0:160}', not a failure naming tshark's exit"
+elif [[ $na_empty != fail\|*"nothing captured"* ]]; then
+    bad "mpa1_na_judges_the_capture" "an empty capture: '${na_empty:0:160}', not a failure naming it"
+else
+    ok "mpa1_na_judges_the_capture" "whole: n/a (rping, wc-rping); cut: ${na_cut:0:90}...; empty: ${na_empty:0:70}...; wc-rping cut: fail"
+fi
+
+# ---- selftest_needs_its_capture: interop/siw-vm/selftest.sh boots two siw VMs and
+# captures their traffic (the reference captures of interop/pcaps came from it). Its verdict
+# read only the guests' RESULT lines: a tshark that never captured (here one that cannot
+# start its capture) left no all.pcap, analyze.sh reported nothing, and the selftest exited
+# 0. A copy of the rig with stand-ins for run.sh (RESULT lines of one passing rping on each
+# side), net.sh and `ip netns exec`, and a tshark that captures the siw rping reference
+# capture, does so but says it dropped 3 packets, or cannot capture at all.
+mkdir -p "$work/st/rig" "$work/st/vm" "$work/st/bin"
+cp interop/siw-vm/selftest.sh interop/siw-vm/analyze.sh interop/siw-vm/guest-tests.sh "$work/st/rig/"
+touch "$work/st/vm/vmlinuz" "$work/st/vm/initramfs.cpio.gz"
+printf '#!/bin/sh\nexit 0\n' >"$work/st/rig/net.sh"
+cat >"$work/st/rig/run.sh" <<'EOF'
+#!/bin/bash
+log="" cmd=""
+while getopts "t:n:i:c:f:x:sl:k:m:p:T:A:" o; do
+    case $o in l) log=$OPTARG ;; c) cmd=$OPTARG ;; *) ;; esac
+done
+role=client; [[ $cmd == *"guest-tests.sh server"* ]] && role=server
+{
+    printf 'siwvm[5.0]: ready\r\nsiwvm: ---- command output begin ----\r\n'
+    [[ $role == server ]] && printf 'N N N 0 2 N \r\n'
+    printf '=== BEGIN rping port 7174 (%s) at 6.0\r\n=== RESULT rping rc=0 (%s) at 7.0\r\n' "$role" "$role"
+    printf '=== ALL DONE (%s)\r\nsiwvm: ---- command output end ----\r\n' "$role"
+} >"$log"
+EOF
+printf '#!/bin/bash\n[[ "$1 $2" == "netns exec" ]] && { shift 3; exec "$@"; }\nexit 1\n' >"$work/st/bin/ip"
+cat >"$work/st/bin/tshark" <<EOF
+#!/bin/bash
+if [[ " \$* " != *" -i "* ]]; then exec $(command -v tshark) "\$@"; fi
+if [[ \${ST_CAPTURE:-} == no ]]; then
+    echo "tshark: The capture session could not be initiated on interface 'tapA'." >&2
+    exit 2
+fi
+w="" prev=""
+for a in "\$@"; do [[ \$prev == -w ]] && w=\$a; prev=\$a; done
+cp "$(pwd)/interop/pcaps/siw_mpa2_rping.pcap" "\$w"
+echo "Capturing on 'tapA'" >&2
+# (a background job of a script ignores SIGINT, which selftest.sh stops it with: it ends)
+sleep 1
+[[ \${ST_CAPTURE:-} == drops ]] && echo "3 packets dropped from tapA" >&2
+exit 0
+EOF
+chmod +x "$work/st/rig/"*.sh "$work/st/bin/ip" "$work/st/bin/tshark"
+st_run() { # st_run ENV...: the copy of selftest.sh -t rping on the stand-ins; sets st_out and rc
+    rm -rf "$work/st/out"
+    st_out=$(env "$@" PATH="$work/st/bin:$PATH" SIWVM_DIR="$work/st/vm" \
+        timeout 60 "$work/st/rig/selftest.sh" -t rping -o "$work/st/out" 2>&1)
+    rc=$?
+}
+st_run ST_CAPTURE=yes
+st_good_rc=$rc st_good_out=$st_out
+st_run ST_CAPTURE=drops
+st_drops_rc=$rc st_drops_out=$st_out
+st_run ST_CAPTURE=no
+if ((st_good_rc != 0)); then
+    bad "selftest_needs_its_capture" "a run with its capture: exit $st_good_rc: $(tail -n 2 <<<"$st_good_out" | tr '\n' ' ')"
+elif ((rc == 0)); then
+    bad "selftest_needs_its_capture" "a run whose capture never started: exit 0: $(tail -n 1 <<<"$st_out")"
+elif ! grep -q 'no capture' <<<"$st_out"; then
+    bad "selftest_needs_its_capture" "a run whose capture never started: exit $rc, nothing names the capture: $(tail -n 2 <<<"$st_out" | tr '\n' ' ')"
+elif ((st_drops_rc == 0)) || ! grep -q 'capture lost packets' <<<"$st_drops_out"; then
+    bad "selftest_needs_its_capture" "a capture that dropped 3 packets: exit $st_drops_rc: $(tail -n 1 <<<"$st_drops_out")"
+else
+    ok "selftest_needs_its_capture" "with a capture: exit 0; one that dropped packets: exit $st_drops_rc; without: exit $rc, $(grep -m1 -o 'no capture.*' <<<"$st_out" | cut -c1-90)"
+fi
+
+# ---- capture_drops_fail_the_rows: the capture each siw VM's rows are judged on is
+# taken by tshark on the VM's TAP port; on a loaded host (QEMU's TCG on 2 cores) it can drop
+# packets, and says so at its end ("N packets dropped from IFACE"). The judges then see part
+# of the traffic: a CRC or FPDU in a dropped frame was never judged, and the row passed.
+# capture_drops (scripts/lib/capture-verdict.sh) reads the count from tshark's log, and
+# interop-siw.sh's judge fails a row whose capture lost packets. On made-up tshark logs,
+# then on the siw rping capture as a passing "rping ours=client" row of mpa2 (judge() and
+# the iwdump stand-in of mpa1_na_judges_the_capture).
+mkdir -p "$work/cd"
+printf "Capturing on 'wcsiwA'\n1234 packets captured\n3 packets dropped from wcsiwA\n" >"$work/cd/drops.log"
+printf "Capturing on 'wcsiwA'\n1 packet captured\n1 packet dropped from wcsiwA\n" >"$work/cd/one.log"
+printf "Capturing on 'wcsiwA'\n1234 packets captured\n" >"$work/cd/clean.log"
+cd_counts=$(
+    # shellcheck source=scripts/lib/capture-verdict.sh
+    source scripts/lib/capture-verdict.sh
+    for l in drops one clean; do echo -n "$(capture_drops "$work/cd/$l.log" 2>&1) "; done
+)
+cp interop/pcaps/siw_mpa2_rping.pcap "$work/cd/rping.pcap"
+{
+    printf '=== BEGIN rping client\r\n'
+    for i in 0 1 2 3 4; do printf 'server ping data: rdma-ping-%s: ABCDEFG\r\n' "$i"; done
+    printf 'server DISCONNECT EVENT...\r\nwait for RDMA_READ_ADV state 10\r\n=== RESULT rping client rc=0\r\n'
+} >"$work/cd/rping-client.guest"
+printf 'ping data: rdma-ping-%s\n' 0 1 2 3 4 >"$work/cd/rping-client.log"
+cd_run() { # cd_run DROPS: interop-siw.sh's verdict on the row, its capture having lost DROPS packets
+    (
+        set -u
+        # shellcheck source=scripts/lib/capture-verdict.sh
+        source scripts/lib/capture-verdict.sh
+        # shellcheck disable=SC1091
+        source "$work/na/judge.sh"
+        TS="tshark -n --disable-protocol rpcordma -o tcp.try_heuristic_first:TRUE"
+        IWDUMP=$work/na/iwdump OUR_IP=198.18.0.2 VM_IP=198.18.0.11 CAPTURE_DROPS=$1
+        judge rping client mpa2 "$work/cd/rping-client.log" 0 "$work/cd/rping-client.guest" \
+            "$work/cd/rping.pcap" "rping -s -v -V -a $VM_IP -p 7174" "-c -a $VM_IP -p 7174 -C 5 -S 64 -v -V"
+    ) 2>/dev/null
+}
+cd_clean=$(cd_run 0) cd_lost=$(cd_run 3)
+if [[ $cd_counts != "3 1 0 " ]]; then
+    bad "capture_drops_fail_the_rows" "capture_drops on 3, 1 and no drops: '$cd_counts'"
+elif [[ $cd_clean != pass\|* ]]; then
+    bad "capture_drops_fail_the_rows" "the row with a whole capture: '${cd_clean:0:160}', not a pass"
+elif [[ $cd_lost != fail\|*"3 packets"* ]]; then
+    bad "capture_drops_fail_the_rows" "the row whose capture lost 3 packets: '${cd_lost:0:160}', not a failure naming them"
+else
+    ok "capture_drops_fail_the_rows" "counts 3, 1, 0; whole capture: pass; 3 lost: ${cd_lost:0:100}..."
+fi
+
+# ---- iwdump_caught_by_its_verdict: scripts/test-judges.sh counted iwdump as having
+# caught a planted defect on any non-zero exit. iwdump exits 1 when it found a protocol
+# violation and 2 when it could not read the file; a panic exits 101: neither is a verdict
+# on the defect, yet each read as "caught" (and as "0 iWARP connections decoded" in the
+# link-type case, which counts them from iwdump's report). test-judges.sh on stand-ins:
+# cargo (no build, no test), and an iwdump that decodes the clean capture (exit 0, one
+# iWARP connection) and panics on every other; the three planted iwdump cases must be MISSED.
+mkdir -p "$work/tj/bin" "$work/tj/target/debug"
+printf '#!/bin/sh\n[ "$1" = test ] && echo "test result: ok. 1 passed; 0 failed"\nexit 0\n' >"$work/tj/bin/cargo"
+cat >"$work/tj/target/debug/iwdump" <<'EOF'
+#!/bin/bash
+if [[ $1 == */clean.pcap ]]; then
+    echo "$1: pcap, 35 frames, 1 TCP connection(s), 1 iWARP"
+    echo "$1: no protocol violations"
+    exit 0
+fi
+echo "thread 'main' panicked at 'index out of bounds', apps/src/report.rs:1:1" >&2
+exit 101
+EOF
+chmod +x "$work/tj/bin/cargo" "$work/tj/target/debug/iwdump"
+tj_out=$(PATH="$work/tj/bin:$PATH" CARGO_TARGET_DIR="$work/tj/target" timeout 120 scripts/test-judges.sh 2>&1)
+tj_lines=$(grep -E '^judge iwdump(, | connection count, )(one flipped FPDU octet|MPA length cut to 2|siw_mpa2crc_rping|link type 147)' <<<"$tj_out")
+if ! grep -q '^judge iwdump, siw_mpa2crc_rping: passed clean' <<<"$tj_lines"; then
+    bad "iwdump_caught_by_its_verdict" "the stand-in's clean capture did not pass: $(head -n 3 <<<"$tj_out" | tr '\n' ' ')"
+elif [[ $(grep -c '^judge iwdump.*: MISSED' <<<"$tj_lines") != 3 ]]; then
+    bad "iwdump_caught_by_its_verdict" "a panicking iwdump: $(grep -v 'passed clean' <<<"$tj_lines" | cut -c1-90 | tr '\n' ';')"
+else
+    ok "iwdump_caught_by_its_verdict" "a panicking iwdump: $(grep -v 'passed clean' <<<"$tj_lines" | cut -c1-60 | tr '\n' ';')"
+fi
+
 # ---- test-rdma-compat.sh's "programs load" check (its loads, taken from the script): the
 # whole --help output is read and the exit status judged. Before, only its first 3 lines
 # were: a loader error after 3 lines of warnings passed, and so did a program the loader

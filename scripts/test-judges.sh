@@ -71,16 +71,23 @@ else
 fi
 good_clean=$CV_GOOD
 
+# iwdump caught a planted defect when its verdict says so: exit 1 (a protocol violation
+# found) with a VIOLATION line. Exit 2 is a file it could not read and 101 a panic: neither
+# is a verdict on the defect (before, any non-zero exit counted as caught).
+iwdump_caught() { # iwdump_caught PCAP: true when iwdump's verdict on PCAP is a violation
+    ((CV_IWDUMP == 1)) && grep -q 'VIOLATION' "$1.iwdump"
+}
+
 capture_verdict "$work/flipped.pcap"
 if ((CV_BAD >= 1)); then
     caught "tshark CRC count, one flipped FPDU octet" "$CV_GOOD good, $CV_BAD bad CRCs (clean: $good_clean good)"
 else
     missed "tshark CRC count, one flipped FPDU octet" "$CV_GOOD good, $CV_BAD bad CRCs"
 fi
-if ((CV_IWDUMP != 0)); then
-    caught "iwdump, one flipped FPDU octet" "exit $CV_IWDUMP: $(grep -m1 'VIOLATION' "$work/flipped.pcap.iwdump" || true)"
+if iwdump_caught "$work/flipped.pcap"; then
+    caught "iwdump, one flipped FPDU octet" "exit $CV_IWDUMP: $(grep -m1 'VIOLATION' "$work/flipped.pcap.iwdump")"
 else
-    missed "iwdump, one flipped FPDU octet" "exit 0"
+    missed "iwdump, one flipped FPDU octet" "exit $CV_IWDUMP, no violation reported: $(tail -n1 "$work/flipped.pcap.iwdump")"
 fi
 
 capture_verdict "$work/malformed.pcap"
@@ -97,10 +104,10 @@ if ((CV_EXPERT >= 1)); then
 else
     missed "tshark expert errors, MPA length cut to 2" "0 frames with expert errors ($CV_MALFORMED malformed)"
 fi
-if ((CV_IWDUMP != 0)); then
-    caught "iwdump, MPA length cut to 2" "exit $CV_IWDUMP: $(grep -m1 'VIOLATION' "$work/malformed.pcap.iwdump" || true)"
+if iwdump_caught "$work/malformed.pcap"; then
+    caught "iwdump, MPA length cut to 2" "exit $CV_IWDUMP: $(grep -m1 'VIOLATION' "$work/malformed.pcap.iwdump")"
 else
-    missed "iwdump, MPA length cut to 2" "exit 0"
+    missed "iwdump, MPA length cut to 2" "exit $CV_IWDUMP, no violation reported: $(tail -n1 "$work/malformed.pcap.iwdump")"
 fi
 
 # The clean capture cut 10 octets short of its end (a capture file a crash or a full disk
@@ -125,10 +132,12 @@ b[20:24] = (147).to_bytes(4, "little")
 open(sys.argv[2], "wb").write(b)
 PY
 capture_verdict "$work/linktype.pcap"
-if ((CV_IWARP == 0)); then
+# Counted from iwdump's report: only a run that exited 0 and printed its "0 iWARP" count says
+# it decoded nothing (a panic or an unreadable file also leaves CV_IWARP at 0).
+if ((CV_IWDUMP == 0 && CV_IWARP == 0)) && grep -q ' connection(s), 0 iWARP' "$work/linktype.pcap.iwdump"; then
     caught "iwdump connection count, link type 147" "exit $CV_IWDUMP, 0 iWARP connections: $(grep -m1 'warning' "$work/linktype.pcap.iwdump" | cut -c1-90)"
 else
-    missed "iwdump connection count, link type 147" "$CV_IWARP iWARP connection(s) decoded"
+    missed "iwdump connection count, link type 147" "exit $CV_IWDUMP, $CV_IWARP iWARP connection(s) decoded: $(head -n1 "$work/linktype.pcap.iwdump")"
 fi
 
 # ---- judges that live in cargo tests: each planted test feeds its judge the defect (it must

@@ -111,3 +111,13 @@ ts_count() {
     fi
     rm -f "$err"
 }
+
+# capture_drops LOG: how many packets the capturing tshark whose standard error is LOG said
+# it dropped ("N packets dropped from IFACE", or "1 packet dropped", at the end of its
+# capture; 0 when it said none). A capture that lost packets was not judged whole: a CRC,
+# FPDU or Terminate in a dropped frame went unseen, so scripts/interop-siw.sh fails the rows
+# judged on it (its VM's capture runs on a TAP port of a host loaded with QEMU's TCG).
+capture_drops() {
+    tr -d '\r' 2>/dev/null <"$1" | sed -nE 's/^([0-9]+) packets? dropped( from .*)?$/\1/p' |
+        awk '{ n += $1 } END { print n + 0 }'
+}
