@@ -167,8 +167,8 @@ else
     ok "compare.sh's callgrind targets judge the count as measured" "1,500.25 and 1,500.04 instructions a Write missed, 1,400.25 and 1,500 met"
 fi
 
-# ---- compare.sh's callgrind section (issue 12's instruction-count targets) needs valgrind,
-# which scripts/install-deps.sh does not install: without it compare.sh wrote "callgrind
+# ---- compare.sh's callgrind section (issue 12's instruction-count targets) needs valgrind
+# (scripts/install-deps.sh installs it, but compare.sh may run without it): without it compare.sh wrote "callgrind
 # section skipped (CALLGRIND=0 or no valgrind)" into its report and exited 0, the two targets
 # unjudged. It must refuse at the start, naming valgrind and the opt-out (CALLGRIND=0).
 # PATH: stand-ins for the tools compare.sh checks for and for cargo, links to what else it
@@ -231,6 +231,27 @@ if [[ -n $rc_out ]]; then
     bad "rdma-compat.sh refuses a count of rounds that is none" "$rc_out"
 else
     ok "rdma-compat.sh refuses a count of rounds that is none" "ROUNDS 0 and three refused by name, non-zero exit, no medians"
+fi
+
+# ---- docs_match_install_deps: a page that tells the reader scripts/install-deps.sh
+# does not install a package it does install sends them to install it by hand (bench/README.md
+# said so of valgrind, which install-deps.sh has installed since compare.sh's callgrind
+# section came to need it). Each "PACKAGE, which `scripts/install-deps.sh` does not install"
+# on a page must name a package install-deps.sh --list does not print.
+dd_pkgs=$(scripts/install-deps.sh --list)
+dd_bad=()
+while IFS= read -r dd_hit; do
+    dd_pkg=${dd_hit%%,*}
+    if grep -qx -- "$dd_pkg" <<<"$dd_pkgs"; then dd_bad+=("$dd_pkg"); fi
+done < <(find . -name '*.md' -not -path './target/*' -not -path './fuzz/target/*' -print0 |
+    xargs -0 cat -- | tr '\n' ' ' | sed 's/\. /.\n/g' |
+    grep -oE '[a-z0-9][a-z0-9.+-]*, which `?scripts/install-deps\.sh`? does not *install' || true)
+if [[ -z $dd_pkgs ]]; then
+    bad "docs_match_install_deps" "scripts/install-deps.sh --list printed nothing"
+elif ((${#dd_bad[@]})); then
+    bad "docs_match_install_deps" "the docs say install-deps.sh does not install what it installs: ${dd_bad[*]}"
+else
+    ok "docs_match_install_deps" "no page says install-deps.sh leaves out a package it installs"
 fi
 
 if ((failed)); then

@@ -12,6 +12,19 @@
 #   scripts/demo.sh                 # about a minute after the build
 #   DEMO_LAT_ITERS=20000 DEMO_BW_ITERS=20000 scripts/demo.sh
 set -euo pipefail
+# It takes no argument: one it ignored installed packages and ran the demo.
+case $# in
+    0) ;;
+    *)
+        if [[ $1 == -h || $1 == --help ]] && (($# == 1)); then
+            echo "usage: scripts/demo.sh (no arguments; DEMO_LAT_ITERS and DEMO_BW_ITERS in the environment):"
+            sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+            exit 0
+        fi
+        echo "demo: takes no arguments (got '$*'); usage: scripts/demo.sh --help" >&2
+        exit 2
+        ;;
+esac
 cd "$(dirname "$0")/.."
 
 lat_iters=${DEMO_LAT_ITERS:-3000}

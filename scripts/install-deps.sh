@@ -6,7 +6,8 @@
 #   scripts/install-deps.sh --demo     # only what the demo needs
 #   scripts/install-deps.sh --list     # print the build + test packages, one a line; install nothing
 #
-# Needs root (or sudo) to install; prints what it does.
+# Needs root (or sudo) to install; prints what it does. Without --demo it also adds the Rust
+# tools the suite runs (rustup's rustfmt and clippy, cargo-fuzz) when they are missing.
 set -euo pipefail
 case "${1:-}" in
     "" | --demo | --list) ;;
@@ -67,8 +68,34 @@ if ((${#missing[@]})); then
     # tshark asks whether non-root users may capture; answer "no" up front so the install
     # never waits for input.
     echo "wireshark-common wireshark-common/install-setuid boolean false" | $sudo debconf-set-selections
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    # DEBIAN_FRONTEND through env, after sudo: sudo's env_reset drops the caller's variables,
+    # and apt-get then asked iperf3's debconf question and waited for an answer.
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
     echo "install-deps: all system packages present"
+fi
+
+# The Rust tools the suite runs beside cargo and rustc, after the system packages (cargo
+# install links with cc): rustfmt and clippy (scripts/test.sh's format and lint steps; a
+# rustup "minimal" profile, that of Rust's container images, has neither) and cargo-fuzz
+# (scripts/test-fuzz.sh), here in the install phase rather than from the network in the
+# middle of the test run. The demo needs none of them.
+if [[ "${1:-}" != "--demo" ]]; then
+    components=()
+    cargo fmt --version >/dev/null 2>&1 || components+=(rustfmt)
+    cargo clippy --version >/dev/null 2>&1 || components+=(clippy)
+    if ((${#components[@]})); then
+        if ! command -v rustup >/dev/null 2>&1; then
+            echo "install-deps: cargo has no ${components[*]}, and there is no rustup to add them;" \
+                "install the toolchain's ${components[*]}" >&2
+            exit 1
+        fi
+        echo "install-deps: adding the Rust components ${components[*]}"
+        rustup component add "${components[@]}"
+    fi
+    if ! command -v cargo-fuzz >/dev/null 2>&1; then
+        echo "install-deps: installing cargo-fuzz"
+        cargo install --locked cargo-fuzz
+    fi
 fi

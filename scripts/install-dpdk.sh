@@ -8,9 +8,16 @@
 #   scripts/install-dpdk.sh --build  # only what building the dpdk-sys crate needs
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [[ "${1:-}" == "--build" ]]; then
-    scripts/install-deps.sh --demo
-else
-    scripts/install-deps.sh
-fi
+# An argument it does not know is refused, never taken for "everything": `--help` or a
+# mistyped `--biuld` installed every build and test package.
+case "$*" in
+    --build) scripts/install-deps.sh --demo ;;
+    "") scripts/install-deps.sh ;;
+    -h | --help)
+        echo "usage: scripts/install-dpdk.sh [--build]"
+        sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+        exit 0
+        ;;
+    *) echo "install-dpdk: unknown argument '$*' (usage: install-dpdk.sh [--build])" >&2; exit 2 ;;
+esac
 echo "install-dpdk: libdpdk $(pkg-config --modversion libdpdk)"

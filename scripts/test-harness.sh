@@ -2046,6 +2046,144 @@ else
     bad "interop-siw.sh refuses an all-zero perftest row" "real, real, zeros, zeros gave '$nz', not 'yynn'"
 fi
 
+# ---- install_deps_rust_tools: the suite runs `cargo fmt`, `cargo clippy` (test.sh's
+# second and third steps) and `cargo fuzz` (test-fuzz.sh), none of which comes with cargo
+# and rustc alone (rustup's "minimal" profile, that of Rust's container images, has no
+# rustfmt and no clippy; cargo-fuzz is never part of a toolchain). install-deps.sh checked
+# only cargo and rustc, so on such a machine the suite failed at its format step, and the
+# fuzz step compiled and installed cargo-fuzz from the network in the middle of the test
+# run. install-deps.sh (not --demo: the demo needs none of them) must add what is missing
+# in the install phase, after the system packages (cargo install links with cc), and add
+# nothing on a second run. Stand-ins: cargo, rustc, rustup and dpkg-query (every package
+# present) record what they are asked.
+mkdir -p "$work/rt/bin"
+cat >"$work/rt/bin/cargo" <<EOF
+#!/bin/sh
+echo "cargo \$*" >>"$work/rt/calls"
+case "\$1 \$2" in
+    "fmt --version" | "clippy --version") [ -e "$work/rt/components" ] ;;
+    "install --locked") printf '#!/bin/sh\nexit 0\n' >"$work/rt/bin/cargo-fuzz"; chmod +x "$work/rt/bin/cargo-fuzz" ;;
+    *) exit 1 ;;
+esac
+EOF
+cat >"$work/rt/bin/rustup" <<EOF
+#!/bin/sh
+echo "rustup \$*" >>"$work/rt/calls"
+touch "$work/rt/components"
+EOF
+printf '#!/bin/sh\necho "rustc 1.89.0 (29483883e 2025-08-04)"\n' >"$work/rt/bin/rustc"
+printf '#!/bin/sh\nprintf "install ok installed"\n' >"$work/rt/bin/dpkg-query"
+chmod +x "$work/rt/bin/"*
+rt() { # rt ARGS...: install-deps.sh on the stand-ins; sets rc and calls (what it asked for)
+    rm -f "$work/rt/calls"
+    PATH="$work/rt/bin:/usr/sbin:/usr/bin:/sbin:/bin" timeout 20 scripts/install-deps.sh "$@" >"$work/rt/out" 2>&1
+    rc=$?
+    calls=$(grep -v -e '^cargo fmt --version' -e '^cargo clippy --version' "$work/rt/calls" 2>/dev/null | tr '\n' ';')
+}
+rt --demo
+rc_demo=$rc calls_demo=$calls
+rt
+rc_first=$rc calls_first=$calls
+rt
+if ((rc_demo != 0)) || [[ -n $calls_demo ]]; then
+    bad "install_deps_rust_tools" "--demo: exit $rc_demo, asked for '$calls_demo' (the demo needs no rustfmt, clippy or cargo-fuzz)"
+elif ((rc_first != 0)) || [[ $calls_first != *"rustup component add rustfmt clippy;"* ||
+    $calls_first != *"cargo install --locked cargo-fuzz;"* ]]; then
+    bad "install_deps_rust_tools" "a toolchain without rustfmt, clippy and cargo-fuzz: exit $rc_first, asked for '$calls_first': $(tail -n 1 "$work/rt/out")"
+elif ((rc != 0)) || [[ -n $calls ]]; then
+    bad "install_deps_rust_tools" "second run: exit $rc, asked for '$calls' (nothing was missing)"
+else
+    ok "install_deps_rust_tools" "rustfmt, clippy and cargo-fuzz added in the install phase, nothing on a second run or for the demo"
+fi
+
+# ---- install_deps_sudo_noninteractive: as a user with sudo (the README's "or with
+# sudo available"), install-deps.sh ran `DEBIAN_FRONTEND=noninteractive sudo apt-get ...`,
+# and sudo's env_reset (Debian's default sudoers) drops DEBIAN_FRONTEND: apt-get ran with
+# the interactive debconf front end, and iperf3's "start the daemon automatically?" question
+# stopped the install waiting for an answer. The variable must reach apt-get through sudo.
+# Stand-ins: id (a user), sudo (env_reset: runs the command in an environment of PATH
+# alone), dpkg-query (nothing installed), apt-get (records what it saw), a toolchain
+# with every Rust tool.
+mkdir -p "$work/sd/bin"
+printf '#!/bin/sh\n[ "$1" = -u ] && echo 1000 && exit 0\nexec /usr/bin/id "$@"\n' >"$work/sd/bin/id"
+printf '#!/bin/sh\nexec env -i PATH="%s" "$@"\n' "$work/sd/bin:/usr/sbin:/usr/bin:/sbin:/bin" >"$work/sd/bin/sudo"
+printf '#!/bin/sh\nexit 1\n' >"$work/sd/bin/dpkg-query"
+printf '#!/bin/sh\necho "apt-get DEBIAN_FRONTEND=${DEBIAN_FRONTEND:-unset} $1" >>"%s"\n' "$work/sd/apt" >"$work/sd/bin/apt-get"
+printf '#!/bin/sh\ncat >/dev/null\n' >"$work/sd/bin/debconf-set-selections"
+printf '#!/bin/sh\necho "rustc 1.89.0 (29483883e 2025-08-04)"\n' >"$work/sd/bin/rustc"
+printf '#!/bin/sh\nexit 0\n' >"$work/sd/bin/cargo"
+cp "$work/sd/bin/cargo" "$work/sd/bin/cargo-fuzz"
+chmod +x "$work/sd/bin/"*
+sd_out=$(PATH="$work/sd/bin:/usr/sbin:/usr/bin:/sbin:/bin" timeout 20 scripts/install-deps.sh --demo 2>&1)
+sd_rc=$?
+sd_apt=$(cat "$work/sd/apt" 2>/dev/null)
+if ((sd_rc != 0)) || ! grep -q "^apt-get DEBIAN_FRONTEND=.* install$" <<<"$sd_apt"; then
+    bad "install_deps_sudo_noninteractive" "exit $sd_rc, apt-get never asked to install: $(tail -n 1 <<<"$sd_out")"
+elif grep -v "DEBIAN_FRONTEND=noninteractive" <<<"$sd_apt" | grep -q .; then
+    bad "install_deps_sudo_noninteractive" "through sudo apt-get saw: $(grep -v 'DEBIAN_FRONTEND=noninteractive' <<<"$sd_apt" | tr '\n' ';')"
+else
+    ok "install_deps_sudo_noninteractive" "apt-get update and install ran through sudo with DEBIAN_FRONTEND=noninteractive"
+fi
+
+# ---- test_sh_needs_root_first: scripts/test.sh cannot pass without root (the
+# packet-path, rdma-compat and libfabric steps make namespaces; test-harness.sh refuses to
+# run), yet as a user it installed, formatted, linted, ran every cargo test, the fuzz smoke
+# runs and the release build, about 20 minutes on 2 cores, before its first root step failed.
+# It must fail at once, naming root, before any step runs. Run as nobody from a copy nobody
+# can read, with stand-ins (install-deps.sh, cargo) that say when they run.
+mkdir -p "$work/nr/tree/scripts" "$work/nr/bin"
+cp scripts/test.sh "$work/nr/tree/scripts/"
+printf '#!/bin/sh\necho "STAND-IN RAN: install-deps"\n' >"$work/nr/tree/scripts/install-deps.sh"
+printf '#!/bin/sh\necho "STAND-IN RAN: cargo $*"\n' >"$work/nr/bin/cargo"
+chmod +x "$work/nr/tree/scripts/install-deps.sh" "$work/nr/bin/cargo"
+chmod a+rX "$work" && chmod -R a+rX "$work/nr"
+nr_out=$(cd / && setpriv --reuid=65534 --regid=65534 --clear-groups \
+    env -i PATH="$work/nr/bin:/usr/sbin:/usr/bin:/sbin:/bin" timeout 20 bash "$work/nr/tree/scripts/test.sh" 2>&1)
+nr_rc=$?
+if ((nr_rc == 0)) || grep -q "STAND-IN RAN" <<<"$nr_out" || ! grep -qi "root" <<<"$(tail -n 2 <<<"$nr_out")"; then
+    bad "test_sh_needs_root_first" "as nobody: exit $nr_rc; $(grep -m1 'STAND-IN RAN' <<<"$nr_out" || tail -n 1 <<<"$nr_out")"
+else
+    ok "test_sh_needs_root_first" "as nobody: exit $nr_rc before any step: $(tail -n 1 <<<"$nr_out" | cut -c1-80)"
+fi
+
+# ---- readme_commands_refuse_arguments: the README's commands and install-dpdk.sh on
+# an argument they do not take. `scripts/test.sh --help` ran the whole suite (apt-get, then
+# 30 minutes of builds and runs), `scripts/demo.sh --help` installed packages and ran the
+# demo, and `scripts/install-dpdk.sh --help` (or a mistyped --biuld) installed every build
+# and test package: each ignored what it did not know. Each must print its usage for -h /
+# --help and refuse anything else with exit 2, before it installs, builds or runs anything.
+# Stand-ins, in a copy of the scripts: install-deps.sh and cargo record that they ran.
+mkdir -p "$work/args/scripts/lib" "$work/args/bin" "$work/args/.ci"
+cp scripts/test.sh scripts/demo.sh scripts/install-dpdk.sh "$work/args/scripts/"
+cp scripts/lib/cpus.sh "$work/args/scripts/lib/"
+cp .ci/run "$work/args/.ci/"
+printf '#!/bin/sh\necho "install-deps $*" >>"%s"\n' "$work/args/ran" >"$work/args/scripts/install-deps.sh"
+printf '#!/bin/sh\necho "cargo $*" >>"%s"\nexit 1\n' "$work/args/ran" >"$work/args/bin/cargo"
+chmod +x "$work/args/scripts/install-deps.sh" "$work/args/bin/cargo"
+args_gaps=()
+for cmd in "scripts/test.sh --help" "scripts/test.sh -h" "scripts/test.sh --fast" ".ci/run --help" \
+    "scripts/demo.sh --help" "scripts/demo.sh --iters" "scripts/install-dpdk.sh --help" \
+    "scripts/install-dpdk.sh --biuld"; do
+    rm -f "$work/args/ran"
+    # shellcheck disable=SC2086 # the command and its argument, split on purpose
+    out=$(cd "$work/args" && PATH="$work/args/bin:$PATH" timeout 20 $cmd 2>&1)
+    rc=$?
+    want=2
+    [[ $cmd == *-h* ]] && want=0
+    if [[ -e "$work/args/ran" ]]; then
+        args_gaps+=("'$cmd' ran $(head -n 1 "$work/args/ran")")
+    elif ((rc != want)); then
+        args_gaps+=("'$cmd' exit $rc, not $want: $(tail -n 1 <<<"$out")")
+    elif ((want == 0)) && ! grep -qi usage <<<"$out"; then
+        args_gaps+=("'$cmd' printed no usage: $(tail -n 1 <<<"$out")")
+    fi
+done
+if ((${#args_gaps[@]})); then
+    bad "readme_commands_refuse_arguments" "$(IFS=';'; echo "${args_gaps[*]}")"
+else
+    ok "readme_commands_refuse_arguments" "test.sh, .ci/run, demo.sh and install-dpdk.sh: usage for --help, exit 2 for an unknown argument, nothing installed or built"
+fi
+
 if ((failed)); then
     echo "test-harness: $failed case(s) failed" >&2
     exit 1

@@ -29,6 +29,27 @@
 # names none of them fails the run, and with CI=true every skip fails it: CI must run
 # everything (each of the three scripts refuses its opt-out under CI=true too).
 set -euo pipefail
+# It takes no argument: one it ignored ran the whole suite (`scripts/test.sh --help` installed
+# packages and ran for half an hour).
+case $# in
+    0) ;;
+    *)
+        if [[ $1 == -h || $1 == --help ]] && (($# == 1)); then
+            echo "usage: scripts/test.sh (no arguments; FUZZ_SECONDS, WARPCORE_SKIP_NET, WARPCORE_SKIP_SIW, WARPCORE_SUITE_BUDGET and CI in the environment):"
+            sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+            exit 0
+        fi
+        echo "test.sh: takes no arguments (got '$*'); usage: scripts/test.sh --help" >&2
+        exit 2
+        ;;
+esac
+# Root first: the packet-path, rdma-compat and libfabric steps make network namespaces and
+# the harness step refuses to run without it, so a user's run could only fail, and did,
+# about 20 minutes in (after the builds, the cargo tests and the fuzz runs).
+if [[ $(id -u) -ne 0 ]]; then
+    echo "test.sh: FAILED: needs root (network namespaces, tap and veth devices; README.md): run it as root" >&2
+    exit 1
+fi
 cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
