@@ -79,7 +79,8 @@ pub fn clean_report(raw: &Path, out: &Path) -> Result<Cleaned, String> {
 /// The plain pcapng form of the pcapng file `b` ([`clean`] without the files): every block
 /// in little-endian order, options left out but `if_tsresol` and `if_tsoffset`, blocks
 /// other than section headers, interface descriptions and packets dropped; up to the last
-/// whole block.
+/// whole block (a packet or interface block too short for its fixed fields ends it too, and
+/// [`Cleaned::cut`] says where).
 pub fn normalise(b: &[u8]) -> (Vec<u8>, Cleaned) {
     let mut o = Vec::with_capacity(b.len());
     let mut i = 0usize;
@@ -100,6 +101,12 @@ pub fn normalise(b: &[u8]) -> (Vec<u8>, Cleaned) {
         if len < 12 || len > b.len() - i {
             // A block cut short by an interrupted run ends the file.
             cut = Some((i, "a block longer than the rest of the file"));
+            break;
+        }
+        // The length is written before and after the body (section 3.1): where the two
+        // differ, one is damaged and where the next block starts is not known.
+        if u32_at(b, i + len - 4, le) != Some(len as u32) {
+            cut = Some((i, "a block whose leading and trailing lengths differ"));
             break;
         }
         let body = &b[i + 8..i + len - 4];
@@ -184,6 +191,16 @@ pub fn normalise(b: &[u8]) -> (Vec<u8>, Cleaned) {
                 block(&mut o, PB, &s);
                 packets += 1;
             }
+            // A packet or interface block too short for its fixed fields (sections 4.2-4.4,
+            // appendix A) is damage: skipping it would lose a packet, or shift every later
+            // packet onto the wrong interface, without a word.
+            IDB | EPB | SPB | PB => {
+                cut = Some((
+                    i,
+                    "a packet or interface block shorter than its fixed fields",
+                ));
+                break;
+            }
             _ => {}
         }
         i += len;
@@ -203,6 +220,93 @@ mod tests {
         out.extend_from_slice(&total.to_be_bytes());
         out.extend_from_slice(body);
         out.extend_from_slice(&total.to_be_bytes());
+    }
+
+    /// A little-endian section header, one Ethernet interface, then `blocks`.
+    fn le_file(blocks: &[(u32, Vec<u8>)]) -> Vec<u8> {
+        let mut f = Vec::new();
+        let mut shb = 0x1A2B_3C4Du32.to_le_bytes().to_vec();
+        shb.extend_from_slice(&[1, 0, 0, 0]);
+        shb.extend_from_slice(&u64::MAX.to_le_bytes());
+        block(&mut f, SHB, &shb);
+        for (ty, body) in blocks {
+            block(&mut f, *ty, body);
+        }
+        f
+    }
+
+    fn epb(k: u8) -> Vec<u8> {
+        let mut b = vec![0u8; 8];
+        b.extend_from_slice(&u32::from(k).to_le_bytes());
+        b.extend_from_slice(&60u32.to_le_bytes());
+        b.extend_from_slice(&60u32.to_le_bytes());
+        b.extend_from_slice(&[k; 60]);
+        b
+    }
+
+    /// A packet or interface block whose framing is whole but whose body is shorter than
+    /// the block's fixed fields (pcapng spec sections 4.2-4.4, appendix A) is damage, not a
+    /// block to skip: the normaliser dropped it without a word, the packet count and the
+    /// judge ([`Cleaned::cut`] unset) then passed a capture that was not read whole, and a
+    /// dropped interface shifted every later packet onto the wrong interface.
+    #[test]
+    fn short_packet_and_interface_blocks_are_not_dropped_silently() {
+        let idb = vec![1, 0, 0, 0, 0, 0, 4, 0];
+        for (name, ty, short) in [
+            ("enhanced packet", EPB, vec![0u8; 16]),
+            ("obsolete packet", PB, vec![0u8; 12]),
+            ("simple packet", SPB, vec![]),
+            ("interface", IDB, vec![1, 0, 0, 0]),
+        ] {
+            let f = le_file(&[
+                (IDB, idb.clone()),
+                (EPB, epb(1)),
+                (ty, short),
+                (EPB, epb(2)),
+            ]);
+            let (_, c) = normalise(&f);
+            assert!(
+                c.cut.is_some(),
+                "a short {name} block was dropped silently: {c:?}"
+            );
+            // iwdump's reader says so too.
+            let read = parse_capture(&f).unwrap();
+            assert!(
+                read.warnings.iter().any(|w| w.contains("damaged")),
+                "{name}: {:?}",
+                read.warnings
+            );
+        }
+        // Every block whole: read whole, nothing reported.
+        let f = le_file(&[(IDB, idb), (EPB, epb(1)), (EPB, epb(2))]);
+        let (_, c) = normalise(&f);
+        assert_eq!(
+            c,
+            Cleaned {
+                packets: 2,
+                cut: None
+            }
+        );
+    }
+
+    /// A block whose trailing length differs from its leading one (pcapng spec section 3.1:
+    /// both say the same) has a damaged length: read on trust it swallowed the packet
+    /// blocks after it (or sent the reader into the middle of one, whose octets then read
+    /// as blocks of unknown type and were skipped), without a word.
+    #[test]
+    fn block_lengths_that_disagree_are_damage() {
+        let idb = vec![1, 0, 0, 0, 0, 0, 4, 0];
+        let mut f = le_file(&[(IDB, idb), (EPB, epb(1))]);
+        let second = f.len();
+        for k in 2..5 {
+            block(&mut f, EPB, &epb(k));
+        }
+        // The second packet's leading length grown by the next two blocks' lengths: still
+        // within the file, its body long enough for its captured length.
+        let one = u32::from_le_bytes(f[second + 4..second + 8].try_into().unwrap());
+        f[second + 4..second + 8].copy_from_slice(&(one * 3).to_le_bytes());
+        let (_, c) = normalise(&f);
+        assert!(c.cut.is_some(), "packets lost without a word: {c:?}");
     }
 
     /// A pcapng file written on a big-endian host (every field in that order) is rewritten
