@@ -35,7 +35,7 @@ pub fn iwdump_report(path: &Path, name: &str) -> CaptureReport {
 }
 
 /// Asserts that the capture at `path` holds at least one iWARP connection with CRCs, that
-/// iwdump judged all of it (no capture gap, no frame cut by the snap length) and finds no
+/// iwdump judged all of it (every frame read and decoded, no capture gap, no frame cut by the snap length) and finds no
 /// violation, CRC, marker or segment error in it and every TCP segment
 /// aligned with FPDUs (both ends Warpcore on its own TCP), and that tshark (where it
 /// runs, see [`crate::tshark::present_or_skip`]) finds no malformed frame or bad CRC and
@@ -43,6 +43,13 @@ pub fn iwdump_report(path: &Path, name: &str) -> CaptureReport {
 pub fn judge_capture(path: &Path) {
     let report = iwdump_report(path, "engine");
     let text = render_text(&report, false);
+    // Every frame read and decoded: a frame the reader skipped (a packet block naming an
+    // interface the file never described, damage) or whose TCP data it could not decode is
+    // a part of the run that nothing below checked, and at the end of a stream no gap shows.
+    assert!(
+        report.warnings.is_empty(),
+        "iwdump did not read all of the capture:\n{text}"
+    );
     assert_eq!(report.violations(), 0, "iwdump found violations:\n{text}");
     let conns: Vec<_> = report.iwarp().collect();
     assert!(
@@ -190,10 +197,15 @@ mod tests {
             .filter(|(k, _)| keep(*k))
             .map(|(_, f)| &f.data[..])
             .collect();
+        judge_bytes(tag, &crate::pcapng::ethernet(&frames))
+    }
+
+    /// The capture file `bytes` judged; the judge's complaint if it failed.
+    fn judge_bytes(tag: &str, bytes: &[u8]) -> Result<(), String> {
         let dir = std::env::temp_dir().join(format!("wc-judge-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("run.pcapng");
-        std::fs::write(&path, crate::pcapng::ethernet(&frames)).unwrap();
+        std::fs::write(&path, bytes).unwrap();
         let r = std::panic::catch_unwind(|| judge_capture(&path)).map_err(|e| {
             e.downcast_ref::<String>()
                 .cloned()
@@ -253,5 +265,28 @@ mod tests {
         let dropped = of_it[of_it.len() / 2];
         let e = judge_siw(SIW, "siw-gap", |k| k != dropped).expect_err("a capture gap must fail");
         assert!(e.contains("capture gap"), "{e}");
+    }
+
+    /// A frame the reader could not place (here a packet block naming an interface the
+    /// file never described) is skipped with a capture warning; the judge ignored the
+    /// capture's warnings, so a run whose last frames it never read passed. Every frame is
+    /// read, or the judge fails.
+    #[test]
+    fn a_frame_the_reader_skipped_fails_the_judge() {
+        const SIW: &str = "siw_mpa2crc_ib_send_lat.pcap";
+        let cap =
+            warpcore_analysis::capture::read_capture_file(&crate::paths::interop_pcaps().join(SIW))
+                .unwrap();
+        let frames: Vec<&[u8]> = cap.frames.iter().map(|f| &f.data[..]).collect();
+        let mut bytes = crate::pcapng::ethernet(&frames);
+        judge_bytes("siw-all-read", &bytes).expect("the whole capture passes");
+        // The last block (an enhanced packet block) names interface 7.
+        let n = bytes.len();
+        let total = u32::from_le_bytes(bytes[n - 4..].try_into().unwrap()) as usize;
+        let start = n - total;
+        assert_eq!(bytes[start..start + 4], 6u32.to_le_bytes());
+        bytes[start + 8..start + 12].copy_from_slice(&7u32.to_le_bytes());
+        let e = judge_bytes("siw-skipped", &bytes).expect_err("a skipped frame must fail");
+        assert!(e.contains("unknown interface"), "{e}");
     }
 }
