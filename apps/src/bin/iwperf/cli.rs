@@ -653,6 +653,14 @@ impl Cli {
         if self.write_with_imm && !self.test.is_write() {
             return Err("--write_with_imm applies to write_lat and write_bw".into());
         }
+        // As perftest, which refuses -A outside ib_atomic_*: ignored, `write_bw -A
+        // CMP_AND_SWAP` ran Writes and reported them as if an atomic were measured.
+        if self.given.atomic_type && !self.test.is_atomic() {
+            return Err(format!(
+                "-A applies to atomic_lat and atomic_bw ({} runs no atomic)",
+                self.test.name()
+            ));
+        }
         if self.inline_size > 0 && !(self.test.is_write() || self.test.is_send()) {
             return Err(format!(
                 "-I applies to write and send tests ({} carries no payload to inline)",
@@ -792,6 +800,13 @@ impl Cli {
             && self.test.is_bw()
         {
             return Err("-H, -U and -C apply to latency tests".into());
+        }
+        // As perftest ("NoPeak only valid for BW tests"): a latency table has no peak
+        // column, and the flag was taken and ignored.
+        if self.no_peak && !self.test.is_bw() {
+            return Err(
+                "-N applies to bandwidth tests (a latency table has no peak column)".into(),
+            );
         }
         if (self.report_histogram || self.report_unsorted) && self.duration.is_some() {
             return Err(
@@ -1203,6 +1218,64 @@ mod tests {
         assert!(validate(&["-a"]).is_ok());
         assert!(validate(&["-D", "1"]).is_ok());
         assert!(validate(&["-s", "4096", "-n", "100"]).is_ok());
+    }
+
+    /// `-A` outside the atomic tests was taken and ignored: `write_bw -A CMP_AND_SWAP` ran
+    /// Writes and exited 0, where docs/iwperf.md promises that a perftest flag that cannot
+    /// apply is refused (exit 2, the reason named) and perftest itself refuses `-A` outside
+    /// `ib_atomic_*`. Parsed as `main` parses (the matches say whether `-A` was given, its
+    /// default being FETCH_AND_ADD).
+    #[test]
+    fn atomic_type_outside_the_atomic_tests_is_refused() {
+        use clap::{CommandFactory, FromArgMatches};
+        let validate = |args: &[&str]| {
+            let m = Cli::command()
+                .try_get_matches_from([&["iwperf"][..], args, &["--loopback=link"]].concat())
+                .expect("parses");
+            let mut c = Cli::from_arg_matches(&m).expect("parses");
+            c.note_given(&m);
+            c.validate()
+        };
+        for test in [
+            "write_bw",
+            "write_lat",
+            "read_bw",
+            "read_lat",
+            "send_bw",
+            "send_lat",
+        ] {
+            for a in ["CMP_AND_SWAP", "FETCH_AND_ADD"] {
+                let e = validate(&[test, "-A", a]).unwrap_err();
+                assert!(
+                    e.contains("-A applies to atomic_lat and atomic_bw"),
+                    "{test}: {e}"
+                );
+            }
+            assert!(validate(&[test]).is_ok(), "{test} without -A");
+        }
+        for test in ["atomic_bw", "atomic_lat"] {
+            assert!(validate(&[test, "-A", "CMP_AND_SWAP"]).is_ok(), "{test}");
+            assert!(validate(&[test]).is_ok(), "{test}");
+        }
+    }
+
+    /// `-N` in a latency test was taken and ignored (a latency table has no peak column),
+    /// where perftest refuses it ("NoPeak only valid for BW tests") and docs/iwperf.md
+    /// promises that a perftest flag that cannot apply is refused.
+    #[test]
+    fn no_peak_in_a_latency_test_is_refused() {
+        let validate = |args: &[&str]| {
+            Cli::try_parse_from([&["iwperf"][..], args, &["--loopback=link"]].concat())
+                .unwrap()
+                .validate()
+        };
+        for test in ["write_lat", "read_lat", "send_lat", "atomic_lat"] {
+            let e = validate(&[test, "-N"]).unwrap_err();
+            assert!(e.contains("-N applies to bandwidth tests"), "{test}: {e}");
+        }
+        for test in ["write_bw", "read_bw", "send_bw", "atomic_bw"] {
+            assert!(validate(&[test, "-N"]).is_ok(), "{test}");
+        }
     }
 
     /// `--margin` applies to -D only, and two margins must leave something to count.
