@@ -1123,27 +1123,7 @@ fn keep_alive_probes_fin_wait_2_after_a_close_in_syn_received() {
     let mut c = Connection::accept(&config, ep(), ISS, &syn, ms(0));
     c.close();
     assert_eq!(drain(&mut c, ms(0)).len(), 2, "SYN-ACK then FIN");
-    c.handle_segment(ms(1), &seg(TcpControl::None, PISS + 1, Some(ISS + 2), &[]));
-    assert_eq!(c.state(), State::FinWait2);
-    let mut now = ms(1);
-    let mut probes = 0;
-    while now < ms(120_000) {
-        let next = now + Duration::from_secs(1);
-        for (t, o) in run_until(&mut c, now, next) {
-            // A keep-alive: SEG.SEQ = SND.NXT - 1, no data; the live peer answers it.
-            assert_eq!((o.seq, o.payload.len()), (ISS + 1, 0), "{o:?}");
-            probes += 1;
-            c.handle_segment(t, &seg(TcpControl::None, PISS + 1, Some(ISS + 2), &[]));
-        }
-        now = next;
-        assert_eq!(c.state(), State::FinWait2, "at {now}");
-    }
-    assert!(probes >= 10, "{probes} keep-alives");
-    // The peer's last data and FIN still arrive.
-    c.handle_segment(now, &data(0, b"late", ISS + 2));
-    c.handle_segment(now, &seg(TcpControl::Fin, PISS + 5, Some(ISS + 2), &[]));
-    assert_eq!(c.state(), State::TimeWait);
-    assert_eq!(c.recv_queue(), 4);
+    fin_wait_2_keep_alive_probes_a_live_peer(&mut c, ms(1));
 }
 
 // Header prediction (`Connection::take_predicted`, the receive fast path) against the
@@ -1710,13 +1690,20 @@ fn rfc1122_4_2_3_6_keep_alive_probes_a_live_peer_in_fin_wait_2() {
     let mut c = established(config, true);
     c.close();
     assert_eq!(drain(&mut c, ms(2))[0].control, TcpControl::Fin);
-    c.handle_segment(ms(3), &seg(TcpControl::None, PISS + 1, Some(ISS + 2), &[]));
+    fin_wait_2_keep_alive_probes_a_live_peer(&mut c, ms(3));
+}
+
+/// The peer acknowledges our FIN at `at`: in FIN-WAIT-2 for two minutes, a live peer that
+/// answers every keep-alive keeps the connection (RFC 1122 4.2.3.6; the user timeout
+/// counts silence), and its last data and FIN still arrive.
+fn fin_wait_2_keep_alive_probes_a_live_peer(c: &mut Connection, at: Instant) {
+    c.handle_segment(at, &seg(TcpControl::None, PISS + 1, Some(ISS + 2), &[]));
     assert_eq!(c.state(), State::FinWait2);
-    let mut now = ms(3);
+    let mut now = at;
     let mut probes = 0;
     while now < ms(120_000) {
         let next = now + Duration::from_secs(1);
-        for (t, o) in run_until(&mut c, now, next) {
+        for (t, o) in run_until(c, now, next) {
             // A keep-alive: SEG.SEQ = SND.NXT - 1, no data; the live peer answers it.
             assert_eq!((o.seq, o.payload.len()), (ISS + 1, 0), "{o:?}");
             probes += 1;

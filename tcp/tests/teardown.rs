@@ -139,12 +139,7 @@ fn rfc9293_3_10_7_4_time_wait_retransmitted_fin_syn_and_rst() {
 #[test]
 fn rfc5961_3_2_rst_in_closing_states() {
     // CLOSING.
-    let mut c = established(cfg(), true);
-    c.close();
-    drain(&mut c, ms(2));
-    c.handle_segment(ms(3), &seg(TcpControl::Fin, PISS + 1, Some(ISS + 1), &[]));
-    assert_eq!(c.state(), State::Closing);
-    drain(&mut c, ms(3));
+    let mut c = closing();
     c.handle_segment(ms(600), &seg(TcpControl::Rst, PISS + 5, None, &[]));
     assert_eq!(c.state(), State::Closing);
     assert_eq!(drain(&mut c, ms(600)).len(), 1);
@@ -192,12 +187,7 @@ fn a_rst_at_the_peers_fin_resets_after_the_fin() {
     assert_eq!(c.state(), State::Closed);
     assert_eq!(events(&mut c).last(), Some(&ConnEvent::Reset));
     // CLOSING.
-    let mut c = established(cfg(), true);
-    c.close();
-    drain(&mut c, ms(2));
-    c.handle_segment(ms(3), &seg(TcpControl::Fin, PISS + 1, Some(ISS + 1), &[]));
-    assert_eq!(c.state(), State::Closing);
-    drain(&mut c, ms(3));
+    let mut c = closing();
     c.handle_segment(ms(4), &seg(TcpControl::Rst, PISS + 1, None, &[]));
     assert_eq!(c.state(), State::Closed);
 }
@@ -756,4 +746,16 @@ fn rfc6191_a_reconnect_from_the_same_port_reopens_time_wait() {
     let mut buf = [0u8; 16];
     assert_eq!(b.recv(s2, &mut buf).expect("recv"), 5);
     assert_eq!(&buf[..5], b"hello");
+}
+
+/// An established connection that closed, then took the peer's FIN before its own FIN was
+/// acknowledged: CLOSING, its output drained at 3 ms.
+fn closing() -> Connection {
+    let mut c = established(cfg(), true);
+    c.close();
+    drain(&mut c, ms(2));
+    c.handle_segment(ms(3), &seg(TcpControl::Fin, PISS + 1, Some(ISS + 1), &[]));
+    assert_eq!(c.state(), State::Closing);
+    drain(&mut c, ms(3));
+    c
 }

@@ -1129,17 +1129,7 @@ mod tests {
         }
         drop(qp);
         let mut client = Client::new(c.ctx, s.ip, &cli).unwrap();
-        client.start(0, 1).unwrap();
-        let mut finished = Vec::new();
-        let t0 = Instant::now();
-        while finished.is_empty() {
-            server.step().unwrap();
-            client.step(&mut finished).unwrap();
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "the connection hangs"
-            );
-        }
+        run_connection(&mut server, &mut client, 1);
         assert_eq!(client.figures.conns, 1);
         let t0 = Instant::now();
         while server.verified < 1 {
@@ -1156,24 +1146,26 @@ mod tests {
         let (s, c) = open_loopback_pair(&cli).unwrap();
         let mut server = Server::new(s.ctx, PORT, cli.size as usize).unwrap();
         let mut client = Client::new(c.ctx, s.ip, &cli).unwrap();
-        let mut finished = Vec::new();
-        let mut stepped = |client: &mut Client, seq: u64| {
-            client.start(0, seq).unwrap();
-            finished.clear();
-            let t0 = Instant::now();
-            while finished.is_empty() {
-                server.step().unwrap();
-                client.step(&mut finished).unwrap();
-                assert!(
-                    t0.elapsed() < Duration::from_secs(30),
-                    "connection {seq} hangs"
-                );
-            }
-        };
-        stepped(&mut client, 1);
-        stepped(&mut client, END);
+        run_connection(&mut server, &mut client, 1);
+        run_connection(&mut server, &mut client, END);
         assert_eq!(client.figures.conns, 1);
         assert_eq!(client.figures.cycle.len(), 1);
         assert_eq!(client.figures.established.len(), client.figures.conns);
+    }
+
+    /// Runs `client`'s connection `seq` to its end in slot 0, the server stepped alongside;
+    /// bounded.
+    fn run_connection(server: &mut Server, client: &mut Client, seq: u64) {
+        client.start(0, seq).unwrap();
+        let mut finished = Vec::new();
+        let t0 = Instant::now();
+        while finished.is_empty() {
+            server.step().unwrap();
+            client.step(&mut finished).unwrap();
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "connection {seq} hangs"
+            );
+        }
     }
 }
