@@ -133,6 +133,8 @@ contracts() {
     contract_pair imm_inline_atomic 7542
     contract rdmacm_exports
     contract id_device_pd
+    contract bind_addr_in_use
+    contract route_during_addr_query
     contract modify_qp_err_flush
     contract cq_event_ack
     contract destroy_cq_drops_event

@@ -349,8 +349,13 @@ struct IdState {
     /// gave an active id).
     port: u16,
     /// The port this id holds in [`Registry::held`] (an active id's, from
-    /// `rdma_resolve_addr`), given back by `rdma_destroy_id`.
+    /// `rdma_resolve_addr`, or one `rdma_bind_addr` bound), given back by `rdma_destroy_id`.
     held: Option<u16>,
+    /// `rdma_bind_addr` bound the id (to a port or to port 0): it binds no more.
+    bound: bool,
+    /// `RDMA_OPTION_ID_REUSEADDR` is set: `rdma_bind_addr` may share a port other ids
+    /// are bound to (not one a listener has).
+    reuseaddr: bool,
     /// The peer, once resolved or connected.
     dst: Option<SocketAddrV4>,
     /// A child id: the request it answers.
@@ -1531,7 +1536,38 @@ pub extern "C" fn __wc_rdma_bind_addr(p: *mut rdma_cm_id, addr: *mut sockaddr) -
         if !a.ip().is_unspecified() && !a.ip().is_loopback() && *a.ip() != eng.ip {
             return fail(EADDRNOTAVAIL, -1);
         }
-        id.lock().port = a.port();
+        {
+            let mut reg = registry();
+            let mut st = id.lock();
+            // Only an idle id binds: the kernel's rdma_bind_addr moves RDMA_CM_IDLE to
+            // ADDR_BOUND or fails with EINVAL (an id bound already, to a port or to port 0,
+            // resolved, listening, or a connection request's). Before, a second bind
+            // moved the id's port, a listener's away from the port it listens on.
+            if st.bound || st.port != 0 || st.dst.is_some() || st.request.is_some() {
+                return fail(EINVAL, -1);
+            }
+            // A port another id is bound to, listens on or connects from: EADDRINUSE, as
+            // the kernel's cma_use_port refuses it without SO_REUSEADDR. Held from here on
+            // (given back by rdma_destroy_id). Before, the bind succeeded and the conflict
+            // came out at rdma_listen, or never for an active id.
+            // With RDMA_OPTION_ID_REUSEADDR, a port bound by others but listened on by
+            // none is shared (the kernel's cma_check_port lets reuseaddr ids share one
+            // no listener has).
+            if a.port() != 0 {
+                let taken = if st.reuseaddr {
+                    reg.listeners.contains_key(&a.port())
+                } else {
+                    reg.port_taken(a.port())
+                };
+                if taken {
+                    return fail(EADDRINUSE, -1);
+                }
+                reg.hold(a.port());
+                st.held = Some(a.port());
+            }
+            st.bound = true;
+            st.port = a.port();
+        }
         set_src(id, SocketAddrV4::new(eng.ip, a.port()));
         0
     })
@@ -1620,7 +1656,7 @@ pub extern "C" fn __wc_rdma_resolve_addr(
         // A resolution of this id's still running: EINVAL, as the kernel's state check
         // answers an id in ADDR_QUERY (rdma_resolve_addr: ADDR_BOUND -> ADDR_QUERY fails).
         // Before, a second one ran beside it and the id got two answers.
-        if registry().resolving.values().any(|v| v.0 == p as usize) {
+        if addr_query(p) {
             return fail(EINVAL, -1);
         }
         // SAFETY: src and dst are NULL or the caller's socket addresses.
@@ -1744,6 +1780,12 @@ pub extern "C" fn __wc_rdma_resolve_addr(
     })
 }
 
+/// Whether `rdma_resolve_addr`'s resolution of id `p` still runs (the kernel's id in
+/// RDMA_CM_ADDR_QUERY: no ADDR_RESOLVED or ADDR_ERROR queued yet).
+fn addr_query(p: *mut rdma_cm_id) -> bool {
+    registry().resolving.values().any(|v| v.0 == p as usize)
+}
+
 #[no_mangle]
 pub extern "C" fn __wc_rdma_resolve_route(p: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
     guard(-1, || {
@@ -1751,7 +1793,11 @@ pub extern "C" fn __wc_rdma_resolve_route(p: *mut rdma_cm_id, _timeout_ms: c_int
         let Some(id) = (unsafe { p.cast::<Id>().as_ref() }) else {
             return fail(EINVAL, -1);
         };
-        if id.lock().dst.is_none() {
+        // No destination, or one whose address is still being resolved: EINVAL, as the
+        // kernel's rdma_resolve_route answers an id not in ADDR_RESOLVED (one in
+        // ADDR_QUERY included). Before, ROUTE_RESOLVED was queued at once, ahead of the
+        // address's own ADDR_RESOLVED or ADDR_ERROR.
+        if id.lock().dst.is_none() || addr_query(p) {
             return fail(EINVAL, -1);
         }
         let Some(ch) = chan_of(id) else {
@@ -2117,6 +2163,12 @@ pub extern "C" fn __wc_rdma_connect(p: *mut rdma_cm_id, param: *mut rdma_conn_pa
         let Some(dst) = id.lock().dst else {
             return fail(EINVAL, -1);
         };
+        // The address still being resolved: EINVAL, as the kernel's rdma_connect answers
+        // an id not in ROUTE_RESOLVED (cma_comp_exch). Before, the connection started to
+        // an address that had not resolved (and might never).
+        if addr_query(p) {
+            return fail(EINVAL, -1);
+        }
         let Ok(eng) = engine() else {
             return fail(ENODEV, -1);
         };
@@ -2535,19 +2587,28 @@ pub extern "C" fn __wc_rdma_set_option(
     p: *mut rdma_cm_id,
     level: c_int,
     optname: c_int,
-    _optval: *mut c_void,
-    _optlen: usize,
+    optval: *mut c_void,
+    optlen: usize,
 ) -> c_int {
     guard(-1, || {
         // SAFETY: p is ours.
-        if unsafe { id_ref(p) }.is_none() {
+        let Some(id) = (unsafe { id_ref(p) }) else {
             return fail(EINVAL, -1);
-        }
-        // Type of service, address reuse, IPv6-only, ACK timeout: accepted, no effect on a
-        // user-space TCP that neither marks DSCP nor shares ports with other processes.
+        };
+        // Type of service, IPv6-only, ACK timeout: accepted, no effect on a user-space TCP
+        // that does not mark DSCP. Address reuse lets `rdma_bind_addr` share a port with
+        // other ids of the process (an int, as the kernel's ucma reads it).
         match (level as u32, optname as u32) {
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) => {
+                if optval.is_null() || optlen != std::mem::size_of::<c_int>() {
+                    return fail(EINVAL, -1);
+                }
+                // SAFETY: optval holds an int (checked length), the caller's.
+                let on = unsafe { optval.cast::<c_int>().read_unaligned() } != 0;
+                id.lock().reuseaddr = on;
+                0
+            }
             (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS)
-            | (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR)
             | (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY)
             | (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => 0,
             _ => fail(ENOSYS, -1),
