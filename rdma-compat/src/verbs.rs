@@ -388,7 +388,11 @@ pub extern "C" fn __wc_ibv_query_device(c: *mut ibv_context, out: *mut ibv_devic
         d.vendor_id = 0;
         d.max_qp = clamp(a.max_qp);
         d.max_qp_wr = clamp(a.max_qp_wr);
-        d.device_cap_flags = IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_MGT_EXTENSIONS;
+        // Type 2 windows are bound to a QP whose PD is theirs (`ibv_bind_mw` through
+        // IBV_WR_BIND_MW refuses another PD): IB's type 2B, named so applications that look
+        // for it before allocating one find it (contract query_limits).
+        d.device_cap_flags =
+            IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_MEM_MGT_EXTENSIONS;
         d.max_sge = clamp(a.max_sge);
         d.max_sge_rd = MAX_SGE_RD as c_int;
         d.max_cq = clamp(CQS.max());

@@ -16,6 +16,11 @@
  *   with ENOMEM (as siw_alloc_pd, siw_create_cq and siw_create_srq answer past SIW_MAX_PD,
  *   SIW_MAX_CQ, SIW_MAX_SRQ), and once one is freed another is created. Before the fix
  *   nothing counted them: the one past the limit was created.
+ * - device_cap_flags names the memory-window types ibv_alloc_mw(3) allocates: type 2
+ *   windows are bound to a QP and its PD (the QP's PD must be the window's), IB's type 2B,
+ *   so IBV_DEVICE_MEM_WINDOW_TYPE_2B is set beside IBV_DEVICE_MEM_WINDOW (applications
+ *   and rdma-core's own tests look for it before they allocate one). Before the fix it was
+ *   missing while ibv_alloc_mw(IBV_MW_TYPE_2) succeeded.
  * One process, no peer:
  *   query_limits
  */
@@ -108,6 +113,22 @@ int main(void)
 	struct ibv_device_attr da;
 	if (ibv_query_device(ctx, &da))
 		DIE("ibv_query_device");
+
+	struct ibv_pd *mwpd = ibv_alloc_pd(ctx);
+	if (!mwpd)
+		DIE("ibv_alloc_pd: %s", strerror(errno));
+	struct ibv_mw *mw1 = ibv_alloc_mw(mwpd, IBV_MW_TYPE_1);
+	struct ibv_mw *mw2 = ibv_alloc_mw(mwpd, IBV_MW_TYPE_2);
+	EXPECT(!mw1 == !(da.device_cap_flags & IBV_DEVICE_MEM_WINDOW),
+	       "device_cap_flags: IBV_DEVICE_MEM_WINDOW set exactly when a type 1 window is allocated (%s, flags %#x)",
+	       mw1 ? "allocated" : strerror(errno), da.device_cap_flags);
+	EXPECT(!mw2 == !(da.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)),
+	       "device_cap_flags: a type 2A or 2B flag set exactly when a type 2 window is allocated (%s, flags %#x)",
+	       mw2 ? "allocated" : strerror(errno), da.device_cap_flags);
+	EXPECT(!mw2 || (da.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B),
+	       "device_cap_flags: type 2 windows bound to a QP and its PD are type 2B (flags %#x)", da.device_cap_flags);
+	if ((mw1 && ibv_dealloc_mw(mw1)) || (mw2 && ibv_dealloc_mw(mw2)) || ibv_dealloc_pd(mwpd))
+		DIE("freeing the windows or their PD failed");
 
 	__be16 pk = 0;
 	int r = ibv_query_pkey(ctx, 1, 0, &pk);
