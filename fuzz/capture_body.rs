@@ -51,6 +51,7 @@ fn frames(mode: u8, mut rest: &[u8]) -> Capture {
         format: CaptureFormat::Pcap,
         frames,
         warnings: Vec::new(),
+        incomplete: false,
     }
 }
 

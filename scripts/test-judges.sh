@@ -112,13 +112,20 @@ fi
 
 # The clean capture cut 10 octets short of its end (a capture file a crash or a full disk
 # left mid-frame): every count above comes out clean for the frames before the cut, so only
-# tshark's exit status tells that part of the capture went unjudged.
+# the exit statuses tell that part of the capture went unjudged.
 head -c $(($(stat -c %s "$src") - 10)) "$src" >"$work/cut.pcap"
 capture_verdict "$work/cut.pcap"
 if ((CV_TSHARK != 0)); then
     caught "tshark exit status, capture cut mid-frame" "exit $CV_TSHARK: $(grep -m1 -o 'cut short[^.]*' "$work/cut.pcap.V.err" || head -n1 "$work/cut.pcap.V.err")"
 else
     missed "tshark exit status, capture cut mid-frame" "exit 0 ($CV_FRAMES frames, $CV_MALFORMED malformed)"
+fi
+# iwdump too: exit 2 with its "could not be read whole" (it exited 0, no violation in the
+# frames before the cut).
+if ((CV_IWDUMP == 2)) && grep -q 'could not be read whole' "$work/cut.pcap.iwdump"; then
+    caught "iwdump exit status, capture cut mid-frame" "exit 2: $(grep -m1 -o 'capture file damaged[^;]*' "$work/cut.pcap.iwdump")"
+else
+    missed "iwdump exit status, capture cut mid-frame" "exit $CV_IWDUMP: $(tail -n1 "$work/cut.pcap.iwdump")"
 fi
 
 # The clean capture under a link type iwdump cannot read (147, user-defined): iwdump exits 0

@@ -77,6 +77,10 @@ pub struct Capture {
     pub frames: Vec<Frame>,
     /// Problems with the container that did not stop reading (e.g. a truncated last record).
     pub warnings: Vec<String>,
+    /// Whether frames of the file were left out: damage or a cut end stopped the reading
+    /// early, or a frame named no interface the file described. A report of such a
+    /// capture covers part of what it recorded (`iwdump` exits 2).
+    pub incomplete: bool,
 }
 
 /// Why a capture could not be read at all.
@@ -140,6 +144,7 @@ fn parse_pcap(bytes: &[u8]) -> Result<Capture, CaptureError> {
         format: CaptureFormat::Pcap,
         frames: Vec::new(),
         warnings: Vec::new(),
+        incomplete: false,
     };
     let nanos_per_frac = match parser.header().ts_resolution {
         TsResolution::MicroSecond => 1_000,
@@ -174,6 +179,7 @@ fn parse_pcap(bytes: &[u8]) -> Result<Capture, CaptureError> {
                     capture.frames.len(),
                     describe(&e)
                 ));
+                capture.incomplete = true;
                 break;
             }
         }
@@ -266,6 +272,7 @@ fn read_pcapng(bytes: &[u8]) -> Result<Capture, CaptureError> {
                 format: CaptureFormat::PcapNg,
                 frames: Vec::new(),
                 warnings: vec![e.to_string()],
+                incomplete: true,
             };
             (empty, Some((0, e.to_string())))
         }
@@ -284,6 +291,7 @@ fn read_pcapng(bytes: &[u8]) -> Result<Capture, CaptureError> {
                 warnings.push(format!(
                     "capture file damaged at octet {off} ({why}); the rest is ignored"
                 ));
+                again.incomplete = true;
             }
             warnings.append(&mut again.warnings);
             again.warnings = warnings;
@@ -320,6 +328,7 @@ fn parse_pcapng(bytes: &[u8]) -> Result<(Capture, Option<(usize, String)>), Capt
         format: CaptureFormat::PcapNg,
         frames: Vec::new(),
         warnings: Vec::new(),
+        incomplete: false,
     };
     let mut refused = None;
     let mut interfaces: Vec<Interface> = Vec::new();
@@ -331,6 +340,7 @@ fn parse_pcapng(bytes: &[u8]) -> Result<(Capture, Option<(usize, String)>), Capt
             }
             Err(e) => {
                 let at = bytes.len() - rest.len();
+                capture.incomplete = true;
                 if whole_block(rest, parser.section().endianness) {
                     capture.warnings.push(format!(
                         "pcapng block at octet {at} refused after frame {}: {}; the rest is \
@@ -363,6 +373,7 @@ fn parse_pcapng(bytes: &[u8]) -> Result<(Capture, Option<(usize, String)>), Capt
                         "frame {number}: unknown interface {}; frame skipped",
                         epb.interface_id
                     ));
+                    capture.incomplete = true;
                     continue;
                 };
                 // pcap-file 2 hands the raw 64-bit timestamp over as nanoseconds whatever
@@ -381,6 +392,7 @@ fn parse_pcapng(bytes: &[u8]) -> Result<(Capture, Option<(usize, String)>), Capt
                     capture
                         .warnings
                         .push(format!("frame {number}: no interface; skipped"));
+                    capture.incomplete = true;
                     continue;
                 };
                 // pcap-file hands over the whole block body, padding included; the packet
@@ -404,6 +416,7 @@ fn parse_pcapng(bytes: &[u8]) -> Result<(Capture, Option<(usize, String)>), Capt
                     capture
                         .warnings
                         .push(format!("frame {number}: unknown interface; skipped"));
+                    capture.incomplete = true;
                     continue;
                 };
                 // The timestamp is two 32-bit words, high then low, each in the section's

@@ -33,6 +33,9 @@ pub struct CaptureReport {
     /// because of how they were captured (a link type that is not decoded, IP fragments,
     /// frames cut inside their headers), one line per reason with the frame count.
     pub warnings: Vec<String>,
+    /// Whether frames of the file were left out ([`Capture::incomplete`]): the report
+    /// covers part of what the file recorded.
+    pub incomplete: bool,
     /// One entry per TCP connection, in order of appearance.
     pub connections: Vec<ConnectionReport>,
 }
@@ -79,6 +82,7 @@ pub fn analyse_capture(name: &str, capture: &Capture) -> CaptureReport {
             .first()
             .map_or(Duration::ZERO, |f| f.timestamp),
         warnings,
+        incomplete: capture.incomplete,
         connections: tcp.connections.iter().map(analyse_connection).collect(),
     }
 }
@@ -606,6 +610,7 @@ pub fn render_json(r: &CaptureReport, verbose: bool) -> String {
         "non_tcp_frames": r.non_tcp_frames,
         "violations": r.violations(),
         "warnings": r.warnings,
+        "incomplete": r.incomplete,
         "connections": connections,
     })
     .to_string()
@@ -692,6 +697,7 @@ mod tests {
             format: CaptureFormat::Pcap,
             frames,
             warnings: Vec::new(),
+            incomplete: false,
         };
         let r = analyse_capture("lost", &capture);
         assert_eq!(r.non_tcp_frames, 6);
@@ -714,6 +720,7 @@ mod tests {
             format: CaptureFormat::Pcap,
             frames,
             warnings: Vec::new(),
+            incomplete: false,
         };
         let r = analyse_capture("start", &capture);
         match &r.connections[..] {
@@ -773,6 +780,7 @@ mod tests {
             format: CaptureFormat::Pcap,
             frames,
             warnings: Vec::new(),
+            incomplete: false,
         };
         let r = analyse_capture("gap", &capture);
         let c = r.iwarp().next().expect("an iWARP connection");
@@ -808,6 +816,7 @@ mod tests {
                 format: CaptureFormat::Pcap,
                 frames,
                 warnings: Vec::new(),
+                incomplete: false,
             };
             let r = analyse_capture("rev", &capture);
             let text = render_text(&r, false);
@@ -842,6 +851,7 @@ mod tests {
             format: CaptureFormat::Pcap,
             frames,
             warnings: Vec::new(),
+            incomplete: false,
         };
         let r = analyse_capture("conflict", &capture);
         let text = render_text(&r, false);
@@ -874,6 +884,7 @@ mod tests {
                 format: CaptureFormat::Pcap,
                 frames,
                 warnings: Vec::new(),
+                incomplete: false,
             };
             let r = analyse_capture("lost-reply", &capture);
             let text = render_text(&r, false);

@@ -47,6 +47,7 @@ fn the_framed_layout_reaches_the_decoder() {
             original_len: f.len() as u32,
         }],
         warnings: Vec::new(),
+        incomplete: false,
     };
     let r = warpcore_analysis::report::analyse_capture("fuzz", &c);
     assert_eq!(r.non_tcp_frames, 0, "the frame is TCP to the decoder");

@@ -876,6 +876,34 @@ fn usage_and_io_errors_exit_2() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// A capture cut short (a capturer killed mid-write, a copy that stopped) is reported as
+/// far as it goes, but iwdump exits 2 and says so: the frames after the cut were not
+/// examined, so "no protocol violations" covers part of the file. It exited 0.
+#[test]
+fn a_capture_cut_short_exits_2() {
+    let original = data_dir().join("siw_mpa2crc_rping.pcap");
+    let bytes = std::fs::read(&original).unwrap();
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("iwdump-cut");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cut = dir.join("cut.pcap");
+    std::fs::write(&cut, &bytes[..bytes.len() - 7]).unwrap();
+    let (code, out, err) = iwdump(&[&cut]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("could not be read whole"), "{err}");
+    assert!(out.contains("warning: capture file damaged"), "{out}");
+    let json = Command::new(env!("CARGO_BIN_EXE_iwdump"))
+        .arg("--json")
+        .arg(&cut)
+        .output()
+        .unwrap();
+    assert_eq!(json.status.code(), Some(2));
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v["incomplete"], true, "{v}");
+    // The whole file reads whole.
+    let (code, out, err) = iwdump(&[&original]);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
 #[test]
 fn verbose_and_json_output() {
     let path = data_dir().join("siw_mpa2p2p_rping.pcap");

@@ -392,6 +392,7 @@ fn analyse(frames: Vec<Frame>) -> CaptureReport {
         format: CaptureFormat::Pcap,
         frames,
         warnings: Vec::new(),
+        incomplete: false,
     };
     let report = analyse_capture("synthetic", &capture);
     // Rendering never fails either.

@@ -21,8 +21,9 @@
 //! `warpcore_analysis::analysis::SegmentAlignment`.
 //!
 //! Exit status: 0 when no protocol violation was found, 1 when at least one was, 2 on usage
-//! or I/O errors (a file that cannot be read or is not a capture, output that cannot be
-//! written). When the reader of the output goes away (`iwdump -v x.pcap | head`), iwdump
+//! or I/O errors (a file that cannot be read or is not a capture, a capture read in part
+//! only: damaged or cut short, or with frames of no interface it describes, whose report
+//! is printed but covers part of what it recorded; output that cannot be written). When the reader of the output goes away (`iwdump -v x.pcap | head`), iwdump
 //! stops quietly with the status of what it decoded so far.
 #![forbid(unsafe_code)]
 
@@ -66,6 +67,12 @@ fn main() -> ExitCode {
         };
         let report = analyse_capture(&name, &capture);
         violations |= report.violations() > 0;
+        if report.incomplete {
+            // No violation in part of a file is no clean capture (the report's warnings
+            // say which frames were left out).
+            eprintln!("iwdump: {name}: the capture could not be read whole (see its warnings)");
+            io_error = true;
+        }
         let text = if args.json {
             render_json(&report, args.verbose) + "\n"
         } else {
