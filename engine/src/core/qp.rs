@@ -197,6 +197,9 @@ impl Qp {
     /// would otherwise wait for TCP to finish closing.
     pub(super) fn flush_rq(&mut self) {
         while let Some(r) = self.rq.pop_front() {
+            // The slot first, as `complete_recv` and `retire_sq` give it back: a thread
+            // that polled the completion finds room for its next post.
+            self.shared.release_rq();
             self.recv_cq.push(Completion {
                 wr_id: r.wr_id,
                 qp: self.id,
@@ -208,7 +211,6 @@ impl Qp {
                 imm: None,
                 atomic_orig: None,
             });
-            self.shared.release_rq();
         }
     }
 
