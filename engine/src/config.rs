@@ -228,12 +228,14 @@ impl EngineConfig {
                 return err(name, "must be at least 1");
             }
         }
-        if !self.event_queue_depth.is_power_of_two() || !self.command_queue_depth.is_power_of_two()
-        {
-            return err(
-                "event/command_queue_depth",
-                "must be powers of two (SPSC rings)",
-            );
+        // Each named on its own: the caller learns which one to change.
+        for (name, v) in [
+            ("event_queue_depth", self.event_queue_depth),
+            ("command_queue_depth", self.command_queue_depth),
+        ] {
+            if !v.is_power_of_two() {
+                return err(name, "must be a power of two (an SPSC ring)");
+            }
         }
         for (name, v) in [
             ("max_sq_depth", self.max_sq_depth),
@@ -496,6 +498,32 @@ mod tests {
         cfg.tcp.fin_wait_2_timeout = Some(warpcore_tcp::TIMER_MAX);
         cfg.tcp.oow_ack_interval = warpcore_tcp::TIMER_MAX;
         assert_eq!(cfg.validate(), Ok(()));
+    }
+
+    /// A ring depth that is not a power of two (the SPSC rings' capacity, GUIDE rule 8) is
+    /// refused naming the one field that is wrong (GUIDE rule 7): both were refused as
+    /// "event/command_queue_depth", which is neither field, and `spawn_core` passed that
+    /// on as its `EngineError::LimitExceeded`, leaving the caller to guess which of the two
+    /// it had set wrong.
+    #[test]
+    fn a_ring_depth_not_a_power_of_two_names_its_field() {
+        type Set = fn(&mut EngineConfig);
+        let cases: [(&str, Set); 4] = [
+            ("command_queue_depth", |c| c.command_queue_depth = 3),
+            ("command_queue_depth", |c| c.command_queue_depth = 1000),
+            ("event_queue_depth", |c| c.event_queue_depth = 5),
+            ("event_queue_depth", |c| c.event_queue_depth = 1000),
+        ];
+        for (field, set) in cases {
+            let mut cfg = EngineConfig::default();
+            set(&mut cfg);
+            let e = cfg.validate().expect_err(field);
+            assert_eq!(e.field, field);
+            assert_eq!(
+                e.to_string(),
+                format!("engine configuration: {field} must be a power of two (an SPSC ring)")
+            );
+        }
     }
 }
 
