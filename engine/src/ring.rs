@@ -1244,6 +1244,39 @@ pub mod mpmc {
             }
         }
 
+        /// A consumer between its claim of a batch and the stamp stores that free its slots
+        /// (`pop_into` copying the items out): the positions it claimed are room for the
+        /// producers, who wait for their slots as `push` does. A batch push used to stop
+        /// counting at the first slot not freed yet and return short, which
+        /// `CompletionQueue::push_run` takes for a full queue: completions lost and the
+        /// queue reported overrun (its QPs failed) while it had room for all of them.
+        /// (Added with that fix in 9abcf466, dropped by the refactoring after it, 0771d232,
+        /// whose message says it still passes: restored, so `wait_read_by_consumer` stays
+        /// covered.)
+        #[test]
+        fn batch_push_counts_slots_a_consumer_is_reading_as_room() {
+            let q = Queue::<u32>::new(4);
+            for i in 0..4 {
+                q.push(i).unwrap();
+            }
+            // A consumer claims the two oldest items; it has freed the first slot (as
+            // `pop_into` does after copying the item) and is still reading the second.
+            assert_eq!(q.claim_full(2), Some((0, 2)));
+            q.slot(0).stamp.store(q.one_lap, Ordering::Release);
+            assert_eq!(q.len(), 2, "two of the four positions are free");
+            let pushed = std::thread::scope(|s| {
+                s.spawn(|| {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    q.slot(1).stamp.store(1 + q.one_lap, Ordering::Release);
+                });
+                q.push_with(2, |j| 10 + j as u32)
+            });
+            assert_eq!(pushed, 2, "room for both: the queue was never full");
+            let mut out = [0u32; 4];
+            assert_eq!(q.pop_into(&mut out), 4);
+            assert_eq!(out, [2, 3, 10, 11]);
+        }
+
         #[test]
         #[should_panic(expected = "capacity must be")]
         fn zero_capacity_is_refused() {
