@@ -267,6 +267,10 @@ pub struct Port {
     offloads: Offloads,
     /// The MTU set by [`Port::configure`] past what the ethdev layer accepts.
     data_path_mtu: Option<u16>,
+    /// The data room (headroom included) of the pool the last successful
+    /// [`Port::configure`] set the rx queues up with: what [`Port::set_mtu`] checks a new
+    /// MTU's frames against, as `configure` checks its own.
+    pool_data_room: Option<u16>,
     /// Not `Sync` (see the type's docs); still `Send`.
     _not_sync: std::marker::PhantomData<std::cell::Cell<()>>,
 }
@@ -461,6 +465,7 @@ impl Port {
             info,
             offloads: Offloads::default(),
             data_path_mtu: None,
+            pool_data_room: None,
             _not_sync: std::marker::PhantomData,
         })
     }
@@ -584,21 +589,24 @@ impl Port {
             conf.txmode.offloads |= u64::from(ffi::RTE_ETH_TX_OFFLOAD_MULTI_SEGS);
             off.tx_multi_segs = true;
         } else {
-            self.check_pool_holds_frames(cfg.mtu, pool)?;
+            self.check_pool_holds_frames(cfg.mtu, pool.data_room())?;
         }
         if let Some(mtu) = cfg.mtu {
-            let frame = u32::from(mtu) + 18;
-            if frame > self.info.max_rx_pktlen {
+            if u32::from(mtu) + 18 > self.info.max_rx_pktlen {
                 self.check_data_path_mtu(mtu)?;
                 data_path_mtu = Some(mtu);
             } else {
                 conf.rxmode.mtu = u32::from(mtu);
             }
-            let room = u32::from(pool.data_room()).saturating_sub(128);
-            if frame > room && has(rx_capa, ffi::RTE_ETH_RX_OFFLOAD_SCATTER) {
-                conf.rxmode.offloads |= u64::from(ffi::RTE_ETH_RX_OFFLOAD_SCATTER);
-                off.rx_scatter = true;
-            }
+        }
+        // Receive scatter for the MTU the port gets, the ethdev default (1500) where none
+        // is asked for: without it a driver reads each frame into one mbuf and drops the
+        // longer ones (net_tap's `pmd_rx_burst` reads into a single buffer, DPDK 22.11).
+        let frame = u32::from(cfg.mtu.unwrap_or(ffi::RTE_ETHER_MTU as u16)) + 18;
+        let room = u32::from(pool.data_room()).saturating_sub(ffi::RTE_PKTMBUF_HEADROOM);
+        if frame > room && has(rx_capa, ffi::RTE_ETH_RX_OFFLOAD_SCATTER) {
+            conf.rxmode.offloads |= u64::from(ffi::RTE_ETH_RX_OFFLOAD_SCATTER);
+            off.rx_scatter = true;
         }
         let rss_hf = self.info.flow_type_rss_offloads
             & (u64::from(ffi::RTE_ETH_RSS_IP) | u64::from(ffi::RTE_ETH_RSS_TCP));
@@ -657,6 +665,7 @@ impl Port {
         };
         self.offloads = off;
         self.data_path_mtu = data_path_mtu;
+        self.pool_data_room = Some(pool.data_room());
         Ok(off)
     }
 
@@ -721,16 +730,16 @@ impl Port {
         Ok((rxd, txd))
     }
 
-    /// On a port that sends no chained mbufs: whether one mbuf of `pool` holds a whole
-    /// Ethernet frame of IP MTU `mtu` (the ethdev default where `None`), else an error
-    /// naming the data room it needs. A longer frame would have to go as a chain, which
-    /// such a port cannot send (the device drops it, counted, and the TCP would resend it
-    /// in vain): refused here, at start-up, instead.
-    fn check_pool_holds_frames(&self, mtu: Option<u16>, pool: &Mempool) -> Result<(), Error> {
+    /// On a port that sends no chained mbufs: whether one mbuf of a pool with `data_room`
+    /// holds a whole Ethernet frame of IP MTU `mtu` (the ethdev default where `None`), else
+    /// an error naming the data room it needs. A longer frame would have to go as a chain,
+    /// which such a port cannot send (the device drops it, counted, and the TCP would resend
+    /// it in vain): refused here, at start-up (or by [`Port::set_mtu`]), instead.
+    fn check_pool_holds_frames(&self, mtu: Option<u16>, data_room: u16) -> Result<(), Error> {
         let mtu = mtu.unwrap_or(ffi::RTE_ETHER_MTU as u16);
         let frame = u32::from(mtu) + 14;
         let headroom = ffi::RTE_PKTMBUF_HEADROOM;
-        let room = u32::from(pool.data_room()).saturating_sub(headroom);
+        let room = u32::from(data_room).saturating_sub(headroom);
         if frame <= room {
             return Ok(());
         }
@@ -746,6 +755,36 @@ impl Port {
                 frame + headroom
             ),
         })
+    }
+
+    /// Whether the mbufs of the configured port's pool (`data_room`) carry frames of IP MTU
+    /// `mtu` as [`Port::configure`] set the port up: one mbuf holds a whole frame where the
+    /// port sends no chains ([`Port::check_pool_holds_frames`]), and where receive scatter
+    /// would be needed for the frame (the port offers it) it was enabled. Without it a
+    /// driver reads each frame into one mbuf and drops the longer ones (net_tap's
+    /// `pmd_rx_burst`, DPDK 22.11): an MTU raised past that by [`Port::set_mtu`] made every
+    /// full-sized frame vanish on receive. Else an error saying to configure the port for
+    /// the MTU.
+    fn check_pool_takes_mtu(&self, mtu: u16, data_room: u16) -> Result<(), Error> {
+        if !self.offloads.tx_multi_segs {
+            self.check_pool_holds_frames(Some(mtu), data_room)?;
+        }
+        let frame = u32::from(mtu) + 18;
+        let room = u32::from(data_room).saturating_sub(ffi::RTE_PKTMBUF_HEADROOM);
+        let scatter = u64::from(ffi::RTE_ETH_RX_OFFLOAD_SCATTER);
+        if frame > room && self.info.rx_offload_capa & scatter != 0 && !self.offloads.rx_scatter {
+            return Err(Error::Mtu {
+                port: self.id(),
+                name: self.name().into(),
+                mtu,
+                why: format!(
+                    "a {frame}-octet frame does not fit one mbuf of the pool ({room} octets \
+                     past the headroom) and the port was configured without receive \
+                     scatter: configure it with this MTU (Port::configure) instead"
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Whether frames of IP MTU `mtu` pass this port's data path although the driver
@@ -859,9 +898,16 @@ impl Port {
     /// them (the ethdev layer keeps its MTU; [`Error::Mtu`] says what is missing if it does
     /// not), any other is the driver's to set (`rte_eth_dev_set_mtu`; net_memif and net_ring
     /// have no MTU operation in DPDK 22.11 and refuse). Either way [`Port::mtu`] returns it
-    /// from then on; on an error the MTU is unchanged.
+    /// from then on; on an error the MTU is unchanged. On a configured port the pool it was
+    /// configured with must carry the MTU's frames as `configure` set the port up, else
+    /// [`Error::Mtu`]: one mbuf must hold a whole frame on a port that sends no chained
+    /// mbufs, and a frame longer than one mbuf needs receive scatter where the port offers
+    /// it, which only `configure` enables (configure the port with the MTU instead).
     pub fn set_mtu(&mut self, mtu: u16) -> Result<(), Error> {
         self.check_mtu_range(mtu)?;
+        if let Some(data_room) = self.pool_data_room {
+            self.check_pool_takes_mtu(mtu, data_room)?;
+        }
         let data_path = u32::from(mtu) + 18 > self.info.max_rx_pktlen;
         if data_path {
             self.check_data_path_mtu(mtu)?;
@@ -897,11 +943,7 @@ impl Port {
         if ret != 0 {
             return Err(self.err("rte_eth_link_get_nowait", ret));
         }
-        Ok(LinkStatus {
-            up: u32::from(l.link_status()) == ffi::RTE_ETH_LINK_UP,
-            speed_mbps: l.link_speed,
-            full_duplex: l.link_duplex() != 0,
-        })
+        Ok(link_status_of(&l))
     }
 
     /// Basic counters.
@@ -1236,6 +1278,21 @@ fn fit_prefix(pkts: &[Mbuf]) -> usize {
         .count()
 }
 
+/// What `rte_eth_link_get_nowait` said of a link. A speed the driver cannot tell
+/// (`RTE_ETH_SPEED_NUM_UNKNOWN`, all bits set: virtio before it is negotiated, say) is 0, as
+/// [`LinkStatus::speed_mbps`] documents, not 4,294,967,295 Mbit/s.
+fn link_status_of(l: &ffi::rte_eth_link) -> LinkStatus {
+    LinkStatus {
+        up: u32::from(l.link_status()) == ffi::RTE_ETH_LINK_UP,
+        speed_mbps: if l.link_speed == ffi::RTE_ETH_SPEED_NUM_UNKNOWN {
+            0
+        } else {
+            l.link_speed
+        },
+        full_duplex: l.link_duplex() != 0,
+    }
+}
+
 /// How many extended counters of a call that offered arrays of `n` may be read, given what
 /// `rte_eth_xstats_get_names` (`names`) and `rte_eth_xstats_get` (`values`) returned; or,
 /// when either needs more than `n` (the driver added counters since it was asked for the
@@ -1324,6 +1381,23 @@ mod tests {
         assert_eq!(xstats_count(10, 10, 12), Err(12));
         assert_eq!(xstats_count(10, 14, 10), Err(14));
         assert_eq!(xstats_count(0, 0, 0), Ok(0));
+    }
+
+    /// A driver that cannot tell its link's speed (virtio before the speed is negotiated,
+    /// say) reports `RTE_ETH_SPEED_NUM_UNKNOWN`, all bits set: [`LinkStatus::speed_mbps`]
+    /// says 0 then, as its docs promise, not 4,294,967,295 Mbit/s. A known speed passes.
+    #[test]
+    fn an_unknown_link_speed_reads_as_0() {
+        let mut l = ffi::rte_eth_link::default();
+        l.set_link_status(ffi::RTE_ETH_LINK_UP as u16);
+        l.link_speed = ffi::RTE_ETH_SPEED_NUM_UNKNOWN;
+        let s = link_status_of(&l);
+        assert!(s.up);
+        assert_eq!(s.speed_mbps, 0, "unknown speed");
+        l.link_speed = ffi::RTE_ETH_SPEED_NUM_10G;
+        assert_eq!(link_status_of(&l).speed_mbps, 10_000);
+        l.link_speed = ffi::RTE_ETH_SPEED_NUM_NONE;
+        assert_eq!(link_status_of(&l).speed_mbps, 0);
     }
 
     #[test]
