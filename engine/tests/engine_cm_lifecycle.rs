@@ -573,3 +573,189 @@ fn an_error_after_our_fin_ends_the_stream_abortively_for_the_peer() {
         "{done:?}"
     );
 }
+
+/// RDMAP-06 §6 (graceful close: what the peer sent before its FIN is delivered), MPA-7.2-1
+/// (the FIN reaches DDP after the data before it): both sides disconnect at once while A's
+/// Sends are still on their way. B, already closing, has the Sends and A's FIN queued in
+/// its TCP; its receive poller reads them `rx_budget_bytes` a loop. B's close used to end
+/// at the first loop after the FIN arrived, whatever was still unread in front of it: its
+/// receives were flushed and the Sends A had completed successfully were lost without a
+/// trace.
+#[test]
+fn a_crossing_close_delivers_every_send_before_the_peers_fin() {
+    let cfg_b = EngineConfig {
+        rx_budget_bytes: 1024,
+        ..EngineConfig::default()
+    };
+    let mut p = Pair::with_configs(&LinkConfig::default(), &EngineConfig::default(), &cfg_b);
+    let (qa, qb) = p.connect();
+    const N: usize = 32;
+    const LEN: u32 = 4000;
+    let (_ra, sa) = p.a.region(N * 4096, all_access());
+    let (_rb, sb) = p.b.region(N * 4096, all_access());
+    for k in 0..N {
+        p.b.core
+            .post_recv(qb, recv_wr(k as u64, &[(sb, (k * 4096) as u64, 4096)]))
+            .unwrap();
+    }
+    p.run(20);
+    p.b.core.disconnect(qb).unwrap();
+    for k in 0..N {
+        p.a.core
+            .post_send(
+                qa,
+                send_wr(
+                    1000 + k as u64,
+                    SendOp::Send,
+                    &[(sa, (k * 4096) as u64, LEN)],
+                ),
+            )
+            .unwrap();
+    }
+    p.a.core.disconnect(qa).unwrap();
+    let mut ended = (None, None);
+    p.run_until(100_000, |p| {
+        for e in p.a.take_events() {
+            if let CmEvent::Disconnected { cause, .. } = e {
+                ended.0 = Some(cause);
+            }
+        }
+        for e in p.b.take_events() {
+            if let CmEvent::Disconnected { cause, .. } = e {
+                ended.1 = Some(cause);
+            }
+        }
+        ended.0.is_some() && ended.1.is_some()
+    });
+    assert_eq!(
+        ended,
+        (
+            Some(warpcore_engine::DisconnectCause::Closed),
+            Some(warpcore_engine::DisconnectCause::Closed)
+        )
+    );
+    let sent: Vec<_> = p.a.take_completions();
+    assert_eq!(sent.len(), N, "{sent:?}");
+    assert!(
+        sent.iter()
+            .all(|c| c.status == warpcore_engine::WcStatus::Success),
+        "{sent:?}"
+    );
+    // Every Send A completed successfully was received, in order, whole.
+    let got: Vec<_> = p.b.take_completions();
+    let recvs: Vec<_> = got
+        .iter()
+        .filter(|c| c.opcode == warpcore_engine::WcOpcode::Recv)
+        .collect();
+    assert_eq!(recvs.len(), N, "{got:?}");
+    for (k, c) in recvs.iter().enumerate() {
+        assert_eq!(
+            (c.wr_id, c.status, c.byte_len),
+            (k as u64, warpcore_engine::WcStatus::Success, LEN),
+            "receive {k} of {N}: {recvs:?}"
+        );
+    }
+}
+
+/// RDMAP-06 §6, MPA-7.2-1, as above, where the close ends on the transmit side: B's Read
+/// holds its close up (its FIN waits for the Read Response) while A's Sends, the Read
+/// Response among them, and A's FIN are queued in B's TCP. Once the receive poller had
+/// read as far as the Read Response, the transmit poller found nothing owed and the peer
+/// closed, and ended the QP (FIN, flush, `Disconnected`) in the same loop, the Sends still
+/// queued behind the Response lost.
+#[test]
+fn a_close_held_by_a_read_delivers_the_sends_behind_its_response() {
+    let cfg_b = EngineConfig {
+        rx_budget_bytes: 1024,
+        ..EngineConfig::default()
+    };
+    let mut p = Pair::with_configs(&LinkConfig::default(), &EngineConfig::default(), &cfg_b);
+    let (qa, qb) = p.connect();
+    const N: usize = 32;
+    const LEN: u32 = 4000;
+    let (_ra, sa) = p.a.region(N * 4096, all_access());
+    let (_rb, sb) = p.b.region(N * 4096 + 4096, all_access());
+    for k in 0..N {
+        p.b.core
+            .post_recv(qb, recv_wr(k as u64, &[(sb, (k * 4096) as u64, 4096)]))
+            .unwrap();
+    }
+    p.run(20);
+    let post_sends = |p: &mut Pair, ks: std::ops::Range<usize>| {
+        for k in ks {
+            p.a.core
+                .post_send(
+                    qa,
+                    send_wr(
+                        1000 + k as u64,
+                        SendOp::Send,
+                        &[(sa, (k * 4096) as u64, LEN)],
+                    ),
+                )
+                .unwrap();
+        }
+    };
+    // A's stream to B: half the Sends, the Read Response, the other half, FIN.
+    post_sends(&mut p, 0..N / 2);
+    p.b.core
+        .post_send(
+            qb,
+            send_wr(7, read_op(sa.0, 0), &[(sb, (N * 4096) as u64, 16)]),
+        )
+        .unwrap();
+    p.b.core.disconnect(qb).unwrap();
+    p.step();
+    p.step();
+    post_sends(&mut p, N / 2..N);
+    p.a.core.disconnect(qa).unwrap();
+    let mut ended = (None, None);
+    p.run_until(100_000, |p| {
+        for e in p.a.take_events() {
+            if let CmEvent::Disconnected { cause, .. } = e {
+                ended.0 = Some(cause);
+            }
+        }
+        for e in p.b.take_events() {
+            if let CmEvent::Disconnected { cause, .. } = e {
+                ended.1 = Some(cause);
+            }
+        }
+        ended.0.is_some() && ended.1.is_some()
+    });
+    assert_eq!(
+        ended,
+        (
+            Some(warpcore_engine::DisconnectCause::Closed),
+            Some(warpcore_engine::DisconnectCause::Closed)
+        )
+    );
+    let sent = p.a.take_completions();
+    assert!(
+        sent.len() == N
+            && sent
+                .iter()
+                .all(|c| c.status == warpcore_engine::WcStatus::Success),
+        "{sent:?}"
+    );
+    let got = p.b.take_completions();
+    let read: Vec<_> = got
+        .iter()
+        .filter(|c| c.opcode == warpcore_engine::WcOpcode::Read)
+        .collect();
+    assert!(
+        matches!(read.as_slice(), [c] if c.status == warpcore_engine::WcStatus::Success),
+        "{got:?}"
+    );
+    let recvs: Vec<_> = got
+        .iter()
+        .filter(|c| c.opcode == warpcore_engine::WcOpcode::Recv)
+        .collect();
+    assert_eq!(recvs.len(), N, "{got:?}");
+    for (k, c) in recvs.iter().enumerate() {
+        assert_eq!(
+            (c.wr_id, c.status, c.byte_len),
+            (k as u64, warpcore_engine::WcStatus::Success, LEN),
+            "receive {k} of {N}"
+        );
+    }
+}

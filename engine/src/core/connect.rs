@@ -691,6 +691,26 @@ impl<D: PollDevice> EngineCore<D> {
                         let Some(id) = self.qps[i].as_ref().map(|q| q.id) else {
                             continue;
                         };
+                        // A graceful close: what arrived before the peer's FIN (acknowledged
+                        // to it, its last messages, RDMAP-06 §6, MPA-7.2-1) and the receive
+                        // poller has not read yet (it reads `rx_budget_bytes` a loop) is
+                        // delivered before the QP lets the connection go; released unread,
+                        // it was lost and its receives flushed. A reset drops it, as TCP
+                        // does (RFC 9293 3.10.7.4).
+                        if matches!(ev, TcpEvent::Closed(_)) {
+                            loop {
+                                let left = self.stack.recv_queue(c).unwrap_or(0);
+                                if left == 0 {
+                                    break;
+                                }
+                                self.rx_one(i);
+                                // No progress (a QP that reads no more: a startup that ended
+                                // before FPDU mode): the rest goes with the connection.
+                                if self.stack.recv_queue(c).unwrap_or(0) >= left {
+                                    break;
+                                }
+                            }
+                        }
                         // What TCP had acknowledged by its end completes as such: a request
                         // `flush` held for it (RDMAP-5.5-8) is then a success, not flushed.
                         self.note_acked(id);

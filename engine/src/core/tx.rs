@@ -1680,8 +1680,8 @@ impl Qp {
     }
 
     /// Graceful close: once nothing is owed, FIN (RDMAP-06 §6; the peer drains too); once
-    /// the peer closed as well, the QP is flushed, its TCP connection handed to the zombies
-    /// and [`CmEvent::Disconnected`] reported.
+    /// the peer closed as well and everything before its FIN is read, the QP is flushed,
+    /// its TCP connection handed to the zombies and [`CmEvent::Disconnected`] reported.
     fn tx_close_if_drained<D: PollDevice>(
         &mut self,
         stack: &mut Stack<D>,
@@ -1705,7 +1705,11 @@ impl Qp {
                 c.fin_sent = true;
                 work = true;
             }
-            if c.peer_closed {
+            // Only once everything before the peer's FIN is read (RDMAP-06 §6, MPA-7.2-1):
+            // the receive poller reads a queue `rx_budget_bytes` a loop, and what it has not
+            // read yet (Sends the peer completed, their receives posted here) would be
+            // flushed with the receives and lost. It marks this QP when the queue is empty.
+            if c.peer_closed && stack.recv_queue(tcp).unwrap_or(0) == 0 {
                 self.flush();
                 if let Some(c) = self.conn.take() {
                     zombies.insert(c.tcp);
