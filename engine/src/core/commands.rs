@@ -199,17 +199,8 @@ impl<D: PollDevice> EngineCore<D> {
                 rx_mrs,
                 ..
             } = self;
-            let mrs: &MrTable = rx_mrs;
-            let mut held: txrec::TxHeld<'_> = None;
-            let copied = stack.internalize_external(tcp, |token, at, dst| {
-                txrec
-                    .fill(tcp, token, at, dst, false, mrs, &mut held)
-                    .is_some()
-            });
-            drop(held);
-            if copied == Ok(true) {
+            if txrec::internalize(stack, tcp, txrec, rx_mrs) {
                 // TCP reads none of them again.
-                txrec.forget(tcp);
                 reads_buffers = false;
             }
             // Else a buffer could not be read (a fill failed: noted for `fail_unfillable`,

@@ -808,7 +808,7 @@ impl<D: PollDevice> EngineCore<D> {
             // A responder still fenced sends no FPDU (MPA-7.1.2-16), but a FIN is none: its
             // graceful close goes on (`tx_close_if_drained`).
             ControlFlow::Break(w) if q.state == QpState::Closing && !q.can_send_fpdus() => {
-                return q.tx_close_if_drained(stack, tcp, ctx, zombies) || w;
+                return q.tx_close_if_drained(stack, tcp, ctx, zombies, txrec) || w;
             }
             ControlFlow::Break(w) => return w,
             ControlFlow::Continue(w) => w,
@@ -819,7 +819,7 @@ impl<D: PollDevice> EngineCore<D> {
             ControlFlow::Continue(w) => work |= w,
         }
         work |= q.retire_sq();
-        work |= q.tx_close_if_drained(stack, tcp, ctx, zombies);
+        work |= q.tx_close_if_drained(stack, tcp, ctx, zombies, txrec);
         work
     }
 }
@@ -1681,13 +1681,19 @@ impl Qp {
 
     /// Graceful close: once nothing is owed, FIN (RDMAP-06 §6; the peer drains too); once
     /// the peer closed as well and everything before its FIN is read, the QP is flushed,
-    /// its TCP connection handed to the zombies and [`CmEvent::Disconnected`] reported.
+    /// its TCP connection handed to the zombies and [`CmEvent::Disconnected`] reported. TCP
+    /// may still have to send or resend Read Responses sent from registered memory (the
+    /// peer closed before it acknowledged them): it gets a copy of them first
+    /// ([`txrec::internalize`]), as at a destroy during a graceful close, so that the zombie
+    /// reads no memory of a QP that let it go (and may be destroyed, its buffers reused, at
+    /// once).
     fn tx_close_if_drained<D: PollDevice>(
         &mut self,
         stack: &mut Stack<D>,
         tcp: ConnId,
         ctx: &mut Ctx,
         zombies: &mut Zombies,
+        records: &mut TxRecords,
     ) -> bool {
         if self.state != QpState::Closing {
             return false;
@@ -1712,6 +1718,11 @@ impl Qp {
             if c.peer_closed && stack.recv_queue(tcp).unwrap_or(0) == 0 {
                 self.flush();
                 if let Some(c) = self.conn.take() {
+                    // Nothing of ours is read once the QP lets the connection go (module
+                    // `txrec`; RDMAP-5.5-8: its memory is the application's again, to
+                    // reuse or deregister once `Disconnected` is reported or the QP is
+                    // destroyed): what TCP still owes of its records becomes TCP's own.
+                    txrec::internalize(stack, c.tcp, records, &ctx.mrs);
                     zombies.insert(c.tcp);
                 }
                 ctx.events.push_back(CmEvent::Disconnected {

@@ -65,9 +65,13 @@
 //! the request's FPDUs to be acknowledged (`Qp::invalidates_unacked_source`).
 //!
 //! Records are kept per TCP connection (indexed by [`ConnId::slot`], generation-checked),
-//! not per QP. A QP destroyed or reset during a graceful close has TCP copy what it still
-//! has to send of them into its send buffer (`release_conn`, through [`TxRecords::fill`])
-//! and its records forgotten: the zombie connection reads no region after the QP is gone.
+//! not per QP. A QP that lets its connection go while TCP still delivers it has TCP copy
+//! what it still has to send of them into its send buffer ([`internalize`], through
+//! [`TxRecords::fill`]) and its records forgotten: at a destroy or reset during a graceful
+//! close (`release_conn`), and when its graceful close ends with the peer's FIN before the
+//! peer acknowledged our Read Responses (`tx_close_if_drained` hands the connection to the
+//! zombies and reports `Disconnected`): the zombie connection reads no region after the QP
+//! let it go.
 //! Where a copy fails and only Read Responses remain, their records stay and the zombie
 //! resends from them. Stale records of a connection that is gone are dropped when its slot
 //! is reused; they hold no memory of the regions, only STags and offsets.
@@ -727,6 +731,38 @@ impl TxRecords {
     pub fn has_failed(&self) -> bool {
         !self.failed.is_empty()
     }
+}
+
+/// Hands TCP a copy of what it still has to send or resend of `tcp`'s records
+/// ([`Stack::internalize_external`], the octets written into its send buffer by
+/// [`TxRecords::fill`] as into a frame) and forgets them: from then on the connection reads
+/// no registered memory. For a QP that lets its connection go while TCP still delivers it
+/// (a graceful close under way: `release_conn` at a destroy or reset, `tx_close_if_drained`
+/// when the connection goes to the zombies), so that nothing reads its memory once it is
+/// gone. `false` when a fill failed (noted for `fail_unfillable`): the records from that
+/// one on stay TCP's to read, and a retransmission that cannot read them resets the
+/// connection.
+pub(super) fn internalize<D: PollDevice>(
+    stack: &mut Stack<D>,
+    tcp: ConnId,
+    records: &mut TxRecords,
+    mrs: &MrTable,
+) -> bool {
+    if records.outstanding(tcp) == 0 {
+        return true;
+    }
+    let mut held: TxHeld<'_> = None;
+    let copied = stack.internalize_external(tcp, |token, at, dst| {
+        records
+            .fill(tcp, token, at, dst, false, mrs, &mut held)
+            .is_some()
+    });
+    drop(held);
+    if copied == Ok(true) {
+        records.forget(tcp);
+        return true;
+    }
+    false
 }
 
 /// [`TxRecords::fill`]'s work: the record `token` of `conn` found, and the FPDUs of its
