@@ -69,6 +69,50 @@ fn tcpperf_refuses_round_trips_that_cannot_be_counted() {
     }
 }
 
+/// tcpperf: `WARPCORE_TCP` other than `warpcore` or `reference` ran Warpcore's TCP
+/// silently, so a misspelt `reference` measured the wrong stack: refused, naming it.
+#[test]
+fn tcpperf_refuses_an_unknown_tcp_implementation() {
+    let exe = env!("CARGO_BIN_EXE_tcpperf");
+    let out = Command::new(exe)
+        .args([
+            "memory",
+            "--test",
+            "rr",
+            "--iterations",
+            "10",
+            "--warmup",
+            "0",
+        ])
+        .env("WARPCORE_TCP", "referense")
+        .output()
+        .expect("run tcpperf");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("WARPCORE_TCP=\"referense\""), "{text}");
+    for ok in ["warpcore", "reference"] {
+        let out = Command::new(exe)
+            .args([
+                "memory",
+                "--test",
+                "rr",
+                "--iterations",
+                "10",
+                "--warmup",
+                "0",
+            ])
+            .env("WARPCORE_TCP", ok)
+            .output()
+            .expect("run tcpperf");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{ok}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 /// wcconnrate: a negative, NaN or endless `--secs` panicked turning it into a Duration;
 /// `--loss` took any number (negative: no loss, above 1: nothing through); `--kernel`
 /// silently ignored a server address, a device, `--loss`, `--port` (its server listens on

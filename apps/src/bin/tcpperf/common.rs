@@ -7,17 +7,32 @@ use warpcore_tcp::smoltcp::time::Instant;
 use warpcore_tcp::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
 use warpcore_tcp::{ConnId, PollDevice, Stack, StackConfig, TcpTuning};
 
+/// The TCP implementation `WARPCORE_TCP` names: `warpcore` (also when unset) or
+/// `reference` (smoltcp's socket, for same-run comparisons and bisecting a difference
+/// between the two); any other value is an error naming it (it ran Warpcore's TCP, so a
+/// misspelt `reference` measured the wrong stack and said nothing).
+pub(crate) fn tcp_implementation() -> Result<warpcore_tcp::TcpImplementation, String> {
+    match std::env::var("WARPCORE_TCP") {
+        Err(std::env::VarError::NotPresent) => Ok(warpcore_tcp::TcpImplementation::Warpcore),
+        Ok(v) if v == "warpcore" => Ok(warpcore_tcp::TcpImplementation::Warpcore),
+        Ok(v) if v == "reference" => Ok(warpcore_tcp::TcpImplementation::SmoltcpReference),
+        Ok(v) => Err(format!(
+            "WARPCORE_TCP={v:?}: expected \"warpcore\" or \"reference\""
+        )),
+        Err(std::env::VarError::NotUnicode(v)) => Err(format!(
+            "WARPCORE_TCP={v:?}: expected \"warpcore\" or \"reference\""
+        )),
+    }
+}
+
 /// The stack under test: Warpcore's TCP, or smoltcp's reference with `WARPCORE_TCP=reference`
-/// (same-run comparisons and bisecting a difference between the two).
+/// ([`tcp_implementation`], checked by `main` before any run).
 pub(crate) fn new_stack<D: PollDevice>(
     device: D,
     cfg: &StackConfig,
     now: Instant,
 ) -> Result<Stack<D>, warpcore_tcp::StackError> {
-    let imp = match std::env::var("WARPCORE_TCP").as_deref() {
-        Ok("reference") => warpcore_tcp::TcpImplementation::SmoltcpReference,
-        _ => warpcore_tcp::TcpImplementation::Warpcore,
-    };
+    let imp = tcp_implementation().unwrap_or(warpcore_tcp::TcpImplementation::Warpcore);
     Stack::with_implementation(device, cfg, now, imp)
 }
 

@@ -11,6 +11,9 @@
 //! * `kernel-server` / `kernel-client`: the same tests over the kernel's TCP, as a baseline
 //!   measured the same way (or as a kernel peer for a stack on net_tap).
 //!
+//! `WARPCORE_TCP=reference` runs smoltcp's TCP socket instead of Warpcore's (`warpcore`,
+//! the default): same-run comparisons of the two; any other value is refused (exit 2).
+//!
 //! The client opens each test with a 16-byte header: `WCPF`, the test kind (1 request/response,
 //! 2 bulk) and a parameter (message size or byte count), all big-endian. Results are printed
 //! for people and as one `RESULT key=value ...` line for scripts.
@@ -273,6 +276,10 @@ impl From<Cc> for warpcore_tcp::Congestion {
 }
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = common::tcp_implementation() {
+        eprintln!("tcpperf: {e}");
+        return ExitCode::from(2);
+    }
     if let Mode::Client { test, .. } | Mode::Memory { test, .. } | Mode::KernelClient { test, .. } =
         &cli.mode
     {
