@@ -1574,3 +1574,71 @@ fn a_link_burst_beyond_the_queue_is_refused_not_overflowed() {
     };
     assert!(link::try_pair(&cfg).is_ok());
 }
+
+/// The ARP requests among `frames` for `target`.
+fn arp_requests_for(frames: &[Vec<u8>], target: smoltcp::wire::Ipv4Address) -> usize {
+    frames
+        .iter()
+        .filter(|f| f.len() >= 42 && f[12..14] == [0x08, 0x06] && f[38..42] == target.octets())
+        .count()
+}
+
+/// RFC 1122 2.3.2.1 (a mechanism to prevent ARP flooding MUST be included): a resolution
+/// asks for its address once per retry interval, also while the neighbour table's list of
+/// requests is full (4,096 outstanding: a burst of connects to new on-link peers, or the
+/// SYN-ACKs of a SYN flood from sources the table could not glean) and so keeps no record
+/// of its request. Its next retry was then "now": every poll sent another broadcast
+/// request for it and `poll_at` asked for the next poll at once, a broadcast storm at the
+/// poll loop's rate for as long as the list stayed full.
+#[test]
+fn a_resolution_repeats_its_request_at_the_retry_interval_when_the_requests_are_full() {
+    const PEERS: u32 = 4096;
+    let (ea, mut silent) = link::pair(&LinkConfig {
+        queue_frames: 16_384,
+        ..LinkConfig::default()
+    });
+    let cfg = StackConfig {
+        ip: smoltcp::wire::Ipv4Cidr::new(IP_A, 16),
+        max_connections: PEERS as usize + 8,
+        ..config(1, IP_A)
+    };
+    let mut a = Stack::new(ea, &cfg, Instant::ZERO).expect("a");
+    let mut now = Instant::ZERO;
+    let drain = |silent: &mut LinkEnd, now: Instant| {
+        use smoltcp::phy::{Device, RxToken};
+        std::iter::from_fn(|| {
+            silent
+                .receive(now)
+                .map(|(rx, _)| rx.consume(|f| f.to_vec()))
+        })
+        .collect::<Vec<_>>()
+    };
+    // Connections to 4,096 on-link peers nobody answers for: their requests fill the list.
+    for k in 0..PEERS {
+        let peer = smoltcp::wire::Ipv4Address::from(u32::from(IP_A) + 0x100 + k);
+        a.connect((peer, 7000), None, &TcpTuning::default())
+            .expect("connect");
+    }
+    a.poll(now);
+    drain(&mut silent, now);
+    let absent = smoltcp::wire::Ipv4Address::new(198, 18, 250, 77);
+    a.resolve_neighbor(absent, Duration::from_secs(1), now)
+        .expect("resolve");
+    let mut frames = Vec::new();
+    for _ in 0..50 {
+        a.poll(now);
+        frames.extend(drain(&mut silent, now));
+        assert!(
+            a.poll_at(now).is_some_and(|t| t > now),
+            "the pending resolution asks for a poll at once ({now})"
+        );
+        now += Duration::from_millis(1);
+    }
+    let n = arp_requests_for(&frames, absent);
+    assert_eq!(n, 1, "{n} ARP requests for one address in 50 ms");
+    // Its retry comes: one request more.
+    now = Instant::from_millis(100);
+    a.poll(now);
+    let n = arp_requests_for(&drain(&mut silent, now), absent);
+    assert_eq!(n, 1, "{n} ARP requests at the retry");
+}

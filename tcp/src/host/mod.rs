@@ -198,6 +198,11 @@ struct Resolving {
     id: ResolveId,
     next_hop: Ipv4Address,
     deadline: Instant,
+    /// No request of its own before this instant: the retry interval after the last one
+    /// it sent. The neighbour table holds each address's requests back itself, except
+    /// while its list of requests is full and records none (RFC 1122 2.3.2.1: without this
+    /// bound every poll sent another broadcast request).
+    next_ask: Instant,
 }
 
 /// Most resolutions asked for and not yet answered: as many addresses as the neighbour
@@ -874,13 +879,17 @@ impl<D: PollDevice> Host<D> {
             lookup @ (Lookup::Request | Lookup::Wait) => {
                 // The request goes out with the next poll (a request for the address sent
                 // within the retry interval, a connection's, is not repeated).
-                if lookup == Lookup::Request {
+                let next_ask = if lookup == Lookup::Request {
                     i.arp_request(next_hop);
-                }
+                    now + neighbor::RETRY
+                } else {
+                    now
+                };
                 i.resolving.push(Resolving {
                     id,
                     next_hop,
                     deadline: now + timeout,
+                    next_ask,
                 });
             }
         }
@@ -2175,8 +2184,15 @@ impl Inner {
         self.resolving
             .iter()
             .map(|r| {
-                let retry = self.neighbors.retry_at(r.next_hop).unwrap_or(now);
-                retry.min(r.deadline)
+                // The table's retry (none while its full list kept no record) and the
+                // resolution's own, whichever is later: a request goes out at neither
+                // before.
+                let retry = self
+                    .neighbors
+                    .retry_at(r.next_hop)
+                    .unwrap_or(r.next_ask)
+                    .max(r.next_ask);
+                retry.max(now).min(r.deadline)
             })
             .min()
     }
@@ -2196,12 +2212,15 @@ impl Inner {
                     Some(Event::NeighborResolved(r.id))
                 }
                 _ if r.deadline <= now => Some(Event::NeighborFailed(r.id)),
-                Lookup::Request => {
+                // RFC 1122 2.3.2.1: once per retry interval, also when the table's full
+                // list of requests recorded none.
+                Lookup::Request if now >= r.next_ask => {
                     self.arp_request(r.next_hop);
+                    self.resolving[k].next_ask = now + neighbor::RETRY;
                     work = true;
                     None
                 }
-                Lookup::Wait => None,
+                Lookup::Request | Lookup::Wait => None,
             };
             match outcome {
                 Some(e) => {
