@@ -654,8 +654,8 @@ fn rfc9293_3_10_7_4_time_wait_ends_without_a_second_event() {
 
 /// RFC 6191 2 (RFC 9293 3.6.1 MAY-2, RFC 1122 4.2.2.13): which SYNs may reopen a 4-tuple
 /// held in TIME-WAIT. With timestamps on the old incarnation, a TSval newer than the last
-/// one seen (whatever the sequence number) and no other; without, a sequence number above
-/// RCV.NXT; a SYN-ACK never.
+/// one seen (whatever the sequence number), or equal to it with a sequence number above
+/// RCV.NXT, and no other; without, a sequence number above RCV.NXT; a SYN-ACK never.
 #[test]
 fn rfc6191_time_wait_reopen_rule() {
     let syn_ts = |seq: TcpSeqNumber, tsval: Option<u32>| {
@@ -688,7 +688,9 @@ fn rfc6191_time_wait_reopen_rule() {
             assert!(c.time_wait_reopens(&syn_ts(below, Some(5))));
         } else {
             assert!(c.time_wait_reopens(&syn_ts(below, Some(1_001))));
-            assert!(!c.time_wait_reopens(&syn_ts(above, Some(1_000))));
+            // An equal TSval: by its sequence number (RFC 6191 2, second case).
+            assert!(c.time_wait_reopens(&syn_ts(above, Some(1_000))));
+            assert!(!c.time_wait_reopens(&syn_ts(below, Some(1_000))));
             assert!(!c.time_wait_reopens(&syn_ts(above, Some(999))));
             // Without timestamps now: by its sequence number.
             assert!(c.time_wait_reopens(&syn_ts(above, None)));
@@ -703,6 +705,45 @@ fn rfc6191_time_wait_reopen_rule() {
         assert_eq!(events(&mut c), vec![], "plain {plain}");
         assert!(floor > ISS + 2);
     }
+}
+
+/// RFC 6191 2, second case of an old incarnation with timestamps: "the timestamp contained
+/// in the incoming SYN segment is equal to the last timestamp seen on the previous
+/// incarnation ..., and the Sequence Number of the incoming SYN segment is greater than
+/// the last sequence number seen ..., honor the connection request". A peer whose
+/// timestamp clock ticks once a millisecond (Linux) and that comes back from the same port
+/// within that millisecond sends such a SYN (Linux's `tcp_timewait_state_process` takes
+/// it: no PAWS reject, a sequence number after RCV.NXT). It drew a challenge ACK, whose RST
+/// ended TIME-WAIT and left the SYN to the peer's RTO (about a second). A SYN at or below
+/// RCV.NXT with that timestamp still does not reopen.
+#[test]
+fn rfc6191_2_an_equal_timestamp_with_a_higher_sequence_number_reopens() {
+    let mut c = established(cfg(), false);
+    c.close();
+    drain(&mut c, ms(2));
+    let mut fin = seg(TcpControl::Fin, PISS + 1, Some(ISS + 2), &[]);
+    fin.timestamp = Some(TcpTimestampRepr {
+        tsval: 1_000,
+        tsecr: 0,
+    });
+    c.handle_segment(ms(3), &fin);
+    assert_eq!(c.state(), State::TimeWait);
+    drain(&mut c, ms(3));
+    events(&mut c);
+    let syn = |seq: TcpSeqNumber| {
+        let mut s = seg(TcpControl::Syn, seq, None, &[]);
+        s.timestamp = Some(TcpTimestampRepr {
+            tsval: 1_000,
+            tsecr: 0,
+        });
+        s
+    };
+    assert!(
+        c.time_wait_reopens(&syn(PISS + 100_000)),
+        "an equal TSval and a sequence number above RCV.NXT reopen (RFC 6191 2)"
+    );
+    assert!(!c.time_wait_reopens(&syn(PISS + 2)), "at RCV.NXT");
+    assert!(!c.time_wait_reopens(&syn(PISS + 1)), "below RCV.NXT");
 }
 
 /// RFC 6191 2 (RFC 9293 3.6.1 MAY-2/MAY-3, RFC 1122 4.2.2.13): a client back from the

@@ -1301,7 +1301,7 @@ impl Connection {
     /// to its listener) instead of drawing a challenge ACK. Safe because our timestamp
     /// clock offset is the same for every incarnation of a 4-tuple (module `host::isn`):
     /// - both this incarnation and the new one use timestamps: its TSval is newer than the
-    ///   last one seen here;
+    ///   last one seen here, or equal to it with a sequence number above RCV.NXT;
     /// - only the new one does: always (PAWS and RFC 7323 3.2 keep this one's segments out);
     /// - the new one does not: its sequence number is above RCV.NXT (RFC 1122 4.2.2.13).
     pub fn time_wait_reopens(&self, syn: &TcpRepr<'_>) -> bool {
@@ -1312,7 +1312,12 @@ impl Connection {
             return false;
         }
         match syn.timestamp.filter(|_| self.cfg.timestamps) {
-            Some(ts) if self.ts_ok => ts.tsval.wrapping_sub(self.ts_recent) as i32 > 0,
+            // RFC 6191 2: a newer TSval, or an equal one with a sequence number above the
+            // last one seen (a peer whose clock did not tick since, back from the port).
+            Some(ts) if self.ts_ok => match ts.tsval.wrapping_sub(self.ts_recent) as i32 {
+                0 => seq_diff(syn.seq_number, self.rcv_nxt) > 0,
+                d => d > 0,
+            },
             Some(_) => true,
             None => seq_diff(syn.seq_number, self.rcv_nxt) > 0,
         }
