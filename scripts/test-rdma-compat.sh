@@ -131,6 +131,8 @@ contracts() {
     contract_pair get_request_other_event 7532
     contract_pair modify_during_connect 7540
     contract_pair imm_inline_atomic 7542
+    contract_pair modify_qp_sqd 7544
+    contract_pair reset_clears_ird_ord 7546
     contract rdmacm_exports
     contract id_device_pd
     contract bind_addr_in_use
@@ -155,6 +157,7 @@ contracts() {
     contract migrate_same_channel
     contract srq_qp_recv_caps
     contract post_err_qp
+    contract modify_qp_mask
     # Only meaningful if the program itself does not need libibverbs.so.1. objdump's output
     # is read whole before grep judges it: `! objdump | grep -q` under pipefail passed when
     # grep's early exit on the match cut objdump off (SIGPIPE) and when objdump failed.

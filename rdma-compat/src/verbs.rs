@@ -2459,6 +2459,9 @@ pub extern "C" fn __wc_ibv_modify_qp(
         let (Some(q), Some(a)) = (unsafe { qp_ref(qp) }, unsafe { attr.as_ref() }) else {
             return EINVAL;
         };
+        if let Err(e) = modify_qp_mask_ok(a, mask as c_uint) {
+            return e;
+        }
         if mask as c_uint & IBV_QP_STATE == 0 {
             return 0;
         }
@@ -2518,6 +2521,9 @@ pub extern "C" fn __wc_ibv_modify_qp(
                     Ok(()) => {
                         // A connection set up from here on is not the one aborted.
                         q.aborted.store(false, Ordering::Release);
+                        // Idle as a new QP: no connection's ORD and IRD for ibv_query_qp
+                        // until the next is established (they were the ended one's).
+                        q.ird_ord.store(0, Ordering::Release);
                         // Its next entry into ERR raises Last WQE Reached again.
                         lw.raised = false;
                         set_qp_state(qp, IBV_QPS_RESET);
@@ -2540,10 +2546,56 @@ pub extern "C" fn __wc_ibv_modify_qp(
                 lw.moves += 1;
                 0
             }
-            IBV_QPS_SQD => EOPNOTSUPP,
+            // A graceful close, as the iWARP providers take SQD from RTS and as librdmacm's
+            // rdma_disconnect asks for it on iWARP (cma.c ucma_shutdown ->
+            // ucma_modify_qp_sqd): siw maps it to CLOSING (siw_qp_nextstate_from_rts drops
+            // the connection), cxgb4 to CLOSING (c4iw_modify_qp: rdma_fini, then a
+            // non-abortive c4iw_ep_disconnect). The send queue drains, then FIN;
+            // DISCONNECTED follows. A QP already closing stays so (0, as both answer a
+            // move to the state it is in). From RESET, INIT, RTR (idle or connecting) or
+            // ERR it is no move the QP state machine allows (the kernel's
+            // ib_modify_qp_is_ok; cxgb4's IDLE -> CLOSING): EINVAL, nothing changed. It
+            // was EOPNOTSUPP in every state.
+            IBV_QPS_SQD => {
+                // Under the lock ESTABLISHED's RTS is decided under, as the other moves.
+                let mut lw = q.last_wqe.lock().unwrap_or_else(|e| e.into_inner());
+                match q.qp.disconnect() {
+                    Ok(()) => {
+                        set_qp_state(qp, IBV_QPS_SQD);
+                        lw.moves += 1;
+                        0
+                    }
+                    Err(e) => errno_of(&e),
+                }
+            }
             _ => EINVAL,
         }
     })
+}
+
+/// What rdma-core and the kernel refuse of an `ibv_modify_qp` for every provider before
+/// the provider sees it (so nothing is changed): a mask bit past `IBV_QP_DEST_QPN`
+/// (`IBV_QP_RATE_LIMIT`, ...) is `EOPNOTSUPP`, as libibverbs' `ibv_cmd_modify_qp`
+/// (cmd.c: "Masks over IBV_QP_DEST_QPN are only supported by ibv_cmd_modify_qp_ex"),
+/// which siw's modify_qp calls, and the kernel's `ib_uverbs_modify_qp` answer; a port the
+/// device does not have (`IBV_QP_PORT`, `IBV_QP_AV`'s, `IBV_QP_ALT_PATH`'s; it has port 1
+/// only) and a state or current state past `IBV_QPS_ERR` are `EINVAL`, as uverbs_cmd.c's
+/// `modify_qp` checks them (`rdma_is_port_valid`). Each was taken and ignored: a rate
+/// limit asked for was silently not applied.
+fn modify_qp_mask_ok(a: &ibv_qp_attr, mask: c_uint) -> Result<(), c_int> {
+    if mask & !((IBV_QP_DEST_QPN << 1) - 1) != 0 {
+        return Err(EOPNOTSUPP);
+    }
+    let has = |bit: c_uint| mask & bit != 0;
+    if (has(IBV_QP_PORT) && a.port_num != 1)
+        || (has(IBV_QP_AV) && a.ah_attr.port_num != 1)
+        || (has(IBV_QP_ALT_PATH) && (a.alt_port_num != 1 || a.alt_ah_attr.port_num != 1))
+        || (has(IBV_QP_CUR_STATE) && a.cur_qp_state > IBV_QPS_ERR)
+        || (has(IBV_QP_STATE) && a.qp_state > IBV_QPS_ERR)
+    {
+        return Err(EINVAL);
+    }
+    Ok(())
 }
 
 #[no_mangle]
