@@ -2402,3 +2402,274 @@ fn a_read_whose_response_is_refused_fails_with_its_own_status() {
         assert_eq!(first_changed(&w.region), None, "{name}: octet placed");
     }
 }
+
+/// What [`fin_inside_a_message`] saw: the Terminate (layer, etype, code) the peer got, if
+/// any, the engine's events and its completions.
+type FinOutcome = (
+    Option<(u8, u8, u8)>,
+    Vec<CmEvent>,
+    Vec<warpcore_engine::Completion>,
+);
+
+/// What the engine does when the peer's FIN ends its stream in the middle of a message:
+/// the peer sends `octets` (the start of a message), then closes.
+fn fin_inside_a_message(octets: impl FnOnce(&mut Framer) -> Vec<u8>, rq: usize) -> FinOutcome {
+    let mut w = world();
+    let (tcp, mut framer, mut deframer, _qp) = connect(&mut w, rq);
+    // A first FPDU lifts the responder's MPA fence (MPA-7.1.2-16).
+    send_ulpdus(&mut w, tcp, &mut framer, &[write(0, 0, b"")], false);
+    for _ in 0..20 {
+        w.step();
+    }
+    let bytes = octets(&mut framer);
+    let mut off = 0;
+    while off < bytes.len() {
+        off += w.peer.send(tcp, &bytes[off..]).unwrap();
+        w.step();
+    }
+    w.peer.close(tcp).unwrap();
+    let mut term = None;
+    let mut events = Vec::new();
+    for _ in 0..3000 {
+        step_and_read(&mut w, tcp, &mut deframer, |u| {
+            if let Ok(seg) = Segment::parse(u) {
+                if let RdmapHeader::Terminate(t) = seg.repr.header {
+                    let c = t.code;
+                    term = term.or(Some((c.layer(), c.etype(), c.code())));
+                }
+            }
+        });
+        while let Some(e) = w.engine.next_event() {
+            events.push(e);
+        }
+    }
+    let mut completions = Vec::new();
+    while let Some(c) = w.cq.pop() {
+        completions.push(c);
+    }
+    (term, events, completions)
+}
+
+/// The FPDUs `ulpdus` framed as the peer's framer frames them.
+fn framed(framer: &mut Framer, ulpdus: &[Vec<u8>]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for u in ulpdus {
+        let mut out = vec![0u8; framer.fpdu_wire_len(u.len())];
+        let n = framer.emit(&[u], &mut out).unwrap();
+        bytes.extend_from_slice(&out[..n]);
+    }
+    bytes
+}
+
+/// Judges [`fin_inside_a_message`]'s outcome: the close is not a clean one. The stream was
+/// lost in the middle of a message (MPA-8-1, error 1: "TCP connection closed" with an
+/// FPDU or a DDP message incomplete; DDP-6.2.2-1/2: a lost LLP stream is a fatal error
+/// reported to the ULP and outstanding requests complete in error; RDMAP-6.2.1-1: a
+/// Terminate is sent when the LLP reports an error, here 2/0/01 on our half, which is
+/// still open; RDMAP-6.2.1-2). The receive the message was filling never completes as a
+/// success, and the user is not told `Disconnected { Closed }`.
+fn assert_fin_inside_a_message_fails(name: &str, (term, events, completions): FinOutcome) {
+    assert!(
+        !events.iter().any(|e| matches!(
+            e,
+            CmEvent::Disconnected {
+                cause: warpcore_engine::DisconnectCause::Closed,
+                ..
+            }
+        )),
+        "{name}: a FIN inside a message reported as a clean close: {events:?}"
+    );
+    let reported = events.iter().find_map(|e| match e {
+        CmEvent::Error {
+            error: ConnError::LocalTerminate(e),
+            ..
+        } => {
+            let c = e.terminate_code();
+            Some((c.layer(), c.etype(), c.code()))
+        }
+        _ => None,
+    });
+    assert_eq!(reported, Some((2, 0, 1)), "{name}: {events:?}");
+    assert_eq!(term, Some((2, 0, 1)), "{name}: the Terminate to the peer");
+    assert!(
+        completions
+            .iter()
+            .all(|c| c.status != warpcore_engine::WcStatus::Success),
+        "{name}: {completions:?}"
+    );
+    // The receive that held the partial message completes, in error.
+    assert!(
+        completions.iter().any(|c| c.wr_id == 0),
+        "{name}: {completions:?}"
+    );
+}
+
+/// A Send's first segment (L = 0) placed, then the peer's FIN: the message can never end.
+#[test]
+fn a_fin_after_the_first_segment_of_a_send_fails_the_stream() {
+    let out = fin_inside_a_message(|f| framed(f, &[send_seg(1, 0, false, &[7; 16])]), 2);
+    assert_fin_inside_a_message_fails("send L=0", out);
+}
+
+/// Half of an FPDU, then the peer's FIN: the FPDU is incomplete at the LLP close.
+#[test]
+fn a_fin_inside_an_fpdu_fails_the_stream() {
+    let out = fin_inside_a_message(
+        |f| {
+            let mut b = framed(f, &[send(1, &[7; 40])]);
+            b.truncate(b.len() / 2);
+            b
+        },
+        2,
+    );
+    assert_fin_inside_a_message_fails("half an FPDU", out);
+}
+
+/// The control: a whole Send, then the peer's FIN, is a clean close that delivers it.
+#[test]
+fn a_fin_after_a_whole_send_is_a_clean_close() {
+    let (term, events, completions) = fin_inside_a_message(|f| framed(f, &[send(1, &[7; 16])]), 2);
+    assert_eq!(term, None);
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            CmEvent::Disconnected {
+                cause: warpcore_engine::DisconnectCause::Closed,
+                ..
+            }
+        )),
+        "{events:?}"
+    );
+    assert!(completions.iter().any(|c| c.wr_id == 0
+        && c.status == warpcore_engine::WcStatus::Success
+        && c.byte_len == 16));
+}
+
+/// The same after our own close: the engine's FIN is out (it waits in Closing for the
+/// peer's), the peer sends the first segment of a Send and closes. No Terminate can follow
+/// our FIN (RDMAP-5.4-6), but the stream still failed (MPA-8-1, DDP-6.2.2-1): the user is
+/// told of the error, not of a clean close, and the receive does not complete as a success.
+#[test]
+fn a_fin_inside_a_send_after_our_close_is_not_a_clean_close() {
+    let mut w = world();
+    let (tcp, mut framer, _d, qp) = connect(&mut w, 2);
+    send_ulpdus(&mut w, tcp, &mut framer, &[write(0, 0, b"")], false);
+    for _ in 0..20 {
+        w.step();
+    }
+    w.engine.disconnect(qp).unwrap();
+    for _ in 0..50 {
+        w.step();
+    }
+    assert_eq!(w.engine.qp_state(qp).unwrap(), QpState::Closing);
+    let mut events = Vec::new();
+    while let Some(e) = w.engine.next_event() {
+        events.push(e);
+    }
+    send_ulpdus(
+        &mut w,
+        tcp,
+        &mut framer,
+        &[send_seg(1, 0, false, &[7; 16])],
+        false,
+    );
+    w.peer.close(tcp).unwrap();
+    let (_, more) = w.run_reading(tcp, 3000);
+    events.extend(more);
+    assert_eq!(w.engine.qp_state(qp).unwrap(), QpState::Error);
+    assert!(
+        !events.iter().any(|e| matches!(
+            e,
+            CmEvent::Disconnected {
+                cause: warpcore_engine::DisconnectCause::Closed,
+                ..
+            }
+        )),
+        "{events:?}"
+    );
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            CmEvent::Error {
+                error: ConnError::LocalTerminate(_),
+                ..
+            }
+        )),
+        "{events:?}"
+    );
+    let mut completions = Vec::new();
+    while let Some(c) = w.cq.pop() {
+        completions.push(c);
+    }
+    assert!(completions.iter().any(|c| c.wr_id == 0), "{completions:?}");
+    assert!(
+        completions
+            .iter()
+            .all(|c| c.status != warpcore_engine::WcStatus::Success),
+        "{completions:?}"
+    );
+}
+
+/// A Read Response's first segment (L = 0, half the Read) placed, then the peer's FIN: the
+/// Read can never complete. It fails `Fatal` (not flushed as if never answered) and the
+/// stream fails with 2/0/01, not a clean close (MPA-8-1, DDP-6.2.2-1/2, RDMAP-6.2.1-2).
+#[test]
+fn a_fin_inside_a_read_response_fails_the_read_and_the_stream() {
+    let mut w = world();
+    let (tcp, mut framer, mut d, qp) = connect(&mut w, 0);
+    let wr = warpcore_engine::SendWr {
+        wr_id: 77,
+        op: warpcore_engine::SendOp::Read {
+            remote_stag: 0x1234,
+            remote_to: 0,
+        },
+        sges: common::sges(&[(w.stag, 0, 16)]),
+        signaled: true,
+        fence: false,
+    };
+    w.engine.post_send(qp, wr).unwrap();
+    send_ulpdus(&mut w, tcp, &mut framer, &[write(0, 0, b"")], false);
+    let mut rr = None;
+    for _ in 0..2000 {
+        step_and_read(&mut w, tcp, &mut d, |u| {
+            if let Ok(s) = Segment::parse(u) {
+                if let RdmapHeader::ReadRequest(h) = s.repr.header {
+                    rr = Some(h);
+                }
+            }
+        });
+        if rr.is_some() {
+            break;
+        }
+    }
+    let rr = rr.expect("the engine's Read Request");
+    let half = read_response(rr.sink_stag, rr.sink_to, false, &[5; 8]);
+    send_ulpdus(&mut w, tcp, &mut framer, &[half], false);
+    w.peer.close(tcp).unwrap();
+    let mut term = None;
+    let mut events = Vec::new();
+    for _ in 0..3000 {
+        step_and_read(&mut w, tcp, &mut d, |u| {
+            if let Ok(s) = Segment::parse(u) {
+                if let RdmapHeader::Terminate(t) = s.repr.header {
+                    term = term.or(Some((t.code.layer(), t.code.etype(), t.code.code())));
+                }
+            }
+        });
+        while let Some(e) = w.engine.next_event() {
+            events.push(e);
+        }
+    }
+    let read = w.cq.pop().expect("the Read's completion");
+    assert_eq!(
+        (read.wr_id, read.status),
+        (77, warpcore_engine::WcStatus::Fatal)
+    );
+    assert_eq!(term, Some((2, 0, 1)), "{events:?}");
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, CmEvent::Disconnected { .. })),
+        "{events:?}"
+    );
+}

@@ -710,6 +710,15 @@ impl<D: PollDevice> EngineCore<D> {
                                     break;
                                 }
                             }
+                            // Both FINs are out: one that ended the peer's stream inside a
+                            // message fails it rather than closing it cleanly (MPA-8-1).
+                            let queued = self.stack.recv_queue(c).unwrap_or(0);
+                            if let Some(q) = self.qps[i].as_mut() {
+                                if let Some(conn) = q.conn.as_mut() {
+                                    conn.peer_closed = true;
+                                }
+                                q.fail_if_fin_inside_message(queued, &mut self.ctx);
+                            }
                         }
                         // What TCP had acknowledged by its end completes as such: a request
                         // `flush` held for it (RDMAP-5.5-8) is then a success, not flushed.

@@ -1064,6 +1064,47 @@ impl Qp {
         }
     }
 
+    /// Fails the stream if the peer's FIN ended it inside a message, and says whether it
+    /// did. `queued`: the octets TCP still holds before the FIN (the check waits for them
+    /// to be read). A graceful close ends a stream between messages (RDMAP-06 §6.2: ULP
+    /// Graceful Termination, then the LLP's); octets of an FPDU not whole, or a DDP message
+    /// whose L = 1 segment never came, at the peer's FIN mean the stream was lost midway:
+    /// MPA error 1, "TCP connection closed" (MPA-8-1, MPA-8-5), a fatal error DDP reports
+    /// to its ULP with every outstanding request completed in error (DDP-6.2.2-1/2,
+    /// RDMAP-6.2.1-2), and a Terminate on our half, still open (RDMAP-6.2.1-1; 2/0/01).
+    /// The receive the message was filling, and the Read a response was filling, complete
+    /// with [`WcStatus::Fatal`] ahead of the flush; neither completes as a success, and
+    /// the user is told `Error { LocalTerminate }`, not `Disconnected { Closed }`. A fenced
+    /// responder's close is the startup's (`rx_one`).
+    pub(super) fn fail_if_fin_inside_message(&mut self, queued: usize, ctx: &mut Ctx) -> bool {
+        if queued > 0 || !matches!(self.state, QpState::Rts | QpState::Closing) {
+            return false;
+        }
+        let Some(c) = self.conn.as_ref() else {
+            return false;
+        };
+        if !c.peer_closed || !matches!(c.mpa, Mpa::Done) {
+            return false;
+        }
+        let in_fpdu = c.deframer.as_ref().is_some_and(|d| d.in_fpdu());
+        let in_send = c.ddp_rx.failed().is_none() && c.ddp_rx.in_progress(qn::SEND);
+        let in_read = self.read_placed > 0;
+        if !(in_fpdu || in_send || in_read) {
+            return false;
+        }
+        if in_send {
+            self.complete_recv(Completion {
+                status: WcStatus::Fatal,
+                ..self.recv_completion()
+            });
+        }
+        if in_read {
+            self.read_response_refused();
+        }
+        self.fail_local(ProtocolError::Mpa(MpaError::TcpLost), None, ctx);
+        true
+    }
+
     /// Whether a request that needs an answer arrived after our FIN: a graceful close sends
     /// FIN only once nothing is owed (`tx_close_if_drained`), so a Read or Atomic Request
     /// that crossed it can never be answered, not even by a Terminate. It is dropped
@@ -1351,6 +1392,12 @@ impl<D: PollDevice> EngineCore<D> {
                 break;
             }
             taken += n;
+            work = true;
+        }
+        // The peer's FIN ended its stream inside a message: not a graceful close.
+        if q.conn.as_ref().is_some_and(|c| c.peer_closed)
+            && q.fail_if_fin_inside_message(stack.recv_queue(tcp).unwrap_or(0), ctx)
+        {
             work = true;
         }
         // The peer closed during the startup and every octet before its FIN is read.

@@ -1698,6 +1698,11 @@ impl Qp {
         if self.state != QpState::Closing {
             return false;
         }
+        // Before our FIN: the Terminate of a stream the peer's FIN ended inside a message
+        // goes out first (`fail_if_fin_inside_message`).
+        if self.fail_if_fin_inside_message(stack.recv_queue(tcp).unwrap_or(0), ctx) {
+            return true;
+        }
         let mut work = self.fail_unanswerable(stack, tcp);
         let drained =
             self.tx.is_none() && self.irq.is_empty() && self.sq.is_empty() && self.orq.is_empty();

@@ -221,6 +221,13 @@ impl DdpReceiver {
         self.queues.get(qn as usize).map(|q| q.expected_msn)
     }
 
+    /// Whether a message on `qn` is in progress: a segment of it was accepted and its
+    /// L = 1 segment has not arrived. A stream that ends there (the LLP closed) ends inside
+    /// a message (DDP-6.2.2-1). `false` for a QN outside `0..QUEUE_COUNT`.
+    pub fn in_progress(&self, qn: u32) -> bool {
+        self.queues.get(qn as usize).is_some_and(|q| q.in_progress)
+    }
+
     /// Sets the MSN expected next on `qn` (for tests and for resuming a stream; a normal
     /// stream never needs it). Fails for a QN outside `0..QUEUE_COUNT` or while a message
     /// is in progress on the queue.
