@@ -1974,4 +1974,137 @@ mod tests {
             assert_eq!(crc32c_append(crc32c_append(0, a), b), whole, "cut at {cut}");
         }
     }
+
+    /// Every kernel (the dispatchers and, where this CPU can run them, each path called
+    /// directly) against the plain implementations, the `crc32c` crate and a `memcpy`, at
+    /// every length class the kernels branch on (0, 1, 15, 16, 17, 63, 64, 255, 256, 767,
+    /// 768, 769, a jumbo FPDU, past one three-lane pass) and random ones, from unaligned
+    /// sources into unaligned destinations, with random contents and initial CRCs
+    /// (proptest's 256 cases, or `PROPTEST_CASES`). It passes under valgrind too, whose
+    /// CPU has AVX2 but neither AVX-512 nor VPCLMULQDQ: the detection then picks the
+    /// 32-octet lanes. Not under Miri, which has neither most of these instructions nor
+    /// the time for proptest's cases.
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    mod kernels_against_references {
+        use super::*;
+        use crate::mem::copy::copy;
+        use proptest::prelude::*;
+
+        const CLASSES: [usize; 16] = [
+            0, 1, 15, 16, 17, 63, 64, 95, 96, 255, 256, 767, 768, 769, 9000, 13_000,
+        ];
+
+        fn len_strategy() -> impl Strategy<Value = usize> {
+            prop_oneof![
+                prop::sample::select(CLASSES.to_vec()),
+                0usize..2048,
+                0usize..20_000,
+            ]
+        }
+
+        fn fold(s: u64) -> u16 {
+            warpcore_tcp::csum::fold(s)
+        }
+
+        proptest! {
+            #[test]
+            fn every_kernel_equals_crc32c_and_memcpy(
+                len in len_strategy(),
+                soff in 0usize..64,
+                doff in 0usize..64,
+                init in any::<u32>(),
+                seed in any::<u64>(),
+            ) {
+                let mut x = seed | 1;
+                let buf: Vec<u8> = (0..soff + len)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x as u8
+                    })
+                    .collect();
+                let src = &buf[soff..];
+                let want_crc = crc32c::crc32c_append(init, src);
+                let want_sum = fold(warpcore_tcp::csum::sum(src));
+
+                prop_assert_eq!(crc32c_append(init, src), want_crc, "crc32c_append");
+                // The fused copy from a slice, on whichever path this CPU takes.
+                let mut out = vec![0x5Au8; doff + len + 64];
+                let (sum, crc) = copy_sum_crc_slices(src, &mut out[doff..doff + len], init);
+                prop_assert_eq!(&out[doff..doff + len], src);
+                prop_assert!(out[..doff].iter().chain(&out[doff + len..]).all(|&b| b == 0x5A));
+                prop_assert_eq!(crc, want_crc, "copy_sum_crc_slices crc");
+                prop_assert_eq!(fold(sum), want_sum, "copy_sum_crc_slices sum");
+                // The inline copy.
+                let mut out = vec![0x5Au8; doff + len + 64];
+                // SAFETY: `src` and `out[doff..doff + len]` are distinct vectors' ranges.
+                unsafe { copy(src.as_ptr(), out.as_mut_ptr().add(doff), len) };
+                prop_assert_eq!(&out[doff..doff + len], src);
+                prop_assert!(out[..doff].iter().chain(&out[doff + len..]).all(|&b| b == 0x5A));
+                // The received-segment passes, as the host is handed them.
+                if let Some(digest) = payload_digest() {
+                    let (s, c) = digest(src);
+                    prop_assert_eq!(fold(s), want_sum, "digest sum");
+                    prop_assert_eq!(c, crc32c::crc32c_append(0, src), "digest crc");
+                }
+                if let Some(bulk) = bulk_sum() {
+                    // The sums start at an even offset of what is summed.
+                    prop_assert_eq!(fold(bulk(src)), want_sum, "bulk sum");
+                }
+                // Each path this CPU can run, called directly.
+                if !fused_available() {
+                    return Ok(());
+                }
+                let mut paths: Vec<u8> = vec![1];
+                if lanes256_available() {
+                    paths.push(3);
+                }
+                if len >= FOLD_MIN && fold256_available() {
+                    paths.push(2);
+                }
+                if len >= FOLD_MIN && fold512_available() {
+                    paths.push(4);
+                }
+                for path in paths {
+                    let mut out = vec![0x5Au8; doff + len + 64];
+                    let dst = &mut out[doff..doff + len];
+                    // SAFETY: `src` is `len` readable octets apart from `dst`; the CPU has
+                    // each path's features (checked above), and the folding paths get at
+                    // least `FOLD_MIN` octets.
+                    let (sum, crc) = unsafe {
+                        match path {
+                            1 => copy_sum_crc_lanes(src.as_ptr(), dst, init),
+                            2 => copy_sum_crc_fold256(src.as_ptr(), dst, init),
+                            3 => copy_sum_crc_lanes256(src.as_ptr(), dst, init, src.as_ptr(), 2),
+                            _ => copy_sum_crc_fold512(src.as_ptr(), dst, init),
+                        }
+                    };
+                    prop_assert_eq!(&out[doff..doff + len], src, "path {}", path);
+                    prop_assert!(
+                        out[..doff].iter().chain(&out[doff + len..]).all(|&b| b == 0x5A),
+                        "path {}", path
+                    );
+                    prop_assert_eq!(crc, want_crc, "path {} crc", path);
+                    prop_assert_eq!(fold(sum), want_sum, "path {} sum", path);
+                }
+                if len >= SHORT {
+                    // SAFETY: SSE4.2 and PCLMULQDQ (`fused_available`).
+                    prop_assert_eq!(!unsafe { three_streams(!init, src) }, want_crc);
+                }
+                if len >= FOLD_MIN && fold512_available() {
+                    // SAFETY: the features (just checked); `FOLD_MIN` octets or more.
+                    prop_assert_eq!(!unsafe { fold512(!init, src) }, want_crc);
+                    // SAFETY: as above.
+                    let (s, c) = unsafe { sum_crc_fold512(src, init) };
+                    prop_assert_eq!((fold(s), c), (want_sum, want_crc));
+                }
+                if len >= FOLD_MIN && fold256_available() {
+                    // SAFETY: the features (just checked); `FOLD_MIN` octets or more.
+                    let (s, c) = unsafe { sum_crc_fold256(src, init) };
+                    prop_assert_eq!((fold(s), c), (want_sum, want_crc));
+                }
+            }
+        }
+    }
 }
