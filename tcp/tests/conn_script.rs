@@ -2748,3 +2748,41 @@ fn rfc7323_2_2_simultaneous_open_syn_ack_options_follow_the_peer_syn() {
         );
     }
 }
+
+/// RFC 2883 4: a segment that fills the gap before a block held out of order and repeats
+/// some of that block's octets (a retransmission cut differently from the original, or
+/// a copy the network duplicated with another segment) is a duplicate receipt of those
+/// octets, reported as the first (D-SACK) block of the ACK it draws, as the same octets
+/// are when the segment lies wholly out of order (`Reassembly::held_within`) or below
+/// RCV.NXT, and as Linux's `tcp_ofo_queue` reports them (`tcp_dsack_extend`). Without it
+/// the sender is not told its retransmission was not needed (RFC 3708, RFC 8985 6.2
+/// step 4). The octets held first are not overwritten by the later copy's either.
+#[test]
+fn rfc2883_4_an_in_order_segment_repeating_held_octets_is_a_d_sack() {
+    let mut c = established(cfg(), false);
+    let base = PISS + 1;
+    // Octets 1000..2000 arrive first, out of order: SACKed.
+    c.handle_segment(ms(2), &stamped(data(1000, &[1; 1000], ISS + 1)));
+    let out = drain(&mut c, ms(2));
+    let want = ((base + 1000).0 as u32, (base + 2000).0 as u32);
+    assert_eq!(out.last().expect("an ACK").sack, vec![want]);
+    // The gap fills with 0..1460, whose 1000..1460 were held already.
+    c.handle_segment(ms(3), &stamped(data(0, &[2; 1460], ISS + 1)));
+    let out = drain(&mut c, ms(3));
+    let ack = out.last().expect("the gap filled is ACKed at once");
+    assert_eq!(ack.ack, Some(base + 2000), "{out:?}");
+    let dup = ((base + 1000).0 as u32, (base + 1460).0 as u32);
+    assert_eq!(
+        ack.sack,
+        vec![dup],
+        "the repeated octets are not reported: {out:?}"
+    );
+    // The stream holds the new octets, then those held first.
+    let mut buf = vec![0; 4000];
+    assert_eq!(c.recv(&mut buf), Ok(2000));
+    assert!(buf[..1000].iter().all(|&b| b == 2));
+    assert!(
+        buf[1000..2000].iter().all(|&b| b == 1),
+        "a held octet was overwritten"
+    );
+}

@@ -2291,8 +2291,9 @@ impl Connection {
         // Where `data` starts in the payload.
         let mut start = 0;
         // Trim what is already in order (a D-SACK block for it).
+        let old = off < self.rcv_off as i64 && !data.is_empty();
         if off < self.rcv_off as i64 {
-            if !data.is_empty() {
+            if old {
                 self.note_duplicate(off, (off + data.len() as i64).min(self.rcv_off as i64));
             }
             let cut = (self.rcv_off as i64 - off) as usize;
@@ -2327,16 +2328,47 @@ impl Connection {
         if !data.is_empty() {
             if off == self.rcv_off {
                 let had_gap = !self.ooo.is_empty();
-                self.take_in_order(data, deliver);
-                while let Some(mut more) = self.ooo.take_at(self.rcv_off) {
-                    // Held before the FIN came: what lies past it is dropped.
-                    if let Some(f) = self.fin_off {
-                        more.truncate(f.saturating_sub(self.rcv_off) as usize);
+                // RFC 2883 4: octets held out of order that this segment repeats (a
+                // retransmission cut otherwise than the original) are a duplicate,
+                // reported as a D-SACK block as Linux's `tcp_ofo_queue` does, unless the
+                // segment's octets below RCV.NXT are reported already.
+                if let Some((l, r)) = self
+                    .ooo
+                    .held_within(off, off + data.len() as u64)
+                    .filter(|_| had_gap && !old)
+                {
+                    self.note_duplicate(l as i64, r as i64);
+                }
+                // The new octets up to the next block held, then that block: the octets
+                // held first win where the segment repeats them, as they do out of order
+                // (`Reassembly::insert`), so what was SACKed is what is delivered. Nothing
+                // held (the common case): the segment whole, as it came.
+                let mut rest = data;
+                if !had_gap {
+                    self.take_in_order(rest, deliver);
+                } else {
+                    loop {
+                        let n = self
+                            .ooo
+                            .held_within(self.rcv_off, self.rcv_off + rest.len() as u64)
+                            .map_or(rest.len(), |(l, _)| (l - self.rcv_off) as usize);
+                        if n > 0 {
+                            self.take_in_order(&rest[..n], deliver);
+                            rest = &rest[n..];
+                        }
+                        let Some(mut more) = self.ooo.take_at(self.rcv_off) else {
+                            break;
+                        };
+                        // Held before the FIN came: what lies past it is dropped.
+                        if let Some(f) = self.fin_off {
+                            more.truncate(f.saturating_sub(self.rcv_off) as usize);
+                        }
+                        if more.is_empty() {
+                            break;
+                        }
+                        rest = &rest[more.len().min(rest.len())..];
+                        self.take_in_order(&more, deliver);
                     }
-                    if more.is_empty() {
-                        break;
-                    }
-                    self.take_in_order(&more, deliver);
                 }
                 self.took_in_order(now, had_gap);
             } else {
