@@ -1159,3 +1159,26 @@ fn mtu_sizes_the_in_memory_link() {
         "{sent} octets from memory in {segments} segments: not jumbo frames"
     );
 }
+
+/// `--verify` over several sizes (`-a`): the receiver numbered the Sends and the Writes with
+/// Immediate Data it took across the whole run, while the sender numbers each size's
+/// messages from 0, so every message after the first size failed its check (`send_lat -a
+/// -n 3 --verify`: "message 3 (4 octets): octet 0 is 0x72, expected 0xee; 132 of 138 checks
+/// failed", exit 3) on a clean link: a false data-corruption verdict.
+#[test]
+fn verify_holds_across_sizes() {
+    for args in [
+        vec!["send_lat"],
+        vec!["write_lat", "--write_with_imm"],
+        vec!["send_bw"],
+        vec!["write_bw", "--write_with_imm"],
+    ] {
+        let mut a = args.clone();
+        a.extend(["--loopback=link", "-a", "-n", "3", "--verify"]);
+        let o = iwperf(&a);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{a:?}: {out}\n{err}");
+        // 23 sizes of 3 messages, each checked on at least one side.
+        assert!(checked(&out) >= 23 * 3, "{a:?}: {out}");
+    }
+}

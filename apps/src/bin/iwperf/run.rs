@@ -873,6 +873,15 @@ impl Conn {
         &self.lay
     }
 
+    /// A new phase of `size`-octet messages: the peer numbers its data messages (the
+    /// pattern of a Send, the immediate value of a Write with Immediate Data) from 0 in
+    /// every phase, so ours start at 0 again; counted across the run, every message after
+    /// the first size failed its check under `--verify -a`.
+    pub fn begin_phase(&mut self, size: u64) {
+        self.msg_size = size;
+        self.data_rx = 0;
+    }
+
     /// Starts counting verification afresh (per phase).
     pub fn reset_counts(&mut self) {
         self.errors = 0;

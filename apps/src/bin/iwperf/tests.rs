@@ -327,7 +327,7 @@ fn done_at(i: u64, t0: Instant, now: Instant, ph: &Phase) -> bool {
 fn start_phase(conns: &mut [Conn], ph: &Phase, client: bool) -> Result<(), String> {
     // write_lat detects arrival by the last octet: clear it first.
     for c in conns.iter_mut() {
-        c.msg_size = ph.size;
+        c.begin_phase(ph.size);
         if c.layout().test == crate::cli::TestName::WriteLat {
             c.data
                 .write(ph.size as usize - 1, &[0])
