@@ -242,7 +242,8 @@ pub struct Cli {
     pub duration: Option<f64>,
     /// With -D, a bandwidth test counts only what completes from this many seconds after
     /// its start to as many before its end (perftest's --margin; default, as perftest's, a
-    /// quarter of -D in whole seconds). 0 counts the whole run.
+    /// quarter of -D in whole seconds). 0 counts the whole run. Refused in latency tests
+    /// and with --run_infinitely, which have no margin.
     #[arg(long = "margin", value_name = "SECS")]
     pub margin: Option<u32>,
     /// Queue pairs (bandwidth tests).
@@ -683,6 +684,20 @@ impl Cli {
                      --margin)"
                 ));
             };
+            // Taken and ignored before: only a bandwidth test by -D has perftest's window
+            // (`main.rs` gives the phase no margin otherwise).
+            if !self.test.is_bw() {
+                return Err(format!(
+                    "--margin {m}: margins apply to bandwidth tests (a latency test by time \
+                     reports every round trip, from its HdrHistogram)"
+                ));
+            }
+            if self.run_infinitely {
+                return Err(format!(
+                    "--margin {m}: not with --run_infinitely (each of its rows counts its \
+                     whole period)"
+                ));
+            }
             if m > 0 && f64::from(m) * 2.0 >= d {
                 return Err(format!(
                     "--margin {m}: two margins of {m} s leave nothing of -D {d} to count \
@@ -890,6 +905,21 @@ impl Cli {
             }
             if self.perftest {
                 return Err("--run_infinitely with --perftest: it runs by iterations".into());
+            }
+            // The run ends only when the process is stopped, and the verdict and the report
+            // files come after the last row: they were taken and never given.
+            for (given, name) in [
+                (self.verify, "--verify"),
+                (self.json.is_some(), "--json"),
+                (self.hdr_log.is_some(), "--hdr-log"),
+                (self.out_json, "--out_json"),
+            ] {
+                if given {
+                    return Err(format!(
+                        "--run_infinitely with {name}: the run ends only when the process is \
+                         stopped, and {name} reports after the last row (give -D or -n)"
+                    ));
+                }
             }
         }
         match self.output {
@@ -1295,6 +1325,65 @@ mod tests {
         assert!(e.contains("leave nothing of -D 4"), "{e}");
         assert!(validate(&["-D", "4", "--margin", "1"]).is_ok());
         assert!(validate(&["-D", "1", "--margin", "0"]).is_ok());
+    }
+
+    /// `--margin` was taken and ignored where no margin applies: a latency test by time
+    /// reports every round trip (its row comes from the run's HdrHistogram), and
+    /// `--run_infinitely`'s rows count their whole period, so `write_lat -D 10 --margin 2`
+    /// printed figures over the whole run that read as the window asked for. Refused,
+    /// naming why.
+    #[test]
+    fn margin_is_refused_where_no_margin_applies() {
+        let validate = |args: &[&str]| {
+            Cli::try_parse_from([&["iwperf"][..], args, &["--loopback=link"]].concat())
+                .unwrap()
+                .validate()
+        };
+        for test in ["write_lat", "read_lat", "send_lat", "atomic_lat"] {
+            let e = validate(&[test, "-D", "10", "--margin", "2"]).unwrap_err();
+            assert!(
+                e.contains("--margin 2: margins apply to bandwidth tests"),
+                "{test}: {e}"
+            );
+        }
+        let e =
+            validate(&["write_bw", "--run_infinitely", "-D", "10", "--margin", "2"]).unwrap_err();
+        assert!(e.contains("--run_infinitely"), "{e}");
+        assert!(validate(&["write_bw", "-D", "10", "--margin", "2"]).is_ok());
+        assert!(validate(&["write_bw", "--run_infinitely", "-D", "10"]).is_ok());
+    }
+
+    /// `--run_infinitely` runs until the process is stopped, and the verify verdict and
+    /// the report files are made once the run is over: `--verify` (a mismatch was counted
+    /// and never reported: rows kept coming and no `verify: FAILED` ever), `--json`,
+    /// `--hdr-log` and `--out_json` were taken and nothing came of them. Refused, naming
+    /// why.
+    #[test]
+    fn run_infinitely_refuses_what_only_an_ended_run_gives() {
+        let validate = |args: &[&str]| {
+            Cli::try_parse_from(
+                [
+                    &["iwperf", "write_bw", "--loopback=link", "--run_infinitely"][..],
+                    args,
+                ]
+                .concat(),
+            )
+            .unwrap()
+            .validate()
+        };
+        for (args, name) in [
+            (&["--verify"][..], "--verify"),
+            (&["--json", "/tmp/x.json"], "--json"),
+            (&["--hdr-log", "/tmp/x.hlog"], "--hdr-log"),
+            (&["--out_json"], "--out_json"),
+        ] {
+            let e = validate(args).unwrap_err();
+            assert!(
+                e.contains(&format!("--run_infinitely with {name}")),
+                "{args:?}: {e}"
+            );
+        }
+        assert!(validate(&[]).is_ok());
     }
 
     /// A `-D` under a nanosecond went on the wire as 0 ns, which the server reads as a run

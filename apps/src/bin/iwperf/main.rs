@@ -379,8 +379,8 @@ fn client_run(
         }
         // --run_infinitely: the one size again and again, a row each -D seconds, until
         // the process is stopped (as perftest). Its rows are printed as they come and only
-        // the last is kept (for --out_json): keeping every row's histograms grew the
-        // process without bound.
+        // the last is kept: keeping every row's histograms grew the process without bound
+        // (--verify and the report files, which come after the last row, are refused).
         if cli.run_infinitely {
             outs.clear();
         } else {
