@@ -1121,10 +1121,9 @@ impl Recovery {
         }
     }
 
-    /// An ACK that advanced SND.UNA: no backoff nor duplicate ACKs any more, the RTO timer
-    /// restarted (with the RTO before this ACK's recomputation) while data is outstanding,
-    /// and, where the ACK gave no RTT sample (`sample_rtt` recomputes it), the RTO
-    /// recomputed from SRTT without the backoff (RFC 6298 5.7).
+    /// An ACK that advanced SND.UNA: the run of consecutive RTOs and the duplicate ACKs
+    /// are over, the RTO timer restarted while data is outstanding; the RTO's value changes
+    /// only with an RTT sample (`sample_rtt`, run before), Karn's algorithm (RFC 6298 3).
     #[inline(always)]
     fn on_progress(&mut self, now: Instant, sampled: bool) {
         self.backoffs = 0;
@@ -1140,13 +1139,13 @@ impl Recovery {
         }
         self.dupacks = 0;
         self.rto_at = (!self.segs.is_empty()).then(|| now + self.rto);
-        if !sampled {
-            if let Some(srtt) = self.srtt {
-                self.rto = (srtt + (self.rttvar * 4).max(Duration::from_micros(1)))
-                    .max(self.cfg.rto_min)
-                    .min(self.cfg.rto_max);
-            }
-        }
+        // Without an RTT sample the RTO's backoff stays (RFC 6298 3, Karn's algorithm, and
+        // the note after 5.7: only a new measurement collapses it; Linux resets
+        // `icsk_backoff` only on a valid one). Recomputed here from SRTT, the RTO fell back
+        // at the first ACK of a retransmission, and without timestamps, where the ACKs of
+        // what an RTO resent give no sample, an RTT grown past the old RTO drew a spurious
+        // RTO at every flight. Test:
+        // `rfc6298_3_karn_keeps_the_backed_off_rto_until_a_valid_sample`.
     }
 
     /// RACK.fack follows SND.UNA (RFC 8985 6.2: the highest sequence SACKed or ACKed).
@@ -1176,7 +1175,17 @@ impl Recovery {
         // `retransmitted`, which a retransmission marked lost again (or an RTO) clears.
         let plausible =
             !resent || (self.min_rtt.is_none_or_le(rtt) && ts_rtt.is_none_or(|r| now - r >= xmit));
-        if plausible && self.rack_xmit.is_none_or_le(xmit) {
+        // RACK_sent_after (RFC 8985 6.2 step 2): a later transmission, or the same instant
+        // (one burst) and a higher end. A segment of the RACK segment's burst below it,
+        // delivered later (reordered), took RACK.end_seq down to its own end, and the
+        // segments between, sent before the RACK segment, were no longer judged lost (the
+        // RTO repaired them). Test:
+        // `rfc8985_6_2_a_segment_of_the_same_burst_below_does_not_lower_rack_end_seq`.
+        let sent_after = match self.rack_xmit {
+            None => true,
+            Some(x) => xmit > x || (xmit == x && end > self.rack_end),
+        };
+        if plausible && sent_after {
             self.rack_xmit = Some(xmit);
             self.rack_end = end;
             self.rack_rtt = rtt;
@@ -1436,7 +1445,7 @@ impl Recovery {
                 // RFC 3522 2: the first acceptable ACK after the retransmission echoes a
                 // timestamp from before it: the original was delivered.
                 if ts_rtt.is_some_and(|r| now - r < u.at) {
-                    self.undo_rto(&u);
+                    self.undo_rto(now, &u);
                 }
             }
         }
@@ -1561,12 +1570,25 @@ impl Recovery {
 
     /// RFC 4015 3.1 (and Linux's undo): back to the congestion state before the spurious
     /// RTO, its backoff dropped; what it marked lost and has not resent is in flight again.
-    fn undo_rto(&mut self, u: &Undo) {
+    /// CUBIC's epoch comes back moved on by the time since the RTO (`now - u.at`), which
+    /// the window of one segment spent stalled: not the epoch's (RFC 9438 5.8, as idle
+    /// time in `on_sent`). Restored as it was, t counted the stall, and a late ACK (a
+    /// descheduled peer's, the case the undo is for) had the window jump towards
+    /// W_cubic(t) at the 1.5x cap. Test:
+    /// `rfc9438_5_8_the_stall_of_a_spurious_rto_is_not_the_epochs`.
+    fn undo_rto(&mut self, now: Instant, u: &Undo) {
         self.stats.spurious_rtos += 1;
         if self.cfg.congestion != Congestion::None {
             self.cwnd = self.cwnd.max(u.cwnd);
             self.ssthresh = self.ssthresh.max(u.ssthresh);
             self.cubic = u.cubic;
+            // Time already counted as not limited (`unlimited_since`) is left to `grow`,
+            // which moves the epoch on by all of it, the stall included.
+            if self.cubic.unlimited_since.is_none() {
+                if let Some(e) = &mut self.cubic.epoch {
+                    *e = (*e + (now - u.at)).min(now);
+                }
+            }
         }
         self.rto = self.rto.min(u.rto);
         self.backoffs = 0;

@@ -2092,3 +2092,111 @@ fn rfc9438_4_3_a_repeated_rto_keeps_cwnd_prior() {
     assert_eq!(r.cwnd(), 1000);
     assert_eq!(r.cubic.cwnd_prior, prior, "the second RTO moved cwnd_prior");
 }
+
+/// RFC 9438 5.8 and RFC 4015 3.1: the time between a spurious RTO and the ACK that undoes it
+/// is not the restored epoch's. CUBIC in congestion avoidance after a reduction (W_max 100
+/// segments, cwnd 70), a window-limited round, then a full window whose ACK a descheduled
+/// peer holds back 1 s: the RTO fires (cwnd one segment, the sender stalled) and the late
+/// ACK, echoing the originals, undoes it. The restored epoch kept its start, so t counted
+/// the stall, W_cubic(t) had run far ahead and cwnd jumped towards it at the 1.5x cap;
+/// it goes on from the concave part of the curve instead, as after idle time.
+#[test]
+fn rfc9438_5_8_the_stall_of_a_spurious_rto_is_not_the_epochs() {
+    let (mut r, mut t) = (cubic_after_a_reduction(), 0);
+    let mut round = rounds_of_1000();
+    let w = r.cwnd() / 1000;
+    round(&mut r, w, &mut t);
+    // A full window sent at `t`, then nothing back until the RTO.
+    let from = S + w * 1000;
+    let w = r.cwnd() / 1000;
+    send_n(&mut r, us(t), from, w);
+    let sent_at = us(t);
+    let rto_at = fire_rto(&mut r);
+    assert_eq!(r.cwnd(), 1000);
+    assert_eq!(r.next_retransmit(), Some((from, 1000)));
+    r.on_sent(rto_at, from, 1000, true);
+    // 1 s later the ACK of the whole window, echoing the originals' timestamp: spurious.
+    let now = sent_at + Duration::from_secs(1);
+    r.on_ack(now, from + w * 1000, &[], Some(now - sent_at));
+    assert_eq!(r.stats().spurious_rtos, 1);
+    let before = r.cwnd();
+    assert!(before >= 70_000, "cwnd {before} after the undo");
+    t = now.total_micros();
+    let mut next = from + w * 1000;
+    for _ in 0..3 {
+        let w = r.cwnd() / 1000;
+        send_n(&mut r, us(t), next, w);
+        next += w * 1000;
+        t += 1000;
+        r.on_ack(us(t), next, &[], None);
+    }
+    assert!(
+        r.cwnd() < 73_500,
+        "cwnd {} after three limited rounds following the undo ({before} at it)",
+        r.cwnd()
+    );
+    assert!(r.cubic.epoch.is_some_and(|e| e <= us(t)));
+}
+
+/// RFC 8985 6.2 step 2: RACK.xmit_ts and RACK.end_seq move only to a segment sent after
+/// the RACK segment (RACK_sent_after: a later time, or the same time and a higher end).
+/// Four segments A, B, C, D leave in one burst (one instant); D is SACKed, then B: B was
+/// not sent after D, yet it took RACK.end_seq down to its own end, so C, sent before D,
+/// was no longer judged (only A was marked lost at the reordering timer) and waited for
+/// the RTO.
+#[test]
+fn rfc8985_6_2_a_segment_of_the_same_burst_below_does_not_lower_rack_end_seq() {
+    let mut r = rec(Congestion::Cubic);
+    sample_then_send(&mut r, 4);
+    let (a, b, c, d) = (S + 1000, S + 2000, S + 3000, S + 4000);
+    r.on_ack(us(3_000), a, &[(d, d + 1000)], None);
+    r.on_ack(us(3_100), a, &[(b, b + 1000), (d, d + 1000)], None);
+    assert_eq!(r.rack_end, d + 1000, "RACK.end_seq lowered by B");
+    // The reordering timer: A and C, both sent before D, are lost once it passes.
+    let mut now = us(3_100);
+    while let Some(t) = r.poll_timeout() {
+        if t > us(4_500) {
+            break;
+        }
+        now = t;
+        assert_eq!(r.handle_timeout(now), TimeoutAction::None);
+    }
+    assert_eq!(r.stats().rto_count, 0);
+    assert_eq!(r.next_retransmit(), Some((a, 1000)));
+    r.on_sent(now, a, 1000, true);
+    assert_eq!(r.next_retransmit(), Some((c, 1000)));
+}
+
+/// RFC 6298 3 and the note after 5.7 (Karn's algorithm, [KP87]): the backed-off RTO stays
+/// until a valid RTT measurement "collapses" it (Linux: "only reset backoff on valid RTT
+/// measurement"). Without timestamps the RTT grows from 1 ms to 8 ms: the RTO (5 ms)
+/// fires and backs off to 10 ms; the ACK of the retransmitted segment gives no sample.
+/// It collapsed the RTO to 5 ms anyway, so every flight resent by the RTO (whose ACKs, all
+/// covering retransmissions, never give a sample) drew another spurious RTO at 5 ms.
+#[test]
+fn rfc6298_3_karn_keeps_the_backed_off_rto_until_a_valid_sample() {
+    let mut r = rec(Congestion::NewReno);
+    r.on_sent(us(0), S, 1000, false);
+    r.on_ack(us(1_000), S + 1000, &[], None);
+    assert_eq!(r.rto(), Duration::from_millis(5));
+    r.on_sent(us(2_000), S + 1000, 1000, false);
+    r.on_sent(us(2_000), S + 2000, 1000, false);
+    let rto_at = fire_rto(&mut r);
+    assert_eq!(r.rto(), Duration::from_millis(10));
+    r.on_sent(rto_at, S + 1000, 1000, true);
+    // The ACK of the (first) retransmitted segment, 8 ms after it first left: no sample.
+    let o = r.on_ack(us(10_000), S + 2000, &[], None);
+    assert_eq!(o.rtt_sample, None);
+    assert_eq!(
+        r.rto(),
+        Duration::from_millis(10),
+        "backoff dropped without a sample"
+    );
+    // A segment sent once and acknowledged is a valid sample: the RTO follows it.
+    r.on_sent(us(10_000), S + 2000, 1000, true);
+    r.on_sent(us(10_000), S + 3000, 1000, false);
+    r.on_ack(us(18_000), S + 3000, &[], None);
+    r.on_ack(us(18_100), S + 4000, &[], None);
+    assert!(r.srtt().is_some_and(|s| s > Duration::from_millis(1)));
+    assert_ne!(r.rto(), Duration::from_millis(10));
+}
