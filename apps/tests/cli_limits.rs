@@ -73,25 +73,8 @@ fn tcpperf_refuses_round_trips_that_cannot_be_counted() {
 /// silently, so a misspelt `reference` measured the wrong stack: refused, naming it.
 #[test]
 fn tcpperf_refuses_an_unknown_tcp_implementation() {
-    let exe = env!("CARGO_BIN_EXE_tcpperf");
-    let out = Command::new(exe)
-        .args([
-            "memory",
-            "--test",
-            "rr",
-            "--iterations",
-            "10",
-            "--warmup",
-            "0",
-        ])
-        .env("WARPCORE_TCP", "referense")
-        .output()
-        .expect("run tcpperf");
-    let text = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{text}");
-    assert!(text.contains("WARPCORE_TCP=\"referense\""), "{text}");
-    for ok in ["warpcore", "reference"] {
-        let out = Command::new(exe)
+    let with = |tcp: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tcpperf"))
             .args([
                 "memory",
                 "--test",
@@ -101,15 +84,20 @@ fn tcpperf_refuses_an_unknown_tcp_implementation() {
                 "--warmup",
                 "0",
             ])
-            .env("WARPCORE_TCP", ok)
+            .env("WARPCORE_TCP", tcp)
             .output()
             .expect("run tcpperf");
-        assert_eq!(
+        (
             out.status.code(),
-            Some(0),
-            "{ok}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, text) = with("referense");
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("WARPCORE_TCP=\"referense\""), "{text}");
+    for ok in ["warpcore", "reference"] {
+        let (code, text) = with(ok);
+        assert_eq!(code, Some(0), "{ok}: {text}");
     }
 }
 

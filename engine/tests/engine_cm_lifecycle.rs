@@ -613,6 +613,20 @@ fn a_crossing_close_delivers_every_send_before_the_peers_fin() {
             .unwrap();
     }
     p.a.core.disconnect(qa).unwrap();
+    both_close_gracefully(&mut p);
+    let sent: Vec<_> = p.a.take_completions();
+    assert_eq!(sent.len(), N, "{sent:?}");
+    assert!(
+        sent.iter()
+            .all(|c| c.status == warpcore_engine::WcStatus::Success),
+        "{sent:?}"
+    );
+    // Every Send A completed successfully was received, in order, whole.
+    received_in_order(&p.b.take_completions(), N, LEN);
+}
+
+/// Runs the pair until both report `Disconnected`, which must be graceful on both sides.
+fn both_close_gracefully(p: &mut Pair) {
     let mut ended = (None, None);
     p.run_until(100_000, |p| {
         for e in p.a.take_events() {
@@ -634,25 +648,21 @@ fn a_crossing_close_delivers_every_send_before_the_peers_fin() {
             Some(warpcore_engine::DisconnectCause::Closed)
         )
     );
-    let sent: Vec<_> = p.a.take_completions();
-    assert_eq!(sent.len(), N, "{sent:?}");
-    assert!(
-        sent.iter()
-            .all(|c| c.status == warpcore_engine::WcStatus::Success),
-        "{sent:?}"
-    );
-    // Every Send A completed successfully was received, in order, whole.
-    let got: Vec<_> = p.b.take_completions();
+}
+
+/// `got` holds `n` receive completions, in order (work request ids 0..n), each a success
+/// of `len` octets.
+fn received_in_order(got: &[warpcore_engine::Completion], n: usize, len: u32) {
     let recvs: Vec<_> = got
         .iter()
         .filter(|c| c.opcode == warpcore_engine::WcOpcode::Recv)
         .collect();
-    assert_eq!(recvs.len(), N, "{got:?}");
+    assert_eq!(recvs.len(), n, "{got:?}");
     for (k, c) in recvs.iter().enumerate() {
         assert_eq!(
             (c.wr_id, c.status, c.byte_len),
-            (k as u64, warpcore_engine::WcStatus::Success, LEN),
-            "receive {k} of {N}: {recvs:?}"
+            (k as u64, warpcore_engine::WcStatus::Success, len),
+            "receive {k} of {n}: {recvs:?}"
         );
     }
 }
@@ -708,27 +718,7 @@ fn a_close_held_by_a_read_delivers_the_sends_behind_its_response() {
     p.step();
     post_sends(&mut p, N / 2..N);
     p.a.core.disconnect(qa).unwrap();
-    let mut ended = (None, None);
-    p.run_until(100_000, |p| {
-        for e in p.a.take_events() {
-            if let CmEvent::Disconnected { cause, .. } = e {
-                ended.0 = Some(cause);
-            }
-        }
-        for e in p.b.take_events() {
-            if let CmEvent::Disconnected { cause, .. } = e {
-                ended.1 = Some(cause);
-            }
-        }
-        ended.0.is_some() && ended.1.is_some()
-    });
-    assert_eq!(
-        ended,
-        (
-            Some(warpcore_engine::DisconnectCause::Closed),
-            Some(warpcore_engine::DisconnectCause::Closed)
-        )
-    );
+    both_close_gracefully(&mut p);
     let sent = p.a.take_completions();
     assert!(
         sent.len() == N
@@ -746,16 +736,5 @@ fn a_close_held_by_a_read_delivers_the_sends_behind_its_response() {
         matches!(read.as_slice(), [c] if c.status == warpcore_engine::WcStatus::Success),
         "{got:?}"
     );
-    let recvs: Vec<_> = got
-        .iter()
-        .filter(|c| c.opcode == warpcore_engine::WcOpcode::Recv)
-        .collect();
-    assert_eq!(recvs.len(), N, "{got:?}");
-    for (k, c) in recvs.iter().enumerate() {
-        assert_eq!(
-            (c.wr_id, c.status, c.byte_len),
-            (k as u64, warpcore_engine::WcStatus::Success, LEN),
-            "receive {k} of {N}"
-        );
-    }
+    received_in_order(&got, N, LEN);
 }
