@@ -602,9 +602,8 @@ impl Port {
         // Receive scatter for the MTU the port gets, the ethdev default (1500) where none
         // is asked for: without it a driver reads each frame into one mbuf and drops the
         // longer ones (net_tap's `pmd_rx_burst` reads into a single buffer, DPDK 22.11).
-        let frame = u32::from(cfg.mtu.unwrap_or(ffi::RTE_ETHER_MTU as u16)) + 18;
-        let room = u32::from(pool.data_room()).saturating_sub(ffi::RTE_PKTMBUF_HEADROOM);
-        if frame > room && has(rx_capa, ffi::RTE_ETH_RX_OFFLOAD_SCATTER) {
+        let mtu = cfg.mtu.unwrap_or(ffi::RTE_ETHER_MTU as u16);
+        if self.needs_rx_scatter(mtu, pool.data_room()).is_some() {
             conf.rxmode.offloads |= u64::from(ffi::RTE_ETH_RX_OFFLOAD_SCATTER);
             off.rx_scatter = true;
         }
@@ -769,10 +768,10 @@ impl Port {
         if !self.offloads.tx_multi_segs {
             self.check_pool_holds_frames(Some(mtu), data_room)?;
         }
-        let frame = u32::from(mtu) + 18;
-        let room = u32::from(data_room).saturating_sub(ffi::RTE_PKTMBUF_HEADROOM);
-        let scatter = u64::from(ffi::RTE_ETH_RX_OFFLOAD_SCATTER);
-        if frame > room && self.info.rx_offload_capa & scatter != 0 && !self.offloads.rx_scatter {
+        if let Some((frame, room)) = self
+            .needs_rx_scatter(mtu, data_room)
+            .filter(|_| !self.offloads.rx_scatter)
+        {
             return Err(Error::Mtu {
                 port: self.id(),
                 name: self.name().into(),
@@ -785,6 +784,17 @@ impl Port {
             });
         }
         Ok(())
+    }
+
+    /// Whether a frame of IP MTU `mtu` (header and CRC, as ethdev counts one) needs receive
+    /// scatter on this port: it is longer than one mbuf of a pool with `data_room` past the
+    /// headroom, and the port offers scatter (one that does not cannot receive it chained
+    /// either way). `Some((frame, room))` if so, for the error that names them.
+    fn needs_rx_scatter(&self, mtu: u16, data_room: u16) -> Option<(u32, u32)> {
+        let frame = u32::from(mtu) + 18;
+        let room = u32::from(data_room).saturating_sub(ffi::RTE_PKTMBUF_HEADROOM);
+        let scatter = u64::from(ffi::RTE_ETH_RX_OFFLOAD_SCATTER);
+        (frame > room && self.info.rx_offload_capa & scatter != 0).then_some((frame, room))
     }
 
     /// Whether frames of IP MTU `mtu` pass this port's data path although the driver

@@ -14,23 +14,14 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+mod common;
+
 use warpcore_dpdk_sys::{EalBuilder, Mbuf, Mempool, Port, PortConfig};
 
 const IFACE: &str = "wcrevscat0";
 const LOCAL: &str = "10.251.77.1";
 const PEER: &str = "10.251.77.2";
 const PEER_MAC: &str = "02:00:00:fb:4d:02";
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
-        })
-        .unwrap_or(false)
-}
 
 /// Runs `ip` with the words of `args`.
 fn ip(args: &str) {
@@ -43,11 +34,7 @@ fn ip(args: &str) {
 
 #[test]
 fn default_mtu_frames_longer_than_one_mbuf_are_received() {
-    // A check that cannot run fails loudly (scripts/test.sh runs the suite as root).
-    assert!(
-        is_root(),
-        "this test needs root (a net_tap interface): run it as root, as scripts/test.sh does"
-    );
+    common::require_root();
     let eal = EalBuilder::for_test("port_rx_scatter", 0, 256)
         .vdev(&format!("net_tap0,iface={IFACE}"))
         .init()

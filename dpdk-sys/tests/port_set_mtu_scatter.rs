@@ -7,26 +7,13 @@
 //! interface) and fails without it. One test function: the EAL is initialised once
 //! per process.
 
-use warpcore_dpdk_sys::{EalBuilder, Error, Mempool, Port, PortConfig};
+mod common;
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
-        })
-        .unwrap_or(false)
-}
+use warpcore_dpdk_sys::{EalBuilder, Error, Mempool, Port, PortConfig};
 
 #[test]
 fn set_mtu_refuses_an_mtu_whose_frames_need_the_receive_scatter_left_off() {
-    // A check that cannot run fails loudly (scripts/test.sh runs the suite as root).
-    assert!(
-        is_root(),
-        "this test needs root (a net_tap interface): run it as root, as scripts/test.sh does"
-    );
+    common::require_root();
     let eal = EalBuilder::for_test("port_set_mtu_scatter", 0, 256)
         .vdev("net_tap0,iface=wcrevmtu0")
         .init()
