@@ -698,21 +698,19 @@ impl<D: PollDevice> EngineCore<D> {
                         // it was lost and its receives flushed. A reset drops it, as TCP
                         // does (RFC 9293 3.10.7.4).
                         if matches!(ev, TcpEvent::Closed(_)) {
-                            loop {
-                                let left = self.stack.recv_queue(c).unwrap_or(0);
-                                if left == 0 {
-                                    break;
-                                }
+                            let mut queued = self.stack.recv_queue(c).unwrap_or(0);
+                            while queued > 0 {
                                 self.rx_one(i);
+                                let left = self.stack.recv_queue(c).unwrap_or(0);
                                 // No progress (a QP that reads no more: a startup that ended
                                 // before FPDU mode): the rest goes with the connection.
-                                if self.stack.recv_queue(c).unwrap_or(0) >= left {
+                                if left >= queued {
                                     break;
                                 }
+                                queued = left;
                             }
                             // Both FINs are out: one that ended the peer's stream inside a
                             // message fails it rather than closing it cleanly (MPA-8-1).
-                            let queued = self.stack.recv_queue(c).unwrap_or(0);
                             if let Some(q) = self.qps[i].as_mut() {
                                 if let Some(conn) = q.conn.as_mut() {
                                     conn.peer_closed = true;

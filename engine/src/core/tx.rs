@@ -1646,10 +1646,10 @@ impl Qp {
     /// outstanding Reads and Atomics (their responses), and, on a responder still fenced
     /// (MPA-7.1.2-16: the initiator closed before its first FPDU, so the fence cannot
     /// lift), everything posted to send, complete flushed, so that the close finishes (FIN,
-    /// then `Disconnected`) instead of waiting for ever. Returns whether anything changed.
-    fn fail_unanswerable<D: PollDevice>(&mut self, stack: &mut Stack<D>, tcp: ConnId) -> bool {
-        let peer_done = self.conn.as_ref().is_some_and(|c| c.peer_closed)
-            && stack.recv_queue(tcp).unwrap_or(0) == 0;
+    /// then `Disconnected`) instead of waiting for ever. `queued`: the octets TCP still
+    /// holds before the FIN. Returns whether anything changed.
+    fn fail_unanswerable(&mut self, queued: usize) -> bool {
+        let peer_done = self.conn.as_ref().is_some_and(|c| c.peer_closed) && queued == 0;
         if !peer_done {
             return false;
         }
@@ -1698,12 +1698,15 @@ impl Qp {
         if self.state != QpState::Closing {
             return false;
         }
+        // Octets still queued before the peer's FIN (none once the poller read them): every
+        // step below waits for them, and none of them reads any.
+        let queued = stack.recv_queue(tcp).unwrap_or(0);
         // Before our FIN: the Terminate of a stream the peer's FIN ended inside a message
         // goes out first (`fail_if_fin_inside_message`).
-        if self.fail_if_fin_inside_message(stack.recv_queue(tcp).unwrap_or(0), ctx) {
+        if self.fail_if_fin_inside_message(queued, ctx) {
             return true;
         }
-        let mut work = self.fail_unanswerable(stack, tcp);
+        let mut work = self.fail_unanswerable(queued);
         let drained =
             self.tx.is_none() && self.irq.is_empty() && self.sq.is_empty() && self.orq.is_empty();
         if !drained {
@@ -1720,7 +1723,7 @@ impl Qp {
             // the receive poller reads a queue `rx_budget_bytes` a loop, and what it has not
             // read yet (Sends the peer completed, their receives posted here) would be
             // flushed with the receives and lost. It marks this QP when the queue is empty.
-            if c.peer_closed && stack.recv_queue(tcp).unwrap_or(0) == 0 {
+            if c.peer_closed && queued == 0 {
                 self.flush();
                 if let Some(c) = self.conn.take() {
                     // Nothing of ours is read once the QP lets the connection go (module
