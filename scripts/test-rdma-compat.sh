@@ -137,6 +137,7 @@ contracts() {
     contract id_device_pd
     contract bind_addr_in_use
     contract route_during_addr_query
+    contract listen_resolve_states
     contract modify_qp_err_flush
     contract cq_event_ack
     contract destroy_cq_drops_event

@@ -1595,6 +1595,17 @@ pub extern "C" fn __wc_rdma_listen(p: *mut rdma_cm_id, backlog: c_int) -> c_int 
         if id.lock().listening {
             return fail(EINVAL, -1);
         }
+        // An active id (its address being resolved or resolved, or connected) or a
+        // request's id: EINVAL, as the kernel's rdma_listen answers an id that is neither
+        // idle nor in ADDR_BOUND (`cma_comp_exch(id_priv, RDMA_CM_ADDR_BOUND,
+        // RDMA_CM_LISTEN)` fails). Before, it listened on the port the id was to connect
+        // from.
+        {
+            let st = id.lock();
+            if st.dst.is_some() || st.request.is_some() {
+                return fail(EINVAL, -1);
+            }
+        }
         let Ok(eng) = engine() else {
             return fail(ENODEV, -1);
         };
@@ -1659,6 +1670,19 @@ pub extern "C" fn __wc_rdma_resolve_addr(
         if addr_query(p) {
             return fail(EINVAL, -1);
         }
+        // A listening id, a request's id, or one whose address is resolved (or connected):
+        // EINVAL, as the kernel's rdma_resolve_addr answers an id neither idle nor in
+        // ADDR_BOUND (resolve_prepare_src: ADDR_BOUND -> ADDR_QUERY fails, and
+        // rdma_bind_addr_dst binds only an idle id). After an ADDR_ERROR the id is in
+        // ADDR_BOUND again (no destination): a resolution is taken. Before, a listener's
+        // failed with EADDRINUSE and a resolved id's ran again and queued a second
+        // ADDR_RESOLVED.
+        {
+            let st = id.lock();
+            if st.listening || st.request.is_some() || st.dst.is_some() {
+                return fail(EINVAL, -1);
+            }
+        }
         // SAFETY: src and dst are NULL or the caller's socket addresses.
         let (s, d) = match unsafe { (from_sockaddr(src), from_sockaddr(dst)) } {
             (Ok(s), Ok(Some(d))) => (s, d),
@@ -1691,11 +1715,11 @@ pub extern "C" fn __wc_rdma_resolve_addr(
             return fail(EINVAL, -1);
         }
         // The id's port, which its connection will use (rdma_connect): the one it was bound
-        // to (rdma_bind_addr, or an earlier rdma_resolve_addr: the kernel binds an id
-        // once, and src is ignored after), else src's, else an ephemeral port free in the
-        // process, bound now, as the kernel's rdma_resolve_addr binds an unbound id
-        // (cma_bind_addr): rdma_get_src_port and rdma_get_local_addr answer it from here
-        // on, as they do the kernel's.
+        // to (rdma_bind_addr, or an earlier rdma_resolve_addr that ended in ADDR_ERROR: the
+        // kernel binds an id once, and src is ignored after), else src's, else an ephemeral
+        // port free in the process, bound now, as the kernel's rdma_resolve_addr binds an
+        // unbound id (cma_bind_addr): rdma_get_src_port and rdma_get_local_addr answer it
+        // from here on, as they do the kernel's.
         let port = {
             let mut reg = registry();
             let mut st = id.lock();
