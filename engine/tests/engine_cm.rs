@@ -1101,3 +1101,60 @@ fn reset_is_refused_while_connected() {
         Err(EngineError::InvalidState(QpState::Closing))
     ));
 }
+
+/// RDMAP-5.5-8 (completions in order), RDMAP-06 §6: a request flushed when it reached the
+/// core (posted on a QP in a graceful close, or a post that raced the close) sits behind
+/// requests not started yet. When the last of those starts, the sending position lands on
+/// it; if the loop's FPDU budget runs out right then and the requests before it are done,
+/// the send queue's retirement took it too and the head passed the sending position: the
+/// next look at the sending position subtracted past zero (a panic with overflow checks;
+/// without them the QP never started another request and its close never finished).
+#[test]
+fn a_flushed_post_retired_at_the_sending_position_keeps_the_queue_going() {
+    let cfg = warpcore_engine::EngineConfig {
+        tx_budget_fpdus: 2,
+        ..warpcore_engine::EngineConfig::default()
+    };
+    let mut p = Pair::new(&warpcore_engine::tcp::link::LinkConfig::default(), &cfg);
+    let (qa, shared_a) = p.a.qp_shared(64);
+    let qb = p.b.qp(64);
+    p.b.core.listen(PORT, MpaParams::default()).unwrap();
+    p.a.core
+        .connect(qa, (ip(2), PORT), &MpaParams::default(), b"")
+        .unwrap();
+    let req = p.wait_request();
+    p.b.core.accept(req.request, qb, b"", None).unwrap();
+    p.run_until_established();
+    let (_ra, sa) = p.a.region(4096, all_access());
+    let (_rb, sb) = p.b.region(4096, all_access());
+    for k in 0..2u64 {
+        p.b.core
+            .post_recv(qb, recv_wr(100 + k, &[(sb, k * 64, 64)]))
+            .unwrap();
+    }
+    // Two one-FPDU Sends, none started yet: the loop's budget ends with the second.
+    for k in 0..2u64 {
+        post_a(&mut p, qa, k + 1, SendOp::Send, &[(sa, k * 64, 64)]);
+    }
+    p.a.core.disconnect(qa).unwrap();
+    // A post on the closing QP, flushed behind the Sends still to go out (the verbs'
+    // `QueuePair::post_send_flushed`, `ibv_post_send` on a closing QP in rdma-compat).
+    warpcore_engine::reserve_flushed_send(&shared_a).unwrap();
+    p.a.core
+        .post_send_reserved(qa, send_wr(9, SendOp::Send, &[(sa, 0, 64)]));
+    assert_eq!(p.run_until_disconnected(20_000), (false, false));
+    let ca: Vec<_> =
+        p.a.take_completions()
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect();
+    assert_eq!(
+        ca,
+        [
+            (1, WcStatus::Success),
+            (2, WcStatus::Success),
+            (9, WcStatus::FlushErr)
+        ]
+    );
+    assert_eq!(shared_a.sq_used(), 0);
+}

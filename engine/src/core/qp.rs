@@ -138,6 +138,12 @@ impl Qp {
             self.sq.pop_front();
             self.sq_head_seq += 1;
         }
+        // A request done before it started (flushed when posted: `post_send_reserved_ref`)
+        // may be retired at or past the sending position, which then passes it as
+        // `run_local_ops_at` would have: the position never falls behind the head, where
+        // `sq_next_seq - sq_head_seq` wrapped (a panic with overflow checks, else a queue
+        // that never started another request). RDMAP-5.5-8.
+        self.sq_next_seq = self.sq_next_seq.max(self.sq_head_seq);
         true
     }
 
