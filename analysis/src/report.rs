@@ -754,6 +754,31 @@ mod tests {
         assert!(other_reason(lost).starts_with(missed));
     }
 
+    /// A header-only capture (`tcpdump -s 66` and the like: every data segment cut to its
+    /// headers) holds none of the MPA Request: the connection is not called "no MPA
+    /// Request at the start", which reads as "not iWARP". Before, the cut segments counted
+    /// as pure ACKs and the empty streams looked whole.
+    #[test]
+    fn header_only_capture_is_not_called_not_iwarp() {
+        let request = startup_frame(FrameKind::Request, 1, b"");
+        let reply = startup_frame(FrameKind::Reply, 1, b"");
+        let cut = |mut f: Frame| {
+            f.data.truncate(54); // Ethernet, IPv4 and TCP headers
+            f
+        };
+        let frames = vec![
+            segment(1, 0, 99, true, b""),
+            segment(2, 1, 499, true, b""),
+            cut(segment(3, 0, 100, false, &request)),
+            cut(segment(4, 1, 500, false, &reply)),
+        ];
+        let reason = other_reason(frames);
+        assert!(
+            reason.starts_with("the capture misses the start of its TCP stream"),
+            "{reason}"
+        );
+    }
+
     /// A startup frame the capture lost part of, with more of the stream after the hole, is
     /// not said to be where "the capture ends".
     #[test]

@@ -159,7 +159,9 @@ pub struct Chunk {
     pub frame: u64,
 }
 
-/// A hole in a stream that no later segment filled: the stream is known only up to it.
+/// A hole in a stream that no later segment filled: the stream is known only up to it. A
+/// segment cut by the snap length whose missing octets never came is one too, even at the
+/// end of the capture.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Gap {
     /// TCP sequence number of the first missing octet.
@@ -230,6 +232,10 @@ pub struct Stream {
     pending: BTreeMap<u64, (Vec<u8>, Duration, u64)>,
     /// Stream offset of a FIN that arrived before the data in front of it.
     fin_offset: Option<u64>,
+    /// The furthest captured end of a segment cut by the snap length whose captured octets
+    /// reached the end of the stream at the time: the octets after it were sent but not
+    /// captured, a hole unless a later segment brings them (see [`Stream::finish`]).
+    snap_cut: Option<u64>,
 }
 
 impl Stream {
@@ -268,7 +274,8 @@ impl Stream {
             }
         }
         if !self.started {
-            if seg.payload.is_empty() && !seg.fin {
+            // A segment the snap length cut to its headers carried data all the same.
+            if seg.payload.is_empty() && !seg.fin && !seg.truncated {
                 return;
             }
             // The capture began after the SYN: start at the first octet we see.
@@ -279,6 +286,13 @@ impl Stream {
         let end = start + seg.payload.len() as i128;
         if seg.fin && end >= 0 {
             self.fin_offset = Some(end as u64);
+        }
+        // The octets of a cut segment after its captured ones (its IP Total Length, RFC 791
+        // 3.1, or Payload Length, RFC 8200 3, counts them) are missing from the stream
+        // unless they are already in it; here they are not known to be.
+        if seg.truncated && end >= self.data.len() as i128 {
+            let cut = end as u64;
+            self.snap_cut = Some(self.snap_cut.map_or(cut, |c| c.max(cut)));
         }
         if seg.payload.is_empty() {
             self.check_fin();
@@ -381,10 +395,14 @@ impl Stream {
         }
     }
 
-    /// Ends reassembly: anything still waiting behind a hole is discarded and recorded.
+    /// Ends reassembly: anything still waiting behind a hole is discarded and recorded. A
+    /// stream that ends where (or before) a segment cut by the snap length stopped being
+    /// captured ends in a hole too, though nothing waits behind it: the segment's IP length
+    /// says more octets were sent (the capture ended right after it, or the snap length
+    /// left none of its data, as in a header-only capture).
     fn finish(&mut self) {
-        if !self.pending.is_empty() {
-            let offset = self.data.len() as u64;
+        let offset = self.data.len() as u64;
+        if !self.pending.is_empty() || self.snap_cut.is_some_and(|c| c >= offset) {
             let discarded = self.pending.values().map(|(p, _, _)| p.len() as u64).sum();
             self.gap = Some(Gap {
                 seq: self.seq_at(offset),
@@ -472,12 +490,17 @@ pub fn reassemble(capture: &Capture) -> TcpCapture {
         } else {
             (seg.dst, seg.src)
         };
+        // Whichever side the old connection's `client` is: a capture that began after its
+        // handshake only guessed it (the first sender seen), and either end may open the
+        // next connection on the 4-tuple (RFC 9293 3.6.1 MAY-2: a SYN in TIME-WAIT). The
+        // SYN's sender must have closed its side (FIN) or the connection been reset, and the
+        // SYN must not be a retransmission of the one that opened its stream.
         let reuse = |c: &Connection| {
+            let from = c.stream_from(seg.src);
             seg.syn
                 && !seg.ack
-                && c.client == seg.src
-                && (c.to_server.fin || c.to_server.rst || c.to_client.rst)
-                && c.to_server.seq_at(0) != seg.seq.wrapping_add(1)
+                && (from.fin || c.to_server.rst || c.to_client.rst)
+                && from.seq_at(0) != seg.seq.wrapping_add(1)
         };
         let i = match index.get(&key) {
             Some(&i) if !reuse(&out.connections[i]) => i,
@@ -622,6 +645,148 @@ mod tests {
                 discarded_octets: 3
             })
         );
+    }
+
+    /// An Ethernet/IPv4 frame of a TCP segment from 10.0.0.1:40000 (`from` 0) or
+    /// 10.0.0.2:5000 (`from` 1), with the flags `flags` ("S", "A", "F" in any order).
+    fn frame(number: u64, from: usize, seq: u32, flags: &str, payload: &[u8]) -> Frame {
+        let (ips, ports) = ([[10, 0, 0, 1], [10, 0, 0, 2]], [40000, 5000]);
+        let mut b = etherparse::PacketBuilder::ethernet2([2; 6], [3; 6])
+            .ipv4(ips[from], ips[1 - from], 64)
+            .tcp(ports[from], ports[1 - from], seq, 65535);
+        if flags.contains('S') {
+            b = b.syn();
+        }
+        if flags.contains('A') {
+            b = b.ack(1);
+        }
+        if flags.contains('F') {
+            b = b.fin();
+        }
+        let mut data = Vec::new();
+        b.write(&mut data, payload).unwrap();
+        Frame {
+            number,
+            timestamp: Duration::ZERO,
+            link: LinkType::Ethernet,
+            original_len: data.len() as u32,
+            data,
+        }
+    }
+
+    /// A new SYN (another ISN) on the 4-tuple of a connection that closed is a new
+    /// connection (port reuse; RFC 9293 3.6.1 MAY-2, a SYN reopening from TIME-WAIT),
+    /// whichever side the capture took for the old connection's client. A capture that
+    /// began after the old handshake and first saw the server's data guessed the server as
+    /// client; the new SYN from the real client then fell into the old connection (its
+    /// octets read as retransmissions or out-of-order data of the old stream), and the new
+    /// connection, its MPA startup included, was never analysed.
+    #[test]
+    fn port_reuse_after_a_late_started_capture() {
+        let frames = vec![
+            // The old connection, seen from the middle: the server speaks first.
+            frame(1, 1, 7000, "A", b"server data"),
+            frame(2, 0, 3000, "A", b"client data"),
+            frame(3, 0, 3011, "AF", b""),
+            frame(4, 1, 7011, "AF", b""),
+            // A new connection on the same ports, from the same client.
+            frame(5, 0, 90_000, "S", b""),
+            frame(6, 1, 50_000, "SA", b""),
+            frame(7, 0, 90_001, "A", b"new request"),
+            frame(8, 1, 50_001, "A", b"new reply"),
+        ];
+        let capture = Capture {
+            format: crate::capture::CaptureFormat::Pcap,
+            frames,
+            warnings: Vec::new(),
+            incomplete: false,
+        };
+        let tcp = reassemble(&capture);
+        assert_eq!(tcp.connections.len(), 2, "{:#?}", tcp.connections);
+        let new = &tcp.connections[1];
+        assert_eq!(new.client, "10.0.0.1:40000".parse().unwrap());
+        assert!(new.to_server.syn && new.to_client.syn);
+        assert_eq!(new.to_server.data, b"new request");
+        assert_eq!(new.to_client.data, b"new reply");
+        assert_eq!(new.first_frame, 5);
+        let old = &tcp.connections[0];
+        assert_eq!(
+            old.stream_from("10.0.0.1:40000".parse().unwrap()).data,
+            b"client data"
+        );
+        assert_eq!(
+            old.to_server.conflicting_segments + old.to_client.conflicting_segments,
+            0
+        );
+    }
+
+    /// `frame` cut by a snap length to its first `keep` octets.
+    fn cut(mut frame: Frame, keep: usize) -> Frame {
+        frame.data.truncate(keep);
+        frame
+    }
+
+    /// A segment cut by the snap length (its IP length says more octets were sent than the
+    /// frame holds) whose missing octets no later segment brought is a hole in the stream
+    /// like any other: the stream is known only up to its captured end. Where the capture
+    /// ends right after it, or where the snap length left none of its data (a header-only
+    /// capture, `tcpdump -s 66`), no later segment waited beyond the hole, so no gap was
+    /// recorded: the stream silently ended early (the analysis then judged every FPDU it
+    /// saw and called a connection whose MPA Request was cut away "no MPA Request at the
+    /// start"). Ethernet 14 + IPv4 20 + TCP 20 = 54 octets of headers here.
+    #[test]
+    fn snap_length_cut_at_the_stream_end_is_a_gap() {
+        let capture = |frames: Vec<Frame>| Capture {
+            format: crate::capture::CaptureFormat::Pcap,
+            frames,
+            warnings: Vec::new(),
+            incomplete: false,
+        };
+        // Whole data, then a segment of 10 octets of which 2 were captured, then the end.
+        let tcp = reassemble(&capture(vec![
+            frame(1, 0, 99, "S", b""),
+            frame(2, 1, 499, "SA", b""),
+            frame(3, 0, 100, "A", b"abc"),
+            cut(frame(4, 0, 103, "A", b"defghijklm"), 54 + 2),
+        ]));
+        let s = &tcp.connections[0].to_server;
+        assert_eq!(s.data, b"abcde");
+        assert_eq!(
+            s.gap,
+            Some(Gap {
+                seq: 105,
+                offset: 5,
+                discarded_octets: 0
+            })
+        );
+        // A complete copy of the cut segment fills the hole: no gap.
+        let tcp = reassemble(&capture(vec![
+            frame(1, 0, 99, "S", b""),
+            frame(2, 0, 100, "A", b"abc"),
+            cut(frame(3, 0, 103, "A", b"defghijklm"), 54 + 2),
+            frame(4, 0, 103, "A", b"defghijklm"),
+        ]));
+        let s = &tcp.connections[0].to_server;
+        assert_eq!((&s.data[..], s.gap), (&b"abcdefghijklm"[..], None));
+        // A cut retransmission of octets already in the stream leaves no hole.
+        let tcp = reassemble(&capture(vec![
+            frame(1, 0, 99, "S", b""),
+            frame(2, 0, 100, "A", b"abcdef"),
+            cut(frame(3, 0, 100, "A", b"abcdef"), 54 + 2),
+        ]));
+        assert_eq!(tcp.connections[0].to_server.gap, None);
+        // Header-only: the first data segment of each direction cut to its headers.
+        let tcp = reassemble(&capture(vec![
+            frame(1, 0, 99, "S", b""),
+            frame(2, 1, 499, "SA", b""),
+            cut(frame(3, 0, 100, "A", &[0x4D; 40]), 54),
+            cut(frame(4, 1, 500, "A", &[0x4D; 40]), 54),
+        ]));
+        let c = &tcp.connections[0];
+        for s in [&c.to_server, &c.to_client] {
+            assert!(s.data.is_empty());
+            assert_eq!(s.gap.map(|g| g.offset), Some(0), "{s:?}");
+        }
     }
 
     #[test]
