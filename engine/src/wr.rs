@@ -381,9 +381,14 @@ pub enum WcStatus {
     /// Flushed: the QP went to the error state before the request completed.
     FlushErr,
     /// A local SGE was not usable when the engine came to it (region deregistered), or a
-    /// bind, fast registration or Local Invalidate failed when it was executed (the STag
-    /// was not in the state it needs then); the QP then goes to the error state.
+    /// fast registration or Local Invalidate failed when it was executed (the STag was not
+    /// in the state it needs then); the QP then goes to the error state.
     LocalProtection,
+    /// A memory window bind ([`SendOp::BindMw`]) failed when it was executed: its region
+    /// was deregistered or its window deallocated meanwhile, or the window is not in the
+    /// state the bind needs then (the verbs' Memory Window Bind Error, `IBV_WC_MW_BIND_ERR`);
+    /// the QP then goes to the error state.
+    MwBind,
     /// The received message was longer than the posted buffers (a Send longer than the
     /// queue pair's own receive: the stream ends with DDP's Terminate 1/2/05 and the
     /// receives behind it are flushed; a buffer of a shared receive queue goes back to it).

@@ -1633,6 +1633,7 @@ pub(crate) fn wc_of(c: &Completion) -> ibv_wc {
         WcStatus::Success => IBV_WC_SUCCESS,
         WcStatus::FlushErr => IBV_WC_WR_FLUSH_ERR,
         WcStatus::LocalProtection => IBV_WC_LOC_PROT_ERR,
+        WcStatus::MwBind => IBV_WC_MW_BIND_ERR,
         WcStatus::LocalLength => IBV_WC_LOC_LEN_ERR,
         WcStatus::RemoteAccess => IBV_WC_REM_ACCESS_ERR,
         WcStatus::RemoteOperation => IBV_WC_REM_OP_ERR,

@@ -487,7 +487,7 @@ fn a_failed_bind_or_fast_registration_does_not_poison_its_handle() {
     drop(gone);
     assert_eq!(
         p.completions(2),
-        vec![(1, WcStatus::LocalProtection), (2, WcStatus::FlushErr)]
+        vec![(1, WcStatus::MwBind), (2, WcStatus::FlushErr)]
     );
     assert!(!mw.is_bound() && !fr.is_valid());
     let w = p.sqps[1]
@@ -576,7 +576,7 @@ fn dropping_a_handle_with_queued_requests_frees_it() {
     assert_eq!(p.registered(), before);
     assert_eq!(
         p.completions(2),
-        vec![(4, WcStatus::LocalProtection), (5, WcStatus::FlushErr)]
+        vec![(4, WcStatus::MwBind), (5, WcStatus::FlushErr)]
     );
     assert_eq!(p.registered(), before);
     // Nothing keeps the region registered.

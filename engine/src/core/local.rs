@@ -10,7 +10,8 @@
 //! not depend on STag states is checked at post time ([`check_local_op`]), with a typed
 //! error; what does (a fast registration of an STag still valid, a bind whose region was
 //! deregistered meanwhile) fails at execution: the request completes with
-//! [`WcStatus::LocalProtection`] and the QP goes to the error state as for any request
+//! [`WcStatus::MwBind`] (a bind) or [`WcStatus::LocalProtection`] (a fast registration or
+//! Local Invalidate) and the QP goes to the error state as for any request
 //! that fails locally (a Terminate "local catastrophic" to the peer, later requests
 //! flushed), as in the verbs, where a failed bind moves the QP to the error state.
 
@@ -162,10 +163,10 @@ impl Qp {
             let seq = self.sq_next_seq;
             self.sq_next_seq += 1;
             any = true;
-            let status = if result.is_ok() {
-                WcStatus::Success
-            } else {
-                WcStatus::LocalProtection
+            let status = match (&result, &e.wr.op) {
+                (Ok(()), _) => WcStatus::Success,
+                (Err(_), SendOp::BindMw { .. }) => WcStatus::MwBind,
+                (Err(_), _) => WcStatus::LocalProtection,
             };
             if let Some(e) = self.entry_mut(seq) {
                 e.status = Some(status);
