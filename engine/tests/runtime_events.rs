@@ -67,7 +67,7 @@ fn mpa_7_1_1_3_a_flood_of_bad_requests_leaves_bounded_events_behind_the_ring() {
             .expect("connect");
         let mut sent = false;
         let mut refused = false;
-        // Time, not loops: a first connection waits for ARP (retried every 100 ms).
+        // Time, not loops: a first connection waits for ARP (retried every second).
         let t0 = StdInstant::now();
         while t0.elapsed() < std::time::Duration::from_secs(10) {
             peer.poll(now());

@@ -2079,3 +2079,173 @@ fn rfc1122_4_2_3_9_an_icmp_port_unreachable_refuses_the_connect() {
         );
     }
 }
+
+/// RFC 1122 2.3.2.1 (ARP flooding: at most one request a second per destination is the
+/// recommended bound) and Linux's neighbour state machine (`mcast_solicit` 3 probes at
+/// `retrans_time` 1 s, then FAILED, a connect's `EHOSTUNREACH`): a connect to an on-link
+/// address nobody answers for sends its ARP request at once, repeats it a second apart,
+/// three in all, and then fails as [`Event::NeighborUnreachable`]. The requests went out
+/// every 100 ms until the user timeout (30 s: 300 broadcasts per destination), and the
+/// connect learnt nothing before it.
+#[test]
+fn rfc1122_2_3_2_1_arp_requests_go_once_a_second_three_times_then_the_connect_fails() {
+    let (ea, mut silent) = link::pair(&LinkConfig::default());
+    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("stack a");
+    let absent = Ipv4Address::new(198, 18, 0, 77);
+    let c = a
+        .connect((absent, 5000), None, &TcpTuning::default())
+        .expect("connect");
+    let mut now = Instant::ZERO;
+    let mut requests = Vec::new();
+    let mut failed_at = None;
+    while now < Instant::from_secs(10) {
+        a.poll(now);
+        while let Some(e) = a.next_event() {
+            assert_eq!(e, Event::NeighborUnreachable(c), "at {now}");
+            failed_at.get_or_insert(now);
+        }
+        for f in drain(&mut silent, now) {
+            if arp_request_target(&f) == Some(absent) {
+                requests.push(now.total_millis());
+            }
+        }
+        now += Duration::from_millis(10);
+    }
+    assert_eq!(requests, vec![0, 1000, 2000], "ARP requests (ms)");
+    let at = failed_at.expect("the connect never failed on its next hop");
+    assert!(
+        at >= Instant::from_secs(3) && at < Instant::from_millis(3050),
+        "failed at {at}"
+    );
+}
+
+/// A SYN from `src` at `src_mac` to A's port `dst_port` (checksums right).
+fn syn_to_a(src: Ipv4Address, src_mac: EthernetAddress, dst_port: u16) -> Vec<u8> {
+    let ip = Ipv4Repr {
+        src_addr: src,
+        dst_addr: IP_A,
+        next_header: IpProtocol::Tcp,
+        payload_len: 20,
+        hop_limit: 64,
+    };
+    let tcp = TcpRepr {
+        src_port: 40000,
+        dst_port,
+        control: TcpControl::Syn,
+        seq_number: TcpSeqNumber(1000),
+        ack_number: None,
+        window_len: 1000,
+        window_scale: None,
+        max_seg_size: None,
+        sack_permitted: false,
+        sack_ranges: [None, None, None],
+        timestamp: None,
+        payload: &[],
+    };
+    let mut buf = vec![0u8; 14 + 20 + 20];
+    let mut eth = EthernetFrame::new_unchecked(&mut buf);
+    eth.set_dst_addr(EthernetAddress([0x02, 0, 0, 0, 0, 1]));
+    eth.set_src_addr(src_mac);
+    eth.set_ethertype(EthernetProtocol::Ipv4);
+    let caps = smoltcp::phy::ChecksumCapabilities::default();
+    ip.emit(&mut Ipv4Packet::new_unchecked(&mut buf[14..]), &caps);
+    tcp.emit(
+        &mut TcpPacket::new_unchecked(&mut buf[34..]),
+        &src.into(),
+        &IP_A.into(),
+        &caps,
+    );
+    buf
+}
+
+/// RFC 826 / RFC 1122 2.3.2.2 (the packets held for an address go once it is resolved): a
+/// SYN from the very peer a connect waits for teaches A its hardware address (gleaned,
+/// `on_syn`), and the waiting connect's SYN leaves at once, as after an ARP reply. The
+/// gleaned entry woke nobody: the connect sat until its next ARP retry.
+#[test]
+fn a_gleaned_syn_source_releases_the_connect_waiting_for_it() {
+    let (ea, mut peer) = link::pair(&LinkConfig::default());
+    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("stack a");
+    a.listen(6000, 8, &TcpTuning::default()).expect("listen");
+    let b_mac = EthernetAddress([0x02, 0, 0, 0, 0, 2]);
+    let mut now = Instant::ZERO;
+    let c = a
+        .connect((IP_B, 7000), None, &TcpTuning::default())
+        .expect("connect");
+    a.poll(now);
+    let out = drain(&mut peer, now);
+    assert!(out.iter().any(|f| arp_request_target(f) == Some(IP_B)));
+    // B's ARP reply is lost; B's own SYN for A's listener arrives 10 ms later.
+    now += Duration::from_millis(10);
+    inject(&mut peer, now, &syn_to_a(IP_B, b_mac, 6000));
+    a.poll(now);
+    let out = drain(&mut peer, now);
+    let to_b: Vec<_> = out
+        .iter()
+        .filter(|f| f[..6] == b_mac.0)
+        .filter_map(|f| {
+            let ip = Ipv4Packet::new_checked(&f[14..]).ok()?;
+            let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
+            Some((tcp.src_port(), tcp.dst_port(), tcp.syn(), tcp.ack()))
+        })
+        .collect();
+    assert!(
+        to_b.iter()
+            .any(|&(_, dst, syn, ack)| dst == 7000 && syn && !ack),
+        "the connect's SYN waited past the gleaned answer: {to_b:?}"
+    );
+    assert!(
+        to_b.iter()
+            .any(|&(src, _, syn, ack)| src == 6000 && syn && ack),
+        "the SYN-ACK to B: {to_b:?}"
+    );
+    assert_eq!(a.state(c), Ok(smoltcp::socket::tcp::State::SynSent));
+}
+
+/// RFC 826's merge with RFC 1122 2.3.2.2: an ARP frame from the very address a connect
+/// waits for, though not for us (its request for another host, a gratuitous ARP), tells
+/// its hardware address; the address being resolved is in the table already, as Linux
+/// keeps it (INCOMPLETE, updated by any ARP frame of its sender), so the frame resolves it
+/// and the connect's SYN leaves at once. It was merged only into a resolved entry: the
+/// connect waited for its next request's answer (a second, the retry interval).
+#[test]
+fn rfc826_an_arp_frame_from_the_address_being_resolved_resolves_it() {
+    let (ea, mut peer) = link::pair(&LinkConfig::default());
+    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("stack a");
+    let b_mac = EthernetAddress([0x02, 0, 0, 0, 0, 2]);
+    let mut now = Instant::ZERO;
+    let c = a
+        .connect((IP_B, 7000), None, &TcpTuning::default())
+        .expect("connect");
+    a.poll(now);
+    assert!(drain(&mut peer, now)
+        .iter()
+        .any(|f| arp_request_target(f) == Some(IP_B)));
+    // B's answer is lost; B asks for another host of the LAN 10 ms later.
+    now += Duration::from_millis(10);
+    let other = Ipv4Address::new(198, 18, 0, 9);
+    inject(&mut peer, now, &arp_request_from(IP_B, b_mac, other));
+    a.poll(now);
+    let syn_to_b = drain(&mut peer, now)
+        .iter()
+        .any(|f| f[..6] == b_mac.0 && tcp_of(f).is_some());
+    assert!(syn_to_b, "the connect's SYN waited past B's ARP frame");
+    assert_eq!(a.state(c), Ok(smoltcp::socket::tcp::State::SynSent));
+    // A frame from an address nobody asked for and nobody knows still adds nothing (RFC
+    // 826: merge only): no entry for it, so a connect to it asks.
+    let stranger = Ipv4Address::new(198, 18, 0, 10);
+    now += Duration::from_millis(10);
+    inject(
+        &mut peer,
+        now,
+        &arp_request_from(stranger, EthernetAddress([0x02, 0, 0, 0, 0, 10]), other),
+    );
+    a.poll(now);
+    drain(&mut peer, now);
+    a.connect((stranger, 7000), None, &TcpTuning::default())
+        .expect("connect");
+    a.poll(now);
+    assert!(drain(&mut peer, now)
+        .iter()
+        .any(|f| arp_request_target(f) == Some(stranger)));
+}

@@ -638,7 +638,7 @@ impl Context {
     /// finds the peer on the link. Returns at once; [`CmEvent::NeighborResolved`] naming
     /// the returned id follows once the next hop answers (at once if it is known),
     /// [`CmEvent::NeighborFailed`] if it has not within `timeout` (requests repeat every
-    /// 100 ms). Runs on core 0 and fills that core's neighbour table only (each core
+    /// second, three a round: RFC 1122 2.3.2.1). Runs on core 0 and fills that core's neighbour table only (each core
     /// resolves its connections' next hops itself). Refused: an address without a route
     /// or one no connection could be made to ([`Error::Tcp`] with
     /// [`StackError::NoRoute`] / [`StackError::Unaddressable`]), too many pending

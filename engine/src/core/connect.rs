@@ -314,7 +314,8 @@ impl<D: PollDevice> EngineCore<D> {
     /// router) with ARP, without a connection, as rdma_cm's address resolution does:
     /// [`CmEvent::NeighborResolved`] follows once it answers (at once if it is known),
     /// [`CmEvent::NeighborFailed`] if it has not within `timeout`. Requests repeat every
-    /// 100 ms (the neighbour table's interval, as for a connection). The resolution fills
+    /// second, three a round with a second's pause between rounds (the neighbour table's
+    /// pace, as for a connection; RFC 1122 2.3.2.1). The resolution fills
     /// this core's neighbour table only. Refused as the TCP refuses it
     /// ([`EngineError::Stack`]: an address without a route, one no connection could be
     /// opened to, too many pending, the smoltcp reference).

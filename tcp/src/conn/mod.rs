@@ -1285,6 +1285,20 @@ impl Connection {
         true
     }
 
+    /// The next hop did not answer a round of ARP requests (RFC 1122 2.3.2.2: the traffic
+    /// held for it is given up, with an error to its sender; Linux's connect then fails
+    /// with `EHOSTUNREACH`): in SYN-SENT, the connect ends as timed out (the host reports
+    /// it as the next hop's failure). A synchronized connection waits on (its own user
+    /// timeout and retransmissions bound it: a soft error, RFC 1122 4.2.3.9). Whether it
+    /// ended the connection.
+    pub(crate) fn neighbor_failed(&mut self) -> bool {
+        if self.state != State::SynSent {
+            return false;
+        }
+        self.enter_closed(EV_TIMED_OUT);
+        true
+    }
+
     /// A RST is owed and not yet sent (an abort's, or the FIN-WAIT-2 limit's).
     pub(crate) fn rst_owed(&self) -> bool {
         self.rst_pending

@@ -840,7 +840,8 @@ impl<D: PollDevice> Host<D> {
     /// request, as a connection's first transmit would, without a connection: an address
     /// already known answers [`Event::NeighborResolved`] at once (queued with the
     /// events); otherwise ARP requests go out, repeated at the neighbour table's retry
-    /// interval (100 ms, as for a connection waiting for its next hop), until an answer
+    /// interval (1 s, at most three a round with a second's pause between rounds, as for
+    /// a connection waiting for its next hop: RFC 1122 2.3.2.1), until an answer
     /// ([`Event::NeighborResolved`]) or until `timeout` has passed since `now`
     /// ([`Event::NeighborFailed`]). Refused: an address no connection could be opened
     /// to ([`StackError::Unaddressable`]), one without a route ([`StackError::NoRoute`]),
@@ -876,7 +877,7 @@ impl<D: PollDevice> Host<D> {
                 i.arp_request(next_hop);
                 i.events.push_back(Event::NeighborResolved(id));
             }
-            lookup @ (Lookup::Request | Lookup::Wait) => {
+            lookup @ (Lookup::Request | Lookup::Wait | Lookup::Failed) => {
                 // The request goes out with the next poll (a request for the address sent
                 // within the retry interval, a connection's, is not repeated).
                 let next_ask = if lookup == Lookup::Request {
@@ -1508,7 +1509,8 @@ impl<D: PollDevice> Host<D> {
             return;
         };
         let next_hop = s.next_hop;
-        let mac = match i.neighbors.lookup(next_hop, now) {
+        let lookup = i.neighbors.lookup(next_hop, now);
+        let mac = match lookup {
             Lookup::Found(m) => Some(m),
             Lookup::FoundRefresh(m) => {
                 i.arp_request(next_hop);
@@ -1518,12 +1520,19 @@ impl<D: PollDevice> Host<D> {
                 i.arp_request(next_hop);
                 None
             }
-            Lookup::Wait => None,
+            Lookup::Wait | Lookup::Failed => None,
         };
         let Some(Some(s)) = i.slots.get_mut(index as usize) else {
             return;
         };
         s.hop_pending = mac.is_none();
+        // RFC 1122 2.3.2.1, 2.3.2.2: a round of ARP requests went unanswered (one a second,
+        // three: Linux's `mcast_solicit`): a connect gives up now, reported as the next
+        // hop's failure (`Event::NeighborUnreachable`, Linux's `EHOSTUNREACH`), not at its
+        // user timeout after a broadcast every retry interval. The caller takes its event.
+        if lookup == Lookup::Failed && s.conn.neighbor_failed() {
+            return;
+        }
         // The headers of this connection's run of segments in this pass.
         let mut run = HeaderRun::default();
         // The last segment, while the pass's segments come from the full-record path: the
@@ -1615,7 +1624,7 @@ impl<D: PollDevice> Host<D> {
                     // every such connection at each pass.
                     let retry = i
                         .neighbors
-                        .retry_at(next_hop)
+                        .retry_at(next_hop, now)
                         .unwrap_or(now + neighbor::RETRY);
                     i.unresolved_retry = Some(i.unresolved_retry.map_or(retry, |r| r.min(retry)));
                 }
@@ -2189,7 +2198,7 @@ impl Inner {
                 // before.
                 let retry = self
                     .neighbors
-                    .retry_at(r.next_hop)
+                    .retry_at(r.next_hop, now)
                     .unwrap_or(r.next_ask)
                     .max(r.next_ask);
                 retry.max(now).min(r.deadline)
@@ -2220,7 +2229,9 @@ impl Inner {
                     work = true;
                     None
                 }
-                Lookup::Request | Lookup::Wait => None,
+                // A failed round is no failure of the resolution: its own timeout ends it,
+                // and a new round begins after the pause.
+                Lookup::Request | Lookup::Wait | Lookup::Failed => None,
             };
             match outcome {
                 Some(e) => {
@@ -2693,8 +2704,14 @@ impl Inner {
         // Glean the on-link peer's hardware address from its SYN: the SYN-ACK leaves without
         // waiting for an ARP round trip. Only for an address not known (a forged source
         // must not redirect a next hop in use) and never in place of another entry.
-        if next_hop == ip.src_addr {
-            self.neighbors.glean(next_hop, src_mac, self.now);
+        // An address we were asking for (a connect of ours to this very peer waits for
+        // it) releases the traffic held for it at once, as an ARP reply does in
+        // `process_arp` (RFC 1122 2.3.2.2), not at its next retry.
+        if next_hop == ip.src_addr
+            && self.neighbors.glean(next_hop, src_mac, self.now)
+            && !self.unresolved.is_empty()
+        {
+            self.wake_unresolved();
         }
         let (backlog, tuning) = {
             let li = &mut self.listeners[l.0 as usize];

@@ -1,6 +1,9 @@
 //! The ARP neighbour cache (RFC 826): resolved next hops with a lifetime, refreshed before
 //! they expire so a busy connection never pauses for a resolution, and outstanding requests
-//! retried at a bounded rate.
+//! retried at a bounded rate: the first at once, the next ones [`RETRY`] apart, at most
+//! [`PROBES`] in a round; a round unanswered fails the address ([`Lookup::Failed`]) for one
+//! more interval, then a new round may begin (RFC 1122 2.3.2.1; Linux's `mcast_solicit`
+//! and `retrans_time`, its INCOMPLETE and FAILED states).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -11,8 +14,14 @@ use smoltcp::wire::{EthernetAddress, Ipv4Address};
 const LIFETIME: Duration = Duration::from_secs(60);
 /// An entry in use this close to expiry is refreshed by a request while still in use.
 const REFRESH_BEFORE: Duration = Duration::from_secs(5);
-/// Least time between two requests for the same address.
-pub(crate) const RETRY: Duration = Duration::from_millis(100);
+/// Least time between two requests for the same address: RFC 1122 2.3.2.1 (prevent ARP
+/// flooding) recommends at most one a second per destination, and Linux's `retrans_time`
+/// is 1 s. A lost first request so costs a connect 1 s, as a lost SYN does (RFC 6298's
+/// initial RTO).
+pub(crate) const RETRY: Duration = Duration::from_secs(1);
+/// Requests in one round of resolution (Linux's `mcast_solicit`): the round fails
+/// [`RETRY`] after the last of them went unanswered.
+pub(crate) const PROBES: u8 = 3;
 /// Most addresses cached or being resolved: a flood of ARP traffic cannot grow the table.
 const CAPACITY: usize = 4096;
 
@@ -33,6 +42,47 @@ pub(crate) enum Lookup {
     Request,
     /// Unknown and a request went out recently: hold the traffic.
     Wait,
+    /// Unknown, and the last round of [`PROBES`] requests went unanswered (for one
+    /// [`RETRY`] from the instant it failed; then a look-up asks again): a connection not
+    /// yet synchronized gives up (RFC 1122 2.3.2.2's error to the waiting traffic, Linux's
+    /// `EHOSTUNREACH`), others hold the traffic.
+    Failed,
+}
+
+/// The requests of a round for one address: when the last went and how many did.
+#[derive(Debug, Clone, Copy)]
+struct Asked {
+    at: Instant,
+    tries: u8,
+}
+
+impl Asked {
+    /// Whether the round fails now: its requests all went and the last one's interval is
+    /// over, but not yet the hold-down interval after that.
+    fn failed(self, now: Instant) -> bool {
+        self.tries >= PROBES && now >= self.at + RETRY && now < self.at + RETRY + RETRY
+    }
+
+    /// Until when the record holds anything back (a request, or the failure): past it, a
+    /// full list of requests may drop it.
+    fn holds_until(self) -> Instant {
+        if self.tries >= PROBES {
+            self.at + RETRY + RETRY
+        } else {
+            self.at + RETRY
+        }
+    }
+}
+
+/// What [`Neighbors::may_ask`] allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ask {
+    /// Send a request now (noted).
+    Now,
+    /// A request went within [`RETRY`].
+    Wait,
+    /// The round failed ([`Lookup::Failed`]).
+    Failed,
 }
 
 /// The last address found, its hardware address, and the instant until which a lookup of it
@@ -59,7 +109,7 @@ pub(crate) struct Neighbors {
     /// half-open connections from gleaned sources) walked every one of them for each
     /// answer, and for each answer it refused.
     evictable: BTreeSet<(Instant, Ipv4Address)>,
-    asked: HashMap<Ipv4Address, Instant>,
+    asked: HashMap<Ipv4Address, Asked>,
     /// Next hops of live connections, each with how many use it ([`Self::hold`]): a full
     /// table never evicts one, and always takes one's answer.
     held: HashMap<Ipv4Address, u32>,
@@ -108,7 +158,7 @@ impl Neighbors {
     fn lookup_entries(&mut self, ip: Ipv4Address, now: Instant) -> Lookup {
         if let Some(e) = self.entries.get(&ip).copied() {
             if e.expires > now {
-                if e.expires - now < REFRESH_BEFORE && self.may_ask(ip, now) {
+                if e.expires - now < REFRESH_BEFORE && self.may_ask(ip, now) == Ask::Now {
                     return Lookup::FoundRefresh(e.mac);
                 }
                 self.memo = Some(Memo {
@@ -123,17 +173,29 @@ impl Neighbors {
             self.evictable.remove(&(e.expires, ip));
             self.memo = None;
         }
-        if self.may_ask(ip, now) {
-            Lookup::Request
-        } else {
-            Lookup::Wait
+        match self.may_ask(ip, now) {
+            Ask::Now => Lookup::Request,
+            Ask::Wait => Lookup::Wait,
+            Ask::Failed => Lookup::Failed,
         }
     }
 
-    fn may_ask(&mut self, ip: Ipv4Address, now: Instant) -> bool {
-        match self.asked.get(&ip) {
-            Some(t) if now < *t + RETRY => false,
+    /// Whether a request for `ip` may go now (then noted as one more of its round), at
+    /// most one per [`RETRY`] and [`PROBES`] a round (RFC 1122 2.3.2.1). A round's last
+    /// request unanswered for [`RETRY`] fails it for one more [`RETRY`]; a request past
+    /// that (or past a request's interval twice over, a round nobody carried on) begins a
+    /// new round.
+    fn may_ask(&mut self, ip: Ipv4Address, now: Instant) -> Ask {
+        let prior = self.asked.get(&ip).copied();
+        match prior {
+            Some(a) if now < a.at + RETRY => Ask::Wait,
+            Some(a) if a.failed(now) => Ask::Failed,
             known => {
+                // The round carried on: its requests' count (a stale one begins anew).
+                let tries = match known {
+                    Some(a) if now < a.at + RETRY + RETRY && a.tries < PROBES => a.tries + 1,
+                    _ => 1,
+                };
                 let known = known.is_some();
                 // A full list is walked for requests past their retry only once one may be
                 // (as `fill` prunes the table): the addresses asked for are the peers', a
@@ -149,10 +211,11 @@ impl Neighbors {
                     let mut soonest: Option<Instant> = None;
                     let (entries, held, evictable) =
                         (&self.entries, &self.held, &mut self.evictable);
-                    self.asked.retain(|k, t| {
-                        let live = now < *t + RETRY;
+                    self.asked.retain(|k, a| {
+                        let until = a.holds_until();
+                        let live = now < until;
                         if live {
-                            soonest = Some(soonest.map_or(*t + RETRY, |s| s.min(*t + RETRY)));
+                            soonest = Some(soonest.map_or(until, |s| s.min(until)));
                         } else if let Some(e) = entries.get(k) {
                             // No longer asked for: evictable again unless held.
                             if !held.contains_key(k) {
@@ -164,24 +227,31 @@ impl Neighbors {
                     self.asked_prune_from = soonest;
                 }
                 if known || self.asked.len() < CAPACITY {
-                    self.asked.insert(ip, now);
+                    self.asked.insert(ip, Asked { at: now, tries });
                     // Asked for (a refresh, negative advice): no victim while the answer
                     // may come.
                     if let Some(e) = self.entries.get(&ip) {
                         self.evictable.remove(&(e.expires, ip));
                     }
                 }
-                true
+                Ask::Now
             }
         }
     }
 
-    /// When a request for `ip` may be repeated: `None` when none is held back (none went
+    /// When a look-up of `ip` next answers anew (a request may be repeated, its round
+    /// fails, or a failed one may begin again): `None` when none is held back (none went
     /// out, or it was answered). Asked of the addresses connections wait for only (the
     /// stack's poll deadline): a request nobody waits for any more stays in `asked`, its
     /// retry long past, until it is answered or pruned.
-    pub fn retry_at(&self, ip: Ipv4Address) -> Option<Instant> {
-        self.asked.get(&ip).map(|t| *t + RETRY)
+    pub fn retry_at(&self, ip: Ipv4Address, now: Instant) -> Option<Instant> {
+        self.asked.get(&ip).map(|a| {
+            if a.failed(now) {
+                a.holds_until()
+            } else {
+                a.at + RETRY
+            }
+        })
     }
 
     /// Records `ip` at `mac` (a reply, or a request addressed to us: RFC 826's merge).
@@ -280,10 +350,13 @@ impl Neighbors {
     /// Adds `ip` at `mac` learnt from a SYN of an on-link peer, only where the address has
     /// no entry (a SYN with a forged source must not redirect a known next hop, the
     /// gateway's say) and the table has room (it evicts nothing, as [`Self::fill`] does
-    /// for an address not asked for).
-    pub fn glean(&mut self, ip: Ipv4Address, mac: EthernetAddress, now: Instant) {
+    /// for an address not asked for). Returns whether the address was being waited for
+    /// (as [`Self::fill`]): the traffic held for it may go now.
+    pub fn glean(&mut self, ip: Ipv4Address, mac: EthernetAddress, now: Instant) -> bool {
         if self.entries.get(&ip).is_none_or(|e| e.expires <= now) {
-            self.fill(ip, mac, now);
+            self.fill(ip, mac, now)
+        } else {
+            false
         }
     }
 
@@ -291,7 +364,7 @@ impl Neighbors {
     /// to ask again for `ip`, a known address not asked for within [`RETRY`] (then noted as
     /// asked). The entry stays in use meanwhile; an answer replaces its hardware address.
     pub fn advise(&mut self, ip: Ipv4Address, now: Instant) -> bool {
-        self.knows(ip, now) && self.may_ask(ip, now)
+        self.knows(ip, now) && self.may_ask(ip, now) == Ask::Now
     }
 
     /// Whether `ip` has a live entry (a look-up would find it), changing nothing.
@@ -299,9 +372,13 @@ impl Neighbors {
         self.entries.get(&ip).is_some_and(|e| e.expires > now)
     }
 
-    /// Only updates an address already known (RFC 826: merge without adding).
+    /// Only updates an address already known (RFC 826: merge without adding), or one being
+    /// resolved: asked for, as Linux keeps it in its table (INCOMPLETE) for any ARP frame
+    /// of its sender to complete, so a request of its own for another host or a gratuitous
+    /// ARP answers ours when our request or its reply was lost. Returns whether the address
+    /// was being waited for (as [`Self::fill`]).
     pub fn refresh(&mut self, ip: Ipv4Address, mac: EthernetAddress, now: Instant) -> bool {
-        if self.entries.contains_key(&ip) {
+        if self.entries.contains_key(&ip) || self.asked.contains_key(&ip) {
             self.fill(ip, mac, now)
         } else {
             false
@@ -336,11 +413,48 @@ mod tests {
         let t0 = Instant::from_millis(1000);
         assert_eq!(n.lookup(IP, t0), Lookup::Request);
         assert_eq!(n.lookup(IP, t0 + Duration::from_millis(50)), Lookup::Wait);
-        assert_eq!(n.retry_at(IP), Some(t0 + RETRY));
+        assert_eq!(n.retry_at(IP, t0), Some(t0 + RETRY));
         assert_eq!(n.lookup(IP, t0 + RETRY), Lookup::Request);
         assert!(n.fill(IP, MAC, t0 + RETRY));
         assert_eq!(n.lookup(IP, t0 + RETRY), Lookup::Found(MAC));
-        assert_eq!(n.retry_at(IP), None);
+        assert_eq!(n.retry_at(IP, t0 + RETRY), None);
+    }
+
+    /// RFC 1122 2.3.2.1: requests for one address at most once a second, three a round
+    /// (Linux's `mcast_solicit`, `retrans_time`); the round then fails for one interval,
+    /// and a look-up after that begins a new round. An answer at any point resolves.
+    #[test]
+    fn requests_go_once_a_second_three_a_round_then_the_round_fails() {
+        let mut n = Neighbors::default();
+        let t0 = Instant::from_millis(1000);
+        let ms = Duration::from_millis;
+        assert_eq!(n.lookup(IP, t0), Lookup::Request);
+        assert_eq!(n.lookup(IP, t0 + ms(100)), Lookup::Wait);
+        assert_eq!(n.lookup(IP, t0 + ms(999)), Lookup::Wait);
+        assert_eq!(n.lookup(IP, t0 + ms(1000)), Lookup::Request);
+        assert_eq!(n.lookup(IP, t0 + ms(1500)), Lookup::Wait);
+        assert_eq!(n.lookup(IP, t0 + ms(2000)), Lookup::Request);
+        assert_eq!(n.retry_at(IP, t0 + ms(2000)), Some(t0 + ms(3000)));
+        assert_eq!(n.lookup(IP, t0 + ms(2999)), Lookup::Wait);
+        // Three unanswered: the round fails, for every look-up of the next second.
+        assert_eq!(n.lookup(IP, t0 + ms(3000)), Lookup::Failed);
+        assert_eq!(n.lookup(IP, t0 + ms(3000)), Lookup::Failed);
+        assert_eq!(n.retry_at(IP, t0 + ms(3000)), Some(t0 + ms(4000)));
+        assert_eq!(n.lookup(IP, t0 + ms(3999)), Lookup::Failed);
+        // A new round.
+        assert_eq!(n.lookup(IP, t0 + ms(4000)), Lookup::Request);
+        assert_eq!(n.lookup(IP, t0 + ms(4000)), Lookup::Wait);
+        assert_eq!(n.lookup(IP, t0 + ms(5000)), Lookup::Request);
+        assert!(n.fill(IP, MAC, t0 + ms(5100)));
+        assert_eq!(n.lookup(IP, t0 + ms(5100)), Lookup::Found(MAC));
+        // A round nobody carried on (its request's interval passed twice over) begins anew.
+        let other = Ipv4Address::new(198, 18, 0, 3);
+        assert_eq!(n.lookup(other, t0), Lookup::Request);
+        assert_eq!(n.lookup(other, t0 + ms(1000)), Lookup::Request);
+        assert_eq!(n.lookup(other, t0 + ms(9000)), Lookup::Request);
+        assert_eq!(n.lookup(other, t0 + ms(10_000)), Lookup::Request);
+        assert_eq!(n.lookup(other, t0 + ms(11_000)), Lookup::Request);
+        assert_eq!(n.lookup(other, t0 + ms(12_000)), Lookup::Failed);
     }
 
     #[test]
@@ -618,7 +732,9 @@ mod tests {
                 8 => {
                     n.refresh(ip, MAC, now);
                 }
-                _ => n.glean(ip, MAC, now),
+                _ => {
+                    n.glean(ip, MAC, now);
+                }
             }
             now += Duration::from_micros(r >> 59);
             if step % 20_000 == 10_000 {
