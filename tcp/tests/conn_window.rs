@@ -374,3 +374,46 @@ fn assert_within(out: &[Out], edge: TcpSeqNumber) {
         );
     }
 }
+
+/// RFC 9293 3.10.7.4: a segment that starts before RCV.NXT and ends past RCV.NXT + RCV.WND
+/// overlaps the whole window, yet neither its first nor its last octet lies in it, so the
+/// two-part test read literally refuses it, and the new octets it carries with it. The
+/// same section has the processing trim what is old ("only the new parts are processed")
+/// and what lies past the window ("trimming off any portions that lie outside the
+/// window"), and Linux's `tcp_sequence` and BSD's `tcp_input` take any segment that
+/// overlaps the window and trim it. Refused whole, a peer that sends its retransmission
+/// so (a repacketised or coalesced one covering octets we hold, past a window it overran)
+/// gets nothing in until the window opens past its end: an RTO, backed off, each time.
+#[test]
+fn rfc9293_3_10_7_4_a_segment_spanning_the_window_is_trimmed_not_dropped() {
+    let mut config = cfg();
+    config.rx_buffer = 4096;
+    let mut c = established(config, true);
+    // The peer fills our window; the application then reads half of it.
+    c.handle_segment(ms(2), &data(0, &[5; 2048], ISS + 1));
+    c.handle_segment(ms(2), &data(2048, &[5; 2048], ISS + 1));
+    assert_eq!(drain(&mut c, ms(2)).last().unwrap().window, 0);
+    let mut buf = [0u8; 2048];
+    assert_eq!(c.recv(&mut buf), Ok(2048));
+    let upd = drain(&mut c, ms(3));
+    assert_eq!(upd.last().unwrap().window, 2048, "{upd:?}");
+    // Octets 3,000..7,000: 1,096 held already, 2,048 that fit the window, 856 past it.
+    let payload: Vec<u8> = (0..4000u32).map(|i| (i % 251) as u8).collect();
+    c.handle_segment(ms(4), &data(3000, &payload, ISS + 1));
+    assert_eq!(
+        c.recv_queue(),
+        4096,
+        "the octets within the window were dropped"
+    );
+    let out = drain(&mut c, ms(4));
+    assert_eq!(out.last().unwrap().ack, Some(PISS + 1 + 6144), "{out:?}");
+    // Delivered as sent: the old part and the part past the window trimmed off.
+    let mut rest = vec![0u8; 4096];
+    let mut got = 0;
+    while got < rest.len() {
+        let n = c.recv(&mut rest[got..]).unwrap();
+        assert!(n > 0);
+        got += n;
+    }
+    assert_eq!(&rest[2048..], &payload[1096..1096 + 2048]);
+}

@@ -1803,7 +1803,15 @@ impl Connection {
             (0, 0) => rel == 0,
             (0, _) => rel >= 0 && rel < wnd as i64,
             (_, 0) => shut || bare_fin,
-            (_, _) => (rel >= 0 && rel < wnd as i64) || (end_rel >= 0 && end_rel < wnd as i64),
+            // RFC 9293 3.10.7.4's two tests, and a segment that begins before RCV.NXT and
+            // ends past the window (neither end in it, yet it holds the whole window): it
+            // is trimmed to the window ("trimming off any portions that lie outside the
+            // window", `process_text`), as Linux's `tcp_sequence` and BSD's `tcp_input`
+            // take any segment that overlaps the window. Refused, a retransmission cut so
+            // (coalesced or repacketised, past a window the peer overran) brought nothing
+            // in until the window opened past its end. Test:
+            // `conn_window::rfc9293_3_10_7_4_a_segment_spanning_the_window_is_trimmed_not_dropped`.
+            (_, _) => rel < wnd as i64 && end_rel >= 0,
         };
         // RFC 7323 3.2: once both SYNs carried TSopt, every non-RST segment must: one
         // without it is dropped silently (a RST is processed without it).
