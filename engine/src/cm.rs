@@ -207,8 +207,8 @@ impl fmt::Display for ConnError {
 }
 
 /// How an established connection ended ([`CmEvent::Disconnected`]): a user can tell a peer
-/// that reset the connection from one that went silent. rdma_cm on iWARP reports all three
-/// as `RDMA_CM_EVENT_DISCONNECTED`.
+/// that reset the connection from one that went silent, and from a close of ours that was
+/// given up. rdma_cm on iWARP reports them all as `RDMA_CM_EVENT_DISCONNECTED`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DisconnectCause {
     /// Graceful: both sides closed (FIN each way) once their send queues drained.
@@ -219,6 +219,13 @@ pub enum DisconnectCause {
     /// exhausted (the user timeout `timeout` of [`crate::EngineConfig::tcp`]), or a peer that never closed its side after our
     /// FIN (FIN-WAIT-2's bound). No RST was received.
     TimedOut,
+    /// Our graceful close was given up: for
+    /// [`crate::EngineConfig::close_timeout_ms`] it made no progress (the peer held its
+    /// receive window at zero while answering the probes, or never answered a Read we
+    /// wait for), so our send queue could not drain and our FIN not be acknowledged. The
+    /// connection was reset (our RST) and everything outstanding flushed, as `abort`
+    /// does.
+    CloseTimedOut,
 }
 
 impl DisconnectCause {
@@ -247,8 +254,9 @@ pub enum CmEvent {
         peer_ird_ord: Option<(u16, u16)>,
     },
     /// The connection ended; `cause` says how: both FINs exchanged after the send queues
-    /// drained, a reset (RST, the peer's or our `abort`), or a TCP timeout (the peer or the
-    /// path went silent).
+    /// drained, a reset (RST, the peer's or our `abort`), a TCP timeout (the peer or the
+    /// path went silent), or a graceful close given up after
+    /// [`crate::EngineConfig::close_timeout_ms`] without progress (our RST).
     Disconnected {
         /// The queue pair (now in the error state, its work requests flushed).
         qp: QpId,

@@ -20,6 +20,11 @@ pub const MAX_QUEUE_DEPTH: usize = 1 << 22;
 /// value without a ceiling (`u64::MAX`) made dropping a context hang.
 pub const SHUTDOWN_LINGER_MAX_MS: u64 = 60_000;
 
+/// The longest [`EngineConfig::close_timeout_ms`]: a day (the TCP's own timers stop there,
+/// `warpcore_tcp::TIMER_MAX`). A graceful close that may wait longer without progress is
+/// one that never ends.
+pub const CLOSE_TIMEOUT_MAX_MS: u64 = 86_400_000;
+
 /// The most connections per core [`EngineConfig::max_connections`] allows (2^20); the
 /// smoltcp reference allocates its table for all of them up front.
 pub const MAX_CONNECTIONS: usize = 1 << 20;
@@ -111,6 +116,28 @@ pub struct EngineConfig {
     /// 10 s: long enough for a peer under emulation or far away (siw in a TCG VM answers in
     /// well under a second), short enough that a silent connection soon frees its slot.
     pub mpa_timeout_ms: u64,
+    /// How long a graceful close may go without progress before it is given up. A QP
+    /// closing gracefully (its user's `disconnect`, which the drop-in's `rdma_disconnect`
+    /// and `ibv_modify_qp` to SQD reach too, or the drain after the peer's FIN) first
+    /// sends what it owes and waits for the Read Responses its own Reads await, then sends
+    /// its FIN (RDMAP-06 §6). A peer that holds its receive window at zero while it
+    /// answers the probes (RFC 9293 3.8.6.1: no TCP timer gives up on it), or that never
+    /// answers a Read, held that close for good, and the QP and its registered memory with
+    /// it. When nothing moved for this long (no octet framed, acknowledged or received, no
+    /// request completed) before our FIN is acknowledged, the close ends as an abort does:
+    /// RST, everything outstanding flushed, and [`crate::CmEvent::Disconnected`] with
+    /// [`crate::DisconnectCause::CloseTimedOut`] (Linux's siw moves such a QP to ERROR;
+    /// the kernel bounds an orphaned close with `tcp_orphan_retries`). Progress is looked
+    /// at whenever the transmit poller visits the QP (at least every 50 ms), so the close
+    /// is given up within 50 ms after the bound. Once our FIN is acknowledged the bound no
+    /// longer applies: a peer that then neither sends nor closes is
+    /// `tcp.fin_wait_2_timeout`'s. A close TCP finishes after the QP let its connection go
+    /// (destroyed or reset after its FIN went out, or its close ended with the peer's FIN
+    /// before ours was acknowledged) is reset once what TCP still has to send made no
+    /// progress for as long. 5 s by default: far above a round trip and the
+    /// retransmission timeouts of a path that still delivers. At least 1, at most
+    /// [`CLOSE_TIMEOUT_MAX_MS`].
+    pub close_timeout_ms: u64,
     /// Most TCP connections per core (listener backlogs included). 10,240 by default: one
     /// for each of [`EngineConfig::max_qps`] plus room for connections still being set up
     /// or closing; the TCP's tables grow with the connections that exist, not with this.
@@ -133,17 +160,28 @@ pub struct EngineConfig {
     /// closes its port (a disconnect during `rx_burst` can crash the peer); 0 elsewhere.
     /// At most [`SHUTDOWN_LINGER_MAX_MS`].
     pub shutdown_linger_ms: u64,
-    /// FPDUs carrying at least this many payload octets are sent from registered memory
-    /// (issue 12 item 3): the TCP holds no copy; each time a frame carries the FPDU, first
-    /// transmission or retransmission, its payload is copied from the region straight into
-    /// the frame and framed there with its CRC. The Send or Write they belong to completes
-    /// once TCP has their acknowledgement (its buffer is not read again), not when they
-    /// were queued. Smaller FPDUs are copied into the TCP's send buffer when queued (their
-    /// messages complete then): for them the copy costs less than the bookkeeping. (A
-    /// message's shorter last FPDU that joins the run of its larger ones goes from
-    /// memory with them, whatever its size: module `core/txrec.rs`.)
-    /// `usize::MAX` turns sending from registered memory off; 0 sends every FPDU from it,
-    /// zero-length ones included; the smoltcp reference never does it. 512 by default.
+    /// The least DDP payload, in octets, of an FPDU sent from registered memory (issue 12
+    /// item 3): the TCP holds no copy of it; each time a frame carries the FPDU, first
+    /// transmission or retransmission, its payload is copied from the region straight
+    /// into the frame and framed there with its CRC. Only with Warpcore's TCP (the smoltcp
+    /// reference copies every FPDU), and only FPDUs whose payload comes from registered
+    /// memory: the Sends (every kind) and RDMA Writes of the send queue (from their SGEs)
+    /// and the Read Responses we owe (from the region the peer's Read names). Copied into
+    /// the TCP's send buffer whatever their size: a Read Response of no octets (its
+    /// source is never validated, RDMAP-5.2.1-13/14), FPDUs whose DDP and RDMAP headers
+    /// are longer than an untagged DDP header (Read Requests, Atomic Requests, Immediate
+    /// Data: their content is all header), Atomic Responses, the Terminate and the RTR,
+    /// and an FPDU a marker would fall inside (with markers, one every 512 stream octets,
+    /// so in practice every FPDU of 512 payload octets or more). A message's shorter last
+    /// FPDU that joins the run of its larger ones in the same transmit pass goes from
+    /// memory with them, whatever its size (runs are built without markers, and only
+    /// from FPDUs with no ULP header octets: module `core/txrec.rs`). A Send or Write
+    /// with an FPDU sent from memory completes once TCP has every such FPDU of it
+    /// acknowledged (its buffer is not read again), after its last FPDU was queued; one
+    /// whose FPDUs were all copied completes when its last is queued (for them the copy
+    /// costs less than the bookkeeping). Read Responses complete nothing. `usize::MAX`
+    /// turns sending from registered memory off; 0 sends every FPDU of the kinds above
+    /// from it, zero-length Sends and Writes included. 512 by default.
     pub tx_from_memory_min: usize,
 }
 
@@ -186,6 +224,7 @@ impl Default for EngineConfig {
             },
             tcp_implementation: TcpImplementation::Warpcore,
             mpa_timeout_ms: 10_000,
+            close_timeout_ms: 5_000,
             max_connections: 10_240,
             tcp_out_of_order_budget_bytes: warpcore_tcp::OUT_OF_ORDER_BUDGET_DEFAULT,
             shutdown_linger_ms: 0,
@@ -388,6 +427,14 @@ impl EngineConfig {
         if self.mpa_timeout_ms == 0 {
             return err("mpa_timeout_ms", "must be at least 1");
         }
+        // A zero bound gives every graceful close up at its first look; one past a day is
+        // one that never ends.
+        if self.close_timeout_ms == 0 {
+            return err("close_timeout_ms", "must be at least 1");
+        }
+        if self.close_timeout_ms > CLOSE_TIMEOUT_MAX_MS {
+            return err("close_timeout_ms", "must be at most a day (86,400,000)");
+        }
         if self.max_connections < self.max_qps.min(2) {
             return err("max_connections", "must allow at least two connections");
         }
@@ -419,7 +466,7 @@ mod tests {
     fn values_that_fail_later_are_refused_naming_the_field() {
         assert_eq!(EngineConfig::default().validate(), Ok(()));
         type Set = fn(&mut EngineConfig);
-        let cases: [(&str, Set); 22] = [
+        let cases: [(&str, Set); 25] = [
             ("tcp.timeout", |c| c.tcp.timeout = Some(Duration::ZERO)),
             ("tcp.keep_alive", |c| {
                 c.tcp.timeout = None;
@@ -434,6 +481,12 @@ mod tests {
             }),
             ("mr_table_capacity", |c| c.mr_table_capacity = usize::MAX),
             ("mpa_timeout_ms", |c| c.mpa_timeout_ms = 0),
+            // A graceful close given up at once, or never.
+            ("close_timeout_ms", |c| c.close_timeout_ms = 0),
+            ("close_timeout_ms", |c| {
+                c.close_timeout_ms = CLOSE_TIMEOUT_MAX_MS + 1
+            }),
+            ("close_timeout_ms", |c| c.close_timeout_ms = u64::MAX),
             // Depths that aborted the process on allocation (a ring allocated at start-up,
             // a queue at creation, the smoltcp reference's connection table).
             ("command_queue_depth", |c| c.command_queue_depth = 1 << 40),
@@ -480,6 +533,7 @@ mod tests {
         let mut cfg = EngineConfig {
             mr_table_capacity: crate::mem::MAX_CAPACITY,
             mpa_timeout_ms: 1,
+            close_timeout_ms: CLOSE_TIMEOUT_MAX_MS,
             max_sq_depth: MAX_QUEUE_DEPTH,
             max_rq_depth: MAX_QUEUE_DEPTH,
             max_cq_depth: MAX_QUEUE_DEPTH,

@@ -17,12 +17,15 @@
 //!    step 6 did not take: octets behind a gap, of a startup, or a partial FPDU's rest) are
 //!    deframed (borrowed, no copy), validated (DDP, RDMAP) and placed straight into
 //!    registered memory; completions go out in MSN order.
-//! 4. **timers**: MPA startup timeouts.
+//! 4. **timers**: MPA startup timeouts; the bounds of graceful closes that made no
+//!    progress ([`EngineConfig::close_timeout_ms`]: given up as an abort).
 //! 5. **send**: per connection at most `tx_budget_fpdus` FPDUs: the Terminate if one is due,
 //!    the RTR, Read Responses (inbound Read queue first), then the send queue in order, with
-//!    ORD enforced; an FPDU of [`EngineConfig::tx_from_memory_min`] payload octets or more
-//!    is queued in TCP as an external record and framed from registered memory into each
-//!    frame that carries it (`txrec`); a smaller one is framed into the TCP send buffer.
+//!    ORD enforced; a Send, Write or Read Response FPDU of
+//!    [`EngineConfig::tx_from_memory_min`] payload octets or more (with Warpcore's TCP, no
+//!    marker inside; a Read Response of no octets never) is queued in TCP as an external
+//!    record and framed from registered memory into each frame that carries it (`txrec`);
+//!    every other FPDU is framed into the TCP send buffer.
 //! 6. **stack**: one [`Stack::poll_with`]: an rx burst into the TCP (in-order payload of a
 //!    QP in RTS whose TCP receive queue is empty is deframed and placed while its frame is
 //!    parsed, straight from the mbuf: `poll_stack`; the rest is queued by TCP), timers,
@@ -98,9 +101,10 @@
 //!                            flight): the stack's transmit pass and flush, from the post
 //! poll ─ complete_posted_out, poll_tx, transmit: first, after a request posted to an
 //!        empty send queue (slots and completions of the Writes framed at post first)
-//!      ─ poll_timers                               (connect: MPA timeouts)
+//!      ─ poll_timers, poll_close_timers            (connect: MPA timeouts, close bounds)
 //!      ─ poll_tx                                   (tx: every QP marked ready)
 //!          └ tx_qp
+//!              ├ watch_close        a QP in Closing: its close's progress (connect)
 //!              ├ TxRecords::acked   FPDUs sent from memory acknowledged (txrec) -> record_acked
 //!              ├ Qp::tx_control     startup frames, failed-startup close, tx_terminate,
 //!              │                    tx_rtr, run_local_ops (local), the MPA fence
@@ -185,7 +189,7 @@ mod tx;
 mod txrec;
 mod validate;
 
-use deadlines::{Deadlines, Zombies};
+use deadlines::{Deadlines, ZombieWatch, Zombies};
 use tx::LoneWrite;
 use txrec::TxRecords;
 
@@ -265,7 +269,9 @@ pub struct CoreStats {
     /// stream was read from the queue.
     pub rx_in_place_octets: u64,
     /// Payload octets of FPDUs queued to be sent from registered memory
-    /// ([`EngineConfig::tx_from_memory_min`]): never copied into the TCP send buffer.
+    /// ([`EngineConfig::tx_from_memory_min`]): not copied into the TCP send buffer when
+    /// queued (only what TCP still owes of them when a QP lets its connection go during a
+    /// graceful close is copied then, `txrec::internalize`).
     pub tx_from_memory_octets: u64,
     /// Of those FPDUs' octets (headers, CRC and retransmissions included), how many TCP
     /// had written into frames (the TCP's count, read when the stats are taken).
@@ -478,6 +484,24 @@ struct Conn {
     /// The startup failed with the peer silent: the close is an RST, not a FIN, so that a
     /// peer that never answers cannot hold the connection in FIN-WAIT-2 either.
     reset_on_close: bool,
+    /// The bound on a graceful close's wait ([`EngineConfig::close_timeout_ms`]): set when
+    /// the transmit poller first visits the QP in `Closing` (`EngineCore::watch_close`).
+    close_watch: Option<CloseWatch>,
+}
+
+/// What a graceful close last showed of its progress, and when (module `connect`,
+/// `EngineCore::watch_close`, `EngineCore::poll_close_timers`).
+#[derive(Debug, Clone, Copy)]
+struct CloseWatch {
+    /// When `mark` last changed (or the close began).
+    since: Instant,
+    /// The deadline of its live entry in `EngineCore::close_timers`; `None` once our
+    /// side is done (drained, our FIN acknowledged), when no bound applies any more.
+    due: Option<Instant>,
+    /// The close's progress (`Qp::close_mark`): octets framed, octets TCP still holds
+    /// unacknowledged, requests completed, Read Response octets placed, octets of the
+    /// peer's stream read.
+    mark: [u64; 5],
 }
 
 #[derive(Debug)]
@@ -804,6 +828,13 @@ pub struct EngineCore<D: PollDevice> {
     /// lazily), and reading the heap and converting its instant at every loop cost an
     /// idle loop ~15 instructions a core.
     mpa_due: Instant,
+    /// The bounds of the graceful closes under way ([`EngineConfig::close_timeout_ms`]),
+    /// keyed by QP slot and generation; a QP's live entry is the one its connection's
+    /// `CloseWatch::due` names (an entry whose QP went, or whose close moved on, is
+    /// dropped when it surfaces, or by a compaction, as `mpa_timers`).
+    close_timers: Deadlines<(u16, u32), Instant>,
+    /// When `close_timers`' earliest entry is due (`NEVER`: none), as `mpa_due`.
+    close_due: Instant,
     /// Connection requests accepted from TCP so far (their arrival numbers).
     arrivals: u64,
     /// When the sweep next visits live QPs regardless of the ready sets (its next chunk).
@@ -908,6 +939,8 @@ impl<D: PollDevice> EngineCore<D> {
             batch: Vec::new(),
             mpa_timers: Deadlines::new(),
             mpa_due: NEVER,
+            close_timers: Deadlines::new(),
+            close_due: NEVER,
             arrivals: 0,
             sweep_at: now + SWEEP_INTERVAL,
             sweep_from: 0,
@@ -1141,9 +1174,12 @@ impl<D: PollDevice> EngineCore<D> {
         if !self.rx_ready.is_empty() {
             work |= self.poll_rx();
         }
-        // The startup timers only when the earliest is due.
+        // The startup timers only when the earliest is due; the closes' bounds likewise.
         if now >= self.mpa_due {
             work |= self.poll_timers();
+        }
+        if now >= self.close_due || now >= self.zombies.due() {
+            work |= self.poll_close_timers();
         }
         if !self.tx_ready.is_empty() {
             work |= self.poll_tx();
@@ -1266,8 +1302,9 @@ impl<D: PollDevice> EngineCore<D> {
     }
 
     /// When the core next needs a poll without new input (for simulated clocks): the
-    /// stack's next timer, or the earliest live MPA deadline (a pending request's, an
-    /// initiator's: MPA-7.1.2-27), whichever comes first.
+    /// stack's next timer, the earliest live MPA deadline (a pending request's, an
+    /// initiator's: MPA-7.1.2-27), or the earliest bound of a graceful close
+    /// ([`EngineConfig::close_timeout_ms`]), whichever comes first.
     pub fn poll_at(&mut self) -> Option<Instant> {
         let stack = self.stack.poll_at(self.now);
         let mpa = [self.next_request_deadline(), self.next_mpa_timer()]
@@ -1275,10 +1312,10 @@ impl<D: PollDevice> EngineCore<D> {
             .flatten()
             .min()
             .map(|t| self.instant_of(t));
-        match (stack, mpa) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [stack, mpa, self.next_close_timer()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The engine time of `t` (rounded up to the clock's microsecond: a poll at it is not

@@ -53,8 +53,8 @@ pub use crate::cm::{
     NeighborId, RequestId, RtrType, RtrTypes,
 };
 pub use crate::config::{
-    EngineConfig, ENGINE_ACK_DELAY, MAX_ACK_DELAY, MAX_CONNECTIONS, MAX_QUEUE_DEPTH, MAX_SGE,
-    SHUTDOWN_LINGER_MAX_MS,
+    EngineConfig, CLOSE_TIMEOUT_MAX_MS, ENGINE_ACK_DELAY, MAX_ACK_DELAY, MAX_CONNECTIONS,
+    MAX_QUEUE_DEPTH, MAX_SGE, SHUTDOWN_LINGER_MAX_MS,
 };
 pub use crate::core::{
     ends_in_flush, reserve_flushed_send, validate_recv, validate_recv_late, validate_send,

@@ -1031,7 +1031,8 @@ pub(crate) fn closed_before_established(
     match cause {
         _ if ours => (RDMA_CM_EVENT_CONNECT_ERROR, -EINVAL),
         D::Closed | D::Reset => (RDMA_CM_EVENT_REJECTED, -ECONNRESET),
-        D::TimedOut => (RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT),
+        // Our graceful close given up without progress (`close_timeout_ms`): a timeout.
+        D::TimedOut | D::CloseTimedOut => (RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT),
     }
 }
 
@@ -3126,7 +3127,11 @@ mod failure_tests {
             closed_before_established(D::TimedOut, false),
             (RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT)
         );
-        for cause in [D::Reset, D::Closed, D::TimedOut] {
+        assert_eq!(
+            closed_before_established(D::CloseTimedOut, false),
+            (RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT)
+        );
+        for cause in [D::Reset, D::Closed, D::TimedOut, D::CloseTimedOut] {
             assert_eq!(
                 closed_before_established(cause, true),
                 (RDMA_CM_EVENT_CONNECT_ERROR, -EINVAL),

@@ -1813,6 +1813,11 @@ impl QueuePair {
     }
 
     /// Graceful close: the send queue drains, then FIN; [`CmEvent::Disconnected`] follows.
+    /// A close that makes no progress for [`EngineConfig::close_timeout_ms`] (5 s by
+    /// default) before our FIN is acknowledged (the peer holds its window at zero, a Read
+    /// is never answered) is given up as [`Self::abort`] ends a connection: RST, the
+    /// outstanding work requests flushed, and [`CmEvent::Disconnected`] with
+    /// [`DisconnectCause::CloseTimedOut`].
     pub fn disconnect(&self) -> Result<(), Error> {
         self.ctx
             .call(self.core, |r| Command::Disconnect(self.id, r))

@@ -473,6 +473,7 @@ impl Client {
                         match cause {
                             DisconnectCause::Reset => "reset",
                             DisconnectCause::TimedOut => "timed out",
+                            DisconnectCause::CloseTimedOut => "closed with no progress, given up",
                             DisconnectCause::Closed => "closed by the server",
                         },
                         s.phase

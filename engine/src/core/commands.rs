@@ -119,7 +119,8 @@ impl<D: PollDevice> EngineCore<D> {
 
     /// Destroys a queue pair: its work requests are flushed and its connection is aborted —
     /// unless a graceful close is already under way (a Terminate or a FIN went out), in which
-    /// case TCP finishes that close on its own. An RST there could overtake the Terminate at
+    /// case TCP finishes that close on its own (reset if it makes no progress for
+    /// [`EngineConfig::close_timeout_ms`]). An RST there could overtake the Terminate at
     /// the peer: a peer stack that receives the Terminate and the RST in one burst drops the
     /// unread Terminate with its receive buffer, and the peer's user would see a bare reset
     /// instead of the error report RDMAP-5.4/RDMAP-7.1 require.
@@ -222,10 +223,16 @@ impl<D: PollDevice> EngineCore<D> {
     /// read a buffer handed back (RDMAP-5.5-8).
     fn let_go(&mut self, conn: Option<Conn>, reads_buffers: bool) {
         if let Some(c) = conn {
-            if !c.fin_sent || reads_buffers {
+            let reset = !c.fin_sent || reads_buffers;
+            if reset {
                 let _ = self.stack.abort(c.tcp);
             }
             self.zombies.insert(c.tcp);
+            if !reset {
+                // The close TCP finishes on its own is bounded as the QP's was
+                // (`EngineConfig::close_timeout_ms`).
+                self.watch_zombie(c.tcp);
+            }
             // What arrived and was not read yet: no Readable event comes for it again.
             self.discard_zombie_input(c.tcp);
         }

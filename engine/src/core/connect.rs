@@ -171,6 +171,7 @@ impl Conn {
             mulpdu_synced: false,
             fpdu_octets_rx: false,
             reset_on_close: false,
+            close_watch: None,
         }
     }
 }
@@ -531,7 +532,11 @@ impl<D: PollDevice> EngineCore<D> {
     }
 
     /// Graceful close: no new sends; the send queue and inbound Reads drain, then FIN.
-    /// [`CmEvent::Disconnected`] follows once both sides closed.
+    /// [`CmEvent::Disconnected`] follows once both sides closed. A close that makes no
+    /// progress for [`EngineConfig::close_timeout_ms`] before our FIN is acknowledged (a
+    /// peer holding its window at zero, a Read never answered) is given up as an abort:
+    /// RST, everything outstanding flushed, and [`CmEvent::Disconnected`] with
+    /// [`DisconnectCause::CloseTimedOut`].
     pub fn disconnect(&mut self, id: QpId) -> Result<(), EngineError> {
         // Writes framed at post complete first: a request posted after this call is
         // flushed at once, and must not complete ahead of them.
@@ -563,28 +568,216 @@ impl<D: PollDevice> EngineCore<D> {
         // What TCP acknowledged completes as such; the rest is flushed (RDMAP-5.5-8).
         self.note_acked(id);
         let q = self.qp_mut(id)?;
-        let Some(c) = q.conn.take() else {
+        if q.conn.is_none() {
             if q.state == QpState::Idle {
                 q.flush();
                 return Ok(());
             }
             return Err(EngineError::InvalidState(q.state));
+        }
+        self.reset_conn(id, DisconnectCause::Reset);
+        Ok(())
+    }
+
+    /// Ends QP `id`'s connection abortively (RFC 9293 3.10.5: RST, everything TCP holds
+    /// dropped) and flushes the QP's work requests, reporting [`CmEvent::Disconnected`]
+    /// with `cause`: `abort`'s, and a graceful close given up
+    /// ([`Self::poll_close_timers`]). What TCP had acknowledged was noted first
+    /// (`note_acked`). The connection goes to the zombies until TCP reports it closed.
+    fn reset_conn(&mut self, id: QpId, cause: DisconnectCause) {
+        let Some(Some(q)) = self.qps.get_mut(usize::from(id.index)) else {
+            return;
+        };
+        if q.id != id {
+            return;
+        }
+        let Some(c) = q.conn.take() else {
+            return;
         };
         // A connection whose end was reported already (`Rejected`, or an `Error` that left
         // the QP in Error or Terminate, TCP still closing) gets no second ending, as the
         // TCP close handler gives none for such a QP.
         let told = matches!(q.state, QpState::Error | QpState::Terminate);
         q.flush();
-        let qid = q.id;
         let _ = self.stack.abort(c.tcp);
         self.zombies.insert(c.tcp);
         if !told {
-            self.ctx.events.push_back(CmEvent::Disconnected {
-                qp: qid,
-                cause: DisconnectCause::Reset,
-            });
+            self.ctx
+                .events
+                .push_back(CmEvent::Disconnected { qp: id, cause });
         }
-        Ok(())
+    }
+
+    /// The transmit poller's look at QP slot `i`, in `Closing`: the first one starts the
+    /// bound on its graceful close ([`EngineConfig::close_timeout_ms`], an entry in
+    /// `close_timers`), each one after notes whether the close moved on since
+    /// (`Qp::close_mark`). The sweep visits every QP at least every 50 ms, so progress is
+    /// seen within that.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn watch_close(&mut self, i: usize) {
+        let now = self.now;
+        let bound = Duration::from_millis(self.ctx.cfg.close_timeout_ms);
+        let EngineCore {
+            qps,
+            stack,
+            close_timers,
+            live,
+            ..
+        } = self;
+        let Some(Some(q)) = qps.get_mut(i) else {
+            return;
+        };
+        let key = (q.id.index, q.id.generation);
+        let Some(c) = q.conn.as_ref() else {
+            return;
+        };
+        let (tcp, watch) = (c.tcp, c.close_watch);
+        if watch.is_some_and(|w| w.due.is_none()) {
+            // Our side is done: no bound applies any more.
+            return;
+        }
+        let mark = q.close_mark(stack, tcp);
+        let Some(c) = q.conn.as_mut() else {
+            return;
+        };
+        match c.close_watch.as_mut() {
+            Some(w) => {
+                if w.mark != mark {
+                    w.mark = mark;
+                    w.since = now;
+                }
+            }
+            None => {
+                let due = now + bound;
+                c.close_watch = Some(CloseWatch {
+                    since: now,
+                    due: Some(due),
+                    mark,
+                });
+                close_timers.push(due, key);
+                if close_timers.needs_compaction(live.len()) {
+                    let qps = &*qps;
+                    close_timers.retain(|at, key| close_entry_live(qps, at, key));
+                }
+                self.note_close_due();
+            }
+        }
+    }
+
+    /// The bounds of graceful closes that are due ([`EngineConfig::close_timeout_ms`]):
+    /// each live entry taken looks at its close once more. A close that moved on since it
+    /// was last looked at gets a new deadline, a bound from now; one whose side is done
+    /// (everything sent and our FIN acknowledged: FIN-WAIT-2 and later, where
+    /// `tcp.fin_wait_2_timeout` bounds the peer's close) or that left `Closing` (a
+    /// Terminate, the peer's RST) needs none. One that made no progress for the whole
+    /// bound is given up as `abort` ends a connection (`reset_conn`): RST, everything
+    /// outstanding flushed, [`CmEvent::Disconnected`] with
+    /// [`DisconnectCause::CloseTimedOut`]. RDMAP-06 §6 has the close wait for the send
+    /// queue to drain, and RFC 9293 3.8.6.1 lets a peer hold its window at zero for as
+    /// long as it answers the probes: no TCP timer ends such a close, which held the QP
+    /// and its registered memory for good.
+    pub(super) fn poll_close_timers(&mut self) -> bool {
+        let now = self.now;
+        let bound = Duration::from_millis(self.ctx.cfg.close_timeout_ms);
+        let mut work = false;
+        while let Some((at, key)) = self.close_timers.pop_due(now) {
+            let EngineCore {
+                qps,
+                stack,
+                close_timers,
+                ..
+            } = self;
+            if !close_entry_live(qps, at, key) {
+                continue;
+            }
+            let Some(Some(q)) = qps.get_mut(usize::from(key.0)) else {
+                continue;
+            };
+            let Some(tcp) = q.conn.as_ref().map(|c| c.tcp) else {
+                continue;
+            };
+            let mark = q.close_mark(stack, tcp);
+            let done = q.state != QpState::Closing || q.close_sent(stack, tcp);
+            let id = q.id;
+            let Some(w) = q.conn.as_mut().and_then(|c| c.close_watch.as_mut()) else {
+                continue;
+            };
+            if w.mark != mark {
+                w.mark = mark;
+                w.since = now;
+            }
+            if done {
+                w.due = None;
+                continue;
+            }
+            let due = w.since + bound;
+            if due > now {
+                w.due = Some(due);
+                close_timers.push(due, key);
+                continue;
+            }
+            // No progress for the whole bound: given up.
+            w.due = None;
+            work = true;
+            self.note_acked(id);
+            self.reset_conn(id, DisconnectCause::CloseTimedOut);
+        }
+        self.note_close_due();
+        // The closes TCP finishes without a QP (the zombies, our FIN sent): reset once
+        // what TCP still has to send made no progress for the bound, unless our FIN was
+        // acknowledged (then `tcp.fin_wait_2_timeout` bounds the peer's close).
+        while let Some((tcp, w)) = self.zombies.pop_due(now) {
+            if fin_acked(&mut self.stack, tcp) {
+                self.zombies.unwatch(tcp);
+                continue;
+            }
+            let mark = self.stack.send_queue(tcp).unwrap_or(0);
+            let since = if mark != w.mark { now } else { w.since };
+            let due = since + bound;
+            if due > now {
+                self.zombies.watch(tcp, ZombieWatch { since, due, mark });
+                continue;
+            }
+            // RST (RFC 9293 3.10.5): TCP reports the connection closed, and the zombie is
+            // released then.
+            self.zombies.unwatch(tcp);
+            let _ = self.stack.abort(tcp);
+            work = true;
+        }
+        work
+    }
+
+    /// Puts zombie `tcp`, left to finish its graceful close, under the bound of
+    /// [`EngineConfig::close_timeout_ms`] from now ([`Zombies::watch`]).
+    pub(super) fn watch_zombie(&mut self, tcp: ConnId) {
+        let now = self.now;
+        let bound = Duration::from_millis(self.ctx.cfg.close_timeout_ms);
+        let mark = self.stack.send_queue(tcp).unwrap_or(0);
+        self.zombies.watch(
+            tcp,
+            ZombieWatch {
+                since: now,
+                due: now + bound,
+                mark,
+            },
+        );
+    }
+
+    /// The earliest live bound of a graceful close, a QP's or a zombie's (stale entries
+    /// ahead of it dropped).
+    pub(super) fn next_close_timer(&mut self) -> Option<Instant> {
+        let qps = &self.qps;
+        self.close_timers
+            .prune_head(|at, key| close_entry_live(qps, at, key));
+        self.note_close_due();
+        let qp = self.close_timers.peek().map(|(at, _)| at);
+        [qp, self.zombies.next_due()].into_iter().flatten().min()
+    }
+
+    /// Notes when `close_timers`' earliest entry is due (`close_due`), as `note_mpa_due`.
+    fn note_close_due(&mut self) {
+        self.close_due = self.close_timers.peek().map_or(NEVER, |(at, _)| at);
     }
 
     /// Records that TCP connection `tcp` belongs to QP `id` (for [`Self::find_qp`]).
@@ -1365,6 +1558,57 @@ fn initiator_entry_live(
                 Some(Mpa::Initiator(init)) if init.poll_timeout() == Some(at)
             )
     )
+}
+
+/// Whether our FIN on `tcp` was acknowledged (or the connection is gone): FIN-WAIT-2,
+/// TIME-WAIT or closed (RFC 9293 3.10.7.4), where a close's bound no longer applies.
+fn fin_acked<D: PollDevice>(stack: &mut Stack<D>, tcp: ConnId) -> bool {
+    match stack.state(tcp) {
+        Ok(s) => matches!(
+            s,
+            TcpState::FinWait2 | TcpState::TimeWait | TcpState::Closed
+        ),
+        Err(_) => true,
+    }
+}
+
+/// Whether `close_timers` entry `(at, (slot, generation))` is its QP's live bound.
+fn close_entry_live(qps: &[Option<Qp>], at: Instant, (slot, generation): (u16, u32)) -> bool {
+    matches!(
+        qps.get(usize::from(slot)),
+        Some(Some(q)) if q.id.generation == generation
+            && q.conn.as_ref().and_then(|c| c.close_watch).is_some_and(|w| w.due == Some(at))
+    )
+}
+
+impl Qp {
+    /// The progress of this QP's graceful close on `tcp`, compared by
+    /// `EngineCore::watch_close` and `poll_close_timers`: the octets framed so far (the
+    /// stream position of our FPDUs, Read Responses included), the octets TCP holds
+    /// unacknowledged (they shrink as the peer takes them), the requests completed, the
+    /// octets of the Read Response being placed, and the octets of the peer's stream read
+    /// (a Read Response we wait for comes behind whatever the peer sent before it). None
+    /// of these moves while a peer holds its window at zero or leaves our Read unanswered.
+    fn close_mark<D: PollDevice>(&self, stack: &mut Stack<D>, tcp: ConnId) -> [u64; 5] {
+        let conn = self.conn.as_ref();
+        let framed = conn
+            .and_then(|c| c.framer.as_ref())
+            .map_or(0, |f| f.stream_offset());
+        let read = conn
+            .and_then(|c| c.deframer.as_ref())
+            .map_or(0, |d| d.stream_offset());
+        let unacked = stack.send_queue(tcp).unwrap_or(0) as u64;
+        [framed, unacked, self.sq_head_seq, self.read_placed, read]
+    }
+
+    /// Whether our side of the graceful close is done: nothing owed (the test
+    /// `tx_close_if_drained` makes before the FIN), the FIN sent and acknowledged (TCP in
+    /// FIN-WAIT-2, TIME-WAIT or closed, RFC 9293 3.10.7.4).
+    fn close_sent<D: PollDevice>(&self, stack: &mut Stack<D>, tcp: ConnId) -> bool {
+        let drained =
+            self.tx.is_none() && self.irq.is_empty() && self.sq.is_empty() && self.orq.is_empty();
+        drained && self.conn.as_ref().is_some_and(|c| c.fin_sent) && fin_acked(stack, tcp)
+    }
 }
 
 /// What `RequestRefused` reports of pending request `r` on `core`'s listener.

@@ -1,12 +1,13 @@
 //! Deadline queues of the connection manager (the pending requests' startup and closing
-//! bounds, the MPA initiators' startup timeouts, MPA-7.1.2-27) and the set of zombie
-//! connections: structures a loop or a TCP event consults in O(1) / O(log n) whatever
+//! bounds, the MPA initiators' startup timeouts, MPA-7.1.2-27, the graceful closes'
+//! bounds) and the set of zombie connections (with the bounds of their closes): structures a loop or a TCP event consults in O(1) / O(log n) whatever
 //! the number of entries (a slow SYN / MPA flood holds thousands).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Instant as StdInstant;
 
+use warpcore_tcp::smoltcp::time::Instant;
 use warpcore_tcp::ConnId;
 
 /// Entries below which a queue is never compacted: a few stale entries cost nothing.
@@ -103,10 +104,52 @@ impl<K: Ord + Copy, T: Ord + Copy> Deadlines<K, T> {
 /// with one look-up, not a scan of the list (thousands after a mass teardown, each of their
 /// events scanned them all). A slot holds at most one zombie: the stack reuses a slot only
 /// after its connection is released, which for a zombie is its removal here.
-#[derive(Debug, Default)]
+///
+/// A zombie left to finish a graceful close (our FIN sent, not reset) is watched
+/// ([`Self::watch`]): what TCP still has to send and have acknowledged must move within
+/// `EngineConfig::close_timeout_ms`, else the engine resets it (`poll_close_timers`): a
+/// peer that holds its window at zero while it answers the probes (RFC 9293 3.8.6.1) kept
+/// such a connection, its send buffer and its slot for good, as Linux bounds an orphaned
+/// close with `tcp_orphan_retries`. The watches' deadlines are a heap of their own, slot
+/// keyed, deleted lazily as [`Deadlines`]' are.
+#[derive(Debug)]
 pub(super) struct Zombies {
-    by_slot: Vec<Option<ConnId>>,
+    by_slot: Vec<Option<Zombie>>,
     len: usize,
+    watched: Deadlines<usize, Instant>,
+    /// When `watched`'s earliest entry is due (`Instant` of `i64::MAX` micros: none).
+    due: Instant,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Zombie {
+    tcp: ConnId,
+    watch: Option<ZombieWatch>,
+}
+
+/// The progress of a zombie's graceful close ([`Zombies::watch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct ZombieWatch {
+    /// When `mark` last changed (or the watch began).
+    pub since: Instant,
+    /// Its entry's deadline in the heap.
+    pub due: Instant,
+    /// Octets TCP held unacknowledged at the last look.
+    pub mark: usize,
+}
+
+/// No deadline.
+const NO_DUE: Instant = Instant::from_micros_const(i64::MAX);
+
+impl Default for Zombies {
+    fn default() -> Self {
+        Zombies {
+            by_slot: Vec::new(),
+            len: 0,
+            watched: Deadlines::new(),
+            due: NO_DUE,
+        }
+    }
 }
 
 impl Zombies {
@@ -120,19 +163,88 @@ impl Zombies {
         if self.by_slot.len() <= slot {
             self.by_slot.resize(slot + 1, None);
         }
-        if self.by_slot[slot].replace(tcp).is_none() {
-            self.len += 1;
+        match &mut self.by_slot[slot] {
+            Some(z) if z.tcp == tcp => {}
+            z => {
+                if z.replace(Zombie { tcp, watch: None }).is_none() {
+                    self.len += 1;
+                }
+            }
         }
     }
 
+    /// Watches zombie `tcp`'s close: `w`, its entry due at `w.due` (replacing any watch it
+    /// had; nothing if `tcp` is no zombie).
+    pub(super) fn watch(&mut self, tcp: ConnId, w: ZombieWatch) {
+        let slot = tcp.slot();
+        let Some(Some(z)) = self.by_slot.get_mut(slot) else {
+            return;
+        };
+        if z.tcp != tcp {
+            return;
+        }
+        z.watch = Some(w);
+        self.watched.push(w.due, slot);
+        if self.watched.needs_compaction(self.len) {
+            let by_slot = &self.by_slot;
+            self.watched
+                .retain(|at, slot| watch_live(by_slot, at, slot));
+        }
+        self.due = self.due.min(w.due);
+    }
+
+    /// Stops watching zombie `tcp`.
+    pub(super) fn unwatch(&mut self, tcp: ConnId) {
+        if let Some(Some(z)) = self.by_slot.get_mut(tcp.slot()) {
+            if z.tcp == tcp {
+                z.watch = None;
+            }
+        }
+    }
+
+    /// The next watched zombie whose deadline has passed at `now`, with its watch (its
+    /// entry taken: [`Self::watch`] it again to go on).
+    pub(super) fn pop_due(&mut self, now: Instant) -> Option<(ConnId, ZombieWatch)> {
+        let mut found = None;
+        while let Some((at, slot)) = self.watched.pop_due(now) {
+            if let Some(Some(z)) = self.by_slot.get(slot) {
+                if let Some(w) = z.watch.filter(|w| w.due == at) {
+                    found = Some((z.tcp, w));
+                    break;
+                }
+            }
+        }
+        self.note_due();
+        found
+    }
+
+    /// The earliest live deadline of a watched zombie (stale entries ahead of it dropped).
+    pub(super) fn next_due(&mut self) -> Option<Instant> {
+        let by_slot = &self.by_slot;
+        self.watched
+            .prune_head(|at, slot| watch_live(by_slot, at, slot));
+        self.note_due();
+        self.watched.peek().map(|(at, _)| at)
+    }
+
+    /// When the earliest entry of the watches is due, live or stale (a loop compares its
+    /// time with it: one comparison).
+    pub(super) fn due(&self) -> Instant {
+        self.due
+    }
+
+    fn note_due(&mut self) {
+        self.due = self.watched.peek().map_or(NO_DUE, |(at, _)| at);
+    }
+
     pub(super) fn contains(&self, tcp: ConnId) -> bool {
-        self.by_slot.get(tcp.slot()) == Some(&Some(tcp))
+        matches!(self.by_slot.get(tcp.slot()), Some(Some(z)) if z.tcp == tcp)
     }
 
     /// Takes `tcp` out; whether it was a zombie.
     pub(super) fn remove(&mut self, tcp: ConnId) -> bool {
         match self.by_slot.get_mut(tcp.slot()) {
-            Some(z) if *z == Some(tcp) => {
+            Some(z) if z.is_some_and(|z| z.tcp == tcp) => {
                 *z = None;
                 self.len -= 1;
                 true
@@ -144,6 +256,11 @@ impl Zombies {
     pub(super) fn len(&self) -> usize {
         self.len
     }
+}
+
+/// Whether the watches' entry `(at, slot)` is its zombie's live one.
+fn watch_live(by_slot: &[Option<Zombie>], at: Instant, slot: usize) -> bool {
+    matches!(by_slot.get(slot), Some(Some(z)) if z.watch.is_some_and(|w| w.due == at))
 }
 
 #[cfg(test)]

@@ -773,6 +773,14 @@ impl<D: PollDevice> EngineCore<D> {
     /// startup, the Terminate, the RTR, local operations, then FPDUs within the budget
     /// ([`Qp::tx_fpdus`]), retirement, and the graceful close once nothing is owed.
     pub(super) fn tx_qp(&mut self, i: usize) -> bool {
+        // A graceful close is bounded (`EngineConfig::close_timeout_ms`): its progress is
+        // looked at on each visit, before any step below can end the visit early.
+        if self.qps[i]
+            .as_ref()
+            .is_some_and(|q| q.state == QpState::Closing)
+        {
+            self.watch_close(i);
+        }
         let EngineCore {
             stack,
             qps,
@@ -781,8 +789,10 @@ impl<D: PollDevice> EngineCore<D> {
             fpdu,
             zombies,
             txrec,
+            now,
             ..
         } = self;
+        let now = *now;
         let Some(q) = qps[i].as_mut() else {
             return false;
         };
@@ -808,7 +818,7 @@ impl<D: PollDevice> EngineCore<D> {
             // A responder still fenced sends no FPDU (MPA-7.1.2-16), but a FIN is none: its
             // graceful close goes on (`tx_close_if_drained`).
             ControlFlow::Break(w) if q.state == QpState::Closing && !q.can_send_fpdus() => {
-                return q.tx_close_if_drained(stack, tcp, ctx, zombies, txrec) || w;
+                return q.tx_close_if_drained(stack, tcp, ctx, (zombies, now), txrec) || w;
             }
             ControlFlow::Break(w) => return w,
             ControlFlow::Continue(w) => w,
@@ -819,7 +829,7 @@ impl<D: PollDevice> EngineCore<D> {
             ControlFlow::Continue(w) => work |= w,
         }
         work |= q.retire_sq();
-        work |= q.tx_close_if_drained(stack, tcp, ctx, zombies, txrec);
+        work |= q.tx_close_if_drained(stack, tcp, ctx, (zombies, now), txrec);
         work
     }
 }
@@ -1692,7 +1702,7 @@ impl Qp {
         stack: &mut Stack<D>,
         tcp: ConnId,
         ctx: &mut Ctx,
-        zombies: &mut Zombies,
+        (zombies, now): (&mut Zombies, Instant),
         records: &mut TxRecords,
     ) -> bool {
         if self.state != QpState::Closing {
@@ -1732,6 +1742,18 @@ impl Qp {
                     // destroyed): what TCP still owes of its records becomes TCP's own.
                     txrec::internalize(stack, c.tcp, records, &ctx.mrs);
                     zombies.insert(c.tcp);
+                    // What TCP still has to send (our FIN, Read Responses the peer has
+                    // not acknowledged) is bounded as the QP's close was
+                    // (`EngineConfig::close_timeout_ms`, `EngineCore::poll_close_timers`).
+                    let bound = Duration::from_millis(ctx.cfg.close_timeout_ms);
+                    zombies.watch(
+                        c.tcp,
+                        ZombieWatch {
+                            since: now,
+                            due: now + bound,
+                            mark: stack.send_queue(c.tcp).unwrap_or(0),
+                        },
+                    );
                 }
                 ctx.events.push_back(CmEvent::Disconnected {
                     qp: qid,

@@ -157,6 +157,12 @@ impl Side<'_> {
             }) => Err(Failure::Other(
                 "the connection timed out (the peer or the path went silent)".into(),
             )),
+            Some(CmEvent::Disconnected {
+                cause: DisconnectCause::CloseTimedOut,
+                ..
+            }) => Err(Failure::Other(
+                "the graceful close made no progress and was given up (reset)".into(),
+            )),
             Some(CmEvent::ConnectRequest(r)) if self.backlog.is_some() => {
                 if let Some(b) = self.backlog {
                     b.borrow_mut().push_back(r);
