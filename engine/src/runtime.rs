@@ -920,8 +920,17 @@ fn apply<D: PollDevice>(core: &mut EngineCore<D>, cmd: Front<'_, Command>) {
         _ => {}
     }
     match cmd.take() {
+        // A caller that gave up waiting for the reply (the verbs' control call timed out,
+        // `Error::Timeout`) dropped its receiver: what the command created is undone here,
+        // not left behind. A queue pair whose number nobody learned held one of `max_qps`
+        // slots (and its completion queues) until the context went; a listener held its
+        // port, and the caller's retry was refused with `PortInUse`.
         Command::CreateQp(attr, r) => {
-            let _ = r.try_send(core.create_qp(attr));
+            if let Err(e) = r.try_send(core.create_qp(attr)) {
+                if let Ok((qp, _)) = e.into_inner() {
+                    let _ = core.destroy_qp(qp);
+                }
+            }
         }
         Command::DestroyQp(qp, r) => {
             let _ = r.try_send(core.destroy_qp(qp));
@@ -941,7 +950,11 @@ fn apply<D: PollDevice>(core: &mut EngineCore<D>, cmd: Front<'_, Command>) {
                 reply.try_send(core.connect_from(qp, remote, local_port, &params, &private_data));
         }
         Command::Listen(port, params, r) => {
-            let _ = r.try_send(core.listen(port, params));
+            if let Err(e) = r.try_send(core.listen(port, params)) {
+                if e.into_inner().is_ok() {
+                    let _ = core.unlisten(port);
+                }
+            }
         }
         Command::Unlisten(port, r) => {
             let _ = r.try_send(core.unlisten(port));

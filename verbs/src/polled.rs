@@ -58,7 +58,9 @@ const GONE_CHECK: Duration = Duration::from_millis(10);
 /// ended, or a caller-driven loop panicked): the command stays in the ring, never applied,
 /// and its reply channel neither sends nor closes. [`Error::Timeout`] when the core is
 /// still running but has not answered within [`CALL_TIMEOUT`] (a core stalled or starved
-/// of its CPU): the command may still be applied later, its reply then dropped.
+/// of its CPU): the command may still be applied later, its reply then dropped (a queue
+/// pair or listener it creates then is undone at once: the core destroys or unlistens what
+/// a reply nobody takes would have named, `runtime::apply`).
 pub(crate) fn wait_reply<T>(core: &CoreHandle, rx: &Receiver<T>) -> Result<T, Error> {
     wait_reply_within(core, rx, CALL_TIMEOUT)
 }
