@@ -210,9 +210,13 @@ impl<D: PollDevice> RefStack<D> {
     }
 
     fn alloc_slot(&mut self, handle: SocketHandle, role: Role) -> ConnId {
-        let (index, generation) = match self.slots.iter().position(Option::is_none) {
+        // A slot that served every generation is retired (its next would wrap to 0, and a
+        // handle of 2^32 uses before would name the new connection: handles are never
+        // aliased, `ConnId`).
+        let free = |(i, s): (usize, &Option<Slot>)| s.is_none() && self.generations[i] != u32::MAX;
+        let (index, generation) = match self.slots.iter().enumerate().position(free) {
             Some(i) => {
-                self.generations[i] = self.generations[i].wrapping_add(1);
+                self.generations[i] += 1;
                 (i, self.generations[i])
             }
             None => {
@@ -606,5 +610,39 @@ impl<D: PollDevice> RefStack<D> {
                 Event::Reset(id)
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod generation_tests {
+    use super::*;
+    use crate::link::{self, LinkConfig};
+    use smoltcp::wire::Ipv4Cidr;
+
+    /// As Warpcore's TCP (`host::generation_tests`): a slot that served generation
+    /// `u32::MAX` came back at generation 0, so a stale handle of 2^32 uses before named
+    /// the new connection. The counter is set where 2^32 - 1 more uses leave it.
+    #[test]
+    fn a_reference_slot_whose_generations_wrapped_names_no_stale_handle() {
+        let (a, _b) = link::pair(&LinkConfig::default());
+        let config = StackConfig {
+            mac: [0x02, 0, 0, 0, 0, 1],
+            ip: Ipv4Cidr::new(Ipv4Address::new(198, 18, 0, 1), 24),
+            gateway: None,
+            routes: Vec::new(),
+            random_seed: 7,
+            max_connections: 16,
+            out_of_order_budget_bytes: crate::OUT_OF_ORDER_BUDGET_DEFAULT,
+        };
+        let mut s = RefStack::new(a, &config, Instant::from_secs(1)).unwrap();
+        let peer = (Ipv4Address::new(198, 18, 0, 2), 4791);
+        let tuning = TcpTuning::default();
+        let old = s.connect(peer, None, &tuning).unwrap();
+        s.release(old).unwrap();
+        s.generations[old.slot()] = old.generation.wrapping_sub(1);
+        let new = s.connect(peer, None, &tuning).unwrap();
+        assert_ne!(new, old, "a stale handle names the new connection");
+        assert_eq!(s.state(old), Err(StackError::UnknownConnection));
+        assert!(s.state(new).is_ok());
     }
 }

@@ -321,7 +321,9 @@ pub(crate) fn ack_delay_refused(d: Option<Duration>) -> Option<&'static str> {
 }
 
 /// Handle of a connection. Stale handles (of a released slot) are rejected, never aliased,
-/// and so are handles of another [`Stack`] ([`StackError::UnknownConnection`]).
+/// and so are handles of another [`Stack`] ([`StackError::UnknownConnection`]): a slot
+/// that served all 2^32 generations is retired rather than reused (its generation would
+/// wrap, and a handle of its first use name its next connection).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ConnId {
     pub(crate) index: u32,
@@ -342,7 +344,8 @@ pub(crate) fn new_stack_tag() -> u32 {
 
 impl ConnId {
     /// The connection's slot in the stack's table: dense and reused, so callers may index
-    /// side tables by it (a reused slot carries another generation: compare whole handles).
+    /// side tables by it (a reused slot carries another generation: compare whole handles;
+    /// a slot is retired after 2^32 uses).
     pub fn slot(&self) -> usize {
         self.index as usize
     }

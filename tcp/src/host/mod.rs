@@ -54,6 +54,8 @@
 //!   share and the largest holder more: that one then reneges (RFC 2018 8) for it
 //!   ([`HostStats::out_of_order_reneges`]).
 
+#[cfg(test)]
+mod generation_tests;
 mod headers;
 mod isn;
 #[cfg(test)]
@@ -982,6 +984,17 @@ impl<D: PollDevice> Host<D> {
             open: true,
             generation: 0,
         };
+        // An entry in the free list has generation 0 only when its count wrapped (each
+        // `unlisten` counts one up from the 0 it was made with): it is retired, as its next
+        // `listen` would hand out the handle of its first use again (handles are never
+        // aliased). One entry per 2^32 listens on it.
+        while i
+            .free_listeners
+            .last()
+            .is_some_and(|&k| i.listeners[k as usize].generation == 0)
+        {
+            i.free_listeners.pop();
+        }
         let id = if let Some(index) = i.free_listeners.pop() {
             let l = &mut i.listeners[index as usize];
             entry.generation = l.generation;
@@ -1893,15 +1906,22 @@ impl Inner {
         next_hop: Ipv4Address,
         role: Role,
     ) -> ConnId {
-        let index = match self.free.pop() {
-            Some(i) => {
-                self.generations[i as usize] = self.generations[i as usize].wrapping_add(1);
-                i
-            }
-            None => {
-                self.slots.push(None);
-                self.generations.push(0);
-                (self.slots.len() - 1) as u32
+        let index = loop {
+            match self.free.pop() {
+                // A slot that served every generation is retired, never reused: its next
+                // generation would wrap to 0 and a handle of 2^32 uses before would name
+                // the new connection (handles are "rejected, never aliased"). One slot
+                // per 2^32 connections made in it.
+                Some(i) if self.generations[i as usize] == u32::MAX => {}
+                Some(i) => {
+                    self.generations[i as usize] += 1;
+                    break i;
+                }
+                None => {
+                    self.slots.push(None);
+                    self.generations.push(0);
+                    break (self.slots.len() - 1) as u32;
+                }
             }
         };
         // Every connection of the table counts what it holds out of order against the
