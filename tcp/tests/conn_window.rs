@@ -417,3 +417,60 @@ fn rfc9293_3_10_7_4_a_segment_spanning_the_window_is_trimmed_not_dropped() {
     }
     assert_eq!(&rest[2048..], &payload[1096..1096 + 2048]);
 }
+
+/// RFC 9293 3.10.7.4: "If the RCV.WND is zero, no segments will be acceptable, but special
+/// allowance should be made to accept valid ACKs". A segment that begins before RCV.NXT and
+/// reaches past it while our window is shut (the peer's retransmission of octets we took
+/// plus new ones, repacketised) carries the ACK of our data: it was dropped whole, its ACK
+/// and window too. Linux's `tcp_sequence` lets it through (it overlaps RCV.NXT), the ACK is
+/// processed and `tcp_data_queue` drops the data; it is still answered with an ACK.
+#[test]
+fn a_shut_window_takes_the_ack_of_a_segment_from_before_rcv_nxt() {
+    let mut config = cfg();
+    config.rx_buffer = 4096;
+    let mut c = established(config, true);
+    // Our 1,000 octets go out.
+    assert_eq!(send(&mut c, ms(2), 1000).len(), 1);
+    // The peer fills our window without acknowledging them.
+    c.handle_segment(ms(2), &data(0, &[5; 2048], ISS + 1));
+    c.handle_segment(ms(2), &data(2048, &[5; 2048], ISS + 1));
+    let acks = drain(&mut c, ms(2));
+    assert_eq!(acks.last().unwrap().window, 0, "{acks:?}");
+    // Its last 1,000 octets again with one new one, acknowledging our 1,000 octets.
+    c.handle_segment(ms(3), &data(3096, &[5; 1001], ISS + 1 + 1000));
+    assert!(
+        c.nothing_in_flight(),
+        "the ACK of our data in a segment from before RCV.NXT was not taken"
+    );
+    // The data is not taken (nothing is readable past the 4,096 octets), and the segment is
+    // answered with our ACK at RCV.NXT, window still shut.
+    let acks = drain(&mut c, ms(3));
+    let last = acks.last().expect("no ACK answered the segment");
+    assert_eq!(last.ack, Some(PISS + 1 + 4096), "{acks:?}");
+    assert_eq!(last.window, 0, "{acks:?}");
+}
+
+/// The segment of `a_shut_window_takes_the_ack_of_a_segment_from_before_rcv_nxt`
+/// with SACK in use: its octets before RCV.NXT, received before, are reported in the ACK
+/// that answers it as a D-SACK block (RFC 2883 4), as Linux's `tcp_data_queue` does.
+#[test]
+fn a_shut_window_dsacks_the_old_octets_of_a_segment_from_before_rcv_nxt() {
+    let mut config = cfg();
+    config.rx_buffer = 4096;
+    let mut c = established(config, false);
+    assert_eq!(send(&mut c, ms(2), 1000).len(), 1);
+    c.handle_segment(ms(2), &stamped(data(0, &[5; 2048], ISS + 1)));
+    c.handle_segment(ms(2), &stamped(data(2048, &[5; 2048], ISS + 1)));
+    let acks = drain(&mut c, ms(2));
+    assert_eq!(acks.last().unwrap().window, 0, "{acks:?}");
+    c.handle_segment(ms(3), &stamped(data(3096, &[5; 1001], ISS + 1 + 1000)));
+    assert!(c.nothing_in_flight());
+    let acks = drain(&mut c, ms(3));
+    let last = acks.last().expect("no ACK answered the segment");
+    let base = (PISS + 1).0 as u32;
+    assert_eq!(
+        last.sack,
+        vec![(base.wrapping_add(3096), base.wrapping_add(4096))],
+        "{acks:?}"
+    );
+}

@@ -1797,8 +1797,17 @@ impl Connection {
         // for its next retransmission after our window opened, up to the RTO ceiling, or
         // was lost to a peer that gave up retransmitting it meanwhile (Linux's orphan
         // retries). Test: `rfc9293_3_10_7_4_a_bare_fin_is_taken_with_the_window_shut`.
+        // So is a segment with an ACK (no RST: that one stays unacceptable) that begins
+        // before RCV.NXT and reaches it (a retransmission of octets taken before plus new
+        // ones): Linux's `tcp_sequence` takes any segment that overlaps RCV.NXT, processes
+        // its ACK and `tcp_data_queue` drops its data (RFC 9293 3.10.7.4, "special
+        // allowance ... to accept valid ACKs"). Dropped whole, the ACK of our data it
+        // carried was lost with it. Test:
+        // `conn_window::a_shut_window_takes_the_ack_of_a_segment_from_before_rcv_nxt`.
         let bare_fin = seg.control == TcpControl::Fin && seg.payload.is_empty() && rel == 0;
-        let shut = seg_len > 0 && wnd == 0 && rel == 0 && !bare_fin;
+        let overlaps =
+            rel < 0 && end_rel >= 0 && seg.ack_number.is_some() && seg.control != TcpControl::Rst;
+        let shut = seg_len > 0 && wnd == 0 && (rel == 0 || overlaps) && !bare_fin;
         let acceptable = match (seg_len, wnd) {
             (0, 0) => rel == 0,
             (0, _) => rel >= 0 && rel < wnd as i64,
@@ -1973,10 +1982,18 @@ impl Connection {
         // Seventh: text; eighth: FIN.
         if shut {
             // Nothing of it fits the shut window: answered with our ACK and window, as the
-            // unacceptable segment it was before its ACK was taken.
+            // unacceptable segment it was before its ACK was taken (RFC 9293 3.10.7.4).
             self.stats.duplicates += 1;
             self.ack_now = true;
             self.quick_ack = true;
+            if rel < 0 && !seg.payload.is_empty() {
+                // Its octets before RCV.NXT were received before: reported as a D-SACK
+                // block (RFC 2883 4), as Linux's `tcp_data_queue` does before it drops
+                // the tail the shut window cannot take.
+                let start = self.rcv_off as i64 + rel;
+                let end = (start + seg.payload.len() as i64).min(self.rcv_off as i64);
+                self.note_duplicate(start, end);
+            }
         } else if matches!(
             self.state,
             State::Established | State::FinWait1 | State::FinWait2
