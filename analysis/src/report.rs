@@ -641,27 +641,15 @@ mod tests {
         segment(number, 0, 1, false, payload)
     }
 
-    /// A TCP segment from 10.0.0.1:40000 (`from` 0) or 10.0.0.2:5000 (`from` 1).
+    /// A TCP segment from 10.0.0.1:40000 (`from` 0) or 10.0.0.2:5000 (`from` 1), with ACK
+    /// but on the client's SYN.
     fn segment(number: u64, from: usize, seq: u32, syn: bool, payload: &[u8]) -> Frame {
-        let (ips, ports) = ([[10, 0, 0, 1], [10, 0, 0, 2]], [40000, 5000]);
-        let mut b = etherparse::PacketBuilder::ethernet2([2; 6], [3; 6])
-            .ipv4(ips[from], ips[1 - from], 64)
-            .tcp(ports[from], ports[1 - from], seq, 65535);
-        if syn {
-            b = b.syn();
-        }
-        if !syn || from == 1 {
-            b = b.ack(1);
-        }
-        let mut data = Vec::new();
-        b.write(&mut data, payload).unwrap();
-        Frame {
-            number,
-            timestamp: Duration::ZERO,
-            link: LinkType::Ethernet,
-            original_len: data.len() as u32,
-            data,
-        }
+        let flags = match (syn, from) {
+            (true, 0) => "S",
+            (true, _) => "SA",
+            (false, _) => "A",
+        };
+        crate::tcp::tests::frame(number, from, seq, flags, payload)
     }
 
     /// Frames whose TCP data is lost to the analysis because of how they were captured (a

@@ -540,7 +540,7 @@ pub fn reassemble(capture: &Capture) -> TcpCapture {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn seg(seq: u32, payload: &[u8]) -> TcpSegment<'_> {
@@ -649,7 +649,7 @@ mod tests {
 
     /// An Ethernet/IPv4 frame of a TCP segment from 10.0.0.1:40000 (`from` 0) or
     /// 10.0.0.2:5000 (`from` 1), with the flags `flags` ("S", "A", "F" in any order).
-    fn frame(number: u64, from: usize, seq: u32, flags: &str, payload: &[u8]) -> Frame {
+    pub(crate) fn frame(number: u64, from: usize, seq: u32, flags: &str, payload: &[u8]) -> Frame {
         let (ips, ports) = ([[10, 0, 0, 1], [10, 0, 0, 2]], [40000, 5000]);
         let mut b = etherparse::PacketBuilder::ethernet2([2; 6], [3; 6])
             .ipv4(ips[from], ips[1 - from], 64)

@@ -53,16 +53,9 @@ fn rfc9293_3_10_7_4_never_send_past_the_right_edge_the_peer_offered() {
 /// zero window, processes the ACK and drops only the data.
 #[test]
 fn rfc9293_3_10_7_4_a_shut_receive_window_still_takes_the_ack() {
-    let mut config = cfg();
-    config.rx_buffer = 4096;
-    let mut c = established(config, true);
-    // Our 1,000 octets go out.
-    assert_eq!(send(&mut c, ms(2), 1000).len(), 1);
-    // The peer fills our window without acknowledging them (its ACK for them is delayed).
-    c.handle_segment(ms(2), &data(0, &[5; 2048], ISS + 1));
-    c.handle_segment(ms(2), &data(2048, &[5; 2048], ISS + 1));
-    let acks = drain(&mut c, ms(2));
-    assert_eq!(acks.last().unwrap().window, 0, "{acks:?}");
+    // Our 1,000 octets out; the peer fills our window without acknowledging them (its ACK
+    // for them is delayed).
+    let mut c = shut_with_our_data_out(true);
     // Its zero-window probe: one octet at RCV.NXT, acknowledging our 1,000 octets.
     c.handle_segment(ms(3), &data(4096, &[5], ISS + 1 + 1000));
     assert!(
@@ -418,6 +411,21 @@ fn rfc9293_3_10_7_4_a_segment_spanning_the_window_is_trimmed_not_dropped() {
     assert_eq!(&rest[2048..], &payload[1096..1096 + 2048]);
 }
 
+/// A connection (`plain`: no options; else SACK and timestamps) whose 1,000 octets went
+/// out unacknowledged and whose 4,096-octet receive window the peer then filled: shut.
+fn shut_with_our_data_out(plain: bool) -> Connection {
+    let mut config = cfg();
+    config.rx_buffer = 4096;
+    let mut c = established(config, plain);
+    assert_eq!(send(&mut c, ms(2), 1000).len(), 1);
+    let opts = |s| if plain { s } else { stamped(s) };
+    c.handle_segment(ms(2), &opts(data(0, &[5; 2048], ISS + 1)));
+    c.handle_segment(ms(2), &opts(data(2048, &[5; 2048], ISS + 1)));
+    let acks = drain(&mut c, ms(2));
+    assert_eq!(acks.last().unwrap().window, 0, "{acks:?}");
+    c
+}
+
 /// RFC 9293 3.10.7.4: "If the RCV.WND is zero, no segments will be acceptable, but special
 /// allowance should be made to accept valid ACKs". A segment that begins before RCV.NXT and
 /// reaches past it while our window is shut (the peer's retransmission of octets we took
@@ -426,16 +434,7 @@ fn rfc9293_3_10_7_4_a_segment_spanning_the_window_is_trimmed_not_dropped() {
 /// processed and `tcp_data_queue` drops the data; it is still answered with an ACK.
 #[test]
 fn a_shut_window_takes_the_ack_of_a_segment_from_before_rcv_nxt() {
-    let mut config = cfg();
-    config.rx_buffer = 4096;
-    let mut c = established(config, true);
-    // Our 1,000 octets go out.
-    assert_eq!(send(&mut c, ms(2), 1000).len(), 1);
-    // The peer fills our window without acknowledging them.
-    c.handle_segment(ms(2), &data(0, &[5; 2048], ISS + 1));
-    c.handle_segment(ms(2), &data(2048, &[5; 2048], ISS + 1));
-    let acks = drain(&mut c, ms(2));
-    assert_eq!(acks.last().unwrap().window, 0, "{acks:?}");
+    let mut c = shut_with_our_data_out(true);
     // Its last 1,000 octets again with one new one, acknowledging our 1,000 octets.
     c.handle_segment(ms(3), &data(3096, &[5; 1001], ISS + 1 + 1000));
     assert!(
@@ -455,14 +454,7 @@ fn a_shut_window_takes_the_ack_of_a_segment_from_before_rcv_nxt() {
 /// that answers it as a D-SACK block (RFC 2883 4), as Linux's `tcp_data_queue` does.
 #[test]
 fn a_shut_window_dsacks_the_old_octets_of_a_segment_from_before_rcv_nxt() {
-    let mut config = cfg();
-    config.rx_buffer = 4096;
-    let mut c = established(config, false);
-    assert_eq!(send(&mut c, ms(2), 1000).len(), 1);
-    c.handle_segment(ms(2), &stamped(data(0, &[5; 2048], ISS + 1)));
-    c.handle_segment(ms(2), &stamped(data(2048, &[5; 2048], ISS + 1)));
-    let acks = drain(&mut c, ms(2));
-    assert_eq!(acks.last().unwrap().window, 0, "{acks:?}");
+    let mut c = shut_with_our_data_out(false);
     c.handle_segment(ms(3), &stamped(data(3096, &[5; 1001], ISS + 1 + 1000)));
     assert!(c.nothing_in_flight());
     let acks = drain(&mut c, ms(3));

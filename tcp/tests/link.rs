@@ -166,9 +166,27 @@ fn tcp_frame_from(
     ack: Option<u32>,
     bad_checksum: bool,
 ) -> Vec<u8> {
+    let a_mac = EthernetAddress([0x02, 0, 0, 0, 0, 1]);
+    let b_mac = EthernetAddress([0x02, 0, 0, 0, 0, 2]);
+    let mut buf = tcp_frame_between((src, a_mac), (IP_B, b_mac), dst_port, control, ack);
+    if bad_checksum {
+        buf[34 + 16] ^= 0xff;
+    }
+    buf
+}
+
+/// A TCP segment without data or options from `src` (IPv4 address and MAC), port 40000,
+/// sequence number 1000, to `dst` at `dst_port`, checksums right.
+fn tcp_frame_between(
+    src: (Ipv4Address, EthernetAddress),
+    dst: (Ipv4Address, EthernetAddress),
+    dst_port: u16,
+    control: TcpControl,
+    ack: Option<u32>,
+) -> Vec<u8> {
     let ip = Ipv4Repr {
-        src_addr: src,
-        dst_addr: IP_B,
+        src_addr: src.0,
+        dst_addr: dst.0,
         next_header: IpProtocol::Tcp,
         payload_len: 20,
         hop_limit: 64,
@@ -189,17 +207,17 @@ fn tcp_frame_from(
     };
     let mut buf = vec![0u8; 14 + 20 + 20];
     let mut eth = EthernetFrame::new_unchecked(&mut buf);
-    eth.set_dst_addr(EthernetAddress([0x02, 0, 0, 0, 0, 2]));
-    eth.set_src_addr(EthernetAddress([0x02, 0, 0, 0, 0, 1]));
+    eth.set_dst_addr(dst.1);
+    eth.set_src_addr(src.1);
     eth.set_ethertype(EthernetProtocol::Ipv4);
     let caps = smoltcp::phy::ChecksumCapabilities::default();
-    let mut ipp = Ipv4Packet::new_unchecked(&mut buf[14..]);
-    ip.emit(&mut ipp, &caps);
-    let mut tp = TcpPacket::new_unchecked(&mut buf[34..]);
-    tcp.emit(&mut tp, &src.into(), &IP_B.into(), &caps);
-    if bad_checksum {
-        buf[34 + 16] ^= 0xff;
-    }
+    ip.emit(&mut Ipv4Packet::new_unchecked(&mut buf[14..]), &caps);
+    tcp.emit(
+        &mut TcpPacket::new_unchecked(&mut buf[34..]),
+        &src.0.into(),
+        &dst.0.into(),
+        &caps,
+    );
     buf
 }
 
@@ -2121,41 +2139,14 @@ fn rfc1122_2_3_2_1_arp_requests_go_once_a_second_three_times_then_the_connect_fa
 
 /// A SYN from `src` at `src_mac` to A's port `dst_port` (checksums right).
 fn syn_to_a(src: Ipv4Address, src_mac: EthernetAddress, dst_port: u16) -> Vec<u8> {
-    let ip = Ipv4Repr {
-        src_addr: src,
-        dst_addr: IP_A,
-        next_header: IpProtocol::Tcp,
-        payload_len: 20,
-        hop_limit: 64,
-    };
-    let tcp = TcpRepr {
-        src_port: 40000,
+    let a_mac = EthernetAddress([0x02, 0, 0, 0, 0, 1]);
+    tcp_frame_between(
+        (src, src_mac),
+        (IP_A, a_mac),
         dst_port,
-        control: TcpControl::Syn,
-        seq_number: TcpSeqNumber(1000),
-        ack_number: None,
-        window_len: 1000,
-        window_scale: None,
-        max_seg_size: None,
-        sack_permitted: false,
-        sack_ranges: [None, None, None],
-        timestamp: None,
-        payload: &[],
-    };
-    let mut buf = vec![0u8; 14 + 20 + 20];
-    let mut eth = EthernetFrame::new_unchecked(&mut buf);
-    eth.set_dst_addr(EthernetAddress([0x02, 0, 0, 0, 0, 1]));
-    eth.set_src_addr(src_mac);
-    eth.set_ethertype(EthernetProtocol::Ipv4);
-    let caps = smoltcp::phy::ChecksumCapabilities::default();
-    ip.emit(&mut Ipv4Packet::new_unchecked(&mut buf[14..]), &caps);
-    tcp.emit(
-        &mut TcpPacket::new_unchecked(&mut buf[34..]),
-        &src.into(),
-        &IP_A.into(),
-        &caps,
-    );
-    buf
+        TcpControl::Syn,
+        None,
+    )
 }
 
 /// RFC 826 / RFC 1122 2.3.2.2 (the packets held for an address go once it is resolved): a
