@@ -129,7 +129,10 @@ pub struct EngineConfig {
     /// [`crate::DisconnectCause::CloseTimedOut`] (Linux's siw moves such a QP to ERROR;
     /// the kernel bounds an orphaned close with `tcp_orphan_retries`). Progress is looked
     /// at whenever the transmit poller visits the QP (at least every 50 ms), so the close
-    /// is given up within 50 ms after the bound. Once our FIN is acknowledged the bound no
+    /// is given up within 50 ms after the bound. A close whose data TCP is retransmitting
+    /// to a peer with an open window is TCP's to carry through or end (its retransmission
+    /// backoff, its user timeout): a lossy or briefly dead path is not a stalled close.
+    /// Once our FIN is acknowledged the bound no
     /// longer applies: a peer that then neither sends nor closes is
     /// `tcp.fin_wait_2_timeout`'s. A close TCP finishes after the QP let its connection go
     /// (destroyed or reset after its FIN went out, or its close ended with the peer's FIN

@@ -189,7 +189,7 @@ mod tx;
 mod txrec;
 mod validate;
 
-use deadlines::{Deadlines, ZombieWatch, Zombies};
+use deadlines::{Deadlines, Zombies};
 use tx::LoneWrite;
 use txrec::TxRecords;
 

@@ -328,6 +328,64 @@ fn a_slow_but_progressing_close_is_not_given_up() {
     );
 }
 
+/// A close stalled by a dead path (the peer silent: nothing of ours acknowledged, its
+/// window open) is the retransmission timer's to carry through and the TCP user timeout's
+/// to end, not the close bound's, which would cut the backoff short (a link flap during a
+/// close reset the connection and flushed its requests after the bound, where a QP in
+/// RTS survives the same outage). The peer silent for 8 s, four bounds: the close still
+/// ends cleanly once it is back.
+#[test]
+fn a_close_stalled_by_a_dead_path_is_left_to_tcp() {
+    let mut w = World::new(cfg());
+    let s = w.region(64 * 1024);
+    w.engine
+        .post_send(w.qp, send_wr(1, write_op(0x1234, 0), &[(s, 0, 64 * 1024)]))
+        .unwrap();
+    w.engine.disconnect(w.qp).unwrap();
+    // The path dies: the peer takes nothing (and sends nothing) for 8 s.
+    let from = w.now;
+    while w.now - from < Duration::from_secs(8) {
+        w.engine.poll(w.now);
+        while let Some(e) = w.engine.next_event() {
+            w.events.push(e);
+        }
+        w.now += Duration::from_millis(1);
+    }
+    assert!(
+        !w.events
+            .iter()
+            .any(|e| matches!(e, CmEvent::Disconnected { .. } | CmEvent::Error { .. })),
+        "the close was given up while TCP retransmitted: {:?}",
+        w.events
+    );
+    // Back: the peer reads everything and closes once our FIN came.
+    let back = w.now;
+    let mut closed = false;
+    while w.now - back < Duration::from_secs(120) {
+        w.step_by(Duration::from_millis(1));
+        let _ = w.peer.recv_with(w.tcp(), |d| d.len());
+        if !closed && w.peer.state(w.tcp()) == Ok(TcpState::CloseWait) {
+            w.peer.close(w.tcp()).unwrap();
+            closed = true;
+        }
+        if w.events
+            .iter()
+            .any(|e| matches!(e, CmEvent::Disconnected { .. } | CmEvent::Error { .. }))
+        {
+            break;
+        }
+    }
+    assert!(
+        w.events.contains(&CmEvent::Disconnected {
+            qp: w.qp,
+            cause: DisconnectCause::Closed
+        }),
+        "{:?}",
+        w.events
+    );
+    assert_eq!(w.completions(), vec![(1, WcStatus::Success)]);
+}
+
 /// The same wait after the QP let its connection go: a QP destroyed during its graceful
 /// close, once its FIN went out, leaves TCP to finish the close on its own (the
 /// connection joins the zombies, released when TCP reports it closed). Behind a peer's

@@ -1034,6 +1034,16 @@ impl<D: PollDevice> Stack<D> {
         }
     }
 
+    /// Whether the peer's last window on connection `id` was zero, where only probes go
+    /// and no timer ends the connection while the peer answers them (RFC 9293 3.8.6.1;
+    /// Warpcore's TCP). The reference cannot tell, and answers true.
+    pub fn peer_window_shut(&self, id: ConnId) -> Result<bool, StackError> {
+        match &self.imp {
+            Imp::Warpcore(s) => s.peer_window_shut(id),
+            Imp::Reference(_) => Ok(true),
+        }
+    }
+
     /// Free bytes in the send buffer.
     #[inline]
     pub fn send_space(&mut self, id: ConnId) -> Result<usize, StackError> {

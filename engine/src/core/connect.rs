@@ -699,11 +699,12 @@ impl<D: PollDevice> EngineCore<D> {
             };
             let mark = q.close_mark(stack, tcp);
             let done = q.state != QpState::Closing || q.close_sent(stack, tcp);
+            let retransmitting = tcp_bounds_the_wait(stack, tcp);
             let id = q.id;
             let Some(w) = q.conn.as_mut().and_then(|c| c.close_watch.as_mut()) else {
                 continue;
             };
-            if w.mark != mark {
+            if w.mark != mark || retransmitting {
                 w.mark = mark;
                 w.since = now;
             }
@@ -733,10 +734,10 @@ impl<D: PollDevice> EngineCore<D> {
                 continue;
             }
             let mark = self.stack.send_queue(tcp).unwrap_or(0);
-            let since = if mark != w.mark { now } else { w.since };
-            let due = since + bound;
-            if due > now {
-                self.zombies.watch(tcp, ZombieWatch { since, due, mark });
+            let moved = mark != w.mark || tcp_bounds_the_wait(&self.stack, tcp);
+            let since = if moved { now } else { w.since };
+            if since + bound > now {
+                self.zombies.watch_from(tcp, since, bound, mark);
                 continue;
             }
             // RST (RFC 9293 3.10.5): TCP reports the connection closed, and the zombie is
@@ -751,17 +752,9 @@ impl<D: PollDevice> EngineCore<D> {
     /// Puts zombie `tcp`, left to finish its graceful close, under the bound of
     /// [`EngineConfig::close_timeout_ms`] from now ([`Zombies::watch`]).
     pub(super) fn watch_zombie(&mut self, tcp: ConnId) {
-        let now = self.now;
         let bound = Duration::from_millis(self.ctx.cfg.close_timeout_ms);
         let mark = self.stack.send_queue(tcp).unwrap_or(0);
-        self.zombies.watch(
-            tcp,
-            ZombieWatch {
-                since: now,
-                due: now + bound,
-                mark,
-            },
-        );
+        self.zombies.watch_from(tcp, self.now, bound, mark);
     }
 
     /// The earliest live bound of a graceful close, a QP's or a zombie's (stale entries
@@ -1558,6 +1551,17 @@ fn initiator_entry_live(
                 Some(Mpa::Initiator(init)) if init.poll_timeout() == Some(at)
             )
     )
+}
+
+/// Whether TCP itself bounds a close's wait on `tcp`: data of ours in flight to a peer
+/// whose window is open, under the retransmission timer, whose backoff the user timeout
+/// ends (RFC 9293 3.8.3, RFC 6298 5). A close stalled there (a lossy or briefly dead path)
+/// is TCP's to give up or carry through: the close bound would cut the backoff (up to 60 s
+/// a retransmission) short. The bound is for what no TCP timer ends: a peer that holds its
+/// window at zero while it answers the probes (RFC 9293 3.8.6.1), or nothing in flight
+/// while the close waits (a Read never answered).
+fn tcp_bounds_the_wait<D: PollDevice>(stack: &Stack<D>, tcp: ConnId) -> bool {
+    stack.nothing_in_flight(tcp) == Ok(false) && stack.peer_window_shut(tcp) == Ok(false)
 }
 
 /// Whether our FIN on `tcp` was acknowledged (or the connection is gone): FIN-WAIT-2,

@@ -7,7 +7,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Instant as StdInstant;
 
-use warpcore_tcp::smoltcp::time::Instant;
+use warpcore_tcp::smoltcp::time::{Duration, Instant};
 use warpcore_tcp::ConnId;
 
 /// Entries below which a queue is never compacted: a few stale entries cost nothing.
@@ -191,6 +191,13 @@ impl Zombies {
                 .retain(|at, slot| watch_live(by_slot, at, slot));
         }
         self.due = self.due.min(w.due);
+    }
+
+    /// Watches zombie `tcp`'s close from `since` with `mark` octets unacknowledged: due a
+    /// `bound` after `since` ([`Self::watch`]).
+    pub(super) fn watch_from(&mut self, tcp: ConnId, since: Instant, bound: Duration, mark: usize) {
+        let due = since + bound;
+        self.watch(tcp, ZombieWatch { since, due, mark });
     }
 
     /// Stops watching zombie `tcp`.

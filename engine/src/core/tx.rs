@@ -1746,14 +1746,8 @@ impl Qp {
                     // not acknowledged) is bounded as the QP's close was
                     // (`EngineConfig::close_timeout_ms`, `EngineCore::poll_close_timers`).
                     let bound = Duration::from_millis(ctx.cfg.close_timeout_ms);
-                    zombies.watch(
-                        c.tcp,
-                        ZombieWatch {
-                            since: now,
-                            due: now + bound,
-                            mark: stack.send_queue(c.tcp).unwrap_or(0),
-                        },
-                    );
+                    let mark = stack.send_queue(c.tcp).unwrap_or(0);
+                    zombies.watch_from(c.tcp, now, bound, mark);
                 }
                 ctx.events.push_back(CmEvent::Disconnected {
                     qp: qid,

@@ -903,6 +903,12 @@ impl Connection {
         self.snd_una == self.snd_nxt && self.ext.is_empty()
     }
 
+    /// Whether the peer's last window was zero (RFC 9293 3.8.6.1: we only probe it, and no
+    /// timer of ours ends a connection whose peer answers the probes).
+    pub fn peer_window_shut(&self) -> bool {
+        self.snd_wnd == 0
+    }
+
     /// Whether the connection, having just had data placed by the reader, owes nothing at
     /// once: nothing to send ([`Self::nothing_to_send`]: its ACK may wait), nothing queued
     /// for the reader, no event pending but Writable, no record sent from memory newly

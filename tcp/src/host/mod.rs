@@ -1215,6 +1215,11 @@ impl<D: PollDevice> Host<D> {
         Ok(self.inner.user_slot(id)?.conn.nothing_in_flight())
     }
 
+    /// [`Connection::peer_window_shut`] of connection `id`.
+    pub fn peer_window_shut(&self, id: ConnId) -> Result<bool, StackError> {
+        Ok(self.inner.user_slot(id)?.conn.peer_window_shut())
+    }
+
     /// Free bytes in the send buffer.
     pub fn send_space(&mut self, id: ConnId) -> Result<usize, StackError> {
         Ok(self.inner.user_slot(id)?.conn.send_space())
