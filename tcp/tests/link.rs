@@ -2137,6 +2137,50 @@ fn rfc1122_2_3_2_1_arp_requests_go_once_a_second_three_times_then_the_connect_fa
     );
 }
 
+/// A connect that comes while its next hop's last round is failed (the second after its
+/// third request went unanswered) is not failed at once, before any request of its own:
+/// it waits for the next round (Linux starts probing a FAILED entry again for new
+/// traffic), and fails only once that round went unanswered too.
+#[test]
+fn a_connect_during_a_failed_arp_round_waits_for_the_next_round() {
+    let (ea, mut silent) = link::pair(&LinkConfig::default());
+    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("stack a");
+    let absent = Ipv4Address::new(198, 18, 0, 77);
+    let first = a
+        .connect((absent, 5000), None, &TcpTuning::default())
+        .expect("connect");
+    let mut second = None;
+    let mut now = Instant::ZERO;
+    let mut requests = Vec::new();
+    let mut failed = Vec::new();
+    while now < Instant::from_secs(12) {
+        if now == Instant::from_millis(3500) {
+            let c = a.connect((absent, 5001), None, &TcpTuning::default());
+            second = Some(c.expect("second connect"));
+        }
+        a.poll(now);
+        while let Some(e) = a.next_event() {
+            failed.push((e, now.total_millis()));
+        }
+        for f in drain(&mut silent, now) {
+            if arp_request_target(&f) == Some(absent) {
+                requests.push(now.total_millis());
+            }
+        }
+        now += Duration::from_millis(10);
+    }
+    let second = second.expect("the second connect was made");
+    assert_eq!(
+        requests,
+        vec![0, 1000, 2000, 4000, 5000, 6000],
+        "ARP requests (ms)"
+    );
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    assert_eq!(failed[0].0, Event::NeighborUnreachable(first));
+    assert_eq!(failed[1].0, Event::NeighborUnreachable(second));
+    assert!((7000..7050).contains(&failed[1].1), "{failed:?}");
+}
+
 /// A SYN from `src` at `src_mac` to A's port `dst_port` (checksums right).
 fn syn_to_a(src: Ipv4Address, src_mac: EthernetAddress, dst_port: u16) -> Vec<u8> {
     let a_mac = EthernetAddress([0x02, 0, 0, 0, 0, 1]);

@@ -1543,12 +1543,15 @@ impl<D: PollDevice> Host<D> {
         let Some(Some(s)) = i.slots.get_mut(index as usize) else {
             return;
         };
+        let waited = s.hop_pending;
         s.hop_pending = mac.is_none();
         // RFC 1122 2.3.2.1, 2.3.2.2: a round of ARP requests went unanswered (one a second,
-        // three: Linux's `mcast_solicit`): a connect gives up now, reported as the next
-        // hop's failure (`Event::NeighborUnreachable`, Linux's `EHOSTUNREACH`), not at its
-        // user timeout after a broadcast every retry interval. The caller takes its event.
-        if lookup == Lookup::Failed && s.conn.neighbor_failed() {
+        // three: Linux's `mcast_solicit`): a connect that waited for it gives up now,
+        // reported as the next hop's failure (`Event::NeighborUnreachable`, Linux's
+        // `EHOSTUNREACH`), not at its user timeout after a broadcast every retry interval.
+        // The caller takes its event. A connect that comes in the failed round's last
+        // second waits for the next round (it never saw a request go).
+        if lookup == Lookup::Failed && waited && s.conn.neighbor_failed() {
             return;
         }
         // The headers of this connection's run of segments in this pass.

@@ -378,7 +378,10 @@ impl Neighbors {
     /// ARP answers ours when our request or its reply was lost. Returns whether the address
     /// was being waited for (as [`Self::fill`]).
     pub fn refresh(&mut self, ip: Ipv4Address, mac: EthernetAddress, now: Instant) -> bool {
-        if self.entries.contains_key(&ip) || self.asked.contains_key(&ip) {
+        // Being resolved: a round under way or just failed (an old record, past what it
+        // holds back, is no resolution any more).
+        let resolving = self.asked.get(&ip).is_some_and(|a| now < a.holds_until());
+        if self.entries.contains_key(&ip) || resolving {
             self.fill(ip, mac, now)
         } else {
             false
