@@ -27,11 +27,15 @@ pub fn normalised(path: &Path) -> PathBuf {
     clean
 }
 
+/// The DPDK pcapng capture at `path`, normalised and read.
+fn read_capture(path: &Path) -> warpcore_analysis::capture::Capture {
+    let clean = normalised(path);
+    warpcore_analysis::capture::read_capture_file(&clean).expect("read capture")
+}
+
 /// iwdump's report (named `name`) of the DPDK pcapng capture at `path`.
 pub fn iwdump_report(path: &Path, name: &str) -> CaptureReport {
-    let clean = normalised(path);
-    let cap = warpcore_analysis::capture::read_capture_file(&clean).expect("read capture");
-    analyse_capture(name, &cap)
+    analyse_capture(name, &read_capture(path))
 }
 
 /// Asserts that the capture at `path` holds at least one iWARP connection with CRCs, that
@@ -41,8 +45,7 @@ pub fn iwdump_report(path: &Path, name: &str) -> CaptureReport {
 /// runs, see [`crate::tshark::present_or_skip`]) finds no malformed frame or bad CRC and
 /// dissects more than ten FPDUs.
 pub fn judge_capture(path: &Path) {
-    let clean = normalised(path);
-    let cap = warpcore_analysis::capture::read_capture_file(&clean).expect("read capture");
+    let cap = read_capture(path);
     let report = analyse_capture("engine", &cap);
     let text = render_text(&report, false);
     // Every stream of every connection whole: a frame the capture lost leaves a gap, and
