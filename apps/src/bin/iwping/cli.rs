@@ -124,8 +124,8 @@ pub struct Cli {
     #[arg(long, default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..=warpcore_apps::MAX_TIMEOUT_S))]
     pub timeout: u64,
-    /// Client: seconds to keep retrying a refused connection (the server may still boot; at
-    /// most a year).
+    /// Client: seconds to keep retrying a connection refused, unanswered or whose server's
+    /// host does not answer ARP yet (the server may still boot; at most a year).
     #[arg(long, default_value_t = 0,
           value_parser = clap::value_parser!(u64).range(..=warpcore_apps::MAX_TIMEOUT_S))]
     pub retry: u64,

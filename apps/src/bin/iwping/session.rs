@@ -355,10 +355,16 @@ pub fn client(ctx: &Context, cli: &Cli, server: Ipv4Addr) -> Result<u64, Failure
                     "the peer rejected our MPA Request (private data {private_data:02x?})"
                 )))
             }
-            // Refused (the server is not listening yet) or not answered (not up yet): try
-            // again while --retry lasts.
+            // Refused (the server is not listening yet), not answered (not up yet) or its
+            // host not answering ARP yet (a VM still booting: a connect gives up after one
+            // round of three requests, a second apart, RFC 1122 2.3.2.1): try again while
+            // --retry lasts.
             Some(CmEvent::Error {
-                error: ConnError::TcpReset | ConnError::TcpTimedOut | ConnError::Negotiation { .. },
+                error:
+                    ConnError::TcpReset
+                    | ConnError::TcpTimedOut
+                    | ConnError::NeighborUnresolved
+                    | ConnError::Negotiation { .. },
                 ..
             }) if Instant::now() < retry_until => {
                 drop(side);
