@@ -547,10 +547,22 @@ impl Context {
     }
 
     /// Listens on `port` on every engine core (with RSS, a SYN reaches any of them).
-    /// Connection requests arrive as [`CmEvent::ConnectRequest`].
+    /// Connection requests arrive as [`CmEvent::ConnectRequest`]. All or nothing: when a
+    /// core refuses (e.g. [`StackError::PortInUse`], [`StackError::TableFull`], a full
+    /// command queue, [`Error::Timeout`]), the cores that took the listen before it stop
+    /// listening again and that core's error is returned, so a failed call leaves no core
+    /// answering SYNs to `port` and may be retried.
     pub fn listen(&self, port: u16, params: &MpaParams) -> Result<(), Error> {
         for c in 0..self.cores() {
-            self.call(c, |r| Command::Listen(port, params.clone(), r))?;
+            if let Err(e) = self.call(c, |r| Command::Listen(port, params.clone(), r)) {
+                // Undo the cores that listen (a core that timed out unlistens itself when
+                // it runs the command and finds nobody waiting for the reply: runtime's
+                // `Command::Listen`). Their own errors would hide the one that matters.
+                for done in 0..c {
+                    let _ = self.call(done, |r| Command::Unlisten(port, r));
+                }
+                return Err(e);
+            }
         }
         Ok(())
     }
