@@ -40,6 +40,11 @@ pub struct TcpSegment<'a> {
     /// The IP length says more octets were sent than the frame holds (cut by the snap
     /// length): `payload` is only the start of the segment's data.
     pub truncated: bool,
+    /// The length of the segment's data as sent: what its IP Total Length (RFC 791 3.1) or
+    /// Payload Length (RFC 8200 3) counts past the IP and TCP headers. The same as
+    /// `payload.len()` unless `truncated`; where the segment's sequence space ends (its FIN
+    /// is the octet after this many, RFC 9293 3.4), whatever the capture kept of it.
+    pub len: u32,
 }
 
 /// Why a frame holds no TCP segment this tool can use.
@@ -104,27 +109,37 @@ pub fn decode_segment(link: LinkType, data: &[u8]) -> Result<TcpSegment<'_>, Not
         Some((SliceError::Len(_), _)) => NotTcp::Truncated,
         _ => NotTcp::Other,
     };
-    let (src_ip, dst_ip, fragmented, truncated) = match packet.net.as_ref().ok_or_else(stopped)? {
-        LaxNetSlice::Ipv4(ip) => {
-            let h = ip.header();
-            (
-                IpAddr::from(h.source_addr()),
-                IpAddr::from(h.destination_addr()),
-                ip.payload().fragmented,
-                ip.payload().incomplete,
-            )
-        }
-        LaxNetSlice::Ipv6(ip) => {
-            let h = ip.header();
-            (
-                IpAddr::from(h.source_addr()),
-                IpAddr::from(h.destination_addr()),
-                ip.payload().fragmented,
-                ip.payload().incomplete,
-            )
-        }
-        LaxNetSlice::Arp(_) => return Err(NotTcp::Other),
-    };
+    // `missing`: the octets of the IP payload the length field counts that the frame does
+    // not hold (0 unless the frame was cut short); they are the end of the TCP data, the
+    // headers being whole (or the TCP header would not have parsed).
+    let (src_ip, dst_ip, fragmented, truncated, missing) =
+        match packet.net.as_ref().ok_or_else(stopped)? {
+            LaxNetSlice::Ipv4(ip) => {
+                let h = ip.header();
+                let held = h.slice().len() + ip.extensions().auth.map_or(0, |a| a.slice().len());
+                let counted = usize::from(h.total_len()).saturating_sub(held);
+                (
+                    IpAddr::from(h.source_addr()),
+                    IpAddr::from(h.destination_addr()),
+                    ip.payload().fragmented,
+                    ip.payload().incomplete,
+                    counted.saturating_sub(ip.payload().payload.len()),
+                )
+            }
+            LaxNetSlice::Ipv6(ip) => {
+                let h = ip.header();
+                let counted =
+                    usize::from(h.payload_length()).saturating_sub(ip.extensions().slice().len());
+                (
+                    IpAddr::from(h.source_addr()),
+                    IpAddr::from(h.destination_addr()),
+                    ip.payload().fragmented,
+                    ip.payload().incomplete,
+                    counted.saturating_sub(ip.payload().payload.len()),
+                )
+            }
+            LaxNetSlice::Arp(_) => return Err(NotTcp::Other),
+        };
     if fragmented {
         return Err(NotTcp::Fragment);
     }
@@ -144,6 +159,12 @@ pub fn decode_segment(link: LinkType, data: &[u8]) -> Result<TcpSegment<'_>, Not
         rst: tcp.rst(),
         payload: tcp.payload(),
         truncated,
+        // At most 65535 octets (a 16-bit length field) past the captured ones.
+        len: if truncated {
+            u32::try_from(tcp.payload().len() + missing).unwrap_or(u32::MAX)
+        } else {
+            tcp.payload().len() as u32
+        },
     })
 }
 
@@ -284,8 +305,11 @@ impl Stream {
         }
         let start = self.offset_of(seq);
         let end = start + seg.payload.len() as i128;
-        if seg.fin && end >= 0 {
-            self.fin_offset = Some(end as u64);
+        // The FIN follows the segment's data as sent (RFC 9293 3.4), its captured part or
+        // not: a cut segment's FIN lies past octets the capture does not hold.
+        let sent_end = start + i128::from(seg.len.max(seg.payload.len() as u32));
+        if seg.fin && sent_end >= 0 {
+            self.fin_offset = Some(sent_end as u64);
         }
         // The octets of a cut segment after its captured ones (its IP Total Length, RFC 791
         // 3.1, or Payload Length, RFC 8200 3, counts them) are missing from the stream
@@ -554,6 +578,7 @@ pub(crate) mod tests {
             rst: false,
             payload,
             truncated: false,
+            len: payload.len() as u32,
         }
     }
 
@@ -787,6 +812,75 @@ pub(crate) mod tests {
             assert!(s.data.is_empty());
             assert_eq!(s.gap.map(|g| g.offset), Some(0), "{s:?}");
         }
+    }
+
+    /// A FIN on a segment cut by the snap length sits after the segment's last octet as
+    /// sent, which its IP length counts (RFC 9293 3.4: the FIN occupies the sequence number
+    /// after the data; RFC 791 3.1 Total Length, RFC 8200 3 Payload Length), not after its
+    /// last captured one. Placed at the captured end, it made a stream the capture lost the
+    /// tail of read as closed with a FIN at its proper place (`close FIN` in the report).
+    #[test]
+    fn fin_of_a_snap_cut_segment_is_after_its_wire_length() {
+        let capture = |frames: Vec<Frame>| Capture {
+            format: crate::capture::CaptureFormat::Pcap,
+            frames,
+            warnings: Vec::new(),
+            incomplete: false,
+        };
+        // 10 octets and a FIN sent from seq 103, 2 of them captured: the FIN is seq 113.
+        let tcp = reassemble(&capture(vec![
+            frame(1, 0, 99, "S", b""),
+            frame(2, 0, 100, "A", b"abc"),
+            cut(frame(3, 0, 103, "AF", b"defghijklm"), 54 + 2),
+        ]));
+        let s = &tcp.connections[0].to_server;
+        assert_eq!(s.data, b"abcde");
+        assert!(!s.fin, "a FIN 8 octets past the captured end: {s:?}");
+        assert_eq!(s.gap.map(|g| (g.seq, g.offset)), Some((105, 5)));
+        // The whole segment captured again (a retransmission): the FIN now falls in place.
+        let tcp = reassemble(&capture(vec![
+            frame(1, 0, 99, "S", b""),
+            frame(2, 0, 100, "A", b"abc"),
+            cut(frame(3, 0, 103, "AF", b"defghijklm"), 54 + 2),
+            frame(4, 0, 103, "AF", b"defghijklm"),
+        ]));
+        let s = &tcp.connections[0].to_server;
+        assert_eq!(
+            (&s.data[..], s.fin, s.gap),
+            (&b"abcdefghijklm"[..], true, None)
+        );
+        // Cut to its headers: the FIN is still after its 10 octets, none captured.
+        let tcp = reassemble(&capture(vec![
+            frame(1, 0, 99, "S", b""),
+            frame(2, 0, 100, "A", b"abc"),
+            cut(frame(3, 0, 103, "AF", b"defghijklm"), 54),
+            frame(4, 0, 103, "A", b"defghijklm"),
+        ]));
+        let s = &tcp.connections[0].to_server;
+        assert_eq!(
+            (&s.data[..], s.fin, s.gap),
+            (&b"abcdefghijklm"[..], true, None)
+        );
+        // The segment's own length as sent, over IPv4 and IPv6.
+        let f = cut(frame(3, 0, 103, "AF", b"defghijklm"), 54 + 2);
+        let seg = decode_segment(LinkType::Ethernet, &f.data).unwrap();
+        assert_eq!(
+            (seg.payload, seg.len, seg.truncated),
+            (&b"de"[..], 10, true)
+        );
+        let mut v6 = Vec::new();
+        etherparse::PacketBuilder::ethernet2([2; 6], [3; 6])
+            .ipv6([1; 16], [2; 16], 64)
+            .tcp(1, 2, 103, 65535)
+            .fin()
+            .write(&mut v6, b"defghijklm")
+            .unwrap();
+        v6.truncate(14 + 40 + 20 + 3);
+        let seg = decode_segment(LinkType::Ethernet, &v6).unwrap();
+        assert_eq!(
+            (seg.payload, seg.len, seg.truncated),
+            (&b"def"[..], 10, true)
+        );
     }
 
     #[test]
