@@ -13,7 +13,7 @@ use crate::analysis::{
     Finding, IwarpConnection, OtherConnection, Segment, StartupFrame, TerminateInfo,
 };
 use crate::capture::{Capture, CaptureFormat};
-use crate::tcp::{reassemble, NotTcp};
+use crate::tcp::{reassemble, NotTcp, TcpCapture};
 
 /// The analysis of one capture file.
 #[derive(Clone, Debug)]
@@ -65,7 +65,13 @@ impl CaptureReport {
 
 /// Reassembles and analyses every connection of a capture.
 pub fn analyse_capture(name: &str, capture: &Capture) -> CaptureReport {
-    let tcp = reassemble(capture);
+    analyse_reassembled(name, capture, &reassemble(capture))
+}
+
+/// [`analyse_capture`] of a capture whose TCP connections `tcp` were already reassembled
+/// (with [`reassemble`] of the same `capture`): for a caller that looks at the streams
+/// too, without reassembling a large capture twice.
+pub fn analyse_reassembled(name: &str, capture: &Capture, tcp: &TcpCapture) -> CaptureReport {
     let mut warnings = capture.warnings.clone();
     warnings.extend(
         tcp.undecoded

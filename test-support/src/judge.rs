@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use warpcore_analysis::report::{analyse_capture, render_text, CaptureReport};
+use warpcore_analysis::report::{analyse_capture, analyse_reassembled, render_text, CaptureReport};
 
 /// DPDK 22.11's `rte_pcapng` writes block options the pcap-file crate behind iwdump
 /// refuses: the tools' one normaliser ([`warpcore_analysis::pcapng::clean_report`])
@@ -42,17 +42,21 @@ pub fn iwdump_report(path: &Path, name: &str) -> CaptureReport {
 /// iwdump judged all of it (every frame read and decoded, no capture gap, no frame cut by the snap length) and finds no
 /// violation, CRC, marker or segment error in it and every TCP segment
 /// aligned with FPDUs (both ends Warpcore on its own TCP), and that tshark (where it
-/// runs, see [`crate::tshark::present_or_skip`]) finds no malformed frame or bad CRC and
-/// dissects more than ten FPDUs.
+/// runs, see [`crate::tshark::present_or_skip`]) finds no malformed frame, no expert error
+/// (as the shell judge, scripts/lib/capture-verdict.sh) and no bad CRC and dissects more
+/// than ten FPDUs.
 pub fn judge_capture(path: &Path) {
     let cap = read_capture(path);
-    let report = analyse_capture("engine", &cap);
+    // Reassembled once, for the report and the gap check below (captures run to hundreds of
+    // megabytes).
+    let tcp = warpcore_analysis::tcp::reassemble(&cap);
+    let report = analyse_reassembled("engine", &cap, &tcp);
     let text = render_text(&report, false);
     // Every stream of every connection whole: a frame the capture lost leaves a gap, and
     // what follows it is not decoded. The alignment figures below name a gap only in a
     // direction that reached FPDU mode; one inside an MPA startup (or a lost Request)
     // leaves a connection no FPDU of which was checked, while the others pass.
-    for c in &warpcore_analysis::tcp::reassemble(&cap).connections {
+    for c in &tcp.connections {
         for (from, s) in [(c.client, &c.to_server), (c.server, &c.to_client)] {
             if let Some(g) = s.gap {
                 panic!(
@@ -117,26 +121,19 @@ pub fn judge_capture(path: &Path) {
     if !crate::tshark::present_or_skip("the tshark check of the capture") {
         return;
     }
-    // A retransmission whose segment boundaries differ from the original's (our TCP
-    // resends from its send buffer, and spurious retransmissions happen when a loaded
-    // machine delays the peer's ACKs past the 5 ms RTO floor) trips tshark's TCP
-    // reassembly once the MPA PDU it belongs to was already reassembled ("New fragment
-    // overlaps old data (retransmission?)"): that is a capture artefact, not a malformed
-    // frame of ours, and iwdump above reassembled the same stream and checked every FPDU's
-    // CRC. Every other malformed frame fails the run.
-    let malformed = crate::tshark::run(
-        path,
-        &[
-            "-Y",
-            "_ws.malformed && !((tcp.analysis.retransmission || tcp.analysis.out_of_order \
-             || tcp.analysis.spurious_retransmission) && _ws.expert.message contains \
-             \"overlaps old data\")",
-        ],
-    );
+    // Every frame tshark marks malformed or gives an expert item of severity error fails
+    // the run, as in the shell judge (scripts/lib/capture-verdict.sh): before, only
+    // malformed frames were looked at, so an error tshark files without the malformed mark
+    // (a TCP header's non-zero padding, which iwdump does not read either) passed the judge
+    // and fails the siw matrix; and a malformed retransmission passed whenever one expert
+    // message of it was an overlap, whatever else was wrong with it. See [`tshark_errors`].
+    let errors = tshark_errors(path);
     assert!(
-        malformed.trim().is_empty(),
-        "tshark: malformed frames in {}:\n{malformed}",
-        path.display()
+        errors.is_empty(),
+        "tshark: {} frame(s) malformed or with expert errors in {} (frame|malformed|severity|message|retransmission|out of order|spurious):\n{}",
+        errors.len(),
+        path.display(),
+        errors.join("\n")
     );
     let verbose = crate::tshark::run(path, &["-V"]);
     assert!(
@@ -160,6 +157,91 @@ pub fn judge_capture(path: &Path) {
         "tshark dissected too few FPDUs in {}",
         path.display()
     );
+}
+
+/// Wireshark's expert severity "error" (`PI_ERROR`), as `-T fields` prints it.
+const SEVERITY_ERROR: &str = "8388608";
+
+/// Wireshark's TCP reassembly on a retransmitted segment over octets it already reassembled.
+const OVERLAP: &str = "New fragment overlaps old data (retransmission?)";
+
+/// The frames of the capture at `path` that tshark marks malformed or gives an expert item
+/// of severity error: the shell judge's display filter and fields
+/// (scripts/lib/capture-verdict.sh), one line per frame, `|` between fields, `~` between
+/// a field's occurrences. Left out, as there, a frame whose only error is [`OVERLAP`], and
+/// here only on a segment TCP analysis calls a retransmission (or out of order): a
+/// retransmission whose segment boundaries differ from the original's (our TCP resends from
+/// its send buffer, and spurious retransmissions happen when a loaded machine delays the
+/// peer's ACKs past the 5 ms RTO floor) trips tshark's TCP reassembly once the MPA PDU it
+/// belongs to was already reassembled; that is a capture artefact, not a malformed frame of
+/// ours, and iwdump reassembled the same stream and checked every FPDU's CRC.
+fn tshark_errors(path: &Path) -> Vec<String> {
+    let out = crate::tshark::run(
+        path,
+        &[
+            "-Y",
+            "_ws.malformed || _ws.expert.severity == error",
+            "-T",
+            "fields",
+            "-E",
+            "separator=|",
+            "-E",
+            "aggregator=~",
+            "-E",
+            "occurrence=a",
+            "-e",
+            "frame.number",
+            "-e",
+            "_ws.malformed",
+            "-e",
+            "_ws.expert.severity",
+            "-e",
+            "_ws.expert.message",
+            "-e",
+            "tcp.analysis.retransmission",
+            "-e",
+            "tcp.analysis.out_of_order",
+            "-e",
+            "tcp.analysis.spurious_retransmission",
+        ],
+    );
+    out.lines()
+        .filter(|l| !l.trim().is_empty() && !only_overlap(l))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Whether a line of [`tshark_errors`]'s fields is a retransmitted segment whose only error
+/// is [`OVERLAP`] (every expert item of severity error is that message, and every malformed
+/// mark is the bare field or names it).
+fn only_overlap(line: &str) -> bool {
+    let f: Vec<&str> = line.split('|').collect();
+    let field = |i: usize| f.get(i).copied().unwrap_or("");
+    let list = |i: usize| -> Vec<&str> {
+        if field(i).is_empty() {
+            Vec::new()
+        } else {
+            field(i).split('~').collect()
+        }
+    };
+    let (malformed, severities, messages) = (list(1), list(2), list(3));
+    let mut errors = 0;
+    for (k, sev) in severities.iter().enumerate() {
+        if *sev == SEVERITY_ERROR {
+            if messages.get(k) != Some(&OVERLAP) {
+                return false;
+            }
+            errors += 1;
+        }
+    }
+    if malformed
+        .iter()
+        .any(|m| !m.is_empty() && *m != "_ws.malformed" && !m.contains(OVERLAP))
+    {
+        return false;
+    }
+    let retransmitted = (4..=6).any(|i| !field(i).is_empty());
+    retransmitted && (errors > 0 || !malformed.is_empty())
 }
 
 #[cfg(test)]
@@ -284,6 +366,83 @@ mod tests {
         let dropped = of_it[of_it.len() / 2];
         let e = judge_siw(SIW, "siw-gap", |k| k != dropped).expect_err("a capture gap must fail");
         assert!(e.contains("capture gap"), "{e}");
+    }
+
+    /// tshark's expert errors fail the judge as they fail the shell judge
+    /// (scripts/lib/capture-verdict.sh counts `_ws.expert.severity == error`), not only its
+    /// malformed mark: one data segment of the siw capture with its TCP options' first NOP
+    /// made an End of Option List, the options after it then padding that is not zero
+    /// (RFC 9293 3.1: the padding is zeros), which tshark files as an expert error of
+    /// severity error without marking the frame malformed, and iwdump (which reads no TCP
+    /// option) does not see. The judge passed it.
+    #[test]
+    fn a_tshark_expert_error_fails_the_judge() {
+        if !crate::tshark::present_or_skip("the tshark expert-error judge test") {
+            return;
+        }
+        const SIW: &str = "siw_mpa2crc_ib_send_lat.pcap";
+        let cap =
+            warpcore_analysis::capture::read_capture_file(&crate::paths::interop_pcaps().join(SIW))
+                .unwrap();
+        // Ethernet, IPv4, TCP with options starting with a NOP, carrying data: the octet of
+        // that NOP in the middle one of them.
+        let nops: Vec<(usize, usize)> = cap
+            .frames
+            .iter()
+            .enumerate()
+            .filter_map(|(k, f)| {
+                let d = &f.data;
+                if d.get(12..14)? != [8, 0] {
+                    return None;
+                }
+                let ihl = usize::from(d.get(14)? & 15) * 4;
+                let total = usize::from(u16::from_be_bytes(d.get(16..18)?.try_into().ok()?));
+                let t = 14 + ihl;
+                let thl = usize::from(d.get(t + 12)? >> 4) * 4;
+                (thl > 20 && total > ihl + thl && *d.get(t + 20)? == 1).then_some((k, t + 20))
+            })
+            .collect();
+        assert!(nops.len() > 10, "{} data frames with options", nops.len());
+        let (frame, at) = nops[nops.len() / 2];
+        let frames: Vec<Vec<u8>> = cap
+            .frames
+            .iter()
+            .enumerate()
+            .map(|(k, f)| {
+                let mut d = f.data.clone();
+                if k == frame {
+                    d[at] = 0; // End of Option List; the rest of the options become padding
+                }
+                d
+            })
+            .collect();
+        let refs: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
+        let e = judge_bytes("siw-padding", &crate::pcapng::ethernet(&refs))
+            .expect_err("a frame tshark gives an expert error must fail the judge");
+        assert!(e.contains("expert errors"), "{e}");
+        assert!(e.contains("Non-zero header padding"), "{e}");
+    }
+
+    /// The lines [`tshark_errors`] keeps: a retransmission whose only error is the overlap
+    /// is left out; one with another error besides (the old filter left out any malformed
+    /// retransmission with an overlap message among its items), an overlap on a segment
+    /// that is no retransmission, and an expert error without the malformed mark are kept.
+    #[test]
+    fn only_a_retransmission_overlap_is_left_out() {
+        let ov = OVERLAP;
+        let e = SEVERITY_ERROR;
+        assert!(only_overlap(&format!("12|_ws.malformed|{e}|{ov}|1||")));
+        assert!(only_overlap(&format!("12||{e}|{ov}||1|")));
+        assert!(!only_overlap(&format!("12|_ws.malformed|{e}|{ov}|||")));
+        assert!(!only_overlap(&format!(
+            "12|[Malformed Packet: IWARP_MPA]~_ws.malformed|{e}~{e}|{ov}~Malformed Packet (Exception occurred)|1||"
+        )));
+        assert!(!only_overlap(&format!(
+            "12||4194304~{e}|This frame is a (suspected) retransmission~Non-zero header padding|1||"
+        )));
+        assert!(!only_overlap(&format!(
+            "12||{e}|Non-zero header padding|||"
+        )));
     }
 
     /// Two runs in one capture, each an iWARP connection with CRCs; the MPA Reply of the
