@@ -1066,7 +1066,9 @@ impl<D: PollDevice> Stack<D> {
     /// Changes the Nagle and delayed-ACK settings of a live connection (Warpcore's TCP has
     /// no Nagle: MPA wants whole FPDUs out at once, MPA-5.1-3; asking for it is refused).
     /// An ACK delay of half a second or more is refused as [`TcpTuning::ack_delay`] is
-    /// ([`StackError::InvalidArgument`], RFC 1122 4.2.3.2).
+    /// ([`StackError::InvalidArgument`], RFC 1122 4.2.3.2). An ACK the connection already
+    /// delays is then due no later than the new delay from the last poll, at the next poll
+    /// with none ([`Stack::poll_at`] says so).
     pub fn set_nagle_and_ack_delay(
         &mut self,
         id: ConnId,

@@ -2139,10 +2139,11 @@ fn rfc1122_2_3_2_1_arp_requests_go_once_a_second_three_times_then_the_connect_fa
 
 /// A connect that comes while its next hop's last round is failed (the second after its
 /// third request went unanswered) is not failed at once, before any request of its own:
-/// it waits for the next round (Linux starts probing a FAILED entry again for new
-/// traffic), and fails only once that round went unanswered too.
+/// it begins the next round at once (Linux starts probing a FAILED entry again for new
+/// traffic; the last request went a second before), and fails only once that round went
+/// unanswered too.
 #[test]
-fn a_connect_during_a_failed_arp_round_waits_for_the_next_round() {
+fn a_connect_during_a_failed_arp_round_starts_the_next_round_at_once() {
     let (ea, mut silent) = link::pair(&LinkConfig::default());
     let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("stack a");
     let absent = Ipv4Address::new(198, 18, 0, 77);
@@ -2172,13 +2173,155 @@ fn a_connect_during_a_failed_arp_round_waits_for_the_next_round() {
     let second = second.expect("the second connect was made");
     assert_eq!(
         requests,
-        vec![0, 1000, 2000, 4000, 5000, 6000],
+        vec![0, 1000, 2000, 3500, 4500, 5500],
         "ARP requests (ms)"
     );
     assert_eq!(failed.len(), 2, "{failed:?}");
     assert_eq!(failed[0].0, Event::NeighborUnreachable(first));
     assert_eq!(failed[1].0, Event::NeighborUnreachable(second));
-    assert!((7000..7050).contains(&failed[1].1), "{failed:?}");
+    assert!((6500..6550).contains(&failed[1].1), "{failed:?}");
+}
+
+/// Linux (`__neigh_event_send`: new traffic for a FAILED entry starts probing it again)
+/// and RFC 1122 2.3.2.1 (at most one request a second per address): a connect that comes
+/// while its next hop's last round is failed starts a new round at once (the last request
+/// went a second ago or more) and fails only when that round went unanswered. It was filed
+/// without a request and, woken in that second by anything (here an ARP frame teaching A
+/// another address), failed as `NeighborUnreachable` before a single request of its own.
+#[test]
+fn a_connect_woken_during_a_failed_arp_round_starts_a_new_round() {
+    let (ea, mut silent) = link::pair(&LinkConfig::default());
+    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("stack a");
+    let absent = Ipv4Address::new(198, 18, 0, 77);
+    let other = Ipv4Address::new(198, 18, 0, 50);
+    let other_mac = EthernetAddress([0x02, 0, 0, 0, 0, 0x50]);
+    let first = a
+        .connect((absent, 5000), None, &TcpTuning::default())
+        .expect("connect");
+    let mut second = None;
+    let mut now = Instant::ZERO;
+    let mut requests = Vec::new();
+    let mut failed = Vec::new();
+    while now < Instant::from_secs(12) {
+        if now == Instant::from_millis(3500) {
+            let c = a.connect((absent, 5001), None, &TcpTuning::default());
+            second = Some(c.expect("second connect"));
+        }
+        if now == Instant::from_millis(3700) {
+            inject(&mut silent, now, &arp_request_from(other, other_mac, IP_A));
+        }
+        a.poll(now);
+        while let Some(e) = a.next_event() {
+            failed.push((e, now.total_millis()));
+        }
+        for f in drain(&mut silent, now) {
+            if arp_request_target(&f) == Some(absent) {
+                requests.push(now.total_millis());
+            }
+        }
+        now += Duration::from_millis(10);
+    }
+    let second = second.expect("the second connect was made");
+    assert_eq!(
+        requests,
+        vec![0, 1000, 2000, 3500, 4500, 5500],
+        "ARP requests (ms)"
+    );
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    assert_eq!(failed[0].0, Event::NeighborUnreachable(first));
+    assert!((3000..3050).contains(&failed[0].1), "{failed:?}");
+    assert_eq!(failed[1].0, Event::NeighborUnreachable(second));
+    assert!((6500..6550).contains(&failed[1].1), "{failed:?}");
+}
+
+/// A connect that waited through its next hop's failed round of ARP requests fails with
+/// it, also when a newer connect to the same address began the next round first (its pass
+/// came first in the poll the round failed in): that one then gets a round of its own.
+#[test]
+fn a_connect_that_waited_through_a_failed_arp_round_fails_though_a_new_round_began() {
+    let (ea, mut silent) = link::pair(&LinkConfig::default());
+    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("stack a");
+    let absent = Ipv4Address::new(198, 18, 0, 77);
+    let first = a
+        .connect((absent, 5000), None, &TcpTuning::default())
+        .expect("connect");
+    let mut second = None;
+    let mut now = Instant::ZERO;
+    let mut requests = Vec::new();
+    let mut failed = Vec::new();
+    while now < Instant::from_secs(12) {
+        if now == Instant::from_secs(3) {
+            // Marked for the transmit pass before the poll wakes `first`.
+            let c = a.connect((absent, 5001), None, &TcpTuning::default());
+            second = Some(c.expect("second connect"));
+        }
+        a.poll(now);
+        while let Some(e) = a.next_event() {
+            failed.push((e, now.total_millis()));
+        }
+        for f in drain(&mut silent, now) {
+            if arp_request_target(&f) == Some(absent) {
+                requests.push(now.total_millis());
+            }
+        }
+        now += Duration::from_millis(10);
+    }
+    let second = second.expect("the second connect was made");
+    assert_eq!(
+        requests,
+        vec![0, 1000, 2000, 3000, 4000, 5000],
+        "ARP requests (ms)"
+    );
+    assert_eq!(
+        failed,
+        vec![
+            (Event::NeighborUnreachable(first), 3000),
+            (Event::NeighborUnreachable(second), 6000)
+        ]
+    );
+}
+
+/// A resolution asked for ([`Stack::resolve_neighbor`]) in the second after its address's
+/// round of ARP requests failed begins a new round at once, as a connect does (Linux's
+/// `__neigh_event_send`; the last request went a second before, RFC 1122 2.3.2.1), not
+/// only after that second.
+#[test]
+fn a_resolution_during_a_failed_arp_round_asks_at_once() {
+    let (ea, mut silent) = link::pair(&LinkConfig::default());
+    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("stack a");
+    let absent = Ipv4Address::new(198, 18, 0, 77);
+    let first = a
+        .connect((absent, 5000), None, &TcpTuning::default())
+        .expect("connect");
+    let mut now = Instant::ZERO;
+    let mut requests = Vec::new();
+    let mut events = Vec::new();
+    while now < Instant::from_millis(4500) {
+        if now == Instant::from_millis(3200) {
+            a.resolve_neighbor(absent, Duration::from_secs(10), now)
+                .expect("resolve");
+        }
+        a.poll(now);
+        while let Some(e) = a.next_event() {
+            events.push((e, now.total_millis()));
+        }
+        for f in drain(&mut silent, now) {
+            if arp_request_target(&f) == Some(absent) {
+                requests.push(now.total_millis());
+            }
+        }
+        now += Duration::from_millis(10);
+    }
+    assert_eq!(
+        events,
+        vec![(Event::NeighborUnreachable(first), 3000)],
+        "the resolution is pending"
+    );
+    assert_eq!(
+        requests,
+        vec![0, 1000, 2000, 3200, 4200],
+        "ARP requests (ms)"
+    );
 }
 
 /// A SYN from `src` at `src_mac` to A's port `dst_port` (checksums right).

@@ -939,9 +939,27 @@ impl Connection {
         self.rx.len()
     }
 
-    /// Changes the delayed-ACK timeout.
-    pub fn set_ack_delay(&mut self, d: Option<Duration>) {
+    /// Changes the delayed-ACK timeout. An ACK already delayed is then due no later than
+    /// `now` plus the new delay, at once without one (RFC 1122 4.2.3.2: the delay bounds
+    /// how long an ACK waits; the old, longer deadline held it past the new bound). Returns
+    /// whether the ACK is now due at once (the host then marks the connection for its
+    /// transmit pass); a deadline moved earlier is the host's to re-arm.
+    pub fn set_ack_delay(&mut self, d: Option<Duration>, now: Instant) -> bool {
         self.cfg.ack_delay = d;
+        let Some(at) = self.delack_at else {
+            return false;
+        };
+        match d {
+            None => {
+                self.delack_at = None;
+                self.ack_now = true;
+                true
+            }
+            Some(d) => {
+                self.delack_at = Some(at.min(now + d));
+                false
+            }
+        }
     }
 
     /// Lends the free contiguous part of the send buffer to `f`; returns what it wrote.

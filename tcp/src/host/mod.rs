@@ -184,6 +184,10 @@ struct Slot {
     /// waits for ARP): a timeout then is the next hop's failure, reported as
     /// [`Event::NeighborUnreachable`], not the peer's silence.
     hop_pending: bool,
+    /// Since when it waits for ARP (the first of the passes that set `hop_pending`): a
+    /// connection waiting from before its next hop's round of requests failed waited
+    /// through that round ([`Neighbors::failed_at`]).
+    hop_since: Instant,
     /// Its place in [`Inner::unresolved`] ([`NOT_WAITING`]: not there): filing and
     /// unfiling a connection that waits for ARP cost no scan of the list, which a SYN
     /// flood from sources the neighbour table cannot glean fills with thousands (RFC 4987
@@ -882,7 +886,10 @@ impl<D: PollDevice> Host<D> {
             lookup @ (Lookup::Request | Lookup::Wait | Lookup::Failed) => {
                 // The request goes out with the next poll (a request for the address sent
                 // within the retry interval, a connection's, is not repeated).
-                let next_ask = if lookup == Lookup::Request {
+                // A failed round's hold-down begins a new round for a new resolution, as
+                // for a new connect (`Neighbors::restart`).
+                let restarted = lookup == Lookup::Failed && i.neighbors.restart(next_hop, now);
+                let next_ask = if lookup == Lookup::Request || restarted {
                     i.arp_request(next_hop);
                     now + neighbor::RETRY
                 } else {
@@ -1334,18 +1341,25 @@ impl<D: PollDevice> Host<D> {
     }
 
     /// Nagle is refused (see [`crate::Stack::set_nagle_and_ack_delay`]); the ACK delay of a
-    /// live connection is changed.
+    /// live connection is changed, an ACK it already delays then due no later than the new
+    /// delay from the last poll (at the next poll without one).
     pub fn set_nagle_and_ack_delay(
         &mut self,
         id: ConnId,
         nagle: bool,
         ack_delay: Option<Duration>,
     ) -> Result<(), StackError> {
+        let now = self.inner.now;
         let s = self.inner.user_slot_mut(id)?;
         if nagle {
             return Err(StackError::Unsupported("Nagle's algorithm"));
         }
-        s.conn.set_ack_delay(ack_delay);
+        // An ACK already delayed follows the new delay: sent at the next poll without
+        // one, else its deadline re-armed (the wheel and `poll_at` learn an earlier one).
+        if s.conn.set_ack_delay(ack_delay, now) {
+            self.inner.mark_dirty(id.index);
+        }
+        self.inner.after_activity(id.index);
         Ok(())
     }
 
@@ -1545,15 +1559,41 @@ impl<D: PollDevice> Host<D> {
         };
         let waited = s.hop_pending;
         s.hop_pending = mac.is_none();
-        // RFC 1122 2.3.2.1, 2.3.2.2: a round of ARP requests went unanswered (one a second,
-        // three: Linux's `mcast_solicit`): a connect that waited for it gives up now,
-        // reported as the next hop's failure (`Event::NeighborUnreachable`, Linux's
-        // `EHOSTUNREACH`), not at its user timeout after a broadcast every retry interval.
-        // The caller takes its event. A connect that comes in the failed round's last
-        // second waits for the next round (it never saw a request go).
-        if lookup == Lookup::Failed && waited && s.conn.neighbor_failed() {
-            return;
+        let mut ask_again = false;
+        if mac.is_none() {
+            if !waited {
+                s.hop_since = now;
+            }
+            // RFC 1122 2.3.2.1, 2.3.2.2: a round of ARP requests went unanswered (one a
+            // second, three: Linux's `mcast_solicit`): a connect that waited for it gives up
+            // now, reported as the next hop's failure (`Event::NeighborUnreachable`, Linux's
+            // `EHOSTUNREACH`), not at its user timeout after a broadcast every retry
+            // interval. Also when a newer connect began a new round meanwhile. The caller
+            // takes its event.
+            let through = waited
+                && i.neighbors
+                    .failed_at(next_hop, now)
+                    .is_some_and(|f| s.hop_since < f);
+            if through && s.conn.neighbor_failed() {
+                return;
+            }
+            // A connection that did not wait through the failed round (a connect that came
+            // after it) begins a new round at once, as Linux's `__neigh_event_send` probes
+            // a FAILED entry again for new traffic: it failed at once (woken in that
+            // second) or waited out the hold-down, before a single request of its own.
+            ask_again = lookup == Lookup::Failed && !through && i.neighbors.restart(next_hop, now);
         }
+        // The slot is looked up again only after a request (off the path of a resolved
+        // next hop).
+        let s = if ask_again {
+            i.arp_request(next_hop);
+            let Some(Some(s)) = i.slots.get_mut(index as usize) else {
+                return;
+            };
+            s
+        } else {
+            s
+        };
         // The headers of this connection's run of segments in this pass.
         let mut run = HeaderRun::default();
         // The last segment, while the pass's segments come from the full-record path: the
@@ -1949,6 +1989,7 @@ impl Inner {
             held: false,
             armed: None,
             hop_pending: false,
+            hop_since: Instant::ZERO,
             waiting_at: NOT_WAITING,
         });
         self.demux.insert(tuple, index);

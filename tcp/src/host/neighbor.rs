@@ -3,7 +3,11 @@
 //! retried at a bounded rate: the first at once, the next ones [`RETRY`] apart, at most
 //! [`PROBES`] in a round; a round unanswered fails the address ([`Lookup::Failed`]) for one
 //! more interval, then a new round may begin (RFC 1122 2.3.2.1; Linux's `mcast_solicit`
-//! and `retrans_time`, its INCOMPLETE and FAILED states).
+//! and `retrans_time`, its INCOMPLETE and FAILED states). New traffic for a failed address
+//! (a connect that did not wait through the failed round) begins a new round at once
+//! ([`Neighbors::restart`]: the last request went a whole interval before, so the rate
+//! holds), as Linux's `__neigh_event_send` probes a FAILED entry again; the traffic that
+//! waited through the failed round still fails ([`Neighbors::failed_at`]).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -44,8 +48,10 @@ pub(crate) enum Lookup {
     Wait,
     /// Unknown, and the last round of [`PROBES`] requests went unanswered (for one
     /// [`RETRY`] from the instant it failed; then a look-up asks again): a connection not
-    /// yet synchronized gives up (RFC 1122 2.3.2.2's error to the waiting traffic, Linux's
-    /// `EHOSTUNREACH`), others hold the traffic.
+    /// yet synchronized that waited through the round gives up (RFC 1122 2.3.2.2's error
+    /// to the waiting traffic, Linux's `EHOSTUNREACH`), others hold the traffic; new
+    /// traffic (a connect or resolution that came after the failure) begins a new round at
+    /// once ([`Neighbors::restart`]).
     Failed,
 }
 
@@ -54,6 +60,9 @@ pub(crate) enum Lookup {
 struct Asked {
     at: Instant,
     tries: u8,
+    /// A round begun by [`Neighbors::restart`]: the instant the failed round before it
+    /// failed (what waited through that one still fails).
+    after_failure: Option<Instant>,
 }
 
 impl Asked {
@@ -227,7 +236,14 @@ impl Neighbors {
                     self.asked_prune_from = soonest;
                 }
                 if known || self.asked.len() < CAPACITY {
-                    self.asked.insert(ip, Asked { at: now, tries });
+                    self.asked.insert(
+                        ip,
+                        Asked {
+                            at: now,
+                            tries,
+                            after_failure: None,
+                        },
+                    );
                     // Asked for (a refresh, negative advice): no victim while the answer
                     // may come.
                     if let Some(e) = self.entries.get(&ip) {
@@ -236,6 +252,39 @@ impl Neighbors {
                 }
                 Ask::Now
             }
+        }
+    }
+
+    /// New traffic for `ip` while its last round is failed ([`Lookup::Failed`]): a new
+    /// round begins now, its first request to be sent by the caller (`true`). The round
+    /// before's last request went [`RETRY`] ago or more: RFC 1122 2.3.2.1's rate holds.
+    /// Linux's `__neigh_event_send` likewise takes a FAILED entry back to INCOMPLETE for
+    /// new traffic. `false` (nothing changed) when the address is not failed now.
+    pub fn restart(&mut self, ip: Ipv4Address, now: Instant) -> bool {
+        let Some(a) = self.asked.get_mut(&ip) else {
+            return false;
+        };
+        if !a.failed(now) {
+            return false;
+        }
+        *a = Asked {
+            at: now,
+            tries: 1,
+            after_failure: Some(a.at + RETRY),
+        };
+        true
+    }
+
+    /// When the last round of requests for `ip` failed, while that failure still counts:
+    /// during its hold-down interval, and during a round [`Self::restart`] began after it
+    /// (until that one is answered or fails in turn). A connection that waited for `ip`
+    /// from before this instant waited through the failed round.
+    pub fn failed_at(&self, ip: Ipv4Address, now: Instant) -> Option<Instant> {
+        let a = self.asked.get(&ip)?;
+        if a.failed(now) {
+            Some(a.at + RETRY)
+        } else {
+            a.after_failure
         }
     }
 
@@ -421,6 +470,43 @@ mod tests {
         assert!(n.fill(IP, MAC, t0 + RETRY));
         assert_eq!(n.lookup(IP, t0 + RETRY), Lookup::Found(MAC));
         assert_eq!(n.retry_at(IP, t0 + RETRY), None);
+    }
+
+    /// Linux's `__neigh_event_send` (new traffic for a FAILED entry probes it again) within
+    /// RFC 1122 2.3.2.1's rate: a restart begins a new round only while the address is
+    /// failed (never while a round's request is within its interval), and the failure it
+    /// followed stays known to the traffic that waited through it until that round ends.
+    #[test]
+    fn a_failed_address_restarts_a_round_for_new_traffic_only_when_failed() {
+        let mut n = Neighbors::default();
+        let t0 = Instant::from_millis(1000);
+        let ms = Duration::from_millis;
+        assert!(!n.restart(IP, t0), "nothing asked yet");
+        assert_eq!(n.lookup(IP, t0), Lookup::Request);
+        assert!(
+            !n.restart(IP, t0 + ms(500)),
+            "a request within its interval"
+        );
+        assert_eq!(n.failed_at(IP, t0 + ms(500)), None);
+        assert_eq!(n.lookup(IP, t0 + ms(1000)), Lookup::Request);
+        assert_eq!(n.lookup(IP, t0 + ms(2000)), Lookup::Request);
+        assert_eq!(n.lookup(IP, t0 + ms(3200)), Lookup::Failed);
+        assert_eq!(n.failed_at(IP, t0 + ms(3200)), Some(t0 + ms(3000)));
+        assert!(n.restart(IP, t0 + ms(3200)));
+        // The new round: rate-limited as any, the failure before it still known.
+        assert_eq!(n.lookup(IP, t0 + ms(3200)), Lookup::Wait);
+        assert!(!n.restart(IP, t0 + ms(3300)));
+        assert_eq!(n.failed_at(IP, t0 + ms(3300)), Some(t0 + ms(3000)));
+        assert_eq!(n.retry_at(IP, t0 + ms(3300)), Some(t0 + ms(4200)));
+        assert_eq!(n.lookup(IP, t0 + ms(4200)), Lookup::Request);
+        assert_eq!(n.lookup(IP, t0 + ms(5200)), Lookup::Request);
+        // It fails in turn: its own failure now.
+        assert_eq!(n.lookup(IP, t0 + ms(6200)), Lookup::Failed);
+        assert_eq!(n.failed_at(IP, t0 + ms(6200)), Some(t0 + ms(6200)));
+        // An answer ends it all.
+        assert!(n.fill(IP, MAC, t0 + ms(6300)));
+        assert_eq!(n.failed_at(IP, t0 + ms(6300)), None);
+        assert!(!n.restart(IP, t0 + ms(6300)));
     }
 
     /// RFC 1122 2.3.2.1: requests for one address at most once a second, three a round
