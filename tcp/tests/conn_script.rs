@@ -2240,9 +2240,11 @@ fn rfc2883_4_a_dsack_block_wider_than_the_peer_window_is_ignored() {
 }
 
 /// RFC 2018 3: an option of n blocks is 8n + 2 octets, so 40 octets of options hold four
-/// (without timestamps). Parsed from the wire, such an option keeps its first three blocks
-/// (the first is the most recent, RFC 2018 4; smoltcp drops the fourth): no parse error,
-/// no panic, and the blocks kept are used.
+/// (without timestamps). Parsed from the wire by smoltcp, such an option keeps its first
+/// three blocks (the first is the most recent, RFC 2018 4; smoltcp drops the fourth, which
+/// the host reads from the octets and hands over with
+/// `Connection::handle_segment_with_fourth_sack`): no parse error, no panic, and the blocks
+/// kept are used.
 #[test]
 fn rfc2018_3_four_sack_blocks_from_the_wire_keep_the_first_three() {
     use smoltcp::phy::ChecksumCapabilities;

@@ -460,6 +460,15 @@ pub struct Outgoing<'a> {
     full: bool,
 }
 
+impl Outgoing<'_> {
+    /// The fourth SACK block of the segment, written after its three
+    /// ([`Connection::fourth_sack_block`]).
+    #[inline(always)]
+    pub(crate) fn fourth_sack_block(&self) -> Option<(u32, u32)> {
+        self.conn.fourth_sack_block(&self.repr)
+    }
+}
+
 /// A full-record segment [`Connection::full_again_ready`] found to go next: its payload's
 /// ring offset and length.
 #[derive(Debug, Clone, Copy)]
@@ -609,6 +618,13 @@ pub struct Connection {
     /// The octets (stream offsets) of the last duplicate segment, reported as a D-SACK
     /// block first in the next ACK and in that one only (RFC 2883 4).
     dsack: Option<(u64, u64)>,
+    /// The fourth SACK block of the last segment polled with three and no timestamps
+    /// ([`Self::fourth_sack_block`]): smoltcp's `TcpRepr` holds three, and 40 octets of
+    /// options hold four beside no timestamps (RFC 2018 3 and 4).
+    sack4: Option<(u32, u32)>,
+    /// The fourth SACK block of the segment being handled, beside the three of its
+    /// `TcpRepr` ([`Self::handle_segment_with_fourth_sack`]); `None` between segments.
+    rx_sack4: Option<(u32, u32)>,
     /// Stream offset of an out-of-order FIN.
     fin_off: Option<u64>,
     fin_received: bool,
@@ -716,6 +732,8 @@ impl Connection {
             ooo: Reassembly::default(),
             refused_ooo: None,
             dsack: None,
+            sack4: None,
+            rx_sack4: None,
             fin_off: None,
             fin_received: false,
             rcv_adv: 0,
@@ -1627,6 +1645,23 @@ impl Connection {
         }
     }
 
+    /// [`Self::handle_segment_with`] of a segment whose SACK option carried a fourth block,
+    /// `fourth`, beside the three of `seg` (smoltcp's parser keeps three; 40 octets of
+    /// options hold four without timestamps, RFC 2018 3, as Linux and others send them):
+    /// the scoreboard takes all four.
+    #[cold]
+    pub fn handle_segment_with_fourth_sack(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr<'_>,
+        fourth: Option<(u32, u32)>,
+        deliver: &mut dyn FnMut(&[u8]) -> usize,
+    ) {
+        self.rx_sack4 = fourth.filter(|_| seg.sack_ranges[2].is_some());
+        self.handle_segment_with(now, seg, deliver);
+        self.rx_sack4 = None;
+    }
+
     /// RFC 9293 3.10.7.3.
     fn on_syn_sent(&mut self, now: Instant, seg: &TcpRepr<'_>) {
         if let Some(ack) = seg.ack_number {
@@ -2134,12 +2169,14 @@ impl Connection {
     }
 
     fn process_ack(&mut self, now: Instant, seg: &TcpRepr<'_>, ack: TcpSeqNumber) {
-        // The SACK blocks within what is outstanding, in their order (at most three: a
-        // fixed array, no allocation per ACK).
-        let mut blocks = [(TcpSeqNumber(0), TcpSeqNumber(0)); 3];
+        // The SACK blocks within what is outstanding, in their order (at most four, the
+        // fourth beside the segment's three when its option had one, RFC 2018 3: a fixed
+        // array, no allocation per ACK).
+        let mut blocks = [(TcpSeqNumber(0), TcpSeqNumber(0)); 4];
         let mut n_blocks = 0;
         if self.sack_ok {
-            for &(l, r) in seg.sack_ranges.iter().flatten() {
+            let fourth = self.rx_sack4;
+            for &(l, r) in seg.sack_ranges.iter().flatten().chain(fourth.iter()) {
                 let (l, r) = (TcpSeqNumber(l as i32), TcpSeqNumber(r as i32));
                 if l >= self.snd_una && r <= self.snd_nxt && l < r {
                     blocks[n_blocks] = (l, r);
@@ -2797,6 +2834,57 @@ impl Connection {
         }
     }
 
+    /// [`Self::sent`] of a segment that may carry SACK blocks (not the lone path's, which
+    /// never does): its fourth block, if any, kept for the host first (`sent` clears the
+    /// D-SACK block it depends on).
+    fn sent_sacking(&mut self, seg: &TcpRepr<'_>) {
+        if seg.sack_ranges[2].is_some() {
+            self.sack4 = self.fourth_of(seg);
+        }
+        self.sent(seg);
+    }
+
+    /// The fourth SACK block `seg` carries beside its three (RFC 2018 3: four fit in 40
+    /// octets of options without timestamps; 4: "as many distinct SACK blocks as
+    /// possible"): after a D-SACK block, the third SACK block (RFC 2883 4), else the fourth,
+    /// in the order of `Reassembly::sack_blocks` (the most recent first). `None` unless
+    /// `seg` has three blocks and no timestamps, as [`Self::base_segment`] built them now.
+    #[cold]
+    fn fourth_of(&self, seg: &TcpRepr<'_>) -> Option<(u32, u32)> {
+        if seg.sack_ranges[2].is_none() || seg.timestamp.is_some() || !self.sack_ok {
+            return None;
+        }
+        let base = (self.irs.0 as u32).wrapping_add(1);
+        let b = match self.dsack {
+            Some(_) => self.ooo.sack_blocks::<3>()[2],
+            None => self.ooo.sack_blocks::<4>()[3],
+        };
+        b.map(|(l, r)| (base.wrapping_add(l as u32), base.wrapping_add(r as u32)))
+    }
+
+    /// The octets [`Self::fourth_of`]'s block adds to `seg`'s header (rounded as the header
+    /// is: 3 blocks take 48 octets of header, 4 take 56).
+    #[inline]
+    fn fourth_sack_len(&self, seg: &TcpRepr<'_>) -> usize {
+        if seg.sack_ranges[2].is_some() && self.fourth_of(seg).is_some() {
+            8
+        } else {
+            0
+        }
+    }
+
+    /// The fourth SACK block of `seg`, a segment this connection just gave (polled, nothing
+    /// done to the connection since), which the host writes after its three
+    /// (`host::headers::write_headers`): `None` for every segment without three blocks.
+    #[inline(always)]
+    pub(crate) fn fourth_sack_block(&self, seg: &TcpRepr<'_>) -> Option<(u32, u32)> {
+        if seg.sack_ranges[2].is_some() {
+            self.sack4
+        } else {
+            None
+        }
+    }
+
     fn sent(&mut self, seg: &TcpRepr<'_>) {
         if seg.ack_number.is_some() {
             self.sent_acking();
@@ -2826,7 +2914,8 @@ impl Connection {
     /// options come out of it).
     fn payload_room(&self, now: Instant, seq: TcpSeqNumber) -> usize {
         let mss = self.peer_mss.min(usize::from(self.cfg.mss));
-        let hdr = self.base_segment(now, TcpControl::Psh, seq).header_len();
+        let seg = self.base_segment(now, TcpControl::Psh, seq);
+        let hdr = seg.header_len() + self.fourth_sack_len(&seg);
         mss.saturating_sub(hdr - 20).max(1)
     }
 
@@ -2848,7 +2937,9 @@ impl Connection {
             return false;
         }
         let mss = self.peer_mss.min(usize::from(self.cfg.mss));
-        let mut trimmed = false;
+        // The fourth block ([`Self::fourth_of`]) gives way first: `sent_data` leaves it out
+        // of a segment that lost any block.
+        let mut trimmed = seg.header_len() + self.fourth_sack_len(seg) - 20 + n > mss;
         while seg.header_len() - 20 + n > mss {
             let Some(last) = seg.sack_ranges.iter().rposition(Option::is_some) else {
                 break;
@@ -2865,6 +2956,10 @@ impl Connection {
     /// block, RFC 2883 4).
     #[inline(always)]
     fn sent_data(&mut self, seg: &TcpRepr<'_>, sack_owed: bool) {
+        // (Only a segment with three blocks may have a fourth: `fourth_sack_block`.)
+        if seg.sack_ranges[2].is_some() {
+            self.sack4 = if sack_owed { None } else { self.fourth_of(seg) };
+        }
         if sack_owed {
             let dsack = self.dsack;
             self.sent(seg);
@@ -2988,7 +3083,7 @@ impl Connection {
             return None;
         }
         let repr = self.base_segment(now, TcpControl::None, self.acceptable_seq());
-        self.sent(&repr);
+        self.sent_sacking(&repr);
         Some(repr)
     }
 
@@ -3327,7 +3422,7 @@ impl Connection {
                 // (RFC 9293 3.5.1). Nothing else until the handshake completes.
                 if self.state == State::SynReceived && self.ack_now {
                     let seg = self.base_segment(now, TcpControl::None, self.snd_nxt);
-                    self.sent(&seg);
+                    self.sent_sacking(&seg);
                     return Some((seg, 0, 0));
                 }
                 return None;
@@ -3378,13 +3473,13 @@ impl Connection {
             let seg = self.base_segment(now, TcpControl::None, self.snd_nxt - 1);
             // Outside the peer's window, it moves no TS.Recent there (`TS_REFRESH`).
             let fresh = self.ts_sent_fresh;
-            self.sent(&seg);
+            self.sent_sacking(&seg);
             self.ts_sent_fresh = fresh;
             return Some((seg, 0, 0));
         }
         if self.ack_now {
             let seg = self.base_segment(now, TcpControl::None, self.acceptable_seq());
-            self.sent(&seg);
+            self.sent_sacking(&seg);
             return Some((seg, 0, 0));
         }
         None
@@ -3489,7 +3584,7 @@ impl Connection {
                 self.snd_nxt = seq + 1;
                 let seg = self.base_segment(now, TcpControl::Fin, seq);
                 self.rec.on_sent(now, seq, 1, false);
-                self.sent(&seg);
+                self.sent_sacking(&seg);
                 return Some((seg, 0, 0));
             }
             return None;

@@ -533,7 +533,8 @@ impl Reassembly {
     /// 2018 4: the blocks reported first before, repeated so that the loss of an ACK hides
     /// none; the lowest ones instead left a block in the middle reported once), then the
     /// rest in ascending order; `None` past the last. An array: a segment's SACK option
-    /// holds three at most, and building it allocates nothing.
+    /// holds four at most (three beside timestamps, RFC 2018 3), and building it allocates
+    /// nothing.
     pub fn sack_blocks<const N: usize>(&self) -> [Option<(u64, u64)>; N] {
         let mut out = [None; N];
         let mut k = 0;

@@ -45,6 +45,19 @@ pub(super) struct FrameAddrs {
 /// it counts, rounded up to a multiple of 4), without its iterator over the SACK blocks.
 #[inline]
 pub(super) fn tcp_header_len(seg: &TcpRepr<'_>) -> usize {
+    tcp_header_len_sack(seg, || None).0
+}
+
+/// [`tcp_header_len`] of `seg` with its fourth SACK block, written after its three
+/// ([`write_headers`]), and that block: 8 octets more (3 blocks take a 48-octet header, 4 a
+/// 56-octet one, RFC 2018 3). `fourth` gives the block (`Connection::fourth_sack_block`),
+/// asked only of a segment with three blocks: one without SACK blocks takes the branches
+/// [`tcp_header_len`] takes.
+#[inline(always)]
+pub(super) fn tcp_header_len_sack(
+    seg: &TcpRepr<'_>,
+    fourth: impl FnOnce() -> Option<(u32, u32)>,
+) -> (usize, Option<(u32, u32)>) {
     let mut len = 20;
     if seg.max_seg_size.is_some() {
         len += 4;
@@ -58,11 +71,18 @@ pub(super) fn tcp_header_len(seg: &TcpRepr<'_>) -> usize {
     if seg.timestamp.is_some() {
         len += 10;
     }
+    let mut f = None;
     let blocks = seg.sack_ranges.iter().filter(|r| r.is_some()).count();
     if blocks > 0 {
         len += 8 * blocks + 2;
+        if blocks == 3 {
+            f = fourth();
+            if f.is_some() {
+                len += 8;
+            }
+        }
     }
-    (len + 3) & !3
+    ((len + 3) & !3, f)
 }
 
 /// Writes the Ethernet, IPv4 and TCP headers of `seg` carrying `payload_len` octets into the
@@ -72,15 +92,25 @@ pub(super) fn tcp_header_len(seg: &TcpRepr<'_>) -> usize {
 ///
 /// The header must fit a data offset (at most 60 octets: every segment a connection
 /// sends does; smoltcp would write a corrupt offset for a longer one).
+///
+/// `fourth` is a fourth SACK block written after the three of `seg` (smoltcp's `TcpRepr`
+/// holds three): 40 octets of options hold four beside no timestamps (RFC 2018 3), and the
+/// receiver SHOULD send as many as it can (RFC 2018 4). `Some` only for a segment with three
+/// blocks and no timestamps (`Connection::fourth_sack_block`).
 #[inline]
 pub(super) fn write_headers(
     buf: &mut [u8],
     a: &FrameAddrs,
     seg: &TcpRepr<'_>,
+    fourth: Option<(u32, u32)>,
     payload_len: usize,
     ip_csum: bool,
 ) -> usize {
-    let hl = tcp_header_len(seg);
+    debug_assert!(
+        fourth.is_none() || (seg.sack_ranges[2].is_some() && seg.timestamp.is_none()),
+        "a fourth SACK block beside fewer than three or beside timestamps"
+    );
+    let hl = tcp_header_len(seg) + if fourth.is_some() { 8 } else { 0 };
     debug_assert!(hl <= TCP_MAX, "TCP header of {hl} octets");
     let (s, d) = (a.src.octets(), a.dst.octets());
     // Ethernet and IPv4: version 4, IHL 5, DSCP/ECN 0, identification 0, DF, TTL 64, TCP.
@@ -139,7 +169,7 @@ pub(super) fn write_headers(
         h[at] = 5;
         let start = at;
         at += 2;
-        for &(l, r) in seg.sack_ranges.iter().flatten() {
+        for &(l, r) in seg.sack_ranges.iter().flatten().chain(fourth.iter()) {
             h[at..at + 4].copy_from_slice(&l.to_be_bytes());
             h[at + 4..at + 8].copy_from_slice(&r.to_be_bytes());
             at += 8;
@@ -241,6 +271,7 @@ impl HeaderRun {
         buf: &mut [u8],
         a: &FrameAddrs,
         seg: &TcpRepr<'_>,
+        fourth: Option<(u32, u32)>,
         payload_len: usize,
         ip_csum: bool,
     ) -> usize {
@@ -271,7 +302,8 @@ impl HeaderRun {
                 return hl;
             }
         }
-        let hl = write_headers(buf, a, seg, payload_len, ip_csum);
+        // (A segment with a fourth SACK block has no key: it has SACK blocks.)
+        let hl = write_headers(buf, a, seg, fourth, payload_len, ip_csum);
         if key.is_some() && key == self.last {
             let len = ETH_HDR + IP_HDR + hl;
             let mut bytes = [0u8; COPY_MAX];
@@ -535,6 +567,39 @@ pub(super) fn parse_tcp<'a>(
     Ok(plain_repr(b, hl, control, flags & 0x10 != 0, timestamp))
 }
 
+/// The fourth block of the SACK option of the TCP segment `b`, if it has one: smoltcp's
+/// parser keeps the first three of the four that 40 octets of options hold without
+/// timestamps (RFC 2018 3). Asked only of a segment that smoltcp's parser accepted with
+/// three blocks; of several SACK options the last counts, as in that parser.
+#[cold]
+pub(super) fn fourth_sack_block(b: &[u8]) -> Option<(u32, u32)> {
+    let hl = usize::from(*b.get(12)? >> 4) * 4;
+    let mut opts = b.get(20..hl)?;
+    let mut fourth = None;
+    while let [kind, rest @ ..] = opts {
+        match kind {
+            0 => break,
+            1 => opts = rest,
+            _ => {
+                let len = usize::from(*rest.first()?);
+                if len < 2 || len > opts.len() {
+                    break;
+                }
+                if *kind == 5 {
+                    fourth = opts.get(26..34).filter(|_| len == 34).map(|o| {
+                        let be = |at: usize| {
+                            u32::from_be_bytes([o[at], o[at + 1], o[at + 2], o[at + 3]])
+                        };
+                        (be(0), be(4))
+                    });
+                }
+                opts = &opts[len..];
+            }
+        }
+    }
+    fourth
+}
+
 /// The Window Scale shift the TCP segment `b` carries as sent (the last option, as
 /// `TcpRepr::parse` reads them), for a segment that parse gave a shift of 14: the parse
 /// turns every shift above 14 into 14 (RFC 7323 2.3), and the connection counts and logs
@@ -725,7 +790,7 @@ mod tests {
             let full = TcpRepr { payload: &payload, ..seg };
             let want = reference::emit_frame(&a, &full, &caps(ip, tcp));
             let mut got = vec![junk; want.len()];
-            let hl = write_headers(&mut got, &a, &seg, len, ip);
+            let hl = write_headers(&mut got, &a, &seg, None, len, ip);
             prop_assert_eq!(hl, seg.header_len());
             let start = ETH_HDR + IP_HDR;
             got[start + hl..].copy_from_slice(&payload);
@@ -738,7 +803,7 @@ mod tests {
             // The header alone, as the host's piecewise path wrote it.
             let mut h1 = vec![junk; start + hl + len];
             let mut h2 = vec![!junk; start + hl + len];
-            write_headers(&mut h1, &a, &seg, len, ip);
+            write_headers(&mut h1, &a, &seg, None, len, ip);
             reference::emit_tcp_header(&mut h2, &a, &seg, len, &caps(ip, tcp), &caps(ip, false));
             prop_assert_eq!(&h1[..start + hl], &h2[..start + hl]);
         }
@@ -795,13 +860,13 @@ mod tests {
                 let start = ETH_HDR + IP_HDR;
                 let hl = seg.header_len();
                 let mut want = vec![!junk; start + hl + len];
-                write_headers(&mut want, &a, &seg, len, ip);
+                write_headers(&mut want, &a, &seg, None, len, ip);
                 want[start + hl..].copy_from_slice(&payload);
                 let c = tcp_checksum(&a, &want[start..start + hl], len, csum::sum(&payload));
                 want[start + 16..start + 18].copy_from_slice(&c);
 
                 let mut got = vec![junk; start + hl + len];
-                prop_assert_eq!(run.write(&mut got, &a, &seg, len, ip), hl);
+                prop_assert_eq!(run.write(&mut got, &a, &seg, None, len, ip), hl);
                 hits += usize::from(run.hit);
                 keys.push(Key::of(&seg, len));
                 got[start + hl..].copy_from_slice(&payload);
@@ -850,7 +915,7 @@ mod tests {
         let mut hits = Vec::new();
         for _ in 0..6 {
             let mut f = vec![0u8; ETH_HDR + IP_HDR + 32 + 1436];
-            run.write(&mut f, &a, &seg, 1436, true);
+            run.write(&mut f, &a, &seg, None, 1436, true);
             hits.push(run.hit);
             seg.seq_number += 1436;
         }
@@ -863,7 +928,7 @@ mod tests {
         let mut hits = Vec::new();
         for len in [1436, 1436, 1000, 1436, 1000, 1000] {
             let mut f = vec![0u8; ETH_HDR + IP_HDR + 32 + len];
-            run.write(&mut f, &a, &seg, len, true);
+            run.write(&mut f, &a, &seg, None, len, true);
             hits.push(run.hit);
             seg.seq_number += len;
         }
@@ -1222,7 +1287,7 @@ mod tests {
                     };
                     let want = reference::emit_frame(&a, &full, &caps(ip, tcp));
                     let mut got = vec![0xff; want.len()];
-                    let hl = write_headers(&mut got, &a, &seg, len, ip);
+                    let hl = write_headers(&mut got, &a, &seg, None, len, ip);
                     let start = ETH_HDR + IP_HDR;
                     got[start + hl..].copy_from_slice(&payload);
                     if tcp {

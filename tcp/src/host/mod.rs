@@ -61,6 +61,8 @@ mod isn;
 #[cfg(test)]
 mod lone_tests;
 mod neighbor;
+#[cfg(test)]
+mod sack_tests;
 mod wheel;
 
 use std::collections::{HashMap, VecDeque};
@@ -1164,7 +1166,7 @@ impl<D: PollDevice> Host<D> {
         };
         let tcp_len = headers::tcp_header_len(&seg) + record.len();
         tx.consume(ETH_HDR + IP_HDR + tcp_len, |buf| {
-            emit_tcp(buf, &addrs, &seg, record, caps)
+            emit_tcp(buf, &addrs, &seg, None, record, caps)
         });
         *host_now = now;
         device.flush();
@@ -1519,7 +1521,8 @@ impl<D: PollDevice> Host<D> {
         let Some(ack) = s.conn.poll_quick_ack(now) else {
             return;
         };
-        let tcp_len = headers::tcp_header_len(&ack);
+        let (tcp_len, fourth) =
+            headers::tcp_header_len_sack(&ack, || s.conn.fourth_sack_block(&ack));
         let addrs = FrameAddrs {
             src_mac: i.mac,
             dst_mac: mac,
@@ -1528,7 +1531,7 @@ impl<D: PollDevice> Host<D> {
         };
         let caps = &i.caps;
         tx.consume(ETH_HDR + IP_HDR + tcp_len, |buf| {
-            emit_tcp(buf, &addrs, &ack, &[], caps);
+            emit_tcp(buf, &addrs, &ack, fourth, &[], caps);
         });
         i.stats.quick_acks += 1;
     }
@@ -1640,7 +1643,9 @@ impl<D: PollDevice> Host<D> {
                 } else {
                     full = None;
                 }
-                let tcp_len = headers::tcp_header_len(&out.repr) + out.payload_len();
+                let (hl, fourth) =
+                    headers::tcp_header_len_sack(&out.repr, || out.fourth_sack_block());
+                let tcp_len = hl + out.payload_len();
                 let src = i.cidr.address();
                 let dst = s.tuple.remote_ip;
                 let (our_mac, caps) = (i.mac, &i.caps);
@@ -1652,7 +1657,7 @@ impl<D: PollDevice> Host<D> {
                         src,
                         dst,
                     };
-                    emit_segment(buf, &addrs, out, caps, run, &mut |t, at, d, w| {
+                    emit_segment(buf, &addrs, out, fourth, caps, run, &mut |t, at, d, w| {
                         fill(id, t, at, d, w)
                     })
                 });
@@ -1706,16 +1711,17 @@ fn emit_segment(
     buf: &mut [u8],
     a: &FrameAddrs,
     out: &Outgoing<'_>,
+    fourth: Option<(u32, u32)>,
     caps: &ChecksumCapabilities,
     run: &mut HeaderRun,
     fill: &mut ConnFill<'_>,
 ) -> Result<usize, ()> {
     if let Some(payload) = out.contiguous() {
-        emit_tcp_in_run(buf, a, &out.repr, payload, caps, run);
+        emit_tcp_in_run(buf, a, &out.repr, fourth, payload, caps, run);
         return Ok(0);
     }
     let n = out.payload_len();
-    let hl = run.write(buf, a, &out.repr, n, caps.ipv4.tx());
+    let hl = run.write(buf, a, &out.repr, fourth, n, caps.ipv4.tx());
     let tcp = &mut buf[ETH_HDR + IP_HDR..];
     let payload = &mut tcp[hl..hl + n];
     let want = caps.tcp.tx();
@@ -1766,7 +1772,7 @@ fn emit_segment(
         let rst = rst_segment(r.src_port, r.dst_port, r.seq_number, r.ack_number);
         let l = ETH_HDR + IP_HDR + rst.header_len();
         let (frame, pad) = buf.split_at_mut(l);
-        emit_tcp(frame, a, &rst, rst.payload, caps);
+        emit_tcp(frame, a, &rst, None, rst.payload, caps);
         pad.fill(0);
         return Err(());
     }
@@ -1808,12 +1814,13 @@ fn emit_tcp_in_run(
     buf: &mut [u8],
     a: &FrameAddrs,
     seg: &TcpRepr<'_>,
+    fourth: Option<(u32, u32)>,
     payload: &[u8],
     caps: &ChecksumCapabilities,
     run: &mut HeaderRun,
 ) {
     let n = payload.len();
-    let hl = run.write(buf, a, seg, n, caps.ipv4.tx());
+    let hl = run.write(buf, a, seg, fourth, n, caps.ipv4.tx());
     let bytes = &mut buf[ETH_HDR + IP_HDR..];
     let payload_sum = csum::copy_and_sum_to_fold(&mut bytes[hl..hl + n], payload);
     if caps.tcp.tx() {
@@ -1825,19 +1832,20 @@ fn emit_tcp_in_run(
 /// Writes an Ethernet/IPv4/TCP frame of the segment `seg` carrying `payload` (not
 /// `seg.payload`: a caller with the payload apart need not build a copy of the segment
 /// around it) into `buf` (sized exactly for it): the headers
-/// ([`headers::write_headers`]), the payload copied with its sum taken in the same pass, and
-/// the TCP checksum filled in when the port does not compute it (module `csum`: one pass
-/// over the payload).
+/// ([`headers::write_headers`], `fourth` a fourth SACK block after the segment's three),
+/// the payload copied with its sum taken in the same pass, and the TCP checksum filled in
+/// when the port does not compute it (module `csum`: one pass over the payload).
 #[inline]
 fn emit_tcp(
     buf: &mut [u8],
     a: &FrameAddrs,
     seg: &TcpRepr<'_>,
+    fourth: Option<(u32, u32)>,
     payload: &[u8],
     caps: &ChecksumCapabilities,
 ) {
     let n = payload.len();
-    let hl = headers::write_headers(buf, a, seg, n, caps.ipv4.tx());
+    let hl = headers::write_headers(buf, a, seg, fourth, n, caps.ipv4.tx());
     let bytes = &mut buf[ETH_HDR + IP_HDR..];
     let payload_sum = csum::copy_and_sum_to_fold(&mut bytes[hl..hl + n], payload);
     if caps.tcp.tx() {
@@ -2351,7 +2359,7 @@ impl Inner {
                 (&self.caps, self.bulk_sum, self.payload_digest),
             );
             if let Some((seg, digest)) = seg {
-                if self.hand_to_slot(index, &seg, digest, deliver) {
+                if self.hand_to_slot(index, &seg, None, digest, deliver) {
                     self.stats.rx_predicted += 1;
                     return;
                 }
@@ -2592,6 +2600,12 @@ impl Inner {
                 seg.window_scale = Some(ws);
             }
         }
+        // A fourth SACK block beside the three smoltcp's parser kept (RFC 2018 3).
+        let fourth = if seg.sack_ranges[2].is_some() {
+            headers::fourth_sack_block(payload)
+        } else {
+            None
+        };
         let tuple = Tuple {
             local_port: seg.dst_port,
             remote_ip: ip.src_addr,
@@ -2616,7 +2630,7 @@ impl Inner {
             if seg.control == TcpControl::Syn && self.ports.contains_key(&seg.dst_port) {
                 iss_floor = self.end_time_wait_for(index, &seg);
             }
-            if self.hand_to_slot(index, &seg, None, deliver) {
+            if self.hand_to_slot(index, &seg, fourth, None, deliver) {
                 return;
             }
         }
@@ -2644,6 +2658,7 @@ impl Inner {
         &mut self,
         index: u32,
         seg: &TcpRepr<'_>,
+        fourth: Option<(u32, u32)>,
         digest: Option<u32>,
         deliver: &mut Deliver<'_>,
     ) -> bool {
@@ -2663,11 +2678,18 @@ impl Inner {
             generation: s.generation,
             stack: self.tag,
         };
-        s.conn.handle_segment_with(self.now, seg, &mut |data| {
+        let mut deliver_conn = |data: &[u8]| {
             // The same octets as the segment's payload, not a part or a copy of them.
             let whole = std::ptr::eq(data, seg.payload);
             deliver(id, data, digest.filter(|_| whole))
-        });
+        };
+        match fourth {
+            None => s.conn.handle_segment_with(self.now, seg, &mut deliver_conn),
+            Some(_) => {
+                s.conn
+                    .handle_segment_with_fourth_sack(self.now, seg, fourth, &mut deliver_conn)
+            }
+        }
         // Deferred once only: a connection already waiting in the dirty list (its ACK
         // deferred by the last poll, or segments of its own pending) sends this poll.
         // Deferring again at every poll that brought data held a bulk receiver's ACKs back
@@ -2893,7 +2915,7 @@ impl Inner {
             src: self.cidr.address(),
             dst: ip.src_addr,
         };
-        emit_tcp(&mut f, &addrs, &rst, rst.payload, &self.caps);
+        emit_tcp(&mut f, &addrs, &rst, None, rst.payload, &self.caps);
         // Counted once queued: a queued control frame waits out back-pressure, never lost.
         if self.queue_control(f) {
             self.stats.rst_sent += 1;
