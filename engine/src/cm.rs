@@ -8,7 +8,8 @@ pub use warpcore_proto::wire::mpa::{RtrType, RtrTypes};
 use warpcore_proto::{ProtocolError, TerminateReport};
 use warpcore_tcp::smoltcp::wire::Ipv4Address;
 
-use crate::wr::QpId;
+use crate::mem::MemError;
+use crate::wr::{QpId, WcOpcode};
 
 /// Names a listener of one engine core.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -184,6 +185,23 @@ pub enum ConnError {
     /// error state (as the verbs prescribe for a CQ error) and a local catastrophic
     /// Terminate went to the peer. `CompletionQueue::overrun` tells which queue.
     CqOverrun,
+    /// A memory window bind, fast registration or Local Invalidate of this QP's send queue
+    /// failed when it ran (its completion: [`WcStatus::MwBind`](crate::WcStatus::MwBind)
+    /// or [`WcStatus::LocalProtection`](crate::WcStatus::LocalProtection), the verbs'
+    /// statuses, which name no cause): the request and why the region table refused it
+    /// (a wrong kind or protection domain, a fast registration of an STag still valid, a
+    /// region with windows bound, a key the STag has, bounds, rights). The QP went to the
+    /// error state and a local catastrophic Terminate (0/0/FF) went to the peer, as for
+    /// [`ConnError::LocalTerminate`] (RDMAP-7.1-1: the local ULP is told).
+    LocalOperation {
+        /// The failed request's identifier (its completion's `wr_id`).
+        wr_id: u64,
+        /// Its kind: [`WcOpcode::BindMw`], [`WcOpcode::FastReg`] or
+        /// [`WcOpcode::LocalInvalidate`].
+        opcode: WcOpcode,
+        /// Why it failed.
+        cause: MemError,
+    },
 }
 
 impl fmt::Display for ConnError {
@@ -202,6 +220,16 @@ impl fmt::Display for ConnError {
             ConnError::CqOverrun => {
                 f.write_str("a completion queue overran (completions lost); QP in error")
             }
+            ConnError::LocalOperation {
+                wr_id,
+                opcode,
+                cause,
+            } => write!(
+                f,
+                "{opcode:?} work request {wr_id:#x} failed: {cause}; sent Terminate: {}",
+                ProtocolError::Rdmap(warpcore_proto::error::RdmapError::LocalCatastrophic)
+                    .terminate_code()
+            ),
         }
     }
 }

@@ -539,6 +539,9 @@ struct Qp {
     /// A local error found while starting a message (an atomic target gone), reported by
     /// the send poller.
     tx_fault: Option<ProtocolError>,
+    /// What the local user is told of `tx_fault` when it is not the protocol error itself
+    /// (a failed local operation's cause, module `local`).
+    tx_fault_cause: Option<ConnError>,
 }
 
 /// What the application may inspect about a queue pair.

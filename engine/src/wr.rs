@@ -382,12 +382,15 @@ pub enum WcStatus {
     FlushErr,
     /// A local SGE was not usable when the engine came to it (region deregistered), or a
     /// fast registration or Local Invalidate failed when it was executed (the STag was not
-    /// in the state it needs then); the QP then goes to the error state.
+    /// in the state it needs then); the QP then goes to the error state. For a fast
+    /// registration or Local Invalidate the QP's error event names the cause
+    /// ([`ConnError::LocalOperation`](crate::ConnError::LocalOperation)).
     LocalProtection,
     /// A memory window bind ([`SendOp::BindMw`]) failed when it was executed: its region
     /// was deregistered or its window deallocated meanwhile, or the window is not in the
     /// state the bind needs then (the verbs' Memory Window Bind Error, `IBV_WC_MW_BIND_ERR`);
-    /// the QP then goes to the error state.
+    /// the QP then goes to the error state, its error event naming the cause
+    /// ([`ConnError::LocalOperation`](crate::ConnError::LocalOperation)).
     MwBind,
     /// The received message was longer than the posted buffers (a Send longer than the
     /// queue pair's own receive: the stream ends with DDP's Terminate 1/2/05 and the
@@ -873,6 +876,9 @@ impl QpShared {
     /// `WcStatus::LocalProtection`, the stream ends with a local catastrophic Terminate
     /// (0/0/FF) and the queue pair goes to the error state, the requests behind it
     /// flushed. An SGE of no octets is not checked then, as the providers pass it over.
+    /// On: a send queue request's key that is the new STag of a fast registration posted
+    /// before it (not valid yet) passes at post and is checked when it runs, as above (the
+    /// send queue runs the registration first).
     /// Either way the engine looks every key up again, guarded, where it touches the
     /// memory: the check at post is for the caller's sake, not the memory's.
     pub fn sges_checked_at_post(&self) -> bool {

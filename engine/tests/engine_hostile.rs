@@ -946,12 +946,16 @@ fn mpa_7_1_2_16_a_fenced_responder_sends_no_terminate_on_a_local_failure() {
     // Fast registration of a now valid STag: fails at execution (StillValid).
     w.engine.post_send(qp, wr(2, op(next))).unwrap();
     let (rx, events) = w.run_reading(tcp, 2000);
-    // The local failure is reported, and the QP fails.
+    // The local failure is reported, with its cause, and the QP fails.
     assert!(
         events.iter().any(|e| matches!(
             e,
             CmEvent::Error {
-                error: ConnError::LocalTerminate(_),
+                error: ConnError::LocalOperation {
+                    wr_id: 2,
+                    cause: warpcore_engine::mem::MemError::StillValid,
+                    ..
+                },
                 ..
             }
         )),

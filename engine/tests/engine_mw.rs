@@ -10,7 +10,7 @@ use common::*;
 use engine_mw_common::*;
 use warpcore_engine::mem::{Access, MemError, MwType, PdId, Stag};
 use warpcore_engine::{
-    CmEvent, Completion, EngineError, QpId, QpState, SendOp, WcOpcode, WcStatus,
+    CmEvent, Completion, ConnError, EngineError, QpId, QpState, SendOp, WcOpcode, WcStatus,
 };
 
 const WINDOW_ALL: Access = Access::WINDOW_RIGHTS;
@@ -588,17 +588,9 @@ fn local_operations_are_checked_at_post_time() {
             bind_op(mw, mw, 0, 64, WINDOW_ALL),
             mem(MemError::InvalidStag),
         ),
-        (
-            SendOp::BindMw {
-                mw: mw.0,
-                new_key: mw.key(),
-                mr: bindable.0,
-                to: 0,
-                len: 8,
-                access: WINDOW_ALL,
-            },
-            mem(MemError::SameKey),
-        ),
+        // Not the new key (`MemError::SameKey`): the window's key when the bind runs is
+        // the one the requests queued before it leave
+        // (`a_key_freed_by_a_queued_request_is_not_refused_at_post`).
         (
             SendOp::FastReg {
                 stag: plain.0,
@@ -933,4 +925,274 @@ fn invalidate_by_send(
         )
         .unwrap();
     wait_completion(p, true, 10, WcOpcode::Recv)
+}
+
+/// A fast registration or Local Invalidate that fails when it runs tells the user why:
+/// the completion's status stays the verbs' (`LocalProtection`, `IBV_WC_LOC_PROT_ERR`),
+/// and the QP's error event names the request and the table's refusal, as a Terminate's
+/// cause is reported (RDMAP-7.1-1: the error is reported to the local ULP).
+#[test]
+fn a_failed_fast_registration_or_invalidate_reports_its_cause() {
+    for invalidate in [false, true] {
+        let mut p = Pair::default_pair();
+        let (_qa, qb) = p.connect();
+        let (_rb, mr) = region_b(&p);
+        let fr = p.b.mrs.alloc_fast_reg(PD).unwrap();
+        let mw = p.b.mrs.alloc_mw(PD, MwType::Type1).unwrap();
+        let fr_op = |s: Stag| SendOp::FastReg {
+            stag: fr.0,
+            new_key: s.key().wrapping_add(1),
+            mr: mr.0,
+            mr_to: 0,
+            len: 64,
+            base_to: 0,
+            access: Access::REMOTE_READ,
+        };
+        let (want_id, want) = if invalidate {
+            // The region has a window bound: it cannot be invalidated (Busy).
+            p.b.core
+                .post_send(qb, op_wr(1, bind_op(mw, mr, 0, 64, Access::REMOTE_READ)))
+                .unwrap();
+            p.b.core
+                .post_send(qb, op_wr(2, SendOp::LocalInvalidate { stag: mr.0 }))
+                .unwrap();
+            (2, MemError::Busy)
+        } else {
+            p.b.core.post_send(qb, op_wr(1, fr_op(fr))).unwrap();
+            p.b.core.post_send(qb, op_wr(2, fr_op(next(fr)))).unwrap();
+            (2, MemError::StillValid)
+        };
+        p.run_until(5000, |p| {
+            p.b.completions.len() == 2
+                && p.b
+                    .events
+                    .iter()
+                    .any(|e| matches!(e, CmEvent::Error { .. }))
+        });
+        let st: Vec<_> =
+            p.b.take_completions()
+                .iter()
+                .map(|c| (c.wr_id, c.status))
+                .collect();
+        assert_eq!(st[1], (want_id, WcStatus::LocalProtection));
+        let error = p.b.events.iter().find_map(|e| match e {
+            CmEvent::Error { qp, error } if *qp == qb => Some(error.clone()),
+            _ => None,
+        });
+        let error = error.expect("the QP's error event");
+        // What a user reads (rdma-compat prints it) names the cause.
+        assert!(
+            error.to_string().contains(&want.to_string()),
+            "invalidate: {invalidate}: {error}"
+        );
+        let ConnError::LocalOperation {
+            wr_id,
+            opcode,
+            cause,
+        } = error
+        else {
+            panic!("not a local operation's failure: {error:?}")
+        };
+        let want_op = if invalidate {
+            WcOpcode::LocalInvalidate
+        } else {
+            WcOpcode::FastReg
+        };
+        assert_eq!((wr_id, opcode, cause), (want_id, want_op, want));
+    }
+}
+
+/// Post-time checks judge a bind or fast registration by what does not depend on the
+/// state the requests queued before it leave (RFC 5040 / verbs: the key is checked when
+/// the request runs): a key the STag has now, but will not have once the request queued
+/// ahead of it ran, is no error at post.
+#[test]
+fn a_key_freed_by_a_queued_request_is_not_refused_at_post() {
+    let mut c = window_case();
+    let (p, qb, mw, mr) = (&mut c.p, c.qb, c.mw, c.mr);
+    // Bind under key k + 1, then back under k (the window's key at post time).
+    p.b.core
+        .post_send(qb, op_wr(1, bind_op(mw, mr, 0, 64, WINDOW_ALL)))
+        .unwrap();
+    p.b.core
+        .post_send(
+            qb,
+            op_wr(
+                2,
+                SendOp::BindMw {
+                    mw: mw.0,
+                    new_key: mw.key(),
+                    mr: mr.0,
+                    to: 0,
+                    len: 64,
+                    access: WINDOW_ALL,
+                },
+            ),
+        )
+        .expect("valid once the bind before it ran");
+    // A fast registration under k + 1, its Local Invalidate, a registration under k.
+    let fr = p.b.mrs.alloc_fast_reg(PD).unwrap();
+    let fr_op = |key: u8| SendOp::FastReg {
+        stag: fr.0,
+        new_key: key,
+        mr: mr.0,
+        mr_to: 0,
+        len: 64,
+        base_to: 0,
+        access: Access::REMOTE_READ,
+    };
+    p.b.core
+        .post_send(qb, op_wr(3, fr_op(fr.key().wrapping_add(1))))
+        .unwrap();
+    p.b.core
+        .post_send(qb, op_wr(4, SendOp::LocalInvalidate { stag: next(fr).0 }))
+        .unwrap();
+    p.b.core
+        .post_send(qb, op_wr(5, fr_op(fr.key())))
+        .expect("valid once the invalidation before it ran");
+    p.run_until(5000, |p| p.b.completions.len() == 5);
+    assert!(
+        p.b.take_completions()
+            .iter()
+            .all(|c| c.status == WcStatus::Success),
+        "every request succeeds when it runs"
+    );
+    assert!(p.b.mrs.is_valid(mw) && p.b.mrs.is_valid(fr));
+    // The key the window has when the bind runs is refused then, with a completion in
+    // error and its cause.
+    p.b.core
+        .post_send(
+            qb,
+            op_wr(
+                6,
+                SendOp::BindMw {
+                    mw: mw.0,
+                    new_key: mw.key(),
+                    mr: mr.0,
+                    to: 0,
+                    len: 64,
+                    access: WINDOW_ALL,
+                },
+            ),
+        )
+        .unwrap();
+    let c = wait_completion(p, true, 6, WcOpcode::BindMw);
+    assert_eq!(c.status, WcStatus::MwBind);
+    p.run_until(5000, |p| {
+        p.b.events.iter().any(|e| {
+            matches!(
+                e,
+                CmEvent::Error {
+                    error: ConnError::LocalOperation {
+                        wr_id: 6,
+                        cause: MemError::SameKey,
+                        ..
+                    },
+                    ..
+                }
+            )
+        })
+    });
+}
+
+/// A fast registration's new STag is a local key for the requests posted behind it,
+/// though it is not valid yet when they are posted (verbs: `IBV_WR_REG_MR` then a Send
+/// through its key in one `ibv_post_send` chain; the send queue runs them in order). A
+/// key no registration was posted for is still refused at post.
+#[test]
+fn a_send_may_use_the_stag_of_a_fast_registration_queued_before_it() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (rb, mr) = p.b.region(4096, Access::LOCAL_WRITE);
+    let (ra, sa) = p.a.region(4096, all_access());
+    rb.write_at(256, &pattern(32, 7)).unwrap();
+    p.a.core.post_recv(qa, recv_wr(50, &[(sa, 0, 64)])).unwrap();
+    let fr = p.b.mrs.alloc_fast_reg(PD).unwrap();
+    let f1 = next(fr);
+    // Another key of the same STag was never posted for: refused, typed.
+    let stale = Stag::new(fr.index(), fr.key().wrapping_add(9));
+    assert_eq!(
+        p.b.core
+            .post_send(qb, send_wr(9, SendOp::Send, &[(stale, 0, 32)])),
+        Err(EngineError::SgeInvalidStag)
+    );
+    p.b.core
+        .post_send(
+            qb,
+            op_wr(
+                1,
+                SendOp::FastReg {
+                    stag: fr.0,
+                    new_key: f1.key(),
+                    mr: mr.0,
+                    mr_to: 256,
+                    len: 64,
+                    base_to: 0,
+                    access: Access::LOCAL_WRITE,
+                },
+            ),
+        )
+        .unwrap();
+    p.b.core
+        .post_send(qb, send_wr(2, SendOp::Send, &[(f1, 0, 32)]))
+        .expect("the key is valid when the Send runs");
+    let c = wait_completion(&mut p, false, 50, WcOpcode::Recv);
+    assert_eq!((c.status, c.byte_len), (WcStatus::Success, 32));
+    assert_eq!(read_region(&ra, 0, 32), pattern(32, 7));
+    p.run_until(5000, |p| p.b.completions.len() == 2);
+    assert!(p
+        .b
+        .take_completions()
+        .iter()
+        .all(|c| c.status == WcStatus::Success));
+}
+
+/// A request accepted at post through the key of a fast registration posted before it is
+/// judged when it runs: outside the registration it completes with a local protection
+/// error, nothing of it is sent, and the QP goes to the error state.
+#[test]
+fn a_send_outside_the_fast_registration_queued_before_it_fails_when_it_runs() {
+    let mut p = Pair::default_pair();
+    let (qa, qb) = p.connect();
+    let (_rb, mr) = p.b.region(4096, Access::LOCAL_WRITE);
+    let (ra, sa) = p.a.region(4096, all_access());
+    p.a.core
+        .post_recv(qa, recv_wr(50, &[(sa, 0, 256)]))
+        .unwrap();
+    let fr = p.b.mrs.alloc_fast_reg(PD).unwrap();
+    let f1 = next(fr);
+    p.b.core
+        .post_send(
+            qb,
+            op_wr(
+                1,
+                SendOp::FastReg {
+                    stag: fr.0,
+                    new_key: f1.key(),
+                    mr: mr.0,
+                    mr_to: 0,
+                    len: 64,
+                    base_to: 0,
+                    access: Access::LOCAL_WRITE,
+                },
+            ),
+        )
+        .unwrap();
+    p.b.core
+        .post_send(qb, send_wr(2, SendOp::Send, &[(f1, 0, 128)]))
+        .unwrap();
+    p.run_until(5000, |p| {
+        p.b.completions.len() == 2 && remote_term(&p.a.events, qa).is_some()
+    });
+    let st: Vec<_> =
+        p.b.take_completions()
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect();
+    assert_eq!(
+        st,
+        vec![(1, WcStatus::Success), (2, WcStatus::LocalProtection)]
+    );
+    assert_eq!(p.b.core.qp_state(qb).unwrap(), QpState::Error);
+    assert_eq!(read_region(&ra, 0, 128), vec![0; 128], "nothing was placed");
 }

@@ -1005,9 +1005,10 @@ pub(crate) fn failure_event(error: &wv::ConnError) -> (rdma_cm_event_type, c_int
         C::NeighborUnresolved => (RDMA_CM_EVENT_CONNECT_ERROR, -EHOSTUNREACH),
         // A malformed or unacceptable Reply, no common RTR or IRD, a Terminate: a protocol
         // failure (cxgb4's -EPROTO for a bad Reply).
-        C::Negotiation { .. } | C::LocalTerminate(_) | C::RemoteTerminate(_) => {
-            (RDMA_CM_EVENT_CONNECT_ERROR, -EPROTO)
-        }
+        C::Negotiation { .. }
+        | C::LocalTerminate(_)
+        | C::LocalOperation { .. }
+        | C::RemoteTerminate(_) => (RDMA_CM_EVENT_CONNECT_ERROR, -EPROTO),
         C::CqOverrun => (RDMA_CM_EVENT_CONNECT_ERROR, -crate::EIO),
     }
 }

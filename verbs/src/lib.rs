@@ -1318,7 +1318,10 @@ pub struct QpInit {
     /// the peer gets a local catastrophic Terminate and the queue pair goes to the error
     /// state, the requests behind it flushed; an SGE of no octets is then passed over, as
     /// the providers pass it. Memory is looked up and bounds-checked where it is touched
-    /// either way.
+    /// either way. With the check, the new STag of a fast registration posted before
+    /// ([`QueuePair::post_fast_reg`], not run yet) is accepted as a send request's local
+    /// key and checked when that request runs, as with `false` (the send queue runs the
+    /// registration first, as in an `IBV_WR_REG_MR` then `IBV_WR_SEND` chain).
     pub sges_checked_at_post: bool,
 }
 
@@ -1703,8 +1706,10 @@ impl QueuePair {
     /// [`QueuePair::post_bind_mw_with`] under the key `key` (`Some`: the low eight bits of
     /// the new STag the caller chose, as `IBV_WR_BIND_MW`'s `rkey`: the verbs leave the key
     /// to the consumer, who advances it with `ibv_inc_rkey` from the rkey it holds; `None`:
-    /// the key after the last bind posted). A key the window has now is refused when the
-    /// bind runs or at once ([`MemError::SameKey`]).
+    /// the key after the last bind posted). The key the window has when the bind runs is
+    /// refused then ([`MemError::SameKey`]: the completion's status is
+    /// [`WcStatus::MwBind`], the QP's error event names the cause), not at post: the binds
+    /// queued before this one may change the window's key first.
     #[allow(clippy::too_many_arguments)]
     pub fn post_bind_mw_with_key(
         &self,

@@ -582,3 +582,65 @@ fn dropping_a_handle_with_queued_requests_frees_it() {
     // Nothing keeps the region registered.
     smr.deregister().unwrap();
 }
+
+/// ibverbs: `IBV_WR_REG_MR` then a Send through its new key, posted together, is valid:
+/// the send queue runs the registration first. With local keys checked at post (the
+/// default), the Send was refused ([`Error::SgeInvalidStag`]) because the registration had
+/// not run yet (the server's core runs only when the test runs it, so neither had). A key
+/// no registration was posted for is still refused at post.
+#[test]
+fn a_send_through_a_fast_registration_posted_before_it() {
+    let (da, db) = link_pair(&LinkConfig::default());
+    let mut cs = Config::new(db, [10, 0, 0, 2]);
+    cs.drive = Drive::Caller;
+    let server = Context::open(cs).unwrap();
+    let client = Context::open(Config::new(da, [10, 0, 0, 1])).unwrap();
+    let spd = server.alloc_pd();
+    let scq = server.create_cq(64).unwrap();
+    server.listen(7416, &MpaParams::default()).unwrap();
+    let cpd = client.alloc_pd();
+    let ccq = client.create_cq(64).unwrap();
+    let cmr = cpd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let sqp = spd.create_qp(&QpInit::new(&scq, &scq)).unwrap();
+    let cqp = cpd.create_qp(&QpInit::new(&ccq, &ccq)).unwrap();
+    cqp.post_recv(&RecvWr::new(9, &[cmr.sge(0, 64)]).unwrap())
+        .unwrap();
+    common::connect_accept(&server, &sqp, &client, &cqp, 7416);
+    let t0 = std::time::Instant::now();
+    while sqp.state() != QpState::Rts {
+        server.progress();
+        assert!(t0.elapsed() < T);
+    }
+    let smr = spd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    smr.write(128, b"through the new key").unwrap();
+    let fr = spd.alloc_fast_reg().unwrap();
+    let stale = fr.stag() ^ 0x5A;
+    let f1 = sqp
+        .post_fast_reg(1, &fr, &smr, 128, 64, Access::LOCAL_WRITE)
+        .unwrap();
+    let sge = |stag| Sge {
+        stag,
+        to: 0,
+        len: 19,
+    };
+    assert!(matches!(
+        sqp.post_send(&SendWr::new(3, SendOp::Send, &[sge(stale)]).unwrap()),
+        Err(Error::SgeInvalidStag)
+    ));
+    sqp.post_send(&SendWr::new(2, SendOp::Send, &[sge(f1)]).unwrap())
+        .expect("valid once the registration before it ran");
+    let mut done = Vec::new();
+    while done.len() < 2 {
+        server.progress();
+        if let Some(c) = scq.poll_one() {
+            done.push((c.wr_id, c.status));
+        }
+        assert!(t0.elapsed() < 2 * T, "{done:?}");
+    }
+    assert_eq!(done, vec![(1, WcStatus::Success), (2, WcStatus::Success)]);
+    let c = ccq.wait(T).unwrap();
+    assert_eq!((c.wr_id, c.status, c.byte_len), (9, WcStatus::Success, 19));
+    let mut got = [0u8; 19];
+    cmr.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"through the new key");
+}

@@ -42,6 +42,7 @@ impl Qp {
             rfc7306: true,
             sges_at_post: true,
             tx_fault: None,
+            tx_fault_cause: None,
         }
     }
 

@@ -9,23 +9,29 @@
 //! FPDUs sent from registered memory are not acknowledged yet (module `txrec`). What does
 //! not depend on STag states is checked at post time ([`check_local_op`]), with a typed
 //! error; what does (a fast registration of an STag still valid, a bind whose region was
-//! deregistered meanwhile) fails at execution: the request completes with
-//! [`WcStatus::MwBind`] (a bind) or [`WcStatus::LocalProtection`] (a fast registration or
-//! Local Invalidate) and the QP goes to the error state as for any request
+//! deregistered meanwhile, a new key the STag has then) fails at execution: the request
+//! completes with [`WcStatus::MwBind`] (a bind) or [`WcStatus::LocalProtection`] (a fast
+//! registration or Local Invalidate) and the QP goes to the error state as for any request
 //! that fails locally (a Terminate "local catastrophic" to the peer, later requests
-//! flushed), as in the verbs, where a failed bind moves the QP to the error state.
+//! flushed), as in the verbs, where a failed bind moves the QP to the error state. The
+//! QP's error event names the request and the cause ([`ConnError::LocalOperation`]).
+//! A fast registration's new STag is a local key for the requests posted behind it
+//! ([`MrTable::note_fast_reg_posted`], `validate::check_sge_posted`).
 
 use warpcore_proto::error::{ProtocolError, RdmapError};
 
 use super::Qp;
+use crate::cm::ConnError;
 use crate::error::EngineError;
 use crate::mem::{MemError, MrTable, PdId, Stag};
-use crate::wr::{SendOp, SendWr, WcStatus};
+use crate::wr::{SendOp, SendWr, WcOpcode, WcStatus};
 
 /// Post-time checks of a local operation (see the module documentation). A bind or fast
 /// registration names its window or STag as allocated, whatever its key now (the requests
-/// queued before this one may rebind or re-register it under a new key before it runs); a
-/// Local Invalidate names a key, but is checked by its slot for the same reason.
+/// queued before this one may rebind or re-register it under a new key before it runs),
+/// and its new key is not compared with the current one for the same reason (checked when
+/// it runs: [`MemError::SameKey`]); a Local Invalidate names a key, but is checked by its
+/// slot for the same reason.
 pub(super) fn check_local_op(pd: PdId, mrs: &MrTable, wr: &SendWr) -> Result<(), EngineError> {
     if !wr.sges.as_slice().is_empty() {
         return Err(EngineError::TooManySges);
@@ -47,16 +53,20 @@ pub(super) fn check_local_op(pd: PdId, mrs: &MrTable, wr: &SendWr) -> Result<(),
             len,
             base_to,
             access,
-        } => mrs.check_fast_reg(
-            Stag(stag),
-            new_key,
-            Stag(mr),
-            pd,
-            mr_to,
-            len,
-            base_to,
-            access,
-        ),
+        } => mrs
+            .check_fast_reg(
+                Stag(stag),
+                new_key,
+                Stag(mr),
+                pd,
+                mr_to,
+                len,
+                base_to,
+                access,
+            )
+            // Its new STag is a local key for the requests posted behind it
+            // (`validate::check_sge_posted`).
+            .inspect(|()| mrs.note_fast_reg_posted(Stag(stag), new_key)),
         SendOp::LocalInvalidate { stag } => match mrs.slot_info(Stag(stag)) {
             None => Err(MemError::InvalidStag),
             Some((_, p)) if p != pd => Err(MemError::WrongPd),
@@ -160,6 +170,12 @@ impl Qp {
                 break;
             }
             let result = execute(mrs, self.pd, self.stream, &e.wr.op);
+            let wr_id = e.wr.wr_id;
+            let opcode = match e.wr.op {
+                SendOp::BindMw { .. } => WcOpcode::BindMw,
+                SendOp::FastReg { .. } => WcOpcode::FastReg,
+                _ => WcOpcode::LocalInvalidate,
+            };
             let seq = self.sq_next_seq;
             self.sq_next_seq += 1;
             any = true;
@@ -171,7 +187,15 @@ impl Qp {
             if let Some(e) = self.entry_mut(seq) {
                 e.status = Some(status);
             }
-            if result.is_err() {
+            if let Err(cause) = result {
+                // The verbs' status names no cause: the QP's error event does
+                // (`ConnError::LocalOperation`), the Terminate the peer gets is local
+                // catastrophic (RDMAP-7.1-1, RDMAP-7.1-3).
+                self.tx_fault_cause = Some(ConnError::LocalOperation {
+                    wr_id,
+                    opcode,
+                    cause,
+                });
                 self.tx_fault = Some(ProtocolError::Rdmap(RdmapError::LocalCatastrophic));
                 break;
             }

@@ -226,7 +226,11 @@ impl Qp {
         let Some(err) = self.tx_fault.take() else {
             return false;
         };
-        self.fail_local(err, None, ctx);
+        let reason = self
+            .tx_fault_cause
+            .take()
+            .unwrap_or(ConnError::LocalTerminate(err));
+        self.fail_local_because(err, None, ctx, reason);
         true
     }
 

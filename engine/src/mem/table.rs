@@ -7,7 +7,7 @@ use core::fmt;
 use core::hash::{BuildHasher, Hasher};
 use core::marker::PhantomData;
 use core::ptr;
-use core::sync::atomic::{fence, AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::{fence, AtomicU16, AtomicU64, AtomicU8, Ordering};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -169,7 +169,14 @@ struct Slot {
     chk_base: AtomicU64,
     chk_len: AtomicU64,
     chk_access: AtomicU8,
+    /// A fast-registration STag's key of the last Fast-Register work request posted for
+    /// it ([`POSTED`] `|` key; 0: none, or its registration was invalidated since): a
+    /// local key that requests posted behind it may name ([`MrTable::fast_reg_posted`]).
+    posted_key: AtomicU16,
 }
+
+/// [`Slot::posted_key`]'s flag: a key is recorded.
+const POSTED: u16 = 0x100;
 
 // SAFETY: the UnsafeCells are accessed according to the protocol in the module
 // documentation: `meta` and `region` are written only by the one thread that owns the
@@ -268,6 +275,7 @@ impl MrTable {
                     chk_base: AtomicU64::new(0),
                     chk_len: AtomicU64::new(0),
                     chk_access: AtomicU8::new(0),
+                    posted_key: AtomicU16::new(0),
                 }
             })
             .collect();
@@ -697,6 +705,13 @@ impl MrTable {
             }
         };
         Self::publish(slot, INVALID, stag.key());
+        // No request posted from now on may name this key as a pending registration's.
+        let _ = slot.posted_key.compare_exchange(
+            POSTED | u16::from(stag.key()),
+            0,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
         drop(old);
         Ok(None)
     }
@@ -845,6 +860,7 @@ impl MrTable {
             Self::mirror_info(slot, &*slot.meta.get(), Some(info_word(kind, pd, key)));
             *slot.region.get() = None;
         }
+        slot.posted_key.store(0, Ordering::Relaxed);
         let _ = slot
             .word
             .fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
@@ -1000,9 +1016,12 @@ impl MrTable {
 
     /// The checks of a bind that do not depend on the window's state (done again by
     /// [`MrTable::bind_mw`]): `mw` names an allocated window of `pd` (by the STag its
-    /// allocation returned), `new_key` is not its current key, `access` only remote rights
-    /// (write and atomic need a region with local write, as `ibv_bind_mw` does), `mr` an
-    /// ordinary region of `pd` with [`Access::MW_BIND`] containing `[to, to + len)`.
+    /// allocation returned), `access` only remote rights (write and atomic need a region
+    /// with local write, as `ibv_bind_mw` does), `mr` an ordinary region of `pd` with
+    /// [`Access::MW_BIND`] containing `[to, to + len)`. Not `new_key`: the window's key
+    /// when the bind runs is the one the binds queued before it leave, not its key now
+    /// (a key it has now may be free by then, one it has not may be taken), so only
+    /// [`MrTable::bind_mw`] refuses the same key ([`MemError::SameKey`]).
     #[allow(clippy::too_many_arguments)]
     pub fn check_bind(
         &self,
@@ -1014,7 +1033,8 @@ impl MrTable {
         len: u64,
         access: Access,
     ) -> Result<(), MemError> {
-        self.bind_source(mw, new_key, mr, pd, to, len, access)
+        let _ = new_key;
+        self.bind_source(mw, None, mr, pd, to, len, access)
             .map(|_| ())
     }
 
@@ -1022,7 +1042,7 @@ impl MrTable {
     fn bind_source(
         &self,
         mw: Stag,
-        new_key: u8,
+        new_key: Option<u8>,
         mr: Stag,
         pd: PdId,
         to: u64,
@@ -1036,7 +1056,7 @@ impl MrTable {
         if wpd != pd {
             return Err(MemError::WrongPd);
         }
-        if key_of(w) == new_key {
+        if new_key == Some(key_of(w)) {
             return Err(MemError::SameKey);
         }
         if !Access::WINDOW_RIGHTS.contains(access) {
@@ -1075,7 +1095,7 @@ impl MrTable {
         access: Access,
         stream: Option<StreamId>,
     ) -> Result<Stag, MemError> {
-        let (ty, g, off, len) = self.bind_source(mw, new_key, mr, pd, to, len, access)?;
+        let (ty, g, off, len) = self.bind_source(mw, Some(new_key), mr, pd, to, len, access)?;
         let stream = stream.unwrap_or(0);
         if ty == MwType::Type2 && stream == 0 {
             return Err(MemError::NoQueuePair);
@@ -1121,7 +1141,9 @@ impl MrTable {
     }
 
     /// The checks of a fast registration that do not depend on the STag's state (done
-    /// again by [`MrTable::fast_register`]).
+    /// again by [`MrTable::fast_register`]). Not `new_key`, as [`MrTable::check_bind`]
+    /// does not check a bind's: the key the STag has when the registration runs is the one
+    /// the requests queued before it leave.
     #[allow(clippy::too_many_arguments)]
     pub fn check_fast_reg(
         &self,
@@ -1134,15 +1156,39 @@ impl MrTable {
         base_to: u64,
         access: Access,
     ) -> Result<(), MemError> {
-        self.fast_reg_source(stag, new_key, mr, pd, mr_to, len, base_to, access)
+        let _ = new_key;
+        self.fast_reg_source(stag, None, mr, pd, mr_to, len, base_to, access)
             .map(|_| ())
+    }
+
+    /// Records that a Fast-Register work request for the fast-registration STag allocated
+    /// as `alloc` was posted under the new key `new_key` (after [`MrTable::check_fast_reg`]
+    /// accepted it): the requests posted behind it on its send queue may name the new STag
+    /// as a local key although it is not valid yet ([`MrTable::fast_reg_posted`]).
+    pub fn note_fast_reg_posted(&self, alloc: Stag, new_key: u8) {
+        if let Some((slot, _, StagKind::FastReg, _)) = self.allocation(alloc) {
+            slot.posted_key
+                .store(POSTED | u16::from(new_key), Ordering::Relaxed);
+        }
+    }
+
+    /// Whether `stag` is the new STag of the last Fast-Register work request posted for a
+    /// fast-registration STag of `pd` ([`MrTable::note_fast_reg_posted`]) that was not
+    /// invalidated since. A send queue request posted behind that registration runs after
+    /// it (ibverbs: `IBV_WR_REG_MR` then a Send through its key, in one chain), so its
+    /// local keys are checked against the table when it runs, not when it is posted; a key
+    /// that is not a posted registration's is no valid local key at post.
+    pub fn fast_reg_posted(&self, stag: Stag, pd: PdId) -> bool {
+        self.slot_of(stag).is_some_and(|slot| {
+            slot.posted_key.load(Ordering::Relaxed) == POSTED | u16::from(stag.key())
+        }) && self.slot_info(stag) == Some((StagKind::FastReg, pd))
     }
 
     #[allow(clippy::too_many_arguments)]
     fn fast_reg_source(
         &self,
         stag: Stag,
-        new_key: u8,
+        new_key: Option<u8>,
         mr: Stag,
         pd: PdId,
         mr_to: u64,
@@ -1157,7 +1203,7 @@ impl MrTable {
         if spd != pd {
             return Err(MemError::WrongPd);
         }
-        if key_of(w) == new_key {
+        if new_key == Some(key_of(w)) {
             return Err(MemError::SameKey);
         }
         if !access.is_valid_for_registration() || access.contains(Access::MW_BIND) {
@@ -1197,7 +1243,7 @@ impl MrTable {
         access: Access,
     ) -> Result<Stag, MemError> {
         let (g, off, len) =
-            self.fast_reg_source(stag, new_key, mr, pd, mr_to, len, base_to, access)?;
+            self.fast_reg_source(stag, Some(new_key), mr, pd, mr_to, len, base_to, access)?;
         let still_valid = || {
             self.allocation(stag)
                 .is_some_and(|(_, w, _, _)| state_of(w) == VALID)

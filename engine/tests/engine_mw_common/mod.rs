@@ -78,11 +78,15 @@ pub fn remote_term(events: &[CmEvent], qp: QpId) -> Option<(u8, u8, u8)> {
     })
 }
 
-/// Whether `qp` reported an error it detected itself (it sent the Terminate).
+/// Whether `qp` reported an error it detected itself (it sent the Terminate; a failed
+/// local operation is reported with its cause).
 pub fn local_term(events: &[CmEvent], qp: QpId) -> bool {
-    events.iter().any(
-        |e| matches!(e, CmEvent::Error { qp: q, error: ConnError::LocalTerminate(_) } if *q == qp),
-    )
+    events.iter().any(|e| {
+        matches!(e, CmEvent::Error {
+            qp: q,
+            error: ConnError::LocalTerminate(_) | ConnError::LocalOperation { .. },
+        } if *q == qp)
+    })
 }
 
 /// Runs until A's `qa` received a Terminate and B's `qb` reported sending it; returns the

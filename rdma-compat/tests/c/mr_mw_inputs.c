@@ -19,6 +19,10 @@
  *   rkey unchanged. (Before, the flag was dropped and the window bound at the region's
  *   addresses: a peer sending offsets got remote access errors.) A bind without it still
  *   works on the same QP.
+ * - ibv_post_send(3) IBV_WR_BIND_MW: the new rkey is checked when the bind executes, in
+ *   send queue order, so a chain that binds the window under rkey + 1 and then back under
+ *   the rkey it has at post time binds twice. (Before, the second was refused at post,
+ *   EPERM, judged against the window's key before the first had run.)
  *   mr_mw_inputs -s ADDR PORT   server: accepts one connection, waits 5 s
  *   mr_mw_inputs -c ADDR PORT   client: the checks
  */
@@ -146,6 +150,36 @@ static int client(const char *a, const char *p)
 	EXPECT(r == EINVAL && bad == &b && mw2->rkey == chosen,
 	       "ibv_post_send(3): IBV_WR_BIND_MW with an rkey of another window's index is EINVAL (got %d: %s)", r,
 	       r ? strerror(r) : "posted");
+	/* Two binds of the window in one chain, the second back under the rkey the
+	 * window has when they are posted: valid, since the first runs before it and leaves
+	 * another key (ibv_post_send(3): the adapter checks the new rkey when it executes the
+	 * bind). Before, the second was refused at post (EPERM, the table's "same key" against
+	 * the window's key at post time), though it would have succeeded. */
+	struct ibv_send_wr b2 = b;
+	b.wr_id = 17;
+	b.bind_mw.rkey = (chosen & ~0xFFu) | ((chosen + 1) & 0xFFu);
+	b.next = &b2;
+	b2.wr_id = 18;
+	b2.bind_mw.rkey = chosen;
+	b2.send_flags = IBV_SEND_SIGNALED;
+	b2.next = NULL;
+	bad = NULL;
+	r = ibv_post_send(id->qp, &b, &bad);
+	b.next = NULL;
+	struct ibv_wc wcs[2];
+	n = 0;
+	for (int i = 0; !r && n < 2 && i < 200; i++) {
+		int got = ibv_poll_cq(id->send_cq, 2 - n, wcs + n);
+		n += got > 0 ? got : 0;
+		if (n < 2)
+			usleep(10000);
+	}
+	EXPECT(r == 0 && n == 2 && wcs[0].wr_id == 17 && wcs[0].status == IBV_WC_SUCCESS && wcs[1].wr_id == 18 &&
+		       wcs[1].status == IBV_WC_SUCCESS && mw2->rkey == chosen,
+	       "ibv_post_send(3): IBV_WR_BIND_MW to rkey+1 then back to the rkey, chained, both bound (got %d: %s, "
+	       "%d completions, %s / %s, rkey %#x)",
+	       r, r ? strerror(r) : "posted", n, n > 0 ? ibv_wc_status_str(wcs[0].status) : "-",
+	       n > 1 ? ibv_wc_status_str(wcs[1].status) : "-", mw2->rkey);
 	inv.wr_id = 16;
 	inv.invalidate_rkey = mw2->rkey;
 	if (ibv_post_send(id->qp, &inv, &bad))

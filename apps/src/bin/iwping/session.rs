@@ -94,9 +94,9 @@ enum Got {
 
 fn describe(e: &ConnError) -> Failure {
     match e {
-        ConnError::RemoteTerminate(_) | ConnError::LocalTerminate(_) => {
-            Failure::Terminated(e.to_string())
-        }
+        ConnError::RemoteTerminate(_)
+        | ConnError::LocalTerminate(_)
+        | ConnError::LocalOperation { .. } => Failure::Terminated(e.to_string()),
         ConnError::Negotiation { .. } => Failure::Rejected(e.to_string()),
         ConnError::TcpReset
         | ConnError::TcpTimedOut
