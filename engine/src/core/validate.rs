@@ -259,11 +259,22 @@ pub(super) fn check_sges(
 /// without the right, its registration failed or invalidated) with
 /// [`WcStatus::LocalProtection`](crate::WcStatus::LocalProtection), a local catastrophic
 /// Terminate and the QP in the error state, as for a region deregistered under a request.
-#[inline]
+#[inline(always)]
 fn check_sge_posted(mrs: &MrTable, pd: PdId, s: &Sge, write: bool) -> Result<(), EngineError> {
     match check_sge(mrs, pd, s, write) {
-        Err(EngineError::SgeInvalidStag) if mrs.fast_reg_posted(Stag(s.stag), pd) => Ok(()),
-        r => r,
+        Ok(()) => Ok(()),
+        Err(e) => posted_fast_reg_or(mrs, pd, s, e),
+    }
+}
+
+/// [`check_sge_posted`]'s refusal `e`, unless it is a posted fast registration's key (off
+/// the path of a valid key).
+#[cold]
+#[inline(never)]
+fn posted_fast_reg_or(mrs: &MrTable, pd: PdId, s: &Sge, e: EngineError) -> Result<(), EngineError> {
+    match e {
+        EngineError::SgeInvalidStag if mrs.fast_reg_posted(Stag(s.stag), pd) => Ok(()),
+        e => Err(e),
     }
 }
 
