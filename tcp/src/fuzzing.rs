@@ -3,8 +3,9 @@
 //! The input drives one [`crate::Stack`] (Warpcore's TCP) over a scripted device, with the
 //! fuzzer playing the peer at 198.18.0.2: segments with arbitrary flags, sequence and
 //! acknowledgement numbers (mostly near the live window, sometimes anywhere), windows,
-//! options and payload lengths, sent to a listener, to an active connection or to no
-//! connection at all; raw frames; the clock moving on; and the local user sending,
+//! options (SACK options of four blocks among them, as a peer without timestamps sends
+//! them, RFC 2018 3) and payload lengths, sent to a listener, to an active connection or to
+//! no connection at all; raw frames; the clock moving on; and the local user sending,
 //! reading, closing, aborting and releasing.
 //!
 //! Invariants checked after every step (a violation panics, failing the run):
@@ -117,6 +118,8 @@ enum Target {
 #[derive(Debug, Arbitrary)]
 struct Seg {
     target: Target,
+    /// The control (`flags % 8`, `build`); bit 7 asks for a fourth SACK block
+    /// (`with_fourth_sack_block`).
     flags: u8,
     /// Relative to the peer's next octet (small), or an absolute number.
     seq: Num,
@@ -239,7 +242,8 @@ fn build(seg: &Seg, side: &Side, dst_port: u16, src_port: u16) -> (TcpRepr<'stat
         }
     }
     // Options as a real peer sends them: MSS, window scale and SACK-permitted only on a SYN,
-    // SACK blocks only on others (more would not fit the 40 octets of TCP options).
+    // SACK blocks only on others (more would not fit the 40 octets of TCP options; a
+    // fourth block is added to the frame where `Seg::flags` asks, `with_fourth_sack_block`).
     let syn = control == TcpControl::Syn;
     let repr = TcpRepr {
         src_port,
@@ -325,6 +329,37 @@ fn frame(repr: &TcpRepr<'_>, payload: &[u8]) -> Vec<u8> {
         &caps,
     );
     f
+}
+
+/// Adds a fourth block to the SACK option of `f` (the frame of `repr`), as a peer without
+/// timestamps sends four (RFC 2018 3: 40 octets of options hold them; smoltcp's writer
+/// stops at three): the range after the third block, as long as it. Only for a segment with
+/// three blocks, no timestamps and no other option (`build` gives a non-SYN segment none);
+/// any other frame stays as it is.
+fn with_fourth_sack_block(f: &mut Vec<u8>, repr: &TcpRepr<'_>) {
+    let Some((l, r)) = repr.sack_ranges[2] else {
+        return;
+    };
+    if repr.timestamp.is_some() || repr.control == TcpControl::Syn {
+        return;
+    }
+    let tcp = 14 + 20;
+    let hl = usize::from(f[tcp + 12] >> 4) * 4;
+    // The SACK option of three blocks first, as smoltcp writes it, then padding.
+    if hl != 48 || f[tcp + 20..tcp + 22] != [5, 26] {
+        return;
+    }
+    let blocks = f[tcp + 22..tcp + 46].to_vec();
+    let payload = f.split_off(tcp + hl);
+    f.truncate(tcp + 20);
+    f.extend_from_slice(&[1, 1, 5, 34]);
+    f.extend_from_slice(&blocks);
+    f.extend_from_slice(&r.to_be_bytes());
+    f.extend_from_slice(&r.wrapping_add(r.wrapping_sub(l)).to_be_bytes());
+    f[tcp + 12] = (56 / 4) << 4 | (f[tcp + 12] & 0x0f);
+    f.extend_from_slice(&payload);
+    let ip_len = (f.len() - 14) as u16;
+    f[14 + 2..14 + 4].copy_from_slice(&ip_len.to_be_bytes());
 }
 
 /// Checks one frame the stack sent and updates what the peer knows.
@@ -503,7 +538,11 @@ fn run(data: &[u8]) -> Vec<Shown> {
                             + u64::from(repr.control == TcpControl::Syn),
                     );
                 }
-                stack.device_mut().rx.push_back(frame(&repr, &payload));
+                let mut f = frame(&repr, &payload);
+                if seg.flags & 0x80 != 0 {
+                    with_fourth_sack_block(&mut f, &repr);
+                }
+                stack.device_mut().rx.push_back(f);
             }
             Op::PeerOpen(which) => {
                 let (side, dst, src) = if which {
