@@ -876,9 +876,9 @@ impl QpShared {
     /// `WcStatus::LocalProtection`, the stream ends with a local catastrophic Terminate
     /// (0/0/FF) and the queue pair goes to the error state, the requests behind it
     /// flushed. An SGE of no octets is not checked then, as the providers pass it over.
-    /// On: a send queue request's key that is the new STag of a fast registration posted
-    /// before it (not valid yet) passes at post and is checked when it runs, as above (the
-    /// send queue runs the registration first).
+    /// On: a send queue request naming the new STag of a fast registration posted before
+    /// it, not run yet, is refused at post (`EngineError::SgeInvalidStag`: the key is not
+    /// valid yet); off, it is checked when it starts, after the registration ran.
     /// Either way the engine looks every key up again, guarded, where it touches the
     /// memory: the check at post is for the caller's sake, not the memory's.
     pub fn sges_checked_at_post(&self) -> bool {

@@ -22,12 +22,31 @@ fn bind_op(mw: Stag, mr: Stag, to: u64, len: u64, access: Access) -> SendOp {
 
 /// A bind of window `mw` (named as allocated) whose current STag is `cur`: the next key.
 fn rebind_op(mw: Stag, cur: Stag, mr: Stag, to: u64, len: u64, access: Access) -> SendOp {
+    keyed_bind_op(mw, cur.key().wrapping_add(1), mr, to, len, access)
+}
+
+/// A bind of window `mw` (named as allocated) under `new_key`.
+fn keyed_bind_op(mw: Stag, new_key: u8, mr: Stag, to: u64, len: u64, access: Access) -> SendOp {
     SendOp::BindMw {
         mw: mw.0,
-        new_key: cur.key().wrapping_add(1),
+        new_key,
         mr: mr.0,
         to,
         len,
+        access,
+    }
+}
+
+/// A fast registration of `fr` (named as allocated) under `new_key`: `len` octets of
+/// region `mr` from `mr_to`, at tagged offset 0.
+fn fast_reg_op(fr: Stag, new_key: u8, mr: Stag, mr_to: u64, len: u64, access: Access) -> SendOp {
+    SendOp::FastReg {
+        stag: fr.0,
+        new_key,
+        mr: mr.0,
+        mr_to,
+        len,
+        base_to: 0,
         access,
     }
 }
@@ -1017,30 +1036,12 @@ fn a_key_freed_by_a_queued_request_is_not_refused_at_post() {
     p.b.core
         .post_send(
             qb,
-            op_wr(
-                2,
-                SendOp::BindMw {
-                    mw: mw.0,
-                    new_key: mw.key(),
-                    mr: mr.0,
-                    to: 0,
-                    len: 64,
-                    access: WINDOW_ALL,
-                },
-            ),
+            op_wr(2, keyed_bind_op(mw, mw.key(), mr, 0, 64, WINDOW_ALL)),
         )
         .expect("valid once the bind before it ran");
     // A fast registration under k + 1, its Local Invalidate, a registration under k.
     let fr = p.b.mrs.alloc_fast_reg(PD).unwrap();
-    let fr_op = |key: u8| SendOp::FastReg {
-        stag: fr.0,
-        new_key: key,
-        mr: mr.0,
-        mr_to: 0,
-        len: 64,
-        base_to: 0,
-        access: Access::REMOTE_READ,
-    };
+    let fr_op = |key: u8| fast_reg_op(fr, key, mr, 0, 64, Access::REMOTE_READ);
     p.b.core
         .post_send(qb, op_wr(3, fr_op(fr.key().wrapping_add(1))))
         .unwrap();
@@ -1063,17 +1064,7 @@ fn a_key_freed_by_a_queued_request_is_not_refused_at_post() {
     p.b.core
         .post_send(
             qb,
-            op_wr(
-                6,
-                SendOp::BindMw {
-                    mw: mw.0,
-                    new_key: mw.key(),
-                    mr: mr.0,
-                    to: 0,
-                    len: 64,
-                    access: WINDOW_ALL,
-                },
-            ),
+            op_wr(6, keyed_bind_op(mw, mw.key(), mr, 0, 64, WINDOW_ALL)),
         )
         .unwrap();
     let c = wait_completion(p, true, 6, WcOpcode::BindMw);
@@ -1093,106 +1084,4 @@ fn a_key_freed_by_a_queued_request_is_not_refused_at_post() {
             )
         })
     });
-}
-
-/// A fast registration's new STag is a local key for the requests posted behind it,
-/// though it is not valid yet when they are posted (verbs: `IBV_WR_REG_MR` then a Send
-/// through its key in one `ibv_post_send` chain; the send queue runs them in order). A
-/// key no registration was posted for is still refused at post.
-#[test]
-fn a_send_may_use_the_stag_of_a_fast_registration_queued_before_it() {
-    let mut p = Pair::default_pair();
-    let (qa, qb) = p.connect();
-    let (rb, mr) = p.b.region(4096, Access::LOCAL_WRITE);
-    let (ra, sa) = p.a.region(4096, all_access());
-    rb.write_at(256, &pattern(32, 7)).unwrap();
-    p.a.core.post_recv(qa, recv_wr(50, &[(sa, 0, 64)])).unwrap();
-    let fr = p.b.mrs.alloc_fast_reg(PD).unwrap();
-    let f1 = next(fr);
-    // Another key of the same STag was never posted for: refused, typed.
-    let stale = Stag::new(fr.index(), fr.key().wrapping_add(9));
-    assert_eq!(
-        p.b.core
-            .post_send(qb, send_wr(9, SendOp::Send, &[(stale, 0, 32)])),
-        Err(EngineError::SgeInvalidStag)
-    );
-    p.b.core
-        .post_send(
-            qb,
-            op_wr(
-                1,
-                SendOp::FastReg {
-                    stag: fr.0,
-                    new_key: f1.key(),
-                    mr: mr.0,
-                    mr_to: 256,
-                    len: 64,
-                    base_to: 0,
-                    access: Access::LOCAL_WRITE,
-                },
-            ),
-        )
-        .unwrap();
-    p.b.core
-        .post_send(qb, send_wr(2, SendOp::Send, &[(f1, 0, 32)]))
-        .expect("the key is valid when the Send runs");
-    let c = wait_completion(&mut p, false, 50, WcOpcode::Recv);
-    assert_eq!((c.status, c.byte_len), (WcStatus::Success, 32));
-    assert_eq!(read_region(&ra, 0, 32), pattern(32, 7));
-    p.run_until(5000, |p| p.b.completions.len() == 2);
-    assert!(p
-        .b
-        .take_completions()
-        .iter()
-        .all(|c| c.status == WcStatus::Success));
-}
-
-/// A request accepted at post through the key of a fast registration posted before it is
-/// judged when it runs: outside the registration it completes with a local protection
-/// error, nothing of it is sent, and the QP goes to the error state.
-#[test]
-fn a_send_outside_the_fast_registration_queued_before_it_fails_when_it_runs() {
-    let mut p = Pair::default_pair();
-    let (qa, qb) = p.connect();
-    let (_rb, mr) = p.b.region(4096, Access::LOCAL_WRITE);
-    let (ra, sa) = p.a.region(4096, all_access());
-    p.a.core
-        .post_recv(qa, recv_wr(50, &[(sa, 0, 256)]))
-        .unwrap();
-    let fr = p.b.mrs.alloc_fast_reg(PD).unwrap();
-    let f1 = next(fr);
-    p.b.core
-        .post_send(
-            qb,
-            op_wr(
-                1,
-                SendOp::FastReg {
-                    stag: fr.0,
-                    new_key: f1.key(),
-                    mr: mr.0,
-                    mr_to: 0,
-                    len: 64,
-                    base_to: 0,
-                    access: Access::LOCAL_WRITE,
-                },
-            ),
-        )
-        .unwrap();
-    p.b.core
-        .post_send(qb, send_wr(2, SendOp::Send, &[(f1, 0, 128)]))
-        .unwrap();
-    p.run_until(5000, |p| {
-        p.b.completions.len() == 2 && remote_term(&p.a.events, qa).is_some()
-    });
-    let st: Vec<_> =
-        p.b.take_completions()
-            .iter()
-            .map(|c| (c.wr_id, c.status))
-            .collect();
-    assert_eq!(
-        st,
-        vec![(1, WcStatus::Success), (2, WcStatus::LocalProtection)]
-    );
-    assert_eq!(p.b.core.qp_state(qb).unwrap(), QpState::Error);
-    assert_eq!(read_region(&ra, 0, 128), vec![0; 128], "nothing was placed");
 }

@@ -1318,10 +1318,12 @@ pub struct QpInit {
     /// the peer gets a local catastrophic Terminate and the queue pair goes to the error
     /// state, the requests behind it flushed; an SGE of no octets is then passed over, as
     /// the providers pass it. Memory is looked up and bounds-checked where it is touched
-    /// either way. With the check, the new STag of a fast registration posted before
-    /// ([`QueuePair::post_fast_reg`], not run yet) is accepted as a send request's local
-    /// key and checked when that request runs, as with `false` (the send queue runs the
-    /// registration first, as in an `IBV_WR_REG_MR` then `IBV_WR_SEND` chain).
+    /// either way. With the check, a send request naming the new STag of a fast
+    /// registration posted before it ([`QueuePair::post_fast_reg`]) that has not run yet is
+    /// refused ([`Error::SgeInvalidStag`]: the key is not valid yet); to post the two
+    /// together, as an `IBV_WR_REG_MR` then `IBV_WR_SEND` chain, turn it off (the drop-in
+    /// library does): the send request's keys are then checked when it starts, after the
+    /// registration ran.
     pub sges_checked_at_post: bool,
 }
 

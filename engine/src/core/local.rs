@@ -15,8 +15,6 @@
 //! that fails locally (a Terminate "local catastrophic" to the peer, later requests
 //! flushed), as in the verbs, where a failed bind moves the QP to the error state. The
 //! QP's error event names the request and the cause ([`ConnError::LocalOperation`]).
-//! A fast registration's new STag is a local key for the requests posted behind it
-//! ([`MrTable::note_fast_reg_posted`], `validate::check_sge_posted`).
 
 use warpcore_proto::error::{ProtocolError, RdmapError};
 
@@ -53,20 +51,16 @@ pub(super) fn check_local_op(pd: PdId, mrs: &MrTable, wr: &SendWr) -> Result<(),
             len,
             base_to,
             access,
-        } => mrs
-            .check_fast_reg(
-                Stag(stag),
-                new_key,
-                Stag(mr),
-                pd,
-                mr_to,
-                len,
-                base_to,
-                access,
-            )
-            // Its new STag is a local key for the requests posted behind it
-            // (`validate::check_sge_posted`).
-            .inspect(|()| mrs.note_fast_reg_posted(Stag(stag), new_key)),
+        } => mrs.check_fast_reg(
+            Stag(stag),
+            new_key,
+            Stag(mr),
+            pd,
+            mr_to,
+            len,
+            base_to,
+            access,
+        ),
         SendOp::LocalInvalidate { stag } => match mrs.slot_info(Stag(stag)) {
             None => Err(MemError::InvalidStag),
             Some((_, p)) if p != pd => Err(MemError::WrongPd),

@@ -61,7 +61,7 @@ fn validate_one_sge(
         return Err(EngineError::RemoteToWrap);
     }
     if shared.sges_checked_at_post() {
-        check_sge_posted(mrs, shared.pd, s, false)?;
+        check_sge(mrs, shared.pd, s, false)?;
     }
     if !shared.reserve_sq() {
         return Err(EngineError::QueueFull);
@@ -151,7 +151,7 @@ fn validate_send_checks(
     }
     if shared.sges_checked_at_post() {
         for s in sges {
-            check_sge_posted(mrs, shared.pd, s, is_read)?;
+            check_sge(mrs, shared.pd, s, is_read)?;
         }
     }
     if !shared.reserve_sq() {
@@ -248,34 +248,6 @@ pub(super) fn check_sges(
     sges.iter()
         .filter(|s| s.len != 0)
         .try_for_each(|s| check_sge(mrs, pd, s, write))
-}
-
-/// [`check_sge`] of a send queue request's SGE at post: a key refused as no valid STag
-/// passes if it is the new STag of a fast registration posted before (not yet run, or
-/// run since: [`MrTable::fast_reg_posted`]). The send queue runs that registration first
-/// (ibverbs: `IBV_WR_REG_MR`, then a Send through its new key in one `ibv_post_send`
-/// chain), so the key is judged when the request runs: the engine's guarded lookup where
-/// it touches the memory fails an SGE that is not valid then (outside the registration,
-/// without the right, its registration failed or invalidated) with
-/// [`WcStatus::LocalProtection`](crate::WcStatus::LocalProtection), a local catastrophic
-/// Terminate and the QP in the error state, as for a region deregistered under a request.
-#[inline(always)]
-fn check_sge_posted(mrs: &MrTable, pd: PdId, s: &Sge, write: bool) -> Result<(), EngineError> {
-    match check_sge(mrs, pd, s, write) {
-        Ok(()) => Ok(()),
-        Err(e) => posted_fast_reg_or(mrs, pd, s, e),
-    }
-}
-
-/// [`check_sge_posted`]'s refusal `e`, unless it is a posted fast registration's key (off
-/// the path of a valid key).
-#[cold]
-#[inline(never)]
-fn posted_fast_reg_or(mrs: &MrTable, pd: PdId, s: &Sge, e: EngineError) -> Result<(), EngineError> {
-    match e {
-        EngineError::SgeInvalidStag if mrs.fast_reg_posted(Stag(s.stag), pd) => Ok(()),
-        e => Err(e),
-    }
 }
 
 #[inline]

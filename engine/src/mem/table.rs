@@ -7,7 +7,7 @@ use core::fmt;
 use core::hash::{BuildHasher, Hasher};
 use core::marker::PhantomData;
 use core::ptr;
-use core::sync::atomic::{fence, AtomicU16, AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::{fence, AtomicU64, AtomicU8, Ordering};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -169,14 +169,7 @@ struct Slot {
     chk_base: AtomicU64,
     chk_len: AtomicU64,
     chk_access: AtomicU8,
-    /// A fast-registration STag's key of the last Fast-Register work request posted for
-    /// it ([`POSTED`] `|` key; 0: none, or its registration was invalidated since): a
-    /// local key that requests posted behind it may name ([`MrTable::fast_reg_posted`]).
-    posted_key: AtomicU16,
 }
-
-/// [`Slot::posted_key`]'s flag: a key is recorded.
-const POSTED: u16 = 0x100;
 
 // SAFETY: the UnsafeCells are accessed according to the protocol in the module
 // documentation: `meta` and `region` are written only by the one thread that owns the
@@ -275,7 +268,6 @@ impl MrTable {
                     chk_base: AtomicU64::new(0),
                     chk_len: AtomicU64::new(0),
                     chk_access: AtomicU8::new(0),
-                    posted_key: AtomicU16::new(0),
                 }
             })
             .collect();
@@ -705,13 +697,6 @@ impl MrTable {
             }
         };
         Self::publish(slot, INVALID, stag.key());
-        // No request posted from now on may name this key as a pending registration's.
-        let _ = slot.posted_key.compare_exchange(
-            POSTED | u16::from(stag.key()),
-            0,
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
         drop(old);
         Ok(None)
     }
@@ -860,7 +845,6 @@ impl MrTable {
             Self::mirror_info(slot, &*slot.meta.get(), Some(info_word(kind, pd, key)));
             *slot.region.get() = None;
         }
-        slot.posted_key.store(0, Ordering::Relaxed);
         let _ = slot
             .word
             .fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
@@ -1159,29 +1143,6 @@ impl MrTable {
         let _ = new_key;
         self.fast_reg_source(stag, None, mr, pd, mr_to, len, base_to, access)
             .map(|_| ())
-    }
-
-    /// Records that a Fast-Register work request for the fast-registration STag allocated
-    /// as `alloc` was posted under the new key `new_key` (after [`MrTable::check_fast_reg`]
-    /// accepted it): the requests posted behind it on its send queue may name the new STag
-    /// as a local key although it is not valid yet ([`MrTable::fast_reg_posted`]).
-    pub fn note_fast_reg_posted(&self, alloc: Stag, new_key: u8) {
-        if let Some((slot, _, StagKind::FastReg, _)) = self.allocation(alloc) {
-            slot.posted_key
-                .store(POSTED | u16::from(new_key), Ordering::Relaxed);
-        }
-    }
-
-    /// Whether `stag` is the new STag of the last Fast-Register work request posted for a
-    /// fast-registration STag of `pd` ([`MrTable::note_fast_reg_posted`]) that was not
-    /// invalidated since. A send queue request posted behind that registration runs after
-    /// it (ibverbs: `IBV_WR_REG_MR` then a Send through its key, in one chain), so its
-    /// local keys are checked against the table when it runs, not when it is posted; a key
-    /// that is not a posted registration's is no valid local key at post.
-    pub fn fast_reg_posted(&self, stag: Stag, pd: PdId) -> bool {
-        self.slot_of(stag).is_some_and(|slot| {
-            slot.posted_key.load(Ordering::Relaxed) == POSTED | u16::from(stag.key())
-        }) && self.slot_info(stag) == Some((StagKind::FastReg, pd))
     }
 
     #[allow(clippy::too_many_arguments)]
