@@ -201,9 +201,13 @@ impl Neighbors {
             Some(a) if a.failed(now) => Ask::Failed,
             known => {
                 // The round carried on: its requests' count (a stale one begins anew).
-                let tries = match known {
-                    Some(a) if now < a.at + RETRY + RETRY && a.tries < PROBES => a.tries + 1,
-                    _ => 1,
+                // A round restarted after a failure keeps that failure's instant while it
+                // carries on (`failed_at`: what waited through it still fails).
+                let (tries, after_failure) = match known {
+                    Some(a) if now < a.at + RETRY + RETRY && a.tries < PROBES => {
+                        (a.tries + 1, a.after_failure)
+                    }
+                    _ => (1, None),
                 };
                 let known = known.is_some();
                 // A full list is walked for requests past their retry only once one may be
@@ -241,7 +245,7 @@ impl Neighbors {
                         Asked {
                             at: now,
                             tries,
-                            after_failure: None,
+                            after_failure,
                         },
                     );
                     // Asked for (a refresh, negative advice): no victim while the answer
@@ -499,7 +503,9 @@ mod tests {
         assert_eq!(n.failed_at(IP, t0 + ms(3300)), Some(t0 + ms(3000)));
         assert_eq!(n.retry_at(IP, t0 + ms(3300)), Some(t0 + ms(4200)));
         assert_eq!(n.lookup(IP, t0 + ms(4200)), Lookup::Request);
+        assert_eq!(n.failed_at(IP, t0 + ms(4300)), Some(t0 + ms(3000)));
         assert_eq!(n.lookup(IP, t0 + ms(5200)), Lookup::Request);
+        assert_eq!(n.failed_at(IP, t0 + ms(5300)), Some(t0 + ms(3000)));
         // It fails in turn: its own failure now.
         assert_eq!(n.lookup(IP, t0 + ms(6200)), Lookup::Failed);
         assert_eq!(n.failed_at(IP, t0 + ms(6200)), Some(t0 + ms(6200)));
