@@ -304,38 +304,24 @@ fn a_segment_placed_in_place_ends_its_poll_and_the_reply_carries_the_ack() {
 /// An ACK already delayed when the delay is shortened on the live connection
 /// ([`Stack::set_nagle_and_ack_delay`]) leaves when the new delay ends, not the old one
 /// (RFC 1122 4.2.3.2: the delay bounds how long an ACK waits), and the host's next wakeup
-/// says so.
+/// says so; with the delay turned off, it leaves at the next poll.
 #[test]
-fn a_pending_delayed_ack_follows_a_shorter_delay() {
-    let (mut a, mut b, c, s, now) = connected_quiet(Duration::from_millis(100));
-    assert_eq!(b.send(s, b"hi"), Ok(2));
-    b.poll(now);
-    let before = sent(&a);
-    a.poll(now);
-    a.poll(now);
-    assert_eq!(sent(&a), before, "the ACK is delayed");
-    let short = Duration::from_millis(1);
-    assert_eq!(a.set_nagle_and_ack_delay(c, false, Some(short)), Ok(()));
-    assert!(
-        a.poll_at(now).is_some_and(|t| t <= now + short),
-        "a's next wakeup is by the new delay: {:?}",
-        a.poll_at(now)
-    );
-    delayed_ack_leaves_at((&mut a, &mut b, s), now, before, now + short);
-}
-
-/// An ACK already delayed when the delay is turned off on the live connection leaves at
-/// the next poll, not when the old delay would have ended.
-#[test]
-fn a_pending_delayed_ack_leaves_when_the_delay_is_turned_off() {
-    let (mut a, mut b, c, s, now) = connected_quiet(Duration::from_millis(100));
-    assert_eq!(b.send(s, b"hi"), Ok(2));
-    b.poll(now);
-    let before = sent(&a);
-    a.poll(now);
-    a.poll(now);
-    assert_eq!(sent(&a), before, "the ACK is delayed");
-    assert_eq!(a.set_nagle_and_ack_delay(c, false, None), Ok(()));
-    assert_eq!(a.poll_at(now), Some(now), "the ACK is due now");
-    delayed_ack_leaves_at((&mut a, &mut b, s), now, before, now);
+fn a_pending_delayed_ack_follows_a_shorter_or_no_delay() {
+    for new in [Some(Duration::from_millis(1)), None] {
+        let (mut a, mut b, c, s, now) = connected_quiet(Duration::from_millis(100));
+        assert_eq!(b.send(s, b"hi"), Ok(2));
+        b.poll(now);
+        let before = sent(&a);
+        a.poll(now);
+        a.poll(now);
+        assert_eq!(sent(&a), before, "the ACK is delayed");
+        assert_eq!(a.set_nagle_and_ack_delay(c, false, new), Ok(()));
+        let due = now + new.unwrap_or(Duration::ZERO);
+        assert!(
+            a.poll_at(now).is_some_and(|t| t <= due),
+            "{new:?}: a's next wakeup is by {due}: {:?}",
+            a.poll_at(now)
+        );
+        delayed_ack_leaves_at((&mut a, &mut b, s), now, before, due);
+    }
 }

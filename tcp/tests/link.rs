@@ -2137,31 +2137,43 @@ fn rfc1122_2_3_2_1_arp_requests_go_once_a_second_three_times_then_the_connect_fa
     );
 }
 
-/// A connect that comes while its next hop's last round is failed (the second after its
-/// third request went unanswered) is not failed at once, before any request of its own:
-/// it begins the next round at once (Linux starts probing a FAILED entry again for new
-/// traffic; the last request went a second before), and fails only once that round went
-/// unanswered too.
-#[test]
-fn a_connect_during_a_failed_arp_round_starts_the_next_round_at_once() {
+/// A connect to an address nobody answers ARP for at 0, a second one to it at
+/// `second_at` ms, an ARP request from another host reaching A at `wake_at` ms (if any):
+/// the first connect's id, the second's, A's ARP requests for the address (ms) and A's
+/// events with their times (ms), over 12 s.
+fn second_connect_to_an_absent_host(
+    second_at: i64,
+    wake_at: Option<i64>,
+) -> (
+    warpcore_tcp::ConnId,
+    warpcore_tcp::ConnId,
+    Vec<i64>,
+    Vec<(Event, i64)>,
+) {
     let (ea, mut silent) = link::pair(&LinkConfig::default());
     let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("stack a");
     let absent = Ipv4Address::new(198, 18, 0, 77);
+    let other = Ipv4Address::new(198, 18, 0, 50);
+    let other_mac = EthernetAddress([0x02, 0, 0, 0, 0, 0x50]);
     let first = a
         .connect((absent, 5000), None, &TcpTuning::default())
         .expect("connect");
     let mut second = None;
     let mut now = Instant::ZERO;
     let mut requests = Vec::new();
-    let mut failed = Vec::new();
+    let mut events = Vec::new();
     while now < Instant::from_secs(12) {
-        if now == Instant::from_millis(3500) {
+        if now == Instant::from_millis(second_at) {
+            // Marked for the transmit pass before the poll wakes the first.
             let c = a.connect((absent, 5001), None, &TcpTuning::default());
             second = Some(c.expect("second connect"));
         }
+        if wake_at.is_some_and(|w| now == Instant::from_millis(w)) {
+            inject(&mut silent, now, &arp_request_from(other, other_mac, IP_A));
+        }
         a.poll(now);
         while let Some(e) = a.next_event() {
-            failed.push((e, now.total_millis()));
+            events.push((e, now.total_millis()));
         }
         for f in drain(&mut silent, now) {
             if arp_request_target(&f) == Some(absent) {
@@ -2171,6 +2183,17 @@ fn a_connect_during_a_failed_arp_round_starts_the_next_round_at_once() {
         now += Duration::from_millis(10);
     }
     let second = second.expect("the second connect was made");
+    (first, second, requests, events)
+}
+
+/// A connect that comes while its next hop's last round is failed (the second after its
+/// third request went unanswered) is not failed at once, before any request of its own:
+/// it begins the next round at once (Linux starts probing a FAILED entry again for new
+/// traffic; the last request went a second before), and fails only once that round went
+/// unanswered too.
+#[test]
+fn a_connect_during_a_failed_arp_round_starts_the_next_round_at_once() {
+    let (first, second, requests, failed) = second_connect_to_an_absent_host(3500, None);
     assert_eq!(
         requests,
         vec![0, 1000, 2000, 3500, 4500, 5500],
@@ -2190,38 +2213,7 @@ fn a_connect_during_a_failed_arp_round_starts_the_next_round_at_once() {
 /// another address), failed as `NeighborUnreachable` before a single request of its own.
 #[test]
 fn a_connect_woken_during_a_failed_arp_round_starts_a_new_round() {
-    let (ea, mut silent) = link::pair(&LinkConfig::default());
-    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("stack a");
-    let absent = Ipv4Address::new(198, 18, 0, 77);
-    let other = Ipv4Address::new(198, 18, 0, 50);
-    let other_mac = EthernetAddress([0x02, 0, 0, 0, 0, 0x50]);
-    let first = a
-        .connect((absent, 5000), None, &TcpTuning::default())
-        .expect("connect");
-    let mut second = None;
-    let mut now = Instant::ZERO;
-    let mut requests = Vec::new();
-    let mut failed = Vec::new();
-    while now < Instant::from_secs(12) {
-        if now == Instant::from_millis(3500) {
-            let c = a.connect((absent, 5001), None, &TcpTuning::default());
-            second = Some(c.expect("second connect"));
-        }
-        if now == Instant::from_millis(3700) {
-            inject(&mut silent, now, &arp_request_from(other, other_mac, IP_A));
-        }
-        a.poll(now);
-        while let Some(e) = a.next_event() {
-            failed.push((e, now.total_millis()));
-        }
-        for f in drain(&mut silent, now) {
-            if arp_request_target(&f) == Some(absent) {
-                requests.push(now.total_millis());
-            }
-        }
-        now += Duration::from_millis(10);
-    }
-    let second = second.expect("the second connect was made");
+    let (first, second, requests, failed) = second_connect_to_an_absent_host(3500, Some(3700));
     assert_eq!(
         requests,
         vec![0, 1000, 2000, 3500, 4500, 5500],
@@ -2239,34 +2231,7 @@ fn a_connect_woken_during_a_failed_arp_round_starts_a_new_round() {
 /// came first in the poll the round failed in): that one then gets a round of its own.
 #[test]
 fn a_connect_that_waited_through_a_failed_arp_round_fails_though_a_new_round_began() {
-    let (ea, mut silent) = link::pair(&LinkConfig::default());
-    let mut a = Stack::new(ea, &config(1, IP_A), Instant::ZERO).expect("stack a");
-    let absent = Ipv4Address::new(198, 18, 0, 77);
-    let first = a
-        .connect((absent, 5000), None, &TcpTuning::default())
-        .expect("connect");
-    let mut second = None;
-    let mut now = Instant::ZERO;
-    let mut requests = Vec::new();
-    let mut failed = Vec::new();
-    while now < Instant::from_secs(12) {
-        if now == Instant::from_secs(3) {
-            // Marked for the transmit pass before the poll wakes `first`.
-            let c = a.connect((absent, 5001), None, &TcpTuning::default());
-            second = Some(c.expect("second connect"));
-        }
-        a.poll(now);
-        while let Some(e) = a.next_event() {
-            failed.push((e, now.total_millis()));
-        }
-        for f in drain(&mut silent, now) {
-            if arp_request_target(&f) == Some(absent) {
-                requests.push(now.total_millis());
-            }
-        }
-        now += Duration::from_millis(10);
-    }
-    let second = second.expect("the second connect was made");
+    let (first, second, requests, failed) = second_connect_to_an_absent_host(3000, None);
     assert_eq!(
         requests,
         vec![0, 1000, 2000, 3000, 4000, 5000],
