@@ -287,8 +287,12 @@ impl Neighbors {
         let a = self.asked.get(&ip)?;
         if a.failed(now) {
             Some(a.at + RETRY)
-        } else {
+        } else if now < a.at + RETRY + RETRY {
+            // The restarted round carries on (`may_ask`'s window): past it, a look-up begins
+            // anew and the failure no longer counts.
             a.after_failure
+        } else {
+            None
         }
     }
 
@@ -509,6 +513,9 @@ mod tests {
         // It fails in turn: its own failure now.
         assert_eq!(n.lookup(IP, t0 + ms(6200)), Lookup::Failed);
         assert_eq!(n.failed_at(IP, t0 + ms(6200)), Some(t0 + ms(6200)));
+        // Its hold-down over, no failure counts, not the one before it either (asked
+        // ahead of the answer below: a question changes nothing).
+        assert_eq!(n.failed_at(IP, t0 + ms(7300)), None);
         // An answer ends it all.
         assert!(n.fill(IP, MAC, t0 + ms(6300)));
         assert_eq!(n.failed_at(IP, t0 + ms(6300)), None);
