@@ -1085,3 +1085,28 @@ fn a_key_freed_by_a_queued_request_is_not_refused_at_post() {
         })
     });
 }
+
+/// With local keys checked at post (the default), a Send naming the new STag of a fast
+/// registration posted before it that has not run yet is refused, typed: the key is not
+/// valid yet. (Judging it when it runs instead was tried and withdrawn: a Read's sink or an
+/// Atomic's result buffer is looked up only when the response comes, so such a request
+/// with a bad key would run at the peer before failing.) Off, as the drop-in has it, the
+/// chain goes through: `verbs_mw::a_send_through_a_fast_registration_posted_before_it_with_keys_checked_when_it_runs`.
+#[test]
+fn a_send_through_a_fast_registration_not_run_yet_is_refused_at_post() {
+    let mut p = Pair::default_pair();
+    let (_qa, qb) = p.connect();
+    let (_rb, mr) = p.b.region(4096, Access::LOCAL_WRITE);
+    let fr = p.b.mrs.alloc_fast_reg(PD).unwrap();
+    let f1 = next(fr);
+    let reg = fast_reg_op(fr, f1.key(), mr, 0, 64, Access::LOCAL_WRITE);
+    p.b.core.post_send(qb, op_wr(1, reg)).unwrap();
+    assert_eq!(
+        p.b.core
+            .post_send(qb, send_wr(2, SendOp::Send, &[(f1, 0, 32)])),
+        Err(EngineError::SgeInvalidStag)
+    );
+    p.run_until(5000, |p| p.b.completions.len() == 1);
+    assert_eq!(p.b.take_completions()[0].status, WcStatus::Success);
+    assert!(p.b.mrs.is_valid(f1), "the registration ran");
+}

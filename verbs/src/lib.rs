@@ -551,8 +551,10 @@ impl Context {
     /// core refuses (e.g. [`StackError::PortInUse`], [`StackError::TableFull`], a full
     /// command queue, [`Error::Timeout`]), the cores that took the listen before it stop
     /// listening again and that core's error is returned, so a failed call leaves no core
-    /// answering SYNs to `port` and may be retried (unless an undo itself fails: a core
-    /// gone or not answering within its timeout; [`Context::unlisten`] then stops the rest).
+    /// answering SYNs to `port` and may be retried, unless an undo cannot be queued (that
+    /// core's command queue full: it keeps listening until [`Context::unlisten`]); a core
+    /// that does not answer in time still stops when it runs the queued undo, and a core
+    /// that is gone answers nothing.
     pub fn listen(&self, port: u16, params: &MpaParams) -> Result<(), Error> {
         for c in 0..self.cores() {
             if let Err(e) = self.call(c, |r| Command::Listen(port, params.clone(), r)) {
