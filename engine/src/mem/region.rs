@@ -58,11 +58,13 @@ impl Region {
     /// Allocates `len` zeroed bytes aligned to at least `align` and to the page size.
     ///
     /// On Linux, a region of at least 2 MiB with `align` at most 2 MiB is first tried as
-    /// an anonymous mapping of 2 MiB hugepages (`MAP_HUGETLB`, length rounded up to a
-    /// multiple of 2 MiB), which spares the TLB on large transfers; if the machine has no
-    /// free hugepages, it falls back to ordinary pages (mapped at a 2 MiB boundary, with
-    /// `MADV_HUGEPAGE`, so transparent hugepages may back all of it). Regions whose alignment
-    /// exceeds the page size come from the global allocator. Every page is touched
+    /// an anonymous mapping of 2 MiB hugepages (`MAP_HUGETLB` with `MAP_HUGE_2MB`: the
+    /// 2 MiB pool that `scripts/hugepages.sh` reserves, whatever the system's default
+    /// hugepage size; length rounded up to a multiple of 2 MiB), which spares the TLB on
+    /// large transfers; if the machine has no free 2 MiB hugepages, it falls back to
+    /// ordinary pages (mapped at a 2 MiB boundary, with `MADV_HUGEPAGE`, so transparent
+    /// hugepages may back all of it). Regions whose alignment exceeds the page size come
+    /// from the global allocator. Every page is touched
     /// (pre-faulted) here where the kernel supports it, so that placement takes no page
     /// fault. [`Region::is_huge`] says which way it went.
     ///
@@ -144,12 +146,7 @@ impl Region {
     #[cfg(target_os = "linux")]
     fn mmap(len: usize, unit: usize, huge: bool) -> Option<Region> {
         let map_len = len.checked_add(unit - 1)? & !(unit - 1);
-        let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
-        if huge {
-            // Hugetlb pages are reserved at mmap time, so a machine without enough free
-            // hugepages fails here rather than with SIGBUS on first touch.
-            flags |= libc::MAP_HUGETLB | libc::MAP_POPULATE;
-        }
+        let flags = mmap_flags(huge);
         // Ordinary pages for a region of a hugepage or more: mapped at a hugepage boundary,
         // since transparent hugepages back only whole aligned 2 MiB extents of a mapping. The
         // kernel's choice of address is only page-aligned, and an 8 MiB region there had one
@@ -446,6 +443,28 @@ impl fmt::Debug for Region {
     }
 }
 
+/// The `mmap(2)` flags of [`Region::mmap`]: a private anonymous mapping, of hugetlb pages
+/// if `huge`.
+#[cfg(target_os = "linux")]
+fn mmap_flags(huge: bool) -> libc::c_int {
+    let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+    if huge {
+        // Hugetlb pages are reserved at mmap time, so a machine without enough free
+        // hugepages fails here rather than with SIGBUS on first touch.
+        flags |= libc::MAP_HUGETLB | libc::MAP_POPULATE;
+        // Of 2 MiB ([`HUGE_PAGE_LEN`]), named: without a size the kernel takes the
+        // system's default hugepage size, 1 GiB where `default_hugepagesz=1G` (common on
+        // DPDK hosts), rounds the mapping up to whole such pages and refuses the `munmap`
+        // of the 2 MiB-rounded length `Drop` gives back (EINVAL): every region dropped
+        // leaked a pinned 1 GiB page. A machine without free 2 MiB hugepages falls back
+        // to ordinary pages, as before. `MAP_HUGE_SHIFT` is 26 on every Linux
+        // architecture (`<linux/mman.h>`).
+        const MAP_HUGE_SHIFT: u32 = 26;
+        flags |= (HUGE_PAGE_LEN.trailing_zeros() as libc::c_int) << MAP_HUGE_SHIFT;
+    }
+    flags
+}
+
 /// The system page size (4 KiB where it cannot be asked).
 fn page_size() -> usize {
     #[cfg(target_os = "linux")]
@@ -506,6 +525,28 @@ mod tests {
         let mut b = [0];
         r.read_at(HUGE_PAGE_LEN, &mut b).unwrap();
         assert_eq!(b, [7]);
+    }
+
+    /// The hugetlb mapping names its page size, 2 MiB, rather than taking the system's
+    /// default hugepage size (`default_hugepagesz=1G` on many DPDK hosts): with 1 GiB
+    /// pages the kernel rounds the mapping up to a whole 1 GiB page, and the region's
+    /// `munmap` of its 2 MiB-rounded length fails (EINVAL: not a multiple of the page),
+    /// so every region dropped leaked a pinned 1 GiB page.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_hugetlb_mapping_names_its_2mib_page_size() {
+        const MAP_HUGE_SHIFT: u32 = 26;
+        const MAP_HUGE_MASK: libc::c_int = 0x3F;
+        let flags = mmap_flags(true);
+        assert_ne!(flags & libc::MAP_HUGETLB, 0);
+        let log2 = (flags >> MAP_HUGE_SHIFT) & MAP_HUGE_MASK;
+        assert_eq!(
+            1usize << log2,
+            HUGE_PAGE_LEN,
+            "the hugetlb mapping takes the default hugepage size (log2 {log2})"
+        );
+        assert_eq!(mmap_flags(false) & libc::MAP_HUGETLB, 0);
+        assert_eq!((mmap_flags(false) >> MAP_HUGE_SHIFT) & MAP_HUGE_MASK, 0);
     }
 
     /// The ordinary-page mapping of a region of a hugepage or more starts at a hugepage
