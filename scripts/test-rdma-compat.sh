@@ -159,6 +159,7 @@ contracts() {
     contract srq_qp_recv_caps
     contract post_err_qp
     contract modify_qp_mask
+    contract fd_errno
     # Only meaningful if the program itself does not need libibverbs.so.1. objdump's output
     # is read whole before grep judges it: `! objdump | grep -q` under pipefail passed when
     # grep's early exit on the match cut objdump off (SIGPIPE) and when objdump failed.

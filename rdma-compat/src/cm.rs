@@ -119,8 +119,12 @@ unsafe fn chan_free(ch: *mut rdma_event_channel) {
 }
 
 impl Chan {
-    fn new() -> Option<*mut Chan> {
-        let (tx, rx) = UnixStream::pair().ok()?;
+    /// A new channel, or the errno of the socket pair the system refused (EMFILE,
+    /// ENFILE, ENOMEM), as librdmacm's `rdma_create_event_channel` leaves its `open`'s
+    /// errno (it was ENOMEM whatever the cause).
+    fn new() -> Result<*mut Chan, c_int> {
+        let (tx, rx) = UnixStream::pair()
+            .map_err(|e| e.raw_os_error().filter(|&e| e > 0).unwrap_or(crate::ENOMEM))?;
         let b = Box::new(Chan {
             ch: rdma_event_channel { fd: rx.as_raw_fd() },
             q: Mutex::default(),
@@ -128,7 +132,7 @@ impl Chan {
             rx,
             state: AtomicUsize::new(0),
         });
-        Some(Box::into_raw(b))
+        Ok(Box::into_raw(b))
     }
 
     /// Queues an event. The descriptor holds one token while the queue holds any event
@@ -1082,8 +1086,8 @@ fn settle_ms() -> u64 {
 #[no_mangle]
 pub extern "C" fn __wc_rdma_create_event_channel() -> *mut rdma_event_channel {
     guard(null_mut(), || match Chan::new() {
-        Some(c) => c.cast(),
-        None => fail(crate::ENOMEM, null_mut()),
+        Ok(c) => c.cast(),
+        Err(e) => fail(e, null_mut()),
     })
 }
 
@@ -1187,7 +1191,10 @@ fn create_id(
         return Err(EOPNOTSUPP);
     }
     let (chan, sync) = if ch.is_null() {
-        (Chan::new().ok_or(crate::ENOMEM)?.cast(), true)
+        // ENOMEM whatever refused the channel, as librdmacm's rdma_create_id2
+        // answers ucma_alloc_id's failure (`ERR(ENOMEM)`), unlike
+        // rdma_create_event_channel and rdma_migrate_id, which leave its errno.
+        (Chan::new().map_err(|_| crate::ENOMEM)?.cast(), true)
     } else {
         (ch, false)
     };
@@ -1361,8 +1368,8 @@ pub extern "C" fn __wc_rdma_migrate_id(p: *mut rdma_cm_id, ch: *mut rdma_event_c
         }
         let new = if ch.is_null() {
             match Chan::new() {
-                Some(c) => c.cast(),
-                None => return fail(crate::ENOMEM, -1),
+                Ok(c) => c.cast(),
+                Err(e) => return fail(e, -1),
             }
         } else {
             ch
@@ -1897,9 +1904,14 @@ fn create_qp_cqs_and_qp(
             if !cq_slot.is_null() {
                 continue;
             }
+            // A channel or CQ refused fails the call with the errno that call set, as
+            // librdmacm's ucma_create_cqs leaves libibverbs' errno (rdma-core v33,
+            // "librdmacm: Don't overwrite errno returned from libibverbs"): EINVAL for a
+            // depth past max_cqe, EMFILE with the descriptors used up. It was ENOMEM
+            // whatever the cause.
             let ch = verbs::__wc_ibv_create_comp_channel(get!(id.verbs));
             if ch.is_null() {
-                return Err(crate::ENOMEM);
+                return Err(errno_or_enomem());
             }
             let cq = verbs::__wc_ibv_create_cq(
                 get!(id.verbs),
@@ -1909,8 +1921,9 @@ fn create_qp_cqs_and_qp(
                 0,
             );
             if cq.is_null() {
+                let e = errno_or_enomem();
                 verbs::__wc_ibv_destroy_comp_channel(ch);
-                return Err(crate::ENOMEM);
+                return Err(e);
             }
             *cq_slot = cq;
             if send {
@@ -2920,6 +2933,15 @@ fn errno() -> c_int {
     std::io::Error::last_os_error()
         .raw_os_error()
         .unwrap_or(EINVAL)
+}
+
+/// The calling thread's errno as a call of ours that failed left it, or `ENOMEM` if it left
+/// none.
+fn errno_or_enomem() -> c_int {
+    match errno() {
+        e if e > 0 => e,
+        _ => crate::ENOMEM,
+    }
 }
 
 #[no_mangle]

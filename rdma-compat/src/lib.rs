@@ -120,6 +120,11 @@ pub(crate) fn errno_of(e: &warpcore_verbs::Error) -> c_int {
         E::Tcp(_) => EADDRINUSE,
         E::NeedsEngineThreads(_) | E::NoChannel => EOPNOTSUPP,
         E::StaleHandle => ENOENT,
+        // The system refused a completion channel's descriptor: its own errno (EMFILE,
+        // ENFILE, ENOMEM), as rdma-core's ibv_create_comp_channel passes on the kernel's
+        // (uverbs' get_unused_fd_flags). It was EINVAL, an input error the caller never
+        // made.
+        E::Channel(io) => io.0.raw_os_error().filter(|&e| e > 0).unwrap_or(EIO),
         E::NotListening(_) => EINVAL,
         // ibv_dereg_mr(3) with memory windows bound to the region.
         E::Memory(warpcore_verbs::MemError::Busy) => EBUSY,
