@@ -466,3 +466,52 @@ fn a_shut_window_dsacks_the_old_octets_of_a_segment_from_before_rcv_nxt() {
         "{acks:?}"
     );
 }
+
+/// RFC 9293 3.8.6.2.2 (RFC 1122 4.2.3.3): a window update goes when the right edge we can
+/// offer moves by min(RCV.BUFF / 2, MSS). The edge the peer sees is the one the window
+/// field carries: 65,535 units of 2^shift at most, each ACK's window a whole number of
+/// units. Without window scaling (a peer whose SYN had no Window Scale option) a 1 MiB
+/// buffer read in pieces moves no edge the field can carry once 64 KiB are free; with a
+/// shift of 12 (a 256 MiB buffer) a read of one MSS moves it by less than the unit. Each
+/// such read drew a pure ACK anyway, the same SEG.ACK and the same window as the last: no
+/// update, and to a peer with data in flight a duplicate ACK (RFC 5681 2, all five
+/// conditions), three of which are a spurious fast retransmit. Linux's
+/// `__tcp_cleanup_rbuf` compares the window `__tcp_select_window` would offer.
+#[test]
+fn reads_send_no_window_update_the_field_cannot_carry() {
+    for (rx_buffer, plain) in [(1 << 20, true), (256 << 20, false)] {
+        let mut config = cfg();
+        config.rx_buffer = rx_buffer;
+        // `plain`: the peer's SYN-ACK has no Window Scale option, so ours is not used.
+        let mut c = established(config, plain);
+        let stamp = |mut s: smoltcp::wire::TcpRepr<'static>| {
+            if !plain {
+                s.timestamp = Some(TcpTimestampRepr { tsval: 2, tsecr: 0 });
+            }
+            s
+        };
+        // The peer sends 10 segments; each pair is acknowledged at once.
+        let payload: &'static [u8] = &[7; 1460];
+        let mut off = 0;
+        for _ in 0..10 {
+            c.handle_segment(ms(2), &stamp(data(off, payload, ISS + 1)));
+            off += 1460;
+        }
+        let out = drain(&mut c, ms(2));
+        let mut last = out.last().expect("the data is acknowledged").clone();
+        // The application reads it in pieces of an MSS: every ACK that goes moves the
+        // window (the data is all acknowledged already), none repeats the last.
+        let mut buf = [0u8; 1460];
+        for k in 0..10 {
+            assert_eq!(c.recv(&mut buf), Ok(1460));
+            for o in drain(&mut c, ms(3 + k)) {
+                assert!(
+                    o.ack != last.ack || o.window != last.window,
+                    "buffer {rx_buffer}: read {k} drew an ACK that changes nothing \
+                     (a duplicate ACK to the peer): {o:?}"
+                );
+                last = o;
+            }
+        }
+    }
+}

@@ -1607,8 +1607,16 @@ impl Connection {
 
     fn maybe_window_update(&mut self) {
         // RFC 9293 3.8.6.2.2: announce a larger window once it grew by at least
-        // min(buffer / 2, MSS) past what was advertised.
-        let edge = self.rcv_off + self.rcv_free() as u64;
+        // min(buffer / 2, MSS) past what was advertised. The edge is the one the window
+        // field can carry (`window_field`: whole units of 2^shift, 65,535 of them at most;
+        // Linux's `__tcp_cleanup_rbuf` compares `__tcp_select_window`'s): a buffer past
+        // that without window scaling, or a read shorter than the unit with a large shift,
+        // moves no edge the peer sees, and an ACK for it repeated SEG.ACK and the window,
+        // a duplicate ACK to a peer with data in flight (RFC 5681 2). Test:
+        // `conn_window::reads_send_no_window_update_the_field_cannot_carry`.
+        let shift = self.rcv_shift;
+        let carried = (self.rcv_free().min(0xffff_usize << shift) >> shift) << shift;
+        let edge = self.rcv_off + carried as u64;
         let step = self.sws_step() as u64;
         if edge >= self.rcv_adv + step && self.state != State::Closed {
             self.ack_now = true;
