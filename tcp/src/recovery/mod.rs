@@ -28,6 +28,16 @@
 //!   segments (RFC 6928), one reduction per recovery episode, cwnd of one segment after an
 //!   RTO and slow start from there while the RTO's losses are resent (RFC 5681 3.1), or
 //!   none at all.
+//! * Proportional Rate Reduction (RFC 6937 3, PRR-SSRB) in a fast recovery episode (SACK,
+//!   RACK or three duplicate ACKs; not an RTO's): each ACK's delivered data (cumulative
+//!   advance and newly SACKed octets, a segment per duplicate ACK without SACK) set what
+//!   may be sent, sndcnt: while the pipe exceeds ssthresh, the share ssthresh / RecoverFS
+//!   of what was delivered (one segment every other ACK for NewReno's 1/2), below it back
+//!   towards ssthresh by at most one segment per ACK beyond what it delivered. The window
+//!   the module reports in the episode is pipe + sndcnt (Linux's `tcp_cwnd_reduction`),
+//!   and ssthresh once it ends. Before, cwnd dropped to ssthresh at once and RFC 6675's
+//!   pipe < cwnd held the sender silent for about half a round trip, then let it burst
+//!   (or, with heavy losses, far below ssthresh, all at once up to it).
 //! * A spurious RTO is undone (the Eifel algorithm: detection by timestamps, RFC 3522;
 //!   response, RFC 4015): when the first ACK that advances after an RTO echoes a timestamp
 //!   older than the retransmission, the original segments arrived; the congestion state
@@ -305,6 +315,12 @@ pub struct Recovery {
     /// A recovery episode just started: its first retransmission goes out whatever the
     /// pipe (RFC 6675 5 (4.3), RFC 5681 3.2 step 2).
     retransmit_first: bool,
+    /// Proportional Rate Reduction's state (RFC 6937 3) from the start of a fast recovery
+    /// episode (`enter_recovery`) to its end; kept through an RTO in it until the first
+    /// ACK after the RTO tells whether the RTO was spurious (`Undo`: its undo goes back
+    /// to the episode, PRR's counts with it), but not used while the RTO's recovery runs
+    /// (`rto_recovery`: slow start from one segment, RFC 5681 3.1).
+    prr: Option<Prr>,
     sack_seen: bool,
     rack_xmit: Option<Instant>,
     rack_end: TcpSeqNumber,
@@ -424,6 +440,18 @@ struct EpisodeUndo {
     horizon: TcpSeqNumber,
 }
 
+/// Proportional Rate Reduction (RFC 6937 3) of one fast recovery episode, in octets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Prr {
+    /// prr_delivered: octets the peer got since the episode began (cumulatively
+    /// acknowledged, newly SACKed, or a duplicate ACK's segment without SACK).
+    delivered: usize,
+    /// prr_out: octets sent (new or again) since the episode began.
+    out: usize,
+    /// RecoverFS: FlightSize (SND.NXT - SND.UNA) when the episode began.
+    recover_fs: usize,
+}
+
 /// How far past the last retransmission's SND.NXT an episode's undo waits for D-SACKs:
 /// a window at most (2^30, RFC 7323 2.3; [`crate::BUFFER_MAX`]), so that the highest
 /// sequence sent lies within 2^31 of the horizon and modular comparisons with it hold.
@@ -510,6 +538,7 @@ impl Recovery {
             dupacks: 0,
             dup_sacked: 0,
             retransmit_first: false,
+            prr: None,
             sack_seen: false,
             rack_xmit: None,
             rack_end: TcpSeqNumber(0),
@@ -793,6 +822,11 @@ impl Recovery {
     pub fn on_sent(&mut self, now: Instant, seq: TcpSeqNumber, len: usize, retransmit: bool) {
         if len == 0 {
             return;
+        }
+        // RFC 6937 3: "On any data transmission or retransmission: prr_out += (data sent)"
+        // (in a fast recovery episode only: no cost beyond this test elsewhere).
+        if let Some(p) = self.prr.as_mut() {
+            p.out += len;
         }
         let end = seq + len;
         if retransmit {
@@ -1118,6 +1152,7 @@ impl Recovery {
             self.rto_recovery = false;
             self.undo = None;
             self.episode_undo = None;
+            self.prr = None;
         }
     }
 
@@ -1293,6 +1328,8 @@ impl Recovery {
         }
         if out.lost_marked > 0 {
             self.enter_recovery();
+            // RFC 6937 3: the ACK that begins the episode counts (as `on_ack_general`).
+            self.prr_on_ack(out.newly_acked);
         } else if tlp_loss {
             self.reduce_window_tlp();
         } else {
@@ -1313,6 +1350,13 @@ impl Recovery {
         let tlp_loss = self.tlp_answered(now, ack, ts_rtt);
         self.end_dsack_round(ack);
         self.end_stale_episode(ack);
+        // RFC 6937 3's DeliveredData: change_in(snd.una) + change_in(SACKd), the octets
+        // SACKed before that this ACK covers taken off (`sacked_acked`), and without SACK
+        // one segment per duplicate ACK less what a cumulative ACK takes of those
+        // (`dup_sacked`, its change from `dup0`; RFC 6937 3's estimate for a receiver
+        // without SACK, as Linux's `tcp_add_reno_sack` / `tcp_remove_reno_sacks`).
+        let dup0 = self.dup_sacked;
+        let mut sacked_acked = 0;
         let mut out = AckOutcome::default();
         let mut karn: Option<Duration> = None;
         let mut delivered_latest: Option<(Instant, TcpSeqNumber, bool)> = None;
@@ -1346,6 +1390,7 @@ impl Recovery {
             if front.end <= ack {
                 below_fack(front.end, &front);
                 out.newly_acked += front.len();
+                sacked_acked += if front.sacked { front.len() } else { 0 };
                 // RFC 6298 3 (Karn): no sample from a segment ever sent twice (`resent`:
                 // `retransmitted` is cleared when a retransmission is marked lost again,
                 // and by an RTO); a timestamp echo (`ts_rtt`) is one even then.
@@ -1361,6 +1406,7 @@ impl Recovery {
             } else if front.start < ack {
                 below_fack(ack, &front);
                 out.newly_acked += ack - front.start;
+                sacked_acked += if front.sacked { ack - front.start } else { 0 };
                 resent_acked |= front.resent && !front.sacked;
                 if !front.sacked {
                     note(&front, &mut delivered_latest);
@@ -1448,6 +1494,11 @@ impl Recovery {
                     self.undo_rto(now, &u);
                 }
             }
+            // The RTO stands (not undone): a fast recovery episode it cut short is over,
+            // and PRR's state with it (RFC 6937 is for fast recovery, not an RTO's).
+            if self.rto_recovery {
+                self.prr = None;
+            }
         }
         // RTT: the timestamp echo if there is one, else Karn's rule (RFC 6298 3).
         if progressed {
@@ -1511,19 +1562,24 @@ impl Recovery {
         // A loss the probe repaired in a recovery episode (the ACK may end it) had the
         // episode's reduction: one per episode.
         let tlp_loss = tlp_loss && self.recover.is_none();
+        let delivered = (out.newly_acked - sacked_acked + out.newly_sacked + self.dup_sacked)
+            .saturating_sub(dup0);
         if let Some(rec) = self.recover {
             if ack >= rec {
                 self.recover = None;
                 self.dup_sacked = 0;
                 self.retransmit_first = false;
+                self.prr = None;
                 // RFC 8985 6.2 step 4: a widened reordering window lasts 16 episodes.
                 self.reo_wnd_persist = self.reo_wnd_persist.saturating_sub(1);
                 if self.reo_wnd_persist == 0 {
                     self.reo_wnd_mult = 1;
                 }
-                if !std::mem::take(&mut self.rto_recovery) {
-                    // RFC 6582 3.2 step 3 (full ACK): deflate to ssthresh.
-                    self.cwnd = self.cwnd.min(self.ssthresh.max(2 * self.smss));
+                if !std::mem::take(&mut self.rto_recovery) && self.ssthresh != usize::MAX {
+                    // RFC 6937 3 ("on exiting recovery", cwnd = ssthresh) and RFC 6582 3.2
+                    // step 3 (full ACK): PRR left cwnd at pipe + sndcnt, at or below
+                    // ssthresh (Linux's `tcp_end_cwnd_reduction`).
+                    self.cwnd = self.ssthresh.max(2 * self.smss);
                 }
                 // RFC 3708: every retransmission of the episode was D-SACKed while it
                 // lasted: its reduction is undone now, after the deflation (which would
@@ -1546,6 +1602,11 @@ impl Recovery {
             // fast retransmit for data sent before the RTO) but does not hold cwnd at one
             // segment, which repaired the window one segment per round trip.
             self.grow(now, acked);
+        }
+        // RFC 6937 3: in a fast recovery episode (this ACK's included, if it began it) the
+        // ACK's delivered data set what may be sent.
+        if self.prr.is_some() && !self.rto_recovery {
+            self.prr_on_ack(delivered);
         }
         // TLP: RFC 8985 7.2 restarts the probe timer on an ACK that acknowledges new data
         // (cumulatively; newly SACKed data leaves segments SACKed, where `arm_pto` arms
@@ -1919,6 +1980,64 @@ impl Recovery {
         // RFC 8985 7.2: no loss probe in recovery (`arm_pto`), nor one armed before it.
         self.pto_at = None;
         self.reduce_window();
+        if self.cfg.congestion != Congestion::None {
+            // RFC 6937 3: "At the beginning of recovery, initialize the PRR state": the
+            // target is ssthresh (`reduce_window`), RecoverFS the FlightSize now. Until an
+            // ACK's delivered data allow more (`prr_on_ack`), nothing goes but the first
+            // retransmission (RFC 6675 5 (4.3), `retransmit_first`): the window is the
+            // pipe (a reorder timer's entry, with no ACK; an ACK's entry sets it at once).
+            self.prr = Some(Prr {
+                delivered: 0,
+                out: 0,
+                recover_fs: self.flight_size().max(1),
+            });
+            self.cwnd = self.in_flight().max(self.smss);
+        }
+    }
+
+    /// Proportional Rate Reduction (RFC 6937 3, PRR-SSRB) for an ACK of a fast recovery
+    /// episode that delivered `delivered` octets (DeliveredData; an ACK that delivered
+    /// nothing changes nothing, as Linux's `tcp_cwnd_reduction`): the window becomes pipe +
+    /// sndcnt, so that what may go now (`send_allowance`, `next_retransmit`'s pipe < cwnd)
+    /// is sndcnt, and each transmission counts in prr_out (`on_sent`).
+    ///
+    /// * While pipe > ssthresh: sndcnt = CEIL(prr_delivered * ssthresh / RecoverFS) -
+    ///   prr_out, the sending spread over the episode in the proportion of the reduction
+    ///   (one segment per two delivered for NewReno's 1/2, seven per ten for CUBIC's 0.7)
+    ///   instead of RFC 6675's silence until the pipe fell below the reduced cwnd and a
+    ///   segment per ACK after. CEIL rounds up to whole segments, as Linux counts it in
+    ///   packets: an allowance of part of a segment would be held back by the sender's SWS
+    ///   avoidance or go as a runt.
+    /// * Else PRR-SSRB: sndcnt = MIN(ssthresh - pipe, MAX(prr_delivered - prr_out,
+    ///   DeliveredData) + MSS), back towards ssthresh by at most one segment per ACK beyond
+    ///   what it delivered, not the burst up to cwnd nor (with heavy losses) a window left
+    ///   far below ssthresh.
+    /// * The episode's first ACK allows a segment whatever the rest (RFC 6937 3's note on
+    ///   the fast retransmit; Linux forces one while prr_out is 0).
+    fn prr_on_ack(&mut self, delivered: usize) {
+        let pipe = self.in_flight();
+        let (smss, ssthresh) = (self.smss, self.ssthresh);
+        let Some(p) = self.prr.as_mut() else {
+            return;
+        };
+        if delivered == 0 {
+            return;
+        }
+        p.delivered += delivered;
+        let mut sndcnt = if pipe > ssthresh {
+            let share = (p.delivered as u128 * ssthresh as u128).div_ceil(p.recover_fs as u128);
+            let share = share.div_ceil(smss as u128) * smss as u128;
+            usize::try_from(share)
+                .unwrap_or(usize::MAX)
+                .saturating_sub(p.out)
+        } else {
+            let limit = p.delivered.saturating_sub(p.out).max(delivered) + smss;
+            (ssthresh - pipe).min(limit)
+        };
+        if p.out == 0 {
+            sndcnt = sndcnt.max(smss);
+        }
+        self.cwnd = pipe.saturating_add(sndcnt);
     }
 
     /// The reduction for a loss a loss probe repaired: no D-SACK undoes it, nor may an
@@ -2088,8 +2207,9 @@ impl Recovery {
         self.tally.lost == 0
     }
 
-    /// The next lost range to resend if the congestion window allows (in recovery at least
-    /// one segment per call, RFC 6675's rule of sending while pipe < cwnd).
+    /// The next lost range to resend if the congestion window allows (RFC 6675's rule of
+    /// sending while pipe < cwnd, cwnd in a fast recovery episode PRR's pipe + sndcnt, RFC
+    /// 6937 3: `prr_on_ack`); the first of an episode whatever the pipe.
     pub fn next_retransmit(&mut self) -> Option<(TcpSeqNumber, usize)> {
         if self.tally.lost == 0 {
             return None;

@@ -741,7 +741,10 @@ fn rfc5681_3_2_without_sack_the_third_duplicate_ack_retransmits_and_more_let_dat
         "third duplicate ACK marks the first segment lost"
     );
     assert_eq!(r.stats().fast_recoveries, 1);
-    assert_eq!(r.cwnd(), 5000);
+    // RFC 6937 3 (PRR; this test pinned cwnd = ssthresh = 5000 before): the target is
+    // ssthresh, and the window pipe (6000: nine out, three taken out by the duplicate ACKs)
+    // + sndcnt (CEIL(1000 * 5000 / 10000), a segment).
+    assert_eq!((r.ssthresh, r.cwnd()), (5000, 7000));
     assert_eq!(
         r.next_retransmit(),
         Some((S + 1000, 1000)),
@@ -773,7 +776,11 @@ fn rfc6675_5_4_3_the_first_retransmission_goes_whatever_the_pipe() {
     let o = r.on_ack(us(3_000), S + 1000, &[(S + 2000, S + 5000)], None);
     assert_eq!(o.lost_marked, 1);
     assert_eq!(r.in_flight(), 6000);
-    assert_eq!(r.cwnd(), 5000);
+    // RFC 6937 3 (PRR; this test pinned cwnd = ssthresh = 5000 before, which refused the
+    // retransmission but for RFC 6675 5 (4.3)): the window is pipe + sndcnt, sndcnt =
+    // CEIL(3000 delivered * 5000 / 10000) = 2000. `prr_a_reorder_timers_entry_sends_
+    // the_first_retransmission_alone` has the first retransmission go where PRR allows none.
+    assert_eq!((r.ssthresh, r.cwnd()), (5000, 8000));
     assert_eq!(
         r.next_retransmit(),
         Some((S + 1000, 1000)),
@@ -1193,7 +1200,9 @@ fn rfc3708_d_sacks_for_every_retransmission_undo_the_episode() {
         let o = r.on_ack(us(4_000), S + 1000, &[(S + 2000, S + 5000)], None);
         assert_eq!(o.lost_marked, 1);
         assert!(r.cwnd() < before.0, "reduced");
-        let reduced = r.cwnd();
+        // The reduction's target (RFC 6937 3: cwnd = ssthresh at the episode's end; during
+        // it PRR's pipe + sndcnt, which this test took for the reduced window before).
+        let reduced = r.ssthresh;
         let (seq, len) = r.next_retransmit().expect("retransmit");
         r.on_sent(us(4_000), seq, len, true);
         let dsack = |r: &mut Recovery| {
@@ -1295,7 +1304,9 @@ fn rfc3708_a_retransmission_after_the_d_sacks_keeps_the_reduction() {
     send_n(&mut r, us(2_000), S + 1000, 1);
     send_n(&mut r, us(2_500), S + 2000, 4);
     r.on_ack(us(4_000), S + 1000, &[(S + 2000, S + 4000)], None);
-    let reduced = r.cwnd();
+    // The reduction's target (RFC 6937 3: cwnd = ssthresh at the episode's end; during it
+    // PRR's pipe + sndcnt, which this test took for the reduced window before).
+    let reduced = r.ssthresh;
     let (seq, len) = r.next_retransmit().expect("retransmit");
     r.on_sent(us(4_000), seq, len, true);
     // Its D-SACK comes while the episode goes on...
@@ -2164,6 +2175,17 @@ fn rfc8985_6_2_a_segment_of_the_same_burst_below_does_not_lower_rack_end_seq() {
     assert_eq!(r.stats().rto_count, 0);
     assert_eq!(r.next_retransmit(), Some((a, 1000)));
     r.on_sent(now, a, 1000, true);
+    // C is lost too. RFC 6937 3 (PRR; this test resent C here before): an episode a timer
+    // began has no ACK's delivered data to send by, only its first retransmission (RFC
+    // 6675 5 (4.3)); C goes at the next ACK.
+    assert!(r.segs.iter().any(|s| s.start == c && s.awaits_retransmit()));
+    assert_eq!(r.next_retransmit(), None);
+    r.on_ack(
+        now + Duration::from_micros(100),
+        S + 3000,
+        &[(d, d + 1000)],
+        None,
+    );
     assert_eq!(r.next_retransmit(), Some((c, 1000)));
 }
 
@@ -2199,4 +2221,144 @@ fn rfc6298_3_karn_keeps_the_backed_off_rto_until_a_valid_sample() {
     r.on_ack(us(18_100), S + 4000, &[], None);
     assert!(r.srtt().is_some_and(|s| s > Duration::from_millis(1)));
     assert_ne!(r.rto(), Duration::from_millis(10));
+}
+
+/// What a connection sends after an ACK: the retransmissions the window allows, then new
+/// segments of 1000 from `next`; returns the segments sent.
+fn prr_drain(r: &mut Recovery, now: Instant, next: &mut TcpSeqNumber) -> usize {
+    let mut n = 0;
+    while let Some((seq, len)) = r.next_retransmit() {
+        r.on_sent(now, seq, len, true);
+        n += 1;
+    }
+    while r.send_allowance() >= 1000 {
+        r.on_sent(now, *next, 1000, false);
+        *next += 1000;
+        n += 1;
+    }
+    n
+}
+
+/// RFC 6937 3 and its appendix's example: 20 segments in flight (cwnd 20), the first lost,
+/// each ACK delivering one more (a SACK block grown by a segment, or a duplicate ACK
+/// without SACK). From the third, which begins the episode, PRR sends in the proportion
+/// of the reduction: NewReno's 1/2 (ssthresh 10 of RecoverFS 20) one segment every other
+/// ACK, the retransmission first; CUBIC's 0.7 (ssthresh 14) seven segments per ten ACKs.
+/// Before, cwnd fell to ssthresh at once: after the retransmission (RFC 6675 5 (4.3)) the
+/// sender was silent until the pipe fell below it (seven ACKs for NewReno, three for
+/// CUBIC), then sent one segment per ACK. At the episode's end cwnd is ssthresh.
+#[test]
+fn prr_one_loss_sends_in_proportion_to_the_reduction() {
+    type Case = (Congestion, bool, &'static [usize]);
+    let cases: [Case; 3] = [
+        (Congestion::NewReno, true, &[1, 0, 1, 0, 1, 0, 1, 0]),
+        (Congestion::NewReno, false, &[1, 0, 1, 0, 1, 0, 1, 0]),
+        (Congestion::Cubic, true, &[1, 1, 1, 0, 1, 1, 0]),
+    ];
+    for (cc, sack, want) in cases {
+        let mut r = rec(cc);
+        sample_then_send(&mut r, 20);
+        r.cwnd = 20_000;
+        let mut next = S + 21_000;
+        let (mut sent, mut pipes) = (vec![], vec![]);
+        for k in 1..=2 + want.len() {
+            let now = us(3_000 + k as i64 * 10);
+            let blocks = [(S + 2000, S + 2000 + k * 1000)];
+            let o = r.on_ack(now, S + 1000, if sack { &blocks } else { &[] }, None);
+            assert_eq!(
+                o.lost_marked,
+                usize::from(k == 3),
+                "{cc:?} sack {sack} ack {k}"
+            );
+            // Before the episode nothing is sent (limited transmit, RFC 3042, left out).
+            if k >= 3 {
+                pipes.push(r.in_flight());
+                sent.push(prr_drain(&mut r, now, &mut next));
+            }
+        }
+        assert_eq!(sent, want, "{cc:?} sack {sack}: segments sent per ACK");
+        // PRR's proportional part throughout (pipe > ssthresh at every ACK).
+        assert!(pipes.iter().all(|&p| p > r.ssthresh), "{pipes:?}");
+        assert_eq!(r.stats().retransmitted_segments, 1);
+        // RFC 6937 3: on exiting recovery cwnd = ssthresh (then the ACK's congestion
+        // avoidance, RFC 5681 3.1, as Linux).
+        assert!(r.cwnd() > r.ssthresh, "PRR's pipe + sndcnt");
+        r.on_ack(us(5_000), next, &[], None);
+        if cc == Congestion::NewReno {
+            let ca = 1000 * (next - (S + 1000)) / r.ssthresh;
+            assert_eq!(r.cwnd(), r.ssthresh + ca, "sack {sack}");
+        } else {
+            assert!(r.cwnd() >= r.ssthresh);
+        }
+    }
+}
+
+/// RFC 6937 3, PRR-SSRB: with heavy losses the pipe falls below ssthresh, and the window
+/// comes back to it by at most one segment per ACK beyond what the ACK delivered. 20
+/// segments in flight (NewReno, ssthresh 10), the first twelve lost, the rest SACKed one
+/// per ACK: at the third the pipe is 5 (8 left, 3 SACKed); each ACK then sends its
+/// delivered segment and one more (two), until the pipe reaches ssthresh, then one per
+/// ACK. Before, cwnd was ssthresh at once: five retransmissions in one burst at the
+/// first ACK.
+#[test]
+fn prr_ssrb_grows_towards_ssthresh_by_one_segment_per_ack() {
+    let mut r = rec(Congestion::NewReno);
+    sample_then_send(&mut r, 20);
+    r.cwnd = 20_000;
+    let mut next = S + 21_000;
+    let mut sent = vec![];
+    let mut pipes = vec![];
+    for k in 1..=8 {
+        let now = us(3_000 + k as i64 * 10);
+        let o = r.on_ack(now, S + 1000, &[(S + 13_000, S + 13_000 + k * 1000)], None);
+        if k < 3 {
+            continue;
+        }
+        assert_eq!(o.lost_marked, if k == 3 { 12 } else { 0 });
+        assert_eq!(r.ssthresh, 10_000);
+        sent.push(prr_drain(&mut r, now, &mut next));
+        pipes.push(r.in_flight());
+    }
+    assert_eq!(
+        sent,
+        [2, 2, 2, 2, 1, 1],
+        "segments sent per ACK (pipes {pipes:?})"
+    );
+    assert_eq!(pipes, [7000, 8000, 9000, 10_000, 10_000, 10_000]);
+    assert_eq!(next, S + 21_000, "retransmissions only");
+}
+
+/// RFC 6937 3 with RFC 6675 5 (4.3): an episode the reorder timer begins (RACK, RFC 8985
+/// 6.2) has no ACK, so no delivered data to send by: the first retransmission goes at
+/// once whatever the pipe, nothing more until an ACK. Ten segments out, the tenth SACKed,
+/// the nine before it lost at the timer: the pipe is empty, and with cwnd at ssthresh (5)
+/// the timer sent five retransmissions at once; then the ACK of the first allows two
+/// (PRR-SSRB: the segment it delivered and one more).
+#[test]
+fn prr_a_reorder_timers_entry_sends_the_first_retransmission_alone() {
+    let mut r = rec(Congestion::NewReno);
+    sample_then_send(&mut r, 10);
+    r.on_ack(us(3_000), S + 1000, &[(S + 10_000, S + 11_000)], None);
+    assert_eq!(r.stats().fast_recoveries, 0);
+    let t = r.poll_timeout().expect("the reorder timer");
+    assert_eq!(r.handle_timeout(t), TimeoutAction::None);
+    assert_eq!(r.stats().fast_recoveries, 1);
+    assert_eq!(r.in_flight(), 0);
+    let mut next = S + 11_000;
+    assert_eq!(
+        prr_drain(&mut r, t, &mut next),
+        1,
+        "the first retransmission alone"
+    );
+    r.on_ack(
+        t + Duration::from_millis(1),
+        S + 2000,
+        &[(S + 10_000, S + 11_000)],
+        None,
+    );
+    assert_eq!(
+        prr_drain(&mut r, t + Duration::from_millis(1), &mut next),
+        2
+    );
+    assert_eq!(r.stats().retransmitted_segments, 3);
 }
