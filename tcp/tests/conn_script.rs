@@ -2788,3 +2788,48 @@ fn rfc2883_4_an_in_order_segment_repeating_held_octets_is_a_d_sack() {
         "a held octet was overwritten"
     );
 }
+
+/// RFC 9293 3.10.7.4 (fifth, SYN-RECEIVED): "If the segment acknowledgment is not
+/// acceptable, form a reset segment <SEQ=SEG.ACK><CTL=RST> and send it." A close in
+/// SYN-RECEIVED (here our side of a simultaneous open, RFC 9293 3.5) moves to FIN-WAIT-1
+/// at once (3.10.4), before our SYN is acknowledged: the SYN-RECEIVED check was skipped
+/// there, and a segment whose ACK does not cover our SYN (SEG.ACK = ISS) had its data
+/// taken and its ACK processed as a synchronized connection's. It draws the RST, and its
+/// data is not taken; the connection stays as it is and completes with a good ACK.
+#[test]
+fn close_in_syn_received_still_rejects_an_ack_short_of_our_syn() {
+    let mut c = Connection::connect(&cfg(), ep(), ISS, ms(0));
+    assert_eq!(drain(&mut c, ms(0)).len(), 1);
+    let mut syn = seg(TcpControl::Syn, PISS, None, &[]);
+    syn.max_seg_size = Some(1460);
+    c.handle_segment(ms(1), &syn);
+    assert_eq!(c.state(), State::SynReceived);
+    let sa = drain(&mut c, ms(1));
+    assert_eq!(sa.len(), 1, "{sa:?}");
+    assert_eq!(
+        (sa[0].control, sa[0].ack),
+        (TcpControl::Syn, Some(PISS + 1))
+    );
+    c.close();
+    assert_eq!(c.state(), State::FinWait1);
+    // Data whose ACK stops short of our SYN.
+    c.handle_segment(ms(2), &data(0, b"forged", ISS));
+    assert_eq!(c.recv_queue(), 0, "data taken with an unacceptable ACK");
+    let out = drain(&mut c, ms(2));
+    assert!(
+        out.iter()
+            .any(|o| o.control == TcpControl::Rst && o.seq == ISS && o.ack.is_none()),
+        "no <SEQ=SEG.ACK><CTL=RST>: {out:?}"
+    );
+    assert_eq!(c.state(), State::FinWait1);
+    // The good ACK (of our SYN and our FIN, RFC 9293 3.10.4: sent from SYN-RECEIVED)
+    // completes the handshake and the close.
+    let fin = out
+        .iter()
+        .find(|o| o.control == TcpControl::Fin)
+        .map(|o| o.seq);
+    assert_eq!(fin, Some(ISS + 1), "{out:?}");
+    c.handle_segment(ms(3), &data(0, b"hello", ISS + 2));
+    assert_eq!(c.recv_queue(), 5);
+    assert_eq!(c.state(), State::FinWait2);
+}

@@ -515,3 +515,72 @@ fn reads_send_no_window_update_the_field_cannot_carry() {
         }
     }
 }
+
+/// RFC 9293 3.8.6 (SHLD-14: the right edge should not be moved left) and RFC 7323 2.4: a
+/// receive-window clamp below one unit of the window scale (`rx_window_clamp` 4,096 under
+/// a 512 MiB buffer's shift of 14, units of 16,384 octets; the engine's `REQUEST_WINDOW`)
+/// offered 4,096 in the SYN-ACK (unscaled, RFC 7323 2.2), then 0 in the ACK of the peer's
+/// first 500 octets: the edge moved back from 4,096 to 500, and the window closed with the
+/// buffer free. `window_field` rounded the clamp down to whole units, and the SYN-ACK's
+/// edge was recorded as that rounding (0), not the 4,096 it carried. Now the held edge
+/// rounds up to one unit (Linux's `tcp_select_window`: `ALIGN(cur_win, 1 << wscale)`), the
+/// same at a passive and an active open, and the clamp still bounds what the peer parks
+/// to the clamp and one unit.
+#[test]
+fn clamp_below_one_unit_never_shrinks() {
+    use warpcore_tcp::conn::ConnConfig;
+    let config = ConnConfig {
+        rx_buffer: 512 << 20,
+        rx_window_clamp: Some(4096),
+        ..cfg()
+    };
+    let unit = 1u64 << 14;
+    // Passive: the SYN-ACK offers the clamp, unscaled, with our shift of 14.
+    let mut syn = seg(TcpControl::Syn, PISS, None, &[]);
+    syn.max_seg_size = Some(1460);
+    syn.window_scale = Some(7);
+    let mut c = Connection::accept(&config, ep(), ISS, &syn, ms(0));
+    let sa = drain(&mut c, ms(0));
+    assert_eq!(sa[0].control, TcpControl::Syn);
+    assert_eq!(sa[0].ws, Some(14));
+    assert_eq!(sa[0].window, 4096, "the SYN-ACK offers the clamp");
+    c.handle_segment(ms(1), &seg(TcpControl::None, PISS + 1, Some(ISS + 1), &[]));
+    assert_eq!(c.state(), State::Established);
+    c.handle_segment(ms(2), &data(0, &[1; 500], ISS + 1));
+    assert_eq!(c.recv_queue(), 500);
+    let acks = drain(&mut c, ms(2));
+    let last = acks.last().expect("an ACK of the 500 octets");
+    assert_eq!(last.ack, Some(PISS + 1 + 500));
+    let edge = 500 + (u64::from(last.window) << 14);
+    assert!(
+        edge >= 4096,
+        "the right edge moved left from 4,096 to {edge}"
+    );
+    // The peer fills what was offered, unread: taken, and the queue stays within the
+    // clamp and one unit.
+    let payload = [2u8; 1000];
+    let mut off = 500;
+    while off + 1000 <= 4096 + unit as usize {
+        c.handle_segment(ms(3), &data(off, &payload, ISS + 1));
+        off += 1000;
+        let _ = drain(&mut c, ms(3));
+    }
+    assert!(c.recv_queue() >= 4096, "{}", c.recv_queue());
+    assert!(c.recv_queue() <= 4096 + unit as usize, "{}", c.recv_queue());
+
+    // Active: our SYN offers the clamp unscaled; the ACK of the SYN-ACK keeps that edge.
+    let mut c = Connection::connect(&config, ep(), ISS, ms(0));
+    let s = drain(&mut c, ms(0));
+    assert_eq!(s[0].window, 4096);
+    let mut sa = seg(TcpControl::Syn, PISS, Some(ISS + 1), &[]);
+    sa.max_seg_size = Some(1460);
+    sa.window_scale = Some(7);
+    c.handle_segment(ms(1), &sa);
+    assert_eq!(c.state(), State::Established);
+    let ack = drain(&mut c, ms(1));
+    let edge = u64::from(ack.last().expect("the ACK").window) << 14;
+    assert!(
+        edge >= 4096,
+        "the right edge moved left from 4,096 to {edge}"
+    );
+}

@@ -89,7 +89,10 @@ pub struct ConnConfig {
     /// window included, so lifting it only ever opens the window (RFC 9293 3.8.6.2.1: no
     /// shrinking). For a server that reads a bounded greeting before it decides to take
     /// the connection (an MPA Request): what a peer can park in its buffer meanwhile is
-    /// this, not `rx_buffer`. `None`: `rx_buffer` from the start.
+    /// this, not `rx_buffer`. A scaled window offers whole units of 2^shift (the shift
+    /// `rx_buffer` needs): a clamp below one unit still offers one unit once the SYN's
+    /// edge is held (rather than shrink it to zero, RFC 9293 3.8.6), so it bounds the
+    /// queue to itself and one unit. `None`: `rx_buffer` from the start.
     pub rx_window_clamp: Option<usize>,
     /// Send buffer.
     pub tx_buffer: usize,
@@ -1593,7 +1596,33 @@ impl Connection {
         // The buffer and its run-ahead, less what the queue holds (more than the buffer
         // once the edge ran ahead and the peer filled it).
         let most = (self.rx_window + self.rcv_run_ahead()).saturating_sub(self.rx.len()) >> shift;
-        down.max(up.min(most)).min(0xffff) as u16
+        let field = down.max(up.min(most)).min(0xffff) as u16;
+        if field == 0 && held != 0 {
+            return self.window_field_within_unit(held);
+        }
+        field
+    }
+
+    /// [`Self::window_field`] when it came to zero with an edge offered past RCV.NXT: the
+    /// run-ahead (a sixteenth of the buffer) is less than one unit of 2^shift, which only a
+    /// [`ConnConfig::rx_window_clamp`] below 16 units makes so (the shift is chosen for
+    /// `rx_buffer`: a 4096-octet clamp under a 512 MiB buffer's shift of 14). Zero would
+    /// move the right edge left to RCV.NXT, by up to the whole window offered, and close
+    /// it with the buffer free (RFC 9293 3.8.6, SHLD-14; RFC 7323 2.4): the held edge is
+    /// rounded up to the unit instead, as Linux's `tcp_select_window` (`ALIGN(cur_win, 1 <<
+    /// rcv_wscale)`, never shrink), with a run-ahead of one unit. So under such a clamp the
+    /// queue holds at most the clamp and one unit (4096 + 16,384 octets there), still far
+    /// from `rx_buffer`; past that the edge moves left by less than the unit, as at the
+    /// sixteenth. Test: `conn_window::clamp_below_one_unit_never_shrinks`.
+    #[cold]
+    #[inline(never)]
+    fn window_field_within_unit(&self, held: usize) -> u16 {
+        let shift = self.rcv_shift;
+        let unit = 1usize << shift;
+        let up = (held + unit - 1) >> shift;
+        let run_ahead = self.rcv_run_ahead().max(unit);
+        let most = (self.rx_window + run_ahead).saturating_sub(self.rx.len()) >> shift;
+        up.min(most).min(0xffff) as u16
     }
 
     /// How far the right edge offered may run ahead of the receive buffer's free space
@@ -2003,8 +2032,18 @@ impl Connection {
             return;
         };
         self.last_heard = now;
-        if self.state == State::SynReceived {
-            if ack > self.snd_una && ack <= self.snd_nxt {
+        // SYN-RECEIVED, or a close in it (FIN-WAIT-1 at once, RFC 9293 3.10.4) before our
+        // SYN is acknowledged: an ACK that does not cover our SYN is not acceptable and
+        // draws <SEQ=SEG.ACK><CTL=RST>, its data untaken (3.10.7.4 fifth, SYN-RECEIVED).
+        // Tested on the state alone, the closed connection took it as a synchronized
+        // one's. In `conn_script`:
+        // `close_in_syn_received_still_rejects_an_ack_short_of_our_syn`.
+        if !self.syn_acked {
+            if !(ack > self.snd_una && ack <= self.snd_nxt) {
+                self.queue_rst_for_ack(ack);
+                return;
+            }
+            if self.state == State::SynReceived {
                 self.state = State::Established;
                 self.events |= EV_CONNECTED;
                 if self.fin_queued {
@@ -2012,9 +2051,6 @@ impl Connection {
                 }
                 self.arm_keepalive(now);
                 self.arm_ts_refresh(now);
-            } else {
-                self.queue_rst_for_ack(ack);
-                return;
             }
         }
         // RFC 5961 5.2: SND.UNA - MAX.SND.WND <= SEG.ACK <= SND.NXT. Outside it the segment
@@ -3507,7 +3543,14 @@ impl Connection {
             self.snd_nxt = self.iss + 1;
         }
         self.rec.on_sent(now, self.iss, 1, retransmit);
+        let before = self.rcv_adv;
         self.sent(&seg);
+        // The right edge this SYN offered: its window is never scaled (RFC 7323 2.2), so
+        // not `window_field`'s, which `sent_acking` recorded for a SYN-ACK (under a clamp
+        // below one unit of the shift, zero: the next ACK then moved the edge left from
+        // the SYN's, RFC 9293 3.8.6 SHLD-14). Test:
+        // `conn_window::clamp_below_one_unit_never_shrinks`.
+        self.rcv_adv = before.max(self.rcv_off + u64::from(seg.window_len));
         (seg, 0, 0)
     }
 
