@@ -6,6 +6,7 @@
 //! back is cast to the box. A NULL or foreign pointer is the application's bug, as with
 //! rdma-core; what we can check (a NULL, a wrong context) returns `EINVAL`.
 
+use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::os::fd::AsRawFd;
 use std::ptr::{self, null_mut};
@@ -1184,8 +1185,36 @@ pub extern "C" fn __wc_ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
 
 #[repr(C)]
 pub(crate) struct Mw {
-    ibv: ibv_mw,
+    /// The application's `struct ibv_mw`. In a cell: `ibv_bind_mw` and `IBV_WR_BIND_MW`
+    /// store the new `rkey` while other threads hold the `&Mw` of their own calls (C
+    /// callers bind one window from two threads at once), so no reference we make may
+    /// assert that its bytes do not change. Our only write to it is [`Mw::set_rkey`].
+    ibv: UnsafeCell<ibv_mw>,
     mw: wv::MemoryWindow,
+    /// Held across a bind's post and its store of `rkey`, so that of racing binds (the
+    /// answer is the provider's, ibv_bind_mw(3)) the `rkey` left is the last posted one's,
+    /// the key the next `ibv_inc_rkey` must advance from.
+    bind: Mutex<()>,
+}
+
+impl Mw {
+    /// Stores `rkey` in the application's `mw->rkey`: an atomic store through the cell's
+    /// raw pointer, no reference to the struct (two plain stores from two threads were a
+    /// data race; a `&mut` to it, as was made here, aliased the other thread's).
+    fn set_rkey(&self, rkey: u32) {
+        // SAFETY: the cell's pointer is valid for as long as `self` is; `rkey` is a
+        // `uint32_t` aligned as one, and every write this library makes to it is this
+        // atomic store (made under `self.bind`).
+        let field = unsafe { AtomicU32::from_ptr(&raw mut (*self.ibv.get()).rkey) };
+        field.store(rkey, Ordering::Release);
+    }
+
+    /// The application's `mw->rkey`, read as [`Mw::set_rkey`] stores it.
+    fn rkey(&self) -> u32 {
+        // SAFETY: as in `set_rkey`.
+        let field = unsafe { AtomicU32::from_ptr(&raw mut (*self.ibv.get()).rkey) };
+        field.load(Ordering::Acquire)
+    }
 }
 
 unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, ty: ibv_mw_type) -> *mut ibv_mw {
@@ -1205,17 +1234,18 @@ unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, ty: ibv_mw_type) -> *mut ibv_mw {
         };
         match p.pd.alloc_mw(t) {
             Ok(mw) => Box::into_raw(Box::new(Mw {
-                ibv: ibv_mw {
+                ibv: UnsafeCell::new(ibv_mw {
                     context: p.ibv.context,
                     pd,
                     rkey: mw.stag(),
                     handle: mw.stag(),
                     type_: ty,
-                },
+                }),
                 mw: {
                     p.uses.add();
                     mw
                 },
+                bind: Mutex::new(()),
             }))
             .cast(),
             Err(e) => {
@@ -1229,7 +1259,11 @@ unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, ty: ibv_mw_type) -> *mut ibv_mw {
 unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
     guard(EIO, || {
         // SAFETY: mw is NULL or ours (the matching create).
-        let pd = unsafe { mw.as_ref() }.map_or(null_mut(), |m| m.pd);
+        let pd = unsafe { mw.cast::<Mw>().as_ref() }.map_or(null_mut(), |m| {
+            // SAFETY: the cell's pointer is valid while `m` is; `pd` read through it, no
+            // reference to the struct (see `Mw::ibv`).
+            unsafe { (*m.ibv.get()).pd }
+        });
         // SAFETY: mw is NULL or ours (the matching create), no longer used by the caller.
         let r = unsafe { destroy::<_, Mw>(mw) };
         if r == 0 {
@@ -1278,8 +1312,11 @@ fn post_bind(
     if info.mw_access_flags & IBV_ACCESS_ZERO_BASED != 0 {
         return Err(EOPNOTSUPP.into());
     }
-    // SAFETY: mw and the region are ours (ibv_bind_mw(3), IBV_WR_BIND_MW).
-    let (Some(w), Some(m)) = (unsafe { mw.cast::<Mw>().as_mut() }, unsafe {
+    // SAFETY: mw and the region are ours (ibv_bind_mw(3), IBV_WR_BIND_MW). A shared
+    // reference: another thread may be binding the same window (the `&mut` made here was
+    // two aliasing `&mut` then, undefined behaviour); what the bind changes, `rkey`, is in
+    // a cell ([`Mw::set_rkey`]).
+    let (Some(w), Some(m)) = (unsafe { mw.cast::<Mw>().as_ref() }, unsafe {
         info.mr.cast::<Mr>().as_ref()
     }) else {
         // Unbinding (no region) is not supported: invalidate the window instead.
@@ -1298,6 +1335,7 @@ fn post_bind(
     let signaled = q.sig_all || send_flags & IBV_SEND_SIGNALED != 0;
     let fenced = send_flags & IBV_SEND_FENCE != 0;
     let access = window_access(info.mw_access_flags);
+    let _bind = w.bind.lock().unwrap_or_else(|e| e.into_inner());
     let stag = q.qp.post_bind_mw_with_key(
         wr_id,
         &w.mw,
@@ -1309,7 +1347,7 @@ fn post_bind(
         signaled,
         fenced,
     )?;
-    w.ibv.rkey = stag;
+    w.set_rkey(stag);
     Ok(stag)
 }
 
@@ -2008,7 +2046,12 @@ fn post_recv_list(
 
 #[repr(C)]
 pub(crate) struct Qp {
-    pub ibv: ibv_qp,
+    /// The application's `struct ibv_qp`. In a cell: the CM dispatcher and
+    /// `ibv_modify_qp` store `state` ([`set_qp_state`], an atomic store through the raw
+    /// pointer) while other threads hold the `&Qp` of their own calls, and a `&Qp` whose
+    /// bytes another thread writes asserted they did not change (undefined behaviour, as
+    /// a `&mut` aliasing it would be). Read a field at a time through [`Qp::ibv_ptr`].
+    ibv: UnsafeCell<ibv_qp>,
     pub qp: wv::QueuePair,
     sig_all: bool,
     max_inline: u32,
@@ -2056,6 +2099,12 @@ struct LastWqe {
 }
 
 impl Qp {
+    /// The application's `struct ibv_qp`, to read one field at a time (`pd`, the CQs,
+    /// the SRQ, `qp_context`: fixed when the QP was made), never a reference to it.
+    fn ibv_ptr(&self) -> *mut ibv_qp {
+        self.ibv.get()
+    }
+
     /// The engine's abort (RST, everything outstanding flushed), marked as the
     /// application's own doing first ([`Qp::aborted`]).
     fn abort(&self) -> Result<(), wv::Error> {
@@ -2173,7 +2222,7 @@ pub(crate) fn create_qp(
     cap.max_inline_data = inline;
     let qpn = qp.id().qpn();
     let b = Box::new(Qp {
-        ibv: ibv_qp {
+        ibv: UnsafeCell::new(ibv_qp {
             context: p.ibv.context,
             qp_context: attr.qp_context,
             pd,
@@ -2187,7 +2236,7 @@ pub(crate) fn create_qp(
             state: IBV_QPS_RESET,
             qp_type: IBV_QPT_RC,
             ..Default::default()
-        },
+        }),
         qp,
         sig_all: attr.sq_sig_all != 0,
         max_inline: cap.max_inline_data,
@@ -2309,8 +2358,9 @@ pub extern "C" fn __wc_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         }
         crate::cm::forget_qp(qp);
         // SAFETY: as above; the application is done with it.
-        let b = unsafe { Box::from_raw(qp.cast::<Qp>()) };
-        let (pd, scq, rcq, srq) = (b.ibv.pd, b.ibv.send_cq, b.ibv.recv_cq, b.ibv.srq);
+        let mut b = unsafe { Box::from_raw(qp.cast::<Qp>()) };
+        let i = b.ibv.get_mut();
+        let (pd, scq, rcq, srq) = (i.pd, i.send_cq, i.recv_cq, i.srq);
         drop(b);
         // The QP is gone: its PD, CQs and SRQ may be destroyed now (each outlived it,
         // its use counted).
@@ -2651,10 +2701,14 @@ pub extern "C" fn __wc_ibv_query_qp(
         // SAFETY: init is the caller's.
         if let Some(i) = unsafe { init.as_mut() } {
             *i = Default::default();
-            i.qp_context = q.ibv.qp_context;
-            i.send_cq = q.ibv.send_cq;
-            i.recv_cq = q.ibv.recv_cq;
-            i.srq = q.ibv.srq;
+            let b = q.ibv_ptr();
+            // SAFETY: the QP's own struct, a field at a time (see `Qp::ibv`).
+            unsafe {
+                i.qp_context = (*b).qp_context;
+                i.send_cq = (*b).send_cq;
+                i.recv_cq = (*b).recv_cq;
+                i.srq = (*b).srq;
+            }
             i.cap = q.cap;
             i.qp_type = IBV_QPT_RC;
             i.sq_sig_all = c_int::from(q.sig_all);
@@ -2799,9 +2853,10 @@ fn post_one(q: &Qp, w: &ibv_send_wr) -> Result<(), Posted> {
     if w.opcode == IBV_WR_BIND_MW {
         // SAFETY: the union member of IBV_WR_BIND_MW.
         let b = unsafe { w.__bindgen_anon_2.bind_mw };
-        // SAFETY: the window is ours.
-        let cur = unsafe { b.mw.as_ref() }
-            .map(|m| m.rkey)
+        // SAFETY: the window is ours. Its rkey read atomically ([`Mw::rkey`]), not
+        // through a `&ibv_mw` another thread's bind of it may be storing into.
+        let cur = unsafe { b.mw.cast::<Mw>().as_ref() }
+            .map(Mw::rkey)
             .ok_or(Posted::Errno(EINVAL))?;
         // The new rkey is the application's choice in the verbs (ibv_inc_rkey from the
         // rkey it holds): its key octet is taken as it is, its index must be the window's.
