@@ -158,6 +158,7 @@ contracts() {
     contract migrate_waits_ack
     contract migrate_same_channel
     contract srq_qp_recv_caps
+    contract getaddrinfo_eai
     contract post_err_qp
     contract modify_qp_mask
     contract fd_errno

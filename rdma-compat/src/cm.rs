@@ -22,7 +22,7 @@
 use std::cell::UnsafeCell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::net::{Ipv4Addr, SocketAddrV4, ToSocketAddrs};
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::ptr::null_mut;
@@ -2711,38 +2711,130 @@ struct AddrInfo {
     dst: sockaddr_in,
 }
 
-/// `node` as an IPv4 address: numeric, or a name resolved by the system (not with
-/// `numeric`, RAI_NUMERICHOST, which asks for no lookup). An IPv6 literal is
-/// EAFNOSUPPORT at once: libfabric's verbs provider asks for every address of every
-/// interface, link-local IPv6 ones included, and a name lookup of those would wait on DNS.
-fn lookup(node: *const c_char, port: u16, numeric: bool) -> Result<SocketAddrV4, c_int> {
-    if node.is_null() {
-        return Ok(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port));
+/// Why [`lookup`] failed: an errno (`rdma_getaddrinfo` returns -1 with it) or the
+/// system's `getaddrinfo` refused the name or service (its `EAI_*` code, which
+/// `rdma_getaddrinfo` returns as it is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LookupErr {
+    Errno(c_int),
+    Gai(c_int),
+}
+
+/// `node` and `service` as an IPv4 address and port: an IPv4 literal and a numeric port
+/// (or none) at once, anything else looked up by the system ([`system_lookup`]). An IPv6
+/// literal is EAFNOSUPPORT at once: libfabric's verbs provider asks for every address of
+/// every interface, link-local IPv6 ones included, and a name lookup of those would wait
+/// on DNS.
+fn lookup(
+    node: *const c_char,
+    service: *const c_char,
+    hints: Option<&rdma_addrinfo>,
+) -> Result<SocketAddrV4, LookupErr> {
+    let port = if service.is_null() {
+        Some(0)
+    } else {
+        // SAFETY: service is NUL-terminated (rdma_getaddrinfo(3)).
+        unsafe { CStr::from_ptr(service) }
+            .to_str()
+            .ok()
+            .and_then(|s| s.parse::<u16>().ok())
+    };
+    let name = if node.is_null() {
+        None
+    } else {
+        // SAFETY: node is a NUL-terminated string (rdma_getaddrinfo(3)).
+        Some(
+            unsafe { CStr::from_ptr(node) }
+                .to_string_lossy()
+                .into_owned(),
+        )
+    };
+    if let Some(s) = &name {
+        let literal = s.split('%').next().unwrap_or("");
+        if literal.parse::<std::net::Ipv6Addr>().is_ok() {
+            return Err(LookupErr::Errno(EAFNOSUPPORT));
+        }
     }
-    // SAFETY: node is a NUL-terminated string (rdma_getaddrinfo(3)).
-    let s = unsafe { CStr::from_ptr(node) }
-        .to_string_lossy()
-        .into_owned();
-    if let Ok(ip) = s.parse::<Ipv4Addr>() {
-        return Ok(SocketAddrV4::new(ip, port));
+    match (name.as_deref().map(str::parse::<Ipv4Addr>), port) {
+        (None, Some(port)) => Ok(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port)),
+        (Some(Ok(ip)), Some(port)) => Ok(SocketAddrV4::new(ip, port)),
+        _ => system_lookup(node, service, hints),
     }
-    let literal = s.split('%').next().unwrap_or("");
-    if literal.parse::<std::net::Ipv6Addr>().is_ok() {
-        return Err(EAFNOSUPPORT);
+}
+
+/// The system's `getaddrinfo(node, service)` under librdmacm's translation of the hints
+/// (rdma-core v44 librdmacm/addrinfo.c, `ucma_convert_to_ai`; no hints without them), its
+/// first IPv4 address. A name or service it refuses fails with its `EAI_*` code, as
+/// librdmacm's rdma_getaddrinfo returns it (`ucma_getaddrinfo`: `if (ret) return ret`),
+/// which rdma_client and the other librdmacm examples print with `gai_strerror`: it was
+/// -1 (EHOSTUNREACH, or EINVAL for a service name or RAI_NUMERICHOST), which
+/// `gai_strerror` reads as EAI_BADFLAGS, "Bad value for ai_flags". A name with IPv6
+/// addresses only stays -1 with EHOSTUNREACH (the engine is IPv4).
+fn system_lookup(
+    node: *const c_char,
+    service: *const c_char,
+    hints: Option<&rdma_addrinfo>,
+) -> Result<SocketAddrV4, LookupErr> {
+    let ai_hints = hints.map(|h| libc::addrinfo {
+        ai_flags: if h.ai_flags & RAI_PASSIVE as c_int != 0 {
+            libc::AI_PASSIVE
+        } else {
+            0
+        } | if h.ai_flags & RAI_NUMERICHOST as c_int != 0 {
+            libc::AI_NUMERICHOST
+        } else {
+            0
+        },
+        // Only AF_UNSPEC and AF_INET get here (`rdma_getaddrinfo`).
+        ai_family: h.ai_family,
+        ai_socktype: match h.ai_qp_type as u32 {
+            IBV_QPT_RC | IBV_QPT_UC | IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV => libc::SOCK_STREAM,
+            IBV_QPT_UD => libc::SOCK_DGRAM,
+            _ => 0,
+        },
+        // Only 0 and RDMA_PS_TCP get here.
+        ai_protocol: if h.ai_port_space == RDMA_PS_TCP as c_int {
+            libc::IPPROTO_TCP
+        } else {
+            0
+        },
+        ai_addrlen: 0,
+        ai_addr: null_mut(),
+        ai_canonname: null_mut(),
+        ai_next: null_mut(),
+    });
+    let mut res: *mut libc::addrinfo = null_mut();
+    // SAFETY: node and service are NULL or NUL-terminated, the hints NULL or a valid
+    // addrinfo, res an out pointer.
+    let ret = unsafe {
+        libc::getaddrinfo(
+            node,
+            service,
+            ai_hints
+                .as_ref()
+                .map_or(std::ptr::null(), std::ptr::from_ref),
+            &raw mut res,
+        )
+    };
+    if ret != 0 {
+        return Err(LookupErr::Gai(ret));
     }
-    if numeric {
-        return Err(EINVAL);
+    let mut found = None;
+    let mut at = res;
+    // SAFETY: the list getaddrinfo returned, freed below, its addresses as long as their
+    // ai_addrlen.
+    while let Some(a) = unsafe { at.as_ref() } {
+        if found.is_none() && (a.ai_addrlen as usize) >= std::mem::size_of::<sockaddr_in>() {
+            // SAFETY: as above.
+            if let Ok(Some(v4)) = unsafe { from_sockaddr(a.ai_addr.cast_const().cast()) } {
+                found = Some(v4);
+            }
+        }
+        at = a.ai_next;
     }
-    (s.as_str(), port)
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut it| {
-            it.find_map(|a| match a {
-                std::net::SocketAddr::V4(v) => Some(v),
-                std::net::SocketAddr::V6(_) => None,
-            })
-        })
-        .ok_or(EHOSTUNREACH)
+    // SAFETY: getaddrinfo's list, freed once.
+    unsafe { libc::freeaddrinfo(res) };
+    found.ok_or(LookupErr::Errno(EHOSTUNREACH))
 }
 
 /// An IPv4 address of the hints (`ai_src_addr`/`ai_dst_addr` with its length); None when
@@ -2776,16 +2868,6 @@ pub extern "C" fn __wc_rdma_getaddrinfo(
         if res.is_null() || (node.is_null() && service.is_null() && hints.is_null()) {
             return fail(EINVAL, -1);
         }
-        let port = if service.is_null() {
-            0
-        } else {
-            // SAFETY: service is NUL-terminated.
-            let s = unsafe { CStr::from_ptr(service) }.to_string_lossy();
-            match s.parse::<u16>() {
-                Ok(p) => p,
-                Err(_) => return fail(EINVAL, -1),
-            }
-        };
         // SAFETY: hints is NULL or the caller's.
         let h = unsafe { hints.as_ref() };
         if let Some(h) = h {
@@ -2810,10 +2892,11 @@ pub extern "C" fn __wc_rdma_getaddrinfo(
         };
         let (mut src, mut dst) = (None, None);
         if !node.is_null() || !service.is_null() {
-            let numeric = h.is_some_and(|h| h.ai_flags & RAI_NUMERICHOST as c_int != 0);
-            let addr = match lookup(node, port, numeric) {
+            let addr = match lookup(node, service, h) {
                 Ok(a) => a,
-                Err(e) => return fail(e, -1),
+                Err(LookupErr::Errno(e)) => return fail(e, -1),
+                // librdmacm returns getaddrinfo's code as it is (errno as it left it).
+                Err(LookupErr::Gai(code)) => return code,
             };
             if passive {
                 src = Some(addr);

@@ -562,10 +562,16 @@ fn addrinfo_passive_active_and_bad() {
     let r = unsafe { &*res };
     assert!(!r.ai_src_addr.is_null() && r.ai_dst_addr.is_null());
     cm::__wc_rdma_freeaddrinfo(res);
-    // A non-numeric service, and UDP, are refused.
+    // A service the system does not know is getaddrinfo's EAI_SERVICE (glibc's -8), as
+    // librdmacm returns it; UDP is refused.
     assert_eq!(
-        cm::__wc_rdma_getaddrinfo(node.as_ptr(), c"rdma".as_ptr(), null(), &mut res),
-        -1
+        cm::__wc_rdma_getaddrinfo(
+            node.as_ptr(),
+            c"no-such-service-abi2".as_ptr(),
+            null(),
+            &mut res
+        ),
+        EAI_SERVICE
     );
     let udp = rdma_addrinfo {
         ai_port_space: RDMA_PS_UDP as c_int,
@@ -579,6 +585,42 @@ fn addrinfo_passive_active_and_bad() {
         std::io::Error::last_os_error().raw_os_error(),
         Some(crate::EOPNOTSUPP)
     );
+}
+
+/// glibc's `EAI_NONAME` and `EAI_SERVICE` (netdb.h).
+const EAI_NONAME: c_int = -2;
+const EAI_SERVICE: c_int = -8;
+
+/// rdma_getaddrinfo(3) of a name or service the system's getaddrinfo refuses returns its
+/// `EAI_*` code, as librdmacm v44 does (addrinfo.c, `ucma_getaddrinfo`), which rdma_client
+/// prints with `gai_strerror`; it was -1, "Bad value for ai_flags" there. Here without a
+/// DNS query: RAI_NUMERICHOST with a name (getaddrinfo's AI_NUMERICHOST: EAI_NONAME), a
+/// service name the system does not know (EAI_SERVICE), passive and active.
+#[test]
+fn getaddrinfo_returns_getaddrinfos_code() {
+    let mut res: *mut rdma_addrinfo = null_mut();
+    let numeric = rdma_addrinfo {
+        ai_flags: RAI_NUMERICHOST as c_int,
+        ..Default::default()
+    };
+    assert_eq!(
+        cm::__wc_rdma_getaddrinfo(
+            c"host.invalid".as_ptr(),
+            c"7471".as_ptr(),
+            &numeric,
+            &mut res
+        ),
+        EAI_NONAME
+    );
+    let passive = rdma_addrinfo {
+        ai_flags: RAI_PASSIVE as c_int,
+        ..Default::default()
+    };
+    assert_eq!(
+        cm::__wc_rdma_getaddrinfo(null(), c"no-such-service-abi2".as_ptr(), &passive, &mut res),
+        EAI_SERVICE
+    );
+    assert!(res.is_null(), "nothing returned on a failure");
 }
 
 /// rdma_getaddrinfo(3) with neither node nor service: the hints alone describe the
@@ -637,9 +679,10 @@ fn addrinfo_from_the_hints_alone() {
     assert_eq!(u32::from_be(s.sin_addr.s_addr), 0x0A01_0209);
     cm::__wc_rdma_freeaddrinfo(res);
     // An IPv6 literal (a link-local one with its scope, as libfabric's verbs provider asks
-    // for each interface's) is EAFNOSUPPORT at once; a name with RAI_NUMERICHOST is EINVAL,
-    // without a lookup. Before, both went to the system's resolver and waited on DNS (59 s
-    // for `fi_info -p verbs` in a namespace without one).
+    // for each interface's) is EAFNOSUPPORT at once; a name with RAI_NUMERICHOST is
+    // getaddrinfo's EAI_NONAME under AI_NUMERICHOST, as librdmacm returns it, without a
+    // lookup. Before, both went to the system's resolver and waited on DNS (59 s for
+    // `fi_info -p verbs` in a namespace without one).
     assert_eq!(
         cm::__wc_rdma_getaddrinfo(c"fe80::1%eth0".as_ptr(), null(), null(), &mut res),
         -1
@@ -654,13 +697,8 @@ fn addrinfo_from_the_hints_alone() {
     };
     assert_eq!(
         cm::__wc_rdma_getaddrinfo(c"no-such-host.invalid".as_ptr(), null(), &numeric, &mut res),
-        -1
+        EAI_NONAME
     );
-    assert_eq!(
-        std::io::Error::last_os_error().raw_os_error(),
-        Some(crate::EINVAL)
-    );
-    // (A lookup would have failed with EHOSTUNREACH.)
     // Nothing at all is still EINVAL.
     assert_eq!(
         cm::__wc_rdma_getaddrinfo(null(), null(), null(), &mut res),
