@@ -472,7 +472,7 @@ fn a_shut_window_dsacks_the_old_octets_of_a_segment_from_before_rcv_nxt() {
 /// field carries: 65,535 units of 2^shift at most, each ACK's window a whole number of
 /// units. Without window scaling (a peer whose SYN had no Window Scale option) a 1 MiB
 /// buffer read in pieces moves no edge the field can carry once 64 KiB are free; with a
-/// shift of 12 (a 256 MiB buffer) a read of one MSS moves it by less than the unit. Each
+/// shift of 13 (a 256 MiB buffer) a read of one MSS moves it by less than the unit. Each
 /// such read drew a pure ACK anyway, the same SEG.ACK and the same window as the last: no
 /// update, and to a peer with data in flight a duplicate ACK (RFC 5681 2, all five
 /// conditions), three of which are a spurious fast retransmit. Linux's
@@ -567,6 +567,20 @@ fn clamp_below_one_unit_never_shrinks() {
     }
     assert!(c.recv_queue() >= 4096, "{}", c.recv_queue());
     assert!(c.recv_queue() <= 4096 + unit as usize, "{}", c.recv_queue());
+    // Filled past the clamp, the window is offered shut; once the application reads it
+    // all, the clamp's 4,096 octets are free again (less than one unit, more than the
+    // step): a window update reopens it by one unit, not the zero that rounding the free
+    // space down gave for as long as the clamp held.
+    let shut = drain(&mut c, ms(4));
+    assert!(shut.iter().all(|o| o.window == 0), "{shut:?}");
+    let mut buf = vec![0u8; 4096 + unit as usize];
+    let queued = c.recv_queue();
+    assert_eq!(c.recv(&mut buf), Ok(queued));
+    let update = drain(&mut c, ms(5));
+    let last = update
+        .last()
+        .expect("a window update once the queue is read");
+    assert_eq!(last.window, 1, "the window reopens by one unit: {update:?}");
 
     // Active: our SYN offers the clamp unscaled; the ACK of the SYN-ACK keeps that edge.
     let mut c = Connection::connect(&config, ep(), ISS, ms(0));

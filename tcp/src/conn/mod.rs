@@ -1597,7 +1597,7 @@ impl Connection {
         // once the edge ran ahead and the peer filled it).
         let most = (self.rx_window + self.rcv_run_ahead()).saturating_sub(self.rx.len()) >> shift;
         let field = down.max(up.min(most)).min(0xffff) as u16;
-        if field == 0 && held != 0 {
+        if field == 0 && (held != 0 || self.rcv_free() >= self.sws_step()) {
             return self.window_field_within_unit(held);
         }
         field
@@ -1613,13 +1613,18 @@ impl Connection {
     /// rcv_wscale)`, never shrink), with a run-ahead of one unit. So under such a clamp the
     /// queue holds at most the clamp and one unit (4096 + 16,384 octets there), still far
     /// from `rx_buffer`; past that the edge moves left by less than the unit, as at the
-    /// sixteenth. Test: `conn_window::clamp_below_one_unit_never_shrinks`.
+    /// sixteenth. Likewise a window shut as offered (nothing held) whose free space is at
+    /// least the RFC 9293 3.8.6.2.2 step but less than one unit (the peer filled the
+    /// clamp and its unit, then the application read): it reopens by one unit, as
+    /// Linux's `__tcp_select_window` rounds the free space up to the unit ("prevent zero
+    /// window announcement if 1<<rcv_wscale > mss"); rounded down it stayed shut for as
+    /// long as the clamp held. Test: `conn_window::clamp_below_one_unit_never_shrinks`.
     #[cold]
     #[inline(never)]
     fn window_field_within_unit(&self, held: usize) -> u16 {
         let shift = self.rcv_shift;
         let unit = 1usize << shift;
-        let up = (held + unit - 1) >> shift;
+        let up = ((held + unit - 1) >> shift).max(usize::from(self.rcv_free() >= self.sws_step()));
         let run_ahead = self.rcv_run_ahead().max(unit);
         let most = (self.rx_window + run_ahead).saturating_sub(self.rx.len()) >> shift;
         up.min(most).min(0xffff) as u16
@@ -1647,7 +1652,13 @@ impl Connection {
         let carried = (self.rcv_free().min(0xffff_usize << shift) >> shift) << shift;
         let edge = self.rcv_off + carried as u64;
         let step = self.sws_step() as u64;
-        if edge >= self.rcv_adv + step && self.state != State::Closed {
+        // Or a window shut as offered whose free space reached the step but not one unit:
+        // `window_field` reopens it by the unit (`window_field_within_unit`), and without
+        // this update the peer, which only probes, saw it shut for as long as the clamp
+        // held (the only case where the step is below the unit with the window shut).
+        let reopens =
+            |c: &Self| c.rcv_adv <= c.rcv_off && carried == 0 && c.rcv_free() as u64 >= step;
+        if (edge >= self.rcv_adv + step || reopens(self)) && self.state != State::Closed {
             self.ack_now = true;
         }
     }
