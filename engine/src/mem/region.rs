@@ -457,10 +457,8 @@ fn mmap_flags(huge: bool) -> libc::c_int {
         // DPDK hosts), rounds the mapping up to whole such pages and refuses the `munmap`
         // of the 2 MiB-rounded length `Drop` gives back (EINVAL): every region dropped
         // leaked a pinned 1 GiB page. A machine without free 2 MiB hugepages falls back
-        // to ordinary pages, as before. `MAP_HUGE_SHIFT` is 26 on every Linux
-        // architecture (`<linux/mman.h>`).
-        const MAP_HUGE_SHIFT: u32 = 26;
-        flags |= (HUGE_PAGE_LEN.trailing_zeros() as libc::c_int) << MAP_HUGE_SHIFT;
+        // to ordinary pages, as before.
+        flags |= libc::MAP_HUGE_2MB;
     }
     flags
 }
@@ -535,8 +533,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_hugetlb_mapping_names_its_2mib_page_size() {
-        const MAP_HUGE_SHIFT: u32 = 26;
-        const MAP_HUGE_MASK: libc::c_int = 0x3F;
+        use libc::{MAP_HUGE_MASK, MAP_HUGE_SHIFT};
         let flags = mmap_flags(true);
         assert_ne!(flags & libc::MAP_HUGETLB, 0);
         let log2 = (flags >> MAP_HUGE_SHIFT) & MAP_HUGE_MASK;
