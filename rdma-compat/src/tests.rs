@@ -567,7 +567,7 @@ fn addrinfo_passive_active_and_bad() {
     assert_eq!(
         cm::__wc_rdma_getaddrinfo(
             node.as_ptr(),
-            c"no-such-service-abi2".as_ptr(),
+            c"no-such-service-warpcore".as_ptr(),
             null(),
             &mut res
         ),
@@ -587,9 +587,7 @@ fn addrinfo_passive_active_and_bad() {
     );
 }
 
-/// glibc's `EAI_NONAME` and `EAI_SERVICE` (netdb.h).
-const EAI_NONAME: c_int = -2;
-const EAI_SERVICE: c_int = -8;
+use libc::{EAI_NONAME, EAI_SERVICE};
 
 /// rdma_getaddrinfo(3) of a name or service the system's getaddrinfo refuses returns its
 /// `EAI_*` code, as librdmacm v44 does (addrinfo.c, `ucma_getaddrinfo`), which rdma_client
@@ -617,7 +615,12 @@ fn getaddrinfo_returns_getaddrinfos_code() {
         ..Default::default()
     };
     assert_eq!(
-        cm::__wc_rdma_getaddrinfo(null(), c"no-such-service-abi2".as_ptr(), &passive, &mut res),
+        cm::__wc_rdma_getaddrinfo(
+            null(),
+            c"no-such-service-warpcore".as_ptr(),
+            &passive,
+            &mut res
+        ),
         EAI_SERVICE
     );
     assert!(res.is_null(), "nothing returned on a failure");
