@@ -1610,12 +1610,14 @@ impl Connection {
     /// move the right edge left to RCV.NXT, by up to the whole window offered, and close
     /// it with the buffer free (RFC 9293 3.8.6, SHLD-14; RFC 7323 2.4): the held edge is
     /// rounded up to the unit instead, as Linux's `tcp_select_window` (`ALIGN(cur_win, 1 <<
-    /// rcv_wscale)`, never shrink), with a run-ahead of one unit. So under such a clamp the
-    /// queue holds at most the clamp and one unit (4096 + 16,384 octets there), still far
-    /// from `rx_buffer`; past that the edge moves left by less than the unit, as at the
-    /// sixteenth. Likewise a window shut as offered (nothing held) whose free space is at
-    /// least the RFC 9293 3.8.6.2.2 step but less than one unit (the peer filled the
-    /// clamp and its unit, then the application read): it reopens by one unit, as
+    /// rcv_wscale)`, never shrink), with a run-ahead of one unit, while the queue is
+    /// within the clamp. Once the peer's octets take the queue past the clamp, the field
+    /// is 0 and the edge moves back to RCV.NXT, by less than one unit (RFC 7323 2.4's
+    /// allowance; the segments beyond it are refused and resent): so under such a clamp
+    /// the queue holds at most the clamp and one unit (4096 + 16,384 octets there), still
+    /// far from `rx_buffer`. Likewise a window shut as offered (nothing held) whose free
+    /// space is at least the RFC 9293 3.8.6.2.2 step but less than one unit (the peer
+    /// filled it past the clamp, then the application read): it reopens by one unit, as
     /// Linux's `__tcp_select_window` rounds the free space up to the unit ("prevent zero
     /// window announcement if 1<<rcv_wscale > mss"); rounded down it stayed shut for as
     /// long as the clamp held. Test: `conn_window::clamp_below_one_unit_never_shrinks`.
@@ -1655,7 +1657,8 @@ impl Connection {
         // Or a window shut as offered whose free space reached the step but not one unit:
         // `window_field` reopens it by the unit (`window_field_within_unit`), and without
         // this update the peer, which only probes, saw it shut for as long as the clamp
-        // held (the only case where the step is below the unit with the window shut).
+        // held (or, without a clamp, where the unit exceeds the MSS, a buffer past 64 MiB,
+        // until a whole unit was free; the unit offered there lies within the run-ahead).
         let reopens =
             |c: &Self| c.rcv_adv <= c.rcv_off && carried == 0 && c.rcv_free() as u64 >= step;
         if (edge >= self.rcv_adv + step || reopens(self)) && self.state != State::Closed {
