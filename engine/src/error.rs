@@ -61,10 +61,6 @@ pub enum EngineError {
     /// (the original value is written there).
     #[error("an atomic takes no SGE or one of 8 octets")]
     AtomicSge,
-    /// An atomic's remote Tagged Offset is not 8-aligned (EXT-5.2.1-2): the responder
-    /// would end the stream, so it is refused before it is queued.
-    #[error("an atomic's remote tagged offset must be 8-aligned")]
-    AtomicMisaligned,
     /// A requested size exceeds the configured limit.
     #[error("{0} exceeds the configured limit")]
     LimitExceeded(&'static str),

@@ -139,8 +139,9 @@ pub enum SendOp {
         /// The peer's Tagged Offset.
         remote_to: u64,
     },
-    /// RFC 7306 masked FetchAdd on the 64-bit word at `remote_to` (8-aligned, EXT-5.2.1-2)
-    /// of the peer's region, which needs `REMOTE_ATOMIC` access. The original value comes
+    /// RFC 7306 masked FetchAdd on the 64-bit word at `remote_to` of the peer's region (the
+    /// word's address must be 8-aligned at the peer, EXT-5.2.1-2, the TO need not be when
+    /// the region's base TO is not congruent to its address), which needs `REMOTE_ATOMIC` access. The original value comes
     /// back in [`Completion::atomic_orig`] and, if the request has one local SGE (exactly 8
     /// octets, local write), is written there in host byte order. `add_mask` marks lane
     /// ends (0: a plain 64-bit add; RFC 7306 §5.1.1).

@@ -101,10 +101,6 @@ pub enum Error {
     /// An atomic takes no local SGE or one SGE of exactly 8 octets with local write access.
     #[error("an atomic takes no local SGE or one of 8 octets")]
     AtomicSge,
-    /// An atomic's remote offset is not 8-aligned (RFC 7306 §5.2.1: the peer would end the
-    /// connection).
-    #[error("an atomic's remote offset must be 8-aligned")]
-    AtomicMisaligned,
     /// Inline data was given to an operation that takes none (a Read, an atomic, a local
     /// memory operation, octets for Immediate Data).
     #[error("inline data with an operation that takes none")]
@@ -221,7 +217,6 @@ impl From<EngineError> for Error {
             EngineError::NoReadCredits => Error::NoReadCredits,
             EngineError::NotSupported(w) => Error::NotSupported(w),
             EngineError::AtomicSge => Error::AtomicSge,
-            EngineError::AtomicMisaligned => Error::AtomicMisaligned,
             EngineError::LimitExceeded(w) => Error::LimitExceeded(w),
             EngineError::TableFull(w) => Error::TableFull(w),
             EngineError::AlreadyConnected => Error::InvalidState(QpState::Connecting),

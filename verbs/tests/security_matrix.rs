@@ -730,8 +730,8 @@ fn send_invalidate_case(name: &str, foreign: bool, want: (u8, u8, u8)) {
 }
 
 /// EXT-5.2.1-2: an atomic on a word that is not 8-aligned → 0/2/07 (siw's reading of
-/// RFC 7306's "invalid request"); nothing changes. Our requesters refuse to post one
-/// (`Error::AtomicMisaligned`), so the hand-driven peer sends it.
+/// RFC 7306's "invalid request"); nothing changes. Sent by the hand-driven peer (the TO
+/// names an unaligned word of the target, whose base TO is aligned like its address).
 #[test]
 fn misaligned_atomic() {
     hostile_case(

@@ -1127,36 +1127,48 @@ impl Qp {
         }
         // Atomic Requests count against IRD next to Read Requests (EXT-5.2-1).
         self.ird.admit()?;
-        // AOpCode, alignment (0/2/07, EXT-5.2.1-2), STag, bounds, then the
-        // REMOTE_ATOMIC right: a region grants atomics only with it, so the
-        // right stands for both remote rights proto's check asks for.
+        // AOpCode (0/2/06, EXT-5.2.1-7), then STag, REMOTE_ATOMIC right and bounds (the
+        // remote protection codes), then the alignment of the word in memory (0/2/07).
+        // A region grants atomics only with REMOTE_ATOMIC, so that right stands for both
+        // remote rights proto's check asks for.
+        //
+        // EXT-5.2.1-2 (RFC 7306 §5.2.1, §8.2): the Remote Tagged Offset "MAY start at an
+        // arbitrary offset but MUST represent a ULP Buffer address that is 64-bit
+        // aligned". The rule is on the address the TO resolves to, not on the TO: a
+        // registration whose base TO is not congruent to its address mod 8
+        // (`register_with_base`, a fast registration, an unaligned buffer registered
+        // zero-based) maps an unaligned TO to an aligned word and an aligned TO to an
+        // unaligned one. Only the address is checked (as rxe's `rxe_mr_do_atomic_op`
+        // checks the page offset, not the iova), here where the request is received, so
+        // the Terminate is 0/2/07 with its DDP header and nothing behind it on the stream
+        // is placed; `execute_atomic` checks it again before the 8-octet atomic access.
         let pd = self.pd;
         let stream = self.stream;
-        let mut misaligned = false;
-        let checked = handle_atomic_request(&ar, |stag| {
-            let g = mrs
-                .lookup_remote(Stag(stag), pd, stream, Access::empty())
-                .map_err(LookupFault::stag_fault)?;
-            let atomic_ok = g.access().contains(Access::REMOTE_ATOMIC);
-            // The word's address, not only its TO, must be 8-aligned (EXT-5.2.1-2 asks it
-            // of the ULP buffer address): a registration whose base TO is not congruent to
-            // its address mod 8 (`register_with_base`, a fast registration, an unaligned
-            // buffer registered zero-based) maps an aligned TO to an unaligned word.
-            // Checked here, where the request is received, so the Terminate is 0/2/07 with
-            // its DDP header and nothing behind it on the stream is placed.
-            misaligned = g
-                .bounds(ar.remote_to, 8)
-                .is_ok_and(|off| matches!(g.atomic(off), Err(BoundsFault::Misaligned)));
-            let mut a = g.access_region();
-            a.remote_read = atomic_ok;
-            a.remote_write = atomic_ok;
-            Ok(a)
-        })
-        .and_then(|op| {
+        let checked = ar.op().ok_or(RdmapError::UnexpectedOpcode).and_then(|_| {
+            let mut misaligned = false;
+            let lookup = mrs
+                .lookup_remote(Stag(ar.remote_stag), pd, stream, Access::empty())
+                .map_err(LookupFault::stag_fault)
+                .map(|g| {
+                    let atomic_ok = g.access().contains(Access::REMOTE_ATOMIC);
+                    misaligned = g
+                        .bounds(ar.remote_to, 8)
+                        .is_ok_and(|off| matches!(g.atomic(off), Err(BoundsFault::Misaligned)));
+                    let mut a = g.access_region();
+                    a.remote_read = atomic_ok;
+                    a.remote_write = atomic_ok;
+                    a
+                });
+            check_remote_access(
+                lookup,
+                ar.remote_to,
+                u64::from(ext_atomic::ATOMIC_LEN),
+                ProtoAccess::RemoteAtomic,
+            )?;
             if misaligned {
                 Err(BoundsFault::Misaligned.rdmap_error())
             } else {
-                Ok(op)
+                Ok(())
             }
         });
         if let Err(e) = checked {

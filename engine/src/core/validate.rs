@@ -144,11 +144,11 @@ fn validate_send_checks(
     if remote_to.is_some_and(|to| to_range_wraps(to, remote_len)) {
         return Err(EngineError::RemoteToWrap);
     }
-    // The target word's Tagged Offset must be 8-aligned (EXT-5.2.1-2): every responder
-    // of ours refuses another with a Terminate that ends the stream (0/2/07).
-    if is_atomic && remote_to.is_some_and(|to| to % 8 != 0) {
-        return Err(EngineError::AtomicMisaligned);
-    }
+    // An atomic's remote TO is not checked for alignment: RFC 7306 §5.2.1 (EXT-5.2.1-2)
+    // lets it "start at an arbitrary offset" as long as it represents an 8-aligned
+    // address at the responder, which only the responder knows (a registration's base TO
+    // need not be congruent to its address mod 8). A TO that resolves to an unaligned
+    // word earns Terminate 0/2/07 from the responder (EXT-8.2-4/5).
     if shared.sges_checked_at_post() {
         for s in sges {
             check_sge(mrs, shared.pd, s, is_read)?;

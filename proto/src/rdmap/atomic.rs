@@ -64,9 +64,12 @@ pub fn cmp_swap(
 /// (EXT-5.1.1-2, EXT-5.1.1-4, EXT-5.1.2-5, EXT-5.1.2-6, EXT-8.2-4, EXT-8.2-5).
 ///
 /// The Remote Tagged Offset is the offset the peer knows the buffer by; whether it maps to
-/// an 8-aligned address in memory depends on the registration. An engine whose tagged
-/// offsets are not virtual addresses should check the resolved address with this same rule
-/// (the RFC's requirement is on the "ULP Buffer address").
+/// an 8-aligned address in memory depends on the registration. RFC 7306 §5.2.1 lets the
+/// TO "start at an arbitrary offset" as long as it represents an 8-aligned "ULP Buffer
+/// address", so an engine whose tagged offsets are not virtual addresses must check the
+/// resolved address with this rule *instead* of the TO (and so not use [`check_request`],
+/// [`handle_atomic_request`] or [`execute`], which apply it to the TO; warpcore-engine
+/// uses [`fetch_add`], [`cmp_swap`] and its own address check).
 pub const fn check_alignment(remote_to: u64) -> Result<(), RdmapError> {
     if remote_to.is_multiple_of(ATOMIC_ALIGN) {
         Ok(())
