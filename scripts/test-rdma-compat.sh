@@ -148,6 +148,7 @@ contracts() {
     contract post_inline
     contract query_limits
     contract qp_state_field
+    contract create_qp_caller_cqs
     contract verbs_strs_rereg
     contract qp_reset_after_err
     contract verbs_helpers

@@ -1860,6 +1860,14 @@ fn create_qp_on(id: &Id, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> Result
     if !get!(id.qp).is_null() {
         return Err(EINVAL);
     }
+    // librdmacm's rdma_create_qp_ex: a CQ the attributes name must be the id's where the
+    // id has one (the application may set `id->send_cq` / `id->recv_cq`), else EINVAL.
+    let differs = |of_id: *mut ibv_cq, given: *mut ibv_cq| {
+        !of_id.is_null() && !given.is_null() && of_id != given
+    };
+    if differs(get!(id.send_cq), attr.send_cq) || differs(get!(id.recv_cq), attr.recv_cq) {
+        return Err(EINVAL);
+    }
     let given = (attr.send_cq, attr.recv_cq);
     let before = (
         get!(id.send_cq),
@@ -1886,6 +1894,13 @@ fn create_qp_on(id: &Id, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> Result
 
 /// [`create_qp_on`]'s CQs (those the caller left out) and QP; on an error the CQs it made
 /// are left on the id (`own_cqs`) for the caller to destroy.
+///
+/// As librdmacm's `rdma_create_qp_ex`, only the CQs made here (`ucma_create_cqs`) are put
+/// in `id->send_cq` / `id->recv_cq`: the caller's stay out of the id, which
+/// `rdma_destroy_qp` then leaves alone. Before, CQs the caller gave both were written into
+/// the id and stayed there after `rdma_destroy_qp` and the caller's `ibv_destroy_cq`,
+/// dangling (a program testing `id->send_cq` for NULL, as it may after librdmacm's, got a
+/// freed CQ).
 fn create_qp_cqs_and_qp(
     id: &Id,
     pd: *mut ibv_pd,
@@ -1893,56 +1908,56 @@ fn create_qp_cqs_and_qp(
 ) -> Result<(), c_int> {
     // The caller's PD, else the id's (the device's, `attach_device`).
     let pd = if pd.is_null() { get!(id.pd) } else { pd };
-    if attr.send_cq.is_null() || attr.recv_cq.is_null() {
-        // librdmacm's ucma_create_cqs: a channel and a CQ each way the caller left out.
-        for send in [false, true] {
-            let (cq_slot, depth) = if send {
-                (&mut attr.send_cq, attr.cap.max_send_wr)
-            } else {
-                (&mut attr.recv_cq, attr.cap.max_recv_wr)
-            };
-            if !cq_slot.is_null() {
-                continue;
-            }
-            // A channel or CQ refused fails the call with the errno that call set, as
-            // librdmacm's ucma_create_cqs leaves libibverbs' errno (rdma-core v33,
-            // "librdmacm: Don't overwrite errno returned from libibverbs"): EINVAL for a
-            // depth past max_cqe, EMFILE with the descriptors used up. It was ENOMEM
-            // whatever the cause.
-            let ch = verbs::__wc_ibv_create_comp_channel(get!(id.verbs));
-            if ch.is_null() {
-                return Err(errno_or_enomem());
-            }
-            let cq = verbs::__wc_ibv_create_cq(
-                get!(id.verbs),
-                depth.max(1) as c_int,
-                std::ptr::from_ref(id).cast_mut().cast(),
-                ch,
-                0,
-            );
-            if cq.is_null() {
-                let e = errno_or_enomem();
-                verbs::__wc_ibv_destroy_comp_channel(ch);
-                return Err(e);
-            }
-            *cq_slot = cq;
-            if send {
-                set!(id.send_cq_channel = ch);
-                set!(id.send_cq = cq);
-            } else {
-                set!(id.recv_cq_channel = ch);
-                set!(id.recv_cq = cq);
-            }
-            let mut st = id.lock();
-            if send {
-                st.own_cqs.0 = true;
-            } else {
-                st.own_cqs.1 = true;
-            }
+    // librdmacm's ucma_create_cqs: a channel and a CQ each way the caller left out and the
+    // id has none for; where the id has one (the application's), the QP takes it.
+    for send in [false, true] {
+        let (cq_slot, depth, of_id) = if send {
+            (&mut attr.send_cq, attr.cap.max_send_wr, get!(id.send_cq))
+        } else {
+            (&mut attr.recv_cq, attr.cap.max_recv_wr, get!(id.recv_cq))
+        };
+        if !cq_slot.is_null() {
+            continue;
         }
-    } else {
-        set!(id.send_cq = attr.send_cq);
-        set!(id.recv_cq = attr.recv_cq);
+        if !of_id.is_null() {
+            *cq_slot = of_id;
+            continue;
+        }
+        // A channel or CQ refused fails the call with the errno that call set, as
+        // librdmacm's ucma_create_cqs leaves libibverbs' errno (rdma-core v33,
+        // "librdmacm: Don't overwrite errno returned from libibverbs"): EINVAL for a
+        // depth past max_cqe, EMFILE with the descriptors used up. It was ENOMEM
+        // whatever the cause.
+        let ch = verbs::__wc_ibv_create_comp_channel(get!(id.verbs));
+        if ch.is_null() {
+            return Err(errno_or_enomem());
+        }
+        let cq = verbs::__wc_ibv_create_cq(
+            get!(id.verbs),
+            depth.max(1) as c_int,
+            std::ptr::from_ref(id).cast_mut().cast(),
+            ch,
+            0,
+        );
+        if cq.is_null() {
+            let e = errno_or_enomem();
+            verbs::__wc_ibv_destroy_comp_channel(ch);
+            return Err(e);
+        }
+        *cq_slot = cq;
+        if send {
+            set!(id.send_cq_channel = ch);
+            set!(id.send_cq = cq);
+        } else {
+            set!(id.recv_cq_channel = ch);
+            set!(id.recv_cq = cq);
+        }
+        let mut st = id.lock();
+        if send {
+            st.own_cqs.0 = true;
+        } else {
+            st.own_cqs.1 = true;
+        }
     }
     if attr.srq.is_null() && !get!(id.srq).is_null() {
         attr.srq = get!(id.srq);

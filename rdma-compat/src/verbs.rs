@@ -1438,7 +1438,15 @@ pub extern "C" fn __wc_ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> c_
 
 #[repr(C)]
 pub(crate) struct Cq {
-    pub ibv: ibv_cq,
+    /// The application's `struct ibv_cq`. In a cell: its `cq_context` is the
+    /// application's to change after `ibv_create_cq` (rdma-core hands it back from
+    /// `ibv_get_cq_event` and never writes it again; C callers set it after the create,
+    /// from any thread), while other threads hold the `&Cq` of their own calls
+    /// (`ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_ack_cq_events`, the dispatcher's CQ error).
+    /// A `&Cq` whose bytes another thread writes asserted they did not change (undefined
+    /// behaviour in the library, whatever field it then read). Read a field at a time
+    /// through the cell's raw pointer ([`Cq::cq_context`]), never a reference to it.
+    ibv: UnsafeCell<ibv_cq>,
     pub cq: wv::CompletionQueue,
     chan: *mut Chan,
     /// The QPs completing into it (a QP whose send and receive CQ it is counts twice).
@@ -1447,6 +1455,20 @@ pub(crate) struct Cq {
     /// `ibv_ack_cq_events`; `ibv_destroy_cq` waits (on `all_acked`) until they are equal.
     events: Mutex<Events>,
     all_acked: Condvar,
+}
+
+impl Cq {
+    /// The application's `cq->cq_context`, read as rdma-core's `ibv_get_cq_event` reads
+    /// it: the one field, by value.
+    fn cq_context(&self) -> *mut c_void {
+        // SAFETY: the cell's pointer is valid for as long as `self` is; one pointer-sized,
+        // aligned field is read through it with no reference to the struct, so an
+        // application's store to this or another field of it does not invalidate any
+        // reference of ours. The read races only with a store to `cq_context` made while
+        // an `ibv_get_cq_event` of this CQ runs, the application's own race (rdma-core's
+        // `ibv_get_cq_event` makes the same plain read).
+        unsafe { (*self.ibv.get()).cq_context }
+    }
 }
 
 /// A CQ's completion event counts (ibv_get_cq_event(3)).
@@ -1517,13 +1539,13 @@ pub extern "C" fn __wc_ibv_create_cq(
             Ok(cq) => {
                 let id = cq.id();
                 let b = Box::into_raw(Box::new(Cq {
-                    ibv: ibv_cq {
+                    ibv: UnsafeCell::new(ibv_cq {
                         context: c,
                         channel,
                         cq_context,
                         cqe,
                         ..Default::default()
-                    },
+                    }),
                     cq,
                     chan,
                     uses: Uses::default(),
@@ -1627,7 +1649,7 @@ pub extern "C" fn __wc_ibv_get_cq_event(
                     // Counted before the lock is released: a destroy that takes the CQ off
                     // after this waits for this event's acknowledgement.
                     r.events.lock().unwrap_or_else(|e| e.into_inner()).delivered += 1;
-                    let context = r.ibv.cq_context;
+                    let context = r.cq_context();
                     drop(cqs);
                     // SAFETY: out-pointers are the caller's (checked non-NULL above).
                     unsafe {
@@ -1780,7 +1802,11 @@ unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_
 
 #[repr(C)]
 pub(crate) struct Srq {
-    ibv: ibv_srq,
+    /// The application's `struct ibv_srq`. In a cell, as [`Cq::ibv`]: its `srq_context`
+    /// is the application's to change after `ibv_create_srq`, while other threads hold the
+    /// `&Srq` of their calls (`ibv_post_srq_recv`, the dispatcher's limit event). Read a
+    /// field at a time through the cell's raw pointer, never a reference to it.
+    ibv: UnsafeCell<ibv_srq>,
     pub srq: wv::SharedReceiveQueue,
     /// The QPs receiving through it.
     uses: Uses,
@@ -1850,12 +1876,12 @@ pub extern "C" fn __wc_ibv_create_srq(
                 a.attr.max_wr = srq.depth();
                 a.attr.max_sge = srq.max_sge();
                 let b = Box::new(Srq {
-                    ibv: ibv_srq {
+                    ibv: UnsafeCell::new(ibv_srq {
                         context: p.ibv.context,
                         srq_context: a.srq_context,
                         pd,
                         ..Default::default()
-                    },
+                    }),
                     srq,
                     uses: Uses::default(),
                     async_unacked: Mutex::default(),
@@ -1941,7 +1967,9 @@ pub extern "C" fn __wc_ibv_destroy_srq(s: *mut ibv_srq) -> c_int {
             n = q.all_acked.wait(n).unwrap_or_else(|e| e.into_inner());
         }
         drop(n);
-        let pd = q.ibv.pd;
+        // SAFETY: the cell's pointer is valid while `q` is; `pd`, which only the create
+        // wrote, read through it by value (see `Srq::ibv`).
+        let pd = unsafe { (*q.ibv.get()).pd };
         // SAFETY: s is ours, no longer used by the caller nor by any QP.
         let r = unsafe { destroy::<_, Srq>(s) };
         if r == 0 {
