@@ -604,3 +604,42 @@ fn clamp_below_one_unit_never_shrinks() {
         "the right edge moved left from 4,096 to {edge}"
     );
 }
+
+/// RFC 9293 3.8.6.2.2 (receiver SWS avoidance: the window grows by min(Fr * RCV.BUFF, MSS),
+/// Fr = 1/2) with the smallest buffer the tuning accepts, one octet (`TcpTuning::check`:
+/// "at least one octet"). The step came to 0 (half of one octet, rounded down), and the
+/// tests of the free space against it (`free >= step`) held with the buffer full: the
+/// window shut by the peer's octet was reopened at once by one unit (one octet without a
+/// window scale) past the full buffer, and the peer's next octet was queued beside the
+/// first, two octets in a one-octet buffer. The step is at least one octet: a full
+/// one-octet buffer offers a shut window, and reopens once it is read.
+#[test]
+fn a_one_octet_buffer_offers_no_window_when_full() {
+    use warpcore_tcp::conn::ConnConfig;
+    let config = ConnConfig {
+        rx_buffer: 1,
+        ..cfg()
+    };
+    let mut c = established(config, true);
+    c.handle_segment(ms(2), &data(0, &[1], ISS + 1));
+    assert_eq!(c.recv_queue(), 1);
+    let acks = drain(&mut c, ms(2));
+    let last = acks.last().expect("the ACK of the octet");
+    assert_eq!(last.ack, Some(PISS + 2));
+    assert_eq!(last.window, 0, "a full buffer offers no window: {acks:?}");
+    // The peer's next octet (a probe, or a sender trusting a window offered) is refused.
+    c.handle_segment(ms(3), &data(1, &[2], ISS + 1));
+    assert_eq!(c.recv_queue(), 1, "two octets queued in a one-octet buffer");
+    for o in drain(&mut c, ms(3)) {
+        assert_eq!(o.window, 0, "{o:?}");
+    }
+    // Read, the octet frees the buffer: the window reopens.
+    let mut buf = [0u8; 4];
+    assert_eq!(c.recv(&mut buf), Ok(1));
+    let update = drain(&mut c, ms(4));
+    assert_eq!(
+        update.last().map(|o| o.window),
+        Some(1),
+        "the window reopens once read: {update:?}"
+    );
+}

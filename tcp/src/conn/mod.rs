@@ -1541,9 +1541,14 @@ impl Connection {
     }
 
     /// How far the right edge of the window offered must be able to move before it moves:
-    /// min(Fr * RCV.BUFF, MSS) with Fr = 1/2 (RFC 9293 3.8.6.2.2).
+    /// min(Fr * RCV.BUFF, MSS) with Fr = 1/2 (RFC 9293 3.8.6.2.2), and at least one octet:
+    /// with a window of one octet (`rx_buffer` or `rx_window_clamp` 1, which the tuning
+    /// accepts) half of it rounded down to 0, every test of the free space against the step
+    /// held with the buffer full, and `window_field` reopened the window shut by the peer's
+    /// octet at once, by a unit past the full buffer (a second octet queued in a one-octet
+    /// buffer). Test: `conn_window::a_one_octet_buffer_offers_no_window_when_full`.
     fn sws_step(&self) -> usize {
-        (self.rx_window / 2).min(usize::from(self.cfg.mss))
+        (self.rx_window / 2).min(usize::from(self.cfg.mss)).max(1)
     }
 
     /// Lifts [`ConnConfig::rx_window_clamp`]: the window is offered from the whole
