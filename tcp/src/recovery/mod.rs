@@ -28,16 +28,19 @@
 //!   segments (RFC 6928), one reduction per recovery episode, cwnd of one segment after an
 //!   RTO and slow start from there while the RTO's losses are resent (RFC 5681 3.1), or
 //!   none at all.
-//! * Proportional Rate Reduction (RFC 6937 3, PRR-SSRB) in a fast recovery episode (SACK,
-//!   RACK or three duplicate ACKs; not an RTO's): each ACK's delivered data (cumulative
-//!   advance and newly SACKed octets, a segment per duplicate ACK without SACK) set what
-//!   may be sent, sndcnt: while the pipe exceeds ssthresh, the share ssthresh / RecoverFS
-//!   of what was delivered (one segment every other ACK for NewReno's 1/2), below it back
-//!   towards ssthresh by at most one segment per ACK beyond what it delivered. The window
-//!   the module reports in the episode is pipe + sndcnt (Linux's `tcp_cwnd_reduction`),
-//!   and ssthresh once it ends. Before, cwnd dropped to ssthresh at once and RFC 6675's
-//!   pipe < cwnd held the sender silent for about half a round trip, then let it burst
-//!   (or, with heavy losses, far below ssthresh, all at once up to it).
+//! * Proportional Rate Reduction (RFC 9937, which obsoletes RFC 6937) in a fast recovery
+//!   episode (SACK, RACK or three duplicate ACKs; not an RTO's): each ACK's delivered
+//!   data (cumulative advance and newly SACKed octets, a segment per duplicate ACK without
+//!   SACK) set what may be sent, sndcnt: while the pipe exceeds ssthresh, the share
+//!   ssthresh / RecoverFS of what was delivered (RecoverFS the octets outstanding and not
+//!   SACKed when the episode began; one segment every other ACK for NewReno's 1/2), below
+//!   it no more than the ACK delivered (PRR-CRB), or on a SafeACK (SND.UNA advanced, no
+//!   further loss) back towards ssthresh by at most one segment beyond that (PRR-SSRB).
+//!   The window the module reports in the episode is pipe + sndcnt (Linux's
+//!   `tcp_cwnd_reduction`), and ssthresh once it ends. Before, cwnd dropped to ssthresh
+//!   at once and RFC 6675's pipe < cwnd held the sender silent for about half a round
+//!   trip, then let it burst (or, with heavy losses, far below ssthresh, all at once up
+//!   to it).
 //! * A spurious RTO is undone (the Eifel algorithm: detection by timestamps, RFC 3522;
 //!   response, RFC 4015): when the first ACK that advances after an RTO echoes a timestamp
 //!   older than the retransmission, the original segments arrived; the congestion state
@@ -218,6 +221,8 @@ struct Tally {
     lost: usize,
     /// Entries SACKed.
     sacked: usize,
+    /// Octets SACKed (PRR's RecoverFS, `enter_recovery`).
+    sacked_octets: usize,
     /// Octets of retransmissions in the pipe (the least the pipe counts without SACK,
     /// whatever the duplicate ACKs: [`Recovery::in_flight`]).
     retx: usize,
@@ -231,6 +236,7 @@ impl Tally {
         }
         self.lost += usize::from(s.awaits_retransmit());
         self.sacked += usize::from(s.sacked);
+        self.sacked_octets += if s.sacked { s.len() } else { 0 };
     }
 
     fn sub(&mut self, s: &Seg) {
@@ -240,6 +246,7 @@ impl Tally {
         }
         self.lost -= usize::from(s.awaits_retransmit());
         self.sacked -= usize::from(s.sacked);
+        self.sacked_octets -= if s.sacked { s.len() } else { 0 };
     }
 
     /// An entry changed from `before` to `after`.
@@ -315,7 +322,7 @@ pub struct Recovery {
     /// A recovery episode just started: its first retransmission goes out whatever the
     /// pipe (RFC 6675 5 (4.3), RFC 5681 3.2 step 2).
     retransmit_first: bool,
-    /// Proportional Rate Reduction's state (RFC 6937 3) from the start of a fast recovery
+    /// Proportional Rate Reduction's state (RFC 9937 section 6) from the start of a fast recovery
     /// episode (`enter_recovery`) to its end; kept through an RTO in it until the first
     /// ACK after the RTO tells whether the RTO was spurious (`Undo`: its undo goes back
     /// to the episode, PRR's counts with it), but not used while the RTO's recovery runs
@@ -440,7 +447,7 @@ struct EpisodeUndo {
     horizon: TcpSeqNumber,
 }
 
-/// Proportional Rate Reduction (RFC 6937 3) of one fast recovery episode, in octets.
+/// Proportional Rate Reduction (RFC 9937 section 6) of one fast recovery episode, in octets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Prr {
     /// prr_delivered: octets the peer got since the episode began (cumulatively
@@ -823,8 +830,8 @@ impl Recovery {
         if len == 0 {
             return;
         }
-        // RFC 6937 3: "On any data transmission or retransmission: prr_out += (data sent)"
-        // (in a fast recovery episode only: no cost beyond this test elsewhere).
+        // RFC 9937 section 6: on any data transmission or retransmission, prr_out += (data
+        // sent) (in a fast recovery episode only: no cost beyond this test elsewhere).
         if let Some(p) = self.prr.as_mut() {
             p.out += len;
         }
@@ -1327,9 +1334,10 @@ impl Recovery {
             out.lost_marked += self.detect_loss(now);
         }
         if out.lost_marked > 0 {
-            self.enter_recovery();
-            // RFC 6937 3: the ACK that begins the episode counts (as `on_ack_general`).
-            self.prr_on_ack(out.newly_acked);
+            self.enter_recovery(out.newly_acked);
+            // RFC 9937 section 6: the ACK that begins the episode counts (as
+            // `on_ack_general`); it marked a loss, so it is no SafeACK.
+            self.prr_on_ack(out.newly_acked, false);
         } else if tlp_loss {
             self.reduce_window_tlp();
         } else {
@@ -1350,10 +1358,10 @@ impl Recovery {
         let tlp_loss = self.tlp_answered(now, ack, ts_rtt);
         self.end_dsack_round(ack);
         self.end_stale_episode(ack);
-        // RFC 6937 3's DeliveredData: change_in(snd.una) + change_in(SACKd), the octets
+        // RFC 9937's DeliveredData: change_in(snd.una) + change_in(SACKd), the octets
         // SACKed before that this ACK covers taken off (`sacked_acked`), and without SACK
         // one segment per duplicate ACK less what a cumulative ACK takes of those
-        // (`dup_sacked`, its change from `dup0`; RFC 6937 3's estimate for a receiver
+        // (`dup_sacked`, its change from `dup0`; RFC 9937's estimate for a receiver
         // without SACK, as Linux's `tcp_add_reno_sack` / `tcp_remove_reno_sacks`).
         let dup0 = self.dup_sacked;
         let mut sacked_acked = 0;
@@ -1495,7 +1503,7 @@ impl Recovery {
                 }
             }
             // The RTO stands (not undone): a fast recovery episode it cut short is over,
-            // and PRR's state with it (RFC 6937 is for fast recovery, not an RTO's).
+            // and PRR's state with it (RFC 9937 is for fast recovery, not an RTO's).
             if self.rto_recovery {
                 self.prr = None;
             }
@@ -1576,7 +1584,7 @@ impl Recovery {
                     self.reo_wnd_mult = 1;
                 }
                 if !std::mem::take(&mut self.rto_recovery) && self.ssthresh != usize::MAX {
-                    // RFC 6937 3 ("on exiting recovery", cwnd = ssthresh) and RFC 6582 3.2
+                    // RFC 9937 section 6 (on exiting recovery, cwnd = ssthresh) and RFC 6582 3.2
                     // step 3 (full ACK): PRR left cwnd at pipe + sndcnt, at or below
                     // ssthresh (Linux's `tcp_end_cwnd_reduction`).
                     self.cwnd = self.ssthresh.max(2 * self.smss);
@@ -1592,7 +1600,7 @@ impl Recovery {
             }
         }
         if out.lost_marked > 0 && self.recover.is_none() {
-            self.enter_recovery();
+            self.enter_recovery(delivered);
         } else if tlp_loss {
             self.reduce_window_tlp();
         } else if acked > 0 && (self.recover.is_none() || self.rto_recovery) {
@@ -1603,10 +1611,11 @@ impl Recovery {
             // segment, which repaired the window one segment per round trip.
             self.grow(now, acked);
         }
-        // RFC 6937 3: in a fast recovery episode (this ACK's included, if it began it) the
-        // ACK's delivered data set what may be sent.
+        // RFC 9937 section 6: in a fast recovery episode (this ACK's included, if it began
+        // it) the ACK's delivered data set what may be sent; a SafeACK (SND.UNA advanced,
+        // no further loss indicated) may send one segment more (PRR-SSRB).
         if self.prr.is_some() && !self.rto_recovery {
-            self.prr_on_ack(delivered);
+            self.prr_on_ack(delivered, progressed && out.lost_marked == 0);
         }
         // TLP: RFC 8985 7.2 restarts the probe timer on an ACK that acknowledges new data
         // (cumulatively; newly SACKed data leaves segments SACKed, where `arm_pto` arms
@@ -1964,7 +1973,9 @@ impl Recovery {
         self.retx_order.clear();
     }
 
-    fn enter_recovery(&mut self) {
+    /// A recovery episode begins; `delivered` is what the ACK that began it delivered
+    /// (its DeliveredData, which `prr_on_ack` counts next; 0 for the reorder timer's entry).
+    fn enter_recovery(&mut self, delivered: usize) {
         self.recover = self.high;
         self.retransmit_first = true;
         // What the reduction changes, until D-SACKs say whether it was needed (an episode
@@ -1981,25 +1992,40 @@ impl Recovery {
         self.pto_at = None;
         self.reduce_window();
         if self.cfg.congestion != Congestion::None {
-            // RFC 6937 3: "At the beginning of recovery, initialize the PRR state": the
-            // target is ssthresh (`reduce_window`), RecoverFS the FlightSize now. Until an
-            // ACK's delivered data allow more (`prr_on_ack`), nothing goes but the first
-            // retransmission (RFC 6675 5 (4.3), `retransmit_first`): the window is the
-            // pipe (a reorder timer's entry, with no ACK; an ACK's entry sets it at once).
+            // RFC 9937 section 6 (initialization): the target is ssthresh
+            // (`reduce_window`); RecoverFS is snd.nxt - snd.una less the octets SACKed
+            // before this ACK, plus what this ACK cumulatively acknowledged: the octets
+            // that can yet count as delivered in the episode, this ACK's included (what
+            // was SACKed before never will). RFC 6937 3 took the whole FlightSize: with
+            // octets SACKed before the loss was found (RACK's reordering window, three
+            // duplicate ACKs), prr_delivered could never reach it and the episode sent
+            // less than ssthresh / RecoverFS said. Here: FlightSize after the ACK, less
+            // what is SACKed now (the duplicate ACKs' estimate without SACK included),
+            // plus the ACK's DeliveredData (its newly SACKed and newly acknowledged
+            // octets). Until an ACK's delivered data allow more (`prr_on_ack`), nothing
+            // goes but the first retransmission (RFC 6675 5 (4.3), `retransmit_first`):
+            // the window is the pipe (a reorder timer's entry, with no ACK; an ACK's entry
+            // sets it at once). Test: `prr_recover_fs_leaves_out_what_was_sacked_before`.
+            let recover_fs = self
+                .flight_size()
+                .saturating_sub(self.tally.sacked_octets)
+                .saturating_sub(self.dup_sacked)
+                .saturating_add(delivered);
             self.prr = Some(Prr {
                 delivered: 0,
                 out: 0,
-                recover_fs: self.flight_size().max(1),
+                recover_fs: recover_fs.max(1),
             });
             self.cwnd = self.in_flight().max(self.smss);
         }
     }
 
-    /// Proportional Rate Reduction (RFC 6937 3, PRR-SSRB) for an ACK of a fast recovery
+    /// Proportional Rate Reduction (RFC 9937 section 6) for an ACK of a fast recovery
     /// episode that delivered `delivered` octets (DeliveredData; an ACK that delivered
     /// nothing changes nothing, as Linux's `tcp_cwnd_reduction`): the window becomes pipe +
     /// sndcnt, so that what may go now (`send_allowance`, `next_retransmit`'s pipe < cwnd)
-    /// is sndcnt, and each transmission counts in prr_out (`on_sent`).
+    /// is sndcnt, and each transmission counts in prr_out (`on_sent`). `safe`: the ACK is
+    /// a SafeACK, it advanced SND.UNA and indicated no further loss.
     ///
     /// * While pipe > ssthresh: sndcnt = CEIL(prr_delivered * ssthresh / RecoverFS) -
     ///   prr_out, the sending spread over the episode in the proportion of the reduction
@@ -2008,13 +2034,21 @@ impl Recovery {
     ///   segment per ACK after. CEIL rounds up to whole segments, as Linux counts it in
     ///   packets: an allowance of part of a segment would be held back by the sender's SWS
     ///   avoidance or go as a runt.
-    /// * Else PRR-SSRB: sndcnt = MIN(ssthresh - pipe, MAX(prr_delivered - prr_out,
-    ///   DeliveredData) + MSS), back towards ssthresh by at most one segment per ACK beyond
-    ///   what it delivered, not the burst up to cwnd nor (with heavy losses) a window left
-    ///   far below ssthresh.
-    /// * The episode's first ACK allows a segment whatever the rest (RFC 6937 3's note on
-    ///   the fast retransmit; Linux forces one while prr_out is 0).
-    fn prr_on_ack(&mut self, delivered: usize) {
+    /// * Else sndcnt = MIN(ssthresh - pipe, MAX(prr_delivered - prr_out, DeliveredData)),
+    ///   the conservative reduction bound (PRR-CRB: no more than was delivered), and on a
+    ///   SafeACK one MSS more inside the MIN (PRR-SSRB, back towards ssthresh by at most
+    ///   one segment per ACK beyond what it delivered), not the burst up to cwnd nor (with
+    ///   heavy losses) a window left far below ssthresh. RFC 6937 3 left the choice to
+    ///   the implementation (this module took SSRB on every ACK); RFC 9937 section 6
+    ///   takes CRB unless the ACK is a SafeACK (as Linux's `tcp_cwnd_reduction`,
+    ///   FLAG_SND_UNA_ADVANCED without newly lost segments): an ACK that only SACKs more,
+    ///   or that marks more lost, sends no more than it delivered (a policer dropping
+    ///   what exceeds its rate would drop the extra segment too). Test:
+    ///   `prr_ssrb_only_on_a_safe_ack`.
+    /// * The episode's first ACK allows a segment whatever the rest (RFC 9937 section 6:
+    ///   "Force a fast retransmit upon entering recovery"; Linux forces one while prr_out
+    ///   is 0).
+    fn prr_on_ack(&mut self, delivered: usize, safe: bool) {
         let pipe = self.in_flight();
         let (smss, ssthresh) = (self.smss, self.ssthresh);
         let Some(p) = self.prr.as_mut() else {
@@ -2031,7 +2065,12 @@ impl Recovery {
                 .unwrap_or(usize::MAX)
                 .saturating_sub(p.out)
         } else {
-            let limit = p.delivered.saturating_sub(p.out).max(delivered) + smss;
+            let limit = p.delivered.saturating_sub(p.out).max(delivered);
+            let limit = if safe {
+                limit.saturating_add(smss)
+            } else {
+                limit
+            };
             (ssthresh - pipe).min(limit)
         };
         if p.out == 0 {
@@ -2209,7 +2248,7 @@ impl Recovery {
 
     /// The next lost range to resend if the congestion window allows (RFC 6675's rule of
     /// sending while pipe < cwnd, cwnd in a fast recovery episode PRR's pipe + sndcnt, RFC
-    /// 6937 3: `prr_on_ack`); the first of an episode whatever the pipe.
+    /// 9937 section 6: `prr_on_ack`); the first of an episode whatever the pipe.
     pub fn next_retransmit(&mut self) -> Option<(TcpSeqNumber, usize)> {
         if self.tally.lost == 0 {
             return None;
@@ -2370,7 +2409,7 @@ impl Recovery {
         if self.reorder_at.is_some_and(|t| t <= now) {
             self.reorder_at = None;
             if self.detect_loss(now) > 0 && self.recover.is_none() {
-                self.enter_recovery();
+                self.enter_recovery(0);
             }
         }
         if self.pto_at.is_some_and(|t| t <= now) {

@@ -741,7 +741,7 @@ fn rfc5681_3_2_without_sack_the_third_duplicate_ack_retransmits_and_more_let_dat
         "third duplicate ACK marks the first segment lost"
     );
     assert_eq!(r.stats().fast_recoveries, 1);
-    // RFC 6937 3 (PRR; this test pinned cwnd = ssthresh = 5000 before): the target is
+    // RFC 9937 section 6 (PRR; this test pinned cwnd = ssthresh = 5000 before): the target is
     // ssthresh, and the window pipe (6000: nine out, three taken out by the duplicate ACKs)
     // + sndcnt (CEIL(1000 * 5000 / 10000), a segment).
     assert_eq!((r.ssthresh, r.cwnd()), (5000, 7000));
@@ -776,7 +776,7 @@ fn rfc6675_5_4_3_the_first_retransmission_goes_whatever_the_pipe() {
     let o = r.on_ack(us(3_000), S + 1000, &[(S + 2000, S + 5000)], None);
     assert_eq!(o.lost_marked, 1);
     assert_eq!(r.in_flight(), 6000);
-    // RFC 6937 3 (PRR; this test pinned cwnd = ssthresh = 5000 before, which refused the
+    // RFC 9937 section 6 (PRR; this test pinned cwnd = ssthresh = 5000 before, which refused the
     // retransmission but for RFC 6675 5 (4.3)): the window is pipe + sndcnt, sndcnt =
     // CEIL(3000 delivered * 5000 / 10000) = 2000. `prr_a_reorder_timers_entry_sends_
     // the_first_retransmission_alone` has the first retransmission go where PRR allows none.
@@ -1200,7 +1200,7 @@ fn rfc3708_d_sacks_for_every_retransmission_undo_the_episode() {
         let o = r.on_ack(us(4_000), S + 1000, &[(S + 2000, S + 5000)], None);
         assert_eq!(o.lost_marked, 1);
         assert!(r.cwnd() < before.0, "reduced");
-        // The reduction's target (RFC 6937 3: cwnd = ssthresh at the episode's end; during
+        // The reduction's target (RFC 9937 section 6: cwnd = ssthresh at the episode's end; during
         // it PRR's pipe + sndcnt, which this test took for the reduced window before).
         let reduced = r.ssthresh;
         let (seq, len) = r.next_retransmit().expect("retransmit");
@@ -1304,7 +1304,7 @@ fn rfc3708_a_retransmission_after_the_d_sacks_keeps_the_reduction() {
     send_n(&mut r, us(2_000), S + 1000, 1);
     send_n(&mut r, us(2_500), S + 2000, 4);
     r.on_ack(us(4_000), S + 1000, &[(S + 2000, S + 4000)], None);
-    // The reduction's target (RFC 6937 3: cwnd = ssthresh at the episode's end; during it
+    // The reduction's target (RFC 9937 section 6: cwnd = ssthresh at the episode's end; during it
     // PRR's pipe + sndcnt, which this test took for the reduced window before).
     let reduced = r.ssthresh;
     let (seq, len) = r.next_retransmit().expect("retransmit");
@@ -2175,7 +2175,7 @@ fn rfc8985_6_2_a_segment_of_the_same_burst_below_does_not_lower_rack_end_seq() {
     assert_eq!(r.stats().rto_count, 0);
     assert_eq!(r.next_retransmit(), Some((a, 1000)));
     r.on_sent(now, a, 1000, true);
-    // C is lost too. RFC 6937 3 (PRR; this test resent C here before): an episode a timer
+    // C is lost too. RFC 9937 section 6 (PRR; this test resent C here before): an episode a timer
     // began has no ACK's delivered data to send by, only its first retransmission (RFC
     // 6675 5 (4.3)); C goes at the next ACK.
     assert!(r.segs.iter().any(|s| s.start == c && s.awaits_retransmit()));
@@ -2239,11 +2239,14 @@ fn prr_drain(r: &mut Recovery, now: Instant, next: &mut TcpSeqNumber) -> usize {
     n
 }
 
-/// RFC 6937 3 and its appendix's example: 20 segments in flight (cwnd 20), the first lost,
-/// each ACK delivering one more (a SACK block grown by a segment, or a duplicate ACK
-/// without SACK). From the third, which begins the episode, PRR sends in the proportion
-/// of the reduction: NewReno's 1/2 (ssthresh 10 of RecoverFS 20) one segment every other
-/// ACK, the retransmission first; CUBIC's 0.7 (ssthresh 14) seven segments per ten ACKs.
+/// RFC 9937 section 6 (RFC 6937's appendix example): 20 segments in flight (cwnd 20), the
+/// first lost, each ACK delivering one more (a SACK block grown by a segment, or a
+/// duplicate ACK without SACK). From the third, which begins the episode, PRR sends in
+/// the proportion of the reduction: NewReno's 1/2 (ssthresh 10 of RecoverFS 18, the two
+/// segments reported before the episode left out: RFC 9937's RecoverFS, test
+/// `prr_recover_fs_leaves_out_what_was_sacked_before`) about one segment
+/// every other ACK, the retransmission first; CUBIC's 0.7 (ssthresh 14) seven segments
+/// per nine ACKs.
 /// Before, cwnd fell to ssthresh at once: after the retransmission (RFC 6675 5 (4.3)) the
 /// sender was silent until the pipe fell below it (seven ACKs for NewReno, three for
 /// CUBIC), then sent one segment per ACK. At the episode's end cwnd is ssthresh.
@@ -2251,9 +2254,9 @@ fn prr_drain(r: &mut Recovery, now: Instant, next: &mut TcpSeqNumber) -> usize {
 fn prr_one_loss_sends_in_proportion_to_the_reduction() {
     type Case = (Congestion, bool, &'static [usize]);
     let cases: [Case; 3] = [
-        (Congestion::NewReno, true, &[1, 0, 1, 0, 1, 0, 1, 0]),
-        (Congestion::NewReno, false, &[1, 0, 1, 0, 1, 0, 1, 0]),
-        (Congestion::Cubic, true, &[1, 1, 1, 0, 1, 1, 0]),
+        (Congestion::NewReno, true, &[1, 1, 0, 1, 0, 1, 0, 1]),
+        (Congestion::NewReno, false, &[1, 1, 0, 1, 0, 1, 0, 1]),
+        (Congestion::Cubic, true, &[1, 1, 1, 1, 0, 1, 1]),
     ];
     for (cc, sack, want) in cases {
         let mut r = rec(cc);
@@ -2280,7 +2283,7 @@ fn prr_one_loss_sends_in_proportion_to_the_reduction() {
         // PRR's proportional part throughout (pipe > ssthresh at every ACK).
         assert!(pipes.iter().all(|&p| p > r.ssthresh), "{pipes:?}");
         assert_eq!(r.stats().retransmitted_segments, 1);
-        // RFC 6937 3: on exiting recovery cwnd = ssthresh (then the ACK's congestion
+        // RFC 9937 section 6: on exiting recovery cwnd = ssthresh (then the ACK's congestion
         // avoidance, RFC 5681 3.1, as Linux).
         assert!(r.cwnd() > r.ssthresh, "PRR's pipe + sndcnt");
         r.on_ack(us(5_000), next, &[], None);
@@ -2293,47 +2296,12 @@ fn prr_one_loss_sends_in_proportion_to_the_reduction() {
     }
 }
 
-/// RFC 6937 3, PRR-SSRB: with heavy losses the pipe falls below ssthresh, and the window
-/// comes back to it by at most one segment per ACK beyond what the ACK delivered. 20
-/// segments in flight (NewReno, ssthresh 10), the first twelve lost, the rest SACKed one
-/// per ACK: at the third the pipe is 5 (8 left, 3 SACKed); each ACK then sends its
-/// delivered segment and one more (two), until the pipe reaches ssthresh, then one per
-/// ACK. Before, cwnd was ssthresh at once: five retransmissions in one burst at the
-/// first ACK.
-#[test]
-fn prr_ssrb_grows_towards_ssthresh_by_one_segment_per_ack() {
-    let mut r = rec(Congestion::NewReno);
-    sample_then_send(&mut r, 20);
-    r.cwnd = 20_000;
-    let mut next = S + 21_000;
-    let mut sent = vec![];
-    let mut pipes = vec![];
-    for k in 1..=8 {
-        let now = us(3_000 + k as i64 * 10);
-        let o = r.on_ack(now, S + 1000, &[(S + 13_000, S + 13_000 + k * 1000)], None);
-        if k < 3 {
-            continue;
-        }
-        assert_eq!(o.lost_marked, if k == 3 { 12 } else { 0 });
-        assert_eq!(r.ssthresh, 10_000);
-        sent.push(prr_drain(&mut r, now, &mut next));
-        pipes.push(r.in_flight());
-    }
-    assert_eq!(
-        sent,
-        [2, 2, 2, 2, 1, 1],
-        "segments sent per ACK (pipes {pipes:?})"
-    );
-    assert_eq!(pipes, [7000, 8000, 9000, 10_000, 10_000, 10_000]);
-    assert_eq!(next, S + 21_000, "retransmissions only");
-}
-
-/// RFC 6937 3 with RFC 6675 5 (4.3): an episode the reorder timer begins (RACK, RFC 8985
+/// RFC 9937 section 6 with RFC 6675 5 (4.3): an episode the reorder timer begins (RACK, RFC 8985
 /// 6.2) has no ACK, so no delivered data to send by: the first retransmission goes at
 /// once whatever the pipe, nothing more until an ACK. Ten segments out, the tenth SACKed,
 /// the nine before it lost at the timer: the pipe is empty, and with cwnd at ssthresh (5)
 /// the timer sent five retransmissions at once; then the ACK of the first allows two
-/// (PRR-SSRB: the segment it delivered and one more).
+/// (PRR-SSRB, a SafeACK: the segment it delivered and one more).
 #[test]
 fn prr_a_reorder_timers_entry_sends_the_first_retransmission_alone() {
     let mut r = rec(Congestion::NewReno);
@@ -2361,4 +2329,88 @@ fn prr_a_reorder_timers_entry_sends_the_first_retransmission_alone() {
         2
     );
     assert_eq!(r.stats().retransmitted_segments, 3);
+}
+
+/// RFC 9937 section 6 (initialization): RecoverFS is snd.nxt - snd.una less the octets
+/// SACKed before the ACK that begins the episode, plus what that ACK cumulatively
+/// acknowledged, the octets that can yet count in prr_delivered. 20 segments of 1000 out
+/// past SND.UNA, the first lost; the third ACK that reports a later segment begins the
+/// episode with two segments reported before it: RecoverFS is 18000, with SACK (two
+/// SACKed before) and without (two duplicate ACKs before, RFC 9937's estimate for a
+/// receiver without SACK). So NewReno's episode sends ssthresh (10 segments) once
+/// the 18 segments have been delivered, not 9 (RFC 6937's FlightSize of 20000): from the
+/// entering ACK one segment, then ceil(prr_delivered * 10000 / 18000) in whole segments
+/// less prr_out: 1, 1, 0, 1, 0, 1, 0, 1 (before: 1, 0, 1, 0, 1, 0, 1, 0).
+#[test]
+fn prr_recover_fs_leaves_out_what_was_sacked_before() {
+    for sack in [true, false] {
+        let mut r = rec(Congestion::NewReno);
+        sample_then_send(&mut r, 20);
+        r.cwnd = 20_000;
+        let mut next = S + 21_000;
+        let mut sent = vec![];
+        for k in 1..=10 {
+            let now = us(3_000 + k as i64 * 10);
+            let blocks = [(S + 2000, S + 2000 + k * 1000)];
+            let o = r.on_ack(now, S + 1000, if sack { &blocks } else { &[] }, None);
+            assert_eq!(o.lost_marked > 0, k == 3, "sack {sack} ack {k}");
+            if k == 3 {
+                let p = r.prr.expect("the episode's PRR state");
+                assert_eq!(p.recover_fs, 18_000, "sack {sack}");
+            }
+            if k >= 3 {
+                sent.push(prr_drain(&mut r, now, &mut next));
+            }
+        }
+        assert_eq!(r.ssthresh, 10_000);
+        assert_eq!(
+            sent,
+            [1, 1, 0, 1, 0, 1, 0, 1],
+            "sack {sack}: segments sent per ACK"
+        );
+    }
+}
+
+/// RFC 9937 section 6: below ssthresh PRR sends what was delivered (PRR-CRB), and one
+/// segment more only on a SafeACK, one that advanced SND.UNA and indicated no further
+/// loss (PRR-SSRB; Linux's `tcp_cwnd_reduction`). 20 segments out (NewReno, ssthresh 10),
+/// the first twelve lost, the rest SACKed one per ACK: at the third the pipe is 5 (8 left,
+/// 3 SACKed). ACKs that only SACK one more segment send one segment each (before: two, the
+/// slow-start bound on every ACK); then ACKs that cumulatively acknowledge a retransmission
+/// each send two until the pipe reaches ssthresh, then one.
+#[test]
+fn prr_ssrb_only_on_a_safe_ack() {
+    let mut r = rec(Congestion::NewReno);
+    sample_then_send(&mut r, 20);
+    r.cwnd = 20_000;
+    let mut next = S + 21_000;
+    let mut sent = vec![];
+    let mut pipes = vec![];
+    for k in 1..=8 {
+        let now = us(3_000 + k as i64 * 10);
+        let o = r.on_ack(now, S + 1000, &[(S + 13_000, S + 13_000 + k * 1000)], None);
+        if k < 3 {
+            continue;
+        }
+        assert_eq!(o.lost_marked, if k == 3 { 12 } else { 0 });
+        sent.push(prr_drain(&mut r, now, &mut next));
+        pipes.push(r.in_flight());
+    }
+    assert_eq!(r.ssthresh, 10_000);
+    assert_eq!(sent, [1, 1, 1, 1, 1, 1], "SACK-only ACKs (pipes {pipes:?})");
+    assert_eq!(pipes, [6000; 6]);
+    // SafeACKs: each covers one more retransmission (sent in order from S + 1000).
+    let (mut sent, mut pipes) = (vec![], vec![]);
+    for k in 1..=6 {
+        let now = us(4_000 + k as i64 * 10);
+        let o = r.on_ack(now, S + 1000 + k * 1000, &[(S + 13_000, S + 21_000)], None);
+        assert_eq!(o.lost_marked, 0);
+        sent.push(prr_drain(&mut r, now, &mut next));
+        pipes.push(r.in_flight());
+    }
+    assert_eq!(sent, [2, 2, 2, 2, 1, 1], "SafeACKs (pipes {pipes:?})");
+    assert_eq!(pipes, [7000, 8000, 9000, 10_000, 10_000, 10_000]);
+    // The twelve retransmissions, then new data.
+    assert_eq!(r.stats().retransmitted_segments, 12);
+    assert_eq!(next, S + 25_000);
 }
