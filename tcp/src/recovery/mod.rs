@@ -31,16 +31,16 @@
 //! * Proportional Rate Reduction (RFC 9937, which obsoletes RFC 6937) in a fast recovery
 //!   episode (SACK, RACK or three duplicate ACKs; not an RTO's): each ACK's delivered
 //!   data (cumulative advance and newly SACKed octets, a segment per duplicate ACK without
-//!   SACK) set what may be sent, sndcnt: while the pipe exceeds ssthresh, the share
-//!   ssthresh / RecoverFS of what was delivered (RecoverFS the octets outstanding and not
-//!   SACKed when the episode began; one segment every other ACK for NewReno's 1/2), below
-//!   it no more than the ACK delivered (PRR-CRB), or on a SafeACK (SND.UNA advanced, no
-//!   further loss) back towards ssthresh by at most one segment beyond that (PRR-SSRB).
-//!   The window the module reports in the episode is pipe + sndcnt (Linux's
-//!   `tcp_cwnd_reduction`), and ssthresh once it ends. Before, cwnd dropped to ssthresh
-//!   at once and RFC 6675's pipe < cwnd held the sender silent for about half a round
-//!   trip, then let it burst (or, with heavy losses, far below ssthresh, all at once up
-//!   to it).
+//!   SACK while prr_delivered < RecoverFS, RFC 9937 section 6.2) set what may be sent,
+//!   sndcnt: while the pipe exceeds ssthresh, the share ssthresh / RecoverFS of what was
+//!   delivered (RecoverFS the octets outstanding and not SACKed when the episode began;
+//!   one segment every other ACK for NewReno's 1/2), below it no more than the ACK
+//!   delivered (PRR-CRB), or on a SafeACK (SND.UNA advanced, no further loss) back
+//!   towards ssthresh by at most one segment beyond that (PRR-SSRB). The window the
+//!   module reports in the episode is pipe + sndcnt (Linux's `tcp_cwnd_reduction`), and
+//!   ssthresh once it ends. Before, cwnd dropped to ssthresh at once and RFC 6675's pipe
+//!   < cwnd held the sender silent for about half a round trip, then let it burst (or,
+//!   with heavy losses, far below ssthresh, all at once up to it).
 //! * A spurious RTO is undone (the Eifel algorithm: detection by timestamps, RFC 3522;
 //!   response, RFC 4015): when the first ACK that advances after an RTO echoes a timestamp
 //!   older than the retransmission, the original segments arrived; the congestion state
@@ -457,6 +457,56 @@ struct Prr {
     out: usize,
     /// RecoverFS: FlightSize (SND.NXT - SND.UNA) when the episode began.
     recover_fs: usize,
+}
+
+/// The segments an ACK newly delivered that RACK's update may take (RFC 8985 6.2 step 2,
+/// [`Recovery::rack_delivered`]), in RACK_sent_after's order (time, then sequence): the most
+/// recently sent one, and the most recently sent one whose RTT sample is plausible by
+/// RACK.min_RTT before the ACK (never resent, or resent no later than `plausible_until`).
+#[derive(Debug, Clone, Copy)]
+struct RackPick {
+    /// A segment resent (last) after this gives an implausible sample (`None`: none does).
+    plausible_until: Option<Instant>,
+    /// The most recently sent: (time, end, ever resent).
+    latest: Option<(Instant, TcpSeqNumber, bool)>,
+    /// The most recently sent with a plausible sample: (time, end).
+    plausible: Option<(Instant, TcpSeqNumber)>,
+}
+
+impl RackPick {
+    /// RFC 8985 6.2 step 2: a resent segment's sample is implausible when it is shorter
+    /// than RACK.min_RTT or the ACK's timestamp echo (`ts_rtt` ago) precedes its last
+    /// transmission: it is plausible if sent no later than now - max(min_RTT, ts_rtt).
+    /// `min_rtt` is RACK.min_RTT before the ACK; its own sample (step 1, taken after the
+    /// walks) may only lower it, so this bound never takes an implausible segment. The
+    /// most recently sent segment is judged again by the lowered one
+    /// (`Recovery::rack_delivered`); an earlier resent one that only the lowered bound
+    /// admits is passed over (a sample that is the ACK's new minimum, rare).
+    fn new(now: Instant, min_rtt: Option<Duration>, ts_rtt: Option<Duration>) -> Self {
+        let bound = match (min_rtt, ts_rtt) {
+            (Some(m), Some(t)) => Some(m.max(t)),
+            (m, t) => m.or(t),
+        };
+        RackPick {
+            plausible_until: bound.map(|b| now - b),
+            latest: None,
+            plausible: None,
+        }
+    }
+
+    /// `s` was newly delivered (cumulatively or by SACK).
+    fn note(&mut self, s: &Seg) {
+        let after = |p: Option<(Instant, TcpSeqNumber)>| {
+            p.is_none_or(|(x, e)| s.xmit > x || (s.xmit == x && s.end > e))
+        };
+        if after(self.latest.map(|(x, e, _)| (x, e))) {
+            self.latest = Some((s.xmit, s.end, s.resent));
+        }
+        if (!s.resent || self.plausible_until.is_none_or(|u| s.xmit <= u)) && after(self.plausible)
+        {
+            self.plausible = Some((s.xmit, s.end));
+        }
+    }
 }
 
 /// How far past the last retransmission's SND.NXT an episode's undo waits for D-SACKs:
@@ -1198,25 +1248,48 @@ impl Recovery {
         }
     }
 
-    /// RACK's update for the most recently sent segment an ACK delivered, sent (last) at
-    /// `xmit`, ending at `end`, ever sent more than once or not (`resent`), by an ACK whose
-    /// timestamp echo gives `ts_rtt` (RFC 8985 6.2).
+    /// RACK's update (RFC 8985 6.2 step 2) for the segments an ACK newly delivered
+    /// (`pick`), by an ACK whose timestamp echo gives `ts_rtt`.
+    ///
+    /// RFC 8985 6.2 step 2 (RACK_update) takes the delivered segments in the order they were
+    /// sent and skips those whose sample is implausible (a segment sent more than once whose
+    /// ACK may answer an earlier transmission: its timestamp echo precedes the last
+    /// transmission, or the sample is shorter than RACK.min_RTT); every other one sets
+    /// RACK.rtt, whether or not it was sent after RACK.xmit_ts, and only RACK.xmit_ts and
+    /// RACK.end_seq wait for RACK_sent_after (Linux's `tcp_rack_advance` likewise sets
+    /// `rtt_us` before that test). So the state the update leaves is the most recently sent
+    /// plausible segment's: its RTT is RACK.rtt, and it is the RACK segment if sent after
+    /// the one before. Taken only from a segment also sent after RACK.xmit_ts, an ACK that
+    /// delivered only a late segment (reordered, sent before the RACK segment) kept the
+    /// shorter RACK.rtt of an earlier ACK, and the reordering window passed early: the
+    /// segments it delayed were resent spuriously. And where the most recently sent
+    /// segment was implausible (a spurious retransmission answered by its original), the
+    /// ACK updated nothing, not even from the segments sent once that it delivered too.
+    /// Tests: `rack_rtt_follows_a_late_segment_sent_before_the_rack_segment`,
+    /// `rack_an_implausible_retransmission_leaves_the_update_to_the_others`.
     #[inline(always)]
-    fn rack_delivered(
-        &mut self,
-        now: Instant,
-        xmit: Instant,
-        end: TcpSeqNumber,
-        resent: bool,
-        ts_rtt: Option<Duration>,
-    ) {
+    fn rack_delivered(&mut self, now: Instant, pick: &RackPick, ts_rtt: Option<Duration>) {
+        let Some((xmit, end, resent)) = pick.latest else {
+            return;
+        };
+        // `resent`, not `retransmitted`, which a retransmission marked lost again (or an
+        // RTO) clears.
         let rtt = now - xmit;
-        // RFC 8985 6.2 step 2: the ACK of a segment sent more than once may answer an
-        // earlier transmission: skip it if its timestamp echo precedes the last
-        // transmission, or if the sample is shorter than the least RTT. `resent`, not
-        // `retransmitted`, which a retransmission marked lost again (or an RTO) clears.
         let plausible =
             !resent || (self.min_rtt.is_none_or_le(rtt) && ts_rtt.is_none_or(|r| now - r >= xmit));
+        // Else the most recently sent one plausible by RACK.min_RTT before this ACK (the
+        // ACK's own sample, run before, may only have lowered it, see `RackPick::new`).
+        let (xmit, end) = match (plausible, pick.plausible) {
+            (true, _) => (xmit, end),
+            (false, Some(p)) => p,
+            (false, None) => return,
+        };
+        let rtt = now - xmit;
+        self.rack_rtt = rtt;
+        // RACK.min_RTT counts SACK-based samples too (RFC 8985 6.2 step 1, as Linux's
+        // `tcp_update_rtt_min` takes the SACK RTT); a plausible sample of a resent segment
+        // is not below it.
+        self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
         // RACK_sent_after (RFC 8985 6.2 step 2): a later transmission, or the same instant
         // (one burst) and a higher end. A segment of the RACK segment's burst below it,
         // delivered later (reordered), took RACK.end_seq down to its own end, and the
@@ -1227,12 +1300,9 @@ impl Recovery {
             None => true,
             Some(x) => xmit > x || (xmit == x && end > self.rack_end),
         };
-        if plausible && sent_after {
+        if sent_after {
             self.rack_xmit = Some(xmit);
             self.rack_end = end;
-            self.rack_rtt = rtt;
-            // RACK.min_RTT counts SACK-based samples too (RFC 8985 6.2 step 2).
-            self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
         }
     }
 
@@ -1256,17 +1326,9 @@ impl Recovery {
         self.sack_cached = 0;
         let mut out = AckOutcome::default();
         let mut karn: Option<Duration> = None;
-        // The latest segment delivered (no segment is SACKed: every one acknowledged).
-        let mut latest: Option<(Instant, TcpSeqNumber, bool)> = None;
-        let mut note = |s: &Seg| {
-            let newer = match latest {
-                None => true,
-                Some((x, e, _)) => s.xmit > x || (s.xmit == x && s.end > e),
-            };
-            if newer {
-                latest = Some((s.xmit, s.end, s.resent));
-            }
-        };
+        // The segments for RACK's update (no segment is SACKed: every one acknowledged).
+        let mut pick = RackPick::new(now, self.min_rtt, ts_rtt);
+        let mut note = |s: &Seg| pick.note(s);
         // RFC 6298 3 (Karn): an ACK that covers a retransmission gives no sample at all
         // (see `on_ack_general`).
         let mut resent_acked = false;
@@ -1311,9 +1373,7 @@ impl Recovery {
             self.sample_rtt(r);
             out.rtt_sample = Some(r);
         }
-        if let Some((xmit, end, resent)) = latest {
-            self.rack_delivered(now, xmit, end, resent, ts_rtt);
-        }
+        self.rack_delivered(now, &pick, ts_rtt);
         self.on_progress(now, out.rtt_sample.is_some());
         // No segment was SACKed, so none lay below RACK.fack (<= SND.UNA before this ACK):
         // no reordering to note (RFC 8985 6.2 step 3), only fack to keep up.
@@ -1362,21 +1422,13 @@ impl Recovery {
         // SACKed before that this ACK covers taken off (`sacked_acked`), and without SACK
         // one segment per duplicate ACK less what a cumulative ACK takes of those
         // (`dup_sacked`, its change from `dup0`; RFC 9937's estimate for a receiver
-        // without SACK, as Linux's `tcp_add_reno_sack` / `tcp_remove_reno_sacks`).
+        // without SACK, as Linux's `tcp_add_reno_sack` / `tcp_remove_reno_sacks`, limited
+        // by prr_delivered < RecoverFS in an episode: see the duplicate-ACK step below).
         let dup0 = self.dup_sacked;
         let mut sacked_acked = 0;
         let mut out = AckOutcome::default();
         let mut karn: Option<Duration> = None;
-        let mut delivered_latest: Option<(Instant, TcpSeqNumber, bool)> = None;
-        let note = |s: &Seg, latest: &mut Option<(Instant, TcpSeqNumber, bool)>| {
-            let newer = match latest {
-                None => true,
-                Some((x, e, _)) => s.xmit > *x || (s.xmit == *x && s.end > *e),
-            };
-            if newer {
-                *latest = Some((s.xmit, s.end, s.resent));
-            }
-        };
+        let mut rack_pick = RackPick::new(now, self.min_rtt, ts_rtt);
         // RFC 8985 6.2 step 3: a segment never retransmitted, newly delivered below the
         // highest sequence delivered before this ACK (RACK.fack), was reordered. (Against
         // the fack before the ACK: the order of deliveries within one ACK is unknown.)
@@ -1407,7 +1459,7 @@ impl Recovery {
                 }
                 resent_acked |= front.resent && !front.sacked;
                 if !front.sacked {
-                    note(&front, &mut delivered_latest);
+                    rack_pick.note(&front);
                 }
                 self.tally.sub(&front);
                 self.segs.pop_front();
@@ -1417,7 +1469,7 @@ impl Recovery {
                 sacked_acked += if front.sacked { ack - front.start } else { 0 };
                 resent_acked |= front.resent && !front.sacked;
                 if !front.sacked {
-                    note(&front, &mut delivered_latest);
+                    rack_pick.note(&front);
                 }
                 self.segs[0].start = ack;
                 self.tally.change(&front, &self.segs[0]);
@@ -1479,7 +1531,7 @@ impl Recovery {
                     s.sacked = true;
                     self.tally.change(&before, s);
                     out.newly_sacked += s.len();
-                    note(s, &mut delivered_latest);
+                    rack_pick.note(s);
                 }
                 i += 1;
             }
@@ -1515,10 +1567,8 @@ impl Recovery {
                 out.rtt_sample = Some(r);
             }
         }
-        // RACK (RFC 8985 6.2): the most recently sent segment delivered.
-        if let Some((xmit, end, resent)) = delivered_latest {
-            self.rack_delivered(now, xmit, end, resent, ts_rtt);
-        }
+        // RACK (RFC 8985 6.2 step 2).
+        self.rack_delivered(now, &rack_pick, ts_rtt);
         if progressed {
             self.on_progress(now, out.rtt_sample.is_some());
             // Linux's tcp_remove_reno_sacks: the ACK covered one hole; the rest of what it
@@ -1530,7 +1580,19 @@ impl Recovery {
             // RFC 5681 3.2: duplicate ACKs without SACK, each a segment that left the
             // network (steps 3-4; its pipe as Linux's tcp_add_reno_sack: `in_flight`).
             self.dupacks += 1;
-            self.dup_sacked += self.smss;
+            // RFC 9937 section 6.2: without SACK DeliveredData is estimated as one SMSS
+            // per duplicate ACK, and only while prr_delivered < RecoverFS: a receiver may
+            // send duplicate ACKs for segments it never got (ACK division, duplicate-ACK
+            // spoofing: Savage et al. 1999), and the episode's prr_delivered then stays
+            // bounded by the data outstanding when it began (as ns-3's TcpPrrRecovery and
+            // FreeBSD's PRR). The duplicate ACK then takes nothing out of the pipe either
+            // (`dup_sacked` is that estimate): an unbounded estimate let a hostile receiver
+            // draw a new segment per duplicate ACK for as long as it sent them. Test:
+            // `prr_duplicate_acks_deliver_no_more_than_recover_fs`.
+            let spent = !self.rto_recovery && self.prr.is_some_and(|p| p.delivered >= p.recover_fs);
+            if !spent {
+                self.dup_sacked += self.smss;
+            }
             if self.dupacks == 3 {
                 if let Some(s) = self.segs.front_mut() {
                     if !s.lost && !s.sacked {

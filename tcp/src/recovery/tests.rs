@@ -2414,3 +2414,97 @@ fn prr_ssrb_only_on_a_safe_ack() {
     assert_eq!(r.stats().retransmitted_segments, 12);
     assert_eq!(next, S + 25_000);
 }
+
+/// RFC 8985 6.2 step 2 (RACK_update): RACK.rtt is the RTT of every newly delivered segment
+/// whose sample is plausible, "whether or not it was sent after RACK.xmit_ts"; only
+/// RACK.xmit_ts and RACK.end_seq wait for RACK_sent_after (Linux's `tcp_rack_advance` sets
+/// `rtt_us` before that test too). A, B, C, D leave at 2 ms (RTT 1 ms); D is SACKed at 3 ms
+/// (RACK.rtt 1 ms), then B, reordered, at 3.2 ms: its 1.2 ms is RACK.rtt, and A and C (sent
+/// before D) are lost at 2 + 1.2 + min_RTT / 4 = 3.45 ms, not at 3.25 ms (the 1 ms that
+/// D's sample left, which a reordering network that delays a segment by more than the
+/// window turned into spurious retransmissions).
+#[test]
+fn rack_rtt_follows_a_late_segment_sent_before_the_rack_segment() {
+    let mut r = rec(Congestion::Cubic);
+    sample_then_send(&mut r, 4);
+    let (a, b, c, d) = (S + 1000, S + 2000, S + 3000, S + 4000);
+    r.on_ack(us(3_000), a, &[(d, d + 1000)], None);
+    assert_eq!(r.rack_rtt, Duration::from_micros(1_000));
+    assert_eq!(r.poll_timeout(), Some(us(3_250)));
+    r.on_ack(us(3_200), a, &[(b, b + 1000), (d, d + 1000)], None);
+    assert!(r.reordering_seen);
+    assert_eq!(
+        r.rack_rtt,
+        Duration::from_micros(1_200),
+        "RFC 8985 6.2 step 2: B's sample is RACK.rtt"
+    );
+    // RACK.xmit_ts / RACK.end_seq stay D's (B was not sent after it).
+    assert_eq!(r.rack_end, d + 1000);
+    // RFC 8985 6.2 step 1: RACK.min_RTT is not raised by B's longer sample.
+    assert_eq!(r.stats().min_rtt_us, 1_000);
+    assert_eq!(
+        r.poll_timeout(),
+        Some(us(3_450)),
+        "the reorder timer from B's RTT"
+    );
+    assert_eq!(r.handle_timeout(us(3_450)), TimeoutAction::None);
+    assert_eq!(r.next_retransmit(), Some((a, 1000)));
+    assert!(r.segs.iter().any(|s| s.start == c && s.lost));
+}
+
+/// RFC 8985 6.2 step 2: a delivered segment whose sample is implausible (resent less than
+/// RACK.min_RTT ago: the ACK answers its original) is skipped, and the others the ACK
+/// delivered still update RACK. A, B, C, D leave at 2 ms (RTT 1 ms); C is resent at 3.5 ms
+/// and one ACK at 3.6 ms SACKs B and C. C, the most recently sent, is implausible; B's
+/// sample (1.6 ms) is RACK.rtt and B the RACK segment, so A, sent before B, is lost at
+/// 2 + 1.6 + min_RTT / 4 = 3.85 ms. Before, the ACK updated nothing (only the most recently
+/// sent segment was looked at): A waited for the RTO.
+#[test]
+fn rack_an_implausible_retransmission_leaves_the_update_to_the_others() {
+    let mut r = rec(Congestion::Cubic);
+    sample_then_send(&mut r, 4);
+    let (a, b, c) = (S + 1000, S + 2000, S + 3000);
+    r.on_sent(us(3_500), c, 1000, true);
+    r.on_ack(us(3_600), a, &[(b, c + 1000)], None);
+    assert_eq!(r.rack_rtt, Duration::from_micros(1_600));
+    assert_eq!((r.rack_xmit, r.rack_end), (Some(us(2_000)), b + 1000));
+    assert_eq!(r.poll_timeout(), Some(us(3_850)), "the reorder timer");
+    assert_eq!(r.handle_timeout(us(3_850)), TimeoutAction::None);
+    assert_eq!(r.next_retransmit(), Some((a, 1000)));
+    assert_eq!(r.stats().rto_count, 0);
+}
+
+/// RFC 9937 section 6.2 without SACK: DeliveredData estimates one SMSS per duplicate ACK,
+/// and the estimate is limited so that the episode's prr_delivered does not exceed
+/// RecoverFS (a receiver may send duplicate ACKs for segments it never got: ACK division
+/// and duplicate-ACK spoofing, Savage et al. 1999; ns-3's and FreeBSD's PRR add the
+/// estimate only while prr_delivered < RecoverFS). Ten segments out (NewReno, no SACK), the
+/// first lost: the third duplicate ACK begins the episode (RecoverFS 8000, ssthresh 5000).
+/// A hostile receiver then sends 1000 more duplicate ACKs: PRR sends no more than RecoverFS
+/// allows (ssthresh while the pipe exceeds it, what was delivered below it), not one
+/// segment per duplicate ACK for as long as they come.
+#[test]
+fn prr_duplicate_acks_deliver_no_more_than_recover_fs() {
+    let mut r = rec(Congestion::NewReno);
+    sample_then_send(&mut r, 10);
+    let mut next = S + 11_000;
+    let mut sent = 0;
+    for k in 0..1003 {
+        let now = us(3_000 + k);
+        r.on_ack(now, S + 1000, &[], None);
+        if k >= 2 {
+            sent += prr_drain(&mut r, now, &mut next);
+        }
+    }
+    let p = r.prr.expect("the episode's PRR state");
+    assert_eq!((p.recover_fs, r.ssthresh), (8000, 5000));
+    // prr_delivered stops at RecoverFS (before: 1001000, and 999 segments sent).
+    assert_eq!(p.delivered, p.recover_fs);
+    assert!(p.out <= p.recover_fs, "prr_out {}", p.out);
+    assert!(sent <= 8, "{sent} segments sent on duplicate ACKs");
+    assert_eq!(r.stats().retransmitted_segments, 1);
+    // The episode ends as ever once the peer acknowledges everything.
+    r.on_ack(us(5_000), next, &[], None);
+    assert!(r.prr.is_none() && r.recover.is_none());
+    assert!(r.cwnd() >= r.ssthresh);
+}
