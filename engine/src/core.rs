@@ -142,18 +142,17 @@ use warpcore_proto::error::{DdpError, MpaError, ProtocolError, RdmapError};
 use warpcore_proto::mpa::deframer::{Deframer, DeframerConfig};
 use warpcore_proto::mpa::framer::{Framer, FramerConfig};
 use warpcore_proto::mpa::negotiation::{self as nego, Initiator, Negotiated, Responder};
-use warpcore_proto::rdmap::atomic::{self as ext_atomic};
+use warpcore_proto::rdmap::atomic::{self as ext_atomic, handle_atomic_request};
 use warpcore_proto::rdmap::terminate::TERMINATE_SEGMENT_MAX_LEN;
 use warpcore_proto::rdmap::{
-    check_inbound, check_remote_access, emit_terminate, emit_terminate_delivered,
-    handle_read_request, invalidate_error, to_range_wraps, Access as ProtoAccess, InboundReadQueue,
-    Offending, RdmapConfig, ReadResponsePlan,
+    check_inbound, emit_terminate, emit_terminate_delivered, handle_read_request, invalidate_error,
+    to_range_wraps, InboundReadQueue, Offending, RdmapConfig, ReadResponsePlan,
 };
 use warpcore_proto::wire::ddp::DDP_VERSION;
 use warpcore_proto::wire::fpdu::{self, MAX_ULPDU_LEN};
 use warpcore_proto::wire::mpa::{RtrType, IRD_ORD_NO_NEGOTIATION};
 use warpcore_proto::wire::rdmap::{
-    qn, AtomicOpcode, AtomicRequest, AtomicRequestRepr, AtomicResponse, Control, ImmediateData,
+    qn, AtomicRequest, AtomicRequestRepr, AtomicResponse, Control, ImmediateData,
     ImmediateDataRepr, Opcode, ReadRequest, ReadRequestRepr,
 };
 use warpcore_proto::wire::segment::{RdmapHeader, Segment};

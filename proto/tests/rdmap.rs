@@ -1024,23 +1024,26 @@ mod atomics {
         assert_eq!(w, 7);
     }
 
-    /// Misaligned targets: no operation, memory untouched, 0x0/0x2/0x07 (EXT-5.1.1-2/3/4,
-    /// EXT-5.1.2-3..6, EXT-8.2-4, EXT-8.2-5).
+    /// A misaligned target address is 0x0/0x2/0x07 (EXT-5.1.1-2/3/4, EXT-5.1.2-3..6,
+    /// EXT-8.2-4, EXT-8.2-5); the rule is on the address the Tagged Offset resolves to, not
+    /// on the TO (EXT-5.2.1-2: the TO "MAY start at an arbitrary offset"), so `execute`
+    /// runs whatever the TO's low bits. (It refused a TO that was not 8-aligned, and the
+    /// engine then worked around proto to accept one naming an aligned word.)
     #[test]
-    fn misaligned_target_is_catastrophic_stream_and_touches_nothing() {
-        for to in [1u64, 2, 4, 7, 0x1004, u64::MAX] {
-            assert_eq!(check_alignment(to), Err(RdmapError::CatastrophicStream));
-            let req = AtomicRequestRepr::fetch_add(1, 2, to, 1, 0);
+    fn misaligned_address_is_catastrophic_stream_and_the_to_is_not_checked() {
+        for addr in [1u64, 2, 4, 7, 0x1004, u64::MAX] {
+            assert_eq!(check_alignment(addr), Err(RdmapError::CatastrophicStream));
+            let req = AtomicRequestRepr::fetch_add(1, 2, addr, 1, 0);
             let mut w = 77;
-            assert_eq!(execute(&req, &mut w), Err(RdmapError::CatastrophicStream));
-            assert_eq!(w, 77);
+            assert_eq!(execute(&req, &mut w), Ok(77));
+            assert_eq!(w, 78);
         }
         assert_eq!(
             RdmapError::CatastrophicStream.terminate_code(),
             TerminateCode::new(0, 2, 0x07)
         );
-        for to in [0u64, 8, 0x1000, u64::MAX - 7] {
-            assert_eq!(check_alignment(to), Ok(()));
+        for addr in [0u64, 8, 0x1000, u64::MAX - 7] {
+            assert_eq!(check_alignment(addr), Ok(()));
         }
     }
 
@@ -1058,8 +1061,9 @@ mod atomics {
         }
     }
 
-    /// The full responder check order: AOpCode, alignment, then STag, access and range with
-    /// the remote protection codes (EXT-5.2.1-7, EXT-8.2-4, RDMAP-7.2-9..12 by analogy).
+    /// The responder check order: AOpCode, then STag, access and range with the remote
+    /// protection codes (EXT-5.2.1-7, EXT-8.2-4, RDMAP-7.2-9..12 by analogy); a TO that is
+    /// not 8-aligned is no error here (EXT-5.2.1-2 asks it of the resolved address).
     #[test]
     fn handle_atomic_request_order() {
         use warpcore_proto::rdmap::{AccessRegion, StagFault};
@@ -1095,17 +1099,18 @@ mod atomics {
             handle_atomic_request(&ok, |_| Err(StagFault::Invalid)),
             Err(RdmapError::InvalidStag)
         );
-        // Misalignment and a bad AOpCode are found before the lookup.
+        // A TO that is not 8-aligned passes to the lookup and the range check.
         let mis = AtomicRequestRepr::fetch_add(1, 2, 0x1004, 1, 0);
         assert_eq!(
-            handle_atomic_request(&mis, |_| -> Result<AccessRegion, StagFault> {
-                panic!("lookup before the alignment check")
-            }),
-            Err(RdmapError::CatastrophicStream)
+            handle_atomic_request(&mis, |_| Ok(rw)),
+            Ok(AtomicOpcode::FetchAdd)
         );
+        // A bad AOpCode is found before the lookup.
         let bad = AtomicRequestRepr { aopcode: 1, ..mis };
         assert_eq!(
-            handle_atomic_request(&bad, |_| Ok(rw)),
+            handle_atomic_request(&bad, |_| -> Result<AccessRegion, StagFault> {
+                panic!("lookup before the AOpCode check")
+            }),
             Err(RdmapError::UnexpectedOpcode)
         );
     }

@@ -1128,9 +1128,10 @@ impl Qp {
         // Atomic Requests count against IRD next to Read Requests (EXT-5.2-1).
         self.ird.admit()?;
         // AOpCode (0/2/06, EXT-5.2.1-7), then STag, REMOTE_ATOMIC right and bounds (the
-        // remote protection codes), then the alignment of the word in memory (0/2/07).
-        // A region grants atomics only with REMOTE_ATOMIC, so that right stands for both
-        // remote rights proto's check asks for.
+        // remote protection codes; proto's `handle_atomic_request`), then the alignment of
+        // the word in memory (0/2/07), which proto cannot see. A region grants atomics only
+        // with REMOTE_ATOMIC, so that right stands for both remote rights proto's check
+        // asks for.
         //
         // EXT-5.2.1-2 (RFC 7306 §5.2.1, §8.2): the Remote Tagged Offset "MAY start at an
         // arbitrary offset but MUST represent a ULP Buffer address that is 64-bit
@@ -1144,31 +1145,25 @@ impl Qp {
         // is placed; `execute_atomic` checks it again before the 8-octet atomic access.
         let pd = self.pd;
         let stream = self.stream;
-        let checked = ar.op().ok_or(RdmapError::UnexpectedOpcode).and_then(|_| {
-            let mut misaligned = false;
-            let lookup = mrs
-                .lookup_remote(Stag(ar.remote_stag), pd, stream, Access::empty())
-                .map_err(LookupFault::stag_fault)
-                .map(|g| {
-                    let atomic_ok = g.access().contains(Access::REMOTE_ATOMIC);
-                    misaligned = g
-                        .bounds(ar.remote_to, 8)
-                        .is_ok_and(|off| matches!(g.atomic(off), Err(BoundsFault::Misaligned)));
-                    let mut a = g.access_region();
-                    a.remote_read = atomic_ok;
-                    a.remote_write = atomic_ok;
-                    a
-                });
-            check_remote_access(
-                lookup,
-                ar.remote_to,
-                u64::from(ext_atomic::ATOMIC_LEN),
-                ProtoAccess::RemoteAtomic,
-            )?;
+        let mut misaligned = false;
+        let checked = handle_atomic_request(&ar, |stag| {
+            let g = mrs
+                .lookup_remote(Stag(stag), pd, stream, Access::empty())
+                .map_err(LookupFault::stag_fault)?;
+            let atomic_ok = g.access().contains(Access::REMOTE_ATOMIC);
+            misaligned = g
+                .bounds(ar.remote_to, 8)
+                .is_ok_and(|off| matches!(g.atomic(off), Err(BoundsFault::Misaligned)));
+            let mut a = g.access_region();
+            a.remote_read = atomic_ok;
+            a.remote_write = atomic_ok;
+            Ok(a)
+        })
+        .and_then(|op| {
             if misaligned {
                 Err(BoundsFault::Misaligned.rdmap_error())
             } else {
-                Ok(())
+                Ok(op)
             }
         });
         if let Err(e) = checked {

@@ -617,8 +617,7 @@ fn tx_quiet(
 /// the region went away since the request was checked, or the error of a check that fails
 /// now although it passed then (the receive path checks the AOpCode, bounds and the word's
 /// alignment in memory before queueing the request: `Qp::rx_atomic_request`). The TO
-/// itself need not be 8-aligned, only the word it resolves to (EXT-5.2.1-2), so proto's
-/// `execute`, which asks it of the TO, is not used.
+/// itself need not be 8-aligned, only the word it resolves to (EXT-5.2.1-2).
 fn execute_atomic(
     req: &AtomicRequestRepr,
     mrs: &MrTable,
@@ -631,25 +630,11 @@ fn execute_atomic(
     let off = g
         .bounds(req.remote_to, 8)
         .map_err(BoundsFault::rdmap_error)?;
-    let op = req.op().ok_or(RdmapError::UnexpectedOpcode)?;
     let w = g.atomic(off).map_err(BoundsFault::rdmap_error)?;
     let mut cur = w.load(std::sync::atomic::Ordering::Acquire);
     loop {
         let mut new = cur;
-        match op {
-            AtomicOpcode::FetchAdd => {
-                ext_atomic::fetch_add(&mut new, req.add_swap_data, req.add_swap_mask);
-            }
-            AtomicOpcode::CmpSwap => {
-                ext_atomic::cmp_swap(
-                    &mut new,
-                    req.add_swap_data,
-                    req.add_swap_mask,
-                    req.compare_data,
-                    req.compare_mask,
-                );
-            }
-        }
+        ext_atomic::execute(req, &mut new)?;
         if new == cur {
             // CmpSwap miss (or a no-op): nothing to store.
             return Ok(cur);

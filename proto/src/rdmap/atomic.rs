@@ -4,9 +4,11 @@
 //! The engine reads the target word (in the target memory's byte order, RFC 7306 §5.1.1),
 //! calls [`execute`], writes the new value back under whatever lock gives it atomicity
 //! (EXT-5-1, EXT-5.3-1) and answers with an Atomic Response carrying the original value
-//! ([`response`]). Every check that must happen *before* memory is touched (alignment,
-//! AOpCode) is in [`check_request`], so a failing request never modifies memory
-//! (EXT-5.1.1-3, EXT-5.1.2-3, EXT-5.1.2-4).
+//! ([`response`]). The checks that must happen *before* memory is touched are the AOpCode
+//! ([`check_request`]), the STag, rights and range ([`handle_atomic_request`]) and the
+//! alignment of the *address* the Tagged Offset resolves to ([`check_alignment`], which
+//! only the engine, holding the registration, can apply), so a failing request never
+//! modifies memory (EXT-5.1.1-3, EXT-5.1.2-3, EXT-5.1.2-4).
 
 use crate::error::RdmapError;
 use crate::rdmap::{check_remote_access, Access, AccessRegion, StagFault};
@@ -58,28 +60,27 @@ pub fn cmp_swap(
     orig
 }
 
-/// Checks the target alignment: `remote_to` must be a multiple of 8 (EXT-5.2.1-2).
+/// Checks the target alignment: the address a Remote Tagged Offset resolves to must be a
+/// multiple of 8 (EXT-5.2.1-2).
 ///
 /// A misaligned target is [`RdmapError::CatastrophicStream`], Terminate 0x0/0x2/0x07
 /// (EXT-5.1.1-2, EXT-5.1.1-4, EXT-5.1.2-5, EXT-5.1.2-6, EXT-8.2-4, EXT-8.2-5).
 ///
-/// The Remote Tagged Offset is the offset the peer knows the buffer by; whether it maps to
-/// an 8-aligned address in memory depends on the registration. RFC 7306 §5.2.1 lets the
-/// TO "start at an arbitrary offset" as long as it represents an 8-aligned "ULP Buffer
-/// address", so an engine whose tagged offsets are not virtual addresses must check the
-/// resolved address with this rule *instead* of the TO (and so not use [`check_request`],
-/// [`handle_atomic_request`] or [`execute`], which apply it to the TO; warpcore-engine
-/// uses [`fetch_add`], [`cmp_swap`] and its own address check).
-pub const fn check_alignment(remote_to: u64) -> Result<(), RdmapError> {
-    if remote_to.is_multiple_of(ATOMIC_ALIGN) {
+/// Apply it to the address, not to the Tagged Offset: RFC 7306 §5.2.1 lets the TO "start
+/// at an arbitrary offset" as long as it represents an 8-aligned "ULP Buffer address", and
+/// whether a TO maps to an aligned address depends on the registration (its base TO need
+/// not be congruent to its address mod 8). warpcore-engine applies this rule through its
+/// region guard (`MrGuard::atomic`).
+pub const fn check_alignment(addr: u64) -> Result<(), RdmapError> {
+    if addr.is_multiple_of(ATOMIC_ALIGN) {
         Ok(())
     } else {
         Err(RdmapError::CatastrophicStream)
     }
 }
 
-/// The checks on an Atomic Request that need no memory lookup, in the order they apply:
-/// a supported AOpCode, then alignment. Returns the operation.
+/// The check on an Atomic Request that needs no memory lookup: a supported AOpCode.
+/// Returns the operation.
 ///
 /// An AOpCode RFC 7306 does not define (0x1, which was Swap in the superseded draft, and
 /// 0x3-0xF) must surface an error at the responder (EXT-5.2.1-7) but no code is given
@@ -87,21 +88,21 @@ pub const fn check_alignment(remote_to: u64) -> Result<(), RdmapError> {
 /// the sub-opcode is part of the operation code of the message, and "unexpected opcode" is
 /// the defined code whose meaning is closest. STag validity, bounds and access rights
 /// (remote read and write on 8 octets at `remote_to`) follow in [`handle_atomic_request`].
+/// The Tagged Offset itself is not checked for alignment (RFC 7306 §5.2.1: it "MAY start at
+/// an arbitrary offset"); the address it resolves to is ([`check_alignment`]).
 pub const fn check_request(req: &AtomicRequestRepr) -> Result<AtomicOpcode, RdmapError> {
-    let Some(op) = req.op() else {
-        return Err(RdmapError::UnexpectedOpcode);
-    };
-    match check_alignment(req.remote_to) {
-        Ok(()) => Ok(op),
-        Err(e) => Err(e),
+    match req.op() {
+        Some(op) => Ok(op),
+        None => Err(RdmapError::UnexpectedOpcode),
     }
 }
 
-/// All responder checks on an inbound Atomic Request before memory is touched, in order:
-/// the AOpCode and the alignment ([`check_request`]), then the target STag, access rights
-/// (remote read and write) and the 8-octet range ([`check_remote_access`], the remote
-/// protection codes of WIRE-FORMATS §4.5). `lookup` resolves the Remote STag against this
-/// stream's STag table. Returns the operation to [`execute`].
+/// The responder checks on an inbound Atomic Request that need the STag table, in order:
+/// the AOpCode ([`check_request`]), then the target STag, access rights (remote read and
+/// write) and the 8-octet range ([`check_remote_access`], the remote protection codes of
+/// WIRE-FORMATS §4.5). `lookup` resolves the Remote STag against this stream's STag table.
+/// Returns the operation to [`execute`]; the alignment of the resolved address
+/// ([`check_alignment`]) is the caller's, before it touches the word.
 ///
 /// IRD accounting is separate ([`crate::rdmap::InboundReadQueue::admit`]; Atomic Requests
 /// share QN 1 with Read Requests, EXT-5.2-1). The Terminate for a failure carries the DDP

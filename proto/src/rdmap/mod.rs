@@ -10,8 +10,9 @@
 //!   protection error mapping; the STag table itself belongs to the engine, which answers a
 //!   lookup with an [`AccessRegion`] or a [`StagFault`].
 //! - [`read`]: Read Request validation, the Read Response plan, IRD accounting.
-//! - [`atomic`]: FetchAdd and CmpSwap on a 64-bit word; AOpCode, alignment and target
-//!   checks ([`atomic::handle_atomic_request`]).
+//! - [`atomic`]: FetchAdd and CmpSwap on a 64-bit word; AOpCode and target checks
+//!   ([`atomic::handle_atomic_request`]), and the alignment rule for the address a Tagged
+//!   Offset resolves to ([`atomic::check_alignment`]).
 //! - [`terminate`]: Terminate construction from any [`ProtocolError`] plus the offending
 //!   segment, and decoding of a received Terminate for the local user.
 //!
