@@ -34,7 +34,8 @@
 //!   SACK while prr_delivered < RecoverFS, RFC 9937 section 6.2) set what may be sent,
 //!   sndcnt: while the pipe exceeds ssthresh, the share ssthresh / RecoverFS of what was
 //!   delivered (RecoverFS the octets outstanding and not SACKed when the episode began;
-//!   one segment every other ACK for NewReno's 1/2), below it no more than the ACK
+//!   for NewReno's 1/2 about a segment every other ACK, a little more when segments were
+//!   SACKed before), below it no more than the ACK
 //!   delivered (PRR-CRB), or on a SafeACK (SND.UNA advanced, no further loss) back
 //!   towards ssthresh by at most one segment beyond that (PRR-SSRB). The window the
 //!   module reports in the episode is pipe + sndcnt (Linux's `tcp_cwnd_reduction`), and
@@ -2091,7 +2092,8 @@ impl Recovery {
     ///
     /// * While pipe > ssthresh: sndcnt = CEIL(prr_delivered * ssthresh / RecoverFS) -
     ///   prr_out, the sending spread over the episode in the proportion of the reduction
-    ///   (one segment per two delivered for NewReno's 1/2, seven per ten for CUBIC's 0.7)
+    ///   (about one segment per two delivered for NewReno's 1/2 and seven per ten for
+    ///   CUBIC's 0.7, a little more when segments were SACKed before the episode)
     ///   instead of RFC 6675's silence until the pipe fell below the reduced cwnd and a
     ///   segment per ACK after. CEIL rounds up to whole segments, as Linux counts it in
     ///   packets: an allowance of part of a segment would be held back by the sender's SWS
