@@ -1260,19 +1260,37 @@ mod tests {
     }
 
     /// Connects one QP of `ctx` to `server` with `private_data` and returns the outcome.
+    ///
+    /// The server's `accept` listens from its own thread: a SYN that comes before its
+    /// listen is refused with a RST, so a reset is tried again every 100 ms for up to 10 s,
+    /// as iwperf's `connect` does until its timeout (on a loaded host the first try lost
+    /// that race and the test read the reset as the answer).
     fn try_hello(ctx: &Context, server: std::net::Ipv4Addr, private_data: &[u8]) -> CmEvent {
-        let pd = ctx.alloc_pd();
-        let cq = ctx.create_cq(8).unwrap();
-        let mut init = QpInit::new(&cq, &cq);
-        init.rq_depth = 8;
-        let qp = pd.create_qp(&init).unwrap();
-        qp.connect(server, 18515, &MpaParams::default(), private_data)
-            .unwrap();
-        let ev = ctx
-            .next_event(Duration::from_secs(20))
-            .expect("an answer to the MPA Request");
-        let _ = qp.disconnect();
-        ev
+        let t0 = Instant::now();
+        loop {
+            let pd = ctx.alloc_pd();
+            let cq = ctx.create_cq(8).unwrap();
+            let mut init = QpInit::new(&cq, &cq);
+            init.rq_depth = 8;
+            let qp = pd.create_qp(&init).unwrap();
+            qp.connect(server, 18515, &MpaParams::default(), private_data)
+                .unwrap();
+            let ev = ctx
+                .next_event(Duration::from_secs(20))
+                .expect("an answer to the MPA Request");
+            let _ = qp.disconnect();
+            let refused = matches!(
+                ev,
+                CmEvent::Error {
+                    error: warpcore_verbs::ConnError::TcpReset,
+                    ..
+                }
+            );
+            if !refused || t0.elapsed() > Duration::from_secs(10) {
+                return ev;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// The reason of a rejection, or what came instead.
