@@ -1,11 +1,11 @@
 //! Completion channels and the connection manager's event channel: sleeping until a
 //! completion or an event arrives, or `poll()`ing a descriptor for it.
 
-use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::weak_map::WeakById;
 use crate::{polled, CmEvent, CompletionQueue, Context, Error};
 
 /// A completion channel (the `ibv_comp_channel` of the verbs), from
@@ -23,7 +23,7 @@ use crate::{polled, CmEvent, CompletionQueue, Context, Error};
 #[derive(Debug, Clone)]
 pub struct CompletionChannel {
     inner: Arc<warpcore_engine::CompletionChannel>,
-    cqs: Arc<Mutex<HashMap<u64, Weak<warpcore_engine::CompletionQueue>>>>,
+    cqs: Arc<Mutex<WeakById<warpcore_engine::CompletionQueue>>>,
     ctx: Context,
 }
 
@@ -50,9 +50,10 @@ impl CompletionChannel {
             Arc::clone(&self.inner),
         )?);
         let id = cq.id();
-        let mut map = self.cqs.lock().unwrap_or_else(|e| e.into_inner());
-        map.retain(|_, w| w.strong_count() > 0);
-        map.insert(id, Arc::downgrade(&cq));
+        self.cqs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, &cq);
         Ok(cq)
     }
 
@@ -111,12 +112,7 @@ impl CompletionChannel {
                     None => continue,
                 }
             };
-            let cq = self
-                .cqs
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&id)
-                .and_then(Weak::upgrade);
+            let cq = self.cqs.lock().unwrap_or_else(|e| e.into_inner()).get(id);
             if let Some(cq) = cq {
                 return Ok(CompletionQueue {
                     cq,

@@ -83,11 +83,12 @@ mod attr;
 mod channel;
 mod error;
 mod polled;
+mod weak_map;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant as StdInstant};
 
 pub use warpcore_engine::mem::Region;
@@ -238,7 +239,7 @@ struct Inner {
     event_bell: Mutex<Option<Arc<warpcore_engine::doorbell::Doorbell>>>,
     /// The completion queues this context made, by identifier (unique in the process):
     /// a queue pair completes only into these ([`ProtectionDomain::create_qp`]).
-    cqs: Mutex<HashMap<u64, Weak<warpcore_engine::CompletionQueue>>>,
+    cqs: Mutex<weak_map::WeakById<warpcore_engine::CompletionQueue>>,
     cfg: EngineConfig,
     /// The port: address and prefix, MAC, IP MTU.
     port: (Ipv4Addr, u8, [u8; 6], usize),
@@ -532,18 +533,23 @@ impl Context {
         })
     }
 
-    /// Records `cq` as made by this context (the queues of dropped ones are forgotten).
+    /// Records `cq` as made by this context (the queues of dropped ones are forgotten in
+    /// amortised sweeps, [`weak_map::WeakById`]).
     fn own_cq(&self, cq: &Arc<warpcore_engine::CompletionQueue>) {
-        let mut map = self.inner.cqs.lock().unwrap_or_else(|e| e.into_inner());
-        map.retain(|_, w| w.strong_count() > 0);
-        map.insert(cq.id(), Arc::downgrade(cq));
+        self.inner
+            .cqs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(cq.id(), cq);
     }
 
     /// Whether this context made `cq`.
     fn owns_cq(&self, cq: &Arc<warpcore_engine::CompletionQueue>) -> bool {
-        let map = self.inner.cqs.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(&cq.id())
-            .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(cq)))
+        self.inner
+            .cqs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .holds(cq.id(), cq)
     }
 
     /// Listens on `port` on every engine core (with RSS, a SYN reaches any of them).
