@@ -134,6 +134,7 @@ contracts() {
     contract_pair modify_qp_sqd 7544
     contract_pair reset_clears_ird_ord 7546
     contract_pair racing_binds 7548
+    contract_pair exit_closes 7550
     contract rdmacm_exports
     contract id_device_pd
     contract bind_addr_in_use

@@ -26,6 +26,9 @@
 //!   the event channel of the id it belongs to; the channel's descriptor is readable while
 //!   an event waits, for `poll()` users. Synchronous ids (no channel, `rdma_create_ep`) wait
 //!   for their own events.
+//! - **Exit**: a normal exit closes the connections the process still holds, as the
+//!   kernel's close of its rdma_cm descriptor does, so the peers learn at once (`atexit`,
+//!   bounded; `verbs::close_at_exit`).
 //! - **Versions**: every public function has the symbol version Debian's library gives it
 //!   (`objdump -T`), attached by `.symver` in [`export`]; the Rust functions themselves are
 //!   named `__wc_<name>` (which `librdmacm.so.1` jumps to).
@@ -284,7 +287,55 @@ fn open_engine() -> Result<Engine, String> {
             unsafe { atexit(finish_capture) };
         }
     }
+    // After `finish_capture`: handlers run in the reverse order, so the closes are captured.
+    if ENGINE_PID.set(std::process::id()).is_ok() {
+        // SAFETY: registering a plain function to run at exit.
+        unsafe { atexit(close_at_exit) };
+    }
     Ok(e)
+}
+
+/// The process that started the engine (a child it forks has no engine threads, and its
+/// exit closes nothing: the kernel's rdma_cm descriptor it inherited stays open in the
+/// parent too).
+static ENGINE_PID: OnceLock<u32> = OnceLock::new();
+
+/// The longest [`close_at_exit`] holds the process's exit up.
+const EXIT_BOUND: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// At a normal exit (return from `main`, `exit(3)`): closes the connections the process
+/// still holds ([`verbs::close_at_exit`]), so their peers learn at once, as they do from
+/// the kernel's rdma_cm when a process exits with connected ids (the close of its
+/// `/dev/infiniband/rdma_cm` descriptor destroys them). Without it the engine's threads
+/// ended with the process and sent nothing: a peer waited for its TCP to give up on a
+/// silent connection (keep-alives, the user timeout: about 30 s).
+///
+/// Bounded by [`EXIT_BOUND`]: the work runs on a thread of its own, which the exit stops
+/// waiting for (it ends with the process) if an engine core does not answer, its command
+/// ring stays full, or an application thread holds a lock it needs. Silent on success.
+/// Not for a process killed by a signal or ended by `_exit(2)`: nothing of it runs then,
+/// and the peer still waits for its TCP (the kernel would close the connections then too).
+extern "C" fn close_at_exit() {
+    // No unwinding into C (which aborts): a panic of ours here only ends the closes.
+    let _ = std::panic::catch_unwind(|| {
+        if ENGINE_PID.get() != Some(&std::process::id()) {
+            return;
+        }
+        let Some(e) = engine_if_open() else { return };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let started = std::thread::Builder::new()
+            .name("warpcore-exit".into())
+            .spawn(move || {
+                verbs::close_at_exit(&e.ctx);
+                let _ = tx.send(());
+            });
+        if started.is_ok() && rx.recv_timeout(EXIT_BOUND).is_err() {
+            eprintln!(
+                "warpcore: the connections still open at exit were not all closed within {} ms",
+                EXIT_BOUND.as_millis()
+            );
+        }
+    });
 }
 
 extern "C" {

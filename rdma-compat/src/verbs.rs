@@ -2280,7 +2280,88 @@ pub(crate) fn create_qp(
     if srq.is_some() {
         srq_qps().insert(id, p as usize);
     }
+    live_qps().insert(p as usize);
     Ok(p.cast())
+}
+
+/// Every live QP, pointers as usize: registered by `create_qp`, removed first by
+/// `ibv_destroy_qp` (under this lock, so a QP found here is not freed while the lock is
+/// held). What [`close_at_exit`] closes.
+fn live_qps() -> std::sync::MutexGuard<'static, std::collections::HashSet<usize>> {
+    static M: OnceLock<Mutex<std::collections::HashSet<usize>>> = OnceLock::new();
+    M.get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// How long [`close_at_exit`] waits for the graceful closes it starts before it resets
+/// the connections still open.
+const EXIT_GRACEFUL: Duration = Duration::from_millis(200);
+
+/// How long [`close_at_exit`] lets the engine run once it is done, for its last segments
+/// (the ACK of the peer's FIN, a RST) to leave the port before the process ends.
+const EXIT_LINGER: Duration = Duration::from_millis(5);
+
+/// Closes every connection a QP of the process still holds, at its normal exit (`lib.rs`'s
+/// `close_at_exit`), as the kernel does for a process that exits with connected ids: the
+/// close of its `/dev/infiniband/rdma_cm` descriptor destroys each id (`ucma_close`,
+/// `rdma_destroy_id`), and iw_cm's `destroy_cm_id` closes an ESTABLISHED connection
+/// abruptly (`iwcm_modify_qp_err`: siw moves the QP to ERROR, flushing its queues, and
+/// releases its socket, which sends a FIN, and no Terminate: `siw_qp_cm_drop`). Here the
+/// engine's graceful close sends the FIN (a QP in RTS), and the wait for the peer's FIN
+/// lets our ACK of it go out, so the peer's close completes at once too (it reports
+/// DISCONNECTED when its FIN is acknowledged); a connection still being set up is reset
+/// (the kernel's socket close of a connection in its MPA startup). A connection that has
+/// not closed within [`EXIT_GRACEFUL`] (the peer silent, or the send queue stuck behind a
+/// closed window) is reset: the process is about to end, and nothing would answer the
+/// peer after that (without it, the peer learns only when its TCP gives up).
+///
+/// Nothing is freed (application threads still run during `atexit`): QPs, their
+/// connections' events and the memory registrations stay as they are, and the events the
+/// closes raise reach the ids' channels as any would. `ctx` runs caller-driven cores
+/// meanwhile (`Context::progress`).
+pub(crate) fn close_at_exit(ctx: &wv::Context) {
+    use wv::QpState as S;
+    let live = live_qps();
+    // SAFETY: a registered QP is live: `ibv_destroy_qp` takes it out under this lock,
+    // held until the end, before it frees it.
+    let qps: Vec<&Qp> = live
+        .iter()
+        .map(|&p| unsafe { &*(p as *const Qp) })
+        .collect();
+    let (mut open, mut reset) = (Vec::new(), false);
+    for q in qps {
+        match q.qp.state() {
+            S::Rts => {
+                if q.qp.disconnect().is_ok() {
+                    open.push(q);
+                } else {
+                    reset |= q.abort().is_ok();
+                }
+            }
+            S::Closing => open.push(q),
+            S::Connecting => reset |= q.abort().is_ok(),
+            S::Idle | S::Terminate | S::Error => {}
+        }
+    }
+    if open.is_empty() && !reset {
+        return;
+    }
+    let closing = |q: &Qp| matches!(q.qp.state(), S::Rts | S::Closing);
+    let deadline = std::time::Instant::now() + EXIT_GRACEFUL;
+    while open.iter().any(|q| closing(q)) && std::time::Instant::now() < deadline {
+        ctx.progress();
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    for q in open.iter().filter(|q| closing(q)) {
+        let _ = q.abort();
+    }
+    let end = std::time::Instant::now() + EXIT_LINGER;
+    while std::time::Instant::now() < end {
+        ctx.progress();
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    drop(live);
 }
 
 /// The live QPs that receive through an SRQ, by the engine's id (what the engine's
@@ -2376,6 +2457,7 @@ pub extern "C" fn __wc_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
             // an object (CQ, SRQ or QP) will wait for all affiliated events for the
             // object to be acknowledged").
             srq_qps().remove(&q.qp.id());
+            live_qps().remove(&(qp as usize));
             linger(&q.qp);
             let purged = purge_async(IBV_EVENT_QP_LAST_WQE_REACHED, qp.cast());
             let mut lw = q.last_wqe.lock().unwrap_or_else(|e| e.into_inner());
