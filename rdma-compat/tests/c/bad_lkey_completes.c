@@ -9,7 +9,7 @@
  * is placed into them; a receive that fails at placement is verbs_late_sge_checks.rs's.
  * Before the change the library checked the key at post and ibv_post_send / ibv_post_recv
  * failed with EPERM, nothing queued (ibv_post_srq_recv too).
- *   bad_lkey_completes -s ADDR PORT   server: accepts one connection, waits 5 s
+ *   bad_lkey_completes -s ADDR PORT   server: accepts one connection, keeps it until the client disconnects (contract_serve)
  *   bad_lkey_completes -c ADDR PORT   client: the checks
  */
 #include <errno.h>

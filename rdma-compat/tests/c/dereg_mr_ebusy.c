@@ -7,7 +7,7 @@
  * Before the fix ibv_dereg_mr returned 0 while the region stayed registered with its
  * remote rights: an application that then freed the buffer left memory a peer could
  * still write.
- *   dereg_mr_ebusy -s ADDR PORT   server: accepts one connection, waits 5 s
+ *   dereg_mr_ebusy -s ADDR PORT   server: accepts one connection, keeps it until the client disconnects (contract_serve)
  *   dereg_mr_ebusy -c ADDR PORT   client: binds a type 1 window, the checks
  */
 #include <errno.h>

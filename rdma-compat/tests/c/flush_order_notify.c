@@ -7,7 +7,7 @@
  *     QP in the error state.
  * Before the fix those flushed completions sat in a queue of the library's own, drained
  * ahead of the engine's (out of order) and never signalling the channel.
- *   flush_order_notify -s ADDR PORT   server: accepts one connection, waits 5 s
+ *   flush_order_notify -s ADDR PORT   server: accepts one connection, keeps it until the client disconnects (contract_serve)
  *   flush_order_notify -c ADDR PORT   client: the checks
  */
 #include <errno.h>

@@ -23,7 +23,7 @@
  *   send queue order, so a chain that binds the window under rkey + 1 and then back under
  *   the rkey it has at post time binds twice. (Before, the second was refused at post,
  *   EPERM, judged against the window's key before the first had run.)
- *   mr_mw_inputs -s ADDR PORT   server: accepts one connection, waits 5 s
+ *   mr_mw_inputs -s ADDR PORT   server: accepts one connection, keeps it until the client disconnects (contract_serve)
  *   mr_mw_inputs -c ADDR PORT   client: the checks
  */
 #include <errno.h>

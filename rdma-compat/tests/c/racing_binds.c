@@ -10,7 +10,7 @@
  * threads bound it at once, undefined behaviour; a race between two plain stores of
  * mw->rkey could also leave the earlier bind's key, and the bind under its successor then
  * named the window's current key and failed. Neither shows every run: this runs the race.)
- *   racing_binds -s ADDR PORT   server: accepts one connection, waits 5 s
+ *   racing_binds -s ADDR PORT   server: accepts one connection, keeps it until the client disconnects (contract_serve)
  *   racing_binds -c ADDR PORT   client: the checks
  */
 #include <errno.h>

@@ -9,7 +9,7 @@
  * An application using selective signalling sizes its CQ and counts its completions by
  * the requests it signals; an extra completion (wr_id it never expects) overruns the CQ or
  * is taken for another request.
- *   unsignaled_bind_inv -s ADDR PORT   server: accepts one connection, waits 5 s
+ *   unsignaled_bind_inv -s ADDR PORT   server: accepts one connection, keeps it until the client disconnects (contract_serve)
  *   unsignaled_bind_inv -c ADDR PORT   client: the checks
  */
 #include <errno.h>
