@@ -20,8 +20,9 @@
 #   CV_IWARP      iWARP connections iwdump decoded (its first line's "N iWARP"): 0 means
 #                 iwdump judged nothing (a link type or framing it cannot read exits 0 with
 #                 warnings), so a caller that expects iWARP traffic fails on it
-#   CV_TSHARK     tshark's exit status reading the capture: 0 when each of its three passes
-#                 (the frame count, the display filter of errors, -V) read it to the end,
+#   CV_TSHARK     tshark's exit status reading the capture: 0 when each of its two passes
+#                 (the display filter of errors; -V, which also counts the frames) read it
+#                 to the end,
 #                 else the first pass's non-zero status (a file cut short mid-frame,
 #                 unreadable, a display filter this tshark refuses, tshark failing). Non-zero
 #                 means the counts above cover part of the capture or none (a refused filter
@@ -42,9 +43,9 @@ capture_verdict() {
     # it judged them, nor pass as counts: each pass's status is kept, and the first that
     # failed is CV_TSHARK (before, the first two passes' were dropped, and a display filter
     # tshark refused read as 0 malformed frames and 0 expert errors: a pass).
-    local rc_frames=0 rc_errs=0 rc_v=0
-    $TS -r "$pcap" >"$pcap.cv-frames" 2>"$pcap.cv-frames.err" || rc_frames=$?
-    CV_FRAMES=$(wc -l <"$pcap.cv-frames")
+    # Two passes, each a whole dissection (the frames used to be counted in a third, which
+    # made a quarter of the judging time of scripts/test-libfabric.sh's big captures).
+    local rc_errs=0 rc_v=0
     # One line per frame with an error: malformed?, then each expert item as SEVERITY=MESSAGE.
     local errs
     errs=$($TS -r "$pcap" -Y '_ws.malformed || _ws.expert.severity == error' -T fields \
@@ -65,20 +66,22 @@ capture_verdict() {
         }
         END { printf "%d %d %d\n", mf, ex, o }' <<<"$errs")
     read -r CV_MALFORMED CV_EXPERT CV_OVERLAP <<<"$counts"
-    # One pass over the -V text: the good and bad CRCs counted, tshark's status after them on
-    # a line of its own (a marker -V never prints: its lines are frame headers or indented).
+    # One pass over the -V text: the frames (each begins with a "Frame N: " header, the only
+    # lines -V starts at the margin) and the good and bad CRCs counted, tshark's status after
+    # them on a line of its own (a marker -V never prints: its lines are frame headers or
+    # indented).
     local vcounts
     vcounts=$( {
         $TS -r "$pcap" -V 2>"$pcap.V.err"
         echo "capture_verdict: tshark -V exited $?"
-    } | awk '/Bad CRC32/ { b++ } /\(Good CRC32\)/ { g++ }
+    } | awk '/^Frame [0-9]+: / { f++ } /Bad CRC32/ { b++ } /\(Good CRC32\)/ { g++ }
         /^capture_verdict: tshark -V exited [0-9]+$/ { rc = $NF }
-        END { printf "%d %d %d\n", g, b, rc }')
-    read -r CV_GOOD CV_BAD rc_v <<<"$vcounts"
+        END { printf "%d %d %d %d\n", f, g, b, rc }')
+    read -r CV_FRAMES CV_GOOD CV_BAD rc_v <<<"$vcounts"
     CV_TSHARK=0 CV_TSHARK_NOTE=""
     local pass rc err
-    for pass in "frame-count:$rc_frames:$pcap.cv-frames.err" \
-        "display-filter (malformed, expert errors):$rc_errs:$pcap.cv-errs.err" "-V:$rc_v:$pcap.V.err"; do
+    for pass in "display-filter (malformed, expert errors):$rc_errs:$pcap.cv-errs.err" \
+        "-V (frames, CRCs):$rc_v:$pcap.V.err"; do
         IFS=: read -r pass rc err <<<"$pass"
         ((rc != 0)) || continue
         CV_TSHARK=$rc
@@ -88,7 +91,7 @@ capture_verdict() {
     if ((rc_v == 0 && CV_TSHARK != 0)); then
         { echo "$CV_TSHARK_NOTE"; cat "$pcap.V.err"; } >"$pcap.cv-V.err" && mv "$pcap.cv-V.err" "$pcap.V.err"
     fi
-    rm -f "$pcap.cv-frames" "$pcap.cv-frames.err" "$pcap.cv-errs.err"
+    rm -f "$pcap.cv-errs.err"
     CV_IWDUMP=0
     "$IWDUMP" "$pcap" >"$pcap.iwdump" 2>&1 || CV_IWDUMP=$?
     CV_IWARP=$(sed -n 's/.* connection(s), \([0-9][0-9]*\) iWARP.*/\1/p' "$pcap.iwdump" | head -n1)
