@@ -135,6 +135,7 @@ contracts() {
     contract_pair reset_clears_ird_ord 7546
     contract_pair racing_binds 7548
     contract_pair exit_closes 7550
+    contract_pair destroy_id_closes 7552
     contract rdmacm_exports
     contract id_device_pd
     contract bind_addr_in_use

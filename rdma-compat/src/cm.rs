@@ -1300,11 +1300,16 @@ pub extern "C" fn __wc_rdma_destroy_id(p: *mut rdma_cm_id) -> c_int {
                 }
             }
         }
+        // SAFETY: p came from rdma_create_id or a connect request and is live.
+        let me = unsafe { &*p.cast::<Id>() };
+        // A connection the id's QP (still the application's) holds ends, as the kernel's
+        // iw_cm ends it (`destroy_cm_id`): the peer learns at once. Unregistered first,
+        // so the dispatcher reports nothing of it to the id. `id->qp`, not the id's own
+        // record of a QP: the application may have made it (`ibv_create_qp`) and set it.
+        verbs::close_on_destroy_id(get!(me.qp));
         // Unregistered, the id gets no new event from the dispatcher; those queued are
         // cancelled (rdma_destroy_id(3)): a listener's connection requests with the child
         // ids they made (destroying a child refuses its request).
-        // SAFETY: p came from rdma_create_id or a connect request and is live.
-        let me = unsafe { &*p.cast::<Id>() };
         if let Some(ch) = chan_of(me) {
             for e in ch.purge(p) {
                 // SAFETY: an event of ours, taken out of the queue: nobody else has it.

@@ -2364,6 +2364,46 @@ pub(crate) fn close_at_exit(ctx: &wv::Context) {
     drop(live);
 }
 
+/// `rdma_destroy_id` of an id whose QP the application still holds (it made the QP with
+/// `ibv_create_qp`, or destroys it after the id): the connection ends as the kernel's
+/// rdma_cm ends it. `rdma_destroy_id` -> `ucma_destroy_id` -> `rdma_destroy_id` (cma.c) ->
+/// `iw_destroy_cm_id`, whose `destroy_cm_id` closes an ESTABLISHED connection abruptly
+/// (`iwcm_modify_qp_err`: siw moves the QP to ERROR, flushing its queues, and releases its
+/// socket, a FIN after what the socket already holds, no Terminate) and leaves a CLOSING
+/// one to finish. Before, the connection stayed up: the peer learnt nothing until the QP
+/// was destroyed or the process exited.
+///
+/// A QP in RTS starts the engine's graceful close (the FIN, after what the QP queued: a
+/// Send whose completion the application saw may still be in the TCP send buffer, which
+/// the kernel's socket would still send, where a reset would drop it); the peer reports
+/// DISCONNECTED when its close completes, at once. The QP reads ERR in `qp->state` from
+/// here (the kernel's move is synchronous), the engine's state follows when the close
+/// completes (one round trip; bounded by `close_timeout_ms` and the FIN_WAIT_2 bound),
+/// and its receives are flushed then (a send posted meanwhile is flushed at once). A
+/// connection still being set up (an active connect under way) is reset, as
+/// [`close_at_exit`] does. Nothing is freed: the QP is the application's to destroy,
+/// and its id is gone, so no event of this connection reaches any channel (the kernel
+/// reports none to a destroyed id). Does not wait: one command to the engine.
+pub(crate) fn close_on_destroy_id(qp: *mut ibv_qp) {
+    use wv::QpState as S;
+    // SAFETY: qp is NULL or a live QP of ours (the id being destroyed names it, and the
+    // application destroys it only after).
+    let Some(q) = (unsafe { qp_ref(qp) }) else {
+        return;
+    };
+    // Under the lock `ibv_modify_qp` holds across its moves (see `Qp::last_wqe`).
+    let lw = q.last_wqe.lock().unwrap_or_else(|e| e.into_inner());
+    let closed = match q.qp.state() {
+        S::Rts => q.qp.disconnect().is_ok() || q.abort().is_ok(),
+        S::Connecting => q.abort().is_ok(),
+        S::Idle | S::Closing | S::Terminate | S::Error => false,
+    };
+    if closed {
+        set_qp_state(qp, IBV_QPS_ERR);
+    }
+    drop(lw);
+}
+
 /// The live QPs that receive through an SRQ, by the engine's id (what the engine's
 /// `CmEvent::Disconnected`, `Error` and `Rejected` name), pointers as usize: registered by
 /// `create_qp`, removed first by `ibv_destroy_qp`. Only these raise
@@ -2498,9 +2538,13 @@ const LINGER: Duration = Duration::from_secs(2);
 /// whose completion the application has seen may still sit in the TCP send buffer) goes
 /// out, then both FINs, as siw's destroy does on a kernel socket, instead of the engine's
 /// abortive destroy (RST, unsent data dropped). Bounded by [`LINGER`].
+/// A QP already closing (`rdma_disconnect`, or `rdma_destroy_id` of its id:
+/// [`close_on_destroy_id`]) is given the same time to finish that close.
 fn linger(qp: &wv::QueuePair) {
-    if qp.state() != wv::QpState::Rts || qp.disconnect().is_err() {
-        return;
+    match qp.state() {
+        wv::QpState::Rts if qp.disconnect().is_ok() => {}
+        wv::QpState::Closing => {}
+        _ => return,
     }
     let deadline = std::time::Instant::now() + LINGER;
     while matches!(qp.state(), wv::QpState::Rts | wv::QpState::Closing)
